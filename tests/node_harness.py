@@ -104,7 +104,9 @@ class Ctx:
 
 class Runner:
     def __init__(self, model: onnx.ModelProto):
-        self.opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
+        self.opsets = {
+            ("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import
+        }
         self.model = model
 
     def run_graph(self, graph, inputs, outer=None):
@@ -126,7 +128,9 @@ class Runner:
         args = [env[n] if n else None for n in node.input]
         if not kernel.variadic:
             if len(args) > kernel.n_positional:
-                raise HarnessError(f"{node.op_type}: {len(args)} inputs, kernel takes {kernel.n_positional}")
+                raise HarnessError(
+                    f"{node.op_type}: {len(args)} inputs, kernel takes {kernel.n_positional}"
+                )
             args += [None] * (kernel.n_positional - len(args))
         kwargs = {}
         for a in node.attribute:
@@ -151,7 +155,9 @@ def compare(expected, actual, rtol, atol, where="output"):
         return
     if isinstance(expected, list):
         if not isinstance(actual, list):
-            raise AssertionError(f"{where}: expected a sequence (list), got {type(actual).__name__}")
+            raise AssertionError(
+                f"{where}: expected a sequence (list), got {type(actual).__name__}"
+            )
         if len(actual) != len(expected):
             raise AssertionError(f"{where}: sequence length {len(actual)} != {len(expected)}")
         for i, (e, a) in enumerate(zip(expected, actual)):

@@ -1,0 +1,87 @@
+"""Node attributes: a name, a type tag and a Python value."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class AttrType(enum.IntEnum):
+    """AttributeProto.AttributeType values."""
+
+    UNDEFINED = 0
+    FLOAT = 1
+    INT = 2
+    STRING = 3
+    TENSOR = 4
+    GRAPH = 5
+    SPARSE_TENSOR = 11
+    TYPE_PROTO = 13
+    FLOATS = 6
+    INTS = 7
+    STRINGS = 8
+    TENSORS = 9
+    GRAPHS = 10
+    SPARSE_TENSORS = 12
+    TYPE_PROTOS = 14
+
+
+@dataclass
+class Attr:
+    """One attribute. Values by type:
+
+    FLOAT float, INT int, STRING bytes-or-str (``str`` when valid UTF-8), TENSOR ir.Tensor,
+    GRAPH ir.Graph, SPARSE_TENSOR ir.SparseTensor, TYPE_PROTO ir.Type, and lists of those for
+    the plural types. ``ref_attr_name`` set means the value refers to an attribute of the
+    enclosing function (value is then None).
+    """
+
+    name: str
+    type: AttrType
+    value: Any = None
+    doc_string: str = ""
+    ref_attr_name: str = ""
+    extras: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def is_ref(self) -> bool:
+        return bool(self.ref_attr_name)
+
+
+def infer_attr_type(value: Any) -> AttrType:
+    """The attribute type of a plain Python value (as onnx.helper.make_attribute would choose)."""
+    import numpy as np
+
+    from .graph import Graph
+    from .tensor import Tensor
+    from .types import Type
+
+    if isinstance(value, bool | int | np.integer):
+        return AttrType.INT
+    if isinstance(value, float | np.floating):
+        return AttrType.FLOAT
+    if isinstance(value, str | bytes):
+        return AttrType.STRING
+    if isinstance(value, Tensor | np.ndarray):
+        return AttrType.TENSOR
+    if isinstance(value, Graph):
+        return AttrType.GRAPH
+    if isinstance(value, Type):
+        return AttrType.TYPE_PROTO
+    if isinstance(value, list | tuple):
+        if not value:
+            raise ValueError("cannot infer the type of an empty attribute list")
+        single = infer_attr_type(value[0])
+        plural = {
+            AttrType.INT: AttrType.INTS,
+            AttrType.FLOAT: AttrType.FLOATS,
+            AttrType.STRING: AttrType.STRINGS,
+            AttrType.TENSOR: AttrType.TENSORS,
+            AttrType.GRAPH: AttrType.GRAPHS,
+            AttrType.TYPE_PROTO: AttrType.TYPE_PROTOS,
+        }
+        if single == AttrType.INT and any(isinstance(v, float) for v in value):
+            return AttrType.FLOATS
+        return plural[single]
+    raise TypeError(f"no attribute type for {type(value).__name__}")

@@ -1,0 +1,399 @@
+"""The graph: Values connected by Nodes, with explicit producer/use relations.
+
+A Value knows the Node that produces it (``producer``, with its output ``index``) and every use
+(``(node, input_index)`` pairs). Graph inputs and initializers are Values without a producer.
+A subgraph (If/Loop/Scan body) is a Graph whose nodes may use Values of enclosing graphs: the
+very same Value objects, so every use of an outer Value is visible from it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+from .attr import Attr, AttrType, infer_attr_type
+from .tensor import Tensor
+from .types import Type
+
+
+class Value:
+    """A named edge of the graph: a graph input, an initializer or a node output."""
+
+    __slots__ = (
+        "name",
+        "type",
+        "producer",
+        "index",
+        "_uses",
+        "const_value",
+        "doc_string",
+        "metadata_props",
+        "extras",
+    )
+
+    def __init__(self, name: str = "", type: Type | None = None, const_value: Tensor | None = None):
+        self.name = name
+        self.type = type
+        self.producer: Node | None = None
+        self.index: int | None = None
+        self._uses: list[tuple[Node, int]] = []
+        #: The initializer's data when this Value is an initializer.
+        self.const_value = const_value
+        self.doc_string = ""
+        self.metadata_props: dict[str, str] = {}
+        self.extras: Any = None
+
+    def uses(self) -> list[tuple[Node, int]]:
+        return list(self._uses)
+
+    def consumers(self) -> list[Node]:
+        seen: dict[int, Node] = {}
+        for node, _ in self._uses:
+            seen.setdefault(id(node), node)
+        return list(seen.values())
+
+    def replace_all_uses_with(self, other: Value) -> None:
+        for node, i in list(self._uses):
+            node.set_input(i, other)
+
+    @property
+    def shape(self):
+        return getattr(self.type, "shape", None)
+
+    @property
+    def dtype(self):
+        return getattr(self.type, "elem_type", None)
+
+    def __repr__(self) -> str:
+        return f"Value({self.name!r}, {self.type})"
+
+
+def _as_attrs(attributes) -> dict[str, Attr]:
+    if attributes is None:
+        return {}
+    if isinstance(attributes, dict):
+        items = [
+            v if isinstance(v, Attr) else Attr(k, infer_attr_type(v), _wrap_attr_value(v))
+            for k, v in attributes.items()
+        ]
+    else:
+        items = list(attributes)
+    return {a.name: a for a in items}
+
+
+def _wrap_attr_value(v):
+    import numpy as np
+
+    if isinstance(v, np.ndarray):
+        return Tensor(v)
+    if isinstance(v, tuple):
+        return list(v)
+    return v
+
+
+class Node:
+    """One operator application."""
+
+    def __init__(
+        self,
+        op_type: str,
+        inputs: Sequence[Value | None] = (),
+        outputs: int | Sequence[str | Value] = 1,
+        attributes: dict[str, Any] | Iterable[Attr] | None = None,
+        domain: str = "",
+        name: str = "",
+        overload: str = "",
+    ):
+        self.op_type = op_type
+        self.domain = domain
+        self.name = name
+        self.overload = overload
+        self.doc_string = ""
+        self.metadata_props: dict[str, str] = {}
+        self.extras: Any = None
+        self.graph: Graph | None = None
+        self.attributes: dict[str, Attr] = _as_attrs(attributes)
+        self._inputs: list[Value | None] = []
+        for v in inputs:
+            self.append_input(v)
+        if isinstance(outputs, int):
+            outputs = [""] * outputs
+        self._outputs: list[Value] = []
+        for out in outputs:
+            value = out if isinstance(out, Value) else Value(out)
+            value.producer, value.index = self, len(self._outputs)
+            self._outputs.append(value)
+
+    # -- inputs / outputs ---------------------------------------------------------------------
+    @property
+    def inputs(self) -> tuple[Value | None, ...]:
+        return tuple(self._inputs)
+
+    @property
+    def outputs(self) -> tuple[Value, ...]:
+        return tuple(self._outputs)
+
+    def append_input(self, value: Value | None) -> None:
+        self._inputs.append(value)
+        if value is not None:
+            value._uses.append((self, len(self._inputs) - 1))
+
+    def set_input(self, i: int, value: Value | None) -> None:
+        old = self._inputs[i]
+        if old is not None:
+            old._uses.remove((self, i))
+        self._inputs[i] = value
+        if value is not None:
+            value._uses.append((self, i))
+
+    def detach(self) -> None:
+        """Drop this node's uses of its inputs (when it leaves the graph)."""
+        for i, v in enumerate(self._inputs):
+            if v is not None and (self, i) in v._uses:
+                v._uses.remove((self, i))
+
+    # -- attributes ---------------------------------------------------------------------------
+    def attr(self, name: str, default: Any = None) -> Any:
+        a = self.attributes.get(name)
+        return default if a is None else a.value
+
+    def set_attr(self, name: str, value: Any, type: AttrType | None = None) -> None:
+        value = _wrap_attr_value(value)
+        self.attributes[name] = Attr(name, type or infer_attr_type(value), value)
+
+    def subgraphs(self) -> Iterator[Graph]:
+        for a in self.attributes.values():
+            if a.type == AttrType.GRAPH and a.value is not None:
+                yield a.value
+            elif a.type == AttrType.GRAPHS:
+                yield from a.value or []
+
+    def __repr__(self) -> str:
+        dom = f"{self.domain}::" if self.domain else ""
+        return f"Node({dom}{self.op_type}, name={self.name!r})"
+
+
+class Graph:
+    """A list of nodes in execution order, with its inputs, outputs and initializers."""
+
+    def __init__(
+        self,
+        inputs: Sequence[Value] = (),
+        outputs: Sequence[Value] = (),
+        nodes: Iterable[Node] = (),
+        initializers: Iterable[Value] = (),
+        name: str = "",
+    ):
+        self.name = name
+        self.doc_string = ""
+        self.metadata_props: dict[str, str] = {}
+        self.inputs: list[Value] = list(inputs)
+        self.outputs: list[Value] = list(outputs)
+        self.initializers: dict[str, Value] = {v.name: v for v in initializers}
+        #: Values with a declared type that are neither inputs nor outputs, in file order.
+        self.value_info: list[Value] = []
+        #: Sparse initializers (ir.SparseTensor), kept as they are.
+        self.sparse_initializers: list[Any] = []
+        self.extras: Any = None
+        self._nodes: list[Node] = []
+        for n in nodes:
+            self.append(n)
+
+    # -- nodes --------------------------------------------------------------------------------
+    @property
+    def nodes(self) -> tuple[Node, ...]:
+        return tuple(self._nodes)
+
+    def __iter__(self) -> Iterator[Node]:
+        return iter(list(self._nodes))
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+    def append(self, node: Node) -> Node:
+        node.graph = self
+        self._nodes.append(node)
+        return node
+
+    def insert_before(self, anchor: Node, node: Node) -> Node:
+        node.graph = self
+        self._nodes.insert(self._nodes.index(anchor), node)
+        return node
+
+    def insert_after(self, anchor: Node, node: Node) -> Node:
+        node.graph = self
+        self._nodes.insert(self._nodes.index(anchor) + 1, node)
+        return node
+
+    def remove(self, node: Node, safe: bool = True) -> None:
+        """Take ``node`` out; with ``safe``, refuse if any output is still used or is an output."""
+        if safe:
+            outs = {id(v) for v in self.outputs}
+            for v in node.outputs:
+                if v._uses or id(v) in outs:
+                    raise ValueError(f"cannot remove {node}: its output {v.name!r} is still used")
+        node.detach()
+        self._nodes.remove(node)
+        node.graph = None
+
+    def all_nodes(self) -> Iterator[Node]:
+        """Every node, including those of subgraphs (depth first)."""
+        for node in self._nodes:
+            yield node
+            for g in node.subgraphs():
+                yield from g.all_nodes()
+
+    # -- values -------------------------------------------------------------------------------
+    def add_initializer(self, value: Value) -> Value:
+        self.initializers[value.name] = value
+        return value
+
+    def values(self) -> Iterator[Value]:
+        """Every Value defined in this graph (inputs, initializers, node outputs)."""
+        yield from self.inputs
+        yield from (v for k, v in self.initializers.items() if v not in self.inputs)
+        for n in self._nodes:
+            yield from n.outputs
+
+    def topological_sort(self) -> None:
+        """Order nodes so every node comes after the producers of its inputs (stable).
+
+        Uses inside subgraphs count: a node whose subgraph reads a Value comes after its producer.
+        """
+        position = {id(n): i for i, n in enumerate(self._nodes)}
+        deps: dict[int, set[int]] = {}
+        for n in self._nodes:
+            needed: set[int] = set()
+            for v in _inputs_with_captures(n):
+                p = v.producer
+                if p is not None and id(p) in position and p is not n:
+                    needed.add(id(p))
+            deps[id(n)] = needed
+        users: dict[int, list[Node]] = {id(n): [] for n in self._nodes}
+        for n in self._nodes:
+            for d in deps[id(n)]:
+                users[d].append(n)
+        pending = {k: len(v) for k, v in deps.items()}
+        import heapq
+
+        ready = [(position[id(n)], n) for n in self._nodes if pending[id(n)] == 0]
+        heapq.heapify(ready)
+        order: list[Node] = []
+        while ready:
+            _, n = heapq.heappop(ready)
+            order.append(n)
+            for u in users[id(n)]:
+                pending[id(u)] -= 1
+                if pending[id(u)] == 0:
+                    heapq.heappush(ready, (position[id(u)], u))
+        if len(order) != len(self._nodes):
+            stuck = [n for n in self._nodes if pending[id(n)] > 0][:3]
+            raise ValueError(f"graph {self.name!r} has a cycle through {stuck}")
+        self._nodes = order
+
+    def __repr__(self) -> str:
+        return f"Graph({self.name!r}, {len(self._nodes)} nodes)"
+
+
+def _inputs_with_captures(node: Node) -> Iterator[Value]:
+    """A node's inputs plus the outer Values its subgraphs read."""
+    for v in node.inputs:
+        if v is not None:
+            yield v
+    for g in node.subgraphs():
+        yield from captured_values(g)
+
+
+def captured_values(graph: Graph) -> list[Value]:
+    """Values a graph (and its subgraphs) uses but does not define: its outer-scope captures."""
+    defined: set[int] = set()
+    captured: dict[int, Value] = {}
+
+    def visit(g: Graph) -> None:
+        defined.update(id(v) for v in g.inputs)
+        defined.update(id(v) for v in g.initializers.values())
+        for n in g._nodes:
+            for v in n.inputs:
+                if v is not None and id(v) not in defined:
+                    captured.setdefault(id(v), v)
+            for sub in n.subgraphs():
+                visit(sub)
+            defined.update(id(v) for v in n.outputs)
+
+    visit(graph)
+    # a value used before its (later) definition inside the graph is not a capture
+    return [v for k, v in captured.items() if k not in defined]
+
+
+class Function:
+    """A model-local function: a named graph with attribute parameters."""
+
+    def __init__(
+        self,
+        domain: str,
+        name: str,
+        graph: Graph,
+        attributes: Sequence[str] = (),
+        attribute_defaults: Iterable[Attr] = (),
+        opset_imports: dict[str, int] | None = None,
+        overload: str = "",
+    ):
+        self.domain = domain
+        self.name = name
+        self.overload = overload
+        self.graph = graph
+        #: Attribute names without defaults (FunctionProto.attribute), in order.
+        self.attributes: list[str] = list(attributes)
+        #: Attributes with defaults (FunctionProto.attribute_proto), in order.
+        self.attribute_defaults: list[Attr] = list(attribute_defaults)
+        self.opset_imports: dict[str, int] = dict(opset_imports or {})
+        self.doc_string = ""
+        self.metadata_props: dict[str, str] = {}
+        self.extras: Any = None
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.domain, self.name, self.overload)
+
+    def __repr__(self) -> str:
+        return f"Function({self.domain}::{self.name})"
+
+
+class Model:
+    """A model: a main graph, the opsets it imports, local functions and metadata."""
+
+    def __init__(
+        self,
+        graph: Graph,
+        opset_imports: dict[str, int] | None = None,
+        ir_version: int = 10,
+        producer_name: str = "onyx",
+        producer_version: str = "",
+        functions: Iterable[Function] = (),
+    ):
+        self.graph = graph
+        self.ir_version = ir_version
+        self.opset_imports: dict[str, int] = dict(opset_imports if opset_imports else {"": 21})
+        self.producer_name = producer_name
+        self.producer_version = producer_version
+        self.domain = ""
+        self.model_version = 0
+        self.doc_string = ""
+        self.metadata_props: dict[str, str] = {}
+        self.functions: dict[tuple[str, str, str], Function] = {f.key: f for f in functions}
+        #: Where the model was loaded from (resolves external data); None for in-memory models.
+        self.base_dir: str | None = None
+        self.extras: Any = None
+
+    def opset(self, domain: str = "") -> int | None:
+        if domain == "ai.onnx":
+            domain = ""
+        v = self.opset_imports.get(domain)
+        if v is None and domain == "":
+            v = self.opset_imports.get("ai.onnx")
+        return v
+
+    def __repr__(self) -> str:
+        return (
+            f"Model(ir_version={self.ir_version}, opsets={self.opset_imports}, graph={self.graph})"
+        )
