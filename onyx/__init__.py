@@ -1,6 +1,16 @@
-"""onyx: the Open Neural Network Exchange in Python: format, operator sets, runtime and tools."""
+"""onyx: the Open Neural Network Exchange in Python: format, operator sets, runtime and tools.
+
+    import onyx
+    model = onyx.load("model.onnx")              # bytes -> IR
+    onyx.check(model)                             # validate against the standard
+    sess = onyx.InferenceSession("model.onnx")    # onnxruntime-compatible
+    outputs = sess.run(None, {"input": x})
+"""
 
 from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
 
 from .errors import (
     FormatError,
@@ -13,6 +23,50 @@ from .errors import (
 
 __version__ = "0.1.0"
 
+# Public names and the module that defines each; imported on first use so that `import onyx`
+# stays fast and a tool that only reads files never loads the runtime.
+_LAZY = {
+    "load": "onyx.serde",
+    "loads": "onyx.serde",
+    "save": "onyx.serde",
+    "dumps": "onyx.serde",
+    "to_array": "onyx.serde",
+    "from_array": "onyx.serde",
+    "load_tensor": "onyx.serde",
+    "save_tensor": "onyx.serde",
+    "check": "onyx.checker",
+    "infer_shapes": "onyx.inference",
+    "InferenceSession": "onyx.runtime.session",
+    "SessionOptions": "onyx.runtime.session",
+    "RunOptions": "onyx.runtime.session",
+    "GraphOptimizationLevel": "onyx.runtime.session",
+    "get_available_providers": "onyx.runtime.session",
+    "optimize": "onyx.optimizer",
+}
+_SUBMODULES = {"ir", "defs", "backend", "runtime", "serde", "optimizer", "inference", "tools"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    if name in _SUBMODULES:
+        return importlib.import_module(f"onyx.{name}")
+    raise AttributeError(f"module 'onyx' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY) | _SUBMODULES)
+
+
+if TYPE_CHECKING:  # for type checkers and IDEs
+    from . import ir  # noqa: F401
+    from .checker import check  # noqa: F401
+    from .inference import infer_shapes  # noqa: F401
+    from .runtime.session import InferenceSession, RunOptions, SessionOptions  # noqa: F401
+    from .serde import dumps, from_array, load, loads, save, to_array  # noqa: F401
+
 __all__ = [
     "FormatError",
     "InvalidArgument",
@@ -21,4 +75,5 @@ __all__ = [
     "RuntimeFailure",
     "ValidationError",
     "__version__",
+    *_LAZY,
 ]
