@@ -1,0 +1,159 @@
+"""Control flow: If, Loop, Scan, SequenceMap. Bodies run through ``ctx.run_graph``."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..registry import op
+
+
+def _truth(cond) -> bool:
+    """A condition tensor holds exactly one element."""
+    return bool(np.asarray(cond).reshape(-1)[0])
+
+
+def _stack(elements: list, n_iters: int):
+    """Scan outputs of every iteration, stacked along a new axis 0.
+
+    Sequence-valued elements (Loop 13+) are concatenated into one sequence. With no iteration
+    the element shape and type are unknown: an empty float32 tensor of shape (0,) stands in.
+    """
+    if not elements:
+        return np.empty((0,), dtype=np.float32)
+    if isinstance(elements[0], list):
+        return [t for seq in elements for t in seq]
+    return np.stack([np.asarray(e) for e in elements])
+
+
+# --- If ------------------------------------------------------------------------------------------
+
+
+@op("If", since=1)
+def if_(ctx, cond, *, then_branch, else_branch):
+    return tuple(ctx.run_graph(then_branch if _truth(cond) else else_branch, []))
+
+
+# --- Loop ----------------------------------------------------------------------------------------
+
+
+@op("Loop", since=1)
+def loop(ctx, M, cond, *v_initial, body):
+    n_carried = len(v_initial)
+    n_scan = ctx.graph_output_count(body) - 1 - n_carried
+    trip_count = None if M is None else int(np.asarray(M).reshape(-1)[0])
+    keep_going = True if cond is None else _truth(cond)
+    carried = list(v_initial)
+    scans: list[list] = [[] for _ in range(n_scan)]
+    i = 0
+    while keep_going and (trip_count is None or i < trip_count):
+        outs = ctx.run_graph(body, [np.array(i, dtype=np.int64), np.array(keep_going), *carried])
+        keep_going = _truth(outs[0])
+        carried = outs[1 : 1 + n_carried]
+        for acc, value in zip(scans, outs[1 + n_carried :]):
+            acc.append(value)
+        i += 1
+    return (*carried, *(_stack(acc, i) for acc in scans))
+
+
+# --- Scan ----------------------------------------------------------------------------------------
+
+
+def _scan_loop(ctx, body, states, scan_inputs, input_axes, input_dirs, n_scan_out):
+    """The core Scan recurrence; returns final states and per-iteration output elements."""
+    n_steps = scan_inputs[0].shape[input_axes[0]] if scan_inputs else 0
+    outs_per_step: list[list] = [[] for _ in range(n_scan_out)]
+    states = list(states)
+    for t in range(n_steps):
+        elements = [
+            np.take(x, n_steps - 1 - t if d else t, axis=ax)
+            for x, ax, d in zip(scan_inputs, input_axes, input_dirs)
+        ]
+        outs = ctx.run_graph(body, [*states, *elements])
+        states = outs[: len(states)]
+        for acc, value in zip(outs_per_step, outs[len(states) :]):
+            acc.append(np.asarray(value))
+    return states, outs_per_step
+
+
+def _collect(elements: list, axis: int, reverse: bool) -> np.ndarray:
+    if reverse:
+        elements = elements[::-1]
+    stacked = _stack(elements, len(elements))
+    return np.moveaxis(stacked, 0, axis) if axis else stacked
+
+
+def _axes(values, count: int, ranks: list[int]) -> list[int]:
+    values = list(values) if values is not None else [0] * count
+    return [a + r if a < 0 else a for a, r in zip(values, ranks)]
+
+
+@op("Scan", since=9)
+def scan(
+    ctx,
+    *initial_state_and_scan_inputs,
+    body,
+    num_scan_inputs,
+    scan_input_axes=None,
+    scan_input_directions=None,
+    scan_output_axes=None,
+    scan_output_directions=None,
+):
+    n_states = len(initial_state_and_scan_inputs) - num_scan_inputs
+    states = initial_state_and_scan_inputs[:n_states]
+    scan_inputs = [np.asarray(x) for x in initial_state_and_scan_inputs[n_states:]]
+    n_scan_out = ctx.graph_output_count(body) - n_states
+    in_axes = _axes(scan_input_axes, num_scan_inputs, [x.ndim for x in scan_inputs])
+    in_dirs = scan_input_directions or [0] * num_scan_inputs
+    states, outs_per_step = _scan_loop(ctx, body, states, scan_inputs, in_axes, in_dirs, n_scan_out)
+    # an output axis counts in the rank of the scan output (element rank + 1)
+    out_ranks = [(e[0].ndim + 1) if e else 1 for e in outs_per_step]
+    out_axes = _axes(scan_output_axes, n_scan_out, out_ranks)
+    out_dirs = scan_output_directions or [0] * n_scan_out
+    scan_outs = [_collect(e, a, d) for e, a, d in zip(outs_per_step, out_axes, out_dirs)]
+    return (*states, *scan_outs)
+
+
+@op("Scan", since=8)
+def scan_8(
+    ctx, sequence_lens, *initial_state_and_scan_inputs, body, num_scan_inputs, directions=None
+):
+    """Scan-8: axis 0 is the batch, axis 1 the sequence; shorter sequences are zero-padded."""
+    n_states = len(initial_state_and_scan_inputs) - num_scan_inputs
+    states = [np.asarray(s) for s in initial_state_and_scan_inputs[:n_states]]
+    scan_inputs = [np.asarray(x) for x in initial_state_and_scan_inputs[n_states:]]
+    n_scan_out = ctx.graph_output_count(body) - n_states
+    dirs = directions or [0] * num_scan_inputs
+    batch, max_len = scan_inputs[0].shape[:2]
+    lens = [max_len] * batch if sequence_lens is None else [int(n) for n in sequence_lens]
+    final_states: list[list] = [[] for _ in range(n_states)]
+    scan_outs: list[list] = [[] for _ in range(n_scan_out)]
+    for b in range(batch):
+        # a reversed scan of a short sequence starts at its last valid element
+        seqs = [x[b, : lens[b]] for x in scan_inputs]
+        st, per_step = _scan_loop(
+            ctx, body, [s[b] for s in states], seqs, [0] * num_scan_inputs, dirs, n_scan_out
+        )
+        for acc, s in zip(final_states, st):
+            acc.append(np.asarray(s))
+        for acc, elements in zip(scan_outs, per_step):
+            out = _stack(elements, lens[b])
+            pad = max_len - lens[b]
+            if pad and elements:
+                out = np.concatenate([out, np.zeros((pad, *out.shape[1:]), out.dtype)])
+            acc.append(out)
+    return (*(np.stack(s) for s in final_states), *(np.stack(s) for s in scan_outs))
+
+
+# --- SequenceMap ---------------------------------------------------------------------------------
+
+
+@op("SequenceMap", since=17)
+def sequence_map(ctx, input_sequence, *additional_inputs, body):
+    n_out = ctx.graph_output_count(body)
+    results: list[list] = [[] for _ in range(n_out)]
+    for i in range(len(input_sequence)):
+        # sequences are sampled at position i; tensors are passed whole
+        args = [input_sequence[i]] + [a[i] if isinstance(a, list) else a for a in additional_inputs]
+        for acc, value in zip(results, ctx.run_graph(body, args)):
+            acc.append(value)
+    return tuple(results)
