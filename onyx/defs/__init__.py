@@ -1,0 +1,316 @@
+"""Operator schemas: every operator of every standard domain with its full version history.
+
+The data (``schemas.json.gz``) is generated at dev time by ``scripts/gen_schemas.py`` and read
+lazily on first use; schemas are built per operator on demand and cached.
+
+    from onyx.defs import get_schema
+    s = get_schema("Softmax", 13)          # the version in force at opset 13
+    s.since_version, s.attributes["axis"].default
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import json
+import pathlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..ir.attr import AttrType
+
+__all__ = [
+    "AttributeDef",
+    "FormalParameter",
+    "FunctionBody",
+    "OpSchema",
+    "TypeConstraint",
+    "domains",
+    "get_schema",
+    "max_opset",
+    "schema_versions",
+    "schemas",
+]
+
+_DATA = pathlib.Path(__file__).with_name("schemas.json.gz")
+_DIFF = {0: "unknown", 1: "differentiable", 2: "non_differentiable"}
+
+
+def _norm_domain(domain: str | None) -> str:
+    return "" if domain in (None, "ai.onnx") else domain
+
+
+@dataclass(frozen=True)
+class FormalParameter:
+    """One input or output of an operator."""
+
+    name: str
+    type_str: str  # a type parameter ("T") or a concrete type ("tensor(int64)")
+    option: str  # "single" | "optional" | "variadic"
+    homogeneous: bool = True
+    differentiability: str = "unknown"  # "differentiable" | "non_differentiable" | "unknown"
+    min_arity: int = 1
+
+    @property
+    def is_optional(self) -> bool:
+        return self.option == "optional"
+
+    @property
+    def is_variadic(self) -> bool:
+        return self.option == "variadic"
+
+
+@dataclass(frozen=True)
+class AttributeDef:
+    name: str
+    type: AttrType
+    default: Any = None  # None when the attribute has no default
+    required: bool = False
+
+
+@dataclass(frozen=True)
+class TypeConstraint:
+    param: str
+    allowed: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class FunctionBody:
+    """The standard's function definition of an operator, for one opset version.
+
+    ``nodes`` are dicts ``{"op", "domain"?, "in", "out", "attrs"?}``; attribute values are
+    ``[type, value]`` with ``value == {"ref": name}`` for references to the op's attributes and
+    tensors as ``{"dtype", "dims", "data"}``. ``to_function`` builds an ``ir.Function``.
+    """
+
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    attributes: tuple[str, ...]
+    opsets: dict[str, int]
+    nodes: tuple[dict, ...]
+
+    def to_function(self, domain: str, name: str):
+        from ..ir import Function, Graph, Node, Value
+
+        values: dict[str, Value] = {}
+
+        def value(n: str) -> Value | None:
+            if not n:
+                return None
+            return values.setdefault(n, Value(n))
+
+        graph_inputs = [value(n) for n in self.inputs]
+        nodes = []
+        for spec in self.nodes:
+            outs = [values.setdefault(o, Value(o)) if o else Value("") for o in spec["out"]]
+            node = Node(
+                spec["op"],
+                [value(i) for i in spec["in"]],
+                outs,
+                [_attr_from_json(k, t, v) for k, (t, v) in spec.get("attrs", {}).items()],
+                domain=spec.get("domain", ""),
+            )
+            nodes.append(node)
+        graph = Graph(graph_inputs, [values[o] for o in self.outputs], nodes, name=name)
+        return Function(domain, name, graph, self.attributes, (), self.opsets)
+
+
+def _float(x):
+    return float(x) if isinstance(x, str) else x  # "nan" / "inf" are stored as strings
+
+
+def _tensor_from_json(t: dict):
+    import numpy as np
+
+    from ..ir import Tensor
+    from ..ir.dtypes import DataType, to_numpy
+
+    dtype = DataType(t["dtype"])
+    data = [_float(x) for x in t["data"]] if dtype != DataType.STRING else t["data"]
+    arr = np.array(data, dtype=to_numpy(dtype)).reshape(t["dims"])
+    return Tensor(arr, dtype=dtype)
+
+
+def _attr_value(atype: AttrType, v):
+    if v is None:
+        return None
+    if atype == AttrType.FLOAT:
+        return _float(v)
+    if atype == AttrType.FLOATS:
+        return [_float(x) for x in v]
+    if atype == AttrType.TENSOR:
+        return _tensor_from_json(v)
+    return v
+
+
+def _attr_from_json(name: str, atype: int, v):
+    from ..ir import Attr
+
+    atype = AttrType(atype)
+    if isinstance(v, dict) and "ref" in v:
+        return Attr(name, atype, None, ref_attr_name=v["ref"])
+    if atype == AttrType.GRAPH:
+        raise NotImplementedError("graph attributes inside standard function bodies")
+    return Attr(name, atype, _attr_value(atype, v))
+
+
+@dataclass(frozen=True)
+class OpSchema:
+    name: str
+    domain: str
+    since_version: int
+    inputs: tuple[FormalParameter, ...]
+    outputs: tuple[FormalParameter, ...]
+    attributes: dict[str, AttributeDef]
+    type_constraints: dict[str, TypeConstraint]
+    min_input: int
+    max_input: int
+    min_output: int
+    max_output: int
+    deprecated: bool = False
+    experimental: bool = False
+    #: Function bodies keyed by the opset version they are written for.
+    functions: dict[int, FunctionBody] = field(default_factory=dict)
+    #: The standard builds this op's body from the node (types, attributes): not stored here.
+    has_context_dependent_function: bool = False
+
+    @property
+    def has_function(self) -> bool:
+        return bool(self.functions)
+
+    @property
+    def function_body(self) -> FunctionBody | None:
+        """The body written for the newest opset (see ``function_for`` for a given opset)."""
+        return self.functions[max(self.functions)] if self.functions else None
+
+    def function_for(self, opset: int) -> FunctionBody | None:
+        """The body that applies at ``opset``: the newest one written for an opset <= it."""
+        usable = [v for v in self.functions if v <= opset]
+        return self.functions[max(usable)] if usable else None
+
+    @functools.cached_property
+    def defaults(self) -> dict[str, Any]:
+        """Attribute name -> default value, for the attributes that have one."""
+        return {a.name: a.default for a in self.attributes.values() if a.default is not None}
+
+    @property
+    def required_attributes(self) -> list[str]:
+        return [a.name for a in self.attributes.values() if a.required]
+
+    def allowed_types(self, type_str: str) -> tuple[str, ...] | None:
+        """The type strings a formal parameter accepts (None: any)."""
+        tc = self.type_constraints.get(type_str)
+        if tc is not None:
+            return tc.allowed
+        return (type_str,) if "(" in type_str else None
+
+    def __hash__(self) -> int:
+        return hash((self.domain, self.name, self.since_version))
+
+    def __repr__(self) -> str:
+        dom = f"{self.domain}::" if self.domain else ""
+        return f"OpSchema({dom}{self.name}-{self.since_version})"
+
+
+# -- loading ----------------------------------------------------------------------------------
+
+
+@functools.cache
+def _raw() -> dict:
+    data = json.loads(gzip.decompress(_DATA.read_bytes()))
+    index: dict[tuple[str, str], list[dict]] = {}
+    for s in data["schemas"]:
+        index.setdefault((s["domain"], s["name"]), []).append(s)
+    for versions in index.values():
+        versions.sort(key=lambda s: s["since"])
+    return {"index": index, "max_opsets": data["max_opsets"]}
+
+
+def _param(p) -> FormalParameter:
+    name, type_str, option, homogeneous, diff, min_arity = p
+    return FormalParameter(name, type_str, option, homogeneous, _DIFF[diff], min_arity)
+
+
+def _build(s: dict) -> OpSchema:
+    attrs = {}
+    for name, atype, default, required in s["attrs"]:
+        atype = AttrType(atype)
+        attrs[name] = AttributeDef(name, atype, _attr_value(atype, default), required)
+    functions = {
+        int(v): FunctionBody(
+            tuple(f["inputs"]),
+            tuple(f["outputs"]),
+            tuple(f["attributes"]),
+            dict(f["opsets"]),
+            tuple(f["nodes"]),
+        )
+        for v, f in s.get("functions", {}).items()
+    }
+    return OpSchema(
+        name=s["name"],
+        domain=s["domain"],
+        since_version=s["since"],
+        inputs=tuple(_param(p) for p in s["inputs"]),
+        outputs=tuple(_param(p) for p in s["outputs"]),
+        attributes=attrs,
+        type_constraints={p: TypeConstraint(p, tuple(a)) for p, a in s["types"]},
+        min_input=s["min_input"],
+        max_input=s["max_input"],
+        min_output=s["min_output"],
+        max_output=s["max_output"],
+        deprecated=s.get("deprecated", False),
+        experimental=s.get("experimental", False),
+        functions=functions,
+        has_context_dependent_function=s.get("context_function", False),
+    )
+
+
+@functools.cache
+def schema_versions(op: str, domain: str = "") -> tuple[OpSchema, ...]:
+    """Every version of an operator, oldest first (empty if the operator is unknown)."""
+    return tuple(_build(s) for s in _raw()["index"].get((_norm_domain(domain), op), ()))
+
+
+@functools.cache
+def _lookup(op: str, max_version: int | None, domain: str) -> OpSchema | None:
+    found = None
+    for s in schema_versions(op, domain):
+        if max_version is not None and s.since_version > max_version:
+            break
+        found = s
+    return found
+
+
+def get_schema(op: str, max_version: int | None = None, domain: str = "") -> OpSchema | None:
+    """The schema of ``op`` in force at opset ``max_version`` of ``domain`` (None: newest).
+
+    That is the version with the greatest ``since_version <= max_version``. Returns None when
+    the operator does not exist in that domain at that opset.
+    """
+    return _lookup(op, max_version, _norm_domain(domain))
+
+
+def schemas(domain: str | None = None) -> list[OpSchema]:
+    """Every schema version of every operator (of one domain if given)."""
+    want = None if domain is None else _norm_domain(domain)
+    return [
+        s
+        for (dom, name) in sorted(_raw()["index"])
+        if want is None or dom == want
+        for s in schema_versions(name, dom)
+    ]
+
+
+def domains() -> dict[str, tuple[int, int]]:
+    """Known domains and their (first, last) opset versions."""
+    return {d: (lo, hi) for d, (lo, hi) in _raw()["max_opsets"].items()}
+
+
+def max_opset(domain: str = "") -> int | None:
+    """The newest opset version known for a domain (None for an unknown domain)."""
+    rng = _raw()["max_opsets"].get(_norm_domain(domain))
+    return rng[1] if rng else None
+
+
+def is_known_domain(domain: str) -> bool:
+    return _norm_domain(domain) in _raw()["max_opsets"]

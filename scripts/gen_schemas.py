@@ -1,0 +1,154 @@
+"""Dev-time generator of onyx/defs/schemas.json.gz from the installed onnx package.
+
+Only facts are extracted (names, versions, types, defaults, constraints, function bodies); no
+documentation prose is copied. Run: python scripts/gen_schemas.py
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import pathlib
+
+import numpy as np
+import onnx
+import onnx.defs as d
+from onnx import numpy_helper
+
+OUT = pathlib.Path(__file__).resolve().parent.parent / "onyx" / "defs" / "schemas.json.gz"
+OPTION = {0: "single", 1: "optional", 2: "variadic"}
+
+
+def _json_float(x: float):
+    if math.isnan(x) or math.isinf(x):
+        return str(x)  # "nan", "inf", "-inf"
+    return float(str(np.float32(x)))  # attributes are float32: keep the shortest spelling
+
+
+def attr_value(a: onnx.AttributeProto):
+    """An AttributeProto as [type, value] with JSON-friendly values (None when unset)."""
+    t = a.type
+    A = onnx.AttributeProto
+    if a.ref_attr_name:
+        return [int(t), {"ref": a.ref_attr_name}]
+    if t == A.FLOAT:
+        return [int(t), _json_float(a.f)]
+    if t == A.INT:
+        return [int(t), a.i]
+    if t == A.STRING:
+        return [int(t), a.s.decode("utf-8", "replace")]
+    if t == A.FLOATS:
+        return [int(t), [_json_float(x) for x in a.floats]]
+    if t == A.INTS:
+        return [int(t), list(a.ints)]
+    if t == A.STRINGS:
+        return [int(t), [s.decode("utf-8", "replace") for s in a.strings]]
+    if t == A.TENSOR:
+        return [int(t), tensor_json(a.t)]
+    if t == A.GRAPH:
+        return [int(t), graph_nodes(a.g.node)]
+    return [int(t), None]
+
+
+def tensor_json(t: onnx.TensorProto):
+    arr = numpy_helper.to_array(t)
+    flat = arr.reshape(-1).tolist()
+    if arr.dtype.kind == "f":
+        flat = [_json_float(float(x)) for x in flat]
+    elif arr.dtype.kind in "OSU":
+        flat = [x.decode() if isinstance(x, bytes) else str(x) for x in flat]
+    elif arr.dtype.kind not in "iub":
+        flat = [_json_float(float(x)) for x in flat]
+    return {"dtype": int(t.data_type), "dims": list(t.dims), "data": flat}
+
+
+def graph_nodes(nodes):
+    out = []
+    for n in nodes:
+        attrs = {a.name: attr_value(a) for a in n.attribute}
+        entry = {"op": n.op_type, "in": list(n.input), "out": list(n.output)}
+        if n.domain:
+            entry["domain"] = n.domain
+        if attrs:
+            entry["attrs"] = attrs
+        out.append(entry)
+    return out
+
+
+def function_json(f: onnx.FunctionProto):
+    return {
+        "inputs": list(f.input),
+        "outputs": list(f.output),
+        "attributes": list(f.attribute),
+        "opsets": {o.domain: o.version for o in f.opset_import},
+        "nodes": graph_nodes(f.node),
+    }
+
+
+def param(p):
+    return [
+        p.name,
+        p.type_str,
+        OPTION[int(p.option.value)],
+        bool(p.is_homogeneous),
+        int(p.differentiation_category.value),
+        int(p.min_arity),
+    ]
+
+
+def schema_json(s):
+    attrs = []
+    for a in s.attributes.values():
+        default = None
+        if a.default_value is not None and a.default_value.type != 0:
+            default = attr_value(a.default_value)[1]
+        attrs.append([a.name, int(a.type.value), default, bool(a.required)])
+    bodies = {}
+    if s.has_function:
+        for v in s.function_opset_versions or [s.since_version]:
+            f = s.get_function_with_opset_version(v)
+            if f:
+                bodies[str(v)] = function_json(onnx.FunctionProto.FromString(f))
+        if not bodies and s.function_body is not None:
+            bodies[str(s.since_version)] = function_json(s.function_body)
+    entry = {
+        "name": s.name,
+        "domain": s.domain,
+        "since": s.since_version,
+        "inputs": [param(p) for p in s.inputs],
+        "outputs": [param(p) for p in s.outputs],
+        "attrs": attrs,
+        "types": [[c.type_param_str, list(c.allowed_type_strs)] for c in s.type_constraints],
+        "min_input": s.min_input,
+        "max_input": s.max_input,
+        "min_output": s.min_output,
+        "max_output": s.max_output,
+    }
+    if s.deprecated:
+        entry["deprecated"] = True
+    if bodies:
+        entry["functions"] = bodies
+    if s.has_context_dependent_function:
+        entry["context_function"] = True
+    if int(s.support_level.value) != 0:
+        entry["experimental"] = True
+    return entry
+
+
+def main() -> None:
+    schemas = sorted(
+        d.get_all_schemas_with_history(), key=lambda s: (s.domain, s.name, s.since_version)
+    )
+    data = {
+        "onnx_version": onnx.__version__,
+        "max_opsets": d.C.schema_version_map() if hasattr(d.C, "schema_version_map") else {},
+        "schemas": [schema_json(s) for s in schemas],
+    }
+    raw = json.dumps(data, separators=(",", ":"), sort_keys=True).encode()
+    OUT.write_bytes(gzip.compress(raw, 9, mtime=0))
+    print(f"{len(schemas)} schemas, {len(raw)} bytes json, {OUT.stat().st_size} bytes gz -> {OUT}")
+
+
+if __name__ == "__main__":
+    main()

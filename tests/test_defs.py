@@ -1,0 +1,82 @@
+"""onyx.defs against onnx.defs: every schema version with the same facts."""
+
+import onnx
+import onnx.defs as od
+import pytest
+
+from onyx import defs
+from onyx.ir import AttrType
+
+ONNX_SCHEMAS = od.get_all_schemas_with_history()
+OPTION = {0: "single", 1: "optional", 2: "variadic"}
+
+
+def test_every_schema_version_present():
+    ours = {(s.domain, s.name, s.since_version) for s in defs.schemas()}
+    theirs = {(s.domain, s.name, s.since_version) for s in ONNX_SCHEMAS}
+    assert ours == theirs
+
+
+@pytest.mark.parametrize("domain", ["", "ai.onnx.ml", "ai.onnx.preview.training"])
+def test_facts_match(domain):
+    for ref in (s for s in ONNX_SCHEMAS if s.domain == domain):
+        s = defs.get_schema(ref.name, ref.since_version, ref.domain)
+        assert s.since_version == ref.since_version
+        assert s.deprecated == ref.deprecated
+        assert [p.name for p in s.inputs] == [p.name for p in ref.inputs]
+        assert [p.option for p in s.outputs] == [OPTION[int(p.option.value)] for p in ref.outputs]
+        assert set(s.attributes) == set(ref.attributes)
+        for a in ref.attributes.values():
+            assert s.attributes[a.name].type == AttrType(int(a.type.value))
+            assert s.attributes[a.name].required == a.required
+        assert {k: set(v.allowed) for k, v in s.type_constraints.items()} == {
+            c.type_param_str: set(c.allowed_type_strs) for c in ref.type_constraints
+        }
+        assert (s.min_input, s.max_input) == (ref.min_input, ref.max_input)
+        assert s.has_function == ref.has_function
+
+
+def test_version_lookup():
+    assert defs.get_schema("Softmax", 12).since_version == 11
+    assert defs.get_schema("Softmax", 13).since_version == 13
+    assert defs.get_schema("Softmax").since_version == max(
+        s.since_version for s in ONNX_SCHEMAS if s.name == "Softmax" and s.domain == ""
+    )
+    assert defs.get_schema("Softmax", 12, "ai.onnx") is defs.get_schema("Softmax", 12)
+    assert defs.get_schema("NoSuchOp", 13) is None
+    assert defs.get_schema("Softmax", 13, "ai.onnx.ml") is None
+    assert defs.get_schema("LabelEncoder", 4, "ai.onnx.ml").since_version == 4
+
+
+def test_defaults():
+    assert defs.get_schema("Softmax", 11).defaults == {"axis": 1}
+    assert defs.get_schema("Softmax", 13).defaults == {"axis": -1}
+    eps = defs.get_schema("LayerNormalization", 17).attributes["epsilon"]
+    assert eps.default == pytest.approx(1e-5)
+    assert defs.get_schema("Conv", 11).attributes["auto_pad"].default == "NOTSET"
+    assert defs.get_schema("Cast", 21).attributes["to"].required
+
+
+def test_function_body_builds():
+    s = defs.get_schema("Celu")
+    f = s.function_body.to_function("", "Celu")
+    assert [n.op_type for n in f.graph.nodes][-1] == "Mul"
+    assert f.graph.inputs[0].name == "X"
+    # every stored body converts
+    for s in defs.schemas():
+        for body in s.functions.values():
+            body.to_function(s.domain, s.name)
+
+
+def test_function_body_matches_onnx():
+    ref = od.get_schema("Celu")
+    v = ref.function_opset_versions[-1]
+    body = onnx.FunctionProto.FromString(ref.get_function_with_opset_version(v))
+    ours = defs.get_schema("Celu").function_for(v)
+    assert [n["op"] for n in ours.nodes] == [n.op_type for n in body.node]
+
+
+def test_domains_and_max_opset():
+    assert defs.max_opset("") == od.onnx_opset_version()
+    assert defs.max_opset("ai.onnx.ml") >= 5
+    assert defs.max_opset("com.unknown") is None
