@@ -47,7 +47,15 @@ def attr_value(a: onnx.AttributeProto):
     if t == A.TENSOR:
         return [int(t), tensor_json(a.t)]
     if t == A.GRAPH:
-        return [int(t), graph_nodes(a.g.node)]
+        g = a.g
+        return [
+            int(t),
+            {
+                "inputs": [v.name for v in g.input],
+                "outputs": [v.name for v in g.output],
+                "nodes": graph_nodes(g.node),
+            },
+        ]
     return [int(t), None]
 
 

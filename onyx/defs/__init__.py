@@ -90,29 +90,43 @@ class FunctionBody:
     nodes: tuple[dict, ...]
 
     def to_function(self, domain: str, name: str):
-        from ..ir import Function, Graph, Node, Value
+        from ..ir import Function
 
-        values: dict[str, Value] = {}
-
-        def value(n: str) -> Value | None:
-            if not n:
-                return None
-            return values.setdefault(n, Value(n))
-
-        graph_inputs = [value(n) for n in self.inputs]
-        nodes = []
-        for spec in self.nodes:
-            outs = [values.setdefault(o, Value(o)) if o else Value("") for o in spec["out"]]
-            node = Node(
-                spec["op"],
-                [value(i) for i in spec["in"]],
-                outs,
-                [_attr_from_json(k, t, v) for k, (t, v) in spec.get("attrs", {}).items()],
-                domain=spec.get("domain", ""),
-            )
-            nodes.append(node)
-        graph = Graph(graph_inputs, [values[o] for o in self.outputs], nodes, name=name)
+        graph = _graph_from_json(
+            {"inputs": self.inputs, "outputs": self.outputs, "nodes": self.nodes}, {}, name
+        )
         return Function(domain, name, graph, self.attributes, (), self.opsets)
+
+
+def _graph_from_json(spec: dict, outer: dict, name: str = ""):
+    """An ir.Graph from stored node specs; names not defined here resolve in ``outer``."""
+    from ..ir import Attr, Graph, Node, Value
+
+    values = {n: Value(n) for n in spec["inputs"]}
+    scope = {**outer, **values}
+
+    def value(n: str) -> Value | None:
+        if not n:
+            return None
+        return scope.setdefault(n, Value(n))
+
+    inputs = [values[n] for n in spec["inputs"]]
+    nodes = []
+    for node in spec["nodes"]:
+        attrs = []
+        for key, (atype, v) in node.get("attrs", {}).items():
+            if atype == AttrType.GRAPH and isinstance(v, dict) and "nodes" in v:
+                attrs.append(Attr(key, AttrType.GRAPH, _graph_from_json(v, scope, key)))
+            else:
+                attrs.append(_attr_from_json(key, atype, v))
+        ins = [value(i) for i in node["in"]]
+        outs = []
+        for o in node["out"]:
+            outs.append(Value(o))
+            if o:
+                scope[o] = outs[-1]
+        nodes.append(Node(node["op"], ins, outs, attrs, domain=node.get("domain", "")))
+    return Graph(inputs, [scope[o] for o in spec["outputs"]], nodes, name=name)
 
 
 def _float(x):
@@ -149,8 +163,6 @@ def _attr_from_json(name: str, atype: int, v):
     atype = AttrType(atype)
     if isinstance(v, dict) and "ref" in v:
         return Attr(name, atype, None, ref_attr_name=v["ref"])
-    if atype == AttrType.GRAPH:
-        raise NotImplementedError("graph attributes inside standard function bodies")
     return Attr(name, atype, _attr_value(atype, v))
 
 
