@@ -1,0 +1,336 @@
+"""Compile a graph once into a flat execution plan, then run it many times.
+
+At compile time every Value gets a slot in a list, every node gets its kernel and its parsed
+attributes, subgraphs and local functions get plans of their own, and each step learns which
+slots it is the last reader of (they are freed after it runs). Running is then a tight loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .. import ir
+from ..errors import NotImplementedOp, OnyxError, RuntimeFailure
+from ..ir.graph import _inputs_with_captures
+from .registry import Kernel, lookup
+from .values import attr_value, describe, tensor_value
+
+STANDARD_DOMAINS = {"", "ai.onnx"}
+
+
+def _node_label(node: ir.Node) -> str:
+    dom = f"{node.domain}::" if node.domain not in STANDARD_DOMAINS else ""
+    return f"node {node.name!r} ({dom}{node.op_type})" if node.name else f"{dom}{node.op_type} node"
+
+
+@dataclass(eq=False)
+class Step:
+    node: ir.Node
+    fn: Any
+    takes_ctx: bool
+    attrs: dict
+    ins: tuple[int, ...]  # slot per input, -1 for an omitted optional input
+    outs: tuple[int, ...]  # slot per output, -1 for an unnamed output
+    n_outputs: int
+    outputs_wanted: tuple[bool, ...]
+    opset: int
+    frees: tuple[int, ...] = ()
+    reads: tuple[int, ...] = ()  # slots read, including outer values its subgraphs capture
+
+    def label(self) -> str:
+        return _node_label(self.node)
+
+
+class Frame:
+    """The slots of one run of one plan, chained to the frame of the enclosing graph."""
+
+    __slots__ = ("plan", "slots", "parent")
+
+    def __init__(self, plan: Plan, slots: list, parent: Frame | None):
+        self.plan, self.slots, self.parent = plan, slots, parent
+
+
+class StepContext:
+    """The KernelContext a kernel gets (see context.py)."""
+
+    __slots__ = ("step", "frame")
+
+    def __init__(self, step: Step, frame: Frame):
+        self.step, self.frame = step, frame
+
+    @property
+    def n_outputs(self) -> int:
+        return self.step.n_outputs
+
+    @property
+    def outputs_wanted(self) -> tuple[bool, ...]:
+        return self.step.outputs_wanted
+
+    @property
+    def opset(self) -> int:
+        return self.step.opset
+
+    @property
+    def node_name(self) -> str:
+        return self.step.node.name
+
+    @property
+    def op_type(self) -> str:
+        return self.step.node.op_type
+
+    def run_graph(self, graph: Plan, inputs) -> list:
+        return graph.run(list(inputs), self.frame)
+
+    def graph_input_count(self, graph: Plan) -> int:
+        return len(graph.input_slots)
+
+    def graph_output_count(self, graph: Plan) -> int:
+        return len(graph.output_slots)
+
+
+@dataclass
+class Compiler:
+    """What compiling needs beyond one graph: the model's functions and opsets."""
+
+    model: ir.Model
+    strict_attributes: bool = True
+    functions: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.functions = {(f.domain, f.name): f for f in self.model.functions.values()}
+
+
+class Plan:
+    """The executable form of one graph (the main graph, a subgraph, or a function body)."""
+
+    def __init__(
+        self,
+        graph: ir.Graph,
+        compiler: Compiler,
+        opsets: dict[str, int],
+        outer: dict[int, int] | None = None,
+        bindings: dict[str, ir.Attr] | None = None,
+    ):
+        self.graph = graph
+        self.name = graph.name
+        slot_of: dict[int, int] = {}
+        self.values: list[ir.Value] = []
+
+        def new_slot(v: ir.Value) -> int:
+            slot_of[id(v)] = len(self.values)
+            self.values.append(v)
+            return slot_of[id(v)]
+
+        self.input_slots = [new_slot(v) for v in graph.inputs]
+        # outer-scope values this graph reads, copied in from the enclosing frame at each run
+        captures = ir.captured_values(graph) if outer is not None else []
+        self.capture_slots = [new_slot(v) for v in captures]
+        self.capture_sources = [outer[id(v)] for v in captures] if outer is not None else []
+        for v in graph.initializers.values():
+            if id(v) not in slot_of:
+                new_slot(v)
+        self.steps: list[Step] = []
+        for node in graph:
+            for v in node.outputs:
+                if v.name:
+                    new_slot(v)
+        self.slot_of = slot_of
+        self.template: list[Any] = [None] * len(self.values)
+        for v in graph.initializers.values():
+            if v.const_value is not None:
+                self.template[slot_of[id(v)]] = tensor_value(v.const_value)
+        self.input_defaults = {slot_of[id(v)] for v in graph.inputs if v.name in graph.initializers}
+        for node in graph:
+            self.steps.append(self._compile_node(node, compiler, opsets, bindings))
+        self.output_slots = []
+        for v in graph.outputs:
+            if id(v) not in slot_of:
+                raise OnyxError(f"graph {graph.name!r}: output {v.name!r} is never produced")
+            self.output_slots.append(slot_of[id(v)])
+        self._schedules: dict[tuple[int, ...], list[Step]] = {}
+        self.default_schedule = self.schedule(tuple(self.output_slots))
+
+    # -- compiling ------------------------------------------------------------------------------
+    def _slot(self, v: ir.Value | None, node: ir.Node) -> int:
+        if v is None or not v.name:
+            return -1
+        try:
+            return self.slot_of[id(v)]
+        except KeyError:
+            raise OnyxError(
+                f"{_node_label(node)} in graph {self.name!r}: input {v.name!r} is not defined "
+                "(not a graph input, initializer, outer-scope value or earlier node output)"
+            ) from None
+
+    def _compile_node(self, node, compiler: Compiler, opsets, bindings) -> Step:
+        domain = "" if node.domain in STANDARD_DOMAINS else node.domain
+        version = opsets.get(domain)
+        if version is None and domain == "":
+            version = opsets.get("ai.onnx")
+        reads = tuple(self._slot(v, node) for v in _inputs_with_captures(node))
+        ins = tuple(self._slot(v, node) for v in node.inputs)
+        outs_list = list(node.outputs)
+        while outs_list and not outs_list[-1].name:
+            outs_list.pop()
+        outs = tuple(self.slot_of[id(v)] if v.name else -1 for v in outs_list)
+        common = dict(
+            node=node,
+            ins=ins,
+            outs=outs,
+            n_outputs=len(outs),
+            outputs_wanted=tuple(o >= 0 for o in outs),
+            opset=version or 0,
+            reads=tuple(r for r in reads if r >= 0),
+        )
+        attrs = self._resolve_attrs(node, bindings)
+        function = compiler.functions.get((node.domain, node.op_type))
+        if function is not None:
+            return self._function_step(function, node, attrs, compiler, common)
+        if version is None:
+            raise NotImplementedOp(
+                f"{_node_label(node)}: the model imports no opset for domain "
+                f"{node.domain or 'ai.onnx'!r}"
+            )
+        kernel = lookup(node.op_type, domain, version)
+        if kernel is None:
+            raise NotImplementedOp(
+                f"{_node_label(node)}: no kernel for {node.domain or 'ai.onnx'}::{node.op_type} "
+                f"at opset version {version}"
+            )
+        return self._kernel_step(kernel, node, attrs, compiler, opsets, common)
+
+    @staticmethod
+    def _resolve_attrs(node: ir.Node, bindings) -> dict[str, ir.Attr]:
+        """Node attributes, with references to the enclosing function's attributes resolved."""
+        out = {}
+        for name, a in node.attributes.items():
+            if a.is_ref:
+                bound = (bindings or {}).get(a.ref_attr_name)
+                if bound is None:
+                    continue  # the caller did not set it and it has no default: use the op's
+                a = ir.Attr(name, bound.type, bound.value)
+            out[name] = a
+        return out
+
+    def _kernel_step(self, kernel: Kernel, node, attrs, compiler, opsets, common) -> Step:
+        parsed = {}
+        for name, a in attrs.items():
+            if name not in kernel.attributes and not kernel.accepts_any_attr:
+                if compiler.strict_attributes:
+                    raise OnyxError(
+                        f"{_node_label(node)}: unknown attribute {name!r} for "
+                        f"{node.op_type} (opset {common['opset']})"
+                    )
+                continue
+            parsed[name] = attr_value(
+                a.type, a.value, lambda g: Plan(g, compiler, opsets, outer=self.slot_of)
+            )
+        n_in = len(common["ins"])
+        if not kernel.variadic and n_in > kernel.n_positional:
+            raise OnyxError(
+                f"{_node_label(node)}: {n_in} inputs given, {node.op_type} takes at most "
+                f"{kernel.n_positional}"
+            )
+        if not kernel.variadic and n_in < kernel.n_positional:
+            common["ins"] = common["ins"] + (-1,) * (kernel.n_positional - n_in)
+        return Step(fn=kernel.fn, takes_ctx=kernel.takes_ctx, attrs=parsed, **common)
+
+    def _function_step(self, function: ir.Function, node, attrs, compiler, common) -> Step:
+        bindings = {a.name: a for a in function.attribute_defaults}
+        bindings.update(attrs)
+        body = Plan(function.graph, compiler, function.opset_imports, bindings=bindings)
+        n_formal = len(body.input_slots)
+
+        def call_function(ctx, *args):
+            args = list(args) + [None] * (n_formal - len(args))
+            return tuple(body.run(args[:n_formal], None))
+
+        return Step(fn=call_function, takes_ctx=True, attrs={}, **common)
+
+    # -- scheduling -----------------------------------------------------------------------------
+    def schedule(self, wanted: tuple[int, ...]) -> list[Step]:
+        """The steps needed for the ``wanted`` slots, each knowing which slots to free after it."""
+        cached = self._schedules.get(wanted)
+        if cached is not None:
+            return cached
+        producer = {o: s for s in self.steps for o in s.outs if o >= 0}
+        needed: set[int] = set()
+        stack = [producer[w] for w in wanted if w in producer]
+        while stack:
+            s = stack.pop()
+            if id(s) in needed:
+                continue
+            needed.add(id(s))
+            stack.extend(producer[r] for r in s.reads if r in producer)
+        steps = [s for s in self.steps if id(s) in needed]
+        keep = set(wanted)
+        last_read: dict[int, int] = {}
+        for i, s in enumerate(steps):
+            for r in s.reads:
+                last_read[r] = i
+        frees: list[list[int]] = [[] for _ in steps]
+        for slot, i in last_read.items():
+            if slot not in keep:
+                frees[i].append(slot)
+        scheduled = [_with_frees(s, tuple(f)) for s, f in zip(steps, frees)]
+        self._schedules[wanted] = scheduled
+        return scheduled
+
+    # -- running --------------------------------------------------------------------------------
+    def run(self, inputs: list, parent: Frame | None, wanted: tuple[int, ...] | None = None):
+        slots = list(self.template)
+        for slot, value in zip(self.input_slots, inputs):
+            if value is not None or slot not in self.input_defaults:
+                slots[slot] = value
+        if self.capture_slots:
+            src = parent.slots
+            for mine, theirs in zip(self.capture_slots, self.capture_sources):
+                slots[mine] = src[theirs]
+        frame = Frame(self, slots, parent)
+        steps = self.default_schedule if wanted is None else self.schedule(wanted)
+        for step in steps:
+            args = [slots[i] if i >= 0 else None for i in step.ins]
+            try:
+                if step.takes_ctx:
+                    result = step.fn(StepContext(step, frame), *args, **step.attrs)
+                else:
+                    result = step.fn(*args, **step.attrs)
+            except OnyxError:
+                raise
+            except Exception as e:
+                raise RuntimeFailure(
+                    f"{step.label()} in graph {self.name!r} failed with inputs "
+                    f"({', '.join(describe(a) for a in args)}): {type(e).__name__}: {e}"
+                ) from e
+            if type(result) is not tuple:
+                result = (result,)
+            for slot, value in zip(step.outs, result):
+                if slot >= 0:
+                    slots[slot] = value
+            for slot in step.frees:
+                slots[slot] = None
+        return [slots[i] for i in (self.output_slots if wanted is None else wanted)]
+
+
+def _with_frees(step: Step, frees: tuple[int, ...]) -> Step:
+    if step.frees == frees:
+        return step
+    clone = Step(**{k: getattr(step, k) for k in step.__dataclass_fields__})
+    clone.frees = frees
+    return clone
+
+
+def as_array_result(value: Any) -> Any:
+    """A kernel result as a caller gets it: arrays are owned and writeable, scalars 0-d arrays."""
+    if isinstance(value, np.ndarray):
+        return value if value.flags.writeable else value.copy()
+    if isinstance(value, np.generic):
+        return np.asarray(value)
+    if isinstance(value, list):
+        return [as_array_result(v) for v in value]
+    if isinstance(value, dict):
+        return {k: as_array_result(v) for k, v in value.items()}
+    return value

@@ -1,0 +1,271 @@
+"""InferenceSession: onnxruntime's Python API, on onyx's plan and kernels."""
+
+from __future__ import annotations
+
+import enum
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .. import ir
+from ..errors import FormatError, InvalidArgument
+from ..ir.dtypes import DataType, to_numpy, type_name
+from .plan import Compiler, Plan, as_array_result
+
+PROVIDERS = ["CPUExecutionProvider"]
+
+
+class GraphOptimizationLevel(enum.IntEnum):
+    """onnxruntime's levels, same names and values."""
+
+    ORT_DISABLE_ALL = 0
+    ORT_ENABLE_BASIC = 1
+    ORT_ENABLE_EXTENDED = 2
+    ORT_ENABLE_LAYOUT = 3
+    ORT_ENABLE_ALL = 99
+
+
+@dataclass
+class SessionOptions:
+    graph_optimization_level: int = GraphOptimizationLevel.ORT_ENABLE_ALL
+    intra_op_num_threads: int = 0
+    inter_op_num_threads: int = 0
+    log_severity_level: int = 2
+    log_verbosity_level: int = 0
+    enable_profiling: bool = False
+    profile_file_prefix: str = "onyx_profile"
+    optimized_model_filepath: str = ""
+    disabled_optimizers: list[str] = field(default_factory=list)
+    execution_mode: int = 0
+    enable_cpu_mem_arena: bool = True
+    enable_mem_pattern: bool = True
+    logid: str = ""
+    _config: dict[str, str] = field(default_factory=dict)
+
+    def add_session_config_entry(self, key: str, value: str) -> None:
+        self._config[key] = value
+
+    def get_session_config_entry(self, key: str) -> str:
+        return self._config[key]
+
+
+@dataclass
+class RunOptions:
+    log_severity_level: int = 2
+    log_verbosity_level: int = 0
+    logid: str = ""
+    terminate: bool = False
+    only_execute_path_to_fetches: bool = False
+
+
+@dataclass(frozen=True)
+class NodeArg:
+    """An input or output as onnxruntime describes it."""
+
+    name: str
+    type: str
+    shape: list | None
+
+    def __repr__(self) -> str:
+        return f"NodeArg(name={self.name!r}, type={self.type!r}, shape={self.shape})"
+
+
+@dataclass(frozen=True)
+class ModelMetadata:
+    producer_name: str
+    graph_name: str
+    domain: str
+    description: str
+    graph_description: str
+    version: int
+    custom_metadata_map: dict[str, str]
+
+
+def get_available_providers() -> list[str]:
+    return list(PROVIDERS)
+
+
+def type_string(t: ir.Type | None) -> str:
+    return str(t) if t is not None else "unknown"
+
+
+def _shape_list(t: ir.Type | None) -> list | None:
+    shape = getattr(t, "shape", None)
+    if shape is None:
+        return [] if isinstance(t, ir.TensorType) else None
+    return list(shape.dims)
+
+
+def _load_model(source: Any) -> ir.Model:
+    from .. import serde
+
+    if isinstance(source, ir.Model):
+        return source
+    if isinstance(source, bytes | bytearray | memoryview):
+        return serde.loads(bytes(source))
+    if isinstance(source, str | os.PathLike):
+        return serde.load(source)
+    raise InvalidArgument(
+        f"InferenceSession takes a path, bytes or an onyx.ir.Model, not {type(source).__name__}"
+    )
+
+
+class InferenceSession:
+    """Run a model. ``InferenceSession(path_or_bytes_or_model, sess_options=None, providers=None)``."""
+
+    def __init__(
+        self,
+        path_or_bytes: str | os.PathLike | bytes | ir.Model,
+        sess_options: SessionOptions | None = None,
+        providers: list | None = None,
+        provider_options: list | None = None,
+        **kwargs: Any,
+    ):
+        self._options = sess_options or SessionOptions()
+        self._providers = list(PROVIDERS)
+        t0 = time.perf_counter()
+        self._model = _load_model(path_or_bytes)
+        if self._model.graph is None:
+            raise FormatError("the model has no graph")
+        model = self._prepare(self._model)
+        self._plan = Plan(model.graph, Compiler(model), dict(model.opset_imports), outer=None)
+        graph = model.graph
+        inits = set(graph.initializers)
+        self._feedable = {v.name: v for v in graph.inputs}
+        self._inputs = [v for v in graph.inputs if v.name not in inits]
+        self._overridable = [v for v in graph.inputs if v.name in inits]
+        self._input_index = {v.name: i for i, v in enumerate(graph.inputs)}
+        self._slot_by_name = {v.name: s for s, v in enumerate(self._plan.values) if v.name}
+        self.session_creation_seconds = time.perf_counter() - t0
+
+    def _prepare(self, model: ir.Model) -> ir.Model:
+        """Hook for graph optimization at session creation (per graph_optimization_level)."""
+        level = int(self._options.graph_optimization_level)
+        if level <= 0:
+            return model
+        try:
+            from ..optimizer import optimize_for_session
+        except ImportError:
+            return model
+        return optimize_for_session(model, self._options)
+
+    # -- metadata -------------------------------------------------------------------------------
+    def get_inputs(self) -> list[NodeArg]:
+        return [NodeArg(v.name, type_string(v.type), _shape_list(v.type)) for v in self._inputs]
+
+    def get_outputs(self) -> list[NodeArg]:
+        return [
+            NodeArg(v.name, type_string(v.type), _shape_list(v.type))
+            for v in self._plan.graph.outputs
+        ]
+
+    def get_overridable_initializers(self) -> list[NodeArg]:
+        return [
+            NodeArg(v.name, type_string(v.type), _shape_list(v.type)) for v in self._overridable
+        ]
+
+    def get_modelmeta(self) -> ModelMetadata:
+        m = self._model
+        return ModelMetadata(
+            producer_name=m.producer_name,
+            graph_name=m.graph.name,
+            domain=m.domain,
+            description=m.doc_string,
+            graph_description=m.graph.doc_string,
+            version=m.model_version,
+            custom_metadata_map=dict(m.metadata_props),
+        )
+
+    def get_providers(self) -> list[str]:
+        return list(self._providers)
+
+    def get_provider_options(self) -> dict:
+        return {p: {} for p in self._providers}
+
+    def get_session_options(self) -> SessionOptions:
+        return self._options
+
+    # -- running --------------------------------------------------------------------------------
+    def run(
+        self,
+        output_names: list[str] | None,
+        input_feed: dict[str, Any],
+        run_options: RunOptions | None = None,
+    ) -> list[Any]:
+        """Outputs for ``output_names`` (all graph outputs when None), any value name allowed."""
+        if not isinstance(input_feed, dict):
+            raise InvalidArgument("input_feed must be a dict of input name -> value")
+        inputs = self._bind_inputs(input_feed)
+        wanted = None
+        if output_names:
+            wanted = tuple(self._output_slot(n) for n in output_names)
+        results = self._plan.run(inputs, None, wanted)
+        return [as_array_result(r) for r in results]
+
+    def _output_slot(self, name: str) -> int:
+        slot = self._slot_by_name.get(name)
+        if slot is None:
+            known = ", ".join(v.name for v in self._plan.graph.outputs)
+            raise InvalidArgument(f"unknown output name {name!r} (graph outputs: {known})")
+        return slot
+
+    def _bind_inputs(self, feed: dict[str, Any]) -> list[Any]:
+        inputs: list[Any] = [None] * len(self._input_index)
+        for name, value in feed.items():
+            v = self._feedable.get(name)
+            if v is None:
+                expected = ", ".join(x.name for x in self._inputs)
+                raise InvalidArgument(f"unknown input {name!r} (model inputs: {expected})")
+            inputs[self._input_index[name]] = _check_feed(v, value)
+        missing = [v.name for v in self._inputs if v.name not in feed]
+        if missing:
+            raise InvalidArgument(f"missing input(s): {', '.join(missing)}")
+        return inputs
+
+    def end_profiling(self) -> str:
+        return ""
+
+
+def _check_feed(v: ir.Value, value: Any) -> Any:
+    """Validate one feed against the input's declared type; return it read-only."""
+    t = v.type
+    if isinstance(t, ir.TensorType):
+        arr = value if isinstance(value, np.ndarray) else np.asarray(value)
+        if arr.dtype.kind in "US":
+            arr = arr.astype(object)
+        expected = to_numpy(t.elem_type)
+        if arr.dtype != expected and not (t.elem_type == DataType.STRING and arr.dtype == object):
+            raise InvalidArgument(
+                f"input {v.name!r}: expected tensor({type_name(t.elem_type)}), "
+                f"got an array of {arr.dtype}"
+            )
+        if t.shape is not None:
+            if arr.ndim != t.shape.rank:
+                raise InvalidArgument(
+                    f"input {v.name!r}: expected rank {t.shape.rank} {t.shape}, "
+                    f"got shape {list(arr.shape)}"
+                )
+            for i, (want, got) in enumerate(zip(t.shape.dims, arr.shape)):
+                if isinstance(want, int) and want != got:
+                    raise InvalidArgument(
+                        f"input {v.name!r}: dimension {i} must be {want} (declared {t.shape}), "
+                        f"got shape {list(arr.shape)}"
+                    )
+        if arr.flags.writeable:
+            arr = arr.view()
+            arr.flags.writeable = False  # kernels must never write into a caller's array
+        return arr
+    if isinstance(t, ir.SequenceType) and not isinstance(value, list | tuple):
+        raise InvalidArgument(
+            f"input {v.name!r}: expected a sequence (list), got {type(value).__name__}"
+        )
+    if isinstance(t, ir.SequenceType):
+        return list(value)
+    if isinstance(t, ir.MapType) and not isinstance(value, dict):
+        raise InvalidArgument(
+            f"input {v.name!r}: expected a map (dict), got {type(value).__name__}"
+        )
+    return value

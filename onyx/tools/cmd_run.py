@@ -1,0 +1,108 @@
+"""onyx run: run a model on given or random inputs and print its outputs and latency."""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import InvalidArgument
+
+HELP = "run a model (the bundled example when none is given) and print its outputs and latency"
+
+EXAMPLE_MODEL = Path(__file__).resolve().parents[1] / "examples" / "tiny_cnn.onnx"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", nargs="?", help="path to an .onnx file (default: the bundled example)")
+    p.add_argument(
+        "--input",
+        "-i",
+        action="append",
+        default=[],
+        metavar="NAME=FILE.npy",
+        help="feed input NAME from a .npy file (repeatable); others get random data",
+    )
+    p.add_argument("--repeat", "-n", type=int, default=1, help="runs to time (default 1)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    p.add_argument("--output", "-o", action="append", default=[], help="output name to fetch")
+    p.add_argument("--no-optimize", action="store_true", help="disable graph optimizations")
+
+
+def random_input(arg, rng: np.random.Generator):
+    """Random data of an input's declared type; symbolic or unknown dims become 1."""
+    from ..ir.dtypes import BY_NAME
+
+    t = arg.type
+    if not t.startswith("tensor("):
+        raise InvalidArgument(f"input {arg.name!r} of type {t}: give it with --input")
+    elem = BY_NAME[t[len("tensor(") : -1]].numpy
+    shape = [d if isinstance(d, int) and d >= 0 else 1 for d in (arg.shape or [])]
+    if elem == np.bool_:
+        return rng.random(shape) < 0.5
+    if elem.kind in "iu":
+        return rng.integers(0, 10, size=shape).astype(elem)
+    if elem == object:
+        return np.array(rng.choice(["a", "b", "c"], size=shape), dtype=object)
+    return rng.standard_normal(shape).astype(elem)
+
+
+def summarize(value) -> str:
+    if isinstance(value, list):
+        return f"sequence of {len(value)}" + (f": first {summarize(value[0])}" if value else "")
+    if isinstance(value, dict):
+        return f"map of {len(value)} entries"
+    if value is None:
+        return "None (empty optional)"
+    arr = np.asarray(value)
+    head = f"{arr.dtype} {list(arr.shape)}"
+    if arr.size == 0:
+        return head + " (empty)"
+    if arr.dtype.kind in "fiub" or arr.dtype.name == "bfloat16":
+        a = arr.astype(np.float64)
+        body = f"min {a.min():.6g}  max {a.max():.6g}  mean {a.mean():.6g}"
+        flat = arr.reshape(-1)[:6]
+        return f"{head}  {body}  first {np.array2string(flat, precision=4, separator=', ')}"
+    return f"{head}  first {arr.reshape(-1)[:6].tolist()}"
+
+
+def main(args) -> int:
+    from ..runtime.session import InferenceSession, SessionOptions
+
+    path = Path(args.model) if args.model else EXAMPLE_MODEL
+    options = SessionOptions()
+    if args.no_optimize:
+        options.graph_optimization_level = 0
+    t0 = time.perf_counter()
+    sess = InferenceSession(str(path), options)
+    created = time.perf_counter() - t0
+    rng = np.random.default_rng(args.seed)
+    given = {}
+    for item in args.input:
+        name, sep, file = item.partition("=")
+        if not sep:
+            raise InvalidArgument(f"--input takes NAME=FILE.npy, got {item!r}")
+        given[name] = np.load(file, allow_pickle=False)
+    feed = {i.name: given[i.name] if i.name in given else random_input(i, rng) for i in sess.get_inputs()}
+    unknown = set(given) - set(feed)
+    if unknown:
+        raise InvalidArgument(f"unknown input(s) {sorted(unknown)}; model inputs: {list(feed)}")
+    print(f"model: {path}")
+    for name, value in feed.items():
+        source = "file" if name in given else "random"
+        print(f"  input  {name}: {summarize(value)}  ({source})")
+    names = args.output or None
+    times = []
+    for _ in range(max(1, args.repeat)):
+        t = time.perf_counter()
+        outputs = sess.run(names, feed)
+        times.append(time.perf_counter() - t)
+    out_names = names or [o.name for o in sess.get_outputs()]
+    for name, value in zip(out_names, outputs):
+        print(f"  output {name}: {summarize(value)}")
+    med = statistics.median(times) * 1000
+    print(f"session creation {created * 1000:.1f} ms; latency {med:.3f} ms median of {len(times)} run(s)")
+    return 0

@@ -1,0 +1,155 @@
+"""InferenceSession: the onnxruntime-compatible API, checked against onnxruntime itself."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onyx
+from onyx.tools.cmd_run import EXAMPLE_MODEL
+
+
+def make_model(nodes, inputs, outputs, inits=(), opset=17, functions=()):
+    graph = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", opset)], functions=list(functions)
+    )
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+def vi(name, elem, shape):
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+@pytest.fixture
+def add_relu():
+    return make_model(
+        [
+            helper.make_node("Add", ["x", "b"], ["s"], name="add"),
+            helper.make_node("Relu", ["s"], ["y"], name="relu"),
+        ],
+        [vi("x", TensorProto.FLOAT, ["N", 3])],
+        [vi("y", TensorProto.FLOAT, ["N", 3])],
+        [numpy_helper.from_array(np.array([1, -2, 3], np.float32), "b")],
+    )
+
+
+def test_metadata_matches_onnxruntime(add_relu):
+    mine, theirs = onyx.InferenceSession(add_relu), ort.InferenceSession(add_relu)
+    for a, b in zip(mine.get_inputs() + mine.get_outputs(), theirs.get_inputs() + theirs.get_outputs()):
+        assert (a.name, a.type, a.shape) == (b.name, b.type, b.shape)
+    assert mine.get_providers() == ["CPUExecutionProvider"]
+
+
+def test_run_matches_onnxruntime(add_relu):
+    x = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
+    got = onyx.InferenceSession(add_relu).run(None, {"x": x})
+    want = ort.InferenceSession(add_relu).run(None, {"x": x})
+    np.testing.assert_array_equal(got[0], want[0])
+
+
+def test_intermediate_values_can_be_fetched(add_relu):
+    x = np.ones((2, 3), np.float32)
+    s, y = onyx.InferenceSession(add_relu).run(["s", "y"], {"x": x})
+    np.testing.assert_array_equal(s, x + np.array([1, -2, 3], np.float32))
+    np.testing.assert_array_equal(y, np.maximum(s, 0))
+
+
+def test_inputs_are_not_modified_and_outputs_are_writeable():
+    model = make_model(
+        [helper.make_node("Identity", ["x"], ["y"])],
+        [vi("x", TensorProto.FLOAT, [2])],
+        [vi("y", TensorProto.FLOAT, [2])],
+    )
+    x = np.array([1, 2], np.float32)
+    (y,) = onyx.InferenceSession(model).run(None, {"x": x})
+    y[0] = 99
+    assert x[0] == 1
+
+
+@pytest.mark.parametrize(
+    "feed, message",
+    [
+        ({"x": np.ones((2, 3), np.float64)}, "expected tensor(float)"),
+        ({"x": np.ones((3,), np.float32)}, "expected rank 2"),
+        ({"x": np.ones((2, 4), np.float32)}, "dimension 1 must be 3"),
+        ({}, "missing input"),
+        ({"x": np.ones((2, 3), np.float32), "zz": np.ones(1)}, "unknown input 'zz'"),
+    ],
+)
+def test_bad_feeds_are_named(add_relu, feed, message):
+    with pytest.raises(onyx.InvalidArgument, match=message):
+        onyx.InferenceSession(add_relu).run(None, feed)
+
+
+def test_unknown_output_name(add_relu):
+    with pytest.raises(onyx.InvalidArgument, match="unknown output name 'nope'"):
+        onyx.InferenceSession(add_relu).run(["nope"], {"x": np.ones((1, 3), np.float32)})
+
+
+def test_unknown_op_fails_at_creation_naming_the_node():
+    model = make_model(
+        [helper.make_node("NoSuchOp", ["x"], ["y"], name="mystery")],
+        [vi("x", TensorProto.FLOAT, [1])],
+        [vi("y", TensorProto.FLOAT, [1])],
+    )
+    with pytest.raises(onyx.NotImplementedOp, match="mystery.*NoSuchOp.*17"):
+        onyx.InferenceSession(model)
+
+
+def test_failing_kernel_names_node_and_shapes():
+    model = make_model(
+        [helper.make_node("MatMul", ["a", "b"], ["y"], name="mm")],
+        [vi("a", TensorProto.FLOAT, None), vi("b", TensorProto.FLOAT, None)],
+        [vi("y", TensorProto.FLOAT, None)],
+    )
+    sess = onyx.InferenceSession(model)
+    with pytest.raises(onyx.RuntimeFailure, match=r"'mm' \(MatMul\).*float32\[2, 3\].*float32\[4, 5\]"):
+        sess.run(None, {"a": np.ones((2, 3), np.float32), "b": np.ones((4, 5), np.float32)})
+
+
+def test_local_function_runs():
+    fn = helper.make_function(
+        "custom",
+        "AddTwice",
+        ["a", "b"],
+        ["c"],
+        [
+            helper.make_node("Add", ["a", "b"], ["t"]),
+            helper.make_node("Add", ["t", "b"], ["c"]),
+        ],
+        [helper.make_opsetid("", 17)],
+    )
+    graph = helper.make_graph(
+        [helper.make_node("AddTwice", ["x", "y"], ["z"], domain="custom")],
+        "g",
+        [vi("x", TensorProto.FLOAT, [2]), vi("y", TensorProto.FLOAT, [2])],
+        [vi("z", TensorProto.FLOAT, [2])],
+    )
+    model = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("custom", 1)],
+        functions=[fn],
+    )
+    x, y = np.array([1, 2], np.float32), np.array([10, 20], np.float32)
+    (z,) = onyx.InferenceSession(model.SerializeToString()).run(None, {"x": x, "y": y})
+    np.testing.assert_array_equal(z, x + 2 * y)
+
+
+def test_bundled_example_matches_onnxruntime():
+    x = np.random.default_rng(1).standard_normal((3, 1, 28, 28)).astype(np.float32)
+    got = onyx.InferenceSession(str(EXAMPLE_MODEL)).run(None, {"image": x})[0]
+    want = ort.InferenceSession(str(EXAMPLE_MODEL)).run(None, {"image": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+
+
+def test_cli_run_on_example(capsys):
+    from onyx.tools.cli import main
+
+    assert main(["run", "--repeat", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "output probabilities: float32 [1, 10]" in out
+    assert "latency" in out
