@@ -1,0 +1,257 @@
+"""Activation functions, Softmax / LogSoftmax / Hardmax.
+
+Float kernels compute low-precision floats (float16, bfloat16) in float32 and round back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from ..registry import op
+from .elementwise import erf, upcast
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    # exp of a non-positive number only: no overflow for large |x|
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1 / (1 + e), e / (1 + e))
+
+
+def _softplus(x: np.ndarray) -> np.ndarray:
+    return np.logaddexp(0, x)
+
+
+def _selu(x, alpha, gamma):
+    return gamma * np.where(x > 0, x, alpha * np.expm1(np.minimum(x, 0)))
+
+
+def _elu(x, alpha):
+    return np.where(x >= 0, x, alpha * np.expm1(np.minimum(x, 0)))
+
+
+def _hard_sigmoid(x, alpha, beta):
+    return np.clip(alpha * x + beta, 0, 1)
+
+
+def _gelu(x, approximate):
+    if approximate == "tanh":
+        return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
+    return 0.5 * x * (1 + erf(x / np.sqrt(2)))
+
+
+def _celu(x, alpha):
+    return np.maximum(x, 0) + np.minimum(0, alpha * np.expm1(np.minimum(x, 0) / alpha))
+
+
+def _activation(fn: Callable) -> Callable:
+    """fn(x_float, **attrs) -> kernel(x, **attrs): low floats in float32, result in x's dtype."""
+
+    def kernel(x, **attrs):
+        return np.asarray(fn(upcast(x), **attrs)).astype(x.dtype, copy=False)
+
+    return kernel
+
+
+_sigmoid_k = _activation(_sigmoid)
+_tanh_k = _activation(np.tanh)
+_elu_k = _activation(_elu)
+_selu_k = _activation(_selu)
+_hard_sigmoid_k = _activation(_hard_sigmoid)
+_leaky_relu_k = _activation(lambda x, alpha: np.where(x >= 0, x, alpha * x))
+
+
+# Ops whose opset-1 version has the legacy `consumed_inputs` attribute, then a later version
+# with the same semantics: one registration per signature.
+@op("Relu", since=1)
+def relu_1(x, *, consumed_inputs=None):
+    return relu(x)
+
+
+@op("Relu", since=6)
+def relu(x):
+    return np.maximum(x, np.zeros((), x.dtype))
+
+
+@op("Sigmoid", since=1)
+def sigmoid_1(x, *, consumed_inputs=None):
+    return _sigmoid_k(x)
+
+
+@op("Sigmoid", since=6)
+def sigmoid(x):
+    return _sigmoid_k(x)
+
+
+@op("Tanh", since=1)
+def tanh_1(x, *, consumed_inputs=None):
+    return _tanh_k(x)
+
+
+@op("Tanh", since=6)
+def tanh(x):
+    return _tanh_k(x)
+
+
+@op("Elu", since=1)
+def elu_1(x, *, alpha=1.0, consumed_inputs=None):
+    return _elu_k(x, alpha=alpha)
+
+
+@op("Elu", since=6)
+def elu(x, *, alpha=1.0):
+    return _elu_k(x, alpha=alpha)
+
+
+@op("Selu", since=1)
+def selu_1(
+    x, *, alpha=1.67326319217681884765625, gamma=1.05070102214813232421875, consumed_inputs=None
+):
+    return _selu_k(x, alpha=alpha, gamma=gamma)
+
+
+@op("Selu", since=6)
+def selu(x, *, alpha=1.67326319217681884765625, gamma=1.05070102214813232421875):
+    return _selu_k(x, alpha=alpha, gamma=gamma)
+
+
+@op("LeakyRelu", since=1)
+def leaky_relu_1(x, *, alpha=0.01, consumed_inputs=None):
+    return _leaky_relu_k(x, alpha=alpha)
+
+
+@op("LeakyRelu", since=6)
+def leaky_relu(x, *, alpha=0.01):
+    return _leaky_relu_k(x, alpha=alpha)
+
+
+@op("HardSigmoid", since=1)
+def hard_sigmoid_1(x, *, alpha=0.2, beta=0.5, consumed_inputs=None):
+    return _hard_sigmoid_k(x, alpha=alpha, beta=beta)
+
+
+@op("HardSigmoid", since=6)
+def hard_sigmoid(x, *, alpha=0.2, beta=0.5):
+    return _hard_sigmoid_k(x, alpha=alpha, beta=beta)
+
+
+def _prelu(x, slope):
+    xc, sc = upcast(x), upcast(slope)
+    return np.where(xc < 0, xc * sc, xc).astype(x.dtype, copy=False)
+
+
+@op("PRelu", since=1)
+def prelu_1(x, slope, *, consumed_inputs=None):
+    # before opset 7 a 1-D slope of length C holds one slope per channel (axis 1)
+    if slope.ndim == 1 and x.ndim > 2 and slope.shape[0] == x.shape[1]:
+        slope = slope.reshape((-1,) + (1,) * (x.ndim - 2))
+    return _prelu(x, slope)
+
+
+@op("PRelu", since=7)
+def prelu(x, slope):  # slope broadcasts to x (unidirectionally)
+    return _prelu(x, slope)
+
+
+_PLAIN: dict[str, tuple[Callable, int]] = {
+    # op: (function of the float input, first opset); attribute-free
+    "HardSwish": (lambda x: x * np.clip(x / 6 + 0.5, 0, 1), 14),
+    "Softplus": (_softplus, 1),
+    "Softsign": (lambda x: x / (1 + np.abs(x)), 1),
+    "Mish": (lambda x: x * np.tanh(_softplus(x)), 18),
+}
+
+
+def _register_plain(name: str, fn: Callable, since: int) -> None:
+    compute = _activation(fn)
+    op(name, since=since)(lambda x: compute(x))
+
+
+for _name, (_fn, _since) in _PLAIN.items():
+    _register_plain(_name, _fn, _since)
+
+
+@op("Gelu", since=20)
+def gelu(x, *, approximate="none"):
+    return _activation(_gelu)(x, approximate=approximate)
+
+
+@op("Celu", since=12)
+def celu(x, *, alpha=1.0):
+    return _activation(_celu)(x, alpha=alpha)
+
+
+@op("ThresholdedRelu", since=10)
+def thresholded_relu(x, *, alpha=1.0):
+    return _activation(lambda v, alpha: np.where(v > alpha, v, 0))(x, alpha=alpha)
+
+
+@op("Shrink", since=9)
+def shrink(x, *, bias=0.0, lambd=0.5):
+    xc = upcast(x)
+    if xc.dtype.kind in "iu":  # integer inputs: compute exactly in float64
+        xc = xc.astype(np.float64)
+    out = np.where(xc < -lambd, xc + bias, np.where(xc > lambd, xc - bias, 0))
+    return out.astype(x.dtype, copy=False)
+
+
+@op("Swish", since=24)
+def swish(x, *, alpha=1.0):
+    return _activation(lambda v: v * _sigmoid(alpha * v))(x)
+
+
+@op("SwiGLU", since=28)
+def swiglu(a, b, *, alpha=1.0):
+    ac = upcast(a)
+    return (ac * _sigmoid(alpha * ac) * upcast(b)).astype(a.dtype, copy=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# Softmax family. From opset 13 they work along one axis; before, the input is coerced to 2-D
+# [prod(shape[:axis]), prod(shape[axis:])] and normalised over the second dimension.
+
+
+def _softmax(x: np.ndarray, axis: int) -> np.ndarray:
+    shifted = x - np.max(x, axis=axis, keepdims=True)
+    e = np.exp(shifted)
+    return e / np.sum(e, axis=axis, keepdims=True)
+
+
+def _log_softmax(x: np.ndarray, axis: int) -> np.ndarray:
+    shifted = x - np.max(x, axis=axis, keepdims=True)
+    return shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
+
+
+def _hardmax(x: np.ndarray, axis: int) -> np.ndarray:
+    first_max = np.expand_dims(np.argmax(x, axis=axis), axis)
+    out = np.zeros(x.shape, dtype=x.dtype)
+    np.put_along_axis(out, first_max, 1, axis=axis)
+    return out
+
+
+def _along_axis(fn: Callable, x: np.ndarray, axis: int) -> np.ndarray:
+    if x.size == 0:
+        return x.copy()
+    return fn(upcast(x), axis).astype(x.dtype, copy=False)
+
+
+def _coerced_2d(fn: Callable, x: np.ndarray, axis: int) -> np.ndarray:
+    axis = axis + x.ndim if axis < 0 else axis
+    rows = int(np.prod(x.shape[:axis], dtype=np.int64))
+    return _along_axis(fn, x.reshape(rows, -1), 1).reshape(x.shape)
+
+
+def _register_softmax_family(name: str, fn: Callable) -> None:
+    def legacy(x, *, axis=1):
+        return _coerced_2d(fn, x, axis)
+
+    def modern(x, *, axis=-1):
+        return _along_axis(fn, x, axis)
+
+    op(name, since=1)(legacy)
+    op(name, since=13)(modern)
+
+
+for _name, _fn in {"Softmax": _softmax, "LogSoftmax": _log_softmax, "Hardmax": _hardmax}.items():
+    _register_softmax_family(_name, _fn)

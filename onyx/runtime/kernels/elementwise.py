@@ -1,0 +1,342 @@
+"""Element-wise math, comparison, logic and bitwise operators (numpy broadcasting throughout)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import reduce
+
+import ml_dtypes
+import numpy as np
+
+from ..registry import op
+
+# ---------------------------------------------------------------------------------------------
+# Shared helpers (also used by activation, reduction and linalg kernels)
+
+#: Float types numpy has no fast or exact loops for: computed in float32, rounded back after.
+LOW_FLOATS = frozenset(
+    np.dtype(t)
+    for t in (
+        np.float16,
+        ml_dtypes.bfloat16,
+        ml_dtypes.float8_e4m3fn,
+        ml_dtypes.float8_e4m3fnuz,
+        ml_dtypes.float8_e5m2,
+        ml_dtypes.float8_e5m2fnuz,
+        ml_dtypes.float8_e8m0fnu,
+        ml_dtypes.float4_e2m1fn,
+    )
+)
+
+
+def is_float(dtype: np.dtype) -> bool:
+    return dtype.kind == "f" or dtype in LOW_FLOATS
+
+
+def upcast(x: np.ndarray) -> np.ndarray:
+    """x in a dtype numpy computes well: float32 for the 16/8/4-bit floats, else unchanged."""
+    return x.astype(np.float32) if x.dtype in LOW_FLOATS else x
+
+
+def float_unary(fn: Callable) -> Callable:
+    """Wrap a float function so low-precision floats are computed in float32 and cast back."""
+
+    def kernel(x):
+        return np.asarray(fn(upcast(x))).astype(x.dtype, copy=False)
+
+    return kernel
+
+
+def erf(x: np.ndarray) -> np.ndarray:
+    """Error function to double precision, vectorized (numpy has none).
+
+    |x| < 2.5: erf(x) = 2/sqrt(pi) * exp(-x^2) * sum_n 2^n x^(2n+1) / (2n+1)!!, all terms positive.
+    |x| >= 2.5: erfc from its continued fraction, evaluated bottom-up with a fixed depth.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    a = np.abs(x)
+    out = np.empty_like(a)
+    small = a < 2.5
+    s = a[small]
+    x2 = s * s
+    term, total = s.copy(), s.copy()
+    for n in range(1, 42):
+        term *= (2.0 * x2) / (2 * n + 1)
+        total += term
+    out[small] = 2.0 / np.sqrt(np.pi) * np.exp(-x2) * total
+    big = ~small  # NaN lands here and stays NaN
+    b = a[big]
+    frac = np.zeros_like(b)
+    for k in range(30, 0, -1):  # erfc(b) = exp(-b^2)/sqrt(pi) / (b + (1/2)/(b + 1/(b + (3/2)/...)))
+        frac = (k / 2.0) / (b + frac)
+    out[big] = 1.0 - np.exp(-b * b) / np.sqrt(np.pi) / (b + frac)
+    return np.copysign(out, x)
+
+
+# ---------------------------------------------------------------------------------------------
+# Unary math
+
+_FLOAT_UNARY: dict[str, tuple[Callable, int]] = {
+    # op: (numpy function, first opset)
+    "Exp": (np.exp, 1),
+    "Log": (np.log, 1),
+    "Sqrt": (np.sqrt, 1),
+    "Reciprocal": (np.reciprocal, 1),
+    "Floor": (np.floor, 1),
+    "Ceil": (np.ceil, 1),
+    "Round": (np.round, 11),  # numpy rounds half to even, as the spec asks
+    "Sin": (np.sin, 7),
+    "Cos": (np.cos, 7),
+    "Tan": (np.tan, 7),
+    "Asin": (np.arcsin, 7),
+    "Acos": (np.arccos, 7),
+    "Atan": (np.arctan, 7),
+    "Sinh": (np.sinh, 9),
+    "Cosh": (np.cosh, 9),
+    "Asinh": (np.arcsinh, 9),
+    "Acosh": (np.arccosh, 9),
+    "Atanh": (np.arctanh, 9),
+    "Erf": (erf, 9),
+}
+# Ops that also take integers (Abs, Neg, Sign): computed in the input dtype.
+_ANY_UNARY: dict[str, tuple[Callable, int]] = {
+    "Abs": (np.abs, 1),
+    "Neg": (np.negative, 1),
+    "Sign": (np.sign, 9),
+}
+#: Ops whose opset-1 version carries the legacy (ignored) `consumed_inputs` attribute.
+_CONSUMED_INPUTS = {"Exp", "Log", "Sqrt", "Reciprocal", "Floor", "Ceil", "Abs", "Neg"}
+
+
+def _register_unary(name: str, fn: Callable, since: int) -> None:
+    if name in _CONSUMED_INPUTS:
+
+        def legacy(x, *, consumed_inputs=None):
+            return fn(x)
+
+        op(name, since=1)(legacy)
+        op(name, since=6)(lambda x: fn(x))
+    else:
+        op(name, since=since)(lambda x: fn(x))
+
+
+for _name, (_fn, _since) in _FLOAT_UNARY.items():
+    _register_unary(_name, float_unary(_fn), _since)
+for _name, (_fn, _since) in _ANY_UNARY.items():
+    _register_unary(_name, float_unary(_fn), _since)
+
+
+@op("Not", since=1)
+def not_(x):
+    return np.logical_not(x)
+
+
+@op("BitwiseNot", since=18)
+def bitwise_not(x):
+    return np.invert(x)
+
+
+@op("IsNaN", since=9)
+def isnan(x):
+    return np.isnan(upcast(x))
+
+
+@op("IsInf", since=10)
+def isinf(x, *, detect_negative=1, detect_positive=1):
+    x = upcast(x)
+    return np.isinf(x) & (((x > 0) & bool(detect_positive)) | ((x < 0) & bool(detect_negative)))
+
+
+# ---------------------------------------------------------------------------------------------
+# Binary math
+
+
+def _int_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Integer division truncating toward zero (C semantics, as onnxruntime), not numpy's floor."""
+    q = np.floor_divide(a, b)
+    if a.dtype.kind == "i":
+        q = q + ((np.remainder(a, b) != 0) & ((a < 0) != (b < 0))).astype(q.dtype)
+    return q
+
+
+def _div(a, b):
+    if a.dtype.kind in "iu":
+        return _int_div(a, b)
+    return np.divide(a, b)
+
+
+def _in_dtype(fn: Callable) -> Callable:
+    """Apply a numpy binary function, low floats via float32, the result in A's dtype."""
+
+    def apply(a, b):
+        return np.asarray(fn(upcast(a), upcast(b))).astype(a.dtype, copy=False)
+
+    return apply
+
+
+def _compare(fn: Callable) -> Callable:
+    def apply(a, b):
+        if a.dtype.kind in "OUS" or b.dtype.kind in "OUS":  # strings compare as Python objects
+            return np.asarray(fn(a.astype(object), b.astype(object)), dtype=bool)
+        return fn(upcast(a), upcast(b))
+
+    return apply
+
+
+_ARITH = {
+    "Add": _in_dtype(np.add),
+    "Sub": _in_dtype(np.subtract),
+    "Mul": _in_dtype(np.multiply),
+    "Div": _in_dtype(_div),
+}
+_LOGIC = {"And": np.logical_and, "Or": np.logical_or, "Xor": np.logical_xor}
+_COMPARE = {
+    "Equal": _compare(np.equal),
+    "Less": _compare(np.less),
+    "Greater": _compare(np.greater),
+}
+_BITWISE = {
+    "BitwiseAnd": np.bitwise_and,
+    "BitwiseOr": np.bitwise_or,
+    "BitwiseXor": np.bitwise_xor,
+}
+
+
+def legacy_broadcast(a: np.ndarray, b: np.ndarray, broadcast: int, axis: int | None) -> np.ndarray:
+    """Opset < 7 broadcasting: B's shape matches a contiguous run of A's dims starting at `axis`
+    (the trailing dims when axis is absent); B is reshaped so numpy broadcasting lines it up."""
+    if not broadcast or b.ndim == 0 or b.shape == a.shape:
+        return b
+    if axis is None:
+        axis = a.ndim - b.ndim
+    elif axis < 0:
+        axis += a.ndim
+    return b.reshape((1,) * axis + b.shape + (1,) * (a.ndim - axis - b.ndim))
+
+
+def _register_binary(name: str, fn: Callable, modern_since: int, legacy: bool) -> None:
+    """`legacy`: the op exists from opset 1 with `broadcast`/`axis` (and `consumed_inputs`)."""
+    if legacy:
+
+        def old(a, b, *, broadcast=0, axis=None, consumed_inputs=None):
+            return fn(a, legacy_broadcast(a, b, broadcast, axis))
+
+        op(name, since=1)(old)
+    op(name, since=modern_since)(lambda a, b: fn(a, b))
+
+
+for _name, _fn in {**_ARITH, **_LOGIC, **_COMPARE}.items():
+    _register_binary(_name, _fn, 7, legacy=True)
+for _name, _fn in _BITWISE.items():
+    _register_binary(_name, _fn, 18, legacy=False)
+_register_binary("GreaterOrEqual", _compare(np.greater_equal), 12, legacy=False)
+_register_binary("LessOrEqual", _compare(np.less_equal), 12, legacy=False)
+
+
+def _pow(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    if x.dtype.kind in "iu" and y.dtype.kind in "iu" and not np.any(y < 0):
+        return np.power(x, y.astype(x.dtype))  # exact integer power (wraps like C on overflow)
+    if x.dtype.kind in "iu":
+        # integer base, float or negative exponent: pow in double, truncated (onnxruntime)
+        return np.power(x.astype(np.float64), upcast(y).astype(np.float64)).astype(x.dtype)
+    xc = upcast(x)
+    return np.power(xc, upcast(y).astype(xc.dtype)).astype(x.dtype, copy=False)
+
+
+@op("Pow", since=1)
+def pow_1(x, y, *, broadcast=0, axis=None):
+    return _pow(x, legacy_broadcast(x, y, broadcast, axis))
+
+
+@op("Pow", since=7)
+def pow_(x, y):
+    return _pow(x, y)
+
+
+@op("Mod", since=10)
+def mod(a, b, *, fmod=0):
+    if fmod:
+        return _in_dtype(np.fmod)(a, b)
+    # fmod=0: A - floor(A/B) * B, the sign of B (numpy's remainder); integer % 0 gives 0
+    return _in_dtype(np.remainder)(a, b)
+
+
+def _bit_shift(x: np.ndarray, y: np.ndarray, left: bool) -> np.ndarray:
+    bits = x.dtype.itemsize * 8
+    y = np.asarray(y)
+    out_of_range = (y < 0) | (y >= bits)
+    shift = np.where(out_of_range, 0, y).astype(x.dtype)
+    shifted = np.left_shift(x, shift) if left else np.right_shift(x, shift)
+    # Shifts by >= the width (or negative) leave only the sign fill: -1 right-shifting negatives
+    fill = np.zeros((), x.dtype) if left else np.where(x < 0, -1, 0).astype(x.dtype)
+    return np.where(out_of_range, fill, shifted).astype(x.dtype, copy=False)
+
+
+@op("BitShift", since=11)
+def bit_shift(x, y, *, direction):
+    if direction not in ("LEFT", "RIGHT"):
+        raise ValueError(f"BitShift: direction must be LEFT or RIGHT, got {direction!r}")
+    return _bit_shift(x, y, direction == "LEFT")
+
+
+# ---------------------------------------------------------------------------------------------
+# Variadic, selection, clipping
+
+
+def _variadic(fn: Callable) -> Callable:
+    def apply(*inputs):
+        return reduce(_in_dtype(fn), inputs).astype(inputs[0].dtype, copy=False)
+
+    return apply
+
+
+_max = _variadic(np.maximum)
+_min = _variadic(np.minimum)
+_sum = _variadic(np.add)
+
+
+def _mean(*inputs):
+    total = reduce(np.add, [upcast(x) for x in inputs])
+    return np.asarray(total / len(inputs)).astype(inputs[0].dtype, copy=False)
+
+
+def _register_variadic(name: str, fn: Callable) -> None:
+    def legacy(*inputs, consumed_inputs=None):
+        return fn(*inputs)
+
+    op(name, since=1)(legacy)
+    op(name, since=6)(lambda *inputs: fn(*inputs))
+
+
+for _name, _fn in {"Max": _max, "Min": _min, "Sum": _sum, "Mean": _mean}.items():
+    _register_variadic(_name, _fn)
+
+
+@op("Where", since=9)
+def where(condition, x, y):
+    return np.where(condition, x, y)
+
+
+def _clip(x, lo, hi):
+    # max then min: when min > max every value becomes max, as the spec says
+    out = x
+    if lo is not None:
+        out = np.maximum(out, np.asarray(lo, dtype=x.dtype))
+    if hi is not None:
+        out = np.minimum(out, np.asarray(hi, dtype=x.dtype))
+    return np.array(out, dtype=x.dtype, copy=out is x)
+
+
+@op("Clip", since=1)
+def clip_1(x, *, min=None, max=None, consumed_inputs=None):
+    return _clip(x, min, max)
+
+
+@op("Clip", since=6)
+def clip_6(x, *, min=-3.4028234663852886e38, max=3.4028234663852886e38):
+    return _clip(x, min, max)
+
+
+@op("Clip", since=11)
+def clip(x, min=None, max=None):
+    return _clip(x, min, max)

@@ -1,0 +1,169 @@
+"""Reductions (Reduce*), ArgMax / ArgMin, CumSum / CumProd.
+
+Reduce* take `axes` as an attribute up to opset 17 (ReduceSum: 12) and as an optional input after,
+together with `noop_with_empty_axes`. Every reduction is a (pre, reduce, post) triple so the no-op
+case can still apply the element-wise parts ("ReduceSumSquare acts as a vanilla Square").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..registry import op
+from .elementwise import is_float, upcast
+
+
+def _identity(x):
+    return x
+
+
+def _log_sum_exp(x: np.ndarray, axes, keepdims: bool) -> np.ndarray:
+    if x.size == 0:
+        return np.log(np.sum(np.exp(x), axis=axes, keepdims=keepdims))
+    m = np.max(x, axis=axes, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0)  # all -inf (or inf) slices: no shift, let exp decide
+    out = np.log(np.sum(np.exp(x - m), axis=axes, keepdims=True)) + m
+    return out if keepdims else np.squeeze(out, axis=axes)
+
+
+def _extreme(fn: Callable, empty: Callable[[np.dtype], object]) -> Callable:
+    """np.max / np.min with the spec's value for an empty set: -inf / +inf, or the type's limits."""
+
+    def reduce_(x, axes, keepdims):
+        if x.size == 0:
+            return fn(x, axis=axes, keepdims=keepdims, initial=empty(x.dtype))
+        return fn(x, axis=axes, keepdims=keepdims)
+
+    return reduce_
+
+
+def _lowest(dt: np.dtype):
+    if dt == np.bool_:
+        return False
+    return -np.inf if is_float(dt) else np.iinfo(dt).min
+
+
+def _highest(dt: np.dtype):
+    if dt == np.bool_:
+        return True
+    return np.inf if is_float(dt) else np.iinfo(dt).max
+
+
+@dataclass(frozen=True)
+class Reduction:
+    reduce: Callable  # (x, axes, keepdims) -> array
+    pre: Callable = _identity
+    post: Callable = _identity
+
+
+def _sum(x, axes, keepdims):
+    return np.sum(x, axis=axes, keepdims=keepdims, dtype=x.dtype)
+
+
+_REDUCTIONS: dict[str, Reduction] = {
+    "ReduceSum": Reduction(_sum),
+    "ReduceSumSquare": Reduction(_sum, pre=lambda x: x * x),
+    "ReduceL1": Reduction(_sum, pre=np.abs),
+    "ReduceL2": Reduction(_sum, pre=lambda x: x * x, post=np.sqrt),
+    "ReduceLogSum": Reduction(_sum, post=np.log),
+    "ReduceLogSumExp": Reduction(_log_sum_exp),
+    "ReduceMean": Reduction(lambda x, axes, keepdims: np.mean(x, axis=axes, keepdims=keepdims)),
+    "ReduceProd": Reduction(
+        lambda x, axes, keepdims: np.prod(x, axis=axes, keepdims=keepdims, dtype=x.dtype)
+    ),
+    "ReduceMax": Reduction(_extreme(np.max, _lowest)),
+    "ReduceMin": Reduction(_extreme(np.min, _highest)),
+}
+
+
+def _normalize_axes(axes, ndim: int) -> tuple[int, ...] | None:
+    if axes is None:
+        return None
+    axes = [int(a) for a in np.asarray(axes).ravel()]
+    if not axes:
+        return None
+    return tuple(sorted({a + ndim if a < 0 else a for a in axes}))
+
+
+def _reduce(r: Reduction, data, axes, keepdims: int, noop_with_empty_axes: int = 0):
+    x = upcast(data)
+    axes = _normalize_axes(axes, data.ndim)
+    if axes is None and noop_with_empty_axes:
+        return np.asarray(r.post(r.pre(x))).astype(data.dtype, copy=False)
+    if axes is None:
+        axes = tuple(range(data.ndim))
+    out = r.post(r.reduce(r.pre(x), axes, bool(keepdims)))
+    return np.asarray(out).astype(data.dtype, copy=False)
+
+
+def _register_reduction(name: str, r: Reduction, input_axes_since: int) -> None:
+    def with_axes_attribute(data, *, axes=None, keepdims=1):
+        return _reduce(r, data, axes, keepdims)
+
+    def with_axes_input(data, axes=None, *, keepdims=1, noop_with_empty_axes=0):
+        return _reduce(r, data, axes, keepdims, noop_with_empty_axes)
+
+    op(name, since=1)(with_axes_attribute)
+    op(name, since=input_axes_since)(with_axes_input)
+
+
+for _name, _r in _REDUCTIONS.items():
+    _register_reduction(_name, _r, 13 if _name == "ReduceSum" else 18)
+
+
+# ---------------------------------------------------------------------------------------------
+# ArgMax / ArgMin (select_last_index from opset 12; one kernel serves all versions)
+
+
+def _arg(fn: Callable, data, axis: int, keepdims: int, select_last_index: int) -> np.ndarray:
+    x = upcast(data)
+    axis = axis + x.ndim if axis < 0 else axis
+    if select_last_index:
+        idx = x.shape[axis] - 1 - fn(np.flip(x, axis=axis), axis=axis)
+    else:
+        idx = fn(x, axis=axis)
+    idx = idx.astype(np.int64)
+    return np.expand_dims(idx, axis) if keepdims else idx
+
+
+@op("ArgMax", since=1)
+def arg_max(data, *, axis=0, keepdims=1, select_last_index=0):
+    return _arg(np.argmax, data, axis, keepdims, select_last_index)
+
+
+@op("ArgMin", since=1)
+def arg_min(data, *, axis=0, keepdims=1, select_last_index=0):
+    return _arg(np.argmin, data, axis, keepdims, select_last_index)
+
+
+# ---------------------------------------------------------------------------------------------
+# CumSum / CumProd
+
+
+def _cumulative(fn: Callable, identity: int, x, axis, exclusive: int, reverse: int) -> np.ndarray:
+    axis = int(np.asarray(axis).ravel()[0])
+    axis = axis + x.ndim if axis < 0 else axis
+    xc = upcast(x)
+    if reverse:
+        xc = np.flip(xc, axis)
+    out = fn(xc, axis=axis, dtype=xc.dtype)
+    if exclusive and out.shape[axis]:
+        # shift by one along the axis, the identity in front
+        head = np.full_like(np.take(out, [0], axis=axis), identity)
+        out = np.concatenate([head, np.take(out, np.arange(out.shape[axis] - 1), axis=axis)], axis)
+    if reverse:
+        out = np.flip(out, axis)
+    return np.ascontiguousarray(out).astype(x.dtype, copy=False)
+
+
+@op("CumSum", since=11)
+def cum_sum(x, axis, *, exclusive=0, reverse=0):
+    return _cumulative(np.cumsum, 0, x, axis, exclusive, reverse)
+
+
+@op("CumProd", since=26)
+def cum_prod(x, axis, *, exclusive=0, reverse=0):
+    return _cumulative(np.cumprod, 1, x, axis, exclusive, reverse)
