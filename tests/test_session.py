@@ -39,7 +39,9 @@ def add_relu():
 
 def test_metadata_matches_onnxruntime(add_relu):
     mine, theirs = onyx.InferenceSession(add_relu), ort.InferenceSession(add_relu)
-    for a, b in zip(mine.get_inputs() + mine.get_outputs(), theirs.get_inputs() + theirs.get_outputs()):
+    for a, b in zip(
+        mine.get_inputs() + mine.get_outputs(), theirs.get_inputs() + theirs.get_outputs()
+    ):
         assert (a.name, a.type, a.shape) == (b.name, b.type, b.shape)
     assert mine.get_providers() == ["CPUExecutionProvider"]
 
@@ -107,7 +109,9 @@ def test_failing_kernel_names_node_and_shapes():
         [vi("y", TensorProto.FLOAT, None)],
     )
     sess = onyx.InferenceSession(model)
-    with pytest.raises(onyx.RuntimeFailure, match=r"'mm' \(MatMul\).*float32\[2, 3\].*float32\[4, 5\]"):
+    with pytest.raises(
+        onyx.RuntimeFailure, match=r"'mm' \(MatMul\).*float32\[2, 3\].*float32\[4, 5\]"
+    ):
         sess.run(None, {"a": np.ones((2, 3), np.float32), "b": np.ones((4, 5), np.float32)})
 
 

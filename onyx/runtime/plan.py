@@ -7,6 +7,7 @@ slots it is the last reader of (they are freed after it runs). Running is then a
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -280,7 +281,13 @@ class Plan:
         return scheduled
 
     # -- running --------------------------------------------------------------------------------
-    def run(self, inputs: list, parent: Frame | None, wanted: tuple[int, ...] | None = None):
+    def run(
+        self,
+        inputs: list,
+        parent: Frame | None,
+        wanted: tuple[int, ...] | None = None,
+        profiler=None,
+    ):
         slots = list(self.template)
         for slot, value in zip(self.input_slots, inputs):
             if value is not None or slot not in self.input_defaults:
@@ -293,6 +300,8 @@ class Plan:
         steps = self.default_schedule if wanted is None else self.schedule(wanted)
         for step in steps:
             args = [slots[i] if i >= 0 else None for i in step.ins]
+            if profiler is not None:
+                start = time.perf_counter()
             try:
                 if step.takes_ctx:
                     result = step.fn(StepContext(step, frame), *args, **step.attrs)
@@ -307,6 +316,8 @@ class Plan:
                 ) from e
             if type(result) is not tuple:
                 result = (result,)
+            if profiler is not None:
+                profiler.node(step, start, time.perf_counter(), args, result)
             for slot, value in zip(step.outs, result):
                 if slot >= 0:
                     slots[slot] = value

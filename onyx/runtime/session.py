@@ -14,6 +14,7 @@ from .. import ir
 from ..errors import FormatError, InvalidArgument
 from ..ir.dtypes import DataType, to_numpy, type_name
 from .plan import Compiler, Plan, as_array_result
+from .profiler import Profiler
 
 PROVIDERS = ["CPUExecutionProvider"]
 
@@ -140,6 +141,10 @@ class InferenceSession:
         self._input_index = {v.name: i for i, v in enumerate(graph.inputs)}
         self._slot_by_name = {v.name: s for s, v in enumerate(self._plan.values) if v.name}
         self.session_creation_seconds = time.perf_counter() - t0
+        self._profiler = None
+        if self._options.enable_profiling:
+            self._profiler = Profiler(self._options.profile_file_prefix)
+            self._profiler.span("Session", "session_initialization", t0, time.perf_counter())
 
     def _prepare(self, model: ir.Model) -> ir.Model:
         """Hook for graph optimization at session creation (per graph_optimization_level)."""
@@ -202,7 +207,12 @@ class InferenceSession:
         wanted = None
         if output_names:
             wanted = tuple(self._output_slot(n) for n in output_names)
-        results = self._plan.run(inputs, None, wanted)
+        if self._profiler is None:
+            results = self._plan.run(inputs, None, wanted)
+        else:
+            start = time.perf_counter()
+            results = self._plan.run(inputs, None, wanted, profiler=self._profiler)
+            self._profiler.span("Session", "model_run", start, time.perf_counter())
         return [as_array_result(r) for r in results]
 
     def _output_slot(self, name: str) -> int:
@@ -226,7 +236,12 @@ class InferenceSession:
         return inputs
 
     def end_profiling(self) -> str:
-        return ""
+        """Write the Chrome-trace JSON of the runs so far; return its path ('' if not profiling)."""
+        if self._profiler is None:
+            return ""
+        path = self._profiler.write()
+        self._profiler = None
+        return path
 
 
 def _check_feed(v: ir.Value, value: Any) -> Any:

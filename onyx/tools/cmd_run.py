@@ -45,7 +45,7 @@ def random_input(arg, rng: np.random.Generator):
         return rng.random(shape) < 0.5
     if elem.kind in "iu":
         return rng.integers(0, 10, size=shape).astype(elem)
-    if elem == object:
+    if elem.kind == "O":
         return np.array(rng.choice(["a", "b", "c"], size=shape), dtype=object)
     return rng.standard_normal(shape).astype(elem)
 
@@ -86,7 +86,10 @@ def main(args) -> int:
         if not sep:
             raise InvalidArgument(f"--input takes NAME=FILE.npy, got {item!r}")
         given[name] = np.load(file, allow_pickle=False)
-    feed = {i.name: given[i.name] if i.name in given else random_input(i, rng) for i in sess.get_inputs()}
+    feed = {
+        i.name: given[i.name] if i.name in given else random_input(i, rng)
+        for i in sess.get_inputs()
+    }
     unknown = set(given) - set(feed)
     if unknown:
         raise InvalidArgument(f"unknown input(s) {sorted(unknown)}; model inputs: {list(feed)}")
@@ -104,5 +107,7 @@ def main(args) -> int:
     for name, value in zip(out_names, outputs):
         print(f"  output {name}: {summarize(value)}")
     med = statistics.median(times) * 1000
-    print(f"session creation {created * 1000:.1f} ms; latency {med:.3f} ms median of {len(times)} run(s)")
+    print(
+        f"session creation {created * 1000:.1f} ms; latency {med:.3f} ms median of {len(times)} run(s)"
+    )
     return 0
