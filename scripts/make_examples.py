@@ -17,7 +17,9 @@ def main() -> None:
     rng = np.random.default_rng(0)
 
     def w(name, *shape, scale=0.3):
-        return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32), name)
+        return numpy_helper.from_array(
+            (rng.standard_normal(shape) * scale).astype(np.float32), name
+        )
 
     inits = [
         w("conv1.w", 8, 1, 3, 3),
@@ -32,11 +34,22 @@ def main() -> None:
         w("fc.b", 10),
     ]
     nodes = [
-        helper.make_node("Conv", ["image", "conv1.w", "conv1.b"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
-        helper.make_node("BatchNormalization", ["c1", "bn.scale", "bn.bias", "bn.mean", "bn.var"], ["b1"], name="bn1"),
+        helper.make_node(
+            "Conv", ["image", "conv1.w", "conv1.b"], ["c1"], pads=[1, 1, 1, 1], name="conv1"
+        ),
+        helper.make_node(
+            "BatchNormalization",
+            ["c1", "bn.scale", "bn.bias", "bn.mean", "bn.var"],
+            ["b1"],
+            name="bn1",
+        ),
         helper.make_node("Relu", ["b1"], ["r1"], name="relu1"),
-        helper.make_node("MaxPool", ["r1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2], name="pool1"),
-        helper.make_node("Conv", ["p1", "conv2.w", "conv2.b"], ["c2"], pads=[1, 1, 1, 1], name="conv2"),
+        helper.make_node(
+            "MaxPool", ["r1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2], name="pool1"
+        ),
+        helper.make_node(
+            "Conv", ["p1", "conv2.w", "conv2.b"], ["c2"], pads=[1, 1, 1, 1], name="conv2"
+        ),
         helper.make_node("Relu", ["c2"], ["r2"], name="relu2"),
         helper.make_node("GlobalAveragePool", ["r2"], ["g"], name="gap"),
         helper.make_node("Flatten", ["g"], ["f"], name="flatten"),
@@ -50,7 +63,9 @@ def main() -> None:
         [helper.make_tensor_value_info("probabilities", TensorProto.FLOAT, ["N", 10])],
         inits,
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="onyx-examples")
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="onyx-examples"
+    )
     model.ir_version = 8
     onnx.checker.check_model(model, full_check=True)
     OUT.write_bytes(model.SerializeToString())
