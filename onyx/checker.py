@@ -1,0 +1,659 @@
+"""The model checker: every rule of the ONNX standard that a model can break, all reported at once.
+
+    onyx.check(model)             # raises onyx.ValidationError listing every problem
+    onyx.check("model.onnx", full=True)   # plus strict shape/type inference
+
+Each problem names its rule, the graph and the node it was found in (``Problem``); the
+exception's ``problems`` holds them as data.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from . import defs
+from .errors import ValidationError
+from .ir import (
+    AttrType,
+    DataType,
+    Function,
+    Graph,
+    MapType,
+    Model,
+    Node,
+    OptionalType,
+    SequenceType,
+    SparseTensorType,
+    Tensor,
+    TensorType,
+    Value,
+)
+from .ir.dtypes import type_name
+from .ir.tensor import wire_size
+
+__all__ = ["MAX_IR_VERSION", "Problem", "check", "problems", "type_string"]
+
+#: The newest IR version this checker knows (onnx 1.23's IR_VERSION).
+MAX_IR_VERSION = 14
+
+# The IR version that introduced a feature (onnx/IR.md history); a model must be at least that.
+_IR_SINCE = {
+    "opset_import": 3,
+    "sparse_tensor": 6,
+    "local_functions": 8,
+    "optional_type": 8,
+    "float8": 9,
+    "int4": 10,
+    "float4": 11,
+    "float8e8m0": 12,
+    "int2": 13,
+}
+_DTYPE_FEATURE = {
+    DataType.FLOAT8E4M3FN: "float8",
+    DataType.FLOAT8E4M3FNUZ: "float8",
+    DataType.FLOAT8E5M2: "float8",
+    DataType.FLOAT8E5M2FNUZ: "float8",
+    DataType.INT4: "int4",
+    DataType.UINT4: "int4",
+    DataType.FLOAT4E2M1: "float4",
+    DataType.FLOAT8E8M0: "float8e8m0",
+    DataType.INT2: "int2",
+    DataType.UINT2: "int2",
+}
+
+
+@dataclass(frozen=True)
+class Problem:
+    rule: str  # a short identifier, e.g. "ssa", "undefined-input", "attribute-type"
+    message: str
+    graph: str = ""
+    node: str = ""
+
+    def __str__(self) -> str:
+        where = []
+        if self.graph:
+            where.append(f"graph {self.graph!r}")
+        if self.node:
+            where.append(f"node {self.node}")
+        at = f" ({', '.join(where)})" if where else ""
+        return f"[{self.rule}]{at} {self.message}"
+
+
+def type_string(t) -> str | None:
+    """The schema spelling of a value type: 'tensor(float)', 'seq(tensor(int64))', ..."""
+    if isinstance(t, TensorType):
+        return f"tensor({type_name(t.elem_type)})" if t.elem_type else None
+    if isinstance(t, SparseTensorType):
+        return f"sparse_tensor({type_name(t.elem_type)})" if t.elem_type else None
+    if isinstance(t, SequenceType):
+        inner = type_string(t.elem)
+        return f"seq({inner})" if inner else None
+    if isinstance(t, OptionalType):
+        inner = type_string(t.elem)
+        return f"optional({inner})" if inner else None
+    if isinstance(t, MapType):
+        inner = type_string(t.value)
+        if inner is None:
+            return None
+        if inner.startswith("tensor("):  # schemas write map values as bare element types
+            inner = inner[7:-1]
+        return f"map({type_name(t.key)},{inner})"
+    return None
+
+
+def _norm(type_str: str) -> str:
+    return type_str.replace(" ", "")
+
+
+def node_label(node: Node) -> str:
+    dom = f"{node.domain}::" if node.domain else ""
+    return f"{node.name!r} ({dom}{node.op_type})" if node.name else f"({dom}{node.op_type})"
+
+
+class _Checker:
+    def __init__(self, model: Model):
+        self.model = model
+        self.problems: list[Problem] = []
+        self.ir_version = model.ir_version or 0
+        self.functions = {(f.domain, f.name) for f in model.functions.values()}
+
+    def report(self, rule: str, message: str, graph: str = "", node: Node | None = None):
+        self.problems.append(Problem(rule, message, graph, node_label(node) if node else ""))
+
+    def need_ir(self, feature: str, where: str, graph: str = "", node: Node | None = None):
+        need = _IR_SINCE[feature]
+        if self.ir_version and self.ir_version < need:
+            self.report(
+                "ir-version-feature",
+                f"{where} uses {feature.replace('_', ' ')}, which needs IR version >= {need} "
+                f"(model has {self.ir_version})",
+                graph,
+                node,
+            )
+
+    # -- model --------------------------------------------------------------------------------
+    def check_model(self) -> None:
+        m = self.model
+        if not m.ir_version:
+            self.report("ir-version", "the model's ir_version is not set")
+        elif m.ir_version > MAX_IR_VERSION:
+            self.report(
+                "ir-version",
+                f"ir_version {m.ir_version} is newer than the newest known ({MAX_IR_VERSION})",
+            )
+        self.check_opsets(m.opset_imports, "model")
+        for f in m.functions.values():
+            self.check_function(f)
+        self.check_graph(m.graph, {}, m.opset_imports, top=True)
+
+    def check_opsets(self, opsets: dict[str, int], where: str) -> None:
+        if self.ir_version >= 3 and not opsets:
+            self.report("opset-import", f"{where} imports no opset (required from IR version 3)")
+        for domain, version in opsets.items():
+            if not isinstance(version, int) or version < 1:
+                self.report("opset-import", f"{where}: opset {domain!r} version {version} invalid")
+                continue
+            if not defs.is_known_domain(domain):
+                continue  # custom domains are the producer's business
+            lo, hi = defs.domains()[domain if domain != "ai.onnx" else ""]
+            if version > hi:
+                self.report(
+                    "opset-import",
+                    f"{where} imports opset {domain or 'ai.onnx'} {version}, "
+                    f"newer than the newest supported ({hi})",
+                )
+
+    # -- functions ----------------------------------------------------------------------------
+    def check_function(self, f: Function) -> None:
+        where = f"function {f.domain}::{f.name}"
+        self.need_ir("local_functions", where)
+        if not f.name:
+            self.report("function", "a local function has no name")
+        if not f.domain:
+            self.report("function", f"{where}: a local function needs a domain")
+        names = list(f.attributes) + [a.name for a in f.attribute_defaults]
+        if len(set(names)) != len(names):
+            self.report("function", f"{where}: duplicate attribute names")
+        for domain, version in f.opset_imports.items():
+            mv = self.model.opset_imports.get(domain)
+            if mv is not None and mv != version and defs.is_known_domain(domain):
+                self.report(
+                    "function-opset",
+                    f"{where} imports {domain or 'ai.onnx'} {version} but the model imports {mv}",
+                )
+        self.check_opsets(f.opset_imports, where)
+        self.check_graph(
+            f.graph, {}, f.opset_imports or self.model.opset_imports, function=f, label=where
+        )
+
+    # -- graphs -------------------------------------------------------------------------------
+    def check_graph(
+        self,
+        g: Graph,
+        outer: dict[str, Value],
+        opsets: dict[str, int],
+        *,
+        top: bool = False,
+        function: Function | None = None,
+        label: str = "",
+    ) -> None:
+        gname = label or g.name
+        if not g.name and function is None:
+            self.report("graph-name", "a graph has no name", gname)
+        scope: dict[str, Value] = {}
+
+        def define(v: Value, what: str, node: Node | None = None) -> None:
+            if not v.name:
+                if what != "output":
+                    self.report("empty-name", f"a {what} has an empty name", gname, node)
+                return
+            if v.name in scope or v.name in outer:
+                self.report(
+                    "ssa",
+                    f"{v.name!r} is defined more than once (static single assignment)",
+                    gname,
+                    node,
+                )
+            scope[v.name] = v
+
+        for v in g.inputs:
+            define(v, "graph input")
+            if top:
+                self.check_value_type(v, gname, "graph input")
+        input_names = {v.name for v in g.inputs}
+        for name, v in g.initializers.items():
+            if v.const_value is not None:
+                self.check_tensor(v.const_value, gname, f"initializer {name!r}")
+            if name in input_names:
+                continue
+            if self.ir_version and self.ir_version < 4:
+                self.report(
+                    "initializer-not-input",
+                    f"initializer {name!r} is not a graph input (required before IR version 4)",
+                    gname,
+                )
+            define(v, "initializer")
+        for sp in g.sparse_initializers:
+            self.need_ir("sparse_tensor", "a sparse initializer", gname)
+            self.check_sparse(sp, gname)
+            v = Value(_sparse_name(sp))
+            define(v, "sparse initializer")
+
+        # names defined anywhere in this graph, to tell "used before defined" from "undefined"
+        later = {v.name for n in g.nodes for v in n.outputs if v.name}
+        for node in g.nodes:
+            visible = {**outer, **scope}
+            for v in node.inputs:
+                if v is None:
+                    continue
+                if not v.name:
+                    self.report("empty-name", "an input has an empty name", gname, node)
+                elif v.name not in visible:
+                    if v.name in later:
+                        self.report(
+                            "topological-order",
+                            f"input {v.name!r} is used before the node producing it",
+                            gname,
+                            node,
+                        )
+                    else:
+                        self.report(
+                            "undefined-input", f"input {v.name!r} is not defined", gname, node
+                        )
+            self.check_node(node, gname, {**outer, **scope}, opsets, function)
+            for v in node.outputs:
+                define(v, "output", node)
+
+        for v in g.outputs:
+            if not v.name:
+                self.report("empty-name", "a graph output has an empty name", gname)
+            elif v.name not in scope and v.name not in outer:
+                self.report("graph-output", f"graph output {v.name!r} is never produced", gname)
+            if top:
+                self.check_value_type(v, gname, "graph output")
+        for v in g.value_info:
+            if not v.name:
+                self.report("empty-name", "a value_info entry has an empty name", gname)
+            if v.type is None:
+                self.report("value-type", f"value_info {v.name!r} has no type", gname)
+            else:
+                self.check_type_features(v.type, gname, f"value_info {v.name!r}")
+
+    def check_value_type(self, v: Value, gname: str, what: str) -> None:
+        if v.type is None:
+            self.report("value-type", f"{what} {v.name!r} has no type", gname)
+            return
+        self.check_type_features(v.type, gname, f"{what} {v.name!r}")
+
+    def check_type_features(self, t, gname: str, what: str) -> None:
+        if isinstance(t, TensorType | SparseTensorType):
+            if t.elem_type == DataType.UNDEFINED:
+                self.report("value-type", f"{what} has no element type", gname)
+            feature = _DTYPE_FEATURE.get(t.elem_type)
+            if feature:
+                self.need_ir(feature, what, gname)
+            if isinstance(t, SparseTensorType):
+                self.need_ir("sparse_tensor", what, gname)
+        elif isinstance(t, SequenceType | OptionalType):
+            if isinstance(t, OptionalType):
+                self.need_ir("optional_type", what, gname)
+            if t.elem is not None:
+                self.check_type_features(t.elem, gname, what)
+        elif isinstance(t, MapType) and t.value is not None:
+            self.check_type_features(t.value, gname, what)
+
+    # -- tensors ------------------------------------------------------------------------------
+    def check_tensor(self, t: Tensor, gname: str, what: str) -> None:
+        if t.dtype == DataType.UNDEFINED:
+            self.report("tensor-type", f"{what} has no data type", gname)
+            return
+        if any(d < 0 for d in t.shape):
+            self.report("tensor-dims", f"{what} has negative dims {list(t.shape)}", gname)
+            return
+        feature = _DTYPE_FEATURE.get(t.dtype)
+        if feature:
+            self.need_ir(feature, what, gname)
+        if t.external is not None:
+            self.check_external(t, gname, what)
+            return
+        raw = getattr(t, "_raw", None)
+        if raw is not None and t.dtype != DataType.STRING:
+            got = len(memoryview(raw).cast("B"))
+            want = wire_size(t.dtype, t.shape)
+            if got != want:
+                self.report(
+                    "tensor-data-size",
+                    f"{what}: {got} bytes of data for {t.dtype.name}{list(t.shape)} (needs {want})",
+                    gname,
+                )
+        elif getattr(t, "_array", None) is not None:
+            if t._array.size != t.size:
+                self.report(
+                    "tensor-data-size",
+                    f"{what}: {t._array.size} values for dims {list(t.shape)}",
+                    gname,
+                )
+
+    def check_external(self, t: Tensor, gname: str, what: str) -> None:
+        ext = t.external
+        location = ext.get("location") if isinstance(ext, dict) else getattr(ext, "location", None)
+        if not location:
+            self.report("external-data", f"{what}: external data without a location", gname)
+            return
+        if os.path.isabs(location) or location.startswith(("/", "\\")):
+            self.report("external-data", f"{what}: location {location!r} is absolute", gname)
+            return
+        norm = os.path.normpath(location)
+        if norm == ".." or norm.startswith(".." + os.sep) or norm.startswith("../"):
+            self.report(
+                "external-data", f"{what}: location {location!r} leaves the model folder", gname
+            )
+            return
+        base = self.model.base_dir
+        if base is not None:
+            path = os.path.join(base, norm)
+            real_base = os.path.realpath(base)
+            if not os.path.realpath(path).startswith(real_base + os.sep):
+                self.report(
+                    "external-data", f"{what}: location {location!r} leaves the model folder", gname
+                )
+            elif not os.path.isfile(path):
+                self.report("external-data", f"{what}: file {location!r} does not exist", gname)
+
+    def check_sparse(self, sp, gname: str, what: str = "") -> None:
+        what = what or f"sparse tensor {_sparse_name(sp)!r}"
+        values = getattr(sp, "values", None)
+        indices = getattr(sp, "indices", None)
+        dims = tuple(getattr(sp, "dims", ()) or ())
+        if values is None:
+            self.report("sparse-tensor", f"{what} has no values", gname)
+            return
+        self.check_tensor(values, gname, what + " values")
+        if len(values.shape) != 1:
+            self.report("sparse-tensor", f"{what}: values must be 1-D", gname)
+            return
+        nnz = values.shape[0]
+        if any(d <= 0 for d in dims) or not dims:
+            self.report("sparse-tensor", f"{what}: dims {list(dims)} must be positive", gname)
+            return
+        if indices is None:
+            if nnz:
+                self.report("sparse-tensor", f"{what} has values but no indices", gname)
+            return
+        idx = indices.numpy()
+        import numpy as np
+
+        if idx.dtype != np.int64:
+            self.report("sparse-tensor", f"{what}: indices must be int64", gname)
+            return
+        size = int(np.prod(dims))
+        if idx.ndim == 1:
+            if idx.shape[0] != nnz:
+                self.report("sparse-tensor", f"{what}: {idx.shape[0]} indices, {nnz} values", gname)
+            elif nnz and (idx.min() < 0 or idx.max() >= size):
+                self.report("sparse-tensor", f"{what}: an index is out of range", gname)
+            elif nnz > 1 and np.any(np.diff(idx) <= 0):
+                self.report("sparse-tensor", f"{what}: indices are not strictly increasing", gname)
+        elif idx.ndim == 2:
+            if idx.shape != (nnz, len(dims)):
+                self.report(
+                    "sparse-tensor",
+                    f"{what}: indices shape {list(idx.shape)} must be [{nnz}, {len(dims)}]",
+                    gname,
+                )
+            elif nnz and (np.any(idx < 0) or np.any(idx >= np.array(dims))):
+                self.report("sparse-tensor", f"{what}: an index is out of range", gname)
+            elif nnz > 1 and np.any(np.diff(np.ravel_multi_index(idx.T, dims)) <= 0):
+                self.report("sparse-tensor", f"{what}: indices are not in increasing order", gname)
+        else:
+            self.report("sparse-tensor", f"{what}: indices must be 1-D or 2-D", gname)
+
+    # -- nodes --------------------------------------------------------------------------------
+    def check_node(
+        self,
+        node: Node,
+        gname: str,
+        visible: dict[str, Value],
+        opsets: dict[str, int],
+        function: Function | None,
+    ) -> None:
+        if not node.op_type:
+            self.report("node", "a node has no op_type", gname, node)
+            return
+        if not node.inputs and not node.outputs:
+            self.report("node", "a node has neither inputs nor outputs", gname, node)
+        for a in node.attributes.values():
+            self.check_attribute(a, node, gname, visible, opsets, function)
+        domain = "" if node.domain == "ai.onnx" else node.domain
+        if (domain, node.op_type) in self.functions:
+            self.check_call(node, gname)
+            return
+        version = opsets.get(domain)
+        if version is None and domain == "":
+            version = opsets.get("ai.onnx")
+        if version is None:
+            self.report(
+                "opset-import",
+                f"no opset imported for domain {domain or 'ai.onnx'!r}",
+                gname,
+                node,
+            )
+            return
+        if not defs.is_known_domain(domain):
+            return  # a custom operator: nothing in the standard to check it against
+        schema = defs.get_schema(node.op_type, version, domain)
+        if schema is None:
+            self.report(
+                "unknown-op",
+                f"no operator {node.op_type} in {domain or 'ai.onnx'} opset {version}",
+                gname,
+                node,
+            )
+            return
+        if schema.deprecated:
+            self.report(
+                "deprecated-op",
+                f"{node.op_type} is deprecated at {domain or 'ai.onnx'} opset {version}",
+                gname,
+                node,
+            )
+            return
+        self.check_against_schema(node, schema, gname, function)
+
+    def check_call(self, node: Node, gname: str) -> None:
+        domain = "" if node.domain == "ai.onnx" else node.domain
+        f = next(
+            f for f in self.model.functions.values() if (f.domain, f.name) == (domain, node.op_type)
+        )
+        if len(node.inputs) > len(f.graph.inputs):
+            self.report(
+                "input-count",
+                f"{len(node.inputs)} inputs, function takes at most {len(f.graph.inputs)}",
+                gname,
+                node,
+            )
+        if len(node.outputs) > len(f.graph.outputs):
+            self.report(
+                "output-count",
+                f"{len(node.outputs)} outputs, function has {len(f.graph.outputs)}",
+                gname,
+                node,
+            )
+        known = set(f.attributes) | {a.name for a in f.attribute_defaults}
+        for name in node.attributes:
+            if name not in known:
+                self.report("attribute-name", f"function has no attribute {name!r}", gname, node)
+
+    def check_against_schema(self, node: Node, schema, gname: str, function) -> None:
+        n_in, n_out = len(node.inputs), len(node.outputs)
+        while n_out and not node.outputs[n_out - 1].name:
+            n_out -= 1  # trailing omitted outputs do not count
+        if not schema.min_input <= n_in <= schema.max_input:
+            self.report(
+                "input-count",
+                f"{n_in} inputs, {node.op_type}-{schema.since_version} takes "
+                f"{_range(schema.min_input, schema.max_input)}",
+                gname,
+                node,
+            )
+        if not schema.min_output <= n_out <= schema.max_output:
+            self.report(
+                "output-count",
+                f"{n_out} outputs, {node.op_type}-{schema.since_version} has "
+                f"{_range(schema.min_output, schema.max_output)}",
+                gname,
+                node,
+            )
+        for i, p in enumerate(schema.inputs):
+            if p.option == "single" and i < n_in and node.inputs[i] is None:
+                self.report("missing-input", f"required input {p.name!r} is missing", gname, node)
+        for i, p in enumerate(schema.outputs):
+            if p.option == "single" and i < n_out and not node.outputs[i].name:
+                self.report("missing-output", f"required output {p.name!r} is missing", gname, node)
+        # attributes
+        for name, a in node.attributes.items():
+            spec = schema.attributes.get(name)
+            if spec is None:
+                self.report(
+                    "attribute-name",
+                    f"{node.op_type}-{schema.since_version} has no attribute {name!r}",
+                    gname,
+                    node,
+                )
+            elif spec.type != AttrType.UNDEFINED and a.type != spec.type:
+                self.report(
+                    "attribute-type",
+                    f"attribute {name!r} is {a.type.name}, the schema says {spec.type.name}",
+                    gname,
+                    node,
+                )
+        for name in schema.required_attributes:
+            if name not in node.attributes:
+                self.report(
+                    "attribute-required", f"required attribute {name!r} is missing", gname, node
+                )
+        self.check_types(node, schema, gname)
+
+    def check_types(self, node: Node, schema, gname: str) -> None:
+        """Known value types must be allowed by the constraints, and agree per type parameter."""
+        bound: dict[str, str] = {}
+
+        def visit(params, values, what: str) -> None:
+            for i, v in enumerate(values):
+                if v is None or v.type is None or not v.name:
+                    continue
+                if not params:
+                    return
+                p = params[min(i, len(params) - 1)]
+                if i >= len(params) and not p.is_variadic:
+                    return
+                ts = type_string(v.type)
+                if ts is None:
+                    continue
+                allowed = schema.allowed_types(p.type_str)
+                if allowed is not None and _norm(ts) not in {_norm(x) for x in allowed}:
+                    self.report(
+                        "type-constraint",
+                        f"{what} {v.name!r} is {ts}, not allowed for {p.name!r} ({p.type_str})",
+                        gname,
+                        node,
+                    )
+                    continue
+                if p.type_str in schema.type_constraints and (p.homogeneous or not p.is_variadic):
+                    prev = bound.setdefault(p.type_str, ts)
+                    if prev != ts:
+                        self.report(
+                            "type-mismatch",
+                            f"{what} {v.name!r} is {ts} but {p.type_str} is bound to {prev}",
+                            gname,
+                            node,
+                        )
+
+        visit(schema.inputs, node.inputs, "input")
+        visit(schema.outputs, node.outputs, "output")
+
+    def check_attribute(self, a, node: Node, gname: str, visible, opsets, function) -> None:
+        if not a.name:
+            self.report("attribute-name", "an attribute has no name", gname, node)
+        if a.is_ref:
+            if function is None:
+                self.report(
+                    "attribute-ref",
+                    f"attribute {a.name!r} refers to {a.ref_attr_name!r} outside a function",
+                    gname,
+                    node,
+                )
+            return
+        if a.type == AttrType.UNDEFINED:
+            self.report("attribute-type", f"attribute {a.name!r} has no type", gname, node)
+            return
+        if a.type in (AttrType.SPARSE_TENSOR, AttrType.SPARSE_TENSORS):
+            self.need_ir("sparse_tensor", f"attribute {a.name!r}", gname, node)
+            for sp in a.value if a.type == AttrType.SPARSE_TENSORS else [a.value]:
+                if sp is not None and hasattr(sp, "values"):
+                    self.check_sparse(sp, gname, f"attribute {a.name!r}")
+        if a.type == AttrType.TENSOR and isinstance(a.value, Tensor):
+            self.check_tensor(a.value, gname, f"attribute {a.name!r}")
+        if a.type in (AttrType.GRAPH, AttrType.GRAPHS):
+            graphs = a.value if a.type == AttrType.GRAPHS else [a.value]
+            for sub in graphs or []:
+                if sub is None:
+                    self.report(
+                        "attribute-value", f"graph attribute {a.name!r} is empty", gname, node
+                    )
+                    continue
+                self.check_graph(sub, visible, opsets, function=function, label=sub.name or a.name)
+
+
+def _sparse_name(sp) -> str:
+    values = getattr(sp, "values", None)
+    return getattr(sp, "name", "") or getattr(values, "name", "") or ""
+
+
+def _range(lo: int, hi: int) -> str:
+    if lo == hi:
+        return str(lo)
+    return f"{lo} or more" if hi >= 2**31 - 1 else f"{lo} to {hi}"
+
+
+def _load(model) -> Model:
+    if isinstance(model, Model):
+        return model
+    if isinstance(model, str | os.PathLike):
+        from .serde import load
+
+        return load(model)
+    if isinstance(model, bytes | bytearray | memoryview):
+        from .serde import loads
+
+        return loads(bytes(model))
+    raise TypeError(f"cannot check a {type(model).__name__}")
+
+
+def problems(model, full: bool = False) -> list[Problem]:
+    """Every problem of a model (an empty list when it is valid)."""
+    m = _load(model)
+    c = _Checker(m)
+    c.check_model()
+    if full and not c.problems:
+        from .inference import infer_shapes
+
+        try:
+            infer_shapes(m, strict=True)
+        except ValidationError as e:
+            c.problems.extend(
+                p if isinstance(p, Problem) else Problem("inference", str(p)) for p in e.problems
+            )
+    return c.problems
+
+
+def check(model, full: bool = False) -> None:
+    """Validate a model (an ir.Model, a path or serialized bytes).
+
+    Raises ``ValidationError`` listing every problem found. ``full=True`` also runs strict
+    shape and type inference, so that inconsistent shapes and types are reported as well.
+    """
+    found = problems(model, full)
+    if found:
+        raise ValidationError(found)
