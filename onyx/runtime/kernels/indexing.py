@@ -1,0 +1,329 @@
+"""Indexing: Slice, Gather*, Scatter*, TensorScatter, OneHot, NonZero, TopK, Unique, Compress,
+ReverseSequence, Pad."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..registry import op
+
+
+def _ints(x) -> list[int]:
+    return [int(v) for v in np.asarray(x).reshape(-1)]
+
+
+def _axis(axis: int, rank: int) -> int:
+    if not -rank <= axis < rank:
+        raise ValueError(f"axis {axis} out of range for rank {rank}")
+    return axis % rank
+
+
+def _wrap(indices: np.ndarray, dim: int) -> np.ndarray:
+    """Negative indices count from the back; anything left out of [0, dim) is an error."""
+    indices = np.where(indices < 0, indices + dim, indices)
+    if indices.size and (indices.min() < 0 or indices.max() >= dim):
+        raise IndexError(f"index out of bounds for a dimension of size {dim}")
+    return indices
+
+
+def _along(axis: int, n: int, rank: int) -> np.ndarray:
+    """arange(n) shaped to broadcast along ``axis`` of a rank-``rank`` array."""
+    return np.arange(n).reshape([n if d == axis else 1 for d in range(rank)])
+
+
+def _sort_key(x: np.ndarray) -> np.ndarray:
+    # ml_dtypes (bfloat16, float8, int4, ...) sort through float32, which holds them exactly
+    return x.astype(np.float32) if x.dtype.kind == "V" else x
+
+
+# --- Slice ---------------------------------------------------------------------------------------
+
+
+def _slice(data: np.ndarray, starts, ends, axes=None, steps=None) -> np.ndarray:
+    starts, ends = _ints(starts), _ints(ends)
+    axes = list(range(len(starts))) if axes is None else _ints(axes)
+    steps = [1] * len(starts) if steps is None else _ints(steps)
+    index = [slice(None)] * data.ndim
+    for start, end, axis, step in zip(starts, ends, axes, steps):
+        axis = _axis(axis, data.ndim)
+        dim = data.shape[axis]
+        if step == 0:
+            raise ValueError("Slice: step cannot be 0")
+        start += dim if start < 0 else 0
+        end += dim if end < 0 else 0
+        # the spec's clamping; an end of -1 with a negative step means "past the first element"
+        if step > 0:
+            start, end = min(max(start, 0), dim), min(max(end, 0), dim)
+        else:
+            start, end = min(max(start, 0), dim - 1), min(max(end, -1), dim - 1)
+        index[axis] = slice(start, end if end >= 0 else None, step)
+    return data[tuple(index)]
+
+
+@op("Slice", since=1)
+def slice_1(data, *, starts, ends, axes=None):
+    return _slice(data, starts, ends, axes)
+
+
+@op("Slice", since=10)
+def slice_(data, starts, ends, axes=None, steps=None):
+    return _slice(data, starts, ends, axes, steps)
+
+
+# --- Gather --------------------------------------------------------------------------------------
+
+
+@op("Gather", since=1)
+def gather(data, indices, *, axis=0):
+    axis = _axis(axis, data.ndim)
+    return np.take(data, _wrap(np.asarray(indices), data.shape[axis]), axis=axis)
+
+
+@op("GatherElements", since=11)
+def gather_elements(data, indices, *, axis=0):
+    axis = _axis(axis, data.ndim)
+    return np.take_along_axis(data, _wrap(indices, data.shape[axis]), axis=axis)
+
+
+@op("GatherND", since=11)
+def gather_nd(data, indices, *, batch_dims=0):
+    k = indices.shape[-1]
+    batch_shape = data.shape[:batch_dims]
+    nb = int(np.prod(batch_shape, dtype=np.int64))
+    # flatten the batch dims: data (B, d...), indices (B, Q, k)
+    flat = data.reshape((nb,) + data.shape[batch_dims:])
+    idx = indices.reshape(nb, -1, k)
+    q = idx.shape[1]
+    where = [np.broadcast_to(np.arange(nb)[:, None], (nb, q))]
+    where += [_wrap(idx[..., j], flat.shape[1 + j]) for j in range(k)]
+    gathered = flat[tuple(where)]  # (B, Q, rest...)
+    return gathered.reshape(batch_shape + indices.shape[batch_dims:-1] + flat.shape[1 + k :])
+
+
+# --- Scatter -------------------------------------------------------------------------------------
+
+_REDUCTIONS = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
+
+
+def _scatter(data: np.ndarray, where: tuple, updates: np.ndarray, reduction: str) -> np.ndarray:
+    out = data.copy()
+    if reduction == "none":
+        out[where] = updates  # duplicate indices are undefined by the spec; the last one wins
+    elif reduction in _REDUCTIONS:
+        _REDUCTIONS[reduction].at(out, where, updates)  # unbuffered: duplicates all apply
+    else:
+        raise ValueError(f"unknown reduction {reduction!r}")
+    return out
+
+
+def _scatter_elements(data, indices, updates, axis: int, reduction: str) -> np.ndarray:
+    axis = _axis(axis, data.ndim)
+    where = tuple(
+        _wrap(indices, data.shape[axis]) if d == axis else _along(d, n, indices.ndim)
+        for d, n in enumerate(indices.shape)
+    )
+    return _scatter(data, where, updates, reduction)
+
+
+@op("Scatter", since=9)
+def scatter(data, indices, updates, *, axis=0):
+    return _scatter_elements(data, indices, updates, axis, "none")
+
+
+@op("ScatterElements", since=11)
+def scatter_elements(data, indices, updates, *, axis=0, reduction="none"):
+    return _scatter_elements(data, indices, updates, axis, reduction)
+
+
+@op("ScatterND", since=11)
+def scatter_nd(data, indices, updates, *, reduction="none"):
+    k = indices.shape[-1]
+    where = tuple(_wrap(indices[..., j], data.shape[j]) for j in range(k))
+    return _scatter(data, where, updates, reduction)
+
+
+@op("TensorScatter", since=24)
+def tensor_scatter(past_cache, update, write_indices=None, *, mode="linear", axis=-2):
+    axis = _axis(axis, past_cache.ndim)
+    if axis == 0:
+        raise ValueError("TensorScatter: axis cannot be the batch axis")
+    batch, max_len, seq_len = past_cache.shape[0], past_cache.shape[axis], update.shape[axis]
+    start = np.zeros(batch, np.int64) if write_indices is None else write_indices.astype(np.int64)
+    pos = start[:, None] + np.arange(seq_len)[None, :]  # (batch, seq_len) cache positions
+    if mode == "circular":
+        pos %= max_len
+    elif mode != "linear":
+        raise ValueError(f"TensorScatter: unknown mode {mode!r}")
+    if pos.size and (pos.min() < 0 or pos.max() >= max_len):
+        raise IndexError("TensorScatter: write past the end of the cache")
+    out = past_cache.copy()
+    # with the sequence axis moved next to the batch axis, one fancy assignment writes all
+    view = np.moveaxis(out, axis, 1)
+    view[np.arange(batch)[:, None], pos] = np.moveaxis(update, axis, 1)
+    return out
+
+
+# --- OneHot / NonZero ----------------------------------------------------------------------------
+
+
+def _one_hot(indices, depth, values, axis: int, negative: bool) -> np.ndarray:
+    depth = int(np.asarray(depth).reshape(-1)[0])
+    idx = np.asarray(indices).astype(np.int64)  # non-integer indices are cast to int64
+    if negative:
+        idx = np.where(idx < 0, idx + depth, idx)
+    rank = idx.ndim + 1
+    axis = _axis(axis, rank)
+    # out-of-range indices match no class and give an all-off slice
+    hot = np.expand_dims(idx, axis) == _along(axis, depth, rank)
+    values = np.asarray(values).reshape(-1)
+    return np.where(hot, values[1], values[0]).astype(values.dtype)
+
+
+@op("OneHot", since=9)
+def one_hot_9(indices, depth, values, *, axis=-1):
+    return _one_hot(indices, depth, values, axis, negative=False)
+
+
+@op("OneHot", since=11)
+def one_hot(indices, depth, values, *, axis=-1):
+    return _one_hot(indices, depth, values, axis, negative=True)
+
+
+@op("NonZero", since=9)
+def non_zero(X):
+    # a scalar is taken as a 1-element vector, as onnxruntime does
+    x = X.reshape(1) if X.ndim == 0 else X
+    nz = np.nonzero(x != np.zeros((), x.dtype) if x.dtype.kind == "V" else x)
+    return np.array(nz, dtype=np.int64).reshape(x.ndim, -1)
+
+
+# --- TopK / Unique -------------------------------------------------------------------------------
+
+
+def _top_k(x: np.ndarray, k: int, axis: int, largest: int) -> tuple[np.ndarray, np.ndarray]:
+    axis = _axis(axis, x.ndim)
+    n = x.shape[axis]
+    if not 0 <= k <= n:
+        raise ValueError(f"TopK: k={k} out of range for a dimension of size {n}")
+    key = _sort_key(x)
+    if largest:
+        # ties go to the lower index: a stable ascending sort of the reversed axis, read backwards,
+        # orders by (value descending, index ascending)
+        order = n - 1 - np.flip(np.argsort(np.flip(key, axis), axis=axis, kind="stable"), axis)
+    else:
+        order = np.argsort(key, axis=axis, kind="stable")
+    indices = np.take(order, np.arange(k), axis=axis)
+    return np.take_along_axis(x, indices, axis=axis), indices.astype(np.int64)
+
+
+@op("TopK", since=1)
+def top_k_1(X, *, k, axis=-1):
+    return _top_k(X, k, axis, 1)
+
+
+@op("TopK", since=10)
+def top_k(X, K, *, axis=-1, largest=1, sorted=1):
+    # 'sorted'=0 leaves the order unspecified; the sorted order is as good as any
+    return _top_k(X, int(np.asarray(K).reshape(-1)[0]), axis, largest)
+
+
+@op("Unique", since=11)
+def unique(X, *, axis=None, sorted=1):
+    if axis is None:
+        rows = X.reshape(-1, 1)
+    else:
+        axis = _axis(axis, X.ndim)
+        rows = np.moveaxis(X, axis, 0).reshape(X.shape[axis], -1)
+    n = rows.shape[0]
+    # a stable lexicographic sort puts equal rows together, first occurrence first
+    key = _sort_key(rows)
+    order = np.lexsort(key.T[::-1]) if key.shape[1] else np.arange(n)
+    ordered = rows[order]
+    starts = np.ones(n, dtype=bool)
+    starts[1:] = np.any(ordered[1:] != ordered[:-1], axis=1)
+    group = np.cumsum(starts) - 1  # unique id of each sorted row
+    first = order[starts]  # first occurrence of each unique row, in sorted order
+    counts = np.diff(np.append(np.flatnonzero(starts), n))
+    inverse = np.empty(n, dtype=np.int64)
+    inverse[order] = group
+    if not sorted:  # renumber the unique rows by first occurrence
+        by_first = np.argsort(first, kind="stable")
+        renumber = np.empty_like(by_first)
+        renumber[by_first] = np.arange(len(by_first))
+        first, counts, inverse = first[by_first], counts[by_first], renumber[inverse]
+    if axis is None:
+        y = X.reshape(-1)[first]
+    else:
+        y = np.take(X, first, axis=axis)
+    as64 = np.int64
+    return y, first.astype(as64), inverse.astype(as64), counts.astype(as64)
+
+
+# --- Compress / ReverseSequence ------------------------------------------------------------------
+
+
+@op("Compress", since=9)
+def compress(input, condition, *, axis=None):
+    cond = np.asarray(condition, dtype=bool).reshape(-1)
+    if axis is None:
+        return np.compress(cond, input.reshape(-1))
+    return np.compress(cond, input, axis=_axis(axis, input.ndim))
+
+
+@op("ReverseSequence", since=10)
+def reverse_sequence(input, sequence_lens, *, batch_axis=1, time_axis=0):
+    rank = input.ndim
+    t = _along(time_axis, input.shape[time_axis], rank)
+    lens = np.asarray(sequence_lens, dtype=np.int64).reshape(
+        [input.shape[batch_axis] if d == batch_axis else 1 for d in range(rank)]
+    )
+    # the first lens[b] steps are read backwards, the rest stay in place
+    source = np.where(t < lens, lens - 1 - t, t)
+    return np.take_along_axis(input, np.broadcast_to(source, input.shape), axis=time_axis)
+
+
+# --- Pad -----------------------------------------------------------------------------------------
+
+_NUMPY_PAD_MODES = {"reflect": "reflect", "edge": "edge", "wrap": "wrap"}
+
+
+def _pad(data: np.ndarray, pads, mode: str, value, axes=None) -> np.ndarray:
+    rank = data.ndim
+    pads = _ints(pads)
+    axes = list(range(rank)) if axes is None else [_axis(a, rank) for a in _ints(axes)]
+    if len(pads) != 2 * len(axes):
+        raise ValueError(f"Pad: {len(pads)} pads for {len(axes)} axes")
+    begin, end = [0] * rank, [0] * rank
+    for i, a in enumerate(axes):
+        begin[a], end[a] = pads[i], pads[i + len(axes)]
+    # negative pads remove elements; crop first, then pad with the positive amounts
+    data = data[
+        tuple(slice(max(-b, 0), n + e if e < 0 else n) for b, e, n in zip(begin, end, data.shape))
+    ]
+    widths = [(max(b, 0), max(e, 0)) for b, e in zip(begin, end)]
+    if mode == "constant":
+        if value is None:
+            value = "" if data.dtype == object else 0
+        shape = [n + b + e for n, (b, e) in zip(data.shape, widths)]
+        out = np.full(shape, value, dtype=data.dtype)
+        out[tuple(slice(b, b + n) for n, (b, _) in zip(data.shape, widths))] = data
+        return out
+    if mode not in _NUMPY_PAD_MODES:
+        raise ValueError(f"Pad: unknown mode {mode!r}")
+    return np.pad(data, widths, mode=_NUMPY_PAD_MODES[mode])
+
+
+@op("Pad", since=1)
+def pad_1(data, *, paddings, mode="constant", value=0.0):
+    return _pad(data, paddings, mode, value)
+
+
+@op("Pad", since=2)
+def pad_2(data, *, pads, mode="constant", value=0.0):
+    return _pad(data, pads, mode, value)
+
+
+@op("Pad", since=11)
+def pad(data, pads, constant_value=None, axes=None, *, mode="constant"):
+    value = None if constant_value is None else np.asarray(constant_value).reshape(-1)[0]
+    return _pad(data, pads, mode, value, axes)
