@@ -1,0 +1,83 @@
+"""Helpers shared by the ai.onnx.ml kernels: score post-transforms and class labels."""
+
+from __future__ import annotations
+
+import numpy as np
+
+#: post_transform names, in the order of TreeEnsemble's integer encoding.
+POST_TRANSFORMS = ("NONE", "SOFTMAX", "LOGISTIC", "SOFTMAX_ZERO", "PROBIT")
+
+
+def logistic(x: np.ndarray) -> np.ndarray:
+    # 1 / (1 + exp(-|x|)) never overflows; mirror it for negative x.
+    v = 1.0 / (1.0 + np.exp(-np.abs(x)))
+    return np.where(x < 0, 1.0 - v, v)
+
+
+def softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def softmax_zero(x: np.ndarray) -> np.ndarray:
+    """Softmax over the non-zero scores only; zero scores stay zero.
+
+    onnxruntime treats |x| <= 1e-7 as zero; the maximum is still taken over every score.
+    """
+    nonzero = np.abs(x) > 1e-7
+    e = np.where(nonzero, np.exp(x - x.max(axis=-1, keepdims=True)), 0.0)
+    total = e.sum(axis=-1, keepdims=True)
+    return np.divide(e, total, out=np.zeros_like(e), where=total != 0)
+
+
+def probit(x: np.ndarray) -> np.ndarray:
+    """sqrt(2) * erfinv(2x - 1), the inverse of the standard normal CDF.
+
+    The spec names PROBIT without a formula; onnxruntime (and onnx's reference) evaluate erfinv
+    with Winitzki's closed-form approximation in float32, so we do the same to match them.
+    """
+    y = (2.0 * np.asarray(x, dtype=np.float32) - 1.0).astype(np.float32)
+    sign = np.where(y < 0, np.float32(-1), np.float32(1))
+    t = (1 - y) * (1 + y)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log = np.log(t)
+        v = np.float32(2 / (3.14159 * 0.147)) + np.float32(0.5) * log
+        v2 = np.float32(1 / 0.147) * log
+        erfinv = sign * np.sqrt(-v + np.sqrt(v * v - v2))
+    return np.float32(np.sqrt(2.0)) * erfinv
+
+
+TRANSFORMS = {
+    "NONE": lambda x: x,
+    "SOFTMAX": softmax,
+    "LOGISTIC": logistic,
+    "SOFTMAX_ZERO": softmax_zero,
+    "PROBIT": probit,
+}
+
+
+def post_transform(scores: np.ndarray, name: str | int) -> np.ndarray:
+    """Apply a post_transform (given by name, or by TreeEnsemble's integer code) along the last axis."""
+    if not isinstance(name, str):
+        name = POST_TRANSFORMS[int(name)]
+    try:
+        return TRANSFORMS[name](scores)
+    except KeyError:
+        raise ValueError(f"unknown post_transform {name!r}") from None
+
+
+def class_labels(ints: list[int] | None, strings: list[str] | None) -> np.ndarray:
+    """The classlabels_* attribute as an int64 or object (str) array."""
+    if strings:
+        return np.array(strings, dtype=object)
+    return np.asarray(ints if ints is not None else [], dtype=np.int64)
+
+
+def as_2d(x: np.ndarray) -> np.ndarray:
+    """[C] -> [1, C]; [N, ...] -> [N, F] (the ml ops read a batch of feature rows)."""
+    x = np.asarray(x)
+    if x.ndim == 0:
+        return x.reshape(1, 1)
+    if x.ndim == 1:
+        return x.reshape(1, -1)
+    return x.reshape(x.shape[0], -1)

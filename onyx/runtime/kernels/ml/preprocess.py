@@ -1,0 +1,271 @@
+"""ai.onnx.ml preprocessing: scaling, encoders, lookups, and conversions between maps and tensors."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...registry import op
+from ._common import as_2d
+
+ML = "ai.onnx.ml"
+
+
+def _is_string(x: np.ndarray) -> bool:
+    return x.dtype == object or x.dtype.kind in "US"
+
+
+def _lookup(keys, values, default, x: np.ndarray) -> np.ndarray:
+    """Map each element of x through keys -> values (the last of repeated keys wins), else default.
+
+    Vectorized with a sorted key table; float NaN keys match any NaN.
+    """
+    keys, values = np.asarray(keys), np.asarray(values)
+    string = _is_string(keys) or _is_string(x)
+    if string:
+        keys, x = keys.astype(str), np.asarray(x).astype(str)
+    out_dtype = object if _is_string(values) else values.dtype
+    if keys.size == 0:
+        return np.full(x.shape, default, dtype=out_dtype)
+    # np.unique keeps the first occurrence: run it on the reversed keys to keep the last.
+    unique, first_of_reversed = np.unique(keys[::-1], return_index=True)
+    table = values[::-1][first_of_reversed]
+    pos = np.minimum(np.searchsorted(unique, x), unique.size - 1)
+    found = unique[pos] == x
+    out = np.where(found, table[pos], np.asarray(default, dtype=out_dtype))
+    if not string and keys.dtype.kind == "f" and np.isnan(unique[-1]):
+        out = np.where(np.isnan(x), table[-1], out)
+    return out.astype(out_dtype, copy=False)
+
+
+@op("Scaler", since=1, domain=ML)
+def scaler(x, *, scale=None, offset=None):
+    # onnxruntime computes in float: (float(x) - offset) * scale.
+    x = x.astype(np.float32)
+    offset = np.asarray(offset if offset else [0.0], np.float32)
+    scale = np.asarray(scale if scale else [1.0], np.float32)
+    return ((x - offset) * scale).astype(np.float32)
+
+
+def _divide_rows(x: np.ndarray, divisor: np.ndarray) -> np.ndarray:
+    # "if the divisor is zero, Y == X"
+    return np.divide(x, divisor, out=x.copy(), where=divisor != 0)
+
+
+NORMS = {
+    "MAX": lambda x: _divide_rows(x, x.max(axis=-1, keepdims=True)),
+    "L1": lambda x: _divide_rows(x, np.abs(x).sum(axis=-1, keepdims=True)),
+    # onnxruntime keeps the sign (x / ||x||), which is what scikit-learn's Normalizer does.
+    "L2": lambda x: _divide_rows(x, np.sqrt((x * x).sum(axis=-1, keepdims=True))),
+}
+
+
+@op("Normalizer", since=1, domain=ML)
+def normalizer(x, *, norm="MAX"):
+    if norm not in NORMS:
+        raise ValueError(f"Normalizer: unknown norm {norm!r}")
+    return NORMS[norm](x.astype(np.float32)).astype(np.float32)
+
+
+@op("Binarizer", since=1, domain=ML)
+def binarizer(x, *, threshold=0.0):
+    return (x > np.asarray(threshold).astype(x.dtype)).astype(x.dtype)
+
+
+@op("Imputer", since=1, domain=ML)
+def imputer(
+    x,
+    *,
+    replaced_value_int64=0,
+    imputed_value_int64s=None,
+    replaced_value_float=0.0,
+    imputed_value_floats=None,
+):
+    if x.dtype.kind == "f":
+        imputed = np.asarray(imputed_value_floats or [], np.float32)
+        replaced = np.float32(replaced_value_float)
+        hit = np.isnan(x) if np.isnan(replaced) else x == replaced
+    else:
+        imputed = np.asarray(imputed_value_int64s or [], np.int64)
+        hit = x == replaced_value_int64
+    if imputed.size not in (1, x.shape[-1] if x.ndim else 1):
+        raise ValueError(f"Imputer: {imputed.size} imputed values for {x.shape[-1]} features")
+    return np.where(hit, imputed.astype(x.dtype), x)
+
+
+@op("OneHotEncoder", since=1, domain=ML)
+def one_hot_encoder(x, *, zeros=1, cats_strings=None, cats_int64s=None):
+    if cats_strings:
+        cats = np.asarray(cats_strings, dtype=object)
+        values = x
+    else:
+        cats = np.asarray(cats_int64s or [], np.int64)
+        values = x if _is_string(x) else x.astype(np.int64)  # floats are truncated to integers
+    pos = _lookup(cats, np.arange(cats.size), -1, values)
+    if not zeros and np.any(pos < 0):
+        raise ValueError("OneHotEncoder: an input value is not among the categories (zeros=0)")
+    return (pos[..., None] == np.arange(cats.size)).astype(np.float32)
+
+
+@op("LabelEncoder", since=1, domain=ML)
+def label_encoder_1(x, *, default_string="_Unused", default_int64=-1, classes_strings=None):
+    classes = np.asarray(classes_strings or [], dtype=object)
+    if _is_string(x):
+        return _lookup(classes, np.arange(classes.size, dtype=np.int64), default_int64, x)
+    return _lookup(np.arange(classes.size, dtype=np.int64), classes, default_string, x)
+
+
+def _typed(ints, floats, strings, tensor=None):
+    """The one keys_*/values_* attribute that is set, as a typed array."""
+    if tensor is not None:
+        return np.asarray(tensor).reshape(-1)
+    if strings is not None:
+        return np.asarray(strings, dtype=object)
+    if floats is not None:
+        return np.asarray(floats, np.float32)
+    if ints is not None:
+        return np.asarray(ints, np.int64)
+    raise ValueError("LabelEncoder: no keys_*/values_* attribute is set")
+
+
+def _default_for(values, default_tensor, default_int64, default_float, default_string):
+    if default_tensor is not None:
+        return np.asarray(default_tensor).reshape(-1)[0]
+    if _is_string(values):
+        return default_string
+    if values.dtype.kind == "f":
+        return default_float
+    return default_int64
+
+
+@op("LabelEncoder", since=2, domain=ML)
+def label_encoder_2(
+    x,
+    *,
+    default_int64=-1,
+    default_float=-0.0,
+    default_string="_Unused",
+    keys_int64s=None,
+    keys_floats=None,
+    keys_strings=None,
+    values_int64s=None,
+    values_floats=None,
+    values_strings=None,
+):
+    keys = _typed(keys_int64s, keys_floats, keys_strings)
+    values = _typed(values_int64s, values_floats, values_strings)
+    default = _default_for(values, None, default_int64, default_float, default_string)
+    return _lookup(keys, values, default, x)
+
+
+@op("LabelEncoder", since=4, domain=ML)
+def label_encoder_4(
+    x,
+    *,
+    default_tensor=None,
+    default_int64=-1,
+    default_float=-0.0,
+    default_string="_Unused",
+    keys_int64s=None,
+    keys_floats=None,
+    keys_strings=None,
+    keys_tensor=None,
+    values_int64s=None,
+    values_floats=None,
+    values_strings=None,
+    values_tensor=None,
+):
+    keys = _typed(keys_int64s, keys_floats, keys_strings, keys_tensor)
+    values = _typed(values_int64s, values_floats, values_strings, values_tensor)
+    default = _default_for(values, default_tensor, default_int64, default_float, default_string)
+    return _lookup(keys, values, default, x)
+
+
+@op("CategoryMapper", since=1, domain=ML)
+def category_mapper(
+    x, *, default_int64=-1, default_string="_Unused", cats_int64s=None, cats_strings=None
+):
+    ints = np.asarray(cats_int64s or [], np.int64)
+    strings = np.asarray(cats_strings or [], dtype=object)
+    if _is_string(x):
+        return _lookup(strings, ints, default_int64, x)
+    return _lookup(ints, strings, default_string, x)
+
+
+@op("DictVectorizer", since=1, domain=ML)
+def dict_vectorizer(x, *, int64_vocabulary=None, string_vocabulary=None):
+    """A map -> [1, V] (as onnxruntime shapes it); a sequence of maps -> [N, V]."""
+    vocabulary = string_vocabulary if string_vocabulary else list(int64_vocabulary or [])
+    rows = x if isinstance(x, list) else [x]
+    position = {k: i for i, k in enumerate(vocabulary)}
+    values = [v for row in rows for v in row.values()]
+    dtype = np.asarray(values).dtype if values else np.float32
+    if dtype.kind in "US":
+        dtype = np.dtype(object)
+    out = np.zeros((len(rows), len(vocabulary)), dtype=dtype)
+    if dtype == object:
+        out[:] = ""
+    for r, row in enumerate(rows):  # one pass over the map items: maps are Python dicts
+        cols = [position.get(k, -1) for k in row]
+        keep = [i for i, c in enumerate(cols) if c >= 0]
+        if keep:
+            vals = list(row.values())
+            out[r, [cols[i] for i in keep]] = [vals[i] for i in keep]
+    return out
+
+
+@op("FeatureVectorizer", since=1, domain=ML)
+def feature_vectorizer(*inputs, inputdimensions=None):
+    dims = list(inputdimensions or [])
+    parts = []
+    for i, x in enumerate(inputs):
+        x = as_2d(x).astype(np.float32)
+        width = dims[i] if i < len(dims) else x.shape[1]
+        # Each input fills exactly its declared width: truncate or zero-pad.
+        part = np.zeros((x.shape[0], width), np.float32)
+        part[:, : min(width, x.shape[1])] = x[:, :width]
+        parts.append(part)
+    return np.concatenate(parts, axis=1)
+
+
+@op("ArrayFeatureExtractor", since=1, domain=ML)
+def array_feature_extractor(x, y):
+    indices = np.asarray(y, np.int64).reshape(-1)
+    if indices.size and (indices.min() < 0 or indices.max() >= x.shape[-1]):
+        raise IndexError(f"ArrayFeatureExtractor: index out of range [0, {x.shape[-1]})")
+    out = np.take(x, indices, axis=-1)
+    # onnxruntime returns [1, K] for a 1-D input.
+    return out.reshape(1, -1) if x.ndim <= 1 else out
+
+
+CAST_TO = {"TO_FLOAT": np.float32, "TO_INT64": np.int64, "TO_STRING": object}
+
+
+@op("CastMap", since=1, domain=ML)
+def cast_map(x, *, max_map=1, map_form="DENSE", cast_to="TO_FLOAT"):
+    keys = np.asarray(sorted(x), np.int64)
+    values = np.asarray([x[k] for k in keys.tolist()])
+    dtype = CAST_TO[cast_to]
+    if dtype is object:
+        # Numbers print as C's std::to_string does ("%f"), as onnxruntime writes them.
+        values = values.astype(object) if _is_string(values) else np.char.mod("%f", values)
+        values = np.asarray(values, dtype=object)
+    else:
+        values = values.astype(np.float64 if _is_string(values) else values.dtype).astype(dtype)
+    if map_form == "DENSE":
+        return values.reshape(1, -1)
+    if map_form != "SPARSE":
+        raise ValueError(f"CastMap: unknown map_form {map_form!r}")
+    out = np.full(max_map, "" if dtype is object else 0, dtype=dtype)
+    inside = (keys >= 0) & (keys < max_map)
+    out[keys[inside]] = values[inside]
+    return out.reshape(1, -1)
+
+
+@op("ZipMap", since=1, domain=ML)
+def zip_map(x, *, classlabels_int64s=None, classlabels_strings=None):
+    """[N, C] scores -> a list of N dicts {label: score} (onnxruntime's seq(map))."""
+    labels = list(classlabels_strings) if classlabels_strings else list(classlabels_int64s or [])
+    x = as_2d(x)
+    if x.shape[1] != len(labels):
+        raise ValueError(f"ZipMap: {x.shape[1]} columns for {len(labels)} labels")
+    return [dict(zip(labels, row)) for row in x.tolist()]

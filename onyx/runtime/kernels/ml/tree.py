@@ -1,0 +1,623 @@
+"""Tree ensembles: TreeEnsemble (v5), TreeEnsembleClassifier and TreeEnsembleRegressor (v1, v3, v5).
+
+Every encoding is compiled into one flat *forest*: each node (interior or leaf) is a state, a
+leaf loops onto itself, and all rows of all trees descend together, one vectorized gather per
+level, over blocks of rows small enough to stay in cache. The leaves reached are then looked up
+in a dense [state, target] weight table and aggregated over the trees.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...registry import op
+from ._common import POST_TRANSFORMS, as_2d, class_labels, logistic, post_transform, probit
+
+LEQ, LT, GTE, GT, EQ, NEQ, MEMBER, LEAF = range(8)
+MODES = {
+    "BRANCH_LEQ": LEQ,
+    "BRANCH_LT": LT,
+    "BRANCH_GTE": GTE,
+    "BRANCH_GT": GT,
+    "BRANCH_EQ": EQ,
+    "BRANCH_NEQ": NEQ,
+    "BRANCH_MEMBER": MEMBER,
+    "LEAF": LEAF,
+}
+COMPARE = {
+    LEQ: np.less_equal,
+    LT: np.less,
+    GTE: np.greater_equal,
+    GT: np.greater,
+    EQ: np.equal,
+    NEQ: np.not_equal,
+}
+AGGREGATES = ("AVERAGE", "SUM", "MIN", "MAX")
+_BLOCK = 1 << 18  # (rows x trees) per block: the working set stays in cache
+
+
+@dataclass
+class Forest:
+    roots: np.ndarray  # state of each tree's root
+    feature: np.ndarray  # [S] feature index (0 at leaves)
+    threshold: np.ndarray  # [S]
+    mode: np.ndarray  # [S] uint8, LEAF at leaves
+    true_child: np.ndarray  # [S] (a leaf points to itself)
+    false_child: np.ndarray  # [S]
+    tracks_true: np.ndarray  # [S] bool: NaN takes the true branch
+    depth: int  # longest root-to-leaf path
+    member_sets: list[np.ndarray] | None = None  # per BRANCH_MEMBER state, in state order
+
+    @property
+    def n_trees(self) -> int:
+        return len(self.roots)
+
+
+def _depth(roots, true_child, false_child, leaf) -> int:
+    """Levels to descend, by a vectorized breadth-first walk (one step per level)."""
+    frontier, depth = np.unique(roots), 0
+    while True:
+        frontier = frontier[~leaf[frontier]]
+        if frontier.size == 0:
+            return depth
+        depth += 1
+        if depth > len(leaf):
+            raise ValueError("tree ensemble: the node links contain a cycle")
+        frontier = np.unique(np.concatenate([true_child[frontier], false_child[frontier]]))
+
+
+def _mode_codes(modes) -> np.ndarray:
+    if isinstance(modes, np.ndarray) and modes.dtype.kind in "iu":  # TreeEnsemble v5: uint8 tensor
+        return modes.astype(np.uint8)
+    names, inverse = np.unique(np.asarray(modes, dtype=object).astype(str), return_inverse=True)
+    try:
+        codes = np.array([MODES[n] for n in names], dtype=np.uint8)
+    except KeyError as e:
+        raise ValueError(f"tree ensemble: unknown node mode {e.args[0]!r}") from None
+    return codes[inverse.reshape(-1)]
+
+
+def _pick(floats, tensor, dtype=np.float32) -> np.ndarray | None:
+    """An attribute given either as FLOATS or as its double `*_as_tensor` twin."""
+    if tensor is not None:
+        return np.asarray(tensor).reshape(-1)
+    if floats is not None:
+        return np.asarray(floats, dtype=dtype)
+    return None
+
+
+class _NodeIndex:
+    """(tree id, node id) -> position in the nodes_* attributes."""
+
+    def __init__(self, treeids, nodeids):
+        self.width = int(nodeids.max()) + 1 if nodeids.size else 1
+        key = treeids * self.width + nodeids
+        self.order = np.argsort(key, kind="stable")
+        self.keys = key[self.order]
+
+    def __call__(self, treeids, nodeids) -> np.ndarray:
+        key = np.asarray(treeids, np.int64) * self.width + np.asarray(nodeids, np.int64)
+        i = np.minimum(np.searchsorted(self.keys, key), len(self.keys) - 1)
+        if not np.array_equal(self.keys[i], key) or np.any(nodeids >= self.width):
+            raise ValueError("tree ensemble: a (tree id, node id) reference names no node")
+        return self.order[i]
+
+
+def _forest_v1(
+    treeids, nodeids, featureids, values, modes, truenodeids, falsenodeids, tracks_true
+) -> tuple[Forest, _NodeIndex]:
+    """Compile the TreeEnsembleClassifier/Regressor encoding (v1-v5); returns the node index too."""
+    treeids = np.asarray(treeids, np.int64)
+    nodeids = np.asarray(nodeids, np.int64)
+    n = len(nodeids)
+    mode = _mode_codes(modes)
+    leaf = mode == LEAF
+    index = _NodeIndex(treeids, nodeids)
+    states = np.arange(n)
+    true_child, false_child = states.copy(), states.copy()
+    inner = ~leaf
+    true_child[inner] = index(treeids[inner], np.asarray(truenodeids, np.int64)[inner])
+    false_child[inner] = index(treeids[inner], np.asarray(falsenodeids, np.int64)[inner])
+    # A root is the node of its tree that no other node points to.
+    referenced = np.zeros(n, bool)
+    referenced[true_child[inner]] = referenced[false_child[inner]] = True
+    roots = np.flatnonzero(~referenced)
+    roots = roots[np.argsort(treeids[roots], kind="stable")]
+    tracks = np.zeros(n, bool)
+    if tracks_true:
+        tracks[:] = np.asarray(tracks_true, bool)
+    feature = np.where(leaf, 0, np.asarray(featureids, np.int64))
+    forest = Forest(
+        roots=roots,
+        feature=feature,
+        threshold=np.asarray(values).reshape(-1)[:n],
+        mode=mode,
+        true_child=true_child,
+        false_child=false_child,
+        tracks_true=tracks,
+        depth=_depth(roots, true_child, false_child, leaf),
+    )
+    return forest, index
+
+
+def _forest_v5(
+    tree_roots, featureids, splits, modes, truenodeids, trueleafs, falsenodeids, falseleafs,
+    tracks_true, membership_values, n_leaves,
+) -> Forest:  # fmt: skip
+    """Compile TreeEnsemble's encoding: interior nodes are states [0, n), leaves [n, n + L)."""
+    n = len(featureids)
+    total = n + n_leaves
+    true_child = np.arange(total)
+    false_child = np.arange(total)
+    true_child[:n] = np.asarray(truenodeids, np.int64) + n * np.asarray(trueleafs, np.int64)
+    false_child[:n] = np.asarray(falsenodeids, np.int64) + n * np.asarray(falseleafs, np.int64)
+    mode = np.full(total, LEAF, np.uint8)
+    mode[:n] = _mode_codes(np.asarray(modes).reshape(-1))
+    splits = np.asarray(splits).reshape(-1)
+    threshold = np.zeros(total, splits.dtype)
+    threshold[:n] = splits
+    feature = np.zeros(total, np.int64)
+    feature[:n] = featureids
+    tracks = np.zeros(total, bool)
+    if tracks_true:
+        tracks[:n] = np.asarray(tracks_true, bool)
+    member_sets = None
+    n_member = int(np.count_nonzero(mode == MEMBER))
+    if n_member:
+        # One set per BRANCH_MEMBER node, in node order, each closed by a NaN.
+        values = np.asarray(membership_values, np.float64).reshape(-1)
+        member_sets = np.split(values, np.flatnonzero(np.isnan(values)) + 1)[:n_member]
+        member_sets = [s[~np.isnan(s)] for s in member_sets]
+    roots = np.asarray(tree_roots, np.int64)
+    return Forest(
+        roots=roots,
+        feature=feature,
+        threshold=threshold,
+        mode=mode,
+        true_child=true_child,
+        false_child=false_child,
+        tracks_true=tracks,
+        depth=_depth(roots, true_child, false_child, mode == LEAF),
+        member_sets=member_sets,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Descent
+
+
+def _compute_dtype(x: np.ndarray, threshold: np.ndarray):
+    # As C++ compares them: a double on either side makes it a double comparison, else float.
+    return np.float64 if np.float64 in (x.dtype, threshold.dtype) else np.float32
+
+
+class _FastTables:
+    """Tables for ensembles whose splits are all <=, <, >=, >: each becomes `x <= t'` by
+    adjusting the threshold (x < t  <=>  x <= prev(t)) and swapping the children (>=, >).
+
+    Tables are indexed by 2*state; child[2*s + b] is 2*(next state) for outcome b of `x <= t'`.
+    """
+
+    def __init__(self, f: Forest, dtype):
+        s = len(f.mode)
+        thr = f.threshold.astype(dtype)
+        strict = (f.mode == LT) | (f.mode == GTE)
+        thr = np.where(strict, np.nextafter(thr, dtype(-np.inf)), thr)
+        swapped = (f.mode == GTE) | (f.mode == GT)
+        self.feature = np.zeros(2 * s, np.intp)
+        self.feature[::2] = f.feature
+        self.threshold = np.zeros(2 * s, dtype)
+        self.threshold[::2] = thr
+        self.child = np.empty(2 * s, np.intp)
+        self.child[1::2] = 2 * np.where(swapped, f.false_child, f.true_child)
+        self.child[::2] = 2 * np.where(swapped, f.true_child, f.false_child)
+        # A NaN makes every comparison false; send it where the spec says instead.
+        self.nan_outcome = np.zeros(2 * s, bool)
+        self.nan_outcome[::2] = f.tracks_true ^ swapped
+        self.any_nan_outcome = bool(self.nan_outcome.any())
+
+
+def _descend_fast(t: _FastTables, f: Forest, x: np.ndarray) -> np.ndarray:
+    nb, nf = x.shape
+    has_nan = t.any_nan_outcome and bool(np.isnan(x).any())
+    flat = x.reshape(-1)
+    row_offset = (np.arange(nb, dtype=np.intp) * nf)[:, None]
+    s2 = np.repeat((2 * f.roots)[None, :], nb, axis=0)
+    fi = np.empty_like(s2)
+    xv = np.empty(s2.shape, x.dtype)
+    thr = np.empty(s2.shape, x.dtype)
+    b = np.empty(s2.shape, bool)
+    for _ in range(f.depth):
+        np.take(t.feature, s2, out=fi)
+        fi += row_offset
+        np.take(flat, fi, out=xv)
+        np.take(t.threshold, s2, out=thr)
+        np.less_equal(xv, thr, out=b)
+        if has_nan:
+            b = np.where(np.isnan(xv), t.nan_outcome[s2], b)
+        s2 += b
+        np.take(t.child, s2, out=s2)
+    return s2 >> 1
+
+
+def _membership(f: Forest, states: np.ndarray, xv: np.ndarray) -> np.ndarray:
+    """Whether each value lies in the set of its BRANCH_MEMBER state (vectorized over pairs)."""
+    member_states = np.flatnonzero(f.mode == MEMBER)
+    values = np.unique(np.concatenate(f.member_sets)) if f.member_sets else np.zeros(0)
+    if values.size == 0:
+        return np.zeros(xv.shape, bool)
+    # Key each (set, value) pair by set number and the value's rank among all member values.
+    keys = np.unique(
+        np.concatenate(
+            [k * values.size + np.searchsorted(values, s) for k, s in enumerate(f.member_sets)]
+        )
+    )
+    set_of = np.searchsorted(member_states, states)
+    rank = np.minimum(np.searchsorted(values, xv), values.size - 1)
+    query = set_of * values.size + rank
+    found = np.searchsorted(keys, query)
+    found = keys[np.minimum(found, keys.size - 1)] == query
+    return found & (values[rank] == xv)
+
+
+def _descend_general(f: Forest, x: np.ndarray) -> np.ndarray:
+    """Any mix of modes (==, !=, set membership): evaluate each node's own comparison."""
+    nb, nf = x.shape
+    flat = x.reshape(-1)
+    row_offset = (np.arange(nb, dtype=np.intp) * nf)[:, None]
+    threshold = f.threshold.astype(x.dtype)
+    s = np.repeat(f.roots[None, :], nb, axis=0)
+    for _ in range(f.depth):
+        xv = flat[f.feature[s] + row_offset]
+        thr, mode = threshold[s], f.mode[s]
+        cond = np.zeros(s.shape, bool)
+        for code, compare in COMPARE.items():
+            at = mode == code
+            if at.any():
+                cond[at] = compare(xv[at], thr[at])
+        at = mode == MEMBER
+        if at.any():
+            cond[at] = _membership(f, s[at], xv[at])
+        cond |= f.tracks_true[s] & np.isnan(xv)
+        s = np.where(cond, f.true_child[s], f.false_child[s])
+    return s
+
+
+def _leaves(f: Forest, x: np.ndarray):
+    """Yield (row slice, reached leaf state [rows, trees]) over blocks of rows."""
+    x = as_2d(x)
+    dtype = _compute_dtype(x, f.threshold)
+    x = np.ascontiguousarray(x, dtype=dtype)
+    if int(f.feature.max(initial=0)) >= x.shape[1]:
+        raise ValueError(
+            f"tree ensemble: a node reads feature {f.feature.max()}, X has {x.shape[1]}"
+        )
+    fast = bool(np.isin(f.mode, (LEQ, LT, GTE, GT, LEAF)).all())
+    tables = _FastTables(f, dtype) if fast else None
+    block = max(1, _BLOCK // max(1, f.n_trees))
+    for start in range(0, x.shape[0], block):
+        xb = x[start : start + block]
+        states = _descend_fast(tables, f, xb) if fast else _descend_general(f, xb)
+        yield slice(start, start + len(xb)), states
+
+
+def _aggregate(f: Forest, x, weights, has, aggregate: str) -> tuple[np.ndarray, np.ndarray]:
+    """Scores [N, C] (float64) and whether any tree gave each target a weight [N, C].
+
+    weights/has: [S, C] tables of the leaf weights (summed per leaf) and their presence.
+    """
+    n = as_2d(x).shape[0]
+    n_targets = weights.shape[1]
+    scores = np.zeros((n, n_targets))
+    present = np.zeros((n, n_targets), bool)
+    every_leaf_votes = bool(has[f.mode == LEAF].all())
+    if aggregate in ("MIN", "MAX"):
+        pick = np.min if aggregate == "MIN" else np.max
+        fill = np.inf if aggregate == "MIN" else -np.inf
+        weights = np.where(has, weights, fill)
+    for rows, states in _leaves(f, x):
+        if n_targets == 1:
+            w = weights[:, 0][states]
+            scores[rows, 0] = pick(w, axis=1) if aggregate in ("MIN", "MAX") else w.sum(axis=1)
+        else:
+            w = weights[states]  # [rows, trees, C]
+            scores[rows] = pick(w, axis=1) if aggregate in ("MIN", "MAX") else w.sum(axis=1)
+        present[rows] = True if every_leaf_votes else has[states].any(axis=1)
+    scores[~present] = 0.0
+    if aggregate == "AVERAGE":
+        scores /= max(f.n_trees, 1)
+    return scores, present
+
+
+def _weight_table(n_states, targets, positions, weights, n_targets, aggregate):
+    table = np.zeros((n_states, n_targets))
+    has = np.zeros((n_states, n_targets), bool)
+    targets = np.asarray(targets, np.int64)
+    weights = np.asarray(weights, np.float64)
+    if aggregate in ("MIN", "MAX"):
+        # Several weights on one leaf and target each count as a separate vote.
+        fill = np.inf if aggregate == "MIN" else -np.inf
+        table[:] = fill
+        (np.minimum if aggregate == "MIN" else np.maximum).at(table, (positions, targets), weights)
+    else:
+        np.add.at(table, (positions, targets), weights)
+    has[positions, targets] = True
+    table[~has] = 0.0
+    return table, has
+
+
+# ---------------------------------------------------------------------------------------------
+# TreeEnsemble (v5)
+
+
+@op("TreeEnsemble", since=5, domain="ai.onnx.ml")
+def tree_ensemble(
+    x,
+    *,
+    aggregate_function=1,
+    post_transform=0,
+    tree_roots,
+    nodes_hitrates=None,
+    nodes_missing_value_tracks_true=None,
+    nodes_modes,
+    leaf_weights,
+    leaf_targetids,
+    nodes_falsenodeids,
+    n_targets=None,
+    nodes_trueleafs,
+    nodes_featureids,
+    nodes_splits,
+    nodes_falseleafs,
+    nodes_truenodeids,
+    membership_values=None,
+):
+    leaf_weights = np.asarray(leaf_weights).reshape(-1)
+    forest = _forest_v5(
+        tree_roots, nodes_featureids, nodes_splits, nodes_modes, nodes_truenodeids,
+        nodes_trueleafs, nodes_falsenodeids, nodes_falseleafs, nodes_missing_value_tracks_true,
+        membership_values, len(leaf_weights),
+    )  # fmt: skip
+    aggregate = AGGREGATES[aggregate_function]
+    n_targets = (
+        int(n_targets) if n_targets is not None else int(max(leaf_targetids, default=-1)) + 1
+    )
+    n_nodes = len(nodes_featureids)
+    positions = n_nodes + np.arange(len(leaf_weights))
+    weights, has = _weight_table(
+        n_nodes + len(leaf_weights), leaf_targetids, positions, leaf_weights, n_targets, aggregate
+    )
+    scores, _ = _aggregate(forest, x, weights, has, aggregate)
+    scores = post_transform_(scores, POST_TRANSFORMS[post_transform])
+    return scores.astype(x.dtype)
+
+
+def post_transform_(scores: np.ndarray, name: str) -> np.ndarray:
+    # onnxruntime leaves a single score untransformed except for PROBIT (a single target has
+    # no softmax; it does not apply LOGISTIC either).
+    if scores.shape[1] == 1 and name != "PROBIT":
+        return scores
+    return post_transform(scores, name)
+
+
+# ---------------------------------------------------------------------------------------------
+# TreeEnsembleRegressor (v1, v3; v5 is the deprecated v3)
+
+
+def _regressor(
+    x, *, aggregate_function, post_transform, n_targets, nodes_nodeids, target_nodeids,
+    nodes_treeids, nodes_featureids, nodes_values, target_weights, nodes_falsenodeids,
+    base_values, nodes_missing_value_tracks_true, nodes_modes, nodes_truenodeids,
+    target_treeids, target_ids, **_,
+):  # fmt: skip
+    forest, index = _forest_v1(
+        nodes_treeids, nodes_nodeids, nodes_featureids, nodes_values, nodes_modes,
+        nodes_truenodeids, nodes_falsenodeids, nodes_missing_value_tracks_true,
+    )  # fmt: skip
+    target_ids = np.asarray(target_ids if target_ids is not None else [], np.int64)
+    n_targets = int(n_targets) if n_targets is not None else int(target_ids.max(initial=-1)) + 1
+    positions = index(np.asarray(target_treeids, np.int64), np.asarray(target_nodeids, np.int64))
+    weights, has = _weight_table(
+        len(forest.mode), target_ids, positions, target_weights, n_targets, aggregate_function
+    )
+    scores, _ = _aggregate(forest, x, weights, has, aggregate_function)
+    if base_values is not None and len(base_values):
+        scores += np.asarray(base_values, np.float64)
+    return post_transform_(scores, post_transform).astype(np.float32)
+
+
+@op("TreeEnsembleRegressor", since=1, domain="ai.onnx.ml")
+def tree_ensemble_regressor(
+    x,
+    *,
+    aggregate_function="SUM",
+    post_transform="NONE",
+    n_targets=None,
+    nodes_nodeids=None,
+    target_nodeids=None,
+    nodes_treeids=None,
+    nodes_featureids=None,
+    nodes_values=None,
+    target_weights=None,
+    nodes_falsenodeids=None,
+    nodes_hitrates=None,
+    base_values=None,
+    nodes_missing_value_tracks_true=None,
+    nodes_modes=None,
+    nodes_truenodeids=None,
+    target_treeids=None,
+    target_ids=None,
+):
+    return _regressor(x, **_locals_but_x(locals()))
+
+
+@op("TreeEnsembleRegressor", since=3, domain="ai.onnx.ml")
+def tree_ensemble_regressor_3(
+    x,
+    *,
+    aggregate_function="SUM",
+    post_transform="NONE",
+    n_targets=None,
+    nodes_nodeids=None,
+    target_nodeids=None,
+    nodes_treeids=None,
+    nodes_featureids=None,
+    nodes_values=None,
+    nodes_values_as_tensor=None,
+    target_weights=None,
+    target_weights_as_tensor=None,
+    nodes_falsenodeids=None,
+    nodes_hitrates=None,
+    nodes_hitrates_as_tensor=None,
+    base_values=None,
+    base_values_as_tensor=None,
+    nodes_missing_value_tracks_true=None,
+    nodes_modes=None,
+    nodes_truenodeids=None,
+    target_treeids=None,
+    target_ids=None,
+):
+    args = _locals_but_x(locals())
+    args["nodes_values"] = _pick(nodes_values, nodes_values_as_tensor)
+    args["target_weights"] = _pick(target_weights, target_weights_as_tensor, np.float64)
+    args["base_values"] = _pick(base_values, base_values_as_tensor, np.float64)
+    return _regressor(x, **args)
+
+
+def _locals_but_x(names: dict) -> dict:
+    return {k: v for k, v in names.items() if k != "x"}
+
+
+# ---------------------------------------------------------------------------------------------
+# TreeEnsembleClassifier (v1, v3; v5 is the deprecated v3)
+
+
+def _classifier(
+    x, *, post_transform, classlabels_int64s, classlabels_strings, nodes_nodeids,
+    nodes_treeids, nodes_featureids, nodes_values, nodes_falsenodeids, base_values,
+    nodes_missing_value_tracks_true, nodes_modes, nodes_truenodeids, class_treeids,
+    class_nodeids, class_ids, class_weights, **_,
+):  # fmt: skip
+    labels = class_labels(classlabels_int64s, classlabels_strings)
+    forest, index = _forest_v1(
+        nodes_treeids, nodes_nodeids, nodes_featureids, nodes_values, nodes_modes,
+        nodes_truenodeids, nodes_falsenodeids, nodes_missing_value_tracks_true,
+    )  # fmt: skip
+    class_ids = np.asarray(class_ids if class_ids is not None else [], np.int64)
+    class_weights = np.asarray(class_weights if class_weights is not None else [], np.float64)
+    n_classes = len(labels)
+    positions = index(np.asarray(class_treeids, np.int64), np.asarray(class_nodeids, np.int64))
+    weights, has = _weight_table(
+        len(forest.mode), class_ids, positions, class_weights, max(n_classes, 1), "SUM"
+    )
+    scores, present = _aggregate(forest, x, weights, has, "SUM")
+    base = np.asarray(base_values if base_values is not None else [], np.float64)
+    if n_classes > 2 or n_classes < 2:
+        scores[:, : len(base)] += base
+        present[:, : len(base)] = True
+        # Classes no tree voted for (and without a base value) cannot win.
+        best = np.argmax(np.where(present, scores, -np.inf), axis=1)
+        return labels[best], post_transform_(scores, post_transform).astype(np.float32)
+    binary_case = np.unique(class_ids).size == 1
+    return _binary(scores, present, base, labels, post_transform, binary_case, class_weights)
+
+
+def _binary(scores, present, base, labels, transform, binary_case, class_weights):
+    """Two classes, following onnxruntime's conventions where the spec says nothing.
+
+    A model may vote for a single class only: that score then decides, and the other column is
+    derived from it (1 - p for non-negative weights, -s otherwise).
+    """
+    s0, s1 = scores[:, 0].copy(), scores[:, 1].copy()
+    has0, has1 = present[:, 0], present[:, 1]
+    if len(base) >= 2:
+        # onnxruntime: with votes for class 1 it keeps base[1] + score0 and its negation
+        # (it assumes base[0] == base[1]); otherwise both base values are added.
+        s1 = np.where(has1, base[1] + s0, s1 + base[1])
+        s0 = np.where(has1, -s1, s0 + base[0])
+        two_columns = np.ones(len(s0), bool)
+    else:
+        if len(base) == 1:
+            s0 = s0 + base[0]
+        two_columns = has1.copy()
+    positive = np.where(two_columns & has1, s1, np.where(has0, s0, 0.0))
+    all_positive = bool(np.all(class_weights >= 0))
+    win = positive > (0.5 if binary_case and all_positive else 0.0)
+    label = np.where(win, labels[1], labels[0]).astype(labels.dtype)
+
+    z = np.zeros((len(s0), 2))
+    both = np.stack([s0, s1], axis=1)
+    z[two_columns] = post_transform(both[two_columns], transform)
+    one = ~two_columns
+    if one.any():
+        s = s0[one]
+        if transform == "PROBIT":
+            z[one, 0] = probit(s)
+        elif binary_case and all_positive:
+            z[one] = np.stack([1.0 - s, s], axis=1)
+        elif binary_case and transform == "LOGISTIC":
+            z[one] = np.stack([logistic(-s), logistic(s)], axis=1)
+        elif binary_case:
+            z[one] = np.stack([-s, s], axis=1)
+        else:
+            z[one, 0] = s
+    return label, z.astype(np.float32)
+
+
+@op("TreeEnsembleClassifier", since=1, domain="ai.onnx.ml")
+def tree_ensemble_classifier(
+    x,
+    *,
+    post_transform="NONE",
+    classlabels_int64s=None,
+    classlabels_strings=None,
+    nodes_nodeids=None,
+    nodes_treeids=None,
+    nodes_featureids=None,
+    nodes_values=None,
+    nodes_falsenodeids=None,
+    nodes_hitrates=None,
+    base_values=None,
+    nodes_missing_value_tracks_true=None,
+    nodes_modes=None,
+    nodes_truenodeids=None,
+    class_treeids=None,
+    class_nodeids=None,
+    class_ids=None,
+    class_weights=None,
+):
+    return _classifier(x, **_locals_but_x(locals()))
+
+
+@op("TreeEnsembleClassifier", since=3, domain="ai.onnx.ml")
+def tree_ensemble_classifier_3(
+    x,
+    *,
+    post_transform="NONE",
+    classlabels_int64s=None,
+    classlabels_strings=None,
+    nodes_nodeids=None,
+    nodes_treeids=None,
+    nodes_featureids=None,
+    nodes_values=None,
+    nodes_values_as_tensor=None,
+    nodes_falsenodeids=None,
+    nodes_hitrates=None,
+    nodes_hitrates_as_tensor=None,
+    base_values=None,
+    base_values_as_tensor=None,
+    nodes_missing_value_tracks_true=None,
+    nodes_modes=None,
+    nodes_truenodeids=None,
+    class_treeids=None,
+    class_nodeids=None,
+    class_ids=None,
+    class_weights=None,
+    class_weights_as_tensor=None,
+):
+    args = _locals_but_x(locals())
+    args["nodes_values"] = _pick(nodes_values, nodes_values_as_tensor)
+    args["class_weights"] = _pick(class_weights, class_weights_as_tensor, np.float64)
+    args["base_values"] = _pick(base_values, base_values_as_tensor, np.float64)
+    return _classifier(x, **args)
