@@ -1,0 +1,502 @@
+"""Pooling: AveragePool, MaxPool, LpPool, their Global forms, MaxUnpool, MaxRoiPool, RoiAlign,
+and onnxruntime's com.microsoft QLinearAveragePool / QLinearGlobalAveragePool.
+
+Windowed pools read the padded input through strided slices, one vectorized pass per kernel
+offset (a handful), never a loop over output pixels. Padding never enters a result: max pads
+with the dtype's lowest value, sums pad with zeros and divide by a count that is itself pooled
+from a mask of the cells that count.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..registry import op
+from .conv import compute_dtype, effective_kernel, pad_spatial, same_pads, spatial_defaults
+
+# ----------------------------------------------------------------------------- geometry
+
+
+def pool_geometry(in_shape, kernel, auto_pad, pads, strides, dilations, ceil_mode):
+    """(pads [begins..., ends...], output spatial shape) of a pooling op, per the spec's formulas."""
+    n = len(in_shape)
+    eff = effective_kernel(kernel, dilations)
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        out = [-(-i // s) for i, s in zip(in_shape, strides)]
+        total = [max(0, (o - 1) * s + e - i) for o, s, e, i in zip(out, strides, eff, in_shape)]
+        return same_pads(auto_pad, total), out
+    if auto_pad == "VALID":
+        out = [(i - e) // s + 1 for i, e, s in zip(in_shape, eff, strides)]
+        return [0] * (2 * n), out
+    out = []
+    for i in range(n):
+        span = in_shape[i] + pads[i] + pads[n + i] - eff[i]
+        o = -(-span // strides[i]) + 1 if ceil_mode else span // strides[i] + 1
+        # In ceil mode a last window that would start inside the end padding is dropped.
+        if ceil_mode and (o - 1) * strides[i] >= in_shape[i] + pads[i]:
+            o -= 1
+        out.append(o)
+    return list(pads), out
+
+
+def _offsets(kernel, dilations, strides, out_shape):
+    """For each kernel offset: its flat number and the slices of the padded input it reads."""
+    for j, kk in enumerate(np.ndindex(*kernel)):
+        yield (
+            j,
+            kk,
+            (slice(None), slice(None))
+            + tuple(
+                slice(k * d, k * d + (o - 1) * s + 1, s)
+                for k, d, o, s in zip(kk, dilations, out_shape, strides)
+            ),
+        )
+
+
+def _padded(x, pads, out_shape, kernel, strides, dilations, value):
+    """x padded with value so that exactly the cells the windows read exist."""
+    n = len(kernel)
+    eff = effective_kernel(kernel, dilations)
+    end = [
+        (o - 1) * s + e - pads[i] - x.shape[2 + i]
+        for i, (o, s, e) in enumerate(zip(out_shape, strides, eff))
+    ]
+    return pad_spatial(x, pads[:n], end, value)
+
+
+def _window_sum(xp, out_shape, kernel, strides, dilations) -> np.ndarray:
+    acc = np.zeros(xp.shape[:2] + tuple(out_shape), dtype=xp.dtype)
+    for _, _, sl in _offsets(kernel, dilations, strides, out_shape):
+        acc += xp[sl]
+    return acc
+
+
+class _Pool:
+    """The geometry of one pooling node over x, resolved from its attributes."""
+
+    def __init__(self, x, kernel_shape, auto_pad, pads, strides, dilations, ceil_mode):
+        n = x.ndim - 2
+        self.kernel = list(kernel_shape)
+        self.strides, self.dilations, pads = spatial_defaults(n, strides, dilations, pads)
+        self.pads, self.out = pool_geometry(
+            x.shape[2:], self.kernel, auto_pad, pads, self.strides, self.dilations, ceil_mode
+        )
+
+    def pad(self, x, value):
+        return _padded(x, self.pads, self.out, self.kernel, self.strides, self.dilations, value)
+
+    def sum(self, xp):
+        return _window_sum(xp, self.out, self.kernel, self.strides, self.dilations)
+
+    def count(self, x, count_include_pad: bool) -> np.ndarray:
+        """How many cells each window averages over: real ones, plus explicit pads if asked.
+
+        Cells beyond the explicit pads (reached only in ceil mode) never count, as in onnxruntime.
+        """
+        n = len(self.kernel)
+        ones = np.ones((1, 1) + x.shape[2:], dtype=np.float64)
+        if not count_include_pad:
+            return self.sum(self.pad(ones, 0.0))
+        mask = pad_spatial(ones, self.pads[:n], self.pads[n:], 1.0)
+        eff = effective_kernel(self.kernel, self.dilations)
+        need = [(o - 1) * s + e for o, s, e in zip(self.out, self.strides, eff)]
+        mask = pad_spatial(mask, [0] * n, [nd - m for nd, m in zip(need, mask.shape[2:])], 0.0)
+        return self.sum(mask)
+
+
+# ----------------------------------------------------------------------------- AveragePool / LpPool
+
+
+def _average_pool(
+    X, kernel_shape, auto_pad, pads, strides, dilations, ceil_mode, count_include_pad
+):
+    ct = compute_dtype(X.dtype)
+    pool = _Pool(X, kernel_shape, auto_pad, pads, strides, dilations, ceil_mode)
+    total = pool.sum(pool.pad(X.astype(ct, copy=False), 0))
+    return (total / pool.count(X, bool(count_include_pad)).astype(ct)).astype(X.dtype, copy=False)
+
+
+@op("AveragePool", since=1)
+def average_pool(
+    X,
+    *,
+    auto_pad="NOTSET",
+    ceil_mode=0,
+    count_include_pad=0,
+    dilations=None,
+    kernel_shape,
+    pads=None,
+    strides=None,
+):
+    return _average_pool(
+        X, kernel_shape, auto_pad, pads, strides, dilations, ceil_mode, count_include_pad
+    )
+
+
+def _lp_pool(X, p, kernel_shape, auto_pad, pads, strides, dilations, ceil_mode):
+    ct = compute_dtype(X.dtype)
+    pool = _Pool(X, kernel_shape, auto_pad, pads, strides, dilations, ceil_mode)
+    powered = np.abs(X.astype(ct, copy=False)) ** ct.type(p)
+    return (pool.sum(pool.pad(powered, 0)) ** ct.type(1.0 / p)).astype(X.dtype, copy=False)
+
+
+@op("LpPool", since=1)
+def lp_pool(
+    X,
+    *,
+    auto_pad="NOTSET",
+    ceil_mode=0,
+    dilations=None,
+    kernel_shape=None,
+    p=2,
+    pads=None,
+    strides=None,
+):
+    # LpPool-1 had a float p and an optional kernel_shape; same computation.
+    return _lp_pool(X, p, kernel_shape, auto_pad, pads, strides, dilations, ceil_mode)
+
+
+# ----------------------------------------------------------------------------- MaxPool
+
+
+def _lowest(dtype: np.dtype):
+    if dtype.kind in "iub":
+        return np.iinfo(dtype).min
+    return -np.inf
+
+
+def _flat_indices(out_coords, kernel_idx, pool: _Pool, x_shape, storage_order: int) -> np.ndarray:
+    """Flat input indices (ignoring padding) of the chosen kernel offsets, as int64."""
+    n = len(pool.kernel)
+    spatial = x_shape[2:]
+    kk = np.unravel_index(kernel_idx, pool.kernel)
+    coords = [
+        out_coords[i] * pool.strides[i] + kk[i] * pool.dilations[i] - pool.pads[i] for i in range(n)
+    ]
+    if storage_order == 1:  # column-major over the spatial axes
+        flat, step = np.zeros_like(coords[0]), 1
+        for i in range(n):
+            flat = flat + coords[i] * step
+            step *= spatial[i]
+    else:
+        flat = np.zeros_like(coords[0])
+        for i in range(n):
+            flat = flat * spatial[i] + coords[i]
+    nc = np.arange(x_shape[0] * x_shape[1], dtype=np.int64).reshape(x_shape[:2] + (1,) * n)
+    return nc * math.prod(spatial) + flat
+
+
+def _max_pool(ctx, X, kernel_shape, auto_pad, pads, strides, dilations, ceil_mode, storage_order):
+    pool = _Pool(X, kernel_shape, auto_pad, pads, strides, dilations, ceil_mode)
+    xp = pool.pad(X, _lowest(X.dtype))
+    want_indices = ctx.n_outputs > 1 and ctx.outputs_wanted[1]
+    best = best_k = None
+    for j, _, sl in _offsets(pool.kernel, pool.dilations, pool.strides, pool.out):
+        v = xp[sl]
+        if best is None:
+            best = v.copy()
+            best_k = np.zeros(v.shape, dtype=np.int64) if want_indices else None
+        elif want_indices:
+            better = v > best  # strictly greater: the first maximum in scan order wins
+            best = np.where(better, v, best)
+            best_k[better] = j
+        else:
+            np.maximum(best, v, out=best)
+    if not want_indices:
+        return best
+    out_coords = np.indices(pool.out, dtype=np.int64)
+    out_coords = [c.reshape((1, 1) + c.shape) for c in out_coords]
+    return best, _flat_indices(out_coords, best_k, pool, X.shape, storage_order)
+
+
+@op("MaxPool", since=1)
+def max_pool(
+    ctx,
+    X,
+    *,
+    auto_pad="NOTSET",
+    ceil_mode=0,
+    dilations=None,
+    kernel_shape,
+    pads=None,
+    storage_order=0,
+    strides=None,
+):
+    return _max_pool(
+        ctx, X, kernel_shape, auto_pad, pads, strides, dilations, ceil_mode, storage_order
+    )
+
+
+# ----------------------------------------------------------------------------- Global pools
+
+
+def _spatial_axes(x) -> tuple[int, ...]:
+    return tuple(range(2, x.ndim))
+
+
+@op("GlobalAveragePool", since=1)
+def global_average_pool(X):
+    ct = compute_dtype(X.dtype)
+    return X.astype(ct, copy=False).mean(axis=_spatial_axes(X), keepdims=True).astype(X.dtype)
+
+
+@op("GlobalMaxPool", since=1)
+def global_max_pool(X):
+    return X.max(axis=_spatial_axes(X), keepdims=True)
+
+
+@op("GlobalLpPool", since=1)
+def global_lp_pool(X, *, p=2):
+    ct = compute_dtype(X.dtype)
+    total = (np.abs(X.astype(ct, copy=False)) ** ct.type(p)).sum(
+        axis=_spatial_axes(X), keepdims=True
+    )
+    return (total ** ct.type(1.0 / p)).astype(X.dtype)
+
+
+# ----------------------------------------------------------------------------- MaxUnpool
+
+
+@op("MaxUnpool", since=9)
+def max_unpool(X, I, output_shape=None, *, kernel_shape, pads=None, strides=None):
+    n = X.ndim - 2
+    strides, _, pads = spatial_defaults(n, strides, None, pads)
+    # The indices address the pooled op's input, whose shape the attributes determine.
+    pooled_from = X.shape[:2] + tuple(
+        (X.shape[2 + i] - 1) * strides[i] + kernel_shape[i] - pads[i] - pads[n + i]
+        for i in range(n)
+    )
+    shape = pooled_from if output_shape is None else tuple(int(s) for s in output_shape)
+    flat = I.reshape(-1).astype(np.int64)
+    if shape != pooled_from:  # re-address each index by its coordinates in the larger output
+        flat = np.ravel_multi_index(np.unravel_index(flat, pooled_from), shape)
+    y = np.zeros(math.prod(shape), dtype=X.dtype)
+    y[flat] = X.reshape(-1)
+    return y.reshape(shape)
+
+
+# ----------------------------------------------------------------------------- MaxRoiPool
+
+
+def _roi_bins(start, size, pooled, limit):
+    """Caffe-style integer bin edges [lo, hi) of one RoI along one axis, clipped to the map."""
+    bin_size = size / pooled
+    p = np.arange(pooled)
+    lo = np.clip(np.floor(p * bin_size).astype(np.int64) + start, 0, limit)
+    hi = np.clip(np.ceil((p + 1) * bin_size).astype(np.int64) + start, 0, limit)
+    return lo, hi
+
+
+def _round_half_away(v: float) -> int:
+    """C's round(): halves away from zero (Caffe's RoI pooling, onnxruntime)."""
+    return int(math.copysign(math.floor(abs(v) + 0.5), v))
+
+
+@op("MaxRoiPool", since=1)
+def max_roi_pool(X, rois, *, pooled_shape, spatial_scale=1.0):
+    N, C, H, W = X.shape
+    PH, PW = pooled_shape
+    y = np.zeros((rois.shape[0], C, PH, PW), dtype=X.dtype)
+    low = _lowest(X.dtype)
+    for r, (b, x1, y1, x2, y2) in enumerate(rois.astype(np.float64)):  # per RoI, vectorized inside
+        sx, sy, ex, ey = (_round_half_away(v * spatial_scale) for v in (x1, y1, x2, y2))
+        h_lo, h_hi = _roi_bins(sy, max(ey - sy + 1, 1), PH, H)
+        w_lo, w_hi = _roi_bins(sx, max(ex - sx + 1, 1), PW, W)
+        rows = np.arange(H)
+        cols = np.arange(W)
+        in_h = (rows >= h_lo[:, None]) & (rows < h_hi[:, None])  # (PH, H)
+        in_w = (cols >= w_lo[:, None]) & (cols < w_hi[:, None])  # (PW, W)
+        img = X[int(b)]
+        # max over w within each w-bin, then over h within each h-bin (max is separable)
+        tw = np.where(in_w[None, None], img[:, :, None, :], low).max(axis=-1)  # (C, H, PW)
+        th = np.where(in_h[None, :, :, None], tw[:, None], low).max(axis=2)  # (C, PH, PW)
+        empty = (h_hi <= h_lo)[:, None] | (w_hi <= w_lo)[None, :]
+        y[r] = np.where(empty, 0, th)
+    return y
+
+
+# ----------------------------------------------------------------------------- RoiAlign
+
+
+def _bilinear_taps(coord, size):
+    """RoiAlign's bilinear taps along one axis: (low, high, w_low, w_high), zero outside [-1, size]."""
+    outside = (coord < -1.0) | (coord > size)
+    c = np.maximum(coord, 0.0)
+    low = np.floor(c).astype(np.int64)
+    at_end = low >= size - 1
+    low = np.where(at_end, size - 1, low)
+    high = np.where(at_end, size - 1, low + 1)
+    c = np.where(at_end, low, c)
+    frac = c - low
+    w_low, w_high = 1.0 - frac, frac
+    w_low[outside] = 0.0
+    w_high[outside] = 0.0
+    return low, high, w_low, w_high
+
+
+def _roi_align(
+    X,
+    rois,
+    batch_indices,
+    *,
+    mode,
+    output_height,
+    output_width,
+    sampling_ratio,
+    spatial_scale,
+    half_pixel,
+):
+    ct = compute_dtype(X.dtype)
+    x = X.astype(ct, copy=False)
+    N, C, H, W = x.shape
+    PH, PW = output_height, output_width
+    y = np.zeros((rois.shape[0], C, PH, PW), dtype=ct)
+    shift = 0.5 if half_pixel else 0.0
+    for r, roi in enumerate(
+        rois.astype(np.float64)
+    ):  # per RoI (grid sizes differ), vectorized inside
+        x1, y1, x2, y2 = roi * spatial_scale - shift
+        rw, rh = x2 - x1, y2 - y1
+        if not half_pixel:  # legacy mode: force malformed RoIs to be 1x1
+            rw, rh = max(rw, 1.0), max(rh, 1.0)
+        bh, bw = rh / PH, rw / PW
+        gh = sampling_ratio if sampling_ratio > 0 else int(math.ceil(rh / PH))
+        gw = sampling_ratio if sampling_ratio > 0 else int(math.ceil(rw / PW))
+        gh, gw = max(gh, 1), max(gw, 1)
+        ys = y1 + (np.arange(PH)[:, None] * bh + (np.arange(gh)[None, :] + 0.5) * bh / gh).reshape(
+            -1
+        )
+        xs = x1 + (np.arange(PW)[:, None] * bw + (np.arange(gw)[None, :] + 0.5) * bw / gw).reshape(
+            -1
+        )
+        yl, yh, wyl, wyh = _bilinear_taps(ys, H)
+        xl, xh, wxl, wxh = _bilinear_taps(xs, W)
+        img = x[int(batch_indices[r])]
+        if mode == "avg":
+            rows = img[:, yl, :] * wyl[:, None].astype(ct) + img[:, yh, :] * wyh[:, None].astype(ct)
+            vals = rows[:, :, xl] * wxl.astype(ct) + rows[:, :, xh] * wxh.astype(ct)
+            y[r] = vals.reshape(C, PH, gh, PW, gw).mean(axis=(2, 4))
+        else:
+            # onnxruntime's max mode: the max over samples of the largest weighted corner.
+            corners = [
+                img[:, yi][:, :, xi] * (wy[:, None] * wx[None, :]).astype(ct)
+                for yi, wy in ((yl, wyl), (yh, wyh))
+                for xi, wx in ((xl, wxl), (xh, wxh))
+            ]
+            vals = np.maximum.reduce(corners)
+            y[r] = vals.reshape(C, PH, gh, PW, gw).max(axis=(2, 4))
+    return y.astype(X.dtype, copy=False)
+
+
+@op("RoiAlign", since=16)
+def roi_align(
+    X,
+    rois,
+    batch_indices,
+    *,
+    coordinate_transformation_mode="half_pixel",
+    mode="avg",
+    output_height=1,
+    output_width=1,
+    sampling_ratio=0,
+    spatial_scale=1.0,
+):
+    return _roi_align(
+        X,
+        rois,
+        batch_indices,
+        mode=mode,
+        output_height=output_height,
+        output_width=output_width,
+        sampling_ratio=sampling_ratio,
+        spatial_scale=spatial_scale,
+        half_pixel=coordinate_transformation_mode == "half_pixel",
+    )
+
+
+@op("RoiAlign", since=10)
+def roi_align_10(
+    X,
+    rois,
+    batch_indices,
+    *,
+    mode="avg",
+    output_height=1,
+    output_width=1,
+    sampling_ratio=0,
+    spatial_scale=1.0,
+):
+    # RoiAlign-10 had no pixel shift (what version 16 calls output_half_pixel).
+    return _roi_align(
+        X,
+        rois,
+        batch_indices,
+        mode=mode,
+        output_height=output_height,
+        output_width=output_width,
+        sampling_ratio=sampling_ratio,
+        spatial_scale=spatial_scale,
+        half_pixel=False,
+    )
+
+
+# ----------------------------------------------------------------------------- com.microsoft
+
+
+def _dequantize(x, scale, zero_point) -> np.ndarray:
+    zp = np.float32(0) if zero_point is None else np.float32(zero_point.reshape(-1)[0])
+    return (x.astype(np.float32) - zp) * np.float32(scale.reshape(-1)[0])
+
+
+def _quantize(y, scale, zero_point, dtype) -> np.ndarray:
+    zp = np.float32(0) if zero_point is None else np.float32(zero_point.reshape(-1)[0])
+    q = np.rint(y / np.float32(scale.reshape(-1)[0])) + zp
+    info = np.iinfo(dtype)
+    return np.clip(q, info.min, info.max).astype(dtype)
+
+
+def _to_channels_first(x, channels_last):
+    return np.moveaxis(x, -1, 1) if channels_last else x
+
+
+def _from_channels_first(y, channels_last):
+    return np.moveaxis(y, 1, -1) if channels_last else y
+
+
+@op("QLinearAveragePool", since=1, domain="com.microsoft")
+def qlinear_average_pool(
+    X,
+    x_scale,
+    x_zero_point=None,
+    y_scale=None,
+    y_zero_point=None,
+    *,
+    auto_pad="NOTSET",
+    ceil_mode=0,
+    channels_last=0,
+    count_include_pad=0,
+    kernel_shape,
+    pads=None,
+    strides=None,
+):
+    # Dequantize -> AveragePool in float32 -> quantize, as the contrib op defines it.
+    x = _to_channels_first(_dequantize(X, x_scale, x_zero_point), channels_last)
+    y = _average_pool(x, kernel_shape, auto_pad, pads, strides, None, ceil_mode, count_include_pad)
+    dtype = X.dtype if y_zero_point is None else y_zero_point.dtype
+    return np.ascontiguousarray(
+        _from_channels_first(_quantize(y, y_scale, y_zero_point, dtype), channels_last)
+    )
+
+
+@op("QLinearGlobalAveragePool", since=1, domain="com.microsoft")
+def qlinear_global_average_pool(
+    X, x_scale, x_zero_point=None, y_scale=None, y_zero_point=None, *, channels_last=0
+):
+    x = _to_channels_first(_dequantize(X, x_scale, x_zero_point), channels_last)
+    y = x.mean(axis=_spatial_axes(x), keepdims=True)
+    dtype = X.dtype if y_zero_point is None else y_zero_point.dtype
+    return np.ascontiguousarray(
+        _from_channels_first(_quantize(y, y_scale, y_zero_point, dtype), channels_last)
+    )
