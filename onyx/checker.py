@@ -426,9 +426,6 @@ class _Checker:
         for a in node.attributes.values():
             self.check_attribute(a, node, gname, visible, opsets, function)
         domain = "" if node.domain == "ai.onnx" else node.domain
-        if (domain, node.op_type) in self.functions:
-            self.check_call(node, gname)
-            return
         version = opsets.get(domain)
         if version is None and domain == "":
             version = opsets.get("ai.onnx")
@@ -439,6 +436,9 @@ class _Checker:
                 gname,
                 node,
             )
+            return
+        if (domain, node.op_type) in self.functions:
+            self.check_call(node, gname)
             return
         if not defs.is_known_domain(domain):
             return  # a custom operator: nothing in the standard to check it against
