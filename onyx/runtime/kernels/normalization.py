@@ -1,0 +1,246 @@
+"""Normalizations: BatchNormalization (every version), InstanceNormalization, LayerNormalization,
+GroupNormalization, RMSNormalization, LRN, LpNormalization, MeanVarianceNormalization.
+
+Statistics are computed in float32 at least (float64 stays float64); results are cast back to
+the input's type. Where the spec splits the computation into a "stage one" governed by
+stash_type and a "stage two" (scale and bias), the kernels do the same.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...ir.dtypes import to_numpy
+from ..registry import op
+from .conv import compute_dtype
+
+# ----------------------------------------------------------------------------- BatchNormalization
+
+
+def _per_channel(v: np.ndarray, x: np.ndarray, dtype) -> np.ndarray:
+    """A (C,) parameter shaped to broadcast over x (N, C, ...); a (C, D1, ...) one (spatial=0) as is."""
+    v = v.astype(dtype, copy=False)
+    if v.size == x.shape[1] and v.ndim <= 1:
+        return v.reshape((1, -1) + (1,) * (x.ndim - 2))
+    return v.reshape((1,) + x.shape[1:])
+
+
+def _batch_norm(X, scale, B, mean, var, *, epsilon, momentum, training, spatial=True):
+    """(Y, running_mean, running_var, saved_mean, saved_inv_std)."""
+    ct = compute_dtype(X.dtype)
+    x = X.astype(ct, copy=False)
+    stat_dtype = mean.dtype
+    if training:
+        axes = (0,) + tuple(range(2, x.ndim)) if spatial else (0,)
+        cur_mean = x.mean(axis=axes, keepdims=True)
+        cur_var = ((x - cur_mean) ** 2).mean(axis=axes, keepdims=True)  # population variance
+    else:
+        cur_mean, cur_var = _per_channel(mean, x, ct), _per_channel(var, x, ct)
+    inv_std = 1 / np.sqrt(cur_var + ct.type(epsilon))
+    y = (x - cur_mean) * (inv_std * _per_channel(scale, x, ct)) + _per_channel(B, x, ct)
+    y = y.astype(X.dtype, copy=False)
+    if not training:
+        return (y,)
+    shape = mean.shape
+    m = ct.type(momentum)
+    run_mean = mean.astype(ct) * m + cur_mean.reshape(shape) * (1 - m)
+    run_var = var.astype(ct) * m + cur_var.reshape(shape) * (1 - m)
+    return (
+        y,
+        run_mean.astype(stat_dtype),
+        run_var.astype(stat_dtype),
+        cur_mean.reshape(shape).astype(stat_dtype),
+        inv_std.reshape(shape).astype(stat_dtype),
+    )
+
+
+@op("BatchNormalization", since=14)
+def batch_normalization(
+    X, scale, B, input_mean, input_var, *, epsilon=1e-5, momentum=0.9, training_mode=0
+):
+    out = _batch_norm(
+        X,
+        scale,
+        B,
+        input_mean,
+        input_var,
+        epsilon=epsilon,
+        momentum=momentum,
+        training=bool(training_mode),
+    )
+    return out[:3] if training_mode else out[0]
+
+
+def _legacy_batch_norm(ctx, X, scale, B, mean, var, epsilon, momentum, spatial=1, is_test=0):
+    # Before version 14 the mode was implied by the outputs: training returns all five
+    # (Y, mean, var, saved_mean, saved_var). Like onnxruntime, saved_var holds the inverse
+    # standard deviation of the batch (what the gradient needs).
+    training = ctx.n_outputs > 1 and not is_test
+    out = _batch_norm(
+        X,
+        scale,
+        B,
+        mean,
+        var,
+        epsilon=epsilon,
+        momentum=momentum,
+        training=training,
+        spatial=bool(spatial),
+    )
+    return out if training else out[0]
+
+
+@op("BatchNormalization", since=9)
+def batch_normalization_9(ctx, X, scale, B, mean, var, *, epsilon=1e-5, momentum=0.9):
+    return _legacy_batch_norm(ctx, X, scale, B, mean, var, epsilon, momentum)
+
+
+@op("BatchNormalization", since=7)
+def batch_normalization_7(ctx, X, scale, B, mean, var, *, epsilon=1e-5, momentum=0.9, spatial=1):
+    return _legacy_batch_norm(ctx, X, scale, B, mean, var, epsilon, momentum, spatial)
+
+
+@op("BatchNormalization", since=6)
+def batch_normalization_6(
+    ctx, X, scale, B, mean, var, *, epsilon=1e-5, is_test=0, momentum=0.9, spatial=1
+):
+    return _legacy_batch_norm(ctx, X, scale, B, mean, var, epsilon, momentum, spatial, is_test)
+
+
+@op("BatchNormalization", since=1)
+def batch_normalization_1(
+    ctx,
+    X,
+    scale,
+    B,
+    mean,
+    var,
+    *,
+    consumed_inputs,
+    epsilon=1e-5,
+    is_test=0,
+    momentum=0.9,
+    spatial=1,
+):
+    return _legacy_batch_norm(ctx, X, scale, B, mean, var, epsilon, momentum, spatial, is_test)
+
+
+# ----------------------------------------------------------------------------- Instance / Group
+
+
+def _standardize(x: np.ndarray, axes, epsilon: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(normalized, mean, inverse std dev) of x over axes, computed in x's dtype."""
+    mean = x.mean(axis=axes, keepdims=True)
+    d = x - mean
+    inv_std = 1 / np.sqrt((d * d).mean(axis=axes, keepdims=True) + x.dtype.type(epsilon))
+    return d * inv_std, mean, inv_std
+
+
+@op("InstanceNormalization", since=1)
+def instance_normalization(input, scale, B, *, consumed_inputs=None, epsilon=1e-5):
+    ct = compute_dtype(input.dtype)
+    x = input.astype(ct, copy=False)
+    normalized, _, _ = _standardize(x, tuple(range(2, x.ndim)), epsilon)
+    y = normalized * _per_channel(scale, x, ct) + _per_channel(B, x, ct)
+    return y.astype(input.dtype, copy=False)
+
+
+def _stash_dtype(stash_type: int, x_dtype: np.dtype) -> np.dtype:
+    # float64 inputs keep float64 statistics, as onnxruntime's double kernels do.
+    return np.dtype(np.float64) if x_dtype == np.float64 else to_numpy(stash_type)
+
+
+def _group_standardize(X, num_groups, epsilon, stash_dtype) -> np.ndarray:
+    N, C = X.shape[:2]
+    x = X.astype(stash_dtype, copy=False).reshape(N, num_groups, -1)
+    normalized, _, _ = _standardize(x, (2,), epsilon)
+    return normalized.reshape(X.shape)
+
+
+@op("GroupNormalization", since=21)
+def group_normalization(X, scale, bias, *, epsilon=1e-5, num_groups, stash_type=1):
+    normalized = _group_standardize(X, num_groups, epsilon, _stash_dtype(stash_type, X.dtype))
+    normalized = normalized.astype(X.dtype, copy=False)
+    return normalized * _per_channel(scale, X, X.dtype) + _per_channel(bias, X, X.dtype)
+
+
+@op("GroupNormalization", since=18)
+def group_normalization_18(X, scale, bias, *, epsilon=1e-5, num_groups):
+    # Version 18 takes scale and bias per group: repeat them over each group's channels.
+    ct = compute_dtype(X.dtype)
+    normalized = _group_standardize(X, num_groups, epsilon, ct)
+    per_group = X.shape[1] // num_groups
+    s = np.repeat(scale.astype(ct), per_group)
+    b = np.repeat(bias.astype(ct), per_group)
+    y = normalized * _per_channel(s, X, ct) + _per_channel(b, X, ct)
+    return y.astype(X.dtype, copy=False)
+
+
+# ----------------------------------------------------------------------------- Layer / RMS
+
+
+def _trailing_axes(x: np.ndarray, axis: int) -> tuple[int, ...]:
+    return tuple(range(axis % x.ndim, x.ndim))
+
+
+@op("LayerNormalization", since=17)
+def layer_normalization(X, Scale, B=None, *, axis=-1, epsilon=1e-5, stash_type=1):
+    stash = _stash_dtype(stash_type, X.dtype)
+    normalized, mean, inv_std = _standardize(
+        X.astype(stash, copy=False), _trailing_axes(X, axis), epsilon
+    )
+    y = normalized.astype(X.dtype, copy=False) * Scale.astype(X.dtype, copy=False)
+    if B is not None:
+        y = y + B.astype(X.dtype, copy=False)
+    return y, mean, inv_std
+
+
+@op("RMSNormalization", since=23)
+def rms_normalization(X, scale, *, axis=-1, epsilon=1e-5, stash_type=1):
+    x = X.astype(_stash_dtype(stash_type, X.dtype), copy=False)
+    ms = (x * x).mean(axis=_trailing_axes(X, axis), keepdims=True)
+    normalized = x / np.sqrt(ms + x.dtype.type(epsilon))
+    return normalized.astype(X.dtype, copy=False) * scale.astype(X.dtype, copy=False)
+
+
+# ----------------------------------------------------------------------------- LRN / Lp / MVN
+
+
+@op("LRN", since=1)
+def lrn(X, *, alpha=1e-4, beta=0.75, bias=1.0, size):
+    ct = compute_dtype(X.dtype)
+    x = X.astype(ct, copy=False)
+    C = x.shape[1]
+    before, after = (size - 1) // 2, size - 1 - (size - 1) // 2  # floor / ceil of (size-1)/2
+    sq = np.pad(x * x, [(0, 0), (before, after)] + [(0, 0)] * (x.ndim - 2))
+    square_sum = np.zeros_like(x)
+    for j in range(size):  # one pass per channel offset of the window
+        square_sum += sq[:, j : j + C]
+    y = x / (ct.type(bias) + ct.type(alpha / size) * square_sum) ** ct.type(beta)
+    return y.astype(X.dtype, copy=False)
+
+
+@op("LpNormalization", since=1)
+def lp_normalization(input, *, axis=-1, p=2):
+    ct = compute_dtype(input.dtype)
+    x = input.astype(ct, copy=False)
+    if p == 1:
+        norm = np.abs(x).sum(axis=axis, keepdims=True)
+    else:
+        norm = np.sqrt((x * x).sum(axis=axis, keepdims=True))
+    # A zero norm gives zeros, not NaN (spec, version 22; onnxruntime does the same).
+    y = np.divide(x, norm, out=np.zeros_like(x), where=norm != 0)
+    return y.astype(input.dtype, copy=False)
+
+
+@op("MeanVarianceNormalization", since=9)
+def mean_variance_normalization(X, *, axes=(0, 2, 3)):
+    ct = compute_dtype(X.dtype)
+    x = X.astype(ct, copy=False)
+    axes = tuple(axes)
+    mean = x.mean(axis=axes, keepdims=True)
+    d = x - mean
+    # The spec's function: (X - E[X]) / (sqrt(Var[X]) + 1e-9); the variance is taken as
+    # E[(X - E[X])^2], which equals its E[X^2] - E[X]^2 without the cancellation.
+    std = np.sqrt((d * d).mean(axis=axes, keepdims=True))
+    return (d / (std + ct.type(1e-9))).astype(X.dtype, copy=False)
