@@ -155,32 +155,36 @@ def _dropout(data: np.ndarray, ratio: float, seed) -> tuple[np.ndarray, np.ndarr
     return (data * mask * scale).astype(data.dtype), mask
 
 
-def _keep_all(data: np.ndarray, mask_dtype) -> tuple[np.ndarray, np.ndarray]:
-    return data, np.ones(data.shape, dtype=mask_dtype)
+def _keep_all(data: np.ndarray, mask_value: bool, mask_dtype) -> tuple[np.ndarray, np.ndarray]:
+    return data, np.full(data.shape, mask_value, dtype=mask_dtype)
+
+
+# Opsets 1-10 do not say what the mask holds when nothing is dropped; onnxruntime (the
+# tie-breaker) gives all zeros there. Opset 12 on says all ones.
 
 
 @op("Dropout", since=1)
 def dropout_1(data, *, is_test=0, ratio=0.5, consumed_inputs=None):
     # opsets 1-6: training mode unless is_test; the mask has the data's type
     if is_test:
-        return _keep_all(data, data.dtype)
+        return _keep_all(data, False, data.dtype)
     out, mask = _dropout(data, ratio, None)
     return out, mask.astype(data.dtype)
 
 
 @op("Dropout", since=7)
 def dropout_7(data, *, ratio=0.5):
-    return _keep_all(data, data.dtype)  # opsets 7-9: always inference; mask of type T
+    return _keep_all(data, False, data.dtype)  # opsets 7-9: always inference; mask of type T
 
 
 @op("Dropout", since=10)
 def dropout_10(data, *, ratio=0.5):
-    return _keep_all(data, np.bool_)
+    return _keep_all(data, False, np.bool_)
 
 
 @op("Dropout", since=12)
 def dropout(data, ratio=None, training_mode=None, *, seed=None):
     ratio = 0.5 if ratio is None else float(np.asarray(ratio).reshape(()))
     if training_mode is None or not bool(np.asarray(training_mode).reshape(())) or ratio == 0:
-        return _keep_all(data, np.bool_)
+        return _keep_all(data, True, np.bool_)
     return _dropout(data, ratio, seed)

@@ -62,10 +62,14 @@ def regex_full_match(X, *, pattern):
 
 @op("StringSplit", since=20)
 def string_split(X, *, delimiter=None, maxsplit=None):
-    # no delimiter (or ""): split on runs of whitespace, ignoring leading/trailing whitespace
-    sep = delimiter or None
     limit = -1 if maxsplit is None else maxsplit
-    parts = [s.split(sep, limit) for s in X.reshape(-1)]
+    if delimiter:
+        # an empty string has no substrings (as onnxruntime; Python would give [""])
+        parts = [s.split(delimiter, limit) if s else [] for s in X.reshape(-1)]
+    else:
+        # split on runs of whitespace; leading and trailing whitespace is dropped, also from the
+        # unsplit remainder that maxsplit leaves
+        parts = [s.strip().split(None, limit) for s in X.reshape(-1)]
     counts = np.array([len(p) for p in parts], dtype=np.int64)
     width = int(counts.max()) if counts.size else 0
     y = np.full((len(parts), width), "", dtype=object)
