@@ -324,7 +324,7 @@ def _clip(x, lo, hi):
         out = np.maximum(out, np.asarray(lo, dtype=x.dtype))
     if hi is not None:
         out = np.minimum(out, np.asarray(hi, dtype=x.dtype))
-    return np.array(out, dtype=x.dtype, copy=out is x)
+    return x.copy() if out is x else np.asarray(out).astype(x.dtype, copy=False)
 
 
 @op("Clip", since=1)

@@ -1,0 +1,168 @@
+"""Linear quantization: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear, QLinearMatMul.
+
+Granularity follows the scale's shape: a scalar (per tensor), a 1-D tensor along `axis` (per
+axis), or the input's rank with `axis` divided into blocks of `block_size` (blocked).
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+from ...ir.dtypes import to_numpy
+from ..registry import op
+from .cast import _to_wide, cast_numeric
+from .elementwise import upcast
+from .linalg import integer_matmul
+
+_E8M0 = np.dtype(ml_dtypes.float8_e8m0fnu)
+
+
+def _is_integer(dtype: np.dtype) -> bool:
+    return dtype.kind in "iu" or dtype.name in ("int4", "uint4", "int2", "uint2")
+
+
+def _int_range(dtype: np.dtype) -> tuple[int, int]:
+    info = np.iinfo(dtype) if dtype.kind in "iu" else ml_dtypes.iinfo(dtype)
+    return int(info.min), int(info.max)
+
+
+def _wide(x: np.ndarray) -> np.ndarray:
+    """Integers as int64 (no overflow when subtracting zero points), floats in float32 or wider."""
+    x = _to_wide(np.asarray(x))
+    return x.astype(np.int64) if x.dtype.kind in "iu" else x
+
+
+def expand_param(p: np.ndarray, shape: tuple, axis: int, block_size: int) -> np.ndarray:
+    """A scale / zero point laid out so that it broadcasts against an input of `shape`."""
+    p = np.asarray(p)
+    ndim = len(shape)
+    axis = axis + ndim if axis < 0 else axis
+    if p.ndim == 0 or (p.size == 1 and block_size <= 0):
+        return p.reshape(())
+    if block_size > 0:  # blocked: each entry covers block_size consecutive elements along axis
+        return np.take(np.repeat(p, block_size, axis=axis), np.arange(shape[axis]), axis=axis)
+    if p.ndim == 1:
+        return p.reshape((1,) * axis + (-1,) + (1,) * (ndim - axis - 1))
+    return p
+
+
+def saturate_cast(values: np.ndarray, zero_point, dtype: np.dtype, saturate: int = 1):
+    """values (already divided by the scale) + zero point, into `dtype`.
+
+    Integers: round half to even, add the zero point, clamp to the type's range.
+    Floats (float8, float4, float6): add the zero point and convert, saturating if asked.
+    """
+    dtype = np.dtype(dtype)
+    if _is_integer(dtype):
+        q = np.rint(upcast(values)).astype(np.float64)
+        if zero_point is not None:
+            q = q + _wide(zero_point).astype(np.float64)
+        lo, hi = _int_range(dtype)
+        return np.asarray(np.clip(q, lo, hi)).astype(np.int64).astype(dtype)
+    v = upcast(values)
+    if zero_point is not None:
+        v = v + upcast(np.asarray(zero_point)).astype(v.dtype)
+    return cast_numeric(np.asarray(v), dtype, bool(saturate))
+
+
+def quantize(x, y_scale, y_zero_point, *, axis=1, block_size=0, dtype, saturate=1, precision=0):
+    compute = to_numpy(precision) if precision else y_scale.dtype
+    if compute.kind in "iu":  # an integer scale: divide in double
+        compute = np.dtype(np.float64)
+    elif compute == _E8M0:
+        compute = np.dtype(np.float32)
+    scale = expand_param(y_scale, x.shape, axis, block_size).astype(compute)
+    zp = None
+    if y_zero_point is not None:
+        zp = expand_param(y_zero_point, x.shape, axis, block_size)
+    return saturate_cast(x.astype(compute) / scale, zp, dtype, saturate)
+
+
+def dequantize(x, x_scale, x_zero_point, *, axis=1, block_size=0, dtype=None):
+    """(x - zero_point) * scale, multiplied in the output type's precision."""
+    if dtype is None:
+        dtype = x_scale.dtype if x_scale.dtype != _E8M0 else np.dtype(np.float32)
+    diff = _wide(x)
+    if x_zero_point is not None:
+        diff = diff - _wide(expand_param(x_zero_point, x.shape, axis, block_size))
+    scale = expand_param(x_scale, x.shape, axis, block_size)
+    # both factors rounded to the output type, their product computed exactly, then rounded
+    product = upcast(diff.astype(dtype)) * upcast(scale.astype(dtype))
+    return np.asarray(product).astype(dtype, copy=False)
+
+
+def _output_dtype(zero_point, output_dtype: int, default=np.uint8) -> np.dtype:
+    if zero_point is not None:
+        return zero_point.dtype
+    return to_numpy(output_dtype) if output_dtype else np.dtype(default)
+
+
+@op("QuantizeLinear", since=10)
+def quantize_linear_10(x, y_scale, y_zero_point=None):
+    return quantize(x, y_scale, y_zero_point, dtype=_output_dtype(y_zero_point, 0))
+
+
+@op("QuantizeLinear", since=13)
+def quantize_linear(
+    x, y_scale, y_zero_point=None, *, axis=1, saturate=1, block_size=0, output_dtype=0, precision=0
+):
+    dtype = _output_dtype(y_zero_point, output_dtype)
+    return quantize(
+        x,
+        y_scale,
+        y_zero_point,
+        axis=axis,
+        block_size=block_size,
+        dtype=dtype,
+        saturate=saturate,
+        precision=precision,
+    )
+
+
+@op("DequantizeLinear", since=10)
+def dequantize_linear_10(x, x_scale, x_zero_point=None):
+    return dequantize(x, x_scale, x_zero_point)
+
+
+@op("DequantizeLinear", since=13)
+def dequantize_linear(x, x_scale, x_zero_point=None, *, axis=1, block_size=0, output_dtype=0):
+    dtype = to_numpy(output_dtype) if output_dtype else None
+    return dequantize(x, x_scale, x_zero_point, axis=axis, block_size=block_size, dtype=dtype)
+
+
+@op("DynamicQuantizeLinear", since=11)
+def dynamic_quantize_linear(x):
+    x = x.astype(np.float32)
+    lo = np.minimum(np.min(x, initial=0.0), 0).astype(np.float32)
+    hi = np.maximum(np.max(x, initial=0.0), 0).astype(np.float32)
+    scale = np.float32((hi - lo) / np.float32(255))
+    safe = scale if scale != 0 else np.float32(1)  # all-zero input: everything quantizes to 0
+    zero_point = saturate_cast(np.asarray(-lo / safe), None, np.uint8)
+    y = saturate_cast(x / safe, zero_point, np.uint8)
+    return y, np.asarray(scale, dtype=np.float32), zero_point
+
+
+def qlinear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point):
+    """Integer (or float8) matmul of the zero-point-shifted inputs, requantized to y's type.
+
+    As onnxruntime: one float32 multiplier a_scale * b_scale / y_scale applied to the exact
+    accumulator. a's scale / zero point may be per row ([M]), b's per column ([N]).
+    """
+    if _is_integer(a.dtype) and _is_integer(b.dtype):
+        acc = integer_matmul(_to_wide(a), _to_wide(b), a_zero_point, b_zero_point)
+    else:
+        a_f = upcast(a).astype(np.float32) - upcast(np.asarray(a_zero_point)).astype(np.float32)
+        b_f = upcast(b).astype(np.float32) - upcast(np.asarray(b_zero_point)).astype(np.float32)
+        acc = np.matmul(a_f, b_f)
+    a_s = upcast(np.asarray(a_scale)).astype(np.float32)
+    if a_s.ndim == 1 and a_s.size > 1:
+        a_s = a_s.reshape(-1, 1)
+    multiplier = a_s * upcast(np.asarray(b_scale)).astype(np.float32)
+    multiplier = multiplier / upcast(np.asarray(y_scale)).astype(np.float32)
+    return saturate_cast(acc.astype(np.float32) * multiplier, y_zero_point, y_zero_point.dtype)
+
+
+@op("QLinearMatMul", since=10)
+def q_linear_mat_mul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point):
+    return qlinear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point)
