@@ -1,0 +1,30 @@
+"""Shape and type inference: ``onyx.infer_shapes(model, strict=False, data_prop=True)``.
+
+Every node output gets a type: element type, rank and dims where they can be known. Symbolic
+dims are kept ("N" stays "N"), unknown ones get fresh symbols where a rule can tell two dims
+apart, and small shape tensors are propagated (Shape -> Gather -> Concat -> Reshape). Rules live
+in one module per op family and are registered by op type; an op without a rule is inferred
+through its standard function body when it has one, else its element types come from the
+schema's type constraints.
+
+Conflicts between declared and inferred types are errors in strict mode (``ValidationError``)
+and warnings otherwise. The model is annotated in place (Value types and graph.value_info) and
+returned.
+"""
+
+from __future__ import annotations
+
+from ..ir import Model
+from . import control, elementwise, nn, tensor  # noqa: F401  (register the rules)
+from .engine import RULES, rule, run
+
+__all__ = ["RULES", "infer_shapes", "rule"]
+
+
+def infer_shapes(model, strict: bool = False, data_prop: bool = True) -> Model:
+    """Infer the type of every value of ``model`` (an ir.Model, a path or bytes)."""
+    if not isinstance(model, Model):
+        from ..checker import _load
+
+        model = _load(model)
+    return run(model, strict=strict, data_prop=data_prop)

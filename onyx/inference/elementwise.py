@@ -1,0 +1,140 @@
+"""Elementwise operators: same-shape unary ops, broadcasting binary/variadic ops, comparisons."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import DataType
+from .engine import Data, InferenceError, NodeContext, rule
+
+# Output 0 has the type and shape of input 0.
+SAME_AS_INPUT = """
+Abs Acos Acosh Asin Asinh Atan Atanh Ceil Cos Cosh Erf Exp Floor Log Neg Reciprocal Round Sigmoid
+Sign Sin Sinh Sqrt Tan Tanh Relu LeakyRelu Elu Selu Celu HardSigmoid HardSwish Softplus Softsign
+ThresholdedRelu Mish Gelu Shrink Swish Softmax LogSoftmax Hardmax Clip Not BitwiseNot Identity
+LRN MeanVarianceNormalization InstanceNormalization LpNormalization CumSum Trilu ReverseSequence
+ScatterElements ScatterND Scatter DequantizeLinear_ BatchNormalization GroupNormalization
+RMSNormalization TfIdfVectorizer_ Dropout_ Erfinv_ QuantizeLinear_ Binarizer Normalizer_
+""".split()
+
+BROADCAST_SAME_TYPE = """
+Add Sub Mul Div Pow Mod BitShift BitwiseAnd BitwiseOr BitwiseXor Max Min Sum Mean PRelu
+""".split()
+
+BROADCAST_BOOL = "And Or Xor Equal Less Greater LessOrEqual GreaterOrEqual".split()
+
+BOOL_SAME_SHAPE = "IsNaN IsInf".split()
+
+
+def broadcast(shapes: list, ctx: NodeContext) -> tuple | None:
+    """Multidirectional (numpy) broadcasting of shapes with symbolic dims."""
+    if any(s is None for s in shapes):
+        return None
+    rank = max((len(s) for s in shapes), default=0)
+    out = []
+    for k in range(rank):
+        dims = [s[len(s) - rank + k] for s in shapes if len(s) - rank + k >= 0]
+        ints = {d for d in dims if isinstance(d, int)}
+        big = ints - {1}
+        if len(big) > 1:
+            raise InferenceError(f"shapes {shapes} cannot broadcast")
+        if big:
+            out.append(big.pop())
+            continue
+        syms = [d for d in dims if not isinstance(d, int)]
+        if not syms:
+            out.append(1)
+        elif len(syms) == len(dims) - len([d for d in dims if d == 1]) and len(set(syms)) == 1:
+            out.append(syms[0])  # N with 1s, or N with N
+        else:
+            out.append(None)
+    return tuple(out)
+
+
+@rule(*[op for op in SAME_AS_INPUT if not op.endswith("_")])
+def same_as_input(ctx: NodeContext) -> None:
+    ctx.same(0, 0)
+    if ctx.node.op_type == "Identity":
+        ctx.set_data(0, _raw(ctx, 0))
+    if ctx.node.op_type == "BatchNormalization":
+        # training mode: the extra outputs (running / saved statistics) are per channel
+        for i in range(1, len(ctx.node.outputs)):
+            ctx.set(i, ctx.dtype(3) or ctx.dtype(0), ctx.shape(1))
+
+
+def _raw(ctx: NodeContext, i: int):
+    if not ctx.has(i):
+        return None
+    return ctx.env["data"].get(id(ctx.node.inputs[i]))
+
+
+@rule("Dropout")
+def dropout(ctx: NodeContext) -> None:
+    ctx.same(0, 0)
+    if len(ctx.node.outputs) > 1:
+        ctx.set(1, DataType.BOOL, ctx.shape(0))
+
+
+@rule(*BOOL_SAME_SHAPE)
+def bool_same_shape(ctx: NodeContext) -> None:
+    ctx.set(0, DataType.BOOL, ctx.shape(0))
+
+
+@rule(*BROADCAST_SAME_TYPE)
+def broadcast_same_type(ctx: NodeContext) -> None:
+    n = ctx.n_inputs
+    dtype = next((ctx.dtype(i) for i in range(n) if ctx.dtype(i)), None)
+    ctx.set(0, dtype, broadcast([ctx.shape(i) for i in range(n) if ctx.has(i)], ctx))
+    _propagate_arith(ctx)
+
+
+@rule(*BROADCAST_BOOL)
+def broadcast_bool(ctx: NodeContext) -> None:
+    ctx.set(0, DataType.BOOL, broadcast([ctx.shape(0), ctx.shape(1)], ctx))
+
+
+@rule("Where")
+def where(ctx: NodeContext) -> None:
+    ctx.set(0, ctx.dtype(1) or ctx.dtype(2), broadcast([ctx.shape(i) for i in range(3)], ctx))
+
+
+_ARITH = {
+    "Add": np.add,
+    "Sub": np.subtract,
+    "Mul": np.multiply,
+    "Max": np.maximum,
+    "Min": np.minimum,
+}
+
+
+def _propagate_arith(ctx: NodeContext) -> None:
+    """Shape arithmetic on propagated dims (Add/Sub/Mul/Div of small integer tensors)."""
+    op = ctx.node.op_type
+    if op not in _ARITH and op != "Div" or ctx.n_inputs != 2:
+        return
+    a, b = ctx.data(0), ctx.data(1)
+    if a is None or b is None:
+        return
+    if len(a.dims) != len(b.dims):
+        if len(a.dims) == 1:
+            a = Data(a.dims * len(b.dims), a.scalar)
+        elif len(b.dims) == 1:
+            b = Data(b.dims * len(a.dims), b.scalar)
+        else:
+            return
+    out = []
+    for x, y in zip(a.dims, b.dims):
+        if isinstance(x, int) and isinstance(y, int):
+            if op == "Div":
+                out.append(int(np.trunc(x / y)) if y else None)
+            else:
+                out.append(int(_ARITH[op](x, y)))
+        elif op == "Mul" and (x == 1 or y == 1):
+            out.append(y if x == 1 else x)
+        elif op in ("Add", "Sub") and y == 0:
+            out.append(x)
+        elif op == "Div" and y == 1:
+            out.append(x)
+        else:
+            out.append(None)
+    ctx.set_data(0, Data(out, a.scalar and b.scalar))

@@ -1,0 +1,464 @@
+"""The inference engine: walks a graph in order, applies each op's rule, merges with declared types.
+
+Types live in an environment (``id(Value) -> Type``) while a graph is inferred, so that a local
+function body can be inferred once per call site without touching its Values; the main graph's
+results are written back onto its Values at the end.
+
+Data propagation: small integer tensors that describe shapes are tracked as ``Data`` (a list of
+dims, each an int, a symbol or None) so that Shape -> Gather -> Concat -> Reshape chains give
+concrete (or symbolic) output shapes. Fully known constants are numpy arrays.
+"""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import defs
+from ..errors import ValidationError
+from ..ir import (
+    AttrType,
+    DataType,
+    Graph,
+    Model,
+    Node,
+    OptionalType,
+    SequenceType,
+    Shape,
+    TensorType,
+)
+from ..ir.dtypes import BY_NAME
+
+Dim = int | str | None
+RULES: dict[tuple[str, str], Callable] = {}
+
+
+def rule(*ops: str, domain: str = ""):
+    """Register a shape/type rule for one or more operators (all versions unless it checks)."""
+
+    def deco(fn):
+        for op in ops:
+            RULES[(domain, op)] = fn
+        return fn
+
+    return deco
+
+
+class InferenceError(Exception):
+    """A rule found the node's inputs inconsistent (an error in strict mode)."""
+
+
+@dataclass
+class Data:
+    """Propagated contents of a 0-D or 1-D integer tensor: dims that may be symbols or None."""
+
+    dims: list
+    scalar: bool = False
+
+    def known(self) -> bool:
+        return all(isinstance(d, int) for d in self.dims)
+
+
+class Symbols:
+    """Fresh symbolic dims ('unk__0', 'unk__1', ...) unique within one inference run."""
+
+    def __init__(self):
+        self._count = itertools.count()
+
+    def fresh(self) -> str:
+        return f"unk__{next(self._count)}"
+
+
+class NodeContext:
+    """What a rule sees: input types and data, attributes with defaults, the opset."""
+
+    def __init__(self, engine: Engine, node: Node, env: dict, schema, opset: int):
+        self.engine = engine
+        self.node = node
+        self.env = env
+        self.schema = schema
+        self.opset = opset
+        self.outputs: dict[int, object] = {}
+        self.out_data: dict[int, object] = {}
+
+    # -- inputs -------------------------------------------------------------------------------
+    @property
+    def n_inputs(self) -> int:
+        return len(self.node.inputs)
+
+    def has(self, i: int) -> bool:
+        return i < len(self.node.inputs) and self.node.inputs[i] is not None
+
+    def type(self, i: int):
+        if not self.has(i):
+            return None
+        return self.env["types"].get(id(self.node.inputs[i]))
+
+    def dtype(self, i: int) -> DataType | None:
+        t = self.type(i)
+        if isinstance(t, TensorType) and t.elem_type:
+            return t.elem_type
+        return None
+
+    def shape(self, i: int) -> tuple | None:
+        t = self.type(i)
+        if isinstance(t, TensorType) and t.shape is not None:
+            return tuple(t.shape.dims)
+        return None
+
+    def rank(self, i: int) -> int | None:
+        s = self.shape(i)
+        return None if s is None else len(s)
+
+    def value(self, i: int):
+        """The input's full constant value as a numpy array, or None."""
+        if not self.has(i):
+            return None
+        d = self.env["data"].get(id(self.node.inputs[i]))
+        if isinstance(d, np.ndarray):
+            return d
+        if isinstance(d, Data) and d.known():
+            arr = np.array(d.dims, dtype=np.int64)
+            return arr.reshape(()) if d.scalar else arr
+        return None
+
+    def data(self, i: int) -> Data | None:
+        """The input as propagated dims (known constants included), or None."""
+        if not self.has(i):
+            return None
+        d = self.env["data"].get(id(self.node.inputs[i]))
+        if isinstance(d, Data):
+            return d
+        if isinstance(d, np.ndarray) and d.ndim <= 1 and d.dtype.kind in "iu" and d.size <= 64:
+            return Data([int(x) for x in d.reshape(-1)], d.ndim == 0)
+        return None
+
+    def attr(self, name: str, default=None):
+        a = self.node.attributes.get(name)
+        if a is not None and not a.is_ref:
+            v = a.value
+            if a.type == AttrType.TENSOR and v is not None:
+                return v.numpy()
+            return v
+        if self.schema is not None:
+            spec = self.schema.attributes.get(name)
+            if spec is not None and spec.default is not None:
+                return spec.default
+        return default
+
+    def fresh(self) -> str:
+        return self.engine.symbols.fresh()
+
+    # -- outputs ------------------------------------------------------------------------------
+    def set(self, i: int, elem_type, shape=None) -> None:
+        """Output i is a tensor of ``elem_type`` and ``shape`` (None: rank unknown)."""
+        if elem_type is None or elem_type == DataType.UNDEFINED:
+            if shape is None:
+                return
+            elem_type = DataType.UNDEFINED
+        if shape is not None:
+            shape = tuple(_dim(d) for d in shape)
+        self.outputs[i] = TensorType(elem_type, shape)
+
+    def set_type(self, i: int, t) -> None:
+        if t is not None:
+            self.outputs[i] = t
+
+    def set_data(self, i: int, data) -> None:
+        self.out_data[i] = data
+
+    def same(self, i: int = 0, src: int = 0) -> None:
+        """Output i has the type and shape of input src."""
+        t = self.type(src)
+        if t is not None:
+            self.outputs[i] = t
+
+
+def _dim(d) -> Dim:
+    if d is None or isinstance(d, str):
+        return d
+    if isinstance(d, int | np.integer):
+        if d < 0:
+            raise InferenceError(f"negative dim {d}")
+        return int(d)
+    return None
+
+
+# -- merging inferred with declared types ---------------------------------------------------------
+
+
+def merge(declared, inferred, where: str, conflicts: list[str]):
+    """The union of what two types know; a clash is recorded in ``conflicts``."""
+    if declared is None:
+        return inferred
+    if inferred is None:
+        return declared
+    if isinstance(declared, TensorType) and isinstance(inferred, TensorType):
+        elem = declared.elem_type or inferred.elem_type
+        if declared.elem_type and inferred.elem_type and declared.elem_type != inferred.elem_type:
+            conflicts.append(
+                f"{where}: inferred element type {inferred.elem_type.name}, "
+                f"declared {declared.elem_type.name}"
+            )
+        ds, is_ = declared.shape, inferred.shape
+        if ds is None or is_ is None:
+            return TensorType(elem, ds if ds is not None else is_, declared.denotation)
+        if ds.rank != is_.rank:
+            conflicts.append(f"{where}: inferred rank {is_.rank}, declared rank {ds.rank}")
+            return TensorType(elem, ds, declared.denotation)
+        dims = []
+        for a, b in zip(ds.dims, is_.dims):
+            if isinstance(a, int) and isinstance(b, int) and a != b:
+                conflicts.append(f"{where}: inferred shape {is_}, declared {ds}")
+                dims.append(a)
+            elif isinstance(a, int) or (isinstance(a, str) and not isinstance(b, int)):
+                dims.append(a)
+            else:
+                dims.append(b if b is not None else a)
+        return TensorType(elem, Shape(tuple(dims), ds.denotations), declared.denotation)
+    if isinstance(declared, SequenceType) and isinstance(inferred, SequenceType):
+        return SequenceType(merge(declared.elem, inferred.elem, where, conflicts))
+    if isinstance(declared, OptionalType) and isinstance(inferred, OptionalType):
+        return OptionalType(merge(declared.elem, inferred.elem, where, conflicts))
+    if type(declared) is not type(inferred):
+        conflicts.append(f"{where}: inferred {inferred}, declared {declared}")
+    return declared
+
+
+# -- the engine -----------------------------------------------------------------------------------
+
+
+class Engine:
+    def __init__(self, model: Model, strict: bool, data_prop: bool):
+        self.model = model
+        self.strict = strict
+        self.data_prop = data_prop
+        self.symbols = Symbols()
+        self.problems: list[str] = []
+        self.functions = {(f.domain, f.name): f for f in model.functions.values()}
+        self._function_depth = 0
+
+    def problem(self, msg: str) -> None:
+        self.problems.append(msg)
+
+    def new_env(self, outer: dict | None = None) -> dict:
+        if outer is None:
+            return {"types": {}, "data": {}}
+        return {"types": dict(outer["types"]), "data": dict(outer["data"])}
+
+    def seed(self, g: Graph, env: dict) -> None:
+        for v in g.inputs:
+            if v.type is not None:
+                env["types"][id(v)] = v.type
+        for v in g.initializers.values():
+            t = v.const_value
+            if t is None:
+                continue
+            if id(v) not in env["types"] or v in g.inputs:
+                declared = env["types"].get(id(v))
+                env["types"][id(v)] = declared or TensorType(t.dtype, t.shape)
+            if v not in g.inputs and t.size <= 4096 and t.external is None:
+                try:
+                    env["data"][id(v)] = t.numpy()
+                except Exception:  # unreadable data: no propagation
+                    pass
+
+    def infer_graph(self, g: Graph, env: dict, opsets: dict[str, int], label: str = "") -> None:
+        declared = {id(v): v.type for v in g.values() if v.type is not None}
+        for v in list(g.value_info) + list(g.outputs):
+            if v.type is not None:
+                declared.setdefault(id(v), v.type)
+        for node in g.nodes:
+            self.infer_node(node, env, opsets, declared, label or g.name)
+
+    def infer_node(self, node: Node, env: dict, opsets, declared: dict, gname: str) -> None:
+        domain = "" if node.domain == "ai.onnx" else node.domain
+        opset = opsets.get(domain, opsets.get("ai.onnx") if domain == "" else None)
+        schema = defs.get_schema(node.op_type, opset, domain) if opset else None
+        ctx = NodeContext(self, node, env, schema, opset or 0)
+        label = f"node {node.name or node.op_type} ({node.op_type})"
+        try:
+            fn = RULES.get((domain, node.op_type))
+            if fn is not None:
+                fn(ctx)
+            elif (domain, node.op_type) in self.functions:
+                self.infer_call(ctx, self.functions[(domain, node.op_type)], opsets)
+            elif schema is not None:
+                body = schema.function_for(opset) if schema.functions else None
+                if body is not None:
+                    f = body.to_function(domain, node.op_type)
+                    self.infer_call(ctx, f, {**opsets, **f.opset_imports})
+                if not ctx.outputs:
+                    generic(ctx)
+        except InferenceError as e:
+            self.problem(f"graph {gname!r}, {label}: {e}")
+        except (ValueError, TypeError, IndexError, KeyError, ZeroDivisionError) as e:
+            if self.strict:
+                self.problem(f"graph {gname!r}, {label}: inference failed: {e}")
+        for i, v in enumerate(node.outputs):
+            if not v.name:
+                continue
+            inferred = ctx.outputs.get(i)
+            conflicts: list[str] = []
+            t = merge(
+                declared.get(id(v)),
+                inferred,
+                f"graph {gname!r}, {label}, output {v.name!r}",
+                conflicts,
+            )
+            for c in conflicts:
+                self.problem(c)
+            if t is not None:
+                env["types"][id(v)] = t
+            if self.data_prop and i in ctx.out_data and ctx.out_data[i] is not None:
+                env["data"][id(v)] = ctx.out_data[i]
+
+    def infer_call(self, ctx: NodeContext, f, opsets) -> None:
+        """Infer a function body with the call's input types; its Values are left untouched."""
+        if self._function_depth > 16:
+            return
+        self._function_depth += 1
+        try:
+            env = self.new_env()
+            for i, v in enumerate(f.graph.inputs):
+                if ctx.has(i):
+                    if ctx.type(i) is not None:
+                        env["types"][id(v)] = ctx.type(i)
+                    d = ctx.env["data"].get(id(ctx.node.inputs[i]))
+                    if d is not None:
+                        env["data"][id(v)] = d
+            attrs = {a.name: a for a in f.attribute_defaults}
+            attrs.update(ctx.node.attributes)
+            if ctx.schema is not None:
+                for name, default in ctx.schema.defaults.items():
+                    attrs.setdefault(name, _default_attr(ctx.schema, name, default))
+            saved = _bind_refs(f.graph, attrs)
+            try:
+                self.infer_graph(f.graph, env, {**opsets, **f.opset_imports}, f.name)
+            finally:
+                _unbind_refs(saved)
+            for i, v in enumerate(f.graph.outputs):
+                if i < len(ctx.node.outputs):
+                    ctx.set_type(i, env["types"].get(id(v)))
+                    if id(v) in env["data"]:
+                        ctx.set_data(i, env["data"][id(v)])
+        finally:
+            self._function_depth -= 1
+
+    def infer_subgraph(self, ctx: NodeContext, g: Graph, input_types: list) -> list:
+        """Infer a subgraph (reading outer values) with the given input types; its output types."""
+        env = self.new_env(ctx.env)
+        for v, t in zip(g.inputs, input_types):
+            if t is not None and v.type is None:
+                env["types"][id(v)] = t
+            elif v.type is not None:
+                env["types"][id(v)] = v.type
+        for v in g.inputs:
+            env["data"].pop(id(v), None)
+        self.seed(g, env)
+        opsets = self.model.opset_imports
+        self.infer_graph(g, env, opsets, g.name)
+        self.subgraph_envs.append((g, env))
+        return [env["types"].get(id(v)) or v.type for v in g.outputs]
+
+
+def _default_attr(schema, name, default):
+    from ..ir import Attr
+
+    return Attr(name, schema.attributes[name].type, default)
+
+
+def _bind_refs(g: Graph, attrs: dict) -> list:
+    """Replace attribute references in a function body by the caller's values (undone later)."""
+    saved = []
+    for node in g.all_nodes():
+        for key, a in list(node.attributes.items()):
+            if a.is_ref:
+                saved.append((node, key, a))
+                target = attrs.get(a.ref_attr_name)
+                if target is None:
+                    del node.attributes[key]
+                else:
+                    from ..ir import Attr
+
+                    node.attributes[key] = Attr(key, target.type, target.value)
+    return saved
+
+
+def _unbind_refs(saved: list) -> None:
+    for node, key, a in saved:
+        node.attributes[key] = a
+
+
+def type_from_str(type_str: str):
+    """A Type for a concrete schema type string ('tensor(int64)', 'seq(tensor(float))')."""
+    type_str = type_str.replace(" ", "")
+    if type_str.startswith("tensor(") and type_str.endswith(")"):
+        info = BY_NAME.get(type_str[7:-1])
+        return TensorType(info.dtype) if info else None
+    if type_str.startswith("seq(") and type_str.endswith(")"):
+        inner = type_from_str(type_str[4:-1])
+        return SequenceType(inner) if inner else None
+    return None
+
+
+def generic(ctx: NodeContext) -> None:
+    """The fallback rule: element types from the schema's type constraints, shapes unknown."""
+    s = ctx.schema
+    if s is None:
+        return
+    bound: dict[str, object] = {}
+    for i, p in enumerate(s.inputs):
+        t = ctx.type(i)
+        if t is not None and p.type_str not in bound:
+            bound[p.type_str] = t
+    for i, p in enumerate(s.outputs):
+        if i >= len(ctx.node.outputs):
+            break
+        tc = s.type_constraints.get(p.type_str)
+        if tc is None:
+            t = type_from_str(p.type_str)
+        elif p.type_str in bound:
+            src = bound[p.type_str]
+            t = TensorType(src.elem_type) if isinstance(src, TensorType) else src
+        elif len(tc.allowed) == 1:
+            t = type_from_str(tc.allowed[0])
+        else:
+            t = None
+        if t is not None:
+            ctx.outputs.setdefault(i, t)
+
+
+def run(model: Model, strict: bool = False, data_prop: bool = True) -> Model:
+    engine = Engine(model, strict, data_prop)
+    engine.subgraph_envs = []
+    env = engine.new_env()
+    engine.seed(model.graph, env)
+    engine.infer_graph(model.graph, env, model.opset_imports)
+    _write_back(model.graph, env)
+    for g, sub_env in engine.subgraph_envs:
+        _write_back(g, sub_env)
+    if engine.problems:
+        if strict:
+            raise ValidationError(engine.problems)
+        for p in engine.problems:
+            warnings.warn(f"shape inference: {p}", stacklevel=3)
+    return model
+
+
+def _write_back(g: Graph, env: dict) -> None:
+    known = {id(v) for v in g.value_info}
+    outputs = {id(v) for v in g.outputs}
+    for node in g.nodes:
+        for v in node.outputs:
+            t = env["types"].get(id(v))
+            if t is None or not v.name:
+                continue
+            v.type = t
+            if id(v) not in known and id(v) not in outputs:
+                g.value_info.append(v)
+                known.add(id(v))

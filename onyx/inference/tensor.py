@@ -1,0 +1,565 @@
+"""Shape manipulation: Shape, Reshape, Transpose, Concat, Split, Slice, Gather, Squeeze, ...
+
+These also propagate data (shape arithmetic) so that computed shapes reach Reshape/Expand.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import DataType
+from ..ir.dtypes import to_numpy
+from .engine import Data, InferenceError, NodeContext, rule
+
+
+def _axis(axis: int, rank: int) -> int:
+    if not -rank <= axis < max(rank, 1):
+        raise InferenceError(f"axis {axis} out of range for rank {rank}")
+    return axis + rank if axis < 0 else axis
+
+
+@rule("Constant")
+def constant(ctx: NodeContext) -> None:
+    for name in (
+        "value",
+        "value_float",
+        "value_floats",
+        "value_int",
+        "value_ints",
+        "value_string",
+        "value_strings",
+        "sparse_value",
+    ):
+        a = ctx.node.attributes.get(name)
+        if a is None or a.is_ref:
+            continue
+        v = a.value
+        if name == "value":
+            arr = v.numpy()
+            ctx.set(0, v.dtype, v.shape)
+        elif name == "sparse_value":
+            values = getattr(v, "values", None)
+            ctx.set(0, getattr(values, "dtype", None), tuple(getattr(v, "dims", ())))
+            return
+        else:
+            dtype = {"float": np.float32, "int": np.int64, "string": object}[
+                name.split("_")[1].rstrip("s")
+            ]
+            arr = np.array(v, dtype=dtype)
+            ctx.set(
+                0,
+                {np.float32: DataType.FLOAT, np.int64: DataType.INT64, object: DataType.STRING}[
+                    dtype
+                ],
+                arr.shape,
+            )
+        if arr.size <= 4096:
+            ctx.set_data(0, arr)
+        return
+
+
+@rule("Shape")
+def shape(ctx: NodeContext) -> None:
+    s = ctx.shape(0)
+    if s is None:
+        ctx.set(0, DataType.INT64, (None,))
+        return
+    r = len(s)
+    start = ctx.attr("start", 0) or 0
+    end = ctx.attr("end", None)
+    start = min(max(start + r if start < 0 else start, 0), r)
+    end = r if end is None else min(max(end + r if end < 0 else end, 0), r)
+    dims = list(s[start:end]) if end > start else []
+    ctx.set(0, DataType.INT64, (len(dims),))
+    ctx.set_data(0, Data(dims))
+
+
+@rule("Size")
+def size(ctx: NodeContext) -> None:
+    ctx.set(0, DataType.INT64, ())
+    s = ctx.shape(0)
+    if s is not None and all(isinstance(d, int) for d in s):
+        ctx.set_data(0, Data([int(np.prod(s))], scalar=True))
+
+
+@rule("Cast")
+def cast(ctx: NodeContext) -> None:
+    to = DataType(ctx.attr("to"))
+    ctx.set(0, to, ctx.shape(0))
+    d = ctx.data(0)
+    if d is not None and to in (DataType.INT64, DataType.INT32):
+        ctx.set_data(0, d)
+
+
+@rule("CastLike")
+def cast_like(ctx: NodeContext) -> None:
+    ctx.set(0, ctx.dtype(1), ctx.shape(0))
+
+
+@rule("Reshape")
+def reshape(ctx: NodeContext) -> None:
+    dtype = ctx.dtype(0)
+    target = ctx.data(1)
+    if target is None:
+        r = ctx.shape(1)
+        ctx.set(0, dtype, (None,) * r[0] if r and isinstance(r[0], int) else None)
+        return
+    allowzero = ctx.attr("allowzero", 0)
+    src = ctx.shape(0)
+    dims = list(target.dims)
+    for k, d in enumerate(dims):
+        if d == 0 and not allowzero:
+            dims[k] = src[k] if src is not None and k < len(src) else None
+    if -1 in dims:
+        k = dims.index(-1)
+        rest = [d for j, d in enumerate(dims) if j != k]
+        if (
+            src is not None
+            and all(isinstance(d, int) for d in src)
+            and all(isinstance(d, int) for d in rest)
+        ):
+            total, part = int(np.prod(src)), int(np.prod(rest))
+            dims[k] = total // part if part else 0
+        else:
+            dims[k] = _symbolic_rest(src, rest) if src is not None else None
+    ctx.set(0, dtype, dims)
+    _propagate_identity(ctx)
+
+
+def _symbolic_rest(src, rest):
+    """The -1 dim when the input and other dims share symbols, e.g. [N,3,4] -> [N,-1] is 12."""
+    src, rest = list(src), list(rest)
+    for d in list(rest):
+        if d in src:
+            src.remove(d)
+            rest.remove(d)
+    if all(isinstance(d, int) for d in src + rest):
+        part = int(np.prod(rest)) if rest else 1
+        return int(np.prod(src)) // part if part else None
+    if len(src) == 1 and not rest:
+        return src[0]
+    return None
+
+
+def _propagate_identity(ctx: NodeContext) -> None:
+    d = ctx.data(0)
+    if d is not None and ctx.node.op_type in ("Reshape", "Squeeze", "Unsqueeze", "Flatten"):
+        out = ctx.outputs.get(0)
+        if out is not None and out.shape is not None and out.shape.rank <= 1:
+            ctx.set_data(0, Data(list(d.dims), out.shape.rank == 0))
+
+
+@rule("Transpose")
+def transpose(ctx: NodeContext) -> None:
+    s = ctx.shape(0)
+    perm = ctx.attr("perm")
+    if s is None:
+        ctx.set(0, ctx.dtype(0), None if perm is None else (None,) * len(perm))
+        return
+    perm = list(reversed(range(len(s)))) if not perm else perm
+    if sorted(perm) != list(range(len(s))):
+        raise InferenceError(f"perm {perm} does not permute rank {len(s)}")
+    ctx.set(0, ctx.dtype(0), [s[p] for p in perm])
+
+
+@rule("Concat")
+def concat(ctx: NodeContext) -> None:
+    shapes = [ctx.shape(i) for i in range(ctx.n_inputs) if ctx.has(i)]
+    dtype = next((ctx.dtype(i) for i in range(ctx.n_inputs) if ctx.dtype(i)), None)
+    known = [s for s in shapes if s is not None]
+    if not known:
+        ctx.set(0, dtype, None)
+        return
+    r = len(known[0])
+    axis = _axis(ctx.attr("axis"), r)
+    out = []
+    for k in range(r):
+        col = [s[k] if s is not None else None for s in shapes]
+        if k == axis:
+            out.append(sum(col) if all(isinstance(d, int) for d in col) else None)
+        else:
+            ints = {d for d in col if isinstance(d, int)}
+            if len(ints) > 1:
+                raise InferenceError(f"concat inputs disagree on dim {k}: {shapes}")
+            out.append(ints.pop() if ints else next((d for d in col if d is not None), None))
+    ctx.set(0, dtype, out)
+    datas = [ctx.data(i) for i in range(ctx.n_inputs) if ctx.has(i)]
+    if r == 1 and all(d is not None for d in datas):
+        ctx.set_data(0, Data([x for d in datas for x in d.dims]))
+
+
+@rule("Split")
+def split(ctx: NodeContext) -> None:
+    s = ctx.shape(0)
+    n = len(ctx.node.outputs)
+    if s is None:
+        for i in range(n):
+            ctx.set(i, ctx.dtype(0), None)
+        return
+    axis = _axis(ctx.attr("axis", 0), len(s))
+    sizes = ctx.value(1) if ctx.has(1) else ctx.attr("split")
+    total = s[axis]
+    if sizes is None and isinstance(total, int):
+        num = ctx.attr("num_outputs", None) or n
+        chunk = -(-total // num)
+        sizes = [chunk] * (total // chunk) + ([total % chunk] if total % chunk else [])
+        if len(sizes) != n:
+            sizes = [chunk] * (n - 1) + [total - chunk * (n - 1)]
+    for i in range(n):
+        dims = list(s)
+        dims[axis] = int(sizes[i]) if sizes is not None and i < len(sizes) else None
+        ctx.set(i, ctx.dtype(0), dims)
+
+
+def _slice_dim(d, start: int, end: int, step: int):
+    if not isinstance(d, int):
+        if step == 1 and start >= 0 and 0 <= end and end < 2**62 and start <= end:
+            return None
+        return None
+    return len(range(*slice(start, end, step).indices(d)))
+
+
+@rule("Slice")
+def slice_(ctx: NodeContext) -> None:
+    s = ctx.shape(0)
+    if ctx.opset < 10:
+        starts, ends, axes, steps = ctx.attr("starts"), ctx.attr("ends"), ctx.attr("axes"), None
+    else:
+        starts, ends = ctx.value(1), ctx.value(2)
+        axes = ctx.value(3) if ctx.has(3) else None
+        steps = ctx.value(4) if ctx.has(4) else None
+    if s is None:
+        ctx.set(0, ctx.dtype(0), None)
+        return
+    r = len(s)
+    if (
+        starts is None
+        or ends is None
+        or (ctx.has(3) and axes is None)
+        or (ctx.has(4) and steps is None)
+    ):
+        ctx.set(0, ctx.dtype(0), (None,) * r)
+        return
+    starts, ends = [int(x) for x in np.ravel(starts)], [int(x) for x in np.ravel(ends)]
+    axes = list(range(len(starts))) if axes is None else [_axis(int(a), r) for a in np.ravel(axes)]
+    steps = [1] * len(starts) if steps is None else [int(x) for x in np.ravel(steps)]
+    dims = list(s)
+    for a, b, e, st in zip(axes, starts, ends, steps):
+        if st == 0:
+            raise InferenceError("slice step is 0")
+        dims[a] = _slice_dim(s[a], b, e, st)
+        if not isinstance(s[a], int) and b == 0 and e >= 2**31 - 1 and st == 1:
+            dims[a] = s[a]
+    ctx.set(0, ctx.dtype(0), dims)
+    d = ctx.data(0)
+    if d is not None and r == 1 and len(axes) == 1:
+        ctx.set_data(0, Data(d.dims[slice(starts[0], ends[0], steps[0])]))
+
+
+@rule("Gather")
+def gather(ctx: NodeContext) -> None:
+    s, idx = ctx.shape(0), ctx.shape(1)
+    if s is None or idx is None:
+        ctx.set(0, ctx.dtype(0), None)
+        return
+    axis = _axis(ctx.attr("axis", 0), len(s))
+    ctx.set(0, ctx.dtype(0), list(s[:axis]) + list(idx) + list(s[axis + 1 :]))
+    d, i = ctx.data(0), ctx.value(1)
+    if d is not None and i is not None and len(s) == 1:
+        n = len(d.dims)
+        picked = [d.dims[int(k) + n if k < 0 else int(k)] for k in np.ravel(i)]
+        ctx.set_data(0, Data(picked, i.ndim == 0))
+
+
+@rule("GatherElements")
+def gather_elements(ctx: NodeContext) -> None:
+    ctx.set(0, ctx.dtype(0), ctx.shape(1))
+
+
+@rule("GatherND")
+def gather_nd(ctx: NodeContext) -> None:
+    s, idx = ctx.shape(0), ctx.shape(1)
+    b = ctx.attr("batch_dims", 0)
+    if s is None or idx is None or not isinstance(idx[-1], int):
+        ctx.set(0, ctx.dtype(0), None)
+        return
+    ctx.set(0, ctx.dtype(0), list(idx[:-1]) + list(s[b + idx[-1] :]))
+
+
+def _axes(ctx: NodeContext, i: int = 1):
+    if ctx.opset >= 13 or ctx.node.op_type in ("ReduceSum",):
+        if ctx.has(i):
+            v = ctx.value(i)
+            return None if v is None else [int(x) for x in np.ravel(v)], True
+        return [], False
+    return ctx.attr("axes") or [], False
+
+
+@rule("Squeeze")
+def squeeze(ctx: NodeContext) -> None:
+    s = ctx.shape(0)
+    axes, _ = _axes(ctx)
+    if s is None or axes is None:
+        ctx.set(0, ctx.dtype(0), None)
+        return
+    r = len(s)
+    if axes:
+        drop = {_axis(a, r) for a in axes}
+    else:
+        if any(not isinstance(d, int) for d in s):
+            ctx.set(0, ctx.dtype(0), None)
+            return
+        drop = {k for k, d in enumerate(s) if d == 1}
+    ctx.set(0, ctx.dtype(0), [d for k, d in enumerate(s) if k not in drop])
+    d = ctx.data(0)
+    if d is not None:
+        ctx.set_data(0, Data(list(d.dims), scalar=r - len(drop) == 0))
+
+
+@rule("Unsqueeze")
+def unsqueeze(ctx: NodeContext) -> None:
+    s = ctx.shape(0)
+    axes, _ = _axes(ctx)
+    if s is None or axes is None:
+        ctx.set(0, ctx.dtype(0), None)
+        return
+    r = len(s) + len(axes)
+    put = sorted(_axis(a, r) for a in axes)
+    dims, it = [], iter(s)
+    for k in range(r):
+        dims.append(1 if k in put else next(it))
+    ctx.set(0, ctx.dtype(0), dims)
+    d = ctx.data(0)
+    if d is not None and r == 1:
+        ctx.set_data(0, Data(list(d.dims)))
+
+
+@rule("Flatten")
+def flatten(ctx: NodeContext) -> None:
+    s = ctx.shape(0)
+    if s is None:
+        ctx.set(0, ctx.dtype(0), (None, None))
+        return
+    axis = ctx.attr("axis", 1)
+    axis = axis + len(s) if axis < 0 else axis
+    ctx.set(0, ctx.dtype(0), (_prod(s[:axis]), _prod(s[axis:])))
+
+
+def _prod(dims):
+    if all(isinstance(d, int) for d in dims):
+        return int(np.prod(dims)) if dims else 1
+    rest = [d for d in dims if d != 1]
+    return rest[0] if len(rest) == 1 else None
+
+
+@rule("Expand")
+def expand(ctx: NodeContext) -> None:
+    from .elementwise import broadcast
+
+    target = ctx.data(1)
+    if target is None:
+        n = ctx.shape(1)
+        ctx.set(0, ctx.dtype(0), None)
+        if n and isinstance(n[0], int) and ctx.shape(0) is not None:
+            ctx.set(0, ctx.dtype(0), (None,) * max(n[0], len(ctx.shape(0))))
+        return
+    s = ctx.shape(0)
+    dims = [None if d is None or (isinstance(d, int) and d < 0) else d for d in target.dims]
+    # a target dim of 1 keeps the input's dim; symbols follow broadcasting
+    ctx.set(0, ctx.dtype(0), broadcast([s, tuple(dims)], ctx) if s is not None else dims)
+
+
+@rule("Tile")
+def tile(ctx: NodeContext) -> None:
+    s, reps = ctx.shape(0), ctx.value(1)
+    if s is None:
+        ctx.set(0, ctx.dtype(0), None)
+        return
+    if reps is None:
+        ctx.set(0, ctx.dtype(0), (None,) * len(s))
+        return
+    ctx.set(
+        0,
+        ctx.dtype(0),
+        [d * int(r) if isinstance(d, int) else (d if r == 1 else None) for d, r in zip(s, reps)],
+    )
+
+
+@rule("Pad")
+def pad(ctx: NodeContext) -> None:
+    s = ctx.shape(0)
+    if s is None:
+        ctx.set(0, ctx.dtype(0), None)
+        return
+    r = len(s)
+    pads = ctx.attr("pads") if ctx.opset < 11 else ctx.value(1)
+    if ctx.opset < 11 and pads is None:
+        pads = ctx.attr("paddings")
+    if pads is None:
+        ctx.set(0, ctx.dtype(0), (None,) * r)
+        return
+    pads = [int(p) for p in np.ravel(pads)]
+    axes = ctx.value(3) if ctx.has(3) else None
+    if ctx.has(3) and axes is None:
+        ctx.set(0, ctx.dtype(0), (None,) * r)
+        return
+    axes = list(range(r)) if axes is None else [_axis(int(a), r) for a in np.ravel(axes)]
+    n = len(axes)
+    dims = list(s)
+    for k, a in enumerate(axes):
+        if isinstance(dims[a], int):
+            dims[a] = dims[a] + pads[k] + pads[k + n]
+        elif pads[k] + pads[k + n] != 0:
+            dims[a] = None
+    ctx.set(0, ctx.dtype(0), dims)
+
+
+@rule("ConstantOfShape")
+def constant_of_shape(ctx: NodeContext) -> None:
+    v = ctx.attr("value")
+    dtype = DataType.FLOAT if v is None else _dtype_of(v)
+    target = ctx.data(0)
+    if target is not None:
+        ctx.set(0, dtype, [None if isinstance(d, int) and d < 0 else d for d in target.dims])
+        if target.known() and len(target.dims) <= 1 and int(np.prod(target.dims)) <= 64:
+            fill = 0 if v is None else np.ravel(v)[0]
+            ctx.set_data(0, np.full(target.dims, fill, dtype=to_numpy(dtype)))
+    else:
+        s = ctx.shape(0)
+        ctx.set(0, dtype, (None,) * s[0] if s and isinstance(s[0], int) else None)
+
+
+def _dtype_of(arr) -> DataType:
+    from ..ir.dtypes import from_numpy
+
+    return from_numpy(np.asarray(arr).dtype)
+
+
+@rule("Range")
+def range_(ctx: NodeContext) -> None:
+    dtype = ctx.dtype(0)
+    vals = [ctx.value(i) for i in range(3)]
+    if all(v is not None for v in vals):
+        start, limit, delta = (np.ravel(v)[0].item() for v in vals)
+        n = max(int(np.ceil((limit - start) / delta)), 0) if delta else 0
+        ctx.set(0, dtype, (n,))
+    else:
+        ctx.set(0, dtype, (None,))
+
+
+@rule("NonZero")
+def non_zero(ctx: NodeContext) -> None:
+    r = ctx.rank(0)
+    ctx.set(0, DataType.INT64, (r, None) if r is not None else (None, None))
+
+
+@rule("TopK")
+def top_k(ctx: NodeContext) -> None:
+    s = ctx.shape(0)
+    if s is None:
+        ctx.set(0, ctx.dtype(0), None)
+        ctx.set(1, DataType.INT64, None)
+        return
+    axis = _axis(ctx.attr("axis", -1), len(s))
+    k = ctx.attr("k") if ctx.opset < 10 else ctx.value(1)
+    dims = list(s)
+    dims[axis] = int(np.ravel(k)[0]) if k is not None else None
+    ctx.set(0, ctx.dtype(0), dims)
+    ctx.set(1, DataType.INT64, dims)
+
+
+@rule("OneHot")
+def one_hot(ctx: NodeContext) -> None:
+    s = ctx.shape(0)
+    depth = ctx.value(1)
+    if s is None:
+        ctx.set(0, ctx.dtype(2), None)
+        return
+    r = len(s) + 1
+    axis = _axis(ctx.attr("axis", -1), r)
+    dims = list(s)
+    dims.insert(axis, int(np.ravel(depth)[0]) if depth is not None else None)
+    ctx.set(0, ctx.dtype(2), dims)
+
+
+@rule("DepthToSpace", "SpaceToDepth")
+def depth_space(ctx: NodeContext) -> None:
+    s = ctx.shape(0)
+    b = ctx.attr("blocksize")
+    if s is None or len(s) != 4:
+        ctx.set(0, ctx.dtype(0), (None,) * 4)
+        return
+    n, c, h, w = s
+    mul = lambda d, f: d * f if isinstance(d, int) else None  # noqa: E731
+    div = lambda d, f: d // f if isinstance(d, int) else None  # noqa: E731
+    if ctx.node.op_type == "DepthToSpace":
+        ctx.set(0, ctx.dtype(0), (n, div(c, b * b), mul(h, b), mul(w, b)))
+    else:
+        ctx.set(0, ctx.dtype(0), (n, mul(c, b * b), div(h, b), div(w, b)))
+
+
+@rule("Compress")
+def compress(ctx: NodeContext) -> None:
+    s = ctx.shape(0)
+    axis = ctx.attr("axis")
+    if s is None:
+        ctx.set(0, ctx.dtype(0), None)
+    elif axis is None:
+        ctx.set(0, ctx.dtype(0), (None,))
+    else:
+        dims = list(s)
+        dims[_axis(axis, len(s))] = None
+        ctx.set(0, ctx.dtype(0), dims)
+
+
+@rule("Unique")
+def unique(ctx: NodeContext) -> None:
+    s = ctx.shape(0)
+    axis = ctx.attr("axis")
+    if axis is None or s is None:
+        ctx.set(0, ctx.dtype(0), (None,))
+    else:
+        dims = list(s)
+        dims[_axis(axis, len(s))] = None
+        ctx.set(0, ctx.dtype(0), dims)
+    for i in (1, 2, 3):
+        ctx.set(i, DataType.INT64, (None,))
+
+
+@rule("EyeLike")
+def eye_like(ctx: NodeContext) -> None:
+    dt = ctx.attr("dtype")
+    ctx.set(0, DataType(dt) if dt is not None else ctx.dtype(0), ctx.shape(0))
+
+
+@rule("Resize", "Upsample")
+def resize(ctx: NodeContext) -> None:
+    s = ctx.shape(0)
+    if s is None:
+        ctx.set(0, ctx.dtype(0), None)
+        return
+    r = len(s)
+    op = ctx.node.op_type
+    if op == "Upsample" and ctx.opset < 9:
+        scales, sizes = ctx.attr("scales"), None
+    elif op == "Upsample":
+        scales, sizes = ctx.value(1), None
+    elif ctx.opset < 11:
+        scales, sizes = ctx.value(1), None
+    else:
+        scales = ctx.value(2) if ctx.has(2) else None
+        sizes = ctx.value(3) if ctx.has(3) else None
+    axes = ctx.attr("axes") if op == "Resize" else None
+    axes = list(range(r)) if not axes else [_axis(a, r) for a in axes]
+    dims = list(s)
+    if sizes is not None and np.size(sizes):
+        for a, n in zip(axes, np.ravel(sizes)):
+            dims[a] = int(n)
+        if ctx.attr("keep_aspect_ratio_policy", "stretch") != "stretch":
+            dims = [None if k in axes else d for k, d in enumerate(dims)]
+    elif scales is not None and np.size(scales):
+        for a, f in zip(axes, np.ravel(scales)):
+            dims[a] = int(np.floor(s[a] * float(f))) if isinstance(s[a], int) else None
+    else:
+        dims = [None] * r
+    ctx.set(0, ctx.dtype(0), dims)
