@@ -1,0 +1,182 @@
+"""com.microsoft contrib operators, with the semantics of onnxruntime's ContribOperators docs.
+
+Quantized ops dequantize, compute in float32 and requantize (round half to even, saturate), as
+onnxruntime's reference paths do; where onnxruntime folds scales into one float32 multiplier
+the same is done here so results agree to the last unit.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..registry import op
+from .activation import _coerced_2d, _gelu, _sigmoid, _softmax
+from .elementwise import upcast
+from .linalg import integer_matmul
+from .quantize import saturate_cast
+
+MS = "com.microsoft"
+
+
+def _deq(x, scale, zero_point=None) -> np.ndarray:
+    """(x - zero_point) * scale in float32."""
+    v = x.astype(np.float32)
+    if zero_point is not None:
+        v = v - np.asarray(zero_point).astype(np.float32)
+    return v * np.asarray(scale, dtype=np.float32)
+
+
+def _q(v, scale, zero_point, dtype) -> np.ndarray:
+    """round(v / scale) + zero_point, saturated to dtype."""
+    return saturate_cast(np.asarray(v, np.float32) / np.float32(scale), zero_point, dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# Quantized element-wise
+
+
+@op("QLinearAdd", since=1, domain=MS)
+def q_linear_add(a, a_scale, a_zero_point, b, b_scale, b_zero_point, c_scale, c_zero_point=None):
+    total = _deq(a, a_scale, a_zero_point) + _deq(b, b_scale, b_zero_point)
+    return _q(total, c_scale, c_zero_point, a.dtype)
+
+
+@op("QLinearMul", since=1, domain=MS)
+def q_linear_mul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, c_scale, c_zero_point=None):
+    product = _deq(a, a_scale, a_zero_point) * _deq(b, b_scale, b_zero_point)
+    return _q(product, c_scale, c_zero_point, a.dtype)
+
+
+@op("QLinearSigmoid", since=1, domain=MS)
+def q_linear_sigmoid(x, x_scale, x_zero_point, y_scale, y_zero_point=None):
+    return _q(_sigmoid(_deq(x, x_scale, x_zero_point)), y_scale, y_zero_point, x.dtype)
+
+
+@op("QLinearLeakyRelu", since=1, domain=MS)
+def q_linear_leaky_relu(x, x_scale, x_zero_point, y_scale, y_zero_point=None, *, alpha=0.01):
+    v = _deq(x, x_scale, x_zero_point)
+    return _q(np.where(v >= 0, v, np.float32(alpha) * v), y_scale, y_zero_point, x.dtype)
+
+
+@op("QLinearSoftmax", since=1, domain=MS)
+def q_linear_softmax(x, x_scale, x_zero_point, y_scale, y_zero_point, *, opset, axis=-1):
+    v = _deq(x, x_scale, x_zero_point)
+    # as Softmax of the matching opset: along one axis from 13, on the coerced 2-D view before
+    y = _softmax(v, axis) if opset >= 13 else _coerced_2d(_softmax, v, axis)
+    return _q(y, y_scale, y_zero_point, x.dtype)
+
+
+@op("QLinearConcat", since=1, domain=MS)
+def q_linear_concat(y_scale, y_zero_point, *inputs, axis):
+    """inputs are (tensor, scale, zero_point) triples, each requantized to Y's scale."""
+    parts = []
+    for x, scale, zero_point in zip(inputs[0::3], inputs[1::3], inputs[2::3]):
+        same = np.array_equal(scale, y_scale) and np.array_equal(zero_point, y_zero_point)
+        parts.append(x if same else _q(_deq(x, scale, zero_point), y_scale, y_zero_point, x.dtype))
+    return np.concatenate(parts, axis=axis).astype(y_zero_point.dtype, copy=False)
+
+
+@op("QGemm", since=1, domain=MS)
+def q_gemm(
+    a,
+    a_scale,
+    a_zero_point,
+    b,
+    b_scale,
+    b_zero_point,
+    c=None,
+    y_scale=None,
+    y_zero_point=None,
+    *,
+    alpha=1.0,
+    transA=0,
+    transB=0,
+):
+    """Y = alpha * a_scale * b_scale * ((A - a_zp) @ (B - b_zp) + C), C in int32 at that scale.
+
+    b's scale and zero point may be per column ([N]). Without y_scale the output is float32.
+    """
+    a_ = a.T if transA else a
+    b_ = b.T if transB else b
+    acc = integer_matmul(a_, b_, a_zero_point, b_zero_point)
+    if c is not None:
+        acc = acc + c.astype(np.int32)
+    scale = np.float32(alpha) * np.float32(a_scale) * np.asarray(b_scale, dtype=np.float32)
+    if y_scale is None:
+        return acc.astype(np.float32) * scale
+    multiplier = scale / np.float32(y_scale)
+    return saturate_cast(acc.astype(np.float32) * multiplier, y_zero_point, y_zero_point.dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# Float ops
+
+
+def _in_dtype(fn, x: np.ndarray, *args) -> np.ndarray:
+    return np.asarray(fn(upcast(x), *args)).astype(x.dtype, copy=False)
+
+
+@op("Gelu", since=1, domain=MS)
+def gelu(x):
+    return _in_dtype(_gelu, x, "none")
+
+
+@op("BiasGelu", since=1, domain=MS)
+def bias_gelu(a, b):
+    return _in_dtype(lambda v: _gelu(v + upcast(b), "none"), a)
+
+
+def _fast_gelu(v: np.ndarray) -> np.ndarray:
+    # the tanh approximation with the constants of onnxruntime's docs (sqrt(2/pi), 0.044715)
+    return 0.5 * v * (1 + np.tanh(0.7978845608028654 * v + 0.035677408136300125 * v * v * v))
+
+
+@op("FastGelu", since=1, domain=MS)
+def fast_gelu(x, bias=None):
+    return _in_dtype(lambda v: _fast_gelu(v if bias is None else v + upcast(bias)), x)
+
+
+@op("SkipLayerNormalization", since=1, domain=MS)
+def skip_layer_normalization(x, skip, gamma, beta=None, bias=None, *, epsilon=1e-12):
+    """LayerNorm over the last axis of input + skip (+ bias), then * gamma (+ beta).
+
+    Outputs: the result, the mean and 1/std (float32, last axis kept as 1), and the sum itself.
+    """
+    total = upcast(x).astype(np.float32) + upcast(skip).astype(np.float32)
+    if bias is not None:
+        total = total + upcast(bias).astype(np.float32)
+    mean = np.mean(total, axis=-1, keepdims=True)
+    centered = total - mean
+    inv_std = 1 / np.sqrt(
+        np.mean(centered * centered, axis=-1, keepdims=True) + np.float32(epsilon)
+    )
+    y = centered * inv_std * upcast(gamma).astype(np.float32)
+    if beta is not None:
+        y = y + upcast(beta).astype(np.float32)
+    return (
+        y.astype(x.dtype),
+        mean.astype(np.float32),
+        inv_std.astype(np.float32),
+        total.astype(x.dtype),
+    )
+
+
+def _fused_operand(m: np.ndarray, trans: int, trans_batch: int) -> np.ndarray:
+    if m.ndim < 2:
+        return m
+    if trans_batch and m.ndim > 2:
+        # the first dimension moves behind the batch dims: [d0, d1..dn-2, dn-1] -> [d1.., d0, dn-1]
+        m = np.moveaxis(m, 0, -2)
+    if trans:
+        m = np.swapaxes(m, -1, -2)
+    return m
+
+
+@op("FusedMatMul", since=1, domain=MS)
+def fused_mat_mul(a, b, *, alpha=1.0, transA=0, transB=0, transBatchA=0, transBatchB=0):
+    a_ = _fused_operand(upcast(a), transA, transBatchA)
+    b_ = _fused_operand(upcast(b), transB, transBatchB)
+    y = np.matmul(a_, b_)
+    if alpha != 1:
+        y = y * np.asarray(alpha, dtype=y.dtype)
+    return np.asarray(y).astype(a.dtype, copy=False)

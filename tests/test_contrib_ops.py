@@ -1,0 +1,230 @@
+"""com.microsoft contrib kernels against onnxruntime on small one-node models."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from conftest import run_onnx
+from onnx import helper, numpy_helper
+
+MS = "com.microsoft"
+RNG = np.random.default_rng(1234)
+
+
+def _model(op_type: str, inputs: dict, out_dtypes=None, initializers=(), **attrs):
+    """One `op_type` node; `inputs` maps names (in order, '' for an omitted one) to arrays.
+
+    out_dtypes: numpy dtypes of the outputs (default: one output, the first input's dtype).
+    """
+    names = list(inputs)
+    out_dtypes = out_dtypes or [next(iter(inputs.values())).dtype]
+    n_outputs = len(out_dtypes)
+    node = helper.make_node(op_type, names, [f"y{i}" for i in range(n_outputs)], domain=MS, **attrs)
+    feeds = {k: v for k, v in inputs.items() if k and k not in initializers}
+    graph = helper.make_graph(
+        [node],
+        op_type,
+        [
+            helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+            for k, v in feeds.items()
+        ],
+        [
+            helper.make_tensor_value_info(
+                f"y{i}", helper.np_dtype_to_tensor_dtype(np.dtype(t)), None
+            )
+            for i, t in enumerate(out_dtypes)
+        ],
+        initializer=[numpy_helper.from_array(inputs[k], k) for k in initializers],
+    )
+    model = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)],
+        ir_version=9,
+    )
+    return model, feeds
+
+
+def _check(model, feeds, atol=0.0, rtol=0.0, quantized_slack=0):
+    expected = ort.InferenceSession(
+        model.SerializeToString(), providers=["CPUExecutionProvider"]
+    ).run(None, feeds)
+    actual = run_onnx(model, feeds)
+    assert len(actual) >= len(expected)
+    for e, a in zip(expected, actual):
+        a = np.asarray(a)
+        assert a.dtype == e.dtype and a.shape == e.shape
+        if quantized_slack:  # onnxruntime's quantized kernels may use lookup tables / fixed point
+            diff = np.abs(a.astype(np.int32) - e.astype(np.int32))
+            assert diff.max(initial=0) <= quantized_slack
+        else:
+            np.testing.assert_allclose(a, e, atol=atol, rtol=rtol)
+
+
+def _quant(shape, dtype):
+    info = np.iinfo(dtype)
+    return RNG.integers(info.min, info.max + 1, size=shape).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+@pytest.mark.parametrize("op_type", ["QLinearAdd", "QLinearMul"])
+@pytest.mark.parametrize("shapes", [((2, 3, 4), (2, 3, 4)), ((2, 3, 4), (4,)), ((3, 1), (1, 5))])
+def test_qlinear_binary(op_type, dtype, shapes):
+    zp = np.array(3 if dtype == np.uint8 else -2, dtype=dtype)
+    inputs = {
+        "a": _quant(shapes[0], dtype),
+        "a_scale": np.array(0.05, np.float32),
+        "a_zero_point": zp,
+        "b": _quant(shapes[1], dtype),
+        "b_scale": np.array(0.03, np.float32),
+        "b_zero_point": zp,
+        "c_scale": np.array(0.2 if op_type == "QLinearMul" else 0.07, np.float32),
+        "c_zero_point": np.array(5 if dtype == np.uint8 else 1, dtype=dtype),
+    }
+    scalars = [k for k in inputs if "scale" in k or "zero" in k]
+    model, feeds = _model(op_type, inputs, initializers=scalars)
+    _check(model, feeds, quantized_slack=1)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+@pytest.mark.parametrize("op_type", ["QLinearSigmoid", "QLinearLeakyRelu"])
+def test_qlinear_unary(op_type, dtype):
+    inputs = {
+        "x": _quant((3, 17), dtype),
+        "x_scale": np.array(0.04, np.float32),
+        "x_zero_point": np.array(10 if dtype == np.uint8 else 0, dtype),
+        "y_scale": np.array(1 / 256 if op_type == "QLinearSigmoid" else 0.03, np.float32),
+        "y_zero_point": np.array(0 if dtype == np.uint8 else -128, dtype),
+    }
+    attrs = {"alpha": 0.1} if op_type == "QLinearLeakyRelu" else {}
+    scalars = ["x_scale", "x_zero_point", "y_scale", "y_zero_point"]
+    model, feeds = _model(op_type, inputs, initializers=scalars, **attrs)
+    _check(model, feeds, quantized_slack=1)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+@pytest.mark.parametrize("opset,axis", [(13, -1), (13, 1), (12, 1)])
+def test_qlinear_softmax(dtype, opset, axis):
+    inputs = {
+        "x": _quant((2, 3, 8), dtype),
+        "x_scale": np.array(0.05, np.float32),
+        "x_zero_point": np.array(128 if dtype == np.uint8 else 0, dtype),
+        "y_scale": np.array(1 / 256, np.float32),
+        "y_zero_point": np.array(0 if dtype == np.uint8 else -128, dtype),
+    }
+    scalars = ["x_scale", "x_zero_point", "y_scale", "y_zero_point"]
+    model, feeds = _model("QLinearSoftmax", inputs, initializers=scalars, opset=opset, axis=axis)
+    _check(model, feeds, quantized_slack=1)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_qlinear_concat(dtype):
+    zp = np.array(7, dtype)
+    inputs = {
+        "y_scale": np.array(0.1, np.float32),
+        "y_zero_point": zp,
+        "x0": _quant((2, 3), dtype),
+        "s0": np.array(0.1, np.float32),
+        "z0": zp,
+        "x1": _quant((2, 5), dtype),
+        "s1": np.array(0.05, np.float32),
+        "z1": np.array(-3 if dtype == np.int8 else 3, dtype),
+    }
+    scalars = ["y_scale", "y_zero_point", "s0", "z0", "s1", "z1"]
+    model, feeds = _model("QLinearConcat", inputs, out_dtypes=[dtype], initializers=scalars, axis=1)
+    _check(model, feeds, quantized_slack=1)
+
+
+@pytest.mark.parametrize("trans_a,trans_b", [(0, 0), (1, 0), (0, 1)])
+@pytest.mark.parametrize("quantized_output", [False, True])
+@pytest.mark.parametrize("per_column", [False, True])
+def test_qgemm(trans_a, trans_b, quantized_output, per_column):
+    m, k, n = 4, 6, 5
+    a = _quant((k, m) if trans_a else (m, k), np.uint8)
+    b = _quant((n, k) if trans_b else (k, n), np.int8)
+    b_scale = np.linspace(0.01, 0.05, n).astype(np.float32) if per_column else np.float32(0.02)
+    inputs = {
+        "a": a,
+        "a_scale": np.array(0.03, np.float32),
+        "a_zero_point": np.array(100, np.uint8),
+        "b": b,
+        "b_scale": np.asarray(b_scale, np.float32),
+        "b_zero_point": np.zeros(n if per_column else (), np.int8),
+        "c": RNG.integers(-500, 500, size=(n,)).astype(np.int32),
+    }
+    if quantized_output:
+        inputs["y_scale"] = np.array(0.5, np.float32)
+        inputs["y_zero_point"] = np.array(3, np.uint8)
+    scalars = [k for k in inputs if k not in ("a",)]
+    out = np.uint8 if quantized_output else np.float32
+    model, feeds = _model(
+        "QGemm",
+        inputs,
+        out_dtypes=[out],
+        initializers=scalars,
+        alpha=0.75,
+        transA=trans_a,
+        transB=trans_b,
+    )
+    if quantized_output:
+        _check(model, feeds, quantized_slack=1)
+    else:
+        _check(model, feeds, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_gelu_family(dtype):
+    x = RNG.standard_normal((3, 16)).astype(dtype) * 3
+    bias = RNG.standard_normal(16).astype(dtype)
+    tol = {"rtol": 1e-5, "atol": 1e-6} if dtype == np.float32 else {"rtol": 2e-3, "atol": 2e-3}
+    _check(*_model("Gelu", {"x": x}), **tol)
+    _check(*_model("BiasGelu", {"x": x, "bias": bias}), **tol)
+    _check(*_model("FastGelu", {"x": x}), **tol)
+    _check(*_model("FastGelu", {"x": x, "bias": bias}), **tol)
+
+
+@pytest.mark.parametrize("with_beta,with_bias", [(True, True), (False, False), (True, False)])
+def test_skip_layer_normalization(with_beta, with_bias):
+    hidden = 16
+    inputs = {
+        "x": RNG.standard_normal((2, 3, hidden)).astype(np.float32),
+        "skip": RNG.standard_normal((2, 3, hidden)).astype(np.float32),
+        "gamma": RNG.standard_normal(hidden).astype(np.float32),
+    }
+    if with_beta or with_bias:  # beta is an input slot before bias: "" when omitted
+        inputs["beta" if with_beta else ""] = RNG.standard_normal(hidden).astype(np.float32)
+    if with_bias:
+        inputs["bias"] = RNG.standard_normal(hidden).astype(np.float32)
+    model, feeds = _model(
+        "SkipLayerNormalization",
+        inputs,
+        out_dtypes=[np.float32] * 4,
+        epsilon=1e-5,
+    )
+    expected = ort.InferenceSession(model.SerializeToString()).run(None, feeds)
+    actual = run_onnx(model, feeds)
+    np.testing.assert_allclose(actual[0], expected[0], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(actual[3], expected[3], rtol=1e-6, atol=1e-6)
+    for e, a in zip(expected[1:3], actual[1:3]):  # mean / inv_std_var: compare the values only
+        np.testing.assert_allclose(np.ravel(a), np.ravel(e), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "shape_a,shape_b,attrs",
+    [
+        ((3, 4), (4, 5), {}),
+        ((2, 3, 4), (2, 4, 5), {"alpha": 0.5}),
+        ((2, 4, 3), (2, 4, 5), {"transA": 1}),
+        ((2, 3, 4), (2, 5, 4), {"transB": 1, "alpha": 2.0}),
+        ((3, 2, 4), (2, 4, 5), {"transBatchA": 1}),
+        ((2, 3, 4), (4, 2, 5), {"transBatchB": 1}),
+        ((3, 2, 4), (5, 2, 4), {"transBatchA": 1, "transBatchB": 1, "transB": 1}),
+        ((4, 2, 3), (2, 4, 5), {"transBatchA": 1, "transA": 1}),
+    ],
+)
+def test_fused_matmul(shape_a, shape_b, attrs):
+    inputs = {
+        "a": RNG.standard_normal(shape_a).astype(np.float32),
+        "b": RNG.standard_normal(shape_b).astype(np.float32),
+    }
+    _check(*_model("FusedMatMul", inputs, **attrs), rtol=1e-5, atol=1e-5)
