@@ -3,8 +3,9 @@
 Strings are numpy object arrays of Python ``str``; per-string work goes through ``np.frompyfunc``
 since numpy has no vectorized kernels for object arrays.
 
-ImageDecoder decodes what the standard library allows without new dependencies: PNG (zlib), BMP,
-PNM and uncompressed TIFF. JPEG, JPEG 2000, WebP and compressed TIFF raise NotImplementedError.
+ImageDecoder decodes what can be done without new dependencies: PNG (zlib), BMP, PNM, uncompressed
+TIFF and baseline JPEG (bit-exact with libjpeg-turbo's defaults). Progressive JPEG, JPEG 2000, WebP
+and compressed TIFF raise NotImplementedError.
 """
 
 from __future__ import annotations
@@ -210,6 +211,205 @@ def _tiff(data: bytes) -> np.ndarray:
     return 255 - img if tags.get(262, (1,))[0] == 0 else img  # WhiteIsZero
 
 
+# --- baseline JPEG, bit-exact with libjpeg(-turbo)'s defaults: integer "islow" IDCT, "fancy"
+# (triangle) chroma upsampling and fixed-point YCbCr -> RGB ----------------------------------------
+
+_ZIGZAG = np.array(
+    [0, 1, 8, 16, 9, 2, 3, 10, 17, 24, 32, 25, 18, 11, 4, 5, 12, 19, 26, 33, 40, 48, 41, 34, 27,
+     20, 13, 6, 7, 14, 21, 28, 35, 42, 49, 56, 57, 50, 43, 36, 29, 22, 15, 23, 30, 37, 44, 51, 58,
+     59, 52, 45, 38, 31, 39, 46, 53, 60, 61, 54, 47, 55, 62, 63]
+)  # fmt: skip
+
+
+def _fix(x: float, bits: int = 13) -> int:
+    return int(x * (1 << bits) + 0.5)
+
+
+def _idct_1d(v: np.ndarray, shift: int, pre: int = 0) -> np.ndarray:
+    """The LL&M 8-point IDCT with 13-bit fixed-point constants, along the last axis."""
+    c = lambda i: v[..., i]  # noqa: E731
+    z1 = (c(2) + c(6)) * _fix(0.541196100)
+    tmp2, tmp3 = z1 - c(6) * _fix(1.847759065), z1 + c(2) * _fix(0.765366865)
+    tmp0, tmp1 = (c(0) + c(4)) << 13, (c(0) - c(4)) << 13
+    t10, t13, t11, t12 = tmp0 + tmp3, tmp0 - tmp3, tmp1 + tmp2, tmp1 - tmp2
+    o0, o1, o2, o3 = c(7), c(5), c(3), c(1)
+    z1, z2, z3, z4 = o0 + o3, o1 + o2, o0 + o2, o1 + o3
+    z5 = (z3 + z4) * _fix(1.175875602)
+    z1, z2 = z1 * -_fix(0.899976223), z2 * -_fix(2.562915447)
+    z3, z4 = z3 * -_fix(1.961570560) + z5, z4 * -_fix(0.390180644) + z5
+    o0 = o0 * _fix(0.298631336) + z1 + z3
+    o1 = o1 * _fix(2.053119869) + z2 + z4
+    o2 = o2 * _fix(3.072711026) + z2 + z3
+    o3 = o3 * _fix(1.501321110) + z1 + z4
+    out = [t10 + o3, t11 + o2, t12 + o1, t13 + o0, t13 - o0, t12 - o1, t11 - o2, t10 - o3]
+    return (np.stack(out, axis=-1) + (1 << (shift - 1))) >> shift
+
+
+def _idct(blocks: np.ndarray) -> np.ndarray:
+    """Dequantized (n, 8, 8) coefficient blocks -> samples 0..255 (columns first, then rows)."""
+    cols = _idct_1d(blocks.astype(np.int64).swapaxes(1, 2), 13 - 2).swapaxes(1, 2)
+    return np.clip(_idct_1d(cols, 13 + 2 + 3) + 128, 0, 255)
+
+
+class _Bits:
+    """Entropy-coded data, byte stuffing removed, read MSB first."""
+
+    def __init__(self, data: bytes):
+        self.bits = "".join(f"{b:08b}" for b in data.replace(b"\xff\x00", b"\xff"))
+        self.pos = 0
+
+    def get(self, n: int) -> int:
+        value = int(self.bits[self.pos : self.pos + n] or "0", 2) if n else 0
+        self.pos += n
+        return value
+
+    def symbol(self, table: dict) -> int:
+        for n in range(1, 17):
+            hit = table.get(self.bits[self.pos : self.pos + n])
+            if hit is not None:
+                self.pos += n
+                return hit
+        raise ValueError("ImageDecoder: bad Huffman code")
+
+    def signed(self, n: int) -> int:
+        v = self.get(n)
+        return v - (1 << n) + 1 if n and v < 1 << (n - 1) else v
+
+
+def _huffman_table(counts: bytes, symbols: bytes) -> dict:
+    table, code, k = {}, 0, 0
+    for length, n in enumerate(counts, start=1):
+        for _ in range(n):
+            table[format(code, f"0{length}b")] = symbols[k]
+            code, k = code + 1, k + 1
+        code <<= 1
+    return table
+
+
+def _upsample(plane: np.ndarray, h: int, v: int) -> np.ndarray:
+    """libjpeg's fancy upsampling by 2: 3/4 of the nearer sample plus 1/4 of the next one, with
+    the rounding bias alternating between pixels (edges replicate)."""
+    p = plane.astype(np.int32)
+    if v == 2:  # vertical sums 3 * nearer + farther row (4x scale); rows: above, then below
+        above = np.vstack([p[:1], p[:-1]])
+        below = np.vstack([p[1:], p[-1:]])
+        if h == 1:
+            return np.stack([(3 * p + above + 1) >> 2, (3 * p + below + 2) >> 2], 1).reshape(
+                -1, p.shape[1]
+            )
+        p = np.stack([3 * p + above, 3 * p + below], axis=1).reshape(-1, p.shape[1])
+    if h == 2:
+        left = np.hstack([p[:, :1], p[:, :-1]])
+        right = np.hstack([p[:, 1:], p[:, -1:]])
+        if v == 2:
+            even, odd = (3 * p + left + 8) >> 4, (3 * p + right + 7) >> 4
+        else:
+            even, odd = (3 * p + left + 1) >> 2, (3 * p + right + 2) >> 2
+        p = np.stack([even, odd], axis=2).reshape(p.shape[0], -1)
+    return p
+
+
+def _ycc_to_rgb(y, cb, cr) -> np.ndarray:
+    cb, cr = cb - 128, cr - 128
+    half = 1 << 15
+    r = y + ((_fix(1.40200, 16) * cr + half) >> 16)
+    g = y + ((-_fix(0.34414, 16) * cb + half - _fix(0.71414, 16) * cr) >> 16)
+    b = y + ((_fix(1.77200, 16) * cb + half) >> 16)
+    return np.clip(np.stack([r, g, b], axis=-1), 0, 255)
+
+
+def _jpeg(data: bytes) -> np.ndarray:
+    quant, dc_tables, ac_tables, comps, restart, pos = {}, {}, {}, [], 0, 2
+    while pos < len(data):
+        marker, length = data[pos + 1], struct.unpack(">H", data[pos + 2 : pos + 4])[0]
+        body = data[pos + 4 : pos + 2 + length]
+        if marker in (0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF):
+            raise _Unsupported("ImageDecoder: only baseline/sequential Huffman JPEG is supported")
+        if marker == 0xDB:  # quantization tables
+            i = 0
+            while i < len(body):
+                wide, tid = body[i] >> 4, body[i] & 15
+                n = 128 if wide else 64
+                q = np.frombuffer(body[i + 1 : i + 1 + n], ">u2" if wide else np.uint8)
+                quant[tid] = np.zeros(64, np.int64)
+                quant[tid][_ZIGZAG] = q
+                i += 1 + n
+        elif marker == 0xC4:  # Huffman tables
+            i = 0
+            while i < len(body):
+                counts = body[i + 1 : i + 17]
+                table = _huffman_table(counts, body[i + 17 : i + 17 + sum(counts)])
+                (ac_tables if body[i] >> 4 else dc_tables)[body[i] & 15] = table
+                i += 17 + sum(counts)
+        elif marker in (0xC0, 0xC1):  # frame header
+            height, width = struct.unpack(">HH", body[1:5])
+            comps = [
+                {"id": body[6 + 3 * k], "h": body[7 + 3 * k] >> 4, "v": body[7 + 3 * k] & 15,
+                 "q": body[8 + 3 * k]}
+                for k in range(body[5])
+            ]  # fmt: skip
+        elif marker == 0xDD:
+            restart = struct.unpack(">H", body[:2])[0]
+        elif marker == 0xDA:  # start of scan: the entropy-coded data follows the header
+            for k in range(body[0]):
+                comp = next(c for c in comps if c["id"] == body[1 + 2 * k])
+                comp["dc"], comp["ac"] = body[2 + 2 * k] >> 4, body[2 + 2 * k] & 15
+            if body[0] != len(comps):
+                raise _Unsupported("ImageDecoder: non-interleaved JPEG scans are not supported")
+            end = pos + 2 + length
+            scan = data[end:]
+            return _jpeg_scan(scan, comps, quant, dc_tables, ac_tables, restart, height, width)
+        pos += 2 + length
+    raise ValueError("ImageDecoder: JPEG without image data")
+
+
+def _jpeg_scan(scan, comps, quant, dc_tables, ac_tables, restart, height, width) -> np.ndarray:
+    hmax, vmax = max(c["h"] for c in comps), max(c["v"] for c in comps)
+    mcus_x, mcus_y = -(-width // (8 * hmax)), -(-height // (8 * vmax))
+    # split the entropy-coded data at restart markers; it ends at the first other marker
+    segments = re.split(rb"\xff[\xd0-\xd7]", re.split(rb"\xff(?![\x00\xd0-\xd7])", scan)[0])
+    coefs = {c["id"]: np.zeros((mcus_y * c["v"], mcus_x * c["h"], 64), np.int64) for c in comps}
+    per_segment = restart or mcus_x * mcus_y
+    # Huffman decoding is inherently sequential: one step per coded coefficient
+    for mcu in range(mcus_x * mcus_y):
+        if mcu % per_segment == 0:
+            bits = _Bits(segments[mcu // per_segment])
+            pred = {c["id"]: 0 for c in comps}
+        my, mx = divmod(mcu, mcus_x)
+        for c in comps:
+            dc, ac = dc_tables[c["dc"]], ac_tables[c["ac"]]
+            for by in range(c["v"]):
+                for bx in range(c["h"]):
+                    block = coefs[c["id"]][my * c["v"] + by, mx * c["h"] + bx]
+                    pred[c["id"]] += bits.signed(bits.symbol(dc))
+                    block[0] = pred[c["id"]]
+                    k = 1
+                    while k < 64:
+                        rs = bits.symbol(ac)
+                        if rs == 0:
+                            break
+                        k += rs >> 4
+                        if k > 63:
+                            break
+                        block[_ZIGZAG[k]] = bits.signed(rs & 15)
+                        k += 1
+    planes = []
+    for c in comps:
+        blocks = coefs[c["id"]]
+        rows, cols = blocks.shape[:2]
+        pixels = _idct((blocks * quant[c["q"]]).reshape(-1, 8, 8)).reshape(rows, cols, 8, 8)
+        plane = pixels.transpose(0, 2, 1, 3).reshape(rows * 8, cols * 8)
+        # crop to the component's own size before upsampling, as libjpeg does
+        ch, cw = -(-height * c["v"] // vmax), -(-width * c["h"] // hmax)
+        h, v = hmax // c["h"], vmax // c["v"]
+        if (h, v) not in ((1, 1), (2, 1), (1, 2), (2, 2)):
+            raise _Unsupported(f"ImageDecoder: JPEG sampling {h}x{v} is not supported")
+        planes.append(_upsample(plane[:ch, :cw], h, v)[:height, :width])
+    if len(planes) == 1:
+        return planes[0][..., None].astype(np.uint8)
+    return _ycc_to_rgb(*planes).astype(np.uint8)
+
+
 _SIGNATURES = [
     (b"\x89PNG\r\n\x1a\n", _png),
     (b"BM", _bmp),
@@ -217,8 +417,9 @@ _SIGNATURES = [
     (b"P6", _pnm),
     (b"II*\x00", _tiff),
     (b"MM\x00*", _tiff),
+    (b"\xff\xd8", _jpeg),
 ]
-_UNSUPPORTED = [(b"\xff\xd8", "JPEG"), (b"\x00\x00\x00\x0cjP  ", "JPEG 2000"), (b"RIFF", "WebP")]
+_UNSUPPORTED = [(b"\x00\x00\x00\x0cjP  ", "JPEG 2000"), (b"RIFF", "WebP")]
 
 
 def _to_rgb(img: np.ndarray) -> np.ndarray:
