@@ -81,3 +81,13 @@ def as_2d(x: np.ndarray) -> np.ndarray:
     if x.ndim == 1:
         return x.reshape(1, -1)
     return x.reshape(x.shape[0], -1)
+
+
+def regression_transform(scores: np.ndarray, name: str | int) -> np.ndarray:
+    """post_transform of regression scores [N, T]: onnxruntime leaves a single target alone
+    except for PROBIT (no softmax of one value, and no LOGISTIC either)."""
+    if not isinstance(name, str):
+        name = POST_TRANSFORMS[int(name)]
+    if scores.shape[-1] == 1 and name != "PROBIT":
+        return scores
+    return post_transform(scores, name)

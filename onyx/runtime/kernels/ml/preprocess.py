@@ -14,8 +14,10 @@ def _is_string(x: np.ndarray) -> bool:
     return x.dtype == object or x.dtype.kind in "US"
 
 
-def _lookup(keys, values, default, x: np.ndarray) -> np.ndarray:
-    """Map each element of x through keys -> values (the last of repeated keys wins), else default.
+def _lookup(keys, values, default, x: np.ndarray, last_wins: bool = True) -> np.ndarray:
+    """Map each element of x through keys -> values, else default.
+
+    Of repeated keys the last one wins (LabelEncoder v4 says so), or the first.
 
     Vectorized with a sorted key table; float NaN keys match any NaN.
     """
@@ -27,8 +29,10 @@ def _lookup(keys, values, default, x: np.ndarray) -> np.ndarray:
     if keys.size == 0:
         return np.full(x.shape, default, dtype=out_dtype)
     # np.unique keeps the first occurrence: run it on the reversed keys to keep the last.
-    unique, first_of_reversed = np.unique(keys[::-1], return_index=True)
-    table = values[::-1][first_of_reversed]
+    if last_wins:
+        keys, values = keys[::-1], values[::-1]
+    unique, first = np.unique(keys, return_index=True)
+    table = values[first]
     pos = np.minimum(np.searchsorted(unique, x), unique.size - 1)
     found = unique[pos] == x
     out = np.where(found, table[pos], np.asarray(default, dtype=out_dtype))
@@ -154,7 +158,8 @@ def label_encoder_2(
     keys = _typed(keys_int64s, keys_floats, keys_strings)
     values = _typed(values_int64s, values_floats, values_strings)
     default = _default_for(values, None, default_int64, default_float, default_string)
-    return _lookup(keys, values, default, x)
+    # v2 does not say which of repeated keys wins: onnxruntime keeps the first.
+    return _lookup(keys, values, default, x, last_wins=False)
 
 
 @op("LabelEncoder", since=4, domain=ML)
@@ -202,7 +207,7 @@ def dict_vectorizer(x, *, int64_vocabulary=None, string_vocabulary=None):
     if dtype.kind in "US":
         dtype = np.dtype(object)
     out = np.zeros((len(rows), len(vocabulary)), dtype=dtype)
-    if dtype == object:
+    if dtype.kind == "O":
         out[:] = ""
     for r, row in enumerate(rows):  # one pass over the map items: maps are Python dicts
         cols = [position.get(k, -1) for k in row]

@@ -13,7 +13,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...registry import op
-from ._common import POST_TRANSFORMS, as_2d, class_labels, logistic, post_transform, probit
+from ._common import (
+    POST_TRANSFORMS,
+    as_2d,
+    class_labels,
+    logistic,
+    probit,
+    regression_transform,
+)
+from ._common import post_transform as apply_transform
 
 LEQ, LT, GTE, GT, EQ, NEQ, MEMBER, LEAF = range(8)
 MODES = {
@@ -77,6 +85,13 @@ def _mode_codes(modes) -> np.ndarray:
     except KeyError as e:
         raise ValueError(f"tree ensemble: unknown node mode {e.args[0]!r}") from None
     return codes[inverse.reshape(-1)]
+
+
+def _floats(values) -> np.ndarray:
+    """A FLOATS attribute (float32), or a `*_as_tensor` array as it is."""
+    if isinstance(values, np.ndarray):
+        return values.reshape(-1)
+    return np.asarray(values if values is not None else [], np.float32)
 
 
 def _pick(floats, tensor, dtype=np.float32) -> np.ndarray | None:
@@ -304,26 +319,25 @@ def _leaves(f: Forest, x: np.ndarray):
 
 
 def _aggregate(f: Forest, x, weights, has, aggregate: str) -> tuple[np.ndarray, np.ndarray]:
-    """Scores [N, C] (float64) and whether any tree gave each target a weight [N, C].
+    """Scores [N, C] and whether any tree gave each target a weight [N, C].
 
-    weights/has: [S, C] tables of the leaf weights (summed per leaf) and their presence.
+    weights/has: [S, C] tables of the leaf weights and their presence. Trees are accumulated one
+    after the other in the weights' precision (float32 unless given as doubles), the order and
+    precision onnxruntime uses, so that near-ties pick the same class.
     """
     n = as_2d(x).shape[0]
     n_targets = weights.shape[1]
-    scores = np.zeros((n, n_targets))
+    scores = np.zeros((n, n_targets), weights.dtype)
     present = np.zeros((n, n_targets), bool)
     every_leaf_votes = bool(has[f.mode == LEAF].all())
+    combine = {"MIN": np.fmin, "MAX": np.fmax}.get(aggregate, np.add)
     if aggregate in ("MIN", "MAX"):
-        pick = np.min if aggregate == "MIN" else np.max
-        fill = np.inf if aggregate == "MIN" else -np.inf
-        weights = np.where(has, weights, fill)
+        weights = np.where(has, weights, np.nan)  # fmin/fmax skip the NaN of a missing weight
     for rows, states in _leaves(f, x):
-        if n_targets == 1:
-            w = weights[:, 0][states]
-            scores[rows, 0] = pick(w, axis=1) if aggregate in ("MIN", "MAX") else w.sum(axis=1)
-        else:
-            w = weights[states]  # [rows, trees, C]
-            scores[rows] = pick(w, axis=1) if aggregate in ("MIN", "MAX") else w.sum(axis=1)
+        acc = weights[states[:, 0]]
+        for t in range(1, states.shape[1]):
+            combine(acc, weights[states[:, t]], out=acc)
+        scores[rows] = acc
         present[rows] = True if every_leaf_votes else has[states].any(axis=1)
     scores[~present] = 0.0
     if aggregate == "AVERAGE":
@@ -332,17 +346,17 @@ def _aggregate(f: Forest, x, weights, has, aggregate: str) -> tuple[np.ndarray, 
 
 
 def _weight_table(n_states, targets, positions, weights, n_targets, aggregate):
-    table = np.zeros((n_states, n_targets))
+    weights = np.asarray(weights)
+    dtype = np.float64 if weights.dtype == np.float64 else np.float32
+    table = np.zeros((n_states, n_targets), dtype)
     has = np.zeros((n_states, n_targets), bool)
     targets = np.asarray(targets, np.int64)
-    weights = np.asarray(weights, np.float64)
     if aggregate in ("MIN", "MAX"):
         # Several weights on one leaf and target each count as a separate vote.
-        fill = np.inf if aggregate == "MIN" else -np.inf
-        table[:] = fill
+        table[:] = np.inf if aggregate == "MIN" else -np.inf
         (np.minimum if aggregate == "MIN" else np.maximum).at(table, (positions, targets), weights)
     else:
-        np.add.at(table, (positions, targets), weights)
+        np.add.at(table, (positions, targets), weights.astype(dtype))
     has[positions, targets] = True
     table[~has] = 0.0
     return table, has
@@ -389,16 +403,8 @@ def tree_ensemble(
         n_nodes + len(leaf_weights), leaf_targetids, positions, leaf_weights, n_targets, aggregate
     )
     scores, _ = _aggregate(forest, x, weights, has, aggregate)
-    scores = post_transform_(scores, POST_TRANSFORMS[post_transform])
+    scores = regression_transform(scores, post_transform)
     return scores.astype(x.dtype)
-
-
-def post_transform_(scores: np.ndarray, name: str) -> np.ndarray:
-    # onnxruntime leaves a single score untransformed except for PROBIT (a single target has
-    # no softmax; it does not apply LOGISTIC either).
-    if scores.shape[1] == 1 and name != "PROBIT":
-        return scores
-    return post_transform(scores, name)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -419,12 +425,20 @@ def _regressor(
     n_targets = int(n_targets) if n_targets is not None else int(target_ids.max(initial=-1)) + 1
     positions = index(np.asarray(target_treeids, np.int64), np.asarray(target_nodeids, np.int64))
     weights, has = _weight_table(
-        len(forest.mode), target_ids, positions, target_weights, n_targets, aggregate_function
+        len(forest.mode),
+        target_ids,
+        positions,
+        _floats(target_weights),
+        n_targets,
+        aggregate_function,
     )
+    if n_targets == 1:
+        # onnxruntime's single-target path lets a leaf without a weight vote 0 (matters to MIN/MAX).
+        has[forest.mode == LEAF] = True
     scores, _ = _aggregate(forest, x, weights, has, aggregate_function)
     if base_values is not None and len(base_values):
-        scores += np.asarray(base_values, np.float64)
-    return post_transform_(scores, post_transform).astype(np.float32)
+        scores += _floats(base_values).astype(scores.dtype)
+    return regression_transform(scores, post_transform).astype(np.float32)
 
 
 @op("TreeEnsembleRegressor", since=1, domain="ai.onnx.ml")
@@ -480,8 +494,8 @@ def tree_ensemble_regressor_3(
 ):
     args = _locals_but_x(locals())
     args["nodes_values"] = _pick(nodes_values, nodes_values_as_tensor)
-    args["target_weights"] = _pick(target_weights, target_weights_as_tensor, np.float64)
-    args["base_values"] = _pick(base_values, base_values_as_tensor, np.float64)
+    args["target_weights"] = _pick(target_weights, target_weights_as_tensor)
+    args["base_values"] = _pick(base_values, base_values_as_tensor)
     return _regressor(x, **args)
 
 
@@ -505,20 +519,20 @@ def _classifier(
         nodes_truenodeids, nodes_falsenodeids, nodes_missing_value_tracks_true,
     )  # fmt: skip
     class_ids = np.asarray(class_ids if class_ids is not None else [], np.int64)
-    class_weights = np.asarray(class_weights if class_weights is not None else [], np.float64)
+    class_weights = _floats(class_weights)
     n_classes = len(labels)
     positions = index(np.asarray(class_treeids, np.int64), np.asarray(class_nodeids, np.int64))
     weights, has = _weight_table(
         len(forest.mode), class_ids, positions, class_weights, max(n_classes, 1), "SUM"
     )
     scores, present = _aggregate(forest, x, weights, has, "SUM")
-    base = np.asarray(base_values if base_values is not None else [], np.float64)
+    base = _floats(base_values).astype(scores.dtype)
     if n_classes > 2 or n_classes < 2:
         scores[:, : len(base)] += base
         present[:, : len(base)] = True
         # Classes no tree voted for (and without a base value) cannot win.
         best = np.argmax(np.where(present, scores, -np.inf), axis=1)
-        return labels[best], post_transform_(scores, post_transform).astype(np.float32)
+        return labels[best], apply_transform(scores, post_transform).astype(np.float32)
     binary_case = np.unique(class_ids).size == 1
     return _binary(scores, present, base, labels, post_transform, binary_case, class_weights)
 
@@ -541,19 +555,26 @@ def _binary(scores, present, base, labels, transform, binary_case, class_weights
         if len(base) == 1:
             s0 = s0 + base[0]
         two_columns = has1.copy()
-    positive = np.where(two_columns & has1, s1, np.where(has0, s0, 0.0))
+    # onnxruntime reports 0 for a class no tree voted for, whatever its base value.
+    s0, s1 = np.where(has0, s0, 0.0), np.where(has1, s1, 0.0)
+    positive = np.where(two_columns & has1, s1, s0)
     all_positive = bool(np.all(class_weights >= 0))
     win = positive > (0.5 if binary_case and all_positive else 0.0)
-    label = np.where(win, labels[1], labels[0]).astype(labels.dtype)
+    if binary_case or labels.dtype == object:
+        label = np.where(win, labels[1], labels[0]).astype(labels.dtype)
+    else:  # onnxruntime answers 1 / 0 here, not the class labels
+        label = win.astype(np.int64)
 
     z = np.zeros((len(s0), 2))
     both = np.stack([s0, s1], axis=1)
-    z[two_columns] = post_transform(both[two_columns], transform)
+    z[two_columns] = apply_transform(both[two_columns], transform)
     one = ~two_columns
     if one.any():
         s = s0[one]
         if transform == "PROBIT":
             z[one, 0] = probit(s)
+        elif binary_case and all_positive and transform == "LOGISTIC":
+            z[one] = np.stack([1.0 - logistic(s), logistic(s)], axis=1)
         elif binary_case and all_positive:
             z[one] = np.stack([1.0 - s, s], axis=1)
         elif binary_case and transform == "LOGISTIC":
@@ -618,6 +639,6 @@ def tree_ensemble_classifier_3(
 ):
     args = _locals_but_x(locals())
     args["nodes_values"] = _pick(nodes_values, nodes_values_as_tensor)
-    args["class_weights"] = _pick(class_weights, class_weights_as_tensor, np.float64)
-    args["base_values"] = _pick(base_values, base_values_as_tensor, np.float64)
+    args["class_weights"] = _pick(class_weights, class_weights_as_tensor)
+    args["base_values"] = _pick(base_values, base_values_as_tensor)
     return _classifier(x, **args)

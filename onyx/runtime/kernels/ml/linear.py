@@ -1,0 +1,67 @@
+"""LinearClassifier and LinearRegressor."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...registry import op
+from ._common import as_2d, class_labels, logistic, probit, regression_transform
+from ._common import post_transform as apply_transform
+
+ML = "ai.onnx.ml"
+
+
+def _linear_scores(x, coefficients, intercepts) -> np.ndarray:
+    x = as_2d(x).astype(np.float32)
+    weights = np.asarray(coefficients, np.float32).reshape(-1, x.shape[1])
+    scores = x @ weights.T
+    if intercepts:
+        scores += np.asarray(intercepts, np.float32)
+    return scores
+
+
+def binary_scores(score: np.ndarray, transform: str) -> np.ndarray:
+    """One score per row for two classes -> two columns, as onnxruntime writes them.
+
+    The spec does not say; onnxruntime puts [1 - p, p] with p = logistic(s) for LOGISTIC and
+    [1 - s, s] with the raw score otherwise. (For PROBIT it writes the probits of all rows
+    into the first rows, a layout bug we do not copy: we give [1 - p, p], p = probit(s).)
+    """
+    if transform == "LOGISTIC":
+        score = logistic(score)
+    elif transform == "PROBIT":
+        score = probit(score)
+    return np.stack([1.0 - score, score], axis=1)
+
+
+@op("LinearClassifier", since=1, domain=ML)
+def linear_classifier(
+    x,
+    *,
+    post_transform="NONE",
+    classlabels_ints=None,
+    classlabels_strings=None,
+    multi_class=0,
+    intercepts=None,
+    coefficients,
+):
+    labels = class_labels(classlabels_ints, classlabels_strings)
+    scores = _linear_scores(x, coefficients, intercepts)
+    if scores.shape[1] == 1:
+        # One set of weights: its sign picks the second (positive) or first class.
+        if len(labels) == 2:
+            positive, negative = labels[1], labels[0]
+        else:
+            positive, negative = ("1", "0") if labels.dtype == object else (1, 0)
+        label = np.where(scores[:, 0] > 0, positive, negative).astype(labels.dtype)
+        if len(labels) == 2:
+            return label, binary_scores(scores[:, 0], post_transform).astype(np.float32)
+        return label, apply_transform(scores, post_transform).astype(np.float32)
+    label = labels[np.argmax(scores, axis=1)]
+    return label, apply_transform(scores, post_transform).astype(np.float32)
+
+
+@op("LinearRegressor", since=1, domain=ML)
+def linear_regressor(x, *, targets=1, intercepts=None, coefficients=None, post_transform="NONE"):
+    scores = _linear_scores(x, coefficients, intercepts)
+    return regression_transform(scores, post_transform).astype(np.float32)

@@ -1,0 +1,162 @@
+"""SVMClassifier and SVMRegressor (libsvm's conventions: one-vs-one votes, Platt scaling and
+pairwise coupling of the probabilities)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...registry import op
+from ._common import as_2d, class_labels, logistic, probit
+from ._common import post_transform as apply_transform
+
+ML = "ai.onnx.ml"
+
+
+def _dot(x, sv):
+    return x @ sv.T
+
+
+def _sq_distance(x, sv):
+    d = (x * x).sum(axis=1)[:, None] + (sv * sv).sum(axis=1)[None, :] - 2.0 * (x @ sv.T)
+    return np.maximum(d, 0.0)
+
+
+KERNELS = {
+    "LINEAR": lambda x, sv, gamma, coef0, degree: _dot(x, sv),
+    "POLY": lambda x, sv, gamma, coef0, degree: (gamma * _dot(x, sv) + coef0) ** degree,
+    "RBF": lambda x, sv, gamma, coef0, degree: np.exp(-gamma * _sq_distance(x, sv)),
+    "SIGMOID": lambda x, sv, gamma, coef0, degree: np.tanh(gamma * _dot(x, sv) + coef0),
+}
+
+
+def _kernel(kernel_type: str, kernel_params, x: np.ndarray, vectors: np.ndarray) -> np.ndarray:
+    """K(x_n, v_m) for every row and vector, [N, M], in float64."""
+    if kernel_type not in KERNELS:
+        raise ValueError(f"SVM: unknown kernel_type {kernel_type!r}")
+    gamma, coef0, degree = (list(kernel_params or []) + [0.0, 0.0, 0.0])[:3]
+    return KERNELS[kernel_type](x, vectors, gamma, coef0, int(degree))
+
+
+def _pairwise_coupling(r: np.ndarray) -> np.ndarray:
+    """Class probabilities from pairwise ones r[n, i, j] ~ P(i | i or j) (Wu, Lin & Weng 2004,
+    method 2, as libsvm solves it): minimize p'Qp subject to sum(p) = 1, all rows at once."""
+    n, k = r.shape[:2]
+    q = -r.transpose(0, 2, 1) * r  # Q[i, j] = -r[j, i] * r[i, j]
+    diagonal = (r.transpose(0, 2, 1) ** 2 * (1 - np.eye(k))).sum(axis=2)  # sum_j r[j, i]^2
+    q[:, np.arange(k), np.arange(k)] = diagonal
+    p = np.full((n, k), 1.0 / k)
+    eps = 0.005 / k
+    active = np.ones(n, bool)
+    for _ in range(max(100, k)):
+        qp = np.einsum("nij,nj->ni", q, p)
+        pqp = (p * qp).sum(axis=1)
+        active &= np.abs(qp - pqp[:, None]).max(axis=1) >= eps
+        if not active.any():
+            break
+        a = active
+        for t in range(k):  # libsvm's coordinate-wise update, vectorized over the rows
+            diff = (pqp[a] - qp[a, t]) / q[a, t, t]
+            p[a, t] += diff
+            scale = 1.0 + diff
+            pqp[a] = (pqp[a] + diff * (diff * q[a, t, t] + 2 * qp[a, t])) / scale / scale
+            qp[a] = (qp[a] + diff[:, None] * q[a, t, :]) / scale[:, None]
+            p[a] /= scale[:, None]
+    return p
+
+
+def _sigmoid_probability(decision, prob_a, prob_b):
+    # Platt scaling as libsvm applies it: P = 1 / (1 + exp(A * f + B)), clipped away from 0 and 1.
+    p = 1.0 / (1.0 + np.exp(decision * prob_a + prob_b))
+    return np.clip(p, 1e-7, 1 - 1e-7)
+
+
+@op("SVMClassifier", since=1, domain=ML)
+def svm_classifier(
+    x,
+    *,
+    classlabels_ints=None,
+    classlabels_strings=None,
+    rho=None,
+    prob_a=None,
+    prob_b=None,
+    coefficients=None,
+    support_vectors=None,
+    vectors_per_class=None,
+    post_transform="NONE",
+    kernel_params=None,
+    kernel_type="LINEAR",
+):
+    labels = class_labels(classlabels_ints, classlabels_strings)
+    k = max(len(labels), 1)
+    x = as_2d(x).astype(np.float64)
+    coefficients = np.asarray(coefficients, np.float64)
+    rho = np.asarray(rho if rho else [0.0], np.float64)
+
+    if not vectors_per_class:
+        # Linear mode: one weight vector per class, scored with the kernel and rho[0].
+        weights = coefficients.reshape(k, -1)
+        scores = _kernel(kernel_type, kernel_params, x, weights) + rho[0]
+        label = labels[np.argmax(scores, axis=1)] if len(labels) else np.argmax(scores, axis=1)
+        return label, apply_transform(scores, post_transform).astype(np.float32)
+
+    counts = np.asarray(vectors_per_class, np.int64)
+    starts = np.concatenate([[0], np.cumsum(counts)])
+    vectors = np.asarray(support_vectors, np.float64).reshape(starts[-1], -1)
+    kernel = _kernel(kernel_type, kernel_params, x, vectors)
+    dual = coefficients.reshape(k - 1, starts[-1])
+    # One-vs-one: the classifier of pair (i, j) weighs class i's vectors by row j-1 of the dual
+    # coefficients and class j's by row i; a positive decision votes for i.
+    pairs = [(i, j) for i in range(k) for j in range(i + 1, k)]
+    decisions = np.empty((x.shape[0], len(pairs)))
+    votes = np.zeros((x.shape[0], k), np.int64)
+    for p, (i, j) in enumerate(pairs):
+        si, sj = slice(starts[i], starts[i + 1]), slice(starts[j], starts[j + 1])
+        decisions[:, p] = kernel[:, si] @ dual[j - 1, si] + kernel[:, sj] @ dual[i, sj] + rho[p]
+        votes[:, i] += decisions[:, p] > 0
+        votes[:, j] += decisions[:, p] <= 0
+    best = np.argmax(votes, axis=1)
+
+    if prob_a:
+        pairwise = _sigmoid_probability(decisions, np.asarray(prob_a), np.asarray(prob_b))
+        r = np.zeros((x.shape[0], k, k))
+        for p, (i, j) in enumerate(pairs):
+            r[:, i, j], r[:, j, i] = pairwise[:, p], 1.0 - pairwise[:, p]
+        probabilities = _pairwise_coupling(r)
+        return labels[best], apply_transform(probabilities, post_transform).astype(np.float32)
+    if k == 2:
+        # onnxruntime writes a binary decision d as [-d, d] (and labels by the vote).
+        scores = np.concatenate([-decisions, decisions], axis=1)
+        if post_transform == "LOGISTIC":
+            scores = logistic(scores)
+        elif post_transform == "PROBIT":
+            scores = np.stack([probit(decisions[:, 0]), np.zeros(len(x))], axis=1)
+        return labels[best], scores.astype(np.float32)
+    return labels[best], apply_transform(decisions, post_transform).astype(np.float32)
+
+
+@op("SVMRegressor", since=1, domain=ML)
+def svm_regressor(
+    x,
+    *,
+    rho=None,
+    coefficients=None,
+    n_supports=0,
+    one_class=0,
+    support_vectors=None,
+    post_transform="NONE",
+    kernel_params=None,
+    kernel_type="LINEAR",
+):
+    x = as_2d(x).astype(np.float64)
+    coefficients = np.asarray(coefficients, np.float64)
+    rho0 = rho[0] if rho else 0.0
+    if n_supports > 0:
+        vectors = np.asarray(support_vectors, np.float64).reshape(n_supports, -1)
+        score = _kernel(kernel_type, kernel_params, x, vectors) @ coefficients + rho0
+    else:  # linear mode: the coefficients are the weights of the features
+        score = _kernel(kernel_type, kernel_params, x, coefficients.reshape(1, -1))[:, 0] + rho0
+    if one_class:
+        score = np.where(score > 0, 1.0, -1.0)
+    elif post_transform == "PROBIT":
+        score = probit(score)
+    return score.reshape(-1, 1).astype(np.float32)
