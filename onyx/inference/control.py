@@ -54,7 +54,11 @@ def loop(ctx: NodeContext) -> None:
     for i in range(n_carried):
         t = outs[i + 1] if i + 1 < len(outs) else None
         # a carried value may change shape between iterations: keep what input and body agree on
-        ctx.set_type(i, _unify(carried[i], t) if carried[i] is not None else _strip_shape(t))
+        c = carried[i]
+        if t is None or c is None or type(t) is not type(c):
+            ctx.set_type(i, t if t is not None else c)
+        else:
+            ctx.set_type(i, _unify(c, t))
     for k, t in enumerate(outs[1 + n_carried :]):
         i = n_carried + k
         if isinstance(t, TensorType):

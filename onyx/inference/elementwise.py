@@ -18,7 +18,7 @@ RMSNormalization TfIdfVectorizer_ Dropout_ Erfinv_ QuantizeLinear_ Binarizer Nor
 """.split()
 
 BROADCAST_SAME_TYPE = """
-Add Sub Mul Div Pow Mod BitShift BitwiseAnd BitwiseOr BitwiseXor Max Min Sum Mean PRelu
+Add Sub Mul Div Pow Mod BitShift BitwiseAnd BitwiseOr BitwiseXor Max Min Sum Mean
 """.split()
 
 BROADCAST_BOOL = "And Or Xor Equal Less Greater LessOrEqual GreaterOrEqual".split()
@@ -138,3 +138,60 @@ def _propagate_arith(ctx: NodeContext) -> None:
         else:
             out.append(None)
     ctx.set_data(0, Data(out, a.scalar and b.scalar))
+
+
+# -- constant folding of small integer/bool tensors (shape arithmetic) --------------------------
+
+FOLD = {
+    "Add": np.add,
+    "Sub": np.subtract,
+    "Mul": np.multiply,
+    "Max": np.maximum,
+    "Min": np.minimum,
+    "Neg": np.negative,
+    "Abs": np.abs,
+    "Equal": np.equal,
+    "Less": np.less,
+    "Greater": np.greater,
+    "LessOrEqual": np.less_equal,
+    "GreaterOrEqual": np.greater_equal,
+    "Not": np.logical_not,
+    "And": np.logical_and,
+    "Or": np.logical_or,
+    "Xor": np.logical_xor,
+    "Where": np.where,
+}
+
+
+def fold(ctx: NodeContext) -> None:
+    """Compute small integer/bool results when every input is known (no rule needed)."""
+    op = ctx.node.op_type
+    if 0 in ctx.out_data or (op not in FOLD and op not in ("Div", "Mod")):
+        return
+    args = [ctx.value(i) for i in range(ctx.n_inputs)]
+    if not args or any(a is None or a.dtype.kind not in "iub" for a in args):
+        if op == "Where" and args and args[0] is not None:
+            _where_dims(ctx, args[0])
+        return
+    if op == "Div":
+        out = np.trunc(args[0] / np.where(args[1] == 0, 1, args[1])).astype(args[0].dtype)
+    elif op == "Mod":
+        fmod = ctx.attr("fmod", 0)
+        out = np.fmod(*args) if fmod else np.mod(args[0], np.where(args[1] == 0, 1, args[1]))
+    else:
+        out = FOLD[op](*args)
+    if op in ("Add", "Sub", "Mul", "Max", "Min", "Neg", "Abs"):
+        out = out.astype(args[0].dtype)
+    ctx.set_data(0, np.asarray(out))
+
+
+def _where_dims(ctx: NodeContext, cond) -> None:
+    x, y = ctx.data(1), ctx.data(2)
+    if x is None or y is None or cond.ndim > 1:
+        return
+    n = max(len(x.dims), len(y.dims), cond.size)
+    pick = lambda d, k: d.dims[k if len(d.dims) > 1 else 0]  # noqa: E731
+    c = np.broadcast_to(cond.reshape(-1), (n,))
+    ctx.set_data(
+        0, Data([pick(x, k) if c[k] else pick(y, k) for k in range(n)], x.scalar and y.scalar)
+    )

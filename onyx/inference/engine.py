@@ -294,6 +294,10 @@ class Engine:
                     self.infer_call(ctx, f, {**opsets, **f.opset_imports})
                 if not ctx.outputs:
                     generic(ctx)
+            if self.data_prop:
+                from .elementwise import fold
+
+                fold(ctx)
         except InferenceError as e:
             self.problem(f"graph {gname!r}, {label}: {e}")
         except (ValueError, TypeError, IndexError, KeyError, ZeroDivisionError) as e:

@@ -1,0 +1,217 @@
+"""Shape inference: agreement with onnx.shape_inference over the onnx test models, and unit cases.
+
+Agreement: wherever onnx infers a type for a node output, onyx must infer the same element type,
+the same rank and every dim onnx knows (>= 99.5% of values). Declared value_info and output
+types are stripped first so that both sides infer from the inputs alone.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper, shape_inference
+from test_checker import _suite, conv_type, from_onnx
+
+import onyx
+from onyx import ir
+from onyx.checker import type_string
+from onyx.errors import ValidationError
+from onyx.inference import infer_shapes
+
+
+def _strip(m: onnx.ModelProto) -> onnx.ModelProto:
+    m = onnx.ModelProto.FromString(m.SerializeToString())
+    del m.graph.value_info[:]
+    for o in m.graph.output:
+        o.ClearField("type")
+    return m
+
+
+def compare(m: onnx.ModelProto):
+    """(values onnx types, values onyx agrees on, values where onyx knows more, mismatches)."""
+    m = _strip(m)
+    try:
+        ref = shape_inference.infer_shapes(m, strict_mode=False, data_prop=True)
+    except Exception:
+        return 0, 0, 0, []
+    theirs = {
+        v.name: conv_type(v.type)
+        for v in list(ref.graph.value_info) + list(ref.graph.output)
+        if v.HasField("type")
+    }
+    model = from_onnx(m)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        infer_shapes(model)
+    ours = {v.name: v.type for n in model.graph.nodes for v in n.outputs if v.name}
+    total = agree = more = 0
+    bad = []
+    for name, rt in theirs.items():
+        if name not in ours or rt is None or type_string(rt) is None:
+            continue
+        total += 1
+        ot = ours[name]
+        good = ot is not None and type_string(ot) == type_string(rt)
+        rs, os_ = getattr(rt, "shape", None), getattr(ot, "shape", None)
+        if good and rs is not None:
+            good = os_ is not None and os_.rank == rs.rank
+            good = good and all(not isinstance(a, int) or a == b for a, b in zip(rs, os_))
+            if good and any(isinstance(b, int) and not isinstance(a, int) for a, b in zip(rs, os_)):
+                more += 1
+        elif good and os_ is not None:
+            more += 1
+        agree += good
+        if not good:
+            bad.append((name, f"{rt}{rs}", f"{ot}{os_}"))
+    return total, agree, more, bad
+
+
+def test_agreement_with_onnx_shape_inference():
+    total = agree = more = 0
+    worst = {}
+    for name, m in _suite():
+        t, a, k, bad = compare(m)
+        total, agree, more = total + t, agree + a, more + k
+        if bad:
+            worst[name] = bad[:2]
+    rate = agree / total
+    print(f"\nagreement {agree}/{total} = {100 * rate:.2f}%; onyx knows more on {more} values")
+    assert total > 10000
+    assert rate >= 0.995, sorted(worst.items())[:20]
+
+
+# -- unit cases -----------------------------------------------------------------------------------
+
+
+def _model(nodes, inputs, outputs, inits=(), opset=18):
+    g = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
+    return from_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)]))
+
+
+def _out(model, name):
+    return next(v for n in model.graph.nodes for v in n.outputs if v.name == name).type
+
+
+def test_symbolic_dims_flow():
+    m = _model(
+        [
+            helper.make_node("Relu", ["x"], ["r"]),
+            helper.make_node("MatMul", ["r", "w"], ["y"]),
+        ],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.ones((4, 5), np.float32), "w")],
+    )
+    infer_shapes(m)
+    assert _out(m, "y").shape.dims == ("N", 5)
+
+
+def test_shape_gather_concat_reshape_chain():
+    i64 = TensorProto.INT64
+    m = _model(
+        [
+            helper.make_node("Shape", ["x"], ["s"]),
+            helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
+            helper.make_node("Unsqueeze", ["n", "zero1"], ["n1"]),
+            helper.make_node("Concat", ["n1", "minus1"], ["target"], axis=0),
+            helper.make_node("Reshape", ["x", "target"], ["y"]),
+        ],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [
+            numpy_helper.from_array(np.array(0, np.int64), "zero"),
+            numpy_helper.from_array(np.array([0], np.int64), "zero1"),
+            numpy_helper.from_array(np.array([-1], np.int64), "minus1"),
+        ],
+    )
+    infer_shapes(m)
+    assert _out(m, "target").shape.dims == (2,)
+    assert _out(m, "y").shape.dims == ("N", 12)
+    assert _out(m, "y").elem_type == ir.DataType.FLOAT
+    del i64
+
+
+def test_conv_pool_shapes():
+    m = _model(
+        [
+            helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], strides=[2, 2]),
+            helper.make_node("MaxPool", ["c"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+            helper.make_node("GlobalAveragePool", ["p"], ["g"]),
+        ],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 32, 32])],
+        [helper.make_tensor_value_info("g", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.ones((8, 3, 3, 3), np.float32), "w")],
+    )
+    infer_shapes(m)
+    assert _out(m, "c").shape.dims == ("N", 8, 16, 16)
+    assert _out(m, "p").shape.dims == ("N", 8, 8, 8)
+    assert _out(m, "g").shape.dims == ("N", 8, 1, 1)
+
+
+def test_conflict_is_error_in_strict_mode_and_warning_otherwise():
+    m = _model(
+        [helper.make_node("Relu", ["x"], ["y"], name="relu")],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
+    )
+    with pytest.raises(ValidationError) as info:
+        infer_shapes(m, strict=True)
+    assert "relu" in str(info.value)
+    with pytest.warns(UserWarning, match="relu"):
+        infer_shapes(m)
+
+
+def test_if_and_loop_subgraphs():
+    f32 = TensorProto.FLOAT
+    then_g = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["a"])],
+        "then",
+        [],
+        [helper.make_tensor_value_info("a", f32, None)],
+    )
+    else_g = helper.make_graph(
+        [helper.make_node("Neg", ["x"], ["b"])],
+        "else",
+        [],
+        [helper.make_tensor_value_info("b", f32, None)],
+    )
+    m = _model(
+        [helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)],
+        [
+            helper.make_tensor_value_info("x", f32, ["N", 2]),
+            helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+        ],
+        [helper.make_tensor_value_info("y", f32, None)],
+    )
+    infer_shapes(m)
+    assert _out(m, "y").shape.dims == ("N", 2)
+
+
+def test_check_full_uses_inference():
+    m = _model(
+        [helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")],
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
+            helper.make_tensor_value_info("w", TensorProto.FLOAT, [4, 5]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    onyx.check(m)
+    with pytest.raises(ValidationError):
+        onyx.check(m, full=True)
+
+
+def test_every_op_has_a_rule_or_a_fallback():
+    from onyx import defs
+    from onyx.inference import RULES
+
+    missing = [
+        s.name
+        for s in defs.schemas("")
+        if ("", s.name) not in RULES and not s.functions and not s.deprecated
+    ]
+    # ops without a dedicated rule still get element types from the schema (generic rule)
+    assert len(set(missing)) < 60, sorted(set(missing))
