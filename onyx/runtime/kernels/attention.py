@@ -137,3 +137,133 @@ def attention(
         present_value,
         qk_out[qk_matmul_output_mode].astype(out_dtype),
     )
+
+
+# --- RotaryEmbedding -----------------------------------------------------------------------------
+
+
+@op("RotaryEmbedding", since=23)
+def rotary_embedding(
+    X,
+    cos_cache,
+    sin_cache,
+    position_ids=None,
+    *,
+    interleaved=0,
+    num_heads=0,
+    rotary_embedding_dim=0,
+):
+    X = np.asarray(X)
+    if X.ndim == 3:  # [batch, seq, heads*size] -> [batch, seq, heads, size]
+        b, s, hidden = X.shape
+        x, head_axis = X.reshape(b, s, num_heads, hidden // num_heads), 2
+    else:  # [batch, heads, seq, size]
+        x, head_axis = X, 1
+    rot = rotary_embedding_dim or x.shape[-1]
+    cos, sin = np.asarray(cos_cache), np.asarray(sin_cache)
+    if position_ids is not None:  # caches indexed by position: [batch, seq, rot/2]
+        cos, sin = cos[position_ids], sin[position_ids]
+    # broadcast the [batch, seq, rot/2] angles over the head axis
+    cos, sin = np.expand_dims(cos, head_axis), np.expand_dims(sin, head_axis)
+    x_rot = x[..., :rot]
+    if interleaved:  # pairs (x0, x1), (x2, x3), ...
+        x1, x2 = x_rot[..., 0::2], x_rot[..., 1::2]
+    else:  # halves
+        x1, x2 = x_rot[..., : rot // 2], x_rot[..., rot // 2 :]
+    real = cos * x1 - sin * x2
+    imag = sin * x1 + cos * x2
+    if interleaved:
+        rotated = np.stack([real, imag], axis=-1).reshape(x_rot.shape)
+    else:
+        rotated = np.concatenate([real, imag], axis=-1)
+    out = np.concatenate([rotated, x[..., rot:]], axis=-1).astype(X.dtype)
+    return out.reshape(X.shape)
+
+
+# --- LinearAttention -----------------------------------------------------------------------------
+
+
+def _per_head(x: np.ndarray, n_heads: int, size: int) -> np.ndarray:
+    """Packed gates [B, T, H*size], [B, T, H] or [B, T, 1] -> [B, T, H, size or 1]."""
+    b, t, last = x.shape
+    if last == n_heads * size:
+        return x.reshape(b, t, n_heads, size)
+    return np.broadcast_to(x.reshape(b, t, -1, 1), (b, t, n_heads, 1))
+
+
+@op("LinearAttention", since=27)
+def linear_attention(
+    query,
+    key,
+    value,
+    past_state=None,
+    decay=None,
+    beta=None,
+    *,
+    q_num_heads,
+    kv_num_heads,
+    update_rule="gated_delta",
+    scale=0.0,
+    chunk_size=64,  # a tuning hint for chunked kernels: the recurrence below is exact
+):
+    query = np.asarray(query)
+    out_dtype, ct = query.dtype, _compute_dtype(query.dtype)
+    b, t_len, _ = query.shape
+    d_k = query.shape[-1] // q_num_heads
+    d_v = value.shape[-1] // kv_num_heads
+    q = query.astype(ct).reshape(b, t_len, kv_num_heads, q_num_heads // kv_num_heads, d_k)
+    k = np.asarray(key, ct).reshape(b, t_len, kv_num_heads, d_k)
+    v = np.asarray(value, ct).reshape(b, t_len, kv_num_heads, d_v)
+    gated, delta = update_rule in ("gated", "gated_delta"), update_rule in ("delta", "gated_delta")
+    if update_rule not in ("linear", "gated", "delta", "gated_delta"):
+        raise ValueError(f"LinearAttention: unknown update_rule {update_rule!r}")
+    # exp(g): per key dimension [.., d_k, 1] or per head [.., 1, 1], scaling the state's rows
+    g = np.exp(_per_head(np.asarray(decay, ct), kv_num_heads, d_k))[..., None] if gated else None
+    rate = _per_head(np.asarray(beta, ct), kv_num_heads, 1) if delta else None
+    s = 1 / np.sqrt(d_k) if scale == 0.0 else scale
+    state_dtype = out_dtype if past_state is None else np.asarray(past_state).dtype
+    S = (
+        np.zeros((b, kv_num_heads, d_k, d_v), ct)
+        if past_state is None
+        else np.asarray(past_state, ct)
+    )
+    out = np.empty((b, t_len, kv_num_heads, q.shape[3], d_v), ct)
+    for t in range(t_len):  # the recurrence is sequential in time; batch and heads vectorized
+        if gated:
+            S = g[:, t] * S
+        k_t, v_t = k[:, t], v[:, t]  # [B, H, d_k], [B, H, d_v]
+        if delta:
+            # v - S^T k: what the (decayed) state predicts for k_t, corrected at rate beta
+            v_t = rate[:, t] * (v_t - np.einsum("bhkv,bhk->bhv", S, k_t))
+        S = S + k_t[..., :, None] * v_t[..., None, :]
+        out[:, t] = s * np.einsum("bhgk,bhkv->bhgv", q[:, t], S)
+    return (
+        out.reshape(b, t_len, q_num_heads * d_v).astype(out_dtype),
+        S.astype(state_dtype),
+    )
+
+
+# --- FlexAttention (ai.onnx.preview) -------------------------------------------------------------
+
+
+@op("FlexAttention", since=1, domain="ai.onnx.preview")
+def flex_attention(
+    ctx, Q, K, V, *, scale=None, score_mod=None, prob_mod=None, softmax_precision=None
+):
+    Q, K, V = np.asarray(Q), np.asarray(K), np.asarray(V)
+    # scores and probabilities live in softmax_precision: float32 unless the inputs are double
+    if softmax_precision is not None:
+        ct = np.dtype(to_numpy(softmax_precision))
+    else:
+        ct = np.dtype(np.float64) if Q.dtype == np.float64 else np.dtype(np.float32)
+    group = Q.shape[1] // K.shape[1]  # query head h reads kv head h // group
+    k = np.repeat(K.astype(ct), group, axis=1)
+    v = np.repeat(V.astype(ct), group, axis=1)
+    s = 1 / np.sqrt(Q.shape[-1]) if scale is None else scale
+    scores = np.matmul(Q.astype(ct), np.swapaxes(k, -1, -2)) * ct.type(s)
+    if score_mod is not None:
+        scores = np.asarray(ctx.run_graph(score_mod, [scores])[0])
+    probs = _masked_softmax(scores)
+    if prob_mod is not None:
+        probs = np.asarray(ctx.run_graph(prob_mod, [probs])[0])
+    return np.matmul(probs, v).astype(Q.dtype)
