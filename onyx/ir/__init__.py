@@ -3,7 +3,7 @@
 from .attr import Attr, AttrType
 from .dtypes import DataType, from_numpy, to_numpy
 from .graph import Function, Graph, Model, Node, Value, captured_values
-from .tensor import Tensor
+from .tensor import ExternalData, SparseTensor, Tensor
 from .types import (
     MapType,
     OpaqueType,
@@ -19,6 +19,7 @@ __all__ = [
     "Attr",
     "AttrType",
     "DataType",
+    "ExternalData",
     "Function",
     "Graph",
     "MapType",
@@ -28,6 +29,7 @@ __all__ = [
     "OptionalType",
     "SequenceType",
     "Shape",
+    "SparseTensor",
     "SparseTensorType",
     "Tensor",
     "TensorType",

@@ -371,7 +371,10 @@ class Model:
         producer_version: str = "",
         functions: Iterable[Function] = (),
     ):
-        self.graph = graph
+        self._graph = graph
+        #: A zero-argument callable that builds the graph on first access (set by serde so that
+        #: loading and re-saving an unedited model never converts its nodes).
+        self._graph_source = None
         self.ir_version = ir_version
         self.opset_imports: dict[str, int] = dict(opset_imports if opset_imports else {"": 21})
         self.producer_name = producer_name
@@ -385,6 +388,22 @@ class Model:
         self.base_dir: str | None = None
         self.extras: Any = None
 
+    @property
+    def graph(self) -> Graph:
+        if self._graph is None and self._graph_source is not None:
+            self._graph = self._graph_source()
+            self._graph_source = None
+        return self._graph
+
+    @graph.setter
+    def graph(self, graph: Graph) -> None:
+        self._graph = graph
+        self._graph_source = None
+
+    def graph_is_loaded(self) -> bool:
+        """False while the graph read from a file has not been built yet (nobody asked for it)."""
+        return self._graph_source is None
+
     def opset(self, domain: str = "") -> int | None:
         if domain == "ai.onnx":
             domain = ""
@@ -395,5 +414,5 @@ class Model:
 
     def __repr__(self) -> str:
         return (
-            f"Model(ir_version={self.ir_version}, opsets={self.opset_imports}, graph={self.graph})"
+            f"Model(ir_version={self.ir_version}, opsets={self.opset_imports}, graph={self._graph})"
         )

@@ -193,3 +193,82 @@ class Tensor:
 
 def _as_bytes_list(arr: np.ndarray) -> list[bytes]:
     return [s if isinstance(s, bytes) else str(s).encode("utf-8") for s in arr.reshape(-1)]
+
+
+class ExternalData:
+    """Where a tensor's bytes sit outside the model file (TensorProto.external_data).
+
+    ``entries`` keeps every key/value pair in file order (location, offset, length, checksum
+    and any other key); the properties read the well-known ones. ``base_dir`` is the folder
+    ``location`` is relative to, when known.
+    """
+
+    __slots__ = ("entries", "base_dir")
+
+    def __init__(self, entries, base_dir: str | None = None):
+        self.entries: list[tuple[str, str]] = [(str(k), str(v)) for k, v in entries]
+        self.base_dir = base_dir
+
+    @classmethod
+    def make(cls, location: str, offset: int | None = None, length: int | None = None):
+        entries = [("location", location)]
+        if offset is not None:
+            entries.append(("offset", str(offset)))
+        if length is not None:
+            entries.append(("length", str(length)))
+        return cls(entries)
+
+    def get(self, key: str, default=None):
+        for k, v in self.entries:
+            if k == key:
+                return v
+        return default
+
+    @property
+    def location(self) -> str:
+        return self.get("location", "")
+
+    @property
+    def offset(self) -> int:
+        return int(self.get("offset", 0) or 0)
+
+    @property
+    def length(self) -> int | None:
+        v = self.get("length")
+        return None if v in (None, "") else int(v)
+
+    def __repr__(self) -> str:
+        return f"ExternalData({self.location!r}, offset={self.offset}, length={self.length})"
+
+
+class SparseTensor:
+    """A sparse constant: ``values`` (1-D) at ``indices`` (flat [NNZ] or coordinates [NNZ, rank])
+    of a dense tensor of shape ``dims``."""
+
+    __slots__ = ("values", "indices", "dims", "extras")
+
+    def __init__(self, values: Tensor, indices: Tensor, dims):
+        self.values = values
+        self.indices = indices
+        self.dims = tuple(int(d) for d in dims)
+        self.extras: Any = None
+
+    @property
+    def name(self) -> str:
+        return self.values.name if self.values is not None else ""
+
+    @property
+    def dtype(self) -> DataType:
+        return self.values.dtype
+
+    def to_dense(self) -> np.ndarray:
+        values = self.values.numpy()
+        indices = self.indices.numpy().astype(np.int64)
+        dense = np.zeros(int(np.prod(self.dims, dtype=np.int64)), dtype=values.dtype)
+        if indices.ndim == 2:
+            indices = np.ravel_multi_index(tuple(indices.T), self.dims) if indices.size else []
+        dense[np.asarray(indices, dtype=np.int64).reshape(-1)] = values.reshape(-1)
+        return dense.reshape(self.dims)
+
+    def __repr__(self) -> str:
+        return f"SparseTensor({self.name!r}, {self.dtype.name}, {list(self.dims)})"

@@ -1,0 +1,158 @@
+"""External data: tensors whose bytes live in files next to the model.
+
+Reading maps each data file once (mmap) and gives tensors zero-copy views, so weights are read
+from disk only when used. Locations are checked: an absolute path, a ``..`` component or a
+symlink that leads out of the model's folder is refused.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import re
+
+from ..errors import FormatError
+from ..ir.dtypes import DataType
+from ..ir.tensor import ExternalData, Tensor
+from .tensors import EXTERNAL, check_raw_size
+
+
+def safe_location(base_dir: str, location: str, what: str) -> str:
+    """The absolute path of ``location`` under ``base_dir``; FormatError if it would leave it."""
+    if not location:
+        raise FormatError(f"{what}: external data has no location")
+    if (
+        os.path.isabs(location)
+        or location.startswith(("/", "\\"))
+        or re.match(r"^[A-Za-z]:", location)
+    ):
+        raise FormatError(f"{what}: external data location {location!r} is an absolute path")
+    parts = re.split(r"[\\/]+", location)
+    if ".." in parts:
+        raise FormatError(f"{what}: external data location {location!r} leaves the model folder")
+    path = os.path.join(base_dir, *[p for p in parts if p not in ("", ".")])
+    real_base = os.path.realpath(base_dir)
+    real = os.path.realpath(path)
+    if os.path.commonpath([real_base, real]) != real_base:
+        raise FormatError(
+            f"{what}: external data location {location!r} resolves outside the model folder "
+            f"(through a symlink)"
+        )
+    return path
+
+
+class ExternalResolver:
+    """Gives tensors of one model their external bytes, mapping each file once."""
+
+    def __init__(self, base_dir: str, where: str):
+        self.base_dir = base_dir
+        self.where = where
+        self._maps: dict[str, object] = {}
+
+    def _map(self, path: str, location: str, what: str):
+        buf = self._maps.get(path)
+        if buf is None:
+            if not os.path.isfile(path):
+                raise FormatError(f"{what}: external data file {location!r} not found ({path})")
+            with open(path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+            self._maps[path] = buf
+        return buf
+
+    def tensor(self, ext: ExternalData, dtype: DataType, dims, name: str, what: str) -> Tensor:
+        what = f"{self.where}: {what}"
+        path = safe_location(self.base_dir, ext.location, what)
+        buf = self._map(path, ext.location, what)
+        try:
+            offset, length = ext.offset, ext.length
+        except ValueError:
+            raise FormatError(f"{what}: bad external data offset/length {ext.entries}") from None
+        size = len(buf)
+        if length is None:
+            length = size - offset
+        if offset < 0 or length < 0 or offset + length > size:
+            raise FormatError(
+                f"{what}: external data {ext.location!r} offset {offset} length {length} "
+                f"exceeds the file ({size} bytes)"
+            )
+        if dtype != DataType.STRING:
+            check_raw_size(length, dtype, dims, what)
+        ext.base_dir = self.base_dir
+        return Tensor.from_raw(memoryview(buf)[offset : offset + length], dtype, dims, name)
+
+
+def _align(offset: int, length: int) -> int:
+    step = 4096 if length >= 65536 else 64
+    return -(-offset // step) * step
+
+
+class ExternalSink:
+    """Collects tensors to write as external data while a model is serialized.
+
+    ``mode``: None keeps tensors that came from external data external (same location names),
+    True moves every tensor of ``size_threshold`` bytes or more to ``location`` (one file),
+    "per_tensor" gives each such tensor its own file, False writes everything inline.
+    """
+
+    def __init__(self, base_dir: str | None, mode, size_threshold: int, location: str | None):
+        self.base_dir = base_dir
+        self.mode = mode
+        self.size_threshold = size_threshold
+        self.location = location
+        self.files: dict[str, list] = {}  # location -> [(offset, buffer)]
+        self.ends: dict[str, int] = {}
+        self._names: set[str] = set()
+
+    def __call__(self, t: Tensor, tp, top_level: bool) -> bool:
+        if t.external is not None and t._raw is None and not t.is_loaded():
+            return False  # never read: the reference is kept as it is
+        if self.mode is None:
+            if t.external is None or self.base_dir is None:
+                return False
+            location = t.external.location
+        elif self.mode is False:
+            return False
+        else:
+            if t.dtype == DataType.STRING or t.dtype == DataType.UNDEFINED:
+                return False
+            if t.nbytes < self.size_threshold:
+                return False
+            location = self.location if self.mode != "per_tensor" else self._tensor_file(t)
+        buf = memoryview(t.raw_bytes()).cast("B")
+        offset = _align(self.ends.get(location, 0), len(buf))
+        self.files.setdefault(location, []).append((offset, buf))
+        self.ends[location] = offset + len(buf)
+        e = tp.external_data.add()
+        e.key, e.value = "location", location
+        e = tp.external_data.add()
+        e.key, e.value = "offset", str(offset)
+        e = tp.external_data.add()
+        e.key, e.value = "length", str(len(buf))
+        tp.data_location = EXTERNAL
+        return True
+
+    def _tensor_file(self, t: Tensor) -> str:
+        stem = re.sub(r"[^A-Za-z0-9._-]", "_", t.name) or "tensor"
+        stem = stem.lstrip(".") or "tensor"
+        name, i = stem, 1
+        while name in self._names:
+            name = f"{stem}_{i}"
+            i += 1
+        self._names.add(name)
+        return name
+
+    def write(self, atomic_write) -> None:
+        for location, pieces in self.files.items():
+            path = safe_location(self.base_dir, location, "external data")
+            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+
+            def chunks(pieces=pieces):
+                pos = 0
+                for offset, buf in pieces:
+                    if offset > pos:
+                        yield b"\0" * (offset - pos)
+                    yield buf
+                    pos = offset + len(buf)
+
+            atomic_write(path, chunks())

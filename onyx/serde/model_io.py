@@ -1,0 +1,314 @@
+"""onyx.load / loads / save / dumps.
+
+Loading splits the model's top-level fields with the wire scanner, parses everything but the
+graph with the generated classes, reads the main graph's initializers (big ones as zero-copy
+views of the file, which is memory-mapped) and leaves the nodes as a parsed message until
+someone asks for ``model.graph``. Saving an unedited graph writes its original bytes back;
+otherwise the graph is written piece by piece, so no message ever holds the big tensors and
+models over protobuf's 2 GiB limit work both ways.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import tempfile
+from collections.abc import Iterable
+
+from google.protobuf.message import DecodeError
+
+from ..errors import FormatError, InvalidArgument
+from ..ir.dtypes import DataType
+from ..ir.graph import Model
+from ..proto import GraphProto, ModelProto, TensorProto
+from . import wire
+from .external import ExternalResolver, ExternalSink
+from .reader import Reader
+from .tensors import tensor_from_proto
+from .writer import Writer
+
+#: Files at least this big are memory-mapped instead of read.
+MMAP_MIN = 16 << 20
+#: Graphs at least this big are split field by field so big tensors are not copied.
+SPLIT_MIN = 16 << 20
+#: Initializers at least this big are read and written as views of their bytes.
+BIG_TENSOR = 1 << 20
+_GRAPH = 7
+_INITIALIZER = 5
+_RAW_DATA = 9
+
+
+# ---------------------------------------------------------------------------------- loading
+
+
+def load(f, load_external_data: bool = True) -> Model:
+    """Read a model from a path, a binary file object or bytes."""
+    if isinstance(f, bytes | bytearray | memoryview):
+        return _load(f, "<bytes>", None, load_external_data)
+    if hasattr(f, "read"):
+        name = getattr(f, "name", None)
+        base = os.path.dirname(os.path.abspath(name)) if isinstance(name, str) else None
+        return _load(
+            f.read(), name if isinstance(name, str) else "<file>", base, load_external_data
+        )
+    path = os.fspath(f)
+    with open(path, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        if size >= MMAP_MIN:
+            data = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        else:
+            data = fh.read()
+    return _load(data, path, os.path.dirname(os.path.abspath(path)), load_external_data)
+
+
+def loads(data: bytes, load_external_data: bool = False, base_dir: str | None = None) -> Model:
+    """Read a model from bytes; external data is resolved against ``base_dir`` if given."""
+    return _load(data, "<bytes>", base_dir, load_external_data and base_dir is not None)
+
+
+def _parse(cls, data, where: str, part: str):
+    msg = cls()
+    try:
+        msg.ParseFromString(data)
+    except (DecodeError, RuntimeError, ValueError) as e:
+        raise FormatError(f"{where}: {part} is not valid protobuf ({e})") from None
+    return msg
+
+
+def _load(data, where: str, base_dir: str | None, load_external_data: bool) -> Model:
+    mv = memoryview(data).cast("B") if not isinstance(data, memoryview) else data.cast("B")
+    if len(mv) == 0:
+        raise FormatError(f"{where}: empty file, not an ONNX model")
+    header_parts, graph_spans = [], []
+    try:
+        for field, start, payload, end in wire.iter_fields(mv):
+            if field == _GRAPH and payload != end and _is_len(mv, start):
+                graph_spans.append((payload, end))
+            elif field == _GRAPH and _is_len(mv, start):
+                graph_spans.append((end, end))
+            else:
+                header_parts.append(mv[start:end])
+    except wire.WireError as e:
+        raise FormatError(f"{where}: not an ONNX model (truncated or corrupt bytes: {e})") from None
+    mp = _parse(ModelProto, b"".join(header_parts), where, "the model")
+    if not graph_spans and not mp.HasField("ir_version") and not mp.opset_import:
+        raise FormatError(f"{where}: not an ONNX model (no graph, IR version or opset)")
+    externals = ExternalResolver(base_dir, where) if load_external_data and base_dir else None
+    reader = Reader(where, externals)
+    model = reader.model_header(mp)
+    model.base_dir = base_dir
+    if graph_spans:
+        if len(graph_spans) == 1:
+            graph_bytes = mv[graph_spans[0][0] : graph_spans[0][1]]
+        else:  # a repeated singular message field merges: same as its payloads concatenated
+            graph_bytes = memoryview(b"".join(mv[a:b] for a, b in graph_spans))
+        model._graph_source = _GraphSource(reader, graph_bytes, data, where)
+    return model
+
+
+def _is_len(mv, start: int) -> bool:
+    return mv[start] & 7 == wire.LEN
+
+
+class _GraphSource:
+    """The parsed main graph, converted to IR on first access.
+
+    Parsing (and reading the initializers, which checks their sizes and external files) happens
+    at load so errors surface there; only the node conversion waits.
+    """
+
+    def __init__(self, reader: Reader, graph_bytes: memoryview, data, where: str):
+        self.reader = reader
+        self.raw = graph_bytes
+        self.data = data
+        if len(graph_bytes) < SPLIT_MIN:
+            self.gp = _parse(GraphProto, graph_bytes, where, "the graph")
+            self.initializers = [
+                reader.tensor(t, f"graph initializer {t.name!r}") for t in self.gp.initializer
+            ]
+        else:
+            self.gp, self.initializers = self._split(graph_bytes, where)
+        self.has_external = any(t.external is not None for t in self.initializers)
+
+    def _split(self, mv: memoryview, where: str):
+        rest, order, big = [], [], []
+        try:
+            for field, start, payload, end in wire.iter_fields(mv):
+                if field == _INITIALIZER and end - payload >= BIG_TENSOR and _is_len(mv, start):
+                    order.append(len(big))
+                    big.append(self._big_tensor(mv, payload, end, where))
+                else:
+                    if field == _INITIALIZER:
+                        order.append(None)
+                    rest.append(mv[start:end])
+        except wire.WireError as e:
+            raise FormatError(f"{where}: graph: truncated or corrupt bytes ({e})") from None
+        gp = _parse(GraphProto, b"".join(rest), where, "the graph")
+        small = iter(gp.initializer)
+        tensors = []
+        for i in order:
+            if i is None:
+                t = next(small)
+                tensors.append(self.reader.tensor(t, f"graph initializer {t.name!r}"))
+            else:
+                tensors.append(big[i])
+        del gp.initializer[:]
+        return gp, tensors
+
+    def _big_tensor(self, mv: memoryview, start: int, end: int, where: str):
+        header, raw = [], None
+        for field, fstart, payload, fend in wire.iter_fields(mv, start, end):
+            if field == _RAW_DATA and _is_len(mv, fstart):
+                raw = mv[payload:fend]
+            else:
+                header.append(mv[fstart:fend])
+        tp = _parse(TensorProto, b"".join(header), where, "an initializer")
+        what = f"graph initializer {tp.name!r}"
+        try:
+            return tensor_from_proto(tp, what, raw=raw, externals=self.reader.externals)
+        except FormatError as e:
+            raise FormatError(f"{where}: {e}") from None
+
+    def might_have_external(self) -> bool:
+        if self.has_external:
+            return True
+        marker = b"\x70\x01"  # data_location = EXTERNAL
+        find = getattr(self.data, "find", None)
+        if find is None:
+            return marker in bytes(self.raw)
+        return find(marker) >= 0
+
+    def __call__(self):
+        return self.reader.graph(self.gp, [], "graph", self.initializers)
+
+
+# ---------------------------------------------------------------------------------- saving
+
+
+def save(
+    model: Model,
+    f,
+    external_data: bool | str | None = None,
+    size_threshold: int = 1024,
+    location: str | None = None,
+) -> None:
+    """Write a model to a path or a binary file object.
+
+    ``external_data``: None keeps each tensor where it came from (tensors read from external
+    data are written to the same location names next to the new file); True stores every
+    tensor of ``size_threshold`` bytes or more in one file ``location`` (default: the model
+    file's name + ".data"); "per_tensor" gives each such tensor its own file; False writes
+    everything into the model file.
+    """
+    if hasattr(f, "write"):
+        name = getattr(f, "name", None)
+        base_dir = os.path.dirname(os.path.abspath(name)) if isinstance(name, str) else None
+        path = None
+    else:
+        path = os.path.abspath(os.fspath(f))
+        base_dir = os.path.dirname(path)
+        name = path
+    if external_data not in (None, True, False, "per_tensor", "one_file"):
+        raise InvalidArgument("external_data must be None, True, False or 'per_tensor'")
+    if external_data == "one_file":
+        external_data = True
+    if external_data and base_dir is None:
+        raise InvalidArgument("external data needs a file path (or a file object with a name)")
+    if external_data is True and location is None:
+        location = os.path.basename(name) + ".data"
+    sink = ExternalSink(base_dir, external_data, size_threshold, location)
+    same_dir = (
+        base_dir is not None
+        and model.base_dir is not None
+        and (os.path.realpath(base_dir) == os.path.realpath(model.base_dir))
+    )
+    chunks = _serialize(model, sink, reuse_external=external_data is None and same_dir)
+    if sink.files:
+        sink.write(_atomic_write)
+    if path is None:
+        for c in chunks:
+            f.write(c)
+    else:
+        _atomic_write(path, chunks)
+
+
+def dumps(model: Model) -> bytes:
+    """The model as bytes (tensors that came from external data are written inline)."""
+    sink = ExternalSink(None, None, 0, None)
+    return b"".join(_serialize(model, sink, reuse_external=False))
+
+
+def _serialize(model: Model, sink: ExternalSink, reuse_external: bool) -> list:
+    """The model's bytes as a list of pieces (bytes or views of tensor data)."""
+    streamed: dict[int, memoryview] = {}
+
+    def placement(t, tp, top_level: bool) -> bool:
+        if sink(t, tp, top_level):
+            return True
+        if not top_level or t.dtype in (DataType.STRING, DataType.UNDEFINED):
+            return False
+        if t.external is not None and t._raw is None and not t.is_loaded():
+            return False  # an unread external reference stays as it is
+        if (t.extras or {}).get("storage") == "typed" or t.nbytes < BIG_TENSOR:
+            return False
+        streamed[id(tp)] = memoryview(t.raw_bytes()).cast("B")
+        return True
+
+    writer = Writer(placement)
+    mp = ModelProto()
+    writer.model_header(model, mp)
+    chunks: list = [mp.SerializeToString()]
+    source = model._graph_source
+    if source is not None and sink.mode in (None, False):
+        # an unedited graph goes back as it came, unless external references must move
+        if not source.might_have_external() or (sink.mode is None and reuse_external):
+            chunks += [wire.len_prefix(_GRAPH, len(source.raw)), source.raw]
+            return chunks
+    graph = model.graph
+    if graph is None:
+        return chunks
+    gp = GraphProto()
+    writer.graph(graph, gp, initializers=False)
+    body = gp.SerializeToString()
+    pieces: list = []
+    size = len(body)
+    for v in graph.initializers.values():
+        if v.const_value is None:
+            continue
+        tp = TensorProto()
+        writer.tensor(v.const_value, tp, v.name, top_level=True)
+        head = tp.SerializeToString()
+        raw = streamed.pop(id(tp), None)
+        if raw is None:
+            pre = wire.len_prefix(_INITIALIZER, len(head))
+            pieces += [pre, head]
+            size += len(pre) + len(head)
+        else:
+            head += wire.len_prefix(_RAW_DATA, len(raw))
+            pre = wire.len_prefix(_INITIALIZER, len(head) + len(raw))
+            pieces += [pre, head, raw]
+            size += len(pre) + len(head) + len(raw)
+    chunks += [wire.len_prefix(_GRAPH, size), body, *pieces]
+    return chunks
+
+
+def _atomic_write(path: str, chunks: Iterable) -> None:
+    """Write to a temporary file in the same folder, then rename it over ``path``."""
+    folder = os.path.dirname(path) or "."
+    fd, tmp = tempfile.mkstemp(prefix=".onyx-", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            for c in chunks:
+                out.write(c)
+        try:
+            mode = os.stat(path).st_mode & 0o777
+        except FileNotFoundError:
+            mode = 0o644
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

@@ -1,0 +1,484 @@
+"""Protobuf messages -> IR.
+
+Names become Value objects: every use of a name refers to the Value that defines it, looked up
+through the enclosing scopes for subgraphs; a name defined nowhere becomes a fresh Value with no
+producer (the checker reports it). What the IR does not model (unknown fields, fields present
+with a default value, repeated entries a dict cannot hold) is kept in the objects' ``extras`` so
+that writing them back gives an equal message.
+"""
+
+from __future__ import annotations
+
+from google.protobuf.unknown_fields import UnknownFieldSet
+
+from ..errors import FormatError
+from ..ir.attr import Attr, AttrType
+from ..ir.dtypes import DataType
+from ..ir.graph import Function, Graph, Model, Node, Value
+from ..ir.tensor import SparseTensor
+from ..ir.types import (
+    MapType,
+    OpaqueType,
+    OptionalType,
+    SequenceType,
+    Shape,
+    SparseTensorType,
+    TensorType,
+)
+from .tensors import tensor_from_proto
+
+A = AttrType
+#: AttributeProto field holding each attribute type's value.
+ATTR_FIELD = {
+    A.FLOAT: "f",
+    A.INT: "i",
+    A.STRING: "s",
+    A.TENSOR: "t",
+    A.GRAPH: "g",
+    A.SPARSE_TENSOR: "sparse_tensor",
+    A.TYPE_PROTO: "tp",
+    A.FLOATS: "floats",
+    A.INTS: "ints",
+    A.STRINGS: "strings",
+    A.TENSORS: "tensors",
+    A.GRAPHS: "graphs",
+    A.SPARSE_TENSORS: "sparse_tensors",
+    A.TYPE_PROTOS: "type_protos",
+}
+_FIELD_ATTR = {v: k for k, v in ATTR_FIELD.items()}
+SINGULAR = frozenset({A.FLOAT, A.INT, A.STRING, A.TENSOR, A.GRAPH, A.SPARSE_TENSOR, A.TYPE_PROTO})
+_ATTR_BASE = frozenset({"name", "ref_attr_name", "doc_string", "type"})
+
+
+def _residual(msg, modeled: frozenset) -> bytes | None:
+    """The serialized part of ``msg`` outside ``modeled`` fields (unmodeled and unknown ones)."""
+    rest = type(msg)()
+    rest.CopyFrom(msg)
+    for fd, _ in rest.ListFields():
+        if fd.name in modeled:
+            rest.ClearField(fd.name)
+    return rest.SerializeToString() or None
+
+
+def _present(msg, names) -> tuple[str, ...]:
+    """Optional scalar fields explicitly set to their default value."""
+    return tuple(f for f in names if not getattr(msg, f) and msg.HasField(f))
+
+
+def _decode(s: bytes):
+    try:
+        return s.decode("utf-8")
+    except UnicodeDecodeError:
+        return s
+
+
+class Reader:
+    """Converts the messages of one file; ``where`` names the file in errors."""
+
+    def __init__(self, where: str = "<bytes>", externals=None):
+        self.where = where
+        self.externals = externals
+
+    def fail(self, what: str, message: str):
+        raise FormatError(f"{self.where}: {what}: {message}")
+
+    # -- types --------------------------------------------------------------------------------
+    def type(self, tp):
+        """(ir type or None, faithful): faithful is False when writing it back would differ."""
+        which = tp.WhichOneof("value")
+        faithful = not len(UnknownFieldSet(tp))
+        den = tp.denotation if tp.HasField("denotation") else None
+        if which == "tensor_type" or which == "sparse_tensor_type":
+            t = getattr(tp, which)
+            shape, ok = self.shape(t) if t.HasField("shape") else (None, True)
+            faithful &= ok and not len(UnknownFieldSet(t))
+            faithful &= bool(t.elem_type) or not t.HasField("elem_type")
+            cls = TensorType if which == "tensor_type" else SparseTensorType
+            try:
+                return cls(DataType(t.elem_type), shape, den), faithful
+            except ValueError:
+                return None, False
+        if which in ("sequence_type", "optional_type"):
+            t = getattr(tp, which)
+            elem, ok = self.type(t.elem_type) if t.HasField("elem_type") else (None, True)
+            faithful &= ok and not len(UnknownFieldSet(t))
+            cls = SequenceType if which == "sequence_type" else OptionalType
+            return cls(elem, den), faithful
+        if which == "map_type":
+            t = tp.map_type
+            value, ok = self.type(t.value_type) if t.HasField("value_type") else (None, True)
+            faithful &= ok and not len(UnknownFieldSet(t)) and t.HasField("key_type")
+            try:
+                return MapType(DataType(t.key_type), value, den), faithful
+            except ValueError:
+                return None, False
+        if which == "opaque_type":
+            t = tp.opaque_type
+            faithful &= not len(UnknownFieldSet(t)) and not _present(t, ("domain", "name"))
+            return OpaqueType(t.domain, t.name, den), faithful
+        return None, False
+
+    def shape(self, t) -> tuple[Shape, bool]:
+        s = t.shape
+        faithful = not len(UnknownFieldSet(s))
+        dims = []
+        dens = []
+        for d in s.dim:
+            which = d.WhichOneof("value")
+            dims.append(d.dim_value if which == "dim_value" else d.dim_param if which else None)
+            dens.append(d.denotation if d.HasField("denotation") else None)
+            if len(UnknownFieldSet(d)):
+                faithful = False
+        denotations = tuple(dens) if any(x is not None for x in dens) else None
+        return Shape(tuple(dims), denotations), faithful
+
+    def value_info(self, v: Value, vi) -> None:
+        """Set a Value's type, doc_string and metadata from its first ValueInfoProto."""
+        if type(vi) is _Named:
+            return
+        extras = {}
+        if vi.HasField("type"):
+            ty, faithful = self.type(vi.type)
+            v.type = ty
+            if not faithful:
+                extras["type"] = (ty, vi.type.SerializeToString())
+        v.doc_string = vi.doc_string
+        if vi.metadata_props:
+            v.metadata_props = {e.key: e.value for e in vi.metadata_props}
+            extras["props"] = [e.SerializeToString() for e in vi.metadata_props]
+        present = _present(vi, ("name", "doc_string"))
+        if present:
+            extras["present"] = present
+        if len(UnknownFieldSet(vi)):
+            extras["residual"] = _residual(vi, _VI_MODELED)
+        if extras:
+            v.extras = extras
+
+    # -- tensors and attributes ---------------------------------------------------------------
+    def tensor(self, tp, what: str, raw=None):
+        try:
+            return tensor_from_proto(tp, what, raw=raw, externals=self.externals)
+        except FormatError as e:
+            msg = str(e)
+            raise FormatError(
+                msg if msg.startswith(self.where) else f"{self.where}: {msg}"
+            ) from None
+
+    def sparse(self, sp, what: str) -> SparseTensor:
+        s = SparseTensor(
+            self.tensor(sp.values, what + " values"),
+            self.tensor(sp.indices, what + " indices"),
+            tuple(sp.dims),
+        )
+        extra = {}
+        if len(UnknownFieldSet(sp)):
+            extra["residual"] = _residual(sp, frozenset({"values", "indices", "dims"}))
+        if not sp.HasField("values") or not sp.HasField("indices"):
+            extra["absent"] = tuple(f for f in ("values", "indices") if not sp.HasField(f))
+        s.extras = extra or None
+        return s
+
+    def attribute(self, a, scopes: list[dict], what: str) -> Attr:
+        kind = a.type
+        fields = a.ListFields()
+        names = {fd.name for fd, _ in fields}
+        absent_type = not a.HasField("type")
+        if absent_type:  # IR < 3 files: the type is whichever value field is set
+            kinds = [_FIELD_ATTR[n] for n in names if n in _FIELD_ATTR]
+            kind = kinds[0] if len(kinds) == 1 else A.UNDEFINED
+        try:
+            kind = A(kind)
+        except ValueError:
+            kind = A.UNDEFINED
+        field = ATTR_FIELD.get(kind)
+        here = f"{what} attribute {a.name!r}"
+        value = None
+        if field is not None and not a.ref_attr_name or field in names:
+            value = self.attr_value(kind, getattr(a, field), scopes, here)
+        attr = Attr(a.name, kind, value, a.doc_string, a.ref_attr_name)
+        extras = {}
+        modeled = _ATTR_BASE | {field} if field else _ATTR_BASE
+        if any(n not in modeled for n in names) or len(UnknownFieldSet(a)):
+            extras["residual"] = _residual(a, modeled)
+        present = _present(a, ("name", "doc_string", "ref_attr_name"))
+        if present:
+            extras["present"] = present
+        if absent_type:
+            extras["absent_type"] = True
+        if field and kind in SINGULAR and field not in names and not a.ref_attr_name:
+            extras["absent_value"] = True  # a singular value field that was not written
+        if kind == A.TYPE_PROTO and value is not None and not self.type(a.tp)[1]:
+            extras["tp"] = (value, a.tp.SerializeToString())
+        if extras:
+            attr.extras = extras
+        return attr
+
+    def attr_value(self, kind: A, v, scopes: list[dict], what: str):
+        if kind in (A.FLOAT, A.INT):
+            return v
+        if kind == A.STRING:
+            return _decode(v)
+        if kind == A.FLOATS or kind == A.INTS:
+            return list(v)
+        if kind == A.STRINGS:
+            return [_decode(s) for s in v]
+        if kind == A.TENSOR:
+            return self.tensor(v, what)
+        if kind == A.TENSORS:
+            return [self.tensor(t, f"{what}[{i}]") for i, t in enumerate(v)]
+        if kind == A.GRAPH:
+            return self.graph(v, scopes, what)
+        if kind == A.GRAPHS:
+            return [self.graph(g, scopes, f"{what}[{i}]") for i, g in enumerate(v)]
+        if kind == A.SPARSE_TENSOR:
+            return self.sparse(v, what)
+        if kind == A.SPARSE_TENSORS:
+            return [self.sparse(s, f"{what}[{i}]") for i, s in enumerate(v)]
+        if kind == A.TYPE_PROTO:
+            return self.type(v)[0]
+        if kind == A.TYPE_PROTOS:
+            return [self.type(t)[0] for t in v]
+        return None
+
+    # -- graphs -------------------------------------------------------------------------------
+    def graph(self, gp, outer: list[dict], what: str = "graph", initializers=None) -> Graph:
+        """A Graph from a GraphProto; ``outer`` are the enclosing scopes (innermost last).
+
+        ``initializers``: the initializers as ir.Tensors, already read by the caller (who may
+        have taken big tensors out of the message).
+        """
+        g = Graph(name=gp.name)
+        what = f"{what} {gp.name!r}" if gp.name else what
+        scope: dict[str, Value] = {}
+        scopes = [*outer, scope]
+        declared: set[int] = set()
+        overrides: list = []
+
+        for vi in gp.input:
+            v = Value(vi.name)
+            self.value_info(v, vi)
+            declared.add(id(v))
+            scope[vi.name] = v
+            g.inputs.append(v)
+        input_names = set(scope)
+        if initializers is None:
+            initializers = [
+                self.tensor(t, f"{what} initializer {t.name!r}") for t in gp.initializer
+            ]
+        for t in initializers:
+            name = t.name
+            v = scope[name] if name in input_names else Value(name)
+            v.const_value = t
+            scope.setdefault(name, v)
+            g.initializers[name] = v
+        for i, sp in enumerate(gp.sparse_initializer):
+            s = self.sparse(sp, f"{what} sparse initializer {i}")
+            g.sparse_initializers.append(s)
+            if s.name not in scope:
+                scope[s.name] = Value(s.name, TensorType(s.dtype, s.dims))
+
+        protos = gp.node
+        nodes = []
+        for np_ in protos:
+            node = Node(np_.op_type, (), list(np_.output), None, np_.domain, np_.name, np_.overload)
+            for v in node._outputs:
+                if v.name:
+                    scope[v.name] = v
+            nodes.append(node)
+        for node, np_ in zip(nodes, protos):
+            for name in np_.input:
+                node.append_input(self._lookup(name, scopes) if name else None)
+            if np_.attribute:
+                here = f"{what} node {np_.name or np_.op_type!r}"
+                attrs = {}
+                for a in np_.attribute:
+                    attrs[a.name] = self.attribute(a, scopes, here)
+                node.attributes = attrs
+            self._node_extras(node, np_)
+            g.append(node)
+
+        for i, vi in enumerate(gp.output):
+            v = self._lookup(vi.name, scopes)
+            self._declare(v, vi, declared, overrides, ("output", i))
+            g.outputs.append(v)
+        for i, vi in enumerate(gp.value_info):
+            v = scope.get(vi.name) or self._lookup(vi.name, scopes)
+            self._declare(v, vi, declared, overrides, ("value_info", i))
+            g.value_info.append(v)
+        for v in g.initializers.values():
+            if v.type is None:
+                t = v.const_value
+                v.type = TensorType(t.dtype, t.shape)
+
+        if type(gp) is _FunctionBody:
+            return g
+        g.doc_string = gp.doc_string
+        extras = {}
+        if gp.metadata_props:
+            g.metadata_props = {e.key: e.value for e in gp.metadata_props}
+            extras["props"] = [e.SerializeToString() for e in gp.metadata_props]
+        present = _present(gp, ("name", "doc_string"))
+        if present:
+            extras["present"] = present
+        if gp.quantization_annotation or len(UnknownFieldSet(gp)):
+            extras["residual"] = _residual(gp, _GRAPH_MODELED)
+        if overrides:
+            extras["overrides"] = {key: (v, v.type, b) for key, v, b in overrides}
+        if extras:
+            g.extras = extras
+        return g
+
+    def _lookup(self, name: str, scopes: list[dict]) -> Value:
+        for scope in reversed(scopes):
+            v = scope.get(name)
+            if v is not None:
+                return v
+        v = Value(name)  # defined nowhere: the checker reports it
+        scopes[-1][name] = v
+        return v
+
+    def _declare(self, v: Value, vi, declared: set, overrides: list, key) -> None:
+        if id(v) not in declared and v.type is None and not v.doc_string:
+            declared.add(id(v))
+            self.value_info(v, vi)
+            return
+        if type(vi) is _Named:
+            return
+        # declared before (or typed by an outer graph): keep this entry as written if it differs
+        ty = self.type(vi.type)[0] if vi.HasField("type") else None
+        if (
+            ty != v.type
+            or vi.doc_string != v.doc_string
+            or vi.metadata_props
+            or (len(UnknownFieldSet(vi)) or (ty is not None and not self.type(vi.type)[1]))
+        ):
+            overrides.append((key, v, vi.SerializeToString()))
+
+    def _node_extras(self, node: Node, np_) -> None:
+        extras = {}
+        node.doc_string = np_.doc_string
+        if np_.metadata_props:
+            node.metadata_props = {e.key: e.value for e in np_.metadata_props}
+            extras["props"] = [e.SerializeToString() for e in np_.metadata_props]
+        present = _present(np_, _NODE_PRESENCE)
+        if present:
+            extras["present"] = present
+        if np_.device_configurations or len(UnknownFieldSet(np_)):
+            extras["residual"] = _residual(np_, _NODE_MODELED)
+        if extras:
+            node.extras = extras
+
+    # -- functions and models -----------------------------------------------------------------
+    def function(self, fp) -> Function:
+        what = f"function {fp.domain}::{fp.name}"
+        g = self.graph(_FunctionBody(fp), [], what)
+        f = Function(
+            fp.domain,
+            fp.name,
+            g,
+            list(fp.attribute),
+            [self.attribute(a, [], what) for a in fp.attribute_proto],
+            {o.domain: o.version for o in fp.opset_import},
+            fp.overload,
+        )
+        f.doc_string = fp.doc_string
+        extras = {"opsets": [o.SerializeToString() for o in fp.opset_import]}
+        if fp.metadata_props:
+            f.metadata_props = {e.key: e.value for e in fp.metadata_props}
+            extras["props"] = [e.SerializeToString() for e in fp.metadata_props]
+        present = _present(fp, ("name", "domain", "overload", "doc_string"))
+        if present:
+            extras["present"] = present
+        if len(UnknownFieldSet(fp)):
+            extras["residual"] = _residual(fp, _FUNCTION_MODELED)
+        f.extras = extras
+        return f
+
+    def model_header(self, mp) -> Model:
+        """A Model from every field of ``mp`` but the graph."""
+        m = Model.__new__(Model)
+        Model.__init__(m, None, {o.domain: o.version for o in mp.opset_import} or None)
+        m.opset_imports = {o.domain: o.version for o in mp.opset_import}
+        m.ir_version = mp.ir_version
+        m.producer_name = mp.producer_name
+        m.producer_version = mp.producer_version
+        m.domain = mp.domain
+        m.model_version = mp.model_version
+        m.doc_string = mp.doc_string
+        extras = {"opsets": [o.SerializeToString() for o in mp.opset_import]}
+        if mp.metadata_props:
+            m.metadata_props = {e.key: e.value for e in mp.metadata_props}
+            extras["props"] = [e.SerializeToString() for e in mp.metadata_props]
+        for fp in mp.functions:
+            f = self.function(fp)
+            m.functions[f.key] = f
+        present = _present(mp, _MODEL_PRESENCE)
+        if present:
+            extras["present"] = present
+        if mp.training_info or mp.configuration or len(UnknownFieldSet(mp)):
+            extras["residual"] = _residual(mp, _MODEL_MODELED)
+        m.extras = extras
+        return m
+
+
+class _FunctionBody:
+    """A FunctionProto seen as a GraphProto (inputs/outputs are bare names)."""
+
+    def __init__(self, fp):
+        self.fp = fp
+        self.name = ""
+        self.doc_string = ""
+        self.node = fp.node
+        self.initializer = ()
+        self.sparse_initializer = ()
+        self.value_info = fp.value_info
+        self.metadata_props = ()
+        self.quantization_annotation = ()
+        self.input = [_Named(n) for n in fp.input]
+        self.output = [_Named(n) for n in fp.output]
+
+    def HasField(self, name):  # noqa: N802 - protobuf's spelling
+        return False
+
+
+class _Named:
+    """A ValueInfoProto with a name only."""
+
+    def __init__(self, name):
+        self.name = name
+        self.doc_string = ""
+        self.metadata_props = ()
+
+    def HasField(self, name):  # noqa: N802
+        return False
+
+    def SerializeToString(self):  # noqa: N802
+        return b""
+
+
+_VI_MODELED = frozenset({"name", "type", "doc_string", "metadata_props"})
+_GRAPH_MODELED = frozenset(
+    {"node", "name", "initializer", "sparse_initializer", "doc_string", "input", "output"}
+    | {"value_info", "metadata_props"}
+)
+_NODE_PRESENCE = ("name", "op_type", "domain", "overload", "doc_string")
+_NODE_MODELED = frozenset(
+    {"input", "output", "name", "op_type", "domain", "overload", "attribute", "doc_string"}
+    | {"metadata_props"}
+)
+_FUNCTION_MODELED = frozenset(
+    {"name", "input", "output", "attribute", "attribute_proto", "node", "doc_string"}
+    | {"opset_import", "domain", "overload", "value_info", "metadata_props"}
+)
+_MODEL_PRESENCE = (
+    "ir_version",
+    "producer_name",
+    "producer_version",
+    "domain",
+    "model_version",
+    "doc_string",
+)
+_MODEL_MODELED = frozenset(
+    {"ir_version", "opset_import", "producer_name", "producer_version", "domain"}
+    | {"model_version", "doc_string", "graph", "metadata_props", "functions"}
+)

@@ -1,0 +1,286 @@
+"""TensorProto <-> ir.Tensor: raw bytes, the typed fields, strings and sub-byte types.
+
+A tensor read from a file remembers (in ``Tensor.extras``) which field held its data, the
+protobuf fields the IR does not model and fields present with default values, so writing it
+back produces an equal message.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from google.protobuf.unknown_fields import UnknownFieldSet
+
+from ..errors import FormatError
+from ..ir.dtypes import BY_ENUM, SUB_BYTE, DataType, bit_width
+from ..ir.tensor import ExternalData, Tensor, pack_sub_byte, unpack_sub_byte, wire_size
+from ..proto import TensorProto
+
+D = DataType
+EXTERNAL = TensorProto.EXTERNAL
+
+# Which typed field holds each element type when raw_data is not used.
+_BIT_PATTERN_16 = {D.FLOAT16, D.BFLOAT16}
+_BIT_PATTERN_8 = {
+    D.FLOAT8E4M3FN,
+    D.FLOAT8E4M3FNUZ,
+    D.FLOAT8E5M2,
+    D.FLOAT8E5M2FNUZ,
+    D.FLOAT8E8M0,
+}
+TYPED_FIELD: dict[int, str] = {
+    D.FLOAT: "float_data",
+    D.COMPLEX64: "float_data",
+    D.DOUBLE: "double_data",
+    D.COMPLEX128: "double_data",
+    D.INT64: "int64_data",
+    D.UINT32: "uint64_data",
+    D.UINT64: "uint64_data",
+    D.STRING: "string_data",
+}
+for _dt in BY_ENUM:
+    TYPED_FIELD.setdefault(_dt, "int32_data")
+DATA_FIELDS = ("raw_data", "float_data", "int32_data", "string_data", "int64_data")
+DATA_FIELDS += ("double_data", "uint64_data")
+_FIELD_DTYPE = {
+    "float_data": np.float32,
+    "double_data": np.float64,
+    "int64_data": np.int64,
+    "uint64_data": np.uint64,
+    "int32_data": np.int32,
+}
+# Fields the IR models directly; anything else set goes to the residual.
+_MODELED = frozenset(
+    {"dims", "data_type", "name", "doc_string", "external_data", "data_location", "metadata_props"}
+)
+_PRESENCE = ("name", "doc_string", "data_type", "data_location")
+
+
+def decode_strings(items) -> np.ndarray:
+    out = np.empty(len(items), dtype=object)
+    for i, s in enumerate(items):
+        try:
+            out[i] = s.decode("utf-8")
+        except UnicodeDecodeError:
+            out[i] = s
+    return out
+
+
+def encode_strings(arr: np.ndarray) -> list[bytes]:
+    return [s if isinstance(s, bytes) else str(s).encode("utf-8") for s in arr.reshape(-1)]
+
+
+def _count(dtype: int, shape) -> int:
+    n = int(np.prod(shape, dtype=np.int64))
+    return 2 * n if dtype in (D.COMPLEX64, D.COMPLEX128) else n
+
+
+def decode_typed(values, dtype: DataType, shape, what: str) -> np.ndarray:
+    """Elements from a typed field (float_data, int32_data, ...) as the element type's array."""
+    if dtype == D.STRING:
+        arr = decode_strings(list(values))
+        expected = _count(dtype, shape)
+    else:
+        field = TYPED_FIELD[dtype]
+        arr = np.array(values, dtype=_FIELD_DTYPE[field])
+        if dtype in SUB_BYTE:  # packed bytes, one per int32
+            expected = -(-int(np.prod(shape, dtype=np.int64)) * bit_width(dtype) // 8)
+            if arr.size != expected:
+                raise FormatError(_size_message(what, arr.size, "values", dtype, shape, expected))
+            count = int(np.prod(shape, dtype=np.int64))
+            return unpack_sub_byte(arr.astype(np.uint8).tobytes(), dtype, count).reshape(shape)
+        expected = _count(dtype, shape)
+        np_dtype = BY_ENUM[dtype].numpy
+        if dtype in _BIT_PATTERN_16:
+            arr = arr.astype(np.uint16).view(np_dtype)
+        elif dtype in _BIT_PATTERN_8:
+            arr = arr.astype(np.uint8).view(np_dtype)
+        elif dtype in (D.COMPLEX64, D.COMPLEX128):
+            arr = arr.view(np_dtype) if arr.size % 2 == 0 else arr
+        elif arr.dtype != np_dtype:
+            arr = arr.astype(np_dtype)
+    if _count(dtype, shape) != (arr.size * (2 if arr.dtype.kind == "c" else 1)):
+        raise FormatError(_size_message(what, arr.size, "values", dtype, shape, expected))
+    return arr.reshape(shape)
+
+
+def encode_typed(arr: np.ndarray, dtype: DataType) -> np.ndarray | list:
+    """The inverse of decode_typed: what goes into the typed field."""
+    if dtype == D.STRING:
+        return encode_strings(arr)
+    flat = np.ascontiguousarray(arr).reshape(-1)
+    if dtype in SUB_BYTE:
+        return np.frombuffer(pack_sub_byte(flat, dtype), dtype=np.uint8).astype(np.int32)
+    if dtype in _BIT_PATTERN_16:
+        return flat.view(np.uint16).astype(np.int32)
+    if dtype in _BIT_PATTERN_8:
+        return flat.view(np.uint8).astype(np.int32)
+    if dtype in (D.COMPLEX64, D.COMPLEX128):
+        return flat.view(np.float32 if dtype == D.COMPLEX64 else np.float64)
+    return flat.astype(_FIELD_DTYPE[TYPED_FIELD[dtype]])
+
+
+def _size_message(what, got, unit, dtype, shape, expected) -> str:
+    name = getattr(dtype, "name", dtype)
+    return f"{what}: data has {got} {unit}, {name}{list(shape)} needs {expected}"
+
+
+def check_raw_size(raw_len: int, dtype: DataType, shape, what: str) -> None:
+    if dtype == D.STRING or dtype not in BY_ENUM:
+        return
+    expected = wire_size(dtype, shape)
+    if raw_len != expected:
+        raise FormatError(_size_message(what, raw_len, "bytes", dtype, shape, expected))
+
+
+# -------------------------------------------------------------------------------- reading
+
+
+def tensor_from_proto(tp, what: str = "tensor", raw=None, externals=None) -> Tensor:
+    """An ir.Tensor from a TensorProto.
+
+    ``raw``: the raw_data bytes when the caller took them out of the message (big tensors read
+    zero-copy). ``externals``: resolves external data (an ExternalResolver) or None to leave it
+    unread.
+    """
+    dtype = tp.data_type
+    dims = tuple(tp.dims)
+    name = tp.name
+    extras: dict = {}
+    try:
+        dtype = DataType(dtype)
+    except ValueError:
+        raise FormatError(f"{what}: unknown element type {dtype}") from None
+    if any(d < 0 for d in dims):
+        raise FormatError(f"{what}: negative dims {list(dims)}")
+    if tp.data_location == EXTERNAL:
+        ext = ExternalData([(e.key, e.value) for e in tp.external_data])
+        if externals is not None:
+            t = externals.tensor(ext, dtype, dims, name, what)
+        else:
+            t = Tensor.from_loader(_not_loaded(what), dtype, dims, name)
+        t.external = ext
+        storage = "external"
+    elif raw is not None or tp.HasField("raw_data"):
+        if raw is None:
+            raw = tp.raw_data
+        if dtype == D.STRING:
+            raise FormatError(f"{what}: a STRING tensor cannot use raw_data")
+        check_raw_size(len(raw), dtype, dims, what)
+        t = Tensor.from_raw(raw, dtype, dims, name)
+        storage = "raw"
+    else:
+        field = TYPED_FIELD.get(dtype)
+        values = getattr(tp, field) if field else ()
+        if dtype == D.UNDEFINED:
+            t = Tensor(name=name, dtype=dtype)
+            t.shape = dims
+        else:
+            t = Tensor(decode_typed(values, dtype, dims, what), name=name, dtype=dtype)
+        storage = "typed"
+    if storage != "raw":
+        extras["storage"] = storage
+    t.doc_string = tp.doc_string
+    if tp.metadata_props:
+        t.metadata_props = {e.key: e.value for e in tp.metadata_props}
+        extras["props"] = [e.SerializeToString() for e in tp.metadata_props]
+    present = tuple(f for f in _PRESENCE if not getattr(tp, f) and tp.HasField(f))
+    if present:
+        extras["present"] = present
+    residual = _residual(tp, storage)
+    if residual is not None:
+        extras["residual"] = residual
+    if extras:
+        t.extras = extras
+    return t
+
+
+def _not_loaded(what: str):
+    def load():
+        raise FormatError(f"{what}: external data was not loaded (load_external_data=False)")
+
+    return load
+
+
+def _residual(tp, storage: str) -> bytes | None:
+    """Serialized fields of ``tp`` the IR does not hold (unknown fields, segment, stray data)."""
+    n_data = sum(1 for f in DATA_FIELDS if _has(tp, f))
+    expect = 0 if storage == "external" else (1 if storage == "raw" else min(n_data, 1))
+    if not tp.HasField("segment") and n_data <= expect and not len(UnknownFieldSet(tp)):
+        return None
+    rest = TensorProto()
+    rest.CopyFrom(tp)
+    for fd, _ in rest.ListFields():
+        if fd.name in _MODELED:
+            rest.ClearField(fd.name)
+    if storage == "raw":
+        rest.ClearField("raw_data")
+    elif storage == "typed":
+        rest.ClearField(TYPED_FIELD.get(tp.data_type, "int32_data"))
+    return rest.SerializeToString() or None
+
+
+def _has(tp, field: str) -> bool:
+    return tp.HasField(field) if field == "raw_data" else len(getattr(tp, field)) > 0
+
+
+# -------------------------------------------------------------------------------- writing
+
+
+def tensor_to_proto(t: Tensor, tp=None, name: str | None = None, placement=None):
+    """Fill (or make) a TensorProto from an ir.Tensor.
+
+    ``placement(t, tp)`` may take the data elsewhere (external file, streamed big bytes): it
+    returns True when it filled the data fields itself.
+    """
+    if tp is None:
+        tp = TensorProto()
+    extras = t.extras or {}
+    residual = extras.get("residual")
+    if residual:
+        tp.MergeFromString(residual)
+    tp.dims.extend(t.shape)
+    if t.dtype:
+        tp.data_type = t.dtype
+    name = t.name if name is None else name
+    if name:
+        tp.name = name
+    if t.doc_string:
+        tp.doc_string = t.doc_string
+    for f in extras.get("present", ()):
+        if not getattr(tp, f):
+            setattr(tp, f, getattr(tp, f))
+    write_props(tp.metadata_props, t.metadata_props, extras.get("props"))
+    if placement is not None and placement(t, tp):
+        return tp
+    storage = extras.get("storage", "raw")
+    if storage == "external" and t.external is not None and not t.is_loaded() and t._raw is None:
+        # data never read (load_external_data=False): keep the reference as it is
+        write_external_ref(tp, t.external)
+        return tp
+    if t.dtype == D.STRING or storage == "typed":
+        if t.dtype != D.UNDEFINED:
+            getattr(tp, TYPED_FIELD[t.dtype]).extend(encode_typed(t.numpy(), t.dtype))
+        return tp
+    tp.raw_data = bytes(t.raw_bytes())
+    return tp
+
+
+def write_external_ref(tp, ext: ExternalData) -> None:
+    for k, v in ext.entries:
+        e = tp.external_data.add()
+        e.key, e.value = k, v
+    tp.data_location = EXTERNAL
+
+
+def write_props(field, props: dict, original: list[bytes] | None) -> None:
+    """Write a metadata_props dict; the original entries come back verbatim if it is unchanged."""
+    if original is not None:
+        entries = [field.add() for _ in original]
+        for e, b in zip(entries, original):
+            e.ParseFromString(b)
+        if {e.key: e.value for e in entries} == props:
+            return
+        del field[:]
+    for k, v in props.items():
+        e = field.add()
+        e.key, e.value = k, v
