@@ -167,7 +167,12 @@ def from_onnx(m: onnx.ModelProto, base_dir: str | None = None) -> ir.Model:
 
 
 def onyx_model(m: onnx.ModelProto) -> ir.Model:
-    return from_onnx(m)
+    """Read with onyx.serde when it is there (an OnyxError from it is a rejection)."""
+    try:
+        from onyx.serde import loads
+    except ImportError:
+        return from_onnx(m)
+    return loads(m.SerializeToString())
 
 
 # -- the corpus ---------------------------------------------------------------------------------
@@ -440,3 +445,10 @@ def test_check_path_and_bytes(tmp_path):
     onnx.save(base_model(), p)
     onyx.check(str(p))
     onyx.check(p.read_bytes())
+
+
+@pytest.mark.parametrize("name", sorted(MUTATIONS))
+def test_mutant_rejected_by_checker_alone(name):
+    """Read without serde's own validation: the checker itself names the broken rule."""
+    found = problems(from_onnx(mutant(name)), full=True)
+    assert MUTATIONS[name][0] in {p.rule for p in found}, [str(p) for p in found]
