@@ -452,3 +452,44 @@ def test_mutant_rejected_by_checker_alone(name):
     """Read without serde's own validation: the checker itself names the broken rule."""
     found = problems(from_onnx(mutant(name)), full=True)
     assert MUTATIONS[name][0] in {p.rule for p in found}, [str(p) for p in found]
+
+
+# -- the command line ---------------------------------------------------------------------------
+
+
+def test_cli_check_and_inspect(tmp_path, capsys):
+    from onyx.tools.cli import main
+
+    good, bad = tmp_path / "good.onnx", tmp_path / "bad.onnx"
+    onnx.save(base_model(), good)
+    m = base_model()
+    _node(m, "relu").input[0] = "zz"
+    _node(m, "cast").attribute.pop()
+    onnx.save(m, bad)
+    assert main(["check", str(good)]) == 0
+    assert main(["check", "--full", str(good)]) == 0
+    capsys.readouterr()
+    assert main(["check", str(bad)]) == 1
+    out = capsys.readouterr().out
+    assert "2 problem(s)" in out and "'zz'" in out and "'to'" in out
+    assert main(["inspect", str(good)]) == 0
+    out = capsys.readouterr().out
+    for needle in ("IR version:  8", "ai.onnx 17", "X: tensor(float)[N,3,8,8]", "Conv", "112"):
+        assert needle in out, needle
+
+
+def test_external_data_checked_and_listed(tmp_path, capsys):
+    from onyx.tools.cli import main
+
+    m = base_model()
+    m.graph.initializer[0].CopyFrom(numpy_helper.from_array(np.ones((4, 3, 3, 3), np.float32), "W"))
+    path = tmp_path / "ext.onnx"
+    onnx.save(m, path, save_as_external_data=True, location="weights.bin", size_threshold=0)
+    onnx.checker.check_model(str(path), full_check=True)
+    assert main(["check", str(path)]) == 0
+    assert main(["inspect", str(path)]) == 0
+    assert "weights.bin" in capsys.readouterr().out
+    (tmp_path / "weights.bin").unlink()
+    with pytest.raises(Exception):  # noqa: B017
+        onnx.checker.check_model(str(path), full_check=True)
+    assert main(["check", str(path)]) == 1
