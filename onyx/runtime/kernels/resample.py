@@ -1,0 +1,485 @@
+"""Resampling: Resize (10, 11, 13, 18, 19), Upsample (1, 7, 9), GridSample (16, 20), AffineGrid,
+Col2Im, CenterCropPad.
+
+Resize is separable: along each resized axis every output index reads a few taps of the input
+(1 for nearest, 2 or 4 for linear / cubic, more with antialiasing) with weights, so an axis costs
+one gather and a weighted sum per tap. GridSample gathers the 2**r (linear) or 4**r (cubic)
+neighbours of every sampling point at once.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+
+from ..registry import op
+from .conv import compute_dtype, pad_spatial
+
+# ----------------------------------------------------------------------------- Resize: coordinates
+
+
+def _original_coords(
+    mode: str, out_len: int, in_len: int, scale: float, roi_start: float, roi_end: float
+) -> np.ndarray:
+    """x_original for every output index along one axis, per coordinate_transformation_mode.
+
+    Computed in float32 as onnxruntime does, so that exact halves and integers (which decide
+    nearest rounding) come out exact: 2 / 0.4f is 5, not 4.99999992.
+    As in the spec's definitions, the resized length is in_len * scale, which is fractional when
+    scales (not sizes) are given (onnxruntime uses the integer output length; the node suite
+    follows the spec).
+    """
+    f = np.float32
+    x = np.arange(out_len, dtype=f)
+    scale, n_in = f(scale), f(in_len)
+    length = n_in * scale
+    half = f(0.5)
+    if mode == "half_pixel":
+        return (x + half) / scale - half
+    if mode == "half_pixel_symmetric":
+        offset = n_in / f(2) * (f(1) - f(out_len) / length)
+        return offset + (x + half) / scale - half
+    if mode == "pytorch_half_pixel":
+        return (x + half) / scale - half if length > 1 else np.zeros_like(x)
+    if mode == "align_corners":
+        return x * (n_in - f(1)) / (length - f(1)) if length > 1 else np.zeros_like(x)
+    if mode == "asymmetric":
+        return x / scale
+    if mode == "tf_crop_and_resize":
+        start, end = f(roi_start), f(roi_end)
+        if length > 1:
+            return start * (n_in - f(1)) + x * (end - start) * (n_in - f(1)) / (length - f(1))
+        return np.full_like(x, half * (start + end) * (n_in - f(1)))
+    raise ValueError(f"Resize: unknown coordinate_transformation_mode {mode!r}")
+
+
+_NEAREST = {
+    "round_prefer_floor": lambda x: np.ceil(x - 0.5),
+    "round_prefer_ceil": lambda x: np.floor(x + 0.5),
+    "floor": np.floor,
+    "ceil": np.ceil,
+}
+
+
+def _nearest_legacy(x: np.ndarray, scale: float) -> np.ndarray:
+    # Resize-10 and Upsample had no nearest_mode: onnxruntime truncates when upsampling and takes
+    # the ceiling when downsampling.
+    return np.ceil(x) if scale < 1 else np.floor(x)
+
+
+# ----------------------------------------------------------------------------- Resize: filters
+
+
+def _linear_filter(d: np.ndarray, a: float) -> np.ndarray:
+    return np.maximum(0.0, 1.0 - np.abs(d))
+
+
+def _cubic_filter(d: np.ndarray, a: float) -> np.ndarray:
+    """Keys' cubic convolution kernel with coefficient a."""
+    d = np.abs(d)
+    near = ((a + 2) * d - (a + 3)) * d * d + 1
+    far = ((a * d - 5 * a) * d + 8 * a) * d - 4 * a
+    return np.where(d <= 1, near, np.where(d < 2, far, 0.0))
+
+
+_FILTERS = {"linear": (_linear_filter, 1), "cubic": (_cubic_filter, 2)}
+
+
+def _taps(x, in_len, scale, mode, cubic_coeff_a, exclude_outside, antialias):
+    """(indices, weights), both (out_len, T): the input taps of each output index along one axis."""
+    kernel, support = _FILTERS[mode]
+    # Antialiasing stretches the filter by 1 / scale when downsampling, so more taps contribute.
+    stretch = scale if antialias and scale < 1 else 1.0
+    reach = math.ceil(support / stretch)
+    base = np.floor(x).astype(np.int64)
+    idx = base[:, None] + np.arange(1 - reach, reach + 1)
+    w = kernel((idx - x[:, None]) * stretch, cubic_coeff_a)
+    if exclude_outside:  # taps outside the input get no weight (else they repeat the edge)
+        w = np.where((idx >= 0) & (idx < in_len), w, 0.0)
+    total = w.sum(axis=1, keepdims=True)
+    w = w / np.where(total == 0, 1.0, total)
+    return np.clip(idx, 0, in_len - 1), w
+
+
+def _resample_axis(x: np.ndarray, axis: int, idx: np.ndarray, w: np.ndarray | None) -> np.ndarray:
+    """Gather idx (out, T) along axis and combine the taps with weights w (None: a single tap)."""
+    moved = np.moveaxis(x, axis, -1)
+    if w is None:
+        y = moved[..., idx[:, 0]]
+    else:
+        y = moved[..., idx[:, 0]] * w[:, 0]
+        for t in range(1, idx.shape[1]):
+            y += moved[..., idx[:, t]] * w[:, t]
+    return np.moveaxis(y, -1, axis)
+
+
+# ----------------------------------------------------------------------------- Resize: the op
+
+
+def _present(v):
+    return v is not None and v.size > 0
+
+
+def _round_half_up(v: float) -> int:
+    return int(math.floor(v + 0.5))
+
+
+def _targets(shape, axes, scales, sizes, roi, keep_aspect_ratio_policy, coordinate_mode):
+    """Per resized axis: (output length, scale, roi start, roi end)."""
+    n = len(axes)
+    roi = roi.astype(np.float64).reshape(-1) if _present(roi) else None
+    starts = roi[:n] if roi is not None and roi.size == 2 * n else [0.0] * n
+    ends = roi[n:] if roi is not None and roi.size == 2 * n else [1.0] * n
+    if coordinate_mode != "tf_crop_and_resize":
+        starts, ends = [0.0] * n, [1.0] * n
+    in_lens = [shape[a] for a in axes]
+    if _present(sizes):
+        sizes = [int(s) for s in sizes.reshape(-1)]
+        if keep_aspect_ratio_policy in ("not_larger", "not_smaller"):
+            pick = min if keep_aspect_ratio_policy == "not_larger" else max
+            common = pick(s / i for s, i in zip(sizes, in_lens))
+            sizes = [_round_half_up(common * i) for i in in_lens]
+            scales = [common] * n
+        else:
+            scales = [s / i for s, i in zip(sizes, in_lens)]
+        return list(zip(sizes, scales, starts, ends))
+    scales = [float(s) for s in scales.astype(np.float64).reshape(-1)]
+    # Output length: floor(in * (roi_end - roi_start) * scale), per the spec, in float32 like
+    # onnxruntime (10 * 0.7f is 7, not 6.99999988).
+    f32 = np.float32
+    outs = [
+        int(np.floor(f32(i) * f32(e - s) * f32(sc)))
+        for i, sc, s, e in zip(in_lens, scales, starts, ends)
+    ]
+    return list(zip(outs, scales, starts, ends))
+
+
+def _resize(
+    X,
+    roi,
+    scales,
+    sizes,
+    *,
+    axes=None,
+    mode="nearest",
+    coordinate_transformation_mode="half_pixel",
+    nearest_mode="round_prefer_floor",
+    cubic_coeff_a=-0.75,
+    exclude_outside=0,
+    extrapolation_value=0.0,
+    antialias=0,
+    keep_aspect_ratio_policy="stretch",
+    legacy_nearest=False,
+):
+    r = X.ndim
+    axes = [a % r for a in axes] if axes else list(range(r))
+    plan = _targets(
+        X.shape, axes, scales, sizes, roi, keep_aspect_ratio_policy, coordinate_transformation_mode
+    )
+    nearest = mode == "nearest"
+    y = X if nearest else X.astype(compute_dtype(X.dtype), copy=False)
+    outside = None  # tf_crop_and_resize: outputs whose source lies outside the input on any axis
+    # Shrinking axes first keeps the intermediate arrays small.
+    for axis, (out_len, scale, start, end) in sorted(
+        zip(axes, plan), key=lambda p: p[1][0] / X.shape[p[0]]
+    ):
+        in_len = X.shape[axis]
+        if (
+            out_len == in_len
+            and scale == 1
+            and coordinate_transformation_mode != "tf_crop_and_resize"
+        ):
+            continue  # identity along this axis
+        x = _original_coords(coordinate_transformation_mode, out_len, in_len, scale, start, end)
+        x = x.astype(np.float64)
+        if coordinate_transformation_mode == "tf_crop_and_resize":
+            off = (x < 0) | (x > in_len - 1)
+            shape = [1] * r
+            shape[axis] = out_len
+            off = off.reshape(shape)
+            outside = off if outside is None else outside | off
+        if nearest:
+            rounded = _nearest_legacy(x, scale) if legacy_nearest else _NEAREST[nearest_mode](x)
+            idx = np.clip(rounded.astype(np.int64), 0, in_len - 1)[:, None]
+            y = _resample_axis(y, axis, idx, None)
+        else:
+            idx, w = _taps(x, in_len, scale, mode, cubic_coeff_a, exclude_outside, antialias)
+            y = _resample_axis(y, axis, idx, w.astype(y.dtype))
+    if outside is not None:
+        y = np.where(outside, np.asarray(extrapolation_value).astype(y.dtype), y)
+    if y.dtype != X.dtype:
+        if X.dtype.kind in "iu":  # integer images: truncate (as onnxruntime casts) and saturate
+            info = np.iinfo(X.dtype)
+            y = np.clip(np.trunc(y), info.min, info.max)
+        y = y.astype(X.dtype)
+    return np.ascontiguousarray(y)
+
+
+@op("Resize", since=18)
+def resize(
+    X,
+    roi=None,
+    scales=None,
+    sizes=None,
+    *,
+    antialias=0,
+    axes=None,
+    coordinate_transformation_mode="half_pixel",
+    cubic_coeff_a=-0.75,
+    exclude_outside=0,
+    extrapolation_value=0.0,
+    keep_aspect_ratio_policy="stretch",
+    mode="nearest",
+    nearest_mode="round_prefer_floor",
+):
+    return _resize(
+        X,
+        roi,
+        scales,
+        sizes,
+        antialias=antialias,
+        axes=axes,
+        coordinate_transformation_mode=coordinate_transformation_mode,
+        cubic_coeff_a=cubic_coeff_a,
+        exclude_outside=exclude_outside,
+        extrapolation_value=extrapolation_value,
+        keep_aspect_ratio_policy=keep_aspect_ratio_policy,
+        mode=mode,
+        nearest_mode=nearest_mode,
+    )
+
+
+@op("Resize", since=11)
+def resize_11(
+    X,
+    roi=None,
+    scales=None,
+    sizes=None,
+    *,
+    coordinate_transformation_mode="half_pixel",
+    cubic_coeff_a=-0.75,
+    exclude_outside=0,
+    extrapolation_value=0.0,
+    mode="nearest",
+    nearest_mode="round_prefer_floor",
+):
+    return _resize(
+        X,
+        roi,
+        scales,
+        sizes,
+        coordinate_transformation_mode=coordinate_transformation_mode,
+        cubic_coeff_a=cubic_coeff_a,
+        exclude_outside=exclude_outside,
+        extrapolation_value=extrapolation_value,
+        mode=mode,
+        nearest_mode=nearest_mode,
+    )
+
+
+def _legacy_resize(X, scales, mode):
+    # Resize-10 / Upsample: asymmetric coordinates, onnxruntime's legacy nearest rounding.
+    mode = "linear" if mode in ("linear", "bilinear") else mode
+    return _resize(
+        X,
+        None,
+        np.asarray(scales, dtype=np.float32),
+        None,
+        mode=mode,
+        coordinate_transformation_mode="asymmetric",
+        legacy_nearest=True,
+    )
+
+
+@op("Resize", since=10)
+def resize_10(X, scales, *, mode="nearest"):
+    return _legacy_resize(X, scales, mode)
+
+
+@op("Upsample", since=9)
+def upsample_9(X, scales, *, mode="nearest"):
+    return _legacy_resize(X, scales, mode)
+
+
+@op("Upsample", since=7)
+def upsample_7(X, *, mode="nearest", scales):
+    return _legacy_resize(X, scales, mode)
+
+
+@op("Upsample", since=1)
+def upsample_1(X, *, height_scale, mode="nearest", width_scale):
+    return _legacy_resize(X, [1.0, 1.0, height_scale, width_scale], mode)
+
+
+# ----------------------------------------------------------------------------- GridSample
+
+
+def _reflect(x: np.ndarray, low2: float, high2: float) -> np.ndarray:
+    """Reflect coordinates into [low2 / 2, high2 / 2] (bounds given doubled, as they may be halves)."""
+    if low2 == high2:
+        return np.zeros_like(x)
+    lo, span = low2 / 2, (high2 - low2) / 2
+    d = np.abs(x - lo)
+    flips = np.floor(d / span)
+    extra = d - flips * span
+    return np.where(flips % 2 == 0, lo + extra, lo + span - extra)
+
+
+def _bound(x: np.ndarray, size: int, padding_mode: str, align_corners: int) -> np.ndarray:
+    """Apply border / reflection padding to coordinates (zeros leaves them as they are)."""
+    if padding_mode == "border":
+        return np.clip(x, 0, size - 1)
+    if padding_mode == "reflection":
+        x = _reflect(x, 0, 2 * (size - 1)) if align_corners else _reflect(x, -1, 2 * size - 1)
+        return np.clip(x, 0, size - 1)
+    return x
+
+
+def _grid_taps(x, size, mode, padding_mode, align_corners):
+    """(indices, weights, valid) of each sampling coordinate along one axis, shapes (..., T)."""
+    if mode == "nearest":
+        x = _bound(x, size, padding_mode, align_corners)
+        idx = np.rint(x)[..., None]  # halfway points go to the even index
+        w = np.ones_like(idx)
+    elif mode == "linear":
+        x = _bound(x, size, padding_mode, align_corners)
+        base = np.floor(x)
+        idx = base[..., None] + np.array([0.0, 1.0])
+        frac = (x - base)[..., None]
+        w = np.concatenate([1 - frac, frac], axis=-1)
+    else:  # cubic: the 4 taps are bounded one by one (the point itself is not), as in PyTorch
+        base = np.floor(x)
+        idx = base[..., None] + np.array([-1.0, 0.0, 1.0, 2.0])
+        w = _cubic_filter(idx - x[..., None], -0.75)
+        if padding_mode != "zeros":
+            idx = _bound(idx, size, padding_mode, align_corners)
+    valid = (idx >= 0) & (idx <= size - 1)
+    return np.clip(idx, 0, size - 1).astype(np.int64), w, valid
+
+
+def _grid_sample(X, grid, mode, padding_mode, align_corners):
+    ct = compute_dtype(X.dtype)
+    x = X.astype(ct, copy=False)
+    N, C = x.shape[:2]
+    spatial = x.shape[2:]
+    r = len(spatial)
+    out_shape = grid.shape[1:-1]
+    g = grid.astype(np.float64).reshape(N, -1, r)
+    taps = []
+    for d in range(r):  # grid's last axis lists coordinates innermost (x = width) first
+        size = spatial[d]
+        coord = g[:, :, r - 1 - d]
+        if align_corners:
+            coord = (coord + 1) / 2 * (size - 1)
+        else:
+            coord = ((coord + 1) * size - 1) / 2
+        taps.append(_grid_taps(coord, size, mode, padding_mode, align_corners))
+    flat_x = x.reshape(N, C, -1)
+    y = np.zeros((N, C, g.shape[1]), dtype=ct)
+    for combo in itertools.product(*(range(t[0].shape[-1]) for t in taps)):
+        flat = np.zeros(g.shape[:2], dtype=np.int64)
+        weight = np.ones(g.shape[:2])
+        for d, t in enumerate(combo):
+            idx, w, valid = taps[d]
+            flat = flat * spatial[d] + idx[..., t]
+            # out-of-range taps read zeros (only possible with padding_mode zeros)
+            weight = weight * np.where(valid[..., t], w[..., t], 0.0)
+        y += np.take_along_axis(flat_x, flat[:, None, :], axis=2) * weight[:, None, :].astype(ct)
+    return y.reshape((N, C) + tuple(out_shape)).astype(X.dtype, copy=False)
+
+
+@op("GridSample", since=20)
+def grid_sample(X, grid, *, align_corners=0, mode="linear", padding_mode="zeros"):
+    return _grid_sample(X, grid, mode, padding_mode, align_corners)
+
+
+_MODES_16 = {"bilinear": "linear", "bicubic": "cubic", "nearest": "nearest"}
+
+
+@op("GridSample", since=16)
+def grid_sample_16(X, grid, *, align_corners=0, mode="bilinear", padding_mode="zeros"):
+    return _grid_sample(X, grid, _MODES_16[mode], padding_mode, align_corners)
+
+
+# ----------------------------------------------------------------------------- AffineGrid
+
+
+def _base_coords(n: int, align_corners: int) -> np.ndarray:
+    """n evenly spaced positions in [-1, 1]: pixel centers (align_corners) or cell midpoints.
+
+    A single position is -1 with align_corners (onnxruntime's choice) and 0 without.
+    """
+    if align_corners:
+        return np.linspace(-1.0, 1.0, n)
+    return (np.arange(n) * 2.0 + 1.0) / n - 1.0
+
+
+@op("AffineGrid", since=20)
+def affine_grid(theta, size, *, align_corners=0):
+    dims = [int(s) for s in size.reshape(-1)]
+    spatial = dims[2:]
+    r = len(spatial)
+    ct = compute_dtype(theta.dtype)
+    axes = [_base_coords(n, align_corners) for n in spatial]  # (D,) H, W
+    mesh = np.meshgrid(*axes, indexing="ij")
+    # homogeneous positions, innermost coordinate (x) first: [x, y, (z,) 1]
+    base = np.stack([*reversed(mesh), np.ones(spatial)], axis=-1).reshape(-1, r + 1)
+    grid = np.matmul(base.astype(ct), theta.astype(ct).transpose(0, 2, 1))  # (N, P, r)
+    return grid.reshape((dims[0], *spatial, r)).astype(theta.dtype, copy=False)
+
+
+# ----------------------------------------------------------------------------- Col2Im
+
+
+@op("Col2Im", since=18)
+def col2im(input, image_shape, block_shape, *, dilations=None, pads=None, strides=None):
+    image = [int(v) for v in image_shape]
+    block = [int(v) for v in block_shape]
+    n = len(image)
+    strides = list(strides) if strides else [1] * n
+    dilations = list(dilations) if dilations else [1] * n
+    pads = list(pads) if pads else [0] * (2 * n)
+    N = input.shape[0]
+    K = math.prod(block)
+    C = input.shape[1] // K
+    blocks = [
+        (image[i] + pads[i] + pads[n + i] - dilations[i] * (block[i] - 1) - 1) // strides[i] + 1
+        for i in range(n)
+    ]
+    cols = input.reshape((N, C, K, *blocks))
+    padded = [image[i] + pads[i] + pads[n + i] for i in range(n)]
+    y = np.zeros((N, C, *padded), dtype=input.dtype)
+    for j, kk in enumerate(np.ndindex(*block)):  # scatter-add one kernel offset at a time
+        sl = tuple(
+            slice(k * d, k * d + (b - 1) * s + 1, s)
+            for k, d, b, s in zip(kk, dilations, blocks, strides)
+        )
+        y[(slice(None), slice(None)) + sl] += cols[:, :, j]
+    return np.ascontiguousarray(pad_spatial(y, [-p for p in pads[:n]], [-p for p in pads[n:]]))
+
+
+# ----------------------------------------------------------------------------- CenterCropPad
+
+
+@op("CenterCropPad", since=18)
+def center_crop_pad(input_data, shape, *, axes=None):
+    r = input_data.ndim
+    axes = [a % r for a in axes] if axes else list(range(r))
+    target = list(input_data.shape)
+    for a, s in zip(axes, shape.reshape(-1)):
+        target[a] = int(s)
+    src, dst = [], []
+    for have, want in zip(input_data.shape, target):
+        if have >= want:  # crop: the window starts rounded down
+            start = (have - want) // 2
+            src.append(slice(start, start + want))
+            dst.append(slice(None))
+        else:  # pad: the odd pixel goes to the end
+            start = (want - have) // 2
+            src.append(slice(None))
+            dst.append(slice(start, start + have))
+    y = np.zeros(target, dtype=input_data.dtype)
+    y[tuple(dst)] = input_data[tuple(src)]
+    return y
