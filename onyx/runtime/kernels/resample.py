@@ -409,10 +409,11 @@ def grid_sample_16(X, grid, *, align_corners=0, mode="bilinear", padding_mode="z
 def _base_coords(n: int, align_corners: int) -> np.ndarray:
     """n evenly spaced positions in [-1, 1]: pixel centers (align_corners) or cell midpoints.
 
-    A single position is -1 with align_corners (onnxruntime's choice) and 0 without.
+    The spec leaves a single position open: onnxruntime puts it at 1 with align_corners, and at
+    0 without.
     """
     if align_corners:
-        return np.linspace(-1.0, 1.0, n)
+        return np.linspace(-1.0, 1.0, n) if n > 1 else np.ones(n)
     return (np.arange(n) * 2.0 + 1.0) / n - 1.0
 
 
