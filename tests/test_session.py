@@ -75,7 +75,7 @@ def test_inputs_are_not_modified_and_outputs_are_writeable():
 @pytest.mark.parametrize(
     "feed, message",
     [
-        ({"x": np.ones((2, 3), np.float64)}, "expected tensor(float)"),
+        ({"x": np.ones((2, 3), np.float64)}, r"expected tensor\(float\)"),
         ({"x": np.ones((3,), np.float32)}, "expected rank 2"),
         ({"x": np.ones((2, 4), np.float32)}, "dimension 1 must be 3"),
         ({}, "missing input"),
