@@ -5,6 +5,7 @@ Float kernels compute low-precision floats (float16, bfloat16) in float32 and ro
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -14,9 +15,15 @@ from .elementwise import erf, upcast
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
-    # exp of a non-positive number only: no overflow for large |x|
-    e = np.exp(-np.abs(x))
-    return np.where(x >= 0, 1 / (1 + e), e / (1 + e))
+    # e = exp(-|x|) never overflows; sigmoid is 1/(1+e) for x >= 0 and e/(1+e) below
+    flat = np.asarray(x).reshape(-1)  # 1-D: the in-place ufuncs below need arrays
+    e = np.abs(flat)
+    np.negative(e, out=e)
+    np.exp(e, out=e)
+    r = e + 1
+    np.reciprocal(r, out=r)
+    np.multiply(r, e, out=r, where=flat < 0)
+    return r.reshape(np.shape(x))
 
 
 def _softplus(x: np.ndarray) -> np.ndarray:
@@ -37,8 +44,8 @@ def _hard_sigmoid(x, alpha, beta):
 
 def _gelu(x, approximate):
     if approximate == "tanh":
-        return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
-    return 0.5 * x * (1 + erf(x / np.sqrt(2)))
+        return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+    return 0.5 * x * (1 + erf(x / math.sqrt(2)))  # Python floats keep float32 in float32
 
 
 def _celu(x, alpha):
@@ -213,9 +220,10 @@ def swiglu(a, b, *, alpha=1.0):
 
 
 def _softmax(x: np.ndarray, axis: int) -> np.ndarray:
-    shifted = x - np.max(x, axis=axis, keepdims=True)
-    e = np.exp(shifted)
-    return e / np.sum(e, axis=axis, keepdims=True)
+    e = x - np.max(x, axis=axis, keepdims=True)  # a fresh array: the rest works in place
+    np.exp(e, out=e)
+    e /= np.sum(e, axis=axis, keepdims=True)
+    return e
 
 
 def _log_softmax(x: np.ndarray, axis: int) -> np.ndarray:

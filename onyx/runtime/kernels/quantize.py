@@ -137,9 +137,10 @@ def dynamic_quantize_linear(x):
     lo = np.minimum(np.min(x, initial=0.0), 0).astype(np.float32)
     hi = np.maximum(np.max(x, initial=0.0), 0).astype(np.float32)
     scale = np.float32((hi - lo) / np.float32(255))
-    safe = scale if scale != 0 else np.float32(1)  # all-zero input: everything quantizes to 0
-    zero_point = saturate_cast(np.asarray(-lo / safe), None, np.uint8)
-    y = saturate_cast(x / safe, zero_point, np.uint8)
+    if scale == 0:  # all-zero input: undefined in the spec; onnxruntime reports a scale of 1
+        scale = np.float32(1)
+    zero_point = saturate_cast(np.asarray(-lo / scale), None, np.uint8)
+    y = saturate_cast(x / scale, zero_point, np.uint8)
     return y, np.asarray(scale, dtype=np.float32), zero_point
 
 

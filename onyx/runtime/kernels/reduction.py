@@ -63,6 +63,12 @@ def _sum(x, axes, keepdims):
     return np.sum(x, axis=axes, keepdims=keepdims, dtype=x.dtype)
 
 
+def _mean(x, axes, keepdims):
+    if x.size == 0:  # the spec leaves it undefined; onnxruntime gives 0 (not 0/0)
+        return np.sum(x, axis=axes, keepdims=keepdims)
+    return np.mean(x, axis=axes, keepdims=keepdims)
+
+
 _REDUCTIONS: dict[str, Reduction] = {
     "ReduceSum": Reduction(_sum),
     "ReduceSumSquare": Reduction(_sum, pre=lambda x: x * x),
@@ -70,7 +76,7 @@ _REDUCTIONS: dict[str, Reduction] = {
     "ReduceL2": Reduction(_sum, pre=lambda x: x * x, post=np.sqrt),
     "ReduceLogSum": Reduction(_sum, post=np.log),
     "ReduceLogSumExp": Reduction(_log_sum_exp),
-    "ReduceMean": Reduction(lambda x, axes, keepdims: np.mean(x, axis=axes, keepdims=keepdims)),
+    "ReduceMean": Reduction(_mean),
     "ReduceProd": Reduction(
         lambda x, axes, keepdims: np.prod(x, axis=axes, keepdims=keepdims, dtype=x.dtype)
     ),
