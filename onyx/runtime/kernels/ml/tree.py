@@ -14,7 +14,6 @@ import numpy as np
 
 from ...registry import op
 from ._common import (
-    POST_TRANSFORMS,
     as_2d,
     class_labels,
     logistic,
