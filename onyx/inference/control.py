@@ -68,6 +68,12 @@ def loop(ctx: NodeContext) -> None:
             ctx.set_type(i, SequenceType(t))
 
 
+def _drop_first(t):
+    if isinstance(t, TensorType) and t.shape is not None and t.shape.rank:
+        return TensorType(t.elem_type, t.shape.dims[1:])
+    return t
+
+
 @rule("Scan")
 def scan(ctx: NodeContext) -> None:
     body = ctx.attr("body")
@@ -76,6 +82,8 @@ def scan(ctx: NodeContext) -> None:
     n_state = ctx.n_inputs - first - n_scan
     in_axes = ctx.attr("scan_input_axes") or [0] * n_scan
     state = [ctx.type(first + i) for i in range(n_state)]
+    if first:  # Scan-8: state variables carry the batch dim outside the body only
+        state = [_drop_first(t) for t in state]
     per_iter = []
     seq_len = None
     for k in range(n_scan):
@@ -95,7 +103,10 @@ def scan(ctx: NodeContext) -> None:
             per_iter.append(t)
     outs = ctx.engine.infer_subgraph(ctx, body, state + per_iter)
     for i in range(n_state):
-        ctx.set_type(i, outs[i] if i < len(outs) else state[i])
+        if first:
+            ctx.same(i, first + i)
+        else:
+            ctx.set_type(i, outs[i] if i < len(outs) else state[i])
     out_axes = ctx.attr("scan_output_axes") or []
     for k, t in enumerate(outs[n_state:]):
         if not isinstance(t, TensorType) or t.shape is None:

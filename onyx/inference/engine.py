@@ -66,8 +66,18 @@ class Data:
 class Symbols:
     """Fresh symbolic dims ('unk__0', 'unk__1', ...) unique within one inference run."""
 
-    def __init__(self):
-        self._count = itertools.count()
+    def __init__(self, start: int = 0):
+        self._count = itertools.count(start)
+
+    @classmethod
+    def after_existing(cls, g: Graph) -> Symbols:
+        """Start past every 'unk__N' already in the graph, so fresh names never collide."""
+        top = -1
+        for v in itertools.chain(g.values(), g.value_info, g.outputs):
+            for d in getattr(getattr(v.type, "shape", None), "dims", ()) or ():
+                if isinstance(d, str) and d.startswith("unk__") and d[5:].isdigit():
+                    top = max(top, int(d[5:]))
+        return cls(top + 1)
 
     def fresh(self) -> str:
         return f"unk__{next(self._count)}"
@@ -439,13 +449,14 @@ def generic(ctx: NodeContext) -> None:
 
 def run(model: Model, strict: bool = False, data_prop: bool = True) -> Model:
     engine = Engine(model, strict, data_prop)
+    engine.symbols = Symbols.after_existing(model.graph)
     engine.subgraph_envs = []
     env = engine.new_env()
     engine.seed(model.graph, env)
     engine.infer_graph(model.graph, env, model.opset_imports)
-    _write_back(model.graph, env)
+    _write_back(model.graph, env, engine.symbols)
     for g, sub_env in engine.subgraph_envs:
-        _write_back(g, sub_env)
+        _write_back(g, sub_env, engine.symbols)
     if engine.problems:
         if strict:
             raise ValidationError(engine.problems)
@@ -454,7 +465,19 @@ def run(model: Model, strict: bool = False, data_prop: bool = True) -> Model:
     return model
 
 
-def _write_back(g: Graph, env: dict) -> None:
+def _name_unknown_dims(t, symbols: Symbols):
+    """Give every unknown dim a fresh symbol, so that distinct unknowns stay distinct."""
+    if isinstance(t, TensorType) and t.shape is not None and None in t.shape.dims:
+        dims = tuple(symbols.fresh() if d is None else d for d in t.shape.dims)
+        return TensorType(t.elem_type, Shape(dims, t.shape.denotations), t.denotation)
+    if isinstance(t, SequenceType) and t.elem is not None:
+        return SequenceType(_name_unknown_dims(t.elem, symbols), t.denotation)
+    if isinstance(t, OptionalType) and t.elem is not None:
+        return OptionalType(_name_unknown_dims(t.elem, symbols), t.denotation)
+    return t
+
+
+def _write_back(g: Graph, env: dict, symbols: Symbols) -> None:
     known = {id(v) for v in g.value_info}
     outputs = {id(v) for v in g.outputs}
     for node in g.nodes:
@@ -462,7 +485,7 @@ def _write_back(g: Graph, env: dict) -> None:
             t = env["types"].get(id(v))
             if t is None or not v.name:
                 continue
-            v.type = t
+            v.type = _name_unknown_dims(t, symbols)
             if id(v) not in known and id(v) not in outputs:
                 g.value_info.append(v)
                 known.add(id(v))

@@ -106,7 +106,9 @@ def grid_sample(ctx: NodeContext) -> None:
 def affine_grid(ctx: NodeContext) -> None:
     size = ctx.data(1)
     if size is None:
-        ctx.set(0, ctx.dtype(0), None)
+        n = ctx.shape(1)
+        r = n[0] if n and isinstance(n[0], int) else None
+        ctx.set(0, ctx.dtype(0), None if r is None else (*[None] * (r - 1), r - 2))
         return
     n, _c, *sp = size.dims
     ctx.set(0, ctx.dtype(0), (n, *sp, len(sp)))
@@ -215,6 +217,10 @@ def linear_attention(ctx: NodeContext) -> None:
         qh, kvh = ctx.attr("q_num_heads"), ctx.attr("kv_num_heads")
         vd = v[2] // kvh * qh if isinstance(v[2], int) and qh and kvh else None
         ctx.set(0, ctx.dtype(0), (q[0], q[1], vd))
+        k = ctx.shape(1)
+        dk = k[2] // kvh if k is not None and isinstance(k[2], int) and kvh else None
+        dv = v[2] // kvh if isinstance(v[2], int) and kvh else None
+        ctx.set(1, ctx.dtype(0), (q[0], kvh, dk, dv))
 
 
 @rule("LabelEncoder", domain="ai.onnx.ml")
@@ -274,3 +280,12 @@ def sequence_map(ctx: NodeContext) -> None:
             ctx.set_type(
                 i, SequenceType(TensorType(t.elem_type) if isinstance(t, TensorType) else t)
             )
+
+
+@rule("FlexAttention", domain="ai.onnx.preview")
+def flex_attention(ctx: NodeContext) -> None:
+    q, v = ctx.shape(0), ctx.shape(2)
+    if q is None:
+        ctx.set(0, ctx.dtype(0), None)
+        return
+    ctx.set(0, ctx.dtype(0), (*q[:-1], v[-1] if v is not None else None))

@@ -236,9 +236,9 @@ def arg_reduce(ctx: NodeContext) -> None:
 def einsum(ctx: NodeContext) -> None:
     eq = ctx.attr("equation").replace(" ", "")
     dtype = ctx.dtype(0)
-    if "->" not in eq:
-        ctx.set(0, dtype, None)
-        return
+    if "->" not in eq:  # implicit output: letters used once, in alphabetical order
+        letters_once = [c for c in sorted(set(eq)) if c.isalpha() and eq.count(c) == 1]
+        eq = eq + "->" + ("..." if "..." in eq else "") + "".join(letters_once)
     lhs, rhs = eq.split("->")
     letters: dict[str, object] = {}
     ell = None
@@ -299,7 +299,10 @@ def dft(ctx: NodeContext) -> None:
     dims = list(x)
     axis = ctx.attr("axis", 1) if ctx.opset < 20 else ctx.value(2) if ctx.has(2) else -2
     if axis is None:
-        ctx.set(0, ctx.dtype(0), [None] * len(x))
+        # unknown axis: only a resized or one-sided axis changes, besides the last dim
+        changes = ctx.has(1) or ctx.attr("onesided", 0)
+        dims = [None] * (len(x) - 1) if changes else dims[:-1]
+        ctx.set(0, ctx.dtype(0), [*dims, 1 if ctx.attr("inverse", 0) and changes else 2])
         return
     axis = int(np.ravel(axis)[0])
     axis = axis + len(x) if axis < 0 else axis
@@ -308,11 +311,27 @@ def dft(ctx: NodeContext) -> None:
         dims[axis] = int(np.ravel(length)[0])
     elif ctx.has(1):
         dims[axis] = None
-    if ctx.attr("onesided", 0) and isinstance(dims[axis], int):
-        dims[axis] = dims[axis] // 2 + 1
-    dims[-1] = 2
+    onesided, inverse = ctx.attr("onesided", 0), ctx.attr("inverse", 0)
+    if onesided and inverse:  # inverse of a one-sided spectrum: a real signal
+        if not ctx.has(1) and isinstance(dims[axis], int):
+            dims[axis] = 2 * (dims[axis] - 1)
+        dims[-1] = 1
+    else:
+        if onesided and isinstance(dims[axis], int):
+            dims[axis] = dims[axis] // 2 + 1
+        dims[-1] = 2
     ctx.set(0, ctx.dtype(0), dims)
 
 
 def _ceil_div(a, b):
     return math.ceil(a / b)
+
+
+@rule("MelWeightMatrix")
+def mel_weight_matrix(ctx: NodeContext) -> None:
+    n, bins = ctx.value(1), ctx.value(0)
+    dims = (
+        int(np.ravel(n)[0]) // 2 + 1 if n is not None else None,
+        int(np.ravel(bins)[0]) if bins is not None else None,
+    )
+    ctx.set(0, DataType(ctx.attr("output_datatype", 1)), dims)

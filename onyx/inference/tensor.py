@@ -199,9 +199,9 @@ def split(ctx: NodeContext) -> None:
     axis = _axis(ctx.attr("axis", 0), len(s))
     sizes = ctx.value(1) if ctx.has(1) else ctx.attr("split")
     total = s[axis]
-    if sizes is None and isinstance(total, int):
+    if sizes is None and isinstance(total, int) and not ctx.has(1):
         num = ctx.attr("num_outputs", None) or n
-        chunk = -(-total // num)
+        chunk = max(-(-total // num), 1)
         sizes = [chunk] * (total // chunk) + ([total % chunk] if total % chunk else [])
         if len(sizes) != n:
             sizes = [chunk] * (n - 1) + [total - chunk * (n - 1)]
@@ -361,7 +361,11 @@ def expand(ctx: NodeContext) -> None:
         n = ctx.shape(1)
         ctx.set(0, ctx.dtype(0), None)
         if n and isinstance(n[0], int) and ctx.shape(0) is not None:
-            ctx.set(0, ctx.dtype(0), (None,) * max(n[0], len(ctx.shape(0))))
+            s = ctx.shape(0)
+            r = max(n[0], len(s))
+            # input dims > 1 survive broadcasting (the target dim is 1 or equal there)
+            kept = [None] * (r - len(s)) + [d if isinstance(d, int) and d > 1 else None for d in s]
+            ctx.set(0, ctx.dtype(0), kept)
         return
     s = ctx.shape(0)
     dims = [None if d is None or (isinstance(d, int) and d < 0) else d for d in target.dims]
@@ -561,5 +565,5 @@ def resize(ctx: NodeContext) -> None:
         for a, f in zip(axes, np.ravel(scales)):
             dims[a] = int(np.floor(s[a] * float(f))) if isinstance(s[a], int) else None
     else:
-        dims = [None] * r
+        dims = [None if k in axes else d for k, d in enumerate(dims)]
     ctx.set(0, ctx.dtype(0), dims)
