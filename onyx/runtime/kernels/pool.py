@@ -44,14 +44,11 @@ def pool_geometry(in_shape, kernel, auto_pad, pads, strides, dilations, ceil_mod
 def _offsets(kernel, dilations, strides, out_shape):
     """For each kernel offset: its flat number and the slices of the padded input it reads."""
     for j, kk in enumerate(np.ndindex(*kernel)):
+        steps = zip(kk, dilations, out_shape, strides)
         yield (
             j,
-            kk,
             (slice(None), slice(None))
-            + tuple(
-                slice(k * d, k * d + (o - 1) * s + 1, s)
-                for k, d, o, s in zip(kk, dilations, out_shape, strides)
-            ),
+            + tuple(slice(k * d, k * d + (o - 1) * s + 1, s) for k, d, o, s in steps),
         )
 
 
@@ -68,7 +65,7 @@ def _padded(x, pads, out_shape, kernel, strides, dilations, value):
 
 def _window_sum(xp, out_shape, kernel, strides, dilations) -> np.ndarray:
     acc = np.zeros(xp.shape[:2] + tuple(out_shape), dtype=xp.dtype)
-    for _, _, sl in _offsets(kernel, dilations, strides, out_shape):
+    for _, sl in _offsets(kernel, dilations, strides, out_shape):
         acc += xp[sl]
     return acc
 
@@ -193,7 +190,7 @@ def _max_pool(ctx, X, kernel_shape, auto_pad, pads, strides, dilations, ceil_mod
     xp = pool.pad(X, _lowest(X.dtype))
     want_indices = ctx.n_outputs > 1 and ctx.outputs_wanted[1]
     best = best_k = None
-    for j, _, sl in _offsets(pool.kernel, pool.dilations, pool.strides, pool.out):
+    for j, sl in _offsets(pool.kernel, pool.dilations, pool.strides, pool.out):
         v = xp[sl]
         if best is None:
             best = v.copy()
