@@ -215,3 +215,33 @@ def test_every_op_has_a_rule_or_a_fallback():
     ]
     # ops without a dedicated rule still get element types from the schema (generic rule)
     assert len(set(missing)) < 60, sorted(set(missing))
+
+
+def test_agreement_on_sklearn_exports():
+    skl2onnx = pytest.importorskip("skl2onnx")
+    from sklearn.ensemble import RandomForestClassifier
+    from sklearn.linear_model import LinearRegression, LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+    from sklearn.svm import SVC
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(60, 4)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.int64)
+    total = agree = 0
+    for est in [
+        make_pipeline(StandardScaler(), LogisticRegression()),
+        RandomForestClassifier(n_estimators=3),
+        SVC(probability=True),
+        LinearRegression(),
+    ]:
+        est.fit(x, y)
+        for zipmap in [True, False] if hasattr(est, "predict_proba") else [None]:
+            opts = {"zipmap": zipmap} if zipmap is not None else None
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                m = skl2onnx.to_onnx(est, x[:1], options=opts, target_opset=17)
+            t, a, _, bad = compare(m)
+            total, agree = total + t, agree + a
+            assert not bad, (type(est).__name__, bad)
+    assert total >= 10

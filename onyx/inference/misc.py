@@ -289,3 +289,60 @@ def flex_attention(ctx: NodeContext) -> None:
         ctx.set(0, ctx.dtype(0), None)
         return
     ctx.set(0, ctx.dtype(0), (*q[:-1], v[-1] if v is not None else None))
+
+
+# -- ai.onnx.ml classifiers and regressors --------------------------------------------------------
+
+
+def _batch(ctx: NodeContext):
+    x = ctx.shape(0)
+    return (x[0] if x else None) if x is None or len(x) > 1 else 1
+
+
+@rule("LinearClassifier", "SVMClassifier", "TreeEnsembleClassifier", domain="ai.onnx.ml")
+def ml_classifier(ctx: NodeContext) -> None:
+    ints = ctx.attr("classlabels_ints") or ctx.attr("classlabels_int64s")
+    strings = ctx.attr("classlabels_strings")
+    labels = ints or strings or []
+    n = _batch(ctx)
+    ctx.set(0, DataType.STRING if strings else DataType.INT64, (n,))
+    classes = len(labels) or None
+    if ctx.node.op_type == "LinearClassifier" and classes is None:
+        coef, icpt = ctx.attr("coefficients"), ctx.attr("intercepts")
+        classes = len(icpt) if icpt else None
+        del coef
+    ctx.set(1, DataType.FLOAT, (n, classes))
+
+
+@rule("LinearRegressor", "SVMRegressor", domain="ai.onnx.ml")
+def ml_regressor(ctx: NodeContext) -> None:
+    targets = ctx.attr("targets", 1) if ctx.node.op_type == "LinearRegressor" else 1
+    ctx.set(0, DataType.FLOAT, (_batch(ctx), targets))
+
+
+@rule("OneHotEncoder", domain="ai.onnx.ml")
+def ml_one_hot(ctx: NodeContext) -> None:
+    x = ctx.shape(0)
+    cats = ctx.attr("cats_int64s") or ctx.attr("cats_strings") or []
+    ctx.set(0, DataType.FLOAT, None if x is None else (*x, len(cats) or None))
+
+
+@rule("CategoryMapper", domain="ai.onnx.ml")
+def ml_category_mapper(ctx: NodeContext) -> None:
+    out = DataType.INT64 if ctx.dtype(0) == DataType.STRING else DataType.STRING
+    ctx.set(0, out, ctx.shape(0))
+
+
+@rule("FeatureVectorizer", domain="ai.onnx.ml")
+def ml_feature_vectorizer(ctx: NodeContext) -> None:
+    dims = ctx.attr("inputdimensions") or []
+    ctx.set(0, DataType.FLOAT, (_batch(ctx), sum(dims) if dims else None))
+
+
+@rule("DictVectorizer", domain="ai.onnx.ml")
+def ml_dict_vectorizer(ctx: NodeContext) -> None:
+    vocab = ctx.attr("int64_vocabulary") or ctx.attr("string_vocabulary") or []
+    t = ctx.type(0)
+    value = getattr(t, "value", None)
+    dtype = value.elem_type if isinstance(value, TensorType) else None
+    ctx.set(0, dtype, (None, len(vocab) or None))
