@@ -65,8 +65,8 @@ def main() -> None:
         actual = run_onnx(onx, feeds)
         for e, a in zip(expected, actual):
             np.testing.assert_allclose(np.asarray(a), e, rtol=1e-4, atol=1e-4)
-        t_ort = best_of(lambda: sess.run(None, feeds), args.repeat)
-        t_onyx = best_of(lambda: run_onnx(onx, feeds), args.repeat)
+        t_ort = best_of(lambda s=sess, f=feeds: s.run(None, f), args.repeat)
+        t_onyx = best_of(lambda m=onx, f=feeds: run_onnx(m, f), args.repeat)
         print(
             f"{name:28s} onnxruntime {t_ort * 1e3:8.1f} ms   onyx {t_onyx * 1e3:8.1f} ms   "
             f"ratio {t_onyx / t_ort:5.2f}x"

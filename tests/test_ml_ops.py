@@ -433,3 +433,33 @@ def test_zipmap():
     x = np.array([[0.25, 0.75], [1, 0]], np.float32)
     expected, actual = run_both(m, {"X": x})
     assert actual[0] == expected[0]
+
+
+@pytest.mark.parametrize(
+    "attrs",
+    [
+        dict(mark=0, mincharnum=1, pad_value="#", tokenexp="[a-zA-Z0-9_]+"),
+        dict(mark=1, mincharnum=2, pad_value="#", separators=[" ", ","]),
+        dict(mark=0, mincharnum=1, pad_value="#", separators=[""]),
+    ],
+)
+@pytest.mark.parametrize("shape", [(3,), (1, 3)])
+def test_tokenizer(attrs, shape):
+    m = model("Tokenizer", [("X", S, None)], [("Y", S, None)], 1, "com.microsoft", **attrs)
+    x = np.array(["the cat, sat", "a b", "hello world on"], dtype=object).reshape(shape)
+    check(m, {"X": x})
+
+
+def test_dict_vectorizer_and_cast_map():
+    from onyx.runtime.kernels.ml.preprocess import cast_map, dict_vectorizer
+
+    # The spec's example: vocabulary [a, c, b, z], {a: 4, c: 8} -> [4, 8, 0, 0].
+    y = dict_vectorizer({"a": 4, "c": 8}, string_vocabulary=["a", "c", "b", "z"])
+    np.testing.assert_array_equal(y, [[4, 8, 0, 0]])
+    rows = dict_vectorizer([{1: 0.5}, {3: 2.0}], int64_vocabulary=[3, 1])
+    np.testing.assert_array_equal(rows, np.array([[0, 0.5], [2.0, 0]]))
+    m = {3: 1.5, 0: 2.0}
+    np.testing.assert_array_equal(cast_map(m), np.array([[2.0, 1.5]], np.float32))
+    sparse = cast_map(m, map_form="SPARSE", max_map=5, cast_to="TO_INT64")
+    np.testing.assert_array_equal(sparse, [[2, 0, 0, 1, 0]])
+    assert cast_map(m, cast_to="TO_STRING").tolist() == [["2.000000", "1.500000"]]

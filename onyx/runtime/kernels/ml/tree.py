@@ -332,6 +332,8 @@ def _aggregate(f: Forest, x, weights, has, aggregate: str) -> tuple[np.ndarray, 
     combine = {"MIN": np.fmin, "MAX": np.fmax}.get(aggregate, np.add)
     if aggregate in ("MIN", "MAX"):
         weights = np.where(has, weights, np.nan)  # fmin/fmax skip the NaN of a missing weight
+    if f.n_trees == 0:
+        return scores, present
     for rows, states in _leaves(f, x):
         acc = weights[states[:, 0]]
         for t in range(1, states.shape[1]):
