@@ -26,7 +26,10 @@ _BIT_PATTERN_8 = {
     D.FLOAT8E5M2,
     D.FLOAT8E5M2FNUZ,
     D.FLOAT8E8M0,
+    D.FLOAT6E2M3,  # 6-bit types: one code per int32, unlike the packed 4- and 2-bit types
+    D.FLOAT6E3M2,
 }
+_PACKED_IN_INT32 = frozenset(d for d in SUB_BYTE if 8 % bit_width(d) == 0)
 TYPED_FIELD: dict[int, str] = {
     D.FLOAT: "float_data",
     D.COMPLEX64: "float_data",
@@ -82,7 +85,7 @@ def decode_typed(values, dtype: DataType, shape, what: str) -> np.ndarray:
     else:
         field = TYPED_FIELD[dtype]
         arr = np.array(values, dtype=_FIELD_DTYPE[field])
-        if dtype in SUB_BYTE:  # packed bytes, one per int32
+        if dtype in _PACKED_IN_INT32:  # packed bytes, one per int32
             expected = -(-int(np.prod(shape, dtype=np.int64)) * bit_width(dtype) // 8)
             if arr.size != expected:
                 raise FormatError(_size_message(what, arr.size, "values", dtype, shape, expected))
@@ -108,7 +111,7 @@ def encode_typed(arr: np.ndarray, dtype: DataType) -> np.ndarray | list:
     if dtype == D.STRING:
         return encode_strings(arr)
     flat = np.ascontiguousarray(arr).reshape(-1)
-    if dtype in SUB_BYTE:
+    if dtype in _PACKED_IN_INT32:
         return np.frombuffer(pack_sub_byte(flat, dtype), dtype=np.uint8).astype(np.int32)
     if dtype in _BIT_PATTERN_16:
         return flat.view(np.uint16).astype(np.int32)

@@ -1,0 +1,151 @@
+"""Tensors of every element type, and the .pb files of test data (onnx is the oracle)."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import onnx
+import pytest
+from onnx import helper, numpy_helper
+
+import onyx
+from onyx.ir.dtypes import BY_ENUM, DataType
+from onyx.proto import TensorProto as OurTensorProto
+from onyx.serde.tensors import tensor_from_proto, tensor_to_proto
+
+_TYPES = sorted(BY_ENUM)
+
+
+def _sample(dt: int) -> np.ndarray:
+    info = BY_ENUM[dt]
+    if dt == DataType.STRING:
+        return np.array(["a", "bé", "", "zz"], dtype=object).reshape(2, 2)
+    rng = np.random.default_rng(dt)
+    if info.numpy.kind == "c":
+        vals = rng.standard_normal(6) + 1j * rng.standard_normal(6)
+    elif info.numpy.kind == "b":
+        vals = rng.integers(0, 2, 6)
+    else:
+        vals = rng.integers(-2 if info.numpy.kind != "u" else 0, 3, 6)
+        if dt in (DataType.FLOAT8E8M0,):
+            vals = np.abs(vals) + 1
+    return np.asarray(vals).astype(info.numpy).reshape(2, 3)
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    if a.dtype == object:
+        return a.shape == b.shape and list(a.flat) == list(b.flat)
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+@pytest.mark.parametrize("dt", _TYPES, ids=[BY_ENUM[d].dtype.name for d in _TYPES])
+@pytest.mark.parametrize("raw", [False, True], ids=["typed_field", "raw_data"])
+def test_every_element_type(dt, raw):
+    arr = _sample(dt)
+    if raw and dt == DataType.STRING:
+        pytest.skip("strings have no raw form")
+    if raw:
+        proto = helper.make_tensor("t", dt, arr.shape, numpy_helper.from_array(arr).raw_data, True)
+    else:
+        vals = arr.reshape(-1).tolist() if dt == DataType.STRING else arr
+        proto = helper.make_tensor("t", dt, arr.shape, vals)
+    data = proto.SerializeToString()
+    ours = onyx.to_array(data)
+    assert _same(ours, numpy_helper.to_array(proto))
+    t = tensor_from_proto(OurTensorProto.FromString(data))
+    back = tensor_to_proto(t)
+    assert onnx.TensorProto.FromString(back.SerializeToString()) == proto  # same field, same bytes
+    # a new tensor from numpy goes out as raw_data (string_data for strings) that onnx reads back
+    fresh = tensor_to_proto(onyx.from_array(ours, name="n"))
+    assert _same(
+        numpy_helper.to_array(onnx.TensorProto.FromString(fresh.SerializeToString())), ours
+    )
+
+
+def test_non_utf8_strings_survive():
+    proto = onnx.TensorProto(name="s", data_type=onnx.TensorProto.STRING, dims=[2])
+    proto.string_data.extend([b"\xff\xfe", "ok".encode()])
+    arr = onyx.to_array(proto)
+    assert list(arr) == [b"\xff\xfe", "ok"]
+    back = tensor_to_proto(tensor_from_proto(OurTensorProto.FromString(proto.SerializeToString())))
+    assert back.SerializeToString() == proto.SerializeToString()
+
+
+def test_to_array_accepts_ir_and_onnx_tensors():
+    arr = np.arange(6, dtype=np.float16).reshape(2, 3)
+    assert _same(onyx.to_array(numpy_helper.from_array(arr)), arr)
+    assert _same(onyx.to_array(onyx.from_array(arr, "x")), arr)
+    assert onyx.from_array(arr, "x").name == "x"
+    bf = np.array([1.5, -2], dtype=ml_dtypes.bfloat16)
+    assert _same(onyx.to_array(numpy_helper.from_array(bf)), bf)
+
+
+def _node_values():
+    from onnx.backend.test.loader import load_model_tests
+
+    seen = 0
+    for case in load_model_tests(kind="node"):
+        for inputs, outputs in case.data_sets or ():
+            for v in list(inputs) + list(outputs):
+                yield case.name, v
+                seen += 1
+    assert seen > 1000
+
+
+def _onnx_proto(v):
+    if isinstance(v, list):
+        return numpy_helper.from_list(v), "sequence"
+    if v is None:
+        return numpy_helper.from_optional(None), "optional"
+    return numpy_helper.from_array(np.asarray(v)), "tensor"
+
+
+def _equal(a, b) -> bool:
+    if isinstance(a, list):
+        return isinstance(b, list) and len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b))
+    if a is None:
+        return b is None
+    a, b = np.asarray(a), np.asarray(b)
+    return _same(a, b) if a.dtype != object else list(a.flat) == list(b.flat)
+
+
+def test_pb_files_of_the_node_suite(tmp_path):
+    """Every input/output value of onnx's node suite, written as onnx writes its .pb files."""
+    checked = 0
+    for name, value in _node_values():
+        try:
+            proto, kind = _onnx_proto(value)
+        except Exception:  # a value onnx itself cannot write
+            continue
+        data = proto.SerializeToString()
+        got = onyx.load_tensor(data, kind=kind)
+        assert _equal(got, value), name
+        if kind == "tensor":
+            assert _equal(onyx.load_tensor(data), value), name  # recognised without a kind
+        ours = onyx.save_tensor(got, kind="optional" if kind == "optional" else None)
+        assert _equal(onyx.load_tensor(ours, kind=kind), value), name
+        checked += 1
+    assert checked > 1000
+
+
+def test_sequence_map_optional_files(tmp_path):
+    seq = [np.arange(3, dtype=np.int64), np.ones((2, 2), np.float32)]
+    path = tmp_path / "seq.pb"
+    onyx.save_tensor(seq, path, name="s")
+    parsed = onnx.SequenceProto()
+    parsed.ParseFromString(path.read_bytes())
+    assert _equal(numpy_helper.to_list(parsed), seq)
+    assert _equal(onyx.load_tensor(path), seq)
+
+    mapping = {1: np.float32(1.5), 2: np.float32(2.5)}
+    onnx_map = numpy_helper.from_dict({k: np.asarray(v) for k, v in mapping.items()})
+    got = onyx.load_tensor(onnx_map.SerializeToString(), kind="map")
+    assert list(got) == [1, 2] and float(got[2]) == 2.5
+    again = onnx.MapProto.FromString(onyx.save_tensor(got))
+    assert list(again.keys) == [1, 2]
+
+    opt = helper.make_optional("o", onnx.OptionalProto.TENSOR, numpy_helper.from_array(np.ones(2)))
+    assert _equal(onyx.load_tensor(opt.SerializeToString(), kind="optional"), np.ones(2))
+    empty = onyx.save_tensor(None)
+    assert onyx.load_tensor(empty, kind="optional") is None
+    assert numpy_helper.to_optional(onnx.OptionalProto.FromString(empty)) is None
