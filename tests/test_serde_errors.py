@@ -88,9 +88,9 @@ def test_bad_constant_attribute_is_reported_when_converted():
     m.graph.node.append(c)
     model = onyx.loads(m.SerializeToString())
     with pytest.raises(FormatError, match="attribute 'value'.*5 bytes"):
-        model.graph
+        _ = model.graph
     with pytest.raises(FormatError):
-        model.graph  # still an error on a second look, not a half-built graph
+        _ = model.graph  # still an error on a second look, not a half-built graph
 
 
 def test_missing_model_file(tmp_path):

@@ -48,7 +48,7 @@ def test_on_disk_models_round_trip(kind, tmp_path):
     for path in paths:
         original = onnx.load(path)
         model = onyx.load(path)
-        model.graph  # convert every node
+        assert model.graph is not None  # convert every node
         out = tmp_path / "m.onnx"
         onyx.save(model, out)
         assert onnx.load(out) == original, path
@@ -104,7 +104,7 @@ def test_unknown_fields_survive_everywhere(tmp_path):
     for materialize in (False, True):
         model = onyx.loads(data)
         if materialize:
-            model.graph
+            assert model.graph is not None
         assert onnx.ModelProto.FromString(onyx.dumps(model)) == m
 
 
