@@ -30,15 +30,11 @@ _SUB_BYTE_INTS = frozenset(
 _OBJECT = np.dtype(object)
 
 
-def _is_ml_float(dt: np.dtype) -> bool:
-    return dt in LOW_FLOATS or dt.name.startswith("float6") or dt.name.startswith("float4")
-
-
 def _to_wide(x: np.ndarray) -> np.ndarray:
     """A lossless numpy-native form of x: ml_dtypes floats -> float32, sub-byte ints -> int64."""
     if x.dtype in _SUB_BYTE_INTS:
         return x.astype(np.int64)
-    if _is_ml_float(x.dtype) and x.dtype != np.float16:
+    if x.dtype in LOW_FLOATS and x.dtype != np.float16:
         return x.astype(np.float32)
     return x
 
@@ -88,7 +84,7 @@ def cast_numeric(x: np.ndarray, dtype: np.dtype, saturate: bool = True, round_mo
         # float -> 4/2-bit integer: truncate toward zero, then wrap into the width like the
         # wider integers do (out-of-range floats are undefined; this is what the tests expect)
         src = np.where(np.isfinite(src), np.trunc(src), 0).astype(np.int64)
-    if _is_ml_float(dtype) and src.dtype.kind in "iub":
+    if dtype in LOW_FLOATS and src.dtype.kind in "iub":
         src = src.astype(np.float64)
     return src.astype(dtype)
 

@@ -25,6 +25,8 @@ LOW_FLOATS = frozenset(
         ml_dtypes.float8_e5m2fnuz,
         ml_dtypes.float8_e8m0fnu,
         ml_dtypes.float4_e2m1fn,
+        ml_dtypes.float6_e2m3fn,
+        ml_dtypes.float6_e3m2fn,
     )
 )
 
@@ -100,8 +102,11 @@ def _double_factorial(n: int) -> float:
 # ---------------------------------------------------------------------------------------------
 # Unary math
 
-_FLOAT_UNARY: dict[str, tuple[Callable, int]] = {
-    # op: (numpy function, first opset)
+_UNARY: dict[str, tuple[Callable, int]] = {
+    # op: (numpy function, first opset); integer inputs (Abs, Neg, Sign, ...) stay integers
+    "Abs": (np.abs, 1),
+    "Neg": (np.negative, 1),
+    "Sign": (np.sign, 9),
     "Exp": (np.exp, 1),
     "Log": (np.log, 1),
     "Sqrt": (np.sqrt, 1),
@@ -122,12 +127,6 @@ _FLOAT_UNARY: dict[str, tuple[Callable, int]] = {
     "Atanh": (np.arctanh, 9),
     "Erf": (erf, 9),
 }
-# Ops that also take integers (Abs, Neg, Sign): computed in the input dtype.
-_ANY_UNARY: dict[str, tuple[Callable, int]] = {
-    "Abs": (np.abs, 1),
-    "Neg": (np.negative, 1),
-    "Sign": (np.sign, 9),
-}
 #: Ops whose opset-1 version carries the legacy (ignored) `consumed_inputs` attribute.
 _CONSUMED_INPUTS = {"Exp", "Log", "Sqrt", "Reciprocal", "Floor", "Ceil", "Abs", "Neg"}
 
@@ -144,9 +143,7 @@ def _register_unary(name: str, fn: Callable, since: int) -> None:
         op(name, since=since)(lambda x: fn(x))
 
 
-for _name, (_fn, _since) in _FLOAT_UNARY.items():
-    _register_unary(_name, float_unary(_fn), _since)
-for _name, (_fn, _since) in _ANY_UNARY.items():
+for _name, (_fn, _since) in _UNARY.items():
     _register_unary(_name, float_unary(_fn), _since)
 
 
@@ -309,6 +306,8 @@ def bit_shift(x, y, *, direction):
 
 def _variadic(fn: Callable) -> Callable:
     def apply(*inputs):
+        if len(inputs) == 1:
+            return inputs[0].copy()  # never hand back the input object itself
         return reduce(_in_dtype(fn), inputs).astype(inputs[0].dtype, copy=False)
 
     return apply

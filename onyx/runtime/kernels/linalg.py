@@ -74,8 +74,10 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=1.0, transA=0, transB=0):
 @op("Einsum", since=12)
 def einsum(*inputs, equation):
     args = [upcast(x) for x in inputs]
-    out = np.einsum(equation.replace(" ", ""), *args, optimize=len(args) > 1)
-    return np.asarray(out).astype(inputs[0].dtype, copy=False)
+    out = np.asarray(np.einsum(equation.replace(" ", ""), *args, optimize=len(args) > 1))
+    if any(np.shares_memory(out, x) for x in inputs):  # one operand: einsum returns a view
+        out = out.copy()
+    return out.astype(inputs[0].dtype, copy=False)
 
 
 @op("Det", since=11)

@@ -98,7 +98,8 @@ def _reduce(r: Reduction, data, axes, keepdims: int, noop_with_empty_axes: int =
     x = upcast(data)
     axes = _normalize_axes(axes, data.ndim)
     if axes is None and noop_with_empty_axes:
-        return np.asarray(r.post(r.pre(x))).astype(data.dtype, copy=False)
+        out = np.asarray(r.post(r.pre(x)))
+        return data.copy() if out is data else out.astype(data.dtype, copy=False)
     if axes is None:
         axes = tuple(range(data.ndim))
     out = r.post(r.reduce(r.pre(x), axes, bool(keepdims)))
