@@ -142,9 +142,9 @@ def global_pool(ctx: NodeContext) -> None:
 @rule("MaxUnpool")
 def max_unpool(ctx: NodeContext) -> None:
     x = ctx.shape(0)
-    shape = ctx.value(2) if ctx.has(2) else None
-    if shape is not None:
-        ctx.set(0, ctx.dtype(0), [int(d) for d in shape])
+    if ctx.has(2):  # an explicit output shape
+        shape = ctx.data(2)
+        ctx.set(0, ctx.dtype(0), None if shape is None else shape.dims)
         return
     if x is None:
         ctx.set(0, ctx.dtype(0), None)

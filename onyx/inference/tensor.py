@@ -207,7 +207,8 @@ def split(ctx: NodeContext) -> None:
             sizes = [chunk] * (n - 1) + [total - chunk * (n - 1)]
     for i in range(n):
         dims = list(s)
-        dims[axis] = int(sizes[i]) if sizes is not None and i < len(sizes) else None
+        size = int(sizes[i]) if sizes is not None and i < len(sizes) else None
+        dims[axis] = size if size is None or size >= 0 else None
         ctx.set(i, ctx.dtype(0), dims)
 
 

@@ -28,4 +28,3 @@ def main(args) -> int:
     for p in found:
         print(f"  - {p}")
     return 1
-
