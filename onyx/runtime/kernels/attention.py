@@ -234,9 +234,9 @@ def linear_attention(
         k_t, v_t = k[:, t], v[:, t]  # [B, H, d_k], [B, H, d_v]
         if delta:
             # v - S^T k: what the (decayed) state predicts for k_t, corrected at rate beta
-            v_t = rate[:, t] * (v_t - np.einsum("bhkv,bhk->bhv", S, k_t))
+            v_t = rate[:, t] * (v_t - (k_t[..., None, :] @ S)[..., 0, :])
         S = S + k_t[..., :, None] * v_t[..., None, :]
-        out[:, t] = s * np.einsum("bhgk,bhkv->bhgv", q[:, t], S)
+        out[:, t] = s * (q[:, t] @ S)
     return (
         out.reshape(b, t_len, q_num_heads * d_v).astype(out_dtype),
         S.astype(state_dtype),

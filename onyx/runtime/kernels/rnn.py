@@ -129,7 +129,9 @@ def _recurrent_layer(
         else np.asarray(sequence_lens).astype(np.int64)
     )
     # X*W^T + Wb for every step and direction at once: [dirs, seq, batch, gates*hidden]
-    xw = np.einsum("sbi,dgi->dsbg", X, W) + Wb[:, None, None, :]
+    flat = X.reshape(seq_len * batch, -1)  # one 2-D GEMM per direction
+    xw = np.stack([(flat @ W[d].T).reshape(seq_len, batch, -1) for d in range(n_dirs)])
+    xw += Wb[:, None, None, :]
     return dict(xw=xw, R=R, Rb=Rb, h0=h0, c0=c0, lens=lens, n_dirs=n_dirs, out_dtype=out_dtype)
 
 
