@@ -335,3 +335,48 @@ def mel_weight_matrix(ctx: NodeContext) -> None:
         int(np.ravel(bins)[0]) if bins is not None else None,
     )
     ctx.set(0, DataType(ctx.attr("output_datatype", 1)), dims)
+
+
+@rule("HannWindow", "HammingWindow", "BlackmanWindow")
+def window(ctx: NodeContext) -> None:
+    n = ctx.value(0)
+    size = int(np.ravel(n)[0]) if n is not None else None
+    ctx.set(0, DataType(ctx.attr("output_datatype", 1)), (size,))
+
+
+@rule("STFT")
+def stft(ctx: NodeContext) -> None:
+    x = ctx.shape(0)
+    step, length = ctx.value(1), ctx.value(3) if ctx.has(3) else None
+    window_shape = ctx.shape(2)
+    if length is None and window_shape is not None:
+        length = window_shape[0] if isinstance(window_shape[0], int) else None
+    length = None if length is None else int(np.ravel(length)[0])
+    if x is None:
+        ctx.set(0, ctx.dtype(0), (None, None, None, 2))
+        return
+    frames = None
+    if step is not None and length is not None and isinstance(x[1], int):
+        frames = (x[1] - length) // int(np.ravel(step)[0]) + 1
+    bins = None if length is None else (length // 2 + 1 if ctx.attr("onesided", 1) else length)
+    ctx.set(0, ctx.dtype(0), (x[0], frames, bins, 2))
+
+
+@rule("MaxRoiPool")
+def max_roi_pool(ctx: NodeContext) -> None:
+    x, rois = ctx.shape(0), ctx.shape(1)
+    ph, pw = ctx.attr("pooled_shape")
+    ctx.set(0, ctx.dtype(0), (rois[0] if rois else None, x[1] if x else None, ph, pw))
+
+
+@rule("SwiGLU")
+def swiglu(ctx: NodeContext) -> None:
+    ctx.set(0, ctx.dtype(0), broadcast([ctx.shape(0), ctx.shape(1)], ctx))
+
+
+@rule("CastMap", domain="ai.onnx.ml")
+def cast_map(ctx: NodeContext) -> None:
+    to = ctx.attr("cast_to", "TO_FLOAT")
+    dtype = {"TO_FLOAT": DataType.FLOAT, "TO_STRING": DataType.STRING}.get(to, DataType.INT64)
+    n = ctx.attr("max_map", 1) if ctx.attr("map_form", "DENSE") == "SPARSE" else None
+    ctx.set(0, dtype, (1, n))
