@@ -8,15 +8,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
-def run_onnx(model, feeds: dict) -> list:
-    """Run an onnx ModelProto with onyx and return its outputs in graph order.
+def run_onnx(model, feeds: dict, output_names=None) -> list:
+    """Run an onnx ModelProto (or serialized bytes) with onyx.InferenceSession; outputs in order."""
+    import onyx
 
-    Tests call this rather than a runtime API directly, so the runtime behind it can change.
-    """
-    from node_harness import Runner
-
-    runner = Runner(model)
-    graph = model.graph
-    init_names = {t.name for t in graph.initializer}
-    inputs = [feeds[i.name] for i in graph.input if i.name not in init_names]
-    return runner.run_graph(graph, inputs)
+    data = model if isinstance(model, bytes) else model.SerializeToString()
+    return onyx.InferenceSession(data).run(output_names, feeds)
