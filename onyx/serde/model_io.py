@@ -10,6 +10,7 @@ models over protobuf's 2 GiB limit work both ways.
 
 from __future__ import annotations
 
+import gc
 import mmap
 import os
 import tempfile
@@ -179,7 +180,14 @@ class _GraphSource:
         return find(marker) >= 0
 
     def __call__(self):
-        return self.reader.graph(self.gp, [], "graph", self.initializers)
+        # Building many small linked objects: the cyclic GC would rescan them over and over.
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return self.reader.graph(self.gp, [], "graph", self.initializers)
+        finally:
+            if enabled:
+                gc.enable()
 
 
 # ---------------------------------------------------------------------------------- saving

@@ -277,7 +277,7 @@ class Reader:
             if s.name not in scope:
                 scope[s.name] = Value(s.name, TensorType(s.dtype, s.dims))
 
-        protos = gp.node
+        protos = list(gp.node)
         nodes = []
         for np_ in protos:
             node = Node(np_.op_type, (), list(np_.output), None, np_.domain, np_.name, np_.overload)
@@ -285,9 +285,11 @@ class Reader:
                 if v.name:
                     scope[v.name] = v
             nodes.append(node)
+        get = scope.get
+        lookup = self._lookup
         for node, np_ in zip(nodes, protos):
             for name in np_.input:
-                node.append_input(self._lookup(name, scopes) if name else None)
+                node.append_input((get(name) or lookup(name, scopes)) if name else None)
             if np_.attribute:
                 here = f"{what} node {np_.name or np_.op_type!r}"
                 attrs = {}
@@ -355,18 +357,32 @@ class Reader:
             overrides.append((key, v, vi.SerializeToString()))
 
     def _node_extras(self, node: Node, np_) -> None:
-        extras = {}
-        node.doc_string = np_.doc_string
+        # written out (not _present) because it runs once per node
+        extras = None
+        doc = np_.doc_string
+        if doc:
+            node.doc_string = doc
+        present = ()
+        if not node.name and np_.HasField("name"):
+            present += ("name",)
+        if not node.domain and np_.HasField("domain"):
+            present += ("domain",)
+        if not node.overload and np_.HasField("overload"):
+            present += ("overload",)
+        if not doc and np_.HasField("doc_string"):
+            present += ("doc_string",)
+        if not node.op_type and np_.HasField("op_type"):
+            present += ("op_type",)
+        if present:
+            extras = {"present": present}
         if np_.metadata_props:
             node.metadata_props = {e.key: e.value for e in np_.metadata_props}
+            extras = extras or {}
             extras["props"] = [e.SerializeToString() for e in np_.metadata_props]
-        present = _present(np_, _NODE_PRESENCE)
-        if present:
-            extras["present"] = present
         if np_.device_configurations or len(UnknownFieldSet(np_)):
+            extras = extras or {}
             extras["residual"] = _residual(np_, _NODE_MODELED)
-        if extras:
-            node.extras = extras
+        node.extras = extras
 
     # -- functions and models -----------------------------------------------------------------
     def function(self, fp) -> Function:
