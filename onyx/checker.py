@@ -623,7 +623,7 @@ def _load(model) -> Model:
     if isinstance(model, str | os.PathLike):
         from .serde import load
 
-        return load(model)
+        return load(model, load_external_data=False)  # the checker only needs locations
     if isinstance(model, bytes | bytearray | memoryview):
         from .serde import loads
 
