@@ -1,0 +1,92 @@
+"""Graph optimizer: ``onyx.optimize(model, level='basic' | 'extended' | 'all', disabled=())``.
+
+    optimized = onyx.optimize(model, level="extended", disabled=["GeluFusion"])
+
+The caller's model is never changed: the optimizer edits a clone. Levels follow onnxruntime's
+``graph_optimization_level``: basic passes keep the standard ops (constant folding, shape
+folding, no-op/identity/dropout elimination, common subexpressions, dead code and unused
+initializers); extended passes fuse patterns (Conv+BatchNormalization/Add/Mul, MatMul+Add ->
+Gemm, activations into com.microsoft FusedConv/FusedGemm, GELU, LayerNormalization, transpose
+pairs); 'all' is extended plus nothing more for now. Every pass has a name (see ``passes()``);
+names in ``disabled`` are skipped, as onnxruntime's ``disabled_optimizers``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from .. import ir
+from . import cleanup, conv, fold, gemm, transformer, transpose  # noqa: F401  (register passes)
+from .core import ALL, BASIC, LEVELS, PASSES, PassContext, clone_model
+
+__all__ = ["optimize", "optimize_for_session", "passes"]
+
+#: Basic passes repeat until nothing changes, at most this many rounds.
+MAX_ROUNDS = 4
+
+
+def passes(level: str | int = "all") -> list[str]:
+    """Names of the passes a level runs, in order."""
+    lvl = _level(level)
+    return [p.name for p in PASSES if p.level <= lvl]
+
+
+def _level(level) -> int:
+    if isinstance(level, str):
+        try:
+            return LEVELS[level.lower()]
+        except KeyError:
+            raise ValueError(
+                f"unknown optimization level {level!r} (basic, extended, all)"
+            ) from None
+    return int(level)
+
+
+def optimize(
+    model: ir.Model, level: str | int = "all", disabled: Iterable[str] = (), *, stats=None
+) -> ir.Model:
+    """An optimized copy of ``model``. ``stats`` (a dict) receives per-pass change counts."""
+    lvl = _level(level)
+    m = clone_model(model)
+    if lvl <= 0:
+        return m
+    skip = set(disabled)
+    ctx = PassContext(m)
+    enabled = [p for p in PASSES if p.level <= lvl and p.name not in skip]
+    basic = [p for p in enabled if p.level == BASIC]
+    _rounds(ctx, basic)
+    fusions = [p for p in enabled if p.level > BASIC]
+    if fusions:
+        changed = False
+        for p in fusions:
+            changed |= bool(p.fn(ctx))
+        if changed:
+            _rounds(ctx, [p for p in basic if p.name != "ShapeFolding"])
+    if stats is not None:
+        stats.update(ctx.stats)
+    return m
+
+
+def _rounds(ctx: PassContext, passes) -> None:
+    for i in range(MAX_ROUNDS):
+        changed = False
+        for p in passes:
+            if p.name == "ShapeFolding" and i > 0:
+                continue  # inference already saw every constant; once is enough
+            changed |= bool(p.fn(ctx))
+        if not changed:
+            break
+
+
+def optimize_for_session(model: ir.Model, sess_options) -> ir.Model:
+    """What InferenceSession runs: ``model`` optimized per the session options
+    (graph_optimization_level, disabled_optimizers), saved to optimized_model_filepath if set."""
+    level = int(getattr(sess_options, "graph_optimization_level", ALL))
+    disabled = getattr(sess_options, "disabled_optimizers", None) or ()
+    optimized = optimize(model, level, disabled)
+    path = getattr(sess_options, "optimized_model_filepath", "")
+    if path:
+        from ..serde import save
+
+        save(optimized, path)
+    return optimized

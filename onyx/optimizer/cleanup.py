@@ -1,0 +1,184 @@
+"""Removing what does nothing: no-op nodes, dead nodes, unused initializers, duplicates."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import ir
+from ..ir.dtypes import DataType
+from .core import BASIC, STANDARD, PassContext, graph_pass, same_dims, static_shape
+from .fold import NONDETERMINISTIC
+
+
+def _bypass(ctx: PassContext, node: ir.Node, source: ir.Value | None) -> bool:
+    """Readers of the node's first output read ``source`` instead."""
+    if source is None or not ctx.replace_value(node.outputs[0], source):
+        return False
+    ctx.count(node.op_type + "Elimination")
+    return True
+
+
+@graph_pass("EliminateIdentity", BASIC)
+def eliminate_identity(ctx: PassContext) -> bool:
+    changed = False
+    for node in ctx.graph:
+        if node.op_type == "Identity" and node.domain in STANDARD:
+            changed |= _bypass(ctx, node, node.inputs[0])
+    return changed
+
+
+@graph_pass("EliminateDropout", BASIC)
+def eliminate_dropout(ctx: PassContext) -> bool:
+    """Dropout is the identity at inference, unless training_mode is set or the mask is read."""
+    changed = False
+    for node in ctx.graph:
+        if node.op_type != "Dropout" or node.domain not in STANDARD:
+            continue
+        outs = node.outputs
+        if len(outs) > 1 and (outs[1]._uses or ctx.is_output(outs[1])):
+            continue
+        ins = node.inputs
+        training = ins[2] if len(ins) > 2 else None
+        if training is not None and training.name and ctx.scalar(training) != 0:
+            continue
+        if ctx.opset() < 7 and not node.attr("is_test", 0):
+            continue  # old Dropout without is_test drops (onnxruntime ignores it; we stay exact)
+        changed |= _bypass(ctx, node, ins[0])
+    return changed
+
+
+def _is_noop(ctx: PassContext, node: ir.Node, symbols: set) -> bool:
+    op = node.op_type
+    x = node.inputs[0] if node.inputs else None
+    if x is None:
+        return False
+    if op == "Cast":
+        return isinstance(x.type, ir.TensorType) and x.type.elem_type == DataType(node.attr("to"))
+    if op == "CastLike":
+        t = node.inputs[1].type if len(node.inputs) > 1 and node.inputs[1] else None
+        return (
+            isinstance(x.type, ir.TensorType)
+            and isinstance(t, ir.TensorType)
+            and (x.type.elem_type == t.elem_type)
+        )
+    if op == "Transpose":
+        perm = node.attr("perm")
+        return perm is not None and list(perm) == list(range(len(perm)))
+    if op in ("Reshape", "Squeeze", "Unsqueeze", "Flatten", "Expand"):
+        # same shape in and out: dims known, or symbols of the graph inputs (the same dim)
+        a, b = static_shape(x), static_shape(node.outputs[0])
+        ok = same_dims(a, b) and all(isinstance(d, int) or d in symbols for d in a)
+        return ok and isinstance(x.type, ir.TensorType)
+    if op == "Concat" or op == "Sum" or op == "Max" or op == "Min" or op == "Mean":
+        return len(node.inputs) == 1
+    if op in ("Slice", "Pad"):
+        return False
+    return False
+
+
+@graph_pass("NoopElimination", BASIC)
+def eliminate_noops(ctx: PassContext) -> bool:
+    """Cast to the same type, Reshape/Squeeze/... to the same shape, identity Transpose,
+    single-input Concat/Sum/Max/Min/Mean."""
+    symbols = set()
+    for v in ctx.graph.inputs:
+        for d in static_shape(v) or ():
+            if isinstance(d, str):
+                symbols.add(d)
+    changed = False
+    for node in ctx.graph:
+        if node.domain in STANDARD and len(node.outputs) == 1 and _is_noop(ctx, node, symbols):
+            changed |= _bypass(ctx, node, node.inputs[0])
+    return changed
+
+
+@graph_pass("DeadCodeElimination", BASIC)
+def dead_code(ctx: PassContext) -> bool:
+    g = ctx.graph
+    outputs = {id(v) for v in g.outputs}
+    changed = False
+    for node in reversed(g.nodes):
+        if any(v._uses or id(v) in outputs for v in node.outputs):
+            continue
+        g.remove(node, safe=False)
+        ctx.count("DeadCodeElimination")
+        changed = True
+    return changed
+
+
+@graph_pass("UnusedInitializerElimination", BASIC)
+def unused_initializers(ctx: PassContext) -> bool:
+    g = ctx.graph
+    keep = {id(v) for v in g.inputs} | {id(v) for v in g.outputs}
+    unused = [k for k, v in g.initializers.items() if not v._uses and id(v) not in keep]
+    for k in unused:
+        del g.initializers[k]
+    if unused:
+        dropped = {id(v) for v in g.value_info if v.name in unused and v.producer is None}
+        g.value_info = [v for v in g.value_info if id(v) not in dropped]
+        ctx.count("UnusedInitializerElimination", len(unused))
+    return bool(unused)
+
+
+# ------------------------------------------------------------------- common subexpressions
+
+#: Constants up to this many elements are compared by content and merged.
+SMALL_CONST = 1024
+
+
+def _attr_key(a: ir.Attr):
+    v = a.value
+    if isinstance(v, list):
+        v = tuple(id(x) if isinstance(x, ir.Tensor) else x for x in v)
+    elif isinstance(v, ir.Tensor):
+        v = ("tensor", id(v))
+    elif isinstance(v, float) and v != v:
+        v = "nan"
+    return (a.name, int(a.type), a.ref_attr_name, v)
+
+
+@graph_pass("CommonSubexpressionElimination", BASIC)
+def common_subexpressions(ctx: PassContext) -> bool:
+    """Merge equal small constants, then nodes with the same op, inputs and attributes."""
+    g = ctx.graph
+    changed = False
+    seen_consts: dict[tuple, ir.Value] = {}
+    for v in list(g.initializers.values()):
+        c = ctx.const(v)
+        if c is None or c.size > SMALL_CONST or c.dtype == object or ctx.is_output(v):
+            continue
+        key = (c.dtype.str, c.shape, np.ascontiguousarray(c).tobytes())
+        first = seen_consts.setdefault(key, v)
+        if first is not v:
+            v.replace_all_uses_with(first)
+            ctx.count("CommonSubexpressionElimination")
+            changed = True
+    seen: dict[tuple, ir.Node] = {}
+    for node in g:
+        if node.op_type in NONDETERMINISTIC or any(True for _ in node.subgraphs()):
+            continue
+        try:
+            attrs = tuple(sorted(_attr_key(a) for a in node.attributes.values()))
+            hash(attrs)
+        except TypeError:
+            continue
+        key = (
+            node.domain,
+            node.op_type,
+            node.overload,
+            tuple(id(v) if v is not None else -1 for v in node.inputs),
+            len(node.outputs),
+            attrs,
+        )
+        first = seen.setdefault(key, node)
+        if first is node:
+            continue
+        if all(not v.name or not ctx.is_output(v) for v in node.outputs):
+            for a, b in zip(node.outputs, first.outputs):
+                if a.name and b.name:
+                    a.replace_all_uses_with(b)
+                elif a.name and a._uses:
+                    break
+            ctx.count("CommonSubexpressionElimination")
+            changed = True
+    return changed

@@ -1,0 +1,211 @@
+"""Conv fusions: BatchNormalization / Add / Mul by constants folded into the weights and bias,
+and a following activation (with an optional residual Add) fused into com.microsoft FusedConv."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import ir
+from .core import (
+    EXTENDED,
+    MS,
+    PassContext,
+    graph_pass,
+    is_op,
+    other_input,
+    producer,
+    same_dims,
+    static_shape,
+)
+
+# ----------------------------------------------------------------------- weights and bias
+
+
+def _conv_weights(ctx: PassContext, conv: ir.Node):
+    """(W, B) of a Conv with constant float weights (B zeros when absent), else None."""
+    w = ctx.const(conv.inputs[1])
+    if w is None or w.dtype.kind != "f":
+        return None
+    b_in = conv.inputs[2] if len(conv.inputs) > 2 else None
+    if b_in is None or not b_in.name:
+        return w, np.zeros(w.shape[0], dtype=w.dtype)
+    b = ctx.const(b_in)
+    return None if b is None else (w, b)
+
+
+def _set_weights(ctx: PassContext, conv: ir.Node, w: np.ndarray, b: np.ndarray) -> None:
+    dtype = ctx.const(conv.inputs[1]).dtype
+    conv.set_input(1, ctx.add_const(w.astype(dtype), conv.inputs[1].name + "_fused"))
+    bias = ctx.add_const(b.astype(dtype), (conv.name or "conv") + "_bias_fused")
+    if len(conv.inputs) > 2:
+        conv.set_input(2, bias)
+    else:
+        conv.append_input(bias)
+
+
+def _per_channel(c: np.ndarray, channels: int, rank: int) -> np.ndarray | None:
+    """A constant that broadcasts over Conv's output (N, M, spatial...) along M only, as (M,)."""
+    if c.ndim > rank:
+        return None
+    shape = (1,) * (rank - c.ndim) + c.shape
+    if shape[0] != 1 or any(d != 1 for d in shape[2:]) or shape[1] not in (1, channels):
+        return None
+    return np.broadcast_to(c.reshape(-1), (channels,)).astype(np.float64)
+
+
+def _conv_feeding(ctx: PassContext, node: ir.Node):
+    """(conv, other input) when ``node`` reads a Conv output that nothing else reads."""
+    for v in node.inputs[:2]:
+        conv = producer(v, "Conv")
+        if conv is not None and ctx.single_use(v) is node:
+            return conv, (other_input(node, v) if len(node.inputs) > 1 else None)
+    return None, None
+
+
+def _fold_into(ctx: PassContext, node: ir.Node, conv: ir.Node, w, b) -> bool:
+    if not ctx.replace_value(node.outputs[0], conv.outputs[0]):
+        return False
+    _set_weights(ctx, conv, w, b)
+    ctx.graph.remove(node, safe=False)
+    ctx.count(f"Conv{node.op_type}Fusion")
+    return True
+
+
+@graph_pass("ConvBNFusion", EXTENDED)
+def conv_bn(ctx: PassContext) -> bool:
+    """Conv -> BatchNormalization (inference): W' = W*s, B' = (B - mean)*s + beta,
+    s = scale / sqrt(var + eps); computed in float64."""
+    changed = False
+    for bn in ctx.graph:
+        if not is_op(bn, "BatchNormalization") or len(bn.inputs) < 5:
+            continue
+        if any(v.name and (v._uses or ctx.is_output(v)) for v in bn.outputs[1:]):
+            continue
+        if bn.attr("training_mode", 0) or not bn.attr("spatial", 1):
+            continue
+        if ctx.opset() < 7 and not bn.attr("is_test", 0):
+            continue
+        conv, _ = _conv_feeding(ctx, bn)
+        params = [ctx.const(v) for v in bn.inputs[1:5]]
+        wb = _conv_weights(ctx, conv) if conv is not None else None
+        if wb is None or any(p is None for p in params):
+            continue
+        scale, beta, mean, var = (p.astype(np.float64).reshape(-1) for p in params)
+        s = scale / np.sqrt(var + bn.attr("epsilon", 1e-5))
+        w, b = wb
+        w2 = w.astype(np.float64) * s.reshape((-1,) + (1,) * (w.ndim - 1))
+        b2 = (b.astype(np.float64) - mean) * s + beta
+        changed |= _fold_into(ctx, bn, conv, w2, b2)
+    return changed
+
+
+@graph_pass("ConvAddFusion", EXTENDED)
+def conv_add(ctx: PassContext) -> bool:
+    """Conv -> Add(per-channel constant): the constant joins the bias."""
+    changed = False
+    for add in ctx.graph:
+        if not is_op(add, "Add"):
+            continue
+        conv, other = _conv_feeding(ctx, add)
+        wb = _conv_weights(ctx, conv) if conv is not None else None
+        c = ctx.const(other)
+        if wb is None or c is None or c.dtype != wb[0].dtype:
+            continue
+        w, b = wb
+        per = _per_channel(c, w.shape[0], w.ndim)
+        if per is not None:
+            changed |= _fold_into(ctx, add, conv, w, b.astype(np.float64) + per)
+    return changed
+
+
+@graph_pass("ConvMulFusion", EXTENDED)
+def conv_mul(ctx: PassContext) -> bool:
+    """Conv -> Mul(per-channel constant): scales the weights and the bias."""
+    changed = False
+    for mul in ctx.graph:
+        if not is_op(mul, "Mul"):
+            continue
+        conv, other = _conv_feeding(ctx, mul)
+        wb = _conv_weights(ctx, conv) if conv is not None else None
+        c = ctx.const(other)
+        if wb is None or c is None or c.dtype != wb[0].dtype:
+            continue
+        w, b = wb
+        per = _per_channel(c, w.shape[0], w.ndim)
+        if per is not None:
+            w2 = w.astype(np.float64) * per.reshape((-1,) + (1,) * (w.ndim - 1))
+            changed |= _fold_into(ctx, mul, conv, w2, b.astype(np.float64) * per)
+    return changed
+
+
+# ----------------------------------------------------------------------- activation fusion
+
+_LOWEST, _HIGHEST = float(np.finfo(np.float32).min), float(np.finfo(np.float32).max)
+
+
+def activation(ctx: PassContext, node: ir.Node | None) -> tuple[str, list[float]] | None:
+    """(name, parameters) of an activation FusedConv/FusedGemm can apply, else None."""
+    if not is_op(node, "Relu", "Sigmoid", "Tanh", "LeakyRelu", "HardSigmoid", "Clip"):
+        return None
+    op = node.op_type
+    if op == "LeakyRelu":
+        return op, [float(node.attr("alpha", 0.01))]
+    if op == "HardSigmoid":
+        return op, [float(node.attr("alpha", 0.2)), float(node.attr("beta", 0.5))]
+    if op == "Clip":
+        if ctx.opset() < 11:
+            return op, [float(node.attr("min", _LOWEST)), float(node.attr("max", _HIGHEST))]
+        bounds = []
+        for i, default in ((1, _LOWEST), (2, _HIGHEST)):
+            v = node.inputs[i] if len(node.inputs) > i else None
+            if v is None or not v.name:
+                bounds.append(default)
+                continue
+            s = ctx.scalar(v)
+            if s is None:
+                return None
+            bounds.append(s)
+        return op, bounds
+    return op, []
+
+
+def _conv_attrs(conv: ir.Node) -> list[ir.Attr]:
+    return [a for a in conv.attributes.values() if not a.is_ref]
+
+
+@graph_pass("ConvActivationFusion", EXTENDED)
+def conv_activation(ctx: PassContext) -> bool:
+    """Conv [-> Add(Z, same shape)] -> activation  =>  com.microsoft FusedConv(X, W, B, Z)."""
+    changed = False
+    for act in ctx.graph:
+        spec = activation(ctx, act)
+        if spec is None or act.graph is None:
+            continue
+        src = act.inputs[0]
+        add, z = None, None
+        if is_op(src.producer, "Add") and ctx.single_use(src) is act:
+            add = src.producer
+            conv, z = _conv_feeding(ctx, add)
+            if conv is None or not same_dims(static_shape(z), static_shape(conv.outputs[0])):
+                continue
+        else:
+            conv = producer(src, "Conv")
+            if conv is None or ctx.single_use(src) is not act:
+                continue
+        w = ctx.const(conv.inputs[1]) if len(conv.inputs) > 1 else None
+        if w is None or w.dtype.kind != "f":
+            continue
+        inputs = list(conv.inputs) + [None] * (3 - len(conv.inputs))
+        if z is not None:
+            inputs.append(z)
+        fused = ir.Node(
+            "FusedConv", inputs, 1, _conv_attrs(conv), domain=MS, name=conv.name + "_fused"
+        )
+        fused.set_attr("activation", spec[0])
+        if spec[1]:
+            fused.set_attr("activation_params", [float(p) for p in spec[1]])
+        ctx.ensure_opset(MS)
+        ctx.replace_nodes(act, fused, [n for n in (add, conv) if n is not None])
+        ctx.count("ConvActivationFusion")
+        changed = True
+    return changed

@@ -1,0 +1,274 @@
+"""The pass manager's machinery: pass registry, the context passes share, model cloning, helpers.
+
+A pass is a function ``fn(ctx) -> bool`` (True when it changed the graph) registered with
+:func:`graph_pass` under a name (onnxruntime's name where onnxruntime has the same pass, so one
+``disabled_optimizers`` list works for both) and a level. Passes work on the main graph; nodes
+with subgraphs are left whole (their reads of outer values count as uses, so nothing they
+need is ever removed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .. import ir
+from ..ir.dtypes import from_numpy
+
+BASIC, EXTENDED, ALL = 1, 2, 99
+LEVELS = {"disabled": 0, "none": 0, "basic": BASIC, "extended": EXTENDED, "all": ALL}
+STANDARD = ("", "ai.onnx")
+MS = "com.microsoft"
+
+
+@dataclass(frozen=True)
+class Pass:
+    name: str
+    level: int
+    fn: Callable[[PassContext], bool]
+
+
+#: Passes in the order they run (registration order).
+PASSES: list[Pass] = []
+
+
+def graph_pass(name: str, level: int = BASIC) -> Callable:
+    def register(fn):
+        PASSES.append(Pass(name, level, fn))
+        return fn
+
+    return register
+
+
+@dataclass
+class PassContext:
+    """What a pass works on: the (cloned) model and its main graph, plus shared helpers."""
+
+    model: ir.Model
+    stats: dict[str, int] = field(default_factory=dict)
+    _names: set[str] | None = None
+
+    @property
+    def graph(self) -> ir.Graph:
+        return self.model.graph
+
+    def opset(self, domain: str = "") -> int:
+        return self.model.opset(domain) or 0
+
+    def count(self, name: str, n: int = 1) -> None:
+        self.stats[name] = self.stats.get(name, 0) + n
+
+    # -- names --------------------------------------------------------------------------------
+    def fresh_name(self, base: str) -> str:
+        if self._names is None:
+            self._names = set(self.graph.initializers)
+            for g in _graphs(self.graph):
+                self._names.update(v.name for v in g.inputs)
+                for n in g._nodes:
+                    self._names.update(v.name for v in n.outputs)
+        name, i = base, 0
+        while name in self._names:
+            i += 1
+            name = f"{base}_{i}"
+        self._names.add(name)
+        return name
+
+    # -- constants ----------------------------------------------------------------------------
+    def const(self, v: ir.Value | None) -> np.ndarray | None:
+        """The data of ``v`` if it is a constant of the main graph (an initializer that is not
+        also a graph input, which a caller could override), else None."""
+        if v is None or v.producer is not None or v.const_value is None:
+            return None
+        g = self.graph
+        if g.initializers.get(v.name) is not v or any(x is v for x in g.inputs):
+            return None
+        try:
+            return v.const_value.numpy()
+        except Exception:  # unreadable external data: not a constant we can use
+            return None
+
+    def scalar(self, v: ir.Value | None) -> float | None:
+        """A constant holding a single number, as a float."""
+        c = self.const(v)
+        if c is None or c.size != 1 or c.dtype.kind not in "biuf":
+            return None
+        return float(c.reshape(-1)[0])
+
+    def add_const(self, array: np.ndarray, base: str) -> ir.Value:
+        arr = np.ascontiguousarray(array)
+        name = self.fresh_name(base)
+        v = ir.Value(
+            name, ir.TensorType(from_numpy(arr.dtype), arr.shape), ir.Tensor(arr, name=name)
+        )
+        self.graph.add_initializer(v)
+        return v
+
+    def ensure_opset(self, domain: str, version: int = 1) -> None:
+        self.model.opset_imports.setdefault(domain, version)
+
+    # -- editing ------------------------------------------------------------------------------
+    def is_output(self, v: ir.Value) -> bool:
+        return any(o is v for o in self.graph.outputs)
+
+    def replace_value(self, old: ir.Value, new: ir.Value) -> bool:
+        """Make every reader of ``old`` read ``new``. A graph output keeps its name: ``new`` is
+        renamed to it (refused, returning False, when ``new`` is itself a graph input,
+        initializer or output and so cannot change its name)."""
+        g = self.graph
+        if self.is_output(old):
+            if new.producer is None or self.is_output(new):
+                return False
+            new.name = old.name
+            if old.type is not None:
+                new.type = old.type
+            g.outputs = [new if o is old else o for o in g.outputs]
+        old.replace_all_uses_with(new)
+        return True
+
+    def single_use(self, v: ir.Value) -> ir.Node | None:
+        """The only node reading ``v`` (once), when ``v`` is not a graph output."""
+        uses = v._uses
+        if len(uses) != 1 or self.is_output(v):
+            return None
+        return uses[0][0]
+
+    def replace_nodes(self, last: ir.Node, new: ir.Node, dead: Iterable[ir.Node] = ()) -> None:
+        """Put ``new`` where ``last`` was; ``new`` takes over ``last``'s outputs (same Values).
+
+        ``dead`` are the other nodes of the fused pattern: removed, their outputs must have
+        no reader left but the pattern itself.
+        """
+        g = self.graph
+        g.insert_before(last, new)
+        for i, v in enumerate(last.outputs):
+            if i < len(new._outputs):
+                old = new._outputs[i]
+                v.producer, v.index = new, i
+                new._outputs[i] = v
+                old.producer = None
+        g.remove(last, safe=False)
+        for n in dead:
+            if n.graph is g:
+                g.remove(n, safe=False)
+
+
+def _graphs(g: ir.Graph):
+    yield g
+    for n in g._nodes:
+        for sub in n.subgraphs():
+            yield from _graphs(sub)
+
+
+def producer(v: ir.Value | None, op_type: str) -> ir.Node | None:
+    """The standard-domain node of type ``op_type`` producing ``v``."""
+    p = v.producer if v is not None else None
+    if p is not None and p.op_type == op_type and p.domain in STANDARD:
+        return p
+    return None
+
+
+def is_op(node: ir.Node | None, *op_types: str) -> bool:
+    return node is not None and node.domain in STANDARD and node.op_type in op_types
+
+
+def other_input(node: ir.Node, v: ir.Value) -> ir.Value | None:
+    """For a binary node, the input that is not ``v`` (None if ``v`` is not an input)."""
+    a, b = node.inputs[0], node.inputs[1]
+    if a is v:
+        return b
+    if b is v:
+        return a
+    return None
+
+
+def static_shape(v: ir.Value | None) -> tuple | None:
+    s = v.shape if v is not None else None
+    return tuple(s.dims) if s is not None else None
+
+
+def same_dims(a: tuple | None, b: tuple | None) -> bool:
+    """Two inferred shapes that are certainly equal (known ints or the same symbol)."""
+    if a is None or b is None or len(a) != len(b):
+        return False
+    return all(x == y and x is not None for x, y in zip(a, b))
+
+
+# ---------------------------------------------------------------------------------- cloning
+
+
+def clone_model(model: ir.Model) -> ir.Model:
+    """A copy whose graph can be edited freely. Tensors (read-only data) and functions are
+    shared with the original; nodes, values and graphs are new."""
+    m = ir.Model(
+        clone_graph(model.graph, {}),
+        opset_imports=dict(model.opset_imports),
+        ir_version=model.ir_version,
+        producer_name=model.producer_name,
+        producer_version=model.producer_version,
+    )
+    m.functions = dict(model.functions)
+    for attr in ("domain", "model_version", "doc_string", "base_dir", "extras"):
+        setattr(m, attr, getattr(model, attr))
+    m.metadata_props = dict(model.metadata_props)
+    return m
+
+
+def _clone_value(v: ir.Value) -> ir.Value:
+    c = ir.Value(v.name, v.type, v.const_value)
+    c.doc_string, c.metadata_props, c.extras = v.doc_string, dict(v.metadata_props), v.extras
+    return c
+
+
+def clone_graph(g: ir.Graph, vmap: dict[int, ir.Value]) -> ir.Graph:
+    """Clone ``g``; ``vmap`` maps ids of outer values (already cloned) to their clones."""
+    vmap = dict(vmap)
+
+    def get(v: ir.Value | None) -> ir.Value | None:
+        if v is None:
+            return None
+        c = vmap.get(id(v))
+        if c is None:  # an undefined reference: keep it dangling, the plan will report it
+            c = vmap[id(v)] = _clone_value(v)
+        return c
+
+    for v in g.inputs:
+        vmap[id(v)] = _clone_value(v)
+    for v in g.initializers.values():
+        if id(v) not in vmap:
+            vmap[id(v)] = _clone_value(v)
+    nodes = []
+    for n in g._nodes:
+        outs = [_clone_value(v) for v in n.outputs]
+        for v, c in zip(n.outputs, outs):
+            vmap[id(v)] = c
+        nodes.append((n, outs))
+    new_nodes = []
+    for n, outs in nodes:
+        attrs = []
+        for a in n.attributes.values():
+            value = a.value
+            if a.type == ir.AttrType.GRAPH and value is not None:
+                value = clone_graph(value, vmap)
+            elif a.type == ir.AttrType.GRAPHS and value:
+                value = [clone_graph(s, vmap) for s in value]
+            elif isinstance(value, list):
+                value = list(value)
+            attrs.append(ir.Attr(a.name, a.type, value, a.doc_string, a.ref_attr_name, a.extras))
+        c = ir.Node(
+            n.op_type, [get(v) for v in n.inputs], outs, attrs, n.domain, n.name, n.overload
+        )
+        c.doc_string, c.metadata_props, c.extras = n.doc_string, dict(n.metadata_props), n.extras
+        new_nodes.append(c)
+    out = ir.Graph(
+        [vmap[id(v)] for v in g.inputs],
+        [get(v) for v in g.outputs],
+        new_nodes,
+        [vmap[id(v)] for v in g.initializers.values()],
+        name=g.name,
+    )
+    out.doc_string, out.metadata_props, out.extras = g.doc_string, dict(g.metadata_props), g.extras
+    out.value_info = [get(v) for v in g.value_info]
+    out.sparse_initializers = list(g.sparse_initializers)
+    return out

@@ -1,0 +1,231 @@
+"""Constant folding: run the kernels on nodes whose inputs are all constants, and fold the
+shape arithmetic that shape inference can evaluate (Shape -> Gather -> Concat -> Reshape)."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from .. import ir
+from ..ir.dtypes import DataType, to_numpy
+from ..runtime.registry import lookup
+from ..runtime.values import attr_value
+from .core import BASIC, STANDARD, PassContext, graph_pass, is_op, static_shape
+
+#: Ops whose result is not a function of their inputs.
+NONDETERMINISTIC = {
+    "RandomNormal",
+    "RandomUniform",
+    "RandomNormalLike",
+    "RandomUniformLike",
+    "Multinomial",
+    "Bernoulli",
+}
+#: A folded result bigger than this that also outgrows its inputs 4x stays a computation
+#: (ConstantOfShape / Expand / Tile would otherwise bloat the model file).
+MAX_GROWN_BYTES = 1 << 20
+
+
+class _FoldContext:
+    """The KernelContext of a kernel run at optimization time (no subgraphs there)."""
+
+    def __init__(self, node: ir.Node, opset: int):
+        n = len(node.outputs)
+        while n and not node.outputs[n - 1].name:
+            n -= 1
+        self.n_outputs = n
+        self.outputs_wanted = tuple(bool(v.name) for v in node.outputs[:n])
+        self.opset = opset
+        self.node_name = node.name
+        self.op_type = node.op_type
+
+    def run_graph(self, graph, inputs):
+        raise RuntimeError("no subgraphs at constant folding")
+
+    graph_input_count = graph_output_count = run_graph
+
+
+def _evaluate(ctx: PassContext, node: ir.Node) -> tuple | None:
+    """The node's outputs when it can be folded, else None."""
+    if node.op_type in NONDETERMINISTIC or any(True for _ in node.subgraphs()):
+        return None
+    domain = "" if node.domain in STANDARD else node.domain
+    if (domain, node.op_type) in {(f.domain, f.name) for f in ctx.model.functions.values()}:
+        return None
+    version = ctx.model.opset(domain)
+    kernel = lookup(node.op_type, domain, version) if version else None
+    if kernel is None:
+        return None
+    args = []
+    for v in node.inputs:
+        if v is None or not v.name:
+            args.append(None)
+            continue
+        c = ctx.const(v)
+        if c is None:
+            return None
+        args.append(c)
+    attrs = {}
+    for name, a in node.attributes.items():
+        if a.is_ref or (name not in kernel.attributes and not kernel.accepts_any_attr):
+            return None  # leave it to the session, which reports the bad attribute
+        attrs[name] = attr_value(a.type, a.value, None)
+    if not kernel.variadic:
+        args += [None] * (kernel.n_positional - len(args))
+    try:
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            if kernel.takes_ctx:
+                result = kernel.fn(_FoldContext(node, version), *args, **attrs)
+            else:
+                result = kernel.fn(*args, **attrs)
+    except Exception:  # fails at run time too: the session will say why
+        return None
+    if type(result) is not tuple:
+        result = (result,)
+    in_bytes = sum(a.nbytes for a in args if isinstance(a, np.ndarray))
+    for v, r in zip(node.outputs, result):
+        if not v.name:
+            continue
+        if not isinstance(r, np.ndarray | np.generic):
+            return None  # sequences, maps, optionals are not initializers
+        if r.nbytes > MAX_GROWN_BYTES and r.nbytes > 4 * in_bytes:
+            return None
+    return result
+
+
+def _make_constant(ctx: PassContext, v: ir.Value, array) -> None:
+    """Turn node output ``v`` into an initializer holding ``array`` (same Value, same name)."""
+    arr = np.asarray(array)
+    if v.type is not None and isinstance(v.type, ir.TensorType):
+        want = to_numpy(v.type.elem_type)
+        if arr.dtype != want and v.type.elem_type != DataType.STRING:
+            arr = arr.astype(want)
+    v.producer, v.index = None, None
+    v.const_value = ir.Tensor(arr, name=v.name)
+    if v.type is None:
+        v.type = ir.TensorType(ir.from_numpy(arr.dtype), arr.shape)
+    ctx.graph.add_initializer(v)
+
+
+@graph_pass("ConstantFolding", BASIC)
+def constant_folding(ctx: PassContext) -> bool:
+    g = ctx.graph
+    changed = False
+    for node in g:
+        result = _evaluate(ctx, node)
+        if result is None:
+            continue
+        outputs = node.outputs
+        g.remove(node, safe=False)
+        for v, r in zip(outputs, result):
+            if v.name:
+                _make_constant(ctx, v, r)
+        ctx.count("ConstantFolding")
+        changed = True
+    return changed
+
+
+def infer(ctx: PassContext) -> None:
+    """Annotate the main graph's values with inferred types (shapes with symbolic dims)."""
+    from ..inference import infer_shapes
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            infer_shapes(ctx.model)
+        except Exception:  # inference is an aid here: without it, shape passes just do less
+            pass
+
+
+@graph_pass("ShapeFolding", BASIC)
+def shape_folding(ctx: PassContext) -> bool:
+    """Fold what static dims decide: Shape/Size of known dims, Gather/Slice of a Shape picking
+    known dims; a Reshape target Concat(known..., one 1-element unknown, known...) becomes a
+    constant with -1 there (Reshape then computes exactly that dim)."""
+    infer(ctx)
+    changed = False
+    for node in ctx.graph:
+        if node.domain not in STANDARD:
+            continue
+        dims = None
+        if node.op_type == "Shape":
+            dims = _shape_dims(node)
+        elif node.op_type == "Size":
+            shape = static_shape(node.inputs[0])
+            if shape is not None and all(type(d) is int for d in shape):
+                dims = int(np.prod(shape, dtype=np.int64))
+        elif node.op_type in ("Gather", "Slice") and is_op(node.inputs[0].producer, "Shape"):
+            dims = _picked_dims(ctx, node)
+        elif node.op_type == "Reshape" and len(node.inputs) > 1:
+            changed |= _reshape_target(ctx, node)
+        if dims is None:
+            continue
+        new = ctx.add_const(np.array(dims, dtype=np.int64), node.outputs[0].name + "_folded")
+        if ctx.replace_value(node.outputs[0], new):
+            ctx.count("ShapeFolding")
+            changed = True
+    return changed
+
+
+def _shape_dims(node: ir.Node) -> list | None:
+    shape = static_shape(node.inputs[0])
+    if shape is None:
+        return None
+    # Python's slice clamps negative and out-of-range bounds exactly as Shape-15 does
+    dims = list(shape[node.attr("start", 0) : node.attr("end", len(shape))])
+    return dims if all(type(d) is int for d in dims) else None
+
+
+def _picked_dims(ctx: PassContext, node: ir.Node) -> np.ndarray | None:
+    """Gather/Slice of Shape(x): run the op on the dim positions, then look the dims up."""
+    shape_node = node.inputs[0].producer
+    shape = static_shape(shape_node.inputs[0])
+    if shape is None:
+        return None
+    full = list(range(len(shape)))
+    positions = np.array(full[shape_node.attr("start", 0) : shape_node.attr("end", len(shape))])
+    args = [positions.astype(np.int64)]
+    for v in node.inputs[1:]:
+        c = ctx.const(v) if v is not None and v.name else None
+        if c is None and v is not None and v.name:
+            return None
+        args.append(c)
+    kernel = lookup(node.op_type, "", ctx.opset())
+    if kernel is None:
+        return None
+    attrs = {k: attr_value(a.type, a.value, None) for k, a in node.attributes.items()}
+    try:
+        picked = np.asarray(kernel.fn(*args, **attrs))
+    except Exception:
+        return None
+    dims = [shape[int(p)] for p in picked.reshape(-1)]
+    if not all(type(d) is int for d in dims):
+        return None
+    return np.array(dims, dtype=np.int64).reshape(picked.shape)
+
+
+def _reshape_target(ctx: PassContext, node: ir.Node) -> bool:
+    target = node.inputs[1]
+    concat = target.producer
+    if not is_op(concat, "Concat") or node.attr("allowzero", 0) or ctx.const(target) is not None:
+        return False
+    pieces, unknown = [], 0
+    for v in concat.inputs:
+        c = ctx.const(v)
+        if c is not None:
+            if c.ndim != 1 or np.any(c <= 0):
+                return False  # a -1 or a 0 (copy) already: leave it
+            pieces.append(c.astype(np.int64))
+            continue
+        shape = static_shape(v)
+        if shape != (1,):
+            return False
+        unknown += 1
+        pieces.append(np.array([-1], dtype=np.int64))
+    if unknown != 1:
+        return False
+    node.set_input(1, ctx.add_const(np.concatenate(pieces), target.name + "_folded"))
+    ctx.count("ShapeFolding")
+    return True

@@ -1,0 +1,202 @@
+"""Transformer patterns: the erf GELU and the decomposed layer normalization, each into one op.
+
+GELU becomes ai.onnx Gelu (opset >= 20) or com.microsoft Gelu; the layer norm becomes
+LayerNormalization (opset >= 17). Both match the subgraphs PyTorch exporters write.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import ir
+from .core import EXTENDED, MS, PassContext, graph_pass, is_op, other_input, static_shape
+
+_FLOATS = {ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16, ir.DataType.BFLOAT16}
+
+
+def _near(value: float | None, target: float, rel: float = 1e-3) -> bool:
+    return value is not None and abs(value - target) <= rel * abs(target)
+
+
+def _const_operand(ctx: PassContext, node: ir.Node, v: ir.Value) -> float | None:
+    """The scalar constant ``node`` combines with ``v``."""
+    o = other_input(node, v)
+    return ctx.scalar(o) if o is not None else None
+
+
+def _next(ctx: PassContext, v: ir.Value, *op_types: str) -> ir.Node | None:
+    """The only reader of ``v``, when it is one of ``op_types``."""
+    n = ctx.single_use(v)
+    return n if is_op(n, *op_types) else None
+
+
+def _gelu_input(ctx: PassContext, erf: ir.Node):
+    """x when erf's input is x / sqrt(2) or x * (1 / sqrt(2)), with the scaling node."""
+    scaled = erf.inputs[0]
+    s = scaled.producer
+    if ctx.single_use(scaled) is not erf:
+        return None, None
+    if is_op(s, "Div") and _near(ctx.scalar(s.inputs[1]), math.sqrt(2)):
+        return s.inputs[0], s
+    if is_op(s, "Mul"):
+        for x, c in (s.inputs, s.inputs[::-1]):
+            if _near(ctx.scalar(c), 1 / math.sqrt(2)):
+                return x, s
+    return None, None
+
+
+def _gelu_tail(ctx: PassContext, add: ir.Node, x: ir.Value):
+    """The node giving 0.5 * x * (1 + erf(..)) in one of its three orders, and the extra nodes."""
+    m1 = _next(ctx, add.outputs[0], "Mul")
+    if m1 is None:
+        return None, []
+    o = other_input(m1, add.outputs[0])
+    if o is x:  # (x * (1 + erf)) * 0.5
+        m2 = _next(ctx, m1.outputs[0], "Mul")
+        if m2 is not None and _near(_const_operand(ctx, m2, m1.outputs[0]), 0.5):
+            return m2, [m1]
+    elif _near(ctx.scalar(o), 0.5):  # x * ((1 + erf) * 0.5)
+        m2 = _next(ctx, m1.outputs[0], "Mul")
+        if m2 is not None and other_input(m2, m1.outputs[0]) is x:
+            return m2, [m1]
+    elif is_op(o.producer, "Mul") and ctx.single_use(o) is m1:  # (x * 0.5) * (1 + erf)
+        h = o.producer
+        if other_input(h, x) is not None and _near(_const_operand(ctx, h, x), 0.5):
+            return m1, [h]
+    return None, []
+
+
+@graph_pass("GeluFusion", EXTENDED)
+def gelu_fusion(ctx: PassContext) -> bool:
+    """0.5 * x * (1 + erf(x / sqrt(2)))  =>  Gelu(x)."""
+    changed = False
+    for erf in ctx.graph:
+        if not is_op(erf, "Erf") or erf.graph is None:
+            continue
+        x, scale = _gelu_input(ctx, erf)
+        if x is None or (isinstance(x.type, ir.TensorType) and x.type.elem_type not in _FLOATS):
+            continue
+        add = _next(ctx, erf.outputs[0], "Add")
+        if add is None or not _near(_const_operand(ctx, add, erf.outputs[0]), 1.0):
+            continue
+        last, extra = _gelu_tail(ctx, add, x)
+        if last is None:
+            continue
+        if ctx.opset() >= 20:
+            gelu = ir.Node("Gelu", [x], 1, name=(erf.name or "gelu") + "_fused")
+        else:
+            ctx.ensure_opset(MS)
+            gelu = ir.Node("Gelu", [x], 1, domain=MS, name=(erf.name or "gelu") + "_fused")
+        ctx.replace_nodes(last, gelu, [scale, erf, add, *extra])
+        ctx.count("GeluFusion")
+        changed = True
+    return changed
+
+
+# ----------------------------------------------------------------------- layer normalization
+
+
+def _axes(ctx: PassContext, node: ir.Node, rank: int) -> list[int] | None:
+    axes = node.attr("axes")
+    if axes is None and len(node.inputs) > 1 and node.inputs[1] is not None:
+        c = ctx.const(node.inputs[1])
+        axes = None if c is None else c.reshape(-1).tolist()
+    if axes is None or not node.attr("keepdims", 1):
+        return None
+    return sorted(int(a) % rank for a in axes)
+
+
+@graph_pass("LayerNormFusion", EXTENDED)
+def layer_norm_fusion(ctx: PassContext) -> bool:
+    """(x - mean) / sqrt(mean((x - mean)^2) + eps) [* gamma] [+ beta]  =>  LayerNormalization
+    over the trailing axes the means reduce."""
+    if ctx.opset() < 17:
+        return False
+    changed = False
+    for rm1 in ctx.graph:
+        if not is_op(rm1, "ReduceMean") or rm1.graph is None:
+            continue
+        m = _match_layer_norm(ctx, rm1)
+        if m is None:
+            continue
+        x, axis, eps, gamma, beta, last, dead = m
+        ln = ir.Node("LayerNormalization", [x, gamma] + ([beta] if beta is not None else []), 1)
+        ln.name = (rm1.name or "layernorm") + "_fused"
+        ln.set_attr("axis", axis)
+        ln.set_attr("epsilon", float(eps))
+        ctx.replace_nodes(last, ln, dead)
+        ctx.count("LayerNormFusion")
+        changed = True
+    return changed
+
+
+def _match_layer_norm(ctx: PassContext, rm1: ir.Node):
+    x = rm1.inputs[0]
+    shape = static_shape(x)
+    if shape is None or not isinstance(x.type, ir.TensorType) or x.type.elem_type not in _FLOATS:
+        return None
+    rank = len(shape)
+    axes = _axes(ctx, rm1, rank)
+    if not axes or axes != list(range(rank - len(axes), rank)):
+        return None
+    norm_shape = shape[rank - len(axes) :]
+    if not all(isinstance(d, int) for d in norm_shape):
+        return None
+    sub = _next(ctx, rm1.outputs[0], "Sub")
+    if sub is None or sub.inputs[0] is not x or sub.inputs[1] is not rm1.outputs[0]:
+        return None
+    d = sub.outputs[0]
+    readers = d.consumers()
+    if len(readers) != 2 or ctx.is_output(d):
+        return None
+    sq = next((n for n in readers if not is_op(n, "Div")), None)
+    div = next((n for n in readers if is_op(n, "Div")), None)
+    if sq is None or div is None or div.inputs[0] is not d:
+        return None
+    if not (
+        (is_op(sq, "Pow") and sq.inputs[0] is d and ctx.scalar(sq.inputs[1]) == 2.0)
+        or (is_op(sq, "Mul") and sq.inputs[0] is d and sq.inputs[1] is d)
+    ):
+        return None
+    rm2 = _next(ctx, sq.outputs[0], "ReduceMean")
+    if rm2 is None or _axes(ctx, rm2, rank) != axes:
+        return None
+    add = _next(ctx, rm2.outputs[0], "Add")
+    eps = _const_operand(ctx, add, rm2.outputs[0]) if add is not None else None
+    sqrt = _next(ctx, add.outputs[0], "Sqrt") if eps is not None else None
+    if sqrt is None or ctx.single_use(sqrt.outputs[0]) is not div:
+        return None
+    dtype = np.dtype(ir.to_numpy(x.type.elem_type))
+    last, dead = div, [rm1, sub, sq, rm2, add, sqrt]
+    gamma = beta = None
+    mul = _next(ctx, div.outputs[0], "Mul")
+    g = ctx.const(other_input(mul, div.outputs[0])) if mul is not None else None
+    g = _as_norm(g, norm_shape)
+    if g is not None and g.dtype == dtype:
+        gamma = ctx.add_const(g, "layernorm_scale")
+        dead.append(last)
+        last = mul
+        plus = _next(ctx, mul.outputs[0], "Add")
+        b = ctx.const(other_input(plus, mul.outputs[0])) if plus is not None else None
+        b = _as_norm(b, norm_shape)
+        if b is not None and b.dtype == dtype:
+            beta = ctx.add_const(b, "layernorm_bias")
+            dead.append(last)
+            last = plus
+    if gamma is None:
+        gamma = ctx.add_const(np.ones(norm_shape, dtype), "layernorm_scale")
+    return x, -len(axes), eps, gamma, beta, last, dead
+
+
+def _as_norm(c: np.ndarray | None, norm_shape: tuple) -> np.ndarray | None:
+    """A constant that broadcasts exactly as an array of the normalized shape, reshaped to it."""
+    if c is None:
+        return None
+    n = len(norm_shape)
+    lead, tail = c.shape[: max(0, c.ndim - n)], c.shape[max(0, c.ndim - n) :]
+    full = (1,) * (n - len(tail)) + tuple(tail)
+    if any(d != 1 for d in lead) or any(a != b and a != 1 for a, b in zip(full, norm_shape)):
+        return None
+    return np.ascontiguousarray(np.broadcast_to(c.reshape(full), norm_shape))

@@ -1,0 +1,119 @@
+"""Kernels of the fused ops the graph optimizer emits: com.microsoft FusedConv and FusedGemm
+(onnxruntime defines both, so an optimized model saved to disk stays loadable by it).
+
+The activation runs in place on the convolution / GEMM result, which the kernel owns.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..registry import op
+from .conv import conv
+from .linalg import gemm
+
+MS = "com.microsoft"
+
+
+def _sigmoid(y, alpha, beta, gamma):
+    with np.errstate(over="ignore"):
+        np.negative(y, out=y)
+        np.exp(y, out=y)
+    y += 1
+    return np.reciprocal(y, out=y)
+
+
+def _leaky_relu(y, alpha, beta, gamma):
+    alpha = 0.01 if alpha is None else alpha
+    y[y < 0] *= alpha
+    return y
+
+
+def _hard_sigmoid(y, alpha, beta, gamma):
+    y *= 0.2 if alpha is None else alpha
+    y += 0.5 if beta is None else beta
+    return np.clip(y, 0, 1, out=y)
+
+
+def _clip(y, lo, hi, gamma):
+    return np.clip(y, -np.inf if lo is None else lo, np.inf if hi is None else hi, out=y)
+
+
+#: name -> fn(y, alpha, beta, gamma) writing into y (onnxruntime's MLAS activation set).
+ACTIVATIONS = {
+    "": lambda y, a, b, g: y,
+    "Identity": lambda y, a, b, g: y,
+    "Relu": lambda y, a, b, g: np.maximum(y, 0, out=y),
+    "Tanh": lambda y, a, b, g: np.tanh(y, out=y),
+    "Sigmoid": _sigmoid,
+    "LeakyRelu": _leaky_relu,
+    "HardSigmoid": _hard_sigmoid,
+    "Clip": _clip,
+}
+
+
+def _owned(y: np.ndarray) -> np.ndarray:
+    return y if y.flags.writeable and y.flags.c_contiguous else np.array(y)
+
+
+def _activate(y: np.ndarray, activation: str, alpha=None, beta=None, gamma=None) -> np.ndarray:
+    try:
+        fn = ACTIVATIONS[activation]
+    except KeyError:
+        raise ValueError(f"unsupported fused activation {activation!r}") from None
+    return fn(y, alpha, beta, gamma)
+
+
+@op("FusedConv", since=1, domain=MS)
+def fused_conv(
+    X,
+    W,
+    B=None,
+    Z=None,
+    *,
+    activation="",
+    activation_params=None,
+    auto_pad="NOTSET",
+    dilations=None,
+    group=1,
+    kernel_shape=None,
+    pads=None,
+    strides=None,
+):
+    """activation(Conv(X, W, B) + Z)."""
+    y = conv(
+        X,
+        W,
+        B,
+        auto_pad=auto_pad,
+        dilations=dilations,
+        group=group,
+        kernel_shape=kernel_shape,
+        pads=pads,
+        strides=strides,
+    )
+    y = _owned(y)
+    if Z is not None:
+        y += Z
+    params = list(activation_params or []) + [None] * 3
+    return _activate(y, activation, *params[:3])
+
+
+@op("FusedGemm", since=1, domain=MS)
+def fused_gemm(
+    A,
+    B,
+    C=None,
+    *,
+    activation="",
+    activation_alpha=None,
+    activation_beta=None,
+    activation_gamma=None,
+    alpha=1.0,
+    beta=1.0,
+    transA=0,
+    transB=0,
+):
+    """activation(alpha * A' B' + beta * C)."""
+    y = _owned(gemm(A, B, C, alpha=alpha, beta=beta, transA=transA, transB=transB))
+    return _activate(y, activation, activation_alpha, activation_beta, activation_gamma)
