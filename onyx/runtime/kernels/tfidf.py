@@ -22,12 +22,19 @@ def _pool_ngrams(pool: np.ndarray, ngram_counts: list[int]) -> dict[int, tuple[n
     return groups
 
 
-def _encode(ids: np.ndarray, radix: int) -> np.ndarray:
-    """Rows of token ids -> one int64 key each (mixed radix); any -1 (unknown token) -> -1."""
-    keys = np.zeros(ids.shape[:-1], dtype=np.int64)
-    for k in range(ids.shape[-1]):  # n is small: one vectorized pass per position
-        keys = keys * radix + ids[..., k]
-    return np.where((ids < 0).any(axis=-1), -1, keys)
+def _match(pool_grams: np.ndarray, grams: np.ndarray) -> np.ndarray:
+    """Index into ``pool_grams`` [k, n] of each of ``grams`` [..., n] (token ids), or -1.
+
+    Rows of both are numbered together by np.unique, so any vocabulary size and n work.
+    """
+    k, n = pool_grams.shape
+    _, row_id = np.unique(
+        np.concatenate([pool_grams, grams.reshape(-1, n)]), axis=0, return_inverse=True
+    )
+    row_id = row_id.reshape(-1)
+    to_pool = np.full(row_id.max() + 1, -1, dtype=np.int64)
+    to_pool[row_id[:k]] = np.arange(k)
+    return to_pool[row_id[k:]].reshape(grams.shape[:-1])
 
 
 @op("TfIdfVectorizer", since=9)
@@ -52,7 +59,6 @@ def tfidf_vectorizer(
         rows = rows.astype(np.int64)
     # tokens -> ids in the pool's vocabulary (-1 when a token never occurs in the pool)
     vocab = np.unique(pool)
-    radix = len(vocab) + 1
     pos = np.searchsorted(vocab, rows.reshape(-1)).clip(0, max(len(vocab) - 1, 0))
     found = vocab[pos] == rows.reshape(-1) if len(vocab) else np.zeros(rows.size, bool)
     ids = np.where(found, pos, -1).reshape(rows.shape)
@@ -65,9 +71,6 @@ def tfidf_vectorizer(
     for n, (grams, first) in _pool_ngrams(pool_ids, list(ngram_counts)).items():
         if not (min_gram_length <= n <= max_gram_length) or not len(grams):
             continue
-        pool_keys = _encode(grams, radix)
-        order = np.argsort(pool_keys)
-        sorted_keys = pool_keys[order]
         # a unigram is the same whatever the skip: count it once
         for skip in range(max_skip_count + 1 if n > 1 else 1):
             span = (n - 1) * (skip + 1) + 1
@@ -75,11 +78,10 @@ def tfidf_vectorizer(
                 break
             starts = np.arange(rows.shape[1] - span + 1)
             positions = starts[:, None] + np.arange(n) * (skip + 1)  # [starts, n]
-            keys = _encode(ids[:, positions], radix)  # [batch, starts]
-            at = np.searchsorted(sorted_keys, keys).clip(0, len(sorted_keys) - 1)
-            hit = (sorted_keys[at] == keys) & (keys >= 0)
-            b = np.broadcast_to(batch, keys.shape)[hit]
-            np.add.at(counts, (b, first + order[at[hit]]), 1.0)
+            found = _match(grams, ids[:, positions])  # [batch, starts]; unknown tokens never match
+            hit = found >= 0
+            b = np.broadcast_to(batch, found.shape)[hit]
+            np.add.at(counts, (b, first + found[hit]), 1.0)
 
     if mode == "IDF":
         counts = np.minimum(counts, 1.0)
