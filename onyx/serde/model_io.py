@@ -37,6 +37,8 @@ BIG_TENSOR = 1 << 20
 _GRAPH = 7
 _INITIALIZER = 5
 _RAW_DATA = 9
+#: The bytes of ``data_location: EXTERNAL`` in a TensorProto (field 14, value 1).
+_EXTERNAL_MARK = b"\x70\x01"
 
 
 # ---------------------------------------------------------------------------------- loading
@@ -122,6 +124,7 @@ class _GraphSource:
         self.reader = reader
         self.raw = graph_bytes
         self.data = data
+        self._marker: bool | None = None
         if len(graph_bytes) < SPLIT_MIN:
             self.gp = _parse(GraphProto, graph_bytes, where, "the graph")
             self.initializers = [
@@ -144,7 +147,9 @@ class _GraphSource:
                     rest.append(mv[start:end])
         except wire.WireError as e:
             raise FormatError(f"{where}: graph: truncated or corrupt bytes ({e})") from None
-        gp = _parse(GraphProto, b"".join(rest), where, "the graph")
+        rest_bytes = b"".join(rest)
+        self._marker = _EXTERNAL_MARK in rest_bytes
+        gp = _parse(GraphProto, rest_bytes, where, "the graph")
         small = iter(gp.initializer)
         tensors = []
         for i in order:
@@ -171,13 +176,12 @@ class _GraphSource:
             raise FormatError(f"{where}: {e}") from None
 
     def might_have_external(self) -> bool:
+        """Whether some tensor outside the initializers may sit in external data."""
         if self.has_external:
             return True
-        marker = b"\x70\x01"  # data_location = EXTERNAL
-        find = getattr(self.data, "find", None)
-        if find is None:
-            return marker in bytes(self.raw)
-        return find(marker) >= 0
+        if self._marker is None:  # the big initializers were not split out: search it all
+            self._marker = _EXTERNAL_MARK in bytes(self.raw)
+        return self._marker
 
     def __call__(self):
         # Building many small linked objects: the cyclic GC would rescan them over and over.

@@ -412,8 +412,7 @@ class Reader:
 
     def model_header(self, mp) -> Model:
         """A Model from every field of ``mp`` but the graph."""
-        m = Model.__new__(Model)
-        Model.__init__(m, None, {o.domain: o.version for o in mp.opset_import} or None)
+        m = Model(None)
         m.opset_imports = {o.domain: o.version for o in mp.opset_import}
         m.ir_version = mp.ir_version
         m.producer_name = mp.producer_name
