@@ -57,11 +57,14 @@ def optimize(
     _rounds(ctx, basic)
     fusions = [p for p in enabled if p.level > BASIC]
     if fusions:
+        if not ctx.inferred:
+            ctx.infer()  # the fusions read shapes
         changed = False
         for p in fusions:
             changed |= bool(p.fn(ctx))
         if changed:
             _rounds(ctx, [p for p in basic if p.name != "ShapeFolding"])
+    ctx.finish()
     if stats is not None:
         stats.update(ctx.stats)
     return m

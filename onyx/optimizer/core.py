@@ -9,6 +9,7 @@ need is ever removed).
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -49,6 +50,41 @@ class PassContext:
     model: ir.Model
     stats: dict[str, int] = field(default_factory=dict)
     _names: set[str] | None = None
+    _declared: tuple | None = None
+
+    # -- types --------------------------------------------------------------------------------
+    @property
+    def inferred(self) -> bool:
+        return self._declared is not None
+
+    def infer(self) -> None:
+        """Annotate the main graph's values with inferred types (symbolic dims kept). The
+        declared types come back at :meth:`finish`: inferred ones guide the passes only."""
+        from ..inference import infer_shapes
+
+        g = self.graph
+        if self._declared is None:
+            types = {id(v): (v, v.type) for v in g.values()}  # (v keeps the id unique)
+            self._declared = (types, list(g.value_info))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                infer_shapes(self.model)
+            except Exception:  # an aid only: without types, shape-based passes do less
+                pass
+
+    def finish(self) -> None:
+        """Put back the declared types and value_info (dropping values no longer present)."""
+        if self._declared is None:
+            return
+        types, value_info = self._declared
+        g = self.graph
+        outputs = {id(v) for v in g.outputs}
+        for v in g.values():
+            if id(v) in types and v.producer is not None and id(v) not in outputs:
+                v.type = types[id(v)][1]
+        alive = {id(v) for n in g._nodes for v in n.outputs}
+        g.value_info = [v for v in value_info if id(v) in alive]
 
     @property
     def graph(self) -> ir.Graph:
@@ -97,7 +133,7 @@ class PassContext:
         return float(c.reshape(-1)[0])
 
     def add_const(self, array: np.ndarray, base: str) -> ir.Value:
-        arr = np.ascontiguousarray(array)
+        arr = np.asarray(array, order="C")  # (ascontiguousarray would make 0-d 1-d)
         name = self.fresh_name(base)
         v = ir.Value(
             name, ir.TensorType(from_numpy(arr.dtype), arr.shape), ir.Tensor(arr, name=name)

@@ -127,24 +127,12 @@ def constant_folding(ctx: PassContext) -> bool:
     return changed
 
 
-def infer(ctx: PassContext) -> None:
-    """Annotate the main graph's values with inferred types (shapes with symbolic dims)."""
-    from ..inference import infer_shapes
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            infer_shapes(ctx.model)
-        except Exception:  # inference is an aid here: without it, shape passes just do less
-            pass
-
-
 @graph_pass("ShapeFolding", BASIC)
 def shape_folding(ctx: PassContext) -> bool:
     """Fold what static dims decide: Shape/Size of known dims, Gather/Slice of a Shape picking
     known dims; a Reshape target Concat(known..., one 1-element unknown, known...) becomes a
     constant with -1 there (Reshape then computes exactly that dim)."""
-    infer(ctx)
+    ctx.infer()
     changed = False
     for node in ctx.graph:
         if node.domain not in STANDARD:
