@@ -59,11 +59,10 @@ def optimize(
     if fusions:
         if not ctx.inferred:
             ctx.infer()  # the fusions read shapes
-        changed = False
-        for p in fusions:
-            changed |= bool(p.fn(ctx))
-        if changed:
-            _rounds(ctx, [p for p in basic if p.name != "ShapeFolding"])
+        for _ in range(MAX_ROUNDS):  # one fusion can enable another (Conv+Mul, then +Add)
+            if not any([bool(p.fn(ctx)) for p in fusions]):
+                break
+            _rounds(ctx, basic)
     ctx.finish()
     if stats is not None:
         stats.update(ctx.stats)
@@ -71,11 +70,9 @@ def optimize(
 
 
 def _rounds(ctx: PassContext, passes) -> None:
-    for i in range(MAX_ROUNDS):
+    for _ in range(MAX_ROUNDS):
         changed = False
         for p in passes:
-            if p.name == "ShapeFolding" and i > 0:
-                continue  # inference already saw every constant; once is enough
             changed |= bool(p.fn(ctx))
         if not changed:
             break

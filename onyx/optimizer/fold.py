@@ -132,7 +132,8 @@ def shape_folding(ctx: PassContext) -> bool:
     """Fold what static dims decide: Shape/Size of known dims, Gather/Slice of a Shape picking
     known dims; a Reshape target Concat(known..., one 1-element unknown, known...) becomes a
     constant with -1 there (Reshape then computes exactly that dim)."""
-    ctx.infer()
+    if not ctx.inferred:
+        ctx.infer()  # once: later rounds only add constants, the shapes stay right
     changed = False
     for node in ctx.graph:
         if node.domain not in STANDARD:

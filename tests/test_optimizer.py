@@ -1,0 +1,356 @@
+"""The graph optimizer: every pass on a small model, checked numerically with optimization on
+and off and against onnxruntime (which runs the original model, and loads the optimized one)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onyx
+
+F = TensorProto.FLOAT
+RNG = np.random.default_rng(0)
+
+
+def make(nodes, inputs, outputs, inits=(), opset=17, extra_opsets=()):
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
+        [helper.make_tensor_value_info(n, t, s) for n, t, s in outputs],
+        [numpy_helper.from_array(np.asarray(a), n) for n, a in inits],
+    )
+    opsets = [helper.make_opsetid("", opset), *(helper.make_opsetid(d, v) for d, v in extra_opsets)]
+    return helper.make_model(graph, opset_imports=opsets, ir_version=8).SerializeToString()
+
+
+def w(*shape, scale=0.5):
+    return (RNG.standard_normal(shape) * scale).astype(np.float32)
+
+
+def check(model_bytes, feeds, level="all", expect=(), absent=(), tol=1e-5, disabled=()):
+    """Run original and optimized: same results in onyx (on/off) and onnxruntime; the
+    optimized graph has the ``expect`` op types and none of the ``absent`` ones."""
+    model = onyx.loads(model_bytes)
+    before = len(model.graph)
+    optimized = onyx.optimize(model, level, disabled)
+    assert len(model.graph) == before  # the caller's model is left alone
+    ops = [n.op_type for n in optimized.graph]
+    for op in expect:
+        assert op in ops, f"{op} not in {ops}"
+    for op in absent:
+        assert op not in ops, f"{op} still in {ops}"
+    off = onyx.SessionOptions()
+    off.graph_optimization_level = 0
+    ref = onyx.InferenceSession(model_bytes, off).run(None, feeds)
+    got = onyx.InferenceSession(optimized).run(None, feeds)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    expected = ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"]).run(
+        None, feeds
+    )
+    reloaded = ort.InferenceSession(onyx.dumps(optimized), so, providers=["CPUExecutionProvider"])
+    again = reloaded.run(None, feeds)
+    for r, g, e, a in zip(ref, got, expected, again):
+        assert g.dtype == e.dtype and g.shape == e.shape
+        np.testing.assert_allclose(g, r, rtol=tol, atol=tol)
+        np.testing.assert_allclose(g, e, rtol=tol, atol=tol)
+        np.testing.assert_allclose(a, e, rtol=tol, atol=tol)
+    return optimized
+
+
+# ------------------------------------------------------------------------------------- basic
+
+
+def test_constant_folding_identity_cse_dead_code():
+    nodes = [
+        helper.make_node("Constant", [], ["c"], value=numpy_helper.from_array(w(4))),
+        helper.make_node("Mul", ["c", "c"], ["c2"]),  # constant: folded
+        helper.make_node("Identity", ["x"], ["xi"]),
+        helper.make_node("Add", ["xi", "c2"], ["a1"]),
+        helper.make_node("Add", ["xi", "c2"], ["a2"]),  # same as a1: merged
+        helper.make_node("Mul", ["a1", "a2"], ["y"]),
+        helper.make_node("Neg", ["x"], ["unused"]),  # dead
+    ]
+    m = make(nodes, [("x", F, [2, 4])], [("y", F, [2, 4])], [("never_used", w(3))])
+    opt = check(m, {"x": w(2, 4)}, level="basic", absent=["Identity", "Constant", "Neg"])
+    assert [n.op_type for n in opt.graph] == ["Add", "Mul"]
+    assert "never_used" not in opt.graph.initializers
+
+
+def test_shape_folding_dynamic_batch():
+    # Reshape(x, Concat(Shape(x)[0], 4, 2)) with x [N, 8]: the target becomes [-1, 4, 2]
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
+        helper.make_node("Unsqueeze", ["n", "axes"], ["n1"]),
+        helper.make_node("Shape", ["x"], ["s2"]),
+        helper.make_node("Slice", ["s2", "one", "two"], ["d1"]),  # [8]: static
+        helper.make_node("Div", ["d1", "two_c"], ["half"]),
+        helper.make_node("Concat", ["n1", "half", "two_c"], ["target"], axis=0),
+        helper.make_node("Reshape", ["x", "target"], ["y"]),
+    ]
+    inits = [
+        ("zero", np.array(0, np.int64)),
+        ("axes", np.array([0], np.int64)),
+        ("one", np.array([1], np.int64)),
+        ("two", np.array([2], np.int64)),
+        ("two_c", np.array([2], np.int64)),
+    ]
+    m = make(nodes, [("x", F, ["N", 8])], [("y", F, ["N", 4, 2])], inits)
+    opt = check(m, {"x": w(3, 8)}, level="basic", absent=["Shape", "Concat", "Gather"])
+    assert [n.op_type for n in opt.graph] == ["Reshape"]
+
+
+def test_noops_cast_dropout_transpose_reshape():
+    nodes = [
+        helper.make_node("Cast", ["x"], ["c"], to=F),
+        helper.make_node("Dropout", ["c"], ["d"]),
+        helper.make_node("Transpose", ["d"], ["t"], perm=[0, 1]),
+        helper.make_node("Reshape", ["t", "shape"], ["r"]),
+        helper.make_node("Relu", ["r"], ["y"]),
+    ]
+    m = make(nodes, [("x", F, [3, 4])], [("y", F, [3, 4])], [("shape", np.array([3, 4]))])
+    opt = check(m, {"x": w(3, 4)}, level="basic")
+    assert [n.op_type for n in opt.graph] == ["Relu"]
+
+
+def test_graph_output_names_survive():
+    # y is an Identity of a computed value: the value takes the name y
+    nodes = [helper.make_node("Neg", ["x"], ["n"]), helper.make_node("Identity", ["n"], ["y"])]
+    m = make(nodes, [("x", F, [2])], [("y", F, [2])])
+    opt = check(m, {"x": w(2)})
+    assert [v.name for v in opt.graph.outputs] == ["y"] and len(opt.graph) == 1
+    # an Identity from a graph input to an output must stay (no node to take the name)
+    nodes = [helper.make_node("Identity", ["x"], ["y"])]
+    opt = check(make(nodes, [("x", F, [2])], [("y", F, [2])]), {"x": w(2)})
+    assert len(opt.graph) == 1
+
+
+def test_subgraph_captures_are_kept():
+    then_g = helper.make_graph(
+        [helper.make_node("Mul", ["c2", "x"], ["o"])],
+        "then",
+        [],
+        [helper.make_tensor_value_info("o", F, [2])],
+    )
+    else_g = helper.make_graph(
+        [helper.make_node("Neg", ["x"], ["o2"])],
+        "else",
+        [],
+        [helper.make_tensor_value_info("o2", F, [2])],
+    )
+    nodes = [
+        helper.make_node("Add", ["c", "c"], ["c2"]),  # folded; the subgraph reads it
+        helper.make_node("If", ["cond"], ["y"], then_branch=then_g, else_branch=else_g),
+    ]
+    m = make(
+        nodes,
+        [("x", F, [2]), ("cond", TensorProto.BOOL, [])],
+        [("y", F, [2])],
+        [("c", w(2))],
+    )
+    for cond in (True, False):
+        check(m, {"x": w(2), "cond": np.array(cond)}, absent=["Add"])
+
+
+def test_overridable_initializers_are_not_folded():
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["b", "b"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("b", F, [2])],
+        [helper.make_tensor_value_info("y", F, [2])],
+        [numpy_helper.from_array(np.ones(2, np.float32), "b")],
+    )
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    sess = onyx.InferenceSession(m.SerializeToString())
+    np.testing.assert_array_equal(sess.run(None, {"b": np.full(2, 3, np.float32)})[0], [6, 6])
+
+
+# ---------------------------------------------------------------------------------- conv fusions
+
+
+def _conv_model(tail, extra_inits=(), outputs=(("y", ["N", 4, 6, 6]),), extra_inputs=()):
+    nodes = [helper.make_node("Conv", ["x", "W", "B"], ["c"], pads=[1, 1, 1, 1]), *tail]
+    inits = [("W", w(4, 3, 3, 3)), ("B", w(4)), *extra_inits]
+    inputs = [("x", F, ["N", 3, 6, 6]), *extra_inputs]
+    return make(nodes, inputs, [(n, F, s) for n, s in outputs], inits)
+
+
+def test_conv_batchnorm_add_mul_folding():
+    tail = [
+        helper.make_node("BatchNormalization", ["c", "s", "b", "mean", "var"], ["bn"]),
+        helper.make_node("Mul", ["bn", "k"], ["mu"]),
+        helper.make_node("Add", ["mu", "d"], ["y"]),
+    ]
+    var = np.abs(w(4)) + 0.1
+    extra = [("s", w(4)), ("b", w(4)), ("mean", w(4)), ("var", var)]
+    extra += [("k", w(4, 1, 1)), ("d", w(1, 4, 1, 1))]
+    opt = check(_conv_model(tail, extra), {"x": w(2, 3, 6, 6)}, expect=["Conv"], tol=1e-4)
+    assert [n.op_type for n in opt.graph] == ["Conv"]
+
+
+@pytest.mark.parametrize(
+    "act",
+    [
+        helper.make_node("Relu", ["c"], ["y"]),
+        helper.make_node("Sigmoid", ["c"], ["y"]),
+        helper.make_node("Tanh", ["c"], ["y"]),
+        helper.make_node("LeakyRelu", ["c"], ["y"], alpha=0.2),
+        helper.make_node("HardSigmoid", ["c"], ["y"], alpha=0.3, beta=0.4),
+        helper.make_node("Clip", ["c", "lo", "hi"], ["y"]),
+        helper.make_node("Clip", ["c", "", "hi"], ["y"]),
+    ],
+    ids=lambda n: n.op_type + str(len(n.input)),
+)
+def test_conv_activation_fusion(act):
+    extra = [("lo", np.array(-0.5, np.float32)), ("hi", np.array(0.5, np.float32))]
+    opt = check(
+        _conv_model([act], extra), {"x": w(2, 3, 6, 6)}, expect=["FusedConv"], absent=["Conv"]
+    )
+    assert len(opt.graph) == 1
+
+
+def test_conv_add_relu_fusion_and_disabled():
+    tail = [helper.make_node("Add", ["c", "z"], ["a"]), helper.make_node("Relu", ["a"], ["y"])]
+    m = _conv_model(tail, extra_inputs=[("z", F, ["N", 4, 6, 6])])
+    feeds = {"x": w(2, 3, 6, 6), "z": w(2, 4, 6, 6)}
+    opt = check(m, feeds, expect=["FusedConv"], absent=["Add", "Relu"])
+    assert len(opt.graph.nodes[0].inputs) == 4
+    check(m, feeds, disabled=["ConvActivationFusion"], absent=["FusedConv"])
+    check(m, feeds, level="basic", absent=["FusedConv"])
+
+
+# ---------------------------------------------------------------------------------- gemm fusions
+
+
+def test_matmul_add_to_gemm_and_activation():
+    nodes = [
+        helper.make_node("MatMul", ["x", "W"], ["m"]),
+        helper.make_node("Add", ["m", "b"], ["a"]),
+        helper.make_node("Relu", ["a"], ["y"]),
+    ]
+    m = make(nodes, [("x", F, ["N", 5])], [("y", F, ["N", 3])], [("W", w(5, 3)), ("b", w(3))])
+    check(m, {"x": w(4, 5)}, expect=["FusedGemm"], absent=["MatMul", "Add"])
+    check(m, {"x": w(4, 5)}, disabled=["GemmActivationFusion"], expect=["Gemm"])
+
+
+def test_matmul_add_rank3_is_not_gemm():
+    nodes = [
+        helper.make_node("MatMul", ["x", "W"], ["m"]),
+        helper.make_node("Add", ["m", "b"], ["y"]),
+    ]
+    m = make(nodes, [("x", F, [2, 4, 5])], [("y", F, [2, 4, 3])], [("W", w(5, 3)), ("b", w(3))])
+    check(m, {"x": w(2, 4, 5)}, absent=["Gemm"])
+
+
+# --------------------------------------------------------------------------- transformer fusions
+
+
+@pytest.mark.parametrize("order", ["x*(1+erf)*0.5", "x*((1+erf)*0.5)", "(x*0.5)*(1+erf)"])
+def test_gelu_fusion(order):
+    nodes = [
+        helper.make_node("Div", ["x", "sqrt2"], ["s"]),
+        helper.make_node("Erf", ["s"], ["e"]),
+        helper.make_node("Add", ["e", "one"], ["p"]),
+    ]
+    if order == "x*(1+erf)*0.5":
+        nodes += [
+            helper.make_node("Mul", ["x", "p"], ["m"]),
+            helper.make_node("Mul", ["m", "half"], ["y"]),
+        ]
+    elif order == "x*((1+erf)*0.5)":
+        nodes += [
+            helper.make_node("Mul", ["p", "half"], ["m"]),
+            helper.make_node("Mul", ["x", "m"], ["y"]),
+        ]
+    else:
+        nodes += [
+            helper.make_node("Mul", ["x", "half"], ["m"]),
+            helper.make_node("Mul", ["m", "p"], ["y"]),
+        ]
+    inits = [
+        ("sqrt2", np.array(math.sqrt(2), np.float32)),
+        ("one", np.array(1, np.float32)),
+        ("half", np.array(0.5, np.float32)),
+    ]
+    m = make(nodes, [("x", F, [3, 8])], [("y", F, [3, 8])], inits)
+    opt = check(m, {"x": w(3, 8, scale=2)}, expect=["Gelu"], absent=["Erf"])
+    assert len(opt.graph) == 1 and opt.graph.nodes[0].domain == "com.microsoft"
+
+
+def test_layer_norm_fusion():
+    nodes = [
+        helper.make_node("ReduceMean", ["x"], ["mean"], axes=[-1]),
+        helper.make_node("Sub", ["x", "mean"], ["d"]),
+        helper.make_node("Pow", ["d", "two"], ["sq"]),
+        helper.make_node("ReduceMean", ["sq"], ["var"], axes=[-1]),
+        helper.make_node("Add", ["var", "eps"], ["ve"]),
+        helper.make_node("Sqrt", ["ve"], ["std"]),
+        helper.make_node("Div", ["d", "std"], ["n"]),
+        helper.make_node("Mul", ["n", "gamma"], ["g"]),
+        helper.make_node("Add", ["g", "beta"], ["y"]),
+    ]
+    inits = [
+        ("two", np.array(2, np.float32)),
+        ("eps", np.array(1e-5, np.float32)),
+        ("gamma", w(8)),
+        ("beta", w(8)),
+    ]
+    m = make(nodes, [("x", F, ["N", 4, 8])], [("y", F, ["N", 4, 8])], inits)
+    opt = check(m, {"x": w(2, 4, 8)}, expect=["LayerNormalization"], tol=1e-4)
+    assert len(opt.graph) == 1
+
+
+def test_transpose_cancellation():
+    nodes = [
+        helper.make_node("Transpose", ["x"], ["t1"], perm=[0, 2, 1]),
+        helper.make_node("Transpose", ["t1"], ["t2"], perm=[0, 2, 1]),
+        helper.make_node("Transpose", ["t2"], ["t3"], perm=[2, 0, 1]),
+        helper.make_node("Transpose", ["t3"], ["y"], perm=[1, 0, 2]),
+    ]
+    m = make(nodes, [("x", F, [2, 3, 4])], [("y", F, [3, 2, 4])])
+    opt = check(m, {"x": w(2, 3, 4)})
+    assert [n.op_type for n in opt.graph] == ["Transpose"]
+
+
+# ---------------------------------------------------------------------------------- the session
+
+
+def test_session_options(tmp_path):
+    nodes = [helper.make_node("Conv", ["x", "W"], ["c"]), helper.make_node("Relu", ["c"], ["y"])]
+    m = make(nodes, [("x", F, [1, 3, 4, 4])], [("y", F, [1, 2, 2, 2])], [("W", w(2, 3, 3, 3))])
+    feeds = {"x": w(1, 3, 4, 4)}
+    path = tmp_path / "opt.onnx"
+    so = onyx.SessionOptions()
+    so.optimized_model_filepath = str(path)
+    y = onyx.InferenceSession(m, so).run(None, feeds)[0]
+    saved = onnx.load(str(path))
+    onnx.checker.check_model(saved)
+    assert [n.op_type for n in saved.graph.node] == ["FusedConv"]
+    got = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(got, y, rtol=1e-5, atol=1e-6)
+    so = onyx.SessionOptions()
+    so.optimized_model_filepath = str(path)
+    so.disabled_optimizers = ["ConvActivationFusion"]
+    onyx.InferenceSession(m, so)
+    assert [n.op_type for n in onnx.load(str(path)).graph.node] == ["Conv", "Relu"]
+    so.graph_optimization_level = onyx.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    so.disabled_optimizers = []
+    onyx.InferenceSession(m, so)
+    assert [n.op_type for n in onnx.load(str(path)).graph.node] == ["Conv", "Relu"]
+
+
+def test_pass_names_and_levels():
+    from onyx.optimizer import passes
+
+    basic, extended = passes("basic"), passes("extended")
+    assert "ConstantFolding" in basic and "ConvBNFusion" not in basic
+    assert set(basic) < set(extended) and set(extended) <= set(passes("all"))
+    with pytest.raises(ValueError):
+        onyx.optimize(onyx.loads(make([], [("x", F, [1])], [("x", F, [1])])), "fast")
