@@ -157,3 +157,36 @@ def test_cli_run_on_example(capsys):
     out = capsys.readouterr().out
     assert "output probabilities: float32 [1, 10]" in out
     assert "latency" in out
+
+
+def test_node_breaking_its_schema_is_rejected_at_creation():
+    model = make_model(
+        [helper.make_node("Add", ["x"], ["y"], name="lonely_add")],
+        [vi("x", TensorProto.FLOAT, [1])],
+        [vi("y", TensorProto.FLOAT, [1])],
+    )
+    with pytest.raises(onyx.OnyxError, match="lonely_add.*1 input.*takes 2 to 2"):
+        onyx.InferenceSession(model)
+    model = make_model(
+        [helper.make_node("Cast", ["x"], ["y"], name="cast_nowhere")],
+        [vi("x", TensorProto.FLOAT, [1])],
+        [vi("y", TensorProto.FLOAT, [1])],
+    )
+    with pytest.raises(onyx.OnyxError, match="cast_nowhere.*required attribute.*to"):
+        onyx.InferenceSession(model)
+
+
+def test_profiling_writes_chrome_trace(tmp_path, add_relu):
+    import json
+
+    opts = onyx.SessionOptions()
+    opts.enable_profiling = True
+    opts.profile_file_prefix = str(tmp_path / "prof")
+    sess = onyx.InferenceSession(add_relu, opts)
+    sess.run(None, {"x": np.ones((2, 3), np.float32)})
+    path = sess.end_profiling()
+    events = json.loads(open(path).read())
+    nodes = [e for e in events if e["cat"] == "Node"]
+    assert [e["args"]["op_name"] for e in nodes] == ["Add", "Relu"]
+    assert nodes[0]["name"] == "add" and nodes[0]["args"]["input_type_shape"][0] == "float32[2, 3]"
+    assert all(e["ph"] == "X" and e["dur"] >= 0 for e in events)

@@ -128,6 +128,7 @@ class Plan:
         self.input_slots = [new_slot(v) for v in graph.inputs]
         # outer-scope values this graph reads, copied in from the enclosing frame at each run
         captures = ir.captured_values(graph) if outer is not None else []
+        self.captured = captures
         self.capture_slots = [new_slot(v) for v in captures]
         self.capture_sources = [outer[id(v)] for v in captures] if outer is not None else []
         for v in graph.initializers.values():
@@ -195,6 +196,9 @@ class Plan:
                 f"{_node_label(node)}: the model imports no opset for domain "
                 f"{node.domain or 'ai.onnx'!r}"
             )
+        _check_against_schema(node, domain, version, attrs)
+        if (domain, node.op_type) == ("ai.onnx.preview.training", "Gradient"):
+            return self._gradient_step(node, compiler, opsets, common)
         kernel = lookup(node.op_type, domain, version)
         if kernel is None:
             raise NotImplementedOp(
@@ -238,6 +242,19 @@ class Plan:
         if not kernel.variadic and n_in < kernel.n_positional:
             common["ins"] = common["ins"] + (-1,) * (kernel.n_positional - n_in)
         return Step(fn=kernel.fn, takes_ctx=kernel.takes_ctx, attrs=parsed, **common)
+
+    def _gradient_step(self, node, compiler, opsets, common) -> Step:
+        """Gradient differentiates values of this graph: build its graph, run it as a subgraph."""
+        from .gradient import gradient_graph
+
+        body = Plan(gradient_graph(node, self.graph), compiler, opsets, outer=self.slot_of)
+        captured = tuple(self.slot_of[id(v)] for v in body.captured)
+        common["reads"] = tuple(dict.fromkeys(common["reads"] + captured))
+
+        def run_gradient(ctx, *args):
+            return tuple(body.run(list(args), ctx.frame))
+
+        return Step(fn=run_gradient, takes_ctx=True, attrs={}, **common)
 
     def _function_step(self, function: ir.Function, node, attrs, compiler, common) -> Step:
         bindings = {a.name: a for a in function.attribute_defaults}
@@ -324,6 +341,29 @@ class Plan:
             for slot in step.frees:
                 slots[slot] = None
         return [slots[i] for i in (self.output_slots if wanted is None else wanted)]
+
+
+def _check_against_schema(node: ir.Node, domain: str, version: int, attrs: dict) -> None:
+    """Reject a node its op's schema forbids (input count, required attributes), naming it."""
+    from ..defs import get_schema
+
+    schema = get_schema(node.op_type, version, domain)
+    if schema is None:
+        return  # contrib ops and the like: the kernel's signature is the contract
+    missing = [a for a in schema.required_attributes if a not in attrs]
+    if missing:
+        raise OnyxError(
+            f"{_node_label(node)}: required attribute(s) {', '.join(missing)} missing "
+            f"({node.op_type}-{schema.since_version})"
+        )
+    n_in = len(node.inputs)
+    while n_in and node.inputs[n_in - 1] is None:
+        n_in -= 1
+    if n_in < schema.min_input or n_in > schema.max_input:
+        raise OnyxError(
+            f"{_node_label(node)}: {n_in} input(s) given, {node.op_type}-{schema.since_version} "
+            f"takes {schema.min_input} to {schema.max_input}"
+        )
 
 
 def _with_frees(step: Step, frees: tuple[int, ...]) -> Step:
