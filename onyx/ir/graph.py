@@ -161,6 +161,10 @@ class Node:
         value = _wrap_attr_value(value)
         self.attributes[name] = Attr(name, type or infer_attr_type(value), value)
 
+    def attributes_have_refs(self) -> bool:
+        """Whether any attribute refers to an enclosing function's attribute."""
+        return any(a.is_ref for a in self.attributes.values())
+
     def subgraphs(self) -> Iterator[Graph]:
         for a in self.attributes.values():
             if a.type == AttrType.GRAPH and a.value is not None:

@@ -343,6 +343,15 @@ class Plan:
         return [slots[i] for i in (self.output_slots if wanted is None else wanted)]
 
 
+def check_nodes(graph: ir.Graph, opsets: dict[str, int]) -> None:
+    """Check every node of ``graph`` (and its subgraphs) against its schema, before any rewrite."""
+    for node in graph.all_nodes():
+        domain = "" if node.domain in STANDARD_DOMAINS else node.domain
+        version = opsets.get(domain)
+        if version is not None and not node.attributes_have_refs():
+            _check_against_schema(node, domain, version, node.attributes)
+
+
 def _check_against_schema(node: ir.Node, domain: str, version: int, attrs: dict) -> None:
     """Reject a node its op's schema forbids (input count, required attributes), naming it."""
     from ..defs import get_schema

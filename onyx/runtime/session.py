@@ -13,7 +13,7 @@ import numpy as np
 from .. import ir
 from ..errors import FormatError, InvalidArgument
 from ..ir.dtypes import DataType, to_numpy, type_name
-from .plan import Compiler, Plan, as_array_result
+from .plan import Compiler, Plan, as_array_result, check_nodes
 from .profiler import Profiler
 
 PROVIDERS = ["CPUExecutionProvider"]
@@ -131,6 +131,7 @@ class InferenceSession:
         self._model = _load_model(path_or_bytes)
         if self._model.graph is None:
             raise FormatError("the model has no graph")
+        check_nodes(self._model.graph, dict(self._model.opset_imports))
         model = self._prepare(self._model)
         self._plan = Plan(model.graph, Compiler(model), dict(model.opset_imports), outer=None)
         graph = model.graph
