@@ -190,3 +190,21 @@ def test_profiling_writes_chrome_trace(tmp_path, add_relu):
     assert [e["args"]["op_name"] for e in nodes] == ["Add", "Relu"]
     assert nodes[0]["name"] == "add" and nodes[0]["args"]["input_type_shape"][0] == "float32[2, 3]"
     assert all(e["ph"] == "X" and e["dur"] >= 0 for e in events)
+
+
+def test_intra_op_threads_limit_blas_during_run(add_relu):
+    from threadpoolctl import threadpool_info
+
+    opts = onyx.SessionOptions()
+    opts.intra_op_num_threads = 1
+    sess = onyx.InferenceSession(add_relu, opts)
+    seen = []
+    for step in sess._plan.default_schedule:  # record the BLAS pool size while kernels run
+
+        def spy(*args, _fn=step.fn, **kwargs):
+            seen.extend(i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas")
+            return _fn(*args, **kwargs)
+
+        step.fn = spy
+    sess.run(None, {"x": np.ones((1, 3), np.float32)})
+    assert seen and set(seen) == {1}

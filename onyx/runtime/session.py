@@ -208,13 +208,22 @@ class InferenceSession:
         wanted = None
         if output_names:
             wanted = tuple(self._output_slot(n) for n in output_names)
+        threads = int(self._options.intra_op_num_threads or 0)
+        if threads > 0:
+            with _blas_threads(threads):
+                results = self._run_plan(inputs, wanted)
+        else:
+            results = self._run_plan(inputs, wanted)
+        return [as_array_result(r) for r in results]
+
+    def _run_plan(self, inputs: list, wanted) -> list:
         if self._profiler is None:
             results = self._plan.run(inputs, None, wanted)
         else:
             start = time.perf_counter()
             results = self._plan.run(inputs, None, wanted, profiler=self._profiler)
             self._profiler.span("Session", "model_run", start, time.perf_counter())
-        return [as_array_result(r) for r in results]
+        return results
 
     def _output_slot(self, name: str) -> int:
         slot = self._slot_by_name.get(name)
@@ -243,6 +252,19 @@ class InferenceSession:
         path = self._profiler.write()
         self._profiler = None
         return path
+
+
+_controller = None
+
+
+def _blas_threads(n: int):
+    """Limit the BLAS thread pool (numpy's matmul) to ``n`` threads for one run."""
+    global _controller
+    if _controller is None:
+        from threadpoolctl import ThreadpoolController
+
+        _controller = ThreadpoolController()
+    return _controller.limit(limits=n, user_api="blas")
 
 
 def _check_feed(v: ir.Value, value: Any) -> Any:
