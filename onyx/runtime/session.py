@@ -217,6 +217,11 @@ class InferenceSession:
         return [as_array_result(r) for r in results]
 
     def _run_plan(self, inputs: list, wanted) -> list:
+        # IEEE results (inf, nan) are what the spec asks for: no numpy warnings about them
+        with np.errstate(all="ignore"):
+            return self._run_plan_quietly(inputs, wanted)
+
+    def _run_plan_quietly(self, inputs: list, wanted) -> list:
         if self._profiler is None:
             results = self._plan.run(inputs, None, wanted)
         else:
