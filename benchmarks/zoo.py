@@ -1,0 +1,88 @@
+"""The real-model zoo for the benchmark harness and the real-model tests.
+
+The models live in tests/models/ (made by scripts/make_zoo.py, committed); tests/models/
+manifest.json describes each one: family, exporter, opset, quantization, ops, and its inputs
+as (name, dtype, shape with "N" for the batch axis, [low, high) value range).
+
+    from benchmarks.zoo import zoo_models
+    for m in zoo_models():
+        feeds = m.feeds(batch=8)        # deterministic random feeds
+        onyx.InferenceSession(m.path).run(None, feeds)
+
+This module needs numpy only (no torch, onnx or onnxruntime).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+ZOO_DIR = Path(__file__).resolve().parent.parent / "tests" / "models"
+MANIFEST = ZOO_DIR / "manifest.json"
+
+
+def make_feeds(inputs: list, batch: int = 1, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random feeds for a manifest entry's input specs, the same for the same (batch, seed).
+
+    Floats are uniform in [low, high); integers (token ids) uniform in [low, high); an input named
+    attention_mask is a padding mask: ones, then zeros after a random length of at least one.
+    """
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for name, dtype, shape, (low, high) in inputs:
+        shape = [batch if d == "N" else d for d in shape]
+        if name == "attention_mask":
+            lengths = rng.integers(1, shape[1] + 1, size=shape[0])
+            feeds[name] = (np.arange(shape[1])[None, :] < lengths[:, None]).astype(dtype)
+        elif np.dtype(dtype).kind in "iu":
+            feeds[name] = rng.integers(low, high, size=shape, dtype=dtype)
+        else:
+            feeds[name] = rng.uniform(low, high, size=shape).astype(dtype)
+    return feeds
+
+
+@dataclass(frozen=True)
+class ZooModel:
+    name: str
+    path: Path
+    family: str  # resnet, mobilenet, gpt, llama, bert, lstm, gru, unet
+    exporter: str  # torchscript or dynamo
+    opset: int  # the ai.onnx opset
+    quantization: str | None  # None, "dynamic", "qdq" or "qoperator"
+    inputs: list
+    ops: dict
+
+    def feeds(self, batch: int = 1, seed: int = 0) -> dict[str, np.ndarray]:
+        return make_feeds(self.inputs, batch, seed)
+
+
+def zoo_models(quantized: bool = True) -> list[ZooModel]:
+    """Every model of the zoo, sorted by name (quantized=False leaves the quantized ones out)."""
+    if not MANIFEST.exists():
+        return []
+    manifest = json.loads(MANIFEST.read_text())
+    models = [
+        ZooModel(
+            name=name,
+            path=ZOO_DIR / entry["file"],
+            family=entry["family"],
+            exporter=entry["exporter"],
+            opset=entry["opset"],
+            quantization=entry.get("quantization"),
+            inputs=entry["inputs"],
+            ops=entry["ops"],
+        )
+        for name, entry in sorted(manifest.items())
+    ]
+    return [m for m in models if quantized or m.quantization is None]
+
+
+if __name__ == "__main__":
+    for m in zoo_models():
+        size = m.path.stat().st_size / 1024
+        print(
+            f"{m.name:28s} {m.exporter:11s} opset {m.opset:2d} {size:7.1f} KiB  {sum(m.ops.values())} nodes"
+        )
