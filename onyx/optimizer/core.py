@@ -118,7 +118,11 @@ class PassContext:
         if v is None or v.producer is not None or v.const_value is None:
             return None
         g = self.graph
-        if g.initializers.get(v.name) is not v or any(x is v for x in g.inputs):
+        if g.initializers.get(v.name) is not v:
+            return None
+        # before IR 4 every initializer was also listed as an input; onnxruntime treats those
+        # as constants (they cannot be overridden) and so do we
+        if self.model.ir_version >= 4 and any(x is v for x in g.inputs):
             return None
         try:
             return v.const_value.numpy()
