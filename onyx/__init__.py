@@ -1,10 +1,10 @@
 """onyx: the Open Neural Network Exchange in Python: format, operator sets, runtime and tools.
 
-    import onyx
-    model = onyx.load("model.onnx")              # bytes -> IR
-    onyx.check(model)                             # validate against the standard
-    sess = onyx.InferenceSession("model.onnx")    # onnxruntime-compatible
-    outputs = sess.run(None, {"input": x})
+import onyx
+model = onyx.load("model.onnx")              # bytes -> IR
+onyx.check(model)                             # validate against the standard
+sess = onyx.InferenceSession("model.onnx")    # onnxruntime-compatible
+outputs = sess.run(None, {"input": x})
 """
 
 from __future__ import annotations

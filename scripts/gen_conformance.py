@@ -56,7 +56,8 @@ def run_case(case) -> str | None:
             Runner.assert_similar_outputs(expected, outputs, rtol=case.rtol, atol=case.atol)
         return None
     except Exception as e:  # tabulate every failure kind
-        return f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+        lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+        return f"{type(e).__name__}: {lines[0][:160] if lines else ''}"
 
 
 def _idx(p: Path) -> int:

@@ -7,9 +7,8 @@ import warnings
 
 import numpy as np
 import pytest
-from onnx.backend.test.loader import load_model_tests
-
 from conftest import run_onnx
+from onnx.backend.test.loader import load_model_tests
 
 
 def node_case(name):
