@@ -52,6 +52,7 @@ class ZooModel:
     exporter: str  # torchscript or dynamo
     opset: int  # the ai.onnx opset
     quantization: str | None  # None, "dynamic", "qdq" or "qoperator"
+    ort_optimized: str | None  # None, "transformers" or "extended" (carries com.microsoft ops)
     inputs: list
     ops: dict
 
@@ -59,8 +60,12 @@ class ZooModel:
         return make_feeds(self.inputs, batch, seed)
 
 
-def zoo_models(quantized: bool = True) -> list[ZooModel]:
-    """Every model of the zoo, sorted by name (quantized=False leaves the quantized ones out)."""
+def zoo_models(quantized: bool = True, ort_optimized: bool = True) -> list[ZooModel]:
+    """Every model of the zoo, sorted by name.
+
+    quantized=False leaves out the onnxruntime.quantization outputs; ort_optimized=False the
+    models onnxruntime's optimizers rewrote (fused com.microsoft ops).
+    """
     if not MANIFEST.exists():
         return []
     manifest = json.loads(MANIFEST.read_text())
@@ -72,12 +77,17 @@ def zoo_models(quantized: bool = True) -> list[ZooModel]:
             exporter=entry["exporter"],
             opset=entry["opset"],
             quantization=entry.get("quantization"),
+            ort_optimized=entry.get("ort_optimized"),
             inputs=entry["inputs"],
             ops=entry["ops"],
         )
         for name, entry in sorted(manifest.items())
     ]
-    return [m for m in models if quantized or m.quantization is None]
+    return [
+        m
+        for m in models
+        if (quantized or m.quantization is None) and (ort_optimized or m.ort_optimized is None)
+    ]
 
 
 if __name__ == "__main__":

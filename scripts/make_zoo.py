@@ -165,7 +165,8 @@ class GPTBlock(nn.Module):
         self.ln1 = nn.LayerNorm(d)
         self.attn = CausalSelfAttention(d, heads, max_len)
         self.ln2 = nn.LayerNorm(d)
-        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+        # GPT-2's tanh approximation of GELU ("gelu_new")
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU("tanh"), nn.Linear(4 * d, d))
 
     def forward(self, x):
         x = x + self.attn(self.ln1(x))
@@ -435,6 +436,34 @@ def quantize(family: str, src: Path, mode: str, dst: Path) -> None:
             )  # fmt: skip
 
 
+# onnxruntime-optimized variants: the com.microsoft fused ops that real deployed models carry.
+# "fused": onnxruntime.transformers.optimizer (SkipLayerNormalization, BiasGelu, FastGelu, ...)
+# "extended": the model an onnxruntime session saves at ORT_ENABLE_EXTENDED (FusedConv,
+# FusedMatMul, FusedGemm, BiasGelu, ...)
+ORT_FUSED = {"bert": ("bert_dynamo_op18", "bert"), "gpt": ("gpt_dynamo_op18", "gpt2")}
+ORT_EXTENDED = {"resnet": "resnet_torchscript_op17", "gpt": "gpt_torchscript_op17"}
+ORT_EXTENDED["bert"] = "bert_torchscript_op17"
+
+
+def ort_fuse(src: Path, model_type: str, dst: Path) -> None:
+    from onnxruntime.transformers import optimizer
+
+    with tempfile.TemporaryDirectory() as tmp, contextlib.chdir(tmp):
+        model = optimizer.optimize_model(
+            str(src), model_type=model_type, num_heads=4, hidden_size=64, opt_level=0
+        )
+        model.save_model_to_file(str(dst))
+
+
+def ort_extended(src: Path, dst: Path) -> None:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    options.optimized_model_filepath = str(dst)
+    ort.InferenceSession(str(src), options, providers=["CPUExecutionProvider"])
+
+
 def save_external(src: Path, dst: Path) -> None:
     """A copy of src with every initializer in a side file dst.data."""
     proto = onnx.load(str(src))
@@ -509,6 +538,16 @@ def main() -> None:
                     )
                     continue
                 record(name, family, *EXPORTS[family][0], quantization=mode)
+        if family in ORT_FUSED and args.only in f"{family}_ort_fused":
+            src_name, model_type = ORT_FUSED[family]
+            ort_fuse(OUT / f"{src_name}.onnx", model_type, OUT / f"{family}_ort_fused.onnx")
+            exporter, opset = src_name.split("_")[1], int(src_name.split("_op")[1])
+            record(f"{family}_ort_fused", family, exporter, opset, ort_optimized="transformers")
+        if family in ORT_EXTENDED and args.only in f"{family}_ort_extended":
+            src_name = ORT_EXTENDED[family]
+            ort_extended(OUT / f"{src_name}.onnx", OUT / f"{family}_ort_extended.onnx")
+            exporter, opset = src_name.split("_")[1], int(src_name.split("_op")[1])
+            record(f"{family}_ort_extended", family, exporter, opset, ort_optimized="extended")
 
     name = "resnet_external_data"
     if args.only in name:

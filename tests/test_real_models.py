@@ -1,14 +1,26 @@
 """Real exported models (tests/models, made by scripts/make_zoo.py): onyx against onnxruntime.
 
+The zoo: ResNet, MobileNetV3, GPT, Llama, BERT, LSTM, GRU and U-Net style models exported from
+PyTorch (TorchScript exporter at opset 17, dynamo exporter at 18, 21, 23), the same quantized by
+onnxruntime.quantization (dynamic, static QDQ, static QOperator), models rewritten by
+onnxruntime's optimizers (com.microsoft fused ops), and one with external data.
+
 Each model runs on the same random feeds (fixed seeds, batch 1 and 2) in onyx, with graph
 optimization off and fully on, and in onnxruntime with graph optimization off (the graph exactly
 as written, so the oracle is the spec's semantics, not onnxruntime's fusions).
 
-Float outputs must agree within rtol 1e-3, atol 1e-4. An output that a DequantizeLinear makes
-(the quantized models' outputs) may also differ by one quantization step: a float rounding
-difference upstream of a QuantizeLinear (a different summation order in a Conv or a pool) can
-carry a value across a .5 rounding boundary, which moves the uint8 value by one unit. Today every
-quantized model but unet_quant_qdq matches exactly (see its xfail).
+Float models: every output element within rtol 1e-3, atol 1e-4 of onnxruntime's.
+
+Quantized models cannot be held to that, nor to exact uint8 equality: the float ops a quantized
+graph keeps (LayerNormalization, BatchNormalization, Softmax, and in QDQ form the Conv/MatMul
+between DequantizeLinear and QuantizeLinear) differ from onnxruntime's in the last bits (another
+summation order), and a value that lands next to a rounding boundary of the following
+QuantizeLinear moves by one uint8 step; that step then propagates. onnxruntime itself differs by
+up to 3 steps at the output of gpt_quant_qdq between its own optimization levels. So for them:
+at most 0.5% of the output elements may be off by more than one quantization step (the output's
+DequantizeLinear scale, or range / 255 for dynamically quantized models), and none by more than
+4 steps. A systematic difference (a kernel rounding differently from onnxruntime on exact ties)
+breaks the 0.5% bound, as unet_quant_qdq does today.
 """
 
 from __future__ import annotations
@@ -101,10 +113,28 @@ def test_real_model(name: str, level: str):
             assert r.dtype == e.dtype and r.shape == e.shape, (
                 f"{where}: got {r.dtype}{r.shape}, onnxruntime {e.dtype}{e.shape}"
             )
-            atol = ATOL
-            if out in scales:  # one uint8 step (see the module docstring)
-                atol = max(ATOL, scales[out] * (1 + 1e-6))
-            np.testing.assert_allclose(r, e, rtol=RTOL, atol=atol, err_msg=where)
+            if model.quantization:
+                _check_quantized(r, e, scales.get(out), where)
+            else:
+                np.testing.assert_allclose(r, e, rtol=RTOL, atol=ATOL, err_msg=where)
+
+
+def _check_quantized(got: np.ndarray, expected: np.ndarray, step: float | None, where: str):
+    """The rule for quantized models' outputs (see the module docstring)."""
+    if expected.dtype.kind != "f":  # an integer output: one uint8 step is one unit
+        step = 1.0
+    elif step is None:  # no DequantizeLinear scale: the step of an 8-bit range over the output
+        step = float(np.ptp(expected)) / 255 if expected.size else 0.0
+    diff = np.abs(got.astype(np.float64) - expected)
+    bound = max(ATOL, step) * (1 + 1e-6) + RTOL * np.abs(expected)
+    off = int(np.count_nonzero(diff > bound))
+    assert off <= 0.005 * diff.size, (
+        f"{where}: {off} of {diff.size} elements differ by more than one quantization step "
+        f"({step:.3g}); max diff {diff.max():.3g}"
+    )
+    assert diff.max() <= 4 * step + ATOL, (
+        f"{where}: max diff {diff.max():.3g} > 4 steps ({step:.3g})"
+    )
 
 
 def test_zoo_is_complete():
