@@ -362,6 +362,37 @@ def test_unknown_name_is_an_error():
         gradient_graph(grad, ir.Graph([values["x"]], [], [grad]))
 
 
+# -- through InferenceSession (the plan compiles Gradient with gradient_graph) ----------------------
+def _session_model():
+    t = ir.TensorType(from_numpy(np.float32), (2, 3))
+    x, w = ir.Value("X", t), ir.Value("W", t)
+    add = ir.Node("Add", [x, x], ["H"])
+    mul = ir.Node("Mul", [add.outputs[0], w], ["Y"])
+    attrs = {"xs": ["H", "W"], "y": "Y"}
+    grad = ir.Node("Gradient", [add.outputs[0], w], ["dH", "dW"], attrs, TRAINING)
+    graph = ir.Graph([x, w], list(grad.outputs), [add, mul, grad])
+    return ir.Model(graph, opset_imports={"": 18, TRAINING: 1})
+
+
+def _run_session_model(level):
+    options = onyx.SessionOptions()
+    options.graph_optimization_level = level
+    sess = onyx.InferenceSession(_session_model(), options)
+    x, w = r(2, 3).astype(np.float32), r(2, 3).astype(np.float32)
+    dh, dw = sess.run(None, {"X": x, "W": w})
+    np.testing.assert_array_equal(dh, w)
+    np.testing.assert_array_equal(dw, x + x)
+
+
+def test_session_y_not_a_graph_output():
+    _run_session_model(onyx.GraphOptimizationLevel.ORT_DISABLE_ALL)
+
+
+@pytest.mark.xfail(reason="the optimizer drops Y's producer: Gradient names Y only in attributes")
+def test_session_y_not_a_graph_output_optimized():
+    _run_session_model(onyx.GraphOptimizationLevel.ORT_ENABLE_ALL)
+
+
 # -- the node suite's two cases -------------------------------------------------------------------
 SUITE = Path(__import__("onnx").__file__).parent / "backend/test/data/simple"
 

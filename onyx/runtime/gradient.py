@@ -232,7 +232,8 @@ class _Differentiator:
     def elem(self, v: ir.Value) -> int | None:
         if id(v) in self.elems:
             return self.elems[id(v)]
-        return v.dtype
+        e = v.dtype
+        return e if isinstance(e, int) else None  # tensors only (a sequence's is a Type)
 
     def _first_elem(self, values) -> int | None:
         return next((e for e in (self.elem(v) for v in values if v is not None) if e), None)
