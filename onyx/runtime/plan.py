@@ -247,7 +247,10 @@ class Plan:
         """Gradient differentiates values of this graph: build its graph, run it as a subgraph."""
         from .gradient import gradient_graph
 
-        body = Plan(gradient_graph(node, self.graph), compiler, opsets, outer=self.slot_of)
+        opset = opsets.get("", opsets.get("ai.onnx"))
+        body = Plan(
+            gradient_graph(node, self.graph, opset=opset), compiler, opsets, outer=self.slot_of
+        )
         captured = tuple(self.slot_of[id(v)] for v in body.captured)
         common["reads"] = tuple(dict.fromkeys(common["reads"] + captured))
 
