@@ -208,3 +208,24 @@ def test_intra_op_threads_limit_blas_during_run(add_relu):
         step.fn = spy
     sess.run(None, {"x": np.ones((1, 3), np.float32)})
     assert seen and set(seen) == {1}
+
+
+def test_zero_iteration_loop_scan_output_has_declared_type_and_shape():
+    body = helper.make_graph(
+        [
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+            helper.make_node("Constant", [], ["elem"], value_ints=[1, 2, 3]),
+        ],
+        "body",
+        [vi("i", TensorProto.INT64, []), vi("cond_in", TensorProto.BOOL, [])],
+        [vi("cond_out", TensorProto.BOOL, []), vi("elem", TensorProto.INT64, [3])],
+    )
+    model = make_model(
+        [helper.make_node("Loop", ["M", ""], ["scan"], body=body)],
+        [vi("M", TensorProto.INT64, [])],
+        [vi("scan", TensorProto.INT64, None)],
+    )
+    feed = {"M": np.array(0, np.int64)}
+    (got,) = onyx.InferenceSession(model).run(None, feed)
+    (want,) = ort.InferenceSession(model).run(None, feed)
+    assert got.dtype == want.dtype == np.int64 and got.shape == want.shape == (0, 3)

@@ -31,3 +31,7 @@ class KernelContext(Protocol):
     def graph_output_count(self, graph: Any) -> int:
         """Number of outputs of a subgraph attribute."""
         ...
+
+    def graph_output_types(self, graph: Any) -> list[Any]:
+        """Declared types (onyx.ir types, or None) of a subgraph attribute's outputs."""
+        ...

@@ -91,6 +91,9 @@ class StepContext:
     def graph_output_count(self, graph: Plan) -> int:
         return len(graph.output_slots)
 
+    def graph_output_types(self, graph: Plan) -> list:
+        return [v.type for v in graph.graph.outputs]
+
 
 @dataclass
 class Compiler:
@@ -368,9 +371,7 @@ def _check_against_schema(node: ir.Node, domain: str, version: int, attrs: dict)
             f"{_node_label(node)}: required attribute(s) {', '.join(missing)} missing "
             f"({node.op_type}-{schema.since_version})"
         )
-    n_in = len(node.inputs)
-    while n_in and node.inputs[n_in - 1] is None:
-        n_in -= 1
+    n_in = len(node.inputs)  # omitted optional inputs ('') count, as in onnx's checker
     if n_in < schema.min_input or n_in > schema.max_input:
         raise OnyxError(
             f"{_node_label(node)}: {n_in} input(s) given, {node.op_type}-{schema.since_version} "

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...ir.dtypes import to_numpy
+from ...ir.types import SequenceType, TensorType
 from ..registry import op
 
 
@@ -12,17 +14,28 @@ def _truth(cond) -> bool:
     return bool(np.asarray(cond).reshape(-1)[0])
 
 
-def _stack(elements: list, n_iters: int):
+def _stack(elements: list, n_iters: int, declared=None):
     """Scan outputs of every iteration, stacked along a new axis 0.
 
     Sequence-valued elements (Loop 13+) are concatenated into one sequence. With no iteration
-    the element shape and type are unknown: an empty float32 tensor of shape (0,) stands in.
+    the body's declared output type gives the element type and shape (as onnxruntime does);
+    unknown dims count as 0, and with no declaration an empty float32 (0,) tensor stands in.
     """
     if not elements:
-        return np.empty((0,), dtype=np.float32)
+        return _empty_scan_output(declared)
     if isinstance(elements[0], list):
         return [t for seq in elements for t in seq]
     return np.stack([np.asarray(e) for e in elements])
+
+
+def _empty_scan_output(declared):
+    if isinstance(declared, SequenceType):
+        return []
+    if not isinstance(declared, TensorType):
+        return np.empty((0,), dtype=np.float32)
+    dims = declared.shape.dims if declared.shape is not None else ()
+    shape = (0, *(d if isinstance(d, int) else 0 for d in dims))
+    return np.empty(shape, dtype=to_numpy(declared.elem_type))
 
 
 # --- If ------------------------------------------------------------------------------------------
@@ -52,6 +65,9 @@ def loop(ctx, M, cond, *v_initial, body):
         for acc, value in zip(scans, outs[1 + n_carried :]):
             acc.append(value)
         i += 1
+    if i == 0 and scans:
+        declared = ctx.graph_output_types(body)[1 + n_carried :]
+        return (*carried, *(_stack(acc, 0, t) for acc, t in zip(scans, declared)))
     return (*carried, *(_stack(acc, i) for acc in scans))
 
 
