@@ -3,11 +3,7 @@ kernel is proven on the graph as written, not only on the optimizer's rewrite of
 
 from __future__ import annotations
 
-import re
-import warnings
-
-import onnx.backend.test
-from test_backend_suite import REAL_MODELS, known_failures
+from test_backend_suite import backend_test_cases
 
 import onyx.backend
 from onyx.runtime.session import SessionOptions
@@ -29,13 +25,4 @@ class UnoptimizedBackend:
         return cls.prepare(model, device).run(inputs)
 
 
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore")
-    backend_test = onnx.backend.test.BackendTest(UnoptimizedBackend, __name__)
-for name in REAL_MODELS:
-    backend_test.exclude(f"^{name}_(cpu|cuda)$")
-backend_test.exclude("_cuda$")
-for name in known_failures():
-    backend_test.xfail(f"^{re.escape(name)}_cpu$")
-
-globals().update(backend_test.test_cases)
+globals().update(backend_test_cases(UnoptimizedBackend, __name__))
