@@ -89,3 +89,88 @@ def test_average_pool(attrs, data, opset):
     node = helper.make_node("AveragePool", ["x"], ["y"], **attrs)
     model = _model(node, [_vi("x", TensorProto.FLOAT)], [_vi("y", TensorProto.FLOAT)], opset=opset)
     _same(model, {"x": x})
+
+
+# ----------------------------------------------------------------------------- com.microsoft QLinear*
+
+QTYPES = {np.uint8: TensorProto.UINT8, np.int8: TensorProto.INT8}
+
+
+def _qdata(rng, dtype, shape):
+    info = np.iinfo(dtype)
+    return rng.integers(info.min, info.max + 1, shape).astype(dtype)
+
+
+def _qparams(rng, dtype, name):
+    zp = _qdata(rng, dtype, ()) // 2
+    scale = np.float32(rng.uniform(0.002, 0.2))
+    return [
+        helper.make_tensor(f"{name}_s", TensorProto.FLOAT, [], [scale]),
+        helper.make_tensor(f"{name}_z", QTYPES[dtype], [], [int(zp)]),
+    ]
+
+
+def _q_node_model(op, dtype, operands, out_shape, scales=None, **attrs):
+    """op(operand, scale, zero point, ..., y scale, y zero point), all parameters initializers.
+
+    scales: {name: scale} overrides, e.g. ratios of 1/2 that put many results on exact ties.
+    """
+    rng = np.random.default_rng(1)
+    inits, names, inputs = [], [], []
+    for name in operands:
+        inits += _qparams(rng, dtype, name)
+        names += [name, f"{name}_s", f"{name}_z"]
+        inputs.append(_vi(name, QTYPES[dtype]))
+    inits += _qparams(rng, dtype, "y")
+    names += ["y_s", "y_z"]
+    for t in inits:
+        if scales and t.name[:-2] in scales and t.name.endswith("_s"):
+            t.float_data[0] = scales[t.name[:-2]]
+    node = helper.make_node(op, names, ["y"], domain=MS, **attrs)
+    return _model(node, inputs, [_vi("y", QTYPES[dtype], out_shape)], inits)
+
+
+TIES = {
+    "random": None,
+    "ties": {"a": 0.1, "b": 0.3, "x": 0.1, "y": 0.2},
+    "exact_ties": {"a": 0.25, "b": 0.75, "x": 0.25, "y": 0.5},
+}
+
+
+@pytest.mark.parametrize("scales", list(TIES))
+@pytest.mark.parametrize("dtype", list(QTYPES), ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("op", ["QLinearAdd", "QLinearMul"])
+def test_qlinear_binary(op, dtype, scales):
+    rng = np.random.default_rng(2)
+    a, b = _qdata(rng, dtype, (4, 3, 16, 17)), _qdata(rng, dtype, (3, 1, 17))
+    model = _q_node_model(op, dtype, ["a", "b"], None, TIES[scales])
+    _same(model, {"a": a, "b": b})
+    # every pair of values once
+    grid = np.arange(256).astype(np.int64) + np.iinfo(dtype).min
+    a, b = np.broadcast_arrays(grid[:, None], grid[None, :])
+    _same(model, {"a": a.astype(dtype), "b": b.astype(dtype)})
+
+
+@pytest.mark.parametrize("dtype", list(QTYPES), ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize(
+    "op,attrs",
+    [
+        ("QLinearSigmoid", {}),
+        ("QLinearLeakyRelu", {"alpha": 0.1}),
+        ("QLinearGlobalAveragePool", {}),
+        ("QLinearGlobalAveragePool", {"channels_last": 1}),
+        ("QLinearAveragePool", {"kernel_shape": [2, 2], "strides": [2, 2]}),
+        ("QLinearAveragePool", {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),
+        ("QLinearAveragePool", {"kernel_shape": [3, 3], "strides": [3, 3], "ceil_mode": 1}),
+        (
+            "QLinearAveragePool",
+            {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 1},
+        ),
+        ("QLinearAveragePool", {"kernel_shape": [2, 2], "channels_last": 1}),
+    ],
+)
+@pytest.mark.parametrize("scales", list(TIES))
+def test_qlinear_unary(op, attrs, dtype, scales):
+    rng = np.random.default_rng(3)
+    x = _qdata(rng, dtype, (2, 5, 12, 13))
+    _same(_q_node_model(op, dtype, ["x"], None, TIES[scales], **attrs), {"x": x})

@@ -35,16 +35,39 @@ def _q(v, scale, zero_point, dtype) -> np.ndarray:
 # Quantized element-wise
 
 
+def _centered(x, zero_point) -> np.ndarray:
+    """x - zero_point in float32 (exact for 8-bit integers)."""
+    v = x.astype(np.float32)
+    return v if zero_point is None else v - np.asarray(zero_point).astype(np.float32)
+
+
+def _requantized(v, zero_point, dtype) -> np.ndarray:
+    """round_half_even(v + zero_point), saturated: v is already in units of the output scale.
+
+    onnxruntime adds the zero point in float32 before rounding (the tie-breaker for where the
+    rounding happens; it matters only on ties, which 8-bit grids hit often).
+    """
+    if zero_point is not None:
+        v = v + np.asarray(zero_point).astype(np.float32)
+    info = np.iinfo(dtype)
+    return np.clip(np.rint(v), info.min, info.max).astype(dtype)
+
+
 @op("QLinearAdd", since=1, domain=MS)
 def q_linear_add(a, a_scale, a_zero_point, b, b_scale, b_zero_point, c_scale, c_zero_point=None):
-    total = _deq(a, a_scale, a_zero_point) + _deq(b, b_scale, b_zero_point)
-    return _q(total, c_scale, c_zero_point, a.dtype)
+    # onnxruntime folds each scale ratio into one float32 multiplier: A' * (sa / sc) + B' * (sb / sc)
+    ka = np.float32(a_scale) / np.float32(c_scale)
+    kb = np.float32(b_scale) / np.float32(c_scale)
+    total = _centered(a, a_zero_point) * ka + _centered(b, b_zero_point) * kb
+    return _requantized(total, c_zero_point, a.dtype)
 
 
 @op("QLinearMul", since=1, domain=MS)
 def q_linear_mul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, c_scale, c_zero_point=None):
-    product = _deq(a, a_scale, a_zero_point) * _deq(b, b_scale, b_zero_point)
-    return _q(product, c_scale, c_zero_point, a.dtype)
+    # onnxruntime: A' * B' * (sa * sb / sc) in float32
+    k = np.float32(a_scale) * np.float32(b_scale) / np.float32(c_scale)
+    product = _centered(a, a_zero_point) * _centered(b, b_zero_point) * k
+    return _requantized(product, c_zero_point, a.dtype)
 
 
 @op("QLinearSigmoid", since=1, domain=MS)

@@ -503,7 +503,9 @@ def _dequantize(x, scale, zero_point) -> np.ndarray:
 
 def _quantize(y, scale, zero_point, dtype) -> np.ndarray:
     zp = np.float32(0) if zero_point is None else np.float32(zero_point.reshape(-1)[0])
-    q = np.rint(y / np.float32(scale.reshape(-1)[0])) + zp
+    # onnxruntime adds the zero point in float32 before rounding half to even (the tie-breaker:
+    # it differs from rint-then-add on exact ties, which 8-bit grids hit often).
+    q = np.rint(y / np.float32(scale.reshape(-1)[0]) + zp)
     info = np.iinfo(dtype)
     return np.clip(q, info.min, info.max).astype(dtype)
 
