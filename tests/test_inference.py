@@ -8,6 +8,7 @@ types are stripped first so that both sides infer from the inputs alone.
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -245,3 +246,18 @@ def test_agreement_on_sklearn_exports():
             total, agree = total + t, agree + a
             assert not bad, (type(est).__name__, bad)
     assert total >= 10
+
+
+def test_contrib_op_outputs_get_no_undefined_types_and_stay_loadable_by_onnxruntime(tmp_path):
+    """A type with element type UNDEFINED is never written: onnxruntime refuses such models."""
+    import onnxruntime as ort
+
+    import onyx
+
+    path = Path(__file__).with_name("models") / "resnet_quant_qoperator.onnx"
+    model = onyx.infer_shapes(onyx.load(path))
+    for v in model.graph.value_info:
+        assert getattr(v.type, "elem_type", 1) != 0, v.name
+    out = tmp_path / "typed.onnx"
+    onyx.save(model, out)
+    ort.InferenceSession(str(out))

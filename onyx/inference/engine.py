@@ -29,6 +29,7 @@ from ..ir import (
     OptionalType,
     SequenceType,
     Shape,
+    SparseTensorType,
     TensorType,
 )
 from ..ir.dtypes import BY_NAME
@@ -477,14 +478,22 @@ def _name_unknown_dims(t, symbols: Symbols):
     return t
 
 
+def _is_complete(t) -> bool:
+    """Whether a type names every element type inside it (UNDEFINED is not written out)."""
+    if isinstance(t, TensorType | SparseTensorType):
+        return t.elem_type != DataType.UNDEFINED
+    inner = getattr(t, "elem", None) or getattr(t, "value", None)
+    return inner is None or _is_complete(inner)
+
+
 def _write_back(g: Graph, env: dict, symbols: Symbols) -> None:
     known = {id(v) for v in g.value_info}
     outputs = {id(v) for v in g.outputs}
     for node in g.nodes:
         for v in node.outputs:
             t = env["types"].get(id(v))
-            if t is None or not v.name:
-                continue
+            if t is None or not v.name or not _is_complete(t):
+                continue  # a type with no element type (an op we have no rule for) says nothing
             v.type = _name_unknown_dims(t, symbols)
             if id(v) not in known and id(v) not in outputs:
                 g.value_info.append(v)
