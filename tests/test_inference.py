@@ -254,7 +254,7 @@ def test_contrib_op_outputs_get_no_undefined_types_and_stay_loadable_by_onnxrunt
 
     import onyx
 
-    path = Path(__file__).with_name("models") / "resnet_quant_qoperator.onnx"
+    path = Path(__file__).with_name("models") / "gpt_quant_qoperator.onnx"
     model = onyx.infer_shapes(onyx.load(path))
     for v in model.graph.value_info:
         assert getattr(v.type, "elem_type", 1) != 0, v.name
