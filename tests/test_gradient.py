@@ -388,7 +388,6 @@ def test_session_y_not_a_graph_output():
     _run_session_model(onyx.GraphOptimizationLevel.ORT_DISABLE_ALL)
 
 
-@pytest.mark.xfail(reason="the optimizer drops Y's producer: Gradient names Y only in attributes")
 def test_session_y_not_a_graph_output_optimized():
     _run_session_model(onyx.GraphOptimizationLevel.ORT_ENABLE_ALL)
 

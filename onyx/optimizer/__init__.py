@@ -48,7 +48,7 @@ def optimize(
     """An optimized copy of ``model``. ``stats`` (a dict) receives per-pass change counts."""
     lvl = _level(level)
     m = clone_model(model)
-    if lvl <= 0:
+    if lvl <= 0 or _names_values_in_attributes(m):
         return m
     skip = set(disabled)
     ctx = PassContext(m)
@@ -67,6 +67,15 @@ def optimize(
     if stats is not None:
         stats.update(ctx.stats)
     return m
+
+
+def _names_values_in_attributes(model: ir.Model) -> bool:
+    """Gradient refers to values by name in its attributes, out of sight of the use relations
+    every pass relies on: such graphs are left as written."""
+    return any(
+        n.op_type == "Gradient" and n.domain == "ai.onnx.preview.training"
+        for n in model.graph.all_nodes()
+    )
 
 
 def _rounds(ctx: PassContext, passes) -> None:
