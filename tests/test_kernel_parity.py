@@ -174,3 +174,38 @@ def test_qlinear_unary(op, attrs, dtype, scales):
     rng = np.random.default_rng(3)
     x = _qdata(rng, dtype, (2, 5, 12, 13))
     _same(_q_node_model(op, dtype, ["x"], None, TIES[scales], **attrs), {"x": x})
+
+
+# ----------------------------------------------------------------------------- quantized convs
+
+CONVS = [
+    dict(shape=(2, 64, 9, 9), w=(32, 64, 3, 3), pads=[1, 1, 1, 1]),  # K = 576: chunked
+    dict(shape=(1, 300, 6, 6), w=(16, 300, 3, 3), strides=[2, 2]),  # K = 2700
+    dict(shape=(2, 8, 7, 7), w=(8, 1, 3, 3), group=8),  # depthwise
+    dict(shape=(2, 16, 5, 5), w=(12, 4, 1, 1), group=4),  # grouped 1x1
+]
+
+
+@pytest.mark.parametrize("case", CONVS, ids=lambda c: "x".join(map(str, c["w"])))
+@pytest.mark.parametrize("op", ["ConvInteger", "QLinearConv"])
+def test_quantized_conv(op, case):
+    rng = np.random.default_rng(4)
+    case = dict(case)
+    x = rng.integers(0, 256, case.pop("shape")).astype(np.uint8)
+    w = rng.integers(-128, 128, case.pop("w")).astype(np.int8)
+    xz = helper.make_tensor("xz", TensorProto.UINT8, [], [3])
+    wz = helper.make_tensor("wz", TensorProto.INT8, [], [-2])
+    W = helper.make_tensor("w", TensorProto.INT8, w.shape, w.reshape(-1).tolist())
+    if op == "ConvInteger":
+        node = helper.make_node(op, ["x", "w", "xz", "wz"], ["y"], **case)
+        inits, out = [W, xz, wz], TensorProto.INT32
+    else:
+        sc = [
+            helper.make_tensor(n, TensorProto.FLOAT, [], [v])
+            for n, v in [("xs", 0.02), ("ws", 0.01), ("ys", 0.5)]
+        ]
+        yz = helper.make_tensor("yz", TensorProto.UINT8, [], [128])
+        node = helper.make_node(op, ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"], ["y"], **case)
+        inits, out = [W, xz, wz, yz, *sc], TensorProto.UINT8
+    model = _model(node, [_vi("x", TensorProto.UINT8)], [_vi("y", out)], inits)
+    _same(model, {"x": x})

@@ -96,8 +96,11 @@ def compute_dtype(dtype: np.dtype) -> np.dtype:
 # ----------------------------------------------------------------------------- forward convolution
 
 
-def _conv(x, w, *, group, pads, strides, dilations, out_shape) -> np.ndarray:
-    """Core N-D grouped convolution of float arrays (same dtype); no bias. pads are [begins, ends]."""
+def _conv(x, w, *, group, pads, strides, dilations, out_shape, matmul=np.matmul) -> np.ndarray:
+    """Core N-D grouped convolution of float arrays (same dtype); no bias. pads are [begins, ends].
+
+    matmul(W (G, Mg, K), cols (N, G, K, P)) does the products (the integer convs pass an exact one).
+    """
     N, C = x.shape[:2]
     M = w.shape[0]
     kernel = list(w.shape[2:])
@@ -114,7 +117,7 @@ def _conv(x, w, *, group, pads, strides, dilations, out_shape) -> np.ndarray:
     if all(k == 1 for k in kernel):  # 1x1: a strided slice then a plain matmul
         sl = tuple(slice(0, (o - 1) * s + 1, s) for o, s in zip(out_shape, strides))
         cols = xp[(slice(None), slice(None)) + sl].reshape(N, group, Cg, P)
-        y = np.matmul(w.reshape(group, Mg, Cg), cols)
+        y = matmul(w.reshape(group, Mg, Cg), cols)
         return y.reshape((N, M, *out_shape))
 
     view = windows(xp, out_shape, kernel, strides, dilations)  # (N, C, *out, *kernel)
@@ -131,7 +134,7 @@ def _conv(x, w, *, group, pads, strides, dilations, out_shape) -> np.ndarray:
     view = view.reshape((N, group, Cg) + view.shape[2:])
     order = (0, 1, 2) + tuple(range(3 + n, 3 + 2 * n)) + tuple(range(3, 3 + n))
     cols = np.ascontiguousarray(view.transpose(order)).reshape(N, group, -1, P)
-    y = np.matmul(w.reshape(group, Mg, -1), cols)
+    y = matmul(w.reshape(group, Mg, -1), cols)
     return y.reshape((N, M, *out_shape))
 
 
@@ -169,21 +172,52 @@ def conv(
     return _add_bias(y, B).astype(X.dtype, copy=False)
 
 
+_F32_EXACT = 2**24  # integers below this are exact in float32, and so are their sums
+
+
+def _chunked_matmul(chunk: int):
+    """An exact matmul of integer-valued float32 arrays: float32 BLAS over K-chunks whose sums
+    of |products| stay below 2**24 (so every partial sum is exact whatever BLAS's order), the
+    chunk results added in float64. Twice as fast as one float64 matmul (numpy's integer matmul
+    has no BLAS at all).
+    """
+
+    def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        K = a.shape[-1]
+        if K <= chunk:
+            return np.matmul(a, b)
+        acc = np.matmul(a[..., :chunk], b[..., :chunk, :]).astype(np.float64)
+        for k in range(chunk, K, chunk):
+            acc += np.matmul(a[..., k : k + chunk], b[..., k : k + chunk, :])
+        return acc
+
+    return matmul
+
+
 def _integer_conv(x, w, x_zero_point, w_zero_point, **attrs) -> np.ndarray:
     """Exact integer convolution of (x - x_zp) and (w - w_zp), as int64.
 
-    Computed with float64 BLAS: every product is below 2**16 and sums stay far below 2**53.
-    Subtracting the zero point before padding pads with the zero point, as onnxruntime does.
+    The centered operands are small integers, exact in float32; the products go through float32
+    BLAS in chunks of K small enough to stay exact (see _chunked_matmul). Depthwise convs sum
+    one kernel offset at a time in the array's dtype, so a kernel too large for float32 takes
+    float64. Subtracting the zero point before padding pads with the zero point, as onnxruntime
+    does.
     """
-    xf = x.astype(np.float64)
-    wf = w.astype(np.float64)
+    xf = x.astype(np.float32)
+    wf = w.astype(np.float32)
     if x_zero_point is not None:
-        xf -= np.float64(x_zero_point.reshape(-1)[0])
+        xf -= np.float32(x_zero_point.reshape(-1)[0])
     if w_zero_point is not None:
-        wf -= w_zero_point.astype(np.float64).reshape((-1,) + (1,) * (w.ndim - 1))
+        wf -= w_zero_point.astype(np.float32).reshape((-1,) + (1,) * (w.ndim - 1))
     group = attrs.pop("group")
     geo = _conv_geometry(x, w, **attrs)
-    return _conv(xf, wf, group=group, **geo).astype(np.int64)
+    bound = max(float(np.abs(xf).max(initial=0)) * float(np.abs(wf).max(initial=0)), 1.0)
+    chunk = max(int((_F32_EXACT - 1) // bound), 1)
+    depthwise = w.shape[1] == 1 and group > 1
+    if depthwise and math.prod(w.shape[2:]) > chunk:
+        xf, wf = xf.astype(np.float64), wf.astype(np.float64)  # exact up to 2**53
+        return _conv(xf, wf, group=group, **geo).astype(np.int64)
+    return _conv(xf, wf, group=group, matmul=_chunked_matmul(chunk), **geo).astype(np.int64)
 
 
 @op("ConvInteger", since=10)
