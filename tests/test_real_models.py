@@ -20,7 +20,7 @@ up to 3 steps at the output of gpt_quant_qdq between its own optimization levels
 at most 0.5% of the output elements may be off by more than one quantization step (the output's
 DequantizeLinear scale, or range / 255 for dynamically quantized models), and none by more than
 4 steps. A systematic difference (a kernel rounding differently from onnxruntime on exact ties)
-breaks the 0.5% bound, as unet_quant_qdq does today.
+breaks the 0.5% bound (as AveragePool's summation order once did on unet_quant_qdq).
 """
 
 from __future__ import annotations
@@ -42,14 +42,7 @@ BATCHES = (1, 2)
 MODELS = {m.name: m for m in zoo_models()}
 
 # model name -> why it fails today (kept only while it does; strict=False so a fix shows as XPASS)
-XFAIL: dict[str, str] = {
-    "unet_quant_qdq": (
-        "AveragePool 2x2 sums in another order than onnxruntime (which adds each kernel column's "
-        "rows first, then the columns): last-bit differences on QDQ grid values, which sit on "
-        "exact .5 ties of the next QuantizeLinear, flip ~4% of the uint8 values and several "
-        "quantization steps at the output"
-    ),
-}
+XFAIL: dict[str, str] = {}
 
 LEVELS = {"opt_off": 0, "opt_all": 99}
 
