@@ -40,8 +40,8 @@ def run_case(case) -> str | None:
             model = onnx.load(os.path.join(case.model_dir, "model.onnx"))
             data_sets = []
             for d in sorted(Path(case.model_dir).glob("test_data_set_*")):
-                ins = [_read_pb(p) for p in sorted(d.glob("input_*.pb"), key=_idx)]
-                outs = [_read_pb(p) for p in sorted(d.glob("output_*.pb"), key=_idx)]
+                ins = [onyx.load_tensor(p) for p in sorted(d.glob("input_*.pb"), key=_idx)]
+                outs = [onyx.load_tensor(p) for p in sorted(d.glob("output_*.pb"), key=_idx)]
                 data_sets.append((ins, outs))
         rep = onyx.backend.prepare(model)
         for inputs, expected in data_sets:
@@ -62,10 +62,6 @@ def run_case(case) -> str | None:
 
 def _idx(p: Path) -> int:
     return int(p.stem.split("_")[-1])
-
-
-def _read_pb(path: Path):
-    return onyx.load_tensor(path)
 
 
 def main() -> None:

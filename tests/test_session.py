@@ -229,3 +229,22 @@ def test_zero_iteration_loop_scan_output_has_declared_type_and_shape():
     (got,) = onyx.InferenceSession(model).run(None, feed)
     (want,) = ort.InferenceSession(model).run(None, feed)
     assert got.dtype == want.dtype == np.int64 and got.shape == want.shape == (0, 3)
+
+
+def test_sparse_initializer_is_used_densified():
+    values = numpy_helper.from_array(np.array([5.0, 7.0], np.float32), "w")
+    indices = numpy_helper.from_array(np.array([1, 4], np.int64), "w_idx")
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "w"], ["y"])],
+        "g",
+        [vi("x", TensorProto.FLOAT, [6])],
+        [vi("y", TensorProto.FLOAT, [6])],
+        sparse_initializer=[helper.make_sparse_tensor(values, indices, [6])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    x = np.arange(6, dtype=np.float32)
+    (got,) = onyx.InferenceSession(model.SerializeToString()).run(None, {"x": x})
+    (want,) = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got, x + np.array([0, 5, 0, 0, 7, 0], np.float32))

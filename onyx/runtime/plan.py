@@ -17,7 +17,7 @@ from .. import ir
 from ..errors import NotImplementedOp, OnyxError, RuntimeFailure
 from ..ir.graph import _inputs_with_captures
 from .registry import Kernel, lookup
-from .values import attr_value, describe, tensor_value
+from .values import attr_value, describe, sparse_value, tensor_value
 
 STANDARD_DOMAINS = {"", "ai.onnx"}
 
@@ -137,6 +137,15 @@ class Plan:
         for v in graph.initializers.values():
             if id(v) not in slot_of:
                 new_slot(v)
+        # sparse initializers are Values only by name (their nodes' inputs): slot them densified
+        sparse = {sp.name: sp for sp in graph.sparse_initializers}
+        sparse_slots: dict[int, Any] = {}
+        if sparse:
+            for node in graph:
+                for v in node.inputs:
+                    if v is not None and v.producer is None and v.name in sparse:
+                        if id(v) not in slot_of:
+                            sparse_slots[new_slot(v)] = sparse_value(sparse[v.name])
         self.steps: list[Step] = []
         for node in graph:
             for v in node.outputs:
@@ -147,6 +156,8 @@ class Plan:
         for v in graph.initializers.values():
             if v.const_value is not None:
                 self.template[slot_of[id(v)]] = tensor_value(v.const_value)
+        for slot, value in sparse_slots.items():
+            self.template[slot] = value
         self.input_defaults = {slot_of[id(v)] for v in graph.inputs if v.name in graph.initializers}
         for node in graph:
             self.steps.append(self._compile_node(node, compiler, opsets, bindings))
@@ -199,7 +210,6 @@ class Plan:
                 f"{_node_label(node)}: the model imports no opset for domain "
                 f"{node.domain or 'ai.onnx'!r}"
             )
-        _check_against_schema(node, domain, version, attrs)
         if (domain, node.op_type) == ("ai.onnx.preview.training", "Gradient"):
             return self._gradient_step(node, compiler, opsets, common)
         kernel = lookup(node.op_type, domain, version)
@@ -349,13 +359,17 @@ class Plan:
         return [slots[i] for i in (self.output_slots if wanted is None else wanted)]
 
 
-def check_nodes(graph: ir.Graph, opsets: dict[str, int]) -> None:
-    """Check every node of ``graph`` (and its subgraphs) against its schema, before any rewrite."""
-    for node in graph.all_nodes():
-        domain = "" if node.domain in STANDARD_DOMAINS else node.domain
-        version = opsets.get(domain)
-        if version is not None and not node.attributes_have_refs():
-            _check_against_schema(node, domain, version, node.attributes)
+def check_nodes(model: ir.Model) -> None:
+    """Check every node (subgraphs and local functions included) against its schema, once per
+    session and before any rewrite, so a bad node is named as the model wrote it."""
+    bodies = [(model.graph, model.opset_imports)]
+    bodies += [(f.graph, f.opset_imports) for f in model.functions.values()]
+    for graph, opsets in bodies:
+        for node in graph.all_nodes():
+            domain = "" if node.domain in STANDARD_DOMAINS else node.domain
+            version = opsets.get(domain, opsets.get("ai.onnx") if domain == "" else None)
+            if version is not None and not node.attributes_have_refs():
+                _check_against_schema(node, domain, version, node.attributes)
 
 
 def _check_against_schema(node: ir.Node, domain: str, version: int, attrs: dict) -> None:

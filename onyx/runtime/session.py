@@ -131,7 +131,7 @@ class InferenceSession:
         self._model = _load_model(path_or_bytes)
         if self._model.graph is None:
             raise FormatError("the model has no graph")
-        check_nodes(self._model.graph, dict(self._model.opset_imports))
+        check_nodes(self._model)
         model = self._prepare(self._model)
         self._plan = Plan(model.graph, Compiler(model), dict(model.opset_imports), outer=None)
         graph = model.graph
@@ -219,16 +219,12 @@ class InferenceSession:
     def _run_plan(self, inputs: list, wanted) -> list:
         # IEEE results (inf, nan) are what the spec asks for: no numpy warnings about them
         with np.errstate(all="ignore"):
-            return self._run_plan_quietly(inputs, wanted)
-
-    def _run_plan_quietly(self, inputs: list, wanted) -> list:
-        if self._profiler is None:
-            results = self._plan.run(inputs, None, wanted)
-        else:
+            if self._profiler is None:
+                return self._plan.run(inputs, None, wanted)
             start = time.perf_counter()
             results = self._plan.run(inputs, None, wanted, profiler=self._profiler)
             self._profiler.span("Session", "model_run", start, time.perf_counter())
-        return results
+            return results
 
     def _output_slot(self, name: str) -> int:
         slot = self._slot_by_name.get(name)

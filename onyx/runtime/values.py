@@ -18,16 +18,11 @@ def tensor_value(t: Tensor) -> np.ndarray:
     return arr
 
 
-def sparse_to_dense(sp: Any) -> np.ndarray:
-    """Densify an IR sparse tensor (values + indices, flat or coordinate form)."""
-    values = tensor_value(sp.values)
-    indices = tensor_value(sp.indices).astype(np.int64)
-    dims = tuple(int(d) for d in sp.dims)
-    dense = np.zeros(int(np.prod(dims, dtype=np.int64)), dtype=values.dtype)
-    if indices.ndim == 2:
-        indices = np.ravel_multi_index(tuple(indices.T), dims) if indices.size else indices[:, 0]
-    dense[indices.reshape(-1)] = values.reshape(-1)
-    return dense.reshape(dims)
+def sparse_value(sp: Any) -> np.ndarray:
+    """A sparse constant densified (kernels take dense arrays), read-only like every constant."""
+    arr = sp.to_dense()
+    arr.flags.writeable = False
+    return arr
 
 
 def attr_value(kind: AttrType, value: Any, compile_graph) -> Any:
@@ -37,9 +32,9 @@ def attr_value(kind: AttrType, value: Any, compile_graph) -> Any:
     if kind == AttrType.TENSORS:
         return [tensor_value(t) for t in value]
     if kind == AttrType.SPARSE_TENSOR:
-        return sparse_to_dense(value)
+        return sparse_value(value)
     if kind == AttrType.SPARSE_TENSORS:
-        return [sparse_to_dense(v) for v in value]
+        return [sparse_value(v) for v in value]
     if kind == AttrType.GRAPH:
         return compile_graph(value)
     if kind == AttrType.GRAPHS:
