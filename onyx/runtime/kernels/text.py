@@ -3,19 +3,22 @@
 Strings are numpy object arrays of Python ``str``; per-string work goes through ``np.frompyfunc``
 since numpy has no vectorized kernels for object arrays.
 
-ImageDecoder decodes what can be done without new dependencies: PNG (zlib), BMP, PNM, uncompressed
-TIFF and baseline JPEG (bit-exact with libjpeg-turbo's defaults). Progressive JPEG, JPEG 2000, WebP
-and compressed TIFF raise NotImplementedError.
+ImageDecoder decodes natively what needs no codec library: PNG (zlib), BMP, binary PNM,
+uncompressed TIFF and baseline JPEG (bit-exact with libjpeg-turbo's defaults). The rest (JPEG 2000,
+WebP, progressive JPEG, compressed TIFF, ASCII PNM, interlaced PNG, ...) goes to Pillow, an
+optional dependency (``pip install onyx[image]``) imported only when such an image comes.
 """
 
 from __future__ import annotations
 
+import io
 import re
 import struct
 import zlib
 
 import numpy as np
 
+from ...errors import OnyxError
 from ..registry import op
 
 # --- strings -------------------------------------------------------------------------------------
@@ -419,7 +422,50 @@ _SIGNATURES = [
     (b"MM\x00*", _tiff),
     (b"\xff\xd8", _jpeg),
 ]
-_UNSUPPORTED = [(b"\x00\x00\x00\x0cjP  ", "JPEG 2000"), (b"RIFF", "WebP")]
+# Formats of the spec's list that only Pillow decodes: (signature test, name)
+_PILLOW_ONLY = [
+    (lambda d: d.startswith(b"\x00\x00\x00\x0cjP  \r\n\x87\n"), "JPEG 2000"),
+    (lambda d: d.startswith(b"\xff\x4f\xff\x51"), "JPEG 2000 codestream"),
+    (lambda d: d[:4] == b"RIFF" and d[8:12] == b"WEBP", "WebP"),
+    (lambda d: d[:2] in (b"P1", b"P2", b"P3", b"P4"), "ASCII/bitmap PNM"),
+]
+# Pillow may open only the formats the spec lists (never e.g. EPS, which runs Ghostscript)
+_PILLOW_FORMATS = ["BMP", "JPEG", "JPEG2000", "PNG", "PPM", "TIFF", "WEBP"]
+
+
+class MissingCodec(OnyxError, ImportError):
+    """An image format needs Pillow, which is not installed."""
+
+
+def _pillow_decode(ctx, data: bytes, what: str) -> np.ndarray | None:
+    """Decode with Pillow to RGB; None when Pillow cannot decode the stream."""
+    try:
+        from PIL import Image
+    except ImportError as e:
+        raise MissingCodec(
+            f"{ctx.op_type} node {ctx.node_name!r}: decoding {what} needs Pillow, "
+            "an optional dependency: pip install onyx[image]"
+        ) from e
+    try:
+        with Image.open(io.BytesIO(data), formats=_PILLOW_FORMATS) as img:
+            return np.array(img.convert("RGB"))  # a writable copy
+    except Exception:  # any decoding failure means "cannot decode"
+        return None
+
+
+def _decode(ctx, data: bytes) -> np.ndarray | None:
+    """The image as (H, W, C) uint8 with C in 1..4, or None when it cannot be decoded."""
+    native = next((fn for sig, fn in _SIGNATURES if data.startswith(sig)), None)
+    if native is not None:
+        try:
+            return native(data)
+        except _Unsupported as e:  # a valid image using a feature we do not decode natively
+            reason = str(e).removeprefix("ImageDecoder: ")
+            return _pillow_decode(ctx, data, f"an image onyx does not decode natively ({reason})")
+        except Exception:  # a corrupted stream
+            return None
+    what = next((name for test, name in _PILLOW_ONLY if test(data)), None)
+    return None if what is None else _pillow_decode(ctx, data, what)
 
 
 def _to_rgb(img: np.ndarray) -> np.ndarray:
@@ -430,22 +476,17 @@ def _to_rgb(img: np.ndarray) -> np.ndarray:
 
 
 @op("ImageDecoder", since=20)
-def image_decoder(encoded_stream, *, pixel_format="RGB"):
-    data = np.asarray(encoded_stream, dtype=np.uint8).tobytes()
-    decode = next((fn for sig, fn in _SIGNATURES if data.startswith(sig)), None)
-    if decode is None:
-        name = next((n for sig, n in _UNSUPPORTED if data.startswith(sig)), None)
-        if name:
-            raise NotImplementedError(f"ImageDecoder: {name} decoding is not supported")
-        # the spec: a stream that cannot be decoded gives an empty image
+def image_decoder(ctx, encoded_stream, *, pixel_format="RGB"):
+    if pixel_format not in ("RGB", "BGR", "Grayscale"):
+        raise ValueError(f"ImageDecoder: unknown pixel_format {pixel_format!r}")
+    img = _decode(ctx, np.asarray(encoded_stream, dtype=np.uint8).tobytes())
+    if img is None:  # the spec: a stream that cannot be decoded gives an empty image
         return np.zeros((0, 0, 1 if pixel_format == "Grayscale" else 3), np.uint8)
-    rgb = _to_rgb(decode(data)).astype(np.int64)
+    rgb = _to_rgb(img)
     if pixel_format == "RGB":
-        return rgb.astype(np.uint8)
+        return np.ascontiguousarray(rgb, dtype=np.uint8)
     if pixel_format == "BGR":
-        return rgb[..., ::-1].astype(np.uint8)
-    if pixel_format == "Grayscale":
-        # ITU-R 601-2 luma in 16-bit fixed point, rounded (as Pillow's "L" conversion)
-        weights = np.array([19595, 38470, 7471])
-        return ((rgb @ weights + 0x8000) >> 16).astype(np.uint8)[..., None]
-    raise ValueError(f"ImageDecoder: unknown pixel_format {pixel_format!r}")
+        return np.ascontiguousarray(rgb[..., ::-1], dtype=np.uint8)
+    # ITU-R 601-2 luma in 16-bit fixed point, rounded (as Pillow's "L" conversion)
+    weights = np.array([19595, 38470, 7471])
+    return ((rgb.astype(np.int64) @ weights + 0x8000) >> 16).astype(np.uint8)[..., None]
