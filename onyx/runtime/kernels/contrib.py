@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..registry import op
-from .activation import _coerced_2d, _gelu, _sigmoid, _softmax
+from .activation import _coerced_2d, _sigmoid, _softmax
 from .elementwise import upcast
 from .linalg import integer_matmul
 from .quantize import saturate_cast
@@ -139,24 +139,77 @@ def _in_dtype(fn, x: np.ndarray, *args) -> np.ndarray:
     return np.asarray(fn(upcast(x), *args)).astype(x.dtype, copy=False)
 
 
+def _plus_bias(x: np.ndarray, bias) -> np.ndarray:
+    """x (+ bias) as a fresh array of float32 or float64, which the caller may write into."""
+    v = upcast(x)
+    if bias is not None:
+        return np.add(v, upcast(bias))
+    return v.astype(np.float32 if v.dtype != np.float64 else v.dtype, copy=True)
+
+
+#: erf(u) ~ u * P(u^2) / Q(u^2) on |u| <= 4 (erf rounds to +-1 beyond): a rational fit of ours
+#: (relative error < 1e-7 in exact arithmetic, a few float32 ulps as evaluated). GELU only
+#: needs float32 accuracy; the element-wise Erf op is exact-er (elementwise.py).
+_ERF_P = (1.1283791500839877, 0.18991267024051248, 0.0526662900984952, 0.0037413587913662895,
+          0.000283743175213966, 2.044656840499583e-06)  # fmt: skip
+_ERF_Q = (1.0, 0.5016385567242271, 0.11388980580812919, 0.014919072643161205,
+          0.0011556873494000743, 3.797955023600593e-05)  # fmt: skip
+
+
+def _horner(t: np.ndarray, coefficients: tuple[float, ...]) -> np.ndarray:
+    """sum_k c_k t^k into one fresh array (in-place steps)."""
+    acc = t * t.dtype.type(coefficients[-1])
+    for c in coefficients[-2:0:-1]:
+        acc += t.dtype.type(c)
+        acc *= t
+    acc += t.dtype.type(coefficients[0])
+    return acc
+
+
+def _gelu_inplace(v: np.ndarray) -> np.ndarray:
+    """0.5 * v * (1 + erf(v / sqrt(2))), overwriting v (a float array the caller owns)."""
+    f = v.dtype.type
+    u = v * f(1 / np.sqrt(2))
+    np.clip(u, -4, 4, out=u)
+    t = u * u
+    erf = _horner(t, _ERF_P)
+    erf /= _horner(t, _ERF_Q)
+    erf *= u
+    np.clip(erf, -1, 1, out=erf)
+    erf += 1
+    erf *= f(0.5)
+    v *= erf
+    return v
+
+
+def _fast_gelu_inplace(v: np.ndarray) -> np.ndarray:
+    """The tanh approximation 0.5 * v * (1 + tanh(sqrt(2/pi) * (v + 0.044715 v^3))) with the
+    constants of onnxruntime's docs, overwriting v."""
+    f = v.dtype.type
+    inner = v * v
+    inner *= f(0.035677408136300125)  # 0.044715 * sqrt(2 / pi)
+    inner += f(0.7978845608028654)  # sqrt(2 / pi)
+    inner *= v
+    np.tanh(inner, out=inner)
+    inner += 1
+    inner *= f(0.5)
+    v *= inner
+    return v
+
+
 @op("Gelu", since=1, domain=MS)
 def gelu(x):
-    return _in_dtype(_gelu, x, "none")
+    return _gelu_inplace(_plus_bias(x, None)).astype(x.dtype, copy=False)
 
 
 @op("BiasGelu", since=1, domain=MS)
 def bias_gelu(a, b):
-    return _in_dtype(lambda v: _gelu(v + upcast(b), "none"), a)
-
-
-def _fast_gelu(v: np.ndarray) -> np.ndarray:
-    # the tanh approximation with the constants of onnxruntime's docs (sqrt(2/pi), 0.044715)
-    return 0.5 * v * (1 + np.tanh(0.7978845608028654 * v + 0.035677408136300125 * v * v * v))
+    return _gelu_inplace(_plus_bias(a, b)).astype(a.dtype, copy=False)
 
 
 @op("FastGelu", since=1, domain=MS)
 def fast_gelu(x, bias=None):
-    return _in_dtype(lambda v: _fast_gelu(v if bias is None else v + upcast(bias)), x)
+    return _fast_gelu_inplace(_plus_bias(x, bias)).astype(x.dtype, copy=False)
 
 
 @op("SkipLayerNormalization", since=1, domain=MS)
@@ -165,23 +218,21 @@ def skip_layer_normalization(x, skip, gamma, beta=None, bias=None, *, epsilon=1e
 
     Outputs: the result, the mean and 1/std (float32, last axis kept as 1), and the sum itself.
     """
-    total = upcast(x).astype(np.float32) + upcast(skip).astype(np.float32)
+    total = np.add(x, skip, dtype=np.float32)
     if bias is not None:
-        total = total + upcast(bias).astype(np.float32)
+        total += upcast(bias)
     mean = np.mean(total, axis=-1, keepdims=True)
-    centered = total - mean
-    inv_std = 1 / np.sqrt(
-        np.mean(centered * centered, axis=-1, keepdims=True) + np.float32(epsilon)
-    )
-    y = centered * inv_std * upcast(gamma).astype(np.float32)
+    y = total - mean
+    # the variance as one dot product per row (no squared temporary)
+    var = np.einsum("...i,...i->...", y, y)[..., None]
+    var *= np.float32(1 / total.shape[-1])
+    var += np.float32(epsilon)
+    inv_std = np.reciprocal(np.sqrt(var, out=var), out=var)
+    y *= inv_std
+    y *= upcast(gamma)
     if beta is not None:
-        y = y + upcast(beta).astype(np.float32)
-    return (
-        y.astype(x.dtype),
-        mean.astype(np.float32),
-        inv_std.astype(np.float32),
-        total.astype(x.dtype),
-    )
+        y += upcast(beta)
+    return y.astype(x.dtype, copy=False), mean, inv_std, total.astype(x.dtype, copy=False)
 
 
 def _fused_operand(m: np.ndarray, trans: int, trans_batch: int) -> np.ndarray:

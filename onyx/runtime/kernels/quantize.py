@@ -55,10 +55,19 @@ def saturate_cast(values: np.ndarray, zero_point, dtype: np.dtype, saturate: int
     """
     dtype = np.dtype(dtype)
     if _is_integer(dtype):
-        q = np.rint(upcast(values)).astype(np.float64)
+        lo, hi = _int_range(dtype)
+        v = upcast(np.asarray(values))
+        if v.dtype == np.float32 and hi - lo < 2**17:
+            # float32 is exact here: rint gives an integer; adding a zero point of the type
+            # stays exact below 2**24, and anything beyond saturates to lo or hi either way
+            q = np.rint(v, out=np.empty(v.shape, np.float32))  # (0-d stays an array)
+            if zero_point is not None:
+                q += np.asarray(zero_point).astype(np.float32)
+            np.clip(q, lo, hi, out=q)
+            return q.astype(dtype) if dtype.kind in "iu" else q.astype(np.int8).astype(dtype)
+        q = np.rint(v).astype(np.float64)
         if zero_point is not None:
             q = q + _wide(zero_point).astype(np.float64)
-        lo, hi = _int_range(dtype)
         return np.asarray(np.clip(q, lo, hi)).astype(np.int64).astype(dtype)
     v = upcast(values)
     if zero_point is not None:
@@ -76,17 +85,25 @@ def quantize(x, y_scale, y_zero_point, *, axis=1, block_size=0, dtype, saturate=
     zp = None
     if y_zero_point is not None:
         zp = expand_param(y_zero_point, x.shape, axis, block_size)
-    return saturate_cast(x.astype(compute) / scale, zp, dtype, saturate)
+    return saturate_cast(np.divide(x.astype(compute, copy=False), scale), zp, dtype, saturate)
 
 
 def dequantize(x, x_scale, x_zero_point, *, axis=1, block_size=0, dtype=None):
     """(x - zero_point) * scale, multiplied in the output type's precision."""
     if dtype is None:
         dtype = x_scale.dtype if x_scale.dtype != _E8M0 else np.dtype(np.float32)
-    diff = _wide(x)
-    if x_zero_point is not None:
-        diff = diff - _wide(expand_param(x_zero_point, x.shape, axis, block_size))
     scale = expand_param(x_scale, x.shape, axis, block_size)
+    zp = None if x_zero_point is None else expand_param(x_zero_point, x.shape, axis, block_size)
+    if dtype == np.float32 and x.dtype.kind in "iu" and x.dtype.itemsize <= 2:
+        # small integers and their differences are exact in float32: one rounding, the product
+        y = x.astype(np.float32)
+        if zp is not None:
+            y -= zp.astype(np.float32)
+        y *= scale.astype(np.float32)
+        return y
+    diff = _wide(x)
+    if zp is not None:
+        diff = diff - _wide(zp)
     # both factors rounded to the output type, their product computed exactly, then rounded
     product = upcast(diff.astype(dtype)) * upcast(scale.astype(dtype))
     return np.asarray(product).astype(dtype, copy=False)
@@ -133,7 +150,7 @@ def dequantize_linear(x, x_scale, x_zero_point=None, *, axis=1, block_size=0, ou
 
 @op("DynamicQuantizeLinear", since=11)
 def dynamic_quantize_linear(x):
-    x = x.astype(np.float32)
+    x = x.astype(np.float32, copy=False)
     lo = np.minimum(np.min(x, initial=0.0), 0).astype(np.float32)
     hi = np.maximum(np.max(x, initial=0.0), 0).astype(np.float32)
     scale = np.float32((hi - lo) / np.float32(255))
