@@ -307,6 +307,60 @@ def test_layer_norm_fusion():
     assert len(opt.graph) == 1
 
 
+@pytest.mark.parametrize("cube", ["pow", "mul"])
+def test_fast_gelu_and_bias_fusion(cube):
+    """GPT-2's tanh GELU as the dynamo (Pow) and TorchScript (Mul chain) exporters write it, after
+    a MatMul + bias: one FastGelu(x, bias)."""
+    k, c = math.sqrt(2 / math.pi), 0.044715
+    nodes = [
+        helper.make_node("MatMul", ["x", "W"], ["mm"]),
+        helper.make_node("Add", ["mm", "b"], ["h"]),
+    ]
+    if cube == "pow":
+        nodes.append(helper.make_node("Pow", ["h", "three"], ["h3"]))
+    else:
+        nodes += [
+            helper.make_node("Mul", ["h", "h"], ["h2"]),
+            helper.make_node("Mul", ["h", "h2"], ["h3"]),
+        ]
+    nodes += [
+        helper.make_node("Mul", ["c", "h3"], ["ch3"]),
+        helper.make_node("Add", ["h", "ch3"], ["inner"]),
+        helper.make_node("Mul", ["k", "inner"], ["scaled"]),
+        helper.make_node("Tanh", ["scaled"], ["t"]),
+        helper.make_node("Add", ["t", "one"], ["p"]),
+        helper.make_node("Mul", ["half", "p"], ["hp"]),
+        helper.make_node("Mul", ["h", "hp"], ["y"]),
+    ]
+    inits = [
+        ("W", w(8, 16)),
+        ("b", w(16)),
+        ("three", np.array(3, np.float32)),
+        ("c", np.array(c, np.float32)),
+        ("k", np.array(k, np.float32)),
+        ("one", np.array(1, np.float32)),
+        ("half", np.array(0.5, np.float32)),
+    ]
+    m = make(nodes, [("x", F, ["N", 5, 8])], [("y", F, ["N", 5, 16])], inits)
+    opt = check(m, {"x": w(2, 5, 8, scale=2)}, expect=["FastGelu"], absent=["Tanh", "Add"])
+    assert [n.op_type for n in opt.graph] == ["MatMul", "FastGelu"]
+    assert len(opt.graph.nodes[1].inputs) == 2  # the bias moved into FastGelu
+    opt = check(m, {"x": w(2, 5, 8)}, disabled=["BiasGeluFusion"], expect=["FastGelu", "Add"])
+    check(m, {"x": w(2, 5, 8)}, disabled=["FastGeluFusion"], expect=["Tanh"], absent=["FastGelu"])
+
+
+def test_onnx_gelu_tanh_and_erf_bias():
+    nodes = [
+        helper.make_node("Add", ["x", "b"], ["h"]),
+        helper.make_node("Gelu", ["h"], ["g"], approximate="tanh"),
+        helper.make_node("Add", ["g", "b"], ["h2"]),
+        helper.make_node("Gelu", ["h2"], ["y"]),
+    ]
+    m = make(nodes, [("x", F, [3, 16])], [("y", F, [3, 16])], [("b", w(16))], opset=20)
+    opt = check(m, {"x": w(3, 16, scale=2)})
+    assert [n.op_type for n in opt.graph] == ["FastGelu", "BiasGelu"]
+
+
 def test_transpose_cancellation():
     nodes = [
         helper.make_node("Transpose", ["x"], ["t1"], perm=[0, 2, 1]),

@@ -1,7 +1,10 @@
-"""Transformer patterns: the erf GELU and the decomposed layer normalization, each into one op.
+"""Transformer patterns: the erf and tanh GELUs, GELU bias, the decomposed layer normalization,
+each into one op.
 
-GELU becomes ai.onnx Gelu (opset >= 20) or com.microsoft Gelu; the layer norm becomes
-LayerNormalization (opset >= 17). Both match the subgraphs PyTorch exporters write.
+The erf GELU becomes ai.onnx Gelu (opset >= 20) or com.microsoft Gelu, the tanh GELU
+com.microsoft FastGelu, a bias Add before either com.microsoft BiasGelu / FastGelu with bias; the
+layer norm becomes LayerNormalization (opset >= 17). All match the subgraphs PyTorch exporters
+write, and every fused op is one onnxruntime loads.
 """
 
 from __future__ import annotations
@@ -91,6 +94,130 @@ def gelu_fusion(ctx: PassContext) -> bool:
             gelu = ir.Node("Gelu", [x], 1, domain=MS, name=(erf.name or "gelu") + "_fused")
         ctx.replace_nodes(last, gelu, [scale, erf, add, *extra])
         ctx.count("GeluFusion")
+        changed = True
+    return changed
+
+
+# -------------------------------------------------------------------------------- tanh GELU
+
+
+def _cube_of(ctx: PassContext, v: ir.Value) -> tuple[ir.Value | None, list]:
+    """x when v is x^3: Pow(x, 3), x * (x * x) or (x * x) * x; with the nodes."""
+    n = v.producer
+    if is_op(n, "Pow") and ctx.scalar(n.inputs[1]) == 3.0:
+        return n.inputs[0], [n]
+    if is_op(n, "Mul"):
+        for x, sq in (n.inputs, n.inputs[::-1]):
+            s = sq.producer
+            if is_op(s, "Mul") and s.inputs[0] is x and s.inputs[1] is x:
+                if ctx.single_use(sq) is n:
+                    return x, [s, n]
+    return None, []
+
+
+def _scaled_by(ctx: PassContext, node: ir.Node | None, target: float):
+    """For Mul(v, c) or Mul(c, v) with scalar c near target: v."""
+    if not is_op(node, "Mul"):
+        return None
+    for v, c in (node.inputs, node.inputs[::-1]):
+        if _near(ctx.scalar(c), target):
+            return v
+    return None
+
+
+def _tanh_gelu_input(ctx: PassContext, tanh: ir.Node):
+    """x when tanh's input is sqrt(2/pi) * (x + 0.044715 * x^3), with the nodes."""
+    ks = tanh.inputs[0].producer
+    inner = _scaled_by(ctx, ks, math.sqrt(2 / math.pi))
+    if inner is None or ctx.single_use(tanh.inputs[0]) is not tanh:
+        return None, []
+    add = inner.producer
+    if not is_op(add, "Add") or ctx.single_use(inner) is not ks:
+        return None, []
+    for x, m in (add.inputs, add.inputs[::-1]):
+        cube = _scaled_by(ctx, m.producer, 0.044715)
+        if cube is None or ctx.single_use(m) is not add or ctx.single_use(cube) is not m.producer:
+            continue
+        base, cube_nodes = _cube_of(ctx, cube)
+        if base is x:
+            return x, [*cube_nodes, m.producer, add, ks]
+    return None, []
+
+
+@graph_pass("FastGeluFusion", EXTENDED)
+def fast_gelu_fusion(ctx: PassContext) -> bool:
+    """0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))  =>  com.microsoft FastGelu(x);
+    so is ai.onnx Gelu(approximate='tanh') (the same function), for the fused kernel."""
+    changed = False
+    for node in ctx.graph:
+        if is_op(node, "Gelu") and node.attr("approximate", "none") == "tanh":
+            if _is_float32(node.inputs[0]) and node.graph is not None:
+                _emit(ctx, "FastGelu", node.inputs[0], node, [])
+                changed = True
+            continue
+        if not is_op(node, "Tanh") or node.graph is None:
+            continue
+        x, dead = _tanh_gelu_input(ctx, node)
+        if x is None or not _is_float32(x):
+            continue
+        plus = _next(ctx, node.outputs[0], "Add")
+        if plus is None or not _near(_const_operand(ctx, plus, node.outputs[0]), 1.0):
+            continue
+        last, extra = _gelu_tail(ctx, plus, x)
+        if last is None:
+            continue
+        _emit(ctx, "FastGelu", x, last, [*dead, node, plus, *extra])
+        changed = True
+    return changed
+
+
+def _is_float32(v: ir.Value) -> bool:
+    # onnxruntime's CPU kernels of FastGelu / BiasGelu are float32 only
+    return isinstance(v.type, ir.TensorType) and v.type.elem_type == ir.DataType.FLOAT
+
+
+def _emit(ctx: PassContext, op_type: str, x: ir.Value, last: ir.Node, dead: list) -> None:
+    ctx.ensure_opset(MS)
+    fused = ir.Node(op_type, [x], 1, domain=MS, name=(last.name or op_type.lower()) + "_fused")
+    ctx.replace_nodes(last, fused, dead)
+    ctx.count(op_type + "Fusion")
+
+
+@graph_pass("BiasGeluFusion", EXTENDED)
+def bias_gelu_fusion(ctx: PassContext) -> bool:
+    """Add(v, bias) -> GELU  =>  com.microsoft BiasGelu(v, bias) (erf GELU) or FastGelu(v, bias)
+    (tanh GELU), bias a constant vector over the last axis: the add happens in the GELU's pass."""
+    changed = False
+    for node in ctx.graph:
+        erf_gelu = (is_op(node, "Gelu") and node.attr("approximate", "none") == "none") or (
+            node.domain == MS and node.op_type == "Gelu"
+        )
+        fast = node.domain == MS and node.op_type == "FastGelu" and len(node.inputs) == 1
+        if not (erf_gelu or fast) or node.graph is None:
+            continue
+        add = node.inputs[0].producer
+        if not is_op(add, "Add") or ctx.single_use(node.inputs[0]) is not node:
+            continue
+        shape = static_shape(node.inputs[0])
+        for v, b in (add.inputs, add.inputs[::-1]):
+            bias = ctx.const(b)
+            if (
+                bias is not None
+                and bias.ndim == 1
+                and shape
+                and shape[-1] == bias.shape[0]
+                and static_shape(v) == shape
+                and _is_float32(v)
+                and bias.dtype == np.float32
+            ):
+                break
+        else:
+            continue
+        op_type = "FastGelu" if fast else "BiasGelu"
+        ctx.ensure_opset(MS)
+        fused = ir.Node(op_type, [v, b], 1, domain=MS, name=(node.name or "gelu") + "_bias")
+        ctx.replace_nodes(node, fused, [add])
+        ctx.count("BiasGeluFusion")
         changed = True
     return changed
 
