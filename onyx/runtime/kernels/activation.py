@@ -39,7 +39,23 @@ def _elu(x, alpha):
 
 
 def _hard_sigmoid(x, alpha, beta):
-    return np.clip(alpha * x + beta, 0, 1)
+    return _clip01(alpha * x + beta)
+
+
+def _clip01(y: np.ndarray) -> np.ndarray:
+    """np.clip(y, 0, 1) in place (y is a fresh array), without np.clip's Python overhead."""
+    if type(y) is not np.ndarray or not y.ndim:
+        return np.clip(y, 0, 1)
+    np.maximum(y, 0, out=y)
+    return np.minimum(y, 1, out=y)
+
+
+def _hard_swish(x: np.ndarray) -> np.ndarray:
+    t = x / 6
+    t += 0.5
+    t = _clip01(t)
+    t *= x
+    return t
 
 
 def _gelu(x, approximate):
@@ -78,7 +94,7 @@ def relu_1(x, *, consumed_inputs=None):
 
 @op("Relu", since=6)
 def relu(x):
-    return np.maximum(x, np.zeros((), x.dtype))
+    return np.asarray(np.maximum(x, x.dtype.type(0)))
 
 
 @op("Sigmoid", since=1)
@@ -163,7 +179,7 @@ def prelu(x, slope):  # slope broadcasts to x (unidirectionally)
 
 _PLAIN: dict[str, tuple[Callable, int]] = {
     # op: (function of the float input, first opset); attribute-free
-    "HardSwish": (lambda x: x * np.clip(x / 6 + 0.5, 0, 1), 14),
+    "HardSwish": (_hard_swish, 14),
     "Softplus": (_softplus, 1),
     "Softsign": (lambda x: x / (1 + np.abs(x)), 1),
     "Mish": (lambda x: x * np.tanh(_softplus(x)), 18),
@@ -171,8 +187,10 @@ _PLAIN: dict[str, tuple[Callable, int]] = {
 
 
 def _register_plain(name: str, fn: Callable, since: int) -> None:
-    compute = _activation(fn)
-    op(name, since=since)(lambda x: compute(x))
+    def kernel(x):
+        return np.asarray(fn(upcast(x))).astype(x.dtype, copy=False)
+
+    op(name, since=since)(kernel)
 
 
 for _name, (_fn, _since) in _PLAIN.items():
@@ -220,9 +238,10 @@ def swiglu(a, b, *, alpha=1.0):
 
 
 def _softmax(x: np.ndarray, axis: int) -> np.ndarray:
-    e = x - np.max(x, axis=axis, keepdims=True)  # a fresh array: the rest works in place
+    # the ufuncs' reduce methods: np.max / np.sum without their Python-level wrappers
+    e = x - np.maximum.reduce(x, axis=axis, keepdims=True)  # fresh: the rest works in place
     np.exp(e, out=e)
-    e /= np.sum(e, axis=axis, keepdims=True)
+    e /= np.add.reduce(e, axis=axis, keepdims=True)
     return e
 
 
@@ -241,7 +260,9 @@ def _hardmax(x: np.ndarray, axis: int) -> np.ndarray:
 def _along_axis(fn: Callable, x: np.ndarray, axis: int) -> np.ndarray:
     if x.size == 0:
         return x.copy()
-    return fn(upcast(x), axis).astype(x.dtype, copy=False)
+    if not -x.ndim <= axis < x.ndim:
+        raise ValueError(f"axis {axis} out of range for rank {x.ndim}")
+    return np.asarray(fn(upcast(x), axis)).astype(x.dtype, copy=False)
 
 
 def _coerced_2d(fn: Callable, x: np.ndarray, axis: int) -> np.ndarray:

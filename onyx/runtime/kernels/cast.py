@@ -28,6 +28,17 @@ _SUB_BYTE_INTS = frozenset(
     np.dtype(t) for t in (ml_dtypes.int4, ml_dtypes.uint4, ml_dtypes.int2, ml_dtypes.uint2)
 )
 _OBJECT = np.dtype(object)
+#: Types numpy's astype converts between exactly as the spec asks (round to nearest even,
+#: integers wrap, x != 0 for bool): no special rule applies. float16 only as a source (integer
+#: -> float16 goes through float64 below).
+_PLAIN_TARGETS = frozenset(
+    np.dtype(t)
+    for t in (
+        np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
+        np.uint64, np.float32, np.float64,
+    )
+)  # fmt: skip
+_PLAIN_SOURCES = _PLAIN_TARGETS | {np.dtype(np.float16)}
 
 
 def _to_wide(x: np.ndarray) -> np.ndarray:
@@ -135,6 +146,10 @@ def cast(x: np.ndarray, to, saturate: int = 1, round_mode: str = "up") -> np.nda
 def cast_op(x, *, to, saturate=1, round_mode="up"):
     # `saturate` (opset 19) and `round_mode` (opset 24) only matter for float8 targets, which
     # earlier opsets do not have, so one kernel serves every version
+    if type(to) is int and type(x) is np.ndarray and x.dtype in _PLAIN_SOURCES:
+        dtype = to_numpy(to)
+        if dtype in _PLAIN_TARGETS:
+            return x.astype(dtype)  # the common case, without cast()'s dispatch
     return cast(x, to, saturate, round_mode)
 
 

@@ -194,9 +194,9 @@ def _register_unary(name: str, fn: Callable, since: int) -> None:
             return fn(x)
 
         op(name, since=1)(legacy)
-        op(name, since=6)(lambda x: fn(x))
+        op(name, since=6)(fn)
     else:
-        op(name, since=since)(lambda x: fn(x))
+        op(name, since=since)(fn)
 
 
 for _name, (_fn, _since) in _UNARY.items():
@@ -251,6 +251,26 @@ def _in_dtype(fn: Callable) -> Callable:
     return apply
 
 
+#: numpy's own loops for these give the spec's result when both inputs share the type.
+_NATIVE_ARITH = frozenset(np.dtype(t) for t in (np.float32, np.float64, np.int32, np.int64))
+_NATIVE_FLOATS = frozenset(np.dtype(t) for t in (np.float32, np.float64))
+
+
+def _arith(ufunc: np.ufunc, native: frozenset = _NATIVE_ARITH) -> Callable:
+    """A binary arithmetic kernel: the ufunc straight away on the common types (the hot path of
+    every transformer and CNN), _in_dtype's general path otherwise."""
+    general = _in_dtype(_div if ufunc is np.divide else ufunc)
+
+    def apply(a, b):
+        dtype = a.dtype
+        if dtype is b.dtype and dtype in native:
+            out = ufunc(a, b)
+            return out if type(out) is np.ndarray else np.asarray(out)
+        return general(a, b)
+
+    return apply
+
+
 def _compare(fn: Callable) -> Callable:
     def apply(a, b):
         if a.dtype.kind in "OUS" or b.dtype.kind in "OUS":  # strings compare as Python objects
@@ -261,10 +281,10 @@ def _compare(fn: Callable) -> Callable:
 
 
 _ARITH = {
-    "Add": _in_dtype(np.add),
-    "Sub": _in_dtype(np.subtract),
-    "Mul": _in_dtype(np.multiply),
-    "Div": _in_dtype(_div),
+    "Add": _arith(np.add),
+    "Sub": _arith(np.subtract),
+    "Mul": _arith(np.multiply),
+    "Div": _arith(np.divide, _NATIVE_FLOATS),  # integers truncate toward zero: general path
 }
 _LOGIC = {"And": np.logical_and, "Or": np.logical_or, "Xor": np.logical_xor}
 _COMPARE = {
@@ -299,7 +319,7 @@ def _register_binary(name: str, fn: Callable, modern_since: int, legacy: bool) -
             return fn(a, legacy_broadcast(a, b, broadcast, axis))
 
         op(name, since=1)(old)
-    op(name, since=modern_since)(lambda a, b: fn(a, b))
+    op(name, since=modern_since)(fn)
 
 
 for _name, _fn in {**_ARITH, **_LOGIC, **_COMPARE}.items():
@@ -397,7 +417,7 @@ def _register_variadic(name: str, fn: Callable) -> None:
         return fn(*inputs)
 
     op(name, since=1)(legacy)
-    op(name, since=6)(lambda *inputs: fn(*inputs))
+    op(name, since=6)(fn)
 
 
 for _name, _fn in {"Max": _max, "Min": _min, "Sum": _sum, "Mean": _mean}.items():

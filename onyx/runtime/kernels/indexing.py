@@ -9,6 +9,8 @@ from ..registry import op
 
 
 def _ints(x) -> list[int]:
+    if type(x) is np.ndarray:
+        return x.reshape(-1).tolist()  # one C call: the hot path of every index input
     return [int(v) for v in np.asarray(x).reshape(-1)]
 
 
@@ -76,7 +78,9 @@ def slice_(data, starts, ends, axes=None, steps=None):
 @op("Gather", since=1)
 def gather(data, indices, *, axis=0):
     axis = _axis(axis, data.ndim)
-    return np.take(data, _wrap(np.asarray(indices), data.shape[axis]), axis=axis)
+    # take's default mode='raise' is the spec: negative indices count from the back, anything
+    # out of [-dim, dim) is an error
+    return np.asarray(np.take(data, indices, axis=axis))
 
 
 @op("GatherElements", since=11)

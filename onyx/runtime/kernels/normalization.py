@@ -128,12 +128,30 @@ def batch_normalization_1(
 # ----------------------------------------------------------------------------- Instance / Group
 
 
+_F32_F64 = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _mean(x: np.ndarray, axes: tuple[int, ...], count: int) -> np.ndarray:
+    """x.mean(axes, keepdims=True), bit for bit, without its Python overhead (float32/64)."""
+    if x.dtype not in _F32_F64:
+        return x.mean(axis=axes, keepdims=True)
+    total = np.add.reduce(x, axis=axes, keepdims=True)
+    return np.true_divide(total, count, out=total)
+
+
 def _standardize(x: np.ndarray, axes, epsilon: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(normalized, mean, inverse std dev) of x over axes, computed in x's dtype."""
-    mean = x.mean(axis=axes, keepdims=True)
+    count = 1
+    for a in axes:
+        count *= x.shape[a]
+    mean = _mean(x, axes, count)
     d = x - mean
-    inv_std = 1 / np.sqrt((d * d).mean(axis=axes, keepdims=True) + x.dtype.type(epsilon))
-    return d * inv_std, mean, inv_std
+    var = _mean(np.square(d), axes, count)
+    var += x.dtype.type(epsilon)
+    inv_std = np.sqrt(var, out=var)
+    np.divide(1, inv_std, out=inv_std)
+    d *= inv_std  # d is ours: normalize in place
+    return d, mean, inv_std
 
 
 @op("InstanceNormalization", since=1)
@@ -147,7 +165,9 @@ def instance_normalization(input, scale, B, *, consumed_inputs=None, epsilon=1e-
 
 def _stash_dtype(stash_type: int, x_dtype: np.dtype) -> np.dtype:
     # float64 inputs keep float64 statistics, as onnxruntime's double kernels do.
-    return np.dtype(np.float64) if x_dtype == np.float64 else to_numpy(stash_type)
+    if x_dtype == np.float64:
+        return x_dtype
+    return _F32_F64[0] if stash_type == 1 else to_numpy(stash_type)
 
 
 def _group_standardize(X, num_groups, epsilon, stash_dtype) -> np.ndarray:
@@ -189,10 +209,18 @@ def layer_normalization(X, Scale, B=None, *, axis=-1, epsilon=1e-5, stash_type=1
     normalized, mean, inv_std = _standardize(
         X.astype(stash, copy=False), _trailing_axes(X, axis), epsilon
     )
-    y = normalized.astype(X.dtype, copy=False) * Scale.astype(X.dtype, copy=False)
+    y = normalized.astype(X.dtype, copy=False)  # a fresh array (normalized, or its cast)
+    y = _apply(np.multiply, y, Scale.astype(X.dtype, copy=False))
     if B is not None:
-        y = y + B.astype(X.dtype, copy=False)
+        y = _apply(np.add, y, B.astype(X.dtype, copy=False))
     return y, mean, inv_std
+
+
+def _apply(ufunc, y: np.ndarray, param: np.ndarray) -> np.ndarray:
+    """ufunc(y, param), in place in y (a fresh array) when param has y's trailing shape."""
+    if param.shape == y.shape[y.ndim - param.ndim :]:
+        return ufunc(y, param, out=y)
+    return ufunc(y, param)
 
 
 @op("RMSNormalization", since=23)

@@ -63,9 +63,19 @@ def _sum(x, axes, keepdims):
     return np.sum(x, axis=axes, keepdims=keepdims, dtype=x.dtype)
 
 
+_F32_F64 = (np.dtype(np.float32), np.dtype(np.float64))
+
+
 def _mean(x, axes, keepdims):
     if x.size == 0:  # the spec leaves it undefined; onnxruntime gives 0 (not 0/0)
         return np.sum(x, axis=axes, keepdims=keepdims)
+    if x.dtype in _F32_F64:
+        # what np.mean does (sum in x's dtype, then divide by the count), minus its overhead
+        total = np.add.reduce(x, axis=axes, keepdims=keepdims)
+        count = 1
+        for a in axes:
+            count *= x.shape[a]
+        return np.true_divide(total, count, out=total) if total.ndim else total / count
     return np.mean(x, axis=axes, keepdims=keepdims)
 
 
@@ -88,7 +98,7 @@ _REDUCTIONS: dict[str, Reduction] = {
 def _normalize_axes(axes, ndim: int) -> tuple[int, ...] | None:
     if axes is None:
         return None
-    axes = [int(a) for a in np.asarray(axes).ravel()]
+    axes = axes.reshape(-1).tolist() if type(axes) is np.ndarray else [int(a) for a in axes]
     if not axes:
         return None
     return tuple(sorted({a + ndim if a < 0 else a for a in axes}))

@@ -12,6 +12,8 @@ from ..registry import op
 
 def _ints(x) -> list[int]:
     """An int64 tensor (or attribute list) as a list of Python ints."""
+    if type(x) is np.ndarray:
+        return x.reshape(-1).tolist()  # one C call: the hot path of every shape input
     return [int(v) for v in np.asarray(x).reshape(-1)]
 
 
@@ -25,6 +27,8 @@ def _axis(axis: int, rank: int) -> int:
 
 
 def _reshape(data: np.ndarray, shape: list[int], allowzero: int) -> np.ndarray:
+    if 0 not in shape and shape.count(-1) <= 1 and data.size:
+        return data.reshape(shape)  # numpy infers a -1 as the spec does
     # 0 copies the input's dim (unless allowzero), -1 is inferred from the remaining size
     dims = [data.shape[i] if d == 0 and not allowzero else d for i, d in enumerate(shape)]
     if dims.count(-1) > 1:
@@ -50,7 +54,7 @@ def reshape(data, shape, *, allowzero=0):
 
 @op("Transpose", since=1)
 def transpose(data, *, perm=None):
-    return np.transpose(data, None if perm is None else list(perm))
+    return data.transpose(perm)  # the method: no Python-level wrapper (None reverses the axes)
 
 
 @op("Concat", since=1)
@@ -75,8 +79,12 @@ def _split(x: np.ndarray, axis: int, sizes: list[int] | None, n: int) -> tuple:
         sizes = [min(chunk, max(dim - i * chunk, 0)) for i in range(n)]
     if sum(sizes) != dim:
         raise ValueError(f"Split: sizes {sizes} do not add up to dim {dim}")
-    bounds = np.cumsum(sizes)[:-1]
-    return tuple(np.split(x, bounds, axis=axis))
+    lead = (slice(None),) * axis
+    parts, start = [], 0
+    for n in sizes:
+        parts.append(x[lead + (slice(start, start + n),)])
+        start += n
+    return tuple(parts)
 
 
 @op("Split", since=1)
@@ -120,8 +128,9 @@ def squeeze(data, axes=None):
 
 
 def _unsqueeze(data: np.ndarray, axes) -> np.ndarray:
-    rank = data.ndim + len(_ints(axes))
-    axes = sorted(_axis(a, rank) for a in _ints(axes))
+    axes = _ints(axes)
+    rank = data.ndim + len(axes)
+    axes = sorted(_axis(a, rank) for a in axes)
     if len(set(axes)) != len(axes):
         raise ValueError(f"Unsqueeze: repeated axes {axes}")
     shape = list(data.shape)
@@ -151,10 +160,24 @@ def flatten(input, *, axis=1):
 # --- Expand / Tile -------------------------------------------------------------------------------
 
 
+def broadcast_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    """numpy's broadcast of two shapes (np.broadcast_shapes without its Python overhead)."""
+    if len(a) < len(b):
+        a, b = b, a
+    b = (1,) * (len(a) - len(b)) + tuple(b)
+    out = []
+    for m, n in zip(a, b):
+        if m != n and m != 1 and n != 1:
+            raise ValueError(f"shapes {a} and {b} do not broadcast")
+        out.append(n if m == 1 else m)
+    return tuple(out)
+
+
 @op("Expand", since=8)
 def expand(input, shape):
-    out_shape = np.broadcast_shapes(input.shape, tuple(_ints(shape)))
-    return np.array(np.broadcast_to(input, out_shape))
+    out = np.empty(broadcast_shape(input.shape, tuple(_ints(shape))), dtype=input.dtype)
+    np.copyto(out, input)
+    return out
 
 
 @op("Tile", since=1)
