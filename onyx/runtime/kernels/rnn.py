@@ -1,17 +1,19 @@
 """Recurrent layers: RNN, GRU, LSTM.
 
 The three share one plan (the spec's equations are per direction; here every direction runs in
-the same loop), with states kept feature-major (``h [dirs, H, batch]``) so that the recurrent
-product is ``R @ h`` with the weights as given:
+the same loop). States are feature-major, ``h [dirs, H, batch]``, so the recurrent product is
+``R @ h`` with the weights as given, and gate pre-activations are gate-major, ``[gates, dirs, H,
+batch]``, so that each gate (and the i/o/f block of LSTM) is one contiguous array for all
+directions: numpy's elementwise calls on small arrays are ~3x faster contiguous than strided.
 
 - The input projection W*Xt + Wb (+ the recurrent biases that sit outside any product) of every
-  time step and direction is one batched BLAS matmul up front: ``xs [dirs, G*H, steps, batch]``.
-  A reverse direction reads X time-reversed (with ``sequence_lens``: each batch entry's valid
-  steps reversed, padding left in place), so every direction walks its steps forward.
-- Each step is one batched recurrent matmul ``R [dirs, G*H, H] @ h [dirs, H, batch]`` followed
-  by gate math in place on preallocated buffers, with activations compiled to in-place
-  functions before the loop. The new hidden state is written straight into ``Ys [steps, dirs,
-  H, batch]``; Y is rearranged from it once at the end.
+  time step and direction is one batched BLAS matmul up front: ``xs [gates, dirs, H, steps,
+  batch]``. A reverse direction reads X time-reversed (with ``sequence_lens``: each batch entry's
+  valid steps reversed, padding left in place), so every direction walks its steps forward.
+- Each step is one batched recurrent matmul ``R [gates, dirs, H, H] @ h [dirs, H, batch]``
+  followed by gate math in place on preallocated buffers, with activations (and their constants,
+  in the compute dtype) compiled before the loop. The new hidden state is written straight into
+  ``Ys [steps, dirs, H, batch]``; Y is rearranged from it once at the end.
 - ``sequence_lens`` costs nothing per step: batch columns never mix, so a finished entry may run
   on through its padding; afterwards each entry's state at its last valid step is the final
   state and Y is zeroed past its length.
@@ -27,110 +29,125 @@ import numpy as np
 from ..registry import op
 
 # --- activations ---------------------------------------------------------------------------------
-# name -> (function(x, out, alpha, beta) writing into out (which may be x), default alpha, default
-# beta). alpha/beta are drawn, in order, from activation_alpha/activation_beta only by the
-# activations that take them (as onnxruntime does); names match case-insensitively. Defaults are
-# those of the ONNX operators of the same name (Affine: the former Affine op's 1, 0). ScaledTanh
-# has no ONNX default: onnxruntime's 0, 0 is used.
+# name -> (factory(alpha, beta) of a function act(x, out) writing into out (which may be x),
+# default alpha, default beta). alpha and beta arrive as 0-d arrays of the compute dtype (numpy
+# takes those faster than Python floats). They are drawn, in order, from activation_alpha and
+# activation_beta only by the activations that take them (as onnxruntime does); names match
+# case-insensitively. Defaults are those of the ONNX operators of the same name (Affine: the former
+# Affine op's 1, 0). ScaledTanh has no ONNX default: onnxruntime's 0, 0 is used.
 
 
-def _sigmoid(x, out, a, b):
-    # 1 / (1 + exp(-x)): exp overflows to inf for x < -88 and the result is the exact limit 0
-    np.negative(x, out=out)
-    np.exp(out, out=out)
-    np.add(out, 1, out=out)
-    np.reciprocal(out, out=out)
+def _sigmoid(a, b):
+    one = np.ones((), a.dtype)
+
+    def sigmoid(x, out):  # 1 / (1 + exp(-x)); exp overflows to inf for x < -88: the limit 0
+        np.negative(x, out=out)
+        np.exp(out, out=out)
+        np.add(out, one, out=out)
+        np.reciprocal(out, out=out)
+
+    return sigmoid
 
 
-def _affine(x, out, a, b):
-    np.multiply(x, a, out=out)
-    np.add(out, b, out=out)
+def _affine(a, b):
+    def affine(x, out):
+        np.multiply(x, a, out=out)
+        np.add(out, b, out=out)
+
+    return affine
 
 
-def _leaky_relu(x, out, a, b):
-    np.multiply(x, np.where(x < 0, a, 1).astype(x.dtype), out=out)
+def _scaled_tanh(a, b):
+    def scaled_tanh(x, out):
+        np.multiply(x, b, out=out)
+        np.tanh(out, out=out)
+        np.multiply(out, a, out=out)
+
+    return scaled_tanh
 
 
-def _thresholded_relu(x, out, a, b):
-    np.copyto(out, np.where(x >= a, x, 0))
+def _hard_sigmoid(a, b):
+    def hard_sigmoid(x, out):
+        np.multiply(x, a, out=out)
+        np.add(out, b, out=out)
+        np.clip(out, 0, 1, out=out)
 
-
-def _scaled_tanh(x, out, a, b):
-    np.multiply(x, b, out=out)
-    np.tanh(out, out=out)
-    np.multiply(out, a, out=out)
-
-
-def _hard_sigmoid(x, out, a, b):
-    _affine(x, out, a, b)
-    np.clip(out, 0, 1, out=out)
-
-
-def _elu(x, out, a, b):
-    np.copyto(out, np.where(x >= 0, x, a * np.expm1(np.minimum(x, 0))))
-
-
-def _softsign(x, out, a, b):
-    np.divide(x, np.abs(x) + 1, out=out)
+    return hard_sigmoid
 
 
 _ACTIVATIONS: dict[str, tuple[Callable, float | None, float | None]] = {
-    "relu": (lambda x, out, a, b: np.maximum(x, 0, out=out), None, None),
-    "tanh": (lambda x, out, a, b: np.tanh(x, out=out), None, None),
+    "relu": (lambda a, b: lambda x, out: np.maximum(x, 0, out=out), None, None),
+    "tanh": (lambda a, b: lambda x, out: np.tanh(x, out=out), None, None),
     "sigmoid": (_sigmoid, None, None),
     "affine": (_affine, 1.0, 0.0),
-    "leakyrelu": (_leaky_relu, 0.01, None),
-    "thresholdedrelu": (_thresholded_relu, 1.0, None),
+    "leakyrelu": (
+        lambda a, b: lambda x, out: np.copyto(out, np.where(x < 0, a * x, x)),
+        0.01,
+        None,
+    ),
+    "thresholdedrelu": (
+        lambda a, b: lambda x, out: np.copyto(out, np.where(x > a, x, 0)),
+        1.0,
+        None,
+    ),
     "scaledtanh": (_scaled_tanh, 0.0, 0.0),
     "hardsigmoid": (_hard_sigmoid, 0.2, 0.5),
-    "elu": (_elu, 1.0, None),
-    "softsign": (_softsign, None, None),
-    "softplus": (lambda x, out, a, b: np.logaddexp(0, x, out=out), None, None),
+    "elu": (
+        lambda a, b: (
+            lambda x, out: np.copyto(out, np.where(x < 0, a * np.expm1(np.minimum(x, 0)), x))
+        ),
+        1.0,
+        None,
+    ),
+    "softsign": (lambda a, b: lambda x, out: np.divide(x, np.abs(x) + 1, out=out), None, None),
+    "softplus": (lambda a, b: lambda x, out: np.logaddexp(0, x, out=out), None, None),
 }
 
 
-def _activations(names, alphas, betas, per_direction: int, n_dirs: int, defaults: list[str]):
+def _activations(names, alphas, betas, per_direction: int, n_dirs: int, defaults, dtype):
     """``per_direction`` activations ``act(x, out)``, each over [dirs, ...] (all directions)."""
     names = list(names) if names else defaults * n_dirs
     if len(names) < per_direction * n_dirs:  # one set given for both directions
         names = names[:per_direction] * n_dirs
     alphas, betas = list(alphas or []), list(betas or [])
-    specs = []  # (function, alpha, beta) per direction and gate
+    specs = []  # (factory, alpha, beta) per direction and gate
     for name in names[: per_direction * n_dirs]:
-        fn, alpha, beta = _ACTIVATIONS[name.lower()]
+        make, alpha, beta = _ACTIVATIONS[name.lower()]
         if alpha is not None and alphas:
             alpha = alphas.pop(0)
         if beta is not None and betas:
             beta = betas.pop(0)
-        specs.append((fn, alpha, beta))
-    return [_over_directions(specs[k::per_direction]) for k in range(per_direction)]
+        specs.append((make, alpha, beta))
+    return [_over_directions(specs[k::per_direction], dtype) for k in range(per_direction)]
 
 
-def _over_directions(specs: list) -> Callable:
+def _over_directions(specs: list, dtype) -> Callable:
     """One activation over all directions: a single call when they agree."""
+    acts = [make(np.asarray(a or 0, dtype), np.asarray(b or 0, dtype)) for make, a, b in specs]
     if all(s == specs[0] for s in specs):
-        fn, a, b = specs[0]
-        return lambda x, out: fn(x, out, a, b)
+        return acts[0]
 
-    def per_direction(x, out):
-        for d, (fn, a, b) in enumerate(specs):
-            fn(x[d], out[d], a, b)
+    def per_direction(x, out):  # x [..., dirs, H, batch]
+        for d, act in enumerate(acts):
+            act(x[..., d, :, :], out[..., d, :, :])
 
     return per_direction
 
 
-def _clipper(clip) -> Callable | None:
+def _clipper(clip, dtype) -> Callable | None:
     if clip is None:
         return None
-    return lambda v: np.clip(v, -clip, clip, out=v)
+    lo, hi = np.asarray(-clip, dtype), np.asarray(clip, dtype)
+    return lambda v: np.clip(v, lo, hi, out=v)
 
 
 # --- the recurrent product -----------------------------------------------------------------------
 
 # OpenBLAS packs both operands of a GEMM unless M*N*K is below ~100**3, where its small-matrix
-# kernels run unpacked. For R [G*H, H] @ h [H, batch], repacking R every step dominates once the
-# batch is a few columns: split R's rows into chunks under that size (measured at batch 8,
-# H 256, G 4: 84 us -> 43 us a step, onnxruntime's MatMul 46 us). One batched np.matmul runs them.
+# kernels run unpacked. For R [H, H] @ h [H, batch], repacking R every step dominates once the
+# batch is a few columns: one product per gate (and, past that size, per chunk of rows) stays
+# under it (measured at batch 8, H 256, 4 gates: 84 us -> 43 us a step, onnxruntime's MatMul
+# 46 us). One batched np.matmul runs them all.
 _SMALL_GEMM = 100**3
 _MIN_CHUNK_ROWS = 32
 
@@ -145,13 +162,13 @@ def _row_chunks(rows: int, batch: int, k: int) -> int:
 
 
 def _recurrent_matmul(R: np.ndarray, batch: int) -> Callable:
-    """``mm(h, out)``: out [dirs, rows, batch] = R [dirs, rows, K] @ h [dirs, K, batch]."""
-    dirs, rows, k = R.shape
+    """``mm(h, out)``: out [gates, dirs, H, batch] = R [gates, dirs, H, K] @ h [dirs, K, batch]."""
+    gates, dirs, rows, k = R.shape
     n = _row_chunks(rows, batch, k)
     if n == 1:
         return lambda h, out: np.matmul(R, h, out=out)
-    chunked = np.ascontiguousarray(R).reshape(dirs, n, rows // n, k)
-    shape = (dirs, n, rows // n, batch)
+    chunked = R.reshape(gates, dirs, n, rows // n, k)
+    shape = (gates, dirs, n, rows // n, batch)
     # splitting the rows axis of out is always a view, so the product lands in out
     return lambda h, out: np.matmul(chunked, h[:, None], out=out.reshape(shape))
 
@@ -161,9 +178,9 @@ def _recurrent_matmul(R: np.ndarray, batch: int) -> Callable:
 
 @dataclass
 class _Layer:
-    xs: np.ndarray  # [dirs, G*H, steps, batch]: input projections in each direction's step order
-    R: np.ndarray  # [dirs, G*H, H]
-    Rb: np.ndarray  # [dirs, G*H, 1]: recurrent bias (the part not folded into xs is still needed)
+    xs: np.ndarray  # [gates, dirs, H, steps, batch]: input projections in step order
+    R: np.ndarray  # [gates, dirs, H, H]
+    Rb: np.ndarray  # [gates, dirs, H, 1]: recurrent bias (what is not folded into xs is needed)
     h0: np.ndarray  # [dirs, H, batch]
     c0: np.ndarray  # [dirs, H, batch]
     lens: np.ndarray | None  # [batch], None when every entry runs the whole sequence
@@ -172,8 +189,12 @@ class _Layer:
     layout: int
 
     @property
+    def dtype(self) -> np.dtype:
+        return self.xs.dtype
+
+    @property
     def n_dirs(self) -> int:
-        return self.R.shape[0]
+        return self.R.shape[1]
 
     @property
     def hidden(self) -> int:
@@ -181,22 +202,21 @@ class _Layer:
 
     @property
     def steps(self) -> int:
-        return self.xs.shape[2]
+        return self.xs.shape[3]
 
     @property
     def batch(self) -> int:
-        return self.xs.shape[3]
+        return self.xs.shape[4]
 
-    def matmul(self, lo: int = 0, hi: int | None = None) -> Callable:
-        """The recurrent product for gate rows lo:hi."""
-        return _recurrent_matmul(self.R[:, lo:hi], self.batch)
+    def matmul(self, gates: slice = slice(None)) -> Callable:
+        return _recurrent_matmul(self.R[gates], self.batch)
 
     def history(self) -> np.ndarray:
         """Uninitialised [steps, dirs, H, batch]: the state after each step."""
-        return np.empty((self.steps, self.n_dirs, self.hidden, self.batch), self.xs.dtype)
+        return np.empty((self.steps, self.n_dirs, self.hidden, self.batch), self.dtype)
 
-    def buffer(self, rows: int) -> np.ndarray:
-        return np.empty((self.n_dirs, rows, self.batch), self.xs.dtype)
+    def gate_buffer(self) -> np.ndarray:
+        return np.empty((self.R.shape[0], self.n_dirs, self.hidden, self.batch), self.dtype)
 
 
 def _reverse_index(lens: np.ndarray, seq_len: int) -> np.ndarray:
@@ -214,7 +234,14 @@ def _feature_major(state, shape, ct) -> np.ndarray:
     return np.ascontiguousarray(np.asarray(state, ct).transpose(0, 2, 1))
 
 
-def _prepare(X, W, R, B, sequence_lens, initial_h, initial_c, *, direction, layout, folded):
+def _gate_major(a: np.ndarray, n_gates: int) -> np.ndarray:
+    """[dirs, gates*H, ...] as a view [gates, dirs, H, ...]."""
+    dirs, gh = a.shape[:2]
+    return a.reshape(dirs, n_gates, gh // n_gates, *a.shape[2:]).swapaxes(0, 1)
+
+
+def _prepare(X, W, R, B, sequence_lens, initial_h, initial_c, *, direction, layout, n_gates,
+             folded=lambda rb: rb):  # fmt: skip
     """Layout, dtype, states and the input projection. ``folded(Rb)`` is the part of the
     recurrent bias that can be added once to the projection (it sits outside any product)."""
     X = np.asarray(X)
@@ -235,17 +262,19 @@ def _prepare(X, W, R, B, sequence_lens, initial_h, initial_c, *, direction, layo
         if (lens == seq_len).all():
             lens = None  # the common case: no masking at all
     reverse = [direction == "reverse" or d == 1 for d in range(n_dirs)]
-    # one batched GEMM for every step of every direction: [dirs, G*H, in] @ [dirs, in, seq*batch]
+    # one batched GEMM for every step, gate and direction:
+    # [gates, dirs, H, in] @ [dirs, in, seq*batch] -> [gates, dirs, H, seq*batch]
     xd = [X if not rev else X[::-1] if lens is None else X[_reverse_index(lens, seq_len),
           np.arange(batch)] for rev in reverse]  # fmt: skip
     stacked = xd[0][None] if n_dirs == 1 else np.stack(xd)
-    xs = np.matmul(W, stacked.reshape(n_dirs, seq_len * batch, n_in).transpose(0, 2, 1))
-    xs += (Wb + folded(Rb))[:, :, None]
+    xt = stacked.reshape(n_dirs, seq_len * batch, n_in).transpose(0, 2, 1)
+    xs = np.matmul(_gate_major(W, n_gates), xt)
+    xs += _gate_major(Wb + folded(Rb), n_gates)[..., None]
     states = (n_dirs, hidden, batch)
     return _Layer(
-        xs=xs.reshape(n_dirs, gh, seq_len, batch),
-        R=R,
-        Rb=Rb[:, :, None],
+        xs=xs.reshape(n_gates, n_dirs, hidden, seq_len, batch),
+        R=_gate_major(R, n_gates),
+        Rb=_gate_major(Rb, n_gates)[..., None],
         h0=_feature_major(initial_h, states, ct),
         c0=_feature_major(initial_c, states, ct),
         lens=lens,
@@ -315,14 +344,15 @@ def rnn(
 ):
     # Ht = f(Xt*(Wi^T) + Ht-1*(Ri^T) + Wbi + Rbi): both biases go into the projection
     layer = _prepare(X, W, R, B, sequence_lens, initial_h, None,
-                     direction=direction, layout=layout, folded=lambda rb: rb)  # fmt: skip
-    (f,) = _activations(activations, activation_alpha, activation_beta, 1, layer.n_dirs, ["Tanh"])
-    clipped, mm = _clipper(clip), layer.matmul()
-    Ys, xs, h = layer.history(), layer.xs, layer.h0
+                     direction=direction, layout=layout, n_gates=1)  # fmt: skip
+    (f,) = _activations(activations, activation_alpha, activation_beta, 1, layer.n_dirs, ["Tanh"],
+                        layer.dtype)  # fmt: skip
+    clipped, mm = _clipper(clip, layer.dtype), layer.matmul()
+    Ys, xs, h = layer.history(), layer.xs[0], layer.h0
     for t in range(layer.steps):
         h_new = Ys[t]
-        mm(h, h_new)
-        h_new += xs[:, :, t]
+        mm(h, h_new[None])
+        np.add(h_new, xs[:, :, t], out=h_new)
         if clipped:
             clipped(h_new)
         f(h_new, h_new)
@@ -356,49 +386,46 @@ def gru(
     # ht = g(Xt*Wh^T + (rt (.) Ht-1)*Rh^T + Rbh + Wbh)     linear_before_reset = 0
     # ht = g(Xt*Wh^T + rt (.) (Ht-1*Rh^T + Rbh) + Wbh)     linear_before_reset != 0
     # Ht = (1 - zt) (.) ht + zt (.) Ht-1
-    hs = np.shape(R)[-1]
-
     def folded(rb):  # Rbh sits inside the reset product when linear_before_reset
+        hs = rb.shape[1] // 3
         return np.concatenate([rb[:, : 2 * hs], rb[:, 2 * hs :] * (not linear_before_reset)], 1)
 
     layer = _prepare(X, W, R, B, sequence_lens, initial_h, None,
-                     direction=direction, layout=layout, folded=folded)  # fmt: skip
-    f, g = _activations(
-        activations, activation_alpha, activation_beta, 2, layer.n_dirs, ["Sigmoid", "Tanh"]
-    )
-    clipped = _clipper(clip)
+                     direction=direction, layout=layout, n_gates=3, folded=folded)  # fmt: skip
+    f, g = _activations(activations, activation_alpha, activation_beta, 2, layer.n_dirs,
+                        ["Sigmoid", "Tanh"], layer.dtype)  # fmt: skip
+    clipped = _clipper(clip, layer.dtype)
     Ys, h = layer.history(), layer.h0
-    xs_zr, xs_h = layer.xs[:, : 2 * hs], layer.xs[:, 2 * hs :]
-    Rbh = layer.Rb[:, 2 * hs :]
-    gates = layer.buffer(3 * hs)
-    zr, z, r, ht = gates[:, : 2 * hs], gates[:, :hs], gates[:, hs : 2 * hs], gates[:, 2 * hs :]
+    xs_zr, xs_h, Rbh = layer.xs[:2], layer.xs[2], layer.Rb[2]
+    gates = layer.gate_buffer()
+    zr, z, r, ht = gates[:2], gates[0], gates[1], gates[2]
     if linear_before_reset:
         mm_all = layer.matmul()
     else:
-        mm_zr, mm_h, rh = layer.matmul(0, 2 * hs), layer.matmul(2 * hs), np.empty_like(h)
+        mm_zr, mm_h, rh = layer.matmul(slice(0, 2)), layer.matmul(slice(2, 3)), np.empty_like(h)
     for t in range(layer.steps):
         if linear_before_reset:
             mm_all(h, gates)
         else:
             mm_zr(h, zr)
-        zr += xs_zr[:, :, t]
+        np.add(zr, xs_zr[:, :, :, t], out=zr)
         if clipped:
             clipped(zr)
         f(zr, zr)
         if linear_before_reset:
-            ht += Rbh
-            ht *= r
+            np.add(ht, Rbh, out=ht)
+            np.multiply(ht, r, out=ht)
         else:
             np.multiply(r, h, out=rh)
-            mm_h(rh, ht)
-        ht += xs_h[:, :, t]
+            mm_h(rh, ht[None])
+        np.add(ht, xs_h[:, :, t], out=ht)
         if clipped:
             clipped(ht)
         g(ht, ht)
         h_new = Ys[t]  # ht + zt (.) (Ht-1 - ht)
         np.subtract(h, ht, out=h_new)
-        h_new *= z
-        h_new += ht
+        np.multiply(h_new, z, out=h_new)
+        np.add(h_new, ht, out=h_new)
         h = h_new
     return _finish(layer, Ys)
 
@@ -434,54 +461,51 @@ def lstm(
     # ot = f(Xt*Wo^T + Ht-1*Ro^T + Po (.) Ct + Wbo + Rbo)
     # Ht = ot (.) h(Ct)
     layer = _prepare(X, W, R, B, sequence_lens, initial_h, initial_c,
-                     direction=direction, layout=layout, folded=lambda rb: rb)  # fmt: skip
-    f, g, h_act = _activations(
-        activations, activation_alpha, activation_beta, 3, layer.n_dirs, ["Sigmoid", "Tanh", "Tanh"]
-    )
-    clipped, mm, xs = _clipper(clip), layer.matmul(), layer.xs
+                     direction=direction, layout=layout, n_gates=4)  # fmt: skip
+    f, g, h_act = _activations(activations, activation_alpha, activation_beta, 3, layer.n_dirs,
+                               ["Sigmoid", "Tanh", "Tanh"], layer.dtype)  # fmt: skip
+    clipped, mm, xs = _clipper(clip, layer.dtype), layer.matmul(), layer.xs
     Ys, Cs, h, c = layer.history(), layer.history(), layer.h0, layer.c0
-    hs = layer.hidden
     peep = None
     if P is not None and np.any(P):
-        peep = np.asarray(P, Ys.dtype)[:, :, None]  # [dirs, 3H, 1]
-        p_i, p_o, p_f = peep[:, :hs], peep[:, hs : 2 * hs], peep[:, 2 * hs :]
+        peep = _gate_major(np.asarray(P, layer.dtype), 3)[..., None]  # [3, dirs, H, 1]: i, o, f
     # the i, o, f gates take one activation call unless the output gate must wait for Ct
     fused = peep is None and not input_forget
-    gates = layer.buffer(4 * hs)
-    i, o, fg, cg = (gates[:, k * hs : (k + 1) * hs] for k in range(4))
-    iof, ifc = gates[:, : 3 * hs], gates[:, 2 * hs :]
-    tmp = np.empty_like(h)
+    gates = layer.gate_buffer()
+    i, o, fg, cg = gates
+    iof, fc = gates[:3], gates[2:]
+    tmp, one = np.empty_like(h), np.ones((), layer.dtype)
     for t in range(layer.steps):
         mm(h, gates)
-        gates += xs[:, :, t]
+        np.add(gates, xs[:, :, :, t], out=gates)
         if peep is not None:
-            i += np.multiply(p_i, c, out=tmp)
-            fg += np.multiply(p_f, c, out=tmp)
+            np.add(i, np.multiply(peep[0], c, out=tmp), out=i)
+            np.add(fg, np.multiply(peep[2], c, out=tmp), out=fg)
         if clipped:  # with peepholes the output gate's input is complete only once Ct is known
             clipped(gates if peep is None else i)
             if peep is not None:
-                clipped(ifc)
+                clipped(fc)
         if fused:
             f(iof, iof)
         else:
             f(i, i)
             if input_forget:
-                np.subtract(1, i, out=fg)
+                np.subtract(one, i, out=fg)
             else:
                 f(fg, fg)
         g(cg, cg)
         c_new = Cs[t]
         np.multiply(fg, c, out=c_new)
-        cg *= i
-        c_new += cg
+        np.multiply(cg, i, out=cg)
+        np.add(c_new, cg, out=c_new)
         if not fused:
             if peep is not None:
-                o += np.multiply(p_o, c_new, out=tmp)
+                np.add(o, np.multiply(peep[1], c_new, out=tmp), out=o)
                 if clipped:
                     clipped(o)
             f(o, o)
         h_new = Ys[t]
         h_act(c_new, h_new)
-        h_new *= o
+        np.multiply(h_new, o, out=h_new)
         h, c = h_new, c_new
     return _finish(layer, Ys, Cs)
