@@ -361,6 +361,44 @@ def test_onnx_gelu_tanh_and_erf_bias():
     assert [n.op_type for n in opt.graph] == ["FastGelu", "BiasGelu"]
 
 
+def test_qdq_data_movement():
+    """Q/DQ pairs around Reshape, Transpose and Split (as QDQ quantizers write them) go: the
+    movement ops run on the uint8 tensor, the results stay exact."""
+    qdq = ["s", "zp"]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", *qdq], ["q0"]),
+        helper.make_node("DequantizeLinear", ["q0", *qdq], ["d0"]),
+        helper.make_node("Reshape", ["d0", "shape"], ["r"]),
+        helper.make_node("QuantizeLinear", ["r", *qdq], ["q1"]),
+        helper.make_node("DequantizeLinear", ["q1", *qdq], ["d1"]),
+        helper.make_node("Transpose", ["d1"], ["t"], perm=[0, 2, 1, 3]),
+        helper.make_node("QuantizeLinear", ["t", *qdq], ["q2"]),
+        helper.make_node("DequantizeLinear", ["q2", *qdq], ["d2"]),
+        helper.make_node("Split", ["d2"], ["a", "b"], axis=3, num_outputs=2),
+        helper.make_node("QuantizeLinear", ["a", *qdq], ["qa"]),
+        helper.make_node("QuantizeLinear", ["b", *qdq], ["qb"]),
+        helper.make_node("DequantizeLinear", ["qa", *qdq], ["ya"]),
+        helper.make_node("DequantizeLinear", ["qb", *qdq], ["yb"]),
+    ]
+    inits = [
+        ("s", np.array(0.05, np.float32)),
+        ("zp", np.array(128, np.uint8)),
+        ("shape", np.array([0, 4, 2, 6], np.int64)),
+    ]
+    outs = [("ya", F, [2, 2, 4, 3]), ("yb", F, [2, 2, 4, 3])]
+    m = make(nodes, [("x", F, [2, 4, 12])], outs, inits, opset=18)
+    opt = check(m, {"x": w(2, 4, 12, scale=3)}, tol=0)
+    ops = [n.op_type for n in opt.graph]
+    assert ops.count("QuantizeLinear") == 1 and ops.count("DequantizeLinear") == 2, ops
+    check(m, {"x": w(2, 4, 12)}, disabled=["QDQDataMovement"], tol=0)
+    # another scale after the Reshape: a real requantization, kept
+    other = [("s2", np.array(0.07, np.float32))]
+    nodes[3] = helper.make_node("QuantizeLinear", ["r", "s2", "zp"], ["q1"])
+    m = make(nodes, [("x", F, [2, 4, 12])], outs, inits + other, opset=18)
+    opt = check(m, {"x": w(2, 4, 12, scale=3)}, tol=0)
+    assert [n.op_type for n in opt.graph].count("QuantizeLinear") == 2
+
+
 def test_transpose_cancellation():
     nodes = [
         helper.make_node("Transpose", ["x"], ["t1"], perm=[0, 2, 1]),

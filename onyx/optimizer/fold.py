@@ -218,3 +218,66 @@ def _reshape_target(ctx: PassContext, node: ir.Node) -> bool:
     node.set_input(1, ctx.add_const(np.concatenate(pieces), target.name + "_folded"))
     ctx.count("ShapeFolding")
     return True
+
+
+# ------------------------------------------------------------------- quantized data movement
+
+#: Ops that only move or select elements of input 0 (the other inputs are int64 parameters).
+_MOVEMENT = {"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Split", "Slice", "Gather"}
+
+
+def _qparams(ctx: PassContext, node: ir.Node) -> tuple | None:
+    """(scale, zero point) of a per-tensor Quantize/DequantizeLinear with constant float32
+    parameters and no attributes beyond axis, else None."""
+    if any(name != "axis" for name in node.attributes):
+        return None
+    scale = ctx.const(node.inputs[1])
+    zp = ctx.const(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
+    if scale is None or scale.size != 1 or scale.dtype != np.float32 or zp is None:
+        return None
+    s = float(scale.reshape(-1)[0])
+    if not (np.isfinite(s) and s > 1e-30) or zp.size != 1 or zp.dtype.itemsize != 1:
+        return None
+    return s, zp.dtype, int(zp.reshape(-1)[0])
+
+
+@graph_pass("QDQDataMovement", BASIC)
+def qdq_data_movement(ctx: PassContext) -> bool:
+    """DequantizeLinear -> Reshape/Transpose/Split/... -> QuantizeLinear with the same scale and
+    zero point  =>  the movement op on the quantized tensor.
+
+    Exact: requantizing a dequantized 8-bit value at its own scale gives it back (|q - zp| <=
+    255, so (q - zp) * s / s is within a few float32 ulps of an integer), and moving elements
+    commutes with both element-wise ops. QDQ models wrap every such op in a pair; this saves
+    two passes over the tensor per op (and the op moves a quarter of the bytes).
+    """
+    g = ctx.graph
+    changed = False
+    for move in g:
+        if not is_op(move, *_MOVEMENT) or move.graph is None or not move.inputs:
+            continue
+        dq = move.inputs[0].producer
+        if not is_op(dq, "DequantizeLinear") or ctx.single_use(dq.outputs[0]) is not move:
+            continue
+        params = _qparams(ctx, dq)
+        if params is None:  # (the spec gives DQ's input the zero point's type)
+            continue
+        requants = [ctx.single_use(v) for v in move.outputs]
+        if not all(is_op(q, "QuantizeLinear") and _qparams(ctx, q) == params for q in requants):
+            continue
+        moved = ir.Node(
+            move.op_type,
+            [dq.inputs[0], *move.inputs[1:]],
+            [ctx.fresh_name(v.name + "_quantized") for v in move.outputs],
+            list(move.attributes.values()),
+            name=(move.name or move.op_type) + "_quantized",
+        )
+        g.insert_before(move, moved)
+        for q, new in zip(requants, moved.outputs):
+            ctx.replace_value(q.outputs[0], new)
+            g.remove(q, safe=False)
+        g.remove(move, safe=False)
+        g.remove(dq, safe=False)
+        ctx.count("QDQDataMovement")
+        changed = True
+    return changed

@@ -28,7 +28,8 @@ def mat_mul(a, b):
 
 
 def _centered(x: np.ndarray, zero_point, per_row: bool) -> tuple[np.ndarray, float]:
-    """x - zero_point in float32, and a bound on its magnitude."""
+    """x - zero_point in float32, and a bound on its magnitude (from the type where that is
+    small, else from the data)."""
     xf = x.astype(np.float32)
     if zero_point is not None:
         zp = np.asarray(zero_point).astype(np.float32)
@@ -37,7 +38,11 @@ def _centered(x: np.ndarray, zero_point, per_row: bool) -> tuple[np.ndarray, flo
         xf -= zp  # per column (B) broadcasts over the rows as it is
     if x.dtype.itemsize == 1 and x.dtype.kind in "iu":  # both x and its zero point in range
         return xf, 255.0
-    return xf, float(np.max(np.abs(xf), initial=0.0))
+    return xf, _magnitude(xf)
+
+
+def _magnitude(x: np.ndarray) -> float:
+    return float(max(np.max(x, initial=0.0), -np.min(x, initial=0.0)))
 
 
 def chunked_matmul(a: np.ndarray, b: np.ndarray, bound: float) -> np.ndarray:
@@ -63,6 +68,8 @@ def integer_matmul(a, b, a_zero_point=None, b_zero_point=None) -> np.ndarray:
     """
     af, a_bound = _centered(a, a_zero_point, per_row=True)
     bf, b_bound = _centered(b, b_zero_point, per_row=False)
+    if a.shape[-1] * a_bound * b_bound >= _F32_EXACT:  # chunks needed: the data may need fewer
+        a_bound, b_bound = min(a_bound, _magnitude(af)), min(b_bound, _magnitude(bf))
     return chunked_matmul(af, bf, a_bound * b_bound)
 
 

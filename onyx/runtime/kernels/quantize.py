@@ -47,8 +47,11 @@ def expand_param(p: np.ndarray, shape: tuple, axis: int, block_size: int) -> np.
     return p
 
 
-def saturate_cast(values: np.ndarray, zero_point, dtype: np.dtype, saturate: int = 1):
-    """values (already divided by the scale) + zero point, into `dtype`.
+def saturate_cast(
+    values: np.ndarray, zero_point, dtype: np.dtype, saturate: int = 1, *, owned: bool = False
+):
+    """values (already divided by the scale) + zero point, into `dtype`; ``owned``: values is
+    a fresh array the function may round in place.
 
     Integers: round half to even, add the zero point, clamp to the type's range.
     Floats (float8, float4, float6): add the zero point and convert, saturating if asked.
@@ -60,7 +63,8 @@ def saturate_cast(values: np.ndarray, zero_point, dtype: np.dtype, saturate: int
         if v.dtype == np.float32 and hi - lo < 2**17:
             # float32 is exact here: rint gives an integer; adding a zero point of the type
             # stays exact below 2**24, and anything beyond saturates to lo or hi either way
-            q = np.rint(v, out=np.empty(v.shape, np.float32))  # (0-d stays an array)
+            fresh = owned and v is values and v.ndim > 0
+            q = np.rint(v, out=v if fresh else np.empty(v.shape, np.float32))  # (0-d: an array)
             if zero_point is not None:
                 q += np.asarray(zero_point).astype(np.float32)
             np.clip(q, lo, hi, out=q)
@@ -85,7 +89,8 @@ def quantize(x, y_scale, y_zero_point, *, axis=1, block_size=0, dtype, saturate=
     zp = None
     if y_zero_point is not None:
         zp = expand_param(y_zero_point, x.shape, axis, block_size)
-    return saturate_cast(np.divide(x.astype(compute, copy=False), scale), zp, dtype, saturate)
+    scaled = np.divide(x.astype(compute, copy=False), scale)
+    return saturate_cast(scaled, zp, dtype, saturate, owned=True)
 
 
 def dequantize(x, x_scale, x_zero_point, *, axis=1, block_size=0, dtype=None):
@@ -157,7 +162,7 @@ def dynamic_quantize_linear(x):
     if scale == 0:  # all-zero input: undefined in the spec; onnxruntime reports a scale of 1
         scale = np.float32(1)
     zero_point = saturate_cast(np.asarray(-lo / scale), None, np.uint8)
-    y = saturate_cast(x / scale, zero_point, np.uint8)
+    y = saturate_cast(x / scale, zero_point, np.uint8, owned=True)
     return y, np.asarray(scale, dtype=np.float32), zero_point
 
 
