@@ -65,14 +65,42 @@ def pad_spatial(x: np.ndarray, begin, end, value=0) -> np.ndarray:
     """Pad the spatial axes (2:) of x; negative amounts crop."""
     if not any(begin) and not any(end):
         return x
-    crop = tuple(
-        slice(max(0, -b), x.shape[2 + i] - max(0, -e)) for i, (b, e) in enumerate(zip(begin, end))
-    )
-    x = x[(slice(None), slice(None)) + crop]
-    widths = [(0, 0), (0, 0)] + [(max(0, b), max(0, e)) for b, e in zip(begin, end)]
-    if not any(w for pair in widths for w in pair):
-        return x
-    return np.pad(x, widths, constant_values=value)
+    need = [s + b + e for s, b, e in zip(x.shape[2:], begin, end)]
+    return padded(x, begin, need, x.dtype, value=value)
+
+
+def padded(x: np.ndarray, begin, need, dtype, *, shift=None, value=0) -> np.ndarray:
+    """x (N, C, *spatial) as dtype, minus shift, in a fresh (N, C, *need) buffer of value whose
+    origin sits at -begin: what lies outside x is padding, what lies outside need is cropped.
+    Returns x itself (or one converted copy) when nothing is to pad or crop.
+    """
+    spatial = x.shape[2:]
+    if not any(begin) and list(need) == list(spatial):
+        return _converted(x, dtype, shift)
+    fill = np.zeros if value == 0 else lambda shape, dtype: np.full(shape, value, dtype)
+    xp = fill(x.shape[:2] + tuple(need), dtype)
+    src, dst = [slice(None)] * 2, [slice(None)] * 2
+    for s, b, nd in zip(spatial, begin, need):
+        lo = max(0, -b)  # a negative begin crops
+        hi = min(s, nd - b)
+        src.append(slice(lo, max(lo, hi)))
+        dst.append(slice(lo + b, max(lo, hi) + b))
+    _assign(xp[tuple(dst)], x[tuple(src)], shift)
+    return xp
+
+
+def _converted(x: np.ndarray, dtype, shift=None) -> np.ndarray:
+    if shift is None:
+        return x.astype(dtype, copy=False)
+    return np.subtract(x, shift, dtype=dtype)
+
+
+def _assign(dst: np.ndarray, src: np.ndarray, shift=None) -> None:
+    """dst[...] = src - shift, converting in the same pass."""
+    if shift is None:
+        np.copyto(dst, src, casting="unsafe")
+    else:
+        np.subtract(src, shift, out=dst, dtype=dst.dtype, casting="unsafe")
 
 
 def windows(xp: np.ndarray, out_shape, kernel, strides, dilations) -> np.ndarray:
@@ -95,47 +123,181 @@ def compute_dtype(dtype: np.dtype) -> np.dtype:
 
 # ----------------------------------------------------------------------------- forward convolution
 
+#: Bytes of im2col columns built at once: columns for a whole large batch would not stay in cache
+#: (and a fresh buffer of tens of MB costs page faults every call), so images go in chunks
+#: through one reused buffer.
+_COLS_BYTES = 4 << 20
+#: Below this many output pixels per image, the images of a batch share one GEMM (columns
+#: (K, N*P)): a (M, K) @ (K, P) product per image would repack the weights each time.
+_FOLD_PIXELS = 256
 
-def _conv(x, w, *, group, pads, strides, dilations, out_shape, matmul=np.matmul) -> np.ndarray:
-    """Core N-D grouped convolution of float arrays (same dtype); no bias. pads are [begins, ends].
 
-    matmul(W (G, Mg, K), cols (N, G, K, P)) does the products (the integer convs pass an exact one).
+def _matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
+    return np.matmul(a, b, out=out)
+
+
+def _add_channels(y: np.ndarray, b) -> np.ndarray:
+    """y += b along axis 1 (channels), in place."""
+    if b is not None:
+        y += b.reshape((1, -1) + (1,) * (y.ndim - 2))
+    return y
+
+
+def _conv(
+    x,
+    w,
+    *,
+    group,
+    pads,
+    strides,
+    dilations,
+    out_shape,
+    dtype,
+    shift=None,
+    bias=None,
+    acc=None,
+    matmul=_matmul,
+) -> np.ndarray:
+    """Core N-D grouped convolution: (x - shift) * w (+ bias), computed in dtype.
+
+    x is the raw input (any dtype; converted and shifted in the one pass that pads it); w and
+    bias are already in dtype. pads are [begins, ends]. acc is the result's dtype (default dtype).
+    matmul(W, cols, out) does the products (the integer convs pass an exact one).
     """
     N, C = x.shape[:2]
-    M = w.shape[0]
     kernel = list(w.shape[2:])
     n = len(kernel)
-    P = math.prod(out_shape)
-    Cg, Mg = C // group, M // group
+    acc = np.dtype(acc or dtype)
     # Pad up to exactly what the last window reads (the end pad may leave a stride's remainder).
-    need = [
-        (o - 1) * s + e for o, s, e in zip(out_shape, strides, effective_kernel(kernel, dilations))
-    ]
-    end = [nd - pads[i] - x.shape[2 + i] for i, nd in enumerate(need)]
-    xp = pad_spatial(x, pads[:n], end)
-
-    if all(k == 1 for k in kernel):  # 1x1: a strided slice then a plain matmul
-        sl = tuple(slice(0, (o - 1) * s + 1, s) for o, s in zip(out_shape, strides))
-        cols = xp[(slice(None), slice(None)) + sl].reshape(N, group, Cg, P)
-        y = matmul(w.reshape(group, Mg, Cg), cols)
-        return y.reshape((N, M, *out_shape))
-
+    eff = effective_kernel(kernel, dilations)
+    need = [(o - 1) * s + e for o, s, e in zip(out_shape, strides, eff)]
+    if all(k == 1 for k in kernel):
+        return _conv_1x1(x, w, group, pads[:n], strides, out_shape, dtype, shift, bias, acc, matmul)
+    if group == C and group > 1 and n <= 2:
+        return _conv_depthwise(x, w, pads[:n], need, strides, dilations, out_shape, dtype, shift,
+                               bias, acc, matmul)  # fmt: skip
+    xp = padded(x, pads[:n], need, dtype, shift=shift)
     view = windows(xp, out_shape, kernel, strides, dilations)  # (N, C, *out, *kernel)
-    if Cg == 1 and group > 1:  # depthwise: one multiply-add pass per kernel offset
-        mult = M // C
-        wk = w.reshape(C, mult, -1)
-        y = np.zeros((N, C, mult, *out_shape), dtype=x.dtype)
-        bshape = (1, C, mult) + (1,) * n
-        for j, kk in enumerate(np.ndindex(*kernel)):
-            y += view[(Ellipsis, *kk)][:, :, None] * wk[:, :, j].reshape(bshape)
-        return y.reshape((N, M, *out_shape))
+    y = _im2col_gemm(view, w, group, out_shape, acc, matmul)
+    return _add_channels(y, bias)
 
-    # im2col: (N, G, Cg, *kernel, *out) contiguous -> (N, G, Cg*K, P); W (G, Mg, Cg*K)
+
+def _im2col_gemm(view, w, group, out_shape, acc, matmul) -> np.ndarray:
+    """GEMMs of the weights (G, Mg, Cg*K) with the columns of the windows view
+    (N, C, *out, *kernel), copied into (N, G, Cg*K, P) a chunk of images at a time."""
+    N, C = view.shape[:2]
+    n = len(out_shape)
+    M, P = w.shape[0], math.prod(out_shape)
+    Cg, Mg = C // group, M // group
+    CgK = Cg * math.prod(w.shape[2:])
+    wm = w.reshape(group, Mg, CgK)
     view = view.reshape((N, group, Cg) + view.shape[2:])
-    order = (0, 1, 2) + tuple(range(3 + n, 3 + 2 * n)) + tuple(range(3, 3 + n))
-    cols = np.ascontiguousarray(view.transpose(order)).reshape(N, group, -1, P)
-    y = matmul(w.reshape(group, Mg, -1), cols)
+    kernel_axes = tuple(range(3 + n, 3 + 2 * n))
+    out_axes = tuple(range(3, 3 + n))
+    per_image = CgK * group * P * view.itemsize
+    if N > 1 and P < _FOLD_PIXELS and N * per_image <= 2 * _COLS_BYTES:
+        # One GEMM for the batch: columns (G, Cg*K, N*P), then (G, Mg, N, P) -> (N, G, Mg, P).
+        cols = np.ascontiguousarray(view.transpose((1, 2) + kernel_axes + (0,) + out_axes))
+        yg = np.empty((group, Mg, N * P), dtype=acc)
+        matmul(wm, cols.reshape(group, CgK, N * P), yg)
+        y = np.ascontiguousarray(yg.reshape(group, Mg, N, P).transpose(2, 0, 1, 3))
+        return y.reshape((N, M, *out_shape))
+    order = (0, 1, 2) + kernel_axes + out_axes
+    y = np.empty((N, group, Mg, P), dtype=acc)
+    chunk = max(1, min(N, _COLS_BYTES // max(per_image, 1)))
+    buf = np.empty((chunk,) + tuple(view.shape[i] for i in order[1:]), dtype=view.dtype)
+    for n0 in range(0, N, chunk):
+        b = buf[: min(chunk, N - n0)]
+        np.copyto(b, view[n0 : n0 + len(b)].transpose(order))
+        matmul(wm, b.reshape(len(b), group, CgK, P), y[n0 : n0 + len(b)])
     return y.reshape((N, M, *out_shape))
+
+
+def _conv_1x1(x, w, group, begin, strides, out_shape, dtype, shift, bias, acc, matmul):
+    """A 1x1 convolution is a plain GEMM on the (strided, if need be) input pixels."""
+    N, C = x.shape[:2]
+    M, P = w.shape[0], math.prod(out_shape)
+    Cg, Mg = C // group, M // group
+    need = [(o - 1) * s + 1 for o, s in zip(out_shape, strides)]
+    if any(begin) or any(nd > s for nd, s in zip(need, x.shape[2:])):
+        x, shift = padded(x, begin, need, dtype, shift=shift), None  # bias-only border pixels
+    sl = tuple(slice(0, (o - 1) * s + 1, s) for o, s in zip(out_shape, strides))
+    xs = x[(slice(None), slice(None)) + sl]
+    wm = w.reshape(group, Mg, Cg)
+    if N > 1 and P < _FOLD_PIXELS:  # one GEMM for the batch (a free transpose when P == 1)
+        cols = _converted(xs, dtype, shift).reshape(N, group, Cg, P).transpose(1, 2, 0, 3)
+        yg = np.empty((group, Mg, N * P), dtype=acc)
+        matmul(wm, cols.reshape(group, Cg, N * P), yg)
+        y = np.ascontiguousarray(yg.reshape(group, Mg, N, P).transpose(2, 0, 1, 3))
+    else:
+        cols = _converted(xs, dtype, shift).reshape(N, group, Cg, P)
+        y = np.empty((N, group, Mg, P), dtype=acc)
+        matmul(wm, cols, y)
+    return _add_channels(y.reshape((N, M, *out_shape)), bias)
+
+
+def _conv_depthwise(x, w, begin, need, strides, dilations, out_shape, dtype, shift, bias, acc,
+                    matmul):  # fmt: skip
+    """Depthwise 1-D / 2-D convolution (group == C, M = C * multiplier), on "full-width" rows.
+
+    The padded input is split into stride phases (xp[r0::s0, r1::s1]), so that every kernel tap
+    reads one phase at a fixed offset with unit stride. Flattened, a tap is then one contiguous
+    run of O0 * Wq pixels (Wq: the phase's width): output pixel (i, j) sits at i * Wq + j, and
+    the columns j >= O1 are wrap-around garbage, dropped at the end. The columns (N, C, K, L)
+    are copied with long inner loops, and one batched GEMV per channel sums the taps.
+    """
+    final_shape = (x.shape[0], w.shape[0], *out_shape)
+    if len(out_shape) == 1:  # a 1-D conv is a 2-D one of height 1
+        out_shape, need, begin = [1, *out_shape], [1, *need], [0, *begin]
+        strides, dilations = [1, *strides], [1, *dilations]
+        x, w = x[:, :, None], w[:, :, None]
+    N, C = x.shape[:2]
+    M = w.shape[0]
+    kernel = w.shape[2:]
+    K = math.prod(kernel)
+    (O0, O1), (s0, s1), (d0, d1) = out_shape, strides, dilations
+    Hq, Wq = -(-need[0] // s0), -(-need[1] // s1)
+    taps = [divmod(a * d0, s0) + divmod(b * d1, s1) for a, b in np.ndindex(*kernel)]
+    tail = max(t[2] for t in taps)  # the last row of the last tap reads this far past the phase
+    L = O0 * Wq
+    xph = np.zeros((N, C, s0, s1, Hq * Wq + tail), dtype=dtype)
+    grid = xph[..., : Hq * Wq].reshape(N, C, s0, s1, Hq, Wq)
+    for r0, r1 in np.ndindex(s0, s1):  # scatter x into the phases (one pass when unstrided)
+        src, dst = [slice(None)] * 2, [slice(None)] * 2
+        for r, s, b, nd, size in zip((r0, r1), (s0, s1), begin, need, x.shape[2:]):
+            first = (r - b) % s  # first input index whose padded position is in phase r
+            stop = min(size, nd - b)
+            src.append(slice(first, max(first, stop), s))
+            dst.append(
+                slice((first + b - r) // s, (first + b - r) // s + len(range(first, stop, s)))
+            )
+        _assign(grid[:, :, r0, r1][tuple(dst)], x[tuple(src)], shift)
+    wk = w.reshape(C, M // C, K)
+    y = np.empty((N, M, O0, O1), dtype=acc)
+    chunk = max(1, min(N, _COLS_BYTES // max(C * K * L * xph.itemsize, 1)))
+    cols = np.empty((chunk, C, K, L), dtype=dtype)
+    yfull = np.empty((chunk, C, M // C, L), dtype=acc)
+    if s0 == s1 == 1:  # one phase: the taps form a (k0, k1) grid of offsets, a single view
+        st = xph.strides
+        view = as_strided(xph, (N, C) + tuple(kernel) + (L,),
+                          st[:2] + (d0 * Wq * st[-1], d1 * st[-1], st[-1]), writeable=False)  # fmt: skip
+    for n0 in range(0, N, chunk):
+        nb = min(chunk, N - n0)
+        c = cols[:nb]
+        if s0 == s1 == 1:
+            np.copyto(c.reshape((nb, C) + tuple(kernel) + (L,)), view[n0 : n0 + nb])
+        else:
+            for j, (q0, r0, q1, r1) in enumerate(taps):
+                start = q0 * Wq + q1
+                np.copyto(c[:, :, j], xph[n0 : n0 + nb, :, r0, r1, start : start + L])
+        yf = yfull[:nb]
+        matmul(wk, c, yf)
+        full = yf.reshape(nb, M, O0, Wq)[..., :O1]
+        if bias is None:
+            np.copyto(y[n0 : n0 + nb], full)
+        else:
+            np.add(full, bias.reshape(1, -1, 1, 1), out=y[n0 : n0 + nb])
+    return y.reshape(final_shape)
 
 
 def _conv_geometry(x, w, auto_pad, pads, strides, dilations, kernel_shape):
@@ -145,12 +307,6 @@ def _conv_geometry(x, w, auto_pad, pads, strides, dilations, kernel_shape):
     pads = conv_pads(auto_pad, x.shape[2:], kernel, strides, dilations, pads)
     out_shape = conv_out_shape(x.shape[2:], kernel, strides, dilations, pads)
     return dict(pads=pads, strides=strides, dilations=dilations, out_shape=out_shape)
-
-
-def _add_bias(y: np.ndarray, b) -> np.ndarray:
-    if b is not None:
-        y += b.astype(y.dtype).reshape((1, -1) + (1,) * (y.ndim - 2))
-    return y
 
 
 @op("Conv", since=1)
@@ -168,8 +324,9 @@ def conv(
 ):
     ct = compute_dtype(X.dtype)
     geo = _conv_geometry(X, W, auto_pad, pads, strides, dilations, kernel_shape)
-    y = _conv(X.astype(ct, copy=False), W.astype(ct, copy=False), group=group, **geo)
-    return _add_bias(y, B).astype(X.dtype, copy=False)
+    bias = None if B is None else B.astype(ct, copy=False)
+    y = _conv(X, W.astype(ct, copy=False), group=group, dtype=ct, bias=bias, **geo)
+    return y.astype(X.dtype, copy=False)
 
 
 _F32_EXACT = 2**24  # integers below this are exact in float32, and so are their sums
@@ -178,46 +335,62 @@ _F32_EXACT = 2**24  # integers below this are exact in float32, and so are their
 def _chunked_matmul(chunk: int):
     """An exact matmul of integer-valued float32 arrays: float32 BLAS over K-chunks whose sums
     of |products| stay below 2**24 (so every partial sum is exact whatever BLAS's order), the
-    chunk results added in float64. Twice as fast as one float64 matmul (numpy's integer matmul
-    has no BLAS at all).
+    chunk results added in the float64 out. Twice as fast as one float64 matmul (numpy's integer
+    matmul has no BLAS at all).
     """
 
-    def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
         K = a.shape[-1]
         if K <= chunk:
-            return np.matmul(a, b)
-        acc = np.matmul(a[..., :chunk], b[..., :chunk, :]).astype(np.float64)
+            return np.matmul(a, b, out=out)
+        out[...] = np.matmul(a[..., :chunk], b[..., :chunk, :])
         for k in range(chunk, K, chunk):
-            acc += np.matmul(a[..., k : k + chunk], b[..., k : k + chunk, :])
-        return acc
+            out += np.matmul(a[..., k : k + chunk], b[..., k : k + chunk, :])
+        return out
 
     return matmul
 
 
-def _integer_conv(x, w, x_zero_point, w_zero_point, **attrs) -> np.ndarray:
-    """Exact integer convolution of (x - x_zp) and (w - w_zp), as int64.
+def _centered_bound(dtype: np.dtype, zero_point: np.ndarray) -> float:
+    """The largest |v - zero_point| over all values v of an integer dtype."""
+    info = np.iinfo(dtype)
+    return max(float(info.max - zero_point.min()), float(zero_point.max() - info.min))
+
+
+def _integer_conv(x, w, x_zero_point, w_zero_point, bias=None, **attrs):
+    """Exact integer convolution of (x - x_zp) and (w - w_zp) (+ bias), as integer-valued floats,
+    and a bound on its magnitude.
 
     The centered operands are small integers, exact in float32; the products go through float32
-    BLAS in chunks of K small enough to stay exact (see _chunked_matmul). Depthwise convs sum
-    one kernel offset at a time in the array's dtype, so a kernel too large for float32 takes
-    float64. Subtracting the zero point before padding pads with the zero point, as onnxruntime
-    does.
+    BLAS in chunks of K small enough to stay exact (see _chunked_matmul), summed in float64 when
+    there is more than one chunk. Depthwise convs sum a channel's taps in one GEMV, so a kernel
+    too large for float32 takes float64. x is centered in the pass that pads it, so the padding
+    is the zero point, as onnxruntime does.
     """
-    xf = x.astype(np.float32)
-    wf = w.astype(np.float32)
-    if x_zero_point is not None:
-        xf -= np.float32(x_zero_point.reshape(-1)[0])
-    if w_zero_point is not None:
-        wf -= w_zero_point.astype(np.float32).reshape((-1,) + (1,) * (w.ndim - 1))
     group = attrs.pop("group")
     geo = _conv_geometry(x, w, **attrs)
-    bound = max(float(np.abs(xf).max(initial=0)) * float(np.abs(wf).max(initial=0)), 1.0)
+    # Bounds from the element types, not the data (a pass less; the sums are exact either way,
+    # only the chunk size depends on them).
+    shift = np.float32(0 if x_zero_point is None else x_zero_point.reshape(-1)[0])
+    x_bound = _centered_bound(x.dtype, np.asarray(shift))
+    if w_zero_point is None:
+        wf, w_bound = w.astype(np.float32), _centered_bound(w.dtype, np.zeros(1))
+    else:
+        wz = w_zero_point.astype(np.float32).reshape((-1,) + (1,) * (w.ndim - 1))
+        wf, w_bound = np.subtract(w, wz, dtype=np.float32), _centered_bound(w.dtype, wz)
+    K = math.prod(w.shape[1:])
+    bound = max(x_bound * w_bound, 1.0)
     chunk = max(int((_F32_EXACT - 1) // bound), 1)
+    total = K * bound + (0 if bias is None else float(np.abs(bias).max(initial=0)))
+    acc = np.float64 if total >= _F32_EXACT else np.float32  # exact sums (and bias)
+    # Chunked float32 GEMMs when K is too long for float32; a depthwise conv sums all of a
+    # channel's taps in one GEMV, so it computes in float64 then.
     depthwise = w.shape[1] == 1 and group > 1
-    if depthwise and math.prod(w.shape[2:]) > chunk:
-        xf, wf = xf.astype(np.float64), wf.astype(np.float64)  # exact up to 2**53
-        return _conv(xf, wf, group=group, **geo).astype(np.int64)
-    return _conv(xf, wf, group=group, matmul=_chunked_matmul(chunk), **geo).astype(np.int64)
+    dtype = np.float32 if K > chunk and not depthwise else acc
+    b = None if bias is None else bias.astype(acc)
+    y = _conv(x, wf.astype(dtype, copy=False), group=group, dtype=dtype, shift=shift, bias=b,
+              acc=acc, matmul=_chunked_matmul(chunk), **geo)  # fmt: skip
+    return y, total
 
 
 @op("ConvInteger", since=10)
@@ -234,7 +407,7 @@ def conv_integer(
     pads=None,
     strides=None,
 ):
-    acc = _integer_conv(
+    acc, bound = _integer_conv(
         x,
         w,
         x_zero_point,
@@ -246,7 +419,9 @@ def conv_integer(
         pads=pads,
         strides=strides,
     )
-    return acc.astype(np.int32)  # accumulation wraps in 32 bits, as the spec allows
+    if bound >= 2**31:  # accumulation wraps in 32 bits, as the spec allows
+        return acc.astype(np.int64).astype(np.int32)
+    return acc.astype(np.int32)
 
 
 @op("QLinearConv", since=10)
@@ -268,11 +443,12 @@ def qlinear_conv(
     pads=None,
     strides=None,
 ):
-    acc = _integer_conv(
+    acc, _ = _integer_conv(
         x,
         w,
         x_zero_point,
         w_zero_point,
+        B,
         auto_pad=auto_pad,
         dilations=dilations,
         group=group,
@@ -280,16 +456,16 @@ def qlinear_conv(
         pads=pads,
         strides=strides,
     )
-    if B is not None:
-        acc += B.astype(np.int64).reshape((1, -1) + (1,) * (acc.ndim - 2))
     # Requantize in float32 like onnxruntime: acc * (x_scale * w_scale / y_scale), round half even.
     scale = (x_scale.astype(np.float32) * w_scale.astype(np.float32).reshape(-1)) / y_scale.astype(
         np.float32
     )
-    scale = scale.reshape((1, -1) + (1,) * (acc.ndim - 2))
-    y = np.rint(acc.astype(np.float32) * scale) + np.float32(y_zero_point.reshape(-1)[0])
+    y = acc.astype(np.float32, copy=False)
+    y *= scale.reshape((1, -1) + (1,) * (acc.ndim - 2))
+    np.rint(y, out=y)
+    y += np.float32(y_zero_point.reshape(-1)[0])
     info = np.iinfo(y_zero_point.dtype)
-    return np.clip(y, info.min, info.max).astype(y_zero_point.dtype)
+    return np.clip(y, info.min, info.max, out=y).astype(y_zero_point.dtype)
 
 
 # ----------------------------------------------------------------------------- ConvTranspose
@@ -348,25 +524,38 @@ def conv_transpose(
     Cg, Mg = C // group, w.shape[1]
     M = Mg * group
     P = math.prod(in_shape)
+    bias = None if B is None else B.astype(ct, copy=False)
     # Columns: for every input pixel, its contribution to each (output channel, kernel offset).
     wmat = w.reshape(group, Cg, -1).transpose(0, 2, 1)  # (G, Mg*K, Cg)
     cols = np.matmul(wmat, x.reshape(N, group, Cg, P))  # (N, G, Mg*K, P)
-    cols = cols.reshape((N, M, -1) + tuple(in_shape))
-    # col2im: scatter-add each kernel offset's plane into the (uncropped) full output.
+    cols = cols.reshape((N, M) + tuple(kernel) + tuple(in_shape))
     full = [
         (i - 1) * s + (k - 1) * d + 1 for i, s, k, d in zip(in_shape, strides, kernel, dilations)
     ]
-    y = np.zeros((N, M, *full), dtype=ct)
-    for j, kk in enumerate(np.ndindex(*kernel)):
-        sl = tuple(
-            slice(k * d, k * d + (i - 1) * s + 1, s)
-            for k, d, i, s in zip(kk, dilations, in_shape, strides)
-        )
-        y[(slice(None), slice(None)) + sl] += cols[:, :, j]
-    # Crop the pads (or zero-extend, for output_padding / a larger output_shape).
-    y = pad_spatial(y, [-b for b in begin], [o + b - f for o, b, f in zip(out, begin, full)])
-    y = np.ascontiguousarray(y)
-    return _add_bias(y, B).astype(X.dtype, copy=False)
+    cropped = any(begin) or list(out) != full
+    if list(strides) == kernel and dilations == [1] * n:
+        # The windows tile the output without overlap (e.g. 2x2 stride 2): col2im is one
+        # transposing copy (N, M, k.., i..) -> (N, M, i0, k0, i1, k1, ..), bias added on the way.
+        order = (0, 1) + tuple(a for i in range(n) for a in (2 + n + i, 2 + i))
+        y = np.empty((N, M, *full), dtype=ct)
+        tiled = y.reshape((N, M) + tuple(v for i, k in zip(in_shape, kernel) for v in (i, k)))
+        if bias is None or cropped:
+            np.copyto(tiled, cols.transpose(order))
+        else:
+            np.add(cols.transpose(order), bias.reshape((1, -1) + (1,) * (2 * n)), out=tiled)
+            return y.astype(X.dtype, copy=False)
+    else:
+        # col2im: scatter-add each kernel offset's plane into the (uncropped) full output.
+        y = np.zeros((N, M, *full), dtype=ct)
+        for kk in np.ndindex(*kernel):
+            sl = tuple(
+                slice(k * d, k * d + (i - 1) * s + 1, s)
+                for k, d, i, s in zip(kk, dilations, in_shape, strides)
+            )
+            y[(slice(None), slice(None)) + sl] += cols[(slice(None), slice(None)) + kk]
+    if cropped:  # crop the pads (or zero-extend, for output_padding / a larger output_shape)
+        y = pad_spatial(y, [-b for b in begin], [o + b - f for o, b, f in zip(out, begin, full)])
+    return _add_channels(y, bias).astype(X.dtype, copy=False)
 
 
 # ----------------------------------------------------------------------------- DeformConv
@@ -429,7 +618,7 @@ def _deform_conv(
     cols = cols.reshape(N, group, -1, P)  # (N, G, Cg*K, P): channel-major then kernel offset
     M = w.shape[0]
     y = np.matmul(w.reshape(group, M // group, -1), cols).reshape((N, M, *out_shape))
-    return _add_bias(y, B).astype(X.dtype, copy=False)
+    return _add_channels(y, B if B is None else B.astype(ct)).astype(X.dtype, copy=False)
 
 
 @op("DeformConv", since=19)
