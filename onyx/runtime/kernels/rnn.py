@@ -1,22 +1,23 @@
 """Recurrent layers: RNN, GRU, LSTM.
 
 The three share one plan (the spec's equations are per direction; here every direction runs in
-the same loop). States are feature-major, ``h [dirs, H, batch]``, so the recurrent product is
-``R @ h`` with the weights as given, and gate pre-activations are gate-major, ``[gates, dirs, H,
-batch]``, so that each gate (and the i/o/f block of LSTM) is one contiguous array for all
-directions: numpy's elementwise calls on small arrays are ~3x faster contiguous than strided.
+the same loop). States are ``h [dirs, batch, H]``, and gate pre-activations are gate-major,
+``[gates, dirs, batch, H]``, so that each gate (and the i/o/f block of LSTM) is one contiguous
+array for all directions: numpy's elementwise calls on small arrays are ~3x faster contiguous
+than strided.
 
-- The input projection W*Xt + Wb (+ the recurrent biases that sit outside any product) of every
-  time step and direction is one batched BLAS matmul up front: ``xs [gates, dirs, H, steps,
-  batch]``. A reverse direction reads X time-reversed (with ``sequence_lens``: each batch entry's
-  valid steps reversed, padding left in place), so every direction walks its steps forward.
-- Each step is one batched recurrent matmul ``R [gates, dirs, H, H] @ h [dirs, H, batch]``
+- The input projection X*W^T + Wb (+ the recurrent biases that sit outside any product) of every
+  time step and direction is one batched BLAS matmul up front. A reverse direction reads X
+  time-reversed (with ``sequence_lens``: each batch entry's valid steps reversed, padding left in
+  place), so every direction walks its steps forward.
+- Each step is one batched recurrent matmul ``h [dirs, batch, H] @ R^T [gates, dirs, H, H]``
   followed by gate math in place on preallocated buffers, with activations (and their constants,
   in the compute dtype) compiled before the loop. The new hidden state is written straight into
-  ``Ys [steps, dirs, H, batch]``; Y is rearranged from it once at the end.
-- ``sequence_lens`` costs nothing per step: batch columns never mix, so a finished entry may run
-  on through its padding; afterwards each entry's state at its last valid step is the final
-  state and Y is zeroed past its length.
+  ``Ys [steps, dirs, batch, H]``, which is Y (reverse directions are put back in time order
+  once at the end).
+- ``sequence_lens`` costs nothing per step: batch rows never mix, so a finished entry may run on
+  through its padding; afterwards each entry's state at its last valid step is the final state
+  and Y is zeroed past its length.
 """
 
 from __future__ import annotations
@@ -127,7 +128,7 @@ def _over_directions(specs: list, dtype) -> Callable:
     if all(s == specs[0] for s in specs):
         return acts[0]
 
-    def per_direction(x, out):  # x [..., dirs, H, batch]
+    def per_direction(x, out):  # x [..., dirs, batch, H]
         for d, act in enumerate(acts):
             act(x[..., d, :, :], out[..., d, :, :])
 
@@ -143,34 +144,39 @@ def _clipper(clip, dtype) -> Callable | None:
 
 # --- the recurrent product -----------------------------------------------------------------------
 
-# OpenBLAS packs both operands of a GEMM unless M*N*K is below ~100**3, where its small-matrix
-# kernels run unpacked. For R [H, H] @ h [H, batch], repacking R every step dominates once the
-# batch is a few columns: one product per gate (and, past that size, per chunk of rows) stays
-# under it (measured at batch 8, H 256, 4 gates: 84 us -> 43 us a step, onnxruntime's MatMul
-# 46 us). One batched np.matmul runs them all.
+# OpenBLAS packs both operands of a GEMM unless M*N*K is below ~100**3 (and both are row-major),
+# where its small-matrix kernels run unpacked. For h [batch, H] @ R^T [H, G*H], repacking R every
+# step dominates once the batch is a few rows: one product per gate (and, past that size, per
+# chunk of columns) on a contiguous R^T stays under it (measured at batch 8, H 256, 4 gates:
+# 84 us -> 39 us a step, onnxruntime's MatMul 46 us). One batched np.matmul runs them all.
 _SMALL_GEMM = 100**3
-_MIN_CHUNK_ROWS = 32
+_MIN_CHUNK = 32
 
 
-def _row_chunks(rows: int, batch: int, k: int) -> int:
-    if batch == 1 or rows * batch * k <= _SMALL_GEMM:
+def _chunks(cols: int, batch: int, k: int) -> int:
+    if cols * batch * k <= _SMALL_GEMM:
         return 1
-    for n in range(2, rows // _MIN_CHUNK_ROWS + 1):
-        if rows % n == 0 and (rows // n) * batch * k <= _SMALL_GEMM:
+    for n in range(2, cols // _MIN_CHUNK + 1):
+        if cols % n == 0 and (cols // n) * batch * k <= _SMALL_GEMM:
             return n
     return 1
 
 
 def _recurrent_matmul(R: np.ndarray, batch: int) -> Callable:
-    """``mm(h, out)``: out [gates, dirs, H, batch] = R [gates, dirs, H, K] @ h [dirs, K, batch]."""
-    gates, dirs, rows, k = R.shape
-    n = _row_chunks(rows, batch, k)
+    """``mm(h, out)``: out [gates, dirs, batch, H] = h [dirs, batch, K] @ R^T, R [gates, dirs,
+    H, K]."""
+    gates, dirs, cols, k = R.shape
+    if batch == 1:  # a matrix-vector product: R is read as it is
+        RT = R.transpose(0, 1, 3, 2)
+        return lambda h, out: np.matmul(h, RT, out=out)
+    n = _chunks(cols, batch, k)
+    RT = np.ascontiguousarray(R.reshape(gates, dirs, n, cols // n, k).transpose(0, 1, 2, 4, 3))
     if n == 1:
-        return lambda h, out: np.matmul(R, h, out=out)
-    chunked = R.reshape(gates, dirs, n, rows // n, k)
-    shape = (gates, dirs, n, rows // n, batch)
-    # splitting the rows axis of out is always a view, so the product lands in out
-    return lambda h, out: np.matmul(chunked, h[:, None], out=out.reshape(shape))
+        RT = RT[:, :, 0]
+        return lambda h, out: np.matmul(h, RT, out=out)
+    shape = (gates, dirs, batch, n, cols // n)
+    # splitting the last axis of out is a view, so each chunk's product lands in place
+    return lambda h, out: np.matmul(h[:, None], RT, out=out.reshape(shape).swapaxes(2, 3))
 
 
 # --- the shared plan -----------------------------------------------------------------------------
@@ -178,11 +184,11 @@ def _recurrent_matmul(R: np.ndarray, batch: int) -> Callable:
 
 @dataclass
 class _Layer:
-    xs: np.ndarray  # [gates, dirs, H, steps, batch]: input projections in step order
+    xs: np.ndarray  # [gates, dirs, steps, batch, H] (a view): input projections in step order
     R: np.ndarray  # [gates, dirs, H, H]
-    Rb: np.ndarray  # [gates, dirs, H, 1]: recurrent bias (what is not folded into xs is needed)
-    h0: np.ndarray  # [dirs, H, batch]
-    c0: np.ndarray  # [dirs, H, batch]
+    Rb: np.ndarray  # [gates, dirs, 1, H]: recurrent bias (what is not folded into xs is needed)
+    h0: np.ndarray  # [dirs, batch, H]
+    c0: np.ndarray  # [dirs, batch, H]
     lens: np.ndarray | None  # [batch], None when every entry runs the whole sequence
     reverse: list[bool]  # per direction
     out_dtype: np.dtype
@@ -202,21 +208,21 @@ class _Layer:
 
     @property
     def steps(self) -> int:
-        return self.xs.shape[3]
+        return self.xs.shape[2]
 
     @property
     def batch(self) -> int:
-        return self.xs.shape[4]
+        return self.xs.shape[3]
 
     def matmul(self, gates: slice = slice(None)) -> Callable:
         return _recurrent_matmul(self.R[gates], self.batch)
 
     def history(self) -> np.ndarray:
-        """Uninitialised [steps, dirs, H, batch]: the state after each step."""
-        return np.empty((self.steps, self.n_dirs, self.hidden, self.batch), self.dtype)
+        """Uninitialised [steps, dirs, batch, H]: the state after each step."""
+        return np.empty((self.steps, self.n_dirs, self.batch, self.hidden), self.dtype)
 
     def gate_buffer(self) -> np.ndarray:
-        return np.empty((self.R.shape[0], self.n_dirs, self.hidden, self.batch), self.dtype)
+        return np.empty((self.R.shape[0], self.n_dirs, self.batch, self.hidden), self.dtype)
 
 
 def _reverse_index(lens: np.ndarray, seq_len: int) -> np.ndarray:
@@ -227,11 +233,11 @@ def _reverse_index(lens: np.ndarray, seq_len: int) -> np.ndarray:
     return np.where(t < lens, lens - 1 - t, t)
 
 
-def _feature_major(state, shape, ct) -> np.ndarray:
-    """[dirs, batch, H] (zeros when absent) as a contiguous [dirs, H, batch]."""
-    if state is None:
-        return np.zeros(shape, ct)
-    return np.ascontiguousarray(np.asarray(state, ct).transpose(0, 2, 1))
+def _in_step_order(x: np.ndarray, lens: np.ndarray | None) -> np.ndarray:
+    """[seq, batch, ...] time-reversed per batch entry (the whole sequence when lens is None)."""
+    if lens is None:
+        return x[::-1]
+    return x[_reverse_index(lens, x.shape[0]), np.arange(x.shape[1])]
 
 
 def _gate_major(a: np.ndarray, n_gates: int) -> np.ndarray:
@@ -262,21 +268,19 @@ def _prepare(X, W, R, B, sequence_lens, initial_h, initial_c, *, direction, layo
         if (lens == seq_len).all():
             lens = None  # the common case: no masking at all
     reverse = [direction == "reverse" or d == 1 for d in range(n_dirs)]
-    # one batched GEMM for every step, gate and direction:
-    # [gates, dirs, H, in] @ [dirs, in, seq*batch] -> [gates, dirs, H, seq*batch]
-    xd = [X if not rev else X[::-1] if lens is None else X[_reverse_index(lens, seq_len),
-          np.arange(batch)] for rev in reverse]  # fmt: skip
+    # one batched GEMM for every step of every direction: [dirs, seq*batch, in] @ [dirs, in, G*H]
+    xd = [_in_step_order(X, lens) if rev else X for rev in reverse]
     stacked = xd[0][None] if n_dirs == 1 else np.stack(xd)
-    xt = stacked.reshape(n_dirs, seq_len * batch, n_in).transpose(0, 2, 1)
-    xs = np.matmul(_gate_major(W, n_gates), xt)
-    xs += _gate_major(Wb + folded(Rb), n_gates)[..., None]
-    states = (n_dirs, hidden, batch)
+    xs = np.matmul(stacked.reshape(n_dirs, seq_len * batch, n_in), W.transpose(0, 2, 1))
+    xs += (Wb + folded(Rb))[:, None, :]
+    xs = xs.reshape(n_dirs, seq_len, batch, n_gates, hidden).transpose(3, 0, 1, 2, 4)
+    zeros = np.zeros((n_dirs, batch, hidden), ct)
     return _Layer(
-        xs=xs.reshape(n_gates, n_dirs, hidden, seq_len, batch),
+        xs=xs,
         R=_gate_major(R, n_gates),
-        Rb=_gate_major(Rb, n_gates)[..., None],
-        h0=_feature_major(initial_h, states, ct),
-        c0=_feature_major(initial_c, states, ct),
+        Rb=_gate_major(Rb, n_gates)[:, :, None, :],
+        h0=zeros if initial_h is None else np.array(initial_h, ct),
+        c0=zeros if initial_c is None else np.array(initial_c, ct),
         lens=lens,
         reverse=reverse,
         out_dtype=out_dtype,
@@ -286,39 +290,29 @@ def _prepare(X, W, R, B, sequence_lens, initial_h, initial_c, *, direction, layo
 
 def _final(layer: _Layer, hist: np.ndarray, initial: np.ndarray) -> np.ndarray:
     """[dirs, batch, H]: each entry's state after its last valid step (the initial one if none)."""
-    initial = initial.transpose(0, 2, 1)
     if hist.shape[0] == 0:
         return initial.copy()
     if layer.lens is None:
-        return hist[-1].transpose(0, 2, 1).copy()
+        return hist[-1].copy()
     last = layer.lens - 1
-    state = hist[np.maximum(last, 0), :, :, np.arange(layer.batch)]  # [batch, dirs, H]
+    state = hist[np.maximum(last, 0), :, np.arange(layer.batch)]  # [batch, dirs, H]
     return np.where((last >= 0)[:, None], state.swapaxes(0, 1), initial)
 
 
 def _finish(layer: _Layer, Ys: np.ndarray, Cs: np.ndarray | None = None):
-    """Y, Y_h (and Y_c) in time order and the requested layout and dtype."""
-    Y_h = _final(layer, Ys, layer.h0)
-    Y_c = None if Cs is None else _final(layer, Cs, layer.c0)
-    steps, dirs, hidden, batch = Ys.shape
+    """Y, Y_h (and Y_c) in time order and the requested layout and dtype. Y is Ys, reordered."""
+    outs = [Ys, _final(layer, Ys, layer.h0)]
+    if Cs is not None:
+        outs.append(_final(layer, Cs, layer.c0))
     if layer.lens is not None:
-        past_end = np.arange(steps)[:, None] >= layer.lens
-        np.copyto(Ys, 0, where=past_end[:, None, None, :])
-    Y = np.empty((batch, steps, dirs, hidden) if layer.layout else (steps, dirs, batch, hidden),
-                 layer.out_dtype)  # fmt: skip
-    view = Y.transpose(1, 2, 0, 3) if layer.layout else Y  # [steps, dirs, batch, H]
+        past_end = np.arange(Ys.shape[0])[:, None] >= layer.lens
+        np.copyto(Ys, 0, where=past_end[:, None, :, None])
     for d, rev in enumerate(layer.reverse):
-        hist = Ys[:, d]  # [steps, H, batch]: step order back to time order, batch-major
-        if not rev:
-            view[:, d] = hist.transpose(0, 2, 1)
-        elif layer.lens is None:
-            view[:, d] = hist[::-1].transpose(0, 2, 1)
-        else:
-            view[:, d] = hist[_reverse_index(layer.lens, steps), :, np.arange(batch)]
-    outs = [Y_h] if Y_c is None else [Y_h, Y_c]
+        if rev:  # step order back to time order (numpy buffers the overlapping copy)
+            Ys[:, d] = _in_step_order(Ys[:, d], layer.lens)
     if layer.layout:
-        outs = [o.swapaxes(0, 1) for o in outs]
-    return (Y, *(np.ascontiguousarray(o, layer.out_dtype) for o in outs))
+        outs = [outs[0].transpose(2, 0, 1, 3), *(o.swapaxes(0, 1) for o in outs[1:])]
+    return tuple(np.ascontiguousarray(o, layer.out_dtype) for o in outs)
 
 
 # --- RNN -----------------------------------------------------------------------------------------
@@ -352,7 +346,7 @@ def rnn(
     for t in range(layer.steps):
         h_new = Ys[t]
         mm(h, h_new[None])
-        np.add(h_new, xs[:, :, t], out=h_new)
+        np.add(h_new, xs[:, t], out=h_new)
         if clipped:
             clipped(h_new)
         f(h_new, h_new)
@@ -408,7 +402,7 @@ def gru(
             mm_all(h, gates)
         else:
             mm_zr(h, zr)
-        np.add(zr, xs_zr[:, :, :, t], out=zr)
+        np.add(zr, xs_zr[:, :, t], out=zr)
         if clipped:
             clipped(zr)
         f(zr, zr)
@@ -418,7 +412,7 @@ def gru(
         else:
             np.multiply(r, h, out=rh)
             mm_h(rh, ht[None])
-        np.add(ht, xs_h[:, :, t], out=ht)
+        np.add(ht, xs_h[:, t], out=ht)
         if clipped:
             clipped(ht)
         g(ht, ht)
@@ -468,7 +462,7 @@ def lstm(
     Ys, Cs, h, c = layer.history(), layer.history(), layer.h0, layer.c0
     peep = None
     if P is not None and np.any(P):
-        peep = _gate_major(np.asarray(P, layer.dtype), 3)[..., None]  # [3, dirs, H, 1]: i, o, f
+        peep = _gate_major(np.asarray(P, layer.dtype), 3)[:, :, None, :]  # [3, dirs, 1, H]
     # the i, o, f gates take one activation call unless the output gate must wait for Ct
     fused = peep is None and not input_forget
     gates = layer.gate_buffer()
@@ -477,7 +471,7 @@ def lstm(
     tmp, one = np.empty_like(h), np.ones((), layer.dtype)
     for t in range(layer.steps):
         mm(h, gates)
-        np.add(gates, xs[:, :, :, t], out=gates)
+        np.add(gates, xs[:, :, t], out=gates)
         if peep is not None:
             np.add(i, np.multiply(peep[0], c, out=tmp), out=i)
             np.add(fg, np.multiply(peep[2], c, out=tmp), out=fg)
