@@ -3,8 +3,9 @@ Col2Im, CenterCropPad.
 
 Resize is separable: along each resized axis every output index reads a few taps of the input
 (1 for nearest, 2 or 4 for linear / cubic, more with antialiasing) with weights, so an axis costs
-one gather and a weighted sum per tap. GridSample gathers the 2**r (linear) or 4**r (cubic)
-neighbours of every sampling point at once.
+one gather and a weighted sum per tap. Bilinear float32 resizing of a 2-D image (or of the two
+spatial axes of a 4-D tensor) instead follows onnxruntime's arithmetic to the bit (see _bilinear).
+GridSample gathers the 2**r (linear) or 4**r (cubic) neighbours of every sampling point at once.
 """
 
 from __future__ import annotations
@@ -21,26 +22,35 @@ from .conv import compute_dtype, pad_spatial
 
 
 def _original_coords(
-    mode: str, out_len: int, in_len: int, scale: float, roi_start: float, roi_end: float
+    mode: str,
+    out_len: int,
+    in_len: int,
+    scale: float,
+    roi_start: float,
+    roi_end: float,
+    length: float | None = None,
 ) -> np.ndarray:
     """x_original for every output index along one axis, per coordinate_transformation_mode.
 
     Computed in float32 as onnxruntime does, so that exact halves and integers (which decide
     nearest rounding) come out exact: 2 / 0.4f is 5, not 4.99999992.
-    As in the spec's definitions, the resized length is in_len * scale, which is fractional when
-    scales (not sizes) are given (onnxruntime uses the integer output length; the node suite
-    follows the spec).
+    ``length`` is the resized length: the output size when sizes are given, else (None)
+    in_len * scale, which is fractional when scales are given, as in the spec's definitions
+    (onnxruntime uses the integer output length there; the node suite follows the spec).
     """
     f = np.float32
     x = np.arange(out_len, dtype=f)
     scale, n_in = f(scale), f(in_len)
-    length = n_in * scale
+    width = n_in * scale  # the spec's output_width, fractional when computed from a scale
+    length = width if length is None else f(length)
     half = f(0.5)
     if mode == "half_pixel":
         return (x + half) / scale - half
     if mode == "half_pixel_symmetric":
-        offset = n_in / f(2) * (f(1) - f(out_len) / length)
-        return offset + (x + half) / scale - half
+        offset = n_in / f(2) * (f(1) - f(out_len) / width)
+        # onnxruntime adds the terms in double (its 0.5 literals are doubles), then rounds
+        d = np.float64
+        return (d(offset) + (x.astype(d) + 0.5) / d(scale) - 0.5).astype(f)
     if mode == "pytorch_half_pixel":
         return (x + half) / scale - half if length > 1 else np.zeros_like(x)
     if mode == "align_corners":
@@ -127,7 +137,7 @@ def _round_half_up(v: float) -> int:
 
 
 def _targets(shape, axes, scales, sizes, roi, keep_aspect_ratio_policy, coordinate_mode):
-    """Per resized axis: (output length, scale, roi start, roi end)."""
+    """Per resized axis: (output length, scale, roi start, roi end, resized length or None)."""
     n = len(axes)
     roi = roi.astype(np.float64).reshape(-1) if _present(roi) else None
     starts = roi[:n] if roi is not None and roi.size == 2 * n else [0.0] * n
@@ -141,10 +151,9 @@ def _targets(shape, axes, scales, sizes, roi, keep_aspect_ratio_policy, coordina
             pick = min if keep_aspect_ratio_policy == "not_larger" else max
             common = pick(s / i for s, i in zip(sizes, in_lens))
             sizes = [_round_half_up(common * i) for i in in_lens]
-            scales = [common] * n
-        else:
-            scales = [s / i for s, i in zip(sizes, in_lens)]
-        return list(zip(sizes, scales, starts, ends))
+            return list(zip(sizes, [common] * n, starts, ends, [None] * n))
+        scales = [s / i for s, i in zip(sizes, in_lens)]
+        return list(zip(sizes, scales, starts, ends, sizes))
     scales = [float(s) for s in scales.astype(np.float64).reshape(-1)]
     # Output length: floor(in * (roi_end - roi_start) * scale), per the spec, in float32 like
     # onnxruntime (10 * 0.7f is 7, not 6.99999988).
@@ -153,7 +162,7 @@ def _targets(shape, axes, scales, sizes, roi, keep_aspect_ratio_policy, coordina
         int(np.floor(f32(i) * f32(e - s) * f32(sc)))
         for i, sc, s, e in zip(in_lens, scales, starts, ends)
     ]
-    return list(zip(outs, scales, starts, ends))
+    return list(zip(outs, scales, starts, ends, [None] * n))
 
 
 def _resize(
@@ -178,12 +187,17 @@ def _resize(
     plan = _targets(
         X.shape, axes, scales, sizes, roi, keep_aspect_ratio_policy, coordinate_transformation_mode
     )
+    if mode == "linear" and not antialias and X.dtype == np.float32:
+        targets = dict(zip(axes, plan))
+        pair = _bilinear_axes(X.shape, targets)
+        if pair is not None:
+            return _bilinear(X, pair, targets, coordinate_transformation_mode, extrapolation_value)
     nearest = mode == "nearest"
     y = X if nearest else X.astype(compute_dtype(X.dtype), copy=False)
     outside = None  # tf_crop_and_resize: outputs whose source lies outside the input on any axis
     # Shrinking axes first keeps the intermediate arrays small.
-    for axis, (out_len, scale, start, end) in sorted(
-        zip(axes, plan), key=lambda p: p[1][0] / X.shape[p[0]]
+    for axis, (out_len, scale, start, end, length) in sorted(
+        zip(axes, plan), key=lambda p: p[1][0] / max(X.shape[p[0]], 1)
     ):
         in_len = X.shape[axis]
         if (
@@ -192,7 +206,9 @@ def _resize(
             and coordinate_transformation_mode != "tf_crop_and_resize"
         ):
             continue  # identity along this axis
-        x = _original_coords(coordinate_transformation_mode, out_len, in_len, scale, start, end)
+        x = _original_coords(
+            coordinate_transformation_mode, out_len, in_len, scale, start, end, length
+        )
         x = x.astype(np.float64)
         if coordinate_transformation_mode == "tf_crop_and_resize":
             off = (x < 0) | (x > in_len - 1)
@@ -215,6 +231,87 @@ def _resize(
             y = np.clip(np.trunc(y), info.min, info.max)
         y = y.astype(X.dtype)
     return np.ascontiguousarray(y)
+
+
+# ----------------------------------------------------------------------------- Resize: bilinear
+# onnxruntime resizes a 2-D image, or the two spatial axes of an NCHW / NHWC tensor, with one
+# formula (also when only one of the two axes changes), evaluated in float32: per axis the
+# coordinate is clamped into the input, its taps are lo = trunc(x) and hi = min(lo + 1, n - 1)
+# with weights |x - hi| for lo and |x - lo| for hi (0.5 each where lo == hi), and
+#     y = (wy_lo*wx_lo) X[lo, lo] + (wy_lo*wx_hi) X[lo, hi] + (wy_hi*wx_lo) X[hi, lo]
+#         + (wy_hi*wx_hi) X[hi, hi]
+# summed left to right. Doing the same makes float32 results bit-identical (U-Net decoders).
+
+#: Output elements computed per block, so that the gathered terms stay in cache while summed.
+_BILINEAR_BLOCK = 1 << 16
+
+
+def _bilinear_axes(shape, targets: dict) -> tuple[int, int] | None:
+    """The two axes onnxruntime's bilinear kernel resizes, or None for other layouts."""
+    changed = {
+        a
+        for a, (out_len, scale, start, end, _) in targets.items()
+        if out_len != shape[a] or scale != 1 or (start, end) != (0, 1)
+    }
+    if not changed or 0 in shape or any(t[0] == 0 for t in targets.values()):
+        return None  # nothing to resize, or an empty tensor
+    if len(shape) == 2:
+        return 0, 1
+    if len(shape) == 4:
+        for pair in ((2, 3), (1, 2)):  # NCHW, then NHWC
+            if changed <= set(pair):
+                return pair
+    return None
+
+
+def _bilinear_taps(x: np.ndarray, in_len: int):
+    """(lo, hi, weight of lo, weight of hi) of float32 coordinates x along one axis."""
+    x = np.clip(x, np.float32(0), np.float32(in_len - 1))
+    lo = x.astype(np.int64)  # x >= 0: truncation is floor
+    hi = np.minimum(lo + 1, in_len - 1)
+    w_lo, w_hi = np.abs(x - hi.astype(np.float32)), np.abs(x - lo.astype(np.float32))
+    edge = lo == hi
+    w_lo[edge] = w_hi[edge] = 0.5
+    return lo, hi, w_lo, w_hi
+
+
+def _bilinear(X, pair, targets, coordinate_mode, extrapolation_value) -> np.ndarray:
+    sides, outside = [], None
+    for axis in pair:
+        in_len = X.shape[axis]
+        out_len, scale, start, end, length = targets.get(axis, (in_len, 1.0, 0.0, 1.0, None))
+        x = _original_coords(coordinate_mode, out_len, in_len, scale, start, end, length)
+        sides.append(_bilinear_taps(x, in_len))
+        if coordinate_mode == "tf_crop_and_resize":  # onnxruntime compares float32 coordinates
+            off = (x < 0) | (x > in_len - 1)
+            outside = off if outside is None else outside[:, None] | off[None, :]
+    (y_lo, y_hi, wy_lo, wy_hi), (x_lo, x_hi, wx_lo, wx_hi) = sides
+    height, width = X.shape[pair[0]], X.shape[pair[1]]
+    terms = [  # (flat input index, weight) per output pixel, in onnxruntime's summation order
+        ((y[:, None] * width + x[None, :]).ravel(), np.multiply.outer(wy, wx).ravel())
+        for y, wy in ((y_lo, wy_lo), (y_hi, wy_hi))
+        for x, wx in ((x_lo, wx_lo), (x_hi, wx_hi))
+    ]
+    moved = np.moveaxis(X, pair, (-2, -1))
+    flat = moved.reshape(-1, height * width)
+    n_out = len(y_lo) * len(x_lo)
+    y = np.empty((flat.shape[0], n_out), np.float32)
+    step = max(1, _BILINEAR_BLOCK // max(n_out, 1))
+    scratch = np.empty((min(step, flat.shape[0]), n_out), np.float32)
+    (first, w_first), *rest = terms
+    for b in range(0, flat.shape[0], step):
+        src, dst = flat[b : b + step], y[b : b + step]
+        tmp = scratch[: len(dst)]
+        np.take(src, first, axis=1, out=dst, mode="clip")  # indices are in range: skip checks
+        dst *= w_first
+        for idx, w in rest:
+            np.take(src, idx, axis=1, out=tmp, mode="clip")
+            tmp *= w
+            dst += tmp
+    if outside is not None:
+        y[:, outside.reshape(-1)] = np.float32(extrapolation_value)
+    y = y.reshape(moved.shape[:-2] + (len(y_lo), len(x_lo)))
+    return np.ascontiguousarray(np.moveaxis(y, (-2, -1), pair))
 
 
 @op("Resize", since=18)
