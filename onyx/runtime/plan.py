@@ -2,11 +2,20 @@
 
 At compile time every Value gets a slot in a list, every node gets its kernel and its parsed
 attributes, subgraphs and local functions get plans of their own, and each step learns which
-slots it is the last reader of (they are freed after it runs). Running is then a tight loop.
+slots it is the last reader of (they are freed after it runs).
+
+Running: on first use, each schedule (the steps a set of wanted outputs needs) is turned into
+one generated Python function, straight-line code with one line per node,
+``v12 = k3(v7, c2, axis=a3_axis)``: values live in local variables, attributes are bound as
+keyword constants, initializers are constants, and a value is deleted after its last reader.
+That leaves nothing per node but the kernel call itself (no argument lists, no ``**attrs``
+dicts, no slot indexing). Profiled runs take a plain loop over the same steps instead, so that
+each kernel call can be timed.
 """
 
 from __future__ import annotations
 
+import keyword
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,6 +49,7 @@ class Step:
     opset: int
     frees: tuple[int, ...] = ()
     reads: tuple[int, ...] = ()  # slots read, including outer values its subgraphs capture
+    uses_frame: bool = False  # runs subgraphs that read this frame's values (If, Loop, ...)
 
     def label(self) -> str:
         return _node_label(self.node)
@@ -168,6 +178,7 @@ class Plan:
             self.output_slots.append(slot_of[id(v)])
         self._schedules: dict[tuple[int, ...], list[Step]] = {}
         self.default_schedule = self.schedule(tuple(self.output_slots))
+        self._runners: dict[tuple[int, ...] | None, Any] = {}
 
     # -- compiling ------------------------------------------------------------------------------
     def _slot(self, v: ir.Value | None, node: ir.Node) -> int:
@@ -212,12 +223,7 @@ class Plan:
             )
         if (domain, node.op_type) == ("ai.onnx.preview.training", "Gradient"):
             return self._gradient_step(node, compiler, opsets, common)
-        kernel = lookup(node.op_type, domain, version)
-        if kernel is None:
-            raise NotImplementedOp(
-                f"{_node_label(node)}: no kernel for {node.domain or 'ai.onnx'}::{node.op_type} "
-                f"at opset version {version}"
-            )
+        kernel = find_kernel(node, domain, version)
         return self._kernel_step(kernel, node, attrs, compiler, opsets, common)
 
     @staticmethod
@@ -254,7 +260,16 @@ class Plan:
             )
         if not kernel.variadic and n_in < kernel.n_positional:
             common["ins"] = common["ins"] + (-1,) * (kernel.n_positional - n_in)
-        return Step(fn=kernel.fn, takes_ctx=kernel.takes_ctx, attrs=parsed, **common)
+        runs_subgraphs = any(
+            a.type in (ir.AttrType.GRAPH, ir.AttrType.GRAPHS) for a in attrs.values()
+        )
+        return Step(
+            fn=kernel.fn,
+            takes_ctx=kernel.takes_ctx,
+            attrs=parsed,
+            uses_frame=kernel.takes_ctx and runs_subgraphs,
+            **common,
+        )
 
     def _gradient_step(self, node, compiler, opsets, common) -> Step:
         """Gradient differentiates values of this graph: build its graph, run it as a subgraph."""
@@ -270,7 +285,7 @@ class Plan:
         def run_gradient(ctx, *args):
             return tuple(body.run(list(args), ctx.frame))
 
-        return Step(fn=run_gradient, takes_ctx=True, attrs={}, **common)
+        return Step(fn=run_gradient, takes_ctx=True, attrs={}, uses_frame=True, **common)
 
     def _function_step(self, function: ir.Function, node, attrs, compiler, common) -> Step:
         bindings = {a.name: a for a in function.attribute_defaults}
@@ -330,11 +345,19 @@ class Plan:
             for mine, theirs in zip(self.capture_slots, self.capture_sources):
                 slots[mine] = src[theirs]
         frame = Frame(self, slots, parent)
-        steps = self.default_schedule if wanted is None else self.schedule(wanted)
-        for step in steps:
+        if profiler is not None:
+            return self._run_profiled(frame, wanted, profiler)
+        runner = self._runners.get(wanted)
+        if runner is None:
+            runner = self._runners[wanted] = _generate(self, wanted)
+        return runner(slots, frame)
+
+    def _run_profiled(self, frame: Frame, wanted, profiler) -> list:
+        """The same steps as the generated runner, in a loop that times each kernel call."""
+        slots = frame.slots
+        for step in self.default_schedule if wanted is None else self.schedule(wanted):
             args = [slots[i] if i >= 0 else None for i in step.ins]
-            if profiler is not None:
-                start = time.perf_counter()
+            start = time.perf_counter()
             try:
                 if step.takes_ctx:
                     result = step.fn(StepContext(step, frame), *args, **step.attrs)
@@ -343,20 +366,129 @@ class Plan:
             except OnyxError:
                 raise
             except Exception as e:
-                raise RuntimeFailure(
-                    f"{step.label()} in graph {self.name!r} failed with inputs "
-                    f"({', '.join(describe(a) for a in args)}): {type(e).__name__}: {e}"
-                ) from e
+                raise self._failure(step, args, e) from e
             if type(result) is not tuple:
                 result = (result,)
-            if profiler is not None:
-                profiler.node(step, start, time.perf_counter(), args, result)
+            profiler.node(step, start, time.perf_counter(), args, result)
             for slot, value in zip(step.outs, result):
                 if slot >= 0:
                     slots[slot] = value
             for slot in step.frees:
                 slots[slot] = None
         return [slots[i] for i in (self.output_slots if wanted is None else wanted)]
+
+    def _failure(self, step: Step, args: list, e: Exception) -> RuntimeFailure:
+        return RuntimeFailure(
+            f"{step.label()} in graph {self.name!r} failed with inputs "
+            f"({', '.join(describe(a) for a in args)}): {type(e).__name__}: {e}"
+        )
+
+
+def find_kernel(node: ir.Node, domain: str, version: int) -> Kernel:
+    """The kernel that runs ``node`` at opset ``version`` of its domain: the one place a node's
+    implementation is chosen at compile time."""
+    kernel = lookup(node.op_type, domain, version)
+    if kernel is None:
+        raise NotImplementedOp(
+            f"{_node_label(node)}: no kernel for {node.domain or 'ai.onnx'}::{node.op_type} "
+            f"at opset version {version}"
+        )
+    return kernel
+
+
+# -- the generated runner -----------------------------------------------------------------------
+
+
+def _generate(plan: Plan, wanted: tuple[int, ...] | None):
+    """One Python function running the schedule for ``wanted``: ``run(slots, frame) -> outputs``.
+
+    Slot ``i`` is the local ``v{i}`` (an initializer that is no graph input: the constant
+    ``c{i}``); step ``j`` calls ``k{j}`` with its attributes as keywords bound to constants.
+    Each step's code sits on its own lines, so that a failure is traced back to its step by
+    the traceback's line number (no per-step bookkeeping while running).
+    """
+    steps = plan.default_schedule if wanted is None else plan.schedule(wanted)
+    out_slots = plan.output_slots if wanted is None else list(wanted)
+    const_slots = {
+        i
+        for i, value in enumerate(plan.template)
+        if value is not None and i not in plan.input_defaults
+    }
+    produced = {o for s in steps for o in s.outs if o >= 0}
+    used = {r for s in steps for r in s.reads} | set(out_slots)
+    env: dict[str, Any] = {"_StepContext": StepContext, "_OnyxError": OnyxError}
+
+    def name(slot: int) -> str:
+        if slot in const_slots:
+            env[f"c{slot}"] = plan.template[slot]
+            return f"c{slot}"
+        return f"v{slot}"
+
+    lines = ["def run(slots, frame):"]
+    loaded = sorted(s for s in used - produced - const_slots)
+    lines += [f"    v{i} = slots[{i}]" for i in loaded]
+    lines.append("    try:")
+    line_step: dict[int, int] = {}
+    for j, step in enumerate(steps):
+        first = len(lines) + 1  # code line numbers start at 1
+        env[f"k{j}"] = step.fn
+        args = [name(i) if i >= 0 else "None" for i in step.ins]
+        extra = {}
+        for attr, value in step.attrs.items():
+            if attr.isidentifier() and not keyword.iskeyword(attr):
+                env[f"a{j}_{attr}"] = value
+                args.append(f"{attr}=a{j}_{attr}")
+            else:
+                extra[attr] = value
+        if extra:
+            env[f"a{j}"] = extra
+            args.append(f"**a{j}")
+        if step.takes_ctx:
+            if step.uses_frame:  # its subgraphs read this frame's slots
+                lines += [f"        slots[{r}] = v{r}" for r in step.reads if r not in const_slots]
+            env[f"s{j}"] = step
+            args.insert(0, f"_StepContext(s{j}, frame)")
+        call = f"k{j}({', '.join(args)})"
+        outs = [(k, o) for k, o in enumerate(step.outs) if o >= 0 and o in used]
+        if len(step.outs) == 1 and outs:
+            o = outs[0][1]
+            lines.append(f"        v{o} = {call}")
+            lines.append(f"        if v{o}.__class__ is tuple: v{o} = v{o}[0]")
+        elif outs:
+            lines.append(f"        r = {call}")
+            lines.append("        if r.__class__ is not tuple: r = (r,)")
+            lines += [f"        v{o} = r[{k}] if len(r) > {k} else None" for k, o in outs]
+        else:
+            lines.append(f"        {call}")
+        dead = [f"v{i}" for i in step.frees if i not in const_slots]
+        if dead:
+            lines.append(f"        del {', '.join(dead)}")
+        for n in range(first, len(lines) + 1):
+            line_step[n] = j
+    if not steps:
+        lines.append("        pass")
+    lines += [
+        "    except _OnyxError:",
+        "        raise",
+        "    except Exception as e:",
+        "        raise _fail(e, locals()) from e",
+        f"    return [{', '.join(name(i) for i in out_slots)}]",
+    ]
+
+    def fail(e: Exception, local_values: dict) -> RuntimeFailure:
+        tb = e.__traceback__
+        while tb is not None and tb.tb_frame.f_code is not code:
+            tb = tb.tb_next
+        step = steps[line_step.get(tb.tb_lineno if tb is not None else -1, 0)]
+        values = {**env, **local_values}
+        args = [values.get(name(i)) if i >= 0 else None for i in step.ins]
+        return plan._failure(step, args, e)
+
+    env["_fail"] = fail
+    source = "\n".join(lines)
+    exec(compile(source, f"<onyx plan {plan.name!r}>", "exec"), env)
+    code = env["run"].__code__
+    return env["run"]
 
 
 def check_nodes(model: ir.Model) -> None:
