@@ -1,11 +1,16 @@
-"""The real-model zoo for the benchmark harness and the real-model tests.
+"""The real-model zoos for the benchmark harness and the real-model tests.
 
-The models live in tests/models/ (made by scripts/make_zoo.py, committed); tests/models/
-manifest.json describes each one: family, exporter, opset, quantization, ops, and its inputs
-as (name, dtype, shape with "N" for the batch axis, [low, high) value range).
+Two zoos, both made by scripts/make_zoo.py from the same architectures:
 
-    from benchmarks.zoo import zoo_models
-    for m in zoo_models():
+- the fixtures, tests/models/ (committed): tiny widths, what the real-model tests run;
+- the benchmark zoo, benchmarks/models/ (gitignored, `python scripts/make_zoo.py --bench`):
+  realistic sizes, what benchmarks/run.py measures.
+
+Each folder's manifest.json describes its models: family, exporter, opset, quantization, ops,
+and the inputs as (name, dtype, shape with "N" for the batch axis, [low, high) value range).
+
+    from benchmarks.zoo import bench_models, zoo_models
+    for m in zoo_models():              # or bench_models(): [] until built
         feeds = m.feeds(batch=8)        # deterministic random feeds
         onyx.InferenceSession(m.path).run(None, feeds)
 
@@ -22,6 +27,7 @@ import numpy as np
 
 ZOO_DIR = Path(__file__).resolve().parent.parent / "tests" / "models"
 MANIFEST = ZOO_DIR / "manifest.json"
+BENCH_DIR = Path(__file__).resolve().parent / "models"
 
 
 def make_feeds(inputs: list, batch: int = 1, seed: int = 0) -> dict[str, np.ndarray]:
@@ -60,19 +66,15 @@ class ZooModel:
         return make_feeds(self.inputs, batch, seed)
 
 
-def zoo_models(quantized: bool = True, ort_optimized: bool = True) -> list[ZooModel]:
-    """Every model of the zoo, sorted by name.
-
-    quantized=False leaves out the onnxruntime.quantization outputs; ort_optimized=False the
-    models onnxruntime's optimizers rewrote (fused com.microsoft ops).
-    """
-    if not MANIFEST.exists():
+def read_manifest(folder: Path) -> list[ZooModel]:
+    """The models a folder's manifest.json lists, sorted by name ([] without a manifest)."""
+    manifest = folder / "manifest.json"
+    if not manifest.exists():
         return []
-    manifest = json.loads(MANIFEST.read_text())
-    models = [
+    return [
         ZooModel(
             name=name,
-            path=ZOO_DIR / entry["file"],
+            path=folder / entry["file"],
             family=entry["family"],
             exporter=entry["exporter"],
             opset=entry["opset"],
@@ -81,18 +83,35 @@ def zoo_models(quantized: bool = True, ort_optimized: bool = True) -> list[ZooMo
             inputs=entry["inputs"],
             ops=entry["ops"],
         )
-        for name, entry in sorted(manifest.items())
+        for name, entry in sorted(json.loads(manifest.read_text()).items())
     ]
+
+
+def zoo_models(quantized: bool = True, ort_optimized: bool = True) -> list[ZooModel]:
+    """Every model of the fixture zoo (tests/models), sorted by name.
+
+    quantized=False leaves out the onnxruntime.quantization outputs; ort_optimized=False the
+    models onnxruntime's optimizers rewrote (fused com.microsoft ops).
+    """
     return [
         m
-        for m in models
+        for m in read_manifest(ZOO_DIR)
         if (quantized or m.quantization is None) and (ort_optimized or m.ort_optimized is None)
     ]
 
 
+def bench_models() -> list[ZooModel]:
+    """Every model of the realistic-size benchmark zoo (benchmarks/models), sorted by name;
+    [] until `python scripts/make_zoo.py --bench` has built it."""
+    return [m for m in read_manifest(BENCH_DIR) if m.path.exists()]
+
+
 if __name__ == "__main__":
-    for m in zoo_models():
-        size = m.path.stat().st_size / 1024
-        print(
-            f"{m.name:28s} {m.exporter:11s} opset {m.opset:2d} {size:7.1f} KiB  {sum(m.ops.values())} nodes"
-        )
+    for title, models in (("fixtures", zoo_models()), ("benchmark zoo", bench_models())):
+        print(f"{title}: {len(models)} models")
+        for m in models:
+            size = m.path.stat().st_size / 1024
+            print(
+                f"  {m.name:28s} {m.exporter:11s} opset {m.opset:2d} {size:9.1f} KiB  "
+                f"{sum(m.ops.values())} nodes"
+            )

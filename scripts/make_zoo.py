@@ -5,8 +5,13 @@ tests/models/ so neither CI nor the tests need torch.
 
     python scripts/make_zoo.py            # rebuild everything into tests/models/
     python scripts/make_zoo.py --only gpt # rebuild the models whose name contains "gpt"
+    python scripts/make_zoo.py --bench    # the realistic-size benchmark zoo, benchmarks/models/
 
-Every model has a dynamic batch axis. Widths are small so each file stays well under 2 MB.
+Every model has a dynamic batch axis. The fixture widths are small so each file stays well
+under 2 MB. The benchmark zoo (--bench, gitignored) builds the same architectures at realistic
+sizes (ResNet-18-like at 224x224, MobileNetV3-small-like at 224x224, GPT/BERT/Llama with d=256,
+4 layers, seq 128, LSTM/GRU hidden 256 over 64 steps, U-Net at 128x128), without the
+onnxruntime-optimized and external-data variants.
 Each family is exported with the TorchScript exporter (opset 17) and the dynamo exporter
 (opset 18); the CNN, MobileNet, GPT and BERT models are also quantized with
 onnxruntime.quantization (dynamic, static QDQ, static QOperator). manifest.json records, for
@@ -33,8 +38,7 @@ from torch.nn import functional as F
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from benchmarks.zoo import ZOO_DIR as OUT  # noqa: E402
-from benchmarks.zoo import make_feeds  # noqa: E402
+from benchmarks.zoo import BENCH_DIR, ZOO_DIR, make_feeds  # noqa: E402
 
 # ---------------------------------------------------------------------------------------------
 # Architectures (plain torch.nn: torchvision is not available)
@@ -67,18 +71,30 @@ class PreActBlock(nn.Module):
 
 
 class ResNet(nn.Module):
-    def __init__(self, widths=(16, 32, 64), classes: int = 10):
+    """Two pre-activation blocks per width; the first stage keeps the stem's resolution.
+
+    The fixture defaults keep full resolution (32x32 inputs); ResNet-18's 7x7/2 stem and 3x3/2
+    max pool (stem_kernel=7, stem_stride=2, pool_stride=2) suit 224x224 inputs.
+    """
+
+    def __init__(
+        self,
+        widths=(16, 32, 64),
+        classes: int = 10,
+        stem_kernel: int = 3,
+        stem_stride: int = 1,
+        pool_stride: int = 1,
+    ):
         super().__init__()
-        self.stem = nn.Sequential(
-            nn.Conv2d(3, widths[0], 3, 1, 1, bias=False), nn.BatchNorm2d(widths[0]), nn.ReLU()
-        )
+        stem = nn.Conv2d(3, widths[0], stem_kernel, stem_stride, stem_kernel // 2, bias=False)
+        self.stem = nn.Sequential(stem, nn.BatchNorm2d(widths[0]), nn.ReLU())
         blocks, cin = [], widths[0]
         for i, w in enumerate(widths):
             blocks += [PreActBlock(cin, w, 1 if i == 0 else 2), PreActBlock(w, w, 1)]
             cin = w
         self.blocks = nn.Sequential(*blocks)
         self.bn = nn.BatchNorm2d(cin)
-        self.pool = nn.MaxPool2d(3, 1, 1)
+        self.pool = nn.MaxPool2d(3, pool_stride, 1)
         self.fc = nn.Linear(cin, classes)
 
     def forward(self, x):
@@ -101,12 +117,11 @@ class SqueezeExcite(nn.Module):
 class InvertedResidual(nn.Module):
     """MobileNetV3 block: 1x1 expand, depthwise 3x3, squeeze-excite, 1x1 project."""
 
-    def __init__(self, cin: int, cexp: int, cout: int, stride: int, se: bool):
+    def __init__(self, cin: int, cexp: int, cout: int, stride: int, se: bool, kernel: int = 3):
         super().__init__()
         self.expand = nn.Sequential(nn.Conv2d(cin, cexp, 1, bias=False), nn.BatchNorm2d(cexp))
-        self.dw = nn.Sequential(
-            nn.Conv2d(cexp, cexp, 3, stride, 1, groups=cexp, bias=False), nn.BatchNorm2d(cexp)
-        )
+        dw = nn.Conv2d(cexp, cexp, kernel, stride, kernel // 2, groups=cexp, bias=False)
+        self.dw = nn.Sequential(dw, nn.BatchNorm2d(cexp))
         self.se = SqueezeExcite(cexp) if se else nn.Identity()
         self.project = nn.Sequential(nn.Conv2d(cexp, cout, 1, bias=False), nn.BatchNorm2d(cout))
         self.residual = stride == 1 and cin == cout
@@ -118,21 +133,42 @@ class InvertedResidual(nn.Module):
         return x + y if self.residual else y
 
 
+# InvertedResidual arguments (cin, cexp, cout, stride, se[, kernel]) per block
+MOBILENET_FIXTURE = (
+    (16, 32, 16, 1, True),
+    (16, 48, 24, 2, False),
+    (24, 64, 24, 1, True),
+    (24, 96, 40, 2, True),
+)
+# MobileNetV3-small's bottlenecks (every block expands, every activation is hardswish)
+MOBILENET_V3_SMALL = (
+    (16, 16, 16, 2, True),
+    (16, 72, 24, 2, False),
+    (24, 88, 24, 1, False),
+    (24, 96, 40, 2, True, 5),
+    (40, 240, 40, 1, True, 5),
+    (40, 240, 40, 1, True, 5),
+    (40, 120, 48, 1, True, 5),
+    (48, 144, 48, 1, True, 5),
+    (48, 288, 96, 2, True, 5),
+    (96, 576, 96, 1, True, 5),
+    (96, 576, 96, 1, True, 5),
+)
+
+
 class MobileNet(nn.Module):
-    def __init__(self, classes: int = 10):
+    def __init__(
+        self, classes: int = 10, blocks=MOBILENET_FIXTURE, head: int = 96, hidden: int = 64
+    ):
         super().__init__()
+        stem = blocks[0][0]
         self.stem = nn.Sequential(
-            nn.Conv2d(3, 16, 3, 2, 1, bias=False), nn.BatchNorm2d(16), nn.Hardswish()
+            nn.Conv2d(3, stem, 3, 2, 1, bias=False), nn.BatchNorm2d(stem), nn.Hardswish()
         )
-        self.blocks = nn.Sequential(
-            InvertedResidual(16, 32, 16, 1, True),
-            InvertedResidual(16, 48, 24, 2, False),
-            InvertedResidual(24, 64, 24, 1, True),
-            InvertedResidual(24, 96, 40, 2, True),
-        )
-        self.head = nn.Sequential(nn.Conv2d(40, 96, 1), nn.Hardswish())
+        self.blocks = nn.Sequential(*(InvertedResidual(*b) for b in blocks))
+        self.head = nn.Sequential(nn.Conv2d(blocks[-1][2], head, 1), nn.Hardswish())
         self.fc = nn.Sequential(
-            nn.Linear(96, 64), nn.Hardswish(), nn.Dropout(0.2), nn.Linear(64, classes)
+            nn.Linear(head, hidden), nn.Hardswish(), nn.Dropout(0.2), nn.Linear(hidden, classes)
         )
 
     def forward(self, x):
@@ -248,14 +284,20 @@ class BERT(nn.Module):
     """nn.TransformerEncoder over token + position + segment embeddings, padding mask input."""
 
     def __init__(
-        self, vocab: int = 256, d: int = 64, heads: int = 4, layers: int = 2, max_len: int = 32
+        self,
+        vocab: int = 256,
+        d: int = 64,
+        heads: int = 4,
+        layers: int = 2,
+        max_len: int = 32,
+        ffn: int | None = None,  # the feed-forward width, 2 * d unless given
     ):
         super().__init__()
         self.tok = nn.Embedding(vocab, d)
         self.pos = nn.Embedding(max_len, d)
         self.norm = nn.LayerNorm(d)
         layer = nn.TransformerEncoderLayer(
-            d, heads, 2 * d, dropout=0.1, activation="gelu", batch_first=True
+            d, heads, ffn or 2 * d, dropout=0.1, activation="gelu", batch_first=True
         )
         self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
         self.pooler = nn.Linear(d, d)
@@ -320,29 +362,55 @@ class UNet(nn.Module):
 
 
 # ---------------------------------------------------------------------------------------------
-# The zoo: name -> (constructor, input specs, output names)
+# The zoo: name -> (constructor, input specs, output names), per size preset
 # An input spec: name, dtype, shape ("N" = the dynamic batch axis), value range [low, high).
 # ---------------------------------------------------------------------------------------------
 
-VOCAB, SEQ = 256, 16
-
-FAMILIES = {
-    "resnet": (ResNet, [("x", "float32", ["N", 3, 32, 32], [-1, 1])], ["logits"]),
-    "mobilenet": (MobileNet, [("x", "float32", ["N", 3, 32, 32], [-1, 1])], ["logits"]),
-    "gpt": (GPT, [("input_ids", "int64", ["N", SEQ], [0, VOCAB])], ["logits"]),
-    "llama": (Llama, [("input_ids", "int64", ["N", SEQ], [0, VOCAB])], ["logits"]),
-    "bert": (
-        BERT,
-        [
-            ("input_ids", "int64", ["N", SEQ], [0, VOCAB]),
-            ("attention_mask", "int64", ["N", SEQ], [0, 2]),
-        ],
-        ["last_hidden_state", "logits"],
-    ),
-    "lstm": (lambda: RNN("lstm"), [("x", "float32", ["N", 12, 16], [-1, 1])], ["y"]),
-    "gru": (lambda: RNN("gru"), [("x", "float32", ["N", 12, 16], [-1, 1])], ["y"]),
-    "unet": (UNet, [("x", "float32", ["N", 3, 32, 32], [0, 1])], ["mask"]),
+# fixture: the architectures' defaults (tiny); bench: realistic sizes for benchmarks/run.py
+PRESETS = {
+    "fixture": dict(image=32, unet_image=32, vocab=256, seq=16, rnn_steps=12, rnn_features=16),
+    "bench": dict(image=224, unet_image=128, vocab=2000, seq=128, rnn_steps=64, rnn_features=64),
 }
+_TEXT = dict(vocab=2000, d=256, heads=4, layers=4, max_len=128)
+BENCH_KWARGS = {
+    "resnet": dict(
+        widths=(64, 128, 256, 512), classes=1000, stem_kernel=7, stem_stride=2, pool_stride=2
+    ),
+    "mobilenet": dict(classes=1000, blocks=MOBILENET_V3_SMALL, head=576, hidden=1024),
+    "gpt": _TEXT,
+    "llama": _TEXT,
+    "bert": dict(_TEXT, ffn=4 * 256),
+    "lstm": dict(features=64, hidden=256),
+    "gru": dict(features=64, hidden=256),
+    "unet": dict(c=32),
+}
+
+
+def families(preset: str = "fixture") -> dict:
+    p = PRESETS[preset]
+    kw = BENCH_KWARGS if preset == "bench" else {}
+    image = ("x", "float32", ["N", 3, p["image"], p["image"]], [-1, 1])
+    ids = ("input_ids", "int64", ["N", p["seq"]], [0, p["vocab"]])
+    mask = ("attention_mask", "int64", ["N", p["seq"]], [0, 2])
+    steps = ("x", "float32", ["N", p["rnn_steps"], p["rnn_features"]], [-1, 1])
+    unet = ("x", "float32", ["N", 3, p["unet_image"], p["unet_image"]], [0, 1])
+
+    def make(cls, family, *args):
+        return lambda: cls(*args, **kw.get(family, {}))
+
+    return {
+        "resnet": (make(ResNet, "resnet"), [image], ["logits"]),
+        "mobilenet": (make(MobileNet, "mobilenet"), [image], ["logits"]),
+        "gpt": (make(GPT, "gpt"), [ids], ["logits"]),
+        "llama": (make(Llama, "llama"), [ids], ["logits"]),
+        "bert": (make(BERT, "bert"), [ids, mask], ["last_hidden_state", "logits"]),
+        "lstm": (make(RNN, "lstm", "lstm"), [steps], ["y"]),
+        "gru": (make(RNN, "gru", "gru"), [steps], ["y"]),
+        "unet": (make(UNet, "unet"), [unet], ["mask"]),
+    }
+
+
+FAMILIES = families("fixture")
 QUANTIZED = ("resnet", "mobilenet", "gpt", "bert", "unet")
 # (exporter, opset) per family: TorchScript at 17 and dynamo at 18 for all where they work
 # (TorchScript cannot export aten::rms_norm), plus newer opsets where the dynamo exporter emits
@@ -356,9 +424,10 @@ EXPORTS["unet"].append(("dynamo", 21))
 QOPERATOR_SKIP = {"gpt": ["Mul"]}
 
 
-def build(family: str) -> nn.Module:
+def build(spec: tuple) -> nn.Module:
+    """The eval-mode torch model of a family spec (constructor, inputs, outputs)."""
     torch.manual_seed(0)
-    model = FAMILIES[family][0]()
+    model = spec[0]()
     # non-trivial BatchNorm statistics, as a trained model would have
     g = torch.Generator().manual_seed(1)
     for m in model.modules():
@@ -370,9 +439,9 @@ def build(family: str) -> nn.Module:
     return model.eval()
 
 
-def export(family: str, exporter: str, opset: int, path: Path) -> None:
-    model = build(family)
-    _, inputs, outputs = FAMILIES[family]
+def export(spec: tuple, exporter: str, opset: int, path: Path) -> None:
+    model = build(spec)
+    _, inputs, outputs = spec
     # export at batch 2: the dynamo exporter specializes a size-1 sample dim to the constant 1
     feeds = make_feeds(inputs, 2, seed=0)
     args = tuple(torch.from_numpy(feeds[name]) for name, *_ in inputs)
@@ -408,12 +477,11 @@ class Calibration:
         return next(self.data, None)
 
 
-def quantize(family: str, src: Path, mode: str, dst: Path) -> None:
+def quantize(family: str, inputs: list, src: Path, mode: str, dst: Path) -> None:
     from onnxruntime import quantization as q
     from onnxruntime.quantization.registry import QLinearOpsRegistry
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
-    inputs = FAMILIES[family][1]
     # onnxruntime's tools write temporary files into the working directory: keep them out of ours
     with tempfile.TemporaryDirectory() as tmp, contextlib.chdir(tmp):
         src, dst = src.resolve(), dst.resolve()
@@ -486,15 +554,21 @@ def op_histogram(path: Path) -> dict[str, int]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="", help="substring of the model names to build")
+    parser.add_argument(
+        "--bench", action="store_true", help=f"realistic sizes into {BENCH_DIR.relative_to(ROOT)}/"
+    )
+    parser.add_argument("--out", type=Path, help="output folder (default: the preset's)")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
-    OUT.mkdir(parents=True, exist_ok=True)
-    manifest_path = OUT / "manifest.json"
+    table = families("bench" if args.bench else "fixture")
+    out = (args.out or (BENCH_DIR if args.bench else ZOO_DIR)).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    manifest_path = out / "manifest.json"
     # a full rebuild starts a fresh manifest; a partial one updates its entries
     manifest = json.loads(manifest_path.read_text()) if args.only and manifest_path.exists() else {}
 
     def record(name: str, family: str, exporter: str, opset: int, **extra) -> None:
-        path = OUT / f"{name}.onnx"
+        path = out / f"{name}.onnx"
         proto = onnx.load(str(path), load_external_data=False)
         opsets = {(o.domain or "ai.onnx"): o.version for o in proto.opset_import}
         manifest[name] = {
@@ -503,20 +577,20 @@ def main() -> None:
             "exporter": exporter,
             "opset": opsets.get("ai.onnx", opset),
             "opsets": opsets,
-            "inputs": FAMILIES[family][1],
+            "inputs": table[family][1],
             "bytes": path.stat().st_size,
             "ops": op_histogram(path),
             **extra,
         }
         print(f"{name:32s} {path.stat().st_size / 1024:8.1f} KiB  {len(proto.graph.node):4d} nodes")
 
-    for family in FAMILIES:
+    for family, spec in table.items():
         for exporter, opset in EXPORTS[family]:
             name = f"{family}_{exporter}_op{opset}"
             if args.only not in name:
                 continue
             try:
-                export(family, exporter, opset, OUT / f"{name}.onnx")
+                export(spec, exporter, opset, out / f"{name}.onnx")
             except Exception as exc:  # record what does not export, keep building the rest
                 print(
                     f"{name}: export failed: {type(exc).__name__}: {str(exc)[:300]}",
@@ -525,39 +599,41 @@ def main() -> None:
                 continue
             record(name, family, exporter, opset)
         if family in QUANTIZED:
-            src = OUT / f"{family}_{'_op'.join(map(str, EXPORTS[family][0]))}.onnx"
+            src = out / f"{family}_{'_op'.join(map(str, EXPORTS[family][0]))}.onnx"
             for mode in ("dynamic", "qdq", "qoperator"):
                 name = f"{family}_quant_{mode}"
                 if args.only not in name:
                     continue
                 try:
-                    quantize(family, src, mode, OUT / f"{name}.onnx")
+                    quantize(family, spec[1], src, mode, out / f"{name}.onnx")
                 except Exception as exc:
                     print(
                         f"{name}: quantization failed: {type(exc).__name__}: {exc}", file=sys.stderr
                     )
                     continue
                 record(name, family, *EXPORTS[family][0], quantization=mode)
+        if args.bench:  # the onnxruntime-optimized and external-data variants: fixtures only
+            continue
         if family in ORT_FUSED and args.only in f"{family}_ort_fused":
             src_name, model_type = ORT_FUSED[family]
-            ort_fuse(OUT / f"{src_name}.onnx", model_type, OUT / f"{family}_ort_fused.onnx")
+            ort_fuse(out / f"{src_name}.onnx", model_type, out / f"{family}_ort_fused.onnx")
             exporter, opset = src_name.split("_")[1], int(src_name.split("_op")[1])
             record(f"{family}_ort_fused", family, exporter, opset, ort_optimized="transformers")
         if family in ORT_EXTENDED and args.only in f"{family}_ort_extended":
             src_name = ORT_EXTENDED[family]
-            ort_extended(OUT / f"{src_name}.onnx", OUT / f"{family}_ort_extended.onnx")
+            ort_extended(out / f"{src_name}.onnx", out / f"{family}_ort_extended.onnx")
             exporter, opset = src_name.split("_")[1], int(src_name.split("_op")[1])
             record(f"{family}_ort_extended", family, exporter, opset, ort_optimized="extended")
 
     name = "resnet_external_data"
-    if args.only in name:
-        save_external(OUT / "resnet_torchscript_op17.onnx", OUT / f"{name}.onnx")
+    if args.only in name and not args.bench:
+        save_external(out / "resnet_torchscript_op17.onnx", out / f"{name}.onnx")
         record(name, "resnet", "torchscript", 17, external_data=f"{name}.onnx.data")
 
     manifest = dict(sorted(manifest.items()))
     manifest_path.write_text(json.dumps(manifest, indent=1) + "\n")
-    total = sum(f.stat().st_size for f in OUT.iterdir())
-    print(f"{len(manifest)} models, {total / 2**20:.2f} MiB in {OUT.relative_to(ROOT)}")
+    total = sum(f.stat().st_size for f in out.iterdir())
+    print(f"{len(manifest)} models, {total / 2**20:.2f} MiB in {out}")
 
 
 if __name__ == "__main__":
