@@ -30,16 +30,16 @@ import numpy as np
 from ..registry import op
 
 # --- activations ---------------------------------------------------------------------------------
-# name -> (factory(alpha, beta) of a function act(x, out) writing into out (which may be x),
-# default alpha, default beta). alpha and beta arrive as 0-d arrays of the compute dtype (numpy
-# takes those faster than Python floats). They are drawn, in order, from activation_alpha and
+# name -> (factory(alpha, beta, dtype) of a function act(x, out) writing into out (which may be
+# x), default alpha, default beta). alpha and beta arrive as 0-d arrays of the compute dtype
+# (numpy takes those faster than Python floats). They are drawn, in order, from activation_alpha and
 # activation_beta only by the activations that take them (as onnxruntime does); names match
 # case-insensitively. Defaults are those of the ONNX operators of the same name (Affine: the former
 # Affine op's 1, 0). ScaledTanh has no ONNX default: onnxruntime's 0, 0 is used.
 
 
-def _sigmoid(a, b):
-    one = np.ones((), a.dtype)
+def _sigmoid(a, b, dtype):
+    one = np.ones((), dtype)
 
     def sigmoid(x, out):  # 1 / (1 + exp(-x)); exp overflows to inf for x < -88: the limit 0
         np.negative(x, out=out)
@@ -50,7 +50,7 @@ def _sigmoid(a, b):
     return sigmoid
 
 
-def _affine(a, b):
+def _affine(a, b, dtype):
     def affine(x, out):
         np.multiply(x, a, out=out)
         np.add(out, b, out=out)
@@ -58,7 +58,7 @@ def _affine(a, b):
     return affine
 
 
-def _scaled_tanh(a, b):
+def _scaled_tanh(a, b, dtype):
     def scaled_tanh(x, out):
         np.multiply(x, b, out=out)
         np.tanh(out, out=out)
@@ -67,7 +67,7 @@ def _scaled_tanh(a, b):
     return scaled_tanh
 
 
-def _hard_sigmoid(a, b):
+def _hard_sigmoid(a, b, dtype):
     def hard_sigmoid(x, out):
         np.multiply(x, a, out=out)
         np.add(out, b, out=out)
@@ -76,44 +76,40 @@ def _hard_sigmoid(a, b):
     return hard_sigmoid
 
 
+def _plain(fn: Callable) -> Callable:
+    """A factory for an activation given as out = fn(x, alpha, beta)."""
+    return lambda a, b, dtype: lambda x, out: np.copyto(out, fn(x, a, b))
+
+
 _ACTIVATIONS: dict[str, tuple[Callable, float | None, float | None]] = {
-    "relu": (lambda a, b: lambda x, out: np.maximum(x, 0, out=out), None, None),
-    "tanh": (lambda a, b: lambda x, out: np.tanh(x, out=out), None, None),
+    "relu": (lambda a, b, dtype: lambda x, out: np.maximum(x, 0, out=out), None, None),
+    "tanh": (lambda a, b, dtype: lambda x, out: np.tanh(x, out=out), None, None),
     "sigmoid": (_sigmoid, None, None),
     "affine": (_affine, 1.0, 0.0),
-    "leakyrelu": (
-        lambda a, b: lambda x, out: np.copyto(out, np.where(x < 0, a * x, x)),
-        0.01,
-        None,
-    ),
-    "thresholdedrelu": (
-        lambda a, b: lambda x, out: np.copyto(out, np.where(x > a, x, 0)),
-        1.0,
-        None,
-    ),
+    "leakyrelu": (_plain(lambda x, a, b: np.where(x < 0, a * x, x)), 0.01, None),
+    "thresholdedrelu": (_plain(lambda x, a, b: np.where(x > a, x, 0)), 1.0, None),
     "scaledtanh": (_scaled_tanh, 0.0, 0.0),
     "hardsigmoid": (_hard_sigmoid, 0.2, 0.5),
-    "elu": (
-        lambda a, b: (
-            lambda x, out: np.copyto(out, np.where(x < 0, a * np.expm1(np.minimum(x, 0)), x))
-        ),
-        1.0,
-        None,
-    ),
-    "softsign": (lambda a, b: lambda x, out: np.divide(x, np.abs(x) + 1, out=out), None, None),
-    "softplus": (lambda a, b: lambda x, out: np.logaddexp(0, x, out=out), None, None),
+    "elu": (_plain(lambda x, a, b: np.where(x < 0, a * np.expm1(np.minimum(x, 0)), x)), 1.0, None),
+    "softsign": (_plain(lambda x, a, b: x / (np.abs(x) + 1)), None, None),
+    "softplus": (lambda a, b, dtype: lambda x, out: np.logaddexp(0, x, out=out), None, None),
 }
+
+
+def _activation_names(names, per_direction: int, n_dirs: int, defaults) -> list[str]:
+    """Lower-case activation names, ``per_direction`` for each direction in turn."""
+    names = list(names) if names else defaults * n_dirs
+    if len(names) < per_direction * n_dirs:  # one set given for both directions
+        names = names[:per_direction] * n_dirs
+    return [n.lower() for n in names[: per_direction * n_dirs]]
 
 
 def _activations(names, alphas, betas, per_direction: int, n_dirs: int, defaults, dtype):
     """``per_direction`` activations ``act(x, out)``, each over [dirs, ...] (all directions)."""
-    names = list(names) if names else defaults * n_dirs
-    if len(names) < per_direction * n_dirs:  # one set given for both directions
-        names = names[:per_direction] * n_dirs
     alphas, betas = list(alphas or []), list(betas or [])
     specs = []  # (factory, alpha, beta) per direction and gate
-    for name in names[: per_direction * n_dirs]:
-        make, alpha, beta = _ACTIVATIONS[name.lower()]
+    for name in _activation_names(names, per_direction, n_dirs, defaults):
+        make, alpha, beta = _ACTIVATIONS[name]
         if alpha is not None and alphas:
             alpha = alphas.pop(0)
         if beta is not None and betas:
@@ -124,9 +120,14 @@ def _activations(names, alphas, betas, per_direction: int, n_dirs: int, defaults
 
 def _over_directions(specs: list, dtype) -> Callable:
     """One activation over all directions: a single call when they agree."""
-    acts = [make(np.asarray(a or 0, dtype), np.asarray(b or 0, dtype)) for make, a, b in specs]
+
+    def build(make, a, b):
+        return make(None if a is None else np.asarray(a, dtype),
+                    None if b is None else np.asarray(b, dtype), dtype)  # fmt: skip
+
     if all(s == specs[0] for s in specs):
-        return acts[0]
+        return build(*specs[0])
+    acts = [build(*s) for s in specs]
 
     def per_direction(x, out):  # x [..., dirs, batch, H]
         for d, act in enumerate(acts):
@@ -456,8 +457,9 @@ def lstm(
     # Ht = ot (.) h(Ct)
     layer = _prepare(X, W, R, B, sequence_lens, initial_h, initial_c,
                      direction=direction, layout=layout, n_gates=4)  # fmt: skip
+    defaults = ["Sigmoid", "Tanh", "Tanh"]
     f, g, h_act = _activations(activations, activation_alpha, activation_beta, 3, layer.n_dirs,
-                               ["Sigmoid", "Tanh", "Tanh"], layer.dtype)  # fmt: skip
+                               defaults, layer.dtype)  # fmt: skip
     clipped, mm, xs = _clipper(clip, layer.dtype), layer.matmul(), layer.xs
     Ys, Cs, h, c = layer.history(), layer.history(), layer.h0, layer.c0
     peep = None
@@ -465,6 +467,11 @@ def lstm(
         peep = _gate_major(np.asarray(P, layer.dtype), 3)[:, :, None, :]  # [3, dirs, 1, H]
     # the i, o, f gates take one activation call unless the output gate must wait for Ct
     fused = peep is None and not input_forget
+    # and the usual f = Sigmoid, g = Tanh take 4 calls instead of 5, one tanh for all four gates:
+    # sigmoid(x) = (1 + tanh(x / 2)) / 2
+    names = _activation_names(activations, 3, layer.n_dirs, defaults)
+    one_tanh = fused and set(names[0::3]) == {"sigmoid"} and set(names[1::3]) == {"tanh"}
+    half = np.asarray(0.5, layer.dtype)
     gates = layer.gate_buffer()
     i, o, fg, cg = gates
     iof, fc = gates[:3], gates[2:]
@@ -479,15 +486,21 @@ def lstm(
             clipped(gates if peep is None else i)
             if peep is not None:
                 clipped(fc)
-        if fused:
-            f(iof, iof)
+        if one_tanh:
+            np.multiply(iof, half, out=iof)
+            np.tanh(gates, out=gates)
+            np.multiply(iof, half, out=iof)
+            np.add(iof, half, out=iof)
         else:
-            f(i, i)
-            if input_forget:
-                np.subtract(one, i, out=fg)
+            if fused:
+                f(iof, iof)
             else:
-                f(fg, fg)
-        g(cg, cg)
+                f(i, i)
+                if input_forget:
+                    np.subtract(one, i, out=fg)
+                else:
+                    f(fg, fg)
+            g(cg, cg)
         c_new = Cs[t]
         np.multiply(fg, c, out=c_new)
         np.multiply(cg, i, out=cg)
