@@ -1,0 +1,166 @@
+"""The execution plan's generated runner: values, frees, outputs, failures, and purity."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onyx
+
+F = TensorProto.FLOAT
+
+
+def make_model(nodes, inputs, outputs, inits=(), opset=17):
+    graph = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+def vi(name, elem, shape):
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def unoptimized(model):
+    so = onyx.SessionOptions()
+    so.graph_optimization_level = onyx.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return onyx.InferenceSession(model, so)
+
+
+@pytest.fixture
+def chain():
+    """x and the initializer w flow through views (Reshape, Identity, Squeeze, Slice) into
+    element-wise kernels and out as outputs."""
+    shape = helper.make_tensor("shape", TensorProto.INT64, [2], [3, 2])
+    return make_model(
+        [
+            helper.make_node("Identity", ["x"], ["xi"], name="ident"),
+            helper.make_node("Reshape", ["xi", "shape"], ["xr"], name="reshape"),
+            helper.make_node("Add", ["xr", "w"], ["a"], name="add"),
+            helper.make_node("Mul", ["a", "a"], ["m"], name="mul"),
+            helper.make_node("Relu", ["w"], ["rw"], name="relu"),
+            helper.make_node("Sub", ["m", "rw"], ["y"], name="sub"),
+            helper.make_node("Identity", ["w"], ["w_out"], name="w_out"),
+        ],
+        [vi("x", F, [2, 3])],
+        [vi("y", F, [3, 2]), vi("xr", F, [3, 2]), vi("w_out", F, [3, 2])],
+        [numpy_helper.from_array(np.arange(-3, 3, dtype=np.float32).reshape(3, 2), "w"), shape],
+    )
+
+
+def test_feeds_and_initializers_are_never_modified(chain):
+    for sess in (onyx.InferenceSession(chain), unoptimized(chain)):
+        x = np.arange(6, dtype=np.float32).reshape(2, 3)
+        x_before = x.copy()
+        first = sess.run(None, {"x": x})
+        np.testing.assert_array_equal(x, x_before)
+        for out in first:  # the caller owns its outputs: writing them changes no later run
+            out[...] = 99
+        second = sess.run(None, {"x": x})
+        w = np.arange(-3, 3, dtype=np.float32).reshape(3, 2)
+        np.testing.assert_array_equal(second[0], (x.reshape(3, 2) + w) ** 2 - np.maximum(w, 0))
+        np.testing.assert_array_equal(second[1], x.reshape(3, 2))
+        np.testing.assert_array_equal(second[2], w)
+
+
+def test_output_subsets_and_intermediates(chain):
+    sess = onyx.InferenceSession(chain)
+    x = np.ones((2, 3), np.float32)
+    full = sess.run(None, {"x": x})
+    (m,) = sess.run(["m"], {"x": x})
+    y, a = sess.run(["y", "a"], {"x": x})
+    np.testing.assert_array_equal(y, full[0])
+    np.testing.assert_array_equal(m, a * a)
+    (w,) = sess.run(["w_out"], {"x": x})
+    np.testing.assert_array_equal(w, full[2])
+
+
+def test_graph_input_and_initializer_as_outputs():
+    model = make_model(
+        [helper.make_node("Neg", ["x"], ["y"])],
+        [vi("x", F, [2])],
+        [vi("x", F, [2]), vi("c", F, [2]), vi("y", F, [2])],
+        [numpy_helper.from_array(np.array([1, 2], np.float32), "c")],
+    )
+    x = np.array([3, 4], np.float32)
+    got = onyx.InferenceSession(model).run(None, {"x": x})
+    for g, want in zip(got, [x, [1, 2], -x]):
+        np.testing.assert_array_equal(g, want)
+
+
+def test_multi_output_node_with_only_its_second_output_used():
+    model = make_model(
+        [
+            helper.make_node("Split", ["x"], ["", "b"], axis=0, num_outputs=2),
+            helper.make_node("TopK", ["x", "k"], ["", "idx"]),
+            helper.make_node("Neg", ["b"], ["y"]),
+        ],
+        [vi("x", F, [4])],
+        [vi("y", F, [2]), vi("idx", TensorProto.INT64, [1])],
+        [numpy_helper.from_array(np.array([1], np.int64), "k")],
+        opset=18,
+    )
+    y, idx = unoptimized(model).run(None, {"x": np.array([1, 5, 3, 4], np.float32)})
+    np.testing.assert_array_equal(y, [-3, -4])
+    np.testing.assert_array_equal(idx, [1])
+
+
+@pytest.mark.parametrize("optimize", [True, False])
+def test_failure_names_the_step_and_its_inputs(optimize):
+    model = make_model(
+        [
+            helper.make_node("Relu", ["x"], ["r"], name="first"),
+            helper.make_node("MatMul", ["r", "w"], ["y"], name="bad_mm"),
+            helper.make_node("Neg", ["y"], ["z"], name="after"),
+        ],
+        [vi("x", F, [2, 3])],
+        [vi("z", F, None)],
+        [numpy_helper.from_array(np.ones((4, 5), np.float32), "w")],
+    )
+    sess = onyx.InferenceSession(model) if optimize else unoptimized(model)
+    with pytest.raises(
+        onyx.RuntimeFailure, match=r"'bad_mm' \(MatMul\).*float32\[2, 3\].*float32\[4, 5\]"
+    ):
+        sess.run(None, {"x": np.ones((2, 3), np.float32)})
+
+
+def test_profiling_gives_one_event_per_node_per_run(chain, tmp_path):
+    so = onyx.SessionOptions()
+    so.enable_profiling = True
+    so.profile_file_prefix = str(tmp_path / "p")
+    so.graph_optimization_level = onyx.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = onyx.InferenceSession(chain, so)
+    plain = unoptimized(chain)
+    x = np.ones((2, 3), np.float32)
+    for _ in range(2):
+        for got, want in zip(sess.run(None, {"x": x}), plain.run(None, {"x": x})):
+            np.testing.assert_array_equal(got, want)
+    events = json.loads(open(sess.end_profiling()).read())
+    names = [e["name"] for e in events if e["cat"] == "Node"]
+    assert names == ["ident", "reshape", "add", "mul", "relu", "sub", "w_out"] * 2
+
+
+def test_if_branch_reads_values_produced_before_it():
+    then_g = helper.make_graph(
+        [helper.make_node("Add", ["h", "h"], ["t"])], "then", [], [vi("t", F, [2])]
+    )
+    else_g = helper.make_graph(
+        [helper.make_node("Neg", ["h"], ["e"])], "else", [], [vi("e", F, [2])]
+    )
+    model = make_model(
+        [
+            helper.make_node("Relu", ["x"], ["h"]),
+            helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g),
+        ],
+        [vi("x", F, [2]), vi("c", TensorProto.BOOL, [])],
+        [vi("y", F, [2])],
+    )
+    sess = unoptimized(model)
+    x = np.array([-1, 2], np.float32)
+    (y,) = sess.run(None, {"x": x, "c": np.array(True)})
+    np.testing.assert_array_equal(y, [0, 4])
+    (y,) = sess.run(None, {"x": x, "c": np.array(False)})
+    np.testing.assert_array_equal(y, [0, -2])
