@@ -534,15 +534,18 @@ def conv_transpose(
     ]
     cropped = any(begin) or list(out) != full
     if list(strides) == kernel and dilations == [1] * n:
-        # The windows tile the output without overlap (e.g. 2x2 stride 2): col2im is one
-        # transposing copy (N, M, k.., i..) -> (N, M, i0, k0, i1, k1, ..), bias added on the way.
-        order = (0, 1) + tuple(a for i in range(n) for a in (2 + n + i, 2 + i))
+        # The windows tile the output without overlap (e.g. 2x2 stride 2): col2im assigns each
+        # kernel offset's plane to its strided slice (no zeros, no adds), bias added on the way.
         y = np.empty((N, M, *full), dtype=ct)
-        tiled = y.reshape((N, M) + tuple(v for i, k in zip(in_shape, kernel) for v in (i, k)))
-        if bias is None or cropped:
-            np.copyto(tiled, cols.transpose(order))
-        else:
-            np.add(cols.transpose(order), bias.reshape((1, -1) + (1,) * (2 * n)), out=tiled)
+        fused = bias is not None and not cropped
+        for kk in np.ndindex(*kernel):
+            sl = (slice(None), slice(None)) + tuple(slice(k, None, s) for k, s in zip(kk, strides))
+            plane = cols[(slice(None), slice(None)) + kk]
+            if fused:
+                np.add(plane, bias.reshape((1, -1) + (1,) * n), out=y[sl])
+            else:
+                y[sl] = plane
+        if fused:
             return y.astype(X.dtype, copy=False)
     else:
         # col2im: scatter-add each kernel offset's plane into the (uncropped) full output.

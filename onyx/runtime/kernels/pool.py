@@ -63,6 +63,27 @@ def _padded(x, pads, out_shape, kernel, strides, dilations, value):
     return pad_spatial(x, pads[:n], end, value)
 
 
+def _taps(xp, axis, k, stride, dilation, out):
+    """The k views of xp along axis that one kernel offset each reads (strided by stride)."""
+    for j in range(k):
+        sl = [slice(None)] * xp.ndim
+        sl[axis] = slice(j * dilation, j * dilation + (out - 1) * stride + 1, stride)
+        yield xp[tuple(sl)]
+
+
+def _reduce_taps(views, ufunc) -> np.ndarray:
+    """ufunc-fold of the views, left to right: ((v0 . v1) . v2) ..., into one fresh array."""
+    views = iter(views)
+    first = next(views)
+    second = next(views, None)
+    if second is None:
+        return np.array(first)
+    acc = ufunc(first, second)
+    for v in views:
+        ufunc(acc, v, out=acc)
+    return acc
+
+
 def _window_sum(xp, out_shape, kernel, strides, dilations, by_columns=False) -> np.ndarray:
     """The sum of each window, adding the kernel offsets one vectorized pass at a time.
 
@@ -73,19 +94,29 @@ def _window_sum(xp, out_shape, kernel, strides, dilations, by_columns=False) -> 
     pooling kernel (AveragePool 7-18 with a last-axis stride of 1 or 2) adds
     (x00 + x10) + (x01 + x11) for a 2x2 window. Measured against onnxruntime 1.31.
     """
-    acc = np.zeros(xp.shape[:2] + tuple(out_shape), dtype=xp.dtype)
-    offsets = list(_offsets(kernel, dilations, strides, out_shape))
     if not by_columns or len(kernel) < 2:
-        for _, sl in offsets:
-            acc += xp[sl]
-        return acc
-    cols = kernel[-1]
-    for c in range(cols):
-        column = np.zeros_like(acc)
-        for _, sl in offsets[c::cols]:  # the offsets whose last index is c, row-major
-            column += xp[sl]
-        acc += column
-    return acc
+        offsets = _offsets(kernel, dilations, strides, out_shape)
+        return _reduce_taps((xp[sl] for _, sl in offsets), np.add)
+    # Column sums for every input column at once (the leading offsets, row-major), then the
+    # kernel's columns added left to right: the same additions in the same order, done in
+    # two separable stages over whole planes.
+    last = len(kernel) - 1
+    lead_offsets = _offsets(kernel[:last], dilations[:last], strides[:last], out_shape[:last])
+    columns = _reduce_taps((xp[sl + (slice(None),)] for _, sl in lead_offsets), np.add)
+    axis = xp.ndim - 1
+    return _reduce_taps(
+        _taps(columns, axis, kernel[last], strides[last], dilations[last], out_shape[last]),
+        np.add,
+    )
+
+
+def _window_max(xp, out_shape, kernel, strides, dilations) -> np.ndarray:
+    """The max of each window, one spatial axis at a time (max is separable and exact): the
+    first axis on whole rows, so that most passes read contiguous memory."""
+    y = xp
+    for i, (k, s, d, o) in enumerate(zip(kernel, strides, dilations, out_shape)):
+        y = _reduce_taps(_taps(y, 2 + i, k, s, d, o), np.maximum)
+    return y
 
 
 class _Pool:
@@ -111,12 +142,19 @@ class _Pool:
         Cells beyond the explicit pads (reached only in ceil mode) never count, as in onnxruntime.
         """
         n = len(self.kernel)
+        eff = effective_kernel(self.kernel, self.dilations)
+        need = [(o - 1) * s + e for o, s, e in zip(self.out, self.strides, eff)]
+        begin, end = self.pads[:n], self.pads[n:]
+        if count_include_pad:
+            inside = all(nd <= i + b + e for nd, i, b, e in zip(need, x.shape[2:], begin, end))
+        else:
+            inside = not any(begin) and all(nd <= i for nd, i in zip(need, x.shape[2:]))
+        if inside:  # every window lies in the cells that count
+            return np.array(math.prod(self.kernel), dtype=np.float64)
         ones = np.ones((1, 1) + x.shape[2:], dtype=np.float64)
         if not count_include_pad:
             return self.sum(self.pad(ones, 0.0))
-        mask = pad_spatial(ones, self.pads[:n], self.pads[n:], 1.0)
-        eff = effective_kernel(self.kernel, self.dilations)
-        need = [(o - 1) * s + e for o, s, e in zip(self.out, self.strides, eff)]
+        mask = pad_spatial(ones, begin, end, 1.0)
         mask = pad_spatial(mask, [0] * n, [nd - m for nd, m in zip(need, mask.shape[2:])], 0.0)
         return self.sum(mask)
 
@@ -138,7 +176,9 @@ def _average_pool(
     ct = compute_dtype(X.dtype)
     pool = _Pool(X, kernel_shape, auto_pad, pads, strides, dilations, ceil_mode)
     total = pool.sum(pool.pad(X.astype(ct, copy=False), 0), by_columns)
-    return (total / pool.count(X, bool(count_include_pad)).astype(ct)).astype(X.dtype, copy=False)
+    total += 0  # -0.0 sums to +0.0 as in a sum started at zero (onnxruntime's)
+    total /= pool.count(X, bool(count_include_pad)).astype(ct)
+    return total.astype(X.dtype, copy=False)
 
 
 @op("AveragePool", since=19)
@@ -243,20 +283,18 @@ def _max_pool(ctx, X, kernel_shape, auto_pad, pads, strides, dilations, ceil_mod
     pool = _Pool(X, kernel_shape, auto_pad, pads, strides, dilations, ceil_mode)
     xp = pool.pad(X, _lowest(X.dtype))
     want_indices = ctx.n_outputs > 1 and ctx.outputs_wanted[1]
+    if not want_indices:
+        return _window_max(xp, pool.out, pool.kernel, pool.strides, pool.dilations)
     best = best_k = None
     for j, sl in _offsets(pool.kernel, pool.dilations, pool.strides, pool.out):
         v = xp[sl]
         if best is None:
             best = v.copy()
-            best_k = np.zeros(v.shape, dtype=np.int64) if want_indices else None
-        elif want_indices:
-            better = v > best  # strictly greater: the first maximum in scan order wins
-            best = np.where(better, v, best)
-            best_k[better] = j
+            best_k = np.zeros(v.shape, dtype=np.int64)
         else:
-            np.maximum(best, v, out=best)
-    if not want_indices:
-        return best
+            better = v > best  # strictly greater: the first maximum in scan order wins
+            np.copyto(best, v, where=better)
+            best_k[better] = j
     out_coords = np.indices(pool.out, dtype=np.int64)
     out_coords = [c.reshape((1, 1) + c.shape) for c in out_coords]
     return best, _flat_indices(out_coords, best_k, pool, X.shape, storage_order)
