@@ -111,6 +111,79 @@ def fixture_cases(batches) -> list[Case]:
     ]
 
 
+def control_flow_cases() -> list[Case]:
+    """Loop and Scan whose bodies do little: what is left is the cost of an iteration."""
+    from onnx import TensorProto, helper
+
+    f32, i64 = TensorProto.FLOAT, TensorProto.INT64
+    cases = []
+    for n in (16, 256):
+        one = helper.make_tensor("one", f32, [1], [1.0])
+        # Loop: x <- x * 0.5 + 1 for n iterations, every x also a scan output
+        body = helper.make_graph(
+            [
+                helper.make_node("Identity", ["cond"], ["cond_out"]),
+                helper.make_node("Mul", ["x", "half"], ["xh"]),
+                helper.make_node("Add", ["xh", "one"], ["x_out"]),
+                helper.make_node("Identity", ["x_out"], ["scan_out"]),
+            ],
+            "body",
+            [
+                helper.make_tensor_value_info("i", i64, []),
+                helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+                helper.make_tensor_value_info("x", f32, [1, 16]),
+            ],
+            [
+                helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+                helper.make_tensor_value_info("x_out", f32, [1, 16]),
+                helper.make_tensor_value_info("scan_out", f32, [1, 16]),
+            ],
+            [one, helper.make_tensor("half", f32, [1], [0.5])],
+        )
+        graph = helper.make_graph(
+            [helper.make_node("Loop", ["M", "", "x0"], ["x", "xs"], body=body)],
+            "loop",
+            [helper.make_tensor_value_info("x0", f32, [1, 16])],
+            [helper.make_tensor_value_info(v, f32, None) for v in ("x", "xs")],
+            [helper.make_tensor("M", i64, [], [n])],
+        )
+        feeds = {"x0": np.ones((1, 16), np.float32)}
+        cases.append(Case(f"Loop n{n} (Mul, Add)", _model(graph, 16), feeds))
+        # Scan: running sum over n rows of [n, 16], every partial sum a scan output
+        body = helper.make_graph(
+            [
+                helper.make_node("Add", ["s", "row"], ["s_out"]),
+                helper.make_node("Identity", ["s_out"], ["sums"]),
+            ],
+            "body",
+            [helper.make_tensor_value_info(v, f32, [16]) for v in ("s", "row")],
+            [helper.make_tensor_value_info(v, f32, [16]) for v in ("s_out", "sums")],
+        )
+        graph = helper.make_graph(
+            [helper.make_node("Scan", ["s0", "rows"], ["s", "sums"], body=body, num_scan_inputs=1)],
+            "scan",
+            [
+                helper.make_tensor_value_info("s0", f32, [16]),
+                helper.make_tensor_value_info("rows", f32, [n, 16]),
+            ],
+            [helper.make_tensor_value_info(v, f32, None) for v in ("s", "sums")],
+        )
+        feeds = {
+            "s0": np.zeros(16, np.float32),
+            "rows": np.random.default_rng(0).standard_normal((n, 16)).astype(np.float32),
+        }
+        cases.append(Case(f"Scan n{n} (Add)", _model(graph, 16), feeds))
+    return cases
+
+
+def _model(graph, opset: int) -> bytes:
+    from onnx import helper
+
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
 def all_cases() -> list[Case]:
     cases = []
     for op in ("RNN", "GRU", "LSTM"):
@@ -124,7 +197,7 @@ def all_cases() -> list[Case]:
         real8 = dict(seq=64, batch=8, inp=256, hidden=256)
         cases.append(single_node(op, direction="bidirectional", lens=True, **real8))
         cases.append(single_node(op, direction="forward", layout=1, **real8))
-    return cases + fixture_cases((1, 8))
+    return cases + fixture_cases((1, 8)) + control_flow_cases()
 
 
 def measure(case: Case, threads: int, budget: float, max_runs: int) -> tuple[float, float, float]:

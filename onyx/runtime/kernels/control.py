@@ -11,6 +11,8 @@ from ..registry import op
 
 def _truth(cond) -> bool:
     """A condition tensor holds exactly one element."""
+    if isinstance(cond, np.ndarray) and cond.size == 1:
+        return bool(cond.item())  # the fast path: it runs once per Loop iteration
     return bool(np.asarray(cond).reshape(-1)[0])
 
 
@@ -57,13 +59,17 @@ def loop(ctx, M, cond, *v_initial, body):
     keep_going = True if cond is None else _truth(cond)
     carried = list(v_initial)
     scans: list[list] = [[] for _ in range(n_scan)]
-    i = 0
+    # an iteration runs only while the condition holds, so its cond input is always true
+    true = np.array(True)
+    true.flags.writeable = False
+    run, i = ctx.run_graph, 0
     while keep_going and (trip_count is None or i < trip_count):
-        outs = ctx.run_graph(body, [np.array(i, dtype=np.int64), np.array(keep_going), *carried])
+        outs = run(body, [np.array(i, dtype=np.int64), true, *carried])
         keep_going = _truth(outs[0])
         carried = outs[1 : 1 + n_carried]
-        for acc, value in zip(scans, outs[1 + n_carried :]):
-            acc.append(value)
+        if n_scan:
+            for acc, value in zip(scans, outs[1 + n_carried :]):
+                acc.append(value)
         i += 1
     if i == 0 and scans:
         declared = ctx.graph_output_types(body)[1 + n_carried :]
@@ -79,15 +85,16 @@ def _scan_loop(ctx, body, states, scan_inputs, input_axes, input_dirs, n_scan_ou
     n_steps = scan_inputs[0].shape[input_axes[0]] if scan_inputs else 0
     outs_per_step: list[list] = [[] for _ in range(n_scan_out)]
     states = list(states)
+    n_states = len(states)
+    # each scan input as a view in iteration order along axis 0: a step's element is a view
+    seqs = [np.moveaxis(x, ax, 0) for x, ax in zip(scan_inputs, input_axes)]
+    seqs = [x[::-1] if d else x for x, d in zip(seqs, input_dirs)]
+    run = ctx.run_graph
     for t in range(n_steps):
-        elements = [
-            np.take(x, n_steps - 1 - t if d else t, axis=ax)
-            for x, ax, d in zip(scan_inputs, input_axes, input_dirs)
-        ]
-        outs = ctx.run_graph(body, [*states, *elements])
-        states = outs[: len(states)]
-        for acc, value in zip(outs_per_step, outs[len(states) :]):
-            acc.append(np.asarray(value))
+        outs = run(body, [*states, *(x[t, ...] for x in seqs)])  # 0-d arrays, not scalars
+        states = outs[:n_states]
+        for acc, value in zip(outs_per_step, outs[n_states:]):
+            acc.append(value)
     return states, outs_per_step
 
 
