@@ -399,6 +399,30 @@ def test_qdq_data_movement():
     assert [n.op_type for n in opt.graph].count("QuantizeLinear") == 2
 
 
+def test_matmul_scale_fusion():
+    """Attention scores: Q @ K^T then * 1/sqrt(d) (GPT), or sqrt of it on each side (PyTorch's
+    MultiheadAttention): one FusedMatMul(alpha)."""
+    nodes = [
+        helper.make_node("MatMul", ["q", "k"], ["s"]),
+        helper.make_node("Mul", ["s", "c"], ["y"]),
+        helper.make_node("Mul", ["q", "r"], ["q2"]),
+        helper.make_node("Div", ["k", "d"], ["k2"]),
+        helper.make_node("MatMul", ["q2", "k2"], ["z"]),
+    ]
+    inits = [
+        ("c", np.array(0.125, np.float32)),
+        ("r", np.array([0.35], np.float32)),
+        ("d", np.array(2.5, np.float32)),
+    ]
+    shapes = [("q", F, ["N", 2, 5, 4]), ("k", F, ["N", 2, 4, 5])]
+    outs = [("y", F, ["N", 2, 5, 5]), ("z", F, ["N", 2, 5, 5])]
+    m = make(nodes, shapes, outs, inits)
+    feeds = {"q": w(3, 2, 5, 4), "k": w(3, 2, 4, 5)}
+    opt = check(m, feeds, expect=["FusedMatMul"], absent=["MatMul", "Mul", "Div"])
+    assert sorted(round(n.attr("alpha"), 5) for n in opt.graph) == [0.125, 0.14]
+    check(m, feeds, disabled=["MatMulScaleFusion"], expect=["MatMul"], absent=["FusedMatMul"])
+
+
 def test_transpose_cancellation():
     nodes = [
         helper.make_node("Transpose", ["x"], ["t1"], perm=[0, 2, 1]),

@@ -270,7 +270,7 @@ def qdq_data_movement(ctx: PassContext) -> bool:
             [dq.inputs[0], *move.inputs[1:]],
             [ctx.fresh_name(v.name + "_quantized") for v in move.outputs],
             list(move.attributes.values()),
-            name=(move.name or move.op_type) + "_quantized",
+            name=ctx.fresh_name((move.name or move.op_type) + "_quantized"),
         )
         g.insert_before(move, moved)
         for q, new in zip(requants, moved.outputs):

@@ -178,7 +178,9 @@ def _is_float32(v: ir.Value) -> bool:
 
 def _emit(ctx: PassContext, op_type: str, x: ir.Value, last: ir.Node, dead: list) -> None:
     ctx.ensure_opset(MS)
-    fused = ir.Node(op_type, [x], 1, domain=MS, name=(last.name or op_type.lower()) + "_fused")
+    fused = ir.Node(
+        op_type, [x], 1, domain=MS, name=ctx.fresh_name((last.name or op_type.lower()) + "_fused")
+    )
     ctx.replace_nodes(last, fused, dead)
     ctx.count(op_type + "Fusion")
 
@@ -215,7 +217,9 @@ def bias_gelu_fusion(ctx: PassContext) -> bool:
             continue
         op_type = "FastGelu" if fast else "BiasGelu"
         ctx.ensure_opset(MS)
-        fused = ir.Node(op_type, [v, b], 1, domain=MS, name=(node.name or "gelu") + "_bias")
+        fused = ir.Node(
+            op_type, [v, b], 1, domain=MS, name=ctx.fresh_name((node.name or "gelu") + "_bias")
+        )
         ctx.replace_nodes(node, fused, [add])
         ctx.count("BiasGeluFusion")
         changed = True
@@ -327,3 +331,88 @@ def _as_norm(c: np.ndarray | None, norm_shape: tuple) -> np.ndarray | None:
     if any(d != 1 for d in lead) or any(a != b and a != 1 for a, b in zip(full, norm_shape)):
         return None
     return np.ascontiguousarray(np.broadcast_to(c.reshape(full), norm_shape))
+
+
+# ------------------------------------------------------------------------------ scaled MatMul
+# (registered after the GELU fusions: their final Mul(0.5) must not be taken as a MatMul scale)
+
+
+def _scale_of(ctx: PassContext, node: ir.Node | None, v: ir.Value) -> float | None:
+    """c when ``node`` is Mul(v, c), Mul(c, v) or Div(v, 1/c), c a constant scalar of rank <= 1
+    (so it cannot broadcast the result to a higher rank)."""
+    if is_op(node, "Mul"):
+        k = other_input(node, v)
+    elif is_op(node, "Div") and node.inputs[0] is v:
+        k = node.inputs[1]
+    else:
+        return None
+    c = ctx.const(k)
+    if c is None or c.size != 1 or c.ndim > 1 or c.dtype != np.float32 or not c.reshape(-1)[0]:
+        return None
+    c = float(c.reshape(-1)[0])
+    return c if node.op_type == "Mul" else 1 / c
+
+
+def _scaled_operand(ctx: PassContext, v: ir.Value, mm: ir.Node):
+    """(x, c, node) when MatMul operand v is x * c (read by nothing else), else None."""
+    p = v.producer
+    if p is None or ctx.single_use(v) is not mm:
+        return None
+    for x in p.inputs if is_op(p, "Mul") else p.inputs[:1] if is_op(p, "Div") else ():
+        c = _scale_of(ctx, p, x)
+        if c is not None and ctx.const(x) is None:
+            return x, c, p
+    return None
+
+
+@graph_pass("MatMulScaleFusion", EXTENDED)
+def matmul_scale(ctx: PassContext) -> bool:
+    """MatMul whose result or operands are scaled by scalar constants (attention's 1/sqrt(d),
+    applied after Q @ K^T or split over Q and K^T)  =>  com.microsoft FusedMatMul(alpha): the
+    scale costs no pass of its own. Float32 only (onnxruntime's CPU kernel)."""
+    changed = False
+    for mm in ctx.graph:
+        if (
+            not is_op(mm, "MatMul")
+            or mm.graph is None
+            or mm.inputs[0] is None
+            or not _is_float32(mm.inputs[0])
+        ):
+            continue
+        alpha, inputs, dead = 1.0, list(mm.inputs), []
+        for i, v in enumerate(mm.inputs):
+            found = _scaled_operand(ctx, v, mm)
+            if found is not None:
+                inputs[i], c, node = found
+                alpha *= c
+                dead.append(node)
+        last = mm
+        after = ctx.single_use(mm.outputs[0])
+        c = _scale_of(ctx, after, mm.outputs[0]) if after is not None else None
+        if c is not None:
+            alpha *= c
+            dead.append(mm)
+            last = after
+        if not dead:
+            continue
+        fused = ir.Node(
+            "FusedMatMul",
+            inputs,
+            1,
+            domain=MS,
+            name=ctx.fresh_name((mm.name or "matmul") + "_scaled"),
+        )
+        fused.set_attr("alpha", float(alpha))
+        ctx.ensure_opset(MS)
+        ctx.replace_nodes(last, fused, dead)
+        ctx.count("MatMulScaleFusion")
+        changed = True
+    return changed
+
+
+def _is_float32(v: ir.Value | None) -> bool:
+    return (
+        v is not None
+        and isinstance(v.type, ir.TensorType)
+        and v.type.elem_type == ir.DataType.FLOAT
+    )

@@ -250,7 +250,7 @@ def _fused_operand(m: np.ndarray, trans: int, trans_batch: int) -> np.ndarray:
 def fused_mat_mul(a, b, *, alpha=1.0, transA=0, transB=0, transBatchA=0, transBatchB=0):
     a_ = _fused_operand(upcast(a), transA, transBatchA)
     b_ = _fused_operand(upcast(b), transB, transBatchB)
-    y = np.matmul(a_, b_)
+    y = np.asarray(np.matmul(a_, b_))
     if alpha != 1:
-        y = y * np.asarray(alpha, dtype=y.dtype)
-    return np.asarray(y).astype(a.dtype, copy=False)
+        y *= y.dtype.type(alpha)  # a fresh array: scaled in place
+    return y.astype(a.dtype, copy=False)
