@@ -39,7 +39,7 @@ def matmul_add(ctx: PassContext) -> bool:
             continue
         if not _gemm_bias_ok(static_shape(c), sa[0], sb[1]):
             continue
-        gemm = ir.Node("Gemm", [a, b, c], 1, name=(mm.name or "matmul") + "_gemm")
+        gemm = ir.Node("Gemm", [a, b, c], 1, name=ctx.fresh_name((mm.name or "matmul") + "_gemm"))
         ctx.replace_nodes(add, gemm, [mm])
         ctx.count("MatMulAddFusion")
         changed = True
@@ -66,7 +66,7 @@ def gemm_activation(ctx: PassContext) -> bool:
             1,
             [a for a in gemm.attributes.values() if not a.is_ref],
             domain=MS,
-            name=(gemm.name or "gemm") + "_fused",
+            name=ctx.fresh_name((gemm.name or "gemm") + "_fused"),
         )
         fused.set_attr("activation", spec[0])
         for name, p in zip(("activation_alpha", "activation_beta"), spec[1]):

@@ -88,10 +88,12 @@ def gelu_fusion(ctx: PassContext) -> bool:
         if last is None:
             continue
         if ctx.opset() >= 20:
-            gelu = ir.Node("Gelu", [x], 1, name=(erf.name or "gelu") + "_fused")
+            gelu = ir.Node("Gelu", [x], 1, name=ctx.fresh_name((erf.name or "gelu") + "_fused"))
         else:
             ctx.ensure_opset(MS)
-            gelu = ir.Node("Gelu", [x], 1, domain=MS, name=(erf.name or "gelu") + "_fused")
+            gelu = ir.Node(
+                "Gelu", [x], 1, domain=MS, name=ctx.fresh_name((erf.name or "gelu") + "_fused")
+            )
         ctx.replace_nodes(last, gelu, [scale, erf, add, *extra])
         ctx.count("GeluFusion")
         changed = True
@@ -254,7 +256,7 @@ def layer_norm_fusion(ctx: PassContext) -> bool:
             continue
         x, axis, eps, gamma, beta, last, dead = m
         ln = ir.Node("LayerNormalization", [x, gamma] + ([beta] if beta is not None else []), 1)
-        ln.name = (rm1.name or "layernorm") + "_fused"
+        ln.name = ctx.fresh_name((rm1.name or "layernorm") + "_fused")
         ln.set_attr("axis", axis)
         ln.set_attr("epsilon", float(eps))
         ctx.replace_nodes(last, ln, dead)
