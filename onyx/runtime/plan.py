@@ -223,6 +223,10 @@ class Plan:
             )
         if (domain, node.op_type) == ("ai.onnx.preview.training", "Gradient"):
             return self._gradient_step(node, compiler, opsets, common)
+        if lookup(node.op_type, domain, version) is None:
+            body = standard_function(node.op_type, domain, version)
+            if body is not None:  # no kernel: run the op as the standard defines it
+                return self._function_step(body, node, attrs, compiler, common)
         kernel = find_kernel(node, domain, version)
         return self._kernel_step(kernel, node, attrs, compiler, opsets, common)
 
@@ -382,6 +386,28 @@ class Plan:
             f"{step.label()} in graph {self.name!r} failed with inputs "
             f"({', '.join(describe(a) for a in args)}): {type(e).__name__}: {e}"
         )
+
+
+def standard_function(op_type: str, domain: str, version: int) -> ir.Function | None:
+    """The standard's function body for an op at opset ``version``, as an ``ir.Function`` whose
+    attribute defaults are the schema's (so a body's references to attributes the node leaves
+    unset get the op's defaults); None when the op has no context-free body."""
+    from ..defs import get_schema
+
+    schema = get_schema(op_type, version, domain)
+    body = schema.function_for(version) if schema is not None else None
+    if body is None:
+        return None
+    function = body.to_function(domain, op_type)
+    defaults = tuple(
+        ir.Attr(a.name, a.type, a.default)
+        for a in schema.attributes.values()
+        if a.default is not None
+    )
+    return ir.Function(
+        function.domain, function.name, function.graph, function.attributes, defaults,
+        function.opset_imports,
+    )  # fmt: skip
 
 
 def find_kernel(node: ir.Node, domain: str, version: int) -> Kernel:
