@@ -40,7 +40,7 @@ from ..registry import op
 
 
 def _sigmoid(a, b, dtype):
-    one = np.ones((), dtype)
+    one = np.array(1, dtype)
 
     def sigmoid(x, out):  # 1 / (1 + exp(-x)); exp overflows to inf for x < -88: the limit 0
         np.negative(x, out=out)
@@ -99,17 +99,19 @@ _ACTIVATIONS: dict[str, tuple[Callable, float | None, float | None]] = {
 
 def _activation_names(names, per_direction: int, n_dirs: int, defaults) -> list[str]:
     """Lower-case activation names, ``per_direction`` for each direction in turn."""
-    names = list(names) if names else defaults * n_dirs
+    if not names:
+        return defaults * n_dirs
     if len(names) < per_direction * n_dirs:  # one set given for both directions
-        names = names[:per_direction] * n_dirs
+        names = list(names[:per_direction]) * n_dirs
     return [n.lower() for n in names[: per_direction * n_dirs]]
 
 
-def _activations(names, alphas, betas, per_direction: int, n_dirs: int, defaults, dtype):
-    """``per_direction`` activations ``act(x, out)``, each over [dirs, ...] (all directions)."""
-    alphas, betas = list(alphas or []), list(betas or [])
+def _activations(names: list[str], alphas, betas, per_direction: int, dtype) -> list[Callable]:
+    """``per_direction`` activations ``act(x, out)``, each over [dirs, ...] (all directions),
+    from the names of :func:`_activation_names`."""
+    alphas, betas = list(alphas or ()), list(betas or ())
     specs = []  # (factory, alpha, beta) per direction and gate
-    for name in _activation_names(names, per_direction, n_dirs, defaults):
+    for name in names:
         make, alpha, beta = _ACTIVATIONS[name]
         if alpha is not None and alphas:
             alpha = alphas.pop(0)
@@ -270,15 +272,19 @@ def _prepare(X, W, R, B, sequence_lens, initial_h, initial_c, *, direction, layo
         if (lens == seq_len).all():
             lens = None  # the common case: no masking at all
     reverse = [direction == "reverse" or d == 1 for d in range(n_dirs)]
-    # one batched GEMM for every step of every direction: [dirs, seq*batch, in] @ [dirs, in, G*H]
-    xd = [_in_step_order(X, lens) if rev else X for rev in reverse]
-    stacked = xd[0][None] if n_dirs == 1 else np.stack(xd)
-    xs = np.matmul(stacked.reshape(n_dirs, seq_len * batch, n_in), W.transpose(0, 2, 1))
-    xs += (Wb + folded(Rb))[:, None, :]
-    # step-major and contiguous: numpy adds a contiguous step in a fraction of the time of a
-    # strided one (0.5 us against 2.5 us at H 32), which pays for this one copy many times over
-    xs = xs.reshape(n_dirs, seq_len, batch, n_gates, hidden).transpose(1, 3, 0, 2, 4)
-    xs = np.ascontiguousarray(xs)
+    # one batched GEMM for every step of every direction: [seq*batch, in] @ [dirs, in, G*H]
+    proj = np.matmul(X.reshape(seq_len * batch, n_in), W.transpose(0, 2, 1))
+    proj += (Wb + folded(Rb))[:, None, :]
+    proj = proj.reshape(n_dirs, seq_len, batch, n_gates, hidden)
+    # step-major and contiguous, [steps, gates, dirs, batch, H], each direction in its step
+    # order: numpy adds a contiguous step in a fraction of the time of a strided one (0.5 us
+    # against 2.5 us at H 32), which pays for this one copy many times over
+    if n_dirs == 1 and not reverse[0]:
+        xs = np.ascontiguousarray(proj.transpose(1, 3, 0, 2, 4))
+    else:
+        xs = np.empty((seq_len, n_gates, n_dirs, batch, hidden), ct)
+        for d, rev in enumerate(reverse):
+            xs[:, :, d] = (_in_step_order(proj[d], lens) if rev else proj[d]).swapaxes(1, 2)
     zeros = np.zeros((n_dirs, batch, hidden), ct)
     return _Layer(
         xs=xs,
@@ -344,8 +350,8 @@ def rnn(
     # Ht = f(Xt*(Wi^T) + Ht-1*(Ri^T) + Wbi + Rbi): both biases go into the projection
     layer = _prepare(X, W, R, B, sequence_lens, initial_h, None,
                      direction=direction, layout=layout, n_gates=1)  # fmt: skip
-    (f,) = _activations(activations, activation_alpha, activation_beta, 1, layer.n_dirs, ["Tanh"],
-                        layer.dtype)  # fmt: skip
+    names = _activation_names(activations, 1, layer.n_dirs, ["tanh"])
+    (f,) = _activations(names, activation_alpha, activation_beta, 1, layer.dtype)
     clipped, mm = _clipper(clip, layer.dtype), layer.matmul()
     Ys, xs, h = layer.history(), layer.xs[:, 0], layer.h0
     for t in range(layer.steps):
@@ -391,8 +397,8 @@ def gru(
 
     layer = _prepare(X, W, R, B, sequence_lens, initial_h, None,
                      direction=direction, layout=layout, n_gates=3, folded=folded)  # fmt: skip
-    f, g = _activations(activations, activation_alpha, activation_beta, 2, layer.n_dirs,
-                        ["Sigmoid", "Tanh"], layer.dtype)  # fmt: skip
+    names = _activation_names(activations, 2, layer.n_dirs, ["sigmoid", "tanh"])
+    f, g = _activations(names, activation_alpha, activation_beta, 2, layer.dtype)
     clipped = _clipper(clip, layer.dtype)
     Ys, h = layer.history(), layer.h0
     xs_zr, xs_h, Rbh = layer.xs[:, :2], layer.xs[:, 2], layer.Rb[2]
@@ -461,9 +467,8 @@ def lstm(
     # Ht = ot (.) h(Ct)
     layer = _prepare(X, W, R, B, sequence_lens, initial_h, initial_c,
                      direction=direction, layout=layout, n_gates=4)  # fmt: skip
-    defaults = ["Sigmoid", "Tanh", "Tanh"]
-    f, g, h_act = _activations(activations, activation_alpha, activation_beta, 3, layer.n_dirs,
-                               defaults, layer.dtype)  # fmt: skip
+    names = _activation_names(activations, 3, layer.n_dirs, ["sigmoid", "tanh", "tanh"])
+    f, g, h_act = _activations(names, activation_alpha, activation_beta, 3, layer.dtype)
     clipped, mm, xs = _clipper(clip, layer.dtype), layer.matmul(), layer.xs
     Ys, Cs, h, c = layer.history(), layer.history(), layer.h0, layer.c0
     peep = None
@@ -474,13 +479,12 @@ def lstm(
     fused = peep is None and not input_forget
     # and the usual f = Sigmoid, g = Tanh take 4 calls instead of 5, one tanh for all four gates:
     # sigmoid(x) = (1 + tanh(x / 2)) / 2
-    names = _activation_names(activations, 3, layer.n_dirs, defaults)
     one_tanh = fused and set(names[0::3]) == {"sigmoid"} and set(names[1::3]) == {"tanh"}
     half = np.asarray(0.5, layer.dtype)
     gates = layer.gate_buffer()
     i, o, fg, cg = gates
     iof, fc = gates[:3], gates[2:]
-    tmp, one = np.empty_like(h), np.ones((), layer.dtype)
+    tmp, one = np.empty_like(h), np.array(1, layer.dtype)
     for t in range(layer.steps):
         mm(h, gates)
         np.add(gates, xs[t], out=gates)
