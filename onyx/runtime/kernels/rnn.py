@@ -31,6 +31,8 @@ import numpy as np
 from ..registry import op
 
 # --- activations ---------------------------------------------------------------------------------
+# Hot loops pass ufunc outputs positionally (np.add(a, b, out)): numpy parses that faster than the
+# out= keyword, which counts at the sizes where a call costs a few hundred nanoseconds.
 # name -> (factory(alpha, beta, dtype) of a function act(x, out) writing into out (which may be
 # x), default alpha, default beta). alpha and beta arrive as 0-d arrays of the compute dtype
 # (numpy takes those faster than Python floats). They are drawn, in order, from activation_alpha and
@@ -43,36 +45,36 @@ def _sigmoid(a, b, dtype):
     one = np.array(1, dtype)
 
     def sigmoid(x, out):  # 1 / (1 + exp(-x)); exp overflows to inf for x < -88: the limit 0
-        np.negative(x, out=out)
-        np.exp(out, out=out)
-        np.add(out, one, out=out)
-        np.reciprocal(out, out=out)
+        np.negative(x, out)
+        np.exp(out, out)
+        np.add(out, one, out)
+        np.reciprocal(out, out)
 
     return sigmoid
 
 
 def _affine(a, b, dtype):
     def affine(x, out):
-        np.multiply(x, a, out=out)
-        np.add(out, b, out=out)
+        np.multiply(x, a, out)
+        np.add(out, b, out)
 
     return affine
 
 
 def _scaled_tanh(a, b, dtype):
     def scaled_tanh(x, out):
-        np.multiply(x, b, out=out)
-        np.tanh(out, out=out)
-        np.multiply(out, a, out=out)
+        np.multiply(x, b, out)
+        np.tanh(out, out)
+        np.multiply(out, a, out)
 
     return scaled_tanh
 
 
 def _hard_sigmoid(a, b, dtype):
     def hard_sigmoid(x, out):
-        np.multiply(x, a, out=out)
-        np.add(out, b, out=out)
-        np.clip(out, 0, 1, out=out)
+        np.multiply(x, a, out)
+        np.add(out, b, out)
+        np.clip(out, 0, 1, out)
 
     return hard_sigmoid
 
@@ -83,8 +85,8 @@ def _plain(fn: Callable) -> Callable:
 
 
 _ACTIVATIONS: dict[str, tuple[Callable, float | None, float | None]] = {
-    "relu": (lambda a, b, dtype: lambda x, out: np.maximum(x, 0, out=out), None, None),
-    "tanh": (lambda a, b, dtype: lambda x, out: np.tanh(x, out=out), None, None),
+    "relu": (lambda a, b, dtype: lambda x, out: np.maximum(x, 0, out), None, None),
+    "tanh": (lambda a, b, dtype: lambda x, out: np.tanh(x, out), None, None),
     "sigmoid": (_sigmoid, None, None),
     "affine": (_affine, 1.0, 0.0),
     "leakyrelu": (_plain(lambda x, a, b: np.where(x < 0, a * x, x)), 0.01, None),
@@ -93,7 +95,7 @@ _ACTIVATIONS: dict[str, tuple[Callable, float | None, float | None]] = {
     "hardsigmoid": (_hard_sigmoid, 0.2, 0.5),
     "elu": (_plain(lambda x, a, b: np.where(x < 0, a * np.expm1(np.minimum(x, 0)), x)), 1.0, None),
     "softsign": (_plain(lambda x, a, b: x / (np.abs(x) + 1)), None, None),
-    "softplus": (lambda a, b, dtype: lambda x, out: np.logaddexp(0, x, out=out), None, None),
+    "softplus": (lambda a, b, dtype: lambda x, out: np.logaddexp(0, x, out), None, None),
 }
 
 
@@ -143,7 +145,7 @@ def _clipper(clip, dtype) -> Callable | None:
     if clip is None:
         return None
     lo, hi = np.asarray(-clip, dtype), np.asarray(clip, dtype)
-    return lambda v: np.clip(v, lo, hi, out=v)
+    return lambda v: np.clip(v, lo, hi, v)
 
 
 # --- the recurrent product -----------------------------------------------------------------------
@@ -172,15 +174,15 @@ def _recurrent_matmul(R: np.ndarray, batch: int) -> Callable:
     gates, dirs, cols, k = R.shape
     if batch == 1:  # a matrix-vector product: R is read as it is
         RT = R.transpose(0, 1, 3, 2)
-        return lambda h, out: np.matmul(h, RT, out=out)
+        return lambda h, out: np.matmul(h, RT, out)
     n = _chunks(cols, batch, k)
     RT = np.ascontiguousarray(R.reshape(gates, dirs, n, cols // n, k).transpose(0, 1, 2, 4, 3))
     if n == 1:
         RT = RT[:, :, 0]
-        return lambda h, out: np.matmul(h, RT, out=out)
+        return lambda h, out: np.matmul(h, RT, out)
     shape = (gates, dirs, batch, n, cols // n)
     # splitting the last axis of out is a view, so each chunk's product lands in place
-    return lambda h, out: np.matmul(h[:, None], RT, out=out.reshape(shape).swapaxes(2, 3))
+    return lambda h, out: np.matmul(h[:, None], RT, out.reshape(shape).swapaxes(2, 3))
 
 
 # --- the shared plan -----------------------------------------------------------------------------
@@ -357,7 +359,7 @@ def rnn(
     for t in range(layer.steps):
         h_new = Ys[t]
         mm(h, h_new[None])
-        np.add(h_new, xs[t], out=h_new)
+        np.add(h_new, xs[t], h_new)
         if clipped:
             clipped(h_new)
         f(h_new, h_new)
@@ -413,24 +415,24 @@ def gru(
             mm_all(h, gates)
         else:
             mm_zr(h, zr)
-        np.add(zr, xs_zr[t], out=zr)
+        np.add(zr, xs_zr[t], zr)
         if clipped:
             clipped(zr)
         f(zr, zr)
         if linear_before_reset:
-            np.add(ht, Rbh, out=ht)
-            np.multiply(ht, r, out=ht)
+            np.add(ht, Rbh, ht)
+            np.multiply(ht, r, ht)
         else:
-            np.multiply(r, h, out=rh)
+            np.multiply(r, h, rh)
             mm_h(rh, ht[None])
-        np.add(ht, xs_h[t], out=ht)
+        np.add(ht, xs_h[t], ht)
         if clipped:
             clipped(ht)
         g(ht, ht)
         h_new = Ys[t]  # ht + zt (.) (Ht-1 - ht)
-        np.subtract(h, ht, out=h_new)
-        np.multiply(h_new, z, out=h_new)
-        np.add(h_new, ht, out=h_new)
+        np.subtract(h, ht, h_new)
+        np.multiply(h_new, z, h_new)
+        np.add(h_new, ht, h_new)
         h = h_new
     return _finish(layer, Ys)
 
@@ -487,41 +489,41 @@ def lstm(
     tmp, one = np.empty_like(h), np.array(1, layer.dtype)
     for t in range(layer.steps):
         mm(h, gates)
-        np.add(gates, xs[t], out=gates)
+        np.add(gates, xs[t], gates)
         if peep is not None:
-            np.add(i, np.multiply(peep[0], c, out=tmp), out=i)
-            np.add(fg, np.multiply(peep[2], c, out=tmp), out=fg)
+            np.add(i, np.multiply(peep[0], c, tmp), i)
+            np.add(fg, np.multiply(peep[2], c, tmp), fg)
         if clipped:  # with peepholes the output gate's input is complete only once Ct is known
             clipped(gates if peep is None else i)
             if peep is not None:
                 clipped(fc)
         if one_tanh:
-            np.multiply(iof, half, out=iof)
-            np.tanh(gates, out=gates)
-            np.multiply(iof, half, out=iof)
-            np.add(iof, half, out=iof)
+            np.multiply(iof, half, iof)
+            np.tanh(gates, gates)
+            np.multiply(iof, half, iof)
+            np.add(iof, half, iof)
         else:
             if fused:
                 f(iof, iof)
             else:
                 f(i, i)
                 if input_forget:
-                    np.subtract(one, i, out=fg)
+                    np.subtract(one, i, fg)
                 else:
                     f(fg, fg)
             g(cg, cg)
         c_new = Cs[t]
-        np.multiply(fg, c, out=c_new)
-        np.multiply(cg, i, out=cg)
-        np.add(c_new, cg, out=c_new)
+        np.multiply(fg, c, c_new)
+        np.multiply(cg, i, cg)
+        np.add(c_new, cg, c_new)
         if not fused:
             if peep is not None:
-                np.add(o, np.multiply(peep[1], c_new, out=tmp), out=o)
+                np.add(o, np.multiply(peep[1], c_new, tmp), o)
                 if clipped:
                     clipped(o)
             f(o, o)
         h_new = Ys[t]
         h_act(c_new, h_new)
-        np.multiply(h_new, o, out=h_new)
+        np.multiply(h_new, o, h_new)
         h, c = h_new, c_new
     return _finish(layer, Ys, Cs)
