@@ -130,6 +130,8 @@ _COLS_BYTES = 4 << 20
 #: Below this many output pixels per image, the images of a batch share one GEMM (columns
 #: (K, N*P)): a (M, K) @ (K, P) product per image would repack the weights each time.
 _FOLD_PIXELS = 256
+#: Bytes of depthwise columns built at once (a few channels' taps; they stay in cache).
+_DW_BYTES = 4 << 20
 
 
 def _matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
@@ -204,6 +206,18 @@ def _im2col_gemm(view, w, group, out_shape, acc, matmul) -> np.ndarray:
         return y.reshape((N, M, *out_shape))
     order = (0, 1, 2) + kernel_axes + out_axes
     y = np.empty((N, group, Mg, P), dtype=acc)
+    if per_image > _COLS_BYTES:  # one image at a time, a block of output rows at a time
+        rows = max(1, out_shape[0] * _COLS_BYTES // per_image)
+        rest = P // out_shape[0]
+        buf = np.empty((group, Cg) + view.shape[3 + n :] + (rows,) + view.shape[4 : 3 + n],
+                       dtype=view.dtype)  # fmt: skip
+        for i in range(N):
+            for r0 in range(0, out_shape[0], rows):
+                r1 = min(r0 + rows, out_shape[0])
+                b = buf[(slice(None),) * (2 + n) + (slice(0, r1 - r0),)]
+                np.copyto(b, view[i, :, :, r0:r1].transpose(tuple(a - 1 for a in order[1:])))
+                matmul(wm, b.reshape(group, CgK, -1), y[i, :, :, r0 * rest : r1 * rest])
+        return y.reshape((N, M, *out_shape))
     chunk = max(1, min(N, _COLS_BYTES // max(per_image, 1)))
     buf = np.empty((chunk,) + tuple(view.shape[i] for i in order[1:]), dtype=view.dtype)
     for n0 in range(0, N, chunk):
@@ -272,31 +286,37 @@ def _conv_depthwise(x, w, begin, need, strides, dilations, out_shape, dtype, shi
                 slice((first + b - r) // s, (first + b - r) // s + len(range(first, stop, s)))
             )
         _assign(grid[:, :, r0, r1][tuple(dst)], x[tuple(src)], shift)
-    wk = w.reshape(C, M // C, K)
-    y = np.empty((N, M, O0, O1), dtype=acc)
-    chunk = max(1, min(N, _COLS_BYTES // max(C * K * L * xph.itemsize, 1)))
-    cols = np.empty((chunk, C, K, L), dtype=dtype)
-    yfull = np.empty((chunk, C, M // C, L), dtype=acc)
-    if s0 == s1 == 1:  # one phase: the taps form a (k0, k1) grid of offsets, a single view
-        st = xph.strides
-        view = as_strided(xph, (N, C) + tuple(kernel) + (L,),
-                          st[:2] + (d0 * Wq * st[-1], d1 * st[-1], st[-1]), writeable=False)  # fmt: skip
-    for n0 in range(0, N, chunk):
-        nb = min(chunk, N - n0)
-        c = cols[:nb]
-        if s0 == s1 == 1:
-            np.copyto(c.reshape((nb, C) + tuple(kernel) + (L,)), view[n0 : n0 + nb])
-        else:
-            for j, (q0, r0, q1, r1) in enumerate(taps):
-                start = q0 * Wq + q1
-                np.copyto(c[:, :, j], xph[n0 : n0 + nb, :, r0, r1, start : start + L])
-        yf = yfull[:nb]
-        matmul(wk, c, yf)
-        full = yf.reshape(nb, M, O0, Wq)[..., :O1]
-        if bias is None:
-            np.copyto(y[n0 : n0 + nb], full)
-        else:
-            np.add(full, bias.reshape(1, -1, 1, 1), out=y[n0 : n0 + nb])
+    mult = M // C
+    wk = w.reshape(C, mult, K)
+    y = np.empty((N, C, mult, O0, O1), dtype=acc)
+    # Columns a block of (images, channels) at a time, in one reused cache-sized buffer.
+    per_channel = K * L * xph.itemsize
+    cb = max(1, min(C, _DW_BYTES // per_channel))
+    nb = max(1, min(N, _DW_BYTES // (per_channel * C))) if cb == C else 1
+    cols = np.empty((nb, cb, K, L), dtype=dtype)
+    yfull = np.empty((nb, cb, mult, L), dtype=acc)
+    st = xph.strides
+    # One phase (unstrided): the taps form a (k0, k1) grid of offsets, a single view.
+    grid_view = as_strided(xph, (N, C) + tuple(kernel) + (L,),
+                           st[:2] + (d0 * Wq * st[-1], d1 * st[-1], st[-1]), writeable=False)  # fmt: skip
+    for n0 in range(0, N, nb):
+        for c0 in range(0, C, cb):
+            blk = (slice(n0, min(n0 + nb, N)), slice(c0, min(c0 + cb, C)))
+            c = cols[: blk[0].stop - n0, : blk[1].stop - c0]
+            if s0 == s1 == 1:
+                np.copyto(c.reshape(c.shape[:2] + tuple(kernel) + (L,)), grid_view[blk])
+            else:
+                for j, (q0, r0, q1, r1) in enumerate(taps):
+                    start = q0 * Wq + q1
+                    np.copyto(c[:, :, j], xph[blk + (r0, r1, slice(start, start + L))])
+            yf = yfull[: c.shape[0], : c.shape[1]]
+            matmul(wk[blk[1]], c, yf)
+            full = yf.reshape(yf.shape[:3] + (O0, Wq))[..., :O1]
+            if bias is None:
+                np.copyto(y[blk], full)
+            else:
+                b = bias.reshape(C, mult, 1, 1)[blk[1]]
+                np.add(full, b, out=y[blk])
     return y.reshape(final_shape)
 
 
