@@ -126,7 +126,7 @@ def compute_dtype(dtype: np.dtype) -> np.dtype:
 #: Bytes of im2col columns built at once: columns for a whole large batch would not stay in cache
 #: (and a fresh buffer of tens of MB costs page faults every call), so images go in chunks
 #: through one reused buffer.
-_COLS_BYTES = 4 << 20
+_COLS_BYTES = 2 << 20
 #: Below this many output pixels per image, the images of a batch share one GEMM (columns
 #: (K, N*P)): a (M, K) @ (K, P) product per image would repack the weights each time.
 _FOLD_PIXELS = 256
