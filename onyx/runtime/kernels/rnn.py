@@ -31,14 +31,15 @@ import numpy as np
 from ..registry import op
 
 # --- activations ---------------------------------------------------------------------------------
-# Hot loops pass ufunc outputs positionally (np.add(a, b, out)): numpy parses that faster than the
-# out= keyword, which counts at the sizes where a call costs a few hundred nanoseconds.
 # name -> (factory(alpha, beta, dtype) of a function act(x, out) writing into out (which may be
 # x), default alpha, default beta). alpha and beta arrive as 0-d arrays of the compute dtype
-# (numpy takes those faster than Python floats). They are drawn, in order, from activation_alpha and
-# activation_beta only by the activations that take them (as onnxruntime does); names match
-# case-insensitively. Defaults are those of the ONNX operators of the same name (Affine: the former
-# Affine op's 1, 0). ScaledTanh has no ONNX default: onnxruntime's 0, 0 is used.
+# (numpy takes those faster than Python floats). They are drawn, in order, from activation_alpha
+# and activation_beta only by the activations that take them (as onnxruntime does); names match
+# case-insensitively. Defaults are those of the ONNX operators of the same name (Affine: the
+# former Affine op's 1, 0). ScaledTanh has no ONNX default: onnxruntime's 0, 0 is used.
+#
+# Hot loops pass ufunc outputs positionally (np.add(a, b, out)): numpy parses that faster than
+# the out= keyword, which counts where a call costs a few hundred nanoseconds.
 
 
 def _sigmoid(a, b, dtype):
@@ -292,8 +293,8 @@ def _prepare(X, W, R, B, sequence_lens, initial_h, initial_c, *, direction, layo
         xs=xs,
         R=_gate_major(R, n_gates),
         Rb=np.ascontiguousarray(_gate_major(Rb, n_gates)[:, :, None, :]),
-        h0=zeros if initial_h is None else np.array(initial_h, ct),
-        c0=zeros if initial_c is None else np.array(initial_c, ct),
+        h0=zeros if initial_h is None else np.asarray(initial_h, ct),  # only ever read
+        c0=zeros if initial_c is None else np.asarray(initial_c, ct),
         lens=lens,
         reverse=reverse,
         out_dtype=out_dtype,
