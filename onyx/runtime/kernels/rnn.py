@@ -193,7 +193,7 @@ def _recurrent_matmul(R: np.ndarray, batch: int) -> Callable:
 class _Layer:
     xs: np.ndarray  # [steps, gates, dirs, batch, H]: input projections in step order
     R: np.ndarray  # [gates, dirs, H, H]
-    Rb: np.ndarray  # [gates, dirs, 1, H]: recurrent bias (what is not folded into xs is needed)
+    Rb: np.ndarray  # [gates, dirs, 1, H] (a view): recurrent bias, for what xs does not hold
     h0: np.ndarray  # [dirs, batch, H]
     c0: np.ndarray  # [dirs, batch, H]
     lens: np.ndarray | None  # [batch], None when every entry runs the whole sequence
@@ -292,7 +292,7 @@ def _prepare(X, W, R, B, sequence_lens, initial_h, initial_c, *, direction, layo
     return _Layer(
         xs=xs,
         R=_gate_major(R, n_gates),
-        Rb=np.ascontiguousarray(_gate_major(Rb, n_gates)[:, :, None, :]),
+        Rb=_gate_major(Rb, n_gates)[:, :, None, :],
         h0=zeros if initial_h is None else np.asarray(initial_h, ct),  # only ever read
         c0=zeros if initial_c is None else np.asarray(initial_c, ct),
         lens=lens,
@@ -404,7 +404,7 @@ def gru(
     f, g = _activations(names, activation_alpha, activation_beta, 2, layer.dtype)
     clipped = _clipper(clip, layer.dtype)
     Ys, h = layer.history(), layer.h0
-    xs_zr, xs_h, Rbh = layer.xs[:, :2], layer.xs[:, 2], layer.Rb[2]
+    xs_zr, xs_h, Rbh = layer.xs[:, :2], layer.xs[:, 2], np.ascontiguousarray(layer.Rb[2])
     gates = layer.gate_buffer()
     zr, z, r, ht = gates[:2], gates[0], gates[1], gates[2]
     if linear_before_reset:
