@@ -1,0 +1,124 @@
+"""RNN, GRU and LSTM against onnxruntime on a grid of attributes and inputs.
+
+The node suite has 18 recurrent cases; these cover the combinations it leaves out (directions
+with sequence_lens, clip, custom activations with alpha/beta per direction, linear_before_reset,
+input_forget, peepholes, initial states), and layout=1 against its layout-0 twin.
+"""
+
+from __future__ import annotations
+
+import itertools
+import zlib
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+import onyx
+
+GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
+ACTIVATIONS = {
+    "RNN": (["Tanh"], ["LeakyRelu"], ["Softsign"]),
+    "GRU": (["Sigmoid", "Tanh"], ["HardSigmoid", "Softsign"]),
+    "LSTM": (["Sigmoid", "Tanh", "Tanh"], ["HardSigmoid", "Tanh", "Softsign"]),
+}
+VARIANTS = {
+    "RNN": ({},),
+    "GRU": ({"linear_before_reset": 0}, {"linear_before_reset": 1}),
+    "LSTM": ({"input_forget": 0}, {"input_forget": 1}),
+}
+S, B, I, H = 5, 3, 4, 6
+
+
+def make_inputs(op: str, directions: int, lens: bool, seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    g = GATES[op]
+    feeds = {
+        "X": rng.standard_normal((S, B, I)).astype(np.float32),
+        "W": (rng.standard_normal((directions, g * H, I)) * 0.5).astype(np.float32),
+        "R": (rng.standard_normal((directions, g * H, H)) * 0.5).astype(np.float32),
+        "B": rng.standard_normal((directions, 2 * g * H)).astype(np.float32),
+        "L": np.array([S, 2, 4], np.int32) if lens else None,
+        "h0": rng.standard_normal((directions, B, H)).astype(np.float32),
+    }
+    if op == "LSTM":
+        feeds["c0"] = rng.standard_normal((directions, B, H)).astype(np.float32)
+        feeds["P"] = rng.standard_normal((directions, 3 * H)).astype(np.float32)
+    return feeds
+
+
+def make_model(op: str, feeds: dict, attrs: dict) -> bytes:
+    names = ["X", "W", "R", "B", "L", "h0"] + (["c0", "P"] if op == "LSTM" else [])
+    ins = [n if feeds.get(n) is not None else "" for n in names]
+    outs = ["Y", "Y_h", "Y_c"][: 3 if op == "LSTM" else 2]
+    node = helper.make_node(op, ins, outs, hidden_size=H, **attrs)
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [
+            helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+            for n, v in feeds.items()
+            if v is not None
+        ],
+        [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outs],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+def grid():
+    for op in GATES:
+        for direction, lens, clip, acts, variant in itertools.product(
+            ("forward", "reverse", "bidirectional"),
+            (False, True),
+            (None, 0.7),
+            range(len(ACTIVATIONS[op])),
+            VARIANTS[op],
+        ):
+            yield op, direction, lens, clip, acts, variant
+
+
+def case_id(p) -> str:
+    op, direction, lens, clip, acts, variant = p
+    extra = "-".join(f"{k}{v}" for k, v in variant.items())
+    return f"{op}-{direction}-lens{int(lens)}-clip{clip}-acts{acts}-{extra}".rstrip("-")
+
+
+@pytest.mark.parametrize("params", list(grid()), ids=case_id)
+def test_matches_onnxruntime(params):
+    op, direction, lens, clip, acts, variant = params
+    directions = 2 if direction == "bidirectional" else 1
+    feeds = make_inputs(op, directions, lens, seed=zlib.crc32(case_id(params).encode()))
+    attrs = {"direction": direction, **variant}
+    if clip is not None:
+        attrs["clip"] = clip
+    if acts:
+        names = ACTIVATIONS[op][acts]
+        # a different activation list per direction where there are two
+        attrs["activations"] = names * directions if directions == 1 else names + names[::-1]
+        attrs["activation_alpha"] = [0.3, 0.6, 0.9] * 2
+        attrs["activation_beta"] = [0.2, 0.4, 0.1] * 2
+    model = make_model(op, feeds, attrs)
+    run_feeds = {k: v for k, v in feeds.items() if v is not None}
+    expected = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, run_feeds)
+    actual = onyx.InferenceSession(model).run(None, run_feeds)
+    for name, e, a in zip(("Y", "Y_h", "Y_c"), expected, actual):
+        assert a.shape == e.shape and a.dtype == e.dtype, name
+        np.testing.assert_allclose(a, e, rtol=1e-5, atol=1e-5, err_msg=name)
+
+
+@pytest.mark.parametrize("op", list(GATES))
+def test_layout_1_is_the_transposed_layout_0(op):
+    # onnxruntime rejects layout=1: compare with onyx's own layout-0 run on transposed tensors
+    feeds = make_inputs(op, 2, True, seed=7)
+    run0 = {k: v for k, v in feeds.items() if v is not None}
+    run1 = {k: (v.swapaxes(0, 1).copy() if k in ("X", "h0", "c0") else v) for k, v in run0.items()}
+    attrs = {"direction": "bidirectional"}
+    y0 = onyx.InferenceSession(make_model(op, feeds, attrs)).run(None, run0)
+    y1 = onyx.InferenceSession(make_model(op, run1, {**attrs, "layout": 1})).run(None, run1)
+    # layout 1: Y is [batch, seq, dirs, hidden], states [batch, dirs, hidden]
+    np.testing.assert_array_equal(y1[0], y0[0].transpose(2, 0, 1, 3))
+    for a, b in zip(y1[1:], y0[1:]):
+        np.testing.assert_array_equal(a, b.swapaxes(0, 1))
