@@ -110,13 +110,39 @@ def _window_sum(xp, out_shape, kernel, strides, dilations, by_columns=False) -> 
     )
 
 
-def _window_max(xp, out_shape, kernel, strides, dilations) -> np.ndarray:
-    """The max of each window, one spatial axis at a time (max is separable and exact): the
-    first axis on whole rows, so that most passes read contiguous memory."""
-    y = xp
+def _window_max(x, pads, out_shape, kernel, strides, dilations) -> np.ndarray:
+    """The max of each window, one spatial axis at a time (max is separable and exact), the
+    first axis on whole rows so that most passes read contiguous memory. No padded copy: a
+    kernel offset only updates the outputs whose cell it reads lies inside x (padding is the
+    lowest value, which never wins).
+    """
+    y = x
     for i, (k, s, d, o) in enumerate(zip(kernel, strides, dilations, out_shape)):
-        y = _reduce_taps(_taps(y, 2 + i, k, s, d, o), np.maximum)
+        axis, size, begin = 2 + i, y.shape[2 + i], pads[i]
+        spans = []  # (first output, end output, first input) of each kernel offset
+        for j in range(k):
+            shift = j * d - begin  # output t reads input t * s + shift
+            lo = max(0, -(shift // s))
+            hi = min(o, (size - 1 - shift) // s + 1) if size - 1 - shift >= 0 else 0
+            if hi > lo:
+                spans.append((lo, hi, lo * s + shift))
+        full = [sp for sp in spans if sp[0] == 0 and sp[1] == o]
+        if full:  # an offset every window reads inside x starts the result
+            spans.remove(full[0])
+            res = np.array(_axis_slice(y, axis, full[0], s))
+        else:
+            res = np.full(y.shape[:axis] + (o,) + y.shape[axis + 1 :], _lowest(y.dtype), y.dtype)
+        for lo, hi, start in spans:
+            sl = (slice(None),) * axis + (slice(lo, hi),)
+            np.maximum(res[sl], _axis_slice(y, axis, (lo, hi, start), s), out=res[sl])
+        y = res
     return y
+
+
+def _axis_slice(y, axis, span, stride):
+    lo, hi, start = span
+    sl = (slice(None),) * axis + (slice(start, start + (hi - lo - 1) * stride + 1, stride),)
+    return y[sl]
 
 
 class _Pool:
@@ -281,10 +307,10 @@ def _flat_indices(out_coords, kernel_idx, pool: _Pool, x_shape, storage_order: i
 
 def _max_pool(ctx, X, kernel_shape, auto_pad, pads, strides, dilations, ceil_mode, storage_order):
     pool = _Pool(X, kernel_shape, auto_pad, pads, strides, dilations, ceil_mode)
-    xp = pool.pad(X, _lowest(X.dtype))
     want_indices = ctx.n_outputs > 1 and ctx.outputs_wanted[1]
     if not want_indices:
-        return _window_max(xp, pool.out, pool.kernel, pool.strides, pool.dilations)
+        return _window_max(X, pool.pads, pool.out, pool.kernel, pool.strides, pool.dilations)
+    xp = pool.pad(X, _lowest(X.dtype))
     best = best_k = None
     for j, sl in _offsets(pool.kernel, pool.dilations, pool.strides, pool.out):
         v = xp[sl]
