@@ -11,7 +11,8 @@ from collections.abc import Callable
 import numpy as np
 
 from ..registry import op
-from .elementwise import erf, upcast
+from .elementwise import gelu as _erf_gelu
+from .elementwise import upcast
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -61,7 +62,7 @@ def _hard_swish(x: np.ndarray) -> np.ndarray:
 def _gelu(x, approximate):
     if approximate == "tanh":
         return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
-    return 0.5 * x * (1 + erf(x / math.sqrt(2)))  # Python floats keep float32 in float32
+    return _erf_gelu(x)
 
 
 def _celu(x, alpha):

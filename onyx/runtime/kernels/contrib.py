@@ -11,6 +11,7 @@ import numpy as np
 
 from ..registry import op
 from .activation import _coerced_2d, _sigmoid, _softmax
+from .elementwise import gelu as _gelu
 from .elementwise import upcast
 from .linalg import integer_matmul
 from .quantize import saturate_cast
@@ -147,41 +148,6 @@ def _plus_bias(x: np.ndarray, bias) -> np.ndarray:
     return v.astype(np.float32 if v.dtype != np.float64 else v.dtype, copy=True)
 
 
-#: erf(u) ~ u * P(u^2) / Q(u^2) on |u| <= 4 (erf rounds to +-1 beyond): a rational fit of ours
-#: (relative error < 1e-7 in exact arithmetic, a few float32 ulps as evaluated). GELU only
-#: needs float32 accuracy; the element-wise Erf op is exact-er (elementwise.py).
-_ERF_P = (1.1283791500839877, 0.18991267024051248, 0.0526662900984952, 0.0037413587913662895,
-          0.000283743175213966, 2.044656840499583e-06)  # fmt: skip
-_ERF_Q = (1.0, 0.5016385567242271, 0.11388980580812919, 0.014919072643161205,
-          0.0011556873494000743, 3.797955023600593e-05)  # fmt: skip
-
-
-def _horner(t: np.ndarray, coefficients: tuple[float, ...]) -> np.ndarray:
-    """sum_k c_k t^k into one fresh array (in-place steps)."""
-    acc = t * t.dtype.type(coefficients[-1])
-    for c in coefficients[-2:0:-1]:
-        acc += t.dtype.type(c)
-        acc *= t
-    acc += t.dtype.type(coefficients[0])
-    return acc
-
-
-def _gelu_inplace(v: np.ndarray) -> np.ndarray:
-    """0.5 * v * (1 + erf(v / sqrt(2))), overwriting v (a float array the caller owns)."""
-    f = v.dtype.type
-    u = v * f(1 / np.sqrt(2))
-    np.clip(u, -4, 4, out=u)
-    t = u * u
-    erf = _horner(t, _ERF_P)
-    erf /= _horner(t, _ERF_Q)
-    erf *= u
-    np.clip(erf, -1, 1, out=erf)
-    erf += 1
-    erf *= f(0.5)
-    v *= erf
-    return v
-
-
 def _fast_gelu_inplace(v: np.ndarray) -> np.ndarray:
     """The tanh approximation 0.5 * v * (1 + tanh(sqrt(2/pi) * (v + 0.044715 v^3))) with the
     constants of onnxruntime's docs, overwriting v."""
@@ -199,12 +165,13 @@ def _fast_gelu_inplace(v: np.ndarray) -> np.ndarray:
 
 @op("Gelu", since=1, domain=MS)
 def gelu(x):
-    return _gelu_inplace(_plus_bias(x, None)).astype(x.dtype, copy=False)
+    return _gelu(upcast(x)).astype(x.dtype, copy=False)
 
 
 @op("BiasGelu", since=1, domain=MS)
 def bias_gelu(a, b):
-    return _gelu_inplace(_plus_bias(a, b)).astype(a.dtype, copy=False)
+    v = _plus_bias(a, b)
+    return _gelu(v, out=v).astype(a.dtype, copy=False)
 
 
 @op("FastGelu", since=1, domain=MS)
