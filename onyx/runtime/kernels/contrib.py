@@ -36,22 +36,36 @@ def _q(v, scale, zero_point, dtype) -> np.ndarray:
 # Quantized element-wise
 
 
-def _centered(x, zero_point) -> np.ndarray:
-    """x - zero_point in float32 (exact for 8-bit integers)."""
+def _centered(x, zero_point, k=None) -> np.ndarray:
+    """(x - zero_point) [* k] in a fresh float32 array (the difference is exact for 8-bit
+    integers), in place."""
     v = x.astype(np.float32)
-    return v if zero_point is None else v - np.asarray(zero_point).astype(np.float32)
+    if zero_point is not None:
+        v -= np.asarray(zero_point).astype(np.float32)
+    if k is not None:
+        v *= k
+    return v
 
 
 def _requantized(v, zero_point, dtype) -> np.ndarray:
-    """round_half_even(v + zero_point), saturated: v is already in units of the output scale.
+    """round_half_even(v + zero_point), saturated: v is a fresh float32 array already in units
+    of the output scale, rounded in place.
 
     onnxruntime adds the zero point in float32 before rounding (the tie-breaker for where the
     rounding happens; it matters only on ties, which 8-bit grids hit often).
     """
     if zero_point is not None:
-        v = v + np.asarray(zero_point).astype(np.float32)
+        v += np.asarray(zero_point).astype(np.float32)
     info = np.iinfo(dtype)
-    return np.clip(np.rint(v), info.min, info.max).astype(dtype)
+    np.rint(v, out=v)
+    return np.clip(v, info.min, info.max, out=v).astype(dtype)
+
+
+def _combine(ufunc, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """ufunc(a, b), into a (a fresh array) when a already has the broadcast shape."""
+    if a.shape == np.broadcast_shapes(a.shape, b.shape):
+        return ufunc(a, b, out=a)
+    return ufunc(a, b)
 
 
 @op("QLinearAdd", since=1, domain=MS)
@@ -59,7 +73,7 @@ def q_linear_add(a, a_scale, a_zero_point, b, b_scale, b_zero_point, c_scale, c_
     # onnxruntime folds each scale ratio into one float32 multiplier: A' * (sa / sc) + B' * (sb / sc)
     ka = np.float32(a_scale) / np.float32(c_scale)
     kb = np.float32(b_scale) / np.float32(c_scale)
-    total = _centered(a, a_zero_point) * ka + _centered(b, b_zero_point) * kb
+    total = _combine(np.add, _centered(a, a_zero_point, ka), _centered(b, b_zero_point, kb))
     return _requantized(total, c_zero_point, a.dtype)
 
 
@@ -67,7 +81,8 @@ def q_linear_add(a, a_scale, a_zero_point, b, b_scale, b_zero_point, c_scale, c_
 def q_linear_mul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, c_scale, c_zero_point=None):
     # onnxruntime: A' * B' * (sa * sb / sc) in float32
     k = np.float32(a_scale) * np.float32(b_scale) / np.float32(c_scale)
-    product = _centered(a, a_zero_point) * _centered(b, b_zero_point) * k
+    product = _combine(np.multiply, _centered(a, a_zero_point), _centered(b, b_zero_point))
+    product *= k
     return _requantized(product, c_zero_point, a.dtype)
 
 

@@ -79,7 +79,37 @@ def saturate_cast(
     return cast_numeric(np.asarray(v), dtype, bool(saturate))
 
 
+_F32 = np.dtype(np.float32)
+#: 8/16-bit integer outputs (numpy types) -> their range: the per-tensor float32 fast path.
+_FAST_RANGES = {
+    np.dtype(t): _int_range(np.dtype(t)) for t in (np.uint8, np.int8, np.uint16, np.int16)
+}
+
+
+def _per_tensor(scale: np.ndarray, zero_point) -> bool:
+    """One float32 scale and one zero point: the hot QDQ case, on float32 activations."""
+    return scale.dtype == _F32 and scale.size == 1 and (zero_point is None or zero_point.size == 1)
+
+
+def _quantize_per_tensor(x, scale, zero_point, lo: int, hi: int) -> np.ndarray:
+    """round_half_even(x / scale) + zero_point, clipped: in place in one fresh float32 buffer
+    (exact: the rounded values and the zero point are small integers)."""
+    q = np.divide(x, scale.reshape(()))
+    np.rint(q, out=q)
+    if zero_point is not None:
+        q += int(zero_point.reshape(-1)[0])
+    return np.clip(q, lo, hi, out=q)
+
+
 def quantize(x, y_scale, y_zero_point, *, axis=1, block_size=0, dtype, saturate=1, precision=0):
+    if (
+        x.dtype == _F32
+        and x.ndim
+        and dtype in _FAST_RANGES
+        and _per_tensor(y_scale, y_zero_point)
+        and not precision
+    ):
+        return _quantize_per_tensor(x, y_scale, y_zero_point, *_FAST_RANGES[dtype]).astype(dtype)
     compute = to_numpy(precision) if precision else y_scale.dtype
     if compute.kind in "iu":  # an integer scale: divide in double
         compute = np.dtype(np.float64)
@@ -97,6 +127,13 @@ def dequantize(x, x_scale, x_zero_point, *, axis=1, block_size=0, dtype=None):
     """(x - zero_point) * scale, multiplied in the output type's precision."""
     if dtype is None:
         dtype = x_scale.dtype if x_scale.dtype != _E8M0 else np.dtype(np.float32)
+    if (
+        dtype == _F32
+        and x.dtype in _FAST_RANGES
+        and x.ndim
+        and _per_tensor(x_scale, x_zero_point)
+    ):
+        return _dequantize_per_tensor(x, x_scale, x_zero_point)
     scale = expand_param(x_scale, x.shape, axis, block_size)
     zp = None if x_zero_point is None else expand_param(x_zero_point, x.shape, axis, block_size)
     if dtype == np.float32 and x.dtype.kind in "iu" and x.dtype.itemsize <= 2:
@@ -112,6 +149,16 @@ def dequantize(x, x_scale, x_zero_point, *, axis=1, block_size=0, dtype=None):
     # both factors rounded to the output type, their product computed exactly, then rounded
     product = upcast(diff.astype(dtype)) * upcast(scale.astype(dtype))
     return np.asarray(product).astype(dtype, copy=False)
+
+
+def _dequantize_per_tensor(x, scale, zero_point) -> np.ndarray:
+    """(x - zero_point) * scale in float32, in place in the converted copy (exact difference,
+    one rounding)."""
+    y = x.astype(np.float32)
+    if zero_point is not None:
+        y -= int(zero_point.reshape(-1)[0])
+    y *= scale.reshape(())
+    return y
 
 
 def _output_dtype(zero_point, output_dtype: int, default=np.uint8) -> np.dtype:
