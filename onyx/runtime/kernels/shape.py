@@ -175,9 +175,9 @@ def broadcast_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
 
 @op("Expand", since=8)
 def expand(input, shape):
-    out = np.empty(broadcast_shape(input.shape, tuple(_ints(shape))), dtype=input.dtype)
-    np.copyto(out, input)
-    return out
+    # a read-only broadcast view, no copy: kernels never write their inputs, and the readers
+    # (Add of an attention mask, Reshape) broadcast or copy as they need
+    return np.broadcast_to(input, broadcast_shape(input.shape, tuple(_ints(shape))))
 
 
 @op("Tile", since=1)
