@@ -13,7 +13,7 @@ from ..registry import op
 from .activation import _coerced_2d, _sigmoid, _softmax
 from .elementwise import gelu as _gelu
 from .elementwise import upcast
-from .linalg import integer_matmul
+from .linalg import gemm_matmul, integer_matmul
 from .quantize import saturate_cast
 
 MS = "com.microsoft"
@@ -232,7 +232,7 @@ def _fused_operand(m: np.ndarray, trans: int, trans_batch: int) -> np.ndarray:
 def fused_mat_mul(a, b, *, alpha=1.0, transA=0, transB=0, transBatchA=0, transBatchB=0):
     a_ = _fused_operand(upcast(a), transA, transBatchA)
     b_ = _fused_operand(upcast(b), transB, transBatchB)
-    y = np.asarray(np.matmul(a_, b_))
+    y = np.asarray(gemm_matmul(a_, b_))
     if alpha != 1:
         y *= y.dtype.type(alpha)  # a fresh array: scaled in place
     return y.astype(a.dtype, copy=False)

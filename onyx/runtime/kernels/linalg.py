@@ -17,9 +17,18 @@ from .elementwise import upcast
 _F32_EXACT = 2**24  # integers below this are exact in float32, and so are their sums
 
 
+def gemm_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """np.matmul, as one GEMM when a stack of A rows meets one 2-D B: numpy would loop over the
+    stack (one small product each: [seq, 1, d] @ [d, n] is seq matrix-vector products)."""
+    if b.ndim == 2 and a.ndim > 2:
+        rows = a.reshape(-1, a.shape[-1])  # (a copy only when a's layout needs one)
+        return np.matmul(rows, b).reshape(a.shape[:-1] + (b.shape[1],))
+    return np.matmul(a, b)
+
+
 def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """np.matmul with the result in A's dtype; low-precision floats through float32."""
-    return np.asarray(np.matmul(upcast(a), upcast(b))).astype(a.dtype, copy=False)
+    return np.asarray(gemm_matmul(upcast(a), upcast(b))).astype(a.dtype, copy=False)
 
 
 @op("MatMul", since=1)
@@ -51,10 +60,10 @@ def chunked_matmul(a: np.ndarray, b: np.ndarray, bound: float) -> np.ndarray:
     k = a.shape[-1]
     chunk = max(int((_F32_EXACT - 1) // max(bound, 1.0)), 1)
     if k <= chunk:
-        return np.matmul(a, b).astype(np.int32)
-    acc = np.matmul(a[..., :chunk], b[..., :chunk, :]).astype(np.int32)
+        return gemm_matmul(a, b).astype(np.int32)
+    acc = gemm_matmul(a[..., :chunk], b[..., :chunk, :]).astype(np.int32)
     for start in range(chunk, k, chunk):
-        acc += np.matmul(a[..., start : start + chunk], b[..., start : start + chunk, :]).astype(
+        acc += gemm_matmul(a[..., start : start + chunk], b[..., start : start + chunk, :]).astype(
             np.int32
         )
     return acc
