@@ -3,7 +3,7 @@
 Products go through BLAS: float16/bfloat16 are multiplied in float32 (numpy has no BLAS for
 them). Integer products are exact: the zero-point-centered operands are small integers, exact
 in float32, multiplied by float32 BLAS in chunks of K small enough that every partial sum stays
-below 2**24 (exact whatever order BLAS sums in); twice as fast as float64 BLAS, and numpy's own
+at most 2**24 (exact whatever order BLAS sums in); twice as fast as float64 BLAS, and numpy's own
 integer matmul has no BLAS at all.
 """
 
@@ -14,7 +14,7 @@ import numpy as np
 from ..registry import op
 from .elementwise import upcast
 
-_F32_EXACT = 2**24  # integers below this are exact in float32, and so are their sums
+_F32_EXACT = 2**24  # integers up to this are exact in float32, and so are their sums
 
 
 def gemm_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -37,16 +37,19 @@ def mat_mul(a, b):
 
 
 def _centered(x: np.ndarray, zero_point, per_row: bool) -> tuple[np.ndarray, float]:
-    """x - zero_point in float32, and a bound on its magnitude (from the type where that is
-    small, else from the data)."""
+    """x - zero_point in float32, and a bound on its magnitude (from the type and the zero
+    point where the type is 8-bit, else from the data)."""
     xf = x.astype(np.float32)
-    if zero_point is not None:
-        zp = np.asarray(zero_point).astype(np.float32)
-        if per_row and zp.ndim == 1 and zp.size > 1:  # one value per row of A
-            zp = zp.reshape(-1, 1)
-        xf -= zp  # per column (B) broadcasts over the rows as it is
-    if x.dtype.itemsize == 1 and x.dtype.kind in "iu":  # both x and its zero point in range
-        return xf, 255.0
+    zp = None if zero_point is None else np.asarray(zero_point)
+    if zp is not None and zp.any():  # (symmetric int8 weights have zero points of 0: no pass)
+        zf = zp.astype(np.float32)
+        if per_row and zf.ndim == 1 and zf.size > 1:  # one value per row of A
+            zf = zf.reshape(-1, 1)
+        xf -= zf  # per column (B) broadcasts over the rows as it is
+    if x.dtype.itemsize == 1 and x.dtype.kind in "iu":  # x in its type's range
+        info = np.iinfo(x.dtype)
+        z = (0, 0) if zp is None else (int(zp.min()), int(zp.max()))
+        return xf, float(max(z[1] - info.min, info.max - z[0]))
     return xf, _magnitude(xf)
 
 
@@ -58,7 +61,7 @@ def chunked_matmul(a: np.ndarray, b: np.ndarray, bound: float) -> np.ndarray:
     """a @ b in int32 for integer-valued float32 a, b whose products are at most ``bound`` in
     magnitude: float32 BLAS over K-chunks whose partial sums stay exact."""
     k = a.shape[-1]
-    chunk = max(int((_F32_EXACT - 1) // max(bound, 1.0)), 1)
+    chunk = max(int(_F32_EXACT // max(bound, 1.0)), 1)
     if k <= chunk:
         return gemm_matmul(a, b).astype(np.int32)
     acc = gemm_matmul(a[..., :chunk], b[..., :chunk, :]).astype(np.int32)
@@ -77,7 +80,7 @@ def integer_matmul(a, b, a_zero_point=None, b_zero_point=None) -> np.ndarray:
     """
     af, a_bound = _centered(a, a_zero_point, per_row=True)
     bf, b_bound = _centered(b, b_zero_point, per_row=False)
-    if a.shape[-1] * a_bound * b_bound >= _F32_EXACT:  # chunks needed: the data may need fewer
+    if a.shape[-1] * a_bound * b_bound > _F32_EXACT:  # chunks needed: the data may need fewer
         a_bound, b_bound = min(a_bound, _magnitude(af)), min(b_bound, _magnitude(bf))
     return chunked_matmul(af, bf, a_bound * b_bound)
 
