@@ -16,15 +16,13 @@ from .elementwise import upcast
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
-    # e = exp(-|x|) never overflows; sigmoid is 1/(1+e) for x >= 0 and e/(1+e) below
-    flat = np.asarray(x).reshape(-1)  # 1-D: the in-place ufuncs below need arrays
-    e = np.abs(flat)
-    np.negative(e, out=e)
-    np.exp(e, out=e)
-    r = e + 1
-    np.reciprocal(r, out=r)
-    np.multiply(r, e, out=r, where=flat < 0)
-    return r.reshape(np.shape(x))
+    """1 / (1 + exp(-x)) in in-place passes, accurate relative to the result everywhere; where
+    exp(-x) overflows to inf the result is 0, the limit."""
+    e = np.asarray(np.negative(x))  # fresh
+    with np.errstate(over="ignore"):
+        np.exp(e, out=e)
+    e += 1
+    return np.reciprocal(e, out=e)
 
 
 def _softplus(x: np.ndarray) -> np.ndarray:
