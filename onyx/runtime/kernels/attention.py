@@ -57,8 +57,88 @@ def _allowed_keys(q_len, k_len, offset, is_causal, left, right, nonpad):
     return allowed
 
 
+def scaled_attention(q, k, v, scale: float, mask=None, causal: bool = False) -> np.ndarray | None:
+    """softmax(q @ k^T * scale + bias) @ v for float32 [.., heads, seq, size] q, k, v (one
+    matmul with the scale folded into q, mask and softmax in place on the one score buffer);
+    ``mask`` a bool (True: attend) or additive float array broadcasting to the scores;
+    ``causal``: key j <= query i. None when a query row is fully masked (the caller's general
+    path gives it zeros)."""
+    scores = np.matmul(q * q.dtype.type(scale), np.swapaxes(k, -1, -2))
+    if mask is not None:
+        if mask.dtype == np.bool_:
+            np.copyto(scores, -np.inf, where=~mask)
+        elif scores.shape == np.broadcast_shapes(scores.shape, mask.shape):
+            scores += mask
+        else:
+            scores = scores + mask
+    if causal:
+        n_q, n_k = scores.shape[-2:]
+        np.copyto(scores, -np.inf, where=np.tri(n_q, n_k, 0, dtype=bool) == 0)
+    top = np.maximum.reduce(scores, axis=-1, keepdims=True)
+    if np.isneginf(top).any():
+        return None
+    scores -= top
+    np.exp(scores, out=scores)
+    scores /= np.add.reduce(scores, axis=-1, keepdims=True)
+    return np.matmul(scores, v)
+
+
+def _plain(Q, K, V, attn_mask, past_key, nonpad, n_outputs, softcap, precision, windows) -> bool:
+    """The common case scaled_attention serves: float32, no cache, no extras."""
+    return (
+        Q.dtype == np.float32
+        and K.dtype == np.float32
+        and V.dtype == np.float32
+        and past_key is None
+        and nonpad is None
+        and n_outputs <= 3
+        and not softcap
+        and (precision is None or precision == 1)  # FLOAT
+        and windows == (-1, -1)
+        and (attn_mask is None or attn_mask.dtype in (np.bool_, np.float32))
+    )
+
+
 @op("Attention", since=23)
 def attention(
+    ctx,
+    Q,
+    K,
+    V,
+    attn_mask=None,
+    past_key=None,
+    past_value=None,
+    nonpad_kv_seqlen=None,
+    *,
+    is_causal=0,
+    kv_num_heads=None,
+    q_num_heads=None,
+    qk_matmul_output_mode=0,
+    scale=None,
+    softcap=0.0,
+    softmax_precision=None,
+    left_window_size=-1,
+    right_window_size=-1,
+):
+    windows = (left_window_size, right_window_size)
+    if _plain(Q, K, V, attn_mask, past_key, nonpad_kv_seqlen, ctx.n_outputs, softcap,
+              softmax_precision, windows):  # fmt: skip
+        q, k, v = _heads(Q, q_num_heads), _heads(K, kv_num_heads), _heads(V, kv_num_heads)
+        if q.shape[1] == k.shape[1] and (attn_mask is None or attn_mask.shape[-1] == k.shape[2]):
+            s = 1 / np.sqrt(q.shape[-1]) if scale is None else scale
+            y = scaled_attention(q, k, v, s, attn_mask, bool(is_causal))
+            if y is not None:
+                return (_merge_heads(y) if Q.ndim == 3 else y), k, v
+    return _attention(
+        Q, K, V, attn_mask, past_key, past_value, nonpad_kv_seqlen, is_causal=is_causal,
+        kv_num_heads=kv_num_heads, q_num_heads=q_num_heads,
+        qk_matmul_output_mode=qk_matmul_output_mode, scale=scale, softcap=softcap,
+        softmax_precision=softmax_precision, left_window_size=left_window_size,
+        right_window_size=right_window_size,
+    )  # fmt: skip
+
+
+def _attention(
     Q,
     K,
     V,
