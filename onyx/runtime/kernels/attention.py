@@ -79,8 +79,12 @@ def scaled_attention(q, k, v, scale: float, mask=None, causal: bool = False) -> 
         return None
     scores -= top
     np.exp(scores, out=scores)
-    scores /= np.add.reduce(scores, axis=-1, keepdims=True)
-    return np.matmul(scores, v)
+    # normalized after the product: the row sums by BLAS (a matrix-vector product, 4x faster
+    # than numpy's sum over short rows) divide the [.., seq, size] result, not the scores
+    total = np.matmul(scores, np.ones(scores.shape[-1], scores.dtype))
+    y = np.matmul(scores, v)
+    y /= total[..., None]
+    return y
 
 
 def _plain(Q, K, V, attn_mask, past_key, nonpad, n_outputs, softcap, precision, windows) -> bool:
