@@ -237,10 +237,30 @@ def swiglu(a, b, *, alpha=1.0):
 
 
 def _softmax(x: np.ndarray, axis: int) -> np.ndarray:
+    if axis in (-1, x.ndim - 1) and x.dtype == np.float32 and x.ndim:
+        e = _softmax_last_unshifted(x)
+        if e is not None:
+            return e
     # the ufuncs' reduce methods: np.max / np.sum without their Python-level wrappers
     e = x - np.maximum.reduce(x, axis=axis, keepdims=True)  # fresh: the rest works in place
     np.exp(e, out=e)
     e /= np.add.reduce(e, axis=axis, keepdims=True)
+    return e
+
+
+def _softmax_last_unshifted(x: np.ndarray) -> np.ndarray | None:
+    """Softmax over the last axis without the per-row max shift (numpy's reductions over short
+    rows are slow; one max over all of x is not): when no value exceeds 60, exp cannot overflow
+    nor a row sum reach float32's limit. Rows sum by BLAS (a matrix-vector product). None when
+    some row sums below 1e-30 (all its values far below zero, or -inf, or NaN): the shifted
+    path then."""
+    if not np.maximum.reduce(x.reshape(-1)) <= 60:  # (NaN: not <= 60)
+        return None
+    e = np.exp(x)
+    total = np.matmul(e, np.ones(x.shape[-1], x.dtype))
+    if not np.minimum.reduce(total.reshape(-1)) >= 1e-30:
+        return None
+    e /= total[..., None]
     return e
 
 

@@ -61,8 +61,8 @@ def scaled_attention(q, k, v, scale: float, mask=None, causal: bool = False) -> 
     """softmax(q @ k^T * scale + bias) @ v for float32 [.., heads, seq, size] q, k, v (one
     matmul with the scale folded into q, mask and softmax in place on the one score buffer);
     ``mask`` a bool (True: attend) or additive float array broadcasting to the scores;
-    ``causal``: key j <= query i. None when a query row is fully masked (the caller's general
-    path gives it zeros)."""
+    ``causal``: key j <= query i. None when a query row is fully masked or all its scores are
+    far below zero (the caller's general path gives those)."""
     scores = np.matmul(q * q.dtype.type(scale), np.swapaxes(k, -1, -2))
     if mask is not None:
         if mask.dtype == np.bool_:
@@ -74,14 +74,21 @@ def scaled_attention(q, k, v, scale: float, mask=None, causal: bool = False) -> 
     if causal:
         n_q, n_k = scores.shape[-2:]
         np.copyto(scores, -np.inf, where=np.tri(n_q, n_k, 0, dtype=bool) == 0)
-    top = np.maximum.reduce(scores, axis=-1, keepdims=True)
-    if np.isneginf(top).any():
-        return None
-    scores -= top
+    # softmax without its per-row max (numpy's reduction over short rows is slow): when no
+    # score exceeds 60, exp cannot overflow, nor a row sum reach float32's limit; a row whose
+    # sum is below 1e-30 (fully masked, or far below zero) goes to the caller's general path
+    top = np.maximum.reduce(scores.reshape(-1))  # (NaN: not <= 60)
+    if not top <= 60:
+        top = np.maximum.reduce(scores, axis=-1, keepdims=True)
+        if np.isneginf(top).any():
+            return None
+        scores -= top
     np.exp(scores, out=scores)
     # normalized after the product: the row sums by BLAS (a matrix-vector product, 4x faster
     # than numpy's sum over short rows) divide the [.., seq, size] result, not the scores
     total = np.matmul(scores, np.ones(scores.shape[-1], scores.dtype))
+    if not np.minimum.reduce(total.reshape(-1)) >= 1e-30:
+        return None
     y = np.matmul(scores, v)
     y /= total[..., None]
     return y
