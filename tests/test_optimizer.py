@@ -472,6 +472,94 @@ def test_pass_names_and_levels():
         onyx.optimize(onyx.loads(make([], [("x", F, [1])], [("x", F, [1])])), "fast")
 
 
+# ---------------------------------------------------------------------------------- attention
+
+
+def _attention_model(mask: str) -> bytes:
+    """softmax(q @ k^T * 0.5 [mask]) @ v at opset 23; k^T a transpose of [N, T, heads, size]
+    keys (as dynamo writes), the mask an added float, a non-constant boolean through
+    Where(c, -inf, .), or a constant causal one with a finite fill."""
+    nodes = [
+        helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 3, 1]),
+        helper.make_node("MatMul", ["q", "kt"], ["s"]),
+        helper.make_node("Mul", ["s", "half"], ["s2"]),
+    ]
+    inputs = [("q", F, ["N", 2, 5, 4]), ("k", F, ["N", 5, 2, 4]), ("v", F, ["N", 2, 5, 3])]
+    inits = [("half", np.array(0.5, np.float32))]
+    scores = "s2"
+    if mask == "add":
+        nodes.append(helper.make_node("Add", ["s2", "m"], ["sm"]))
+        inputs.append(("m", F, ["N", 1, 5, 5]))
+        scores = "sm"
+    elif mask in ("where", "causal"):
+        nodes.append(helper.make_node("Where", ["c", "fill", "s2"], ["sm"]))
+        if mask == "where":
+            inputs.append(("c", TensorProto.BOOL, ["N", 1, 5, 5]))
+            inits.append(("fill", np.array(-np.inf, np.float32)))
+        else:
+            inits.append(("c", np.triu(np.ones((5, 5), bool), 1)))
+            inits.append(("fill", np.array(-10000.0, np.float32)))
+        scores = "sm"
+    nodes += [
+        helper.make_node("Softmax", [scores], ["p"], axis=-1),
+        helper.make_node("MatMul", ["p", "v"], ["y"]),
+    ]
+    return make(nodes, inputs, [("y", F, ["N", 2, 5, 3])], inits, opset=23)
+
+
+@pytest.mark.parametrize("mask", ["none", "add", "where", "causal"])
+def test_attention_fusion(mask):
+    m = _attention_model(mask)
+    feeds = {"q": w(3, 2, 5, 4, scale=2), "k": w(3, 5, 2, 4, scale=2), "v": w(3, 2, 5, 3)}
+    if mask == "add":
+        feeds["m"] = np.where(RNG.random((3, 1, 5, 5)) < 0.3, -1e9, 0).astype(np.float32)
+    if mask == "where":
+        feeds["c"] = RNG.random((3, 1, 5, 5)) < 0.4
+        feeds["c"][..., 0] = False  # (no fully masked row: onnxruntime gives those NaN)
+    opt = check(m, feeds, expect=["Attention"], absent=["Softmax", "MatMul", "FusedMatMul"])
+    (att,) = [n for n in opt.graph if n.op_type == "Attention"]
+    assert att.attr("scale") == 0.5
+    check(m, feeds, disabled=["AttentionFusion"], expect=["Softmax"], absent=["Attention"])
+
+
+def test_attention_fusion_needs_opset_23():
+    m = onnx.load_from_string(_attention_model("none"))
+    m.opset_import[0].version = 18
+    feeds = {"q": w(1, 2, 5, 4), "k": w(1, 5, 2, 4), "v": w(1, 2, 5, 3)}
+    check(m.SerializeToString(), feeds, expect=["Softmax"], absent=["Attention"])
+
+
+def test_attention_fusion_real_model(tmp_path):
+    """The dynamo GPT at opset 23: each layer's attention one Attention node; same outputs as
+    unfused and as onnxruntime, which loads the saved model."""
+    import json
+    from pathlib import Path
+
+    models = Path(__file__).parent / "models"
+    entry = json.loads((models / "manifest.json").read_text())["gpt_dynamo_op23"]
+    from benchmarks.zoo import make_feeds
+
+    feeds = make_feeds(entry["inputs"], 2, seed=0)
+    path = str(models / entry["file"])
+    stats = {}
+    opt = onyx.optimize(onyx.load(path), stats=stats)
+    ops = [n.op_type for n in opt.graph]
+    assert stats["AttentionFusion"] == ops.count("Attention") > 0 and "Softmax" not in ops
+    off = onyx.SessionOptions()
+    off.disabled_optimizers = ["AttentionFusion"]
+    unfused = onyx.InferenceSession(path, off).run(None, feeds)
+    so = onyx.SessionOptions()
+    so.optimized_model_filepath = str(tmp_path / "fused.onnx")
+    fused = onyx.InferenceSession(path, so).run(None, feeds)
+    ref = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, feeds)
+    saved = ort.InferenceSession(so.optimized_model_filepath, providers=["CPUExecutionProvider"])
+    again = saved.run(None, feeds)
+    for f, u, r, a in zip(fused, unfused, ref, again):
+        np.testing.assert_allclose(f, u, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(f, r, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(a, r, rtol=1e-4, atol=1e-4)
+
+
 # ------------------------------------------------------------------------- fused-kernel numerics
 
 

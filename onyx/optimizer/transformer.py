@@ -418,3 +418,140 @@ def _is_float32(v: ir.Value | None) -> bool:
         and isinstance(v.type, ir.TensorType)
         and v.type.elem_type == ir.DataType.FLOAT
     )
+
+
+# ---------------------------------------------------------------------------------- attention
+# (after MatMulScaleFusion: the scores' scale arrives as FusedMatMul's alpha)
+
+
+def _scores(ctx: PassContext, v: ir.Value):
+    """(q, k^T, scale, node) when v is q @ k^T [* scale]: MatMul, or FusedMatMul without
+    transposes."""
+    n = v.producer
+    if is_op(n, "MatMul"):
+        return n.inputs[0], n.inputs[1], 1.0, n
+    if n is not None and n.domain == MS and n.op_type == "FusedMatMul":
+        flags = ("transA", "transB", "transBatchA", "transBatchB")
+        if not any(n.attr(f, 0) for f in flags):
+            return n.inputs[0], n.inputs[1], float(n.attr("alpha", 1.0)), n
+    return None
+
+
+def _attention_mask(ctx: PassContext, node: ir.Node, scores: ir.Value):
+    """("not", c) for Where(c, -inf, scores) (the boolean mask is not c), ("add", m) for
+    Add(scores, m) (a float mask); None if neither."""
+    if ctx.single_use(scores) is not node:
+        return None
+    if is_op(node, "Where") and node.inputs[2] is scores:
+        fill, c = ctx.scalar(node.inputs[1]), ctx.const(node.inputs[0])
+        # a finite fill (exporters write -10000 or the float minimum) acts as -inf once exp
+        # underflows, except on a row masking every key: only taken from a constant mask
+        # without such rows (a causal one)
+        if fill == -math.inf or (
+            fill is not None
+            and fill <= -1e4
+            and c is not None
+            and c.ndim
+            and not np.all(c, axis=-1).any()
+        ):
+            return "not", node.inputs[0]
+    elif is_op(node, "Add"):
+        m = other_input(node, scores)
+        if m is not None and _is_float32(m):
+            return "add", m
+    return None
+
+
+def _mask_value(ctx: PassContext, kind: str, m: ir.Value, anchor: ir.Node) -> ir.Value:
+    """The Attention mask input: m itself (float), or not m (a constant folds to an additive
+    0 / -inf mask: a plain add in the kernel, where a boolean one is a masked copy)."""
+    if kind == "add":
+        return m
+    c = ctx.const(m)
+    if c is not None:
+        return ctx.add_const(np.where(c, -np.inf, 0).astype(np.float32), "attention_mask")
+    inv = ir.Node("Not", [m], [ctx.fresh_name("attention_mask")])
+    ctx.graph.insert_before(anchor, inv)
+    return inv.outputs[0]
+
+
+def _mask_fits(mask: ir.Value, scores_shape: tuple) -> bool:
+    """The mask broadcasts to the scores without growing them (Attention's rule), and spans
+    their last two axes (onnxruntime's kernel does not broadcast those)."""
+    s = static_shape(mask)
+    if s is None or not 2 <= len(s) <= len(scores_shape):
+        return False
+    if any(d != e or d is None for d, e in zip(s[-2:], scores_shape[-2:])):
+        return False
+    return all(d == 1 or d == e for d, e in zip(s[::-1], scores_shape[::-1]))
+
+
+def _keys(ctx: PassContext, kt: ir.Value, anchor: ir.Node):
+    """k [B, N, T, H] from k^T [B, N, H, T]: the input of a transposing producer with the last
+    two axes of its perm swapped (one transpose for another), else a new transpose of kt."""
+    t = kt.producer
+    perm = t.attr("perm") if is_op(t, "Transpose") else None
+    src = t.inputs[0] if perm is not None and len(perm) == 4 else kt
+    perm = [perm[0], perm[1], perm[3], perm[2]] if src is not kt else [0, 1, 3, 2]
+    if src is not kt and perm == [0, 1, 2, 3]:
+        return src
+    node = ir.Node("Transpose", [src], [ctx.fresh_name(kt.name + "_keys")])
+    node.set_attr("perm", perm)
+    ctx.graph.insert_before(anchor, node)
+    return node.outputs[0]
+
+
+@graph_pass("AttentionFusion", EXTENDED)
+def attention_fusion(ctx: PassContext) -> bool:
+    """softmax(q @ k^T * scale [masked by Where(c, -inf, .) or + mask]) @ v, all 4-D
+    [batch, heads, seq, size] float32  =>  ai.onnx Attention (opset >= 23): one kernel that
+    keeps one score buffer (scale folded into q, mask and softmax in place)."""
+    if ctx.opset() < 23:
+        return False
+    changed = False
+    for sm in ctx.graph:
+        if not is_op(sm, "Softmax") or sm.graph is None or sm.attr("axis", -1) not in (-1, 3):
+            continue
+        out = _next(ctx, sm.outputs[0], "MatMul")
+        if out is None or out.inputs[0] is not sm.outputs[0]:
+            continue
+        masking = sm.inputs[0].producer
+        found = _scores(ctx, sm.inputs[0])
+        mask = None
+        if found is None and masking is not None and ctx.single_use(sm.inputs[0]) is sm:
+            for s in masking.inputs:
+                found = _scores(ctx, s) if s is not None else None
+                if found is not None:
+                    mask = _attention_mask(ctx, masking, s)
+                    if mask is None:
+                        found = None
+                    break
+        elif found is not None:
+            masking = None
+        if found is None:
+            continue
+        q, kt, scale, mm = found
+        v = out.inputs[1]
+        shapes = [static_shape(x) for x in (q, kt, v, mm.outputs[0])]
+        if (
+            any(s is None or len(s) != 4 for s in shapes)
+            or not all(_is_float32(x) for x in (q, kt, v))
+            or (masking is not None and ctx.single_use(mm.outputs[0]) is not masking)
+            or (masking is None and ctx.single_use(mm.outputs[0]) is not sm)
+            or (mask is not None and not _mask_fits(mask[1], shapes[3]))
+        ):
+            continue
+        k = _keys(ctx, kt, out)
+        extra = [] if mask is None else [_mask_value(ctx, *mask, out)]
+        att = ir.Node(
+            "Attention",
+            [q, k, v, *extra],
+            1,
+            name=ctx.fresh_name((sm.name or "attention") + "_fused"),
+        )
+        att.set_attr("scale", float(scale))
+        dead = [mm, sm] + ([masking] if masking is not None else [])
+        ctx.replace_nodes(out, att, dead)
+        ctx.count("AttentionFusion")
+        changed = True
+    return changed
