@@ -203,8 +203,36 @@ def _trailing_axes(x: np.ndarray, axis: int) -> tuple[int, ...]:
     return tuple(range(axis % x.ndim, x.ndim))
 
 
+def _layer_norm_last(X, Scale, B, epsilon):
+    """LayerNormalization of float32 X over its last axis: the row sums by BLAS (matrix-vector
+    products, 3x faster than numpy's reductions over short rows), the rest in place."""
+    n = X.shape[-1]
+    mean = np.matmul(X, np.full(n, 1 / n, np.float32))[..., None]
+    d = X - mean  # fresh: normalized, scaled and shifted in place
+    var = np.einsum("...i,...i->...", d, d)[..., None]  # (one dot per row: no squared copy)
+    var *= np.float32(1 / n)
+    var += np.float32(epsilon)
+    inv_std = np.sqrt(var, out=var)
+    np.divide(1, inv_std, out=inv_std)
+    d *= inv_std
+    d *= Scale
+    if B is not None:
+        d += B
+    return d, mean, inv_std
+
+
 @op("LayerNormalization", since=17)
 def layer_normalization(X, Scale, B=None, *, axis=-1, epsilon=1e-5, stash_type=1):
+    if (
+        X.dtype == np.float32
+        and X.ndim
+        and axis in (-1, X.ndim - 1)
+        and stash_type == 1
+        and Scale.dtype == np.float32
+        and Scale.shape == X.shape[-1:]
+        and (B is None or (B.dtype == np.float32 and B.shape == X.shape[-1:]))
+    ):
+        return _layer_norm_last(X, Scale, B, epsilon)
     stash = _stash_dtype(stash_type, X.dtype)
     normalized, mean, inv_std = _standardize(
         X.astype(stash, copy=False), _trailing_axes(X, axis), epsilon
