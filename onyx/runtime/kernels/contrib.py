@@ -14,6 +14,7 @@ from .activation import _coerced_2d, _sigmoid, _softmax
 from .elementwise import gelu as _gelu
 from .elementwise import upcast
 from .linalg import gemm_matmul, integer_matmul
+from .normalization import layer_norm_last
 from .quantize import saturate_cast
 
 MS = "com.microsoft"
@@ -203,17 +204,10 @@ def skip_layer_normalization(x, skip, gamma, beta=None, bias=None, *, epsilon=1e
     total = np.add(x, skip, dtype=np.float32)
     if bias is not None:
         total += upcast(bias)
-    mean = np.mean(total, axis=-1, keepdims=True)
-    y = total - mean
-    # the variance as one dot product per row (no squared temporary)
-    var = np.einsum("...i,...i->...", y, y)[..., None]
-    var *= np.float32(1 / total.shape[-1])
-    var += np.float32(epsilon)
-    inv_std = np.reciprocal(np.sqrt(var, out=var), out=var)
-    y *= inv_std
-    y *= upcast(gamma)
-    if beta is not None:
-        y += upcast(beta)
+    # (gamma and beta are 1-D [hidden] by the spec)
+    y, mean, inv_std = layer_norm_last(
+        total, upcast(gamma), beta if beta is None else upcast(beta), epsilon
+    )
     return y.astype(x.dtype, copy=False), mean, inv_std, total.astype(x.dtype, copy=False)
 
 

@@ -203,7 +203,7 @@ def _trailing_axes(x: np.ndarray, axis: int) -> tuple[int, ...]:
     return tuple(range(axis % x.ndim, x.ndim))
 
 
-def _layer_norm_last(X, Scale, B, epsilon):
+def layer_norm_last(X, Scale, B, epsilon):
     """LayerNormalization of float32 X over its last axis: the row sums by BLAS (matrix-vector
     products, 3x faster than numpy's reductions over short rows), the rest in place."""
     n = X.shape[-1]
@@ -232,7 +232,7 @@ def layer_normalization(X, Scale, B=None, *, axis=-1, epsilon=1e-5, stash_type=1
         and Scale.shape == X.shape[-1:]
         and (B is None or (B.dtype == np.float32 and B.shape == X.shape[-1:]))
     ):
-        return _layer_norm_last(X, Scale, B, epsilon)
+        return layer_norm_last(X, Scale, B, epsilon)
     stash = _stash_dtype(stash_type, X.dtype)
     normalized, mean, inv_std = _standardize(
         X.astype(stash, copy=False), _trailing_axes(X, axis), epsilon
