@@ -127,12 +127,7 @@ def dequantize(x, x_scale, x_zero_point, *, axis=1, block_size=0, dtype=None):
     """(x - zero_point) * scale, multiplied in the output type's precision."""
     if dtype is None:
         dtype = x_scale.dtype if x_scale.dtype != _E8M0 else np.dtype(np.float32)
-    if (
-        dtype == _F32
-        and x.dtype in _FAST_RANGES
-        and x.ndim
-        and _per_tensor(x_scale, x_zero_point)
-    ):
+    if dtype == _F32 and x.dtype in _FAST_RANGES and x.ndim and _per_tensor(x_scale, x_zero_point):
         return _dequantize_per_tensor(x, x_scale, x_zero_point)
     scale = expand_param(x_scale, x.shape, axis, block_size)
     zp = None if x_zero_point is None else expand_param(x_zero_point, x.shape, axis, block_size)
