@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from functools import lru_cache
 
 import numpy as np
 
@@ -187,11 +188,31 @@ def _resize(
     plan = _targets(
         X.shape, axes, scales, sizes, roi, keep_aspect_ratio_policy, coordinate_transformation_mode
     )
-    if mode == "linear" and not antialias and X.dtype == np.float32:
+    if 0 in X.shape or any(p[0] == 0 for p in plan):
+        return _resize_general(X, axes, plan, mode, coordinate_transformation_mode,
+                               nearest_mode, cubic_coeff_a, exclude_outside, extrapolation_value,
+                               antialias, legacy_nearest)  # fmt: skip
+    if mode == "nearest" and coordinate_transformation_mode != "tf_crop_and_resize":
+        rounding = "legacy" if legacy_nearest else nearest_mode
+        tables = {
+            axis: _nearest_table(coordinate_transformation_mode, rounding, X.shape[axis], *p)
+            for axis, p in zip(axes, plan)
+        }
+        return _nearest(X, tables)
+    if mode == "linear" and not antialias and X.dtype in _BILINEAR_TYPES:
         targets = dict(zip(axes, plan))
         pair = _bilinear_axes(X.shape, targets)
         if pair is not None:
             return _bilinear(X, pair, targets, coordinate_transformation_mode, extrapolation_value)
+    return _resize_general(X, axes, plan, mode, coordinate_transformation_mode, nearest_mode,
+                           cubic_coeff_a, exclude_outside, extrapolation_value, antialias,
+                           legacy_nearest)  # fmt: skip
+
+
+def _resize_general(X, axes, plan, mode, coordinate_mode, nearest_mode, cubic_coeff_a,
+                    exclude_outside, extrapolation_value, antialias, legacy_nearest):  # fmt: skip
+    """Any mode, one axis at a time: a gather of the taps and their weighted sum per axis."""
+    r = X.ndim
     nearest = mode == "nearest"
     y = X if nearest else X.astype(compute_dtype(X.dtype), copy=False)
     outside = None  # tf_crop_and_resize: outputs whose source lies outside the input on any axis
@@ -200,17 +221,11 @@ def _resize(
         zip(axes, plan), key=lambda p: p[1][0] / max(X.shape[p[0]], 1)
     ):
         in_len = X.shape[axis]
-        if (
-            out_len == in_len
-            and scale == 1
-            and coordinate_transformation_mode != "tf_crop_and_resize"
-        ):
+        if out_len == in_len and scale == 1 and coordinate_mode != "tf_crop_and_resize":
             continue  # identity along this axis
-        x = _original_coords(
-            coordinate_transformation_mode, out_len, in_len, scale, start, end, length
-        )
+        x = _original_coords(coordinate_mode, out_len, in_len, scale, start, end, length)
         x = x.astype(np.float64)
-        if coordinate_transformation_mode == "tf_crop_and_resize":
+        if coordinate_mode == "tf_crop_and_resize":
             off = (x < 0) | (x > in_len - 1)
             shape = [1] * r
             shape[axis] = out_len
@@ -233,6 +248,96 @@ def _resize(
     return np.ascontiguousarray(y)
 
 
+def _frozen(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False  # cached tables are shared between calls
+    return a
+
+
+# ----------------------------------------------------------------------------- Resize: nearest
+# Nearest resizing copies elements, so the output is built from index tables alone. The tables
+# of the usual resizes have a shape that needs no gather: an integer upscale repeats every
+# element k times (2x, F.interpolate(scale_factor=2)), an integer downscale is a strided slice.
+
+
+@lru_cache(maxsize=256)
+def _nearest_table(coordinate_mode, rounding, in_len, out_len, scale, start, end, length):
+    """How one axis is resized: ("same",), ("repeat", k), ("slice", slice) or ("take", indices)."""
+    x = _original_coords(coordinate_mode, out_len, in_len, scale, start, end, length)
+    x = x.astype(np.float64)
+    rounded = _nearest_legacy(x, scale) if rounding == "legacy" else _NEAREST[rounding](x)
+    idx = np.clip(rounded.astype(np.int64), 0, in_len - 1)
+    if out_len == in_len and np.array_equal(idx, np.arange(in_len)):
+        return ("same",)
+    k = out_len // in_len
+    if k > 1 and out_len == k * in_len and np.array_equal(idx, np.arange(out_len) // k):
+        return ("repeat", k)
+    steps = np.diff(idx)
+    if out_len == 1 or (steps[0] > 0 and (steps == steps[0]).all()):
+        step = int(steps[0]) if out_len > 1 else 1
+        return ("slice", slice(int(idx[0]), int(idx[0]) + step * (out_len - 1) + 1, step))
+    return ("take", _frozen(idx))
+
+
+#: An element repeated k times along the last axis is one wider integer: its bits times
+#: 1 + 2**b + 2**2b + ... (b the element's bits), for these (element size, k).
+_WIDE = {(1, 2): np.uint16, (1, 4): np.uint32, (1, 8): np.uint64, (2, 2): np.uint32,
+         (2, 4): np.uint64, (4, 2): np.uint64}  # fmt: skip
+_UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32}
+
+#: Input elements per block of the repeated innermost two axes, so that the copies stay in cache.
+_NEAREST_BLOCK = 1 << 15
+
+
+def _nearest(X: np.ndarray, tables: dict) -> np.ndarray:
+    r = X.ndim
+    inner = [tables.get(r - 2, ("same",)), tables.get(r - 1, ("same",))]
+    if r >= 2 and inner[0][0] == inner[1][0] == "repeat" and X.dtype != object:
+        if (X.dtype.itemsize, inner[1][1]) in _WIDE:
+            y = _repeat_inner_two(np.ascontiguousarray(X), inner[0][1], inner[1][1])
+            tables = {a: t for a, t in tables.items() if a < r - 2}
+            X = y
+    y = X
+    # slices first (views: nothing is copied before the end), then gathers from the innermost
+    # axis out, so that the element gathers of the last axis see the smallest array
+    order = sorted(tables, key=lambda a: (tables[a][0] != "slice", -a))
+    for axis in order:
+        y = _nearest_axis(y, axis, tables[axis])
+    return np.ascontiguousarray(y)
+
+
+def _nearest_axis(y: np.ndarray, axis: int, table) -> np.ndarray:
+    kind = table[0]
+    if kind == "same":
+        return y
+    if kind == "slice":
+        return y[(slice(None),) * axis + (table[1],)]
+    if kind == "take":
+        return np.take(y, table[1], axis=axis)
+    k = table[1]  # repeat
+    if axis < y.ndim - 1:  # whole rows (planes) repeated: a broadcast copy, contiguous inside
+        out = np.empty(y.shape[:axis] + (y.shape[axis], k) + y.shape[axis + 1 :], y.dtype)
+        out[...] = np.expand_dims(y, axis + 1)
+        return out.reshape(y.shape[:axis] + (-1,) + y.shape[axis + 1 :])
+    return np.take(y, np.arange(y.shape[-1] * k) // k, axis=-1)
+
+
+def _repeat_inner_two(X: np.ndarray, kh: int, kw: int) -> np.ndarray:
+    """Every element of the last two axes repeated kh x kw times (kw packs into a wide integer)."""
+    *lead, h, w = X.shape
+    wide = _WIDE[X.dtype.itemsize, kw]
+    bits = 8 * X.dtype.itemsize
+    factor = wide(sum(1 << (bits * j) for j in range(kw)))
+    src = X.view(_UINT[X.dtype.itemsize]).reshape(-1, h, w)
+    out = np.empty((src.shape[0], h, kh, w * kw), X.dtype)
+    dst = out.view(wide)  # (planes, h, kh, w): one wide integer per run of kw equal outputs
+    step = max(1, _NEAREST_BLOCK // (h * w))
+    for b in range(0, src.shape[0], step):
+        block = dst[b : b + step]
+        np.multiply(src[b : b + step], factor, out=block[:, :, 0], dtype=wide)
+        block[:, :, 1:] = block[:, :, :1]  # the other kh - 1 output rows of each input row
+    return out.reshape(*lead, h * kh, w * kw)
+
+
 # ----------------------------------------------------------------------------- Resize: bilinear
 # onnxruntime resizes a 2-D image, or the two spatial axes of an NCHW / NHWC tensor, with one
 # formula (also when only one of the two axes changes), evaluated in float32: per axis the
@@ -241,9 +346,20 @@ def _resize(
 #     y = (wy_lo*wx_lo) X[lo, lo] + (wy_lo*wx_hi) X[lo, hi] + (wy_hi*wx_lo) X[hi, lo]
 #         + (wy_hi*wx_hi) X[hi, hi]
 # summed left to right. Doing the same makes float32 results bit-identical (U-Net decoders).
+# 8-bit images go through the same float32 formula, truncated back to their type.
+#
+# Per block of planes, the columns are gathered first (X[:, lo] and X[:, hi] of every output
+# column, at the input's height: element gathers on the smaller array), then the rows of the
+# four terms (copies of whole rows), each multiplied by its weights over the whole block.
+# Keeping the four terms separate is what the bit-exact summation order needs; strided
+# slices instead of the row gathers (2x: odd and even output rows) measured no faster, as
+# numpy then loops over one short row at a time.
 
-#: Output elements computed per block, so that the gathered terms stay in cache while summed.
-_BILINEAR_BLOCK = 1 << 16
+_BILINEAR_TYPES = tuple(np.dtype(t) for t in (np.float32, np.uint8, np.int8, np.int32))
+
+#: Output elements computed per block of planes: large blocks (fewer numpy calls) measured
+#: faster than cache-sized ones at the U-Net's 128x128 planes.
+_BILINEAR_BLOCK = 1 << 18
 
 
 def _bilinear_axes(shape, targets: dict) -> tuple[int, int] | None:
@@ -253,8 +369,8 @@ def _bilinear_axes(shape, targets: dict) -> tuple[int, int] | None:
         for a, (out_len, scale, start, end, _) in targets.items()
         if out_len != shape[a] or scale != 1 or (start, end) != (0, 1)
     }
-    if not changed or 0 in shape or any(t[0] == 0 for t in targets.values()):
-        return None  # nothing to resize, or an empty tensor
+    if not changed:
+        return None  # nothing to resize
     if len(shape) == 2:
         return 0, 1
     if len(shape) == 4:
@@ -264,53 +380,66 @@ def _bilinear_axes(shape, targets: dict) -> tuple[int, int] | None:
     return None
 
 
-def _bilinear_taps(x: np.ndarray, in_len: int):
-    """(lo, hi, weight of lo, weight of hi) of float32 coordinates x along one axis."""
-    x = np.clip(x, np.float32(0), np.float32(in_len - 1))
-    lo = x.astype(np.int64)  # x >= 0: truncation is floor
+@lru_cache(maxsize=256)
+def _bilinear_table(coordinate_mode, in_len, out_len, scale, start, end, length):
+    """(lo, hi, weight of lo, weight of hi, outside or None) along one axis."""
+    x = _original_coords(coordinate_mode, out_len, in_len, scale, start, end, length)
+    clamped = np.clip(x, np.float32(0), np.float32(in_len - 1))
+    lo = clamped.astype(np.int64)  # x >= 0: truncation is floor
     hi = np.minimum(lo + 1, in_len - 1)
-    w_lo, w_hi = np.abs(x - hi.astype(np.float32)), np.abs(x - lo.astype(np.float32))
+    w_lo = np.abs(clamped - hi.astype(np.float32))
+    w_hi = np.abs(clamped - lo.astype(np.float32))
     edge = lo == hi
     w_lo[edge] = w_hi[edge] = 0.5
-    return lo, hi, w_lo, w_hi
+    outside = None
+    if coordinate_mode == "tf_crop_and_resize":  # onnxruntime compares float32 coordinates
+        outside = _frozen((x < 0) | (x > in_len - 1))
+    return _frozen(lo), _frozen(hi), _frozen(w_lo), _frozen(w_hi), outside
 
 
 def _bilinear(X, pair, targets, coordinate_mode, extrapolation_value) -> np.ndarray:
-    sides, outside = [], None
+    tables = []
     for axis in pair:
         in_len = X.shape[axis]
         out_len, scale, start, end, length = targets.get(axis, (in_len, 1.0, 0.0, 1.0, None))
-        x = _original_coords(coordinate_mode, out_len, in_len, scale, start, end, length)
-        sides.append(_bilinear_taps(x, in_len))
-        if coordinate_mode == "tf_crop_and_resize":  # onnxruntime compares float32 coordinates
-            off = (x < 0) | (x > in_len - 1)
-            outside = off if outside is None else outside[:, None] | off[None, :]
-    (y_lo, y_hi, wy_lo, wy_hi), (x_lo, x_hi, wx_lo, wx_hi) = sides
+        tables.append(_bilinear_table(coordinate_mode, in_len, out_len, scale, start, end, length))
+    (y_lo, y_hi, wy_lo, wy_hi, y_out), (x_lo, x_hi, wx_lo, wx_hi, x_out) = tables
     height, width = X.shape[pair[0]], X.shape[pair[1]]
-    terms = [  # (flat input index, weight) per output pixel, in onnxruntime's summation order
-        ((y[:, None] * width + x[None, :]).ravel(), np.multiply.outer(wy, wx).ravel())
-        for y, wy in ((y_lo, wy_lo), (y_hi, wy_hi))
-        for x, wx in ((x_lo, wx_lo), (x_hi, wx_hi))
-    ]
+    out_h, out_w = len(y_lo), len(x_lo)
     moved = np.moveaxis(X, pair, (-2, -1))
-    flat = moved.reshape(-1, height * width)
-    n_out = len(y_lo) * len(x_lo)
-    y = np.empty((flat.shape[0], n_out), np.float32)
-    step = max(1, _BILINEAR_BLOCK // max(n_out, 1))
-    scratch = np.empty((min(step, flat.shape[0]), n_out), np.float32)
-    (first, w_first), *rest = terms
-    for b in range(0, flat.shape[0], step):
-        src, dst = flat[b : b + step], y[b : b + step]
-        tmp = scratch[: len(dst)]
-        np.take(src, first, axis=1, out=dst, mode="clip")  # indices are in range: skip checks
-        dst *= w_first
-        for idx, w in rest:
-            np.take(src, idx, axis=1, out=tmp, mode="clip")
-            tmp *= w
-            dst += tmp
-    if outside is not None:
-        y[:, outside.reshape(-1)] = np.float32(extrapolation_value)
-    y = y.reshape(moved.shape[:-2] + (len(y_lo), len(x_lo)))
+    planes = np.ascontiguousarray(moved, dtype=np.float32).reshape(-1, height, width)
+    n = planes.shape[0]
+    exact = X.dtype == np.float32  # else each block is computed in float32, then truncated
+    y = np.empty((n, out_h, out_w), X.dtype)
+    # the four terms in onnxruntime's order: (rows, column-gathered array, weights)
+    weights = [np.multiply.outer(wy, wx) for wy in (wy_lo, wy_hi) for wx in (wx_lo, wx_hi)]
+    step = max(1, _BILINEAR_BLOCK // (out_h * out_w))
+    m = min(step, n)
+    cols = np.empty((2, m, height, out_w), np.float32)
+    rows, tmp = np.empty((2, m, out_h, out_w), np.float32)
+    block_out = None if exact else np.empty((m, out_h, out_w), np.float32)
+    for b in range(0, n, step):
+        src = planes[b : b + step]
+        k = len(src)
+        lo_c, hi_c = cols[:, :k]
+        np.take(src, x_lo, axis=2, out=lo_c, mode="clip")  # indices are in range: no checks
+        np.take(src, x_hi, axis=2, out=hi_c, mode="clip")
+        dst = y[b : b + step] if exact else block_out[:k]
+        terms = [(c, r) for r in (y_lo, y_hi) for c in (lo_c, hi_c)]
+        for t, ((c, r), w) in enumerate(zip(terms, weights)):
+            np.take(c, r, axis=1, out=rows[:k], mode="clip")
+            if t == 0:
+                np.multiply(rows[:k], w, out=dst)
+            else:
+                np.multiply(rows[:k], w, out=tmp[:k])
+                dst += tmp[:k]
+        if not exact:  # onnxruntime casts the float result: truncation (in range by convexity)
+            info = np.iinfo(X.dtype)
+            np.clip(dst, info.min, info.max, out=dst)
+            y[b : b + step] = dst
+    if y_out is not None:
+        y[:, y_out[:, None] | x_out[None, :]] = np.asarray(extrapolation_value).astype(y.dtype)
+    y = y.reshape(moved.shape[:-2] + (out_h, out_w))
     return np.ascontiguousarray(np.moveaxis(y, (-2, -1), pair))
 
 
