@@ -12,7 +12,7 @@ import numpy as np
 
 from ..registry import op
 from .elementwise import gelu as _erf_gelu
-from .elementwise import upcast
+from .elementwise import type_range, upcast
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -42,11 +42,11 @@ def _hard_sigmoid(x, alpha, beta):
 
 
 def _clip01(y: np.ndarray) -> np.ndarray:
-    """np.clip(y, 0, 1) in place (y is a fresh array), without np.clip's Python overhead."""
+    """np.clip(y, 0, 1) in place (y is a fresh array): one clip, where min / max with a scalar
+    bound take numpy's unvectorized loop (3-5x slower)."""
     if type(y) is not np.ndarray or not y.ndim:
         return np.clip(y, 0, 1)
-    np.maximum(y, 0, out=y)
-    return np.minimum(y, 1, out=y)
+    return np.clip(y, 0, 1, out=y)
 
 
 def _hard_swish(x: np.ndarray) -> np.ndarray:
@@ -93,6 +93,9 @@ def relu_1(x, *, consumed_inputs=None):
 
 @op("Relu", since=6)
 def relu(x):
+    if x.ndim and x.dtype.kind in "iuf":
+        # np.clip with two bounds is vectorized; np.maximum with a scalar is not (3.5x slower)
+        return np.clip(x, x.dtype.type(0), type_range(x.dtype)[1])
     return np.asarray(np.maximum(x, x.dtype.type(0)))
 
 

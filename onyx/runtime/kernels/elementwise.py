@@ -108,8 +108,8 @@ def erf32(x: np.ndarray, out: np.ndarray | None = None, *, scale: float = 1.0, g
             u, t, p, q = u[:m], t[:m], p[:m], q[:m]
         xb = flat[start:stop]
         np.multiply(xb, k, out=u)
-        np.minimum(u, 4.0, out=u)
-        np.maximum(u, -4.0, out=u)  # NaN stays NaN
+        np.clip(u, -4.0, 4.0, out=u)  # NaN stays NaN (one clip: min / max with a scalar bound
+        # take numpy's slow unvectorized loop, 5x slower than np.clip's)
         np.multiply(u, u, out=t)
         np.multiply(t, _P32[-1], out=p)
         for c in _P32[-2:0:-1]:
@@ -124,8 +124,7 @@ def erf32(x: np.ndarray, out: np.ndarray | None = None, *, scale: float = 1.0, g
         p /= q
         e = p if gelu else res[start:stop]
         np.multiply(p, u, out=e)
-        np.minimum(e, 1.0, out=e)  # rounding can leave the fit a few ulps beyond +-1
-        np.maximum(e, -1.0, out=e)
+        np.clip(e, -1.0, 1.0, out=e)  # rounding can leave the fit a few ulps beyond +-1
         if gelu:  # x * (0.5 + 0.5 * erf)
             e *= 0.5
             e += 0.5
@@ -461,14 +460,31 @@ def where(condition, x, y):
     return np.where(condition, x, y)
 
 
+def type_range(dtype: np.dtype) -> tuple:
+    """The lowest and highest values of a numpy integer or float type (+-inf for floats)."""
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return info.min, info.max
+    return -np.inf, np.inf
+
+
 def _clip(x, lo, hi):
-    # max then min: when min > max every value becomes max, as the spec says
+    if lo is None and hi is None:
+        return x.copy()
+    if x.dtype.kind in "iuf" and x.ndim:
+        # one np.clip with both bounds (a missing one is the type's extreme): min / max with a
+        # scalar run numpy's unvectorized loop, 3-5x slower. np.clip takes max then min: when
+        # min > max every value becomes max, as the spec says.
+        low, high = type_range(x.dtype)
+        lo = low if lo is None else np.asarray(lo, dtype=x.dtype)
+        hi = high if hi is None else np.asarray(hi, dtype=x.dtype)
+        return np.clip(x, lo, hi)
     out = x
     if lo is not None:
         out = np.maximum(out, np.asarray(lo, dtype=x.dtype))
     if hi is not None:
         out = np.minimum(out, np.asarray(hi, dtype=x.dtype))
-    return x.copy() if out is x else np.asarray(out).astype(x.dtype, copy=False)
+    return np.asarray(out).astype(x.dtype, copy=False)
 
 
 @op("Clip", since=1)
