@@ -57,13 +57,15 @@ def _magnitude(x: np.ndarray) -> float:
     return float(max(np.max(x, initial=0.0), -np.min(x, initial=0.0)))
 
 
-def chunked_matmul(a: np.ndarray, b: np.ndarray, bound: float) -> np.ndarray:
+def chunked_matmul(a: np.ndarray, b: np.ndarray, bound: float, exact_float=False) -> np.ndarray:
     """a @ b in int32 for integer-valued float32 a, b whose products are at most ``bound`` in
-    magnitude: float32 BLAS over K-chunks whose partial sums stay exact."""
+    magnitude: float32 BLAS over K-chunks whose partial sums stay exact. ``exact_float``: the
+    float32 product itself when one chunk covers K (its values are the exact integers)."""
     k = a.shape[-1]
     chunk = max(int(_F32_EXACT // max(bound, 1.0)), 1)
     if k <= chunk:
-        return gemm_matmul(a, b).astype(np.int32)
+        y = gemm_matmul(a, b)
+        return y if exact_float else y.astype(np.int32)
     acc = gemm_matmul(a[..., :chunk], b[..., :chunk, :]).astype(np.int32)
     for start in range(chunk, k, chunk):
         acc += gemm_matmul(a[..., start : start + chunk], b[..., start : start + chunk, :]).astype(
@@ -72,8 +74,9 @@ def chunked_matmul(a: np.ndarray, b: np.ndarray, bound: float) -> np.ndarray:
     return acc
 
 
-def integer_matmul(a, b, a_zero_point=None, b_zero_point=None) -> np.ndarray:
-    """(A - a_zero_point) @ (B - b_zero_point) in int32, exactly.
+def integer_matmul(a, b, a_zero_point=None, b_zero_point=None, exact_float=False) -> np.ndarray:
+    """(A - a_zero_point) @ (B - b_zero_point) in int32, exactly (``exact_float``: or as float32
+    holding the exact integers, when that needs no conversion).
 
     a_zero_point is a scalar or one per row of A ([M]); b_zero_point a scalar or one per column
     of B ([N]).
@@ -82,7 +85,7 @@ def integer_matmul(a, b, a_zero_point=None, b_zero_point=None) -> np.ndarray:
     bf, b_bound = _centered(b, b_zero_point, per_row=False)
     if a.shape[-1] * a_bound * b_bound > _F32_EXACT:  # chunks needed: the data may need fewer
         a_bound, b_bound = min(a_bound, _magnitude(af)), min(b_bound, _magnitude(bf))
-    return chunked_matmul(af, bf, a_bound * b_bound)
+    return chunked_matmul(af, bf, a_bound * b_bound, exact_float)
 
 
 @op("MatMulInteger", since=10)

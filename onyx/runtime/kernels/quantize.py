@@ -215,7 +215,7 @@ def qlinear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, 
     accumulator. a's scale / zero point may be per row ([M]), b's per column ([N]).
     """
     if _is_integer(a.dtype) and _is_integer(b.dtype):
-        acc = integer_matmul(_to_wide(a), _to_wide(b), a_zero_point, b_zero_point)
+        acc = integer_matmul(_to_wide(a), _to_wide(b), a_zero_point, b_zero_point, True)
     else:
         a_f = upcast(a).astype(np.float32) - upcast(np.asarray(a_zero_point)).astype(np.float32)
         b_f = upcast(b).astype(np.float32) - upcast(np.asarray(b_zero_point)).astype(np.float32)
@@ -225,7 +225,12 @@ def qlinear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, 
         a_s = a_s.reshape(-1, 1)
     multiplier = a_s * upcast(np.asarray(b_scale)).astype(np.float32)
     multiplier = multiplier / upcast(np.asarray(y_scale)).astype(np.float32)
-    return saturate_cast(acc.astype(np.float32) * multiplier, y_zero_point, y_zero_point.dtype)
+    acc = acc.astype(np.float32, copy=False)  # (int32 accumulators to float32, as onnxruntime)
+    if acc.ndim and acc.shape == np.broadcast_shapes(acc.shape, multiplier.shape):
+        acc *= multiplier  # a fresh array: scaled and requantized in place
+    else:
+        acc = acc * multiplier
+    return saturate_cast(acc, y_zero_point, y_zero_point.dtype, owned=True)
 
 
 @op("QLinearMatMul", since=10)
