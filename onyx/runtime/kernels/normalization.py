@@ -154,10 +154,56 @@ def _standardize(x: np.ndarray, axes, epsilon: float) -> tuple[np.ndarray, np.nd
     return d, mean, inv_std
 
 
+#: Elements normalized per block of instances (or groups): each block is read from memory once
+#: and stays in cache through its statistics, its centering and its scaling (1 MB blocks
+#: measured faster than smaller ones: fewer numpy calls for the 4096-pixel U-Net instances).
+_NORM_BLOCK = 1 << 18
+
+
+def _normalize_rows(x: np.ndarray, scale: np.ndarray, bias: np.ndarray, epsilon: float):
+    """(x - mean) / sqrt(var + epsilon) * scale + bias, statistics per row of x (R, K, S).
+
+    scale and bias are (R, K): per row and channel of the row (one channel per instance for
+    InstanceNormalization, the group's channels for GroupNormalization). float32 / float64.
+    """
+    rows, channels, spatial = x.shape
+    length = channels * spatial
+    y = np.empty_like(x)
+    step = max(1, _NORM_BLOCK // length)
+    squares = np.empty((min(step, rows), channels, spatial), x.dtype)
+    eps = x.dtype.type(epsilon)
+    for r in range(0, rows, step):
+        xb, yb = x[r : r + step], y[r : r + step]
+        n = len(xb)
+        mean = np.add.reduce(xb.reshape(n, length), axis=1)
+        mean /= length
+        np.subtract(xb, mean[:, None, None], out=yb)
+        sq = np.square(yb, out=squares[:n])
+        var = np.add.reduce(sq.reshape(n, length), axis=1)
+        var /= length
+        var += eps
+        inv_std = np.sqrt(var, out=var)
+        np.divide(1, inv_std, out=inv_std)
+        yb *= (inv_std[:, None] * scale[r : r + n])[:, :, None]
+        yb += bias[r : r + n, :, None]
+    return y
+
+
+def _per_row(v: np.ndarray, batch: int, groups: int, dtype) -> np.ndarray:
+    """A per-channel parameter (C,) as (batch * groups, C // groups): one row per normalized row."""
+    return np.tile(v.astype(dtype, copy=False).reshape(groups, -1), (batch, 1))
+
+
 @op("InstanceNormalization", since=1)
 def instance_normalization(input, scale, B, *, consumed_inputs=None, epsilon=1e-5):
     ct = compute_dtype(input.dtype)
     x = input.astype(ct, copy=False)
+    if x.size:
+        N, C = x.shape[:2]
+        rows = np.ascontiguousarray(x).reshape(N * C, 1, -1)
+        s, b = (_per_row(v, N, C, ct) for v in (scale, B))
+        y = _normalize_rows(rows, s, b, epsilon).reshape(x.shape)
+        return y.astype(input.dtype, copy=False)
     normalized, _, _ = _standardize(x, tuple(range(2, x.ndim)), epsilon)
     y = normalized * _per_channel(scale, x, ct) + _per_channel(B, x, ct)
     return y.astype(input.dtype, copy=False)
@@ -177,9 +223,20 @@ def _group_standardize(X, num_groups, epsilon, stash_dtype) -> np.ndarray:
     return normalized.reshape(X.shape)
 
 
+def _group_norm_rows(X, scale, bias, num_groups, epsilon, dtype) -> np.ndarray:
+    """Group normalization of X in dtype (float32 / float64) with per-channel scale and bias."""
+    N = X.shape[0]
+    x = np.ascontiguousarray(X, dtype=dtype).reshape(N * num_groups, X.shape[1] // num_groups, -1)
+    s, b = (_per_row(v, N, num_groups, dtype) for v in (scale, bias))
+    return _normalize_rows(x, s, b, epsilon).reshape(X.shape)
+
+
 @op("GroupNormalization", since=21)
 def group_normalization(X, scale, bias, *, epsilon=1e-5, num_groups, stash_type=1):
-    normalized = _group_standardize(X, num_groups, epsilon, _stash_dtype(stash_type, X.dtype))
+    stash = _stash_dtype(stash_type, X.dtype)
+    if X.dtype == stash and X.dtype in _F32_F64 and X.size:
+        return _group_norm_rows(X, scale, bias, num_groups, epsilon, X.dtype)
+    normalized = _group_standardize(X, num_groups, epsilon, stash)
     normalized = normalized.astype(X.dtype, copy=False)
     return normalized * _per_channel(scale, X, X.dtype) + _per_channel(bias, X, X.dtype)
 
@@ -188,10 +245,12 @@ def group_normalization(X, scale, bias, *, epsilon=1e-5, num_groups, stash_type=
 def group_normalization_18(X, scale, bias, *, epsilon=1e-5, num_groups):
     # Version 18 takes scale and bias per group: repeat them over each group's channels.
     ct = compute_dtype(X.dtype)
-    normalized = _group_standardize(X, num_groups, epsilon, ct)
     per_group = X.shape[1] // num_groups
     s = np.repeat(scale.astype(ct), per_group)
     b = np.repeat(bias.astype(ct), per_group)
+    if X.size:
+        return _group_norm_rows(X, s, b, num_groups, epsilon, ct).astype(X.dtype, copy=False)
+    normalized = _group_standardize(X, num_groups, epsilon, ct)
     y = normalized * _per_channel(s, X, ct) + _per_channel(b, X, ct)
     return y.astype(X.dtype, copy=False)
 
