@@ -3,6 +3,7 @@
     python benchmarks/bench_transformer.py                   # realistic models, batch 1 and 8
     python benchmarks/bench_transformer.py --zoo             # tests/models' small ones instead
     python benchmarks/bench_transformer.py --only "gpt_ts|bert" --batch 1 --profile
+    python benchmarks/bench_transformer.py --only dyn23 --disable AttentionFusion  # a pass's worth
 
 Realistic models (GPT, BERT and Llama style, d=256, 4 heads, 4 layers, seq 128, the
 architectures of scripts/make_zoo.py) are exported by TorchScript (opset 17) and dynamo (18,
@@ -178,7 +179,7 @@ def realistic_model(name: str) -> Path:
 # ------------------------------------------------------------------------------------- timing
 
 
-def _sessions(path: Path):
+def _sessions(path: Path, disabled=()):
     import onnxruntime as ort
 
     import onyx
@@ -188,17 +189,19 @@ def _sessions(path: Path):
     ort_sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
     oo = onyx.SessionOptions()
     oo.intra_op_num_threads = 1
+    oo.disabled_optimizers = list(disabled)
     t0 = time.perf_counter()
     onyx_sess = onyx.InferenceSession(str(path), oo)
     create = time.perf_counter() - t0
     return onyx_sess, ort_sess, create
 
 
-def measure(path: Path, feeds: dict, budget: float, min_runs: int = 5) -> dict:
-    """Median latencies (seconds) of both runtimes, runs alternating, plus the max abs diff."""
+def measure(path: Path, feeds: dict, budget: float, min_runs: int = 5, disabled=()) -> dict:
+    """Median latencies (seconds) of both runtimes, runs alternating, plus the max abs diff.
+    ``disabled``: onyx optimizer passes switched off (to measure what a fusion brings)."""
     from threadpoolctl import threadpool_limits
 
-    onyx_sess, ort_sess, create = _sessions(path)
+    onyx_sess, ort_sess, create = _sessions(path, disabled)
     with threadpool_limits(1):
         got = onyx_sess.run(None, feeds)  # warm-up (and the outputs to compare)
         want = ort_sess.run(None, feeds)
@@ -224,7 +227,7 @@ def measure(path: Path, feeds: dict, budget: float, min_runs: int = 5) -> dict:
     }
 
 
-def profile(path: Path, feeds: dict, runs: int = 3) -> dict[str, float]:
+def profile(path: Path, feeds: dict, runs: int = 3, disabled=()) -> dict[str, float]:
     """onyx's milliseconds per op type (mean over ``runs``), from its profiler."""
     from threadpoolctl import threadpool_limits
 
@@ -232,6 +235,7 @@ def profile(path: Path, feeds: dict, runs: int = 3) -> dict[str, float]:
 
     so = onyx.SessionOptions()
     so.intra_op_num_threads = 1
+    so.disabled_optimizers = list(disabled)
     so.enable_profiling = True
     so.profile_file_prefix = str(Path(tempfile.gettempdir()) / "bench_transformer")
     sess = onyx.InferenceSession(str(path), so)
@@ -272,6 +276,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, nargs="*", default=[1, 8])
     parser.add_argument("--budget", type=float, default=2.0, help="seconds per model")
     parser.add_argument("--profile", action="store_true", help="onyx ms per op type")
+    parser.add_argument(
+        "--disable", nargs="*", default=[], help="onyx optimizer passes to switch off"
+    )
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     ratios = []
@@ -279,7 +286,7 @@ def main() -> None:
         f"{'model':30s} {'onyx ms':>9s} {'ort ms':>9s} {'ratio':>6s} {'runs':>5s} {'maxdiff':>9s}"
     )
     for label, path, feeds in cases(args.zoo, args.only, args.batch):
-        r = measure(path, feeds, args.budget)
+        r = measure(path, feeds, args.budget, disabled=args.disable)
         ratio = r["onyx"] / r["ort"]
         ratios.append(ratio)
         print(
@@ -288,7 +295,7 @@ def main() -> None:
             flush=True,
         )
         if args.profile:
-            ops = profile(path, feeds)
+            ops = profile(path, feeds, disabled=args.disable)
             total = sum(ops.values())
             top = ", ".join(f"{k} {v:.1f}" for k, v in list(ops.items())[:8])
             print(f"    onyx profile ({total:.1f} ms): {top}", flush=True)
