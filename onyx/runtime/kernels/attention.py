@@ -6,6 +6,7 @@ import numpy as np
 
 from ...ir.dtypes import to_numpy
 from ..registry import op
+from .elementwise import fits
 
 
 def _compute_dtype(dtype) -> np.dtype:
@@ -67,7 +68,7 @@ def scaled_attention(q, k, v, scale: float, mask=None, causal: bool = False) -> 
     if mask is not None:
         if mask.dtype == np.bool_:
             np.copyto(scores, -np.inf, where=~mask)
-        elif scores.shape == np.broadcast_shapes(scores.shape, mask.shape):
+        elif fits(scores.shape, mask.shape):
             scores += mask
         else:
             scores = scores + mask

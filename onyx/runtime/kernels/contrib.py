@@ -11,8 +11,8 @@ import numpy as np
 
 from ..registry import op
 from .activation import _coerced_2d, _sigmoid, _softmax
+from .elementwise import fits, upcast
 from .elementwise import gelu as _gelu
-from .elementwise import upcast
 from .linalg import gemm_matmul, integer_matmul
 from .normalization import layer_norm_last
 from .quantize import saturate_cast
@@ -64,7 +64,7 @@ def _requantized(v, zero_point, dtype) -> np.ndarray:
 
 def _combine(ufunc, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """ufunc(a, b), into a (a fresh array) when a already has the broadcast shape."""
-    if a.shape == np.broadcast_shapes(a.shape, b.shape):
+    if fits(a.shape, b.shape):
         return ufunc(a, b, out=a)
     return ufunc(a, b)
 

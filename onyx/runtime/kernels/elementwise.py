@@ -40,6 +40,17 @@ def upcast(x: np.ndarray) -> np.ndarray:
     return x.astype(np.float32) if x.dtype in LOW_FLOATS else x
 
 
+def fits(shape: tuple, other: tuple) -> bool:
+    """An array of shape ``other`` broadcasts to ``shape`` without growing it (so an in-place
+    op on the ``shape`` array can take it); np.broadcast_shapes costs microseconds."""
+    if other == shape or not other:
+        return True
+    n = len(other)
+    if n > len(shape):
+        return False
+    return all(o == 1 or o == d for o, d in zip(other, shape[len(shape) - n :]))
+
+
 def float_unary(fn: Callable) -> Callable:
     """Wrap a float function so low-precision floats are computed in float32 and cast back."""
 

@@ -36,20 +36,31 @@ def mat_mul(a, b):
     return matmul(a, b)
 
 
+#: 8-bit integer types and their ranges (the magnitude bound of a centered operand).
+_BYTE_RANGES = {np.dtype(np.uint8): (0, 255), np.dtype(np.int8): (-128, 127)}
+
+
 def _centered(x: np.ndarray, zero_point, per_row: bool) -> tuple[np.ndarray, float]:
     """x - zero_point in float32, and a bound on its magnitude (from the type and the zero
     point where the type is 8-bit, else from the data)."""
     xf = x.astype(np.float32)
     zp = None if zero_point is None else np.asarray(zero_point)
-    if zp is not None and zp.any():  # (symmetric int8 weights have zero points of 0: no pass)
+    if zp is not None and zp.size == 1:
+        z = int(zp.reshape(-1)[0])
+        lo_z = hi_z = z
+        if z:  # (symmetric int8 weights have zero points of 0: no pass)
+            xf -= z
+    elif zp is not None:
+        lo_z, hi_z = int(zp.min()), int(zp.max())
         zf = zp.astype(np.float32)
-        if per_row and zf.ndim == 1 and zf.size > 1:  # one value per row of A
+        if per_row and zf.ndim == 1:  # one value per row of A
             zf = zf.reshape(-1, 1)
         xf -= zf  # per column (B) broadcasts over the rows as it is
-    if x.dtype.itemsize == 1 and x.dtype.kind in "iu":  # x in its type's range
-        info = np.iinfo(x.dtype)
-        z = (0, 0) if zp is None else (int(zp.min()), int(zp.max()))
-        return xf, float(max(z[1] - info.min, info.max - z[0]))
+    else:
+        lo_z = hi_z = 0
+    r = _BYTE_RANGES.get(x.dtype)
+    if r is not None:  # x in its type's range
+        return xf, float(max(hi_z - r[0], r[1] - lo_z))
     return xf, _magnitude(xf)
 
 

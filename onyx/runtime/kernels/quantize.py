@@ -12,7 +12,7 @@ import numpy as np
 from ...ir.dtypes import to_numpy
 from ..registry import op
 from .cast import _to_wide, cast_numeric
-from .elementwise import upcast
+from .elementwise import fits, upcast
 from .linalg import integer_matmul
 
 _E8M0 = np.dtype(ml_dtypes.float8_e8m0fnu)
@@ -226,7 +226,7 @@ def qlinear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, 
     multiplier = a_s * upcast(np.asarray(b_scale)).astype(np.float32)
     multiplier = multiplier / upcast(np.asarray(y_scale)).astype(np.float32)
     acc = acc.astype(np.float32, copy=False)  # (int32 accumulators to float32, as onnxruntime)
-    if acc.ndim and acc.shape == np.broadcast_shapes(acc.shape, multiplier.shape):
+    if acc.ndim and fits(acc.shape, multiplier.shape):
         acc *= multiplier  # a fresh array: scaled and requantized in place
     else:
         acc = acc * multiplier
