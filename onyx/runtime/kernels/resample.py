@@ -416,7 +416,7 @@ def _bilinear(X, pair, targets, coordinate_mode, extrapolation_value) -> np.ndar
     step = max(1, _BILINEAR_BLOCK // (out_h * out_w))
     m = min(step, n)
     cols = np.empty((2, m, height, out_w), np.float32)
-    rows, tmp = np.empty((2, m, out_h, out_w), np.float32)
+    rows = np.empty((m, out_h, out_w), np.float32)
     block_out = None if exact else np.empty((m, out_h, out_w), np.float32)
     for b in range(0, n, step):
         src = planes[b : b + step]
@@ -427,12 +427,13 @@ def _bilinear(X, pair, targets, coordinate_mode, extrapolation_value) -> np.ndar
         dst = y[b : b + step] if exact else block_out[:k]
         terms = [(c, r) for r in (y_lo, y_hi) for c in (lo_c, hi_c)]
         for t, ((c, r), w) in enumerate(zip(terms, weights)):
-            np.take(c, r, axis=1, out=rows[:k], mode="clip")
             if t == 0:
-                np.multiply(rows[:k], w, out=dst)
+                np.take(c, r, axis=1, out=dst, mode="clip")
+                dst *= w
             else:
-                np.multiply(rows[:k], w, out=tmp[:k])
-                dst += tmp[:k]
+                np.take(c, r, axis=1, out=rows[:k], mode="clip")
+                rows[:k] *= w
+                dst += rows[:k]
         if not exact:  # onnxruntime casts the float result: truncation (in range by convexity)
             info = np.iinfo(X.dtype)
             np.clip(dst, info.min, info.max, out=dst)
