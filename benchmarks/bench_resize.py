@@ -1,4 +1,4 @@
-"""Resize: onyx's kernel vs onnxruntime on a one-node model, same shapes.
+"""Resize (and the U-Net's normalizations): onyx's kernel vs onnxruntime on a one-node model.
 
     python benchmarks/bench_resize.py                      # every case, batch 1 and 8
     python benchmarks/bench_resize.py --batch 1 --only "unet"
@@ -9,7 +9,9 @@ The cases are the U-Net decoder's upsamplings (64 channels at 64x64 -> 128x128: 
 bilinear with half_pixel coordinates; float32, and uint8 as in the QOperator-quantized U-Net) and
 a few other common resizes (align_corners / asymmetric / pytorch_half_pixel 2x, nearest 2x with
 half_pixel, 3x and 0.5x, fractional and sizes-given resizes, cubic), NCHW, at batch 1 and 8.
-Scales and sizes are initializers, as in exported models.
+Scales and sizes are initializers, as in exported models. The U-Net's other non-conv ops close
+the list ("norm" cases): InstanceNormalization on its GroupNorm-as-InstanceNorm reshapes
+(4 x 131072, 4 x 32768) and its 64-channel 64x64 maps, and GroupNormalization-21 (4 groups).
 
 Both runtimes run on one thread (threadpoolctl for numpy, intra_op_num_threads=1 for
 onnxruntime) and are timed interleaved, round by round, so that load from other processes hurts
@@ -47,6 +49,7 @@ class Case:
     sizes: tuple[int, int] | None = None
     dtype: str = "float32"
     results: dict = field(default_factory=dict)
+    op: str = "Resize"
 
 
 def _case(name, chw, mode, coord, scales=None, sizes=None, dtype="float32", **extra):
@@ -84,7 +87,15 @@ CASES = [
     _case("linear half_pixel 1.5x 32@56", (32, 56, 56), "linear", "half_pixel", (1.5, 1.5)),
     _case("linear sizes 3@224->320x256", (3, 224, 224), "linear", "half_pixel", None, (320, 256)),
     _case("cubic half_pixel 2x 16@32", (16, 32, 32), "cubic", "half_pixel", (2, 2)),
+    # the U-Net's normalizations (chw: the input's shape after the batch)
+    Case("norm instance 4x131072", (4, 131072), {}, op="InstanceNormalization"),
+    Case("norm instance 64@64", (64, 64, 64), {}, op="InstanceNormalization"),
+    Case("norm instance 4x32768", (4, 32768), {}, op="InstanceNormalization"),
+    Case("norm group 4 of 32@128", (32, 128, 128), {"num_groups": 4}, op="GroupNormalization"),
+    Case("norm group 4 of 128@32", (128, 32, 32), {"num_groups": 4}, op="GroupNormalization"),
 ]
+
+_OPSETS = {"Resize": 19, "InstanceNormalization": 17, "GroupNormalization": 21}
 
 
 def build(batches, only) -> list[Case]:
@@ -95,16 +106,20 @@ def build(batches, only) -> list[Case]:
             if pattern and not pattern.search(c.name):
                 continue
             out.append(Case(f"{c.name} b{batch}", (batch, *c.chw), c.attrs, c.scales, c.sizes,
-                            c.dtype))  # fmt: skip
+                            c.dtype, op=c.op))  # fmt: skip
     return out
 
 
 def _inputs(case: Case, rng) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """x and the initializers: (scales, sizes) for Resize, (scale, bias) for a normalization."""
     shape = case.chw  # with the batch in front
     if case.dtype == "uint8":
         x = rng.integers(0, 256, shape, dtype=np.uint8)
     else:
         x = rng.standard_normal(shape).astype(np.float32)
+    if case.op != "Resize":
+        scale, bias = rng.standard_normal((2, shape[1])).astype(np.float32)
+        return x, scale, bias
     scales = np.array([1, 1, *case.scales], np.float32) if case.scales else None
     sizes = np.array([*shape[:2], *case.sizes], np.int64) if case.sizes else None
     return x, scales, sizes
@@ -115,7 +130,10 @@ def ort_runner(case: Case, x, scales, sizes):
     from onnx import helper, numpy_helper
 
     inits, names = [], ["x", "", "", ""]
-    if scales is not None:
+    if case.op != "Resize":  # a normalization: (x, scale, bias)
+        inits = [numpy_helper.from_array(scales, "s"), numpy_helper.from_array(sizes, "b")]
+        names = ["x", "s", "b"]
+    elif scales is not None:
         inits.append(numpy_helper.from_array(scales, "scales"))
         names[2] = "scales"
     else:
@@ -124,7 +142,7 @@ def ort_runner(case: Case, x, scales, sizes):
     while not names[-1]:
         names.pop()
     elem = helper.np_dtype_to_tensor_dtype(x.dtype)
-    node = helper.make_node("Resize", names, ["y"], **case.attrs)
+    node = helper.make_node(case.op, names, ["y"], **case.attrs)
     graph = helper.make_graph(
         [node],
         "g",
@@ -132,7 +150,8 @@ def ort_runner(case: Case, x, scales, sizes):
         [helper.make_tensor_value_info("y", elem, None)],
         inits,
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)], ir_version=9)
+    opset = helper.make_opsetid("", _OPSETS[case.op])
+    model = helper.make_model(graph, opset_imports=[opset], ir_version=10)
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
     so.inter_op_num_threads = 1
@@ -146,7 +165,9 @@ def onyx_runner(case: Case, x, scales, sizes):
     """onyx's registered kernel, called directly (no session: the kernel alone is measured)."""
     from onyx.runtime.registry import lookup
 
-    fn = lookup("Resize", "", 19).fn
+    fn = lookup(case.op, "", _OPSETS[case.op]).fn
+    if case.op != "Resize":
+        return lambda: fn(x, scales, sizes, **case.attrs)
     return lambda: fn(x, None, scales, sizes, **case.attrs)
 
 
