@@ -63,9 +63,12 @@ def _requantized(v, zero_point, dtype) -> np.ndarray:
 
 
 def _combine(ufunc, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """ufunc(a, b), into a (a fresh array) when a already has the broadcast shape."""
+    """ufunc(a, b) for a commutative ufunc and fresh a, b: into whichever already has the
+    broadcast shape (a bias [N] plus [M, 1, N] activations lands in the activations)."""
     if fits(a.shape, b.shape):
         return ufunc(a, b, out=a)
+    if fits(b.shape, a.shape):
+        return ufunc(b, a, out=b)
     return ufunc(a, b)
 
 
