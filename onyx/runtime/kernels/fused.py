@@ -43,7 +43,7 @@ def _clip(y, lo, hi, gamma):
 ACTIVATIONS = {
     "": lambda y, a, b, g: y,
     "Identity": lambda y, a, b, g: y,
-    "Relu": lambda y, a, b, g: np.maximum(y, 0, out=y),
+    "Relu": lambda y, a, b, g: np.clip(y, 0, np.inf, out=y),  # clip: vectorized, maximum is not
     "Tanh": lambda y, a, b, g: np.tanh(y, out=y),
     "Sigmoid": _sigmoid,
     "LeakyRelu": _leaky_relu,

@@ -78,6 +78,12 @@ def slice_(data, starts, ends, axes=None, steps=None):
 @op("Gather", since=1)
 def gather(data, indices, *, axis=0):
     axis = _axis(axis, data.ndim)
+    if indices.ndim == 0 and data.ndim > 1:
+        # one index: a view of the slab (BERT's TorchScript export splits q/k/v this way)
+        i, n = int(indices), data.shape[axis]
+        if not -n <= i < n:
+            raise IndexError(f"index {i} is out of bounds for axis {axis} with size {n}")
+        return data[(slice(None),) * axis + (i,)]
     # take's default mode='raise' is the spec: negative indices count from the back, anything
     # out of [-dim, dim) is an error
     return np.asarray(np.take(data, indices, axis=axis))

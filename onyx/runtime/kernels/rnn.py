@@ -86,7 +86,7 @@ def _plain(fn: Callable) -> Callable:
 
 
 _ACTIVATIONS: dict[str, tuple[Callable, float | None, float | None]] = {
-    "relu": (lambda a, b, dtype: lambda x, out: np.maximum(x, 0, out), None, None),
+    "relu": (lambda a, b, dtype: lambda x, out: np.clip(x, 0, np.inf, out), None, None),
     "tanh": (lambda a, b, dtype: lambda x, out: np.tanh(x, out), None, None),
     "sigmoid": (_sigmoid, None, None),
     "affine": (_affine, 1.0, 0.0),
