@@ -9,8 +9,8 @@ Sets: the zoo (benchmarks/models at realistic sizes, batch 1 and 8; the tiny fix
 tests/models stand in, with a note, until it is built), the tiny fixture zoo at batch 1 as a
 set of its own (it measures per-node dispatch overhead, not kernels), onnx's light models, a
 scikit-learn tree ensemble and a linear pipeline (converted with skl2onnx). Every runtime gets
-the same feeds and the same thread count; onyx and onnxruntime run interleaved, so a busy
-machine slows both alike. Latency is the median of repeated runs after a warm-up; session
+the same feeds and the same thread count; onyx and onnxruntime take turns in blocks of runs
+(not call by call: each one's worker threads spin after a call and would slow the other). Latency is the median of repeated runs after a warm-up; session
 creation the median of a few creations; peak memory the peak RSS growth of a fresh process that
 creates the session and runs it (so onnxruntime's native allocations count too). The reference
 evaluator runs once per model where it is slow (cut at --reference-timeout seconds) and is
@@ -205,11 +205,11 @@ def measure(
 
     Each runtime is created (median of 3 creations, 1 for the reference) and run once (the
     warm-up, whose outputs are kept); then the runtimes whose warm-up fit in the budget run in
-    turn, one call each per round, until ``repeats`` rounds or ``budget`` seconds per runtime
-    (at least 3 rounds). A runtime whose warm-up alone exceeds the budget keeps that one run.
+    turn, a block of up to ``repeats // 3`` timed calls each per round (after one untimed
+    call), for 3 rounds or until ``budget`` seconds per runtime (at least 1 round). A runtime whose warm-up alone exceeds the budget keeps that one run.
     ``timeouts`` caps a runtime's warm-up (runtime -> seconds).
     """
-    runs, times = {}, {}
+    runs, times, first_call = {}, {}, {}
     for rt in runtimes:
         try:
             creates = []
@@ -225,17 +225,29 @@ def measure(
             case.results[rt] = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
             continue
         case.results[rt] = {"create": float(np.median(creates)), "outputs": outputs}
-        times[rt] = [first]
+        times[rt], first_call[rt] = [first], first
         if first <= budgets[rt]:
             runs[rt], times[rt] = run, []
-    # the reference evaluator is far slower: it gets its own rounds, not the others' pace
+    # Runtimes take turns in blocks, not call by call: onnxruntime's and OpenBLAS's worker
+    # threads spin for a while after each call, so a call right after the other runtime's
+    # competes with its spinning threads (measured: both 1.5-2x slower on 2 cores). Each block
+    # starts with one untimed call; three rounds of blocks still spread any drift of a busy
+    # machine over both. The reference evaluator is far slower: it gets its own rounds.
+    # a block: a third of the repeats, fewer where a third of the budget would not hold them
+    block = {
+        rt: max(2, min(repeats // 3, int(budgets[rt] / 3 / max(first_call[rt], 1e-6))))
+        for rt in runs
+    }
     for group in ([r for r in runs if r != "reference"], [r for r in runs if r == "reference"]):
         start, rounds = time.perf_counter(), 0
-        while group and rounds < repeats:
-            if rounds >= 3 and time.perf_counter() - start > sum(budgets[r] for r in group):
+        while group and rounds < 3:
+            if rounds >= 1 and time.perf_counter() - start > sum(budgets[r] for r in group):
                 break
             for rt in group:
-                times[rt].append(_clock(runs[rt], case.feeds)[0])
+                if rt != "reference":
+                    runs[rt](case.feeds)
+                for _ in range(block[rt]):
+                    times[rt].append(_clock(runs[rt], case.feeds)[0])
             rounds += 1
     for rt, ts in times.items():
         case.results[rt].update(latency=float(np.median(ts)), runs=len(ts))
@@ -424,7 +436,7 @@ def write_report(
         f"Made by `{command}` on {time.strftime('%Y-%m-%d')} in {elapsed / 60:.1f} minutes: "
         f"{os.cpu_count()} CPU cores, {args.threads} threads for every runtime, numpy "
         f"{np.__version__}. Latency is the median of repeated runs (ms), onyx and onnxruntime "
-        "interleaved; ratios are latency ratios (onyx/onnxruntime: lower is better for onyx; "
+        "taking turns in blocks of runs; ratios are latency ratios (onyx/onnxruntime: lower is better for onyx; "
         "reference/onyx: how many times onyx is faster than onnx's ReferenceEvaluator, which "
         f"is cut after {args.reference_timeout:g} s and skipped at batch 8 where batch 1 failed "
         "or took over 1 s). Peak memory is the peak RSS growth of a fresh process creating the session and "
