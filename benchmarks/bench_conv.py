@@ -23,7 +23,6 @@ import json
 import math
 import re
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,6 +30,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from benchmarks.common import geomean, time_alternating  # noqa: E402
 
 # ---------------------------------------------------------------------------------- the shapes
 
@@ -273,40 +273,17 @@ def onyx_runner(case: Case):
     return lambda: fn(*args, **attrs)
 
 
-def _calls_for(fn, target: float) -> int:
-    """How many calls make one timed batch of about ``target`` seconds (after a warm-up)."""
-    fn()
-    t = time.perf_counter()
-    fn()
-    once = max(time.perf_counter() - t, 1e-7)
-    return max(1, min(1000, int(target / once)))
-
-
 def measure(case: Case, rounds: int, target: float) -> None:
     runners = {"onyx": onyx_runner(case)}
     y_onyx = runners["onyx"]()
     runners["ort"] = ort_runner(case, y_onyx.dtype)
     y_ort = runners["ort"]()
     diff = np.abs(y_onyx.astype(np.float64) - y_ort.astype(np.float64))
-    calls = {k: _calls_for(fn, target) for k, fn in runners.items()}
-    times = {k: [] for k in runners}
-    for r in range(rounds):  # interleaved; the order alternates so neither always goes first
-        for k in list(runners)[:: 1 if r % 2 == 0 else -1]:
-            fn, n = runners[k], calls[k]
-            t = time.perf_counter()
-            for _ in range(n):
-                fn()
-            times[k].append((time.perf_counter() - t) / n)
-    case.results = {k: float(np.median(v)) for k, v in times.items()}
+    case.results = time_alternating(runners, rounds, target)
     case.results["max_diff"] = float(diff.max()) if diff.size else 0.0
 
 
 # ---------------------------------------------------------------------------------- report
-
-
-def geomean(values) -> float:
-    values = [v for v in values if v > 0]
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
 
 
 def report(cases: list[Case], before: dict) -> None:
