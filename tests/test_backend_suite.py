@@ -16,6 +16,7 @@ import onnx.backend.test
 import onyx.backend
 
 KNOWN_FAILURES = Path(__file__).with_name("backend_known_failures.txt")
+RANDOM_OUTPUTS = re.compile(r"test_bernoulli")
 
 # 'real' models are downloaded from the internet by the runner: not available offline
 REAL_MODELS = [
@@ -49,7 +50,13 @@ def backend_test_cases(backend, module_name: str) -> dict:
         suite.exclude(f"^{name}_(cpu|cuda)$")
     suite.exclude("_cuda$")
     for name in known_failures():
-        suite.xfail(f"^{re.escape(name)}_cpu$")
+        # a random op's output can match the expected data by chance (10 Bernoulli draws do,
+        # about 2% of the time): an unexpected pass there is luck, not a fix, so such cases are
+        # left out rather than xfailed (tests/test_random_ops.py checks them statistically)
+        if RANDOM_OUTPUTS.match(name):
+            suite.exclude(f"^{re.escape(name)}_cpu$")
+        else:
+            suite.xfail(f"^{re.escape(name)}_cpu$")
     return suite.test_cases
 
 
