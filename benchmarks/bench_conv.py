@@ -30,7 +30,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from benchmarks.common import geomean, time_alternating  # noqa: E402
+from benchmarks.common import max_abs_diff, report, time_alternating  # noqa: E402
 
 # ---------------------------------------------------------------------------------- the shapes
 
@@ -278,37 +278,12 @@ def measure(case: Case, rounds: int, target: float) -> None:
     y_onyx = runners["onyx"]()
     runners["ort"] = ort_runner(case, y_onyx.dtype)
     y_ort = runners["ort"]()
-    diff = np.abs(y_onyx.astype(np.float64) - y_ort.astype(np.float64))
     case.results = time_alternating(runners, rounds, target)
-    case.results["max_diff"] = float(diff.max()) if diff.size else 0.0
+    case.results["ratio"] = case.results["onyx"] / case.results["ort"]
+    case.results["max_diff"] = max_abs_diff(y_onyx, y_ort)
 
 
 # ---------------------------------------------------------------------------------- report
-
-
-def report(cases: list[Case], before: dict) -> None:
-    head = f"{'case':52} {'onyx ms':>9} {'ort ms':>9} {'ratio':>6}"
-    if before:
-        head += f" {'before':>7}"
-    print(head + f" {'max diff':>9}")
-    for c in cases:
-        r = c.results
-        line = f"{c.name:52} {r['onyx'] * 1e3:9.3f} {r['ort'] * 1e3:9.3f} {r['ratio']:6.2f}"
-        if before:
-            line += f" {before[c.name]:7.2f}" if c.name in before else f" {'':>7}"
-        print(line + f" {r['max_diff']:9.2g}")
-    print()
-    groups: dict[str, list[Case]] = {}
-    for c in cases:
-        groups.setdefault(c.name.split()[0] + " " + c.kind, []).append(c)
-    groups["all"] = cases
-    for g, members in groups.items():
-        line = f"geomean {g:28} {geomean(c.results['ratio'] for c in members):6.2f}"
-        known = [c for c in members if c.name in before]
-        if known:
-            line += f"   before {geomean(before[c.name] for c in known):6.2f}"
-        line += f"   worst {max(c.results['ratio'] for c in members):6.2f}"
-        print(line + f"   ({len(members)} cases)")
 
 
 def main() -> None:
@@ -329,9 +304,8 @@ def main() -> None:
     with threadpool_limits(1):
         for c in cases:
             measure(c, args.rounds, args.target)
-            c.results["ratio"] = c.results["onyx"] / c.results["ort"]
             print(f"  {c.name:52} {c.results['ratio']:6.2f}", file=sys.stderr, flush=True)
-    report(cases, before)
+    report(cases, before, 52, lambda c: c.name.split()[0] + " " + c.kind)
     if args.json:
         Path(args.json).write_text(
             json.dumps({c.name: c.results["ratio"] for c in cases}, indent=1)

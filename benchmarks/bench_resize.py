@@ -34,7 +34,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from benchmarks.common import geomean, time_alternating  # noqa: E402
+from benchmarks.common import max_abs_diff, report, time_alternating  # noqa: E402
 
 
 @dataclass
@@ -177,32 +177,9 @@ def measure(case: Case, rounds: int, target: float) -> None:
         "ort": ort_runner(case, x, scales, sizes),
     }
     y_onyx, y_ort = runners["onyx"](), runners["ort"]()
-    if y_onyx.shape != y_ort.shape:
-        diff = float("nan")
-    else:
-        diff = float(np.abs(y_onyx.astype(np.float64) - y_ort.astype(np.float64)).max())
     case.results = time_alternating(runners, rounds, target)
     case.results["ratio"] = case.results["onyx"] / case.results["ort"]
-    case.results["max_diff"] = diff
-
-
-def report(cases: list[Case], before: dict) -> None:
-    head = f"{'case':42} {'onyx ms':>9} {'ort ms':>9} {'ratio':>6}"
-    if before:
-        head += f" {'before':>7}"
-    print(head + f" {'max diff':>9}")
-    for c in cases:
-        r = c.results
-        line = f"{c.name:42} {r['onyx'] * 1e3:9.3f} {r['ort'] * 1e3:9.3f} {r['ratio']:6.2f}"
-        if before:
-            line += f" {before[c.name]:7.2f}" if c.name in before else f" {'':>7}"
-        print(line + f" {r['max_diff']:9.2g}")
-    ratios = [c.results["ratio"] for c in cases]
-    line = f"\ngeomean {geomean(ratios):6.2f}   worst {max(ratios):6.2f}   ({len(cases)} cases)"
-    known = [c for c in cases if c.name in before]
-    if known:
-        line += f"   before: geomean {geomean(before[c.name] for c in known):6.2f}"
-    print(line)
+    case.results["max_diff"] = max_abs_diff(y_onyx, y_ort)
 
 
 def main() -> None:
@@ -223,7 +200,7 @@ def main() -> None:
         for c in cases:
             measure(c, args.rounds, args.target)
             print(f"  {c.name:42} {c.results['ratio']:6.2f}", file=sys.stderr, flush=True)
-    report(cases, before)
+    report(cases, before, 42)
     if args.json:
         Path(args.json).write_text(
             json.dumps({c.name: c.results["ratio"] for c in cases}, indent=1)
