@@ -89,13 +89,15 @@ class FunctionBody:
     opsets: dict[str, int]
     nodes: tuple[dict, ...]
 
-    def to_function(self, domain: str, name: str):
+    def to_function(self, domain: str, name: str, attribute_defaults=()):
+        """The body as an ``ir.Function``; ``attribute_defaults`` (ir.Attr) give references to
+        attributes a calling node leaves unset their values (the schema's defaults)."""
         from ..ir import Function
 
         graph = _graph_from_json(
             {"inputs": self.inputs, "outputs": self.outputs, "nodes": self.nodes}, {}, name
         )
-        return Function(domain, name, graph, self.attributes, (), self.opsets)
+        return Function(domain, name, graph, self.attributes, attribute_defaults, self.opsets)
 
 
 def _graph_from_json(spec: dict, outer: dict, name: str = ""):

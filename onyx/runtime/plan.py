@@ -223,11 +223,12 @@ class Plan:
             )
         if (domain, node.op_type) == ("ai.onnx.preview.training", "Gradient"):
             return self._gradient_step(node, compiler, opsets, common)
-        if lookup(node.op_type, domain, version) is None:
+        kernel = lookup(node.op_type, domain, version)
+        if kernel is None:
             body = standard_function(node.op_type, domain, version)
             if body is not None:  # no kernel: run the op as the standard defines it
                 return self._function_step(body, node, attrs, compiler, common)
-        kernel = find_kernel(node, domain, version)
+            kernel = find_kernel(node, domain, version)  # raises, naming the node
         return self._kernel_step(kernel, node, attrs, compiler, opsets, common)
 
     @staticmethod
@@ -398,16 +399,8 @@ def standard_function(op_type: str, domain: str, version: int) -> ir.Function | 
     body = schema.function_for(version) if schema is not None else None
     if body is None:
         return None
-    function = body.to_function(domain, op_type)
-    defaults = tuple(
-        ir.Attr(a.name, a.type, a.default)
-        for a in schema.attributes.values()
-        if a.default is not None
-    )
-    return ir.Function(
-        function.domain, function.name, function.graph, function.attributes, defaults,
-        function.opset_imports,
-    )  # fmt: skip
+    defaults = [ir.Attr(a.name, a.type, a.default) for a in schema.attributes.values()]
+    return body.to_function(domain, op_type, [d for d in defaults if d.value is not None])
 
 
 def find_kernel(node: ir.Node, domain: str, version: int) -> Kernel:
