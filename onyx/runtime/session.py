@@ -293,9 +293,10 @@ def _check_feed(v: ir.Value, value: Any) -> Any:
                         f"input {v.name!r}: dimension {i} must be {want} (declared {t.shape}), "
                         f"got shape {list(arr.shape)}"
                     )
-        if arr.flags.writeable:
-            arr = arr.view()
-            arr.flags.writeable = False  # kernels must never write into a caller's array
+        # A fresh read-only view every run: kernels never write into a caller's array, and
+        # kernels/derived.py may rely on a feed's array object not outliving the run.
+        arr = arr.view()
+        arr.flags.writeable = False
         return arr
     if isinstance(t, ir.SequenceType) and not isinstance(value, list | tuple):
         raise InvalidArgument(

@@ -16,6 +16,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from ..registry import op
+from .derived import derived, value_key
 
 # ----------------------------------------------------------------------------- spatial helpers
 
@@ -377,6 +378,27 @@ def _centered_bound(dtype: np.dtype, zero_point: np.ndarray) -> float:
     return max(float(info.max - zero_point.min()), float(zero_point.max() - info.min))
 
 
+def _centered_weights(w: np.ndarray, w_zero_point) -> tuple[np.ndarray, float]:
+    """w - w_zero_point (one per output channel, or none) in float32, and a bound on its
+    magnitude: from the data for constant weights (computed once, see derived.py), else from
+    the type."""
+
+    def make():
+        if w_zero_point is None:
+            wf = w.astype(np.float32)
+        else:
+            wz = w_zero_point.astype(np.float32).reshape((-1,) + (1,) * (w.ndim - 1))
+            wf = np.subtract(w, wz, dtype=np.float32)
+        wf.flags.writeable = False
+        zp = np.zeros(1) if w_zero_point is None else w_zero_point.astype(np.float64)
+        bound = _centered_bound(w.dtype, zp)
+        if not w.flags.writeable:  # a constant: the tighter bound of its data is worth a pass
+            bound = min(bound, max(float(np.abs(wf).max(initial=0.0)), 1.0))
+        return wf, bound
+
+    return derived(w, ("centered", value_key(w_zero_point)), make)
+
+
 def _integer_conv(x, w, x_zero_point, w_zero_point, bias=None, **attrs):
     """Exact integer convolution of (x - x_zp) and (w - w_zp) (+ bias), as integer-valued floats,
     and a bound on its magnitude.
@@ -393,11 +415,7 @@ def _integer_conv(x, w, x_zero_point, w_zero_point, bias=None, **attrs):
     # only the chunk size depends on them).
     shift = np.float32(0 if x_zero_point is None else x_zero_point.reshape(-1)[0])
     x_bound = _centered_bound(x.dtype, np.asarray(shift))
-    if w_zero_point is None:
-        wf, w_bound = w.astype(np.float32), _centered_bound(w.dtype, np.zeros(1))
-    else:
-        wz = w_zero_point.astype(np.float32).reshape((-1,) + (1,) * (w.ndim - 1))
-        wf, w_bound = np.subtract(w, wz, dtype=np.float32), _centered_bound(w.dtype, wz)
+    wf, w_bound = _centered_weights(w, w_zero_point)
     K = math.prod(w.shape[1:])
     bound = max(x_bound * w_bound, 1.0)
     chunk = max(int((_F32_EXACT - 1) // bound), 1)
@@ -408,7 +426,9 @@ def _integer_conv(x, w, x_zero_point, w_zero_point, bias=None, **attrs):
     depthwise = w.shape[1] == 1 and group > 1
     dtype = np.float32 if K > chunk and not depthwise else acc
     b = None if bias is None else bias.astype(acc)
-    y = _conv(x, wf.astype(dtype, copy=False), group=group, dtype=dtype, shift=shift, bias=b,
+    if dtype != wf.dtype:
+        wf = derived(w, ("centered", value_key(w_zero_point), dtype), lambda: wf.astype(dtype))
+    y = _conv(x, wf, group=group, dtype=dtype, shift=shift, bias=b,
               acc=acc, matmul=_chunked_matmul(chunk), **geo)  # fmt: skip
     return y, total
 

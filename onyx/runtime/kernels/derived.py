@@ -1,0 +1,48 @@
+"""Forms derived from constant operands (weights), computed once per session instead of per call.
+
+Integer kernels need their weights centered on the zero point, in float32, with a magnitude
+bound; a convolution needs them as a GEMM matrix. Recomputing that on every call costs as much
+as the product itself for a batch-1 model. ``derived(w, key, make)`` computes ``make()`` once
+per (array object, key) and keeps it while that array object lives.
+
+Why this is safe: the runtime hands kernels constants (initializers, Constant attributes) as
+read-only arrays that live as long as the session, and everything else as fresh objects per run
+(feeds are wrapped in a fresh read-only view each run; kernel results are new arrays). So an
+array object that is seen again is the same constant, with the same contents. Writeable arrays
+are never cached: their contents could change under the same object. An entry goes away with
+its array (a weak reference's callback), so a recycled id() never finds a stale entry.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Hashable
+from typing import Any
+
+import numpy as np
+
+_cache: dict[tuple[int, Hashable], tuple[weakref.ref, Any]] = {}
+
+
+def derived(arr: np.ndarray, key: Hashable, make: Callable[[], Any]) -> Any:
+    """``make()``, computed once per read-only array object ``arr`` and ``key``.
+
+    ``key`` must name everything else ``make`` depends on (attributes, the zero point's value).
+    """
+    if arr.flags.writeable:
+        return make()
+    k = (id(arr), key)
+    hit = _cache.get(k)
+    if hit is not None and hit[0]() is arr:
+        return hit[1]
+    value = make()
+    _cache[k] = (weakref.ref(arr, lambda _ref, k=k: _cache.pop(k, None)), value)
+    return value
+
+
+def value_key(a: np.ndarray | None) -> Hashable:
+    """A hashable stand-in for a small array's value (zero points, scales) in a cache key."""
+    if a is None:
+        return None
+    a = np.asarray(a)
+    return (a.dtype.str, a.shape, a.tobytes())
