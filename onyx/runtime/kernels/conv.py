@@ -16,7 +16,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from ..registry import op
-from .derived import derived, value_key
+from .derived import derived, scratch, value_key
 
 # ----------------------------------------------------------------------------- spatial helpers
 
@@ -124,10 +124,11 @@ def compute_dtype(dtype: np.dtype) -> np.dtype:
 
 # ----------------------------------------------------------------------------- forward convolution
 
-#: Bytes of im2col columns built at once: columns for a whole large batch would not stay in cache
-#: (and a fresh buffer of tens of MB costs page faults every call), so images go in chunks
-#: through one reused buffer.
-_COLS_BYTES = 2 << 20
+#: Bytes of im2col columns built at once. Columns for a whole large batch would be tens of MB,
+#: so images (or rows of one large image) go in chunks through one scratch buffer; but chunks
+#: much smaller than an image make thin GEMMs that two BLAS threads split badly (a 224x224
+#: ResNet layer in 2 MB chunks took 35% longer).
+_COLS_BYTES = 8 << 20
 #: Below this many output pixels per image, the images of a batch share one GEMM (columns
 #: (K, N*P)): a (M, K) @ (K, P) product per image would repack the weights each time.
 _FOLD_PIXELS = 256
@@ -210,8 +211,8 @@ def _im2col_gemm(view, w, group, out_shape, acc, matmul) -> np.ndarray:
     if per_image > _COLS_BYTES:  # one image at a time, a block of output rows at a time
         rows = max(1, out_shape[0] * _COLS_BYTES // per_image)
         rest = P // out_shape[0]
-        buf = np.empty((group, Cg) + view.shape[3 + n :] + (rows,) + view.shape[4 : 3 + n],
-                       dtype=view.dtype)  # fmt: skip
+        buf = scratch((group, Cg) + view.shape[3 + n :] + (rows,) + view.shape[4 : 3 + n],
+                      view.dtype)  # fmt: skip
         for i in range(N):
             for r0 in range(0, out_shape[0], rows):
                 r1 = min(r0 + rows, out_shape[0])
@@ -220,7 +221,7 @@ def _im2col_gemm(view, w, group, out_shape, acc, matmul) -> np.ndarray:
                 matmul(wm, b.reshape(group, CgK, -1), y[i, :, :, r0 * rest : r1 * rest])
         return y.reshape((N, M, *out_shape))
     chunk = max(1, min(N, _COLS_BYTES // max(per_image, 1)))
-    buf = np.empty((chunk,) + tuple(view.shape[i] for i in order[1:]), dtype=view.dtype)
+    buf = scratch((chunk,) + tuple(view.shape[i] for i in order[1:]), view.dtype)
     for n0 in range(0, N, chunk):
         b = buf[: min(chunk, N - n0)]
         np.copyto(b, view[n0 : n0 + len(b)].transpose(order))
@@ -294,7 +295,7 @@ def _conv_depthwise(x, w, begin, need, strides, dilations, out_shape, dtype, shi
     per_channel = K * L * xph.itemsize
     cb = max(1, min(C, _DW_BYTES // per_channel))
     nb = max(1, min(N, _DW_BYTES // (per_channel * C))) if cb == C else 1
-    cols = np.empty((nb, cb, K, L), dtype=dtype)
+    cols = scratch((nb, cb, K, L), dtype)
     yfull = np.empty((nb, cb, mult, L), dtype=acc)
     st = xph.strides
     # One phase (unstrided): the taps form a (k0, k1) grid of offsets, a single view.

@@ -1,4 +1,5 @@
-"""Forms derived from constant operands (weights), computed once per session instead of per call.
+"""Forms derived from constant operands (weights), computed once per session instead of per call;
+and a reused scratch buffer for kernels' temporaries.
 
 Integer kernels need their weights centered on the zero point, in float32, with a magnitude
 bound; a convolution needs them as a GEMM matrix. Recomputing that on every call costs as much
@@ -15,6 +16,7 @@ its array (a weak reference's callback), so a recycled id() never finds a stale 
 
 from __future__ import annotations
 
+import threading
 import weakref
 from collections.abc import Callable, Hashable
 from typing import Any
@@ -46,3 +48,21 @@ def value_key(a: np.ndarray | None) -> Hashable:
         return None
     a = np.asarray(a)
     return (a.dtype.str, a.shape, a.tobytes())
+
+
+_local = threading.local()
+
+
+def scratch(shape: tuple[int, ...], dtype) -> np.ndarray:
+    """A work buffer of ``shape``, reused call after call (per thread, grown as needed).
+
+    For a kernel's temporaries that never leave it (im2col columns): a fresh multi-MB array
+    costs page faults on every call. The next scratch() call on the thread overwrites it.
+    """
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    buf = getattr(_local, "buf", None)
+    if buf is None or buf.nbytes < nbytes:
+        buf = _local.buf = np.empty(max(nbytes, 1 << 16) + 64, dtype=np.uint8)
+    start = -buf.ctypes.data % 64
+    return buf[start : start + nbytes].view(dtype).reshape(shape)

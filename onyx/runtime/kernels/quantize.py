@@ -91,14 +91,16 @@ def _per_tensor(scale: np.ndarray, zero_point) -> bool:
     return scale.dtype == _F32 and scale.size == 1 and (zero_point is None or zero_point.size == 1)
 
 
-def _quantize_per_tensor(x, scale, zero_point, lo: int, hi: int) -> np.ndarray:
-    """round_half_even(x / scale) + zero_point, clipped: in place in one fresh float32 buffer
-    (exact: the rounded values and the zero point are small integers)."""
+def _quantize_per_tensor(x, scale, zero_point, dtype: np.dtype) -> np.ndarray:
+    """round_half_even(x / scale) + zero_point, clipped, as dtype: four passes, one float32
+    temporary. Exact: clipping the rounded value to [lo - zp, hi - zp] before adding zp is the
+    same as clipping after, since all are small integers in float32; the add writes dtype."""
+    lo, hi = _FAST_RANGES[dtype]
+    zp = 0 if zero_point is None else int(zero_point.reshape(-1)[0])
     q = np.divide(x, scale.reshape(()))
     np.rint(q, out=q)
-    if zero_point is not None:
-        q += int(zero_point.reshape(-1)[0])
-    return np.clip(q, lo, hi, out=q)
+    np.clip(q, lo - zp, hi - zp, out=q)
+    return np.add(q, np.float32(zp), out=np.empty(q.shape, dtype), casting="unsafe")
 
 
 def quantize(x, y_scale, y_zero_point, *, axis=1, block_size=0, dtype, saturate=1, precision=0):
@@ -109,7 +111,7 @@ def quantize(x, y_scale, y_zero_point, *, axis=1, block_size=0, dtype, saturate=
         and _per_tensor(y_scale, y_zero_point)
         and not precision
     ):
-        return _quantize_per_tensor(x, y_scale, y_zero_point, *_FAST_RANGES[dtype]).astype(dtype)
+        return _quantize_per_tensor(x, y_scale, y_zero_point, dtype)
     compute = to_numpy(precision) if precision else y_scale.dtype
     if compute.kind in "iu":  # an integer scale: divide in double
         compute = np.dtype(np.float64)
