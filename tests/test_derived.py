@@ -12,7 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 import onyx
 from onyx.ir import DataType, Tensor
 from onyx.runtime.kernels import derived as derived_mod
-from onyx.runtime.kernels.derived import derived, value_key
+from onyx.runtime.kernels.derived import derived, from_attributes, value_key
 from onyx.runtime.values import ALIGNMENT, tensor_value
 
 U8, I8 = TensorProto.UINT8, TensorProto.INT8
@@ -138,3 +138,18 @@ def test_constants_reach_kernels_aligned(offset):
     assert arr.ctypes.data % ALIGNMENT == 0
     assert not arr.flags.writeable
     np.testing.assert_array_equal(arr, data)
+
+
+def test_from_attributes_compiles_once_per_attribute_objects():
+    calls = []
+    nodes, modes = [1, 2, 3], ["LEAF"]
+    for _ in range(3):
+        assert from_attributes((nodes, modes, 5), lambda: calls.append(1) or len(calls)) == 1
+    # Equal but distinct objects are another node's attributes: compiled again.
+    assert from_attributes(([1, 2, 3], modes, 5), lambda: calls.append(1) or len(calls)) == 2
+
+
+def test_from_attributes_keeps_a_bounded_number_of_entries():
+    for i in range(derived_mod.MEMO_ENTRIES + 10):
+        from_attributes(([i],), lambda: None)
+    assert len(derived_mod._memo) == derived_mod.MEMO_ENTRIES

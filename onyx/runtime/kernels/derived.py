@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any
 
@@ -66,3 +67,28 @@ def scratch(shape: tuple[int, ...], dtype) -> np.ndarray:
         buf = _local.buf = np.empty(max(nbytes, 1 << 16) + 64, dtype=np.uint8)
     start = -buf.ctypes.data % 64
     return buf[start : start + nbytes].view(dtype).reshape(shape)
+
+
+_memo: OrderedDict[tuple[int, ...], tuple[tuple, Any]] = OrderedDict()
+#: Models compiled from attributes kept at once (a session's tree ensembles, ...): the least
+#: recently used go first, so closed sessions do not pin their attributes forever.
+MEMO_ENTRIES = 64
+
+
+def from_attributes(attributes: tuple, make: Callable[[], Any]) -> Any:
+    """``make()``, computed once per tuple of attribute objects (compared by identity).
+
+    A plan hands a kernel the same attribute objects on every call, so a kernel that compiles
+    its attributes into tables (a tree ensemble: thousands of nodes) does so once per node. The
+    entry holds the objects themselves, so their ids cannot be reused while it exists.
+    """
+    key = tuple(id(a) for a in attributes)
+    hit = _memo.get(key)
+    if hit is not None and all(a is b for a, b in zip(hit[0], attributes)):
+        _memo.move_to_end(key)
+        return hit[1]
+    value = make()
+    _memo[key] = (attributes, value)
+    while len(_memo) > MEMO_ENTRIES:
+        _memo.popitem(last=False)
+    return value

@@ -8,11 +8,12 @@ in a dense [state, target] weight table and aggregated over the trees.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from ...registry import op
+from ..derived import from_attributes
 from ._common import (
     as_2d,
     class_labels,
@@ -56,6 +57,7 @@ class Forest:
     tracks_true: np.ndarray  # [S] bool: NaN takes the true branch
     depth: int  # longest root-to-leaf path
     member_sets: list[np.ndarray] | None = None  # per BRANCH_MEMBER state, in state order
+    tables: dict = field(default_factory=dict, repr=False)  # compute dtype -> _FastTables
 
     @property
     def n_trees(self) -> int:
@@ -309,7 +311,9 @@ def _leaves(f: Forest, x: np.ndarray):
             f"tree ensemble: a node reads feature {f.feature.max()}, X has {x.shape[1]}"
         )
     fast = bool(np.isin(f.mode, (LEQ, LT, GTE, GT, LEAF)).all())
-    tables = _FastTables(f, dtype) if fast else None
+    tables = None
+    if fast:
+        tables = f.tables.get(dtype) or f.tables.setdefault(dtype, _FastTables(f, dtype))
     block = max(1, _BLOCK // max(1, f.n_trees))
     for start in range(0, x.shape[0], block):
         xb = x[start : start + block]
@@ -388,6 +392,17 @@ def tree_ensemble(
     nodes_truenodeids,
     membership_values=None,
 ):
+    attrs = _locals_but_x(locals())
+    return from_attributes(tuple(attrs.values()), lambda: _tree_ensemble_model(**attrs))(x)
+
+
+def _tree_ensemble_model(
+    *, aggregate_function, post_transform, tree_roots, nodes_modes, leaf_weights,
+    leaf_targetids, nodes_falsenodeids, n_targets, nodes_trueleafs, nodes_featureids,
+    nodes_splits, nodes_falseleafs, nodes_truenodeids, membership_values,
+    nodes_missing_value_tracks_true, **_,
+):  # fmt: skip
+    """TreeEnsemble's attributes compiled into a predictor x -> scores."""
     leaf_weights = np.asarray(leaf_weights).reshape(-1)
     forest = _forest_v5(
         tree_roots, nodes_featureids, nodes_splits, nodes_modes, nodes_truenodeids,
@@ -403,17 +418,25 @@ def tree_ensemble(
     weights, has = _weight_table(
         n_nodes + len(leaf_weights), leaf_targetids, positions, leaf_weights, n_targets, aggregate
     )
-    scores, _ = _aggregate(forest, x, weights, has, aggregate)
-    scores = regression_transform(scores, post_transform)
-    return scores.astype(x.dtype)
+
+    def predict(x):
+        scores, _ = _aggregate(forest, x, weights, has, aggregate)
+        return regression_transform(scores, post_transform).astype(x.dtype)
+
+    return predict
 
 
 # ---------------------------------------------------------------------------------------------
 # TreeEnsembleRegressor (v1, v3; v5 is the deprecated v3)
 
 
-def _regressor(
-    x, *, aggregate_function, post_transform, n_targets, nodes_nodeids, target_nodeids,
+def _regressor(x, attrs: dict) -> np.ndarray:
+    """The regressor of these attributes (compiled once per node) applied to x."""
+    return from_attributes(tuple(attrs.values()), lambda: _regressor_model(**_picked(attrs)))(x)
+
+
+def _regressor_model(
+    *, aggregate_function, post_transform, n_targets, nodes_nodeids, target_nodeids,
     nodes_treeids, nodes_featureids, nodes_values, target_weights, nodes_falsenodeids,
     base_values, nodes_missing_value_tracks_true, nodes_modes, nodes_truenodeids,
     target_treeids, target_ids, **_,
@@ -436,10 +459,15 @@ def _regressor(
     if n_targets == 1:
         # onnxruntime's single-target path lets a leaf without a weight vote 0 (matters to MIN/MAX).
         has[forest.mode == LEAF] = True
-    scores, _ = _aggregate(forest, x, weights, has, aggregate_function)
-    if base_values is not None and len(base_values):
-        scores += _floats(base_values).astype(scores.dtype)
-    return regression_transform(scores, post_transform).astype(np.float32)
+    base = _floats(base_values) if base_values is not None and len(base_values) else None
+
+    def predict(x):
+        scores, _ = _aggregate(forest, x, weights, has, aggregate_function)
+        if base is not None:
+            scores += base.astype(scores.dtype)
+        return regression_transform(scores, post_transform).astype(np.float32)
+
+    return predict
 
 
 @op("TreeEnsembleRegressor", since=1, domain="ai.onnx.ml")
@@ -464,7 +492,7 @@ def tree_ensemble_regressor(
     target_treeids=None,
     target_ids=None,
 ):
-    return _regressor(x, **_locals_but_x(locals()))
+    return _regressor(x, _locals_but_x(locals()))
 
 
 @op("TreeEnsembleRegressor", since=3, domain="ai.onnx.ml")
@@ -493,23 +521,33 @@ def tree_ensemble_regressor_3(
     target_treeids=None,
     target_ids=None,
 ):
-    args = _locals_but_x(locals())
-    args["nodes_values"] = _pick(nodes_values, nodes_values_as_tensor)
-    args["target_weights"] = _pick(target_weights, target_weights_as_tensor)
-    args["base_values"] = _pick(base_values, base_values_as_tensor)
-    return _regressor(x, **args)
+    return _regressor(x, _locals_but_x(locals()))
 
 
 def _locals_but_x(names: dict) -> dict:
     return {k: v for k, v in names.items() if k != "x"}
 
 
+def _picked(attrs: dict) -> dict:
+    """attrs with each FLOATS attribute replaced by its double `*_as_tensor` twin if given."""
+    out = {k: v for k, v in attrs.items() if not k.endswith("_as_tensor")}
+    for name in ("nodes_values", "target_weights", "class_weights", "base_values"):
+        if name + "_as_tensor" in attrs:
+            out[name] = _pick(attrs[name], attrs[name + "_as_tensor"])
+    return out
+
+
 # ---------------------------------------------------------------------------------------------
 # TreeEnsembleClassifier (v1, v3; v5 is the deprecated v3)
 
 
-def _classifier(
-    x, *, post_transform, classlabels_int64s, classlabels_strings, nodes_nodeids,
+def _classifier(x, attrs: dict):
+    """The classifier of these attributes (compiled once per node) applied to x."""
+    return from_attributes(tuple(attrs.values()), lambda: _classifier_model(**_picked(attrs)))(x)
+
+
+def _classifier_model(
+    *, post_transform, classlabels_int64s, classlabels_strings, nodes_nodeids,
     nodes_treeids, nodes_featureids, nodes_values, nodes_falsenodeids, base_values,
     nodes_missing_value_tracks_true, nodes_modes, nodes_truenodeids, class_treeids,
     class_nodeids, class_ids, class_weights, **_,
@@ -526,16 +564,20 @@ def _classifier(
     weights, has = _weight_table(
         len(forest.mode), class_ids, positions, class_weights, max(n_classes, 1), "SUM"
     )
-    scores, present = _aggregate(forest, x, weights, has, "SUM")
-    base = _floats(base_values).astype(scores.dtype)
-    if n_classes > 2 or n_classes < 2:
-        scores[:, : len(base)] += base
-        present[:, : len(base)] = True
-        # Classes no tree voted for (and without a base value) cannot win.
-        best = np.argmax(np.where(present, scores, -np.inf), axis=1)
-        return labels[best], apply_transform(scores, post_transform).astype(np.float32)
     binary_case = np.unique(class_ids).size == 1
-    return _binary(scores, present, base, labels, post_transform, binary_case, class_weights)
+
+    def predict(x):
+        scores, present = _aggregate(forest, x, weights, has, "SUM")
+        base = _floats(base_values).astype(scores.dtype)
+        if n_classes > 2 or n_classes < 2:
+            scores[:, : len(base)] += base
+            present[:, : len(base)] = True
+            # Classes no tree voted for (and without a base value) cannot win.
+            best = np.argmax(np.where(present, scores, -np.inf), axis=1)
+            return labels[best], apply_transform(scores, post_transform).astype(np.float32)
+        return _binary(scores, present, base, labels, post_transform, binary_case, class_weights)
+
+    return predict
 
 
 def _binary(scores, present, base, labels, transform, binary_case, class_weights):
@@ -609,7 +651,7 @@ def tree_ensemble_classifier(
     class_ids=None,
     class_weights=None,
 ):
-    return _classifier(x, **_locals_but_x(locals()))
+    return _classifier(x, _locals_but_x(locals()))
 
 
 @op("TreeEnsembleClassifier", since=3, domain="ai.onnx.ml")
@@ -638,8 +680,4 @@ def tree_ensemble_classifier_3(
     class_weights=None,
     class_weights_as_tensor=None,
 ):
-    args = _locals_but_x(locals())
-    args["nodes_values"] = _pick(nodes_values, nodes_values_as_tensor)
-    args["class_weights"] = _pick(class_weights, class_weights_as_tensor)
-    args["base_values"] = _pick(base_values, base_values_as_tensor)
-    return _classifier(x, **args)
+    return _classifier(x, _locals_but_x(locals()))
