@@ -153,3 +153,17 @@ def test_from_attributes_keeps_a_bounded_number_of_entries():
     for i in range(derived_mod.MEMO_ENTRIES + 10):
         from_attributes(([i],), lambda: None)
     assert len(derived_mod._memo) == derived_mod.MEMO_ENTRIES
+
+
+def test_concurrent_runs_of_one_session_agree():
+    """Several threads running one session at once (cached weights, per-thread scratch)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    sess = onyx.InferenceSession(_qlinear_conv_model(False))
+    rng = np.random.default_rng(3)
+    xs = [rng.integers(0, 256, (1, 4, 10, 10), dtype=np.uint8) for _ in range(16)]
+    expected = [sess.run(None, {"x": x})[0] for x in xs]
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda x: sess.run(None, {"x": x})[0], xs * 4))
+    for i, g in enumerate(got):
+        np.testing.assert_array_equal(g, expected[i % len(xs)])

@@ -73,6 +73,7 @@ _memo: OrderedDict[tuple[int, ...], tuple[tuple, Any]] = OrderedDict()
 #: Models compiled from attributes kept at once (a session's tree ensembles, ...): the least
 #: recently used go first, so closed sessions do not pin their attributes forever.
 MEMO_ENTRIES = 64
+_memo_lock = threading.Lock()
 
 
 def from_attributes(attributes: tuple, make: Callable[[], Any]) -> Any:
@@ -83,12 +84,14 @@ def from_attributes(attributes: tuple, make: Callable[[], Any]) -> Any:
     entry holds the objects themselves, so their ids cannot be reused while it exists.
     """
     key = tuple(id(a) for a in attributes)
-    hit = _memo.get(key)
-    if hit is not None and all(a is b for a, b in zip(hit[0], attributes)):
-        _memo.move_to_end(key)
-        return hit[1]
-    value = make()
-    _memo[key] = (attributes, value)
-    while len(_memo) > MEMO_ENTRIES:
-        _memo.popitem(last=False)
+    with _memo_lock:  # sessions may run on several threads at once
+        hit = _memo.get(key)
+        if hit is not None and all(a is b for a, b in zip(hit[0], attributes)):
+            _memo.move_to_end(key)
+            return hit[1]
+    value = make()  # (outside the lock: two threads may both compile; either result is right)
+    with _memo_lock:
+        _memo[key] = (attributes, value)
+        while len(_memo) > MEMO_ENTRIES:
+            _memo.popitem(last=False)
     return value
