@@ -28,11 +28,18 @@ def tensor_value(t: Tensor) -> np.ndarray:
     return arr
 
 
-def aligned_copy(arr: np.ndarray, alignment: int = ALIGNMENT) -> np.ndarray:
-    """A C-contiguous copy of arr whose data starts at a multiple of ``alignment`` bytes."""
-    buf = np.empty(arr.nbytes + alignment, dtype=np.uint8)
-    start = -buf.ctypes.data % alignment
-    out = buf[start : start + arr.nbytes].view(arr.dtype).reshape(arr.shape)
+def aligned_empty(shape: tuple[int, ...], dtype) -> np.ndarray:
+    """An uninitialized C-contiguous array whose data starts at a multiple of ALIGNMENT bytes."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    buf = np.empty(nbytes + ALIGNMENT, dtype=np.uint8)
+    start = -buf.ctypes.data % ALIGNMENT
+    return buf[start : start + nbytes].view(dtype).reshape(shape)
+
+
+def aligned_copy(arr: np.ndarray) -> np.ndarray:
+    """A C-contiguous copy of arr whose data starts at a multiple of ALIGNMENT bytes."""
+    out = aligned_empty(arr.shape, arr.dtype)
     np.copyto(out, arr)
     return out
 

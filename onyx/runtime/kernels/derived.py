@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from ..values import aligned_empty
+
 _cache: dict[tuple[int, Hashable], tuple[weakref.ref, Any]] = {}
 
 
@@ -64,9 +66,8 @@ def scratch(shape: tuple[int, ...], dtype) -> np.ndarray:
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     buf = getattr(_local, "buf", None)
     if buf is None or buf.nbytes < nbytes:
-        buf = _local.buf = np.empty(max(nbytes, 1 << 16) + 64, dtype=np.uint8)
-    start = -buf.ctypes.data % 64
-    return buf[start : start + nbytes].view(dtype).reshape(shape)
+        buf = _local.buf = aligned_empty((max(nbytes, 1 << 16),), np.uint8)
+    return buf[:nbytes].view(dtype).reshape(shape)
 
 
 _memo: OrderedDict[tuple[int, ...], tuple[tuple, Any]] = OrderedDict()

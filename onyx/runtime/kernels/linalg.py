@@ -86,20 +86,19 @@ def chunked_matmul(a: np.ndarray, b: np.ndarray, bound: float, exact_float=False
     return acc
 
 
-def _centered_operand(x: np.ndarray, zero_point, per_row: bool) -> tuple[np.ndarray, float, bool]:
-    """_centered's (x - zero_point, bound), and whether the bound is already the data's.
-
-    A constant operand (a weight) is centered once per session, its bound taken from the data
-    (see derived.py); anything else is centered per call, its bound from its type.
+def _centered_operand(x: np.ndarray, zero_point, per_row: bool) -> tuple[np.ndarray, float]:
+    """_centered's (x - zero_point, bound). A constant operand (a weight: read-only) is centered
+    once per session and its bound taken from the data (see derived.py); anything else is
+    centered per call, its bound from its type.
     """
 
     def make():
         xf, bound = _centered(x, zero_point, per_row)
         xf.flags.writeable = False
-        return xf, min(bound, _magnitude(xf)), True
+        return xf, min(bound, _magnitude(xf))
 
     if x.flags.writeable:
-        return (*_centered(x, zero_point, per_row), False)
+        return _centered(x, zero_point, per_row)
     return derived(x, ("centered", per_row, value_key(zero_point)), make)
 
 
@@ -110,11 +109,12 @@ def integer_matmul(a, b, a_zero_point=None, b_zero_point=None, exact_float=False
     a_zero_point is a scalar or one per row of A ([M]); b_zero_point a scalar or one per column
     of B ([N]).
     """
-    af, a_bound, a_tight = _centered_operand(a, a_zero_point, per_row=True)
-    bf, b_bound, b_tight = _centered_operand(b, b_zero_point, per_row=False)
+    af, a_bound = _centered_operand(a, a_zero_point, per_row=True)
+    bf, b_bound = _centered_operand(b, b_zero_point, per_row=False)
     if a.shape[-1] * a_bound * b_bound > _F32_EXACT:  # chunks needed: the data may need fewer
-        a_bound = a_bound if a_tight else min(a_bound, _magnitude(af))
-        b_bound = b_bound if b_tight else min(b_bound, _magnitude(bf))
+        # (a constant's bound is its data's already)
+        a_bound = min(a_bound, _magnitude(af)) if a.flags.writeable else a_bound
+        b_bound = min(b_bound, _magnitude(bf)) if b.flags.writeable else b_bound
     return chunked_matmul(af, bf, a_bound * b_bound, exact_float)
 
 

@@ -9,6 +9,7 @@ in a dense [state, target] weight table and aggregated over the trees.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -62,6 +63,22 @@ class Forest:
     @property
     def n_trees(self) -> int:
         return len(self.roots)
+
+    # Facts a forest compiled once per node (see from_attributes) answers on every call.
+    @cached_property
+    def max_feature(self) -> int:
+        return int(self.feature.max(initial=0))
+
+    @cached_property
+    def all_fast(self) -> bool:
+        """Every split is <=, <, >= or >: the _FastTables descent applies."""
+        return bool(np.isin(self.mode, (LEQ, LT, GTE, GT, LEAF)).all())
+
+    def fast_tables(self, dtype) -> _FastTables:
+        tables = self.tables.get(dtype)
+        if tables is None:
+            tables = self.tables[dtype] = _FastTables(self, dtype)
+        return tables
 
 
 def _depth(roots, true_child, false_child, leaf) -> int:
@@ -306,14 +323,10 @@ def _leaves(f: Forest, x: np.ndarray):
     x = as_2d(x)
     dtype = _compute_dtype(x, f.threshold)
     x = np.ascontiguousarray(x, dtype=dtype)
-    if int(f.feature.max(initial=0)) >= x.shape[1]:
-        raise ValueError(
-            f"tree ensemble: a node reads feature {f.feature.max()}, X has {x.shape[1]}"
-        )
-    fast = bool(np.isin(f.mode, (LEQ, LT, GTE, GT, LEAF)).all())
-    tables = None
-    if fast:
-        tables = f.tables.get(dtype) or f.tables.setdefault(dtype, _FastTables(f, dtype))
+    if f.max_feature >= x.shape[1]:
+        raise ValueError(f"tree ensemble: a node reads feature {f.max_feature}, X has {x.shape[1]}")
+    fast = f.all_fast
+    tables = f.fast_tables(dtype) if fast else None
     block = max(1, _BLOCK // max(1, f.n_trees))
     for start in range(0, x.shape[0], block):
         xb = x[start : start + block]
@@ -459,12 +472,14 @@ def _regressor_model(
     if n_targets == 1:
         # onnxruntime's single-target path lets a leaf without a weight vote 0 (matters to MIN/MAX).
         has[forest.mode == LEAF] = True
-    base = _floats(base_values) if base_values is not None and len(base_values) else None
+    base = None
+    if base_values is not None and len(base_values):
+        base = _floats(base_values).astype(weights.dtype)  # (scores come in this dtype)
 
     def predict(x):
         scores, _ = _aggregate(forest, x, weights, has, aggregate_function)
         if base is not None:
-            scores += base.astype(scores.dtype)
+            scores += base
         return regression_transform(scores, post_transform).astype(np.float32)
 
     return predict
@@ -565,10 +580,10 @@ def _classifier_model(
         len(forest.mode), class_ids, positions, class_weights, max(n_classes, 1), "SUM"
     )
     binary_case = np.unique(class_ids).size == 1
+    base = _floats(base_values).astype(weights.dtype)  # (scores come in this dtype)
 
     def predict(x):
         scores, present = _aggregate(forest, x, weights, has, "SUM")
-        base = _floats(base_values).astype(scores.dtype)
         if n_classes > 2 or n_classes < 2:
             scores[:, : len(base)] += base
             present[:, : len(base)] = True
