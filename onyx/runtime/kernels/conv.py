@@ -15,6 +15,7 @@ import math
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from .. import native
 from ..registry import op
 from .derived import derived, scratch, value_key
 
@@ -354,6 +355,10 @@ def conv(
 _F32_EXACT = 2**24  # integers below this are exact in float32, and so are their sums
 
 
+#: 8-bit integer types: the native int8 GEMM's operands.
+_BYTES = (np.dtype(np.uint8), np.dtype(np.int8))
+
+
 def _chunked_matmul(chunk: int):
     """An exact matmul of integer-valued float32 arrays: float32 BLAS over K-chunks whose sums
     of |products| stay below 2**24 (so every partial sum is exact whatever BLAS's order), the
@@ -398,6 +403,121 @@ def _centered_weights(w: np.ndarray, w_zero_point) -> tuple[np.ndarray, float]:
         return wf, bound
 
     return derived(w, ("centered", value_key(w_zero_point)), make)
+
+
+def _native_integer_conv(x, w, x_zero_point, w_zero_point, bias, scale, y_zero_point, attrs):
+    """Integer conv on the native int8 GEMM (kernels.c): the raw bytes' columns (padded with
+    x's zero point, so padding contributes nothing) packed per image and group, multiplied by
+    the weights' rows, zero points corrected and (with ``scale``) requantized in the GEMM's
+    epilogue. None where it does not apply (then the float32-BLAS path runs)."""
+    group = attrs["group"]
+    M, Cg = w.shape[:2]
+    K = Cg * math.prod(w.shape[2:])
+    if (
+        x.dtype not in _BYTES
+        or w.dtype not in _BYTES
+        or (Cg == 1 and group > 1)  # depthwise: a GEMV per channel, no GEMM to speak of
+        or not native.int8_gemm_ok(K)
+        or (x_zero_point is not None and x_zero_point.size != 1)
+        or (y_zero_point is not None and y_zero_point.dtype not in _BYTES)
+    ):
+        return None
+    geo = _conv_geometry(x, w, **{k: v for k, v in attrs.items() if k != "group"})
+    out_shape, strides, dilations, pads = (geo[k] for k in ("out_shape", "strides",
+                                                            "dilations", "pads"))  # fmt: skip
+    kernel = list(w.shape[2:])
+    n = len(kernel)
+    zx = 0 if x_zero_point is None else int(x_zero_point.reshape(-1)[0])
+    need = [
+        (o - 1) * s + e for o, s, e in zip(out_shape, strides, effective_kernel(kernel, dilations))
+    ]
+    N = x.shape[0]
+    P, Mg = math.prod(out_shape), M // group
+    wm = w.reshape(M, K)
+    y = np.empty((N, M, P), np.int32 if scale is None else y_zero_point.dtype)
+    rows = [slice(g * Mg, (g + 1) * Mg) for g in range(group)]
+    if all(k == 1 for k in kernel) and not any(pads) and all(s == 1 for s in strides):
+        cols_of = lambda i: x[i].reshape(group, K, P)  # noqa: E731  (the pixels are the columns)
+    else:
+        xp = padded(x, pads[:n], need, x.dtype, value=zx)
+        view = windows(xp, out_shape, kernel, strides, dilations)  # (N, C, *out, *kernel)
+        order = (0,) + tuple(range(1 + n, 1 + 2 * n)) + tuple(range(1, 1 + n))
+        buf = scratch((group, K, P), x.dtype)
+
+        def cols_of(i):
+            np.copyto(buf.reshape((x.shape[1],) + tuple(kernel) + tuple(out_shape)),
+                      view[i].transpose(order))  # fmt: skip
+            return buf
+
+    wz = 0 if w_zero_point is None else w_zero_point.reshape(-1)
+    if n == 2 and group == 1 and w.dtype == np.int8 and not np.any(wz):  # (else: row sums)
+        y = _implicit_gemm_conv(x, w, zx, bias, scale, y_zero_point, geo)
+        return y.reshape((N, M, *out_shape))
+    per_row = lambda v, r: v if np.size(v) <= 1 else v[r]  # noqa: E731
+    kw = {}
+    if scale is not None:
+        kw = {"y_zero_point": int(y_zero_point.reshape(-1)[0]), "out_dtype": y_zero_point.dtype}
+        scale = scale.reshape(-1, 1)
+    for i in range(N):
+        cols = cols_of(i)
+        for g, r in enumerate(rows):
+            za = per_row(wz, r)
+            packed = native.pack(cols[g], w.dtype, za)
+            native.int8_gemm(wm[r], packed, za, zx, out=y[i, r],
+                             row_bias=None if bias is None else bias[r],
+                             scale=None if scale is None else per_row(scale, r), **kw)  # fmt: skip
+    return y.reshape((N, M, *out_shape))
+
+
+def _implicit_gemm_conv(x, w, zx, bias, scale, y_zero_point, geo) -> np.ndarray:
+    """A 2-D integer conv as an implicit GEMM: rows are output pixels, read in place from the
+    padded input in NHWC layout (channels padded to a multiple of 4), where each tap's
+    channels are a contiguous run of bytes; no columns are built. The weights, (kh, kw, C, M)
+    packed once per session, are the GEMM's B; the result (pixels, M) is transposed to NCHW.
+    Needs int8 weights with zero points of 0: anything else needs each window's sum."""
+    N, C, H, W = x.shape
+    M, _, kh, kw = w.shape
+    (oh, ow), (sh, sw), (dh, dw), pads = (geo[k] for k in ("out_shape", "strides",
+                                                           "dilations", "pads"))  # fmt: skip
+    Cp = -(-C // 4) * 4
+    Hp, Wp = (oh - 1) * sh + (kh - 1) * dh + 1, (ow - 1) * sw + (kw - 1) * dw + 1
+    xp = np.full((N, Hp, Wp, Cp), zx, x.dtype)  # padding reads as the zero point: adds nothing
+    top, left = pads[0], pads[1]
+    rows_in = slice(max(0, -top), min(H, Hp - top))
+    cols_in = slice(max(0, -left), min(W, Wp - left))
+    inner = xp[:, rows_in.start + top : rows_in.stop + top]
+    inner = inner[:, :, cols_in.start + left : cols_in.stop + left]
+    if x.flags.c_contiguous and (rows_in.start, rows_in.stop, cols_in.start, cols_in.stop) == (
+        0, H, 0, W
+    ):  # fmt: skip
+        for i in range(N):
+            native.to_nhwc(x[i], inner[i])
+    else:  # (the input cropped by negative pads or a short output)
+        inner[..., :C] = x[:, :, rows_in, cols_in].transpose(0, 2, 3, 1)
+    pixel = (np.arange(oh) * (sh * Wp))[:, None] + np.arange(ow) * sw
+    rows = ((np.arange(N) * (Hp * Wp))[:, None] + pixel.reshape(-1)).reshape(-1) * Cp
+    tap = (np.arange(kh) * (dh * Wp))[:, None] + np.arange(kw) * dw
+    quads = (tap.reshape(-1, 1) * Cp + np.arange(0, Cp, 4)).reshape(-1)
+
+    def make():
+        wt = np.zeros((kh, kw, Cp, M), w.dtype)
+        wt[:, :, :C] = w.transpose(2, 3, 1, 0)
+        return native.pack(wt.reshape(-1, M), x.dtype)
+
+    packed = derived(w, ("implicit", Cp, x.dtype.char), make)
+    kw_ = {}
+    if scale is not None:
+        kw_ = {"scale": scale, "y_zero_point": int(y_zero_point.reshape(-1)[0]),
+               "out_dtype": y_zero_point.dtype}  # fmt: skip
+    y = native.int8_gemm(xp, packed, zx, 0, col_bias=bias, gather=(rows, quads, kh * kw * Cp),
+                         **kw_)  # fmt: skip
+    y = y.reshape(N, oh * ow, M)
+    if y.itemsize != 1:
+        return np.ascontiguousarray(y.transpose(0, 2, 1))
+    out = np.empty((N, M, oh * ow), y.dtype)
+    for i in range(N):
+        native.transpose_bytes(y[i], out[i])
+    return out
 
 
 def _integer_conv(x, w, x_zero_point, w_zero_point, bias=None, **attrs):
@@ -448,6 +568,11 @@ def conv_integer(
     pads=None,
     strides=None,
 ):
+    attrs = {"auto_pad": auto_pad, "dilations": dilations, "group": group,
+             "kernel_shape": kernel_shape, "pads": pads, "strides": strides}  # fmt: skip
+    y = _native_integer_conv(x, w, x_zero_point, w_zero_point, None, None, None, attrs)
+    if y is not None:
+        return y
     acc, bound = _integer_conv(
         x,
         w,
@@ -484,6 +609,17 @@ def qlinear_conv(
     pads=None,
     strides=None,
 ):
+    # Requantize in float32 like onnxruntime: acc * (x_scale * w_scale / y_scale), round half even.
+    scale = (x_scale.astype(np.float32) * w_scale.astype(np.float32).reshape(-1)) / y_scale.astype(
+        np.float32
+    )
+    attrs = {"auto_pad": auto_pad, "dilations": dilations, "group": group,
+             "kernel_shape": kernel_shape, "pads": pads, "strides": strides}  # fmt: skip
+    if scale.size in (1, w.shape[0]):
+        scale_m = np.broadcast_to(scale, (w.shape[0],))
+        y = _native_integer_conv(x, w, x_zero_point, w_zero_point, B, scale_m, y_zero_point, attrs)
+        if y is not None:
+            return y
     acc, _ = _integer_conv(
         x,
         w,
@@ -496,10 +632,6 @@ def qlinear_conv(
         kernel_shape=kernel_shape,
         pads=pads,
         strides=strides,
-    )
-    # Requantize in float32 like onnxruntime: acc * (x_scale * w_scale / y_scale), round half even.
-    scale = (x_scale.astype(np.float32) * w_scale.astype(np.float32).reshape(-1)) / y_scale.astype(
-        np.float32
     )
     y = acc.astype(np.float32, copy=False)
     y *= scale.reshape((1, -1) + (1,) * (acc.ndim - 2))

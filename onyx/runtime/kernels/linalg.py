@@ -9,8 +9,11 @@ integer matmul has no BLAS at all.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
+from .. import native
 from ..registry import op
 from .derived import derived, value_key
 from .elementwise import upcast
@@ -102,6 +105,63 @@ def _centered_operand(x: np.ndarray, zero_point, per_row: bool) -> tuple[np.ndar
     return derived(x, ("centered", per_row, value_key(zero_point)), make)
 
 
+def packed_operand(b: np.ndarray, a_dtype, a_zero_point) -> native.Packed:
+    """B packed for the native GEMM with an A of a_dtype: once per session for a constant (a
+    weight, then with its column sums whatever A's zero point)."""
+    if b.flags.writeable:
+        return native.pack(b, a_dtype, a_zero_point)
+    return derived(b, ("packed", np.dtype(a_dtype).char), lambda: native.pack(b, a_dtype))
+
+
+def _per_row(v, rows: int, repeat: int):
+    """A per-row (M) parameter repeated for a stack of `repeat` matrices; scalars as they are."""
+    if v is None or np.size(v) == 1 or repeat == 1:
+        return v
+    return np.tile(np.asarray(v).reshape(rows, -1), (repeat, 1)).reshape(-1, *np.shape(v)[1:])
+
+
+def native_matmul(a, b, a_zero_point=None, b_zero_point=None, scale=None, y_zero_point=None):
+    """integer_matmul (or, with ``scale``, its requantization to y_zero_point's type) on the
+    native int8 GEMM; None where that does not apply (then the caller's numpy path runs)."""
+    if not (
+        a.dtype in _BYTE_RANGES
+        and b.dtype in _BYTE_RANGES
+        and min(a.ndim, b.ndim) >= 2
+        and native.int8_gemm_ok(a.shape[-1])
+        and np.size(a_zero_point) in (1, a.shape[-2])
+        and np.size(b_zero_point) in (1, b.shape[-1])
+        and (np.size(a_zero_point) == 1 or np.size(b_zero_point) == 1)
+        and (scale is None or y_zero_point.dtype in _BYTE_RANGES)
+        and (scale is None or scale.size == 1 or scale.shape in ((a.shape[-2], 1), (b.shape[-1],)))
+    ):
+        return None
+    za = 0 if a_zero_point is None else a_zero_point
+    zb = 0 if b_zero_point is None else b_zero_point
+    M, K = a.shape[-2:]
+    N = b.shape[-1]
+    kw = {}
+    if scale is not None:
+        kw = {"scale": scale, "y_zero_point": int(y_zero_point.reshape(-1)[0]),
+              "out_dtype": y_zero_point.dtype}  # fmt: skip
+    if b.ndim == 2:  # one B for every row of every matrix of A: one GEMM
+        repeat = math.prod(a.shape[:-2])
+        rows = np.ascontiguousarray(a.reshape(-1, K))
+        if "scale" in kw:
+            kw["scale"] = _per_row(kw["scale"], M, repeat)
+        y = native.int8_gemm(
+            rows, packed_operand(b, a.dtype, za), _per_row(za, M, repeat), zb, **kw
+        )
+        return y.reshape(a.shape[:-1] + (N,))
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    a = np.broadcast_to(a, batch + (M, K))
+    b = np.broadcast_to(b, batch + (K, N))
+    y = np.empty(batch + (M, N), y_zero_point.dtype if kw else np.int32)
+    for i in np.ndindex(*batch):
+        rows = a[i] if a[i].strides[1] == 1 else np.ascontiguousarray(a[i])
+        native.int8_gemm(rows, native.pack(b[i], a.dtype, za), za, zb, out=y[i], **kw)
+    return y
+
+
 def integer_matmul(a, b, a_zero_point=None, b_zero_point=None, exact_float=False) -> np.ndarray:
     """(A - a_zero_point) @ (B - b_zero_point) in int32, exactly (``exact_float``: or as float32
     holding the exact integers, when that needs no conversion).
@@ -109,6 +169,9 @@ def integer_matmul(a, b, a_zero_point=None, b_zero_point=None, exact_float=False
     a_zero_point is a scalar or one per row of A ([M]); b_zero_point a scalar or one per column
     of B ([N]).
     """
+    y = native_matmul(a, b, a_zero_point, b_zero_point)
+    if y is not None:
+        return y
     af, a_bound = _centered_operand(a, a_zero_point, per_row=True)
     bf, b_bound = _centered_operand(b, b_zero_point, per_row=False)
     if a.shape[-1] * a_bound * b_bound > _F32_EXACT:  # chunks needed: the data may need fewer

@@ -13,7 +13,7 @@ from ...ir.dtypes import to_numpy
 from ..registry import op
 from .cast import _to_wide, cast_numeric
 from .elementwise import fits, upcast
-from .linalg import integer_matmul
+from .linalg import integer_matmul, native_matmul
 
 _E8M0 = np.dtype(ml_dtypes.float8_e8m0fnu)
 
@@ -210,23 +210,31 @@ def dynamic_quantize_linear(x):
     return y, np.asarray(scale, dtype=np.float32), zero_point
 
 
+def _requant_multiplier(a_scale, b_scale, y_scale) -> np.ndarray:
+    """a_scale * b_scale / y_scale in float32 (as onnxruntime); a per-row a_scale as (M, 1)."""
+    a_s = upcast(np.asarray(a_scale)).astype(np.float32)
+    if a_s.ndim == 1 and a_s.size > 1:
+        a_s = a_s.reshape(-1, 1)
+    multiplier = a_s * upcast(np.asarray(b_scale)).astype(np.float32)
+    return multiplier / upcast(np.asarray(y_scale)).astype(np.float32)
+
+
 def qlinear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point):
     """Integer (or float8) matmul of the zero-point-shifted inputs, requantized to y's type.
 
     As onnxruntime: one float32 multiplier a_scale * b_scale / y_scale applied to the exact
     accumulator. a's scale / zero point may be per row ([M]), b's per column ([N]).
     """
+    multiplier = _requant_multiplier(a_scale, b_scale, y_scale)
     if _is_integer(a.dtype) and _is_integer(b.dtype):
+        y = native_matmul(a, b, a_zero_point, b_zero_point, multiplier, y_zero_point)
+        if y is not None:
+            return y
         acc = integer_matmul(_to_wide(a), _to_wide(b), a_zero_point, b_zero_point, True)
     else:
         a_f = upcast(a).astype(np.float32) - upcast(np.asarray(a_zero_point)).astype(np.float32)
         b_f = upcast(b).astype(np.float32) - upcast(np.asarray(b_zero_point)).astype(np.float32)
         acc = np.matmul(a_f, b_f)
-    a_s = upcast(np.asarray(a_scale)).astype(np.float32)
-    if a_s.ndim == 1 and a_s.size > 1:
-        a_s = a_s.reshape(-1, 1)
-    multiplier = a_s * upcast(np.asarray(b_scale)).astype(np.float32)
-    multiplier = multiplier / upcast(np.asarray(y_scale)).astype(np.float32)
     acc = acc.astype(np.float32, copy=False)  # (int32 accumulators to float32, as onnxruntime)
     if acc.ndim and fits(acc.shape, multiplier.shape):
         acc *= multiplier  # a fresh array: scaled and requantized in place

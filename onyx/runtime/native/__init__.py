@@ -1,0 +1,343 @@
+"""onyx's optional native kernels (kernels.c), loaded with ctypes.
+
+setup.py compiles kernels.c into ``_kernels`` (an optional extension: the install goes on
+without it where there is no C compiler). onyx works the same without it, only slower on
+quantized models: every caller keeps its numpy path and asks :func:`int8_gemm_ok` first.
+
+``ONYX_NATIVE=0`` in the environment turns the library off (the tests run both ways).
+
+The int8 GEMM needs AVX512-VNNI (x86-64 from Intel Ice Lake / AMD Zen 4 on). It is exact:
+int32 accumulation of 8-bit products, as onnxruntime's, for K up to 2**15 (beyond, int32
+sums of 255 * 255 products could overflow and the numpy path is used).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import ctypes
+import importlib.machinery
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["Packed", "available", "int8_gemm", "int8_gemm_ok", "pack", "threads"]
+
+#: Longest reduction the int32 accumulators hold exactly: K * 255 * 255 < 2**31.
+MAX_K = 1 << 15
+#: Columns per packed panel (kernels.c's NR): threads split the work at panel boundaries.
+PANEL = 32
+#: A product of fewer multiply-adds runs on one thread: handing work to another thread costs
+#: tens of microseconds, about what the kernel does with this much work.
+_PARALLEL_MACS = 24 << 20
+
+_P, _I64, _INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
+
+
+class _Operand(ctypes.Structure):
+    _fields_ = [("a", _P), ("lda", _I64), ("rows", _P), ("quads", _P)]
+
+
+class _Epilogue(ctypes.Structure):
+    _fields_ = [
+        ("row_off", _P),
+        ("col_off", _P),
+        ("row_f", _P),
+        ("col_f", _P),
+        ("c", _P),
+        ("ldc", _I64),
+        ("out8", _P),
+        ("ldo", _I64),
+        ("scale", _P),
+        ("scale_rs", _I64),
+        ("scale_cs", _I64),
+        ("zero_point", ctypes.c_int32),
+        ("lo", ctypes.c_int32),
+        ("hi", ctypes.c_int32),
+    ]
+
+
+def _library_path() -> Path | None:
+    here = Path(__file__).parent
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        path = here / f"_kernels{suffix}"
+        if path.exists():
+            return path
+    return None
+
+
+def _load():
+    if os.environ.get("ONYX_NATIVE", "1").strip().lower() in ("0", "false", "no", "off"):
+        return None, False
+    path = _library_path()
+    if path is None:
+        return None, False
+    try:
+        lib = ctypes.CDLL(str(path))
+    except OSError:  # a build for another platform, a missing runtime library, ...
+        return None, False
+    lib.onyx_caps.restype = _INT
+    lib.onyx_caps.argtypes = []
+    lib.onyx_pack_panels.restype = None
+    lib.onyx_pack_panels.argtypes = [_P, _I64, _I64, _I64, _I64, _INT, _INT, _P, _P]
+    lib.onyx_row_sums.restype = None
+    lib.onyx_row_sums.argtypes = [_P, _I64, _I64, _I64, _INT, _INT, _P]
+    lib.onyx_transpose_u8.restype = None
+    lib.onyx_transpose_u8.argtypes = [_P, _I64, _I64, _I64, _P, _I64]
+    lib.onyx_to_nhwc.restype = None
+    lib.onyx_to_nhwc.argtypes = [_P, _I64, _I64, _I64, _P, _I64, _I64]
+    vnni = bool(lib.onyx_caps())
+    if vnni:
+        lib.onyx_gemm_u8s8.restype = None
+        lib.onyx_gemm_u8s8.argtypes = [ctypes.POINTER(_Operand), _INT, _INT, _P, _I64, _I64,
+                                       ctypes.POINTER(_Epilogue), _I64, _I64, _I64, _I64]  # fmt: skip
+    return lib, vnni
+
+
+_lib, _vnni = _load()
+
+
+def available() -> bool:
+    """Whether the native library is loaded (any of its kernels)."""
+    return _lib is not None
+
+
+# ----------------------------------------------------------------------------- threads
+
+_threads: contextvars.ContextVar[int] = contextvars.ContextVar("onyx_native_threads", default=0)
+_pool: ThreadPoolExecutor | None = None
+
+
+def _cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # (not on every platform)
+        return os.cpu_count() or 1
+
+
+@contextlib.contextmanager
+def threads(n: int):
+    """Run native kernels on at most ``n`` threads inside the block (0: every core)."""
+    token = _threads.set(int(n))
+    try:
+        yield
+    finally:
+        _threads.reset(token)
+
+
+def _parallel(jobs: list) -> None:
+    """Run the zero-argument callables, the first on this thread (ctypes lets go of the GIL
+    during the calls, so they run at once)."""
+    global _pool
+    if len(jobs) == 1:
+        jobs[0]()
+        return
+    if _pool is None:
+        _pool = ThreadPoolExecutor(max(_cpu_count() - 1, 1), thread_name_prefix="onyx-native")
+    futures = [_pool.submit(job) for job in jobs[1:]]
+    jobs[0]()
+    for f in futures:
+        f.result()
+
+
+def _ways(work: int, parts: int) -> int:
+    n = _threads.get() or _cpu_count()
+    if work < _PARALLEL_MACS:
+        return 1
+    return max(1, min(n, parts, work // (_PARALLEL_MACS // 2)))
+
+
+# ----------------------------------------------------------------------------- int8 GEMM
+
+
+def _addr(a: np.ndarray | None) -> int | None:
+    return None if a is None else a.ctypes.data
+
+
+class Packed:
+    """B (K x N bytes) in the GEMM's panel layout, as signed bytes (``signed``) or unsigned,
+    with its column sums (of the packed values). Weights are packed once per session."""
+
+    __slots__ = ("K", "N", "colsum", "data", "flipped", "signed")
+
+    def __init__(self, b: np.ndarray, signed: bool, sums: bool = True):
+        K, N = b.shape
+        self.K, self.N, self.signed = K, N, signed
+        self.flipped = (b.dtype == np.int8) != signed  # stored shifted by 128
+        panels = -(-N // PANEL)
+        self.data = np.empty(panels * -(-K // 4) * PANEL * 4, np.int8)
+        self.colsum = np.empty(N, np.int32) if sums else None
+        u = b.view(np.uint8)
+        _lib.onyx_pack_panels(u.ctypes.data, u.strides[0], u.strides[1], K, N,
+                              int(self.flipped), int(signed), self.data.ctypes.data,
+                              _addr(self.colsum))  # fmt: skip
+
+
+def pack(b: np.ndarray, a_dtype, a_zero_point=None) -> Packed:
+    """B (2-D, int8 or uint8, any strides) packed for :func:`int8_gemm` with an A of a_dtype:
+    as the other signedness than A where the two differ, else as int8 (A's bytes are then
+    shifted as they are read). With B's column sums unless A's zero point (when known) makes
+    them unneeded."""
+    a_dtype = np.dtype(a_dtype)
+    signed = not (b.dtype == np.uint8 and a_dtype == np.int8)
+    shift = 0 if (a_dtype == np.int8) != signed else (-128 if a_dtype == np.int8 else 128)
+    za = None if a_zero_point is None else np.asarray(a_zero_point, dtype=np.int64) - shift
+    return Packed(b, signed, za is None or bool(za.any()))
+
+
+def int8_gemm_ok(k: int) -> bool:
+    """Whether the native int8 GEMM can take a product with reduction length k."""
+    return _vnni and 0 < k <= MAX_K
+
+
+def transpose_bytes(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """dst[...] = src.T for 2-D arrays of 1-byte elements with contiguous rows (numpy's
+    transposing copy of bytes goes one element at a time: 5-20x slower)."""
+    assert src.strides[1] == dst.strides[1] == 1 and dst.shape == src.shape[::-1]
+    _lib.onyx_transpose_u8(src.ctypes.data, src.shape[0], src.shape[1], src.strides[0],
+                           dst.ctypes.data, dst.strides[0])  # fmt: skip
+    return dst
+
+
+def to_nhwc(x: np.ndarray, dst: np.ndarray) -> None:
+    """dst[h, w, :C] = x[:, h, w] for one contiguous (C, H, W) image of bytes; dst is a
+    (H, W, Cp) view whose rows and pixels may be strided (a padded buffer's interior)."""
+    C, H, W = x.shape
+    assert (
+        x.flags.c_contiguous
+        and dst.strides[2] == 1
+        and dst.strides[0] == dst.strides[1] * (dst.strides[0] // dst.strides[1])
+    )
+    _lib.onyx_to_nhwc(x.ctypes.data, C, H, W, dst.ctypes.data, dst.strides[0] // dst.strides[1],
+                      dst.strides[1])  # fmt: skip
+
+
+def _zero_point(z) -> int | np.ndarray:
+    """A zero point as a Python int (one value, or per-row/column values all equal) or an
+    int64 vector."""
+    if isinstance(z, int):
+        return z
+    z = np.asarray(z).reshape(-1)
+    if z.size == 1 or (z == z[0]).all():
+        return int(z[0])
+    return z.astype(np.int64)
+
+
+def row_sums(a: np.ndarray, flip: bool, signed: bool) -> np.ndarray:
+    out = np.empty(a.shape[0], np.int32)
+    _lib.onyx_row_sums(a.ctypes.data, a.strides[0], a.shape[0], a.shape[1], int(flip),
+                       int(signed), out.ctypes.data)  # fmt: skip
+    return out
+
+
+def int8_gemm(
+    a: np.ndarray,
+    b: Packed,
+    a_zero_point=0,
+    b_zero_point=0,
+    *,
+    row_bias: np.ndarray | None = None,
+    col_bias: np.ndarray | None = None,
+    scale: np.ndarray | None = None,
+    y_zero_point: int = 0,
+    out_dtype=None,
+    out: np.ndarray | None = None,
+    gather: tuple[np.ndarray, np.ndarray, int] | None = None,
+) -> np.ndarray:
+    """(A - a_zero_point) . (B - b_zero_point) [+ row_bias], exactly in int32; or, with
+    ``scale`` and ``out_dtype`` (uint8 / int8), requantized: clamp(rint(acc * scale) +
+    y_zero_point) as onnxruntime does.
+
+    a: (M, K) int8 or uint8 with contiguous rows. a_zero_point: scalar or per row [M];
+    b_zero_point: scalar or per column [N] (not both per row and per column). scale: scalar,
+    per row (M, 1) or per column (N,), float32. row_bias: int32 [M], col_bias: int32 [N].
+    out: where to write the (M, N) result (rows may be strided).
+
+    gather = (rows, quads, K): A is not a matrix but read from the buffer a in place, row r's
+    bytes k = 4q..4q+3 at byte offset rows[r] + quads[q] (int64 arrays; K a multiple of 4):
+    an implicit-GEMM convolution. B's zero point must then be 0 (no row sums).
+    """
+    if gather is None:
+        M, K = a.shape
+        rows = quads = None
+    else:
+        rows, quads, K = gather
+        M = len(rows)
+    N = b.N
+    a_signed = not b.signed  # the kernel multiplies unsigned by signed bytes
+    flip_a = (a.dtype == np.int8) != a_signed
+    # Stored values: a = a' + da, b = b' + db (a flip shifts int8 up by 128, uint8 down), so
+    # (a - za) = a' - ZA with ZA = za - da, and (b - zb) = b' - ZB with ZB = zb - db.
+    da = (-128 if a.dtype == np.int8 else 128) if flip_a else 0
+    db = (128 if b.signed else -128) if b.flipped else 0
+    za = _zero_point(a_zero_point) - da
+    zb = _zero_point(b_zero_point) - db
+    # S' - ZB_j rs'_r - ZA_r cs'_j + K ZA_r ZB_j. Int32 arithmetic wraps: the terms may
+    # overflow, their sum (the exact result) does not.
+    row_off = col_off = row_f = col_f = None
+    if np.any(za) and b.colsum is None:
+        raise ValueError("B was packed without its column sums, which A's zero point needs")
+    if np.any(zb) and gather is not None:
+        raise ValueError("a gathered A takes no B zero point")
+    if np.ndim(za) == 0:
+        if za:
+            col_off = K * za * zb - za * b.colsum.astype(np.int64)
+        elif np.ndim(zb):  # (a scalar K * 0 * zb adds nothing)
+            col_off = K * za * zb
+        if np.any(zb):
+            rs = row_sums(a, flip_a, a_signed).astype(np.int64)
+            if np.ndim(zb) == 0:
+                row_off = -zb * rs
+            else:
+                row_f, col_f = rs, -zb
+    else:
+        if np.ndim(zb):
+            raise ValueError("per-row and per-column zero points together")
+        rs = row_sums(a, flip_a, a_signed).astype(np.int64) if zb else 0
+        row_off = K * za * zb - zb * rs
+        row_f, col_f = -za, b.colsum
+    if row_bias is not None:
+        row_off = row_bias.astype(np.int64) + (0 if row_off is None else row_off)
+    if col_bias is not None:
+        col_off = col_bias.astype(np.int64) + (0 if col_off is None else col_off)
+    e = _Epilogue()
+    keep = []  # the arrays the epilogue points at, alive until the kernel returns
+    for field, arr, size in (("row_off", row_off, M), ("col_off", col_off, N),
+                             ("row_f", row_f, M), ("col_f", col_f, N)):  # fmt: skip
+        if arr is not None:
+            arr = np.broadcast_to(arr, (size,)).astype(np.int32)  # (wraps: see above)
+            keep.append(arr)
+            setattr(e, field, arr.ctypes.data)
+    if out is None:
+        out = np.empty((M, N), np.int32 if scale is None else out_dtype)
+    if scale is None:
+        e.c, e.ldc = out.ctypes.data, out.strides[0] // 4
+    else:
+        info = np.iinfo(out.dtype)
+        s = np.ascontiguousarray(scale, dtype=np.float32)
+        keep.append(s)
+        e.out8, e.ldo = out.ctypes.data, out.strides[0]
+        e.scale = s.ctypes.data
+        e.scale_rs = 1 if s.ndim == 2 and s.shape[0] == M and M > 1 else 0
+        e.scale_cs = 1 if s.size > 1 and not e.scale_rs else 0
+        e.zero_point, e.lo, e.hi = int(y_zero_point), info.min, info.max
+    operand = _Operand(a.ctypes.data, 0 if rows is not None else a.strides[0], _addr(rows),
+                       _addr(quads))  # fmt: skip
+    panels = -(-N // PANEL)
+    ways = _ways(M * N * K, max(panels, -(-M // 6)))
+    args = (ctypes.byref(operand), int(flip_a), int(not a_signed), b.data.ctypes.data, K, N,
+            ctypes.byref(e))  # fmt: skip
+
+    def job(m0, m1, p0, p1):
+        return lambda: _lib.onyx_gemm_u8s8(*args, m0, m1, p0, p1)
+
+    if panels >= 2 * ways or M < 12 * ways:  # threads take panels (columns) ...
+        cuts = [panels * i // ways for i in range(ways + 1)]
+        jobs = [job(0, M, p0, p1) for p0, p1 in zip(cuts, cuts[1:])]
+    else:  # ... or rows, in whole tiles
+        cuts = [min(M, -(-M * i // ways // 6) * 6) for i in range(ways + 1)]
+        jobs = [job(m0, m1, 0, panels) for m0, m1 in zip(cuts, cuts[1:])]
+    _parallel(jobs)
+    return out

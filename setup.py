@@ -1,0 +1,23 @@
+"""Build of the optional native kernels (onyx/runtime/native/kernels.c).
+
+Everything else is declared in pyproject.toml. The extension is optional: where no C compiler
+is available the install goes on and onyx runs its numpy kernels (onyx.runtime.native says
+which). It is a plain C library loaded with ctypes, so one build serves every Python version.
+"""
+
+import sys
+
+from setuptools import Extension, setup
+
+flags = [] if sys.platform == "win32" else ["-O3", "-fvisibility=hidden", "-std=c99"]
+
+setup(
+    ext_modules=[
+        Extension(
+            "onyx.runtime.native._kernels",
+            sources=["onyx/runtime/native/kernels.c"],
+            extra_compile_args=flags,
+            optional=True,
+        )
+    ]
+)

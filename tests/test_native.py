@@ -1,0 +1,192 @@
+"""The optional native kernels (onyx/runtime/native): the int8 GEMM against exact numpy
+integer products, the byte transposes, and the quantized ops that use them against
+onnxruntime. Skipped where the library is not built or the CPU lacks AVX512-VNNI; the numpy
+paths they replace are what every other test runs there (and ONYX_NATIVE=0 runs here)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from onyx.runtime import native
+from onyx.runtime.kernels import conv as conv_kernels
+from onyx.runtime.kernels.quantize import qlinear_matmul
+
+needs_vnni = pytest.mark.skipif(
+    not native.int8_gemm_ok(1), reason="native int8 GEMM not built or no AVX512-VNNI"
+)
+BYTES = (np.uint8, np.int8)
+
+
+def _random(rng, dtype, shape):
+    info = np.iinfo(dtype)
+    return rng.integers(info.min, info.max + 1, shape).astype(dtype)
+
+
+def _exact(a, b, za, zb):
+    za = np.asarray(za, dtype=np.int64).reshape(-1, 1) if np.ndim(za) else za
+    return (a.astype(np.int64) - za) @ (b.astype(np.int64) - zb)
+
+
+@needs_vnni
+@pytest.mark.parametrize(
+    "shape", [(1, 1, 1), (7, 13, 45), (6, 4, 32), (13, 37, 70), (130, 300, 97)]
+)
+@pytest.mark.parametrize("a_type", BYTES)
+@pytest.mark.parametrize("b_type", BYTES)
+def test_int8_gemm_exact(shape, a_type, b_type):
+    rng = np.random.default_rng(sum(shape))
+    M, K, N = shape
+    a, b = _random(rng, a_type, (M, K)), _random(rng, b_type, (K, N))
+    zero_points = [
+        (0, 0),
+        (3, 0),
+        (0, 7),
+        (rng.integers(0, 100, M), 0),  # per row of A
+        (2, rng.integers(0, 100, N)),  # per column of B
+    ]
+    for za, zb in zero_points:
+        got = native.int8_gemm(a, native.pack(b, a.dtype), za, zb)
+        np.testing.assert_array_equal(got, _exact(a, b, za, zb), err_msg=f"za={za} zb={zb}")
+
+
+@needs_vnni
+def test_int8_gemm_requantizes_like_numpy():
+    rng = np.random.default_rng(0)
+    a, b = _random(rng, np.uint8, (37, 70)), _random(rng, np.int8, (70, 45))
+    bias = rng.integers(-5000, 5000, 37).astype(np.int32)
+    scale = rng.uniform(1e-4, 1e-2, (37, 1)).astype(np.float32)
+    got = native.int8_gemm(a, native.pack(b, a.dtype), 5, 0, row_bias=bias, scale=scale,
+                           y_zero_point=100, out_dtype=np.uint8)  # fmt: skip
+    acc = (_exact(a, b, 5, 0) + bias[:, None]).astype(np.float32) * scale
+    want = np.clip(np.rint(acc) + 100, 0, 255).astype(np.uint8)
+    np.testing.assert_array_equal(got, want)
+
+
+@needs_vnni
+def test_int8_gemm_threads_agree():
+    rng = np.random.default_rng(1)
+    a, b = _random(rng, np.uint8, (300, 512)), _random(rng, np.int8, (512, 300))
+    packed = native.pack(b, a.dtype)
+    with native.threads(1):
+        one = native.int8_gemm(a, packed, 3, 0)
+    with native.threads(2):
+        two = native.int8_gemm(a, packed, 3, 0)
+    np.testing.assert_array_equal(one, two)
+    np.testing.assert_array_equal(one, _exact(a, b, 3, 0))
+
+
+@pytest.mark.skipif(not native.available(), reason="native library not built")
+@pytest.mark.parametrize("shape", [(16, 16), (17, 33), (50, 64), (5, 3), (1, 100)])
+def test_transpose_bytes(shape):
+    a = _random(np.random.default_rng(2), np.uint8, shape)
+    out = np.empty(shape[::-1], np.uint8)
+    np.testing.assert_array_equal(native.transpose_bytes(a, out), a.T)
+
+
+def _ort_run(model, feeds):
+    ort = pytest.importorskip("onnxruntime")
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)[0]
+
+
+def _qlinear_conv_model(x_type, w, w_zero_point, bias, attrs):
+    from onnx import TensorProto, helper, numpy_helper
+
+    elem = TensorProto.UINT8 if x_type == np.uint8 else TensorProto.INT8
+    consts = {
+        "xs": np.array(0.05, np.float32),
+        "xz": np.array(7, x_type),
+        "w": w,
+        "ws": np.linspace(0.001, 0.01, w.shape[0]).astype(np.float32),
+        "wz": np.full(w.shape[0], w_zero_point, np.int8),
+        "ys": np.array(0.3, np.float32),
+        "yz": np.array(5, x_type),
+        "b": bias,
+    }
+    node = helper.make_node("QLinearConv", ["x", *consts], ["y"], **attrs)
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", elem, None)],
+        [helper.make_tensor_value_info("y", elem, None)],
+        [numpy_helper.from_array(v, k) for k, v in consts.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    return model, consts
+
+
+@needs_vnni
+@pytest.mark.parametrize(
+    "case",
+    [
+        # N, C, H, W, M, kernel, stride, dilation, pad, x type, weight zero point
+        (1, 3, 20, 17, 8, 3, 1, 1, 1, np.uint8, 0),  # channels padded to 4 (the stem)
+        (2, 5, 9, 9, 40, 3, 2, 1, 1, np.uint8, 0),
+        (1, 8, 7, 7, 33, 1, 1, 1, 0, np.uint8, 0),
+        (1, 16, 12, 12, 16, 3, 1, 2, 2, np.uint8, 0),
+        (1, 4, 8, 8, 8, 5, 2, 1, 2, np.int8, 0),
+        (1, 6, 10, 10, 8, 3, 1, 1, 1, np.uint8, 3),  # weight zero point: explicit columns
+        (2, 8, 10, 10, 8, 1, 2, 1, 0, np.uint8, 0),
+    ],
+)
+def test_qlinear_conv_matches_onnxruntime(case):
+    N, C, H, W, M, k, s, d, p, x_type, wz = case
+    rng = np.random.default_rng(C * M + k)
+    x = _random(rng, x_type, (N, C, H, W))
+    w = _random(rng, np.int8, (M, C, k, k))
+    w.flags.writeable = False  # a constant, as in a session (packed once)
+    bias = rng.integers(-1000, 1000, M).astype(np.int32)
+    attrs = {"pads": [p] * 4, "strides": [s, s], "dilations": [d, d]}
+    model, c = _qlinear_conv_model(x_type, w, wz, bias, attrs)
+    got = conv_kernels.qlinear_conv(x, c["xs"], c["xz"], w, c["ws"], c["wz"], c["ys"], c["yz"],
+                                    bias, **attrs)  # fmt: skip
+    np.testing.assert_array_equal(got, _ort_run(model, {"x": x}))
+
+
+@needs_vnni
+@pytest.mark.parametrize(
+    "a_shape, b_shape, b_type",
+    [((1, 128, 64), (64, 96), np.int8), ((2, 3, 20, 16), (2, 3, 16, 24), np.uint8)],
+)
+def test_qlinear_matmul_matches_onnxruntime(a_shape, b_shape, b_type):
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(3)
+    a, b = _random(rng, np.uint8, a_shape), _random(rng, b_type, b_shape)
+    consts = {
+        "as": np.array(0.02, np.float32),
+        "az": np.array(9, np.uint8),
+        "bs": np.array(0.01, np.float32),
+        "bz": np.array(0 if b_type == np.int8 else 128, b_type),
+        "ys": np.array(0.5, np.float32),
+        "yz": np.array(120, np.uint8),
+    }
+    names = ["a", "as", "az", "b", "bs", "bz", "ys", "yz"]
+    node = helper.make_node("QLinearMatMul", names, ["y"])
+    elem = {np.uint8: TensorProto.UINT8, np.int8: TensorProto.INT8}
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [
+            helper.make_tensor_value_info("a", TensorProto.UINT8, None),
+            helper.make_tensor_value_info("b", elem[b_type], None),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.UINT8, None)],
+        [numpy_helper.from_array(v, k) for k, v in consts.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    got = qlinear_matmul(a, consts["as"], consts["az"], b, consts["bs"], consts["bz"],
+                         consts["ys"], consts["yz"])  # fmt: skip
+    np.testing.assert_array_equal(got, _ort_run(model, {"a": a, "b": b}))
+
+
+def test_environment_switch_turns_the_library_off():
+    code = "from onyx.runtime import native; print(native.available())"
+    env = dict(os.environ, ONYX_NATIVE="0")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.stdout.strip() == "False", out.stderr
