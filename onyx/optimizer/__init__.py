@@ -5,10 +5,12 @@
 The caller's model is never changed: the optimizer edits a clone. Levels follow onnxruntime's
 ``graph_optimization_level``: basic passes keep the standard ops (constant folding, shape
 folding, no-op/identity/dropout elimination, common subexpressions, dead code and unused
-initializers); extended passes fuse patterns (Conv+BatchNormalization/Add/Mul, MatMul+Add ->
-Gemm, activations into com.microsoft FusedConv/FusedGemm, GELU, LayerNormalization, transpose
-pairs); 'all' is extended plus nothing more for now. Every pass has a name (see ``passes()``);
-names in ``disabled`` are skipped, as onnxruntime's ``disabled_optimizers``.
+initializers); extended passes fuse patterns (first QDQ node units into QLinearConv /
+QLinearMatMul / com.microsoft QLinear* and QGemm, as onnxruntime's QDQSelectorActionTransformer;
+then Conv+BatchNormalization/Add/Mul, MatMul+Add -> Gemm, activations into com.microsoft
+FusedConv/FusedGemm, GELU, LayerNormalization, transpose pairs); 'all' is extended plus nothing
+more for now. Every pass has a name (see ``passes()``); names in ``disabled`` are skipped, as
+onnxruntime's ``disabled_optimizers``.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from .. import ir
-from . import cleanup, conv, fold, gemm, transformer, transpose  # noqa: F401  (register passes)
+from . import cleanup, conv, fold, gemm, qdq, transformer, transpose  # noqa: F401  (register passes)
 from .core import ALL, BASIC, LEVELS, PASSES, PassContext, clone_model
 
 __all__ = ["optimize", "optimize_for_session", "passes"]
@@ -51,8 +53,8 @@ def optimize(
     if lvl <= 0 or _names_values_in_attributes(m):
         return m
     skip = set(disabled)
-    ctx = PassContext(m)
     enabled = [p for p in PASSES if p.level <= lvl and p.name not in skip]
+    ctx = PassContext(m, enabled=frozenset(p.name for p in enabled))
     basic = [p for p in enabled if p.level == BASIC]
     _rounds(ctx, basic)
     fusions = [p for p in enabled if p.level > BASIC]

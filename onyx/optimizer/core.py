@@ -49,6 +49,8 @@ class PassContext:
 
     model: ir.Model
     stats: dict[str, int] = field(default_factory=dict)
+    #: Names of the passes this run uses (a basic pass may leave work to a fusion that runs).
+    enabled: frozenset[str] = frozenset()
     _names: set[str] | None = None
     _declared: tuple | None = None
 

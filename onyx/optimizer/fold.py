@@ -12,6 +12,7 @@ from ..ir.dtypes import DataType, to_numpy
 from ..runtime.registry import lookup
 from ..runtime.values import attr_value
 from .core import BASIC, STANDARD, PassContext, graph_pass, is_op, static_shape
+from .qdq import reads_quantized  # (also registers the QDQ fusion ahead of the other fusions)
 
 #: Ops whose result is not a function of their inputs.
 NONDETERMINISTIC = {
@@ -114,6 +115,8 @@ def constant_folding(ctx: PassContext) -> bool:
     g = ctx.graph
     changed = False
     for node in g:
+        if is_op(node, "DequantizeLinear") and reads_quantized(ctx, node):
+            continue  # a QDQ unit's quantized weight: the QDQ fusion takes it as it is
         result = _evaluate(ctx, node)
         if result is None:
             continue

@@ -1,0 +1,506 @@
+"""QDQ node units -> quantized operators, as onnxruntime's QDQSelectorActionTransformer.
+
+A QDQ model (onnxruntime.quantization with QuantFormat.QDQ) writes every quantized op as a
+float op between DequantizeLinear (DQ) inputs and a QuantizeLinear (Q) output. Run as written,
+each op dequantizes, computes in float and requantizes; onnxruntime (extended level) rewrites
+these node units into integer ops, and so does this pass:
+
+    DQ(x), DQ(w) [, DQ(int32 bias)] -> Conv -> Q        QLinearConv
+    DQ(a), DQ(b) -> MatMul -> Q                           QLinearMatMul
+    DQ(a), DQ(b) [, DQ(int32 bias)] -> Gemm [-> Q]        com.microsoft QGemm (float out without Q)
+    DQ(a), DQ(b) -> Add | Mul -> Q                        com.microsoft QLinearAdd | QLinearMul
+    DQ(x) -> GlobalAveragePool | Sigmoid | LeakyRelu | Softmax -> Q
+                                                          com.microsoft QLinear<op>
+    DQ(x1), DQ(x2)... -> Concat -> Q                      com.microsoft QLinearConcat
+    DQ(x) -> MaxPool -> Q at the same scale and zero point    MaxPool on the 8-bit tensor
+
+The fused ops skip two float passes over every tensor, and round as onnxruntime's fused graph
+does: onnxruntime runs the optimized graph to its own results, to the bit, and onyx does too
+but where its QLinearSoftmax and QLinearAdd kernels round a value one step off onnxruntime's
+(the fixtures' gpt; rarer on larger models). A Relu or Clip between the op and its Q that Q's saturation makes redundant
+goes too, as onnxruntime's selectors allow: Q(Relu(v)) = Q(v) when Q's zero point is its type's
+minimum. Left as written (onnxruntime fuses them): AveragePool, whose QLinearAveragePool
+rounds the integer average of a window differently from the graph as written (ties; up to 6
+steps at unet_quant_qdq's output, against which tests/test_real_models holds the optimized
+graph), and Where (no QLinearWhere kernel here).
+
+Strict about what it takes (a unit that does not qualify stays as written): activations
+quantized per tensor to int8/uint8 with constant float32 scales (positive) and zero points; the
+same 8-bit type in and out (and an int8 activation only with int8 weights, as onnxruntime); the
+op's output read by the Q alone; weights constant, per tensor or per output channel (Conv: axis
+0, one zero point for all channels as onnxruntime's QLinearConv requires; MatMul/Gemm: per
+column); an int32 bias only at scale x_scale * w_scale (to float32 rounding) with zero point 0,
+the scale QLinearConv and QGemm read it at (and for Gemm only with alpha = beta = 1: QGemm
+scales its bias by alpha too; onnxruntime does not fuse that case either). The DQ nodes may have other readers: they stay for
+them.
+
+ConstantFolding (basic) would turn DQ(constant weight) into a float constant before this pass
+(extended) sees it; it asks :func:`reads_quantized` and leaves the DQs of units this pass will
+fuse as written, when this pass is enabled. This module is imported by fold.py, so the pass is
+registered before the other fusions and runs first among them, as onnxruntime runs its QDQ
+transformers before its other level-2 fusions (a FusedConv of Conv + Relu would hide a unit).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .. import ir
+from ..ir.dtypes import to_numpy
+from .core import EXTENDED, MS, STANDARD, PassContext, graph_pass, is_op, producer
+
+PASS = "QDQSelectorActionTransformer"
+
+_INT8, _UINT8, _INT32 = np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int32)
+#: Bias scale vs x_scale * w_scale: equal up to float32 rounding (a few ulps of the product).
+_BIAS_SCALE_RTOL = 1e-6
+
+
+# ------------------------------------------------------------------------ quantization params
+
+
+@dataclass(frozen=True)
+class QParams:
+    """One Q or DQ node's quantization: its integer tensor, scale and zero point."""
+
+    tensor: ir.Value  # DQ: its input; Q: its output
+    scale: ir.Value
+    zero_point: ir.Value | np.ndarray  # the input, or zeros to add when the node has none
+    scales: np.ndarray  # float32, flat
+    zero_points: np.ndarray  # flat, of the integer type
+    axis: int | None  # the quantized axis (non-negative) when per axis
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.zero_points.dtype
+
+    @property
+    def per_tensor(self) -> bool:
+        return self.axis is None
+
+    def inputs(self) -> list:
+        """(tensor, scale, zero point): how QLinear ops take an operand."""
+        return [self.tensor, self.scale, self.zero_point]
+
+
+def _qparams(ctx: PassContext, node: ir.Node | None) -> QParams | None:
+    """The quantization of a standard Q/DQ node with a constant positive float32 scale and a
+    constant zero point (a DQ's may be absent: zeros), per tensor or along one axis of a
+    constant; None for anything else (block quantization, output_dtype, ...)."""
+    if not is_op(node, "QuantizeLinear", "DequantizeLinear") or len(node.inputs) < 2:
+        return None
+    if any(a != "axis" and not (a == "block_size" and node.attr(a) == 0) for a in node.attributes):
+        return None
+    scale = ctx.const(node.inputs[1])
+    if scale is None or scale.dtype != np.float32 or scale.ndim > 1 or scale.size == 0:
+        return None
+    if not np.all(np.isfinite(scale) & (scale > 0)):
+        return None
+    is_dq = node.op_type == "DequantizeLinear"
+    tensor = node.inputs[0] if is_dq else node.outputs[0]
+    zero_point = _zero_point(ctx, node, scale.size)
+    if zero_point is None:
+        return None
+    zp = ctx.const(zero_point) if isinstance(zero_point, ir.Value) else zero_point
+    if is_dq and _elem_dtype(ctx, tensor) not in (None, zp.dtype):
+        return None  # (the spec gives DQ's input the zero point's type)
+    axis = _axis(ctx, node, scale.size) if scale.size > 1 else None
+    if scale.size > 1 and axis is None:
+        return None
+    return QParams(tensor, node.inputs[1], zero_point, scale.reshape(-1), zp.reshape(-1), axis)
+
+
+def _zero_point(ctx: PassContext, node: ir.Node, size: int) -> ir.Value | np.ndarray | None:
+    """A Q/DQ node's constant zero point input; for a DQ without one, zeros of its input's
+    type (a Q without one makes uint8, but quantizers always write it: not taken)."""
+    v = node.inputs[2] if len(node.inputs) > 2 else None
+    if v is not None and v.name:
+        zp = ctx.const(v)
+        return v if zp is not None and zp.ndim <= 1 and zp.size == size else None  # [1] ~ ()
+    dtype = _elem_dtype(ctx, node.inputs[0]) if node.op_type == "DequantizeLinear" else None
+    return None if dtype is None else np.zeros(() if size == 1 else (size,), dtype)
+
+
+def _axis(ctx: PassContext, node: ir.Node, size: int) -> int | None:
+    """The (non-negative) axis a DQ of a constant quantizes along, when it has ``size``
+    entries; per-axis parameters are taken only there (weights and biases)."""
+    data = ctx.const(node.inputs[0]) if node.op_type == "DequantizeLinear" else None
+    if data is None:
+        return None
+    axis = node.attr("axis", 1)
+    axis = axis + data.ndim if axis < 0 else axis
+    return axis if 0 <= axis < data.ndim and data.shape[axis] == size else None
+
+
+def _elem_dtype(ctx: PassContext, v: ir.Value) -> np.dtype | None:
+    data = ctx.const(v)
+    if data is not None:
+        return data.dtype
+    if isinstance(v.type, ir.TensorType):
+        try:
+            return to_numpy(v.type.elem_type)
+        except Exception:
+            return None
+    return None
+
+
+def _activation(ctx: PassContext, v: ir.Value | None) -> QParams | None:
+    """The DQ making ``v``: per tensor, 8-bit."""
+    p = _qparams(ctx, producer(v, "DequantizeLinear"))
+    if p is None or not p.per_tensor or p.dtype not in (_INT8, _UINT8):
+        return None
+    return p
+
+
+def _weight(ctx: PassContext, v: ir.Value | None, channel_axis: int) -> QParams | None:
+    """The DQ of a constant 8-bit weight making ``v``: per tensor or along ``channel_axis``."""
+    p = _qparams(ctx, producer(v, "DequantizeLinear"))
+    if p is None or p.dtype not in (_INT8, _UINT8) or ctx.const(p.tensor) is None:
+        return None
+    if not (p.per_tensor or p.axis == channel_axis):
+        return None
+    return p
+
+
+def _operand(ctx: PassContext, v: ir.Value | None, channel_axis: int) -> QParams | None:
+    """A MatMul/Gemm operand: an activation, or a weight (maybe per output column)."""
+    return _activation(ctx, v) or _weight(ctx, v, channel_axis)
+
+
+def _int8_rule(a: QParams, b: QParams) -> bool:
+    """onnxruntime's integer kernels take int8 activations only with int8 weights."""
+    return a.dtype != _INT8 or b.dtype == _INT8
+
+
+def _bias(ctx: PassContext, node: ir.Node, index: int, a: QParams, b: QParams, n: int | None):
+    """[] without a bias; [its int32 tensor] for DQ(int32 constant, shape [n]) at scale
+    a_scale * b_scale with zero point 0 (what QLinearConv/QGemm add to their accumulators);
+    None for any other bias."""
+    v = node.inputs[index] if len(node.inputs) > index else None
+    if v is None or not v.name:
+        return []
+    p = _qparams(ctx, producer(v, "DequantizeLinear"))
+    data = ctx.const(p.tensor) if p is not None else None
+    if data is None or data.dtype != _INT32 or data.ndim != 1 or np.any(p.zero_points):
+        return None
+    if n is not None and data.shape != (n,):
+        return None
+    expected = np.float32(a.scales[0]) * b.scales
+    if not np.allclose(p.scales, expected, rtol=_BIAS_SCALE_RTOL, atol=0):
+        return None
+    return [p.tensor]
+
+
+# ---------------------------------------------------------------------------- the output side
+
+
+@dataclass(frozen=True)
+class Output:
+    """The Q ending a unit, and the nodes between the op and it (a redundant Relu/Clip)."""
+
+    q: ir.Node
+    params: QParams
+    between: tuple[ir.Node, ...]
+
+    def inputs(self) -> list:
+        return [self.params.scale, self.params.zero_point]
+
+
+def _output(ctx: PassContext, node: ir.Node, clip_ok: bool = True) -> Output | None:
+    """The per-tensor 8-bit Q that alone reads ``node``'s only output (maybe through a
+    Relu/Clip that Q makes redundant)."""
+    if not _single_output(ctx, node):
+        return None
+    reader = ctx.single_use(node.outputs[0])
+    between: tuple[ir.Node, ...] = ()
+    if clip_ok and is_op(reader, "Relu", "Clip") and reader.graph is ctx.graph:
+        between = (reader,)
+        reader = ctx.single_use(reader.outputs[0])
+    if not is_op(reader, "QuantizeLinear") or reader.graph is not ctx.graph:
+        return None
+    p = _qparams(ctx, reader)
+    if p is None or not p.per_tensor or p.dtype not in (_INT8, _UINT8):
+        return None
+    if between and not _redundant(ctx, between[0], p):
+        return None
+    return Output(reader, p, between)
+
+
+def _single_output(ctx: PassContext, node: ir.Node) -> bool:
+    """Only output 0 is in use (MaxPool's optional Indices unused)."""
+    return all(not v._uses and not ctx.is_output(v) for v in node.outputs[1:])
+
+
+def _redundant(ctx: PassContext, clip: ir.Node, q: QParams) -> bool:
+    """Whether Q(clip(v)) = Q(v) for every v: the clip bounds lie outside the values Q
+    saturates to (qmin - zp) * s and (qmax - zp) * s, so Q's clamp does the same."""
+    info = np.iinfo(q.dtype)
+    zp, s = int(q.zero_points[0]), float(q.scales[0])
+    if clip.op_type == "Relu":
+        return zp == info.min  # (Relu's 0 is exactly the value of qmin)
+    bounds = _clip_bounds(ctx, clip)
+    if bounds is None:
+        return False
+    low, high = bounds
+    return low <= (info.min - zp) * s and high >= (info.max - zp) * s
+
+
+def _clip_bounds(ctx: PassContext, clip: ir.Node) -> tuple[float, float] | None:
+    if ctx.opset() < 11:  # bounds were attributes
+        return clip.attr("min", -np.inf), clip.attr("max", np.inf)
+    bounds = []
+    for i, default in ((1, -np.inf), (2, np.inf)):
+        v = clip.inputs[i] if len(clip.inputs) > i else None
+        if v is None or not v.name:
+            bounds.append(default)
+            continue
+        c = ctx.scalar(v)
+        if c is None:
+            return None
+        bounds.append(c)
+    return bounds[0], bounds[1]
+
+
+# ----------------------------------------------------------------------------------- fusions
+
+
+@dataclass
+class Fusion:
+    """What replaces a unit: the fused node's op, inputs and attributes; ``last`` is the node
+    whose output it takes over (the Q, or the op itself for a float QGemm), ``dead`` the other
+    nodes of the unit, ``dqs`` the DQ nodes read (removed when nothing else reads them)."""
+
+    op_type: str
+    domain: str
+    inputs: list  # Values, None for an absent optional input, arrays to add as constants
+    target: ir.Node
+    last: ir.Node
+    dead: tuple[ir.Node, ...]
+    dqs: tuple[ir.Node, ...]
+    carried: tuple[str, ...] = ()  # the target's attributes to carry over
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _fusion(
+    op_type: str,
+    target: ir.Node,
+    out: Output | None,
+    inputs: list,
+    domain: str = MS,
+    carried: tuple[str, ...] = (),
+    extra: dict[str, Any] | None = None,
+) -> Fusion:
+    last = out.q if out is not None else target
+    dead = (target, *out.between) if out is not None else ()
+    dqs = tuple(
+        v.producer for v in target.inputs if v is not None and is_op(v.producer, "DequantizeLinear")
+    )
+    return Fusion(op_type, domain, inputs, target, last, dead, dqs, carried, extra or {})
+
+
+def _conv(ctx: PassContext, conv: ir.Node) -> Fusion | None:
+    if len(conv.inputs) < 2:
+        return None
+    x, w = _activation(ctx, conv.inputs[0]), _weight(ctx, conv.inputs[1], channel_axis=0)
+    out = _output(ctx, conv)
+    if x is None or w is None or out is None:
+        return None
+    if x.dtype != out.params.dtype or not _int8_rule(x, w):
+        return None
+    if np.any(w.zero_points != w.zero_points[0]):
+        return None  # onnxruntime's QLinearConv takes one filter zero point for all channels
+    bias = _bias(ctx, conv, 2, x, w, ctx.const(w.tensor).shape[0])
+    if bias is None:
+        return None
+    inputs = [*x.inputs(), *w.inputs(), *out.inputs(), *bias]
+    return _fusion("QLinearConv", conv, out, inputs, "", tuple(conv.attributes))
+
+
+def _matmul(ctx: PassContext, mm: ir.Node) -> Fusion | None:
+    """QLinearMatMul: b an activation (attention's q @ k^T) or a constant weight, per tensor or
+    per column of a 2-D b."""
+    a, b = _activation(ctx, mm.inputs[0]), _operand(ctx, mm.inputs[1], channel_axis=1)
+    out = _output(ctx, mm)
+    if a is None or b is None or out is None:
+        return None
+    if a.dtype != out.params.dtype or not _int8_rule(a, b):
+        return None
+    if not b.per_tensor and ctx.const(b.tensor).ndim != 2:
+        return None
+    return _fusion("QLinearMatMul", mm, out, [*a.inputs(), *b.inputs(), *out.inputs()], "")
+
+
+def _gemm(ctx: PassContext, gemm: ir.Node) -> Fusion | None:
+    """com.microsoft QGemm; without a Q after the Gemm its output stays float (as onnxruntime
+    fuses a model's last Gemm, whose logits are not requantized)."""
+    trans_b = gemm.attr("transB", 0)
+    a, b = _activation(ctx, gemm.inputs[0]), _operand(ctx, gemm.inputs[1], 0 if trans_b else 1)
+    out = _output(ctx, gemm)
+    if a is None or b is None or (out is None and not _float_result(ctx, gemm)):
+        return None
+    if (out is not None and a.dtype != out.params.dtype) or not _int8_rule(a, b):
+        return None
+    weight = ctx.const(b.tensor)
+    n = None if weight is None else weight.shape[0 if trans_b else 1]
+    bias = _bias(ctx, gemm, 2, a, b, n)
+    # QGemm adds C to the accumulator, inside alpha's product: a bias only with alpha = beta = 1
+    if bias is None or (bias and (gemm.attr("alpha", 1.0), gemm.attr("beta", 1.0)) != (1, 1)):
+        return None
+    inputs = [*a.inputs(), *b.inputs()]
+    if out is not None:
+        inputs += [*(bias or [None]), *out.inputs()]
+    else:
+        inputs += bias
+    return _fusion("QGemm", gemm, out, inputs, MS, ("alpha", "transA", "transB"))
+
+
+def _float_result(ctx: PassContext, node: ir.Node) -> bool:
+    """No Q reads the op's output: a unit with a float result, as onnxruntime selects it (not
+    when a Relu/Clip alone reads it: onnxruntime looks for a Q after that one)."""
+    readers = node.outputs[0].consumers()
+    if len(readers) == 1 and is_op(readers[0], "Relu", "Clip"):
+        return False
+    return _single_output(ctx, node) and not any(is_op(n, "QuantizeLinear") for n in readers)
+
+
+def _binary(fused: str) -> Callable[[PassContext, ir.Node], Fusion | None]:
+    def build(ctx: PassContext, node: ir.Node) -> Fusion | None:
+        a, b = _activation(ctx, node.inputs[0]), _activation(ctx, node.inputs[1])
+        out = _output(ctx, node)
+        if a is None or b is None or out is None:
+            return None
+        if not a.dtype == b.dtype == out.params.dtype:
+            return None
+        return _fusion(fused, node, out, [*a.inputs(), *b.inputs(), *out.inputs()])
+
+    return build
+
+
+@dataclass(frozen=True)
+class Unary:
+    """A one-input op's fused form: its com.microsoft op, the attributes it carries over, and
+    ``extra``: (attributes it reads itself, a function giving the fused node's other
+    attributes or None when the node does not qualify)."""
+
+    fused: str
+    carried: tuple[str, ...] = ()
+    extra: tuple[tuple[str, ...], Callable[[PassContext, ir.Node], dict | None]] | None = None
+
+
+def _softmax_attributes(ctx: PassContext, node: ir.Node) -> dict:
+    """The axis made explicit (its default moved at opset 13) and the Softmax version whose
+    semantics apply (QLinearSoftmax's 'opset': a 2-D coerced softmax before 13)."""
+    opset = ctx.opset()
+    version = 13 if opset >= 13 else 11 if opset >= 11 else 1
+    return {"axis": node.attr("axis", -1 if opset >= 13 else 1), "opset": version}
+
+
+_UNARY = {
+    "GlobalAveragePool": Unary("QLinearGlobalAveragePool"),
+    "Sigmoid": Unary("QLinearSigmoid"),
+    "LeakyRelu": Unary("QLinearLeakyRelu", ("alpha",)),
+    "Softmax": Unary("QLinearSoftmax", (), (("axis",), _softmax_attributes)),
+}
+
+
+def _unary(ctx: PassContext, node: ir.Node) -> Fusion | None:
+    spec = _UNARY[node.op_type]
+    absorbed, make_extra = spec.extra or ((), None)
+    if any(a not in spec.carried and a not in absorbed for a in node.attributes):
+        return None
+    x, out = _activation(ctx, node.inputs[0]), _output(ctx, node)
+    if x is None or out is None or x.dtype != out.params.dtype:
+        return None
+    extra = make_extra(ctx, node) if make_extra is not None else {}
+    if extra is None:
+        return None
+    inputs = [*x.inputs(), *out.inputs()]
+    return _fusion(spec.fused, node, out, inputs, MS, spec.carried, extra)
+
+
+def _concat(ctx: PassContext, node: ir.Node) -> Fusion | None:
+    parts = [_activation(ctx, v) for v in node.inputs]
+    out = _output(ctx, node)
+    if not parts or out is None or any(p is None or p.dtype != out.params.dtype for p in parts):
+        return None
+    inputs = [*out.inputs(), *(v for p in parts for v in p.inputs())]
+    return _fusion("QLinearConcat", node, out, inputs, MS, ("axis",))
+
+
+def _max_pool(ctx: PassContext, node: ir.Node) -> Fusion | None:
+    """DQ -> MaxPool -> Q at the same scale and zero point: MaxPool on the integers. Exact: a
+    positive scale keeps the order, so the maximum of the dequantized values is the
+    dequantized maximum, and Q gives back the integer it came from."""
+    if ctx.opset() < 12:  # MaxPool takes 8-bit integers from opset 12
+        return None
+    x, out = _activation(ctx, node.inputs[0]), _output(ctx, node, clip_ok=False)
+    if x is None or out is None:
+        return None
+    y = out.params
+    same = x.dtype == y.dtype and x.scales[0] == y.scales[0]
+    if not same or x.zero_points[0] != y.zero_points[0]:
+        return None
+    return _fusion("MaxPool", node, out, [x.tensor], "", tuple(node.attributes))
+
+
+#: op type -> the builder of its fused form (None when the unit does not qualify).
+_RULES: dict[str, Callable[[PassContext, ir.Node], Fusion | None]] = {
+    "Conv": _conv,
+    "MatMul": _matmul,
+    "Gemm": _gemm,
+    "Add": _binary("QLinearAdd"),
+    "Mul": _binary("QLinearMul"),
+    "Concat": _concat,
+    "MaxPool": _max_pool,
+    **dict.fromkeys(_UNARY, _unary),
+}
+
+
+def plan(ctx: PassContext, node: ir.Node) -> Fusion | None:
+    """The fusion of the unit ``node`` is the op of, or None. No side effects."""
+    if node.domain not in STANDARD or node.graph is not ctx.graph or node.attributes_have_refs():
+        return None
+    build = _RULES.get(node.op_type)
+    return build(ctx, node) if build is not None else None
+
+
+def reads_quantized(ctx: PassContext, dq: ir.Node) -> bool:
+    """Whether ``dq`` dequantizes a constant that a unit this pass will fuse reads: then
+    ConstantFolding leaves it as written, for the fusion takes its integer tensor."""
+    if PASS not in ctx.enabled or not dq.inputs or ctx.const(dq.inputs[0]) is None:
+        return False
+    return any(plan(ctx, node) is not None for node in dq.outputs[0].consumers())
+
+
+def _apply(ctx: PassContext, f: Fusion) -> None:
+    base = f.target.name or f.target.op_type
+    inputs = [
+        ctx.add_const(v, base + "_zero_point") if isinstance(v, np.ndarray) else v for v in f.inputs
+    ]
+    carried = [f.target.attributes[a] for a in f.carried if a in f.target.attributes]
+    node = ir.Node(f.op_type, inputs, 1, carried, f.domain, ctx.fresh_name(base + "_quant"))
+    for name, value in f.extra.items():
+        node.set_attr(name, value)
+    if f.domain == MS:
+        ctx.ensure_opset(MS)
+    ctx.replace_nodes(f.last, node, f.dead)
+    for dq in f.dqs:  # (a DQ read twice by the unit is listed twice)
+        if dq.graph is ctx.graph and not dq.outputs[0]._uses and not ctx.is_output(dq.outputs[0]):
+            ctx.graph.remove(dq, safe=False)
+
+
+@graph_pass(PASS, EXTENDED)
+def qdq_fusion(ctx: PassContext) -> bool:
+    changed = False
+    for node in ctx.graph:
+        fusion = plan(ctx, node)  # (None for nodes an earlier fusion of this sweep removed)
+        if fusion is None:
+            continue
+        _apply(ctx, fusion)
+        ctx.count(PASS)
+        changed = True
+    return changed
