@@ -185,6 +185,21 @@ def test_qlinear_matmul_matches_onnxruntime(a_shape, b_shape, b_type):
     np.testing.assert_array_equal(got, _ort_run(model, {"a": a, "b": b}))
 
 
+@needs_vnni
+def test_qlinear_matmul_stacked_a_per_column_scale():
+    """Regression: a per-column multiplier [N] was tiled as if per row of a stacked A."""
+    rng = np.random.default_rng(4)
+    a, b = _random(rng, np.uint8, (3, 6, 8)), _random(rng, np.int8, (8, 8))
+    b_scale = rng.uniform(0.005, 0.02, 8).astype(np.float32)
+    args = (np.float32(0.02), np.uint8(128), b, b_scale, np.zeros(8, np.int8), np.float32(0.05),
+            np.array(120, np.uint8))  # fmt: skip
+    got = qlinear_matmul(a, *args[:1], np.array(128, np.uint8), *args[2:])
+    acc = _exact(a.reshape(-1, 8), b, 128, 0).astype(np.float32)
+    mult = (np.float32(0.02) * b_scale) / np.float32(0.05)
+    want = np.clip(np.rint(acc * mult) + 120, 0, 255).astype(np.uint8).reshape(3, 6, 8)
+    np.testing.assert_array_equal(got, want)
+
+
 def test_environment_switch_turns_the_library_off():
     code = "from onyx.runtime import native; print(native.available())"
     env = dict(os.environ, ONYX_NATIVE="0")

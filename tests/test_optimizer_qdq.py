@@ -240,17 +240,9 @@ def test_cnn(tmp_path, per_channel, activations):
         assert fused == expected
 
 
-#: (kept while it fails; strict=False so the fix shows as XPASS)
-NATIVE_PER_COLUMN_BUG = pytest.mark.xfail(
-    reason="QLinearMatMul of a 3-D a with a per-column b_scale [N] fails in the native int8 "
-    "GEMM path (linalg.native_matmul's _per_row tiles the [N] multiplier as one per row of a)",
-    strict=False,
-)
-
-
 @pytest.mark.parametrize(
     "per_channel",
-    [False, pytest.param(True, marks=NATIVE_PER_COLUMN_BUG)],
+    [False, True],
     ids=["per_tensor", "per_channel"],
 )
 def test_attention(tmp_path, per_channel):

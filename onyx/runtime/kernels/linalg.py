@@ -146,7 +146,7 @@ def native_matmul(a, b, a_zero_point=None, b_zero_point=None, scale=None, y_zero
     if b.ndim == 2:  # one B for every row of every matrix of A: one GEMM
         repeat = math.prod(a.shape[:-2])
         rows = np.ascontiguousarray(a.reshape(-1, K))
-        if "scale" in kw:
+        if "scale" in kw and kw["scale"].ndim == 2:  # per row (M, 1); per column stays
             kw["scale"] = _per_row(kw["scale"], M, repeat)
         y = native.int8_gemm(
             rows, packed_operand(b, a.dtype, za), _per_row(za, M, repeat), zb, **kw
