@@ -573,18 +573,7 @@ def conv_integer(
     y = _native_integer_conv(x, w, x_zero_point, w_zero_point, None, None, None, attrs)
     if y is not None:
         return y
-    acc, bound = _integer_conv(
-        x,
-        w,
-        x_zero_point,
-        w_zero_point,
-        auto_pad=auto_pad,
-        dilations=dilations,
-        group=group,
-        kernel_shape=kernel_shape,
-        pads=pads,
-        strides=strides,
-    )
+    acc, bound = _integer_conv(x, w, x_zero_point, w_zero_point, **attrs)
     if bound >= 2**31:  # accumulation wraps in 32 bits, as the spec allows
         return acc.astype(np.int64).astype(np.int32)
     return acc.astype(np.int32)
@@ -620,19 +609,7 @@ def qlinear_conv(
         y = _native_integer_conv(x, w, x_zero_point, w_zero_point, B, scale_m, y_zero_point, attrs)
         if y is not None:
             return y
-    acc, _ = _integer_conv(
-        x,
-        w,
-        x_zero_point,
-        w_zero_point,
-        B,
-        auto_pad=auto_pad,
-        dilations=dilations,
-        group=group,
-        kernel_shape=kernel_shape,
-        pads=pads,
-        strides=strides,
-    )
+    acc, _ = _integer_conv(x, w, x_zero_point, w_zero_point, B, **attrs)
     y = acc.astype(np.float32, copy=False)
     y *= scale.reshape((1, -1) + (1,) * (acc.ndim - 2))
     np.rint(y, out=y)
