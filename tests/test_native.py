@@ -61,7 +61,7 @@ def test_int8_gemm_requantizes_like_numpy():
     bias = rng.integers(-5000, 5000, 37).astype(np.int32)
     scale = rng.uniform(1e-4, 1e-2, (37, 1)).astype(np.float32)
     got = native.int8_gemm(a, native.pack(b, a.dtype), 5, 0, row_bias=bias, scale=scale,
-                           y_zero_point=100, out_dtype=np.uint8)  # fmt: skip
+                           y_zero_point=np.array(100, np.uint8))  # fmt: skip
     acc = (_exact(a, b, 5, 0) + bias[:, None]).astype(np.float32) * scale
     want = np.clip(np.rint(acc) + 100, 0, 255).astype(np.uint8)
     np.testing.assert_array_equal(got, want)

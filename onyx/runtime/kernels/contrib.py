@@ -11,7 +11,7 @@ import numpy as np
 
 from ..registry import op
 from .activation import _coerced_2d, _sigmoid, _softmax
-from .derived import derived
+from .derived import derived, frozen
 from .elementwise import fits, upcast
 from .elementwise import gelu as _gelu
 from .linalg import gemm_matmul, integer_matmul
@@ -120,11 +120,6 @@ def q_linear_concat(y_scale, y_zero_point, *inputs, axis):
     return np.concatenate(parts, axis=axis).astype(y_zero_point.dtype, copy=False)
 
 
-def _read_only(x: np.ndarray) -> np.ndarray:
-    x.flags.writeable = False
-    return x
-
-
 @op("QGemm", since=1, domain=MS)
 def q_gemm(
     a,
@@ -148,7 +143,7 @@ def q_gemm(
     a_ = a.T if transA else a
     b_ = b.T if transB else b
     if transB and not b.flags.writeable:  # a weight: one stable transposed copy per session,
-        b_ = derived(b, ("transposed",), lambda: _read_only(b.T.copy()))  # (its packing cached)
+        b_ = derived(b, ("transposed",), lambda: frozen(b.T.copy()))  # (its packing cached)
     acc = integer_matmul(a_, b_, a_zero_point, b_zero_point)
     if c is not None:
         acc = acc + c.astype(np.int32)

@@ -355,10 +355,6 @@ def conv(
 _F32_EXACT = 2**24  # integers below this are exact in float32, and so are their sums
 
 
-#: 8-bit integer types: the native int8 GEMM's operands.
-_BYTES = (np.dtype(np.uint8), np.dtype(np.int8))
-
-
 def _chunked_matmul(chunk: int):
     """An exact matmul of integer-valued float32 arrays: float32 BLAS over K-chunks whose sums
     of |products| stay below 2**24 (so every partial sum is exact whatever BLAS's order), the
@@ -406,70 +402,76 @@ def _centered_weights(w: np.ndarray, w_zero_point) -> tuple[np.ndarray, float]:
 
 
 def _native_integer_conv(x, w, x_zero_point, w_zero_point, bias, scale, y_zero_point, attrs):
-    """Integer conv on the native int8 GEMM (kernels.c): the raw bytes' columns (padded with
-    x's zero point, so padding contributes nothing) packed per image and group, multiplied by
-    the weights' rows, zero points corrected and (with ``scale``) requantized in the GEMM's
-    epilogue. None where it does not apply (then the float32-BLAS path runs)."""
+    """Integer conv on the native int8 GEMM (kernels.c), zero points corrected and (with
+    ``scale``) requantized in the GEMM's epilogue; None where it does not apply (then the
+    float32-BLAS path runs). 2-D convs with int8 weights run as an implicit GEMM; the others
+    pack the raw bytes' columns (padded with x's zero point, so padding contributes nothing)
+    per image and group and multiply the weights' rows by them."""
     group = attrs["group"]
     M, Cg = w.shape[:2]
     K = Cg * math.prod(w.shape[2:])
     if (
-        x.dtype not in _BYTES
-        or w.dtype not in _BYTES
+        x.dtype not in native.BYTES
+        or w.dtype not in native.BYTES
         or (Cg == 1 and group > 1)  # depthwise: a GEMV per channel, no GEMM to speak of
         or not native.int8_gemm_ok(K)
         or (x_zero_point is not None and x_zero_point.size != 1)
-        or (y_zero_point is not None and y_zero_point.dtype not in _BYTES)
+        or (y_zero_point is not None and y_zero_point.dtype not in native.BYTES)
     ):
         return None
     geo = _conv_geometry(x, w, **{k: v for k, v in attrs.items() if k != "group"})
-    out_shape, strides, dilations, pads = (geo[k] for k in ("out_shape", "strides",
-                                                            "dilations", "pads"))  # fmt: skip
-    kernel = list(w.shape[2:])
-    n = len(kernel)
+    out_shape = geo["out_shape"]
+    N, n = x.shape[0], len(out_shape)
     zx = 0 if x_zero_point is None else int(x_zero_point.reshape(-1)[0])
-    need = [
-        (o - 1) * s + e for o, s, e in zip(out_shape, strides, effective_kernel(kernel, dilations))
-    ]
-    N = x.shape[0]
+    wz = 0 if w_zero_point is None else w_zero_point.reshape(-1)
+    requant = {"y_zero_point": y_zero_point}
+    if n == 2 and group == 1 and w.dtype == np.int8 and not np.any(wz):  # (else: row sums)
+        y = _implicit_gemm_conv(x, w, zx, bias, scale, requant, geo)
+        return y.reshape((N, M, *out_shape))
     P, Mg = math.prod(out_shape), M // group
     wm = w.reshape(M, K)
     y = np.empty((N, M, P), np.int32 if scale is None else y_zero_point.dtype)
-    rows = [slice(g * Mg, (g + 1) * Mg) for g in range(group)]
-    if all(k == 1 for k in kernel) and not any(pads) and all(s == 1 for s in strides):
-        cols_of = lambda i: x[i].reshape(group, K, P)  # noqa: E731  (the pixels are the columns)
-    else:
-        xp = padded(x, pads[:n], need, x.dtype, value=zx)
-        view = windows(xp, out_shape, kernel, strides, dilations)  # (N, C, *out, *kernel)
-        order = (0,) + tuple(range(1 + n, 1 + 2 * n)) + tuple(range(1, 1 + n))
-        buf = scratch((group, K, P), x.dtype)
-
-        def cols_of(i):
-            np.copyto(buf.reshape((x.shape[1],) + tuple(kernel) + tuple(out_shape)),
-                      view[i].transpose(order))  # fmt: skip
-            return buf
-
-    wz = 0 if w_zero_point is None else w_zero_point.reshape(-1)
-    if n == 2 and group == 1 and w.dtype == np.int8 and not np.any(wz):  # (else: row sums)
-        y = _implicit_gemm_conv(x, w, zx, bias, scale, y_zero_point, geo)
-        return y.reshape((N, M, *out_shape))
     per_row = lambda v, r: v if np.size(v) <= 1 else v[r]  # noqa: E731
-    kw = {}
-    if scale is not None:
-        kw = {"y_zero_point": int(y_zero_point.reshape(-1)[0]), "out_dtype": y_zero_point.dtype}
-        scale = scale.reshape(-1, 1)
+    scale = None if scale is None else scale.reshape(-1, 1)
+    cols_of = _byte_columns(x, w, zx, group, geo)
     for i in range(N):
         cols = cols_of(i)
-        for g, r in enumerate(rows):
+        for g in range(group):
+            r = slice(g * Mg, (g + 1) * Mg)
             za = per_row(wz, r)
             packed = native.pack(cols[g], w.dtype, za)
             native.int8_gemm(wm[r], packed, za, zx, out=y[i, r],
                              row_bias=None if bias is None else bias[r],
-                             scale=None if scale is None else per_row(scale, r), **kw)  # fmt: skip
+                             scale=None if scale is None else per_row(scale, r), **requant)  # fmt: skip
     return y.reshape((N, M, *out_shape))
 
 
-def _implicit_gemm_conv(x, w, zx, bias, scale, y_zero_point, geo) -> np.ndarray:
+def _byte_columns(x, w, zx, group, geo):
+    """image index -> that image's im2col columns (group, Cg * kernel, pixels) of raw bytes,
+    padded with the zero point (a 1x1 unpadded unstrided conv's pixels as they are)."""
+    out_shape, strides, dilations, pads = (geo[k] for k in ("out_shape", "strides",
+                                                            "dilations", "pads"))  # fmt: skip
+    kernel = list(w.shape[2:])
+    n = len(kernel)
+    K, P = math.prod(w.shape[1:]), math.prod(out_shape)
+    if all(k == 1 for k in kernel) and not any(pads) and all(s == 1 for s in strides):
+        return lambda i: x[i].reshape(group, K, P)
+    eff = effective_kernel(kernel, dilations)
+    need = [(o - 1) * s + e for o, s, e in zip(out_shape, strides, eff)]
+    xp = padded(x, pads[:n], need, x.dtype, value=zx)
+    view = windows(xp, out_shape, kernel, strides, dilations)  # (N, C, *out, *kernel)
+    order = (0,) + tuple(range(1 + n, 1 + 2 * n)) + tuple(range(1, 1 + n))
+    buf = scratch((group, K, P), x.dtype)
+
+    def cols_of(i):
+        np.copyto(buf.reshape((x.shape[1],) + tuple(kernel) + tuple(out_shape)),
+                  view[i].transpose(order))  # fmt: skip
+        return buf
+
+    return cols_of
+
+
+def _implicit_gemm_conv(x, w, zx, bias, scale, requant, geo) -> np.ndarray:
     """A 2-D integer conv as an implicit GEMM: rows are output pixels, read in place from the
     padded input in NHWC layout (channels padded to a multiple of 4), where each tap's
     channels are a contiguous run of bytes; no columns are built. The weights, (kh, kw, C, M)
@@ -505,12 +507,8 @@ def _implicit_gemm_conv(x, w, zx, bias, scale, y_zero_point, geo) -> np.ndarray:
         return native.pack(wt.reshape(-1, M), x.dtype)
 
     packed = derived(w, ("implicit", Cp, x.dtype.char), make)
-    kw_ = {}
-    if scale is not None:
-        kw_ = {"scale": scale, "y_zero_point": int(y_zero_point.reshape(-1)[0]),
-               "out_dtype": y_zero_point.dtype}  # fmt: skip
     y = native.int8_gemm(xp, packed, zx, 0, col_bias=bias, gather=(rows, quads, kh * kw * Cp),
-                         **kw_)  # fmt: skip
+                         scale=scale, **requant)  # fmt: skip
     y = y.reshape(N, oh * ow, M)
     if y.itemsize != 1:
         return np.ascontiguousarray(y.transpose(0, 2, 1))

@@ -45,6 +45,12 @@ def derived(arr: np.ndarray, key: Hashable, make: Callable[[], Any]) -> Any:
     return value
 
 
+def frozen(a: np.ndarray) -> np.ndarray:
+    """a made read-only (in place) and returned: what is cached is shared between calls."""
+    a.flags.writeable = False
+    return a
+
+
 def value_key(a: np.ndarray | None) -> Hashable:
     """A hashable stand-in for a small array's value (zero points, scales) in a cache key."""
     if a is None:

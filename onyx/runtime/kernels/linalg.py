@@ -139,26 +139,22 @@ def native_matmul(a, b, a_zero_point=None, b_zero_point=None, scale=None, y_zero
     zb = 0 if b_zero_point is None else b_zero_point
     M, K = a.shape[-2:]
     N = b.shape[-1]
-    kw = {}
-    if scale is not None:
-        kw = {"scale": scale, "y_zero_point": int(y_zero_point.reshape(-1)[0]),
-              "out_dtype": y_zero_point.dtype}  # fmt: skip
+    requant = {"scale": scale, "y_zero_point": y_zero_point}
     if b.ndim == 2:  # one B for every row of every matrix of A: one GEMM
         repeat = math.prod(a.shape[:-2])
         rows = np.ascontiguousarray(a.reshape(-1, K))
-        if "scale" in kw and kw["scale"].ndim == 2:  # per row (M, 1); per column stays
-            kw["scale"] = _per_row(kw["scale"], M, repeat)
-        y = native.int8_gemm(
-            rows, packed_operand(b, a.dtype, za), _per_row(za, M, repeat), zb, **kw
-        )
+        if scale is not None and scale.ndim == 2:  # per row (M, 1); per column stays
+            requant["scale"] = _per_row(scale, M, repeat)
+        packed = packed_operand(b, a.dtype, za)
+        y = native.int8_gemm(rows, packed, _per_row(za, M, repeat), zb, **requant)
         return y.reshape(a.shape[:-1] + (N,))
     batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     a = np.broadcast_to(a, batch + (M, K))
     b = np.broadcast_to(b, batch + (K, N))
-    y = np.empty(batch + (M, N), y_zero_point.dtype if kw else np.int32)
+    y = np.empty(batch + (M, N), np.int32 if scale is None else y_zero_point.dtype)
     for i in np.ndindex(*batch):
         rows = a[i] if a[i].strides[1] == 1 else np.ascontiguousarray(a[i])
-        native.int8_gemm(rows, native.pack(b[i], a.dtype, za), za, zb, out=y[i], **kw)
+        native.int8_gemm(rows, native.pack(b[i], a.dtype, za), za, zb, out=y[i], **requant)
     return y
 
 

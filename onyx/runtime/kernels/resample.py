@@ -18,6 +18,7 @@ import numpy as np
 
 from ..registry import op
 from .conv import compute_dtype, pad_spatial
+from .derived import frozen
 
 # ----------------------------------------------------------------------------- Resize: coordinates
 
@@ -248,11 +249,6 @@ def _resize_general(X, axes, plan, mode, coordinate_mode, nearest_mode, cubic_co
     return np.ascontiguousarray(y)
 
 
-def _frozen(a: np.ndarray) -> np.ndarray:
-    a.flags.writeable = False  # cached tables are shared between calls
-    return a
-
-
 # ----------------------------------------------------------------------------- Resize: nearest
 # Nearest resizing copies elements, so the output is built from index tables alone. The tables
 # of the usual resizes have a shape that needs no gather: an integer upscale repeats every
@@ -275,7 +271,7 @@ def _nearest_table(coordinate_mode, rounding, in_len, out_len, scale, start, end
     if out_len == 1 or (steps[0] > 0 and (steps == steps[0]).all()):
         step = int(steps[0]) if out_len > 1 else 1
         return ("slice", slice(int(idx[0]), int(idx[0]) + step * (out_len - 1) + 1, step))
-    return ("take", _frozen(idx))
+    return ("take", frozen(idx))
 
 
 #: An element repeated k times along the last axis is one wider integer: its bits times
@@ -393,8 +389,8 @@ def _bilinear_table(coordinate_mode, in_len, out_len, scale, start, end, length)
     w_lo[edge] = w_hi[edge] = 0.5
     outside = None
     if coordinate_mode == "tf_crop_and_resize":  # onnxruntime compares float32 coordinates
-        outside = _frozen((x < 0) | (x > in_len - 1))
-    return _frozen(lo), _frozen(hi), _frozen(w_lo), _frozen(w_hi), outside
+        outside = frozen((x < 0) | (x > in_len - 1))
+    return frozen(lo), frozen(hi), frozen(w_lo), frozen(w_hi), outside
 
 
 def _bilinear(X, pair, targets, coordinate_mode, extrapolation_value) -> np.ndarray:

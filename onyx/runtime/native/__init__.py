@@ -23,8 +23,10 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["Packed", "available", "int8_gemm", "int8_gemm_ok", "pack", "threads"]
+__all__ = ["BYTES", "Packed", "available", "int8_gemm", "int8_gemm_ok", "pack", "threads"]
 
+#: The GEMM's operand types (and its requantized outputs').
+BYTES = (np.dtype(np.uint8), np.dtype(np.int8))
 #: Longest reduction the int32 accumulators hold exactly: K * 255 * 255 < 2**31.
 MAX_K = 1 << 15
 #: Columns per packed panel (kernels.c's NR): threads split the work at panel boundaries.
@@ -241,13 +243,12 @@ def int8_gemm(
     row_bias: np.ndarray | None = None,
     col_bias: np.ndarray | None = None,
     scale: np.ndarray | None = None,
-    y_zero_point: int = 0,
-    out_dtype=None,
+    y_zero_point: np.ndarray | None = None,
     out: np.ndarray | None = None,
     gather: tuple[np.ndarray, np.ndarray, int] | None = None,
 ) -> np.ndarray:
     """(A - a_zero_point) . (B - b_zero_point) [+ row_bias], exactly in int32; or, with
-    ``scale`` and ``out_dtype`` (uint8 / int8), requantized: clamp(rint(acc * scale) +
+    ``scale``, requantized to y_zero_point's type (uint8 / int8): clamp(rint(acc * scale) +
     y_zero_point) as onnxruntime does.
 
     a: (M, K) int8 or uint8 with contiguous rows. a_zero_point: scalar or per row [M];
@@ -311,7 +312,7 @@ def int8_gemm(
             keep.append(arr)
             setattr(e, field, arr.ctypes.data)
     if out is None:
-        out = np.empty((M, N), np.int32 if scale is None else out_dtype)
+        out = np.empty((M, N), np.int32 if scale is None else y_zero_point.dtype)
     if scale is None:
         e.c, e.ldc = out.ctypes.data, out.strides[0] // 4
     else:
@@ -322,7 +323,7 @@ def int8_gemm(
         e.scale = s.ctypes.data
         e.scale_rs = 1 if s.ndim == 2 and s.shape[0] == M and M > 1 else 0
         e.scale_cs = 1 if s.size > 1 and not e.scale_rs else 0
-        e.zero_point, e.lo, e.hi = int(y_zero_point), info.min, info.max
+        e.zero_point, e.lo, e.hi = int(y_zero_point.reshape(-1)[0]), info.min, info.max
     operand = _Operand(a.ctypes.data, 0 if rows is not None else a.strides[0], _addr(rows),
                        _addr(quads))  # fmt: skip
     panels = -(-N // PANEL)
