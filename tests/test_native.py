@@ -205,3 +205,127 @@ def test_environment_switch_turns_the_library_off():
     env = dict(os.environ, ONYX_NATIVE="0")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert out.stdout.strip() == "False", out.stderr
+
+
+# ----------------------------------------------------------------------------- depthwise conv
+
+needs_native = pytest.mark.skipif(not native.available(), reason="native library not built")
+
+#: N, C, H, W, multiplier, kernel, stride, dilation, pads (top, left, bottom, right)
+DEPTHWISE = [
+    (1, 16, 30, 30, 1, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1)),  # MobileNet's
+    (2, 40, 7, 7, 1, (5, 5), (1, 1), (1, 1), (2, 2, 2, 2)),  # 7x7 planes, a partial block
+    (1, 8, 13, 17, 2, (3, 3), (1, 1), (2, 2), (0, 1, 2, 3)),  # multiplier, dilation
+    (1, 5, 9, 10, 1, (4, 2), (3, 2), (1, 1), (3, 0, 1, 2)),  # odd strides, uneven pads
+    (2, 3, 5, 5, 1, (5, 5), (1, 1), (1, 1), (0, 0, 0, 0)),  # one output pixel
+]
+
+
+@pytest.fixture(params=["vector", "plane"])
+def depthwise_kernel(request, monkeypatch):
+    """Each depthwise kernel: AVX-512's 16-channel blocks (where the CPU has it) and the
+    portable one-plane-at-a-time loops."""
+    lib = native._lib
+    if lib is None:
+        pytest.skip("native library not built")
+    if request.param == "plane":
+        monkeypatch.setattr(lib, "depthwise_f32", lib.onyx_depthwise_f32)
+        monkeypatch.setattr(lib, "depthwise_i8", lib.onyx_depthwise_i8)
+        monkeypatch.setattr(lib, "depthwise_lanes", 1)
+    elif lib.depthwise_lanes != 16:
+        pytest.skip("no AVX-512")
+    calls = []
+    for name in ("depthwise_f32", "depthwise_i8"):
+        fn = getattr(lib, name)
+        monkeypatch.setattr(lib, name, lambda *a, fn=fn: calls.append(1) or fn(*a))
+    yield request.param
+    assert calls, "the native kernel did not run"
+
+
+def _depthwise_model(op, elem, consts, C, kernel, stride, dilation, pads):
+    from onnx import helper, numpy_helper
+
+    attrs = {"group": C, "strides": list(stride), "dilations": list(dilation), "pads": list(pads)}
+    node = helper.make_node(op, ["x", *consts], ["y"], **attrs)
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", elem, None)],
+        [helper.make_tensor_value_info("y", elem, None)],
+        [numpy_helper.from_array(v, k) for k, v in consts.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    return model, attrs
+
+
+@pytest.mark.parametrize("case", DEPTHWISE)
+def test_depthwise_float_matches_onnxruntime(case, depthwise_kernel):
+    from onnx import TensorProto
+
+    N, C, H, W, mult, kernel, stride, dilation, pads = case
+    rng = np.random.default_rng(C + H)
+    x = rng.standard_normal((N, C, H, W)).astype(np.float32)
+    consts = {"w": rng.standard_normal((C * mult, 1, *kernel)).astype(np.float32),
+              "b": rng.standard_normal(C * mult).astype(np.float32)}  # fmt: skip
+    model, attrs = _depthwise_model("Conv", TensorProto.FLOAT, consts, C, kernel, stride,
+                                    dilation, pads)  # fmt: skip
+    got = conv_kernels.conv(x, consts["w"], consts["b"], **attrs)
+    np.testing.assert_allclose(got, _ort_run(model, {"x": x}), rtol=1e-5, atol=1e-5)
+
+
+def test_depthwise_float_1d_matches_onnxruntime(depthwise_kernel):
+    from onnx import TensorProto
+
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((2, 24, 50)).astype(np.float32)
+    consts = {"w": rng.standard_normal((24, 1, 4)).astype(np.float32)}
+    model, attrs = _depthwise_model("Conv", TensorProto.FLOAT, consts, 24, (4,), (2,), (1,),
+                                    (3, 1))  # fmt: skip
+    got = conv_kernels.conv(x, consts["w"], **attrs)
+    np.testing.assert_allclose(got, _ort_run(model, {"x": x}), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("case", DEPTHWISE)
+@pytest.mark.parametrize("x_type", BYTES)
+def test_depthwise_qlinear_conv_matches_onnxruntime(case, x_type, depthwise_kernel):
+    from onnx import TensorProto
+
+    N, C, H, W, mult, kernel, stride, dilation, pads = case
+    M = C * mult
+    rng = np.random.default_rng(M + W)
+    x = _random(rng, x_type, (N, C, H, W))
+    w = _random(rng, np.int8, (M, 1, *kernel))
+    w.flags.writeable = False  # a constant, as in a session
+    consts = {
+        "xs": np.array(0.05, np.float32),
+        "xz": np.array(7, x_type),
+        "w": w,
+        "ws": np.linspace(0.001, 0.01, M).astype(np.float32),
+        "wz": np.zeros(M, np.int8),
+        "ys": np.array(0.02, np.float32),
+        "yz": np.array(5, x_type),
+        "b": rng.integers(-3000, 3000, M).astype(np.int32),
+    }
+    elem = TensorProto.UINT8 if x_type == np.uint8 else TensorProto.INT8
+    model, attrs = _depthwise_model("QLinearConv", elem, consts, C, kernel, stride, dilation,
+                                    pads)  # fmt: skip
+    got = conv_kernels.qlinear_conv(x, *consts.values(), **attrs)
+    np.testing.assert_array_equal(got, _ort_run(model, {"x": x}))
+
+
+@pytest.mark.parametrize("case", DEPTHWISE[:3])
+@pytest.mark.parametrize("w_type", BYTES)
+def test_depthwise_conv_integer_is_exact(case, w_type, depthwise_kernel):
+    N, C, H, W, mult, kernel, stride, dilation, pads = case
+    M = C * mult
+    rng = np.random.default_rng(M)
+    x = _random(rng, np.uint8, (N, C, H, W))
+    w = _random(rng, w_type, (M, 1, *kernel))
+    wz = _random(rng, w_type, (M,))  # a zero point per output channel
+    attrs = {"group": C, "strides": list(stride), "dilations": list(dilation), "pads": list(pads)}
+    got = conv_kernels.conv_integer(x, w, np.array(200, np.uint8), wz, **attrs)
+    xc = x.astype(np.float64) - 200
+    wc = w.astype(np.float64) - wz.astype(np.float64).reshape(-1, 1, 1, 1)
+    want = conv_kernels.conv(xc, wc, **attrs)  # exact in float64
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got, want.astype(np.int32))

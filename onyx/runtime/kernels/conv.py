@@ -179,6 +179,10 @@ def _conv(
     if all(k == 1 for k in kernel):
         return _conv_1x1(x, w, group, pads[:n], strides, out_shape, dtype, shift, bias, acc, matmul)
     if group == C and group > 1 and n <= 2:
+        if dtype == acc == x.dtype == np.float32 and shift is None:
+            y = _native_depthwise(x, w, bias, pads[:n], strides, dilations, out_shape)
+            if y is not None:
+                return y
         return _conv_depthwise(x, w, pads[:n], need, strides, dilations, out_shape, dtype, shift,
                                bias, acc, matmul)  # fmt: skip
     xp = padded(x, pads[:n], need, dtype, shift=shift)
@@ -251,6 +255,18 @@ def _conv_1x1(x, w, group, begin, strides, out_shape, dtype, shift, bias, acc, m
         y = np.empty((N, group, Mg, P), dtype=acc)
         matmul(wm, cols, y)
     return _add_channels(y.reshape((N, M, *out_shape)), bias)
+
+
+def _native_depthwise(x, w, bias, begin, strides, dilations, out_shape):
+    """A float32 depthwise 1-D / 2-D conv on the native kernel (kernels.c), or None."""
+    final_shape = (x.shape[0], w.shape[0], *out_shape)
+    if len(out_shape) == 1:  # a 1-D conv is a 2-D one of height 1
+        x, w, out_shape = x[:, :, None], w[:, :, None], [1, *out_shape]
+        begin, strides, dilations = [0, *begin], [1, *strides], [1, *dilations]
+    if not native.depthwise_ok(x, w, begin):
+        return None
+    y = native.depthwise_f32(x, w, bias, out_shape, strides, dilations, begin)
+    return y.reshape(final_shape)
 
 
 def _conv_depthwise(x, w, begin, need, strides, dilations, out_shape, dtype, shift, bias, acc,
@@ -413,13 +429,16 @@ def _native_integer_conv(x, w, x_zero_point, w_zero_point, bias, scale, y_zero_p
     if (
         x.dtype not in native.BYTES
         or w.dtype not in native.BYTES
-        or (Cg == 1 and group > 1)  # depthwise: a GEMV per channel, no GEMM to speak of
-        or not native.int8_gemm_ok(K)
         or (x_zero_point is not None and x_zero_point.size != 1)
         or (y_zero_point is not None and y_zero_point.dtype not in native.BYTES)
     ):
         return None
     geo = _conv_geometry(x, w, **{k: v for k, v in attrs.items() if k != "group"})
+    if Cg == 1 and group > 1:  # depthwise: a GEMV per channel, no GEMM to speak of
+        return _native_integer_depthwise(x, w, x_zero_point, w_zero_point, bias, scale,
+                                         y_zero_point, geo)  # fmt: skip
+    if not native.int8_gemm_ok(K):
+        return None
     out_shape = geo["out_shape"]
     N, n = x.shape[0], len(out_shape)
     zx = 0 if x_zero_point is None else int(x_zero_point.reshape(-1)[0])
@@ -444,6 +463,30 @@ def _native_integer_conv(x, w, x_zero_point, w_zero_point, bias, scale, y_zero_p
                              row_bias=None if bias is None else bias[r],
                              scale=None if scale is None else per_row(scale, r), **requant)  # fmt: skip
     return y.reshape((N, M, *out_shape))
+
+
+def _native_integer_depthwise(x, w, x_zero_point, w_zero_point, bias, scale, y_zero_point, geo):
+    """A 2-D depthwise integer conv on the native kernel (kernels.c), or None: int32 sums of
+    (x - x_zp) (w - w_zp), requantized with ``scale``. The centered weights (int16, (M, kh,
+    kw)) are made once per session."""
+    n = len(geo["out_shape"])
+    begin = geo["pads"][:n]
+    if n != 2 or w.shape[0] % x.shape[1] or not native.depthwise_ok(x, w, begin):
+        return None
+    if math.prod(w.shape[2:]) * 255 * 255 >= 2**31:  # (the sums must fit in int32)
+        return None
+
+    def make():
+        wz = 0 if w_zero_point is None else w_zero_point.astype(np.int16).reshape(-1, 1, 1)
+        wc = w[:, 0].astype(np.int16) - wz
+        wc.flags.writeable = False
+        return wc
+
+    wc = derived(w, ("depthwise", value_key(w_zero_point)), make)
+    zx = 0 if x_zero_point is None else int(x_zero_point.reshape(-1)[0])
+    return native.depthwise_int(x, zx, wc, bias, geo["out_shape"], geo["strides"],
+                                geo["dilations"], begin, scale=scale,
+                                y_zero_point=y_zero_point)  # fmt: skip
 
 
 def _byte_columns(x, w, zx, group, geo):

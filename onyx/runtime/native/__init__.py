@@ -35,11 +35,25 @@ PANEL = 32
 #: tens of microseconds, about what the kernel does with this much work.
 _PARALLEL_MACS = 24 << 20
 
+#: The same for the depthwise conv, whose multiply-adds are about 8x slower (float lanes,
+#: one product per lane).
+_DEPTHWISE_MACS = _PARALLEL_MACS // 8
+
 _P, _I64, _INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
 
 
 class _Operand(ctypes.Structure):
     _fields_ = [("a", _P), ("lda", _I64), ("rows", _P), ("quads", _P)]
+
+
+class _DwGeometry(ctypes.Structure):
+    _fields_ = [(name, _I64) for name in ("C", "H", "W", "mult", "OH", "OW", "kh", "kw", "sh",
+                                          "sw", "dh", "dw", "top", "left")]  # fmt: skip
+
+
+class _DwOutput(ctypes.Structure):
+    _fields_ = [("bias", _P), ("y32", _P), ("y8", _P), ("scale", _P),
+                ("zero_point", ctypes.c_int32), ("lo", ctypes.c_int32), ("hi", ctypes.c_int32)]  # fmt: skip
 
 
 class _Epilogue(ctypes.Structure):
@@ -90,7 +104,24 @@ def _load():
     lib.onyx_transpose_u8.argtypes = [_P, _I64, _I64, _I64, _P, _I64]
     lib.onyx_to_nhwc.restype = None
     lib.onyx_to_nhwc.argtypes = [_P, _I64, _I64, _I64, _P, _I64, _I64]
-    vnni = bool(lib.onyx_caps())
+    lib.onyx_depthwise_f32.restype = _INT
+    lib.onyx_depthwise_f32.argtypes = [_P, _P, _P, _P, ctypes.POINTER(_DwGeometry), _I64, _I64]
+    lib.onyx_depthwise_i8.restype = _INT
+    lib.onyx_depthwise_i8.argtypes = [_P, _INT, ctypes.c_int32, _P, ctypes.POINTER(_DwGeometry),
+                                      ctypes.POINTER(_DwOutput), _I64, _I64]  # fmt: skip
+    caps = lib.onyx_caps()
+    vnni = bool(caps & 1)
+    for name in ("onyx_depthwise_f32_avx512", "onyx_depthwise_i8_avx512"):
+        if hasattr(lib, name):
+            fn, plain = getattr(lib, name), getattr(lib, name[: -len("_avx512")])
+            fn.restype, fn.argtypes = plain.restype, plain.argtypes
+    if caps & 2:  # the depthwise convs take blocks of 16 channels
+        lib.depthwise_f32, lib.depthwise_i8 = (lib.onyx_depthwise_f32_avx512,
+                                               lib.onyx_depthwise_i8_avx512)  # fmt: skip
+        lib.depthwise_lanes = 16
+    else:  # ... or single planes
+        lib.depthwise_f32, lib.depthwise_i8 = lib.onyx_depthwise_f32, lib.onyx_depthwise_i8
+        lib.depthwise_lanes = 1
     if vnni:
         lib.onyx_gemm_u8s8.restype = None
         lib.onyx_gemm_u8s8.argtypes = [ctypes.POINTER(_Operand), _INT, _INT, _P, _I64, _I64,
@@ -144,11 +175,12 @@ def _parallel(jobs: list) -> None:
         f.result()
 
 
-def _ways(work: int, parts: int) -> int:
+def _ways(work: int, parts: int, least: int = _PARALLEL_MACS) -> int:
+    """Threads for ``work`` multiply-adds in ``parts`` pieces, where ``least`` is worth one."""
     n = _threads.get() or _cpu_count()
-    if work < _PARALLEL_MACS:
+    if work < least:
         return 1
-    return max(1, min(n, parts, work // (_PARALLEL_MACS // 2)))
+    return max(1, min(n, parts, work // (least // 2)))
 
 
 # ----------------------------------------------------------------------------- int8 GEMM
@@ -342,3 +374,74 @@ def int8_gemm(
         jobs = [job(m0, m1, 0, panels) for m0, m1 in zip(cuts, cuts[1:])]
     _parallel(jobs)
     return out
+
+
+# ----------------------------------------------------------------------------- depthwise conv
+
+
+def _dw_geometry(x: np.ndarray, M: int, kernel, out_shape, strides, dilations, begin):
+    """The kernels' geometry, and how many pieces of work (planes or channel blocks) it has."""
+    N, C, H, W = x.shape
+    g = _DwGeometry(C, H, W, M // C, *out_shape, *kernel, *strides, *dilations, *begin)
+    return g, N * -(-M // _lib.depthwise_lanes)
+
+
+def _planes(call, planes: int, work: int) -> None:
+    """call(p0, p1) over the output planes, split between threads when the work pays."""
+    ways = _ways(work, planes, _DEPTHWISE_MACS)
+    cuts = [planes * i // ways for i in range(ways + 1)]
+    results = []
+    _parallel([lambda a=a, b=b: results.append(call(a, b)) for a, b in zip(cuts, cuts[1:])])
+    if any(results):
+        raise MemoryError("onyx native depthwise conv: out of memory for its buffers")
+
+
+def depthwise_ok(x: np.ndarray, w: np.ndarray, begin) -> bool:
+    """Whether the native depthwise conv takes this 2-D conv (group == C; C-contiguous x)."""
+    return (
+        _lib is not None
+        and x.ndim == 4
+        and x.flags.c_contiguous
+        and w.shape[1] == 1
+        and w.shape[0] % x.shape[1] == 0
+        and min(begin) >= 0
+    )
+
+
+def depthwise_f32(x, w, bias, out_shape, strides, dilations, begin) -> np.ndarray:
+    """Depthwise 2-D conv of float32 x (N, C, H, W) with w (M, 1, kh, kw) (+ bias [M]);
+    begin: top and left pads (the end pads are implied by out_shape)."""
+    M = w.shape[0]
+    w = np.ascontiguousarray(w, np.float32)
+    b = None if bias is None else np.ascontiguousarray(bias, np.float32)
+    y = np.empty((x.shape[0], M, *out_shape), np.float32)
+    g, planes = _dw_geometry(x, M, w.shape[2:], out_shape, strides, dilations, begin)
+    args = (x.ctypes.data, w.ctypes.data, _addr(b), y.ctypes.data, ctypes.byref(g))
+    _planes(lambda p0, p1: _lib.depthwise_f32(*args, p0, p1), planes, y.size * w[0].size)
+    return y
+
+
+def depthwise_int(x, x_zero_point: int, wc: np.ndarray, bias, out_shape, strides, dilations,
+                  begin, *, scale=None, y_zero_point=None) -> np.ndarray:  # fmt: skip
+    """Depthwise 2-D conv of bytes x (N, C, H, W) minus x_zero_point with wc (M, kh, kw: the
+    weights minus their zero points, int16) (+ int32 bias [M]): exact int32 sums, or with
+    ``scale`` ([M] float32) requantized to y_zero_point's type as :func:`int8_gemm` does."""
+    M = wc.shape[0]
+    g, planes = _dw_geometry(x, M, wc.shape[1:], out_shape, strides, dilations, begin)
+    o, keep = _DwOutput(), []
+    if bias is not None:
+        keep.append(np.ascontiguousarray(bias, np.int32))
+        o.bias = keep[-1].ctypes.data
+    if scale is None:
+        y = np.empty((x.shape[0], M, *out_shape), np.int32)
+        o.y32 = y.ctypes.data
+    else:
+        y = np.empty((x.shape[0], M, *out_shape), y_zero_point.dtype)
+        keep.append(np.ascontiguousarray(np.broadcast_to(scale, (M,)), np.float32))
+        info = np.iinfo(y.dtype)
+        o.y8, o.scale = y.ctypes.data, keep[-1].ctypes.data
+        o.zero_point, o.lo, o.hi = int(y_zero_point.reshape(-1)[0]), info.min, info.max
+    args = (x.ctypes.data, int(x.dtype == np.int8), int(x_zero_point), wc.ctypes.data,
+            ctypes.byref(g), ctypes.byref(o))  # fmt: skip
+    _planes(lambda p0, p1: _lib.depthwise_i8(*args, p0, p1), planes, y.size * wc[0].size)
+    return y

@@ -196,15 +196,230 @@ EXPORT void onyx_row_sums(const uint8_t *a, int64_t lda, int64_t M, int64_t K, i
     }
 }
 
+/* ------------------------------------------------------------------ depthwise convolution
+ *
+ * Depthwise 2-D convolution (group == C, M = C * mult output channels), one (image, output
+ * channel) plane at a time. The input plane is copied, padded, into its stride phases: phase
+ * (r0, r1) holds the padded pixels (i * sh + r0, j * sw + r1), Hq x Wq of them. Every kernel
+ * tap then reads one phase at a fixed offset with unit stride: flattened, a tap is one run of
+ * OH * Wq values in which output pixel (i, j) sits at i * Wq + j (the columns j >= OW are
+ * wrap-around garbage, dropped when the result is stored). So each tap is one long
+ * multiply-add loop, which the compiler vectorizes whatever the plane's width (ONNX's
+ * MobileNets have 7x7 planes), over a block of rows whose sums stay in L1.
+ */
+#include <stdlib.h>
+
+typedef struct {
+    int64_t C, H, W;   /* input channels and size */
+    int64_t mult;      /* output channels per input channel */
+    int64_t OH, OW;    /* output size */
+    int64_t kh, kw, sh, sw, dh, dw;
+    int64_t top, left; /* begin pads (>= 0) */
+} dw_geometry;
+
+typedef struct {
+    int64_t Hq, Wq, phase, K, rows; /* phase: values per phase; rows: output rows per block */
+} dw_layout;
+
+#define DW_BLOCK 2048 /* sums per block of rows (8 KB of float or int32) */
+
+static dw_layout dw_layout_of(const dw_geometry *g) {
+    dw_layout d;
+    int64_t need_h = (g->OH - 1) * g->sh + (g->kh - 1) * g->dh + 1;
+    int64_t need_w = (g->OW - 1) * g->sw + (g->kw - 1) * g->dw + 1;
+    d.Hq = (need_h + g->sh - 1) / g->sh;
+    d.Wq = (need_w + g->sw - 1) / g->sw;
+    /* the last tap's run ends (kw - 1) * dw / sw values past its phase's last row */
+    d.phase = d.Hq * d.Wq + ((g->kw - 1) * g->dw) / g->sw;
+    d.K = g->kh * g->kw;
+    d.rows = DW_BLOCK / d.Wq > 0 ? DW_BLOCK / d.Wq : 1;
+    return d;
+}
+
+/* Where each tap's run starts in the phase buffer. */
+static void dw_taps(const dw_geometry *g, const dw_layout *d, int64_t *start) {
+    for (int64_t a = 0; a < g->kh; a++)
+        for (int64_t b = 0; b < g->kw; b++) {
+            int64_t v = a * g->dh, u = b * g->dw;
+            start[a * g->kw + b] =
+                ((v % g->sh) * g->sw + u % g->sw) * d->phase + (v / g->sh) * d->Wq + u / g->sw;
+        }
+}
+
+/* For the input row h and phase column r1: the first input column w0 landing there, and its
+   place in the phase buffer (-1: the row is past what the windows read). */
+static int64_t dw_row_dst(const dw_geometry *g, const dw_layout *d, int64_t h, int64_t r1,
+                          int64_t *w0) {
+    int64_t ph = h + g->top;
+    if (ph >= d->Hq * g->sh) return -1;
+    *w0 = ((r1 - g->left) % g->sw + g->sw) % g->sw;
+    return ((ph % g->sh) * g->sw + r1) * d->phase + (ph / g->sh) * d->Wq + (*w0 + g->left) / g->sw;
+}
+
+/* The input plane into the zeroed phase buffer: x - zp, as the buffer's type. */
+#define DW_SCATTER(name, S, T)                                                               \
+    static void name(const S *x, int32_t zp, const dw_geometry *g, const dw_layout *d,       \
+                     T *buf) {                                                               \
+        memset(buf, 0, (size_t)(g->sh * g->sw * d->phase) * sizeof(T));                      \
+        int64_t wend = d->Wq * g->sw - g->left; /* past this, no window reads the column */  \
+        if (wend > g->W) wend = g->W;                                                        \
+        for (int64_t h = 0; h < g->H; h++)                                                   \
+            for (int64_t r1 = 0; r1 < g->sw; r1++) {                                         \
+                int64_t w0, at = dw_row_dst(g, d, h, r1, &w0);                               \
+                if (at < 0) break;                                                           \
+                const S *row = x + h * g->W + w0;                                            \
+                T *restrict dst = buf + at;                                                  \
+                int64_t count = wend > w0 ? (wend - w0 + g->sw - 1) / g->sw : 0;             \
+                if (g->sw == 1) /* (spelled out: it vectorizes) */                           \
+                    for (int64_t j = 0; j < count; j++) dst[j] = (T)(row[j] - zp);           \
+                else                                                                         \
+                    for (int64_t j = 0; j < count; j++) dst[j] = (T)(row[j * g->sw] - zp);   \
+            }                                                                                \
+    }
+DW_SCATTER(dw_scatter_f32, float, float)
+DW_SCATTER(dw_scatter_u8, uint8_t, int16_t)
+DW_SCATTER(dw_scatter_s8, int8_t, int16_t)
+
+#if defined(__GNUC__) && !defined(__clang__)
+#define IVDEP _Pragma("GCC ivdep") /* the sums and the buffer do not overlap */
+#else
+#define IVDEP
+#endif
+
+/* acc[0, n) = sum over taps of w[t] * buf[start[t] + j0 + j], four taps per pass over acc
+   (fewer loads and stores of the sums; the compiler's own unroll-and-jam of this loop nest
+   gives up vectorizing it). */
+#define DW_SUMS(name, T, W, A)                                                              \
+    static inline void name(const T *buf, const W *w, const int64_t *start, int64_t K,       \
+                            int64_t j0, int64_t n, A *restrict acc) {                        \
+        for (int64_t j = 0; j < n; j++) acc[j] = 0;                                          \
+        int64_t t = 0;                                                                       \
+        for (; t + 4 <= K; t += 4) {                                                         \
+            const T *s0 = buf + start[t] + j0, *s1 = buf + start[t + 1] + j0;               \
+            const T *s2 = buf + start[t + 2] + j0, *s3 = buf + start[t + 3] + j0;           \
+            A w0 = (A)w[t], w1 = (A)w[t + 1], w2 = (A)w[t + 2], w3 = (A)w[t + 3];            \
+            IVDEP for (int64_t j = 0; j < n; j++)                                            \
+                acc[j] += w0 * (A)s0[j] + w1 * (A)s1[j] + w2 * (A)s2[j] + w3 * (A)s3[j];      \
+        }                                                                                    \
+        for (; t < K; t++) {                                                                 \
+            const T *s0 = buf + start[t] + j0;                                               \
+            A w0 = (A)w[t];                                                                  \
+            IVDEP for (int64_t j = 0; j < n; j++) acc[j] += w0 * (A)s0[j];                   \
+        }                                                                                    \
+    }
+DW_SUMS(dw_sums_f32, float, float, float)
+DW_SUMS(dw_sums_i16, int16_t, int16_t, int32_t)
+
+/* Float planes p0 <= p < p1 of the (N, M, OH, OW) output: y = conv(x, w) + bias. */
+#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(__clang__)
+/* one build of the loops per vector width, picked at load time */
+#define CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define CLONES
+#endif
+
+EXPORT CLONES int onyx_depthwise_f32(const float *x, const float *w, const float *bias,
+                                     float *y, const dw_geometry *g, int64_t p0, int64_t p1) {
+    dw_layout d = dw_layout_of(g);
+    int64_t M = g->C * g->mult, *start = malloc((size_t)d.K * sizeof(int64_t));
+    float *buf = malloc((size_t)(g->sh * g->sw * d.phase) * sizeof(float));
+    float *acc = malloc((size_t)(d.rows * d.Wq) * sizeof(float));
+    if (!start || !buf || !acc) {
+        free(start), free(buf), free(acc);
+        return -1;
+    }
+    dw_taps(g, &d, start);
+    int64_t scattered = -1;
+    for (int64_t p = p0; p < p1; p++) {
+        int64_t src = (p / M) * g->C + (p % M) / g->mult; /* the input plane */
+        if (src != scattered) dw_scatter_f32(x + src * g->H * g->W, 0, g, &d, buf);
+        scattered = src;
+        float b = bias ? bias[p % M] : 0.0f;
+        float *out = y + p * g->OH * g->OW;
+        for (int64_t i0 = 0; i0 < g->OH; i0 += d.rows) {
+            int64_t rows = g->OH - i0 < d.rows ? g->OH - i0 : d.rows;
+            dw_sums_f32(buf, w + (p % M) * d.K, start, d.K, i0 * d.Wq, rows * d.Wq, acc);
+            for (int64_t i = 0; i < rows; i++)
+                for (int64_t j = 0; j < g->OW; j++)
+                    out[(i0 + i) * g->OW + j] = acc[i * d.Wq + j] + b;
+        }
+    }
+    free(start), free(buf), free(acc);
+    return 0;
+}
+
+/* The integer depthwise conv's output: int32 sums (+ bias) in y32, or requantized as the
+   int8 GEMM's epilogue does: clamp(rint(acc * scale[m]) + zero_point) in y8. */
+typedef struct {
+    const int32_t *bias;    /* [M] or NULL */
+    int32_t *y32;
+    uint8_t *y8;
+    const float *scale;     /* [M] */
+    int32_t zero_point, lo, hi;
+} dw_output;
+
+/* Integer planes p0 <= p < p1: (x - x_zp) * wc (+ bias), x bytes (signed or not), wc the
+   weights minus their zero points as int16 [M][kh * kw]. The padding is x_zp (adds nothing). */
+EXPORT CLONES int onyx_depthwise_i8(const uint8_t *x, int x_signed, int32_t x_zp,
+                                    const int16_t *wc, const dw_geometry *g, const dw_output *o,
+                                    int64_t p0, int64_t p1) {
+    dw_layout d = dw_layout_of(g);
+    int64_t M = g->C * g->mult, *start = malloc((size_t)d.K * sizeof(int64_t));
+    int16_t *buf = malloc((size_t)(g->sh * g->sw * d.phase) * sizeof(int16_t));
+    int32_t *acc = malloc((size_t)(d.rows * d.Wq) * sizeof(int32_t));
+    if (!start || !buf || !acc) {
+        free(start), free(buf), free(acc);
+        return -1;
+    }
+    dw_taps(g, &d, start);
+    /* rint for |v| < 2**22: adding and taking away 1.5 * 2**23 rounds half to even */
+    const float magic = 12582912.0f, lo = (float)(o->lo - o->zero_point),
+                hi = (float)(o->hi - o->zero_point);
+    int64_t scattered = -1;
+    for (int64_t p = p0; p < p1; p++) {
+        int64_t m = p % M, src = (p / M) * g->C + m / g->mult;
+        if (src != scattered) {
+            const uint8_t *plane = x + src * g->H * g->W;
+            if (x_signed) dw_scatter_s8((const int8_t *)plane, x_zp, g, &d, buf);
+            else dw_scatter_u8(plane, x_zp, g, &d, buf);
+        }
+        scattered = src;
+        int32_t b = o->bias ? o->bias[m] : 0;
+        float s = o->y8 ? o->scale[m] : 0.0f;
+        for (int64_t i0 = 0; i0 < g->OH; i0 += d.rows) {
+            int64_t rows = g->OH - i0 < d.rows ? g->OH - i0 : d.rows;
+            dw_sums_i16(buf, wc + m * d.K, start, d.K, i0 * d.Wq, rows * d.Wq, acc);
+            int64_t at = p * g->OH * g->OW + i0 * g->OW;
+            for (int64_t i = 0; i < rows; i++, at += g->OW) {
+                const int32_t *a = acc + i * d.Wq;
+                if (!o->y8) {
+                    for (int64_t j = 0; j < g->OW; j++) o->y32[at + j] = a[j] + b;
+                    continue;
+                }
+                for (int64_t j = 0; j < g->OW; j++) {
+                    float v = (float)(a[j] + b) * s;
+                    v = v < lo ? lo : v;
+                    v = v > hi ? hi : v;
+                    o->y8[at + j] = (uint8_t)((int32_t)((v + magic) - magic) + o->zero_point);
+                }
+            }
+        }
+    }
+    free(start), free(buf), free(acc);
+    return 0;
+}
+
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 #define VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
 #define INLINE static inline __attribute__((always_inline))
 
+/* What this CPU runs: 1, the int8 GEMM (AVX512-VNNI); 2, the AVX-512 depthwise convs. */
 EXPORT int onyx_caps(void) {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl");
+    int vnni = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl");
+    return (vnni ? 1 : 0) | (__builtin_cpu_supports("avx512f") ? 2 : 0);
 }
 
 /* The epilogue of one 16-column vector of row r. */
@@ -350,6 +565,178 @@ EXPORT VNNI void onyx_gemm_u8s8(const operand *A, int flip, int a_unsigned, cons
     default: GEMM(1, 1, 1); break;
     }
 #undef GEMM
+}
+
+/* The depthwise conv on AVX-512, 16 output channels per vector (onnxruntime's NCHWc idea):
+   the 16 input planes are interleaved into a padded buffer of 16-lane pixels, each output
+   pixel is kh * kw vector multiply-adds (4 pixels at a time, sharing the weight loads), and
+   the lanes go back to their planes when a row is stored. No per-plane overhead, so 7x7
+   planes run as fast as large ones. Planes here are (image, block of 16 channels) pairs. */
+#define AVX512 __attribute__((target("avx512f")))
+
+typedef struct {
+    int64_t Hp, Wp, K;
+} dwv_layout;
+
+static dwv_layout dwv_layout_of(const dw_geometry *g) {
+    dwv_layout d;
+    d.Hp = (g->OH - 1) * g->sh + (g->kh - 1) * g->dh + 1;
+    d.Wp = (g->OW - 1) * g->sw + (g->kw - 1) * g->dw + 1;
+    d.K = g->kh * g->kw;
+    return d;
+}
+
+/* Input plane of each lane (block m0 of image n; lanes past M repeat the last channel). */
+static void dwv_planes(const dw_geometry *g, int64_t n, int64_t m0, int64_t *plane) {
+    int64_t M = g->C * g->mult;
+    for (int l = 0; l < 16; l++) {
+        int64_t m = m0 + l < M ? m0 + l : M - 1;
+        plane[l] = (n * g->C + m / g->mult) * g->H * g->W;
+    }
+}
+
+/* The interior of the padded buffer (its border stays zero): lane l of pixel (h, w) is
+   plane l's value minus zp. */
+#define DWV_FILL(name, S, T)                                                               \
+    static void name(const S *x, const int64_t *plane, int32_t zp, const dw_geometry *g,   \
+                     const dwv_layout *d, T *buf) {                                        \
+        int64_t hend = d->Hp - g->top < g->H ? d->Hp - g->top : g->H;                      \
+        int64_t wend = d->Wp - g->left < g->W ? d->Wp - g->left : g->W;                    \
+        for (int64_t h = 0; h < hend; h++) {                                               \
+            T *row = buf + ((h + g->top) * d->Wp + g->left) * 16;                          \
+            for (int l = 0; l < 16; l++) {                                                 \
+                const S *src = x + plane[l] + h * g->W;                                    \
+                for (int64_t w = 0; w < wend; w++) row[w * 16 + l] = (T)(src[w] - zp);     \
+            }                                                                              \
+        }                                                                                  \
+    }
+DWV_FILL(dwv_fill_f32, float, float)
+DWV_FILL(dwv_fill_u8, uint8_t, int32_t)
+DWV_FILL(dwv_fill_s8, int8_t, int32_t)
+
+/* out[j] (16 lanes) = sum over taps of wt[t] * the tap's pixel, for the OW pixels of output
+   row i: four pixels at a time, so each weight vector load serves four multiply-adds. */
+#define DWV_ROW(name, V, T, ZERO, LOAD, MADD, STORE)                                       \
+    AVX512 static void name(const T *buf, const T *wt, const dw_geometry *g,               \
+                            const dwv_layout *d, int64_t i, T *out) {                      \
+        int64_t j = 0;                                                                     \
+        for (; j + 4 <= g->OW; j += 4) {                                                   \
+            V a0 = ZERO, a1 = ZERO, a2 = ZERO, a3 = ZERO;                                  \
+            for (int64_t a = 0; a < g->kh; a++) {                                          \
+                const T *r = buf + ((i * g->sh + a * g->dh) * d->Wp + j * g->sw) * 16;     \
+                const T *wr = wt + a * g->kw * 16;                                         \
+                for (int64_t b = 0; b < g->kw; b++) {                                      \
+                    V w = LOAD(wr + b * 16);                                               \
+                    const T *p = r + b * g->dw * 16;                                       \
+                    a0 = MADD(w, LOAD(p), a0);                                             \
+                    a1 = MADD(w, LOAD(p + g->sw * 16), a1);                                \
+                    a2 = MADD(w, LOAD(p + 2 * g->sw * 16), a2);                            \
+                    a3 = MADD(w, LOAD(p + 3 * g->sw * 16), a3);                            \
+                }                                                                          \
+            }                                                                              \
+            STORE(out + j * 16, a0), STORE(out + j * 16 + 16, a1);                         \
+            STORE(out + j * 16 + 32, a2), STORE(out + j * 16 + 48, a3);                    \
+        }                                                                                  \
+        for (; j < g->OW; j++) {                                                           \
+            V a0 = ZERO;                                                                   \
+            for (int64_t a = 0; a < g->kh; a++) {                                          \
+                const T *r = buf + ((i * g->sh + a * g->dh) * d->Wp + j * g->sw) * 16;     \
+                for (int64_t b = 0; b < g->kw; b++)                                        \
+                    a0 = MADD(LOAD(wt + (a * g->kw + b) * 16), LOAD(r + b * g->dw * 16), a0); \
+            }                                                                              \
+            STORE(out + j * 16, a0);                                                       \
+        }                                                                                  \
+    }
+#define F_MADD(w, p, a) _mm512_fmadd_ps(w, p, a)
+#define I_MADD(w, p, a) _mm512_add_epi32(a, _mm512_mullo_epi32(w, p))
+#define I_LOAD(p) _mm512_loadu_si512((const void *)(p))
+#define I_STORE(p, v) _mm512_storeu_si512((void *)(p), v)
+DWV_ROW(dwv_row_f32, __m512, float, _mm512_setzero_ps(), _mm512_loadu_ps, F_MADD, _mm512_storeu_ps)
+DWV_ROW(dwv_row_i32, __m512i, int32_t, _mm512_setzero_si512(), I_LOAD, I_MADD, I_STORE)
+
+/* Buffers of one call: the padded 16-lane input, the block's weights by tap, a row of sums. */
+typedef struct {
+    void *buf, *wt, *row;
+} dwv_scratch;
+
+static int dwv_alloc(const dw_geometry *g, const dwv_layout *d, dwv_scratch *s) {
+    s->buf = calloc((size_t)(d->Hp * d->Wp * 16), 4); /* the border stays zero */
+    s->wt = malloc((size_t)(d->K * 16) * 4);
+    s->row = malloc((size_t)(g->OW * 16) * 4);
+    if (s->buf && s->wt && s->row) return 0;
+    free(s->buf), free(s->wt), free(s->row);
+    return -1;
+}
+
+static void dwv_free(dwv_scratch *s) { free(s->buf), free(s->wt), free(s->row); }
+
+/* Float blocks p0 <= p < p1, block p = (image p / B, channels 16 * (p % B) ...). */
+EXPORT AVX512 int onyx_depthwise_f32_avx512(const float *x, const float *w, const float *bias,
+                                            float *y, const dw_geometry *g, int64_t p0,
+                                            int64_t p1) {
+    dwv_layout d = dwv_layout_of(g);
+    dwv_scratch s;
+    if (dwv_alloc(g, &d, &s)) return -1;
+    float *buf = s.buf, *wt = s.wt, *row = s.row;
+    int64_t M = g->C * g->mult, B = (M + 15) / 16, plane[16];
+    for (int64_t p = p0; p < p1; p++) {
+        int64_t n = p / B, m0 = (p % B) * 16, lanes = M - m0 < 16 ? M - m0 : 16;
+        dwv_planes(g, n, m0, plane);
+        dwv_fill_f32(x, plane, 0, g, &d, buf);
+        for (int64_t t = 0; t < d.K; t++)
+            for (int l = 0; l < 16; l++) wt[t * 16 + l] = l < lanes ? w[(m0 + l) * d.K + t] : 0;
+        for (int64_t i = 0; i < g->OH; i++) {
+            dwv_row_f32(buf, wt, g, &d, i, row);
+            for (int64_t l = 0; l < lanes; l++) {
+                float b = bias ? bias[m0 + l] : 0.0f;
+                float *out = y + ((n * M + m0 + l) * g->OH + i) * g->OW;
+                for (int64_t j = 0; j < g->OW; j++) out[j] = row[j * 16 + l] + b;
+            }
+        }
+    }
+    dwv_free(&s);
+    return 0;
+}
+
+/* Integer blocks: as onyx_depthwise_i8. */
+EXPORT AVX512 int onyx_depthwise_i8_avx512(const uint8_t *x, int x_signed, int32_t x_zp,
+                                           const int16_t *wc, const dw_geometry *g,
+                                           const dw_output *o, int64_t p0, int64_t p1) {
+    dwv_layout d = dwv_layout_of(g);
+    dwv_scratch s;
+    if (dwv_alloc(g, &d, &s)) return -1;
+    int32_t *buf = s.buf, *wt = s.wt, *row = s.row;
+    int64_t M = g->C * g->mult, B = (M + 15) / 16, plane[16];
+    const float magic = 12582912.0f, lo = (float)(o->lo - o->zero_point),
+                hi = (float)(o->hi - o->zero_point);
+    for (int64_t p = p0; p < p1; p++) {
+        int64_t n = p / B, m0 = (p % B) * 16, lanes = M - m0 < 16 ? M - m0 : 16;
+        dwv_planes(g, n, m0, plane);
+        if (x_signed) dwv_fill_s8((const int8_t *)x, plane, x_zp, g, &d, buf);
+        else dwv_fill_u8(x, plane, x_zp, g, &d, buf);
+        for (int64_t t = 0; t < d.K; t++)
+            for (int l = 0; l < 16; l++) wt[t * 16 + l] = l < lanes ? wc[(m0 + l) * d.K + t] : 0;
+        for (int64_t i = 0; i < g->OH; i++) {
+            dwv_row_i32(buf, wt, g, &d, i, row);
+            for (int64_t l = 0; l < lanes; l++) {
+                int32_t b = o->bias ? o->bias[m0 + l] : 0;
+                int64_t at = ((n * M + m0 + l) * g->OH + i) * g->OW;
+                if (!o->y8) {
+                    for (int64_t j = 0; j < g->OW; j++) o->y32[at + j] = row[j * 16 + l] + b;
+                    continue;
+                }
+                float sc = o->scale[m0 + l];
+                for (int64_t j = 0; j < g->OW; j++) {
+                    float v = (float)(row[j * 16 + l] + b) * sc;
+                    v = v < lo ? lo : v;
+                    v = v > hi ? hi : v;
+                    o->y8[at + j] = (uint8_t)((int32_t)((v + magic) - magic) + o->zero_point);
+                }
+            }
+        }
+    }
+    dwv_free(&s);
+    return 0;
 }
 
 #else
