@@ -329,3 +329,35 @@ def test_depthwise_conv_integer_is_exact(case, w_type, depthwise_kernel):
     want = conv_kernels.conv(xc, wc, **attrs)  # exact in float64
     assert got.dtype == np.int32
     np.testing.assert_array_equal(got, want.astype(np.int32))
+
+
+@pytest.mark.skipif(not (native.available() and native._lib.conv_small), reason="no AVX-512")
+@pytest.mark.parametrize(
+    "case",
+    [
+        # N, C, H, W, M, kernel, stride, dilation, pads
+        (1, 3, 32, 30, 16, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1)),  # MobileNet's stem
+        (2, 1, 11, 9, 21, (5, 3), (1, 2), (2, 1), (0, 2, 1, 0)),  # a partial block
+        (1, 2, 8, 8, 8, (2, 2), (3, 3), (1, 1), (1, 0, 0, 1)),
+    ],
+)
+def test_small_conv_matches_onnxruntime(case, monkeypatch):
+    from onnx import TensorProto, helper, numpy_helper
+
+    N, C, H, W, M, kernel, stride, dilation, pads = case
+    rng = np.random.default_rng(M)
+    x = rng.standard_normal((N, C, H, W)).astype(np.float32)
+    w = rng.standard_normal((M, C, *kernel)).astype(np.float32)
+    b = rng.standard_normal(M).astype(np.float32)
+    attrs = {"strides": list(stride), "dilations": list(dilation), "pads": list(pads)}
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], **attrs)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", 1, None)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    calls = []
+    kernel_fn = native._lib.conv_small
+    monkeypatch.setattr(native._lib, "conv_small", lambda *a: calls.append(1) or kernel_fn(*a))
+    got = conv_kernels.conv(x, w, b, **attrs)
+    assert calls, "the native kernel did not run"
+    np.testing.assert_allclose(got, _ort_run(model, {"x": x}), rtol=1e-5, atol=1e-5)

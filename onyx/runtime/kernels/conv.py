@@ -185,6 +185,14 @@ def _conv(
                 return y
         return _conv_depthwise(x, w, pads[:n], need, strides, dilations, out_shape, dtype, shift,
                                bias, acc, matmul)  # fmt: skip
+    if (
+        group == 1
+        and n == 2
+        and dtype == acc == x.dtype == np.float32
+        and shift is None
+        and native.conv_small_ok(x, w, pads[:n])
+    ):
+        return native.conv_small_f32(x, w, bias, out_shape, strides, dilations, pads[:n])
     xp = padded(x, pads[:n], need, dtype, shift=shift)
     view = windows(xp, out_shape, kernel, strides, dilations)  # (N, C, *out, *kernel)
     y = _im2col_gemm(view, w, group, out_shape, acc, matmul)

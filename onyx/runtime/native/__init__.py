@@ -48,7 +48,7 @@ class _Operand(ctypes.Structure):
 
 class _DwGeometry(ctypes.Structure):
     _fields_ = [(name, _I64) for name in ("C", "H", "W", "mult", "OH", "OW", "kh", "kw", "sh",
-                                          "sw", "dh", "dw", "top", "left")]  # fmt: skip
+                                          "sw", "dh", "dw", "top", "left", "M")]  # fmt: skip
 
 
 class _DwOutput(ctypes.Structure):
@@ -115,6 +115,10 @@ def _load():
         if hasattr(lib, name):
             fn, plain = getattr(lib, name), getattr(lib, name[: -len("_avx512")])
             fn.restype, fn.argtypes = plain.restype, plain.argtypes
+    if caps & 2:
+        lib.onyx_conv_small_f32_avx512.restype = _INT
+        lib.onyx_conv_small_f32_avx512.argtypes = lib.onyx_depthwise_f32.argtypes
+    lib.conv_small = caps & 2 and lib.onyx_conv_small_f32_avx512
     if caps & 2:  # the depthwise convs take blocks of 16 channels
         lib.depthwise_f32, lib.depthwise_i8 = (lib.onyx_depthwise_f32_avx512,
                                                lib.onyx_depthwise_i8_avx512)  # fmt: skip
@@ -382,7 +386,7 @@ def int8_gemm(
 def _dw_geometry(x: np.ndarray, M: int, kernel, out_shape, strides, dilations, begin):
     """The kernels' geometry, and how many pieces of work (planes or channel blocks) it has."""
     N, C, H, W = x.shape
-    g = _DwGeometry(C, H, W, M // C, *out_shape, *kernel, *strides, *dilations, *begin)
+    g = _DwGeometry(C, H, W, M // C, *out_shape, *kernel, *strides, *dilations, *begin, M)
     return g, N * -(-M // _lib.depthwise_lanes)
 
 
@@ -405,6 +409,7 @@ def depthwise_ok(x: np.ndarray, w: np.ndarray, begin) -> bool:
         and w.shape[1] == 1
         and w.shape[0] % x.shape[1] == 0
         and min(begin) >= 0
+        and x[0].size < 1 << 31  # (the AVX-512 kernel gathers an image's planes by int32)
     )
 
 
@@ -444,4 +449,39 @@ def depthwise_int(x, x_zero_point: int, wc: np.ndarray, bias, out_shape, strides
     args = (x.ctypes.data, int(x.dtype == np.int8), int(x_zero_point), wc.ctypes.data,
             ctypes.byref(g), ctypes.byref(o))  # fmt: skip
     _planes(lambda p0, p1: _lib.depthwise_i8(*args, p0, p1), planes, y.size * wc[0].size)
+    return y
+
+
+# ----------------------------------------------------------------------------- stem conv
+
+#: The direct conv takes convs whose windows have at most this many values (C * kh * kw):
+#: beyond, an im2col GEMM's columns are worth building.
+SMALL_CONV_K = 32
+
+
+def conv_small_ok(x: np.ndarray, w: np.ndarray, begin) -> bool:
+    """Whether :func:`conv_small_f32` takes this 2-D group-1 conv: few input channels."""
+    return (
+        _lib is not None
+        and bool(_lib.conv_small)
+        and x.ndim == 4
+        and x.flags.c_contiguous
+        and w[0].size <= SMALL_CONV_K
+        and w.shape[0] >= 8
+        and min(begin) >= 0
+    )
+
+
+def conv_small_f32(x, w, bias, out_shape, strides, dilations, begin) -> np.ndarray:
+    """A 2-D float32 conv of x (N, C, H, W) with w (M, C, kh, kw) (+ bias [M]), C * kh * kw
+    small: 16 output channels per AVX-512 vector (a network's stem)."""
+    M = w.shape[0]
+    w = np.ascontiguousarray(w, np.float32)
+    b = None if bias is None else np.ascontiguousarray(bias, np.float32)
+    y = np.empty((x.shape[0], M, *out_shape), np.float32)
+    N, C, H, W = x.shape
+    g = _DwGeometry(C, H, W, 1, *out_shape, *w.shape[2:], *strides, *dilations, *begin, M)
+    args = (x.ctypes.data, w.ctypes.data, _addr(b), y.ctypes.data, ctypes.byref(g))
+    blocks = N * -(-M // 16)
+    _planes(lambda p0, p1: _lib.conv_small(*args, p0, p1), blocks, y.size * w[0].size)
     return y

@@ -215,6 +215,7 @@ typedef struct {
     int64_t OH, OW;    /* output size */
     int64_t kh, kw, sh, sw, dh, dw;
     int64_t top, left; /* begin pads (>= 0) */
+    int64_t M;         /* output channels (C * mult for a depthwise conv) */
 } dw_geometry;
 
 typedef struct {
@@ -615,34 +616,32 @@ DWV_FILL(dwv_fill_u8, uint8_t, int32_t)
 DWV_FILL(dwv_fill_s8, int8_t, int32_t)
 
 /* out[j] (16 lanes) = sum over taps of wt[t] * the tap's pixel, for the OW pixels of output
-   row i: four pixels at a time, so each weight vector load serves four multiply-adds. */
+   row i: eight pixels at a time, so each weight vector load serves eight multiply-adds and
+   eight independent sums hide the multiply-add latency. */
 #define DWV_ROW(name, V, T, ZERO, LOAD, MADD, STORE)                                       \
     AVX512 static void name(const T *buf, const T *wt, const dw_geometry *g,               \
                             const dwv_layout *d, int64_t i, T *out) {                      \
-        int64_t j = 0;                                                                     \
-        for (; j + 4 <= g->OW; j += 4) {                                                   \
-            V a0 = ZERO, a1 = ZERO, a2 = ZERO, a3 = ZERO;                                  \
-            for (int64_t a = 0; a < g->kh; a++) {                                          \
-                const T *r = buf + ((i * g->sh + a * g->dh) * d->Wp + j * g->sw) * 16;     \
-                const T *wr = wt + a * g->kw * 16;                                         \
+        int64_t j = 0, step = g->sw * 16;                                                  \
+        for (; j + 8 <= g->OW; j += 8) {                                                   \
+            V a[8];                                                                        \
+            for (int u = 0; u < 8; u++) a[u] = ZERO;                                       \
+            for (int64_t k = 0; k < g->kh; k++) {                                          \
+                const T *r = buf + ((i * g->sh + k * g->dh) * d->Wp + j * g->sw) * 16;     \
+                const T *wr = wt + k * g->kw * 16;                                         \
                 for (int64_t b = 0; b < g->kw; b++) {                                      \
                     V w = LOAD(wr + b * 16);                                               \
                     const T *p = r + b * g->dw * 16;                                       \
-                    a0 = MADD(w, LOAD(p), a0);                                             \
-                    a1 = MADD(w, LOAD(p + g->sw * 16), a1);                                \
-                    a2 = MADD(w, LOAD(p + 2 * g->sw * 16), a2);                            \
-                    a3 = MADD(w, LOAD(p + 3 * g->sw * 16), a3);                            \
+                    for (int u = 0; u < 8; u++) a[u] = MADD(w, LOAD(p + u * step), a[u]);  \
                 }                                                                          \
             }                                                                              \
-            STORE(out + j * 16, a0), STORE(out + j * 16 + 16, a1);                         \
-            STORE(out + j * 16 + 32, a2), STORE(out + j * 16 + 48, a3);                    \
+            for (int u = 0; u < 8; u++) STORE(out + (j + u) * 16, a[u]);                   \
         }                                                                                  \
         for (; j < g->OW; j++) {                                                           \
             V a0 = ZERO;                                                                   \
-            for (int64_t a = 0; a < g->kh; a++) {                                          \
-                const T *r = buf + ((i * g->sh + a * g->dh) * d->Wp + j * g->sw) * 16;     \
+            for (int64_t k = 0; k < g->kh; k++) {                                          \
+                const T *r = buf + ((i * g->sh + k * g->dh) * d->Wp + j * g->sw) * 16;     \
                 for (int64_t b = 0; b < g->kw; b++)                                        \
-                    a0 = MADD(LOAD(wt + (a * g->kw + b) * 16), LOAD(r + b * g->dw * 16), a0); \
+                    a0 = MADD(LOAD(wt + (k * g->kw + b) * 16), LOAD(r + b * g->dw * 16), a0); \
             }                                                                              \
             STORE(out + j * 16, a0);                                                       \
         }                                                                                  \
@@ -736,6 +735,76 @@ EXPORT AVX512 int onyx_depthwise_i8_avx512(const uint8_t *x, int x_signed, int32
         }
     }
     dwv_free(&s);
+    return 0;
+}
+
+/* A convolution with few input channels (a network's stem: 3 channels, group 1) on AVX-512,
+   16 output channels per vector: each output pixel sums, over input channels and taps, the
+   input value broadcast times the 16 channels' weights (an im2col GEMM with K = 27 is mostly
+   the cost of building its columns). Blocks p = (image, 16 output channels) as above, g->M
+   output channels; the padded image is made once per image. */
+EXPORT AVX512 int onyx_conv_small_f32_avx512(const float *x, const float *w, const float *bias,
+                                             float *y, const dw_geometry *g, int64_t p0,
+                                             int64_t p1) {
+    dwv_layout d = dwv_layout_of(g);
+    int64_t M = g->M, B = (M + 15) / 16, CK = g->C * d.K, plane = d.Hp * d.Wp;
+    float *pad = calloc((size_t)(g->C * plane), sizeof(float)); /* the border stays zero */
+    float *wt = malloc((size_t)(CK * 16) * sizeof(float));
+    float *row = malloc((size_t)(g->OW * 16) * sizeof(float));
+    if (!pad || !wt || !row) {
+        free(pad), free(wt), free(row);
+        return -1;
+    }
+    int64_t hend = d.Hp - g->top < g->H ? d.Hp - g->top : g->H;
+    int64_t wend = d.Wp - g->left < g->W ? d.Wp - g->left : g->W;
+    int64_t filled = -1;
+    for (int64_t p = p0; p < p1; p++) {
+        int64_t n = p / B, m0 = (p % B) * 16, lanes = M - m0 < 16 ? M - m0 : 16;
+        if (n != filled)
+            for (int64_t c = 0; c < g->C; c++)
+                for (int64_t h = 0; h < hend; h++)
+                    memcpy(pad + c * plane + (h + g->top) * d.Wp + g->left,
+                           x + ((n * g->C + c) * g->H + h) * g->W, (size_t)wend * sizeof(float));
+        filled = n;
+        for (int64_t k = 0; k < CK; k++)
+            for (int l = 0; l < 16; l++) wt[k * 16 + l] = l < lanes ? w[(m0 + l) * CK + k] : 0;
+        for (int64_t i = 0; i < g->OH; i++) {
+            int64_t j = 0;
+            for (; j + 8 <= g->OW; j += 8) { /* eight pixels: see DWV_ROW */
+                __m512 a[8];
+                for (int u = 0; u < 8; u++) a[u] = _mm512_setzero_ps();
+                for (int64_t c = 0; c < g->C; c++)
+                    for (int64_t k = 0; k < g->kh; k++) {
+                        const float *r = pad + c * plane + (i * g->sh + k * g->dh) * d.Wp + j * g->sw;
+                        const float *wr = wt + (c * d.K + k * g->kw) * 16;
+                        for (int64_t b = 0; b < g->kw; b++) {
+                            __m512 wv = _mm512_loadu_ps(wr + b * 16);
+                            const float *q = r + b * g->dw;
+                            for (int u = 0; u < 8; u++)
+                                a[u] = _mm512_fmadd_ps(wv, _mm512_set1_ps(q[u * g->sw]), a[u]);
+                        }
+                    }
+                for (int u = 0; u < 8; u++) _mm512_storeu_ps(row + (j + u) * 16, a[u]);
+            }
+            for (; j < g->OW; j++) {
+                __m512 a0 = _mm512_setzero_ps();
+                for (int64_t c = 0; c < g->C; c++)
+                    for (int64_t a = 0; a < g->kh; a++) {
+                        const float *r = pad + c * plane + (i * g->sh + a * g->dh) * d.Wp + j * g->sw;
+                        for (int64_t b = 0; b < g->kw; b++)
+                            a0 = _mm512_fmadd_ps(_mm512_loadu_ps(wt + (c * d.K + a * g->kw + b) * 16),
+                                                 _mm512_set1_ps(r[b * g->dw]), a0);
+                    }
+                _mm512_storeu_ps(row + j * 16, a0);
+            }
+            for (int64_t l = 0; l < lanes; l++) {
+                float bl = bias ? bias[m0 + l] : 0.0f;
+                float *out = y + ((n * M + m0 + l) * g->OH + i) * g->OW;
+                for (int64_t jj = 0; jj < g->OW; jj++) out[jj] = row[jj * 16 + l] + bl;
+            }
+        }
+    }
+    free(pad), free(wt), free(row);
     return 0;
 }
 
