@@ -361,3 +361,18 @@ def test_small_conv_matches_onnxruntime(case, monkeypatch):
     got = conv_kernels.conv(x, w, b, **attrs)
     assert calls, "the native kernel did not run"
     np.testing.assert_allclose(got, _ort_run(model, {"x": x}), rtol=1e-5, atol=1e-5)
+
+
+@needs_native
+@pytest.mark.parametrize("shape", [(3, 1000), (2, 16, 112, 112)])  # one thread, two threads
+def test_hardswish_matches_the_numpy_formula(shape):
+    from onyx.runtime.kernels.activation import _hard_swish
+
+    x = (np.random.default_rng(0).standard_normal(shape) * 4).astype(np.float32)
+    x.flat[:6] = [-3.0, 3.0, -0.0, np.inf, -np.inf, np.nan]
+    t = np.clip(x / np.float32(6) + np.float32(0.5), 0, 1)
+    with np.errstate(invalid="ignore"):
+        want = t * x
+    got = native.hardswish_f32(x)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(_hard_swish(x), want)

@@ -109,6 +109,8 @@ def _load():
     lib.onyx_depthwise_i8.restype = _INT
     lib.onyx_depthwise_i8.argtypes = [_P, _INT, ctypes.c_int32, _P, ctypes.POINTER(_DwGeometry),
                                       ctypes.POINTER(_DwOutput), _I64, _I64]  # fmt: skip
+    lib.onyx_hardswish_f32.restype = None
+    lib.onyx_hardswish_f32.argtypes = [_P, _P, _I64]
     caps = lib.onyx_caps()
     vnni = bool(caps & 1)
     for name in ("onyx_depthwise_f32_avx512", "onyx_depthwise_i8_avx512"):
@@ -484,4 +486,24 @@ def conv_small_f32(x, w, bias, out_shape, strides, dilations, begin) -> np.ndarr
     args = (x.ctypes.data, w.ctypes.data, _addr(b), y.ctypes.data, ctypes.byref(g))
     blocks = N * -(-M // 16)
     _planes(lambda p0, p1: _lib.conv_small(*args, p0, p1), blocks, y.size * w[0].size)
+    return y
+
+
+# ----------------------------------------------------------------------------- elementwise
+
+#: Elements below which an elementwise kernel stays on one thread.
+_PARALLEL_ELEMENTS = 1 << 18
+
+
+def hardswish_f32(x: np.ndarray) -> np.ndarray | None:
+    """HardSwish of a contiguous float32 array in one pass, or None without the library."""
+    if _lib is None or x.dtype != np.float32 or not x.flags.c_contiguous:
+        return None
+    y = np.empty_like(x)
+    n = x.size
+    ways = _ways(n, 64, _PARALLEL_ELEMENTS)
+    cuts = [n * i // ways // 16 * 16 for i in range(ways)] + [n]
+    xa, ya = x.ctypes.data, y.ctypes.data
+    _parallel([lambda a=a, b=b: _lib.onyx_hardswish_f32(xa + 4 * a, ya + 4 * a, b - a)
+               for a, b in zip(cuts, cuts[1:])])  # fmt: skip
     return y

@@ -410,6 +410,18 @@ EXPORT CLONES int onyx_depthwise_i8(const uint8_t *x, int x_signed, int32_t x_zp
     return 0;
 }
 
+/* ------------------------------------------------------------------ elementwise */
+
+/* HardSwish, y = x * clamp(x / 6 + 1/2, 0, 1), in one pass (numpy makes four). */
+EXPORT CLONES void onyx_hardswish_f32(const float *restrict x, float *restrict y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        float t = x[i] / 6.0f + 0.5f;
+        t = t < 0.0f ? 0.0f : t;
+        t = t > 1.0f ? 1.0f : t;
+        y[i] = x[i] * t;
+    }
+}
+
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 #define VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
