@@ -9,6 +9,11 @@ quantized models: every caller keeps its numpy path and asks :func:`int8_gemm_ok
 The int8 GEMM needs AVX512-VNNI (x86-64 from Intel Ice Lake / AMD Zen 4 on). It is exact:
 int32 accumulation of 8-bit products, as onnxruntime's, for K up to 2**15 (beyond, int32
 sums of 255 * 255 products could overflow and the numpy path is used).
+
+The depthwise convs (float32 and integer), the few-input-channel conv and HardSwish are the
+other kernels: numpy's BLAS does not serve them. The depthwise convs run anywhere the library
+builds (16 channels per vector on AVX-512, one plane at a time elsewhere); the small conv
+needs AVX-512 (``_lib.conv_small`` is falsy without it).
 """
 
 from __future__ import annotations
@@ -23,7 +28,21 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["BYTES", "Packed", "available", "int8_gemm", "int8_gemm_ok", "pack", "threads"]
+__all__ = [
+    "BYTES",
+    "Packed",
+    "available",
+    "conv_small_f32",
+    "conv_small_ok",
+    "depthwise_f32",
+    "depthwise_int",
+    "depthwise_ok",
+    "hardswish_f32",
+    "int8_gemm",
+    "int8_gemm_ok",
+    "pack",
+    "threads",
+]
 
 #: The GEMM's operand types (and its requantized outputs').
 BYTES = (np.dtype(np.uint8), np.dtype(np.int8))

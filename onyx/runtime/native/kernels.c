@@ -15,6 +15,10 @@
  * rows of A are read in place, 4 bytes of a row broadcast against two such vectors.
  * The epilogue adds the zero-point corrections and bias and either stores int32 or
  * requantizes to 8 bits: clamp(rint(acc * scale) + zero_point).
+ *
+ * Then the kernels numpy's BLAS does not serve: depthwise convolutions (float and integer;
+ * portable, and 16 channels per AVX-512 vector), a direct convolution for few input channels
+ * (AVX-512) and HardSwish in one pass.
  */
 #include <stdint.h>
 #include <string.h>
