@@ -132,21 +132,15 @@ def _load():
     lib.onyx_hardswish_f32.argtypes = [_P, _P, _I64]
     caps = lib.onyx_caps()
     vnni = bool(caps & 1)
-    for name in ("onyx_depthwise_f32_avx512", "onyx_depthwise_i8_avx512"):
-        if hasattr(lib, name):
-            fn, plain = getattr(lib, name), getattr(lib, name[: -len("_avx512")])
-            fn.restype, fn.argtypes = plain.restype, plain.argtypes
-    if caps & 2:
-        lib.onyx_conv_small_f32_avx512.restype = _INT
-        lib.onyx_conv_small_f32_avx512.argtypes = lib.onyx_depthwise_f32.argtypes
-    lib.conv_small = caps & 2 and lib.onyx_conv_small_f32_avx512
-    if caps & 2:  # the depthwise convs take blocks of 16 channels
-        lib.depthwise_f32, lib.depthwise_i8 = (lib.onyx_depthwise_f32_avx512,
-                                               lib.onyx_depthwise_i8_avx512)  # fmt: skip
-        lib.depthwise_lanes = 16
-    else:  # ... or single planes
-        lib.depthwise_f32, lib.depthwise_i8 = lib.onyx_depthwise_f32, lib.onyx_depthwise_i8
-        lib.depthwise_lanes = 1
+    # (depthwise float, depthwise integer, small conv, channels per block of work)
+    kernels = (lib.onyx_depthwise_f32, lib.onyx_depthwise_i8, None, 1)
+    if caps & 2:  # AVX-512: depthwise convs by blocks of 16 channels, and the small conv
+        fast = (lib.onyx_depthwise_f32_avx512, lib.onyx_depthwise_i8_avx512,
+                lib.onyx_conv_small_f32_avx512, 16)  # fmt: skip
+        for fn, like in zip(fast, (kernels[0], kernels[1], kernels[0])):
+            fn.restype, fn.argtypes = like.restype, like.argtypes
+        kernels = fast
+    lib.depthwise_f32, lib.depthwise_i8, lib.conv_small, lib.depthwise_lanes = kernels
     if vnni:
         lib.onyx_gemm_u8s8.restype = None
         lib.onyx_gemm_u8s8.argtypes = [ctypes.POINTER(_Operand), _INT, _INT, _P, _I64, _I64,
@@ -405,7 +399,8 @@ def int8_gemm(
 
 
 def _dw_geometry(x: np.ndarray, M: int, kernel, out_shape, strides, dilations, begin):
-    """The kernels' geometry, and how many pieces of work (planes or channel blocks) it has."""
+    """The integer depthwise kernel's geometry, and how many pieces of work (planes or blocks
+    of channels) it has."""
     N, C, H, W = x.shape
     g = _DwGeometry(C, H, W, M // C, *out_shape, *kernel, *strides, *dilations, *begin, M)
     return g, N * -(-M // _lib.depthwise_lanes)
@@ -430,21 +425,27 @@ def depthwise_ok(x: np.ndarray, w: np.ndarray, begin) -> bool:
         and w.shape[1] == 1
         and w.shape[0] % x.shape[1] == 0
         and min(begin) >= 0
-        and x[0].size < 1 << 31  # (the AVX-512 kernel gathers an image's planes by int32)
     )
 
 
-def depthwise_f32(x, w, bias, out_shape, strides, dilations, begin) -> np.ndarray:
-    """Depthwise 2-D conv of float32 x (N, C, H, W) with w (M, 1, kh, kw) (+ bias [M]);
-    begin: top and left pads (the end pads are implied by out_shape)."""
-    M = w.shape[0]
+def _float_conv(fn, lanes: int, x, w, bias, out_shape, strides, dilations, begin) -> np.ndarray:
+    """A 2-D float32 conv of x (N, C, H, W) with w (M, C / group, kh, kw) (+ bias [M]) by the
+    kernel fn over blocks of ``lanes`` output channels; begin: the top and left pads (the end
+    pads are implied by out_shape)."""
+    (N, C, H, W), M = x.shape, w.shape[0]
     w = np.ascontiguousarray(w, np.float32)
     b = None if bias is None else np.ascontiguousarray(bias, np.float32)
-    y = np.empty((x.shape[0], M, *out_shape), np.float32)
-    g, planes = _dw_geometry(x, M, w.shape[2:], out_shape, strides, dilations, begin)
+    y = np.empty((N, M, *out_shape), np.float32)
+    g = _DwGeometry(C, H, W, M // C, *out_shape, *w.shape[2:], *strides, *dilations, *begin, M)
     args = (x.ctypes.data, w.ctypes.data, _addr(b), y.ctypes.data, ctypes.byref(g))
-    _planes(lambda p0, p1: _lib.depthwise_f32(*args, p0, p1), planes, y.size * w[0].size)
+    _planes(lambda p0, p1: fn(*args, p0, p1), N * -(-M // lanes), y.size * w[0].size)
     return y
+
+
+def depthwise_f32(x, w, bias, out_shape, strides, dilations, begin) -> np.ndarray:
+    """Depthwise 2-D conv (w: (M, 1, kh, kw), M a multiple of C): see _float_conv."""
+    return _float_conv(_lib.depthwise_f32, _lib.depthwise_lanes, x, w, bias, out_shape, strides,
+                       dilations, begin)  # fmt: skip
 
 
 def depthwise_int(x, x_zero_point: int, wc: np.ndarray, bias, out_shape, strides, dilations,
@@ -494,18 +495,9 @@ def conv_small_ok(x: np.ndarray, w: np.ndarray, begin) -> bool:
 
 
 def conv_small_f32(x, w, bias, out_shape, strides, dilations, begin) -> np.ndarray:
-    """A 2-D float32 conv of x (N, C, H, W) with w (M, C, kh, kw) (+ bias [M]), C * kh * kw
-    small: 16 output channels per AVX-512 vector (a network's stem)."""
-    M = w.shape[0]
-    w = np.ascontiguousarray(w, np.float32)
-    b = None if bias is None else np.ascontiguousarray(bias, np.float32)
-    y = np.empty((x.shape[0], M, *out_shape), np.float32)
-    N, C, H, W = x.shape
-    g = _DwGeometry(C, H, W, 1, *out_shape, *w.shape[2:], *strides, *dilations, *begin, M)
-    args = (x.ctypes.data, w.ctypes.data, _addr(b), y.ctypes.data, ctypes.byref(g))
-    blocks = N * -(-M // 16)
-    _planes(lambda p0, p1: _lib.conv_small(*args, p0, p1), blocks, y.size * w[0].size)
-    return y
+    """A group-1 conv whose windows are small: 16 output channels per AVX-512 vector (a
+    network's stem); see _float_conv."""
+    return _float_conv(_lib.conv_small, 16, x, w, bias, out_shape, strides, dilations, begin)
 
 
 # ----------------------------------------------------------------------------- elementwise
