@@ -363,6 +363,26 @@ typedef struct {
     int32_t zero_point, lo, hi;
 } dw_output;
 
+/* n sums a[j * stride] of output channel m (+ its bias) into the output from element at:
+   as int32, or requantized. Shared by both integer kernels. */
+static inline void dw_store(const dw_output *o, int64_t m, const int32_t *a, int64_t stride,
+                            int64_t n, int64_t at) {
+    int32_t b = o->bias ? o->bias[m] : 0;
+    if (!o->y8) {
+        for (int64_t j = 0; j < n; j++) o->y32[at + j] = a[j * stride] + b;
+        return;
+    }
+    /* rint for |v| < 2**22: adding and taking away 1.5 * 2**23 rounds half to even */
+    const float magic = 12582912.0f, lo = (float)(o->lo - o->zero_point),
+                hi = (float)(o->hi - o->zero_point), s = o->scale[m];
+    for (int64_t j = 0; j < n; j++) {
+        float v = (float)(a[j * stride] + b) * s;
+        v = v < lo ? lo : v;
+        v = v > hi ? hi : v;
+        o->y8[at + j] = (uint8_t)((int32_t)((v + magic) - magic) + o->zero_point);
+    }
+}
+
 /* Integer planes p0 <= p < p1: (x - x_zp) * wc (+ bias), x bytes (signed or not), wc the
    weights minus their zero points as int16 [M][kh * kw]. The padding is x_zp (adds nothing). */
 EXPORT CLONES int onyx_depthwise_i8(const uint8_t *x, int x_signed, int32_t x_zp,
@@ -377,9 +397,6 @@ EXPORT CLONES int onyx_depthwise_i8(const uint8_t *x, int x_signed, int32_t x_zp
         return -1;
     }
     dw_taps(g, &d, start);
-    /* rint for |v| < 2**22: adding and taking away 1.5 * 2**23 rounds half to even */
-    const float magic = 12582912.0f, lo = (float)(o->lo - o->zero_point),
-                hi = (float)(o->hi - o->zero_point);
     int64_t scattered = -1;
     for (int64_t p = p0; p < p1; p++) {
         int64_t m = p % M, src = (p / M) * g->C + m / g->mult;
@@ -389,25 +406,12 @@ EXPORT CLONES int onyx_depthwise_i8(const uint8_t *x, int x_signed, int32_t x_zp
             else dw_scatter_u8(plane, x_zp, g, &d, buf);
         }
         scattered = src;
-        int32_t b = o->bias ? o->bias[m] : 0;
-        float s = o->y8 ? o->scale[m] : 0.0f;
         for (int64_t i0 = 0; i0 < g->OH; i0 += d.rows) {
             int64_t rows = g->OH - i0 < d.rows ? g->OH - i0 : d.rows;
             dw_sums_i16(buf, wc + m * d.K, start, d.K, i0 * d.Wq, rows * d.Wq, acc);
             int64_t at = p * g->OH * g->OW + i0 * g->OW;
-            for (int64_t i = 0; i < rows; i++, at += g->OW) {
-                const int32_t *a = acc + i * d.Wq;
-                if (!o->y8) {
-                    for (int64_t j = 0; j < g->OW; j++) o->y32[at + j] = a[j] + b;
-                    continue;
-                }
-                for (int64_t j = 0; j < g->OW; j++) {
-                    float v = (float)(a[j] + b) * s;
-                    v = v < lo ? lo : v;
-                    v = v > hi ? hi : v;
-                    o->y8[at + j] = (uint8_t)((int32_t)((v + magic) - magic) + o->zero_point);
-                }
-            }
+            for (int64_t i = 0; i < rows; i++, at += g->OW)
+                dw_store(o, m, acc + i * d.Wq, 1, g->OW, at);
         }
     }
     free(start), free(buf), free(acc);
@@ -772,8 +776,6 @@ EXPORT AVX512 int onyx_depthwise_i8_avx512(const uint8_t *x, int x_signed, int32
     if (dwv_alloc(g, &d, &s)) return -1;
     int32_t *buf = s.buf, *wt = s.wt, *row = s.row;
     int64_t M = g->C * g->mult, B = (M + 15) / 16, plane[16];
-    const float magic = 12582912.0f, lo = (float)(o->lo - o->zero_point),
-                hi = (float)(o->hi - o->zero_point);
     for (int64_t p = p0; p < p1; p++) {
         int64_t n = p / B, m0 = (p % B) * 16, lanes = M - m0 < 16 ? M - m0 : 16;
         dwv_planes(g, n, m0, plane);
@@ -783,21 +785,8 @@ EXPORT AVX512 int onyx_depthwise_i8_avx512(const uint8_t *x, int x_signed, int32
             for (int l = 0; l < 16; l++) wt[t * 16 + l] = l < lanes ? wc[(m0 + l) * d.K + t] : 0;
         for (int64_t i = 0; i < g->OH; i++) {
             dwv_row_i32(buf, wt, g, &d, i, row);
-            for (int64_t l = 0; l < lanes; l++) {
-                int32_t b = o->bias ? o->bias[m0 + l] : 0;
-                int64_t at = ((n * M + m0 + l) * g->OH + i) * g->OW;
-                if (!o->y8) {
-                    for (int64_t j = 0; j < g->OW; j++) o->y32[at + j] = row[j * 16 + l] + b;
-                    continue;
-                }
-                float sc = o->scale[m0 + l];
-                for (int64_t j = 0; j < g->OW; j++) {
-                    float v = (float)(row[j * 16 + l] + b) * sc;
-                    v = v < lo ? lo : v;
-                    v = v > hi ? hi : v;
-                    o->y8[at + j] = (uint8_t)((int32_t)((v + magic) - magic) + o->zero_point);
-                }
-            }
+            for (int64_t l = 0; l < lanes; l++)
+                dw_store(o, m0 + l, row + l, 16, g->OW, ((n * M + m0 + l) * g->OH + i) * g->OW);
         }
     }
     dwv_free(&s);
