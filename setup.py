@@ -1,4 +1,4 @@
-"""Build of the optional native kernels (onyx/runtime/native/kernels.c).
+"""Build of the optional native kernels (onyx/runtime/native/kernels.c and pool.c, one library).
 
 Everything else is declared in pyproject.toml. The extension is optional: where no C compiler
 is available the install goes on and onyx runs its numpy kernels (onyx.runtime.native says
@@ -9,14 +9,16 @@ import sys
 
 from setuptools import Extension, setup
 
-flags = [] if sys.platform == "win32" else ["-O3", "-fvisibility=hidden", "-std=c99"]
+flags = [] if sys.platform == "win32" else ["-O3", "-fvisibility=hidden", "-std=c99", "-pthread"]
+link = [] if sys.platform == "win32" else ["-pthread"]
 
 setup(
     ext_modules=[
         Extension(
             "onyx.runtime.native._kernels",
-            sources=["onyx/runtime/native/kernels.c"],
+            sources=["onyx/runtime/native/kernels.c", "onyx/runtime/native/pool.c"],
             extra_compile_args=flags,
+            extra_link_args=link,
             optional=True,
         )
     ]

@@ -5,6 +5,7 @@ paths they replace are what every other test runs there (and ONYX_NATIVE=0 runs 
 
 from __future__ import annotations
 
+import ctypes
 import os
 import subprocess
 import sys
@@ -78,6 +79,80 @@ def test_int8_gemm_threads_agree():
         two = native.int8_gemm(a, packed, 3, 0)
     np.testing.assert_array_equal(one, two)
     np.testing.assert_array_equal(one, _exact(a, b, 3, 0))
+
+
+@needs_vnni
+def test_int8_gemm_set_up_is_reused_only_for_the_same_parameters():
+    """A packed B keeps each call's set-up (corrections, requantization) for the next call
+    with the same shape and parameters; any other parameter gets its own."""
+    rng = np.random.default_rng(3)
+    a, b = _random(rng, np.uint8, (40, 64)), _random(rng, np.int8, (64, 50))
+    packed = native.pack(b, a.dtype)
+    bias = rng.integers(-500, 500, 50).astype(np.int32)
+    for _ in range(2):  # (the second round finds every set-up made)
+        for za in (0, 3, 9):
+            for col_bias in (None, bias, bias + 1):
+                got = native.int8_gemm(a, packed, za, 0, col_bias=col_bias)
+                want = _exact(a, b, za, 0) + (0 if col_bias is None else col_bias)
+                np.testing.assert_array_equal(got, want, err_msg=f"za={za}")
+            for scale, yz in ((0.01, 3), (0.02, 3), (0.01, 4)):
+                s = np.array(scale, np.float32)
+                got = native.int8_gemm(a, packed, za, 0, scale=s, y_zero_point=np.uint8(yz))
+                acc = _exact(a, b, za, 0).astype(np.float32) * s
+                np.testing.assert_array_equal(got, np.clip(np.rint(acc) + yz, 0, 255))
+        fresh = _random(rng, np.uint8, a.shape)  # another A: nothing of A is kept
+        np.testing.assert_array_equal(native.int8_gemm(fresh, packed, 3, 0),
+                                      _exact(fresh, b, 3, 0))  # fmt: skip
+
+
+@needs_vnni
+def test_pool_serves_callers_on_several_threads():
+    """Sessions run on several Python threads at once: the native pool takes one job at a
+    time and a caller that finds it busy runs its job itself; every result stays exact."""
+    import threading
+
+    rng = np.random.default_rng(4)
+    cases = [(_random(rng, np.uint8, (64 + 8 * i, 96)), _random(rng, np.int8, (96, 80)))
+             for i in range(4)]  # fmt: skip
+    errors = []
+
+    def work(a, b):
+        packed = native.pack(b, a.dtype)
+        want = _exact(a, b, 5, 0)
+        with native.threads(2):
+            for _ in range(30):
+                if not np.array_equal(native.int8_gemm(a, packed, 5, 0), want):
+                    errors.append(a.shape)
+
+    threads = [threading.Thread(target=work, args=case) for case in cases]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+
+
+@needs_vnni
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork")
+def test_pool_works_in_a_forked_child():
+    """A child made by fork() has none of the parent's pool threads: it starts its own."""
+    rng = np.random.default_rng(5)
+    a, b = _random(rng, np.uint8, (200, 256)), _random(rng, np.int8, (256, 200))
+    packed = native.pack(b, a.dtype)
+    with native.threads(2):
+        want = native.int8_gemm(a, packed, 1, 0)  # the parent's pool is running now
+        pid = os.fork()
+        if pid == 0:  # the child: exit status 0 when its result is right
+            os._exit(0 if np.array_equal(native.int8_gemm(a, packed, 1, 0), want) else 1)
+    import time
+
+    deadline = time.monotonic() + 60  # (a child waiting on its parent's threads would hang)
+    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if done[0] == 0:
+        os.kill(pid, 9)
+        pytest.fail("the forked child hung")
+    assert os.waitstatus_to_exitcode(done[1]) == 0
 
 
 @pytest.mark.skipif(not native.available(), reason="native library not built")
@@ -229,17 +304,28 @@ def depthwise_kernel(request, monkeypatch):
     if lib is None:
         pytest.skip("native library not built")
     if request.param == "plane":
-        monkeypatch.setattr(lib, "depthwise_f32", lib.onyx_depthwise_f32)
-        monkeypatch.setattr(lib, "depthwise_i8", lib.onyx_depthwise_i8)
+        monkeypatch.setattr(lib, "depthwise_f32", _address(lib.onyx_depthwise_f32))
+        monkeypatch.setattr(lib, "depthwise_i8", _address(lib.onyx_depthwise_i8))
         monkeypatch.setattr(lib, "depthwise_lanes", 1)
     elif lib.depthwise_lanes != 16:
         pytest.skip("no AVX-512")
-    calls = []
-    for name in ("depthwise_f32", "depthwise_i8"):
-        fn = getattr(lib, name)
-        monkeypatch.setattr(lib, name, lambda *a, fn=fn: calls.append(1) or fn(*a))
+    kernels = {lib.depthwise_f32, lib.depthwise_i8}
+    calls = _spy_kernels(monkeypatch)
     yield request.param
     assert calls, "the native kernel did not run"
+    assert set(calls) <= kernels, "another kernel ran"
+
+
+def _address(fn) -> int:
+    return ctypes.cast(fn, ctypes.c_void_p).value
+
+
+def _spy_kernels(monkeypatch) -> list:
+    """The kernels (addresses) the native convs run from now on."""
+    calls, planes = [], native._planes
+    monkeypatch.setattr(native, "_planes",
+                        lambda entry, task, *a: calls.append(task.fn) or planes(entry, task, *a))  # fmt: skip
+    return calls
 
 
 def _depthwise_model(op, elem, consts, C, kernel, stride, dilation, pads):
@@ -355,11 +441,9 @@ def test_small_conv_matches_onnxruntime(case, monkeypatch):
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
                               [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])  # fmt: skip
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
-    calls = []
-    kernel_fn = native._lib.conv_small
-    monkeypatch.setattr(native._lib, "conv_small", lambda *a: calls.append(1) or kernel_fn(*a))
+    calls = _spy_kernels(monkeypatch)
     got = conv_kernels.conv(x, w, b, **attrs)
-    assert calls, "the native kernel did not run"
+    assert calls == [native._lib.conv_small], "the native kernel did not run"
     np.testing.assert_allclose(got, _ort_run(model, {"x": x}), rtol=1e-5, atol=1e-5)
 
 

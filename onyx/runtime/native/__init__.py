@@ -1,4 +1,4 @@
-"""onyx's optional native kernels (kernels.c), loaded with ctypes.
+"""onyx's optional native kernels (kernels.c, on pool.c's threads), loaded with ctypes.
 
 setup.py compiles kernels.c into ``_kernels`` (an optional extension: the install goes on
 without it where there is no C compiler). onyx works the same without it, only slower on
@@ -23,7 +23,6 @@ import contextvars
 import ctypes
 import importlib.machinery
 import os
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -50,9 +49,9 @@ BYTES = (np.dtype(np.uint8), np.dtype(np.int8))
 MAX_K = 1 << 15
 #: Columns per packed panel (kernels.c's NR): threads split the work at panel boundaries.
 PANEL = 32
-#: A product of fewer multiply-adds runs on one thread: handing work to another thread costs
-#: tens of microseconds, about what the kernel does with this much work.
-_PARALLEL_MACS = 24 << 20
+#: A product of fewer multiply-adds runs on one thread: it takes the kernel a few microseconds,
+#: about what handing work to the pool's threads costs (more when they have gone to sleep).
+_PARALLEL_MACS = 1 << 20
 
 #: The same for the depthwise conv, whose multiply-adds are about 8x slower (float lanes,
 #: one product per lane).
@@ -94,6 +93,25 @@ class _Epilogue(ctypes.Structure):
     ]
 
 
+class _GemmTask(ctypes.Structure):
+    _fields_ = [("A", _P), ("packed", _P), ("e", _P), ("K", _I64), ("N", _I64), ("M", _I64),
+                ("panels", _I64), ("flip", ctypes.c_int32), ("a_unsigned", ctypes.c_int32),
+                ("by_rows", ctypes.c_int32)]  # fmt: skip
+
+
+class _FloatConvTask(ctypes.Structure):
+    _fields_ = [("fn", _P), ("x", _P), ("w", _P), ("bias", _P), ("y", _P), ("g", _P)]
+
+
+class _IntConvTask(ctypes.Structure):
+    _fields_ = [("fn", _P), ("x", _P), ("wc", _P), ("g", _P), ("o", _P),
+                ("x_signed", ctypes.c_int32), ("x_zp", ctypes.c_int32)]  # fmt: skip
+
+
+class _UnaryTask(ctypes.Structure):
+    _fields_ = [("x", _P), ("y", _P)]
+
+
 def _library_path() -> Path | None:
     here = Path(__file__).parent
     for suffix in importlib.machinery.EXTENSION_SUFFIXES:
@@ -123,28 +141,25 @@ def _load():
     lib.onyx_transpose_u8.argtypes = [_P, _I64, _I64, _I64, _P, _I64]
     lib.onyx_to_nhwc.restype = None
     lib.onyx_to_nhwc.argtypes = [_P, _I64, _I64, _I64, _P, _I64, _I64]
-    lib.onyx_depthwise_f32.restype = _INT
-    lib.onyx_depthwise_f32.argtypes = [_P, _P, _P, _P, ctypes.POINTER(_DwGeometry), _I64, _I64]
-    lib.onyx_depthwise_i8.restype = _INT
-    lib.onyx_depthwise_i8.argtypes = [_P, _INT, ctypes.c_int32, _P, ctypes.POINTER(_DwGeometry),
-                                      ctypes.POINTER(_DwOutput), _I64, _I64]  # fmt: skip
-    lib.onyx_hardswish_f32.restype = None
-    lib.onyx_hardswish_f32.argtypes = [_P, _P, _I64]
+    # the parallel entries: (task, cuts, parts, threads), run on pool.c's threads
+    for name in ("onyx_float_conv_run", "onyx_int_conv_run", "onyx_hardswish_run"):
+        getattr(lib, name).restype = _INT
+        getattr(lib, name).argtypes = [_P, _P, _I64, _I64]
+    lib.onyx_pool_threads.restype = _INT
+    lib.onyx_pool_threads.argtypes = []
     caps = lib.onyx_caps()
     vnni = bool(caps & 1)
     # (depthwise float, depthwise integer, small conv, channels per block of work)
     kernels = (lib.onyx_depthwise_f32, lib.onyx_depthwise_i8, None, 1)
     if caps & 2:  # AVX-512: depthwise convs by blocks of 16 channels, and the small conv
-        fast = (lib.onyx_depthwise_f32_avx512, lib.onyx_depthwise_i8_avx512,
-                lib.onyx_conv_small_f32_avx512, 16)  # fmt: skip
-        for fn, like in zip(fast, (kernels[0], kernels[1], kernels[0])):
-            fn.restype, fn.argtypes = like.restype, like.argtypes
-        kernels = fast
-    lib.depthwise_f32, lib.depthwise_i8, lib.conv_small, lib.depthwise_lanes = kernels
+        kernels = (lib.onyx_depthwise_f32_avx512, lib.onyx_depthwise_i8_avx512,
+                   lib.onyx_conv_small_f32_avx512, 16)  # fmt: skip
+    address = lambda fn: fn and ctypes.cast(fn, _P).value  # noqa: E731
+    lib.depthwise_f32, lib.depthwise_i8, lib.conv_small = (address(fn) for fn in kernels[:3])
+    lib.depthwise_lanes = kernels[3]
     if vnni:
-        lib.onyx_gemm_u8s8.restype = None
-        lib.onyx_gemm_u8s8.argtypes = [ctypes.POINTER(_Operand), _INT, _INT, _P, _I64, _I64,
-                                       ctypes.POINTER(_Epilogue), _I64, _I64, _I64, _I64]  # fmt: skip
+        lib.onyx_gemm_run.restype = None
+        lib.onyx_gemm_run.argtypes = [_P, _P, _I64, _I64]
     return lib, vnni
 
 
@@ -159,7 +174,6 @@ def available() -> bool:
 # ----------------------------------------------------------------------------- threads
 
 _threads: contextvars.ContextVar[int] = contextvars.ContextVar("onyx_native_threads", default=0)
-_pool: ThreadPoolExecutor | None = None
 
 
 def _cpu_count() -> int:
@@ -179,19 +193,11 @@ def threads(n: int):
         _threads.reset(token)
 
 
-def _parallel(jobs: list) -> None:
-    """Run the zero-argument callables, the first on this thread (ctypes lets go of the GIL
-    during the calls, so they run at once)."""
-    global _pool
-    if len(jobs) == 1:
-        jobs[0]()
-        return
-    if _pool is None:
-        _pool = ThreadPoolExecutor(max(_cpu_count() - 1, 1), thread_name_prefix="onyx-native")
-    futures = [_pool.submit(job) for job in jobs[1:]]
-    jobs[0]()
-    for f in futures:
-        f.result()
+def _run(entry, task: ctypes.Structure, cuts, threads: int) -> int:
+    """entry(task, cuts, parts, threads): the task's parts [cuts[i], cuts[i + 1]) on the native
+    thread pool (pool.c); the kernel's status (non-zero: out of memory)."""
+    cuts = np.asarray(cuts, np.int64)
+    return entry(ctypes.byref(task), cuts.ctypes.data, len(cuts) - 1, threads)
 
 
 def _ways(work: int, parts: int, least: int = _PARALLEL_MACS) -> int:
@@ -213,7 +219,7 @@ class Packed:
     """B (K x N bytes) in the GEMM's panel layout, as signed bytes (``signed``) or unsigned,
     with its column sums (of the packed values). Weights are packed once per session."""
 
-    __slots__ = ("K", "N", "colsum", "data", "flipped", "signed")
+    __slots__ = ("K", "N", "calls", "colsum", "data", "flipped", "signed")
 
     def __init__(self, b: np.ndarray, signed: bool, sums: bool = True):
         K, N = b.shape
@@ -222,6 +228,7 @@ class Packed:
         panels = -(-N // PANEL)
         self.data = np.empty(panels * -(-K // 4) * PANEL * 4, np.int8)
         self.colsum = np.empty(N, np.int32) if sums else None
+        self.calls: dict = {}  # int8_gemm's set-ups with this B, by shape and parameters
         u = b.view(np.uint8)
         _lib.onyx_pack_panels(u.ctypes.data, u.strides[0], u.strides[1], K, N,
                               int(self.flipped), int(signed), self.data.ctypes.data,
@@ -310,89 +317,120 @@ def int8_gemm(
     gather = (rows, quads, K): A is not a matrix but read from the buffer a in place, row r's
     bytes k = 4q..4q+3 at byte offset rows[r] + quads[q] (int64 arrays; K a multiple of 4):
     an implicit-GEMM convolution. B's zero point must then be 0 (no row sums).
+
+    What does not depend on A's data (the epilogue's corrections, the work split) is kept
+    with b for the next call of the same shape and parameters: a node's weights meet the
+    same ones on every run.
     """
-    if gather is None:
-        M, K = a.shape
-        rows = quads = None
-    else:
-        rows, quads, K = gather
-        M = len(rows)
-    N = b.N
-    a_signed = not b.signed  # the kernel multiplies unsigned by signed bytes
-    flip_a = (a.dtype == np.int8) != a_signed
-    # Stored values: a = a' + da, b = b' + db (a flip shifts int8 up by 128, uint8 down), so
-    # (a - za) = a' - ZA with ZA = za - da, and (b - zb) = b' - ZB with ZB = zb - db.
-    da = (-128 if a.dtype == np.int8 else 128) if flip_a else 0
-    db = (128 if b.signed else -128) if b.flipped else 0
-    za = _zero_point(a_zero_point) - da
-    zb = _zero_point(b_zero_point) - db
-    # S' - ZB_j rs'_r - ZA_r cs'_j + K ZA_r ZB_j. Int32 arithmetic wraps: the terms may
-    # overflow, their sum (the exact result) does not.
-    row_off = col_off = row_f = col_f = None
-    if np.any(za) and b.colsum is None:
-        raise ValueError("B was packed without its column sums, which A's zero point needs")
-    if np.any(zb) and gather is not None:
-        raise ValueError("a gathered A takes no B zero point")
-    if np.ndim(za) == 0:
-        if za:
-            col_off = K * za * zb - za * b.colsum.astype(np.int64)
-        elif np.ndim(zb):  # (a scalar K * 0 * zb adds nothing)
-            col_off = K * za * zb
-        if np.any(zb):
-            rs = row_sums(a, flip_a, a_signed).astype(np.int64)
-            if np.ndim(zb) == 0:
-                row_off = -zb * rs
-            else:
-                row_f, col_f = rs, -zb
-    else:
-        if np.ndim(zb):
-            raise ValueError("per-row and per-column zero points together")
-        rs = row_sums(a, flip_a, a_signed).astype(np.int64) if zb else 0
-        row_off = K * za * zb - zb * rs
-        row_f, col_f = -za, b.colsum
-    if row_bias is not None:
-        row_off = row_bias.astype(np.int64) + (0 if row_off is None else row_off)
-    if col_bias is not None:
-        col_off = col_bias.astype(np.int64) + (0 if col_off is None else col_off)
-    e = _Epilogue()
-    keep = []  # the arrays the epilogue points at, alive until the kernel returns
-    for field, arr, size in (("row_off", row_off, M), ("col_off", col_off, N),
-                             ("row_f", row_f, M), ("col_f", col_f, N)):  # fmt: skip
-        if arr is not None:
-            arr = np.broadcast_to(arr, (size,)).astype(np.int32)  # (wraps: see above)
-            keep.append(arr)
-            setattr(e, field, arr.ctypes.data)
+    M, K = a.shape if gather is None else (len(gather[0]), gather[2])
+    params = (a_zero_point, b_zero_point, row_bias, col_bias, scale, y_zero_point)
+    key = (a.dtype.char, M, K, gather is None, _threads.get(), *map(_value_key, params))
+    call = b.calls.get(key)
+    if call is None:
+        call = _GemmCall(a, b, M, K, *params, gather is not None)
+        if call.reusable:
+            if len(b.calls) >= 8:  # (a model with ever new shapes)
+                b.calls.clear()
+            b.calls[key] = call
     if out is None:
-        out = np.empty((M, N), np.int32 if scale is None else y_zero_point.dtype)
-    if scale is None:
-        e.c, e.ldc = out.ctypes.data, out.strides[0] // 4
-    else:
-        info = np.iinfo(out.dtype)
-        s = np.ascontiguousarray(scale, dtype=np.float32)
-        keep.append(s)
-        e.out8, e.ldo = out.ctypes.data, out.strides[0]
-        e.scale = s.ctypes.data
-        e.scale_rs = 1 if s.ndim == 2 and s.shape[0] == M and M > 1 else 0
-        e.scale_cs = 1 if s.size > 1 and not e.scale_rs else 0
-        e.zero_point, e.lo, e.hi = int(y_zero_point.reshape(-1)[0]), info.min, info.max
-    operand = _Operand(a.ctypes.data, 0 if rows is not None else a.strides[0], _addr(rows),
-                       _addr(quads))  # fmt: skip
-    panels = -(-N // PANEL)
-    ways = _ways(M * N * K, max(panels, -(-M // 6)))
-    args = (ctypes.byref(operand), int(flip_a), int(not a_signed), b.data.ctypes.data, K, N,
-            ctypes.byref(e))  # fmt: skip
-
-    def job(m0, m1, p0, p1):
-        return lambda: _lib.onyx_gemm_u8s8(*args, m0, m1, p0, p1)
-
-    if panels >= 2 * ways or M < 12 * ways:  # threads take panels (columns) ...
-        cuts = [panels * i // ways for i in range(ways + 1)]
-        jobs = [job(0, M, p0, p1) for p0, p1 in zip(cuts, cuts[1:])]
-    else:  # ... or rows, in whole tiles
-        cuts = [min(M, -(-M * i // ways // 6) * 6) for i in range(ways + 1)]
-        jobs = [job(m0, m1, 0, panels) for m0, m1 in zip(cuts, cuts[1:])]
-    _parallel(jobs)
+        out = np.empty((M, b.N), np.int32 if scale is None else y_zero_point.dtype)
+    call(a, out, gather)
     return out
+
+
+def _value_key(v):
+    if v is None or isinstance(v, int):
+        return v
+    v = np.asarray(v)
+    return v.dtype.char, v.shape, v.tobytes()
+
+
+class _GemmCall:
+    """What one int8_gemm call sets up before the kernel runs: the epilogue's zero-point
+    corrections, bias and requantization, and the work split between threads. ``reusable``
+    when none of it depends on A's data (no row sums of A: B's zero point is 0)."""
+
+    def __init__(self, a, b, M, K, a_zero_point, b_zero_point, row_bias, col_bias, scale,
+                 y_zero_point, gathered: bool):  # fmt: skip
+        N = b.N
+        a_signed = not b.signed  # the kernel multiplies unsigned by signed bytes
+        flip_a = (a.dtype == np.int8) != a_signed
+        # Stored values: a = a' + da, b = b' + db (a flip shifts int8 up by 128, uint8 down),
+        # so (a - za) = a' - ZA with ZA = za - da, and (b - zb) = b' - ZB with ZB = zb - db.
+        da = (-128 if a.dtype == np.int8 else 128) if flip_a else 0
+        db = (128 if b.signed else -128) if b.flipped else 0
+        za = _zero_point(a_zero_point) - da
+        zb = _zero_point(b_zero_point) - db
+        self.reusable = not np.any(zb)
+        # S' - ZB_j rs'_r - ZA_r cs'_j + K ZA_r ZB_j. Int32 arithmetic wraps: the terms may
+        # overflow, their sum (the exact result) does not.
+        row_off = col_off = row_f = col_f = None
+        if np.any(za) and b.colsum is None:
+            raise ValueError("B was packed without its column sums, which A's zero point needs")
+        if np.any(zb) and gathered:
+            raise ValueError("a gathered A takes no B zero point")
+        if np.ndim(za) == 0:
+            if za:
+                col_off = K * za * zb - za * b.colsum.astype(np.int64)
+            elif np.ndim(zb):  # (a scalar K * 0 * zb adds nothing)
+                col_off = K * za * zb
+            if np.any(zb):
+                rs = row_sums(a, flip_a, a_signed).astype(np.int64)
+                if np.ndim(zb) == 0:
+                    row_off = -zb * rs
+                else:
+                    row_f, col_f = rs, -zb
+        else:
+            if np.ndim(zb):
+                raise ValueError("per-row and per-column zero points together")
+            rs = row_sums(a, flip_a, a_signed).astype(np.int64) if zb else 0
+            row_off = K * za * zb - zb * rs
+            row_f, col_f = -za, b.colsum
+        if row_bias is not None:
+            row_off = row_bias.astype(np.int64) + (0 if row_off is None else row_off)
+        if col_bias is not None:
+            col_off = col_bias.astype(np.int64) + (0 if col_off is None else col_off)
+        e = self.epilogue = _Epilogue()
+        self.keep = []  # the arrays the epilogue points at
+        for field, arr, size in (("row_off", row_off, M), ("col_off", col_off, N),
+                                 ("row_f", row_f, M), ("col_f", col_f, N)):  # fmt: skip
+            if arr is not None:
+                arr = np.broadcast_to(arr, (size,)).astype(np.int32)  # (wraps: see above)
+                self.keep.append(arr)
+                setattr(e, field, arr.ctypes.data)
+        self.requantize = scale is not None
+        if self.requantize:
+            info = np.iinfo(y_zero_point.dtype)
+            s = np.ascontiguousarray(scale, dtype=np.float32)
+            self.keep.append(s)
+            e.scale = s.ctypes.data
+            e.scale_rs = 1 if s.ndim == 2 and s.shape[0] == M and M > 1 else 0
+            e.scale_cs = 1 if s.size > 1 and not e.scale_rs else 0
+            e.zero_point, e.lo, e.hi = int(y_zero_point.reshape(-1)[0]), info.min, info.max
+        panels = -(-N // PANEL)
+        ways = self.ways = _ways(M * N * K, max(panels, -(-M // 6)))
+        by_rows = not (panels >= 2 * ways or M < 12 * ways)  # threads take rows, or panels
+        if by_rows:  # (in whole tiles)
+            self.cuts = np.array([min(M, -(-M * i // ways // 6) * 6) for i in range(ways + 1)])
+        else:
+            self.cuts = np.array([panels * i // ways for i in range(ways + 1)])
+        self.task = _GemmTask(None, b.data.ctypes.data, None, K, N, M, panels, int(flip_a),
+                              int(not a_signed), int(by_rows))  # fmt: skip
+
+    def __call__(self, a: np.ndarray, out: np.ndarray, gather) -> None:
+        e = _Epilogue.from_buffer_copy(self.epilogue)
+        if self.requantize:
+            e.out8, e.ldo = out.ctypes.data, out.strides[0]
+        else:
+            e.c, e.ldc = out.ctypes.data, out.strides[0] // 4
+        if gather is None:
+            operand = _Operand(a.ctypes.data, a.strides[0], None, None)
+        else:
+            operand = _Operand(a.ctypes.data, 0, gather[0].ctypes.data, gather[1].ctypes.data)
+        task = _GemmTask.from_buffer_copy(self.task)
+        task.A, task.e = ctypes.addressof(operand), ctypes.addressof(e)
+        _lib.onyx_gemm_run(ctypes.byref(task), self.cuts.ctypes.data, len(self.cuts) - 1,
+                           self.ways)  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- depthwise conv
@@ -406,13 +444,10 @@ def _dw_geometry(x: np.ndarray, M: int, kernel, out_shape, strides, dilations, b
     return g, N * -(-M // _lib.depthwise_lanes)
 
 
-def _planes(call, planes: int, work: int) -> None:
-    """call(p0, p1) over the output planes, split between threads when the work pays."""
+def _planes(entry, task: ctypes.Structure, planes: int, work: int) -> None:
+    """A conv task over its output planes, split between threads when the work pays."""
     ways = _ways(work, planes, _DEPTHWISE_MACS)
-    cuts = [planes * i // ways for i in range(ways + 1)]
-    results = []
-    _parallel([lambda a=a, b=b: results.append(call(a, b)) for a, b in zip(cuts, cuts[1:])])
-    if any(results):
+    if _run(entry, task, [planes * i // ways for i in range(ways + 1)], ways):
         raise MemoryError("onyx native depthwise conv: out of memory for its buffers")
 
 
@@ -437,8 +472,9 @@ def _float_conv(fn, lanes: int, x, w, bias, out_shape, strides, dilations, begin
     b = None if bias is None else np.ascontiguousarray(bias, np.float32)
     y = np.empty((N, M, *out_shape), np.float32)
     g = _DwGeometry(C, H, W, M // C, *out_shape, *w.shape[2:], *strides, *dilations, *begin, M)
-    args = (x.ctypes.data, w.ctypes.data, _addr(b), y.ctypes.data, ctypes.byref(g))
-    _planes(lambda p0, p1: fn(*args, p0, p1), N * -(-M // lanes), y.size * w[0].size)
+    task = _FloatConvTask(fn, x.ctypes.data, w.ctypes.data, _addr(b), y.ctypes.data,
+                          ctypes.addressof(g))  # fmt: skip
+    _planes(_lib.onyx_float_conv_run, task, N * -(-M // lanes), y.size * w[0].size)
     return y
 
 
@@ -468,9 +504,9 @@ def depthwise_int(x, x_zero_point: int, wc: np.ndarray, bias, out_shape, strides
         info = np.iinfo(y.dtype)
         o.y8, o.scale = y.ctypes.data, keep[-1].ctypes.data
         o.zero_point, o.lo, o.hi = int(y_zero_point.reshape(-1)[0]), info.min, info.max
-    args = (x.ctypes.data, int(x.dtype == np.int8), int(x_zero_point), wc.ctypes.data,
-            ctypes.byref(g), ctypes.byref(o))  # fmt: skip
-    _planes(lambda p0, p1: _lib.depthwise_i8(*args, p0, p1), planes, y.size * wc[0].size)
+    task = _IntConvTask(_lib.depthwise_i8, x.ctypes.data, wc.ctypes.data, ctypes.addressof(g),
+                        ctypes.addressof(o), int(x.dtype == np.int8), int(x_zero_point))  # fmt: skip
+    _planes(_lib.onyx_int_conv_run, task, planes, y.size * wc[0].size)
     return y
 
 
@@ -503,7 +539,7 @@ def conv_small_f32(x, w, bias, out_shape, strides, dilations, begin) -> np.ndarr
 # ----------------------------------------------------------------------------- elementwise
 
 #: Elements below which an elementwise kernel stays on one thread.
-_PARALLEL_ELEMENTS = 1 << 18
+_PARALLEL_ELEMENTS = 1 << 16
 
 
 def hardswish_f32(x: np.ndarray) -> np.ndarray | None:
@@ -514,7 +550,5 @@ def hardswish_f32(x: np.ndarray) -> np.ndarray | None:
     n = x.size
     ways = _ways(n, 64, _PARALLEL_ELEMENTS)
     cuts = [n * i // ways // 16 * 16 for i in range(ways)] + [n]
-    xa, ya = x.ctypes.data, y.ctypes.data
-    _parallel([lambda a=a, b=b: _lib.onyx_hardswish_f32(xa + 4 * a, ya + 4 * a, b - a)
-               for a, b in zip(cuts, cuts[1:])])  # fmt: skip
+    _run(_lib.onyx_hardswish_run, _UnaryTask(x.ctypes.data, y.ctypes.data), cuts, ways)
     return y

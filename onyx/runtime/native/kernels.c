@@ -30,6 +30,11 @@
 #define EXPORT __attribute__((visibility("default")))
 #endif
 
+/* pool.c: fn(args, cuts[i], cuts[i + 1]) for each part i, on up to `threads` threads. */
+typedef int (*range_fn)(const void *args, int64_t begin, int64_t end);
+int onyx_parallel(range_fn fn, const void *args, const int64_t *cuts, int64_t parts,
+                  int64_t threads);
+
 #define NR 32 /* columns per packed panel: two 16-lane vectors */
 #define MR 6  /* rows per register tile: 12 accumulators */
 
@@ -863,9 +868,93 @@ EXPORT AVX512 int onyx_conv_small_f32_avx512(const float *x, const float *w, con
     return 0;
 }
 
+/* The GEMM over the thread pool: parts are blocks of rows or of panels (cuts). */
+typedef struct {
+    const operand *A;
+    const int8_t *packed;
+    const epilogue *e;
+    int64_t K, N, M, panels;
+    int32_t flip, a_unsigned, by_rows;
+} gemm_task;
+
+static int gemm_range(const void *p, int64_t begin, int64_t end) {
+    const gemm_task *t = p;
+    if (t->by_rows)
+        onyx_gemm_u8s8(t->A, t->flip, t->a_unsigned, t->packed, t->K, t->N, t->e, begin, end, 0,
+                       t->panels);
+    else
+        onyx_gemm_u8s8(t->A, t->flip, t->a_unsigned, t->packed, t->K, t->N, t->e, 0, t->M, begin,
+                       end);
+    return 0;
+}
+
+EXPORT void onyx_gemm_run(const gemm_task *t, const int64_t *cuts, int64_t parts,
+                          int64_t threads) {
+    onyx_parallel(gemm_range, t, cuts, parts, threads);
+}
+
 #else
 EXPORT int onyx_caps(void) { return 0; }
 #endif
+
+/* ------------------------------------------------------------------ parallel runs */
+
+/* The float convs (depthwise and small: one signature) over planes, on the pool. */
+typedef int (*float_conv_fn)(const float *, const float *, const float *, float *,
+                             const dw_geometry *, int64_t, int64_t);
+typedef struct {
+    float_conv_fn fn;
+    const float *x, *w, *bias;
+    float *y;
+    const dw_geometry *g;
+} float_conv_task;
+
+static int float_conv_range(const void *p, int64_t begin, int64_t end) {
+    const float_conv_task *t = p;
+    return t->fn(t->x, t->w, t->bias, t->y, t->g, begin, end);
+}
+
+EXPORT int onyx_float_conv_run(const float_conv_task *t, const int64_t *cuts, int64_t parts,
+                               int64_t threads) {
+    return onyx_parallel(float_conv_range, t, cuts, parts, threads);
+}
+
+typedef int (*int_conv_fn)(const uint8_t *, int, int32_t, const int16_t *, const dw_geometry *,
+                           const dw_output *, int64_t, int64_t);
+typedef struct {
+    int_conv_fn fn;
+    const uint8_t *x;
+    const int16_t *wc;
+    const dw_geometry *g;
+    const dw_output *o;
+    int32_t x_signed, x_zp;
+} int_conv_task;
+
+static int int_conv_range(const void *p, int64_t begin, int64_t end) {
+    const int_conv_task *t = p;
+    return t->fn(t->x, t->x_signed, t->x_zp, t->wc, t->g, t->o, begin, end);
+}
+
+EXPORT int onyx_int_conv_run(const int_conv_task *t, const int64_t *cuts, int64_t parts,
+                             int64_t threads) {
+    return onyx_parallel(int_conv_range, t, cuts, parts, threads);
+}
+
+typedef struct {
+    const float *x;
+    float *y;
+} unary_task;
+
+static int hardswish_range(const void *p, int64_t begin, int64_t end) {
+    const unary_task *t = p;
+    onyx_hardswish_f32(t->x + begin, t->y + begin, end - begin);
+    return 0;
+}
+
+EXPORT void onyx_hardswish_run(const unary_task *t, const int64_t *cuts, int64_t parts,
+                               int64_t threads) {
+    onyx_parallel(hardswish_range, t, cuts, parts, threads);
+}
 
 #if defined(_WIN32)
 /* setuptools links every extension with this export; Python never imports this library. */

@@ -1,0 +1,187 @@
+/* onyx's thread pool for the native kernels (kernels.c), part of the same library.
+ *
+ * Handing work to a Python thread costs 40-70 us (a lock, a wake-up, the GIL), as much as a
+ * mid-sized GEMM runs. Here the caller's ctypes call has already let go of the GIL, and the
+ * workers are plain threads that spin a little after each job before they sleep, so the next
+ * kernel (one node later, tens of microseconds) finds them awake: a hand-off costs about a
+ * microsecond.
+ *
+ * onyx_parallel(fn, args, cuts, parts, threads) runs fn(args, cuts[i], cuts[i + 1]) for the
+ * parts i, on the calling thread and threads - 1 workers, and returns the OR of the results
+ * (a kernel's out-of-memory flag). One job at a time: a second caller (another session on
+ * another Python thread) that finds the pool busy runs its parts itself. Without POSIX
+ * threads (Windows) every part runs on the calling thread.
+ */
+#if !defined(_WIN32)
+#define _GNU_SOURCE /* (sched_yield, clock_gettime under -std=c99) */
+#endif
+#include <stdint.h>
+
+#if defined(_WIN32)
+#define EXPORT __declspec(dllexport)
+#else
+#define EXPORT __attribute__((visibility("default")))
+#endif
+
+typedef int (*range_fn)(const void *args, int64_t begin, int64_t end);
+
+static int run_serial(range_fn fn, const void *args, const int64_t *cuts, int64_t parts) {
+    int status = 0;
+    for (int64_t i = 0; i < parts; i++) status |= fn(args, cuts[i], cuts[i + 1]);
+    return status;
+}
+
+#if defined(_WIN32)
+
+EXPORT int onyx_parallel(range_fn fn, const void *args, const int64_t *cuts, int64_t parts,
+                         int64_t threads) {
+    (void)threads;
+    return run_serial(fn, args, cuts, parts);
+}
+
+EXPORT int onyx_pool_threads(void) { return 0; }
+
+#else
+
+#include <pthread.h>
+#include <sched.h>
+#include <time.h>
+
+#define MAX_WORKERS 63
+/* How long an idle worker stays awake: spinning, then yielding its core to other threads
+   (numpy's BLAS), then it sleeps until the next job. */
+#ifndef SPIN_NS
+#define SPIN_NS 20000
+#define YIELD_NS 300000
+#endif
+
+static pthread_mutex_t busy = PTHREAD_MUTEX_INITIALIZER; /* held by the job's caller */
+static pthread_mutex_t wake_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t wake = PTHREAD_COND_INITIALIZER;
+static int started; /* workers running (guarded by busy) */
+
+/* The current job: written by the caller before it opens the job in `claim`. */
+static struct {
+    range_fn fn;
+    const void *args;
+    const int64_t *cuts;
+    int64_t parts;
+} job;
+/* claim = (job number << 32) | next part: a thread takes part i of job g by moving it from
+   (g, i) to (g, i + 1), so one that wakes late, after job g, takes nothing from job g + 1 it
+   was not meant to (and never reads a job being written: job g's fields stay until all its
+   parts are done). done counts finished parts. Workers are woken by their ticket. */
+static int64_t claim, done, status, ticket[MAX_WORKERS]; /* atomics */
+static int64_t jobs; /* (guarded by busy) */
+
+static int64_t now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+/* Take parts of the current job until none is left. */
+static void take_parts(void) {
+    int64_t c = __atomic_load_n(&claim, __ATOMIC_ACQUIRE);
+    for (;;) {
+        int64_t i = c & 0xffffffff;
+        if (i >= job.parts) return; /* (job.parts is this job's while a part is left: see claim) */
+        if (!__atomic_compare_exchange_n(&claim, &c, c + 1, 0, __ATOMIC_ACQ_REL,
+                                         __ATOMIC_ACQUIRE))
+            continue; /* (c now holds the current value) */
+        int s = job.fn(job.args, job.cuts[i], job.cuts[i + 1]);
+        if (s) __atomic_fetch_or(&status, (int64_t)s, __ATOMIC_RELAXED);
+        __atomic_fetch_add(&done, 1, __ATOMIC_RELEASE);
+        c = __atomic_load_n(&claim, __ATOMIC_ACQUIRE);
+    }
+}
+
+static int64_t wait_for_job(const int64_t *mine, int64_t seen) {
+    int64_t start = now_ns(), g;
+    for (int64_t spins = 0;; spins++) {
+        if ((g = __atomic_load_n(mine, __ATOMIC_ACQUIRE)) != seen) return g;
+        if ((spins & 255) == 0) {
+            int64_t idle = now_ns() - start;
+            if (idle > YIELD_NS) break;
+            if (idle > SPIN_NS) sched_yield();
+        }
+        cpu_relax();
+    }
+    pthread_mutex_lock(&wake_lock);
+    while ((g = __atomic_load_n(mine, __ATOMIC_ACQUIRE)) == seen)
+        pthread_cond_wait(&wake, &wake_lock);
+    pthread_mutex_unlock(&wake_lock);
+    return g;
+}
+
+static void *worker(void *arg) {
+    int64_t id = (int64_t)(intptr_t)arg, seen = 0;
+    for (;;) {
+        seen = wait_for_job(&ticket[id], seen);
+        take_parts();
+    }
+    return NULL;
+}
+
+/* A child after fork() has none of the parent's workers. */
+static void forget_workers(void) {
+    started = 0;
+    for (int i = 0; i < MAX_WORKERS; i++) ticket[i] = 0;
+    pthread_mutex_init(&busy, NULL);
+    pthread_mutex_init(&wake_lock, NULL);
+    pthread_cond_init(&wake, NULL);
+}
+
+static void start_workers(int64_t n) {
+    static int registered;
+    if (!registered) {
+        pthread_atfork(NULL, NULL, forget_workers);
+        registered = 1;
+    }
+    while (started < n) {
+        pthread_t t;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        int failed = pthread_create(&t, &attr, worker, (void *)(intptr_t)started);
+        pthread_attr_destroy(&attr);
+        if (failed) break;
+        started++;
+    }
+}
+
+EXPORT int onyx_parallel(range_fn fn, const void *args, const int64_t *cuts, int64_t parts,
+                         int64_t threads) {
+    if (threads <= 1 || parts <= 1 || pthread_mutex_trylock(&busy) != 0)
+        return run_serial(fn, args, cuts, parts);
+    int64_t helpers = threads - 1 < MAX_WORKERS ? threads - 1 : MAX_WORKERS;
+    if (helpers > parts - 1) helpers = parts - 1;
+    start_workers(helpers);
+    if (helpers > started) helpers = started;
+    job.fn = fn, job.args = args, job.cuts = cuts, job.parts = parts;
+    __atomic_store_n(&done, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&status, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&claim, (++jobs & 0x7fffffff) << 32, __ATOMIC_RELEASE);
+    pthread_mutex_lock(&wake_lock);
+    for (int64_t i = 0; i < helpers; i++) __atomic_fetch_add(&ticket[i], 1, __ATOMIC_RELEASE);
+    pthread_cond_broadcast(&wake);
+    pthread_mutex_unlock(&wake_lock);
+    take_parts();
+    /* the parts the helpers took; a helper that has not woken yet finds nothing left */
+    for (int64_t spins = 1; __atomic_load_n(&done, __ATOMIC_ACQUIRE) < parts; spins++)
+        if (spins % 1024 == 0) sched_yield(); else cpu_relax();
+    int result = (int)__atomic_load_n(&status, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&busy);
+    return result;
+}
+
+/* Workers started so far (for the tests). */
+EXPORT int onyx_pool_threads(void) { return started; }
+
+#endif
