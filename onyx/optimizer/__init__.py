@@ -8,8 +8,8 @@ folding, no-op/identity/dropout elimination, common subexpressions, dead code an
 initializers); extended passes fuse patterns (first QDQ node units into QLinearConv /
 QLinearMatMul / com.microsoft QLinear* and QGemm, as onnxruntime's QDQSelectorActionTransformer;
 then Conv+BatchNormalization/Add/Mul, MatMul+Add -> Gemm, activations into com.microsoft
-FusedConv/FusedGemm, GELU, LayerNormalization, transpose pairs); 'all' is extended plus nothing
-more for now. Every pass has a name (see ``passes()``); names in ``disabled`` are skipped, as
+FusedConv/FusedGemm, GELU, LayerNormalization, transpose pairs, and last elementwise chains on
+8-bit tensors into ai.onyx TableLookup); 'all' is extended plus nothing more for now. Every pass has a name (see ``passes()``); names in ``disabled`` are skipped, as
 onnxruntime's ``disabled_optimizers``.
 """
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from .. import ir
-from . import cleanup, conv, fold, gemm, qdq, transformer, transpose  # noqa: F401  (register passes)
+from . import cleanup, conv, fold, gemm, lookup, qdq, transformer, transpose  # noqa: F401  (register passes)
 from .core import ALL, BASIC, LEVELS, PASSES, PassContext, clone_model
 
 __all__ = ["optimize", "optimize_for_session", "passes"]

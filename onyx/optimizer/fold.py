@@ -47,8 +47,9 @@ class _FoldContext:
     graph_input_count = graph_output_count = run_graph
 
 
-def _evaluate(ctx: PassContext, node: ir.Node) -> tuple | None:
-    """The node's outputs when it can be folded, else None."""
+def evaluate(ctx: PassContext, node: ir.Node, known: dict | None = None) -> tuple | None:
+    """The node's outputs when it can be folded, else None. ``known``: id(value) -> array,
+    values taken as given besides the constants."""
     if node.op_type in NONDETERMINISTIC or any(True for _ in node.subgraphs()):
         return None
     domain = "" if node.domain in STANDARD else node.domain
@@ -63,7 +64,9 @@ def _evaluate(ctx: PassContext, node: ir.Node) -> tuple | None:
         if v is None or not v.name:
             args.append(None)
             continue
-        c = ctx.const(v)
+        c = known.get(id(v)) if known else None
+        if c is None:
+            c = ctx.const(v)
         if c is None:
             return None
         args.append(c)
@@ -117,7 +120,7 @@ def constant_folding(ctx: PassContext) -> bool:
     for node in g:
         if is_op(node, "DequantizeLinear") and reads_quantized(ctx, node):
             continue  # a QDQ unit's quantized weight: the QDQ fusion takes it as it is
-        result = _evaluate(ctx, node)
+        result = evaluate(ctx, node)
         if result is None:
             continue
         outputs = node.outputs

@@ -21,6 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 DOMAIN_ALIASES = {"ai.onnx": ""}
+#: onyx's own domain: ops the graph optimizer emits as model-local functions (runtimes without
+#: onyx's kernel run their bodies; onyx runs its kernel, see plan.py).
+ONYX_DOMAIN = "ai.onyx"
 
 
 @dataclass(frozen=True)

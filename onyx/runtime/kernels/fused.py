@@ -1,5 +1,6 @@
 """Kernels of the fused ops the graph optimizer emits: com.microsoft FusedConv and FusedGemm
-(onnxruntime defines both, so an optimized model saved to disk stays loadable by it).
+(onnxruntime defines both, so an optimized model saved to disk stays loadable by it), and
+ai.onyx TableLookup (a model-local function whose body, Cast + Gather, any runtime can run).
 
 The activation runs in place on the convolution / GEMM result, which the kernel owns.
 """
@@ -8,7 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..registry import op
+from .. import native
+from ..registry import ONYX_DOMAIN, op
 from .conv import conv
 from .linalg import gemm
 
@@ -117,3 +119,14 @@ def fused_gemm(
     """activation(alpha * A' B' + beta * C)."""
     y = _owned(gemm(A, B, C, alpha=alpha, beta=beta, transA=transA, transB=transB))
     return _activate(y, activation, activation_alpha, activation_beta, activation_gamma)
+
+
+@op("TableLookup", since=1, domain=ONYX_DOMAIN)
+def table_lookup(x, table):
+    """table[x] for a byte tensor x: an elementwise function of it tabulated at its 256
+    values, indexed by bit pattern (an int8 -1 reads table[255], as Gather's negative indices
+    do in the function's body)."""
+    y = native.lookup8(x, table)
+    if y is None:
+        y = np.take(table, x.view(np.uint8) if x.dtype == np.int8 else x)
+    return y

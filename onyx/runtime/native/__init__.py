@@ -39,6 +39,7 @@ __all__ = [
     "hardswish_f32",
     "int8_gemm",
     "int8_gemm_ok",
+    "lookup8",
     "pack",
     "threads",
 ]
@@ -108,6 +109,10 @@ class _IntConvTask(ctypes.Structure):
                 ("x_signed", ctypes.c_int32), ("x_zp", ctypes.c_int32)]  # fmt: skip
 
 
+class _LookupTask(ctypes.Structure):
+    _fields_ = [("fn", _P), ("x", _P), ("table", _P), ("size", _I64), ("y", _P)]
+
+
 class _UnaryTask(ctypes.Structure):
     _fields_ = [("x", _P), ("y", _P)]
 
@@ -142,7 +147,8 @@ def _load():
     lib.onyx_to_nhwc.restype = None
     lib.onyx_to_nhwc.argtypes = [_P, _I64, _I64, _I64, _P, _I64, _I64]
     # the parallel entries: (task, cuts, parts, threads), run on pool.c's threads
-    for name in ("onyx_float_conv_run", "onyx_int_conv_run", "onyx_hardswish_run"):
+    for name in ("onyx_float_conv_run", "onyx_int_conv_run", "onyx_hardswish_run",
+                 "onyx_lookup_run"):  # fmt: skip
         getattr(lib, name).restype = _INT
         getattr(lib, name).argtypes = [_P, _P, _I64, _I64]
     lib.onyx_pool_threads.restype = _INT
@@ -155,6 +161,7 @@ def _load():
         kernels = (lib.onyx_depthwise_f32_avx512, lib.onyx_depthwise_i8_avx512,
                    lib.onyx_conv_small_f32_avx512, 16)  # fmt: skip
     address = lambda fn: fn and ctypes.cast(fn, _P).value  # noqa: E731
+    lib.lookup = address(lib.onyx_lookup8_vbmi if caps & 4 else lib.onyx_lookup8)
     lib.depthwise_f32, lib.depthwise_i8, lib.conv_small = (address(fn) for fn in kernels[:3])
     lib.depthwise_lanes = kernels[3]
     if vnni:
@@ -551,4 +558,22 @@ def hardswish_f32(x: np.ndarray) -> np.ndarray | None:
     ways = _ways(n, 64, _PARALLEL_ELEMENTS)
     cuts = [n * i // ways // 16 * 16 for i in range(ways)] + [n]
     _run(_lib.onyx_hardswish_run, _UnaryTask(x.ctypes.data, y.ctypes.data), cuts, ways)
+    return y
+
+
+def lookup8(x: np.ndarray, table: np.ndarray) -> np.ndarray | None:
+    """table[x] for a contiguous byte tensor x (int8 by its bit pattern: table[128:] holds the
+    values of -128..-1) and a 256-entry table of 1, 2, 4 or 8-byte items; None without the
+    library."""
+    if _lib is None or x.dtype not in BYTES or not x.flags.c_contiguous:
+        return None
+    table = np.ascontiguousarray(table)
+    if table.shape != (256,) or table.itemsize not in (1, 2, 4, 8):
+        return None
+    y = np.empty(x.shape, table.dtype)
+    n = x.size
+    ways = _ways(n, 64, _PARALLEL_ELEMENTS * 4)  # (a byte per element: 4x HardSwish's speed)
+    cuts = [n * i // ways // 64 * 64 for i in range(ways)] + [n]
+    task = _LookupTask(_lib.lookup, x.ctypes.data, table.ctypes.data, table.itemsize, y.ctypes.data)
+    _run(_lib.onyx_lookup_run, task, cuts, ways)
     return y

@@ -435,17 +435,61 @@ EXPORT CLONES void onyx_hardswish_f32(const float *restrict x, float *restrict y
     }
 }
 
+/* y[i] = table[x[i]]: any elementwise function of a byte tensor, tabulated (the graph
+   optimizer's lookup tables). An int8 x indexes by its bit pattern (table[128..255] hold the
+   values for -128..-1); entries are `size` bytes (1, 2, 4 or 8). */
+#define LOOKUP(T)                                                                           \
+    {                                                                                        \
+        const T *t = table;                                                                  \
+        T *out = y;                                                                          \
+        for (int64_t i = 0; i < n; i++) out[i] = t[x[i]];                                    \
+        return;                                                                              \
+    }
+EXPORT void onyx_lookup8(const uint8_t *restrict x, const void *restrict table, int64_t size,
+                         void *restrict y, int64_t n) {
+    switch (size) {
+    case 1: LOOKUP(uint8_t)
+    case 2: LOOKUP(uint16_t)
+    case 4: LOOKUP(uint32_t)
+    default: LOOKUP(uint64_t)
+    }
+}
+#undef LOOKUP
+
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 #define VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
 #define INLINE static inline __attribute__((always_inline))
 
-/* What this CPU runs: 1, the int8 GEMM (AVX512-VNNI); 2, the AVX-512 depthwise convs. */
+/* What this CPU runs: 1, the int8 GEMM (AVX512-VNNI); 2, the AVX-512 depthwise convs; 4, the
+   byte-table lookup on AVX512-VBMI. */
 EXPORT int onyx_caps(void) {
     __builtin_cpu_init();
-    int vnni = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw") &&
-               __builtin_cpu_supports("avx512vl");
-    return (vnni ? 1 : 0) | (__builtin_cpu_supports("avx512f") ? 2 : 0);
+    int bw = __builtin_cpu_supports("avx512bw");
+    int vnni = __builtin_cpu_supports("avx512vnni") && bw && __builtin_cpu_supports("avx512vl");
+    int vbmi = __builtin_cpu_supports("avx512vbmi") && bw;
+    return (vnni ? 1 : 0) | (__builtin_cpu_supports("avx512f") ? 2 : 0) | (vbmi ? 4 : 0);
+}
+
+/* onyx_lookup8 for one-byte entries, 64 bytes per step: the 256-byte table sits in four
+   registers, two vpermi2b pick from each half by the low 7 bits and the top bit chooses. */
+#define VBMI __attribute__((target("avx512f,avx512bw,avx512vbmi")))
+EXPORT VBMI void onyx_lookup8_vbmi(const uint8_t *restrict x, const void *restrict table,
+                                   int64_t size, void *restrict y, int64_t n) {
+    if (size != 1) {
+        onyx_lookup8(x, table, size, y, n);
+        return;
+    }
+    const uint8_t *t = table;
+    uint8_t *out = y;
+    __m512i t0 = _mm512_loadu_si512(t), t1 = _mm512_loadu_si512(t + 64);
+    __m512i t2 = _mm512_loadu_si512(t + 128), t3 = _mm512_loadu_si512(t + 192);
+    for (int64_t i = 0; i < n; i += 64) {
+        __mmask64 k = n - i >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << (n - i)) - 1);
+        __m512i v = _mm512_maskz_loadu_epi8(k, x + i);
+        __m512i lo = _mm512_permutex2var_epi8(t0, v, t1), hi = _mm512_permutex2var_epi8(t2, v, t3);
+        _mm512_mask_storeu_epi8(out + i, k, _mm512_mask_blend_epi8(_mm512_movepi8_mask(v), lo, hi));
+    }
 }
 
 /* The epilogue of one 16-column vector of row r. */
@@ -938,6 +982,26 @@ static int int_conv_range(const void *p, int64_t begin, int64_t end) {
 EXPORT int onyx_int_conv_run(const int_conv_task *t, const int64_t *cuts, int64_t parts,
                              int64_t threads) {
     return onyx_parallel(int_conv_range, t, cuts, parts, threads);
+}
+
+typedef void (*lookup_fn)(const uint8_t *, const void *, int64_t, void *, int64_t);
+typedef struct {
+    lookup_fn fn;
+    const uint8_t *x;
+    const void *table;
+    int64_t size;
+    uint8_t *y;
+} lookup_task;
+
+static int lookup_range(const void *p, int64_t begin, int64_t end) {
+    const lookup_task *t = p;
+    t->fn(t->x + begin, t->table, t->size, t->y + begin * t->size, end - begin);
+    return 0;
+}
+
+EXPORT void onyx_lookup_run(const lookup_task *t, const int64_t *cuts, int64_t parts,
+                            int64_t threads) {
+    onyx_parallel(lookup_range, t, cuts, parts, threads);
 }
 
 typedef struct {

@@ -1,0 +1,220 @@
+"""The lookup-table fusion (onyx/optimizer/lookup.py): elementwise chains reading one byte
+tensor become one ai.onyx TableLookup.
+
+The oracle is the same model run as written: the fused model must give the same outputs to
+the bit, for every value a byte can take. Saved, the optimized model must pass onnx's checker
+and run in onnxruntime (which runs TableLookup's function body) to the same results. The
+native lookup kernel is checked against numpy's take.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onyx
+from onyx.runtime import native
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.zoo import zoo_models  # noqa: E402
+
+PASS = "LookupTableFusion"
+U8, I8, F = TensorProto.UINT8, TensorProto.INT8, TensorProto.FLOAT
+
+
+def _model(nodes, x_type, y_type, inits: dict, opset=17, shape=(2, 3, 4, 5)) -> bytes:
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", x_type, list(shape))],
+        [helper.make_tensor_value_info("y", y_type, list(shape))],
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()],
+    )
+    opsets = [helper.make_opsetid("", opset), helper.make_opsetid("com.microsoft", 1)]
+    return helper.make_model(graph, opset_imports=opsets, ir_version=8).SerializeToString()
+
+
+def _all_bytes(dtype, shape=(2, 3, 4, 5)) -> np.ndarray:
+    """Every byte value, repeated to fill ``shape``."""
+    n = int(np.prod(shape))
+    return np.resize(np.arange(256, dtype=np.uint8).view(dtype), n).reshape(shape)
+
+
+def _sessions(model: bytes):
+    fused = onyx.InferenceSession(model)
+    so = onyx.SessionOptions()
+    so.disabled_optimizers = [PASS]
+    return fused, onyx.InferenceSession(model, so)
+
+
+def _lookups(model: bytes) -> int:
+    stats: dict = {}
+    onyx.optimize(onyx.loads(model), stats=stats)
+    return stats.get(PASS, 0)
+
+
+def _q(name, scale, zp, dtype=np.uint8) -> dict:
+    return {f"{name}_s": np.float32(scale), f"{name}_z": np.asarray(zp, dtype)}
+
+
+def _hard_swish_qoperator(x_type=U8):
+    """MobileNet's quantized hard-swish: x * HardSigmoid(x) through QLinearMul."""
+    dt = np.uint8 if x_type == U8 else np.int8
+    nodes = [
+        helper.make_node("DequantizeLinear", ["x", "x_s", "x_z"], ["xf"]),
+        helper.make_node("HardSigmoid", ["xf"], ["hs"], alpha=1 / 6, beta=0.5),
+        helper.make_node("QuantizeLinear", ["hs", "h_s", "h_z"], ["hq"]),
+        helper.make_node(
+            "QLinearMul",
+            ["x", "x_s", "x_z", "hq", "h_s", "h_z", "y_s", "y_z"],
+            ["y"],
+            domain="com.microsoft",
+        ),  # fmt: skip
+    ]
+    inits = {**_q("x", 0.05, 3, dt), **_q("h", 1 / 255, 0, dt), **_q("y", 0.04, 1, dt)}
+    return _model(nodes, x_type, x_type, inits)
+
+
+def _gelu_qdq():
+    """A QDQ BERT's GELU on a uint8 tensor, to a float output: Erf, Div, Add, Mul."""
+    nodes = [
+        helper.make_node("DequantizeLinear", ["x", "x_s", "x_z"], ["xf"]),
+        helper.make_node("Div", ["xf", "sqrt2"], ["d"]),
+        helper.make_node("Erf", ["d"], ["e"]),
+        helper.make_node("Add", ["e", "one"], ["a"]),
+        helper.make_node("Mul", ["xf", "a"], ["m"]),
+        helper.make_node("Mul", ["m", "half"], ["y"]),
+    ]
+    inits = {**_q("x", 0.03, 128), "sqrt2": np.float32(1.4142135), "one": np.float32(1),
+             "half": np.float32(0.5)}  # fmt: skip
+    return _model(nodes, U8, F, inits)
+
+
+def _relu_compare():
+    """int8 -> bool: x dequantized, then Greater than a constant (a 1-element rank-1 one)."""
+    nodes = [
+        helper.make_node("DequantizeLinear", ["x", "x_s", "x_z"], ["xf"]),
+        helper.make_node("Relu", ["xf"], ["r"]),
+        helper.make_node("Greater", ["r", "t"], ["y"]),
+    ]
+    inits = {**_q("x", 0.1, -5, np.int8), "t": np.array([1.5], np.float32)}
+    return _model(nodes, I8, TensorProto.BOOL, inits)
+
+
+CHAINS = {
+    "hard_swish_uint8": (_hard_swish_qoperator, np.uint8),
+    "hard_swish_int8": (lambda: _hard_swish_qoperator(I8), np.int8),
+    "gelu_to_float": (_gelu_qdq, np.uint8),
+    "int8_to_bool": (_relu_compare, np.int8),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CHAINS))
+def test_chain_becomes_one_lookup_with_the_same_results(name, tmp_path):
+    make, dtype = CHAINS[name]
+    model = make()
+    assert _lookups(model) == 1
+    optimized = onyx.optimize(onyx.loads(model))
+    assert [n.op_type for n in optimized.graph] == ["TableLookup"]
+    x = _all_bytes(dtype)
+    fused, as_written = _sessions(model)
+    got, want = fused.run(None, {"x": x})[0], as_written.run(None, {"x": x})[0]
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+    # saved, it is valid ONNX that onnxruntime runs (the function body) to the same bits
+    path = tmp_path / "optimized.onnx"
+    onyx.save(optimized, path)
+    onnx.checker.check_model(onnx.load(path), full_check=True)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(sess.run(None, {"x": x})[0], want)
+
+
+def test_values_read_elsewhere_stay():
+    """A chain value read by a non-elementwise op is computed for it; the lookup takes the
+    chain's end."""
+    nodes = [
+        helper.make_node("DequantizeLinear", ["x", "x_s", "x_z"], ["xf"]),
+        helper.make_node("Sigmoid", ["xf"], ["s"]),
+        helper.make_node("Mul", ["s", "two"], ["y"]),
+        helper.make_node("ReduceSum", ["xf"], ["total"], keepdims=0),
+    ]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", U8, [4, 8])],
+        [helper.make_tensor_value_info("y", F, None), helper.make_tensor_value_info("total", F, None)],
+        [numpy_helper.from_array(v, k) for k, v in {**_q("x", 0.1, 7), "two": np.float32(2)}.items()],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    data = model.SerializeToString()
+    optimized = onyx.optimize(onyx.loads(data))
+    assert sorted(n.op_type for n in optimized.graph) == ["DequantizeLinear", "ReduceSum",
+                                                          "TableLookup"]  # fmt: skip
+    x = _all_bytes(np.uint8, (4, 8))
+    fused, as_written = _sessions(data)
+    for got, want in zip(fused.run(None, {"x": x}), as_written.run(None, {"x": x})):
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize(
+    "why",
+    ["per_channel_constant", "second_tensor", "one_node", "broadcasting_constant"],
+)
+def test_chains_that_do_not_qualify_stay(why):
+    scale = np.float32(0.1)
+    second = []
+    if why == "per_channel_constant":  # a value per channel: not a function of the byte alone
+        scale = np.full((1, 3, 1, 1), 0.1, np.float32)
+    nodes = [helper.make_node("DequantizeLinear", ["x", "x_s", "x_z"], ["xf"])]
+    if why != "one_node":
+        other = "z" if why == "second_tensor" else "c"
+        nodes.append(helper.make_node("Mul", ["xf", other], ["y"]))
+    else:
+        nodes[0].output[0] = "y"
+    inits = {"x_s": np.float32(0.1), "x_z": np.uint8(3), "c": scale}
+    if why == "broadcasting_constant":  # rank 5 > the tensor's 4: the result would grow
+        inits["c"] = np.ones((1, 1, 1, 1, 1), np.float32)
+    inputs = [helper.make_tensor_value_info("x", U8, [2, 3, 4, 5])]
+    if why == "second_tensor":
+        second = [helper.make_tensor_value_info("z", F, [2, 3, 4, 5])]
+    graph = helper.make_graph(nodes, "g", inputs + second,
+                              [helper.make_tensor_value_info("y", F, None)],
+                              [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    assert _lookups(model.SerializeToString()) == 0
+
+
+QUANTIZED = sorted(m.name for m in zoo_models() if m.quantization in ("qdq", "qoperator"))
+
+
+@pytest.mark.parametrize("name", QUANTIZED)
+def test_quantized_fixtures_give_the_same_bits(name):
+    """The committed quantized models: the same outputs with and without the lookups."""
+    m = {m.name: m for m in zoo_models()}[name]
+    feeds = m.feeds(2)
+    fused, as_written = _sessions(str(m.path))
+    for got, want in zip(fused.run(None, feeds), as_written.run(None, feeds)):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_quantized_mobilenet_hard_swishes_become_lookups():
+    m = {m.name: m for m in zoo_models()}["mobilenet_quant_qoperator"]
+    assert _lookups(Path(m.path).read_bytes()) >= 10
+
+
+@pytest.mark.skipif(not native.available(), reason="native library not built")
+@pytest.mark.parametrize("item", [np.uint8, np.bool_, np.float16, np.float32, np.int64])
+@pytest.mark.parametrize("x_type", [np.uint8, np.int8])
+@pytest.mark.parametrize("n", [0, 1, 63, 64, 65, 1000, 300_000])  # tails; threads
+def test_native_lookup_matches_take(item, x_type, n):
+    rng = np.random.default_rng(n)
+    x = rng.integers(0, 256, n).astype(np.uint8).view(x_type)
+    table = rng.integers(0, 2 if item is np.bool_ else 100, 256).astype(item)
+    got = native.lookup8(x, table)
+    np.testing.assert_array_equal(got, np.take(table, x.view(np.uint8)))
