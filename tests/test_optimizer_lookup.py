@@ -203,9 +203,18 @@ def test_quantized_fixtures_give_the_same_bits(name):
         np.testing.assert_array_equal(got, want)
 
 
-def test_quantized_mobilenet_hard_swishes_become_lookups():
-    m = {m.name: m for m in zoo_models()}["mobilenet_quant_qoperator"]
-    assert _lookups(Path(m.path).read_bytes()) >= 10
+@pytest.mark.parametrize(
+    "name, at_least",
+    [
+        ("mobilenet_quant_qoperator", 10),  # the hard-swishes
+        ("mobilenet_quant_qdq", 10),
+        ("bert_quant_qoperator", 4),  # the GELUs (com.microsoft roots: no inferred type)
+        ("gpt_quant_qdq", 4),
+    ],
+)
+def test_quantized_fixtures_get_their_lookups(name, at_least):
+    m = {m.name: m for m in zoo_models()}[name]
+    assert _lookups(Path(m.path).read_bytes()) >= at_least
 
 
 @pytest.mark.skipif(not native.available(), reason="native library not built")

@@ -66,13 +66,13 @@ def lookup_table_fusion(ctx: PassContext) -> bool:
     order = list(ctx.graph)
     position = {id(n): i for i, n in enumerate(order)}
     found = []  # (root, exit value, table): all found first, then the graph changes
-    for root in _byte_values(ctx, order):
+    for root, byte in _byte_values(ctx, order):
         members = _chain_nodes(ctx, root, position)
         for out in _exits(ctx, members, position):
             chain = _ancestors(out, members, position)
             if len(chain) < 2:
                 continue
-            table = _tabulate(ctx, root, out, chain)
+            table = _tabulate(ctx, root, byte, out, chain)
             if table is not None:
                 found.append((root, out, table))
     replaced = set()
@@ -85,12 +85,34 @@ def lookup_table_fusion(ctx: PassContext) -> bool:
 
 
 def _byte_values(ctx: PassContext, order: list[ir.Node]):
-    """The graph's 8-bit integer tensors (inputs and node outputs) that nodes read."""
+    """The graph's 8-bit integer tensors (inputs and node outputs) that nodes read, with
+    their numpy types."""
     values = list(ctx.graph.inputs) + [v for n in order for v in n.outputs]
     for v in values:
-        t = v.type
-        if isinstance(t, ir.TensorType) and t.elem_type in BYTE_TYPES and v._uses:
-            yield v
+        byte = _byte_type(ctx, v) if v._uses else None
+        if byte is not None:
+            yield v, byte
+
+
+#: Ops whose input i must have the type of its zero point, input i + 2 (DequantizeLinear's x;
+#: the QLinear binary ops' a and b).
+_ZERO_POINT_AFTER = {("", "DequantizeLinear"): (0,), (MS, "QLinearAdd"): (0, 3),
+                     (MS, "QLinearMul"): (0, 3)}  # fmt: skip
+
+
+def _byte_type(ctx: PassContext, v: ir.Value):
+    """v's type when it is int8 or uint8: the inferred one, or (where inference knows no rule
+    for the producer, com.microsoft's QLinear ops) the type of a reader's zero point for it."""
+    t = v.type
+    if isinstance(t, ir.TensorType) and t.elem_type is not None:
+        return BYTE_TYPES.get(t.elem_type)
+    for node, i in v._uses:
+        domain = "" if node.domain in STANDARD else node.domain
+        if i in _ZERO_POINT_AFTER.get((domain, node.op_type), ()) and len(node.inputs) > i + 2:
+            zp = ctx.const(node.inputs[i + 2])
+            if zp is not None:
+                return zp.dtype.type if zp.dtype in (np.uint8, np.int8) else None
+    return None
 
 
 def _chain_nodes(ctx: PassContext, root: ir.Value, position: dict) -> set[int]:
@@ -155,9 +177,8 @@ def _ancestors(out: ir.Value, members: set[int], position: dict) -> list[ir.Node
     return sorted(found.values(), key=lambda n: position[id(n)])
 
 
-def _tabulate(ctx: PassContext, root: ir.Value, out: ir.Value, chain: list[ir.Node]):
+def _tabulate(ctx: PassContext, root: ir.Value, byte, out: ir.Value, chain: list[ir.Node]):
     """out as a function of root's 256 values (in bit-pattern order), or None."""
-    byte = BYTE_TYPES[root.type.elem_type]
     values = np.arange(256, dtype=np.uint8).view(byte)
     known = {id(root): np.tile(values, PROBE_COPIES)}
     for node in chain:
