@@ -218,9 +218,29 @@ def test_qlinear_conv_matches_onnxruntime(case):
     bias = rng.integers(-1000, 1000, M).astype(np.int32)
     attrs = {"pads": [p] * 4, "strides": [s, s], "dilations": [d, d]}
     model, c = _qlinear_conv_model(x_type, w, wz, bias, attrs)
-    got = conv_kernels.qlinear_conv(x, c["xs"], c["xz"], w, c["ws"], c["wz"], c["ys"], c["yz"],
-                                    bias, **attrs)  # fmt: skip
-    np.testing.assert_array_equal(got, _ort_run(model, {"x": x}))
+    want = _ort_run(model, {"x": x})
+    # twice (the second run reuses the set-up), then a strided input (the numpy packing path)
+    for feed in (x, x, np.asfortranarray(x)):
+        got = conv_kernels.qlinear_conv(feed, c["xs"], c["xz"], w, c["ws"], c["wz"], c["ys"],
+                                        c["yz"], bias, **attrs)  # fmt: skip
+        np.testing.assert_array_equal(got, want)
+
+
+@needs_vnni
+@pytest.mark.parametrize("x_type", BYTES)
+def test_conv_integer_implicit_gemm_is_exact(x_type):
+    """ConvInteger's int32 sums through the implicit GEMM, against the exact float path."""
+    rng = np.random.default_rng(6)
+    x = _random(rng, x_type, (2, 5, 11, 9))
+    w = _random(rng, np.int8, (12, 5, 3, 3))
+    w.flags.writeable = False
+    xz = np.array(9, x_type)
+    attrs = {"pads": [1, 0, 2, 1], "strides": [2, 1], "dilations": [1, 2]}
+    got = conv_kernels.conv_integer(x, w, xz, **attrs)
+    want, _ = conv_kernels._integer_conv(x, w, xz, None, group=1, auto_pad="NOTSET",
+                                         kernel_shape=None, **attrs)  # fmt: skip
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got, want.astype(np.int64))
 
 
 @needs_vnni

@@ -523,50 +523,94 @@ def _byte_columns(x, w, zx, group, geo):
 
 
 def _implicit_gemm_conv(x, w, zx, bias, scale, requant, geo) -> np.ndarray:
+    """A 2-D integer conv as an implicit GEMM (see _ImplicitConv), set up once per node, input
+    shape and parameters: a node meets the same ones run after run."""
+    y_zp = requant["y_zero_point"]
+    geometry = tuple(tuple(geo[k]) for k in ("out_shape", "strides", "dilations", "pads"))
+    key = (x.shape, x.dtype.char, zx, geometry, value_key(bias), value_key(scale), value_key(y_zp))
+    convs = derived(w, ("implicit",), dict)  # (a dict per weight: a few shapes kept)
+    conv = convs.get(key)
+    if conv is None:
+        conv = _ImplicitConv(x, w, zx, bias, scale, y_zp, geo)
+        if len(convs) >= 4:  # (a model fed ever new shapes)
+            convs.clear()
+        convs[key] = conv
+    return conv(x)
+
+
+class _ImplicitConv:
     """A 2-D integer conv as an implicit GEMM: rows are output pixels, read in place from the
     padded input in NHWC layout (channels padded to a multiple of 4), where each tap's
     channels are a contiguous run of bytes; no columns are built. The weights, (kh, kw, C, M)
     packed once per session, are the GEMM's B; the result (pixels, M) is transposed to NCHW.
     Needs int8 weights with zero points of 0: anything else needs each window's sum."""
-    N, C, H, W = x.shape
-    M, _, kh, kw = w.shape
-    (oh, ow), (sh, sw), (dh, dw), pads = (geo[k] for k in ("out_shape", "strides",
-                                                           "dilations", "pads"))  # fmt: skip
-    Cp = -(-C // 4) * 4
-    Hp, Wp = (oh - 1) * sh + (kh - 1) * dh + 1, (ow - 1) * sw + (kw - 1) * dw + 1
-    xp = np.full((N, Hp, Wp, Cp), zx, x.dtype)  # padding reads as the zero point: adds nothing
-    top, left = pads[0], pads[1]
-    rows_in = slice(max(0, -top), min(H, Hp - top))
-    cols_in = slice(max(0, -left), min(W, Wp - left))
-    inner = xp[:, rows_in.start + top : rows_in.stop + top]
-    inner = inner[:, :, cols_in.start + left : cols_in.stop + left]
-    if x.flags.c_contiguous and (rows_in.start, rows_in.stop, cols_in.start, cols_in.stop) == (
-        0, H, 0, W
-    ):  # fmt: skip
+
+    def __init__(self, x, w, zx, bias, scale, y_zero_point, geo):
+        N, C, H, W = x.shape
+        M, _, kh, kw = w.shape
+        (oh, ow), (sh, sw), (dh, dw), pads = (geo[k] for k in ("out_shape", "strides",
+                                                               "dilations", "pads"))  # fmt: skip
+        Cp = -(-C // 4) * 4
+        Hp, Wp = (oh - 1) * sh + (kh - 1) * dh + 1, (ow - 1) * sw + (kw - 1) * dw + 1
+        self.zx, self.M = zx, M
+        self.out_dtype = np.dtype(np.int32 if scale is None else y_zero_point.dtype)
+        self.padded = (N, Hp, Wp, Cp)
+        top, left = pads[0], pads[1]
+        self.rows_in = slice(max(0, -top), min(H, Hp - top))
+        self.cols_in = slice(max(0, -left), min(W, Wp - left))
+        self.at = (self.rows_in.start + top, self.cols_in.start + left)  # where x's corner lands
+        self.whole = (self.rows_in.start, self.rows_in.stop, self.cols_in.start,
+                      self.cols_in.stop) == (0, H, 0, W)  # fmt: skip
+        self.bare = self.whole and self.at == (0, 0) and Cp == C and (Hp, Wp) == (H, W)
+        pixel = (np.arange(oh) * (sh * Wp))[:, None] + np.arange(ow) * sw
+        rows = ((np.arange(N) * (Hp * Wp))[:, None] + pixel.reshape(-1)).reshape(-1) * Cp
+        tap = (np.arange(kh) * (dh * Wp))[:, None] + np.arange(kw) * dw
+        quads = (tap.reshape(-1, 1) * Cp + np.arange(0, Cp, 4)).reshape(-1)
+        self.gather = (rows, quads, kh * kw * Cp)
+        self.pixels = oh * ow
+
+        def make():
+            wt = np.zeros((kh, kw, Cp, M), w.dtype)
+            wt[:, :, :C] = w.transpose(2, 3, 1, 0)
+            return native.pack(wt.reshape(-1, M), x.dtype)
+
+        packed = derived(w, ("implicit", Cp, x.dtype.char), make)
+        self.gemm = native.gathered_int8_gemm(x.dtype, packed, len(rows), kh * kw * Cp, zx,
+                                              col_bias=bias, scale=scale,
+                                              y_zero_point=y_zero_point)  # fmt: skip
+        self.native = None  # the whole conv in one native call: 8-bit outputs, whole images
+        if self.out_dtype.itemsize == 1 and self.whole:
+            self.native = native.implicit_conv(self.gemm, self.gather, x.shape, self.padded,
+                                               self.at, zx, self.bare)  # fmt: skip
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        N, C = x.shape[:2]
+        # padding reads as the zero point: adds nothing (a per-thread buffer: no page faults)
+        xp = scratch(self.padded, x.dtype)
+        if self.native is not None and x.flags.c_contiguous:
+            y = np.empty((N * self.pixels, self.M), self.out_dtype)
+            out = np.empty((N, self.M, self.pixels), self.out_dtype)
+            self.native(x, xp, y, out)
+            return out
+        if not self.bare:
+            xp.fill(self.zx)
+        r0, c0 = self.at
+        inner = xp[:, r0 : r0 + self.rows_in.stop - self.rows_in.start,
+                   c0 : c0 + self.cols_in.stop - self.cols_in.start]  # fmt: skip
+        if x.flags.c_contiguous and self.whole:
+            for i in range(N):
+                native.to_nhwc(x[i], inner[i])
+        else:  # (the input cropped by negative pads or a short output)
+            inner[..., :C] = x[:, :, self.rows_in, self.cols_in].transpose(0, 2, 3, 1)
+        y = np.empty((N * self.pixels, self.M), self.out_dtype)
+        self.gemm(xp, y, self.gather)
+        y = y.reshape(N, self.pixels, self.M)
+        if y.itemsize != 1:
+            return np.ascontiguousarray(y.transpose(0, 2, 1))
+        out = np.empty((N, self.M, self.pixels), y.dtype)
         for i in range(N):
-            native.to_nhwc(x[i], inner[i])
-    else:  # (the input cropped by negative pads or a short output)
-        inner[..., :C] = x[:, :, rows_in, cols_in].transpose(0, 2, 3, 1)
-    pixel = (np.arange(oh) * (sh * Wp))[:, None] + np.arange(ow) * sw
-    rows = ((np.arange(N) * (Hp * Wp))[:, None] + pixel.reshape(-1)).reshape(-1) * Cp
-    tap = (np.arange(kh) * (dh * Wp))[:, None] + np.arange(kw) * dw
-    quads = (tap.reshape(-1, 1) * Cp + np.arange(0, Cp, 4)).reshape(-1)
-
-    def make():
-        wt = np.zeros((kh, kw, Cp, M), w.dtype)
-        wt[:, :, :C] = w.transpose(2, 3, 1, 0)
-        return native.pack(wt.reshape(-1, M), x.dtype)
-
-    packed = derived(w, ("implicit", Cp, x.dtype.char), make)
-    y = native.int8_gemm(xp, packed, zx, 0, col_bias=bias, gather=(rows, quads, kh * kw * Cp),
-                         scale=scale, **requant)  # fmt: skip
-    y = y.reshape(N, oh * ow, M)
-    if y.itemsize != 1:
-        return np.ascontiguousarray(y.transpose(0, 2, 1))
-    out = np.empty((N, M, oh * ow), y.dtype)
-    for i in range(N):
-        native.transpose_bytes(y[i], out[i])
-    return out
+            native.transpose_bytes(y[i], out[i])
+        return out
 
 
 def _integer_conv(x, w, x_zero_point, w_zero_point, bias=None, **attrs):

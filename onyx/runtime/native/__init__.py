@@ -37,6 +37,8 @@ __all__ = [
     "depthwise_int",
     "depthwise_ok",
     "hardswish_f32",
+    "implicit_conv",
+    "gathered_int8_gemm",
     "int8_gemm",
     "int8_gemm_ok",
     "lookup8",
@@ -98,6 +100,13 @@ class _GemmTask(ctypes.Structure):
     _fields_ = [("A", _P), ("packed", _P), ("e", _P), ("K", _I64), ("N", _I64), ("M", _I64),
                 ("panels", _I64), ("flip", ctypes.c_int32), ("a_unsigned", ctypes.c_int32),
                 ("by_rows", ctypes.c_int32)]  # fmt: skip
+
+
+class _ImplicitConvTask(ctypes.Structure):
+    _fields_ = [("A", _Operand), ("e", _Epilogue), ("gemm", _GemmTask), ("cuts", _P),
+                ("parts", _I64), ("threads", _I64)] + [
+        (name, _I64) for name in ("N", "C", "H", "W", "Hp", "Wp", "Cp", "r0", "c0", "pixels", "M")
+    ] + [("zx", ctypes.c_int32), ("bare", ctypes.c_int32)]  # fmt: skip
 
 
 class _FloatConvTask(ctypes.Structure):
@@ -167,6 +176,8 @@ def _load():
     if vnni:
         lib.onyx_gemm_run.restype = None
         lib.onyx_gemm_run.argtypes = [_P, _P, _I64, _I64]
+        lib.onyx_implicit_conv.restype = None
+        lib.onyx_implicit_conv.argtypes = [_P, _P, _P, _P, _P]
     return lib, vnni
 
 
@@ -343,6 +354,39 @@ def int8_gemm(
         out = np.empty((M, b.N), np.int32 if scale is None else y_zero_point.dtype)
     call(a, out, gather)
     return out
+
+
+def gathered_int8_gemm(a_dtype, b: Packed, M: int, K: int, a_zero_point: int = 0, *,
+                       col_bias=None, scale=None, y_zero_point=None) -> _GemmCall:  # fmt: skip
+    """:func:`int8_gemm`'s set-up for a gathered A of a_dtype (M x K; an implicit-GEMM conv),
+    made once: ``call(buffer, out, (rows, quads, K))`` runs it."""
+    a = np.empty((0, K), a_dtype)  # (only its type matters: a gathered A needs no row sums)
+    return _GemmCall(a, b, M, K, a_zero_point, 0, None, col_bias, scale, y_zero_point, True)
+
+
+def implicit_conv(gemm: _GemmCall, gather, x_shape, padded, corner, zero_point: int, bare: bool):
+    """A requantizing implicit-GEMM conv (kernels/conv.py's _ImplicitConv) in one native call:
+    ``run(x, xp, y, out)`` packs the contiguous image(s) x into the padded NHWC buffer xp
+    (``padded`` (N, Hp, Wp, Cp), x's corner at ``corner``; zero-point filled unless ``bare``),
+    runs the gathered GEMM into y (pixels x M) and transposes it to out (N, M, pixels)."""
+    rows, quads, _ = gather
+    N, C, H, W = x_shape
+    c = _ImplicitConvTask()
+    c.A = _Operand(None, 0, rows.ctypes.data, quads.ctypes.data)
+    c.e, c.gemm = gemm.epilogue, gemm.task  # (copies)
+    c.cuts, c.parts, c.threads = gemm.cuts.ctypes.data, len(gemm.cuts) - 1, gemm.ways
+    c.N, c.C, c.H, c.W = N, C, H, W
+    c.Hp, c.Wp, c.Cp = padded[1:]
+    c.r0, c.c0 = corner
+    c.pixels, c.M = len(rows) // N, gemm.task.N
+    c.zx, c.bare = zero_point, int(bare)
+    keep = (gemm, rows, quads)  # what c points at
+
+    def run(x, xp, y, out, _keep=keep):
+        _lib.onyx_implicit_conv(ctypes.byref(c), x.ctypes.data, xp.ctypes.data, y.ctypes.data,
+                                out.ctypes.data)  # fmt: skip
+
+    return run
 
 
 def _value_key(v):

@@ -937,6 +937,40 @@ EXPORT void onyx_gemm_run(const gemm_task *t, const int64_t *cuts, int64_t parts
     onyx_parallel(gemm_range, t, cuts, parts, threads);
 }
 
+/* A whole 2-D integer conv as an implicit GEMM with requantized 8-bit output, in one call
+   (Python's per-call work was most of a small conv's time): the image(s) into the padded
+   NHWC buffer xp, the gathered GEMM on the pool into y (pixels x M), y transposed to out
+   (N, M, pixels). The operand's rows/quads and the epilogue are the caller's, made once;
+   their buffer and output pointers are set here. */
+typedef struct {
+    operand A;
+    epilogue e;
+    gemm_task gemm;
+    const int64_t *cuts;
+    int64_t parts, threads;
+    int64_t N, C, H, W, Hp, Wp, Cp, r0, c0, pixels, M;
+    int32_t zx, bare;
+} implicit_conv;
+
+EXPORT void onyx_implicit_conv(const implicit_conv *c, const uint8_t *x, uint8_t *xp, uint8_t *y,
+                               uint8_t *out) {
+    int64_t image = c->Hp * c->Wp * c->Cp;
+    if (!c->bare) memset(xp, c->zx, (size_t)(c->N * image));
+    for (int64_t i = 0; i < c->N; i++)
+        onyx_to_nhwc(x + i * c->C * c->H * c->W, c->C, c->H, c->W,
+                     xp + i * image + (c->r0 * c->Wp + c->c0) * c->Cp, c->Wp, c->Cp);
+    operand A = c->A;
+    epilogue e = c->e;
+    gemm_task t = c->gemm;
+    A.a = xp;
+    e.out8 = y, e.ldo = c->M;
+    t.A = &A, t.e = &e;
+    onyx_parallel(gemm_range, &t, c->cuts, c->parts, c->threads);
+    for (int64_t i = 0; i < c->N; i++)
+        onyx_transpose_u8(y + i * c->pixels * c->M, c->pixels, c->M, c->M,
+                          out + i * c->M * c->pixels, c->pixels);
+}
+
 #else
 EXPORT int onyx_caps(void) { return 0; }
 #endif
