@@ -480,3 +480,30 @@ def test_hardswish_matches_the_numpy_formula(shape):
     got = native.hardswish_f32(x)
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(_hard_swish(x), want)
+
+
+@pytest.mark.skipif(not native.available(), reason="native library not built")
+@pytest.mark.parametrize("x_type", BYTES)
+@pytest.mark.parametrize(
+    "a_shape, b_shape",
+    [((4, 64, 300), (4, 64, 300)), ((3, 7), (7,)), ((7,), (3, 7)), ((2, 3, 300), (300,))],
+)
+def test_qlinear_add_and_mul_match_the_numpy_kernels(x_type, a_shape, b_shape, monkeypatch):
+    """The native QLinearAdd / QLinearMul round as the numpy kernels do, to the bit (ties and
+    saturation included: random scales and zero points over the whole byte range)."""
+    from onyx.runtime.kernels import contrib
+
+    rng = np.random.default_rng(len(a_shape) + len(b_shape))
+    info = np.iinfo(x_type)
+    for _ in range(10):
+        a, b = _random(rng, x_type, a_shape), _random(rng, x_type, b_shape)
+        scales = [np.float32(rng.uniform(0.001, 0.1)) for _ in range(3)]
+        zps = [np.array(rng.integers(info.min, info.max + 1), x_type) for _ in range(3)]
+        args = (a, scales[0], zps[0], b, scales[1], zps[1], scales[2], zps[2])
+        assert native.qlinear_binary(a, b, 0, 0, 1.0, 1.0, 0, False) is not None  # (it takes them)
+        for fn in (contrib.q_linear_add, contrib.q_linear_mul):
+            got = fn(*args)
+            with monkeypatch.context() as m:
+                m.setattr(native, "_lib", None)  # the numpy kernel
+                want = fn(*args)
+            np.testing.assert_array_equal(got, want, err_msg=fn.__name__)

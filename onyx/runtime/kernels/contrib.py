@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import native
 from ..registry import op
 from .activation import _coerced_2d, _sigmoid, _softmax
 from .derived import derived, frozen
@@ -73,11 +74,25 @@ def _combine(ufunc, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return ufunc(a, b)
 
 
+def _native_binary(a, b, a_zero_point, b_zero_point, ka, kb, c_zero_point, multiply):
+    """The native kernel's QLinearAdd / QLinearMul (same bits), or None: per-tensor zero
+    points, c's of a's type."""
+    zero_points = [np.asarray(0 if z is None else z) for z in (a_zero_point, b_zero_point)]
+    zy = np.asarray(0 if c_zero_point is None else c_zero_point)
+    if any(z.size != 1 for z in (*zero_points, zy)):
+        return None
+    return native.qlinear_binary(a, b, zero_points[0].reshape(-1)[0], zero_points[1].reshape(-1)[0],
+                                 ka, kb, zy.reshape(-1)[0], multiply)  # fmt: skip
+
+
 @op("QLinearAdd", since=1, domain=MS)
 def q_linear_add(a, a_scale, a_zero_point, b, b_scale, b_zero_point, c_scale, c_zero_point=None):
     # onnxruntime folds each scale ratio into one float32 multiplier: A' * (sa / sc) + B' * (sb / sc)
     ka = np.float32(a_scale) / np.float32(c_scale)
     kb = np.float32(b_scale) / np.float32(c_scale)
+    y = _native_binary(a, b, a_zero_point, b_zero_point, ka, kb, c_zero_point, False)
+    if y is not None:
+        return y
     total = _combine(np.add, _centered(a, a_zero_point, ka), _centered(b, b_zero_point, kb))
     return _requantized(total, c_zero_point, a.dtype)
 
@@ -86,6 +101,9 @@ def q_linear_add(a, a_scale, a_zero_point, b, b_scale, b_zero_point, c_scale, c_
 def q_linear_mul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, c_scale, c_zero_point=None):
     # onnxruntime: A' * B' * (sa * sb / sc) in float32
     k = np.float32(a_scale) * np.float32(b_scale) / np.float32(c_scale)
+    y = _native_binary(a, b, a_zero_point, b_zero_point, k, k, c_zero_point, True)
+    if y is not None:
+        return y
     product = _combine(np.multiply, _centered(a, a_zero_point), _centered(b, b_zero_point))
     product *= k
     return _requantized(product, c_zero_point, a.dtype)

@@ -43,6 +43,7 @@ __all__ = [
     "int8_gemm_ok",
     "lookup8",
     "pack",
+    "qlinear_binary",
     "threads",
 ]
 
@@ -122,6 +123,16 @@ class _LookupTask(ctypes.Structure):
     _fields_ = [("fn", _P), ("x", _P), ("table", _P), ("size", _I64), ("y", _P)]
 
 
+class _QBinary(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_float) for name in ("za", "zb", "ka", "kb", "zy")] + [
+        (name, ctypes.c_int32) for name in ("is_signed", "multiply", "lo", "hi")
+    ]
+
+
+class _QBinaryTask(ctypes.Structure):
+    _fields_ = [("a", _P), ("b", _P), ("period", _I64), ("p", _P), ("y", _P)]
+
+
 class _UnaryTask(ctypes.Structure):
     _fields_ = [("x", _P), ("y", _P)]
 
@@ -157,7 +168,7 @@ def _load():
     lib.onyx_to_nhwc.argtypes = [_P, _I64, _I64, _I64, _P, _I64, _I64]
     # the parallel entries: (task, cuts, parts, threads), run on pool.c's threads
     for name in ("onyx_float_conv_run", "onyx_int_conv_run", "onyx_hardswish_run",
-                 "onyx_lookup_run"):  # fmt: skip
+                 "onyx_lookup_run", "onyx_qbinary_run"):  # fmt: skip
         getattr(lib, name).restype = _INT
         getattr(lib, name).argtypes = [_P, _P, _I64, _I64]
     lib.onyx_pool_threads.restype = _INT
@@ -620,4 +631,35 @@ def lookup8(x: np.ndarray, table: np.ndarray) -> np.ndarray | None:
     cuts = [n * i // ways // 64 * 64 for i in range(ways)] + [n]
     task = _LookupTask(_lib.lookup, x.ctypes.data, table.ctypes.data, table.itemsize, y.ctypes.data)
     _run(_lib.onyx_lookup_run, task, cuts, ways)
+    return y
+
+
+def qlinear_binary(a: np.ndarray, b: np.ndarray, za, zb, ka, kb, zy, multiply: bool):
+    """QLinearAdd (``ka`` (a - za) + ``kb`` (b - zb)) or QLinearMul (``ka`` (a - za)(b - zb)),
+    requantized to a's type with zero point zy, in the float32 operations and order of the
+    numpy kernels (contrib.py), to the bit; None where it does not apply: a and b contiguous
+    bytes of one type, b as large as a or a vector along a's last axis (either way round)."""
+    if (
+        _lib is None
+        or a.dtype != b.dtype
+        or a.dtype not in BYTES
+        or not (a.flags.c_contiguous and b.flags.c_contiguous)
+    ):
+        return None
+    if a.shape != b.shape:
+        if b.size > a.size:  # (both operations commute: the vector goes second)
+            a, b, za, zb, ka, kb = b, a, zb, za, kb, ka
+        if not (a.ndim and b.ndim <= a.ndim and b.size == a.shape[-1] == b.shape[-1]):
+            return None
+    period = 0 if a.shape == b.shape else b.size
+    info = np.iinfo(a.dtype)
+    p = _QBinary(float(np.float32(za)), float(np.float32(zb)), float(ka), float(kb),
+                 float(np.float32(zy)), int(a.dtype == np.int8), int(multiply), info.min, info.max)  # fmt: skip
+    y = np.empty(a.shape, a.dtype)
+    n = a.size
+    ways = _ways(n, 64, _PARALLEL_ELEMENTS)
+    unit = period or 64  # (parts start at a repetition of b)
+    cuts = [n * i // ways // unit * unit for i in range(ways)] + [n]
+    task = _QBinaryTask(a.ctypes.data, b.ctypes.data, period, ctypes.addressof(p), y.ctypes.data)
+    _run(_lib.onyx_qbinary_run, task, cuts, ways)
     return y

@@ -456,6 +456,57 @@ EXPORT void onyx_lookup8(const uint8_t *restrict x, const void *restrict table, 
 }
 #undef LOOKUP
 
+/* QLinearAdd / QLinearMul of two byte tensors of one type, in onyx's numpy order of float32
+   operations to the bit (kernels/contrib.py): add, ((a - za) ka) + ((b - zb) kb); mul,
+   ((a - za) (b - zb)) k; then + zy, rounded half to even and clamped. b is either as long as
+   a (period 0) or a vector repeated every `period` elements (a bias along the last axis).
+   No contraction into fused multiply-adds: numpy rounds every product. */
+typedef struct {
+    float za, zb, ka, kb, zy;
+    int32_t is_signed, multiply, lo, hi;
+} qbinary;
+
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#define NO_FMA
+#elif defined(__GNUC__)
+#define NO_FMA __attribute__((optimize("fp-contract=off")))
+#else
+#define NO_FMA
+#endif
+
+#define QBINARY(name, T)                                                                     \
+    static inline NO_FMA void name(const T *x, const T *z, int64_t n, const qbinary *p,      \
+                                   uint8_t *restrict y) {                                    \
+        float za = p->za, zb = p->zb, ka = p->ka, kb = p->kb, zy = p->zy;                     \
+        float lo = (float)p->lo, hi = (float)p->hi;                                          \
+        if (p->multiply)                                                                     \
+            for (int64_t i = 0; i < n; i++) {                                                \
+                float v = rintf((((float)x[i] - za) * ((float)z[i] - zb)) * ka + zy);        \
+                y[i] = (uint8_t)(int32_t)(v < lo ? lo : v > hi ? hi : v);                    \
+            }                                                                                \
+        else                                                                                 \
+            for (int64_t i = 0; i < n; i++) {                                                \
+                float v = rintf((((float)x[i] - za) * ka + ((float)z[i] - zb) * kb) + zy);   \
+                y[i] = (uint8_t)(int32_t)(v < lo ? lo : v > hi ? hi : v);                    \
+            }                                                                                \
+    }
+QBINARY(qbinary_u8, uint8_t)
+QBINARY(qbinary_s8, int8_t)
+#undef QBINARY
+
+EXPORT CLONES NO_FMA void onyx_qbinary(const void *a, const void *b, int64_t n, int64_t period,
+                                       const qbinary *p, uint8_t *y) {
+    int64_t step = period ? period : n;
+    for (int64_t r = 0; r < n; r += step) {
+        int64_t m = n - r < step ? n - r : step;
+        if (p->is_signed)
+            qbinary_s8((const int8_t *)a + r, (const int8_t *)b + (period ? 0 : r), m, p, y + r);
+        else
+            qbinary_u8((const uint8_t *)a + r, (const uint8_t *)b + (period ? 0 : r), m, p, y + r);
+    }
+}
+
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 #define VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
@@ -1036,6 +1087,26 @@ static int lookup_range(const void *p, int64_t begin, int64_t end) {
 EXPORT void onyx_lookup_run(const lookup_task *t, const int64_t *cuts, int64_t parts,
                             int64_t threads) {
     onyx_parallel(lookup_range, t, cuts, parts, threads);
+}
+
+typedef struct {
+    const uint8_t *a, *b;
+    int64_t period;
+    const qbinary *p;
+    uint8_t *y;
+} qbinary_task;
+
+static int qbinary_range(const void *p, int64_t begin, int64_t end) {
+    const qbinary_task *t = p;
+    /* (parts of a periodic b start at multiples of its period) */
+    onyx_qbinary(t->a + begin, t->period ? t->b : t->b + begin, end - begin, t->period, t->p,
+                 t->y + begin);
+    return 0;
+}
+
+EXPORT void onyx_qbinary_run(const qbinary_task *t, const int64_t *cuts, int64_t parts,
+                             int64_t threads) {
+    onyx_parallel(qbinary_range, t, cuts, parts, threads);
 }
 
 typedef struct {
