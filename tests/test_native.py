@@ -507,3 +507,24 @@ def test_qlinear_add_and_mul_match_the_numpy_kernels(x_type, a_shape, b_shape, m
                 m.setattr(native, "_lib", None)  # the numpy kernel
                 want = fn(*args)
             np.testing.assert_array_equal(got, want, err_msg=fn.__name__)
+
+
+@pytest.mark.skipif(not native.available(), reason="native library not built")
+@pytest.mark.parametrize("x_type", BYTES)
+def test_quantize_linear_matches_the_numpy_kernel(x_type, monkeypatch):
+    """Ties, saturation, infinities and NaN: the same bytes as the numpy kernel."""
+    from onyx.runtime.kernels.quantize import quantize
+
+    rng = np.random.default_rng(7)
+    info = np.iinfo(x_type)
+    for n in (1000, 300_000):  # one thread, two
+        x = (rng.standard_normal(n) * 50).astype(np.float32)
+        x[:9] = [np.inf, -np.inf, 0.5, 1.5, -0.5, -2.5, 1e30, -1e30, np.nan]
+        scale = np.array(rng.uniform(0.01, 1), np.float32)
+        zp = np.array(rng.integers(info.min, info.max + 1), x_type)
+        assert native.quantize_f32(x, scale, int(zp), np.dtype(x_type)) is not None
+        got = quantize(x, scale, zp, dtype=np.dtype(x_type))
+        with monkeypatch.context() as m:
+            m.setattr(native, "_lib", None)  # the numpy kernel
+            want = quantize(x, scale, zp, dtype=np.dtype(x_type))
+        np.testing.assert_array_equal(got, want)

@@ -10,6 +10,7 @@ import ml_dtypes
 import numpy as np
 
 from ...ir.dtypes import to_numpy
+from .. import native
 from ..registry import op
 from .cast import _to_wide, cast_numeric
 from .elementwise import fits, upcast
@@ -97,6 +98,9 @@ def _quantize_per_tensor(x, scale, zero_point, dtype: np.dtype) -> np.ndarray:
     same as clipping after, since all are small integers in float32; the add writes dtype."""
     lo, hi = _FAST_RANGES[dtype]
     zp = 0 if zero_point is None else int(zero_point.reshape(-1)[0])
+    y = native.quantize_f32(x, scale.reshape(()), zp, dtype)  # (one pass, the same bits)
+    if y is not None:
+        return y
     q = np.divide(x, scale.reshape(()))
     np.rint(q, out=q)
     np.clip(q, lo - zp, hi - zp, out=q)

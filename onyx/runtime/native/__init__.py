@@ -44,6 +44,7 @@ __all__ = [
     "lookup8",
     "pack",
     "qlinear_binary",
+    "quantize_f32",
     "threads",
 ]
 
@@ -133,6 +134,11 @@ class _QBinaryTask(ctypes.Structure):
     _fields_ = [("a", _P), ("b", _P), ("period", _I64), ("p", _P), ("y", _P)]
 
 
+class _QuantizeTask(ctypes.Structure):
+    _fields_ = [("x", _P), ("scale", ctypes.c_float), ("zero_point", ctypes.c_int32),
+                ("is_signed", ctypes.c_int32), ("y", _P)]  # fmt: skip
+
+
 class _UnaryTask(ctypes.Structure):
     _fields_ = [("x", _P), ("y", _P)]
 
@@ -168,7 +174,7 @@ def _load():
     lib.onyx_to_nhwc.argtypes = [_P, _I64, _I64, _I64, _P, _I64, _I64]
     # the parallel entries: (task, cuts, parts, threads), run on pool.c's threads
     for name in ("onyx_float_conv_run", "onyx_int_conv_run", "onyx_hardswish_run",
-                 "onyx_lookup_run", "onyx_qbinary_run"):  # fmt: skip
+                 "onyx_lookup_run", "onyx_qbinary_run", "onyx_quantize_run"):  # fmt: skip
         getattr(lib, name).restype = _INT
         getattr(lib, name).argtypes = [_P, _P, _I64, _I64]
     lib.onyx_pool_threads.restype = _INT
@@ -662,4 +668,19 @@ def qlinear_binary(a: np.ndarray, b: np.ndarray, za, zb, ka, kb, zy, multiply: b
     cuts = [n * i // ways // unit * unit for i in range(ways)] + [n]
     task = _QBinaryTask(a.ctypes.data, b.ctypes.data, period, ctypes.addressof(p), y.ctypes.data)
     _run(_lib.onyx_qbinary_run, task, cuts, ways)
+    return y
+
+
+def quantize_f32(x: np.ndarray, scale, zero_point: int, dtype) -> np.ndarray | None:
+    """QuantizeLinear of contiguous float32 x per tensor to uint8 / int8 in one pass, as the
+    numpy kernel rounds (quantize.py); None without the library."""
+    if _lib is None or x.dtype != np.float32 or not x.flags.c_contiguous or dtype not in BYTES:
+        return None
+    y = np.empty(x.shape, dtype)
+    n = x.size
+    ways = _ways(n, 64, _PARALLEL_ELEMENTS)
+    cuts = [n * i // ways // 64 * 64 for i in range(ways)] + [n]
+    task = _QuantizeTask(x.ctypes.data, float(scale), int(zero_point), int(dtype == np.int8),
+                         y.ctypes.data)  # fmt: skip
+    _run(_lib.onyx_quantize_run, task, cuts, ways)
     return y

@@ -495,6 +495,30 @@ QBINARY(qbinary_u8, uint8_t)
 QBINARY(qbinary_s8, int8_t)
 #undef QBINARY
 
+/* QuantizeLinear of float32 to 8 bits per tensor, as the numpy kernel (quantize.py): x / s
+   rounded half to even, clamped to [lo - zp, hi - zp], plus zp. */
+#define QUANTIZE(name, T)                                                                    \
+    static inline void name(const float *x, float s, float lo, float hi, float zp, int64_t n, \
+                            T *restrict y) {                                                 \
+        for (int64_t i = 0; i < n; i++) {                                                    \
+            float q = rintf(x[i] / s);                                                       \
+            q = q < lo ? lo : q > hi ? hi : q;                                               \
+            y[i] = (T)(int32_t)(q + zp);                                                     \
+        }                                                                                    \
+    }
+QUANTIZE(quantize_u8, uint8_t)
+QUANTIZE(quantize_s8, int8_t)
+#undef QUANTIZE
+
+EXPORT CLONES void onyx_quantize_f32(const float *x, float scale, int32_t zero_point,
+                                     int is_signed, int64_t n, uint8_t *y) {
+    float zp = (float)zero_point;
+    if (is_signed)
+        quantize_s8(x, scale, -128.0f - zp, 127.0f - zp, zp, n, (int8_t *)y);
+    else
+        quantize_u8(x, scale, 0.0f - zp, 255.0f - zp, zp, n, y);
+}
+
 EXPORT CLONES NO_FMA void onyx_qbinary(const void *a, const void *b, int64_t n, int64_t period,
                                        const qbinary *p, uint8_t *y) {
     int64_t step = period ? period : n;
@@ -1107,6 +1131,25 @@ static int qbinary_range(const void *p, int64_t begin, int64_t end) {
 EXPORT void onyx_qbinary_run(const qbinary_task *t, const int64_t *cuts, int64_t parts,
                              int64_t threads) {
     onyx_parallel(qbinary_range, t, cuts, parts, threads);
+}
+
+typedef struct {
+    const float *x;
+    float scale;
+    int32_t zero_point, is_signed;
+    uint8_t *y;
+} quantize_task;
+
+static int quantize_range(const void *p, int64_t begin, int64_t end) {
+    const quantize_task *t = p;
+    onyx_quantize_f32(t->x + begin, t->scale, t->zero_point, t->is_signed, end - begin,
+                      t->y + begin);
+    return 0;
+}
+
+EXPORT void onyx_quantize_run(const quantize_task *t, const int64_t *cuts, int64_t parts,
+                              int64_t threads) {
+    onyx_parallel(quantize_range, t, cuts, parts, threads);
 }
 
 typedef struct {
