@@ -67,8 +67,9 @@ def lookup_table_fusion(ctx: PassContext) -> bool:
     position = {id(n): i for i, n in enumerate(order)}
     found = []  # (root, exit value, table): all found first, then the graph changes
     for root, byte in _byte_values(ctx, order):
-        members = _chain_nodes(ctx, root, position)
-        for out in _exits(ctx, members, position):
+        nodes = _chain_nodes(ctx, root, position)
+        members = {id(n) for n in nodes}
+        for out in _exits(ctx, nodes, members):
             chain = _ancestors(out, members, position)
             if len(chain) < 2:
                 continue
@@ -115,12 +116,13 @@ def _byte_type(ctx: PassContext, v: ir.Value):
     return None
 
 
-def _chain_nodes(ctx: PassContext, root: ir.Value, position: dict) -> set[int]:
-    """ids of the nodes computing elementwise functions of root alone (and constants)."""
+def _chain_nodes(ctx: PassContext, root: ir.Value, position: dict) -> list[ir.Node]:
+    """The nodes computing elementwise functions of root alone (and constants), in graph
+    order."""
     shape = static_shape(root)
     rank = len(shape) if shape is not None else 0
     inside = {id(root)}
-    members: set[int] = set()
+    members: list[ir.Node] = []
     heap = [(position[id(n)], id(n), n) for n, _ in root._uses if id(n) in position]
     heapq.heapify(heap)
     seen = set()
@@ -131,7 +133,7 @@ def _chain_nodes(ctx: PassContext, root: ir.Value, position: dict) -> set[int]:
         seen.add(key)
         if not _takes(ctx, node, inside, rank):
             continue
-        members.add(key)
+        members.append(node)
         for v in node.outputs:
             inside.add(id(v))
             for user, _ in v._uses:
@@ -153,15 +155,10 @@ def _takes(ctx: PassContext, node: ir.Node, inside: set[int], rank: int) -> bool
     return True
 
 
-def _exits(ctx: PassContext, members: set[int], position: dict) -> list[ir.Value]:
+def _exits(ctx: PassContext, nodes: list[ir.Node], members: set[int]) -> list[ir.Value]:
     """The chain's values read outside it (or graph outputs), in graph order."""
-    out = []
-    for v in {id(v): v for v in ctx.graph.values() if v.producer is not None}.values():
-        if id(v.producer) not in members:
-            continue
-        if ctx.is_output(v) or any(id(user) not in members for user, _ in v._uses):
-            out.append(v)
-    return sorted(out, key=lambda v: position[id(v.producer)])
+    return [v for n in nodes for v in n.outputs
+            if ctx.is_output(v) or any(id(user) not in members for user, _ in v._uses)]  # fmt: skip
 
 
 def _ancestors(out: ir.Value, members: set[int], position: dict) -> list[ir.Node]:
