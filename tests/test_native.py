@@ -345,7 +345,7 @@ def _spy_kernels(monkeypatch) -> list:
     """The kernels (addresses) the native convs run from now on."""
     calls, planes = [], native._planes
     monkeypatch.setattr(native, "_planes",
-                        lambda entry, task, *a: calls.append(task.fn) or planes(entry, task, *a))  # fmt: skip
+                        lambda part, task, *a: calls.append(task.fn) or planes(part, task, *a))  # fmt: skip
     return calls
 
 

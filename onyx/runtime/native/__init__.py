@@ -172,11 +172,9 @@ def _load():
     lib.onyx_transpose_u8.argtypes = [_P, _I64, _I64, _I64, _P, _I64]
     lib.onyx_to_nhwc.restype = None
     lib.onyx_to_nhwc.argtypes = [_P, _I64, _I64, _I64, _P, _I64, _I64]
-    # the parallel entries: (task, cuts, parts, threads), run on pool.c's threads
-    for name in ("onyx_float_conv_run", "onyx_int_conv_run", "onyx_hardswish_run",
-                 "onyx_lookup_run", "onyx_qbinary_run", "onyx_quantize_run"):  # fmt: skip
-        getattr(lib, name).restype = _INT
-        getattr(lib, name).argtypes = [_P, _P, _I64, _I64]
+    # onyx_parallel(range, task, cuts, parts, threads) runs a kernel's parts on pool.c's threads
+    lib.onyx_parallel.restype = _INT
+    lib.onyx_parallel.argtypes = [_P, _P, _P, _I64, _I64]
     lib.onyx_pool_threads.restype = _INT
     lib.onyx_pool_threads.argtypes = []
     caps = lib.onyx_caps()
@@ -187,12 +185,15 @@ def _load():
         kernels = (lib.onyx_depthwise_f32_avx512, lib.onyx_depthwise_i8_avx512,
                    lib.onyx_conv_small_f32_avx512, 16)  # fmt: skip
     address = lambda fn: fn and ctypes.cast(fn, _P).value  # noqa: E731
+    # each kernel's part of a pool job: lib.<name>_range, the address onyx_parallel takes
+    for name in ("float_conv", "int_conv", "hardswish", "lookup", "qbinary", "quantize") + (
+        ("gemm",) if vnni else ()
+    ):
+        setattr(lib, f"{name}_range", address(getattr(lib, f"onyx_{name}_range")))
     lib.lookup = address(lib.onyx_lookup8_vbmi if caps & 4 else lib.onyx_lookup8)
     lib.depthwise_f32, lib.depthwise_i8, lib.conv_small = (address(fn) for fn in kernels[:3])
     lib.depthwise_lanes = kernels[3]
     if vnni:
-        lib.onyx_gemm_run.restype = None
-        lib.onyx_gemm_run.argtypes = [_P, _P, _I64, _I64]
         lib.onyx_implicit_conv.restype = None
         lib.onyx_implicit_conv.argtypes = [_P, _P, _P, _P, _P]
     return lib, vnni
@@ -228,11 +229,12 @@ def threads(n: int):
         _threads.reset(token)
 
 
-def _run(entry, task: ctypes.Structure, cuts, threads: int) -> int:
-    """entry(task, cuts, parts, threads): the task's parts [cuts[i], cuts[i + 1]) on the native
-    thread pool (pool.c); the kernel's status (non-zero: out of memory)."""
+def _run(part: int, task: ctypes.Structure, cuts, threads: int) -> int:
+    """The kernel's parts [cuts[i], cuts[i + 1]) of the task on the native thread pool
+    (pool.c), ``part`` one of lib.<kernel>_range; the kernel's status (non-zero: out of
+    memory)."""
     cuts = np.asarray(cuts, np.int64)
-    return entry(ctypes.byref(task), cuts.ctypes.data, len(cuts) - 1, threads)
+    return _lib.onyx_parallel(part, ctypes.byref(task), cuts.ctypes.data, len(cuts) - 1, threads)
 
 
 def _ways(work: int, parts: int, least: int = _PARALLEL_MACS) -> int:
@@ -497,8 +499,7 @@ class _GemmCall:
             operand = _Operand(a.ctypes.data, 0, gather[0].ctypes.data, gather[1].ctypes.data)
         task = _GemmTask.from_buffer_copy(self.task)
         task.A, task.e = ctypes.addressof(operand), ctypes.addressof(e)
-        _lib.onyx_gemm_run(ctypes.byref(task), self.cuts.ctypes.data, len(self.cuts) - 1,
-                           self.ways)  # fmt: skip
+        _run(_lib.gemm_range, task, self.cuts, self.ways)
 
 
 # ----------------------------------------------------------------------------- depthwise conv
@@ -512,10 +513,10 @@ def _dw_geometry(x: np.ndarray, M: int, kernel, out_shape, strides, dilations, b
     return g, N * -(-M // _lib.depthwise_lanes)
 
 
-def _planes(entry, task: ctypes.Structure, planes: int, work: int) -> None:
+def _planes(part: int, task: ctypes.Structure, planes: int, work: int) -> None:
     """A conv task over its output planes, split between threads when the work pays."""
     ways = _ways(work, planes, _DEPTHWISE_MACS)
-    if _run(entry, task, [planes * i // ways for i in range(ways + 1)], ways):
+    if _run(part, task, [planes * i // ways for i in range(ways + 1)], ways):
         raise MemoryError("onyx native depthwise conv: out of memory for its buffers")
 
 
@@ -542,7 +543,7 @@ def _float_conv(fn, lanes: int, x, w, bias, out_shape, strides, dilations, begin
     g = _DwGeometry(C, H, W, M // C, *out_shape, *w.shape[2:], *strides, *dilations, *begin, M)
     task = _FloatConvTask(fn, x.ctypes.data, w.ctypes.data, _addr(b), y.ctypes.data,
                           ctypes.addressof(g))  # fmt: skip
-    _planes(_lib.onyx_float_conv_run, task, N * -(-M // lanes), y.size * w[0].size)
+    _planes(_lib.float_conv_range, task, N * -(-M // lanes), y.size * w[0].size)
     return y
 
 
@@ -574,7 +575,7 @@ def depthwise_int(x, x_zero_point: int, wc: np.ndarray, bias, out_shape, strides
         o.zero_point, o.lo, o.hi = int(y_zero_point.reshape(-1)[0]), info.min, info.max
     task = _IntConvTask(_lib.depthwise_i8, x.ctypes.data, wc.ctypes.data, ctypes.addressof(g),
                         ctypes.addressof(o), int(x.dtype == np.int8), int(x_zero_point))  # fmt: skip
-    _planes(_lib.onyx_int_conv_run, task, planes, y.size * wc[0].size)
+    _planes(_lib.int_conv_range, task, planes, y.size * wc[0].size)
     return y
 
 
@@ -618,7 +619,7 @@ def hardswish_f32(x: np.ndarray) -> np.ndarray | None:
     n = x.size
     ways = _ways(n, 64, _PARALLEL_ELEMENTS)
     cuts = [n * i // ways // 16 * 16 for i in range(ways)] + [n]
-    _run(_lib.onyx_hardswish_run, _UnaryTask(x.ctypes.data, y.ctypes.data), cuts, ways)
+    _run(_lib.hardswish_range, _UnaryTask(x.ctypes.data, y.ctypes.data), cuts, ways)
     return y
 
 
@@ -636,7 +637,7 @@ def lookup8(x: np.ndarray, table: np.ndarray) -> np.ndarray | None:
     ways = _ways(n, 64, _PARALLEL_ELEMENTS * 4)  # (a byte per element: 4x HardSwish's speed)
     cuts = [n * i // ways // 64 * 64 for i in range(ways)] + [n]
     task = _LookupTask(_lib.lookup, x.ctypes.data, table.ctypes.data, table.itemsize, y.ctypes.data)
-    _run(_lib.onyx_lookup_run, task, cuts, ways)
+    _run(_lib.lookup_range, task, cuts, ways)
     return y
 
 
@@ -667,7 +668,7 @@ def qlinear_binary(a: np.ndarray, b: np.ndarray, za, zb, ka, kb, zy, multiply: b
     unit = period or 64  # (parts start at a repetition of b)
     cuts = [n * i // ways // unit * unit for i in range(ways)] + [n]
     task = _QBinaryTask(a.ctypes.data, b.ctypes.data, period, ctypes.addressof(p), y.ctypes.data)
-    _run(_lib.onyx_qbinary_run, task, cuts, ways)
+    _run(_lib.qbinary_range, task, cuts, ways)
     return y
 
 
@@ -682,5 +683,5 @@ def quantize_f32(x: np.ndarray, scale, zero_point: int, dtype) -> np.ndarray | N
     cuts = [n * i // ways // 64 * 64 for i in range(ways)] + [n]
     task = _QuantizeTask(x.ctypes.data, float(scale), int(zero_point), int(dtype == np.int8),
                          y.ctypes.data)  # fmt: skip
-    _run(_lib.onyx_quantize_run, task, cuts, ways)
+    _run(_lib.quantize_range, task, cuts, ways)
     return y

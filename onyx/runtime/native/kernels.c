@@ -987,7 +987,8 @@ EXPORT AVX512 int onyx_conv_small_f32_avx512(const float *x, const float *w, con
     return 0;
 }
 
-/* The GEMM over the thread pool: parts are blocks of rows or of panels (cuts). */
+/* The GEMM's part of a job on the thread pool (onyx_parallel, called from Python with the
+   ranges below): parts are blocks of rows or of panels (cuts). */
 typedef struct {
     const operand *A;
     const int8_t *packed;
@@ -996,7 +997,7 @@ typedef struct {
     int32_t flip, a_unsigned, by_rows;
 } gemm_task;
 
-static int gemm_range(const void *p, int64_t begin, int64_t end) {
+EXPORT int onyx_gemm_range(const void *p, int64_t begin, int64_t end) {
     const gemm_task *t = p;
     if (t->by_rows)
         onyx_gemm_u8s8(t->A, t->flip, t->a_unsigned, t->packed, t->K, t->N, t->e, begin, end, 0,
@@ -1005,11 +1006,6 @@ static int gemm_range(const void *p, int64_t begin, int64_t end) {
         onyx_gemm_u8s8(t->A, t->flip, t->a_unsigned, t->packed, t->K, t->N, t->e, 0, t->M, begin,
                        end);
     return 0;
-}
-
-EXPORT void onyx_gemm_run(const gemm_task *t, const int64_t *cuts, int64_t parts,
-                          int64_t threads) {
-    onyx_parallel(gemm_range, t, cuts, parts, threads);
 }
 
 /* A whole 2-D integer conv as an implicit GEMM with requantized 8-bit output, in one call
@@ -1040,7 +1036,7 @@ EXPORT void onyx_implicit_conv(const implicit_conv *c, const uint8_t *x, uint8_t
     A.a = xp;
     e.out8 = y, e.ldo = c->M;
     t.A = &A, t.e = &e;
-    onyx_parallel(gemm_range, &t, c->cuts, c->parts, c->threads);
+    onyx_parallel(onyx_gemm_range, &t, c->cuts, c->parts, c->threads);
     for (int64_t i = 0; i < c->N; i++)
         onyx_transpose_u8(y + i * c->pixels * c->M, c->pixels, c->M, c->M,
                           out + i * c->M * c->pixels, c->pixels);
@@ -1050,9 +1046,11 @@ EXPORT void onyx_implicit_conv(const implicit_conv *c, const uint8_t *x, uint8_t
 EXPORT int onyx_caps(void) { return 0; }
 #endif
 
-/* ------------------------------------------------------------------ parallel runs */
+/* ------------------------------------------------------------------ parts of pool jobs */
 
-/* The float convs (depthwise and small: one signature) over planes, on the pool. */
+/* Each kernel's part of a job: Python hands onyx_parallel (pool.c) one of these ranges, a
+   task struct (the kernel's arguments) and the cuts. The float convs (depthwise and small:
+   one signature) take planes. */
 typedef int (*float_conv_fn)(const float *, const float *, const float *, float *,
                              const dw_geometry *, int64_t, int64_t);
 typedef struct {
@@ -1062,14 +1060,9 @@ typedef struct {
     const dw_geometry *g;
 } float_conv_task;
 
-static int float_conv_range(const void *p, int64_t begin, int64_t end) {
+EXPORT int onyx_float_conv_range(const void *p, int64_t begin, int64_t end) {
     const float_conv_task *t = p;
     return t->fn(t->x, t->w, t->bias, t->y, t->g, begin, end);
-}
-
-EXPORT int onyx_float_conv_run(const float_conv_task *t, const int64_t *cuts, int64_t parts,
-                               int64_t threads) {
-    return onyx_parallel(float_conv_range, t, cuts, parts, threads);
 }
 
 typedef int (*int_conv_fn)(const uint8_t *, int, int32_t, const int16_t *, const dw_geometry *,
@@ -1083,14 +1076,9 @@ typedef struct {
     int32_t x_signed, x_zp;
 } int_conv_task;
 
-static int int_conv_range(const void *p, int64_t begin, int64_t end) {
+EXPORT int onyx_int_conv_range(const void *p, int64_t begin, int64_t end) {
     const int_conv_task *t = p;
     return t->fn(t->x, t->x_signed, t->x_zp, t->wc, t->g, t->o, begin, end);
-}
-
-EXPORT int onyx_int_conv_run(const int_conv_task *t, const int64_t *cuts, int64_t parts,
-                             int64_t threads) {
-    return onyx_parallel(int_conv_range, t, cuts, parts, threads);
 }
 
 typedef void (*lookup_fn)(const uint8_t *, const void *, int64_t, void *, int64_t);
@@ -1102,15 +1090,10 @@ typedef struct {
     uint8_t *y;
 } lookup_task;
 
-static int lookup_range(const void *p, int64_t begin, int64_t end) {
+EXPORT int onyx_lookup_range(const void *p, int64_t begin, int64_t end) {
     const lookup_task *t = p;
     t->fn(t->x + begin, t->table, t->size, t->y + begin * t->size, end - begin);
     return 0;
-}
-
-EXPORT void onyx_lookup_run(const lookup_task *t, const int64_t *cuts, int64_t parts,
-                            int64_t threads) {
-    onyx_parallel(lookup_range, t, cuts, parts, threads);
 }
 
 typedef struct {
@@ -1120,17 +1103,12 @@ typedef struct {
     uint8_t *y;
 } qbinary_task;
 
-static int qbinary_range(const void *p, int64_t begin, int64_t end) {
+EXPORT int onyx_qbinary_range(const void *p, int64_t begin, int64_t end) {
     const qbinary_task *t = p;
     /* (parts of a periodic b start at multiples of its period) */
     onyx_qbinary(t->a + begin, t->period ? t->b : t->b + begin, end - begin, t->period, t->p,
                  t->y + begin);
     return 0;
-}
-
-EXPORT void onyx_qbinary_run(const qbinary_task *t, const int64_t *cuts, int64_t parts,
-                             int64_t threads) {
-    onyx_parallel(qbinary_range, t, cuts, parts, threads);
 }
 
 typedef struct {
@@ -1140,16 +1118,11 @@ typedef struct {
     uint8_t *y;
 } quantize_task;
 
-static int quantize_range(const void *p, int64_t begin, int64_t end) {
+EXPORT int onyx_quantize_range(const void *p, int64_t begin, int64_t end) {
     const quantize_task *t = p;
     onyx_quantize_f32(t->x + begin, t->scale, t->zero_point, t->is_signed, end - begin,
                       t->y + begin);
     return 0;
-}
-
-EXPORT void onyx_quantize_run(const quantize_task *t, const int64_t *cuts, int64_t parts,
-                              int64_t threads) {
-    onyx_parallel(quantize_range, t, cuts, parts, threads);
 }
 
 typedef struct {
@@ -1157,15 +1130,10 @@ typedef struct {
     float *y;
 } unary_task;
 
-static int hardswish_range(const void *p, int64_t begin, int64_t end) {
+EXPORT int onyx_hardswish_range(const void *p, int64_t begin, int64_t end) {
     const unary_task *t = p;
     onyx_hardswish_f32(t->x + begin, t->y + begin, end - begin);
     return 0;
-}
-
-EXPORT void onyx_hardswish_run(const unary_task *t, const int64_t *cuts, int64_t parts,
-                               int64_t threads) {
-    onyx_parallel(hardswish_range, t, cuts, parts, threads);
 }
 
 #if defined(_WIN32)
