@@ -215,8 +215,8 @@ class Plan:
         attrs = self._resolve_attrs(node, bindings)
         function = compiler.functions.get((node.domain, node.op_type))
         # (the optimizer's own functions run on onyx's kernels; their bodies are for others)
-        native_op = node.domain == ONYX_DOMAIN and lookup(node.op_type, node.domain) is not None
-        if function is not None and not native_op:
+        own_kernel = node.domain == ONYX_DOMAIN and lookup(node.op_type, node.domain) is not None
+        if function is not None and not own_kernel:
             return self._function_step(function, node, attrs, compiler, common)
         if version is None:
             raise NotImplementedOp(
