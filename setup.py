@@ -1,4 +1,4 @@
-"""Build of the optional native kernels (onyx/runtime/native/kernels.c and pool.c, one library).
+"""Build of the optional native kernels (onyx/runtime/native/*.c, one library).
 
 Everything else is declared in pyproject.toml. The extension is optional: where no C compiler
 is available the install goes on and onyx runs its numpy kernels (onyx.runtime.native says
@@ -16,7 +16,11 @@ setup(
     ext_modules=[
         Extension(
             "onyx.runtime.native._kernels",
-            sources=["onyx/runtime/native/kernels.c", "onyx/runtime/native/pool.c"],
+            sources=[
+                "onyx/runtime/native/kernels.c",
+                "onyx/runtime/native/conv_f32.c",
+                "onyx/runtime/native/pool.c",
+            ],
             extra_compile_args=flags,
             extra_link_args=link,
             optional=True,

@@ -17,7 +17,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from .. import native
 from ..registry import op
-from .derived import derived, scratch, value_key
+from .derived import derived, frozen, scratch, value_key
 
 # ----------------------------------------------------------------------------- spatial helpers
 
@@ -356,6 +356,36 @@ def _conv_geometry(x, w, auto_pad, pads, strides, dilations, kernel_shape):
     return dict(pads=pads, strides=strides, dilations=dilations, out_shape=out_shape)
 
 
+def native_conv_f32(X, W, B, geo, group, *, z=None, activation=0, alpha=0.0, beta=0.0):
+    """A float32 1-D / 2-D conv on the native implicit GEMM (conv_f32.c), with FusedConv's
+    residual z and activation (native.CONV_ACTIVATIONS) applied as it stores; or None where
+    it does not apply (then the caller runs its numpy path)."""
+    if X.dtype != np.float32 or W.dtype != np.float32 or X.ndim not in (3, 4):
+        return None
+    if group > 1 and W.shape[1] == 1 or min(geo["pads"]) < 0:
+        return None  # depthwise: its own kernel
+    if native.conv_small_ok(X, W, geo["pads"][: X.ndim - 2]) and group == 1:
+        return None  # a stem conv (K <= 32): the direct kernel is faster
+    out_shape, strides, dilations = geo["out_shape"], geo["strides"], geo["dilations"]
+    begin = geo["pads"][: X.ndim - 2]
+    if X.ndim == 3:  # a 1-D conv is a 2-D one of height 1
+        X, W = X[:, :, None], W[:, :, None]
+        out_shape, strides, dilations, begin = (
+            [1, *out_shape],
+            [1, *strides],
+            [1, *dilations],
+            [0, *begin],
+        )
+    X = np.ascontiguousarray(X)
+    if not native.conv_f32_ok(X):
+        return None
+    packed = derived(W, ("f32 panels", group), lambda: frozen(native.pack_conv_f32(W, group)))
+    bias = None if B is None else B.astype(np.float32, copy=False)
+    y = native.conv_f32(X, packed, W.shape[0], W.shape[2:], bias, out_shape, strides,
+                        dilations, begin, z=z, activation=activation, alpha=alpha, beta=beta)  # fmt: skip
+    return y.reshape((X.shape[0], W.shape[0], *geo["out_shape"]))
+
+
 @op("Conv", since=1)
 def conv(
     X,
@@ -371,6 +401,9 @@ def conv(
 ):
     ct = compute_dtype(X.dtype)
     geo = _conv_geometry(X, W, auto_pad, pads, strides, dilations, kernel_shape)
+    y = native_conv_f32(X, W, B, geo, group)
+    if y is not None:
+        return y
     bias = None if B is None else B.astype(ct, copy=False)
     y = _conv(X, W.astype(ct, copy=False), group=group, dtype=ct, bias=bias, **geo)
     return y.astype(X.dtype, copy=False)

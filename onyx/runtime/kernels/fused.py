@@ -11,7 +11,7 @@ import numpy as np
 
 from .. import native
 from ..registry import ONYX_DOMAIN, op
-from .conv import conv
+from .conv import _conv_geometry, conv, native_conv_f32
 from .linalg import gemm
 
 MS = "com.microsoft"
@@ -83,6 +83,19 @@ def fused_conv(
     strides=None,
 ):
     """activation(Conv(X, W, B) + Z)."""
+    params = list(activation_params or []) + [None] * 3
+    code = native.CONV_ACTIVATIONS.get(activation)
+    if code is not None:  # the native conv applies Z and the activation as it stores
+        lo, hi = params[:2]
+        if activation == "LeakyRelu":
+            lo, hi = 0.01 if lo is None else lo, 0.0
+        elif activation == "Clip":
+            lo, hi = -np.inf if lo is None else lo, np.inf if hi is None else hi
+        geo = _conv_geometry(X, W, auto_pad, pads, strides, dilations, kernel_shape)
+        y = native_conv_f32(X, W, B, geo, group, z=Z, activation=code, alpha=lo or 0.0,
+                            beta=hi or 0.0)  # fmt: skip
+        if y is not None:
+            return y
     y = conv(
         X,
         W,
@@ -97,7 +110,6 @@ def fused_conv(
     y = _owned(y)
     if Z is not None:
         y += Z
-    params = list(activation_params or []) + [None] * 3
     return _activate(y, activation, *params[:3])
 
 

@@ -143,6 +143,15 @@ class _UnaryTask(ctypes.Structure):
     _fields_ = [("x", _P), ("y", _P)]
 
 
+class _ConvF32(ctypes.Structure):  # conv_f32.c's conv_f32
+    _fields_ = (
+        [(name, _P) for name in ("x", "w", "bias", "z", "y")]
+        + [(name, _I64) for name in "N C H W M OH OW kh kw sh sw dh dw top left".split()]
+        + [(name, _I64) for name in ("group", "kc", "strips", "per_part", "blocks")]
+        + [("act", ctypes.c_int32), ("alpha", ctypes.c_float), ("beta", ctypes.c_float)]
+    )
+
+
 def _library_path() -> Path | None:
     here = Path(__file__).parent
     for suffix in importlib.machinery.EXTENSION_SUFFIXES:
@@ -191,6 +200,11 @@ def _load():
     ):
         setattr(lib, f"{name}_range", address(getattr(lib, f"onyx_{name}_range")))
     lib.lookup = address(lib.onyx_lookup8_vbmi if caps & 4 else lib.onyx_lookup8)
+    tile = (_I64 * 2)()
+    lib.onyx_conv_f32_shape.argtypes = [_P]
+    built = lib.onyx_conv_f32_shape(tile)
+    lib.conv_f32_range = address(lib.onyx_conv_f32_range) if built and caps & 2 else None
+    lib.conv_f32_tile = tuple(tile)
     lib.depthwise_f32, lib.depthwise_i8, lib.conv_small = (address(fn) for fn in kernels[:3])
     lib.depthwise_lanes = kernels[3]
     if vnni:
@@ -603,6 +617,79 @@ def conv_small_f32(x, w, bias, out_shape, strides, dilations, begin) -> np.ndarr
     """A group-1 conv whose windows are small: 16 output channels per AVX-512 vector (a
     network's stem); see _float_conv."""
     return _float_conv(_lib.conv_small, 16, x, w, bias, out_shape, strides, dilations, begin)
+
+
+# ----------------------------------------------------------------------------- float conv
+
+#: FusedConv activations the float conv applies as it stores its tiles, by kernel code.
+CONV_ACTIVATIONS = {"": 0, "Identity": 0, "Relu": 1, "LeakyRelu": 2, "Clip": 3}
+#: Rows of im2col columns packed at a time (kc x 32 floats: they stay in L1 for every tile).
+_CONV_KC = 128
+
+
+#: Strips (of 48 pixels) and panels (of 8 output channels) per part of the work: each block
+#: of panels' weights is read once per block of strips, and their sums (48 x 8 x 16 floats)
+#: stay in L2.
+_CONV_STRIPS, _CONV_PANELS = 8, 16
+
+
+def _conv_parts(strips: int, panels: int, group: int, ways: int) -> tuple[int, int]:
+    """Strips per part and blocks of panels: _CONV_STRIPS x _CONV_PANELS, made smaller where
+    that leaves fewer than 4 parts per thread (so that the threads finish together)."""
+    blocks = -(-panels // _CONV_PANELS)
+    per_part = min(strips, _CONV_STRIPS)
+    want = 4 * ways if ways > 1 else 1
+    while per_part > 1 and group * -(-strips // per_part) * blocks < want:
+        per_part = max(1, per_part // 2)
+    while blocks < panels and group * -(-strips // per_part) * blocks < want:
+        blocks = min(panels, 2 * blocks)
+    return per_part, blocks
+
+
+def conv_f32_ok(x: np.ndarray) -> bool:
+    """Whether :func:`conv_f32` takes a 2-D conv of x (float32, C-contiguous; AVX-512)."""
+    return (
+        _lib is not None
+        and bool(_lib.conv_f32_range)
+        and x.ndim == 4
+        and x.dtype == np.float32
+        and x.flags.c_contiguous
+    )
+
+
+def pack_conv_f32(w: np.ndarray, group: int) -> np.ndarray:
+    """Conv weights (M, C / group, kh, kw) in :func:`conv_f32`'s layout: per group, panels of
+    MR output channels (zeros past the last), k-major: (group, panels, K, MR)."""
+    mr = _lib.conv_f32_tile[0]
+    M, K = w.shape[0], w[0].size
+    Mg = M // group
+    panels = -(-Mg // mr)
+    wp = np.zeros((group, panels * mr, K), np.float32)
+    wp[:, :Mg] = w.reshape(group, Mg, K)
+    return np.ascontiguousarray(wp.reshape(group, panels, mr, K).transpose(0, 1, 3, 2))
+
+
+def conv_f32(x, packed, M: int, kernel, bias, out_shape, strides, dilations, begin, *,
+             z=None, activation: int = 0, alpha: float = 0.0, beta: float = 0.0) -> np.ndarray:  # fmt: skip
+    """A 2-D float32 conv of x (N, C, H, W) with weights packed by :func:`pack_conv_f32`
+    (M output channels, kernel (kh, kw)), + bias [M], + z (the output's shape), then the
+    activation (CONV_ACTIVATIONS: alpha is LeakyRelu's slope or Clip's min, beta Clip's max);
+    begin: the top and left pads (the end pads are implied by out_shape)."""
+    (N, C, H, W), group = x.shape, packed.shape[0]
+    P, K, nr = out_shape[0] * out_shape[1], packed.shape[2], _lib.conv_f32_tile[1]
+    y = np.empty((N, M, *out_shape), np.float32)
+    b = None if bias is None else np.ascontiguousarray(bias, np.float32)
+    z = None if z is None else np.ascontiguousarray(np.broadcast_to(z, y.shape), np.float32)
+    strips, panels = -(-N * P // nr), packed.shape[1]
+    ways = _ways(N * P * M * K, group * strips * panels)
+    per_part, blocks = _conv_parts(strips, panels, group, ways)
+    parts = group * -(-strips // per_part) * blocks
+    task = _ConvF32(x.ctypes.data, packed.ctypes.data, _addr(b), _addr(z), y.ctypes.data,
+                    N, C, H, W, M, *out_shape, *kernel, *strides, *dilations, *begin, group,
+                    _CONV_KC, strips, per_part, blocks, activation, alpha, beta)  # fmt: skip
+    if _run(_lib.conv_f32_range, task, [parts * i // ways for i in range(ways + 1)], ways):
+        raise MemoryError("onyx native float conv: out of memory for its buffers")
+    return y
 
 
 # ----------------------------------------------------------------------------- elementwise

@@ -1,0 +1,242 @@
+/* onyx's float32 convolution: an implicit GEMM on AVX-512 (part of the _kernels library).
+ *
+ * y[g][m][pixel] = sum over k of W[g][m][k] * column[k][pixel], with k = (input channel, tap)
+ * and the columns (im2col) never built whole: a strip of NR output pixels has its columns
+ * packed, KC rows at a time, into a buffer that stays in L1, straight from the NCHW input
+ * (out-of-image taps are zeros). The weights are packed once per session into panels of MR
+ * output channels (k-major), so the register tile (MR channels x NR pixels, 24 accumulators)
+ * reads one broadcast weight and three pixel vectors per three multiply-adds.
+ *
+ * numpy's im2col + BLAS path built the whole column matrix first: for a 56x56 ResNet layer,
+ * 7 MB written and read back per image, and as much time as the GEMM itself at batch 8.
+ *
+ * Strips run over the pixels of the whole batch (a strip may span images), so a 7x7 layer's
+ * 49 pixels per image waste no more than one partial strip per call. Bias, a residual input
+ * (FusedConv's Z) and Relu / LeakyRelu / Clip are applied when the tile is stored.
+ *
+ * Work is split (onyx_parallel, pool.c) into parts = (group, block of strips, block of
+ * panels).
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(_WIN32)
+#define EXPORT __declspec(dllexport)
+#else
+#define EXPORT __attribute__((visibility("default")))
+#endif
+
+#define CF_MR 8  /* output channels per register tile (divides the usual channel counts) */
+#define CF_NR 48 /* output pixels per register tile: three 16-lane vectors */
+#define CF_V (CF_NR / 16)
+
+enum { ACT_NONE = 0, ACT_RELU = 1, ACT_LEAKY = 2, ACT_CLIP = 3 };
+
+typedef struct {
+    const float *x;     /* input (N, C, H, W), C-contiguous */
+    const float *w;     /* packed weights (group, panels, K, MR) */
+    const float *bias;  /* [M] or null */
+    const float *z;     /* residual (N, M, OH, OW) added before the activation, or null */
+    float *y;           /* output (N, M, OH, OW) */
+    int64_t N, C, H, W, M, OH, OW;
+    int64_t kh, kw, sh, sw, dh, dw, top, left;
+    int64_t group, kc;  /* groups; rows of columns packed at a time */
+    int64_t strips;     /* strips of CF_NR pixels over N * OH * OW */
+    int64_t per_part;   /* strips per part */
+    int64_t blocks;     /* blocks of panels per block of strips (more parts for small layers) */
+    int32_t act;
+    float alpha, beta;  /* LeakyRelu's slope; Clip's bounds */
+} conv_f32;
+
+/* One run of consecutive pixels of a strip that share an image and an output row: j, its
+   place in the strip; len pixels; image, the input image's offset; ih and iw, the input row
+   and column of its first pixel's first tap (negative in the padding); out, its first
+   pixel's offset in the output's first channel. */
+typedef struct {
+    int64_t j, len, image, ih, iw, out;
+} run;
+
+static int strip_runs(const conv_f32 *t, int64_t s, run *r) {
+    int64_t P = t->OH * t->OW, total = t->N * P, first = s * CF_NR;
+    int64_t last = first + CF_NR < total ? first + CF_NR : total, count = 0;
+    for (int64_t q = first; q < last;) {
+        int64_t n = q / P, p = q % P, oh = p / t->OW, ow = p % t->OW;
+        int64_t len = t->OW - ow < last - q ? t->OW - ow : last - q;
+        r[count++] = (run){q - first,          len, n * t->C * t->H * t->W, oh * t->sh - t->top,
+                           ow * t->sw - t->left, n * t->M * P + p};
+        q += len;
+    }
+    return (int)count;
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define AVX512 __attribute__((target("avx512f")))
+
+static AVX512 inline __mmask16 lanes(int64_t lo, int64_t hi) { /* lanes lo <= l < hi of 16 */
+    lo = lo < 0 ? 0 : lo, hi = hi > 16 ? 16 : hi;
+    return hi <= lo ? 0 : (__mmask16)(((1u << (hi - lo)) - 1) << lo);
+}
+
+/* Columns k0 .. k0 + kc of a strip into B (kc rows of CF_NR pixels, zeros past the strip and
+   for taps in the padding). Unit stride: a run is a few masked copies (lanes outside
+   the image are never read). */
+static AVX512 void pack_columns(const conv_f32 *t, int64_t g, const run *r, int runs,
+                                int64_t k0, int64_t kc, float *B) {
+    int64_t taps = t->kh * t->kw, plane = t->H * t->W;
+    int64_t c = g * (t->C / t->group) + k0 / taps, a = k0 % taps / t->kw, b = k0 % t->kw;
+    for (int64_t kk = 0; kk < kc; kk++) {
+        float *dst = B + kk * CF_NR;
+        for (int h = 0; h < CF_V; h++) _mm512_storeu_ps(dst + h * 16, _mm512_setzero_ps());
+        for (int i = 0; i < runs; i++) {
+            const run *u = r + i;
+            int64_t ih = u->ih + a * t->dh, start = u->iw + b * t->dw;
+            if (ih < 0 || ih >= t->H) continue;
+            const float *row = t->x + u->image + c * plane + ih * t->W;
+            float *d = dst + u->j;
+            if (t->sw == 1) { /* pixel i reads row[start + i], in the image for lo <= i < hi */
+                int64_t lo = -start, hi = t->W - start < u->len ? t->W - start : u->len;
+                for (int h = 0; h * 16 < u->len; h++) {
+                    __mmask16 m = lanes(lo - h * 16, hi - h * 16);
+                    _mm512_mask_storeu_ps(d + h * 16, m,
+                                          _mm512_maskz_loadu_ps(m, row + start + h * 16));
+                }
+            } else {
+                for (int64_t i = 0, iw = start; i < u->len; i++, iw += t->sw)
+                    if (iw >= 0 && iw < t->W) d[i] = row[iw];
+            }
+        }
+        if (++b == t->kw) {
+            b = 0;
+            if (++a == t->kh) a = 0, c++;
+        }
+    }
+}
+
+/* The tile's sums into y: bias, residual and activation on the way. */
+static AVX512 void store_tile(const conv_f32 *t, int64_t g, int64_t m0, const float *ct,
+                              const run *r, int runs) {
+    int64_t Mg = t->M / t->group, P = t->OH * t->OW;
+    int64_t rows = Mg - m0 < CF_MR ? Mg - m0 : CF_MR;
+    __m512 zero = _mm512_setzero_ps(), alpha = _mm512_set1_ps(t->alpha);
+    __m512 beta = _mm512_set1_ps(t->beta);
+    for (int64_t i = 0; i < rows; i++) {
+        int64_t m = g * Mg + m0 + i;
+        __m512 bias = _mm512_set1_ps(t->bias ? t->bias[m] : 0.0f);
+        for (int k = 0; k < runs; k++) {
+            const run *u = r + k;
+            int64_t at = u->out + m * P;
+            for (int64_t j = 0; j < u->len; j += 16) {
+                __mmask16 live = lanes(0, u->len - j);
+                __m512 v = _mm512_maskz_loadu_ps(live, ct + i * CF_NR + u->j + j);
+                v = _mm512_add_ps(v, bias);
+                if (t->z) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(live, t->z + at + j));
+                /* ordered comparisons: a NaN stays NaN, as with numpy's clip */
+                if (t->act == ACT_RELU)
+                    v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), zero);
+                else if (t->act == ACT_LEAKY)
+                    v = _mm512_mask_mul_ps(v, _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), v, alpha);
+                else if (t->act == ACT_CLIP) {
+                    v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, alpha, _CMP_LT_OQ), alpha);
+                    v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, beta, _CMP_GT_OQ), beta);
+                }
+                _mm512_mask_storeu_ps(t->y + at + j, live, v);
+            }
+        }
+    }
+}
+
+/* ct (MR x 16 nv) = (accumulate ? ct : 0) + A (kc x MR) . B (kc x 16 nv; rows CF_NR apart).
+   nv is a constant in each instance below: the accumulators stay in registers. */
+static AVX512 inline __attribute__((always_inline)) void
+tile(const float *restrict A, const float *restrict B, int64_t kc, float *restrict ct,
+     int accumulate, const int nv) {
+    __m512 c[CF_MR][CF_V], v[CF_V];
+    for (int i = 0; i < CF_MR; i++)
+        for (int h = 0; h < nv; h++)
+            c[i][h] = accumulate ? _mm512_loadu_ps(ct + i * CF_NR + h * 16) : _mm512_setzero_ps();
+    for (int64_t k = 0; k < kc; k++) {
+        for (int h = 0; h < nv; h++) v[h] = _mm512_loadu_ps(B + k * CF_NR + h * 16);
+        const float *a = A + k * CF_MR;
+        for (int i = 0; i < CF_MR; i++) {
+            __m512 ai = _mm512_set1_ps(a[i]);
+            for (int h = 0; h < nv; h++) c[i][h] = _mm512_fmadd_ps(ai, v[h], c[i][h]);
+        }
+    }
+    for (int i = 0; i < CF_MR; i++)
+        for (int h = 0; h < nv; h++) _mm512_storeu_ps(ct + i * CF_NR + h * 16, c[i][h]);
+}
+
+typedef void (*tile_fn)(const float *, const float *, int64_t, float *, int);
+#define TILE(nv)                                                                              \
+    static AVX512 void tile##nv(const float *A, const float *B, int64_t kc, float *ct,       \
+                                int accumulate) {                                            \
+        tile(A, B, kc, ct, accumulate, nv);                                                  \
+    }
+TILE(1)
+TILE(2)
+TILE(3)
+#undef TILE
+
+/* Parts begin <= q < end, q = (group, block of strips, block of panels); -1: out of memory.
+   Per block of kc columns: the block's strips are packed (L2), then each panel's weights
+   (kc x MR, L1) meet every strip, so large weights are read once per block of strips and
+   not once per strip. The sums wait in ct (strip, panel) until the last block of columns. */
+EXPORT AVX512 int onyx_conv_f32_range(const void *p, int64_t begin, int64_t end) {
+    const conv_f32 *t = p;
+    int64_t Mg = t->M / t->group, K = (t->C / t->group) * t->kh * t->kw;
+    int64_t panels = (Mg + CF_MR - 1) / CF_MR, S = t->per_part;
+    int64_t per_block = (panels + t->blocks - 1) / t->blocks, chunks = (t->strips + S - 1) / S;
+    int64_t tile_size = CF_MR * CF_NR;
+    float *B = malloc((size_t)(S * t->kc * CF_NR) * sizeof(float));
+    float *ct = malloc((size_t)(S * per_block * tile_size) * sizeof(float));
+    run *r = malloc((size_t)(S * (CF_NR + 1)) * sizeof(run));
+    int *runs = malloc((size_t)S * sizeof(int));
+    tile_fn *fn = malloc((size_t)S * sizeof(tile_fn));
+    if (!B || !ct || !r || !runs || !fn) {
+        free(B), free(ct), free(r), free(runs), free(fn);
+        return -1;
+    }
+    for (int64_t q = begin; q < end; q++) {
+        int64_t blk = q % t->blocks, chunk = q / t->blocks % chunks;
+        int64_t g = q / t->blocks / chunks, s0 = chunk * S;
+        int64_t ns = t->strips - s0 < S ? t->strips - s0 : S;
+        int64_t p0 = blk * per_block, p1 = p0 + per_block < panels ? p0 + per_block : panels;
+        for (int64_t s = 0; s < ns; s++) {
+            run *rs = r + s * (CF_NR + 1);
+            runs[s] = strip_runs(t, s0 + s, rs);
+            /* a short strip (the batch's last) computes only the vectors it has */
+            int64_t width = rs[runs[s] - 1].j + rs[runs[s] - 1].len;
+            fn[s] = width > 32 ? tile3 : width > 16 ? tile2 : tile1;
+        }
+        const float *wg = t->w + g * panels * K * CF_MR;
+        for (int64_t k0 = 0; k0 < K; k0 += t->kc) {
+            int64_t kc = K - k0 < t->kc ? K - k0 : t->kc;
+            for (int64_t s = 0; s < ns; s++)
+                pack_columns(t, g, r + s * (CF_NR + 1), runs[s], k0, kc, B + s * kc * CF_NR);
+            for (int64_t pn = p0; pn < p1; pn++)
+                for (int64_t s = 0; s < ns; s++)
+                    fn[s](wg + (pn * K + k0) * CF_MR, B + s * kc * CF_NR, kc,
+                          ct + (s * per_block + pn - p0) * tile_size, k0 > 0);
+        }
+        for (int64_t s = 0; s < ns; s++)
+            for (int64_t pn = p0; pn < p1; pn++)
+                store_tile(t, g, pn * CF_MR, ct + (s * per_block + pn - p0) * tile_size,
+                           r + s * (CF_NR + 1), runs[s]);
+    }
+    free(B), free(ct), free(r), free(runs), free(fn);
+    return 0;
+}
+#define HAVE_CONV_F32 1
+#endif
+
+/* Tile sizes for Python's packing, and whether the kernel is built (0: no AVX-512 build). */
+EXPORT int onyx_conv_f32_shape(int64_t *mr_nr) {
+    mr_nr[0] = CF_MR, mr_nr[1] = CF_NR;
+#ifdef HAVE_CONV_F32
+    return 1;
+#else
+    return 0;
+#endif
+}

@@ -1,0 +1,148 @@
+"""The native float32 conv (onyx/runtime/native/conv_f32.c, an implicit GEMM on AVX-512)
+against onnxruntime: padding, strides, dilations, groups, 1-D, strips that span images and
+rows, K longer than one packed block, and FusedConv's residual and activations applied as it
+stores. Skipped where the library is not built or the CPU lacks AVX-512 (there the numpy
+im2col path, which every other test covers, runs instead)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from onyx.runtime import native
+from onyx.runtime.kernels import conv as conv_kernels
+from onyx.runtime.kernels.fused import fused_conv
+
+pytestmark = pytest.mark.skipif(
+    not (native.available() and native._lib.conv_f32_range), reason="no native float conv"
+)
+
+#: N, C, H, W, M, kernel, stride, dilation, pads (top, left, bottom, right), group
+CASES = [
+    (1, 16, 14, 14, 24, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1),  # a ResNet block's
+    (2, 20, 7, 9, 13, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1),  # partial panel; strips span images
+    (1, 12, 15, 17, 16, (5, 3), (2, 3), (1, 2), (2, 1, 0, 3), 1),  # strides, dilation, uneven pads
+    (3, 40, 5, 40, 16, (1, 1), (1, 1), (1, 1), (0, 0, 0, 0), 1),  # 1x1: runs cross rows
+    (1, 8, 9, 9, 12, (3, 3), (2, 2), (1, 1), (0, 0, 0, 0), 4),  # groups of 2 -> 3 channels
+    (2, 64, 6, 6, 64, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1),  # K = 576: several blocks of K
+    (1, 6, 3, 100, 8, (1, 7), (1, 1), (1, 1), (0, 3, 0, 3), 1),  # rows longer than a strip
+    (1, 5, 4, 4, 16, (3, 3), (1, 1), (1, 1), (2, 2, 2, 2), 1),  # taps wholly in the padding
+]
+
+
+def _model(op, x_shape, consts, attrs, domain=""):
+    from onnx import TensorProto, helper, numpy_helper
+
+    inputs = ["x", *consts]
+    if op == "FusedConv":
+        inputs = ["x", "w", "b", "z"]
+    node = helper.make_node(op, inputs, ["y"], domain=domain, **attrs)
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)]
+        + (
+            [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)]
+            if op == "FusedConv"
+            else []
+        ),
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(v, k) for k, v in consts.items() if k != "z"],
+    )
+    opsets = [helper.make_opsetid("", 13)] + ([helper.make_opsetid(domain, 1)] if domain else [])
+    return helper.make_model(graph, opset_imports=opsets, ir_version=8)
+
+
+def _ort_run(model, feeds):
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)[0]
+
+
+@pytest.fixture
+def native_calls(monkeypatch):
+    """The native float convs run from now on (their output shapes)."""
+    calls, run = [], native.conv_f32
+    monkeypatch.setattr(
+        native, "conv_f32", lambda *a, **k: calls.append(a[0].shape) or run(*a, **k)
+    )
+    return calls
+
+
+def _case_arrays(case, seed):
+    N, C, H, W, M, kernel, stride, dilation, pads, group = case
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((N, C, H, W)).astype(np.float32)
+    w = rng.standard_normal((M, C // group, *kernel)).astype(np.float32)
+    b = rng.standard_normal(M).astype(np.float32)
+    w.flags.writeable = False  # a constant, as in a session: its packing is kept
+    attrs = {
+        "strides": list(stride),
+        "dilations": list(dilation),
+        "pads": list(pads),
+        "group": group,
+    }
+    return x, w, b, attrs
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_conv_matches_onnxruntime(case, native_calls):
+    x, w, b, attrs = _case_arrays(case, sum(case[:5]))
+    model = _model("Conv", list(x.shape), {"w": w, "b": b}, attrs)
+    want = _ort_run(model, {"x": x})
+    for _ in range(2):  # the second call uses the kept packing
+        got = conv_kernels.conv(x, w, b, **attrs)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert len(native_calls) == 2, "the native kernel did not run"
+
+
+def test_conv_1d_matches_onnxruntime(native_calls):
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 10, 61)).astype(np.float32)
+    w = rng.standard_normal((16, 10, 5)).astype(np.float32)
+    attrs = {"strides": [2], "dilations": [2], "pads": [3, 1], "group": 1}
+    got = conv_kernels.conv(x, w, **attrs)
+    want = _ort_run(_model("Conv", list(x.shape), {"w": w}, attrs), {"x": x})
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert native_calls, "the native kernel did not run"
+
+
+def test_threads_split_the_work_without_changing_a_bit():
+    x, w, b, attrs = _case_arrays((2, 32, 30, 30, 40, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1), 7)
+    with native.threads(1):
+        one = conv_kernels.conv(x, w, b, **attrs)
+    with native.threads(4):  # (each tile's sums are in the same order however parts fall)
+        four = conv_kernels.conv(x, w, b, **attrs)
+    np.testing.assert_array_equal(one, four)
+
+
+@pytest.mark.parametrize(
+    "activation, params",
+    [("", []), ("Relu", []), ("LeakyRelu", [0.2]), ("Clip", [-0.5, 1.5]), ("Clip", [0.0, 6.0])],
+)
+def test_fused_conv_applies_residual_and_activation(activation, params, native_calls):
+    case = (2, 12, 9, 11, 16, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1)
+    x, w, b, attrs = _case_arrays(case, 11)
+    z = np.random.default_rng(12).standard_normal((2, 16, 9, 11)).astype(np.float32)
+    x[0, 0, 4, 5] = np.nan  # a NaN goes through every activation as a NaN
+    fused = {"activation": activation, "activation_params": params} if params else {}
+    if activation:
+        fused["activation"] = activation
+    model = _model("FusedConv", list(x.shape), {"w": w, "b": b, "z": z}, {**attrs, **fused},
+                   domain="com.microsoft")  # fmt: skip
+    want = _ort_run(model, {"x": x, "z": z})
+    got = fused_conv(x, w, b, z, **attrs, **fused)
+    assert np.isnan(got).sum() == np.isnan(want).sum() > 0
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert native_calls, "the native kernel did not run"
+
+
+def test_depthwise_and_stem_convs_keep_their_own_kernels(native_calls):
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((1, 16, 10, 10)).astype(np.float32)
+    depthwise = rng.standard_normal((16, 1, 3, 3)).astype(np.float32)
+    conv_kernels.conv(x, depthwise, group=16, pads=[1, 1, 1, 1])
+    stem = rng.standard_normal((16, 3, 3, 3)).astype(np.float32)  # K = 27: the direct kernel
+    conv_kernels.conv(x[:, :3], stem, pads=[1, 1, 1, 1])
+    assert native_calls == []
