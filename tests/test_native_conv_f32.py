@@ -14,7 +14,7 @@ from onyx.runtime.kernels import conv as conv_kernels
 from onyx.runtime.kernels.fused import fused_conv
 
 pytestmark = pytest.mark.skipif(
-    not (native.available() and native._lib.conv_f32_range), reason="no native float conv"
+    not native.conv_f32_ok(), reason="no native float conv (no AVX-512)"
 )
 
 #: N, C, H, W, M, kernel, stride, dilation, pads (top, left, bottom, right), group
@@ -62,11 +62,10 @@ def _ort_run(model, feeds):
 
 @pytest.fixture
 def native_calls(monkeypatch):
-    """The native float convs run from now on (their output shapes)."""
-    calls, run = [], native.conv_f32
-    monkeypatch.setattr(
-        native, "conv_f32", lambda *a, **k: calls.append(a[0].shape) or run(*a, **k)
-    )
+    """The native float convs run from now on (their input shapes)."""
+    calls, run = [], native.FloatConv.__call__
+    monkeypatch.setattr(native.FloatConv, "__call__",
+                        lambda self, x, *a: calls.append(x.shape) or run(self, x, *a))  # fmt: skip
     return calls
 
 

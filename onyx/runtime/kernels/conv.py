@@ -347,43 +347,55 @@ def _conv_depthwise(x, w, begin, need, strides, dilations, out_shape, dtype, shi
     return y.reshape(final_shape)
 
 
-def _conv_geometry(x, w, auto_pad, pads, strides, dilations, kernel_shape):
-    n = x.ndim - 2
-    kernel = list(kernel_shape) if kernel_shape else list(w.shape[2:])
+def _conv_geometry(x_shape, w_shape, auto_pad, pads, strides, dilations, kernel_shape):
+    n = len(x_shape) - 2
+    kernel = list(kernel_shape) if kernel_shape else list(w_shape[2:])
     strides, dilations, pads = spatial_defaults(n, strides, dilations, pads)
-    pads = conv_pads(auto_pad, x.shape[2:], kernel, strides, dilations, pads)
-    out_shape = conv_out_shape(x.shape[2:], kernel, strides, dilations, pads)
+    pads = conv_pads(auto_pad, x_shape[2:], kernel, strides, dilations, pads)
+    out_shape = conv_out_shape(x_shape[2:], kernel, strides, dilations, pads)
     return dict(pads=pads, strides=strides, dilations=dilations, out_shape=out_shape)
 
 
-def native_conv_f32(X, W, B, geo, group, *, z=None, activation=0, alpha=0.0, beta=0.0):
+def _float_conv(x_shape, W, group: int, attrs: tuple, activation: int, alpha: float,
+                beta: float) -> native.FloatConv | None:  # fmt: skip
+    """The native conv set up for this weight, input shape and attributes, or None where it
+    does not apply: depthwise and stem convs have their own kernels."""
+    geo = _conv_geometry(x_shape, W.shape, *attrs)
+    begin = geo["pads"][: len(x_shape) - 2]
+    if group > 1 and W.shape[1] == 1 or min(geo["pads"]) < 0:
+        return None
+    if group == 1 and len(x_shape) == 4 and W[0].size <= native.SMALL_CONV_K and W.shape[0] >= 8:
+        return None  # (native.conv_small_ok's rule)
+    out_shape, strides, dilations = geo["out_shape"], geo["strides"], geo["dilations"]
+    if len(x_shape) == 3:  # a 1-D conv is a 2-D one of height 1
+        x_shape, W = (*x_shape[:2], 1, x_shape[2]), W[:, :, None]
+        out_shape, strides, dilations, begin = ([1, *out_shape], [1, *strides], [1, *dilations],
+                                                [0, *begin])  # fmt: skip
+    packed = derived(W, ("f32 panels", group), lambda: frozen(native.pack_conv_f32(W, group)))
+    return native.FloatConv(x_shape, packed, W.shape[0], W.shape[2:], out_shape, strides,
+                            dilations, begin, activation, alpha, beta)  # fmt: skip
+
+
+def native_conv_f32(X, W, B, group: int, attrs: tuple, *, z=None, activation: int = 0,
+                    alpha: float = 0.0, beta: float = 0.0) -> np.ndarray | None:  # fmt: skip
     """A float32 1-D / 2-D conv on the native implicit GEMM (conv_f32.c), with FusedConv's
     residual z and activation (native.CONV_ACTIVATIONS) applied as it stores; or None where
-    it does not apply (then the caller runs its numpy path)."""
+    it does not apply (then the caller runs its numpy path). attrs: (auto_pad, pads, strides,
+    dilations, kernel_shape), hashable; the set-up is kept per constant weight (derived.py)."""
     if X.dtype != np.float32 or W.dtype != np.float32 or X.ndim not in (3, 4):
         return None
-    if group > 1 and W.shape[1] == 1 or min(geo["pads"]) < 0:
-        return None  # depthwise: its own kernel
-    if native.conv_small_ok(X, W, geo["pads"][: X.ndim - 2]) and group == 1:
-        return None  # a stem conv (K <= 32): the direct kernel is faster
-    out_shape, strides, dilations = geo["out_shape"], geo["strides"], geo["dilations"]
-    begin = geo["pads"][: X.ndim - 2]
-    if X.ndim == 3:  # a 1-D conv is a 2-D one of height 1
-        X, W = X[:, :, None], W[:, :, None]
-        out_shape, strides, dilations, begin = (
-            [1, *out_shape],
-            [1, *strides],
-            [1, *dilations],
-            [0, *begin],
-        )
-    X = np.ascontiguousarray(X)
-    if not native.conv_f32_ok(X):
+    if not native.conv_f32_ok():
         return None
-    packed = derived(W, ("f32 panels", group), lambda: frozen(native.pack_conv_f32(W, group)))
-    bias = None if B is None else B.astype(np.float32, copy=False)
-    y = native.conv_f32(X, packed, W.shape[0], W.shape[2:], bias, out_shape, strides,
-                        dilations, begin, z=z, activation=activation, alpha=alpha, beta=beta)  # fmt: skip
-    return y.reshape((X.shape[0], W.shape[0], *geo["out_shape"]))
+    key = ("f32 conv", X.shape, group, attrs, activation, alpha, beta, native.thread_setting())
+    call = derived(W, key, lambda: _float_conv(X.shape, W, group, attrs, activation, alpha, beta))
+    if call is None:
+        return None
+    y = call(np.ascontiguousarray(X), B, z)
+    return y.reshape(y.shape[:2] + y.shape[3:]) if X.ndim == 3 else y  # (1-D: height 1)
+
+
+def _hashable(v):
+    return tuple(v) if isinstance(v, list) else v
 
 
 @op("Conv", since=1)
@@ -399,11 +411,12 @@ def conv(
     pads=None,
     strides=None,
 ):
-    ct = compute_dtype(X.dtype)
-    geo = _conv_geometry(X, W, auto_pad, pads, strides, dilations, kernel_shape)
-    y = native_conv_f32(X, W, B, geo, group)
+    attrs = tuple(map(_hashable, (auto_pad, pads, strides, dilations, kernel_shape)))
+    y = native_conv_f32(X, W, B, group, attrs)
     if y is not None:
         return y
+    ct = compute_dtype(X.dtype)
+    geo = _conv_geometry(X.shape, W.shape, auto_pad, pads, strides, dilations, kernel_shape)
     bias = None if B is None else B.astype(ct, copy=False)
     y = _conv(X, W.astype(ct, copy=False), group=group, dtype=ct, bias=bias, **geo)
     return y.astype(X.dtype, copy=False)
@@ -474,7 +487,7 @@ def _native_integer_conv(x, w, x_zero_point, w_zero_point, bias, scale, y_zero_p
         or (y_zero_point is not None and y_zero_point.dtype not in native.BYTES)
     ):
         return None
-    geo = _conv_geometry(x, w, **{k: v for k, v in attrs.items() if k != "group"})
+    geo = _conv_geometry(x.shape, w.shape, **{k: v for k, v in attrs.items() if k != "group"})
     if Cg == 1 and group > 1:  # depthwise: a GEMV per channel, no GEMM to speak of
         return _native_integer_depthwise(x, w, x_zero_point, w_zero_point, bias, scale,
                                          y_zero_point, geo)  # fmt: skip
@@ -657,7 +670,7 @@ def _integer_conv(x, w, x_zero_point, w_zero_point, bias=None, **attrs):
     is the zero point, as onnxruntime does.
     """
     group = attrs.pop("group")
-    geo = _conv_geometry(x, w, **attrs)
+    geo = _conv_geometry(x.shape, w.shape, **attrs)
     # Bounds from the element types, not the data (a pass less; the sums are exact either way,
     # only the chunk size depends on them).
     shift = np.float32(0 if x_zero_point is None else x_zero_point.reshape(-1)[0])

@@ -11,7 +11,7 @@ import numpy as np
 
 from .. import native
 from ..registry import ONYX_DOMAIN, op
-from .conv import _conv_geometry, conv, native_conv_f32
+from .conv import _hashable, conv, native_conv_f32
 from .linalg import gemm
 
 MS = "com.microsoft"
@@ -91,9 +91,9 @@ def fused_conv(
             lo, hi = 0.01 if lo is None else lo, 0.0
         elif activation == "Clip":
             lo, hi = -np.inf if lo is None else lo, np.inf if hi is None else hi
-        geo = _conv_geometry(X, W, auto_pad, pads, strides, dilations, kernel_shape)
-        y = native_conv_f32(X, W, B, geo, group, z=Z, activation=code, alpha=lo or 0.0,
-                            beta=hi or 0.0)  # fmt: skip
+        attrs = tuple(map(_hashable, (auto_pad, pads, strides, dilations, kernel_shape)))
+        y = native_conv_f32(X, W, B, group, attrs, z=Z, activation=code, alpha=float(lo or 0.0),
+                            beta=float(hi or 0.0))  # fmt: skip
         if y is not None:
             return y
     y = conv(

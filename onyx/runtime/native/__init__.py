@@ -32,6 +32,8 @@ __all__ = [
     "Packed",
     "available",
     "conv_small_f32",
+    "FloatConv",
+    "conv_f32_ok",
     "conv_small_ok",
     "depthwise_f32",
     "depthwise_int",
@@ -43,8 +45,10 @@ __all__ = [
     "int8_gemm_ok",
     "lookup8",
     "pack",
+    "pack_conv_f32",
     "qlinear_binary",
     "quantize_f32",
+    "thread_setting",
     "threads",
 ]
 
@@ -646,15 +650,9 @@ def _conv_parts(strips: int, panels: int, group: int, ways: int) -> tuple[int, i
     return per_part, blocks
 
 
-def conv_f32_ok(x: np.ndarray) -> bool:
-    """Whether :func:`conv_f32` takes a 2-D conv of x (float32, C-contiguous; AVX-512)."""
-    return (
-        _lib is not None
-        and bool(_lib.conv_f32_range)
-        and x.ndim == 4
-        and x.dtype == np.float32
-        and x.flags.c_contiguous
-    )
+def conv_f32_ok() -> bool:
+    """Whether the native float conv (:class:`FloatConv`) is built (it needs AVX-512)."""
+    return _lib is not None and bool(_lib.conv_f32_range)
 
 
 def pack_conv_f32(w: np.ndarray, group: int) -> np.ndarray:
@@ -669,27 +667,55 @@ def pack_conv_f32(w: np.ndarray, group: int) -> np.ndarray:
     return np.ascontiguousarray(wp.reshape(group, panels, mr, K).transpose(0, 1, 3, 2))
 
 
-def conv_f32(x, packed, M: int, kernel, bias, out_shape, strides, dilations, begin, *,
-             z=None, activation: int = 0, alpha: float = 0.0, beta: float = 0.0) -> np.ndarray:  # fmt: skip
-    """A 2-D float32 conv of x (N, C, H, W) with weights packed by :func:`pack_conv_f32`
-    (M output channels, kernel (kh, kw)), + bias [M], + z (the output's shape), then the
-    activation (CONV_ACTIVATIONS: alpha is LeakyRelu's slope or Clip's min, beta Clip's max);
-    begin: the top and left pads (the end pads are implied by out_shape)."""
-    (N, C, H, W), group = x.shape, packed.shape[0]
-    P, K, nr = out_shape[0] * out_shape[1], packed.shape[2], _lib.conv_f32_tile[1]
-    y = np.empty((N, M, *out_shape), np.float32)
-    b = None if bias is None else np.ascontiguousarray(bias, np.float32)
-    z = None if z is None else np.ascontiguousarray(np.broadcast_to(z, y.shape), np.float32)
-    strips, panels = -(-N * P // nr), packed.shape[1]
-    ways = _ways(N * P * M * K, group * strips * panels)
-    per_part, blocks = _conv_parts(strips, panels, group, ways)
-    parts = group * -(-strips // per_part) * blocks
-    task = _ConvF32(x.ctypes.data, packed.ctypes.data, _addr(b), _addr(z), y.ctypes.data,
-                    N, C, H, W, M, *out_shape, *kernel, *strides, *dilations, *begin, group,
-                    _CONV_KC, strips, per_part, blocks, activation, alpha, beta)  # fmt: skip
-    if _run(_lib.conv_f32_range, task, [parts * i // ways for i in range(ways + 1)], ways):
-        raise MemoryError("onyx native float conv: out of memory for its buffers")
-    return y
+class FloatConv:
+    """A 2-D float32 conv (conv_f32.c) set up for one input shape: x (N, C, H, W) with
+    weights packed by :func:`pack_conv_f32` (M output channels, kernel (kh, kw)); begin: the
+    top and left pads (the end pads are implied by out_shape); the activation a code of
+    CONV_ACTIVATIONS (alpha: LeakyRelu's slope or Clip's min, beta: Clip's max).
+
+    What does not depend on the data (the task's sizes, the work split) is made here once:
+    a small layer's conv takes a few microseconds, as long as setting it up in Python did."""
+
+    __slots__ = ("bias", "cuts", "packed", "shape", "task", "ways")
+
+    def __init__(self, x_shape, packed, M: int, kernel, out_shape, strides, dilations, begin,
+                 activation: int = 0, alpha: float = 0.0, beta: float = 0.0):  # fmt: skip
+        (N, C, H, W), group = x_shape, packed.shape[0]
+        P, K, nr = out_shape[0] * out_shape[1], packed.shape[2], _lib.conv_f32_tile[1]
+        strips, panels = -(-N * P // nr), packed.shape[1]
+        self.ways = _ways(N * P * M * K, group * strips * panels)
+        per_part, blocks = _conv_parts(strips, panels, group, self.ways)
+        parts = group * -(-strips // per_part) * blocks
+        self.cuts = np.array([parts * i // self.ways for i in range(self.ways + 1)], np.int64)
+        self.packed, self.shape, self.bias = packed, (N, M, *out_shape), (None, None, None)
+        self.task = _ConvF32(None, packed.ctypes.data, None, None, None, N, C, H, W, M,
+                             *out_shape, *kernel, *strides, *dilations, *begin, group, _CONV_KC,
+                             strips, per_part, blocks, activation, alpha, beta)  # fmt: skip
+
+    def __call__(self, x: np.ndarray, bias=None, z=None) -> np.ndarray:
+        """activation(conv(x) + bias [M] + z (the output's shape)); x C-contiguous float32."""
+        y = np.empty(self.shape, np.float32)
+        task = _ConvF32.from_buffer_copy(self.task)  # (calls may come from several threads)
+        task.x, task.y = x.ctypes.data, y.ctypes.data
+        if bias is not None:
+            entry = self.bias  # (a local reference keeps its array alive through the call)
+            if bias is not entry[0]:  # a constant bias is the same object every call
+                b = np.ascontiguousarray(bias, np.float32)
+                entry = self.bias = (bias, b, b.ctypes.data)
+            task.bias = entry[2]
+        if z is not None:
+            z = np.ascontiguousarray(np.broadcast_to(z, y.shape), np.float32)
+            task.z = z.ctypes.data
+        parts = self.cuts.ctypes.data
+        if _lib.onyx_parallel(_lib.conv_f32_range, ctypes.byref(task), parts,
+                              len(self.cuts) - 1, self.ways):  # fmt: skip
+            raise MemoryError("onyx native float conv: out of memory for its buffers")
+        return y
+
+
+def thread_setting() -> int:
+    """The thread count set for native kernels here (0: every core): part of a set-up's key."""
+    return _threads.get()
 
 
 # ----------------------------------------------------------------------------- elementwise

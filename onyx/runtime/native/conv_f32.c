@@ -147,17 +147,17 @@ static AVX512 void store_tile(const conv_f32 *t, int64_t g, int64_t m0, const fl
     }
 }
 
-/* ct (MR x 16 nv) = (accumulate ? ct : 0) + A (kc x MR) . B (kc x 16 nv; rows CF_NR apart).
+/* ct (MR x 16 nv) = (accumulate ? ct : 0) + A (kc x MR) . B (kc x 16 nv; rows ldb apart).
    nv is a constant in each instance below: the accumulators stay in registers. */
 static AVX512 inline __attribute__((always_inline)) void
-tile(const float *restrict A, const float *restrict B, int64_t kc, float *restrict ct,
-     int accumulate, const int nv) {
+tile(const float *restrict A, const float *restrict B, int64_t ldb, int64_t kc,
+     float *restrict ct, int accumulate, const int nv) {
     __m512 c[CF_MR][CF_V], v[CF_V];
     for (int i = 0; i < CF_MR; i++)
         for (int h = 0; h < nv; h++)
             c[i][h] = accumulate ? _mm512_loadu_ps(ct + i * CF_NR + h * 16) : _mm512_setzero_ps();
     for (int64_t k = 0; k < kc; k++) {
-        for (int h = 0; h < nv; h++) v[h] = _mm512_loadu_ps(B + k * CF_NR + h * 16);
+        for (int h = 0; h < nv; h++) v[h] = _mm512_loadu_ps(B + k * ldb + h * 16);
         const float *a = A + k * CF_MR;
         for (int i = 0; i < CF_MR; i++) {
             __m512 ai = _mm512_set1_ps(a[i]);
@@ -168,11 +168,11 @@ tile(const float *restrict A, const float *restrict B, int64_t kc, float *restri
         for (int h = 0; h < nv; h++) _mm512_storeu_ps(ct + i * CF_NR + h * 16, c[i][h]);
 }
 
-typedef void (*tile_fn)(const float *, const float *, int64_t, float *, int);
+typedef void (*tile_fn)(const float *, const float *, int64_t, int64_t, float *, int);
 #define TILE(nv)                                                                              \
-    static AVX512 void tile##nv(const float *A, const float *B, int64_t kc, float *ct,       \
-                                int accumulate) {                                            \
-        tile(A, B, kc, ct, accumulate, nv);                                                  \
+    static AVX512 void tile##nv(const float *A, const float *B, int64_t ldb, int64_t kc,     \
+                                float *ct, int accumulate) {                                 \
+        tile(A, B, ldb, kc, ct, accumulate, nv);                                             \
     }
 TILE(1)
 TILE(2)
@@ -194,10 +194,17 @@ EXPORT AVX512 int onyx_conv_f32_range(const void *p, int64_t begin, int64_t end)
     run *r = malloc((size_t)(S * (CF_NR + 1)) * sizeof(run));
     int *runs = malloc((size_t)S * sizeof(int));
     tile_fn *fn = malloc((size_t)S * sizeof(tile_fn));
-    if (!B || !ct || !r || !runs || !fn) {
-        free(B), free(ct), free(r), free(runs), free(fn);
+    const float **src = malloc((size_t)S * sizeof(float *));
+    int64_t *ldb = malloc((size_t)S * sizeof(int64_t));
+    if (!B || !ct || !r || !runs || !fn || !src || !ldb) {
+        free(B), free(ct), free(r), free(runs), free(fn), free(src), free(ldb);
         return -1;
     }
+    /* a 1x1 unit-stride conv without padding reads its columns straight from the image: a
+       pixel's k-th column value is at its own offset in the k-th channel's plane */
+    int64_t Cg = t->C / t->group, plane = t->H * t->W;
+    int plain = t->kh == 1 && t->kw == 1 && t->sh == 1 && t->sw == 1 && t->top == 0 &&
+                t->left == 0 && t->OW == t->W;
     for (int64_t q = begin; q < end; q++) {
         int64_t blk = q % t->blocks, chunk = q / t->blocks % chunks;
         int64_t g = q / t->blocks / chunks, s0 = chunk * S;
@@ -213,11 +220,21 @@ EXPORT AVX512 int onyx_conv_f32_range(const void *p, int64_t begin, int64_t end)
         const float *wg = t->w + g * panels * K * CF_MR;
         for (int64_t k0 = 0; k0 < K; k0 += t->kc) {
             int64_t kc = K - k0 < t->kc ? K - k0 : t->kc;
-            for (int64_t s = 0; s < ns; s++)
-                pack_columns(t, g, r + s * (CF_NR + 1), runs[s], k0, kc, B + s * kc * CF_NR);
+            for (int64_t s = 0; s < ns; s++) {
+                const run *rs = r + s * (CF_NR + 1);
+                const run *end = rs + runs[s] - 1;
+                if (plain && rs->image == end->image && end->j + end->len == CF_NR) {
+                    /* a whole strip inside one image: its columns are in the planes */
+                    src[s] = t->x + rs->image + (g * Cg + k0) * plane + rs->ih * t->W + rs->iw;
+                    ldb[s] = plane;
+                } else {
+                    pack_columns(t, g, rs, runs[s], k0, kc, B + s * kc * CF_NR);
+                    src[s] = B + s * kc * CF_NR, ldb[s] = CF_NR;
+                }
+            }
             for (int64_t pn = p0; pn < p1; pn++)
                 for (int64_t s = 0; s < ns; s++)
-                    fn[s](wg + (pn * K + k0) * CF_MR, B + s * kc * CF_NR, kc,
+                    fn[s](wg + (pn * K + k0) * CF_MR, src[s], ldb[s], kc,
                           ct + (s * per_block + pn - p0) * tile_size, k0 > 0);
         }
         for (int64_t s = 0; s < ns; s++)
@@ -225,7 +242,7 @@ EXPORT AVX512 int onyx_conv_f32_range(const void *p, int64_t begin, int64_t end)
                 store_tile(t, g, pn * CF_MR, ct + (s * per_block + pn - p0) * tile_size,
                            r + s * (CF_NR + 1), runs[s]);
     }
-    free(B), free(ct), free(r), free(runs), free(fn);
+    free(B), free(ct), free(r), free(runs), free(fn), free(src), free(ldb);
     return 0;
 }
 #define HAVE_CONV_F32 1
