@@ -15,15 +15,19 @@ from ..registry import op
 from .elementwise import gelu as _erf_gelu
 from .elementwise import type_range, upcast
 
+_FLOAT32_64 = (np.dtype(np.float32), np.dtype(np.float64))
+
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
     """1 / (1 + exp(-x)) in in-place passes, accurate relative to the result everywhere; where
     exp(-x) overflows to inf the result is 0, the limit."""
-    e = np.asarray(np.negative(x))  # fresh
+    # -1 * x and 1 / e are bit for bit np.negative and np.reciprocal, whose loops are not
+    # vectorized (3x and 2x slower on float32)
+    e = np.asarray(np.multiply(x, x.dtype.type(-1)))  # fresh
     with np.errstate(over="ignore"):
         np.exp(e, out=e)
     e += 1
-    return np.reciprocal(e, out=e)
+    return np.divide(1, e, out=e)
 
 
 def _softplus(x: np.ndarray) -> np.ndarray:
@@ -85,7 +89,17 @@ _tanh_k = _activation(np.tanh)
 _elu_k = _activation(_elu)
 _selu_k = _activation(_selu)
 _hard_sigmoid_k = _activation(_hard_sigmoid)
-_leaky_relu_k = _activation(lambda x, alpha: np.where(x >= 0, x, alpha * x))
+_leaky_relu_where = _activation(lambda x, alpha: np.where(x >= 0, x, alpha * x))
+
+
+def _leaky_relu_k(x, alpha):
+    """x >= 0 ? x : alpha * x. For 0 < alpha < 1 that is max(x, alpha * x) (min for alpha > 1),
+    20x faster than a where over a mask; NaN propagates through both. alpha <= 0 keeps the
+    select: 0 * inf is NaN, and a max of opposite zeros would pick either."""
+    if x.dtype not in _FLOAT32_64 or not (0 < alpha < math.inf):
+        return _leaky_relu_where(x, alpha=alpha)
+    y = np.asarray(np.multiply(x, x.dtype.type(alpha)))
+    return (np.maximum if alpha <= 1 else np.minimum)(y, x, out=y)
 
 
 # Ops whose opset-1 version has the legacy `consumed_inputs` attribute, then a later version

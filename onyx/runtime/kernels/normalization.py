@@ -172,6 +172,9 @@ def _normalize_rows(x: np.ndarray, scale: np.ndarray, bias: np.ndarray, epsilon:
     step = max(1, _NORM_BLOCK // length)
     squares = np.empty((min(step, rows), channels, spatial), x.dtype)
     eps = x.dtype.type(epsilon)
+    # zero biases (a GroupNormalization exported as InstanceNormalization) would only turn -0
+    # into +0: one pass less
+    shift = bool(bias.any())
     for r in range(0, rows, step):
         xb, yb = x[r : r + step], y[r : r + step]
         n = len(xb)
@@ -185,7 +188,8 @@ def _normalize_rows(x: np.ndarray, scale: np.ndarray, bias: np.ndarray, epsilon:
         inv_std = np.sqrt(var, out=var)
         np.divide(1, inv_std, out=inv_std)
         yb *= (inv_std[:, None] * scale[r : r + n])[:, :, None]
-        yb += bias[r : r + n, :, None]
+        if shift:
+            yb += bias[r : r + n, :, None]
     return y
 
 
