@@ -114,13 +114,40 @@ static AVX512 void pack_columns(const conv_f32 *t, int64_t g, const run *r, int 
     }
 }
 
-/* The tile's sums into y: bias, residual and activation on the way. */
+/* Where a tile's final sums go when its strip lies inside one image (its pixels are then
+   consecutive in every output plane): rows of y ldy apart, with the rows' biases and
+   residual; rows and width bound what is stored. */
+typedef struct {
+    float *y;
+    const float *bias, *z;
+    int64_t ldy, rows, width;
+} tile_out;
+
+/* v + bias (+ residual), then the activation; ordered comparisons keep a NaN a NaN, as
+   numpy's clip does. */
+static AVX512 inline __attribute__((always_inline)) __m512
+finish(const conv_f32 *t, __m512 v, __m512 bias, const float *z, __mmask16 live) {
+    __m512 zero = _mm512_setzero_ps();
+    v = _mm512_add_ps(v, bias);
+    if (z) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(live, z));
+    if (t->act == ACT_RELU)
+        v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), zero);
+    else if (t->act == ACT_LEAKY)
+        v = _mm512_mask_mul_ps(v, _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), v,
+                               _mm512_set1_ps(t->alpha));
+    else if (t->act == ACT_CLIP) {
+        __m512 lo = _mm512_set1_ps(t->alpha), hi = _mm512_set1_ps(t->beta);
+        v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, lo, _CMP_LT_OQ), lo);
+        v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, hi, _CMP_GT_OQ), hi);
+    }
+    return v;
+}
+
+/* The sums of a tile whose strip spans images (kept in ct) into y, run by run. */
 static AVX512 void store_tile(const conv_f32 *t, int64_t g, int64_t m0, const float *ct,
                               const run *r, int runs) {
     int64_t Mg = t->M / t->group, P = t->OH * t->OW;
     int64_t rows = Mg - m0 < CF_MR ? Mg - m0 : CF_MR;
-    __m512 zero = _mm512_setzero_ps(), alpha = _mm512_set1_ps(t->alpha);
-    __m512 beta = _mm512_set1_ps(t->beta);
     for (int64_t i = 0; i < rows; i++) {
         int64_t m = g * Mg + m0 + i;
         __m512 bias = _mm512_set1_ps(t->bias ? t->bias[m] : 0.0f);
@@ -130,28 +157,19 @@ static AVX512 void store_tile(const conv_f32 *t, int64_t g, int64_t m0, const fl
             for (int64_t j = 0; j < u->len; j += 16) {
                 __mmask16 live = lanes(0, u->len - j);
                 __m512 v = _mm512_maskz_loadu_ps(live, ct + i * CF_NR + u->j + j);
-                v = _mm512_add_ps(v, bias);
-                if (t->z) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(live, t->z + at + j));
-                /* ordered comparisons: a NaN stays NaN, as with numpy's clip */
-                if (t->act == ACT_RELU)
-                    v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), zero);
-                else if (t->act == ACT_LEAKY)
-                    v = _mm512_mask_mul_ps(v, _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), v, alpha);
-                else if (t->act == ACT_CLIP) {
-                    v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, alpha, _CMP_LT_OQ), alpha);
-                    v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, beta, _CMP_GT_OQ), beta);
-                }
+                v = finish(t, v, bias, t->z ? t->z + at + j : 0, live);
                 _mm512_mask_storeu_ps(t->y + at + j, live, v);
             }
         }
     }
 }
 
-/* ct (MR x 16 nv) = (accumulate ? ct : 0) + A (kc x MR) . B (kc x 16 nv; rows ldb apart).
-   nv is a constant in each instance below: the accumulators stay in registers. */
+/* sums (MR x 16 nv) = (accumulate ? ct : 0) + A (kc x MR) . B (kc x 16 nv; rows ldb apart),
+   into ct, or finished into y where o is given. nv is a constant in each instance below: the
+   accumulators stay in registers. */
 static AVX512 inline __attribute__((always_inline)) void
-tile(const float *restrict A, const float *restrict B, int64_t ldb, int64_t kc,
-     float *restrict ct, int accumulate, const int nv) {
+tile(const conv_f32 *t, const float *restrict A, const float *restrict B, int64_t ldb,
+     int64_t kc, float *restrict ct, int accumulate, const tile_out *o, const int nv) {
     __m512 c[CF_MR][CF_V], v[CF_V];
     for (int i = 0; i < CF_MR; i++)
         for (int h = 0; h < nv; h++)
@@ -164,15 +182,29 @@ tile(const float *restrict A, const float *restrict B, int64_t ldb, int64_t kc,
             for (int h = 0; h < nv; h++) c[i][h] = _mm512_fmadd_ps(ai, v[h], c[i][h]);
         }
     }
-    for (int i = 0; i < CF_MR; i++)
-        for (int h = 0; h < nv; h++) _mm512_storeu_ps(ct + i * CF_NR + h * 16, c[i][h]);
+    if (!o) {
+        for (int i = 0; i < CF_MR; i++)
+            for (int h = 0; h < nv; h++) _mm512_storeu_ps(ct + i * CF_NR + h * 16, c[i][h]);
+        return;
+    }
+    for (int i = 0; i < CF_MR && i < o->rows; i++) {
+        __m512 bias = _mm512_set1_ps(o->bias ? o->bias[i] : 0.0f);
+        for (int h = 0; h < nv; h++) {
+            __mmask16 live = lanes(0, o->width - h * 16);
+            const float *z = o->z ? o->z + i * o->ldy + h * 16 : 0;
+            _mm512_mask_storeu_ps(o->y + i * o->ldy + h * 16, live,
+                                  finish(t, c[i][h], bias, z, live));
+        }
+    }
 }
 
-typedef void (*tile_fn)(const float *, const float *, int64_t, int64_t, float *, int);
+typedef void (*tile_fn)(const conv_f32 *, const float *, const float *, int64_t, int64_t,
+                        float *, int, const tile_out *);
 #define TILE(nv)                                                                              \
-    static AVX512 void tile##nv(const float *A, const float *B, int64_t ldb, int64_t kc,     \
-                                float *ct, int accumulate) {                                 \
-        tile(A, B, ldb, kc, ct, accumulate, nv);                                             \
+    static AVX512 void tile##nv(const conv_f32 *t, const float *A, const float *B,           \
+                                int64_t ldb, int64_t kc, float *ct, int accumulate,          \
+                                const tile_out *o) {                                         \
+        tile(t, A, B, ldb, kc, ct, accumulate, o, nv);                                       \
     }
 TILE(1)
 TILE(2)
@@ -188,7 +220,7 @@ EXPORT AVX512 int onyx_conv_f32_range(const void *p, int64_t begin, int64_t end)
     int64_t Mg = t->M / t->group, K = (t->C / t->group) * t->kh * t->kw;
     int64_t panels = (Mg + CF_MR - 1) / CF_MR, S = t->per_part;
     int64_t per_block = (panels + t->blocks - 1) / t->blocks, chunks = (t->strips + S - 1) / S;
-    int64_t tile_size = CF_MR * CF_NR;
+    int64_t tile_size = CF_MR * CF_NR, P = t->OH * t->OW;
     float *B = malloc((size_t)(S * t->kc * CF_NR) * sizeof(float));
     float *ct = malloc((size_t)(S * per_block * tile_size) * sizeof(float));
     run *r = malloc((size_t)(S * (CF_NR + 1)) * sizeof(run));
@@ -219,10 +251,9 @@ EXPORT AVX512 int onyx_conv_f32_range(const void *p, int64_t begin, int64_t end)
         }
         const float *wg = t->w + g * panels * K * CF_MR;
         for (int64_t k0 = 0; k0 < K; k0 += t->kc) {
-            int64_t kc = K - k0 < t->kc ? K - k0 : t->kc;
+            int64_t kc = K - k0 < t->kc ? K - k0 : t->kc, last = k0 + kc == K;
             for (int64_t s = 0; s < ns; s++) {
-                const run *rs = r + s * (CF_NR + 1);
-                const run *end = rs + runs[s] - 1;
+                const run *rs = r + s * (CF_NR + 1), *end = rs + runs[s] - 1;
                 if (plain && rs->image == end->image && end->j + end->len == CF_NR) {
                     /* a whole strip inside one image: its columns are in the planes */
                     src[s] = t->x + rs->image + (g * Cg + k0) * plane + rs->ih * t->W + rs->iw;
@@ -233,14 +264,28 @@ EXPORT AVX512 int onyx_conv_f32_range(const void *p, int64_t begin, int64_t end)
                 }
             }
             for (int64_t pn = p0; pn < p1; pn++)
-                for (int64_t s = 0; s < ns; s++)
-                    fn[s](wg + (pn * K + k0) * CF_MR, src[s], ldb[s], kc,
-                          ct + (s * per_block + pn - p0) * tile_size, k0 > 0);
+                for (int64_t s = 0; s < ns; s++) {
+                    const run *rs = r + s * (CF_NR + 1), *end = rs + runs[s] - 1;
+                    float *sums = ct + (s * per_block + pn - p0) * tile_size;
+                    tile_out o, *out = 0;
+                    if (last && rs->out / (t->M * P) == end->out / (t->M * P)) {
+                        int64_t m = g * Mg + pn * CF_MR;
+                        o.y = t->y + rs->out + m * P, o.ldy = P;
+                        o.bias = t->bias ? t->bias + m : 0;
+                        o.z = t->z ? t->z + rs->out + m * P : 0;
+                        o.rows = Mg - pn * CF_MR, o.width = end->j + end->len;
+                        out = &o;
+                    }
+                    fn[s](t, wg + (pn * K + k0) * CF_MR, src[s], ldb[s], kc, sums, k0 > 0, out);
+                }
         }
-        for (int64_t s = 0; s < ns; s++)
-            for (int64_t pn = p0; pn < p1; pn++)
-                store_tile(t, g, pn * CF_MR, ct + (s * per_block + pn - p0) * tile_size,
-                           r + s * (CF_NR + 1), runs[s]);
+        for (int64_t s = 0; s < ns; s++) {
+            const run *rs = r + s * (CF_NR + 1), *end = rs + runs[s] - 1;
+            if (rs->out / (t->M * P) != end->out / (t->M * P)) /* spans images */
+                for (int64_t pn = p0; pn < p1; pn++)
+                    store_tile(t, g, pn * CF_MR, ct + (s * per_block + pn - p0) * tile_size, rs,
+                               runs[s]);
+        }
     }
     free(B), free(ct), free(r), free(runs), free(fn), free(src), free(ldb);
     return 0;
