@@ -97,17 +97,18 @@ class NodeContext:
         self.out_data: dict[int, object] = {}
 
     # -- inputs -------------------------------------------------------------------------------
+    # (these read node._inputs: rules ask often, and Node.inputs copies it into a tuple)
     @property
     def n_inputs(self) -> int:
-        return len(self.node.inputs)
+        return len(self.node._inputs)
 
     def has(self, i: int) -> bool:
-        return i < len(self.node.inputs) and self.node.inputs[i] is not None
+        return i < len(self.node._inputs) and self.node._inputs[i] is not None
 
     def type(self, i: int):
         if not self.has(i):
             return None
-        return self.env["types"].get(id(self.node.inputs[i]))
+        return self.env["types"].get(id(self.node._inputs[i]))
 
     def dtype(self, i: int) -> DataType | None:
         t = self.type(i)
@@ -129,7 +130,7 @@ class NodeContext:
         """The input's full constant value as a numpy array, or None."""
         if not self.has(i):
             return None
-        d = self.env["data"].get(id(self.node.inputs[i]))
+        d = self.env["data"].get(id(self.node._inputs[i]))
         if isinstance(d, np.ndarray):
             return d
         if isinstance(d, Data) and d.known():
@@ -141,7 +142,7 @@ class NodeContext:
         """The input as propagated dims (known constants included), or None."""
         if not self.has(i):
             return None
-        d = self.env["data"].get(id(self.node.inputs[i]))
+        d = self.env["data"].get(id(self.node._inputs[i]))
         if isinstance(d, Data):
             return d
         if isinstance(d, np.ndarray) and d.ndim <= 1 and d.dtype.kind in "iu" and d.size <= 64:
@@ -265,14 +266,15 @@ class Engine:
         for v in g.inputs:
             if v.type is not None:
                 env["types"][id(v)] = v.type
+        inputs = {id(v) for v in g.inputs}
         for v in g.initializers.values():
             t = v.const_value
             if t is None:
                 continue
-            if id(v) not in env["types"] or v in g.inputs:
+            if id(v) not in env["types"] or id(v) in inputs:
                 declared = env["types"].get(id(v))
                 env["types"][id(v)] = declared or TensorType(t.dtype, t.shape)
-            if v not in g.inputs and t.size <= 4096 and t.external is None:
+            if id(v) not in inputs and t.size <= 4096 and t.external is None:
                 try:
                     env["data"][id(v)] = t.numpy()
                 except Exception:  # unreadable data: no propagation

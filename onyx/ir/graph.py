@@ -255,7 +255,8 @@ class Graph:
     def values(self) -> Iterator[Value]:
         """Every Value defined in this graph (inputs, initializers, node outputs)."""
         yield from self.inputs
-        yield from (v for k, v in self.initializers.items() if v not in self.inputs)
+        inputs = {id(v) for v in self.inputs}  # (a list scan per initializer is quadratic)
+        yield from (v for v in self.initializers.values() if id(v) not in inputs)
         for n in self._nodes:
             yield from n.outputs
 

@@ -8,6 +8,7 @@ Data comes from one of three sources, and stays in that form until someone calls
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -62,7 +63,7 @@ def pack_sub_byte(array: np.ndarray, dtype: DataType) -> bytes:
 
 def wire_size(dtype: DataType, shape: tuple[int, ...]) -> int:
     """Bytes the raw (wire) form of a tensor of this type and shape takes."""
-    count = int(np.prod(shape, dtype=np.int64))
+    count = int(math.prod(shape))
     return -(-count * bit_width(dtype) // 8)
 
 
@@ -133,7 +134,7 @@ class Tensor:
     # -- data ---------------------------------------------------------------------------------
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(self.shape)
 
     @property
     def nbytes(self) -> int:

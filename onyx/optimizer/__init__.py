@@ -45,11 +45,17 @@ def _level(level) -> int:
 
 
 def optimize(
-    model: ir.Model, level: str | int = "all", disabled: Iterable[str] = (), *, stats=None
+    model: ir.Model,
+    level: str | int = "all",
+    disabled: Iterable[str] = (),
+    *,
+    stats=None,
+    in_place: bool = False,
 ) -> ir.Model:
-    """An optimized copy of ``model``. ``stats`` (a dict) receives per-pass change counts."""
+    """An optimized copy of ``model``. ``stats`` (a dict) receives per-pass change counts.
+    ``in_place``: optimize ``model`` itself, for a caller that owns it (the copy is not free)."""
     lvl = _level(level)
-    m = clone_model(model)
+    m = model if in_place else clone_model(model)
     if lvl <= 0 or _names_values_in_attributes(m):
         return m
     skip = set(disabled)
@@ -62,7 +68,7 @@ def optimize(
         if not ctx.inferred:
             ctx.infer()  # the fusions read shapes
         for _ in range(MAX_ROUNDS):  # one fusion can enable another (Conv+Mul, then +Add)
-            if not any([bool(p.fn(ctx)) for p in fusions]):
+            if not any([_run(ctx, p) for p in fusions]):
                 break
             _rounds(ctx, basic)
     ctx.finish()
@@ -84,17 +90,37 @@ def _rounds(ctx: PassContext, passes) -> None:
     for _ in range(MAX_ROUNDS):
         changed = False
         for p in passes:
-            changed |= bool(p.fn(ctx))
+            changed |= _run(ctx, p)
         if not changed:
             break
 
 
-def optimize_for_session(model: ir.Model, sess_options) -> ir.Model:
+#: Whether a pass that found nothing to change is skipped until the graph changes.
+SKIP_IDLE = True
+
+
+def _run(ctx: PassContext, p) -> bool:
+    """Run pass ``p`` unless it last found nothing to do on the graph as it still is: a pass
+    is a function of the graph, so it would find nothing again (each round of the basic
+    passes would otherwise rerun every pass after the last change once more)."""
+    if SKIP_IDLE and ctx.idle.get(p.name) == ctx.version:
+        return False
+    changed = bool(p.fn(ctx))
+    if changed:
+        ctx.version += 1
+        ctx.idle.pop(p.name, None)
+    else:
+        ctx.idle[p.name] = ctx.version
+    return changed
+
+
+def optimize_for_session(model: ir.Model, sess_options, in_place: bool = False) -> ir.Model:
     """What InferenceSession runs: ``model`` optimized per the session options
-    (graph_optimization_level, disabled_optimizers), saved to optimized_model_filepath if set."""
+    (graph_optimization_level, disabled_optimizers), saved to optimized_model_filepath if set.
+    ``in_place`` as for :func:`optimize`."""
     level = int(getattr(sess_options, "graph_optimization_level", ALL))
     disabled = getattr(sess_options, "disabled_optimizers", None) or ()
-    optimized = optimize(model, level, disabled)
+    optimized = optimize(model, level, disabled, in_place=in_place)
     path = getattr(sess_options, "optimized_model_filepath", "")
     if path:
         from ..serde import save

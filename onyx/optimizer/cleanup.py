@@ -137,6 +137,36 @@ def _attr_key(a: ir.Attr):
     return (a.name, int(a.type), a.ref_attr_name, v)
 
 
+def _attrs_key(node: ir.Node) -> tuple | None:
+    """The node's attributes as a hashable key (None when one is not hashable)."""
+    try:
+        attrs = tuple(sorted(_attr_key(a) for a in node.attributes.values()))
+        hash(attrs)
+    except TypeError:
+        return None
+    return attrs
+
+
+class _Twins:
+    """The nodes with the same op and inputs seen so far, by attributes. The attributes of a
+    node without a twin are never keyed: a tree ensemble's hold many thousand numbers."""
+
+    def __init__(self, node: ir.Node):
+        self._lone: ir.Node | None = node
+        self._by_attrs: dict[tuple, ir.Node] = {}
+
+    def first_like(self, node: ir.Node) -> ir.Node | None:
+        """The first node seen with node's attributes (node itself when none; None when they
+        are not hashable)."""
+        if self._lone is not None:
+            lone_attrs = _attrs_key(self._lone)
+            if lone_attrs is not None:
+                self._by_attrs[lone_attrs] = self._lone
+            self._lone = None
+        attrs = _attrs_key(node)
+        return None if attrs is None else self._by_attrs.setdefault(attrs, node)
+
+
 @graph_pass("CommonSubexpressionElimination", BASIC)
 def common_subexpressions(ctx: PassContext) -> bool:
     """Merge equal small constants, then nodes with the same op, inputs and attributes."""
@@ -149,18 +179,15 @@ def common_subexpressions(ctx: PassContext) -> bool:
             continue
         key = (c.dtype.str, c.shape, np.ascontiguousarray(c).tobytes())
         first = seen_consts.setdefault(key, v)
-        if first is not v:
+        # (an unread duplicate, as an old model's initializer that is also an input, stays:
+        # merging nothing is no change, else the rounds would never settle)
+        if first is not v and v._uses:
             v.replace_all_uses_with(first)
             ctx.count("CommonSubexpressionElimination")
             changed = True
-    seen: dict[tuple, ir.Node] = {}
+    seen: dict[tuple, _Twins] = {}
     for node in g:
         if node.op_type in NONDETERMINISTIC or any(True for _ in node.subgraphs()):
-            continue
-        try:
-            attrs = tuple(sorted(_attr_key(a) for a in node.attributes.values()))
-            hash(attrs)
-        except TypeError:
             continue
         key = (
             node.domain,
@@ -168,10 +195,13 @@ def common_subexpressions(ctx: PassContext) -> bool:
             node.overload,
             tuple(id(v) if v is not None else -1 for v in node.inputs),
             len(node.outputs),
-            attrs,
         )
-        first = seen.setdefault(key, node)
-        if first is node:
+        twins = seen.get(key)
+        if twins is None:
+            seen[key] = _Twins(node)
+            continue
+        first = twins.first_like(node)
+        if first is None or first is node:
             continue
         if all(not v.name or not ctx.is_output(v) for v in node.outputs):
             for a, b in zip(node.outputs, first.outputs):

@@ -53,6 +53,10 @@ class PassContext:
     enabled: frozenset[str] = frozenset()
     _names: set[str] | None = None
     _declared: tuple | None = None
+    #: Counts the changes made so far: every pass that changed the graph, every inference.
+    version: int = 0
+    #: pass name -> the version at which the pass last ran and changed nothing.
+    idle: dict[str, int] = field(default_factory=dict)
 
     # -- types --------------------------------------------------------------------------------
     @property
@@ -65,6 +69,7 @@ class PassContext:
         from ..inference import infer_shapes
 
         g = self.graph
+        self.version += 1  # new types: a pass reading shapes may now find more
         if self._declared is None:
             types = {id(v): (v, v.type) for v in g.values()}  # (v keeps the id unique)
             self._declared = (types, list(g.value_info))
@@ -119,12 +124,12 @@ class PassContext:
         also a graph input, which a caller could override), else None."""
         if v is None or v.producer is not None or v.const_value is None:
             return None
-        g = self.graph
+        g = self.model.graph
         if g.initializers.get(v.name) is not v:
             return None
         # before IR 4 every initializer was also listed as an input; onnxruntime treats those
-        # as constants (they cannot be overridden) and so do we
-        if self.model.ir_version >= 4 and any(x is v for x in g.inputs):
+        # as constants (they cannot be overridden) and so do we (Values compare by identity)
+        if self.model.ir_version >= 4 and v in g.inputs:
             return None
         try:
             return v.const_value.numpy()

@@ -50,26 +50,19 @@ class _FoldContext:
 def evaluate(ctx: PassContext, node: ir.Node, known: dict | None = None) -> tuple | None:
     """The node's outputs when it can be folded, else None. ``known``: id(value) -> array,
     values taken as given besides the constants."""
-    if node.op_type in NONDETERMINISTIC or any(True for _ in node.subgraphs()):
+    if node.op_type in NONDETERMINISTIC:
+        return None
+    args = _constant_inputs(ctx, node, known)  # first: most nodes fail here, and fast
+    if args is None or any(True for _ in node.subgraphs()):
         return None
     domain = "" if node.domain in STANDARD else node.domain
-    if (domain, node.op_type) in {(f.domain, f.name) for f in ctx.model.functions.values()}:
+    functions = ctx.model.functions
+    if functions and (domain, node.op_type) in {(f.domain, f.name) for f in functions.values()}:
         return None
     version = ctx.model.opset(domain)
     kernel = lookup(node.op_type, domain, version) if version else None
     if kernel is None:
         return None
-    args = []
-    for v in node.inputs:
-        if v is None or not v.name:
-            args.append(None)
-            continue
-        c = known.get(id(v)) if known else None
-        if c is None:
-            c = ctx.const(v)
-        if c is None:
-            return None
-        args.append(c)
     attrs = {}
     for name, a in node.attributes.items():
         if a.is_ref or (name not in kernel.attributes and not kernel.accepts_any_attr):
@@ -99,6 +92,25 @@ def evaluate(ctx: PassContext, node: ir.Node, known: dict | None = None) -> tupl
     return result
 
 
+def _constant_inputs(ctx: PassContext, node: ir.Node, known: dict | None) -> list | None:
+    """The node's inputs as arrays (None for an absent optional one), or None when one of them
+    is not a constant."""
+    args = []
+    for v in node.inputs:
+        if v is None or not v.name:
+            args.append(None)
+            continue
+        c = known.get(id(v)) if known else None
+        if c is None:
+            if v.producer is not None:
+                return None
+            c = ctx.const(v)
+            if c is None:
+                return None
+        args.append(c)
+    return args
+
+
 def _make_constant(ctx: PassContext, v: ir.Value, array) -> None:
     """Turn node output ``v`` into an initializer holding ``array`` (same Value, same name)."""
     arr = np.asarray(array)
@@ -117,8 +129,9 @@ def _make_constant(ctx: PassContext, v: ir.Value, array) -> None:
 def constant_folding(ctx: PassContext) -> bool:
     g = ctx.graph
     changed = False
+    plans: dict[int, bool] = {}  # the QDQ fusion's verdicts, until a fold changes the graph
     for node in g:
-        if is_op(node, "DequantizeLinear") and reads_quantized(ctx, node):
+        if is_op(node, "DequantizeLinear") and reads_quantized(ctx, node, plans):
             continue  # a QDQ unit's quantized weight: the QDQ fusion takes it as it is
         result = evaluate(ctx, node)
         if result is None:
@@ -128,6 +141,7 @@ def constant_folding(ctx: PassContext) -> bool:
         for v, r in zip(outputs, result):
             if v.name:
                 _make_constant(ctx, v, r)
+        plans.clear()
         ctx.count("ConstantFolding")
         changed = True
     return changed
@@ -155,7 +169,8 @@ def shape_folding(ctx: PassContext) -> bool:
             dims = _picked_dims(ctx, node)
         elif node.op_type == "Reshape" and len(node.inputs) > 1:
             changed |= _reshape_target(ctx, node)
-        if dims is None:
+        # (a graph output keeps its producer: replace_value would refuse the constant)
+        if dims is None or ctx.is_output(node.outputs[0]):
             continue
         new = ctx.add_const(np.array(dims, dtype=np.int64), node.outputs[0].name + "_folded")
         if ctx.replace_value(node.outputs[0], new):

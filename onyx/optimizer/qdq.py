@@ -43,6 +43,7 @@ transformers before its other level-2 fusions (a FusedConv of Conv + Relu would 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -98,7 +99,11 @@ def _qparams(ctx: PassContext, node: ir.Node | None) -> QParams | None:
     scale = ctx.const(node.inputs[1])
     if scale is None or scale.dtype != np.float32 or scale.ndim > 1 or scale.size == 0:
         return None
-    if not np.all(np.isfinite(scale) & (scale > 0)):
+    if scale.size == 1:  # (the common case: numpy's reductions cost more than the test)
+        s = float(scale.reshape(-1)[0])
+        if not (math.isfinite(s) and s > 0):
+            return None
+    elif not np.all(np.isfinite(scale) & (scale > 0)):
         return None
     is_dq = node.op_type == "DequantizeLinear"
     tensor = node.inputs[0] if is_dq else node.outputs[0]
@@ -190,9 +195,17 @@ def _bias(ctx: PassContext, node: ir.Node, index: int, a: QParams, b: QParams, n
     if n is not None and data.shape != (n,):
         return None
     expected = np.float32(a.scales[0]) * b.scales
-    if not np.allclose(p.scales, expected, rtol=_BIAS_SCALE_RTOL, atol=0):
+    if not _close(p.scales, expected):
         return None
     return [p.tensor]
+
+
+def _close(x: np.ndarray, y: np.ndarray) -> bool:
+    """np.allclose(x, y, rtol=_BIAS_SCALE_RTOL, atol=0), spelled out: allclose's argument
+    handling costs more than the test on these few numbers."""
+    with np.errstate(invalid="ignore"):
+        near = (np.abs(x - y) <= _BIAS_SCALE_RTOL * np.abs(y)) & np.isfinite(y)
+        return bool(np.all(near | (x == y)))
 
 
 # ---------------------------------------------------------------------------- the output side
@@ -468,12 +481,23 @@ def plan(ctx: PassContext, node: ir.Node) -> Fusion | None:
     return build(ctx, node) if build is not None else None
 
 
-def reads_quantized(ctx: PassContext, dq: ir.Node) -> bool:
+def reads_quantized(ctx: PassContext, dq: ir.Node, plans: dict[int, bool] | None = None) -> bool:
     """Whether ``dq`` dequantizes a constant that a unit this pass will fuse reads: then
     ConstantFolding leaves it as written, for the fusion takes its integer tensor."""
     if PASS not in ctx.enabled or not dq.inputs or ctx.const(dq.inputs[0]) is None:
         return False
-    return any(plan(ctx, node) is not None for node in dq.outputs[0].consumers())
+    return any(_fuses(ctx, node, plans) for node in dq.outputs[0].consumers())
+
+
+def _fuses(ctx: PassContext, node: ir.Node, plans: dict[int, bool] | None) -> bool:
+    """Whether ``node``'s unit would be fused; ``plans`` (id(node) -> that) keeps the answers
+    while the caller does not change the graph (a weight's DQ and its bias's ask of one op)."""
+    if plans is None:
+        return plan(ctx, node) is not None
+    fuses = plans.get(id(node))
+    if fuses is None:
+        fuses = plans[id(node)] = plan(ctx, node) is not None
+    return fuses
 
 
 def _apply(ctx: PassContext, f: Fusion) -> None:

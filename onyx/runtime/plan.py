@@ -515,6 +515,8 @@ def _generate(plan: Plan, wanted: tuple[int, ...] | None):
 def check_nodes(model: ir.Model) -> None:
     """Check every node (subgraphs and local functions included) against its schema, once per
     session and before any rewrite, so a bad node is named as the model wrote it."""
+    from ..defs import get_schema
+
     bodies = [(model.graph, model.opset_imports)]
     bodies += [(f.graph, f.opset_imports) for f in model.functions.values()]
     for graph, opsets in bodies:
@@ -522,14 +524,12 @@ def check_nodes(model: ir.Model) -> None:
             domain = "" if node.domain in STANDARD_DOMAINS else node.domain
             version = opsets.get(domain, opsets.get("ai.onnx") if domain == "" else None)
             if version is not None and not node.attributes_have_refs():
-                _check_against_schema(node, domain, version, node.attributes)
+                schema = get_schema(node.op_type, version, domain)
+                _check_against_schema(node, schema, node.attributes)
 
 
-def _check_against_schema(node: ir.Node, domain: str, version: int, attrs: dict) -> None:
+def _check_against_schema(node: ir.Node, schema, attrs: dict) -> None:
     """Reject a node its op's schema forbids (input count, required attributes), naming it."""
-    from ..defs import get_schema
-
-    schema = get_schema(node.op_type, version, domain)
     if schema is None:
         return  # contrib ops and the like: the kernel's signature is the contract
     missing = [a for a in schema.required_attributes if a not in attrs]

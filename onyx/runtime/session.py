@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import enum
+import gc
 import os
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -114,6 +116,19 @@ def _load_model(source: Any) -> ir.Model:
     )
 
 
+@contextmanager
+def _gc_paused():
+    """Creation builds many linked objects that live on: the cyclic GC would scan them, and in
+    its older generations the whole heap, over and over (what it finds waits until after)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 class InferenceSession:
     """Run a model. ``InferenceSession(path_or_bytes_or_model, sess_options=None, providers=None)``."""
 
@@ -128,12 +143,8 @@ class InferenceSession:
         self._options = sess_options or SessionOptions()
         self._providers = list(PROVIDERS)
         t0 = time.perf_counter()
-        self._model = _load_model(path_or_bytes)
-        if self._model.graph is None:
-            raise FormatError("the model has no graph")
-        check_nodes(self._model)
-        model = self._prepare(self._model)
-        self._plan = Plan(model.graph, Compiler(model), dict(model.opset_imports), outer=None)
+        with _gc_paused():
+            model = self._build(path_or_bytes)
         graph = model.graph
         inits = set(graph.initializers)
         self._feedable = {v.name: v for v in graph.inputs}
@@ -147,8 +158,20 @@ class InferenceSession:
             self._profiler = Profiler(self._options.profile_file_prefix)
             self._profiler.span("Session", "session_initialization", t0, time.perf_counter())
 
-    def _prepare(self, model: ir.Model) -> ir.Model:
-        """Hook for graph optimization at session creation (per graph_optimization_level)."""
+    def _build(self, source: Any) -> ir.Model:
+        """Load, check and optimize the model, and plan it; the model the plan runs."""
+        self._model = _load_model(source)
+        if self._model.graph is None:
+            raise FormatError("the model has no graph")
+        check_nodes(self._model)
+        # a model the session read itself is its own: the optimizer may edit it, not a copy
+        model = self._prepare(self._model, owned=not isinstance(source, ir.Model))
+        self._plan = Plan(model.graph, Compiler(model), dict(model.opset_imports), outer=None)
+        return model
+
+    def _prepare(self, model: ir.Model, owned: bool = False) -> ir.Model:
+        """Hook for graph optimization at session creation (per graph_optimization_level);
+        ``owned``: nobody else holds ``model``, so it may be optimized in place."""
         level = int(self._options.graph_optimization_level)
         if level <= 0:
             return model
@@ -156,7 +179,7 @@ class InferenceSession:
             from ..optimizer import optimize_for_session
         except ImportError:
             return model
-        return optimize_for_session(model, self._options)
+        return optimize_for_session(model, self._options, in_place=owned)
 
     # -- metadata -------------------------------------------------------------------------------
     def get_inputs(self) -> list[NodeArg]:

@@ -7,6 +7,8 @@ back produces an equal message.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from google.protobuf.unknown_fields import UnknownFieldSet
 
@@ -73,7 +75,7 @@ def encode_strings(arr: np.ndarray) -> list[bytes]:
 
 
 def _count(dtype: int, shape) -> int:
-    n = int(np.prod(shape, dtype=np.int64))
+    n = math.prod(shape)
     return 2 * n if dtype in (D.COMPLEX64, D.COMPLEX128) else n
 
 
@@ -86,10 +88,10 @@ def decode_typed(values, dtype: DataType, shape, what: str) -> np.ndarray:
         field = TYPED_FIELD[dtype]
         arr = np.array(values, dtype=_FIELD_DTYPE[field])
         if dtype in _PACKED_IN_INT32:  # packed bytes, one per int32
-            expected = -(-int(np.prod(shape, dtype=np.int64)) * bit_width(dtype) // 8)
+            expected = -(-math.prod(shape) * bit_width(dtype) // 8)
             if arr.size != expected:
                 raise FormatError(_size_message(what, arr.size, "values", dtype, shape, expected))
-            count = int(np.prod(shape, dtype=np.int64))
+            count = math.prod(shape)
             return unpack_sub_byte(arr.astype(np.uint8).tobytes(), dtype, count).reshape(shape)
         expected = _count(dtype, shape)
         np_dtype = BY_ENUM[dtype].numpy
