@@ -248,3 +248,32 @@ def test_sparse_initializer_is_used_densified():
     (want,) = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(got, x + np.array([0, 5, 0, 0, 7, 0], np.float32))
+
+
+def test_cpu_mem_arena_option_keeps_freed_memory_in_the_heap():
+    """enable_cpu_mem_arena (on by default, as in onnxruntime) has glibc keep freed large
+    blocks for the next run; off, the allocator is left as it is. In a fresh process: the
+    setting is process-wide."""
+    import platform
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent(
+        """
+        import sys, onyx
+        from onyx.runtime import memory
+        path = sys.argv[1]
+        options = onyx.SessionOptions()
+        options.enable_cpu_mem_arena = False
+        onyx.InferenceSession(path, options)
+        print(memory._state)
+        onyx.InferenceSession(path)
+        print(memory._state)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(EXAMPLE_MODEL)], capture_output=True,
+                         text=True)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    glibc = sys.platform.startswith("linux") and "glibc" in " ".join(platform.libc_ver())
+    assert out.stdout.split() == ["None", str(glibc)]

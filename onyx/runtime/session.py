@@ -15,6 +15,7 @@ import numpy as np
 from .. import ir
 from ..errors import FormatError, InvalidArgument
 from ..ir.dtypes import DataType, to_numpy, type_name
+from . import memory
 from .plan import Compiler, Plan, as_array_result, check_nodes
 from .profiler import Profiler
 
@@ -143,6 +144,8 @@ class InferenceSession:
         self._options = sess_options or SessionOptions()
         self._providers = list(PROVIDERS)
         t0 = time.perf_counter()
+        if self._options.enable_cpu_mem_arena:
+            memory.keep_freed_memory()  # large tensors reuse freed heap memory (memory.py)
         with _gc_paused():
             model = self._build(path_or_bytes)
         graph = model.graph
