@@ -116,6 +116,19 @@ def test_threads_split_the_work_without_changing_a_bit():
     np.testing.assert_array_equal(one, four)
 
 
+def test_columns_packed_once_for_parts_that_split_the_channels():
+    """A deep layer's parts split its output channels and share the columns, packed before."""
+    case = (1, 64, 7, 7, 128, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1)
+    x, w, b, attrs = _case_arrays(case, 9)
+    want = _ort_run(_model("Conv", list(x.shape), {"w": w, "b": b}, attrs), {"x": x})
+    with native.threads(2):
+        got = conv_kernels.conv(x, w, b, **attrs)
+        key = ("f32 conv", x.shape, 1, ("NOTSET", (1, 1, 1, 1), (1, 1), (1, 1), None), 0, 0.0,
+               0.0, 2)  # fmt: skip
+        assert conv_kernels.derived(w, key, lambda: None).cols > 0
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize(
     "activation, params",
     [("", []), ("Relu", []), ("LeakyRelu", [0.2]), ("Clip", [-0.5, 1.5]), ("Clip", [0.0, 6.0])],

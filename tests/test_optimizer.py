@@ -226,6 +226,37 @@ def test_conv_add_relu_fusion_and_disabled():
     check(m, feeds, level="basic", absent=["FusedConv"])
 
 
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("shape", [(2, 40, 9, 7), (1, 8, 5, 5)])  # native conv; numpy conv
+def test_conv_hard_swish_fusion_same_bits(shape, bias):
+    """Conv -> HardSwish becomes ai.onyx ConvHardSwish, a model-local function: the same bits
+    as the two ops in onyx, and onnxruntime runs the saved function (and onnx's checker takes
+    it)."""
+    N, C, H, W = shape
+    inits = [("W", w(24, C, 3, 3)), ("B", w(24))] if bias else [("W", w(24, C, 3, 3))]
+    conv = helper.make_node("Conv", ["x", "W", "B" if bias else ""], ["c"], pads=[1, 0, 1, 2],
+                            strides=[1, 2])  # fmt: skip
+    m = make([conv, helper.make_node("HardSwish", ["c"], ["y"])], [("x", F, list(shape))],
+             [("y", F, None)], inits, opset=18)  # fmt: skip
+    feeds = {"x": w(*shape, scale=4)}
+    opt = check(m, feeds, expect=["ConvHardSwish"], absent=["Conv", "HardSwish"], tol=1e-5)
+    onnx.checker.check_model(onnx.load_from_string(onyx.dumps(opt)), full_check=True)
+    off = onyx.SessionOptions()
+    off.disabled_optimizers = ["ConvHardSwishFusion"]
+    apart = onyx.InferenceSession(m, off).run(None, feeds)[0]
+    np.testing.assert_array_equal(onyx.InferenceSession(opt).run(None, feeds)[0], apart)
+
+
+def test_conv_hard_swish_fusion_leaves_a_shared_conv():
+    nodes = [
+        helper.make_node("Conv", ["x", "W"], ["c"]),
+        helper.make_node("HardSwish", ["c"], ["h"]),
+        helper.make_node("Add", ["h", "c"], ["y"]),  # the conv's output is read twice
+    ]
+    m = make(nodes, [("x", F, [1, 3, 6, 6])], [("y", F, None)], [("W", w(4, 3, 1, 1))], opset=18)
+    check(m, {"x": w(1, 3, 6, 6)}, expect=["Conv", "HardSwish"], absent=["ConvHardSwish"])
+
+
 # ---------------------------------------------------------------------------------- gemm fusions
 
 

@@ -277,3 +277,45 @@ def test_cpu_mem_arena_option_keeps_freed_memory_in_the_heap():
     assert out.returncode == 0, out.stderr
     glibc = sys.platform.startswith("linux") and "glibc" in " ".join(platform.libc_ver())
     assert out.stdout.split() == ["None", str(glibc)]
+
+
+def _conv_relu_model() -> bytes:
+    w = np.random.default_rng(0).standard_normal((8, 40, 3, 3)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["c"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 40, 6, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w, "w")],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    return model.SerializeToString()
+
+
+def test_intra_op_threads_reach_the_native_kernels_and_blas(monkeypatch):
+    """intra_op_num_threads bounds the native pool's threads; a model whose heavy ops run on
+    that pool leaves BLAS one thread (its idle threads spin, taking cores from the pool)."""
+    from onyx.runtime import native, session
+
+    seen, limits = [], []
+    run = native.FloatConv.__call__
+    monkeypatch.setattr(native.FloatConv, "__call__",
+                        lambda self, *a: seen.append(native.thread_setting()) or run(self, *a))  # fmt: skip
+    limit = session._blas_threads
+    monkeypatch.setattr(session, "_blas_threads", lambda n: limits.append(n) or limit(n))
+    options = onyx.SessionOptions()
+    options.intra_op_num_threads = 1
+    x = np.ones((1, 40, 6, 6), np.float32)
+    conv = onyx.InferenceSession(_conv_relu_model(), options)
+    conv.run(None, {"x": x})
+    assert conv._pool_heavy == native.available()
+    if native.conv_f32_ok():
+        assert seen == [1]
+    options.intra_op_num_threads = 2
+    conv.run(None, {"x": x})
+    assert limits == [1, 1 if native.available() else 2]
+    matmul = make_model([helper.make_node("MatMul", ["a", "b"], ["y"])],
+                        [vi("a", TensorProto.FLOAT, [2, 3]), vi("b", TensorProto.FLOAT, [3, 4])],
+                        [vi("y", TensorProto.FLOAT, None)])  # fmt: skip
+    assert not onyx.InferenceSession(matmul, options)._pool_heavy

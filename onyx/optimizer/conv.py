@@ -1,11 +1,13 @@
 """Conv fusions: BatchNormalization / Add / Mul by constants folded into the weights and bias,
-and a following activation (with an optional residual Add) fused into com.microsoft FusedConv."""
+a following activation (with an optional residual Add) fused into com.microsoft FusedConv, and
+a following HardSwish into ai.onyx ConvHardSwish (FusedConv has no HardSwish)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from .. import ir
+from ..runtime.registry import ONYX_DOMAIN
 from .core import (
     EXTENDED,
     MS,
@@ -209,3 +211,65 @@ def conv_activation(ctx: PassContext) -> bool:
         ctx.count("ConvActivationFusion")
         changed = True
     return changed
+
+
+# ----------------------------------------------------------------------- Conv + HardSwish
+
+#: The Conv attributes ConvHardSwish passes on to its body's Conv.
+_CONV_ATTRIBUTES = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
+
+
+@graph_pass("ConvHardSwishFusion", EXTENDED)
+def conv_hard_swish(ctx: PassContext) -> bool:
+    """Conv -> HardSwish  =>  ai.onyx ConvHardSwish(X, W, B): MobileNetV3's pair in one kernel
+    that applies the activation as it stores (onnxruntime's FusedConv has no HardSwish). It is
+    a model-local function whose body is the two ops, so a saved model runs anywhere."""
+    changed = False
+    if ctx.opset() < 14:  # (HardSwish came with opset 14; the body needs it)
+        return False
+    for hs in ctx.graph:
+        if not is_op(hs, "HardSwish") or hs.graph is None:
+            continue
+        src = hs.inputs[0]
+        conv = producer(src, "Conv")
+        if conv is None or ctx.single_use(src) is not hs:
+            continue
+        w = ctx.const(conv.inputs[1]) if len(conv.inputs) > 1 else None
+        if w is None or w.dtype.kind != "f":
+            continue
+        _ensure_conv_hard_swish(ctx)
+        inputs = list(conv.inputs) + [None] * (3 - len(conv.inputs))
+        fused = ir.Node("ConvHardSwish", inputs, 1, _conv_attrs(conv), domain=ONYX_DOMAIN,
+                        name=conv.name + "_hardswish")  # fmt: skip
+        ctx.replace_nodes(hs, fused, [conv])
+        ctx.count("ConvHardSwishFusion")
+        changed = True
+    return changed
+
+
+def _ensure_conv_hard_swish(ctx: PassContext) -> None:
+    """The model-local function ConvHardSwish(X, W, B) = HardSwish(Conv(X, W, B)), the Conv
+    taking the call's attributes."""
+    m = ctx.model
+    ctx.ensure_opset(ONYX_DOMAIN, 1)
+    if (ONYX_DOMAIN, "ConvHardSwish", "") in m.functions:
+        return
+    x, w, b = ir.Value("X"), ir.Value("W"), ir.Value("B")
+    refs = [ir.Attr(a, _REF_TYPES[a], ref_attr_name=a) for a in _CONV_ATTRIBUTES]
+    conv = ir.Node("Conv", [x, w, b], ["conv"], refs)
+    hs = ir.Node("HardSwish", [conv.outputs[0]], ["Y"])
+    body = ir.Graph([x, w, b], [hs.outputs[0]], [conv, hs], name="ConvHardSwish")
+    f = ir.Function(ONYX_DOMAIN, "ConvHardSwish", body, attributes=_CONV_ATTRIBUTES,
+                    opset_imports={"": ctx.opset()})  # fmt: skip
+    f.doc_string = "Y = HardSwish(Conv(X, W, B)) (onyx runs it as one kernel)"
+    m.functions[f.key] = f
+
+
+_REF_TYPES = {
+    "auto_pad": ir.AttrType.STRING,
+    "dilations": ir.AttrType.INTS,
+    "group": ir.AttrType.INT,
+    "kernel_shape": ir.AttrType.INTS,
+    "pads": ir.AttrType.INTS,
+    "strides": ir.AttrType.INTS,
+}

@@ -6,7 +6,7 @@ import enum
 import gc
 import os
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,7 +15,7 @@ import numpy as np
 from .. import ir
 from ..errors import FormatError, InvalidArgument
 from ..ir.dtypes import DataType, to_numpy, type_name
-from . import memory
+from . import memory, native
 from .plan import Compiler, Plan, as_array_result, check_nodes
 from .profiler import Profiler
 
@@ -155,6 +155,7 @@ class InferenceSession:
         self._overridable = [v for v in graph.inputs if v.name in inits]
         self._input_index = {v.name: i for i, v in enumerate(graph.inputs)}
         self._slot_by_name = {v.name: s for s, v in enumerate(self._plan.values) if v.name}
+        self._pool_heavy = native.available() and _pool_heavy(graph)
         self.session_creation_seconds = time.perf_counter() - t0
         self._profiler = None
         if self._options.enable_profiling:
@@ -235,10 +236,8 @@ class InferenceSession:
         if output_names:
             wanted = tuple(self._output_slot(n) for n in output_names)
         threads = int(self._options.intra_op_num_threads or 0)
-        if threads > 0:
-            with _blas_threads(threads):
-                results = self._run_plan(inputs, wanted)
-        else:
+        blas = 1 if self._pool_heavy else threads
+        with native.threads(threads), _blas_threads(blas) if blas > 0 else nullcontext():
             results = self._run_plan(inputs, wanted)
         return [as_array_result(r) for r in results]
 
@@ -279,6 +278,31 @@ class InferenceSession:
         path = self._profiler.write()
         self._profiler = None
         return path
+
+
+#: Ops whose work runs on the native library's thread pool (pool.c): float convs (AVX-512),
+#: integer GEMMs and convs.
+_POOL_OPS = frozenset(
+    ["Conv", "ConvHardSwish", "ConvInteger", "FusedConv", "MatMulInteger", "QLinearConv",
+     "QLinearMatMul", "DynamicQuantizeMatMul", "MatMulIntegerToFloat"]
+)  # fmt: skip
+#: Ops whose work goes to numpy's BLAS and its threads.
+_BLAS_OPS = frozenset(
+    ["Attention", "ConvTranspose", "Einsum", "FusedGemm", "FusedMatMul", "GRU", "Gemm", "LSTM",
+     "MatMul", "MultiHeadAttention", "RNN"]
+)  # fmt: skip
+
+
+def _pool_heavy(graph: ir.Graph) -> bool:
+    """Whether most of the model's heavy ops run on onyx's pool rather than on BLAS. Then BLAS
+    gets one thread: OpenBLAS's idle threads spin (sched_yield) for a long while after every
+    call, and a ResNet's final Gemm left them taking half the cores from the next run's
+    convs (52 ms a run on 2 threads, 33 ms with BLAS on one)."""
+    pool = blas = 0
+    for node in graph:
+        pool += node.op_type in _POOL_OPS
+        blas += node.op_type in _BLAS_OPS
+    return pool > blas
 
 
 _controller = None

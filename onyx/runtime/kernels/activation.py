@@ -65,6 +65,11 @@ def _hard_swish(x: np.ndarray) -> np.ndarray:
     return t
 
 
+def hard_swish(x: np.ndarray) -> np.ndarray:
+    """What the HardSwish kernel returns (ConvHardSwish's fallback applies it too)."""
+    return np.asarray(_hard_swish(upcast(x))).astype(x.dtype, copy=False)
+
+
 def _gelu(x, approximate):
     if approximate == "tanh":
         return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))

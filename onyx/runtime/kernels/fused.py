@@ -11,6 +11,7 @@ import numpy as np
 
 from .. import native
 from ..registry import ONYX_DOMAIN, op
+from .activation import hard_swish
 from .conv import _hashable, conv, native_conv_f32
 from .linalg import gemm
 
@@ -111,6 +112,31 @@ def fused_conv(
     if Z is not None:
         y += Z
     return _activate(y, activation, *params[:3])
+
+
+@op("ConvHardSwish", since=1, domain=ONYX_DOMAIN)
+def conv_hard_swish(
+    X,
+    W,
+    B=None,
+    *,
+    auto_pad="NOTSET",
+    dilations=None,
+    group=1,
+    kernel_shape=None,
+    pads=None,
+    strides=None,
+):
+    """HardSwish(Conv(X, W, B)), the optimizer's ConvHardSwishFusion: the native conv applies
+    the activation as it stores (the same float operations as the HardSwish kernel)."""
+    attrs = tuple(map(_hashable, (auto_pad, pads, strides, dilations, kernel_shape)))
+    code = native.CONV_ACTIVATIONS["HardSwish"]
+    y = native_conv_f32(X, W, B, group, attrs, activation=code)
+    if y is not None:
+        return y
+    y = conv(X, W, B, auto_pad=auto_pad, dilations=dilations, group=group,
+             kernel_shape=kernel_shape, pads=pads, strides=strides)  # fmt: skip
+    return hard_swish(y)
 
 
 @op("FusedGemm", since=1, domain=MS)

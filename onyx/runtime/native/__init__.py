@@ -149,7 +149,7 @@ class _UnaryTask(ctypes.Structure):
 
 class _ConvF32(ctypes.Structure):  # conv_f32.c's conv_f32
     _fields_ = (
-        [(name, _P) for name in ("x", "w", "bias", "z", "y")]
+        [(name, _P) for name in ("x", "w", "bias", "z", "y", "cols")]
         + [(name, _I64) for name in "N C H W M OH OW kh kw sh sw dh dw top left".split()]
         + [(name, _I64) for name in ("group", "kc", "strips", "per_part", "blocks")]
         + [("act", ctypes.c_int32), ("alpha", ctypes.c_float), ("beta", ctypes.c_float)]
@@ -207,7 +207,9 @@ def _load():
     tile = (_I64 * 2)()
     lib.onyx_conv_f32_shape.argtypes = [_P]
     built = lib.onyx_conv_f32_shape(tile)
-    lib.conv_f32_range = address(lib.onyx_conv_f32_range) if built and caps & 2 else None
+    built = built and caps & 2
+    lib.conv_f32_range = address(lib.onyx_conv_f32_range) if built else None
+    lib.conv_f32_pack_range = address(lib.onyx_conv_f32_pack_range) if built else None
     lib.conv_f32_tile = tuple(tile)
     lib.depthwise_f32, lib.depthwise_i8, lib.conv_small = (address(fn) for fn in kernels[:3])
     lib.depthwise_lanes = kernels[3]
@@ -626,7 +628,7 @@ def conv_small_f32(x, w, bias, out_shape, strides, dilations, begin) -> np.ndarr
 # ----------------------------------------------------------------------------- float conv
 
 #: FusedConv activations the float conv applies as it stores its tiles, by kernel code.
-CONV_ACTIVATIONS = {"": 0, "Identity": 0, "Relu": 1, "LeakyRelu": 2, "Clip": 3}
+CONV_ACTIVATIONS = {"": 0, "Identity": 0, "Relu": 1, "LeakyRelu": 2, "Clip": 3, "HardSwish": 4}
 #: Rows of im2col columns packed at a time (kc x 32 floats: they stay in L1 for every tile).
 _CONV_KC = 128
 
@@ -635,17 +637,28 @@ _CONV_KC = 128
 #: of panels' weights is read once per block of strips, and their sums (48 x 8 x 16 floats)
 #: stay in L2.
 _CONV_STRIPS, _CONV_PANELS = 8, 16
+#: Largest set of columns packed beforehand for parts that share them (FloatConv).
+_CONV_COLS_BYTES = 8 << 20
 
 
 def _conv_parts(strips: int, panels: int, group: int, ways: int) -> tuple[int, int]:
     """Strips per part and blocks of panels: _CONV_STRIPS x _CONV_PANELS, made smaller where
-    that leaves fewer than 4 parts per thread (so that the threads finish together)."""
+    that leaves fewer than 4 parts per thread (so that the threads finish together). Blocks
+    of panels are split first, down to 4 panels: a part reads its panels' weights once for
+    all its strips, and a deep layer's weights (9 MB for 512 -> 512 channels, 3x3) come from
+    memory."""
     blocks = -(-panels // _CONV_PANELS)
     per_part = min(strips, _CONV_STRIPS)
     want = 4 * ways if ways > 1 else 1
-    while per_part > 1 and group * -(-strips // per_part) * blocks < want:
+
+    def parts() -> int:
+        return group * -(-strips // per_part) * blocks
+
+    while parts() < want and -(-panels // (2 * blocks)) >= 4:
+        blocks *= 2
+    while parts() < want and per_part > 1:
         per_part = max(1, per_part // 2)
-    while blocks < panels and group * -(-strips // per_part) * blocks < want:
+    while parts() < want and blocks < panels:
         blocks = min(panels, 2 * blocks)
     return per_part, blocks
 
@@ -676,7 +689,7 @@ class FloatConv:
     What does not depend on the data (the task's sizes, the work split) is made here once:
     a small layer's conv takes a few microseconds, as long as setting it up in Python did."""
 
-    __slots__ = ("bias", "cuts", "packed", "shape", "task", "ways")
+    __slots__ = ("bias", "cols", "cuts", "pack_cuts", "packed", "shape", "task", "ways")
 
     def __init__(self, x_shape, packed, M: int, kernel, out_shape, strides, dilations, begin,
                  activation: int = 0, alpha: float = 0.0, beta: float = 0.0):  # fmt: skip
@@ -688,7 +701,16 @@ class FloatConv:
         parts = group * -(-strips // per_part) * blocks
         self.cuts = np.array([parts * i // self.ways for i in range(self.ways + 1)], np.int64)
         self.packed, self.shape, self.bias = packed, (N, M, *out_shape), (None, None, None)
-        self.task = _ConvF32(None, packed.ctypes.data, None, None, None, N, C, H, W, M,
+        # Parts that split the output channels would each pack every strip's columns: they
+        # are packed once beforehand instead (a deep layer's are small), except where a
+        # 1x1 conv reads them in place.
+        plain = tuple(kernel) == (1, 1) and tuple(strides) == (1, 1) and not any(begin)
+        self.cols = group * strips * K * nr
+        if blocks == 1 or plain or self.cols * 4 > _CONV_COLS_BYTES:
+            self.cols = 0
+        jobs = group * strips
+        self.pack_cuts = np.array([jobs * i // self.ways for i in range(self.ways + 1)], np.int64)
+        self.task = _ConvF32(None, packed.ctypes.data, None, None, None, None, N, C, H, W, M,
                              *out_shape, *kernel, *strides, *dilations, *begin, group, _CONV_KC,
                              strips, per_part, blocks, activation, alpha, beta)  # fmt: skip
 
@@ -706,6 +728,11 @@ class FloatConv:
         if z is not None:
             z = np.ascontiguousarray(np.broadcast_to(z, y.shape), np.float32)
             task.z = z.ctypes.data
+        if self.cols:
+            cols = np.empty(self.cols, np.float32)
+            task.cols = cols.ctypes.data
+            _lib.onyx_parallel(_lib.conv_f32_pack_range, ctypes.byref(task),
+                               self.pack_cuts.ctypes.data, len(self.pack_cuts) - 1, self.ways)  # fmt: skip
         parts = self.cuts.ctypes.data
         if _lib.onyx_parallel(_lib.conv_f32_range, ctypes.byref(task), parts,
                               len(self.cuts) - 1, self.ways):  # fmt: skip

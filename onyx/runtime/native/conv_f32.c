@@ -14,8 +14,8 @@
  * 49 pixels per image waste no more than one partial strip per call. Bias, a residual input
  * (FusedConv's Z) and Relu / LeakyRelu / Clip are applied when the tile is stored.
  *
- * Work is split (onyx_parallel, pool.c) into parts = (group, block of strips, block of
- * panels).
+ * Work is split (onyx_parallel, pool.c) into parts = (group, block of panels, block of
+ * strips).
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -31,7 +31,7 @@
 #define CF_NR 48 /* output pixels per register tile: three 16-lane vectors */
 #define CF_V (CF_NR / 16)
 
-enum { ACT_NONE = 0, ACT_RELU = 1, ACT_LEAKY = 2, ACT_CLIP = 3 };
+enum { ACT_NONE = 0, ACT_RELU = 1, ACT_LEAKY = 2, ACT_CLIP = 3, ACT_HARDSWISH = 4 };
 
 typedef struct {
     const float *x;     /* input (N, C, H, W), C-contiguous */
@@ -39,6 +39,8 @@ typedef struct {
     const float *bias;  /* [M] or null */
     const float *z;     /* residual (N, M, OH, OW) added before the activation, or null */
     float *y;           /* output (N, M, OH, OW) */
+    float *cols;        /* every strip's columns, packed beforehand (group, strips, K, NR), or
+                           null: each part packs its own */
     int64_t N, C, H, W, M, OH, OW;
     int64_t kh, kw, sh, sw, dh, dw, top, left;
     int64_t group, kc;  /* groups; rows of columns packed at a time */
@@ -139,6 +141,12 @@ finish(const conv_f32 *t, __m512 v, __m512 bias, const float *z, __mmask16 live)
         __m512 lo = _mm512_set1_ps(t->alpha), hi = _mm512_set1_ps(t->beta);
         v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, lo, _CMP_LT_OQ), lo);
         v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, hi, _CMP_GT_OQ), hi);
+    } else if (t->act == ACT_HARDSWISH) { /* v * clip(v / 6 + 1/2, 0, 1), as kernels.c's */
+        __m512 one = _mm512_set1_ps(1.0f);
+        __m512 s = _mm512_add_ps(_mm512_div_ps(v, _mm512_set1_ps(6.0f)), _mm512_set1_ps(0.5f));
+        s = _mm512_mask_mov_ps(s, _mm512_cmp_ps_mask(s, zero, _CMP_LT_OQ), zero);
+        s = _mm512_mask_mov_ps(s, _mm512_cmp_ps_mask(s, one, _CMP_GT_OQ), one);
+        v = _mm512_mul_ps(v, s);
     }
     return v;
 }
@@ -211,7 +219,7 @@ TILE(2)
 TILE(3)
 #undef TILE
 
-/* Parts begin <= q < end, q = (group, block of strips, block of panels); -1: out of memory.
+/* Parts begin <= q < end, q = (group, block of panels, block of strips); -1: out of memory.
    Per block of kc columns: the block's strips are packed (L2), then each panel's weights
    (kc x MR, L1) meet every strip, so large weights are read once per block of strips and
    not once per strip. The sums wait in ct (strip, panel) until the last block of columns. */
@@ -238,8 +246,10 @@ EXPORT AVX512 int onyx_conv_f32_range(const void *p, int64_t begin, int64_t end)
     int plain = t->kh == 1 && t->kw == 1 && t->sh == 1 && t->sw == 1 && t->top == 0 &&
                 t->left == 0 && t->OW == t->W;
     for (int64_t q = begin; q < end; q++) {
-        int64_t blk = q % t->blocks, chunk = q / t->blocks % chunks;
-        int64_t g = q / t->blocks / chunks, s0 = chunk * S;
+        /* (blocks of strips vary fastest: a thread's share of a layer with few strips, whose
+           last may be short, is then some blocks of panels over all of them) */
+        int64_t chunk = q % chunks, blk = q / chunks % t->blocks;
+        int64_t g = q / chunks / t->blocks, s0 = chunk * S;
         int64_t ns = t->strips - s0 < S ? t->strips - s0 : S;
         int64_t p0 = blk * per_block, p1 = p0 + per_block < panels ? p0 + per_block : panels;
         for (int64_t s = 0; s < ns; s++) {
@@ -254,7 +264,10 @@ EXPORT AVX512 int onyx_conv_f32_range(const void *p, int64_t begin, int64_t end)
             int64_t kc = K - k0 < t->kc ? K - k0 : t->kc, last = k0 + kc == K;
             for (int64_t s = 0; s < ns; s++) {
                 const run *rs = r + s * (CF_NR + 1), *end = rs + runs[s] - 1;
-                if (plain && rs->image == end->image && end->j + end->len == CF_NR) {
+                if (t->cols) {
+                    src[s] = t->cols + ((g * t->strips + s0 + s) * K + k0) * CF_NR;
+                    ldb[s] = CF_NR;
+                } else if (plain && rs->image == end->image && end->j + end->len == CF_NR) {
                     /* a whole strip inside one image: its columns are in the planes */
                     src[s] = t->x + rs->image + (g * Cg + k0) * plane + rs->ih * t->W + rs->iw;
                     ldb[s] = plane;
@@ -288,6 +301,18 @@ EXPORT AVX512 int onyx_conv_f32_range(const void *p, int64_t begin, int64_t end)
         }
     }
     free(B), free(ct), free(r), free(runs), free(fn), free(src), free(ldb);
+    return 0;
+}
+/* The columns of strips begin <= q < end, q = (group, strip), into t->cols: packed once
+   for all the parts when those split a layer's output channels (each would pack them all). */
+EXPORT AVX512 int onyx_conv_f32_pack_range(const void *p, int64_t begin, int64_t end) {
+    const conv_f32 *t = p;
+    int64_t K = (t->C / t->group) * t->kh * t->kw;
+    run r[CF_NR + 1];
+    for (int64_t q = begin; q < end; q++) {
+        int runs = strip_runs(t, q % t->strips, r);
+        pack_columns(t, q / t->strips, r, runs, 0, K, t->cols + q * K * CF_NR);
+    }
     return 0;
 }
 #define HAVE_CONV_F32 1
