@@ -56,6 +56,37 @@ def test_int8_gemm_exact(shape, a_type, b_type):
 
 
 @needs_vnni
+@pytest.mark.parametrize("a_type", BYTES)
+@pytest.mark.parametrize("b_type", BYTES)
+@pytest.mark.parametrize("b_layout", ["rows", "transposed"])  # K^T: B's columns contiguous
+def test_batched_int8_gemm_exact(a_type, b_type, b_layout):
+    """Attention's products: a batch of A_i . B_i with B of data, broadcast batch dimensions,
+    every zero point combination; the same bits as the exact integer product."""
+    rng = np.random.default_rng(3)
+    a = _random(rng, a_type, (2, 3, 17, 45))
+    b = _random(rng, b_type, (3, 45, 37))
+    if b_layout == "transposed":
+        b = np.ascontiguousarray(b.transpose(0, 2, 1)).transpose(0, 2, 1)
+    for za, zb in [(0, 0), (5, 0), (0, 7), (-3 if a_type == np.int8 else 200, 9)]:
+        got = native.batched_int8_gemm(a, b, za, zb)
+        want = np.matmul(a.astype(np.int64) - za, b.astype(np.int64) - zb)
+        np.testing.assert_array_equal(got, want, err_msg=f"za={za} zb={zb}")
+
+
+@needs_vnni
+def test_batched_int8_gemm_requantizes_like_one_item_at_a_time():
+    rng = np.random.default_rng(4)
+    a = _random(rng, np.uint8, (1, 4, 33, 64))
+    b = _random(rng, np.uint8, (1, 4, 50, 64)).transpose(0, 1, 3, 2)  # K^T
+    scale, yz = np.array(0.0005, np.float32), np.array(90, np.uint8)
+    got = native.batched_int8_gemm(a, b, 128, 120, scale, yz)
+    for h in range(4):
+        one = native.int8_gemm(a[0, h], native.pack(b[0, h], a.dtype, 128), 128, 120,
+                               scale=scale, y_zero_point=yz)  # fmt: skip
+        np.testing.assert_array_equal(got[0, h], one)
+
+
+@needs_vnni
 def test_int8_gemm_requantizes_like_numpy():
     rng = np.random.default_rng(0)
     a, b = _random(rng, np.uint8, (37, 70)), _random(rng, np.int8, (70, 45))

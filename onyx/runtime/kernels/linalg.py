@@ -148,6 +148,9 @@ def native_matmul(a, b, a_zero_point=None, b_zero_point=None, scale=None, y_zero
         packed = packed_operand(b, a.dtype, za)
         y = native.int8_gemm(rows, packed, _per_row(za, M, repeat), zb, **requant)
         return y.reshape(a.shape[:-1] + (N,))
+    if np.size(za) == 1 and np.size(zb) == 1 and (scale is None or scale.size == 1):
+        za, zb = int(np.reshape(za, -1)[0]), int(np.reshape(zb, -1)[0])
+        return native.batched_int8_gemm(a, b, za, zb, **requant)
     batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     a = np.broadcast_to(a, batch + (M, K))
     b = np.broadcast_to(b, batch + (K, N))

@@ -22,6 +22,7 @@ import contextlib
 import contextvars
 import ctypes
 import importlib.machinery
+import math
 import os
 from pathlib import Path
 
@@ -31,6 +32,7 @@ __all__ = [
     "BYTES",
     "Packed",
     "available",
+    "batched_int8_gemm",
     "conv_small_f32",
     "FloatConv",
     "conv_f32_ok",
@@ -106,6 +108,16 @@ class _GemmTask(ctypes.Structure):
     _fields_ = [("A", _P), ("packed", _P), ("e", _P), ("K", _I64), ("N", _I64), ("M", _I64),
                 ("panels", _I64), ("flip", ctypes.c_int32), ("a_unsigned", ctypes.c_int32),
                 ("by_rows", ctypes.c_int32)]  # fmt: skip
+
+
+class _BatchedGemm(ctypes.Structure):  # kernels.c's batched_gemm
+    _fields_ = (
+        [(name, _P) for name in ("a", "b", "y", "a_off", "b_off")]
+        + [(name, _I64) for name in ("lda", "sk", "sn", "ldy", "M", "K", "N", "y_item")]
+        + [("e", _Epilogue)]
+        + [(name, ctypes.c_int32) for name in ("flip_a", "a_unsigned", "b_flip", "b_signed")]
+        + [("za", ctypes.c_int32), ("zb", ctypes.c_int32)]
+    )
 
 
 class _ImplicitConvTask(ctypes.Structure):
@@ -200,7 +212,7 @@ def _load():
     address = lambda fn: fn and ctypes.cast(fn, _P).value  # noqa: E731
     # each kernel's part of a pool job: lib.<name>_range, the address onyx_parallel takes
     for name in ("float_conv", "int_conv", "hardswish", "lookup", "qbinary", "quantize") + (
-        ("gemm",) if vnni else ()
+        ("gemm", "batched_gemm") if vnni else ()
     ):
         setattr(lib, f"{name}_range", address(getattr(lib, f"onyx_{name}_range")))
     lib.lookup = address(lib.onyx_lookup8_vbmi if caps & 4 else lib.onyx_lookup8)
@@ -393,6 +405,82 @@ def int8_gemm(
         out = np.empty((M, b.N), np.int32 if scale is None else y_zero_point.dtype)
     call(a, out, gather)
     return out
+
+
+def _item_offsets(x: np.ndarray, batch: tuple) -> np.ndarray:
+    """Byte offsets of the matrices of x broadcast to batch + x.shape[-2:], in C order."""
+    x = np.broadcast_to(x, batch + x.shape[-2:])
+    index = np.indices(batch, dtype=np.int64).reshape(len(batch), -1)
+    return (index * np.array(x.strides[:-2], np.int64)[:, None]).sum(0)
+
+
+class _Batched:
+    """batched_int8_gemm's set-up for one pair of layouts (shapes, strides, types): the items'
+    offsets, the task's sizes and signedness, the work split; a call fills in the data."""
+
+    __slots__ = ("cuts", "da", "db", "keep", "shape", "task", "ways", "y_dtype")
+
+    def __init__(self, a, b, y_dtype):
+        (M, K), N = a.shape[-2:], b.shape[-1]
+        batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        items = math.prod(batch)
+        self.shape, self.y_dtype = batch + (M, N), np.dtype(y_dtype)
+        # the kernel multiplies unsigned by signed bytes: as pack() and _GemmCall choose
+        b_signed = not (b.dtype == np.uint8 and a.dtype == np.int8)
+        b_flip = (b.dtype == np.int8) != b_signed
+        flip_a = (a.dtype == np.int8) != (not b_signed)
+        self.da = (-128 if a.dtype == np.int8 else 128) if flip_a else 0
+        self.db = (128 if b_signed else -128) if b_flip else 0
+        self.keep = (_item_offsets(a, batch), _item_offsets(b, batch))
+        t = self.task = _BatchedGemm(None, None, None, *(o.ctypes.data for o in self.keep),
+                                     a.strides[-2], b.strides[-2], b.strides[-1], N, M, K, N,
+                                     M * N * self.y_dtype.itemsize)  # fmt: skip
+        t.e.ldo = t.e.ldc = N
+        if self.y_dtype != np.int32:
+            info = np.iinfo(self.y_dtype)
+            t.e.lo, t.e.hi = info.min, info.max
+        t.flip_a, t.a_unsigned, t.b_flip, t.b_signed = flip_a, b_signed, b_flip, b_signed
+        self.ways = _ways(items * M * N * K, items)
+        self.cuts = np.array([items * i // self.ways for i in range(self.ways + 1)], np.int64)
+
+    def __call__(self, a, b, za: int, zb: int, scale, y_zero_point) -> np.ndarray:
+        y = np.empty(self.shape, self.y_dtype)
+        t = _BatchedGemm.from_buffer_copy(self.task)
+        t.a, t.b, t.y = a.ctypes.data, b.ctypes.data, y.ctypes.data
+        t.za, t.zb = za - self.da, zb - self.db
+        if scale is None:
+            t.e.c = t.y
+        else:
+            s = np.asarray(scale, np.float32).reshape(-1)[:1].copy()
+            t.e.out8, t.e.scale = t.y, s.ctypes.data
+            t.e.zero_point = int(y_zero_point.reshape(-1)[0])
+        if _lib.onyx_parallel(_lib.batched_gemm_range, ctypes.byref(t), self.cuts.ctypes.data,
+                              len(self.cuts) - 1, self.ways):  # fmt: skip
+            raise MemoryError("onyx native int8 GEMM: out of memory for its buffers")
+        return y
+
+
+_batched: dict = {}  # layouts -> _Batched
+
+
+def batched_int8_gemm(a: np.ndarray, b: np.ndarray, a_zero_point: int = 0,
+                      b_zero_point: int = 0, scale=None, y_zero_point=None) -> np.ndarray:  # fmt: skip
+    """(A_i - a_zero_point) . (B_i - b_zero_point) for every matrix of a (..., M, K) and b
+    (..., K, N) (batch dimensions broadcast; both of data, as attention's products): exact
+    int32, or with a one-value ``scale`` requantized to y_zero_point's type like
+    :func:`int8_gemm`. One native call: each item packs its B in C, items go to threads;
+    the set-up is kept per layout (a model meets the same ones every run)."""
+    if a.strides[-1] != 1:
+        a = np.ascontiguousarray(a)
+    y_dtype = np.int32 if scale is None else y_zero_point.dtype
+    key = (a.shape, a.strides, a.dtype.char, b.shape, b.strides, b.dtype.char,
+           np.dtype(y_dtype).char, _threads.get())  # fmt: skip
+    call = _batched.get(key)
+    if call is None:
+        if len(_batched) >= 64:  # (a model with ever new shapes)
+            _batched.clear()
+        call = _batched[key] = _Batched(a, b, y_dtype)
+    return call(a, b, int(a_zero_point), int(b_zero_point), scale, y_zero_point)
 
 
 def gathered_int8_gemm(a_dtype, b: Packed, M: int, K: int, a_zero_point: int = 0, *,

@@ -165,6 +165,35 @@ static void column_sums(const uint8_t *restrict b, int64_t sk, int64_t sn, int64
     }
 }
 
+/* Columns of B contiguous (column n's K bytes at b + n * sn): each panel entry, four bytes of
+   one column, is one 32-bit word of it; the column sums run along the same bytes. */
+static void pack_contiguous_columns(const uint8_t *b, int64_t sn, int64_t K, int64_t N,
+                                    uint8_t x, int is_signed, int8_t *out, int32_t *colsum) {
+    int64_t Kq = (K + 3) / 4, full = K / 4;
+    uint32_t flip = x * 0x01010101u;
+    for (int64_t n = 0; n < N; n++) {
+        const uint8_t *col = b + n * sn;
+        uint8_t *dst = (uint8_t *)out + ((n / NR) * Kq * NR + n % NR) * 4;
+        for (int64_t q = 0; q < full; q++) {
+            uint32_t w;
+            memcpy(&w, col + 4 * q, 4);
+            w ^= flip;
+            memcpy(dst + q * NR * 4, &w, 4);
+        }
+        if (K % 4)
+            for (int i = 0; i < 4; i++)
+                dst[full * NR * 4 + i] = 4 * full + i < K ? (uint8_t)(col[4 * full + i] ^ x) : 0;
+        if (colsum) {
+            int32_t sum = 0;
+            if (is_signed)
+                for (int64_t k = 0; k < K; k++) sum += (int8_t)(col[k] ^ x);
+            else
+                for (int64_t k = 0; k < K; k++) sum += (uint8_t)(col[k] ^ x);
+            colsum[n] = sum;
+        }
+    }
+}
+
 /* B (element (k, n) at b[k * sk + n * sn]) into panels, XORed with 0x80 if flip; colsum (if
    not NULL) gets the column sums of the packed values, read as signed bytes if is_signed. */
 EXPORT void onyx_pack_panels(const uint8_t *b, int64_t sk, int64_t sn, int64_t K, int64_t N,
@@ -173,6 +202,10 @@ EXPORT void onyx_pack_panels(const uint8_t *b, int64_t sk, int64_t sn, int64_t K
     uint8_t x = flip ? 0x80 : 0;
     if (N % NR) /* the last panel's missing columns are zeros */
         memset(out + (panels - 1) * Kq * NR * 4, 0, (size_t)(Kq * NR * 4));
+    if (sk == 1 && sn != 1) { /* contiguous columns (a transposed matrix, as K^T) */
+        pack_contiguous_columns(b, sn, K, N, x, is_signed, out, colsum);
+        return;
+    }
     if (colsum) column_sums(b, sk, sn, K, N, x, is_signed, colsum);
     if (sn == 1) {
         pack_contiguous_rows(b, sk, K, N, x, out);
@@ -1005,6 +1038,59 @@ EXPORT int onyx_gemm_range(const void *p, int64_t begin, int64_t end) {
     else
         onyx_gemm_u8s8(t->A, t->flip, t->a_unsigned, t->packed, t->K, t->N, t->e, 0, t->M, begin,
                        end);
+    return 0;
+}
+
+/* A batch of products A_i . B_i whose B is data (attention's Q.K^T and weights . V), one
+   item per part: each packs its B (any strides) and its A's row sums itself, so a batch
+   takes one call instead of a Python set-up per item (which cost 5x the item's GEMM).
+   Scalar zero points only; za and zb are as stored (after the flips, see _GemmCall). The
+   epilogue e is a template: its corrections and output are set per item. */
+typedef struct {
+    const uint8_t *a, *b;
+    uint8_t *y;
+    const int64_t *a_off, *b_off; /* byte offsets of each item's A and B */
+    int64_t lda, sk, sn, ldy;     /* A's row stride; B's row and column strides (bytes) */
+    int64_t M, K, N, y_item;      /* y_item: bytes between items' outputs */
+    epilogue e;
+    int32_t flip_a, a_unsigned, b_flip, b_signed, za, zb;
+} batched_gemm;
+
+EXPORT VNNI int onyx_batched_gemm_range(const void *p, int64_t begin, int64_t end) {
+    const batched_gemm *t = p;
+    int64_t Kq = (t->K + 3) / 4, panels = (t->N + NR - 1) / NR, M = t->M, N = t->N;
+    int8_t *packed = malloc((size_t)(panels * Kq * NR * 4));
+    int32_t *colsum = malloc((size_t)N * sizeof(int32_t));
+    int32_t *col_off = malloc((size_t)N * sizeof(int32_t));
+    int32_t *row_off = malloc((size_t)M * sizeof(int32_t));
+    if (!packed || !colsum || !col_off || !row_off) {
+        free(packed), free(colsum), free(col_off), free(row_off);
+        return -1;
+    }
+    for (int64_t i = begin; i < end; i++) {
+        const uint8_t *a = t->a + t->a_off[i];
+        onyx_pack_panels(t->b + t->b_off[i], t->sk, t->sn, t->K, N, t->b_flip, t->b_signed,
+                         packed, colsum);
+        epilogue e = t->e;
+        /* (A - ZA)(B - ZB) = S - ZB rowsum(A) - ZA colsum(B) + K ZA ZB, in wrapping int32 */
+        if (t->za) {
+            for (int64_t j = 0; j < N; j++)
+                col_off[j] = (int32_t)(uint32_t)((int64_t)t->K * t->za * t->zb -
+                                                 (int64_t)t->za * colsum[j]);
+            e.col_off = col_off;
+        }
+        if (t->zb) {
+            onyx_row_sums(a, t->lda, M, t->K, t->flip_a, !t->a_unsigned, row_off);
+            for (int64_t r = 0; r < M; r++)
+                row_off[r] = (int32_t)(uint32_t)(-(int64_t)t->zb * row_off[r]);
+            e.row_off = row_off;
+        }
+        if (e.out8) e.out8 = t->y + i * t->y_item;
+        else e.c = (int32_t *)(t->y + i * t->y_item);
+        operand A = {a, t->lda, 0, 0};
+        onyx_gemm_u8s8(&A, t->flip_a, t->a_unsigned, packed, t->K, N, &e, 0, M, 0, panels);
+    }
+    free(packed), free(colsum), free(col_off), free(row_off);
     return 0;
 }
 
