@@ -259,6 +259,33 @@ def test_qlinear_conv_matches_onnxruntime(case):
 
 
 @needs_vnni
+def test_qlinear_conv_kept_runner_only_for_the_same_constants():
+    """A QLinearConv node's native runner is kept per weight and input shape, and used again
+    only with the very constant objects it was made for."""
+    rng = np.random.default_rng(8)
+    x = _random(rng, np.uint8, (1, 8, 6, 6))
+    w = _random(rng, np.int8, (16, 8, 3, 3))
+    w.flags.writeable = False
+    bias = rng.integers(-1000, 1000, 16).astype(np.int32)
+    attrs = {"pads": [1, 1, 1, 1]}
+    model, c = _qlinear_conv_model(np.uint8, w, 0, bias, attrs)
+    for v in c.values():
+        v.flags.writeable = False
+    want = _ort_run(model, {"x": x})
+    args = [c[k] for k in ("xs", "xz", "w", "ws", "wz", "ys")]
+    for yz in (c["yz"], c["yz"].copy()):  # the same object, then an equal one
+        yz.flags.writeable = False
+        got = conv_kernels.qlinear_conv(x, *args, yz, bias, **attrs)
+        np.testing.assert_array_equal(got, want)
+    other = np.array(90, np.uint8)  # another zero point: not the kept runner's
+    other.flags.writeable = False
+    shifted = conv_kernels.qlinear_conv(x, *args, other, bias, **attrs)
+    inside = (want > 0) & (want < 170)  # (not clamped either way)
+    assert inside.sum() > 100
+    np.testing.assert_array_equal(shifted[inside], want[inside] + 85)
+
+
+@needs_vnni
 @pytest.mark.parametrize("x_type", BYTES)
 def test_conv_integer_implicit_gemm_is_exact(x_type):
     """ConvInteger's int32 sums through the implicit GEMM, against the exact float path."""

@@ -472,11 +472,17 @@ def _centered_weights(w: np.ndarray, w_zero_point) -> tuple[np.ndarray, float]:
 
 
 def _native_integer_conv(x, w, x_zero_point, w_zero_point, bias, scale, y_zero_point, attrs):
-    """Integer conv on the native int8 GEMM (kernels.c), zero points corrected and (with
-    ``scale``) requantized in the GEMM's epilogue; None where it does not apply (then the
-    float32-BLAS path runs). 2-D convs with int8 weights run as an implicit GEMM; the others
-    pack the raw bytes' columns (padded with x's zero point, so padding contributes nothing)
-    per image and group and multiply the weights' rows by them."""
+    """The integer conv on the native kernels (see _integer_conv_runner), or None."""
+    run = _integer_conv_runner(x, w, x_zero_point, w_zero_point, bias, scale, y_zero_point, attrs)
+    return None if run is None else run(x)
+
+
+def _integer_conv_runner(x, w, x_zero_point, w_zero_point, bias, scale, y_zero_point, attrs):
+    """x -> the integer conv of x (an input like this one) on the native int8 GEMM (kernels.c),
+    zero points corrected and (with ``scale``) requantized in the GEMM's epilogue; None where
+    it does not apply (then the float32-BLAS path runs). 2-D convs with int8 weights run as an
+    implicit GEMM; the others pack the raw bytes' columns (padded with x's zero point, so
+    padding contributes nothing) per image and group and multiply the weights' rows by them."""
     group = attrs["group"]
     M, Cg = w.shape[:2]
     K = Cg * math.prod(w.shape[2:])
@@ -493,14 +499,19 @@ def _native_integer_conv(x, w, x_zero_point, w_zero_point, bias, scale, y_zero_p
                                          y_zero_point, geo)  # fmt: skip
     if not native.int8_gemm_ok(K):
         return None
-    out_shape = geo["out_shape"]
-    N, n = x.shape[0], len(out_shape)
     zx = 0 if x_zero_point is None else int(x_zero_point.reshape(-1)[0])
     wz = 0 if w_zero_point is None else w_zero_point.reshape(-1)
-    requant = {"y_zero_point": y_zero_point}
-    if n == 2 and group == 1 and w.dtype == np.int8 and not np.any(wz):  # (else: row sums)
-        y = _implicit_gemm_conv(x, w, zx, bias, scale, requant, geo)
-        return y.reshape((N, M, *out_shape))
+    if len(geo["out_shape"]) == 2 and group == 1 and w.dtype == np.int8 and not np.any(wz):
+        conv = _implicit_gemm_conv(x, w, zx, bias, scale, y_zero_point, geo)  # (else: row sums)
+        shape = (x.shape[0], M, *geo["out_shape"])
+        return lambda x: conv(x).reshape(shape)
+    return lambda x: _grouped_int8_conv(x, w, wz, zx, bias, scale, y_zero_point, group, geo)
+
+
+def _grouped_int8_conv(x, w, wz, zx, bias, scale, y_zero_point, group, geo):
+    """An integer conv as int8 GEMMs of each group's weights with its byte columns, per image."""
+    M, K = w.shape[0], w[0].size
+    N, out_shape = x.shape[0], geo["out_shape"]
     P, Mg = math.prod(out_shape), M // group
     wm = w.reshape(M, K)
     y = np.empty((N, M, P), np.int32 if scale is None else y_zero_point.dtype)
@@ -513,19 +524,19 @@ def _native_integer_conv(x, w, x_zero_point, w_zero_point, bias, scale, y_zero_p
             r = slice(g * Mg, (g + 1) * Mg)
             za = per_row(wz, r)
             packed = native.pack(cols[g], w.dtype, za)
-            native.int8_gemm(wm[r], packed, za, zx, out=y[i, r],
+            native.int8_gemm(wm[r], packed, za, zx, out=y[i, r], y_zero_point=y_zero_point,
                              row_bias=None if bias is None else bias[r],
-                             scale=None if scale is None else per_row(scale, r), **requant)  # fmt: skip
+                             scale=None if scale is None else per_row(scale, r))  # fmt: skip
     return y.reshape((N, M, *out_shape))
 
 
 def _native_integer_depthwise(x, w, x_zero_point, w_zero_point, bias, scale, y_zero_point, geo):
-    """A 2-D depthwise integer conv on the native kernel (kernels.c), or None: int32 sums of
-    (x - x_zp) (w - w_zp), requantized with ``scale``. The centered weights (int16, (M, kh,
+    """x -> a 2-D depthwise integer conv on the native kernel (kernels.c), or None: int32 sums
+    of (x - x_zp) (w - w_zp), requantized with ``scale``. The centered weights (int16, (M, kh,
     kw)) are made once per session."""
     n = len(geo["out_shape"])
     begin = geo["pads"][:n]
-    if n != 2 or not native.depthwise_ok(x, w, begin):
+    if n != 2 or not native.depthwise_ok(np.ascontiguousarray(x[:0]), w, begin):
         return None
     if math.prod(w.shape[2:]) * 255 * 255 >= 2**31:  # (the sums must fit in int32)
         return None
@@ -538,9 +549,9 @@ def _native_integer_depthwise(x, w, x_zero_point, w_zero_point, bias, scale, y_z
 
     wc = derived(w, ("depthwise", value_key(w_zero_point)), make)
     zx = 0 if x_zero_point is None else int(x_zero_point.reshape(-1)[0])
-    return native.depthwise_int(x, zx, wc, bias, geo["out_shape"], geo["strides"],
-                                geo["dilations"], begin, scale=scale,
-                                y_zero_point=y_zero_point)  # fmt: skip
+    geometry = (geo["out_shape"], geo["strides"], geo["dilations"], begin)
+    return lambda x: native.depthwise_int(np.ascontiguousarray(x), zx, wc, bias, *geometry,
+                                          scale=scale, y_zero_point=y_zero_point)  # fmt: skip
 
 
 def _byte_columns(x, w, zx, group, geo):
@@ -568,10 +579,9 @@ def _byte_columns(x, w, zx, group, geo):
     return cols_of
 
 
-def _implicit_gemm_conv(x, w, zx, bias, scale, requant, geo) -> np.ndarray:
+def _implicit_gemm_conv(x, w, zx, bias, scale, y_zp, geo) -> _ImplicitConv:
     """A 2-D integer conv as an implicit GEMM (see _ImplicitConv), set up once per node, input
     shape and parameters: a node meets the same ones run after run."""
-    y_zp = requant["y_zero_point"]
     geometry = tuple(tuple(geo[k]) for k in ("out_shape", "strides", "dilations", "pads"))
     key = (x.shape, x.dtype.char, zx, geometry, value_key(bias), value_key(scale), value_key(y_zp))
     convs = derived(w, ("implicit",), dict)  # (a dict per weight: a few shapes kept)
@@ -581,7 +591,7 @@ def _implicit_gemm_conv(x, w, zx, bias, scale, requant, geo) -> np.ndarray:
         if len(convs) >= 4:  # (a model fed ever new shapes)
             convs.clear()
         convs[key] = conv
-    return conv(x)
+    return conv
 
 
 class _ImplicitConv:
@@ -737,6 +747,16 @@ def qlinear_conv(
     pads=None,
     strides=None,
 ):
+    params = (x_scale, x_zero_point, w_scale, w_zero_point, y_scale, y_zero_point, B)
+    # A node meets the same constants and input shape run after run: its native runner is kept
+    # per weight, checked by the identity of the very objects it was made for (held, so no
+    # id is reused), which skips a small conv's Python set-up (most of its time).
+    runners = derived(w, ("qlinear conv",), dict)
+    key = (x.shape, x.dtype.char, auto_pad, *map(_hashable, (dilations, kernel_shape, pads,
+           strides)), group)  # fmt: skip
+    hit = runners.get(key)
+    if hit is not None and all(a is b for a, b in zip(hit[0], params)):
+        return hit[1](x)
     # Requantize in float32 like onnxruntime: acc * (x_scale * w_scale / y_scale), round half even.
     scale = (x_scale.astype(np.float32) * w_scale.astype(np.float32).reshape(-1)) / y_scale.astype(
         np.float32
@@ -745,9 +765,14 @@ def qlinear_conv(
              "kernel_shape": kernel_shape, "pads": pads, "strides": strides}  # fmt: skip
     if scale.size in (1, w.shape[0]):
         scale_m = np.broadcast_to(scale, (w.shape[0],))
-        y = _native_integer_conv(x, w, x_zero_point, w_zero_point, B, scale_m, y_zero_point, attrs)
-        if y is not None:
-            return y
+        run = _integer_conv_runner(x, w, x_zero_point, w_zero_point, B, scale_m, y_zero_point,
+                                   attrs)  # fmt: skip
+        if run is not None:
+            if all(p is None or not p.flags.writeable for p in params):  # constants only
+                if len(runners) >= 4:  # (a model fed ever new shapes)
+                    runners.clear()
+                runners[key] = (params, run)
+            return run(x)
     acc, _ = _integer_conv(x, w, x_zero_point, w_zero_point, B, **attrs)
     y = acc.astype(np.float32, copy=False)
     y *= scale.reshape((1, -1) + (1,) * (acc.ndim - 2))
