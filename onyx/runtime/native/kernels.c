@@ -924,6 +924,26 @@ EXPORT AVX512 int onyx_depthwise_f32_avx512(const float *x, const float *w, cons
     return 0;
 }
 
+/* Requantize a row of sums (pixel j's 16 lanes at row + 16 j, channels m0.. m0 + lanes) as
+   dw_store does, 16 lanes per vector: pixel j's bytes to tile + 16 j. */
+static AVX512 void dwv_requantize(const dw_output *o, int64_t m0, int64_t lanes,
+                                  const int32_t *row, int64_t width, uint8_t *tile) {
+    __mmask16 live = (__mmask16)((1u << lanes) - 1);
+    __m512i bias = o->bias ? _mm512_maskz_loadu_epi32(live, o->bias + m0) : _mm512_setzero_si512();
+    __m512 s = _mm512_maskz_loadu_ps(live, o->scale + m0);
+    __m512 lo = _mm512_set1_ps((float)(o->lo - o->zero_point));
+    __m512 hi = _mm512_set1_ps((float)(o->hi - o->zero_point));
+    __m512i zp = _mm512_set1_epi32(o->zero_point);
+    for (int64_t j = 0; j < width; j++) {
+        __m512i a = _mm512_add_epi32(_mm512_loadu_si512((const void *)(row + 16 * j)), bias);
+        __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(a), s);
+        v = _mm512_min_ps(_mm512_max_ps(v, lo), hi); /* (then rint: half to even) */
+        __m512i q = _mm512_add_epi32(
+            _mm512_cvt_roundps_epi32(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), zp);
+        _mm_storeu_si128((__m128i *)(tile + 16 * j), _mm512_cvtepi32_epi8(q));
+    }
+}
+
 /* Integer blocks: as onyx_depthwise_i8. */
 EXPORT AVX512 int onyx_depthwise_i8_avx512(const uint8_t *x, int x_signed, int32_t x_zp,
                                            const int16_t *wc, const dw_geometry *g,
@@ -933,6 +953,11 @@ EXPORT AVX512 int onyx_depthwise_i8_avx512(const uint8_t *x, int x_signed, int32
     if (dwv_alloc(g, &d, &s)) return -1;
     int32_t *buf = s.buf, *wt = s.wt, *row = s.row;
     int64_t M = g->C * g->mult, B = (M + 15) / 16, plane[16];
+    uint8_t *tile = malloc((size_t)(g->OW * 16));
+    if (!tile) {
+        dwv_free(&s);
+        return -1;
+    }
     for (int64_t p = p0; p < p1; p++) {
         int64_t n = p / B, m0 = (p % B) * 16, lanes = M - m0 < 16 ? M - m0 : 16;
         dwv_planes(g, n, m0, plane);
@@ -942,10 +967,17 @@ EXPORT AVX512 int onyx_depthwise_i8_avx512(const uint8_t *x, int x_signed, int32
             for (int l = 0; l < 16; l++) wt[t * 16 + l] = l < lanes ? wc[(m0 + l) * d.K + t] : 0;
         for (int64_t i = 0; i < g->OH; i++) {
             dwv_row_i32(buf, wt, g, &d, i, row);
+            if (o->y8) { /* the 16 lanes of a pixel requantized at once, then to their planes */
+                dwv_requantize(o, m0, lanes, row, g->OW, tile);
+                onyx_transpose_u8(tile, g->OW, lanes, 16, o->y8 + ((n * M + m0) * g->OH + i) * g->OW,
+                                  g->OH * g->OW);
+                continue;
+            }
             for (int64_t l = 0; l < lanes; l++)
                 dw_store(o, m0 + l, row + l, 16, g->OW, ((n * M + m0 + l) * g->OH + i) * g->OW);
         }
     }
+    free(tile);
     dwv_free(&s);
     return 0;
 }
