@@ -81,6 +81,34 @@ static AVX512 inline __mmask16 lanes(int64_t lo, int64_t hi) { /* lanes lo <= l 
     return hi <= lo ? 0 : (__mmask16)(((1u << (hi - lo)) - 1) << lo);
 }
 
+/* d[i] = row[start + i * sw] for i < len, zero where that column is outside 0 .. W: stride 2
+   (downsampling convs, stems) as two masked loads and an even-lane permute per 16 values,
+   other strides by gathers. */
+static AVX512 void strided_copy(const float *row, int64_t start, int64_t sw, int64_t W,
+                                int64_t len, float *d) {
+    for (int64_t h = 0; h < len; h += 16) {
+        __mmask16 out = lanes(0, len - h);
+        int64_t first = start + h * sw; /* the input column of value h */
+        __m512 v;
+        if (sw == 2) {
+            __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4,
+                                            2, 0);
+            __m512 a = _mm512_maskz_loadu_ps(lanes(-first, W - first), row + first);
+            __m512 b = _mm512_maskz_loadu_ps(lanes(-first - 16, W - first - 16), row + first + 16);
+            v = _mm512_permutex2var_ps(a, even, b);
+        } else {
+            __m512i at = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6,
+                                                             5, 4, 3, 2, 1, 0),
+                                            _mm512_set1_epi32((int)sw));
+            __m512i col = _mm512_add_epi32(at, _mm512_set1_epi32((int)first));
+            __mmask16 in = _mm512_cmpge_epi32_mask(col, _mm512_setzero_si512()) &
+                           _mm512_cmplt_epi32_mask(col, _mm512_set1_epi32((int)W)) & out;
+            v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), in, col, row, 4);
+        }
+        _mm512_mask_storeu_ps(d + h, out, v);
+    }
+}
+
 /* Columns k0 .. k0 + kc of a strip into B (kc rows of CF_NR pixels, zeros past the strip and
    for taps in the padding). Unit stride: a run is a few masked copies (lanes outside
    the image are never read). */
@@ -105,8 +133,7 @@ static AVX512 void pack_columns(const conv_f32 *t, int64_t g, const run *r, int 
                                           _mm512_maskz_loadu_ps(m, row + start + h * 16));
                 }
             } else {
-                for (int64_t i = 0, iw = start; i < u->len; i++, iw += t->sw)
-                    if (iw >= 0 && iw < t->W) d[i] = row[iw];
+                strided_copy(row, start, t->sw, t->W, u->len, d);
             }
         }
         if (++b == t->kw) {
