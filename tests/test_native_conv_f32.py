@@ -152,6 +152,14 @@ def test_fused_conv_applies_residual_and_activation(activation, params, native_c
     assert native_calls, "the native kernel did not run"
 
 
+def test_one_pixel_conv_is_left_to_blas(native_calls):
+    """An SE block's 1x1 conv on one pixel is a GEMV: BLAS's, not the pixel-vector tile's."""
+    x, w, b, attrs = _case_arrays((1, 48, 1, 1, 96, (1, 1), (1, 1), (1, 1), (0, 0, 0, 0), 1), 2)
+    want = _ort_run(_model("Conv", list(x.shape), {"w": w, "b": b}, attrs), {"x": x})
+    np.testing.assert_allclose(conv_kernels.conv(x, w, b, **attrs), want, rtol=1e-5, atol=1e-5)
+    assert native_calls == []
+
+
 def test_depthwise_and_stem_convs_keep_their_own_kernels(native_calls):
     rng = np.random.default_rng(5)
     x = rng.standard_normal((1, 16, 10, 10)).astype(np.float32)

@@ -367,6 +367,8 @@ def _float_conv(x_shape, W, group: int, attrs: tuple, activation: int, alpha: fl
     if group == 1 and len(x_shape) == 4 and W[0].size <= native.SMALL_CONV_K and W.shape[0] >= 8:
         return None  # (native.conv_small_ok's rule)
     out_shape, strides, dilations = geo["out_shape"], geo["strides"], geo["dilations"]
+    if x_shape[0] * math.prod(out_shape) < 16:  # a GEMV (an SE block's 1x1 on one pixel): the
+        return None  # tile's pixel vectors would be mostly empty; BLAS's GEMV is faster
     if len(x_shape) == 3:  # a 1-D conv is a 2-D one of height 1
         x_shape, W = (*x_shape[:2], 1, x_shape[2]), W[:, :, None]
         out_shape, strides, dilations, begin = ([1, *out_shape], [1, *strides], [1, *dilations],
