@@ -21,6 +21,7 @@ setup(
                 "onyx/runtime/native/conv_f32.c",
                 "onyx/runtime/native/pool.c",
             ],
+            depends=["onyx/runtime/native/activation.h"],
             extra_compile_args=flags,
             extra_link_args=link,
             optional=True,

@@ -11,7 +11,8 @@ import pytest
 
 from onyx.runtime import native
 from onyx.runtime.kernels import conv as conv_kernels
-from onyx.runtime.kernels.fused import fused_conv
+from onyx.runtime.kernels.activation import hard_swish
+from onyx.runtime.kernels.fused import ACTIVATIONS, conv_hard_swish, fused_conv
 
 pytestmark = pytest.mark.skipif(
     not native.conv_f32_ok(), reason="no native float conv (no AVX-512)"
@@ -150,6 +151,35 @@ def test_fused_conv_applies_residual_and_activation(activation, params, native_c
     assert np.isnan(got).sum() == np.isnan(want).sum() > 0
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     assert native_calls, "the native kernel did not run"
+
+
+@pytest.mark.skipif(not native.depthwise_activates(), reason="no AVX-512 depthwise kernel")
+@pytest.mark.parametrize(
+    "activation, params",
+    [("Relu", []), ("LeakyRelu", [0.3]), ("Clip", [0.0, 6.0]), ("HardSwish", [])],
+)
+@pytest.mark.parametrize("shape", [(1, 24, 9, 37), (2, 40, 14, 14)])
+def test_depthwise_applies_its_activation_as_it_stores(activation, params, shape, monkeypatch):
+    """A MobileNet block's depthwise conv + activation: the same bits as the two apart."""
+    fused, run = [], native.depthwise_f32
+    monkeypatch.setattr(native, "depthwise_f32",
+                        lambda *a: fused.append(a[7] is not None and a[7][0]) or run(*a))  # fmt: skip
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal(shape).astype(np.float32) * 4
+    x[0, 1, 2, 3] = np.nan
+    C = shape[1]
+    w = rng.standard_normal((C, 1, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(C).astype(np.float32)
+    attrs = {"group": C, "pads": [1, 1, 1, 1], "strides": [1, 2]}
+    apart = conv_kernels.conv(x, w, b, **attrs)
+    if activation == "HardSwish":
+        got, want = conv_hard_swish(x, w, b, **attrs), hard_swish(apart)
+    else:
+        got = fused_conv(x, w, b, activation=activation, activation_params=params, **attrs)
+        want = ACTIVATIONS[activation](apart.copy(), *(params + [None] * 3)[:3])
+    np.testing.assert_array_equal(got, want)
+    assert np.isnan(got).any()
+    assert any(fused), "the activation was not applied by the kernel"
 
 
 def test_one_pixel_conv_is_left_to_blas(native_calls):

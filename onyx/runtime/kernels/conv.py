@@ -265,16 +265,17 @@ def _conv_1x1(x, w, group, begin, strides, out_shape, dtype, shift, bias, acc, m
     return _add_channels(y.reshape((N, M, *out_shape)), bias)
 
 
-def _native_depthwise(x, w, bias, begin, strides, dilations, out_shape):
-    """A float32 depthwise 1-D / 2-D conv on the native kernel (kernels.c), or None."""
+def _native_depthwise(x, w, bias, begin, strides, dilations, out_shape, activation=None):
+    """A float32 depthwise 1-D / 2-D conv on the native kernel (kernels.c), or None; with an
+    activation ((code, alpha, beta): FloatConv's) applied as it stores, where it can."""
     final_shape = (x.shape[0], w.shape[0], *out_shape)
     if len(out_shape) == 1:  # a 1-D conv is a 2-D one of height 1
         x, w, out_shape = x[:, :, None], w[:, :, None], [1, *out_shape]
         begin, strides, dilations = [0, *begin], [1, *strides], [1, *dilations]
     if not native.depthwise_ok(x, w, begin):
         return None
-    y = native.depthwise_f32(x, w, bias, out_shape, strides, dilations, begin)
-    return y.reshape(final_shape)
+    y = native.depthwise_f32(x, w, bias, out_shape, strides, dilations, begin, activation)
+    return None if y is None else y.reshape(final_shape)
 
 
 def _conv_depthwise(x, w, begin, need, strides, dilations, out_shape, dtype, shift, bias, acc,
@@ -386,6 +387,8 @@ def native_conv_f32(X, W, B, group: int, attrs: tuple, *, z=None, activation: in
     dilations, kernel_shape), hashable; the set-up is kept per constant weight (derived.py)."""
     if X.dtype != np.float32 or W.dtype != np.float32 or X.ndim not in (3, 4):
         return None
+    if activation and z is None and group == X.shape[1] > 1 and W.shape[1] == 1:
+        return _activated_depthwise(X, W, B, attrs, (activation, alpha, beta))
     if not native.conv_f32_ok():
         return None
     key = ("f32 conv", X.shape, group, attrs, activation, alpha, beta, native.thread_setting())
@@ -394,6 +397,16 @@ def native_conv_f32(X, W, B, group: int, attrs: tuple, *, z=None, activation: in
         return None
     y = call(np.ascontiguousarray(X), B, z)
     return y.reshape(y.shape[:2] + y.shape[3:]) if X.ndim == 3 else y  # (1-D: height 1)
+
+
+def _activated_depthwise(X, W, B, attrs: tuple, activation: tuple) -> np.ndarray | None:
+    """A float32 depthwise conv whose activation the native kernel applies as it stores (a
+    MobileNet block's), or None."""
+    geo = _conv_geometry(X.shape, W.shape, *attrs)
+    n = X.ndim - 2
+    bias = None if B is None else B.astype(np.float32, copy=False)
+    return _native_depthwise(np.ascontiguousarray(X), W, bias, geo["pads"][:n], geo["strides"],
+                             geo["dilations"], geo["out_shape"], activation)  # fmt: skip
 
 
 def _hashable(v):

@@ -77,7 +77,8 @@ class _Operand(ctypes.Structure):
 
 class _DwGeometry(ctypes.Structure):
     _fields_ = [(name, _I64) for name in ("C", "H", "W", "mult", "OH", "OW", "kh", "kw", "sh",
-                                          "sw", "dh", "dw", "top", "left", "M")]  # fmt: skip
+                                          "sw", "dh", "dw", "top", "left", "M", "act")] + [
+        ("alpha", ctypes.c_float), ("beta", ctypes.c_float)]  # fmt: skip
 
 
 class _DwOutput(ctypes.Structure):
@@ -640,25 +641,37 @@ def depthwise_ok(x: np.ndarray, w: np.ndarray, begin) -> bool:
     )
 
 
-def _float_conv(fn, lanes: int, x, w, bias, out_shape, strides, dilations, begin) -> np.ndarray:
+def _float_conv(fn, lanes: int, x, w, bias, out_shape, strides, dilations, begin,
+                activation=(0, 0.0, 0.0)) -> np.ndarray:  # fmt: skip
     """A 2-D float32 conv of x (N, C, H, W) with w (M, C / group, kh, kw) (+ bias [M]) by the
     kernel fn over blocks of ``lanes`` output channels; begin: the top and left pads (the end
-    pads are implied by out_shape)."""
+    pads are implied by out_shape); activation: (code, alpha, beta) as FloatConv's, applied
+    by the AVX-512 depthwise kernel (the others take none)."""
     (N, C, H, W), M = x.shape, w.shape[0]
     w = np.ascontiguousarray(w, np.float32)
     b = None if bias is None else np.ascontiguousarray(bias, np.float32)
     y = np.empty((N, M, *out_shape), np.float32)
-    g = _DwGeometry(C, H, W, M // C, *out_shape, *w.shape[2:], *strides, *dilations, *begin, M)
+    g = _DwGeometry(C, H, W, M // C, *out_shape, *w.shape[2:], *strides, *dilations, *begin, M,
+                    *activation)  # fmt: skip
     task = _FloatConvTask(fn, x.ctypes.data, w.ctypes.data, _addr(b), y.ctypes.data,
                           ctypes.addressof(g))  # fmt: skip
     _planes(_lib.float_conv_range, task, N * -(-M // lanes), y.size * w[0].size)
     return y
 
 
-def depthwise_f32(x, w, bias, out_shape, strides, dilations, begin) -> np.ndarray:
-    """Depthwise 2-D conv (w: (M, 1, kh, kw), M a multiple of C): see _float_conv."""
+def depthwise_f32(x, w, bias, out_shape, strides, dilations, begin, activation=None):
+    """Depthwise 2-D conv (w: (M, 1, kh, kw), M a multiple of C): see _float_conv. With an
+    ``activation`` ((code, alpha, beta), CONV_ACTIVATIONS) where the AVX-512 kernel runs
+    (``depthwise_activates()``), else None."""
+    if activation is not None and activation[0] and not depthwise_activates():
+        return None
     return _float_conv(_lib.depthwise_f32, _lib.depthwise_lanes, x, w, bias, out_shape, strides,
-                       dilations, begin)  # fmt: skip
+                       dilations, begin, activation or (0, 0.0, 0.0))  # fmt: skip
+
+
+def depthwise_activates() -> bool:
+    """Whether the float depthwise kernel applies activations as it stores (AVX-512)."""
+    return _lib is not None and _lib.depthwise_lanes == 16
 
 
 def depthwise_int(x, x_zero_point: int, wc: np.ndarray, bias, out_shape, strides, dilations,

@@ -31,7 +31,6 @@
 #define CF_NR 48 /* output pixels per register tile: three 16-lane vectors */
 #define CF_V (CF_NR / 16)
 
-enum { ACT_NONE = 0, ACT_RELU = 1, ACT_LEAKY = 2, ACT_CLIP = 3, ACT_HARDSWISH = 4 };
 
 typedef struct {
     const float *x;     /* input (N, C, H, W), C-contiguous */
@@ -75,6 +74,7 @@ static int strip_runs(const conv_f32 *t, int64_t s, run *r) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 #define AVX512 __attribute__((target("avx512f")))
+#include "activation.h"
 
 static AVX512 inline __mmask16 lanes(int64_t lo, int64_t hi) { /* lanes lo <= l < hi of 16 */
     lo = lo < 0 ? 0 : lo, hi = hi > 16 ? 16 : hi;
@@ -152,30 +152,12 @@ typedef struct {
     int64_t ldy, rows, width;
 } tile_out;
 
-/* v + bias (+ residual), then the activation; ordered comparisons keep a NaN a NaN, as
-   numpy's clip does. */
+/* v + bias (+ residual), then the activation (activation.h). */
 static AVX512 inline __attribute__((always_inline)) __m512
 finish(const conv_f32 *t, __m512 v, __m512 bias, const float *z, __mmask16 live) {
-    __m512 zero = _mm512_setzero_ps();
     v = _mm512_add_ps(v, bias);
     if (z) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(live, z));
-    if (t->act == ACT_RELU)
-        v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), zero);
-    else if (t->act == ACT_LEAKY)
-        v = _mm512_mask_mul_ps(v, _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), v,
-                               _mm512_set1_ps(t->alpha));
-    else if (t->act == ACT_CLIP) {
-        __m512 lo = _mm512_set1_ps(t->alpha), hi = _mm512_set1_ps(t->beta);
-        v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, lo, _CMP_LT_OQ), lo);
-        v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, hi, _CMP_GT_OQ), hi);
-    } else if (t->act == ACT_HARDSWISH) { /* v * clip(v / 6 + 1/2, 0, 1), as kernels.c's */
-        __m512 one = _mm512_set1_ps(1.0f);
-        __m512 s = _mm512_add_ps(_mm512_div_ps(v, _mm512_set1_ps(6.0f)), _mm512_set1_ps(0.5f));
-        s = _mm512_mask_mov_ps(s, _mm512_cmp_ps_mask(s, zero, _CMP_LT_OQ), zero);
-        s = _mm512_mask_mov_ps(s, _mm512_cmp_ps_mask(s, one, _CMP_GT_OQ), one);
-        v = _mm512_mul_ps(v, s);
-    }
-    return v;
+    return onyx_activate(v, t->act, t->alpha, t->beta);
 }
 
 /* The sums of a tile whose strip spans images (kept in ct) into y, run by run. */

@@ -258,6 +258,8 @@ typedef struct {
     int64_t kh, kw, sh, sw, dh, dw;
     int64_t top, left; /* begin pads (>= 0) */
     int64_t M;         /* output channels (C * mult for a depthwise conv) */
+    int64_t act;       /* the float depthwise conv's activation (activation.h), ... */
+    float alpha, beta; /* ... and its parameters */
 } dw_geometry;
 
 typedef struct {
@@ -751,6 +753,7 @@ EXPORT VNNI void onyx_gemm_u8s8(const operand *A, int flip, int a_unsigned, cons
    the lanes go back to their planes when a row is stored. No per-plane overhead, so 7x7
    planes run as fast as large ones. Planes here are (image, block of 16 channels) pairs. */
 #define AVX512 __attribute__((target("avx512f")))
+#include "activation.h"
 
 typedef struct {
     int64_t Hp, Wp, K;
@@ -896,6 +899,26 @@ static int dwv_alloc(const dw_geometry *g, const dwv_layout *d, dwv_scratch *s) 
 
 static void dwv_free(dwv_scratch *s) { free(s->buf), free(s->wt), free(s->row); }
 
+/* A row of sums (pixel j's 16 lanes at row + 16 j) to the lanes' planes (out + l * OH * OW),
+   16 pixels at a time through a register transpose, plus bias and the activation. */
+static AVX512 void dwv_store_f32(const float *row, const dw_geometry *g, int64_t lanes,
+                                 const float *bias, float *out) {
+    int64_t stride = g->OH * g->OW;
+    for (int64_t j = 0; j < g->OW; j += 16) {
+        int64_t n = g->OW - j < 16 ? g->OW - j : 16;
+        __mmask16 live = (__mmask16)((1u << n) - 1);
+        __m512 r[16];
+        for (int u = 0; u < 16; u++)
+            r[u] = u < n ? _mm512_loadu_ps(row + (j + u) * 16) : _mm512_setzero_ps();
+        transpose16_ps(r); /* r[l]: lane l's pixels j .. j + 15 */
+        for (int64_t l = 0; l < lanes; l++) {
+            __m512 v = _mm512_add_ps(r[l], _mm512_set1_ps(bias ? bias[l] : 0.0f));
+            v = onyx_activate(v, (int)g->act, g->alpha, g->beta);
+            _mm512_mask_storeu_ps(out + l * stride + j, live, v);
+        }
+    }
+}
+
 /* Float blocks p0 <= p < p1, block p = (image p / B, channels 16 * (p % B) ...). */
 EXPORT AVX512 int onyx_depthwise_f32_avx512(const float *x, const float *w, const float *bias,
                                             float *y, const dw_geometry *g, int64_t p0,
@@ -913,11 +936,8 @@ EXPORT AVX512 int onyx_depthwise_f32_avx512(const float *x, const float *w, cons
             for (int l = 0; l < 16; l++) wt[t * 16 + l] = l < lanes ? w[(m0 + l) * d.K + t] : 0;
         for (int64_t i = 0; i < g->OH; i++) {
             dwv_row_f32(buf, wt, g, &d, i, row);
-            for (int64_t l = 0; l < lanes; l++) {
-                float b = bias ? bias[m0 + l] : 0.0f;
-                float *out = y + ((n * M + m0 + l) * g->OH + i) * g->OW;
-                for (int64_t j = 0; j < g->OW; j++) out[j] = row[j * 16 + l] + b;
-            }
+            dwv_store_f32(row, g, lanes, bias ? bias + m0 : 0,
+                          y + ((n * M + m0) * g->OH + i) * g->OW);
         }
     }
     dwv_free(&s);

@@ -1,0 +1,33 @@
+/* The activations the float convs apply as they store (conv_f32.c, kernels.c's depthwise),
+   16 lanes at a time; codes as native.CONV_ACTIVATIONS. Include after immintrin.h, inside
+   an x86-64 section. */
+#ifndef ONYX_ACTIVATION_H
+#define ONYX_ACTIVATION_H
+
+enum { ACT_NONE = 0, ACT_RELU = 1, ACT_LEAKY = 2, ACT_CLIP = 3, ACT_HARDSWISH = 4 };
+
+/* alpha: LeakyRelu's slope or Clip's min; beta: Clip's max. Ordered comparisons keep a NaN a
+   NaN, as numpy's clip does; HardSwish is v * clip(v / 6 + 1/2, 0, 1) with the operations of
+   kernels.c's HardSwish kernel, so fusing it changes no bit. */
+static inline __attribute__((always_inline, target("avx512f"))) __m512
+onyx_activate(__m512 v, int act, float alpha, float beta) {
+    __m512 zero = _mm512_setzero_ps();
+    if (act == ACT_RELU) {
+        v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), zero);
+    } else if (act == ACT_LEAKY) {
+        v = _mm512_mask_mul_ps(v, _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), v, _mm512_set1_ps(alpha));
+    } else if (act == ACT_CLIP) {
+        __m512 lo = _mm512_set1_ps(alpha), hi = _mm512_set1_ps(beta);
+        v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, lo, _CMP_LT_OQ), lo);
+        v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, hi, _CMP_GT_OQ), hi);
+    } else if (act == ACT_HARDSWISH) {
+        __m512 one = _mm512_set1_ps(1.0f);
+        __m512 s = _mm512_add_ps(_mm512_div_ps(v, _mm512_set1_ps(6.0f)), _mm512_set1_ps(0.5f));
+        s = _mm512_mask_mov_ps(s, _mm512_cmp_ps_mask(s, zero, _CMP_LT_OQ), zero);
+        s = _mm512_mask_mov_ps(s, _mm512_cmp_ps_mask(s, one, _CMP_GT_OQ), one);
+        v = _mm512_mul_ps(v, s);
+    }
+    return v;
+}
+
+#endif
