@@ -19,6 +19,7 @@ setup(
             sources=[
                 "onyx/runtime/native/kernels.c",
                 "onyx/runtime/native/conv_f32.c",
+                "onyx/runtime/native/resize.c",
                 "onyx/runtime/native/pool.c",
             ],
             depends=["onyx/runtime/native/activation.h"],

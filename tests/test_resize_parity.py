@@ -297,3 +297,32 @@ def test_resize_linear_integer_images(coordinate_mode, dtype, elem):
         (actual,) = run_onnx(model, feeds)
         assert actual.dtype == dtype
         np.testing.assert_array_equal(actual, expected)
+
+
+@pytest.mark.parametrize("coordinate_mode", ["half_pixel", "align_corners", "asymmetric"])
+def test_native_bilinear_same_bits_as_numpy(coordinate_mode, monkeypatch):
+    """The native bilinear kernel (resize.c) against the numpy path it replaces: same bits,
+    a U-Net's 2x upsampling and a downsampling with odd sizes."""
+    from onyx.runtime import native
+
+    if not native.bilinear_ok():
+        pytest.skip("no native bilinear kernel (AVX-512)")
+    resize = lookup("Resize", "", 19).fn
+    rng = np.random.default_rng(5)
+    for shape, sizes in [((2, 40, 33, 31), (2, 40, 66, 62)), ((1, 3, 50, 47), (1, 3, 17, 29))]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        x[0, 0, 0, 0] = np.nan
+        size = np.array(sizes, np.int64)
+        calls, run = [], native.bilinear_f32
+        monkeypatch.setattr(native, "bilinear_f32",
+                            lambda *a, calls=calls, run=run: calls.append(1) or run(*a))  # fmt: skip
+        got = resize(
+            x, None, None, size, mode="linear", coordinate_transformation_mode=coordinate_mode
+        )
+        assert calls, "the native kernel did not run"
+        monkeypatch.setattr(native, "bilinear_ok", lambda: False)
+        want = resize(
+            x, None, None, size, mode="linear", coordinate_transformation_mode=coordinate_mode
+        )
+        monkeypatch.undo()
+        np.testing.assert_array_equal(got, want)

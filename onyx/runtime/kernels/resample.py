@@ -16,6 +16,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from .. import native
 from ..registry import op
 from .conv import compute_dtype, pad_spatial
 from .derived import frozen
@@ -320,6 +321,9 @@ def _nearest_axis(y: np.ndarray, axis: int, table) -> np.ndarray:
 def _repeat_inner_two(X: np.ndarray, kh: int, kw: int) -> np.ndarray:
     """Every element of the last two axes repeated kh x kw times (kw packs into a wide integer)."""
     *lead, h, w = X.shape
+    y = native.repeat2d_4byte(X.reshape(-1, h, w), kh, kw)  # (the pool's threads, no passes)
+    if y is not None:
+        return y.reshape(*lead, h * kh, w * kw)
     wide = _WIDE[X.dtype.itemsize, kw]
     bits = 8 * X.dtype.itemsize
     factor = wide(sum(1 << (bits * j) for j in range(kw)))
@@ -393,6 +397,22 @@ def _bilinear_table(coordinate_mode, in_len, out_len, scale, start, end, length)
     return frozen(lo), frozen(hi), frozen(w_lo), frozen(w_hi), outside
 
 
+_taps32: dict = {}
+
+
+def _int32_taps(table) -> tuple:
+    """A bilinear table's taps as int32 (the native kernel's), kept with the table."""
+    key = id(table[0])
+    hit = _taps32.get(key)
+    if hit is None or hit[0] is not table[0]:
+        if len(_taps32) >= 256:
+            _taps32.clear()
+        lo, hi, w_lo, w_hi = (np.ascontiguousarray(a, t) for a, t in
+                              zip(table[:4], (np.int32, np.int32, np.float32, np.float32)))  # fmt: skip
+        hit = _taps32[key] = (table[0], (lo, hi, w_lo, w_hi))
+    return hit[1]
+
+
 def _bilinear(X, pair, targets, coordinate_mode, extrapolation_value) -> np.ndarray:
     tables = []
     for axis in pair:
@@ -406,6 +426,10 @@ def _bilinear(X, pair, targets, coordinate_mode, extrapolation_value) -> np.ndar
     planes = np.ascontiguousarray(moved, dtype=np.float32).reshape(-1, height, width)
     n = planes.shape[0]
     exact = X.dtype == np.float32  # else each block is computed in float32, then truncated
+    if exact and y_out is None and x_out is None and native.bilinear_ok():  # the same bits
+        y = native.bilinear_f32(planes, _int32_taps(tables[0]), _int32_taps(tables[1]))
+        y = y.reshape(moved.shape[:-2] + (out_h, out_w))
+        return np.ascontiguousarray(np.moveaxis(y, (-2, -1), pair))
     y = np.empty((n, out_h, out_w), X.dtype)
     # the four terms in onnxruntime's order: (rows, column-gathered array, weights)
     weights = [np.multiply.outer(wy, wx) for wy in (wy_lo, wy_hi) for wx in (wx_lo, wx_hi)]

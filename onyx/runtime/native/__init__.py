@@ -33,6 +33,8 @@ __all__ = [
     "Packed",
     "available",
     "batched_int8_gemm",
+    "bilinear_f32",
+    "bilinear_ok",
     "conv_small_f32",
     "FloatConv",
     "conv_f32_ok",
@@ -50,6 +52,7 @@ __all__ = [
     "pack_conv_f32",
     "qlinear_binary",
     "quantize_f32",
+    "repeat2d_4byte",
     "thread_setting",
     "threads",
 ]
@@ -119,6 +122,18 @@ class _BatchedGemm(ctypes.Structure):  # kernels.c's batched_gemm
         + [(name, ctypes.c_int32) for name in ("flip_a", "a_unsigned", "b_flip", "b_signed")]
         + [("za", ctypes.c_int32), ("zb", ctypes.c_int32)]
     )
+
+
+class _Bilinear(ctypes.Structure):  # resize.c's bilinear
+    _fields_ = (
+        [("x", _P), ("y", _P)]
+        + [(n, _I64) for n in ("H", "W", "OH", "OW")]
+        + [(n, _P) for n in ("y_lo", "y_hi", "x_lo", "x_hi", "wy_lo", "wy_hi", "wx_lo", "wx_hi")]
+    )
+
+
+class _Repeat2d(ctypes.Structure):  # resize.c's repeat2d
+    _fields_ = [("x", _P), ("y", _P)] + [(n, _I64) for n in ("H", "W", "kh", "kw")]
 
 
 class _ImplicitConvTask(ctypes.Structure):
@@ -224,6 +239,9 @@ def _load():
     lib.conv_f32_range = address(lib.onyx_conv_f32_range) if built else None
     lib.conv_f32_pack_range = address(lib.onyx_conv_f32_pack_range) if built else None
     lib.conv_f32_tile = tuple(tile)
+    bilinear = lib.onyx_bilinear_built() and caps & 2
+    lib.bilinear_range = address(lib.onyx_bilinear_f32_range) if bilinear else None
+    lib.repeat2d_range = address(lib.onyx_repeat2d_u32_range) if bilinear else None
     lib.depthwise_f32, lib.depthwise_i8, lib.conv_small = (address(fn) for fn in kernels[:3])
     lib.depthwise_lanes = kernels[3]
     if vnni:
@@ -844,6 +862,42 @@ class FloatConv:
 def thread_setting() -> int:
     """The thread count set for native kernels here (0: every core): part of a set-up's key."""
     return _threads.get()
+
+
+# ----------------------------------------------------------------------------- Resize
+
+
+def bilinear_ok() -> bool:
+    """Whether :func:`bilinear_f32` runs here (the library built, AVX-512)."""
+    return _lib is not None and bool(_lib.bilinear_range)
+
+
+def bilinear_f32(planes: np.ndarray, y_taps, x_taps) -> np.ndarray:
+    """Bilinear resize of contiguous float32 planes (n, H, W) with per-axis tables (lo, hi:
+    int32; w_lo, w_hi: float32; resample.py's, onnxruntime's formula): (n, OH, OW)."""
+    n, H, W = planes.shape
+    OH, OW = len(y_taps[0]), len(x_taps[0])
+    y = np.empty((n, OH, OW), np.float32)
+    tables = [y_taps[0], y_taps[1], x_taps[0], x_taps[1], y_taps[2], y_taps[3], x_taps[2],
+              x_taps[3]]  # fmt: skip
+    t = _Bilinear(planes.ctypes.data, y.ctypes.data, H, W, OH, OW, *(a.ctypes.data for a in tables))
+    ways = _ways(n * OH * OW * 4, n, _PARALLEL_ELEMENTS * 4)
+    if _run(_lib.bilinear_range, t, [n * i // ways for i in range(ways + 1)], ways):
+        raise MemoryError("onyx native Resize: out of memory for its buffers")
+    return y
+
+
+def repeat2d_4byte(planes: np.ndarray, kh: int, kw: int) -> np.ndarray | None:
+    """Every element of contiguous planes (n, H, W) of 4-byte items repeated kh x kw times
+    (nearest upsampling by whole factors): (n, H kh, W kw); None without the kernel."""
+    if _lib is None or not _lib.repeat2d_range or planes.dtype.itemsize != 4:
+        return None
+    n, H, W = planes.shape
+    y = np.empty((n, H * kh, W * kw), planes.dtype)
+    t = _Repeat2d(planes.ctypes.data, y.ctypes.data, H, W, kh, kw)
+    ways = _ways(y.size, n, _PARALLEL_ELEMENTS * 4)
+    _run(_lib.repeat2d_range, t, [n * i // ways for i in range(ways + 1)], ways)
+    return y
 
 
 # ----------------------------------------------------------------------------- elementwise
