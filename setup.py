@@ -20,6 +20,7 @@ setup(
                 "onyx/runtime/native/kernels.c",
                 "onyx/runtime/native/conv_f32.c",
                 "onyx/runtime/native/resize.c",
+                "onyx/runtime/native/rnn.c",
                 "onyx/runtime/native/pool.c",
             ],
             depends=["onyx/runtime/native/activation.h"],

@@ -122,3 +122,56 @@ def test_layout_1_is_the_transposed_layout_0(op):
     np.testing.assert_array_equal(y1[0], y0[0].transpose(2, 0, 1, 3))
     for a, b in zip(y1[1:], y0[1:]):
         np.testing.assert_array_equal(a, b.swapaxes(0, 1))
+
+
+_LSTM_CASES = [  # steps, batch, inputs, hidden, direction, initial states
+    (7, 1, 5, 16, "forward", False),
+    (6, 3, 8, 32, "reverse", True),
+    (5, 9, 4, 48, "bidirectional", True),  # batch past a multiple of 4
+]
+
+
+@pytest.mark.parametrize("case", _LSTM_CASES)
+def test_native_lstm_matches_the_numpy_recurrence(case, monkeypatch):
+    """The common LSTM's native recurrence (rnn.c) against the numpy loop it replaces (and so,
+    transitively, onnxruntime): H, Y_h and Y_c within float32 rounding."""
+    from onyx.runtime import native
+    from onyx.runtime.kernels.rnn import lstm
+
+    if not native.lstm_ok(16):
+        pytest.skip("no native LSTM (AVX-512)")
+    T, B, I, H, direction, states = case
+    D = 2 if direction == "bidirectional" else 1
+    rng = np.random.default_rng(T * B)
+    X = rng.standard_normal((T, B, I)).astype(np.float32)
+    W, R = (rng.standard_normal((D, 4 * H, n)).astype(np.float32) * 0.3 for n in (I, H))
+    W.flags.writeable = R.flags.writeable = False
+    bias = rng.standard_normal((D, 8 * H)).astype(np.float32) * 0.3
+    h0, c0 = (rng.standard_normal((D, B, H)).astype(np.float32) if states else None for _ in "hc")
+    X[0, 0, 0] = 40.0  # saturated gates
+    calls, run = [], native.lstm_f32
+    monkeypatch.setattr(native, "lstm_f32", lambda *a: calls.append(1) or run(*a))
+    got = lstm(X, W, R, bias, None, h0, c0, hidden_size=H, direction=direction)
+    assert calls, "the native recurrence did not run"
+    monkeypatch.setattr(native, "lstm_ok", lambda hidden: False)
+    want = lstm(X, W, R, bias, None, h0, c0, hidden_size=H, direction=direction)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=2e-6)
+
+
+def test_native_lstm_leaves_the_other_variants_to_numpy(monkeypatch):
+    """Peepholes, clipping and partial sequences keep the numpy loop (onnxruntime parity is
+    tested above for them)."""
+    from onyx.runtime import native
+    from onyx.runtime.kernels.rnn import lstm
+
+    calls, run = [], native.lstm_f32
+    monkeypatch.setattr(native, "lstm_f32", lambda *a: calls.append(1) or run(*a))
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((4, 2, 3)).astype(np.float32)
+    W, R = (rng.standard_normal((1, 64, n)).astype(np.float32) for n in (3, 16))
+    lstm(X, W, R, P=np.ones((1, 48), np.float32), hidden_size=16)
+    lstm(X, W, R, clip=0.5, hidden_size=16)
+    lstm(X, W, R, sequence_lens=np.array([4, 2], np.int32), hidden_size=16)
+    lstm(X, W, R, activations=["Sigmoid", "Tanh", "Relu"], hidden_size=16)
+    assert calls == []

@@ -28,7 +28,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import native
 from ..registry import op
+from .derived import derived, frozen
 
 # --- activations ---------------------------------------------------------------------------------
 # name -> (factory(alpha, beta, dtype) of a function act(x, out) writing into out (which may be
@@ -441,6 +443,14 @@ def gru(
 # --- LSTM ----------------------------------------------------------------------------------------
 
 
+def _transposed(R: np.ndarray) -> np.ndarray:
+    """R [gates, dirs, H (out), H (in)] as the native LSTM reads it: per direction and block of
+    16 output columns, [in, gates, 16]."""
+    gates, dirs, H = R.shape[:3]
+    blocks = R.reshape(gates, dirs, H // 16, 16, H)  # [gates, dirs, block, 16 out, in]
+    return np.ascontiguousarray(blocks.transpose(1, 2, 4, 0, 3), np.float32)
+
+
 @op("LSTM", since=1)
 def lstm(
     X,
@@ -483,6 +493,12 @@ def lstm(
     # and the usual f = Sigmoid, g = Tanh take 4 calls instead of 5, one tanh for all four gates:
     # sigmoid(x) = (1 + tanh(x / 2)) / 2
     one_tanh = fused and set(names[0::3]) == {"sigmoid"} and set(names[1::3]) == {"tanh"}
+    common = one_tanh and set(names[2::3]) == {"tanh"} and not clipped  # (H = o tanh(C))
+    if common and layer.lens is None and layer.dtype == np.float32:
+        if native.lstm_ok(layer.hidden):  # the whole recurrence in C (rnn.c)
+            rt = derived(R, ("lstm rt",), lambda: frozen(_transposed(layer.R)))
+            Ys, Cs = native.lstm_f32(layer.xs, rt, layer.h0, layer.c0)
+            return _finish(layer, Ys, Cs)
     half = np.asarray(0.5, layer.dtype)
     gates = layer.gate_buffer()
     i, o, fg, cg = gates

@@ -48,6 +48,8 @@ __all__ = [
     "int8_gemm",
     "int8_gemm_ok",
     "lookup8",
+    "lstm_f32",
+    "lstm_ok",
     "pack",
     "pack_conv_f32",
     "qlinear_binary",
@@ -134,6 +136,12 @@ class _Bilinear(ctypes.Structure):  # resize.c's bilinear
 
 class _Repeat2d(ctypes.Structure):  # resize.c's repeat2d
     _fields_ = [("x", _P), ("y", _P)] + [(n, _I64) for n in ("H", "W", "kh", "kw")]
+
+
+class _Lstm(ctypes.Structure):  # rnn.c's lstm
+    _fields_ = [(n, _P) for n in ("xs", "rt", "h0", "c0", "ys", "cs")] + [
+        (n, _I64) for n in ("steps", "dirs", "batch", "H")
+    ]
 
 
 class _ImplicitConvTask(ctypes.Structure):
@@ -242,6 +250,9 @@ def _load():
     bilinear = lib.onyx_bilinear_built() and caps & 2
     lib.bilinear_range = address(lib.onyx_bilinear_f32_range) if bilinear else None
     lib.repeat2d_range = address(lib.onyx_repeat2d_u32_range) if bilinear else None
+    lib.lstm = lib.onyx_lstm if lib.onyx_lstm_built() and caps & 2 else None
+    if lib.lstm:
+        lib.lstm.restype, lib.lstm.argtypes = _INT, [_P, _P, _I64, _I64]
     lib.depthwise_f32, lib.depthwise_i8, lib.conv_small = (address(fn) for fn in kernels[:3])
     lib.depthwise_lanes = kernels[3]
     if vnni:
@@ -898,6 +909,30 @@ def repeat2d_4byte(planes: np.ndarray, kh: int, kw: int) -> np.ndarray | None:
     ways = _ways(y.size, n, _PARALLEL_ELEMENTS * 4)
     _run(_lib.repeat2d_range, t, [n * i // ways for i in range(ways + 1)], ways)
     return y
+
+
+# ----------------------------------------------------------------------------- LSTM
+
+
+def lstm_ok(hidden: int) -> bool:
+    """Whether :func:`lstm_f32` runs here (AVX-512; H a multiple of 16)."""
+    return _lib is not None and bool(_lib.lstm) and hidden % 16 == 0
+
+
+def lstm_f32(xs: np.ndarray, rt: np.ndarray, h0: np.ndarray, c0: np.ndarray):
+    """The common LSTM's recurrence (rnn.c): xs [steps, 4, dirs, batch, H] input projections
+    (gates i, o, f, c; biases in), rt [dirs, H / 16, H, 4, 16] the recurrent weights, h0 and
+    c0 [dirs, batch, H]; every step's H and C, [steps, dirs, batch, H] each."""
+    steps, _, dirs, batch, H = xs.shape
+    ys = np.empty((steps, dirs, batch, H), np.float32)
+    cs = np.empty_like(ys)
+    h0, c0 = (np.ascontiguousarray(a, np.float32) for a in (h0, c0))
+    t = _Lstm(*(a.ctypes.data for a in (xs, rt, h0, c0, ys, cs)), steps, dirs, batch, H)
+    parts = dirs * (H // 16)
+    ways = _ways(4 * H * H * batch * dirs, parts, _PARALLEL_MACS // 4)
+    cuts = np.array([parts * i // ways for i in range(ways + 1)], np.int64)
+    _lib.lstm(ctypes.byref(t), cuts.ctypes.data, len(cuts) - 1, ways)
+    return ys, cs
 
 
 # ----------------------------------------------------------------------------- elementwise
