@@ -175,3 +175,35 @@ def test_native_lstm_leaves_the_other_variants_to_numpy(monkeypatch):
     lstm(X, W, R, sequence_lens=np.array([4, 2], np.int32), hidden_size=16)
     lstm(X, W, R, activations=["Sigmoid", "Tanh", "Relu"], hidden_size=16)
     assert calls == []
+
+
+@pytest.mark.parametrize("case", _LSTM_CASES)
+def test_native_gru_matches_the_numpy_recurrence(case, monkeypatch):
+    """PyTorch's GRU (linear_before_reset) on the native recurrence against the numpy loop."""
+    from onyx.runtime import native
+    from onyx.runtime.kernels.rnn import gru
+
+    if not native.lstm_ok(16):
+        pytest.skip("no native recurrences (AVX-512)")
+    T, B, I, H, direction, states = case
+    D = 2 if direction == "bidirectional" else 1
+    rng = np.random.default_rng(T + B)
+    X = rng.standard_normal((T, B, I)).astype(np.float32)
+    W, R = (rng.standard_normal((D, 3 * H, n)).astype(np.float32) * 0.3 for n in (I, H))
+    W.flags.writeable = R.flags.writeable = False
+    bias = rng.standard_normal((D, 6 * H)).astype(np.float32) * 0.3
+    h0 = rng.standard_normal((D, B, H)).astype(np.float32) if states else None
+    calls, run = [], native.gru_f32
+    monkeypatch.setattr(native, "gru_f32", lambda *a: calls.append(1) or run(*a))
+    attrs = {"hidden_size": H, "direction": direction, "linear_before_reset": 1}
+    got = gru(X, W, R, bias, None, h0, **attrs)
+    assert calls, "the native recurrence did not run"
+    monkeypatch.setattr(native, "lstm_ok", lambda hidden: False)
+    want = gru(X, W, R, bias, None, h0, **attrs)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=2e-6)
+    calls.clear()
+    monkeypatch.undo()
+    monkeypatch.setattr(native, "gru_f32", lambda *a: calls.append(1) or run(*a))
+    gru(X, W, R, bias, None, h0, hidden_size=H, direction=direction)  # linear_before_reset 0
+    assert calls == []

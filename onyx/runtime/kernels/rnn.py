@@ -405,6 +405,13 @@ def gru(
     names = _activation_names(activations, 2, layer.n_dirs, ["sigmoid", "tanh"])
     f, g = _activations(names, activation_alpha, activation_beta, 2, layer.dtype)
     clipped = _clipper(clip, layer.dtype)
+    pytorch = linear_before_reset and set(names[0::2]) == {"sigmoid"} and set(names[1::2]) == {
+        "tanh"}  # fmt: skip
+    if pytorch and not clipped and layer.lens is None and layer.dtype == np.float32:
+        if native.lstm_ok(layer.hidden):  # the whole recurrence in C (rnn.c)
+            rt = derived(R, ("gru rt",), lambda: frozen(_transposed(layer.R)))
+            rbh = layer.Rb[2].reshape(layer.n_dirs, layer.hidden)
+            return _finish(layer, native.gru_f32(layer.xs, rt, rbh, layer.h0))
     Ys, h = layer.history(), layer.h0
     xs_zr, xs_h, Rbh = layer.xs[:, :2], layer.xs[:, 2], np.ascontiguousarray(layer.Rb[2])
     gates = layer.gate_buffer()
@@ -444,8 +451,8 @@ def gru(
 
 
 def _transposed(R: np.ndarray) -> np.ndarray:
-    """R [gates, dirs, H (out), H (in)] as the native LSTM reads it: per direction and block of
-    16 output columns, [in, gates, 16]."""
+    """R [gates, dirs, H (out), H (in)] as the native LSTM / GRU read it: per direction and
+    block of 16 output columns, [in, gates, 16]."""
     gates, dirs, H = R.shape[:3]
     blocks = R.reshape(gates, dirs, H // 16, 16, H)  # [gates, dirs, block, 16 out, in]
     return np.ascontiguousarray(blocks.transpose(1, 2, 4, 0, 3), np.float32)

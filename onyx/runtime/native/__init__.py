@@ -42,6 +42,7 @@ __all__ = [
     "depthwise_f32",
     "depthwise_int",
     "depthwise_ok",
+    "gru_f32",
     "gathered_int8_gemm",
     "hardswish_f32",
     "implicit_conv",
@@ -139,7 +140,7 @@ class _Repeat2d(ctypes.Structure):  # resize.c's repeat2d
 
 
 class _Lstm(ctypes.Structure):  # rnn.c's lstm
-    _fields_ = [(n, _P) for n in ("xs", "rt", "h0", "c0", "ys", "cs")] + [
+    _fields_ = [(n, _P) for n in ("xs", "rt", "h0", "c0", "rbh", "ys", "cs")] + [
         (n, _I64) for n in ("steps", "dirs", "batch", "H")
     ]
 
@@ -250,9 +251,10 @@ def _load():
     bilinear = lib.onyx_bilinear_built() and caps & 2
     lib.bilinear_range = address(lib.onyx_bilinear_f32_range) if bilinear else None
     lib.repeat2d_range = address(lib.onyx_repeat2d_u32_range) if bilinear else None
-    lib.lstm = lib.onyx_lstm if lib.onyx_lstm_built() and caps & 2 else None
-    if lib.lstm:
-        lib.lstm.restype, lib.lstm.argtypes = _INT, [_P, _P, _I64, _I64]
+    rnn = lib.onyx_lstm_built() and caps & 2
+    lib.lstm, lib.gru = (lib.onyx_lstm, lib.onyx_gru) if rnn else (None, None)
+    for fn in (lib.lstm, lib.gru) if rnn else ():
+        fn.restype, fn.argtypes = _INT, [_P, _P, _I64, _I64]
     lib.depthwise_f32, lib.depthwise_i8, lib.conv_small = (address(fn) for fn in kernels[:3])
     lib.depthwise_lanes = kernels[3]
     if vnni:
@@ -923,15 +925,28 @@ def lstm_f32(xs: np.ndarray, rt: np.ndarray, h0: np.ndarray, c0: np.ndarray):
     """The common LSTM's recurrence (rnn.c): xs [steps, 4, dirs, batch, H] input projections
     (gates i, o, f, c; biases in), rt [dirs, H / 16, H, 4, 16] the recurrent weights, h0 and
     c0 [dirs, batch, H]; every step's H and C, [steps, dirs, batch, H] each."""
-    steps, _, dirs, batch, H = xs.shape
+    ys, cs = _recurrence(_lib.lstm, xs, rt, h0, c0, None)
+    return ys, cs
+
+
+def gru_f32(xs: np.ndarray, rt: np.ndarray, rbh: np.ndarray, h0: np.ndarray) -> np.ndarray:
+    """PyTorch's GRU's recurrence (linear_before_reset; rnn.c): xs [steps, 3, dirs, batch, H]
+    (gates z, r, h; biases in but the candidate's recurrent one, rbh [dirs, H]), rt [dirs, H /
+    16, H, 3, 16], h0 [dirs, batch, H]; every step's H, [steps, dirs, batch, H]."""
+    return _recurrence(_lib.gru, xs, rt, h0, None, rbh)[0]
+
+
+def _recurrence(fn, xs, rt, h0, c0, rbh):
+    steps, gates, dirs, batch, H = xs.shape
     ys = np.empty((steps, dirs, batch, H), np.float32)
-    cs = np.empty_like(ys)
-    h0, c0 = (np.ascontiguousarray(a, np.float32) for a in (h0, c0))
-    t = _Lstm(*(a.ctypes.data for a in (xs, rt, h0, c0, ys, cs)), steps, dirs, batch, H)
+    cs = np.empty_like(ys) if c0 is not None else None
+    keep = [None if a is None else np.ascontiguousarray(a, np.float32) for a in (h0, c0, rbh)]
+    t = _Lstm(xs.ctypes.data, rt.ctypes.data, *map(_addr, keep), ys.ctypes.data, _addr(cs),
+              steps, dirs, batch, H)  # fmt: skip
     parts = dirs * (H // 16)
-    ways = _ways(4 * H * H * batch * dirs, parts, _PARALLEL_MACS // 4)
+    ways = _ways(gates * H * H * batch * dirs, parts, _PARALLEL_MACS // 4)
     cuts = np.array([parts * i // ways for i in range(ways + 1)], np.int64)
-    _lib.lstm(ctypes.byref(t), cuts.ctypes.data, len(cuts) - 1, ways)
+    fn(ctypes.byref(t), cuts.ctypes.data, len(cuts) - 1, ways)
     return ys, cs
 
 

@@ -1,6 +1,6 @@
-/* LSTM on AVX-512 (part of the _kernels library): the recurrence of the common LSTM (sigmoid,
- * tanh, tanh; no peepholes, no clip, no coupled input-forget gate, every sequence whole)
- * in C, a step per pool job.
+/* LSTM and GRU on AVX-512 (part of the _kernels library): the recurrence of the common LSTM
+ * (sigmoid, tanh, tanh; no peepholes, no clip, no coupled input-forget gate, every sequence
+ * whole) and of PyTorch's GRU (the same, linear_before_reset) in C, a step per pool job.
  *
  * kernels/rnn.py computes the input projections of every step up front (one GEMM) and hands
  * them over as xs [steps, 4 gates, dirs, batch, H], with the recurrent weights in blocks of 16
@@ -30,11 +30,12 @@ int onyx_parallel(range_fn fn, const void *args, const int64_t *cuts, int64_t pa
                   int64_t threads);
 
 typedef struct {
-    const float *xs;     /* [steps, 4, dirs, batch, H] input projections (biases in) */
-    const float *rt;     /* [dirs, H / 16, H (in), 4 gates, 16 (out)] recurrent weights: a
-                            part's columns of all four gates, one contiguous run */
-    const float *h0, *c0; /* [dirs, batch, H] */
-    float *ys, *cs;      /* [steps, dirs, batch, H] every step's H and C */
+    const float *xs;     /* [steps, gates, dirs, batch, H] input projections (biases in) */
+    const float *rt;     /* [dirs, H / 16, H (in), gates, 16 (out)] recurrent weights: a
+                            part's columns of every gate, one contiguous run */
+    const float *h0, *c0; /* [dirs, batch, H] (c0: LSTM's) */
+    const float *rbh;    /* [dirs, H]: GRU's recurrent bias of its candidate gate */
+    float *ys, *cs;      /* [steps, dirs, batch, H] every step's H (and LSTM's C) */
     int64_t steps, dirs, batch, H;
 } lstm;
 
@@ -89,22 +90,22 @@ INLINE __m512 tanh512(__m512 x) {
     return _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x); /* NaN stays */
 }
 
-/* Rows b0 .. b0 + rows (<= 4) of direction d, columns n .. n + 16: the four gates' sums. */
+/* Rows b0 .. b0 + rows (<= 4) of direction d, columns n .. n + 16: the G gates' sums. */
 INLINE void gate_sums(const lstm_step *s, int64_t d, int64_t b0, int rows, int64_t n,
-                      __m512 acc[4][4]) {
+                      __m512 acc[4][4], const int G) {
     const lstm *t = s->t;
     int64_t H = t->H;
-    for (int g = 0; g < 4; g++)
+    for (int g = 0; g < G; g++)
         for (int r = 0; r < 4; r++) acc[g][r] = _mm512_setzero_ps();
-    const float *rt = t->rt + (d * H + n) * H * 4; /* (d, n / 16) block: H x 4 x 16 */
+    const float *rt = t->rt + (d * H + n) * H * G; /* (d, n / 16) block: H x G x 16 */
     const float *h = s->h + (d * t->batch + b0) * H;
     for (int64_t k = 0; k < H; k++) {
         __m512 w[4];
-        for (int g = 0; g < 4; g++) w[g] = _mm512_loadu_ps(rt + (k * 4 + g) * 16);
+        for (int g = 0; g < G; g++) w[g] = _mm512_loadu_ps(rt + (k * G + g) * 16);
         for (int r = 0; r < 4; r++) {
             if (r >= rows) break;
             __m512 hv = _mm512_set1_ps(h[r * H + k]);
-            for (int g = 0; g < 4; g++) acc[g][r] = _mm512_fmadd_ps(hv, w[g], acc[g][r]);
+            for (int g = 0; g < G; g++) acc[g][r] = _mm512_fmadd_ps(hv, w[g], acc[g][r]);
         }
     }
 }
@@ -119,7 +120,7 @@ EXPORT AVX512 int onyx_lstm_step_range(const void *p, int64_t begin, int64_t end
         for (int64_t b0 = 0; b0 < t->batch; b0 += 4) {
             int rows = t->batch - b0 < 4 ? (int)(t->batch - b0) : 4;
             __m512 acc[4][4];
-            gate_sums(s, d, b0, rows, n, acc);
+            gate_sums(s, d, b0, rows, n, acc, 4);
             for (int r = 0; r < rows; r++) {
                 int64_t at = (d * t->batch + b0 + r) * H + n; /* (gate 0's; + g * gate) */
                 __m512 i = sigmoid512(_mm512_add_ps(acc[0][r], _mm512_loadu_ps(s->x + at)));
@@ -144,6 +145,42 @@ EXPORT int onyx_lstm(const lstm *t, const int64_t *cuts, int64_t ranges, int64_t
         lstm_step s = {t, t->xs + k * 4 * state, k ? t->ys + (k - 1) * state : t->h0,
                        k ? t->cs + (k - 1) * state : t->c0, t->ys + k * state, t->cs + k * state};
         onyx_parallel(onyx_lstm_step_range, &s, cuts, ranges, threads);
+    }
+    return 0;
+}
+/* GRU's step (linear_before_reset: PyTorch's): z, r = sigmoid(.), n = tanh(x_n + r (h . R_n +
+   Rb_n)), H = n + z (H_prev - n), as kernels/rnn.py orders it. Parts as the LSTM's. */
+EXPORT AVX512 int onyx_gru_step_range(const void *p, int64_t begin, int64_t end) {
+    const lstm_step *s = p;
+    const lstm *t = s->t;
+    int64_t H = t->H, blocks = H / 16, gate = t->dirs * t->batch * H;
+    for (int64_t q = begin; q < end; q++) {
+        int64_t d = q / blocks, n = (q % blocks) * 16;
+        __m512 rb = _mm512_loadu_ps(t->rbh + d * H + n);
+        for (int64_t b0 = 0; b0 < t->batch; b0 += 4) {
+            int rows = t->batch - b0 < 4 ? (int)(t->batch - b0) : 4;
+            __m512 acc[4][4];
+            gate_sums(s, d, b0, rows, n, acc, 3);
+            for (int r = 0; r < rows; r++) {
+                int64_t at = (d * t->batch + b0 + r) * H + n;
+                __m512 z = sigmoid512(_mm512_add_ps(acc[0][r], _mm512_loadu_ps(s->x + at)));
+                __m512 rg = sigmoid512(_mm512_add_ps(acc[1][r], _mm512_loadu_ps(s->x + gate + at)));
+                __m512 c = _mm512_mul_ps(_mm512_add_ps(acc[2][r], rb), rg);
+                c = tanh512(_mm512_add_ps(c, _mm512_loadu_ps(s->x + 2 * gate + at)));
+                __m512 h = _mm512_loadu_ps(s->h + at);
+                _mm512_storeu_ps(s->y + at, _mm512_add_ps(_mm512_mul_ps(_mm512_sub_ps(h, c), z), c));
+            }
+        }
+    }
+    return 0;
+}
+
+EXPORT int onyx_gru(const lstm *t, const int64_t *cuts, int64_t ranges, int64_t threads) {
+    int64_t state = t->dirs * t->batch * t->H;
+    for (int64_t k = 0; k < t->steps; k++) {
+        lstm_step s = {t, t->xs + k * 3 * state, k ? t->ys + (k - 1) * state : t->h0, 0,
+                       t->ys + k * state, 0};
+        onyx_parallel(onyx_gru_step_range, &s, cuts, ranges, threads);
     }
     return 0;
 }
