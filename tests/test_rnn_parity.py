@@ -138,7 +138,7 @@ def test_native_lstm_matches_the_numpy_recurrence(case, monkeypatch):
     from onyx.runtime import native
     from onyx.runtime.kernels.rnn import lstm
 
-    if not native.lstm_ok(16):
+    if not native.recurrence_ok(16):
         pytest.skip("no native LSTM (AVX-512)")
     T, B, I, H, direction, states = case
     D = 2 if direction == "bidirectional" else 1
@@ -153,7 +153,7 @@ def test_native_lstm_matches_the_numpy_recurrence(case, monkeypatch):
     monkeypatch.setattr(native, "lstm_f32", lambda *a: calls.append(1) or run(*a))
     got = lstm(X, W, R, bias, None, h0, c0, hidden_size=H, direction=direction)
     assert calls, "the native recurrence did not run"
-    monkeypatch.setattr(native, "lstm_ok", lambda hidden: False)
+    monkeypatch.setattr(native, "recurrence_ok", lambda hidden: False)
     want = lstm(X, W, R, bias, None, h0, c0, hidden_size=H, direction=direction)
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=2e-6)
@@ -183,7 +183,7 @@ def test_native_gru_matches_the_numpy_recurrence(case, monkeypatch):
     from onyx.runtime import native
     from onyx.runtime.kernels.rnn import gru
 
-    if not native.lstm_ok(16):
+    if not native.recurrence_ok(16):
         pytest.skip("no native recurrences (AVX-512)")
     T, B, I, H, direction, states = case
     D = 2 if direction == "bidirectional" else 1
@@ -198,7 +198,7 @@ def test_native_gru_matches_the_numpy_recurrence(case, monkeypatch):
     attrs = {"hidden_size": H, "direction": direction, "linear_before_reset": 1}
     got = gru(X, W, R, bias, None, h0, **attrs)
     assert calls, "the native recurrence did not run"
-    monkeypatch.setattr(native, "lstm_ok", lambda hidden: False)
+    monkeypatch.setattr(native, "recurrence_ok", lambda hidden: False)
     want = gru(X, W, R, bias, None, h0, **attrs)
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=2e-6)

@@ -408,7 +408,7 @@ def gru(
     pytorch = linear_before_reset and set(names[0::2]) == {"sigmoid"} and set(names[1::2]) == {
         "tanh"}  # fmt: skip
     if pytorch and not clipped and layer.lens is None and layer.dtype == np.float32:
-        if native.lstm_ok(layer.hidden):  # the whole recurrence in C (rnn.c)
+        if native.recurrence_ok(layer.hidden):  # the whole recurrence in C (rnn.c)
             rt = derived(R, ("gru rt",), lambda: frozen(_transposed(layer.R)))
             rbh = layer.Rb[2].reshape(layer.n_dirs, layer.hidden)
             return _finish(layer, native.gru_f32(layer.xs, rt, rbh, layer.h0))
@@ -502,7 +502,7 @@ def lstm(
     one_tanh = fused and set(names[0::3]) == {"sigmoid"} and set(names[1::3]) == {"tanh"}
     common = one_tanh and set(names[2::3]) == {"tanh"} and not clipped  # (H = o tanh(C))
     if common and layer.lens is None and layer.dtype == np.float32:
-        if native.lstm_ok(layer.hidden):  # the whole recurrence in C (rnn.c)
+        if native.recurrence_ok(layer.hidden):  # the whole recurrence in C (rnn.c)
             rt = derived(R, ("lstm rt",), lambda: frozen(_transposed(layer.R)))
             Ys, Cs = native.lstm_f32(layer.xs, rt, layer.h0, layer.c0)
             return _finish(layer, Ys, Cs)

@@ -1,8 +1,10 @@
-"""onyx's optional native kernels (kernels.c, on pool.c's threads), loaded with ctypes.
+"""onyx's optional native kernels (kernels.c, conv_f32.c, resize.c, rnn.c, on pool.c's
+threads), loaded with ctypes.
 
-setup.py compiles kernels.c into ``_kernels`` (an optional extension: the install goes on
-without it where there is no C compiler). onyx works the same without it, only slower on
-quantized models: every caller keeps its numpy path and asks :func:`int8_gemm_ok` first.
+setup.py compiles them into ``_kernels`` (an optional extension: the install goes on without it
+where there is no C compiler). onyx works the same without it, only slower: every caller keeps
+its numpy path and asks whether the native one applies first (``int8_gemm_ok``,
+``conv_f32_ok``, ``bilinear_ok``, ``recurrence_ok``, ...).
 
 ``ONYX_NATIVE=0`` in the environment turns the library off (the tests run both ways).
 
@@ -10,10 +12,11 @@ The int8 GEMM needs AVX512-VNNI (x86-64 from Intel Ice Lake / AMD Zen 4 on). It 
 int32 accumulation of 8-bit products, as onnxruntime's, for K up to 2**15 (beyond, int32
 sums of 255 * 255 products could overflow and the numpy path is used).
 
-The depthwise convs (float32 and integer), the few-input-channel conv and HardSwish are the
-other kernels: numpy's BLAS does not serve them. The depthwise convs run anywhere the library
-builds (16 channels per vector on AVX-512, one plane at a time elsewhere); the small conv
-needs AVX-512 (``_lib.conv_small`` is falsy without it).
+The other kernels serve what numpy's BLAS does not: depthwise convs (float32 and integer;
+16 channels per vector on AVX-512, one plane at a time elsewhere), the float32 implicit-GEMM
+conv (conv_f32.c), the few-input-channel stem conv, HardSwish, byte lookups, QLinearAdd/Mul,
+QuantizeLinear, bilinear and nearest Resize (resize.c) and the LSTM / GRU recurrences
+(rnn.c). All but the portable depthwise and elementwise kernels need AVX-512.
 """
 
 from __future__ import annotations
@@ -29,32 +32,33 @@ from pathlib import Path
 import numpy as np
 
 __all__ = [
-    "BYTES",
-    "Packed",
     "available",
     "batched_int8_gemm",
     "bilinear_f32",
     "bilinear_ok",
-    "conv_small_f32",
-    "FloatConv",
+    "BYTES",
     "conv_f32_ok",
+    "conv_small_f32",
     "conv_small_ok",
+    "depthwise_activates",
     "depthwise_f32",
     "depthwise_int",
     "depthwise_ok",
-    "gru_f32",
+    "FloatConv",
     "gathered_int8_gemm",
+    "gru_f32",
     "hardswish_f32",
     "implicit_conv",
     "int8_gemm",
     "int8_gemm_ok",
     "lookup8",
     "lstm_f32",
-    "lstm_ok",
     "pack",
     "pack_conv_f32",
+    "Packed",
     "qlinear_binary",
     "quantize_f32",
+    "recurrence_ok",
     "repeat2d_4byte",
     "thread_setting",
     "threads",
@@ -139,7 +143,7 @@ class _Repeat2d(ctypes.Structure):  # resize.c's repeat2d
     _fields_ = [("x", _P), ("y", _P)] + [(n, _I64) for n in ("H", "W", "kh", "kw")]
 
 
-class _Lstm(ctypes.Structure):  # rnn.c's lstm
+class _Recurrence(ctypes.Structure):  # rnn.c's recurrence
     _fields_ = [(n, _P) for n in ("xs", "rt", "h0", "c0", "rbh", "ys", "cs")] + [
         (n, _I64) for n in ("steps", "dirs", "batch", "H")
     ]
@@ -836,7 +840,8 @@ class FloatConv:
         # Parts that split the output channels would each pack every strip's columns: they
         # are packed once beforehand instead (a deep layer's are small), except where a
         # 1x1 conv reads them in place.
-        plain = tuple(kernel) == (1, 1) and tuple(strides) == (1, 1) and not any(begin)
+        plain = (tuple(kernel) == (1, 1) and tuple(strides) == (1, 1) and not any(begin)
+                 and tuple(out_shape) == (H, W))  # fmt: skip
         self.cols = group * strips * K * nr
         if blocks == 1 or plain or self.cols * 4 > _CONV_COLS_BYTES:
             self.cols = 0
@@ -913,11 +918,11 @@ def repeat2d_4byte(planes: np.ndarray, kh: int, kw: int) -> np.ndarray | None:
     return y
 
 
-# ----------------------------------------------------------------------------- LSTM
+# ----------------------------------------------------------------------------- LSTM, GRU
 
 
-def lstm_ok(hidden: int) -> bool:
-    """Whether :func:`lstm_f32` runs here (AVX-512; H a multiple of 16)."""
+def recurrence_ok(hidden: int) -> bool:
+    """Whether :func:`lstm_f32` and :func:`gru_f32` run here (AVX-512; H a multiple of 16)."""
     return _lib is not None and bool(_lib.lstm) and hidden % 16 == 0
 
 
@@ -941,7 +946,7 @@ def _recurrence(fn, xs, rt, h0, c0, rbh):
     ys = np.empty((steps, dirs, batch, H), np.float32)
     cs = np.empty_like(ys) if c0 is not None else None
     keep = [None if a is None else np.ascontiguousarray(a, np.float32) for a in (h0, c0, rbh)]
-    t = _Lstm(xs.ctypes.data, rt.ctypes.data, *map(_addr, keep), ys.ctypes.data, _addr(cs),
+    t = _Recurrence(xs.ctypes.data, rt.ctypes.data, *map(_addr, keep), ys.ctypes.data, _addr(cs),
               steps, dirs, batch, H)  # fmt: skip
     parts = dirs * (H // 16)
     ways = _ways(gates * H * H * batch * dirs, parts, _PARALLEL_MACS // 4)

@@ -253,7 +253,7 @@ EXPORT AVX512 int onyx_conv_f32_range(const void *p, int64_t begin, int64_t end)
        pixel's k-th column value is at its own offset in the k-th channel's plane */
     int64_t Cg = t->C / t->group, plane = t->H * t->W;
     int plain = t->kh == 1 && t->kw == 1 && t->sh == 1 && t->sw == 1 && t->top == 0 &&
-                t->left == 0 && t->OW == t->W;
+                t->left == 0 && t->OW == t->W && t->OH == t->H; /* (an end pad adds rows) */
     for (int64_t q = begin; q < end; q++) {
         /* (blocks of strips vary fastest: a thread's share of a layer with few strips, whose
            last may be short, is then some blocks of panels over all of them) */

@@ -37,13 +37,13 @@ typedef struct {
     const float *rbh;    /* [dirs, H]: GRU's recurrent bias of its candidate gate */
     float *ys, *cs;      /* [steps, dirs, batch, H] every step's H (and LSTM's C) */
     int64_t steps, dirs, batch, H;
-} lstm;
+} recurrence;
 
 typedef struct { /* one step's job */
-    const lstm *t;
+    const recurrence *t;
     const float *x, *h, *c; /* this step's projections, the previous H and C */
     float *y, *cy;          /* this step's H and C */
-} lstm_step;
+} recurrence_step;
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
@@ -91,9 +91,9 @@ INLINE __m512 tanh512(__m512 x) {
 }
 
 /* Rows b0 .. b0 + rows (<= 4) of direction d, columns n .. n + 16: the G gates' sums. */
-INLINE void gate_sums(const lstm_step *s, int64_t d, int64_t b0, int rows, int64_t n,
+INLINE void gate_sums(const recurrence_step *s, int64_t d, int64_t b0, int rows, int64_t n,
                       __m512 acc[4][4], const int G) {
-    const lstm *t = s->t;
+    const recurrence *t = s->t;
     int64_t H = t->H;
     for (int g = 0; g < G; g++)
         for (int r = 0; r < 4; r++) acc[g][r] = _mm512_setzero_ps();
@@ -112,8 +112,8 @@ INLINE void gate_sums(const lstm_step *s, int64_t d, int64_t b0, int rows, int64
 
 /* Parts q = (direction, block of 16 columns); H is a multiple of 16. */
 EXPORT AVX512 int onyx_lstm_step_range(const void *p, int64_t begin, int64_t end) {
-    const lstm_step *s = p;
-    const lstm *t = s->t;
+    const recurrence_step *s = p;
+    const recurrence *t = s->t;
     int64_t H = t->H, blocks = H / 16, gate = t->dirs * t->batch * H;
     for (int64_t q = begin; q < end; q++) {
         int64_t d = q / blocks, n = (q % blocks) * 16;
@@ -139,10 +139,10 @@ EXPORT AVX512 int onyx_lstm_step_range(const void *p, int64_t begin, int64_t end
 
 /* Every step, each a pool job (its parts split at cuts[0 .. ranges]); the steps' H and C into
    ys and cs. */
-EXPORT int onyx_lstm(const lstm *t, const int64_t *cuts, int64_t ranges, int64_t threads) {
+EXPORT int onyx_lstm(const recurrence *t, const int64_t *cuts, int64_t ranges, int64_t threads) {
     int64_t state = t->dirs * t->batch * t->H;
     for (int64_t k = 0; k < t->steps; k++) {
-        lstm_step s = {t, t->xs + k * 4 * state, k ? t->ys + (k - 1) * state : t->h0,
+        recurrence_step s = {t, t->xs + k * 4 * state, k ? t->ys + (k - 1) * state : t->h0,
                        k ? t->cs + (k - 1) * state : t->c0, t->ys + k * state, t->cs + k * state};
         onyx_parallel(onyx_lstm_step_range, &s, cuts, ranges, threads);
     }
@@ -151,8 +151,8 @@ EXPORT int onyx_lstm(const lstm *t, const int64_t *cuts, int64_t ranges, int64_t
 /* GRU's step (linear_before_reset: PyTorch's): z, r = sigmoid(.), n = tanh(x_n + r (h . R_n +
    Rb_n)), H = n + z (H_prev - n), as kernels/rnn.py orders it. Parts as the LSTM's. */
 EXPORT AVX512 int onyx_gru_step_range(const void *p, int64_t begin, int64_t end) {
-    const lstm_step *s = p;
-    const lstm *t = s->t;
+    const recurrence_step *s = p;
+    const recurrence *t = s->t;
     int64_t H = t->H, blocks = H / 16, gate = t->dirs * t->batch * H;
     for (int64_t q = begin; q < end; q++) {
         int64_t d = q / blocks, n = (q % blocks) * 16;
@@ -175,10 +175,10 @@ EXPORT AVX512 int onyx_gru_step_range(const void *p, int64_t begin, int64_t end)
     return 0;
 }
 
-EXPORT int onyx_gru(const lstm *t, const int64_t *cuts, int64_t ranges, int64_t threads) {
+EXPORT int onyx_gru(const recurrence *t, const int64_t *cuts, int64_t ranges, int64_t threads) {
     int64_t state = t->dirs * t->batch * t->H;
     for (int64_t k = 0; k < t->steps; k++) {
-        lstm_step s = {t, t->xs + k * 3 * state, k ? t->ys + (k - 1) * state : t->h0, 0,
+        recurrence_step s = {t, t->xs + k * 3 * state, k ? t->ys + (k - 1) * state : t->h0, 0,
                        t->ys + k * state, 0};
         onyx_parallel(onyx_gru_step_range, &s, cuts, ranges, threads);
     }
