@@ -365,8 +365,9 @@ def _float_conv(x_shape, W, group: int, attrs: tuple, activation: int, alpha: fl
     begin = geo["pads"][: len(x_shape) - 2]
     if group > 1 and W.shape[1] == 1 or min(geo["pads"]) < 0:
         return None
-    if group == 1 and len(x_shape) == 4 and W[0].size <= native.SMALL_CONV_K and W.shape[0] >= 8:
-        return None  # (native.conv_small_ok's rule)
+    small = W[0].size <= native.SMALL_CONV_K and W.shape[0] >= 8  # (native.conv_small_ok's)
+    if group == 1 and len(x_shape) == 4 and small and W.shape[2:] != (1, 1):
+        return None  # a stem: the direct kernel (_conv sends a 1x1 conv to BLAS, not there)
     out_shape, strides, dilations = geo["out_shape"], geo["strides"], geo["dilations"]
     if x_shape[0] * math.prod(out_shape) < 16:  # a GEMV (an SE block's 1x1 on one pixel): the
         return None  # tile's pixel vectors would be mostly empty; BLAS's GEMV is faster
