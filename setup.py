@@ -23,7 +23,7 @@ setup(
                 "onyx/runtime/native/rnn.c",
                 "onyx/runtime/native/pool.c",
             ],
-            depends=["onyx/runtime/native/activation.h"],
+            depends=["onyx/runtime/native/activation.h", "onyx/runtime/native/onyx.h"],
             extra_compile_args=flags,
             extra_link_args=link,
             optional=True,

@@ -410,8 +410,10 @@ def _activated_depthwise(X, W, B, attrs: tuple, activation: tuple) -> np.ndarray
                              geo["dilations"], geo["out_shape"], activation)  # fmt: skip
 
 
-def _hashable(v):
-    return tuple(v) if isinstance(v, list) else v
+def conv_key(auto_pad, pads, strides, dilations, kernel_shape) -> tuple:
+    """A conv's geometry attributes as native_conv_f32's hashable ``attrs``."""
+    return tuple(tuple(v) if isinstance(v, list) else v
+                 for v in (auto_pad, pads, strides, dilations, kernel_shape))  # fmt: skip
 
 
 @op("Conv", since=1)
@@ -427,8 +429,7 @@ def conv(
     pads=None,
     strides=None,
 ):
-    attrs = tuple(map(_hashable, (auto_pad, pads, strides, dilations, kernel_shape)))
-    y = native_conv_f32(X, W, B, group, attrs)
+    y = native_conv_f32(X, W, B, group, conv_key(auto_pad, pads, strides, dilations, kernel_shape))
     if y is not None:
         return y
     ct = compute_dtype(X.dtype)
@@ -768,8 +769,8 @@ def qlinear_conv(
     # per weight, checked by the identity of the very objects it was made for (held, so no
     # id is reused), which skips a small conv's Python set-up (most of its time).
     runners = derived(w, ("qlinear conv",), dict)
-    key = (x.shape, x.dtype.char, auto_pad, *map(_hashable, (dilations, kernel_shape, pads,
-           strides)), group)  # fmt: skip
+    key = (x.shape, x.dtype.char, conv_key(auto_pad, pads, strides, dilations, kernel_shape),
+           group)  # fmt: skip
     hit = runners.get(key)
     if hit is not None and all(a is b for a, b in zip(hit[0], params)):
         return hit[1](x)

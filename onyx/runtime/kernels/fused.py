@@ -12,7 +12,7 @@ import numpy as np
 from .. import native
 from ..registry import ONYX_DOMAIN, op
 from .activation import hard_swish
-from .conv import _hashable, conv, native_conv_f32
+from .conv import conv, conv_key, native_conv_f32
 from .linalg import gemm
 
 MS = "com.microsoft"
@@ -92,7 +92,7 @@ def fused_conv(
             lo, hi = 0.01 if lo is None else lo, 0.0
         elif activation == "Clip":
             lo, hi = -np.inf if lo is None else lo, np.inf if hi is None else hi
-        attrs = tuple(map(_hashable, (auto_pad, pads, strides, dilations, kernel_shape)))
+        attrs = conv_key(auto_pad, pads, strides, dilations, kernel_shape)
         y = native_conv_f32(X, W, B, group, attrs, z=Z, activation=code, alpha=float(lo or 0.0),
                             beta=float(hi or 0.0))  # fmt: skip
         if y is not None:
@@ -129,7 +129,7 @@ def conv_hard_swish(
 ):
     """HardSwish(Conv(X, W, B)), the optimizer's ConvHardSwishFusion: the native conv applies
     the activation as it stores (the same float operations as the HardSwish kernel)."""
-    attrs = tuple(map(_hashable, (auto_pad, pads, strides, dilations, kernel_shape)))
+    attrs = conv_key(auto_pad, pads, strides, dilations, kernel_shape)
     code = native.CONV_ACTIVATIONS["HardSwish"]
     y = native_conv_f32(X, W, B, group, attrs, activation=code)
     if y is not None:

@@ -21,11 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(_WIN32)
-#define EXPORT __declspec(dllexport)
-#else
-#define EXPORT __attribute__((visibility("default")))
-#endif
+#include "onyx.h"
 
 #define CF_MR 8  /* output channels per register tile (divides the usual channel counts) */
 #define CF_NR 48 /* output pixels per register tile: three 16-lane vectors */

@@ -24,16 +24,8 @@
 #include <string.h>
 #include <math.h>
 
-#if defined(_WIN32)
-#define EXPORT __declspec(dllexport)
-#else
-#define EXPORT __attribute__((visibility("default")))
-#endif
+#include "onyx.h"
 
-/* pool.c: fn(args, cuts[i], cuts[i + 1]) for each part i, on up to `threads` threads. */
-typedef int (*range_fn)(const void *args, int64_t begin, int64_t end);
-int onyx_parallel(range_fn fn, const void *args, const int64_t *cuts, int64_t parts,
-                  int64_t threads);
 
 #define NR 32 /* columns per packed panel: two 16-lane vectors */
 #define MR 6  /* rows per register tile: 12 accumulators */

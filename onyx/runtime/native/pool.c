@@ -17,13 +17,7 @@
 #endif
 #include <stdint.h>
 
-#if defined(_WIN32)
-#define EXPORT __declspec(dllexport)
-#else
-#define EXPORT __attribute__((visibility("default")))
-#endif
-
-typedef int (*range_fn)(const void *args, int64_t begin, int64_t end);
+#include "onyx.h"
 
 static int run_serial(range_fn fn, const void *args, const int64_t *cuts, int64_t parts) {
     int status = 0;

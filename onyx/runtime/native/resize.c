@@ -14,11 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(_WIN32)
-#define EXPORT __declspec(dllexport)
-#else
-#define EXPORT __attribute__((visibility("default")))
-#endif
+#include "onyx.h"
 
 typedef struct {
     const float *x; /* planes (n, H, W), contiguous */

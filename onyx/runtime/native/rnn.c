@@ -19,15 +19,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#if defined(_WIN32)
-#define EXPORT __declspec(dllexport)
-#else
-#define EXPORT __attribute__((visibility("default")))
-#endif
+#include "onyx.h"
 
-typedef int (*range_fn)(const void *args, int64_t begin, int64_t end);
-int onyx_parallel(range_fn fn, const void *args, const int64_t *cuts, int64_t parts,
-                  int64_t threads);
 
 typedef struct {
     const float *xs;     /* [steps, gates, dirs, batch, H] input projections (biases in) */
