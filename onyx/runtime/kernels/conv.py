@@ -402,8 +402,9 @@ def native_conv_f32(X, W, B, group: int, attrs: tuple, *, z=None, activation: in
 
 def _activated_depthwise(X, W, B, attrs: tuple, activation: tuple) -> np.ndarray | None:
     """A float32 depthwise conv whose activation the native kernel applies as it stores (a
-    MobileNet block's), or None."""
-    geo = _conv_geometry(X.shape, W.shape, *attrs)
+    MobileNet block's), or None. Its geometry is kept per weight and shape, as FloatConv's."""
+    key = ("dw geometry", X.shape, attrs)
+    geo = derived(W, key, lambda: _conv_geometry(X.shape, W.shape, *attrs))
     n = X.ndim - 2
     bias = None if B is None else B.astype(np.float32, copy=False)
     return _native_depthwise(np.ascontiguousarray(X), W, bias, geo["pads"][:n], geo["strides"],

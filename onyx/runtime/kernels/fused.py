@@ -52,6 +52,8 @@ ACTIVATIONS = {
     "LeakyRelu": _leaky_relu,
     "HardSigmoid": _hard_sigmoid,
     "Clip": _clip,
+    # (not onnxruntime's: onyx's ConvHardSwish runs FusedConv's kernel with it)
+    "HardSwish": lambda y, a, b, g: hard_swish(y),
 }
 
 
@@ -127,16 +129,10 @@ def conv_hard_swish(
     pads=None,
     strides=None,
 ):
-    """HardSwish(Conv(X, W, B)), the optimizer's ConvHardSwishFusion: the native conv applies
-    the activation as it stores (the same float operations as the HardSwish kernel)."""
-    attrs = conv_key(auto_pad, pads, strides, dilations, kernel_shape)
-    code = native.CONV_ACTIVATIONS["HardSwish"]
-    y = native_conv_f32(X, W, B, group, attrs, activation=code)
-    if y is not None:
-        return y
-    y = conv(X, W, B, auto_pad=auto_pad, dilations=dilations, group=group,
-             kernel_shape=kernel_shape, pads=pads, strides=strides)  # fmt: skip
-    return hard_swish(y)
+    """HardSwish(Conv(X, W, B)), the optimizer's ConvHardSwishFusion: FusedConv's kernel with
+    HardSwish as its activation (the native conv applies it as it stores)."""
+    return fused_conv(X, W, B, activation="HardSwish", auto_pad=auto_pad, dilations=dilations,
+                      group=group, kernel_shape=kernel_shape, pads=pads, strides=strides)  # fmt: skip
 
 
 @op("FusedGemm", since=1, domain=MS)

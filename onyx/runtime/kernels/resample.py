@@ -385,8 +385,8 @@ def _bilinear_table(coordinate_mode, in_len, out_len, scale, start, end, length)
     """(lo, hi, weight of lo, weight of hi, outside or None) along one axis."""
     x = _original_coords(coordinate_mode, out_len, in_len, scale, start, end, length)
     clamped = np.clip(x, np.float32(0), np.float32(in_len - 1))
-    lo = clamped.astype(np.int64)  # x >= 0: truncation is floor
-    hi = np.minimum(lo + 1, in_len - 1)
+    lo = clamped.astype(np.int32)  # x >= 0: truncation is floor (int32: the native kernel's)
+    hi = np.minimum(lo + 1, np.int32(in_len - 1))
     w_lo = np.abs(clamped - hi.astype(np.float32))
     w_hi = np.abs(clamped - lo.astype(np.float32))
     edge = lo == hi
@@ -395,22 +395,6 @@ def _bilinear_table(coordinate_mode, in_len, out_len, scale, start, end, length)
     if coordinate_mode == "tf_crop_and_resize":  # onnxruntime compares float32 coordinates
         outside = frozen((x < 0) | (x > in_len - 1))
     return frozen(lo), frozen(hi), frozen(w_lo), frozen(w_hi), outside
-
-
-_taps32: dict = {}
-
-
-def _int32_taps(table) -> tuple:
-    """A bilinear table's taps as int32 (the native kernel's), kept with the table."""
-    key = id(table[0])
-    hit = _taps32.get(key)
-    if hit is None or hit[0] is not table[0]:
-        if len(_taps32) >= 256:
-            _taps32.clear()
-        lo, hi, w_lo, w_hi = (np.ascontiguousarray(a, t) for a, t in
-                              zip(table[:4], (np.int32, np.int32, np.float32, np.float32)))  # fmt: skip
-        hit = _taps32[key] = (table[0], (lo, hi, w_lo, w_hi))
-    return hit[1]
 
 
 def _bilinear(X, pair, targets, coordinate_mode, extrapolation_value) -> np.ndarray:
@@ -427,7 +411,7 @@ def _bilinear(X, pair, targets, coordinate_mode, extrapolation_value) -> np.ndar
     n = planes.shape[0]
     exact = X.dtype == np.float32  # else each block is computed in float32, then truncated
     if exact and y_out is None and x_out is None and native.bilinear_ok():  # the same bits
-        y = native.bilinear_f32(planes, _int32_taps(tables[0]), _int32_taps(tables[1]))
+        y = native.bilinear_f32(planes, tables[0], tables[1])
         y = y.reshape(moved.shape[:-2] + (out_h, out_w))
         return np.ascontiguousarray(np.moveaxis(y, (-2, -1), pair))
     y = np.empty((n, out_h, out_w), X.dtype)

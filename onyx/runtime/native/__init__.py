@@ -345,11 +345,29 @@ def pack(b: np.ndarray, a_dtype, a_zero_point=None) -> Packed:
     as the other signedness than A where the two differ, else as int8 (A's bytes are then
     shifted as they are read). With B's column sums unless A's zero point (when known) makes
     them unneeded."""
-    a_dtype = np.dtype(a_dtype)
-    signed = not (b.dtype == np.uint8 and a_dtype == np.int8)
-    shift = 0 if (a_dtype == np.int8) != signed else (-128 if a_dtype == np.int8 else 128)
+    signed = _packs_signed(a_dtype, b.dtype)
+    _, shift = _a_shift(a_dtype, signed)
     za = None if a_zero_point is None else np.asarray(a_zero_point, dtype=np.int64) - shift
     return Packed(b, signed, za is None or bool(za.any()))
+
+
+# The kernel multiplies unsigned bytes (A) by signed ones (B). B is packed as the other
+# signedness than A where the two differ, else as int8; a byte stored as the other type is
+# shifted by 128 (an XOR of its top bit): a = a' + da, b = b' + db, with the shifts below.
+def _packs_signed(a_dtype, b_dtype) -> bool:
+    """Whether B is packed as signed bytes for an A of a_dtype."""
+    return not (np.dtype(b_dtype) == np.uint8 and np.dtype(a_dtype) == np.int8)
+
+
+def _a_shift(a_dtype, b_signed: bool) -> tuple[bool, int]:
+    """(whether A's bytes are flipped as read, da) for a B packed as b_signed."""
+    flip = (np.dtype(a_dtype) == np.int8) == b_signed
+    return flip, ((-128 if np.dtype(a_dtype) == np.int8 else 128) if flip else 0)
+
+
+def _b_shift(b_signed: bool, b_flipped: bool) -> int:
+    """db for a B packed as b_signed, flipped or not."""
+    return (128 if b_signed else -128) if b_flipped else 0
 
 
 def int8_gemm_ok(k: int) -> bool:
@@ -461,12 +479,10 @@ class _Batched:
         batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
         items = math.prod(batch)
         self.shape, self.y_dtype = batch + (M, N), np.dtype(y_dtype)
-        # the kernel multiplies unsigned by signed bytes: as pack() and _GemmCall choose
-        b_signed = not (b.dtype == np.uint8 and a.dtype == np.int8)
+        b_signed = _packs_signed(a.dtype, b.dtype)  # (as pack() and _GemmCall choose)
         b_flip = (b.dtype == np.int8) != b_signed
-        flip_a = (a.dtype == np.int8) != (not b_signed)
-        self.da = (-128 if a.dtype == np.int8 else 128) if flip_a else 0
-        self.db = (128 if b_signed else -128) if b_flip else 0
+        flip_a, self.da = _a_shift(a.dtype, b_signed)
+        self.db = _b_shift(b_signed, b_flip)
         self.keep = (_item_offsets(a, batch), _item_offsets(b, batch))
         t = self.task = _BatchedGemm(None, None, None, *(o.ctypes.data for o in self.keep),
                                      a.strides[-2], b.strides[-2], b.strides[-1], N, M, K, N,
@@ -568,11 +584,9 @@ class _GemmCall:
                  y_zero_point, gathered: bool):  # fmt: skip
         N = b.N
         a_signed = not b.signed  # the kernel multiplies unsigned by signed bytes
-        flip_a = (a.dtype == np.int8) != a_signed
-        # Stored values: a = a' + da, b = b' + db (a flip shifts int8 up by 128, uint8 down),
-        # so (a - za) = a' - ZA with ZA = za - da, and (b - zb) = b' - ZB with ZB = zb - db.
-        da = (-128 if a.dtype == np.int8 else 128) if flip_a else 0
-        db = (128 if b.signed else -128) if b.flipped else 0
+        # (a - za) = a' - ZA with ZA = za - da, and (b - zb) = b' - ZB with ZB = zb - db
+        flip_a, da = _a_shift(a.dtype, b.signed)
+        db = _b_shift(b.signed, b.flipped)
         za = _zero_point(a_zero_point) - da
         zb = _zero_point(b_zero_point) - db
         self.reusable = not np.any(zb)
@@ -892,7 +906,8 @@ def bilinear_ok() -> bool:
 
 def bilinear_f32(planes: np.ndarray, y_taps, x_taps) -> np.ndarray:
     """Bilinear resize of contiguous float32 planes (n, H, W) with per-axis tables (lo, hi:
-    int32; w_lo, w_hi: float32; resample.py's, onnxruntime's formula): (n, OH, OW)."""
+    contiguous int32; w_lo, w_hi: contiguous float32; resample.py's _bilinear_table, onnxruntime's
+    formula): (n, OH, OW)."""
     n, H, W = planes.shape
     OH, OW = len(y_taps[0]), len(x_taps[0])
     y = np.empty((n, OH, OW), np.float32)
@@ -930,8 +945,7 @@ def lstm_f32(xs: np.ndarray, rt: np.ndarray, h0: np.ndarray, c0: np.ndarray):
     """The common LSTM's recurrence (rnn.c): xs [steps, 4, dirs, batch, H] input projections
     (gates i, o, f, c; biases in), rt [dirs, H / 16, H, 4, 16] the recurrent weights, h0 and
     c0 [dirs, batch, H]; every step's H and C, [steps, dirs, batch, H] each."""
-    ys, cs = _recurrence(_lib.lstm, xs, rt, h0, c0, None)
-    return ys, cs
+    return _recurrence(_lib.lstm, xs, rt, h0, c0, None)
 
 
 def gru_f32(xs: np.ndarray, rt: np.ndarray, rbh: np.ndarray, h0: np.ndarray) -> np.ndarray:

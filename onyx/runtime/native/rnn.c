@@ -130,17 +130,6 @@ EXPORT AVX512 int onyx_lstm_step_range(const void *p, int64_t begin, int64_t end
     return 0;
 }
 
-/* Every step, each a pool job (its parts split at cuts[0 .. ranges]); the steps' H and C into
-   ys and cs. */
-EXPORT int onyx_lstm(const recurrence *t, const int64_t *cuts, int64_t ranges, int64_t threads) {
-    int64_t state = t->dirs * t->batch * t->H;
-    for (int64_t k = 0; k < t->steps; k++) {
-        recurrence_step s = {t, t->xs + k * 4 * state, k ? t->ys + (k - 1) * state : t->h0,
-                       k ? t->cs + (k - 1) * state : t->c0, t->ys + k * state, t->cs + k * state};
-        onyx_parallel(onyx_lstm_step_range, &s, cuts, ranges, threads);
-    }
-    return 0;
-}
 /* GRU's step (linear_before_reset: PyTorch's): z, r = sigmoid(.), n = tanh(x_n + r (h . R_n +
    Rb_n)), H = n + z (H_prev - n), as kernels/rnn.py orders it. Parts as the LSTM's. */
 EXPORT AVX512 int onyx_gru_step_range(const void *p, int64_t begin, int64_t end) {
@@ -168,14 +157,26 @@ EXPORT AVX512 int onyx_gru_step_range(const void *p, int64_t begin, int64_t end)
     return 0;
 }
 
-EXPORT int onyx_gru(const recurrence *t, const int64_t *cuts, int64_t ranges, int64_t threads) {
+/* Every step, each a pool job (its parts split at cuts[0 .. ranges]): a step reads the one
+   before (H, and C for the LSTM) and writes its own into ys (cs). */
+static int steps(const recurrence *t, int gates, range_fn step, const int64_t *cuts,
+                 int64_t ranges, int64_t threads) {
     int64_t state = t->dirs * t->batch * t->H;
     for (int64_t k = 0; k < t->steps; k++) {
-        recurrence_step s = {t, t->xs + k * 3 * state, k ? t->ys + (k - 1) * state : t->h0, 0,
-                       t->ys + k * state, 0};
-        onyx_parallel(onyx_gru_step_range, &s, cuts, ranges, threads);
+        recurrence_step s = {t, t->xs + k * gates * state, k ? t->ys + (k - 1) * state : t->h0,
+                             t->cs ? (k ? t->cs + (k - 1) * state : t->c0) : 0,
+                             t->ys + k * state, t->cs ? t->cs + k * state : 0};
+        onyx_parallel(step, &s, cuts, ranges, threads);
     }
     return 0;
+}
+
+EXPORT int onyx_lstm(const recurrence *t, const int64_t *cuts, int64_t ranges, int64_t threads) {
+    return steps(t, 4, onyx_lstm_step_range, cuts, ranges, threads);
+}
+
+EXPORT int onyx_gru(const recurrence *t, const int64_t *cuts, int64_t ranges, int64_t threads) {
+    return steps(t, 3, onyx_gru_step_range, cuts, ranges, threads);
 }
 #define HAVE_LSTM 1
 #endif
