@@ -21,6 +21,7 @@ setup(
                 "onyx/runtime/native/conv_f32.c",
                 "onyx/runtime/native/resize.c",
                 "onyx/runtime/native/rnn.c",
+                "onyx/runtime/native/gemv.c",
                 "onyx/runtime/native/pool.c",
             ],
             depends=["onyx/runtime/native/activation.h", "onyx/runtime/native/onyx.h"],

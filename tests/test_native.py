@@ -587,3 +587,60 @@ def test_quantize_linear_matches_the_numpy_kernel(x_type, monkeypatch):
             m.setattr(native, "_lib", None)  # the numpy kernel
             want = quantize(x, scale, zp, dtype=np.dtype(x_type))
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.skipif(not native.gemv_ok(), reason="no AVX-512 GEMV")
+@pytest.mark.parametrize("trans", [True, False])
+@pytest.mark.parametrize("rows, K, N", [(1, 1024, 1000), (3, 37, 19), (8, 576, 144), (5, 5, 70)])
+def test_float_gemv_matches_numpy(trans, rows, K, N):
+    """Every row block (4, 2, 1), the tails of K and N, two threads; alpha, C, the residual
+    and an activation in the epilogue."""
+    rng = np.random.default_rng(rows + K + N)
+    x = rng.standard_normal((rows, K), dtype=np.float32)
+    w = rng.standard_normal((N, K) if trans else (K, N), dtype=np.float32)
+    c, z = (
+        rng.standard_normal(N, dtype=np.float32),
+        rng.standard_normal((rows, N), dtype=np.float32),
+    )
+    with native.threads(2):
+        gemv = native.FloatGemv(w, trans, rows, alpha=0.5, beta=2.0, activation=1)
+        got = gemv(x, c, z)
+    want = np.maximum(0.5 * (x @ (w.T if trans else w)) + 2 * c + z, 0)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(native.FloatGemv(w, trans, rows)(x), x @ (w.T if trans else w),
+                               rtol=1e-5, atol=1e-4)  # fmt: skip
+
+
+@pytest.mark.skipif(not native.gemv_ok(), reason="no AVX-512 GEMV")
+@pytest.mark.parametrize(
+    "a_shape, trans_b, c_shape, native_runs",
+    [((1, 64), 1, (48,), True), ((3, 64), 0, (1, 48), True), ((2, 64), 1, None, True),
+     ((3, 64), 1, (3, 48), False), ((3, 64), 0, (3, 1), False), ((9, 64), 1, (48,), False)],
+)  # fmt: skip
+def test_gemm_of_a_few_rows_runs_the_gemv(a_shape, trans_b, c_shape, native_runs, monkeypatch):
+    """Gemm with a few rows of A and C per column: the native GEMV; other C shapes and more
+    rows: BLAS. Both as onnxruntime computes."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    from onyx.runtime.kernels.linalg import gemm
+
+    calls, run = [], native.FloatGemv.__call__
+    monkeypatch.setattr(native.FloatGemv, "__call__",
+                        lambda self, *a: calls.append(1) or run(self, *a))  # fmt: skip
+    rng = np.random.default_rng(len(a_shape) + a_shape[0])
+    a = rng.standard_normal(a_shape, dtype=np.float32)
+    b = rng.standard_normal((48, 64) if trans_b else (64, 48), dtype=np.float32)
+    c = None if c_shape is None else rng.standard_normal(c_shape, dtype=np.float32)
+    got = gemm(a, b, c, alpha=0.7, beta=1.5, transB=trans_b)
+    consts = {"b": b} if c is None else {"b": b, "c": c}
+    node = helper.make_node("Gemm", ["a", *consts], ["y"], alpha=0.7, beta=1.5, transB=trans_b)
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("a", TensorProto.FLOAT, a_shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(v, k) for k, v in consts.items()],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(got, sess.run(None, {"a": a})[0], rtol=1e-5, atol=1e-5)
+    assert bool(calls) == native_runs

@@ -136,8 +136,9 @@ def test_columns_packed_once_for_parts_that_split_the_channels():
 
 @pytest.mark.parametrize(
     "activation, params",
-    [("", []), ("Relu", []), ("LeakyRelu", [0.2]), ("Clip", [-0.5, 1.5]), ("Clip", [0.0, 6.0])],
-)
+    [("", []), ("Relu", []), ("LeakyRelu", [0.2]), ("Clip", [-0.5, 1.5]), ("Clip", [0.0, 6.0]),
+     ("HardSigmoid", [0.3, 0.4])],
+)  # fmt: skip
 def test_fused_conv_applies_residual_and_activation(activation, params, native_calls):
     case = (2, 12, 9, 11, 16, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1)
     x, w, b, attrs = _case_arrays(case, 11)
@@ -158,8 +159,9 @@ def test_fused_conv_applies_residual_and_activation(activation, params, native_c
 @pytest.mark.skipif(not native.depthwise_activates(), reason="no AVX-512 depthwise kernel")
 @pytest.mark.parametrize(
     "activation, params",
-    [("Relu", []), ("LeakyRelu", [0.3]), ("Clip", [0.0, 6.0]), ("HardSwish", [])],
-)
+    [("Relu", []), ("LeakyRelu", [0.3]), ("Clip", [0.0, 6.0]), ("HardSwish", []),
+     ("HardSigmoid", [0.3, 0.4]), ("HardSigmoid", [])],
+)  # fmt: skip
 @pytest.mark.parametrize("shape", [(1, 24, 9, 37), (2, 40, 14, 14)])
 def test_depthwise_applies_its_activation_as_it_stores(activation, params, shape, monkeypatch):
     """A MobileNet block's depthwise conv + activation: the same bits as the two apart."""
@@ -184,12 +186,31 @@ def test_depthwise_applies_its_activation_as_it_stores(activation, params, shape
     assert any(fused), "the activation was not applied by the kernel"
 
 
-def test_one_pixel_conv_is_left_to_blas(native_calls):
-    """An SE block's 1x1 conv on one pixel is a GEMV: BLAS's, not the pixel-vector tile's."""
-    x, w, b, attrs = _case_arrays((1, 48, 1, 1, 96, (1, 1), (1, 1), (1, 1), (0, 0, 0, 0), 1), 2)
+@pytest.fixture
+def gemv_calls(monkeypatch):
+    """The native float GEMVs run from now on (their row counts)."""
+    calls, run = [], native.FloatGemv.__call__
+    monkeypatch.setattr(native.FloatGemv, "__call__",
+                        lambda self, x, *a: calls.append(x.shape[0]) or run(self, x, *a))  # fmt: skip
+    return calls
+
+
+@pytest.mark.skipif(not native.gemv_ok(), reason="no AVX-512 GEMV")
+@pytest.mark.parametrize("N", [1, 3, 8])
+@pytest.mark.parametrize("activation, params", [("Relu", []), ("HardSigmoid", [0.3, 0.4])])
+def test_one_pixel_conv_is_a_gemv(N, activation, params, native_calls, gemv_calls):
+    """An SE block's 1x1 conv on one pixel is a GEMV (the native one, with the residual and
+    the activation), not the pixel-vector tile's."""
+    x, w, b, attrs = _case_arrays((N, 48, 1, 1, 96, (1, 1), (1, 1), (1, 1), (0, 0, 0, 0), 1), 2)
+    z = np.random.default_rng(3).standard_normal((N, 96, 1, 1)).astype(np.float32)
     want = _ort_run(_model("Conv", list(x.shape), {"w": w, "b": b}, attrs), {"x": x})
     np.testing.assert_allclose(conv_kernels.conv(x, w, b, **attrs), want, rtol=1e-5, atol=1e-5)
-    assert native_calls == []
+    fused = {"activation": activation, **({"activation_params": params} if params else {})}
+    model = _model("FusedConv", list(x.shape), {"w": w, "b": b, "z": z}, {**attrs, **fused},
+                   domain="com.microsoft")  # fmt: skip
+    got = fused_conv(x, w, b, z, **attrs, **fused)
+    np.testing.assert_allclose(got, _ort_run(model, {"x": x, "z": z}), rtol=1e-5, atol=1e-5)
+    assert native_calls == [] and gemv_calls == [N, N]
 
 
 def test_depthwise_and_stem_convs_keep_their_own_kernels(native_calls):

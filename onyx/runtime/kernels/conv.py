@@ -370,7 +370,7 @@ def _float_conv(x_shape, W, group: int, attrs: tuple, activation: int, alpha: fl
         return None  # a stem: the direct kernel (_conv sends a 1x1 conv to BLAS, not there)
     out_shape, strides, dilations = geo["out_shape"], geo["strides"], geo["dilations"]
     if x_shape[0] * math.prod(out_shape) < 16:  # a GEMV (an SE block's 1x1 on one pixel): the
-        return None  # tile's pixel vectors would be mostly empty; BLAS's GEMV is faster
+        return _conv_gemv(x_shape, W, group, geo, activation, alpha, beta)  # tile would idle
     if len(x_shape) == 3:  # a 1-D conv is a 2-D one of height 1
         x_shape, W = (*x_shape[:2], 1, x_shape[2]), W[:, :, None]
         out_shape, strides, dilations, begin = ([1, *out_shape], [1, *strides], [1, *dilations],
@@ -378,6 +378,27 @@ def _float_conv(x_shape, W, group: int, attrs: tuple, activation: int, alpha: fl
     packed = derived(W, ("f32 panels", group), lambda: frozen(native.pack_conv_f32(W, group)))
     return native.FloatConv(x_shape, packed, W.shape[0], W.shape[2:], out_shape, strides,
                             dilations, begin, activation, alpha, beta)  # fmt: skip
+
+
+def _conv_gemv(x_shape, W, group: int, geo: dict, activation: int, alpha: float, beta: float):
+    """A 1x1 conv of images of one pixel (an SE block's, batch <= GEMV_ROWS) as the native
+    GEMV, called as FloatConv is (x, bias, z); or None (BLAS's GEMV then)."""
+    one_pixel = math.prod(x_shape[2:]) == 1 and math.prod(geo["out_shape"]) == 1
+    if not (one_pixel and group == 1 and W[0].size == x_shape[1] and native.gemv_ok()):
+        return None
+    if x_shape[0] > native.GEMV_ROWS or any(geo["pads"]):
+        return None
+    gemv = native.FloatGemv(W.reshape(W.shape[0], -1), True, x_shape[0], activation=activation,
+                            act_alpha=alpha, act_beta=beta)  # fmt: skip
+    y_shape = (x_shape[0], W.shape[0], *geo["out_shape"])
+
+    def call(x, bias, z):
+        rows = x.reshape(x.shape[0], -1)
+        if z is not None:
+            z = np.broadcast_to(z, y_shape).reshape(rows.shape[0], -1)
+        return gemv(rows, bias, z).reshape(y_shape)
+
+    return call
 
 
 def native_conv_f32(X, W, B, group: int, attrs: tuple, *, z=None, activation: int = 0,

@@ -92,6 +92,8 @@ def fused_conv(
         lo, hi = params[:2]
         if activation == "LeakyRelu":
             lo, hi = 0.01 if lo is None else lo, 0.0
+        elif activation == "HardSigmoid":
+            lo, hi = 0.2 if lo is None else lo, 0.5 if hi is None else hi
         elif activation == "Clip":
             lo, hi = -np.inf if lo is None else lo, np.inf if hi is None else hi
         attrs = conv_key(auto_pad, pads, strides, dilations, kernel_shape)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import ctypes
+import functools
 import importlib.machinery
 import math
 import os
@@ -45,7 +46,9 @@ __all__ = [
     "depthwise_int",
     "depthwise_ok",
     "FloatConv",
+    "FloatGemv",
     "gathered_int8_gemm",
+    "gemv_ok",
     "gru_f32",
     "hardswish_f32",
     "implicit_conv",
@@ -188,6 +191,15 @@ class _UnaryTask(ctypes.Structure):
     _fields_ = [("x", _P), ("y", _P)]
 
 
+class _GemvF32(ctypes.Structure):  # gemv.c's gemv_f32
+    _fields_ = (
+        [(name, _P) for name in ("x", "w", "c", "z", "y")]
+        + [(name, _I64) for name in ("M", "K", "N", "trans")]
+        + [("alpha", ctypes.c_float), ("beta", ctypes.c_float), ("act", ctypes.c_int32)]
+        + [("act_alpha", ctypes.c_float), ("act_beta", ctypes.c_float)]
+    )
+
+
 class _ConvF32(ctypes.Structure):  # conv_f32.c's conv_f32
     _fields_ = (
         [(name, _P) for name in ("x", "w", "bias", "z", "y", "cols")]
@@ -252,6 +264,9 @@ def _load():
     lib.conv_f32_range = address(lib.onyx_conv_f32_range) if built else None
     lib.conv_f32_pack_range = address(lib.onyx_conv_f32_pack_range) if built else None
     lib.conv_f32_tile = tuple(tile)
+    lib.onyx_gemv_f32_block.restype = _I64
+    lib.gemv_block = lib.onyx_gemv_f32_block() if caps & 2 else 0
+    lib.gemv_range = address(lib.onyx_gemv_f32_range) if lib.gemv_block else None
     bilinear = lib.onyx_bilinear_built() and caps & 2
     lib.bilinear_range = address(lib.onyx_bilinear_f32_range) if bilinear else None
     lib.repeat2d_range = address(lib.onyx_repeat2d_u32_range) if bilinear else None
@@ -302,7 +317,7 @@ def _run(part: int, task: ctypes.Structure, cuts, threads: int) -> int:
     (pool.c), ``part`` one of lib.<kernel>_range; the kernel's status (non-zero: out of
     memory)."""
     cuts = np.asarray(cuts, np.int64)
-    return _lib.onyx_parallel(part, ctypes.byref(task), cuts.ctypes.data, len(cuts) - 1, threads)
+    return _lib.onyx_parallel(part, ctypes.byref(task), _addr(cuts), len(cuts) - 1, threads)
 
 
 def _ways(work: int, parts: int, least: int = _PARALLEL_MACS) -> int:
@@ -316,8 +331,19 @@ def _ways(work: int, parts: int, least: int = _PARALLEL_MACS) -> int:
 # ----------------------------------------------------------------------------- int8 GEMM
 
 
+_c_char_from, _addressof = ctypes.c_char.from_buffer, ctypes.addressof
+
+
 def _addr(a: np.ndarray | None) -> int | None:
-    return None if a is None else a.ctypes.data
+    """The address of a's data (None for None). A writeable array's is taken through
+    c_char.from_buffer in 0.3 us; a.ctypes.data builds a Python object per call (1-2 us, and a
+    native call passes several)."""
+    if a is None:
+        return None
+    try:
+        return _addressof(_c_char_from(a))
+    except (TypeError, ValueError, BufferError):  # read-only, empty or not contiguous
+        return a.ctypes.data
 
 
 class Packed:
@@ -335,8 +361,8 @@ class Packed:
         self.colsum = np.empty(N, np.int32) if sums else None
         self.calls: dict = {}  # int8_gemm's set-ups with this B, by shape and parameters
         u = b.view(np.uint8)
-        _lib.onyx_pack_panels(u.ctypes.data, u.strides[0], u.strides[1], K, N,
-                              int(self.flipped), int(signed), self.data.ctypes.data,
+        _lib.onyx_pack_panels(_addr(u), u.strides[0], u.strides[1], K, N,
+                              int(self.flipped), int(signed), _addr(self.data),
                               _addr(self.colsum))  # fmt: skip
 
 
@@ -379,8 +405,8 @@ def transpose_bytes(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
     """dst[...] = src.T for 2-D arrays of 1-byte elements with contiguous rows (numpy's
     transposing copy of bytes goes one element at a time: 5-20x slower)."""
     assert src.strides[1] == dst.strides[1] == 1 and dst.shape == src.shape[::-1]
-    _lib.onyx_transpose_u8(src.ctypes.data, src.shape[0], src.shape[1], src.strides[0],
-                           dst.ctypes.data, dst.strides[0])  # fmt: skip
+    _lib.onyx_transpose_u8(_addr(src), src.shape[0], src.shape[1], src.strides[0],
+                           _addr(dst), dst.strides[0])  # fmt: skip
     return dst
 
 
@@ -393,7 +419,7 @@ def to_nhwc(x: np.ndarray, dst: np.ndarray) -> None:
         and dst.strides[2] == 1
         and dst.strides[0] == dst.strides[1] * (dst.strides[0] // dst.strides[1])
     )
-    _lib.onyx_to_nhwc(x.ctypes.data, C, H, W, dst.ctypes.data, dst.strides[0] // dst.strides[1],
+    _lib.onyx_to_nhwc(_addr(x), C, H, W, _addr(dst), dst.strides[0] // dst.strides[1],
                       dst.strides[1])  # fmt: skip
 
 
@@ -410,8 +436,8 @@ def _zero_point(z) -> int | np.ndarray:
 
 def row_sums(a: np.ndarray, flip: bool, signed: bool) -> np.ndarray:
     out = np.empty(a.shape[0], np.int32)
-    _lib.onyx_row_sums(a.ctypes.data, a.strides[0], a.shape[0], a.shape[1], int(flip),
-                       int(signed), out.ctypes.data)  # fmt: skip
+    _lib.onyx_row_sums(_addr(a), a.strides[0], a.shape[0], a.shape[1], int(flip),
+                       int(signed), _addr(out))  # fmt: skip
     return out
 
 
@@ -484,7 +510,7 @@ class _Batched:
         flip_a, self.da = _a_shift(a.dtype, b_signed)
         self.db = _b_shift(b_signed, b_flip)
         self.keep = (_item_offsets(a, batch), _item_offsets(b, batch))
-        t = self.task = _BatchedGemm(None, None, None, *(o.ctypes.data for o in self.keep),
+        t = self.task = _BatchedGemm(None, None, None, *(_addr(o) for o in self.keep),
                                      a.strides[-2], b.strides[-2], b.strides[-1], N, M, K, N,
                                      M * N * self.y_dtype.itemsize)  # fmt: skip
         t.e.ldo = t.e.ldc = N
@@ -498,15 +524,15 @@ class _Batched:
     def __call__(self, a, b, za: int, zb: int, scale, y_zero_point) -> np.ndarray:
         y = np.empty(self.shape, self.y_dtype)
         t = _BatchedGemm.from_buffer_copy(self.task)
-        t.a, t.b, t.y = a.ctypes.data, b.ctypes.data, y.ctypes.data
+        t.a, t.b, t.y = _addr(a), _addr(b), _addr(y)
         t.za, t.zb = za - self.da, zb - self.db
         if scale is None:
             t.e.c = t.y
         else:
             s = np.asarray(scale, np.float32).reshape(-1)[:1].copy()
-            t.e.out8, t.e.scale = t.y, s.ctypes.data
+            t.e.out8, t.e.scale = t.y, _addr(s)
             t.e.zero_point = int(y_zero_point.reshape(-1)[0])
-        if _lib.onyx_parallel(_lib.batched_gemm_range, ctypes.byref(t), self.cuts.ctypes.data,
+        if _lib.onyx_parallel(_lib.batched_gemm_range, ctypes.byref(t), _addr(self.cuts),
                               len(self.cuts) - 1, self.ways):  # fmt: skip
             raise MemoryError("onyx native int8 GEMM: out of memory for its buffers")
         return y
@@ -551,9 +577,9 @@ def implicit_conv(gemm: _GemmCall, gather, x_shape, padded, corner, zero_point: 
     rows, quads, _ = gather
     N, C, H, W = x_shape
     c = _ImplicitConvTask()
-    c.A = _Operand(None, 0, rows.ctypes.data, quads.ctypes.data)
+    c.A = _Operand(None, 0, _addr(rows), _addr(quads))
     c.e, c.gemm = gemm.epilogue, gemm.task  # (copies)
-    c.cuts, c.parts, c.threads = gemm.cuts.ctypes.data, len(gemm.cuts) - 1, gemm.ways
+    c.cuts, c.parts, c.threads = _addr(gemm.cuts), len(gemm.cuts) - 1, gemm.ways
     c.N, c.C, c.H, c.W = N, C, H, W
     c.Hp, c.Wp, c.Cp = padded[1:]
     c.r0, c.c0 = corner
@@ -562,8 +588,8 @@ def implicit_conv(gemm: _GemmCall, gather, x_shape, padded, corner, zero_point: 
     keep = (gemm, rows, quads)  # what c points at
 
     def run(x, xp, y, out, _keep=keep):
-        _lib.onyx_implicit_conv(ctypes.byref(c), x.ctypes.data, xp.ctypes.data, y.ctypes.data,
-                                out.ctypes.data)  # fmt: skip
+        _lib.onyx_implicit_conv(ctypes.byref(c), _addr(x), _addr(xp), _addr(y),
+                                _addr(out))  # fmt: skip
 
     return run
 
@@ -625,13 +651,13 @@ class _GemmCall:
             if arr is not None:
                 arr = np.broadcast_to(arr, (size,)).astype(np.int32)  # (wraps: see above)
                 self.keep.append(arr)
-                setattr(e, field, arr.ctypes.data)
+                setattr(e, field, _addr(arr))
         self.requantize = scale is not None
         if self.requantize:
             info = np.iinfo(y_zero_point.dtype)
             s = np.ascontiguousarray(scale, dtype=np.float32)
             self.keep.append(s)
-            e.scale = s.ctypes.data
+            e.scale = _addr(s)
             e.scale_rs = 1 if s.ndim == 2 and s.shape[0] == M and M > 1 else 0
             e.scale_cs = 1 if s.size > 1 and not e.scale_rs else 0
             e.zero_point, e.lo, e.hi = int(y_zero_point.reshape(-1)[0]), info.min, info.max
@@ -642,19 +668,19 @@ class _GemmCall:
             self.cuts = np.array([min(M, -(-M * i // ways // 6) * 6) for i in range(ways + 1)])
         else:
             self.cuts = np.array([panels * i // ways for i in range(ways + 1)])
-        self.task = _GemmTask(None, b.data.ctypes.data, None, K, N, M, panels, int(flip_a),
+        self.task = _GemmTask(None, _addr(b.data), None, K, N, M, panels, int(flip_a),
                               int(not a_signed), int(by_rows))  # fmt: skip
 
     def __call__(self, a: np.ndarray, out: np.ndarray, gather) -> None:
         e = _Epilogue.from_buffer_copy(self.epilogue)
         if self.requantize:
-            e.out8, e.ldo = out.ctypes.data, out.strides[0]
+            e.out8, e.ldo = _addr(out), out.strides[0]
         else:
-            e.c, e.ldc = out.ctypes.data, out.strides[0] // 4
+            e.c, e.ldc = _addr(out), out.strides[0] // 4
         if gather is None:
-            operand = _Operand(a.ctypes.data, a.strides[0], None, None)
+            operand = _Operand(_addr(a), a.strides[0], None, None)
         else:
-            operand = _Operand(a.ctypes.data, 0, gather[0].ctypes.data, gather[1].ctypes.data)
+            operand = _Operand(_addr(a), 0, _addr(gather[0]), _addr(gather[1]))
         task = _GemmTask.from_buffer_copy(self.task)
         task.A, task.e = ctypes.addressof(operand), ctypes.addressof(e)
         _run(_lib.gemm_range, task, self.cuts, self.ways)
@@ -702,7 +728,7 @@ def _float_conv(fn, lanes: int, x, w, bias, out_shape, strides, dilations, begin
     y = np.empty((N, M, *out_shape), np.float32)
     g = _DwGeometry(C, H, W, M // C, *out_shape, *w.shape[2:], *strides, *dilations, *begin, M,
                     *activation)  # fmt: skip
-    task = _FloatConvTask(fn, x.ctypes.data, w.ctypes.data, _addr(b), y.ctypes.data,
+    task = _FloatConvTask(fn, _addr(x), _addr(w), _addr(b), _addr(y),
                           ctypes.addressof(g))  # fmt: skip
     _planes(_lib.float_conv_range, task, N * -(-M // lanes), y.size * w[0].size)
     return y
@@ -733,17 +759,17 @@ def depthwise_int(x, x_zero_point: int, wc: np.ndarray, bias, out_shape, strides
     o, keep = _DwOutput(), []
     if bias is not None:
         keep.append(np.ascontiguousarray(bias, np.int32))
-        o.bias = keep[-1].ctypes.data
+        o.bias = _addr(keep[-1])
     if scale is None:
         y = np.empty((x.shape[0], M, *out_shape), np.int32)
-        o.y32 = y.ctypes.data
+        o.y32 = _addr(y)
     else:
         y = np.empty((x.shape[0], M, *out_shape), y_zero_point.dtype)
         keep.append(np.ascontiguousarray(np.broadcast_to(scale, (M,)), np.float32))
         info = np.iinfo(y.dtype)
-        o.y8, o.scale = y.ctypes.data, keep[-1].ctypes.data
+        o.y8, o.scale = _addr(y), _addr(keep[-1])
         o.zero_point, o.lo, o.hi = int(y_zero_point.reshape(-1)[0]), info.min, info.max
-    task = _IntConvTask(_lib.depthwise_i8, x.ctypes.data, wc.ctypes.data, ctypes.addressof(g),
+    task = _IntConvTask(_lib.depthwise_i8, _addr(x), _addr(wc), ctypes.addressof(g),
                         ctypes.addressof(o), int(x.dtype == np.int8), int(x_zero_point))  # fmt: skip
     _planes(_lib.int_conv_range, task, planes, y.size * wc[0].size)
     return y
@@ -778,7 +804,15 @@ def conv_small_f32(x, w, bias, out_shape, strides, dilations, begin) -> np.ndarr
 # ----------------------------------------------------------------------------- float conv
 
 #: FusedConv activations the float conv applies as it stores its tiles, by kernel code.
-CONV_ACTIVATIONS = {"": 0, "Identity": 0, "Relu": 1, "LeakyRelu": 2, "Clip": 3, "HardSwish": 4}
+CONV_ACTIVATIONS = {
+    "": 0,
+    "Identity": 0,
+    "Relu": 1,
+    "LeakyRelu": 2,
+    "Clip": 3,
+    "HardSwish": 4,
+    "HardSigmoid": 5,
+}
 #: Rows of im2col columns packed at a time (kc x 32 floats: they stay in L1 for every tile).
 _CONV_KC = 128
 
@@ -861,7 +895,7 @@ class FloatConv:
             self.cols = 0
         jobs = group * strips
         self.pack_cuts = np.array([jobs * i // self.ways for i in range(self.ways + 1)], np.int64)
-        self.task = _ConvF32(None, packed.ctypes.data, None, None, None, None, N, C, H, W, M,
+        self.task = _ConvF32(None, _addr(packed), None, None, None, None, N, C, H, W, M,
                              *out_shape, *kernel, *strides, *dilations, *begin, group, _CONV_KC,
                              strips, per_part, blocks, activation, alpha, beta)  # fmt: skip
 
@@ -869,25 +903,76 @@ class FloatConv:
         """activation(conv(x) + bias [M] + z (the output's shape)); x C-contiguous float32."""
         y = np.empty(self.shape, np.float32)
         task = _ConvF32.from_buffer_copy(self.task)  # (calls may come from several threads)
-        task.x, task.y = x.ctypes.data, y.ctypes.data
+        task.x, task.y = _addr(x), _addr(y)
         if bias is not None:
             entry = self.bias  # (a local reference keeps its array alive through the call)
             if bias is not entry[0]:  # a constant bias is the same object every call
                 b = np.ascontiguousarray(bias, np.float32)
-                entry = self.bias = (bias, b, b.ctypes.data)
+                entry = self.bias = (bias, b, _addr(b))
             task.bias = entry[2]
         if z is not None:
             z = np.ascontiguousarray(np.broadcast_to(z, y.shape), np.float32)
-            task.z = z.ctypes.data
+            task.z = _addr(z)
         if self.cols:
             cols = np.empty(self.cols, np.float32)
-            task.cols = cols.ctypes.data
+            task.cols = _addr(cols)
             _lib.onyx_parallel(_lib.conv_f32_pack_range, ctypes.byref(task),
-                               self.pack_cuts.ctypes.data, len(self.pack_cuts) - 1, self.ways)  # fmt: skip
-        parts = self.cuts.ctypes.data
+                               _addr(self.pack_cuts), len(self.pack_cuts) - 1, self.ways)  # fmt: skip
+        parts = _addr(self.cuts)
         if _lib.onyx_parallel(_lib.conv_f32_range, ctypes.byref(task), parts,
                               len(self.cuts) - 1, self.ways):  # fmt: skip
             raise MemoryError("onyx native float conv: out of memory for its buffers")
+        return y
+
+
+# ----------------------------------------------------------------------------- float GEMV
+
+#: Most rows of x the GEMV takes: beyond, the weights are worth packing for BLAS's GEMM.
+GEMV_ROWS = 8
+#: Weights (multiply-adds per row) worth a second thread: reading them is the GEMV's time.
+_GEMV_PARALLEL = _PARALLEL_MACS // 4
+
+
+def gemv_ok() -> bool:
+    """Whether the native float GEMV (:class:`FloatGemv`) is built (it needs AVX-512)."""
+    return _lib is not None and bool(_lib.gemv_range)
+
+
+class FloatGemv:
+    """y = act(alpha * x @ W' + beta * c + z) (gemv.c) for x of ``rows`` (at most GEMV_ROWS)
+    rows of K float32 values: W' is w (K, N), or w (N, K) transposed when ``trans``. c is
+    [N] (Gemm's C, a conv's bias), z the output's shape (FusedConv's residual), the activation
+    a code of CONV_ACTIVATIONS (act_alpha, act_beta: its parameters, as FloatConv's).
+    The work split is made here once, per weight and row count."""
+
+    __slots__ = ("cuts", "shape", "task", "w", "ways")
+
+    def __init__(self, w: np.ndarray, trans: bool, rows: int, *, alpha: float = 1.0,
+                 beta: float = 1.0, activation: int = 0, act_alpha: float = 0.0,
+                 act_beta: float = 0.0):  # fmt: skip
+        self.w = np.ascontiguousarray(w, np.float32)
+        N, K = self.w.shape if trans else self.w.shape[::-1]
+        blocks = -(-N // _lib.gemv_block)
+        self.ways = _ways(rows * N * K, blocks, _GEMV_PARALLEL)
+        self.cuts = np.array([blocks * i // self.ways for i in range(self.ways + 1)], np.int64)
+        self.shape = (rows, N)
+        self.task = _GemvF32(None, _addr(self.w), None, None, None, rows, K, N, int(trans),
+                             alpha, beta, activation, act_alpha, act_beta)  # fmt: skip
+
+    def __call__(self, x: np.ndarray, c=None, z=None) -> np.ndarray:
+        """x (rows, K) C-contiguous float32; c [N] or None; z (rows, N) or None."""
+        y = np.empty(self.shape, np.float32)
+        task = _GemvF32.from_buffer_copy(self.task)  # (calls may come from several threads)
+        task.x, task.y = _addr(x), _addr(y)
+        if c is not None:
+            c = np.ascontiguousarray(c, np.float32)
+            task.c = _addr(c)
+        if z is not None:
+            z = np.ascontiguousarray(np.broadcast_to(z, self.shape), np.float32)
+            task.z = _addr(z)
+        cuts = self.cuts
+        _lib.onyx_parallel(_lib.gemv_range, ctypes.byref(task), _addr(cuts), len(cuts) - 1,
+                           self.ways)  # fmt: skip
         return y
 
 
@@ -913,7 +998,7 @@ def bilinear_f32(planes: np.ndarray, y_taps, x_taps) -> np.ndarray:
     y = np.empty((n, OH, OW), np.float32)
     tables = [y_taps[0], y_taps[1], x_taps[0], x_taps[1], y_taps[2], y_taps[3], x_taps[2],
               x_taps[3]]  # fmt: skip
-    t = _Bilinear(planes.ctypes.data, y.ctypes.data, H, W, OH, OW, *(a.ctypes.data for a in tables))
+    t = _Bilinear(_addr(planes), _addr(y), H, W, OH, OW, *(_addr(a) for a in tables))
     ways = _ways(n * OH * OW * 4, n, _PARALLEL_ELEMENTS * 4)
     if _run(_lib.bilinear_range, t, [n * i // ways for i in range(ways + 1)], ways):
         raise MemoryError("onyx native Resize: out of memory for its buffers")
@@ -927,7 +1012,7 @@ def repeat2d_4byte(planes: np.ndarray, kh: int, kw: int) -> np.ndarray | None:
         return None
     n, H, W = planes.shape
     y = np.empty((n, H * kh, W * kw), planes.dtype)
-    t = _Repeat2d(planes.ctypes.data, y.ctypes.data, H, W, kh, kw)
+    t = _Repeat2d(_addr(planes), _addr(y), H, W, kh, kw)
     ways = _ways(y.size, n, _PARALLEL_ELEMENTS * 4)
     _run(_lib.repeat2d_range, t, [n * i // ways for i in range(ways + 1)], ways)
     return y
@@ -960,12 +1045,12 @@ def _recurrence(fn, xs, rt, h0, c0, rbh):
     ys = np.empty((steps, dirs, batch, H), np.float32)
     cs = np.empty_like(ys) if c0 is not None else None
     keep = [None if a is None else np.ascontiguousarray(a, np.float32) for a in (h0, c0, rbh)]
-    t = _Recurrence(xs.ctypes.data, rt.ctypes.data, *map(_addr, keep), ys.ctypes.data, _addr(cs),
+    t = _Recurrence(_addr(xs), _addr(rt), *map(_addr, keep), _addr(ys), _addr(cs),
               steps, dirs, batch, H)  # fmt: skip
     parts = dirs * (H // 16)
     ways = _ways(gates * H * H * batch * dirs, parts, _PARALLEL_MACS // 4)
     cuts = np.array([parts * i // ways for i in range(ways + 1)], np.int64)
-    fn(ctypes.byref(t), cuts.ctypes.data, len(cuts) - 1, ways)
+    fn(ctypes.byref(t), _addr(cuts), len(cuts) - 1, ways)
     return ys, cs
 
 
@@ -973,6 +1058,9 @@ def _recurrence(fn, xs, rt, h0, c0, rbh):
 
 #: Elements below which an elementwise kernel stays on one thread.
 _PARALLEL_ELEMENTS = 1 << 16
+#: The same for QLinearAdd / QLinearMul / QuantizeLinear on AVX-512 (16K values take them
+#: about 4 us, a transformer's (128, 256) activations 8).
+_PARALLEL_BYTES = 1 << 14
 
 
 def hardswish_f32(x: np.ndarray) -> np.ndarray | None:
@@ -983,7 +1071,7 @@ def hardswish_f32(x: np.ndarray) -> np.ndarray | None:
     n = x.size
     ways = _ways(n, 64, _PARALLEL_ELEMENTS)
     cuts = [n * i // ways // 16 * 16 for i in range(ways)] + [n]
-    _run(_lib.hardswish_range, _UnaryTask(x.ctypes.data, y.ctypes.data), cuts, ways)
+    _run(_lib.hardswish_range, _UnaryTask(_addr(x), _addr(y)), cuts, ways)
     return y
 
 
@@ -1000,9 +1088,24 @@ def lookup8(x: np.ndarray, table: np.ndarray) -> np.ndarray | None:
     n = x.size
     ways = _ways(n, 64, _PARALLEL_ELEMENTS * 4)  # (a byte per element: 4x HardSwish's speed)
     cuts = [n * i // ways // 64 * 64 for i in range(ways)] + [n]
-    task = _LookupTask(_lib.lookup, x.ctypes.data, table.ctypes.data, table.itemsize, y.ctypes.data)
+    task = _LookupTask(_lib.lookup, _addr(x), _addr(table), table.itemsize, _addr(y))
     _run(_lib.lookup_range, task, cuts, ways)
     return y
+
+
+@functools.lru_cache(maxsize=4096)
+def _element_cuts(n: int, unit: int, ways: int) -> np.ndarray:
+    """Cuts of n elements between ``ways`` threads at multiples of ``unit`` (the same for
+    every call of a node: kept)."""
+    return np.array([n * i // ways // unit * unit for i in range(ways)] + [n], np.int64)
+
+
+@functools.lru_cache(maxsize=4096)
+def _qbinary_params(za: float, zb: float, ka: float, kb: float, zy: float, dtype: np.dtype,
+                    multiply: bool) -> _QBinary:  # fmt: skip
+    """A node's QLinearAdd / QLinearMul constants as the kernel takes them (kept per node)."""
+    info = np.iinfo(dtype)
+    return _QBinary(za, zb, ka, kb, zy, int(dtype == np.int8), int(multiply), info.min, info.max)
 
 
 def qlinear_binary(a: np.ndarray, b: np.ndarray, za, zb, ka, kb, zy, multiply: bool):
@@ -1023,16 +1126,15 @@ def qlinear_binary(a: np.ndarray, b: np.ndarray, za, zb, ka, kb, zy, multiply: b
         if not (a.ndim and b.ndim <= a.ndim and b.size == a.shape[-1] == b.shape[-1]):
             return None
     period = 0 if a.shape == b.shape else b.size
-    info = np.iinfo(a.dtype)
-    p = _QBinary(float(np.float32(za)), float(np.float32(zb)), float(ka), float(kb),
-                 float(np.float32(zy)), int(a.dtype == np.int8), int(multiply), info.min, info.max)  # fmt: skip
+    p = _qbinary_params(float(np.float32(za)), float(np.float32(zb)), float(ka), float(kb),
+                        float(np.float32(zy)), a.dtype, bool(multiply))  # fmt: skip
     y = np.empty(a.shape, a.dtype)
     n = a.size
-    ways = _ways(n, 64, _PARALLEL_ELEMENTS)
-    unit = period or 64  # (parts start at a repetition of b)
-    cuts = [n * i // ways // unit * unit for i in range(ways)] + [n]
-    task = _QBinaryTask(a.ctypes.data, b.ctypes.data, period, ctypes.addressof(p), y.ctypes.data)
-    _run(_lib.qbinary_range, task, cuts, ways)
+    ways = _ways(n, 64, _PARALLEL_BYTES)
+    cuts = _element_cuts(n, period or 64, ways)  # (parts start at a repetition of b)
+    task = _QBinaryTask(_addr(a), _addr(b), period, ctypes.addressof(p), _addr(y))
+    _lib.onyx_parallel(_lib.qbinary_range, ctypes.byref(task), _addr(cuts), len(cuts) - 1,
+                       ways)  # fmt: skip
     return y
 
 
@@ -1043,9 +1145,10 @@ def quantize_f32(x: np.ndarray, scale, zero_point: int, dtype) -> np.ndarray | N
         return None
     y = np.empty(x.shape, dtype)
     n = x.size
-    ways = _ways(n, 64, _PARALLEL_ELEMENTS)
-    cuts = [n * i // ways // 64 * 64 for i in range(ways)] + [n]
-    task = _QuantizeTask(x.ctypes.data, float(scale), int(zero_point), int(dtype == np.int8),
-                         y.ctypes.data)  # fmt: skip
-    _run(_lib.quantize_range, task, cuts, ways)
+    ways = _ways(n, 64, _PARALLEL_BYTES)
+    cuts = _element_cuts(n, 64, ways)
+    task = _QuantizeTask(_addr(x), float(scale), int(zero_point), int(dtype == np.int8),
+                         _addr(y))  # fmt: skip
+    _lib.onyx_parallel(_lib.quantize_range, ctypes.byref(task), _addr(cuts), len(cuts) - 1,
+                       ways)  # fmt: skip
     return y

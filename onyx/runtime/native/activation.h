@@ -4,11 +4,13 @@
 #ifndef ONYX_ACTIVATION_H
 #define ONYX_ACTIVATION_H
 
-enum { ACT_NONE = 0, ACT_RELU = 1, ACT_LEAKY = 2, ACT_CLIP = 3, ACT_HARDSWISH = 4 };
+enum { ACT_NONE = 0, ACT_RELU = 1, ACT_LEAKY = 2, ACT_CLIP = 3, ACT_HARDSWISH = 4, ACT_HARDSIGMOID = 5 };
 
-/* alpha: LeakyRelu's slope or Clip's min; beta: Clip's max. Ordered comparisons keep a NaN a
+/* alpha: LeakyRelu's slope, Clip's min or HardSigmoid's alpha; beta: Clip's max or
+   HardSigmoid's beta. Ordered comparisons keep a NaN a
    NaN, as numpy's clip does; HardSwish is v * clip(v / 6 + 1/2, 0, 1) with the operations of
-   kernels.c's HardSwish kernel, so fusing it changes no bit. */
+   kernels.c's HardSwish kernel, so fusing it changes no bit; HardSigmoid is clip(v * alpha +
+   beta, 0, 1) with the operations of FusedConv's numpy path (no fused multiply-add). */
 static inline __attribute__((always_inline, target("avx512f"))) __m512
 onyx_activate(__m512 v, int act, float alpha, float beta) {
     __m512 zero = _mm512_setzero_ps();
@@ -26,6 +28,11 @@ onyx_activate(__m512 v, int act, float alpha, float beta) {
         s = _mm512_mask_mov_ps(s, _mm512_cmp_ps_mask(s, zero, _CMP_LT_OQ), zero);
         s = _mm512_mask_mov_ps(s, _mm512_cmp_ps_mask(s, one, _CMP_GT_OQ), one);
         v = _mm512_mul_ps(v, s);
+    } else if (act == ACT_HARDSIGMOID) {
+        v = _mm512_add_ps(_mm512_mul_ps(v, _mm512_set1_ps(alpha)), _mm512_set1_ps(beta));
+        v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), zero);
+        v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, _mm512_set1_ps(1.0f), _CMP_GT_OQ),
+                               _mm512_set1_ps(1.0f));
     }
     return v;
 }

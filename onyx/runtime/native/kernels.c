@@ -573,6 +573,60 @@ EXPORT int onyx_caps(void) {
     return (vnni ? 1 : 0) | (__builtin_cpu_supports("avx512f") ? 2 : 0) | (vbmi ? 4 : 0);
 }
 
+/* QLinearAdd / QLinearMul and QuantizeLinear 16 values per step, in the operations and order
+   of the portable loops above (the same bits; max(lo, v) keeps a NaN as their comparisons
+   do). The compiler vectorized those with 8-lane vectors and a slow rounding: 0.5 ns per
+   value, against 0.05 here. */
+#define BW __attribute__((target("avx512f,avx512bw,avx512vl")))
+
+static BW inline __m512 bytes_ps(const void *p, int is_signed, __mmask16 k) {
+    __m128i b = _mm_maskz_loadu_epi8(k, p);
+    return _mm512_cvtepi32_ps(is_signed ? _mm512_cvtepi8_epi32(b) : _mm512_cvtepu8_epi32(b));
+}
+
+/* clamp(v, lo, hi) + zp (v integral), truncated to int32 as the portable casts, to bytes */
+static BW inline void store_bytes(void *p, __m512 v, __m512 lo, __m512 hi, __m512 zp,
+                                  __mmask16 k) {
+    v = _mm512_add_ps(_mm512_min_ps(hi, _mm512_max_ps(lo, v)), zp);
+    _mm_mask_storeu_epi8(p, k, _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(v)));
+}
+
+static BW inline __mmask16 head16(int64_t n) {
+    return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1);
+}
+
+#define RINT(v) _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+
+static BW void qbinary_avx512(const void *a, const void *b, int64_t n, const qbinary *p,
+                              uint8_t *y) {
+    const uint8_t *x = a, *z = b;
+    int s = p->is_signed;
+    __m512 za = _mm512_set1_ps(p->za), zb = _mm512_set1_ps(p->zb), ka = _mm512_set1_ps(p->ka);
+    __m512 kb = _mm512_set1_ps(p->kb), zy = _mm512_set1_ps(p->zy), zero = _mm512_setzero_ps();
+    __m512 lo = _mm512_set1_ps((float)p->lo), hi = _mm512_set1_ps((float)p->hi);
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 k = head16(n - i);
+        __m512 va = _mm512_sub_ps(bytes_ps(x + i, s, k), za);
+        __m512 vb = _mm512_sub_ps(bytes_ps(z + i, s, k), zb);
+        __m512 v = p->multiply ? _mm512_mul_ps(_mm512_mul_ps(va, vb), ka)
+                               : _mm512_add_ps(_mm512_mul_ps(va, ka), _mm512_mul_ps(vb, kb));
+        store_bytes(y + i, RINT(_mm512_add_ps(v, zy)), lo, hi, zero, k);
+    }
+}
+
+static BW void quantize_avx512(const float *x, float scale, int32_t zero_point, int is_signed,
+                               int64_t n, uint8_t *y) {
+    float zp = (float)zero_point, lo = is_signed ? -128.0f : 0.0f;
+    __m512 s = _mm512_set1_ps(scale), z = _mm512_set1_ps(zp);
+    __m512 l = _mm512_set1_ps(lo - zp), h = _mm512_set1_ps(lo + 255.0f - zp);
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 k = head16(n - i);
+        __m512 q = RINT(_mm512_div_ps(_mm512_maskz_loadu_ps(k, x + i), s));
+        store_bytes(y + i, q, l, h, z, k);
+    }
+}
+#undef RINT
+
 /* onyx_lookup8 for one-byte entries, 64 bytes per step: the 256-byte table sits in four
    registers, two vpermi2b pick from each half by the low 7 bits and the top bit chooses. */
 #define VBMI __attribute__((target("avx512f,avx512bw,avx512vbmi")))
@@ -1233,8 +1287,33 @@ typedef struct {
     uint8_t *y;
 } qbinary_task;
 
+/* Whether the AVX-512 elementwise byte kernels run here (checked once). */
+static int byte_vectors(void) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    static int known = -1;
+    if (known < 0) {
+        __builtin_cpu_init();
+        known = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                __builtin_cpu_supports("avx512vl");
+    }
+    return known;
+#else
+    return 0;
+#endif
+}
+
 EXPORT int onyx_qbinary_range(const void *p, int64_t begin, int64_t end) {
     const qbinary_task *t = p;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (byte_vectors()) {
+        int64_t step = t->period ? t->period : end - begin;
+        for (int64_t r = begin; r < end; r += step) {
+            int64_t m = end - r < step ? end - r : step;
+            qbinary_avx512(t->a + r, t->period ? t->b : t->b + r, m, t->p, t->y + r);
+        }
+        return 0;
+    }
+#endif
     /* (parts of a periodic b start at multiples of its period) */
     onyx_qbinary(t->a + begin, t->period ? t->b : t->b + begin, end - begin, t->period, t->p,
                  t->y + begin);
@@ -1250,6 +1329,13 @@ typedef struct {
 
 EXPORT int onyx_quantize_range(const void *p, int64_t begin, int64_t end) {
     const quantize_task *t = p;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (byte_vectors()) {
+        quantize_avx512(t->x + begin, t->scale, t->zero_point, t->is_signed, end - begin,
+                        t->y + begin);
+        return 0;
+    }
+#endif
     onyx_quantize_f32(t->x + begin, t->scale, t->zero_point, t->is_signed, end - begin,
                       t->y + begin);
     return 0;
