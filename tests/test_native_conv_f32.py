@@ -221,3 +221,16 @@ def test_depthwise_and_stem_convs_keep_their_own_kernels(native_calls):
     stem = rng.standard_normal((16, 3, 3, 3)).astype(np.float32)  # K = 27: the direct kernel
     conv_kernels.conv(x[:, :3], stem, pads=[1, 1, 1, 1])
     assert native_calls == []
+
+
+def test_stem_with_an_activation_runs_the_implicit_gemm(native_calls):
+    """The direct stem kernel applies no activation: a stem with one (MobileNet's HardSwish)
+    runs the implicit GEMM, which applies it as it stores."""
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((1, 3, 32, 32)).astype(np.float32)
+    stem = rng.standard_normal((16, 3, 3, 3)).astype(np.float32)
+    attrs = {"pads": [1, 1, 1, 1], "strides": [2, 2]}
+    want = hard_swish(conv_kernels.conv(x, stem, **attrs))
+    assert native_calls == []  # (the direct kernel)
+    np.testing.assert_allclose(conv_hard_swish(x, stem, **attrs), want, rtol=1e-5, atol=1e-5)
+    assert native_calls == [x.shape]

@@ -366,8 +366,8 @@ def _float_conv(x_shape, W, group: int, attrs: tuple, activation: int, alpha: fl
     if group > 1 and W.shape[1] == 1 or min(geo["pads"]) < 0:
         return None
     small = W[0].size <= native.SMALL_CONV_K and W.shape[0] >= 8  # (native.conv_small_ok's)
-    if group == 1 and len(x_shape) == 4 and small and W.shape[2:] != (1, 1):
-        return None  # a stem: the direct kernel (_conv sends a 1x1 conv to BLAS, not there)
+    if group == 1 and len(x_shape) == 4 and small and W.shape[2:] != (1, 1) and not activation:
+        return None  # a stem: the direct kernel (which applies no activation; a 1x1 goes to BLAS)
     out_shape, strides, dilations = geo["out_shape"], geo["strides"], geo["dilations"]
     if x_shape[0] * math.prod(out_shape) < 16:  # a GEMV (an SE block's 1x1 on one pixel): the
         return _conv_gemv(x_shape, W, group, geo, activation, alpha, beta)  # tile would idle
