@@ -401,9 +401,11 @@ def _address(fn) -> int:
 
 def _spy_kernels(monkeypatch) -> list:
     """The kernels (addresses) the native convs run from now on."""
-    calls, planes = [], native._planes
+    calls, planes, plane_conv = [], native._planes, native.PlaneConv.__call__
     monkeypatch.setattr(native, "_planes",
                         lambda part, task, *a: calls.append(task.fn) or planes(part, task, *a))  # fmt: skip
+    monkeypatch.setattr(native.PlaneConv, "__call__",
+                        lambda self, *a: calls.append(self.task.fn) or plane_conv(self, *a))  # fmt: skip
     return calls
 
 

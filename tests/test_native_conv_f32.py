@@ -165,9 +165,9 @@ def test_fused_conv_applies_residual_and_activation(activation, params, native_c
 @pytest.mark.parametrize("shape", [(1, 24, 9, 37), (2, 40, 14, 14)])
 def test_depthwise_applies_its_activation_as_it_stores(activation, params, shape, monkeypatch):
     """A MobileNet block's depthwise conv + activation: the same bits as the two apart."""
-    fused, run = [], native.depthwise_f32
-    monkeypatch.setattr(native, "depthwise_f32",
-                        lambda *a: fused.append(a[7] is not None and a[7][0]) or run(*a))  # fmt: skip
+    fused, run = [], native.depthwise_setup
+    monkeypatch.setattr(native, "depthwise_setup",
+                        lambda *a: fused.append(a[6] is not None and a[6][0]) or run(*a))  # fmt: skip
     rng = np.random.default_rng(6)
     x = rng.standard_normal(shape).astype(np.float32) * 4
     x[0, 1, 2, 3] = np.nan

@@ -423,13 +423,25 @@ def native_conv_f32(X, W, B, group: int, attrs: tuple, *, z=None, activation: in
 
 def _activated_depthwise(X, W, B, attrs: tuple, activation: tuple) -> np.ndarray | None:
     """A float32 depthwise conv whose activation the native kernel applies as it stores (a
-    MobileNet block's), or None. Its geometry is kept per weight and shape, as FloatConv's."""
-    key = ("dw geometry", X.shape, attrs)
-    geo = derived(W, key, lambda: _conv_geometry(X.shape, W.shape, *attrs))
-    n = X.ndim - 2
-    bias = None if B is None else B.astype(np.float32, copy=False)
-    return _native_depthwise(np.ascontiguousarray(X), W, bias, geo["pads"][:n], geo["strides"],
-                             geo["dilations"], geo["out_shape"], activation)  # fmt: skip
+    MobileNet block's), or None. It is set up once per weight and shape, as FloatConv is."""
+    if X.ndim != 4:
+        key = ("dw geometry", X.shape, attrs)
+        geo = derived(W, key, lambda: _conv_geometry(X.shape, W.shape, *attrs))
+        bias = None if B is None else B.astype(np.float32, copy=False)
+        return _native_depthwise(np.ascontiguousarray(X), W, bias, geo["pads"][:1],
+                                 geo["strides"], geo["dilations"], geo["out_shape"], activation)  # fmt: skip
+    key = ("dw conv", X.shape, attrs, activation, native.thread_setting())
+    run = derived(W, key, lambda: _depthwise_setup(X.shape, W, attrs, activation))
+    return None if run is None else run(np.ascontiguousarray(X), B)
+
+
+def _depthwise_setup(x_shape, W, attrs: tuple, activation: tuple) -> native.PlaneConv | None:
+    geo = _conv_geometry(x_shape, W.shape, *attrs)
+    begin = geo["pads"][:2]
+    if W.shape[1] != 1 or W.shape[0] % x_shape[1] or min(begin) < 0 or not native.available():
+        return None  # (native.depthwise_ok's, on shapes)
+    return native.depthwise_setup(x_shape, W, geo["out_shape"], geo["strides"],
+                                  geo["dilations"], begin, activation)  # fmt: skip
 
 
 def conv_key(auto_pad, pads, strides, dilations, kernel_shape) -> tuple:

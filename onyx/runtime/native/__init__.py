@@ -716,32 +716,57 @@ def depthwise_ok(x: np.ndarray, w: np.ndarray, begin) -> bool:
     )
 
 
-def _float_conv(fn, lanes: int, x, w, bias, out_shape, strides, dilations, begin,
-                activation=(0, 0.0, 0.0)) -> np.ndarray:  # fmt: skip
+class PlaneConv:
     """A 2-D float32 conv of x (N, C, H, W) with w (M, C / group, kh, kw) (+ bias [M]) by the
-    kernel fn over blocks of ``lanes`` output channels; begin: the top and left pads (the end
-    pads are implied by out_shape); activation: (code, alpha, beta) as FloatConv's, applied
-    by the AVX-512 depthwise kernel (the others take none)."""
-    (N, C, H, W), M = x.shape, w.shape[0]
-    w = np.ascontiguousarray(w, np.float32)
-    b = None if bias is None else np.ascontiguousarray(bias, np.float32)
-    y = np.empty((N, M, *out_shape), np.float32)
-    g = _DwGeometry(C, H, W, M // C, *out_shape, *w.shape[2:], *strides, *dilations, *begin, M,
-                    *activation)  # fmt: skip
-    task = _FloatConvTask(fn, _addr(x), _addr(w), _addr(b), _addr(y),
-                          ctypes.addressof(g))  # fmt: skip
-    _planes(_lib.float_conv_range, task, N * -(-M // lanes), y.size * w[0].size)
-    return y
+    plane kernel fn (depthwise or small) over blocks of ``lanes`` output channels, set up for
+    one input shape; begin: the top and left pads (the end pads are implied by out_shape);
+    activation: (code, alpha, beta) as FloatConv's, applied by the AVX-512 depthwise kernel
+    (the others take none). The geometry and the work split are made once (a MobileNet's
+    depthwise conv on a 7x7 image takes about as long as building them in Python did)."""
+
+    __slots__ = ("cuts", "g", "shape", "task", "w", "ways")
+
+    def __init__(self, fn, lanes: int, x_shape, w, out_shape, strides, dilations, begin,
+                 activation=(0, 0.0, 0.0)):  # fmt: skip
+        (N, C, H, W), M = x_shape, w.shape[0]
+        self.w = np.ascontiguousarray(w, np.float32)
+        self.g = _DwGeometry(C, H, W, M // C, *out_shape, *w.shape[2:], *strides, *dilations,
+                             *begin, M, *activation)  # fmt: skip
+        self.shape = (N, M, *out_shape)
+        planes = N * -(-M // lanes)
+        self.ways = _ways(math.prod(self.shape) * w[0].size, planes, _DEPTHWISE_MACS)
+        self.cuts = np.array([planes * i // self.ways for i in range(self.ways + 1)], np.int64)
+        self.task = _FloatConvTask(fn, None, _addr(self.w), None, None, ctypes.addressof(self.g))
+
+    def __call__(self, x: np.ndarray, bias=None) -> np.ndarray:
+        """x C-contiguous float32 of the set-up's shape."""
+        y = np.empty(self.shape, np.float32)
+        task = _FloatConvTask.from_buffer_copy(self.task)  # (calls may come from several threads)
+        task.x, task.y = _addr(x), _addr(y)
+        if bias is not None:
+            bias = np.ascontiguousarray(bias, np.float32)
+            task.bias = _addr(bias)
+        if _lib.onyx_parallel(_lib.float_conv_range, ctypes.byref(task), _addr(self.cuts),
+                              len(self.cuts) - 1, self.ways):  # fmt: skip
+            raise MemoryError("onyx native depthwise conv: out of memory for its buffers")
+        return y
+
+
+def depthwise_setup(x_shape, w, out_shape, strides, dilations, begin,
+                    activation=None) -> PlaneConv | None:  # fmt: skip
+    """Depthwise 2-D conv (w: (M, 1, kh, kw), M a multiple of C) set up for x_shape: a
+    PlaneConv. With an ``activation`` ((code, alpha, beta), CONV_ACTIVATIONS) where the
+    AVX-512 kernel runs (``depthwise_activates()``), else None."""
+    if activation is not None and activation[0] and not depthwise_activates():
+        return None
+    return PlaneConv(_lib.depthwise_f32, _lib.depthwise_lanes, x_shape, w, out_shape, strides,
+                     dilations, begin, activation or (0, 0.0, 0.0))  # fmt: skip
 
 
 def depthwise_f32(x, w, bias, out_shape, strides, dilations, begin, activation=None):
-    """Depthwise 2-D conv (w: (M, 1, kh, kw), M a multiple of C): see _float_conv. With an
-    ``activation`` ((code, alpha, beta), CONV_ACTIVATIONS) where the AVX-512 kernel runs
-    (``depthwise_activates()``), else None."""
-    if activation is not None and activation[0] and not depthwise_activates():
-        return None
-    return _float_conv(_lib.depthwise_f32, _lib.depthwise_lanes, x, w, bias, out_shape, strides,
-                       dilations, begin, activation or (0, 0.0, 0.0))  # fmt: skip
+    """Depthwise 2-D conv of x, once (see depthwise_setup), or None."""
+    conv = depthwise_setup(x.shape, w, out_shape, strides, dilations, begin, activation)
+    return None if conv is None else conv(x, bias)
 
 
 def depthwise_activates() -> bool:
@@ -797,8 +822,8 @@ def conv_small_ok(x: np.ndarray, w: np.ndarray, begin) -> bool:
 
 def conv_small_f32(x, w, bias, out_shape, strides, dilations, begin) -> np.ndarray:
     """A group-1 conv whose windows are small: 16 output channels per AVX-512 vector (a
-    network's stem); see _float_conv."""
-    return _float_conv(_lib.conv_small, 16, x, w, bias, out_shape, strides, dilations, begin)
+    network's stem); see PlaneConv."""
+    return PlaneConv(_lib.conv_small, 16, x.shape, w, out_shape, strides, dilations, begin)(x, bias)
 
 
 # ----------------------------------------------------------------------------- float conv
