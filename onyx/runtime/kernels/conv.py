@@ -428,8 +428,9 @@ def _activated_depthwise(X, W, B, attrs: tuple, activation: tuple) -> np.ndarray
         key = ("dw geometry", X.shape, attrs)
         geo = derived(W, key, lambda: _conv_geometry(X.shape, W.shape, *attrs))
         bias = None if B is None else B.astype(np.float32, copy=False)
-        return _native_depthwise(np.ascontiguousarray(X), W, bias, geo["pads"][:1],
-                                 geo["strides"], geo["dilations"], geo["out_shape"], activation)  # fmt: skip
+        x, pads = np.ascontiguousarray(X), geo["pads"][:1]
+        return _native_depthwise(x, W, bias, pads, geo["strides"], geo["dilations"],
+                                 geo["out_shape"], activation)  # fmt: skip
     key = ("dw conv", X.shape, attrs, activation, native.thread_setting())
     run = derived(W, key, lambda: _depthwise_setup(X.shape, W, attrs, activation))
     return None if run is None else run(np.ascontiguousarray(X), B)

@@ -185,21 +185,18 @@ def mat_mul_integer(a, b, a_zero_point=None, b_zero_point=None):
     return integer_matmul(a, b, a_zero_point, b_zero_point)
 
 
-def native_gemv(a, b, c, alpha, beta, trans_b, activation=(0, 0.0, 0.0)) -> np.ndarray | None:
-    """act(alpha * a @ b' + beta * c) for a float32 A of a few rows (native.FloatGemv, set up
-    once per constant B), or None where it does not apply. c: None or one value per column;
-    activation: (code, alpha, beta) as native.FloatGemv's."""
+def native_gemv(a, b, c, alpha, beta, trans_b) -> np.ndarray | None:
+    """alpha * a @ b' + beta * c for a float32 A of a few rows (native.FloatGemv, set up once
+    per constant B), or None where it does not apply. c: None or one value per column."""
     if not (a.dtype == b.dtype == np.float32 and a.ndim == b.ndim == 2 and native.gemv_ok()):
         return None
     rows, n = a.shape[0], b.shape[0 if trans_b else 1]
     if rows > native.GEMV_ROWS or (c is not None and (c.dtype != np.float32 or c.shape not in
                                                       ((n,), (1, n)))):  # fmt: skip
         return None
-    key = ("gemv", trans_b, rows, alpha, beta, activation, native.thread_setting())
+    key = ("gemv", trans_b, rows, alpha, beta, native.thread_setting())
     call = derived(b, key, lambda: native.FloatGemv(b, bool(trans_b), rows, alpha=alpha,
-                                                    beta=beta, activation=activation[0],
-                                                    act_alpha=activation[1],
-                                                    act_beta=activation[2]))  # fmt: skip
+                                                    beta=beta))  # fmt: skip
     return call(np.ascontiguousarray(a), None if c is None or beta == 0 else c.reshape(-1))
 
 

@@ -79,7 +79,8 @@ INLINE void rows_by_dots(const gemv_f32 *t, int64_t m0, int64_t n0, int64_t n1, 
             __m512 wv[4];
             for (int j = 0; j < 4; j++) {
                 wv[j] = _mm512_maskz_loadu_ps(mask, w[j] + k);
-                _mm_prefetch((const char *)(w[j] + 4 * K + k), _MM_HINT_T0); /* the next 4 */
+                /* (the next 4 rows; a prefetch past the end does not fault) */
+                _mm_prefetch((const char *)(w[j] + 4 * K + k), _MM_HINT_T0);
             }
             for (int i = 0; i < MR; i++) {
                 __m512 xv = _mm512_maskz_loadu_ps(mask, x[i] + k);
@@ -87,8 +88,9 @@ INLINE void rows_by_dots(const gemv_f32 *t, int64_t m0, int64_t n0, int64_t n1, 
             }
         }
         for (int i = 0; i < MR; i++) {
-            __m128 sums = _mm_setr_ps(_mm512_reduce_add_ps(acc[i][0]), _mm512_reduce_add_ps(acc[i][1]),
-                                      _mm512_reduce_add_ps(acc[i][2]), _mm512_reduce_add_ps(acc[i][3]));
+            __m128 sums = _mm_setr_ps(
+                _mm512_reduce_add_ps(acc[i][0]), _mm512_reduce_add_ps(acc[i][1]),
+                _mm512_reduce_add_ps(acc[i][2]), _mm512_reduce_add_ps(acc[i][3]));
             store(t, m0 + i, n, _mm512_castps128_ps512(sums), first_lanes(nr));
         }
     }
