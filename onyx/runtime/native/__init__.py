@@ -316,8 +316,27 @@ def _run(part: int, task: ctypes.Structure, cuts, threads: int) -> int:
     """The kernel's parts [cuts[i], cuts[i + 1]) of the task on the native thread pool
     (pool.c), ``part`` one of lib.<kernel>_range; the kernel's status (non-zero: out of
     memory)."""
-    cuts = np.asarray(cuts, np.int64)
+    cuts = np.asarray(cuts, np.int64)  # (a set-up's kept cuts are used as they are)
     return _lib.onyx_parallel(part, ctypes.byref(task), _addr(cuts), len(cuts) - 1, threads)
+
+
+def _even_cuts(parts: int, ways: int) -> np.ndarray:
+    """Cuts of ``parts`` pieces of work into ``ways`` nearly equal runs."""
+    return np.array([parts * i // ways for i in range(ways + 1)], np.int64)
+
+
+@functools.lru_cache(maxsize=4096)
+def _element_cuts(n: int, unit: int, ways: int) -> np.ndarray:
+    """Cuts of n elements between ``ways`` threads at multiples of ``unit`` (the same for
+    every call of a node: kept)."""
+    return np.array([n * i // ways // unit * unit for i in range(ways)] + [n], np.int64)
+
+
+def _filled(template: ctypes.Structure, x: np.ndarray, y: np.ndarray):
+    """A copy of a set-up's task (calls may come from several threads) pointing at x and y."""
+    task = type(template).from_buffer_copy(template)
+    task.x, task.y = _addr(x), _addr(y)
+    return task
 
 
 def _ways(work: int, parts: int, least: int = _PARALLEL_MACS) -> int:
@@ -519,7 +538,7 @@ class _Batched:
             t.e.lo, t.e.hi = info.min, info.max
         t.flip_a, t.a_unsigned, t.b_flip, t.b_signed = flip_a, b_signed, b_flip, b_signed
         self.ways = _ways(items * M * N * K, items)
-        self.cuts = np.array([items * i // self.ways for i in range(self.ways + 1)], np.int64)
+        self.cuts = _even_cuts(items, self.ways)
 
     def __call__(self, a, b, za: int, zb: int, scale, y_zero_point) -> np.ndarray:
         y = np.empty(self.shape, self.y_dtype)
@@ -532,8 +551,7 @@ class _Batched:
             s = np.asarray(scale, np.float32).reshape(-1)[:1].copy()
             t.e.out8, t.e.scale = t.y, _addr(s)
             t.e.zero_point = int(y_zero_point.reshape(-1)[0])
-        if _lib.onyx_parallel(_lib.batched_gemm_range, ctypes.byref(t), _addr(self.cuts),
-                              len(self.cuts) - 1, self.ways):  # fmt: skip
+        if _run(_lib.batched_gemm_range, t, self.cuts, self.ways):
             raise MemoryError("onyx native int8 GEMM: out of memory for its buffers")
         return y
 
@@ -667,7 +685,7 @@ class _GemmCall:
         if by_rows:  # (in whole tiles)
             self.cuts = np.array([min(M, -(-M * i // ways // 6) * 6) for i in range(ways + 1)])
         else:
-            self.cuts = np.array([panels * i // ways for i in range(ways + 1)])
+            self.cuts = _even_cuts(panels, ways)
         self.task = _GemmTask(None, _addr(b.data), None, K, N, M, panels, int(flip_a),
                               int(not a_signed), int(by_rows))  # fmt: skip
 
@@ -700,7 +718,7 @@ def _dw_geometry(x: np.ndarray, M: int, kernel, out_shape, strides, dilations, b
 def _planes(part: int, task: ctypes.Structure, planes: int, work: int) -> None:
     """A conv task over its output planes, split between threads when the work pays."""
     ways = _ways(work, planes, _DEPTHWISE_MACS)
-    if _run(part, task, [planes * i // ways for i in range(ways + 1)], ways):
+    if _run(part, task, _even_cuts(planes, ways), ways):
         raise MemoryError("onyx native depthwise conv: out of memory for its buffers")
 
 
@@ -735,19 +753,17 @@ class PlaneConv:
         self.shape = (N, M, *out_shape)
         planes = N * -(-M // lanes)
         self.ways = _ways(math.prod(self.shape) * w[0].size, planes, _DEPTHWISE_MACS)
-        self.cuts = np.array([planes * i // self.ways for i in range(self.ways + 1)], np.int64)
+        self.cuts = _even_cuts(planes, self.ways)
         self.task = _FloatConvTask(fn, None, _addr(self.w), None, None, ctypes.addressof(self.g))
 
     def __call__(self, x: np.ndarray, bias=None) -> np.ndarray:
         """x C-contiguous float32 of the set-up's shape."""
         y = np.empty(self.shape, np.float32)
-        task = _FloatConvTask.from_buffer_copy(self.task)  # (calls may come from several threads)
-        task.x, task.y = _addr(x), _addr(y)
+        task = _filled(self.task, x, y)
         if bias is not None:
             bias = np.ascontiguousarray(bias, np.float32)
             task.bias = _addr(bias)
-        if _lib.onyx_parallel(_lib.float_conv_range, ctypes.byref(task), _addr(self.cuts),
-                              len(self.cuts) - 1, self.ways):  # fmt: skip
+        if _run(_lib.float_conv_range, task, self.cuts, self.ways):
             raise MemoryError("onyx native depthwise conv: out of memory for its buffers")
         return y
 
@@ -908,7 +924,7 @@ class FloatConv:
         self.ways = _ways(N * P * M * K, group * strips * panels)
         per_part, blocks = _conv_parts(strips, panels, group, self.ways)
         parts = group * -(-strips // per_part) * blocks
-        self.cuts = np.array([parts * i // self.ways for i in range(self.ways + 1)], np.int64)
+        self.cuts = _even_cuts(parts, self.ways)
         self.packed, self.shape, self.bias = packed, (N, M, *out_shape), (None, None, None)
         # Parts that split the output channels would each pack every strip's columns: they
         # are packed once beforehand instead (a deep layer's are small), except where a
@@ -919,7 +935,7 @@ class FloatConv:
         if blocks == 1 or plain or self.cols * 4 > _CONV_COLS_BYTES:
             self.cols = 0
         jobs = group * strips
-        self.pack_cuts = np.array([jobs * i // self.ways for i in range(self.ways + 1)], np.int64)
+        self.pack_cuts = _even_cuts(jobs, self.ways)
         self.task = _ConvF32(None, _addr(packed), None, None, None, None, N, C, H, W, M,
                              *out_shape, *kernel, *strides, *dilations, *begin, group, _CONV_KC,
                              strips, per_part, blocks, activation, alpha, beta)  # fmt: skip
@@ -927,8 +943,7 @@ class FloatConv:
     def __call__(self, x: np.ndarray, bias=None, z=None) -> np.ndarray:
         """activation(conv(x) + bias [M] + z (the output's shape)); x C-contiguous float32."""
         y = np.empty(self.shape, np.float32)
-        task = _ConvF32.from_buffer_copy(self.task)  # (calls may come from several threads)
-        task.x, task.y = _addr(x), _addr(y)
+        task = _filled(self.task, x, y)
         if bias is not None:
             entry = self.bias  # (a local reference keeps its array alive through the call)
             if bias is not entry[0]:  # a constant bias is the same object every call
@@ -941,11 +956,8 @@ class FloatConv:
         if self.cols:
             cols = np.empty(self.cols, np.float32)
             task.cols = _addr(cols)
-            _lib.onyx_parallel(_lib.conv_f32_pack_range, ctypes.byref(task),
-                               _addr(self.pack_cuts), len(self.pack_cuts) - 1, self.ways)  # fmt: skip
-        parts = _addr(self.cuts)
-        if _lib.onyx_parallel(_lib.conv_f32_range, ctypes.byref(task), parts,
-                              len(self.cuts) - 1, self.ways):  # fmt: skip
+            _run(_lib.conv_f32_pack_range, task, self.pack_cuts, self.ways)
+        if _run(_lib.conv_f32_range, task, self.cuts, self.ways):
             raise MemoryError("onyx native float conv: out of memory for its buffers")
         return y
 
@@ -979,7 +991,7 @@ class FloatGemv:
         N, K = self.w.shape if trans else self.w.shape[::-1]
         blocks = -(-N // _lib.gemv_block)
         self.ways = _ways(rows * N * K, blocks, _GEMV_PARALLEL)
-        self.cuts = np.array([blocks * i // self.ways for i in range(self.ways + 1)], np.int64)
+        self.cuts = _even_cuts(blocks, self.ways)
         self.shape = (rows, N)
         self.task = _GemvF32(None, _addr(self.w), None, None, None, rows, K, N, int(trans),
                              alpha, beta, activation, act_alpha, act_beta)  # fmt: skip
@@ -987,17 +999,14 @@ class FloatGemv:
     def __call__(self, x: np.ndarray, c=None, z=None) -> np.ndarray:
         """x (rows, K) C-contiguous float32; c [N] or None; z (rows, N) or None."""
         y = np.empty(self.shape, np.float32)
-        task = _GemvF32.from_buffer_copy(self.task)  # (calls may come from several threads)
-        task.x, task.y = _addr(x), _addr(y)
+        task = _filled(self.task, x, y)
         if c is not None:
             c = np.ascontiguousarray(c, np.float32)
             task.c = _addr(c)
         if z is not None:
             z = np.ascontiguousarray(np.broadcast_to(z, self.shape), np.float32)
             task.z = _addr(z)
-        cuts = self.cuts
-        _lib.onyx_parallel(_lib.gemv_range, ctypes.byref(task), _addr(cuts), len(cuts) - 1,
-                           self.ways)  # fmt: skip
+        _run(_lib.gemv_range, task, self.cuts, self.ways)
         return y
 
 
@@ -1025,7 +1034,7 @@ def bilinear_f32(planes: np.ndarray, y_taps, x_taps) -> np.ndarray:
               x_taps[3]]  # fmt: skip
     t = _Bilinear(_addr(planes), _addr(y), H, W, OH, OW, *(_addr(a) for a in tables))
     ways = _ways(n * OH * OW * 4, n, _PARALLEL_ELEMENTS * 4)
-    if _run(_lib.bilinear_range, t, [n * i // ways for i in range(ways + 1)], ways):
+    if _run(_lib.bilinear_range, t, _even_cuts(n, ways), ways):
         raise MemoryError("onyx native Resize: out of memory for its buffers")
     return y
 
@@ -1039,7 +1048,7 @@ def repeat2d_4byte(planes: np.ndarray, kh: int, kw: int) -> np.ndarray | None:
     y = np.empty((n, H * kh, W * kw), planes.dtype)
     t = _Repeat2d(_addr(planes), _addr(y), H, W, kh, kw)
     ways = _ways(y.size, n, _PARALLEL_ELEMENTS * 4)
-    _run(_lib.repeat2d_range, t, [n * i // ways for i in range(ways + 1)], ways)
+    _run(_lib.repeat2d_range, t, _even_cuts(n, ways), ways)
     return y
 
 
@@ -1074,7 +1083,7 @@ def _recurrence(fn, xs, rt, h0, c0, rbh):
               steps, dirs, batch, H)  # fmt: skip
     parts = dirs * (H // 16)
     ways = _ways(gates * H * H * batch * dirs, parts, _PARALLEL_MACS // 4)
-    cuts = np.array([parts * i // ways for i in range(ways + 1)], np.int64)
+    cuts = _even_cuts(parts, ways)
     fn(ctypes.byref(t), _addr(cuts), len(cuts) - 1, ways)
     return ys, cs
 
@@ -1095,7 +1104,7 @@ def hardswish_f32(x: np.ndarray) -> np.ndarray | None:
     y = np.empty_like(x)
     n = x.size
     ways = _ways(n, 64, _PARALLEL_ELEMENTS)
-    cuts = [n * i // ways // 16 * 16 for i in range(ways)] + [n]
+    cuts = _element_cuts(n, 16, ways)
     _run(_lib.hardswish_range, _UnaryTask(_addr(x), _addr(y)), cuts, ways)
     return y
 
@@ -1112,17 +1121,10 @@ def lookup8(x: np.ndarray, table: np.ndarray) -> np.ndarray | None:
     y = np.empty(x.shape, table.dtype)
     n = x.size
     ways = _ways(n, 64, _PARALLEL_ELEMENTS * 4)  # (a byte per element: 4x HardSwish's speed)
-    cuts = [n * i // ways // 64 * 64 for i in range(ways)] + [n]
+    cuts = _element_cuts(n, 64, ways)
     task = _LookupTask(_lib.lookup, _addr(x), _addr(table), table.itemsize, _addr(y))
     _run(_lib.lookup_range, task, cuts, ways)
     return y
-
-
-@functools.lru_cache(maxsize=4096)
-def _element_cuts(n: int, unit: int, ways: int) -> np.ndarray:
-    """Cuts of n elements between ``ways`` threads at multiples of ``unit`` (the same for
-    every call of a node: kept)."""
-    return np.array([n * i // ways // unit * unit for i in range(ways)] + [n], np.int64)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -1158,8 +1160,7 @@ def qlinear_binary(a: np.ndarray, b: np.ndarray, za, zb, ka, kb, zy, multiply: b
     ways = _ways(n, 64, _PARALLEL_BYTES)
     cuts = _element_cuts(n, period or 64, ways)  # (parts start at a repetition of b)
     task = _QBinaryTask(_addr(a), _addr(b), period, ctypes.addressof(p), _addr(y))
-    _lib.onyx_parallel(_lib.qbinary_range, ctypes.byref(task), _addr(cuts), len(cuts) - 1,
-                       ways)  # fmt: skip
+    _run(_lib.qbinary_range, task, cuts, ways)
     return y
 
 
@@ -1174,6 +1175,5 @@ def quantize_f32(x: np.ndarray, scale, zero_point: int, dtype) -> np.ndarray | N
     cuts = _element_cuts(n, 64, ways)
     task = _QuantizeTask(_addr(x), float(scale), int(zero_point), int(dtype == np.int8),
                          _addr(y))  # fmt: skip
-    _lib.onyx_parallel(_lib.quantize_range, ctypes.byref(task), _addr(cuts), len(cuts) - 1,
-                       ways)  # fmt: skip
+    _run(_lib.quantize_range, task, cuts, ways)
     return y
