@@ -1,6 +1,6 @@
 """Bit-level parity with onnxruntime where the spec leaves summation / rounding order open.
 
-AveragePool window sums, 2-D bilinear Resize, and the com.microsoft quantized element-wise and
+AveragePool window sums, GlobalAveragePool's row sums, 2-D bilinear Resize, and the com.microsoft quantized element-wise and
 pooling ops are compared bit for bit against onnxruntime on small models; the quantized convs
 (ConvInteger, QLinearConv) likewise, since their fast float paths must stay exact.
 """
@@ -88,6 +88,18 @@ def test_average_pool(attrs, data, opset):
     x = _wide_range(rng, shape) if data == "wide" else _data(rng, shape, data == "grid")
     node = helper.make_node("AveragePool", ["x"], ["y"], **attrs)
     model = _model(node, [_vi("x", TensorProto.FLOAT)], [_vi("y", TensorProto.FLOAT)], opset=opset)
+    _same(model, {"x": x})
+
+
+@pytest.mark.parametrize("data", ["random", "wide"])
+@pytest.mark.parametrize(
+    "shape", [(2, 3, 13, 11), (1, 96, 7, 7), (2, 5, 3), (1, 4, 3, 5, 6), (2, 64, 32, 33)]
+)
+def test_global_average_pool(shape, data):
+    rng = np.random.default_rng(0)
+    x = _wide_range(rng, shape) if data == "wide" else _data(rng, shape, False)
+    node = helper.make_node("GlobalAveragePool", ["x"], ["y"])
+    model = _model(node, [_vi("x", TensorProto.FLOAT)], [_vi("y", TensorProto.FLOAT)])
     _same(model, {"x": x})
 
 

@@ -547,7 +547,17 @@ def test_hardswish_matches_the_numpy_formula(shape):
 @pytest.mark.parametrize("x_type", BYTES)
 @pytest.mark.parametrize(
     "a_shape, b_shape",
-    [((4, 64, 300), (4, 64, 300)), ((3, 7), (7,)), ((7,), (3, 7)), ((2, 3, 300), (300,))],
+    [
+        ((4, 64, 300), (4, 64, 300)),
+        ((3, 7), (7,)),
+        ((7,), (3, 7)),
+        ((2, 3, 300), (300,)),
+        ((2, 3, 5, 7), (5, 7)),  # a plane, repeated
+        ((2, 96, 14, 14), (1, 96, 1, 1)),  # a channel's scale (squeeze-excite), cycling
+        ((1, 1, 1, 1), (3, 40, 1, 1)),  # (either way round)
+        ((3, 40, 17, 19), (3, 40, 1, 1)),  # two threads
+        ((5, 100, 100), ()),  # a scalar
+    ],
 )
 def test_qlinear_add_and_mul_match_the_numpy_kernels(x_type, a_shape, b_shape, monkeypatch):
     """The native QLinearAdd / QLinearMul round as the numpy kernels do, to the bit (ties and
@@ -568,6 +578,18 @@ def test_qlinear_add_and_mul_match_the_numpy_kernels(x_type, a_shape, b_shape, m
                 m.setattr(native, "_lib", None)  # the numpy kernel
                 want = fn(*args)
             np.testing.assert_array_equal(got, want, err_msg=fn.__name__)
+
+
+@pytest.mark.skipif(not native.available(), reason="native library not built")
+@pytest.mark.parametrize(
+    "a_shape, b_shape",
+    [((3, 4, 5), (3, 1, 5)), ((1, 4, 5), (3, 1, 1)), ((4, 5), (1, 1, 5, 1)), ((4, 1), (1, 5))],
+)
+def test_qlinear_binary_leaves_two_way_broadcasts_to_numpy(a_shape, b_shape):
+    """Shapes whose broadcast is not one run of a's axes (or grows a) are not the kernel's."""
+    a = np.zeros(a_shape, np.uint8)
+    b = np.zeros(b_shape, np.uint8)
+    assert native.qlinear_binary(a, b, 0, 0, 1.0, 1.0, 0, True) is None
 
 
 @pytest.mark.skipif(not native.available(), reason="native library not built")

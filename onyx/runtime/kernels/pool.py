@@ -13,6 +13,7 @@ import math
 
 import numpy as np
 
+from .. import native
 from ..registry import op
 from .conv import compute_dtype, effective_kernel, pad_spatial, same_pads, spatial_defaults
 
@@ -353,8 +354,35 @@ def _spatial_axes(x) -> tuple[int, ...]:
 
 @op("GlobalAveragePool", since=1)
 def global_average_pool(X):
+    if X.dtype == np.float32 and X.ndim >= 3:
+        return _mean_rows_f32(_rows(X)).reshape(_pooled_shape(X))
     ct = compute_dtype(X.dtype)
     return X.astype(ct, copy=False).mean(axis=_spatial_axes(X), keepdims=True).astype(X.dtype)
+
+
+def _rows(x) -> np.ndarray:
+    """x (N, C, spatial...) as C-contiguous (N * C, pixels) rows."""
+    return np.ascontiguousarray(x).reshape(x.shape[0] * x.shape[1], math.prod(x.shape[2:]))
+
+
+def _pooled_shape(x) -> tuple[int, ...]:
+    return x.shape[:2] + (1,) * (x.ndim - 2)
+
+
+def _mean_rows_f32(rows: np.ndarray) -> np.ndarray:
+    """The mean of each float32 row in onnxruntime's order (the tie-breaker: the spec leaves it
+    open): four running sums over the groups of four values, added (s0 + s2) + (s1 + s3), the
+    last 0-3 values one by one, divided by the count. The native kernel's order, to the bit."""
+    y = native.mean_rows_f32(rows)
+    if y is not None:
+        return y
+    count, tail = rows.shape[1], rows.shape[1] % 4
+    groups = rows[:, : count - tail].reshape(len(rows), count // 4, 4)
+    s = np.add.reduce(groups, axis=1)  # (a reduction along a strided axis: in sequence)
+    total = (s[:, 0] + s[:, 2]) + (s[:, 1] + s[:, 3])
+    for j in range(count - tail, count):
+        total += rows[:, j]
+    return total / np.float32(count)
 
 
 @op("GlobalMaxPool", since=1)
@@ -611,9 +639,25 @@ def qlinear_average_pool(
 def qlinear_global_average_pool(
     X, x_scale, x_zero_point=None, y_scale=None, y_zero_point=None, *, channels_last=0
 ):
-    x = _to_channels_first(_dequantize(X, x_scale, x_zero_point), channels_last)
-    y = x.mean(axis=_spatial_axes(x), keepdims=True)
-    dtype = X.dtype if y_zero_point is None else y_zero_point.dtype
-    return np.ascontiguousarray(
-        _from_channels_first(_quantize(y, y_scale, y_zero_point, dtype), channels_last)
+    """The exact integer sum of each channel, then onnxruntime's requantization (the
+    tie-breaker: the contrib op names no order): (sum - count * x_zp) in float32 times
+    x_scale / (y_scale * count), rounded half to even, clamped, plus y_zp."""
+    count = math.prod(X.shape[2:] if not channels_last else X.shape[1:-1])
+    scale = np.float32(x_scale.reshape(-1)[0]) / (
+        np.float32(y_scale.reshape(-1)[0]) * np.float32(count)
     )
+    x_zp = 0 if x_zero_point is None else int(x_zero_point.reshape(-1)[0])
+    y_zp = 0 if y_zero_point is None else int(y_zero_point.reshape(-1)[0])
+    if not channels_last:
+        y = native.qmean_rows(_rows(X), scale, x_zp, y_zp)
+        if y is not None:
+            return y.reshape(_pooled_shape(X))
+        sums = _rows(X).sum(axis=1, dtype=np.int64)
+    else:
+        sums = X.reshape(X.shape[0], -1, X.shape[-1]).sum(axis=1, dtype=np.int64)
+    info = np.iinfo(X.dtype)
+    v = np.rint((sums - count * x_zp).astype(np.float32) * scale)
+    y = (np.clip(v, info.min - y_zp, info.max - y_zp) + y_zp).astype(X.dtype)
+    if channels_last:
+        return y.reshape(X.shape[:1] + (1,) * (X.ndim - 2) + X.shape[-1:])
+    return y.reshape(_pooled_shape(X))

@@ -1,5 +1,5 @@
-"""onyx's optional native kernels (kernels.c, conv_f32.c, resize.c, rnn.c, on pool.c's
-threads), loaded with ctypes.
+"""onyx's optional native kernels (kernels.c, conv_f32.c, gemv.c, global_pool.c, resize.c,
+rnn.c, on pool.c's threads), loaded with ctypes.
 
 setup.py compiles them into ``_kernels`` (an optional extension: the install goes on without it
 where there is no C compiler). onyx works the same without it, only slower: every caller keeps
@@ -15,7 +15,7 @@ sums of 255 * 255 products could overflow and the numpy path is used).
 The other kernels serve what numpy's BLAS does not: depthwise convs (float32 and integer;
 16 channels per vector on AVX-512, one plane at a time elsewhere), the float32 implicit-GEMM
 conv (conv_f32.c), the few-input-channel stem conv, HardSwish, byte lookups, QLinearAdd/Mul,
-QuantizeLinear, bilinear and nearest Resize (resize.c) and the LSTM / GRU recurrences
+QuantizeLinear, global average pooling, bilinear and nearest Resize (resize.c) and the LSTM / GRU recurrences
 (rnn.c). All but the portable depthwise and elementwise kernels need AVX-512.
 """
 
@@ -179,7 +179,14 @@ class _QBinary(ctypes.Structure):
 
 
 class _QBinaryTask(ctypes.Structure):
-    _fields_ = [("a", _P), ("b", _P), ("period", _I64), ("p", _P), ("y", _P)]
+    _fields_ = [("a", _P), ("b", _P), ("period", _I64), ("p", _P), ("y", _P), ("spread", _I64),
+                ("bn", _I64)]  # fmt: skip
+
+
+class _GlobalPool(ctypes.Structure):  # global_pool.c's global_pool
+    _fields_ = [("x", _P), ("y", _P), ("size", _I64), ("scale", ctypes.c_float)] + [
+        (name, ctypes.c_int32) for name in ("x_zp", "y_zp", "is_signed")
+    ]
 
 
 class _QuantizeTask(ctypes.Structure):
@@ -252,9 +259,16 @@ def _load():
                    lib.onyx_conv_small_f32_avx512, 16)  # fmt: skip
     address = lambda fn: fn and ctypes.cast(fn, _P).value  # noqa: E731
     # each kernel's part of a pool job: lib.<name>_range, the address onyx_parallel takes
-    for name in ("float_conv", "int_conv", "hardswish", "lookup", "qbinary", "quantize") + (
-        ("gemm", "batched_gemm") if vnni else ()
-    ):
+    for name in (
+        "float_conv",
+        "int_conv",
+        "hardswish",
+        "lookup",
+        "qbinary",
+        "quantize",
+        "mean_rows_f32",
+        "qmean_rows",
+    ) + (("gemm", "batched_gemm") if vnni else ()):
         setattr(lib, f"{name}_range", address(getattr(lib, f"onyx_{name}_range")))
     lib.lookup = address(lib.onyx_lookup8_vbmi if caps & 4 else lib.onyx_lookup8)
     tile = (_I64 * 2)()
@@ -1135,11 +1149,30 @@ def _qbinary_params(za: float, zb: float, ka: float, kb: float, zy: float, dtype
     return _QBinary(za, zb, ka, kb, zy, int(dtype == np.int8), int(multiply), info.min, info.max)
 
 
+def _spread(a_shape: tuple, b_shape: tuple) -> tuple[int, int] | None:
+    """How a smaller b broadcasts over a, as the kernel walks it: (period, 0) for a vector
+    along a's last axis, repeated; (0, spread) when each value of b stands for ``spread``
+    values of a in turn, cycling (a channel's scale [C, 1, 1] over [N, C, H, W]); else None."""
+    dims = (1,) * (len(a_shape) - len(b_shape)) + tuple(b_shape)
+    if len(dims) != len(a_shape):
+        return None
+    kept = [i for i, d in enumerate(dims) if d != 1]
+    if not kept:  # a scalar
+        return 0, math.prod(a_shape)
+    if kept != list(range(kept[0], kept[-1] + 1)):
+        return None  # (b's values: one run of a's axes)
+    if any(dims[i] != a_shape[i] for i in kept):
+        return None
+    spread = math.prod(a_shape[kept[-1] + 1 :])
+    return (math.prod(dims), 0) if spread == 1 else (0, spread)
+
+
 def qlinear_binary(a: np.ndarray, b: np.ndarray, za, zb, ka, kb, zy, multiply: bool):
     """QLinearAdd (``ka`` (a - za) + ``kb`` (b - zb)) or QLinearMul (``ka`` (a - za)(b - zb)),
     requantized to a's type with zero point zy, in the float32 operations and order of the
     numpy kernels (contrib.py), to the bit; None where it does not apply: a and b contiguous
-    bytes of one type, b as large as a or a vector along a's last axis (either way round)."""
+    bytes of one type, b as large as a or broadcast over one run of a's axes (a vector along
+    its last axis, a channel's scale), either way round."""
     if (
         _lib is None
         or a.dtype != b.dtype
@@ -1147,20 +1180,50 @@ def qlinear_binary(a: np.ndarray, b: np.ndarray, za, zb, ka, kb, zy, multiply: b
         or not (a.flags.c_contiguous and b.flags.c_contiguous)
     ):
         return None
+    period = spread = 0
     if a.shape != b.shape:
-        if b.size > a.size:  # (both operations commute: the vector goes second)
+        if b.size > a.size:  # (both operations commute: the smaller goes second)
             a, b, za, zb, ka, kb = b, a, zb, za, kb, ka
-        if not (a.ndim and b.ndim <= a.ndim and b.size == a.shape[-1] == b.shape[-1]):
+        walk = _spread(a.shape, b.shape)
+        if walk is None:
             return None
-    period = 0 if a.shape == b.shape else b.size
+        period, spread = walk
     p = _qbinary_params(float(np.float32(za)), float(np.float32(zb)), float(ka), float(kb),
                         float(np.float32(zy)), a.dtype, bool(multiply))  # fmt: skip
     y = np.empty(a.shape, a.dtype)
     n = a.size
     ways = _ways(n, 64, _PARALLEL_BYTES)
-    cuts = _element_cuts(n, period or 64, ways)  # (parts start at a repetition of b)
-    task = _QBinaryTask(_addr(a), _addr(b), period, ctypes.addressof(p), _addr(y))
+    cuts = _element_cuts(n, 64, ways)
+    task = _QBinaryTask(_addr(a), _addr(b), period, ctypes.addressof(p), _addr(y), spread, b.size)
     _run(_lib.qbinary_range, task, cuts, ways)
+    return y
+
+
+def mean_rows_f32(x: np.ndarray) -> np.ndarray | None:
+    """The mean of each row of a C-contiguous float32 (rows, size) array, in onnxruntime's
+    order of additions (global_pool.c); None without the library."""
+    if _lib is None or x.dtype != np.float32 or not x.flags.c_contiguous or x.ndim != 2:
+        return None
+    rows, size = x.shape
+    y = np.empty(rows, np.float32)
+    ways = _ways(x.size, rows, _PARALLEL_ELEMENTS)
+    task = _GlobalPool(_addr(x), _addr(y), size)
+    _run(_lib.mean_rows_f32_range, task, _element_cuts(rows, 1, ways), ways)
+    return y
+
+
+def qmean_rows(x: np.ndarray, scale: float, x_zero_point: int, y_zero_point: int):
+    """QLinearGlobalAveragePool's rows: the mean of each row of C-contiguous 8-bit (rows, size)
+    x, requantized to x's type with multiplier ``scale`` (x_scale / (y_scale * size)) as
+    onnxruntime does (global_pool.c); None without the library."""
+    if _lib is None or x.dtype not in BYTES or not x.flags.c_contiguous or x.ndim != 2:
+        return None
+    rows, size = x.shape
+    y = np.empty(rows, x.dtype)
+    ways = _ways(x.size, rows, _PARALLEL_BYTES * 4)
+    task = _GlobalPool(_addr(x), _addr(y), size, float(scale), int(x_zero_point),
+                       int(y_zero_point), int(x.dtype == np.int8))  # fmt: skip
+    _run(_lib.qmean_rows_range, task, _element_cuts(rows, 1, ways), ways)
     return y
 
 

@@ -485,8 +485,8 @@ EXPORT void onyx_lookup8(const uint8_t *restrict x, const void *restrict table, 
 
 /* QLinearAdd / QLinearMul of two byte tensors of one type, in onyx's numpy order of float32
    operations to the bit (kernels/contrib.py): add, ((a - za) ka) + ((b - zb) kb); mul,
-   ((a - za) (b - zb)) k; then + zy, rounded half to even and clamped. b is either as long as
-   a (period 0) or a vector repeated every `period` elements (a bias along the last axis).
+   ((a - za) (b - zb)) k; then + zy, rounded half to even and clamped. Over a run of n values
+   b either advances with a (bstep 1) or stays on one value (bstep 0: a channel's scale).
    No contraction into fused multiply-adds: numpy rounds every product. */
 typedef struct {
     float za, zb, ka, kb, zy;
@@ -503,18 +503,19 @@ typedef struct {
 #endif
 
 #define QBINARY(name, T)                                                                     \
-    static inline NO_FMA void name(const T *x, const T *z, int64_t n, const qbinary *p,      \
-                                   uint8_t *restrict y) {                                    \
+    static inline NO_FMA void name(const T *x, const T *z, int64_t bstep, int64_t n,         \
+                                   const qbinary *p, uint8_t *restrict y) {                  \
         float za = p->za, zb = p->zb, ka = p->ka, kb = p->kb, zy = p->zy;                     \
         float lo = (float)p->lo, hi = (float)p->hi;                                          \
         if (p->multiply)                                                                     \
             for (int64_t i = 0; i < n; i++) {                                                \
-                float v = rintf((((float)x[i] - za) * ((float)z[i] - zb)) * ka + zy);        \
+                float v = rintf((((float)x[i] - za) * ((float)z[i * bstep] - zb)) * ka + zy); \
                 y[i] = (uint8_t)(int32_t)(v < lo ? lo : v > hi ? hi : v);                    \
             }                                                                                \
         else                                                                                 \
             for (int64_t i = 0; i < n; i++) {                                                \
-                float v = rintf((((float)x[i] - za) * ka + ((float)z[i] - zb) * kb) + zy);   \
+                float v =                                                                    \
+                    rintf((((float)x[i] - za) * ka + ((float)z[i * bstep] - zb) * kb) + zy); \
                 y[i] = (uint8_t)(int32_t)(v < lo ? lo : v > hi ? hi : v);                    \
             }                                                                                \
     }
@@ -546,16 +547,12 @@ EXPORT CLONES void onyx_quantize_f32(const float *x, float scale, int32_t zero_p
         quantize_u8(x, scale, 0.0f - zp, 255.0f - zp, zp, n, y);
 }
 
-EXPORT CLONES NO_FMA void onyx_qbinary(const void *a, const void *b, int64_t n, int64_t period,
+EXPORT CLONES NO_FMA void onyx_qbinary(const void *a, const void *b, int64_t bstep, int64_t n,
                                        const qbinary *p, uint8_t *y) {
-    int64_t step = period ? period : n;
-    for (int64_t r = 0; r < n; r += step) {
-        int64_t m = n - r < step ? n - r : step;
-        if (p->is_signed)
-            qbinary_s8((const int8_t *)a + r, (const int8_t *)b + (period ? 0 : r), m, p, y + r);
-        else
-            qbinary_u8((const uint8_t *)a + r, (const uint8_t *)b + (period ? 0 : r), m, p, y + r);
-    }
+    if (p->is_signed)
+        qbinary_s8(a, b, bstep, n, p, y);
+    else
+        qbinary_u8(a, b, bstep, n, p, y);
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -597,17 +594,18 @@ static BW inline __mmask16 head16(int64_t n) {
 
 #define RINT(v) _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
 
-static BW void qbinary_avx512(const void *a, const void *b, int64_t n, const qbinary *p,
-                              uint8_t *y) {
+static BW void qbinary_avx512(const void *a, const void *b, int64_t bstep, int64_t n,
+                              const qbinary *p, uint8_t *y) {
     const uint8_t *x = a, *z = b;
     int s = p->is_signed;
     __m512 za = _mm512_set1_ps(p->za), zb = _mm512_set1_ps(p->zb), ka = _mm512_set1_ps(p->ka);
     __m512 kb = _mm512_set1_ps(p->kb), zy = _mm512_set1_ps(p->zy), zero = _mm512_setzero_ps();
     __m512 lo = _mm512_set1_ps((float)p->lo), hi = _mm512_set1_ps((float)p->hi);
+    __m512 one = _mm512_sub_ps(_mm512_set1_ps(s ? (float)*(const int8_t *)z : (float)*z), zb);
     for (int64_t i = 0; i < n; i += 16) {
         __mmask16 k = head16(n - i);
         __m512 va = _mm512_sub_ps(bytes_ps(x + i, s, k), za);
-        __m512 vb = _mm512_sub_ps(bytes_ps(z + i, s, k), zb);
+        __m512 vb = bstep ? _mm512_sub_ps(bytes_ps(z + i, s, k), zb) : one;
         __m512 v = p->multiply ? _mm512_mul_ps(_mm512_mul_ps(va, vb), ka)
                                : _mm512_add_ps(_mm512_mul_ps(va, ka), _mm512_mul_ps(vb, kb));
         store_bytes(y + i, RINT(_mm512_add_ps(v, zy)), lo, hi, zero, k);
@@ -1282,9 +1280,11 @@ EXPORT int onyx_lookup_range(const void *p, int64_t begin, int64_t end) {
 
 typedef struct {
     const uint8_t *a, *b;
-    int64_t period;
+    int64_t period; /* b repeats every `period` values of a (a vector along its last axis) */
     const qbinary *p;
     uint8_t *y;
+    int64_t spread; /* or: b's values stand for `spread` values of a each, cycling over bn */
+    int64_t bn;
 } qbinary_task;
 
 /* Whether the AVX-512 elementwise byte kernels run here (checked once). */
@@ -1302,21 +1302,30 @@ static int byte_vectors(void) {
 #endif
 }
 
+typedef void (*qbinary_fn)(const void *, const void *, int64_t, int64_t, const qbinary *,
+                           uint8_t *);
+
 EXPORT int onyx_qbinary_range(const void *p, int64_t begin, int64_t end) {
     const qbinary_task *t = p;
+    qbinary_fn run = onyx_qbinary;
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    if (byte_vectors()) {
-        int64_t step = t->period ? t->period : end - begin;
-        for (int64_t r = begin; r < end; r += step) {
-            int64_t m = end - r < step ? end - r : step;
-            qbinary_avx512(t->a + r, t->period ? t->b : t->b + r, m, t->p, t->y + r);
-        }
+    if (byte_vectors()) run = qbinary_avx512;
+#endif
+    if (!t->period && !t->spread) {
+        run(t->a + begin, t->b + begin, 1, end - begin, t->p, t->y + begin);
         return 0;
     }
-#endif
-    /* (parts of a periodic b start at multiples of its period) */
-    onyx_qbinary(t->a + begin, t->period ? t->b : t->b + begin, end - begin, t->period, t->p,
-                 t->y + begin);
+    /* runs of one period of b (the parts start at multiples of it), or of one value of b */
+    int64_t step = t->spread ? t->spread : t->period;
+    for (int64_t r = begin; r < end;) {
+        int64_t stop = (r / step + 1) * step;
+        stop = stop < end ? stop : end;
+        if (t->spread)
+            run(t->a + r, t->b + (r / step) % t->bn, 0, stop - r, t->p, t->y + r);
+        else
+            run(t->a + r, t->b + r % step, 1, stop - r, t->p, t->y + r);
+        r = stop;
+    }
     return 0;
 }
 
