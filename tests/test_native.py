@@ -372,6 +372,7 @@ DEPTHWISE = [
     (1, 8, 13, 17, 2, (3, 3), (1, 1), (2, 2), (0, 1, 2, 3)),  # multiplier, dilation
     (1, 5, 9, 10, 1, (4, 2), (3, 2), (1, 1), (3, 0, 1, 2)),  # odd strides, uneven pads
     (2, 3, 5, 5, 1, (5, 5), (1, 1), (1, 1), (0, 0, 0, 0)),  # one output pixel
+    (1, 17, 19, 18, 1, (17, 16), (1, 1), (1, 1), (1, 0, 0, 2)),  # 272 taps: integer sums in int32
 ]
 
 
@@ -401,11 +402,13 @@ def _address(fn) -> int:
 
 def _spy_kernels(monkeypatch) -> list:
     """The kernels (addresses) the native convs run from now on."""
-    calls, planes, plane_conv = [], native._planes, native.PlaneConv.__call__
+    calls, planes = [], native._planes
     monkeypatch.setattr(native, "_planes",
                         lambda part, task, *a: calls.append(task.fn) or planes(part, task, *a))  # fmt: skip
-    monkeypatch.setattr(native.PlaneConv, "__call__",
-                        lambda self, *a: calls.append(self.task.fn) or plane_conv(self, *a))  # fmt: skip
+    for cls in (native.PlaneConv, native.IntPlaneConv):
+        monkeypatch.setattr(cls, "__call__",
+                            lambda self, *a, call=cls.__call__: calls.append(self.task.fn)
+                            or call(self, *a))  # fmt: skip
     return calls
 
 

@@ -583,9 +583,9 @@ def _grouped_int8_conv(x, w, wz, zx, bias, scale, y_zero_point, group, geo):
 
 
 def _native_integer_depthwise(x, w, x_zero_point, w_zero_point, bias, scale, y_zero_point, geo):
-    """x -> a 2-D depthwise integer conv on the native kernel (kernels.c), or None: int32 sums
-    of (x - x_zp) (w - w_zp), requantized with ``scale``. The centered weights (int16, (M, kh,
-    kw)) are made once per session."""
+    """x -> a 2-D depthwise integer conv on the native kernel (kernels.c), set up for inputs
+    of x's shape and type, or None: int32 sums of (x - x_zp) (w - w_zp), requantized with
+    ``scale``. The centered weights (int16, (M, kh, kw)) are made once per session."""
     n = len(geo["out_shape"])
     begin = geo["pads"][:n]
     if n != 2 or not native.depthwise_ok(np.ascontiguousarray(x[:0]), w, begin):
@@ -602,8 +602,9 @@ def _native_integer_depthwise(x, w, x_zero_point, w_zero_point, bias, scale, y_z
     wc = derived(w, ("depthwise", value_key(w_zero_point)), make)
     zx = 0 if x_zero_point is None else int(x_zero_point.reshape(-1)[0])
     geometry = (geo["out_shape"], geo["strides"], geo["dilations"], begin)
-    return lambda x: native.depthwise_int(np.ascontiguousarray(x), zx, wc, bias, *geometry,
-                                          scale=scale, y_zero_point=y_zero_point)  # fmt: skip
+    conv = native.IntPlaneConv(x.shape, x.dtype, zx, wc, bias, *geometry, scale=scale,
+                               y_zero_point=y_zero_point)  # fmt: skip
+    return lambda x: conv(np.ascontiguousarray(x))
 
 
 def _byte_columns(x, w, zx, group, geo):

@@ -43,7 +43,7 @@ __all__ = [
     "conv_small_ok",
     "depthwise_activates",
     "depthwise_f32",
-    "depthwise_int",
+    "IntPlaneConv",
     "depthwise_ok",
     "FloatConv",
     "FloatGemv",
@@ -804,30 +804,52 @@ def depthwise_activates() -> bool:
     return _lib is not None and _lib.depthwise_lanes == 16
 
 
-def depthwise_int(x, x_zero_point: int, wc: np.ndarray, bias, out_shape, strides, dilations,
-                  begin, *, scale=None, y_zero_point=None) -> np.ndarray:  # fmt: skip
+class IntPlaneConv:
     """Depthwise 2-D conv of bytes x (N, C, H, W) minus x_zero_point with wc (M, kh, kw: the
     weights minus their zero points, int16) (+ int32 bias [M]): exact int32 sums, or with
-    ``scale`` ([M] float32) requantized to y_zero_point's type as :func:`int8_gemm` does."""
-    M = wc.shape[0]
-    g, planes = _dw_geometry(x, M, wc.shape[1:], out_shape, strides, dilations, begin)
-    o, keep = _DwOutput(), []
-    if bias is not None:
-        keep.append(np.ascontiguousarray(bias, np.int32))
-        o.bias = _addr(keep[-1])
-    if scale is None:
-        y = np.empty((x.shape[0], M, *out_shape), np.int32)
-        o.y32 = _addr(y)
-    else:
-        y = np.empty((x.shape[0], M, *out_shape), y_zero_point.dtype)
-        keep.append(np.ascontiguousarray(np.broadcast_to(scale, (M,)), np.float32))
-        info = np.iinfo(y.dtype)
-        o.y8, o.scale = _addr(y), _addr(keep[-1])
-        o.zero_point, o.lo, o.hi = int(y_zero_point.reshape(-1)[0]), info.min, info.max
-    task = _IntConvTask(_lib.depthwise_i8, _addr(x), _addr(wc), ctypes.addressof(g),
-                        ctypes.addressof(o), int(x.dtype == np.int8), int(x_zero_point))  # fmt: skip
-    _planes(_lib.int_conv_range, task, planes, y.size * wc[0].size)
-    return y
+    ``scale`` ([M] float32) requantized to y_zero_point's type as :func:`int8_gemm` does. Set
+    up once per input shape and constants, as PlaneConv (the geometry, the output's constants
+    and the work split took a 7x7 layer's Python longer than its kernel)."""
+
+    __slots__ = ("cuts", "dtype", "g", "keep", "out", "shape", "task", "ways")
+
+    def __init__(self, x_shape, x_dtype, x_zero_point: int, wc: np.ndarray, bias, out_shape,
+                 strides, dilations, begin, *, scale=None, y_zero_point=None):  # fmt: skip
+        (N, C, H, W), M = x_shape, wc.shape[0]
+        self.g = _DwGeometry(C, H, W, M // C, *out_shape, *wc.shape[1:], *strides, *dilations,
+                             *begin, M)  # fmt: skip
+        self.shape = (N, M, *out_shape)
+        self.out, self.keep = _DwOutput(), [np.ascontiguousarray(wc, np.int16)]
+        if bias is not None:
+            self.keep.append(np.ascontiguousarray(bias, np.int32))
+            self.out.bias = _addr(self.keep[-1])
+        self.dtype = np.dtype(np.int32 if scale is None else y_zero_point.dtype)
+        if scale is not None:
+            self.keep.append(np.ascontiguousarray(np.broadcast_to(scale, (M,)), np.float32))
+            info = np.iinfo(self.dtype)
+            self.out.scale = _addr(self.keep[-1])
+            self.out.zero_point, self.out.lo = int(y_zero_point.reshape(-1)[0]), info.min
+            self.out.hi = info.max
+        planes = N * -(-M // _lib.depthwise_lanes)
+        self.ways = _ways(math.prod(self.shape) * wc[0].size, planes, _DEPTHWISE_MACS)
+        self.cuts = _even_cuts(planes, self.ways)
+        self.task = _IntConvTask(_lib.depthwise_i8, None, _addr(self.keep[0]),
+                                 ctypes.addressof(self.g), None, int(x_dtype == np.int8),
+                                 int(x_zero_point))  # fmt: skip
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        """x C-contiguous bytes of the set-up's shape and type."""
+        y = np.empty(self.shape, self.dtype)
+        out = _DwOutput.from_buffer_copy(self.out)  # (calls may come from several threads)
+        if self.dtype.itemsize == 1:
+            out.y8 = _addr(y)
+        else:
+            out.y32 = _addr(y)
+        task = _IntConvTask.from_buffer_copy(self.task)
+        task.x, task.o = _addr(x), ctypes.addressof(out)
+        if _run(_lib.int_conv_range, task, self.cuts, self.ways):
+            raise MemoryError("onyx native depthwise conv: out of memory for its buffers")
+        return y
 
 
 # ----------------------------------------------------------------------------- stem conv

@@ -886,6 +886,42 @@ AVX512 static void dwv_fill_f32(const float *x, const int64_t *plane, int32_t zp
         }
     }
 }
+/* The byte fill for float sums (see onyx_depthwise_i8_avx512): x - zp as float, 16 pixels
+   of the 16 planes at a time through the register transpose. A row's last pixels are read
+   16 bytes at a time too (the excess is never stored) while that stays inside the image
+   (end: the offset of its end), else through a copy. */
+AVX512 static inline __m512 dwv_bytes_ps(const uint8_t *x, int64_t at, int64_t n, int64_t end,
+                                         int is_signed) {
+    __m128i b;
+    if (at + 16 <= end) {
+        b = _mm_loadu_si128((const __m128i *)(x + at));
+    } else { /* (byte-masked loads would need AVX512-BW) */
+        uint8_t t[16] = {0};
+        for (int64_t k = 0; k < n; k++) t[k] = x[at + k];
+        b = _mm_loadu_si128((const __m128i *)t);
+    }
+    return _mm512_cvtepi32_ps(is_signed ? _mm512_cvtepi8_epi32(b) : _mm512_cvtepu8_epi32(b));
+}
+
+AVX512 static void dwv_fill_bytes(const uint8_t *x, int is_signed, const int64_t *plane,
+                                  int32_t zp, const dw_geometry *g, const dwv_layout *d,
+                                  int64_t end, float *buf) {
+    int64_t hend = d->Hp - g->top < g->H ? d->Hp - g->top : g->H;
+    int64_t wend = d->Wp - g->left < g->W ? d->Wp - g->left : g->W;
+    __m512 z = _mm512_set1_ps((float)zp);
+    for (int64_t h = 0; h < hend; h++) {
+        float *row = buf + ((h + g->top) * d->Wp + g->left) * 16;
+        for (int64_t w = 0; w < wend; w += 16) {
+            int64_t n = wend - w < 16 ? wend - w : 16;
+            __m512 r[16];
+            for (int l = 0; l < 16; l++)
+                r[l] = _mm512_sub_ps(dwv_bytes_ps(x, plane[l] + h * g->W + w, n, end, is_signed), z);
+            transpose16_ps(r);
+            for (int k = 0; k < 16; k++)
+                if (k < n) _mm512_storeu_ps(row + (w + k) * 16, r[k]);
+        }
+    }
+}
 DWV_FILL(dwv_fill_u8, uint8_t, int32_t)
 DWV_FILL(dwv_fill_s8, int8_t, int32_t)
 
@@ -1008,7 +1044,10 @@ static AVX512 void dwv_requantize(const dw_output *o, int64_t m0, int64_t lanes,
     }
 }
 
-/* Integer blocks: as onyx_depthwise_i8. */
+/* Integer blocks: as onyx_depthwise_i8. Where a window's sum cannot reach 2**24 (kernels of
+   up to 258 taps: |x - zp| and |wc| are at most 255), the sums run in float32, exactly: every
+   partial sum is an integer below 2**24, and a fused multiply-add is one instruction where an
+   int32 multiply is two, with twice the latency. Larger kernels sum in int32. */
 EXPORT AVX512 int onyx_depthwise_i8_avx512(const uint8_t *x, int x_signed, int32_t x_zp,
                                            const int16_t *wc, const dw_geometry *g,
                                            const dw_output *o, int64_t p0, int64_t p1) {
@@ -1017,6 +1056,7 @@ EXPORT AVX512 int onyx_depthwise_i8_avx512(const uint8_t *x, int x_signed, int32
     if (dwv_alloc(g, &d, &s)) return -1;
     int32_t *buf = s.buf, *wt = s.wt, *row = s.row;
     int64_t M = g->C * g->mult, B = (M + 15) / 16, plane[16];
+    int exact = d.K * 255 * 255 < (1 << 24);
     uint8_t *tile = malloc((size_t)(g->OW * 16));
     if (!tile) {
         dwv_free(&s);
@@ -1025,12 +1065,26 @@ EXPORT AVX512 int onyx_depthwise_i8_avx512(const uint8_t *x, int x_signed, int32
     for (int64_t p = p0; p < p1; p++) {
         int64_t n = p / B, m0 = (p % B) * 16, lanes = M - m0 < 16 ? M - m0 : 16;
         dwv_planes(g, n, m0, plane);
-        if (x_signed) dwv_fill_s8((const int8_t *)x, plane, x_zp, g, &d, buf);
-        else dwv_fill_u8(x, plane, x_zp, g, &d, buf);
-        for (int64_t t = 0; t < d.K; t++)
-            for (int l = 0; l < 16; l++) wt[t * 16 + l] = l < lanes ? wc[(m0 + l) * d.K + t] : 0;
+        if (exact) {
+            dwv_fill_bytes(x, x_signed, plane, x_zp, g, &d, (n + 1) * g->C * g->H * g->W, s.buf);
+            for (int64_t t = 0; t < d.K; t++)
+                for (int l = 0; l < 16; l++)
+                    ((float *)wt)[t * 16 + l] = l < lanes ? (float)wc[(m0 + l) * d.K + t] : 0.0f;
+        } else {
+            if (x_signed) dwv_fill_s8((const int8_t *)x, plane, x_zp, g, &d, buf);
+            else dwv_fill_u8(x, plane, x_zp, g, &d, buf);
+            for (int64_t t = 0; t < d.K; t++)
+                for (int l = 0; l < 16; l++) wt[t * 16 + l] = l < lanes ? wc[(m0 + l) * d.K + t] : 0;
+        }
         for (int64_t i = 0; i < g->OH; i++) {
-            dwv_row_i32(buf, wt, g, &d, i, row);
+            if (exact) { /* float sums to int32 in place (integers: exact) */
+                dwv_row_f32(s.buf, s.wt, g, &d, i, s.row);
+                for (int64_t j = 0; j < g->OW * 16; j += 16)
+                    _mm512_storeu_si512((void *)(row + j),
+                                        _mm512_cvtps_epi32(_mm512_loadu_ps((float *)row + j)));
+            } else {
+                dwv_row_i32(buf, wt, g, &d, i, row);
+            }
             if (o->y8) { /* the 16 lanes of a pixel requantized at once, then to their planes */
                 dwv_requantize(o, m0, lanes, row, g->OW, tile);
                 onyx_transpose_u8(tile, g->OW, lanes, 16, o->y8 + ((n * M + m0) * g->OH + i) * g->OW,
