@@ -22,7 +22,7 @@ setup(
                 "onyx/runtime/native/resize.c",
                 "onyx/runtime/native/rnn.c",
                 "onyx/runtime/native/gemv.c",
-                "onyx/runtime/native/global_pool.c",
+                "onyx/runtime/native/rows.c",
                 "onyx/runtime/native/pool.c",
             ],
             depends=["onyx/runtime/native/activation.h", "onyx/runtime/native/onyx.h"],

@@ -560,6 +560,8 @@ def test_hardswish_matches_the_numpy_formula(shape):
         ((1, 1, 1, 1), (3, 40, 1, 1)),  # (either way round)
         ((3, 40, 17, 19), (3, 40, 1, 1)),  # two threads
         ((5, 100, 100), ()),  # a scalar
+        ((2, 4, 33, 40), (2, 4, 1, 40)),  # an attention mask: rows repeated, cycling
+        ((3, 4, 5, 40), (4, 1, 40)),  # (a leading axis cycled)
     ],
 )
 def test_qlinear_add_and_mul_match_the_numpy_kernels(x_type, a_shape, b_shape, monkeypatch):
@@ -586,7 +588,7 @@ def test_qlinear_add_and_mul_match_the_numpy_kernels(x_type, a_shape, b_shape, m
 @pytest.mark.skipif(not native.available(), reason="native library not built")
 @pytest.mark.parametrize(
     "a_shape, b_shape",
-    [((3, 4, 5), (3, 1, 5)), ((1, 4, 5), (3, 1, 1)), ((4, 5), (1, 1, 5, 1)), ((4, 1), (1, 5))],
+    [((3, 4, 5), (3, 1, 5, 1)), ((2, 3, 4, 5), (2, 1, 4, 1)), ((4, 1), (1, 5)), ((4, 5), (2, 5))],
 )
 def test_qlinear_binary_leaves_two_way_broadcasts_to_numpy(a_shape, b_shape):
     """Shapes whose broadcast is not one run of a's axes (or grows a) are not the kernel's."""
@@ -671,3 +673,25 @@ def test_gemm_of_a_few_rows_runs_the_gemv(a_shape, trans_b, c_shape, native_runs
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     np.testing.assert_allclose(got, sess.run(None, {"a": a})[0], rtol=1e-5, atol=1e-5)
     assert bool(calls) == native_runs
+
+
+@pytest.mark.skipif(not native.available(), reason="native library not built")
+@pytest.mark.parametrize("shape", [(2, 128, 256), (7, 37), (3, 600, 200), (5, 1)])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_layer_norm_matches_the_numpy_kernel(shape, with_bias, monkeypatch):
+    """Rows of 16-lane blocks and tails, two threads (the third shape), no bias; the saved
+    mean and inverse deviation too."""
+    from onyx.runtime.kernels.normalization import layer_normalization
+
+    rng = np.random.default_rng(len(shape))
+    x = (rng.standard_normal(shape) * 3 + 1).astype(np.float32)
+    scale = rng.standard_normal(shape[-1:]).astype(np.float32)
+    bias = rng.standard_normal(shape[-1:]).astype(np.float32) if with_bias else None
+    assert native.layer_norm_f32(x, scale, bias, 1e-5) is not None
+    got = layer_normalization(x, scale, bias)
+    with monkeypatch.context() as m:
+        m.setattr(native, "_lib", None)  # the numpy kernel
+        want = layer_normalization(x, scale, bias)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir.dtypes import to_numpy
+from .. import native
 from ..registry import op
 from .conv import compute_dtype
 
@@ -267,8 +268,12 @@ def _trailing_axes(x: np.ndarray, axis: int) -> tuple[int, ...]:
 
 
 def layer_norm_last(X, Scale, B, epsilon):
-    """LayerNormalization of float32 X over its last axis: the row sums by BLAS (matrix-vector
-    products, 3x faster than numpy's reductions over short rows), the rest in place."""
+    """LayerNormalization of float32 X over its last axis: the native kernel's rows (rows.c),
+    else the row sums by BLAS (matrix-vector products, 3x faster than numpy's reductions over
+    short rows) and the rest in place."""
+    done = native.layer_norm_f32(np.ascontiguousarray(X), Scale, B, epsilon)
+    if done is not None:
+        return done
     n = X.shape[-1]
     mean = np.matmul(X, np.full(n, 1 / n, np.float32))[..., None]
     d = X - mean  # fresh: normalized, scaled and shifted in place

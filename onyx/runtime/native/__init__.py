@@ -1,4 +1,4 @@
-"""onyx's optional native kernels (kernels.c, conv_f32.c, gemv.c, global_pool.c, resize.c,
+"""onyx's optional native kernels (kernels.c, conv_f32.c, gemv.c, rows.c, resize.c,
 rnn.c, on pool.c's threads), loaded with ctypes.
 
 setup.py compiles them into ``_kernels`` (an optional extension: the install goes on without it
@@ -15,7 +15,7 @@ sums of 255 * 255 products could overflow and the numpy path is used).
 The other kernels serve what numpy's BLAS does not: depthwise convs (float32 and integer;
 16 channels per vector on AVX-512, one plane at a time elsewhere), the float32 implicit-GEMM
 conv (conv_f32.c), the few-input-channel stem conv, HardSwish, byte lookups, QLinearAdd/Mul,
-QuantizeLinear, global average pooling, bilinear and nearest Resize (resize.c) and the LSTM / GRU recurrences
+QuantizeLinear, global average pooling, layer normalization, bilinear and nearest Resize (resize.c) and the LSTM / GRU recurrences
 (rnn.c). All but the portable depthwise and elementwise kernels need AVX-512.
 """
 
@@ -179,11 +179,18 @@ class _QBinary(ctypes.Structure):
 
 
 class _QBinaryTask(ctypes.Structure):
-    _fields_ = [("a", _P), ("b", _P), ("period", _I64), ("p", _P), ("y", _P), ("spread", _I64),
-                ("bn", _I64)]  # fmt: skip
+    _fields_ = [("a", _P), ("b", _P), ("inner", _I64), ("mid", _I64), ("bn", _I64), ("p", _P),
+                ("y", _P)]  # fmt: skip
 
 
-class _GlobalPool(ctypes.Structure):  # global_pool.c's global_pool
+class _LayerNorm(ctypes.Structure):  # rows.c's layer_norm
+    _fields_ = [(name, _P) for name in ("x", "scale", "bias", "y", "mean", "inv_std")] + [
+        ("size", _I64),
+        ("epsilon", ctypes.c_float),
+    ]
+
+
+class _GlobalPool(ctypes.Structure):  # rows.c's global_pool
     _fields_ = [("x", _P), ("y", _P), ("size", _I64), ("scale", ctypes.c_float)] + [
         (name, ctypes.c_int32) for name in ("x_zp", "y_zp", "is_signed")
     ]
@@ -268,6 +275,7 @@ def _load():
         "quantize",
         "mean_rows_f32",
         "qmean_rows",
+        "layer_norm_f32",
     ) + (("gemm", "batched_gemm") if vnni else ()):
         setattr(lib, f"{name}_range", address(getattr(lib, f"onyx_{name}_range")))
     lib.lookup = address(lib.onyx_lookup8_vbmi if caps & 4 else lib.onyx_lookup8)
@@ -1171,30 +1179,38 @@ def _qbinary_params(za: float, zb: float, ka: float, kb: float, zy: float, dtype
     return _QBinary(za, zb, ka, kb, zy, int(dtype == np.int8), int(multiply), info.min, info.max)
 
 
-def _spread(a_shape: tuple, b_shape: tuple) -> tuple[int, int] | None:
-    """How a smaller b broadcasts over a, as the kernel walks it: (period, 0) for a vector
-    along a's last axis, repeated; (0, spread) when each value of b stands for ``spread``
-    values of a in turn, cycling (a channel's scale [C, 1, 1] over [N, C, H, W]); else None."""
-    dims = (1,) * (len(a_shape) - len(b_shape)) + tuple(b_shape)
-    if len(dims) != len(a_shape):
+def _walk(a_shape: tuple, b_shape: tuple) -> tuple[int, int] | None:
+    """How b broadcasts over a as qbinary's kernel walks it: (inner, mid) when a reads as
+    (outer, mid, inner) and b as (outer, 1, inner), b's outer index cycling (its leading
+    axes of 1); None when b is larger than a along some axis, or broadcast along two runs
+    of a's axes."""
+    if len(b_shape) > len(a_shape):
         return None
-    kept = [i for i, d in enumerate(dims) if d != 1]
-    if not kept:  # a scalar
-        return 0, math.prod(a_shape)
-    if kept != list(range(kept[0], kept[-1] + 1)):
-        return None  # (b's values: one run of a's axes)
-    if any(dims[i] != a_shape[i] for i in kept):
+    pairs = [(n, m) for n, m in zip(a_shape, (1,) * (len(a_shape) - len(b_shape)) + b_shape)
+             if n != 1 or m != 1]  # fmt: skip
+    if any(m not in (1, n) for n, m in pairs):
         return None
-    spread = math.prod(a_shape[kept[-1] + 1 :])
-    return (math.prod(dims), 0) if spread == 1 else (0, spread)
+    # from the last axis: b's axes equal to a's (inner), then broadcast (mid), then equal
+    # (outer), then broadcast (cycled)
+    runs = [1, 1]
+    phase = 0
+    for n, m in reversed(pairs):
+        state = 0 if m == n else 1  # (n == 1 == m cannot occur)
+        while phase < 4 and state != phase % 2:
+            phase += 1
+        if phase == 4:
+            return None
+        if phase < 2:
+            runs[phase] *= n
+    return runs[0], runs[1]
 
 
 def qlinear_binary(a: np.ndarray, b: np.ndarray, za, zb, ka, kb, zy, multiply: bool):
     """QLinearAdd (``ka`` (a - za) + ``kb`` (b - zb)) or QLinearMul (``ka`` (a - za)(b - zb)),
     requantized to a's type with zero point zy, in the float32 operations and order of the
     numpy kernels (contrib.py), to the bit; None where it does not apply: a and b contiguous
-    bytes of one type, b as large as a or broadcast over one run of a's axes (a vector along
-    its last axis, a channel's scale), either way round."""
+    bytes of one type, b as large as a or broadcast over it as _walk says (a bias, a mask, a
+    channel's scale), either way round."""
     if (
         _lib is None
         or a.dtype != b.dtype
@@ -1202,28 +1218,25 @@ def qlinear_binary(a: np.ndarray, b: np.ndarray, za, zb, ka, kb, zy, multiply: b
         or not (a.flags.c_contiguous and b.flags.c_contiguous)
     ):
         return None
-    period = spread = 0
-    if a.shape != b.shape:
-        if b.size > a.size:  # (both operations commute: the smaller goes second)
-            a, b, za, zb, ka, kb = b, a, zb, za, kb, ka
-        walk = _spread(a.shape, b.shape)
-        if walk is None:
-            return None
-        period, spread = walk
+    if b.size > a.size:  # (both operations commute: the smaller goes second)
+        a, b, za, zb, ka, kb = b, a, zb, za, kb, ka
+    walk = _walk(a.shape, b.shape)
+    if walk is None:
+        return None
     p = _qbinary_params(float(np.float32(za)), float(np.float32(zb)), float(ka), float(kb),
                         float(np.float32(zy)), a.dtype, bool(multiply))  # fmt: skip
     y = np.empty(a.shape, a.dtype)
     n = a.size
     ways = _ways(n, 64, _PARALLEL_BYTES)
     cuts = _element_cuts(n, 64, ways)
-    task = _QBinaryTask(_addr(a), _addr(b), period, ctypes.addressof(p), _addr(y), spread, b.size)
+    task = _QBinaryTask(_addr(a), _addr(b), *walk, max(b.size, 1), ctypes.addressof(p), _addr(y))
     _run(_lib.qbinary_range, task, cuts, ways)
     return y
 
 
 def mean_rows_f32(x: np.ndarray) -> np.ndarray | None:
     """The mean of each row of a C-contiguous float32 (rows, size) array, in onnxruntime's
-    order of additions (global_pool.c); None without the library."""
+    order of additions (rows.c); None without the library."""
     if _lib is None or x.dtype != np.float32 or not x.flags.c_contiguous or x.ndim != 2:
         return None
     rows, size = x.shape
@@ -1234,10 +1247,29 @@ def mean_rows_f32(x: np.ndarray) -> np.ndarray | None:
     return y
 
 
+def layer_norm_f32(x: np.ndarray, scale: np.ndarray, bias, epsilon: float):
+    """LayerNormalization of C-contiguous float32 x over its last axis, with float32 scale and
+    bias (or None) of its length: (y, mean, inv_std), the statistics shaped [..., 1]; None
+    without the library."""
+    if _lib is None or x.dtype != np.float32 or not x.flags.c_contiguous or not x.ndim:
+        return None
+    n = x.shape[-1]
+    rows = x.size // n if n else 0
+    y = np.empty_like(x)
+    stats = np.empty((2,) + x.shape[:-1] + (1,), np.float32)
+    scale = np.ascontiguousarray(scale, np.float32)
+    bias = None if bias is None else np.ascontiguousarray(bias, np.float32)
+    task = _LayerNorm(_addr(x), _addr(scale), None if bias is None else _addr(bias), _addr(y),
+                      _addr(stats[0]), _addr(stats[1]), n, float(epsilon))  # fmt: skip
+    ways = _ways(x.size, rows, _PARALLEL_ELEMENTS)
+    _run(_lib.layer_norm_f32_range, task, _element_cuts(rows, 1, ways), ways)
+    return y, stats[0], stats[1]
+
+
 def qmean_rows(x: np.ndarray, scale: float, x_zero_point: int, y_zero_point: int):
     """QLinearGlobalAveragePool's rows: the mean of each row of C-contiguous 8-bit (rows, size)
     x, requantized to x's type with multiplier ``scale`` (x_scale / (y_scale * size)) as
-    onnxruntime does (global_pool.c); None without the library."""
+    onnxruntime does (rows.c); None without the library."""
     if _lib is None or x.dtype not in BYTES or not x.flags.c_contiguous or x.ndim != 2:
         return None
     rows, size = x.shape

@@ -1332,13 +1332,15 @@ EXPORT int onyx_lookup_range(const void *p, int64_t begin, int64_t end) {
     return 0;
 }
 
+/* b broadcast over a: a seen as (outer, mid, inner), b as (outer, 1, inner) with its outer
+   index cycling over bn / inner (b as large as a: mid 1, inner n; a bias along the last
+   axis: inner its length; a mask [B, H, 1, S] over attention scores [B, H, S, S]: mid S; a
+   channel's scale [C, 1, 1] over [N, C, H, W]: inner 1, mid H * W). */
 typedef struct {
     const uint8_t *a, *b;
-    int64_t period; /* b repeats every `period` values of a (a vector along its last axis) */
+    int64_t inner, mid, bn;
     const qbinary *p;
     uint8_t *y;
-    int64_t spread; /* or: b's values stand for `spread` values of a each, cycling over bn */
-    int64_t bn;
 } qbinary_task;
 
 /* Whether the AVX-512 elementwise byte kernels run here (checked once). */
@@ -1365,19 +1367,13 @@ EXPORT int onyx_qbinary_range(const void *p, int64_t begin, int64_t end) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     if (byte_vectors()) run = qbinary_avx512;
 #endif
-    if (!t->period && !t->spread) {
-        run(t->a + begin, t->b + begin, 1, end - begin, t->p, t->y + begin);
-        return 0;
-    }
-    /* runs of one period of b (the parts start at multiples of it), or of one value of b */
-    int64_t step = t->spread ? t->spread : t->period;
+    /* runs along one row of b (inner > 1), or over one value of b (inner 1) */
+    int64_t step = t->inner > 1 ? t->inner : t->mid;
     for (int64_t r = begin; r < end;) {
         int64_t stop = (r / step + 1) * step;
         stop = stop < end ? stop : end;
-        if (t->spread)
-            run(t->a + r, t->b + (r / step) % t->bn, 0, stop - r, t->p, t->y + r);
-        else
-            run(t->a + r, t->b + r % step, 1, stop - r, t->p, t->y + r);
+        int64_t row = r / t->inner, at = (row / t->mid * t->inner) % t->bn + r % t->inner;
+        run(t->a + r, t->b + at, t->inner > 1, stop - r, t->p, t->y + r);
         r = stop;
     }
     return 0;
