@@ -118,6 +118,23 @@ def test_qlinear_softmax(dtype, opset, axis):
 
 
 @pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+@pytest.mark.parametrize("x_scale", [0.05, 0.2, 2.0])  # (2.0: exps past the unshifted path)
+def test_qlinear_softmax_by_lookup_is_the_dequantizing_kernel(dtype, x_scale, monkeypatch):
+    """Softmax over the last axis of bytes by tabulated exps: the same bits as dequantizing
+    them first (the general path)."""
+    from onyx.runtime.kernels import contrib
+
+    x = _quant((2, 4, 33, 40), dtype)
+    x[0, 0, 0] = np.iinfo(dtype).max  # (either end of the range)
+    args = (x, np.array(x_scale, np.float32), np.array(10, dtype),
+            np.array(1 / 256, np.float32), np.array(0 if dtype == np.uint8 else -128, dtype))  # fmt: skip
+    got = contrib.q_linear_softmax(*args, opset=13)
+    assert (contrib._softmax_last_of_bytes(*args[:3]) is None) == (x_scale == 2.0)
+    monkeypatch.setattr(contrib, "_softmax_last_of_bytes", lambda *a: None)
+    np.testing.assert_array_equal(got, contrib.q_linear_softmax(*args, opset=13))
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
 def test_qlinear_concat(dtype):
     zp = np.array(7, dtype)
     inputs = {
