@@ -15,8 +15,9 @@ sums of 255 * 255 products could overflow and the numpy path is used).
 The other kernels serve what numpy's BLAS does not: depthwise convs (float32 and integer;
 16 channels per vector on AVX-512, one plane at a time elsewhere), the float32 implicit-GEMM
 conv (conv_f32.c), the few-input-channel stem conv, HardSwish, byte lookups, QLinearAdd/Mul,
-QuantizeLinear, global average pooling, layer normalization, bilinear and nearest Resize (resize.c) and the LSTM / GRU recurrences
-(rnn.c). All but the portable depthwise and elementwise kernels need AVX-512.
+QuantizeLinear, global average pooling and layer normalization (rows.c), bilinear and nearest
+Resize (resize.c) and the LSTM / GRU recurrences (rnn.c). All but the portable depthwise,
+elementwise and row kernels need AVX-512.
 """
 
 from __future__ import annotations
@@ -727,21 +728,6 @@ class _GemmCall:
 
 
 # ----------------------------------------------------------------------------- depthwise conv
-
-
-def _dw_geometry(x: np.ndarray, M: int, kernel, out_shape, strides, dilations, begin):
-    """The integer depthwise kernel's geometry, and how many pieces of work (planes or blocks
-    of channels) it has."""
-    N, C, H, W = x.shape
-    g = _DwGeometry(C, H, W, M // C, *out_shape, *kernel, *strides, *dilations, *begin, M)
-    return g, N * -(-M // _lib.depthwise_lanes)
-
-
-def _planes(part: int, task: ctypes.Structure, planes: int, work: int) -> None:
-    """A conv task over its output planes, split between threads when the work pays."""
-    ways = _ways(work, planes, _DEPTHWISE_MACS)
-    if _run(part, task, _even_cuts(planes, ways), ways):
-        raise MemoryError("onyx native depthwise conv: out of memory for its buffers")
 
 
 def depthwise_ok(x: np.ndarray, w: np.ndarray, begin) -> bool:
