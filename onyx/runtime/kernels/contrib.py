@@ -15,6 +15,7 @@ from .activation import _coerced_2d, _sigmoid, _softmax
 from .derived import derived, frozen
 from .elementwise import fits, upcast
 from .elementwise import gelu as _gelu
+from .fused import table_lookup
 from .linalg import gemm_matmul, integer_matmul
 from .normalization import layer_norm_last
 from .quantize import saturate_cast
@@ -143,10 +144,7 @@ def _softmax_last_of_bytes(x, x_scale, x_zero_point) -> np.ndarray | None:
     ends = np.array([np.minimum.reduce(x.reshape(-1)), np.maximum.reduce(x.reshape(-1))])
     if not np.maximum.reduce(table[ends.view(np.uint8)]) <= 60:  # (exp cannot overflow)
         return None
-    exps = np.exp(table)
-    e = native.lookup8(np.ascontiguousarray(x), exps)
-    if e is None:
-        e = np.take(exps, x.view(np.uint8))
+    e = table_lookup(np.ascontiguousarray(x), np.exp(table))
     total = np.matmul(e, np.ones(x.shape[-1], np.float32))
     if not np.minimum.reduce(total.reshape(-1)) >= 1e-30:
         return None

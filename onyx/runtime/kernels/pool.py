@@ -649,10 +649,11 @@ def qlinear_global_average_pool(
     x_zp = 0 if x_zero_point is None else int(x_zero_point.reshape(-1)[0])
     y_zp = 0 if y_zero_point is None else int(y_zero_point.reshape(-1)[0])
     if not channels_last:
-        y = native.qmean_rows(_rows(X), scale, x_zp, y_zp)
+        rows = _rows(X)
+        y = native.qmean_rows(rows, scale, x_zp, y_zp)
         if y is not None:
             return y.reshape(_pooled_shape(X))
-        sums = _rows(X).sum(axis=1, dtype=np.int64)
+        sums = rows.sum(axis=1, dtype=np.int64)
     else:
         sums = X.reshape(X.shape[0], -1, X.shape[-1]).sum(axis=1, dtype=np.int64)
     info = np.iinfo(X.dtype)

@@ -348,12 +348,6 @@ DW_SUMS(dw_sums_f32, float, float, float)
 DW_SUMS(dw_sums_i16, int16_t, int16_t, int32_t)
 
 /* Float planes p0 <= p < p1 of the (N, M, OH, OW) output: y = conv(x, w) + bias. */
-#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(__clang__)
-/* one build of the loops per vector width, picked at load time */
-#define CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define CLONES
-#endif
 
 EXPORT CLONES int onyx_depthwise_f32(const float *x, const float *w, const float *bias,
                                      float *y, const dw_geometry *g, int64_t p0, int64_t p1) {

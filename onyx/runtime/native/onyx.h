@@ -1,5 +1,5 @@
-/* What every source file of the native library shares: the export marker and the thread
-   pool's entry (pool.c). */
+/* What every source file of the native library shares: the export marker, the CLONES
+   marker and the thread pool's entry (pool.c). */
 #ifndef ONYX_H
 #define ONYX_H
 
@@ -9,6 +9,14 @@
 #define EXPORT __declspec(dllexport)
 #else
 #define EXPORT __attribute__((visibility("default")))
+#endif
+
+/* CLONES functions are compiled for AVX-512, AVX2 and baseline x86-64 (GCC on Linux), one
+   build per vector width, picked at load time. */
+#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(__clang__)
+#define CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define CLONES
 #endif
 
 /* pool.c: fn(args, cuts[i], cuts[i + 1]) for each part i, on up to `threads` threads. */

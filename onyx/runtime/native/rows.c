@@ -31,12 +31,6 @@ typedef struct {
     int32_t x_zp, y_zp, is_signed;
 } global_pool;
 
-#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(__clang__)
-#define CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define CLONES
-#endif
-
 /* Rows taken together: independent sums, so that the additions of one row do not wait on
    each other's latency. */
 #define ROWS 4
