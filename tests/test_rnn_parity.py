@@ -63,7 +63,7 @@ def make_model(op: str, feeds: dict, attrs: dict) -> bytes:
         ],
         [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outs],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)], ir_version=8)
     model.ir_version = 8
     return model.SerializeToString()
 
@@ -138,7 +138,7 @@ def test_native_lstm_matches_the_numpy_recurrence(case, monkeypatch):
     from onyx.runtime import native
     from onyx.runtime.kernels.rnn import lstm
 
-    if not native.recurrence_ok(16):
+    if not native.recurrence_ok(16, 1, 1):
         pytest.skip("no native LSTM (AVX-512)")
     T, B, I, H, direction, states = case
     D = 2 if direction == "bidirectional" else 1
@@ -153,7 +153,7 @@ def test_native_lstm_matches_the_numpy_recurrence(case, monkeypatch):
     monkeypatch.setattr(native, "lstm_f32", lambda *a: calls.append(1) or run(*a))
     got = lstm(X, W, R, bias, None, h0, c0, hidden_size=H, direction=direction)
     assert calls, "the native recurrence did not run"
-    monkeypatch.setattr(native, "recurrence_ok", lambda hidden: False)
+    monkeypatch.setattr(native, "recurrence_ok", lambda *shape: False)
     want = lstm(X, W, R, bias, None, h0, c0, hidden_size=H, direction=direction)
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=2e-6)
@@ -183,7 +183,7 @@ def test_native_gru_matches_the_numpy_recurrence(case, monkeypatch):
     from onyx.runtime import native
     from onyx.runtime.kernels.rnn import gru
 
-    if not native.recurrence_ok(16):
+    if not native.recurrence_ok(16, 1, 1):
         pytest.skip("no native recurrences (AVX-512)")
     T, B, I, H, direction, states = case
     D = 2 if direction == "bidirectional" else 1
@@ -198,7 +198,7 @@ def test_native_gru_matches_the_numpy_recurrence(case, monkeypatch):
     attrs = {"hidden_size": H, "direction": direction, "linear_before_reset": 1}
     got = gru(X, W, R, bias, None, h0, **attrs)
     assert calls, "the native recurrence did not run"
-    monkeypatch.setattr(native, "recurrence_ok", lambda hidden: False)
+    monkeypatch.setattr(native, "recurrence_ok", lambda *shape: False)
     want = gru(X, W, R, bias, None, h0, **attrs)
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=2e-6)
@@ -207,3 +207,59 @@ def test_native_gru_matches_the_numpy_recurrence(case, monkeypatch):
     monkeypatch.setattr(native, "gru_f32", lambda *a: calls.append(1) or run(*a))
     gru(X, W, R, bias, None, h0, hidden_size=H, direction=direction)  # linear_before_reset 0
     assert calls == []
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU"])
+def test_native_recurrences_read_layout_1(op, monkeypatch):
+    """rnn.c's projections come from X's transpose: layout 1 ([batch, seq, in]) gives the same
+    bits as layout 0 on the transposed tensors, both directions."""
+    from onyx.runtime import native
+    from onyx.runtime.kernels import rnn
+
+    if not native.recurrence_ok(16, 1, 1):
+        pytest.skip("no native recurrences (AVX-512)")
+    name = op.lower() + "_f32"
+    calls, run = [], getattr(native, name)
+    monkeypatch.setattr(native, name, lambda *a: calls.append(1) or run(*a))
+    kernel, g = getattr(rnn, op.lower()), GATES[op]
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((6, 5, 7)).astype(np.float32)
+    W, R = (rng.standard_normal((2, g * 16, n)).astype(np.float32) * 0.3 for n in (7, 16))
+    h0 = rng.standard_normal((2, 5, 16)).astype(np.float32)
+    attrs = {"hidden_size": 16, "direction": "bidirectional", "linear_before_reset": 1}
+    if op == "LSTM":
+        del attrs["linear_before_reset"]
+    y0 = kernel(X, W, R, None, None, h0, **attrs)
+    y1 = kernel(X.swapaxes(0, 1), W, R, None, None, h0.swapaxes(0, 1), layout=1, **attrs)
+    assert len(calls) == 2
+    np.testing.assert_array_equal(y1[0], y0[0].transpose(2, 0, 1, 3))
+    for a, b in zip(y1[1:], y0[1:]):
+        np.testing.assert_array_equal(a, b.swapaxes(0, 1))
+
+
+def test_a_session_packs_the_native_projection_once(monkeypatch):
+    """The input projection's weights are packed for conv_f32 on the first run only (a
+    repack of a 4 MB W every run had cost more than the projection itself)."""
+    from onyx.runtime import native
+
+    if not native.recurrence_ok(16, 1, 1):
+        pytest.skip("no native recurrences (AVX-512)")
+    packs, pack = [], native.pack_conv_f32
+    monkeypatch.setattr(native, "pack_conv_f32", lambda *a: packs.append(1) or pack(*a))
+    rng = np.random.default_rng(5)
+    W, R = (rng.standard_normal((1, 64, n)).astype(np.float32) * 0.3 for n in (8, 16))
+    node = helper.make_node("LSTM", ["X", "W", "R"], ["Y"], hidden_size=16)
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [5, 2, 8])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)],
+        [helper.make_tensor(n, TensorProto.FLOAT, a.shape, a.tobytes(), raw=True)
+         for n, a in (("W", W), ("R", R))],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)], ir_version=8)
+    session = onyx.InferenceSession(model.SerializeToString())
+    X = rng.standard_normal((5, 2, 8)).astype(np.float32)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for _ in range(3):
+        np.testing.assert_allclose(session.run(None, {"X": X})[0],
+                                   want.run(None, {"X": X})[0], rtol=1e-5, atol=1e-5)  # fmt: skip
+    assert packs == [1]

@@ -62,6 +62,19 @@ def test_every_element_type(dt, raw):
     )
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.float16, ml_dtypes.bfloat16])
+def test_raw_data_decodes_to_the_canonical_dtype(dtype):
+    """A weight read from raw_data has numpy's own dtype object, so np.asarray(w, dtype) is w
+    itself: an equal '<f4' copy made it a new view per call, and kernels' caches keyed by the
+    weight's object (packed LSTM and conv weights) missed on every run."""
+    arr = np.arange(6).astype(dtype).reshape(2, 3)
+    proto = numpy_helper.from_array(arr, "w")
+    ours = tensor_from_proto(OurTensorProto.FromString(proto.SerializeToString())).numpy()
+    assert ours.dtype is np.dtype(dtype)
+    assert np.asarray(ours, dtype) is ours
+    np.testing.assert_array_equal(ours, arr)
+
+
 def test_non_utf8_strings_survive():
     proto = onnx.TensorProto(name="s", data_type=onnx.TensorProto.STRING, dims=[2])
     proto.string_data.extend([b"\xff\xfe", b"ok"])

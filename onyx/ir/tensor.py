@@ -181,8 +181,11 @@ class Tensor:
                 f"tensor {self.name!r}: raw data has {len(memoryview(raw).cast('B'))} bytes, "
                 f"{self.dtype.name}{list(self.shape)} needs {expected}"
             )
-        arr = np.frombuffer(raw, dtype=le, count=count).reshape(self.shape)
-        return arr if le == np_dtype else arr.astype(np_dtype)
+        if le == np_dtype:  # a little-endian host: the canonical dtype, not an equal copy of
+            # it, or np.asarray(arr, np.float32) makes a new view each call (a kernel's
+            # derived() cache, keyed by the array object, then misses every run)
+            return np.frombuffer(raw, dtype=np_dtype, count=count).reshape(self.shape)
+        return np.frombuffer(raw, dtype=le, count=count).reshape(self.shape).astype(np_dtype)
 
     def __array__(self, dtype=None, copy=None):
         arr = self.numpy()

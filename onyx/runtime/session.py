@@ -281,15 +281,15 @@ class InferenceSession:
 
 
 #: Ops whose work runs on the native library's thread pool (pool.c): float convs (AVX-512),
-#: integer GEMMs and convs.
+#: integer GEMMs and convs, the LSTM and GRU recurrences with their projections (rnn.c).
 _POOL_OPS = frozenset(
-    ["Conv", "ConvHardSwish", "ConvInteger", "FusedConv", "MatMulInteger", "QLinearConv",
-     "QLinearMatMul", "DynamicQuantizeMatMul", "MatMulIntegerToFloat"]
+    ["Conv", "ConvHardSwish", "ConvInteger", "FusedConv", "GRU", "LSTM", "MatMulInteger",
+     "QLinearConv", "QLinearMatMul", "DynamicQuantizeMatMul", "MatMulIntegerToFloat"]
 )  # fmt: skip
 #: Ops whose work goes to numpy's BLAS and its threads.
 _BLAS_OPS = frozenset(
-    ["Attention", "ConvTranspose", "Einsum", "FusedGemm", "FusedMatMul", "GRU", "Gemm", "LSTM",
-     "MatMul", "MultiHeadAttention", "RNN"]
+    ["Attention", "ConvTranspose", "Einsum", "FusedGemm", "FusedMatMul", "Gemm", "MatMul",
+     "MultiHeadAttention", "RNN"]
 )  # fmt: skip
 
 

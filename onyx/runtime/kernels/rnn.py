@@ -11,6 +11,9 @@ than strided.
   step's ``[gates, dirs, batch, H]`` is contiguous too. A reverse direction reads X
   time-reversed (with ``sequence_lens``: each batch entry's valid steps reversed, padding left in
   place), so every direction walks its steps forward.
+- The common LSTM and PyTorch's GRU (whole sequences, float32, H a multiple of 16) run in C
+  instead (native/rnn.c), their projection a GEMM on the native pool (conv_f32.c) that rnn.c
+  reads as it lands, ``[dirs, gates, H, steps, batch]``; sessions count them as pool ops.
 - Each step is one batched recurrent matmul ``h [dirs, batch, H] @ R^T [gates, dirs, H, H]``
   followed by gate math in place on preallocated buffers, with activations (and their constants,
   in the compute dtype) compiled before the loop. The new hidden state is written straight into
@@ -193,7 +196,9 @@ def _recurrent_matmul(R: np.ndarray, batch: int) -> Callable:
 
 @dataclass
 class _Layer:
-    xs: np.ndarray  # [steps, gates, dirs, batch, H]: input projections in step order
+    X: np.ndarray  # [steps, batch, in] in the compute dtype (a view)
+    W: np.ndarray  # [dirs, gates * H, in]
+    bias: np.ndarray  # [dirs, gates * H]: the biases added to the input projections
     R: np.ndarray  # [gates, dirs, H, H]
     Rb: np.ndarray  # [gates, dirs, 1, H] (a view): recurrent bias, for what xs does not hold
     h0: np.ndarray  # [dirs, batch, H]
@@ -205,7 +210,7 @@ class _Layer:
 
     @property
     def dtype(self) -> np.dtype:
-        return self.xs.dtype
+        return self.X.dtype
 
     @property
     def n_dirs(self) -> int:
@@ -217,11 +222,11 @@ class _Layer:
 
     @property
     def steps(self) -> int:
-        return self.xs.shape[0]
+        return self.X.shape[0]
 
     @property
     def batch(self) -> int:
-        return self.xs.shape[3]
+        return self.X.shape[1]
 
     def matmul(self, gates: slice = slice(None)) -> Callable:
         return _recurrent_matmul(self.R[gates], self.batch)
@@ -232,6 +237,42 @@ class _Layer:
 
     def gate_buffer(self) -> np.ndarray:
         return np.empty((self.R.shape[0], self.n_dirs, self.batch, self.hidden), self.dtype)
+
+    def step_major(self) -> np.ndarray:
+        """[steps, gates, dirs, batch, H]: the input projections of every step, each direction
+        in its step order (a reverse one's time-reversed), one batched BLAS matmul."""
+        steps, batch, n_in = self.X.shape
+        n_gates, dirs, hidden = self.R.shape[:3]
+        proj = np.matmul(self.X.reshape(steps * batch, n_in), self.W.transpose(0, 2, 1))
+        proj += self.bias[:, None, :]
+        proj = proj.reshape(dirs, steps, batch, n_gates, hidden)
+        # step-major and contiguous: numpy adds a contiguous step in a fraction of the time of
+        # a strided one (0.5 us against 2.5 us at H 32), which pays for this one copy many
+        # times over
+        if dirs == 1 and not self.reverse[0]:
+            return np.ascontiguousarray(proj.transpose(1, 3, 0, 2, 4))
+        xs = np.empty((steps, n_gates, dirs, batch, hidden), self.dtype)
+        for d, rev in enumerate(self.reverse):
+            xs[:, :, d] = (_in_step_order(proj[d], self.lens) if rev else proj[d]).swapaxes(1, 2)
+        return xs
+
+    def native_projection(self) -> np.ndarray:
+        """[dirs, gates, H, steps, batch], the same projections in time order for rnn.c: one
+        GEMM on the native pool, a 1x1 conv of X's transpose, rather than BLAS, whose idle
+        threads spin for milliseconds after a call and halved the speed of the recurrence
+        that followed (an LSTM's 64 batch-8 steps: 7.5 ms, 3.8 without them)."""
+        steps, batch, n_in = self.X.shape
+        n_gates, dirs, hidden = self.R.shape[:3]
+        P, M, W = steps * batch, dirs * n_gates * hidden, self.W
+
+        def conv():
+            packed = native.pack_conv_f32(W.reshape(M, n_in, 1, 1), 1)
+            return native.FloatConv((1, n_in, 1, P), packed, M, (1, 1), (1, P), (1, 1),
+                                    (1, 1), (0, 0))  # fmt: skip
+
+        project = derived(W, ("rnn projection", P), conv)
+        columns = np.ascontiguousarray(self.X.transpose(2, 0, 1)).reshape(1, n_in, 1, P)
+        return project(columns, self.bias.reshape(M)).reshape(dirs, n_gates, hidden, steps, batch)
 
 
 def _reverse_index(lens: np.ndarray, seq_len: int) -> np.ndarray:
@@ -257,8 +298,8 @@ def _gate_major(a: np.ndarray, n_gates: int) -> np.ndarray:
 
 def _prepare(X, W, R, B, sequence_lens, initial_h, initial_c, *, direction, layout, n_gates,
              folded=lambda rb: rb):  # fmt: skip
-    """Layout, dtype, states and the input projection. ``folded(Rb)`` is the part of the
-    recurrent bias that can be added once to the projection (it sits outside any product)."""
+    """Layout, dtype, states and biases. ``folded(Rb)`` is the part of the recurrent bias that
+    can be added once to the projections (it sits outside any product)."""
     X = np.asarray(X)
     out_dtype = X.dtype
     ct = np.float64 if out_dtype == np.float64 else np.float32
@@ -276,55 +317,53 @@ def _prepare(X, W, R, B, sequence_lens, initial_h, initial_c, *, direction, layo
         lens = np.asarray(sequence_lens).astype(np.int64)
         if (lens == seq_len).all():
             lens = None  # the common case: no masking at all
-    reverse = [direction == "reverse" or d == 1 for d in range(n_dirs)]
-    # one batched GEMM for every step of every direction: [seq*batch, in] @ [dirs, in, G*H]
-    proj = np.matmul(X.reshape(seq_len * batch, n_in), W.transpose(0, 2, 1))
-    proj += (Wb + folded(Rb))[:, None, :]
-    proj = proj.reshape(n_dirs, seq_len, batch, n_gates, hidden)
-    # step-major and contiguous, [steps, gates, dirs, batch, H], each direction in its step
-    # order: numpy adds a contiguous step in a fraction of the time of a strided one (0.5 us
-    # against 2.5 us at H 32), which pays for this one copy many times over
-    if n_dirs == 1 and not reverse[0]:
-        xs = np.ascontiguousarray(proj.transpose(1, 3, 0, 2, 4))
-    else:
-        xs = np.empty((seq_len, n_gates, n_dirs, batch, hidden), ct)
-        for d, rev in enumerate(reverse):
-            xs[:, :, d] = (_in_step_order(proj[d], lens) if rev else proj[d]).swapaxes(1, 2)
     zeros = np.zeros((n_dirs, batch, hidden), ct)
     return _Layer(
-        xs=xs,
+        X=X,
+        W=W,
+        bias=np.ascontiguousarray(Wb + folded(Rb)),
         R=_gate_major(R, n_gates),
         Rb=_gate_major(Rb, n_gates)[:, :, None, :],
         h0=zeros if initial_h is None else np.asarray(initial_h, ct),  # only ever read
         c0=zeros if initial_c is None else np.asarray(initial_c, ct),
         lens=lens,
-        reverse=reverse,
+        reverse=[direction == "reverse" or d == 1 for d in range(n_dirs)],
         out_dtype=out_dtype,
         layout=layout,
     )
 
 
-def _final(layer: _Layer, hist: np.ndarray, initial: np.ndarray) -> np.ndarray:
-    """[dirs, batch, H]: each entry's state after its last valid step (the initial one if none)."""
+def _native_ok(layer: _Layer) -> bool:
+    """Whether rnn.c runs the layer's recurrence (the caller checks the activations)."""
+    return (layer.lens is None and layer.dtype == np.float32
+            and native.recurrence_ok(layer.hidden, layer.steps, layer.batch))  # fmt: skip
+
+
+def _final(layer: _Layer, hist: np.ndarray, initial: np.ndarray, time_order: bool) -> np.ndarray:
+    """[dirs, batch, H]: each entry's state after its last valid step (the initial one if none).
+    hist is in step order, or in time order (a reverse direction's last step at time 0)."""
     if hist.shape[0] == 0:
         return initial.copy()
     if layer.lens is None:
-        return hist[-1].copy()
+        if not time_order:
+            return hist[-1].copy()
+        return np.stack([hist[0 if rev else -1, d] for d, rev in enumerate(layer.reverse)])
     last = layer.lens - 1
     state = hist[np.maximum(last, 0), :, np.arange(layer.batch)]  # [batch, dirs, H]
     return np.where((last >= 0)[:, None], state.swapaxes(0, 1), initial)
 
 
-def _finish(layer: _Layer, Ys: np.ndarray, Cs: np.ndarray | None = None):
-    """Y, Y_h (and Y_c) in time order and the requested layout and dtype. Y is Ys, reordered."""
-    outs = [Ys, _final(layer, Ys, layer.h0)]
+def _finish(layer: _Layer, Ys: np.ndarray, Cs: np.ndarray | None = None, time_order=False):
+    """Y, Y_h (and Y_c) in time order and the requested layout and dtype. Y is Ys, reordered
+    unless it came in time order (rnn.c's)."""
+    outs = [Ys, _final(layer, Ys, layer.h0, time_order)]
     if Cs is not None:
-        outs.append(_final(layer, Cs, layer.c0))
+        outs.append(_final(layer, Cs, layer.c0, time_order))
     if layer.lens is not None:
         past_end = np.arange(Ys.shape[0])[:, None] >= layer.lens
         np.copyto(Ys, 0, where=past_end[:, None, :, None])
     for d, rev in enumerate(layer.reverse):
-        if rev:  # step order back to time order (numpy buffers the overlapping copy)
+        if rev and not time_order:  # back to time order (numpy buffers the overlapping copy)
             Ys[:, d] = _in_step_order(Ys[:, d], layer.lens)
     if layer.layout:
         outs = [outs[0].transpose(2, 0, 1, 3), *(o.swapaxes(0, 1) for o in outs[1:])]
@@ -358,7 +397,7 @@ def rnn(
     names = _activation_names(activations, 1, layer.n_dirs, ["tanh"])
     (f,) = _activations(names, activation_alpha, activation_beta, 1, layer.dtype)
     clipped, mm = _clipper(clip, layer.dtype), layer.matmul()
-    Ys, xs, h = layer.history(), layer.xs[:, 0], layer.h0
+    Ys, xs, h = layer.history(), layer.step_major()[:, 0], layer.h0
     for t in range(layer.steps):
         h_new = Ys[t]
         mm(h, h_new[None])
@@ -407,13 +446,13 @@ def gru(
     clipped = _clipper(clip, layer.dtype)
     pytorch = linear_before_reset and set(names[0::2]) == {"sigmoid"} and set(names[1::2]) == {
         "tanh"}  # fmt: skip
-    if pytorch and not clipped and layer.lens is None and layer.dtype == np.float32:
-        if native.recurrence_ok(layer.hidden):  # the whole recurrence in C (rnn.c)
-            rt = derived(R, ("gru rt",), lambda: frozen(_transposed(layer.R)))
-            rbh = layer.Rb[2].reshape(layer.n_dirs, layer.hidden)
-            return _finish(layer, native.gru_f32(layer.xs, rt, rbh, layer.h0))
-    Ys, h = layer.history(), layer.h0
-    xs_zr, xs_h, Rbh = layer.xs[:, :2], layer.xs[:, 2], np.ascontiguousarray(layer.Rb[2])
+    if pytorch and not clipped and _native_ok(layer):  # the whole recurrence in C (rnn.c)
+        rt = derived(R, ("gru rt",), lambda: frozen(_transposed(layer.R)))
+        rbh = layer.Rb[2].reshape(layer.n_dirs, layer.hidden)
+        Ys = native.gru_f32(layer.native_projection(), rt, rbh, layer.h0, layer.reverse)
+        return _finish(layer, Ys, time_order=True)
+    Ys, h, xs = layer.history(), layer.h0, layer.step_major()
+    xs_zr, xs_h, Rbh = xs[:, :2], xs[:, 2], np.ascontiguousarray(layer.Rb[2])
     gates = layer.gate_buffer()
     zr, z, r, ht = gates[:2], gates[0], gates[1], gates[2]
     if linear_before_reset:
@@ -489,8 +528,7 @@ def lstm(
                      direction=direction, layout=layout, n_gates=4)  # fmt: skip
     names = _activation_names(activations, 3, layer.n_dirs, ["sigmoid", "tanh", "tanh"])
     f, g, h_act = _activations(names, activation_alpha, activation_beta, 3, layer.dtype)
-    clipped, mm, xs = _clipper(clip, layer.dtype), layer.matmul(), layer.xs
-    Ys, Cs, h, c = layer.history(), layer.history(), layer.h0, layer.c0
+    clipped = _clipper(clip, layer.dtype)
     peep = None
     if P is not None and np.any(P):
         peep = _gate_major(np.asarray(P, layer.dtype), 3)[:, :, None, :]  # [3, dirs, 1, H]
@@ -501,11 +539,13 @@ def lstm(
     # sigmoid(x) = (1 + tanh(x / 2)) / 2
     one_tanh = fused and set(names[0::3]) == {"sigmoid"} and set(names[1::3]) == {"tanh"}
     common = one_tanh and set(names[2::3]) == {"tanh"} and not clipped  # (H = o tanh(C))
-    if common and layer.lens is None and layer.dtype == np.float32:
-        if native.recurrence_ok(layer.hidden):  # the whole recurrence in C (rnn.c)
-            rt = derived(R, ("lstm rt",), lambda: frozen(_transposed(layer.R)))
-            Ys, Cs = native.lstm_f32(layer.xs, rt, layer.h0, layer.c0)
-            return _finish(layer, Ys, Cs)
+    if common and _native_ok(layer):  # the whole recurrence in C (rnn.c)
+        rt = derived(R, ("lstm rt",), lambda: frozen(_transposed(layer.R)))
+        projections = layer.native_projection()
+        Ys, Cs = native.lstm_f32(projections, rt, layer.h0, layer.c0, layer.reverse)
+        return _finish(layer, Ys, Cs, time_order=True)
+    mm, xs = layer.matmul(), layer.step_major()
+    Ys, Cs, h, c = layer.history(), layer.history(), layer.h0, layer.c0
     half = np.asarray(0.5, layer.dtype)
     gates = layer.gate_buffer()
     i, o, fg, cg = gates

@@ -149,7 +149,7 @@ class _Repeat2d(ctypes.Structure):  # resize.c's repeat2d
 
 class _Recurrence(ctypes.Structure):  # rnn.c's recurrence
     _fields_ = [(n, _P) for n in ("xs", "rt", "h0", "c0", "rbh", "ys", "cs")] + [
-        (n, _I64) for n in ("steps", "dirs", "batch", "H")
+        (n, _I64) for n in ("steps", "dirs", "batch", "H", "reverse")
     ]
 
 
@@ -1085,32 +1085,37 @@ def repeat2d_4byte(planes: np.ndarray, kh: int, kw: int) -> np.ndarray | None:
 # ----------------------------------------------------------------------------- LSTM, GRU
 
 
-def recurrence_ok(hidden: int) -> bool:
-    """Whether :func:`lstm_f32` and :func:`gru_f32` run here (AVX-512; H a multiple of 16)."""
-    return _lib is not None and bool(_lib.lstm) and hidden % 16 == 0
+def recurrence_ok(hidden: int, steps: int, batch: int) -> bool:
+    """Whether :func:`lstm_f32` and :func:`gru_f32` (and their projection on conv_f32) run here:
+    AVX-512, H a multiple of 16, steps x batch a 32-bit gather's stride apart."""
+    return (_lib is not None and bool(_lib.lstm) and conv_f32_ok() and hidden % 16 == 0
+            and 0 < steps * batch < 1 << 25)  # fmt: skip
 
 
-def lstm_f32(xs: np.ndarray, rt: np.ndarray, h0: np.ndarray, c0: np.ndarray):
-    """The common LSTM's recurrence (rnn.c): xs [steps, 4, dirs, batch, H] input projections
+def lstm_f32(xs: np.ndarray, rt: np.ndarray, h0: np.ndarray, c0: np.ndarray, reverse):
+    """The common LSTM's recurrence (rnn.c): xs [dirs, 4, H, steps, batch] input projections
     (gates i, o, f, c; biases in), rt [dirs, H / 16, H, 4, 16] the recurrent weights, h0 and
-    c0 [dirs, batch, H]; every step's H and C, [steps, dirs, batch, H] each."""
-    return _recurrence(_lib.lstm, xs, rt, h0, c0, None)
+    c0 [dirs, batch, H], reverse: per direction, whether it runs backwards in time. Every time
+    step's H and C, [steps, dirs, batch, H] each."""
+    return _recurrence(_lib.lstm, xs, rt, h0, c0, None, reverse)
 
 
-def gru_f32(xs: np.ndarray, rt: np.ndarray, rbh: np.ndarray, h0: np.ndarray) -> np.ndarray:
-    """PyTorch's GRU's recurrence (linear_before_reset; rnn.c): xs [steps, 3, dirs, batch, H]
+def gru_f32(xs: np.ndarray, rt: np.ndarray, rbh: np.ndarray, h0: np.ndarray, reverse):
+    """PyTorch's GRU's recurrence (linear_before_reset; rnn.c): xs [dirs, 3, H, steps, batch]
     (gates z, r, h; biases in but the candidate's recurrent one, rbh [dirs, H]), rt [dirs, H /
-    16, H, 3, 16], h0 [dirs, batch, H]; every step's H, [steps, dirs, batch, H]."""
-    return _recurrence(_lib.gru, xs, rt, h0, None, rbh)[0]
+    16, H, 3, 16], h0 [dirs, batch, H], reverse as :func:`lstm_f32`'s; every time step's H,
+    [steps, dirs, batch, H]."""
+    return _recurrence(_lib.gru, xs, rt, h0, None, rbh, reverse)[0]
 
 
-def _recurrence(fn, xs, rt, h0, c0, rbh):
-    steps, gates, dirs, batch, H = xs.shape
+def _recurrence(fn, xs, rt, h0, c0, rbh, reverse):
+    dirs, gates, H, steps, batch = xs.shape
     ys = np.empty((steps, dirs, batch, H), np.float32)
     cs = np.empty_like(ys) if c0 is not None else None
     keep = [None if a is None else np.ascontiguousarray(a, np.float32) for a in (h0, c0, rbh)]
+    backwards = sum(1 << d for d, rev in enumerate(reverse) if rev)
     t = _Recurrence(_addr(xs), _addr(rt), *map(_addr, keep), _addr(ys), _addr(cs),
-              steps, dirs, batch, H)  # fmt: skip
+              steps, dirs, batch, H, backwards)  # fmt: skip
     parts = dirs * (H // 16)
     ways = _ways(gates * H * H * batch * dirs, parts, _PARALLEL_MACS // 4)
     cuts = _even_cuts(parts, ways)

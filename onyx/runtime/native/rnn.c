@@ -2,15 +2,20 @@
  * (sigmoid, tanh, tanh; no peepholes, no clip, no coupled input-forget gate, every sequence
  * whole) and of PyTorch's GRU (the same, linear_before_reset) in C, a step per pool job.
  *
- * kernels/rnn.py computes the input projections of every step up front (one GEMM) and hands
- * them over as xs [steps, 4 gates, dirs, batch, H], with the recurrent weights in blocks of 16
- * output columns, each block's four gates one contiguous run that a part streams through
- * (prefetched). Each step, parts of 16 output columns (per direction) compute
- * their columns of all four gates, h_prev . RT (4 batch rows x 4 gates = 16 accumulators, a
- * broadcast of h per row), add the projections and update the cell for those columns:
+ * kernels/rnn.py computes the input projections of every step up front, one GEMM on the pool
+ * (a 1x1 conv, conv_f32.c), and hands them over as that GEMM's output, xs [dirs, gates, H,
+ * steps, batch] (a projection's 16 columns are gathered, P = steps x batch apart). BLAS ran
+ * it before: OpenBLAS's idle threads spin for milliseconds after a call, and the recurrence
+ * that followed ran at half speed on the core they took.
+ *
+ * The recurrent weights come in blocks of 16 output columns, each block's gates one contiguous
+ * run that a part streams through. Each step, parts of 16 output columns (per direction)
+ * compute their columns of all gates, h_prev . RT (4 batch rows x 4 gates = 16 accumulators,
+ * a broadcast of h per row), add the projections and update the cell for those columns:
  *     i, o, f = sigmoid(.), c~ = tanh(.), C = f C_prev + i c~, H = o tanh(C).
- * numpy needed a dozen calls a step (each a few microseconds) around a small GEMM that BLAS
- * repacked; a batch-8 step took 177 us, onnxruntime's 98.
+ * A reverse direction's step k is time step steps - 1 - k; every H (and C) is stored at its
+ * time step. numpy needed a dozen calls a step (each a few microseconds) around a small GEMM
+ * that BLAS repacked; a batch-8 step took 177 us, onnxruntime's 98.
  *
  * exp and tanh are Cephes-style (public-domain coefficients): range reduction and a degree-5
  * polynomial for exp (about 1 ulp), an odd polynomial for |x| < 0.625 and 1 - 2 / (e^2|x| + 1)
@@ -23,20 +28,36 @@
 
 
 typedef struct {
-    const float *xs;     /* [steps, gates, dirs, batch, H] input projections (biases in) */
+    const float *xs;     /* [dirs, gates, H, steps, batch] input projections (biases in) */
     const float *rt;     /* [dirs, H / 16, H (in), gates, 16 (out)] recurrent weights: a
                             part's columns of every gate, one contiguous run */
     const float *h0, *c0; /* [dirs, batch, H] (c0: LSTM's) */
     const float *rbh;    /* [dirs, H]: GRU's recurrent bias of its candidate gate */
-    float *ys, *cs;      /* [steps, dirs, batch, H] every step's H (and LSTM's C) */
+    float *ys, *cs;      /* [steps, dirs, batch, H] every time step's H (and LSTM's C) */
     int64_t steps, dirs, batch, H;
+    int64_t reverse;     /* bit d set: direction d runs from the last time step to the first */
 } recurrence;
 
 typedef struct { /* one step's job */
     const recurrence *t;
-    const float *x, *h, *c; /* this step's projections, the previous H and C */
-    float *y, *cy;          /* this step's H and C */
+    int64_t k; /* the step */
 } recurrence_step;
+
+typedef struct { /* direction d's part of step k */
+    const float *x;       /* gate 0's projection of column 0, row 0 at this time step */
+    const float *h, *c;   /* the previous [batch, H] states */
+    float *y, *cy;        /* this time step's */
+} direction_step;
+
+static inline direction_step at_step(const recurrence *t, int64_t k, int64_t d, int64_t G) {
+    int64_t reverse = (t->reverse >> d) & 1, time = reverse ? t->steps - 1 - k : k;
+    int64_t prev = reverse ? time + 1 : time - 1, state = t->batch * t->H;
+    int64_t now = (time * t->dirs + d) * state, before = (prev * t->dirs + d) * state;
+    direction_step s = {t->xs + d * G * t->H * t->steps * t->batch + time * t->batch,
+                        k ? t->ys + before : t->h0 + d * state, 0, t->ys + now, 0};
+    if (t->cs) s.c = k ? t->cs + before : t->c0 + d * state, s.cy = t->cs + now;
+    return s;
+}
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
@@ -84,14 +105,13 @@ INLINE __m512 tanh512(__m512 x) {
 }
 
 /* Rows b0 .. b0 + rows (<= 4) of direction d, columns n .. n + 16: the G gates' sums. */
-INLINE void gate_sums(const recurrence_step *s, int64_t d, int64_t b0, int rows, int64_t n,
-                      __m512 acc[4][4], const int G) {
-    const recurrence *t = s->t;
+INLINE void gate_sums(const recurrence *t, const float *h, int64_t d, int64_t b0, int rows,
+                      int64_t n, __m512 acc[4][4], const int G) {
     int64_t H = t->H;
     for (int g = 0; g < G; g++)
         for (int r = 0; r < 4; r++) acc[g][r] = _mm512_setzero_ps();
     const float *rt = t->rt + (d * H + n) * H * G; /* (d, n / 16) block: H x G x 16 */
-    const float *h = s->h + (d * t->batch + b0) * H;
+    h += b0 * H;
     for (int64_t k = 0; k < H; k++) {
         __m512 w[4];
         for (int g = 0; g < G; g++) w[g] = _mm512_loadu_ps(rt + (k * G + g) * 16);
@@ -103,27 +123,40 @@ INLINE void gate_sums(const recurrence_step *s, int64_t d, int64_t b0, int rows,
     }
 }
 
+/* Gate g's projections of row b, columns n .. n + 16 (apart by steps x batch: `apart`). */
+INLINE __m512 projection(const recurrence *t, const direction_step *s, int g, int64_t b,
+                         int64_t n, __m512i apart) {
+    return _mm512_i32gather_ps(apart, s->x + (g * t->H + n) * t->steps * t->batch + b, 4);
+}
+
+INLINE __m512i columns_apart(const recurrence *t) {
+    __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    return _mm512_mullo_epi32(lane, _mm512_set1_epi32((int)(t->steps * t->batch)));
+}
+
 /* Parts q = (direction, block of 16 columns); H is a multiple of 16. */
 EXPORT AVX512 int onyx_lstm_step_range(const void *p, int64_t begin, int64_t end) {
-    const recurrence_step *s = p;
-    const recurrence *t = s->t;
-    int64_t H = t->H, blocks = H / 16, gate = t->dirs * t->batch * H;
+    const recurrence_step *job = p;
+    const recurrence *t = job->t;
+    int64_t H = t->H, blocks = H / 16;
+    __m512i apart = columns_apart(t);
     for (int64_t q = begin; q < end; q++) {
         int64_t d = q / blocks, n = (q % blocks) * 16;
+        direction_step s = at_step(t, job->k, d, 4);
         for (int64_t b0 = 0; b0 < t->batch; b0 += 4) {
             int rows = t->batch - b0 < 4 ? (int)(t->batch - b0) : 4;
             __m512 acc[4][4];
-            gate_sums(s, d, b0, rows, n, acc, 4);
+            gate_sums(t, s.h, d, b0, rows, n, acc, 4);
             for (int r = 0; r < rows; r++) {
-                int64_t at = (d * t->batch + b0 + r) * H + n; /* (gate 0's; + g * gate) */
-                __m512 i = sigmoid512(_mm512_add_ps(acc[0][r], _mm512_loadu_ps(s->x + at)));
-                __m512 o = sigmoid512(_mm512_add_ps(acc[1][r], _mm512_loadu_ps(s->x + gate + at)));
-                __m512 f = sigmoid512(_mm512_add_ps(acc[2][r], _mm512_loadu_ps(s->x + 2 * gate + at)));
-                __m512 c = tanh512(_mm512_add_ps(acc[3][r], _mm512_loadu_ps(s->x + 3 * gate + at)));
-                __m512 cy = _mm512_add_ps(_mm512_mul_ps(f, _mm512_loadu_ps(s->c + at)),
+                int64_t b = b0 + r, at = b * H + n;
+                __m512 i = sigmoid512(_mm512_add_ps(acc[0][r], projection(t, &s, 0, b, n, apart)));
+                __m512 o = sigmoid512(_mm512_add_ps(acc[1][r], projection(t, &s, 1, b, n, apart)));
+                __m512 f = sigmoid512(_mm512_add_ps(acc[2][r], projection(t, &s, 2, b, n, apart)));
+                __m512 c = tanh512(_mm512_add_ps(acc[3][r], projection(t, &s, 3, b, n, apart)));
+                __m512 cy = _mm512_add_ps(_mm512_mul_ps(f, _mm512_loadu_ps(s.c + at)),
                                           _mm512_mul_ps(c, i));
-                _mm512_storeu_ps(s->cy + at, cy);
-                _mm512_storeu_ps(s->y + at, _mm512_mul_ps(tanh512(cy), o));
+                _mm512_storeu_ps(s.cy + at, cy);
+                _mm512_storeu_ps(s.y + at, _mm512_mul_ps(tanh512(cy), o));
             }
         }
     }
@@ -133,24 +166,26 @@ EXPORT AVX512 int onyx_lstm_step_range(const void *p, int64_t begin, int64_t end
 /* GRU's step (linear_before_reset: PyTorch's): z, r = sigmoid(.), n = tanh(x_n + r (h . R_n +
    Rb_n)), H = n + z (H_prev - n), as kernels/rnn.py orders it. Parts as the LSTM's. */
 EXPORT AVX512 int onyx_gru_step_range(const void *p, int64_t begin, int64_t end) {
-    const recurrence_step *s = p;
-    const recurrence *t = s->t;
-    int64_t H = t->H, blocks = H / 16, gate = t->dirs * t->batch * H;
+    const recurrence_step *job = p;
+    const recurrence *t = job->t;
+    int64_t H = t->H, blocks = H / 16;
+    __m512i apart = columns_apart(t);
     for (int64_t q = begin; q < end; q++) {
         int64_t d = q / blocks, n = (q % blocks) * 16;
+        direction_step s = at_step(t, job->k, d, 3);
         __m512 rb = _mm512_loadu_ps(t->rbh + d * H + n);
         for (int64_t b0 = 0; b0 < t->batch; b0 += 4) {
             int rows = t->batch - b0 < 4 ? (int)(t->batch - b0) : 4;
             __m512 acc[4][4];
-            gate_sums(s, d, b0, rows, n, acc, 3);
+            gate_sums(t, s.h, d, b0, rows, n, acc, 3);
             for (int r = 0; r < rows; r++) {
-                int64_t at = (d * t->batch + b0 + r) * H + n;
-                __m512 z = sigmoid512(_mm512_add_ps(acc[0][r], _mm512_loadu_ps(s->x + at)));
-                __m512 rg = sigmoid512(_mm512_add_ps(acc[1][r], _mm512_loadu_ps(s->x + gate + at)));
+                int64_t b = b0 + r, at = b * H + n;
+                __m512 z = sigmoid512(_mm512_add_ps(acc[0][r], projection(t, &s, 0, b, n, apart)));
+                __m512 rg = sigmoid512(_mm512_add_ps(acc[1][r], projection(t, &s, 1, b, n, apart)));
                 __m512 c = _mm512_mul_ps(_mm512_add_ps(acc[2][r], rb), rg);
-                c = tanh512(_mm512_add_ps(c, _mm512_loadu_ps(s->x + 2 * gate + at)));
-                __m512 h = _mm512_loadu_ps(s->h + at);
-                _mm512_storeu_ps(s->y + at, _mm512_add_ps(_mm512_mul_ps(_mm512_sub_ps(h, c), z), c));
+                c = tanh512(_mm512_add_ps(c, projection(t, &s, 2, b, n, apart)));
+                __m512 h = _mm512_loadu_ps(s.h + at);
+                _mm512_storeu_ps(s.y + at, _mm512_add_ps(_mm512_mul_ps(_mm512_sub_ps(h, c), z), c));
             }
         }
     }
@@ -158,25 +193,22 @@ EXPORT AVX512 int onyx_gru_step_range(const void *p, int64_t begin, int64_t end)
 }
 
 /* Every step, each a pool job (its parts split at cuts[0 .. ranges]): a step reads the one
-   before (H, and C for the LSTM) and writes its own into ys (cs). */
-static int steps(const recurrence *t, int gates, range_fn step, const int64_t *cuts,
-                 int64_t ranges, int64_t threads) {
-    int64_t state = t->dirs * t->batch * t->H;
+   before (H, and C for the LSTM). */
+static int steps(const recurrence *t, range_fn step, const int64_t *cuts, int64_t ranges,
+                 int64_t threads) {
     for (int64_t k = 0; k < t->steps; k++) {
-        recurrence_step s = {t, t->xs + k * gates * state, k ? t->ys + (k - 1) * state : t->h0,
-                             t->cs ? (k ? t->cs + (k - 1) * state : t->c0) : 0,
-                             t->ys + k * state, t->cs ? t->cs + k * state : 0};
+        recurrence_step s = {t, k};
         onyx_parallel(step, &s, cuts, ranges, threads);
     }
     return 0;
 }
 
 EXPORT int onyx_lstm(const recurrence *t, const int64_t *cuts, int64_t ranges, int64_t threads) {
-    return steps(t, 4, onyx_lstm_step_range, cuts, ranges, threads);
+    return steps(t, onyx_lstm_step_range, cuts, ranges, threads);
 }
 
 EXPORT int onyx_gru(const recurrence *t, const int64_t *cuts, int64_t ranges, int64_t threads) {
-    return steps(t, 3, onyx_gru_step_range, cuts, ranges, threads);
+    return steps(t, onyx_gru_step_range, cuts, ranges, threads);
 }
 #define HAVE_LSTM 1
 #endif
