@@ -112,21 +112,34 @@ static AVX512 void pack_columns(const conv_f32 *t, int64_t g, const run *r, int 
                                 int64_t k0, int64_t kc, float *B) {
     int64_t taps = t->kh * t->kw, plane = t->H * t->W;
     int64_t c = g * (t->C / t->group) + k0 / taps, a = k0 % taps / t->kw, b = k0 % t->kw;
+    int64_t width = r[runs - 1].j + r[runs - 1].len; /* a short strip's rest stays zero */
     for (int64_t kk = 0; kk < kc; kk++) {
         float *dst = B + kk * CF_NR;
-        for (int h = 0; h < CF_V; h++) _mm512_storeu_ps(dst + h * 16, _mm512_setzero_ps());
+        if (width < CF_NR || t->sw != 1)
+            for (int h = 0; h < CF_V; h++) _mm512_storeu_ps(dst + h * 16, _mm512_setzero_ps());
         for (int i = 0; i < runs; i++) {
             const run *u = r + i;
             int64_t ih = u->ih + a * t->dh, start = u->iw + b * t->dw;
-            if (ih < 0 || ih >= t->H) continue;
-            const float *row = t->x + u->image + c * plane + ih * t->W;
             float *d = dst + u->j;
-            if (t->sw == 1) { /* pixel i reads row[start + i], in the image for lo <= i < hi */
+            if (ih < 0 || ih >= t->H) {
+                if (t->sw == 1) /* (else zeroed above) */
+                    for (int h = 0; h * 16 < u->len; h++)
+                        _mm512_mask_storeu_ps(d + h * 16, lanes(0, u->len - h * 16),
+                                              _mm512_setzero_ps());
+                continue;
+            }
+            const float *row = t->x + u->image + c * plane + ih * t->W;
+            if (t->sw == 1) { /* pixel i reads row[start + i], in the image for lo <= i < hi;
+                                 the run's other lanes get zeros: no zeroing beforehand */
                 int64_t lo = -start, hi = t->W - start < u->len ? t->W - start : u->len;
                 for (int h = 0; h * 16 < u->len; h++) {
-                    __mmask16 m = lanes(lo - h * 16, hi - h * 16);
-                    _mm512_mask_storeu_ps(d + h * 16, m,
-                                          _mm512_maskz_loadu_ps(m, row + start + h * 16));
+                    const float *from = row + start + h * 16;
+                    if (h * 16 >= lo && h * 16 + 16 <= hi) { /* (the usual case) */
+                        _mm512_storeu_ps(d + h * 16, _mm512_loadu_ps(from));
+                        continue;
+                    }
+                    __m512 v = _mm512_maskz_loadu_ps(lanes(lo - h * 16, hi - h * 16), from);
+                    _mm512_mask_storeu_ps(d + h * 16, lanes(0, u->len - h * 16), v);
                 }
             } else {
                 strided_copy(row, start, t->sw, t->W, u->len, d);
