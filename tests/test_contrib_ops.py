@@ -130,8 +130,33 @@ def test_qlinear_softmax_by_lookup_is_the_dequantizing_kernel(dtype, x_scale, mo
             np.array(1 / 256, np.float32), np.array(0 if dtype == np.uint8 else -128, dtype))  # fmt: skip
     got = contrib.q_linear_softmax(*args, opset=13)
     assert (contrib._softmax_last_of_bytes(*args[:3]) is None) == (x_scale == 2.0)
+    scalar = (x, np.float32(x_scale), *args[2:])  # (no weak reference to a numpy scalar)
+    np.testing.assert_array_equal(contrib.q_linear_softmax(*scalar, opset=13), got)
     monkeypatch.setattr(contrib, "_softmax_last_of_bytes", lambda *a: None)
     np.testing.assert_array_equal(got, contrib.q_linear_softmax(*args, opset=13))
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_requantizing_natively_is_the_numpy_rounding(dtype):
+    """The contrib ops' requantization in one native pass: the bits of divide, round half to
+    even, add the zero point and saturate, ties and both ends of the range included."""
+    from onyx.runtime import native
+    from onyx.runtime.kernels import contrib
+    from onyx.runtime.kernels.quantize import saturate_cast
+
+    rng = np.random.default_rng(1)
+    scale, zp = np.array(0.02, np.float32), np.array(-5 if dtype == np.int8 else 9, dtype)
+    ties = (rng.integers(-400, 400, 500) + 0.5).astype(np.float32) * np.float32(0.02)
+    v = np.concatenate([ties, rng.standard_normal(300).astype(np.float32) * 4, [1e9, -1e9]])
+    v = v.astype(np.float32).reshape(2, -1)
+    calls, run = [], native.quantize_f32
+    native_calls = (lambda *a: calls.append(1) or run(*a)) if native.available() else run
+    want = saturate_cast(v / np.float32(scale), zp, dtype)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(native, "quantize_f32", native_calls)
+        got = contrib._q(v, scale, zp, dtype)
+    np.testing.assert_array_equal(got, want)
+    assert got.dtype == dtype and calls == ([1] if native.available() else [])
 
 
 @pytest.mark.parametrize("dtype", [np.uint8, np.int8])

@@ -12,7 +12,7 @@ import numpy as np
 from .. import native
 from ..registry import op
 from .activation import _coerced_2d, _sigmoid, _softmax
-from .derived import derived, frozen
+from .derived import derived, frozen, value_key
 from .elementwise import fits, upcast
 from .elementwise import gelu as _gelu
 from .fused import table_lookup
@@ -32,8 +32,15 @@ def _deq(x, scale, zero_point=None) -> np.ndarray:
 
 
 def _q(v, scale, zero_point, dtype) -> np.ndarray:
-    """round(v / scale) + zero_point, saturated to dtype."""
-    return saturate_cast(np.asarray(v, np.float32) / np.float32(scale), zero_point, dtype)
+    """round(v / scale) + zero_point, saturated to dtype: per tensor to bytes in one native
+    pass (the same bits; numpy's divide, rint, add, clip and cast took five)."""
+    v = np.asarray(v, np.float32)
+    if np.size(scale) == 1 and np.size(zero_point) <= 1 and v.ndim:
+        zp = 0 if zero_point is None or not np.size(zero_point) else int(np.ravel(zero_point)[0])
+        y = native.quantize_f32(np.ascontiguousarray(v), np.ravel(scale)[0], zp, np.dtype(dtype))
+        if y is not None:
+            return y
+    return saturate_cast(v / np.float32(scale), zero_point, dtype)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -139,12 +146,18 @@ def _softmax_last_of_bytes(x, x_scale, x_zero_point) -> np.ndarray | None:
     computes it to the bit, or None where that path does not apply. A byte has 256 values:
     its dequantized value and their exps are tabulated (the same float32 operations, value
     by value) and looked up, one pass where numpy's made four."""
-    codes = np.arange(256, dtype=np.uint8).view(x.dtype)  # (lookups index by bit pattern)
-    table = _deq(codes, x_scale, x_zero_point)
+
+    def tables():  # (lookups index by bit pattern)
+        codes = np.arange(256, dtype=np.uint8).view(x.dtype)
+        table = _deq(codes, x_scale, x_zero_point)
+        return frozen(table), frozen(np.exp(table))
+
+    key = ("softmax exps", x.dtype.char, value_key(x_zero_point))
+    table, exps = derived(x_scale, key, tables)  # (a constant scale: once per session)
     ends = np.array([np.minimum.reduce(x.reshape(-1)), np.maximum.reduce(x.reshape(-1))])
     if not np.maximum.reduce(table[ends.view(np.uint8)]) <= 60:  # (exp cannot overflow)
         return None
-    e = table_lookup(np.ascontiguousarray(x), np.exp(table))
+    e = table_lookup(np.ascontiguousarray(x), exps)
     total = np.matmul(e, np.ones(x.shape[-1], np.float32))
     if not np.minimum.reduce(total.reshape(-1)) >= 1e-30:
         return None

@@ -34,7 +34,7 @@ def derived(arr: np.ndarray, key: Hashable, make: Callable[[], Any]) -> Any:
 
     ``key`` must name everything else ``make`` depends on (attributes, the zero point's value).
     """
-    if arr.flags.writeable:
+    if type(arr) is not np.ndarray or arr.flags.writeable:  # (numpy scalars: no weakrefs)
         return make()
     k = (id(arr), key)
     hit = _cache.get(k)
