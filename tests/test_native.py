@@ -376,13 +376,16 @@ DEPTHWISE = [
 ]
 
 
-@pytest.fixture(params=["vector", "plane"])
+@pytest.fixture(params=["vector", "vector by rows", "plane"])
 def depthwise_kernel(request, monkeypatch):
-    """Each depthwise kernel: AVX-512's 16-channel blocks (where the CPU has it) and the
-    portable one-plane-at-a-time loops."""
+    """Each depthwise kernel: AVX-512's 16-channel blocks (where the CPU has it; "by rows":
+    each part one output row, its band of padded input rows filled afresh) and the portable
+    one-plane-at-a-time loops."""
     lib = native._lib
     if lib is None:
         pytest.skip("native library not built")
+    if request.param == "vector by rows":
+        monkeypatch.setattr(native, "_DW_BAND_BYTES", 1)
     if request.param == "plane":
         monkeypatch.setattr(lib, "depthwise_f32", _address(lib.onyx_depthwise_f32))
         monkeypatch.setattr(lib, "depthwise_i8", _address(lib.onyx_depthwise_i8))
@@ -509,9 +512,12 @@ def test_depthwise_conv_integer_is_exact(case, w_type, depthwise_kernel):
         (1, 2, 8, 8, 8, (2, 2), (3, 3), (1, 1), (1, 0, 0, 1)),
     ],
 )
-def test_small_conv_matches_onnxruntime(case, monkeypatch):
+@pytest.mark.parametrize("band_bytes", [None, 1], ids=["bands", "a row per part"])
+def test_small_conv_matches_onnxruntime(case, band_bytes, monkeypatch):
     from onnx import TensorProto, helper, numpy_helper
 
+    if band_bytes:  # (each part copies its own band of rows into the padded image)
+        monkeypatch.setattr(native, "_DW_BAND_BYTES", band_bytes)
     N, C, H, W, M, kernel, stride, dilation, pads = case
     rng = np.random.default_rng(M)
     x = rng.standard_normal((N, C, H, W)).astype(np.float32)

@@ -92,7 +92,7 @@ class _Operand(ctypes.Structure):
 class _DwGeometry(ctypes.Structure):
     _fields_ = [(name, _I64) for name in ("C", "H", "W", "mult", "OH", "OW", "kh", "kw", "sh",
                                           "sw", "dh", "dw", "top", "left", "M", "act")] + [
-        ("alpha", ctypes.c_float), ("beta", ctypes.c_float)]  # fmt: skip
+        ("alpha", ctypes.c_float), ("beta", ctypes.c_float), ("band", _I64)]  # fmt: skip
 
 
 class _DwOutput(ctypes.Structure):
@@ -753,13 +753,13 @@ class PlaneConv:
     __slots__ = ("cuts", "g", "shape", "task", "w", "ways")
 
     def __init__(self, fn, lanes: int, x_shape, w, out_shape, strides, dilations, begin,
-                 activation=(0, 0.0, 0.0)):  # fmt: skip
+                 activation=(0, 0.0, 0.0), banded: bool = False):  # fmt: skip
         (N, C, H, W), M = x_shape, w.shape[0]
         self.w = np.ascontiguousarray(w, np.float32)
         self.g = _DwGeometry(C, H, W, M // C, *out_shape, *w.shape[2:], *strides, *dilations,
                              *begin, M, *activation)  # fmt: skip
         self.shape = (N, M, *out_shape)
-        planes = N * -(-M // lanes)
+        planes = _dw_parts(self.g, N, -(-M // lanes)) if banded else N * -(-M // lanes)
         self.ways = _ways(math.prod(self.shape) * w[0].size, planes, _DEPTHWISE_MACS)
         self.cuts = _even_cuts(planes, self.ways)
         self.task = _FloatConvTask(fn, None, _addr(self.w), None, None, ctypes.addressof(self.g))
@@ -784,7 +784,30 @@ def depthwise_setup(x_shape, w, out_shape, strides, dilations, begin,
     if activation is not None and activation[0] and not depthwise_activates():
         return None
     return PlaneConv(_lib.depthwise_f32, _lib.depthwise_lanes, x_shape, w, out_shape, strides,
-                     dilations, begin, activation or (0, 0.0, 0.0))  # fmt: skip
+                     dilations, begin, activation or (0, 0.0, 0.0),
+                     banded=_lib.depthwise_lanes == 16)  # fmt: skip
+
+
+#: Bytes of padded 16-lane input rows that an AVX-512 depthwise part fills and reads: its
+#: band of output rows is cut to fit L2. A block of 16 channels was one part, its whole
+#: padded input (830 KB for 112x112) filled and read back from L3, on one thread when the
+#: layer had 16 channels (a MobileNet's first block: 152 us, onnxruntime's 18).
+_DW_BAND_BYTES = 192 << 10
+
+
+def _dw_parts(g: _DwGeometry, N: int, blocks: int) -> int:
+    """Sets g.band, the output rows per part of the AVX-512 depthwise kernels, and returns
+    the parts (image, block of 16 channels, band): bands that fit _DW_BAND_BYTES, halved
+    while the threads would get fewer than two parts each."""
+    Wp = (g.OW - 1) * g.sw + (g.kw - 1) * g.dw + 1
+    reach, threads = (g.kh - 1) * g.dh + 1, _threads.get() or _cpu_count()
+    band = g.OH
+    while band > 1 and ((band - 1) * g.sh + reach) * Wp * 64 > _DW_BAND_BYTES:
+        band = -(-band // 2)
+    while band > 1 and N * blocks * -(-g.OH // band) < 2 * threads:
+        band = -(-band // 2)
+    g.band = band
+    return N * blocks * -(-g.OH // band)
 
 
 def depthwise_f32(x, w, bias, out_shape, strides, dilations, begin, activation=None):
@@ -824,7 +847,8 @@ class IntPlaneConv:
             self.out.scale = _addr(self.keep[-1])
             self.out.zero_point, self.out.lo = int(y_zero_point.reshape(-1)[0]), info.min
             self.out.hi = info.max
-        planes = N * -(-M // _lib.depthwise_lanes)
+        blocks = -(-M // _lib.depthwise_lanes)
+        planes = _dw_parts(self.g, N, blocks) if _lib.depthwise_lanes == 16 else N * blocks
         self.ways = _ways(math.prod(self.shape) * wc[0].size, planes, _DEPTHWISE_MACS)
         self.cuts = _even_cuts(planes, self.ways)
         self.task = _IntConvTask(_lib.depthwise_i8, None, _addr(self.keep[0]),
@@ -869,7 +893,9 @@ def conv_small_ok(x: np.ndarray, w: np.ndarray, begin) -> bool:
 def conv_small_f32(x, w, bias, out_shape, strides, dilations, begin) -> np.ndarray:
     """A group-1 conv whose windows are small: 16 output channels per AVX-512 vector (a
     network's stem); see PlaneConv."""
-    return PlaneConv(_lib.conv_small, 16, x.shape, w, out_shape, strides, dilations, begin)(x, bias)
+    conv = PlaneConv(_lib.conv_small, 16, x.shape, w, out_shape, strides, dilations, begin,
+                     banded=True)  # fmt: skip
+    return conv(x, bias)
 
 
 # ----------------------------------------------------------------------------- float conv

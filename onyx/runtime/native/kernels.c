@@ -252,6 +252,7 @@ typedef struct {
     int64_t M;         /* output channels (C * mult for a depthwise conv) */
     int64_t act;       /* the float depthwise conv's activation (activation.h), ... */
     float alpha, beta; /* ... and its parameters */
+    int64_t band;      /* the AVX-512 kernels' output rows per part (0: all of them) */
 } dw_geometry;
 
 typedef struct {
@@ -794,7 +795,8 @@ EXPORT VNNI void onyx_gemm_u8s8(const operand *A, int flip, int a_unsigned, cons
 #include "activation.h"
 
 typedef struct {
-    int64_t Hp, Wp, K;
+    int64_t Hp, Wp, K; /* the padded input's rows and columns; taps */
+    int64_t band, bands, rows; /* a part's output rows, parts per block; its buffer's rows */
 } dwv_layout;
 
 static dwv_layout dwv_layout_of(const dw_geometry *g) {
@@ -802,7 +804,31 @@ static dwv_layout dwv_layout_of(const dw_geometry *g) {
     d.Hp = (g->OH - 1) * g->sh + (g->kh - 1) * g->dh + 1;
     d.Wp = (g->OW - 1) * g->sw + (g->kw - 1) * g->dw + 1;
     d.K = g->kh * g->kw;
+    d.band = g->band > 0 && g->band < g->OH ? g->band : g->OH;
+    d.bands = (g->OH + d.band - 1) / d.band;
+    d.rows = (d.band - 1) * g->sh + (g->kh - 1) * g->dh + 1;
     return d;
+}
+
+/* Row r of the buffer of the band from output row i0 (padded row i0 * sh + r): zeroes what
+   falls in the padding and returns the image row whose wend pixels go to row + left, or -1
+   (a row wholly in the padding). The buffer is not zeroed beforehand: a part's band moves. */
+static int64_t dwv_band_row(const dw_geometry *g, const dwv_layout *d, int64_t i0, int64_t r,
+                            int64_t wend, void *row) {
+    int64_t h = i0 * g->sh + r - g->top;
+    if (h < 0 || h >= g->H) {
+        memset(row, 0, (size_t)(d->Wp * 16) * 4);
+        return -1;
+    }
+    memset(row, 0, (size_t)(g->left * 16) * 4);
+    memset((char *)row + (g->left + wend) * 64, 0, (size_t)((d->Wp - g->left - wend) * 16) * 4);
+    return h;
+}
+
+/* The buffer rows band from output row i0 needs. */
+static int64_t dwv_band_rows(const dw_geometry *g, const dwv_layout *d, int64_t i0) {
+    int64_t i1 = i0 + d->band < g->OH ? i0 + d->band : g->OH;
+    return (i1 - 1 - i0) * g->sh + (g->kh - 1) * g->dh + 1;
 }
 
 /* Input plane of each lane (block m0 of image n; lanes past M repeat the last channel). */
@@ -818,11 +844,13 @@ static void dwv_planes(const dw_geometry *g, int64_t n, int64_t m0, int64_t *pla
    plane l's value minus zp. */
 #define DWV_FILL(name, S, T)                                                               \
     static void name(const S *x, const int64_t *plane, int32_t zp, const dw_geometry *g,   \
-                     const dwv_layout *d, T *buf) {                                        \
-        int64_t hend = d->Hp - g->top < g->H ? d->Hp - g->top : g->H;                      \
+                     const dwv_layout *d, int64_t i0, T *buf) {                            \
         int64_t wend = d->Wp - g->left < g->W ? d->Wp - g->left : g->W;                    \
-        for (int64_t h = 0; h < hend; h++) {                                               \
-            T *row = buf + ((h + g->top) * d->Wp + g->left) * 16;                          \
+        for (int64_t r = 0, rows = dwv_band_rows(g, d, i0); r < rows; r++) {               \
+            T *row = buf + r * d->Wp * 16;                                                 \
+            int64_t h = dwv_band_row(g, d, i0, r, wend, row);                              \
+            if (h < 0) continue;                                                           \
+            row += g->left * 16;                                                           \
             for (int l = 0; l < 16; l++) {                                                 \
                 const S *src = x + plane[l] + h * g->W;                                    \
                 for (int64_t w = 0; w < wend; w++) row[w * 16 + l] = (T)(src[w] - zp);     \
@@ -855,13 +883,14 @@ AVX512 static inline void transpose16_ps(__m512 r[16]) {
 }
 
 /* The float fill, 16 pixels of the 16 planes at a time through a register transpose. */
-AVX512 static void dwv_fill_f32(const float *x, const int64_t *plane, int32_t zp,
-                                const dw_geometry *g, const dwv_layout *d, float *buf) {
-    (void)zp;
-    int64_t hend = d->Hp - g->top < g->H ? d->Hp - g->top : g->H;
+AVX512 static void dwv_fill_f32(const float *x, const int64_t *plane, const dw_geometry *g,
+                                const dwv_layout *d, int64_t i0, float *buf) {
     int64_t wend = d->Wp - g->left < g->W ? d->Wp - g->left : g->W;
-    for (int64_t h = 0; h < hend; h++) {
-        float *row = buf + ((h + g->top) * d->Wp + g->left) * 16;
+    for (int64_t r = 0, rows = dwv_band_rows(g, d, i0); r < rows; r++) {
+        float *row = buf + r * d->Wp * 16;
+        int64_t h = dwv_band_row(g, d, i0, r, wend, row);
+        if (h < 0) continue;
+        row += g->left * 16;
         int64_t w = 0;
         __m512 r[16];
         for (; w + 16 <= wend; w += 16) {
@@ -899,12 +928,14 @@ AVX512 static inline __m512 dwv_bytes_ps(const uint8_t *x, int64_t at, int64_t n
 
 AVX512 static void dwv_fill_bytes(const uint8_t *x, int is_signed, const int64_t *plane,
                                   int32_t zp, const dw_geometry *g, const dwv_layout *d,
-                                  int64_t end, float *buf) {
-    int64_t hend = d->Hp - g->top < g->H ? d->Hp - g->top : g->H;
+                                  int64_t end, int64_t i0, float *buf) {
     int64_t wend = d->Wp - g->left < g->W ? d->Wp - g->left : g->W;
     __m512 z = _mm512_set1_ps((float)zp);
-    for (int64_t h = 0; h < hend; h++) {
-        float *row = buf + ((h + g->top) * d->Wp + g->left) * 16;
+    for (int64_t r = 0, rows = dwv_band_rows(g, d, i0); r < rows; r++) {
+        float *row = buf + r * d->Wp * 16;
+        int64_t h = dwv_band_row(g, d, i0, r, wend, row);
+        if (h < 0) continue;
+        row += g->left * 16;
         for (int64_t w = 0; w < wend; w += 16) {
             int64_t n = wend - w < 16 ? wend - w : 16;
             __m512 r[16];
@@ -963,7 +994,7 @@ typedef struct {
 } dwv_scratch;
 
 static int dwv_alloc(const dw_geometry *g, const dwv_layout *d, dwv_scratch *s) {
-    s->buf = calloc((size_t)(d->Hp * d->Wp * 16), 4); /* the border stays zero */
+    s->buf = malloc((size_t)(d->rows * d->Wp * 16) * 4); /* one band's rows */
     s->wt = malloc((size_t)(d->K * 16) * 4);
     s->row = malloc((size_t)(g->OW * 16) * 4);
     if (s->buf && s->wt && s->row) return 0;
@@ -1003,13 +1034,14 @@ EXPORT AVX512 int onyx_depthwise_f32_avx512(const float *x, const float *w, cons
     float *buf = s.buf, *wt = s.wt, *row = s.row;
     int64_t M = g->C * g->mult, B = (M + 15) / 16, plane[16];
     for (int64_t p = p0; p < p1; p++) {
-        int64_t n = p / B, m0 = (p % B) * 16, lanes = M - m0 < 16 ? M - m0 : 16;
+        int64_t n = p / d.bands / B, m0 = (p / d.bands % B) * 16, lanes = M - m0 < 16 ? M - m0 : 16;
+        int64_t i0 = p % d.bands * d.band, i1 = i0 + d.band < g->OH ? i0 + d.band : g->OH;
         dwv_planes(g, n, m0, plane);
-        dwv_fill_f32(x, plane, 0, g, &d, buf);
+        dwv_fill_f32(x, plane, g, &d, i0, buf);
         for (int64_t t = 0; t < d.K; t++)
             for (int l = 0; l < 16; l++) wt[t * 16 + l] = l < lanes ? w[(m0 + l) * d.K + t] : 0;
-        for (int64_t i = 0; i < g->OH; i++) {
-            dwv_row_f32(buf, wt, g, &d, i, row);
+        for (int64_t i = i0; i < i1; i++) {
+            dwv_row_f32(buf, wt, g, &d, i - i0, row);
             dwv_store_f32(row, g, lanes, bias ? bias + m0 : 0,
                           y + ((n * M + m0) * g->OH + i) * g->OW);
         }
@@ -1057,27 +1089,29 @@ EXPORT AVX512 int onyx_depthwise_i8_avx512(const uint8_t *x, int x_signed, int32
         return -1;
     }
     for (int64_t p = p0; p < p1; p++) {
-        int64_t n = p / B, m0 = (p % B) * 16, lanes = M - m0 < 16 ? M - m0 : 16;
+        int64_t n = p / d.bands / B, m0 = (p / d.bands % B) * 16, lanes = M - m0 < 16 ? M - m0 : 16;
+        int64_t i0 = p % d.bands * d.band, i1 = i0 + d.band < g->OH ? i0 + d.band : g->OH;
         dwv_planes(g, n, m0, plane);
         if (exact) {
-            dwv_fill_bytes(x, x_signed, plane, x_zp, g, &d, (n + 1) * g->C * g->H * g->W, s.buf);
+            dwv_fill_bytes(x, x_signed, plane, x_zp, g, &d, (n + 1) * g->C * g->H * g->W, i0,
+                           s.buf);
             for (int64_t t = 0; t < d.K; t++)
                 for (int l = 0; l < 16; l++)
                     ((float *)wt)[t * 16 + l] = l < lanes ? (float)wc[(m0 + l) * d.K + t] : 0.0f;
         } else {
-            if (x_signed) dwv_fill_s8((const int8_t *)x, plane, x_zp, g, &d, buf);
-            else dwv_fill_u8(x, plane, x_zp, g, &d, buf);
+            if (x_signed) dwv_fill_s8((const int8_t *)x, plane, x_zp, g, &d, i0, buf);
+            else dwv_fill_u8(x, plane, x_zp, g, &d, i0, buf);
             for (int64_t t = 0; t < d.K; t++)
                 for (int l = 0; l < 16; l++) wt[t * 16 + l] = l < lanes ? wc[(m0 + l) * d.K + t] : 0;
         }
-        for (int64_t i = 0; i < g->OH; i++) {
+        for (int64_t i = i0; i < i1; i++) {
             if (exact) { /* float sums to int32 in place (integers: exact) */
-                dwv_row_f32(s.buf, s.wt, g, &d, i, s.row);
+                dwv_row_f32(s.buf, s.wt, g, &d, i - i0, s.row);
                 for (int64_t j = 0; j < g->OW * 16; j += 16)
                     _mm512_storeu_si512((void *)(row + j),
                                         _mm512_cvtps_epi32(_mm512_loadu_ps((float *)row + j)));
             } else {
-                dwv_row_i32(buf, wt, g, &d, i, row);
+                dwv_row_i32(buf, wt, g, &d, i - i0, row);
             }
             if (o->y8) { /* the 16 lanes of a pixel requantized at once, then to their planes */
                 dwv_requantize(o, m0, lanes, row, g->OW, tile);
@@ -1097,8 +1131,9 @@ EXPORT AVX512 int onyx_depthwise_i8_avx512(const uint8_t *x, int x_signed, int32
 /* A convolution with few input channels (a network's stem: 3 channels, group 1) on AVX-512,
    16 output channels per vector: each output pixel sums, over input channels and taps, the
    input value broadcast times the 16 channels' weights (an im2col GEMM with K = 27 is mostly
-   the cost of building its columns). Blocks p = (image, 16 output channels) as above, g->M
-   output channels; the padded image is made once per image. */
+   the cost of building its columns). Parts p = (image, 16 output channels, band of output
+   rows) as above, g->M output channels; each part copies its band's rows into the padded
+   image (zero-bordered). */
 EXPORT AVX512 int onyx_conv_small_f32_avx512(const float *x, const float *w, const float *bias,
                                              float *y, const dw_geometry *g, int64_t p0,
                                              int64_t p1) {
@@ -1111,20 +1146,21 @@ EXPORT AVX512 int onyx_conv_small_f32_avx512(const float *x, const float *w, con
         free(pad), free(wt), free(row);
         return -1;
     }
-    int64_t hend = d.Hp - g->top < g->H ? d.Hp - g->top : g->H;
     int64_t wend = d.Wp - g->left < g->W ? d.Wp - g->left : g->W;
-    int64_t filled = -1;
     for (int64_t p = p0; p < p1; p++) {
-        int64_t n = p / B, m0 = (p % B) * 16, lanes = M - m0 < 16 ? M - m0 : 16;
-        if (n != filled)
-            for (int64_t c = 0; c < g->C; c++)
-                for (int64_t h = 0; h < hend; h++)
-                    memcpy(pad + c * plane + (h + g->top) * d.Wp + g->left,
+        int64_t n = p / d.bands / B, m0 = (p / d.bands % B) * 16, lanes = M - m0 < 16 ? M - m0 : 16;
+        int64_t i0 = p % d.bands * d.band, i1 = i0 + d.band < g->OH ? i0 + d.band : g->OH;
+        for (int64_t c = 0; c < g->C; c++) /* the rows of the band (its image's; once more
+                                               where bands overlap) */
+            for (int64_t r = i0 * g->sh, end = r + dwv_band_rows(g, &d, i0); r < end; r++) {
+                int64_t h = r - g->top;
+                if (h >= 0 && h < g->H)
+                    memcpy(pad + c * plane + r * d.Wp + g->left,
                            x + ((n * g->C + c) * g->H + h) * g->W, (size_t)wend * sizeof(float));
-        filled = n;
+            }
         for (int64_t k = 0; k < CK; k++)
             for (int l = 0; l < 16; l++) wt[k * 16 + l] = l < lanes ? w[(m0 + l) * CK + k] : 0;
-        for (int64_t i = 0; i < g->OH; i++) {
+        for (int64_t i = i0; i < i1; i++) {
             int64_t j = 0;
             for (; j + 8 <= g->OW; j += 8) { /* eight pixels: see DWV_ROW */
                 __m512 a[8];
