@@ -699,3 +699,28 @@ def test_layer_norm_matches_the_numpy_kernel(shape, with_bias, monkeypatch):
     for g, w in zip(got, want):
         assert g.shape == w.shape and g.dtype == w.dtype
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+
+
+@needs_native
+@pytest.mark.parametrize("gelu", [False, True], ids=["erf", "gelu"])
+@pytest.mark.parametrize("size", [1, 15, 16, 1000, 70001])
+def test_erf_and_gelu_have_the_numpy_kernels_bits(gelu, size, monkeypatch):
+    """The native erf / GELU pass does the numpy kernel's float32 operations in its order:
+    the same bits, NaN, infinities, signed zeros and tiny values included, in place too."""
+    from onyx.runtime.kernels import elementwise
+
+    rng = np.random.default_rng(size)
+    x = (rng.standard_normal(size) * 3).astype(np.float32)
+    x[:6] = [np.nan, np.inf, -np.inf, -0.0, 1e-40, 4.5][:size]
+    calls, run = [], native.erf_f32
+    monkeypatch.setattr(native, "erf_f32", lambda *a: calls.append(1) or run(*a))
+    fn = elementwise.gelu if gelu else elementwise.erf32
+    got = fn(x)
+    in_place = x.copy()
+    fn(in_place, out=in_place)
+    assert calls == [1, 1]
+    monkeypatch.setattr(native, "erf_f32", lambda *a: False)
+    with np.errstate(invalid="ignore"):
+        want = fn(x)
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    np.testing.assert_array_equal(in_place.view(np.uint32), want.view(np.uint32))

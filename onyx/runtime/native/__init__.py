@@ -50,6 +50,7 @@ __all__ = [
     "FloatGemv",
     "gathered_int8_gemm",
     "gemv_ok",
+    "erf_f32",
     "gru_f32",
     "hardswish_f32",
     "implicit_conv",
@@ -271,6 +272,7 @@ def _load():
         "float_conv",
         "int_conv",
         "hardswish",
+        "erf",
         "lookup",
         "qbinary",
         "quantize",
@@ -1156,6 +1158,27 @@ _PARALLEL_ELEMENTS = 1 << 16
 #: The same for QLinearAdd / QLinearMul / QuantizeLinear on AVX-512 (16K values take them
 #: about 4 us, a transformer's (128, 256) activations 8).
 _PARALLEL_BYTES = 1 << 14
+
+
+class _ErfTask(ctypes.Structure):  # kernels.c's erf_task
+    _fields_ = [("x", _P), ("y", _P), ("scale", ctypes.c_float), ("p", ctypes.c_float * 7),
+                ("q", ctypes.c_float * 6), ("gelu", ctypes.c_int32)]  # fmt: skip
+
+
+def erf_f32(x: np.ndarray, y: np.ndarray, scale, gelu: bool, p, q) -> bool:
+    """erf(scale * x), or GELU's x * (0.5 + 0.5 * erf(scale * x)), of contiguous float32 x
+    into y (x itself allowed) as elementwise.erf32 computes it, P (7) and Q (6) its float32
+    coefficients; False (nothing done) without the library."""
+    ok = (_lib is not None and x.dtype == y.dtype == np.float32 and x.flags.c_contiguous
+          and y.flags.c_contiguous and x.size == y.size)  # fmt: skip
+    if not ok:
+        return False
+    n = x.size
+    ways = _ways(n, 64, _PARALLEL_ELEMENTS // 8)  # (some 30 operations a value)
+    task = _ErfTask(_addr(x), _addr(y), float(scale), (ctypes.c_float * 7)(*map(float, p)),
+                    (ctypes.c_float * 6)(*map(float, q)), int(gelu))  # fmt: skip
+    _run(_lib.erf_range, task, _element_cuts(n, 16, ways), ways)
+    return True
 
 
 def hardswish_f32(x: np.ndarray) -> np.ndarray | None:
