@@ -724,3 +724,21 @@ def test_erf_and_gelu_have_the_numpy_kernels_bits(gelu, size, monkeypatch):
         want = fn(x)
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
     np.testing.assert_array_equal(in_place.view(np.uint32), want.view(np.uint32))
+
+
+@needs_native
+def test_dynamic_quantize_linear_quantizes_natively_to_the_same_bytes(monkeypatch):
+    from onyx.runtime.kernels.quantize import dynamic_quantize_linear
+
+    rng = np.random.default_rng(4)
+    x = (rng.standard_normal((37, 129)) * 5).astype(np.float32)
+    x[0, :40] = np.arange(40, dtype=np.float32) * (x.max() - x.min()) / 255 / 2  # ties
+    calls, run = [], native.quantize_f32
+    monkeypatch.setattr(native, "quantize_f32", lambda *a: calls.append(1) or run(*a))
+    got = dynamic_quantize_linear(x)
+    assert calls == [1]
+    monkeypatch.setattr(native, "quantize_f32", lambda *a: None)
+    want = dynamic_quantize_linear(x)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+        assert g.dtype == w.dtype
