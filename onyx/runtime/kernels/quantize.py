@@ -6,6 +6,8 @@ axis), or the input's rank with `axis` divided into blocks of `block_size` (bloc
 
 from __future__ import annotations
 
+import math
+
 import ml_dtypes
 import numpy as np
 
@@ -206,12 +208,17 @@ def dequantize_linear(x, x_scale, x_zero_point=None, *, axis=1, block_size=0, ou
 @op("DynamicQuantizeLinear", since=11)
 def dynamic_quantize_linear(x):
     x = x.astype(np.float32, copy=False)
-    lo = np.minimum(np.min(x, initial=0.0), 0).astype(np.float32)
-    hi = np.maximum(np.max(x, initial=0.0), 0).astype(np.float32)
+    lo = np.float32(np.min(x, initial=0.0))  # (the range always holds 0)
+    hi = np.float32(np.max(x, initial=0.0))
     scale = np.float32((hi - lo) / np.float32(255))
     if scale == 0:  # all-zero input: undefined in the spec; onnxruntime reports a scale of 1
         scale = np.float32(1)
-    zero_point = saturate_cast(np.asarray(-lo / scale), None, np.uint8)
+    zp = float(-lo / scale)  # (float32 arithmetic, then exact)
+    if math.isfinite(zp):  # round() rounds half to even, as rint: a small tensor's numpy
+        # scalar calls (saturate_cast on a 0-d array) had cost as much as quantizing it
+        zero_point = np.array(min(max(round(zp), 0), 255), np.uint8)
+    else:
+        zero_point = saturate_cast(np.asarray(-lo / scale), None, np.uint8)
     y = native.quantize_f32(np.ascontiguousarray(x), scale, int(zero_point), np.dtype(np.uint8))
     if y is None:  # (the native pass: the same bits in one pass where numpy made five)
         y = saturate_cast(x / scale, zero_point, np.uint8, owned=True)
