@@ -742,3 +742,33 @@ def test_dynamic_quantize_linear_quantizes_natively_to_the_same_bytes(monkeypatc
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
         assert g.dtype == w.dtype
+
+
+@needs_native
+@pytest.mark.parametrize("shape, groups", [((1, 4, 131), 0), ((2, 6, 5, 7), 3), ((3, 8, 1, 1), 0)])
+def test_instance_and_group_norm_rows_match_float64(shape, groups, monkeypatch):
+    """The native rows of InstanceNormalization / GroupNormalization (rows.c, sums in double)
+    against float64 and against the numpy rows: within float32 rounding."""
+    from onyx.runtime.kernels import normalization
+
+    rng = np.random.default_rng(len(shape) + groups)
+    x = (rng.standard_normal(shape) * 4 + 3).astype(np.float32)
+    C = shape[1]
+    scale, bias = rng.standard_normal((2, C)).astype(np.float32)
+    calls, run = [], native.norm_rows_f32
+    monkeypatch.setattr(native, "norm_rows_f32", lambda *a: calls.append(1) or run(*a))
+    if groups:
+        got = normalization.group_normalization(x, scale, bias, num_groups=groups)
+        g = x.astype(np.float64).reshape(shape[0], groups, -1)
+    else:
+        got = normalization.instance_normalization(x, scale, bias)
+        g = x.astype(np.float64).reshape(shape[0], C, -1)
+    assert calls == [1]
+    g = (g - g.mean(-1, keepdims=True)) / np.sqrt(g.var(-1, keepdims=True) + 1e-5)
+    per_channel = (1, C) + (1,) * (len(shape) - 2)
+    want = g.reshape(shape) * scale.reshape(per_channel) + bias.reshape(per_channel)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    monkeypatch.setattr(native, "norm_rows_f32", lambda *a: None)
+    numpy_rows = (normalization.group_normalization(x, scale, bias, num_groups=groups)
+                  if groups else normalization.instance_normalization(x, scale, bias))  # fmt: skip
+    np.testing.assert_allclose(got, numpy_rows, rtol=1e-5, atol=1e-5)

@@ -58,6 +58,7 @@ __all__ = [
     "int8_gemm_ok",
     "lookup8",
     "lstm_f32",
+    "norm_rows_f32",
     "pack",
     "pack_conv_f32",
     "Packed",
@@ -185,6 +186,14 @@ class _QBinaryTask(ctypes.Structure):
                 ("y", _P)]  # fmt: skip
 
 
+class _NormRows(ctypes.Structure):  # rows.c's norm_rows
+    _fields_ = [(name, _P) for name in ("x", "scale", "bias", "y")] + [
+        ("channels", _I64),
+        ("spatial", _I64),
+        ("epsilon", ctypes.c_float),
+    ]
+
+
 class _LayerNorm(ctypes.Structure):  # rows.c's layer_norm
     _fields_ = [(name, _P) for name in ("x", "scale", "bias", "y", "mean", "inv_std")] + [
         ("size", _I64),
@@ -279,6 +288,7 @@ def _load():
         "mean_rows_f32",
         "qmean_rows",
         "layer_norm_f32",
+        "norm_rows_f32",
     ) + (("gemm", "batched_gemm") if vnni else ()):
         setattr(lib, f"{name}_range", address(getattr(lib, f"onyx_{name}_range")))
     lib.lookup = address(lib.onyx_lookup8_vbmi if caps & 4 else lib.onyx_lookup8)
@@ -1304,6 +1314,23 @@ def layer_norm_f32(x: np.ndarray, scale: np.ndarray, bias, epsilon: float):
     ways = _ways(x.size, rows, _PARALLEL_ELEMENTS)
     _run(_lib.layer_norm_f32_range, task, _element_cuts(rows, 1, ways), ways)
     return y, stats[0], stats[1]
+
+
+def norm_rows_f32(x: np.ndarray, scale: np.ndarray, bias: np.ndarray, epsilon: float):
+    """Instance / group normalization of C-contiguous float32 x (rows, channels, spatial),
+    statistics per row, scale and bias (rows, channels): the normalized rows, or None
+    without the library."""
+    if _lib is None or x.dtype != np.float32 or not x.flags.c_contiguous or x.ndim != 3:
+        return None
+    rows, channels, spatial = x.shape
+    y = np.empty_like(x)
+    scale = np.ascontiguousarray(scale, np.float32)
+    bias = np.ascontiguousarray(bias, np.float32)
+    task = _NormRows(_addr(x), _addr(scale), _addr(bias), _addr(y), channels, spatial,
+                     float(epsilon))  # fmt: skip
+    ways = _ways(x.size, rows, _PARALLEL_ELEMENTS)
+    _run(_lib.norm_rows_f32_range, task, _element_cuts(rows, 1, ways), ways)
+    return y
 
 
 def qmean_rows(x: np.ndarray, scale: float, x_zero_point: int, y_zero_point: int):

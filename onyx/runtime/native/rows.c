@@ -1,6 +1,8 @@
 /* Kernels over the rows of a tensor (part of the _kernels library): global average pooling,
  * the mean of each row of an (N * C, H * W) tensor, float32 or 8-bit quantized (com.microsoft
- * QLinearGlobalAveragePool), and layer normalization over the last axis.
+ * QLinearGlobalAveragePool), layer normalization over the last axis, and instance / group
+ * normalization (statistics per row of (rows, channels, spatial), sums in double, a scale
+ * and bias per channel).
  *
  * MobileNet's squeeze-excite blocks pool images of 7x7 to 56x56 pixels over 16 to 576
  * channels, ten times a run; a transformer normalizes 128 rows of 256 values a dozen times.
@@ -128,6 +130,61 @@ EXPORT CLONES int onyx_layer_norm_f32_range(const void *p, int64_t begin, int64_
         else
             for (i = 0; i < n; i++) y[i] = (x[i] - mean) * inv * t->scale[i];
         t->mean[r] = mean, t->inv_std[r] = inv;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ instance / group norm */
+
+typedef struct {
+    const float *x;            /* (rows, channels, spatial), C-contiguous */
+    const float *scale, *bias; /* (rows, channels) */
+    float *y;                  /* as x */
+    int64_t channels, spatial;
+    float epsilon;
+} norm_rows;
+
+/* A row's sum of f(x[i]), in double: an instance's rows are long (a U-Net's 131072 values),
+   where float32 running sums would drift from numpy's pairwise ones. */
+#define ROW_SUM(name, EXPR)                                                                  \
+    static inline double name(const float *x, int64_t n, float mean) {                      \
+        double s[8] = {0}, total = 0;                                                        \
+        int64_t i = 0;                                                                       \
+        (void)mean;                                                                          \
+        for (; i + 8 <= n; i += 8)                                                           \
+            for (int j = 0; j < 8; j++) {                                                    \
+                float v = x[i + j];                                                          \
+                s[j] += (double)(EXPR);                                                      \
+            }                                                                                \
+        for (int j = 0; j < 8; j++) total += s[j];                                           \
+        for (; i < n; i++) {                                                                 \
+            float v = x[i];                                                                  \
+            total += (double)(EXPR);                                                         \
+        }                                                                                    \
+        return total;                                                                        \
+    }
+ROW_SUM(row_sum, v)
+ROW_SUM(row_squares, (v - mean) * (v - mean))
+#undef ROW_SUM
+
+/* Each row: mean, the mean of the squared deviations from it, then per channel
+   y = (x - mean) * (inv_std * scale) + bias, as normalization._normalize_rows computes it
+   (InstanceNormalization: a row per instance; GroupNormalization: per group). */
+EXPORT CLONES int onyx_norm_rows_f32_range(const void *p, int64_t begin, int64_t end) {
+    const norm_rows *t = p;
+    int64_t K = t->channels, S = t->spatial, n = K * S;
+    for (int64_t r = begin; r < end; r++) {
+        const float *x = t->x + r * n;
+        float *y = t->y + r * n;
+        float mean = (float)(row_sum(x, n, 0.0f) / (double)n);
+        float var = (float)(row_squares(x, n, mean) / (double)n);
+        float inv = 1.0f / sqrtf(var + t->epsilon);
+        for (int64_t k = 0; k < K; k++) {
+            float a = inv * t->scale[r * K + k], b = t->bias[r * K + k];
+            const float *xk = x + k * S;
+            float *yk = y + k * S;
+            for (int64_t i = 0; i < S; i++) yk[i] = (xk[i] - mean) * a + b;
+        }
     }
     return 0;
 }
