@@ -74,12 +74,21 @@ def attr_value(kind: AttrType, value: Any, compile_graph) -> Any:
     return value
 
 
+#: dtype -> its name: numpy builds str(dtype) afresh each time (5 us), and a profiled run
+#: describes every input and output of every node.
+_DTYPE_NAMES: dict[np.dtype, str] = {}
+
+
 def describe(value: Any) -> str:
-    """A short description of a runtime value for error messages: dtype and shape."""
+    """A short description of a runtime value for error messages and profiles: dtype and
+    shape."""
     if value is None:
         return "None"
     if isinstance(value, np.ndarray):
-        return f"{value.dtype}{list(value.shape)}"
+        name = _DTYPE_NAMES.get(value.dtype)
+        if name is None:
+            name = _DTYPE_NAMES[value.dtype] = str(value.dtype)
+        return f"{name}{list(value.shape)}"
     if isinstance(value, list):
         return (
             "seq["
