@@ -10,7 +10,9 @@ tests/models stand in, with a note, until it is built), the tiny fixture zoo at 
 set of its own (it measures per-node dispatch overhead, not kernels), onnx's light models, a
 scikit-learn tree ensemble and a linear pipeline (converted with skl2onnx). Every runtime gets
 the same feeds and the same thread count; onyx and onnxruntime take turns in blocks of runs
-(not call by call: each one's worker threads spin after a call and would slow the other). Latency is the median of repeated runs after a warm-up; session
+(not call by call: each one's worker threads spin after a call and would slow the other),
+each block starting when the other's threads have stopped spinning (SETTLE). Latency is the
+median of repeated runs after a warm-up; session
 creation the median of a few creations; peak memory the peak RSS growth of a fresh process that
 creates the session and runs it (so onnxruntime's native allocations count too). The reference
 evaluator runs once per model where it is slow (cut at --reference-timeout seconds) and is
@@ -192,6 +194,11 @@ def deadline(seconds: float | None):
         signal.signal(signal.SIGALRM, previous)
 
 
+#: Seconds a runtime's block of timed calls waits for the other runtime's threads to stop
+#: spinning (onnxruntime's spin some 40 ms after a call).
+SETTLE = 0.1
+
+
 def _clock(fn, *args) -> tuple[float, object]:
     t = time.perf_counter()
     out = fn(*args)
@@ -230,9 +237,11 @@ def measure(
             runs[rt], times[rt] = run, []
     # Runtimes take turns in blocks, not call by call: onnxruntime's and OpenBLAS's worker
     # threads spin for a while after each call, so a call right after the other runtime's
-    # competes with its spinning threads (measured: both 1.5-2x slower on 2 cores). Each block
-    # starts with one untimed call; three rounds of blocks still spread any drift of a busy
-    # machine over both. The reference evaluator is far slower: it gets its own rounds.
+    # competes with its spinning threads (measured: both 1.5-2x slower on 2 cores). onnxruntime's
+    # spin for some 40 ms after its last call (an LSTM's 3 ms onyx calls took 6 ms for the
+    # first eight after its block), so each block waits SETTLE seconds, then starts with one
+    # untimed call; three rounds of blocks still spread any drift of a busy machine over both.
+    # The reference evaluator is far slower: it gets its own rounds.
     # a block: a third of the repeats, fewer where a third of the budget would not hold them
     block = {
         rt: max(2, min(repeats // 3, int(budgets[rt] / 3 / max(first_call[rt], 1e-6))))
@@ -245,6 +254,7 @@ def measure(
                 break
             for rt in group:
                 if rt != "reference":
+                    time.sleep(SETTLE)
                     runs[rt](case.feeds)
                 for _ in range(block[rt]):
                     times[rt].append(_clock(runs[rt], case.feeds)[0])
@@ -436,7 +446,8 @@ def write_report(
         f"Made by `{command}` on {time.strftime('%Y-%m-%d')} in {elapsed / 60:.1f} minutes: "
         f"{os.cpu_count()} CPU cores, {args.threads} threads for every runtime, numpy "
         f"{np.__version__}. Latency is the median of repeated runs (ms), onyx and onnxruntime "
-        "taking turns in blocks of runs; ratios are latency ratios (onyx/onnxruntime: lower is better for onyx; "
+        f"taking turns in blocks of runs (each block starting {SETTLE:g} s after the other's, when "
+        "onnxruntime's worker threads have stopped spinning); ratios are latency ratios (onyx/onnxruntime: lower is better for onyx; "
         "reference/onyx: how many times onyx is faster than onnx's ReferenceEvaluator, which "
         f"is cut after {args.reference_timeout:g} s and skipped at batch 8 where batch 1 failed "
         "or took over 1 s). Peak memory is the peak RSS growth of a fresh process creating the session and "

@@ -270,7 +270,7 @@ class _Layer:
             return native.FloatConv((1, n_in, 1, P), packed, M, (1, 1), (1, P), (1, 1),
                                     (1, 1), (0, 0))  # fmt: skip
 
-        project = derived(W, ("rnn projection", P), conv)
+        project = derived(W, ("rnn projection", P, native.thread_setting()), conv)
         columns = np.ascontiguousarray(self.X.transpose(2, 0, 1)).reshape(1, n_in, 1, P)
         return project(columns, self.bias.reshape(M)).reshape(dirs, n_gates, hidden, steps, batch)
 
