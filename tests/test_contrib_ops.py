@@ -270,3 +270,40 @@ def test_fused_matmul(shape_a, shape_b, attrs):
         "b": RNG.standard_normal(shape_b).astype(np.float32),
     }
     _check(*_model("FusedMatMul", inputs, **attrs), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("per_column", [False, True], ids=["per tensor", "per column"])
+@pytest.mark.parametrize("with_bias", [False, True], ids=["", "bias"])
+@pytest.mark.parametrize("b_type", [np.int8, np.uint8])
+def test_matmul_integer_to_float(per_column, with_bias, b_type):
+    N = 6
+    inputs = {
+        "a": _quant((2, 3, 5), np.uint8),
+        "b": _quant((5, N), b_type),
+        "a_scale": np.array(0.02, np.float32),
+        "b_scale": (np.linspace(0.01, 0.05, N) if per_column else np.array(0.03)).astype(np.float32),
+        "a_zero_point": np.array(120, np.uint8),
+        "b_zero_point": (_quant((N,), b_type) if per_column else np.array(3, b_type)),
+    }
+    if with_bias:
+        inputs["bias"] = RNG.standard_normal(N).astype(np.float32)
+    consts = [k for k in inputs if k != "a"]
+    model, feeds = _model("MatMulIntegerToFloat", inputs, [np.float32], initializers=consts)
+    _check(model, feeds, rtol=1e-6, atol=1e-5)
+
+
+@pytest.mark.parametrize("with_bias", [False, True], ids=["", "bias"])
+@pytest.mark.parametrize("b_type", [np.int8, np.uint8])
+def test_dynamic_quantize_matmul(with_bias, b_type):
+    N = 7
+    inputs = {
+        "a": RNG.standard_normal((4, 9)).astype(np.float32) * 3,
+        "b": _quant((9, N), b_type),
+        "b_scale": np.linspace(0.01, 0.05, N).astype(np.float32),
+        "b_zero_point": np.zeros(N, b_type),
+    }
+    if with_bias:
+        inputs["bias"] = RNG.standard_normal(N).astype(np.float32)
+    consts = [k for k in inputs if k != "a"]
+    model, feeds = _model("DynamicQuantizeMatMul", inputs, [np.float32], initializers=consts)
+    _check(model, feeds, rtol=1e-5, atol=1e-4)

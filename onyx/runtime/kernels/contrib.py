@@ -18,7 +18,7 @@ from .elementwise import gelu as _gelu
 from .fused import table_lookup
 from .linalg import gemm_matmul, integer_matmul
 from .normalization import layer_norm_last
-from .quantize import saturate_cast
+from .quantize import dynamic_quantize_linear, saturate_cast
 
 MS = "com.microsoft"
 
@@ -173,6 +173,30 @@ def q_linear_concat(y_scale, y_zero_point, *inputs, axis):
         same = np.array_equal(scale, y_scale) and np.array_equal(zero_point, y_zero_point)
         parts.append(x if same else _q(_deq(x, scale, zero_point), y_scale, y_zero_point, x.dtype))
     return np.concatenate(parts, axis=axis).astype(y_zero_point.dtype, copy=False)
+
+
+@op("MatMulIntegerToFloat", since=1, domain=MS)
+def matmul_integer_to_float(a, b, a_scale, b_scale, a_zero_point=None, b_zero_point=None,
+                            bias=None):  # fmt: skip
+    """(A - a_zero_point) @ (B - b_zero_point) * (a_scale * b_scale) + bias: a dynamically
+    quantized MatMul's MatMulInteger, Cast, scaling Mul and bias Add as one node (onnxruntime's
+    fusion writes it). a_scale per tensor; b_scale and b_zero_point per tensor or per column
+    ([N]); a_zero_point per tensor or per row; the output has the scales' type."""
+    acc = integer_matmul(a, b, a_zero_point, b_zero_point)
+    scale = upcast(np.asarray(a_scale)).astype(np.float32) * upcast(np.asarray(b_scale))
+    y = np.multiply(acc, scale.astype(np.float32, copy=False), dtype=np.float32)
+    if bias is not None:
+        y += upcast(np.asarray(bias))
+    return y.astype(np.asarray(a_scale).dtype, copy=False)
+
+
+@op("DynamicQuantizeMatMul", since=1, domain=MS)
+def dynamic_quantize_matmul(a, b, b_scale, b_zero_point=None, bias=None):
+    """A quantized as DynamicQuantizeLinear does (uint8 per tensor), then MatMulIntegerToFloat
+    with B: onnxruntime's fusion of a dynamically quantized MatMul."""
+    q, a_scale, a_zero_point = dynamic_quantize_linear(upcast(a).astype(np.float32, copy=False))
+    y = matmul_integer_to_float(q, b, a_scale, b_scale, a_zero_point, b_zero_point, bias)
+    return y.astype(a.dtype, copy=False)
 
 
 @op("QGemm", since=1, domain=MS)
