@@ -281,7 +281,9 @@ def test_matmul_integer_to_float(per_column, with_bias, b_type):
         "a": _quant((2, 3, 5), np.uint8),
         "b": _quant((5, N), b_type),
         "a_scale": np.array(0.02, np.float32),
-        "b_scale": (np.linspace(0.01, 0.05, N) if per_column else np.array(0.03)).astype(np.float32),
+        "b_scale": (np.linspace(0.01, 0.05, N) if per_column else np.array(0.03)).astype(
+            np.float32
+        ),
         "a_zero_point": np.array(120, np.uint8),
         "b_zero_point": (_quant((N,), b_type) if per_column else np.array(3, b_type)),
     }
