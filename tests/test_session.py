@@ -319,3 +319,19 @@ def test_intra_op_threads_reach_the_native_kernels_and_blas(monkeypatch):
                         [vi("a", TensorProto.FLOAT, [2, 3]), vi("b", TensorProto.FLOAT, [3, 4])],
                         [vi("y", TensorProto.FLOAT, None)])  # fmt: skip
     assert not onyx.InferenceSession(matmul, options)._pool_heavy
+
+
+@pytest.mark.parametrize("hidden, on_pool", [(16, True), (6, False)])
+def test_an_lstm_the_native_recurrence_takes_counts_as_pool_work(hidden, on_pool):
+    """BLAS keeps one thread for a model of native LSTMs (their projection runs on the pool
+    too); an LSTM of another hidden size runs on BLAS and keeps BLAS's threads."""
+    from onyx.runtime import native
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, 1, 8])
+    w = helper.make_tensor("w", TensorProto.FLOAT, [1, 4 * hidden, 8], [0.1] * (32 * hidden))
+    r = helper.make_tensor("r", TensorProto.FLOAT, [1, 4 * hidden, hidden], [0.1] * (4 * hidden**2))
+    node = helper.make_node("LSTM", ["x", "w", "r"], ["y"], hidden_size=hidden)
+    graph = helper.make_graph([node], "g", [x], [vi("y", TensorProto.FLOAT, None)], [w, r])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)], ir_version=8)
+    session = onyx.InferenceSession(model.SerializeToString())
+    assert session._pool_heavy == (on_pool and native.available())

@@ -281,16 +281,26 @@ class InferenceSession:
 
 
 #: Ops whose work runs on the native library's thread pool (pool.c): float convs (AVX-512),
-#: integer GEMMs and convs, the LSTM and GRU recurrences with their projections (rnn.c).
+#: integer GEMMs and convs.
 _POOL_OPS = frozenset(
-    ["Conv", "ConvHardSwish", "ConvInteger", "FusedConv", "GRU", "LSTM", "MatMulInteger",
-     "QLinearConv", "QLinearMatMul", "DynamicQuantizeMatMul", "MatMulIntegerToFloat"]
+    ["Conv", "ConvHardSwish", "ConvInteger", "FusedConv", "MatMulInteger", "QLinearConv",
+     "QLinearMatMul", "DynamicQuantizeMatMul", "MatMulIntegerToFloat"]
 )  # fmt: skip
-#: Ops whose work goes to numpy's BLAS and its threads.
+#: Ops whose work goes to numpy's BLAS and its threads (LSTM and GRU: unless _on_pool).
 _BLAS_OPS = frozenset(
-    ["Attention", "ConvTranspose", "Einsum", "FusedGemm", "FusedMatMul", "Gemm", "MatMul",
-     "MultiHeadAttention", "RNN"]
+    ["Attention", "ConvTranspose", "Einsum", "FusedGemm", "FusedMatMul", "Gemm", "GRU", "LSTM",
+     "MatMul", "MultiHeadAttention", "RNN"]
 )  # fmt: skip
+
+
+def _on_pool(node: ir.Node) -> bool:
+    """Whether the node's heavy work runs on the native pool. LSTM and GRU recurrences of a
+    hidden size rnn.c takes (a multiple of 16) run there with their projections; others keep
+    BLAS (the exact activations and variants are checked at run time)."""
+    if node.op_type in ("LSTM", "GRU"):
+        hidden = node.attr("hidden_size", 0)
+        return hidden > 0 and hidden % 16 == 0
+    return node.op_type in _POOL_OPS
 
 
 def _pool_heavy(graph: ir.Graph) -> bool:
@@ -300,8 +310,9 @@ def _pool_heavy(graph: ir.Graph) -> bool:
     convs (52 ms a run on 2 threads, 33 ms with BLAS on one)."""
     pool = blas = 0
     for node in graph:
-        pool += node.op_type in _POOL_OPS
-        blas += node.op_type in _BLAS_OPS
+        on_pool = _on_pool(node)
+        pool += on_pool
+        blas += not on_pool and node.op_type in _BLAS_OPS
     return pool > blas
 
 

@@ -866,6 +866,20 @@ static int64_t dwv_band_row(const dw_geometry *g, const dwv_layout *d, int64_t i
     return h;
 }
 
+/* Part p of an AVX-512 depthwise or small conv: image n, the block of 16 output channels from
+   m0 (lanes of them), output rows i0 .. i1. */
+typedef struct {
+    int64_t n, m0, lanes, i0, i1;
+} dwv_part;
+
+static dwv_part dwv_part_of(const dw_geometry *g, const dwv_layout *d, int64_t M, int64_t p) {
+    int64_t blocks = (M + 15) / 16, block = p / d->bands;
+    dwv_part q = {block / blocks, block % blocks * 16, 0, p % d->bands * d->band, 0};
+    q.lanes = M - q.m0 < 16 ? M - q.m0 : 16;
+    q.i1 = q.i0 + d->band < g->OH ? q.i0 + d->band : g->OH;
+    return q;
+}
+
 /* The buffer rows band from output row i0 needs. */
 static int64_t dwv_band_rows(const dw_geometry *g, const dwv_layout *d, int64_t i0) {
     int64_t i1 = i0 + d->band < g->OH ? i0 + d->band : g->OH;
@@ -1073,10 +1087,10 @@ EXPORT AVX512 int onyx_depthwise_f32_avx512(const float *x, const float *w, cons
     dwv_scratch s;
     if (dwv_alloc(g, &d, &s)) return -1;
     float *buf = s.buf, *wt = s.wt, *row = s.row;
-    int64_t M = g->C * g->mult, B = (M + 15) / 16, plane[16];
+    int64_t M = g->C * g->mult, plane[16];
     for (int64_t p = p0; p < p1; p++) {
-        int64_t n = p / d.bands / B, m0 = (p / d.bands % B) * 16, lanes = M - m0 < 16 ? M - m0 : 16;
-        int64_t i0 = p % d.bands * d.band, i1 = i0 + d.band < g->OH ? i0 + d.band : g->OH;
+        dwv_part q = dwv_part_of(g, &d, M, p);
+        int64_t n = q.n, m0 = q.m0, lanes = q.lanes, i0 = q.i0, i1 = q.i1;
         dwv_planes(g, n, m0, plane);
         dwv_fill_f32(x, plane, g, &d, i0, buf);
         for (int64_t t = 0; t < d.K; t++)
@@ -1122,7 +1136,7 @@ EXPORT AVX512 int onyx_depthwise_i8_avx512(const uint8_t *x, int x_signed, int32
     dwv_scratch s;
     if (dwv_alloc(g, &d, &s)) return -1;
     int32_t *buf = s.buf, *wt = s.wt, *row = s.row;
-    int64_t M = g->C * g->mult, B = (M + 15) / 16, plane[16];
+    int64_t M = g->C * g->mult, plane[16];
     int exact = d.K * 255 * 255 < (1 << 24);
     uint8_t *tile = malloc((size_t)(g->OW * 16));
     if (!tile) {
@@ -1130,8 +1144,8 @@ EXPORT AVX512 int onyx_depthwise_i8_avx512(const uint8_t *x, int x_signed, int32
         return -1;
     }
     for (int64_t p = p0; p < p1; p++) {
-        int64_t n = p / d.bands / B, m0 = (p / d.bands % B) * 16, lanes = M - m0 < 16 ? M - m0 : 16;
-        int64_t i0 = p % d.bands * d.band, i1 = i0 + d.band < g->OH ? i0 + d.band : g->OH;
+        dwv_part q = dwv_part_of(g, &d, M, p);
+        int64_t n = q.n, m0 = q.m0, lanes = q.lanes, i0 = q.i0, i1 = q.i1;
         dwv_planes(g, n, m0, plane);
         if (exact) {
             dwv_fill_bytes(x, x_signed, plane, x_zp, g, &d, (n + 1) * g->C * g->H * g->W, i0,
@@ -1179,7 +1193,7 @@ EXPORT AVX512 int onyx_conv_small_f32_avx512(const float *x, const float *w, con
                                              float *y, const dw_geometry *g, int64_t p0,
                                              int64_t p1) {
     dwv_layout d = dwv_layout_of(g);
-    int64_t M = g->M, B = (M + 15) / 16, CK = g->C * d.K, plane = d.Hp * d.Wp;
+    int64_t M = g->M, CK = g->C * d.K, plane = d.Hp * d.Wp;
     float *pad = calloc((size_t)(g->C * plane), sizeof(float)); /* the border stays zero */
     float *wt = malloc((size_t)(CK * 16) * sizeof(float));
     float *row = malloc((size_t)(g->OW * 16) * sizeof(float));
@@ -1189,8 +1203,8 @@ EXPORT AVX512 int onyx_conv_small_f32_avx512(const float *x, const float *w, con
     }
     int64_t wend = d.Wp - g->left < g->W ? d.Wp - g->left : g->W;
     for (int64_t p = p0; p < p1; p++) {
-        int64_t n = p / d.bands / B, m0 = (p / d.bands % B) * 16, lanes = M - m0 < 16 ? M - m0 : 16;
-        int64_t i0 = p % d.bands * d.band, i1 = i0 + d.band < g->OH ? i0 + d.band : g->OH;
+        dwv_part q = dwv_part_of(g, &d, M, p);
+        int64_t n = q.n, m0 = q.m0, lanes = q.lanes, i0 = q.i0, i1 = q.i1;
         for (int64_t c = 0; c < g->C; c++) /* the rows of the band (its image's; once more
                                                where bands overlap) */
             for (int64_t r = i0 * g->sh, end = r + dwv_band_rows(g, &d, i0); r < end; r++) {
