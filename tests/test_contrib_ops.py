@@ -309,3 +309,11 @@ def test_dynamic_quantize_matmul(with_bias, b_type):
     consts = [k for k in inputs if k != "a"]
     model, feeds = _model("DynamicQuantizeMatMul", inputs, [np.float32], initializers=consts)
     _check(model, feeds, rtol=1e-5, atol=1e-4)
+
+
+def test_matmul_integer_to_float_takes_one_scale_for_a():
+    from onyx.runtime.kernels.contrib import matmul_integer_to_float
+
+    a, b = _quant((2, 3), np.uint8), _quant((3, 2), np.int8)
+    with pytest.raises(ValueError, match="a_scale must be one value"):
+        matmul_integer_to_float(a, b, np.ones(2, np.float32), np.float32(0.1))

@@ -182,6 +182,8 @@ def matmul_integer_to_float(a, b, a_scale, b_scale, a_zero_point=None, b_zero_po
     quantized MatMul's MatMulInteger, Cast, scaling Mul and bias Add as one node (onnxruntime's
     fusion writes it). a_scale per tensor; b_scale and b_zero_point per tensor or per column
     ([N]); a_zero_point per tensor or per row; the output has the scales' type."""
+    if np.size(a_scale) != 1:  # (one scale for A, as onnxruntime takes it)
+        raise ValueError(f"a_scale must be one value (per tensor), got shape {np.shape(a_scale)}")
     acc = integer_matmul(a, b, a_zero_point, b_zero_point)
     scale = upcast(np.asarray(a_scale)).astype(np.float32) * upcast(np.asarray(b_scale))
     y = np.multiply(acc, scale.astype(np.float32, copy=False), dtype=np.float32)
