@@ -608,3 +608,31 @@ def test_erf32_accuracy():
     assert np.isnan(erf(np.float32([np.nan]))[0]) and erf(np.float32([np.inf]))[0] == 1
     exact_gelu = np.array([0.5 * v * (1 + math.erf(v / math.sqrt(2))) for v in x.tolist()])
     np.testing.assert_allclose(gelu(x), exact_gelu, rtol=2e-6, atol=2e-6)  # 1+erf cancels
+
+
+def test_a_big_generated_weight_stays_a_computation_in_a_saved_model_but_folds_in_a_session(
+    tmp_path,
+):
+    """ConstantOfShape of a 2 MB weight: onyx.optimize keeps it (a file would grow 2 MB); a
+    session folds it, so that its conv takes a constant (onnx's light models make every weight
+    this way, and each was made again on every run)."""
+    shape = numpy_helper.from_array(np.array([512, 256, 2, 2], np.int64), "shape")
+    fill = helper.make_tensor("fill", F, [1], [0.01])
+    nodes = [
+        helper.make_node("ConstantOfShape", ["shape"], ["w"], value=fill),
+        helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[2, 2]),
+    ]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, [1, 256, 4, 4])],
+                              [helper.make_tensor_value_info("y", F, None)], [shape])  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    saved = onyx.optimize(onyx.loads(model.SerializeToString()))
+    assert "ConstantOfShape" in [n.op_type for n in saved.graph]
+    options = onyx.SessionOptions()
+    options.optimized_model_filepath = str(tmp_path / "session.onnx")
+    session = onyx.InferenceSession(model.SerializeToString(), options)
+    ran = onyx.load(options.optimized_model_filepath)
+    assert "ConstantOfShape" not in [n.op_type for n in ran.graph]
+    x = RNG.standard_normal((1, 256, 4, 4)).astype(np.float32)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(session.run(None, {"x": x})[0], want.run(None, {"x": x})[0],
+                               rtol=1e-5, atol=1e-5)  # fmt: skip

@@ -51,16 +51,20 @@ def optimize(
     *,
     stats=None,
     in_place: bool = False,
+    for_session: bool = False,
 ) -> ir.Model:
     """An optimized copy of ``model``. ``stats`` (a dict) receives per-pass change counts.
-    ``in_place``: optimize ``model`` itself, for a caller that owns it (the copy is not free)."""
+    ``in_place``: optimize ``model`` itself, for a caller that owns it (the copy is not free).
+    ``for_session``: the model is to run, not to be written: constants are folded whatever
+    their size (a generated weight is otherwise made again on every run)."""
     lvl = _level(level)
     m = model if in_place else clone_model(model)
     if lvl <= 0 or _names_values_in_attributes(m):
         return m
     skip = set(disabled)
     enabled = [p for p in PASSES if p.level <= lvl and p.name not in skip]
-    ctx = PassContext(m, enabled=frozenset(p.name for p in enabled))
+    ctx = PassContext(m, enabled=frozenset(p.name for p in enabled),
+                      unbounded_folding=for_session)  # fmt: skip
     basic = [p for p in enabled if p.level == BASIC]
     _rounds(ctx, basic)
     fusions = [p for p in enabled if p.level > BASIC]
@@ -120,7 +124,7 @@ def optimize_for_session(model: ir.Model, sess_options, in_place: bool = False) 
     ``in_place`` as for :func:`optimize`."""
     level = int(getattr(sess_options, "graph_optimization_level", ALL))
     disabled = getattr(sess_options, "disabled_optimizers", None) or ()
-    optimized = optimize(model, level, disabled, in_place=in_place)
+    optimized = optimize(model, level, disabled, in_place=in_place, for_session=True)
     path = getattr(sess_options, "optimized_model_filepath", "")
     if path:
         from ..serde import save

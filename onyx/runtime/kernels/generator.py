@@ -14,6 +14,7 @@ import numpy as np
 
 from ...ir.dtypes import DataType, to_numpy
 from ..registry import op
+from ..values import aligned_empty
 
 # --- Constant ------------------------------------------------------------------------------------
 
@@ -61,7 +62,12 @@ def constant(
 def constant_of_shape(input, *, value=None):
     fill = np.zeros(1, np.float32) if value is None else np.asarray(value)
     shape = [int(d) for d in np.asarray(input).reshape(-1)]
-    return np.full(shape, fill.reshape(-1)[0], dtype=fill.dtype)
+    if fill.dtype == object:
+        return np.full(shape, fill.reshape(-1)[0], dtype=fill.dtype)
+    # aligned as a constant must be (values.tensor_value): a folded weight is not copied again
+    out = aligned_empty(tuple(shape), fill.dtype)
+    out.fill(fill.reshape(-1)[0])
+    return out
 
 
 # --- Range / EyeLike -----------------------------------------------------------------------------
