@@ -772,3 +772,20 @@ def test_instance_and_group_norm_rows_match_float64(shape, groups, monkeypatch):
     numpy_rows = (normalization.group_normalization(x, scale, bias, num_groups=groups)
                   if groups else normalization.instance_normalization(x, scale, bias))  # fmt: skip
     np.testing.assert_allclose(got, numpy_rows, rtol=1e-5, atol=1e-5)
+
+
+@needs_native
+@pytest.mark.parametrize("alpha, beta", [(1 / 6, 0.5), (0.2, 0.5), (0.7, -0.3)])
+def test_hard_sigmoid_has_the_numpy_kernels_bits(alpha, beta, monkeypatch):
+    from onyx.runtime.kernels.activation import hard_sigmoid
+
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal(5003) * 6).astype(np.float32)
+    x[:5] = [np.nan, np.inf, -np.inf, -0.0, 3.0]
+    calls, run = [], native.hard_sigmoid_f32
+    monkeypatch.setattr(native, "hard_sigmoid_f32", lambda *a: calls.append(1) or run(*a))
+    got = hard_sigmoid(x, alpha=alpha, beta=beta)
+    assert calls == [1]
+    monkeypatch.setattr(native, "hard_sigmoid_f32", lambda *a: None)
+    want = hard_sigmoid(x, alpha=alpha, beta=beta)
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))

@@ -52,6 +52,7 @@ __all__ = [
     "gemv_ok",
     "erf_f32",
     "gru_f32",
+    "hard_sigmoid_f32",
     "hardswish_f32",
     "implicit_conv",
     "int8_gemm",
@@ -282,6 +283,7 @@ def _load():
         "int_conv",
         "hardswish",
         "erf",
+        "hard_sigmoid",
         "lookup",
         "qbinary",
         "quantize",
@@ -1189,6 +1191,24 @@ def erf_f32(x: np.ndarray, y: np.ndarray, scale, gelu: bool, p, q) -> bool:
                     (ctypes.c_float * 6)(*map(float, q)), int(gelu))  # fmt: skip
     _run(_lib.erf_range, task, _element_cuts(n, 16, ways), ways)
     return True
+
+
+class _HardSigmoidTask(ctypes.Structure):  # kernels.c's hard_sigmoid_task
+    _fields_ = [("x", _P), ("y", _P), ("alpha", ctypes.c_float), ("beta", ctypes.c_float)]
+
+
+def hard_sigmoid_f32(x: np.ndarray, alpha: float, beta: float) -> np.ndarray | None:
+    """HardSigmoid of a contiguous float32 array in one pass (clamp(x * alpha + beta, 0, 1),
+    alpha and beta rounded to float32 as numpy rounds a Python float), or None without the
+    library."""
+    if _lib is None or x.dtype != np.float32 or not x.flags.c_contiguous:
+        return None
+    y = np.empty_like(x)
+    n = x.size
+    ways = _ways(n, 64, _PARALLEL_ELEMENTS)
+    task = _HardSigmoidTask(_addr(x), _addr(y), float(alpha), float(beta))
+    _run(_lib.hard_sigmoid_range, task, _element_cuts(n, 16, ways), ways)
+    return y
 
 
 def hardswish_f32(x: np.ndarray) -> np.ndarray | None:

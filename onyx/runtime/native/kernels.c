@@ -577,6 +577,25 @@ EXPORT CLONES NO_FMA void onyx_erf_f32(const float *x, float *y, int64_t n, cons
     for (; i < n; i++) y[i] = erf_of(x[i], e);
 }
 
+typedef struct {
+    const float *x;
+    float *y;
+    float alpha, beta;
+} hard_sigmoid_task;
+
+/* HardSigmoid, y = clamp(x * alpha + beta, 0, 1), each step a float32 operation and none fused
+   (the numpy kernel's bits; NaN stays NaN), in one pass where numpy makes three. */
+EXPORT CLONES NO_FMA int onyx_hard_sigmoid_range(const void *p, int64_t begin, int64_t end) {
+    const hard_sigmoid_task *t = p;
+    const float *x = t->x;
+    float *y = t->y, a = t->alpha, b = t->beta;
+    for (int64_t i = begin; i < end; i++) {
+        float v = x[i] * a + b;
+        y[i] = v < 0.0f ? 0.0f : (v > 1.0f ? 1.0f : v);
+    }
+    return 0;
+}
+
 EXPORT int onyx_erf_range(const void *p, int64_t begin, int64_t end) {
     const erf_task *t = p;
     onyx_erf_f32(t->x + begin, t->y + begin, end - begin, t);
