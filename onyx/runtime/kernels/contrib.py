@@ -18,7 +18,7 @@ from .elementwise import gelu as _gelu
 from .fused import table_lookup
 from .linalg import gemm_matmul, integer_matmul
 from .normalization import layer_norm_last
-from .quantize import dynamic_quantize_linear, saturate_cast
+from .quantize import dynamic_quantize_linear, quantize_per_tensor, saturate_cast
 
 MS = "com.microsoft"
 
@@ -32,15 +32,11 @@ def _deq(x, scale, zero_point=None) -> np.ndarray:
 
 
 def _q(v, scale, zero_point, dtype) -> np.ndarray:
-    """round(v / scale) + zero_point, saturated to dtype: per tensor to bytes in one native
-    pass (the same bits; numpy's divide, rint, add, clip and cast took five)."""
+    """round(v / scale) + zero_point, saturated to dtype: per tensor as QuantizeLinear does it
+    (one native pass, the same bits), else saturate_cast."""
     v = np.asarray(v, np.float32)
-    if np.size(scale) == 1 and np.size(zero_point) <= 1 and v.ndim:
-        zp = 0 if zero_point is None or not np.size(zero_point) else int(np.ravel(zero_point)[0])
-        y = native.quantize_f32(np.ascontiguousarray(v), np.ravel(scale)[0], zp, np.dtype(dtype))
-        if y is not None:
-            return y
-    return saturate_cast(v / np.float32(scale), zero_point, dtype)
+    y = quantize_per_tensor(v, np.asarray(scale, np.float32), zero_point, dtype)
+    return saturate_cast(v / np.float32(scale), zero_point, dtype) if y is None else y
 
 
 # ---------------------------------------------------------------------------------------------

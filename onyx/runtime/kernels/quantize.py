@@ -94,6 +94,20 @@ def _per_tensor(scale: np.ndarray, zero_point) -> bool:
     return scale.dtype == _F32 and scale.size == 1 and (zero_point is None or zero_point.size == 1)
 
 
+def quantize_per_tensor(x, scale, zero_point, dtype) -> np.ndarray | None:
+    """QuantizeLinear of float32 x with one float32 scale and zero point (or none) to an 8 or
+    16-bit integer dtype: the native pass, or numpy's four; None where that does not apply
+    (QuantizeLinear, DynamicQuantizeLinear and the contrib ops' requantization share it)."""
+    scale = np.asarray(scale)
+    zero_point = None if zero_point is None else np.asarray(zero_point)
+    dtype = np.dtype(dtype)
+    if not (
+        x.dtype == _F32 and x.ndim and dtype in _FAST_RANGES and _per_tensor(scale, zero_point)
+    ):
+        return None
+    return _quantize_per_tensor(x, scale, zero_point, dtype)
+
+
 def _quantize_per_tensor(x, scale, zero_point, dtype: np.dtype) -> np.ndarray:
     """round_half_even(x / scale) + zero_point, clipped, as dtype: four passes, one float32
     temporary. Exact: clipping the rounded value to [lo - zp, hi - zp] before adding zp is the
@@ -112,14 +126,9 @@ def _quantize_per_tensor(x, scale, zero_point, dtype: np.dtype) -> np.ndarray:
 
 
 def quantize(x, y_scale, y_zero_point, *, axis=1, block_size=0, dtype, saturate=1, precision=0):
-    if (
-        x.dtype == _F32
-        and x.ndim
-        and dtype in _FAST_RANGES
-        and _per_tensor(y_scale, y_zero_point)
-        and not precision
-    ):
-        return _quantize_per_tensor(x, y_scale, y_zero_point, dtype)
+    y = None if precision else quantize_per_tensor(x, y_scale, y_zero_point, dtype)
+    if y is not None:
+        return y
     compute = to_numpy(precision) if precision else y_scale.dtype
     if compute.kind in "iu":  # an integer scale: divide in double
         compute = np.dtype(np.float64)
@@ -219,8 +228,8 @@ def dynamic_quantize_linear(x):
         zero_point = np.array(min(max(round(zp), 0), 255), np.uint8)
     else:
         zero_point = saturate_cast(np.asarray(-lo / scale), None, np.uint8)
-    y = native.quantize_f32(np.ascontiguousarray(x), scale, int(zero_point), np.dtype(np.uint8))
-    if y is None:  # (the native pass: the same bits in one pass where numpy made five)
+    y = quantize_per_tensor(x, np.float32(scale), zero_point, np.uint8)
+    if y is None:  # (0-d x)
         y = saturate_cast(x / scale, zero_point, np.uint8, owned=True)
     return y, np.asarray(scale, dtype=np.float32), zero_point
 

@@ -552,8 +552,7 @@ typedef struct {
 /* erf(scale x), or GELU's x (0.5 + 0.5 erf(scale x)) with gelu, of float32 x in the
    operations and order of the numpy kernel (elementwise.erf32: u clipped to +-4, Horner's
    rule for P and Q, u P / Q clipped to +-1, each a float32 operation and none fused), so the
-   same bits in one pass where numpy makes 25. 16 values at a time through a local block: y
-   may be x. */
+   same bits in one pass where numpy makes 25. */
 static inline NO_FMA float erf_of(float v, const erf_task *e) {
     float u = v * e->scale;
     u = u < -4.0f ? -4.0f : (u > 4.0f ? 4.0f : u); /* (NaN stays NaN) */
@@ -567,6 +566,7 @@ static inline NO_FMA float erf_of(float v, const erf_task *e) {
     return e->gelu ? v * (s * 0.5f + 0.5f) : s;
 }
 
+/* 16 values at a time through a local block: y may be x. */
 EXPORT CLONES NO_FMA void onyx_erf_f32(const float *x, float *y, int64_t n, const erf_task *e) {
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
@@ -575,6 +575,12 @@ EXPORT CLONES NO_FMA void onyx_erf_f32(const float *x, float *y, int64_t n, cons
         for (int j = 0; j < 16; j++) y[i + j] = r[j];
     }
     for (; i < n; i++) y[i] = erf_of(x[i], e);
+}
+
+EXPORT int onyx_erf_range(const void *p, int64_t begin, int64_t end) {
+    const erf_task *t = p;
+    onyx_erf_f32(t->x + begin, t->y + begin, end - begin, t);
+    return 0;
 }
 
 typedef struct {
@@ -593,12 +599,6 @@ EXPORT CLONES NO_FMA int onyx_hard_sigmoid_range(const void *p, int64_t begin, i
         float v = x[i] * a + b;
         y[i] = v < 0.0f ? 0.0f : (v > 1.0f ? 1.0f : v);
     }
-    return 0;
-}
-
-EXPORT int onyx_erf_range(const void *p, int64_t begin, int64_t end) {
-    const erf_task *t = p;
-    onyx_erf_f32(t->x + begin, t->y + begin, end - begin, t);
     return 0;
 }
 
@@ -886,23 +886,18 @@ static int64_t dwv_band_row(const dw_geometry *g, const dwv_layout *d, int64_t i
 }
 
 /* Part p of an AVX-512 depthwise or small conv: image n, the block of 16 output channels from
-   m0 (lanes of them), output rows i0 .. i1. */
+   m0 (lanes of them), output rows i0 .. i1, which read `rows` padded input rows from i0 * sh. */
 typedef struct {
-    int64_t n, m0, lanes, i0, i1;
+    int64_t n, m0, lanes, i0, i1, rows;
 } dwv_part;
 
 static dwv_part dwv_part_of(const dw_geometry *g, const dwv_layout *d, int64_t M, int64_t p) {
     int64_t blocks = (M + 15) / 16, block = p / d->bands;
-    dwv_part q = {block / blocks, block % blocks * 16, 0, p % d->bands * d->band, 0};
+    dwv_part q = {block / blocks, block % blocks * 16, 0, p % d->bands * d->band, 0, 0};
     q.lanes = M - q.m0 < 16 ? M - q.m0 : 16;
     q.i1 = q.i0 + d->band < g->OH ? q.i0 + d->band : g->OH;
+    q.rows = (q.i1 - 1 - q.i0) * g->sh + (g->kh - 1) * g->dh + 1;
     return q;
-}
-
-/* The buffer rows band from output row i0 needs. */
-static int64_t dwv_band_rows(const dw_geometry *g, const dwv_layout *d, int64_t i0) {
-    int64_t i1 = i0 + d->band < g->OH ? i0 + d->band : g->OH;
-    return (i1 - 1 - i0) * g->sh + (g->kh - 1) * g->dh + 1;
 }
 
 /* Input plane of each lane (block m0 of image n; lanes past M repeat the last channel). */
@@ -918,11 +913,11 @@ static void dwv_planes(const dw_geometry *g, int64_t n, int64_t m0, int64_t *pla
    plane l's value minus zp. */
 #define DWV_FILL(name, S, T)                                                               \
     static void name(const S *x, const int64_t *plane, int32_t zp, const dw_geometry *g,   \
-                     const dwv_layout *d, int64_t i0, T *buf) {                            \
+                     const dwv_layout *d, const dwv_part *q, T *buf) {                     \
         int64_t wend = d->Wp - g->left < g->W ? d->Wp - g->left : g->W;                    \
-        for (int64_t r = 0, rows = dwv_band_rows(g, d, i0); r < rows; r++) {               \
+        for (int64_t r = 0; r < q->rows; r++) {                                            \
             T *row = buf + r * d->Wp * 16;                                                 \
-            int64_t h = dwv_band_row(g, d, i0, r, wend, row);                              \
+            int64_t h = dwv_band_row(g, d, q->i0, r, wend, row);                           \
             if (h < 0) continue;                                                           \
             row += g->left * 16;                                                           \
             for (int l = 0; l < 16; l++) {                                                 \
@@ -958,11 +953,11 @@ AVX512 static inline void transpose16_ps(__m512 r[16]) {
 
 /* The float fill, 16 pixels of the 16 planes at a time through a register transpose. */
 AVX512 static void dwv_fill_f32(const float *x, const int64_t *plane, const dw_geometry *g,
-                                const dwv_layout *d, int64_t i0, float *buf) {
+                                const dwv_layout *d, const dwv_part *q, float *buf) {
     int64_t wend = d->Wp - g->left < g->W ? d->Wp - g->left : g->W;
-    for (int64_t r = 0, rows = dwv_band_rows(g, d, i0); r < rows; r++) {
+    for (int64_t r = 0; r < q->rows; r++) {
         float *row = buf + r * d->Wp * 16;
-        int64_t h = dwv_band_row(g, d, i0, r, wend, row);
+        int64_t h = dwv_band_row(g, d, q->i0, r, wend, row);
         if (h < 0) continue;
         row += g->left * 16;
         int64_t w = 0;
@@ -1002,12 +997,12 @@ AVX512 static inline __m512 dwv_bytes_ps(const uint8_t *x, int64_t at, int64_t n
 
 AVX512 static void dwv_fill_bytes(const uint8_t *x, int is_signed, const int64_t *plane,
                                   int32_t zp, const dw_geometry *g, const dwv_layout *d,
-                                  int64_t end, int64_t i0, float *buf) {
+                                  int64_t end, const dwv_part *q, float *buf) {
     int64_t wend = d->Wp - g->left < g->W ? d->Wp - g->left : g->W;
     __m512 z = _mm512_set1_ps((float)zp);
-    for (int64_t r = 0, rows = dwv_band_rows(g, d, i0); r < rows; r++) {
+    for (int64_t r = 0; r < q->rows; r++) {
         float *row = buf + r * d->Wp * 16;
-        int64_t h = dwv_band_row(g, d, i0, r, wend, row);
+        int64_t h = dwv_band_row(g, d, q->i0, r, wend, row);
         if (h < 0) continue;
         row += g->left * 16;
         for (int64_t w = 0; w < wend; w += 16) {
@@ -1111,7 +1106,7 @@ EXPORT AVX512 int onyx_depthwise_f32_avx512(const float *x, const float *w, cons
         dwv_part q = dwv_part_of(g, &d, M, p);
         int64_t n = q.n, m0 = q.m0, lanes = q.lanes, i0 = q.i0, i1 = q.i1;
         dwv_planes(g, n, m0, plane);
-        dwv_fill_f32(x, plane, g, &d, i0, buf);
+        dwv_fill_f32(x, plane, g, &d, &q, buf);
         for (int64_t t = 0; t < d.K; t++)
             for (int l = 0; l < 16; l++) wt[t * 16 + l] = l < lanes ? w[(m0 + l) * d.K + t] : 0;
         for (int64_t i = i0; i < i1; i++) {
@@ -1167,14 +1162,14 @@ EXPORT AVX512 int onyx_depthwise_i8_avx512(const uint8_t *x, int x_signed, int32
         int64_t n = q.n, m0 = q.m0, lanes = q.lanes, i0 = q.i0, i1 = q.i1;
         dwv_planes(g, n, m0, plane);
         if (exact) {
-            dwv_fill_bytes(x, x_signed, plane, x_zp, g, &d, (n + 1) * g->C * g->H * g->W, i0,
+            dwv_fill_bytes(x, x_signed, plane, x_zp, g, &d, (n + 1) * g->C * g->H * g->W, &q,
                            s.buf);
             for (int64_t t = 0; t < d.K; t++)
                 for (int l = 0; l < 16; l++)
                     ((float *)wt)[t * 16 + l] = l < lanes ? (float)wc[(m0 + l) * d.K + t] : 0.0f;
         } else {
-            if (x_signed) dwv_fill_s8((const int8_t *)x, plane, x_zp, g, &d, i0, buf);
-            else dwv_fill_u8(x, plane, x_zp, g, &d, i0, buf);
+            if (x_signed) dwv_fill_s8((const int8_t *)x, plane, x_zp, g, &d, &q, buf);
+            else dwv_fill_u8(x, plane, x_zp, g, &d, &q, buf);
             for (int64_t t = 0; t < d.K; t++)
                 for (int l = 0; l < 16; l++) wt[t * 16 + l] = l < lanes ? wc[(m0 + l) * d.K + t] : 0;
         }
@@ -1226,7 +1221,7 @@ EXPORT AVX512 int onyx_conv_small_f32_avx512(const float *x, const float *w, con
         int64_t n = q.n, m0 = q.m0, lanes = q.lanes, i0 = q.i0, i1 = q.i1;
         for (int64_t c = 0; c < g->C; c++) /* the rows of the band (its image's; once more
                                                where bands overlap) */
-            for (int64_t r = i0 * g->sh, end = r + dwv_band_rows(g, &d, i0); r < end; r++) {
+            for (int64_t r = i0 * g->sh, end = r + q.rows; r < end; r++) {
                 int64_t h = r - g->top;
                 if (h >= 0 && h < g->H)
                     memcpy(pad + c * plane + r * d.Wp + g->left,
