@@ -207,7 +207,7 @@ def merge(declared, inferred, where: str, conflicts: list[str]):
     """The union of what two types know; a clash is recorded in ``conflicts``."""
     if declared is None:
         return inferred
-    if inferred is None:
+    if inferred is None or declared == inferred:  # (the common case of a typed model)
         return declared
     if isinstance(declared, TensorType) and isinstance(inferred, TensorType):
         elem = declared.elem_type or inferred.elem_type
@@ -293,7 +293,6 @@ class Engine:
         opset = opsets.get(domain, opsets.get("ai.onnx") if domain == "" else None)
         schema = defs.get_schema(node.op_type, opset, domain) if opset else None
         ctx = NodeContext(self, node, env, schema, opset or 0)
-        label = f"node {node.name or node.op_type} ({node.op_type})"
         try:
             fn = RULES.get((domain, node.op_type))
             if fn is not None:
@@ -312,23 +311,19 @@ class Engine:
 
                 fold(ctx)
         except InferenceError as e:
-            self.problem(f"graph {gname!r}, {label}: {e}")
+            self.problem(f"graph {gname!r}, {_label(node)}: {e}")
         except (ValueError, TypeError, IndexError, KeyError, ZeroDivisionError) as e:
             if self.strict:
-                self.problem(f"graph {gname!r}, {label}: inference failed: {e}")
-        for i, v in enumerate(node.outputs):
+                self.problem(f"graph {gname!r}, {_label(node)}: inference failed: {e}")
+        for i, v in enumerate(node._outputs):
             if not v.name:
                 continue
             inferred = ctx.outputs.get(i)
             conflicts: list[str] = []
-            t = merge(
-                declared.get(id(v)),
-                inferred,
-                f"graph {gname!r}, {label}, output {v.name!r}",
-                conflicts,
-            )
+            # (the conflicts' location is written only when there are some: this runs per value)
+            t = merge(declared.get(id(v)), inferred, "", conflicts)
             for c in conflicts:
-                self.problem(c)
+                self.problem(f"graph {gname!r}, {_label(node)}, output {v.name!r}{c}")
             if t is not None:
                 env["types"][id(v)] = t
             if self.data_prop and i in ctx.out_data and ctx.out_data[i] is not None:
@@ -448,6 +443,10 @@ def generic(ctx: NodeContext) -> None:
             t = None
         if t is not None:
             ctx.outputs.setdefault(i, t)
+
+
+def _label(node: Node) -> str:
+    return f"node {node.name or node.op_type} ({node.op_type})"
 
 
 def run(model: Model, strict: bool = False, data_prop: bool = True) -> Model:

@@ -20,7 +20,8 @@ class Shape:
     denotations: tuple[str | None, ...] | None = field(default=None, compare=False)
 
     def __post_init__(self):
-        object.__setattr__(self, "dims", tuple(self.dims))
+        if type(self.dims) is not tuple:
+            object.__setattr__(self, "dims", tuple(self.dims))
 
     @property
     def rank(self) -> int:
@@ -61,8 +62,11 @@ class TensorType(Type):
     denotation: str | None = field(default=None, compare=False)
 
     def __post_init__(self):
-        object.__setattr__(self, "elem_type", DataType(self.elem_type))
-        object.__setattr__(self, "shape", as_shape(self.shape))
+        # (tests first: types are made by the thousand at load and inference)
+        if type(self.elem_type) is not DataType:
+            object.__setattr__(self, "elem_type", DataType(self.elem_type))
+        if self.shape is not None and type(self.shape) is not Shape:
+            object.__setattr__(self, "shape", Shape(tuple(self.shape)))
 
     def __str__(self) -> str:
         return f"tensor({type_name(self.elem_type)})"
@@ -75,8 +79,11 @@ class SparseTensorType(Type):
     denotation: str | None = field(default=None, compare=False)
 
     def __post_init__(self):
-        object.__setattr__(self, "elem_type", DataType(self.elem_type))
-        object.__setattr__(self, "shape", as_shape(self.shape))
+        # (tests first: types are made by the thousand at load and inference)
+        if type(self.elem_type) is not DataType:
+            object.__setattr__(self, "elem_type", DataType(self.elem_type))
+        if self.shape is not None and type(self.shape) is not Shape:
+            object.__setattr__(self, "shape", Shape(tuple(self.shape)))
 
     def __str__(self) -> str:
         return f"sparse_tensor({type_name(self.elem_type)})"

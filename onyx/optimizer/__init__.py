@@ -110,6 +110,7 @@ def _run(ctx: PassContext, p) -> bool:
     if SKIP_IDLE and ctx.idle.get(p.name) == ctx.version:
         return False
     changed = bool(p.fn(ctx))
+    ctx.ran.add(p.name)
     if changed:
         ctx.version += 1
         ctx.idle.pop(p.name, None)

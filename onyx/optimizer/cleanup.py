@@ -167,6 +167,27 @@ class _Twins:
         return None if attrs is None else self._by_attrs.setdefault(attrs, node)
 
 
+def _const_key(ctx: PassContext, v: ir.Value) -> tuple | None:
+    """A small constant's content as a hashable key (None for others), kept per tensor: the
+    pass runs every round and most of a quantized model's initializers are small."""
+    c = ctx.const(v)
+    if c is None or c.size > SMALL_CONST:
+        return None
+    known = ctx.memo.get(("cse", id(c)))
+    if known is not None and known[0] is c:
+        return known[1]
+    key = None if c.dtype.hasobject else (c.dtype.str, c.shape, np.ascontiguousarray(c).tobytes())
+    ctx.memo[("cse", id(c))] = (c, key)
+    return key
+
+
+def _has_subgraph(node: ir.Node) -> bool:
+    return any(a.type in _GRAPH_ATTRS for a in node.attributes.values())
+
+
+_GRAPH_ATTRS = (ir.AttrType.GRAPH, ir.AttrType.GRAPHS)
+
+
 @graph_pass("CommonSubexpressionElimination", BASIC)
 def common_subexpressions(ctx: PassContext) -> bool:
     """Merge equal small constants, then nodes with the same op, inputs and attributes."""
@@ -174,10 +195,9 @@ def common_subexpressions(ctx: PassContext) -> bool:
     changed = False
     seen_consts: dict[tuple, ir.Value] = {}
     for v in list(g.initializers.values()):
-        c = ctx.const(v)
-        if c is None or c.size > SMALL_CONST or c.dtype == object or ctx.is_output(v):
+        key = _const_key(ctx, v)
+        if key is None or ctx.is_output(v):
             continue
-        key = (c.dtype.str, c.shape, np.ascontiguousarray(c).tobytes())
         first = seen_consts.setdefault(key, v)
         # (an unread duplicate, as an old model's initializer that is also an input, stays:
         # merging nothing is no change, else the rounds would never settle)
@@ -187,7 +207,7 @@ def common_subexpressions(ctx: PassContext) -> bool:
             changed = True
     seen: dict[tuple, _Twins] = {}
     for node in g:
-        if node.op_type in NONDETERMINISTIC or any(True for _ in node.subgraphs()):
+        if node.op_type in NONDETERMINISTIC or (node.attributes and _has_subgraph(node)):
             continue
         key = (
             node.domain,

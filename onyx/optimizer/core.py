@@ -57,6 +57,10 @@ class PassContext:
     version: int = 0
     #: pass name -> the version at which the pass last ran and changed nothing.
     idle: dict[str, int] = field(default_factory=dict)
+    #: Names of the passes that have run at least once.
+    ran: set[str] = field(default_factory=set)
+    #: What passes keep between runs, by keys of their own (e.g. per-tensor digests).
+    memo: dict = field(default_factory=dict)
     #: Whether constant folding may grow the model without bound (a session's in-memory
     #: model: nothing is written) rather than keep big generated tensors as computations.
     unbounded_folding: bool = False

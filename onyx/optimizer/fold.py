@@ -132,9 +132,8 @@ def _make_constant(ctx: PassContext, v: ir.Value, array) -> None:
 def constant_folding(ctx: PassContext) -> bool:
     g = ctx.graph
     changed = False
-    plans: dict[int, bool] = {}  # the QDQ fusion's verdicts, until a fold changes the graph
     for node in g:
-        if is_op(node, "DequantizeLinear") and reads_quantized(ctx, node, plans):
+        if is_op(node, "DequantizeLinear") and reads_quantized(ctx, node):
             continue  # a QDQ unit's quantized weight: the QDQ fusion takes it as it is
         result = evaluate(ctx, node)
         if result is None:
@@ -144,7 +143,6 @@ def constant_folding(ctx: PassContext) -> bool:
         for v, r in zip(outputs, result):
             if v.name:
                 _make_constant(ctx, v, r)
-        plans.clear()
         ctx.count("ConstantFolding")
         changed = True
     return changed

@@ -35,8 +35,8 @@ scales its bias by alpha too; onnxruntime does not fuse that case either). The D
 them.
 
 ConstantFolding (basic) would turn DQ(constant weight) into a float constant before this pass
-(extended) sees it; it asks :func:`reads_quantized` and leaves the DQs of units this pass will
-fuse as written, when this pass is enabled. This module is imported by fold.py, so the pass is
+(extended) sees it; it asks :func:`reads_quantized` and leaves the DQs of constants that ops
+this pass may fuse read as written until this pass has run, when it is enabled. This module is imported by fold.py, so the pass is
 registered before the other fusions and runs first among them, as onnxruntime runs its QDQ
 transformers before its other level-2 fusions (a FusedConv of Conv + Relu would hide a unit).
 """
@@ -481,23 +481,18 @@ def plan(ctx: PassContext, node: ir.Node) -> Fusion | None:
     return build(ctx, node) if build is not None else None
 
 
-def reads_quantized(ctx: PassContext, dq: ir.Node, plans: dict[int, bool] | None = None) -> bool:
-    """Whether ``dq`` dequantizes a constant that a unit this pass will fuse reads: then
-    ConstantFolding leaves it as written, for the fusion takes its integer tensor."""
-    if PASS not in ctx.enabled or not dq.inputs or ctx.const(dq.inputs[0]) is None:
+def reads_quantized(ctx: PassContext, dq: ir.Node) -> bool:
+    """Whether ConstantFolding leaves ``dq`` as written: it dequantizes a constant, an op this
+    pass may fuse reads it, and this pass has not run yet. A unit this pass fuses takes the
+    integer tensor; the DQs no unit took are folded after it ran (asking whether each unit
+    would fuse, at every folding round, cost more than the folding itself)."""
+    return PASS in ctx.enabled and PASS not in ctx.ran and _may_fuse(ctx, dq)
+
+
+def _may_fuse(ctx: PassContext, dq: ir.Node) -> bool:
+    if not dq.inputs or ctx.const(dq.inputs[0]) is None:
         return False
-    return any(_fuses(ctx, node, plans) for node in dq.outputs[0].consumers())
-
-
-def _fuses(ctx: PassContext, node: ir.Node, plans: dict[int, bool] | None) -> bool:
-    """Whether ``node``'s unit would be fused; ``plans`` (id(node) -> that) keeps the answers
-    while the caller does not change the graph (a weight's DQ and its bias's ask of one op)."""
-    if plans is None:
-        return plan(ctx, node) is not None
-    fuses = plans.get(id(node))
-    if fuses is None:
-        fuses = plans[id(node)] = plan(ctx, node) is not None
-    return fuses
+    return any(n.op_type in _RULES and n.domain in STANDARD for n in dq.outputs[0].consumers())
 
 
 def _apply(ctx: PassContext, f: Fusion) -> None:
@@ -519,6 +514,7 @@ def _apply(ctx: PassContext, f: Fusion) -> None:
 
 @graph_pass(PASS, EXTENDED)
 def qdq_fusion(ctx: PassContext) -> bool:
+    first = PASS not in ctx.ran
     changed = False
     for node in ctx.graph:
         fusion = plan(ctx, node)  # (None for nodes an earlier fusion of this sweep removed)
@@ -527,4 +523,6 @@ def qdq_fusion(ctx: PassContext) -> bool:
         _apply(ctx, fusion)
         ctx.count(PASS)
         changed = True
+    if first and not changed:  # ConstantFolding has DQs to fold now: a change for the rounds
+        changed = any(is_op(n, "DequantizeLinear") and _may_fuse(ctx, n) for n in ctx.graph)
     return changed

@@ -78,6 +78,9 @@ class Reader:
     def __init__(self, where: str = "<bytes>", externals=None):
         self.where = where
         self.externals = externals
+        #: TypeProto bytes -> (ir type, faithful): a model's values share a few dozen types,
+        #: and reading one field by field costs 15x serializing it (types are immutable)
+        self._types: dict[bytes, tuple] = {}
 
     def fail(self, what: str, message: str):
         raise FormatError(f"{self.where}: {what}: {message}")
@@ -85,6 +88,13 @@ class Reader:
     # -- types --------------------------------------------------------------------------------
     def type(self, tp):
         """(ir type or None, faithful): faithful is False when writing it back would differ."""
+        key = tp.SerializeToString()
+        known = self._types.get(key)
+        if known is None:
+            known = self._types[key] = self._read_type(tp)
+        return known
+
+    def _read_type(self, tp):
         which = tp.WhichOneof("value")
         faithful = not len(UnknownFieldSet(tp))
         den = tp.denotation if tp.HasField("denotation") else None
@@ -179,10 +189,10 @@ class Reader:
         return s
 
     def attribute(self, a, scopes: list[dict], what: str) -> Attr:
-        kind = a.type
-        fields = a.ListFields()
-        names = {fd.name for fd, _ in fields}
-        absent_type = not a.HasField("type")
+        fields = {fd.name: value for fd, value in a.ListFields()}
+        names = fields.keys()
+        kind = fields.get("type", 0)
+        absent_type = "type" not in fields
         if absent_type:  # IR < 3 files: the type is whichever value field is set
             kinds = [_FIELD_ATTR[n] for n in names if n in _FIELD_ATTR]
             kind = kinds[0] if len(kinds) == 1 else A.UNDEFINED
@@ -191,21 +201,24 @@ class Reader:
         except ValueError:
             kind = A.UNDEFINED
         field = ATTR_FIELD.get(kind)
-        here = f"{what} attribute {a.name!r}"
+        name = fields.get("name", "")
+        ref = fields.get("ref_attr_name", "")
+        here = f"{what} attribute {name!r}"
         value = None
-        if field is not None and not a.ref_attr_name or field in names:
-            value = self.attr_value(kind, getattr(a, field), scopes, here)
-        attr = Attr(a.name, kind, value, a.doc_string, a.ref_attr_name)
+        if field is not None and not ref or field in names:
+            raw = fields[field] if field in names else getattr(a, field)
+            value = self.attr_value(kind, raw, scopes, here)
+        attr = Attr(name, kind, value, fields.get("doc_string", ""), ref)
         extras = {}
         modeled = _ATTR_BASE | {field} if field else _ATTR_BASE
         if any(n not in modeled for n in names) or len(UnknownFieldSet(a)):
             extras["residual"] = _residual(a, modeled)
-        present = _present(a, ("name", "doc_string", "ref_attr_name"))
+        present = tuple(f for f in _ATTR_PRESENCE if f in names and not fields[f])
         if present:
             extras["present"] = present
         if absent_type:
             extras["absent_type"] = True
-        if field and kind in SINGULAR and field not in names and not a.ref_attr_name:
+        if field and kind in SINGULAR and field not in names and not ref:
             extras["absent_value"] = True  # a singular value field that was not written
         if kind == A.TYPE_PROTO and value is not None and not self.type(a.tp)[1]:
             extras["tp"] = (value, a.tp.SerializeToString())
@@ -278,25 +291,35 @@ class Reader:
                 scope[s.name] = Value(s.name, TensorType(s.dtype, s.dims))
 
         protos = list(gp.node)
+        # one ListFields call per node, not an accessor per field: each costs as much
+        node_fields = [{fd.name: value for fd, value in np_.ListFields()} for np_ in protos]
         nodes = []
-        for np_ in protos:
-            node = Node(np_.op_type, (), list(np_.output), None, np_.domain, np_.name, np_.overload)
+        for f in node_fields:
+            node = Node(
+                f.get("op_type", ""),
+                (),
+                list(f.get("output", ())),
+                None,
+                f.get("domain", ""),
+                f.get("name", ""),
+                f.get("overload", ""),
+            )
             for v in node._outputs:
                 if v.name:
                     scope[v.name] = v
             nodes.append(node)
         get = scope.get
         lookup = self._lookup
-        for node, np_ in zip(nodes, protos):
-            for name in np_.input:
+        for node, np_, f in zip(nodes, protos, node_fields):
+            for name in f.get("input", ()):
                 node.append_input((get(name) or lookup(name, scopes)) if name else None)
-            if np_.attribute:
-                here = f"{what} node {np_.name or np_.op_type!r}"
+            if "attribute" in f:
+                here = f"{what} node {node.name or node.op_type!r}"
                 attrs = {}
-                for a in np_.attribute:
+                for a in f["attribute"]:
                     attrs[a.name] = self.attribute(a, scopes, here)
                 node.attributes = attrs
-            self._node_extras(node, np_)
+            self._node_extras(node, np_, f)
             g.append(node)
 
         for i, vi in enumerate(gp.output):
@@ -356,30 +379,22 @@ class Reader:
         ):
             overrides.append((key, v, vi.SerializeToString()))
 
-    def _node_extras(self, node: Node, np_) -> None:
-        # written out (not _present) because it runs once per node
+    def _node_extras(self, node: Node, np_, fields: dict) -> None:
+        """What a node holds beyond the IR's fields; ``fields``: its set fields by name."""
         extras = None
-        doc = np_.doc_string
+        doc = fields.get("doc_string", "")
         if doc:
             node.doc_string = doc
-        present = ()
-        if not node.name and np_.HasField("name"):
-            present += ("name",)
-        if not node.domain and np_.HasField("domain"):
-            present += ("domain",)
-        if not node.overload and np_.HasField("overload"):
-            present += ("overload",)
-        if not doc and np_.HasField("doc_string"):
-            present += ("doc_string",)
-        if not node.op_type and np_.HasField("op_type"):
-            present += ("op_type",)
+        # fields written with their default value (a proto2 field can be present and empty)
+        present = tuple(f for f in _NODE_PRESENCE if f in fields and not fields[f])
         if present:
             extras = {"present": present}
-        if np_.metadata_props:
-            node.metadata_props = {e.key: e.value for e in np_.metadata_props}
+        props = fields.get("metadata_props")
+        if props:
+            node.metadata_props = {e.key: e.value for e in props}
             extras = extras or {}
-            extras["props"] = [e.SerializeToString() for e in np_.metadata_props]
-        if np_.device_configurations or len(UnknownFieldSet(np_)):
+            extras["props"] = [e.SerializeToString() for e in props]
+        if "device_configurations" in fields or len(UnknownFieldSet(np_)):
             extras = extras or {}
             extras["residual"] = _residual(np_, _NODE_MODELED)
         node.extras = extras
@@ -476,6 +491,7 @@ _GRAPH_MODELED = frozenset(
     {"node", "name", "initializer", "sparse_initializer", "doc_string", "input", "output"}
     | {"value_info", "metadata_props"}
 )
+_ATTR_PRESENCE = ("name", "doc_string", "ref_attr_name")
 _NODE_PRESENCE = ("name", "op_type", "domain", "overload", "doc_string")
 _NODE_MODELED = frozenset(
     {"input", "output", "name", "op_type", "domain", "overload", "attribute", "doc_string"}

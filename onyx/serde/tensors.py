@@ -147,9 +147,12 @@ def tensor_from_proto(tp, what: str = "tensor", raw=None, externals=None) -> Ten
     zero-copy). ``externals``: resolves external data (an ExternalResolver) or None to leave it
     unread.
     """
-    dtype = tp.data_type
-    dims = tuple(tp.dims)
-    name = tp.name
+    # one ListFields call, not an accessor per field: each costs as much (a model has hundreds
+    # of tensors); it lists exactly the fields HasField (singular) or len (repeated) would
+    fields = {fd.name: value for fd, value in tp.ListFields()}
+    dtype = fields.get("data_type", 0)
+    dims = tuple(fields.get("dims", ()))
+    name = fields.get("name", "")
     extras: dict = {}
     try:
         dtype = DataType(dtype)
@@ -157,17 +160,17 @@ def tensor_from_proto(tp, what: str = "tensor", raw=None, externals=None) -> Ten
         raise FormatError(f"{what}: unknown element type {dtype}") from None
     if any(d < 0 for d in dims):
         raise FormatError(f"{what}: negative dims {list(dims)}")
-    if tp.data_location == EXTERNAL:
-        ext = ExternalData([(e.key, e.value) for e in tp.external_data])
+    if fields.get("data_location") == EXTERNAL:
+        ext = ExternalData([(e.key, e.value) for e in fields.get("external_data", ())])
         if externals is not None:
             t = externals.tensor(ext, dtype, dims, name, what)
         else:
             t = Tensor.from_loader(_not_loaded(what), dtype, dims, name)
         t.external = ext
         storage = "external"
-    elif raw is not None or tp.HasField("raw_data"):
+    elif raw is not None or "raw_data" in fields:
         if raw is None:
-            raw = tp.raw_data
+            raw = fields["raw_data"]
         if dtype == D.STRING:
             raise FormatError(f"{what}: a STRING tensor cannot use raw_data")
         check_raw_size(len(raw), dtype, dims, what)
@@ -175,7 +178,7 @@ def tensor_from_proto(tp, what: str = "tensor", raw=None, externals=None) -> Ten
         storage = "raw"
     else:
         field = TYPED_FIELD.get(dtype)
-        values = getattr(tp, field) if field else ()
+        values = fields.get(field, ()) if field else ()
         if dtype == D.UNDEFINED:
             t = Tensor(name=name, dtype=dtype)
             t.shape = dims
@@ -184,14 +187,15 @@ def tensor_from_proto(tp, what: str = "tensor", raw=None, externals=None) -> Ten
         storage = "typed"
     if storage != "raw":
         extras["storage"] = storage
-    t.doc_string = tp.doc_string
-    if tp.metadata_props:
-        t.metadata_props = {e.key: e.value for e in tp.metadata_props}
-        extras["props"] = [e.SerializeToString() for e in tp.metadata_props]
-    present = tuple(f for f in _PRESENCE if not getattr(tp, f) and tp.HasField(f))
+    t.doc_string = fields.get("doc_string", "")
+    props = fields.get("metadata_props")
+    if props:
+        t.metadata_props = {e.key: e.value for e in props}
+        extras["props"] = [e.SerializeToString() for e in props]
+    present = tuple(f for f in _PRESENCE if f in fields and not fields[f])
     if present:
         extras["present"] = present
-    residual = _residual(tp, storage)
+    residual = _residual(tp, storage, fields)
     if residual is not None:
         extras["residual"] = residual
     if extras:
@@ -206,11 +210,12 @@ def _not_loaded(what: str):
     return load
 
 
-def _residual(tp, storage: str) -> bytes | None:
-    """Serialized fields of ``tp`` the IR does not hold (unknown fields, segment, stray data)."""
-    n_data = sum(1 for f in DATA_FIELDS if _has(tp, f))
+def _residual(tp, storage: str, fields: dict) -> bytes | None:
+    """Serialized fields of ``tp`` the IR does not hold (unknown fields, segment, stray data);
+    ``fields``: its set fields by name."""
+    n_data = sum(1 for f in DATA_FIELDS if f in fields)
     expect = 0 if storage == "external" else (1 if storage == "raw" else min(n_data, 1))
-    if not tp.HasField("segment") and n_data <= expect and not len(UnknownFieldSet(tp)):
+    if "segment" not in fields and n_data <= expect and not len(UnknownFieldSet(tp)):
         return None
     rest = TensorProto()
     rest.CopyFrom(tp)
@@ -222,10 +227,6 @@ def _residual(tp, storage: str) -> bytes | None:
     elif storage == "typed":
         rest.ClearField(TYPED_FIELD.get(tp.data_type, "int32_data"))
     return rest.SerializeToString() or None
-
-
-def _has(tp, field: str) -> bool:
-    return tp.HasField(field) if field == "raw_data" else len(getattr(tp, field)) > 0
 
 
 # -------------------------------------------------------------------------------- writing
