@@ -13,7 +13,7 @@ import onyx
 from onyx.ir import DataType, Tensor
 from onyx.runtime.kernels import derived as derived_mod
 from onyx.runtime.kernels.derived import derived, from_attributes, value_key
-from onyx.runtime.values import ALIGNMENT, tensor_value
+from onyx.runtime.values import ALIGN_MIN_BYTES, ALIGNMENT, tensor_value
 
 U8, I8 = TensorProto.UINT8, TensorProto.INT8
 
@@ -125,18 +125,35 @@ def test_matmul_integer_with_constant_weight_matches_onnxruntime_run_after_run()
         np.testing.assert_array_equal(sess.run(None, {"a": a})[0], oracle.run(None, {"a": a})[0])
 
 
-@pytest.mark.parametrize("offset", [0, 1, 4, 16])
-def test_constants_reach_kernels_aligned(offset):
-    """A zero-copy initializer at an odd address (as protobuf may place raw_data) is copied to
-    a cache-line boundary: numpy's matmul would skip BLAS for it."""
-    data = np.arange(12, dtype=np.float32).reshape(3, 4)
+def _raw_at(data: np.ndarray, offset: int) -> Tensor:
+    """A zero-copy tensor of ``data`` at ``offset`` bytes past a cache line (as protobuf may
+    place raw_data)."""
     buf = bytearray(offset + data.nbytes + ALIGNMENT)
     base = np.frombuffer(buf, np.uint8)
     start = (-base.ctypes.data % ALIGNMENT) + offset
     buf[start : start + data.nbytes] = data.tobytes()
-    t = Tensor.from_raw(memoryview(buf)[start : start + data.nbytes], DataType.FLOAT, (3, 4))
-    arr = tensor_value(t)
+    return Tensor.from_raw(memoryview(buf)[start : start + data.nbytes], DataType.FLOAT, data.shape)
+
+
+@pytest.mark.parametrize("offset", [0, 1, 4, 16])
+def test_constants_reach_kernels_aligned(offset):
+    """A big initializer at an odd address is copied to a cache-line boundary: numpy's matmul
+    would skip BLAS for it, and SIMD loads prefer whole lines."""
+    data = np.arange(64 * 32, dtype=np.float32).reshape(64, 32)
+    assert data.nbytes >= ALIGN_MIN_BYTES
+    arr = tensor_value(_raw_at(data, offset))
     assert arr.ctypes.data % ALIGNMENT == 0
+    assert not arr.flags.writeable
+    np.testing.assert_array_equal(arr, data)
+
+
+@pytest.mark.parametrize("offset", [1, 4, 16])
+def test_small_constants_are_copied_only_when_misaligned_for_their_type(offset):
+    data = np.arange(12, dtype=np.float32).reshape(3, 4)
+    t = _raw_at(data, offset)
+    arr = tensor_value(t)
+    assert arr.ctypes.data % data.itemsize == 0
+    assert np.shares_memory(arr, t.numpy()) == (offset % data.itemsize == 0)
     assert not arr.flags.writeable
     np.testing.assert_array_equal(arr, data)
 

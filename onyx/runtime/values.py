@@ -11,6 +11,10 @@ from ..ir import AttrType, Tensor
 #: Constants start on a cache line: numpy's matmul skips BLAS for a misaligned operand (a float32
 #: weight at an odd address multiplies 10-50x slower), and SIMD loads prefer whole lines.
 ALIGNMENT = 64
+#: Smaller constants (scales, zero points, shape vectors: most of a quantized model's) are
+#: copied only when misaligned for their element type: a line does not matter to them, and
+#: copying thousands cost 1-2 ms of a session's creation.
+ALIGN_MIN_BYTES = 4096
 
 
 def tensor_value(t: Tensor) -> np.ndarray:
@@ -20,12 +24,18 @@ def tensor_value(t: Tensor) -> np.ndarray:
     copied once to an aligned buffer.
     """
     arr = t.numpy()
-    if arr.dtype != object and arr.size and arr.ctypes.data % ALIGNMENT:
+    if arr.dtype != object and arr.size and _misaligned(arr):
         arr = aligned_copy(arr)
     if arr.flags.writeable:
         arr = arr.view()
         arr.flags.writeable = False
     return arr
+
+
+def _misaligned(arr: np.ndarray) -> bool:
+    if not arr.flags.aligned:
+        return True
+    return arr.nbytes >= ALIGN_MIN_BYTES and arr.ctypes.data % ALIGNMENT != 0
 
 
 def aligned_empty(shape: tuple[int, ...], dtype) -> np.ndarray:
