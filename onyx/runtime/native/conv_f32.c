@@ -54,12 +54,23 @@ typedef struct {
     int64_t j, len, image, ih, iw, out;
 } run;
 
+/* A 1x1 unit-stride conv without padding: output pixel p reads input pixel p of each plane. */
+static int plain_1x1(const conv_f32 *t) {
+    return t->kh == 1 && t->kw == 1 && t->sh == 1 && t->sw == 1 && t->top == 0 &&
+           t->left == 0 && t->OW == t->W && t->OH == t->H; /* (an end pad adds rows) */
+}
+
 static int strip_runs(const conv_f32 *t, int64_t s, run *r) {
     int64_t P = t->OH * t->OW, total = t->N * P, first = s * CF_NR;
     int64_t last = first + CF_NR < total ? first + CF_NR : total, count = 0;
+    /* a plain 1x1 conv's run goes on across rows to its image's end: its pixels are
+       consecutive in the input and output planes (a 7x7 layer's strip is then two runs, not
+       eight, and packs as two copies per row of columns) */
+    int whole_planes = plain_1x1(t);
     for (int64_t q = first; q < last;) {
         int64_t n = q / P, p = q % P, oh = p / t->OW, ow = p % t->OW;
-        int64_t len = t->OW - ow < last - q ? t->OW - ow : last - q;
+        int64_t rest = whole_planes ? P - p : t->OW - ow;
+        int64_t len = rest < last - q ? rest : last - q;
         r[count++] = (run){q - first,          len, n * t->C * t->H * t->W, oh * t->sh - t->top,
                            ow * t->sw - t->left, n * t->M * P + p};
         q += len;
@@ -113,6 +124,21 @@ static AVX512 void pack_columns(const conv_f32 *t, int64_t g, const run *r, int 
     int64_t taps = t->kh * t->kw, plane = t->H * t->W;
     int64_t c = g * (t->C / t->group) + k0 / taps, a = k0 % taps / t->kw, b = k0 % t->kw;
     int64_t width = r[runs - 1].j + r[runs - 1].len; /* a short strip's rest stays zero */
+    if (plain_1x1(t)) { /* each run: len consecutive values of the channel's plane */
+        for (int64_t kk = 0; kk < kc; kk++, c++) {
+            float *dst = B + kk * CF_NR;
+            for (int i = 0; i < runs; i++) {
+                const run *u = r + i;
+                const float *from = t->x + u->image + c * plane + u->ih * t->W + u->iw;
+                for (int64_t h = 0; h < u->len; h += 16)
+                    _mm512_mask_storeu_ps(dst + u->j + h, lanes(0, u->len - h),
+                                          _mm512_maskz_loadu_ps(lanes(0, u->len - h), from + h));
+            }
+            for (int64_t h = width; h < CF_NR; h += 16) /* (a short strip's rest) */
+                _mm512_mask_storeu_ps(dst + h, lanes(0, CF_NR - h), _mm512_setzero_ps());
+        }
+        return;
+    }
     for (int64_t kk = 0; kk < kc; kk++) {
         float *dst = B + kk * CF_NR;
         if (width < CF_NR || t->sw != 1)
@@ -261,8 +287,7 @@ EXPORT AVX512 int onyx_conv_f32_range(const void *p, int64_t begin, int64_t end)
     /* a 1x1 unit-stride conv without padding reads its columns straight from the image: a
        pixel's k-th column value is at its own offset in the k-th channel's plane */
     int64_t Cg = t->C / t->group, plane = t->H * t->W;
-    int plain = t->kh == 1 && t->kw == 1 && t->sh == 1 && t->sw == 1 && t->top == 0 &&
-                t->left == 0 && t->OW == t->W && t->OH == t->H; /* (an end pad adds rows) */
+    int plain = plain_1x1(t);
     for (int64_t q = begin; q < end; q++) {
         /* (blocks of strips vary fastest: a thread's share of a layer with few strips, whose
            last may be short, is then some blocks of panels over all of them) */
