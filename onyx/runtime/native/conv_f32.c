@@ -250,6 +250,40 @@ tile(const conv_f32 *t, const float *restrict A, const float *restrict B, int64_
     }
 }
 
+/* The same sums for a strip of w <= CF_NARROW pixels (a batch's last, as the 49th pixel of a
+   7x7 layer at batch 1), with the pixels as the broadcasts: one multiply-add per pixel and
+   k over the panel's 8 channels, not eight over a vector of 16 mostly empty pixels. The
+   sums are kept pixel-major in registers and go to ct (channel-major) transposed. */
+#define CF_NARROW 8
+static AVX512 inline __attribute__((always_inline)) void
+narrow(const conv_f32 *t, const float *restrict A, const float *restrict B, int64_t ldb,
+       int64_t kc, float *restrict ct, int accumulate, const tile_out *o, const int w) {
+    __m512 c[CF_NARROW];
+    float sums[CF_NARROW][16];
+    for (int p = 0; p < w; p++) {
+        if (accumulate)
+            for (int i = 0; i < CF_MR; i++) sums[p][i] = ct[i * CF_NR + p];
+        c[p] = accumulate ? _mm512_maskz_loadu_ps(0xFF, sums[p]) : _mm512_setzero_ps();
+    }
+    for (int64_t k = 0; k < kc; k++) {
+        __m512 a = _mm512_maskz_loadu_ps(0xFF, A + k * CF_MR);
+        for (int p = 0; p < w; p++)
+            c[p] = _mm512_fmadd_ps(_mm512_set1_ps(B[k * ldb + p]), a, c[p]);
+    }
+    for (int p = 0; p < w; p++) {
+        _mm512_storeu_ps(sums[p], c[p]);
+        for (int i = 0; i < CF_MR; i++) ct[i * CF_NR + p] = sums[p][i];
+    }
+    if (!o) return;
+    for (int i = 0; i < CF_MR && i < o->rows; i++) { /* (o->width = w: one partial vector) */
+        __mmask16 live = lanes(0, o->width);
+        const float *z = o->z ? o->z + i * o->ldy : 0;
+        __m512 v = _mm512_maskz_loadu_ps(live, ct + i * CF_NR);
+        __m512 bias = _mm512_set1_ps(o->bias ? o->bias[i] : 0.0f);
+        _mm512_mask_storeu_ps(o->y + i * o->ldy, live, finish(t, v, bias, z, live));
+    }
+}
+
 typedef void (*tile_fn)(const conv_f32 *, const float *, const float *, int64_t, int64_t,
                         float *, int, const tile_out *);
 #define TILE(nv)                                                                              \
@@ -262,6 +296,23 @@ TILE(1)
 TILE(2)
 TILE(3)
 #undef TILE
+#define NARROW(w)                                                                             \
+    static AVX512 void narrow##w(const conv_f32 *t, const float *A, const float *B,          \
+                                 int64_t ldb, int64_t kc, float *ct, int accumulate,         \
+                                 const tile_out *o) {                                        \
+        narrow(t, A, B, ldb, kc, ct, accumulate, o, w);                                      \
+    }
+NARROW(1)
+NARROW(2)
+NARROW(3)
+NARROW(4)
+NARROW(5)
+NARROW(6)
+NARROW(7)
+NARROW(8)
+#undef NARROW
+static const tile_fn narrow_fn[CF_NARROW + 1] = {
+    0, narrow1, narrow2, narrow3, narrow4, narrow5, narrow6, narrow7, narrow8};
 
 /* Parts begin <= q < end, q = (group, block of panels, block of strips); -1: out of memory.
    Per block of kc columns: the block's strips are packed (L2), then each panel's weights
@@ -300,7 +351,10 @@ EXPORT AVX512 int onyx_conv_f32_range(const void *p, int64_t begin, int64_t end)
             runs[s] = strip_runs(t, s0 + s, rs);
             /* a short strip (the batch's last) computes only the vectors it has */
             int64_t width = rs[runs[s] - 1].j + rs[runs[s] - 1].len;
-            fn[s] = width > 32 ? tile3 : width > 16 ? tile2 : tile1;
+            fn[s] = width > 32   ? tile3
+                    : width > 16 ? tile2
+                    : width > CF_NARROW ? tile1
+                                        : narrow_fn[width];
         }
         const float *wg = t->w + g * panels * K * CF_MR;
         for (int64_t k0 = 0; k0 < K; k0 += t->kc) {
