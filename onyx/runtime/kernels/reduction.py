@@ -7,11 +7,13 @@ case can still apply the element-wise parts ("ReduceSumSquare acts as a vanilla 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
+from .. import native
 from ..registry import op
 from .elementwise import is_float, upcast
 
@@ -69,6 +71,17 @@ _F32_F64 = (np.dtype(np.float32), np.dtype(np.float64))
 def _mean(x, axes, keepdims):
     if x.size == 0:  # the spec leaves it undefined; onnxruntime gives 0 (not 0/0)
         return np.sum(x, axis=axes, keepdims=keepdims)
+    trailing = axes[0] > 0 and axes == tuple(range(axes[0], x.ndim))
+    if trailing and x.dtype == np.float32 and x.flags.c_contiguous:
+        # each (leading index) row's mean on the native kernel, as GlobalAveragePool (an SE
+        # block's mean over H, W: 125 -> 30 us at [8, 576, 7, 7]); numpy's pairwise order
+        # and onnxruntime's differ from it and from each other in the last bits (the spec
+        # leaves the order open)
+        rows = x.reshape(math.prod(x.shape[: axes[0]]), -1)
+        y = native.mean_rows_f32(rows) if rows.shape[1] else None
+        if y is not None:
+            shape = x.shape[: axes[0]] + (1,) * len(axes) if keepdims else x.shape[: axes[0]]
+            return y.reshape(shape)
     if x.dtype in _F32_F64:
         # what np.mean does (sum in x's dtype, then divide by the count), minus its overhead
         total = np.add.reduce(x, axis=axes, keepdims=keepdims)
