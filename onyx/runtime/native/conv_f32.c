@@ -93,13 +93,19 @@ static AVX512 inline __mmask16 lanes(int64_t lo, int64_t hi) { /* lanes lo <= l 
    other strides by gathers. */
 static AVX512 void strided_copy(const float *row, int64_t start, int64_t sw, int64_t W,
                                 int64_t len, float *d) {
+    const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4,
+                                          2, 0);
     for (int64_t h = 0; h < len; h += 16) {
-        __mmask16 out = lanes(0, len - h);
         int64_t first = start + h * sw; /* the input column of value h */
+        if (sw == 2 && first >= 0 && first + 32 <= W && h + 16 <= len) { /* (the usual case) */
+            __m512 v = _mm512_permutex2var_ps(_mm512_loadu_ps(row + first), even,
+                                              _mm512_loadu_ps(row + first + 16));
+            _mm512_storeu_ps(d + h, v);
+            continue;
+        }
+        __mmask16 out = lanes(0, len - h);
         __m512 v;
         if (sw == 2) {
-            __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4,
-                                            2, 0);
             __m512 a = _mm512_maskz_loadu_ps(lanes(-first, W - first), row + first);
             __m512 b = _mm512_maskz_loadu_ps(lanes(-first - 16, W - first - 16), row + first + 16);
             v = _mm512_permutex2var_ps(a, even, b);
@@ -141,17 +147,16 @@ static AVX512 void pack_columns(const conv_f32 *t, int64_t g, const run *r, int 
     }
     for (int64_t kk = 0; kk < kc; kk++) {
         float *dst = B + kk * CF_NR;
-        if (width < CF_NR || t->sw != 1)
+        if (width < CF_NR) /* (the runs write every lane up to the width) */
             for (int h = 0; h < CF_V; h++) _mm512_storeu_ps(dst + h * 16, _mm512_setzero_ps());
         for (int i = 0; i < runs; i++) {
             const run *u = r + i;
             int64_t ih = u->ih + a * t->dh, start = u->iw + b * t->dw;
             float *d = dst + u->j;
             if (ih < 0 || ih >= t->H) {
-                if (t->sw == 1) /* (else zeroed above) */
-                    for (int h = 0; h * 16 < u->len; h++)
-                        _mm512_mask_storeu_ps(d + h * 16, lanes(0, u->len - h * 16),
-                                              _mm512_setzero_ps());
+                for (int h = 0; h * 16 < u->len; h++)
+                    _mm512_mask_storeu_ps(d + h * 16, lanes(0, u->len - h * 16),
+                                          _mm512_setzero_ps());
                 continue;
             }
             const float *row = t->x + u->image + c * plane + ih * t->W;
