@@ -622,6 +622,28 @@ def test_quantize_linear_matches_the_numpy_kernel(x_type, monkeypatch):
         np.testing.assert_array_equal(got, want)
 
 
+@needs_native
+@pytest.mark.parametrize("x_type", [np.uint8, np.int8])
+def test_dequantize_linear_matches_the_numpy_kernel(x_type, monkeypatch):
+    """Every 8-bit value, at a scale whose products round, on one thread and two: the same
+    float32 bits as the numpy kernel's three passes."""
+    from onyx.runtime.kernels.quantize import dequantize
+
+    info = np.iinfo(x_type)
+    every = np.arange(info.min, info.max + 1).astype(x_type)
+    scale = np.array(0.0123456, np.float32)
+    for n in (256 * 3, 256 * 1200):
+        x = np.resize(every, n).reshape(-1, 256)
+        zp = np.array(info.min + 77, x_type)
+        assert native.dequantize_8(x, scale, int(zp)) is not None
+        got = dequantize(x, scale, zp)
+        with monkeypatch.context() as m:
+            m.setattr(native, "_lib", None)  # the numpy kernel
+            want = dequantize(x, scale, zp)
+        assert got.dtype == want.dtype == np.float32
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
 @pytest.mark.skipif(not native.gemv_ok(), reason="no AVX-512 GEMV")
 @pytest.mark.parametrize("trans", [True, False])
 @pytest.mark.parametrize("rows, K, N", [(1, 1024, 1000), (3, 37, 19), (8, 576, 144), (5, 5, 70)])

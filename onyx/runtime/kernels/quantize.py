@@ -167,7 +167,12 @@ def dequantize(x, x_scale, x_zero_point, *, axis=1, block_size=0, dtype=None):
 
 def _dequantize_per_tensor(x, scale, zero_point) -> np.ndarray:
     """(x - zero_point) * scale in float32, in place in the converted copy (exact difference,
-    one rounding)."""
+    one rounding); 8-bit x in one native pass."""
+    if x.dtype.itemsize == 1:
+        zp = 0 if zero_point is None else int(zero_point.reshape(-1)[0])
+        y = native.dequantize_8(x, np.float32(scale.reshape(-1)[0]), zp)
+        if y is not None:
+            return y
     y = x.astype(np.float32)
     if zero_point is not None:
         y -= int(zero_point.reshape(-1)[0])

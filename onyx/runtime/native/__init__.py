@@ -287,6 +287,7 @@ def _load():
         "lookup",
         "qbinary",
         "quantize",
+        "dequantize",
         "mean_rows_f32",
         "qmean_rows",
         "layer_norm_f32",
@@ -1365,6 +1366,21 @@ def qmean_rows(x: np.ndarray, scale: float, x_zero_point: int, y_zero_point: int
     task = _GlobalPool(_addr(x), _addr(y), size, float(scale), int(x_zero_point),
                        int(y_zero_point), int(x.dtype == np.int8))  # fmt: skip
     _run(_lib.qmean_rows_range, task, _element_cuts(rows, 1, ways), ways)
+    return y
+
+
+def dequantize_8(x: np.ndarray, scale, zero_point: int) -> np.ndarray | None:
+    """DequantizeLinear of contiguous uint8 / int8 x per tensor to float32 in one pass, to the
+    numpy kernel's bits (quantize.py); None without the library."""
+    if _lib is None or x.dtype not in BYTES or not x.flags.c_contiguous:
+        return None
+    y = np.empty(x.shape, np.float32)
+    n = x.size
+    ways = _ways(n, 64, _PARALLEL_BYTES)
+    cuts = _element_cuts(n, 64, ways)
+    task = _QuantizeTask(_addr(x), float(scale), int(zero_point), int(x.dtype == np.int8),
+                         _addr(y))  # fmt: skip
+    _run(_lib.dequantize_range, task, cuts, ways)
     return y
 
 

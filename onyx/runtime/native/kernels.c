@@ -1499,6 +1499,30 @@ EXPORT int onyx_quantize_range(const void *p, int64_t begin, int64_t end) {
     return 0;
 }
 
+/* DequantizeLinear of 8-bit x per tensor to float32 in one pass: (x - zero point), exact in
+   float32, times the scale, one rounding (the numpy kernel's three passes, to the bit). The
+   task is quantize_task's, x and y in the other roles. */
+typedef struct {
+    const void *x;
+    float scale;
+    int32_t zero_point, is_signed;
+    float *y;
+} dequantize_task;
+
+EXPORT CLONES int onyx_dequantize_range(const void *p, int64_t begin, int64_t end) {
+    const dequantize_task *t = p;
+    float scale = t->scale, *y = t->y;
+    int32_t zp = t->zero_point;
+    if (t->is_signed) {
+        const int8_t *x = t->x;
+        for (int64_t i = begin; i < end; i++) y[i] = (float)(x[i] - zp) * scale;
+    } else {
+        const uint8_t *x = t->x;
+        for (int64_t i = begin; i < end; i++) y[i] = (float)(x[i] - zp) * scale;
+    }
+    return 0;
+}
+
 typedef struct {
     const float *x;
     float *y;
