@@ -170,7 +170,9 @@ def _dequantize_per_tensor(x, scale, zero_point) -> np.ndarray:
     one rounding); 8-bit x in one native pass."""
     if x.dtype.itemsize == 1:
         zp = 0 if zero_point is None else int(zero_point.reshape(-1)[0])
-        y = native.dequantize_8(x, np.float32(scale.reshape(-1)[0]), zp)
+        # (a transposed view, as attention's q/k/v split makes: the byte copy is cheap)
+        x8 = x if x.flags.c_contiguous else np.ascontiguousarray(x)
+        y = native.dequantize_8(x8, np.float32(scale.reshape(-1)[0]), zp)
         if y is not None:
             return y
     y = x.astype(np.float32)
