@@ -2,7 +2,7 @@
  *
  * y[g][m][pixel] = sum over k of W[g][m][k] * column[k][pixel], with k = (input channel, tap)
  * and the columns (im2col) never built whole: a strip of NR output pixels has its columns
- * packed, KC rows at a time, into a buffer that stays in L1, straight from the NCHW input
+ * packed, KC rows at a time, into a buffer that stays in L1-L2, straight from the NCHW input
  * (out-of-image taps are zeros). The weights are packed once per session into panels of MR
  * output channels (k-major), so the register tile (MR channels x NR pixels, 24 accumulators)
  * reads one broadcast weight and three pixel vectors per three multiply-adds.
