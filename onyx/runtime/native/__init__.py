@@ -1,5 +1,5 @@
 """onyx's optional native kernels (kernels.c, conv_f32.c, gemv.c, rows.c, resize.c,
-rnn.c, on pool.c's threads), loaded with ctypes.
+rnn.c, trees.c, on pool.c's threads), loaded with ctypes.
 
 setup.py compiles them into ``_kernels`` (an optional extension: the install goes on without it
 where there is no C compiler). onyx works the same without it, only slower: every caller keeps
@@ -16,8 +16,8 @@ The other kernels serve what numpy's BLAS does not: depthwise convs (float32 and
 16 channels per vector on AVX-512, one plane at a time elsewhere), the float32 implicit-GEMM
 conv (conv_f32.c), the few-input-channel stem conv, HardSwish, byte lookups, QLinearAdd/Mul,
 QuantizeLinear, global average pooling and layer normalization (rows.c), bilinear and nearest
-Resize (resize.c) and the LSTM / GRU recurrences (rnn.c). All but the portable depthwise,
-elementwise and row kernels need AVX-512.
+Resize (resize.c), the LSTM / GRU recurrences (rnn.c) and tree ensembles' descent (trees.c).
+All but the portable depthwise, elementwise, row and tree kernels need AVX-512.
 """
 
 from __future__ import annotations
@@ -213,6 +213,19 @@ class _QuantizeTask(ctypes.Structure):
                 ("is_signed", ctypes.c_int32), ("y", _P)]  # fmt: skip
 
 
+class _ForestTask(ctypes.Structure):  # trees.c's forest_task
+    _fields_ = [(name, _P) for name in ("x", "roots", "feature", "threshold", "child",
+                                        "nan_outcome", "states")] + [
+        (name, _I64) for name in ("nf", "trees", "depth", "is_double")
+    ]  # fmt: skip
+
+
+class _ForestSumTask(ctypes.Structure):  # trees.c's forest_sum_task
+    _fields_ = [(name, _P) for name in ("states", "weights", "scores")] + [
+        (name, _I64) for name in ("trees", "targets", "is_double")
+    ]
+
+
 class _UnaryTask(ctypes.Structure):
     _fields_ = [("x", _P), ("y", _P)]
 
@@ -292,6 +305,8 @@ def _load():
         "qmean_rows",
         "layer_norm_f32",
         "norm_rows_f32",
+        "forest_descend",
+        "forest_sum",
     ) + (("gemm", "batched_gemm") if vnni else ()):
         setattr(lib, f"{name}_range", address(getattr(lib, f"onyx_{name}_range")))
     lib.lookup = address(lib.onyx_lookup8_vbmi if caps & 4 else lib.onyx_lookup8)
@@ -1399,3 +1414,45 @@ def quantize_f32(x: np.ndarray, scale, zero_point: int, dtype) -> np.ndarray | N
                          _addr(y))  # fmt: skip
     _run(_lib.quantize_range, task, cuts, ways)
     return y
+
+
+# ----------------------------------------------------------------------------- tree ensembles
+
+#: Tree steps worth a second thread (a step is a few dependent loads, some ten multiply-adds).
+_PARALLEL_TREE_STEPS = _PARALLEL_MACS // 8
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def forest_descend(x: np.ndarray, tables, roots2: np.ndarray, depth: int, nan_rule: bool):
+    """The state each row of x (rows, features; float32 or float64, C-contiguous) reaches in
+    each tree, [rows, trees] int64: ml/tree.py's _FastTables (``tables``: int64 feature and
+    child, threshold of x's type, nan_outcome) walked ``depth`` levels from the doubled roots;
+    ``nan_rule``: NaN takes nan_outcome (else the false branch). None without the library."""
+    if _lib is None or x.dtype not in _FLOATS or x.ndim != 2 or not x.flags.c_contiguous:
+        return None
+    rows, trees = x.shape[0], len(roots2)
+    states = np.empty((rows, trees), np.int64)
+    ways = _ways(rows * trees * depth, -(-rows // 8), _PARALLEL_TREE_STEPS)
+    task = _ForestTask(_addr(x), _addr(roots2), _addr(tables.feature), _addr(tables.threshold),
+                       _addr(tables.child), _addr(tables.nan_outcome) if nan_rule else None,
+                       _addr(states), x.shape[1], trees, depth,
+                       int(x.dtype == np.float64))  # fmt: skip
+    _run(_lib.forest_descend_range, task, _element_cuts(rows, 8, ways), ways)
+    return states
+
+
+def forest_sum(states: np.ndarray, weights: np.ndarray) -> np.ndarray | None:
+    """scores[r] = the sum over trees t of weights[states[r, t]], added tree after tree in the
+    weights' type (float32 or float64): numpy's running sum, to the bit. None without the
+    library."""
+    if _lib is None or weights.dtype not in _FLOATS or not weights.flags.c_contiguous:
+        return None
+    rows, trees = states.shape
+    if trees == 0:
+        return None
+    scores = np.empty((rows, weights.shape[1]), weights.dtype)
+    ways = _ways(rows * trees * weights.shape[1], rows, _PARALLEL_MACS)
+    task = _ForestSumTask(_addr(states), _addr(weights), _addr(scores), trees, weights.shape[1],
+                          int(weights.dtype == np.float64))  # fmt: skip
+    _run(_lib.forest_sum_range, task, _element_cuts(rows, 1, ways), ways)
+    return scores

@@ -1,0 +1,92 @@
+/* Tree ensembles (part of the _kernels library): the descent of every row through every tree,
+ * and the sum of the leaves' weights, for ml/tree.py.
+ *
+ * The tables are ml/tree.py's _FastTables: every split made `x <= t` (thresholds adjusted,
+ * children swapped), state s at index 2s, child[2s + outcome] the doubled next state, a leaf
+ * looping onto itself; a NaN takes nan_outcome[2s] where given. numpy walked all rows and trees
+ * one level at a time, four array passes per level. Here a row's walk is a chain of dependent
+ * loads, so a tree walks ROWS rows at once: their chains are independent and overlap.
+ */
+#include <stdint.h>
+
+#include "onyx.h"
+
+#define ROWS 8
+
+typedef struct {
+    const void *x;              /* rows x nf, float32 or float64 (is_double) */
+    const int64_t *roots;       /* doubled root state of each tree */
+    const int64_t *feature;     /* [2S] */
+    const void *threshold;      /* [2S], x's type */
+    const int64_t *child;       /* [2S] */
+    const uint8_t *nan_outcome; /* [2S], or null: no NaN rule (or no NaN in x) */
+    int64_t *states;            /* rows x trees: the (undoubled) state each row reaches */
+    int64_t nf, trees, depth, is_double;
+} forest_task;
+
+#define DESCEND(name, T)                                                                     \
+    static void name(const forest_task *t, int64_t begin, int64_t end) {                    \
+        const T *x = t->x, *thr = t->threshold;                                              \
+        for (int64_t r0 = begin; r0 < end; r0 += ROWS) {                                     \
+            int n = end - r0 < ROWS ? (int)(end - r0) : ROWS;                                \
+            for (int64_t tree = 0; tree < t->trees; tree++) {                                \
+                int64_t s[ROWS];                                                             \
+                for (int j = 0; j < n; j++) s[j] = t->roots[tree];                           \
+                for (int64_t d = 0; d < t->depth; d++)                                       \
+                    for (int j = 0; j < n; j++) {                                            \
+                        T v = x[(r0 + j) * t->nf + t->feature[s[j]]];                        \
+                        int64_t b = v <= thr[s[j]];                                          \
+                        if (t->nan_outcome && v != v) b = t->nan_outcome[s[j]];              \
+                        s[j] = t->child[s[j] + b];                                           \
+                    }                                                                        \
+                for (int j = 0; j < n; j++) t->states[(r0 + j) * t->trees + tree] = s[j] >> 1; \
+            }                                                                                \
+        }                                                                                    \
+    }
+DESCEND(descend_f32, float)
+DESCEND(descend_f64, double)
+#undef DESCEND
+
+EXPORT int onyx_forest_descend_range(const void *p, int64_t begin, int64_t end) {
+    const forest_task *t = p;
+    if (t->is_double)
+        descend_f64(t, begin, end);
+    else
+        descend_f32(t, begin, end);
+    return 0;
+}
+
+/* scores[r][c] = weights[states[r][0]][c] + weights[states[r][1]][c] + ..., added tree after
+   tree in the weights' type: the order (and so the bits) of numpy's running sum. */
+typedef struct {
+    const int64_t *states; /* rows x trees */
+    const void *weights;   /* states x targets, float32 or float64 (is_double) */
+    void *scores;          /* rows x targets */
+    int64_t trees, targets, is_double;
+} forest_sum_task;
+
+#define SUM(name, T)                                                                         \
+    static void name(const forest_sum_task *t, int64_t begin, int64_t end) {                \
+        const T *w = t->weights;                                                             \
+        T *y = t->scores;                                                                    \
+        int64_t C = t->targets;                                                              \
+        for (int64_t r = begin; r < end; r++) {                                              \
+            const int64_t *s = t->states + r * t->trees;                                     \
+            T *acc = y + r * C;                                                              \
+            for (int64_t c = 0; c < C; c++) acc[c] = w[s[0] * C + c];                        \
+            for (int64_t tree = 1; tree < t->trees; tree++)                                  \
+                for (int64_t c = 0; c < C; c++) acc[c] += w[s[tree] * C + c];                \
+        }                                                                                    \
+    }
+SUM(sum_f32, float)
+SUM(sum_f64, double)
+#undef SUM
+
+EXPORT int onyx_forest_sum_range(const void *p, int64_t begin, int64_t end) {
+    const forest_sum_task *t = p;
+    if (t->is_double)
+        sum_f64(t, begin, end);
+    else
+        sum_f32(t, begin, end);
+    return 0;
+}
