@@ -38,7 +38,12 @@ def _batch_norm(X, scale, B, mean, var, *, epsilon, momentum, training, spatial=
     else:
         cur_mean, cur_var = _per_channel(mean, x, ct), _per_channel(var, x, ct)
     inv_std = 1 / np.sqrt(cur_var + ct.type(epsilon))
-    y = (x - cur_mean) * (inv_std * _per_channel(scale, x, ct)) + _per_channel(B, x, ct)
+    mult = inv_std * _per_channel(scale, x, ct)
+    if not training and X.dtype == np.float32 and x.size and mult.size == x.shape[1]:
+        y = native.batch_norm_f32(x, cur_mean, mult, _per_channel(B, x, ct))  # (one pass)
+        if y is not None:
+            return (y,)
+    y = (x - cur_mean) * mult + _per_channel(B, x, ct)
     y = y.astype(X.dtype, copy=False)
     if not training:
         return (y,)

@@ -213,6 +213,12 @@ class _QuantizeTask(ctypes.Structure):
                 ("is_signed", ctypes.c_int32), ("y", _P)]  # fmt: skip
 
 
+class _BatchNorm(ctypes.Structure):  # rows.c's batch_norm
+    _fields_ = [(name, _P) for name in ("x", "y", "mean", "mult", "bias")] + [
+        ("channels", _I64), ("size", _I64)
+    ]  # fmt: skip
+
+
 class _ForestTask(ctypes.Structure):  # trees.c's forest_task
     _fields_ = [(name, _P) for name in ("x", "roots", "feature", "threshold", "child",
                                         "nan_outcome", "states")] + [
@@ -305,6 +311,7 @@ def _load():
         "qmean_rows",
         "layer_norm_f32",
         "norm_rows_f32",
+        "batch_norm_f32",
         "forest_descend",
         "forest_sum",
     ) + (("gemm", "batched_gemm") if vnni else ()):
@@ -1332,6 +1339,24 @@ def mean_rows_f32(x: np.ndarray) -> np.ndarray | None:
     ways = _ways(x.size, rows, _PARALLEL_ELEMENTS)
     task = _GlobalPool(_addr(x), _addr(y), size)
     _run(_lib.mean_rows_f32_range, task, _element_cuts(rows, 1, ways), ways)
+    return y
+
+
+def batch_norm_f32(x: np.ndarray, mean: np.ndarray, mult: np.ndarray, bias: np.ndarray):
+    """Inference BatchNormalization of C-contiguous float32 x (N, C, ...): (x - mean) * mult +
+    bias per channel, each step rounded (numpy's passes, to the bit); the parameters float32
+    [C]. None without the library."""
+    if _lib is None or x.dtype != np.float32 or not x.flags.c_contiguous or x.ndim < 2:
+        return None
+    params = [np.ascontiguousarray(v, np.float32).reshape(-1) for v in (mean, mult, bias)]
+    if any(v.size != x.shape[1] for v in params):
+        return None
+    y = np.empty_like(x)
+    rows = x.shape[0] * x.shape[1]
+    size = x.size // rows if rows else 0
+    ways = _ways(x.size, rows, _PARALLEL_ELEMENTS)
+    task = _BatchNorm(_addr(x), _addr(y), *(_addr(v) for v in params), x.shape[1], size)
+    _run(_lib.batch_norm_f32_range, task, _element_cuts(rows, 1, ways), ways)
     return y
 
 

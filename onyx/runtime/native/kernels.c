@@ -488,14 +488,6 @@ typedef struct {
     int32_t is_signed, multiply, lo, hi;
 } qbinary;
 
-#if defined(__clang__)
-#pragma STDC FP_CONTRACT OFF
-#define NO_FMA
-#elif defined(__GNUC__)
-#define NO_FMA __attribute__((optimize("fp-contract=off")))
-#else
-#define NO_FMA
-#endif
 
 #define QBINARY(name, T)                                                                     \
     static inline NO_FMA void name(const T *x, const T *z, int64_t bstep, int64_t n,         \

@@ -19,6 +19,17 @@
 #define CLONES
 #endif
 
+/* NO_FMA functions round every product and sum as written: a kernel that must give the bits
+   of numpy's separate passes may not fuse a multiply and an add. */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#define NO_FMA
+#elif defined(__GNUC__)
+#define NO_FMA __attribute__((optimize("fp-contract=off")))
+#else
+#define NO_FMA
+#endif
+
 /* pool.c: fn(args, cuts[i], cuts[i + 1]) for each part i, on up to `threads` threads. */
 typedef int (*range_fn)(const void *args, int64_t begin, int64_t end);
 int onyx_parallel(range_fn fn, const void *args, const int64_t *cuts, int64_t parts,

@@ -2,7 +2,7 @@
  * the mean of each row of an (N * C, H * W) tensor, float32 or 8-bit quantized (com.microsoft
  * QLinearGlobalAveragePool), layer normalization over the last axis, and instance / group
  * normalization (statistics per row of (rows, channels, spatial), sums in double, a scale
- * and bias per channel).
+ * and bias per channel), and inference BatchNormalization (a per-channel affine map).
  *
  * MobileNet's squeeze-excite blocks pool images of 7x7 to 56x56 pixels over 16 to 576
  * channels, ten times a run; a transformer normalizes 128 rows of 256 values a dozen times.
@@ -185,6 +185,30 @@ EXPORT CLONES int onyx_norm_rows_f32_range(const void *p, int64_t begin, int64_t
             float *yk = y + k * S;
             for (int64_t i = 0; i < S; i++) yk[i] = (xk[i] - mean) * a + b;
         }
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------- batch normalization (inference mode) */
+
+typedef struct {
+    const float *x;                   /* (N, C, size), C-contiguous */
+    float *y;                         /* x's shape */
+    const float *mean, *mult, *bias;  /* [C]; mult = scale / sqrt(var + epsilon) */
+    int64_t channels, size;
+} batch_norm;
+
+/* y = (x - mean) * mult + bias per (image, channel) row, each step rounded as numpy's three
+   passes round it (no fused multiply-add): one pass where numpy made three and two
+   temporaries (DenseNet-121's 62 BatchNormalizations: 14 ms of a 75 ms run). */
+EXPORT CLONES NO_FMA int onyx_batch_norm_f32_range(const void *p, int64_t begin, int64_t end) {
+    const batch_norm *t = p;
+    for (int64_t r = begin; r < end; r++) {
+        int64_t c = r % t->channels;
+        float m = t->mean[c], a = t->mult[c], b = t->bias[c];
+        const float *x = t->x + r * t->size;
+        float *y = t->y + r * t->size;
+        for (int64_t i = 0; i < t->size; i++) y[i] = (x[i] - m) * a + b;
     }
     return 0;
 }
