@@ -195,6 +195,35 @@ def test_conv_batchnorm_add_mul_folding():
     assert [n.op_type for n in opt.graph] == ["Conv"]
 
 
+@pytest.mark.parametrize("order", ["mul_add", "add_mul"])
+def test_batchnorm_scale_and_shift_folding(order):
+    """BatchNormalization (no conv before it: after a Relu here) -> Mul / Add by per-channel
+    constants: one BatchNormalization; a scalar constant folds too, a per-pixel one does not,
+    nor one read twice."""
+    first, second = ("Mul", "Add") if order == "mul_add" else ("Add", "Mul")
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("BatchNormalization", ["r", "s", "b", "mean", "var"], ["bn"]),
+        helper.make_node(first, ["bn", "k"], ["t"]),
+        helper.make_node(second, ["d", "t"], ["u"]),
+        helper.make_node("Mul", ["u", "half"], ["v"]),
+        helper.make_node("Add", ["v", "pixel"], ["y"]),
+    ]
+    var = np.abs(w(4)) + 0.1
+    inits = [("s", w(4)), ("b", w(4)), ("mean", w(4)), ("var", var), ("k", w(4, 1, 1)),
+             ("d", w(1, 4, 1, 1)), ("half", np.array(0.5, np.float32)), ("pixel", w(6, 6))]  # fmt: skip
+    model = make(nodes, [("x", F, ["N", 4, 6, 6])], [("y", F, ["N", 4, 6, 6])], inits)
+    opt = check(model, {"x": w(2, 4, 6, 6)}, tol=1e-5)
+    assert [n.op_type for n in opt.graph] == ["Relu", "BatchNormalization", "Add"]
+    twice = make(
+        [*nodes[:3], helper.make_node("Add", ["t", "bn"], ["y"])],
+        [("x", F, ["N", 4, 6, 6])], [("y", F, ["N", 4, 6, 6])], inits[:5],
+    )  # fmt: skip
+    opt = check(twice, {"x": w(2, 4, 6, 6)})
+    assert [n.op_type for n in opt.graph] == ["Relu", "BatchNormalization", "Mul" if first ==
+            "Mul" else "Add", "Add"]  # fmt: skip
+
+
 @pytest.mark.parametrize(
     "act",
     [

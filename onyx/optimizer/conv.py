@@ -1,6 +1,7 @@
 """Conv fusions: BatchNormalization / Add / Mul by constants folded into the weights and bias,
 a following activation (with an optional residual Add) fused into com.microsoft FusedConv, and
-a following HardSwish into ai.onyx ConvHardSwish (FusedConv has no HardSwish)."""
+a following HardSwish into ai.onyx ConvHardSwish (FusedConv has no HardSwish); and a Mul / Add
+by a per-channel constant folded into the BatchNormalization before it."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ from .core import (
     MS,
     PassContext,
     graph_pass,
+    inference_batch_norm,
     is_op,
     other_input,
+    per_channel,
     producer,
     same_dims,
     static_shape,
@@ -45,16 +48,6 @@ def _set_weights(ctx: PassContext, conv: ir.Node, w: np.ndarray, b: np.ndarray) 
         conv.append_input(bias)
 
 
-def _per_channel(c: np.ndarray, channels: int, rank: int) -> np.ndarray | None:
-    """A constant that broadcasts over Conv's output (N, M, spatial...) along M only, as (M,)."""
-    if c.ndim > rank:
-        return None
-    shape = (1,) * (rank - c.ndim) + c.shape
-    if shape[0] != 1 or any(d != 1 for d in shape[2:]) or shape[1] not in (1, channels):
-        return None
-    return np.broadcast_to(c.reshape(-1), (channels,)).astype(np.float64)
-
-
 def _conv_feeding(ctx: PassContext, node: ir.Node):
     """(conv, other input) when ``node`` reads a Conv output that nothing else reads."""
     for v in node.inputs[:2]:
@@ -79,13 +72,7 @@ def conv_bn(ctx: PassContext) -> bool:
     s = scale / sqrt(var + eps); computed in float64."""
     changed = False
     for bn in ctx.graph:
-        if not is_op(bn, "BatchNormalization") or len(bn.inputs) < 5:
-            continue
-        if any(v.name and (v._uses or ctx.is_output(v)) for v in bn.outputs[1:]):
-            continue
-        if bn.attr("training_mode", 0) or not bn.attr("spatial", 1):
-            continue
-        if ctx.opset() < 7 and not bn.attr("is_test", 0):
+        if not inference_batch_norm(ctx, bn):
             continue
         conv, _ = _conv_feeding(ctx, bn)
         params = [ctx.const(v) for v in bn.inputs[1:5]]
@@ -114,7 +101,7 @@ def conv_add(ctx: PassContext) -> bool:
         if wb is None or c is None or c.dtype != wb[0].dtype:
             continue
         w, b = wb
-        per = _per_channel(c, w.shape[0], w.ndim)
+        per = per_channel(c, w.shape[0], w.ndim)
         if per is not None:
             changed |= _fold_into(ctx, add, conv, w, b.astype(np.float64) + per)
     return changed
@@ -133,10 +120,58 @@ def conv_mul(ctx: PassContext) -> bool:
         if wb is None or c is None or c.dtype != wb[0].dtype:
             continue
         w, b = wb
-        per = _per_channel(c, w.shape[0], w.ndim)
+        per = per_channel(c, w.shape[0], w.ndim)
         if per is not None:
             w2 = w.astype(np.float64) * per.reshape((-1,) + (1,) * (w.ndim - 1))
             changed |= _fold_into(ctx, mul, conv, w2, b.astype(np.float64) * per)
+    return changed
+
+
+# ------------------------------------------------------- BatchNormalization's own scale
+# (no conv before it: Caffe2's SpatialBN and its scale layer, as onnx's light DenseNet writes
+# each of its 121 normalizations after a Concat)
+
+
+def _batch_norm_feeding(ctx: PassContext, node: ir.Node) -> tuple[ir.Node, ir.Value] | None:
+    """(the inference BatchNormalization whose output only ``node`` reads, that output)."""
+    for v in node.inputs[:2]:
+        bn = v.producer if v is not None else None
+        if inference_batch_norm(ctx, bn) and ctx.single_use(v) is node:
+            return bn, v
+    return None
+
+
+@graph_pass("BatchNormScaleFusion", EXTENDED)
+def batch_norm_scale(ctx: PassContext) -> bool:
+    """BN(x) * c = (x - mean) * mult * c + B * c, BN(x) + c = ... + (B + c): scale' = scale * c
+    and B' = B * c, or B' = B + c (in float64, then the parameters' type)."""
+    changed = False
+    for node in ctx.graph:
+        if not is_op(node, "Mul", "Add") or len(node.inputs) != 2:
+            continue
+        found = _batch_norm_feeding(ctx, node)
+        if found is None:
+            continue
+        bn, v = found
+        c, scale, bias = (ctx.const(u) for u in (other_input(node, v), *bn.inputs[1:3]))
+        shape = static_shape(v)
+        if c is None or scale is None or bias is None or shape is None or c.dtype != scale.dtype:
+            continue
+        per = per_channel(c, scale.size, len(shape))
+        if per is None or scale.ndim != 1 or bias.shape != scale.shape:
+            continue
+        if node.op_type == "Mul":
+            scale, bias = scale.astype(np.float64) * per, bias.astype(np.float64) * per
+        else:
+            bias = bias.astype(np.float64) + per
+        if not ctx.replace_value(node.outputs[0], bn.outputs[0]):
+            continue
+        base = bn.name or "batch_norm"
+        bn.set_input(1, ctx.add_const(scale.astype(c.dtype), base + "_scale_fused"))
+        bn.set_input(2, ctx.add_const(bias.astype(c.dtype), base + "_bias_fused"))
+        ctx.graph.remove(node, safe=False)
+        ctx.count("BatchNormScaleFusion")
+        changed = True
     return changed
 
 

@@ -227,6 +227,29 @@ def is_op(node: ir.Node | None, *op_types: str) -> bool:
     return node is not None and node.domain in STANDARD and node.op_type in op_types
 
 
+def per_channel(c: np.ndarray, channels: int, rank: int) -> np.ndarray | None:
+    """A constant that broadcasts over an (N, C, spatial...) tensor of ``rank`` dims along C
+    only, as (C,) float64; None for any other constant."""
+    if c.ndim > rank:
+        return None
+    shape = (1,) * (rank - c.ndim) + c.shape
+    if shape[0] != 1 or any(d != 1 for d in shape[2:]) or shape[1] not in (1, channels):
+        return None
+    return np.broadcast_to(c.reshape(-1), (channels,)).astype(np.float64)
+
+
+def inference_batch_norm(ctx: PassContext, bn: ir.Node | None) -> bool:
+    """Whether ``bn`` is a BatchNormalization in inference mode with one output read: a
+    per-channel affine map of its input (the running statistics as given)."""
+    if not is_op(bn, "BatchNormalization") or len(bn.inputs) < 5:
+        return False
+    if any(v.name and (v._uses or ctx.is_output(v)) for v in bn.outputs[1:]):
+        return False
+    if bn.attr("training_mode", 0) or not bn.attr("spatial", 1):
+        return False
+    return ctx.opset() >= 7 or bool(bn.attr("is_test", 0))
+
+
 def other_input(node: ir.Node, v: ir.Value) -> ir.Value | None:
     """For a binary node, the input that is not ``v`` (None if ``v`` is not an input)."""
     a, b = node.inputs[0], node.inputs[1]
