@@ -24,6 +24,7 @@ setup(
                 "onyx/runtime/native/gemv.c",
                 "onyx/runtime/native/rows.c",
                 "onyx/runtime/native/trees.c",
+                "onyx/runtime/native/window.c",
                 "onyx/runtime/native/pool.c",
             ],
             depends=["onyx/runtime/native/activation.h", "onyx/runtime/native/onyx.h"],

@@ -186,6 +186,16 @@ class _Pool:
         return self.sum(mask)
 
 
+def _native_pool(x, pool: _Pool, **kind) -> np.ndarray | None:
+    """A 2-D float32 pool on window.c (each window read once; the numpy path's bits), or
+    None."""
+    if x.dtype != np.float32 or x.ndim != 4:
+        return None
+    x = np.ascontiguousarray(x)
+    return native.pool2d_f32(x, pool.kernel, pool.strides, pool.dilations, pool.pads, pool.out,
+                             **kind)  # fmt: skip
+
+
 # ----------------------------------------------------------------------------- AveragePool / LpPool
 
 
@@ -202,6 +212,10 @@ def _average_pool(
 ):
     ct = compute_dtype(X.dtype)
     pool = _Pool(X, kernel_shape, auto_pad, pads, strides, dilations, ceil_mode)
+    y = _native_pool(X, pool, average=True, include_pad=bool(count_include_pad),
+                     by_columns=by_columns)  # fmt: skip
+    if y is not None:
+        return y
     total = pool.sum(pool.pad(X.astype(ct, copy=False), 0), by_columns)
     total += 0  # -0.0 sums to +0.0 as in a sum started at zero (onnxruntime's)
     total /= pool.count(X, bool(count_include_pad)).astype(ct)
@@ -310,6 +324,9 @@ def _max_pool(ctx, X, kernel_shape, auto_pad, pads, strides, dilations, ceil_mod
     pool = _Pool(X, kernel_shape, auto_pad, pads, strides, dilations, ceil_mode)
     want_indices = ctx.n_outputs > 1 and ctx.outputs_wanted[1]
     if not want_indices:
+        y = _native_pool(X, pool, average=False)
+        if y is not None:
+            return y
         return _window_max(X, pool.pads, pool.out, pool.kernel, pool.strides, pool.dilations)
     xp = pool.pad(X, _lowest(X.dtype))
     best = best_k = None

@@ -1,5 +1,5 @@
 """onyx's optional native kernels (kernels.c, conv_f32.c, gemv.c, rows.c, resize.c,
-rnn.c, trees.c, on pool.c's threads), loaded with ctypes.
+rnn.c, trees.c, window.c, on pool.c's threads), loaded with ctypes.
 
 setup.py compiles them into ``_kernels`` (an optional extension: the install goes on without it
 where there is no C compiler). onyx works the same without it, only slower: every caller keeps
@@ -16,8 +16,9 @@ The other kernels serve what numpy's BLAS does not: depthwise convs (float32 and
 16 channels per vector on AVX-512, one plane at a time elsewhere), the float32 implicit-GEMM
 conv (conv_f32.c), the few-input-channel stem conv, HardSwish, byte lookups, QLinearAdd/Mul,
 QuantizeLinear, global average pooling and layer normalization (rows.c), bilinear and nearest
-Resize (resize.c), the LSTM / GRU recurrences (rnn.c) and tree ensembles' descent (trees.c).
-All but the portable depthwise, elementwise, row and tree kernels need AVX-512.
+Resize (resize.c), the LSTM / GRU recurrences (rnn.c), tree ensembles' descent (trees.c) and
+2-D max / average pooling (window.c). All but the portable depthwise, elementwise, row, tree
+and pooling kernels need AVX-512.
 """
 
 from __future__ import annotations
@@ -219,6 +220,14 @@ class _BatchNorm(ctypes.Structure):  # rows.c's batch_norm
     ]  # fmt: skip
 
 
+class _Pool2d(ctypes.Structure):  # window.c's pool2d
+    _fields_ = [("x", _P), ("y", _P)] + [
+        (name, _I64)
+        for name in ("H W OH OW kh kw sh sw dh dw top left bottom right average include_pad "
+                     "by_columns").split()
+    ]  # fmt: skip
+
+
 class _ForestTask(ctypes.Structure):  # trees.c's forest_task
     _fields_ = [(name, _P) for name in ("x", "roots", "feature", "threshold", "child",
                                         "nan_outcome", "states")] + [
@@ -312,6 +321,7 @@ def _load():
         "layer_norm_f32",
         "norm_rows_f32",
         "batch_norm_f32",
+        "pool2d_f32",
         "forest_descend",
         "forest_sum",
     ) + (("gemm", "batched_gemm") if vnni else ()):
@@ -1438,6 +1448,29 @@ def quantize_f32(x: np.ndarray, scale, zero_point: int, dtype) -> np.ndarray | N
     task = _QuantizeTask(_addr(x), float(scale), int(zero_point), int(dtype == np.int8),
                          _addr(y))  # fmt: skip
     _run(_lib.quantize_range, task, cuts, ways)
+    return y
+
+
+# ----------------------------------------------------------------------------- 2-D pooling
+
+
+def pool2d_f32(x: np.ndarray, kernel, strides, dilations, pads, out_shape, *,
+               average: bool, include_pad: bool = False, by_columns: bool = False):  # fmt: skip
+    """MaxPool / AveragePool of C-contiguous float32 x (N, C, H, W) to (N, C, *out_shape):
+    pads (top, left, bottom, right); pool.py's values to the bit (window.c). None without the
+    library."""
+    if _lib is None or x.dtype != np.float32 or x.ndim != 4 or not x.flags.c_contiguous:
+        return None
+    N, C, H, W = x.shape
+    y = np.empty((N, C, *out_shape), np.float32)
+    planes = N * C
+    if planes == 0 or y.size == 0:
+        return y
+    work = y.size * math.prod(kernel)
+    ways = _ways(work, planes, _PARALLEL_ELEMENTS)
+    task = _Pool2d(_addr(x), _addr(y), H, W, *out_shape, *kernel, *strides, *dilations, *pads,
+                   int(average), int(include_pad), int(by_columns))  # fmt: skip
+    _run(_lib.pool2d_f32_range, task, _element_cuts(planes, 1, ways), ways)
     return y
 
 
