@@ -36,9 +36,10 @@ them.
 
 ConstantFolding (basic) would turn DQ(constant weight) into a float constant before this pass
 (extended) sees it; it asks :func:`reads_quantized` and leaves the DQs of constants that ops
-this pass may fuse read as written until this pass has run, when it is enabled. This module is imported by fold.py, so the pass is
-registered before the other fusions and runs first among them, as onnxruntime runs its QDQ
-transformers before its other level-2 fusions (a FusedConv of Conv + Relu would hide a unit).
+this pass may fuse read as written until this pass has run, when it is enabled. This module is
+imported by fold.py, so the pass is registered before the other fusions and runs first among
+them, as onnxruntime runs its QDQ transformers before its other level-2 fusions (a FusedConv
+of Conv + Relu would hide a unit).
 """
 
 from __future__ import annotations

@@ -1470,7 +1470,8 @@ def pool2d_f32(x: np.ndarray, kernel, strides, dilations, pads, out_shape, *,
     ways = _ways(work, planes, _PARALLEL_ELEMENTS)
     task = _Pool2d(_addr(x), _addr(y), H, W, *out_shape, *kernel, *strides, *dilations, *pads,
                    int(average), int(include_pad), int(by_columns))  # fmt: skip
-    _run(_lib.pool2d_f32_range, task, _element_cuts(planes, 1, ways), ways)
+    if _run(_lib.pool2d_f32_range, task, _element_cuts(planes, 1, ways), ways):
+        raise MemoryError("onyx native pooling: out of memory for a padded plane")
     return y
 
 
