@@ -291,31 +291,24 @@ narrow(const conv_f32 *t, const float *restrict A, const float *restrict B, int6
 
 typedef void (*tile_fn)(const conv_f32 *, const float *, const float *, int64_t, int64_t,
                         float *, int, const tile_out *);
-#define TILE(nv)                                                                              \
-    static AVX512 void tile##nv(const conv_f32 *t, const float *A, const float *B,           \
-                                int64_t ldb, int64_t kc, float *ct, int accumulate,          \
-                                const tile_out *o) {                                         \
-        tile(t, A, B, ldb, kc, ct, accumulate, o, nv);                                       \
+/* body##n: the tile or narrow body with its size n a constant (its registers' count) */
+#define INSTANCE(body, n)                                                                     \
+    static AVX512 void body##n(const conv_f32 *t, const float *A, const float *B, int64_t ldb, \
+                               int64_t kc, float *ct, int accumulate, const tile_out *o) {    \
+        body(t, A, B, ldb, kc, ct, accumulate, o, n);                                         \
     }
-TILE(1)
-TILE(2)
-TILE(3)
-#undef TILE
-#define NARROW(w)                                                                             \
-    static AVX512 void narrow##w(const conv_f32 *t, const float *A, const float *B,          \
-                                 int64_t ldb, int64_t kc, float *ct, int accumulate,         \
-                                 const tile_out *o) {                                        \
-        narrow(t, A, B, ldb, kc, ct, accumulate, o, w);                                      \
-    }
-NARROW(1)
-NARROW(2)
-NARROW(3)
-NARROW(4)
-NARROW(5)
-NARROW(6)
-NARROW(7)
-NARROW(8)
-#undef NARROW
+INSTANCE(tile, 1)
+INSTANCE(tile, 2)
+INSTANCE(tile, 3)
+INSTANCE(narrow, 1)
+INSTANCE(narrow, 2)
+INSTANCE(narrow, 3)
+INSTANCE(narrow, 4)
+INSTANCE(narrow, 5)
+INSTANCE(narrow, 6)
+INSTANCE(narrow, 7)
+INSTANCE(narrow, 8)
+#undef INSTANCE
 static const tile_fn narrow_fn[CF_NARROW + 1] = {
     0, narrow1, narrow2, narrow3, narrow4, narrow5, narrow6, narrow7, narrow8};
 
