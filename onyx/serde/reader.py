@@ -25,6 +25,7 @@ from ..ir.types import (
     SparseTensorType,
     TensorType,
 )
+from .fields import set_fields, written_empty
 from .tensors import tensor_from_proto
 
 A = AttrType
@@ -189,7 +190,7 @@ class Reader:
         return s
 
     def attribute(self, a, scopes: list[dict], what: str) -> Attr:
-        fields = {fd.name: value for fd, value in a.ListFields()}
+        fields = set_fields(a)
         names = fields.keys()
         kind = fields.get("type", 0)
         absent_type = "type" not in fields
@@ -213,7 +214,7 @@ class Reader:
         modeled = _ATTR_BASE | {field} if field else _ATTR_BASE
         if any(n not in modeled for n in names) or len(UnknownFieldSet(a)):
             extras["residual"] = _residual(a, modeled)
-        present = tuple(f for f in _ATTR_PRESENCE if f in names and not fields[f])
+        present = written_empty(fields, _ATTR_PRESENCE)
         if present:
             extras["present"] = present
         if absent_type:
@@ -291,8 +292,7 @@ class Reader:
                 scope[s.name] = Value(s.name, TensorType(s.dtype, s.dims))
 
         protos = list(gp.node)
-        # one ListFields call per node, not an accessor per field: each costs as much
-        node_fields = [{fd.name: value for fd, value in np_.ListFields()} for np_ in protos]
+        node_fields = [set_fields(np_) for np_ in protos]
         nodes = []
         for f in node_fields:
             node = Node(
@@ -385,8 +385,7 @@ class Reader:
         doc = fields.get("doc_string", "")
         if doc:
             node.doc_string = doc
-        # fields written with their default value (a proto2 field can be present and empty)
-        present = tuple(f for f in _NODE_PRESENCE if f in fields and not fields[f])
+        present = written_empty(fields, _NODE_PRESENCE)
         if present:
             extras = {"present": present}
         props = fields.get("metadata_props")

@@ -16,6 +16,7 @@ from ..errors import FormatError
 from ..ir.dtypes import BY_ENUM, SUB_BYTE, DataType, bit_width
 from ..ir.tensor import ExternalData, Tensor, pack_sub_byte, unpack_sub_byte, wire_size
 from ..proto import TensorProto
+from .fields import set_fields, written_empty
 
 D = DataType
 EXTERNAL = TensorProto.EXTERNAL
@@ -147,9 +148,7 @@ def tensor_from_proto(tp, what: str = "tensor", raw=None, externals=None) -> Ten
     zero-copy). ``externals``: resolves external data (an ExternalResolver) or None to leave it
     unread.
     """
-    # one ListFields call, not an accessor per field: each costs as much (a model has hundreds
-    # of tensors); it lists exactly the fields HasField (singular) or len (repeated) would
-    fields = {fd.name: value for fd, value in tp.ListFields()}
+    fields = set_fields(tp)
     dtype = fields.get("data_type", 0)
     dims = tuple(fields.get("dims", ()))
     name = fields.get("name", "")
@@ -192,7 +191,7 @@ def tensor_from_proto(tp, what: str = "tensor", raw=None, externals=None) -> Ten
     if props:
         t.metadata_props = {e.key: e.value for e in props}
         extras["props"] = [e.SerializeToString() for e in props]
-    present = tuple(f for f in _PRESENCE if f in fields and not fields[f])
+    present = written_empty(fields, _PRESENCE)
     if present:
         extras["present"] = present
     residual = _residual(tp, storage, fields)

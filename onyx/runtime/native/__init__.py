@@ -1427,13 +1427,7 @@ def dequantize_8(x: np.ndarray, scale, zero_point: int) -> np.ndarray | None:
     if _lib is None or x.dtype not in BYTES or not x.flags.c_contiguous:
         return None
     y = np.empty(x.shape, np.float32)
-    n = x.size
-    ways = _ways(n, 64, _PARALLEL_BYTES)
-    cuts = _element_cuts(n, 64, ways)
-    task = _QuantizeTask(_addr(x), float(scale), int(zero_point), int(x.dtype == np.int8),
-                         _addr(y))  # fmt: skip
-    _run(_lib.dequantize_range, task, cuts, ways)
-    return y
+    return _per_tensor_pass(_lib.dequantize_range, x, y, scale, zero_point, x.dtype)
 
 
 def quantize_f32(x: np.ndarray, scale, zero_point: int, dtype) -> np.ndarray | None:
@@ -1442,12 +1436,16 @@ def quantize_f32(x: np.ndarray, scale, zero_point: int, dtype) -> np.ndarray | N
     if _lib is None or x.dtype != np.float32 or not x.flags.c_contiguous or dtype not in BYTES:
         return None
     y = np.empty(x.shape, dtype)
-    n = x.size
-    ways = _ways(n, 64, _PARALLEL_BYTES)
-    cuts = _element_cuts(n, 64, ways)
-    task = _QuantizeTask(_addr(x), float(scale), int(zero_point), int(dtype == np.int8),
+    return _per_tensor_pass(_lib.quantize_range, x, y, scale, zero_point, dtype)
+
+
+def _per_tensor_pass(part, x, y, scale, zero_point: int, byte_type) -> np.ndarray:
+    """y = the (de)quantization of x with one scale and zero point (quantize_task's kernels;
+    ``byte_type``: the 8-bit side's type)."""
+    ways = _ways(x.size, 64, _PARALLEL_BYTES)
+    task = _QuantizeTask(_addr(x), float(scale), int(zero_point), int(byte_type == np.int8),
                          _addr(y))  # fmt: skip
-    _run(_lib.quantize_range, task, cuts, ways)
+    _run(part, task, _element_cuts(x.size, 64, ways), ways)
     return y
 
 

@@ -2,8 +2,8 @@
  *
  * numpy pooled a window's offsets one whole-tensor pass at a time: an Inception block's 3x3
  * average pool of 256 28x28 planes took 600 us in some twenty passes. Here a plane is padded
- * once into a buffer that stays in cache, and each output row adds its kernel offsets as
- * vector passes over the row's outputs.
+ * once into a buffer that stays in cache, and each output row is computed 16 outputs at a time
+ * with the window's offsets added in registers (AVX-512; elsewhere as passes over the row).
  *
  * The values are pool.py's to the bit, as it computes them on its padded copy: padding is 0
  * for the average (no sum changes but for the sign of a zero, which the final + 0 settles, as
@@ -42,8 +42,8 @@ static int64_t inside(int64_t o, int64_t s, int64_t begin, int64_t d, int64_t k,
 
 /* The plane x padded into P (Hp x Wp): row r, column c of P is x's (r - top, c - left); rows
    copied whole, only the border filled. */
-static inline __attribute__((always_inline)) void pad_plane(const pool2d *t, const float *x, float *P, int64_t Hp, int64_t Wp,
-                      float fill) {
+static inline __attribute__((always_inline)) void
+pad_plane(const pool2d *t, const float *x, float *P, int64_t Hp, int64_t Wp, float fill) {
     int64_t left = t->left < Wp ? t->left : Wp;
     int64_t n = Wp - left < t->W ? Wp - left : t->W; /* x's columns that P holds */
     for (int64_t r = 0; r < Hp; r++) {
@@ -83,43 +83,40 @@ static inline void row_copy(float *restrict acc, const float *restrict row, int6
     for (int64_t ow = 0; ow < OW; ow++) acc[ow] = row[ow * sw];
 }
 
-static inline __attribute__((always_inline)) void pool_plane(const pool2d *t, const float *P, int64_t Wp, float *y, float *acc,
-                              float *column, const float *count_w) {
-    for (int64_t oh = 0; oh < t->OH; oh++) {
-        const float *top = P + oh * t->sh * Wp;
-        float *out = y + oh * t->OW;
-        if (!t->average || !t->by_columns) { /* row-major over the offsets */
-            for (int64_t ky = 0; ky < t->kh; ky++)
-                for (int64_t kx = 0; kx < t->kw; kx++) {
-                    const float *row = top + ky * t->dh * Wp + kx * t->dw;
-                    if (ky == 0 && kx == 0)
-                        row_copy(acc, row, t->OW, t->sw);
-                    else if (t->average)
-                        row_add(acc, row, t->OW, t->sw);
-                    else
-                        row_max(acc, row, t->OW, t->sw);
-                }
-        } else { /* each kernel column down its rows, then the columns left to right */
+/* One output row (its window's top row of P at ``top``) as whole-row passes, the portable
+   path; rows x count_w[ow]: how many cells of output ow's window count. */
+static inline __attribute__((always_inline)) void
+pool_row_passes(const pool2d *t, const float *top, int64_t Wp, float *out, float *acc,
+                float *column, const float *count_w, float rows) {
+    if (!t->average || !t->by_columns) { /* row-major over the offsets */
+        for (int64_t ky = 0; ky < t->kh; ky++)
             for (int64_t kx = 0; kx < t->kw; kx++) {
-                float *sums = kx == 0 ? acc : column;
-                for (int64_t ky = 0; ky < t->kh; ky++) {
-                    const float *row = top + ky * t->dh * Wp + kx * t->dw;
-                    if (ky == 0)
-                        row_copy(sums, row, t->OW, t->sw);
-                    else
-                        row_add(sums, row, t->OW, t->sw);
-                }
-                if (kx > 0) row_add(acc, column, t->OW, 1);
+                const float *row = top + ky * t->dh * Wp + kx * t->dw;
+                if (ky == 0 && kx == 0)
+                    row_copy(acc, row, t->OW, t->sw);
+                else if (t->average)
+                    row_add(acc, row, t->OW, t->sw);
+                else
+                    row_max(acc, row, t->OW, t->sw);
             }
+    } else { /* each kernel column down its rows, then the columns left to right */
+        for (int64_t kx = 0; kx < t->kw; kx++) {
+            float *sums = kx == 0 ? acc : column;
+            for (int64_t ky = 0; ky < t->kh; ky++) {
+                const float *row = top + ky * t->dh * Wp + kx * t->dw;
+                if (ky == 0)
+                    row_copy(sums, row, t->OW, t->sw);
+                else
+                    row_add(sums, row, t->OW, t->sw);
+            }
+            if (kx > 0) row_add(acc, column, t->OW, 1);
         }
-        if (!t->average) {
-            for (int64_t ow = 0; ow < t->OW; ow++) out[ow] = acc[ow];
-            continue;
-        }
-        float rows = (float)inside(oh, t->sh, t->top, t->dh, t->kh, t->include_pad ? -t->top : 0,
-                                   t->include_pad ? t->H + t->bottom : t->H);
-        for (int64_t ow = 0; ow < t->OW; ow++) out[ow] = (acc[ow] + 0.0f) / (rows * count_w[ow]);
     }
+    if (!t->average) {
+        for (int64_t ow = 0; ow < t->OW; ow++) out[ow] = acc[ow];
+        return;
+    }
+    for (int64_t ow = 0; ow < t->OW; ow++) out[ow] = (acc[ow] + 0.0f) / (rows * count_w[ow]);
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -148,7 +145,7 @@ static AVX512 inline __m512 taps16(const float *row, int64_t sw, int64_t n) {
 }
 
 /* One output row, 16 outputs at a time with the window's offsets added (or maxed) in
-   registers: the same operations per output, in the same order, as pool_plane's passes. */
+   registers: the same operations per output, in the same order, as pool_row_passes. */
 static AVX512 inline __attribute__((always_inline)) void
 pool_row(const pool2d *t, const float *top, int64_t Wp, float *out, const float *count_w,
          float rows, const int64_t kh, const int64_t kw, const int64_t sw, const int average,
@@ -211,28 +208,34 @@ EXPORT CLONES int onyx_pool2d_f32_range(const void *p, int64_t begin, int64_t en
     const pool2d *t = p;
     int64_t Hp = (t->OH - 1) * t->sh + (t->kh - 1) * t->dh + 1;
     int64_t Wp = (t->OW - 1) * t->sw + (t->kw - 1) * t->dw + 1;
-    float *P = malloc((size_t)(Hp * Wp + 3 * t->OW) * sizeof(float));
+    float *P = malloc((size_t)(Hp * Wp + 3 * t->OW + t->OH) * sizeof(float));
     if (!P) return -1;
     float *acc = P + Hp * Wp, *column = acc + t->OW, *count_w = column + t->OW;
+    float *count_h = count_w + t->OW; /* (the same for every plane) */
     for (int64_t ow = 0; ow < t->OW; ow++)
         count_w[ow] = (float)inside(ow, t->sw, t->left, t->dw, t->kw,
                                     t->include_pad ? -t->left : 0,
                                     t->include_pad ? t->W + t->right : t->W);
+    for (int64_t oh = 0; oh < t->OH; oh++)
+        count_h[oh] = (float)inside(oh, t->sh, t->top, t->dh, t->kh,
+                                    t->include_pad ? -t->top : 0,
+                                    t->include_pad ? t->H + t->bottom : t->H);
+#ifdef HAVE_POOL_AVX512
+    int vectors = __builtin_cpu_supports("avx512f");
+#endif
     for (int64_t plane = begin; plane < end; plane++) {
         pad_plane(t, t->x + plane * t->H * t->W, P, Hp, Wp, t->average ? 0.0f : -INFINITY);
         float *y = t->y + plane * t->OH * t->OW;
+        for (int64_t oh = 0; oh < t->OH; oh++) {
+            const float *top = P + oh * t->sh * Wp;
 #ifdef HAVE_POOL_AVX512
-        if (__builtin_cpu_supports("avx512f")) {
-            for (int64_t oh = 0; oh < t->OH; oh++) {
-                float rows = (float)inside(oh, t->sh, t->top, t->dh, t->kh,
-                                           t->include_pad ? -t->top : 0,
-                                           t->include_pad ? t->H + t->bottom : t->H);
-                pool_row_avx512(t, P + oh * t->sh * Wp, Wp, y + oh * t->OW, count_w, rows);
+            if (vectors) {
+                pool_row_avx512(t, top, Wp, y + oh * t->OW, count_w, count_h[oh]);
+                continue;
             }
-            continue;
-        }
 #endif
-        pool_plane(t, P, Wp, y, acc, column, count_w);
+            pool_row_passes(t, top, Wp, y + oh * t->OW, acc, column, count_w, count_h[oh]);
+        }
     }
     free(P);
     return 0;
