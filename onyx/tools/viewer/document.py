@@ -206,7 +206,9 @@ class _Builder:
         nid = self.unique_id(node, n)
         self.node_ids[id(node)] = nid
         subgraphs = []
-        for a in node.attributes.values():
+        # If's branches read then | else, left to right, whatever the file's attribute order
+        attrs_in_order = sorted(node.attributes.values(), key=lambda a: a.name != "then_branch")
+        for a in attrs_in_order:
             if a.type not in (AttrType.GRAPH, AttrType.GRAPHS) or a.value is None:
                 continue
             graphs = [a.value] if a.type == AttrType.GRAPH else list(a.value)
@@ -216,7 +218,10 @@ class _Builder:
         fn = self.functions.get((node.domain, node.op_type))
         if fn is not None:
             subgraphs.append([f"function {fn.name}", self.function_body(fn, graph)])
-        graph_names = {id(s): self.graphs[i]["name"] for (_, i), s in zip(subgraphs, node.subgraphs())}
+        graph_names = {
+            id(a.value): self.graphs[i]["name"]
+            for (_, i), a in zip(subgraphs, (a for a in attrs_in_order if a.type == AttrType.GRAPH))
+        }
         attrs = [[a.name, a.type.name.lower(), attr_text(a, graph_names)] for a in node.attributes.values()]
         key = [f"{name} = {text}" for name, kind, text in attrs if kind not in ("graph", "graphs")]
         entry: dict[str, Any] = {

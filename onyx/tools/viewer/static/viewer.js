@@ -207,10 +207,13 @@
       const target = new Float64Array(n), weight = new Float64Array(n), off = new Float64Array(n);
       for (let i = 0; i < n; i++) {
         const v = ly[i];
-        let s = 0, c = 0;
-        for (const nb of nbs) for (const u of nb[v]) { s += X[u]; c++; }
+        // a box follows the boxes next to it; long edges (dummies) bend to them, not the reverse,
+        // else every residual connection pulls the graph sideways a little more
+        let s = 0, c = 0, sr = 0, cr = 0;
+        for (const nb of nbs) for (const u of nb[v]) { s += X[u]; c++; if (V[u].kind !== "dummy") { sr += X[u]; cr++; } }
+        if (V[v].kind !== "dummy" && cr) { s = sr; c = cr; }
         target[i] = c ? s / c : X[v];
-        weight[i] = c ? (V[v].kind === "dummy" ? 4 : 1) : 0.05;
+        weight[i] = c ? (V[v].kind === "dummy" ? 0.25 : 1) : 0.05;
         if (i) off[i] = off[i - 1] + (W(ly[i - 1]) + W(v)) / 2 + GAPX;
       }
       const y = isotonic(Array.from(target, (t, i) => t - off[i]), weight);
@@ -450,6 +453,7 @@
   }
   function edgeElement(e) {
     const g = el("g", { class: "edge", "data-edge": e.value });
+    if (state.selected) { const n = nodeById.get(state.selected); if (n && (n.node.inputs.includes(e.value) || n.node.outputs.includes(e.value))) g.classList.add("lit"); }
     el("path", { d: edgePath(e.pts) }, g);
     if (e.label) text(g, e.pts[0][0] + 4, e.pts[0][1] + 11, "", e.label);
     return g;
@@ -467,6 +471,7 @@
     if (state.mode === "canvas") { clearCanvas(); state.mode = "svg"; }
     sync(drawn.boxes, bs, scene.boxes, (b) => boxElement(b), (b) => (b.kind === "cluster" ? $("clusters") : $("boxes")));
     sync(drawn.edges, es, scene.edges, edgeElement, () => $("edges"));
+    if (state.selected) marks();
   }
   function sync(map, want, items, make, parentOf) {
     for (const [i, e] of map) if (!want.has(i)) { e.remove(); map.delete(i); }
@@ -474,7 +479,7 @@
   }
   function clearSvg() { for (const m of [drawn.boxes, drawn.edges]) { for (const e of m.values()) e.remove(); m.clear(); } }
   function redrawAll() { clearSvg(); render(); }
-  function clearCanvas() { const c = $("overview"); c.getContext("2d").clearRect(0, 0, c.width, c.height); }
+  function clearCanvas() { const c = $("overview"), ctx = c.getContext("2d"); ctx.setTransform(1, 0, 0, 1, 0, 0); ctx.clearRect(0, 0, c.width, c.height); }
   function drawCanvas(bs, es) {
     const c = $("overview"), stage = $("stage"), dpr = window.devicePixelRatio || 1;
     const W = stage.clientWidth, H = stage.clientHeight;
@@ -500,6 +505,15 @@
     const k = Math.min((W - 2 * m) / Math.max(scene.w, 1), (H - 2 * m) / Math.max(scene.h, 1), 1.5);
     state.k = k; state.tx = (W - scene.w * k) / 2; state.ty = Math.max(m, (H - scene.h * k) / 2);
     schedule();
+  }
+  /** Fit when that stays readable; otherwise the top of the graph at a readable zoom. */
+  function initialView() {
+    fit();
+    if (state.k >= 0.6) return;
+    const stage = $("stage"), W = stage.clientWidth;
+    state.k = Math.min(1, Math.max(0.6, (W - 60) / Math.max(scene.w, 1)));
+    state.tx = scene.w * state.k < W ? (W - scene.w * state.k) / 2 : 30;
+    state.ty = 30;
   }
   function zoomAt(f, sx, sy) {
     const k = Math.max(0.01, Math.min(8, state.k * f));
@@ -547,14 +561,23 @@
   // ---- selection and the panel ------------------------------------------------------------------
   function select(id, centre) {
     state.selected = id;
-    for (const e of document.querySelectorAll(".selected")) e.classList.remove("selected");
     if (nodeById.has(id)) { reveal(id); showNode(id); }
     else if (id && (id.startsWith("input:") || id.startsWith("output:"))) showIo(id);
     if (centre) centreOn(id, 0.8);
-    else redrawAll();
-    for (const e of document.querySelectorAll(".edge.lit")) e.classList.remove("lit");
-    const n = nodeById.get(id);
-    if (n) for (const e of $("edges").children) if (n.node.inputs.includes(e.getAttribute("data-edge")) || n.node.outputs.includes(e.getAttribute("data-edge"))) e.classList.add("lit");
+    else render();
+    marks();
+  }
+  /** Selection, search hit and the selected node's edges on what is drawn now. */
+  function marks() {
+    const hit = state.hits.length && state.hit >= 0 ? state.hits[state.hit] : null;
+    for (const [i, e] of drawn.boxes) {
+      const id = scene.boxes[i].id;
+      e.classList.toggle("selected", id === state.selected);
+      e.classList.toggle("hit", id === hit && id !== state.selected);
+    }
+    const n = nodeById.get(state.selected);
+    const lit = new Set(n ? [...n.node.inputs, ...n.node.outputs] : []);
+    for (const e of drawn.edges.values()) e.classList.toggle("lit", lit.has(e.getAttribute("data-edge")));
   }
   function statsHtml(s, title) {
     if (!s) return "";
@@ -803,7 +826,7 @@
   $("colour").value = state.colour;
   legend();
   showModel();
-  fit();
+  initialView();
   render();
   pending = false;
 

@@ -1,0 +1,342 @@
+"""onyx view without a browser: the document, the statistics, the run overlay, the page, the CLI.
+
+The model builders here are shared with test_viewer_browser.py (which draws them in Chromium).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onyx
+from onyx.tools.cli import main as cli_main
+from onyx.tools.viewer import overlay, render_page, view
+from onyx.tools.viewer.document import build_document
+from onyx.tools.viewer.stats import SMALL, tensor_stats
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY_CNN = ROOT / "onyx" / "examples" / "tiny_cnn.onnx"
+BERT = ROOT / "tests" / "models" / "bert_dynamo_op18.onnx"
+F = TensorProto.FLOAT
+
+
+# -- models ----------------------------------------------------------------------------------------
+def control_model() -> bytes:
+    """x -> If(cond){then: x+1 | else: x*2} -> Loop(3){acc + x} -> Square (a local function)."""
+    one = numpy_helper.from_array(np.array(1.0, np.float32), "one")
+    two = numpy_helper.from_array(np.array(2.0, np.float32), "two")
+    then_g = helper.make_graph(
+        [helper.make_node("Add", ["x", "one"], ["then_out"], name="then_add")],
+        "then_body",
+        [],
+        [helper.make_tensor_value_info("then_out", F, [2, 3])],
+    )
+    else_g = helper.make_graph(
+        [helper.make_node("Mul", ["x", "two"], ["else_out"], name="else_mul")],
+        "else_body",
+        [],
+        [helper.make_tensor_value_info("else_out", F, [2, 3])],
+    )
+    body = helper.make_graph(
+        [
+            helper.make_node("Identity", ["cond_in"], ["cond_out"], name="loop_cond"),
+            helper.make_node("Add", ["acc_in", "x"], ["acc_out"], name="loop_add"),
+        ],
+        "loop_body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("acc_in", F, [2, 3]),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("acc_out", F, [2, 3]),
+        ],
+    )
+    square = helper.make_function(
+        "local",
+        "Square",
+        ["a"],
+        ["b"],
+        [helper.make_node("Mul", ["a", "a"], ["b"], name="square_mul")],
+        [helper.make_opsetid("", 18)],
+    )
+    nodes = [
+        helper.make_node("If", ["cond"], ["branch"], name="choose", then_branch=then_g, else_branch=else_g),
+        helper.make_node("Loop", ["trips", "", "branch"], ["acc"], name="repeat", body=body),
+        helper.make_node("Square", ["acc"], ["y"], name="square", domain="local"),
+    ]
+    trips = numpy_helper.from_array(np.array(3, np.int64), "trips")
+    graph = helper.make_graph(
+        nodes,
+        "control",
+        [
+            helper.make_tensor_value_info("x", F, [2, 3]),
+            helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+        ],
+        [helper.make_tensor_value_info("y", F, [2, 3])],
+        [one, two, trips],
+    )
+    model = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("local", 1)],
+        functions=[square],
+        ir_version=9,
+    )
+    return model.SerializeToString()
+
+
+def mlp_model(n_blocks: int, width: int = 8, bias_shift: float = 0.0, block: int = -1) -> bytes:
+    """Residual blocks of 5 nodes (MatMul, Relu, Sigmoid, Mul, Add): 5 * n_blocks nodes.
+    ``bias_shift`` is added to block ``block``'s weight (a second model that diverges there)."""
+    rng = np.random.default_rng(0)
+    nodes, inits = [], []
+    x = "x"
+    for b in range(n_blocks):
+        w = (rng.standard_normal((width, width)) * 0.3).astype(np.float32)
+        if b == block:
+            w = w + np.float32(bias_shift)
+        inits.append(numpy_helper.from_array(w, f"w{b}"))
+        nodes += [
+            helper.make_node("MatMul", [x, f"w{b}"], [f"a{b}"], name=f"matmul{b}"),
+            helper.make_node("Relu", [f"a{b}"], [f"r{b}"], name=f"relu{b}"),
+            helper.make_node("Sigmoid", [f"a{b}"], [f"s{b}"], name=f"sigmoid{b}"),
+            helper.make_node("Mul", [f"r{b}", f"s{b}"], [f"m{b}"], name=f"mul{b}"),
+            helper.make_node("Add", [f"m{b}", x], [f"h{b}"], name=f"add{b}"),
+        ]
+        x = f"h{b}"
+    graph = helper.make_graph(
+        nodes,
+        f"mlp{n_blocks}",
+        [helper.make_tensor_value_info("x", F, ["N", width])],
+        [helper.make_tensor_value_info(x, F, ["N", width])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=9)
+    return model.SerializeToString()
+
+
+def main_ids(doc: dict) -> list[str]:
+    return [n["id"] for n in doc["graphs"][0]["nodes"]]
+
+
+def page_document(html: str) -> dict:
+    data = re.search(r'<script type="application/json" id="onyx-data">(.*?)</script>', html, re.S)
+    return json.loads(data.group(1))
+
+
+# -- statistics ------------------------------------------------------------------------------------
+def test_stats_of_a_float_tensor():
+    a = np.array([[1.0, np.nan, 3.0], [-2.0, 0.0, np.inf]], np.float32)
+    s = tensor_stats(a)
+    assert s["shape"] == [2, 3] and s["dtype"] == "float32"
+    assert s["min"] == -2.0 and s["max"] == "inf" and s["nan"] == 1 and s["inf"] == 1
+    assert s["mean"] == pytest.approx(0.5) and sum(s["hist"]) == 4
+    assert s["values"][1] == "nan"  # small: the values are shown
+    json.dumps(s, allow_nan=False)
+
+
+def test_stats_keep_large_tensors_out():
+    big = np.arange(SMALL + 1, dtype=np.int64)
+    s = tensor_stats(big)
+    assert "values" not in s and s["min"] == 0 and s["max"] == SMALL
+
+
+def test_stats_of_non_tensors():
+    assert tensor_stats([np.zeros(2)])["kind"] == "sequence of 1"
+    assert tensor_stats(None)["kind"] == "empty optional"
+    assert tensor_stats(np.array(["a", "b"], dtype=object))["values"] == ["a", "b"]
+
+
+# -- the document ----------------------------------------------------------------------------------
+def test_document_of_tiny_cnn():
+    model = onyx.infer_shapes(onyx.load(TINY_CNN))
+    doc, _ = build_document(model)
+    main = doc["graphs"][0]
+    conv = main["nodes"][0]
+    assert conv["op"] == "Conv" and conv["family"] == "conv" and conv["version"] == 17
+    assert any(a[0] == "pads" for a in conv["attrs"])
+    w = main["values"][conv["inputs"][1]]
+    assert w["init"] == 1 and w["stats"]["hist"] and "values" not in w["stats"]
+    # symbolic dims survive inference into the edge labels
+    assert main["values"][conv["outputs"][0]]["shape"][0] == "N"
+    assert doc["model"]["opsets"] == {"ai.onnx": 17}
+
+
+def test_document_of_subgraphs_and_functions():
+    doc, _ = build_document(onyx.loads(control_model()))
+    graphs = doc["graphs"]
+    by_id = {n["id"]: n for g in graphs for n in g["nodes"]}
+    labels = [label for label, _ in by_id["choose"]["subgraphs"]]
+    assert labels == ["then_branch", "else_branch"]
+    then_graph = graphs[by_id["choose"]["subgraphs"][0][1]]
+    assert [n["id"] for n in then_graph["nodes"]] == ["then_add"]
+    assert graphs[by_id["repeat"]["subgraphs"][0][1]]["inputs"] == ["i", "cond_in", "acc_in"]
+    label, body = by_id["square"]["subgraphs"][0]
+    assert label == "function Square" and graphs[body]["nodes"][0]["id"] == "square_mul"
+    assert by_id["square"]["family"] == "function"
+
+
+def test_unnamed_and_duplicate_nodes_get_unique_ids():
+    model = onyx.loads(mlp_model(2))
+    nodes = model.graph.nodes
+    nodes[0].name = ""
+    nodes[1].name = nodes[2].name = "same"
+    doc, ids = build_document(model)
+    got = main_ids(doc)
+    assert len(set(got)) == len(got) and got[0] == "MatMul_0" and got[2] == "same#2"
+    assert ids[id(nodes[0])] == "MatMul_0"
+
+
+def test_weight_stats_can_be_left_out():
+    doc, _ = build_document(onyx.load(TINY_CNN), weight_stats=False)
+    assert not any("stats" in v for v in doc["graphs"][0]["values"].values())
+
+
+# -- the page --------------------------------------------------------------------------------------
+def test_page_is_self_contained(tmp_path):
+    page = view(TINY_CNN)
+    html = page.html
+    # nothing is fetched: no external script, stylesheet, image, font or request
+    assert not re.search(r"(src|href)\s*=\s*[\"']?(https?:|//)|<link|@import|url\(|fetch\(|XMLHttpRequest", html)
+    doc = page_document(html)
+    assert main_ids(doc) == main_ids(page.document)
+    path = page.save(tmp_path / "tiny.html")
+    assert Path(path).read_text(encoding="utf-8") == html
+    assert html in page._repr_html_().replace("&quot;", '"').replace("&lt;", "<").replace(
+        "&gt;", ">"
+    ).replace("&#x27;", "'").replace("&amp;", "&")
+
+
+def test_names_cannot_break_out_of_the_script():
+    model = onyx.loads(mlp_model(1))
+    model.graph.nodes[0].name = "</script><script>alert(1)</script><!--"
+    html = view(model).html
+    assert html.count("</script>") == 2  # the data's and the code's own
+    assert page_document(html)["graphs"][0]["nodes"][0]["id"].startswith("</script>")
+
+
+def test_weights_stay_out_of_the_page():
+    # 4 MB of weights; the page holds their statistics only
+    big = onyx.loads(mlp_model(4, width=512))
+    html = view(big).html
+    assert len(html) < 200_000
+
+
+def test_view_is_in_the_lazy_table():
+    assert onyx.view is view
+
+
+# -- the run and the comparison --------------------------------------------------------------------
+def test_run_overlay_statistics_and_times():
+    page = view(TINY_CNN, run=True)
+    main = page.document["graphs"][0]
+    relu = next(n for n in main["nodes"] if n["op"] == "Relu")
+    run = main["values"][relu["outputs"][0]]["run"]
+    assert run["min"] >= 0 and run["nan"] == 0 and run["shape"][0] == 1
+    assert all("time" in n for n in main["nodes"])
+    assert main["values"]["image"]["run"]["shape"] == [1, 1, 28, 28]
+
+
+def test_run_on_given_inputs(tmp_path):
+    x = np.full((2, 8), 0.5, np.float32)
+    np.savez(tmp_path / "in.npz", x=x)
+    page = view(mlp_model(2), inputs=str(tmp_path / "in.npz"))
+    values = page.document["graphs"][0]["values"]
+    assert values["x"]["run"]["min"] == 0.5 and values["h1"]["run"]["shape"] == [2, 8]
+
+
+def test_unnamed_nodes_are_timed_and_keep_no_name():
+    model = onyx.loads(mlp_model(2))
+    for node in model.graph:
+        node.name = ""
+    page = view(model, run=True)
+    assert all("time" in n for n in page.document["graphs"][0]["nodes"])
+    assert all(node.name == "" for node in model.graph)
+
+
+def test_compare_with_another_model_finds_the_first_divergence(tmp_path):
+    other = tmp_path / "other.onnx"
+    other.write_bytes(mlp_model(4, bias_shift=0.5, block=2))
+    page = view(mlp_model(4), compare=str(other))
+    doc = page.document
+    assert doc["compare"]["first"] == "matmul2"
+    nodes = {n["id"]: n for n in doc["graphs"][0]["nodes"]}
+    assert nodes["matmul1"]["error"] == 0 and nodes["matmul2"]["error"] > 0.01
+    assert doc["graphs"][0]["values"]["a2"]["error"]["mismatch"] > 0
+
+
+def test_compare_with_onnxruntime_agrees():
+    pytest.importorskip("onnxruntime")
+    page = view(TINY_CNN, compare="onnxruntime")
+    doc = page.document
+    assert doc["compare"]["compared"] == len(doc["graphs"][0]["nodes"])
+    assert doc["compare"]["first"] == ""
+
+
+def test_value_error_cases():
+    assert overlay.value_error(np.zeros(3), np.zeros(4))["mismatch"] == 1.0
+    e = overlay.value_error(np.array([1.0, np.nan]), np.array([1.0, np.nan]))
+    assert e["mismatch"] == 0 and e["max_abs"] == 0
+    assert overlay.value_error(np.array([np.nan]), np.array([1.0]))["mismatch"] == 1.0
+    assert overlay.value_error(np.array(["a"]), np.array(["b"]))["mismatch"] == 1.0
+
+
+def test_node_errors_blame_the_first_node_with_agreeing_inputs():
+    nodes = [
+        {"id": "a", "inputs": ["x"], "outputs": ["y"]},
+        {"id": "b", "inputs": ["y"], "outputs": ["z"]},
+    ]
+    errs = {"x": {"rel": 0, "mismatch": 0}, "y": {"rel": 0.5, "mismatch": 0.5}, "z": {"rel": 1, "mismatch": 1}}
+    worst, first = overlay.node_errors(nodes, errs)
+    assert first == "a" and worst == {"a": 0.5, "b": 1.0}
+
+
+# -- the command -----------------------------------------------------------------------------------
+def test_cli_writes_the_page(tmp_path, capsys, monkeypatch):
+    opened = []
+    monkeypatch.setattr("webbrowser.open", opened.append)
+    out = tmp_path / "p.html"
+    assert cli_main(["view", str(TINY_CNN), "--out", str(out), "--run"]) == 0
+    assert out.exists() and "run" in page_document(out.read_text())["graphs"][0]["values"]["image"]
+    assert not opened  # --out: no browser
+
+
+def test_cli_opens_the_browser_without_out(monkeypatch, capsys):
+    opened = []
+    monkeypatch.setattr("webbrowser.open", opened.append)
+    assert cli_main(["view", str(TINY_CNN)]) == 0
+    path = capsys.readouterr().out.strip()
+    assert opened == [Path(path).resolve().as_uri()]
+    Path(path).unlink()
+
+
+def test_cli_reports_bad_models(tmp_path, capsys):
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"not a model")
+    assert cli_main(["view", str(bad), "--out", str(tmp_path / "x.html")]) == 1
+    assert "onyx view: error" in capsys.readouterr().err
+
+
+def test_serve_answers_with_the_page():
+    from onyx.tools.viewer.serve import serve_in_background
+
+    page = view(TINY_CNN)
+    server = serve_in_background(page.html.encode())
+    try:
+        with urllib.request.urlopen(server.url, timeout=10) as r:
+            assert r.read().decode() == page.html
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_render_page_inlines_everything():
+    html = render_page({"model": {"name": "m"}, "graphs": []})
+    assert "/*SCRIPT*/" not in html and "/*STYLE*/" not in html and "/*DATA*/" not in html
