@@ -68,7 +68,9 @@ def control_model() -> bytes:
         [helper.make_opsetid("", 18)],
     )
     nodes = [
-        helper.make_node("If", ["cond"], ["branch"], name="choose", then_branch=then_g, else_branch=else_g),
+        helper.make_node(
+            "If", ["cond"], ["branch"], name="choose", then_branch=then_g, else_branch=else_g
+        ),
         helper.make_node("Loop", ["trips", "", "branch"], ["acc"], name="repeat", body=body),
         helper.make_node("Square", ["acc"], ["y"], name="square", domain="local"),
     ]
@@ -204,7 +206,9 @@ def test_page_is_self_contained(tmp_path):
     page = view(TINY_CNN)
     html = page.html
     # nothing is fetched: no external script, stylesheet, image, font or request
-    assert not re.search(r"(src|href)\s*=\s*[\"']?(https?:|//)|<link|@import|url\(|fetch\(|XMLHttpRequest", html)
+    assert not re.search(
+        r"(src|href)\s*=\s*[\"']?(https?:|//)|<link|@import|url\(|fetch\(|XMLHttpRequest", html
+    )
     doc = page_document(html)
     assert main_ids(doc) == main_ids(page.document)
     path = page.save(tmp_path / "tiny.html")
@@ -293,7 +297,11 @@ def test_node_errors_blame_the_first_node_with_agreeing_inputs():
         {"id": "a", "inputs": ["x"], "outputs": ["y"]},
         {"id": "b", "inputs": ["y"], "outputs": ["z"]},
     ]
-    errs = {"x": {"rel": 0, "mismatch": 0}, "y": {"rel": 0.5, "mismatch": 0.5}, "z": {"rel": 1, "mismatch": 1}}
+    errs = {
+        "x": {"rel": 0, "mismatch": 0},
+        "y": {"rel": 0.5, "mismatch": 0.5},
+        "z": {"rel": 1, "mismatch": 1},
+    }
     worst, first = overlay.node_errors(nodes, errs)
     assert first == "a" and worst == {"a": 0.5, "b": 1.0}
 

@@ -140,7 +140,9 @@ def _as_model(model) -> Model:
         return loads(bytes(model))
     if isinstance(model, str | os.PathLike):
         return load(model)
-    raise InvalidArgument(f"view() takes a path, bytes or an onyx.ir.Model, not {type(model).__name__}")
+    raise InvalidArgument(
+        f"view() takes a path, bytes or an onyx.ir.Model, not {type(model).__name__}"
+    )
 
 
 def _feeds(model: Model, inputs, seed: int) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...ir import AttrType, Graph, Model, Node, Tensor, Value
+from ...ir import AttrType, Graph, Model, Node, Tensor, Value, captured_values
 from ...ir.dtypes import type_name
 from ...ir.types import MapType, OptionalType, SequenceType, SparseTensorType, TensorType
 from .stats import SMALL, tensor_stats
@@ -222,7 +222,10 @@ class _Builder:
             id(a.value): self.graphs[i]["name"]
             for (_, i), a in zip(subgraphs, (a for a in attrs_in_order if a.type == AttrType.GRAPH))
         }
-        attrs = [[a.name, a.type.name.lower(), attr_text(a, graph_names)] for a in node.attributes.values()]
+        attrs = [
+            [a.name, a.type.name.lower(), attr_text(a, graph_names)]
+            for a in node.attributes.values()
+        ]
         key = [f"{name} = {text}" for name, kind, text in attrs if kind not in ("graph", "graphs")]
         entry: dict[str, Any] = {
             "id": nid,
@@ -239,6 +242,10 @@ class _Builder:
             entry["name"] = node.name
         if subgraphs:
             entry["subgraphs"] = subgraphs
+            own = set(entry["inputs"])
+            captures = {v.name: 1 for g in node.subgraphs() for v in captured_values(g)}
+            # outer values the bodies read: drawn as inputs of the node (If has no other)
+            entry["captures"] = [name for name in captures if name not in own]
         if node.doc_string:
             entry["doc"] = node.doc_string
         return entry

@@ -223,7 +223,9 @@ def node_errors(doc_nodes: list[dict], errors: dict[str, dict]) -> tuple[dict[st
         if diverged and not fallback:
             fallback = node["id"]
         if diverged and not first:
-            inputs_ok = all(errors[i].get("mismatch", 0) == 0 for i in node["inputs"] if i in errors)
+            inputs_ok = all(
+                errors[i].get("mismatch", 0) == 0 for i in node["inputs"] if i in errors
+            )
             if inputs_ok:
                 first = node["id"]
     return worst, first or fallback

@@ -58,7 +58,7 @@
     }
     return null;
   }
-  function isInit(gi, name) { const v = GRAPHS[gi].values[name]; return !!(v && v.init); }
+  function isInit(gi, name) { const v = valueInfo(gi, name); return !!(v && v.init); }
 
   const dims = (s) => (s == null ? "?" : s.map((d) => (d === null ? "?" : d)).join("×"));
   function typeLabel(v) {
@@ -76,7 +76,7 @@
     const inits = n.inputs.filter((i) => i && isInit(gi, i));
     const lines = [];
     for (const name of inits.slice(0, 4)) {
-      const v = GRAPHS[gi].values[name];
+      const v = valueInfo(gi, name);
       lines.push({ text: `${shortName(name)} ⟨${dims(v.shape)}⟩`, init: true });
     }
     if (inits.length > 4) lines.push({ text: `+${inits.length - 4} more weights`, init: true });
@@ -105,7 +105,8 @@
     for (const n of g.nodes) {
       const vi = V.length;
       n.outputs.forEach((o, k) => { if (o) prod.set(o, [vi, k]); });
-      const ins = n.inputs.filter((i) => i && !isInit(gi, i));
+      // (the values a node's subgraphs read from this graph count as its inputs)
+      const ins = n.inputs.concat(n.captures || []).filter((i) => i && !isInit(gi, i));
       if (n.subgraphs && state.expanded.has(n.id) && depth < 12) V.push(clusterVertex(n, gi, ins, depth));
       else {
         const face = nodeFace(n, gi);
@@ -213,7 +214,7 @@
         for (const nb of nbs) for (const u of nb[v]) { s += X[u]; c++; if (V[u].kind !== "dummy") { sr += X[u]; cr++; } }
         if (V[v].kind !== "dummy" && cr) { s = sr; c = cr; }
         target[i] = c ? s / c : X[v];
-        weight[i] = c ? (V[v].kind === "dummy" ? 0.25 : 1) : 0.05;
+        weight[i] = c ? (V[v].kind === "dummy" ? 0.02 : 1) : 0.01;
         if (i) off[i] = off[i - 1] + (W(ly[i - 1]) + W(v)) / 2 + GAPX;
       }
       const y = isotonic(Array.from(target, (t, i) => t - off[i]), weight);
@@ -282,7 +283,7 @@
     const subs = n.subgraphs.filter(([, sg]) => sg >= 0).map(([label, sg]) => ({ label, sg, lay: layoutGraph(sg, depth + 1) }));
     let w = 0, h = 0;
     for (const s of subs) { s.dx = w; w += s.lay.w + CLUSTER_PAD * 2 + 10; h = Math.max(h, s.lay.h); }
-    w = Math.max(w - 10, textW(n.op, 12) + 60);
+    w = Math.max(w - 10, textW(`${n.op}  ${n.id}`, 12, true) + 2 * PAD + 20);
     return { kind: "cluster", id: n.id, node: n, gi, w: w, h: CLUSTER_HEAD + SUB_LABEL + h + CLUSTER_PAD * 2, subs, outs: n.outputs, ins };
   }
 
@@ -591,7 +592,7 @@
     if (s.sampled) h += `<br><span class="sub">mean, std, histogram from ${s.sampled} samples</span>`;
     if (s.values) h += `<br><span class="mono">[${esc(s.values.map(fmt).join(", "))}]</span>`;
     h += "</div>";
-    if (s.hist) h += histogram(s.hist, s.hist_range);
+    if (s.hist && !s.values) h += histogram(s.hist, s.hist_range);
     return h;
   }
   function histogram(counts, range) {
