@@ -348,3 +348,19 @@ def test_serve_answers_with_the_page():
 def test_render_page_inlines_everything():
     html = render_page({"model": {"name": "m"}, "graphs": []})
     assert "/*SCRIPT*/" not in html and "/*STYLE*/" not in html and "/*DATA*/" not in html
+
+
+def test_a_failing_run_still_draws_the_model():
+    node = helper.make_node("Frobnicate", ["x"], ["y"], name="odd", domain="nowhere")
+    graph = helper.make_graph(
+        [node],
+        "odd",
+        [helper.make_tensor_value_info("x", F, [2])],
+        [helper.make_tensor_value_info("y", F, [2])],
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("nowhere", 1)]
+    )
+    page = view(model.SerializeToString(), run=True)
+    assert main_ids(page.document) == ["odd"]
+    assert any(note.startswith("the run failed") for note in page.document["notes"])

@@ -271,7 +271,7 @@ def test_a_10k_node_graph_opens_fast_and_stays_findable(open_page):
     assert ms < 50, ms
 
 
-def test_screenshots_for_the_docs(open_page, tmp_path):
+def test_shots_for_the_docs(open_page, tmp_path):
     """Not an assertion of looks: writes docs/viewer*.png when ONYX_VIEWER_SHOTS is set."""
     out = os.environ.get("ONYX_VIEWER_SHOTS")
     if not out:

@@ -18,7 +18,7 @@ import webbrowser
 from pathlib import Path
 from typing import Any
 
-from ...errors import InvalidArgument
+from ...errors import InvalidArgument, OnyxError
 from ...ir import Model
 
 STATIC = Path(__file__).resolve().parent / "static"
@@ -78,7 +78,6 @@ def view(
     node's time from a run on ``inputs`` (a dict or an .npz path; random data by default);
     with ``compare`` ("onnxruntime" or another .onnx file) colour nodes by their error."""
     from ...inference import infer_shapes
-    from . import overlay
     from .document import build_document
 
     model = _as_model(model)
@@ -92,20 +91,28 @@ def view(
         doc, node_ids = build_document(model, weight_stats=weight_stats)
     run = run or inputs is not None or compare is not None
     if run:
-        feeds = _feeds(model, inputs, seed)
-        stats, times, values = overlay.run_overlay(model, feeds, node_ids)
-        main = doc["graphs"][0]
-        for name, s in stats.items():
-            if name in main["values"]:
-                main["values"][name]["run"] = s
-        for node in main["nodes"]:
-            if node["id"] in times:
-                node["time"] = times[node["id"]]
-        doc["run"] = {"inputs": {k: list(getattr(v, "shape", ())) for k, v in feeds.items()}}
-        if compare is not None:
-            _add_comparison(doc, model, compare, feeds, values)
+        try:
+            _add_run(doc, model, node_ids, _feeds(model, inputs, seed), compare)
+        except OnyxError as e:  # the drawing still helps to see why the run failed
+            notes.append(f"the run failed: {e}")
     doc["notes"] = notes
     return Viewer(doc)
+
+
+def _add_run(doc, model: Model, node_ids: dict, feeds: dict, compare: str | None) -> None:
+    from . import overlay
+
+    stats, times, values = overlay.run_overlay(model, feeds, node_ids)
+    main = doc["graphs"][0]
+    for name, s in stats.items():
+        if name in main["values"]:
+            main["values"][name]["run"] = s
+    for node in main["nodes"]:
+        if node["id"] in times:
+            node["time"] = times[node["id"]]
+    doc["run"] = {"inputs": {k: list(getattr(v, "shape", ())) for k, v in feeds.items()}}
+    if compare is not None:
+        _add_comparison(doc, model, compare, feeds, values)
 
 
 def _add_comparison(doc, model: Model, against: str, feeds, values) -> None:

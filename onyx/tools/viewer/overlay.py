@@ -147,10 +147,15 @@ def _onnxruntime_values(model: Model, feeds: dict[str, Any], names: list[str]) -
     exposed = _with_all_outputs(model, names)
     opts = onnxruntime.SessionOptions()
     opts.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
-    sess = onnxruntime.InferenceSession(dumps(exposed), opts, providers=["CPUExecutionProvider"])
-    available = {o.name for o in sess.get_outputs()}
-    wanted = [n for n in names if n in available]
-    return dict(zip(wanted, sess.run(wanted, feeds)))
+    try:
+        sess = onnxruntime.InferenceSession(
+            dumps(exposed), opts, providers=["CPUExecutionProvider"]
+        )
+        available = {o.name for o in sess.get_outputs()}
+        wanted = [n for n in names if n in available]
+        return dict(zip(wanted, sess.run(wanted, feeds)))
+    except Exception as e:  # onnxruntime raises its own exception types
+        raise OnyxError(f"onnxruntime could not run the model: {e}") from e
 
 
 def _with_all_outputs(model: Model, names: list[str]) -> Model:

@@ -682,9 +682,10 @@
   }
   GRAPHS.forEach((g, gi) => {
     for (const i of g.inputs) index.push([i.toLowerCase(), `input:${gi}:${i}`, i, "graph input"]);
-    for (const [name, v] of Object.entries(g.values)) if (v.init) {
-      const users = g.nodes.filter((n) => n.inputs.includes(name));
-      if (users.length) index.push([name.toLowerCase(), users[0].id, name, "initializer → " + users[0].id]);
+    const firstUser = new Map();
+    for (const n of g.nodes) for (const i of n.inputs) if (i && !firstUser.has(i)) firstUser.set(i, n.id);
+    for (const [name, v] of Object.entries(g.values)) {
+      if (v.init && firstUser.has(name)) index.push([name.toLowerCase(), firstUser.get(name), name, "initializer → " + firstUser.get(name)]);
     }
   });
   function search(q) {
