@@ -364,3 +364,29 @@ def test_a_failing_run_still_draws_the_model():
     page = view(model.SerializeToString(), run=True)
     assert main_ids(page.document) == ["odd"]
     assert any(note.startswith("the run failed") for note in page.document["notes"])
+
+
+def test_cli_serve_answers_until_stopped(monkeypatch, capsys):
+    import threading
+
+    from onyx.tools.viewer import Viewer
+
+    servers = []
+    real_serve = Viewer.serve
+    monkeypatch.setattr(
+        Viewer, "serve", lambda self, **kw: servers.append(real_serve(self, **kw)) or servers[-1]
+    )
+    pages = []
+
+    def browse(url):  # the "browser": fetch the page, then stop the server
+        def fetch():
+            with urllib.request.urlopen(url, timeout=10) as r:
+                pages.append(r.read())
+            servers[0].shutdown()
+
+        threading.Thread(target=fetch).start()
+
+    monkeypatch.setattr("webbrowser.open", browse)
+    assert cli_main(["view", str(TINY_CNN), "--serve"]) == 0
+    assert pages and b'id="onyx-data"' in pages[0]
+    assert "serving http://127.0.0.1:" in capsys.readouterr().out

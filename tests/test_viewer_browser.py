@@ -278,10 +278,16 @@ def test_shots_for_the_docs(open_page, tmp_path):
         pytest.skip("set ONYX_VIEWER_SHOTS=docs to refresh the screenshots")
     v = view(BERT, run=True, inputs={"input_ids": np.arange(16, dtype=np.int64).reshape(1, 16)})
     p = open_page(v.html)
-    p.js(f"window.onyxView.select({main_ids(v.document)[30]!r}, true)")
+    norm = next(n["id"] for n in v.document["graphs"][0]["nodes"] if n["op"] == "Gemm")
+    p.js(f"window.onyxView.select({norm!r}, true)")
     p.page.screenshot(path=os.path.join(out, "viewer.png"))
     p2 = open_page(view(control_model()).html)
     for node in ("choose", "repeat", "square"):
         p2.js(f"window.onyxView.toggle({node!r})")
     p2.js("window.onyxView.fit(); window.onyxView.select('loop_add')")
     p2.page.screenshot(path=os.path.join(out, "viewer_subgraphs.png"))
+    other = tmp_path / "perturbed.onnx"
+    other.write_bytes(mlp_model(6, bias_shift=0.5, block=3))
+    p3 = open_page(view(mlp_model(6), compare=str(other)).html)
+    p3.page.click("#diverge")
+    p3.page.screenshot(path=os.path.join(out, "viewer_compare.png"))

@@ -402,6 +402,7 @@
       const n = b.node;
       g.setAttribute("class", "node");
       g.setAttribute("data-node", n.id);
+      el("title", {}, g).textContent = `${n.op} ${n.id}`;
       if (b.kind === "cluster") {
         g.setAttribute("data-expanded", "1");
         el("rect", { class: "cluster-body", width: b.w, height: b.h, rx: 6 }, g);
@@ -455,6 +456,7 @@
   function edgeElement(e) {
     const g = el("g", { class: "edge", "data-edge": e.value });
     if (state.selected) { const n = nodeById.get(state.selected); if (n && (n.node.inputs.includes(e.value) || n.node.outputs.includes(e.value))) g.classList.add("lit"); }
+    el("title", {}, g).textContent = `${e.value}\n${typeLabel(valueInfo(e.gi, e.value)) || "type unknown"}`;
     el("path", { d: edgePath(e.pts) }, g);
     if (e.label) text(g, e.pts[0][0] + 4, e.pts[0][1] + 11, "", e.label);
     return g;
