@@ -144,6 +144,12 @@ def test_stats_of_a_float_tensor():
     json.dumps(s, allow_nan=False)
 
 
+def test_stats_of_a_constant_or_nearly_constant_tensor():
+    assert tensor_stats(np.full(100, 3.0, np.float32))["hist"] == [100]
+    near = np.array([1e9, 1e9 + 1e-7] * 50, np.float64)  # numpy cannot cut this into 24 bins
+    assert sum(tensor_stats(near)["hist"]) == 100
+
+
 def test_stats_keep_large_tensors_out():
     big = np.arange(SMALL + 1, dtype=np.int64)
     s = tensor_stats(big)

@@ -86,9 +86,15 @@ def tensor_stats(value: Any) -> dict[str, Any]:
         out["mean"] = _num(np.mean(finite, dtype=np.float64))
         out["std"] = _num(np.std(finite, dtype=np.float64))
         out["zeros"] = _num(np.count_nonzero(finite == 0) / finite.size)
-        counts, edges = np.histogram(finite.astype(np.float64, copy=False), bins=BINS)
-        out["hist"] = [int(c) for c in counts]
-        out["hist_range"] = [_num(edges[0]), _num(edges[-1])]
+        out.update(_histogram(finite))
     if sampled is not flat:
         out["sampled"] = int(sampled.size)
     return out
+
+
+def _histogram(finite: np.ndarray) -> dict[str, Any]:
+    lo, hi = float(finite.min()), float(finite.max())
+    if not hi - lo > abs(lo) * 1e-12:  # one value (or too close to split): one bar
+        return {"hist": [int(finite.size)], "hist_range": [_num(lo), _num(hi)]}
+    counts, _ = np.histogram(finite.astype(np.float64, copy=False), bins=BINS, range=(lo, hi))
+    return {"hist": [int(c) for c in counts], "hist_range": [_num(lo), _num(hi)]}

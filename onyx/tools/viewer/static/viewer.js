@@ -507,7 +507,7 @@
     const stage = $("stage"), W = stage.clientWidth, H = stage.clientHeight, m = 30;
     const k = Math.min((W - 2 * m) / Math.max(scene.w, 1), (H - 2 * m) / Math.max(scene.h, 1), 1.5);
     state.k = k; state.tx = (W - scene.w * k) / 2; state.ty = Math.max(m, (H - scene.h * k) / 2);
-    schedule();
+    render();
   }
   /** Fit when that stays readable; otherwise the top of the graph at a readable zoom. */
   function initialView() {
