@@ -331,6 +331,16 @@ def test_cli_opens_the_browser_without_out(monkeypatch, capsys):
     Path(path).unlink()
 
 
+def test_cli_warns_when_the_run_fails(tmp_path, capsys):
+    np.savez(tmp_path / "in.npz", image=np.zeros((1, 1, 28), np.float32))
+    out = tmp_path / "p.html"
+    assert (
+        cli_main(["view", str(TINY_CNN), "--inputs", str(tmp_path / "in.npz"), "-o", str(out)]) == 0
+    )
+    assert "warning: the run failed: input 'image'" in capsys.readouterr().err
+    assert "the run failed" in out.read_text()
+
+
 def test_cli_reports_bad_models(tmp_path, capsys):
     bad = tmp_path / "bad.onnx"
     bad.write_bytes(b"not a model")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 HELP = "draw a model as an HTML page (with --run: value statistics and node times; --compare)"
 
@@ -36,6 +37,8 @@ def main(args) -> int:
         weight_stats=not args.no_weight_stats,
         seed=args.seed,
     )
+    for note in page.document.get("notes", []):  # the page shows them too
+        print(f"onyx view: warning: {note}", file=sys.stderr)
     if args.serve:
         return _serve(page, args.port)
     if args.out:
