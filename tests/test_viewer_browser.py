@@ -36,7 +36,7 @@ def browser():
 class Page:
     """A page of the viewer, with the console errors it logged."""
 
-    def __init__(self, browser, html: str, tmp_path, name: str = "page"):
+    def __init__(self, browser, html: str, tmp_path, name: str = "page", ready: str = "body"):
         self.errors: list[str] = []
         self.page = browser.new_page(viewport={"width": 1280, "height": 800})
         self.page.on("console", lambda m: m.type == "error" and self.errors.append(m.text))
@@ -45,7 +45,8 @@ class Page:
         path.write_text(html, encoding="utf-8")
         start = time.perf_counter()
         self.page.goto(path.as_uri())  # file://: the page needs no server
-        self.page.wait_for_selector("body[data-ready]", timeout=60_000)
+        if ready:
+            self.page.wait_for_selector(f"{ready}[data-ready]", timeout=60_000)
         self.open_seconds = time.perf_counter() - start
 
     def js(self, expression: str):
@@ -63,8 +64,8 @@ class Page:
 def open_page(browser, tmp_path):
     pages = []
 
-    def make(html: str, name: str = "page") -> Page:
-        pages.append(Page(browser, html, tmp_path, name))
+    def make(html: str, name: str = "page", ready: str = "body") -> Page:
+        pages.append(Page(browser, html, tmp_path, name, ready))
         return pages[-1]
 
     yield make
@@ -269,6 +270,16 @@ def test_a_10k_node_graph_opens_fast_and_stays_findable(open_page):
         return (performance.now() - t) / 40; })()"""
     )
     assert ms < 50, ms
+
+
+def test_the_notebook_form_draws_inside_its_iframe(open_page):
+    v = view(TINY_CNN)
+    notebook = f"<!DOCTYPE html><html><body><h1>notebook</h1>{v._repr_html_()}</body></html>"
+    p = open_page(notebook, ready="")
+    frame = p.page.frame_locator("iframe")
+    frame.locator("body[data-ready]").wait_for(timeout=30_000)
+    drawn = frame.locator("[data-node]").evaluate_all("els => els.map(e => e.dataset.node)")
+    assert sorted(drawn) == sorted(main_ids(v.document))
 
 
 def test_shots_for_the_docs(open_page, tmp_path):
