@@ -219,6 +219,10 @@ def test_run_shows_value_statistics_and_times(open_page):
     p.page.click(f'[data-node="{relu["id"]}"]')
     text = p.panel()
     assert "run" in text and "min" in text and "mean" in text and "NaN 0" in text and "µs" in text
+    p.page.click("#model-info")
+    assert "slowest nodes" in p.panel()
+    p.page.click("#panel [data-jump-node]")  # the slowest node, selected and centred
+    assert p.js("document.getElementById('panel').dataset.kind") == "node"
     p.page.select_option("#colour", "time")
     assert "µs" in p.page.inner_text("#legend")
     assert "µs" in p.page.locator(f'[data-node="{relu["id"]}"] .metric').text_content()

@@ -665,14 +665,27 @@
     if (m.functions.length) h += `<h3>functions</h3>` + m.functions.map((f) => `<div class="mono">${esc(f)}</div>`).join("");
     h += `<h3>inputs</h3>` + GRAPHS[0].inputs.map((i) => valueHtml(0, i, "input")).join("");
     h += `<h3>outputs</h3>` + GRAPHS[0].outputs.map((o) => valueHtml(0, o, "output")).join("");
-    if (DOC.run) h += `<h3>run</h3><div class="sub">values and times from one onyx run (unoptimized graph) on inputs ${esc(Object.entries(DOC.run.inputs).map(([k, s]) => `${k} ⟨${s.join("×")}⟩`).join(", "))}</div>`;
+    if (DOC.run) {
+      h += `<h3>run</h3><div class="sub">values and times from one onyx run (unoptimized graph) on inputs ${esc(Object.entries(DOC.run.inputs).map(([k, s]) => `${k} ⟨${s.join("×")}⟩`).join(", "))}</div>`;
+      h += topList("slowest nodes", (n) => n.time, (n) => `${fmt(n.time)} µs`);
+    }
     if (DOC.compare) {
       const c = DOC.compare;
       h += `<h3>comparison</h3><div>against ${esc(c.against)}: ${c.compared} values compared (|Δ| ≤ ${c.atol} + ${c.rtol}·|ref|)</div>`;
       h += c.first ? `<div class="bad">first divergence: <span class="name" data-jump-node="${esc(c.first)}">${esc(c.first)}</span></div>` : `<div class="ok">all compared values agree</div>`;
+      h += topList("largest errors", (n) => errNumber(n.error), (n) => `rel ${fmt(n.error)}`);
     }
     for (const note of DOC.notes || []) h += `<div class="bad">${esc(note)}</div>`;
     setPanel(h, "model");
+  }
+  /** The main graph's top 10 nodes by ``key`` (those that have one), each a link. */
+  function topList(title, key, label) {
+    const nodes = GRAPHS[0].nodes.filter((n) => key(n) !== undefined && key(n) > 0);
+    if (!nodes.length) return "";
+    nodes.sort((a, b) => key(b) - key(a));
+    const total = title === "slowest nodes" ? ` <span class="sub">(all nodes: ${fmt(nodes.reduce((t, n) => t + n.time, 0))} µs)</span>` : "";
+    return `<div class="top"><b>${title}</b>${total}<table>` + nodes.slice(0, 10).map((n) =>
+      `<tr><td class="mono">${esc(label(n))}</td><td><span class="name" data-jump-node="${esc(n.id)}">${esc(n.id)}</span> <span class="sub">${esc(n.op)}</span></td></tr>`).join("") + "</table></div>";
   }
   function setPanel(h, kind) { const p = $("panel"); p.innerHTML = h; p.dataset.kind = kind; p.scrollTop = 0; }
 
