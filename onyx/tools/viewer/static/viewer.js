@@ -379,6 +379,13 @@
     return FAMILY_COLOURS[n.family] || FAMILY_COLOURS.other;
   }
 
+  /** Whether white text on ``col`` would be hard to read (the heat scales' pale middle). */
+  function isLight(col) {
+    const m = /rgb\((\d+),(\d+),(\d+)\)/.exec(col);
+    if (!m) return col === "#bdbdbd" || col === "#eef1f5";
+    return 0.299 * m[1] + 0.587 * m[2] + 0.114 * m[3] > 150;
+  }
+
   // ---- drawing ----------------------------------------------------------------------------------
   const drawn = { boxes: new Map(), edges: new Map() };
   function el(tag, attrs, parent) {
@@ -407,13 +414,15 @@
         g.setAttribute("data-expanded", "1");
         el("rect", { class: "cluster-body", width: b.w, height: b.h, rx: 6 }, g);
         el("rect", { class: "head", width: b.w, height: HEAD, rx: 6, fill: headColour(b) }, g);
-        text(g, PAD, 15, "op", `${n.op}  ${n.id}`);
+        const op = text(g, PAD, 15, "op", `${n.op}  ${n.id}`);
+        if (isLight(headColour(b))) op.style.fill = "#222";
         for (const s of b.subs) text(g, CLUSTER_PAD + s.dx, CLUSTER_HEAD + 11, "cluster-label", s.label);
       } else {
         el("rect", { class: "body", width: b.w, height: b.h, rx: 4 }, g);
         el("rect", { class: "head", width: b.w, height: HEAD, rx: 4, fill: headColour(b) }, g);
         if (b.face.lines.length) el("rect", { class: "head", y: HEAD - 4, width: b.w, height: 4, fill: headColour(b) }, g);
-        text(g, PAD, 15, "op", fitText(n.op, b.w - 2 * PAD - (b.face.inits ? 24 : 0) - (n.subgraphs ? 18 : 0), 12));
+        const op = text(g, PAD, 15, "op", fitText(n.op, b.w - 2 * PAD - (b.face.inits ? 24 : 0) - (n.subgraphs ? 18 : 0), 12));
+        if (isLight(headColour(b))) op.style.fill = "#222";
         b.face.lines.forEach((l, i) => text(g, PAD, HEAD + 12 + i * LINE, l.init ? "line init" : "line", fitText(l.text, b.w - 2 * PAD, 10)));
         if (b.face.inits) {
           const bx = b.w - 22 - (n.subgraphs ? 18 : 0);
