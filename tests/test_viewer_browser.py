@@ -12,6 +12,7 @@ import time
 
 import numpy as np
 import pytest
+from onnx import TensorProto, helper
 from test_viewer import BERT, TINY_CNN, control_model, main_ids, mlp_model
 
 from onyx.tools.viewer import view
@@ -226,6 +227,26 @@ def test_run_shows_value_statistics_and_times(open_page):
     p.page.select_option("#colour", "time")
     assert "µs" in p.page.inner_text("#legend")
     assert "µs" in p.page.locator(f'[data-node="{relu["id"]}"] .metric').text_content()
+
+
+def test_run_flags_nodes_that_made_nan(open_page):
+    nodes = [
+        helper.make_node("Sqrt", ["x"], ["root"], name="root"),
+        helper.make_node("Abs", ["root"], ["y"], name="abs"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "nan",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    x = np.array([1, -1, 4, -4], np.float32)
+    p = open_page(view(model.SerializeToString(), inputs={"x": x}).html)
+    # where NaN starts is marked; where it only passes through is noted
+    assert p.page.locator('[data-node="root"] .nan-flag.origin').text_content() == "⚠ NaN ×2"
+    assert p.page.locator('[data-node="abs"] .nan-flag').text_content() == "NaN ×2"
+    assert p.page.locator('[data-node="abs"] .origin').count() == 0
 
 
 def test_compare_marks_the_first_divergence(open_page, tmp_path):

@@ -7,7 +7,6 @@ that one without touching the page.
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import tempfile
@@ -114,8 +113,6 @@ def _node_times(trace_path: str) -> dict[str, float]:
         if e.get("cat") == "Node":
             name, dur = e["name"], float(e.get("dur", 0))
             times[name] = min(times.get(name, dur), dur)
-    for leftover in glob.glob(trace_path + "*"):
-        os.remove(leftover)
     return times
 
 

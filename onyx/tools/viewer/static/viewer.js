@@ -436,6 +436,13 @@
         el("title", {}, t).textContent = state.expanded.has(n.id) ? "collapse" : "expand the subgraph in place";
         text(g, tx + 7, 15.5, "toggle-text", state.expanded.has(n.id) ? "−" : "+").setAttribute("text-anchor", "middle");
       }
+      const bad = nonFinite(n.outputs, b.gi);
+      if (bad) {
+        // "⚠" where non-finite values start: outputs have them, inputs have none
+        const origin = !nonFinite(n.inputs, b.gi);
+        const t = text(g, b.w, -3, origin ? "flag nan-flag origin" : "flag nan-flag", origin ? "⚠ " + bad : bad);
+        t.setAttribute("text-anchor", "end");
+      }
       const metric = metricText(n, b.gi);
       if (metric) text(g, b.w + 4, 12, "metric", metric);
       if (DOC.compare && DOC.compare.first === n.id) {
@@ -446,6 +453,15 @@
     if (state.selected === b.id) g.classList.add("selected");
     if (state.hits.length && state.hits[state.hit] === b.id) g.classList.add("hit");
     return g;
+  }
+  /** "NaN ×k" / "inf ×k" when the run gave any of these values such elements. */
+  function nonFinite(names, gi) {
+    let nan = 0, inf = 0;
+    for (const o of names) {
+      const v = o && valueInfo(gi, o), r = v && v.run;
+      if (r) { nan += r.nan || 0; inf += r.inf || 0; }
+    }
+    return nan ? `NaN ×${nan}` : inf ? `inf ×${inf}` : "";
   }
   function metricText(n, gi) {
     if (gi !== 0) return "";
