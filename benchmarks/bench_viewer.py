@@ -1,5 +1,6 @@
 """onyx view at scale: the time to build a page (Python) and to open it in headless Chromium
-(parse, layout, first drawing), the page's size, and the time of one pan step, for graphs of
+(parse, layout, first drawing), the page's size, and the time of one pan step (at the opening
+zoom, and fitted: the whole graph in view), for graphs of
 1k to 30k nodes (residual blocks of 5 nodes) and for the transformer exports in tests/models.
 
     python benchmarks/bench_viewer.py [--sizes 1000,10000,30000] [--repeat 3]
@@ -27,7 +28,7 @@ GPT = os.path.join(HERE, "..", "tests", "models", "gpt_dynamo_op18.onnx")
 
 
 def measure(browser, source, repeat: int) -> dict:
-    build, opened, script, layout, pan = [], [], [], [], []
+    build, opened, script, layout, pan, overview = [], [], [], [], [], []
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "page.html")
         for _ in range(repeat):
@@ -51,6 +52,14 @@ def measure(browser, source, repeat: int) -> dict:
                     return (performance.now() - t) / 40; })()"""
                 )
             )
+            page.evaluate("window.onyxView.fit()")  # zoomed out: the overview (canvas past 2500)
+            overview.append(
+                page.evaluate(
+                    """(() => { const t = performance.now();
+                    for (let i = 0; i < 20; i++) window.onyxView.pan(0, -5);
+                    return (performance.now() - t) / 20; })()"""
+                )
+            )
             page.close()
     nodes = len(onyx.view(source, weight_stats=False).document["graphs"][0]["nodes"])
     return {
@@ -61,6 +70,7 @@ def measure(browser, source, repeat: int) -> dict:
         "script s": statistics.median(script),
         "layout s": statistics.median(layout),
         "pan ms": statistics.median(pan),
+        "pan fitted ms": statistics.median(overview),
     }
 
 
