@@ -220,6 +220,18 @@ def test_run_shows_value_statistics_and_times(open_page):
     p.page.click(f'[data-node="{relu["id"]}"]')
     text = p.panel()
     assert "run" in text and "min" in text and "mean" in text and "NaN 0" in text and "µs" in text
+    # a click on an edge shows its value: statistics, who makes it, who reads it
+    r = p.js(
+        f"document.querySelector('[data-edge=\"{relu['outputs'][0]}\"] path').getBoundingClientRect().toJSON()"
+    )
+    p.page.mouse.click(r["x"] + r["width"] / 2, r["y"] + r["height"] / 2)
+    text = p.panel()
+    assert (
+        relu["outputs"][0] in text
+        and "run" in text
+        and "made by" in text.lower()
+        and relu["id"] in text
+    )
     p.page.click("#model-info")
     assert "slowest nodes" in p.panel()
     p.page.click("#panel [data-jump-node]")  # the slowest node, selected and centred

@@ -479,10 +479,12 @@
     return d;
   }
   function edgeElement(e) {
-    const g = el("g", { class: "edge", "data-edge": e.value });
+    const g = el("g", { class: "edge", "data-edge": e.value, "data-graph": e.gi });
     if (state.selected) { const n = nodeById.get(state.selected); if (n && (n.node.inputs.includes(e.value) || n.node.outputs.includes(e.value))) g.classList.add("lit"); }
     el("title", {}, g).textContent = `${e.value}\n${typeLabel(valueInfo(e.gi, e.value)) || "type unknown"}`;
-    el("path", { d: edgePath(e.pts) }, g);
+    const d = edgePath(e.pts);
+    el("path", { class: "hit-area", d }, g); // wide and invisible: thin lines are hard to click
+    el("path", { d }, g);
     if (e.label) text(g, e.pts[0][0] + 4, e.pts[0][1] + 11, "", e.label);
     return g;
   }
@@ -673,6 +675,16 @@
     h += `<h3>outputs</h3>` + n.outputs.map((o) => valueHtml(gi, o, "output")).join("");
     setPanel(h, "node");
   }
+  /** A value: its type, statistics, error, and the nodes that make and read it. */
+  function showValue(gi, name) {
+    const link = (id) => `<div><span class="name" data-jump-node="${esc(id)}">${esc(id)}</span> <span class="sub">${esc(nodeById.get(id).node.op)}</span></div>`;
+    const producer = producerOf[gi].get(name);
+    const users = GRAPHS[gi].nodes.filter((n) => n.inputs.includes(name) || (n.captures || []).includes(name)).map((n) => n.id);
+    let h = `<h2>value</h2>${valueHtml(gi, name, "value")}`;
+    h += `<h3>made by</h3>${producer ? link(producer) : `<div class="sub">graph input or initializer</div>`}`;
+    h += `<h3>read by</h3>${users.length ? users.map(link).join("") : `<div class="sub">nobody (a graph output)</div>`}`;
+    setPanel(h, "value");
+  }
   function showIo(id) {
     const [kind, gi, ...rest] = id.split(":");
     const name = rest.join(":");
@@ -797,6 +809,8 @@
       if (t) { toggle(t.getAttribute("data-toggle")); return; }
       const n = e.target.closest("[data-node]");
       if (n) { select(n.getAttribute("data-node")); return; }
+      const edge = e.target.closest("[data-edge]");
+      if (edge) { showValue(Number(edge.getAttribute("data-graph")), edge.getAttribute("data-edge")); return; }
       const io = e.target.closest("[data-input],[data-output]");
       if (io) { select(io.getAttribute("data-box")); return; }
       if (state.mode === "canvas") { const b = boxAtScreen(e); if (b) { select(b.id, true); return; } }
