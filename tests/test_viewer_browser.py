@@ -328,14 +328,24 @@ def test_shots_for_the_docs(open_page, tmp_path):
     p = open_page(v.html)
     norm = next(n["id"] for n in v.document["graphs"][0]["nodes"] if n["op"] == "Gemm")
     p.js(f"window.onyxView.select({norm!r}, true)")
-    p.page.screenshot(path=os.path.join(out, "viewer.png"))
+    _shot(p, os.path.join(out, "viewer.png"))
     p2 = open_page(view(control_model()).html)
     for node in ("choose", "repeat", "square"):
         p2.js(f"window.onyxView.toggle({node!r})")
     p2.js("window.onyxView.fit(); window.onyxView.select('loop_add')")
-    p2.page.screenshot(path=os.path.join(out, "viewer_subgraphs.png"))
+    _shot(p2, os.path.join(out, "viewer_subgraphs.png"))
     other = tmp_path / "perturbed.onnx"
     other.write_bytes(mlp_model(6, bias_shift=0.5, block=3))
     p3 = open_page(view(mlp_model(6), compare=str(other)).html)
     p3.page.click("#diverge")
-    p3.page.screenshot(path=os.path.join(out, "viewer_compare.png"))
+    _shot(p3, os.path.join(out, "viewer_compare.png"))
+
+
+def _shot(p: Page, path: str) -> None:
+    """A screenshot in 256 colours (a third of the bytes; the page has few colours anyway)."""
+    import io
+
+    from PIL import Image
+
+    image = Image.open(io.BytesIO(p.page.screenshot())).convert("RGB")
+    image.quantize(colors=256, method=Image.Quantize.MEDIANCUT).save(path, optimize=True)

@@ -81,7 +81,9 @@
     }
     if (inits.length > 4) lines.push({ text: `+${inits.length - 4} more weights`, init: true });
     for (const k of n.key) lines.push({ text: k, init: false });
-    let w = Math.max(textW(n.op, 12, true) + 2 * PAD + (inits.length ? 26 : 0) + (n.subgraphs ? 20 : 0), MINW);
+    // room in the header for the run's figure ("12.5 µs", "err 0.0123") whichever colouring
+    const metric = gi === 0 && (n.time !== undefined || n.error !== undefined) ? 56 : 0;
+    let w = Math.max(textW(n.op, 12, true) + 2 * PAD + (inits.length ? 26 : 0) + (n.subgraphs ? 20 : 0) + metric, MINW);
     for (const l of lines) w = Math.max(w, textW(l.text, 10) + 2 * PAD);
     w = Math.min(w, MAXW);
     const h = HEAD + (lines.length ? lines.length * LINE + 6 : 0);
@@ -444,7 +446,12 @@
         t.setAttribute("text-anchor", "end");
       }
       const metric = metricText(n, b.gi);
-      if (metric) text(g, b.w + 4, 12, "metric", metric);
+      if (metric) {
+        const right = b.w - 4 - (b.face && b.face.inits ? 24 : 0) - (n.subgraphs ? 18 : 0);
+        const t = text(g, right, 14.5, "metric", metric);
+        t.setAttribute("text-anchor", "end");
+        t.style.fill = isLight(headColour(b)) ? "#222" : "#fff";
+      }
       if (DOC.compare && DOC.compare.first === n.id) {
         g.classList.add("diverged");
         text(g, 0, -4, "flag", "first divergence");
