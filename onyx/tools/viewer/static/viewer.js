@@ -97,13 +97,23 @@
 
   /** Lays out graph gi; returns {w, h, boxes, edges} in coordinates local to the graph. */
   function layoutGraph(gi, depth) {
+    const { V, prod } = graphVertices(gi, depth);
+    const { uses, preds, succs } = valueUses(V, prod);
+    const layer = assignLayers(V, preds, succs);
+    const { chains, L, up, down } = addChains(V, uses, prod, layer);
+    const layers = orderLayers(V, L, up, down);
+    const X = placeX(V, layers, up, down);
+    return route(gi, V, L, layers, X, chains);
+  }
+
+  /** The boxes of a graph: its inputs, its nodes (expanded ones as clusters), its outputs;
+   * and the vertex and output port that produces each value. */
+  function graphVertices(gi, depth) {
     const g = GRAPHS[gi];
-    const V = [];               // vertices: {kind, id, w, h, ...}
+    const V = [];               // vertices: {kind, id, w, h, ins, outs, ...}
     const prod = new Map();     // value -> [vertex index, output port index]
-    for (const name of g.inputs) {
-      prod.set(name, [V.length, 0]);
-      V.push({ kind: "input", id: `input:${gi}:${name}`, value: name, w: Math.max(60, textW(name, 11) + 20), h: IO_H, outs: [name], ins: [] });
-    }
+    const io = (kind, name) => ({ kind, id: `${kind}:${gi}:${name}`, value: name, w: Math.max(60, textW(name, 11) + 20), h: IO_H, outs: kind === "input" ? [name] : [], ins: kind === "input" ? [] : [name] });
+    for (const name of g.inputs) { prod.set(name, [V.length, 0]); V.push(io("input", name)); }
     for (const n of g.nodes) {
       const vi = V.length;
       n.outputs.forEach((o, k) => { if (o) prod.set(o, [vi, k]); });
@@ -115,12 +125,15 @@
         V.push({ kind: "node", id: n.id, node: n, gi, w: face.w, h: face.h, face, outs: n.outputs, ins });
       }
     }
-    for (const name of g.outputs) {
-      V.push({ kind: "output", id: `output:${gi}:${name}`, value: name, w: Math.max(60, textW(name, 11) + 20), h: IO_H, outs: [], ins: [name] });
-    }
-    // edges by value: the producer and every consumer (a consumer may read a value twice)
+    for (const name of g.outputs) V.push(io("output", name));
+    return { V, prod };
+  }
+
+  /** Each value's consumers ([vertex, input port], a vertex may read a value twice), and each
+   * vertex's producers and consumers. */
+  function valueUses(V, prod) {
     const preds = V.map(() => []), succs = V.map(() => []);
-    const uses = new Map();     // value -> [[consumer vertex, input port], ...]
+    const uses = new Map();
     V.forEach((v, vi) => v.ins.forEach((name, port) => {
       const p = prod.get(name);
       if (!p || p[0] === vi) return;
@@ -128,9 +141,14 @@
       if (!uses.has(name)) uses.set(name, []);
       uses.get(name).push([vi, port]);
     }));
-    // layers: longest path from the sources, then sources pulled down next to their first use
+    return { uses, preds, succs };
+  }
+
+  /** Longest path from the sources; sources then pulled down next to their first use; graph
+   * outputs all on the last layer (they read as the graph's end, as in Netron). */
+  function assignLayers(V, preds, succs) {
     const layer = new Int32Array(V.length);
-    for (let vi = 0; vi < V.length; vi++) {
+    for (let vi = 0; vi < V.length; vi++) { // vertices are in execution order
       let l = 0;
       for (const p of preds[vi]) if (p < vi) l = Math.max(l, layer[p] + 1);
       layer[vi] = l;
@@ -141,47 +159,48 @@
       for (const s of succs[vi]) l = Math.min(l, layer[s] - 1);
       if (l !== Infinity && l > layer[vi]) layer[vi] = l;
     }
-    // graph outputs all on the last layer (as Netron does, they read as the graph's end)
     let last = 0;
     for (let vi = 0; vi < V.length; vi++) if (V[vi].kind !== "output") last = Math.max(last, layer[vi]);
     for (let vi = 0; vi < V.length; vi++) if (V[vi].kind === "output") layer[vi] = last + 1;
-    // one chain of dummy points per value, down to its last consumer's layer
-    const chains = new Map();   // value -> {from, port, dummies: [vertex by layer]}
+    return layer;
+  }
+
+  /** One chain of dummy points per value, down to its last consumer's layer (shared by all its
+   * uses); the links between adjacent layers (``up``/``down``) that ordering and placement use. */
+  function addChains(V, uses, prod, layer) {
+    const chains = new Map();   // value -> {src, port, dummies: [vertex per layer], list: uses}
     for (const [name, list] of uses) {
       const [src, port] = prod.get(name);
       let deepest = layer[src];
       for (const [c] of list) deepest = Math.max(deepest, layer[c]);
       const dummies = [];
-      for (let l = layer[src] + 1; l < deepest; l++) {
-        const d = V.length;
-        V.push({ kind: "dummy", w: DUMMYW, h: 0 });
-        dummies.push(d);
-      }
+      for (let l = layer[src] + 1; l < deepest; l++) { dummies.push(V.length); V.push({ kind: "dummy", w: DUMMYW, h: 0 }); }
       chains.set(name, { src, port, dummies, list });
     }
     const L = new Int32Array(V.length); // layers of the vertices and of the dummy points
     L.set(layer);
     for (const ch of chains.values()) ch.dummies.forEach((d, i) => { L[d] = L[ch.src] + 1 + i; });
-    // edges between adjacent layers for ordering and placement: consumer <- its chain's point
     const up = V.map(() => []), down = V.map(() => []);
     const link = (a, b) => { down[a].push(b); up[b].push(a); };
     for (const ch of chains.values()) {
       let prev = ch.src;
       for (const d of ch.dummies) { link(prev, d); prev = d; }
       for (const [c] of ch.list) {
-        const via = L[c] - 1 - L[ch.src] - 1;
+        const via = L[c] - 1 - L[ch.src] - 1; // the chain's point just above the consumer
         link(via >= 0 ? ch.dummies[via] : ch.src, c);
       }
     }
-    // ordering: execution order, then barycentre sweeps
+    return { chains, L, up, down };
+  }
+
+  /** Vertices per layer: execution order, then 4 barycentre sweeps each way. */
+  function orderLayers(V, L, up, down) {
     let nLayers = 0;
     for (let vi = 0; vi < V.length; vi++) nLayers = Math.max(nLayers, L[vi] + 1);
     const layers = Array.from({ length: nLayers }, () => []);
     for (let vi = 0; vi < V.length; vi++) layers[L[vi]].push(vi);
-    const pos = new Float64Array(V.length);
-    const setPos = () => { for (const ly of layers) ly.forEach((v, i) => { pos[v] = i; }); };
-    setPos();
-    const key = new Float64Array(V.length);
+    const pos = new Float64Array(V.length), key = new Float64Array(V.length);
+    for (const ly of layers) ly.forEach((v, i) => { pos[v] = i; });
     const sweep = (ly, nb) => {
       for (const v of ly) {
         const ns = nb[v];
@@ -197,13 +216,17 @@
       for (let l = 1; l < nLayers; l++) sweep(layers[l], up);
       for (let l = nLayers - 2; l >= 0; l--) sweep(layers[l], down);
     }
-    // x: pack, then pull each vertex towards its neighbours, keeping the order and the gaps
+    return layers;
+  }
+
+  /** x of each vertex's centre: packed, then each layer pulled towards its neighbours (down,
+   * up, down, up, then both twice), keeping the order and the gaps. */
+  function placeX(V, layers, up, down) {
     const X = new Float64Array(V.length), W = (v) => V[v].w;
     for (const ly of layers) {
       let x = 0;
       ly.forEach((v, i) => { if (i) x += (W(ly[i - 1]) + W(v)) / 2 + GAPX; X[v] = x; });
-      const mid = x / 2;
-      for (const v of ly) X[v] -= mid;
+      for (const v of ly) X[v] -= x / 2;
     }
     const place = (ly, nbs) => {
       const n = ly.length;
@@ -222,19 +245,26 @@
       const y = isotonic(Array.from(target, (t, i) => t - off[i]), weight);
       for (let i = 0; i < n; i++) X[ly[i]] = y[i] + off[i];
     };
+    const nLayers = layers.length;
     for (let it = 0; it < 6; it++) {
-      const dir = it % 2 === 0;
+      const downward = it % 2 === 0;
       for (let l = 0; l < nLayers; l++) {
-        const li = dir ? l : nLayers - 1 - l;
-        place(layers[li], it >= 4 ? [up, down] : dir ? [up] : [down]);
+        place(layers[downward ? l : nLayers - 1 - l], it >= 4 ? [up, down] : downward ? [up] : [down]);
       }
     }
-    // y: rows as tall as their tallest box
+    return X;
+  }
+
+  /** Final coordinates: rows as tall as their tallest box; each edge a polyline from its
+   * producer's output port through its chain's points (straight down each row it crosses) to
+   * its consumer's input port, the first edge of each value carrying its label. */
+  function route(gi, V, L, layers, X, chains) {
+    const nLayers = layers.length;
     const rowY = new Float64Array(nLayers), rowH = new Float64Array(nLayers);
     for (let l = 0; l < nLayers; l++) for (const v of layers[l]) rowH[l] = Math.max(rowH[l], V[v].h);
     for (let l = 1; l < nLayers; l++) rowY[l] = rowY[l - 1] + rowH[l - 1] + GAPY;
     let minX = Infinity, maxX = -Infinity;
-    for (let vi = 0; vi < V.length; vi++) { minX = Math.min(minX, X[vi] - W(vi) / 2); maxX = Math.max(maxX, X[vi] + W(vi) / 2); }
+    for (let vi = 0; vi < V.length; vi++) { minX = Math.min(minX, X[vi] - V[vi].w / 2); maxX = Math.max(maxX, X[vi] + V[vi].w / 2); }
     if (!V.length) { minX = 0; maxX = 80; }
     const boxes = [], edges = [];
     for (let vi = 0; vi < V.length; vi++) {
@@ -245,16 +275,13 @@
     const portX = (v, k, n) => v.x + (v.w * (k + 1)) / (n + 1);
     for (const [name, ch] of chains) {
       const s = V[ch.src];
-      const nOut = Math.max(1, s.outs.length);
-      const start = [portX(s, ch.port, nOut), s.y + s.h];
+      const start = [portX(s, ch.port, Math.max(1, s.outs.length)), s.y + s.h];
       const label = typeLabel(valueInfo(gi, name));
       ch.list.forEach(([c, port], i) => {
-        const t = V[c];
-        const pts = [start];
-        const hops = L[c] - L[ch.src] - 1;
-        for (let j = 0; j < hops; j++) {
-          const d = V[ch.dummies[j]], top = rowY[L[ch.dummies[j]]];
-          pts.push([d.x + d.w / 2, top], [d.x + d.w / 2, top + rowH[L[ch.dummies[j]]]]);
+        const t = V[c], pts = [start];
+        for (let j = 0; j < L[c] - L[ch.src] - 1; j++) {
+          const d = V[ch.dummies[j]], l = L[ch.dummies[j]];
+          pts.push([d.x + d.w / 2, rowY[l]], [d.x + d.w / 2, rowY[l] + rowH[l]]);
         }
         pts.push([portX(t, port, Math.max(1, t.ins.length)), t.y]);
         edges.push({ value: name, pts, label: i === 0 ? label : "", gi });
