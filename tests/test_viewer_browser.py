@@ -204,6 +204,10 @@ def test_subgraphs_expand_in_place(open_page):
     assert outer["y"] < inner["y"] and inner["y"] + inner["h"] < outer["y"] + outer["h"]
     p.page.click('[data-toggle="choose"]')
     assert "then_add" not in rendered(p)
+    p.page.keyboard.press("Shift+E")  # all open
+    assert len(rendered(p)) == 8
+    p.page.keyboard.press("Shift+E")  # all closed
+    assert sorted(rendered(p)) == ["choose", "repeat", "square"]
 
 
 def test_search_reveals_a_node_inside_a_subgraph(open_page):

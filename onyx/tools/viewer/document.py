@@ -29,12 +29,13 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "activation": (
         "Relu", "LeakyRelu", "PRelu", "Sigmoid", "HardSigmoid", "Tanh", "Softmax", "LogSoftmax",
         "Gelu", "FastGelu", "BiasGelu", "QuickGelu", "Elu", "Selu", "Celu", "Softplus", "Softsign",
-        "HardSwish", "Mish", "ThresholdedRelu", "Hardmax", "Erf", "Clip", "SkipSimplifiedLayerNormalization",
+        "HardSwish", "Mish", "ThresholdedRelu", "Hardmax", "Erf", "Clip",
     ),
     "norm": (
         "BatchNormalization", "LayerNormalization", "InstanceNormalization", "GroupNormalization",
         "LpNormalization", "MeanVarianceNormalization", "SkipLayerNormalization",
-        "SimplifiedLayerNormalization", "EmbedLayerNormalization", "RMSNormalization", "LRN",
+        "SimplifiedLayerNormalization", "SkipSimplifiedLayerNormalization", "EmbedLayerNormalization",
+        "RMSNormalization", "LRN",
     ),
     "pool": (
         "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "LpPool", "GlobalLpPool",

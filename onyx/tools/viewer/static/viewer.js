@@ -612,6 +612,15 @@
     return true;
   }
   function relayout() { buildScene(); }
+  /** Opens every subgraph, or closes them all when all are open. */
+  function expandAll() {
+    const holders = [...nodeById.values()].filter((x) => x.node.subgraphs).map((x) => x.node.id);
+    const open = holders.some((id) => !state.expanded.has(id));
+    for (const id of holders) if (open) state.expanded.add(id); else state.expanded.delete(id);
+    relayout();
+    fit();
+    redrawAll();
+  }
   /** Expands the nodes that hold node id's graph so that it is drawn. */
   function reveal(id) {
     const chain = [];
@@ -888,6 +897,7 @@
       else if (e.key === "+" || e.key === "=") zoomAt(1.25, stage.clientWidth / 2, stage.clientHeight / 2);
       else if (e.key === "-") zoomAt(0.8, stage.clientWidth / 2, stage.clientHeight / 2);
       else if (e.key === "e" && state.selected) toggle(state.selected);
+      else if (e.key === "E") expandAll();
       else if (e.key === "m") showModel();
       else if (e.key === "?") $("help").hidden = !$("help").hidden;
     });
@@ -928,7 +938,7 @@
     mode: () => state.mode,
     view: () => ({ k: state.k, tx: state.tx, ty: state.ty }),
     box: (id) => { const b = scene.byId.get(id); return b && { x: b.x * state.k + state.tx, y: b.y * state.k + state.ty, w: b.w * state.k, h: b.h * state.k }; },
-    fit, search, jump, select, toggle, setColour, centreOn,
+    fit, search, jump, select, toggle, expandAll, setColour, centreOn,
     zoom: (f) => zoomAt(f, $("stage").clientWidth / 2, $("stage").clientHeight / 2),
     pan: (dx, dy) => { state.tx += dx; state.ty += dy; render(); },
     timings: { parse: parsed - T0, layout: scene.layoutMs, total: performance.now() - T0 },
