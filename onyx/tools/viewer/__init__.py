@@ -76,7 +76,10 @@ def view(
 ) -> Viewer:
     """Draw ``model``; with ``run`` (or ``inputs``) overlay each value's statistics and each
     node's time from a run on ``inputs`` (a dict or an .npz path; random data by default);
-    with ``compare`` ("onnxruntime" or another .onnx file) colour nodes by their error."""
+    with ``compare`` ("onnxruntime" or another .onnx file) colour nodes by their error.
+
+    An ``ir.Model`` given is annotated in place by shape inference (as ``onyx.infer_shapes``
+    does); nothing else of it changes."""
     from ...inference import infer_shapes
     from .document import build_document
 
