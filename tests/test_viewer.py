@@ -94,6 +94,76 @@ def control_model() -> bytes:
     return model.SerializeToString()
 
 
+def nested_model() -> bytes:
+    """Scan (a running sum) then Loop whose body holds an If: subgraphs two levels deep."""
+    body = helper.make_graph(
+        [
+            helper.make_node("Add", ["s_in", "x_t"], ["s_out"], name="scan_add"),
+            helper.make_node("Identity", ["s_out"], ["y_t"], name="scan_id"),
+        ],
+        "scan_body",
+        [
+            helper.make_tensor_value_info("s_in", F, [2]),
+            helper.make_tensor_value_info("x_t", F, [2]),
+        ],
+        [
+            helper.make_tensor_value_info("s_out", F, [2]),
+            helper.make_tensor_value_info("y_t", F, [2]),
+        ],
+    )
+    branch = {
+        name: helper.make_graph(
+            [helper.make_node(op, ["acc_in"], [name], name=f"inner_{op.lower()}")],
+            name,
+            [],
+            [helper.make_tensor_value_info(name, F, [2])],
+        )
+        for name, op in (("t", "Neg"), ("e", "Abs"))
+    }
+    inner_if = helper.make_node(
+        "If",
+        ["c_in"],
+        ["acc_out"],
+        name="inner_if",
+        then_branch=branch["t"],
+        else_branch=branch["e"],
+    )
+    loop_body = helper.make_graph(
+        [helper.make_node("Identity", ["c_in"], ["c_out"], name="keep_going"), inner_if],
+        "loop_body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("c_in", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("acc_in", F, [2]),
+        ],
+        [
+            helper.make_tensor_value_info("c_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("acc_out", F, [2]),
+        ],
+    )
+    nodes = [
+        helper.make_node(
+            "Scan", ["init", "xs"], ["final", "ys"], name="scan", body=body, num_scan_inputs=1
+        ),
+        helper.make_node("Loop", ["n", "c", "final"], ["res"], name="loop", body=loop_body),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "nested",
+        [
+            helper.make_tensor_value_info("init", F, [2]),
+            helper.make_tensor_value_info("xs", F, [3, 2]),
+            helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+        ],
+        [
+            helper.make_tensor_value_info("res", F, [2]),
+            helper.make_tensor_value_info("ys", F, [3, 2]),
+        ],
+        [numpy_helper.from_array(np.array(2, np.int64), "n")],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]).SerializeToString()
+
+
 def mlp_model(n_blocks: int, width: int = 8, bias_shift: float = 0.0, block: int = -1) -> bytes:
     """Residual blocks of 5 nodes (MatMul, Relu, Sigmoid, Mul, Add): 5 * n_blocks nodes.
     ``bias_shift`` is added to block ``block``'s weight (a second model that diverges there)."""
@@ -189,6 +259,28 @@ def test_document_of_subgraphs_and_functions():
     label, body = by_id["square"]["subgraphs"][0]
     assert label == "function Square" and graphs[body]["nodes"][0]["id"] == "square_mul"
     assert by_id["square"]["family"] == "function"
+
+
+def test_nested_subgraphs_and_their_run():
+    page = view(nested_model(), inputs={"c": np.array(True)})
+    doc = page.document
+    by_id = {n["id"]: (gi, n) for gi, g in enumerate(doc["graphs"]) for n in g["nodes"]}
+    assert set(by_id) == {
+        "scan",
+        "scan_add",
+        "scan_id",
+        "loop",
+        "keep_going",
+        "inner_if",
+        "inner_neg",
+        "inner_abs",
+    }
+    gi, inner_if = by_id["inner_if"]
+    assert doc["graphs"][gi]["parent"] == by_id["loop"][0] and inner_if["captures"] == ["acc_in"]
+    inner_graph = doc["graphs"][inner_if["subgraphs"][0][1]]
+    assert inner_graph["parent"] == gi  # (then_branch reads acc_in of the loop body)
+    assert doc["graphs"][0]["values"]["res"]["run"]["shape"] == [2]
+    assert doc["notes"] == []
 
 
 def test_unnamed_and_duplicate_nodes_get_unique_ids():

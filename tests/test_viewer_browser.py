@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
-from test_viewer import BERT, TINY_CNN, control_model, main_ids, mlp_model
+from test_viewer import BERT, TINY_CNN, control_model, main_ids, mlp_model, nested_model
 
 from onyx.tools.viewer import view
 
@@ -208,6 +208,16 @@ def test_subgraphs_expand_in_place(open_page):
     assert len(rendered(p)) == 8
     p.page.keyboard.press("Shift+E")  # all closed
     assert sorted(rendered(p)) == ["choose", "repeat", "square"]
+
+
+def test_subgraphs_two_levels_deep(open_page):
+    p = open_page(view(nested_model()).html)
+    assert sorted(rendered(p)) == ["loop", "scan"]
+    p.js("window.onyxView.search('inner_abs')")
+    assert p.js("window.onyxView.jump(0)") == "inner_abs"  # opens the Loop, then its If
+    assert {"loop", "inner_if", "inner_abs", "inner_neg"} <= set(rendered(p))
+    outer, inner = p.js("window.onyxView.box('inner_if')"), p.js("window.onyxView.box('inner_abs')")
+    assert outer["x"] < inner["x"] and inner["y"] + inner["h"] < outer["y"] + outer["h"]
 
 
 def test_search_reveals_a_node_inside_a_subgraph(open_page):
