@@ -42,6 +42,7 @@ _LAZY = {
     "GraphOptimizationLevel": "onyx.runtime.session",
     "get_available_providers": "onyx.runtime.session",
     "optimize": "onyx.optimizer",
+    "view": "onyx.tools.viewer",
 }
 _SUBMODULES = {"ir", "defs", "backend", "runtime", "serde", "optimizer", "inference", "tools"}
 
