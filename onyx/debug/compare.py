@@ -253,7 +253,7 @@ def _locate(report: Report, model: ir.Model, subject: Runner, other: Runner, fee
     mine, theirs = subject.run(feed, names), other.run(feed, names)
     bad: set[str] = set()  # values known (or assumed, downstream of a known one) to differ
     for i, node in enumerate(order):
-        row = _node_row(node, i, mine)
+        row = _node_row(node, i, {**feed, **mine})
         inputs_bad = any(v is not None and v.name in bad for v in node.inputs)
         observed = [v.name for v in node.outputs if v.name in mine and v.name in theirs]
         outputs_bad = False

@@ -15,8 +15,10 @@ import numpy as np
 from .. import ir
 from ..errors import InvalidArgument, OnyxError
 
-#: The names ``against=`` takes besides another model.
-RUNTIMES = ("onnxruntime", "reference", "onyx", "onyx-unoptimized")
+#: The names ``against=`` takes besides another model. "float32": the model itself with its
+#: float16 / bfloat16 tensors made float32, run by onyx (did a reduced-precision conversion
+#: break it?).
+RUNTIMES = ("onnxruntime", "reference", "onyx", "onyx-unoptimized", "float32")
 
 
 def as_model(source: Any) -> ir.Model:
@@ -163,9 +165,7 @@ class OnnxruntimeRunner(WithOutputsRunner):
     def load(self, data):
         options = self._ort.SessionOptions()
         options.log_severity_level = 3
-        return self._ort.InferenceSession(
-            data, options, providers=["CPUExecutionProvider"]
-        )
+        return self._ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
 
     def execute(self, runner, names, feed):
         return runner.run(list(names), feed)
@@ -199,10 +199,45 @@ def make_runner(against: Any, model: ir.Model, optimize: bool = True) -> Runner:
             return OnnxruntimeRunner(model)
         if against == "reference":
             return ReferenceRunner(model)
+        if against == "float32":
+            runner = OnyxRunner(float32_copy(model), optimize=optimize)
+            runner.label = "float32"
+            return runner
         return OnyxRunner(model, optimize=against == "onyx" and optimize)
     other = as_model(against)
     runner = OnyxRunner(other, optimize=optimize)
-    runner.label = f"{getattr(against, 'name', None) or against}" if isinstance(
-        against, str | os.PathLike
-    ) else "other model"
+    runner.label = (
+        f"{getattr(against, 'name', None) or against}"
+        if isinstance(against, str | os.PathLike)
+        else "other model"
+    )
     return runner
+
+
+_HALF = {ir.DataType.FLOAT16, ir.DataType.BFLOAT16}
+
+
+def float32_copy(model: ir.Model) -> ir.Model:
+    """A copy of ``model`` computing in float32 where it computes in float16 or bfloat16:
+    value types, initializers, Cast targets and constant tensors (main graph)."""
+    from ..optimizer.core import clone_model
+
+    m = clone_model(model)
+    g = m.graph
+    for v in [*g.values(), *g.outputs, *g.value_info]:
+        t = v.type
+        if isinstance(t, ir.TensorType) and t.elem_type in _HALF:
+            v.type = ir.TensorType(ir.DataType.FLOAT, t.shape)
+        if v.const_value is not None and v.const_value.dtype in _HALF:
+            v.const_value = _float32_tensor(v.const_value)
+    for node in g:
+        for a in node.attributes.values():
+            if a.name == "to" and node.op_type == "Cast" and a.value in _HALF:
+                node.set_attr("to", int(ir.DataType.FLOAT))
+            elif isinstance(a.value, ir.Tensor) and a.value.dtype in _HALF:
+                node.set_attr(a.name, _float32_tensor(a.value), a.type)
+    return m
+
+
+def _float32_tensor(t: ir.Tensor) -> ir.Tensor:
+    return ir.Tensor(t.numpy().astype(np.float32), name=t.name)

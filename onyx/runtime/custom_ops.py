@@ -54,7 +54,9 @@ def register_op(
 
     def add(f: Callable) -> Callable:
         with _lock:
-            _install(CustomOp(op_type, f, registry.DOMAIN_ALIASES.get(domain, domain), since, shape))
+            _install(
+                CustomOp(op_type, f, registry.DOMAIN_ALIASES.get(domain, domain), since, shape)
+            )
         return f
 
     return add(fn) if fn is not None else add
