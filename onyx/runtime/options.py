@@ -242,15 +242,18 @@ class SessionOptions(_Warns):
     def has_providers(self) -> bool:
         return False
 
-    def __getattr__(self, name: str):
-        why = _IGNORED_METHODS.get(name)
-        if why is None:
-            raise AttributeError(f"'SessionOptions' object has no attribute {name!r}")
 
-        def ignored(*args, **kwargs):
-            warn_ignored(f"SessionOptions.{name}()", why)
+def _ignored_method(name: str, why: str):
+    def ignored(self, *args: Any, **kwargs: Any) -> None:
+        warn_ignored(f"SessionOptions.{name}()", why)
 
-        return ignored
+    ignored.__name__ = name
+    ignored.__doc__ = f"Accepted for onnxruntime compatibility; onyx ignores it ({why})."
+    return ignored
+
+
+for _name, _why in _IGNORED_METHODS.items():
+    setattr(SessionOptions, _name, _ignored_method(_name, _why))
 
 
 #: Session config keys onyx acts on (or whose onnxruntime meaning onyx always has).

@@ -26,6 +26,11 @@ from .ortvalue import OrtValue, unwrap
 
 CPU = "CPUExecutionProvider"
 
+
+class UnknownProvider(InvalidArgument, RuntimeError):
+    """A provider name onnxruntime does not know either (a RuntimeError there)."""
+
+
 #: onnxruntime's provider names (get_all_providers); any other name is an error, as there.
 ALL_PROVIDERS = [
     "TensorrtExecutionProvider", "CUDAExecutionProvider", "MIGraphXExecutionProvider",
@@ -60,7 +65,7 @@ def provider_names(providers: Any) -> list[str]:
     for p in providers or []:
         name = p[0] if isinstance(p, tuple | list) else p
         if name not in ALL_PROVIDERS:
-            raise ValueError(f"Unknown Provider Type: {name}")
+            raise UnknownProvider(f"Unknown Provider Type: {name}")
         names.append(name)
     return names
 
@@ -163,6 +168,11 @@ class SessionAPI:
         feed = {k: unwrap(v) for k, v in input_dict_ort_values.items()}
         return [OrtValue(v) for v in self.run(output_names, feed, run_options)]
 
+    def create_ortvalue_from_shape_and_type(self, shape, element_type, device_type: str = "cpu",
+                                            device_id: int = 0, vendor_id: int = -1) -> OrtValue:  # fmt: skip
+        """An OrtValue of ``shape`` and ``element_type`` on the CPU."""
+        return OrtValue.ortvalue_from_shape_and_type(shape, element_type, device_type)
+
     def io_binding(self) -> IOBinding:
         return IOBinding(self)
 
@@ -202,6 +212,25 @@ class SessionAPI:
 
     def get_profiling_start_time_ns(self) -> int:
         return self._profiling_start_ns
+
+    def get_tuning_results(self) -> list:
+        return []  # onyx's kernels have no tuned variants
+
+    def set_tuning_results(self, results, error_on_invalid: bool = False) -> None:
+        if results:
+            warn_ignored("set_tuning_results()", "onyx's kernels have no tuned variants")
+
+    def release_captured_graph(self, *args: Any) -> None:
+        """onyx captures no graphs."""
+
+    def set_ep_dynamic_options(self, keys, values) -> None:
+        warn_ignored("set_ep_dynamic_options()", "onyx has only the CPU provider")
+
+    def run_with_ortvaluevector(self, run_options, feed_names, feeds, fetch_names, fetches,
+                                fetch_devices=None) -> None:  # fmt: skip
+        """onnxruntime's low-level variant: ``fetches`` (a list) receives the OrtValues."""
+        feed = {name: unwrap(v) for name, v in zip(feed_names, feeds)}
+        fetches[:] = self.run_with_ort_values(list(fetch_names), feed, run_options)
 
     # -- pickling -------------------------------------------------------------------------------
     def __getstate__(self) -> dict:
