@@ -99,3 +99,17 @@ def test_fp16_overflow_against_float32():
     assert report.first_diverging_node == "square"
     result = reduce(fp16, "compare against float32", rtol=1e-2, atol=1e-3)
     assert result.nodes == ["square"]
+
+
+def test_debugging_doc_runs(tmp_path, monkeypatch):
+    """docs/debugging.md's Python blocks, run in order in one namespace."""
+    import re
+
+    doc = (Path(__file__).parents[1] / "docs" / "debugging.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", doc, flags=re.S)
+    assert len(blocks) >= 5
+    monkeypatch.chdir(tmp_path)
+    scope: dict = {}
+    for block in blocks:
+        exec(compile(block, "docs/debugging.md", "exec"), scope)
+    assert (tmp_path / "square_only.onnx").exists()
