@@ -57,7 +57,8 @@ def warn_ignored(what: str, why: str = "") -> None:
         return
     _warned.add(what)
     message = f"onyx ignores {what}" + (f": {why}" if why else "")
-    logger.warning(message)
+    if logger.hasHandlers():  # (else logging's last-resort handler would print it twice)
+        logger.warning(message)
     warnings.warn(message, IgnoredOptionWarning, stacklevel=3)
 
 
