@@ -135,3 +135,17 @@ def test_cli_against_another_file(tmp_path, capsys):
     rc = main(["compare", str(fp16), "--against", str(fp32), "--rtol", "1e-2", "--atol", "1e-3"])
     assert rc == 1
     assert "first diverging node: square (Mul)" in capsys.readouterr().out
+
+
+def test_no_shared_values_is_explained():
+    import onnx
+
+    other = onnx.load_from_string(chain_model())
+    for node in other.graph.node:  # other names inside, and one node computing differently
+        node.output[:] = [o if o == "y" else o + "_renamed" for o in node.output]
+        node.input[:] = [i if i in ("x", "w", "axes") else i + "_renamed" for i in node.input]
+    other.graph.node[1].op_type = "Abs"
+    report = compare(chain_model(), against=other.SerializeToString())
+    assert not report.ok and report.first_diverging_node == "normalize"
+    assert report.first_diverging.status == "suspect"
+    assert "not visible on both sides" in report.note and "note:" in str(report)

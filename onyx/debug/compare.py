@@ -48,8 +48,9 @@ class OutputComparison:
 @dataclass
 class NodeComparison:
     """One node's row of the per-node table. ``status``: ok, diverges (its inputs agree, its
-    outputs do not), propagated (an input already differs), unobserved (no output is visible
-    on both sides, e.g. fused away)."""
+    outputs do not), suspect (its outputs differ, its inputs are not visible on both sides),
+    propagated (an input already differs), unobserved (no output is visible on both sides,
+    e.g. fused away)."""
 
     name: str
     op_type: str
@@ -83,6 +84,7 @@ class Report:
     first_diverging_node: str | None = None
     first_diverging: NodeComparison | None = None
     nodes: list[NodeComparison] = field(default_factory=list)
+    note: str = ""
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -100,6 +102,8 @@ class Report:
             lines.append("  " + n.describe())
         elif not self.ok and self.nodes:
             lines.append("first diverging node: none found among the values both sides share")
+        if self.note:
+            lines.append(f"note: {self.note}")
         return "\n".join(lines)
 
 
@@ -175,7 +179,7 @@ def compare_values(name: str, got: Any, expected: Any, rtol: float, atol: float)
         same = (x == y) | (np.isnan(x) & np.isnan(y))
         err = np.where(same, 0.0, np.abs(x - y))
         err = np.where(np.isnan(err), np.inf, err)
-        rel = np.where(same, 0.0, err / np.maximum(np.abs(y), np.finfo(np.float64).tiny))
+        rel = np.where(same, 0.0, err / np.abs(y))  # inf where only the expected value is 0
         bad = ~same & ~(err <= atol + rtol * np.abs(y))
     if a.size:
         result.max_abs_error, result.max_rel_error = float(err.max()), float(rel.max())
@@ -245,35 +249,68 @@ def compare(
 
 
 def _locate(report: Report, model: ir.Model, subject: Runner, other: Runner, feed) -> None:
-    """Fill the per-node table and the first diverging node."""
+    """Fill the per-node table and the first diverging node: the earliest node whose outputs
+    differ while its inputs agree ("diverges"), or, failing one, whose inputs are not visible
+    on both sides ("suspect": the divergence is there or in the unobserved nodes before it)."""
     order = [n for n in model.graph if any(v.name for v in n.outputs)]
     produced = [v.name for n in order for v in n.outputs if v.name]
     common = subject.value_names() & other.value_names()
     names = [n for n in produced if n in common]
     mine, theirs = subject.run(feed, names), other.run(feed, names)
-    bad: set[str] = set()  # values known (or assumed, downstream of a known one) to differ
+    good = {v.name for v in model.graph.inputs} | set(model.graph.initializers)
+    bad: set[str] = set()  # values that differ, or come from ones that do
     for i, node in enumerate(order):
         row = _node_row(node, i, {**feed, **mine})
-        inputs_bad = any(v is not None and v.name in bad for v in node.inputs)
+        inputs = [v.name for v in node.inputs if v is not None and v.name]
         observed = [v.name for v in node.outputs if v.name in mine and v.name in theirs]
-        outputs_bad = False
         for name in observed:
             c = compare_values(name, mine[name], theirs[name], *_tols(report, name))
             row.max_abs_error = max(row.max_abs_error, c.max_abs_error)
             row.max_rel_error = max(row.max_rel_error, c.max_rel_error)
             row.mismatches += c.mismatches
-            if not c.ok:
-                outputs_bad = True
-                bad.add(name)
-        if not observed:
-            row.status = "unobserved"
-            if inputs_bad:
-                bad.update(v.name for v in node.outputs if v.name)
-        elif outputs_bad:
-            row.status = "propagated" if inputs_bad else "diverges"
+            (good if c.ok else bad).add(name)
+        row.status = _status(inputs, observed, good, bad)
+        if row.status == "unobserved" and any(n in bad for n in inputs):
+            bad.update(v.name for v in node.outputs if v.name)
         report.nodes.append(row)
-        if row.status == "diverges" and report.first_diverging is None:
-            report.first_diverging, report.first_diverging_node = row, row.name
+    first = next((r for r in report.nodes if r.status == "diverges"), None)
+    first = first or next((r for r in report.nodes if r.status == "suspect"), None)
+    if first is not None:
+        report.first_diverging, report.first_diverging_node = first, first.name
+    if first is None:
+        report.note = _why_not_located(report, model, mine, theirs, other.label)
+    elif first.status == "suspect":
+        report.note = (
+            f"the inputs of {first.name} are not visible on both sides (fused away or named "
+            "differently): the divergence is at it or at the unobserved nodes before it; "
+            "optimize=False (--no-optimize) makes every onyx value observable"
+        )
+
+
+def _status(inputs: list[str], observed: list[str], good: set, bad: set) -> str:
+    if not observed:
+        return "unobserved"
+    if not any(n in bad for n in observed):
+        return "ok"
+    if any(n in bad for n in inputs):
+        return "propagated"
+    return "diverges" if all(n in good for n in inputs) else "suspect"
+
+
+def _why_not_located(report: Report, model: ir.Model, mine: dict, theirs: dict, label: str) -> str:
+    outputs = [v.name for v in model.graph.outputs]
+    if all(n in mine and n in theirs for n in outputs) and all(
+        compare_values(n, mine[n], theirs[n], *_tols(report, n)).ok for n in outputs
+    ):
+        return (
+            f"with every intermediate value fetched the outputs agree: {label} computes "
+            "differently when its intermediates are graph outputs (it skips fusions, e.g. of "
+            "QDQ node units), so the difference lies in what those fusions compute"
+        )
+    return (
+        "the outputs differ in values the two sides do not share (fused away or named "
+        "differently); optimize=False (--no-optimize) makes every onyx value observable"
+    )
 
 
 def _tols(report: Report, name: str) -> tuple[float, float]:
