@@ -116,9 +116,12 @@ def test_cli_prints_errors_and_first_diverging_node(tmp_path, capsys):
     assert "ok   y:" in capsys.readouterr().out
     report_path = tmp_path / "report.json"
     with override_kernel("Relu", relu_plus_one, node="relu"):
-        rc = main(["compare", str(path), "--shape", "x=3,8", "--report", str(report_path)])
+        rc = main(
+            ["compare", str(path), "--shape", "x=3,8", "--report", str(report_path), "--nodes"]
+        )
     out = capsys.readouterr().out
     assert rc == 1
+    assert "  diverges   relu (Relu)" in out
     assert "FAIL y:" in out and "first diverging node: relu (Relu)" in out
     table = json.loads(report_path.read_text())
     assert table["first_diverging_node"] == "relu"

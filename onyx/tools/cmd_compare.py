@@ -28,6 +28,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--report", metavar="REPORT.json", help="write the per-node table as JSON")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     p.add_argument("--no-optimize", action="store_true", help="onyx without graph optimizations")
+    p.add_argument("--nodes", action="store_true", help="print the per-node table")
 
 
 def add_shape_argument(p: argparse.ArgumentParser) -> None:
@@ -79,6 +80,9 @@ def main(args) -> int:
         optimize=not args.no_optimize,
     )
     print(report)
+    if args.nodes:
+        for row in report.nodes:
+            print(f"  {row.status:10} {row.name} ({row.op_type}): max abs {row.max_abs_error:.3g}")
     if args.report:
         report.write(args.report)
         print(f"report: {args.report}")
