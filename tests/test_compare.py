@@ -100,10 +100,13 @@ def test_random_inputs_respect_dtypes_and_symbolic_dims():
     assert sized["ids"].shape == (2, 5, 4)
 
 
-def test_missing_onnxruntime_is_a_clear_error(monkeypatch):
+def test_missing_runtimes_are_a_clear_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "onnxruntime", None)
     with pytest.raises(onyx.OnyxError, match="pip install onnxruntime"):
         compare(chain_model(), "onnxruntime")
+    monkeypatch.setitem(sys.modules, "onnx.reference", None)
+    with pytest.raises(onyx.OnyxError, match="pip install onnx"):
+        compare(chain_model(), "reference")
 
 
 def test_cli_prints_errors_and_first_diverging_node(tmp_path, capsys):
