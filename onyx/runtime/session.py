@@ -112,7 +112,7 @@ class InferenceSession(SessionAPI):
         t0 = time.perf_counter()
         if self._options.enable_cpu_mem_arena:
             memory.keep_freed_memory()  # large tensors reuse freed heap memory (memory.py)
-        with _gc_paused(), session_kernels(self._options._custom_ops):
+        with _gc_paused(), session_kernels(getattr(self._options, "_custom_ops", ())):
             model = self._build(path_or_bytes)
         graph = model.graph
         inits = set(graph.initializers)

@@ -115,14 +115,15 @@ class SessionAPI:
         the caller (on a copy of a model the caller holds). Also notes the op counts, to log
         what the optimizer did."""
         opts = self._options
-        if not owned and (opts._initializers or opts._free_dims or opts._free_denotations):
+        initializers = getattr(opts, "_initializers", {})
+        dims = getattr(opts, "_free_dims", {})
+        denotations = getattr(opts, "_free_denotations", {})
+        if not owned and (initializers or dims or denotations):
             from ..optimizer.core import clone_model
 
             model = clone_model(model)
-        for name, value in getattr(opts, "_initializers", {}).items():
+        for name, value in initializers.items():
             _override_initializer(model.graph, name, unwrap(value))
-        dims = getattr(opts, "_free_dims", {})
-        denotations = getattr(opts, "_free_denotations", {})
         if dims or denotations:
             _fix_free_dims(model.graph, dims, denotations)
         if self._log.enabled(10):
