@@ -9,6 +9,7 @@ InferenceSession (session.py) inherits these; they use its ``_model``, ``_plan``
 from __future__ import annotations
 
 import concurrent.futures
+import copy
 import dataclasses
 import os
 import threading
@@ -83,7 +84,36 @@ class _TerminateWatch:
         if self.profiler is not None:
             self.profiler.node(step, start, end, inputs, outputs)
         if self.run_options.terminate:
-            raise RuntimeFailure("Exiting due to terminate flag being set to true.")
+            raise _terminated()
+
+
+def _terminated() -> RuntimeFailure:
+    return RuntimeFailure("Exiting due to terminate flag being set to true.")
+
+
+def checked_plan(plan: Any, current: threading.local) -> Any:
+    """A copy of ``plan`` whose every top-level step first checks the RunOptions of the
+    calling thread's run (``current.run_options``) for ``terminate``. It runs as generated
+    code like the plan itself: one check per node, no step loop."""
+    from .plan import Step
+
+    def guarded(step: Step) -> Step:
+        fn = step.fn
+
+        def check_then_run(*args, **kwargs):
+            if current.run_options.terminate:
+                raise _terminated()
+            return fn(*args, **kwargs)
+
+        clone = Step(**{k: getattr(step, k) for k in step.__dataclass_fields__})
+        clone.fn = check_then_run
+        return clone
+
+    checked = copy.copy(plan)
+    checked.steps = [guarded(s) for s in plan.steps]
+    checked._schedules, checked._runners = {}, {}
+    checked.default_schedule = checked.schedule(tuple(checked.output_slots))
+    return checked
 
 
 class SessionAPI:
@@ -152,17 +182,28 @@ class SessionAPI:
         """A run that honours RunOptions: terminate (checked before and between nodes), its
         log severity and logid."""
         if run_options.terminate:
-            raise RuntimeFailure("Exiting due to terminate flag being set to true.")
+            raise _terminated()
         log = self._log
         if getattr(run_options, "log_severity_level", -1) >= 0 or run_options.logid:
             log = SessionLog(run_options.log_severity_level, run_options.logid or log.logid,
                              run_options.log_verbosity_level)  # fmt: skip
         start = time.perf_counter()
         with np.errstate(all="ignore"):
-            watch = _TerminateWatch(run_options, self._profiler)
-            results = self._plan.run(inputs, None, wanted, profiler=watch)
+            if self._profiler is not None:
+                watch = _TerminateWatch(run_options, self._profiler)
+                results = self._plan.run(inputs, None, wanted, profiler=watch)
+            else:
+                results = self._checked(run_options).run(inputs, None, wanted)
         log.debug("run took %.3f ms", (time.perf_counter() - start) * 1e3)
         return results
+
+    def _checked(self, run_options: Any) -> Any:
+        checked = self.__dict__.get("_checked_plan")
+        if checked is None:
+            self._current_run = threading.local()
+            checked = self._checked_plan = checked_plan(self._plan, self._current_run)
+        self._current_run.run_options = run_options
+        return checked
 
     def run_with_ort_values(self, output_names, input_dict_ort_values, run_options=None):
         """run() taking and returning OrtValues."""
