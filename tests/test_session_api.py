@@ -69,29 +69,38 @@ def public(obj) -> set[str]:
     return {a for a in dir(obj) if not a.startswith("_")}
 
 
+#: OrtValue constructors onyx leaves out: DLPack and sparse tensors.
+ORTVALUE_NOT_PROVIDED = {"from_dlpack", "as_sparse_tensor", "ort_value_from_sparse_tensor"}
+
+
 def test_every_option_field_and_method_exists():
     assert public(ort.SessionOptions()) <= public(onyx.SessionOptions())
     assert public(ort.RunOptions()) <= public(onyx.RunOptions())
-    assert public(ort.OrtValue) - {"from_dlpack", "as_sparse_tensor", "ort_value_from_sparse_tensor",
-                                   "ortvalue_from_numpy_with_onnx_type"} <= public(onyx.OrtValue)  # fmt: skip
-    assert public(ort.IOBinding) <= public(onyx.IOBinding) | {"_"}
+    assert public(ort.OrtValue) - ORTVALUE_NOT_PROVIDED <= public(onyx.OrtValue)
+    assert public(ort.IOBinding) <= public(onyx.IOBinding)
     assert public(ort.InferenceSession) - NOT_PROVIDED <= public(onyx.InferenceSession)
 
 
+SESSION_FIELDS = ["log_severity_level", "log_verbosity_level", "logid", "execution_mode",
+                  "execution_order", "inter_op_num_threads", "intra_op_num_threads",
+                  "enable_mem_pattern", "enable_mem_reuse", "use_deterministic_compute",
+                  "use_per_session_threads", "graph_optimization_level", "enable_cpu_mem_arena",
+                  "optimized_model_filepath", "enable_profiling"]  # fmt: skip
+RUN_FIELDS = ["log_severity_level", "log_verbosity_level", "logid", "terminate",
+              "only_execute_path_to_fetches"]  # fmt: skip
+
+
+def plain(value):
+    """An enum member as its number, so onnxruntime's and onyx's enums compare."""
+    return value if isinstance(value, str) else int(value)
+
+
 def test_defaults_match_onnxruntime():
-    theirs, mine = ort.SessionOptions(), onyx.SessionOptions()
-    for name in ["log_severity_level", "log_verbosity_level", "logid", "execution_mode",
-                 "execution_order", "inter_op_num_threads", "intra_op_num_threads",
-                 "enable_mem_pattern", "enable_mem_reuse", "use_deterministic_compute",
-                 "use_per_session_threads", "graph_optimization_level", "enable_cpu_mem_arena",
-                 "optimized_model_filepath", "enable_profiling"]:  # fmt: skip
-        assert (
-            int(getattr(mine, name)) == int(getattr(theirs, name))
-            if not isinstance(getattr(theirs, name), str)
-            else getattr(mine, name) == getattr(theirs, name)
+    for name in SESSION_FIELDS:
+        assert plain(getattr(onyx.SessionOptions(), name)) == plain(
+            getattr(ort.SessionOptions(), name)
         ), name
-    for name in ["log_severity_level", "log_verbosity_level", "logid", "terminate",
-                 "only_execute_path_to_fetches"]:  # fmt: skip
+    for name in RUN_FIELDS:
         assert getattr(onyx.RunOptions(), name) == getattr(ort.RunOptions(), name), name
 
 
@@ -176,6 +185,43 @@ def test_disabled_optimizers_keyword():
     assert [s.node.op_type for s in fused._plan.steps] == ["FusedConv"]
     assert [s.node.op_type for s in kept._plan.steps] == ["Conv", "Relu"]
     assert kept.get_session_options().disabled_optimizers == ["ConvActivationFusion"]
+
+
+# adapted: test_list_as_input, test_string_list_as_input
+def test_lists_as_inputs():
+    sess = onyx.InferenceSession(mul_1())
+    np.testing.assert_array_equal(sess.run([], {"X": X.tolist()})[0], SQUARES)
+    strings = onyx.InferenceSession(identity(TensorProto.STRING, [2, 2]))
+    x = np.array(["this", "is", "identity", "test"], dtype=str).reshape((2, 2))
+    np.testing.assert_equal(strings.run([], {"X": x.tolist()})[0], x)
+
+
+# adapted: test_run_model_multiple_threads (each thread with its own RunOptions)
+def test_runs_in_threads_with_their_own_run_options():
+    so = onyx.SessionOptions()
+    so.log_verbosity_level = 1
+    so.logid = "MultiThreadsTest"
+    sess = onyx.InferenceSession(mul_1(), sess_options=so)
+    failures, stopped = [], []
+
+    def work(ro, n):
+        for _ in range(n):
+            try:
+                np.testing.assert_allclose(sess.run([], {"X": X}, run_options=ro)[0], SQUARES)
+            except onyx.RuntimeFailure:
+                stopped.append(ro.logid)
+            except Exception as e:  # noqa: BLE001
+                failures.append(e)
+
+    runs = [onyx.RunOptions(logid=f"thread{i}") for i in range(4)]
+    runs[0].terminate = True  # this thread's runs stop; the others' must not
+    threads = [threading.Thread(target=work, args=(ro, 50)) for ro in runs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures
+    assert set(stopped) == {"thread0"} and len(stopped) == 50
 
 
 # -- RunOptions.terminate ---------------------------------------------------------------------

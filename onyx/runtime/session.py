@@ -317,6 +317,10 @@ def _check_feed(v: ir.Value, value: Any) -> Any:
     t = v.type
     if isinstance(t, ir.TensorType):
         arr = value if isinstance(value, np.ndarray) else np.asarray(value)
+        if isinstance(value, list | tuple) and arr.dtype.kind in "fiub":
+            arr = arr.astype(
+                to_numpy(t.elem_type)
+            )  # nested lists take the input's type (as onnxruntime)
         if arr.dtype.kind in "US":
             arr = arr.astype(object)
         expected = to_numpy(t.elem_type)
