@@ -137,13 +137,24 @@ class _Search:
         for n in nodes:
             if id(n) not in kept_ids:
                 m.graph.remove(n, safe=False)
+        inputs, outputs = self._boundary(m.graph, kept)
+        m.graph.inputs, m.graph.outputs = inputs, outputs
+        used = {v.name for n in kept for v in _inputs_with_captures(n)}
+        m.graph.initializers = {k: v for k, v in m.graph.initializers.items() if k in used}
+        m.graph.value_info = []
+        return m, {v.name: self.values[v.name] for v in inputs if v.name in self.values}
+
+    def _boundary(self, graph: ir.Graph, kept: list[ir.Node]) -> tuple[list, list]:
+        """The kept nodes' inputs (read, not produced by them, no initializer) and outputs
+        (produced, not read by them, or an output of the full model), typed from the full run."""
         produced = {id(v) for n in kept for v in n.outputs}
         read: dict[int, ir.Value] = {}
         for n in kept:
             for v in _inputs_with_captures(n):
                 read.setdefault(id(v), v)
-        inits = m.graph.initializers
-        inputs = [v for v in read.values() if id(v) not in produced and v.name not in inits]
+        inputs = [
+            v for v in read.values() if id(v) not in produced and v.name not in graph.initializers
+        ]
         for v in inputs:
             if v.producer is not None:  # its producer was dropped: the value is fed now
                 v.producer, v.index = None, None
@@ -155,13 +166,7 @@ class _Search:
         ]  # fmt: skip
         for v in outputs:
             v.type = _type_of(self.values.get(v.name), v.type)
-        m.graph.inputs = inputs
-        m.graph.outputs = outputs
-        used = {v.name for v in read.values()}
-        m.graph.initializers = {k: v for k, v in inits.items() if k in used}
-        m.graph.value_info = []
-        feeds = {v.name: self.values[v.name] for v in inputs if v.name in self.values}
-        return m, feeds
+        return inputs, outputs
 
 
 def _type_of(value: Any, declared: ir.Type | None) -> ir.Type | None:
