@@ -194,23 +194,20 @@ class ReferenceRunner(WithOutputsRunner):
 
 def make_runner(against: Any, model: ir.Model, optimize: bool = True) -> Runner:
     """The runner ``against`` names: a runtime's name, or another model run by onyx."""
-    if isinstance(against, str) and against in RUNTIMES:
-        if against == "onnxruntime":
-            return OnnxruntimeRunner(model)
-        if against == "reference":
-            return ReferenceRunner(model)
-        if against == "float32":
-            runner = OnyxRunner(float32_copy(model), optimize=optimize)
-            runner.label = "float32"
-            return runner
+    if against == "onnxruntime":
+        return OnnxruntimeRunner(model)
+    if against == "reference":
+        return ReferenceRunner(model)
+    if against in ("onyx", "onyx-unoptimized"):
         return OnyxRunner(model, optimize=against == "onyx" and optimize)
-    other = as_model(against)
-    runner = OnyxRunner(other, optimize=optimize)
-    runner.label = (
-        f"{getattr(against, 'name', None) or against}"
-        if isinstance(against, str | os.PathLike)
-        else "other model"
-    )
+    if against == "float32":
+        return _labelled(OnyxRunner(float32_copy(model), optimize=optimize), "float32")
+    label = os.fspath(against) if isinstance(against, str | os.PathLike) else "other model"
+    return _labelled(OnyxRunner(as_model(against), optimize=optimize), label)
+
+
+def _labelled(runner: Runner, label: str) -> Runner:
+    runner.label = label
     return runner
 
 
