@@ -52,13 +52,12 @@ _warned: set[str] = set()
 
 
 def warn_ignored(what: str, why: str = "") -> None:
-    """Warn once per process that onyx ignores ``what``."""
+    """Warn once per process that onyx ignores ``what`` (an IgnoredOptionWarning)."""
     if what in _warned:
         return
     _warned.add(what)
     message = f"onyx ignores {what}" + (f": {why}" if why else "")
-    if logger.hasHandlers():  # (else logging's last-resort handler would print it twice)
-        logger.warning(message)
+    logger.info(message)  # (the warning is what the user sees; logged too for log files)
     warnings.warn(message, IgnoredOptionWarning, stacklevel=3)
 
 
