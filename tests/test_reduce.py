@@ -72,6 +72,8 @@ def test_side_branches_are_dropped():
 def test_a_model_that_does_not_fail_is_refused():
     with pytest.raises(onyx.InvalidArgument, match="does not fail"):
         reduce(chain_model())
+    with pytest.raises(onyx.InvalidArgument, match="against a runtime"):
+        reduce(chain_model(), "compare against other.onnx")
 
 
 def test_cli_with_a_user_command(tmp_path, capsys):

@@ -31,7 +31,7 @@ from .. import ir
 from ..errors import InvalidArgument, OnyxError
 from ..ir.graph import _inputs_with_captures
 from .compare import Tolerance, compare, make_inputs
-from .runners import OnyxRunner, as_model
+from .runners import RUNTIMES, OnyxRunner, as_model
 
 Predicate = Callable[[ir.Model, dict], bool]
 
@@ -74,6 +74,11 @@ def make_predicate(fails_when: str | Predicate, rtol: Tolerance, atol: Tolerance
     words = fails_when.split()
     if words[:1] == ["compare"]:
         against = words[2] if len(words) >= 3 and words[1] == "against" else "onnxruntime"
+        if against not in RUNTIMES:
+            raise InvalidArgument(
+                f"reduce compares each candidate against a runtime ({', '.join(RUNTIMES)}), "
+                f"not {against!r}: a subgraph of one file has no counterpart in another"
+            )
 
         def outputs_differ(model: ir.Model, feeds: dict) -> bool:
             report = compare(model, against, inputs=feeds, rtol=rtol, atol=atol, locate=False)
