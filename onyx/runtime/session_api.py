@@ -48,6 +48,7 @@ _KNOWN_KEYWORDS = {"disabled_optimizers"}
 
 _pool: concurrent.futures.ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
+_checked_lock = threading.Lock()
 
 
 def _async_pool() -> concurrent.futures.ThreadPoolExecutor:
@@ -198,10 +199,15 @@ class SessionAPI:
         return results
 
     def _checked(self, run_options: Any) -> Any:
+        """The plan copy that checks terminate, made on first use (once, under a lock: two
+        threads must not each make one), with this thread's RunOptions set for its checks."""
         checked = self.__dict__.get("_checked_plan")
         if checked is None:
-            self._current_run = threading.local()
-            checked = self._checked_plan = checked_plan(self._plan, self._current_run)
+            with _checked_lock:
+                checked = self.__dict__.get("_checked_plan")
+                if checked is None:
+                    self._current_run = threading.local()
+                    checked = self._checked_plan = checked_plan(self._plan, self._current_run)
         self._current_run.run_options = run_options
         return checked
 
