@@ -120,6 +120,11 @@ def test_ignored_options_warn_once():
         so.add_provider("CUDAExecutionProvider", {})
     with pytest.warns(onyx.IgnoredOptionWarning, match="keyword 'enable_magic'"):
         onyx.InferenceSession(mul_1(), enable_magic=True)
+    with pytest.warns(onyx.IgnoredOptionWarning, match="read_config_from_model"):
+        onyx.InferenceSession(mul_1(), read_config_from_model=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        onyx.InferenceSession(mul_1(), enable_fallback=True, read_config_from_model=0)
     with pytest.warns(onyx.IgnoredOptionWarning, match="CUDAExecutionProvider"):
         onyx.InferenceSession(mul_1(), providers=["CUDAExecutionProvider", "CPUExecutionProvider"])
 

@@ -43,8 +43,14 @@ ALL_PROVIDERS = [
     "XnnpackExecutionProvider", "CANNExecutionProvider", "AzureExecutionProvider", CPU,
 ]  # fmt: skip
 
-#: InferenceSession keywords onyx acts on (besides sess_options, providers, provider_options).
-_KNOWN_KEYWORDS = {"disabled_optimizers"}
+#: onnxruntime's InferenceSession keywords (besides sess_options, providers, provider_options):
+#: None where onyx acts on it, else why a true value is ignored. enable_fallback: onnxruntime
+#: falls back to the CPU provider when another fails; onyx is on the CPU already.
+_KEYWORDS = {
+    "disabled_optimizers": None,
+    "enable_fallback": None,
+    "read_config_from_model": "onyx does not read onnxruntime's config from model metadata",
+}
 
 _pool: concurrent.futures.ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
@@ -130,9 +136,11 @@ class SessionAPI:
                     warn_ignored(f"provider {name}", "onyx runs on the CPU only")
         if provider_options:
             warn_ignored("provider_options", "the CPU provider of onyx takes no options")
-        for key in kwargs:
-            if key not in _KNOWN_KEYWORDS:
-                warn_ignored(f"InferenceSession keyword {key!r}")
+        for key, value in kwargs.items():
+            if key not in _KEYWORDS:
+                warn_ignored(f"InferenceSession keyword {key!r}", "onnxruntime has no such keyword")
+            elif _KEYWORDS[key] and value:
+                warn_ignored(f"InferenceSession keyword {key!r}", _KEYWORDS[key])
         if kwargs.get("disabled_optimizers"):
             disabled = [*options.disabled_optimizers, *kwargs["disabled_optimizers"]]
             options = dataclasses.replace(options, disabled_optimizers=disabled)
