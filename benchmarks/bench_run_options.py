@@ -40,7 +40,9 @@ def main() -> None:
     for name in MODELS:
         if args.only and not re.search(args.only, name):
             continue
-        sess = onyx.InferenceSession(str(ROOT / "tests" / "models" / f"{name}.onnx"))
+        options = onyx.SessionOptions()
+        options.intra_op_num_threads = 1  # (one thread: steadier figures on a shared machine)
+        sess = onyx.InferenceSession(str(ROOT / "tests" / "models" / f"{name}.onnx"), options)
         feed = make_inputs(sess._model)
         t = time_alternating(variants(sess, feed, onyx.RunOptions()), args.rounds, 0.05)
         nodes = len(sess._plan.steps)
