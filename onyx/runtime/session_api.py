@@ -11,6 +11,7 @@ from __future__ import annotations
 import concurrent.futures
 import copy
 import dataclasses
+import logging
 import os
 import threading
 import time
@@ -146,7 +147,7 @@ class SessionAPI:
             options = dataclasses.replace(options, disabled_optimizers=disabled)
         self._log = SessionLog(options.log_severity_level, options.logid,
                                options.log_verbosity_level)  # fmt: skip
-        self._log_runs = self._log.enabled(10) and self._log.verbosity > 0
+        self._log_runs = self._log.enabled(logging.DEBUG) and self._log.verbosity > 0
         return options
 
     def _apply_options(self, model: ir.Model, owned: bool) -> ir.Model:
@@ -165,18 +166,17 @@ class SessionAPI:
             _override_initializer(model.graph, name, unwrap(value))
         if dims or denotations:
             _fix_free_dims(model.graph, dims, denotations)
-        if self._log.enabled(10):
+        if self._log.enabled(logging.DEBUG):
             self._ops_before = Counter(n.op_type for n in model.graph)
-            self._log.info("loaded model: %d nodes, opsets %s", len(model.graph),
-                           dict(model.opset_imports))  # fmt: skip
+        self._log.info("loaded model: %d nodes, opsets %s", len(model.graph),
+                       dict(model.opset_imports))  # fmt: skip
         return model
 
     def _on_created(self) -> None:
         self._profiling_start_ns = time.time_ns() if self._profiler is not None else 0
         log = self._log
-        if log.enabled(20):
-            log.info("session created in %.1f ms", self.session_creation_seconds * 1e3)
-        if log.enabled(10):
+        log.info("session created in %.1f ms", self.session_creation_seconds * 1e3)
+        if log.enabled(logging.DEBUG):
             after = Counter(s.node.op_type for s in self._plan.steps)
             before = getattr(self, "_ops_before", Counter())
             log.debug("optimizations applied: %d -> %d nodes; ops added %s, removed %s",
