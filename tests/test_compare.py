@@ -155,3 +155,27 @@ def test_no_shared_values_is_explained():
     assert not report.ok and report.first_diverging_node == "normalize"
     assert report.first_diverging.status == "suspect"
     assert "not visible on both sides" in report.note and "note:" in str(report)
+
+
+def conv_relu_model() -> bytes:
+    w = np.random.default_rng(2).standard_normal((2, 3, 3, 3)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "W"], ["c"], name="conv"),
+         helper.make_node("Relu", ["c"], ["y"], name="relu")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 2, 2])],
+        [numpy_helper.from_array(w, "W")],
+    )  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+def test_a_wrong_fused_kernel_is_blamed_on_the_optimization():
+    def wrong_fused(x, w, *rest, **attrs):
+        return np.zeros((1, 2, 2, 2), np.float32) - 1
+
+    with override_kernel("FusedConv", wrong_fused, domain="com.microsoft"):
+        report = compare(conv_relu_model(), "onnxruntime")
+        unoptimized = compare(conv_relu_model(), "onnxruntime", optimize=False)
+    assert not report.ok and unoptimized.ok
+    assert "without graph optimizations agrees" in report.note

@@ -245,7 +245,33 @@ def compare(
     report = Report(all(o.ok for o in outputs.values()), other.label, rtol, atol, outputs)
     if not report.ok and locate:
         _locate(report, m, subject, other, feed)
+        located = report.first_diverging is not None and report.first_diverging.status == "diverges"
+        if optimize and not located:
+            _locate_unoptimized(report, m, other, feed)
     return report
+
+
+def _locate_unoptimized(report: Report, model: ir.Model, other: Runner, feed) -> None:
+    """When optimized onyx hides where the difference starts (fused values), look again
+    with every onyx value observable; if unoptimized onyx agrees, an optimization is why."""
+    plain = OnyxRunner(model, optimize=False)
+    names = [n for n in report.outputs if report.outputs[n].size or report.outputs[n].note]
+    mine, theirs = plain.run(feed, names), other.run(feed, names)
+    if all(compare_values(n, mine[n], theirs[n], *_tols(report, n)).ok for n in names):
+        report.note = (
+            f"onyx without graph optimizations agrees with {other.label}: an optimization "
+            "(a fusion or its kernel) makes the difference; compare against onyx-unoptimized "
+            "to locate it, and disabled_optimizers to find the pass"
+        )
+        return
+    retry = Report(False, report.against, report.rtol, report.atol, report.outputs)
+    _locate(retry, model, plain, other, feed)
+    if retry.first_diverging is not None:
+        report.nodes, report.first_diverging = retry.nodes, retry.first_diverging
+        report.first_diverging_node = retry.first_diverging_node
+        report.note = "located with onyx unoptimized (every value observable)"
+        if retry.note:
+            report.note += "; " + retry.note
 
 
 def _locate(report: Report, model: ir.Model, subject: Runner, other: Runner, feed) -> None:
