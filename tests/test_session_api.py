@@ -10,6 +10,7 @@ import pickle
 import sys
 import threading
 import warnings
+from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
@@ -227,6 +228,70 @@ def test_runs_in_threads_with_their_own_run_options():
         t.join()
     assert not failures
     assert set(stopped) == {"thread0"} and len(stopped) == 50
+
+
+# adapted: test_model_serialization, test_deserialization_from_path_object, test_run_model_from_bytes
+def test_paths_bytes_and_optimized_model(tmp_path):
+    path = tmp_path / "mul_1.onnx"
+    path.write_bytes(mul_1())
+    so = onyx.SessionOptions()
+    so.log_severity_level = 1
+    so.logid = "TestModelSerialization"
+    so.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    onyx.InferenceSession(str(path), sess_options=so)
+    assert (tmp_path / "optimized.onnx").is_file()
+    for source in (path, path.read_bytes()):
+        np.testing.assert_array_equal(onyx.InferenceSession(source).run([], {"X": X})[0], SQUARES)
+
+
+# adapted: test_boolean_inputs, test_graph_optimization_level
+def test_boolean_inputs_at_every_level():
+    data = make(
+        [helper.make_node("And", ["input1:0", "input:0"], ["output:0"])],
+        [helper.make_tensor_value_info("input1:0", TensorProto.BOOL, [2, 2]),
+         helper.make_tensor_value_info("input:0", TensorProto.BOOL, [2, 2])],
+        [helper.make_tensor_value_info("output:0", TensorProto.BOOL, [2, 2])],
+    )  # fmt: skip
+    a = np.array([[True, True], [False, False]])
+    b = np.array([[True, False], [True, False]])
+    opt = onyx.SessionOptions()
+    assert opt.graph_optimization_level == onyx.GraphOptimizationLevel.ORT_ENABLE_ALL
+    opt.graph_optimization_level = onyx.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    sess = onyx.InferenceSession(data, sess_options=opt)
+    assert [i.name for i in sess.get_inputs()] == ["input1:0", "input:0"]
+    assert sess.get_inputs()[0].type == "tensor(bool)" and sess.get_outputs()[0].shape == [2, 2]
+    (out,) = sess.run([], {"input1:0": a, "input:0": b})
+    np.testing.assert_array_equal(out, [[True, False], [False, False]])
+    # adapted: test_raise_wrong_num_inputs (a ValueError in both)
+    with pytest.raises(ValueError, match="input1:0"):
+        sess.run([], {"input:0": a})
+
+
+# adapted: test_string_input1, test_input_bytes, test_input_object
+@pytest.mark.parametrize("dtype", [str, bytes, object])
+def test_string_inputs(dtype):
+    sess = onyx.InferenceSession(identity(TensorProto.STRING, [2, 2]))
+    assert sess.get_inputs()[0].type == "tensor(string)"
+    words = ["this", "is", "identity", "test"]
+    x = np.array([w.encode() if dtype is bytes else w for w in words], dtype=dtype).reshape(2, 2)
+    (out,) = sess.run([], {"X": x})
+    np.testing.assert_equal(
+        out.astype(str if dtype is not bytes else "S8"),
+        x.astype(out.dtype).astype(str if dtype is not bytes else "S8"),
+    )
+
+
+# adapted: test_profiler_with_session_options
+def test_profile_file(tmp_path):
+    import json
+
+    so = onyx.SessionOptions()
+    so.enable_profiling = True
+    so.profile_file_prefix = str(tmp_path / "profile")
+    sess = onyx.InferenceSession(mul_1(), sess_options=so)
+    sess.run([], {"X": X})
+    events = json.loads(Path(sess.end_profiling()).read_text())
+    assert events and all({"pid", "dur", "ts", "ph", "name", "args"} <= set(e) for e in events)
 
 
 # -- RunOptions.terminate ---------------------------------------------------------------------
