@@ -43,8 +43,33 @@ _LAZY = {
     "get_available_providers": "onyx.runtime.session",
     "optimize": "onyx.optimizer",
     "view": "onyx.tools.viewer",
+    # onnxruntime's API beyond the session (onyx/runtime/*.py)
+    "ExecutionMode": "onyx.runtime.options",
+    "ExecutionOrder": "onyx.runtime.options",
+    "IgnoredOptionWarning": "onyx.runtime.options",
+    "set_default_logger_severity": "onyx.runtime.options",
+    "set_default_logger_verbosity": "onyx.runtime.options",
+    "OrtValue": "onyx.runtime.ortvalue",
+    "OrtDevice": "onyx.runtime.ortvalue",
+    "IOBinding": "onyx.runtime.iobinding",
+    "SessionIOBinding": "onyx.runtime.iobinding",
+    "NodeArg": "onyx.runtime.session",
+    "ModelMetadata": "onyx.runtime.session",
+    "get_device": "onyx.runtime.session_api",
+    "get_all_providers": "onyx.runtime.session_api",
+    "get_version_string": "onyx.runtime.session_api",
+    "get_build_info": "onyx.runtime.session_api",
+    "disable_telemetry_events": "onyx.runtime.session_api",
+    "enable_telemetry_events": "onyx.runtime.session_api",
+    "register_op": "onyx.runtime.custom_ops",
+    "unregister_op": "onyx.runtime.custom_ops",
+    # debugging (onyx/debug/)
+    "compare": "onyx.debug",
+    "reduce": "onyx.debug",
 }
-_SUBMODULES = {"ir", "defs", "backend", "runtime", "serde", "optimizer", "inference", "tools"}
+_SUBMODULES = {
+    "ir", "defs", "backend", "runtime", "serde", "optimizer", "inference", "tools", "debug",
+}  # fmt: skip
 
 
 def __getattr__(name: str):

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import enum
 import gc
 import os
 import time
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -16,53 +15,19 @@ from .. import ir
 from ..errors import FormatError, InvalidArgument
 from ..ir.dtypes import DataType, to_numpy, type_name
 from . import memory, native
+from .custom_ops import session_kernels
+from .options import (  # noqa: F401  (onnxruntime's names, importable from here as before)
+    ExecutionMode,
+    ExecutionOrder,
+    GraphOptimizationLevel,
+    RunOptions,
+    SessionOptions,
+)
 from .plan import Compiler, Plan, as_array_result, check_nodes
 from .profiler import Profiler
+from .session_api import SessionAPI
 
 PROVIDERS = ["CPUExecutionProvider"]
-
-
-class GraphOptimizationLevel(enum.IntEnum):
-    """onnxruntime's levels, same names and values."""
-
-    ORT_DISABLE_ALL = 0
-    ORT_ENABLE_BASIC = 1
-    ORT_ENABLE_EXTENDED = 2
-    ORT_ENABLE_LAYOUT = 3
-    ORT_ENABLE_ALL = 99
-
-
-@dataclass
-class SessionOptions:
-    graph_optimization_level: int = GraphOptimizationLevel.ORT_ENABLE_ALL
-    intra_op_num_threads: int = 0
-    inter_op_num_threads: int = 0
-    log_severity_level: int = 2
-    log_verbosity_level: int = 0
-    enable_profiling: bool = False
-    profile_file_prefix: str = "onyx_profile"
-    optimized_model_filepath: str = ""
-    disabled_optimizers: list[str] = field(default_factory=list)
-    execution_mode: int = 0
-    enable_cpu_mem_arena: bool = True
-    enable_mem_pattern: bool = True
-    logid: str = ""
-    _config: dict[str, str] = field(default_factory=dict)
-
-    def add_session_config_entry(self, key: str, value: str) -> None:
-        self._config[key] = value
-
-    def get_session_config_entry(self, key: str) -> str:
-        return self._config[key]
-
-
-@dataclass
-class RunOptions:
-    log_severity_level: int = 2
-    log_verbosity_level: int = 0
-    logid: str = ""
-    terminate: bool = False
-    only_execute_path_to_fetches: bool = False
 
 
 @dataclass(frozen=True)
@@ -130,7 +95,7 @@ def _gc_paused():
             gc.enable()
 
 
-class InferenceSession:
+class InferenceSession(SessionAPI):
     """Run a model. ``InferenceSession(path_or_bytes_or_model, sess_options=None, providers=None)``."""
 
     def __init__(
@@ -141,12 +106,13 @@ class InferenceSession:
         provider_options: list | None = None,
         **kwargs: Any,
     ):
-        self._options = sess_options or SessionOptions()
+        self._source_ref = path_or_bytes  # (rebuilt from it when unpickled)
+        self._options = self._session_arguments(sess_options, providers, provider_options, kwargs)
         self._providers = list(PROVIDERS)
         t0 = time.perf_counter()
         if self._options.enable_cpu_mem_arena:
             memory.keep_freed_memory()  # large tensors reuse freed heap memory (memory.py)
-        with _gc_paused():
+        with _gc_paused(), session_kernels(getattr(self._options, "_custom_ops", ())):
             model = self._build(path_or_bytes)
         graph = model.graph
         inits = set(graph.initializers)
@@ -161,6 +127,7 @@ class InferenceSession:
         if self._options.enable_profiling:
             self._profiler = Profiler(self._options.profile_file_prefix)
             self._profiler.span("Session", "session_initialization", t0, time.perf_counter())
+        self._on_created()
 
     def _build(self, source: Any) -> ir.Model:
         """Load, check and optimize the model, and plan it; the model the plan runs."""
@@ -168,6 +135,7 @@ class InferenceSession:
         if self._model.graph is None:
             raise FormatError("the model has no graph")
         check_nodes(self._model)
+        self._model = self._apply_options(self._model, owned=not isinstance(source, ir.Model))
         # a model the session read itself is its own: the optimizer may edit it, not a copy
         model = self._prepare(self._model, owned=not isinstance(source, ir.Model))
         self._plan = Plan(model.graph, Compiler(model), dict(model.opset_imports), outer=None)
@@ -238,7 +206,10 @@ class InferenceSession:
         threads = int(self._options.intra_op_num_threads or 0)
         blas = 1 if self._pool_heavy else threads
         with native.threads(threads), _blas_threads(blas) if blas > 0 else nullcontext():
-            results = self._run_plan(inputs, wanted)
+            if run_options is not None or self._log_runs:
+                results = self._run_with_options(inputs, wanted, run_options or RunOptions())
+            else:
+                results = self._run_plan(inputs, wanted)
         return [as_array_result(r) for r in results]
 
     def _run_plan(self, inputs: list, wanted) -> list:
@@ -346,6 +317,10 @@ def _check_feed(v: ir.Value, value: Any) -> Any:
     t = v.type
     if isinstance(t, ir.TensorType):
         arr = value if isinstance(value, np.ndarray) else np.asarray(value)
+        if isinstance(value, list | tuple) and arr.dtype.kind in "fiub":
+            arr = arr.astype(
+                to_numpy(t.elem_type)
+            )  # nested lists take the input's type (as onnxruntime)
         if arr.dtype.kind in "US":
             arr = arr.astype(object)
         expected = to_numpy(t.elem_type)

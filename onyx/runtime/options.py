@@ -1,0 +1,296 @@
+"""SessionOptions and RunOptions with every field and method onnxruntime's have.
+
+Each one either works or, when set to something onyx does not do, warns once (an
+:class:`IgnoredOptionWarning`, also logged) that onyx ignores it: a script written for
+onnxruntime never gets different behaviour silently. Fields whose effect onyx cannot show
+(memory-pattern planning, per-session thread pools, deterministic compute: onyx's kernels are
+deterministic) are accepted without a warning. docs/compatibility.md has the table.
+
+Logging: ``log_severity_level`` (0 verbose, 1 info, 2 warning, 3 error, 4 fatal; -1: the
+default set by :func:`set_default_logger_severity`, 2 unless changed) drives the ``"onyx"``
+``logging`` logger for that session: model load, optimizations applied, fallbacks, timing.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import sys
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+logger = logging.getLogger("onyx")
+
+
+class GraphOptimizationLevel(enum.IntEnum):
+    """onnxruntime's levels, same names and values."""
+
+    ORT_DISABLE_ALL = 0
+    ORT_ENABLE_BASIC = 1
+    ORT_ENABLE_EXTENDED = 2
+    ORT_ENABLE_LAYOUT = 3
+    ORT_ENABLE_ALL = 99
+
+
+class ExecutionMode(enum.IntEnum):
+    ORT_SEQUENTIAL = 0
+    ORT_PARALLEL = 1
+
+
+class ExecutionOrder(enum.IntEnum):
+    DEFAULT = 0
+    PRIORITY_BASED = 1
+    MEMORY_EFFICIENT = 2
+
+
+class IgnoredOptionWarning(UserWarning):
+    """An onnxruntime option or keyword that onyx accepts but does not act on."""
+
+
+_warned: set[str] = set()
+
+
+def warn_ignored(what: str, why: str = "") -> None:
+    """Warn once per process that onyx ignores ``what`` (an IgnoredOptionWarning)."""
+    if what in _warned:
+        return
+    _warned.add(what)
+    message = f"onyx ignores {what}" + (f": {why}" if why else "")
+    logger.info(message)  # (the warning is what the user sees; logged too for log files)
+    warnings.warn(message, IgnoredOptionWarning, stacklevel=3)
+
+
+# -- logging -----------------------------------------------------------------------------------
+
+_SEVERITY_TO_LEVEL = {0: logging.DEBUG, 1: logging.INFO, 2: logging.WARNING, 3: logging.ERROR,
+                      4: logging.CRITICAL}  # fmt: skip
+_default_severity = 2
+_default_verbosity = 0
+
+
+def set_default_logger_severity(severity: int) -> None:
+    """The severity sessions use when their options leave it at -1 (onnxruntime's API)."""
+    global _default_severity
+    if severity not in _SEVERITY_TO_LEVEL:
+        raise ValueError(f"log severity must be 0 to 4, got {severity}")
+    _default_severity = severity
+
+
+def set_default_logger_verbosity(verbosity: int) -> None:
+    global _default_verbosity
+    _default_verbosity = int(verbosity)
+
+
+class SessionLog:
+    """Where one session (or run) logs: the "onyx" logger, at the level its options ask for,
+    prefixed with its logid. When the application configured no logging handler, verbose
+    severities print to stderr as onnxruntime's do."""
+
+    __slots__ = ("level", "logid", "verbosity")
+
+    def __init__(self, severity: int = -1, logid: str = "", verbosity: int = 0):
+        severity = _default_severity if severity is None or severity < 0 else int(severity)
+        self.level = _SEVERITY_TO_LEVEL.get(min(severity, 4), logging.WARNING)
+        self.logid = logid
+        self.verbosity = max(int(verbosity or 0), _default_verbosity)
+        if self.level < logging.WARNING:
+            _ensure_handler()
+
+    def enabled(self, level: int) -> bool:
+        if logger.level != logging.NOTSET:  # the application set onyx's level: it decides
+            return logger.isEnabledFor(level)
+        return level >= self.level and not logger.disabled
+
+    def log(self, level: int, message: str, *args: Any) -> None:
+        if not self.enabled(level):
+            return
+        prefix = f"[{self.logid}] " if self.logid else ""
+        record = logger.makeRecord(logger.name, level, "(onyx)", 0, prefix + message, args, None)
+        logger.handle(record)
+
+    def debug(self, message: str, *args: Any) -> None:
+        self.log(logging.DEBUG, message, *args)
+
+    def info(self, message: str, *args: Any) -> None:
+        self.log(logging.INFO, message, *args)
+
+    def warning(self, message: str, *args: Any) -> None:
+        self.log(logging.WARNING, message, *args)
+
+
+_handler: logging.Handler | None = None
+
+
+def _ensure_handler() -> None:
+    global _handler
+    if _handler is None and not logger.hasHandlers():
+        _handler = logging.StreamHandler(sys.stderr)
+        _handler.setFormatter(logging.Formatter("%(asctime)s [%(levelname)s:onyx] %(message)s"))
+        logger.addHandler(_handler)
+
+
+# -- options -----------------------------------------------------------------------------------
+
+#: Fields onyx does not act on: the value that means "nothing asked for" and why a different
+#: one is ignored.
+_IGNORED_FIELDS = {
+    "execution_mode": (0, "onyx runs the nodes of a graph one after another"),
+    "execution_order": (0, "onyx runs nodes in the graph's topological order"),
+    "inter_op_num_threads": (0, "onyx has no inter-op parallelism (sequential execution)"),
+}
+_IGNORED_METHODS = {
+    "add_external_initializers_from_files_in_memory": "external data is read from files",
+    "add_provider": "onyx has only the CPU execution provider",
+    "add_provider_for_devices": "onyx has only the CPU execution provider",
+    "set_provider_selection_policy": "onyx has only the CPU execution provider",
+    "set_provider_selection_policy_delegate": "onyx has only the CPU execution provider",
+    "set_ep_context_data_read_func": "onyx has no EP context models",
+    "clear_ep_context_data_read_func": "onyx has no EP context models",
+    "set_load_cancellation_flag": "onyx's session creation cannot be cancelled",
+}
+
+
+class _Warns:
+    """Warn when a field onyx ignores is given a value that asks for something."""
+
+    _ignored: dict[str, tuple[Any, str]] = {}
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        ignored = self._ignored.get(name)
+        if ignored is not None and value != ignored[0]:
+            warn_ignored(f"{type(self).__name__}.{name} = {value!r}", ignored[1])
+        object.__setattr__(self, name, value)
+
+
+@dataclass
+class SessionOptions(_Warns):
+    """onnxruntime's SessionOptions: same fields, defaults and methods."""
+
+    graph_optimization_level: int = GraphOptimizationLevel.ORT_ENABLE_ALL
+    intra_op_num_threads: int = 0
+    inter_op_num_threads: int = 0
+    log_severity_level: int = -1
+    log_verbosity_level: int = 0
+    enable_profiling: bool = False
+    profile_file_prefix: str = "onyx_profile"
+    optimized_model_filepath: str = ""
+    disabled_optimizers: list[str] = field(default_factory=list)
+    execution_mode: int = ExecutionMode.ORT_SEQUENTIAL
+    execution_order: int = ExecutionOrder.DEFAULT
+    enable_cpu_mem_arena: bool = True
+    enable_mem_pattern: bool = True
+    enable_mem_reuse: bool = True
+    use_deterministic_compute: bool = False
+    use_per_session_threads: bool = True
+    logid: str = ""
+    _config: dict[str, str] = field(default_factory=dict, repr=False)
+    _initializers: dict[str, Any] = field(default_factory=dict, repr=False)
+    _free_dims: dict[str, int] = field(default_factory=dict, repr=False)
+    _free_denotations: dict[str, int] = field(default_factory=dict, repr=False)
+    _custom_ops: list = field(default_factory=list, repr=False)
+
+    _ignored = _IGNORED_FIELDS
+
+    # -- config entries -------------------------------------------------------------------------
+    def add_session_config_entry(self, key: str, value: str) -> None:
+        if key not in _HONORED_SESSION_CONFIG:
+            warn_ignored(f"session config entry {key!r}", "onyx has no such setting")
+        self._config[key] = str(value)
+
+    def get_session_config_entry(self, key: str) -> str:
+        if key not in self._config:
+            raise RuntimeError(f"SessionOptions does not have configuration with key: {key}")
+        return self._config[key]
+
+    # -- initializers and dims ------------------------------------------------------------------
+    def add_initializer(self, name: str, value: Any) -> None:
+        """Use ``value`` (an OrtValue or array) for initializer ``name`` instead of the model's."""
+        self._initializers[name] = value
+
+    def add_external_initializers(self, names: list[str], values: list[Any]) -> None:
+        """Initializers whose data the model leaves to the caller (or overrides)."""
+        if len(names) != len(values):
+            raise ValueError("add_external_initializers: names and values differ in length")
+        for name, value in zip(names, values):
+            self.add_initializer(name, value)
+
+    def add_free_dimension_override_by_name(self, dim_name: str, dim_value: int) -> None:
+        """Fix the symbolic input dimension ``dim_name`` to ``dim_value``."""
+        self._free_dims[dim_name] = int(dim_value)
+
+    def add_free_dimension_override_by_denotation(self, denotation: str, dim_value: int) -> None:
+        """Fix every free input dimension with this denotation (e.g. DATA_BATCH)."""
+        self._free_denotations[denotation] = int(dim_value)
+
+    # -- custom ops and providers ---------------------------------------------------------------
+    def register_custom_op(self, op_type: str, fn, *, domain: str = "", since: int = 1,
+                           shape=None) -> None:  # fmt: skip
+        """A Python kernel only sessions made with these options see (onyx's own API; see
+        onyx/runtime/custom_ops.py for the kernel contract and shape rules)."""
+        from .custom_ops import CustomOp
+
+        self._custom_ops.append(CustomOp(op_type, fn, domain, since, shape))
+
+    def register_custom_ops_library(self, library_path: str) -> None:
+        warn_ignored(
+            f"register_custom_ops_library({library_path!r})",
+            "onyx cannot load compiled custom-op libraries; register a Python kernel with "
+            "SessionOptions.register_custom_op or onyx.register_op",
+        )
+
+    def has_providers(self) -> bool:
+        return False
+
+
+def _ignored_method(name: str, why: str):
+    def ignored(self, *args: Any, **kwargs: Any) -> None:
+        warn_ignored(f"SessionOptions.{name}()", why)
+
+    ignored.__name__ = name
+    ignored.__doc__ = f"Accepted for onnxruntime compatibility; onyx ignores it ({why})."
+    return ignored
+
+
+for _name, _why in _IGNORED_METHODS.items():
+    setattr(SessionOptions, _name, _ignored_method(_name, _why))
+
+
+#: Session config keys onyx acts on (or whose onnxruntime meaning onyx always has).
+_HONORED_SESSION_CONFIG = frozenset(
+    [
+        "session.load_model_format",  # onyx reads ONNX
+        "session.save_model_format",
+        "session.use_env_allocators",
+        "session.intra_op.allow_spinning",  # a latency knob: results are the same
+        "session.inter_op.allow_spinning",
+        "session.disable_prepacking",
+    ]
+)
+
+
+@dataclass
+class RunOptions(_Warns):
+    """onnxruntime's RunOptions. ``terminate = True`` (from another thread, or before the
+    run) stops a run between two nodes with a RuntimeFailure."""
+
+    log_severity_level: int = -1
+    log_verbosity_level: int = 0
+    logid: str = ""
+    terminate: bool = False
+    only_execute_path_to_fetches: bool = False  # onyx always runs only what the fetches need
+    _config: dict[str, str] = field(default_factory=dict, repr=False)
+
+    _ignored = {}  # (a class attribute, not a field)
+
+    def add_run_config_entry(self, key: str, value: str) -> None:
+        warn_ignored(f"run config entry {key!r}", "onyx has no such setting")
+        self._config[key] = str(value)
+
+    def get_run_config_entry(self, key: str) -> str:
+        if key not in self._config:
+            raise RuntimeError(f"RunOptions does not have configuration with key: {key}")
+        return self._config[key]
+
+    def add_active_adapter(self, adapter: Any) -> None:
+        warn_ignored("RunOptions.add_active_adapter()", "onyx has no LoRA adapters")
