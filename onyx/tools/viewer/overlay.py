@@ -1,8 +1,8 @@
 """What the model computed, for the viewer: value statistics, node times, errors.
 
-A small comparison engine lives here (per-value error of two runs, first diverging node) until
-``onyx.compare`` exists; it has one entry point, ``compare_values``, so it can be swapped for
-that one without touching the page.
+The runs to compare against and the elementwise test are ``onyx.compare``'s (onyx/debug/);
+this module turns them into what the page draws: an error per value scaled to one number, and
+the first diverging node among the page's node ids.
 """
 
 from __future__ import annotations
@@ -120,56 +120,19 @@ def reference_values(
     model: Model, against: str, feeds: dict[str, Any], names: list[str]
 ) -> dict[str, Any]:
     """The values of ``names`` that the reference computes: onnxruntime, or another model file
-    run by onyx (values matched by name; names it lacks are left out)."""
-    if against == "onnxruntime":
-        return _onnxruntime_values(model, feeds, names)
-    from ...serde import load
+    run by onyx (values matched by name; names it lacks are left out). The runners are
+    ``onyx.compare``'s (onyx/debug/runners.py), unoptimized so every value of the file exists."""
+    from ...debug.runners import make_runner
 
-    other = load(against)
-    known = set(main_values(other)) | {v.name for v in other.graph.inputs}
-    common = [n for n in names if n in known]
-    other_feeds = {v.name: feeds[v.name] for v in other.graph.inputs if v.name in feeds}
-    return run_values(other, other_feeds, common)
-
-
-def _onnxruntime_values(model: Model, feeds: dict[str, Any], names: list[str]) -> dict[str, Any]:
+    runner = make_runner(against, model, optimize=False)
+    known = runner.value_names()  # computed values: the inputs are the same feeds on both sides
+    wanted = [n for n in names if n in known]
     try:
-        import onnxruntime
-    except ImportError as e:
-        raise OnyxError(
-            "--compare onnxruntime needs the onnxruntime package (pip install onnxruntime)"
-        ) from e
-    from ...serde import dumps
-
-    exposed = _with_all_outputs(model, names)
-    opts = onnxruntime.SessionOptions()
-    opts.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
-    try:
-        sess = onnxruntime.InferenceSession(
-            dumps(exposed), opts, providers=["CPUExecutionProvider"]
-        )
-        available = {o.name for o in sess.get_outputs()}
-        wanted = [n for n in names if n in available]
-        return dict(zip(wanted, sess.run(wanted, feeds)))
+        return runner.run(feeds, wanted)
+    except OnyxError:
+        raise
     except Exception as e:  # onnxruntime raises its own exception types
-        raise OnyxError(f"onnxruntime could not run the model: {e}") from e
-
-
-def _with_all_outputs(model: Model, names: list[str]) -> Model:
-    """A copy of ``model`` whose graph outputs include every typed value in ``names``
-    (onnxruntime can only return graph outputs)."""
-    from ...serde import dumps, loads
-
-    copy = loads(dumps(model))
-    g = copy.graph
-    have = {v.name for v in g.outputs}
-    by_name = {v.name: v for n in g for v in n.outputs}
-    for name in names:
-        v = by_name.get(name)
-        if v is not None and name not in have and v.type is not None:
-            g.outputs.append(v)
-            have.add(name)
-    return copy
+        raise OnyxError(f"{runner.label} could not run the model: {e}") from e
 
 
 def compare_values(
@@ -177,37 +140,36 @@ def compare_values(
 ) -> dict[str, dict[str, Any]]:
     """Per value: max |ours - reference|, the error relative to the reference's range, and how
     many elements fall outside the tolerance ("mismatch"; a shape or dtype clash counts all)."""
-    errors: dict[str, dict[str, Any]] = {}
-    for name, ref in reference.items():
-        if name not in ours:
-            continue
-        errors[name] = value_error(ours[name], ref, atol, rtol)
-    return errors
+    return {
+        name: value_error(ours[name], ref, atol, rtol)
+        for name, ref in reference.items()
+        if name in ours
+    }
 
 
 def value_error(a: Any, b: Any, atol: float = ATOL, rtol: float = RTOL) -> dict[str, Any]:
+    """One value's error for the page: ``onyx.compare``'s elementwise test (NaN equal to NaN),
+    with the error scaled by the reference's range (a colour per node needs one number)."""
+    from ...debug.compare import compare_values as elementwise
+
     try:
-        x, y = np.asarray(a), np.asarray(b)
+        result = elementwise("", a, b, rtol, atol)
     except (TypeError, ValueError):
         return {"note": "not a tensor"}
-    if x.shape != y.shape:
-        return {"mismatch": 1.0, "note": f"shape {list(x.shape)} vs {list(y.shape)}"}
-    if x.size == 0:
-        return {"max_abs": 0.0, "rel": 0.0, "mismatch": 0.0}
-    if x.dtype.kind not in "fiub" or y.dtype.kind not in "fiub":
-        same = bool(np.array_equal(x, y))
-        return {"mismatch": 0.0 if same else 1.0, "note": "compared for equality"}
-    xf, yf = x.astype(np.float64), y.astype(np.float64)
-    both_nan = np.isnan(xf) & np.isnan(yf)
-    diff = np.where(both_nan, 0.0, np.abs(xf - yf))
-    diff = np.where(np.isnan(diff), np.inf, diff)
-    bad = diff > atol + rtol * np.abs(np.nan_to_num(yf))
-    scale = float(np.max(np.abs(np.nan_to_num(yf, posinf=0, neginf=0)))) or 1.0
-    max_abs = float(diff.max())
+    size = max(result.size, 1)
+    if result.note.startswith("shape"):
+        return {"mismatch": 1.0, "note": result.note}
+    y = np.asarray(b)
+    if y.dtype.kind not in "fiub" or np.asarray(a).dtype.kind not in "fiub":
+        return {"mismatch": 0.0 if result.ok else 1.0, "note": "compared for equality"}
+    scale = float(
+        np.max(np.abs(np.nan_to_num(y.astype(np.float64), posinf=0, neginf=0)), initial=0)
+    )
+    max_abs = result.max_abs_error
     return {
         "max_abs": _num(max_abs),
-        "rel": _num(max_abs / scale),
-        "mismatch": float(np.count_nonzero(bad)) / x.size,
+        "rel": _num(max_abs / (scale or 1.0)),
+        "mismatch": result.mismatches / size,
     }
 
 
