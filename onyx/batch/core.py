@@ -108,6 +108,38 @@ def _options_key(options: Any) -> str:
     return "" if options is None else repr(vars(options))
 
 
+class _Throughput:
+    """This process's rows scored and the time spent, logged at INFO every ``every`` seconds:
+    with one line per worker, a job's log shows each worker's rows/s."""
+
+    def __init__(self, every: float = 30.0):
+        self.every = every
+        self.rows = 0
+        self.seconds = 0.0
+        self.last = time.monotonic()
+        self.lock = threading.Lock()
+
+    def add(self, rows: int, seconds: float) -> None:
+        with self.lock:
+            self.rows += rows
+            self.seconds += seconds
+            now = time.monotonic()
+            if now - self.last < self.every:
+                return
+            self.last = now
+            rate = self.rows / self.seconds if self.seconds else 0.0
+            log.info(
+                "pid %d: %d rows in %.1f s scoring (%.0f rows/s)",
+                os.getpid(),
+                self.rows,
+                self.seconds,
+                rate,
+            )
+
+
+_throughput = _Throughput()
+
+
 # -- the Predictor ------------------------------------------------------------------------------
 class Predictor:
     """Score batches with a model.
@@ -222,12 +254,7 @@ class Predictor:
                     "(rename it with output_columns=)"
                 )
         results = self.predict_columns(cols)
-        log.debug(
-            "pid %d: %d rows in %.1f ms",
-            os.getpid(),
-            cols.n_rows,
-            1e3 * (time.perf_counter() - start),
-        )
+        _throughput.add(cols.n_rows, time.perf_counter() - start)
         return write_batch(cols, results)
 
     def predict_columns(self, cols: Columns) -> dict[str, np.ndarray]:
