@@ -69,6 +69,7 @@ _LAZY = {
 }
 _SUBMODULES = {
     "ir", "defs", "backend", "runtime", "serde", "optimizer", "inference", "tools", "debug",
+    "batch",
 }  # fmt: skip
 
 
