@@ -368,16 +368,21 @@ def _float_conv(x_shape, W, group: int, attrs: tuple, activation: int, alpha: fl
     small = W[0].size <= native.SMALL_CONV_K and W.shape[0] >= 8  # (native.conv_small_ok's)
     if group == 1 and len(x_shape) == 4 and small and W.shape[2:] != (1, 1) and not activation:
         return None  # a stem: the direct kernel (which applies no activation; a 1x1 goes to BLAS)
+    if len(x_shape) == 3:  # a 1-D conv is a 2-D one of height 1 (whichever kernel runs it:
+        x_shape, W, geo, begin = _lifted(x_shape, W, geo, begin)  # the caller drops the axis)
     out_shape, strides, dilations = geo["out_shape"], geo["strides"], geo["dilations"]
     if x_shape[0] * math.prod(out_shape) < 16:  # a GEMV (an SE block's 1x1 on one pixel): the
         return _conv_gemv(x_shape, W, group, geo, activation, alpha, beta)  # tile would idle
-    if len(x_shape) == 3:  # a 1-D conv is a 2-D one of height 1
-        x_shape, W = (*x_shape[:2], 1, x_shape[2]), W[:, :, None]
-        out_shape, strides, dilations, begin = ([1, *out_shape], [1, *strides], [1, *dilations],
-                                                [0, *begin])  # fmt: skip
     packed = derived(W, ("f32 panels", group), lambda: frozen(native.pack_conv_f32(W, group)))
     return native.FloatConv(x_shape, packed, W.shape[0], W.shape[2:], out_shape, strides,
                             dilations, begin, activation, alpha, beta)  # fmt: skip
+
+
+def _lifted(x_shape, W, geo: dict, begin):
+    """A 1-D conv's shapes and geometry as a 2-D conv's of height 1."""
+    lift = {k: [1, *geo[k]] for k in ("out_shape", "strides", "dilations")}
+    lift["pads"] = [0, geo["pads"][0], 0, geo["pads"][1]]
+    return (*x_shape[:2], 1, x_shape[2]), W[:, :, None], lift, [0, *begin]
 
 
 def _conv_gemv(x_shape, W, group: int, geo: dict, activation: int, alpha: float, beta: float):
@@ -417,8 +422,12 @@ def native_conv_f32(X, W, B, group: int, attrs: tuple, *, z=None, activation: in
     call = derived(W, key, lambda: _float_conv(X.shape, W, group, attrs, activation, alpha, beta))
     if call is None:
         return None
+    if X.ndim == 3 and z is not None and np.ndim(z):  # (the residual gets the height axis too)
+        z = np.expand_dims(z, -2)
     y = call(np.ascontiguousarray(X), B, z)
-    return y.reshape(y.shape[:2] + y.shape[3:]) if X.ndim == 3 else y  # (1-D: height 1)
+    if X.ndim == 3:  # (1-D: the set-up ran a 2-D conv of height 1)
+        y = y.reshape(y.shape[:2] + y.shape[3:])
+    return y
 
 
 def _activated_depthwise(X, W, B, attrs: tuple, activation: tuple) -> np.ndarray | None:
