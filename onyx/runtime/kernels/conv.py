@@ -31,6 +31,54 @@ def spatial_defaults(n: int, strides, dilations, pads) -> tuple[list[int], list[
     )
 
 
+#: The longest padded axis a windowed op (conv, pooling) takes: beyond, its sizes come from a
+#: broken or hostile model (dilations near 2**32, kernels near 2**63), and the native kernels
+#: (checks.h) would refuse them too.
+MAX_EXTENT = 1 << 30
+#: The most cells of one padded image (the product of the padded axes).
+MAX_PADDED = 1 << 36
+#: The most window taps (outputs x kernel cells) a pooling op may read: its kernel is an
+#: attribute, bounded by no tensor.
+MAX_TAPS = 1 << 40
+
+
+def check_window_attributes(op: str, n: int, kernel, strides, dilations, pads) -> None:
+    """ValueError naming op and the attribute unless kernel, strides and dilations are n
+    positive sizes and pads 2n, all within MAX_EXTENT (the plan reports it as the node's)."""
+    for name, values, least, count in (("kernel_shape", kernel, 1, n), ("strides", strides, 1, n),
+                                       ("dilations", dilations, 1, n), ("pads", pads, None, 2 * n)):  # fmt: skip
+        values = list(values)
+        if len(values) != count:
+            raise ValueError(f"{op}: {name} {values} should have {count} values")
+        for v in values:
+            if (least is not None and v < least) or abs(v) > MAX_EXTENT:
+                limit = f"in [{least}, 2**30]" if least is not None else "within +-2**30"
+                raise ValueError(f"{op}: {name} {values} out of range: each must be {limit}")
+
+
+def check_windows(op: str, in_shape, kernel, strides, dilations, pads, out_shape) -> None:
+    """ValueError naming op unless every window fits its padded input (no negative output
+    size) and the padded axes stay within MAX_EXTENT and MAX_PADDED."""
+    n = len(in_shape)
+    eff = effective_kernel(kernel, dilations)
+    extents = []
+    for i in range(n):
+        padded = in_shape[i] + pads[i] + pads[n + i]
+        if out_shape[i] < 0 or (out_shape[i] == 0 and in_shape[i] > 0 and padded < eff[i]):
+            raise ValueError(
+                f"{op}: the window along spatial axis {i} ({eff[i]} cells: kernel_shape "
+                f"{list(kernel)}, dilations {list(dilations)}) is larger than the padded input "
+                f"({padded} cells)"
+            )
+        extents.append(max(padded, (out_shape[i] - 1) * strides[i] + eff[i]))
+    if max(extents, default=0) > MAX_EXTENT or math.prod(extents) > MAX_PADDED:
+        raise ValueError(
+            f"{op}: the padded input would be {' x '.join(map(str, extents))} cells (pads "
+            f"{list(pads)}, dilations {list(dilations)}): more than onyx takes (2**30 per "
+            f"axis, 2**36 in all)"
+        )
+
+
 def effective_kernel(kernel, dilations) -> list[int]:
     """Extent of a dilated kernel: (k - 1) * d + 1."""
     return [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
@@ -348,12 +396,15 @@ def _conv_depthwise(x, w, begin, need, strides, dilations, out_shape, dtype, shi
     return y.reshape(final_shape)
 
 
-def _conv_geometry(x_shape, w_shape, auto_pad, pads, strides, dilations, kernel_shape):
+def _conv_geometry(x_shape, w_shape, auto_pad, pads, strides, dilations, kernel_shape,
+                   op: str = "Conv"):  # fmt: skip
     n = len(x_shape) - 2
     kernel = list(kernel_shape) if kernel_shape else list(w_shape[2:])
     strides, dilations, pads = spatial_defaults(n, strides, dilations, pads)
+    check_window_attributes(op, n, kernel, strides, dilations, pads)
     pads = conv_pads(auto_pad, x_shape[2:], kernel, strides, dilations, pads)
     out_shape = conv_out_shape(x_shape[2:], kernel, strides, dilations, pads)
+    check_windows(op, x_shape[2:], kernel, strides, dilations, pads, out_shape)
     return dict(pads=pads, strides=strides, dilations=dilations, out_shape=out_shape)
 
 

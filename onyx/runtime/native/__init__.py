@@ -34,6 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ...errors import InvalidArgument
+
 __all__ = [
     "available",
     "batched_int8_gemm",
@@ -382,12 +384,29 @@ def threads(n: int):
         _threads.reset(token)
 
 
-def _run(part: int, task: ctypes.Structure, cuts, threads: int) -> int:
+def _check_sizes(what: str, *values) -> None:
+    """InvalidArgument unless every size is an int in [0, 2**40]: ctypes would wrap a larger
+    one silently into the kernel's int64 fields (checks.h then checks what it receives)."""
+    for v in values:
+        if not 0 <= int(v) <= 1 << 40:
+            raise InvalidArgument(f"onyx native {what}: size {v} out of the range it takes")
+
+
+#: A kernel part's status bits (checks.h).
+_NOMEM, _INVALID = 1, 2
+
+
+def _run(part: int, task: ctypes.Structure, cuts, threads: int, what: str = "kernel") -> None:
     """The kernel's parts [cuts[i], cuts[i + 1]) of the task on the native thread pool
-    (pool.c), ``part`` one of lib.<kernel>_range; the kernel's status (non-zero: out of
-    memory)."""
+    (pool.c), ``part`` one of lib.<kernel>_range. A kernel that refused its arguments
+    (checks.h: nothing touched) raises InvalidArgument, one that could not allocate its
+    buffers MemoryError."""
     cuts = np.asarray(cuts, np.int64)  # (a set-up's kept cuts are used as they are)
-    return _lib.onyx_parallel(part, ctypes.byref(task), _addr(cuts), len(cuts) - 1, threads)
+    status = _lib.onyx_parallel(part, ctypes.byref(task), _addr(cuts), len(cuts) - 1, threads)
+    if status & _INVALID:
+        raise InvalidArgument(f"onyx native {what}: sizes out of the range it takes")
+    if status:
+        raise MemoryError(f"onyx native {what}: out of memory for its buffers")
 
 
 def _even_cuts(parts: int, ways: int) -> np.ndarray:
@@ -621,8 +640,7 @@ class _Batched:
             s = np.asarray(scale, np.float32).reshape(-1)[:1].copy()
             t.e.out8, t.e.scale = t.y, _addr(s)
             t.e.zero_point = int(y_zero_point.reshape(-1)[0])
-        if _run(_lib.batched_gemm_range, t, self.cuts, self.ways):
-            raise MemoryError("onyx native int8 GEMM: out of memory for its buffers")
+        _run(_lib.batched_gemm_range, t, self.cuts, self.ways, "int8 GEMM")
         return y
 
 
@@ -802,6 +820,7 @@ class PlaneConv:
     def __init__(self, fn, lanes: int, x_shape, w, out_shape, strides, dilations, begin,
                  activation=(0, 0.0, 0.0), banded: bool = False):  # fmt: skip
         (N, C, H, W), M = x_shape, w.shape[0]
+        _check_sizes("conv", *x_shape, *w.shape, *out_shape, *strides, *dilations, *begin)
         self.w = np.ascontiguousarray(w, np.float32)
         self.g = _DwGeometry(C, H, W, M // C, *out_shape, *w.shape[2:], *strides, *dilations,
                              *begin, M, *activation)  # fmt: skip
@@ -818,8 +837,7 @@ class PlaneConv:
         if bias is not None:
             bias = np.ascontiguousarray(bias, np.float32)
             task.bias = _addr(bias)
-        if _run(_lib.float_conv_range, task, self.cuts, self.ways):
-            raise MemoryError("onyx native depthwise conv: out of memory for its buffers")
+        _run(_lib.float_conv_range, task, self.cuts, self.ways, "depthwise conv")
         return y
 
 
@@ -880,6 +898,7 @@ class IntPlaneConv:
     def __init__(self, x_shape, x_dtype, x_zero_point: int, wc: np.ndarray, bias, out_shape,
                  strides, dilations, begin, *, scale=None, y_zero_point=None):  # fmt: skip
         (N, C, H, W), M = x_shape, wc.shape[0]
+        _check_sizes("conv", *x_shape, *wc.shape, *out_shape, *strides, *dilations, *begin)
         self.g = _DwGeometry(C, H, W, M // C, *out_shape, *wc.shape[1:], *strides, *dilations,
                              *begin, M)  # fmt: skip
         self.shape = (N, M, *out_shape)
@@ -912,8 +931,7 @@ class IntPlaneConv:
             out.y32 = _addr(y)
         task = _IntConvTask.from_buffer_copy(self.task)
         task.x, task.o = _addr(x), ctypes.addressof(out)
-        if _run(_lib.int_conv_range, task, self.cuts, self.ways):
-            raise MemoryError("onyx native depthwise conv: out of memory for its buffers")
+        _run(_lib.int_conv_range, task, self.cuts, self.ways, "depthwise conv")
         return y
 
 
@@ -1024,6 +1042,8 @@ class FloatConv:
     def __init__(self, x_shape, packed, M: int, kernel, out_shape, strides, dilations, begin,
                  activation: int = 0, alpha: float = 0.0, beta: float = 0.0):  # fmt: skip
         (N, C, H, W), group = x_shape, packed.shape[0]
+        _check_sizes("float conv", *x_shape, M, *kernel, *out_shape, *strides, *dilations,
+                     *begin)  # fmt: skip
         P, K, nr = out_shape[0] * out_shape[1], packed.shape[2], _lib.conv_f32_tile[1]
         strips, panels = -(-N * P // nr), packed.shape[1]
         self.ways = _ways(N * P * M * K, group * strips * panels)
@@ -1062,8 +1082,7 @@ class FloatConv:
             cols = np.empty(self.cols, np.float32)
             task.cols = _addr(cols)
             _run(_lib.conv_f32_pack_range, task, self.pack_cuts, self.ways)
-        if _run(_lib.conv_f32_range, task, self.cuts, self.ways):
-            raise MemoryError("onyx native float conv: out of memory for its buffers")
+        _run(_lib.conv_f32_range, task, self.cuts, self.ways, "float conv")
         return y
 
 
@@ -1139,8 +1158,7 @@ def bilinear_f32(planes: np.ndarray, y_taps, x_taps) -> np.ndarray:
               x_taps[3]]  # fmt: skip
     t = _Bilinear(_addr(planes), _addr(y), H, W, OH, OW, *(_addr(a) for a in tables))
     ways = _ways(n * OH * OW * 4, n, _PARALLEL_ELEMENTS * 4)
-    if _run(_lib.bilinear_range, t, _even_cuts(n, ways), ways):
-        raise MemoryError("onyx native Resize: out of memory for its buffers")
+    _run(_lib.bilinear_range, t, _even_cuts(n, ways), ways, "Resize")
     return y
 
 
@@ -1460,6 +1478,7 @@ def pool2d_f32(x: np.ndarray, kernel, strides, dilations, pads, out_shape, *,
     if _lib is None or x.dtype != np.float32 or x.ndim != 4 or not x.flags.c_contiguous:
         return None
     N, C, H, W = x.shape
+    _check_sizes("pooling", *out_shape, *kernel, *strides, *dilations, *pads)
     y = np.empty((N, C, *out_shape), np.float32)
     planes = N * C
     if planes == 0 or y.size == 0:
@@ -1468,8 +1487,7 @@ def pool2d_f32(x: np.ndarray, kernel, strides, dilations, pads, out_shape, *,
     ways = _ways(work, planes, _PARALLEL_ELEMENTS)
     task = _Pool2d(_addr(x), _addr(y), H, W, *out_shape, *kernel, *strides, *dilations, *pads,
                    int(average), int(include_pad), int(by_columns))  # fmt: skip
-    if _run(_lib.pool2d_f32_range, task, _element_cuts(planes, 1, ways), ways):
-        raise MemoryError("onyx native pooling: out of memory for a padded plane")
+    _run(_lib.pool2d_f32_range, task, _element_cuts(planes, 1, ways), ways, "pooling")
     return y
 
 

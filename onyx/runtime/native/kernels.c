@@ -358,7 +358,7 @@ EXPORT CLONES int onyx_depthwise_f32(const float *x, const float *w, const float
     float *acc = malloc((size_t)(d.rows * d.Wq) * sizeof(float));
     if (!start || !buf || !acc) {
         free(start), free(buf), free(acc);
-        return -1;
+        return ONYX_NOMEM;
     }
     dw_taps(g, &d, start);
     int64_t scattered = -1;
@@ -421,7 +421,7 @@ EXPORT CLONES int onyx_depthwise_i8(const uint8_t *x, int x_signed, int32_t x_zp
     int32_t *acc = malloc((size_t)(d.rows * d.Wq) * sizeof(int32_t));
     if (!start || !buf || !acc) {
         free(start), free(buf), free(acc);
-        return -1;
+        return ONYX_NOMEM;
     }
     dw_taps(g, &d, start);
     int64_t scattered = -1;
@@ -1060,7 +1060,7 @@ static int dwv_alloc(const dw_geometry *g, const dwv_layout *d, dwv_scratch *s) 
     s->row = malloc((size_t)(g->OW * 16) * 4);
     if (s->buf && s->wt && s->row) return 0;
     free(s->buf), free(s->wt), free(s->row);
-    return -1;
+    return ONYX_NOMEM;
 }
 
 static void dwv_free(dwv_scratch *s) { free(s->buf), free(s->wt), free(s->row); }
@@ -1091,7 +1091,7 @@ EXPORT AVX512 int onyx_depthwise_f32_avx512(const float *x, const float *w, cons
                                             int64_t p1) {
     dwv_layout d = dwv_layout_of(g);
     dwv_scratch s;
-    if (dwv_alloc(g, &d, &s)) return -1;
+    if (dwv_alloc(g, &d, &s)) return ONYX_NOMEM;
     float *buf = s.buf, *wt = s.wt, *row = s.row;
     int64_t M = g->C * g->mult, plane[16];
     for (int64_t p = p0; p < p1; p++) {
@@ -1140,14 +1140,14 @@ EXPORT AVX512 int onyx_depthwise_i8_avx512(const uint8_t *x, int x_signed, int32
                                            const dw_output *o, int64_t p0, int64_t p1) {
     dwv_layout d = dwv_layout_of(g);
     dwv_scratch s;
-    if (dwv_alloc(g, &d, &s)) return -1;
+    if (dwv_alloc(g, &d, &s)) return ONYX_NOMEM;
     int32_t *buf = s.buf, *wt = s.wt, *row = s.row;
     int64_t M = g->C * g->mult, plane[16];
     int exact = d.K * 255 * 255 < (1 << 24);
     uint8_t *tile = malloc((size_t)(g->OW * 16));
     if (!tile) {
         dwv_free(&s);
-        return -1;
+        return ONYX_NOMEM;
     }
     for (int64_t p = p0; p < p1; p++) {
         dwv_part q = dwv_part_of(g, &d, M, p);
@@ -1205,7 +1205,7 @@ EXPORT AVX512 int onyx_conv_small_f32_avx512(const float *x, const float *w, con
     float *row = malloc((size_t)(g->OW * 16) * sizeof(float));
     if (!pad || !wt || !row) {
         free(pad), free(wt), free(row);
-        return -1;
+        return ONYX_NOMEM;
     }
     int64_t wend = d.Wp - g->left < g->W ? d.Wp - g->left : g->W;
     for (int64_t p = p0; p < p1; p++) {
@@ -1306,7 +1306,7 @@ EXPORT VNNI int onyx_batched_gemm_range(const void *p, int64_t begin, int64_t en
     int32_t *row_off = malloc((size_t)M * sizeof(int32_t));
     if (!packed || !colsum || !col_off || !row_off) {
         free(packed), free(colsum), free(col_off), free(row_off);
-        return -1;
+        return ONYX_NOMEM;
     }
     for (int64_t i = begin; i < end; i++) {
         const uint8_t *a = t->a + t->a_off[i];
@@ -1387,8 +1387,21 @@ typedef struct {
     const dw_geometry *g;
 } float_conv_task;
 
+/* Whether a depthwise or small conv's geometry is in range: its padded plane, 16 lanes of
+   it and C planes of it fit ONYX_MAX_ELEMENTS (the kernels' buffers are at most these). */
+static int dw_geometry_ok(const dw_geometry *g) {
+    int64_t Hp, Wp, plane, lanes, all, counts[3] = {g->C, g->mult, g->M};
+    return onyx_in(counts, 3, 1, ONYX_MAX_EXTENT) &&
+           onyx_window_axis(g->H, g->OH, g->kh, g->sh, g->dh, g->top, &Hp) &&
+           onyx_window_axis(g->W, g->OW, g->kw, g->sw, g->dw, g->left, &Wp) &&
+           onyx_mul(Hp, Wp, &plane) && onyx_mul(plane, 16, &lanes) &&
+           onyx_mul(plane, g->C, &all) && g->act >= 0 && g->act <= 5 /* ACT_HARDSIGMOID */ &&
+           g->band >= 0;
+}
+
 EXPORT int onyx_float_conv_range(const void *p, int64_t begin, int64_t end) {
     const float_conv_task *t = p;
+    if (!dw_geometry_ok(t->g) || begin < 0) return ONYX_INVALID;
     return t->fn(t->x, t->w, t->bias, t->y, t->g, begin, end);
 }
 
@@ -1405,6 +1418,7 @@ typedef struct {
 
 EXPORT int onyx_int_conv_range(const void *p, int64_t begin, int64_t end) {
     const int_conv_task *t = p;
+    if (!dw_geometry_ok(t->g) || begin < 0) return ONYX_INVALID;
     return t->fn(t->x, t->x_signed, t->x_zp, t->wc, t->g, t->o, begin, end);
 }
 

@@ -5,6 +5,8 @@
 
 #include <stdint.h>
 
+#include "checks.h"
+
 #if defined(_WIN32)
 #define EXPORT __declspec(dllexport)
 #else

@@ -49,7 +49,7 @@ static AVX512 void gather_columns(const float *plane, const bilinear *t, const i
 EXPORT AVX512 int onyx_bilinear_f32_range(const void *p, int64_t p0, int64_t p1) {
     const bilinear *t = p;
     float *lo = malloc((size_t)(2 * t->H * t->OW) * sizeof(float)), *hi = lo + t->H * t->OW;
-    if (!lo) return -1;
+    if (!lo) return ONYX_NOMEM;
     for (int64_t n = p0; n < p1; n++) {
         const float *plane = t->x + n * t->H * t->W;
         gather_columns(plane, t, t->x_lo, lo);

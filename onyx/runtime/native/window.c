@@ -29,15 +29,19 @@ typedef struct {
     int64_t average, include_pad, by_columns;
 } pool2d;
 
-/* How many of a window's k offsets (input o * s - begin + j * d) fall in [from, to). */
+/* floor(a / b) for b > 0. */
+static int64_t floor_div(int64_t a, int64_t b) { return a / b - (a % b != 0 && a < 0); }
+
+/* How many of a window's k offsets (input o * s - begin + j * d, j < k) fall in [from, to):
+   counted, not looped over (k is an attribute, bounded only by the padded extent). */
 static int64_t inside(int64_t o, int64_t s, int64_t begin, int64_t d, int64_t k, int64_t from,
                       int64_t to) {
-    int64_t n = 0;
-    for (int64_t j = 0; j < k; j++) {
-        int64_t at = o * s - begin + j * d;
-        n += at >= from && at < to;
-    }
-    return n;
+    int64_t base = o * s - begin;
+    int64_t first = -floor_div(base - from, d);    /* ceil((from - base) / d) */
+    int64_t end = -floor_div(base - to, d);        /* ceil((to - base) / d) */
+    first = first > 0 ? first : 0;
+    end = end < k ? end : k;
+    return end > first ? end - first : 0;
 }
 
 /* The plane x padded into P (Hp x Wp): row r, column c of P is x's (r - top, c - left); rows
@@ -204,12 +208,22 @@ static AVX512 void pool_row_avx512(const pool2d *t, const float *top, int64_t Wp
 }
 #endif
 
+/* The padded plane (Hp x Wp, plane elements) when t's sizes are in range: every window of
+   the output lies in it, and it holds the input's rows from `top` and columns from `left`. */
+static int pool2d_ok(const pool2d *t, int64_t *Hp, int64_t *Wp, int64_t *plane) {
+    int64_t pads[4] = {t->top, t->left, t->bottom, t->right};
+    return onyx_window_axis(t->H, t->OH, t->kh, t->sh, t->dh, t->top, Hp) &&
+           onyx_window_axis(t->W, t->OW, t->kw, t->sw, t->dw, t->left, Wp) &&
+           onyx_in(pads, 4, 0, ONYX_MAX_EXTENT) && onyx_mul(*Hp, *Wp, plane);
+}
+
 EXPORT CLONES int onyx_pool2d_f32_range(const void *p, int64_t begin, int64_t end) {
     const pool2d *t = p;
-    int64_t Hp = (t->OH - 1) * t->sh + (t->kh - 1) * t->dh + 1;
-    int64_t Wp = (t->OW - 1) * t->sw + (t->kw - 1) * t->dw + 1;
-    float *P = malloc((size_t)(Hp * Wp + 3 * t->OW + t->OH) * sizeof(float));
-    if (!P) return -1;
+    int64_t Hp, Wp, plane, buffer;
+    if (!pool2d_ok(t, &Hp, &Wp, &plane) || begin < 0) return ONYX_INVALID;
+    buffer = plane + 3 * t->OW + t->OH; /* (each term is at most ONYX_MAX_ELEMENTS) */
+    float *P = malloc((size_t)buffer * sizeof(float));
+    if (!P) return ONYX_NOMEM;
     float *acc = P + Hp * Wp, *column = acc + t->OW, *count_w = column + t->OW;
     float *count_h = count_w + t->OW; /* (the same for every plane) */
     for (int64_t ow = 0; ow < t->OW; ow++)
