@@ -274,16 +274,25 @@ def _library_path() -> Path | None:
     return None
 
 
+#: Why the library is or is not in use (status()).
+_why = ""
+
+
 def _load():
+    global _why
     if os.environ.get("ONYX_NATIVE", "1").strip().lower() in ("0", "false", "no", "off"):
+        _why = "off: ONYX_NATIVE=0"
         return None, False
     path = _library_path()
     if path is None:
+        _why = "not built (no C compiler at install?): numpy kernels"
         return None, False
     try:
         lib = ctypes.CDLL(str(path))
-    except OSError:  # a build for another platform, a missing runtime library, ...
+    except OSError as e:  # a build for another platform, a missing runtime library, ...
+        _why = f"not loadable ({e}): numpy kernels"
         return None, False
+    _why = "loaded"
     lib.onyx_caps.restype = _INT
     lib.onyx_caps.argtypes = []
     lib.onyx_pack_panels.restype = None
@@ -360,6 +369,29 @@ _lib, _vnni = _load()
 def available() -> bool:
     """Whether the native library is loaded (any of its kernels)."""
     return _lib is not None
+
+
+def status() -> str:
+    """Whether the native library is in use, and why not where it is not."""
+    return _why if _lib is not None or not _why.startswith("loaded") else "disabled"
+
+
+def library():
+    """The loaded library (ctypes.CDLL), or None: for tests that count its calls."""
+    return _lib
+
+
+@contextlib.contextmanager
+def disabled():
+    """Inside the block every kernel takes its numpy path, as with ONYX_NATIVE=0 (the
+    differential tests compare the two in one process). Not thread-safe: for tests."""
+    global _lib, _vnni
+    saved = _lib, _vnni
+    _lib, _vnni = None, False
+    try:
+        yield
+    finally:
+        _lib, _vnni = saved
 
 
 # ----------------------------------------------------------------------------- threads
@@ -579,6 +611,8 @@ def int8_gemm(
     with b for the next call of the same shape and parameters: a node's weights meet the
     same ones on every run.
     """
+    if gather is None and a.strides[1] != 1:  # (the kernel reads each row's bytes in a run)
+        a = np.ascontiguousarray(a)
     M, K = a.shape if gather is None else (len(gather[0]), gather[2])
     params = (a_zero_point, b_zero_point, row_bias, col_bias, scale, y_zero_point)
     key = (a.dtype.char, M, K, gather is None, _threads.get(), *map(_value_key, params))
