@@ -808,6 +808,7 @@ class _GemmCall:
             self.cuts = np.array([min(M, -(-M * i // ways // 6) * 6) for i in range(ways + 1)])
         else:
             self.cuts = _even_cuts(panels, ways)
+        self.packed = b  # (the task holds only its address: a B made for this call lives on)
         self.task = _GemmTask(None, _addr(b.data), None, K, N, M, panels, int(flip_a),
                               int(not a_signed), int(by_rows))  # fmt: skip
 
