@@ -463,8 +463,8 @@ def native_conv_f32(X, W, B, group: int, attrs: tuple, *, z=None, activation: in
     residual z and activation (native.CONV_ACTIVATIONS) applied as it stores; or None where
     it does not apply (then the caller runs its numpy path). attrs: (auto_pad, pads, strides,
     dilations, kernel_shape), hashable; the set-up is kept per constant weight (derived.py)."""
-    if X.dtype != np.float32 or W.dtype != np.float32 or X.ndim not in (3, 4):
-        return None
+    if X.dtype != np.float32 or W.dtype != np.float32 or X.ndim not in (3, 4) or not X.size:
+        return None  # (an empty batch: numpy's empty result)
     if activation and z is None and group == X.shape[1] > 1 and W.shape[1] == 1:
         return _activated_depthwise(X, W, B, attrs, (activation, alpha, beta))
     if not native.conv_f32_ok():
@@ -599,7 +599,8 @@ def _integer_conv_runner(x, w, x_zero_point, w_zero_point, bias, scale, y_zero_p
     M, Cg = w.shape[:2]
     K = Cg * math.prod(w.shape[2:])
     if (
-        x.dtype not in native.BYTES
+        not x.size  # (an empty batch: numpy's empty result)
+        or x.dtype not in native.BYTES
         or w.dtype not in native.BYTES
         or (x_zero_point is not None and x_zero_point.size != 1)
         or (y_zero_point is not None and y_zero_point.dtype not in native.BYTES)
