@@ -106,7 +106,7 @@ def test_native_pooling_refuses_sizes_ctypes_would_wrap():
 
 @needs_native
 def test_native_small_conv_refuses_absurd_dilations():
-    if not native._lib.conv_small:
+    if not native.library().conv_small:
         pytest.skip("no AVX-512 small conv")
     x = np.ones((1, 1, 5, 5), np.float32)
     w = np.ones((8, 1, 2, 2), np.float32)

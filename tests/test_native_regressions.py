@@ -13,7 +13,7 @@ from onyx.runtime.kernels.fused import fused_conv
 
 def _numpy_conv(x, w, b=None, monkeypatch=None, **attrs):
     with monkeypatch.context() as m:
-        m.setattr(native, "_lib", None)
+        m.setattr(native._core, "lib", None)
         return conv(x, w, b, **attrs)
 
 
@@ -43,7 +43,7 @@ def test_1d_fused_conv_of_one_position_takes_its_residual(monkeypatch):
     z = rng.standard_normal((2, 16, 1)).astype(np.float32)
     got = fused_conv(x, w, None, z, activation="Relu")
     with monkeypatch.context() as m:
-        m.setattr(native, "_lib", None)
+        m.setattr(native._core, "lib", None)
         want = fused_conv(x, w, None, z, activation="Relu")
     assert got.shape == want.shape == (2, 16, 1)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

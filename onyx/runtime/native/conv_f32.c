@@ -28,23 +28,6 @@
 #define CF_V (CF_NR / 16)
 
 
-typedef struct {
-    const float *x;     /* input (N, C, H, W), C-contiguous */
-    const float *w;     /* packed weights (group, panels, K, MR) */
-    const float *bias;  /* [M] or null */
-    const float *z;     /* residual (N, M, OH, OW) added before the activation, or null */
-    float *y;           /* output (N, M, OH, OW) */
-    float *cols;        /* every strip's columns, packed beforehand (group, strips, K, NR), or
-                           null: each part packs its own */
-    int64_t N, C, H, W, M, OH, OW;
-    int64_t kh, kw, sh, sw, dh, dw, top, left;
-    int64_t group, kc;  /* groups; rows of columns packed at a time */
-    int64_t strips;     /* strips of CF_NR pixels over N * OH * OW */
-    int64_t per_part;   /* strips per part */
-    int64_t blocks;     /* blocks of panels per block of strips (more parts for small layers) */
-    int32_t act;
-    float alpha, beta;  /* LeakyRelu's slope; Clip's bounds */
-} conv_f32;
 
 /* One run of consecutive pixels of a strip that share an image and an output row: j, its
    place in the strip; len pixels; image, the input image's offset; ih and iw, the input row
@@ -427,15 +410,7 @@ EXPORT AVX512 int onyx_conv_f32_pack_range(const void *p, int64_t begin, int64_t
     }
     return 0;
 }
-#define HAVE_CONV_F32 1
 #endif
 
-/* Tile sizes for Python's packing, and whether the kernel is built (0: no AVX-512 build). */
-EXPORT int onyx_conv_f32_shape(int64_t *mr_nr) {
-    mr_nr[0] = CF_MR, mr_nr[1] = CF_NR;
-#ifdef HAVE_CONV_F32
-    return 1;
-#else
-    return 0;
-#endif
-}
+/* The register tile's sizes (MR output channels, NR pixels), for Python's packing. */
+EXPORT void onyx_conv_f32_shape(int64_t *mr_nr) { mr_nr[0] = CF_MR, mr_nr[1] = CF_NR; }

@@ -18,17 +18,6 @@
 
 #include "onyx.h"
 
-typedef struct {
-    const float *x; /* (M, K), C-contiguous */
-    const float *w; /* (N, K) when trans, else (K, N); C-contiguous */
-    const float *c; /* [N] times beta, or null */
-    const float *z; /* (M, N) added, or null */
-    float *y;       /* (M, N) */
-    int64_t M, K, N, trans;
-    float alpha, beta;
-    int32_t act;                /* a code of activation.h */
-    float act_alpha, act_beta;  /* LeakyRelu's slope, Clip's bounds, HardSigmoid's alpha, beta */
-} gemv_f32;
 
 /* Columns of y per unit of the work split (cuts are in these units). */
 #define GV_BLOCK 64

@@ -31,19 +31,6 @@
 #define MR 6  /* rows per register tile: 12 accumulators */
 
 /* The per-call description of the GEMM's epilogue (see the header comment). */
-typedef struct {
-    const int32_t *row_off; /* [M] added to every row, or NULL */
-    const int32_t *col_off; /* [N] added to every column, or NULL */
-    const int32_t *row_f;   /* [M] times col_f[N] added (a rank-1 correction), or NULL */
-    const int32_t *col_f;
-    int32_t *c;             /* int32 output, leading dimension ldc, when out8 is NULL */
-    int64_t ldc;
-    uint8_t *out8;          /* 8-bit requantized output, leading dimension ldo */
-    int64_t ldo;
-    const float *scale;     /* scale[r * scale_rs + j * scale_cs] */
-    int64_t scale_rs, scale_cs;
-    int32_t zero_point, lo, hi; /* output zero point and the output type's range */
-} epilogue;
 
 /* Packing needs no particular instruction set. Rows of B with unit column stride (the usual
    case) go four at a time: 16 columns of 4 rows interleaved with SSE2 unpacks (x86-64's
@@ -243,17 +230,6 @@ EXPORT void onyx_row_sums(const uint8_t *a, int64_t lda, int64_t M, int64_t K, i
  */
 #include <stdlib.h>
 
-typedef struct {
-    int64_t C, H, W;   /* input channels and size */
-    int64_t mult;      /* output channels per input channel */
-    int64_t OH, OW;    /* output size */
-    int64_t kh, kw, sh, sw, dh, dw;
-    int64_t top, left; /* begin pads (>= 0) */
-    int64_t M;         /* output channels (C * mult for a depthwise conv) */
-    int64_t act;       /* the float depthwise conv's activation (activation.h), ... */
-    float alpha, beta; /* ... and its parameters */
-    int64_t band;      /* the AVX-512 kernels' output rows per part (0: all of them) */
-} dw_geometry;
 
 typedef struct {
     int64_t Hq, Wq, phase, K, rows; /* phase: values per phase; rows: output rows per block */
@@ -382,13 +358,6 @@ EXPORT CLONES int onyx_depthwise_f32(const float *x, const float *w, const float
 
 /* The integer depthwise conv's output: int32 sums (+ bias) in y32, or requantized as the
    int8 GEMM's epilogue does: clamp(rint(acc * scale[m]) + zero_point) in y8. */
-typedef struct {
-    const int32_t *bias;    /* [M] or NULL */
-    int32_t *y32;
-    uint8_t *y8;
-    const float *scale;     /* [M] */
-    int32_t zero_point, lo, hi;
-} dw_output;
 
 /* n sums a[j * stride] of output channel m (+ its bias) into the output from element at:
    as int32, or requantized. Shared by both integer kernels. */
@@ -483,10 +452,6 @@ EXPORT void onyx_lookup8(const uint8_t *restrict x, const void *restrict table, 
    ((a - za) (b - zb)) k; then + zy, rounded half to even and clamped. Over a run of n values
    b either advances with a (bstep 1) or stays on one value (bstep 0: a channel's scale).
    No contraction into fused multiply-adds: numpy rounds every product. */
-typedef struct {
-    float za, zb, ka, kb, zy;
-    int32_t is_signed, multiply, lo, hi;
-} qbinary;
 
 
 #define QBINARY(name, T)                                                                     \
@@ -534,12 +499,6 @@ EXPORT CLONES void onyx_quantize_f32(const float *x, float scale, int32_t zero_p
         quantize_u8(x, scale, 0.0f - zp, 255.0f - zp, zp, n, y);
 }
 
-typedef struct {
-    const float *x;
-    float *y;
-    float scale, p[7], q[6]; /* erf(u) ~ u P(u^2) / Q(u^2) on |u| <= 4, lowest degree first */
-    int32_t gelu;
-} erf_task;
 
 /* erf(scale x), or GELU's x (0.5 + 0.5 erf(scale x)) with gelu, of float32 x in the
    operations and order of the numpy kernel (elementwise.erf32: u clipped to +-4, Horner's
@@ -575,11 +534,6 @@ EXPORT int onyx_erf_range(const void *p, int64_t begin, int64_t end) {
     return 0;
 }
 
-typedef struct {
-    const float *x;
-    float *y;
-    float alpha, beta;
-} hard_sigmoid_task;
 
 /* HardSigmoid, y = clamp(x * alpha + beta, 0, 1), each step a float32 operation and none fused
    (the numpy kernel's bits; NaN stays NaN), in one pass where numpy makes three. */
@@ -609,13 +563,6 @@ EXPORT CLONES NO_FMA void onyx_qbinary(const void *a, const void *b, int64_t bst
 
 /* What this CPU runs: 1, the int8 GEMM (AVX512-VNNI); 2, the AVX-512 depthwise convs; 4, the
    byte-table lookup on AVX512-VBMI. */
-EXPORT int onyx_caps(void) {
-    __builtin_cpu_init();
-    int bw = __builtin_cpu_supports("avx512bw");
-    int vnni = __builtin_cpu_supports("avx512vnni") && bw && __builtin_cpu_supports("avx512vl");
-    int vbmi = __builtin_cpu_supports("avx512vbmi") && bw;
-    return (vnni ? 1 : 0) | (__builtin_cpu_supports("avx512f") ? 2 : 0) | (vbmi ? 4 : 0);
-}
 
 /* QLinearAdd / QLinearMul and QuantizeLinear 16 values per step, in the operations and order
    of the portable loops above (the same bits; max(lo, v) keeps a NaN as their comparisons
@@ -774,12 +721,6 @@ INLINE VNNI void tile(const uint8_t *const *row, const int64_t *quads, const int
 
 /* Where A's rows are: row r at a + rows[r] (or a + r * lda when rows is NULL); quads as in
    tile (NULL: contiguous rows). */
-typedef struct {
-    const uint8_t *a;
-    int64_t lda;
-    const int64_t *rows;
-    const int64_t *quads;
-} operand;
 
 #define TILE(mr) tile(row, A->quads, flip, panel, K, e, m, p * NR, ncols, mr, u8, gathered)
 
@@ -1263,13 +1204,6 @@ EXPORT AVX512 int onyx_conv_small_f32_avx512(const float *x, const float *w, con
 
 /* The GEMM's part of a job on the thread pool (onyx_parallel, called from Python with the
    ranges below): parts are blocks of rows or of panels (cuts). */
-typedef struct {
-    const operand *A;
-    const int8_t *packed;
-    const epilogue *e;
-    int64_t K, N, M, panels;
-    int32_t flip, a_unsigned, by_rows;
-} gemm_task;
 
 EXPORT int onyx_gemm_range(const void *p, int64_t begin, int64_t end) {
     const gemm_task *t = p;
@@ -1287,15 +1221,6 @@ EXPORT int onyx_gemm_range(const void *p, int64_t begin, int64_t end) {
    takes one call instead of a Python set-up per item (which cost 5x the item's GEMM).
    Scalar zero points only; za and zb are as stored (after the flips, see _GemmCall). The
    epilogue e is a template: its corrections and output are set per item. */
-typedef struct {
-    const uint8_t *a, *b;
-    uint8_t *y;
-    const int64_t *a_off, *b_off; /* byte offsets of each item's A and B */
-    int64_t lda, sk, sn, ldy;     /* A's row stride; B's row and column strides (bytes) */
-    int64_t M, K, N, y_item;      /* y_item: bytes between items' outputs */
-    epilogue e;
-    int32_t flip_a, a_unsigned, b_flip, b_signed, za, zb;
-} batched_gemm;
 
 EXPORT VNNI int onyx_batched_gemm_range(const void *p, int64_t begin, int64_t end) {
     const batched_gemm *t = p;
@@ -1340,15 +1265,6 @@ EXPORT VNNI int onyx_batched_gemm_range(const void *p, int64_t begin, int64_t en
    NHWC buffer xp, the gathered GEMM on the pool into y (pixels x M), y transposed to out
    (N, M, pixels). The operand's rows/quads and the epilogue are the caller's, made once;
    their buffer and output pointers are set here. */
-typedef struct {
-    operand A;
-    epilogue e;
-    gemm_task gemm;
-    const int64_t *cuts;
-    int64_t parts, threads;
-    int64_t N, C, H, W, Hp, Wp, Cp, r0, c0, pixels, M;
-    int32_t zx, bare;
-} implicit_conv;
 
 EXPORT void onyx_implicit_conv(const implicit_conv *c, const uint8_t *x, uint8_t *xp, uint8_t *y,
                                uint8_t *out) {
@@ -1369,8 +1285,6 @@ EXPORT void onyx_implicit_conv(const implicit_conv *c, const uint8_t *x, uint8_t
                           out + i * c->M * c->pixels, c->pixels);
 }
 
-#else
-EXPORT int onyx_caps(void) { return 0; }
 #endif
 
 /* ------------------------------------------------------------------ parts of pool jobs */
@@ -1378,14 +1292,6 @@ EXPORT int onyx_caps(void) { return 0; }
 /* Each kernel's part of a job: Python hands onyx_parallel (pool.c) one of these ranges, a
    task struct (the kernel's arguments) and the cuts. The float convs (depthwise and small:
    one signature) take planes. */
-typedef int (*float_conv_fn)(const float *, const float *, const float *, float *,
-                             const dw_geometry *, int64_t, int64_t);
-typedef struct {
-    float_conv_fn fn;
-    const float *x, *w, *bias;
-    float *y;
-    const dw_geometry *g;
-} float_conv_task;
 
 /* Whether a depthwise or small conv's geometry is in range: its padded plane, 16 lanes of
    it and C planes of it fit ONYX_MAX_ELEMENTS (the kernels' buffers are at most these). */
@@ -1405,16 +1311,6 @@ EXPORT int onyx_float_conv_range(const void *p, int64_t begin, int64_t end) {
     return t->fn(t->x, t->w, t->bias, t->y, t->g, begin, end);
 }
 
-typedef int (*int_conv_fn)(const uint8_t *, int, int32_t, const int16_t *, const dw_geometry *,
-                           const dw_output *, int64_t, int64_t);
-typedef struct {
-    int_conv_fn fn;
-    const uint8_t *x;
-    const int16_t *wc;
-    const dw_geometry *g;
-    const dw_output *o;
-    int32_t x_signed, x_zp;
-} int_conv_task;
 
 EXPORT int onyx_int_conv_range(const void *p, int64_t begin, int64_t end) {
     const int_conv_task *t = p;
@@ -1422,14 +1318,6 @@ EXPORT int onyx_int_conv_range(const void *p, int64_t begin, int64_t end) {
     return t->fn(t->x, t->x_signed, t->x_zp, t->wc, t->g, t->o, begin, end);
 }
 
-typedef void (*lookup_fn)(const uint8_t *, const void *, int64_t, void *, int64_t);
-typedef struct {
-    lookup_fn fn;
-    const uint8_t *x;
-    const void *table;
-    int64_t size;
-    uint8_t *y;
-} lookup_task;
 
 EXPORT int onyx_lookup_range(const void *p, int64_t begin, int64_t end) {
     const lookup_task *t = p;
@@ -1441,27 +1329,9 @@ EXPORT int onyx_lookup_range(const void *p, int64_t begin, int64_t end) {
    index cycling over bn / inner (b as large as a: mid 1, inner n; a bias along the last
    axis: inner its length; a mask [B, H, 1, S] over attention scores [B, H, S, S]: mid S; a
    channel's scale [C, 1, 1] over [N, C, H, W]: inner 1, mid H * W). */
-typedef struct {
-    const uint8_t *a, *b;
-    int64_t inner, mid, bn;
-    const qbinary *p;
-    uint8_t *y;
-} qbinary_task;
 
-/* Whether the AVX-512 elementwise byte kernels run here (checked once). */
-static int byte_vectors(void) {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    static int known = -1;
-    if (known < 0) {
-        __builtin_cpu_init();
-        known = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                __builtin_cpu_supports("avx512vl");
-    }
-    return known;
-#else
-    return 0;
-#endif
-}
+/* Whether the AVX-512 elementwise byte kernels run here. */
+static int byte_vectors(void) { return (onyx_isa() & ONYX_ISA_AVX512BW) != 0; }
 
 typedef void (*qbinary_fn)(const void *, const void *, int64_t, int64_t, const qbinary *,
                            uint8_t *);
@@ -1484,12 +1354,6 @@ EXPORT int onyx_qbinary_range(const void *p, int64_t begin, int64_t end) {
     return 0;
 }
 
-typedef struct {
-    const float *x;
-    float scale;
-    int32_t zero_point, is_signed;
-    uint8_t *y;
-} quantize_task;
 
 EXPORT int onyx_quantize_range(const void *p, int64_t begin, int64_t end) {
     const quantize_task *t = p;
@@ -1508,12 +1372,6 @@ EXPORT int onyx_quantize_range(const void *p, int64_t begin, int64_t end) {
 /* DequantizeLinear of 8-bit x per tensor to float32 in one pass: (x - zero point), exact in
    float32, times the scale, one rounding (the numpy kernel's three passes, to the bit). The
    task is quantize_task's, x and y in the other roles. */
-typedef struct {
-    const void *x;
-    float scale;
-    int32_t zero_point, is_signed;
-    float *y;
-} dequantize_task;
 
 EXPORT CLONES int onyx_dequantize_range(const void *p, int64_t begin, int64_t end) {
     const dequantize_task *t = p;
@@ -1529,10 +1387,6 @@ EXPORT CLONES int onyx_dequantize_range(const void *p, int64_t begin, int64_t en
     return 0;
 }
 
-typedef struct {
-    const float *x;
-    float *y;
-} unary_task;
 
 EXPORT int onyx_hardswish_range(const void *p, int64_t begin, int64_t end) {
     const unary_task *t = p;

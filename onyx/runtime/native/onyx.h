@@ -5,6 +5,7 @@
 
 #include <stdint.h>
 
+#include "abi.h"
 #include "checks.h"
 
 #if defined(_WIN32)
@@ -31,6 +32,15 @@
 #else
 #define NO_FMA
 #endif
+
+/* The instruction sets a kernel may use (abi.c's onyx_isa: the CPU's, capped by
+   ONYX_NATIVE_ISA): every hand-written vector kernel asks this, and nothing else. CLONES
+   functions are portable C that the compiler builds per vector width. */
+#define ONYX_ISA_AVX512 1   /* AVX-512 F */
+#define ONYX_ISA_AVX512BW 2 /* + BW and VL (byte and 256-bit lanes) */
+#define ONYX_ISA_VNNI 4     /* + VNNI (the int8 GEMM) */
+#define ONYX_ISA_VBMI 8     /* + VBMI (byte lookups) */
+int onyx_isa(void);
 
 /* pool.c: fn(args, cuts[i], cuts[i + 1]) for each part i, on up to `threads` threads. */
 typedef int (*range_fn)(const void *args, int64_t begin, int64_t end);

@@ -16,13 +16,6 @@
 
 #include "onyx.h"
 
-typedef struct {
-    const float *x; /* planes (n, H, W), contiguous */
-    float *y;       /* planes (n, OH, OW) */
-    int64_t H, W, OH, OW;
-    const int32_t *y_lo, *y_hi, *x_lo, *x_hi; /* taps per output row / column */
-    const float *wy_lo, *wy_hi, *wx_lo, *wx_hi;
-} bilinear;
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
@@ -81,11 +74,6 @@ EXPORT AVX512 int onyx_bilinear_f32_range(const void *p, int64_t p0, int64_t p1)
 /* Nearest upsampling by whole factors of 4-byte planes (n, H, W) -> (n, H kh, W kw): each
    input row widened once (kw = 2: an interleaving permute per 16 values), then copied to its
    kh output rows. */
-typedef struct {
-    const uint32_t *x;
-    uint32_t *y;
-    int64_t H, W, kh, kw;
-} repeat2d;
 
 EXPORT AVX512 int onyx_repeat2d_u32_range(const void *p, int64_t p0, int64_t p1) {
     const repeat2d *t = p;
@@ -109,14 +97,5 @@ EXPORT AVX512 int onyx_repeat2d_u32_range(const void *p, int64_t p0, int64_t p1)
         }
     return 0;
 }
-#define HAVE_BILINEAR 1
 #endif
 
-/* Whether the bilinear kernel is built (an x86-64 build; it needs AVX-512 to run). */
-EXPORT int onyx_bilinear_built(void) {
-#ifdef HAVE_BILINEAR
-    return 1;
-#else
-    return 0;
-#endif
-}

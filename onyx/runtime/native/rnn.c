@@ -27,16 +27,6 @@
 #include "onyx.h"
 
 
-typedef struct {
-    const float *xs;     /* [dirs, gates, H, steps, batch] input projections (biases in) */
-    const float *rt;     /* [dirs, H / 16, H (in), gates, 16 (out)] recurrent weights: a
-                            part's columns of every gate, one contiguous run */
-    const float *h0, *c0; /* [dirs, batch, H] (c0: LSTM's) */
-    const float *rbh;    /* [dirs, H]: GRU's recurrent bias of its candidate gate */
-    float *ys, *cs;      /* [steps, dirs, batch, H] every time step's H (and LSTM's C) */
-    int64_t steps, dirs, batch, H;
-    int64_t reverse;     /* bit d set: direction d runs from the last time step to the first */
-} recurrence;
 
 typedef struct { /* one step's job */
     const recurrence *t;
@@ -210,14 +200,5 @@ EXPORT int onyx_lstm(const recurrence *t, const int64_t *cuts, int64_t ranges, i
 EXPORT int onyx_gru(const recurrence *t, const int64_t *cuts, int64_t ranges, int64_t threads) {
     return steps(t, onyx_gru_step_range, cuts, ranges, threads);
 }
-#define HAVE_LSTM 1
 #endif
 
-/* Whether the LSTM kernel is built (an x86-64 build; it needs AVX-512 to run). */
-EXPORT int onyx_lstm_built(void) {
-#ifdef HAVE_LSTM
-    return 1;
-#else
-    return 0;
-#endif
-}

@@ -24,14 +24,6 @@
 
 /* ------------------------------------------------------------------ global average pooling */
 
-typedef struct {
-    const void *x; /* (rows, size), C-contiguous */
-    void *y;       /* [rows] */
-    int64_t size;  /* values per row */
-    /* 8-bit rows only */
-    float scale;  /* x_scale / (y_scale * size), in float32 */
-    int32_t x_zp, y_zp, is_signed;
-} global_pool;
 
 /* Rows taken together: independent sums, so that the additions of one row do not wait on
    each other's latency. */
@@ -96,14 +88,6 @@ EXPORT CLONES int onyx_qmean_rows_range(const void *p, int64_t begin, int64_t en
 
 /* ------------------------------------------------------------------ layer normalization */
 
-typedef struct {
-    const float *x;            /* (rows, size), C-contiguous */
-    const float *scale, *bias; /* [size]; bias may be null */
-    float *y;                  /* (rows, size) */
-    float *mean, *inv_std;     /* [rows] */
-    int64_t size;
-    float epsilon;
-} layer_norm;
 
 /* Each row: its mean, then the mean of the squared deviations from it (two passes over a row
    in L1, as numpy's kernel computes them), y = (x - mean) * inv_std * scale + bias. */
@@ -136,13 +120,6 @@ EXPORT CLONES int onyx_layer_norm_f32_range(const void *p, int64_t begin, int64_
 
 /* ------------------------------------------------------------------ instance / group norm */
 
-typedef struct {
-    const float *x;            /* (rows, channels, spatial), C-contiguous */
-    const float *scale, *bias; /* (rows, channels) */
-    float *y;                  /* as x */
-    int64_t channels, spatial;
-    float epsilon;
-} norm_rows;
 
 /* A row's sum of f(x[i]), in double: an instance's rows are long (a U-Net's 131072 values),
    where float32 running sums would drift from numpy's pairwise ones. */
@@ -191,12 +168,6 @@ EXPORT CLONES int onyx_norm_rows_f32_range(const void *p, int64_t begin, int64_t
 
 /* ---------------------------------------------------- batch normalization (inference mode) */
 
-typedef struct {
-    const float *x;                   /* (N, C, size), C-contiguous */
-    float *y;                         /* x's shape */
-    const float *mean, *mult, *bias;  /* [C]; mult = scale / sqrt(var + epsilon) */
-    int64_t channels, size;
-} batch_norm;
 
 /* y = (x - mean) * mult + bias per (image, channel) row, each step rounded as numpy's three
    passes round it (no fused multiply-add): one pass where numpy made three and two

@@ -22,12 +22,6 @@
 
 #include "onyx.h"
 
-typedef struct {
-    const float *x; /* (planes, H, W) */
-    float *y;       /* (planes, OH, OW) */
-    int64_t H, W, OH, OW, kh, kw, sh, sw, dh, dw, top, left, bottom, right;
-    int64_t average, include_pad, by_columns;
-} pool2d;
 
 /* floor(a / b) for b > 0. */
 static int64_t floor_div(int64_t a, int64_t b) { return a / b - (a % b != 0 && a < 0); }
@@ -235,7 +229,7 @@ EXPORT CLONES int onyx_pool2d_f32_range(const void *p, int64_t begin, int64_t en
                                     t->include_pad ? -t->top : 0,
                                     t->include_pad ? t->H + t->bottom : t->H);
 #ifdef HAVE_POOL_AVX512
-    int vectors = __builtin_cpu_supports("avx512f");
+    int vectors = onyx_isa() & ONYX_ISA_AVX512;
 #endif
     for (int64_t plane = begin; plane < end; plane++) {
         pad_plane(t, t->x + plane * t->H * t->W, P, Hp, Wp, t->average ? 0.0f : -INFINITY);
