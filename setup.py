@@ -18,7 +18,9 @@ setup(
             "onyx.runtime.native._kernels",
             sources=[
                 "onyx/runtime/native/abi.c",
-                "onyx/runtime/native/kernels.c",
+                "onyx/runtime/native/gemm_i8.c",
+                "onyx/runtime/native/depthwise.c",
+                "onyx/runtime/native/elementwise.c",
                 "onyx/runtime/native/conv_f32.c",
                 "onyx/runtime/native/resize.c",
                 "onyx/runtime/native/rnn.c",

@@ -49,3 +49,8 @@ EXPORT int onyx_allow_isa(int allowed) {
     isa = detected() & allowed;
     return isa;
 }
+
+#if defined(_WIN32)
+/* setuptools links every extension with this export; Python never imports this library. */
+EXPORT void *PyInit__kernels(void) { return 0; }
+#endif

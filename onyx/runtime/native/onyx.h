@@ -42,6 +42,10 @@
 #define ONYX_ISA_VBMI 8     /* + VBMI (byte lookups) */
 int onyx_isa(void);
 
+/* gemm_i8.c: dst[j][i] = src[i][j] for bytes (the depthwise int8 conv's stores use it). */
+void onyx_transpose_u8(const uint8_t *src, int64_t rows, int64_t cols, int64_t ss, uint8_t *dst,
+                       int64_t ds);
+
 /* pool.c: fn(args, cuts[i], cuts[i + 1]) for each part i, on up to `threads` threads. */
 typedef int (*range_fn)(const void *args, int64_t begin, int64_t end);
 int onyx_parallel(range_fn fn, const void *args, const int64_t *cuts, int64_t parts,
