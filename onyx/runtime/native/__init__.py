@@ -137,7 +137,9 @@ __all__ = [
     "transpose_bytes",
 ]
 
-_core.start((gemm_i8, depthwise, conv_f32, gemv, resize, rnn, elementwise, rows, window, trees))
+#: The kernel families (one C file and one Python module each), bound to the library at load.
+FAMILIES = (gemm_i8, depthwise, conv_f32, gemv, resize, rnn, elementwise, rows, window, trees)
+_core.start(FAMILIES)
 
 
 def available() -> bool:

@@ -119,6 +119,7 @@ def start(families) -> None:
     """Loads the library, checks its ABI and binds each family module's entry points; on any
     failure the library stays off (numpy kernels) and ``why`` says why."""
     global lib, isa, vnni, why
+    lib, isa, vnni = None, 0, False
     library = _open()
     if library is None:
         return
