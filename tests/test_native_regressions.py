@@ -47,3 +47,16 @@ def test_1d_fused_conv_of_one_position_takes_its_residual(monkeypatch):
         want = fused_conv(x, w, None, z, activation="Relu")
     assert got.shape == want.shape == (2, 16, 1)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_small_conv_with_fewer_outputs_than_inputs_runs(monkeypatch):
+    """The stem conv's geometry has no channel multiplier (M // C is 0 here): the C entry
+    point's check once refused it."""
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((5, 16, 1, 1)).astype(np.float32)
+    w = rng.standard_normal((8, 16, 1, 2)).astype(np.float32)
+    attrs = {"pads": [0, 0, 0, 1], "strides": [1, 3]}
+    got = conv(x, w, **attrs)
+    want = _numpy_conv(x, w, None, monkeypatch, **attrs)
+    assert got.shape == want.shape == (5, 8, 1, 1)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

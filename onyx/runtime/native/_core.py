@@ -241,8 +241,8 @@ _c_char_from, _addressof = ctypes.c_char.from_buffer, ctypes.addressof
 
 def _addr(a: np.ndarray | None) -> int | None:
     """The address of a's data (None for None). A writeable array's is taken through
-    c_char.from_buffer in 0.3 us; a.ctypes.data builds a Python object per call (1-2 us, and a
-    native call passes several)."""
+    c_char.from_buffer; a.ctypes.data builds a Python object per call (several times slower,
+    and a native call passes several)."""
     if a is None:
         return None
     try:
@@ -260,6 +260,6 @@ def thread_setting() -> int:
 _PARALLEL_ELEMENTS = 1 << 16
 
 
-#: The same for QLinearAdd / QLinearMul / QuantizeLinear on AVX-512 (16K values take them
-#: about 4 us, a transformer's (128, 256) activations 8).
+#: The same for QLinearAdd / QLinearMul / QuantizeLinear on AVX-512 (a few bytes' work a
+#: value).
 _PARALLEL_BYTES = 1 << 14

@@ -45,8 +45,8 @@ CONV_ACTIVATIONS = {
 
 
 #: Rows of im2col columns packed at a time (kc x 48 floats, read by every panel's tile from L1
-#: or L2): 256 rather than 128 halves the round trips of the partial sums through memory, 2-3%
-#: on ResNet's 3x3 layers though a strip's columns then outgrow a 32 KB L1.
+#: or L2): 256 rather than 128 halves the round trips of the partial sums through memory,
+#: though a strip's columns then outgrow a 32 KB L1.
 _CONV_KC = 256
 
 

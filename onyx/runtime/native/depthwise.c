@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "onyx.h"
+#include "activation.h"
 
 
 
@@ -634,12 +635,12 @@ EXPORT AVX512 int onyx_conv_small_f32_avx512(const float *x, const float *w, con
 /* Whether a depthwise or small conv's geometry is in range: its padded plane, 16 lanes of
    it and C planes of it fit ONYX_MAX_ELEMENTS (the kernels' buffers are at most these). */
 static int dw_geometry_ok(const dw_geometry *g) {
-    int64_t Hp, Wp, plane, lanes, all, counts[3] = {g->C, g->mult, g->M};
-    return onyx_in(counts, 3, 1, ONYX_MAX_EXTENT) &&
+    int64_t Hp, Wp, plane, lanes, all, counts[2] = {g->C, g->M};
+    return onyx_in(counts, 2, 1, ONYX_MAX_EXTENT) && g->mult >= 0 && /* (0: a small conv) */
            onyx_window_axis(g->H, g->OH, g->kh, g->sh, g->dh, g->top, &Hp) &&
            onyx_window_axis(g->W, g->OW, g->kw, g->sw, g->dw, g->left, &Wp) &&
            onyx_mul(Hp, Wp, &plane) && onyx_mul(plane, 16, &lanes) &&
-           onyx_mul(plane, g->C, &all) && g->act >= 0 && g->act <= 5 /* ACT_HARDSIGMOID */ &&
+           onyx_mul(plane, g->C, &all) && g->act >= 0 && g->act <= ACT_HARDSIGMOID &&
            g->band >= 0;
 }
 

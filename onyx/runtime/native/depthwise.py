@@ -115,9 +115,9 @@ def depthwise_setup(x_shape, w, out_shape, strides, dilations, begin,
 
 
 #: Bytes of padded 16-lane input rows that an AVX-512 depthwise part fills and reads: its
-#: band of output rows is cut to fit L2. A block of 16 channels was one part, its whole
-#: padded input (830 KB for 112x112) filled and read back from L3, on one thread when the
-#: layer had 16 channels (a MobileNet's first block: 152 us, onnxruntime's 18).
+#: band of output rows is cut to fit L2: a whole block of 16 channels as one part would
+#: fill and read back its padded input from L3, on one thread when the layer has 16
+#: channels (a MobileNet's first block).
 _DW_BAND_BYTES = 192 << 10
 
 

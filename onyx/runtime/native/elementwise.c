@@ -7,15 +7,11 @@
 #include <string.h>
 
 #include "onyx.h"
+#include "activation.h"
 
 /* HardSwish, y = x * clamp(x / 6 + 1/2, 0, 1), in one pass (numpy makes four). */
 EXPORT CLONES void onyx_hardswish_f32(const float *restrict x, float *restrict y, int64_t n) {
-    for (int64_t i = 0; i < n; i++) {
-        float t = x[i] / 6.0f + 0.5f;
-        t = t < 0.0f ? 0.0f : t;
-        t = t > 1.0f ? 1.0f : t;
-        y[i] = x[i] * t;
-    }
+    for (int64_t i = 0; i < n; i++) y[i] = onyx_hardswish(x[i]);
 }
 
 /* y[i] = table[x[i]]: any elementwise function of a byte tensor, tabulated (the graph
@@ -133,10 +129,7 @@ EXPORT CLONES NO_FMA int onyx_hard_sigmoid_range(const void *p, int64_t begin, i
     const hard_sigmoid_task *t = p;
     const float *x = t->x;
     float *y = t->y, a = t->alpha, b = t->beta;
-    for (int64_t i = begin; i < end; i++) {
-        float v = x[i] * a + b;
-        y[i] = v < 0.0f ? 0.0f : (v > 1.0f ? 1.0f : v);
-    }
+    for (int64_t i = begin; i < end; i++) y[i] = onyx_hard_sigmoid(x[i], a, b);
     return 0;
 }
 
@@ -153,8 +146,7 @@ EXPORT CLONES NO_FMA void onyx_qbinary(const void *a, const void *b, int64_t bst
 
 /* QLinearAdd / QLinearMul and QuantizeLinear 16 values per step, in the operations and order
    of the portable loops above (the same bits; max(lo, v) keeps a NaN as their comparisons
-   do). The compiler vectorized those with 8-lane vectors and a slow rounding: 0.5 ns per
-   value, against 0.05 here. */
+   do). The compiler vectorizes those with 8-lane vectors and a slow rounding. */
 #define BW __attribute__((target("avx512f,avx512bw,avx512vl")))
 
 static BW inline __m512 bytes_ps(const void *p, int is_signed, __mmask16 k) {

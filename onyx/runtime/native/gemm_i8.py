@@ -28,7 +28,7 @@ from ._core import (
 MAX_K = 1 << 15
 
 
-#: Columns per packed panel (kernels.c's NR): threads split the work at panel boundaries.
+#: Columns per packed panel (gemm_i8.c's NR): threads split the work at panel boundaries.
 PANEL = 32
 
 
@@ -140,7 +140,7 @@ def int8_gemm_ok(k: int) -> bool:
 
 def transpose_bytes(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
     """dst[...] = src.T for 2-D arrays of 1-byte elements with contiguous rows (numpy's
-    transposing copy of bytes goes one element at a time: 5-20x slower)."""
+    transposing copy of bytes goes one element at a time)."""
     assert src.strides[1] == dst.strides[1] == 1 and dst.shape == src.shape[::-1]
     core.lib.onyx_transpose_u8(_addr(src), src.shape[0], src.shape[1], src.strides[0],
                            _addr(dst), dst.strides[0])  # fmt: skip

@@ -1,6 +1,6 @@
-/* onyx's thread pool for the native kernels (kernels.c), part of the same library.
+/* onyx's thread pool for the native kernels, part of the same library.
  *
- * Handing work to a Python thread costs 40-70 us (a lock, a wake-up, the GIL), as much as a
+ * Handing work to a Python thread costs a lock, a wake-up and the GIL, as long as a
  * mid-sized GEMM runs. Here the caller's ctypes call has already let go of the GIL, and the
  * workers are plain threads that spin a little after each job before they sleep, so the next
  * kernel (one node later, tens of microseconds) finds them awake: a hand-off costs about a

@@ -14,8 +14,7 @@
  * a broadcast of h per row), add the projections and update the cell for those columns:
  *     i, o, f = sigmoid(.), c~ = tanh(.), C = f C_prev + i c~, H = o tanh(C).
  * A reverse direction's step k is time step steps - 1 - k; every H (and C) is stored at its
- * time step. numpy needed a dozen calls a step (each a few microseconds) around a small GEMM
- * that BLAS repacked; a batch-8 step took 177 us, onnxruntime's 98.
+ * time step. numpy needs a dozen calls a step around a small GEMM that BLAS repacks.
  *
  * exp and tanh are Cephes-style (public-domain coefficients): range reduction and a degree-5
  * polynomial for exp (about 1 ulp), an odd polynomial for |x| < 0.625 and 1 - 2 / (e^2|x| + 1)

@@ -6,9 +6,8 @@
  *
  * MobileNet's squeeze-excite blocks pool images of 7x7 to 56x56 pixels over 16 to 576
  * channels, ten times a run; a transformer normalizes 128 rows of 256 values a dozen times.
- * numpy walks such short rows with a cost per row (17 us for 576 rows of 49; the quantized
- * pooling with its dequantizing and requantizing passes 60-80 us; a layer norm 45 us in six
- * passes); here a row costs tens of nanoseconds.
+ * numpy walks such short rows with a cost per row (and the quantized pooling and the layer
+ * norm with several passes each); here a row is one pass.
  *
  * The pooled means are onnxruntime's to the bit (its CPU kernels are the tie-breaker where
  * the spec leaves the order of a sum open):
@@ -170,8 +169,8 @@ EXPORT CLONES int onyx_norm_rows_f32_range(const void *p, int64_t begin, int64_t
 
 
 /* y = (x - mean) * mult + bias per (image, channel) row, each step rounded as numpy's three
-   passes round it (no fused multiply-add): one pass where numpy made three and two
-   temporaries (DenseNet-121's 62 BatchNormalizations: 14 ms of a 75 ms run). */
+   passes round it (no fused multiply-add): one pass where numpy makes three and two
+   temporaries. */
 EXPORT CLONES NO_FMA int onyx_batch_norm_f32_range(const void *p, int64_t begin, int64_t end) {
     const batch_norm *t = p;
     for (int64_t r = begin; r < end; r++) {

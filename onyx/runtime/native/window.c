@@ -1,7 +1,7 @@
 /* 2-D max and average pooling of float32 NCHW planes (part of the _kernels library).
  *
- * numpy pooled a window's offsets one whole-tensor pass at a time: an Inception block's 3x3
- * average pool of 256 28x28 planes took 600 us in some twenty passes. Here a plane is padded
+ * numpy pools a window's offsets one whole-tensor pass at a time (some twenty passes for a
+ * 3x3 average pool). Here a plane is padded
  * once into a buffer that stays in cache, and each output row is computed 16 outputs at a time
  * with the window's offsets added in registers (AVX-512; elsewhere as passes over the row).
  *
@@ -187,7 +187,7 @@ pool_row(const pool2d *t, const float *top, int64_t Wp, float *out, const float 
 }
 
 /* The usual windows (2x2 and 3x3, strides 1 and 2) with their sizes as constants: the
-   compiler unrolls the offsets and keeps every address in registers (2x faster). */
+   compiler unrolls the offsets and keeps every address in registers. */
 static AVX512 void pool_row_avx512(const pool2d *t, const float *top, int64_t Wp, float *out,
                                    const float *count_w, float rows) {
 #define CASE(K, S, AVG, COLS)                                                                \
