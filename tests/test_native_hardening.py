@@ -145,3 +145,14 @@ def test_numpy_max_pool_loops_over_the_offsets_that_read_the_input():
     assert time.perf_counter() - start < 5
     assert y.shape == (1, 1, 3)
     np.testing.assert_array_equal(y.reshape(-1), [-np.inf, 0, 1])  # windows [t - 2**62, t - 1]
+
+
+@needs_native
+def test_the_pool_refuses_cuts_that_run_backwards():
+    """onyx_parallel checks every job's cuts before any kernel part runs (pool.c)."""
+    from onyx.runtime.native import _core, window
+
+    task = window._Pool2d()
+    for cuts in ([3, 1], [-1, 2], [0, 2, 1]):
+        with pytest.raises(InvalidArgument, match="pooling"):
+            _core._run(native.library().pool2d_f32_range, task, cuts, 1, "pooling")

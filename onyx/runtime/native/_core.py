@@ -203,6 +203,11 @@ def _run(part: int, task: ctypes.Structure, cuts, threads: int, what: str = "ker
     buffers MemoryError."""
     cuts = np.asarray(cuts, np.int64)  # (a set-up's kept cuts are used as they are)
     status = lib.onyx_parallel(part, ctypes.byref(task), _addr(cuts), len(cuts) - 1, threads)
+    check(status, what)
+
+
+def check(status: int, what: str) -> None:
+    """Raises for a kernel's non-zero status (checks.h's bits)."""
     if status & _INVALID:
         raise InvalidArgument(f"onyx native {what}: sizes out of the range it takes")
     if status:

@@ -48,4 +48,12 @@ static inline int onyx_window_axis(int64_t size, int64_t out, int64_t k, int64_t
     return 1;
 }
 
+/* Whether cuts[0..parts] are parts runs of work: from 0 on, none backwards. */
+static inline int onyx_cuts_ok(const int64_t *cuts, int64_t parts) {
+    if (parts < 0 || (parts > 0 && !cuts)) return 0;
+    for (int64_t i = 0; i < parts; i++)
+        if (cuts[i] < 0 || cuts[i + 1] < cuts[i]) return 0;
+    return 1;
+}
+
 #endif

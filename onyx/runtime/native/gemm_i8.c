@@ -375,6 +375,9 @@ EXPORT int onyx_gemm_range(const void *p, int64_t begin, int64_t end) {
 
 EXPORT VNNI int onyx_batched_gemm_range(const void *p, int64_t begin, int64_t end) {
     const batched_gemm *t = p;
+    int64_t sizes[3] = {t->M, t->K, t->N}, bytes;
+    if (!onyx_in(sizes, 3, 0, ONYX_MAX_EXTENT) || !onyx_mul(t->K + 3, t->N + NR, &bytes))
+        return ONYX_INVALID;
     int64_t Kq = (t->K + 3) / 4, panels = (t->N + NR - 1) / NR, M = t->M, N = t->N;
     int8_t *packed = malloc((size_t)(panels * Kq * NR * 4));
     int32_t *colsum = malloc((size_t)N * sizeof(int32_t));
@@ -417,8 +420,19 @@ EXPORT VNNI int onyx_batched_gemm_range(const void *p, int64_t begin, int64_t en
    (N, M, pixels). The operand's rows/quads and the epilogue are the caller's, made once;
    their buffer and output pointers are set here. */
 
-EXPORT void onyx_implicit_conv(const implicit_conv *c, const uint8_t *x, uint8_t *xp, uint8_t *y,
-                               uint8_t *out) {
+/* Whether the image(s) fit the padded buffer where they are packed (C <= Cp, a multiple of
+   4; the corner and size inside Hp x Wp) and the buffer's size is in range. */
+static int implicit_conv_ok(const implicit_conv *c) {
+    int64_t sizes[11] = {c->N, c->C, c->H, c->W, c->Hp, c->Wp, c->Cp, c->r0, c->c0, c->pixels,
+                         c->M}, plane, image, all;
+    return onyx_in(sizes, 11, 0, ONYX_MAX_EXTENT) && c->C <= c->Cp && c->Cp % 4 == 0 &&
+           c->r0 + c->H <= c->Hp && c->c0 + c->W <= c->Wp && onyx_mul(c->Hp, c->Wp, &plane) &&
+           onyx_mul(plane, c->Cp, &image) && onyx_mul(image, c->N, &all);
+}
+
+EXPORT int onyx_implicit_conv(const implicit_conv *c, const uint8_t *x, uint8_t *xp, uint8_t *y,
+                              uint8_t *out) {
+    if (!implicit_conv_ok(c)) return ONYX_INVALID;
     int64_t image = c->Hp * c->Wp * c->Cp;
     if (!c->bare) memset(xp, c->zx, (size_t)(c->N * image));
     for (int64_t i = 0; i < c->N; i++)
@@ -430,10 +444,12 @@ EXPORT void onyx_implicit_conv(const implicit_conv *c, const uint8_t *x, uint8_t
     A.a = xp;
     e.out8 = y, e.ldo = c->M;
     t.A = &A, t.e = &e;
-    onyx_parallel(onyx_gemm_range, &t, c->cuts, c->parts, c->threads);
+    int status = onyx_parallel(onyx_gemm_range, &t, c->cuts, c->parts, c->threads);
+    if (status) return status;
     for (int64_t i = 0; i < c->N; i++)
         onyx_transpose_u8(y + i * c->pixels * c->M, c->pixels, c->M, c->M,
                           out + i * c->M * c->pixels, c->pixels);
+    return 0;
 }
 
 #endif

@@ -325,8 +325,9 @@ def implicit_conv(gemm: _GemmCall, gather, x_shape, padded, corner, zero_point: 
     keep = (gemm, rows, quads)  # what c points at
 
     def run(x, xp, y, out, _keep=keep):
-        core.lib.onyx_implicit_conv(ctypes.byref(c), _addr(x), _addr(xp), _addr(y),
-                                _addr(out))  # fmt: skip
+        status = core.lib.onyx_implicit_conv(ctypes.byref(c), _addr(x), _addr(xp), _addr(y),
+                                             _addr(out))  # fmt: skip
+        core.check(status, "integer conv")
 
     return run
 
@@ -437,5 +438,5 @@ def bind(lib, isa: int) -> None:
     lib.gemm_range = range_of(lib, "gemm") if vnni else None
     lib.batched_gemm_range = range_of(lib, "batched_gemm") if vnni else None
     if vnni:
-        lib.onyx_implicit_conv.restype = None
+        lib.onyx_implicit_conv.restype = _INT
         lib.onyx_implicit_conv.argtypes = [_P, _P, _P, _P, _P]

@@ -20,6 +20,7 @@
 #include "onyx.h"
 
 static int run_serial(range_fn fn, const void *args, const int64_t *cuts, int64_t parts) {
+    if (!onyx_cuts_ok(cuts, parts)) return ONYX_INVALID;
     int status = 0;
     for (int64_t i = 0; i < parts; i++) status |= fn(args, cuts[i], cuts[i + 1]);
     return status;
@@ -152,6 +153,7 @@ static void start_workers(int64_t n) {
 
 EXPORT int onyx_parallel(range_fn fn, const void *args, const int64_t *cuts, int64_t parts,
                          int64_t threads) {
+    if (!onyx_cuts_ok(cuts, parts)) return ONYX_INVALID;
     if (threads <= 1 || parts <= 1 || pthread_mutex_trylock(&busy) != 0)
         return run_serial(fn, args, cuts, parts);
     int64_t helpers = threads - 1 < MAX_WORKERS ? threads - 1 : MAX_WORKERS;

@@ -41,6 +41,9 @@ static AVX512 void gather_columns(const float *plane, const bilinear *t, const i
 /* Planes p0 <= p < p1; -1: out of memory. */
 EXPORT AVX512 int onyx_bilinear_f32_range(const void *p, int64_t p0, int64_t p1) {
     const bilinear *t = p;
+    int64_t sizes[4] = {t->H, t->W, t->OH, t->OW}, columns;
+    if (!onyx_in(sizes, 4, 0, ONYX_MAX_EXTENT) || !onyx_mul(2 * t->H, t->OW, &columns))
+        return ONYX_INVALID;
     float *lo = malloc((size_t)(2 * t->H * t->OW) * sizeof(float)), *hi = lo + t->H * t->OW;
     if (!lo) return ONYX_NOMEM;
     for (int64_t n = p0; n < p1; n++) {

@@ -187,16 +187,28 @@ static int steps(const recurrence *t, range_fn step, const int64_t *cuts, int64_
                  int64_t threads) {
     for (int64_t k = 0; k < t->steps; k++) {
         recurrence_step s = {t, k};
-        onyx_parallel(step, &s, cuts, ranges, threads);
+        int status = onyx_parallel(step, &s, cuts, ranges, threads);
+        if (status) return status;
     }
     return 0;
 }
 
+/* Whether the recurrence's sizes are in range: 1 or 2 directions, H a multiple of 16, the
+   32-bit gathers' strides (steps x batch) in an int32. */
+static int recurrence_ok(const recurrence *t) {
+    int64_t sizes[2] = {t->steps, t->batch};
+    return onyx_in(sizes, 2, 0, (int64_t)1 << 25) && t->steps * t->batch < (int64_t)1 << 25 &&
+           (t->dirs == 1 || t->dirs == 2) && t->H > 0 && t->H % 16 == 0 &&
+           t->H <= ONYX_MAX_EXTENT;
+}
+
 EXPORT int onyx_lstm(const recurrence *t, const int64_t *cuts, int64_t ranges, int64_t threads) {
+    if (!recurrence_ok(t)) return ONYX_INVALID;
     return steps(t, onyx_lstm_step_range, cuts, ranges, threads);
 }
 
 EXPORT int onyx_gru(const recurrence *t, const int64_t *cuts, int64_t ranges, int64_t threads) {
+    if (!recurrence_ok(t)) return ONYX_INVALID;
     return steps(t, onyx_gru_step_range, cuts, ranges, threads);
 }
 #endif

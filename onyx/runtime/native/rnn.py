@@ -61,7 +61,7 @@ def _recurrence(fn, xs, rt, h0, c0, rbh, reverse):
     parts = dirs * (H // 16)
     ways = _ways(gates * H * H * batch * dirs, parts, _PARALLEL_MACS // 4)
     cuts = _even_cuts(parts, ways)
-    fn(ctypes.byref(t), _addr(cuts), len(cuts) - 1, ways)
+    core.check(fn(ctypes.byref(t), _addr(cuts), len(cuts) - 1, ways), "recurrence")
     return ys, cs
 
 
