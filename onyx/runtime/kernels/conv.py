@@ -314,7 +314,7 @@ def _conv_1x1(x, w, group, begin, strides, out_shape, dtype, shift, bias, acc, m
 
 
 def _native_depthwise(x, w, bias, begin, strides, dilations, out_shape, activation=None):
-    """A float32 depthwise 1-D / 2-D conv on the native kernel (kernels.c), or None; with an
+    """A float32 depthwise 1-D / 2-D conv on the native kernel (depthwise.c), or None; with an
     activation ((code, alpha, beta): FloatConv's) applied as it stores, where it can."""
     final_shape = (x.shape[0], w.shape[0], *out_shape)
     if len(out_shape) == 1:  # a 1-D conv is a 2-D one of height 1
@@ -590,7 +590,7 @@ def _native_integer_conv(x, w, x_zero_point, w_zero_point, bias, scale, y_zero_p
 
 
 def _integer_conv_runner(x, w, x_zero_point, w_zero_point, bias, scale, y_zero_point, attrs):
-    """x -> the integer conv of x (an input like this one) on the native int8 GEMM (kernels.c),
+    """x -> the integer conv of x (an input like this one) on the native int8 GEMM (gemm_i8.c),
     zero points corrected and (with ``scale``) requantized in the GEMM's epilogue; None where
     it does not apply (then the float32-BLAS path runs). 2-D convs with int8 weights run as an
     implicit GEMM; the others pack the raw bytes' columns (padded with x's zero point, so
@@ -644,7 +644,7 @@ def _grouped_int8_conv(x, w, wz, zx, bias, scale, y_zero_point, group, geo):
 
 
 def _native_integer_depthwise(x, w, x_zero_point, w_zero_point, bias, scale, y_zero_point, geo):
-    """x -> a 2-D depthwise integer conv on the native kernel (kernels.c), set up for inputs
+    """x -> a 2-D depthwise integer conv on the native kernel (depthwise.c), set up for inputs
     of x's shape and type, or None: int32 sums of (x - x_zp) (w - w_zp), requantized with
     ``scale``. The centered weights (int16, (M, kh, kw)) are made once per session."""
     n = len(geo["out_shape"])
