@@ -45,6 +45,13 @@ MAX_TAPS = 1 << 40
 def check_window_attributes(op: str, n: int, kernel, strides, dilations, pads) -> None:
     """ValueError naming op and the attribute unless kernel, strides and dilations are n
     positive sizes and pads 2n, all within MAX_EXTENT (the plan reports it as the node's)."""
+    if len(kernel) == len(strides) == len(dilations) == n and len(pads) == 2 * n:
+        for k, s, d in zip(kernel, strides, dilations):  # (every call: one cheap loop)
+            if not (0 < k <= MAX_EXTENT and 0 < s <= MAX_EXTENT and 0 < d <= MAX_EXTENT):
+                break
+        else:
+            if not pads or (min(pads) >= -MAX_EXTENT and max(pads) <= MAX_EXTENT):
+                return
     for name, values, least, count in (("kernel_shape", kernel, 1, n), ("strides", strides, 1, n),
                                        ("dilations", dilations, 1, n), ("pads", pads, None, 2 * n)):  # fmt: skip
         values = list(values)
@@ -60,17 +67,25 @@ def check_windows(op: str, in_shape, kernel, strides, dilations, pads, out_shape
     """ValueError naming op unless every window fits its padded input (no negative output
     size) and the padded axes stay within MAX_EXTENT and MAX_PADDED."""
     n = len(in_shape)
+    cells, fits = 1, True
+    for i in range(n):  # (every call: one cheap loop)
+        reach = (out_shape[i] - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1
+        extent = max(in_shape[i] + pads[i] + pads[n + i], reach)
+        cells *= extent
+        fits = fits and out_shape[i] >= 1 and extent <= MAX_EXTENT
+    if fits and cells <= MAX_PADDED:
+        return
+    padded = [in_shape[i] + pads[i] + pads[n + i] for i in range(n)]
+    reach = [(out_shape[i] - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1 for i in range(n)]
+    extents = [max(p, r) for p, r in zip(padded, reach)]
     eff = effective_kernel(kernel, dilations)
-    extents = []
     for i in range(n):
-        padded = in_shape[i] + pads[i] + pads[n + i]
-        if out_shape[i] < 0 or (out_shape[i] == 0 and in_shape[i] > 0 and padded < eff[i]):
+        if out_shape[i] < 0 or (out_shape[i] == 0 and in_shape[i] > 0 and padded[i] < eff[i]):
             raise ValueError(
                 f"{op}: the window along spatial axis {i} ({eff[i]} cells: kernel_shape "
                 f"{list(kernel)}, dilations {list(dilations)}) is larger than the padded input "
-                f"({padded} cells)"
+                f"({padded[i]} cells)"
             )
-        extents.append(max(padded, (out_shape[i] - 1) * strides[i] + eff[i]))
     if max(extents, default=0) > MAX_EXTENT or math.prod(extents) > MAX_PADDED:
         raise ValueError(
             f"{op}: the padded input would be {' x '.join(map(str, extents))} cells (pads "
