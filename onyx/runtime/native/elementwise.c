@@ -222,6 +222,7 @@ EXPORT VBMI void onyx_lookup8_vbmi(const uint8_t *restrict x, const void *restri
 
 EXPORT int onyx_lookup_range(const void *p, int64_t begin, int64_t end) {
     const lookup_task *t = p;
+    if (t->size != 1 && t->size != 2 && t->size != 4 && t->size != 8) return ONYX_INVALID; /* (checks.h) */
     t->fn(t->x + begin, t->table, t->size, t->y + begin * t->size, end - begin);
     return 0;
 }

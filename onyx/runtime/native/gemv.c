@@ -131,6 +131,7 @@ static AVX512 void rows(const gemv_f32 *t, int64_t m0, int64_t n0, int64_t n1, c
 /* Columns begin * GV_BLOCK .. end * GV_BLOCK of y, every row (a part of a pool job). */
 EXPORT AVX512 int onyx_gemv_f32_range(const void *p, int64_t begin, int64_t end) {
     const gemv_f32 *t = p;
+    if (t->M < 0 || t->K < 0 || t->N < 0 || (t->trans != 0 && t->trans != 1)) return ONYX_INVALID; /* (checks.h) */
     int64_t n0 = begin * GV_BLOCK, n1 = end * GV_BLOCK < t->N ? end * GV_BLOCK : t->N;
     int64_t m0 = 0;
     for (; m0 + 4 <= t->M; m0 += 4) rows(t, m0, n0, n1, 4);

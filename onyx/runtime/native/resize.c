@@ -80,6 +80,7 @@ EXPORT AVX512 int onyx_bilinear_f32_range(const void *p, int64_t p0, int64_t p1)
 
 EXPORT AVX512 int onyx_repeat2d_u32_range(const void *p, int64_t p0, int64_t p1) {
     const repeat2d *t = p;
+    if (t->H < 0 || t->W < 0 || t->kh < 1 || t->kw < 1) return ONYX_INVALID; /* (checks.h) */
     int64_t OW = t->W * t->kw;
     __m512i lo = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
     __m512i hi = _mm512_add_epi32(lo, _mm512_set1_epi32(8));

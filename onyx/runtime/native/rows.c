@@ -36,6 +36,7 @@ static inline float row_total(const float *row, int64_t size, const float s[4]) 
 
 EXPORT CLONES int onyx_mean_rows_f32_range(const void *p, int64_t begin, int64_t end) {
     const global_pool *t = p;
+    if (t->size < 0) return ONYX_INVALID; /* (checks.h) */
     const float *x = t->x;
     float *y = t->y;
     int64_t size = t->size, groups = size / 4;
@@ -78,6 +79,7 @@ QGAP(qmean_rows_s8, int8_t)
 
 EXPORT CLONES int onyx_qmean_rows_range(const void *p, int64_t begin, int64_t end) {
     const global_pool *t = p;
+    if (t->size < 0) return ONYX_INVALID; /* (checks.h) */
     if (t->is_signed)
         qmean_rows_s8(t, begin, end);
     else
@@ -92,6 +94,7 @@ EXPORT CLONES int onyx_qmean_rows_range(const void *p, int64_t begin, int64_t en
    in L1, as numpy's kernel computes them), y = (x - mean) * inv_std * scale + bias. */
 EXPORT CLONES int onyx_layer_norm_f32_range(const void *p, int64_t begin, int64_t end) {
     const layer_norm *t = p;
+    if (t->size < 0) return ONYX_INVALID; /* (checks.h) */
     int64_t n = t->size;
     for (int64_t r = begin; r < end; r++) {
         const float *x = t->x + r * n;
@@ -148,6 +151,7 @@ ROW_SUM(row_squares, (v - mean) * (v - mean))
    (InstanceNormalization: a row per instance; GroupNormalization: per group). */
 EXPORT CLONES int onyx_norm_rows_f32_range(const void *p, int64_t begin, int64_t end) {
     const norm_rows *t = p;
+    if (!onyx_mul(t->channels, t->spatial, &(int64_t){0})) return ONYX_INVALID; /* (checks.h) */
     int64_t K = t->channels, S = t->spatial, n = K * S;
     for (int64_t r = begin; r < end; r++) {
         const float *x = t->x + r * n;
@@ -173,6 +177,7 @@ EXPORT CLONES int onyx_norm_rows_f32_range(const void *p, int64_t begin, int64_t
    temporaries. */
 EXPORT CLONES NO_FMA int onyx_batch_norm_f32_range(const void *p, int64_t begin, int64_t end) {
     const batch_norm *t = p;
+    if (t->channels < 1 || t->size < 0) return ONYX_INVALID; /* (checks.h) */
     for (int64_t r = begin; r < end; r++) {
         int64_t c = r % t->channels;
         float m = t->mean[c], a = t->mult[c], b = t->bias[c];

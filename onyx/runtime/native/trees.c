@@ -39,6 +39,7 @@ DESCEND(descend_f64, double)
 
 EXPORT int onyx_forest_descend_range(const void *p, int64_t begin, int64_t end) {
     const forest_task *t = p;
+    if (t->nf < 0 || t->trees < 0 || t->depth < 0 || t->depth > 1 << 20) return ONYX_INVALID; /* (checks.h) */
     if (t->is_double)
         descend_f64(t, begin, end);
     else
@@ -68,6 +69,7 @@ SUM(sum_f64, double)
 
 EXPORT int onyx_forest_sum_range(const void *p, int64_t begin, int64_t end) {
     const forest_sum_task *t = p;
+    if (t->trees < 0 || t->targets < 0) return ONYX_INVALID; /* (checks.h) */
     if (t->is_double)
         sum_f64(t, begin, end);
     else
