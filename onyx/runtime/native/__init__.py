@@ -11,6 +11,13 @@ exact int8 GEMM, AVX512-VNNI), depthwise (plane convs), conv_f32 (the float conv
 resize, rnn, elementwise, rows, window (pooling), trees. Their task structs are declared once
 in abi.h and checked against the ctypes copies at load (_core.py).
 
+Adding a kernel to a family: its task struct in abi.h (listed in ONYX_STRUCTS), its C code
+and ``onyx_<name>_range`` in the family's C file, checking its sizes first (checks.h); in the
+family's module a ctypes copy of the struct under ``@abi("<struct>")``, the wrapper (None or
+False where the kernel does not apply, so that the caller's numpy path runs) and its entry
+point in ``bind``; a case generator in scripts/native_differential.py. A new family also adds
+its C file to setup.py and its module to FAMILIES.
+
 Environment:
 - ``ONYX_NATIVE=0`` turns the library off (the tests run both ways).
 - ``ONYX_NATIVE_ISA=avx2`` (or ``portable``) turns off the hand-written AVX-512 kernels, so
