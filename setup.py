@@ -17,7 +17,10 @@ setup(
         Extension(
             "onyx.runtime.native._kernels",
             sources=[
-                "onyx/runtime/native/kernels.c",
+                "onyx/runtime/native/abi.c",
+                "onyx/runtime/native/gemm_i8.c",
+                "onyx/runtime/native/depthwise.c",
+                "onyx/runtime/native/elementwise.c",
                 "onyx/runtime/native/conv_f32.c",
                 "onyx/runtime/native/resize.c",
                 "onyx/runtime/native/rnn.c",
@@ -27,7 +30,7 @@ setup(
                 "onyx/runtime/native/window.c",
                 "onyx/runtime/native/pool.c",
             ],
-            depends=["onyx/runtime/native/activation.h", "onyx/runtime/native/onyx.h"],
+            depends=[f"onyx/runtime/native/{h}" for h in ("abi.h", "activation.h", "checks.h", "onyx.h")],
             extra_compile_args=flags,
             extra_link_args=link,
             optional=True,

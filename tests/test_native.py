@@ -176,7 +176,7 @@ def test_pool_works_in_a_forked_child():
         pid = os.fork()
         if pid == 0:  # the child: exit status 0 when its result is right, on its own workers
             right = np.array_equal(native.int8_gemm(a, packed, 1, 0), want)
-            os._exit(0 if right and native._lib.onyx_pool_threads() >= 1 else 1)
+            os._exit(0 if right and native.library().onyx_pool_threads() >= 1 else 1)
     import time
 
     deadline = time.monotonic() + 60  # (a child waiting on its parent's threads would hang)
@@ -382,11 +382,11 @@ def depthwise_kernel(request, monkeypatch):
     """Each depthwise kernel: AVX-512's 16-channel blocks (where the CPU has it; "by rows":
     each part one output row, its band of padded input rows filled afresh) and the portable
     one-plane-at-a-time loops."""
-    lib = native._lib
+    lib = native.library()
     if lib is None:
         pytest.skip("native library not built")
     if request.param == "vector by rows":
-        monkeypatch.setattr(native, "_DW_BAND_BYTES", 1)
+        monkeypatch.setattr(native.depthwise, "_DW_BAND_BYTES", 1)
     if request.param == "plane":
         monkeypatch.setattr(lib, "depthwise_f32", _address(lib.onyx_depthwise_f32))
         monkeypatch.setattr(lib, "depthwise_i8", _address(lib.onyx_depthwise_i8))
@@ -503,7 +503,7 @@ def test_depthwise_conv_integer_is_exact(case, w_type, depthwise_kernel):
     np.testing.assert_array_equal(got, want.astype(np.int32))
 
 
-@pytest.mark.skipif(not (native.available() and native._lib.conv_small), reason="no AVX-512")
+@pytest.mark.skipif(not (native.available() and native.library().conv_small), reason="no AVX-512")
 @pytest.mark.parametrize(
     "case",
     [
@@ -518,7 +518,7 @@ def test_small_conv_matches_onnxruntime(case, band_bytes, monkeypatch):
     from onnx import TensorProto, helper, numpy_helper
 
     if band_bytes:  # (each part copies its own band of rows into the padded image)
-        monkeypatch.setattr(native, "_DW_BAND_BYTES", band_bytes)
+        monkeypatch.setattr(native.depthwise, "_DW_BAND_BYTES", band_bytes)
     N, C, H, W, M, kernel, stride, dilation, pads = case
     rng = np.random.default_rng(M)
     x = rng.standard_normal((N, C, H, W)).astype(np.float32)
@@ -532,7 +532,7 @@ def test_small_conv_matches_onnxruntime(case, band_bytes, monkeypatch):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
     calls = _spy_kernels(monkeypatch)
     got = conv_kernels.conv(x, w, b, **attrs)
-    assert calls == [native._lib.conv_small], "the native kernel did not run"
+    assert calls == [native.library().conv_small], "the native kernel did not run"
     np.testing.assert_allclose(got, _ort_run(model, {"x": x}), rtol=1e-5, atol=1e-5)
 
 
@@ -585,7 +585,7 @@ def test_qlinear_add_and_mul_match_the_numpy_kernels(x_type, a_shape, b_shape, m
         for fn in (contrib.q_linear_add, contrib.q_linear_mul):
             got = fn(*args)
             with monkeypatch.context() as m:
-                m.setattr(native, "_lib", None)  # the numpy kernel
+                m.setattr(native._core, "lib", None)  # the numpy kernel
                 want = fn(*args)
             np.testing.assert_array_equal(got, want, err_msg=fn.__name__)
 
@@ -618,7 +618,7 @@ def test_quantize_linear_matches_the_numpy_kernel(x_type, monkeypatch):
         assert native.quantize_f32(x, scale, int(zp), np.dtype(x_type)) is not None
         got = quantize(x, scale, zp, dtype=np.dtype(x_type))
         with monkeypatch.context() as m:
-            m.setattr(native, "_lib", None)  # the numpy kernel
+            m.setattr(native._core, "lib", None)  # the numpy kernel
             want = quantize(x, scale, zp, dtype=np.dtype(x_type))
         np.testing.assert_array_equal(got, want)
 
@@ -639,7 +639,7 @@ def test_dequantize_linear_matches_the_numpy_kernel(x_type, monkeypatch):
         assert native.dequantize_8(x, scale, int(zp)) is not None
         got = dequantize(x, scale, zp)
         with monkeypatch.context() as m:
-            m.setattr(native, "_lib", None)  # the numpy kernel
+            m.setattr(native._core, "lib", None)  # the numpy kernel
             want = dequantize(x, scale, zp)
         assert got.dtype == want.dtype == np.float32
         np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
@@ -717,7 +717,7 @@ def test_layer_norm_matches_the_numpy_kernel(shape, with_bias, monkeypatch):
     assert native.layer_norm_f32(x, scale, bias, 1e-5) is not None
     got = layer_normalization(x, scale, bias)
     with monkeypatch.context() as m:
-        m.setattr(native, "_lib", None)  # the numpy kernel
+        m.setattr(native._core, "lib", None)  # the numpy kernel
         want = layer_normalization(x, scale, bias)
     for g, w in zip(got, want):
         assert g.shape == w.shape and g.dtype == w.dtype
@@ -835,7 +835,7 @@ def test_tree_ensemble_native_descent_matches_numpy(dtype, monkeypatch):
     got = onyx.InferenceSession(onx.SerializeToString()).run(None, {"X": x})
     assert calls
     with monkeypatch.context() as m:
-        m.setattr(native, "_lib", None)
+        m.setattr(native._core, "lib", None)
         want = onyx.InferenceSession(onx.SerializeToString()).run(None, {"X": x})
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
@@ -858,7 +858,7 @@ def test_batch_norm_matches_the_numpy_kernel(shape, monkeypatch):
     got = batch_normalization(x, scale, bias, mean, var, epsilon=1e-3)
     assert calls
     with monkeypatch.context() as m:
-        m.setattr(native, "_lib", None)
+        m.setattr(native._core, "lib", None)
         want = batch_normalization(x, scale, bias, mean, var, epsilon=1e-3)
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
 
@@ -898,7 +898,7 @@ def test_pooling_matches_the_numpy_kernel(monkeypatch):
             except Exception:  # (a geometry with no output)
                 continue
             with monkeypatch.context() as m:
-                m.setattr(native, "_lib", None)
+                m.setattr(native._core, "lib", None)
                 want = fn(*args, **kwargs, **geo)
             assert got.shape == want.shape
             if fn is pool.max_pool:

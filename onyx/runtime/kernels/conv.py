@@ -31,6 +31,69 @@ def spatial_defaults(n: int, strides, dilations, pads) -> tuple[list[int], list[
     )
 
 
+#: The longest padded axis a windowed op (conv, pooling) takes: beyond, its sizes come from a
+#: broken or hostile model (dilations near 2**32, kernels near 2**63), and the native kernels
+#: (checks.h) would refuse them too.
+MAX_EXTENT = 1 << 30
+#: The most cells of one padded image (the product of the padded axes).
+MAX_PADDED = 1 << 36
+#: The most window taps (outputs x kernel cells) a pooling op may read: its kernel is an
+#: attribute, bounded by no tensor.
+MAX_TAPS = 1 << 40
+
+
+def check_window_attributes(op: str, n: int, kernel, strides, dilations, pads) -> None:
+    """ValueError naming op and the attribute unless kernel, strides and dilations are n
+    positive sizes and pads 2n, all within MAX_EXTENT (the plan reports it as the node's)."""
+    if len(kernel) == len(strides) == len(dilations) == n and len(pads) == 2 * n:
+        for k, s, d in zip(kernel, strides, dilations):  # (every call: one cheap loop)
+            if not (0 < k <= MAX_EXTENT and 0 < s <= MAX_EXTENT and 0 < d <= MAX_EXTENT):
+                break
+        else:
+            if not pads or (min(pads) >= -MAX_EXTENT and max(pads) <= MAX_EXTENT):
+                return
+    for name, values, least, count in (("kernel_shape", kernel, 1, n), ("strides", strides, 1, n),
+                                       ("dilations", dilations, 1, n), ("pads", pads, None, 2 * n)):  # fmt: skip
+        values = list(values)
+        if len(values) != count:
+            raise ValueError(f"{op}: {name} {values} should have {count} values")
+        for v in values:
+            if (least is not None and v < least) or abs(v) > MAX_EXTENT:
+                limit = f"in [{least}, 2**30]" if least is not None else "within +-2**30"
+                raise ValueError(f"{op}: {name} {values} out of range: each must be {limit}")
+
+
+def check_windows(op: str, in_shape, kernel, strides, dilations, pads, out_shape) -> None:
+    """ValueError naming op unless every window fits its padded input (no negative output
+    size) and the padded axes stay within MAX_EXTENT and MAX_PADDED."""
+    n = len(in_shape)
+    cells, fits = 1, True
+    for i in range(n):  # (every call: one cheap loop)
+        reach = (out_shape[i] - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1
+        extent = max(in_shape[i] + pads[i] + pads[n + i], reach)
+        cells *= extent
+        fits = fits and out_shape[i] >= 1 and extent <= MAX_EXTENT
+    if fits and cells <= MAX_PADDED:
+        return
+    padded = [in_shape[i] + pads[i] + pads[n + i] for i in range(n)]
+    reach = [(out_shape[i] - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1 for i in range(n)]
+    extents = [max(p, r) for p, r in zip(padded, reach)]
+    eff = effective_kernel(kernel, dilations)
+    for i in range(n):
+        if out_shape[i] < 0 or (out_shape[i] == 0 and in_shape[i] > 0 and padded[i] < eff[i]):
+            raise ValueError(
+                f"{op}: the window along spatial axis {i} ({eff[i]} cells: kernel_shape "
+                f"{list(kernel)}, dilations {list(dilations)}) is larger than the padded input "
+                f"({padded[i]} cells)"
+            )
+    if max(extents, default=0) > MAX_EXTENT or math.prod(extents) > MAX_PADDED:
+        raise ValueError(
+            f"{op}: the padded input would be {' x '.join(map(str, extents))} cells (pads "
+            f"{list(pads)}, dilations {list(dilations)}): more than onyx takes (2**30 per "
+            f"axis, 2**36 in all)"
+        )
+
+
 def effective_kernel(kernel, dilations) -> list[int]:
     """Extent of a dilated kernel: (k - 1) * d + 1."""
     return [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
@@ -266,7 +329,7 @@ def _conv_1x1(x, w, group, begin, strides, out_shape, dtype, shift, bias, acc, m
 
 
 def _native_depthwise(x, w, bias, begin, strides, dilations, out_shape, activation=None):
-    """A float32 depthwise 1-D / 2-D conv on the native kernel (kernels.c), or None; with an
+    """A float32 depthwise 1-D / 2-D conv on the native kernel (depthwise.c), or None; with an
     activation ((code, alpha, beta): FloatConv's) applied as it stores, where it can."""
     final_shape = (x.shape[0], w.shape[0], *out_shape)
     if len(out_shape) == 1:  # a 1-D conv is a 2-D one of height 1
@@ -348,12 +411,15 @@ def _conv_depthwise(x, w, begin, need, strides, dilations, out_shape, dtype, shi
     return y.reshape(final_shape)
 
 
-def _conv_geometry(x_shape, w_shape, auto_pad, pads, strides, dilations, kernel_shape):
+def _conv_geometry(x_shape, w_shape, auto_pad, pads, strides, dilations, kernel_shape,
+                   op: str = "Conv"):  # fmt: skip
     n = len(x_shape) - 2
     kernel = list(kernel_shape) if kernel_shape else list(w_shape[2:])
     strides, dilations, pads = spatial_defaults(n, strides, dilations, pads)
+    check_window_attributes(op, n, kernel, strides, dilations, pads)
     pads = conv_pads(auto_pad, x_shape[2:], kernel, strides, dilations, pads)
     out_shape = conv_out_shape(x_shape[2:], kernel, strides, dilations, pads)
+    check_windows(op, x_shape[2:], kernel, strides, dilations, pads, out_shape)
     return dict(pads=pads, strides=strides, dilations=dilations, out_shape=out_shape)
 
 
@@ -368,16 +434,21 @@ def _float_conv(x_shape, W, group: int, attrs: tuple, activation: int, alpha: fl
     small = W[0].size <= native.SMALL_CONV_K and W.shape[0] >= 8  # (native.conv_small_ok's)
     if group == 1 and len(x_shape) == 4 and small and W.shape[2:] != (1, 1) and not activation:
         return None  # a stem: the direct kernel (which applies no activation; a 1x1 goes to BLAS)
+    if len(x_shape) == 3:  # a 1-D conv is a 2-D one of height 1 (whichever kernel runs it:
+        x_shape, W, geo, begin = _lifted(x_shape, W, geo, begin)  # the caller drops the axis)
     out_shape, strides, dilations = geo["out_shape"], geo["strides"], geo["dilations"]
     if x_shape[0] * math.prod(out_shape) < 16:  # a GEMV (an SE block's 1x1 on one pixel): the
         return _conv_gemv(x_shape, W, group, geo, activation, alpha, beta)  # tile would idle
-    if len(x_shape) == 3:  # a 1-D conv is a 2-D one of height 1
-        x_shape, W = (*x_shape[:2], 1, x_shape[2]), W[:, :, None]
-        out_shape, strides, dilations, begin = ([1, *out_shape], [1, *strides], [1, *dilations],
-                                                [0, *begin])  # fmt: skip
     packed = derived(W, ("f32 panels", group), lambda: frozen(native.pack_conv_f32(W, group)))
     return native.FloatConv(x_shape, packed, W.shape[0], W.shape[2:], out_shape, strides,
                             dilations, begin, activation, alpha, beta)  # fmt: skip
+
+
+def _lifted(x_shape, W, geo: dict, begin):
+    """A 1-D conv's shapes and geometry as a 2-D conv's of height 1."""
+    lift = {k: [1, *geo[k]] for k in ("out_shape", "strides", "dilations")}
+    lift["pads"] = [0, geo["pads"][0], 0, geo["pads"][1]]
+    return (*x_shape[:2], 1, x_shape[2]), W[:, :, None], lift, [0, *begin]
 
 
 def _conv_gemv(x_shape, W, group: int, geo: dict, activation: int, alpha: float, beta: float):
@@ -407,8 +478,8 @@ def native_conv_f32(X, W, B, group: int, attrs: tuple, *, z=None, activation: in
     residual z and activation (native.CONV_ACTIVATIONS) applied as it stores; or None where
     it does not apply (then the caller runs its numpy path). attrs: (auto_pad, pads, strides,
     dilations, kernel_shape), hashable; the set-up is kept per constant weight (derived.py)."""
-    if X.dtype != np.float32 or W.dtype != np.float32 or X.ndim not in (3, 4):
-        return None
+    if X.dtype != np.float32 or W.dtype != np.float32 or X.ndim not in (3, 4) or not X.size:
+        return None  # (an empty batch: numpy's empty result)
     if activation and z is None and group == X.shape[1] > 1 and W.shape[1] == 1:
         return _activated_depthwise(X, W, B, attrs, (activation, alpha, beta))
     if not native.conv_f32_ok():
@@ -417,8 +488,12 @@ def native_conv_f32(X, W, B, group: int, attrs: tuple, *, z=None, activation: in
     call = derived(W, key, lambda: _float_conv(X.shape, W, group, attrs, activation, alpha, beta))
     if call is None:
         return None
+    if X.ndim == 3 and z is not None and np.ndim(z):  # (the residual gets the height axis too)
+        z = np.expand_dims(z, -2)
     y = call(np.ascontiguousarray(X), B, z)
-    return y.reshape(y.shape[:2] + y.shape[3:]) if X.ndim == 3 else y  # (1-D: height 1)
+    if X.ndim == 3:  # (1-D: the set-up ran a 2-D conv of height 1)
+        y = y.reshape(y.shape[:2] + y.shape[3:])
+    return y
 
 
 def _activated_depthwise(X, W, B, attrs: tuple, activation: tuple) -> np.ndarray | None:
@@ -530,7 +605,7 @@ def _native_integer_conv(x, w, x_zero_point, w_zero_point, bias, scale, y_zero_p
 
 
 def _integer_conv_runner(x, w, x_zero_point, w_zero_point, bias, scale, y_zero_point, attrs):
-    """x -> the integer conv of x (an input like this one) on the native int8 GEMM (kernels.c),
+    """x -> the integer conv of x (an input like this one) on the native int8 GEMM (gemm_i8.c),
     zero points corrected and (with ``scale``) requantized in the GEMM's epilogue; None where
     it does not apply (then the float32-BLAS path runs). 2-D convs with int8 weights run as an
     implicit GEMM; the others pack the raw bytes' columns (padded with x's zero point, so
@@ -539,7 +614,8 @@ def _integer_conv_runner(x, w, x_zero_point, w_zero_point, bias, scale, y_zero_p
     M, Cg = w.shape[:2]
     K = Cg * math.prod(w.shape[2:])
     if (
-        x.dtype not in native.BYTES
+        not x.size  # (an empty batch: numpy's empty result)
+        or x.dtype not in native.BYTES
         or w.dtype not in native.BYTES
         or (x_zero_point is not None and x_zero_point.size != 1)
         or (y_zero_point is not None and y_zero_point.dtype not in native.BYTES)
@@ -583,7 +659,7 @@ def _grouped_int8_conv(x, w, wz, zx, bias, scale, y_zero_point, group, geo):
 
 
 def _native_integer_depthwise(x, w, x_zero_point, w_zero_point, bias, scale, y_zero_point, geo):
-    """x -> a 2-D depthwise integer conv on the native kernel (kernels.c), set up for inputs
+    """x -> a 2-D depthwise integer conv on the native kernel (depthwise.c), set up for inputs
     of x's shape and type, or None: int32 sums of (x - x_zp) (w - w_zp), requantized with
     ``scale``. The centered weights (int16, (M, kh, kw)) are made once per session."""
     n = len(geo["out_shape"])

@@ -15,7 +15,16 @@ import numpy as np
 
 from .. import native
 from ..registry import op
-from .conv import compute_dtype, effective_kernel, pad_spatial, same_pads, spatial_defaults
+from .conv import (
+    MAX_TAPS,
+    check_window_attributes,
+    check_windows,
+    compute_dtype,
+    effective_kernel,
+    pad_spatial,
+    same_pads,
+    spatial_defaults,
+)
 
 # ----------------------------------------------------------------------------- geometry
 
@@ -121,7 +130,7 @@ def _window_max(x, pads, out_shape, kernel, strides, dilations) -> np.ndarray:
     for i, (k, s, d, o) in enumerate(zip(kernel, strides, dilations, out_shape)):
         axis, size, begin = 2 + i, y.shape[2 + i], pads[i]
         spans = []  # (first output, end output, first input) of each kernel offset
-        for j in range(k):
+        for j in _offsets_inside(k, s, d, o, size, begin):
             shift = j * d - begin  # output t reads input t * s + shift
             lo = max(0, -(shift // s))
             hi = min(o, (size - 1 - shift) // s + 1) if size - 1 - shift >= 0 else 0
@@ -140,6 +149,27 @@ def _window_max(x, pads, out_shape, kernel, strides, dilations) -> np.ndarray:
     return y
 
 
+def _offsets_inside(k: int, s: int, d: int, o: int, size: int, begin: int):
+    """The kernel offsets j < k (dilation d) that some output t < o (stride s) reads inside an
+    input of ``size`` after ``begin`` padding: t * s + j * d - begin in [0, size). Bounded by
+    the output and input sizes, not by k (an attribute: 2**63 - 1 in a fuzzed model)."""
+    lo = max(0, -(-(begin - (o - 1) * s) // d))
+    hi = min(k - 1, (begin + size - 1) // d)
+    if hi - lo <= 4 * (o + size):  # (the usual windows: every offset in the range)
+        return range(lo, hi + 1)
+    t = np.arange(o, dtype=object)  # (Python ints: no overflow)
+    firsts = np.maximum(0, -((t * s - begin) // d))
+    lasts = np.minimum(k - 1, (begin + size - 1 - t * s) // d)
+    spans = sorted((a, b) for a, b in zip(firsts, lasts) if a <= b)
+    merged: list[list[int]] = []
+    for a, b in spans:
+        if merged and a <= merged[-1][1] + 1:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    return [j for a, b in merged for j in range(a, b + 1)]
+
+
 def _axis_slice(y, axis, span, stride):
     lo, hi, start = span
     sl = (slice(None),) * axis + (slice(start, start + (hi - lo - 1) * stride + 1, stride),)
@@ -149,13 +179,21 @@ def _axis_slice(y, axis, span, stride):
 class _Pool:
     """The geometry of one pooling node over x, resolved from its attributes."""
 
-    def __init__(self, x, kernel_shape, auto_pad, pads, strides, dilations, ceil_mode):
+    def __init__(self, x, kernel_shape, auto_pad, pads, strides, dilations, ceil_mode,
+                 op: str = "pooling"):  # fmt: skip
         n = x.ndim - 2
         self.kernel = list(kernel_shape)
         self.strides, self.dilations, pads = spatial_defaults(n, strides, dilations, pads)
+        check_window_attributes(op, n, self.kernel, self.strides, self.dilations, pads)
         self.pads, self.out = pool_geometry(
             x.shape[2:], self.kernel, auto_pad, pads, self.strides, self.dilations, ceil_mode
         )
+        check_windows(op, x.shape[2:], self.kernel, self.strides, self.dilations, self.pads,
+                      self.out)  # fmt: skip
+        taps = math.prod(x.shape[:2]) * math.prod(self.out) * math.prod(self.kernel)
+        if taps > MAX_TAPS:
+            raise ValueError(f"{op}: {taps} window taps (kernel_shape {self.kernel} over an "
+                             f"output of {self.out}): more than onyx takes (2**40)")  # fmt: skip
 
     def pad(self, x, value):
         return _padded(x, self.pads, self.out, self.kernel, self.strides, self.dilations, value)
@@ -211,7 +249,7 @@ def _average_pool(
     by_columns=False,
 ):
     ct = compute_dtype(X.dtype)
-    pool = _Pool(X, kernel_shape, auto_pad, pads, strides, dilations, ceil_mode)
+    pool = _Pool(X, kernel_shape, auto_pad, pads, strides, dilations, ceil_mode, "AveragePool")
     y = _native_pool(X, pool, average=True, include_pad=bool(count_include_pad),
                      by_columns=by_columns)  # fmt: skip
     if y is not None:
@@ -269,7 +307,7 @@ def average_pool_1(
 
 def _lp_pool(X, p, kernel_shape, auto_pad, pads, strides, dilations, ceil_mode):
     ct = compute_dtype(X.dtype)
-    pool = _Pool(X, kernel_shape, auto_pad, pads, strides, dilations, ceil_mode)
+    pool = _Pool(X, kernel_shape, auto_pad, pads, strides, dilations, ceil_mode, "LpPool")
     powered = np.abs(X.astype(ct, copy=False)) ** ct.type(p)
     return (pool.sum(pool.pad(powered, 0)) ** ct.type(1.0 / p)).astype(X.dtype, copy=False)
 
@@ -321,7 +359,7 @@ def _flat_indices(out_coords, kernel_idx, pool: _Pool, x_shape, storage_order: i
 
 
 def _max_pool(ctx, X, kernel_shape, auto_pad, pads, strides, dilations, ceil_mode, storage_order):
-    pool = _Pool(X, kernel_shape, auto_pad, pads, strides, dilations, ceil_mode)
+    pool = _Pool(X, kernel_shape, auto_pad, pads, strides, dilations, ceil_mode, "MaxPool")
     want_indices = ctx.n_outputs > 1 and ctx.outputs_wanted[1]
     if not want_indices:
         y = _native_pool(X, pool, average=False)

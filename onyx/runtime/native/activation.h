@@ -1,16 +1,35 @@
-/* The activations the float convs apply as they store (conv_f32.c, kernels.c's depthwise),
-   16 lanes at a time; codes as native.CONV_ACTIVATIONS. Include after immintrin.h, inside
-   an x86-64 section. */
+/* The activations the kernels apply as they store (conv_f32.c, gemv.c, depthwise.c) or as
+   whole passes (elementwise.c): each written once, as one value (portable) and as 16 lanes
+   (AVX-512, in the same operations: the same bits). Codes as native.CONV_ACTIVATIONS. */
 #ifndef ONYX_ACTIVATION_H
 #define ONYX_ACTIVATION_H
 
+#include "onyx.h"
+
 enum { ACT_NONE = 0, ACT_RELU = 1, ACT_LEAKY = 2, ACT_CLIP = 3, ACT_HARDSWISH = 4, ACT_HARDSIGMOID = 5 };
 
+/* HardSwish: v * clip(v / 6 + 1/2, 0, 1). */
+static inline float onyx_hardswish(float v) {
+    float t = v / 6.0f + 0.5f;
+    t = t < 0.0f ? 0.0f : t;
+    t = t > 1.0f ? 1.0f : t;
+    return v * t;
+}
+
+/* HardSigmoid: clip(v * alpha + beta, 0, 1), no fused multiply-add (numpy's two passes),
+   a NaN stays a NaN (numpy's clip). */
+static inline NO_FMA float onyx_hard_sigmoid(float v, float alpha, float beta) {
+    float u = v * alpha + beta;
+    return u < 0.0f ? 0.0f : (u > 1.0f ? 1.0f : u);
+}
+
+#endif
+
+/* The 16-lane forms, where immintrin.h is included (an x86-64 section). */
+#if (defined(_IMMINTRIN_H_INCLUDED) || defined(__IMMINTRIN_H)) && !defined(ONYX_ACTIVATION_VECTORS)
+#define ONYX_ACTIVATION_VECTORS
 /* alpha: LeakyRelu's slope, Clip's min or HardSigmoid's alpha; beta: Clip's max or
-   HardSigmoid's beta. Ordered comparisons keep a NaN a
-   NaN, as numpy's clip does; HardSwish is v * clip(v / 6 + 1/2, 0, 1) with the operations of
-   kernels.c's HardSwish kernel, so fusing it changes no bit; HardSigmoid is clip(v * alpha +
-   beta, 0, 1) with the operations of FusedConv's numpy path (no fused multiply-add). */
+   HardSigmoid's beta. Ordered comparisons keep a NaN a NaN, as numpy's clip does. */
 static inline __attribute__((always_inline, target("avx512f"))) __m512
 onyx_activate(__m512 v, int act, float alpha, float beta) {
     __m512 zero = _mm512_setzero_ps();

@@ -28,23 +28,6 @@
 #define CF_V (CF_NR / 16)
 
 
-typedef struct {
-    const float *x;     /* input (N, C, H, W), C-contiguous */
-    const float *w;     /* packed weights (group, panels, K, MR) */
-    const float *bias;  /* [M] or null */
-    const float *z;     /* residual (N, M, OH, OW) added before the activation, or null */
-    float *y;           /* output (N, M, OH, OW) */
-    float *cols;        /* every strip's columns, packed beforehand (group, strips, K, NR), or
-                           null: each part packs its own */
-    int64_t N, C, H, W, M, OH, OW;
-    int64_t kh, kw, sh, sw, dh, dw, top, left;
-    int64_t group, kc;  /* groups; rows of columns packed at a time */
-    int64_t strips;     /* strips of CF_NR pixels over N * OH * OW */
-    int64_t per_part;   /* strips per part */
-    int64_t blocks;     /* blocks of panels per block of strips (more parts for small layers) */
-    int32_t act;
-    float alpha, beta;  /* LeakyRelu's slope; Clip's bounds */
-} conv_f32;
 
 /* One run of consecutive pixels of a strip that share an image and an output row: j, its
    place in the strip; len pixels; image, the input image's offset; ih and iw, the input row
@@ -316,8 +299,24 @@ static const tile_fn narrow_fn[CF_NARROW + 1] = {
    Per block of kc columns: the block's strips are packed (L2), then each panel's weights
    (kc x MR, L1) meet every strip, so large weights are read once per block of strips and
    not once per strip. The sums wait in ct (strip, panel) until the last block of columns. */
+/* Whether t's sizes are in range and agree: every buffer below fits ONYX_MAX_ELEMENTS, the
+   strips cover the batch's pixels and every window lies in the padded image. */
+static int conv_f32_ok(const conv_f32 *t) {
+    int64_t Hp, Wp, P, pixels, K, counts[7] = {t->C, t->M, t->group, t->kc, t->per_part,
+                                               t->blocks, t->strips};
+    return t->N >= 1 && onyx_in(counts, 7, 1, ONYX_MAX_EXTENT) && t->C % t->group == 0 &&
+           t->M % t->group == 0 &&
+           onyx_window_axis(t->H, t->OH, t->kh, t->sh, t->dh, t->top, &Hp) &&
+           onyx_window_axis(t->W, t->OW, t->kw, t->sw, t->dw, t->left, &Wp) &&
+           onyx_mul(t->OH, t->OW, &P) && onyx_mul(t->N, P, &pixels) &&
+           t->strips == (pixels + CF_NR - 1) / CF_NR && onyx_mul(t->C, t->kh * t->kw, &K) &&
+           onyx_mul(K, CF_NR, &K) && onyx_mul(t->kc * t->per_part, CF_NR * CF_MR, &K) &&
+           t->act >= 0 && t->act <= ACT_HARDSIGMOID;
+}
+
 EXPORT AVX512 int onyx_conv_f32_range(const void *p, int64_t begin, int64_t end) {
     const conv_f32 *t = p;
+    if (!conv_f32_ok(t) || begin < 0) return ONYX_INVALID;
     int64_t Mg = t->M / t->group, K = (t->C / t->group) * t->kh * t->kw;
     int64_t panels = (Mg + CF_MR - 1) / CF_MR, S = t->per_part;
     int64_t per_block = (panels + t->blocks - 1) / t->blocks, chunks = (t->strips + S - 1) / S;
@@ -331,7 +330,7 @@ EXPORT AVX512 int onyx_conv_f32_range(const void *p, int64_t begin, int64_t end)
     int64_t *ldb = malloc((size_t)S * sizeof(int64_t));
     if (!B || !ct || !r || !runs || !fn || !src || !ldb) {
         free(B), free(ct), free(r), free(runs), free(fn), free(src), free(ldb);
-        return -1;
+        return ONYX_NOMEM;
     }
     /* a 1x1 unit-stride conv without padding reads its columns straight from the image: a
        pixel's k-th column value is at its own offset in the k-th channel's plane */
@@ -402,6 +401,7 @@ EXPORT AVX512 int onyx_conv_f32_range(const void *p, int64_t begin, int64_t end)
    for all the parts when those split a layer's output channels (each would pack them all). */
 EXPORT AVX512 int onyx_conv_f32_pack_range(const void *p, int64_t begin, int64_t end) {
     const conv_f32 *t = p;
+    if (!conv_f32_ok(t) || begin < 0) return ONYX_INVALID;
     int64_t K = (t->C / t->group) * t->kh * t->kw;
     run r[CF_NR + 1];
     for (int64_t q = begin; q < end; q++) {
@@ -410,15 +410,7 @@ EXPORT AVX512 int onyx_conv_f32_pack_range(const void *p, int64_t begin, int64_t
     }
     return 0;
 }
-#define HAVE_CONV_F32 1
 #endif
 
-/* Tile sizes for Python's packing, and whether the kernel is built (0: no AVX-512 build). */
-EXPORT int onyx_conv_f32_shape(int64_t *mr_nr) {
-    mr_nr[0] = CF_MR, mr_nr[1] = CF_NR;
-#ifdef HAVE_CONV_F32
-    return 1;
-#else
-    return 0;
-#endif
-}
+/* The register tile's sizes (MR output channels, NR pixels), for Python's packing. */
+EXPORT void onyx_conv_f32_shape(int64_t *mr_nr) { mr_nr[0] = CF_MR, mr_nr[1] = CF_NR; }

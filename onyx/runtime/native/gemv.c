@@ -18,17 +18,6 @@
 
 #include "onyx.h"
 
-typedef struct {
-    const float *x; /* (M, K), C-contiguous */
-    const float *w; /* (N, K) when trans, else (K, N); C-contiguous */
-    const float *c; /* [N] times beta, or null */
-    const float *z; /* (M, N) added, or null */
-    float *y;       /* (M, N) */
-    int64_t M, K, N, trans;
-    float alpha, beta;
-    int32_t act;                /* a code of activation.h */
-    float act_alpha, act_beta;  /* LeakyRelu's slope, Clip's bounds, HardSigmoid's alpha, beta */
-} gemv_f32;
 
 /* Columns of y per unit of the work split (cuts are in these units). */
 #define GV_BLOCK 64
@@ -142,6 +131,7 @@ static AVX512 void rows(const gemv_f32 *t, int64_t m0, int64_t n0, int64_t n1, c
 /* Columns begin * GV_BLOCK .. end * GV_BLOCK of y, every row (a part of a pool job). */
 EXPORT AVX512 int onyx_gemv_f32_range(const void *p, int64_t begin, int64_t end) {
     const gemv_f32 *t = p;
+    if (t->M < 0 || t->K < 0 || t->N < 0 || (t->trans != 0 && t->trans != 1)) return ONYX_INVALID; /* (checks.h) */
     int64_t n0 = begin * GV_BLOCK, n1 = end * GV_BLOCK < t->N ? end * GV_BLOCK : t->N;
     int64_t m0 = 0;
     for (; m0 + 4 <= t->M; m0 += 4) rows(t, m0, n0, n1, 4);

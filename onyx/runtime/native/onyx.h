@@ -5,6 +5,9 @@
 
 #include <stdint.h>
 
+#include "abi.h"
+#include "checks.h"
+
 #if defined(_WIN32)
 #define EXPORT __declspec(dllexport)
 #else
@@ -29,6 +32,19 @@
 #else
 #define NO_FMA
 #endif
+
+/* The instruction sets a kernel may use (abi.c's onyx_isa: the CPU's, capped by
+   ONYX_NATIVE_ISA): every hand-written vector kernel asks this, and nothing else. CLONES
+   functions are portable C that the compiler builds per vector width. */
+#define ONYX_ISA_AVX512 1   /* AVX-512 F */
+#define ONYX_ISA_AVX512BW 2 /* + BW and VL (byte and 256-bit lanes) */
+#define ONYX_ISA_VNNI 4     /* + VNNI (the int8 GEMM) */
+#define ONYX_ISA_VBMI 8     /* + VBMI (byte lookups) */
+int onyx_isa(void);
+
+/* gemm_i8.c: dst[j][i] = src[i][j] for bytes (the depthwise int8 conv's stores use it). */
+void onyx_transpose_u8(const uint8_t *src, int64_t rows, int64_t cols, int64_t ss, uint8_t *dst,
+                       int64_t ds);
 
 /* pool.c: fn(args, cuts[i], cuts[i + 1]) for each part i, on up to `threads` threads. */
 typedef int (*range_fn)(const void *args, int64_t begin, int64_t end);

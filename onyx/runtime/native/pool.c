@@ -1,6 +1,6 @@
-/* onyx's thread pool for the native kernels (kernels.c), part of the same library.
+/* onyx's thread pool for the native kernels, part of the same library.
  *
- * Handing work to a Python thread costs 40-70 us (a lock, a wake-up, the GIL), as much as a
+ * Handing work to a Python thread costs a lock, a wake-up and the GIL, as long as a
  * mid-sized GEMM runs. Here the caller's ctypes call has already let go of the GIL, and the
  * workers are plain threads that spin a little after each job before they sleep, so the next
  * kernel (one node later, tens of microseconds) finds them awake: a hand-off costs about a
@@ -20,6 +20,7 @@
 #include "onyx.h"
 
 static int run_serial(range_fn fn, const void *args, const int64_t *cuts, int64_t parts) {
+    if (!onyx_cuts_ok(cuts, parts)) return ONYX_INVALID;
     int status = 0;
     for (int64_t i = 0; i < parts; i++) status |= fn(args, cuts[i], cuts[i + 1]);
     return status;
@@ -152,6 +153,7 @@ static void start_workers(int64_t n) {
 
 EXPORT int onyx_parallel(range_fn fn, const void *args, const int64_t *cuts, int64_t parts,
                          int64_t threads) {
+    if (!onyx_cuts_ok(cuts, parts)) return ONYX_INVALID;
     if (threads <= 1 || parts <= 1 || pthread_mutex_trylock(&busy) != 0)
         return run_serial(fn, args, cuts, parts);
     int64_t helpers = threads - 1 < MAX_WORKERS ? threads - 1 : MAX_WORKERS;

@@ -14,8 +14,7 @@
  * a broadcast of h per row), add the projections and update the cell for those columns:
  *     i, o, f = sigmoid(.), c~ = tanh(.), C = f C_prev + i c~, H = o tanh(C).
  * A reverse direction's step k is time step steps - 1 - k; every H (and C) is stored at its
- * time step. numpy needed a dozen calls a step (each a few microseconds) around a small GEMM
- * that BLAS repacked; a batch-8 step took 177 us, onnxruntime's 98.
+ * time step. numpy needs a dozen calls a step around a small GEMM that BLAS repacks.
  *
  * exp and tanh are Cephes-style (public-domain coefficients): range reduction and a degree-5
  * polynomial for exp (about 1 ulp), an odd polynomial for |x| < 0.625 and 1 - 2 / (e^2|x| + 1)
@@ -27,16 +26,6 @@
 #include "onyx.h"
 
 
-typedef struct {
-    const float *xs;     /* [dirs, gates, H, steps, batch] input projections (biases in) */
-    const float *rt;     /* [dirs, H / 16, H (in), gates, 16 (out)] recurrent weights: a
-                            part's columns of every gate, one contiguous run */
-    const float *h0, *c0; /* [dirs, batch, H] (c0: LSTM's) */
-    const float *rbh;    /* [dirs, H]: GRU's recurrent bias of its candidate gate */
-    float *ys, *cs;      /* [steps, dirs, batch, H] every time step's H (and LSTM's C) */
-    int64_t steps, dirs, batch, H;
-    int64_t reverse;     /* bit d set: direction d runs from the last time step to the first */
-} recurrence;
 
 typedef struct { /* one step's job */
     const recurrence *t;
@@ -198,26 +187,29 @@ static int steps(const recurrence *t, range_fn step, const int64_t *cuts, int64_
                  int64_t threads) {
     for (int64_t k = 0; k < t->steps; k++) {
         recurrence_step s = {t, k};
-        onyx_parallel(step, &s, cuts, ranges, threads);
+        int status = onyx_parallel(step, &s, cuts, ranges, threads);
+        if (status) return status;
     }
     return 0;
 }
 
+/* Whether the recurrence's sizes are in range: 1 or 2 directions, H a multiple of 16, the
+   32-bit gathers' strides (steps x batch) in an int32. */
+static int recurrence_ok(const recurrence *t) {
+    int64_t sizes[2] = {t->steps, t->batch};
+    return onyx_in(sizes, 2, 0, (int64_t)1 << 25) && t->steps * t->batch < (int64_t)1 << 25 &&
+           (t->dirs == 1 || t->dirs == 2) && t->H > 0 && t->H % 16 == 0 &&
+           t->H <= ONYX_MAX_EXTENT;
+}
+
 EXPORT int onyx_lstm(const recurrence *t, const int64_t *cuts, int64_t ranges, int64_t threads) {
+    if (!recurrence_ok(t)) return ONYX_INVALID;
     return steps(t, onyx_lstm_step_range, cuts, ranges, threads);
 }
 
 EXPORT int onyx_gru(const recurrence *t, const int64_t *cuts, int64_t ranges, int64_t threads) {
+    if (!recurrence_ok(t)) return ONYX_INVALID;
     return steps(t, onyx_gru_step_range, cuts, ranges, threads);
 }
-#define HAVE_LSTM 1
 #endif
 
-/* Whether the LSTM kernel is built (an x86-64 build; it needs AVX-512 to run). */
-EXPORT int onyx_lstm_built(void) {
-#ifdef HAVE_LSTM
-    return 1;
-#else
-    return 0;
-#endif
-}

@@ -6,9 +6,8 @@
  *
  * MobileNet's squeeze-excite blocks pool images of 7x7 to 56x56 pixels over 16 to 576
  * channels, ten times a run; a transformer normalizes 128 rows of 256 values a dozen times.
- * numpy walks such short rows with a cost per row (17 us for 576 rows of 49; the quantized
- * pooling with its dequantizing and requantizing passes 60-80 us; a layer norm 45 us in six
- * passes); here a row costs tens of nanoseconds.
+ * numpy walks such short rows with a cost per row (and the quantized pooling and the layer
+ * norm with several passes each); here a row is one pass.
  *
  * The pooled means are onnxruntime's to the bit (its CPU kernels are the tie-breaker where
  * the spec leaves the order of a sum open):
@@ -24,14 +23,6 @@
 
 /* ------------------------------------------------------------------ global average pooling */
 
-typedef struct {
-    const void *x; /* (rows, size), C-contiguous */
-    void *y;       /* [rows] */
-    int64_t size;  /* values per row */
-    /* 8-bit rows only */
-    float scale;  /* x_scale / (y_scale * size), in float32 */
-    int32_t x_zp, y_zp, is_signed;
-} global_pool;
 
 /* Rows taken together: independent sums, so that the additions of one row do not wait on
    each other's latency. */
@@ -45,6 +36,7 @@ static inline float row_total(const float *row, int64_t size, const float s[4]) 
 
 EXPORT CLONES int onyx_mean_rows_f32_range(const void *p, int64_t begin, int64_t end) {
     const global_pool *t = p;
+    if (t->size < 0) return ONYX_INVALID; /* (checks.h) */
     const float *x = t->x;
     float *y = t->y;
     int64_t size = t->size, groups = size / 4;
@@ -87,6 +79,7 @@ QGAP(qmean_rows_s8, int8_t)
 
 EXPORT CLONES int onyx_qmean_rows_range(const void *p, int64_t begin, int64_t end) {
     const global_pool *t = p;
+    if (t->size < 0) return ONYX_INVALID; /* (checks.h) */
     if (t->is_signed)
         qmean_rows_s8(t, begin, end);
     else
@@ -96,19 +89,12 @@ EXPORT CLONES int onyx_qmean_rows_range(const void *p, int64_t begin, int64_t en
 
 /* ------------------------------------------------------------------ layer normalization */
 
-typedef struct {
-    const float *x;            /* (rows, size), C-contiguous */
-    const float *scale, *bias; /* [size]; bias may be null */
-    float *y;                  /* (rows, size) */
-    float *mean, *inv_std;     /* [rows] */
-    int64_t size;
-    float epsilon;
-} layer_norm;
 
 /* Each row: its mean, then the mean of the squared deviations from it (two passes over a row
    in L1, as numpy's kernel computes them), y = (x - mean) * inv_std * scale + bias. */
 EXPORT CLONES int onyx_layer_norm_f32_range(const void *p, int64_t begin, int64_t end) {
     const layer_norm *t = p;
+    if (t->size < 0) return ONYX_INVALID; /* (checks.h) */
     int64_t n = t->size;
     for (int64_t r = begin; r < end; r++) {
         const float *x = t->x + r * n;
@@ -136,13 +122,6 @@ EXPORT CLONES int onyx_layer_norm_f32_range(const void *p, int64_t begin, int64_
 
 /* ------------------------------------------------------------------ instance / group norm */
 
-typedef struct {
-    const float *x;            /* (rows, channels, spatial), C-contiguous */
-    const float *scale, *bias; /* (rows, channels) */
-    float *y;                  /* as x */
-    int64_t channels, spatial;
-    float epsilon;
-} norm_rows;
 
 /* A row's sum of f(x[i]), in double: an instance's rows are long (a U-Net's 131072 values),
    where float32 running sums would drift from numpy's pairwise ones. */
@@ -172,6 +151,7 @@ ROW_SUM(row_squares, (v - mean) * (v - mean))
    (InstanceNormalization: a row per instance; GroupNormalization: per group). */
 EXPORT CLONES int onyx_norm_rows_f32_range(const void *p, int64_t begin, int64_t end) {
     const norm_rows *t = p;
+    if (!onyx_mul(t->channels, t->spatial, &(int64_t){0})) return ONYX_INVALID; /* (checks.h) */
     int64_t K = t->channels, S = t->spatial, n = K * S;
     for (int64_t r = begin; r < end; r++) {
         const float *x = t->x + r * n;
@@ -191,18 +171,13 @@ EXPORT CLONES int onyx_norm_rows_f32_range(const void *p, int64_t begin, int64_t
 
 /* ---------------------------------------------------- batch normalization (inference mode) */
 
-typedef struct {
-    const float *x;                   /* (N, C, size), C-contiguous */
-    float *y;                         /* x's shape */
-    const float *mean, *mult, *bias;  /* [C]; mult = scale / sqrt(var + epsilon) */
-    int64_t channels, size;
-} batch_norm;
 
 /* y = (x - mean) * mult + bias per (image, channel) row, each step rounded as numpy's three
-   passes round it (no fused multiply-add): one pass where numpy made three and two
-   temporaries (DenseNet-121's 62 BatchNormalizations: 14 ms of a 75 ms run). */
+   passes round it (no fused multiply-add): one pass where numpy makes three and two
+   temporaries. */
 EXPORT CLONES NO_FMA int onyx_batch_norm_f32_range(const void *p, int64_t begin, int64_t end) {
     const batch_norm *t = p;
+    if (t->channels < 1 || t->size < 0) return ONYX_INVALID; /* (checks.h) */
     for (int64_t r = begin; r < end; r++) {
         int64_t c = r % t->channels;
         float m = t->mean[c], a = t->mult[c], b = t->bias[c];

@@ -13,16 +13,6 @@
 
 #define ROWS 8
 
-typedef struct {
-    const void *x;              /* rows x nf, float32 or float64 (is_double) */
-    const int64_t *roots;       /* doubled root state of each tree */
-    const int64_t *feature;     /* [2S] */
-    const void *threshold;      /* [2S], x's type */
-    const int64_t *child;       /* [2S] */
-    const uint8_t *nan_outcome; /* [2S], or null: no NaN rule (or no NaN in x) */
-    int64_t *states;            /* rows x trees: the (undoubled) state each row reaches */
-    int64_t nf, trees, depth, is_double;
-} forest_task;
 
 #define DESCEND(name, T)                                                                     \
     static void name(const forest_task *t, int64_t begin, int64_t end) {                    \
@@ -49,6 +39,7 @@ DESCEND(descend_f64, double)
 
 EXPORT int onyx_forest_descend_range(const void *p, int64_t begin, int64_t end) {
     const forest_task *t = p;
+    if (t->nf < 0 || t->trees < 0 || t->depth < 0 || t->depth > 1 << 20) return ONYX_INVALID; /* (checks.h) */
     if (t->is_double)
         descend_f64(t, begin, end);
     else
@@ -58,12 +49,6 @@ EXPORT int onyx_forest_descend_range(const void *p, int64_t begin, int64_t end) 
 
 /* scores[r][c] = weights[states[r][0]][c] + weights[states[r][1]][c] + ..., added tree after
    tree in the weights' type: the order (and so the bits) of numpy's running sum. */
-typedef struct {
-    const int64_t *states; /* rows x trees */
-    const void *weights;   /* states x targets, float32 or float64 (is_double) */
-    void *scores;          /* rows x targets */
-    int64_t trees, targets, is_double;
-} forest_sum_task;
 
 #define SUM(name, T)                                                                         \
     static void name(const forest_sum_task *t, int64_t begin, int64_t end) {                \
@@ -84,6 +69,7 @@ SUM(sum_f64, double)
 
 EXPORT int onyx_forest_sum_range(const void *p, int64_t begin, int64_t end) {
     const forest_sum_task *t = p;
+    if (t->trees < 0 || t->targets < 0) return ONYX_INVALID; /* (checks.h) */
     if (t->is_double)
         sum_f64(t, begin, end);
     else

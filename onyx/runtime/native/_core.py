@@ -1,0 +1,270 @@
+"""The native library's loading and what every kernel family shares: the ABI check (abi.h,
+abi.c), the one CPU dispatch (onyx_isa, capped by ONYX_NATIVE_ISA), the thread pool's
+calls and the work split.
+
+A family module (gemm_i8.py, depthwise.py, ...: one per C file) declares its task structs
+with ``@abi("c_name")`` and a ``bind(lib, isa)`` that looks its entry points up; it reads
+the library as ``core.lib`` at call time (None: its numpy caller's path runs).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import ctypes
+import functools
+import importlib.machinery
+import os
+from pathlib import Path
+
+import numpy as np
+
+from ...errors import InvalidArgument
+
+#: The loaded library (ctypes.CDLL), or None: numpy kernels only.
+lib = None
+#: The instruction sets the hand-written kernels use (ISA_* bits, abi.c's onyx_isa).
+isa = 0
+#: Whether the int8 GEMM (AVX512-VNNI) runs.
+vnni = False
+#: Why the library is or is not in use (native.status()).
+why = ""
+
+#: The 8-bit types of the integer kernels (the GEMM's operands, quantized tensors).
+BYTES = (np.dtype(np.uint8), np.dtype(np.int8))
+
+#: onyx_isa's bits (onyx.h).
+ISA_AVX512, ISA_AVX512BW, ISA_VNNI, ISA_VBMI = 1, 2, 4, 8
+#: ONYX_NATIVE_ISA's values: the instruction sets each allows.
+ISA_LEVELS = {"avx512": 0xF, "native": 0xF, "avx2": 0, "portable": 0, "baseline": 0}
+
+#: Each ctypes struct class by its C name (``abi``), checked against abi.c's table at load.
+_STRUCTS: dict[str, list[type]] = {}
+
+
+def abi(c_name: str):
+    """Class decorator: a ctypes.Structure that copies abi.h's struct ``c_name`` (field names,
+    order and types), checked at load."""
+
+    def register(cls):
+        _STRUCTS.setdefault(c_name, []).append(cls)
+        return cls
+
+    return register
+
+
+class _AbiRow(ctypes.Structure):  # abi.c's abi_row
+    _fields_ = [("structure", ctypes.c_char_p), ("field", ctypes.c_char_p),
+                ("offset", ctypes.c_int64), ("size", ctypes.c_int64)]  # fmt: skip
+
+
+def _abi_table(library) -> dict[str, dict[str, tuple[int, int]]]:
+    """abi.c's table: struct -> field ("" for the struct itself) -> (offset, size)."""
+    library.onyx_abi.restype = ctypes.POINTER(_AbiRow)
+    rows = library.onyx_abi()
+    table: dict[str, dict[str, tuple[int, int]]] = {}
+    i = 0
+    while rows[i].structure is not None:
+        r = rows[i]
+        table.setdefault(r.structure.decode(), {})[r.field.decode()] = (r.offset, r.size)
+        i += 1
+    return table
+
+
+def abi_mismatches(library) -> list[str]:
+    """Where the ctypes copies disagree with the library's structs (empty: they agree)."""
+    table, problems = _abi_table(library), []
+    for c_name, classes in _STRUCTS.items():
+        fields = table.get(c_name)
+        for cls in classes:
+            if fields is None:
+                problems.append(f"{cls.__name__}: the library has no struct {c_name}")
+                continue
+            ours = {name: (getattr(cls, name).offset, getattr(cls, name).size)
+                    for name, *_ in cls._fields_}  # fmt: skip
+            theirs = {k: v for k, v in fields.items() if k}
+            if ctypes.sizeof(cls) != fields[""][1] or ours != theirs:
+                problems.append(f"{cls.__name__} != {c_name}: sizes {ctypes.sizeof(cls)} and "
+                                f"{fields[''][1]}; fields {ours} and {theirs}")  # fmt: skip
+    return problems
+
+
+def _library_path() -> Path | None:
+    here = Path(__file__).parent
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        path = here / f"_kernels{suffix}"
+        if path.exists():
+            return path
+    return None
+
+
+def _open():
+    """The library, or None with ``why`` set."""
+    global why
+    if os.environ.get("ONYX_NATIVE", "1").strip().lower() in ("0", "false", "no", "off"):
+        why = "off: ONYX_NATIVE=0"
+        return None
+    path = _library_path()
+    if path is None:
+        why = "not built (no C compiler at install?): numpy kernels"
+        return None
+    try:
+        return ctypes.CDLL(str(path))
+    except OSError as e:  # a build for another platform, a missing runtime library, ...
+        why = f"not loadable ({e}): numpy kernels"
+        return None
+
+
+def start(families) -> None:
+    """Loads the library, checks its ABI and binds each family module's entry points; on any
+    failure the library stays off (numpy kernels) and ``why`` says why."""
+    global lib, isa, vnni, why
+    lib, isa, vnni = None, 0, False
+    library = _open()
+    if library is None:
+        return
+    try:
+        problems = abi_mismatches(library)
+    except AttributeError as e:  # (a library from another version of onyx)
+        problems = [f"no ABI table ({e})"]
+    if problems:
+        why = "off: its structs disagree with onyx's (rebuild it): " + "; ".join(problems)
+        return
+    level = os.environ.get("ONYX_NATIVE_ISA", "avx512").strip().lower()
+    library.onyx_allow_isa.argtypes = [_INT]
+    isa = library.onyx_allow_isa(ISA_LEVELS.get(level, 0))
+    library.onyx_parallel.restype = _INT
+    library.onyx_parallel.argtypes = [_P, _P, _P, _I64, _I64]
+    library.onyx_pool_threads.restype = _INT
+    library.onyx_pool_threads.argtypes = []
+    vnni = bool(isa & ISA_VNNI)
+    for family in families:
+        family.bind(library, isa)
+    names = [n for n, bit in (("avx512", ISA_AVX512), ("avx512bw", ISA_AVX512BW),
+                              ("vnni", ISA_VNNI), ("vbmi", ISA_VBMI)) if isa & bit]  # fmt: skip
+    why = f"loaded ({', '.join(names) or 'portable kernels'}; ONYX_NATIVE_ISA={level})"
+    lib = library
+
+
+def address(fn) -> int | None:
+    """A C function's address (what onyx_parallel and the task structs take), or None."""
+    return fn and ctypes.cast(fn, _P).value
+
+
+def range_of(library, name: str) -> int:
+    """lib.onyx_<name>_range's address: a kernel's part of a pool job."""
+    return address(getattr(library, f"onyx_{name}_range"))
+
+
+#: A product of fewer multiply-adds runs on one thread: it takes the kernel a few microseconds,
+#: about what handing work to the pool's threads costs (more when they have gone to sleep).
+_PARALLEL_MACS = 1 << 20
+
+
+_P, _I64, _INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
+
+
+_threads: contextvars.ContextVar[int] = contextvars.ContextVar("onyx_native_threads", default=0)
+
+
+def _cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # (not on every platform)
+        return os.cpu_count() or 1
+
+
+@contextlib.contextmanager
+def threads(n: int):
+    """Run native kernels on at most ``n`` threads inside the block (0: every core)."""
+    token = _threads.set(int(n))
+    try:
+        yield
+    finally:
+        _threads.reset(token)
+
+
+def _check_sizes(what: str, *values) -> None:
+    """InvalidArgument unless every size is an int in [0, 2**40]: ctypes would wrap a larger
+    one silently into the kernel's int64 fields (checks.h then checks what it receives)."""
+    for v in values:
+        if not 0 <= int(v) <= 1 << 40:
+            raise InvalidArgument(f"onyx native {what}: size {v} out of the range it takes")
+
+
+#: A kernel part's status bits (checks.h).
+_NOMEM, _INVALID = 1, 2
+
+
+def _run(part: int, task: ctypes.Structure, cuts, threads: int, what: str = "kernel") -> None:
+    """The kernel's parts [cuts[i], cuts[i + 1]) of the task on the native thread pool
+    (pool.c), ``part`` one of lib.<kernel>_range. A kernel that refused its arguments
+    (checks.h: nothing touched) raises InvalidArgument, one that could not allocate its
+    buffers MemoryError."""
+    cuts = np.asarray(cuts, np.int64)  # (a set-up's kept cuts are used as they are)
+    status = lib.onyx_parallel(part, ctypes.byref(task), _addr(cuts), len(cuts) - 1, threads)
+    check(status, what)
+
+
+def check(status: int, what: str) -> None:
+    """Raises for a kernel's non-zero status (checks.h's bits)."""
+    if status & _INVALID:
+        raise InvalidArgument(f"onyx native {what}: sizes out of the range it takes")
+    if status:
+        raise MemoryError(f"onyx native {what}: out of memory for its buffers")
+
+
+def _even_cuts(parts: int, ways: int) -> np.ndarray:
+    """Cuts of ``parts`` pieces of work into ``ways`` nearly equal runs."""
+    return np.array([parts * i // ways for i in range(ways + 1)], np.int64)
+
+
+@functools.lru_cache(maxsize=4096)
+def _element_cuts(n: int, unit: int, ways: int) -> np.ndarray:
+    """Cuts of n elements between ``ways`` threads at multiples of ``unit`` (the same for
+    every call of a node: kept)."""
+    return np.array([n * i // ways // unit * unit for i in range(ways)] + [n], np.int64)
+
+
+def _filled(template: ctypes.Structure, x: np.ndarray, y: np.ndarray):
+    """A copy of a set-up's task (calls may come from several threads) pointing at x and y."""
+    task = type(template).from_buffer_copy(template)
+    task.x, task.y = _addr(x), _addr(y)
+    return task
+
+
+def _ways(work: int, parts: int, least: int = _PARALLEL_MACS) -> int:
+    """Threads for ``work`` multiply-adds in ``parts`` pieces, where ``least`` is worth one."""
+    n = _threads.get() or _cpu_count()
+    if work < least:
+        return 1
+    return max(1, min(n, parts, work // (least // 2)))
+
+
+_c_char_from, _addressof = ctypes.c_char.from_buffer, ctypes.addressof
+
+
+def _addr(a: np.ndarray | None) -> int | None:
+    """The address of a's data (None for None). A writeable array's is taken through
+    c_char.from_buffer; a.ctypes.data builds a Python object per call (several times slower,
+    and a native call passes several)."""
+    if a is None:
+        return None
+    try:
+        return _addressof(_c_char_from(a))
+    except (TypeError, ValueError, BufferError):  # read-only, empty or not contiguous
+        return a.ctypes.data
+
+
+def thread_setting() -> int:
+    """The thread count set for native kernels here (0: every core): part of a set-up's key."""
+    return _threads.get()
+
+
+#: Elements below which an elementwise kernel stays on one thread.
+_PARALLEL_ELEMENTS = 1 << 16
+
+
+#: The same for QLinearAdd / QLinearMul / QuantizeLinear on AVX-512 (a few bytes' work a
+#: value).
+_PARALLEL_BYTES = 1 << 14

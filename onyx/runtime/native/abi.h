@@ -1,0 +1,290 @@
+/* The library's ABI: every struct Python fills (a kernel's task) is declared here once, as a
+   list of fields that makes both the C struct and the row of abi.c's table (names, offsets,
+   sizes) from which Python checks its ctypes copies at load: a mismatch turns the library off
+   with the reason in onyx.runtime.native.status(), never a kernel reading the wrong field.
+
+   ONYX_<NAME>(F, S) lists the fields as F(S, type, name, array suffix); a new kernel adds its
+   struct here and to ONYX_STRUCTS. */
+#ifndef ONYX_ABI_H
+#define ONYX_ABI_H
+
+#include <stdint.h>
+
+#define ONYX_DECLARE(S, type, name, dims) type name dims;
+#define ONYX_STRUCT(S, FIELDS) typedef struct { FIELDS(ONYX_DECLARE, S) } S;
+
+/* ------------------------------------------------------------------ int8 GEMM (gemm_i8.c) */
+
+/* Where A's rows are: row r at a + rows[r] (or a + r * lda when rows is NULL); quads (when
+   gathered, an implicit-GEMM conv): row r's bytes 4q..4q+3 at a + rows[r] + quads[q]. */
+#define ONYX_OPERAND(F, S)                                                                   \
+    F(S, const uint8_t *, a, ) F(S, int64_t, lda, ) F(S, const int64_t *, rows, )            \
+    F(S, const int64_t *, quads, )
+ONYX_STRUCT(operand, ONYX_OPERAND)
+
+#define ONYX_EPILOGUE(F, S)                                                                  \
+    F(S, const int32_t *, row_off, ) /* [M] added to every row, or NULL */                   \
+    F(S, const int32_t *, col_off, ) /* [N] added to every column, or NULL */                \
+    F(S, const int32_t *, row_f, )   /* [M] times col_f[N] added (rank 1), or NULL */        \
+    F(S, const int32_t *, col_f, )                                                           \
+    F(S, int32_t *, c, ) /* int32 output, leading dimension ldc, when out8 is NULL */        \
+    F(S, int64_t, ldc, )                                                                     \
+    F(S, uint8_t *, out8, ) /* 8-bit requantized output, leading dimension ldo */            \
+    F(S, int64_t, ldo, )                                                                     \
+    F(S, const float *, scale, ) /* scale[r * scale_rs + j * scale_cs] */                    \
+    F(S, int64_t, scale_rs, ) F(S, int64_t, scale_cs, )                                      \
+    F(S, int32_t, zero_point, ) /* the output's zero point and its type's range */           \
+    F(S, int32_t, lo, ) F(S, int32_t, hi, )
+ONYX_STRUCT(epilogue, ONYX_EPILOGUE)
+
+#define ONYX_GEMM_TASK(F, S)                                                                 \
+    F(S, const operand *, A, ) F(S, const int8_t *, packed, ) F(S, const epilogue *, e, )    \
+    F(S, int64_t, K, ) F(S, int64_t, N, ) F(S, int64_t, M, ) F(S, int64_t, panels, )         \
+    F(S, int32_t, flip, ) F(S, int32_t, a_unsigned, ) F(S, int32_t, by_rows, )
+ONYX_STRUCT(gemm_task, ONYX_GEMM_TASK)
+
+#define ONYX_BATCHED_GEMM(F, S)                                                              \
+    F(S, const uint8_t *, a, ) F(S, const uint8_t *, b, ) F(S, uint8_t *, y, )               \
+    F(S, const int64_t *, a_off, ) /* byte offsets of each item's A and B */                 \
+    F(S, const int64_t *, b_off, )                                                           \
+    F(S, int64_t, lda, ) /* A's row stride; B's row and column strides (bytes) */            \
+    F(S, int64_t, sk, ) F(S, int64_t, sn, ) F(S, int64_t, ldy, )                             \
+    F(S, int64_t, M, ) F(S, int64_t, K, ) F(S, int64_t, N, )                                 \
+    F(S, int64_t, y_item, ) /* bytes between items' outputs */                               \
+    F(S, epilogue, e, )                                                                      \
+    F(S, int32_t, flip_a, ) F(S, int32_t, a_unsigned, ) F(S, int32_t, b_flip, )              \
+    F(S, int32_t, b_signed, ) F(S, int32_t, za, ) F(S, int32_t, zb, )
+ONYX_STRUCT(batched_gemm, ONYX_BATCHED_GEMM)
+
+#define ONYX_IMPLICIT_CONV(F, S)                                                             \
+    F(S, operand, A, ) F(S, epilogue, e, ) F(S, gemm_task, gemm, )                           \
+    F(S, const int64_t *, cuts, ) F(S, int64_t, parts, ) F(S, int64_t, threads, )            \
+    F(S, int64_t, N, ) F(S, int64_t, C, ) F(S, int64_t, H, ) F(S, int64_t, W, )              \
+    F(S, int64_t, Hp, ) F(S, int64_t, Wp, ) F(S, int64_t, Cp, ) F(S, int64_t, r0, )          \
+    F(S, int64_t, c0, ) F(S, int64_t, pixels, ) F(S, int64_t, M, )                           \
+    F(S, int32_t, zx, ) F(S, int32_t, bare, )
+ONYX_STRUCT(implicit_conv, ONYX_IMPLICIT_CONV)
+
+/* ------------------------------------------------------ plane convs (depthwise.c: depthwise
+   and small) */
+
+#define ONYX_DW_GEOMETRY(F, S)                                                               \
+    F(S, int64_t, C, ) F(S, int64_t, H, ) F(S, int64_t, W, ) /* input channels and size */   \
+    F(S, int64_t, mult, ) /* output channels per input channel */                            \
+    F(S, int64_t, OH, ) F(S, int64_t, OW, )                                                  \
+    F(S, int64_t, kh, ) F(S, int64_t, kw, ) F(S, int64_t, sh, ) F(S, int64_t, sw, )          \
+    F(S, int64_t, dh, ) F(S, int64_t, dw, )                                                  \
+    F(S, int64_t, top, ) F(S, int64_t, left, ) /* begin pads (>= 0) */                       \
+    F(S, int64_t, M, )   /* output channels (C * mult for a depthwise conv) */               \
+    F(S, int64_t, act, ) /* the float depthwise conv's activation (activation.h) ... */      \
+    F(S, float, alpha, ) F(S, float, beta, ) /* ... and its parameters */                    \
+    F(S, int64_t, band, ) /* the AVX-512 kernels' output rows per part (0: all of them) */
+ONYX_STRUCT(dw_geometry, ONYX_DW_GEOMETRY)
+
+#define ONYX_DW_OUTPUT(F, S)                                                                 \
+    F(S, const int32_t *, bias, ) /* [M] or NULL */                                          \
+    F(S, int32_t *, y32, ) F(S, uint8_t *, y8, ) F(S, const float *, scale, ) /* [M] */      \
+    F(S, int32_t, zero_point, ) F(S, int32_t, lo, ) F(S, int32_t, hi, )
+ONYX_STRUCT(dw_output, ONYX_DW_OUTPUT)
+
+typedef int (*float_conv_fn)(const float *, const float *, const float *, float *,
+                             const dw_geometry *, int64_t, int64_t);
+#define ONYX_FLOAT_CONV_TASK(F, S)                                                           \
+    F(S, float_conv_fn, fn, ) F(S, const float *, x, ) F(S, const float *, w, )              \
+    F(S, const float *, bias, ) F(S, float *, y, ) F(S, const dw_geometry *, g, )
+ONYX_STRUCT(float_conv_task, ONYX_FLOAT_CONV_TASK)
+
+typedef int (*int_conv_fn)(const uint8_t *, int, int32_t, const int16_t *, const dw_geometry *,
+                           const dw_output *, int64_t, int64_t);
+#define ONYX_INT_CONV_TASK(F, S)                                                             \
+    F(S, int_conv_fn, fn, ) F(S, const uint8_t *, x, ) F(S, const int16_t *, wc, )           \
+    F(S, const dw_geometry *, g, ) F(S, const dw_output *, o, )                              \
+    F(S, int32_t, x_signed, ) F(S, int32_t, x_zp, )
+ONYX_STRUCT(int_conv_task, ONYX_INT_CONV_TASK)
+
+/* ------------------------------------------------------------ elementwise (elementwise.c) */
+
+typedef void (*lookup_fn)(const uint8_t *, const void *, int64_t, void *, int64_t);
+#define ONYX_LOOKUP_TASK(F, S)                                                               \
+    F(S, lookup_fn, fn, ) F(S, const uint8_t *, x, ) F(S, const void *, table, )             \
+    F(S, int64_t, size, ) F(S, uint8_t *, y, )
+ONYX_STRUCT(lookup_task, ONYX_LOOKUP_TASK)
+
+#define ONYX_QBINARY(F, S)                                                                   \
+    F(S, float, za, ) F(S, float, zb, ) F(S, float, ka, ) F(S, float, kb, ) F(S, float, zy, ) \
+    F(S, int32_t, is_signed, ) F(S, int32_t, multiply, ) F(S, int32_t, lo, )                 \
+    F(S, int32_t, hi, )
+ONYX_STRUCT(qbinary, ONYX_QBINARY)
+
+#define ONYX_QBINARY_TASK(F, S)                                                              \
+    F(S, const uint8_t *, a, ) F(S, const uint8_t *, b, ) F(S, int64_t, inner, )             \
+    F(S, int64_t, mid, ) F(S, int64_t, bn, ) F(S, const qbinary *, p, ) F(S, uint8_t *, y, )
+ONYX_STRUCT(qbinary_task, ONYX_QBINARY_TASK)
+
+#define ONYX_QUANTIZE_TASK(F, S)                                                             \
+    F(S, const float *, x, ) F(S, float, scale, ) F(S, int32_t, zero_point, )                \
+    F(S, int32_t, is_signed, ) F(S, uint8_t *, y, )
+ONYX_STRUCT(quantize_task, ONYX_QUANTIZE_TASK)
+
+#define ONYX_DEQUANTIZE_TASK(F, S)                                                           \
+    F(S, const void *, x, ) F(S, float, scale, ) F(S, int32_t, zero_point, )                 \
+    F(S, int32_t, is_signed, ) F(S, float *, y, )
+ONYX_STRUCT(dequantize_task, ONYX_DEQUANTIZE_TASK)
+
+#define ONYX_UNARY_TASK(F, S) F(S, const float *, x, ) F(S, float *, y, )
+ONYX_STRUCT(unary_task, ONYX_UNARY_TASK)
+
+/* erf(u) ~ u P(u^2) / Q(u^2) on |u| <= 4, lowest degree first */
+#define ONYX_ERF_TASK(F, S)                                                                  \
+    F(S, const float *, x, ) F(S, float *, y, ) F(S, float, scale, ) F(S, float, p, [7])     \
+    F(S, float, q, [6]) F(S, int32_t, gelu, )
+ONYX_STRUCT(erf_task, ONYX_ERF_TASK)
+
+#define ONYX_HARD_SIGMOID_TASK(F, S)                                                         \
+    F(S, const float *, x, ) F(S, float *, y, ) F(S, float, alpha, ) F(S, float, beta, )
+ONYX_STRUCT(hard_sigmoid_task, ONYX_HARD_SIGMOID_TASK)
+
+/* -------------------------------------------------------------- float conv (conv_f32.c) */
+
+#define ONYX_CONV_F32(F, S)                                                                  \
+    F(S, const float *, x, )    /* input (N, C, H, W), C-contiguous */                       \
+    F(S, const float *, w, )    /* packed weights (group, panels, K, MR) */                  \
+    F(S, const float *, bias, ) /* [M] or null */                                            \
+    F(S, const float *, z, )    /* residual (N, M, OH, OW) added before the activation */    \
+    F(S, float *, y, )          /* output (N, M, OH, OW) */                                  \
+    F(S, float *, cols, ) /* every strip's columns packed beforehand, or null */             \
+    F(S, int64_t, N, ) F(S, int64_t, C, ) F(S, int64_t, H, ) F(S, int64_t, W, )              \
+    F(S, int64_t, M, ) F(S, int64_t, OH, ) F(S, int64_t, OW, )                               \
+    F(S, int64_t, kh, ) F(S, int64_t, kw, ) F(S, int64_t, sh, ) F(S, int64_t, sw, )          \
+    F(S, int64_t, dh, ) F(S, int64_t, dw, ) F(S, int64_t, top, ) F(S, int64_t, left, )       \
+    F(S, int64_t, group, ) F(S, int64_t, kc, ) /* rows of columns packed at a time */        \
+    F(S, int64_t, strips, )   /* strips of CF_NR pixels over N * OH * OW */                  \
+    F(S, int64_t, per_part, ) /* strips per part */                                          \
+    F(S, int64_t, blocks, )   /* blocks of panels per block of strips */                     \
+    F(S, int32_t, act, ) F(S, float, alpha, ) F(S, float, beta, )
+ONYX_STRUCT(conv_f32, ONYX_CONV_F32)
+
+/* ---------------------------------------------------------------- float GEMV (gemv.c) */
+
+#define ONYX_GEMV_F32(F, S)                                                                  \
+    F(S, const float *, x, ) /* (M, K), C-contiguous */                                      \
+    F(S, const float *, w, ) /* (N, K) when trans, else (K, N); C-contiguous */              \
+    F(S, const float *, c, ) /* [N] times beta, or null */                                   \
+    F(S, const float *, z, ) /* (M, N) added, or null */                                     \
+    F(S, float *, y, )       /* (M, N) */                                                    \
+    F(S, int64_t, M, ) F(S, int64_t, K, ) F(S, int64_t, N, ) F(S, int64_t, trans, )          \
+    F(S, float, alpha, ) F(S, float, beta, )                                                 \
+    F(S, int32_t, act, ) /* a code of activation.h, its parameters: */                       \
+    F(S, float, act_alpha, ) F(S, float, act_beta, )
+ONYX_STRUCT(gemv_f32, ONYX_GEMV_F32)
+
+/* -------------------------------------------------------------------- Resize (resize.c) */
+
+#define ONYX_BILINEAR(F, S)                                                                  \
+    F(S, const float *, x, ) /* planes (n, H, W), contiguous */                              \
+    F(S, float *, y, )       /* planes (n, OH, OW) */                                        \
+    F(S, int64_t, H, ) F(S, int64_t, W, ) F(S, int64_t, OH, ) F(S, int64_t, OW, )            \
+    F(S, const int32_t *, y_lo, ) F(S, const int32_t *, y_hi, ) /* taps per output row */    \
+    F(S, const int32_t *, x_lo, ) F(S, const int32_t *, x_hi, ) /* and column */             \
+    F(S, const float *, wy_lo, ) F(S, const float *, wy_hi, ) F(S, const float *, wx_lo, )   \
+    F(S, const float *, wx_hi, )
+ONYX_STRUCT(bilinear, ONYX_BILINEAR)
+
+#define ONYX_REPEAT2D(F, S)                                                                  \
+    F(S, const uint32_t *, x, ) F(S, uint32_t *, y, ) F(S, int64_t, H, ) F(S, int64_t, W, )  \
+    F(S, int64_t, kh, ) F(S, int64_t, kw, )
+ONYX_STRUCT(repeat2d, ONYX_REPEAT2D)
+
+/* ------------------------------------------------------------------ LSTM, GRU (rnn.c) */
+
+#define ONYX_RECURRENCE(F, S)                                                                \
+    F(S, const float *, xs, ) /* [dirs, gates, H, steps, batch] input projections */         \
+    F(S, const float *, rt, ) /* [dirs, H / 16, H (in), gates, 16 (out)] recurrent weights */ \
+    F(S, const float *, h0, ) F(S, const float *, c0, ) /* [dirs, batch, H] (c0: LSTM's) */  \
+    F(S, const float *, rbh, ) /* [dirs, H]: GRU's recurrent bias of its candidate gate */   \
+    F(S, float *, ys, ) F(S, float *, cs, ) /* [steps, dirs, batch, H] each step's H, C */   \
+    F(S, int64_t, steps, ) F(S, int64_t, dirs, ) F(S, int64_t, batch, ) F(S, int64_t, H, )   \
+    F(S, int64_t, reverse, ) /* bit d set: direction d runs from the last step back */
+ONYX_STRUCT(recurrence, ONYX_RECURRENCE)
+
+/* ---------------------------------------------------------------------- rows (rows.c) */
+
+#define ONYX_GLOBAL_POOL(F, S)                                                               \
+    F(S, const void *, x, ) /* (rows, size), C-contiguous */                                 \
+    F(S, void *, y, )       /* [rows] */                                                     \
+    F(S, int64_t, size, )   /* values per row */                                             \
+    F(S, float, scale, )    /* 8-bit rows: x_scale / (y_scale * size), in float32 */         \
+    F(S, int32_t, x_zp, ) F(S, int32_t, y_zp, ) F(S, int32_t, is_signed, )
+ONYX_STRUCT(global_pool, ONYX_GLOBAL_POOL)
+
+#define ONYX_LAYER_NORM(F, S)                                                                \
+    F(S, const float *, x, ) /* (rows, size), C-contiguous */                                \
+    F(S, const float *, scale, ) F(S, const float *, bias, ) /* [size]; bias may be null */  \
+    F(S, float *, y, ) F(S, float *, mean, ) F(S, float *, inv_std, ) /* stats: [rows] */    \
+    F(S, int64_t, size, ) F(S, float, epsilon, )
+ONYX_STRUCT(layer_norm, ONYX_LAYER_NORM)
+
+#define ONYX_NORM_ROWS(F, S)                                                                 \
+    F(S, const float *, x, ) /* (rows, channels, spatial), C-contiguous */                   \
+    F(S, const float *, scale, ) F(S, const float *, bias, ) /* (rows, channels) */          \
+    F(S, float *, y, ) F(S, int64_t, channels, ) F(S, int64_t, spatial, )                    \
+    F(S, float, epsilon, )
+ONYX_STRUCT(norm_rows, ONYX_NORM_ROWS)
+
+#define ONYX_BATCH_NORM(F, S)                                                                \
+    F(S, const float *, x, ) /* (N, C, size), C-contiguous */                                \
+    F(S, float *, y, )                                                                       \
+    F(S, const float *, mean, ) F(S, const float *, mult, ) /* [C]; mult = scale / std */    \
+    F(S, const float *, bias, ) F(S, int64_t, channels, ) F(S, int64_t, size, )
+ONYX_STRUCT(batch_norm, ONYX_BATCH_NORM)
+
+/* ------------------------------------------------------------------ pooling (window.c) */
+
+#define ONYX_POOL2D(F, S)                                                                    \
+    F(S, const float *, x, ) /* (planes, H, W) */                                            \
+    F(S, float *, y, )       /* (planes, OH, OW) */                                          \
+    F(S, int64_t, H, ) F(S, int64_t, W, ) F(S, int64_t, OH, ) F(S, int64_t, OW, )            \
+    F(S, int64_t, kh, ) F(S, int64_t, kw, ) F(S, int64_t, sh, ) F(S, int64_t, sw, )          \
+    F(S, int64_t, dh, ) F(S, int64_t, dw, ) F(S, int64_t, top, ) F(S, int64_t, left, )       \
+    F(S, int64_t, bottom, ) F(S, int64_t, right, )                                           \
+    F(S, int64_t, average, ) F(S, int64_t, include_pad, ) F(S, int64_t, by_columns, )
+ONYX_STRUCT(pool2d, ONYX_POOL2D)
+
+/* ------------------------------------------------------------ tree ensembles (trees.c) */
+
+#define ONYX_FOREST_TASK(F, S)                                                               \
+    F(S, const void *, x, )          /* rows x nf, float32 or float64 (is_double) */         \
+    F(S, const int64_t *, roots, )   /* doubled root state of each tree */                   \
+    F(S, const int64_t *, feature, ) /* [2S] */                                              \
+    F(S, const void *, threshold, )  /* [2S], x's type */                                    \
+    F(S, const int64_t *, child, )   /* [2S] */                                              \
+    F(S, const uint8_t *, nan_outcome, ) /* [2S], or null: no NaN rule (or no NaN in x) */   \
+    F(S, int64_t *, states, ) /* rows x trees: the (undoubled) state each row reaches */     \
+    F(S, int64_t, nf, ) F(S, int64_t, trees, ) F(S, int64_t, depth, )                        \
+    F(S, int64_t, is_double, )
+ONYX_STRUCT(forest_task, ONYX_FOREST_TASK)
+
+#define ONYX_FOREST_SUM_TASK(F, S)                                                           \
+    F(S, const int64_t *, states, ) /* rows x trees */                                       \
+    F(S, const void *, weights, ) /* states x targets, float32 or float64 (is_double) */     \
+    F(S, void *, scores, )        /* rows x targets */                                       \
+    F(S, int64_t, trees, ) F(S, int64_t, targets, ) F(S, int64_t, is_double, )
+ONYX_STRUCT(forest_sum_task, ONYX_FOREST_SUM_TASK)
+
+/* Every struct above, for abi.c's table. */
+#define ONYX_STRUCTS(X)                                                                      \
+    X(operand, ONYX_OPERAND) X(epilogue, ONYX_EPILOGUE) X(gemm_task, ONYX_GEMM_TASK)         \
+    X(batched_gemm, ONYX_BATCHED_GEMM) X(implicit_conv, ONYX_IMPLICIT_CONV)                  \
+    X(dw_geometry, ONYX_DW_GEOMETRY) X(dw_output, ONYX_DW_OUTPUT)                            \
+    X(float_conv_task, ONYX_FLOAT_CONV_TASK) X(int_conv_task, ONYX_INT_CONV_TASK)            \
+    X(lookup_task, ONYX_LOOKUP_TASK) X(qbinary, ONYX_QBINARY)                                \
+    X(qbinary_task, ONYX_QBINARY_TASK) X(quantize_task, ONYX_QUANTIZE_TASK)                  \
+    X(dequantize_task, ONYX_DEQUANTIZE_TASK) X(unary_task, ONYX_UNARY_TASK)                  \
+    X(erf_task, ONYX_ERF_TASK) X(hard_sigmoid_task, ONYX_HARD_SIGMOID_TASK)                  \
+    X(conv_f32, ONYX_CONV_F32) X(gemv_f32, ONYX_GEMV_F32) X(bilinear, ONYX_BILINEAR)         \
+    X(repeat2d, ONYX_REPEAT2D) X(recurrence, ONYX_RECURRENCE)                                \
+    X(global_pool, ONYX_GLOBAL_POOL) X(layer_norm, ONYX_LAYER_NORM)                          \
+    X(norm_rows, ONYX_NORM_ROWS) X(batch_norm, ONYX_BATCH_NORM) X(pool2d, ONYX_POOL2D)       \
+    X(forest_task, ONYX_FOREST_TASK) X(forest_sum_task, ONYX_FOREST_SUM_TASK)
+
+#endif

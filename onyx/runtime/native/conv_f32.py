@@ -1,0 +1,168 @@
+"""The float32 conv (conv_f32.c): an implicit GEMM on AVX-512, with FusedConv's residual and
+activation applied as it stores."""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+from . import _core as core
+from ._core import (
+    _I64,
+    _P,
+    _addr,
+    _check_sizes,
+    _even_cuts,
+    _filled,
+    _run,
+    _ways,
+    abi,
+    range_of,
+)
+
+
+@abi("conv_f32")
+class _ConvF32(ctypes.Structure):
+    _fields_ = (
+        [(name, _P) for name in ("x", "w", "bias", "z", "y", "cols")]
+        + [(name, _I64) for name in "N C H W M OH OW kh kw sh sw dh dw top left".split()]
+        + [(name, _I64) for name in ("group", "kc", "strips", "per_part", "blocks")]
+        + [("act", ctypes.c_int32), ("alpha", ctypes.c_float), ("beta", ctypes.c_float)]
+    )
+
+
+#: FusedConv activations the float conv applies as it stores its tiles, by kernel code.
+CONV_ACTIVATIONS = {
+    "": 0,
+    "Identity": 0,
+    "Relu": 1,
+    "LeakyRelu": 2,
+    "Clip": 3,
+    "HardSwish": 4,
+    "HardSigmoid": 5,
+}
+
+
+#: Rows of im2col columns packed at a time (kc x 48 floats, read by every panel's tile from L1
+#: or L2): 256 rather than 128 halves the round trips of the partial sums through memory,
+#: though a strip's columns then outgrow a 32 KB L1.
+_CONV_KC = 256
+
+
+#: Strips (of 48 pixels) and panels (of 8 output channels) per part of the work: each block
+#: of panels' weights is read once per block of strips, and their sums (48 x 8 x 16 floats)
+#: stay in L2.
+_CONV_STRIPS, _CONV_PANELS = 8, 16
+
+
+#: Largest set of columns packed beforehand for parts that share them (FloatConv).
+_CONV_COLS_BYTES = 8 << 20
+
+
+def _conv_parts(strips: int, panels: int, group: int, ways: int) -> tuple[int, int]:
+    """Strips per part and blocks of panels: _CONV_STRIPS x _CONV_PANELS, made smaller where
+    that leaves fewer than 4 parts per thread (so that the threads finish together). Blocks
+    of panels are split first, down to 4 panels: a part reads its panels' weights once for
+    all its strips, and a deep layer's weights (9 MB for 512 -> 512 channels, 3x3) come from
+    memory."""
+    blocks = -(-panels // _CONV_PANELS)
+    per_part = min(strips, _CONV_STRIPS)
+    want = 4 * ways if ways > 1 else 1
+
+    def parts() -> int:
+        return group * -(-strips // per_part) * blocks
+
+    while parts() < want and -(-panels // (2 * blocks)) >= 4:
+        blocks *= 2
+    while parts() < want and per_part > 1:
+        per_part = max(1, per_part // 2)
+    while parts() < want and blocks < panels:
+        blocks = min(panels, 2 * blocks)
+    return per_part, blocks
+
+
+def conv_f32_ok() -> bool:
+    """Whether the native float conv (:class:`FloatConv`) is built (it needs AVX-512)."""
+    return core.lib is not None and bool(core.lib.conv_f32_range)
+
+
+def pack_conv_f32(w: np.ndarray, group: int) -> np.ndarray:
+    """Conv weights (M, C / group, kh, kw) in :func:`conv_f32`'s layout: per group, panels of
+    MR output channels (zeros past the last), k-major: (group, panels, K, MR)."""
+    mr = core.lib.conv_f32_tile[0]
+    M, K = w.shape[0], w[0].size
+    Mg = M // group
+    panels = -(-Mg // mr)
+    wp = np.zeros((group, panels * mr, K), np.float32)
+    wp[:, :Mg] = w.reshape(group, Mg, K)
+    return np.ascontiguousarray(wp.reshape(group, panels, mr, K).transpose(0, 1, 3, 2))
+
+
+class FloatConv:
+    """A 2-D float32 conv (conv_f32.c) set up for one input shape: x (N, C, H, W) with
+    weights packed by :func:`pack_conv_f32` (M output channels, kernel (kh, kw)); begin: the
+    top and left pads (the end pads are implied by out_shape); the activation a code of
+    CONV_ACTIVATIONS (alpha: LeakyRelu's slope or Clip's min, beta: Clip's max).
+
+    What does not depend on the data (the task's sizes, the work split) is made here once:
+    a small layer's conv takes a few microseconds, as long as setting it up in Python did."""
+
+    __slots__ = ("bias", "cols", "cuts", "pack_cuts", "packed", "shape", "task", "ways")
+
+    def __init__(self, x_shape, packed, M: int, kernel, out_shape, strides, dilations, begin,
+                 activation: int = 0, alpha: float = 0.0, beta: float = 0.0):  # fmt: skip
+        (N, C, H, W), group = x_shape, packed.shape[0]
+        _check_sizes("float conv", *x_shape, M, *kernel, *out_shape, *strides, *dilations,
+                     *begin)  # fmt: skip
+        P, K, nr = out_shape[0] * out_shape[1], packed.shape[2], core.lib.conv_f32_tile[1]
+        strips, panels = -(-N * P // nr), packed.shape[1]
+        self.ways = _ways(N * P * M * K, group * strips * panels)
+        per_part, blocks = _conv_parts(strips, panels, group, self.ways)
+        parts = group * -(-strips // per_part) * blocks
+        self.cuts = _even_cuts(parts, self.ways)
+        self.packed, self.shape, self.bias = packed, (N, M, *out_shape), (None, None, None)
+        # Parts that split the output channels would each pack every strip's columns: they
+        # are packed once beforehand instead (a deep layer's are small), except where a
+        # 1x1 conv reads them in place.
+        plain = (tuple(kernel) == (1, 1) and tuple(strides) == (1, 1) and not any(begin)
+                 and tuple(out_shape) == (H, W))  # fmt: skip
+        self.cols = group * strips * K * nr
+        if blocks == 1 or plain or self.cols * 4 > _CONV_COLS_BYTES:
+            self.cols = 0
+        jobs = group * strips
+        self.pack_cuts = _even_cuts(jobs, self.ways)
+        self.task = _ConvF32(None, _addr(packed), None, None, None, None, N, C, H, W, M,
+                             *out_shape, *kernel, *strides, *dilations, *begin, group, _CONV_KC,
+                             strips, per_part, blocks, activation, alpha, beta)  # fmt: skip
+
+    def __call__(self, x: np.ndarray, bias=None, z=None) -> np.ndarray:
+        """activation(conv(x) + bias [M] + z (the output's shape)); x C-contiguous float32."""
+        y = np.empty(self.shape, np.float32)
+        task = _filled(self.task, x, y)
+        if bias is not None:
+            entry = self.bias  # (a local reference keeps its array alive through the call)
+            if bias is not entry[0]:  # a constant bias is the same object every call
+                b = np.ascontiguousarray(bias, np.float32)
+                entry = self.bias = (bias, b, _addr(b))
+            task.bias = entry[2]
+        if z is not None:
+            z = np.ascontiguousarray(np.broadcast_to(z, y.shape), np.float32)
+            task.z = _addr(z)
+        if self.cols:
+            cols = np.empty(self.cols, np.float32)
+            task.cols = _addr(cols)
+            _run(core.lib.conv_f32_pack_range, task, self.pack_cuts, self.ways)
+        _run(core.lib.conv_f32_range, task, self.cuts, self.ways, "float conv")
+        return y
+
+
+def bind(lib, isa: int) -> None:
+    tile = (_I64 * 2)()
+    lib.onyx_conv_f32_shape.argtypes = [_P]
+    lib.onyx_conv_f32_shape.restype = None
+    lib.onyx_conv_f32_shape(tile)
+    lib.conv_f32_tile = tuple(tile)
+    avx512 = bool(isa & core.ISA_AVX512)
+    lib.conv_f32_range = range_of(lib, "conv_f32") if avx512 else None
+    lib.conv_f32_pack_range = range_of(lib, "conv_f32_pack") if avx512 else None

@@ -1,0 +1,659 @@
+/* Convs by output planes (part of the _kernels library; Python: depthwise.py): depthwise
+ * convs, float and integer, portable and on AVX-512, and the few-input-channel stem conv.
+ *
+ * Depthwise 2-D convolution (group == C, M = C * mult output channels), one (image, output
+ * channel) plane at a time. The input plane is copied, padded, into its stride phases: phase
+ * (r0, r1) holds the padded pixels (i * sh + r0, j * sw + r1), Hq x Wq of them. Every kernel
+ * tap then reads one phase at a fixed offset with unit stride: flattened, a tap is one run of
+ * OH * Wq values in which output pixel (i, j) sits at i * Wq + j (the columns j >= OW are
+ * wrap-around garbage, dropped when the result is stored). So each tap is one long
+ * multiply-add loop, which the compiler vectorizes whatever the plane's width (ONNX's
+ * MobileNets have 7x7 planes), over a block of rows whose sums stay in L1.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "onyx.h"
+#include "activation.h"
+
+
+
+typedef struct {
+    int64_t Hq, Wq, phase, K, rows; /* phase: values per phase; rows: output rows per block */
+} dw_layout;
+
+#define DW_BLOCK 2048 /* sums per block of rows (8 KB of float or int32) */
+
+static dw_layout dw_layout_of(const dw_geometry *g) {
+    dw_layout d;
+    int64_t need_h = (g->OH - 1) * g->sh + (g->kh - 1) * g->dh + 1;
+    int64_t need_w = (g->OW - 1) * g->sw + (g->kw - 1) * g->dw + 1;
+    d.Hq = (need_h + g->sh - 1) / g->sh;
+    d.Wq = (need_w + g->sw - 1) / g->sw;
+    /* the last tap's run ends (kw - 1) * dw / sw values past its phase's last row */
+    d.phase = d.Hq * d.Wq + ((g->kw - 1) * g->dw) / g->sw;
+    d.K = g->kh * g->kw;
+    d.rows = DW_BLOCK / d.Wq > 0 ? DW_BLOCK / d.Wq : 1;
+    return d;
+}
+
+/* Where each tap's run starts in the phase buffer. */
+static void dw_taps(const dw_geometry *g, const dw_layout *d, int64_t *start) {
+    for (int64_t a = 0; a < g->kh; a++)
+        for (int64_t b = 0; b < g->kw; b++) {
+            int64_t v = a * g->dh, u = b * g->dw;
+            start[a * g->kw + b] =
+                ((v % g->sh) * g->sw + u % g->sw) * d->phase + (v / g->sh) * d->Wq + u / g->sw;
+        }
+}
+
+/* For the input row h and phase column r1: the first input column w0 landing there, and its
+   place in the phase buffer (-1: the row is past what the windows read). */
+static int64_t dw_row_dst(const dw_geometry *g, const dw_layout *d, int64_t h, int64_t r1,
+                          int64_t *w0) {
+    int64_t ph = h + g->top;
+    if (ph >= d->Hq * g->sh) return -1;
+    *w0 = ((r1 - g->left) % g->sw + g->sw) % g->sw;
+    return ((ph % g->sh) * g->sw + r1) * d->phase + (ph / g->sh) * d->Wq + (*w0 + g->left) / g->sw;
+}
+
+/* The input plane into the zeroed phase buffer: x - zp, as the buffer's type. */
+#define DW_SCATTER(name, S, T)                                                               \
+    static void name(const S *x, int32_t zp, const dw_geometry *g, const dw_layout *d,       \
+                     T *buf) {                                                               \
+        memset(buf, 0, (size_t)(g->sh * g->sw * d->phase) * sizeof(T));                      \
+        int64_t wend = d->Wq * g->sw - g->left; /* past this, no window reads the column */  \
+        if (wend > g->W) wend = g->W;                                                        \
+        for (int64_t h = 0; h < g->H; h++)                                                   \
+            for (int64_t r1 = 0; r1 < g->sw; r1++) {                                         \
+                int64_t w0, at = dw_row_dst(g, d, h, r1, &w0);                               \
+                if (at < 0) break;                                                           \
+                const S *row = x + h * g->W + w0;                                            \
+                T *restrict dst = buf + at;                                                  \
+                int64_t count = wend > w0 ? (wend - w0 + g->sw - 1) / g->sw : 0;             \
+                if (g->sw == 1) /* (spelled out: it vectorizes) */                           \
+                    for (int64_t j = 0; j < count; j++) dst[j] = (T)(row[j] - zp);           \
+                else                                                                         \
+                    for (int64_t j = 0; j < count; j++) dst[j] = (T)(row[j * g->sw] - zp);   \
+            }                                                                                \
+    }
+DW_SCATTER(dw_scatter_f32, float, float)
+DW_SCATTER(dw_scatter_u8, uint8_t, int16_t)
+DW_SCATTER(dw_scatter_s8, int8_t, int16_t)
+
+#if defined(__GNUC__) && !defined(__clang__)
+#define IVDEP _Pragma("GCC ivdep") /* the sums and the buffer do not overlap */
+#else
+#define IVDEP
+#endif
+
+/* acc[0, n) = sum over taps of w[t] * buf[start[t] + j0 + j], four taps per pass over acc
+   (fewer loads and stores of the sums; the compiler's own unroll-and-jam of this loop nest
+   gives up vectorizing it). */
+#define DW_SUMS(name, T, W, A)                                                              \
+    static inline void name(const T *buf, const W *w, const int64_t *start, int64_t K,       \
+                            int64_t j0, int64_t n, A *restrict acc) {                        \
+        for (int64_t j = 0; j < n; j++) acc[j] = 0;                                          \
+        int64_t t = 0;                                                                       \
+        for (; t + 4 <= K; t += 4) {                                                         \
+            const T *s0 = buf + start[t] + j0, *s1 = buf + start[t + 1] + j0;               \
+            const T *s2 = buf + start[t + 2] + j0, *s3 = buf + start[t + 3] + j0;           \
+            A w0 = (A)w[t], w1 = (A)w[t + 1], w2 = (A)w[t + 2], w3 = (A)w[t + 3];            \
+            IVDEP for (int64_t j = 0; j < n; j++)                                            \
+                acc[j] += w0 * (A)s0[j] + w1 * (A)s1[j] + w2 * (A)s2[j] + w3 * (A)s3[j];      \
+        }                                                                                    \
+        for (; t < K; t++) {                                                                 \
+            const T *s0 = buf + start[t] + j0;                                               \
+            A w0 = (A)w[t];                                                                  \
+            IVDEP for (int64_t j = 0; j < n; j++) acc[j] += w0 * (A)s0[j];                   \
+        }                                                                                    \
+    }
+DW_SUMS(dw_sums_f32, float, float, float)
+DW_SUMS(dw_sums_i16, int16_t, int16_t, int32_t)
+
+/* Float planes p0 <= p < p1 of the (N, M, OH, OW) output: y = conv(x, w) + bias. */
+
+EXPORT CLONES int onyx_depthwise_f32(const float *x, const float *w, const float *bias,
+                                     float *y, const dw_geometry *g, int64_t p0, int64_t p1) {
+    dw_layout d = dw_layout_of(g);
+    int64_t M = g->C * g->mult, *start = malloc((size_t)d.K * sizeof(int64_t));
+    float *buf = malloc((size_t)(g->sh * g->sw * d.phase) * sizeof(float));
+    float *acc = malloc((size_t)(d.rows * d.Wq) * sizeof(float));
+    if (!start || !buf || !acc) {
+        free(start), free(buf), free(acc);
+        return ONYX_NOMEM;
+    }
+    dw_taps(g, &d, start);
+    int64_t scattered = -1;
+    for (int64_t p = p0; p < p1; p++) {
+        int64_t src = (p / M) * g->C + (p % M) / g->mult; /* the input plane */
+        if (src != scattered) dw_scatter_f32(x + src * g->H * g->W, 0, g, &d, buf);
+        scattered = src;
+        float b = bias ? bias[p % M] : 0.0f;
+        float *out = y + p * g->OH * g->OW;
+        for (int64_t i0 = 0; i0 < g->OH; i0 += d.rows) {
+            int64_t rows = g->OH - i0 < d.rows ? g->OH - i0 : d.rows;
+            dw_sums_f32(buf, w + (p % M) * d.K, start, d.K, i0 * d.Wq, rows * d.Wq, acc);
+            for (int64_t i = 0; i < rows; i++)
+                for (int64_t j = 0; j < g->OW; j++)
+                    out[(i0 + i) * g->OW + j] = acc[i * d.Wq + j] + b;
+        }
+    }
+    free(start), free(buf), free(acc);
+    return 0;
+}
+
+/* The integer depthwise conv's output: int32 sums (+ bias) in y32, or requantized as the
+   int8 GEMM's epilogue does: clamp(rint(acc * scale[m]) + zero_point) in y8. */
+
+/* n sums a[j * stride] of output channel m (+ its bias) into the output from element at:
+   as int32, or requantized. Shared by both integer kernels. */
+static inline void dw_store(const dw_output *o, int64_t m, const int32_t *a, int64_t stride,
+                            int64_t n, int64_t at) {
+    int32_t b = o->bias ? o->bias[m] : 0;
+    if (!o->y8) {
+        for (int64_t j = 0; j < n; j++) o->y32[at + j] = a[j * stride] + b;
+        return;
+    }
+    /* rint for |v| < 2**22: adding and taking away 1.5 * 2**23 rounds half to even */
+    const float magic = 12582912.0f, lo = (float)(o->lo - o->zero_point),
+                hi = (float)(o->hi - o->zero_point), s = o->scale[m];
+    for (int64_t j = 0; j < n; j++) {
+        float v = (float)(a[j * stride] + b) * s;
+        v = v < lo ? lo : v;
+        v = v > hi ? hi : v;
+        o->y8[at + j] = (uint8_t)((int32_t)((v + magic) - magic) + o->zero_point);
+    }
+}
+
+/* Integer planes p0 <= p < p1: (x - x_zp) * wc (+ bias), x bytes (signed or not), wc the
+   weights minus their zero points as int16 [M][kh * kw]. The padding is x_zp (adds nothing). */
+EXPORT CLONES int onyx_depthwise_i8(const uint8_t *x, int x_signed, int32_t x_zp,
+                                    const int16_t *wc, const dw_geometry *g, const dw_output *o,
+                                    int64_t p0, int64_t p1) {
+    dw_layout d = dw_layout_of(g);
+    int64_t M = g->C * g->mult, *start = malloc((size_t)d.K * sizeof(int64_t));
+    int16_t *buf = malloc((size_t)(g->sh * g->sw * d.phase) * sizeof(int16_t));
+    int32_t *acc = malloc((size_t)(d.rows * d.Wq) * sizeof(int32_t));
+    if (!start || !buf || !acc) {
+        free(start), free(buf), free(acc);
+        return ONYX_NOMEM;
+    }
+    dw_taps(g, &d, start);
+    int64_t scattered = -1;
+    for (int64_t p = p0; p < p1; p++) {
+        int64_t m = p % M, src = (p / M) * g->C + m / g->mult;
+        if (src != scattered) {
+            const uint8_t *plane = x + src * g->H * g->W;
+            if (x_signed) dw_scatter_s8((const int8_t *)plane, x_zp, g, &d, buf);
+            else dw_scatter_u8(plane, x_zp, g, &d, buf);
+        }
+        scattered = src;
+        for (int64_t i0 = 0; i0 < g->OH; i0 += d.rows) {
+            int64_t rows = g->OH - i0 < d.rows ? g->OH - i0 : d.rows;
+            dw_sums_i16(buf, wc + m * d.K, start, d.K, i0 * d.Wq, rows * d.Wq, acc);
+            int64_t at = p * g->OH * g->OW + i0 * g->OW;
+            for (int64_t i = 0; i < rows; i++, at += g->OW)
+                dw_store(o, m, acc + i * d.Wq, 1, g->OW, at);
+        }
+    }
+    free(start), free(buf), free(acc);
+    return 0;
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+/* The depthwise conv on AVX-512, 16 output channels per vector (onnxruntime's NCHWc idea):
+   the 16 input planes are interleaved into a padded buffer of 16-lane pixels, each output
+   pixel is kh * kw vector multiply-adds (4 pixels at a time, sharing the weight loads), and
+   the lanes go back to their planes when a row is stored. No per-plane overhead, so 7x7
+   planes run as fast as large ones. Planes here are (image, block of 16 channels) pairs. */
+#define AVX512 __attribute__((target("avx512f")))
+#include "activation.h"
+
+typedef struct {
+    int64_t Hp, Wp, K; /* the padded input's rows and columns; taps */
+    int64_t band, bands, rows; /* a part's output rows, parts per block; its buffer's rows */
+} dwv_layout;
+
+static dwv_layout dwv_layout_of(const dw_geometry *g) {
+    dwv_layout d;
+    d.Hp = (g->OH - 1) * g->sh + (g->kh - 1) * g->dh + 1;
+    d.Wp = (g->OW - 1) * g->sw + (g->kw - 1) * g->dw + 1;
+    d.K = g->kh * g->kw;
+    d.band = g->band > 0 && g->band < g->OH ? g->band : g->OH;
+    d.bands = (g->OH + d.band - 1) / d.band;
+    d.rows = (d.band - 1) * g->sh + (g->kh - 1) * g->dh + 1;
+    return d;
+}
+
+/* Row r of the buffer of the band from output row i0 (padded row i0 * sh + r): zeroes what
+   falls in the padding and returns the image row whose wend pixels go to row + left, or -1
+   (a row wholly in the padding). The buffer is not zeroed beforehand: a part's band moves. */
+static int64_t dwv_band_row(const dw_geometry *g, const dwv_layout *d, int64_t i0, int64_t r,
+                            int64_t wend, void *row) {
+    int64_t h = i0 * g->sh + r - g->top;
+    if (h < 0 || h >= g->H) {
+        memset(row, 0, (size_t)(d->Wp * 16) * 4);
+        return -1;
+    }
+    memset(row, 0, (size_t)(g->left * 16) * 4);
+    memset((char *)row + (g->left + wend) * 64, 0, (size_t)((d->Wp - g->left - wend) * 16) * 4);
+    return h;
+}
+
+/* Part p of an AVX-512 depthwise or small conv: image n, the block of 16 output channels from
+   m0 (lanes of them), output rows i0 .. i1, which read `rows` padded input rows from i0 * sh. */
+typedef struct {
+    int64_t n, m0, lanes, i0, i1, rows;
+} dwv_part;
+
+static dwv_part dwv_part_of(const dw_geometry *g, const dwv_layout *d, int64_t M, int64_t p) {
+    int64_t blocks = (M + 15) / 16, block = p / d->bands;
+    dwv_part q = {block / blocks, block % blocks * 16, 0, p % d->bands * d->band, 0, 0};
+    q.lanes = M - q.m0 < 16 ? M - q.m0 : 16;
+    q.i1 = q.i0 + d->band < g->OH ? q.i0 + d->band : g->OH;
+    q.rows = (q.i1 - 1 - q.i0) * g->sh + (g->kh - 1) * g->dh + 1;
+    return q;
+}
+
+/* Input plane of each lane (block m0 of image n; lanes past M repeat the last channel). */
+static void dwv_planes(const dw_geometry *g, int64_t n, int64_t m0, int64_t *plane) {
+    int64_t M = g->C * g->mult;
+    for (int l = 0; l < 16; l++) {
+        int64_t m = m0 + l < M ? m0 + l : M - 1;
+        plane[l] = (n * g->C + m / g->mult) * g->H * g->W;
+    }
+}
+
+/* The interior of the padded buffer (its border stays zero): lane l of pixel (h, w) is
+   plane l's value minus zp. */
+#define DWV_FILL(name, S, T)                                                               \
+    static void name(const S *x, const int64_t *plane, int32_t zp, const dw_geometry *g,   \
+                     const dwv_layout *d, const dwv_part *q, T *buf) {                     \
+        int64_t wend = d->Wp - g->left < g->W ? d->Wp - g->left : g->W;                    \
+        for (int64_t r = 0; r < q->rows; r++) {                                            \
+            T *row = buf + r * d->Wp * 16;                                                 \
+            int64_t h = dwv_band_row(g, d, q->i0, r, wend, row);                           \
+            if (h < 0) continue;                                                           \
+            row += g->left * 16;                                                           \
+            for (int l = 0; l < 16; l++) {                                                 \
+                const S *src = x + plane[l] + h * g->W;                                    \
+                for (int64_t w = 0; w < wend; w++) row[w * 16 + l] = (T)(src[w] - zp);     \
+            }                                                                              \
+        }                                                                                  \
+    }
+
+/* r[k] = column k of the 16 x 16 block of rows r[0..15] (four rounds of shuffles). */
+AVX512 static inline void transpose16_ps(__m512 r[16]) {
+    __m512 t[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; i++) {
+        r[4 * i + 0] = _mm512_shuffle_ps(t[4 * i + 0], t[4 * i + 2], 0x44);
+        r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i + 0], t[4 * i + 2], 0xEE);
+        r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+        r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+    }
+    for (int h = 0; h < 2; h++)
+        for (int k = 0; k < 4; k++) {
+            t[8 * h + k] = _mm512_shuffle_f32x4(r[8 * h + k], r[8 * h + 4 + k], 0x88);
+            t[8 * h + 4 + k] = _mm512_shuffle_f32x4(r[8 * h + k], r[8 * h + 4 + k], 0xdd);
+        }
+    for (int k = 0; k < 8; k++) {
+        r[k] = _mm512_shuffle_f32x4(t[k], t[8 + k], 0x88);
+        r[8 + k] = _mm512_shuffle_f32x4(t[k], t[8 + k], 0xdd);
+    }
+}
+
+/* The float fill, 16 pixels of the 16 planes at a time through a register transpose. */
+AVX512 static void dwv_fill_f32(const float *x, const int64_t *plane, const dw_geometry *g,
+                                const dwv_layout *d, const dwv_part *q, float *buf) {
+    int64_t wend = d->Wp - g->left < g->W ? d->Wp - g->left : g->W;
+    for (int64_t r = 0; r < q->rows; r++) {
+        float *row = buf + r * d->Wp * 16;
+        int64_t h = dwv_band_row(g, d, q->i0, r, wend, row);
+        if (h < 0) continue;
+        row += g->left * 16;
+        int64_t w = 0;
+        __m512 r[16];
+        for (; w + 16 <= wend; w += 16) {
+            for (int l = 0; l < 16; l++) r[l] = _mm512_loadu_ps(x + plane[l] + h * g->W + w);
+            transpose16_ps(r);
+            for (int k = 0; k < 16; k++) _mm512_storeu_ps(row + (w + k) * 16, r[k]);
+        }
+        if (w < wend) { /* the last pixels: masked loads (kept apart: the full chunks' loops
+                           have constant bounds, so r stays in registers) */
+            int n = (int)(wend - w);
+            __mmask16 m = (__mmask16)((1u << n) - 1);
+            for (int l = 0; l < 16; l++) r[l] = _mm512_maskz_loadu_ps(m, x + plane[l] + h * g->W + w);
+            transpose16_ps(r);
+            for (int k = 0; k < 16; k++)
+                if (k < n) _mm512_storeu_ps(row + (w + k) * 16, r[k]);
+        }
+    }
+}
+/* The byte fill for float sums (see onyx_depthwise_i8_avx512): x - zp as float, 16 pixels
+   of the 16 planes at a time through the register transpose. A row's last pixels are read
+   16 bytes at a time too (the excess is never stored) while that stays inside the image
+   (end: the offset of its end), else through a copy. */
+AVX512 static inline __m512 dwv_bytes_ps(const uint8_t *x, int64_t at, int64_t n, int64_t end,
+                                         int is_signed) {
+    __m128i b;
+    if (at + 16 <= end) {
+        b = _mm_loadu_si128((const __m128i *)(x + at));
+    } else { /* (byte-masked loads would need AVX512-BW) */
+        uint8_t t[16] = {0};
+        for (int64_t k = 0; k < n; k++) t[k] = x[at + k];
+        b = _mm_loadu_si128((const __m128i *)t);
+    }
+    return _mm512_cvtepi32_ps(is_signed ? _mm512_cvtepi8_epi32(b) : _mm512_cvtepu8_epi32(b));
+}
+
+AVX512 static void dwv_fill_bytes(const uint8_t *x, int is_signed, const int64_t *plane,
+                                  int32_t zp, const dw_geometry *g, const dwv_layout *d,
+                                  int64_t end, const dwv_part *q, float *buf) {
+    int64_t wend = d->Wp - g->left < g->W ? d->Wp - g->left : g->W;
+    __m512 z = _mm512_set1_ps((float)zp);
+    for (int64_t r = 0; r < q->rows; r++) {
+        float *row = buf + r * d->Wp * 16;
+        int64_t h = dwv_band_row(g, d, q->i0, r, wend, row);
+        if (h < 0) continue;
+        row += g->left * 16;
+        for (int64_t w = 0; w < wend; w += 16) {
+            int64_t n = wend - w < 16 ? wend - w : 16;
+            __m512 r[16];
+            for (int l = 0; l < 16; l++)
+                r[l] = _mm512_sub_ps(dwv_bytes_ps(x, plane[l] + h * g->W + w, n, end, is_signed), z);
+            transpose16_ps(r);
+            for (int k = 0; k < 16; k++)
+                if (k < n) _mm512_storeu_ps(row + (w + k) * 16, r[k]);
+        }
+    }
+}
+DWV_FILL(dwv_fill_u8, uint8_t, int32_t)
+DWV_FILL(dwv_fill_s8, int8_t, int32_t)
+
+/* out[j] (16 lanes) = sum over taps of wt[t] * the tap's pixel, for the OW pixels of output
+   row i: eight pixels at a time, so each weight vector load serves eight multiply-adds and
+   eight independent sums hide the multiply-add latency. */
+#define DWV_ROW(name, V, T, ZERO, LOAD, MADD, STORE)                                       \
+    AVX512 static void name(const T *buf, const T *wt, const dw_geometry *g,               \
+                            const dwv_layout *d, int64_t i, T *out) {                      \
+        int64_t j = 0, step = g->sw * 16;                                                  \
+        for (; j + 8 <= g->OW; j += 8) {                                                   \
+            V a[8];                                                                        \
+            for (int u = 0; u < 8; u++) a[u] = ZERO;                                       \
+            for (int64_t k = 0; k < g->kh; k++) {                                          \
+                const T *r = buf + ((i * g->sh + k * g->dh) * d->Wp + j * g->sw) * 16;     \
+                const T *wr = wt + k * g->kw * 16;                                         \
+                for (int64_t b = 0; b < g->kw; b++) {                                      \
+                    V w = LOAD(wr + b * 16);                                               \
+                    const T *p = r + b * g->dw * 16;                                       \
+                    for (int u = 0; u < 8; u++) a[u] = MADD(w, LOAD(p + u * step), a[u]);  \
+                }                                                                          \
+            }                                                                              \
+            for (int u = 0; u < 8; u++) STORE(out + (j + u) * 16, a[u]);                   \
+        }                                                                                  \
+        for (; j < g->OW; j++) {                                                           \
+            V a0 = ZERO;                                                                   \
+            for (int64_t k = 0; k < g->kh; k++) {                                          \
+                const T *r = buf + ((i * g->sh + k * g->dh) * d->Wp + j * g->sw) * 16;     \
+                for (int64_t b = 0; b < g->kw; b++)                                        \
+                    a0 = MADD(LOAD(wt + (k * g->kw + b) * 16), LOAD(r + b * g->dw * 16), a0); \
+            }                                                                              \
+            STORE(out + j * 16, a0);                                                       \
+        }                                                                                  \
+    }
+#define F_MADD(w, p, a) _mm512_fmadd_ps(w, p, a)
+#define I_MADD(w, p, a) _mm512_add_epi32(a, _mm512_mullo_epi32(w, p))
+#define I_LOAD(p) _mm512_loadu_si512((const void *)(p))
+#define I_STORE(p, v) _mm512_storeu_si512((void *)(p), v)
+DWV_ROW(dwv_row_f32, __m512, float, _mm512_setzero_ps(), _mm512_loadu_ps, F_MADD, _mm512_storeu_ps)
+DWV_ROW(dwv_row_i32, __m512i, int32_t, _mm512_setzero_si512(), I_LOAD, I_MADD, I_STORE)
+
+/* Buffers of one call: the padded 16-lane input, the block's weights by tap, a row of sums. */
+typedef struct {
+    void *buf, *wt, *row;
+} dwv_scratch;
+
+static int dwv_alloc(const dw_geometry *g, const dwv_layout *d, dwv_scratch *s) {
+    s->buf = malloc((size_t)(d->rows * d->Wp * 16) * 4); /* one band's rows */
+    s->wt = malloc((size_t)(d->K * 16) * 4);
+    s->row = malloc((size_t)(g->OW * 16) * 4);
+    if (s->buf && s->wt && s->row) return 0;
+    free(s->buf), free(s->wt), free(s->row);
+    return ONYX_NOMEM;
+}
+
+static void dwv_free(dwv_scratch *s) { free(s->buf), free(s->wt), free(s->row); }
+
+/* A row of sums (pixel j's 16 lanes at row + 16 j) to the lanes' planes (out + l * OH * OW),
+   16 pixels at a time through a register transpose, plus bias and the activation. */
+static AVX512 void dwv_store_f32(const float *row, const dw_geometry *g, int64_t lanes,
+                                 const float *bias, float *out) {
+    int64_t stride = g->OH * g->OW;
+    for (int64_t j = 0; j < g->OW; j += 16) {
+        int64_t n = g->OW - j < 16 ? g->OW - j : 16;
+        __mmask16 live = (__mmask16)((1u << n) - 1);
+        __m512 r[16];
+        for (int u = 0; u < 16; u++)
+            r[u] = u < n ? _mm512_loadu_ps(row + (j + u) * 16) : _mm512_setzero_ps();
+        transpose16_ps(r); /* r[l]: lane l's pixels j .. j + 15 */
+        for (int64_t l = 0; l < lanes; l++) {
+            __m512 v = _mm512_add_ps(r[l], _mm512_set1_ps(bias ? bias[l] : 0.0f));
+            v = onyx_activate(v, (int)g->act, g->alpha, g->beta);
+            _mm512_mask_storeu_ps(out + l * stride + j, live, v);
+        }
+    }
+}
+
+/* Float blocks p0 <= p < p1, block p = (image p / B, channels 16 * (p % B) ...). */
+EXPORT AVX512 int onyx_depthwise_f32_avx512(const float *x, const float *w, const float *bias,
+                                            float *y, const dw_geometry *g, int64_t p0,
+                                            int64_t p1) {
+    dwv_layout d = dwv_layout_of(g);
+    dwv_scratch s;
+    if (dwv_alloc(g, &d, &s)) return ONYX_NOMEM;
+    float *buf = s.buf, *wt = s.wt, *row = s.row;
+    int64_t M = g->C * g->mult, plane[16];
+    for (int64_t p = p0; p < p1; p++) {
+        dwv_part q = dwv_part_of(g, &d, M, p);
+        int64_t n = q.n, m0 = q.m0, lanes = q.lanes, i0 = q.i0, i1 = q.i1;
+        dwv_planes(g, n, m0, plane);
+        dwv_fill_f32(x, plane, g, &d, &q, buf);
+        for (int64_t t = 0; t < d.K; t++)
+            for (int l = 0; l < 16; l++) wt[t * 16 + l] = l < lanes ? w[(m0 + l) * d.K + t] : 0;
+        for (int64_t i = i0; i < i1; i++) {
+            dwv_row_f32(buf, wt, g, &d, i - i0, row);
+            dwv_store_f32(row, g, lanes, bias ? bias + m0 : 0,
+                          y + ((n * M + m0) * g->OH + i) * g->OW);
+        }
+    }
+    dwv_free(&s);
+    return 0;
+}
+
+/* Requantize a row of sums (pixel j's 16 lanes at row + 16 j, channels m0.. m0 + lanes) as
+   dw_store does, 16 lanes per vector: pixel j's bytes to tile + 16 j. */
+static AVX512 void dwv_requantize(const dw_output *o, int64_t m0, int64_t lanes,
+                                  const int32_t *row, int64_t width, uint8_t *tile) {
+    __mmask16 live = (__mmask16)((1u << lanes) - 1);
+    __m512i bias = o->bias ? _mm512_maskz_loadu_epi32(live, o->bias + m0) : _mm512_setzero_si512();
+    __m512 s = _mm512_maskz_loadu_ps(live, o->scale + m0);
+    __m512 lo = _mm512_set1_ps((float)(o->lo - o->zero_point));
+    __m512 hi = _mm512_set1_ps((float)(o->hi - o->zero_point));
+    __m512i zp = _mm512_set1_epi32(o->zero_point);
+    for (int64_t j = 0; j < width; j++) {
+        __m512i a = _mm512_add_epi32(_mm512_loadu_si512((const void *)(row + 16 * j)), bias);
+        __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(a), s);
+        v = _mm512_min_ps(_mm512_max_ps(v, lo), hi); /* (then rint: half to even) */
+        __m512i q = _mm512_add_epi32(
+            _mm512_cvt_roundps_epi32(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), zp);
+        _mm_storeu_si128((__m128i *)(tile + 16 * j), _mm512_cvtepi32_epi8(q));
+    }
+}
+
+/* Integer blocks: as onyx_depthwise_i8. Where a window's sum cannot reach 2**24 (kernels of
+   up to 258 taps: |x - zp| and |wc| are at most 255), the sums run in float32, exactly: every
+   partial sum is an integer below 2**24, and a fused multiply-add is one instruction where an
+   int32 multiply is two, with twice the latency. Larger kernels sum in int32. */
+EXPORT AVX512 int onyx_depthwise_i8_avx512(const uint8_t *x, int x_signed, int32_t x_zp,
+                                           const int16_t *wc, const dw_geometry *g,
+                                           const dw_output *o, int64_t p0, int64_t p1) {
+    dwv_layout d = dwv_layout_of(g);
+    dwv_scratch s;
+    if (dwv_alloc(g, &d, &s)) return ONYX_NOMEM;
+    int32_t *buf = s.buf, *wt = s.wt, *row = s.row;
+    int64_t M = g->C * g->mult, plane[16];
+    int exact = d.K * 255 * 255 < (1 << 24);
+    uint8_t *tile = malloc((size_t)(g->OW * 16));
+    if (!tile) {
+        dwv_free(&s);
+        return ONYX_NOMEM;
+    }
+    for (int64_t p = p0; p < p1; p++) {
+        dwv_part q = dwv_part_of(g, &d, M, p);
+        int64_t n = q.n, m0 = q.m0, lanes = q.lanes, i0 = q.i0, i1 = q.i1;
+        dwv_planes(g, n, m0, plane);
+        if (exact) {
+            dwv_fill_bytes(x, x_signed, plane, x_zp, g, &d, (n + 1) * g->C * g->H * g->W, &q,
+                           s.buf);
+            for (int64_t t = 0; t < d.K; t++)
+                for (int l = 0; l < 16; l++)
+                    ((float *)wt)[t * 16 + l] = l < lanes ? (float)wc[(m0 + l) * d.K + t] : 0.0f;
+        } else {
+            if (x_signed) dwv_fill_s8((const int8_t *)x, plane, x_zp, g, &d, &q, buf);
+            else dwv_fill_u8(x, plane, x_zp, g, &d, &q, buf);
+            for (int64_t t = 0; t < d.K; t++)
+                for (int l = 0; l < 16; l++) wt[t * 16 + l] = l < lanes ? wc[(m0 + l) * d.K + t] : 0;
+        }
+        for (int64_t i = i0; i < i1; i++) {
+            if (exact) { /* float sums to int32 in place (integers: exact) */
+                dwv_row_f32(s.buf, s.wt, g, &d, i - i0, s.row);
+                for (int64_t j = 0; j < g->OW * 16; j += 16)
+                    _mm512_storeu_si512((void *)(row + j),
+                                        _mm512_cvtps_epi32(_mm512_loadu_ps((float *)row + j)));
+            } else {
+                dwv_row_i32(buf, wt, g, &d, i - i0, row);
+            }
+            if (o->y8) { /* the 16 lanes of a pixel requantized at once, then to their planes */
+                dwv_requantize(o, m0, lanes, row, g->OW, tile);
+                onyx_transpose_u8(tile, g->OW, lanes, 16, o->y8 + ((n * M + m0) * g->OH + i) * g->OW,
+                                  g->OH * g->OW);
+                continue;
+            }
+            for (int64_t l = 0; l < lanes; l++)
+                dw_store(o, m0 + l, row + l, 16, g->OW, ((n * M + m0 + l) * g->OH + i) * g->OW);
+        }
+    }
+    free(tile);
+    dwv_free(&s);
+    return 0;
+}
+
+/* A convolution with few input channels (a network's stem: 3 channels, group 1) on AVX-512,
+   16 output channels per vector: each output pixel sums, over input channels and taps, the
+   input value broadcast times the 16 channels' weights (an im2col GEMM with K = 27 is mostly
+   the cost of building its columns). Parts p = (image, 16 output channels, band of output
+   rows) as above, g->M output channels; each part copies its band's rows into the padded
+   image (zero-bordered). */
+EXPORT AVX512 int onyx_conv_small_f32_avx512(const float *x, const float *w, const float *bias,
+                                             float *y, const dw_geometry *g, int64_t p0,
+                                             int64_t p1) {
+    dwv_layout d = dwv_layout_of(g);
+    int64_t M = g->M, CK = g->C * d.K, plane = d.Hp * d.Wp;
+    float *pad = calloc((size_t)(g->C * plane), sizeof(float)); /* the border stays zero */
+    float *wt = malloc((size_t)(CK * 16) * sizeof(float));
+    float *row = malloc((size_t)(g->OW * 16) * sizeof(float));
+    if (!pad || !wt || !row) {
+        free(pad), free(wt), free(row);
+        return ONYX_NOMEM;
+    }
+    int64_t wend = d.Wp - g->left < g->W ? d.Wp - g->left : g->W;
+    for (int64_t p = p0; p < p1; p++) {
+        dwv_part q = dwv_part_of(g, &d, M, p);
+        int64_t n = q.n, m0 = q.m0, lanes = q.lanes, i0 = q.i0, i1 = q.i1;
+        for (int64_t c = 0; c < g->C; c++) /* the rows of the band (its image's; once more
+                                               where bands overlap) */
+            for (int64_t r = i0 * g->sh, end = r + q.rows; r < end; r++) {
+                int64_t h = r - g->top;
+                if (h >= 0 && h < g->H)
+                    memcpy(pad + c * plane + r * d.Wp + g->left,
+                           x + ((n * g->C + c) * g->H + h) * g->W, (size_t)wend * sizeof(float));
+            }
+        for (int64_t k = 0; k < CK; k++)
+            for (int l = 0; l < 16; l++) wt[k * 16 + l] = l < lanes ? w[(m0 + l) * CK + k] : 0;
+        for (int64_t i = i0; i < i1; i++) {
+            int64_t j = 0;
+            for (; j + 8 <= g->OW; j += 8) { /* eight pixels: see DWV_ROW */
+                __m512 a[8];
+                for (int u = 0; u < 8; u++) a[u] = _mm512_setzero_ps();
+                for (int64_t c = 0; c < g->C; c++)
+                    for (int64_t k = 0; k < g->kh; k++) {
+                        const float *r = pad + c * plane + (i * g->sh + k * g->dh) * d.Wp + j * g->sw;
+                        const float *wr = wt + (c * d.K + k * g->kw) * 16;
+                        for (int64_t b = 0; b < g->kw; b++) {
+                            __m512 wv = _mm512_loadu_ps(wr + b * 16);
+                            const float *q = r + b * g->dw;
+                            for (int u = 0; u < 8; u++)
+                                a[u] = _mm512_fmadd_ps(wv, _mm512_set1_ps(q[u * g->sw]), a[u]);
+                        }
+                    }
+                for (int u = 0; u < 8; u++) _mm512_storeu_ps(row + (j + u) * 16, a[u]);
+            }
+            for (; j < g->OW; j++) {
+                __m512 a0 = _mm512_setzero_ps();
+                for (int64_t c = 0; c < g->C; c++)
+                    for (int64_t a = 0; a < g->kh; a++) {
+                        const float *r = pad + c * plane + (i * g->sh + a * g->dh) * d.Wp + j * g->sw;
+                        for (int64_t b = 0; b < g->kw; b++)
+                            a0 = _mm512_fmadd_ps(_mm512_loadu_ps(wt + (c * d.K + a * g->kw + b) * 16),
+                                                 _mm512_set1_ps(r[b * g->dw]), a0);
+                    }
+                _mm512_storeu_ps(row + j * 16, a0);
+            }
+            for (int64_t l = 0; l < lanes; l++) {
+                float bl = bias ? bias[m0 + l] : 0.0f;
+                float *out = y + ((n * M + m0 + l) * g->OH + i) * g->OW;
+                for (int64_t jj = 0; jj < g->OW; jj++) out[jj] = row[jj * 16 + l] + bl;
+            }
+        }
+    }
+    free(pad), free(wt), free(row);
+    return 0;
+}
+#endif
+
+/* Each kernel's part of a job: Python hands onyx_parallel (pool.c) one of these ranges, a
+   task struct (the kernel's arguments) and the cuts. The float convs (depthwise and small:
+   one signature) take planes. */
+
+/* Whether a depthwise or small conv's geometry is in range: its padded plane, 16 lanes of
+   it and C planes of it fit ONYX_MAX_ELEMENTS (the kernels' buffers are at most these). */
+static int dw_geometry_ok(const dw_geometry *g) {
+    int64_t Hp, Wp, plane, lanes, all, counts[2] = {g->C, g->M};
+    return onyx_in(counts, 2, 1, ONYX_MAX_EXTENT) && g->mult >= 0 && /* (0: a small conv) */
+           onyx_window_axis(g->H, g->OH, g->kh, g->sh, g->dh, g->top, &Hp) &&
+           onyx_window_axis(g->W, g->OW, g->kw, g->sw, g->dw, g->left, &Wp) &&
+           onyx_mul(Hp, Wp, &plane) && onyx_mul(plane, 16, &lanes) &&
+           onyx_mul(plane, g->C, &all) && g->act >= 0 && g->act <= ACT_HARDSIGMOID &&
+           g->band >= 0;
+}
+
+EXPORT int onyx_float_conv_range(const void *p, int64_t begin, int64_t end) {
+    const float_conv_task *t = p;
+    if (!dw_geometry_ok(t->g) || begin < 0) return ONYX_INVALID;
+    return t->fn(t->x, t->w, t->bias, t->y, t->g, begin, end);
+}
+
+
+EXPORT int onyx_int_conv_range(const void *p, int64_t begin, int64_t end) {
+    const int_conv_task *t = p;
+    if (!dw_geometry_ok(t->g) || begin < 0) return ONYX_INVALID;
+    return t->fn(t->x, t->x_signed, t->x_zp, t->wc, t->g, t->o, begin, end);
+}
+

@@ -1,0 +1,234 @@
+"""Convs by output planes (depthwise.c): depthwise convs, float32 and integer (16 channels
+per vector on AVX-512, one plane at a time elsewhere), and the few-input-channel stem conv
+(AVX-512)."""
+
+from __future__ import annotations
+
+import ctypes
+import math
+
+import numpy as np
+
+from . import _core as core
+from ._core import (
+    _I64,
+    _P,
+    _PARALLEL_MACS,
+    _addr,
+    _check_sizes,
+    _cpu_count,
+    _even_cuts,
+    _filled,
+    _run,
+    _threads,
+    _ways,
+    abi,
+    address,
+    range_of,
+)
+
+#: The same for the depthwise conv, whose multiply-adds are about 8x slower (float lanes,
+#: one product per lane).
+_DEPTHWISE_MACS = _PARALLEL_MACS // 8
+
+
+@abi("dw_geometry")
+class _DwGeometry(ctypes.Structure):
+    _fields_ = [(name, _I64) for name in ("C", "H", "W", "mult", "OH", "OW", "kh", "kw", "sh",
+                                          "sw", "dh", "dw", "top", "left", "M", "act")] + [
+        ("alpha", ctypes.c_float), ("beta", ctypes.c_float), ("band", _I64)]  # fmt: skip
+
+
+@abi("dw_output")
+class _DwOutput(ctypes.Structure):
+    _fields_ = [("bias", _P), ("y32", _P), ("y8", _P), ("scale", _P),
+                ("zero_point", ctypes.c_int32), ("lo", ctypes.c_int32), ("hi", ctypes.c_int32)]  # fmt: skip
+
+
+@abi("float_conv_task")
+class _FloatConvTask(ctypes.Structure):
+    _fields_ = [("fn", _P), ("x", _P), ("w", _P), ("bias", _P), ("y", _P), ("g", _P)]
+
+
+@abi("int_conv_task")
+class _IntConvTask(ctypes.Structure):
+    _fields_ = [("fn", _P), ("x", _P), ("wc", _P), ("g", _P), ("o", _P),
+                ("x_signed", ctypes.c_int32), ("x_zp", ctypes.c_int32)]  # fmt: skip
+
+
+def depthwise_ok(x: np.ndarray, w: np.ndarray, begin) -> bool:
+    """Whether the native depthwise conv takes this 2-D conv (group == C; C-contiguous x)."""
+    return (
+        core.lib is not None
+        and x.ndim == 4
+        and x.flags.c_contiguous
+        and w.shape[1] == 1
+        and w.shape[0] % x.shape[1] == 0
+        and min(begin) >= 0
+    )
+
+
+class PlaneConv:
+    """A 2-D float32 conv of x (N, C, H, W) with w (M, C / group, kh, kw) (+ bias [M]) by the
+    plane kernel fn (depthwise or small) over blocks of ``lanes`` output channels, set up for
+    one input shape; begin: the top and left pads (the end pads are implied by out_shape);
+    activation: (code, alpha, beta) as FloatConv's, applied by the AVX-512 depthwise kernel
+    (the others take none). The geometry and the work split are made once (a MobileNet's
+    depthwise conv on a 7x7 image takes about as long as building them in Python did)."""
+
+    __slots__ = ("cuts", "g", "shape", "task", "w", "ways")
+
+    def __init__(self, fn, lanes: int, x_shape, w, out_shape, strides, dilations, begin,
+                 activation=(0, 0.0, 0.0), banded: bool = False):  # fmt: skip
+        (N, C, H, W), M = x_shape, w.shape[0]
+        _check_sizes("conv", *x_shape, *w.shape, *out_shape, *strides, *dilations, *begin)
+        self.w = np.ascontiguousarray(w, np.float32)
+        self.g = _DwGeometry(C, H, W, M // C, *out_shape, *w.shape[2:], *strides, *dilations,
+                             *begin, M, *activation)  # fmt: skip
+        self.shape = (N, M, *out_shape)
+        planes = _dw_parts(self.g, N, -(-M // lanes)) if banded else N * -(-M // lanes)
+        self.ways = _ways(math.prod(self.shape) * w[0].size, planes, _DEPTHWISE_MACS)
+        self.cuts = _even_cuts(planes, self.ways)
+        self.task = _FloatConvTask(fn, None, _addr(self.w), None, None, ctypes.addressof(self.g))
+
+    def __call__(self, x: np.ndarray, bias=None) -> np.ndarray:
+        """x C-contiguous float32 of the set-up's shape."""
+        y = np.empty(self.shape, np.float32)
+        task = _filled(self.task, x, y)
+        if bias is not None:
+            bias = np.ascontiguousarray(bias, np.float32)
+            task.bias = _addr(bias)
+        _run(core.lib.float_conv_range, task, self.cuts, self.ways, "depthwise conv")
+        return y
+
+
+def depthwise_setup(x_shape, w, out_shape, strides, dilations, begin,
+                    activation=None) -> PlaneConv | None:  # fmt: skip
+    """Depthwise 2-D conv (w: (M, 1, kh, kw), M a multiple of C) set up for x_shape: a
+    PlaneConv. With an ``activation`` ((code, alpha, beta), CONV_ACTIVATIONS) where the
+    AVX-512 kernel runs (``depthwise_activates()``), else None."""
+    if activation is not None and activation[0] and not depthwise_activates():
+        return None
+    return PlaneConv(core.lib.depthwise_f32, core.lib.depthwise_lanes, x_shape, w, out_shape, strides,
+                     dilations, begin, activation or (0, 0.0, 0.0),
+                     banded=core.lib.depthwise_lanes == 16)  # fmt: skip
+
+
+#: Bytes of padded 16-lane input rows that an AVX-512 depthwise part fills and reads: its
+#: band of output rows is cut to fit L2: a whole block of 16 channels as one part would
+#: fill and read back its padded input from L3, on one thread when the layer has 16
+#: channels (a MobileNet's first block).
+_DW_BAND_BYTES = 192 << 10
+
+
+def _dw_parts(g: _DwGeometry, N: int, blocks: int) -> int:
+    """Sets g.band, the output rows per part of the AVX-512 depthwise kernels, and returns
+    the parts (image, block of 16 channels, band): bands that fit _DW_BAND_BYTES, halved
+    while the threads would get fewer than two parts each."""
+    Wp = (g.OW - 1) * g.sw + (g.kw - 1) * g.dw + 1
+    reach, threads = (g.kh - 1) * g.dh + 1, _threads.get() or _cpu_count()
+    band = g.OH
+    while band > 1 and ((band - 1) * g.sh + reach) * Wp * 64 > _DW_BAND_BYTES:
+        band = -(-band // 2)
+    while band > 1 and N * blocks * -(-g.OH // band) < 2 * threads:
+        band = -(-band // 2)
+    g.band = band
+    return N * blocks * -(-g.OH // band)
+
+
+def depthwise_f32(x, w, bias, out_shape, strides, dilations, begin, activation=None):
+    """Depthwise 2-D conv of x, once (see depthwise_setup), or None."""
+    conv = depthwise_setup(x.shape, w, out_shape, strides, dilations, begin, activation)
+    return None if conv is None else conv(x, bias)
+
+
+def depthwise_activates() -> bool:
+    """Whether the float depthwise kernel applies activations as it stores (AVX-512)."""
+    return core.lib is not None and core.lib.depthwise_lanes == 16
+
+
+class IntPlaneConv:
+    """Depthwise 2-D conv of bytes x (N, C, H, W) minus x_zero_point with wc (M, kh, kw: the
+    weights minus their zero points, int16) (+ int32 bias [M]): exact int32 sums, or with
+    ``scale`` ([M] float32) requantized to y_zero_point's type as :func:`int8_gemm` does. Set
+    up once per input shape and constants, as PlaneConv (the geometry, the output's constants
+    and the work split took a 7x7 layer's Python longer than its kernel)."""
+
+    __slots__ = ("cuts", "dtype", "g", "keep", "out", "shape", "task", "ways")
+
+    def __init__(self, x_shape, x_dtype, x_zero_point: int, wc: np.ndarray, bias, out_shape,
+                 strides, dilations, begin, *, scale=None, y_zero_point=None):  # fmt: skip
+        (N, C, H, W), M = x_shape, wc.shape[0]
+        _check_sizes("conv", *x_shape, *wc.shape, *out_shape, *strides, *dilations, *begin)
+        self.g = _DwGeometry(C, H, W, M // C, *out_shape, *wc.shape[1:], *strides, *dilations,
+                             *begin, M)  # fmt: skip
+        self.shape = (N, M, *out_shape)
+        self.out, self.keep = _DwOutput(), [np.ascontiguousarray(wc, np.int16)]
+        if bias is not None:
+            self.keep.append(np.ascontiguousarray(bias, np.int32))
+            self.out.bias = _addr(self.keep[-1])
+        self.dtype = np.dtype(np.int32 if scale is None else y_zero_point.dtype)
+        if scale is not None:
+            self.keep.append(np.ascontiguousarray(np.broadcast_to(scale, (M,)), np.float32))
+            info = np.iinfo(self.dtype)
+            self.out.scale = _addr(self.keep[-1])
+            self.out.zero_point, self.out.lo = int(y_zero_point.reshape(-1)[0]), info.min
+            self.out.hi = info.max
+        blocks = -(-M // core.lib.depthwise_lanes)
+        planes = _dw_parts(self.g, N, blocks) if core.lib.depthwise_lanes == 16 else N * blocks
+        self.ways = _ways(math.prod(self.shape) * wc[0].size, planes, _DEPTHWISE_MACS)
+        self.cuts = _even_cuts(planes, self.ways)
+        self.task = _IntConvTask(core.lib.depthwise_i8, None, _addr(self.keep[0]),
+                                 ctypes.addressof(self.g), None, int(x_dtype == np.int8),
+                                 int(x_zero_point))  # fmt: skip
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        """x C-contiguous bytes of the set-up's shape and type."""
+        y = np.empty(self.shape, self.dtype)
+        out = _DwOutput.from_buffer_copy(self.out)  # (calls may come from several threads)
+        if self.dtype.itemsize == 1:
+            out.y8 = _addr(y)
+        else:
+            out.y32 = _addr(y)
+        task = _IntConvTask.from_buffer_copy(self.task)
+        task.x, task.o = _addr(x), ctypes.addressof(out)
+        _run(core.lib.int_conv_range, task, self.cuts, self.ways, "depthwise conv")
+        return y
+
+
+#: The direct conv takes convs whose windows have at most this many values (C * kh * kw):
+#: beyond, an im2col GEMM's columns are worth building.
+SMALL_CONV_K = 32
+
+
+def conv_small_ok(x: np.ndarray, w: np.ndarray, begin) -> bool:
+    """Whether :func:`conv_small_f32` takes this 2-D group-1 conv: few input channels."""
+    return (
+        core.lib is not None
+        and bool(core.lib.conv_small)
+        and x.ndim == 4
+        and x.flags.c_contiguous
+        and w[0].size <= SMALL_CONV_K
+        and w.shape[0] >= 8
+        and min(begin) >= 0
+    )
+
+
+def conv_small_f32(x, w, bias, out_shape, strides, dilations, begin) -> np.ndarray:
+    """A group-1 conv whose windows are small: 16 output channels per AVX-512 vector (a
+    network's stem); see PlaneConv."""
+    conv = PlaneConv(core.lib.conv_small, 16, x.shape, w, out_shape, strides, dilations, begin,
+                     banded=True)  # fmt: skip
+    return conv(x, bias)
+
+
+def bind(lib, isa: int) -> None:
+    lib.float_conv_range = range_of(lib, "float_conv")
+    lib.int_conv_range = range_of(lib, "int_conv")
+    if isa & core.ISA_AVX512:  # depthwise convs by blocks of 16 channels, and the small conv
+        kernels = (lib.onyx_depthwise_f32_avx512, lib.onyx_depthwise_i8_avx512,
+                   lib.onyx_conv_small_f32_avx512, 16)  # fmt: skip
+    else:
+        kernels = (lib.onyx_depthwise_f32, lib.onyx_depthwise_i8, None, 1)
+    lib.depthwise_f32, lib.depthwise_i8, lib.conv_small = (address(fn) for fn in kernels[:3])
+    lib.depthwise_lanes = kernels[3]

@@ -1,0 +1,224 @@
+"""One-pass elementwise kernels (elementwise.c): erf / GELU, HardSigmoid, HardSwish, byte
+lookups, QLinearAdd / QLinearMul, QuantizeLinear and DequantizeLinear, each to the numpy
+kernel's bits."""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+
+import numpy as np
+
+from . import _core as core
+from ._core import (
+    _I64,
+    _P,
+    _PARALLEL_BYTES,
+    _PARALLEL_ELEMENTS,
+    BYTES,
+    _addr,
+    _element_cuts,
+    _run,
+    _ways,
+    abi,
+    address,
+    range_of,
+)
+
+
+@abi("lookup_task")
+class _LookupTask(ctypes.Structure):
+    _fields_ = [("fn", _P), ("x", _P), ("table", _P), ("size", _I64), ("y", _P)]
+
+
+@abi("qbinary")
+class _QBinary(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_float) for name in ("za", "zb", "ka", "kb", "zy")] + [
+        (name, ctypes.c_int32) for name in ("is_signed", "multiply", "lo", "hi")
+    ]
+
+
+@abi("qbinary_task")
+class _QBinaryTask(ctypes.Structure):
+    _fields_ = [("a", _P), ("b", _P), ("inner", _I64), ("mid", _I64), ("bn", _I64), ("p", _P),
+                ("y", _P)]  # fmt: skip
+
+
+@abi("quantize_task")
+class _QuantizeTask(ctypes.Structure):
+    _fields_ = [("x", _P), ("scale", ctypes.c_float), ("zero_point", ctypes.c_int32),
+                ("is_signed", ctypes.c_int32), ("y", _P)]  # fmt: skip
+
+
+@abi("unary_task")
+class _UnaryTask(ctypes.Structure):
+    _fields_ = [("x", _P), ("y", _P)]
+
+
+@abi("erf_task")
+class _ErfTask(ctypes.Structure):
+    _fields_ = [("x", _P), ("y", _P), ("scale", ctypes.c_float), ("p", ctypes.c_float * 7),
+                ("q", ctypes.c_float * 6), ("gelu", ctypes.c_int32)]  # fmt: skip
+
+
+def erf_f32(x: np.ndarray, y: np.ndarray, scale, gelu: bool, p, q) -> bool:
+    """erf(scale * x), or GELU's x * (0.5 + 0.5 * erf(scale * x)), of contiguous float32 x
+    into y (x itself allowed) as elementwise.erf32 computes it, P (7) and Q (6) its float32
+    coefficients; False (nothing done) without the library."""
+    ok = (core.lib is not None and x.dtype == y.dtype == np.float32 and x.flags.c_contiguous
+          and y.flags.c_contiguous and x.size == y.size)  # fmt: skip
+    if not ok:
+        return False
+    n = x.size
+    ways = _ways(n, 64, _PARALLEL_ELEMENTS // 8)  # (some 30 operations a value)
+    task = _ErfTask(_addr(x), _addr(y), float(scale), (ctypes.c_float * 7)(*map(float, p)),
+                    (ctypes.c_float * 6)(*map(float, q)), int(gelu))  # fmt: skip
+    _run(core.lib.erf_range, task, _element_cuts(n, 16, ways), ways)
+    return True
+
+
+@abi("hard_sigmoid_task")
+class _HardSigmoidTask(ctypes.Structure):
+    _fields_ = [("x", _P), ("y", _P), ("alpha", ctypes.c_float), ("beta", ctypes.c_float)]
+
+
+def hard_sigmoid_f32(x: np.ndarray, alpha: float, beta: float) -> np.ndarray | None:
+    """HardSigmoid of a contiguous float32 array in one pass (clamp(x * alpha + beta, 0, 1),
+    alpha and beta rounded to float32 as numpy rounds a Python float), or None without the
+    library."""
+    if core.lib is None or x.dtype != np.float32 or not x.flags.c_contiguous:
+        return None
+    y = np.empty_like(x)
+    n = x.size
+    ways = _ways(n, 64, _PARALLEL_ELEMENTS)
+    task = _HardSigmoidTask(_addr(x), _addr(y), float(alpha), float(beta))
+    _run(core.lib.hard_sigmoid_range, task, _element_cuts(n, 16, ways), ways)
+    return y
+
+
+def hardswish_f32(x: np.ndarray) -> np.ndarray | None:
+    """HardSwish of a contiguous float32 array in one pass, or None without the library."""
+    if core.lib is None or x.dtype != np.float32 or not x.flags.c_contiguous:
+        return None
+    y = np.empty_like(x)
+    n = x.size
+    ways = _ways(n, 64, _PARALLEL_ELEMENTS)
+    cuts = _element_cuts(n, 16, ways)
+    _run(core.lib.hardswish_range, _UnaryTask(_addr(x), _addr(y)), cuts, ways)
+    return y
+
+
+def lookup8(x: np.ndarray, table: np.ndarray) -> np.ndarray | None:
+    """table[x] for a contiguous byte tensor x (int8 by its bit pattern: table[128:] holds the
+    values of -128..-1) and a 256-entry table of 1, 2, 4 or 8-byte items; None without the
+    library."""
+    if core.lib is None or x.dtype not in BYTES or not x.flags.c_contiguous:
+        return None
+    table = np.ascontiguousarray(table)
+    if table.shape != (256,) or table.itemsize not in (1, 2, 4, 8):
+        return None
+    y = np.empty(x.shape, table.dtype)
+    n = x.size
+    ways = _ways(n, 64, _PARALLEL_ELEMENTS * 4)  # (a byte per element: 4x HardSwish's speed)
+    cuts = _element_cuts(n, 64, ways)
+    task = _LookupTask(core.lib.lookup, _addr(x), _addr(table), table.itemsize, _addr(y))
+    _run(core.lib.lookup_range, task, cuts, ways)
+    return y
+
+
+@functools.lru_cache(maxsize=4096)
+def _qbinary_params(za: float, zb: float, ka: float, kb: float, zy: float, dtype: np.dtype,
+                    multiply: bool) -> _QBinary:  # fmt: skip
+    """A node's QLinearAdd / QLinearMul constants as the kernel takes them (kept per node)."""
+    info = np.iinfo(dtype)
+    return _QBinary(za, zb, ka, kb, zy, int(dtype == np.int8), int(multiply), info.min, info.max)
+
+
+def _walk(a_shape: tuple, b_shape: tuple) -> tuple[int, int] | None:
+    """How b broadcasts over a as qbinary's kernel walks it: (inner, mid) when a reads as
+    (outer, mid, inner) and b as (outer, 1, inner), b's outer index cycling (its leading
+    axes of 1); None when b is larger than a along some axis, or broadcast along two runs
+    of a's axes."""
+    if len(b_shape) > len(a_shape):
+        return None
+    pairs = [(n, m) for n, m in zip(a_shape, (1,) * (len(a_shape) - len(b_shape)) + b_shape)
+             if n != 1 or m != 1]  # fmt: skip
+    if any(m not in (1, n) for n, m in pairs):
+        return None
+    # from the last axis: b's axes equal to a's (inner), then broadcast (mid), then equal
+    # (outer), then broadcast (cycled)
+    runs = [1, 1]
+    phase = 0
+    for n, m in reversed(pairs):
+        state = 0 if m == n else 1  # (n == 1 == m cannot occur)
+        while phase < 4 and state != phase % 2:
+            phase += 1
+        if phase == 4:
+            return None
+        if phase < 2:
+            runs[phase] *= n
+    return runs[0], runs[1]
+
+
+def qlinear_binary(a: np.ndarray, b: np.ndarray, za, zb, ka, kb, zy, multiply: bool):
+    """QLinearAdd (``ka`` (a - za) + ``kb`` (b - zb)) or QLinearMul (``ka`` (a - za)(b - zb)),
+    requantized to a's type with zero point zy, in the float32 operations and order of the
+    numpy kernels (contrib.py), to the bit; None where it does not apply: a and b contiguous
+    bytes of one type, b as large as a or broadcast over it as _walk says (a bias, a mask, a
+    channel's scale), either way round."""
+    if (
+        core.lib is None
+        or a.dtype != b.dtype
+        or a.dtype not in BYTES
+        or not (a.flags.c_contiguous and b.flags.c_contiguous)
+    ):
+        return None
+    if b.size > a.size:  # (both operations commute: the smaller goes second)
+        a, b, za, zb, ka, kb = b, a, zb, za, kb, ka
+    walk = _walk(a.shape, b.shape)
+    if walk is None:
+        return None
+    p = _qbinary_params(float(np.float32(za)), float(np.float32(zb)), float(ka), float(kb),
+                        float(np.float32(zy)), a.dtype, bool(multiply))  # fmt: skip
+    y = np.empty(a.shape, a.dtype)
+    n = a.size
+    ways = _ways(n, 64, _PARALLEL_BYTES)
+    cuts = _element_cuts(n, 64, ways)
+    task = _QBinaryTask(_addr(a), _addr(b), *walk, max(b.size, 1), ctypes.addressof(p), _addr(y))
+    _run(core.lib.qbinary_range, task, cuts, ways)
+    return y
+
+
+def dequantize_8(x: np.ndarray, scale, zero_point: int) -> np.ndarray | None:
+    """DequantizeLinear of contiguous uint8 / int8 x per tensor to float32 in one pass, to the
+    numpy kernel's bits (quantize.py); None without the library."""
+    if core.lib is None or x.dtype not in BYTES or not x.flags.c_contiguous:
+        return None
+    y = np.empty(x.shape, np.float32)
+    return _per_tensor_pass(core.lib.dequantize_range, x, y, scale, zero_point, x.dtype)
+
+
+def quantize_f32(x: np.ndarray, scale, zero_point: int, dtype) -> np.ndarray | None:
+    """QuantizeLinear of contiguous float32 x per tensor to uint8 / int8 in one pass, as the
+    numpy kernel rounds (quantize.py); None without the library."""
+    if core.lib is None or x.dtype != np.float32 or not x.flags.c_contiguous or dtype not in BYTES:
+        return None
+    y = np.empty(x.shape, dtype)
+    return _per_tensor_pass(core.lib.quantize_range, x, y, scale, zero_point, dtype)
+
+
+def _per_tensor_pass(part, x, y, scale, zero_point: int, byte_type) -> np.ndarray:
+    """y = the (de)quantization of x with one scale and zero point (quantize_task's kernels;
+    ``byte_type``: the 8-bit side's type)."""
+    ways = _ways(x.size, 64, _PARALLEL_BYTES)
+    task = _QuantizeTask(_addr(x), float(scale), int(zero_point), int(byte_type == np.int8),
+                         _addr(y))  # fmt: skip
+    _run(part, task, _element_cuts(x.size, 64, ways), ways)
+    return y
+
+
+def bind(lib, isa: int) -> None:
+    for name in ("hardswish", "erf", "hard_sigmoid", "lookup", "qbinary", "quantize",
+                 "dequantize"):  # fmt: skip
+        setattr(lib, f"{name}_range", range_of(lib, name))
+    lib.lookup = address(lib.onyx_lookup8_vbmi if isa & core.ISA_VBMI else lib.onyx_lookup8)

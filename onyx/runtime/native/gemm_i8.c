@@ -1,0 +1,455 @@
+/* The exact int8 GEMM (part of the _kernels library; Python: gemm_i8.py).
+ *
+ * numpy has no 8-bit integer GEMM: without this library, onyx multiplies quantized tensors
+ * as exact small integers in float32 BLAS. CPUs with AVX512-VNNI multiply bytes four times
+ * as fast (vpdpbusd: 64 u8 x s8 products summed into 16 int32 lanes per instruction), which
+ * is what onnxruntime uses for its quantized models.
+ *
+ * C[M x N] = A[M x K] . B[K x N] exactly in int32, where one operand is unsigned bytes and
+ * the other signed (the caller shifts one by 128 where both have the same signedness, and
+ * corrects with row/column sums). B is packed first into panels of 32 columns
+ * ([N/32][K/4][32][4] bytes: a 64-byte vector holds 4 consecutive k of 16 columns); rows of
+ * A are read in place, 4 bytes of a row broadcast against two such vectors. The epilogue
+ * adds the zero-point corrections and bias and either stores int32 or requantizes to 8 bits:
+ * clamp(rint(acc * scale) + zero_point).
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "onyx.h"
+
+#define NR 32 /* columns per packed panel: two 16-lane vectors */
+#define MR 6  /* rows per register tile: 12 accumulators */
+
+
+/* Packing needs no particular instruction set. Rows of B with unit column stride (the usual
+   case) go four at a time: 16 columns of 4 rows interleaved with SSE2 unpacks (x86-64's
+   baseline), one 32-bit word per column elsewhere. */
+#if defined(__x86_64__) || defined(_M_X64)
+#include <emmintrin.h>
+static inline void interleave16(const uint8_t *const r[4], int64_t j, __m128i x, uint8_t *dst) {
+    __m128i a = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(r[0] + j)), x);
+    __m128i b = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(r[1] + j)), x);
+    __m128i c = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(r[2] + j)), x);
+    __m128i d = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(r[3] + j)), x);
+    __m128i ab0 = _mm_unpacklo_epi8(a, b), ab1 = _mm_unpackhi_epi8(a, b);
+    __m128i cd0 = _mm_unpacklo_epi8(c, d), cd1 = _mm_unpackhi_epi8(c, d);
+    _mm_storeu_si128((__m128i *)(dst + 0), _mm_unpacklo_epi16(ab0, cd0));
+    _mm_storeu_si128((__m128i *)(dst + 16), _mm_unpackhi_epi16(ab0, cd0));
+    _mm_storeu_si128((__m128i *)(dst + 32), _mm_unpacklo_epi16(ab1, cd1));
+    _mm_storeu_si128((__m128i *)(dst + 48), _mm_unpackhi_epi16(ab1, cd1));
+}
+#define HAVE_INTERLEAVE16 1
+#endif
+
+static void pack_contiguous_rows(const uint8_t *b, int64_t sk, int64_t K, int64_t N, uint8_t x,
+                                 int8_t *out) {
+    static const uint8_t zeros[NR] = {0};
+    int64_t Kq = (K + 3) / 4, panels = (N + NR - 1) / NR;
+    for (int64_t p = 0; p < panels; p++) {
+        int64_t width = N - p * NR < NR ? N - p * NR : NR;
+        for (int64_t q = 0; q < Kq; q++) {
+            const uint8_t *r[4];
+            int in = 4 * q + 3 < K; /* all four rows exist (else the missing ones are zeros) */
+            for (int i = 0; i < 4; i++)
+                r[i] = 4 * q + i < K ? b + (4 * q + i) * sk + p * NR : zeros;
+            uint8_t *dst = (uint8_t *)out + (p * Kq + q) * NR * 4;
+            int64_t j = 0;
+#ifdef HAVE_INTERLEAVE16
+            if (in)
+                for (; j + 16 <= width; j += 16) interleave16(r, j, _mm_set1_epi8((char)x), dst + 4 * j);
+#endif
+            for (; j < width; j++)
+                for (int i = 0; i < 4; i++)
+                    dst[4 * j + i] = r[i] == zeros ? 0 : (uint8_t)(r[i][j] ^ x);
+        }
+    }
+}
+
+/* dst[c * ds + r] = src[r * ss + c] for a rows x cols block of bytes: 16 x 16 tiles in SSE2
+   registers (four rounds of unpacks), the edges byte by byte. */
+#ifdef HAVE_INTERLEAVE16
+static void transpose16(const uint8_t *src, int64_t ss, uint8_t *dst, int64_t ds) {
+    __m128i a[16], b[16];
+    for (int i = 0; i < 16; i++) a[i] = _mm_loadu_si128((const __m128i *)(src + i * ss));
+    for (int i = 0; i < 8; i++) { /* b[i]: columns 0-7 of rows 2i, 2i+1; b[i + 8]: 8-15 */
+        b[i] = _mm_unpacklo_epi8(a[2 * i], a[2 * i + 1]);
+        b[i + 8] = _mm_unpackhi_epi8(a[2 * i], a[2 * i + 1]);
+    }
+    for (int h = 0; h < 2; h++) /* a[4g + i]: columns 4g..4g+3 of rows 4i..4i+3 */
+        for (int i = 0; i < 4; i++) {
+            a[8 * h + i] = _mm_unpacklo_epi16(b[8 * h + 2 * i], b[8 * h + 2 * i + 1]);
+            a[8 * h + i + 4] = _mm_unpackhi_epi16(b[8 * h + 2 * i], b[8 * h + 2 * i + 1]);
+        }
+    for (int g = 0; g < 4; g++) { /* columns 4g..4g+3: pairs of columns, 8 rows at a time */
+        b[4 * g + 0] = _mm_unpacklo_epi32(a[4 * g + 0], a[4 * g + 1]);
+        b[4 * g + 1] = _mm_unpackhi_epi32(a[4 * g + 0], a[4 * g + 1]);
+        b[4 * g + 2] = _mm_unpacklo_epi32(a[4 * g + 2], a[4 * g + 3]);
+        b[4 * g + 3] = _mm_unpackhi_epi32(a[4 * g + 2], a[4 * g + 3]);
+    }
+    for (int g = 0; g < 4; g++) {
+        _mm_storeu_si128((__m128i *)(dst + (4 * g + 0) * ds), _mm_unpacklo_epi64(b[4 * g], b[4 * g + 2]));
+        _mm_storeu_si128((__m128i *)(dst + (4 * g + 1) * ds), _mm_unpackhi_epi64(b[4 * g], b[4 * g + 2]));
+        _mm_storeu_si128((__m128i *)(dst + (4 * g + 2) * ds), _mm_unpacklo_epi64(b[4 * g + 1], b[4 * g + 3]));
+        _mm_storeu_si128((__m128i *)(dst + (4 * g + 3) * ds), _mm_unpackhi_epi64(b[4 * g + 1], b[4 * g + 3]));
+    }
+}
+#endif
+
+EXPORT void onyx_transpose_u8(const uint8_t *src, int64_t rows, int64_t cols, int64_t ss,
+                              uint8_t *dst, int64_t ds) {
+    int64_t r = 0;
+#ifdef HAVE_INTERLEAVE16
+    for (; r + 16 <= rows; r += 16) {
+        int64_t c = 0;
+        for (; c + 16 <= cols; c += 16) transpose16(src + r * ss + c, ss, dst + c * ds + r, ds);
+        for (; c < cols; c++)
+            for (int64_t i = r; i < r + 16; i++) dst[c * ds + i] = src[i * ss + c];
+    }
+#endif
+    for (; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) dst[c * ds + r] = src[r * ss + c];
+}
+
+/* One image (C, H, W) into rows of a padded NHWC buffer: pixel (h, w) at
+   dst + (h * Wp + w) * Cp (dst already offset to the first pixel). */
+EXPORT void onyx_to_nhwc(const uint8_t *x, int64_t C, int64_t H, int64_t W, uint8_t *dst,
+                         int64_t Wp, int64_t Cp) {
+    for (int64_t h = 0; h < H; h++) onyx_transpose_u8(x + h * W, C, W, H * W, dst + h * Wp * Cp, Cp);
+}
+
+static void column_sums(const uint8_t *restrict b, int64_t sk, int64_t sn, int64_t K, int64_t N,
+                        uint8_t x, int is_signed, int32_t *restrict colsum) {
+    for (int64_t n = 0; n < N; n++) colsum[n] = 0;
+    for (int64_t k = 0; k < K; k++) {
+        const uint8_t *row = b + k * sk;
+        if (sn == 1 && is_signed) /* (unit strides spelled out: they vectorize) */
+            for (int64_t n = 0; n < N; n++) colsum[n] += (int8_t)(row[n] ^ x);
+        else if (sn == 1)
+            for (int64_t n = 0; n < N; n++) colsum[n] += (uint8_t)(row[n] ^ x);
+        else if (is_signed)
+            for (int64_t n = 0; n < N; n++) colsum[n] += (int8_t)(row[n * sn] ^ x);
+        else
+            for (int64_t n = 0; n < N; n++) colsum[n] += (uint8_t)(row[n * sn] ^ x);
+    }
+}
+
+/* Columns of B contiguous (column n's K bytes at b + n * sn): each panel entry, four bytes of
+   one column, is one 32-bit word of it; the column sums run along the same bytes. */
+static void pack_contiguous_columns(const uint8_t *b, int64_t sn, int64_t K, int64_t N,
+                                    uint8_t x, int is_signed, int8_t *out, int32_t *colsum) {
+    int64_t Kq = (K + 3) / 4, full = K / 4;
+    uint32_t flip = x * 0x01010101u;
+    for (int64_t n = 0; n < N; n++) {
+        const uint8_t *col = b + n * sn;
+        uint8_t *dst = (uint8_t *)out + ((n / NR) * Kq * NR + n % NR) * 4;
+        for (int64_t q = 0; q < full; q++) {
+            uint32_t w;
+            memcpy(&w, col + 4 * q, 4);
+            w ^= flip;
+            memcpy(dst + q * NR * 4, &w, 4);
+        }
+        if (K % 4)
+            for (int i = 0; i < 4; i++)
+                dst[full * NR * 4 + i] = 4 * full + i < K ? (uint8_t)(col[4 * full + i] ^ x) : 0;
+        if (colsum) {
+            int32_t sum = 0;
+            if (is_signed)
+                for (int64_t k = 0; k < K; k++) sum += (int8_t)(col[k] ^ x);
+            else
+                for (int64_t k = 0; k < K; k++) sum += (uint8_t)(col[k] ^ x);
+            colsum[n] = sum;
+        }
+    }
+}
+
+/* B (element (k, n) at b[k * sk + n * sn]) into panels, XORed with 0x80 if flip; colsum (if
+   not NULL) gets the column sums of the packed values, read as signed bytes if is_signed. */
+EXPORT void onyx_pack_panels(const uint8_t *b, int64_t sk, int64_t sn, int64_t K, int64_t N,
+                             int flip, int is_signed, int8_t *out, int32_t *colsum) {
+    int64_t Kq = (K + 3) / 4, panels = (N + NR - 1) / NR;
+    uint8_t x = flip ? 0x80 : 0;
+    if (N % NR) /* the last panel's missing columns are zeros */
+        memset(out + (panels - 1) * Kq * NR * 4, 0, (size_t)(Kq * NR * 4));
+    if (sk == 1 && sn != 1) { /* contiguous columns (a transposed matrix, as K^T) */
+        pack_contiguous_columns(b, sn, K, N, x, is_signed, out, colsum);
+        return;
+    }
+    if (colsum) column_sums(b, sk, sn, K, N, x, is_signed, colsum);
+    if (sn == 1) {
+        pack_contiguous_rows(b, sk, K, N, x, out);
+        return;
+    }
+    if (K % 4) /* the last quad's missing rows are zeros */
+        for (int64_t p = 0; p < panels; p++)
+            memset(out + (p * Kq + Kq - 1) * NR * 4, 0, NR * 4);
+    for (int64_t p = 0; p < panels; p++) {
+        int64_t width = N - p * NR < NR ? N - p * NR : NR;
+        for (int64_t k = 0; k < K; k++) {
+            const uint8_t *src = b + k * sk + p * NR * sn;
+            int8_t *dst = out + ((p * Kq + k / 4) * NR) * 4 + (k & 3);
+            for (int64_t j = 0; j < width; j++) dst[j * 4] = (int8_t)(src[j * sn] ^ x);
+        }
+    }
+}
+
+EXPORT void onyx_row_sums(const uint8_t *a, int64_t lda, int64_t M, int64_t K, int flip,
+                          int is_signed, int32_t *out) {
+    uint8_t x = flip ? 0x80 : 0;
+    for (int64_t r = 0; r < M; r++) {
+        const uint8_t *row = a + r * lda;
+        int32_t s = 0;
+        if (is_signed)
+            for (int64_t k = 0; k < K; k++) s += (int8_t)(row[k] ^ x);
+        else
+            for (int64_t k = 0; k < K; k++) s += (uint8_t)(row[k] ^ x);
+        out[r] = s;
+    }
+}
+
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
+#define INLINE static inline __attribute__((always_inline))
+
+/* The epilogue of one 16-column vector of row r. */
+INLINE VNNI void finish(const epilogue *e, __m512i acc, int64_t r, int64_t j, __mmask16 m) {
+    if (e->row_off) acc = _mm512_add_epi32(acc, _mm512_set1_epi32(e->row_off[r]));
+    if (e->col_off) acc = _mm512_add_epi32(acc, _mm512_maskz_loadu_epi32(m, e->col_off + j));
+    if (e->row_f)
+        acc = _mm512_add_epi32(acc, _mm512_mullo_epi32(_mm512_set1_epi32(e->row_f[r]),
+                                                       _mm512_maskz_loadu_epi32(m, e->col_f + j)));
+    if (!e->out8) {
+        _mm512_mask_storeu_epi32(e->c + r * e->ldc + j, m, acc);
+        return;
+    }
+    __m512 s = e->scale_cs ? _mm512_maskz_loadu_ps(m, e->scale + r * e->scale_rs + j)
+                           : _mm512_set1_ps(e->scale[r * e->scale_rs]);
+    __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(acc), s);
+    /* clamp first (the bounds are integers, so this commutes with rounding); it also keeps
+       the conversion in range */
+    v = _mm512_max_ps(v, _mm512_set1_ps((float)(e->lo - e->zero_point)));
+    v = _mm512_min_ps(v, _mm512_set1_ps((float)(e->hi - e->zero_point)));
+    __m512i q = _mm512_add_epi32(_mm512_cvt_roundps_epi32(v, _MM_FROUND_TO_NEAREST_INT |
+                                                                 _MM_FROUND_NO_EXC),
+                                 _mm512_set1_epi32(e->zero_point));
+    _mm_mask_storeu_epi8(e->out8 + r * e->ldo + j, m, _mm512_cvtepi32_epi8(q));
+}
+
+/* acc[r] += row r's 4 bytes w (broadcast) times the two panel vectors b0, b1 */
+#define STEP(r, w)                                                                \
+    do {                                                                          \
+        __m512i ab = _mm512_set1_epi32((int32_t)(w));                             \
+        if (flip) ab = _mm512_xor_si512(ab, _mm512_set1_epi32((int32_t)0x80808080)); \
+        if (a_u8) {                                                               \
+            acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], ab, b0);                   \
+            acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], ab, b1);                   \
+        } else {                                                                  \
+            acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], b0, ab);                   \
+            acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], b1, ab);                   \
+        }                                                                         \
+    } while (0)
+
+/* One mr x 32 tile. row[r]: where row r's bytes start; its quad q (k = 4q..4q+3) is at
+   row[r] + quads[q] when gathered (an implicit-GEMM convolution: rows are output pixels, a
+   quad is 4 channels of one kernel tap), else at row[r] + 4q. a_u8: A is the unsigned
+   operand (vpdpbusd's first factor). */
+INLINE VNNI void tile(const uint8_t *const *row, const int64_t *quads, const int flip,
+                      const int8_t *panel, int64_t K, const epilogue *e, int64_t r0, int64_t j0,
+                      int ncols, const int mr, const int a_u8, const int gathered) {
+    __m512i acc[MR][2];
+    for (int r = 0; r < MR; r++) acc[r][0] = acc[r][1] = _mm512_setzero_si512();
+    int64_t full = K / 4;
+    for (int64_t q = 0; q < full; q++) {
+        int64_t off = gathered ? quads[q] : 4 * q;
+        __m512i b0 = _mm512_loadu_si512(panel + q * 128);
+        __m512i b1 = _mm512_loadu_si512(panel + q * 128 + 64);
+        for (int r = 0; r < MR; r++) {
+            if (r < mr) {
+                uint32_t w;
+                memcpy(&w, row[r] + off, 4);
+                STEP(r, w);
+            }
+        }
+    }
+    if (!gathered && (K & 3)) { /* a partial last quad: its missing bytes meet zeros */
+        __m512i b0 = _mm512_loadu_si512(panel + full * 128);
+        __m512i b1 = _mm512_loadu_si512(panel + full * 128 + 64);
+        for (int r = 0; r < MR; r++) {
+            if (r < mr) {
+                uint32_t w = 0;
+                memcpy(&w, row[r] + 4 * full, (size_t)(K & 3));
+                STEP(r, w);
+            }
+        }
+    }
+    __mmask16 m0 = ncols >= 16 ? 0xFFFF : (__mmask16)((1u << ncols) - 1);
+    __mmask16 m1 = ncols >= 32 ? 0xFFFF : ncols <= 16 ? 0 : (__mmask16)((1u << (ncols - 16)) - 1);
+    for (int r = 0; r < mr; r++) {
+        finish(e, acc[r][0], r0 + r, j0, m0);
+        if (m1) finish(e, acc[r][1], r0 + r, j0 + 16, m1);
+    }
+}
+
+/* Where A's rows are: row r at a + rows[r] (or a + r * lda when rows is NULL); quads as in
+   tile (NULL: contiguous rows). */
+
+#define TILE(mr) tile(row, A->quads, flip, panel, K, e, m, p * NR, ncols, mr, u8, gathered)
+
+/* The panels stay in L2 in chunks of about this many bytes while the row tiles pass over
+   them (a tile's rows stay in L1 across the chunk). */
+#define PANEL_CHUNK (256 << 10)
+
+INLINE VNNI void gemm(const operand *A, const int flip, const int8_t *packed, int64_t K,
+                      int64_t N, const epilogue *e, int64_t m0, int64_t m1, int64_t p0,
+                      int64_t p1, const int u8, const int gathered) {
+    int64_t Kq = (K + 3) / 4;
+    int64_t chunk = PANEL_CHUNK / (Kq * NR * 4);
+    if (chunk < 1) chunk = 1;
+    for (int64_t pc = p0; pc < p1; pc += chunk) {
+        int64_t pe = pc + chunk < p1 ? pc + chunk : p1;
+        for (int64_t m = m0; m < m1; m += MR) {
+            int mr = (int)(m1 - m < MR ? m1 - m : MR);
+            const uint8_t *row[MR];
+            for (int r = 0; r < mr; r++)
+                row[r] = A->a + (A->rows ? A->rows[m + r] : (m + r) * A->lda);
+            for (int64_t p = pc; p < pe; p++) {
+                const int8_t *panel = packed + p * Kq * NR * 4;
+                int ncols = (int)(N - p * NR < NR ? N - p * NR : NR);
+                switch (mr) {
+                case MR: TILE(MR); break;
+                case 5: TILE(5); break;
+                case 4: TILE(4); break;
+                case 3: TILE(3); break;
+                case 2: TILE(2); break;
+                default: TILE(1); break;
+                }
+            }
+        }
+    }
+}
+
+/* C = A . B for rows m0 <= m < m1 and panels p0 <= p < p1 (threads take disjoint blocks).
+   A's bytes are XORed with 0x80 when flip is set (int8 <-> uint8 shifted by 128); a_unsigned
+   says what they are after that, and the packed B is of the other signedness. */
+EXPORT VNNI void onyx_gemm_u8s8(const operand *A, int flip, int a_unsigned, const int8_t *packed,
+                                int64_t K, int64_t N, const epilogue *e, int64_t m0, int64_t m1,
+                                int64_t p0, int64_t p1) {
+    /* every combination of the three flags, so each has no branches and no XOR it needs not */
+#define GEMM(f, u, g) gemm(A, f, packed, K, N, e, m0, m1, p0, p1, u, g)
+    int g = A->quads != NULL;
+    switch ((flip ? 4 : 0) | (a_unsigned ? 2 : 0) | g) {
+    case 0: GEMM(0, 0, 0); break;
+    case 1: GEMM(0, 0, 1); break;
+    case 2: GEMM(0, 1, 0); break;
+    case 3: GEMM(0, 1, 1); break;
+    case 4: GEMM(1, 0, 0); break;
+    case 5: GEMM(1, 0, 1); break;
+    case 6: GEMM(1, 1, 0); break;
+    default: GEMM(1, 1, 1); break;
+    }
+#undef GEMM
+}
+
+/* The GEMM's part of a job on the thread pool (onyx_parallel, called from Python with the
+   ranges below): parts are blocks of rows or of panels (cuts). */
+
+EXPORT int onyx_gemm_range(const void *p, int64_t begin, int64_t end) {
+    const gemm_task *t = p;
+    if (t->by_rows)
+        onyx_gemm_u8s8(t->A, t->flip, t->a_unsigned, t->packed, t->K, t->N, t->e, begin, end, 0,
+                       t->panels);
+    else
+        onyx_gemm_u8s8(t->A, t->flip, t->a_unsigned, t->packed, t->K, t->N, t->e, 0, t->M, begin,
+                       end);
+    return 0;
+}
+
+/* A batch of products A_i . B_i whose B is data (attention's Q.K^T and weights . V), one
+   item per part: each packs its B (any strides) and its A's row sums itself, so a batch
+   takes one call instead of a Python set-up per item (which cost 5x the item's GEMM).
+   Scalar zero points only; za and zb are as stored (after the flips, see _GemmCall). The
+   epilogue e is a template: its corrections and output are set per item. */
+
+EXPORT VNNI int onyx_batched_gemm_range(const void *p, int64_t begin, int64_t end) {
+    const batched_gemm *t = p;
+    int64_t sizes[3] = {t->M, t->K, t->N}, bytes;
+    if (!onyx_in(sizes, 3, 0, ONYX_MAX_EXTENT) || !onyx_mul(t->K + 3, t->N + NR, &bytes))
+        return ONYX_INVALID;
+    int64_t Kq = (t->K + 3) / 4, panels = (t->N + NR - 1) / NR, M = t->M, N = t->N;
+    int8_t *packed = malloc((size_t)(panels * Kq * NR * 4));
+    int32_t *colsum = malloc((size_t)N * sizeof(int32_t));
+    int32_t *col_off = malloc((size_t)N * sizeof(int32_t));
+    int32_t *row_off = malloc((size_t)M * sizeof(int32_t));
+    if (!packed || !colsum || !col_off || !row_off) {
+        free(packed), free(colsum), free(col_off), free(row_off);
+        return ONYX_NOMEM;
+    }
+    for (int64_t i = begin; i < end; i++) {
+        const uint8_t *a = t->a + t->a_off[i];
+        onyx_pack_panels(t->b + t->b_off[i], t->sk, t->sn, t->K, N, t->b_flip, t->b_signed,
+                         packed, colsum);
+        epilogue e = t->e;
+        /* (A - ZA)(B - ZB) = S - ZB rowsum(A) - ZA colsum(B) + K ZA ZB, in wrapping int32 */
+        if (t->za) {
+            for (int64_t j = 0; j < N; j++)
+                col_off[j] = (int32_t)(uint32_t)((int64_t)t->K * t->za * t->zb -
+                                                 (int64_t)t->za * colsum[j]);
+            e.col_off = col_off;
+        }
+        if (t->zb) {
+            onyx_row_sums(a, t->lda, M, t->K, t->flip_a, !t->a_unsigned, row_off);
+            for (int64_t r = 0; r < M; r++)
+                row_off[r] = (int32_t)(uint32_t)(-(int64_t)t->zb * row_off[r]);
+            e.row_off = row_off;
+        }
+        if (e.out8) e.out8 = t->y + i * t->y_item;
+        else e.c = (int32_t *)(t->y + i * t->y_item);
+        operand A = {a, t->lda, 0, 0};
+        onyx_gemm_u8s8(&A, t->flip_a, t->a_unsigned, packed, t->K, N, &e, 0, M, 0, panels);
+    }
+    free(packed), free(colsum), free(col_off), free(row_off);
+    return 0;
+}
+
+/* A whole 2-D integer conv as an implicit GEMM with requantized 8-bit output, in one call
+   (Python's per-call work was most of a small conv's time): the image(s) into the padded
+   NHWC buffer xp, the gathered GEMM on the pool into y (pixels x M), y transposed to out
+   (N, M, pixels). The operand's rows/quads and the epilogue are the caller's, made once;
+   their buffer and output pointers are set here. */
+
+/* Whether the image(s) fit the padded buffer where they are packed (C <= Cp, a multiple of
+   4; the corner and size inside Hp x Wp) and the buffer's size is in range. */
+static int implicit_conv_ok(const implicit_conv *c) {
+    int64_t sizes[11] = {c->N, c->C, c->H, c->W, c->Hp, c->Wp, c->Cp, c->r0, c->c0, c->pixels,
+                         c->M}, plane, image, all;
+    return onyx_in(sizes, 11, 0, ONYX_MAX_EXTENT) && c->C <= c->Cp && c->Cp % 4 == 0 &&
+           c->r0 + c->H <= c->Hp && c->c0 + c->W <= c->Wp && onyx_mul(c->Hp, c->Wp, &plane) &&
+           onyx_mul(plane, c->Cp, &image) && onyx_mul(image, c->N, &all);
+}
+
+EXPORT int onyx_implicit_conv(const implicit_conv *c, const uint8_t *x, uint8_t *xp, uint8_t *y,
+                              uint8_t *out) {
+    if (!implicit_conv_ok(c)) return ONYX_INVALID;
+    int64_t image = c->Hp * c->Wp * c->Cp;
+    if (!c->bare) memset(xp, c->zx, (size_t)(c->N * image));
+    for (int64_t i = 0; i < c->N; i++)
+        onyx_to_nhwc(x + i * c->C * c->H * c->W, c->C, c->H, c->W,
+                     xp + i * image + (c->r0 * c->Wp + c->c0) * c->Cp, c->Wp, c->Cp);
+    operand A = c->A;
+    epilogue e = c->e;
+    gemm_task t = c->gemm;
+    A.a = xp;
+    e.out8 = y, e.ldo = c->M;
+    t.A = &A, t.e = &e;
+    int status = onyx_parallel(onyx_gemm_range, &t, c->cuts, c->parts, c->threads);
+    if (status) return status;
+    for (int64_t i = 0; i < c->N; i++)
+        onyx_transpose_u8(y + i * c->pixels * c->M, c->pixels, c->M, c->M,
+                          out + i * c->M * c->pixels, c->pixels);
+    return 0;
+}
+
+#endif

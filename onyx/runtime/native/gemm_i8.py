@@ -1,0 +1,442 @@
+"""The exact int8 GEMM (gemm_i8.c, AVX512-VNNI): int32 accumulation of 8-bit products, as
+onnxruntime's, for K up to 2**15 (beyond, int32 sums of 255 * 255 products could overflow and
+the numpy path is used); its batched form (attention's products), its gathered form (the
+implicit-GEMM integer conv) and the byte transposes around them."""
+
+from __future__ import annotations
+
+import ctypes
+import math
+
+import numpy as np
+
+from . import _core as core
+from ._core import (
+    _I64,
+    _INT,
+    _P,
+    _addr,
+    _even_cuts,
+    _run,
+    _threads,
+    _ways,
+    abi,
+    range_of,
+)
+
+#: Longest reduction the int32 accumulators hold exactly: K * 255 * 255 < 2**31.
+MAX_K = 1 << 15
+
+
+#: Columns per packed panel (gemm_i8.c's NR): threads split the work at panel boundaries.
+PANEL = 32
+
+
+@abi("operand")
+class _Operand(ctypes.Structure):
+    _fields_ = [("a", _P), ("lda", _I64), ("rows", _P), ("quads", _P)]
+
+
+@abi("epilogue")
+class _Epilogue(ctypes.Structure):
+    _fields_ = [
+        ("row_off", _P),
+        ("col_off", _P),
+        ("row_f", _P),
+        ("col_f", _P),
+        ("c", _P),
+        ("ldc", _I64),
+        ("out8", _P),
+        ("ldo", _I64),
+        ("scale", _P),
+        ("scale_rs", _I64),
+        ("scale_cs", _I64),
+        ("zero_point", ctypes.c_int32),
+        ("lo", ctypes.c_int32),
+        ("hi", ctypes.c_int32),
+    ]
+
+
+@abi("gemm_task")
+class _GemmTask(ctypes.Structure):
+    _fields_ = [("A", _P), ("packed", _P), ("e", _P), ("K", _I64), ("N", _I64), ("M", _I64),
+                ("panels", _I64), ("flip", ctypes.c_int32), ("a_unsigned", ctypes.c_int32),
+                ("by_rows", ctypes.c_int32)]  # fmt: skip
+
+
+@abi("batched_gemm")
+class _BatchedGemm(ctypes.Structure):
+    _fields_ = (
+        [(name, _P) for name in ("a", "b", "y", "a_off", "b_off")]
+        + [(name, _I64) for name in ("lda", "sk", "sn", "ldy", "M", "K", "N", "y_item")]
+        + [("e", _Epilogue)]
+        + [(name, ctypes.c_int32) for name in ("flip_a", "a_unsigned", "b_flip", "b_signed")]
+        + [("za", ctypes.c_int32), ("zb", ctypes.c_int32)]
+    )
+
+
+@abi("implicit_conv")
+class _ImplicitConvTask(ctypes.Structure):
+    _fields_ = [("A", _Operand), ("e", _Epilogue), ("gemm", _GemmTask), ("cuts", _P),
+                ("parts", _I64), ("threads", _I64)] + [
+        (name, _I64) for name in ("N", "C", "H", "W", "Hp", "Wp", "Cp", "r0", "c0", "pixels", "M")
+    ] + [("zx", ctypes.c_int32), ("bare", ctypes.c_int32)]  # fmt: skip
+
+
+class Packed:
+    """B (K x N bytes) in the GEMM's panel layout, as signed bytes (``signed``) or unsigned,
+    with its column sums (of the packed values). Weights are packed once per session."""
+
+    __slots__ = ("K", "N", "calls", "colsum", "data", "flipped", "signed")
+
+    def __init__(self, b: np.ndarray, signed: bool, sums: bool = True):
+        K, N = b.shape
+        self.K, self.N, self.signed = K, N, signed
+        self.flipped = (b.dtype == np.int8) != signed  # stored shifted by 128
+        panels = -(-N // PANEL)
+        self.data = np.empty(panels * -(-K // 4) * PANEL * 4, np.int8)
+        self.colsum = np.empty(N, np.int32) if sums else None
+        self.calls: dict = {}  # int8_gemm's set-ups with this B, by shape and parameters
+        u = b.view(np.uint8)
+        core.lib.onyx_pack_panels(_addr(u), u.strides[0], u.strides[1], K, N,
+                              int(self.flipped), int(signed), _addr(self.data),
+                              _addr(self.colsum))  # fmt: skip
+
+
+def pack(b: np.ndarray, a_dtype, a_zero_point=None) -> Packed:
+    """B (2-D, int8 or uint8, any strides) packed for :func:`int8_gemm` with an A of a_dtype:
+    as the other signedness than A where the two differ, else as int8 (A's bytes are then
+    shifted as they are read). With B's column sums unless A's zero point (when known) makes
+    them unneeded."""
+    signed = _packs_signed(a_dtype, b.dtype)
+    _, shift = _a_shift(a_dtype, signed)
+    za = None if a_zero_point is None else np.asarray(a_zero_point, dtype=np.int64) - shift
+    return Packed(b, signed, za is None or bool(za.any()))
+
+
+# The kernel multiplies unsigned bytes (A) by signed ones (B). B is packed as the other
+# signedness than A where the two differ, else as int8; a byte stored as the other type is
+# shifted by 128 (an XOR of its top bit): a = a' + da, b = b' + db, with the shifts below.
+def _packs_signed(a_dtype, b_dtype) -> bool:
+    """Whether B is packed as signed bytes for an A of a_dtype."""
+    return not (np.dtype(b_dtype) == np.uint8 and np.dtype(a_dtype) == np.int8)
+
+
+def _a_shift(a_dtype, b_signed: bool) -> tuple[bool, int]:
+    """(whether A's bytes are flipped as read, da) for a B packed as b_signed."""
+    flip = (np.dtype(a_dtype) == np.int8) == b_signed
+    return flip, ((-128 if np.dtype(a_dtype) == np.int8 else 128) if flip else 0)
+
+
+def _b_shift(b_signed: bool, b_flipped: bool) -> int:
+    """db for a B packed as b_signed, flipped or not."""
+    return (128 if b_signed else -128) if b_flipped else 0
+
+
+def int8_gemm_ok(k: int) -> bool:
+    """Whether the native int8 GEMM can take a product with reduction length k."""
+    return core.vnni and 0 < k <= MAX_K
+
+
+def transpose_bytes(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """dst[...] = src.T for 2-D arrays of 1-byte elements with contiguous rows (numpy's
+    transposing copy of bytes goes one element at a time)."""
+    assert src.strides[1] == dst.strides[1] == 1 and dst.shape == src.shape[::-1]
+    core.lib.onyx_transpose_u8(_addr(src), src.shape[0], src.shape[1], src.strides[0],
+                           _addr(dst), dst.strides[0])  # fmt: skip
+    return dst
+
+
+def to_nhwc(x: np.ndarray, dst: np.ndarray) -> None:
+    """dst[h, w, :C] = x[:, h, w] for one contiguous (C, H, W) image of bytes; dst is a
+    (H, W, Cp) view whose rows and pixels may be strided (a padded buffer's interior)."""
+    C, H, W = x.shape
+    assert (
+        x.flags.c_contiguous
+        and dst.strides[2] == 1
+        and dst.strides[0] == dst.strides[1] * (dst.strides[0] // dst.strides[1])
+    )
+    core.lib.onyx_to_nhwc(_addr(x), C, H, W, _addr(dst), dst.strides[0] // dst.strides[1],
+                      dst.strides[1])  # fmt: skip
+
+
+def _zero_point(z) -> int | np.ndarray:
+    """A zero point as a Python int (one value, or per-row/column values all equal) or an
+    int64 vector."""
+    if isinstance(z, int):
+        return z
+    z = np.asarray(z).reshape(-1)
+    if z.size == 1 or (z == z[0]).all():
+        return int(z[0])
+    return z.astype(np.int64)
+
+
+def row_sums(a: np.ndarray, flip: bool, signed: bool) -> np.ndarray:
+    out = np.empty(a.shape[0], np.int32)
+    core.lib.onyx_row_sums(_addr(a), a.strides[0], a.shape[0], a.shape[1], int(flip),
+                       int(signed), _addr(out))  # fmt: skip
+    return out
+
+
+def int8_gemm(
+    a: np.ndarray,
+    b: Packed,
+    a_zero_point=0,
+    b_zero_point=0,
+    *,
+    row_bias: np.ndarray | None = None,
+    col_bias: np.ndarray | None = None,
+    scale: np.ndarray | None = None,
+    y_zero_point: np.ndarray | None = None,
+    out: np.ndarray | None = None,
+    gather: tuple[np.ndarray, np.ndarray, int] | None = None,
+) -> np.ndarray:
+    """(A - a_zero_point) . (B - b_zero_point) [+ row_bias], exactly in int32; or, with
+    ``scale``, requantized to y_zero_point's type (uint8 / int8): clamp(rint(acc * scale) +
+    y_zero_point) as onnxruntime does.
+
+    a: (M, K) int8 or uint8 with contiguous rows. a_zero_point: scalar or per row [M];
+    b_zero_point: scalar or per column [N] (not both per row and per column). scale: scalar,
+    per row (M, 1) or per column (N,), float32. row_bias: int32 [M], col_bias: int32 [N].
+    out: where to write the (M, N) result (rows may be strided).
+
+    gather = (rows, quads, K): A is not a matrix but read from the buffer a in place, row r's
+    bytes k = 4q..4q+3 at byte offset rows[r] + quads[q] (int64 arrays; K a multiple of 4):
+    an implicit-GEMM convolution. B's zero point must then be 0 (no row sums).
+
+    What does not depend on A's data (the epilogue's corrections, the work split) is kept
+    with b for the next call of the same shape and parameters: a node's weights meet the
+    same ones on every run.
+    """
+    if gather is None and a.strides[1] != 1:  # (the kernel reads each row's bytes in a run)
+        a = np.ascontiguousarray(a)
+    M, K = a.shape if gather is None else (len(gather[0]), gather[2])
+    params = (a_zero_point, b_zero_point, row_bias, col_bias, scale, y_zero_point)
+    key = (a.dtype.char, M, K, gather is None, _threads.get(), *map(_value_key, params))
+    call = b.calls.get(key)
+    if call is None:
+        call = _GemmCall(a, b, M, K, *params, gather is not None)
+        if call.reusable:
+            if len(b.calls) >= 8:  # (a model with ever new shapes)
+                b.calls.clear()
+            b.calls[key] = call
+    if out is None:
+        out = np.empty((M, b.N), np.int32 if scale is None else y_zero_point.dtype)
+    call(a, out, gather)
+    return out
+
+
+def _item_offsets(x: np.ndarray, batch: tuple) -> np.ndarray:
+    """Byte offsets of the matrices of x broadcast to batch + x.shape[-2:], in C order."""
+    x = np.broadcast_to(x, batch + x.shape[-2:])
+    index = np.indices(batch, dtype=np.int64).reshape(len(batch), -1)
+    return (index * np.array(x.strides[:-2], np.int64)[:, None]).sum(0)
+
+
+class _Batched:
+    """batched_int8_gemm's set-up for one pair of layouts (shapes, strides, types): the items'
+    offsets, the task's sizes and signedness, the work split; a call fills in the data."""
+
+    __slots__ = ("cuts", "da", "db", "keep", "shape", "task", "ways", "y_dtype")
+
+    def __init__(self, a, b, y_dtype):
+        (M, K), N = a.shape[-2:], b.shape[-1]
+        batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        items = math.prod(batch)
+        self.shape, self.y_dtype = batch + (M, N), np.dtype(y_dtype)
+        b_signed = _packs_signed(a.dtype, b.dtype)  # (as pack() and _GemmCall choose)
+        b_flip = (b.dtype == np.int8) != b_signed
+        flip_a, self.da = _a_shift(a.dtype, b_signed)
+        self.db = _b_shift(b_signed, b_flip)
+        self.keep = (_item_offsets(a, batch), _item_offsets(b, batch))
+        t = self.task = _BatchedGemm(None, None, None, *(_addr(o) for o in self.keep),
+                                     a.strides[-2], b.strides[-2], b.strides[-1], N, M, K, N,
+                                     M * N * self.y_dtype.itemsize)  # fmt: skip
+        t.e.ldo = t.e.ldc = N
+        if self.y_dtype != np.int32:
+            info = np.iinfo(self.y_dtype)
+            t.e.lo, t.e.hi = info.min, info.max
+        t.flip_a, t.a_unsigned, t.b_flip, t.b_signed = flip_a, b_signed, b_flip, b_signed
+        self.ways = _ways(items * M * N * K, items)
+        self.cuts = _even_cuts(items, self.ways)
+
+    def __call__(self, a, b, za: int, zb: int, scale, y_zero_point) -> np.ndarray:
+        y = np.empty(self.shape, self.y_dtype)
+        t = _BatchedGemm.from_buffer_copy(self.task)
+        t.a, t.b, t.y = _addr(a), _addr(b), _addr(y)
+        t.za, t.zb = za - self.da, zb - self.db
+        if scale is None:
+            t.e.c = t.y
+        else:
+            s = np.asarray(scale, np.float32).reshape(-1)[:1].copy()
+            t.e.out8, t.e.scale = t.y, _addr(s)
+            t.e.zero_point = int(y_zero_point.reshape(-1)[0])
+        _run(core.lib.batched_gemm_range, t, self.cuts, self.ways, "int8 GEMM")
+        return y
+
+
+_batched: dict = {}  # layouts -> _Batched
+
+
+def batched_int8_gemm(a: np.ndarray, b: np.ndarray, a_zero_point: int = 0,
+                      b_zero_point: int = 0, scale=None, y_zero_point=None) -> np.ndarray:  # fmt: skip
+    """(A_i - a_zero_point) . (B_i - b_zero_point) for every matrix of a (..., M, K) and b
+    (..., K, N) (batch dimensions broadcast; both of data, as attention's products): exact
+    int32, or with a one-value ``scale`` requantized to y_zero_point's type like
+    :func:`int8_gemm`. One native call: each item packs its B in C, items go to threads;
+    the set-up is kept per layout (a model meets the same ones every run)."""
+    if a.strides[-1] != 1:
+        a = np.ascontiguousarray(a)
+    y_dtype = np.int32 if scale is None else y_zero_point.dtype
+    key = (a.shape, a.strides, a.dtype.char, b.shape, b.strides, b.dtype.char,
+           np.dtype(y_dtype).char, _threads.get())  # fmt: skip
+    call = _batched.get(key)
+    if call is None:
+        if len(_batched) >= 64:  # (a model with ever new shapes)
+            _batched.clear()
+        call = _batched[key] = _Batched(a, b, y_dtype)
+    return call(a, b, int(a_zero_point), int(b_zero_point), scale, y_zero_point)
+
+
+def gathered_int8_gemm(a_dtype, b: Packed, M: int, K: int, a_zero_point: int = 0, *,
+                       col_bias=None, scale=None, y_zero_point=None) -> _GemmCall:  # fmt: skip
+    """:func:`int8_gemm`'s set-up for a gathered A of a_dtype (M x K; an implicit-GEMM conv),
+    made once: ``call(buffer, out, (rows, quads, K))`` runs it."""
+    a = np.empty((0, K), a_dtype)  # (only its type matters: a gathered A needs no row sums)
+    return _GemmCall(a, b, M, K, a_zero_point, 0, None, col_bias, scale, y_zero_point, True)
+
+
+def implicit_conv(gemm: _GemmCall, gather, x_shape, padded, corner, zero_point: int, bare: bool):
+    """A requantizing implicit-GEMM conv (kernels/conv.py's _ImplicitConv) in one native call:
+    ``run(x, xp, y, out)`` packs the contiguous image(s) x into the padded NHWC buffer xp
+    (``padded`` (N, Hp, Wp, Cp), x's corner at ``corner``; zero-point filled unless ``bare``),
+    runs the gathered GEMM into y (pixels x M) and transposes it to out (N, M, pixels)."""
+    rows, quads, _ = gather
+    N, C, H, W = x_shape
+    c = _ImplicitConvTask()
+    c.A = _Operand(None, 0, _addr(rows), _addr(quads))
+    c.e, c.gemm = gemm.epilogue, gemm.task  # (copies)
+    c.cuts, c.parts, c.threads = _addr(gemm.cuts), len(gemm.cuts) - 1, gemm.ways
+    c.N, c.C, c.H, c.W = N, C, H, W
+    c.Hp, c.Wp, c.Cp = padded[1:]
+    c.r0, c.c0 = corner
+    c.pixels, c.M = len(rows) // N, gemm.task.N
+    c.zx, c.bare = zero_point, int(bare)
+    keep = (gemm, rows, quads)  # what c points at
+
+    def run(x, xp, y, out, _keep=keep):
+        status = core.lib.onyx_implicit_conv(ctypes.byref(c), _addr(x), _addr(xp), _addr(y),
+                                             _addr(out))  # fmt: skip
+        core.check(status, "integer conv")
+
+    return run
+
+
+def _value_key(v):
+    if v is None or isinstance(v, int):
+        return v
+    v = np.asarray(v)
+    return v.dtype.char, v.shape, v.tobytes()
+
+
+class _GemmCall:
+    """What one int8_gemm call sets up before the kernel runs: the epilogue's zero-point
+    corrections, bias and requantization, and the work split between threads. ``reusable``
+    when none of it depends on A's data (no row sums of A: B's zero point is 0)."""
+
+    def __init__(self, a, b, M, K, a_zero_point, b_zero_point, row_bias, col_bias, scale,
+                 y_zero_point, gathered: bool):  # fmt: skip
+        N = b.N
+        a_signed = not b.signed  # the kernel multiplies unsigned by signed bytes
+        # (a - za) = a' - ZA with ZA = za - da, and (b - zb) = b' - ZB with ZB = zb - db
+        flip_a, da = _a_shift(a.dtype, b.signed)
+        db = _b_shift(b.signed, b.flipped)
+        za = _zero_point(a_zero_point) - da
+        zb = _zero_point(b_zero_point) - db
+        self.reusable = not np.any(zb)
+        # S' - ZB_j rs'_r - ZA_r cs'_j + K ZA_r ZB_j. Int32 arithmetic wraps: the terms may
+        # overflow, their sum (the exact result) does not.
+        row_off = col_off = row_f = col_f = None
+        if np.any(za) and b.colsum is None:
+            raise ValueError("B was packed without its column sums, which A's zero point needs")
+        if np.any(zb) and gathered:
+            raise ValueError("a gathered A takes no B zero point")
+        if np.ndim(za) == 0:
+            if za:
+                col_off = K * za * zb - za * b.colsum.astype(np.int64)
+            elif np.ndim(zb):  # (a scalar K * 0 * zb adds nothing)
+                col_off = K * za * zb
+            if np.any(zb):
+                rs = row_sums(a, flip_a, a_signed).astype(np.int64)
+                if np.ndim(zb) == 0:
+                    row_off = -zb * rs
+                else:
+                    row_f, col_f = rs, -zb
+        else:
+            if np.ndim(zb):
+                raise ValueError("per-row and per-column zero points together")
+            rs = row_sums(a, flip_a, a_signed).astype(np.int64) if zb else 0
+            row_off = K * za * zb - zb * rs
+            row_f, col_f = -za, b.colsum
+        if row_bias is not None:
+            row_off = row_bias.astype(np.int64) + (0 if row_off is None else row_off)
+        if col_bias is not None:
+            col_off = col_bias.astype(np.int64) + (0 if col_off is None else col_off)
+        e = self.epilogue = _Epilogue()
+        self.keep = []  # the arrays the epilogue points at
+        for field, arr, size in (("row_off", row_off, M), ("col_off", col_off, N),
+                                 ("row_f", row_f, M), ("col_f", col_f, N)):  # fmt: skip
+            if arr is not None:
+                arr = np.broadcast_to(arr, (size,)).astype(np.int32)  # (wraps: see above)
+                self.keep.append(arr)
+                setattr(e, field, _addr(arr))
+        self.requantize = scale is not None
+        if self.requantize:
+            info = np.iinfo(y_zero_point.dtype)
+            s = np.ascontiguousarray(scale, dtype=np.float32)
+            self.keep.append(s)
+            e.scale = _addr(s)
+            e.scale_rs = 1 if s.ndim == 2 and s.shape[0] == M and M > 1 else 0
+            e.scale_cs = 1 if s.size > 1 and not e.scale_rs else 0
+            e.zero_point, e.lo, e.hi = int(y_zero_point.reshape(-1)[0]), info.min, info.max
+        panels = -(-N // PANEL)
+        ways = self.ways = _ways(M * N * K, max(panels, -(-M // 6)))
+        by_rows = not (panels >= 2 * ways or M < 12 * ways)  # threads take rows, or panels
+        if by_rows:  # (in whole tiles)
+            self.cuts = np.array([min(M, -(-M * i // ways // 6) * 6) for i in range(ways + 1)])
+        else:
+            self.cuts = _even_cuts(panels, ways)
+        self.packed = b  # (the task holds only its address: a B made for this call lives on)
+        self.task = _GemmTask(None, _addr(b.data), None, K, N, M, panels, int(flip_a),
+                              int(not a_signed), int(by_rows))  # fmt: skip
+
+    def __call__(self, a: np.ndarray, out: np.ndarray, gather) -> None:
+        e = _Epilogue.from_buffer_copy(self.epilogue)
+        if self.requantize:
+            e.out8, e.ldo = _addr(out), out.strides[0]
+        else:
+            e.c, e.ldc = _addr(out), out.strides[0] // 4
+        if gather is None:
+            operand = _Operand(_addr(a), a.strides[0], None, None)
+        else:
+            operand = _Operand(_addr(a), 0, _addr(gather[0]), _addr(gather[1]))
+        task = _GemmTask.from_buffer_copy(self.task)
+        task.A, task.e = ctypes.addressof(operand), ctypes.addressof(e)
+        _run(core.lib.gemm_range, task, self.cuts, self.ways)
+
+
+def bind(lib, isa: int) -> None:
+    lib.onyx_pack_panels.restype = None
+    lib.onyx_pack_panels.argtypes = [_P, _I64, _I64, _I64, _I64, _INT, _INT, _P, _P]
+    lib.onyx_row_sums.restype = None
+    lib.onyx_row_sums.argtypes = [_P, _I64, _I64, _I64, _INT, _INT, _P]
+    lib.onyx_transpose_u8.restype = None
+    lib.onyx_transpose_u8.argtypes = [_P, _I64, _I64, _I64, _P, _I64]
+    lib.onyx_to_nhwc.restype = None
+    lib.onyx_to_nhwc.argtypes = [_P, _I64, _I64, _I64, _P, _I64, _I64]
+    vnni = bool(isa & core.ISA_VNNI)
+    lib.gemm_range = range_of(lib, "gemm") if vnni else None
+    lib.batched_gemm_range = range_of(lib, "batched_gemm") if vnni else None
+    if vnni:
+        lib.onyx_implicit_conv.restype = _INT
+        lib.onyx_implicit_conv.argtypes = [_P, _P, _P, _P, _P]

@@ -1,0 +1,73 @@
+"""Bilinear and whole-factor nearest Resize (resize.c, AVX-512)."""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+from . import _core as core
+from ._core import (
+    _I64,
+    _P,
+    _PARALLEL_ELEMENTS,
+    _addr,
+    _even_cuts,
+    _run,
+    _ways,
+    abi,
+    range_of,
+)
+
+
+@abi("bilinear")
+class _Bilinear(ctypes.Structure):
+    _fields_ = (
+        [("x", _P), ("y", _P)]
+        + [(n, _I64) for n in ("H", "W", "OH", "OW")]
+        + [(n, _P) for n in ("y_lo", "y_hi", "x_lo", "x_hi", "wy_lo", "wy_hi", "wx_lo", "wx_hi")]
+    )
+
+
+@abi("repeat2d")
+class _Repeat2d(ctypes.Structure):
+    _fields_ = [("x", _P), ("y", _P)] + [(n, _I64) for n in ("H", "W", "kh", "kw")]
+
+
+def bilinear_ok() -> bool:
+    """Whether :func:`bilinear_f32` runs here (the library built, AVX-512)."""
+    return core.lib is not None and bool(core.lib.bilinear_range)
+
+
+def bilinear_f32(planes: np.ndarray, y_taps, x_taps) -> np.ndarray:
+    """Bilinear resize of contiguous float32 planes (n, H, W) with per-axis tables (lo, hi:
+    contiguous int32; w_lo, w_hi: contiguous float32; resample.py's _bilinear_table, onnxruntime's
+    formula): (n, OH, OW)."""
+    n, H, W = planes.shape
+    OH, OW = len(y_taps[0]), len(x_taps[0])
+    y = np.empty((n, OH, OW), np.float32)
+    tables = [y_taps[0], y_taps[1], x_taps[0], x_taps[1], y_taps[2], y_taps[3], x_taps[2],
+              x_taps[3]]  # fmt: skip
+    t = _Bilinear(_addr(planes), _addr(y), H, W, OH, OW, *(_addr(a) for a in tables))
+    ways = _ways(n * OH * OW * 4, n, _PARALLEL_ELEMENTS * 4)
+    _run(core.lib.bilinear_range, t, _even_cuts(n, ways), ways, "Resize")
+    return y
+
+
+def repeat2d_4byte(planes: np.ndarray, kh: int, kw: int) -> np.ndarray | None:
+    """Every element of contiguous planes (n, H, W) of 4-byte items repeated kh x kw times
+    (nearest upsampling by whole factors): (n, H kh, W kw); None without the kernel."""
+    if core.lib is None or not core.lib.repeat2d_range or planes.dtype.itemsize != 4:
+        return None
+    n, H, W = planes.shape
+    y = np.empty((n, H * kh, W * kw), planes.dtype)
+    t = _Repeat2d(_addr(planes), _addr(y), H, W, kh, kw)
+    ways = _ways(y.size, n, _PARALLEL_ELEMENTS * 4)
+    _run(core.lib.repeat2d_range, t, _even_cuts(n, ways), ways)
+    return y
+
+
+def bind(lib, isa: int) -> None:
+    avx512 = bool(isa & core.ISA_AVX512)
+    lib.bilinear_range = range_of(lib, "bilinear_f32") if avx512 else None
+    lib.repeat2d_range = range_of(lib, "repeat2d_u32") if avx512 else None

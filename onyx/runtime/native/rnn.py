@@ -1,0 +1,72 @@
+"""The LSTM and GRU recurrences (rnn.c, AVX-512)."""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+from . import _core as core
+from ._core import (
+    _I64,
+    _INT,
+    _P,
+    _PARALLEL_MACS,
+    _addr,
+    _even_cuts,
+    _ways,
+    abi,
+)
+from .conv_f32 import conv_f32_ok
+
+
+@abi("recurrence")
+class _Recurrence(ctypes.Structure):
+    _fields_ = [(n, _P) for n in ("xs", "rt", "h0", "c0", "rbh", "ys", "cs")] + [
+        (n, _I64) for n in ("steps", "dirs", "batch", "H", "reverse")
+    ]
+
+
+def recurrence_ok(hidden: int, steps: int, batch: int) -> bool:
+    """Whether :func:`lstm_f32` and :func:`gru_f32` (and their projection on conv_f32) run here:
+    AVX-512, H a multiple of 16, steps x batch a 32-bit gather's stride apart."""
+    return (core.lib is not None and bool(core.lib.lstm) and conv_f32_ok() and hidden % 16 == 0
+            and 0 < steps * batch < 1 << 25)  # fmt: skip
+
+
+def lstm_f32(xs: np.ndarray, rt: np.ndarray, h0: np.ndarray, c0: np.ndarray, reverse):
+    """The common LSTM's recurrence (rnn.c): xs [dirs, 4, H, steps, batch] input projections
+    (gates i, o, f, c; biases in), rt [dirs, H / 16, H, 4, 16] the recurrent weights, h0 and
+    c0 [dirs, batch, H], reverse: per direction, whether it runs backwards in time. Every time
+    step's H and C, [steps, dirs, batch, H] each."""
+    return _recurrence(core.lib.lstm, xs, rt, h0, c0, None, reverse)
+
+
+def gru_f32(xs: np.ndarray, rt: np.ndarray, rbh: np.ndarray, h0: np.ndarray, reverse):
+    """PyTorch's GRU's recurrence (linear_before_reset; rnn.c): xs [dirs, 3, H, steps, batch]
+    (gates z, r, h; biases in but the candidate's recurrent one, rbh [dirs, H]), rt [dirs, H /
+    16, H, 3, 16], h0 [dirs, batch, H], reverse as :func:`lstm_f32`'s; every time step's H,
+    [steps, dirs, batch, H]."""
+    return _recurrence(core.lib.gru, xs, rt, h0, None, rbh, reverse)[0]
+
+
+def _recurrence(fn, xs, rt, h0, c0, rbh, reverse):
+    dirs, gates, H, steps, batch = xs.shape
+    ys = np.empty((steps, dirs, batch, H), np.float32)
+    cs = np.empty_like(ys) if c0 is not None else None
+    keep = [None if a is None else np.ascontiguousarray(a, np.float32) for a in (h0, c0, rbh)]
+    backwards = sum(1 << d for d, rev in enumerate(reverse) if rev)
+    t = _Recurrence(_addr(xs), _addr(rt), *map(_addr, keep), _addr(ys), _addr(cs),
+              steps, dirs, batch, H, backwards)  # fmt: skip
+    parts = dirs * (H // 16)
+    ways = _ways(gates * H * H * batch * dirs, parts, _PARALLEL_MACS // 4)
+    cuts = _even_cuts(parts, ways)
+    core.check(fn(ctypes.byref(t), _addr(cuts), len(cuts) - 1, ways), "recurrence")
+    return ys, cs
+
+
+def bind(lib, isa: int) -> None:
+    avx512 = bool(isa & core.ISA_AVX512)
+    lib.lstm, lib.gru = (lib.onyx_lstm, lib.onyx_gru) if avx512 else (None, None)
+    for fn in (lib.lstm, lib.gru) if avx512 else ():
+        fn.restype, fn.argtypes = _INT, [_P, _P, _I64, _I64]

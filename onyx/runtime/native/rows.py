@@ -1,0 +1,142 @@
+"""Kernels over rows (rows.c): global average pooling, layer, instance, group and batch
+normalization."""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+from . import _core as core
+from ._core import (
+    _I64,
+    _P,
+    _PARALLEL_BYTES,
+    _PARALLEL_ELEMENTS,
+    BYTES,
+    _addr,
+    _element_cuts,
+    _run,
+    _ways,
+    abi,
+    range_of,
+)
+
+
+@abi("norm_rows")
+class _NormRows(ctypes.Structure):
+    _fields_ = [(name, _P) for name in ("x", "scale", "bias", "y")] + [
+        ("channels", _I64),
+        ("spatial", _I64),
+        ("epsilon", ctypes.c_float),
+    ]
+
+
+@abi("layer_norm")
+class _LayerNorm(ctypes.Structure):
+    _fields_ = [(name, _P) for name in ("x", "scale", "bias", "y", "mean", "inv_std")] + [
+        ("size", _I64),
+        ("epsilon", ctypes.c_float),
+    ]
+
+
+@abi("global_pool")
+class _GlobalPool(ctypes.Structure):
+    _fields_ = [("x", _P), ("y", _P), ("size", _I64), ("scale", ctypes.c_float)] + [
+        (name, ctypes.c_int32) for name in ("x_zp", "y_zp", "is_signed")
+    ]
+
+
+@abi("batch_norm")
+class _BatchNorm(ctypes.Structure):
+    _fields_ = [(name, _P) for name in ("x", "y", "mean", "mult", "bias")] + [
+        ("channels", _I64), ("size", _I64)
+    ]  # fmt: skip
+
+
+def mean_rows_f32(x: np.ndarray) -> np.ndarray | None:
+    """The mean of each row of a C-contiguous float32 (rows, size) array, in onnxruntime's
+    order of additions (rows.c); None without the library."""
+    if core.lib is None or x.dtype != np.float32 or not x.flags.c_contiguous or x.ndim != 2:
+        return None
+    rows, size = x.shape
+    y = np.empty(rows, np.float32)
+    ways = _ways(x.size, rows, _PARALLEL_ELEMENTS)
+    task = _GlobalPool(_addr(x), _addr(y), size)
+    _run(core.lib.mean_rows_f32_range, task, _element_cuts(rows, 1, ways), ways)
+    return y
+
+
+def batch_norm_f32(x: np.ndarray, mean: np.ndarray, mult: np.ndarray, bias: np.ndarray):
+    """Inference BatchNormalization of C-contiguous float32 x (N, C, ...): (x - mean) * mult +
+    bias per channel, each step rounded (numpy's passes, to the bit); the parameters float32
+    [C]. None without the library."""
+    if core.lib is None or x.dtype != np.float32 or not x.flags.c_contiguous or x.ndim < 2:
+        return None
+    params = [np.ascontiguousarray(v, np.float32).reshape(-1) for v in (mean, mult, bias)]
+    if any(v.size != x.shape[1] for v in params):
+        return None
+    y = np.empty_like(x)
+    rows = x.shape[0] * x.shape[1]
+    size = x.size // rows if rows else 0
+    ways = _ways(x.size, rows, _PARALLEL_ELEMENTS)
+    task = _BatchNorm(_addr(x), _addr(y), *(_addr(v) for v in params), x.shape[1], size)
+    _run(core.lib.batch_norm_f32_range, task, _element_cuts(rows, 1, ways), ways)
+    return y
+
+
+def layer_norm_f32(x: np.ndarray, scale: np.ndarray, bias, epsilon: float):
+    """LayerNormalization of C-contiguous float32 x over its last axis, with float32 scale and
+    bias (or None) of its length: (y, mean, inv_std), the statistics shaped [..., 1]; None
+    without the library."""
+    if core.lib is None or x.dtype != np.float32 or not x.flags.c_contiguous or not x.ndim:
+        return None
+    n = x.shape[-1]
+    rows = x.size // n if n else 0
+    y = np.empty_like(x)
+    stats = np.empty((2,) + x.shape[:-1] + (1,), np.float32)
+    scale = np.ascontiguousarray(scale, np.float32)
+    bias = None if bias is None else np.ascontiguousarray(bias, np.float32)
+    task = _LayerNorm(_addr(x), _addr(scale), None if bias is None else _addr(bias), _addr(y),
+                      _addr(stats[0]), _addr(stats[1]), n, float(epsilon))  # fmt: skip
+    ways = _ways(x.size, rows, _PARALLEL_ELEMENTS)
+    _run(core.lib.layer_norm_f32_range, task, _element_cuts(rows, 1, ways), ways)
+    return y, stats[0], stats[1]
+
+
+def norm_rows_f32(x: np.ndarray, scale: np.ndarray, bias: np.ndarray, epsilon: float):
+    """Instance / group normalization of C-contiguous float32 x (rows, channels, spatial),
+    statistics per row, scale and bias (rows, channels): the normalized rows, or None
+    without the library."""
+    if core.lib is None or x.dtype != np.float32 or not x.flags.c_contiguous or x.ndim != 3:
+        return None
+    rows, channels, spatial = x.shape
+    y = np.empty_like(x)
+    scale = np.ascontiguousarray(scale, np.float32)
+    bias = np.ascontiguousarray(bias, np.float32)
+    task = _NormRows(_addr(x), _addr(scale), _addr(bias), _addr(y), channels, spatial,
+                     float(epsilon))  # fmt: skip
+    ways = _ways(x.size, rows, _PARALLEL_ELEMENTS)
+    _run(core.lib.norm_rows_f32_range, task, _element_cuts(rows, 1, ways), ways)
+    return y
+
+
+def qmean_rows(x: np.ndarray, scale: float, x_zero_point: int, y_zero_point: int):
+    """QLinearGlobalAveragePool's rows: the mean of each row of C-contiguous 8-bit (rows, size)
+    x, requantized to x's type with multiplier ``scale`` (x_scale / (y_scale * size)) as
+    onnxruntime does (rows.c); None without the library."""
+    if core.lib is None or x.dtype not in BYTES or not x.flags.c_contiguous or x.ndim != 2:
+        return None
+    rows, size = x.shape
+    y = np.empty(rows, x.dtype)
+    ways = _ways(x.size, rows, _PARALLEL_BYTES * 4)
+    task = _GlobalPool(_addr(x), _addr(y), size, float(scale), int(x_zero_point),
+                       int(y_zero_point), int(x.dtype == np.int8))  # fmt: skip
+    _run(core.lib.qmean_rows_range, task, _element_cuts(rows, 1, ways), ways)
+    return y
+
+
+def bind(lib, isa: int) -> None:
+    for name in ("mean_rows_f32", "qmean_rows", "layer_norm_f32", "norm_rows_f32",
+                 "batch_norm_f32"):  # fmt: skip
+        setattr(lib, f"{name}_range", range_of(lib, name))

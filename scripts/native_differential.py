@@ -1,0 +1,613 @@
+"""Differential test of onyx's native kernels against its numpy kernels (issue 20, item 4).
+
+Every kernel with a native path runs twice on the same seeded random case: with the library
+(as a session would run it) and with it switched off (native.disabled(): the numpy path the
+kernel falls back to). Shapes must agree, and values bit for bit where the native path
+promises the numpy kernel's bits (integer and quantized ops, pooling, Resize, the
+elementwise passes, batch norm, trees), else within a tight tolerance (float sums in another
+order: convs, GEMV, normalization statistics, recurrences).
+
+The geometries include the degenerate ones: 1-D and 3-D convs, one output position, 1x1
+images, kernels larger than the input with padding, strides larger than the kernel,
+dilations, group and channel counts that do not fill a vector, zero-size batches, batch 1
+and odd batches; inputs contiguous, strided, Fortran-ordered, misaligned (an odd byte
+offset) or read-only (a session's constants: the set-ups kept per weight).
+
+    python scripts/native_differential.py --cases 20000 [--seed 0] [--family conv]
+
+tests/test_native_differential.py runs a fast seeded sample of the same cases in CI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+import traceback
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from onyx.runtime import native  # noqa: E402
+from onyx.runtime.registry import lookup  # noqa: E402
+
+MS, ML, ONYX = "com.microsoft", "ai.onnx.ml", "ai.onyx"
+BYTES = (np.uint8, np.int8)
+
+
+@dataclass
+class Case:
+    family: str
+    op: str
+    inputs: list
+    attrs: dict = field(default_factory=dict)
+    domain: str = ""
+    version: int = 21
+    exact: bool = True
+    rtol: float = 1e-5
+    atol: float = 1e-5
+
+    def describe(self) -> str:
+        shapes = ", ".join(
+            "None" if a is None else f"{a.dtype}{list(a.shape)}" for a in self.inputs
+        )
+        return f"{self.family}: {self.domain or 'ai.onnx'}::{self.op}({shapes}) {self.attrs}"
+
+
+# ----------------------------------------------------------------------------- layouts
+
+
+def laid_out(rng, a: np.ndarray | None, constant: bool = False):
+    """a with the same values in a random memory layout: contiguous, strided, Fortran order,
+    misaligned, or (constants) read-only like a session's initializers."""
+    if a is None or a.ndim == 0 or a.size == 0:
+        return a
+    kinds = ["contiguous", "strided", "fortran", "misaligned"] + ["readonly"] * (2 * constant)
+    kind = kinds[rng.integers(len(kinds))]
+    if kind == "strided":
+        wide = np.zeros(a.shape[:-1] + (2 * a.shape[-1],), a.dtype)
+        wide[..., ::2] = a
+        return wide[..., ::2]
+    if kind == "fortran":
+        return np.asfortranarray(a)
+    if kind == "misaligned" and a.itemsize > 1:
+        raw = np.zeros(a.nbytes + 1, np.uint8)
+        out = np.frombuffer(raw.data, a.dtype, a.size, offset=1).reshape(a.shape)
+        out[...] = a
+        return out
+    if kind == "readonly":
+        a = a.copy()
+        a.flags.writeable = False
+        return a
+    return np.ascontiguousarray(a)
+
+
+def _bytes(rng, dtype, shape):
+    info = np.iinfo(dtype)
+    return rng.integers(info.min, int(info.max) + 1, shape).astype(dtype)
+
+
+def _normal(rng, shape, scale=1.0):
+    return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+
+def _pick(rng, values):
+    return values[rng.integers(len(values))]
+
+
+# ----------------------------------------------------------------------------- geometry
+
+
+def _window_geometry(rng, dims: int, *, max_kernel=5, channels=True):
+    """(spatial input shape, kernel, strides, dilations, pads or auto_pad) with every output
+    size at least 1, degenerate shapes favoured."""
+    for _ in range(100):
+        kernel = [int(rng.integers(1, max_kernel + 1)) for _ in range(dims)]
+        strides = [int(_pick(rng, [1, 1, 2, 3, 6])) for _ in range(dims)]  # 6: past the kernel
+        dilations = [int(_pick(rng, [1, 1, 1, 2, 3])) for _ in range(dims)]
+        eff = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
+        style = rng.integers(6)
+        if style == 0:  # 1x1 images
+            shape = [1] * dims
+        elif style == 1:  # one output position
+            shape = [max(1, e - int(rng.integers(0, 2))) for e in eff]
+        else:
+            shape = [int(rng.integers(1, 20)) for _ in range(dims)]
+        auto_pad = _pick(rng, ["NOTSET", "NOTSET", "NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"])
+        pads = [int(rng.integers(0, max(1, min(4, e)))) for e in eff * 2]
+        attrs = dict(kernel_shape=kernel, strides=strides, dilations=dilations)
+        if auto_pad == "NOTSET":
+            attrs["pads"] = pads
+            padded = [i + pads[j] + pads[dims + j] for j, i in enumerate(shape)]
+        elif auto_pad == "VALID":
+            attrs["auto_pad"] = auto_pad
+            padded = shape
+        else:
+            attrs["auto_pad"] = auto_pad
+            padded = [max(i, e) for i, e in zip(shape, eff)]
+        if all(p >= e for p, e in zip(padded, eff)):
+            return shape, attrs
+    return [1] * dims, dict(kernel_shape=[1] * dims)
+
+
+def _batch(rng):
+    return int(_pick(rng, [1, 1, 2, 3, 5, 0]))
+
+
+# ----------------------------------------------------------------------------- families
+
+
+def gen_conv(rng) -> Case:
+    dims = int(_pick(rng, [1, 2, 2, 2, 3]))
+    shape, attrs = _window_geometry(rng, dims)
+    kind = rng.integers(4)
+    C = int(_pick(rng, [1, 2, 3, 5, 8, 16, 17, 33]))
+    if kind == 0:  # depthwise (with a multiplier)
+        group, M = C, C * int(_pick(rng, [1, 1, 2]))
+    elif kind == 1 and C % 2 == 0:
+        group = int(_pick(rng, [g for g in (2, C // 2 or 1) if C % g == 0]))
+        M = group * int(rng.integers(1, 5))
+    else:
+        group, M = 1, int(_pick(rng, [1, 4, 8, 9, 16, 24, 40]))
+    N = _batch(rng)
+    x = _normal(rng, (N, C, *shape))
+    w = _normal(rng, (M, C // group, *attrs["kernel_shape"]), 0.5)
+    b = _normal(rng, (M,)) if rng.integers(2) else None
+    attrs["group"] = group
+    K = (C // group) * math.prod(attrs["kernel_shape"])
+    return Case("conv", "Conv", [laid_out(rng, x), laid_out(rng, w, True), laid_out(rng, b, True)],
+                attrs, exact=False, rtol=1e-4, atol=1e-5 * max(1, K))  # fmt: skip
+
+
+def gen_fused_conv(rng) -> Case:
+    case = gen_conv(rng)
+    case.family, case.op, case.domain, case.version = "fused_conv", "FusedConv", MS, 1
+    activation = _pick(rng, ["Relu", "LeakyRelu", "Clip", "HardSigmoid", "Sigmoid", "Tanh", ""])
+    case.attrs["activation"] = activation
+    if activation in ("LeakyRelu", "HardSigmoid", "Clip"):
+        params = {"LeakyRelu": [0.1], "HardSigmoid": [0.3, 0.4], "Clip": [-0.5, 0.7]}
+        case.attrs["activation_params"] = params[activation]
+    if rng.integers(2):  # the residual Z, of the output's shape
+        try:
+            shape = _call(case).shape
+        except Exception:  # (compared as run_case compares failures)
+            return case
+        case.inputs.append(laid_out(rng, _normal(rng, shape)))
+    return case
+
+
+def _quantized_conv_inputs(rng):
+    dims = int(_pick(rng, [1, 2, 2, 2]))
+    shape, attrs = _window_geometry(rng, dims)
+    C = int(_pick(rng, [1, 3, 4, 8, 16, 17]))
+    depthwise = rng.integers(3) == 0
+    group, M = (C, C) if depthwise else (1, int(_pick(rng, [1, 5, 8, 16, 33])))
+    attrs["group"] = group
+    x_type, w_type = _pick(rng, BYTES), _pick(rng, BYTES)
+    x = _bytes(rng, x_type, (_batch(rng), C, *shape))
+    w = _bytes(rng, w_type, (M, C // group, *attrs["kernel_shape"]))
+    return x, w, attrs, M
+
+
+def gen_qlinear_conv(rng) -> Case:
+    x, w, attrs, M = _quantized_conv_inputs(rng)
+    per_channel = bool(rng.integers(2))
+    w_scale = rng.uniform(0.001, 0.02, M if per_channel else ()).astype(np.float32)
+    w_zp = (_bytes(rng, w.dtype, M) if w.dtype == np.uint8 else np.zeros(M, w.dtype)) if \
+        per_channel else np.array(_bytes(rng, w.dtype, ()), w.dtype)  # fmt: skip
+    y_type = x.dtype
+    inputs = [
+        laid_out(rng, x), np.float32(rng.uniform(0.01, 0.05)), _bytes(rng, x.dtype, ()),
+        laid_out(rng, w, True), w_scale, w_zp, np.float32(rng.uniform(0.05, 0.5)),
+        _bytes(rng, y_type, ()),
+        rng.integers(-5000, 5000, M).astype(np.int32) if rng.integers(2) else None,
+    ]  # fmt: skip
+    return Case("qlinear_conv", "QLinearConv", [np.asarray(v) if v is not None else None
+                                                for v in inputs], attrs)  # fmt: skip
+
+
+def gen_conv_integer(rng) -> Case:
+    x, w, attrs, _ = _quantized_conv_inputs(rng)
+    inputs = [laid_out(rng, x), laid_out(rng, w, True), _bytes(rng, x.dtype, ()),
+              _bytes(rng, w.dtype, ())]  # fmt: skip
+    return Case("conv_integer", "ConvInteger", [np.asarray(v) for v in inputs], attrs)
+
+
+def gen_matmul_integer(rng) -> Case:
+    M, K, N = (int(_pick(rng, [1, 2, 5, 6, 7, 13, 64])), int(_pick(rng, [1, 3, 4, 16, 45, 300])),
+               int(_pick(rng, [1, 2, 17, 32, 33, 70])))  # fmt: skip
+    batch = _pick(rng, [(), (), (2,), (3, 1)])
+    a_type, b_type = _pick(rng, BYTES), _pick(rng, BYTES)
+    a = _bytes(rng, a_type, (*batch, M, K))
+    b = _bytes(rng, b_type, (K, N) if rng.integers(2) else (*batch, K, N))
+    za = np.asarray(_bytes(rng, a_type, ()))
+    zb = np.asarray(_bytes(rng, b_type, ())) if rng.integers(2) else None
+    return Case("matmul_integer", "MatMulInteger",
+                [laid_out(rng, a), laid_out(rng, b, True), za, zb])  # fmt: skip
+
+
+def gen_qlinear_matmul(rng) -> Case:
+    case = gen_matmul_integer(rng)
+    a, b, za, _ = case.inputs
+    y_type = _pick(rng, BYTES)
+    inputs = [a, np.float32(rng.uniform(0.01, 0.05)), za, b, np.float32(rng.uniform(0.01, 0.05)),
+              np.asarray(_bytes(rng, b.dtype, ())), np.float32(rng.uniform(0.5, 4.0)),
+              np.asarray(_bytes(rng, y_type, ()))]  # fmt: skip
+    return Case("qlinear_matmul", "QLinearMatMul", [np.asarray(v) for v in inputs])
+
+
+def gen_gemm(rng) -> Case:
+    rows, K, N = (
+        int(rng.integers(1, 10)),
+        int(_pick(rng, [1, 7, 16, 100])),
+        int(rng.integers(1, 70)),
+    )
+    trans_b = int(rng.integers(2))
+    a = _normal(rng, (rows, K))
+    b = _normal(rng, (N, K) if trans_b else (K, N))
+    c = _pick(rng, [None, (N,), (rows, N), (1,)])
+    attrs = dict(
+        transB=trans_b, alpha=float(_pick(rng, [1.0, 0.5])), beta=float(_pick(rng, [1.0, 2.0]))
+    )
+    return Case("gemm", "Gemm", [laid_out(rng, a), laid_out(rng, b, True),
+                                 None if c is None else _normal(rng, c)], attrs, exact=False,
+                rtol=1e-4, atol=1e-5 * K)  # fmt: skip
+
+
+def gen_pool(rng) -> Case:
+    dims = int(_pick(rng, [1, 2, 2, 2, 3]))
+    op = _pick(rng, ["MaxPool", "AveragePool"])
+    shape, attrs = _window_geometry(rng, dims)
+    if op == "AveragePool":
+        attrs["count_include_pad"] = int(rng.integers(2))
+    attrs["ceil_mode"] = int(rng.integers(2))
+    version = int(_pick(rng, [19, 11]))  # 11: onnxruntime's column-first sums
+    if version < 19:
+        attrs.pop("dilations")
+    x = _normal(rng, (_batch(rng), int(_pick(rng, [1, 3, 16, 17])), *shape))
+    if rng.integers(4) == 0:
+        x.reshape(-1)[::7] = np.nan
+    return Case("pool", op, [laid_out(rng, x)], attrs, version=version)
+
+
+def gen_global_pool(rng) -> Case:
+    op = _pick(rng, ["GlobalAveragePool", "ReduceMean"])
+    x = _normal(rng, (_batch(rng), int(_pick(rng, [1, 3, 64])), *[int(rng.integers(1, 15))
+                                                                 for _ in range(2)]))  # fmt: skip
+    attrs = {"axes": [2, 3]} if op == "ReduceMean" else {}
+    return Case("global_pool", op, [laid_out(rng, x)], attrs, version=13 if attrs else 1,
+                exact=False, rtol=1e-5, atol=1e-6)  # fmt: skip
+
+
+def gen_qlinear_global_pool(rng) -> Case:
+    x_type = _pick(rng, BYTES)
+    x = _bytes(rng, x_type, (_batch(rng), int(_pick(rng, [1, 8, 17])), int(rng.integers(1, 12)),
+                             int(rng.integers(1, 12))))  # fmt: skip
+    inputs = [laid_out(rng, x), np.float32(rng.uniform(0.01, 0.1)), _bytes(rng, x_type, ()),
+              np.float32(rng.uniform(0.01, 0.1)), _bytes(rng, x_type, ())]  # fmt: skip
+    return Case("qlinear_global_pool", "QLinearGlobalAveragePool",
+                [np.asarray(v) for v in inputs], domain=MS, version=1)  # fmt: skip
+
+
+def gen_resize(rng) -> Case:
+    n, c = _batch(rng) or 1, int(_pick(rng, [1, 3, 16]))
+    h, w = int(rng.integers(1, 20)), int(rng.integers(1, 20))
+    mode = _pick(rng, ["linear", "nearest"])
+    if mode == "nearest" and rng.integers(2):  # whole factors: repeat2d
+        factors = [int(rng.integers(1, 4)), int(rng.integers(1, 4))]
+        x = _normal(rng, (n, c, h, w)).astype(_pick(rng, [np.float32, np.int32]))
+        scales = np.array([1, 1, *factors], np.float32)
+        attrs = dict(
+            mode="nearest", nearest_mode="floor", coordinate_transformation_mode="asymmetric"
+        )
+    else:
+        x = _normal(rng, (n, c, h, w))
+        scales = np.array([1, 1, rng.uniform(0.3, 4.0), rng.uniform(0.3, 4.0)], np.float32)
+        ctm = _pick(rng, ["half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric"])
+        attrs = dict(mode=mode, coordinate_transformation_mode=ctm)
+    return Case("resize", "Resize", [laid_out(rng, x), None, scales], attrs, version=13)
+
+
+def gen_rnn(rng) -> Case:
+    op = _pick(rng, ["LSTM", "GRU"])
+    gates = 4 if op == "LSTM" else 3
+    H, I = int(_pick(rng, [16, 32, 8])), int(_pick(rng, [1, 5, 16]))
+    steps, batch = int(rng.integers(1, 6)), int(_pick(rng, [1, 2, 3]))
+    dirs = int(rng.integers(1, 3))
+    attrs = dict(hidden_size=H, direction="bidirectional" if dirs == 2 else
+                 _pick(rng, ["forward", "reverse"]))  # fmt: skip
+    if op == "GRU":
+        attrs["linear_before_reset"] = 1
+    inputs = [laid_out(rng, _normal(rng, (steps, batch, I))),
+              laid_out(rng, _normal(rng, (dirs, gates * H, I), 0.3), True),
+              laid_out(rng, _normal(rng, (dirs, gates * H, H), 0.3), True),
+              _normal(rng, (dirs, 2 * gates * H), 0.1), None,
+              _normal(rng, (dirs, batch, H)) if rng.integers(2) else None]  # fmt: skip
+    if op == "LSTM":
+        inputs.append(_normal(rng, (dirs, batch, H)) if rng.integers(2) else None)
+    return Case("rnn", op, inputs, attrs, version=14, exact=False, rtol=1e-4, atol=1e-5)
+
+
+def gen_rows(rng) -> Case:
+    op = _pick(rng, ["LayerNormalization", "InstanceNormalization", "GroupNormalization",
+                     "BatchNormalization"])  # fmt: skip
+    N, C = _batch(rng), int(_pick(rng, [1, 2, 4, 6, 16]))
+    x = _normal(rng, (N, C, int(rng.integers(1, 9)), int(rng.integers(1, 9))), 3.0)
+    if op == "LayerNormalization":
+        axis = int(_pick(rng, [-1, -2, 1]))
+        norm_shape = x.shape[axis:]
+        return Case("rows", op, [laid_out(rng, x), _normal(rng, norm_shape),
+                                 _normal(rng, norm_shape) if rng.integers(2) else None],
+                    dict(axis=axis, epsilon=1e-5), version=17, exact=False, rtol=1e-4,
+                    atol=1e-4)  # fmt: skip
+    if op == "InstanceNormalization":
+        return Case("rows", op, [laid_out(rng, x), _normal(rng, (C,)), _normal(rng, (C,))],
+                    dict(epsilon=1e-5), version=6, exact=False, rtol=1e-4, atol=1e-4)  # fmt: skip
+    if op == "GroupNormalization":
+        groups = int(_pick(rng, [g for g in (1, 2, C) if C % g == 0]))
+        return Case("rows", op, [laid_out(rng, x), _normal(rng, (C,)), _normal(rng, (C,))],
+                    dict(num_groups=groups, epsilon=1e-5), version=21, exact=False, rtol=1e-4,
+                    atol=1e-4)  # fmt: skip
+    var = np.abs(_normal(rng, (C,))) + 0.1
+    return Case("rows", op, [laid_out(rng, x), _normal(rng, (C,)), _normal(rng, (C,)),
+                             _normal(rng, (C,)), var], dict(epsilon=1e-5), version=15)  # fmt: skip
+
+
+def _random_forest(rng, features: int, trees: int, depth: int) -> dict:
+    """TreeEnsembleRegressor attributes of `trees` full binary trees of `depth` levels."""
+    nodes = {k: [] for k in ("nodes_treeids", "nodes_nodeids", "nodes_featureids",
+                             "nodes_values", "nodes_modes", "nodes_truenodeids",
+                             "nodes_falsenodeids", "nodes_missing_value_tracks_true")}  # fmt: skip
+    targets = {k: [] for k in ("target_treeids", "target_nodeids", "target_ids", "target_weights")}
+    inner = 2**depth - 1
+    for t in range(trees):
+        for i in range(2 * inner + 1):
+            leaf = i >= inner
+            nodes["nodes_treeids"].append(t)
+            nodes["nodes_nodeids"].append(i)
+            nodes["nodes_featureids"].append(0 if leaf else int(rng.integers(features)))
+            nodes["nodes_values"].append(0.0 if leaf else float(rng.standard_normal()))
+            nodes["nodes_modes"].append(
+                "LEAF" if leaf else _pick(rng, ["BRANCH_LEQ", "BRANCH_LT", "BRANCH_GTE"])
+            )
+            nodes["nodes_truenodeids"].append(0 if leaf else 2 * i + 1)
+            nodes["nodes_falsenodeids"].append(0 if leaf else 2 * i + 2)
+            nodes["nodes_missing_value_tracks_true"].append(int(rng.integers(2)))
+            if leaf:
+                for target in range(2):
+                    targets["target_treeids"].append(t)
+                    targets["target_nodeids"].append(i)
+                    targets["target_ids"].append(target)
+                    targets["target_weights"].append(float(rng.standard_normal()))
+    return {**nodes, **targets, "n_targets": 2}
+
+
+def gen_trees(rng) -> Case:
+    features = int(rng.integers(1, 6))
+    attrs = _random_forest(rng, features, int(rng.integers(1, 12)), int(rng.integers(1, 5)))
+    x = rng.standard_normal((int(_pick(rng, [1, 3, 17, 40])), features))
+    x = x.astype(_pick(rng, [np.float32, np.float64]))
+    if rng.integers(3) == 0:
+        x.reshape(-1)[::5] = np.nan
+    return Case("trees", "TreeEnsembleRegressor", [laid_out(rng, x)], attrs, domain=ML, version=3)
+
+
+def gen_lookup(rng) -> Case:
+    x = _bytes(rng, _pick(rng, BYTES), tuple(int(rng.integers(0, 40)) for _ in range(2)))
+    table = rng.standard_normal(256).astype(
+        _pick(rng, [np.float32, np.uint8, np.int16, np.float64])
+    )
+    return Case("lookup", "TableLookup", [laid_out(rng, x), table], domain=ONYX, version=1)
+
+
+def gen_quantize(rng) -> Case:
+    op = _pick(rng, ["QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"])
+    shape = tuple(int(_pick(rng, [0, 1, 3, 64, 257])) for _ in range(int(rng.integers(1, 4))))
+    scale = np.float32(rng.uniform(0.001, 0.5))
+    if op == "DequantizeLinear":
+        byte = _pick(rng, BYTES)
+        return Case("quantize", op, [laid_out(rng, _bytes(rng, byte, shape)), scale,
+                                     np.asarray(_bytes(rng, byte, ()))], version=13)  # fmt: skip
+    x = _normal(rng, shape, 20.0)
+    if rng.integers(3) == 0 and x.size:
+        x.reshape(-1)[::3] = [np.inf, -np.inf, 0.5][rng.integers(3)]
+    if op == "DynamicQuantizeLinear":
+        return Case("quantize", op, [laid_out(rng, x)], version=11)
+    byte = _pick(rng, BYTES)
+    return Case("quantize", op, [laid_out(rng, x), scale, np.asarray(_bytes(rng, byte, ()))],
+                version=13)  # fmt: skip
+
+
+def gen_elementwise(rng) -> Case:
+    op, domain, version = _pick(rng, [("HardSwish", "", 14), ("HardSigmoid", "", 6),
+                                      ("Erf", "", 13), ("Gelu", "", 20), ("Gelu", MS, 1)])  # fmt: skip
+    size = int(_pick(rng, [1024, 1500, 4099, 70000]))
+    x = _normal(rng, (size,), 4.0).reshape(_pick(rng, [(-1,), (1, -1)]))
+    x.reshape(-1)[::97] = _pick(rng, [np.nan, np.inf, -np.inf, 0.0, -0.0])
+    attrs = {"alpha": float(rng.uniform(0, 1)), "beta": float(rng.uniform(0, 1))} \
+        if op == "HardSigmoid" else {}  # fmt: skip
+    return Case("elementwise", op, [laid_out(rng, x)], attrs, domain=domain, version=version)
+
+
+def gen_qlinear_binary(rng) -> Case:
+    op = _pick(rng, ["QLinearAdd", "QLinearMul"])
+    byte = _pick(rng, BYTES)
+    a_shape = tuple(int(_pick(rng, [1, 2, 3, 16, 65])) for _ in range(int(rng.integers(1, 4))))
+    b_shape = _pick(rng, [a_shape, a_shape[-1:], (1,), tuple(1 if rng.integers(2) else d
+                                                           for d in a_shape)])  # fmt: skip
+    if rng.integers(2):
+        a_shape, b_shape = b_shape, a_shape
+    q = lambda: np.asarray(_bytes(rng, byte, ()))  # noqa: E731
+    s = lambda: np.float32(rng.uniform(0.01, 0.2))  # noqa: E731
+    inputs = [laid_out(rng, _bytes(rng, byte, a_shape)), s(), q(),
+              laid_out(rng, _bytes(rng, byte, b_shape)), s(), q(), s(), q()]  # fmt: skip
+    return Case("qlinear_binary", op, [np.asarray(v) for v in inputs], domain=MS, version=1)
+
+
+FAMILIES = {
+    "conv": gen_conv,
+    "fused_conv": gen_fused_conv,
+    "qlinear_conv": gen_qlinear_conv,
+    "conv_integer": gen_conv_integer,
+    "matmul_integer": gen_matmul_integer,
+    "qlinear_matmul": gen_qlinear_matmul,
+    "gemm": gen_gemm,
+    "pool": gen_pool,
+    "global_pool": gen_global_pool,
+    "qlinear_global_pool": gen_qlinear_global_pool,
+    "resize": gen_resize,
+    "rnn": gen_rnn,
+    "rows": gen_rows,
+    "trees": gen_trees,
+    "lookup": gen_lookup,
+    "quantize": gen_quantize,
+    "elementwise": gen_elementwise,
+    "qlinear_binary": gen_qlinear_binary,
+}
+
+
+# ----------------------------------------------------------------------------- running
+
+
+def _call(case: Case):
+    kernel = lookup(case.op, case.domain, case.version)
+    args = list(case.inputs)
+    while args and args[-1] is None:
+        args.pop()
+    if kernel.takes_ctx:
+        ctx = SimpleNamespace(n_outputs=1, outputs_wanted=(True,), opset=case.version,
+                              node_name="n", op_type=case.op)  # fmt: skip
+        return kernel.fn(ctx, *args, **case.attrs)
+    return kernel.fn(*args, **case.attrs)
+
+
+def _outputs(result) -> list:
+    return [np.asarray(r) for r in (result if isinstance(result, tuple) else (result,))]
+
+
+def compare(case: Case, got: list, want: list) -> str | None:
+    """None where got (native) agrees with want (numpy), else what differs."""
+    if len(got) != len(want):
+        return f"{len(got)} outputs, numpy {len(want)}"
+    for i, (g, w) in enumerate(zip(got, want)):
+        if g.shape != w.shape or g.dtype != w.dtype:
+            return f"output {i}: {g.dtype}{list(g.shape)}, numpy {w.dtype}{list(w.shape)}"
+        if case.exact:
+            if g.tobytes() != w.tobytes() and not np.array_equal(g, w, equal_nan=True):
+                bad = np.flatnonzero((g != w) & ~(np.isnan(g) & np.isnan(w))
+                                     if g.dtype.kind == "f" else g != w)  # fmt: skip
+                return f"output {i}: {bad.size} values differ (bits promised), first at {bad[:3]}"
+        elif not np.allclose(g, w, rtol=case.rtol, atol=case.atol, equal_nan=True):
+            err = np.nanmax(np.abs(g.astype(np.float64) - w))
+            return f"output {i}: max difference {err:.3g} (rtol {case.rtol}, atol {case.atol})"
+    return None
+
+
+class NativeCalls:
+    """Counts the native library's calls (its pool jobs, recurrences and one-call convs)."""
+
+    def __init__(self):
+        self.count = 0
+
+    def __enter__(self):
+        lib = native.library()
+        self.saved = {}
+        for name in ("onyx_parallel", "lstm", "gru", "onyx_implicit_conv"):
+            fn = getattr(lib, name, None) if lib is not None else None
+            if fn:
+                self.saved[name] = fn
+                setattr(lib, name, self._counting(fn))
+        return self
+
+    def _counting(self, fn):
+        def call(*args):
+            self.count += 1
+            return fn(*args)
+
+        return call
+
+    def __exit__(self, *exc):
+        lib = native.library()
+        for name, fn in self.saved.items():
+            setattr(lib, name, fn)
+
+
+def run_case(case: Case) -> tuple[str | None, bool]:
+    """(what differs or None, whether the native library ran) for one case."""
+    with np.errstate(all="ignore"):  # (NaN and inf inputs on purpose)
+        return _run_case(case)
+
+
+def _run_case(case: Case) -> tuple[str | None, bool]:
+    inputs = case.inputs
+    with NativeCalls() as calls:
+        try:
+            got = _outputs(_call(case))
+        except Exception as e:  # the numpy kernel must then refuse it the same way
+            got = e
+    case.inputs = [None if a is None else np.array(a) for a in inputs]  # (fresh constants)
+    with native.disabled():
+        try:
+            want = _outputs(_call(case))
+        except Exception as e:
+            want = e
+    case.inputs = inputs
+    if isinstance(got, Exception) or isinstance(want, Exception):
+        if type(got) is type(want):
+            return None, calls.count > 0
+        return f"native: {got!r}; numpy: {want!r}", calls.count > 0
+    return compare(case, got, want), calls.count > 0
+
+
+def generate(seed: int, count: int, families=None):
+    """count seeded cases, the families taken in turn."""
+    names = list(families or FAMILIES)
+    for i in range(count):
+        family = names[i % len(names)]
+        rng = np.random.default_rng([seed, i])
+        yield i, FAMILIES[family](rng)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--cases", type=int, default=2000)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--family", action="append", choices=sorted(FAMILIES))
+    args = parser.parse_args(argv)
+    if not native.available():
+        print(f"native library not loaded ({native.status()}): nothing to compare")
+        return 1
+    start = time.perf_counter()
+    ran, failures, errors = Counter(), [], 0
+    totals = Counter()
+    for i, case in generate(args.seed, args.cases, args.family):
+        totals[case.family] += 1
+        try:
+            problem, native_ran = run_case(case)
+        except Exception:
+            errors += 1
+            failures.append((i, case.describe(), traceback.format_exc(limit=3)))
+            continue
+        ran[case.family] += native_ran
+        if problem:
+            failures.append((i, case.describe(), problem))
+    took = time.perf_counter() - start
+    print(
+        f"{args.cases} cases (seed {args.seed}) in {took:.1f} s; native status: {native.status()}"
+    )
+    for family in sorted(totals):
+        print(f"  {family:22s} {totals[family]:6d} cases, native ran in {ran[family]}")
+    print(f"{len(failures)} mismatches ({errors} of them errors)")
+    for i, what, problem in failures[:50]:
+        print(f"- case {i}: {what}\n    {problem}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,71 @@
+"""The native library's one ABI (abi.h, abi.c) and one CPU dispatch (onyx_isa): the ctypes
+copies of its structs agree with the C structs, a disagreement leaves the library off with
+the reason in native.status(), and ONYX_NATIVE_ISA=avx2 runs the portable kernels."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import subprocess
+import sys
+
+import pytest
+
+from onyx.runtime import native
+from onyx.runtime.native import _core
+
+needs_native = pytest.mark.skipif(not native.available(), reason=f"native: {native.status()}")
+
+
+@needs_native
+def test_every_ctypes_struct_matches_its_c_struct():
+    assert _core.abi_mismatches(native.library()) == []
+    table = _core._abi_table(native.library())
+    assert set(_core._STRUCTS) <= set(table)
+    # every C struct Python fills has its copy (dequantize_task shares quantize_task's)
+    assert set(table) - set(_core._STRUCTS) <= {"dequantize_task"}
+
+
+@needs_native
+def test_a_struct_that_disagrees_is_reported(monkeypatch):
+    @_core.abi("pool2d")
+    class _Short(ctypes.Structure):  # one field short of window.c's pool2d
+        _fields_ = [("x", ctypes.c_void_p), ("y", ctypes.c_void_p), ("H", ctypes.c_int64)]
+
+    try:
+        problems = _core.abi_mismatches(native.library())
+    finally:
+        _core._STRUCTS["pool2d"].remove(_Short)
+    assert len(problems) == 1 and "_Short != pool2d" in problems[0]
+
+
+def _status_in_subprocess(env: dict, code: str) -> str:
+    env = {**os.environ, **env}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                          timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+@needs_native
+def test_a_disagreeing_struct_turns_the_library_off(monkeypatch):
+    monkeypatch.setattr(_core, "abi_mismatches", lambda lib: ["pool2d differs"])
+    try:
+        _core.start(native.FAMILIES)
+        assert not native.available() and not native.conv_f32_ok()
+        assert "disagree" in native.status() and "pool2d differs" in native.status()
+    finally:
+        monkeypatch.undo()
+        _core.start(native.FAMILIES)
+    assert native.available()
+
+
+@needs_native
+def test_the_isa_switch_turns_the_avx512_kernels_off():
+    code = (
+        "from onyx.runtime import native\n"
+        "print(native.available(), native.conv_f32_ok(), native.int8_gemm_ok(4),"
+        " native.library().depthwise_lanes, native.library().onyx_isa(), '|', native.status())\n"
+    )
+    out = _status_in_subprocess({"ONYX_NATIVE_ISA": "avx2"}, code)
+    assert out.startswith("True False False 1 0 |") and "portable" in out, out

@@ -1,0 +1,62 @@
+"""Regressions of the native kernels' call sites: each case once returned a wrong shape or
+value with the library on (and the right one with ONYX_NATIVE=0)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from onyx.runtime import native
+from onyx.runtime.kernels.conv import conv
+from onyx.runtime.kernels.fused import fused_conv
+
+
+def _numpy_conv(x, w, b=None, monkeypatch=None, **attrs):
+    with monkeypatch.context() as m:
+        m.setattr(native._core, "lib", None)
+        return conv(x, w, b, **attrs)
+
+
+@pytest.mark.parametrize(
+    "x_shape, w_shape",
+    [
+        ((1, 128, 1), (1, 128, 1)),  # a voice-activity detector's: one output position
+        ((3, 16, 1), (8, 16, 1)),  # a few rows: the GEMV
+        ((2, 16, 4), (8, 16, 4)),  # one position from a longer input
+    ],
+)
+def test_1d_conv_of_one_position_keeps_its_axes(x_shape, w_shape, monkeypatch):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = rng.standard_normal(w_shape).astype(np.float32)
+    b = rng.standard_normal(w_shape[0]).astype(np.float32)
+    got = conv(x, w, b)
+    want = _numpy_conv(x, w, b, monkeypatch)
+    assert got.shape == want.shape == (x_shape[0], w_shape[0], 1)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_1d_fused_conv_of_one_position_takes_its_residual(monkeypatch):
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((2, 32, 1)).astype(np.float32)
+    w = rng.standard_normal((16, 32, 1)).astype(np.float32)
+    z = rng.standard_normal((2, 16, 1)).astype(np.float32)
+    got = fused_conv(x, w, None, z, activation="Relu")
+    with monkeypatch.context() as m:
+        m.setattr(native._core, "lib", None)
+        want = fused_conv(x, w, None, z, activation="Relu")
+    assert got.shape == want.shape == (2, 16, 1)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_small_conv_with_fewer_outputs_than_inputs_runs(monkeypatch):
+    """The stem conv's geometry has no channel multiplier (M // C is 0 here): the C entry
+    point's check once refused it."""
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((5, 16, 1, 1)).astype(np.float32)
+    w = rng.standard_normal((8, 16, 1, 2)).astype(np.float32)
+    attrs = {"pads": [0, 0, 0, 1], "strides": [1, 3]}
+    got = conv(x, w, **attrs)
+    want = _numpy_conv(x, w, None, monkeypatch, **attrs)
+    assert got.shape == want.shape == (5, 8, 1, 1)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
