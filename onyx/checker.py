@@ -30,6 +30,7 @@ from .ir import (
     Value,
 )
 from .ir.dtypes import type_name
+from .ir.opsets import canonical_domain, opset_for
 from .ir.tensor import wire_size
 
 __all__ = ["MAX_IR_VERSION", "Problem", "check", "problems", "type_string"]
@@ -425,10 +426,8 @@ class _Checker:
             self.report("node", "a node has neither inputs nor outputs", gname, node)
         for a in node.attributes.values():
             self.check_attribute(a, node, gname, visible, opsets, function)
-        domain = "" if node.domain == "ai.onnx" else node.domain
-        version = opsets.get(domain)
-        if version is None and domain == "":
-            version = opsets.get("ai.onnx")
+        domain = canonical_domain(node.domain)
+        version = opset_for(opsets, domain)
         if version is None:
             self.report(
                 "opset-import",

@@ -31,6 +31,8 @@ from ..ir import (
     Shape,
     SparseTensorType,
     TensorType,
+    canonical_domain,
+    opset_for,
 )
 from ..ir.dtypes import BY_NAME
 
@@ -289,8 +291,8 @@ class Engine:
             self.infer_node(node, env, opsets, declared, label or g.name)
 
     def infer_node(self, node: Node, env: dict, opsets, declared: dict, gname: str) -> None:
-        domain = "" if node.domain == "ai.onnx" else node.domain
-        opset = opsets.get(domain, opsets.get("ai.onnx") if domain == "" else None)
+        domain = canonical_domain(node.domain)
+        opset = opset_for(opsets, domain)
         schema = defs.get_schema(node.op_type, opset, domain) if opset else None
         ctx = NodeContext(self, node, env, schema, opset or 0)
         try:

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from .attr import Attr, AttrType, infer_attr_type
+from .opsets import opset_for
 from .tensor import Tensor
 from .types import Type
 
@@ -269,7 +270,7 @@ class Graph:
         deps: dict[int, set[int]] = {}
         for n in self._nodes:
             needed: set[int] = set()
-            for v in _inputs_with_captures(n):
+            for v in inputs_with_captures(n):
                 p = v.producer
                 if p is not None and id(p) in position and p is not n:
                     needed.add(id(p))
@@ -300,13 +301,17 @@ class Graph:
         return f"Graph({self.name!r}, {len(self._nodes)} nodes)"
 
 
-def _inputs_with_captures(node: Node) -> Iterator[Value]:
+def inputs_with_captures(node: Node) -> Iterator[Value]:
     """A node's inputs plus the outer Values its subgraphs read."""
     for v in node.inputs:
         if v is not None:
             yield v
     for g in node.subgraphs():
         yield from captured_values(g)
+
+
+#: (the name it had before it was public)
+_inputs_with_captures = inputs_with_captures
 
 
 def captured_values(graph: Graph) -> list[Value]:
@@ -410,12 +415,7 @@ class Model:
         return self._graph_source is None
 
     def opset(self, domain: str = "") -> int | None:
-        if domain == "ai.onnx":
-            domain = ""
-        v = self.opset_imports.get(domain)
-        if v is None and domain == "":
-            v = self.opset_imports.get("ai.onnx")
-        return v
+        return opset_for(self.opset_imports, domain)
 
     def __repr__(self) -> str:
         return (
