@@ -164,3 +164,14 @@ def test_if_branch_reads_values_produced_before_it():
     np.testing.assert_array_equal(y, [0, 4])
     (y,) = sess.run(None, {"x": x, "c": np.array(False)})
     np.testing.assert_array_equal(y, [0, -2])
+
+
+def test_op_traits_live_with_the_kernel():
+    from onyx.runtime.registry import op, traits
+
+    assert traits("Relu").elementwise and traits("Gelu", "com.microsoft").elementwise
+    assert not traits("MatMul").elementwise and traits("MatMul").threads == "blas"
+    assert not traits("RandomNormal").deterministic and traits("Add").deterministic
+    assert traits("Conv").threads == "pool" and traits("NoSuchOp") == traits("Identity", "x")
+    with pytest.raises(TypeError, match="unknown trait"):
+        op("Relu", since=999, elementwise_=True)

@@ -45,6 +45,8 @@ def rule(*ops: str, domain: str = ""):
 
     def deco(fn):
         for op in ops:
+            if (domain, op) in RULES:  # (one rule per op: a reader finds it by the op's name)
+                raise RuntimeError(f"two shape rules for {domain or 'ai.onnx'}::{op}")
             RULES[(domain, op)] = fn
         return fn
 

@@ -6,8 +6,8 @@ import numpy as np
 
 from .. import ir
 from ..ir.dtypes import DataType
+from ..runtime.registry import traits
 from .core import BASIC, STANDARD, PassContext, graph_pass, same_dims, static_shape
-from .fold import NONDETERMINISTIC
 
 
 def _bypass(ctx: PassContext, node: ir.Node, source: ir.Value | None) -> bool:
@@ -207,7 +207,9 @@ def common_subexpressions(ctx: PassContext) -> bool:
             changed = True
     seen: dict[tuple, _Twins] = {}
     for node in g:
-        if node.op_type in NONDETERMINISTIC or (node.attributes and _has_subgraph(node)):
+        if not traits(node.op_type, node.domain).deterministic or (
+            node.attributes and _has_subgraph(node)
+        ):
             continue
         key = (
             node.domain,

@@ -1,10 +1,10 @@
-"""The pass manager's machinery: pass registry, the context passes share, model cloning, helpers.
+"""The pass manager's machinery: passes, the context they share, model cloning, helpers.
 
-A pass is a function ``fn(ctx) -> bool`` (True when it changed the graph) registered with
-:func:`graph_pass` under a name (onnxruntime's name where onnxruntime has the same pass, so one
-``disabled_optimizers`` list works for both) and a level. Passes work on the main graph; nodes
-with subgraphs are left whole (their reads of outer values count as uses, so nothing they
-need is ever removed).
+A pass is a function ``fn(ctx) -> bool`` (True when it changed the graph) marked with
+:func:`graph_pass` with a name (onnxruntime's name where onnxruntime has the same pass, so one
+``disabled_optimizers`` list works for both) and a level; ``pipeline.py`` lists the passes in
+the order they run. Passes work on the main graph; nodes with subgraphs are left whole (their
+reads of outer values count as uses, so nothing they need is ever removed).
 """
 
 from __future__ import annotations
@@ -31,16 +31,30 @@ class Pass:
     fn: Callable[[PassContext], bool]
 
 
-#: Passes in the order they run (registration order).
-PASSES: list[Pass] = []
+@dataclass(frozen=True)
+class PassResult:
+    """What one run of a pass did: whether it changed the graph, and the changes it counted
+    (``PassContext.count``), by name."""
+
+    name: str
+    changed: bool
+    stats: dict[str, int]
+    seconds: float
 
 
 def graph_pass(name: str, level: int = BASIC) -> Callable:
-    def register(fn):
-        PASSES.append(Pass(name, level, fn))
+    """Mark ``fn`` as the pass ``name`` of ``level`` (listed in pipeline.py to run)."""
+
+    def mark(fn):
+        fn.graph_pass = Pass(name, level, fn)
         return fn
 
-    return register
+    return mark
+
+
+def pass_of(fn: Callable) -> Pass:
+    """The pass a :func:`graph_pass` function is."""
+    return fn.graph_pass
 
 
 @dataclass
@@ -61,6 +75,8 @@ class PassContext:
     ran: set[str] = field(default_factory=set)
     #: What passes keep between runs, by keys of their own (e.g. per-tensor digests).
     memo: dict = field(default_factory=dict)
+    #: One result per pass run, in order.
+    results: list[PassResult] = field(default_factory=list)
     #: Whether constant folding may grow the model without bound (a session's in-memory
     #: model: nothing is written) rather than keep big generated tensors as computations.
     unbounded_folding: bool = False

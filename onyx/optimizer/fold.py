@@ -11,18 +11,10 @@ from .. import ir
 from ..errors import OnyxError
 from ..ir.dtypes import DataType, to_numpy
 from ..runtime.bind import bind
+from ..runtime.registry import traits
 from .core import BASIC, STANDARD, PassContext, graph_pass, is_op, static_shape
-from .qdq import reads_quantized  # (also registers the QDQ fusion ahead of the other fusions)
+from .qdq import reads_quantized
 
-#: Ops whose result is not a function of their inputs.
-NONDETERMINISTIC = {
-    "RandomNormal",
-    "RandomUniform",
-    "RandomNormalLike",
-    "RandomUniformLike",
-    "Multinomial",
-    "Bernoulli",
-}
 #: A folded result bigger than this that also outgrows its inputs 4x stays a computation
 #: (ConstantOfShape / Expand / Tile would otherwise bloat the model file), except in a
 #: session's model (PassContext.unbounded_folding): weights a model generates with
@@ -34,7 +26,7 @@ MAX_GROWN_BYTES = 1 << 20
 def evaluate(ctx: PassContext, node: ir.Node, known: dict | None = None) -> tuple | None:
     """The node's outputs when it can be folded, else None. ``known``: id(value) -> array,
     values taken as given besides the constants."""
-    if node.op_type in NONDETERMINISTIC:
+    if not traits(node.op_type, node.domain).deterministic:
         return None
     args = _constant_inputs(ctx, node, known)  # first: most nodes fail here, and fast
     if args is None or any(True for _ in node.subgraphs()):

@@ -25,6 +25,7 @@ from .options import (  # noqa: F401  (onnxruntime's names, importable from here
 )
 from .plan import Compiler, Plan, as_array_result, check_nodes
 from .profiler import Profiler
+from .registry import traits
 from .session_api import SessionAPI
 
 PROVIDERS = ["CPUExecutionProvider"]
@@ -251,27 +252,10 @@ class InferenceSession(SessionAPI):
         return path
 
 
-#: Ops whose work runs on the native library's thread pool (pool.c): float convs (AVX-512),
-#: integer GEMMs and convs.
-_POOL_OPS = frozenset(
-    ["Conv", "ConvHardSwish", "ConvInteger", "FusedConv", "MatMulInteger", "QLinearConv",
-     "QLinearMatMul", "DynamicQuantizeMatMul", "MatMulIntegerToFloat"]
-)  # fmt: skip
-#: Ops whose work goes to numpy's BLAS and its threads (LSTM and GRU: unless _on_pool).
-_BLAS_OPS = frozenset(
-    ["Attention", "ConvTranspose", "Einsum", "FusedGemm", "FusedMatMul", "Gemm", "GRU", "LSTM",
-     "MatMul", "MultiHeadAttention", "RNN"]
-)  # fmt: skip
-
-
-def _on_pool(node: ir.Node) -> bool:
-    """Whether the node's heavy work runs on the native pool. LSTM and GRU recurrences of a
-    hidden size rnn.c takes (a multiple of 16) run there with their projections; others keep
-    BLAS (the exact activations and variants are checked at run time)."""
-    if node.op_type in ("LSTM", "GRU"):
-        hidden = node.attr("hidden_size", 0)
-        return hidden > 0 and hidden % 16 == 0
-    return node.op_type in _POOL_OPS
+def _threads(node: ir.Node) -> str | None:
+    """Where the node's heavy work runs: "pool", "blas" or None (the op's `threads` trait)."""
+    where = traits(node.op_type, node.domain).threads
+    return where(node) if callable(where) else where
 
 
 def _pool_heavy(graph: ir.Graph) -> bool:
@@ -281,9 +265,9 @@ def _pool_heavy(graph: ir.Graph) -> bool:
     convs (52 ms a run on 2 threads, 33 ms with BLAS on one)."""
     pool = blas = 0
     for node in graph:
-        on_pool = _on_pool(node)
-        pool += on_pool
-        blas += not on_pool and node.op_type in _BLAS_OPS
+        where = _threads(node)
+        pool += where == "pool"
+        blas += where == "blas"
     return pool > blas
 
 

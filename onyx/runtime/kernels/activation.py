@@ -112,7 +112,7 @@ def _leaky_relu_k(x, alpha):
 
 # Ops whose opset-1 version has the legacy `consumed_inputs` attribute, then a later version
 # with the same semantics: one registration per signature.
-@op("Relu", since=1)
+@op("Relu", since=1, elementwise=True)
 def relu_1(x, *, consumed_inputs=None):
     return relu(x)
 
@@ -125,7 +125,7 @@ def relu(x):
     return np.asarray(np.maximum(x, x.dtype.type(0)))
 
 
-@op("Sigmoid", since=1)
+@op("Sigmoid", since=1, elementwise=True)
 def sigmoid_1(x, *, consumed_inputs=None):
     return _sigmoid_k(x)
 
@@ -135,7 +135,7 @@ def sigmoid(x):
     return _sigmoid_k(x)
 
 
-@op("Tanh", since=1)
+@op("Tanh", since=1, elementwise=True)
 def tanh_1(x, *, consumed_inputs=None):
     return _tanh_k(x)
 
@@ -145,7 +145,7 @@ def tanh(x):
     return _tanh_k(x)
 
 
-@op("Elu", since=1)
+@op("Elu", since=1, elementwise=True)
 def elu_1(x, *, alpha=1.0, consumed_inputs=None):
     return _elu_k(x, alpha=alpha)
 
@@ -155,7 +155,7 @@ def elu(x, *, alpha=1.0):
     return _elu_k(x, alpha=alpha)
 
 
-@op("Selu", since=1)
+@op("Selu", since=1, elementwise=True)
 def selu_1(
     x, *, alpha=1.67326319217681884765625, gamma=1.05070102214813232421875, consumed_inputs=None
 ):
@@ -167,7 +167,7 @@ def selu(x, *, alpha=1.67326319217681884765625, gamma=1.05070102214813232421875)
     return _selu_k(x, alpha=alpha, gamma=gamma)
 
 
-@op("LeakyRelu", since=1)
+@op("LeakyRelu", since=1, elementwise=True)
 def leaky_relu_1(x, *, alpha=0.01, consumed_inputs=None):
     return _leaky_relu_k(x, alpha=alpha)
 
@@ -177,7 +177,7 @@ def leaky_relu(x, *, alpha=0.01):
     return _leaky_relu_k(x, alpha=alpha)
 
 
-@op("HardSigmoid", since=1)
+@op("HardSigmoid", since=1, elementwise=True)
 def hard_sigmoid_1(x, *, alpha=0.2, beta=0.5, consumed_inputs=None):
     return _hard_sigmoid_k(x, alpha=alpha, beta=beta)
 
@@ -192,7 +192,7 @@ def _prelu(x, slope):
     return np.where(xc < 0, xc * sc, xc).astype(x.dtype, copy=False)
 
 
-@op("PRelu", since=1)
+@op("PRelu", since=1, elementwise=True)
 def prelu_1(x, slope, *, consumed_inputs=None):
     # before opset 7 a 1-D slope of length C holds one slope per channel (axis 1)
     if slope.ndim == 1 and x.ndim > 2 and slope.shape[0] == x.shape[1]:
@@ -218,29 +218,29 @@ def _register_plain(name: str, fn: Callable, since: int) -> None:
     def kernel(x):
         return np.asarray(fn(upcast(x))).astype(x.dtype, copy=False)
 
-    op(name, since=since)(kernel)
+    op(name, since=since, elementwise=True)(kernel)
 
 
 for _name, (_fn, _since) in _PLAIN.items():
     _register_plain(_name, _fn, _since)
 
 
-@op("Gelu", since=20)
+@op("Gelu", since=20, elementwise=True)
 def gelu(x, *, approximate="none"):
     return _activation(_gelu)(x, approximate=approximate)
 
 
-@op("Celu", since=12)
+@op("Celu", since=12, elementwise=True)
 def celu(x, *, alpha=1.0):
     return _activation(_celu)(x, alpha=alpha)
 
 
-@op("ThresholdedRelu", since=10)
+@op("ThresholdedRelu", since=10, elementwise=True)
 def thresholded_relu(x, *, alpha=1.0):
     return _activation(lambda v, alpha: np.where(v > alpha, v, 0))(x, alpha=alpha)
 
 
-@op("Shrink", since=9)
+@op("Shrink", since=9, elementwise=True)
 def shrink(x, *, bias=0.0, lambd=0.5):
     xc = upcast(x)
     if xc.dtype.kind in "iu":  # integer inputs: compute exactly in float64

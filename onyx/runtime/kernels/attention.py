@@ -111,7 +111,7 @@ def _plain(Q, K, V, attn_mask, past_key, nonpad, n_outputs, softcap, precision, 
     )
 
 
-@op("Attention", since=23)
+@op("Attention", since=23, threads="blas")
 def attention(
     ctx,
     Q,

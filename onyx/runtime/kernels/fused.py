@@ -69,7 +69,7 @@ def _activate(y: np.ndarray, activation: str, alpha=None, beta=None, gamma=None)
     return fn(y, alpha, beta, gamma)
 
 
-@op("FusedConv", since=1, domain=MS)
+@op("FusedConv", since=1, domain=MS, threads="pool")
 def fused_conv(
     X,
     W,
@@ -118,7 +118,7 @@ def fused_conv(
     return _activate(y, activation, *params[:3])
 
 
-@op("ConvHardSwish", since=1, domain=ONYX_DOMAIN)
+@op("ConvHardSwish", since=1, domain=ONYX_DOMAIN, threads="pool")
 def conv_hard_swish(
     X,
     W,
@@ -137,7 +137,7 @@ def conv_hard_swish(
                       group=group, kernel_shape=kernel_shape, pads=pads, strides=strides)  # fmt: skip
 
 
-@op("FusedGemm", since=1, domain=MS)
+@op("FusedGemm", since=1, domain=MS, threads="blas")
 def fused_gemm(
     A,
     B,

@@ -373,7 +373,15 @@ def _finish(layer: _Layer, Ys: np.ndarray, Cs: np.ndarray | None = None, time_or
 # --- RNN -----------------------------------------------------------------------------------------
 
 
-@op("RNN", since=1)
+def native_or_blas(node) -> str:
+    """Where an LSTM's or GRU's heavy work runs: recurrences of a hidden size rnn.c takes (a
+    multiple of 16) run on the native pool with their projections; others keep BLAS (the
+    exact activations and variants are checked at run time)."""
+    hidden = node.attr("hidden_size", 0)
+    return "pool" if hidden > 0 and hidden % 16 == 0 else "blas"
+
+
+@op("RNN", since=1, threads="blas")
 def rnn(
     X,
     W,
@@ -412,7 +420,7 @@ def rnn(
 # --- GRU -----------------------------------------------------------------------------------------
 
 
-@op("GRU", since=1)
+@op("GRU", since=1, threads=native_or_blas)
 def gru(
     X,
     W,
@@ -497,7 +505,7 @@ def _transposed(R: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(blocks.transpose(1, 2, 4, 0, 3), np.float32)
 
 
-@op("LSTM", since=1)
+@op("LSTM", since=1, threads=native_or_blas)
 def lstm(
     X,
     W,
