@@ -74,10 +74,10 @@ def kernel_time(sess, feeds: dict, repeat: int) -> tuple[float, int]:
     take a context (subgraphs, Split) count with their time in the recorded run."""
     from onyx.runtime.plan import Frame
 
-    plan = sess._plan  # the session's compiled plan (private API: this is a white-box benchmark)
+    plan = sess.plan  # the session's compiled plan
     recorder = _Recorder()
     with np.errstate(all="ignore"):
-        plan.run(sess._bind_inputs(feeds), None, None, profiler=recorder)
+        plan.run(sess._bind_inputs(feeds), None, None, profiler=recorder)  # noqa: SLF001
         times: list[list[float]] = [[] for _ in recorder.calls]
         frame = Frame(plan, list(plan.template), None)
         for _ in range(repeat):

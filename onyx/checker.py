@@ -328,11 +328,11 @@ class _Checker:
                     f"{what}: {got} bytes of data for {t.dtype.name}{list(t.shape)} (needs {want})",
                     gname,
                 )
-        elif getattr(t, "_array", None) is not None:
-            if t._array.size != t.size:
+        elif t.loaded_array() is not None:
+            if t.loaded_array().size != t.size:
                 self.report(
                     "tensor-data-size",
-                    f"{what}: {t._array.size} values for dims {list(t.shape)}",
+                    f"{what}: {t.loaded_array().size} values for dims {list(t.shape)}",
                     gname,
                 )
 

@@ -92,7 +92,7 @@ class OnyxRunner(Runner):
 
     def value_names(self) -> set[str]:
         # what survived the session's optimizations (a fused-away value is not observable)
-        return set(self.session._slot_by_name)
+        return self.session.value_names()
 
     def run(self, feed, names=None):
         names = names or self.output_names()

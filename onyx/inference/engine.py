@@ -94,6 +94,7 @@ class NodeContext:
     def __init__(self, engine: Engine, node: Node, env: dict, schema, opset: int):
         self.engine = engine
         self.node = node
+        self.inputs = node.inputs  # (rules ask often; Node.inputs makes a tuple each time)
         self.env = env
         self.schema = schema
         self.opset = opset
@@ -101,18 +102,17 @@ class NodeContext:
         self.out_data: dict[int, object] = {}
 
     # -- inputs -------------------------------------------------------------------------------
-    # (these read node._inputs: rules ask often, and Node.inputs copies it into a tuple)
     @property
     def n_inputs(self) -> int:
-        return len(self.node._inputs)
+        return len(self.inputs)
 
     def has(self, i: int) -> bool:
-        return i < len(self.node._inputs) and self.node._inputs[i] is not None
+        return i < len(self.inputs) and self.inputs[i] is not None
 
     def type(self, i: int):
         if not self.has(i):
             return None
-        return self.env["types"].get(id(self.node._inputs[i]))
+        return self.env["types"].get(id(self.inputs[i]))
 
     def dtype(self, i: int) -> DataType | None:
         t = self.type(i)
@@ -134,7 +134,7 @@ class NodeContext:
         """The input's full constant value as a numpy array, or None."""
         if not self.has(i):
             return None
-        d = self.env["data"].get(id(self.node._inputs[i]))
+        d = self.env["data"].get(id(self.inputs[i]))
         if isinstance(d, np.ndarray):
             return d
         if isinstance(d, Data) and d.known():
@@ -146,7 +146,7 @@ class NodeContext:
         """The input as propagated dims (known constants included), or None."""
         if not self.has(i):
             return None
-        d = self.env["data"].get(id(self.node._inputs[i]))
+        d = self.env["data"].get(id(self.inputs[i]))
         if isinstance(d, Data):
             return d
         if isinstance(d, np.ndarray) and d.ndim <= 1 and d.dtype.kind in "iu" and d.size <= 64:
@@ -319,7 +319,7 @@ class Engine:
         except (ValueError, TypeError, IndexError, KeyError, ZeroDivisionError) as e:
             if self.strict:
                 self.problem(f"graph {gname!r}, {_label(node)}: inference failed: {e}")
-        for i, v in enumerate(node._outputs):
+        for i, v in enumerate(node.outputs):
             if not v.name:
                 continue
             inferred = ctx.outputs.get(i)

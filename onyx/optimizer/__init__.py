@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterable
 
 from .. import ir
+from ..utils import gc_paused
 from .core import ALL, BASIC, LEVELS, PassContext, PassResult, clone_model
 from .pipeline import PIPELINE
 
@@ -63,7 +64,11 @@ def optimize(
     ``in_place``: optimize ``model`` itself, for a caller that owns it (the copy is not free).
     ``for_session``: the model is to run, not to be written: constants are folded whatever
     their size (a generated weight is otherwise made again on every run)."""
-    lvl = _level(level)
+    with gc_paused():  # (a clone's and the rewrites' objects live on)
+        return _optimize(model, _level(level), disabled, stats, in_place, for_session, results)
+
+
+def _optimize(model, lvl: int, disabled, stats, in_place, for_session, results) -> ir.Model:
     m = model if in_place else clone_model(model)
     if lvl <= 0 or _names_values_in_attributes(m):
         return m

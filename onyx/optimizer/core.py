@@ -66,6 +66,7 @@ class PassContext:
     #: Names of the passes this run uses (a basic pass may leave work to a fusion that runs).
     enabled: frozenset[str] = frozenset()
     _names: set[str] | None = None
+    _suffixes: dict[str, int] = field(default_factory=dict)
     _declared: tuple | None = None
     #: Counts the changes made so far: every pass that changed the graph, every inference.
     version: int = 0
@@ -113,7 +114,7 @@ class PassContext:
         for v in g.values():
             if id(v) in types and v.producer is not None and id(v) not in outputs:
                 v.type = types[id(v)][1]
-        alive = {id(v) for n in g._nodes for v in n.outputs}
+        alive = {id(v) for n in g for v in n.outputs}
         g.value_info = [v for v in value_info if id(v) in alive]
 
     @property
@@ -132,12 +133,15 @@ class PassContext:
             self._names = set(self.graph.initializers)
             for g in _graphs(self.graph):
                 self._names.update(v.name for v in g.inputs)
-                for n in g._nodes:
+                for n in g:
                     self._names.update(v.name for v in n.outputs)
-        name, i = base, 0
+        # (from the suffix this base had last: the ones below it are all taken, as before)
+        i = self._suffixes.get(base, 0)
+        name = f"{base}_{i}" if i else base
         while name in self._names:
             i += 1
             name = f"{base}_{i}"
+        self._suffixes[base] = i
         self._names.add(name)
         return name
 
@@ -199,10 +203,10 @@ class PassContext:
 
     def single_use(self, v: ir.Value) -> ir.Node | None:
         """The only node reading ``v`` (once), when ``v`` is not a graph output."""
-        uses = v._uses
-        if len(uses) != 1 or self.is_output(v):
+        use = v.only_use()
+        if use is None or self.is_output(v):
             return None
-        return uses[0][0]
+        return use[0]
 
     def replace_nodes(self, last: ir.Node, new: ir.Node, dead: Iterable[ir.Node] = ()) -> None:
         """Put ``new`` where ``last`` was; ``new`` takes over ``last``'s outputs (same Values).
@@ -212,12 +216,7 @@ class PassContext:
         """
         g = self.graph
         g.insert_before(last, new)
-        for i, v in enumerate(last.outputs):
-            if i < len(new._outputs):
-                old = new._outputs[i]
-                v.producer, v.index = new, i
-                new._outputs[i] = v
-                old.producer = None
+        new.take_over_outputs(last)
         g.remove(last, safe=False)
         for n in dead:
             if n.graph is g:
@@ -226,7 +225,7 @@ class PassContext:
 
 def _graphs(g: ir.Graph):
     yield g
-    for n in g._nodes:
+    for n in g:
         for sub in n.subgraphs():
             yield from _graphs(sub)
 
@@ -259,7 +258,7 @@ def inference_batch_norm(ctx: PassContext, bn: ir.Node | None) -> bool:
     per-channel affine map of its input (the running statistics as given)."""
     if not is_op(bn, "BatchNormalization") or len(bn.inputs) < 5:
         return False
-    if any(v.name and (v._uses or ctx.is_output(v)) for v in bn.outputs[1:]):
+    if any(v.name and (v.has_uses() or ctx.is_output(v)) for v in bn.outputs[1:]):
         return False
     if bn.attr("training_mode", 0) or not bn.attr("spatial", 1):
         return False
@@ -332,7 +331,7 @@ def clone_graph(g: ir.Graph, vmap: dict[int, ir.Value]) -> ir.Graph:
         if id(v) not in vmap:
             vmap[id(v)] = _clone_value(v)
     nodes = []
-    for n in g._nodes:
+    for n in g:
         outs = [_clone_value(v) for v in n.outputs]
         for v, c in zip(n.outputs, outs):
             vmap[id(v)] = c

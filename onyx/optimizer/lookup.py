@@ -69,7 +69,7 @@ def _byte_values(ctx: PassContext, order: list[ir.Node]):
     their numpy types."""
     values = list(ctx.graph.inputs) + [v for n in order for v in n.outputs]
     for v in values:
-        byte = _byte_type(ctx, v) if v._uses else None
+        byte = _byte_type(ctx, v) if v.has_uses() else None
         if byte is not None:
             yield v, byte
 
@@ -86,7 +86,7 @@ def _byte_type(ctx: PassContext, v: ir.Value):
     t = v.type
     if isinstance(t, ir.TensorType) and t.elem_type is not None:
         return BYTE_TYPES.get(t.elem_type)
-    for node, i in v._uses:
+    for node, i in v.iter_uses():
         domain = "" if node.domain in STANDARD else node.domain
         if i in _ZERO_POINT_AFTER.get((domain, node.op_type), ()) and len(node.inputs) > i + 2:
             zp = ctx.const(node.inputs[i + 2])
@@ -102,7 +102,7 @@ def _chain_nodes(ctx: PassContext, root: ir.Value, position: dict) -> list[ir.No
     rank = len(shape) if shape is not None else 0
     inside = {id(root)}
     members: list[ir.Node] = []
-    heap = [(position[id(n)], id(n), n) for n, _ in root._uses if id(n) in position]
+    heap = [(position[id(n)], id(n), n) for n, _ in root.iter_uses() if id(n) in position]
     heapq.heapify(heap)
     seen = set()
     while heap:  # in graph order: a node's producers inside the chain come first
@@ -115,7 +115,7 @@ def _chain_nodes(ctx: PassContext, root: ir.Value, position: dict) -> list[ir.No
         members.append(node)
         for v in node.outputs:
             inside.add(id(v))
-            for user, _ in v._uses:
+            for user, _ in v.iter_uses():
                 if id(user) in position:
                     heapq.heappush(heap, (position[id(user)], id(user), user))
     return members
@@ -136,7 +136,7 @@ def _takes(ctx: PassContext, node: ir.Node, inside: set[int], rank: int) -> bool
 def _exits(ctx: PassContext, nodes: list[ir.Node], members: set[int]) -> list[ir.Value]:
     """The chain's values read outside it (or graph outputs), in graph order."""
     return [v for n in nodes for v in n.outputs
-            if ctx.is_output(v) or any(id(user) not in members for user, _ in v._uses)]  # fmt: skip
+            if ctx.is_output(v) or any(id(user) not in members for user, _ in v.iter_uses())]  # fmt: skip
 
 
 def _ancestors(out: ir.Value, members: set[int], position: dict) -> list[ir.Node]:

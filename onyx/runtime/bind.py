@@ -104,11 +104,16 @@ def find_kernel(node: ir.Node, domain: str, version: int) -> Kernel:
     node, when there is none)."""
     kernel = lookup(node.op_type, domain, version)
     if kernel is None:
-        raise NotImplementedOp(
-            f"{node_label(node)}: no kernel for {node.domain or 'ai.onnx'}::{node.op_type} "
-            f"at opset version {version}"
-        )
+        raise no_kernel(node, version)
     return kernel
+
+
+def no_kernel(node: ir.Node, version: int) -> NotImplementedOp:
+    """The error for a node no kernel runs at opset ``version``."""
+    return NotImplementedOp(
+        f"{node_label(node)}: no kernel for {node.domain or 'ai.onnx'}::{node.op_type} "
+        f"at opset version {version}"
+    )
 
 
 def declared_outputs(node: ir.Node) -> tuple[ir.Value, ...]:

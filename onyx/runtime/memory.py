@@ -37,6 +37,11 @@ def keep_freed_memory() -> bool:
         return _state
 
 
+def freed_memory_kept() -> bool | None:
+    """Whether keep_freed_memory took effect (None: it has not been asked yet)."""
+    return _state
+
+
 def _raise_thresholds() -> bool:
     if not sys.platform.startswith("linux"):
         return False

@@ -15,6 +15,7 @@ each kernel call can be timed.
 
 from __future__ import annotations
 
+import copy
 import keyword
 import time
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ import numpy as np
 
 from .. import ir
 from ..errors import OnyxError, RuntimeFailure
-from .bind import Step, StepContext, bind, find_kernel, node_label
+from .bind import Step, StepContext, bind, find_kernel, no_kernel, node_label
 from .registry import ONYX_DOMAIN, lookup
 from .values import describe, sparse_value, tensor_value
 
@@ -163,6 +164,7 @@ class Plan:
             body = standard_function(node.op_type, domain, version)
             if body is not None:  # no kernel: run the op as the standard defines it
                 return self._function_step(body, node, attrs, compiler, common)
+            raise no_kernel(node, version)
         step = bind(
             node,
             opsets,
@@ -219,6 +221,13 @@ class Plan:
             return tuple(body.run(args[:n_formal], None))
 
         return Step(fn=call_function, takes_ctx=True, attrs={}, **common)
+
+    def with_steps(self, steps: list[Step]) -> Plan:
+        """A copy of this plan running ``steps`` (the same slots; schedules made afresh)."""
+        clone = copy.copy(self)
+        clone.__dict__.update(steps=list(steps), _schedules={}, _runners={})
+        clone.default_schedule = clone.schedule(tuple(clone.output_slots))
+        return clone
 
     # -- scheduling -----------------------------------------------------------------------------
     def schedule(self, wanted: tuple[int, ...]) -> list[Step]:
@@ -284,7 +293,7 @@ class Plan:
             except OnyxError:
                 raise
             except Exception as e:
-                raise self._failure(step, args, e) from e
+                raise self.failure(step, args, e) from e
             profiler.node(step, start, time.perf_counter(), args, result)
             for slot, value in zip(step.outs, result):
                 if slot >= 0:
@@ -293,7 +302,7 @@ class Plan:
                 slots[slot] = None
         return [slots[i] for i in (self.output_slots if wanted is None else wanted)]
 
-    def _failure(self, step: Step, args: list, e: Exception) -> RuntimeFailure:
+    def failure(self, step: Step, args: list, e: Exception) -> RuntimeFailure:
         return RuntimeFailure(
             f"{step.label()} in graph {self.name!r} failed with inputs "
             f"({', '.join(describe(a) for a in args)}): {type(e).__name__}: {e}"
@@ -400,7 +409,7 @@ def _generate(plan: Plan, wanted: tuple[int, ...] | None):
         step = steps[line_step.get(tb.tb_lineno if tb is not None else -1, 0)]
         values = {**env, **local_values}
         args = [values.get(name(i)) if i >= 0 else None for i in step.ins]
-        return plan._failure(step, args, e)
+        return plan.failure(step, args, e)
 
     env["_fail"] = fail
     source = "\n".join(lines)

@@ -138,6 +138,18 @@ def traits(op_type: str, domain: str = "") -> OpTraits:
 _NO_TRAITS = OpTraits()
 
 
+def kernel_table() -> dict[tuple[str, str], list[Kernel]]:
+    """The live table (domain, op) -> kernels by since, every kernel loaded: for code that
+    installs and removes kernels at run time (custom_ops.py)."""
+    _load_all()
+    return _KERNELS
+
+
+def describe_kernel(fn: Callable, domain: str, op_type: str, since: int) -> Kernel:
+    """What the registry records for ``fn`` as the kernel of ``op_type`` from ``since`` on."""
+    return _describe(fn, domain, op_type, since)
+
+
 def registered() -> dict[tuple[str, str], list[Kernel]]:
     _load_all()
     return dict(_KERNELS)

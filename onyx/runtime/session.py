@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import os
 import time
 from contextlib import contextmanager, nullcontext
@@ -14,6 +13,7 @@ import numpy as np
 from .. import ir
 from ..errors import FormatError, InvalidArgument
 from ..ir.dtypes import DataType, to_numpy, type_name
+from ..utils import gc_paused
 from . import memory, native
 from .custom_ops import session_kernels
 from .options import (  # noqa: F401  (onnxruntime's names, importable from here as before)
@@ -83,19 +83,6 @@ def _load_model(source: Any) -> ir.Model:
     )
 
 
-@contextmanager
-def _gc_paused():
-    """Creation builds many linked objects that live on: the cyclic GC would scan them, and in
-    its older generations the whole heap, over and over (what it finds waits until after)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 class InferenceSession(SessionAPI):
     """Run a model. ``InferenceSession(path_or_bytes_or_model, sess_options=None, providers=None)``."""
 
@@ -113,7 +100,7 @@ class InferenceSession(SessionAPI):
         t0 = time.perf_counter()
         if self._options.enable_cpu_mem_arena:
             memory.keep_freed_memory()  # large tensors reuse freed heap memory (memory.py)
-        with _gc_paused(), session_kernels(getattr(self._options, "_custom_ops", ())):
+        with gc_paused(), session_kernels(getattr(self._options, "_custom_ops", ())):
             model = self._build(path_or_bytes)
         graph = model.graph
         inits = set(graph.initializers)
@@ -153,6 +140,22 @@ class InferenceSession(SessionAPI):
         except ImportError:
             return model
         return optimize_for_session(model, self._options, in_place=owned)
+
+    # -- introspection (onyx's own) -------------------------------------------------------------
+    @property
+    def plan(self) -> Plan:
+        """The compiled plan the session runs (its steps: ``plan.default_schedule``)."""
+        return self._plan
+
+    def value_names(self) -> set[str]:
+        """Every value a run can fetch by name: graph outputs and the intermediate values the
+        session's optimizations kept."""
+        return set(self._slot_by_name)
+
+    @property
+    def pool_heavy(self) -> bool:
+        """Whether most heavy ops run on the native pool, so BLAS gets one thread per run."""
+        return self._pool_heavy
 
     # -- metadata -------------------------------------------------------------------------------
     def get_inputs(self) -> list[NodeArg]:
@@ -206,7 +209,7 @@ class InferenceSession(SessionAPI):
             wanted = tuple(self._output_slot(n) for n in output_names)
         threads = int(self._options.intra_op_num_threads or 0)
         blas = 1 if self._pool_heavy else threads
-        with native.threads(threads), _blas_threads(blas) if blas > 0 else nullcontext():
+        with native.threads(threads), blas_threads(blas) if blas > 0 else nullcontext():
             if run_options is not None or self._log_runs:
                 results = self._run_with_options(inputs, wanted, run_options or RunOptions())
             else:
@@ -275,7 +278,7 @@ _blas_libs = None
 
 
 @contextmanager
-def _blas_threads(n: int):
+def blas_threads(n: int):
     """Limit the BLAS thread pool (numpy's matmul) to ``n`` threads for one run. The libraries'
     own getters and setters (threadpoolctl's controllers, found once): its ``limit`` surveys
     every library on each call, 9 us of a tiny model's 60."""
