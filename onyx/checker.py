@@ -617,17 +617,10 @@ def _range(lo: int, hi: int) -> str:
 
 
 def _load(model) -> Model:
-    if isinstance(model, Model):
-        return model
-    if isinstance(model, str | os.PathLike):
-        from .serde import load
+    from .serde import as_model
 
-        return load(model, load_external_data=False)  # the checker only needs locations
-    if isinstance(model, bytes | bytearray | memoryview):
-        from .serde import loads
-
-        return loads(bytes(model))
-    raise TypeError(f"cannot check a {type(model).__name__}")
+    # (external data: the checker only needs its locations)
+    return as_model(model, load_external_data=False, user="the checker")
 
 
 def problems(model, full: bool = False) -> list[Problem]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import DataType
-from .engine import Data, InferenceError, NodeContext, rule
+from .engine import Data, InferenceError, NodeContext, data_fold, rule
 
 # Output 0 has the type and shape of input 0.
 SAME_AS_INPUT = """
@@ -163,6 +163,7 @@ FOLD = {
 }
 
 
+@data_fold
 def fold(ctx: NodeContext) -> None:
     """Compute small integer/bool results when every input is known (no rule needed)."""
     op = ctx.node.op_type

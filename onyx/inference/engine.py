@@ -53,6 +53,17 @@ def rule(*ops: str, domain: str = ""):
     return deco
 
 
+#: Functions computing a node's small integer results from known inputs (data propagation),
+#: run after its rule: registered with :func:`data_fold` (elementwise.py's shape arithmetic).
+DATA_FOLDS: list[Callable] = []
+
+
+def data_fold(fn: Callable) -> Callable:
+    """Register ``fn(ctx)`` to run after every node's rule when data is propagated."""
+    DATA_FOLDS.append(fn)
+    return fn
+
+
 class InferenceError(Exception):
     """A rule found the node's inputs inconsistent (an error in strict mode)."""
 
@@ -311,9 +322,8 @@ class Engine:
                 if not ctx.outputs:
                     generic(ctx)
             if self.data_prop:
-                from .elementwise import fold
-
-                fold(ctx)
+                for fold in DATA_FOLDS:
+                    fold(ctx)
         except InferenceError as e:
             self.problem(f"graph {gname!r}, {_label(node)}: {e}")
         except (ValueError, TypeError, IndexError, KeyError, ZeroDivisionError) as e:

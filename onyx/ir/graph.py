@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from .attr import Attr, AttrType, infer_attr_type
+from .attr import Attr, AttrType
 from .opsets import opset_for
 from .tensor import Tensor
 from .types import Type
@@ -417,6 +417,40 @@ def captured_values(graph: Graph) -> list[Value]:
     visit(graph)
     # a value used before its (later) definition inside the graph is not a capture
     return [v for k, v in captured.items() if k not in defined]
+
+
+def infer_attr_type(value: Any) -> AttrType:
+    """The attribute type of a plain Python value (as onnx.helper.make_attribute would choose)."""
+    import numpy as np
+
+    if isinstance(value, bool | int | np.integer):
+        return AttrType.INT
+    if isinstance(value, float | np.floating):
+        return AttrType.FLOAT
+    if isinstance(value, str | bytes):
+        return AttrType.STRING
+    if isinstance(value, Tensor | np.ndarray):
+        return AttrType.TENSOR
+    if isinstance(value, Graph):
+        return AttrType.GRAPH
+    if isinstance(value, Type):
+        return AttrType.TYPE_PROTO
+    if isinstance(value, list | tuple):
+        if not value:
+            raise ValueError("cannot infer the type of an empty attribute list")
+        single = infer_attr_type(value[0])
+        plural = {
+            AttrType.INT: AttrType.INTS,
+            AttrType.FLOAT: AttrType.FLOATS,
+            AttrType.STRING: AttrType.STRINGS,
+            AttrType.TENSOR: AttrType.TENSORS,
+            AttrType.GRAPH: AttrType.GRAPHS,
+            AttrType.TYPE_PROTO: AttrType.TYPE_PROTOS,
+        }
+        if single == AttrType.INT and any(isinstance(v, float) for v in value):
+            return AttrType.FLOATS
+        return plural[single]
+    raise TypeError(f"no attribute type for {type(value).__name__}")
 
 
 class Function:

@@ -13,6 +13,7 @@ import numpy as np
 from .. import ir
 from ..errors import FormatError, InvalidArgument
 from ..ir.dtypes import DataType, to_numpy, type_name
+from ..serde import as_model
 from ..utils import gc_paused
 from . import memory, native
 from .custom_ops import session_kernels
@@ -69,20 +70,6 @@ def _shape_list(t: ir.Type | None) -> list | None:
     return list(shape.dims)
 
 
-def _load_model(source: Any) -> ir.Model:
-    from .. import serde
-
-    if isinstance(source, ir.Model):
-        return source
-    if isinstance(source, bytes | bytearray | memoryview):
-        return serde.loads(bytes(source))
-    if isinstance(source, str | os.PathLike):
-        return serde.load(source)
-    raise InvalidArgument(
-        f"InferenceSession takes a path, bytes or an onyx.ir.Model, not {type(source).__name__}"
-    )
-
-
 class InferenceSession(SessionAPI):
     """Run a model. ``InferenceSession(path_or_bytes_or_model, sess_options=None, providers=None)``."""
 
@@ -119,7 +106,7 @@ class InferenceSession(SessionAPI):
 
     def _build(self, source: Any) -> ir.Model:
         """Load, check and optimize the model, and plan it; the model the plan runs."""
-        self._model = _load_model(source)
+        self._model = as_model(source, user="InferenceSession")
         if self._model.graph is None:
             raise FormatError("the model has no graph")
         check_nodes(self._model)

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 
 from google.protobuf.message import DecodeError
 
-from ..errors import FormatError, InvalidArgument
+from ..errors import FormatError, InvalidArgument, NotAModel
 from ..ir.dtypes import DataType
 from ..ir.graph import Model
 from ..proto import GraphProto, ModelProto, TensorProto
@@ -62,6 +62,18 @@ def load(f, load_external_data: bool = True) -> Model:
         else:
             data = fh.read()
     return _load(data, path, os.path.dirname(os.path.abspath(path)), load_external_data)
+
+
+def as_model(source, load_external_data: bool = True, user: str = "onyx") -> Model:
+    """``source`` as an ir.Model: a model as it is, a path (str or PathLike) loaded, bytes
+    parsed. The one way every entry point (session, checker, inference) takes a model."""
+    if isinstance(source, Model):
+        return source
+    if isinstance(source, bytes | bytearray | memoryview):
+        return loads(bytes(source))
+    if isinstance(source, str | os.PathLike):
+        return load(source, load_external_data=load_external_data)
+    raise NotAModel(f"{user} takes a path, bytes or an onyx.ir.Model, not {type(source).__name__}")
 
 
 def loads(data: bytes, load_external_data: bool = False, base_dir: str | None = None) -> Model:
