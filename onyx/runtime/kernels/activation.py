@@ -12,22 +12,30 @@ import numpy as np
 
 from .. import native
 from ..registry import op
-from .elementwise import gelu as _erf_gelu
-from .elementwise import type_range, upcast
+from .elementwise import erf_gelu, type_range, upcast
 
 _FLOAT32_64 = (np.dtype(np.float32), np.dtype(np.float64))
 
 
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    """1 / (1 + exp(-x)) in in-place passes, accurate relative to the result everywhere; where
-    exp(-x) overflows to inf the result is 0, the limit."""
+def sigmoid_into(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """1 / (1 + exp(-x)) into ``out`` (a fresh array when None; may be x itself), in in-place
+    passes, accurate relative to the result everywhere; where exp(-x) overflows to inf the
+    result is 0, the limit. The one sigmoid of the kernels (Sigmoid, FusedConv/FusedGemm's
+    activation, the RNN gates, ...). Callers that may overflow silence numpy's warning."""
     # -1 * x and 1 / e are bit for bit np.negative and np.reciprocal, whose loops are not
-    # vectorized (3x and 2x slower on float32)
-    e = np.asarray(np.multiply(x, x.dtype.type(-1)))  # fresh
+    # vectorized; outputs are positional (numpy parses them faster than out=: RNN steps)
+    if out is None:
+        out = np.asarray(np.multiply(x, x.dtype.type(-1)))
+    else:
+        np.multiply(x, out.dtype.type(-1), out)
+    np.exp(out, out)
+    np.add(out, out.dtype.type(1), out)
+    return np.divide(out.dtype.type(1), out, out)
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
     with np.errstate(over="ignore"):
-        np.exp(e, out=e)
-    e += 1
-    return np.divide(1, e, out=e)
+        return sigmoid_into(x)
 
 
 def _softplus(x: np.ndarray) -> np.ndarray:
@@ -42,11 +50,21 @@ def _elu(x, alpha):
     return np.where(x >= 0, x, alpha * np.expm1(np.minimum(x, 0)))
 
 
+def hard_sigmoid_into(x: np.ndarray, alpha, beta, out: np.ndarray | None = None) -> np.ndarray:
+    """max(0, min(1, alpha * x + beta)) into ``out`` (a fresh array when None; may be x): the
+    one hard sigmoid of the kernels (HardSigmoid, FusedConv/FusedGemm, the RNN gates)."""
+    if out is None:
+        return _clip01(np.asarray(np.multiply(x, alpha)) + beta)
+    np.multiply(x, alpha, out)
+    np.add(out, beta, out)
+    return np.clip(out, 0, 1, out)
+
+
 def _hard_sigmoid(x, alpha, beta):
     y = native.hard_sigmoid_f32(x, alpha, beta) if x.size >= 1024 else None  # (one pass)
     if y is not None:
         return y
-    return _clip01(alpha * x + beta)
+    return hard_sigmoid_into(x, alpha, beta)
 
 
 def _clip01(y: np.ndarray) -> np.ndarray:
@@ -73,10 +91,10 @@ def hard_swish(x: np.ndarray) -> np.ndarray:
     return np.asarray(_hard_swish(upcast(x))).astype(x.dtype, copy=False)
 
 
-def _gelu(x, approximate):
+def _gelu_of_float(x, approximate):
     if approximate == "tanh":
         return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
-    return _erf_gelu(x)
+    return erf_gelu(x)
 
 
 def _celu(x, alpha):
@@ -227,7 +245,7 @@ for _name, (_fn, _since) in _PLAIN.items():
 
 @op("Gelu", since=20, elementwise=True)
 def gelu(x, *, approximate="none"):
-    return _activation(_gelu)(x, approximate=approximate)
+    return _activation(_gelu_of_float)(x, approximate=approximate)
 
 
 @op("Celu", since=12, elementwise=True)

@@ -13,8 +13,7 @@ from .. import native
 from ..registry import op
 from .activation import _coerced_2d, _sigmoid, _softmax
 from .derived import derived, frozen, value_key
-from .elementwise import fits, upcast
-from .elementwise import gelu as _gelu
+from .elementwise import erf_gelu, fits, upcast
 from .fused import table_lookup
 from .linalg import gemm_matmul, integer_matmul
 from .normalization import layer_norm_last
@@ -263,14 +262,14 @@ def _fast_gelu_inplace(v: np.ndarray) -> np.ndarray:
 
 
 @op("Gelu", since=1, domain=MS, elementwise=True)
-def gelu(x):
-    return _gelu(upcast(x)).astype(x.dtype, copy=False)
+def contrib_gelu(x):
+    return erf_gelu(upcast(x)).astype(x.dtype, copy=False)
 
 
 @op("BiasGelu", since=1, domain=MS)
 def bias_gelu(a, b):
     v = _plus_bias(a, b)
-    return _gelu(v, out=v).astype(a.dtype, copy=False)
+    return erf_gelu(v, out=v).astype(a.dtype, copy=False)
 
 
 @op("FastGelu", since=1, domain=MS, elementwise=True)

@@ -155,7 +155,7 @@ def erf(x: np.ndarray) -> np.ndarray:
     return erf32(x if x.dtype == np.float32 else x.astype(np.float32))
 
 
-def gelu(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+def erf_gelu(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """0.5 * x * (1 + erf(x / sqrt(2))) of float32 or float64 x (into ``out`` if given)."""
     if x.dtype == np.float32:
         return erf32(x, out, scale=1 / np.sqrt(2), gelu=True)

@@ -11,7 +11,7 @@ import numpy as np
 
 from .. import native
 from ..registry import ONYX_DOMAIN, op
-from .activation import hard_swish
+from .activation import hard_sigmoid_into, hard_swish, sigmoid_into
 from .conv import conv, conv_key, native_conv_f32
 from .linalg import gemm
 
@@ -20,10 +20,7 @@ MS = "com.microsoft"
 
 def _sigmoid(y, alpha, beta, gamma):
     with np.errstate(over="ignore"):
-        np.negative(y, out=y)
-        np.exp(y, out=y)
-    y += 1
-    return np.reciprocal(y, out=y)
+        return sigmoid_into(y, y)
 
 
 def _leaky_relu(y, alpha, beta, gamma):
@@ -33,9 +30,7 @@ def _leaky_relu(y, alpha, beta, gamma):
 
 
 def _hard_sigmoid(y, alpha, beta, gamma):
-    y *= 0.2 if alpha is None else alpha
-    y += 0.5 if beta is None else beta
-    return np.clip(y, 0, 1, out=y)
+    return hard_sigmoid_into(y, 0.2 if alpha is None else alpha, 0.5 if beta is None else beta, y)
 
 
 def _clip(y, lo, hi, gamma):

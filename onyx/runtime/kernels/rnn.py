@@ -33,6 +33,7 @@ import numpy as np
 
 from .. import native
 from ..registry import op
+from .activation import hard_sigmoid_into, sigmoid_into
 from .derived import derived, frozen
 
 # --- activations ---------------------------------------------------------------------------------
@@ -48,15 +49,7 @@ from .derived import derived, frozen
 
 
 def _sigmoid(a, b, dtype):
-    one = np.array(1, dtype)
-
-    def sigmoid(x, out):  # 1 / (1 + exp(-x)); exp overflows to inf for x < -88: the limit 0
-        np.negative(x, out)
-        np.exp(out, out)
-        np.add(out, one, out)
-        np.reciprocal(out, out)
-
-    return sigmoid
+    return sigmoid_into  # (exp overflows to inf for x < -88: the limit 0)
 
 
 def _affine(a, b, dtype):
@@ -77,12 +70,7 @@ def _scaled_tanh(a, b, dtype):
 
 
 def _hard_sigmoid(a, b, dtype):
-    def hard_sigmoid(x, out):
-        np.multiply(x, a, out)
-        np.add(out, b, out)
-        np.clip(out, 0, 1, out)
-
-    return hard_sigmoid
+    return lambda x, out: hard_sigmoid_into(x, a, b, out)
 
 
 def _plain(fn: Callable) -> Callable:
