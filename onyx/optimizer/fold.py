@@ -18,8 +18,8 @@ from .qdq import reads_quantized
 #: A folded result bigger than this that also outgrows its inputs 4x stays a computation
 #: (ConstantOfShape / Expand / Tile would otherwise bloat the model file), except in a
 #: session's model (PassContext.unbounded_folding): weights a model generates with
-#: ConstantOfShape (onnx's light models) were made again on every run, 23 ms of ResNet-50's
-#: 110, and kept BatchNormalization out of its conv.
+#: ConstantOfShape (onnx's light models) were otherwise made again on every run, and kept
+#: BatchNormalization out of its conv.
 MAX_GROWN_BYTES = 1 << 20
 
 

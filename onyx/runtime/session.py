@@ -252,7 +252,7 @@ def _pool_heavy(graph: ir.Graph) -> bool:
     """Whether most of the model's heavy ops run on onyx's pool rather than on BLAS. Then BLAS
     gets one thread: OpenBLAS's idle threads spin (sched_yield) for a long while after every
     call, and a ResNet's final Gemm left them taking half the cores from the next run's
-    convs (52 ms a run on 2 threads, 33 ms with BLAS on one)."""
+    convs."""
     pool = blas = 0
     for node in graph:
         where = _threads(node)
@@ -268,7 +268,7 @@ _blas_libs = None
 def blas_threads(n: int):
     """Limit the BLAS thread pool (numpy's matmul) to ``n`` threads for one run. The libraries'
     own getters and setters (threadpoolctl's controllers, found once): its ``limit`` surveys
-    every library on each call, 9 us of a tiny model's 60."""
+    every library on each call, a sizeable part of a tiny model's run."""
     global _blas_libs
     if _blas_libs is None:
         from threadpoolctl import ThreadpoolController
