@@ -75,9 +75,8 @@ def _mean(x, axes, keepdims):
     if trailing and x.dtype == np.float32 and x.flags.c_contiguous:
         # each (leading index) row's mean on the native kernel, as GlobalAveragePool (an SE
         # block's mean over H, W: short rows, where numpy's reduction costs most); numpy's
-        # pairwise order
-        # and onnxruntime's differ from it and from each other in the last bits (the spec
-        # leaves the order open)
+        # pairwise order and onnxruntime's differ from it and from each other in the last bits
+        # (the spec leaves the order open)
         rows = x.reshape(math.prod(x.shape[: axes[0]]), -1)
         y = native.mean_rows_f32(rows) if rows.shape[1] else None
         if y is not None:
