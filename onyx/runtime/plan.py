@@ -309,6 +309,69 @@ class Plan:
         )
 
 
+class OutputCheck:
+    """Checks a run's step outputs against the types shape inference proved for them: element
+    type, rank and every dim inference knows as a number (symbolic and unknown dims are
+    skipped). Plugs into the profiled loop (``Plan.run(..., profiler=check)``), so a session
+    runs it once per input shape signature and the generated runner stays as it is. A
+    mismatch is a RuntimeFailure naming the node whose kernel produced it."""
+
+    def __init__(self, plan: Plan, types: dict, then=None):
+        #: slot -> (numpy dtype or None, dims with None where unknown, the type for messages)
+        self.expected: dict[int, tuple] = {}
+        self.then = then  # a profiler to pass each step on to
+        self.graph_name = plan.name
+        for step in plan.steps:
+            for v, slot in zip(step.node.outputs, step.outs):
+                known = types.get(id(v))
+                entry = _expectation(known[1]) if slot >= 0 and known and known[0] is v else None
+                if entry is not None:
+                    self.expected[slot] = entry
+
+    def node(self, step, start, end, args, result) -> None:
+        for v, slot, value in zip(step.node.outputs, step.outs, result):
+            want = self.expected.get(slot)
+            if want is not None and not _matches(value, want[0], want[1]):
+                raise RuntimeFailure(
+                    f"{step.label()} in graph {self.graph_name!r}: output {v.name!r} is "
+                    f"{describe(value)}, shape inference proved {want[2]}"
+                )
+        if self.then is not None:
+            self.then.node(step, start, end, args, result)
+
+    def span(self, *args, **kwargs) -> None:
+        if self.then is not None:
+            self.then.span(*args, **kwargs)
+
+
+def _expectation(t) -> tuple | None:
+    if not isinstance(t, ir.TensorType) or t.elem_type in (None, ir.DataType.STRING):
+        return None
+    try:
+        dtype = np.dtype(ir.to_numpy(t.elem_type))
+    except Exception:  # an element type without a numpy form: check the shape only
+        dtype = None
+    dims = None
+    if t.shape is not None:
+        dims = tuple(d if type(d) is int else None for d in t.shape.dims)
+    if dtype is None and dims is None:
+        return None
+    return dtype, dims, t
+
+
+def _matches(value, dtype, dims) -> bool:
+    if not isinstance(value, np.ndarray | np.generic):
+        return False
+    if dtype is not None and value.dtype != dtype:
+        return False
+    if dims is None:
+        return True
+    shape = np.shape(value)
+    if len(shape) != len(dims):
+        return False
+    return all(d is None or d == s for d, s in zip(dims, shape))
+
+
 def standard_function(op_type: str, domain: str, version: int) -> ir.Function | None:
     """The standard's function body for an op at opset ``version``, as an ``ir.Function`` whose
     attribute defaults are the schema's (so a body's references to attributes the node leaves

@@ -24,12 +24,14 @@ from .options import (  # noqa: F401  (onnxruntime's names, importable from here
     RunOptions,
     SessionOptions,
 )
-from .plan import Compiler, Plan, as_array_result, check_nodes
+from .plan import Compiler, OutputCheck, Plan, as_array_result, check_nodes
 from .profiler import Profiler
 from .registry import traits
 from .session_api import SessionAPI
 
 PROVIDERS = ["CPUExecutionProvider"]
+#: Input shape signatures whose first run checks the outputs (then runs go unchecked).
+MAX_CHECKED_SIGNATURES = 1024
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,10 @@ class InferenceSession(SessionAPI):
         self._input_index = {v.name: i for i, v in enumerate(graph.inputs)}
         self._slot_by_name = {v.name: s for s, v in enumerate(self._plan.values) if v.name}
         self._pool_heavy = native.available() and _pool_heavy(graph)
+        # first runs of each input shape signature check every step's outputs (plan.py)
+        self._output_check = OutputCheck(self._plan, self._inferred) if self._inferred else None
+        self._checked: set = set()
+        self._inferred = {}
         self.session_creation_seconds = time.perf_counter() - t0
         self._profiler = None
         if self._options.enable_profiling:
@@ -112,6 +118,7 @@ class InferenceSession(SessionAPI):
         check_nodes(self._model)
         self._model = self._apply_options(self._model, owned=not isinstance(source, ir.Model))
         # a model the session read itself is its own: the optimizer may edit it, not a copy
+        self._inferred: dict = {}  # the optimizer's inferred types (for the output check)
         model = self._prepare(self._model, owned=not isinstance(source, ir.Model))
         self._plan = Plan(model.graph, Compiler(model), dict(model.opset_imports), outer=None)
         return model
@@ -126,7 +133,8 @@ class InferenceSession(SessionAPI):
             from ..optimizer import optimize_for_session
         except ImportError:
             return model
-        return optimize_for_session(model, self._options, in_place=owned)
+        inferred = getattr(self, "_inferred", None)
+        return optimize_for_session(model, self._options, in_place=owned, inferred=inferred)
 
     # -- introspection (onyx's own) -------------------------------------------------------------
     @property
@@ -196,21 +204,34 @@ class InferenceSession(SessionAPI):
             wanted = tuple(self._output_slot(n) for n in output_names)
         threads = int(self._options.intra_op_num_threads or 0)
         blas = 1 if self._pool_heavy else threads
+        check = None
+        if self._output_check is not None:
+            signature = (wanted, *[getattr(x, "shape", None) for x in inputs])
+            if signature not in self._checked and len(self._checked) < MAX_CHECKED_SIGNATURES:
+                check = signature
         with native.threads(threads), blas_threads(blas) if blas > 0 else nullcontext():
             if run_options is not None or self._log_runs:
+                check = None  # (a run with options is not a signature's checked run)
                 results = self._run_with_options(inputs, wanted, run_options or RunOptions())
             else:
-                results = self._run_plan(inputs, wanted)
+                results = self._run_plan(inputs, wanted, check is not None)
+        if check is not None:
+            self._checked.add(check)
         return [as_array_result(r) for r in results]
 
-    def _run_plan(self, inputs: list, wanted) -> list:
+    def _run_plan(self, inputs: list, wanted, check: bool = False) -> list:
         # IEEE results (inf, nan) are what the spec asks for: no numpy warnings about them
         with np.errstate(all="ignore"):
-            if self._profiler is None:
+            if self._profiler is None and not check:
                 return self._plan.run(inputs, None, wanted)
             start = time.perf_counter()
-            results = self._plan.run(inputs, None, wanted, profiler=self._profiler)
-            self._profiler.span("Session", "model_run", start, time.perf_counter())
+            watcher = self._profiler
+            if check:
+                watcher = self._output_check
+                watcher.then = self._profiler
+            results = self._plan.run(inputs, None, wanted, profiler=watcher)
+            if self._profiler is not None:
+                self._profiler.span("Session", "model_run", start, time.perf_counter())
             return results
 
     def _output_slot(self, name: str) -> int:
