@@ -268,6 +268,9 @@ class Engine:
         self.problems: list[str] = []
         self.functions = {(f.domain, f.name): f for f in model.functions.values()}
         self._function_depth = 0
+        #: Whether node outputs' declared types (value_info, graph outputs) join the inferred
+        #: ones (off: only what follows from the inputs and initializers).
+        self.trust_declared = True
 
     def problem(self, msg: str) -> None:
         self.problems.append(msg)
@@ -296,10 +299,12 @@ class Engine:
                     pass
 
     def infer_graph(self, g: Graph, env: dict, opsets: dict[str, int], label: str = "") -> None:
-        declared = {id(v): v.type for v in g.values() if v.type is not None}
-        for v in list(g.value_info) + list(g.outputs):
-            if v.type is not None:
-                declared.setdefault(id(v), v.type)
+        declared = {}
+        if self.trust_declared:
+            declared = {id(v): v.type for v in g.values() if v.type is not None}
+            for v in list(g.value_info) + list(g.outputs):
+                if v.type is not None:
+                    declared.setdefault(id(v), v.type)
         for node in g.nodes:
             self.infer_node(node, env, opsets, declared, label or g.name)
 
@@ -461,6 +466,22 @@ def generic(ctx: NodeContext) -> None:
 
 def _label(node: Node) -> str:
     return f"node {node.name or node.op_type} ({node.op_type})"
+
+
+def derived_types(model: Model) -> dict[int, tuple]:
+    """id(value) -> (value, type) for the main graph's node outputs whose type follows from
+    the graph inputs' and initializers' types alone (declared types of node outputs are not
+    taken: they may be wrong, or more specific than a run). Nothing is written to the model."""
+    engine = Engine(model, strict=False, data_prop=True)
+    engine.trust_declared = False
+    engine.subgraph_envs = []
+    env = engine.new_env()
+    engine.seed(model.graph, env)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        engine.infer_graph(model.graph, env, model.opset_imports)
+    types = env["types"]
+    return {id(v): (v, types[id(v)]) for n in model.graph for v in n.outputs if id(v) in types}
 
 
 def run(model: Model, strict: bool = False, data_prop: bool = True) -> Model:

@@ -58,24 +58,17 @@ def optimize(
     in_place: bool = False,
     for_session: bool = False,
     results: list | None = None,
-    inferred: dict | None = None,
 ) -> ir.Model:
     """An optimized copy of ``model``. ``stats`` (a dict) receives per-pass change counts;
-    ``results`` (a list) one :class:`PassResult` per pass run, in order; ``inferred`` (a
-    dict) the types inference found for node outputs (see PassContext.inferred_types), which
-    the optimized model does not keep (it declares what the model declared).
+    ``results`` (a list) one :class:`PassResult` per pass run, in order.
     ``in_place``: optimize ``model`` itself, for a caller that owns it (the copy is not free).
     ``for_session``: the model is to run, not to be written: constants are folded whatever
     their size (a generated weight is otherwise made again on every run)."""
     with gc_paused():  # (a clone's and the rewrites' objects live on)
-        return _optimize(
-            model, _level(level), disabled, stats, in_place, for_session, results, inferred
-        )
+        return _optimize(model, _level(level), disabled, stats, in_place, for_session, results)
 
 
-def _optimize(
-    model, lvl: int, disabled, stats, in_place, for_session, results, inferred
-) -> ir.Model:
+def _optimize(model, lvl: int, disabled, stats, in_place, for_session, results) -> ir.Model:
     m = model if in_place else clone_model(model)
     if lvl <= 0 or _names_values_in_attributes(m):
         return m
@@ -93,8 +86,6 @@ def _optimize(
             if not any([_run(ctx, p) for p in fusions]):
                 break
             _rounds(ctx, basic)
-    if inferred is not None:
-        inferred.update(ctx.inferred_types())
     ctx.finish()
     if stats is not None:
         stats.update(ctx.stats)
@@ -146,17 +137,13 @@ def _run(ctx: PassContext, p) -> bool:
     return changed
 
 
-def optimize_for_session(
-    model: ir.Model, sess_options, in_place: bool = False, inferred: dict | None = None
-) -> ir.Model:
+def optimize_for_session(model: ir.Model, sess_options, in_place: bool = False) -> ir.Model:
     """What InferenceSession runs: ``model`` optimized per the session options
     (graph_optimization_level, disabled_optimizers), saved to optimized_model_filepath if set.
-    ``in_place`` and ``inferred`` as for :func:`optimize`."""
+    ``in_place`` as for :func:`optimize`."""
     level = int(getattr(sess_options, "graph_optimization_level", ALL))
     disabled = getattr(sess_options, "disabled_optimizers", None) or ()
-    optimized = optimize(
-        model, level, disabled, in_place=in_place, for_session=True, inferred=inferred
-    )
+    optimized = optimize(model, level, disabled, in_place=in_place, for_session=True)
     path = getattr(sess_options, "optimized_model_filepath", "")
     if path:
         from ..serde import save

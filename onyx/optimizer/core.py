@@ -104,14 +104,6 @@ class PassContext:
             except Exception:  # an aid only: without types, shape-based passes do less
                 pass
 
-    def inferred_types(self) -> dict[int, tuple[ir.Value, ir.Type]]:
-        """id(value) -> (value, its type) for the main graph's node outputs with a type, as
-        inference (and the passes since) left them: call before :meth:`finish`. Empty when
-        types were never inferred."""
-        if self._declared is None:
-            return {}
-        return {id(v): (v, v.type) for n in self.graph for v in n.outputs if v.type is not None}
-
     def finish(self) -> None:
         """Put back the declared types and value_info (dropping values no longer present)."""
         if self._declared is None:

@@ -99,10 +99,10 @@ class InferenceSession(SessionAPI):
         self._input_index = {v.name: i for i, v in enumerate(graph.inputs)}
         self._slot_by_name = {v.name: s for s, v in enumerate(self._plan.values) if v.name}
         self._pool_heavy = native.available() and _pool_heavy(graph)
-        # first runs of each input shape signature check every step's outputs (plan.py)
-        self._output_check = OutputCheck(self._plan, self._inferred) if self._inferred else None
+        # the first run of each input shape signature checks every step's outputs against
+        # the types inference derives (plan.OutputCheck, made at the first run)
+        self._output_check: OutputCheck | None = None
         self._checked: set = set()
-        self._inferred = {}
         self.session_creation_seconds = time.perf_counter() - t0
         self._profiler = None
         if self._options.enable_profiling:
@@ -118,9 +118,9 @@ class InferenceSession(SessionAPI):
         check_nodes(self._model)
         self._model = self._apply_options(self._model, owned=not isinstance(source, ir.Model))
         # a model the session read itself is its own: the optimizer may edit it, not a copy
-        self._inferred: dict = {}  # the optimizer's inferred types (for the output check)
         model = self._prepare(self._model, owned=not isinstance(source, ir.Model))
         self._plan = Plan(model.graph, Compiler(model), dict(model.opset_imports), outer=None)
+        self._planned_model = model
         return model
 
     def _prepare(self, model: ir.Model, owned: bool = False) -> ir.Model:
@@ -133,8 +133,7 @@ class InferenceSession(SessionAPI):
             from ..optimizer import optimize_for_session
         except ImportError:
             return model
-        inferred = getattr(self, "_inferred", None)
-        return optimize_for_session(model, self._options, in_place=owned, inferred=inferred)
+        return optimize_for_session(model, self._options, in_place=owned)
 
     # -- introspection (onyx's own) -------------------------------------------------------------
     @property
@@ -205,10 +204,11 @@ class InferenceSession(SessionAPI):
         threads = int(self._options.intra_op_num_threads or 0)
         blas = 1 if self._pool_heavy else threads
         check = None
-        if self._output_check is not None:
-            signature = (wanted, *[getattr(x, "shape", None) for x in inputs])
-            if signature not in self._checked and len(self._checked) < MAX_CHECKED_SIGNATURES:
-                check = signature
+        signature = (wanted, *[getattr(x, "shape", None) for x in inputs])
+        if signature not in self._checked and len(self._checked) < MAX_CHECKED_SIGNATURES:
+            check = signature
+            if self._output_check is None:
+                self._output_check = _output_check(self._plan, self._planned_model)
         with native.threads(threads), blas_threads(blas) if blas > 0 else nullcontext():
             if run_options is not None or self._log_runs:
                 check = None  # (a run with options is not a signature's checked run)
@@ -261,6 +261,18 @@ class InferenceSession(SessionAPI):
         path = self._profiler.write()
         self._profiler = None
         return path
+
+
+def _output_check(plan: Plan, model: ir.Model) -> OutputCheck:
+    """What the first run of each shape signature checks the outputs against: the types
+    inference derives from the inputs' (none when inference fails on the model)."""
+    from ..inference.engine import derived_types
+
+    try:
+        types = derived_types(model)
+    except Exception:  # an aid: a model inference cannot follow runs unchecked
+        types = {}
+    return OutputCheck(plan, types)
 
 
 def _threads(node: ir.Node) -> str | None:

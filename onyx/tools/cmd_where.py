@@ -108,12 +108,12 @@ def _traits(op: str, domain: str) -> list[str]:
 
 
 def _trees(fn: Callable, depth: int = 2) -> list[ast.AST]:
-    """The syntax trees of ``fn`` and of the functions of its module it calls, ``depth`` calls
+    """The syntax trees of ``fn`` and of the onyx functions it refers to, ``depth`` references
     deep (how the passes and kernels reach the ops they name and the native code they call)."""
     seen: dict[int, ast.AST] = {}
     todo = [(fn, 0)]
     while todo:
-        f, level = todo.pop()
+        f, level = todo.pop(0)  # (breadth first: each function at its shortest depth)
         if id(f) in seen:
             continue
         try:
@@ -123,13 +123,26 @@ def _trees(fn: Callable, depth: int = 2) -> list[ast.AST]:
         seen[id(f)] = tree
         if level == depth:
             continue
-        module = inspect.getmodule(f)
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-                helper = getattr(module, node.func.id, None)
-                if inspect.isfunction(helper):
-                    todo.append((helper, level + 1))
+        for helper in _referenced(f):
+            if inspect.isfunction(helper) and helper.__module__.startswith("onyx."):
+                todo.append((helper, level + 1))
     return list(seen.values())
+
+
+def _referenced(f: Callable) -> list:
+    """The module-level and closed-over objects ``f`` names (its nested lambdas included)."""
+    names, codes = set(), [f.__code__]
+    while codes:
+        code = codes.pop()
+        names.update(code.co_names)
+        codes += [c for c in code.co_consts if inspect.iscode(c)]
+    found = [f.__globals__[n] for n in names if n in f.__globals__]
+    for cell in f.__closure__ or ():
+        try:
+            found.append(cell.cell_contents)
+        except ValueError:  # an empty cell
+            pass
+    return found
 
 
 def _strings(fn: Callable) -> set[str]:
@@ -152,7 +165,7 @@ def _passes(op: str) -> list[str]:
 def _native(kernels) -> list[str]:
     found: dict[str, None] = {}
     for k in kernels:
-        for tree in _trees(k.fn):
+        for tree in _trees(k.fn, depth=3):
             for node in ast.walk(tree):
                 if (
                     isinstance(node, ast.Attribute)
