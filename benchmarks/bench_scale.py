@@ -59,30 +59,34 @@ def timed(fn, repeat: int) -> float:
     return statistics.median(times)
 
 
-def measure(path: str, repeat: int) -> dict[str, float]:
+def measure(path: str, repeat: int, skip: set[str]) -> dict[str, float]:
     def load():
         return onyx.load(path).graph
 
     model = onyx.load(path)
     _ = model.graph
-    out = {
-        "onyx.load (graph built)": timed(load, repeat),
-        "onyx.check": timed(lambda: onyx.check(path), repeat),
-        "onyx.optimize": timed(lambda: onyx.optimize(model), repeat),
-        "onyx InferenceSession": timed(lambda: onyx.InferenceSession(path), repeat),
+    steps = {
+        "onyx.load (graph built)": load,
+        "onyx.check": lambda: onyx.check(path),
+        "onyx.optimize": lambda: onyx.optimize(model),
+        "onyx InferenceSession": lambda: onyx.InferenceSession(path),
     }
+    out = {k: timed(fn, repeat) for k, fn in steps.items() if k.split()[0] not in skip}
     try:
         import onnx
         import onnx.checker
     except ImportError:
         pass
     else:
-        out["onnx.checker"] = timed(lambda: onnx.checker.check_model(path), repeat)
+        if "onnx.checker" not in skip:
+            out["onnx.checker"] = timed(lambda: onnx.checker.check_model(path), repeat)
     try:
         import onnxruntime as ort
     except ImportError:
         pass
     else:
+        if "onnxruntime" in skip:
+            return out
         opts = ort.SessionOptions()
         opts.log_severity_level = 3
         out["onnxruntime InferenceSession"] = timed(
@@ -97,6 +101,7 @@ def main() -> None:
     ap.add_argument("--huge", action="store_true", help="also 100k nodes")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--wall", action="store_true", help="wall-clock time instead of CPU time")
+    ap.add_argument("--skip", default="", help="steps to leave out, e.g. onyx.check,onnxruntime")
     args = ap.parse_args()
     global CLOCK
     if args.wall:
@@ -107,13 +112,14 @@ def main() -> None:
         for n in sizes:
             path = os.path.join(tmp, f"chain{n}.onnx")
             onyx.save(chain_model(n), path)
-            results[n] = measure(path, args.repeat if n < 50_000 else 1)
+            skip = set(filter(None, args.skip.split(",")))
+            results[n] = measure(path, args.repeat if n < 50_000 else 1, skip)
             print(f"{n} nodes: " + ", ".join(f"{k} {v:.3f} s" for k, v in results[n].items()))
     base = sizes[0]
     clock = "wall" if args.wall else "CPU"
     print("\n| step | " + " | ".join(f"{n} nodes ({clock} s)" for n in sizes) + " | ratios |")
     print("|---|" + "---|" * len(sizes) + "---|")
-    for key in results[base]:
+    for key in [k for k in results[base] if all(k in results[n] for n in sizes)]:
         ratios = ", ".join(
             f"{results[n][key] / results[base][key]:.1f} ({n // 1000}k/{base // 1000}k)"
             for n in sizes[1:]
