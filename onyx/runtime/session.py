@@ -102,7 +102,7 @@ class InferenceSession(SessionAPI):
         # the first run of each input shape signature checks every step's outputs against
         # the types inference derives (plan.OutputCheck, made at the first run)
         self._output_check: OutputCheck | None = None
-        self._checked: set = set()
+        self._checked_signatures: set = set()
         self.session_creation_seconds = time.perf_counter() - t0
         self._profiler = None
         if self._options.enable_profiling:
@@ -205,7 +205,10 @@ class InferenceSession(SessionAPI):
         blas = 1 if self._pool_heavy else threads
         check = None
         signature = (wanted, *[getattr(x, "shape", None) for x in inputs])
-        if signature not in self._checked and len(self._checked) < MAX_CHECKED_SIGNATURES:
+        if (
+            signature not in self._checked_signatures
+            and len(self._checked_signatures) < MAX_CHECKED_SIGNATURES
+        ):
             check = signature
             if self._output_check is None:
                 self._output_check = _output_check(self._plan, self._planned_model)
@@ -216,7 +219,7 @@ class InferenceSession(SessionAPI):
             else:
                 results = self._run_plan(inputs, wanted, check is not None)
         if check is not None:
-            self._checked.add(check)
+            self._checked_signatures.add(check)
         return [as_array_result(r) for r in results]
 
     def _run_plan(self, inputs: list, wanted, check: bool = False) -> list:
