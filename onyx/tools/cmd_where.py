@@ -172,5 +172,15 @@ def _native(kernels) -> list[str]:
                     and isinstance(node.value, ast.Name)
                     and node.value.id == "native"
                 ):
-                    found.setdefault(f"native.{node.attr}")
+                    found.setdefault(_native_name(node.attr))
     return list(found)
+
+
+def _native_name(name: str) -> str:
+    """native.X with the family module that defines it."""
+    from ..runtime import native
+
+    module = getattr(getattr(native, name, None), "__module__", None) or ""
+    if module.startswith("onyx.runtime.native."):
+        return f"native.{name} ({module.replace('.', '/')}.py)"
+    return f"native.{name}"
