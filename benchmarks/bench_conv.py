@@ -111,14 +111,14 @@ SHAPES = [
         (256, 16, 16),
         (256, 128, 2, 2),
         dict(kernel_shape=[2, 2], strides=[2, 2]),
-    ),  # fmt: skip
+    ),
     Shape(
         "unet convT 2x2/2 64>32@64",
         "ConvTranspose",
         (64, 64, 64),
         (64, 32, 2, 2),
         dict(kernel_shape=[2, 2], strides=[2, 2]),
-    ),  # fmt: skip
+    ),
     _conv("unet 3x3 256>128@32", 256, 32, 128, 3),
     _conv("unet 1x1 32>2@128", 32, 128, 2, 1),
     # the tiny fixtures of tests/models (32x32 images)
@@ -144,7 +144,7 @@ SHAPES = [
         (32, 5, 5),
         (32, 16, 2, 2),
         dict(kernel_shape=[2, 2], strides=[2, 2]),
-    ),  # fmt: skip
+    ),
     Shape("tiny gap 64@8", "GlobalAveragePool", (64, 8, 8)),
 ]
 

@@ -72,12 +72,12 @@ def kernel_time(sess, feeds: dict, repeat: int) -> tuple[float, int]:
     """(summed kernel seconds per run, nodes per run): every kernel call of one run replayed
     alone on the same arguments, ``repeat`` times round-robin, median per call. Kernels that
     take a context (subgraphs, Split) count with their time in the recorded run."""
-    from onyx.runtime.plan import Frame, StepContext
+    from onyx.runtime.plan import Frame
 
-    plan = sess._plan  # the session's compiled plan (private API: this is a white-box benchmark)
+    plan = sess.plan  # the session's compiled plan
     recorder = _Recorder()
     with np.errstate(all="ignore"):
-        plan.run(sess._bind_inputs(feeds), None, None, profiler=recorder)
+        plan.run(sess._bind_inputs(feeds), None, None, profiler=recorder)  # noqa: SLF001
         times: list[list[float]] = [[] for _ in recorder.calls]
         frame = Frame(plan, list(plan.template), None)
         for _ in range(repeat):
@@ -85,9 +85,8 @@ def kernel_time(sess, feeds: dict, repeat: int) -> tuple[float, int]:
                 if step.uses_frame:
                     times[k].append(dur)
                     continue
-                ctx = (StepContext(step, frame),) if step.takes_ctx else ()
                 t = time.perf_counter()
-                step.fn(*ctx, *args, **step.attrs)
+                step.call(args, frame)
                 times[k].append(time.perf_counter() - t)
     return sum(statistics.median(t) for t in times), len(recorder.calls)
 

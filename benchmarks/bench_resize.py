@@ -71,14 +71,14 @@ CASES = [
         None,
         "uint8",
         **_FLOOR,
-    ),  # fmt: skip
+    ),
     _case("unet u8 linear 2x 64@64", (64, 64, 64), "linear", "half_pixel", (2, 2), None, "uint8"),
     # other common resizes
     _case("linear align_corners 2x 32@56", (32, 56, 56), "linear", "align_corners", (2, 2)),
     _case("linear asymmetric 2x 32@56", (32, 56, 56), "linear", "asymmetric", (2, 2)),
     _case(
         "linear pytorch_half_pixel 2x 32@56", (32, 56, 56), "linear", "pytorch_half_pixel", (2, 2)
-    ),  # fmt: skip
+    ),
     _case("nearest half_pixel 2x 32@56", (32, 56, 56), "nearest", "half_pixel", (2, 2)),
     _case("nearest asymmetric 3x 16@32", (16, 32, 32), "nearest", "asymmetric", (3, 3), **_FLOOR),
     _case("linear half_pixel 0.5x 32@112", (32, 112, 112), "linear", "half_pixel", (0.5, 0.5)),

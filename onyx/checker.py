@@ -30,6 +30,7 @@ from .ir import (
     Value,
 )
 from .ir.dtypes import type_name
+from .ir.opsets import canonical_domain, opset_for
 from .ir.tensor import wire_size
 
 __all__ = ["MAX_IR_VERSION", "Problem", "check", "problems", "type_string"]
@@ -327,11 +328,11 @@ class _Checker:
                     f"{what}: {got} bytes of data for {t.dtype.name}{list(t.shape)} (needs {want})",
                     gname,
                 )
-        elif getattr(t, "_array", None) is not None:
-            if t._array.size != t.size:
+        elif t.loaded_array() is not None:
+            if t.loaded_array().size != t.size:
                 self.report(
                     "tensor-data-size",
-                    f"{what}: {t._array.size} values for dims {list(t.shape)}",
+                    f"{what}: {t.loaded_array().size} values for dims {list(t.shape)}",
                     gname,
                 )
 
@@ -425,10 +426,8 @@ class _Checker:
             self.report("node", "a node has neither inputs nor outputs", gname, node)
         for a in node.attributes.values():
             self.check_attribute(a, node, gname, visible, opsets, function)
-        domain = "" if node.domain == "ai.onnx" else node.domain
-        version = opsets.get(domain)
-        if version is None and domain == "":
-            version = opsets.get("ai.onnx")
+        domain = canonical_domain(node.domain)
+        version = opset_for(opsets, domain)
         if version is None:
             self.report(
                 "opset-import",
@@ -618,17 +617,10 @@ def _range(lo: int, hi: int) -> str:
 
 
 def _load(model) -> Model:
-    if isinstance(model, Model):
-        return model
-    if isinstance(model, str | os.PathLike):
-        from .serde import load
+    from .serde import as_model
 
-        return load(model, load_external_data=False)  # the checker only needs locations
-    if isinstance(model, bytes | bytearray | memoryview):
-        from .serde import loads
-
-        return loads(bytes(model))
-    raise TypeError(f"cannot check a {type(model).__name__}")
+    # (external data: the checker only needs its locations)
+    return as_model(model, load_external_data=False, user="the checker")
 
 
 def problems(model, full: bool = False) -> list[Problem]:

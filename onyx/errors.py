@@ -30,6 +30,10 @@ class InvalidArgument(OnyxError, ValueError):
     """A caller passed something unusable: a wrong feed, an unknown output name, a bad option."""
 
 
+class NotAModel(InvalidArgument, TypeError):
+    """Something that is neither a path, bytes nor an ir.Model was given where a model goes."""
+
+
 class NotImplementedOp(OnyxError):
     """No kernel exists for an operator (domain, op type, opset version)."""
 

@@ -737,7 +737,7 @@ def test_erf_and_gelu_have_the_numpy_kernels_bits(gelu, size, monkeypatch):
     x[:6] = [np.nan, np.inf, -np.inf, -0.0, 1e-40, 4.5][:size]
     calls, run = [], native.erf_f32
     monkeypatch.setattr(native, "erf_f32", lambda *a: calls.append(1) or run(*a))
-    fn = elementwise.gelu if gelu else elementwise.erf32
+    fn = elementwise.erf_gelu if gelu else elementwise.erf32
     got = fn(x)
     in_place = x.copy()
     fn(in_place, out=in_place)

@@ -626,7 +626,8 @@ def test_attention_fusion_real_model(tmp_path):
 def test_erf32_accuracy():
     """The float32 erf (Erf, Gelu, BiasGelu) against math.erf on a dense grid: below 1 ulp on
     average, a few ulps at worst, never beyond +-1; GELU from it to float32 precision."""
-    from onyx.runtime.kernels.elementwise import erf, gelu
+    from onyx.runtime.kernels.elementwise import erf
+    from onyx.runtime.kernels.elementwise import erf_gelu as gelu
 
     x = np.concatenate([np.linspace(-5, 5, 400_001), [0.0, 1e-30, -1e-20]]).astype(np.float32)
     exact = np.array([math.erf(float(v)) for v in x])
@@ -665,3 +666,46 @@ def test_a_big_generated_weight_stays_a_computation_in_a_saved_model_but_folds_i
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     np.testing.assert_allclose(session.run(None, {"x": x})[0], want.run(None, {"x": x})[0],
                                rtol=1e-5, atol=1e-5)  # fmt: skip
+
+
+def test_the_pipeline_lists_every_pass_once():
+    """pipeline.py is the one list: a pass marked with graph_pass but not listed would never
+    run, and names are what disabled_optimizers refers to."""
+    import importlib
+    import pkgutil
+
+    import onyx.optimizer as optimizer
+    from onyx.optimizer.core import Pass
+    from onyx.optimizer.pipeline import PIPELINE
+
+    marked = set()
+    for info in pkgutil.iter_modules(optimizer.__path__):
+        module = importlib.import_module(f"onyx.optimizer.{info.name}")
+        marked |= {
+            id(f) for f in vars(module).values() if isinstance(getattr(f, "graph_pass", None), Pass)
+        }
+    assert {id(p.fn) for p in PIPELINE} == marked
+    names = [p.name for p in PIPELINE]
+    assert len(set(names)) == len(names)
+    assert optimizer.passes("basic") == [p.name for p in PIPELINE if p.level == 1]
+
+
+def test_each_pass_run_has_a_result():
+    g = helper.make_graph(
+        [
+            helper.make_node("Identity", ["x"], ["a"]),
+            helper.make_node("Neg", ["a"], ["y"]),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    model = onyx.serde.loads(helper.make_model(g).SerializeToString())
+    results = []
+    onyx.optimize(model, "basic", results=results)
+    by_name = {}
+    for r in results:  # (the first run of each)
+        by_name.setdefault(r.name, r)
+    assert by_name["EliminateIdentity"].changed
+    assert by_name["EliminateIdentity"].stats == {"IdentityElimination": 1}
+    assert not by_name["ConstantFolding"].changed and by_name["ConstantFolding"].stats == {}

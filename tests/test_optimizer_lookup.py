@@ -75,7 +75,7 @@ def _hard_swish_qoperator(x_type=U8):
             ["x", "x_s", "x_z", "hq", "h_s", "h_z", "y_s", "y_z"],
             ["y"],
             domain="com.microsoft",
-        ),  # fmt: skip
+        ),
     ]
     inits = {**_q("x", 0.05, 3, dt), **_q("h", 1 / 255, 0, dt), **_q("y", 0.04, 1, dt)}
     return _model(nodes, x_type, x_type, inits)

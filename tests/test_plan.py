@@ -164,3 +164,57 @@ def test_if_branch_reads_values_produced_before_it():
     np.testing.assert_array_equal(y, [0, 4])
     (y,) = sess.run(None, {"x": x, "c": np.array(False)})
     np.testing.assert_array_equal(y, [0, -2])
+
+
+def test_op_traits_live_with_the_kernel():
+    from onyx.runtime.registry import op, traits
+
+    assert traits("Relu").elementwise and traits("Gelu", "com.microsoft").elementwise
+    assert not traits("MatMul").elementwise and traits("MatMul").threads == "blas"
+    assert not traits("RandomNormal").deterministic and traits("Add").deterministic
+    assert traits("Conv").threads == "pool" and traits("NoSuchOp") == traits("Identity", "x")
+    with pytest.raises(TypeError, match="unknown trait"):
+        op("Relu", since=999, elementwise_=True)
+
+
+def _relu_tanh_session():
+    g = helper.make_graph(
+        [
+            helper.make_node("Relu", ["x"], ["r"], name="the_relu"),
+            helper.make_node("Tanh", ["r"], ["y"], name="the_tanh"),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    return onyx.InferenceSession(model.SerializeToString())
+
+
+def _break(sess, op_type, fn):
+    for step in sess.plan.default_schedule:
+        if step.node.op_type == op_type:
+            step.fn = fn
+
+
+def test_first_run_checks_outputs_against_inferred_types():
+    """A kernel whose result contradicts what shape inference proved is named on the first
+    run of a shape signature (here its dtype, then its shape)."""
+    sess = _relu_tanh_session()
+    _break(sess, "Relu", lambda x: np.maximum(x, 0).astype(np.float64))
+    x = np.ones((2, 3), np.float32)
+    with pytest.raises(onyx.errors.RuntimeFailure, match=r"the_relu.*Relu.*'r' is float64\[2, 3\]"):
+        sess.run(None, {"x": x})
+    _break(sess, "Relu", lambda x: np.maximum(x, 0)[:, :2])
+    with pytest.raises(onyx.errors.RuntimeFailure, match=r"the_relu.*float32\[2, 2\].*proved"):
+        sess.run(None, {"x": x})
+
+
+def test_the_check_runs_once_per_shape_signature():
+    sess = _relu_tanh_session()
+    x = np.ones((2, 3), np.float32)
+    sess.run(None, {"x": x})
+    _break(sess, "Relu", lambda x: np.maximum(x, 0).astype(np.float64))
+    sess.run(None, {"x": x})  # checked before: the generated runner, no check
+    with pytest.raises(onyx.errors.RuntimeFailure, match="the_relu"):
+        sess.run(None, {"x": np.ones((5, 3), np.float32)})  # a new signature is checked

@@ -40,7 +40,7 @@ def _model(n: int = 3, size: int = 4096, dtype=np.float32) -> onnx.ModelProto:
 def _inline(m: onnx.ModelProto) -> onnx.ModelProto:
     """The model with external data read in, as a plain message (no data_location marks)."""
     m = onnx.ModelProto.FromString(m.SerializeToString())
-    for t in external_data_helper._get_all_tensors(m):
+    for t in external_data_helper._get_all_tensors(m):  # noqa: SLF001 (onnx's helper)
         t.ClearField("data_location")
     return m
 
@@ -93,7 +93,8 @@ def test_external_data_is_mapped_lazily(tmp_path):
     model = onyx.load(path)
     t = model.graph.initializers["w1"].const_value
     assert not t.is_loaded()
-    assert isinstance(t._raw, memoryview) and isinstance(t._raw.obj, mmap.mmap)
+    assert t.has_raw_bytes() and isinstance(t.raw_bytes(), memoryview)
+    assert isinstance(t.raw_bytes().obj, mmap.mmap)
     arr = t.numpy()
     assert not arr.flags.writeable and not arr.flags.owndata
 
@@ -205,11 +206,12 @@ def test_big_tensors_are_streamed_and_split(tmp_path, monkeypatch):
     path = tmp_path / "in.onnx"
     onnx.save(m, path)
     model = onyx.load(path)
-    src = model._graph_source
-    assert isinstance(src.initializers[0]._raw, memoryview)  # a view of the mapped file
-    assert isinstance(src.initializers[0]._raw.obj, mmap.mmap)
+    src = model.graph_source
+    assert isinstance(src.initializers[0].raw_bytes(), memoryview)  # a view of the mapped file
+    assert isinstance(src.initializers[0].raw_bytes().obj, mmap.mmap)
     assert model.graph is not None  # convert, so saving goes through the piecewise writer
-    chunks = model_io._serialize(model, model_io.ExternalSink(None, None, 0, None), False)
+    sink = model_io.ExternalSink(None, None, 0, None)
+    chunks = model_io._serialize(model, sink, False)  # noqa: SLF001 (serde white-box)
     big = [c for c in chunks if isinstance(c, memoryview) and len(c) >= 4096 * 4]
     assert len(big) == 3  # the tensors' bytes go out as views, never copied into a message
     assert onnx.ModelProto.FromString(b"".join(chunks)) == m

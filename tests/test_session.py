@@ -199,7 +199,7 @@ def test_intra_op_threads_limit_blas_during_run(add_relu):
     opts.intra_op_num_threads = 1
     sess = onyx.InferenceSession(add_relu, opts)
     seen = []
-    for step in sess._plan.default_schedule:  # record the BLAS pool size while kernels run
+    for step in sess.plan.default_schedule:  # record the BLAS pool size while kernels run
 
         def spy(*args, _fn=step.fn, **kwargs):
             seen.extend(i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas")
@@ -267,9 +267,9 @@ def test_cpu_mem_arena_option_keeps_freed_memory_in_the_heap():
         options = onyx.SessionOptions()
         options.enable_cpu_mem_arena = False
         onyx.InferenceSession(path, options)
-        print(memory._state)
+        print(memory.freed_memory_kept())
         onyx.InferenceSession(path)
-        print(memory._state)
+        print(memory.freed_memory_kept())
         """
     )
     out = subprocess.run([sys.executable, "-c", code, str(EXAMPLE_MODEL)], capture_output=True,
@@ -302,14 +302,14 @@ def test_intra_op_threads_reach_the_native_kernels_and_blas(monkeypatch):
     run = native.FloatConv.__call__
     monkeypatch.setattr(native.FloatConv, "__call__",
                         lambda self, *a: seen.append(native.thread_setting()) or run(self, *a))  # fmt: skip
-    limit = session._blas_threads
-    monkeypatch.setattr(session, "_blas_threads", lambda n: limits.append(n) or limit(n))
+    limit = session.blas_threads
+    monkeypatch.setattr(session, "blas_threads", lambda n: limits.append(n) or limit(n))
     options = onyx.SessionOptions()
     options.intra_op_num_threads = 1
     x = np.ones((1, 40, 6, 6), np.float32)
     conv = onyx.InferenceSession(_conv_relu_model(), options)
     conv.run(None, {"x": x})
-    assert conv._pool_heavy == native.available()
+    assert conv.pool_heavy == native.available()
     if native.conv_f32_ok():
         assert seen == [1]
     options.intra_op_num_threads = 2
@@ -318,7 +318,7 @@ def test_intra_op_threads_reach_the_native_kernels_and_blas(monkeypatch):
     matmul = make_model([helper.make_node("MatMul", ["a", "b"], ["y"])],
                         [vi("a", TensorProto.FLOAT, [2, 3]), vi("b", TensorProto.FLOAT, [3, 4])],
                         [vi("y", TensorProto.FLOAT, None)])  # fmt: skip
-    assert not onyx.InferenceSession(matmul, options)._pool_heavy
+    assert not onyx.InferenceSession(matmul, options).pool_heavy
 
 
 @pytest.mark.parametrize("hidden, on_pool", [(16, True), (6, False)])
@@ -334,4 +334,4 @@ def test_an_lstm_the_native_recurrence_takes_counts_as_pool_work(hidden, on_pool
     graph = helper.make_graph([node], "g", [x], [vi("y", TensorProto.FLOAT, None)], [w, r])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)], ir_version=8)
     session = onyx.InferenceSession(model.SerializeToString())
-    assert session._pool_heavy == (on_pool and native.available())
+    assert session.pool_heavy == (on_pool and native.available())

@@ -188,8 +188,8 @@ def test_disabled_optimizers_keyword():
     )
     fused = onyx.InferenceSession(data)
     kept = onyx.InferenceSession(data, disabled_optimizers=["ConvActivationFusion"])
-    assert [s.node.op_type for s in fused._plan.steps] == ["FusedConv"]
-    assert [s.node.op_type for s in kept._plan.steps] == ["Conv", "Relu"]
+    assert [s.node.op_type for s in fused.plan.steps] == ["FusedConv"]
+    assert [s.node.op_type for s in kept.plan.steps] == ["Conv", "Relu"]
     assert kept.get_session_options().disabled_optimizers == ["ConvActivationFusion"]
 
 

@@ -23,5 +23,5 @@ def predict(ddf: Any, model: Any, **options: Any) -> Any:
     dask = require("dask")
     predictor = as_predictor(model, options)
     shipped = dask.delayed(predictor, pure=True, traverse=False)
-    meta = empty_frame(predictor, ddf._meta)
+    meta = empty_frame(predictor, ddf._meta)  # noqa: SLF001 (Dask documents _meta)
     return ddf.map_partitions(_score, shipped, meta=meta, align_dataframes=False)

@@ -22,16 +22,10 @@ RUNTIMES = ("onnxruntime", "reference", "onyx", "onyx-unoptimized", "float32")
 
 
 def as_model(source: Any) -> ir.Model:
-    """An ir.Model from a path, bytes or a model."""
+    """An ir.Model from a path, bytes or a model (serde.as_model, the one loader)."""
     from .. import serde
 
-    if isinstance(source, ir.Model):
-        return source
-    if isinstance(source, bytes | bytearray | memoryview):
-        return serde.loads(bytes(source))
-    if isinstance(source, str | os.PathLike):
-        return serde.load(source)
-    raise InvalidArgument(f"expected a model path, bytes or onyx.ir.Model, not {type(source)}")
+    return serde.as_model(source, user="the debugger")
 
 
 def _fit(value: Any, dtype: np.dtype | None) -> Any:
@@ -92,7 +86,7 @@ class OnyxRunner(Runner):
 
     def value_names(self) -> set[str]:
         # what survived the session's optimizations (a fused-away value is not observable)
-        return set(self.session._slot_by_name)
+        return self.session.value_names()
 
     def run(self, feed, names=None):
         names = names or self.output_names()

@@ -24,7 +24,7 @@ __all__ = ["RULES", "infer_shapes", "rule"]
 def infer_shapes(model, strict: bool = False, data_prop: bool = True) -> Model:
     """Infer the type of every value of ``model`` (an ir.Model, a path or bytes)."""
     if not isinstance(model, Model):
-        from ..checker import _load
+        from ..serde import as_model
 
-        model = _load(model)
+        model = as_model(model, load_external_data=False, user="infer_shapes")
     return run(model, strict=strict, data_prop=data_prop)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import DataType
-from .engine import Data, InferenceError, NodeContext, rule
+from .engine import Data, InferenceError, NodeContext, data_fold, rule
 
 # Output 0 has the type and shape of input 0.
 SAME_AS_INPUT = """
@@ -13,8 +13,8 @@ Abs Acos Acosh Asin Asinh Atan Atanh Ceil Cos Cosh Erf Exp Floor Log Neg Recipro
 Sign Sin Sinh Sqrt Tan Tanh Relu LeakyRelu Elu Selu Celu HardSigmoid HardSwish Softplus Softsign
 ThresholdedRelu Mish Gelu Shrink Swish Softmax LogSoftmax Hardmax Clip Not BitwiseNot Identity
 LRN MeanVarianceNormalization InstanceNormalization LpNormalization CumSum Trilu ReverseSequence
-ScatterElements ScatterND Scatter DequantizeLinear_ BatchNormalization GroupNormalization
-RMSNormalization TfIdfVectorizer_ Dropout_ Erfinv_ QuantizeLinear_ Binarizer Normalizer_
+ScatterElements ScatterND Scatter BatchNormalization GroupNormalization RMSNormalization
+Binarizer
 """.split()
 
 BROADCAST_SAME_TYPE = """
@@ -51,7 +51,7 @@ def broadcast(shapes: list, ctx: NodeContext) -> tuple | None:
     return tuple(out)
 
 
-@rule(*[op for op in SAME_AS_INPUT if not op.endswith("_")])
+@rule(*SAME_AS_INPUT)
 def same_as_input(ctx: NodeContext) -> None:
     ctx.same(0, 0)
     if ctx.node.op_type == "Identity":
@@ -163,6 +163,7 @@ FOLD = {
 }
 
 
+@data_fold
 def fold(ctx: NodeContext) -> None:
     """Compute small integer/bool results when every input is known (no rule needed)."""
     op = ctx.node.op_type

@@ -31,6 +31,8 @@ from ..ir import (
     Shape,
     SparseTensorType,
     TensorType,
+    canonical_domain,
+    opset_for,
 )
 from ..ir.dtypes import BY_NAME
 
@@ -43,10 +45,23 @@ def rule(*ops: str, domain: str = ""):
 
     def deco(fn):
         for op in ops:
+            if (domain, op) in RULES:  # (one rule per op: a reader finds it by the op's name)
+                raise RuntimeError(f"two shape rules for {domain or 'ai.onnx'}::{op}")
             RULES[(domain, op)] = fn
         return fn
 
     return deco
+
+
+#: Functions computing a node's small integer results from known inputs (data propagation),
+#: run after its rule: registered with :func:`data_fold` (elementwise.py's shape arithmetic).
+DATA_FOLDS: list[Callable] = []
+
+
+def data_fold(fn: Callable) -> Callable:
+    """Register ``fn(ctx)`` to run after every node's rule when data is propagated."""
+    DATA_FOLDS.append(fn)
+    return fn
 
 
 class InferenceError(Exception):
@@ -90,6 +105,7 @@ class NodeContext:
     def __init__(self, engine: Engine, node: Node, env: dict, schema, opset: int):
         self.engine = engine
         self.node = node
+        self.inputs = node.inputs  # (rules ask often; Node.inputs makes a tuple each time)
         self.env = env
         self.schema = schema
         self.opset = opset
@@ -97,18 +113,17 @@ class NodeContext:
         self.out_data: dict[int, object] = {}
 
     # -- inputs -------------------------------------------------------------------------------
-    # (these read node._inputs: rules ask often, and Node.inputs copies it into a tuple)
     @property
     def n_inputs(self) -> int:
-        return len(self.node._inputs)
+        return len(self.inputs)
 
     def has(self, i: int) -> bool:
-        return i < len(self.node._inputs) and self.node._inputs[i] is not None
+        return i < len(self.inputs) and self.inputs[i] is not None
 
     def type(self, i: int):
         if not self.has(i):
             return None
-        return self.env["types"].get(id(self.node._inputs[i]))
+        return self.env["types"].get(id(self.inputs[i]))
 
     def dtype(self, i: int) -> DataType | None:
         t = self.type(i)
@@ -130,7 +145,7 @@ class NodeContext:
         """The input's full constant value as a numpy array, or None."""
         if not self.has(i):
             return None
-        d = self.env["data"].get(id(self.node._inputs[i]))
+        d = self.env["data"].get(id(self.inputs[i]))
         if isinstance(d, np.ndarray):
             return d
         if isinstance(d, Data) and d.known():
@@ -142,7 +157,7 @@ class NodeContext:
         """The input as propagated dims (known constants included), or None."""
         if not self.has(i):
             return None
-        d = self.env["data"].get(id(self.node._inputs[i]))
+        d = self.env["data"].get(id(self.inputs[i]))
         if isinstance(d, Data):
             return d
         if isinstance(d, np.ndarray) and d.ndim <= 1 and d.dtype.kind in "iu" and d.size <= 64:
@@ -253,6 +268,9 @@ class Engine:
         self.problems: list[str] = []
         self.functions = {(f.domain, f.name): f for f in model.functions.values()}
         self._function_depth = 0
+        #: Whether node outputs' declared types (value_info, graph outputs) join the inferred
+        #: ones (off: only what follows from the inputs and initializers).
+        self.trust_declared = True
 
     def problem(self, msg: str) -> None:
         self.problems.append(msg)
@@ -281,16 +299,18 @@ class Engine:
                     pass
 
     def infer_graph(self, g: Graph, env: dict, opsets: dict[str, int], label: str = "") -> None:
-        declared = {id(v): v.type for v in g.values() if v.type is not None}
-        for v in list(g.value_info) + list(g.outputs):
-            if v.type is not None:
-                declared.setdefault(id(v), v.type)
+        declared = {}
+        if self.trust_declared:
+            declared = {id(v): v.type for v in g.values() if v.type is not None}
+            for v in list(g.value_info) + list(g.outputs):
+                if v.type is not None:
+                    declared.setdefault(id(v), v.type)
         for node in g.nodes:
             self.infer_node(node, env, opsets, declared, label or g.name)
 
     def infer_node(self, node: Node, env: dict, opsets, declared: dict, gname: str) -> None:
-        domain = "" if node.domain == "ai.onnx" else node.domain
-        opset = opsets.get(domain, opsets.get("ai.onnx") if domain == "" else None)
+        domain = canonical_domain(node.domain)
+        opset = opset_for(opsets, domain)
         schema = defs.get_schema(node.op_type, opset, domain) if opset else None
         ctx = NodeContext(self, node, env, schema, opset or 0)
         try:
@@ -307,15 +327,14 @@ class Engine:
                 if not ctx.outputs:
                     generic(ctx)
             if self.data_prop:
-                from .elementwise import fold
-
-                fold(ctx)
+                for fold in DATA_FOLDS:
+                    fold(ctx)
         except InferenceError as e:
             self.problem(f"graph {gname!r}, {_label(node)}: {e}")
         except (ValueError, TypeError, IndexError, KeyError, ZeroDivisionError) as e:
             if self.strict:
                 self.problem(f"graph {gname!r}, {_label(node)}: inference failed: {e}")
-        for i, v in enumerate(node._outputs):
+        for i, v in enumerate(node.outputs):
             if not v.name:
                 continue
             inferred = ctx.outputs.get(i)
@@ -447,6 +466,22 @@ def generic(ctx: NodeContext) -> None:
 
 def _label(node: Node) -> str:
     return f"node {node.name or node.op_type} ({node.op_type})"
+
+
+def derived_types(model: Model) -> dict[int, tuple]:
+    """id(value) -> (value, type) for the main graph's node outputs whose type follows from
+    the graph inputs' and initializers' types alone (declared types of node outputs are not
+    taken: they may be wrong, or more specific than a run). Nothing is written to the model."""
+    engine = Engine(model, strict=False, data_prop=True)
+    engine.trust_declared = False
+    engine.subgraph_envs = []
+    env = engine.new_env()
+    engine.seed(model.graph, env)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        engine.infer_graph(model.graph, env, model.opset_imports)
+    types = env["types"]
+    return {id(v): (v, types[id(v)]) for n in model.graph for v in n.outputs if id(v) in types}
 
 
 def run(model: Model, strict: bool = False, data_prop: bool = True) -> Model:

@@ -18,9 +18,14 @@ def ml_same(ctx: NodeContext) -> None:
     ctx.same(0, 0)
 
 
-@rule("Normalizer", "Scaler", "Imputer", domain="ai.onnx.ml")
+@rule("Normalizer", "Scaler", domain="ai.onnx.ml")
 def ml_float_same_shape(ctx: NodeContext) -> None:
     ctx.set(0, DataType.FLOAT, ctx.shape(0))
+
+
+@rule("Imputer", domain="ai.onnx.ml")
+def imputer(ctx: NodeContext) -> None:
+    ctx.same(0, 0)  # (Y is T, X's type: int64 and int32 tensors are imputed too)
 
 
 @rule("BitCast")
@@ -232,6 +237,8 @@ def label_encoder(ctx: NodeContext) -> None:
         dtype = DataType.STRING
     elif "values_int64s" in a:
         dtype = DataType.INT64
+    elif "classes_strings" in a:  # LabelEncoder-1: strings <-> their index in the classes
+        dtype = DataType.INT64 if ctx.dtype(0) == DataType.STRING else DataType.STRING
     else:
         dtype = DataType.FLOAT
     ctx.set(0, dtype, ctx.shape(0))

@@ -130,7 +130,7 @@ def _symbolic_rest(src, rest):
     """The -1 dim when the input and other dims share symbols, e.g. [N,3,4] -> [N,-1] is 12."""
     src, rest = list(src), list(rest)
     for d in list(rest):
-        if d in src:
+        if d is not None and d in src:  # (two unknown dims are not the same dim)
             src.remove(d)
             rest.remove(d)
     if all(isinstance(d, int) for d in src + rest):

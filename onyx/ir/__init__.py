@@ -2,7 +2,8 @@
 
 from .attr import Attr, AttrType
 from .dtypes import DataType, from_numpy, to_numpy
-from .graph import Function, Graph, Model, Node, Value, captured_values
+from .graph import Function, Graph, Model, Node, Value, captured_values, inputs_with_captures
+from .opsets import STANDARD_DOMAINS, canonical_domain, opset_for
 from .tensor import ExternalData, SparseTensor, Tensor
 from .types import (
     MapType,
@@ -34,8 +35,12 @@ __all__ = [
     "Tensor",
     "TensorType",
     "Type",
+    "STANDARD_DOMAINS",
     "Value",
+    "canonical_domain",
     "captured_values",
+    "inputs_with_captures",
+    "opset_for",
     "from_numpy",
     "to_numpy",
 ]

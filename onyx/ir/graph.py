@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from .attr import Attr, AttrType, infer_attr_type
+from .attr import Attr, AttrType
+from .opsets import opset_for
 from .tensor import Tensor
 from .types import Type
 
@@ -36,7 +37,8 @@ class Value:
         self.type = type
         self.producer: Node | None = None
         self.index: int | None = None
-        self._uses: list[tuple[Node, int]] = []
+        #: (node, input index) -> None: ordered like a list, removed from in O(1).
+        self._uses: dict[tuple[Node, int], None] = {}
         #: The initializer's data when this Value is an initializer.
         self.const_value = const_value
         self.doc_string = ""
@@ -45,6 +47,22 @@ class Value:
 
     def uses(self) -> list[tuple[Node, int]]:
         return list(self._uses)
+
+    def iter_uses(self) -> Iterator[tuple[Node, int]]:
+        """The uses without a copy (do not change them while iterating)."""
+        return iter(self._uses)
+
+    def has_uses(self) -> bool:
+        return bool(self._uses)
+
+    def use_count(self) -> int:
+        return len(self._uses)
+
+    def only_use(self) -> tuple[Node, int] | None:
+        """The single use (node, input index), or None when there are none or several."""
+        if len(self._uses) != 1:
+            return None
+        return next(iter(self._uses))
 
     def consumers(self) -> list[Node]:
         seen: dict[int, Node] = {}
@@ -112,6 +130,9 @@ class Node:
         self.metadata_props: dict[str, str] = {}
         self.extras: Any = None
         self.graph: Graph | None = None
+        # neighbours in the graph's node order (a linked list: O(1) inserts and removals)
+        self._prev: Node | None = None
+        self._next: Node | None = None
         self.attributes: dict[str, Attr] = _as_attrs(attributes)
         self._inputs: list[Value | None] = []
         for v in inputs:
@@ -136,21 +157,30 @@ class Node:
     def append_input(self, value: Value | None) -> None:
         self._inputs.append(value)
         if value is not None:
-            value._uses.append((self, len(self._inputs) - 1))
+            value._uses[(self, len(self._inputs) - 1)] = None
 
     def set_input(self, i: int, value: Value | None) -> None:
         old = self._inputs[i]
         if old is not None:
-            old._uses.remove((self, i))
+            del old._uses[(self, i)]
         self._inputs[i] = value
         if value is not None:
-            value._uses.append((self, i))
+            value._uses[(self, i)] = None
 
     def detach(self) -> None:
         """Drop this node's uses of its inputs (when it leaves the graph)."""
         for i, v in enumerate(self._inputs):
-            if v is not None and (self, i) in v._uses:
-                v._uses.remove((self, i))
+            if v is not None:
+                v._uses.pop((self, i), None)
+
+    def take_over_outputs(self, other: Node) -> None:
+        """Make ``other``'s outputs this node's, position by position (the same Values, so
+        their readers and names stay); this node's own outputs there are dropped."""
+        for i, v in enumerate(other._outputs):
+            if i < len(self._outputs):
+                self._outputs[i].producer = None
+                v.producer, v.index = self, i
+                self._outputs[i] = v
 
     # -- attributes ---------------------------------------------------------------------------
     def attr(self, name: str, default: Any = None) -> Any:
@@ -199,46 +229,90 @@ class Graph:
         #: Sparse initializers (ir.SparseTensor), kept as they are.
         self.sparse_initializers: list[Any] = []
         self.extras: Any = None
-        self._nodes: list[Node] = []
+        # the nodes as a linked list, and its order as a list made on demand (a pass that
+        # iterates while it edits keeps the order it started with)
+        self._head: Node | None = None
+        self._tail: Node | None = None
+        self._count = 0
+        self._order: list[Node] | None = []
         for n in nodes:
             self.append(n)
 
     # -- nodes --------------------------------------------------------------------------------
     @property
+    def _nodes(self) -> list[Node]:
+        order = self._order
+        if order is None:
+            order = []
+            node = self._head
+            while node is not None:
+                order.append(node)
+                node = node._next
+            self._order = order
+        return order
+
+    @property
     def nodes(self) -> tuple[Node, ...]:
         return tuple(self._nodes)
 
     def __iter__(self) -> Iterator[Node]:
-        return iter(list(self._nodes))
+        return iter(self._nodes)
 
     def __len__(self) -> int:
-        return len(self._nodes)
+        return self._count
+
+    def _link(self, node: Node, prev: Node | None, nxt: Node | None) -> Node:
+        if node.graph is not None:
+            raise ValueError(f"{node} is already in graph {node.graph.name!r}")
+        node.graph, node._prev, node._next = self, prev, nxt
+        if prev is None:
+            self._head = node
+        else:
+            prev._next = node
+        if nxt is None:
+            self._tail = node
+        else:
+            nxt._prev = node
+        self._count += 1
+        self._order = None
+        return node
+
+    def _anchor(self, anchor: Node) -> Node:
+        if anchor.graph is not self:
+            raise ValueError(f"{anchor} is not in graph {self.name!r}")
+        return anchor
 
     def append(self, node: Node) -> Node:
-        node.graph = self
-        self._nodes.append(node)
-        return node
+        return self._link(node, self._tail, None)
 
     def insert_before(self, anchor: Node, node: Node) -> Node:
-        node.graph = self
-        self._nodes.insert(self._nodes.index(anchor), node)
-        return node
+        return self._link(node, self._anchor(anchor)._prev, anchor)
 
     def insert_after(self, anchor: Node, node: Node) -> Node:
-        node.graph = self
-        self._nodes.insert(self._nodes.index(anchor) + 1, node)
-        return node
+        return self._link(node, self._anchor(anchor), anchor._next)
 
     def remove(self, node: Node, safe: bool = True) -> None:
         """Take ``node`` out; with ``safe``, refuse if any output is still used or is an output."""
+        if node.graph is not self:
+            raise ValueError(f"{node} is not in graph {self.name!r}")
         if safe:
             outs = {id(v) for v in self.outputs}
             for v in node.outputs:
                 if v._uses or id(v) in outs:
                     raise ValueError(f"cannot remove {node}: its output {v.name!r} is still used")
         node.detach()
-        self._nodes.remove(node)
-        node.graph = None
+        prev, nxt = node._prev, node._next
+        if prev is None:
+            self._head = nxt
+        else:
+            prev._next = nxt
+        if nxt is None:
+            self._tail = prev
+        else:
+            nxt._prev = prev
+        node.graph = node._prev = node._next = None
+        self._count -= 1
+        self._order = None
 
     def all_nodes(self) -> Iterator[Node]:
         """Every node, including those of subgraphs (depth first)."""
@@ -269,7 +343,7 @@ class Graph:
         deps: dict[int, set[int]] = {}
         for n in self._nodes:
             needed: set[int] = set()
-            for v in _inputs_with_captures(n):
+            for v in inputs_with_captures(n):
                 p = v.producer
                 if p is not None and id(p) in position and p is not n:
                     needed.add(id(p))
@@ -294,19 +368,34 @@ class Graph:
         if len(order) != len(self._nodes):
             stuck = [n for n in self._nodes if pending[id(n)] > 0][:3]
             raise ValueError(f"graph {self.name!r} has a cycle through {stuck}")
-        self._nodes = order
+        prev = None
+        for n in order:
+            n._prev = prev
+            if prev is None:
+                self._head = n
+            else:
+                prev._next = n
+            prev = n
+        if prev is not None:
+            prev._next = None
+        self._tail = prev
+        self._order = order
 
     def __repr__(self) -> str:
-        return f"Graph({self.name!r}, {len(self._nodes)} nodes)"
+        return f"Graph({self.name!r}, {self._count} nodes)"
 
 
-def _inputs_with_captures(node: Node) -> Iterator[Value]:
+def inputs_with_captures(node: Node) -> Iterator[Value]:
     """A node's inputs plus the outer Values its subgraphs read."""
     for v in node.inputs:
         if v is not None:
             yield v
     for g in node.subgraphs():
         yield from captured_values(g)
+
+
+#: (the name it had before it was public)
+_inputs_with_captures = inputs_with_captures
 
 
 def captured_values(graph: Graph) -> list[Value]:
@@ -328,6 +417,40 @@ def captured_values(graph: Graph) -> list[Value]:
     visit(graph)
     # a value used before its (later) definition inside the graph is not a capture
     return [v for k, v in captured.items() if k not in defined]
+
+
+def infer_attr_type(value: Any) -> AttrType:
+    """The attribute type of a plain Python value (as onnx.helper.make_attribute would choose)."""
+    import numpy as np
+
+    if isinstance(value, bool | int | np.integer):
+        return AttrType.INT
+    if isinstance(value, float | np.floating):
+        return AttrType.FLOAT
+    if isinstance(value, str | bytes):
+        return AttrType.STRING
+    if isinstance(value, Tensor | np.ndarray):
+        return AttrType.TENSOR
+    if isinstance(value, Graph):
+        return AttrType.GRAPH
+    if isinstance(value, Type):
+        return AttrType.TYPE_PROTO
+    if isinstance(value, list | tuple):
+        if not value:
+            raise ValueError("cannot infer the type of an empty attribute list")
+        single = infer_attr_type(value[0])
+        plural = {
+            AttrType.INT: AttrType.INTS,
+            AttrType.FLOAT: AttrType.FLOATS,
+            AttrType.STRING: AttrType.STRINGS,
+            AttrType.TENSOR: AttrType.TENSORS,
+            AttrType.GRAPH: AttrType.GRAPHS,
+            AttrType.TYPE_PROTO: AttrType.TYPE_PROTOS,
+        }
+        if single == AttrType.INT and any(isinstance(v, float) for v in value):
+            return AttrType.FLOATS
+        return plural[single]
+    raise TypeError(f"no attribute type for {type(value).__name__}")
 
 
 class Function:
@@ -405,17 +528,22 @@ class Model:
         self._graph = graph
         self._graph_source = None
 
+    def set_graph_source(self, source) -> None:
+        """Build the graph with ``source()`` on first access (serde: loading and re-saving an
+        unedited model never converts its nodes)."""
+        self._graph, self._graph_source = None, source
+
+    @property
+    def graph_source(self):
+        """What builds the graph on first access, None once it is built (or set directly)."""
+        return self._graph_source
+
     def graph_is_loaded(self) -> bool:
         """False while the graph read from a file has not been built yet (nobody asked for it)."""
         return self._graph_source is None
 
     def opset(self, domain: str = "") -> int | None:
-        if domain == "ai.onnx":
-            domain = ""
-        v = self.opset_imports.get(domain)
-        if v is None and domain == "":
-            v = self.opset_imports.get("ai.onnx")
-        return v
+        return opset_for(self.opset_imports, domain)
 
     def __repr__(self) -> str:
         return (

@@ -146,6 +146,14 @@ class Tensor:
     def is_loaded(self) -> bool:
         return self._array is not None
 
+    def has_raw_bytes(self) -> bool:
+        """Whether the tensor holds wire bytes (read from a file, not decoded or replaced)."""
+        return self._raw is not None
+
+    def loaded_array(self) -> np.ndarray | None:
+        """The data if it is in memory as an array already (nothing is read or decoded)."""
+        return self._array
+
     def numpy(self) -> np.ndarray:
         """The data as a numpy array of the element type's dtype (a read-only view when possible)."""
         if self._array is None:

@@ -15,13 +15,18 @@ onnxruntime's ``disabled_optimizers``.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 
 from .. import ir
-from . import cleanup, conv, fold, gemm, lookup, qdq, transformer, transpose  # noqa: F401  (register passes)
-from .core import ALL, BASIC, LEVELS, PASSES, PassContext, clone_model
+from ..utils import gc_paused
+from .core import ALL, BASIC, LEVELS, PassContext, PassResult, clone_model
+from .pipeline import PIPELINE
 
-__all__ = ["optimize", "optimize_for_session", "passes"]
+__all__ = ["PassResult", "optimize", "optimize_for_session", "passes"]
+
+#: The passes optimize runs (pipeline.py's list; a test may swap it).
+PASSES = list(PIPELINE)
 
 #: Basic passes repeat until nothing changes, at most this many rounds.
 MAX_ROUNDS = 4
@@ -52,12 +57,18 @@ def optimize(
     stats=None,
     in_place: bool = False,
     for_session: bool = False,
+    results: list | None = None,
 ) -> ir.Model:
-    """An optimized copy of ``model``. ``stats`` (a dict) receives per-pass change counts.
+    """An optimized copy of ``model``. ``stats`` (a dict) receives per-pass change counts;
+    ``results`` (a list) one :class:`PassResult` per pass run, in order.
     ``in_place``: optimize ``model`` itself, for a caller that owns it (the copy is not free).
     ``for_session``: the model is to run, not to be written: constants are folded whatever
     their size (a generated weight is otherwise made again on every run)."""
-    lvl = _level(level)
+    with gc_paused():  # (a clone's and the rewrites' objects live on)
+        return _optimize(model, _level(level), disabled, stats, in_place, for_session, results)
+
+
+def _optimize(model, lvl: int, disabled, stats, in_place, for_session, results) -> ir.Model:
     m = model if in_place else clone_model(model)
     if lvl <= 0 or _names_values_in_attributes(m):
         return m
@@ -78,6 +89,8 @@ def optimize(
     ctx.finish()
     if stats is not None:
         stats.update(ctx.stats)
+    if results is not None:
+        results.extend(ctx.results)
     return m
 
 
@@ -109,7 +122,12 @@ def _run(ctx: PassContext, p) -> bool:
     passes would otherwise rerun every pass after the last change once more)."""
     if SKIP_IDLE and ctx.idle.get(p.name) == ctx.version:
         return False
+    before = dict(ctx.stats)
+    start = time.perf_counter()
     changed = bool(p.fn(ctx))
+    seconds = time.perf_counter() - start
+    counted = {k: n - before.get(k, 0) for k, n in ctx.stats.items() if n != before.get(k, 0)}
+    ctx.results.append(PassResult(p.name, changed, counted, seconds))
     ctx.ran.add(p.name)
     if changed:
         ctx.version += 1

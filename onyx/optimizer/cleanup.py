@@ -6,8 +6,8 @@ import numpy as np
 
 from .. import ir
 from ..ir.dtypes import DataType
+from ..runtime.registry import traits
 from .core import BASIC, STANDARD, PassContext, graph_pass, same_dims, static_shape
-from .fold import NONDETERMINISTIC
 
 
 def _bypass(ctx: PassContext, node: ir.Node, source: ir.Value | None) -> bool:
@@ -35,7 +35,7 @@ def eliminate_dropout(ctx: PassContext) -> bool:
         if node.op_type != "Dropout" or node.domain not in STANDARD:
             continue
         outs = node.outputs
-        if len(outs) > 1 and (outs[1]._uses or ctx.is_output(outs[1])):
+        if len(outs) > 1 and (outs[1].has_uses() or ctx.is_output(outs[1])):
             continue
         ins = node.inputs
         training = ins[2] if len(ins) > 2 else None
@@ -98,7 +98,7 @@ def dead_code(ctx: PassContext) -> bool:
     outputs = {id(v) for v in g.outputs}
     changed = False
     for node in reversed(g.nodes):
-        if any(v._uses or id(v) in outputs for v in node.outputs):
+        if any(v.has_uses() or id(v) in outputs for v in node.outputs):
             continue
         g.remove(node, safe=False)
         ctx.count("DeadCodeElimination")
@@ -110,7 +110,7 @@ def dead_code(ctx: PassContext) -> bool:
 def unused_initializers(ctx: PassContext) -> bool:
     g = ctx.graph
     keep = {id(v) for v in g.inputs} | {id(v) for v in g.outputs}
-    unused = [k for k, v in g.initializers.items() if not v._uses and id(v) not in keep]
+    unused = [k for k, v in g.initializers.items() if not v.has_uses() and id(v) not in keep]
     for k in unused:
         del g.initializers[k]
     if unused:
@@ -201,13 +201,15 @@ def common_subexpressions(ctx: PassContext) -> bool:
         first = seen_consts.setdefault(key, v)
         # (an unread duplicate, as an old model's initializer that is also an input, stays:
         # merging nothing is no change, else the rounds would never settle)
-        if first is not v and v._uses:
+        if first is not v and v.has_uses():
             v.replace_all_uses_with(first)
             ctx.count("CommonSubexpressionElimination")
             changed = True
     seen: dict[tuple, _Twins] = {}
     for node in g:
-        if node.op_type in NONDETERMINISTIC or (node.attributes and _has_subgraph(node)):
+        if not traits(node.op_type, node.domain).deterministic or (
+            node.attributes and _has_subgraph(node)
+        ):
             continue
         key = (
             node.domain,
@@ -227,7 +229,7 @@ def common_subexpressions(ctx: PassContext) -> bool:
             for a, b in zip(node.outputs, first.outputs):
                 if a.name and b.name:
                     a.replace_all_uses_with(b)
-                elif a.name and a._uses:
+                elif a.name and a.has_uses():
                     break
             ctx.count("CommonSubexpressionElimination")
             changed = True

@@ -1,10 +1,10 @@
-"""The pass manager's machinery: pass registry, the context passes share, model cloning, helpers.
+"""The pass manager's machinery: passes, the context they share, model cloning, helpers.
 
-A pass is a function ``fn(ctx) -> bool`` (True when it changed the graph) registered with
-:func:`graph_pass` under a name (onnxruntime's name where onnxruntime has the same pass, so one
-``disabled_optimizers`` list works for both) and a level. Passes work on the main graph; nodes
-with subgraphs are left whole (their reads of outer values count as uses, so nothing they
-need is ever removed).
+A pass is a function ``fn(ctx) -> bool`` (True when it changed the graph) marked with
+:func:`graph_pass` with a name (onnxruntime's name where onnxruntime has the same pass, so one
+``disabled_optimizers`` list works for both) and a level; ``pipeline.py`` lists the passes in
+the order they run. Passes work on the main graph; nodes with subgraphs are left whole (their
+reads of outer values count as uses, so nothing they need is ever removed).
 """
 
 from __future__ import annotations
@@ -31,16 +31,30 @@ class Pass:
     fn: Callable[[PassContext], bool]
 
 
-#: Passes in the order they run (registration order).
-PASSES: list[Pass] = []
+@dataclass(frozen=True)
+class PassResult:
+    """What one run of a pass did: whether it changed the graph, and the changes it counted
+    (``PassContext.count``), by name."""
+
+    name: str
+    changed: bool
+    stats: dict[str, int]
+    seconds: float
 
 
 def graph_pass(name: str, level: int = BASIC) -> Callable:
-    def register(fn):
-        PASSES.append(Pass(name, level, fn))
+    """Mark ``fn`` as the pass ``name`` of ``level`` (listed in pipeline.py to run)."""
+
+    def mark(fn):
+        fn.graph_pass = Pass(name, level, fn)
         return fn
 
-    return register
+    return mark
+
+
+def pass_of(fn: Callable) -> Pass:
+    """The pass a :func:`graph_pass` function is."""
+    return fn.graph_pass
 
 
 @dataclass
@@ -52,6 +66,7 @@ class PassContext:
     #: Names of the passes this run uses (a basic pass may leave work to a fusion that runs).
     enabled: frozenset[str] = frozenset()
     _names: set[str] | None = None
+    _suffixes: dict[str, int] = field(default_factory=dict)
     _declared: tuple | None = None
     #: Counts the changes made so far: every pass that changed the graph, every inference.
     version: int = 0
@@ -61,6 +76,8 @@ class PassContext:
     ran: set[str] = field(default_factory=set)
     #: What passes keep between runs, by keys of their own (e.g. per-tensor digests).
     memo: dict = field(default_factory=dict)
+    #: One result per pass run, in order.
+    results: list[PassResult] = field(default_factory=list)
     #: Whether constant folding may grow the model without bound (a session's in-memory
     #: model: nothing is written) rather than keep big generated tensors as computations.
     unbounded_folding: bool = False
@@ -97,7 +114,7 @@ class PassContext:
         for v in g.values():
             if id(v) in types and v.producer is not None and id(v) not in outputs:
                 v.type = types[id(v)][1]
-        alive = {id(v) for n in g._nodes for v in n.outputs}
+        alive = {id(v) for n in g for v in n.outputs}
         g.value_info = [v for v in value_info if id(v) in alive]
 
     @property
@@ -116,12 +133,15 @@ class PassContext:
             self._names = set(self.graph.initializers)
             for g in _graphs(self.graph):
                 self._names.update(v.name for v in g.inputs)
-                for n in g._nodes:
+                for n in g:
                     self._names.update(v.name for v in n.outputs)
-        name, i = base, 0
+        # (from the suffix this base had last: the ones below it are all taken, as before)
+        i = self._suffixes.get(base, 0)
+        name = f"{base}_{i}" if i else base
         while name in self._names:
             i += 1
             name = f"{base}_{i}"
+        self._suffixes[base] = i
         self._names.add(name)
         return name
 
@@ -183,10 +203,10 @@ class PassContext:
 
     def single_use(self, v: ir.Value) -> ir.Node | None:
         """The only node reading ``v`` (once), when ``v`` is not a graph output."""
-        uses = v._uses
-        if len(uses) != 1 or self.is_output(v):
+        use = v.only_use()
+        if use is None or self.is_output(v):
             return None
-        return uses[0][0]
+        return use[0]
 
     def replace_nodes(self, last: ir.Node, new: ir.Node, dead: Iterable[ir.Node] = ()) -> None:
         """Put ``new`` where ``last`` was; ``new`` takes over ``last``'s outputs (same Values).
@@ -196,12 +216,7 @@ class PassContext:
         """
         g = self.graph
         g.insert_before(last, new)
-        for i, v in enumerate(last.outputs):
-            if i < len(new._outputs):
-                old = new._outputs[i]
-                v.producer, v.index = new, i
-                new._outputs[i] = v
-                old.producer = None
+        new.take_over_outputs(last)
         g.remove(last, safe=False)
         for n in dead:
             if n.graph is g:
@@ -210,7 +225,7 @@ class PassContext:
 
 def _graphs(g: ir.Graph):
     yield g
-    for n in g._nodes:
+    for n in g:
         for sub in n.subgraphs():
             yield from _graphs(sub)
 
@@ -243,7 +258,7 @@ def inference_batch_norm(ctx: PassContext, bn: ir.Node | None) -> bool:
     per-channel affine map of its input (the running statistics as given)."""
     if not is_op(bn, "BatchNormalization") or len(bn.inputs) < 5:
         return False
-    if any(v.name and (v._uses or ctx.is_output(v)) for v in bn.outputs[1:]):
+    if any(v.name and (v.has_uses() or ctx.is_output(v)) for v in bn.outputs[1:]):
         return False
     if bn.attr("training_mode", 0) or not bn.attr("spatial", 1):
         return False
@@ -316,7 +331,7 @@ def clone_graph(g: ir.Graph, vmap: dict[int, ir.Value]) -> ir.Graph:
         if id(v) not in vmap:
             vmap[id(v)] = _clone_value(v)
     nodes = []
-    for n in g._nodes:
+    for n in g:
         outs = [_clone_value(v) for v in n.outputs]
         for v, c in zip(n.outputs, outs):
             vmap[id(v)] = c

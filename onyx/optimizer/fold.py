@@ -8,82 +8,46 @@ import warnings
 import numpy as np
 
 from .. import ir
+from ..errors import OnyxError
 from ..ir.dtypes import DataType, to_numpy
-from ..runtime.registry import lookup
-from ..runtime.values import attr_value
+from ..runtime.bind import bind
+from ..runtime.registry import traits
 from .core import BASIC, STANDARD, PassContext, graph_pass, is_op, static_shape
-from .qdq import reads_quantized  # (also registers the QDQ fusion ahead of the other fusions)
+from .qdq import reads_quantized
 
-#: Ops whose result is not a function of their inputs.
-NONDETERMINISTIC = {
-    "RandomNormal",
-    "RandomUniform",
-    "RandomNormalLike",
-    "RandomUniformLike",
-    "Multinomial",
-    "Bernoulli",
-}
 #: A folded result bigger than this that also outgrows its inputs 4x stays a computation
 #: (ConstantOfShape / Expand / Tile would otherwise bloat the model file), except in a
 #: session's model (PassContext.unbounded_folding): weights a model generates with
-#: ConstantOfShape (onnx's light models) were made again on every run, 23 ms of ResNet-50's
-#: 110, and kept BatchNormalization out of its conv.
+#: ConstantOfShape (onnx's light models) were otherwise made again on every run, and kept
+#: BatchNormalization out of its conv.
 MAX_GROWN_BYTES = 1 << 20
-
-
-class _FoldContext:
-    """The KernelContext of a kernel run at optimization time (no subgraphs there)."""
-
-    def __init__(self, node: ir.Node, opset: int):
-        n = len(node.outputs)
-        while n and not node.outputs[n - 1].name:
-            n -= 1
-        self.n_outputs = n
-        self.outputs_wanted = tuple(bool(v.name) for v in node.outputs[:n])
-        self.opset = opset
-        self.node_name = node.name
-        self.op_type = node.op_type
-
-    def run_graph(self, graph, inputs):
-        raise RuntimeError("no subgraphs at constant folding")
-
-    graph_input_count = graph_output_count = run_graph
 
 
 def evaluate(ctx: PassContext, node: ir.Node, known: dict | None = None) -> tuple | None:
     """The node's outputs when it can be folded, else None. ``known``: id(value) -> array,
     values taken as given besides the constants."""
-    if node.op_type in NONDETERMINISTIC:
+    if not traits(node.op_type, node.domain).deterministic:
         return None
     args = _constant_inputs(ctx, node, known)  # first: most nodes fail here, and fast
     if args is None or any(True for _ in node.subgraphs()):
         return None
-    domain = "" if node.domain in STANDARD else node.domain
     functions = ctx.model.functions
-    if functions and (domain, node.op_type) in {(f.domain, f.name) for f in functions.values()}:
+    if functions and (ir.canonical_domain(node.domain), node.op_type) in {
+        (f.domain, f.name) for f in functions.values()
+    }:
         return None
-    version = ctx.model.opset(domain)
-    kernel = lookup(node.op_type, domain, version) if version else None
-    if kernel is None:
+    if node.attributes_have_refs():
         return None
-    attrs = {}
-    for name, a in node.attributes.items():
-        if a.is_ref or (name not in kernel.attributes and not kernel.accepts_any_attr):
-            return None  # leave it to the session, which reports the bad attribute
-        attrs[name] = attr_value(a.type, a.value, None)
-    if not kernel.variadic:
-        args += [None] * (kernel.n_positional - len(args))
+    try:  # an attribute the kernel does not take: the session reports it, not the optimizer
+        step = bind(node, ctx.model.opset_imports)
+    except OnyxError:
+        return None
     try:
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore")
-            if kernel.takes_ctx:
-                result = kernel.fn(_FoldContext(node, version), *args, **attrs)
-            else:
-                result = kernel.fn(*args, **attrs)
+            result = step.call(args)
     except Exception:  # fails at run time too: the session will say why
         return None
-    if type(result) is not tuple:
-        result = (result,)
     in_bytes = sum(a.nbytes for a in args if isinstance(a, np.ndarray))
     for v, r in zip(node.outputs, result):
         if not v.name:
@@ -203,13 +167,9 @@ def _picked_dims(ctx: PassContext, node: ir.Node) -> np.ndarray | None:
         if c is None and v is not None and v.name:
             return None
         args.append(c)
-    kernel = lookup(node.op_type, "", ctx.opset())
-    if kernel is None:
-        return None
-    attrs = {k: attr_value(a.type, a.value, None) for k, a in node.attributes.items()}
     try:
-        picked = np.asarray(kernel.fn(*args, **attrs))
-    except Exception:
+        picked = np.asarray(bind(node, ctx.model.opset_imports).call(args)[0])
+    except Exception:  # (OnyxError included: a node the session will report)
         return None
     dims = [shape[int(p)] for p in picked.reshape(-1)]
     if not all(type(d) is int for d in dims):

@@ -12,7 +12,7 @@ The lookup gives the graph's result to the bit: the table comes from the kernels
 would run, on a probe of 16 copies of the 256 values (so kernels that switch paths on size take
 their large-tensor path), and a chain whose copies disagree is left as written. A chain may
 read only the byte tensor, its own results and constants holding one value (of rank no higher
-than the tensor's, so nothing broadcasts); every op in it is elementwise (ELEMENTWISE). Its
+than the tensor's, so nothing broadcasts); every op in it is elementwise (its kernel declares the `elementwise` trait). Its
 last value may be of any fixed-size type (8-bit, float, bool). Chains of one node stay.
 
 The lookup is a model-local function of onyx's domain, ``ai.onyx.TableLookup(x, table)``, whose
@@ -29,32 +29,11 @@ import numpy as np
 
 from .. import ir
 from ..ir.dtypes import DataType
-from ..runtime.registry import ONYX_DOMAIN
+from ..runtime.registry import ONYX_DOMAIN, traits
 from .core import EXTENDED, MS, STANDARD, PassContext, graph_pass, static_shape
 from .fold import evaluate
 
-# (registered before this pass, which runs last among the fusions: it takes what they made)
-from . import conv, gemm, transformer, transpose  # noqa: E402, F401, I001  isort: skip
-
 PASS = "LookupTableFusion"
-
-#: Ops whose every output element is a function of the same element of the inputs.
-ELEMENTWISE = frozenset(
-    [("", op) for op in (
-        "Abs", "Acos", "Acosh", "Add", "And", "Asin", "Asinh", "Atan", "Atanh", "BitwiseAnd",
-        "BitwiseNot", "BitwiseOr", "BitwiseXor", "Cast", "CastLike", "Ceil", "Celu", "Clip",
-        "Cos", "Cosh", "DequantizeLinear", "Div", "Elu", "Equal", "Erf", "Exp", "Floor", "Gelu",
-        "Greater", "GreaterOrEqual", "HardSigmoid", "HardSwish", "Identity", "IsInf", "IsNaN",
-        "LeakyRelu", "Less", "LessOrEqual", "Log", "Max", "Mean", "Min", "Mish", "Mod", "Mul",
-        "Neg", "Not", "Or", "Pow", "PRelu", "QuantizeLinear", "Reciprocal", "Relu", "Round",
-        "Selu", "Shrink", "Sigmoid", "Sign", "Sin", "Sinh", "Softplus", "Softsign", "Sqrt",
-        "Sub", "Sum", "Tan", "Tanh", "ThresholdedRelu", "Where", "Xor",
-    )]
-    + [(MS, op) for op in (
-        "FastGelu", "Gelu", "QLinearAdd", "QLinearLeakyRelu", "QLinearMul", "QLinearSigmoid",
-        "QuickGelu",
-    )]
-)  # fmt: skip
 
 #: Copies of the 256 byte values the chain runs on.
 PROBE_COPIES = 16
@@ -90,7 +69,7 @@ def _byte_values(ctx: PassContext, order: list[ir.Node]):
     their numpy types."""
     values = list(ctx.graph.inputs) + [v for n in order for v in n.outputs]
     for v in values:
-        byte = _byte_type(ctx, v) if v._uses else None
+        byte = _byte_type(ctx, v) if v.has_uses() else None
         if byte is not None:
             yield v, byte
 
@@ -107,7 +86,7 @@ def _byte_type(ctx: PassContext, v: ir.Value):
     t = v.type
     if isinstance(t, ir.TensorType) and t.elem_type is not None:
         return BYTE_TYPES.get(t.elem_type)
-    for node, i in v._uses:
+    for node, i in v.iter_uses():
         domain = "" if node.domain in STANDARD else node.domain
         if i in _ZERO_POINT_AFTER.get((domain, node.op_type), ()) and len(node.inputs) > i + 2:
             zp = ctx.const(node.inputs[i + 2])
@@ -123,7 +102,7 @@ def _chain_nodes(ctx: PassContext, root: ir.Value, position: dict) -> list[ir.No
     rank = len(shape) if shape is not None else 0
     inside = {id(root)}
     members: list[ir.Node] = []
-    heap = [(position[id(n)], id(n), n) for n, _ in root._uses if id(n) in position]
+    heap = [(position[id(n)], id(n), n) for n, _ in root.iter_uses() if id(n) in position]
     heapq.heapify(heap)
     seen = set()
     while heap:  # in graph order: a node's producers inside the chain come first
@@ -136,15 +115,14 @@ def _chain_nodes(ctx: PassContext, root: ir.Value, position: dict) -> list[ir.No
         members.append(node)
         for v in node.outputs:
             inside.add(id(v))
-            for user, _ in v._uses:
+            for user, _ in v.iter_uses():
                 if id(user) in position:
                     heapq.heappush(heap, (position[id(user)], id(user), user))
     return members
 
 
 def _takes(ctx: PassContext, node: ir.Node, inside: set[int], rank: int) -> bool:
-    domain = "" if node.domain in STANDARD else node.domain
-    if (domain, node.op_type) not in ELEMENTWISE or len(node.outputs) != 1:
+    if not traits(node.op_type, node.domain).elementwise or len(node.outputs) != 1:
         return False
     for v in node.inputs:
         if v is None or not v.name or id(v) in inside:
@@ -158,7 +136,7 @@ def _takes(ctx: PassContext, node: ir.Node, inside: set[int], rank: int) -> bool
 def _exits(ctx: PassContext, nodes: list[ir.Node], members: set[int]) -> list[ir.Value]:
     """The chain's values read outside it (or graph outputs), in graph order."""
     return [v for n in nodes for v in n.outputs
-            if ctx.is_output(v) or any(id(user) not in members for user, _ in v._uses)]  # fmt: skip
+            if ctx.is_output(v) or any(id(user) not in members for user, _ in v.iter_uses())]  # fmt: skip
 
 
 def _ancestors(out: ir.Value, members: set[int], position: dict) -> list[ir.Node]:

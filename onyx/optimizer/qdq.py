@@ -246,7 +246,7 @@ def _output(ctx: PassContext, node: ir.Node, clip_ok: bool = True) -> Output | N
 
 def _single_output(ctx: PassContext, node: ir.Node) -> bool:
     """Only output 0 is in use (MaxPool's optional Indices unused)."""
-    return all(not v._uses and not ctx.is_output(v) for v in node.outputs[1:])
+    return all(not v.has_uses() and not ctx.is_output(v) for v in node.outputs[1:])
 
 
 def _redundant(ctx: PassContext, clip: ir.Node, q: QParams) -> bool:
@@ -509,7 +509,11 @@ def _apply(ctx: PassContext, f: Fusion) -> None:
         ctx.ensure_opset(MS)
     ctx.replace_nodes(f.last, node, f.dead)
     for dq in f.dqs:  # (a DQ read twice by the unit is listed twice)
-        if dq.graph is ctx.graph and not dq.outputs[0]._uses and not ctx.is_output(dq.outputs[0]):
+        if (
+            dq.graph is ctx.graph
+            and not dq.outputs[0].has_uses()
+            and not ctx.is_output(dq.outputs[0])
+        ):
             ctx.graph.remove(dq, safe=False)
 
 

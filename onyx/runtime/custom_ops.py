@@ -66,20 +66,22 @@ def unregister_op(op_type: str, *, domain: str = "", since: int | None = None) -
     """Remove a kernel registered with :func:`register_op` (every version when ``since`` is None)."""
     domain = registry.DOMAIN_ALIASES.get(domain, domain)
     with _lock:
-        versions = registry._KERNELS.get((domain, op_type), [])
+        versions = registry.kernel_table().get((domain, op_type), [])
         kept = [k for k in versions if since is not None and k.since != since]
         if kept:
-            registry._KERNELS[(domain, op_type)] = kept
+            registry.kernel_table()[(domain, op_type)] = kept
         else:
-            registry._KERNELS.pop((domain, op_type), None)
+            registry.kernel_table().pop((domain, op_type), None)
 
 
 def _install(op: CustomOp, replace_all: bool = False) -> None:
-    registry._load_all()
-    kernel = registry._describe(op.fn, op.domain, op.op_type, op.since)
-    versions = registry._KERNELS.get((op.domain, op.op_type), [])
+    registry.kernel_table()  # (every kernel loaded first)
+    kernel = registry.describe_kernel(op.fn, op.domain, op.op_type, op.since)
+    versions = registry.kernel_table().get((op.domain, op.op_type), [])
     versions = [] if replace_all else [k for k in versions if k.since != op.since]
-    registry._KERNELS[(op.domain, op.op_type)] = sorted([*versions, kernel], key=lambda k: k.since)
+    registry.kernel_table()[(op.domain, op.op_type)] = sorted(
+        [*versions, kernel], key=lambda k: k.since
+    )
     if op.shape is not None:
         from ..inference import RULES
 
@@ -96,15 +98,17 @@ def session_kernels(ops: list[CustomOp], replace_all: bool = False) -> Iterator[
     from ..inference import RULES
 
     with _lock:
-        registry._load_all()
-        saved = {(o.domain, o.op_type): registry._KERNELS.get((o.domain, o.op_type)) for o in ops}
+        registry.kernel_table()  # (every kernel loaded first)
+        saved = {
+            (o.domain, o.op_type): registry.kernel_table().get((o.domain, o.op_type)) for o in ops
+        }
         rules = {(o.domain, o.op_type): RULES.get((o.domain, o.op_type)) for o in ops}
         try:
             for o in ops:
                 _install(o, replace_all)
             yield
         finally:
-            _restore(registry._KERNELS, saved)
+            _restore(registry.kernel_table(), saved)
             _restore(RULES, rules)
 
 
@@ -128,9 +132,9 @@ def override_kernel(
             report = onyx.compare(model, "onnxruntime")   # finds relu_3
     """
     domain = registry.DOMAIN_ALIASES.get(domain, domain)
-    registry._load_all()
+    registry.kernel_table()  # (every kernel loaded first)
     with _lock:
-        original = list(registry._KERNELS.get((domain, op_type), []))
+        original = list(registry.kernel_table().get((domain, op_type), []))
 
     def planted(ctx, *args, **attrs):
         if node is None or ctx.node_name == node:

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidArgument
-from .ortvalue import OrtValue, array_at, check_cpu
+from .ortvalue import OrtValue, array_at, check_cpu, unwrap
 
 
 class IOBinding:
@@ -35,7 +35,7 @@ class IOBinding:
         self._inputs[name] = array_at(buffer_ptr, element_type, [int(d) for d in shape])
 
     def bind_ortvalue_input(self, name: str, ortvalue: OrtValue) -> None:
-        self._inputs[name] = ortvalue._value
+        self._inputs[name] = unwrap(ortvalue)
 
     def synchronize_inputs(self) -> None:
         """Nothing to wait for on the CPU."""
@@ -73,10 +73,11 @@ class IOBinding:
     get_outputs_as_ortvaluevector = get_outputs
 
     def copy_outputs_to_cpu(self) -> list[Any]:
-        return [_copy(v._value) for v in self._results]
+        return [_copy(unwrap(v)) for v in self._results]
 
     # -- running (session.run_with_iobinding) ---------------------------------------------------
-    def _run(self, run_options: Any = None) -> None:
+    def run_bound(self, run_options: Any = None) -> None:
+        """Run the session on the bound inputs, into the bound outputs."""
         if not self._outputs:
             raise InvalidArgument("run_with_iobinding: no output is bound (bind_output)")
         names = list(self._outputs)
@@ -93,7 +94,7 @@ class IOBinding:
 
 
 def _write_into(name: str, bound: OrtValue, value: Any) -> None:
-    target = bound._value
+    target = unwrap(bound)
     value = np.asarray(value)
     if not isinstance(target, np.ndarray) or target.shape != value.shape:
         raise InvalidArgument(

@@ -155,7 +155,7 @@ class OrtValue:
 
 def unwrap(value: Any) -> Any:
     """A feed as the session takes it: OrtValues become what they hold."""
-    return value._value if isinstance(value, OrtValue) else value
+    return value._value if isinstance(value, OrtValue) else value  # noqa: SLF001 (its class)
 
 
 class OrtDevice:

@@ -15,6 +15,7 @@ each kernel call can be timed.
 
 from __future__ import annotations
 
+import copy
 import keyword
 import time
 from dataclasses import dataclass, field
@@ -23,36 +24,14 @@ from typing import Any
 import numpy as np
 
 from .. import ir
-from ..errors import NotImplementedOp, OnyxError, RuntimeFailure
-from ..ir.graph import _inputs_with_captures
-from .registry import ONYX_DOMAIN, Kernel, lookup
-from .values import attr_value, describe, sparse_value, tensor_value
+from ..errors import OnyxError, RuntimeFailure
+from .bind import Step, StepContext, bind, find_kernel, no_kernel, node_label
+from .registry import ONYX_DOMAIN, lookup
+from .values import describe, sparse_value, tensor_value
 
-STANDARD_DOMAINS = {"", "ai.onnx"}
+__all__ = ["Compiler", "Frame", "Plan", "Step", "StepContext", "bind", "find_kernel"]
 
-
-def _node_label(node: ir.Node) -> str:
-    dom = f"{node.domain}::" if node.domain not in STANDARD_DOMAINS else ""
-    return f"node {node.name!r} ({dom}{node.op_type})" if node.name else f"{dom}{node.op_type} node"
-
-
-@dataclass(eq=False)
-class Step:
-    node: ir.Node
-    fn: Any
-    takes_ctx: bool
-    attrs: dict
-    ins: tuple[int, ...]  # slot per input, -1 for an omitted optional input
-    outs: tuple[int, ...]  # slot per output, -1 for an unnamed output
-    n_outputs: int
-    outputs_wanted: tuple[bool, ...]
-    opset: int
-    frees: tuple[int, ...] = ()
-    reads: tuple[int, ...] = ()  # slots read, including outer values its subgraphs capture
-    uses_frame: bool = False  # runs subgraphs that read this frame's values (If, Loop, ...)
-
-    def label(self) -> str:
-        return _node_label(self.node)
+STANDARD_DOMAINS = ir.STANDARD_DOMAINS
 
 
 class Frame:
@@ -62,47 +41,6 @@ class Frame:
 
     def __init__(self, plan: Plan, slots: list, parent: Frame | None):
         self.plan, self.slots, self.parent = plan, slots, parent
-
-
-class StepContext:
-    """The KernelContext a kernel gets (see context.py)."""
-
-    __slots__ = ("step", "frame")
-
-    def __init__(self, step: Step, frame: Frame):
-        self.step, self.frame = step, frame
-
-    @property
-    def n_outputs(self) -> int:
-        return self.step.n_outputs
-
-    @property
-    def outputs_wanted(self) -> tuple[bool, ...]:
-        return self.step.outputs_wanted
-
-    @property
-    def opset(self) -> int:
-        return self.step.opset
-
-    @property
-    def node_name(self) -> str:
-        return self.step.node.name
-
-    @property
-    def op_type(self) -> str:
-        return self.step.node.op_type
-
-    def run_graph(self, graph: Plan, inputs) -> list:
-        return graph.run(list(inputs), self.frame)
-
-    def graph_input_count(self, graph: Plan) -> int:
-        return len(graph.input_slots)
-
-    def graph_output_count(self, graph: Plan) -> int:
-        return len(graph.output_slots)
-
-    def graph_output_types(self, graph: Plan) -> list:
-        return [v.type for v in graph.graph.outputs]
 
 
 @dataclass
@@ -188,16 +126,14 @@ class Plan:
             return self.slot_of[id(v)]
         except KeyError:
             raise OnyxError(
-                f"{_node_label(node)} in graph {self.name!r}: input {v.name!r} is not defined "
+                f"{node_label(node)} in graph {self.name!r}: input {v.name!r} is not defined "
                 "(not a graph input, initializer, outer-scope value or earlier node output)"
             ) from None
 
     def _compile_node(self, node, compiler: Compiler, opsets, bindings) -> Step:
-        domain = "" if node.domain in STANDARD_DOMAINS else node.domain
-        version = opsets.get(domain)
-        if version is None and domain == "":
-            version = opsets.get("ai.onnx")
-        reads = tuple(self._slot(v, node) for v in _inputs_with_captures(node))
+        domain = ir.canonical_domain(node.domain)
+        version = ir.opset_for(opsets, domain)
+        reads = tuple(self._slot(v, node) for v in ir.inputs_with_captures(node))
         ins = tuple(self._slot(v, node) for v in node.inputs)
         outs_list = list(node.outputs)
         while outs_list and not outs_list[-1].name:
@@ -218,20 +154,32 @@ class Plan:
         own_kernel = node.domain == ONYX_DOMAIN and lookup(node.op_type, node.domain) is not None
         if function is not None and not own_kernel:
             return self._function_step(function, node, attrs, compiler, common)
-        if version is None:
-            raise NotImplementedOp(
-                f"{_node_label(node)}: the model imports no opset for domain "
-                f"{node.domain or 'ai.onnx'!r}"
-            )
-        if (domain, node.op_type) == ("ai.onnx.preview.training", "Gradient"):
+        if version is not None and (domain, node.op_type) == (
+            "ai.onnx.preview.training",
+            "Gradient",
+        ):
             return self._gradient_step(node, compiler, opsets, common)
-        kernel = lookup(node.op_type, domain, version)
-        if kernel is None:
+        kernel = lookup(node.op_type, domain, version) if version is not None else None
+        if kernel is None and version is not None:
             body = standard_function(node.op_type, domain, version)
             if body is not None:  # no kernel: run the op as the standard defines it
                 return self._function_step(body, node, attrs, compiler, common)
-            kernel = find_kernel(node, domain, version)  # raises, naming the node
-        return self._kernel_step(kernel, node, attrs, compiler, opsets, common)
+            raise no_kernel(node, version)
+        step = bind(
+            node,
+            opsets,
+            attrs=attrs,
+            strict=compiler.strict_attributes,
+            compile_graph=lambda g: Plan(g, compiler, opsets, outer=self.slot_of),
+            kernel=kernel,
+        )  # (raises for a missing opset or kernel, naming the node)
+        step.ins = ins + (-1,) * (step.n_inputs - len(ins))  # (omitted trailing inputs)
+        step.outs, step.reads = outs, common["reads"]
+        runs_subgraphs = any(
+            a.type in (ir.AttrType.GRAPH, ir.AttrType.GRAPHS) for a in attrs.values()
+        )
+        step.uses_frame = step.takes_ctx and runs_subgraphs
+        return step
 
     @staticmethod
     def _resolve_attrs(node: ir.Node, bindings) -> dict[str, ir.Attr]:
@@ -246,43 +194,11 @@ class Plan:
             out[name] = a
         return out
 
-    def _kernel_step(self, kernel: Kernel, node, attrs, compiler, opsets, common) -> Step:
-        parsed = {}
-        for name, a in attrs.items():
-            if name not in kernel.attributes and not kernel.accepts_any_attr:
-                if compiler.strict_attributes:
-                    raise OnyxError(
-                        f"{_node_label(node)}: unknown attribute {name!r} for "
-                        f"{node.op_type} (opset {common['opset']})"
-                    )
-                continue
-            parsed[name] = attr_value(
-                a.type, a.value, lambda g: Plan(g, compiler, opsets, outer=self.slot_of)
-            )
-        n_in = len(common["ins"])
-        if not kernel.variadic and n_in > kernel.n_positional:
-            raise OnyxError(
-                f"{_node_label(node)}: {n_in} inputs given, {node.op_type} takes at most "
-                f"{kernel.n_positional}"
-            )
-        if not kernel.variadic and n_in < kernel.n_positional:
-            common["ins"] = common["ins"] + (-1,) * (kernel.n_positional - n_in)
-        runs_subgraphs = any(
-            a.type in (ir.AttrType.GRAPH, ir.AttrType.GRAPHS) for a in attrs.values()
-        )
-        return Step(
-            fn=kernel.fn,
-            takes_ctx=kernel.takes_ctx,
-            attrs=parsed,
-            uses_frame=kernel.takes_ctx and runs_subgraphs,
-            **common,
-        )
-
     def _gradient_step(self, node, compiler, opsets, common) -> Step:
         """Gradient differentiates values of this graph: build its graph, run it as a subgraph."""
         from .gradient import gradient_graph
 
-        opset = opsets.get("", opsets.get("ai.onnx"))
+        opset = ir.opset_for(opsets, "")
         body = Plan(
             gradient_graph(node, self.graph, opset=opset), compiler, opsets, outer=self.slot_of
         )
@@ -305,6 +221,13 @@ class Plan:
             return tuple(body.run(args[:n_formal], None))
 
         return Step(fn=call_function, takes_ctx=True, attrs={}, **common)
+
+    def with_steps(self, steps: list[Step]) -> Plan:
+        """A copy of this plan running ``steps`` (the same slots; schedules made afresh)."""
+        clone = copy.copy(self)
+        clone.__dict__.update(steps=list(steps), _schedules={}, _runners={})
+        clone.default_schedule = clone.schedule(tuple(clone.output_slots))
+        return clone
 
     # -- scheduling -----------------------------------------------------------------------------
     def schedule(self, wanted: tuple[int, ...]) -> list[Step]:
@@ -366,16 +289,11 @@ class Plan:
             args = [slots[i] if i >= 0 else None for i in step.ins]
             start = time.perf_counter()
             try:
-                if step.takes_ctx:
-                    result = step.fn(StepContext(step, frame), *args, **step.attrs)
-                else:
-                    result = step.fn(*args, **step.attrs)
+                result = step.call(args, frame)
             except OnyxError:
                 raise
             except Exception as e:
-                raise self._failure(step, args, e) from e
-            if type(result) is not tuple:
-                result = (result,)
+                raise self.failure(step, args, e) from e
             profiler.node(step, start, time.perf_counter(), args, result)
             for slot, value in zip(step.outs, result):
                 if slot >= 0:
@@ -384,11 +302,74 @@ class Plan:
                 slots[slot] = None
         return [slots[i] for i in (self.output_slots if wanted is None else wanted)]
 
-    def _failure(self, step: Step, args: list, e: Exception) -> RuntimeFailure:
+    def failure(self, step: Step, args: list, e: Exception) -> RuntimeFailure:
         return RuntimeFailure(
             f"{step.label()} in graph {self.name!r} failed with inputs "
             f"({', '.join(describe(a) for a in args)}): {type(e).__name__}: {e}"
         )
+
+
+class OutputCheck:
+    """Checks a run's step outputs against the types shape inference proved for them: element
+    type, rank and every dim inference knows as a number (symbolic and unknown dims are
+    skipped). Plugs into the profiled loop (``Plan.run(..., profiler=check)``), so a session
+    runs it once per input shape signature and the generated runner stays as it is. A
+    mismatch is a RuntimeFailure naming the node whose kernel produced it."""
+
+    def __init__(self, plan: Plan, types: dict, then=None):
+        #: slot -> (numpy dtype or None, dims with None where unknown, the type for messages)
+        self.expected: dict[int, tuple] = {}
+        self.then = then  # a profiler to pass each step on to
+        self.graph_name = plan.name
+        for step in plan.steps:
+            for v, slot in zip(step.node.outputs, step.outs):
+                known = types.get(id(v))
+                entry = _expectation(known[1]) if slot >= 0 and known and known[0] is v else None
+                if entry is not None:
+                    self.expected[slot] = entry
+
+    def node(self, step, start, end, args, result) -> None:
+        for v, slot, value in zip(step.node.outputs, step.outs, result):
+            want = self.expected.get(slot)
+            if want is not None and not _matches(value, want[0], want[1]):
+                raise RuntimeFailure(
+                    f"{step.label()} in graph {self.graph_name!r}: output {v.name!r} is "
+                    f"{describe(value)}, shape inference proved {want[2]}"
+                )
+        if self.then is not None:
+            self.then.node(step, start, end, args, result)
+
+    def span(self, *args, **kwargs) -> None:
+        if self.then is not None:
+            self.then.span(*args, **kwargs)
+
+
+def _expectation(t) -> tuple | None:
+    if not isinstance(t, ir.TensorType) or t.elem_type in (None, ir.DataType.STRING):
+        return None
+    try:
+        dtype = np.dtype(ir.to_numpy(t.elem_type))
+    except Exception:  # an element type without a numpy form: check the shape only
+        dtype = None
+    dims = None
+    if t.shape is not None:
+        dims = tuple(d if type(d) is int else None for d in t.shape.dims)
+    if dtype is None and dims is None:
+        return None
+    return dtype, dims, t
+
+
+def _matches(value, dtype, dims) -> bool:
+    if not isinstance(value, np.ndarray | np.generic):
+        return False
+    if dtype is not None and value.dtype != dtype:
+        return False
+    if dims is None:
+        return True
+    shape = np.shape(value)
+    if len(shape) != len(dims):
+        return False
+    return all(d is None or d == s for d, s in zip(dims, shape))
 
 
 def standard_function(op_type: str, domain: str, version: int) -> ir.Function | None:
@@ -403,18 +384,6 @@ def standard_function(op_type: str, domain: str, version: int) -> ir.Function | 
         return None
     defaults = [ir.Attr(a.name, a.type, a.default) for a in schema.attributes.values()]
     return body.to_function(domain, op_type, [d for d in defaults if d.value is not None])
-
-
-def find_kernel(node: ir.Node, domain: str, version: int) -> Kernel:
-    """The kernel that runs ``node`` at opset ``version`` of its domain: the one place a node's
-    implementation is chosen at compile time."""
-    kernel = lookup(node.op_type, domain, version)
-    if kernel is None:
-        raise NotImplementedOp(
-            f"{_node_label(node)}: no kernel for {node.domain or 'ai.onnx'}::{node.op_type} "
-            f"at opset version {version}"
-        )
-    return kernel
 
 
 # -- the generated runner -----------------------------------------------------------------------
@@ -503,7 +472,7 @@ def _generate(plan: Plan, wanted: tuple[int, ...] | None):
         step = steps[line_step.get(tb.tb_lineno if tb is not None else -1, 0)]
         values = {**env, **local_values}
         args = [values.get(name(i)) if i >= 0 else None for i in step.ins]
-        return plan._failure(step, args, e)
+        return plan.failure(step, args, e)
 
     env["_fail"] = fail
     source = "\n".join(lines)
@@ -521,8 +490,8 @@ def check_nodes(model: ir.Model) -> None:
     bodies += [(f.graph, f.opset_imports) for f in model.functions.values()]
     for graph, opsets in bodies:
         for node in graph.all_nodes():
-            domain = "" if node.domain in STANDARD_DOMAINS else node.domain
-            version = opsets.get(domain, opsets.get("ai.onnx") if domain == "" else None)
+            domain = ir.canonical_domain(node.domain)
+            version = ir.opset_for(opsets, domain)
             if version is not None and not node.attributes_have_refs():
                 schema = get_schema(node.op_type, version, domain)
                 _check_against_schema(node, schema, node.attributes)
@@ -535,13 +504,13 @@ def _check_against_schema(node: ir.Node, schema, attrs: dict) -> None:
     missing = [a for a in schema.required_attributes if a not in attrs]
     if missing:
         raise OnyxError(
-            f"{_node_label(node)}: required attribute(s) {', '.join(missing)} missing "
+            f"{node_label(node)}: required attribute(s) {', '.join(missing)} missing "
             f"({node.op_type}-{schema.since_version})"
         )
     n_in = len(node.inputs)  # omitted optional inputs ('') count, as in onnx's checker
     if n_in < schema.min_input or n_in > schema.max_input:
         raise OnyxError(
-            f"{_node_label(node)}: {n_in} input(s) given, {node.op_type}-{schema.since_version} "
+            f"{node_label(node)}: {n_in} input(s) given, {node.op_type}-{schema.since_version} "
             f"takes {schema.min_input} to {schema.max_input}"
         )
 

@@ -12,13 +12,21 @@ A kernel is a plain function that reads like the operator's spec:
 
 A kernel returns one value, or a tuple with one entry per output (extra trailing entries are
 dropped when the node declares fewer outputs).
+
+Facts about the op that other modules act on are declared with the kernel, as optional
+keywords (:class:`OpTraits`); any registration of the op may declare them:
+
+    @op("Relu", since=14, elementwise=True)
+    @op("RandomNormal", since=1, deterministic=False)
+    @op("Conv", since=11, threads="pool")
 """
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 DOMAIN_ALIASES = {"ai.onnx": ""}
 #: onyx's own domain: ops the graph optimizer emits as model-local functions (runtimes without
@@ -40,7 +48,24 @@ class Kernel:
     accepts_any_attr: bool = False
 
 
+@dataclass(frozen=True)
+class OpTraits:
+    """What the optimizer and the session need to know about an op, besides its kernel."""
+
+    #: Every output element is a function of the same (broadcast) element of the inputs, so
+    #: the op may join a lookup table (optimizer/lookup.py).
+    elementwise: bool = False
+    #: The result is a function of the inputs (random ops are not: never constant-folded).
+    deterministic: bool = True
+    #: Where the op's heavy work runs: "pool" (the native library's threads), "blas" (numpy's
+    #: BLAS threads), None (neither), or a function of the node giving one of those. The
+    #: session gives BLAS one thread when pool ops outnumber BLAS ops (session._pool_heavy).
+    threads: str | Callable[[Any], str | None] | None = None
+
+
 _KERNELS: dict[tuple[str, str], list[Kernel]] = {}
+_TRAITS: dict[tuple[str, str], OpTraits] = {}
+_TRAIT_NAMES = frozenset(OpTraits.__dataclass_fields__)
 
 
 def _describe(fn: Callable, domain: str, op_type: str, since: int) -> Kernel:
@@ -65,9 +90,16 @@ def _describe(fn: Callable, domain: str, op_type: str, since: int) -> Kernel:
     )
 
 
-def op(op_type: str, since: int = 1, domain: str = "") -> Callable:
-    """Register the decorated function as the kernel of ``op_type`` from opset ``since`` on."""
+def op(op_type: str, since: int = 1, domain: str = "", **traits: Any) -> Callable:
+    """Register the decorated function as the kernel of ``op_type`` from opset ``since`` on.
+    ``traits``: :class:`OpTraits` fields declared for the op (all its versions)."""
     domain = DOMAIN_ALIASES.get(domain, domain)
+    unknown = set(traits) - _TRAIT_NAMES
+    if unknown:
+        raise TypeError(f"@op({op_type!r}): unknown trait(s) {sorted(unknown)}")
+    if traits:
+        key = (domain, op_type)
+        _TRAITS[key] = replace(_TRAITS.get(key, OpTraits()), **traits)
 
     def register(fn: Callable) -> Callable:
         kernel = _describe(fn, domain, op_type, since)
@@ -95,6 +127,27 @@ def lookup(op_type: str, domain: str = "", version: int | None = None) -> Kernel
         if k.since <= version:
             chosen = k
     return chosen
+
+
+def traits(op_type: str, domain: str = "") -> OpTraits:
+    """The traits declared for ``op_type`` (the defaults when none were)."""
+    _load_all()
+    return _TRAITS.get((DOMAIN_ALIASES.get(domain, domain), op_type), _NO_TRAITS)
+
+
+_NO_TRAITS = OpTraits()
+
+
+def kernel_table() -> dict[tuple[str, str], list[Kernel]]:
+    """The live table (domain, op) -> kernels by since, every kernel loaded: for code that
+    installs and removes kernels at run time (custom_ops.py)."""
+    _load_all()
+    return _KERNELS
+
+
+def describe_kernel(fn: Callable, domain: str, op_type: str, since: int) -> Kernel:
+    """What the registry records for ``fn`` as the kernel of ``op_type`` from ``since`` on."""
+    return _describe(fn, domain, op_type, since)
 
 
 def registered() -> dict[tuple[str, str], list[Kernel]]:

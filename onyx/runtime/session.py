@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import os
 import time
 from contextlib import contextmanager, nullcontext
@@ -14,6 +13,8 @@ import numpy as np
 from .. import ir
 from ..errors import FormatError, InvalidArgument
 from ..ir.dtypes import DataType, to_numpy, type_name
+from ..serde import as_model
+from ..utils import gc_paused
 from . import memory, native
 from .custom_ops import session_kernels
 from .options import (  # noqa: F401  (onnxruntime's names, importable from here as before)
@@ -23,11 +24,14 @@ from .options import (  # noqa: F401  (onnxruntime's names, importable from here
     RunOptions,
     SessionOptions,
 )
-from .plan import Compiler, Plan, as_array_result, check_nodes
+from .plan import Compiler, OutputCheck, Plan, as_array_result, check_nodes
 from .profiler import Profiler
+from .registry import traits
 from .session_api import SessionAPI
 
 PROVIDERS = ["CPUExecutionProvider"]
+#: Input shape signatures whose first run checks the outputs (then runs go unchecked).
+MAX_CHECKED_SIGNATURES = 1024
 
 
 @dataclass(frozen=True)
@@ -68,33 +72,6 @@ def _shape_list(t: ir.Type | None) -> list | None:
     return list(shape.dims)
 
 
-def _load_model(source: Any) -> ir.Model:
-    from .. import serde
-
-    if isinstance(source, ir.Model):
-        return source
-    if isinstance(source, bytes | bytearray | memoryview):
-        return serde.loads(bytes(source))
-    if isinstance(source, str | os.PathLike):
-        return serde.load(source)
-    raise InvalidArgument(
-        f"InferenceSession takes a path, bytes or an onyx.ir.Model, not {type(source).__name__}"
-    )
-
-
-@contextmanager
-def _gc_paused():
-    """Creation builds many linked objects that live on: the cyclic GC would scan them, and in
-    its older generations the whole heap, over and over (what it finds waits until after)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 class InferenceSession(SessionAPI):
     """Run a model. ``InferenceSession(path_or_bytes_or_model, sess_options=None, providers=None)``."""
 
@@ -112,7 +89,7 @@ class InferenceSession(SessionAPI):
         t0 = time.perf_counter()
         if self._options.enable_cpu_mem_arena:
             memory.keep_freed_memory()  # large tensors reuse freed heap memory (memory.py)
-        with _gc_paused(), session_kernels(getattr(self._options, "_custom_ops", ())):
+        with gc_paused(), session_kernels(getattr(self._options, "_custom_ops", ())):
             model = self._build(path_or_bytes)
         graph = model.graph
         inits = set(graph.initializers)
@@ -122,6 +99,10 @@ class InferenceSession(SessionAPI):
         self._input_index = {v.name: i for i, v in enumerate(graph.inputs)}
         self._slot_by_name = {v.name: s for s, v in enumerate(self._plan.values) if v.name}
         self._pool_heavy = native.available() and _pool_heavy(graph)
+        # the first run of each input shape signature checks every step's outputs against
+        # the types inference derives (plan.OutputCheck, made at the first run)
+        self._output_check: OutputCheck | None = None
+        self._checked_signatures: set = set()
         self.session_creation_seconds = time.perf_counter() - t0
         self._profiler = None
         if self._options.enable_profiling:
@@ -131,7 +112,7 @@ class InferenceSession(SessionAPI):
 
     def _build(self, source: Any) -> ir.Model:
         """Load, check and optimize the model, and plan it; the model the plan runs."""
-        self._model = _load_model(source)
+        self._model = as_model(source, user="InferenceSession")
         if self._model.graph is None:
             raise FormatError("the model has no graph")
         check_nodes(self._model)
@@ -139,6 +120,7 @@ class InferenceSession(SessionAPI):
         # a model the session read itself is its own: the optimizer may edit it, not a copy
         model = self._prepare(self._model, owned=not isinstance(source, ir.Model))
         self._plan = Plan(model.graph, Compiler(model), dict(model.opset_imports), outer=None)
+        self._planned_model = model
         return model
 
     def _prepare(self, model: ir.Model, owned: bool = False) -> ir.Model:
@@ -152,6 +134,22 @@ class InferenceSession(SessionAPI):
         except ImportError:
             return model
         return optimize_for_session(model, self._options, in_place=owned)
+
+    # -- introspection (onyx's own) -------------------------------------------------------------
+    @property
+    def plan(self) -> Plan:
+        """The compiled plan the session runs (its steps: ``plan.default_schedule``)."""
+        return self._plan
+
+    def value_names(self) -> set[str]:
+        """Every value a run can fetch by name: graph outputs and the intermediate values the
+        session's optimizations kept."""
+        return set(self._slot_by_name)
+
+    @property
+    def pool_heavy(self) -> bool:
+        """Whether most heavy ops run on the native pool, so BLAS gets one thread per run."""
+        return self._pool_heavy
 
     # -- metadata -------------------------------------------------------------------------------
     def get_inputs(self) -> list[NodeArg]:
@@ -205,21 +203,38 @@ class InferenceSession(SessionAPI):
             wanted = tuple(self._output_slot(n) for n in output_names)
         threads = int(self._options.intra_op_num_threads or 0)
         blas = 1 if self._pool_heavy else threads
-        with native.threads(threads), _blas_threads(blas) if blas > 0 else nullcontext():
+        check = None
+        signature = (wanted, *[getattr(x, "shape", None) for x in inputs])
+        if (
+            signature not in self._checked_signatures
+            and len(self._checked_signatures) < MAX_CHECKED_SIGNATURES
+        ):
+            check = signature
+            if self._output_check is None:
+                self._output_check = _output_check(self._plan, self._planned_model)
+        with native.threads(threads), blas_threads(blas) if blas > 0 else nullcontext():
             if run_options is not None or self._log_runs:
+                check = None  # (a run with options is not a signature's checked run)
                 results = self._run_with_options(inputs, wanted, run_options or RunOptions())
             else:
-                results = self._run_plan(inputs, wanted)
+                results = self._run_plan(inputs, wanted, check is not None)
+        if check is not None:
+            self._checked_signatures.add(check)
         return [as_array_result(r) for r in results]
 
-    def _run_plan(self, inputs: list, wanted) -> list:
+    def _run_plan(self, inputs: list, wanted, check: bool = False) -> list:
         # IEEE results (inf, nan) are what the spec asks for: no numpy warnings about them
         with np.errstate(all="ignore"):
-            if self._profiler is None:
+            if self._profiler is None and not check:
                 return self._plan.run(inputs, None, wanted)
             start = time.perf_counter()
-            results = self._plan.run(inputs, None, wanted, profiler=self._profiler)
-            self._profiler.span("Session", "model_run", start, time.perf_counter())
+            watcher = self._profiler
+            if check:
+                watcher = self._output_check
+                watcher.then = self._profiler
+            results = self._plan.run(inputs, None, wanted, profiler=watcher)
+            if self._profiler is not None:
+                self._profiler.span("Session", "model_run", start, time.perf_counter())
             return results
 
     def _output_slot(self, name: str) -> int:
@@ -251,39 +266,34 @@ class InferenceSession(SessionAPI):
         return path
 
 
-#: Ops whose work runs on the native library's thread pool (pool.c): float convs (AVX-512),
-#: integer GEMMs and convs.
-_POOL_OPS = frozenset(
-    ["Conv", "ConvHardSwish", "ConvInteger", "FusedConv", "MatMulInteger", "QLinearConv",
-     "QLinearMatMul", "DynamicQuantizeMatMul", "MatMulIntegerToFloat"]
-)  # fmt: skip
-#: Ops whose work goes to numpy's BLAS and its threads (LSTM and GRU: unless _on_pool).
-_BLAS_OPS = frozenset(
-    ["Attention", "ConvTranspose", "Einsum", "FusedGemm", "FusedMatMul", "Gemm", "GRU", "LSTM",
-     "MatMul", "MultiHeadAttention", "RNN"]
-)  # fmt: skip
+def _output_check(plan: Plan, model: ir.Model) -> OutputCheck:
+    """What the first run of each shape signature checks the outputs against: the types
+    inference derives from the inputs' (none when inference fails on the model)."""
+    from ..inference.engine import derived_types
+
+    try:
+        types = derived_types(model)
+    except Exception:  # an aid: a model inference cannot follow runs unchecked
+        types = {}
+    return OutputCheck(plan, types)
 
 
-def _on_pool(node: ir.Node) -> bool:
-    """Whether the node's heavy work runs on the native pool. LSTM and GRU recurrences of a
-    hidden size rnn.c takes (a multiple of 16) run there with their projections; others keep
-    BLAS (the exact activations and variants are checked at run time)."""
-    if node.op_type in ("LSTM", "GRU"):
-        hidden = node.attr("hidden_size", 0)
-        return hidden > 0 and hidden % 16 == 0
-    return node.op_type in _POOL_OPS
+def _threads(node: ir.Node) -> str | None:
+    """Where the node's heavy work runs: "pool", "blas" or None (the op's `threads` trait)."""
+    where = traits(node.op_type, node.domain).threads
+    return where(node) if callable(where) else where
 
 
 def _pool_heavy(graph: ir.Graph) -> bool:
     """Whether most of the model's heavy ops run on onyx's pool rather than on BLAS. Then BLAS
     gets one thread: OpenBLAS's idle threads spin (sched_yield) for a long while after every
     call, and a ResNet's final Gemm left them taking half the cores from the next run's
-    convs (52 ms a run on 2 threads, 33 ms with BLAS on one)."""
+    convs."""
     pool = blas = 0
     for node in graph:
-        on_pool = _on_pool(node)
-        pool += on_pool
-        blas += not on_pool and node.op_type in _BLAS_OPS
+        where = _threads(node)
+        pool += where == "pool"
+        blas += where == "blas"
     return pool > blas
 
 
@@ -291,10 +301,10 @@ _blas_libs = None
 
 
 @contextmanager
-def _blas_threads(n: int):
+def blas_threads(n: int):
     """Limit the BLAS thread pool (numpy's matmul) to ``n`` threads for one run. The libraries'
     own getters and setters (threadpoolctl's controllers, found once): its ``limit`` surveys
-    every library on each call, 9 us of a tiny model's 60."""
+    every library on each call, a sizeable part of a tiny model's run."""
     global _blas_libs
     if _blas_libs is None:
         from threadpoolctl import ThreadpoolController

@@ -9,7 +9,6 @@ InferenceSession (session.py) inherits these; they use its ``_model``, ``_plan``
 from __future__ import annotations
 
 import concurrent.futures
-import copy
 import dataclasses
 import logging
 import os
@@ -117,11 +116,7 @@ def checked_plan(plan: Any, current: threading.local) -> Any:
         clone.fn = check_then_run
         return clone
 
-    checked = copy.copy(plan)
-    checked.steps = [guarded(s) for s in plan.steps]
-    checked._schedules, checked._runners = {}, {}
-    checked.default_schedule = checked.schedule(tuple(checked.output_slots))
-    return checked
+    return plan.with_steps([guarded(s) for s in plan.steps])
 
 
 class SessionAPI:
@@ -233,7 +228,7 @@ class SessionAPI:
         return IOBinding(self)
 
     def run_with_iobinding(self, iobinding: IOBinding, run_options=None) -> None:
-        iobinding._run(run_options)
+        iobinding.run_bound(run_options)
 
     def run_async(self, output_names, input_feed, callback, user_data, run_options=None) -> None:
         """Run on a thread of onyx's pool; then ``callback(results, user_data, err)``, with

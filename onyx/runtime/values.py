@@ -9,11 +9,11 @@ import numpy as np
 from ..ir import AttrType, Tensor
 
 #: Constants start on a cache line: numpy's matmul skips BLAS for a misaligned operand (a float32
-#: weight at an odd address multiplies 10-50x slower), and SIMD loads prefer whole lines.
+#: weight at an odd address multiplies many times slower), and SIMD loads prefer whole lines.
 ALIGNMENT = 64
 #: Smaller constants (scales, zero points, shape vectors: most of a quantized model's) are
 #: copied only when misaligned for their element type: a line does not matter to them, and
-#: copying thousands cost 1-2 ms of a session's creation.
+#: copying thousands slowed a session's creation.
 ALIGN_MIN_BYTES = 4096
 
 
@@ -84,7 +84,7 @@ def attr_value(kind: AttrType, value: Any, compile_graph) -> Any:
     return value
 
 
-#: dtype -> its name: numpy builds str(dtype) afresh each time (5 us), and a profiled run
+#: dtype -> its name: numpy builds str(dtype) afresh each time (slowly), and a profiled run
 #: describes every input and output of every node.
 _DTYPE_NAMES: dict[np.dtype, str] = {}
 

@@ -105,7 +105,7 @@ class ExternalSink:
         self._names: set[str] = set()
 
     def __call__(self, t: Tensor, tp, top_level: bool) -> bool:
-        if t.external is not None and t._raw is None and not t.is_loaded():
+        if t.external is not None and not t.has_raw_bytes() and not t.is_loaded():
             return False  # never read: the reference is kept as it is
         if self.mode is None:
             if t.external is None or self.base_dir is None:

@@ -10,7 +10,6 @@ models over protobuf's 2 GiB limit work both ways.
 
 from __future__ import annotations
 
-import gc
 import mmap
 import os
 import tempfile
@@ -18,10 +17,11 @@ from collections.abc import Iterable
 
 from google.protobuf.message import DecodeError
 
-from ..errors import FormatError, InvalidArgument
+from ..errors import FormatError, InvalidArgument, NotAModel
 from ..ir.dtypes import DataType
 from ..ir.graph import Model
 from ..proto import GraphProto, ModelProto, TensorProto
+from ..utils import gc_paused
 from . import wire
 from .external import ExternalResolver, ExternalSink
 from .reader import Reader
@@ -64,6 +64,18 @@ def load(f, load_external_data: bool = True) -> Model:
     return _load(data, path, os.path.dirname(os.path.abspath(path)), load_external_data)
 
 
+def as_model(source, load_external_data: bool = True, user: str = "onyx") -> Model:
+    """``source`` as an ir.Model: a model as it is, a path (str or PathLike) loaded, bytes
+    parsed. The one way every entry point (session, checker, inference) takes a model."""
+    if isinstance(source, Model):
+        return source
+    if isinstance(source, bytes | bytearray | memoryview):
+        return loads(bytes(source))
+    if isinstance(source, str | os.PathLike):
+        return load(source, load_external_data=load_external_data)
+    raise NotAModel(f"{user} takes a path, bytes or an onyx.ir.Model, not {type(source).__name__}")
+
+
 def loads(data: bytes, load_external_data: bool = False, base_dir: str | None = None) -> Model:
     """Read a model from bytes; external data is resolved against ``base_dir`` if given."""
     return _load(data, "<bytes>", base_dir, load_external_data and base_dir is not None)
@@ -79,6 +91,11 @@ def _parse(cls, data, where: str, part: str):
 
 
 def _load(data, where: str, base_dir: str | None, load_external_data: bool) -> Model:
+    with gc_paused():  # (a tensor object per initializer)
+        return _load_model(data, where, base_dir, load_external_data)
+
+
+def _load_model(data, where: str, base_dir: str | None, load_external_data: bool) -> Model:
     mv = memoryview(data).cast("B") if not isinstance(data, memoryview) else data.cast("B")
     if len(mv) == 0:
         raise FormatError(f"{where}: empty file, not an ONNX model")
@@ -105,7 +122,7 @@ def _load(data, where: str, base_dir: str | None, load_external_data: bool) -> M
             graph_bytes = mv[graph_spans[0][0] : graph_spans[0][1]]
         else:  # a repeated singular message field merges: same as its payloads concatenated
             graph_bytes = memoryview(b"".join(mv[a:b] for a, b in graph_spans))
-        model._graph_source = _GraphSource(reader, graph_bytes, data, where)
+        model.set_graph_source(_GraphSource(reader, graph_bytes, data, where))
     return model
 
 
@@ -184,14 +201,8 @@ class _GraphSource:
         return self._marker
 
     def __call__(self):
-        # Building many small linked objects: the cyclic GC would rescan them over and over.
-        enabled = gc.isenabled()
-        gc.disable()
-        try:
+        with gc_paused():
             return self.reader.graph(self.gp, [], "graph", self.initializers)
-        finally:
-            if enabled:
-                gc.enable()
 
 
 # ---------------------------------------------------------------------------------- saving
@@ -259,7 +270,7 @@ def _serialize(model: Model, sink: ExternalSink, reuse_external: bool) -> list:
             return True
         if not top_level or t.dtype in (DataType.STRING, DataType.UNDEFINED):
             return False
-        if t.external is not None and t._raw is None and not t.is_loaded():
+        if t.external is not None and not t.has_raw_bytes() and not t.is_loaded():
             return False  # an unread external reference stays as it is
         if (t.extras or {}).get("storage") == "typed" or t.nbytes < BIG_TENSOR:
             return False
@@ -270,7 +281,7 @@ def _serialize(model: Model, sink: ExternalSink, reuse_external: bool) -> list:
     mp = ModelProto()
     writer.model_header(model, mp)
     chunks: list = [mp.SerializeToString()]
-    source = model._graph_source
+    source = model.graph_source
     if source is not None and sink.mode in (None, False):
         # an unedited graph goes back as it came, unless external references must move
         if not source.might_have_external() or (sink.mode is None and reuse_external):

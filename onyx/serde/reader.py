@@ -304,7 +304,7 @@ class Reader:
                 f.get("name", ""),
                 f.get("overload", ""),
             )
-            for v in node._outputs:
+            for v in node.outputs:
                 if v.name:
                     scope[v.name] = v
             nodes.append(node)

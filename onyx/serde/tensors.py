@@ -258,7 +258,12 @@ def tensor_to_proto(t: Tensor, tp=None, name: str | None = None, placement=None)
     if placement is not None and placement(t, tp):
         return tp
     storage = extras.get("storage", "raw")
-    if storage == "external" and t.external is not None and not t.is_loaded() and t._raw is None:
+    if (
+        storage == "external"
+        and t.external is not None
+        and not t.is_loaded()
+        and not t.has_raw_bytes()
+    ):
         # data never read (load_external_data=False): keep the reference as it is
         write_external_ref(tp, t.external)
         return tp

@@ -208,13 +208,13 @@ class Writer:
         extras = n.extras or {}
         _restore(np_, extras)
         name = self.name
-        np_.input.extend(["" if v is None else name(v) for v in n._inputs])
+        np_.input.extend(["" if v is None else name(v) for v in n.inputs])
         np_.output.extend(
             [
                 name(v)
-                if v.name or v._uses or id(v) in graph_outputs or id(v) in self._fresh
+                if v.name or v.has_uses() or id(v) in graph_outputs or id(v) in self._fresh
                 else ""
-                for v in n._outputs
+                for v in n.outputs
             ]
         )
         if n.name:
@@ -251,7 +251,7 @@ class Writer:
         for s in g.sparse_initializers:
             self.sparse(s, gp.sparse_initializer.add())
         outs = {id(v) for v in g.outputs}
-        for n in g._nodes:
+        for n in g:
             self.node(n, gp.node.add(), outs)
         overrides = extras.get("overrides", {})
         for kind, values, field in (
@@ -291,7 +291,7 @@ class Writer:
         for a in f.attribute_defaults:
             self.attribute(a, fp.attribute_proto.add())
         outs = {id(v) for v in g.outputs}
-        for n in g._nodes:
+        for n in g:
             self.node(n, fp.node.add(), outs)
         _write_pairs(fp.opset_import, f.opset_imports, extras.get("opsets"), "domain", "version")
         for v in g.value_info:

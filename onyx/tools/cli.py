@@ -32,18 +32,18 @@ def build_parser() -> argparse.ArgumentParser:
     for name, module in _commands().items():
         p = sub.add_parser(name, help=module.HELP, description=module.HELP)
         module.add_arguments(p)
-        p.set_defaults(_main=module.main)
+        p.set_defaults(run_command=module.main)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if not getattr(args, "_main", None):
+    if not getattr(args, "run_command", None):
         parser.print_help()
         return 2
     try:
-        return int(args._main(args) or 0)
+        return int(args.run_command(args) or 0)
     except OnyxError as e:
         print(f"onyx {args.command}: error: {e}", file=sys.stderr)
         return 1

@@ -12,22 +12,30 @@ import numpy as np
 
 from .. import native
 from ..registry import op
-from .elementwise import gelu as _erf_gelu
-from .elementwise import type_range, upcast
+from .elementwise import erf_gelu, type_range, upcast
 
 _FLOAT32_64 = (np.dtype(np.float32), np.dtype(np.float64))
 
 
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    """1 / (1 + exp(-x)) in in-place passes, accurate relative to the result everywhere; where
-    exp(-x) overflows to inf the result is 0, the limit."""
+def sigmoid_into(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """1 / (1 + exp(-x)) into ``out`` (a fresh array when None; may be x itself), in in-place
+    passes, accurate relative to the result everywhere; where exp(-x) overflows to inf the
+    result is 0, the limit. The one sigmoid of the kernels (Sigmoid, FusedConv/FusedGemm's
+    activation, the RNN gates, ...). Callers that may overflow silence numpy's warning."""
     # -1 * x and 1 / e are bit for bit np.negative and np.reciprocal, whose loops are not
-    # vectorized (3x and 2x slower on float32)
-    e = np.asarray(np.multiply(x, x.dtype.type(-1)))  # fresh
+    # vectorized; outputs are positional (numpy parses them faster than out=: RNN steps)
+    if out is None:
+        out = np.asarray(np.multiply(x, x.dtype.type(-1)))
+    else:
+        np.multiply(x, out.dtype.type(-1), out)
+    np.exp(out, out)
+    np.add(out, out.dtype.type(1), out)
+    return np.divide(out.dtype.type(1), out, out)
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
     with np.errstate(over="ignore"):
-        np.exp(e, out=e)
-    e += 1
-    return np.divide(1, e, out=e)
+        return sigmoid_into(x)
 
 
 def _softplus(x: np.ndarray) -> np.ndarray:
@@ -42,16 +50,26 @@ def _elu(x, alpha):
     return np.where(x >= 0, x, alpha * np.expm1(np.minimum(x, 0)))
 
 
+def hard_sigmoid_into(x: np.ndarray, alpha, beta, out: np.ndarray | None = None) -> np.ndarray:
+    """max(0, min(1, alpha * x + beta)) into ``out`` (a fresh array when None; may be x): the
+    one hard sigmoid of the kernels (HardSigmoid, FusedConv/FusedGemm, the RNN gates)."""
+    if out is None:
+        return _clip01(np.asarray(np.multiply(x, alpha)) + beta)
+    np.multiply(x, alpha, out)
+    np.add(out, beta, out)
+    return np.clip(out, 0, 1, out)
+
+
 def _hard_sigmoid(x, alpha, beta):
     y = native.hard_sigmoid_f32(x, alpha, beta) if x.size >= 1024 else None  # (one pass)
     if y is not None:
         return y
-    return _clip01(alpha * x + beta)
+    return hard_sigmoid_into(x, alpha, beta)
 
 
 def _clip01(y: np.ndarray) -> np.ndarray:
     """np.clip(y, 0, 1) in place (y is a fresh array): one clip, where min / max with a scalar
-    bound take numpy's unvectorized loop (3-5x slower)."""
+    bound take numpy's unvectorized loop."""
     if type(y) is not np.ndarray or not y.ndim:
         return np.clip(y, 0, 1)
     return np.clip(y, 0, 1, out=y)
@@ -73,10 +91,10 @@ def hard_swish(x: np.ndarray) -> np.ndarray:
     return np.asarray(_hard_swish(upcast(x))).astype(x.dtype, copy=False)
 
 
-def _gelu(x, approximate):
+def _gelu_of_float(x, approximate):
     if approximate == "tanh":
         return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
-    return _erf_gelu(x)
+    return erf_gelu(x)
 
 
 def _celu(x, alpha):
@@ -102,7 +120,7 @@ _leaky_relu_where = _activation(lambda x, alpha: np.where(x >= 0, x, alpha * x))
 
 def _leaky_relu_k(x, alpha):
     """x >= 0 ? x : alpha * x. For 0 < alpha < 1 that is max(x, alpha * x) (min for alpha > 1),
-    20x faster than a where over a mask; NaN propagates through both. alpha <= 0 keeps the
+    much faster than a where over a mask; NaN propagates through both. alpha <= 0 keeps the
     select: 0 * inf is NaN, and a max of opposite zeros would pick either."""
     if x.dtype not in _FLOAT32_64 or not (0 < alpha < math.inf):
         return _leaky_relu_where(x, alpha=alpha)
@@ -112,7 +130,7 @@ def _leaky_relu_k(x, alpha):
 
 # Ops whose opset-1 version has the legacy `consumed_inputs` attribute, then a later version
 # with the same semantics: one registration per signature.
-@op("Relu", since=1)
+@op("Relu", since=1, elementwise=True)
 def relu_1(x, *, consumed_inputs=None):
     return relu(x)
 
@@ -120,12 +138,12 @@ def relu_1(x, *, consumed_inputs=None):
 @op("Relu", since=6)
 def relu(x):
     if x.ndim and x.dtype.kind in "iuf":
-        # np.clip with two bounds is vectorized; np.maximum with a scalar is not (3.5x slower)
+        # np.clip with two bounds is vectorized; np.maximum with a scalar is not
         return np.clip(x, x.dtype.type(0), type_range(x.dtype)[1])
     return np.asarray(np.maximum(x, x.dtype.type(0)))
 
 
-@op("Sigmoid", since=1)
+@op("Sigmoid", since=1, elementwise=True)
 def sigmoid_1(x, *, consumed_inputs=None):
     return _sigmoid_k(x)
 
@@ -135,7 +153,7 @@ def sigmoid(x):
     return _sigmoid_k(x)
 
 
-@op("Tanh", since=1)
+@op("Tanh", since=1, elementwise=True)
 def tanh_1(x, *, consumed_inputs=None):
     return _tanh_k(x)
 
@@ -145,7 +163,7 @@ def tanh(x):
     return _tanh_k(x)
 
 
-@op("Elu", since=1)
+@op("Elu", since=1, elementwise=True)
 def elu_1(x, *, alpha=1.0, consumed_inputs=None):
     return _elu_k(x, alpha=alpha)
 
@@ -155,7 +173,7 @@ def elu(x, *, alpha=1.0):
     return _elu_k(x, alpha=alpha)
 
 
-@op("Selu", since=1)
+@op("Selu", since=1, elementwise=True)
 def selu_1(
     x, *, alpha=1.67326319217681884765625, gamma=1.05070102214813232421875, consumed_inputs=None
 ):
@@ -167,7 +185,7 @@ def selu(x, *, alpha=1.67326319217681884765625, gamma=1.05070102214813232421875)
     return _selu_k(x, alpha=alpha, gamma=gamma)
 
 
-@op("LeakyRelu", since=1)
+@op("LeakyRelu", since=1, elementwise=True)
 def leaky_relu_1(x, *, alpha=0.01, consumed_inputs=None):
     return _leaky_relu_k(x, alpha=alpha)
 
@@ -177,7 +195,7 @@ def leaky_relu(x, *, alpha=0.01):
     return _leaky_relu_k(x, alpha=alpha)
 
 
-@op("HardSigmoid", since=1)
+@op("HardSigmoid", since=1, elementwise=True)
 def hard_sigmoid_1(x, *, alpha=0.2, beta=0.5, consumed_inputs=None):
     return _hard_sigmoid_k(x, alpha=alpha, beta=beta)
 
@@ -192,7 +210,7 @@ def _prelu(x, slope):
     return np.where(xc < 0, xc * sc, xc).astype(x.dtype, copy=False)
 
 
-@op("PRelu", since=1)
+@op("PRelu", since=1, elementwise=True)
 def prelu_1(x, slope, *, consumed_inputs=None):
     # before opset 7 a 1-D slope of length C holds one slope per channel (axis 1)
     if slope.ndim == 1 and x.ndim > 2 and slope.shape[0] == x.shape[1]:
@@ -218,29 +236,29 @@ def _register_plain(name: str, fn: Callable, since: int) -> None:
     def kernel(x):
         return np.asarray(fn(upcast(x))).astype(x.dtype, copy=False)
 
-    op(name, since=since)(kernel)
+    op(name, since=since, elementwise=True)(kernel)
 
 
 for _name, (_fn, _since) in _PLAIN.items():
     _register_plain(_name, _fn, _since)
 
 
-@op("Gelu", since=20)
+@op("Gelu", since=20, elementwise=True)
 def gelu(x, *, approximate="none"):
-    return _activation(_gelu)(x, approximate=approximate)
+    return _activation(_gelu_of_float)(x, approximate=approximate)
 
 
-@op("Celu", since=12)
+@op("Celu", since=12, elementwise=True)
 def celu(x, *, alpha=1.0):
     return _activation(_celu)(x, alpha=alpha)
 
 
-@op("ThresholdedRelu", since=10)
+@op("ThresholdedRelu", since=10, elementwise=True)
 def thresholded_relu(x, *, alpha=1.0):
     return _activation(lambda v, alpha: np.where(v > alpha, v, 0))(x, alpha=alpha)
 
 
-@op("Shrink", since=9)
+@op("Shrink", since=9, elementwise=True)
 def shrink(x, *, bias=0.0, lambd=0.5):
     xc = upcast(x)
     if xc.dtype.kind in "iu":  # integer inputs: compute exactly in float64

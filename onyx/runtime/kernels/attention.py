@@ -85,7 +85,7 @@ def scaled_attention(q, k, v, scale: float, mask=None, causal: bool = False) -> 
             return None
         scores -= top
     np.exp(scores, out=scores)
-    # normalized after the product: the row sums by BLAS (a matrix-vector product, 4x faster
+    # normalized after the product: the row sums by BLAS (a matrix-vector product, faster
     # than numpy's sum over short rows) divide the [.., seq, size] result, not the scores
     total = np.matmul(scores, np.ones(scores.shape[-1], scores.dtype))
     if not np.minimum.reduce(total.reshape(-1)) >= 1e-30:
@@ -111,7 +111,7 @@ def _plain(Q, K, V, attn_mask, past_key, nonpad, n_outputs, softcap, precision, 
     )
 
 
-@op("Attention", since=23)
+@op("Attention", since=23, threads="blas")
 def attention(
     ctx,
     Q,

@@ -142,7 +142,7 @@ def cast(x: np.ndarray, to, saturate: int = 1, round_mode: str = "up") -> np.nda
     return cast_numeric(x, dtype, bool(saturate), round_mode)
 
 
-@op("Cast", since=1)
+@op("Cast", since=1, elementwise=True)
 def cast_op(x, *, to, saturate=1, round_mode="up"):
     # `saturate` (opset 19) and `round_mode` (opset 24) only matter for float8 targets, which
     # earlier opsets do not have, so one kernel serves every version
@@ -153,7 +153,7 @@ def cast_op(x, *, to, saturate=1, round_mode="up"):
     return cast(x, to, saturate, round_mode)
 
 
-@op("CastLike", since=15)
+@op("CastLike", since=15, elementwise=True)
 def cast_like(x, target_type, *, saturate=1, round_mode="up"):
     return cast(x, from_numpy(target_type.dtype), saturate, round_mode)
 

@@ -13,8 +13,7 @@ from .. import native
 from ..registry import op
 from .activation import _coerced_2d, _sigmoid, _softmax
 from .derived import derived, frozen, value_key
-from .elementwise import fits, upcast
-from .elementwise import gelu as _gelu
+from .elementwise import erf_gelu, fits, upcast
 from .fused import table_lookup
 from .linalg import gemm_matmul, integer_matmul
 from .normalization import layer_norm_last
@@ -89,7 +88,7 @@ def _native_binary(a, b, a_zero_point, b_zero_point, ka, kb, c_zero_point, multi
                                  ka, kb, zy.reshape(-1)[0], multiply)  # fmt: skip
 
 
-@op("QLinearAdd", since=1, domain=MS)
+@op("QLinearAdd", since=1, domain=MS, elementwise=True)
 def q_linear_add(a, a_scale, a_zero_point, b, b_scale, b_zero_point, c_scale, c_zero_point=None):
     # onnxruntime folds each scale ratio into one float32 multiplier: A' * (sa / sc) + B' * (sb / sc)
     ka = np.float32(a_scale) / np.float32(c_scale)
@@ -101,7 +100,7 @@ def q_linear_add(a, a_scale, a_zero_point, b, b_scale, b_zero_point, c_scale, c_
     return _requantized(total, c_zero_point, a.dtype)
 
 
-@op("QLinearMul", since=1, domain=MS)
+@op("QLinearMul", since=1, domain=MS, elementwise=True)
 def q_linear_mul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, c_scale, c_zero_point=None):
     # onnxruntime: A' * B' * (sa * sb / sc) in float32
     k = np.float32(a_scale) * np.float32(b_scale) / np.float32(c_scale)
@@ -113,12 +112,12 @@ def q_linear_mul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, c_scale, c_
     return _requantized(product, c_zero_point, a.dtype)
 
 
-@op("QLinearSigmoid", since=1, domain=MS)
+@op("QLinearSigmoid", since=1, domain=MS, elementwise=True)
 def q_linear_sigmoid(x, x_scale, x_zero_point, y_scale, y_zero_point=None):
     return _q(_sigmoid(_deq(x, x_scale, x_zero_point)), y_scale, y_zero_point, x.dtype)
 
 
-@op("QLinearLeakyRelu", since=1, domain=MS)
+@op("QLinearLeakyRelu", since=1, domain=MS, elementwise=True)
 def q_linear_leaky_relu(x, x_scale, x_zero_point, y_scale, y_zero_point=None, *, alpha=0.01):
     v = _deq(x, x_scale, x_zero_point)
     return _q(np.where(v >= 0, v, np.float32(alpha) * v), y_scale, y_zero_point, x.dtype)
@@ -171,7 +170,7 @@ def q_linear_concat(y_scale, y_zero_point, *inputs, axis):
     return np.concatenate(parts, axis=axis).astype(y_zero_point.dtype, copy=False)
 
 
-@op("MatMulIntegerToFloat", since=1, domain=MS)
+@op("MatMulIntegerToFloat", since=1, domain=MS, threads="pool")
 def matmul_integer_to_float(a, b, a_scale, b_scale, a_zero_point=None, b_zero_point=None,
                             bias=None):  # fmt: skip
     """(A - a_zero_point) @ (B - b_zero_point) * (a_scale * b_scale) + bias: a dynamically
@@ -188,7 +187,7 @@ def matmul_integer_to_float(a, b, a_scale, b_scale, a_zero_point=None, b_zero_po
     return y.astype(np.asarray(a_scale).dtype, copy=False)
 
 
-@op("DynamicQuantizeMatMul", since=1, domain=MS)
+@op("DynamicQuantizeMatMul", since=1, domain=MS, threads="pool")
 def dynamic_quantize_matmul(a, b, b_scale, b_zero_point=None, bias=None):
     """A quantized as DynamicQuantizeLinear does (uint8 per tensor), then MatMulIntegerToFloat
     with B: onnxruntime's fusion of a dynamically quantized MatMul."""
@@ -262,18 +261,18 @@ def _fast_gelu_inplace(v: np.ndarray) -> np.ndarray:
     return v
 
 
-@op("Gelu", since=1, domain=MS)
-def gelu(x):
-    return _gelu(upcast(x)).astype(x.dtype, copy=False)
+@op("Gelu", since=1, domain=MS, elementwise=True)
+def contrib_gelu(x):
+    return erf_gelu(upcast(x)).astype(x.dtype, copy=False)
 
 
 @op("BiasGelu", since=1, domain=MS)
 def bias_gelu(a, b):
     v = _plus_bias(a, b)
-    return _gelu(v, out=v).astype(a.dtype, copy=False)
+    return erf_gelu(v, out=v).astype(a.dtype, copy=False)
 
 
-@op("FastGelu", since=1, domain=MS)
+@op("FastGelu", since=1, domain=MS, elementwise=True)
 def fast_gelu(x, bias=None):
     return _fast_gelu_inplace(_plus_bias(x, bias)).astype(x.dtype, copy=False)
 
@@ -305,7 +304,7 @@ def _fused_operand(m: np.ndarray, trans: int, trans_batch: int) -> np.ndarray:
     return m
 
 
-@op("FusedMatMul", since=1, domain=MS)
+@op("FusedMatMul", since=1, domain=MS, threads="blas")
 def fused_mat_mul(a, b, *, alpha=1.0, transA=0, transB=0, transBatchA=0, transBatchB=0):
     a_ = _fused_operand(upcast(a), transA, transBatchA)
     b_ = _fused_operand(upcast(b), transB, transBatchB)

@@ -526,7 +526,7 @@ def conv_key(auto_pad, pads, strides, dilations, kernel_shape) -> tuple:
                  for v in (auto_pad, pads, strides, dilations, kernel_shape))  # fmt: skip
 
 
-@op("Conv", since=1)
+@op("Conv", since=1, threads="pool")
 def conv(
     X,
     W,
@@ -832,7 +832,7 @@ def _integer_conv(x, w, x_zero_point, w_zero_point, bias=None, **attrs):
     return y, total
 
 
-@op("ConvInteger", since=10)
+@op("ConvInteger", since=10, threads="pool")
 def conv_integer(
     x,
     w,
@@ -857,7 +857,7 @@ def conv_integer(
     return acc.astype(np.int32)
 
 
-@op("QLinearConv", since=10)
+@op("QLinearConv", since=10, threads="pool")
 def qlinear_conv(
     x,
     x_scale,
@@ -938,7 +938,7 @@ def _transpose_geometry(
     return begin, out
 
 
-@op("ConvTranspose", since=1)
+@op("ConvTranspose", since=1, threads="blas")
 def conv_transpose(
     X,
     W,

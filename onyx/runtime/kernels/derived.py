@@ -45,6 +45,11 @@ def derived(arr: np.ndarray, key: Hashable, make: Callable[[], Any]) -> Any:
     return value
 
 
+def entries() -> tuple[int, int]:
+    """(forms kept by ``derived``, attribute sets kept by ``from_attributes``): introspection."""
+    return len(_cache), len(_memo)
+
+
 def frozen(a: np.ndarray) -> np.ndarray:
     """a made read-only (in place) and returned: what is cached is shared between calls."""
     a.flags.writeable = False

@@ -123,7 +123,7 @@ def erf32(x: np.ndarray, out: np.ndarray | None = None, *, scale: float = 1.0, g
         xb = flat[start:stop]
         np.multiply(xb, k, out=u)
         np.clip(u, -4.0, 4.0, out=u)  # NaN stays NaN (one clip: min / max with a scalar bound
-        # take numpy's slow unvectorized loop, 5x slower than np.clip's)
+        # take numpy's slow unvectorized loop)
         np.multiply(u, u, out=t)
         np.multiply(t, _P32[-1], out=p)
         for c in _P32[-2:0:-1]:
@@ -155,7 +155,7 @@ def erf(x: np.ndarray) -> np.ndarray:
     return erf32(x if x.dtype == np.float32 else x.astype(np.float32))
 
 
-def gelu(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+def erf_gelu(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """0.5 * x * (1 + erf(x / sqrt(2))) of float32 or float64 x (into ``out`` if given)."""
     if x.dtype == np.float32:
         return erf32(x, out, scale=1 / np.sqrt(2), gelu=True)
@@ -238,32 +238,32 @@ def _register_unary(name: str, fn: Callable, since: int) -> None:
         def legacy(x, *, consumed_inputs=None):
             return fn(x)
 
-        op(name, since=1)(legacy)
+        op(name, since=1, elementwise=True)(legacy)
         op(name, since=6)(fn)
     else:
-        op(name, since=since)(fn)
+        op(name, since=since, elementwise=True)(fn)
 
 
 for _name, (_fn, _since) in _UNARY.items():
     _register_unary(_name, float_unary(_fn), _since)
 
 
-@op("Not", since=1)
+@op("Not", since=1, elementwise=True)
 def not_(x):
     return np.logical_not(x)
 
 
-@op("BitwiseNot", since=18)
+@op("BitwiseNot", since=18, elementwise=True)
 def bitwise_not(x):
     return np.invert(x)
 
 
-@op("IsNaN", since=9)
+@op("IsNaN", since=9, elementwise=True)
 def isnan(x):
     return np.isnan(upcast(x))
 
 
-@op("IsInf", since=10)
+@op("IsInf", since=10, elementwise=True)
 def isinf(x, *, detect_negative=1, detect_positive=1):
     x = upcast(x)
     return np.isinf(x) & (((x > 0) & bool(detect_positive)) | ((x < 0) & bool(detect_negative)))
@@ -364,7 +364,7 @@ def _register_binary(name: str, fn: Callable, modern_since: int, legacy: bool) -
             return fn(a, legacy_broadcast(a, b, broadcast, axis))
 
         op(name, since=1)(old)
-    op(name, since=modern_since)(fn)
+    op(name, since=modern_since, elementwise=True)(fn)
 
 
 for _name, _fn in {**_ARITH, **_LOGIC, **_COMPARE}.items():
@@ -398,7 +398,7 @@ def _pow(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return np.power(xc, upcast(y).astype(xc.dtype)).astype(x.dtype, copy=False)
 
 
-@op("Pow", since=1)
+@op("Pow", since=1, elementwise=True)
 def pow_1(x, y, *, broadcast=0, axis=None):
     return _pow(x, legacy_broadcast(x, y, broadcast, axis))
 
@@ -408,7 +408,7 @@ def pow_(x, y):
     return _pow(x, y)
 
 
-@op("Mod", since=10)
+@op("Mod", since=10, elementwise=True)
 def mod(a, b, *, fmod=0):
     if fmod:
         return _in_dtype(np.fmod)(a, b)
@@ -461,7 +461,7 @@ def _register_variadic(name: str, fn: Callable) -> None:
     def legacy(*inputs, consumed_inputs=None):
         return fn(*inputs)
 
-    op(name, since=1)(legacy)
+    op(name, since=1, elementwise=True)(legacy)
     op(name, since=6)(fn)
 
 
@@ -469,7 +469,7 @@ for _name, _fn in {"Max": _max, "Min": _min, "Sum": _sum, "Mean": _mean}.items()
     _register_variadic(_name, _fn)
 
 
-@op("Where", since=9)
+@op("Where", since=9, elementwise=True)
 def where(condition, x, y):
     return np.where(condition, x, y)
 
@@ -487,7 +487,7 @@ def _clip(x, lo, hi):
         return x.copy()
     if x.dtype.kind in "iuf" and x.ndim:
         # one np.clip with both bounds (a missing one is the type's extreme): min / max with a
-        # scalar run numpy's unvectorized loop, 3-5x slower. np.clip takes max then min: when
+        # scalar run numpy's unvectorized loop. np.clip takes max then min: when
         # min > max every value becomes max, as the spec says.
         low, high = type_range(x.dtype)
         lo = low if lo is None else np.asarray(lo, dtype=x.dtype)
@@ -501,7 +501,7 @@ def _clip(x, lo, hi):
     return np.asarray(out).astype(x.dtype, copy=False)
 
 
-@op("Clip", since=1)
+@op("Clip", since=1, elementwise=True)
 def clip_1(x, *, min=None, max=None, consumed_inputs=None):
     return _clip(x, min, max)
 

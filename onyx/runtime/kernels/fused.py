@@ -11,7 +11,7 @@ import numpy as np
 
 from .. import native
 from ..registry import ONYX_DOMAIN, op
-from .activation import hard_swish
+from .activation import hard_sigmoid_into, hard_swish, sigmoid_into
 from .conv import conv, conv_key, native_conv_f32
 from .linalg import gemm
 
@@ -20,10 +20,7 @@ MS = "com.microsoft"
 
 def _sigmoid(y, alpha, beta, gamma):
     with np.errstate(over="ignore"):
-        np.negative(y, out=y)
-        np.exp(y, out=y)
-    y += 1
-    return np.reciprocal(y, out=y)
+        return sigmoid_into(y, y)
 
 
 def _leaky_relu(y, alpha, beta, gamma):
@@ -33,9 +30,7 @@ def _leaky_relu(y, alpha, beta, gamma):
 
 
 def _hard_sigmoid(y, alpha, beta, gamma):
-    y *= 0.2 if alpha is None else alpha
-    y += 0.5 if beta is None else beta
-    return np.clip(y, 0, 1, out=y)
+    return hard_sigmoid_into(y, 0.2 if alpha is None else alpha, 0.5 if beta is None else beta, y)
 
 
 def _clip(y, lo, hi, gamma):
@@ -69,7 +64,7 @@ def _activate(y: np.ndarray, activation: str, alpha=None, beta=None, gamma=None)
     return fn(y, alpha, beta, gamma)
 
 
-@op("FusedConv", since=1, domain=MS)
+@op("FusedConv", since=1, domain=MS, threads="pool")
 def fused_conv(
     X,
     W,
@@ -118,7 +113,7 @@ def fused_conv(
     return _activate(y, activation, *params[:3])
 
 
-@op("ConvHardSwish", since=1, domain=ONYX_DOMAIN)
+@op("ConvHardSwish", since=1, domain=ONYX_DOMAIN, threads="pool")
 def conv_hard_swish(
     X,
     W,
@@ -137,7 +132,7 @@ def conv_hard_swish(
                       group=group, kernel_shape=kernel_shape, pads=pads, strides=strides)  # fmt: skip
 
 
-@op("FusedGemm", since=1, domain=MS)
+@op("FusedGemm", since=1, domain=MS, threads="blas")
 def fused_gemm(
     A,
     B,

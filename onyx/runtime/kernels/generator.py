@@ -110,33 +110,33 @@ def _out_dtype(dtype, like=None) -> np.dtype:
     return to_numpy(dtype)
 
 
-@op("RandomNormal", since=1)
+@op("RandomNormal", since=1, deterministic=False)
 def random_normal(*, shape, dtype=DataType.FLOAT, seed=None, mean=0.0, scale=1.0):
     return _rng(seed).normal(mean, scale, list(shape)).astype(to_numpy(dtype))
 
 
-@op("RandomNormalLike", since=1)
+@op("RandomNormalLike", since=1, deterministic=False)
 def random_normal_like(input, *, dtype=None, seed=None, mean=0.0, scale=1.0):
     return _rng(seed).normal(mean, scale, input.shape).astype(_out_dtype(dtype, input))
 
 
-@op("RandomUniform", since=1)
+@op("RandomUniform", since=1, deterministic=False)
 def random_uniform(*, shape, dtype=DataType.FLOAT, seed=None, low=0.0, high=1.0):
     return _rng(seed).uniform(low, high, list(shape)).astype(to_numpy(dtype))
 
 
-@op("RandomUniformLike", since=1)
+@op("RandomUniformLike", since=1, deterministic=False)
 def random_uniform_like(input, *, dtype=None, seed=None, low=0.0, high=1.0):
     return _rng(seed).uniform(low, high, input.shape).astype(_out_dtype(dtype, input))
 
 
-@op("Bernoulli", since=15)
+@op("Bernoulli", since=15, deterministic=False)
 def bernoulli(input, *, dtype=None, seed=None):
     draws = _rng(seed).uniform(0.0, 1.0, input.shape) < input.astype(np.float64)
     return draws.astype(_out_dtype(dtype, input))
 
 
-@op("Multinomial", since=7)
+@op("Multinomial", since=7, deterministic=False)
 def multinomial(input, *, dtype=DataType.INT32, seed=None, sample_size=1):
     logits = input.astype(np.float64)
     batch, classes = logits.shape

@@ -35,7 +35,7 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.asarray(gemm_matmul(upcast(a), upcast(b))).astype(a.dtype, copy=False)
 
 
-@op("MatMul", since=1)
+@op("MatMul", since=1, threads="blas")
 def mat_mul(a, b):
     return matmul(a, b)
 
@@ -180,7 +180,7 @@ def integer_matmul(a, b, a_zero_point=None, b_zero_point=None, exact_float=False
     return chunked_matmul(af, bf, a_bound * b_bound, exact_float)
 
 
-@op("MatMulInteger", since=10)
+@op("MatMulInteger", since=10, threads="pool")
 def mat_mul_integer(a, b, a_zero_point=None, b_zero_point=None):
     return integer_matmul(a, b, a_zero_point, b_zero_point)
 
@@ -228,7 +228,7 @@ def _gemm(a, b, c, alpha, beta, trans_a, trans_b):
     return np.asarray(y).astype(a.dtype, copy=False)
 
 
-@op("Gemm", since=1)
+@op("Gemm", since=1, threads="blas")
 def gemm_1(a, b, c, *, alpha=1.0, beta=1.0, transA=0, transB=0, broadcast=0):
     # opset < 7: C broadcasts only when `broadcast` is set; numpy broadcasting covers both
     return _gemm(a, b, c, alpha, beta, transA, transB)
@@ -239,7 +239,7 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=1.0, transA=0, transB=0):
     return _gemm(a, b, c, alpha, beta, transA, transB)
 
 
-@op("Einsum", since=12)
+@op("Einsum", since=12, threads="blas")
 def einsum(*inputs, equation):
     args = [upcast(x) for x in inputs]
     out = np.asarray(np.einsum(equation.replace(" ", ""), *args, optimize=len(args) > 1))

@@ -188,7 +188,7 @@ def _output_dtype(zero_point, output_dtype: int, default=np.uint8) -> np.dtype:
     return to_numpy(output_dtype) if output_dtype else np.dtype(default)
 
 
-@op("QuantizeLinear", since=10)
+@op("QuantizeLinear", since=10, elementwise=True)
 def quantize_linear_10(x, y_scale, y_zero_point=None):
     return quantize(x, y_scale, y_zero_point, dtype=_output_dtype(y_zero_point, 0))
 
@@ -210,7 +210,7 @@ def quantize_linear(
     )
 
 
-@op("DequantizeLinear", since=10)
+@op("DequantizeLinear", since=10, elementwise=True)
 def dequantize_linear_10(x, x_scale, x_zero_point=None):
     return dequantize(x, x_scale, x_zero_point)
 
@@ -274,6 +274,6 @@ def qlinear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, 
     return saturate_cast(acc, y_zero_point, y_zero_point.dtype, owned=True)
 
 
-@op("QLinearMatMul", since=10)
+@op("QLinearMatMul", since=10, threads="pool")
 def q_linear_mat_mul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point):
     return qlinear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point)

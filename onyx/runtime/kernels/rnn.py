@@ -3,7 +3,7 @@
 The three share one plan (the spec's equations are per direction; here every direction runs in
 the same loop). States are ``h [dirs, batch, H]``, and gate pre-activations are gate-major,
 ``[gates, dirs, batch, H]``, so that each gate (and the i/o/f block of LSTM) is one contiguous
-array for all directions: numpy's elementwise calls on small arrays are ~3x faster contiguous
+array for all directions: numpy's elementwise calls on small arrays are much faster contiguous
 than strided.
 
 - The input projection X*W^T + Wb (+ the recurrent biases that sit outside any product) of every
@@ -33,6 +33,7 @@ import numpy as np
 
 from .. import native
 from ..registry import op
+from .activation import hard_sigmoid_into, sigmoid_into
 from .derived import derived, frozen
 
 # --- activations ---------------------------------------------------------------------------------
@@ -48,15 +49,7 @@ from .derived import derived, frozen
 
 
 def _sigmoid(a, b, dtype):
-    one = np.array(1, dtype)
-
-    def sigmoid(x, out):  # 1 / (1 + exp(-x)); exp overflows to inf for x < -88: the limit 0
-        np.negative(x, out)
-        np.exp(out, out)
-        np.add(out, one, out)
-        np.reciprocal(out, out)
-
-    return sigmoid
+    return sigmoid_into  # (exp overflows to inf for x < -88: the limit 0)
 
 
 def _affine(a, b, dtype):
@@ -77,12 +70,7 @@ def _scaled_tanh(a, b, dtype):
 
 
 def _hard_sigmoid(a, b, dtype):
-    def hard_sigmoid(x, out):
-        np.multiply(x, a, out)
-        np.add(out, b, out)
-        np.clip(out, 0, 1, out)
-
-    return hard_sigmoid
+    return lambda x, out: hard_sigmoid_into(x, a, b, out)
 
 
 def _plain(fn: Callable) -> Callable:
@@ -159,8 +147,7 @@ def _clipper(clip, dtype) -> Callable | None:
 # OpenBLAS packs both operands of a GEMM unless M*N*K is below ~100**3 (and both are row-major),
 # where its small-matrix kernels run unpacked. For h [batch, H] @ R^T [H, G*H], repacking R every
 # step dominates once the batch is a few rows: one product per gate (and, past that size, per
-# chunk of columns) on a contiguous R^T stays under it (measured at batch 8, H 256, 4 gates:
-# 84 us -> 39 us a step, onnxruntime's MatMul 46 us). One batched np.matmul runs them all.
+# chunk of columns) on a contiguous R^T stays under it. One batched np.matmul runs them all.
 _SMALL_GEMM = 100**3
 _MIN_CHUNK = 32
 
@@ -247,8 +234,7 @@ class _Layer:
         proj += self.bias[:, None, :]
         proj = proj.reshape(dirs, steps, batch, n_gates, hidden)
         # step-major and contiguous: numpy adds a contiguous step in a fraction of the time of
-        # a strided one (0.5 us against 2.5 us at H 32), which pays for this one copy many
-        # times over
+        # a strided one, which pays for this one copy many times over
         if dirs == 1 and not self.reverse[0]:
             return np.ascontiguousarray(proj.transpose(1, 3, 0, 2, 4))
         xs = np.empty((steps, n_gates, dirs, batch, hidden), self.dtype)
@@ -259,8 +245,7 @@ class _Layer:
     def native_projection(self) -> np.ndarray:
         """[dirs, gates, H, steps, batch], the same projections in time order for rnn.c: one
         GEMM on the native pool, a 1x1 conv of X's transpose, rather than BLAS, whose idle
-        threads spin for milliseconds after a call and halved the speed of the recurrence
-        that followed (an LSTM's 64 batch-8 steps: 7.5 ms, 3.8 without them)."""
+        threads spin for milliseconds after a call and slowed the recurrence that followed."""
         steps, batch, n_in = self.X.shape
         n_gates, dirs, hidden = self.R.shape[:3]
         P, M, W = steps * batch, dirs * n_gates * hidden, self.W
@@ -373,7 +358,15 @@ def _finish(layer: _Layer, Ys: np.ndarray, Cs: np.ndarray | None = None, time_or
 # --- RNN -----------------------------------------------------------------------------------------
 
 
-@op("RNN", since=1)
+def native_or_blas(node) -> str:
+    """Where an LSTM's or GRU's heavy work runs: recurrences of a hidden size rnn.c takes (a
+    multiple of 16) run on the native pool with their projections; others keep BLAS (the
+    exact activations and variants are checked at run time)."""
+    hidden = node.attr("hidden_size", 0)
+    return "pool" if hidden > 0 and hidden % 16 == 0 else "blas"
+
+
+@op("RNN", since=1, threads="blas")
 def rnn(
     X,
     W,
@@ -412,7 +405,7 @@ def rnn(
 # --- GRU -----------------------------------------------------------------------------------------
 
 
-@op("GRU", since=1)
+@op("GRU", since=1, threads=native_or_blas)
 def gru(
     X,
     W,
@@ -497,7 +490,7 @@ def _transposed(R: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(blocks.transpose(1, 2, 4, 0, 3), np.float32)
 
 
-@op("LSTM", since=1)
+@op("LSTM", since=1, threads=native_or_blas)
 def lstm(
     X,
     W,

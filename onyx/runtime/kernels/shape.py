@@ -212,7 +212,7 @@ def size(data):
     return np.array(data.size, dtype=np.int64)
 
 
-@op("Identity", since=1)
+@op("Identity", since=1, elementwise=True)
 def identity(input):
     return input  # tensors, sequences and optionals alike; values are never mutated
 

@@ -267,7 +267,7 @@ class _FastTables:
 def _descend_fast(t: _FastTables, f: Forest, x: np.ndarray) -> np.ndarray:
     nb, nf = x.shape
     has_nan = t.any_nan_outcome and bool(np.isnan(x).any())
-    states = native.forest_descend(x, t, t.roots2, f.depth, has_nan)  # (trees.c: 6x faster)
+    states = native.forest_descend(x, t, t.roots2, f.depth, has_nan)  # (trees.c)
     if states is not None:
         return states
     flat = x.reshape(-1)

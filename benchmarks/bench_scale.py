@@ -1,0 +1,132 @@
+"""How onyx's costs grow with graph size: a chain of MatMul + Add nodes at 4k and 16k nodes
+(and 100k with --huge). Times onyx.load (graph built), onyx.check, onyx.optimize and
+InferenceSession creation, and onnx.checker / onnxruntime session creation when installed;
+prints each time and the ratio time(16k) / time(4k). Linear cost gives 4; the target is <= 5.
+Times are medians of CPU seconds of this process (all its threads): on a loaded machine wall
+time mostly measures the other processes. --wall reports wall-clock seconds instead.
+
+    python benchmarks/bench_scale.py [--sizes 4000,16000] [--huge] [--repeat N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import onyx  # noqa: E402
+from onyx import ir  # noqa: E402
+
+WIDTH = 4
+
+
+def chain_model(n_nodes: int) -> ir.Model:
+    """x -> MatMul(W0) -> Add(b0) -> MatMul(W1) -> ... : ``n_nodes`` nodes, small weights."""
+    rng = np.random.default_rng(0)
+    x = ir.Value("x", ir.TensorType(ir.DataType.FLOAT, (1, WIDTH)))
+    nodes, inits, prev = [], [], x
+    for i in range(n_nodes // 2):
+        w = ir.Value(f"w{i}", None, ir.Tensor(rng.standard_normal((WIDTH, WIDTH), np.float32)))
+        b = ir.Value(f"b{i}", None, ir.Tensor(rng.standard_normal(WIDTH).astype(np.float32)))
+        for v in (w, b):
+            v.type = ir.TensorType(ir.DataType.FLOAT, v.const_value.shape)
+            v.const_value.name = v.name
+        inits += [w, b]
+        mm = ir.Node("MatMul", [prev, w], [f"m{i}"], name=f"matmul{i}")
+        add = ir.Node("Add", [mm.outputs[0], b], [f"a{i}"], name=f"add{i}")
+        nodes += [mm, add]
+        prev = add.outputs[0]
+    prev.type = ir.TensorType(ir.DataType.FLOAT, (1, WIDTH))
+    graph = ir.Graph([x], [prev], nodes, inits, name="chain")
+    return ir.Model(graph, opset_imports={"": 17}, ir_version=8)
+
+
+CLOCK = time.process_time
+
+
+def timed(fn, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        start = CLOCK()
+        fn()
+        times.append(CLOCK() - start)
+    return statistics.median(times)
+
+
+def measure(path: str, repeat: int, skip: set[str]) -> dict[str, float]:
+    def load():
+        return onyx.load(path).graph
+
+    model = onyx.load(path)
+    _ = model.graph
+    steps = {
+        "onyx.load (graph built)": load,
+        "onyx.check": lambda: onyx.check(path),
+        "onyx.optimize": lambda: onyx.optimize(model),
+        "onyx InferenceSession": lambda: onyx.InferenceSession(path),
+    }
+    out = {k: timed(fn, repeat) for k, fn in steps.items() if k.split()[0] not in skip}
+    try:
+        import onnx
+        import onnx.checker
+    except ImportError:
+        pass
+    else:
+        if "onnx.checker" not in skip:
+            out["onnx.checker"] = timed(lambda: onnx.checker.check_model(path), repeat)
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        pass
+    else:
+        if "onnxruntime" in skip:
+            return out
+        opts = ort.SessionOptions()
+        opts.log_severity_level = 3
+        out["onnxruntime InferenceSession"] = timed(
+            lambda: ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"]), repeat
+        )
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="4000,16000", help="node counts, comma-separated")
+    ap.add_argument("--huge", action="store_true", help="also 100k nodes")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--wall", action="store_true", help="wall-clock time instead of CPU time")
+    ap.add_argument("--skip", default="", help="steps to leave out, e.g. onyx.check,onnxruntime")
+    args = ap.parse_args()
+    global CLOCK
+    if args.wall:
+        CLOCK = time.perf_counter
+    sizes = [int(s) for s in args.sizes.split(",")] + ([100_000] if args.huge else [])
+    results: dict[int, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in sizes:
+            path = os.path.join(tmp, f"chain{n}.onnx")
+            onyx.save(chain_model(n), path)
+            skip = set(filter(None, args.skip.split(",")))
+            results[n] = measure(path, args.repeat if n < 50_000 else 1, skip)
+            print(f"{n} nodes: " + ", ".join(f"{k} {v:.3f} s" for k, v in results[n].items()))
+    base = sizes[0]
+    clock = "wall" if args.wall else "CPU"
+    print("\n| step | " + " | ".join(f"{n} nodes ({clock} s)" for n in sizes) + " | ratios |")
+    print("|---|" + "---|" * len(sizes) + "---|")
+    for key in [k for k in results[base] if all(k in results[n] for n in sizes)]:
+        ratios = ", ".join(
+            f"{results[n][key] / results[base][key]:.1f} ({n // 1000}k/{base // 1000}k)"
+            for n in sizes[1:]
+        )
+        row = " | ".join(f"{results[n][key]:.3f}" for n in sizes)
+        print(f"| {key} | {row} | {ratios} |")
+
+
+if __name__ == "__main__":
+    main()

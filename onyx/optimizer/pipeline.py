@@ -1,0 +1,53 @@
+"""The optimizer's passes in the order they run: the one list to read (and to edit).
+
+Each pass is a function ``fn(ctx) -> bool`` marked with :func:`core.graph_pass` (its name and
+level) in its family's module. ``optimize`` runs the basic passes in rounds until nothing
+changes, then the fusions in rounds, the basic passes after each (see ``__init__.py``).
+"""
+
+from __future__ import annotations
+
+from . import cleanup, conv, fold, gemm, lookup, qdq, transformer, transpose
+from .core import Pass, pass_of
+
+#: Basic passes: standard ops in, standard ops out.
+BASIC_PASSES: tuple[Pass, ...] = tuple(
+    pass_of(fn)
+    for fn in (
+        fold.constant_folding,
+        fold.shape_folding,
+        fold.qdq_data_movement,
+        cleanup.eliminate_identity,
+        cleanup.eliminate_dropout,
+        cleanup.eliminate_noops,
+        cleanup.dead_code,
+        cleanup.unused_initializers,
+        cleanup.common_subexpressions,
+    )
+)
+
+#: Fusions (extended level), in order of precedence: an earlier one takes a pattern first.
+FUSIONS: tuple[Pass, ...] = tuple(
+    pass_of(fn)
+    for fn in (
+        qdq.qdq_fusion,  # first: a FusedConv would hide a QDQ node unit from it
+        conv.conv_bn,
+        conv.conv_add,
+        conv.conv_mul,
+        conv.batch_norm_scale,
+        conv.conv_activation,
+        conv.conv_hard_swish,
+        gemm.matmul_add,
+        gemm.gemm_activation,
+        transformer.gelu_fusion,
+        transformer.fast_gelu_fusion,
+        transformer.bias_gelu_fusion,
+        transformer.layer_norm_fusion,
+        transformer.matmul_scale,
+        transformer.attention_fusion,
+        transpose.transpose_cancellation,
+        lookup.lookup_table_fusion,  # last: it tabulates what the other fusions made
+    )
+)
+
+PIPELINE: tuple[Pass, ...] = BASIC_PASSES + FUSIONS
