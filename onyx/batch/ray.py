@@ -38,21 +38,24 @@ def predict(
 
     ``concurrency`` actors score it (one session each); ``rows_per_batch`` rows reach an actor at
     a time (the Predictor's ``batch_size`` splits them further into runs); ``preserve_order``
-    sets Ray Data's switch that keeps rows in the dataset's order; ``batch_format`` is "pandas" or "pyarrow"; ``options`` are the Predictor's."""
+    sets Ray Data's switch that keeps rows in the dataset's order; ``batch_format`` is "pandas"
+    or "pyarrow"; ``options`` are the Predictor's."""
     ray = require("ray")
     predictor = as_predictor(model, options)
-    if preserve_order:
-        # Ray Data hands blocks on as they finish; scored rows should come back in the
-        # dataset's order, as they do from Spark and Dask (Ray's own switch, for this driver)
-        ray.data.DataContext.get_current().execution_options.preserve_order = True
     extra = {} if num_cpus is None else {"num_cpus": num_cpus}
-    return ds.map_batches(
+    scored = ds.map_batches(
         _Scorer,
         # Ray puts a large argument (the model's bytes) in its object store once by itself
         fn_constructor_args=(predictor,),
         batch_size=rows_per_batch,
         batch_format=batch_format,
-        concurrency=concurrency,
+        compute=ray.data.ActorPoolStrategy(size=concurrency),
         zero_copy_batch=True,
         **extra,
     )
+    if preserve_order:
+        # Ray Data hands blocks on as they finish; scored rows come back in the dataset's
+        # order, as they do from Spark and Dask. A dataset runs with the context it carries
+        # (a copy made when it was created), so the switch is set on this one.
+        scored.context.execution_options.preserve_order = True
+    return scored
