@@ -23,28 +23,16 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+# the engines' worker processes import the session factories by name (batch_runtimes.py)
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [str(ROOT / "benchmarks"), *filter(None, [os.environ.get("PYTHONPATH")])]
+)
 
 import batch_models as bm  # noqa: E402
+from batch_runtimes import RUNTIMES  # noqa: E402
 
-import onyx  # noqa: E402
 from onyx.batch import Predictor  # noqa: E402
-
-
-def onnxruntime_session(model_bytes, options):
-    import onnxruntime
-
-    so = onnxruntime.SessionOptions()
-    so.intra_op_num_threads = 1
-    return onnxruntime.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
-
-
-def onyx_session(model_bytes, options):
-    so = onyx.SessionOptions()
-    so.intra_op_num_threads = 1
-    return onyx.InferenceSession(model_bytes, so)
-
-
-RUNTIMES = {"onyx": onyx_session, "onnxruntime": onnxruntime_session}
 
 
 def workloads(rows: int, images: int):
