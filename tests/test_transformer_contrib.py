@@ -415,6 +415,20 @@ def test_matmul_nbits(bits, block, zero_points):
     _check(model, feeds)
 
 
+@pytest.mark.parametrize("bits, block, zero_points, rows", [
+    (4, 32, None, (1,)), (4, 32, "packed", (5,)), (8, 32, "packed", (1,)), (8, 16, None, (5,)),
+    (4, 128, None, (2, 3)), (4, 16, "packed", (7,)),
+])  # fmt: skip
+def test_matmul_nbits_accuracy_level_4(bits, block, zero_points, rows):
+    """Constant int4 / int8 weights at accuracy level 4: A quantized per block to int8."""
+    inputs = _nbits_inputs(_rng(block + len(rows)), bits, block, zero_points, n=64, k=128,
+                           rows=rows)  # fmt: skip
+    constants = ("B", "scales", "zero_points") if zero_points else ("B", "scales")
+    model, feeds = _model("MatMulNBits", inputs, initializers=constants, K=128, N=64, bits=bits,
+                          block_size=block, accuracy_level=4)  # fmt: skip
+    _check(model, feeds)
+
+
 @pytest.mark.parametrize("variant", ["bias", "g_idx", "g_idx_float_zero", "accuracy_level_4",
                                      "initializers", "one_row", "panels"])  # fmt: skip
 def test_matmul_nbits_variants(variant):
@@ -430,8 +444,9 @@ def test_matmul_nbits_variants(variant):
         inputs["g_idx"] = (rng.permutation(k) // block).astype(np.int32)
     if variant == "bias":
         inputs["g_idx"], inputs["bias"] = None, _f(rng, n)
-    if variant == "accuracy_level_4":
+    if variant == "accuracy_level_4":  # (onnxruntime quantizes A only for constant weights)
         attrs["accuracy_level"] = 4
+        initializers = ("B", "scales", "zero_points")
     if variant == "initializers":
         initializers = ("B", "scales", "zero_points")
     if variant == "panels":  # more output columns than one dequantized panel holds

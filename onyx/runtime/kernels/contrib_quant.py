@@ -80,8 +80,10 @@ def _nbits_weight(B, scales, zero_points, g_idx, *, N, K, bits, block_size) -> N
     return NBitsWeight(packed, s, zp, float(1 << (bits - 1)), table, block_of_k)
 
 
-def _dequantized_panel(w: NBitsWeight, n0: int, n1: int, bits: int, block_size: int):
-    """Rows n0:n1 of the float32 weight [n, k_blocks * block_size] in the scratch buffer."""
+def _dequantized_panel(w: NBitsWeight, n0: int, n1: int, bits: int, block_size: int,
+                      scaled: bool = True):  # fmt: skip
+    """Rows n0:n1 of the float32 weight [n, k_blocks * block_size] in the scratch buffer
+    (``scaled`` False: the integers q - zero_point, not yet times the scales)."""
     rows = w.packed[n0:n1]
     n, k_blocks = n1 - n0, w.scales.shape[1]
     out = scratch((n, k_blocks * block_size), np.float32)
@@ -98,7 +100,8 @@ def _dequantized_panel(w: NBitsWeight, n0: int, n1: int, bits: int, block_size: 
             blocks -= np.float32(w.default_zero)
         else:
             blocks -= w.zero_points[n0:n1, :, None]
-        blocks *= w.scales[n0:n1, :, None]
+        if scaled:
+            blocks *= w.scales[n0:n1, :, None]
     else:  # act-order: each k reads the block g_idx[k]
         cols = out[:, : w.block_of_k.size]
         if w.zero_points is None:
@@ -111,6 +114,43 @@ def _dequantized_panel(w: NBitsWeight, n0: int, n1: int, bits: int, block_size: 
 
 def _constant(p) -> bool:
     return p is None or (type(p) is np.ndarray and not p.flags.writeable)
+
+
+def _float_product(a2: np.ndarray, w: NBitsWeight, y2: np.ndarray, bits: int, block: int) -> None:
+    """y2 = a2 @ W^T, W dequantized a panel of output columns at a time."""
+    k = a2.shape[1]
+    rows = max(1, min(y2.shape[1], PANEL_VALUES // (w.scales.shape[1] * block)))
+    for n0 in range(0, y2.shape[1], rows):
+        n1 = min(y2.shape[1], n0 + rows)
+        panel = _dequantized_panel(w, n0, n1, bits, block)[:, :k]
+        y2[:, n0:n1] = np.matmul(a2, panel.T)
+
+
+def _int8_product(a2: np.ndarray, w: NBitsWeight, y2: np.ndarray, bits: int, block: int) -> None:
+    """accuracy_level 4 as onnxruntime's CPU kernel computes it: each block of A's rows is
+    quantized to int8 (scale = max |a| / 127, values times 127 / max |a| rounded half to
+    even), multiplied by the weight's
+    integers q - zero_point exactly (the sums stay below 2^24, so float32 holds them), and
+    the block sums are scaled by a_scale * w_scale and added block after block."""
+    m, k = a2.shape
+    k_blocks = w.scales.shape[1]
+    padded = np.zeros((m, k_blocks * block), np.float32)
+    padded[:, :k] = a2
+    a_blocks = padded.reshape(m, k_blocks, block)
+    top = np.max(np.abs(a_blocks), axis=-1)
+    a_scale = top / np.float32(127)
+    # (127 / max, not 1 / scale: the two round differently, and onnxruntime divides so)
+    inverse = np.divide(np.float32(127), top, out=np.zeros_like(top), where=top != 0)
+    qa = np.rint(a_blocks * inverse[..., None]).transpose(1, 0, 2)  # [k_blocks, m, block]
+    rows = max(
+        1, min(y2.shape[1], PANEL_VALUES // (k_blocks * block), PANEL_VALUES // (k_blocks * m))
+    )
+    for n0 in range(0, y2.shape[1], rows):
+        n1 = min(y2.shape[1], n0 + rows)
+        ints = _dequantized_panel(w, n0, n1, bits, block, scaled=False)
+        sums = np.matmul(qa, ints.reshape(n1 - n0, k_blocks, block).transpose(1, 2, 0))
+        sums *= a_scale.T[:, :, None] * w.scales[n0:n1].T[:, None, :]
+        y2[:, n0:n1] = np.add.reduce(sums, axis=0)  # (block after block, as onnxruntime adds)
 
 
 @op("MatMulNBits", since=1, domain=MS)
@@ -132,8 +172,8 @@ def matmul_nbits(
     """Y = A @ dequantize(B)^T (+ bias): B [N, k_blocks, blob] packs K values per row in
     blocks of block_size, lowest bits first; zero points default to 2^(bits - 1).
 
-    ``accuracy_level`` lets onnxruntime compute in lower precision (4: A quantized to int8
-    per block); onyx always computes in float32, the most accurate of the levels."""
+    ``accuracy_level`` 4 quantizes A's blocks to int8 as onnxruntime does (its results, not
+    float32's); the other levels compute in float32."""
     if weight_prepacked:
         raise ValueError(
             "MatMulNBits: weight_prepacked (an execution provider's layout) is not supported"
@@ -158,12 +198,10 @@ def matmul_nbits(
             w = make()
         a2 = upcast(A).astype(np.float32, copy=False).reshape(-1, K)
         y2 = y.reshape(-1, N)
-        padded_k = w.scales.shape[1] * block_size
-        rows = max(1, min(N, PANEL_VALUES // padded_k))
-        for n0 in range(0, N, rows):
-            n1 = min(N, n0 + rows)
-            panel = _dequantized_panel(w, n0, n1, bits, block_size)[:, :K]
-            y2[:, n0:n1] = np.matmul(a2, panel.T)
+        if accuracy_level == 4 and bits in (4, 8) and w.block_of_k is None:
+            _int8_product(a2, w, y2, bits, block_size)
+        else:
+            _float_product(a2, w, y2, bits, block_size)
     if bias is not None:
         y += upcast(bias)
     return y.astype(A.dtype, copy=False)
