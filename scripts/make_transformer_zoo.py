@@ -296,29 +296,33 @@ def make_feeds(model_path: Path, with_past: bool, seed: int = 0) -> dict:
 
 
 def record_fixture(src: Path, name: str, manifest: dict, *, with_past=False, files=()) -> None:
-    """Copy src (and the side files) into the fixtures with feeds and onnxruntime's outputs."""
+    """Copy src into the fixtures with feeds and onnxruntime's outputs (``<name>.npz``)."""
+    dst = FIXTURES / f"{name}.onnx"
+    shutil.copy(src, dst)
+    record_outputs(dst, name, manifest, with_past)
+
+
+def record_outputs(model: Path, name: str, manifest: dict, with_past: bool) -> None:
     import numpy as np
     import onnx
     import onnxruntime as ort
 
-    dst = FIXTURES / f"{name}.onnx"
-    shutil.copy(src, dst)
-    for f in files:
-        shutil.copy(src.parent / f, FIXTURES / f)
-    feeds = make_feeds(dst, with_past)
-    sess = ort.InferenceSession(str(dst), providers=["CPUExecutionProvider"])
+    feeds = make_feeds(model, with_past)
+    sess = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
     outs = sess.run(None, feeds)
     names = [o.name for o in sess.get_outputs()]
     arrays = {f"in.{k}": v for k, v in feeds.items()}
     arrays.update({f"out.{k}": v for k, v in zip(names, outs)})
     np.savez_compressed(FIXTURES / f"{name}.npz", **arrays)
-    proto = onnx.load(str(dst), load_external_data=False)
+    proto = onnx.load(str(model), load_external_data=False)
     ops: dict[str, int] = {}
     for node in proto.graph.node:
         key = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}::{node.op_type}"
         ops[key] = ops.get(key, 0) + 1
-    manifest[name] = {"file": dst.name, "bytes": dst.stat().st_size, "ops": dict(sorted(ops.items()))}
-    print(f"fixture {name}: {dst.stat().st_size / 1024:.0f} KiB", flush=True)
+    size = sum(f.stat().st_size for f in model.parent.glob(model.name + "*"))
+    manifest[name] = {"file": str(model.relative_to(FIXTURES)), "bytes": size,
+                      "with_past": with_past, "ops": dict(sorted(ops.items()))}  # fmt: skip
+    print(f"fixture {name}: {size / 1024:.0f} KiB", flush=True)
 
 
 def record_genai_folder(src: Path, name: str, manifest: dict) -> None:
@@ -332,9 +336,7 @@ def record_genai_folder(src: Path, name: str, manifest: dict) -> None:
     for f in keep:
         if (src / f).exists():
             shutil.copy(src / f, dst / f)
-    record_fixture(dst / "model.onnx", f"{name}_model", manifest, with_past=True)
-    (FIXTURES / f"{name}_model.onnx").unlink()  # (the folder's own model is the fixture)
-    manifest[f"{name}_model"]["file"] = f"{name}/model.onnx"
+    record_outputs(dst / "model.onnx", name, manifest, with_past=True)
 
 
 def stage_fixtures(work: Path, only: str) -> None:
@@ -348,12 +350,9 @@ def stage_fixtures(work: Path, only: str) -> None:
         (work / "ort" / "gpt2_ort_opt99.onnx", "gpt2_ort_opt99", True),
         (work / "ort" / "llama_nbits_b32_sym.onnx", "llama_nbits_b32_sym", True),
         (work / "ort" / "llama_nbits_b16.onnx", "llama_nbits_b16", True),
-        (work / "optimum" / "gpt2" / "model.onnx", "gpt2_optimum", True),
-        (work / "optimum" / "llama" / "model.onnx", "llama_optimum", True),
         (work / "optimum" / "t5" / "encoder_model.onnx", "t5_encoder_optimum", False),
         (work / "optimum" / "t5" / "decoder_model_merged.onnx", "t5_decoder_merged_optimum", True),
         (work / "optimum" / "bart" / "decoder_model_merged.onnx", "bart_decoder_merged_optimum", True),
-        (work / "optimum" / "whisper" / "encoder_model.onnx", "whisper_encoder_optimum", False),
         (work / "optimum" / "whisper" / "decoder_model_merged.onnx", "whisper_decoder_merged_optimum", True),
         (work / "optimum" / "vit" / "model.onnx", "vit_optimum", False),
     ]  # fmt: skip
@@ -364,7 +363,7 @@ def stage_fixtures(work: Path, only: str) -> None:
             except Exception as exc:
                 print(f"fixture {name} failed: {exc!s:.300}", flush=True)
     for name in GENAI:
-        for precision in ("fp32", "int4"):
+        for precision in ("fp32", "int4") if name == "llama" else ("int4",):
             src = work / "genai" / f"{name}_{precision}"
             tag = f"{name}_genai_{precision}"
             if only in tag and (src / "model.onnx").exists():

@@ -6,6 +6,9 @@ and compares every output; shape inference must agree with the shapes that come 
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -573,3 +576,28 @@ def test_inference_of_a_genai_style_layer():
     shapes = {v.name: v.type.shape.dims for v in typed.graph.outputs}
     assert shapes["y"] == (b, s, hidden)
     assert shapes["k_out"][:2] == (b, kvh) and shapes["k_out"][3] == d
+
+
+# ---------------------------------------------------------------------------------------------
+# The transformer zoo (scripts/make_transformer_zoo.py): onnxruntime's outputs as fixtures
+
+ZOO = Path(__file__).resolve().parent / "models" / "transformers"
+ZOO_MANIFEST = json.loads((ZOO / "manifest.json").read_text()) if ZOO.exists() else {}
+
+
+@pytest.mark.parametrize("name", sorted(ZOO_MANIFEST))
+def test_transformer_zoo_matches_onnxruntime(name):
+    entry = ZOO_MANIFEST[name]
+    data = np.load(ZOO / f"{name}.npz")
+    feeds = {k[3:]: data[k] for k in data.files if k.startswith("in.")}
+    expected = {k[4:]: data[k] for k in data.files if k.startswith("out.")}
+    sess = onyx.InferenceSession(str(ZOO / entry["file"]))
+    actual = dict(zip(expected, sess.run(list(expected), feeds)))
+    fp16 = "fp16" in name
+    for out, e in expected.items():
+        a = np.asarray(actual[out])
+        assert a.shape == e.shape and a.dtype == e.dtype, out
+        scale = max(1.0, float(np.abs(e).max(initial=0)))
+        # float32: the rtol 1e-3 / atol 1e-4; float16: a few units of its last place
+        atol = (2e-2 if fp16 else 1e-4) * scale
+        np.testing.assert_allclose(a, e, rtol=1e-3, atol=atol, err_msg=f"{name}: {out}")
