@@ -82,6 +82,18 @@ CONFIGS = {
             hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
             num_labels=3)),
 }  # fmt: skip
+# the benchmark models (benchmarks/models/transformers, not committed): a 4-layer d=512
+# Llama-style decoder and a BERT-style encoder
+BENCH = ROOT / "benchmarks" / "models" / "transformers"
+BENCH_CONFIGS = {
+    "llama_bench": ("llama", "AutoModelForCausalLM", dict(vocab_size=32000, hidden_size=512,
+                    intermediate_size=1408, num_hidden_layers=4, num_attention_heads=8,
+                    num_key_value_heads=4, max_position_embeddings=4096, bos_token_id=1,
+                    eos_token_id=2, pad_token_id=3)),
+    "bert_bench": ("bert", "AutoModel", dict(vocab_size=30522, hidden_size=256,
+                   num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024,
+                   max_position_embeddings=512)),
+}  # fmt: skip
 TASKS = {"bert": "feature-extraction", "gpt2": "text-generation-with-past",
          "llama": "text-generation-with-past", "qwen2": "text-generation-with-past",
          "phi3": "text-generation-with-past", "gemma": "text-generation-with-past",
@@ -114,7 +126,8 @@ def run_stage(venv: str, stage: str, work: Path, only: str) -> None:
         sys.exit(f"{py} is missing: run {Path(__file__).name} --setup first")
     cmd = [str(py), __file__, "--stage", stage, "--work", str(work), "--only", only]
     print(f"== {stage} ({venv})", flush=True)
-    subprocess.run(cmd, check=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "ONYX_ZOO_STAGE": venv}
+    subprocess.run(cmd, check=True, env=env)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -136,11 +149,11 @@ def make_tokenizer(out: Path) -> None:
     fast.save_pretrained(out)
 
 
-def stage_hf(work: Path, only: str) -> None:
+def stage_hf(work: Path, only: str, configs: dict = CONFIGS) -> None:
     import torch
     import transformers
 
-    for name, (model_type, auto, kwargs) in CONFIGS.items():
+    for name, (model_type, auto, kwargs) in configs.items():
         if only not in name:
             continue
         torch.manual_seed(0)
@@ -376,8 +389,43 @@ def stage_fixtures(work: Path, only: str) -> None:
     print(f"{len(manifest)} fixtures, {total / 2**20:.2f} MiB in {FIXTURES}")
 
 
+def stage_bench_hf(work: Path, only: str) -> None:
+    stage_hf(work, only, BENCH_CONFIGS)
+
+
+def stage_bench(work: Path, only: str) -> None:
+    """The benchmark models: the decoder through the genai builder (int4, fp32), the encoder
+    through optimum and onnxruntime's transformer optimizer."""
+    BENCH.mkdir(parents=True, exist_ok=True)
+    if os.environ.get("ONYX_ZOO_STAGE") == "genai":
+        for precision in ("int4", "fp32"):
+            out = BENCH / f"llama_bench_{precision}"
+            cmd = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i",
+                   str(work / "hf" / "llama_bench"), "-o", str(out), "-p", precision, "-e", "cpu",
+                   "-c", str(work / "genai_cache")]  # fmt: skip
+            if precision == "int4":
+                cmd += ["--extra_options", "int4_block_size=32", "int4_accuracy_level=4"]
+            done = subprocess.run(cmd, capture_output=True, text=True)
+            print(
+                f"bench llama {precision}: {'ok' if done.returncode == 0 else done.stderr[-400:]}"
+            )
+        return
+    from onnxruntime.transformers import optimizer
+    from optimum.exporters.onnx import main_export
+
+    out = work / "optimum" / "bert_bench"
+    main_export(str(work / "hf" / "bert_bench"), out, task="feature-extraction",
+                do_validation=False, local_files_only=True)  # fmt: skip
+    shutil.copy(out / "model.onnx", BENCH / "bert_bench.onnx")
+    m = optimizer.optimize_model(str(out / "model.onnx"), model_type="bert", num_heads=4,
+                                 hidden_size=256, opt_level=99)  # fmt: skip
+    m.save_model_to_file(str(BENCH / "bert_bench_ort_opt.onnx"))
+    print("bench bert: ok")
+
+
 STAGES = {"hf": stage_hf, "optimum": stage_optimum, "ort": stage_ort_tools, "genai": stage_genai,
-          "fixtures": stage_fixtures}  # fmt: skip
+          "fixtures": stage_fixtures, "bench_hf": stage_bench_hf, "bench": stage_bench}  # fmt: skip
+BENCH_PIPELINE = [("optimum", "bench_hf"), ("optimum", "bench"), ("genai", "bench")]
 PIPELINE = [("optimum", "hf"), ("optimum", "optimum"), ("optimum", "ort"), ("genai", "genai"),
             ("optimum", "fixtures")]  # fmt: skip
 
@@ -388,6 +436,7 @@ def main() -> None:
     parser.add_argument("--only", default="", help="substring of the model names to build")
     parser.add_argument("--work", type=Path, default=Path("/tmp/onyx-transformer-zoo"))
     parser.add_argument("--stage", choices=sorted(STAGES), help=argparse.SUPPRESS)
+    parser.add_argument("--bench", action="store_true", help=f"the benchmark models, into {BENCH}")
     args = parser.parse_args()
     if args.setup:
         setup()
@@ -395,7 +444,7 @@ def main() -> None:
     if args.stage:
         STAGES[args.stage](args.work, args.only)
         return
-    for venv, stage in PIPELINE:
+    for venv, stage in BENCH_PIPELINE if args.bench else PIPELINE:
         run_stage(venv, stage, args.work, args.only)
 
 

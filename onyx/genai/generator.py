@@ -117,7 +117,7 @@ class Generator:
         if len(ids) > cfg.context_length:
             raise InvalidArgument(f"the prompt's {len(ids)} tokens exceed the model's context of "
                                   f"{cfg.context_length}")  # fmt: skip
-        cache = KVCache(cfg, cfg.context_length if cfg.share_buffer else capacity)
+        cache = KVCache(cfg, capacity)  # (shared buffer: this generation's whole length)
         rng = np.random.default_rng(seed)
         out_names = [cfg.logits, *cache.outputs]
         sequence, new, emitted = list(ids), [], ""

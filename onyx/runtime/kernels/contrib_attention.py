@@ -470,14 +470,18 @@ def group_query_attention(
         present_k[b, :, p : p + q_len] = k[b]
         present_v[b, :, p : p + q_len] = v[b]
 
+    # keys past every entry's valid length cannot be attended: the product stops there (a
+    # shared buffer holds the whole context, most of it not yet written)
+    n_keys = int(min(present_len, max(valid.max(initial=0), q_len)))
+    keys, values = present_k[:, :, :n_keys], present_v[:, :, :n_keys]
     s = scale or 1 / np.sqrt(head)
-    scores = _scores(q, present_k, s)
+    scores = _scores(q, keys, s)
     if softcap > 0:
         np.tanh(scores / np.float32(softcap), out=scores)
         scores *= np.float32(softcap)
     if attention_bias is not None:
-        scores += upcast(attention_bias)[..., :present_len]
-    allowed = _gqa_allowed(past_len, valid, q_len, present_len, causal, local_window_size)
+        scores += upcast(attention_bias)[..., :n_keys]
+    allowed = _gqa_allowed(past_len, valid, q_len, n_keys, causal, local_window_size)
     raw = np.where(allowed, scores, np.float32(0)) if qk_output == 1 else None
     np.copyto(scores, -np.inf, where=~allowed)
     sink = None
@@ -486,10 +490,11 @@ def group_query_attention(
     elif smooth_softmax:
         sink = np.zeros(1, np.float32)
     probs = _softmax_rows(scores, sink)
-    y = _merged(_weighted(probs, present_v)).astype(dtype, copy=False)
+    y = _merged(_weighted(probs, values)).astype(dtype, copy=False)
     outputs = [y, present_k.astype(dtype, copy=False), present_v.astype(dtype, copy=False)]
     if qk_output:
-        qk = raw if qk_output == 1 else probs
+        qk = np.zeros((batch, num_heads, q_len, present_len), np.float32)
+        qk[..., :n_keys] = raw if qk_output == 1 else probs
         outputs.append(qk.astype(dtype, copy=False))
     return tuple(outputs)
 
