@@ -126,15 +126,16 @@ def _float_product(a2: np.ndarray, w: NBitsWeight, y2: np.ndarray, bits: int, bl
         y2[:, n0:n1] = np.matmul(a2, panel.T)
 
 
-def _int8_product(a2: np.ndarray, w: NBitsWeight, y2: np.ndarray, bits: int, block: int) -> None:
-    """accuracy_level 4 as onnxruntime's CPU kernel computes it: each block of A's rows is
-    quantized to int8 (scale = max |a| / 127, values times 127 / max |a| rounded half to
-    even) before the product. onnxruntime then sums the integer products exactly and scales
-    each block's sum by a_scale * w_scale; here the int8 values times a_scale meet the float
-    weight in one GEMM, the same terms summed in another order (1e-7 apart, not 1e-2 as
-    float32 A would be)."""
+#: rows of A up to which accuracy level 4 sums each block's integer products exactly, as
+#: onnxruntime does (decoding: one row); more rows (a prompt) take one GEMM per panel, where
+#: a batch of per-block products would cost 10-20x
+EXACT_INT8_ROWS = 16
+
+
+def _int8_quantized(a2: np.ndarray, k_blocks: int, block: int):
+    """A's blocks quantized to int8 as onnxruntime does for accuracy level 4: the integer
+    values [m, k_blocks, block] (as float32) and their scales [m, k_blocks, 1]."""
     m, k = a2.shape
-    k_blocks = w.scales.shape[1]
     padded = np.zeros((m, k_blocks * block), np.float32)
     padded[:, :k] = a2
     a_blocks = padded.reshape(m, k_blocks, block)
@@ -143,8 +144,31 @@ def _int8_product(a2: np.ndarray, w: NBitsWeight, y2: np.ndarray, bits: int, blo
     inverse = np.divide(np.float32(127), top, out=np.zeros_like(top), where=top != 0)
     a_blocks *= inverse
     np.rint(a_blocks, out=a_blocks)
-    a_blocks *= top / np.float32(127)
-    _float_product(padded[:, :k], w, y2, bits, block)
+    return a_blocks, top / np.float32(127)
+
+
+def _int8_product(a2: np.ndarray, w: NBitsWeight, y2: np.ndarray, bits: int, block: int) -> None:
+    """accuracy_level 4: each block of A's rows quantized to int8 (scale = max |a| / 127),
+    times the weight's integers q - zero_point; each block's sum scaled by a_scale * w_scale
+    and the blocks added in order, as onnxruntime computes it (the integer sums stay below
+    2^24: exact in float32). Many rows: the int8 values times their scales meet the float
+    weight in one GEMM instead (the same terms summed in another order, 1e-7 apart)."""
+    m, k = a2.shape
+    k_blocks = w.scales.shape[1]
+    qa, a_scale = _int8_quantized(a2, k_blocks, block)
+    if m > EXACT_INT8_ROWS:
+        qa *= a_scale
+        _float_product(qa.reshape(m, -1)[:, :k], w, y2, bits, block)
+        return
+    qa_t = np.ascontiguousarray(qa.transpose(1, 0, 2))  # [k_blocks, m, block]
+    a_scale_t = a_scale[..., 0].T[:, :, None]  # [k_blocks, m, 1]
+    rows = max(1, min(y2.shape[1], PANEL_VALUES // (k_blocks * block)))
+    for n0 in range(0, y2.shape[1], rows):
+        n1 = min(y2.shape[1], n0 + rows)
+        ints = _dequantized_panel(w, n0, n1, bits, block, scaled=False)
+        sums = np.matmul(qa_t, ints.reshape(n1 - n0, k_blocks, block).transpose(1, 2, 0))
+        sums *= a_scale_t * w.scales[n0:n1].T[:, None, :]
+        y2[:, n0:n1] = np.add.reduce(sums, axis=0)  # (block after block, as onnxruntime adds)
 
 
 @op("MatMulNBits", since=1, domain=MS)
