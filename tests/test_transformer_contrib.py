@@ -420,7 +420,7 @@ def test_matmul_nbits(bits, block, zero_points):
 
 @pytest.mark.parametrize("bits, block, zero_points, rows", [
     (4, 32, None, (1,)), (4, 32, "packed", (5,)), (8, 32, "packed", (1,)), (8, 16, None, (5,)),
-    (4, 128, None, (2, 3)), (4, 16, "packed", (7,)),
+    (4, 128, None, (2, 3)), (4, 16, "packed", (7,)), (4, 32, "packed", (40,)),  # (40: one GEMM)
 ])  # fmt: skip
 def test_matmul_nbits_accuracy_level_4(bits, block, zero_points, rows):
     """Constant int4 / int8 weights at accuracy level 4: A quantized per block to int8."""
