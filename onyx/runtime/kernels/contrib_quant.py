@@ -80,13 +80,10 @@ def _nbits_weight(B, scales, zero_points, g_idx, *, N, K, bits, block_size) -> N
     return NBitsWeight(packed, s, zp, float(1 << (bits - 1)), table, block_of_k)
 
 
-def _dequantized_panel(w: NBitsWeight, n0: int, n1: int, bits: int, block_size: int,
-                      scaled: bool = True):  # fmt: skip
-    """Rows n0:n1 of the float32 weight [n, k_blocks * block_size] in the scratch buffer
-    (``scaled`` False: the integers q - zero_point, not yet times the scales)."""
+def _raw_panel(w: NBitsWeight, n0: int, n1: int, bits: int, block_size: int) -> np.ndarray:
+    """Rows n0:n1 of the quantized values q as float32 [n, k_blocks * block_size] (scratch)."""
     rows = w.packed[n0:n1]
-    n, k_blocks = n1 - n0, w.scales.shape[1]
-    out = scratch((n, k_blocks * block_size), np.float32)
+    out = scratch((n1 - n0, w.scales.shape[1] * block_size), np.float32)
     if w.table is not None:
         # (mode "clip": numpy buffers a checked take; a byte cannot be out of the table)
         np.take(w.table, rows, axis=0, out=out.reshape(rows.shape + (8 // bits,)), mode="clip")
@@ -94,14 +91,20 @@ def _dequantized_panel(w: NBitsWeight, n0: int, n1: int, bits: int, block_size: 
         np.copyto(out, rows, casting="unsafe")
     else:
         np.copyto(out, unpack_bits(rows, bits), casting="unsafe")
+    return out
+
+
+def _dequantized_panel(w: NBitsWeight, n0: int, n1: int, bits: int, block_size: int):
+    """Rows n0:n1 of the float32 weight [n, k_blocks * block_size] in the scratch buffer."""
+    out = _raw_panel(w, n0, n1, bits, block_size)
+    n, k_blocks = n1 - n0, w.scales.shape[1]
     if w.block_of_k is None:
         blocks = out.reshape(n, k_blocks, block_size)
         if w.zero_points is None:
             blocks -= np.float32(w.default_zero)
         else:
             blocks -= w.zero_points[n0:n1, :, None]
-        if scaled:
-            blocks *= w.scales[n0:n1, :, None]
+        blocks *= w.scales[n0:n1, :, None]
     else:  # act-order: each k reads the block g_idx[k]
         cols = out[:, : w.block_of_k.size]
         if w.zero_points is None:
@@ -162,11 +165,20 @@ def _int8_product(a2: np.ndarray, w: NBitsWeight, y2: np.ndarray, bits: int, blo
         return
     qa_t = np.ascontiguousarray(qa.transpose(1, 0, 2))  # [k_blocks, m, block]
     a_scale_t = a_scale[..., 0].T[:, :, None]  # [k_blocks, m, 1]
+    # sum(qa * (q - zp)) = sum(qa * q) - zp * sum(qa): exact integers either way, and the
+    # weight's values need no pass to subtract their zero points
+    qa_sums = np.add.reduce(qa_t, axis=2)[:, :, None]  # [k_blocks, m, 1]
     rows = max(1, min(y2.shape[1], PANEL_VALUES // (k_blocks * block)))
     for n0 in range(0, y2.shape[1], rows):
         n1 = min(y2.shape[1], n0 + rows)
-        ints = _dequantized_panel(w, n0, n1, bits, block, scaled=False)
-        sums = np.matmul(qa_t, ints.reshape(n1 - n0, k_blocks, block).transpose(1, 2, 0))
+        q = _raw_panel(w, n0, n1, bits, block)
+        sums = np.matmul(qa_t, q.reshape(n1 - n0, k_blocks, block).transpose(1, 2, 0))
+        zp = (
+            np.float32(w.default_zero)
+            if w.zero_points is None
+            else w.zero_points[n0:n1].T[:, None, :]
+        )
+        sums -= qa_sums * zp
         sums *= a_scale_t * w.scales[n0:n1].T[:, None, :]
         y2[:, n0:n1] = np.add.reduce(sums, axis=0)  # (block after block, as onnxruntime adds)
 
