@@ -601,3 +601,15 @@ def test_transformer_zoo_matches_onnxruntime(name):
         # float32: the rtol 1e-3 / atol 1e-4; float16: a few units of its last place
         atol = (2e-2 if fp16 else 1e-4) * scale
         np.testing.assert_allclose(a, e, rtol=1e-3, atol=atol, err_msg=f"{name}: {out}")
+
+
+def test_inference_of_quantized_matmuls():
+    rng = _rng(40)
+    a = rng.integers(0, 255, (2, 3, 8)).astype(np.uint8)
+    b = rng.integers(-100, 100, (8, 5)).astype(np.int8)
+    scale = np.array(0.1, np.float32)
+    model, feeds = _model("MatMulIntegerToFloat", {"a": a, "b": b, "sa": scale, "sb": scale})
+    _check(model, feeds)
+    x = _f(rng, 2, 3, 8)
+    model, feeds = _model("DynamicQuantizeMatMul", {"x": x, "b": b, "sb": scale})
+    _check(model, feeds, rtol=1e-3, atol=1e-3)

@@ -200,3 +200,12 @@ def group_query_attention(ctx: NodeContext) -> None:
             ctx.set(i, cache_type, (q[0], kv_heads, present_len, head))
     if len(ctx.node.outputs) > 3 and ctx.attr("qk_output", 0):
         ctx.set(3, t, (q[0], heads, q[1], present_len))
+
+
+@rule("DynamicQuantizeMatMul", "MatMulIntegerToFloat", domain=MS)
+def quantized_matmul(ctx: NodeContext) -> None:
+    """A @ B's shape; the float type of A (DynamicQuantizeMatMul) or of the scales."""
+    from .nn import _matmul_shape
+
+    dtype = ctx.dtype(0) if ctx.node.op_type == "DynamicQuantizeMatMul" else ctx.dtype(2)
+    ctx.set(0, dtype, _matmul_shape(ctx.shape(0), ctx.shape(1), ctx))
