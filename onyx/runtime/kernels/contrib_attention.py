@@ -183,18 +183,18 @@ def _clamped(scores: np.ndarray) -> np.ndarray:
     return np.maximum(scores, np.finfo(np.float32).min, out=scores)
 
 
-def _attend_additive(q, k, v, scale, penalties, attention_bias=None) -> tuple:
-    """softmax(scale * q @ k^T + sum(penalties) + attention_bias) @ v; also the scores and
-    the probabilities."""
+def _attend_additive(q, k, v, scale, penalties, attention_bias=None, want_raw=False) -> tuple:
+    """softmax(scale * q @ k^T + sum(penalties) + attention_bias) @ v, and the scores before
+    the softmax when ``want_raw``."""
     scores = _scores(q, k, scale)
     for p in penalties:
         if p is not None:
             scores += p
     if attention_bias is not None:
         scores += upcast(attention_bias)
-    raw = _clamped(scores).copy()
+    raw = _clamped(scores).copy() if want_raw else None
     probs = _softmax_rows(scores)
-    return _weighted(probs, v), raw, probs
+    return _weighted(probs, v), raw
 
 
 def _with_past(k, v, past_k, past_v):
@@ -265,7 +265,7 @@ def _attention_from_qkv(ctx, dtype, qkv, mask_index, past, attention_bias, past_
     penalties = [_padding_penalty(mask_index, batch, q_len, total, mask_filter_value)]
     if unidirectional:
         penalties.append(_causal_penalty(q_len, total, mask_filter_value))
-    y, _, _ = _attend_additive(q, k, v, s, penalties, attention_bias)
+    y, _ = _attend_additive(q, k, v, s, penalties, attention_bias)
     out = _merged(y).astype(dtype, copy=False)
     return out, None if present is None else present.astype(dtype, copy=False)
 
@@ -359,9 +359,10 @@ def multi_head_attention(
     penalties = [_padding_penalty(key_padding_mask, batch, q_len, total, mask_filter_value)]
     if unidirectional:  # (onnxruntime's MultiHeadAttention: the lowest float, not the filter)
         penalties.append(_causal_penalty(q_len, total, np.finfo(np.float32).min))
-    y, raw, _ = _attend_additive(q, k, v, s, penalties, attention_bias)
-    return (_merged(y).astype(dtype, copy=False), k.astype(dtype, copy=False),
-            v.astype(dtype, copy=False), raw.astype(dtype, copy=False))  # fmt: skip
+    y, raw = _attend_additive(q, k, v, s, penalties, attention_bias, ctx.n_outputs > 3)
+    outputs = (_merged(y).astype(dtype, copy=False), k.astype(dtype, copy=False),
+               v.astype(dtype, copy=False))  # fmt: skip
+    return outputs if raw is None else (*outputs, raw.astype(dtype, copy=False))
 
 
 def _bias_parts(bias, q_size: int, k_size: int):
