@@ -11,6 +11,8 @@ greedy tokens are decoded (tokens/s: median over runs) by onyx.generate's loop, 
 onyx session and once with an onnxruntime session (``session=``), so the loop's own cost counts
 for both. Encoder: a 4-layer d=256 BERT-style model at batch 1, sequence 128, as optimum exports
 it and after onnxruntime's transformer optimizer (Attention, SkipLayerNormalization, ...).
+Where onnxruntime-genai is installed, its own Generator runs the decoders too (a row of its own:
+its loop binds past and present to one buffer and samples in C++).
 Runs alternate between the runtimes; the machine is shared, so ratios move between runs.
 """
 
@@ -63,6 +65,34 @@ def bench_decoder(folder: Path, contexts, new_tokens: int, runs: int, threads: i
     return rows
 
 
+def bench_genai(folder: Path, contexts, new_tokens: int, runs: int) -> list:
+    """onnxruntime-genai's own Generator on the same folder (when it is installed): prefill as
+    append_tokens of the prompt, then generate_next_token per token."""
+    try:
+        import onnxruntime_genai as og
+    except ImportError:
+        return []
+    model = og.Model(str(folder))
+    rng = np.random.default_rng(0)
+    rows = []
+    for context in contexts:
+        prompt = [1, *rng.integers(4, 32000, context - 1).tolist()]
+        prefill, rate = [], []
+        for _ in range(runs):
+            params = og.GeneratorParams(model)
+            params.set_search_options(max_length=context + new_tokens, do_sample=False)
+            gen = og.Generator(model, params)
+            t = time.perf_counter()
+            gen.append_tokens(prompt)
+            prefill.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            for _ in range(new_tokens - 1):
+                gen.generate_next_token()
+            rate.append((new_tokens - 1) / (time.perf_counter() - t))
+        rows.append((context, statistics.median(prefill), statistics.median(rate)))
+    return rows
+
+
 def bench_encoder(path: Path, runs: int, threads: int, seq: int = 128):
     ours, theirs = _sessions(path, threads)
     rng = np.random.default_rng(0)
@@ -107,6 +137,9 @@ def main() -> None:
             r_on, r_ort = m["onyx"]["rate"], m["ort"]["rate"]
             print(f"{name:22} {context:7d} {p_on:16.1f} {p_ort:8.1f} {p_on / p_ort:6.2f} "
                   f"{r_on:18.1f} {r_ort:8.1f} {r_ort / r_on:6.2f}  {same}")  # fmt: skip
+        for context, prefill, rate in bench_genai(folder, args.context, args.new_tokens, args.runs):
+            print(f"{folder.name + ' (genai)':22} {context:7d} {'':16} {prefill * 1e3:8.1f} "
+                  f"{'':6} {'':18} {rate:8.1f}   onnxruntime-genai's Generator")  # fmt: skip
     print(f"\n{'encoder (batch 1, seq 128)':30} {'onyx ms':>8} {'ort ms':>8} {'ratio':>6}")
     for name in ("bert_bench", "bert_bench_ort_opt"):
         path = BENCH / f"{name}.onnx"
