@@ -613,3 +613,14 @@ def test_inference_of_quantized_matmuls():
     x = _f(rng, 2, 3, 8)
     model, feeds = _model("DynamicQuantizeMatMul", {"x": x, "b": b, "sb": scale})
     _check(model, feeds, rtol=1e-3, atol=1e-3)
+
+
+def test_attention_refuses_what_onnxruntime_cpu_refuses():
+    inputs = _attention_inputs(_rng(2), past=4)
+    model, feeds = _model("Attention", inputs, 2, num_heads=2, past_present_share_buffer=1)
+    with pytest.raises(onyx.OnyxError, match="past_present_share_buffer"):
+        run_onnx(model, feeds)
+    mask = np.ones((2, 1, 3, 3), np.int32)  # (Megatron's 4-D mask)
+    model, feeds = _model("Attention", _attention_inputs(_rng(3), mask=mask), num_heads=2)
+    with pytest.raises(onyx.OnyxError, match="not one of onnxruntime's formats"):
+        run_onnx(model, feeds)

@@ -155,19 +155,14 @@ def _padding_penalty(mask, batch: int, q_len: int, total: int, filter_value: flo
         end, start = mask[:batch, None], mask[batch:, None]
         keep = (j[None, :] < end) & (j[None, :] >= start)
     elif mask.ndim == 2:
-        keep = mask[:, -total:] != 0 if mask.shape[1] >= total else _short_mask(mask, total)
+        if mask.shape[1] != total:
+            raise ValueError(f"a [B, {mask.shape[1]}] mask for {total} keys")
+        keep = mask != 0
     elif mask.ndim == 3:
         return np.where(mask != 0, np.float32(0), f)[:, None, :, :]
-    elif mask.ndim == 4:  # Megatron's [B, 1, max, max]: the rows and columns of this call
-        rows = mask[:, :, total - q_len : total, :total]
-        return np.where(rows != 0, np.float32(0), f)
-    else:
+    else:  # (Megatron's 4-D masks included: onnxruntime's CPU kernel refuses them too)
         raise ValueError(f"mask of shape {mask.shape} is not one of onnxruntime's formats")
     return np.where(keep, np.float32(0), f)[:, None, None, :]
-
-
-def _short_mask(mask: np.ndarray, total: int) -> np.ndarray:
-    raise ValueError(f"a [B, {mask.shape[1]}] mask cannot cover {total} keys")
 
 
 def _causal_penalty(q_len: int, total: int, filter_value: float) -> np.ndarray:
@@ -229,19 +224,19 @@ def attention(
     """BERT / GPT-2 attention with the Q, K, V projections packed in one weight."""
     if do_rotary:
         raise ValueError("Attention: do_rotary is not supported on CPU (as in onnxruntime)")
+    if past_present_share_buffer:  # (a CUDA decoding layout: onnxruntime's CPU kernel refuses it)
+        raise ValueError("Attention: past_present_share_buffer is not supported on CPU")
     x = upcast(input).astype(np.float32, copy=False)
     qkv = np.matmul(x, upcast(weights).astype(np.float32, copy=False))
     if bias is not None:
         qkv += upcast(bias)
     return _attention_from_qkv(ctx, input.dtype, qkv, mask_index, past, attention_bias,
-                               past_sequence_length, num_heads, qkv_hidden_sizes,
-                               unidirectional, scale, mask_filter_value,
-                               past_present_share_buffer)  # fmt: skip
+                               num_heads, qkv_hidden_sizes, unidirectional, scale,
+                               mask_filter_value)  # fmt: skip
 
 
-def _attention_from_qkv(ctx, dtype, qkv, mask_index, past, attention_bias, past_sequence_length,
-                        num_heads, qkv_hidden_sizes, unidirectional, scale, mask_filter_value,
-                        share_buffer) -> tuple:  # fmt: skip
+def _attention_from_qkv(ctx, dtype, qkv, mask_index, past, attention_bias, num_heads,
+                        qkv_hidden_sizes, unidirectional, scale, mask_filter_value) -> tuple:  # fmt: skip
     batch, q_len, width = qkv.shape
     sizes = list(qkv_hidden_sizes) if qkv_hidden_sizes else [width // 3] * 3
     if sum(sizes) != width:
@@ -249,17 +244,9 @@ def _attention_from_qkv(ctx, dtype, qkv, mask_index, past, attention_bias, past_
     q = _bnsh(qkv[..., : sizes[0]], num_heads)
     k = _bnsh(qkv[..., sizes[0] : sizes[0] + sizes[1]], num_heads)
     v = _bnsh(qkv[..., sizes[0] + sizes[1] :], num_heads)
-    if past is not None and share_buffer:  # past holds max_sequence_length rows, P of them valid
-        p_len = int(np.asarray(past_sequence_length).reshape(-1)[0])
-        present = upcast(past).astype(np.float32, copy=True)
-        present[0, :, :, p_len : p_len + q_len] = k
-        present[1, :, :, p_len : p_len + q_len] = v
-        k, v = present[0, :, :, : p_len + q_len], present[1, :, :, : p_len + q_len]
-    else:
-        k, v = _with_past(
-            k, v, None if past is None else past[0], None if past is None else past[1]
-        )
-        present = np.stack([k, v]) if ctx.n_outputs > 1 else None
+    past_k, past_v = (None, None) if past is None else (past[0], past[1])
+    k, v = _with_past(k, v, past_k, past_v)
+    present = np.stack([k, v]) if ctx.n_outputs > 1 else None
     total = k.shape[2]
     s = scale or 1 / np.sqrt(q.shape[-1])
     penalties = [_padding_penalty(mask_index, batch, q_len, total, mask_filter_value)]
@@ -296,9 +283,9 @@ def q_attention(
     k = np.float32(np.asarray(input_scale).reshape(-1)[0]) * upcast(np.asarray(weight_scale))
     qkv = acc.astype(np.float32) * k.astype(np.float32)
     qkv += upcast(bias)
-    return _attention_from_qkv(ctx, np.asarray(bias).dtype, qkv, mask_index, past, None, None,
-                               num_heads, None, unidirectional, scale, mask_filter_value,
-                               0)  # fmt: skip
+    return _attention_from_qkv(ctx, np.asarray(bias).dtype, qkv, mask_index, past, None,
+                               num_heads, None, unidirectional, scale,
+                               mask_filter_value)  # fmt: skip
 
 
 @op("MultiHeadAttention", since=1, domain=MS)
