@@ -12,7 +12,7 @@ import numpy as np
 
 from ..registry import op
 from .activation import _sigmoid
-from .elementwise import gelu as _gelu
+from .elementwise import erf_gelu as _gelu
 from .elementwise import upcast
 from .normalization import layer_norm_last
 
