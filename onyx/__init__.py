@@ -66,10 +66,11 @@ _LAZY = {
     # debugging (onyx/debug/)
     "compare": "onyx.debug",
     "reduce": "onyx.debug",
+    "generate": "onyx.genai",
 }
 _SUBMODULES = {
     "ir", "defs", "backend", "runtime", "serde", "optimizer", "inference", "tools", "debug",
-    "batch",
+    "batch", "genai",
 }  # fmt: skip
 
 

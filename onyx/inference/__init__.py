@@ -15,7 +15,7 @@ returned.
 from __future__ import annotations
 
 from ..ir import Model
-from . import control, elementwise, misc, nn, tensor  # noqa: F401  (register the rules)
+from . import contrib, control, elementwise, misc, nn, tensor  # noqa: F401  (register the rules)
 from .engine import RULES, rule, run
 
 __all__ = ["RULES", "infer_shapes", "rule"]

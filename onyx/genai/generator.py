@@ -1,0 +1,171 @@
+"""The generation loop of a decoder-only model with a KV cache (onnxruntime-genai's Generator, in
+Python): the prompt in one step, then one token per step, each step's present key / values fed
+back as the next step's past."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import InvalidArgument
+from .config import DecoderConfig, decoder_config, find_model
+from .sampling import SamplingOptions, next_token
+from .text import load_tokenizer
+
+#: streaming callback: (token id, the text it adds, or None without a tokenizer)
+TokenCallback = Callable[[int, "str | None"], Any]
+
+
+@dataclass
+class GenerationResult:
+    tokens: list[int]  # the generated tokens (a stop token included)
+    sequence: list[int]  # prompt + generated
+    text: str | None = None  # the generated tokens decoded, when the prompt was text
+    finish_reason: str = "length"  # "stop" (a stop token), "length" (max_new_tokens or context)
+    timings: dict = field(default_factory=dict)  # prefill_s, decode_s, decode_tokens_per_s
+
+
+class KVCache:
+    """The past key / value tensors of every layer.
+
+    With a shared buffer (genai's past_present_share_buffer) the tensors hold the context's
+    full length from the start: the model writes each step's rows at their positions and the
+    loop hands the result back as the next past, so no buffer is ever grown. Otherwise they
+    start empty and the model returns them one step longer (optimum's layout)."""
+
+    def __init__(self, cfg: DecoderConfig, capacity: int):
+        rows = capacity if cfg.share_buffer else 0
+        shape = (1, cfg.kv_heads, rows, cfg.head_size)
+        self.names = [n for pair in cfg.past_names for n in pair]
+        self.outputs = [n for pair in cfg.present_names for n in pair]
+        self.tensors = [np.zeros(shape, cfg.cache_dtype) for _ in self.names]
+
+    def feeds(self) -> dict[str, np.ndarray]:
+        return dict(zip(self.names, self.tensors))
+
+    def update(self, presents: Sequence[np.ndarray]) -> None:
+        self.tensors = [np.asarray(p) for p in presents]
+
+
+class Generator:
+    """Runs a decoder folder (genai_config.json, or optimum's config.json + model.onnx).
+
+    ``session``: an already-made session (onyx's or onnxruntime's: anything with ``run``,
+    ``get_inputs`` and ``get_outputs``); by default an onyx.InferenceSession of the model."""
+
+    def __init__(self, model_dir: str | Path, session=None, session_options=None):
+        self.model_path, genai, hf = find_model(Path(model_dir))
+        if session is None:
+            from ..runtime.session import InferenceSession
+
+            session = InferenceSession(str(self.model_path), session_options)
+        self.session = session
+        self.config = decoder_config(self.model_path, genai, hf, session.get_inputs(),
+                                     session.get_outputs())  # fmt: skip
+        self.folder = self.model_path.parent
+        self._tokenizer = None
+
+    @property
+    def tokenizer(self):
+        if self._tokenizer is None:
+            self._tokenizer = load_tokenizer(self.folder)
+        return self._tokenizer
+
+    def _feeds(self, ids: np.ndarray, past: int, cache: KVCache) -> dict[str, np.ndarray]:
+        cfg = self.config
+        total = past + ids.shape[1]
+        feeds = {cfg.input_ids: ids.astype(cfg.int_dtypes[cfg.input_ids])}
+        if cfg.attention_mask:
+            feeds[cfg.attention_mask] = np.ones((1, total), cfg.int_dtypes[cfg.attention_mask])
+        if cfg.position_ids:
+            pos = np.arange(past, total)[None, :]
+            feeds[cfg.position_ids] = pos.astype(cfg.int_dtypes[cfg.position_ids])
+        if cfg.use_cache_branch:
+            feeds[cfg.use_cache_branch] = np.array([past > 0])
+        feeds.update(cache.feeds())
+        return feeds
+
+    def generate(
+        self,
+        prompt: str | Sequence[int],
+        max_new_tokens: int = 32,
+        *,
+        do_sample: bool = False,
+        temperature: float = 1.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        repetition_penalty: float = 1.0,
+        seed: int | None = None,
+        stop_token_ids: Sequence[int] | None = None,
+        callback: TokenCallback | None = None,
+    ) -> GenerationResult:
+        cfg = self.config
+        as_text = isinstance(prompt, str)
+        ids = list(self.tokenizer.encode(prompt).ids) if as_text else [int(t) for t in prompt]
+        if not ids:
+            raise InvalidArgument("the prompt has no tokens")
+        if max_new_tokens < 0:
+            raise InvalidArgument(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+        options = SamplingOptions(do_sample, temperature, top_k, top_p, repetition_penalty)
+        stops = set(cfg.eos_token_ids if stop_token_ids is None else stop_token_ids)
+        capacity = min(cfg.context_length, len(ids) + max_new_tokens)
+        if len(ids) > cfg.context_length:
+            raise InvalidArgument(f"the prompt's {len(ids)} tokens exceed the model's context of "
+                                  f"{cfg.context_length}")  # fmt: skip
+        cache = KVCache(cfg, capacity)  # (shared buffer: this generation's whole length)
+        rng = np.random.default_rng(seed)
+        out_names = [cfg.logits, *cache.outputs]
+        sequence, new, emitted = list(ids), [], ""
+        step_ids, past, finish = np.array([ids]), 0, "length"
+        timings = {"prefill_s": 0.0, "decode_s": 0.0}
+        for _ in range(max_new_tokens):
+            start = time.perf_counter()
+            outs = self.session.run(out_names, self._feeds(step_ids, past, cache))
+            token = next_token(np.asarray(outs[0])[0, -1], np.asarray(sequence), options, rng)
+            timings["prefill_s" if past == 0 else "decode_s"] += time.perf_counter() - start
+            cache.update(outs[1:])
+            past += step_ids.shape[1]
+            sequence.append(token)
+            new.append(token)
+            if callback is not None:
+                piece = None
+                if as_text:
+                    text = self.tokenizer.decode(new)
+                    piece, emitted = text[len(emitted) :], text
+                callback(token, piece)
+            if token in stops:
+                finish = "stop"
+                break
+            if past + 1 > cfg.context_length:
+                break
+            step_ids = np.array([[token]])
+        decoded = len(new) - 1
+        if decoded > 0 and timings["decode_s"] > 0:
+            timings["decode_tokens_per_s"] = decoded / timings["decode_s"]
+        text = self.tokenizer.decode(new) if as_text else None
+        return GenerationResult(new, sequence, text, finish, timings)
+
+
+def generate(
+    model_dir: str | Path,
+    prompt: str | Sequence[int],
+    max_new_tokens: int = 32,
+    *,
+    session=None,
+    session_options=None,
+    **options,
+) -> GenerationResult:
+    """Generate up to ``max_new_tokens`` tokens after ``prompt`` (token ids, or text when the
+    folder has a tokenizer.json and the ``tokenizers`` package is installed: ``onyx[llm]``).
+
+    Options: do_sample (False: greedy), temperature, top_k, top_p, repetition_penalty, seed,
+    stop_token_ids (default: the model's eos tokens), callback(token_id, text_piece) for
+    streaming. ``session`` runs the model instead of an onyx session (e.g. onnxruntime's, to
+    compare the two under the same loop)."""
+    generator = Generator(model_dir, session=session, session_options=session_options)
+    return generator.generate(prompt, max_new_tokens, **options)
