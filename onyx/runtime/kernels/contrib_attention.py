@@ -201,7 +201,7 @@ def _with_past(k, v, past_k, past_v):
     )
 
 
-@op("Attention", since=1, domain=MS)
+@op("Attention", since=1, domain=MS, threads="blas")
 def attention(
     ctx,
     input,
@@ -288,7 +288,7 @@ def q_attention(
                                mask_filter_value)  # fmt: skip
 
 
-@op("MultiHeadAttention", since=1, domain=MS)
+@op("MultiHeadAttention", since=1, domain=MS, threads="blas")
 def multi_head_attention(
     ctx,
     query,
@@ -370,7 +370,7 @@ _UNSUPPORTED_GQA_INPUTS = {12: "k_scale", 13: "v_scale", 14: "q_norm_weight", 15
                            16: "query_seqlens"}  # fmt: skip
 
 
-@op("GroupQueryAttention", since=1, domain=MS)
+@op("GroupQueryAttention", since=1, domain=MS, threads="blas")
 def group_query_attention(
     ctx,
     query,

@@ -131,7 +131,7 @@ def bias_split_gelu(x, bias):
     return (a * _gelu(b, out=b)).astype(x.dtype, copy=False)
 
 
-@op("QuickGelu", since=1, domain=MS)
+@op("QuickGelu", since=1, domain=MS, elementwise=True)
 def quick_gelu(x, *, alpha=1.702):
     v = upcast(x)
     return (v * _sigmoid(v * v.dtype.type(alpha))).astype(x.dtype, copy=False)

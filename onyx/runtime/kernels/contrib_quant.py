@@ -183,7 +183,7 @@ def _int8_product(a2: np.ndarray, w: NBitsWeight, y2: np.ndarray, bits: int, blo
         y2[:, n0:n1] = np.add.reduce(sums, axis=0)  # (block after block, as onnxruntime adds)
 
 
-@op("MatMulNBits", since=1, domain=MS)
+@op("MatMulNBits", since=1, domain=MS, threads="blas")
 def matmul_nbits(
     A,
     B,
