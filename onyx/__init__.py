@@ -66,10 +66,11 @@ _LAZY = {
     # debugging (onyx/debug/)
     "compare": "onyx.debug",
     "reduce": "onyx.debug",
+    "quantize": "onyx.quantization",
 }
 _SUBMODULES = {
     "ir", "defs", "backend", "runtime", "serde", "optimizer", "inference", "tools", "debug",
-    "batch",
+    "batch", "quantization",
 }  # fmt: skip
 
 

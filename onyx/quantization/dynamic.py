@@ -56,13 +56,14 @@ def _finish(ed: Editor, out: ir.Value, result: ir.Value) -> None:
 def _integer_product(ed, node, x, w2d, op, shared, per_channel, wtype, reduce_range, **attrs):
     """op(x, W) computed as Cast(opInteger(xq, Wq)) * (x_scale * w_scale)."""
     axis = (0 if op == "ConvInteger" else w2d.ndim - 1) if per_channel else None
-    symmetric = wtype == "int8" or op == "ConvInteger"
+    symmetric = wtype == "int8"
     q, scale, zp = quantize_weight(w2d, wtype, axis, symmetric, reduce_range)
     dq = _dynamic_input(ed, x, node, shared)
     base = node.name or node.outputs[0].name
     wq = ed.const(f"{base}_W_quantized", q)
-    wz = ed.const(f"{base}_W_zero_point", zp if op == "MatMulInteger" and axis is not None
-                  else zp.reshape(-1)[:1].reshape(()))  # fmt: skip
+    # (ConvInteger's zero point is one value in onnxruntime: 0 when per channel, symmetric)
+    per_column = axis is not None and op == "MatMulInteger"
+    wz = ed.const(f"{base}_W_zero_point", zp if per_column else zp.reshape(-1)[:1].reshape(()))
     integer = ed.node(op, [dq.outputs[0], wq, dq.outputs[2], wz], base=base, before=node, **attrs)
     cast = ed.node("Cast", [integer.outputs[0]], base=base, before=node, to=int(ir.DataType.FLOAT))
     if op == "ConvInteger" and axis is not None:
@@ -100,9 +101,9 @@ def _conv(ed, node, shared, per_channel, wtype, reduce_range) -> bool:
     if w is None or w.dtype != np.float32 or not float_tensor(x):
         return False
     attrs = {k: a.value for k, a in node.attributes.items()}
-    # onnxruntime's ConvInteger takes uint8 weights only: asymmetric uint8, one zero point
-    y = _integer_product(ed, node, x, w, "ConvInteger", shared, False, "uint8", reduce_range,
-                         **attrs)  # fmt: skip
+    wtype, per_channel = _conv_weight_form(w, per_channel, reduce_range)
+    y = _integer_product(ed, node, x, w, "ConvInteger", shared, per_channel, wtype,
+                         reduce_range, **attrs)  # fmt: skip
     b = node.inputs[2] if len(node.inputs) > 2 else None
     if b is not None:
         bias = constant_of(ed.graph, b)
@@ -113,6 +114,21 @@ def _conv(ed, node, shared, per_channel, wtype, reduce_range) -> bool:
         y = ed.node("Add", [y, b], base=node.name, before=node).outputs[0]
     _finish(ed, node.outputs[0], y)
     return True
+
+
+def _conv_weight_form(w: np.ndarray, per_channel: bool, reduce_range: bool) -> tuple[str, bool]:
+    """onnxruntime's ConvInteger takes one weight zero point: either uint8 asymmetric per
+    tensor, or int8 symmetric (zero point 0) with a scale per output channel applied after the
+    integer convolution. Whichever reconstructs the weight better."""
+    if not per_channel:
+        return "uint8", False
+    errors = {}
+    for wtype, axis in (("uint8", None), ("int8", 0)):
+        q, scale, zp = quantize_weight(w, wtype, axis, wtype == "int8", reduce_range)
+        shape = (-1,) + (1,) * (w.ndim - 1) if axis is not None else ()
+        back = (q.astype(np.float32) - zp.reshape(shape)) * scale.reshape(shape)
+        errors[wtype] = float(np.square(back - w).mean())
+    return ("int8", True) if errors["int8"] < errors["uint8"] else ("uint8", False)
 
 
 def _gather(ed, node, shared, per_channel, wtype, reduce_range) -> bool:

@@ -173,7 +173,9 @@ def sensitivity(model: Any, calibration: Any, held_out: Any, target: float | Non
     feeds = read_feeds(held_out)
     reference = run_onyx(base, feeds)
     ops = options.pop("op_types", None) or DEFAULT_OPS
-    candidates = [n for n in base.graph if n.op_type in ops and n.op_type in RULES and n.name]
+    always = set(options.pop("nodes_to_exclude", ()))
+    candidates = [n for n in base.graph
+                  if n.op_type in ops and n.op_type in RULES and n.name and n.name not in always]  # fmt: skip
     p = plan(base.graph, candidates)
     ranges = calibrate(base, read_feeds(calibration), p.tensors + list(p.shared),
                        options.get("method", "minmax"), progress=options.pop("progress", True))  # fmt: skip
@@ -183,9 +185,9 @@ def sensitivity(model: Any, calibration: Any, held_out: Any, target: float | Non
     def error(exclude: set[str], only: str | None = None) -> float:
         kw = dict(common)
         if only is not None:
-            kw["nodes_to_exclude"] = [n.name for n in candidates if n.name != only]
+            kw["nodes_to_exclude"] = [n.name for n in candidates if n.name != only] + sorted(always)
         else:
-            kw["nodes_to_exclude"] = sorted(exclude)
+            kw["nodes_to_exclude"] = sorted(exclude | always)
         q = quantize(base, op_types=ops, **kw)
         return max(o.mean_abs for o in output_errors(reference, run_onyx(q, feeds)))
 
@@ -202,5 +204,5 @@ def sensitivity(model: Any, calibration: Any, held_out: Any, target: float | Non
             chosen.add(name)
             current = error(chosen)
             excluded.append((name, current))
-    final = quantize(base, op_types=ops, nodes_to_exclude=sorted(chosen), **common)
+    final = quantize(base, op_types=ops, nodes_to_exclude=sorted(chosen | always), **common)
     return Sensitivity(ranking, excluded, current, final)
