@@ -106,7 +106,7 @@ def kl_threshold(hist: np.ndarray, edge: float) -> float:
     if last <= QUANT_BINS:
         return last * edge / len(hist)
     best, best_i = np.inf, last
-    step = max(1, (last - QUANT_BINS) // 256)  # a bounded number of candidates
+    step = max(1, (last - QUANT_BINS) // 128)  # a bounded number of candidates
     for i in range(QUANT_BINS, last + 1, step):
         ref = hist[:i].copy()
         ref[-1] += hist[i:].sum()  # outliers clip into the last bin
@@ -117,23 +117,21 @@ def kl_threshold(hist: np.ndarray, edge: float) -> float:
 
 
 def _kl_of_quantized(ref: np.ndarray, clipped: np.ndarray) -> float:
+    """KL(ref || ref merged into QUANT_BINS groups and spread back over each group's non-empty
+    bins)."""
     n = len(ref)
-    groups = np.linspace(0, n, QUANT_BINS + 1).astype(int)
-    q = np.zeros(n)
+    edges = np.linspace(0, n, QUANT_BINS + 1).astype(int)
     nonzero = clipped != 0
-    for a, b in zip(groups[:-1], groups[1:]):
-        used = nonzero[a:b]
-        k = used.sum()
-        if k:
-            q[a:b][used] = clipped[a:b].sum() / k
-    p = ref / ref.sum()
+    sums = np.add.reduceat(clipped, edges[:-1])
+    counts = np.add.reduceat(nonzero.astype(np.float64), edges[:-1])
+    per_bin = np.where(counts > 0, sums / np.maximum(counts, 1), 0.0)
+    q = np.where(nonzero, np.repeat(per_bin, np.diff(edges)), 0.0)
     qs = q.sum()
     if qs == 0:
         return np.inf
-    q = q / qs
+    p, q = ref / ref.sum(), q / qs
     mask = p > 0
-    if np.any(q[mask] == 0):
-        q = np.where(mask & (q == 0), 1e-12, q)
+    q = np.where(mask & (q == 0), 1e-12, q)
     return float(np.sum(p[mask] * np.log(p[mask] / q[mask])))
 
 
