@@ -252,7 +252,9 @@ def test_weight_only_int4(form, weight_type, tmp_path):
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     plain = ort.InferenceSession(str(tmp_path / "q.onnx"), so)
     for f in held:
-        np.testing.assert_allclose(mine.run(None, f)[0], plain.run(None, f)[0], atol=1e-4, rtol=1e-3)
+        np.testing.assert_allclose(
+            mine.run(None, f)[0], plain.run(None, f)[0], atol=1e-4, rtol=1e-3
+        )
 
 
 def test_bad_arguments():
@@ -272,7 +274,7 @@ VERSUS = [("mobilenet_torchscript_op17", "static"), ("resnet_torchscript_op17", 
           ("mobilenet_torchscript_op17", "dynamic"), ("resnet_torchscript_op17", "dynamic"),
           ("bert_torchscript_op17", "static"), ("gpt_dynamo_op18", "static"),
           ("bert_torchscript_op17", "dynamic"), ("gpt_dynamo_op18", "dynamic"),
-          ("lstm_torchscript_op17", "static")]  # fmt: skip
+          ("lstm_torchscript_op17", "static"), ("lstm_torchscript_op17", "dynamic")]  # fmt: skip
 
 
 def test_error_ratio_against_onnxruntime_quantizer():
@@ -284,7 +286,9 @@ def test_error_ratio_against_onnxruntime_quantizer():
     ratios: dict[str, list[float]] = {}
     for name, mode in VERSUS:
         v = versus(os.path.join(MODELS, name + ".onnx"), mode, feeds(name, 4, 0), feeds(name, 4, 1))
-        family = {"mobilenet": "cnn", "resnet": "cnn", "lstm": "rnn"}.get(name.split("_")[0], "transformer")
+        family = {"mobilenet": "cnn", "resnet": "cnn", "lstm": "rnn"}.get(
+            name.split("_")[0], "transformer"
+        )
         ratios.setdefault(family, []).append(v.ratio)
     for family, rs in ratios.items():
         geomean = math.exp(np.mean(np.log(rs)))

@@ -80,7 +80,9 @@ class Range:
             self.edge = top if top > 0 else 1.0
             self.hist = np.zeros(HIST_BINS, np.int64)
         while top > self.edge:  # double the span: merge bin pairs into the lower half
-            self.hist = np.concatenate([self.hist.reshape(-1, 2).sum(1), np.zeros(HIST_BINS // 2, np.int64)])
+            self.hist = np.concatenate(
+                [self.hist.reshape(-1, 2).sum(1), np.zeros(HIST_BINS // 2, np.int64)]
+            )
             self.edge *= 2
         counts, _ = np.histogram(a, bins=HIST_BINS, range=(0.0, self.edge))
         self.hist += counts
@@ -145,7 +147,9 @@ def calibrate(
 ) -> dict[str, tuple[float, float]]:
     """{value name: (rmin, rmax)} over the feeds, running ``model`` with onyx."""
     if method not in METHODS:
-        raise InvalidArgument(f"unknown calibration method {method!r} (one of {', '.join(METHODS)})")
+        raise InvalidArgument(
+            f"unknown calibration method {method!r} (one of {', '.join(METHODS)})"
+        )
     ranges = {n: Range() for n in names}
     histogram = method != "minmax"
     feeds = list(feeds)

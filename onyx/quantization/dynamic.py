@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import ir
-from .graphedit import Editor, drop_unused_initializers, constant_of, float_tensor, rename_output
+from .graphedit import Editor, constant_of, drop_unused_initializers, float_tensor, rename_output
 from .params import quantize_weight
 
 DEFAULT_OPS = ("MatMul", "Gemm", "Conv", "Gather", "LSTM")
@@ -85,7 +85,13 @@ def _matmul(ed, node, shared, per_channel, wtype, reduce_range) -> bool:
 def _gemm(ed, node, shared, per_channel, wtype, reduce_range) -> bool:
     x, w = node.inputs[0], constant_of(ed.graph, node.inputs[1])
     plain = node.attr("alpha", 1.0) == 1.0 and node.attr("beta", 1.0) == 1.0
-    if w is None or w.dtype != np.float32 or not plain or node.attr("transA", 0) or not float_tensor(x):
+    if (
+        w is None
+        or w.dtype != np.float32
+        or not plain
+        or node.attr("transA", 0)
+        or not float_tensor(x)
+    ):
         return False
     if node.attr("transB", 0):
         w = np.ascontiguousarray(w.T)
@@ -145,7 +151,9 @@ def _gather(ed, node, shared, per_channel, wtype, reduce_range) -> bool:
         s = ed.node("Gather", [sv, node.inputs[1]], base=base + "_scale", before=node).outputs[0]
     else:
         s = ed.const(f"{base}_scale", scale.reshape(()))
-    _finish(ed, node.outputs[0], ed.node("Mul", [cast.outputs[0], s], base=base, before=node).outputs[0])
+    _finish(
+        ed, node.outputs[0], ed.node("Mul", [cast.outputs[0], s], base=base, before=node).outputs[0]
+    )
     return True
 
 

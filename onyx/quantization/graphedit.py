@@ -34,7 +34,9 @@ class Editor:
 
     def node(self, op_type: str, inputs, n_out: int = 1, base: str = "", domain: str = "",
              before: ir.Node | None = None, after: ir.Node | None = None, **attrs) -> ir.Node:  # fmt: skip
-        outs = [self.name(f"{base}_{op_type}" + (f"_{i}" if n_out > 1 else "")) for i in range(n_out)]
+        outs = [
+            self.name(f"{base}_{op_type}" + (f"_{i}" if n_out > 1 else "")) for i in range(n_out)
+        ]
         node = ir.Node(op_type, inputs, outs, attrs or None, domain=domain,
                        name=self.name(f"{base}_{op_type}_node"))  # fmt: skip
         if after is not None:

@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from .. import ir
-from .graphedit import Editor, constant_of
 from .dynamic import _finish
+from .graphedit import Editor, constant_of
 from .params import quantize_weight
 
 MS = "com.microsoft"

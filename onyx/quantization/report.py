@@ -163,11 +163,9 @@ def sensitivity(model: Any, calibration: Any, held_out: Any, target: float | Non
     """Rank the statically quantized nodes by the output error each adds on its own, then (with
     ``target``) exclude the worst until the whole model's mean abs error is at most ``target``
     (or ``max_exclude`` nodes are excluded)."""
-    from . import quantize
+    from . import preprocess, quantize
     from .calibrate import calibrate, read_feeds
     from .static import DEFAULT_OPS, RULES, plan
-
-    from . import preprocess
 
     base = preprocess(model)
     feeds = read_feeds(held_out)

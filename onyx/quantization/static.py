@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import ir
-from .graphedit import Editor, drop_unused_initializers, constant_of, float_tensor, rename_output
+from .graphedit import Editor, constant_of, drop_unused_initializers, float_tensor, rename_output
 from .params import QTYPES, quantize_weight, scale_zero_point
 
 
@@ -110,7 +110,11 @@ def plan(graph: ir.Graph, selected: list[ir.Node]) -> Plan:
 def _folded_activation_output(graph: ir.Graph, out: ir.Value, chosen: set) -> ir.Value:
     """The Relu's output where the op's only reader is a Relu (quantizing after it is exact)."""
     readers = out.consumers()
-    if len(readers) == 1 and readers[0].op_type in FOLDED_ACTIVATIONS and id(readers[0]) not in chosen:
+    if (
+        len(readers) == 1
+        and readers[0].op_type in FOLDED_ACTIVATIONS
+        and id(readers[0]) not in chosen
+    ):
         if all(o is not out for o in graph.outputs):
             return readers[0].outputs[0]
     return out
@@ -227,7 +231,9 @@ def _quantize_bias(ed: Editor, node: ir.Node, index: int, dq_of, params, w_scale
     q = np.clip(np.rint(b / safe), -(2**31), 2**31 - 1).astype(np.int32)
     axis = 0 if scale.ndim else None
     zp = np.zeros(scale.shape, np.int32)
-    node.set_input(index, _dequantized(ed, node.inputs[index].name, q, scale, zp, axis, before=node))
+    node.set_input(
+        index, _dequantized(ed, node.inputs[index].name, q, scale, zp, axis, before=node)
+    )
 
 
 def _source_name(value: ir.Value, dq_of: dict[str, ir.Value]) -> str | None:

@@ -15,7 +15,7 @@ import numpy as np
 from .. import ir
 from ..errors import InvalidArgument
 from ..ir.tensor import pack_sub_byte
-from .graphedit import Editor, drop_unused_initializers, constant_of, float_tensor
+from .graphedit import Editor, constant_of, drop_unused_initializers, float_tensor
 
 MS = "com.microsoft"
 

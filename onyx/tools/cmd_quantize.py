@@ -62,7 +62,9 @@ def main(args) -> int:
 
     calibration = _feeds(args)
     if args.mode == "static" and calibration is None:
-        raise InvalidArgument("static quantization needs --calibration DIR (or --random-calibration N)")
+        raise InvalidArgument(
+            "static quantization needs --calibration DIR (or --random-calibration N)"
+        )
     held_out = args.held_out or calibration
     wt = args.weight_type or ("int4" if args.mode == "weight_only" else "int8")
     options = dict(format=args.format, method=args.method, per_channel=not args.per_tensor,
@@ -88,6 +90,8 @@ def main(args) -> int:
         if held_out is None:
             raise InvalidArgument("--report needs --held-out inputs (or calibration inputs)")
         if args.held_out is None:
-            print("note: no --held-out inputs: reporting on the calibration inputs", file=sys.stderr)
+            print(
+                "note: no --held-out inputs: reporting on the calibration inputs", file=sys.stderr
+            )
         print(evaluate(args.model, model, held_out))
     return 0
