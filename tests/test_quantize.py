@@ -293,3 +293,29 @@ def test_error_ratio_against_onnxruntime_quantizer():
     for family, rs in ratios.items():
         geomean = math.exp(np.mean(np.log(rs)))
         assert geomean <= 1.0, (family, rs)
+
+
+def _matmul_model(opset: int):
+    from onyx import ir
+
+    x = ir.Value("x", ir.TensorType(ir.DataType.FLOAT, ir.Shape((2, 4))))
+    w = np.arange(12, dtype=np.float32).reshape(4, 3) / 10 - 0.5
+    wv = ir.Value("w", ir.TensorType(ir.DataType.FLOAT, ir.Shape((4, 3))), ir.Tensor(w, name="w"))
+    node = ir.Node("MatMul", [x, wv], ["y"], name="mm")
+    node.outputs[0].type = ir.TensorType(ir.DataType.FLOAT, ir.Shape((2, 3)))
+    g = ir.Graph([x], [node.outputs[0]], [node], [wv], name="g")
+    return ir.Model(g, {"": opset})
+
+
+def test_old_opsets_are_not_silently_upgraded(tmp_path):
+    samples = [{"x": np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4)}]
+    with pytest.warns(UserWarning, match="per tensor"):
+        q = onyx.quantize(_matmul_model(12), calibration=samples, progress=False)
+    assert q.opset("") == 12
+    assert all(n.attr("axis") is None for n in q.graph if n.op_type == "DequantizeLinear")
+    check_runs_in_both(q, samples, tmp_path)
+    with pytest.raises(InvalidArgument, match="opset 10"):
+        onyx.quantize(_matmul_model(9), calibration=samples, progress=False)
+    with pytest.raises(InvalidArgument, match="matmulnbits"):
+        onyx.quantize(_matmul_model(17), mode="weight_only", weight_type="int4",
+                      weight_only_form="qdq")  # fmt: skip

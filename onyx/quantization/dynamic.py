@@ -24,6 +24,7 @@ DEFAULT_OPS = ("MatMul", "Gemm", "Conv", "Gather", "LSTM")
 def apply(model: ir.Model, nodes: list[ir.Node], per_channel: bool = True,
           weight_type: str = "int8", reduce_range: bool = False) -> None:  # fmt: skip
     ed = Editor(model)
+    ed.use_opset("", 11)  # DynamicQuantizeLinear
     shared: dict[int, ir.Node] = {}
     for node in nodes:
         fn = _REWRITES.get(node.op_type)

@@ -7,6 +7,7 @@ import itertools
 import numpy as np
 
 from .. import ir
+from ..errors import InvalidArgument
 
 
 class Editor:
@@ -47,14 +48,21 @@ class Editor:
             self.graph.append(node)
         return node
 
-    def use_opset(self, domain: str, version: int) -> None:
-        if domain == "":
-            have = self.model.opset("")
-            if have is None or have < version:
-                key = "ai.onnx" if "ai.onnx" in self.model.opset_imports else ""
-                self.model.opset_imports[key] = version
-        else:
+    def use_opset(self, domain: str, version: int, bump_from: int | None = None) -> None:
+        """Make sure the model imports ``domain`` at ``version`` or later. The default domain
+        is raised only from ``bump_from`` up: other ops change form between opsets (Squeeze's
+        axes at 13, ReduceMean's at 18), so an older model gets a clear error instead."""
+        if domain:
             self.model.opset_imports.setdefault(domain, version)
+            return
+        have = self.model.opset("") or 0
+        if have >= version:
+            return
+        if bump_from is None or have < bump_from:
+            raise InvalidArgument(f"this quantization writes ops of opset {version}; the model "
+                                  f"imports opset {have}: convert it to opset {version} first")  # fmt: skip
+        key = "ai.onnx" if "ai.onnx" in self.model.opset_imports else ""
+        self.model.opset_imports[key] = version
 
 
 def float_tensor(value: ir.Value | None) -> bool:

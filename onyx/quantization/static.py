@@ -6,7 +6,8 @@ so that onnxruntime and onyx's optimizer both fuse the node units into integer o
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import warnings
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -124,7 +125,13 @@ def apply(model: ir.Model, p: Plan, ranges: dict[str, tuple[float, float]], s: S
     """Rewrite ``model`` (in place) per the plan, with activation ranges from calibration."""
     ed = Editor(model)
     graph = model.graph
-    ed.use_opset("", 13 if s.per_channel else 10)
+    ed.use_opset("", 10)
+    # (QuantizeLinear's axis, for per-channel weights, came at opset 13)
+    if s.per_channel and (model.opset("") or 0) < 13:
+        warnings.warn(
+            "opset < 13 has no per-channel QuantizeLinear: weights per tensor", stacklevel=3
+        )
+        s = replace(s, per_channel=False)
     params: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for name in p.tensors:
         params[name] = _activation_params(graph, name, ranges.get(name, (0.0, 0.0)), s)

@@ -53,8 +53,10 @@ def apply(model: ir.Model, nodes: list[ir.Node], block_size: int = 32, symmetric
         raise InvalidArgument(f"block_size must be a power of two >= 16, not {block_size}")
     ed = Editor(model)
     if form == "qdq" and (model.opset("") or 0) < 18:
-        raise InvalidArgument("int4 DequantizeLinear needs opset 21; the model's opset is below 18 "
-                              "(ReduceMean & co. changed form at 18): use form='matmulnbits'")  # fmt: skip
+        raise InvalidArgument(
+            "int4 DequantizeLinear needs opset 21; the model's opset is below 18 "
+            "(ReduceMean & co. changed form at 18): use weight_only_form='matmulnbits'"
+        )
     done = 0
     for node in nodes:
         if node.op_type != "MatMul":
@@ -103,7 +105,7 @@ def _to_blocked_dq(ed: Editor, node: ir.Node, w, block: int, symmetric: bool) ->
     dq = ed.node("DequantizeLinear", inputs, base=base, before=node, axis=0, block_size=block)
     dq.outputs[0].type = ir.TensorType(ir.DataType.FLOAT, ir.Shape((k, n)))
     node.set_input(1, dq.outputs[0])
-    ed.use_opset("", 21)
+    ed.use_opset("", 21, bump_from=18)  # 18 -> 21: no op changed form
 
 
 def _replace(ed: Editor, old: ir.Node, new: ir.Node) -> None:
