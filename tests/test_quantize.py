@@ -204,6 +204,16 @@ def test_qoperator_format_runs_in_both(name, tmp_path):
     check_runs_in_both(q, feeds(name, 2, 1), tmp_path)
 
 
+def test_dynamic_qoperator_is_fused(tmp_path):
+    name = "bert_torchscript_op17"
+    q = onyx.quantize(os.path.join(MODELS, name + ".onnx"), mode="dynamic", format="qoperator")
+    ops = [n.op_type for n in q.graph]
+    assert "DynamicQuantizeMatMul" in ops and "MatMulInteger" not in ops
+    held = feeds(name, 2, 1)
+    for got, want in zip(check_runs_in_both(q, held, tmp_path), float_outputs(name, held)):
+        assert cosine(got[0], want[0]) > 0.99
+
+
 @pytest.mark.parametrize("method", ["entropy", "percentile"])
 def test_histogram_methods(method, tmp_path):
     name = "mobilenet_torchscript_op17"

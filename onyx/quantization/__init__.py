@@ -95,7 +95,8 @@ def quantize(
         from . import dynamic
 
         nodes = _select(m, op_types or dynamic.DEFAULT_OPS, excluded)
-        dynamic.apply(m, nodes, per_channel, qtype(weight_type), reduce_range)
+        fused = format == "qoperator"  # onnxruntime's fused com.microsoft DynamicQuantizeMatMul
+        dynamic.apply(m, nodes, per_channel, qtype(weight_type), reduce_range, fused)
         return m
     return _static(m, format, calibration, method, per_channel, qtype(weight_type),
                    qtype(activation_type), op_types, excluded, bool(symmetric), reduce_range,
