@@ -83,3 +83,13 @@ def test_sensitivity_excludes_until_target():
             assert node.inputs[1].producer is None
     capped = sensitivity(RESNET, cal, held, target=0.0, max_exclude=2, progress=False)
     assert len(capped.excluded) == 2
+
+
+def test_report_without_onnxruntime(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # as if not installed
+    samples = [make_inputs(TINY_CNN, seed=0)]
+    q = onyx.quantize(TINY_CNN, calibration=samples, progress=False)
+    r = evaluate(TINY_CNN, q, samples, repeat=2)
+    assert set(r.latency) == {"onyx"} and "latency (onyx" in str(r)
