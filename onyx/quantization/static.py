@@ -132,19 +132,20 @@ def apply(model: ir.Model, p: Plan, ranges: dict[str, tuple[float, float]], s: S
             "opset < 13 has no per-channel QuantizeLinear: weights per tensor", stacklevel=3
         )
         s = replace(s, per_channel=False)
+    values = {v.name: v for v in graph.values()}
     params: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for name in p.tensors:
-        params[name] = _activation_params(graph, name, ranges.get(name, (0.0, 0.0)), s)
+        params[name] = _activation_params(values.get(name), ranges.get(name, (0.0, 0.0)), s)
     for out, src in p.shared.items():
         if src in params:
             params[out] = params[src]
         elif out in ranges:
-            params[out] = _activation_params(graph, out, ranges[out], s)
-    values = {v.name: v for v in graph.values()}
-    dq_of: dict[str, ir.Value] = {}
+            params[out] = _activation_params(values.get(out), ranges[out], s)
+    #: id(DequantizeLinear output) -> the name of the tensor it stands for
+    dq_of: dict[int, str] = {}
     for name, (scale, zp) in params.items():
         if name in values:
-            dq_of[name] = _insert_qdq(ed, values[name], scale, zp)
+            dq_of[id(_insert_qdq(ed, values[name], scale, zp))] = name
     for node in p.nodes:
         _quantize_constants(ed, node, dq_of, params, s)
     _drop_folded_relus(graph, params, s)
@@ -152,8 +153,8 @@ def apply(model: ir.Model, p: Plan, ranges: dict[str, tuple[float, float]], s: S
     drop_unused_initializers(graph)
 
 
-def _activation_params(graph, name, rng, s: Settings):
-    producer = next((v.producer for v in graph.values() if v.name == name), None)
+def _activation_params(value: ir.Value | None, rng, s: Settings):
+    producer = value.producer if value is not None else None
     if producer is not None and producer.op_type in FIXED_RANGES:
         rng = FIXED_RANGES[producer.op_type]
     return scale_zero_point(rng[0], rng[1], s.activation_type, s.symmetric_activations,
@@ -228,7 +229,7 @@ def _quantize_bias(ed: Editor, node: ir.Node, index: int, dq_of, params, w_scale
     graph = ed.graph
     b = constant_of(graph, node.inputs[index]) if index < len(node.inputs) else None
     x = node.inputs[0]
-    src = _source_name(x, dq_of)
+    src = dq_of.get(id(x))
     if b is None or b.dtype != np.float32 or b.ndim != 1 or src not in params:
         return
     x_scale = params[src][0]
@@ -241,13 +242,6 @@ def _quantize_bias(ed: Editor, node: ir.Node, index: int, dq_of, params, w_scale
     node.set_input(
         index, _dequantized(ed, node.inputs[index].name, q, scale, zp, axis, before=node)
     )
-
-
-def _source_name(value: ir.Value, dq_of: dict[str, ir.Value]) -> str | None:
-    for name, dq in dq_of.items():
-        if dq is value:
-            return name
-    return None
 
 
 def _drop_folded_relus(graph: ir.Graph, params, s: Settings) -> None:
