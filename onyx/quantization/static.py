@@ -55,7 +55,7 @@ RULES: dict[str, OpRule] = {
     "Unsqueeze": OpRule(shares_input_params=True),
 }
 #: Op types quantized by default (data movement ops only pass 8-bit tensors along).
-DEFAULT_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm", "Add", "Mul", "Concat", "AveragePool",
+DEFAULT_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm", "Gather", "Add", "Mul", "Concat", "AveragePool",
                "GlobalAveragePool", "MaxPool", "Resize", "Softmax", "Reshape", "Transpose",
                "Flatten", "Squeeze", "Unsqueeze")  # fmt: skip
 #: Activations whose Q saturation does their work when the Q's zero point is the type minimum.
