@@ -21,7 +21,8 @@ pytest.importorskip("onnx")
 HERE = os.path.dirname(__file__)
 MODELS = os.path.join(HERE, "models")
 MANIFEST = json.load(open(os.path.join(MODELS, "manifest.json")))
-cal = importlib.import_module("onyx.quantization.calibrate")
+from onyx.quantization import calibration as cal  # noqa: E402
+
 make_inputs = importlib.import_module("onyx.debug.compare").make_inputs
 TINY_CNN = os.path.join(os.path.dirname(onyx.__file__), "examples", "tiny_cnn.onnx")
 ZOO = ["mobilenet_torchscript_op17", "resnet_torchscript_op17", "unet_dynamo_op18",

@@ -20,7 +20,7 @@ from typing import Any
 
 from .. import ir
 from ..errors import InvalidArgument
-from .calibrate import calibrate, read_feeds
+from .calibration import calibrate, read_feeds
 from .params import qtype
 from .report import Report, evaluate, sensitivity
 

@@ -93,7 +93,7 @@ def evaluate(float_model: Any, quantized: Any, feeds: Any, latency: bool = True,
              repeat: int = 20) -> Report:  # fmt: skip
     """Compare ``quantized`` with ``float_model`` on ``feeds`` (held-out inputs)."""
     from ..debug.runners import as_model
-    from .calibrate import read_feeds
+    from .calibration import read_feeds
 
     f, q = as_model(float_model), as_model(quantized)
     feeds = read_feeds(feeds)
@@ -164,7 +164,7 @@ def sensitivity(model: Any, calibration: Any, held_out: Any, target: float | Non
     ``target``) exclude the worst until the whole model's mean abs error is at most ``target``
     (or ``max_exclude`` nodes are excluded)."""
     from . import preprocess, quantize
-    from .calibrate import calibrate, read_feeds
+    from .calibration import calibrate, read_feeds
     from .static import DEFAULT_OPS, RULES, plan
 
     base = preprocess(model)
