@@ -165,7 +165,7 @@ def test_int4_blocks_reconstruct():
         z = 8 if zp is None else zp[..., None]
         back = ((codes.astype(np.float32) - z) * scale[..., None]).reshape(6, -1)[:, :40].T
         assert np.abs(back - w).max() <= scale.max() / 2 + 1e-6
-    packed = weight_only._nibbles(np.array([[1, 2, 3]], np.uint8))
+    packed = weight_only.pack_nibbles(np.array([[1, 2, 3]], np.uint8))
     assert packed.tolist() == [[0x21, 0x03]]
 
 

@@ -14,7 +14,6 @@ import numpy as np
 
 from .. import ir
 from ..errors import InvalidArgument
-from ..ir.tensor import pack_sub_byte
 from .graphedit import Editor, constant_of, drop_unused_initializers, float_tensor
 
 MS = "com.microsoft"
@@ -40,7 +39,7 @@ def blockwise(w: np.ndarray, block: int, symmetric: bool):
     return codes.astype(np.uint8), scale, zp
 
 
-def _nibbles(codes: np.ndarray) -> np.ndarray:
+def pack_nibbles(codes: np.ndarray) -> np.ndarray:
     """Pack the last axis two 4-bit codes per byte, lower index in the low nibble."""
     if codes.shape[-1] % 2:
         codes = np.concatenate([codes, np.zeros((*codes.shape[:-1], 1), np.uint8)], axis=-1)
@@ -78,10 +77,10 @@ def _to_matmulnbits(ed: Editor, node: ir.Node, w, block: int, symmetric: bool) -
     k, n = w.shape
     codes, scale, zp = blockwise(w, block, symmetric)
     base = node.name or node.outputs[0].name
-    inputs = [node.inputs[0], ed.const(f"{base}_B", _nibbles(codes)),
+    inputs = [node.inputs[0], ed.const(f"{base}_B", pack_nibbles(codes)),
               ed.const(f"{base}_scales", scale.reshape(-1))]  # fmt: skip
     if zp is not None:
-        inputs.append(ed.const(f"{base}_zero_points", _nibbles(zp).reshape(-1)))
+        inputs.append(ed.const(f"{base}_zero_points", pack_nibbles(zp).reshape(-1)))
     new = ir.Node("MatMulNBits", inputs, [ed.name(base + "_nbits")],
                   {"K": k, "N": n, "bits": 4, "block_size": block}, domain=MS,
                   name=ed.name(base + "_MatMulNBits"))  # fmt: skip
@@ -116,4 +115,4 @@ def _replace(ed: Editor, old: ir.Node, new: ir.Node) -> None:
     ed.graph.remove(old, safe=False)
 
 
-__all__ = ["apply", "blockwise", "pack_sub_byte"]
+__all__ = ["apply", "blockwise", "pack_nibbles"]
