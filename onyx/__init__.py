@@ -67,10 +67,11 @@ _LAZY = {
     "compare": "onyx.debug",
     "reduce": "onyx.debug",
     "generate": "onyx.genai",
+    "quantize": "onyx.quantization",
 }
 _SUBMODULES = {
     "ir", "defs", "backend", "runtime", "serde", "optimizer", "inference", "tools", "debug",
-    "batch", "genai",
+    "batch", "genai", "quantization",
 }  # fmt: skip
 
 
