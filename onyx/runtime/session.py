@@ -24,6 +24,7 @@ from .options import (  # noqa: F401  (onnxruntime's names, importable from here
     RunOptions,
     SessionOptions,
 )
+from .lenient import accept_lenient
 from .plan import Compiler, OutputCheck, Plan, as_array_result, check_nodes
 from .profiler import Profiler
 from .registry import traits
@@ -118,7 +119,8 @@ class InferenceSession(SessionAPI):
         check_nodes(self._model)
         self._model = self._apply_options(self._model, owned=not isinstance(source, ir.Model))
         # a model the session read itself is its own: the optimizer may edit it, not a copy
-        model = self._prepare(self._model, owned=not isinstance(source, ir.Model))
+        model, owned = accept_lenient(self._model, owned=not isinstance(source, ir.Model))
+        model = self._prepare(model, owned=owned)
         self._plan = Plan(model.graph, Compiler(model), dict(model.opset_imports), outer=None)
         self._planned_model = model
         return model
