@@ -75,4 +75,11 @@ def test_zoo_model_matches_onnxruntime(name):
 
 def test_zoo_covers_the_exporters():
     exporters = {entry["exporter"] for entry in MANIFEST.values()}
-    assert {"skl2onnx", "torch-torchscript", "torch-dynamo"} <= exporters
+    assert {
+        "skl2onnx",
+        "torch-torchscript",
+        "torch-dynamo",
+        "ort-quant-dynamic",
+        "ort-quant-static",
+        "fp16-converter",
+    } <= exporters
