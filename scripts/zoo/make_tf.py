@@ -28,8 +28,8 @@ def vision():
     y = L.DepthwiseConv2D(3, padding="same")(y)
     y = L.MaxPooling2D()(y)
     y = L.Conv2D(12, 3, strides=2, padding="same", activation="swish")(y)
-    a = L.UpSampling2D(2)(y)  # nearest
-    b = tf.image.resize(y, (12, 12), method="bilinear")
+    a = L.Resizing(12, 12, interpolation="nearest")(y)  # tf_half_pixel_for_nn
+    b = L.Resizing(12, 12, interpolation="bilinear")(y)
     y = L.Concatenate()([a, b])
     y = L.Conv2DTranspose(6, 3, strides=2, padding="same")(y)
     pooled = L.GlobalAveragePooling2D()(y)
@@ -60,14 +60,15 @@ def audio():
 def main() -> None:
     for name, make in (("vision", vision), ("sequence", sequence), ("audio", audio)):
         model, feeds = make()
-        outs = model(feeds[model.input_names[0]] if hasattr(model, "input_names") else
-                     next(iter(feeds.values())))  # fmt: skip
+        ((key, value),) = feeds.items()
+        outs = model(value)
         outs = [np.asarray(o) for o in (outs if isinstance(outs, list | tuple) else [outs])]
-        spec = [tf.TensorSpec((None, *v.shape[1:]), tf.as_dtype(v.dtype), name=k)
-                for k, v in feeds.items()]  # fmt: skip
+        spec = [tf.TensorSpec((None, *value.shape[1:]), tf.as_dtype(value.dtype), name=key)]
+        # from_function: tf2onnx's from_keras predates Keras 3
+        fn = tf.function(lambda x, model=model: model(x), input_signature=spec)
         for opset in (13, 17):
             try:
-                onx, _ = tf2onnx.convert.from_keras(model, input_signature=spec, opset=opset)
+                onx, _ = tf2onnx.convert.from_function(fn, input_signature=spec, opset=opset)
             except Exception as e:
                 print(f"export failed: {name} opset {opset}: {type(e).__name__}: {e}"[:300])
                 continue
