@@ -85,6 +85,22 @@ def test_out_of_order_model_object_is_not_changed():
     assert [n.op_type for n in ir_model.graph.nodes] == before
 
 
+def test_subgraph_nodes_out_of_order_are_sorted():
+    branch = h.make_graph(
+        [h.make_node("Neg", ["t"], ["out"]), h.make_node("Relu", ["x"], ["t"])],
+        "then", [], [_vi("out", shape=[2])],
+    )  # fmt: skip
+    other = h.make_graph([h.make_node("Identity", ["x"], ["out2"])], "else", [],
+                         [_vi("out2", shape=[2])])  # fmt: skip
+    node = h.make_node("If", ["c"], ["y"], then_branch=branch, else_branch=other)
+    model = _model([node], [_vi("c", TensorProto.BOOL, []), _vi("x", shape=[2])], [_vi("y")])
+    feeds = {"c": np.array(True), "x": np.array([1.0, -2.0], np.float32)}
+    # onnxruntime sorts only the main graph (it rejects this model); onyx sorts subgraphs too
+    # rather than fail inside the plan
+    (y,) = InferenceSession(model.SerializeToString()).run(None, feeds)
+    np.testing.assert_array_equal(y, [-1.0, 0.0])
+
+
 @pytest.mark.parametrize("onesided", [0, 1])
 def test_stft_rank2_signal_is_real(onesided):
     inits = [nh.from_array(np.array(4, np.int64), "step"),

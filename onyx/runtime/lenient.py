@@ -27,8 +27,10 @@ def accept_lenient(model: ir.Model, owned: bool) -> tuple[ir.Model, bool]:
     if not owned:
         from ..optimizer.core import clone_model
 
+        # (a clone shares the local functions with the caller's model: their bodies stay as
+        # they are, and the plan runs them as written)
         model, owned = clone_model(model), True
-        graphs = list(_graphs(model))
+        graphs = list(_nested(model.graph))
     for g in graphs:
         if not _in_order(g):
             g.topological_sort()
