@@ -26,7 +26,7 @@ declare -A DEPS=(
   [paddle]="paddlepaddle==3.3.1 paddle2onnx==2.1.0 packaging onnx"
   [jax]="jax2onnx==0.17.1 jax onnx"
   [yolo]="torch==2.13.0 torchvision==0.28.0 ultralytics opencv-python-headless onnx onnxslim onnxscript"
-  [hf]="torch==2.13.0 transformers==4.57.6 optimum-onnx==0.1.0 onnx onnxscript"
+  [hf]="torch==2.13.0 transformers==4.57.6 optimum-onnx==0.1.0 onnx onnxruntime onnxscript"
 )
 names=("$@")
 [ ${#names[@]} -eq 0 ] && names=(sklearn torch ortquant mltools tf paddle jax yolo hf)

@@ -28,10 +28,11 @@ def _configs():
         "vit": ("ViTModel", ViTConfig(hidden_size=32, image_size=32, patch_size=8, **small),
                 "feature-extraction"),
         "whisper": ("WhisperForConditionalGeneration",
-                    WhisperConfig(vocab_size=100, d_model=32, encoder_layers=1, decoder_layers=1,
+                    WhisperConfig(vocab_size=100, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                                  decoder_start_token_id=1, d_model=32, encoder_layers=1, decoder_layers=1,
                                   encoder_attention_heads=2, decoder_attention_heads=2,
                                   encoder_ffn_dim=64, decoder_ffn_dim=64, num_mel_bins=16,
-                                  max_source_positions=50, max_target_positions=32),
+                                  max_source_positions=1500, max_target_positions=32),
                     "automatic-speech-recognition"),
     }  # fmt: skip
 
@@ -59,9 +60,9 @@ def _feeds(path: Path) -> dict:
         elif name == "pixel_values":
             feeds[name] = RNG.random((2, 3, 32, 32), dtype=np.float32)
         elif name == "input_features":
-            feeds[name] = RNG.standard_normal((1, 16, 100)).astype(np.float32)
+            feeds[name] = RNG.standard_normal((1, 16, 3000)).astype(np.float32)
         elif name == "encoder_hidden_states":
-            feeds[name] = RNG.standard_normal((1, 50, 32)).astype(np.float32)
+            feeds[name] = RNG.standard_normal((2, 1500, 32)).astype(np.float32)
         else:
             raise ValueError(f"no feed for {name}")
     return feeds
@@ -77,8 +78,6 @@ def main() -> None:
         model = getattr(transformers, cls)(config).eval()
         src = tmp / name
         model.save_pretrained(src)
-        if name == "whisper":
-            from transformers import WhisperFeatureExtractor, WhisperTokenizerFast  # noqa: F401
         try:
             out = tmp / f"{name}_onnx"
             main_export(str(src), out, task=task, opset=17, no_post_process=False,
