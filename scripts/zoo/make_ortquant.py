@@ -5,7 +5,8 @@
 - static quantization, QDQ format with per-channel weights, and QOperator format (QLinearConv,
   QGemm, QLinearAdd/Mul, QLinearConcat, QLinearSigmoid, QLinearLeakyRelu, QLinearSoftmax,
   QLinearAveragePool, QLinearGlobalAveragePool, ...), calibrated on seeded data;
-- fp16 conversion with keep_io_types (Casts at the graph's edges).
+- fp16 conversion with keep_io_types (Casts at the graph's edges), by onnxconverter_common and
+  by onnxruntime.transformers (whose Casts come out of topological order).
 
 Runs in its own venv (build.sh: onnx, onnxruntime, onnxconverter-common).
 """
@@ -145,6 +146,14 @@ def main() -> None:
 
         half = float16.convert_float_to_float16(model, keep_io_types=True)
         stage("fp16-converter", f"{name}_keep_io", half, feeds, kind="fp16")
+        # onnxruntime.transformers' converter appends the Casts it adds at the end of the node
+        # list (out of topological order: onnxruntime sorts, and so does onyx)
+        from onnxruntime.transformers.float16 import convert_float_to_float16
+
+        for blocked in (None, ["Softmax", "LSTM"]):
+            half = convert_float_to_float16(model, keep_io_types=True, op_block_list=blocked)
+            tag = "keep_io" if blocked is None else "keep_io_blocked"
+            stage("fp16-ort-transformers", f"{name}_{tag}", half, feeds, kind="fp16")
 
 
 if __name__ == "__main__":
