@@ -68,6 +68,24 @@ def _feeds(path: Path) -> dict:
     return feeds
 
 
+def _framework(model, path: Path, feeds: dict) -> list | None:
+    """transformers' own outputs named like the ONNX outputs (None for the seq2seq parts)."""
+    import onnx
+
+    if not all(k in ("input_ids", "attention_mask", "token_type_ids", "pixel_values")
+               for k in feeds):  # fmt: skip
+        return None
+    with torch.no_grad():
+        out = model(**{k: torch.from_numpy(v) for k, v in feeds.items()})
+    names = [o.name for o in onnx.load(str(path), load_external_data=False).graph.output]
+    values = []
+    for n in names:
+        if n not in out:
+            break
+        values.append(out[n].numpy())
+    return values or None
+
+
 def main() -> None:
     import transformers
     from optimum.exporters.onnx import main_export
@@ -93,7 +111,8 @@ def main() -> None:
             except ValueError as e:
                 print(f"skipped {name}/{path.name}: {e}")
                 continue
-            stage("optimum", f"{name}_{path.stem}", path, feeds)
+            stage("optimum", f"{name}_{path.stem}", path, feeds,
+                  framework=_framework(model, path, feeds))  # fmt: skip
 
 
 if __name__ == "__main__":
