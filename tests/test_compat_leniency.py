@@ -194,3 +194,17 @@ def test_qlinear_where(dtype, same_params):
     expected, actual = _both(model, feeds)
     np.testing.assert_array_equal(actual[0], expected[0])
     assert actual[0].dtype == expected[0].dtype
+
+
+# -- found by the zoo's probes --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape", [(), (3,), (2, 3), (2, 1, 3)])
+def test_cast_numbers_to_strings_any_rank(shape):
+    values = np.array([np.nan, np.inf, -np.inf, 1e20, -0.0, 1e-7, 123456789.0, 1 / 7, 2.5])
+    x = values[: int(np.prod(shape))].reshape(shape).astype(np.float32)
+    node = h.make_node("Cast", ["x"], ["y"], to=TensorProto.STRING)
+    model = _model([node], [_vi("x", shape=list(shape))], [_vi("y", TensorProto.STRING)])
+    expected, actual = _both(model, {"x": x})
+    assert actual[0].shape == expected[0].shape
+    np.testing.assert_array_equal(actual[0], expected[0])
