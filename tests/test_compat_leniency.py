@@ -208,3 +208,18 @@ def test_cast_numbers_to_strings_any_rank(shape):
     expected, actual = _both(model, {"x": x})
     assert actual[0].shape == expected[0].shape
     np.testing.assert_array_equal(actual[0], expected[0])
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint32, np.uint64, np.int32, np.int64])
+def test_reduce_log_sum_exp_integers(dtype):
+    x = RNG.integers(0, 50, (2, 3, 4)).astype(dtype)
+    qtype = h.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    inits = [nh.from_array(np.array([0, 2], np.int64), "axes")]
+    node = h.make_node("ReduceLogSumExp", ["x", "axes"], ["y"], keepdims=1)
+    model = _model([node], [_vi("x", qtype, [2, 3, 4])], [_vi("y", qtype)], inits, opset=18)
+    try:
+        ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    except Exception:
+        pytest.skip("onnxruntime has no kernel for this type")
+    expected, actual = _both(model, {"x": x})
+    np.testing.assert_array_equal(actual[0], expected[0])
