@@ -17,6 +17,7 @@ from ..serde import as_model
 from ..utils import gc_paused
 from . import memory, native
 from .custom_ops import session_kernels
+from .lenient import accept_lenient
 from .options import (  # noqa: F401  (onnxruntime's names, importable from here as before)
     ExecutionMode,
     ExecutionOrder,
@@ -24,7 +25,6 @@ from .options import (  # noqa: F401  (onnxruntime's names, importable from here
     RunOptions,
     SessionOptions,
 )
-from .lenient import accept_lenient
 from .plan import Compiler, OutputCheck, Plan, as_array_result, check_nodes
 from .profiler import Profiler
 from .registry import traits
