@@ -22,6 +22,17 @@ from stage import stage  # noqa: E402
 RNG = np.random.default_rng(17)
 
 
+def _framework(weights: Path, image: np.ndarray) -> list | None:
+    """The PyTorch model's own first output (boxes and scores, as the export's output0)."""
+    from ultralytics import YOLO
+
+    net = YOLO(str(weights)).model.float().eval()
+    with torch.no_grad():
+        out = net(torch.from_numpy(image))
+    first = out[0] if isinstance(out, list | tuple) else out
+    return [first.numpy()] if isinstance(first, torch.Tensor) else None
+
+
 def main() -> None:
     from ultralytics import YOLO
 
@@ -48,7 +59,7 @@ def main() -> None:
                 f"export failed: {name}: {traceback.format_exc(limit=2).strip().splitlines()[-1]}"
             )
             continue
-        stage("ultralytics", name, path, {"images": image})
+        stage("ultralytics", name, path, {"images": image}, framework=_framework(src, image))
 
 
 if __name__ == "__main__":
