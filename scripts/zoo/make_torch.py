@@ -56,6 +56,17 @@ class AudioFrontEnd(nn.Module):
         return self.conv(mel.transpose(1, 2)).mean(-1)
 
 
+class ComplexFrontEnd(AudioFrontEnd):
+    """The same with complex tensors (dynamo only: STFT/DFT with complex results, abs)."""
+
+    def forward(self, audio):
+        spec = torch.stft(audio, self.n_fft, self.hop, window=self.window, center=True,
+                          return_complex=True)  # fmt: skip
+        power = spec.abs() ** 2
+        mel = torch.log(torch.matmul(power.transpose(1, 2), self.mel) + 1e-6)
+        return self.conv(mel.transpose(1, 2)).mean(-1)
+
+
 class Recurrent(nn.Module):
     def __init__(self):
         super().__init__()
@@ -136,6 +147,7 @@ def _inputs():
     return {
         "attention": (AttentionBlock(), (torch.randn(2, 10, 32, generator=g), pad), ["x", "pad"]),
         "audio": (AudioFrontEnd(), (torch.randn(2, 800, generator=g),), ["audio"]),
+        "audio_complex": (ComplexFrontEnd(), (torch.randn(2, 800, generator=g),), ["audio"]),
         "recurrent": (Recurrent(), (torch.randn(3, 7, 12, generator=g),), ["x"]),
         "vision": (Vision(), (torch.randn(2, 3, 32, 32, generator=g),), ["image"]),
         "fold": (Fold(), (torch.randn(2, 3, 8, 8, generator=g),), ["x"]),
@@ -165,8 +177,8 @@ def main() -> None:
                     ("dynamo", 20, True),
                     ("dynamo", 23, True)]  # fmt: skip
         for exporter, opset, dynamo in variants:
-            if name == "cond" and not dynamo:
-                continue  # torch.cond is dynamo's
+            if name in ("cond", "audio_complex") and not dynamo:
+                continue  # torch.cond and complex tensors are dynamo's
             path = tmp / f"{name}_{exporter}_op{opset}.onnx"
             try:
                 _export(model, args, names, path, opset, dynamo)
