@@ -67,6 +67,16 @@ class ComplexFrontEnd(AudioFrontEnd):
         return self.conv(mel.transpose(1, 2)).mean(-1)
 
 
+class Spectrum(nn.Module):
+    """rfft magnitude and an irfft round trip (DFT, with onesided and inverse)."""
+
+    def forward(self, x):  # [batch, n]
+        spec = torch.view_as_real(torch.fft.rfft(x, dim=-1))
+        mag = spec.pow(2).sum(-1).sqrt()
+        back = torch.fft.irfft(torch.fft.rfft(x * 0.5, dim=-1), n=x.shape[-1], dim=-1)
+        return mag, back
+
+
 class Recurrent(nn.Module):
     def __init__(self):
         super().__init__()
@@ -148,6 +158,7 @@ def _inputs():
         "attention": (AttentionBlock(), (torch.randn(2, 10, 32, generator=g), pad), ["x", "pad"]),
         "audio": (AudioFrontEnd(), (torch.randn(2, 800, generator=g),), ["audio"]),
         "audio_complex": (ComplexFrontEnd(), (torch.randn(2, 800, generator=g),), ["audio"]),
+        "fft": (Spectrum(), (torch.randn(2, 64, generator=g),), ["x"]),
         "recurrent": (Recurrent(), (torch.randn(3, 7, 12, generator=g),), ["x"]),
         "vision": (Vision(), (torch.randn(2, 3, 32, 32, generator=g),), ["image"]),
         "fold": (Fold(), (torch.randn(2, 3, 8, 8, generator=g),), ["x"]),
