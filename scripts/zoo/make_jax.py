@@ -38,11 +38,34 @@ def scan(x):  # a cumulative recurrence: jax.lax.scan becomes a Loop / Scan
     return ys
 
 
+WQ = jnp.asarray(RNG.standard_normal((3, 16, 16)).astype(np.float32) * 0.3)
+
+
+def attention(x):  # causal single-head attention with a mask built in the graph
+    q, k, v = (x @ WQ[i] for i in range(3))
+    scores = q @ k.T / 4.0
+    n = x.shape[0]
+    causal = jnp.tril(jnp.ones((n, n), bool))
+    scores = jnp.where(causal, scores, -1e9)
+    return jax.nn.softmax(scores, axis=-1) @ v
+
+
+def branch(x):  # jax.lax.cond: an If
+    return jax.lax.cond(x.sum() > 0, lambda v: jnp.sin(v) * 2, lambda v: jnp.cos(v) - 1, x)
+
+
+def loop(x):  # jax.lax.fori_loop: a Loop
+    return jax.lax.fori_loop(0, 5, lambda i, v: jnp.tanh(v * 1.1 + i), x)
+
+
 def main() -> None:
     cases = {
         "mlp": (mlp, RNG.standard_normal((5, 16)).astype(np.float32)),
         "conv": (conv, RNG.standard_normal((2, 3, 12, 12)).astype(np.float32)),
         "scan": (scan, RNG.standard_normal((7, 4)).astype(np.float32)),
+        "attention": (attention, RNG.standard_normal((6, 16)).astype(np.float32)),
+        "cond": (branch, RNG.standard_normal((3, 4)).astype(np.float32)),
+        "fori_loop": (loop, RNG.standard_normal((3, 4)).astype(np.float32)),
     }
     for name, (fn, x) in cases.items():
         fw = [np.asarray(fn(x))]
