@@ -57,6 +57,18 @@ def audio():
     return tf.keras.Model(x, out), {"audio": RNG.standard_normal((2, 400)).astype(np.float32)}
 
 
+W_LOOP = np.random.default_rng(2).standard_normal((6, 6)).astype(np.float32) * 0.4
+
+
+def control_flow(x):
+    """tf.while_loop with a data-dependent trip count and tf.cond: Loop and If."""
+    w = tf.constant(W_LOOP)  # (a constant made outside the function becomes an input)
+    steps = tf.cast(tf.reduce_sum(tf.abs(x)) > 10.0, tf.int32) + 2
+    _, y = tf.while_loop(lambda i, v: i < steps, lambda i, v: (i + 1, tf.tanh(v @ w)),
+                         (tf.constant(0), x))  # fmt: skip
+    return tf.cond(tf.reduce_mean(y) > 0, lambda: y * 2.0, lambda: y - 1.0)
+
+
 def main() -> None:
     for name, make in (("vision", vision), ("sequence", sequence), ("audio", audio)):
         model, feeds = make()
@@ -73,6 +85,13 @@ def main() -> None:
                 print(f"export failed: {name} opset {opset}: {type(e).__name__}: {e}"[:300])
                 continue
             stage("tf2onnx", f"{name}_op{opset}", onx, feeds, framework=outs)
+    x = np.random.default_rng(4).standard_normal((3, 6)).astype(np.float32)
+    spec = [tf.TensorSpec((None, 6), tf.float32, name="x")]
+    fn = tf.function(control_flow, input_signature=spec)
+    for opset in (13, 17):
+        onx, _ = tf2onnx.convert.from_function(fn, input_signature=spec, opset=opset)
+        stage("tf2onnx", f"control_flow_op{opset}", onx, {"x": x},
+              framework=[fn(tf.constant(x)).numpy()])  # fmt: skip
 
 
 if __name__ == "__main__":
