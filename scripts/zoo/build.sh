@@ -28,6 +28,13 @@ declare -A DEPS=(
   [yolo]="torch==2.13.0 torchvision==0.28.0 ultralytics opencv-python-headless onnx onnxslim onnxscript"
   [hf]="torch==2.13.0 transformers==4.57.6 optimum-onnx==0.1.0 onnx onnxruntime onnxscript"
 )
+# the staging folders each make script writes (cleared before it runs again)
+declare -A STAGED=(
+  [sklearn]="skl2onnx" [torch]="torch-torchscript torch-dynamo"
+  [ortquant]="float-reference ort-quant-dynamic ort-quant-static fp16-converter fp16-ort-transformers"
+  [mltools]="onnxmltools" [tf]="tf2onnx" [paddle]="paddle2onnx" [jax]="jax2onnx"
+  [yolo]="ultralytics" [hf]="optimum"
+)
 names=("$@")
 [ ${#names[@]} -eq 0 ] && names=(sklearn torch ortquant mltools tf paddle jax yolo hf)
 
@@ -37,7 +44,7 @@ for name in "${names[@]}"; do
     $PY -m venv "$venv" && "$venv/bin/pip" install -q ${DEPS[$name]} || {
       echo "zoo: no venv for $name (skipped)"; continue; }
   fi
-  rm -rf "$VENVS/staging/"*"$name"* 2>/dev/null
+  for dir in ${STAGED[$name]}; do rm -rf "$VENVS/staging/$dir"; done
   "$venv/bin/python" "make_$name.py" || echo "zoo: make_$name.py failed"
 done
 "$PROJECT_PY" fetch_real.py --json "$VENVS/real.json"
