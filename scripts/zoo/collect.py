@@ -1,7 +1,7 @@
 """Collect the staged zoo: onnxruntime's references, the committed fixtures, the comparison
 with onyx, and docs/conformance.md's exporter table.
 
-    python scripts/zoo/collect.py [--commit-limit-kb 400] [--real results.json]
+    python scripts/zoo/collect.py [--commit-limit-kb 200] [--real results.json]
 
 For every staged model (stage.py): run onnxruntime on its feeds; if the source framework's
 outputs were staged, check onnxruntime against them (a model the exporter got wrong is marked,
@@ -142,7 +142,7 @@ def write_conformance(results: dict) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--commit-limit-kb", type=int, default=400, help="model + data, per model")
+    ap.add_argument("--commit-limit-kb", type=int, default=200, help="model + data, per model")
     ap.add_argument("--real", help="fetch_real.py's --json results, added to the table")
     ap.add_argument("--json", default=str(ROOT / "build" / "zoo" / "results.json"))
     args = ap.parse_args()

@@ -18,11 +18,25 @@ RNG = np.random.default_rng(19)
 
 
 def _configs():
-    from transformers import (BartConfig, BertConfig, DebertaV2Config, DistilBertConfig,
-                              GPT2Config, RobertaConfig, T5Config, ViTConfig, Wav2Vec2Config,
-                              WhisperConfig)  # fmt: skip
+    from transformers import (
+        BartConfig,
+        BertConfig,
+        DebertaV2Config,
+        DistilBertConfig,
+        GPT2Config,
+        RobertaConfig,
+        T5Config,
+        ViTConfig,
+        Wav2Vec2Config,
+        WhisperConfig,  # fmt: skip
+    )
 
-    small = {"num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64}
+    small = {
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "intermediate_size": 64,
+        "max_position_embeddings": 64,
+    }  # (small files: the fixtures are committed)
     return {
         "bert": ("BertModel", BertConfig(vocab_size=100, hidden_size=32, **small), "feature-extraction"),
         "gpt2": ("GPT2LMHeadModel", GPT2Config(vocab_size=100, n_embd=32, n_layer=2, n_head=2,
@@ -37,7 +51,7 @@ def _configs():
                                   max_source_positions=1500, max_target_positions=32),
                     "automatic-speech-recognition"),
         "distilbert": ("DistilBertModel", DistilBertConfig(vocab_size=100, dim=32, n_layers=2,
-                       n_heads=2, hidden_dim=64), "feature-extraction"),
+                       n_heads=2, hidden_dim=64, max_position_embeddings=64), "feature-extraction"),
         "roberta": ("RobertaModel", RobertaConfig(vocab_size=100, hidden_size=32, **small),
                     "feature-extraction"),
         "deberta": ("DebertaV2Model", DebertaV2Config(vocab_size=100, hidden_size=32,
