@@ -289,6 +289,9 @@ class _Checker:
 
     def check_type_features(self, t, gname: str, what: str) -> None:
         if isinstance(t, TensorType | SparseTensorType):
+            if t.shape is not None and any(isinstance(d, int) and d < 0 for d in t.shape.dims):
+                # onnxruntime (and onyx's session) run it as a dynamic dim: PaddlePaddle's -1
+                self.report("negative-dim", f"{what} has a negative dim {t.shape}", gname)
             if t.elem_type == DataType.UNDEFINED:
                 self.report("value-type", f"{what} has no element type", gname)
             feature = _DTYPE_FEATURE.get(t.elem_type)
@@ -459,6 +462,15 @@ class _Checker:
             )
             return
         self.check_against_schema(node, schema, gname, function)
+        removed = _REMOVED_ATTR_VALUES.get((domain, node.op_type))
+        if removed and version >= removed[0] and node.attr(removed[1]) == removed[2]:
+            self.report(
+                "attribute-value",
+                f"{removed[1]}={removed[2]!r} was removed from {node.op_type} at opset "
+                f"{removed[0]} (onnxruntime still runs it)",
+                gname,
+                node,
+            )
 
     def check_call(self, node: Node, gname: str) -> None:
         domain = "" if node.domain == "ai.onnx" else node.domain
@@ -603,6 +615,12 @@ class _Checker:
                     )
                     continue
                 self.check_graph(sub, visible, opsets, function=function, label=sub.name or a.name)
+
+
+#: (domain, op) -> (opset that removed it, attribute, value): values onnxruntime still accepts
+_REMOVED_ATTR_VALUES = {
+    ("", "Resize"): (13, "coordinate_transformation_mode", "tf_half_pixel_for_nn"),
+}
 
 
 def _sparse_name(sp) -> str:

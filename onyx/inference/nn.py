@@ -355,6 +355,8 @@ def stft(ctx: NodeContext) -> None:
     if x is None:
         ctx.set(0, ctx.dtype(0), (None, None, None, 2))
         return
+    if len(x) == 2 and ctx.engine.strict:  # onnxruntime's leniency: runs it as a real signal
+        raise InferenceError(f"STFT signal has rank 2 {list(x)}; the spec asks for rank 3")
     frames = None
     if step is not None and length is not None and isinstance(x[1], int):
         frames = (x[1] - length) // int(np.ravel(step)[0]) + 1

@@ -17,6 +17,7 @@ from ..serde import as_model
 from ..utils import gc_paused
 from . import memory, native
 from .custom_ops import session_kernels
+from .lenient import accept_lenient
 from .options import (  # noqa: F401  (onnxruntime's names, importable from here as before)
     ExecutionMode,
     ExecutionOrder,
@@ -118,7 +119,8 @@ class InferenceSession(SessionAPI):
         check_nodes(self._model)
         self._model = self._apply_options(self._model, owned=not isinstance(source, ir.Model))
         # a model the session read itself is its own: the optimizer may edit it, not a copy
-        model = self._prepare(self._model, owned=not isinstance(source, ir.Model))
+        model, owned = accept_lenient(self._model, owned=not isinstance(source, ir.Model))
+        model = self._prepare(model, owned=owned)
         self._plan = Plan(model.graph, Compiler(model), dict(model.opset_imports), outer=None)
         self._planned_model = model
         return model

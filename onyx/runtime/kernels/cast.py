@@ -112,8 +112,9 @@ def _format_numbers(x: np.ndarray) -> np.ndarray:
         strs = np.char.mod("%.8g", wide)
         strs = np.where(np.isnan(wide), "NaN", strs)
         strs = np.where(np.isposinf(wide), "INF", np.where(np.isneginf(wide), "-INF", strs))
-    out = np.empty(x.shape, dtype=object)
-    out[...] = [str(s) for s in np.ravel(strs)] if out.ndim else str(strs)
+    # filled flat: a nested shape would take a list of strings as one row to broadcast
+    out = np.empty(np.size(strs), dtype=object)
+    out[:] = [str(s) for s in np.ravel(strs)]
     return out.reshape(x.shape)
 
 

@@ -23,6 +23,8 @@ def _identity(x):
 
 
 def _log_sum_exp(x: np.ndarray, axes, keepdims: bool) -> np.ndarray:
+    if x.dtype.kind in "iu":  # (x - max) would wrap around for unsigned integers
+        x = x.astype(np.float64)
     if x.size == 0:
         return np.log(np.sum(np.exp(x), axis=axes, keepdims=keepdims))
     m = np.max(x, axis=axes, keepdims=True)

@@ -60,6 +60,8 @@ def _original_coords(
         return x * (n_in - f(1)) / (length - f(1)) if length > 1 else np.zeros_like(x)
     if mode == "asymmetric":
         return x / scale
+    if mode == "tf_half_pixel_for_nn":  # Resize-11's; onnxruntime still accepts it at 13+
+        return (x + half) / scale
     if mode == "tf_crop_and_resize":
         start, end = f(roi_start), f(roi_end)
         if length > 1:

@@ -74,6 +74,10 @@ def dft_17(input, dft_length=None, *, axis=1, inverse=0, onesided=0):
 @op("STFT", since=17)
 def stft(signal, frame_step, window=None, frame_length=None, *, onesided=1):
     signal = np.asarray(signal)
+    if signal.ndim == 2:
+        # [batch, length] without the trailing axis (torch's legacy exporter writes it):
+        # onnxruntime takes it as a real signal, so does onyx (docs/compatibility.md)
+        signal = signal[..., None]
     z = _to_complex(signal)  # [batch, signal_length]
     step = _scalar(frame_step)
     if frame_length is not None:
