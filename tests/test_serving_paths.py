@@ -125,3 +125,13 @@ def test_top_few_declines_ambiguous_cuts():
     assert indexing._top_few(x, 3, 1, 1) is None
     y = np.arange(100, dtype=np.float32)[None]
     np.testing.assert_array_equal(indexing._top_few(y, 3, 1, 1), [[99, 98, 97]])
+
+
+def test_tree_mode_codes():
+    from onyx.runtime.kernels.ml import tree
+
+    codes = tree._mode_codes(["BRANCH_LEQ", b"LEAF", np.str_("BRANCH_GT")])
+    np.testing.assert_array_equal(codes, [tree.LEQ, tree.LEAF, tree.GT])
+    assert codes.dtype == np.uint8
+    with pytest.raises(ValueError, match="unknown node mode 'BRANCH_XYZ'"):
+        tree._mode_codes([b"LEAF", b"BRANCH_XYZ"])
