@@ -264,7 +264,7 @@ def build_torch(out: Path) -> dict:
     for name, (module, inputs, batches, scaling) in torch_models().items():
         module.eval()
         for p in module.modules():  # random, non-trivial batch-norm statistics
-            if isinstance(p, torch.nn.modules.batchnorm._BatchNorm):
+            if isinstance(p, torch.nn.BatchNorm1d | torch.nn.BatchNorm2d):
                 p.running_mean.uniform_(-0.1, 0.1)
                 p.running_var.uniform_(0.5, 1.5)
         feeds = make_feeds(inputs, batch=2)

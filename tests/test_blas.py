@@ -29,13 +29,13 @@ def lib(monkeypatch):
 
 def test_limit_sets_and_restores(lib):
     with blas.limit(2):
-        assert lib.threads == 2 and blas._limit == 2
-    assert lib.threads == 4 and blas._limit == 1
+        assert lib.threads == 2 and blas.threads() == 2
+    assert lib.threads == 4 and blas.threads() == 1
 
 
 def test_limit_zero_keeps_the_library_setting(lib):
     with blas.limit(0):
-        assert lib.threads == 4 and blas._limit == 4
+        assert lib.threads == 4 and blas.threads() == 4
     assert lib.history == []
 
 

@@ -56,17 +56,17 @@ def test_distance_scan_matches_the_loop(monkeypatch, x_first, identities, rows):
     model = _distance_scan(x_first, identities=identities)
     x = {"X": np.random.default_rng(rows).standard_normal((rows, 6)).astype(np.float32)}
     taken = []
-    real = control._distances_step
+    real = control.distance_scan
 
     def spy(*args):
         result = real(*args)
         taken.append(result is not None)
         return result
 
-    monkeypatch.setattr(control, "_distances_step", spy)
+    monkeypatch.setattr(control, "distance_scan", spy)
     fast = onyx.InferenceSession(model).run(None, x)
     assert taken == [True]  # the fast path answered
-    monkeypatch.setattr(control, "_distances_step", lambda *a: None)
+    monkeypatch.setattr(control, "distance_scan", lambda *a: None)
     loop = onyx.InferenceSession(model).run(None, x)
     for a, b in zip(fast, loop):
         np.testing.assert_array_equal(a, b)
@@ -81,7 +81,7 @@ def test_distance_scan_matches_the_loop(monkeypatch, x_first, identities, rows):
 
 
 def test_other_scan_bodies_take_the_loop():
-    assert control._distance_body(None) is None
+    assert control.distance_body(None) is None
     model = _distance_scan(True, op="ReduceL1")  # absolute values, not squares
     x = {"X": np.ones((2, 6), np.float32)}
     got = onyx.InferenceSession(model).run(None, x)[0]
@@ -112,7 +112,7 @@ def test_top_few_matches_the_full_sort(largest, data, axis):
         x[1, 17, 2] = np.nan
     axis_len = x.shape[axis]
     for k in (1, 3, axis_len // 8):
-        values, indices = indexing._top_k(x, k, axis, largest)
+        values, indices = indexing.top_k(x, np.array([k]), axis=axis, largest=largest)
         want = _full_sort_top_k(x, k, axis, largest)
         np.testing.assert_array_equal(indices, want)
         np.testing.assert_array_equal(values, np.take_along_axis(x, want, axis))
@@ -120,18 +120,18 @@ def test_top_few_matches_the_full_sort(largest, data, axis):
 
 def test_top_few_declines_ambiguous_cuts():
     x = np.zeros((2, 100), np.float32)  # every key ties with the k-th
-    assert indexing._top_few(x, 3, 1, 0) is None
+    assert indexing.top_few(x, 3, 1, 0) is None
     x[0, 5] = np.nan
-    assert indexing._top_few(x, 3, 1, 1) is None
+    assert indexing.top_few(x, 3, 1, 1) is None
     y = np.arange(100, dtype=np.float32)[None]
-    np.testing.assert_array_equal(indexing._top_few(y, 3, 1, 1), [[99, 98, 97]])
+    np.testing.assert_array_equal(indexing.top_few(y, 3, 1, 1), [[99, 98, 97]])
 
 
 def test_tree_mode_codes():
     from onyx.runtime.kernels.ml import tree
 
-    codes = tree._mode_codes(["BRANCH_LEQ", b"LEAF", np.str_("BRANCH_GT")])
+    codes = tree.mode_codes(["BRANCH_LEQ", b"LEAF", np.str_("BRANCH_GT")])
     np.testing.assert_array_equal(codes, [tree.LEQ, tree.LEAF, tree.GT])
     assert codes.dtype == np.uint8
     with pytest.raises(ValueError, match="unknown node mode 'BRANCH_XYZ'"):
-        tree._mode_codes([b"LEAF", b"BRANCH_XYZ"])
+        tree.mode_codes([b"LEAF", b"BRANCH_XYZ"])

@@ -35,6 +35,11 @@ def _controllers() -> list:
     return _libs
 
 
+def threads() -> int:
+    """The BLAS threads of the run in progress (1 outside a run)."""
+    return _limit
+
+
 @contextmanager
 def limit(n: int):
     """Limit BLAS to ``n`` threads for one run (n <= 0: leave BLAS's own setting)."""

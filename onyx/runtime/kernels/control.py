@@ -128,7 +128,7 @@ def scan(
     defaults = not (scan_input_axes or scan_input_directions or scan_output_axes
                     or scan_output_directions)  # fmt: skip
     if defaults and n_states == 1 and num_scan_inputs == 1:
-        distances = _distances_step(body, states[0], scan_inputs[0])
+        distances = distance_scan(body, states[0], scan_inputs[0])
         if distances is not None:
             return states[0], distances
     n_scan_out = ctx.graph_output_count(body) - n_states
@@ -143,7 +143,7 @@ def scan(
     return (*states, *scan_outs)
 
 
-def _distance_body(graph) -> bool | None:
+def distance_body(graph) -> bool | None:
     """Whether a Scan body is skl2onnx's pairwise-distance step (its cdist: kNN, Gaussian
     processes, kernel PCA): state X passed through, scan output ReduceSumSquare(X - row,
     axes=[1], keepdims=0); True when the Sub is X - row, False when row - X, None otherwise."""
@@ -181,13 +181,13 @@ def _distance_body(graph) -> bool | None:
 _DISTANCE_BLOCK = 1 << 16
 
 
-def _distances_step(body, x, rows) -> np.ndarray | None:
-    """The scan outputs of a pairwise-distance body (see _distance_body) for all rows at once:
+def distance_scan(body, x, rows) -> np.ndarray | None:
+    """The scan outputs of a pairwise-distance body (see distance_body) for all rows at once:
     out[r, n] = sum_j (x[n, j] - rows[r, j])**2, the same numpy operations as one iteration
     (a subtraction and a sum over the contiguous last axis), so the same bits; None when the
     body or the values are something else."""
     graph = getattr(body, "graph", None)
-    x_first = from_attributes((graph,), lambda: _distance_body(graph))
+    x_first = from_attributes((graph,), lambda: distance_body(graph))
     if x_first is None or not isinstance(x, np.ndarray) or x.ndim != 2 or rows.ndim != 2:
         return None
     if x.dtype != rows.dtype or x.dtype.kind != "f" or x.shape[1] != rows.shape[1]:

@@ -217,7 +217,7 @@ def _top_k(x: np.ndarray, k: int, axis: int, largest: int) -> tuple[np.ndarray, 
         raise ValueError(f"TopK: k={k} out of range for a dimension of size {n}")
     key = _sort_key(x)
     if 0 < k and 8 * k <= n and n >= 64:  # a few of many (kNN over distances): no full sort
-        indices = _top_few(key, k, axis, largest)
+        indices = top_few(key, k, axis, largest)
         if indices is not None:
             return np.take_along_axis(x, indices, axis=axis), indices
     if largest:
@@ -230,7 +230,7 @@ def _top_k(x: np.ndarray, k: int, axis: int, largest: int) -> tuple[np.ndarray, 
     return np.take_along_axis(x, indices, axis=axis), indices.astype(np.int64)
 
 
-def _top_few(key: np.ndarray, k: int, axis: int, largest: int) -> np.ndarray | None:
+def top_few(key: np.ndarray, k: int, axis: int, largest: int) -> np.ndarray | None:
     """TopK's int64 indices when k is small: np.partition finds each row's k-th key, the k
     keys on the right side of it (kept in index order) are sorted, stably, as _top_k sorts
     them all, so ties order by index as there. None where that cut is ambiguous: a tie across

@@ -108,7 +108,7 @@ def _depth(roots, true_child, false_child, leaf) -> int:
 _MODE_CODES = {**MODES, **{name.encode(): code for name, code in MODES.items()}}
 
 
-def _mode_codes(modes) -> np.ndarray:
+def mode_codes(modes) -> np.ndarray:
     if isinstance(modes, np.ndarray) and modes.dtype.kind in "iu":  # TreeEnsemble v5: uint8 tensor
         return modes.astype(np.uint8)
     # a dict lookup per node: np.unique over the strings took 1 ms a tree, and an
@@ -160,7 +160,7 @@ def _forest_v1(
     treeids = np.asarray(treeids, np.int64)
     nodeids = np.asarray(nodeids, np.int64)
     n = len(nodeids)
-    mode = _mode_codes(modes)
+    mode = mode_codes(modes)
     leaf = mode == LEAF
     index = _NodeIndex(treeids, nodeids)
     states = np.arange(n)
@@ -202,7 +202,7 @@ def _forest_v5(
     true_child[:n] = np.asarray(truenodeids, np.int64) + n * np.asarray(trueleafs, np.int64)
     false_child[:n] = np.asarray(falsenodeids, np.int64) + n * np.asarray(falseleafs, np.int64)
     mode = np.full(total, LEAF, np.uint8)
-    mode[:n] = _mode_codes(np.asarray(modes).reshape(-1))
+    mode[:n] = mode_codes(np.asarray(modes).reshape(-1))
     splits = np.asarray(splits).reshape(-1)
     threshold = np.zeros(total, splits.dtype)
     threshold[:n] = splits
