@@ -135,3 +135,38 @@ def test_tree_mode_codes():
     assert codes.dtype == np.uint8
     with pytest.raises(ValueError, match="unknown node mode 'BRANCH_XYZ'"):
         tree.mode_codes([b"LEAF", b"BRANCH_XYZ"])
+
+
+@pytest.mark.parametrize("group", [1, 8])
+@pytest.mark.parametrize("activation", [None, "Relu"])
+def test_float16_conv_computes_as_float32(group, activation):
+    """A float16 Conv (and Conv + Relu, which the optimizer fuses) is the float32 conv of the
+    same values rounded once to float16: the native paths serve it as they serve float32."""
+    rng = np.random.default_rng(group)
+    x = rng.standard_normal((2, 8, 12, 12)).astype(np.float16)
+    w = (rng.standard_normal((8, 8 // group, 3, 3)) / 3).astype(np.float16)
+    b = rng.standard_normal(8).astype(np.float16)
+
+    def model(dtype):
+        nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], group=group, pads=[1] * 4)]
+        if activation:
+            nodes.append(helper.make_node(activation, ["c"], ["y"]))
+        else:
+            nodes[0].output[0] = "y"
+        graph = helper.make_graph(
+            nodes, "conv", [helper.make_tensor_value_info("x", dtype, x.shape)],
+            [helper.make_tensor_value_info("y", dtype, None)],
+            [numpy_helper.from_array(w.astype(helper.tensor_dtype_to_np_dtype(dtype)), "w"),
+             numpy_helper.from_array(b.astype(helper.tensor_dtype_to_np_dtype(dtype)), "b")],
+        )  # fmt: skip
+        opset = [helper.make_opsetid("", 17)]
+        return helper.make_model(graph, opset_imports=opset, ir_version=9).SerializeToString()
+
+    half = onyx.InferenceSession(model(TensorProto.FLOAT16)).run(None, {"x": x})[0]
+    single = onyx.InferenceSession(model(TensorProto.FLOAT)).run(None, {"x": x.astype(np.float32)})[
+        0
+    ]
+    assert half.dtype == np.float16
+    np.testing.assert_array_equal(half, single.astype(np.float16))
+    expected = ort.InferenceSession(model(TensorProto.FLOAT16)).run(None, {"x": x})[0]
+    np.testing.assert_allclose(half.astype(np.float32), expected.astype(np.float32), atol=4e-3)
