@@ -51,6 +51,11 @@ SETS = {
     "light": "light models",
     "sklearn": "scikit-learn",
 }
+#: the serving sets (issue 23), reported in a block of their own (see serving_block)
+SERVING_SETS = {
+    "serving": "serving zoo",
+    "scaling": "scaling: latency vs batch and threads",
+}
 
 
 @dataclass
@@ -61,6 +66,7 @@ class Case:
     feeds: dict
     batch: int = 1
     model: str = ""  # the model's name (cases of one model at several batches share it)
+    threads: int | None = None  # the case's own thread count (scaling), else --threads
     results: dict = field(default_factory=dict)  # runtime -> {latency, create, peak_mb, ...}
 
 
@@ -139,6 +145,130 @@ def sklearn_cases(workdir: str) -> list[Case]:
             f.write(onx.SerializeToString())
         cases.append(Case(name, "sklearn", path, {onx.graph.input[0].name: x[:256]}, 256, name))
     return cases
+
+
+SERVING_DIR = ROOT / "benchmarks" / "models" / "serving"
+
+
+def serving_cases() -> list[Case]:
+    """The serving zoo (scripts/make_serving_zoo.py) at the batches its manifest names."""
+    from benchmarks.zoo import make_feeds
+
+    manifest = SERVING_DIR / "manifest.json"
+    if not manifest.exists():
+        return []
+    cases = []
+    for name, m in sorted(json.loads(manifest.read_text()).items()):
+        path = str(SERVING_DIR / m["file"])
+        for b in m["batches"]:
+            feeds = make_feeds(m["inputs"], batch=b)
+            cases.append(Case(f"{name} b{b}", "serving", path, feeds, b, name))
+    return cases
+
+
+#: batches and thread counts of the scaling tables
+SCALING_BATCHES, SCALING_THREADS = (1, 8, 64), (1, 2)
+
+
+def scaling_cases() -> list[Case]:
+    """The serving models marked for scaling (a CNN, a transformer; float32 only) at every
+    batch of SCALING_BATCHES and thread count of SCALING_THREADS (Case.threads)."""
+    from benchmarks.zoo import make_feeds
+
+    manifest = SERVING_DIR / "manifest.json"
+    if not manifest.exists():
+        return []
+    cases = []
+    for name, m in sorted(json.loads(manifest.read_text()).items()):
+        if not m.get("scaling"):
+            continue
+        for b in SCALING_BATCHES:
+            feeds = make_feeds(m["inputs"], batch=b)
+            for t in SCALING_THREADS:
+                path = str(SERVING_DIR / m["file"])
+                cases.append(Case(f"{name} b{b} t{t}", "scaling", path, feeds, b, name, t))
+    return cases
+
+
+# ---------------------------------------------------------------------------------- cold start
+
+_COLD = """
+import sys, time
+t0 = time.perf_counter()
+sys.path.insert(0, {root!r})
+import numpy as np
+feeds = dict(np.load({feeds!r}))
+t1 = time.perf_counter()
+if {runtime!r} == "onyx":
+    import onyx as rt
+    so = rt.SessionOptions()
+else:
+    import onnxruntime as rt
+    so = rt.SessionOptions()
+    so.inter_op_num_threads = 1
+so.intra_op_num_threads = {threads}
+t2 = time.perf_counter()
+sess = rt.InferenceSession({path!r}, so, providers=["CPUExecutionProvider"])
+t3 = time.perf_counter()
+sess.run(None, feeds)
+t4 = time.perf_counter()
+print(t2 - t1, t3 - t2, t4 - t3)
+"""
+
+
+def cold_start(path: str, feeds: dict, workdir: str, threads: int, rounds: int) -> dict:
+    """runtime -> median seconds of a fresh process: {import, create, first_run, total}, where
+    total is from starting the interpreter to the first answer. The runtimes alternate,
+    ``rounds`` processes each."""
+    npz = os.path.join(workdir, "cold_feeds.npz")
+    np.savez(npz, **feeds)
+    samples: dict[str, list] = {"onyx": [], "onnxruntime": []}
+    # as installed packages run: with their bytecode cached (an environment may turn the
+    # cache off; the first, untimed round writes it)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    for r in range(rounds + 1):
+        for rt in samples:
+            code = _COLD.format(root=str(ROOT), feeds=npz, runtime=rt, path=path, threads=threads)
+            start = time.perf_counter()
+            out = subprocess.run(
+                [sys.executable, "-c", code], capture_output=True, text=True, env=env
+            )
+            total = time.perf_counter() - start
+            if out.returncode == 0 and r > 0:
+                samples[rt].append([*map(float, out.stdout.split()[-3:]), total])
+    keys = ("import", "create", "first_run", "total")
+    return {
+        rt: dict(zip(keys, np.median(np.array(v), axis=0).tolist()))
+        for rt, v in samples.items()
+        if v
+    }
+
+
+def cold_start_models() -> list[tuple[str, str, dict]]:
+    """(name, path, feeds) of the cold-start rows: the bundled tiny CNN, and the serving zoo's
+    small CNN where it is built."""
+    from benchmarks.zoo import make_feeds
+
+    rows = [("tiny_cnn (onyx/examples)", str(ROOT / "onyx" / "examples" / "tiny_cnn.onnx"), None)]
+    manifest = SERVING_DIR / "manifest.json"
+    if manifest.exists():
+        m = json.loads(manifest.read_text()).get("cnn_mobilenet")
+        if m:
+            rows.append(("cnn_mobilenet b1", str(SERVING_DIR / m["file"]),
+                         make_feeds(m["inputs"], 1)))  # fmt: skip
+    out = []
+    for name, path, feeds in rows:
+        if feeds is None:
+            import onyx
+
+            sess = onyx.InferenceSession(path)
+            rng = np.random.default_rng(0)
+            feeds = {}
+            for i in sess.get_inputs():
+                shape = [d if isinstance(d, int) else 1 for d in i.shape]
+                feeds[i.name] = rng.standard_normal(shape).astype(np.float32)
+        out.append((name, path, feeds))
+    return out
 
 
 # ---------------------------------------------------------------------------------- runtimes
@@ -520,23 +650,172 @@ def write_report(
         lines += ["## Errors and timeouts", ""]
         lines += [f"- {n} ({rt}): {e}" for n, rt, e in errors]
         lines.append("")
-    for title, (spots, total, latency) in hotspots.items():
-        lines += [f"## Where onyx spends its time: {title}", ""]
-        lines += [
-            f"Kernel time per run from onyx's profiler (profiled runs after the timed ones), "
-            f"summed over the models: {total:.1f} ms in all kernels, against {latency:.1f} ms of "
-            "measured onyx latency; share is of the kernels' total.",
-            "",
-            "| op | ms | share of kernel time | nodes | costliest in |",
-            "|---|---|---|---|---|",
-        ]
-        lines += [
-            f"| {h.op} | {h.ms:.3f} | {h.ms / total:.1%} | {h.nodes} "
-            f"| {h.worst[1]} ({h.worst[0]:.3g} ms) |"
-            for h in spots
-        ]
-        lines.append("")
+    for title, spots in hotspots.items():
+        if title != SERVING_HOTSPOTS:
+            lines += hotspot_lines(title, *spots, level="##")
     return "\n".join(lines)
+
+
+SERVING_HOTSPOTS = "the serving zoo"
+
+
+def hotspot_lines(title: str, spots, total: float, latency: float, level: str) -> list[str]:
+    lines = [f"{level} Where onyx spends its time: {title}", ""]
+    lines += [
+        f"Kernel time per run from onyx's profiler (profiled runs after the timed ones), "
+        f"summed over the models: {total:.1f} ms in all kernels, against {latency:.1f} ms of "
+        "measured onyx latency; share is of the kernels' total.",
+        "",
+        "| op | ms | share of kernel time | nodes | costliest in |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {h.op} | {h.ms:.3f} | {h.ms / total:.1%} | {h.nodes} "
+        f"| {h.worst[1]} ({h.worst[0]:.3g} ms) |"
+        for h in spots
+    ]
+    return lines + [""]
+
+
+SERVING_BEGIN, SERVING_END = "<!-- serving: begin -->", "<!-- serving: end -->"
+
+
+def _case_table(sel: list[Case]) -> list[str]:
+    lines = [
+        "| model | onyx ms | onnxruntime ms | onyx/ort | create onyx ms | create ort ms "
+        "| peak onyx MiB | peak ort MiB | max abs diff |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for c in sel:
+        o, r = c.results.get("onyx", {}), c.results.get("onnxruntime", {})
+        lines.append(
+            f"| {c.name} | {_ms(c, 'onyx')} | {_ms(c, 'onnxruntime')} "
+            f"| {_fmt(ratio(c, 'onyx', 'onnxruntime'))} | {_ms(c, 'onyx', 'create')} "
+            f"| {_ms(c, 'onnxruntime', 'create')} | {_fmt(o.get('peak_mb'), 1)} "
+            f"| {_fmt(r.get('peak_mb'), 1)} | {_fmt(c.results.get('diff'), 6)} |"
+        )
+    return lines
+
+
+def _scaling_table(sel: list[Case]) -> list[str]:
+    """One row per model and batch, a column group per thread count."""
+    head = "| model | batch |" + "".join(
+        f" onyx ms ({t}t) | ort ms ({t}t) | onyx/ort ({t}t) |" for t in SCALING_THREADS
+    )
+    lines = [head, "|---|---|" + "---|---|---|" * len(SCALING_THREADS)]
+    by_key = {(c.model, c.batch, c.threads): c for c in sel}
+    for model, batch in dict.fromkeys((c.model, c.batch) for c in sel):
+        row = f"| {model} | {batch} |"
+        for t in SCALING_THREADS:
+            c = by_key.get((model, batch, t))
+            row += (
+                f" {_ms(c, 'onyx')} | {_ms(c, 'onnxruntime')} | "
+                f"{_fmt(ratio(c, 'onyx', 'onnxruntime'))} |"
+                if c
+                else " – | – | – |"
+            )
+        lines.append(row)
+    return lines
+
+
+def serving_block(
+    cases: list[Case], cold: list, args, png_name: str, elapsed: float, hotspots: dict
+) -> str:
+    """The serving zoo's part of the report (issue 23), between SERVING_BEGIN and SERVING_END
+    so that `--serving-only` can replace it in an existing report."""
+    serving = [c for c in cases if c.group == "serving"]
+    scaling = [c for c in cases if c.group == "scaling"]
+    lines = [
+        SERVING_BEGIN,
+        "## Serving zoo (issue 23)",
+        "",
+        f"Made by `python benchmarks/run.py{' --serving-only' if args.serving_only else ''}"
+        f"{' --quick' if args.quick else ''}` on {time.strftime('%Y-%m-%d')} "
+        f"({elapsed / 60:.1f} minutes for the whole run), {os.cpu_count()} CPU cores, "
+        f"{args.threads} threads for both runtimes unless a table says otherwise; other "
+        "processes were running, so the runtimes alternate in blocks of runs and the ratios "
+        "are the figures to read. The models come from `python scripts/make_serving_zoo.py` "
+        "(seeded random weights, `benchmarks/models/serving/`): small CNNs (a width-32 ResNet "
+        "at 128x128 batch 4, a MobileNet-style net at 96x96 batch 2, a U-Net at 32x32), an "
+        "audio front-end with a keyword classifier and a VAD-like model on a 512-sample chunk, "
+        "1-D conv classifiers (byte-level; a long 1-channel signal), a 2-layer d=128 "
+        "transformer, an LSTM over 7 steps, fp16 and quantized variants, and scikit-learn "
+        "models at 1 row and 100 rows.",
+        "",
+        "Targets (issue 23): geomean onyx/onnxruntime <= 1.0 and no model worse than 1.5x; "
+        "cold start to first answer, session creation and peak memory <= onnxruntime's.",
+        "",
+    ]
+    if not serving:
+        lines += ["The serving zoo is not built (`python scripts/make_serving_zoo.py`).", ""]
+    else:
+        lines += [
+            "| set | models | geomean onyx/onnxruntime | worst onyx/onnxruntime "
+            "| geomean creation onyx/onnxruntime | geomean peak memory onyx/onnxruntime |",
+            "|---|---|---|---|---|---|",
+        ]
+        for label, sel in (
+            ("serving zoo", serving),
+            ("scikit-learn", [c for c in serving if c.name.startswith("sklearn")]),
+            ("neural networks", [c for c in serving if not c.name.startswith("sklearn")]),
+        ):
+            rs = [(r, c.name) for c in sel if (r := ratio(c, "onyx", "onnxruntime"))]
+            w = max(rs, default=(None, ""))
+            lines.append(
+                f"| {label} | {len(sel)} | {_fmt(geomean(r for r, _ in rs))} "
+                f"| {_fmt(w[0])} ({w[1]}) | {_fmt(geomean(_per(sel, 'create')))} "
+                f"| {_fmt(geomean(_per(sel, 'peak_mb')))} |"
+            )
+        lines += ["", f"![serving ratios]({png_name})", ""]
+        lines += _case_table(serving) + [""]
+    if cold:
+        lines += [
+            "### Cold start",
+            "",
+            "A fresh Python process per figure: import the runtime, create a session, run it "
+            "once (median of the processes, onyx and onnxruntime alternating, after one "
+            "untimed round that writes the bytecode caches as an installation would); total is "
+            "from starting the interpreter to the first answer (numpy's import and loading the "
+            "feeds included, alike for both).",
+            "",
+            "| model | runtime | import ms | create ms | first run ms | total ms |",
+            "|---|---|---|---|---|---|",
+        ]
+        for name, results in cold:
+            for rt, r in results.items():
+                lines.append(
+                    f"| {name} | {rt} | {r['import'] * 1e3:.0f} | {r['create'] * 1e3:.1f} "
+                    f"| {r['first_run'] * 1e3:.1f} | {r['total'] * 1e3:.0f} |"
+                )
+            if len(results) == 2:
+                lines.append(
+                    f"| {name} | onyx/ort | | | | "
+                    f"{results['onyx']['total'] / results['onnxruntime']['total']:.2f} |"
+                )
+        lines.append("")
+    if scaling:
+        lines += [
+            "### Scaling: latency vs batch and threads",
+            "",
+            "The serving zoo's float32 CNN and transformer at batches "
+            f"{', '.join(map(str, SCALING_BATCHES))} and {' and '.join(map(str, SCALING_THREADS))} "
+            "threads (both runtimes; onnxruntime with one inter-op thread). The chart above "
+            "draws these ratios too.",
+            "",
+        ]
+        lines += _scaling_table(scaling) + [""]
+    if SERVING_HOTSPOTS in hotspots:
+        lines += hotspot_lines(SERVING_HOTSPOTS, *hotspots[SERVING_HOTSPOTS], level="###")
+    lines.append(SERVING_END)
+    return "\n".join(lines)
+
+
+def splice(report: str, block: str) -> str:
+    """``report`` with its serving block replaced by ``block`` (appended if it has none)."""
+    if SERVING_BEGIN in report and SERVING_END in report:
+        head, rest = report.split(SERVING_BEGIN, 1)
+        return head + block + rest.split(SERVING_END, 1)[1]
+    return report.rstrip("\n") + "\n\n" + block + "\n"
 
 
 # ---------------------------------------------------------------------------------- the chart
@@ -583,11 +862,12 @@ def _png(img: np.ndarray) -> bytes:
     )
 
 
-def chart(cases: list[Case], zoo_built: bool) -> bytes:
+def chart(cases: list[Case], zoo_built: bool, sets: dict | None = None) -> bytes:
     """Horizontal bars on a log scale (0.1x .. 1000x): onyx/onnxruntime (blue) and
-    reference/onyx (orange), one row per model, a heading row per set."""
+    reference/onyx (orange), one row per model, a heading row per set (``sets``: group ->
+    title, by default the classic sets)."""
     rows: list[Case | str] = []
-    for group, title in titles(zoo_built).items():
+    for group, title in (sets or titles(zoo_built)).items():
         sel = [c for c in cases if c.group == group and ratio(c, "onyx", "onnxruntime")]
         rows += [title] + sel if sel else []
     label_w, plot_w, row_h, top = 300, 640, 22, 40  # pixels
@@ -635,6 +915,13 @@ def main(argv=None) -> int:
     ap.add_argument("--reference-timeout", type=float, default=60.0, help="seconds per model")
     ap.add_argument("--no-light", action="store_true")
     ap.add_argument("--no-fixtures", action="store_true", help="leave out the dispatch set")
+    ap.add_argument("--no-serving", action="store_true", help="leave out the serving zoo")
+    ap.add_argument(
+        "--serving-only",
+        action="store_true",
+        help="only the serving zoo, cold start and scaling; replaces their block in --out",
+    )
+    ap.add_argument("--cold-rounds", type=int, default=7, help="fresh processes per runtime")
     ap.add_argument("--out", default=str(ROOT / "docs" / "benchmarks.md"))
     args = ap.parse_args(argv)
     started = time.perf_counter()
@@ -642,33 +929,44 @@ def main(argv=None) -> int:
     budgets = {"onyx": budget, "onnxruntime": budget, "reference": 2.0 if args.quick else 5.0}
     runtimes = ["onyx", "onnxruntime"] + ([] if args.no_reference else ["reference"])
     workdir = tempfile.mkdtemp(prefix="onyx_bench_")
-    cases, zoo_built = zoo_cases([1] if args.quick else [1, 8])
-    if not zoo_built:
-        print("benchmarks/models is not built (python scripts/make_zoo.py --bench): the zoo set "
-              "is the tiny fixtures", file=sys.stderr)  # fmt: skip
-    elif not args.no_fixtures:
-        cases += fixture_cases()
-    if not args.no_light:
-        cases += light_cases()
-    cases += sklearn_cases(workdir)
+    cases, zoo_built = [], False
+    if not args.serving_only:
+        cases, zoo_built = zoo_cases([1] if args.quick else [1, 8])
+        if not zoo_built:
+            print("benchmarks/models is not built (python scripts/make_zoo.py --bench): the zoo "
+                  "set is the tiny fixtures", file=sys.stderr)  # fmt: skip
+        elif not args.no_fixtures:
+            cases += fixture_cases()
+        if not args.no_light:
+            cases += light_cases()
+        cases += sklearn_cases(workdir)
+    serving = args.serving_only or not args.no_serving
+    if serving:
+        cases += serving_cases() + scaling_cases()
     if args.only:
         cases = [c for c in cases if re.search(args.only, c.name)]
     # models whose reference run failed or took over a second: not run again at batch 8
     slow_reference = set()
     for i, case in enumerate(cases):
         mine = [rt for rt in runtimes if rt != "reference" or case.model not in slow_reference]
-        measure(case, mine, args.threads, repeats, budgets, {"reference": args.reference_timeout})
+        if case.group in SERVING_SETS:  # onnxruntime is the comparison here
+            mine = [rt for rt in mine if rt != "reference"]
+        threads = case.threads or args.threads
+        timeouts = {"reference": args.reference_timeout}
+        measure(case, mine, threads, repeats, budgets, timeouts)
         ref = case.results.get("reference")
         if ref is not None and ref.get("latency", math.inf) > 1.0:
             slow_reference.add(case.model)
         outs = [case.results.get(rt, {}).pop("outputs", None) for rt in mine]
         if outs[0] is not None and outs[1] is not None:
             case.results["diff"] = max_diff(outs[0], outs[1])
-        memory = case.group != "fixture" and (case.group != "light" or not args.quick)
+        memory = case.group not in ("fixture", "scaling") and (
+            case.group not in ("light", "serving") or not args.quick
+        )
         if not args.no_memory and memory:
             for rt in ("onyx", "onnxruntime"):
                 if "latency" in case.results.get(rt, {}):
-                    case.results[rt]["peak_mb"] = peak_memory(case, rt, workdir, args.threads)
+                    case.results[rt]["peak_mb"] = peak_memory(case, rt, workdir, threads)
         print(
             f"[{i + 1}/{len(cases)} {time.perf_counter() - started:6.0f}s] {case.name:34s} "
             f"onyx {_ms(case, 'onyx'):>8s} ms  ort {_ms(case, 'onnxruntime'):>8s} ms  "
@@ -677,8 +975,18 @@ def main(argv=None) -> int:
             f"ref/onyx {_fmt(ratio(case, 'reference', 'onyx'), 1)}",
             flush=True,
         )
+    cold = []
+    if serving:
+        for name, path, feeds in cold_start_models():
+            rounds = 3 if args.quick else args.cold_rounds
+            cold.append((name, cold_start(path, feeds, workdir, args.threads, rounds)))
+            print(f"cold start {name}: {cold[-1][1]}", flush=True)
     hotspots = {}
-    for title, group in (("the zoo, batch 1", "zoo"), ("the tiny fixtures, batch 1", "fixture")):
+    for title, group in (
+        ("the zoo, batch 1", "zoo"),
+        ("the tiny fixtures, batch 1", "fixture"),
+        (SERVING_HOTSPOTS, "serving"),
+    ):
         sel = [c for c in cases if c.group == group and c.batch == 1]
         total = sum(c.results.get("onyx", {}).get("latency", 0) for c in sel) * 1e3
         if sel and total:
@@ -686,9 +994,18 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     png = out.with_suffix(".png")
-    png.write_bytes(chart(cases, zoo_built))
+    serving_png = out.with_name(out.stem + "-serving.png")
     elapsed = time.perf_counter() - started
-    out.write_text(write_report(cases, args, hotspots, png.name, zoo_built, elapsed))
+    block = ""
+    if serving:
+        serving_png.write_bytes(chart(cases, zoo_built, SERVING_SETS))
+        block = serving_block(cases, cold, args, serving_png.name, elapsed, hotspots)
+    if args.serving_only:
+        out.write_text(splice(out.read_text() if out.exists() else "# Benchmarks\n", block))
+    else:
+        png.write_bytes(chart(cases, zoo_built))
+        report = write_report(cases, args, hotspots, png.name, zoo_built, elapsed)
+        out.write_text(splice(report, block) if block else report)
     print(f"wrote {out} and {png} in {elapsed / 60:.1f} minutes")
     return 0
 

@@ -185,3 +185,15 @@ def test_concurrent_runs_of_one_session_agree():
         got = list(pool.map(lambda x: sess.run(None, {"x": x})[0], xs * 4))
     for i, g in enumerate(got):
         np.testing.assert_array_equal(g, expected[i % len(xs)])
+
+
+def test_from_attributes_keeps_a_model_of_many_small_ensembles():
+    """skl2onnx writes an IsolationForest of 100 trees as 100 TreeEnsembleRegressor nodes: each
+    node's compiled forest must survive a run over all of them (it was recompiled on every
+    call when the memo held fewer entries than the model had nodes)."""
+    attributes = [([float(i)], [i]) for i in range(200)]
+    made = []
+    for _ in range(2):
+        for attrs in attributes:
+            from_attributes(attrs, lambda attrs=attrs: made.append(attrs) or len(made))
+    assert len(made) == len(attributes)

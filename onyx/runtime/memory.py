@@ -16,7 +16,6 @@ arena's: the process keeps what it used at its peak. Elsewhere than glibc it doe
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import sys
 import threading
 
@@ -46,7 +45,9 @@ def _raise_thresholds() -> bool:
     if not sys.platform.startswith("linux"):
         return False
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        # the process's own symbols (libc among them): ctypes.util.find_library would run
+        # ldconfig in a subprocess, a tenth of a cold start
+        libc = ctypes.CDLL(None)
         mallopt = libc.mallopt
         libc.gnu_get_libc_version  # noqa: B018  (only glibc has mallopt's meaning here)
     except (OSError, AttributeError):

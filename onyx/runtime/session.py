@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import time
-from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,7 +14,7 @@ from ..errors import FormatError, InvalidArgument
 from ..ir.dtypes import DataType, to_numpy, type_name
 from ..serde import as_model
 from ..utils import gc_paused
-from . import memory, native
+from . import blas, memory, native
 from .custom_ops import session_kernels
 from .lenient import accept_lenient
 from .options import (  # noqa: F401  (onnxruntime's names, importable from here as before)
@@ -214,7 +213,7 @@ class InferenceSession(SessionAPI):
             check = signature
             if self._output_check is None:
                 self._output_check = _output_check(self._plan, self._planned_model)
-        with native.threads(threads), blas_threads(blas) if blas > 0 else nullcontext():
+        with native.threads(threads), blas_threads(blas):
             if run_options is not None or self._log_runs:
                 check = None  # (a run with options is not a signature's checked run)
                 results = self._run_with_options(inputs, wanted, run_options or RunOptions())
@@ -299,29 +298,8 @@ def _pool_heavy(graph: ir.Graph) -> bool:
     return pool > blas
 
 
-_blas_libs = None
-
-
-@contextmanager
-def blas_threads(n: int):
-    """Limit the BLAS thread pool (numpy's matmul) to ``n`` threads for one run. The libraries'
-    own getters and setters (threadpoolctl's controllers, found once): its ``limit`` surveys
-    every library on each call, a sizeable part of a tiny model's run."""
-    global _blas_libs
-    if _blas_libs is None:
-        from threadpoolctl import ThreadpoolController
-
-        _blas_libs = ThreadpoolController().select(user_api="blas").lib_controllers
-    before = [lib.get_num_threads() for lib in _blas_libs]
-    for lib, had in zip(_blas_libs, before):
-        if had != n:
-            lib.set_num_threads(n)
-    try:
-        yield
-    finally:
-        for lib, had in zip(_blas_libs, before):
-            if had != n:
-                lib.set_num_threads(had)
+#: BLAS's thread limit for one run (onyx/runtime/blas.py; tests wrap it)
+blas_threads = blas.limit
 
 
 def _check_feed(v: ir.Value, value: Any) -> Any:

@@ -7,6 +7,7 @@ import numpy as np
 from ...ir.dtypes import to_numpy
 from ...ir.types import SequenceType, TensorType
 from ..registry import op
+from .derived import from_attributes
 
 
 def _truth(cond) -> bool:
@@ -124,6 +125,12 @@ def scan(
     n_states = len(initial_state_and_scan_inputs) - num_scan_inputs
     states = initial_state_and_scan_inputs[:n_states]
     scan_inputs = [np.asarray(x) for x in initial_state_and_scan_inputs[n_states:]]
+    defaults = not (scan_input_axes or scan_input_directions or scan_output_axes
+                    or scan_output_directions)  # fmt: skip
+    if defaults and n_states == 1 and num_scan_inputs == 1:
+        distances = distance_scan(body, states[0], scan_inputs[0])
+        if distances is not None:
+            return states[0], distances
     n_scan_out = ctx.graph_output_count(body) - n_states
     in_axes = _axes(scan_input_axes, num_scan_inputs, [x.ndim for x in scan_inputs])
     in_dirs = scan_input_directions or [0] * num_scan_inputs
@@ -134,6 +141,64 @@ def scan(
     out_dirs = scan_output_directions or [0] * n_scan_out
     scan_outs = [_collect(e, a, d) for e, a, d in zip(outs_per_step, out_axes, out_dirs)]
     return (*states, *scan_outs)
+
+
+def distance_body(graph) -> bool | None:
+    """Whether a Scan body is skl2onnx's pairwise-distance step (its cdist: kNN, Gaussian
+    processes, kernel PCA): state X passed through, scan output ReduceSumSquare(X - row,
+    axes=[1], keepdims=0); True when the Sub is X - row, False when row - X, None otherwise."""
+    if graph is None or len(graph.inputs) != 2 or len(graph.outputs) != 2:
+        return None
+    made = {out.name: node for node in graph for out in node.outputs}
+
+    def source(name: str) -> tuple[str, object]:  # through Identity nodes
+        node = made.get(name)
+        while node is not None and node.op_type == "Identity" and not node.domain:
+            name = node.inputs[0].name
+            node = made.get(name)
+        return name, node
+
+    state, row = (v.name for v in graph.inputs)
+    if source(graph.outputs[0].name)[0] != state:
+        return None
+    _, reduce = source(graph.outputs[1].name)
+    if reduce is None or reduce.op_type != "ReduceSumSquare" or reduce.domain:
+        return None
+    if len(reduce.inputs) != 1 or list(reduce.attr("axes") or []) not in ([1], [-1]):
+        return None
+    if reduce.attr("keepdims", 1) != 0:
+        return None
+    _, sub = source(reduce.inputs[0].name)
+    if sub is None or sub.op_type != "Sub" or sub.domain:
+        return None
+    operands = [source(v.name)[0] for v in sub.inputs]
+    if sorted(operands) != sorted([state, row]):
+        return None
+    return operands[0] == state
+
+
+#: elements of the [rows, N, features] differences one block of the distance step holds
+_DISTANCE_BLOCK = 1 << 16
+
+
+def distance_scan(body, x, rows) -> np.ndarray | None:
+    """The scan outputs of a pairwise-distance body (see distance_body) for all rows at once:
+    out[r, n] = sum_j (x[n, j] - rows[r, j])**2, the same numpy operations as one iteration
+    (a subtraction and a sum over the contiguous last axis), so the same bits; None when the
+    body or the values are something else."""
+    graph = getattr(body, "graph", None)
+    x_first = from_attributes((graph,), lambda: distance_body(graph))
+    if x_first is None or not isinstance(x, np.ndarray) or x.ndim != 2 or rows.ndim != 2:
+        return None
+    if x.dtype != rows.dtype or x.dtype.kind != "f" or x.shape[1] != rows.shape[1]:
+        return None
+    out = np.empty((rows.shape[0], x.shape[0]), x.dtype)
+    step = max(1, _DISTANCE_BLOCK // max(1, x.size))
+    for start in range(0, rows.shape[0], step):
+        block = rows[start : start + step, None, :]
+        d = x[None] - block if x_first else block - x[None]
+        out[start : start + step] = np.sum(d * d, axis=2, dtype=x.dtype)
+    return out
 
 
 @op("Scan", since=8)

@@ -83,8 +83,10 @@ def scratch(shape: tuple[int, ...], dtype) -> np.ndarray:
 
 _memo: OrderedDict[tuple[int, ...], tuple[tuple, Any]] = OrderedDict()
 #: Models compiled from attributes kept at once (a session's tree ensembles, ...): the least
-#: recently used go first, so closed sessions do not pin their attributes forever.
-MEMO_ENTRIES = 64
+#: recently used go first, so closed sessions do not pin their attributes forever. Large enough
+#: for one model of many small ensembles (skl2onnx writes an IsolationForest as one
+#: TreeEnsembleRegressor per tree): with fewer entries than nodes every call recompiled.
+MEMO_ENTRIES = 4096
 _memo_lock = threading.Lock()
 
 

@@ -13,6 +13,7 @@ from .. import native
 from ..registry import ONYX_DOMAIN, op
 from .activation import hard_sigmoid_into, hard_swish, sigmoid_into
 from .conv import conv, conv_key, native_conv_f32
+from .derived import derived, frozen
 from .linalg import gemm
 
 MS = "com.microsoft"
@@ -64,6 +65,10 @@ def _activate(y: np.ndarray, activation: str, alpha=None, beta=None, gamma=None)
     return fn(y, alpha, beta, gamma)
 
 
+#: FusedConv activations that commute with rounding to float16 (their bounds are float16 values)
+_MONOTONE = ("", "Relu", "Clip")
+
+
 @op("FusedConv", since=1, domain=MS, threads="pool")
 def fused_conv(
     X,
@@ -81,6 +86,16 @@ def fused_conv(
     strides=None,
 ):
     """activation(Conv(X, W, B) + Z)."""
+    if X.dtype == np.float16 and W.dtype == np.float16 and Z is None and activation in _MONOTONE:
+        # float16 computes in float32; an activation that commutes with rounding (a clamp)
+        # applies before the one rounding to float16 as exactly as after it, and natively
+        w32 = derived(W, "float32", lambda: frozen(W.astype(np.float32)))
+        b32 = None if B is None else B.astype(np.float32)
+        y = fused_conv(X.astype(np.float32), w32, b32, activation=activation,
+                       activation_params=activation_params, auto_pad=auto_pad,
+                       dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads,
+                       strides=strides)  # fmt: skip
+        return y.astype(np.float16)
     params = list(activation_params or []) + [None] * 3
     code = native.CONV_ACTIVATIONS.get(activation)
     if code is not None:  # the native conv applies Z and the activation as it stores

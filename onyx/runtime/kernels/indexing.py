@@ -216,6 +216,10 @@ def _top_k(x: np.ndarray, k: int, axis: int, largest: int) -> tuple[np.ndarray, 
     if not 0 <= k <= n:
         raise ValueError(f"TopK: k={k} out of range for a dimension of size {n}")
     key = _sort_key(x)
+    if 0 < k and 8 * k <= n and n >= 64:  # a few of many (kNN over distances): no full sort
+        indices = top_few(key, k, axis, largest)
+        if indices is not None:
+            return np.take_along_axis(x, indices, axis=axis), indices
     if largest:
         # ties go to the lower index: a stable ascending sort of the reversed axis, read backwards,
         # orders by (value descending, index ascending)
@@ -224,6 +228,31 @@ def _top_k(x: np.ndarray, k: int, axis: int, largest: int) -> tuple[np.ndarray, 
         order = np.argsort(key, axis=axis, kind="stable")
     indices = np.take(order, np.arange(k), axis=axis)
     return np.take_along_axis(x, indices, axis=axis), indices.astype(np.int64)
+
+
+def top_few(key: np.ndarray, k: int, axis: int, largest: int) -> np.ndarray | None:
+    """TopK's int64 indices when k is small: np.partition finds each row's k-th key, the k
+    keys on the right side of it (kept in index order) are sorted, stably, as _top_k sorts
+    them all, so ties order by index as there. None where that cut is ambiguous: a tie across
+    it, or a NaN (which _top_k's sort places)."""
+    if key.dtype.kind == "f" and np.isnan(key).any():
+        return None
+    rows = np.moveaxis(key, axis, -1)
+    flat = rows.reshape(-1, rows.shape[-1])
+    n = flat.shape[1]
+    kth = n - k if largest else k - 1
+    cut = np.partition(flat, kth, axis=1)[:, kth : kth + 1]
+    chosen = flat >= cut if largest else flat <= cut
+    if not (np.count_nonzero(chosen, axis=1) == k).all():
+        return None
+    positions = np.nonzero(chosen)[1].reshape(-1, k)  # each row's k, in index order
+    best = np.take_along_axis(flat, positions, axis=1)
+    if largest:  # (value descending, index ascending), as _top_k's reversed stable sort
+        order = k - 1 - np.flip(np.argsort(np.flip(best, 1), axis=1, kind="stable"), 1)
+    else:
+        order = np.argsort(best, axis=1, kind="stable")
+    indices = np.take_along_axis(positions, order, axis=1).astype(np.int64)
+    return np.moveaxis(indices.reshape(rows.shape[:-1] + (k,)), -1, axis)
 
 
 @op("TopK", since=1)

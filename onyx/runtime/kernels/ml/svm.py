@@ -3,9 +3,13 @@ pairwise coupling of the probabilities)."""
 
 from __future__ import annotations
 
+from functools import cached_property
+
 import numpy as np
 
+from ... import blas
 from ...registry import op
+from ..derived import from_attributes
 from ._common import as_2d, class_labels, logistic, probit
 from ._common import post_transform as apply_transform
 
@@ -13,11 +17,11 @@ ML = "ai.onnx.ml"
 
 
 def _dot(x, sv):
-    return x @ sv.T
+    return blas.matmul(x, sv.T)
 
 
 def _sq_distance(x, sv):
-    d = (x * x).sum(axis=1)[:, None] + (sv * sv).sum(axis=1)[None, :] - 2.0 * (x @ sv.T)
+    d = (x * x).sum(axis=1)[:, None] + (sv * sv).sum(axis=1)[None, :] - 2.0 * blas.matmul(x, sv.T)
     return np.maximum(d, 0.0)
 
 
@@ -37,9 +41,16 @@ def _kernel(kernel_type: str, kernel_params, x: np.ndarray, vectors: np.ndarray)
     return KERNELS[kernel_type](x, vectors, gamma, coef0, int(degree))
 
 
+#: rows up to which the coupling runs row by row on Python floats: numpy's per-call cost made
+#: one row's few hundred tiny operations 0.5 ms
+_SCALAR_ROWS = 4
+
+
 def _pairwise_coupling(r: np.ndarray) -> np.ndarray:
     """Class probabilities from pairwise ones r[n, i, j] ~ P(i | i or j) (Wu, Lin & Weng 2004,
     method 2, as libsvm solves it): minimize p'Qp subject to sum(p) = 1, all rows at once."""
+    if r.shape[0] <= _SCALAR_ROWS:
+        return np.array([_coupling_row(row.tolist()) for row in r]).reshape(r.shape[:2])
     n, k = r.shape[:2]
     q = -r.transpose(0, 2, 1) * r  # Q[i, j] = -r[j, i] * r[i, j]
     diagonal = (r.transpose(0, 2, 1) ** 2 * (1 - np.eye(k))).sum(axis=2)  # sum_j r[j, i]^2
@@ -61,6 +72,29 @@ def _pairwise_coupling(r: np.ndarray) -> np.ndarray:
             pqp[a] = (pqp[a] + diff * (diff * q[a, t, t] + 2 * qp[a, t])) / scale / scale
             qp[a] = (qp[a] + diff[:, None] * q[a, t, :]) / scale[:, None]
             p[a] /= scale[:, None]
+    return p
+
+
+def _coupling_row(r: list) -> list:
+    """One row of _pairwise_coupling in libsvm's own order of operations (its C loops)."""
+    k = len(r)
+    q = [[-r[j][i] * r[i][j] for j in range(k)] for i in range(k)]
+    for t in range(k):
+        q[t][t] = sum(r[j][t] * r[j][t] for j in range(k) if j != t)
+    p = [1.0 / k] * k
+    eps = 0.005 / k
+    for _ in range(max(100, k)):
+        qp = [sum(q[t][j] * p[j] for j in range(k)) for t in range(k)]
+        pqp = sum(p[t] * qp[t] for t in range(k))
+        if max(abs(v - pqp) for v in qp) < eps:
+            break
+        for t in range(k):
+            diff = (pqp - qp[t]) / q[t][t]
+            p[t] += diff
+            scale = 1.0 + diff
+            pqp = (pqp + diff * (diff * q[t][t] + 2 * qp[t])) / scale / scale
+            qp = [(qp[j] + diff * q[t][j]) / scale for j in range(k)]
+            p = [v / scale for v in p]
     return p
 
 
@@ -86,52 +120,89 @@ def svm_classifier(
     kernel_params=None,
     kernel_type="LINEAR",
 ):
-    labels = class_labels(classlabels_ints, classlabels_strings)
-    k = max(len(labels), 1)
-    x = as_2d(x).astype(np.float64)
-    coefficients = np.asarray(coefficients, np.float64)
-    rho = np.asarray(rho if rho else [0.0], np.float64)
+    attrs = {k: v for k, v in locals().items() if k != "x"}
+    model = from_attributes(tuple(attrs.values()), lambda: _Classifier(**attrs))
+    return model(as_2d(x).astype(np.float64))
 
-    if not vectors_per_class:
-        # Linear mode: one weight vector per class, scored with the kernel and rho[0].
-        weights = coefficients.reshape(k, -1)
-        scores = _kernel(kernel_type, kernel_params, x, weights) + rho[0]
-        label = labels[np.argmax(scores, axis=1)] if len(labels) else np.argmax(scores, axis=1)
-        return label, apply_transform(scores, post_transform).astype(np.float32)
 
-    counts = np.asarray(vectors_per_class, np.int64)
-    starts = np.concatenate([[0], np.cumsum(counts)])
-    vectors = np.asarray(support_vectors, np.float64).reshape(starts[-1], -1)
-    kernel = _kernel(kernel_type, kernel_params, x, vectors)
-    dual = coefficients.reshape(k - 1, starts[-1])
-    # One-vs-one: the classifier of pair (i, j) weighs class i's vectors by row j-1 of the dual
-    # coefficients and class j's by row i; a positive decision votes for i.
-    pairs = [(i, j) for i in range(k) for j in range(i + 1, k)]
-    decisions = np.empty((x.shape[0], len(pairs)))
-    votes = np.zeros((x.shape[0], k), np.int64)
-    for p, (i, j) in enumerate(pairs):
-        si, sj = slice(starts[i], starts[i + 1]), slice(starts[j], starts[j + 1])
-        decisions[:, p] = kernel[:, si] @ dual[j - 1, si] + kernel[:, sj] @ dual[i, sj] + rho[p]
-        votes[:, i] += decisions[:, p] > 0
-        votes[:, j] += decisions[:, p] <= 0
-    best = np.argmax(votes, axis=1)
+class _Classifier:
+    """SVMClassifier's attributes compiled once per node: the support vectors as an array, and
+    the one-vs-one decisions as one matrix product (pair p weighs class i's vectors by row j-1
+    of the dual coefficients and class j's by row i), so that serving a row costs a few numpy
+    calls rather than a Python loop over the pairs."""
 
-    if prob_a:
-        pairwise = _sigmoid_probability(decisions, np.asarray(prob_a), np.asarray(prob_b))
-        r = np.zeros((x.shape[0], k, k))
-        for p, (i, j) in enumerate(pairs):
-            r[:, i, j], r[:, j, i] = pairwise[:, p], 1.0 - pairwise[:, p]
-        probabilities = _pairwise_coupling(r)
-        return labels[best], apply_transform(probabilities, post_transform).astype(np.float32)
-    if k == 2:
-        # onnxruntime writes a binary decision d as [-d, d] (and labels by the vote).
-        scores = np.concatenate([-decisions, decisions], axis=1)
-        if post_transform == "LOGISTIC":
-            scores = logistic(scores)
-        elif post_transform == "PROBIT":
-            scores = np.stack([probit(decisions[:, 0]), np.zeros(len(x))], axis=1)
-        return labels[best], scores.astype(np.float32)
-    return labels[best], apply_transform(decisions, post_transform).astype(np.float32)
+    def __init__(
+        self, *, classlabels_ints, classlabels_strings, rho, prob_a, prob_b, coefficients,
+        support_vectors, vectors_per_class, post_transform, kernel_params, kernel_type,
+    ):  # fmt: skip
+        if kernel_type not in KERNELS:
+            raise ValueError(f"SVM: unknown kernel_type {kernel_type!r}")
+        self.labels = class_labels(classlabels_ints, classlabels_strings)
+        self.k = k = max(len(self.labels), 1)
+        self.post_transform, self.kernel_type = post_transform, kernel_type
+        self.kernel_params = kernel_params
+        coefficients = np.asarray(coefficients, np.float64)
+        self.rho = np.asarray(rho if rho else [0.0], np.float64)
+        self.prob_a = np.asarray(prob_a, np.float64) if prob_a else None
+        self.prob_b = np.asarray(prob_b, np.float64) if prob_b else None
+        self.linear = not vectors_per_class
+        if self.linear:  # one weight vector per class, scored with the kernel and rho[0]
+            self.vectors = coefficients.reshape(k, -1)
+            return
+        counts = np.asarray(vectors_per_class, np.int64)
+        starts = np.concatenate([[0], np.cumsum(counts)])
+        self.vectors = np.asarray(support_vectors, np.float64).reshape(starts[-1], -1)
+        dual = coefficients.reshape(k - 1, starts[-1])
+        self.pairs = [(i, j) for i in range(k) for j in range(i + 1, k)]
+        self.weights = np.zeros((starts[-1], len(self.pairs)))
+        self.vote_i = np.zeros((len(self.pairs), k), np.int64)
+        self.vote_j = np.zeros((len(self.pairs), k), np.int64)
+        for p, (i, j) in enumerate(self.pairs):
+            si, sj = slice(starts[i], starts[i + 1]), slice(starts[j], starts[j + 1])
+            self.weights[si, p], self.weights[sj, p] = dual[j - 1, si], dual[i, sj]
+            self.vote_i[p, i] = self.vote_j[p, j] = 1
+        self.rho = self.rho[: len(self.pairs)]
+
+    @cached_property
+    def squared_norms(self) -> np.ndarray:
+        return (self.vectors * self.vectors).sum(axis=1)
+
+    def __call__(self, x: np.ndarray):
+        if self.kernel_type == "RBF":  # the vectors' squared norms once, not per call
+            gamma = (list(self.kernel_params or []) + [0.0])[0]
+            d = (
+                (x * x).sum(axis=1)[:, None]
+                + self.squared_norms[None, :]
+                - 2.0 * blas.matmul(x, self.vectors.T)
+            )
+            kernel = np.exp(-gamma * np.maximum(d, 0.0))
+        else:
+            kernel = _kernel(self.kernel_type, self.kernel_params, x, self.vectors)
+        labels, transform = self.labels, self.post_transform
+        if self.linear:
+            scores = kernel + self.rho[0]
+            label = labels[np.argmax(scores, axis=1)] if len(labels) else np.argmax(scores, 1)
+            return label, apply_transform(scores, transform).astype(np.float32)
+        decisions = blas.matmul(kernel, self.weights) + self.rho
+        positive = decisions > 0  # a positive decision votes for i, the others for j
+        votes = positive @ self.vote_i + (~positive) @ self.vote_j
+        best = np.argmax(votes, axis=1)
+        if self.prob_a is not None:
+            pairwise = _sigmoid_probability(decisions, self.prob_a, self.prob_b)
+            r = np.zeros((x.shape[0], self.k, self.k))
+            for p, (i, j) in enumerate(self.pairs):
+                r[:, i, j], r[:, j, i] = pairwise[:, p], 1.0 - pairwise[:, p]
+            probabilities = _pairwise_coupling(r)
+            return labels[best], apply_transform(probabilities, transform).astype(np.float32)
+        if self.k == 2:
+            # onnxruntime writes a binary decision d as [-d, d] (and labels by the vote).
+            scores = np.concatenate([-decisions, decisions], axis=1)
+            if transform == "LOGISTIC":
+                scores = logistic(scores)
+            elif transform == "PROBIT":
+                scores = np.stack([probit(decisions[:, 0]), np.zeros(len(x))], axis=1)
+            return labels[best], scores.astype(np.float32)
+        return labels[best], apply_transform(decisions, transform).astype(np.float32)
 
 
 @op("SVMRegressor", since=1, domain=ML)

@@ -104,15 +104,20 @@ def _depth(roots, true_child, false_child, leaf) -> int:
         frontier = np.unique(np.concatenate([true_child[frontier], false_child[frontier]]))
 
 
-def _mode_codes(modes) -> np.ndarray:
+#: mode name (str or the bytes of a STRINGS attribute) -> code
+_MODE_CODES = {**MODES, **{name.encode(): code for name, code in MODES.items()}}
+
+
+def mode_codes(modes) -> np.ndarray:
     if isinstance(modes, np.ndarray) and modes.dtype.kind in "iu":  # TreeEnsemble v5: uint8 tensor
         return modes.astype(np.uint8)
-    names, inverse = np.unique(np.asarray(modes, dtype=object).astype(str), return_inverse=True)
+    # a dict lookup per node: np.unique over the strings took 1 ms a tree, and an
+    # IsolationForest has one ensemble per tree
     try:
-        codes = np.array([MODES[n] for n in names], dtype=np.uint8)
+        return np.fromiter((_MODE_CODES[m] for m in modes), np.uint8, count=len(modes))
     except KeyError as e:
-        raise ValueError(f"tree ensemble: unknown node mode {e.args[0]!r}") from None
-    return codes[inverse.reshape(-1)]
+        name = e.args[0].decode() if isinstance(e.args[0], bytes) else e.args[0]
+        raise ValueError(f"tree ensemble: unknown node mode {name!r}") from None
 
 
 def _floats(values) -> np.ndarray:
@@ -155,7 +160,7 @@ def _forest_v1(
     treeids = np.asarray(treeids, np.int64)
     nodeids = np.asarray(nodeids, np.int64)
     n = len(nodeids)
-    mode = _mode_codes(modes)
+    mode = mode_codes(modes)
     leaf = mode == LEAF
     index = _NodeIndex(treeids, nodeids)
     states = np.arange(n)
@@ -197,7 +202,7 @@ def _forest_v5(
     true_child[:n] = np.asarray(truenodeids, np.int64) + n * np.asarray(trueleafs, np.int64)
     false_child[:n] = np.asarray(falsenodeids, np.int64) + n * np.asarray(falseleafs, np.int64)
     mode = np.full(total, LEAF, np.uint8)
-    mode[:n] = _mode_codes(np.asarray(modes).reshape(-1))
+    mode[:n] = mode_codes(np.asarray(modes).reshape(-1))
     splits = np.asarray(splits).reshape(-1)
     threshold = np.zeros(total, splits.dtype)
     threshold[:n] = splits
