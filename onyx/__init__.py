@@ -68,6 +68,10 @@ _LAZY = {
     "reduce": "onyx.debug",
     "generate": "onyx.genai",
     "quantize": "onyx.quantization",
+    # model tools (onyx/tools/)
+    "to_text": "onyx.tools.text",
+    "parse_model": "onyx.tools.text",
+    "parse_graph": "onyx.tools.text",
 }
 _SUBMODULES = {
     "ir", "defs", "backend", "runtime", "serde", "optimizer", "inference", "tools", "debug",
