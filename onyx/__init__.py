@@ -72,11 +72,13 @@ _LAZY = {
     "to_text": "onyx.tools.text",
     "parse_model": "onyx.tools.text",
     "parse_graph": "onyx.tools.text",
+    "opset": "onyx.tools.builder",
 }
 _SUBMODULES = {
     "ir", "defs", "backend", "runtime", "serde", "optimizer", "inference", "tools", "debug",
     "batch", "genai", "quantization",
 }  # fmt: skip
+_SUBMODULES = {"helper", "ir", "defs", "backend", "runtime", "serde", "optimizer", "inference", "tools"}
 
 
 def __getattr__(name: str):
