@@ -73,6 +73,22 @@ _LAZY = {
     "parse_model": "onyx.tools.text",
     "parse_graph": "onyx.tools.text",
     "opset": "onyx.tools.builder",
+    "merge_models": "onyx.tools.compose",
+    "add_prefix": "onyx.tools.compose",
+    "extract_model": "onyx.tools.compose",
+    "inline_functions": "onyx.tools.compose",
+    "update_dims": "onyx.tools.compose",
+}
+_SUBMODULES = {
+    "helper",
+    "ir",
+    "defs",
+    "backend",
+    "runtime",
+    "serde",
+    "optimizer",
+    "inference",
+    "tools",
 }
 _SUBMODULES = {
     "ir", "defs", "backend", "runtime", "serde", "optimizer", "inference", "tools", "debug",
