@@ -78,6 +78,7 @@ _LAZY = {
     "extract_model": "onyx.tools.compose",
     "inline_functions": "onyx.tools.compose",
     "update_dims": "onyx.tools.compose",
+    "model_stats": "onyx.tools.stats",
 }
 _SUBMODULES = {
     "helper",
