@@ -79,6 +79,8 @@ _LAZY = {
     "inline_functions": "onyx.tools.compose",
     "update_dims": "onyx.tools.compose",
     "model_stats": "onyx.tools.stats",
+    "to_float16": "onyx.tools.precision",
+    "to_bfloat16": "onyx.tools.precision",
 }
 _SUBMODULES = {
     "helper",
