@@ -176,6 +176,7 @@ def merge_models(
             raise InvalidArgument(f"merge_models: the first model has no output {o!r}")
         if i not in in2:
             raise InvalidArgument(f"merge_models: the second model has no input {i!r}")
+        _check_link(out1[o], in2[i])
         in2[i].replace_all_uses_with(out1[o])
         g2.outputs = [out1[o] if v is in2[i] else v for v in g2.outputs]
     consumed = {o for o, _ in io_map}
@@ -198,6 +199,21 @@ def merge_models(
     m.functions = {**a.functions, **b.functions}
     m.metadata_props = {**a.metadata_props, **b.metadata_props}
     return m
+
+
+def _check_link(out: Value, inp: Value) -> None:
+    """An output may feed an input of the same element type and rank (where both are known)."""
+    a, b = out.type, inp.type
+    if not isinstance(a, TensorType) or not isinstance(b, TensorType):
+        return
+    if a.elem_type and b.elem_type and a.elem_type != b.elem_type:
+        raise InvalidArgument(
+            f"merge_models: output {out.name!r} is {a} but input {inp.name!r} takes {b}"
+        )
+    if a.shape is not None and b.shape is not None and a.shape.rank != b.shape.rank:
+        raise InvalidArgument(
+            f"merge_models: output {out.name!r} has shape {a.shape}, input {inp.name!r} {b.shape}"
+        )
 
 
 def _pick(values: list[Value], names: Sequence[str] | None, what: str) -> list[Value]:
