@@ -81,6 +81,7 @@ _LAZY = {
     "model_stats": "onyx.tools.stats",
     "to_float16": "onyx.tools.precision",
     "to_bfloat16": "onyx.tools.precision",
+    "convert_version": "onyx.tools.version_converter",
 }
 _SUBMODULES = {
     "helper",
