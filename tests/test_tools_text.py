@@ -7,12 +7,10 @@ text into a model that onnx prints the same way again.
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 import onnx
-import onnx.backend.test.loader
 import pytest
+from tools_node_suite import node_cases
 
 import onyx
 from onyx.tools.text import TextSyntaxError, format_float, parse_graph, parse_node
@@ -20,9 +18,7 @@ from onyx.tools.text import TextSyntaxError, format_float, parse_graph, parse_no
 
 @pytest.fixture(scope="module")
 def node_models():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return [(c.name, c.model) for c in onnx.backend.test.loader.load_node_model_tests()]
+    return [(c.name, c.model) for c in node_cases()]
 
 
 def test_onnx_parses_our_text_of_every_node_model(node_models):

@@ -112,8 +112,10 @@ _SERIAL = itertools.count()
 class _Edit:
     """Inserts helper nodes before a node, naming their outputs uniquely."""
 
-    def __init__(self, g: Graph, node: Node):
+    def __init__(self, g: Graph, node: Node, target: int = 0):
         self.g, self.node = g, node
+        #: The opset the model is converted to (adapters see schema versions).
+        self.target = target
 
     def name(self, what: str) -> str:
         base = self.node.name or self.node.op_type
@@ -462,6 +464,20 @@ def _resize(edit: _Edit, src: int, dst: int) -> None:
         and n.attr("coordinate_transformation_mode") == "half_pixel_symmetric"
     ):
         raise _err(n, "half_pixel_symmetric exists from opset 19")
+    if dst in (11, 12):  # roi and scales are required inputs there (empty when unused)
+        ins = list(n.inputs) + [None] * (3 - len(n.inputs))
+        for i in (1, 2):
+            if ins[i] is None:
+                ins[i] = edit.const(np.zeros((0,), np.float32))
+        _set_inputs(n, ins)
+    elif dst >= 13 and src in (11, 12):
+        ins = list(n.inputs)
+        for i in (1, 2):
+            if i < len(ins) and ins[i] is not None:
+                arr = _const_array(ins[i])
+                if arr is not None and arr.size == 0:
+                    ins[i] = None
+        _set_inputs(n, ins)
 
 
 @adapter("BatchNormalization")
@@ -530,8 +546,11 @@ def _broadcast(edit: _Edit, src: int, dst: int) -> None:
                 raise _err(n, "legacy broadcasting with an axis needs the inputs' ranks")
             trailing = ra - axis.value - rb
             if trailing > 0:
-                (reshaped,) = edit.add("Unsqueeze", [n.inputs[1]],
-                                       {"axes": list(range(rb, rb + trailing))})  # fmt: skip
+                axes = list(range(rb, rb + trailing))
+                if edit.target >= 13:
+                    (reshaped,) = edit.add("Unsqueeze", [n.inputs[1], edit.const(np.array(axes))])
+                else:
+                    (reshaped,) = edit.add("Unsqueeze", [n.inputs[1]], {"axes": axes})
                 n.set_input(1, reshaped)
     elif dst < 7 <= src:
         da, db = _dims(n.inputs[0]), _dims(n.inputs[1])
@@ -587,7 +606,9 @@ def _reshape(edit: _Edit, src: int, dst: int) -> None:
     elif _crosses(src, dst, 5) < 0:
         _input_to_attr(edit, "shape", 1)
     if dst < 14 and n.attr("allowzero", 0):
-        raise _err(n, "allowzero=1 exists from opset 14")
+        shape = _const_array(n.inputs[1]) if len(n.inputs) > 1 else None
+        if shape is None or (shape == 0).any():
+            raise _err(n, "allowzero=1 with a zero (or computed) shape exists from opset 14")
     if dst < 14:
         n.attributes.pop("allowzero", None)
 
@@ -611,8 +632,8 @@ def _shape(edit: _Edit, src: int, dst: int) -> None:
     ends_v = edit.const(np.array([ends], np.int64))
     slicer = Node("Slice", [whole, starts_v, ends_v], [out])
     edit.g.insert_after(n, slicer)
-    if dst < 10:  # Slice takes attributes there
-        _slice(_Edit(edit.g, slicer), 10, dst)
+    if edit.target < 10:  # Slice takes attributes there
+        _slice(_Edit(edit.g, slicer, edit.target), 10, 1)
 
 
 @adapter("Constant")
@@ -694,7 +715,7 @@ class _Converter:
             return
         fn = ADAPTERS.get(n.op_type)
         if fn is not None:
-            fn(_Edit(g, n), s.since_version, t.since_version if usable else dst)
+            fn(_Edit(g, n, dst), s.since_version, t.since_version if usable else dst)
             t = defs.get_schema(n.op_type, dst)  # (an adapter may rename the op)
             usable = t is not None and not t.deprecated
         if not usable:
@@ -711,6 +732,12 @@ class _Converter:
     def expand(self, g: Graph, n: Node, s, src: int, depth: int) -> None:
         """Replace the node by its standard function body, converted in turn."""
         body = s.function_for(src)
+        if body is None and n.op_type in EXPANSIONS and depth <= 8:
+            made = EXPANSIONS[n.op_type](_Edit(g, n, self.target))
+            for new in made:
+                if new.graph is g:
+                    self.node(g, new, 13, depth + 1)
+            return
         if body is None or depth > 8:
             why = (
                 "its body depends on the node (no stored function)"
@@ -751,6 +778,98 @@ class _Converter:
         for new in nodes:
             if new.graph is g:
                 self.node(g, new, body_src, depth + 1)
+
+
+# -- ops whose standard body depends on the node: written out here (opset 13 forms) ---------
+
+
+def _typed_const(edit: _Edit, value: float, like: Value) -> Value:
+    dt = like.dtype or DataType.FLOAT
+    return edit.const(np.array(value, _np(dt)))
+
+
+def _norm_axes(edit: _Edit, axis: int) -> list[int]:
+    rank = _rank(edit.node.inputs[0])
+    if rank is None:
+        raise _err(edit.node, "expanding it needs the input's rank")
+    axis = axis + rank if axis < 0 else axis
+    return list(range(axis, rank))
+
+
+def _expand_layernorm(edit: _Edit) -> list[Node]:
+    n = edit.node
+    x, scale = n.inputs[0], n.inputs[1]
+    bias = n.inputs[2] if len(n.inputs) > 2 else None
+    axes = _norm_axes(edit, n.attr("axis", -1))
+    before = len(edit.g)
+    (mean,) = edit.add("ReduceMean", [x], {"axes": axes, "keepdims": 1})
+    (d,) = edit.add("Sub", [x, mean])
+    (sq,) = edit.add("Mul", [d, d])
+    (var,) = edit.add("ReduceMean", [sq], {"axes": axes, "keepdims": 1})
+    (ve,) = edit.add("Add", [var, _typed_const(edit, n.attr("epsilon", 1e-5), x)])
+    (std,) = edit.add("Sqrt", [ve])
+    (inv,) = edit.add("Reciprocal", [std])
+    (normed,) = edit.add("Mul", [d, inv])
+    (y,) = edit.add("Mul", [normed, scale])
+    if bias is not None:
+        (y,) = edit.add("Add", [y, bias])
+    return _finish(edit, before, [y, mean, inv])
+
+
+def _expand_rmsnorm(edit: _Edit) -> list[Node]:
+    n = edit.node
+    x, scale = n.inputs[0], n.inputs[1]
+    axes = _norm_axes(edit, n.attr("axis", -1))
+    before = len(edit.g)
+    (sq,) = edit.add("Mul", [x, x])
+    (ms,) = edit.add("ReduceMean", [sq], {"axes": axes, "keepdims": 1})
+    (me,) = edit.add("Add", [ms, _typed_const(edit, n.attr("epsilon", 1e-5), x)])
+    (rms,) = edit.add("Sqrt", [me])
+    (normed,) = edit.add("Div", [x, rms])
+    (y,) = edit.add("Mul", [normed, scale])
+    return _finish(edit, before, [y])
+
+
+def _expand_gelu(edit: _Edit) -> list[Node]:
+    n = edit.node
+    x = n.inputs[0]
+    before = len(edit.g)
+    (half,) = edit.add("Mul", [x, _typed_const(edit, 0.5, x)])
+    if n.attr("approximate", "none") == "tanh":
+        (x2,) = edit.add("Mul", [x, x])
+        (x3,) = edit.add("Mul", [x2, x])
+        (c3,) = edit.add("Mul", [x3, _typed_const(edit, 0.044715, x)])
+        (inner,) = edit.add("Add", [x, c3])
+        (scaled,) = edit.add("Mul", [inner, _typed_const(edit, float(np.sqrt(2 / np.pi)), x)])
+        (t,) = edit.add("Tanh", [scaled])
+    else:
+        (scaled,) = edit.add("Div", [x, _typed_const(edit, float(np.sqrt(2.0)), x)])
+        (t,) = edit.add("Erf", [scaled])
+    (one,) = edit.add("Add", [t, _typed_const(edit, 1.0, x)])
+    (y,) = edit.add("Mul", [half, one])
+    return _finish(edit, before, [y])
+
+
+def _finish(edit: _Edit, before: int, produced: list[Value]) -> list[Node]:
+    g, n = edit.g, edit.node
+    start = g.nodes.index(n) - (len(g) - before)
+    made = list(g.nodes[start : g.nodes.index(n)])
+    for out, new in zip(n.outputs, produced):
+        if not out.name:
+            continue
+        new.type = new.type or out.type
+        out.replace_all_uses_with(new)
+        g.outputs = [new if v is out else v for v in g.outputs]
+        new.name = out.name
+    g.remove(n, safe=False)
+    return made
+
+
+EXPANSIONS: dict[str, Callable[[_Edit], list[Node]]] = {
+    "LayerNormalization": _expand_layernorm,
+    "RMSNormalization": _expand_rmsnorm,
+    "Gelu": _expand_gelu,
+}
 
 
 def _drop_defaults(n: Node, s, t) -> None:
