@@ -39,3 +39,21 @@ def write_text_atomic(path: str, text: str) -> None:
     except BaseException:
         os.unlink(tmp)
         raise
+
+
+def declared_names(model: Model) -> set[str]:
+    """Names of the main graph's values whose types the file declares (value_info)."""
+    return {v.name for v in model.graph.value_info if v.name}
+
+
+def keep_declared_types(model: Model, declared: set[str]) -> None:
+    """Forget the types inference added to intermediate values, keeping the declared ones:
+    a tool's output then says no more than its input did (an inferred dim that another
+    runtime would dispute stays out of the file)."""
+    g = model.graph
+    outputs = {id(v) for v in g.outputs}
+    for node in g:
+        for v in node.outputs:
+            if id(v) not in outputs and v.name not in declared:
+                v.type = None
+    g.value_info = [v for v in g.value_info if v.name in declared and v.type is not None]

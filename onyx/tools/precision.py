@@ -246,6 +246,8 @@ def _convert(m: Model, target, keep_io, block_ops, block_nodes, lo, hi) -> Model
                 continue
             _wrap(c, g, node, id(node) in blocked)
     m.graph.topological_sort()
+    # (the inferred types stay: onnxruntime 1.32's optimizer crashes on some float16 graphs
+    # without them, e.g. bert_ort_extended)
     return m
 
 
