@@ -84,21 +84,10 @@ _LAZY = {
     "convert_version": "onyx.tools.version_converter",
 }
 _SUBMODULES = {
-    "helper",
-    "ir",
-    "defs",
-    "backend",
-    "runtime",
-    "serde",
-    "optimizer",
-    "inference",
-    "tools",
-}
-_SUBMODULES = {
     "ir", "defs", "backend", "runtime", "serde", "optimizer", "inference", "tools", "debug",
     "batch", "genai", "quantization",
+    "batch", "helper",
 }  # fmt: skip
-_SUBMODULES = {"helper", "ir", "defs", "backend", "runtime", "serde", "optimizer", "inference", "tools"}
 
 
 def __getattr__(name: str):
