@@ -684,6 +684,45 @@ def _castlike(edit: _Edit, src: int, dst: int) -> None:
     _cast(edit, 19, dst)
 
 
+@adapter("GridSample")
+def _gridsample(edit: _Edit, src: int, dst: int) -> None:
+    """Opset 20 renamed the modes (bilinear -> linear, bicubic -> cubic) and allowed N-D."""
+    n = edit.node
+    step = _crosses(src, dst, 20)
+    renames = {"bilinear": "linear", "bicubic": "cubic"} if step > 0 else {}
+    if step < 0:
+        renames = {"linear": "bilinear", "cubic": "bicubic"}
+        if _rank(n.inputs[0]) not in (None, 4):
+            raise _err(n, "GridSample before opset 20 takes 4-D input only")
+    mode = n.attr("mode", "bilinear" if src < 20 else "linear")
+    if step and mode in renames:
+        n.set_attr("mode", renames[mode])
+    elif step > 0 and "mode" not in n.attributes:
+        n.set_attr("mode", "linear")  # (the default changed name, not meaning)
+
+
+@adapter("DFT")
+def _dft(edit: _Edit, src: int, dst: int) -> None:
+    """Opset 20 made ``axis`` (default 1) an input (default -2)."""
+    n = edit.node
+    step = _crosses(src, dst, 20)
+    if step > 0:
+        axis = n.attributes.pop("axis", None)
+        value = axis.value if axis is not None else 1
+        ins = list(n.inputs) + [None] * (2 - len(n.inputs))
+        _set_inputs(n, ins[:2] + [edit.const(np.array(value, np.int64))])
+    elif step < 0:
+        axis = -2
+        if len(n.inputs) > 2 and n.inputs[2] is not None:
+            arr = _const_array(n.inputs[2])
+            if arr is None:
+                raise _err(n, "a computed axis has no form before opset 20")
+            axis = int(arr.reshape(-1)[0])
+        _set_inputs(n, list(n.inputs)[:2])
+        _trim(n)
+        n.set_attr("axis", axis)
+
+
 def _np(dt) -> np.dtype:
     from ..ir.dtypes import to_numpy
 
