@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import tempfile
 
-from ..ir import Model
+from ..ir import Model, Value
 
 
 def as_model(model) -> Model:
@@ -57,3 +57,32 @@ def keep_declared_types(model: Model, declared: set[str]) -> None:
             if id(v) not in outputs and v.name not in declared:
                 v.type = None
     g.value_info = [v for v in g.value_info if v.name in declared and v.type is not None]
+
+
+def put_after_output(g, v, build) -> Value:
+    """Insert a node reading ``v`` right after ``v``'s producer, taking over ``v``'s name,
+    readers and graph-output slots: ``build(v)`` returns the node (its first output gets
+    ``v``'s name); ``v`` is renamed and read by that node only. Returns the node's output."""
+    name = v.name
+    v.name = f"{name}__{id(v) % 1000003}" if name else ""
+    node = build(v)
+    new = node.outputs[0]
+    new.name = name
+    for user, i in v.uses():
+        if user is not node:
+            user.set_input(i, new)
+    g.outputs = [new if o is v else o for o in g.outputs]
+    g.value_info = [new if o is v else o for o in g.value_info]
+    g.insert_after(v.producer, node)
+    return new
+
+
+def move_nodes(nodes, dst) -> None:
+    """Move ``nodes`` (in order) from their graphs to the end of graph ``dst``, keeping their
+    inputs (a node belongs to one graph at a time)."""
+    for n in list(nodes):
+        inputs = list(n.inputs)
+        if n.graph is not None:
+            n.graph.remove(n, safe=False)
+        n.set_inputs(inputs)
+        dst.append(n)

@@ -16,7 +16,7 @@ what is wrong. numpy arrays and Python numbers given as inputs become constants.
 
 from __future__ import annotations
 
-import sys
+import inspect
 from collections.abc import Sequence
 from typing import Any
 
@@ -57,7 +57,7 @@ def _elem_type(dtype) -> DataType:
 
 def _caller() -> str:
     """'file:line' of the user's code that called the builder."""
-    frame = sys._getframe(1)
+    frame = inspect.currentframe().f_back
     here = frame.f_code.co_filename
     while frame is not None and frame.f_code.co_filename == here:
         frame = frame.f_back

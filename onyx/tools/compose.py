@@ -26,7 +26,7 @@ from ..ir import (
     Value,
     captured_values,
 )
-from ._common import as_model, copy_model
+from ._common import as_model, copy_model, move_nodes
 
 __all__ = [
     "add_prefix",
@@ -185,10 +185,11 @@ def merge_models(
     g = Graph(
         _pick(all_inputs, inputs, "input"),
         _pick(all_outputs, outputs, "output"),
-        [*g1, *g2],
+        (),
         [*g1.initializers.values(), *g2.initializers.values()],
         name=name or f"{g1.name}_{g2.name}",
     )
+    move_nodes([*g1, *g2], g)
     g.value_info = [*g1.value_info, *g2.value_info]
     g.sparse_initializers = [*g1.sparse_initializers, *g2.sparse_initializers]
     g.doc_string = doc_string or ""
@@ -294,7 +295,8 @@ def extract_model(
     used = {id(v) for v in reached}
     kept = [n for n in g if id(n) in nodes]
     inits = [v for v in g.initializers.values() if id(v) in used and id(v) not in stop]
-    out = Graph(new_inputs, outputs, kept, inits, name=g.name)
+    out = Graph(new_inputs, outputs, (), inits, name=g.name)
+    move_nodes(kept, out)
     made = {id(o) for n in kept for o in n.outputs}
     out.value_info = [v for v in g.value_info if id(v) in made and v not in outputs]
     out.doc_string = g.doc_string

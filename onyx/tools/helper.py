@@ -41,8 +41,8 @@ from ..ir import (
     Type,
     Value,
 )
-from ..ir.attr import infer_attr_type
 from ..ir.dtypes import to_numpy
+from ..ir.graph import infer_attr_type
 
 __all__ = [
     "OpsetId",

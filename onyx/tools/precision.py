@@ -17,6 +17,7 @@ onnxconverter-common does (``min_positive_val``, ``max_finite_val``).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import warnings
 from collections.abc import Iterable
@@ -26,7 +27,7 @@ import numpy as np
 from .. import defs
 from ..ir import Attr, AttrType, DataType, Graph, Model, Node, Tensor, TensorType, Value
 from ..ir.dtypes import to_numpy
-from ._common import as_model, copy_model
+from ._common import as_model, copy_model, put_after_output
 
 __all__ = ["DEFAULT_OP_BLOCK_LIST", "to_bfloat16", "to_float16"]
 
@@ -221,21 +222,16 @@ def _convert(m: Model, target, keep_io, block_ops, block_nodes, lo, hi) -> Model
         v.type = _with_elem(v.type, F32)
         c.cast(main, first, v, target, out=narrow)
     for v in io_out:
-        wide_type = _with_elem(v.type, F32)
-        inner = Value(c.fresh(f"{v.name}_{target.name.lower()}"), v.type)
-        producer = v.producer
-        if producer is not None:
-            producer._outputs[v.index] = inner
-            inner.producer, inner.index = producer, v.index
-            v.producer = v.index = None
-            v.replace_all_uses_with(inner)
-        else:  # an input passed straight through
-            v.replace_all_uses_with(inner)
-            continue
-        v.type = wide_type
-        node = Node("Cast", [inner], [v], {"to": int(F32)}, name=c.fresh("cast"))
-        if producer.graph is main:
-            main.insert_after(producer, node)
+        if v.producer is None:
+            continue  # an input passed straight through: it stays as it is
+        narrow_type = v.type
+        name = v.name
+        v.name = c.fresh(f"{name}_{target.name.lower()}")
+        out = Value(name, _with_elem(narrow_type, F32))
+        node = Node("Cast", [v], [out], {"to": int(F32)}, name=c.fresh("cast"))
+        main.outputs = [out if o is v else o for o in main.outputs]
+        if v.producer.graph is main:
+            main.insert_after(v.producer, node)
         else:
             main.append(node)
         c.created.add(id(node))
@@ -264,13 +260,17 @@ def _wrap(c: _Converter, g: Graph, node: Node, blocked: bool) -> None:
         if not _is_elem(v, target) or not v.name:
             continue
         if blocked or not _accepts(schema, j, narrow_name, inputs=False):
-            wide = Value(c.fresh(f"{v.name}_float"), _with_elem(v.type, F32))
-            node._outputs[j] = wide
-            wide.producer, wide.index = node, j
-            v.producer = v.index = None
-            cast = Node("Cast", [wide], [v], {"to": int(target)}, name=c.fresh("cast"))
-            g.insert_after(node, cast)
-            c.created.add(id(cast))
+            narrow_type = v.type
+            v.type = _with_elem(narrow_type, F32)
+            new = put_after_output(
+                g, v, functools.partial(_cast_node, int(target), c.fresh("cast"))
+            )
+            new.type = narrow_type
+            c.created.add(id(new.producer))
+
+
+def _cast_node(to: int, name: str, src: Value) -> Node:
+    return Node("Cast", [src], [""], {"to": to}, name=name)
 
 
 def _is_accumulator_cast(node: Node) -> bool:

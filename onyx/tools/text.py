@@ -247,7 +247,7 @@ class _Printer:
         if initializer:
             self.w(" =")
         ext = t.external
-        if ext is not None and not t.is_loaded() and t._raw is None and t._loader is None:
+        if ext is not None and not t.is_loaded() and not t.has_raw_bytes():  # (data on disk)
             pairs = ", ".join(f"{quote(k)}: {quote(v)}" for k, v in ext.entries)
             self.w(" [", pairs, "]")
             return

@@ -22,7 +22,7 @@ import numpy as np
 from .. import defs
 from ..errors import OnyxError
 from ..ir import Attr, AttrType, DataType, Graph, Model, Node, Tensor, TensorType, Value
-from ._common import as_model, copy_model
+from ._common import as_model, copy_model, put_after_output
 from .helper import IR_VERSION_OF_OPSET
 
 __all__ = ["VersionConversionError", "convert_version"]
@@ -169,10 +169,7 @@ def _input_to_attr(edit: _Edit, name: str, index: int, convert=lambda a: [int(x)
 
 
 def _set_inputs(n: Node, inputs: list) -> None:
-    n.detach()
-    n._inputs = []
-    for v in inputs:
-        n.append_input(v)
+    n.set_inputs(inputs)
 
 
 def _trim(n: Node) -> None:
@@ -399,12 +396,9 @@ def _softmax(edit: _Edit, src: int, dst: int) -> None:
         n.set_input(0, flat)
         n.set_attr("axis", -1)
         out = n.outputs[0]
-        inner = Value(edit.name("flat_out"), None)
-        n._outputs[0] = inner
-        inner.producer, inner.index = n, 0
-        out.producer = out.index = None
-        reshape = Node("Reshape", [inner, shape], [out])
-        edit.g.insert_after(n, reshape)
+        kept_type, out.type = out.type, None
+        new = put_after_output(edit.g, out, lambda inner: Node("Reshape", [inner, shape], [""]))
+        new.type = kept_type
     else:  # one axis: move it last, run the old semantics there, move it back
         perm = [i for i in range(rank) if i != axis] + [axis]
         back = [perm.index(i) for i in range(rank)]
@@ -413,11 +407,11 @@ def _softmax(edit: _Edit, src: int, dst: int) -> None:
         n.set_input(0, moved)
         n.set_attr("axis", rank - 1)
         out = n.outputs[0]
-        inner = Value(edit.name("moved_out"), None)
-        n._outputs[0] = inner
-        inner.producer, inner.index = n, 0
-        out.producer = out.index = None
-        edit.g.insert_after(n, Node("Transpose", [inner], [out], {"perm": back}))
+        kept_type, out.type = out.type, None
+        new = put_after_output(
+            edit.g, out, lambda inner: Node("Transpose", [inner], [""], {"perm": back})
+        )
+        new.type = kept_type
 
 
 for _op in ("Softmax", "LogSoftmax", "Hardmax"):
@@ -622,16 +616,16 @@ def _shape(edit: _Edit, src: int, dst: int) -> None:
     start, end = n.attributes.pop("start", None), n.attributes.pop("end", None)
     if start is None and end is None:
         return
-    out = n.outputs[0]
-    whole = Value(edit.name("whole"), out.type)
-    n._outputs[0] = whole
-    whole.producer, whole.index = n, 0
-    out.producer = out.index = None
     ends = end.value if end is not None else np.iinfo(np.int64).max
     starts_v = edit.const(np.array([start.value if start is not None else 0], np.int64))
     ends_v = edit.const(np.array([ends], np.int64))
-    slicer = Node("Slice", [whole, starts_v, ends_v], [out])
-    edit.g.insert_after(n, slicer)
+    out = n.outputs[0]
+    kept_type, out.type = out.type, None
+    new = put_after_output(
+        edit.g, out, lambda whole: Node("Slice", [whole, starts_v, ends_v], [""])
+    )
+    new.type = kept_type
+    slicer = new.producer
     if edit.target < 10:  # Slice takes attributes there
         _slice(_Edit(edit.g, slicer, edit.target), 10, 1)
 
