@@ -678,6 +678,21 @@ def _castlike(edit: _Edit, src: int, dst: int) -> None:
     _cast(edit, 19, dst)
 
 
+@adapter("RoiAlign")
+def _roialign(edit: _Edit, src: int, dst: int) -> None:
+    """Opset 16 added coordinate_transformation_mode (default half_pixel); RoiAlign-10
+    computes as 'output_half_pixel'."""
+    n = edit.node
+    step = _crosses(src, dst, 16)
+    if step > 0:
+        n.set_attr("coordinate_transformation_mode", "output_half_pixel")
+    elif step < 0:
+        mode = n.attr("coordinate_transformation_mode", "half_pixel")
+        if mode != "output_half_pixel":
+            raise _err(n, f"coordinate_transformation_mode {mode!r} exists from opset 16")
+        n.attributes.pop("coordinate_transformation_mode", None)
+
+
 @adapter("GridSample")
 def _gridsample(edit: _Edit, src: int, dst: int) -> None:
     """Opset 20 renamed the modes (bilinear -> linear, bicubic -> cubic) and allowed N-D."""
