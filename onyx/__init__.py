@@ -85,8 +85,7 @@ _LAZY = {
 }
 _SUBMODULES = {
     "ir", "defs", "backend", "runtime", "serde", "optimizer", "inference", "tools", "debug",
-    "batch", "genai", "quantization",
-    "batch", "helper",
+    "batch", "genai", "quantization", "helper",
 }  # fmt: skip
 
 
