@@ -68,10 +68,24 @@ _LAZY = {
     "reduce": "onyx.debug",
     "generate": "onyx.genai",
     "quantize": "onyx.quantization",
+    # model tools (onyx/tools/)
+    "to_text": "onyx.tools.text",
+    "parse_model": "onyx.tools.text",
+    "parse_graph": "onyx.tools.text",
+    "opset": "onyx.tools.builder",
+    "merge_models": "onyx.tools.compose",
+    "add_prefix": "onyx.tools.compose",
+    "extract_model": "onyx.tools.compose",
+    "inline_functions": "onyx.tools.compose",
+    "update_dims": "onyx.tools.compose",
+    "model_stats": "onyx.tools.stats",
+    "to_float16": "onyx.tools.precision",
+    "to_bfloat16": "onyx.tools.precision",
+    "convert_version": "onyx.tools.version_converter",
 }
 _SUBMODULES = {
     "ir", "defs", "backend", "runtime", "serde", "optimizer", "inference", "tools", "debug",
-    "batch", "genai", "quantization",
+    "batch", "genai", "quantization", "helper",
 }  # fmt: skip
 
 

@@ -167,6 +167,13 @@ class Node:
         if value is not None:
             value._uses[(self, i)] = None
 
+    def set_inputs(self, inputs: Sequence[Value | None]) -> None:
+        """Replace every input at once (the count may change: an input added or dropped)."""
+        self.detach()
+        self._inputs = []
+        for v in inputs:
+            self.append_input(v)
+
     def detach(self) -> None:
         """Drop this node's uses of its inputs (when it leaves the graph)."""
         for i, v in enumerate(self._inputs):

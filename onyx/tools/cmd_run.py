@@ -30,17 +30,48 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     p.add_argument("--output", "-o", action="append", default=[], help="output name to fetch")
     p.add_argument("--no-optimize", action="store_true", help="disable graph optimizations")
+    p.add_argument(
+        "--shape",
+        action="append",
+        default=[],
+        metavar="NAME=D1,D2,...",
+        help="dims of a random input (or of a symbolic dim: batch=8), e.g. x=1,3,224,224",
+    )
+    p.add_argument(
+        "--inputs", metavar="IN.npz", help="feed inputs from an .npz (one array per name)"
+    )
+    p.add_argument("--save-outputs", metavar="OUT.npz", help="write the outputs to an .npz")
+    p.epilog = EXAMPLE
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
 
 
-def random_input(arg, rng: np.random.Generator):
-    """Random data of an input's declared type; symbolic or unknown dims become 1."""
+EXAMPLE = """examples:
+  onyx run                                          # the bundled example model
+  onyx run model.onnx --shape input=1,3,224,224 -n 20
+  onyx run model.onnx --shape batch=8               # a symbolic dim's size
+  onyx run model.onnx --inputs feeds.npz --save-outputs outputs.npz
+"""
+
+
+def random_input(arg, rng: np.random.Generator, shapes: dict | None = None):
+    """Random data of an input's declared type; symbolic or unknown dims become 1, unless
+    ``shapes`` gives the input's dims (name -> list) or a symbol's size (name -> [size])."""
     from ..ir.dtypes import BY_NAME
 
     t = arg.type
     if not t.startswith("tensor("):
         raise InvalidArgument(f"input {arg.name!r} of type {t}: give it with --input")
     elem = BY_NAME[t[len("tensor(") : -1]].numpy
-    shape = [d if isinstance(d, int) and d >= 0 else 1 for d in (arg.shape or [])]
+    shapes = shapes or {}
+    if arg.name in shapes:
+        shape = [int(d) for d in shapes[arg.name]]
+    else:
+        shape = [
+            d if isinstance(d, int) and d >= 0
+            else int(shapes[d][0]) if isinstance(d, str) and d in shapes and len(shapes[d]) == 1
+            else 1
+            for d in (arg.shape or [])
+        ]  # fmt: skip
     if elem == np.bool_:
         return rng.random(shape) < 0.5
     if elem.kind in "iu":
@@ -81,13 +112,19 @@ def main(args) -> int:
     created = time.perf_counter() - t0
     rng = np.random.default_rng(args.seed)
     given = {}
+    if args.inputs:
+        with np.load(args.inputs, allow_pickle=False) as archive:
+            given.update({k: archive[k] for k in archive.files})
+    from .cmd_infer import parse_shape_args
+
+    shapes = parse_shape_args(args.shape)
     for item in args.input:
         name, sep, file = item.partition("=")
         if not sep:
             raise InvalidArgument(f"--input takes NAME=FILE.npy, got {item!r}")
         given[name] = np.load(file, allow_pickle=False)
     feed = {
-        i.name: given[i.name] if i.name in given else random_input(i, rng)
+        i.name: given[i.name] if i.name in given else random_input(i, rng, shapes)
         for i in sess.get_inputs()
     }
     unknown = set(given) - set(feed)
@@ -106,8 +143,30 @@ def main(args) -> int:
     out_names = names or [o.name for o in sess.get_outputs()]
     for name, value in zip(out_names, outputs):
         print(f"  output {name}: {summarize(value)}")
+    if args.save_outputs:
+        _save_npz(args.save_outputs, dict(zip(out_names, outputs)))
+        print(f"  outputs written to {args.save_outputs}")
     med = statistics.median(times) * 1000
     print(
         f"session creation {created * 1000:.1f} ms; latency {med:.3f} ms median of {len(times)} run(s)"
     )
     return 0
+
+
+def _save_npz(path: str, arrays: dict) -> None:
+    """An .npz written atomically (temporary file, then rename); tensors only."""
+    import os
+    import tempfile
+
+    bad = [k for k, v in arrays.items() if not isinstance(v, np.ndarray)]
+    if bad:
+        raise InvalidArgument(f"--save-outputs: outputs {bad} are not tensors")
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".onyx-", suffix=".npz")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, **arrays)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise

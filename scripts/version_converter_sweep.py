@@ -1,0 +1,128 @@
+"""Every onnx backend node-suite model converted to other ai.onnx opsets by onyx and by
+onnx.version_converter; onyx's conversions run by onyx (and by onnxruntime up to the opset it
+supports) against the cases' expected outputs. Prints the counts docs/tools.md quotes.
+
+    python scripts/version_converter_sweep.py                     # opsets 7,9,...,25,28
+    python scripts/version_converter_sweep.py 11,13 softmax       # some opsets and cases
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import sys
+import time
+import warnings
+
+import numpy as np
+import onnx
+import onnx.backend.test.loader
+import onnx.numpy_helper
+import onnx.version_converter
+import onnxruntime as ort
+
+import onyx
+
+ORT_MAX_OPSET = 23
+
+
+def _array(x):
+    return onnx.numpy_helper.to_array(x) if isinstance(x, onnx.TensorProto) else x
+
+
+def _close(got, want, rtol, atol) -> bool:
+    try:
+        for g, w in zip(got, want):
+            if isinstance(w, list):
+                for a, b in zip(g, w):
+                    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=rtol, atol=atol)
+            elif w is None:
+                assert g is None
+            else:
+                np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=rtol, atol=atol,
+                                           equal_nan=True)  # fmt: skip
+        return True
+    except AssertionError:
+        return False
+
+
+def main(argv: list[str]) -> None:
+    targets = (
+        [int(t) for t in argv[0].split(",")] if argv else [7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 28]
+    )
+    pattern = argv[1] if len(argv) > 1 else ""
+    ort.set_default_logger_severity(4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cases = [c for c in onnx.backend.test.loader.load_node_model_tests()
+                 if pattern in c.name and "bernoulli" not in c.name and c.data_sets]  # fmt: skip
+    stats: collections.Counter = collections.Counter()
+    reasons: collections.Counter = collections.Counter()
+    wrong = []
+    t0 = time.time()
+    warnings.simplefilter("ignore")
+    for c in cases:
+        src = next((o.version for o in c.model.opset_import if o.domain in ("", "ai.onnx")), None)
+        ins, outs = c.data_sets[0]
+        inits = {t.name for t in c.model.graph.initializer}
+        names = [i.name for i in c.model.graph.input if i.name not in inits]
+        feeds = {k: _array(v) if not isinstance(v, list) else v for k, v in zip(names, ins)}
+        outs = [_array(o) for o in outs]
+        try:
+            ok = _close(onyx.InferenceSession(c.model.SerializeToString()).run(None, feeds), outs,
+                        c.rtol, c.atol)  # fmt: skip
+        except Exception:
+            ok = False
+        if src is None or not ok:
+            stats["cases onyx does not pass as given (skipped)"] += 1
+            continue
+        for t in targets:
+            if t == src:
+                continue
+            stats["pairs"] += 1
+            try:
+                m = onyx.convert_version(onyx.loads(c.model.SerializeToString()), t)
+                stats["onyx converted"] += 1
+                data = onyx.dumps(m)
+                got = onyx.InferenceSession(data).run(None, feeds)
+                if _close(got, outs, c.rtol, c.atol):
+                    stats["onyx's conversion correct (run by onyx)"] += 1
+                else:
+                    wrong.append((c.name, src, t))
+                if t <= ORT_MAX_OPSET:
+                    try:
+                        sess = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+                        got = sess.run(None, feeds)
+                        stats["onyx's conversion run by onnxruntime"] += 1
+                        stats["onyx's conversion correct (run by onnxruntime)"] += _close(
+                            got, outs, c.rtol, c.atol
+                        )
+                    except Exception:
+                        stats["onyx's conversion refused by onnxruntime"] += 1
+            except onyx.OnyxError as e:
+                stats["onyx refused (OnyxError)"] += 1
+                reasons[str(e).split(": ", 1)[-1][:100]] += 1
+            except Exception as e:
+                stats["onyx crashed"] += 1
+                wrong.append((c.name, src, t, repr(e)[:120]))
+            try:
+                p = onnx.version_converter.convert_version(c.model, t)
+                stats["onnx converted"] += 1
+                got = onyx.InferenceSession(p.SerializeToString()).run(None, feeds)
+                stats["onnx's conversion correct (run by onyx)"] += _close(
+                    got, outs, c.rtol, c.atol
+                )
+            except Exception:
+                stats["onnx refused or failed"] += 1
+    print(json.dumps(stats, indent=1))
+    print(f"{time.time() - t0:.0f} s")
+    print("most frequent refusals:")
+    for r, k in reasons.most_common(20):
+        print(f"  {k:5d}  {r}")
+    print(f"wrong or crashed: {len(wrong)}")
+    for w in wrong[:30]:
+        print("  ", w)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,66 @@
+"""The tool verbs end to end through the CLI's main()."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import onyx
+from onyx.tools.cli import build_parser, main
+
+MODELS = Path(__file__).with_name("models")
+RESNET = str(MODELS / "resnet_torchscript_op17.onnx")
+VERBS = ["print", "extract", "merge", "infer", "stats", "fp16", "run"]
+
+
+@pytest.mark.parametrize("verb", VERBS)
+def test_every_verb_has_help_with_an_example(verb, capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args([verb, "--help"])
+    assert "example" in capsys.readouterr().out
+
+
+def test_print_round_trip(tmp_path, capsys):
+    assert main(["print", RESNET, "--max-elements", "4"]) == 0
+    assert "{...}" in capsys.readouterr().out
+    assert main(["print", RESNET, "-o", str(tmp_path / "m.txt")]) == 0
+    assert main(["print", str(tmp_path / "m.txt"), "-o", str(tmp_path / "m.onnx")]) == 0
+    assert len(onyx.load(tmp_path / "m.onnx").graph) == len(onyx.load(RESNET).graph)
+
+
+def test_extract_merge_infer_fp16_stats(tmp_path, capsys):
+    nodes = list(onyx.load(RESNET).graph)
+    a, b = nodes[8].outputs[0].name, nodes[14].outputs[0].name
+    assert main(["extract", RESNET, str(tmp_path / "e.onnx"), "--inputs", a, "--outputs", b]) == 0
+    assert len(onyx.load(tmp_path / "e.onnx").graph) == 6
+    args = ["merge", RESNET, RESNET, str(tmp_path / "m.onnx"), "--map", "logits=x"]
+    assert main([*args, "--prefix1", "a/", "--prefix2", "b/"]) == 1
+    assert "has shape [batch,10], input 'b/x' [batch,3,32,32]" in capsys.readouterr().err
+    assert main(["infer", RESNET, str(tmp_path / "i.onnx"), "--shape", "x=2,3,32,32"]) == 0
+    typed = onyx.load(tmp_path / "i.onnx")
+    assert all(v.shape is not None and v.shape.is_static() for v in typed.graph.value_info)
+    assert main(["fp16", RESNET, str(tmp_path / "h.onnx")]) == 0
+    assert main(["stats", RESNET, "--shape", "batch=1"]) == 0
+    out = capsys.readouterr().out
+    assert "total MACs        26,731,146" in out
+    assert (
+        main(["extract", RESNET, str(tmp_path / "x.onnx"), "--inputs", "nope", "--outputs", b]) == 1
+    )
+    assert "no value named 'nope'" in capsys.readouterr().err
+
+
+def test_run_flags(tmp_path, capsys):
+    np.savez(tmp_path / "in.npz", x=np.ones((2, 3, 32, 32), np.float32))
+    out = tmp_path / "out.npz"
+    assert (
+        main(["run", RESNET, "--inputs", str(tmp_path / "in.npz"), "--save-outputs", str(out)]) == 0
+    )
+    with np.load(out) as saved:
+        assert saved["logits"].shape == (2, 10)
+    assert main(["run", RESNET, "--shape", "batch=3", "--save-outputs", str(out)]) == 0
+    with np.load(out) as saved:
+        assert saved["logits"].shape == (3, 10)
+    assert main(["run", RESNET, "--shape", "x=4,3,32,32"]) == 0
+    assert "[4, 3, 32, 32]" in capsys.readouterr().out
