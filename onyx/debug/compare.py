@@ -16,7 +16,6 @@ from typing import Any
 import numpy as np
 
 from .. import ir
-from ..errors import InvalidArgument
 from .runners import OnyxRunner, Runner, as_model, make_runner
 
 Tolerance = float | dict[str, float]
@@ -114,35 +113,10 @@ def make_inputs(
     model: Any, shapes: dict[str, list[int]] | None = None, seed: int = 0
 ) -> dict[str, Any]:
     """Seeded random feeds for the model's inputs: their declared element types, symbolic
-    dims set to 1 (one value per symbol) unless ``shapes`` gives the input's shape."""
-    model = as_model(model)
-    rng = np.random.default_rng(seed)
-    inits = set(model.graph.initializers)
-    feeds = {}
-    for v in model.graph.inputs:
-        if v.name in inits:
-            continue
-        t = v.type
-        if not isinstance(t, ir.TensorType):
-            raise InvalidArgument(f"input {v.name!r} of type {t}: give its value explicitly")
-        shape = (shapes or {}).get(v.name)
-        if shape is None:
-            dims = t.shape.dims if t.shape is not None else ()
-            shape = [d if isinstance(d, int) and d >= 0 else 1 for d in dims]
-        feeds[v.name] = _random(ir.to_numpy(t.elem_type), list(shape), rng)
-    return feeds
+    dims set to 1 unless ``shapes`` gives the input's shape (onyx.tools.feeds' rules)."""
+    from ..tools.feeds import random_feeds
 
-
-def _random(dtype: np.dtype, shape: list[int], rng: np.random.Generator) -> np.ndarray:
-    dtype = np.dtype(dtype)
-    if dtype == np.bool_:
-        return rng.random(shape) < 0.5
-    if dtype.kind in "iu":
-        # small values: they are often indices, masks or token ids
-        return rng.integers(0, 4, size=shape).astype(dtype)
-    if dtype.kind == "O":
-        return np.array(rng.choice(["a", "b", "c"], size=shape), dtype=object)
-    return rng.standard_normal(shape).astype(dtype)
+    return random_feeds(as_model(model), shapes, seed)
 
 
 # -- comparing values --------------------------------------------------------------------------

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-import numpy as np
-
 from ..errors import InvalidArgument
+from .feeds import load_npz
 
 HELP = "compare a model's outputs on onyx and onnxruntime / the reference / another model"
 
@@ -60,10 +59,7 @@ def parse_tolerance(items: list[str], default: float) -> float | dict[str, float
 
 
 def load_inputs(path: str | None) -> dict | None:
-    if path is None:
-        return None
-    with np.load(path, allow_pickle=False) as data:
-        return {k: data[k] for k in data.files}
+    return None if path is None else load_npz(path)
 
 
 def main(args) -> int:

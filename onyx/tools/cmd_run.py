@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InvalidArgument
+from .feeds import input_shape, load_npz, random_array, save_npz
 
 HELP = "run a model (the bundled example when none is given) and print its outputs and latency"
 
@@ -53,34 +54,6 @@ EXAMPLE = """examples:
 """
 
 
-def random_input(arg, rng: np.random.Generator, shapes: dict | None = None):
-    """Random data of an input's declared type; symbolic or unknown dims become 1, unless
-    ``shapes`` gives the input's dims (name -> list) or a symbol's size (name -> [size])."""
-    from ..ir.dtypes import BY_NAME
-
-    t = arg.type
-    if not t.startswith("tensor("):
-        raise InvalidArgument(f"input {arg.name!r} of type {t}: give it with --input")
-    elem = BY_NAME[t[len("tensor(") : -1]].numpy
-    shapes = shapes or {}
-    if arg.name in shapes:
-        shape = [int(d) for d in shapes[arg.name]]
-    else:
-        shape = [
-            d if isinstance(d, int) and d >= 0
-            else int(shapes[d][0]) if isinstance(d, str) and d in shapes and len(shapes[d]) == 1
-            else 1
-            for d in (arg.shape or [])
-        ]  # fmt: skip
-    if elem == np.bool_:
-        return rng.random(shape) < 0.5
-    if elem.kind in "iu":
-        return rng.integers(0, 10, size=shape).astype(elem)
-    if elem.kind == "O":
-        return np.array(rng.choice(["a", "b", "c"], size=shape), dtype=object)
-    return rng.standard_normal(shape).astype(elem)
-
-
 def summarize(value) -> str:
     if isinstance(value, list):
         return f"sequence of {len(value)}" + (f": first {summarize(value[0])}" if value else "")
@@ -111,10 +84,7 @@ def main(args) -> int:
     sess = InferenceSession(str(path), options)
     created = time.perf_counter() - t0
     rng = np.random.default_rng(args.seed)
-    given = {}
-    if args.inputs:
-        with np.load(args.inputs, allow_pickle=False) as archive:
-            given.update({k: archive[k] for k in archive.files})
+    given = load_npz(args.inputs) if args.inputs else {}
     from .cmd_infer import parse_shape_args
 
     shapes = parse_shape_args(args.shape)
@@ -124,7 +94,7 @@ def main(args) -> int:
             raise InvalidArgument(f"--input takes NAME=FILE.npy, got {item!r}")
         given[name] = np.load(file, allow_pickle=False)
     feed = {
-        i.name: given[i.name] if i.name in given else random_input(i, rng, shapes)
+        i.name: given[i.name] if i.name in given else _random_input(i, rng, shapes)
         for i in sess.get_inputs()
     }
     unknown = set(given) - set(feed)
@@ -144,7 +114,7 @@ def main(args) -> int:
     for name, value in zip(out_names, outputs):
         print(f"  output {name}: {summarize(value)}")
     if args.save_outputs:
-        _save_npz(args.save_outputs, dict(zip(out_names, outputs)))
+        save_npz(args.save_outputs, dict(zip(out_names, outputs)))
         print(f"  outputs written to {args.save_outputs}")
     med = statistics.median(times) * 1000
     print(
@@ -153,20 +123,11 @@ def main(args) -> int:
     return 0
 
 
-def _save_npz(path: str, arrays: dict) -> None:
-    """An .npz written atomically (temporary file, then rename); tensors only."""
-    import os
-    import tempfile
+def _random_input(arg, rng: np.random.Generator, shapes: dict):
+    """Random data of an input as the session describes it (onyx.tools.feeds' rules)."""
+    from ..ir.dtypes import BY_NAME
 
-    bad = [k for k, v in arrays.items() if not isinstance(v, np.ndarray)]
-    if bad:
-        raise InvalidArgument(f"--save-outputs: outputs {bad} are not tensors")
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".onyx-", suffix=".npz")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    if not arg.type.startswith("tensor("):
+        raise InvalidArgument(f"input {arg.name!r} of type {arg.type}: give it with --input")
+    dtype = BY_NAME[arg.type[len("tensor(") : -1]].numpy
+    return random_array(dtype, input_shape(arg.name, arg.shape, shapes), rng)

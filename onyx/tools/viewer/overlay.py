@@ -14,8 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import InvalidArgument, OnyxError
+from ...errors import OnyxError
 from ...ir import Model
+from ..feeds import load_npz, random_feeds
 from .stats import _num, tensor_stats
 
 #: Two values agree where |a - b| <= ATOL + RTOL * |b| (b: the reference), as numpy.allclose.
@@ -24,27 +25,12 @@ ATOL, RTOL = 1e-4, 1e-3
 
 def default_inputs(model: Model, seed: int = 0, skip: set[str] = frozenset()) -> dict[str, Any]:
     """Random data for the graph inputs (as ``onyx run`` makes it); symbolic dims become 1."""
-    from ...runtime.session import NodeArg, _shape_list, type_string
-    from ..cmd_run import random_input
-
-    rng = np.random.default_rng(seed)
-    g = model.graph
-    inits = set(g.initializers)
-    feeds = {}
-    for v in g.inputs:
-        if v.name not in inits and v.name not in skip:
-            arg = NodeArg(v.name, type_string(v.type) or "", _shape_list(v.type))
-            feeds[v.name] = random_input(arg, rng)
-    return feeds
+    return random_feeds(model, seed=seed, skip=skip)
 
 
 def load_inputs(path: str) -> dict[str, Any]:
     """Feeds from an .npz file (one array per input name)."""
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            return {k: data[k] for k in data.files}
-    except (OSError, ValueError) as e:
-        raise InvalidArgument(f"cannot read inputs from {path!r}: {e}") from e
+    return load_npz(path)
 
 
 def main_values(model: Model) -> list[str]:

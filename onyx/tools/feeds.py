@@ -1,0 +1,96 @@
+"""Feeds for the tools: seeded random data of a model's input types, and .npz files of arrays.
+
+One place for ``onyx run``, ``onyx compare`` / ``reduce``, ``onyx view`` and ``onyx quantize``,
+so that each makes the same inputs from the same seed and reads the same files.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from .. import ir
+from ..errors import InvalidArgument, OnyxError
+
+
+def random_array(dtype: Any, shape: Sequence[int], rng: np.random.Generator) -> np.ndarray:
+    """Random data of one element type. Integers are small (0..3): they are often indices,
+    masks or token ids, which must stay in range."""
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_:
+        return rng.random(shape) < 0.5
+    if dtype.kind in "iu":
+        return rng.integers(0, 4, size=shape).astype(dtype)
+    if dtype.kind in "OUS":
+        return np.array(rng.choice(["a", "b", "c"], size=shape), dtype=object)
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def input_shape(name: str, dims: Iterable, shapes: dict[str, Sequence[int]] | None) -> list[int]:
+    """An input's concrete shape: ``shapes[name]`` when given, else its declared dims with each
+    symbolic or unknown dim set by ``shapes[symbol] == [size]`` or to 1."""
+    shapes = shapes or {}
+    if name in shapes:
+        return [int(d) for d in shapes[name]]
+    return [
+        d if isinstance(d, int) and d >= 0
+        else int(shapes[d][0]) if isinstance(d, str) and len(shapes.get(d, ())) == 1
+        else 1
+        for d in dims or ()
+    ]  # fmt: skip
+
+
+def random_feeds(
+    model: ir.Model,
+    shapes: dict[str, Sequence[int]] | None = None,
+    seed: int = 0,
+    skip: Iterable[str] = (),
+) -> dict[str, np.ndarray]:
+    """Seeded random feeds for the model's inputs (initializers and ``skip`` left out)."""
+    rng = np.random.default_rng(seed)
+    leave = set(model.graph.initializers) | set(skip)
+    feeds = {}
+    for v in model.graph.inputs:
+        if v.name in leave:
+            continue
+        if not isinstance(v.type, ir.TensorType):
+            raise InvalidArgument(f"input {v.name!r} of type {v.type}: give its value explicitly")
+        dims = v.type.shape.dims if v.type.shape is not None else ()
+        dtype = ir.to_numpy(v.type.elem_type)
+        feeds[v.name] = random_array(dtype, input_shape(v.name, dims, shapes), rng)
+    return feeds
+
+
+def load_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:
+    """The arrays of an .npz file, by name."""
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            return {k: archive[k] for k in archive.files}
+    except (OSError, ValueError) as e:
+        raise InvalidArgument(f"cannot read arrays from {os.fspath(path)!r}: {e}") from e
+
+
+def save_npz(path: str | os.PathLike, arrays: dict[str, Any]) -> None:
+    """An .npz written atomically (a temporary file beside it, then renamed); tensors only."""
+    bad = [k for k, v in arrays.items() if not isinstance(v, np.ndarray)]
+    if bad:
+        raise InvalidArgument(f"{os.fspath(path)}: values {bad} are not tensors")
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".onyx-", suffix=".npz")
+    except OSError as e:
+        raise OnyxError(f"cannot write {os.fspath(path)!r}: {e}") from e
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, **arrays)
+        os.replace(tmp, path)
+    except OSError as e:
+        os.unlink(tmp)
+        raise OnyxError(f"cannot write {os.fspath(path)!r}: {e}") from e
+    except BaseException:
+        os.unlink(tmp)
+        raise
