@@ -594,6 +594,11 @@ def write_report(
         "or took over 1 s). Peak memory is the peak RSS growth of a fresh process creating the session and "
         "running it 3 times (MiB).",
         "",
+        "Other benchmark reports, each written by its own script: "
+        "[benchmarks_scale.md](benchmarks_scale.md) (cost against graph size, "
+        "`benchmarks/bench_scale.py`) and [benchmarks_distributed.md](benchmarks_distributed.md) "
+        "(Spark, Ray and Dask, `benchmarks/bench_batch.py`).",
+        "",
         zoo_note,
         "",
         "The dispatch-overhead set runs the tiny fixture models (tests/models: d=64, 32x32 "
