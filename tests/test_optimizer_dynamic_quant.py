@@ -100,3 +100,40 @@ def test_chain_left_alone_when_it_cannot_fuse():
     assert "MatMulInteger" in double  # a Cast to double: not MatMulIntegerToFloat's float
     shared = onyx.optimize(onyx.loads(_chain(True, scale_is_output=True)))
     assert "MatMulInteger" in [n.op_type for n in shared.graph]  # the scale is an output
+
+
+def _three_products(a, b, bb, bs, bz, c, x, trans_b) -> list:
+    from onyx.runtime.kernels import contrib
+
+    zp7, zp9 = np.array(7, np.uint8), np.array(9, np.uint8)
+    return [
+        contrib.q_gemm(a, np.float32(0.02), zp7, b, bs, bz, c, np.float32(0.3), zp9,
+                       transB=trans_b),
+        contrib.matmul_integer_to_float(a, bb, np.float32(0.02), bs, zp7, bz,
+                                        c.astype(np.float32)),
+        contrib.dynamic_quantize_matmul(x, bb, bs, bz),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("trans_b", [0, 1])
+def test_small_products_through_float_blas_keep_the_int32_bits(trans_b, monkeypatch):
+    """QGemm, MatMulIntegerToFloat and DynamicQuantizeMatMul take a small A with a constant B
+    through float32 BLAS (contrib._small_product): the same bits as the int8 GEMM path."""
+    from onyx.runtime.kernels import contrib
+
+    rng = np.random.default_rng(4)
+    for k in (1, 96, 517, 600):  # (600: beyond the exact bound with |B| = 127, not taken)
+        a = rng.integers(0, 256, (5, k)).astype(np.uint8)
+        b = rng.integers(-127, 128, (24, k) if trans_b else (k, 24)).astype(np.int8)
+        b[0, 0] = -127
+        bb = b.T.copy() if trans_b else b.copy()
+        b.flags.writeable = bb.flags.writeable = False  # (constants, as a session hands them)
+        bz, bs = np.zeros(24, np.int8), rng.uniform(0.001, 0.01, 24).astype(np.float32)
+        c = rng.integers(-(10**6), 10**6, 24).astype(np.int32)
+        x = rng.uniform(-4, 3, (2, 5, k)).astype(np.float32)
+        fast = _three_products(a, b, bb, bs, bz, c, x, trans_b)
+        with monkeypatch.context() as m:
+            m.setattr(contrib, "_small_product", lambda *args: None)
+            slow = _three_products(a, b, bb, bs, bz, c, x, trans_b)
+        for got, want in zip(fast, slow):
+            np.testing.assert_array_equal(got, want)

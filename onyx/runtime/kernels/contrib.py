@@ -208,6 +208,15 @@ def _small_product(a_centered, a_size: int, b, b_zero_point, scale, bias):
     return y
 
 
+def _small_integer_product(a, b, a_zero_point, b_zero_point) -> np.ndarray | None:
+    """(A - a_zp) @ (B - b_zp) in int32 for a small 2-D A and a constant B, by float32 BLAS
+    (exact: see _small_product), or None."""
+    if a.ndim != 2 or a.dtype not in (np.int8, np.uint8) or np.size(a_zero_point) > 1:
+        return None
+    y = _small_product(lambda: _centered(a, a_zero_point), a.size, b, b_zero_point, 1, None)
+    return None if y is None else y.astype(np.int32)
+
+
 def _scale(a_scale, b_scale) -> np.ndarray:
     return (upcast(np.asarray(a_scale)).astype(np.float32) * upcast(np.asarray(b_scale))).astype(
         np.float32, copy=False
@@ -287,7 +296,9 @@ def q_gemm(
     b_ = b.T if transB else b
     if transB and not b.flags.writeable:  # a weight: one stable transposed copy per session,
         b_ = derived(b, ("transposed",), lambda: frozen(b.T.copy()))  # (its packing cached)
-    acc = integer_matmul(a_, b_, a_zero_point, b_zero_point)
+    acc = _small_integer_product(a_, b_, a_zero_point, b_zero_point)
+    if acc is None:
+        acc = integer_matmul(a_, b_, a_zero_point, b_zero_point)
     if c is not None:
         acc = acc + c.astype(np.int32)
     scale = np.float32(alpha) * np.float32(a_scale) * np.asarray(b_scale, dtype=np.float32)
