@@ -241,7 +241,11 @@ def matmul_integer_to_float(a, b, a_scale, b_scale, a_zero_point=None, b_zero_po
         y = _small_product(lambda: _centered(a, a_zero_point), a.size, b, b_zero_point, scale, bias)
     if y is None:
         acc = integer_matmul(a, b, a_zero_point, b_zero_point)
-        y = np.multiply(acc, scale, dtype=np.float32)
+        if fits(acc.shape, scale.shape):  # (a cast, then in place: faster than a mixed multiply)
+            y = acc.astype(np.float32)
+            y *= scale
+        else:
+            y = np.multiply(acc, scale, dtype=np.float32)
         if bias is not None:
             y += upcast(np.asarray(bias))
     return y.astype(np.asarray(a_scale).dtype, copy=False)
