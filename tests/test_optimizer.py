@@ -459,6 +459,31 @@ def test_qdq_data_movement():
     assert [n.op_type for n in opt.graph].count("QuantizeLinear") == 2
 
 
+@pytest.mark.parametrize("mode", ["reflect", "constant", "edge"])
+def test_qdq_pad_moves_and_shape_reads_the_quantized_tensor(mode):
+    """DQ -> Pad -> Q at one scale: the Pad runs on the uint8 tensor (a constant 0 pads with the
+    zero point); a Shape reading the DQ reads its input, so the DQ's one reader is the Pad."""
+    qdq = ["s", "zp"]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", *qdq], ["q0"]),
+        helper.make_node("DequantizeLinear", ["q0", *qdq], ["d0"]),
+        helper.make_node("Shape", ["d0"], ["shape"]),
+        helper.make_node("Pad", ["d0", "pads"], ["p"], mode=mode),
+        helper.make_node("QuantizeLinear", ["p", *qdq], ["q1"]),
+        helper.make_node("DequantizeLinear", ["q1", *qdq], ["y"]),
+    ]
+    inits = [
+        ("s", np.array(0.05, np.float32)),
+        ("zp", np.array(100, np.uint8)),
+        ("pads", np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64)),
+    ]
+    outs = [("y", F, [1, 2, 6, 6]), ("shape", TensorProto.INT64, [4])]
+    m = make(nodes, [("x", F, [1, 2, 4, 4])], outs, inits, opset=18)
+    opt = check(m, {"x": w(1, 2, 4, 4, scale=3)}, tol=0)
+    ops = [n.op_type for n in opt.graph]
+    assert ops.count("QuantizeLinear") == 1 and ops.count("DequantizeLinear") == 1, ops
+
+
 def test_matmul_scale_fusion():
     """Attention scores: Q @ K^T then * 1/sqrt(d) (GPT), or sqrt of it on each side (PyTorch's
     MultiheadAttention): one FusedMatMul(alpha)."""

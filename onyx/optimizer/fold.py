@@ -236,10 +236,13 @@ def qdq_data_movement(ctx: PassContext) -> bool:
     g = ctx.graph
     changed = False
     for move in g:
-        if not is_op(move, *_MOVEMENT) or move.graph is None or not move.inputs:
+        if not is_op(move, *_MOVEMENT, "Pad") or move.graph is None or not move.inputs:
             continue
         dq = move.inputs[0].producer
-        if not is_op(dq, "DequantizeLinear") or ctx.single_use(dq.outputs[0]) is not move:
+        if not is_op(dq, "DequantizeLinear"):
+            continue
+        changed |= _shapes_read_source(ctx, dq)
+        if ctx.single_use(dq.outputs[0]) is not move:
             continue
         params = _qparams(ctx, dq)
         if params is None:  # (the spec gives DQ's input the zero point's type)
@@ -247,9 +250,12 @@ def qdq_data_movement(ctx: PassContext) -> bool:
         requants = [ctx.single_use(v) for v in move.outputs]
         if not all(is_op(q, "QuantizeLinear") and _qparams(ctx, q) == params for q in requants):
             continue
+        parameters = _moved_parameters(ctx, move, params)
+        if parameters is None:
+            continue
         moved = ir.Node(
             move.op_type,
-            [dq.inputs[0], *move.inputs[1:]],
+            [dq.inputs[0], *parameters],
             [ctx.fresh_name(v.name + "_quantized") for v in move.outputs],
             list(move.attributes.values()),
             name=ctx.fresh_name((move.name or move.op_type) + "_quantized"),
@@ -263,3 +269,29 @@ def qdq_data_movement(ctx: PassContext) -> bool:
         ctx.count("QDQDataMovement")
         changed = True
     return changed
+
+
+def _shapes_read_source(ctx: PassContext, dq: ir.Node) -> bool:
+    """Shape nodes reading ``dq``'s output read its input instead (the same shape): the
+    dequantized tensor then often has one reader left, which the movement needs."""
+    shapes = [n for n, _ in dq.outputs[0].uses() if is_op(n, "Shape") and n.graph is ctx.graph]
+    for n in shapes:
+        n.set_input(0, dq.inputs[0])
+    return bool(shapes)
+
+
+def _moved_parameters(ctx: PassContext, move: ir.Node, params: tuple) -> list | None:
+    """The movement op's inputs after the data, for the quantized tensor; None when it cannot
+    move. Pad's constant (0, the only one taken) quantizes to the zero point exactly."""
+    rest = list(move.inputs[1:])
+    if move.op_type != "Pad":
+        return rest
+    if ctx.opset() < 11 or len(rest) > 3:
+        return None
+    if move.attr("mode", "constant") in ("constant", b"constant"):
+        value = ctx.scalar(rest[1]) if len(rest) > 1 and rest[1] is not None else 0.0
+        if value != 0.0:
+            return None
+        _, dtype, zp = params
+        rest = [rest[0], ctx.add_const(np.array(zp, dtype), "pad_zero_point"), *rest[2:]]
+    return rest

@@ -7,7 +7,7 @@ changes, then the fusions in rounds, the basic passes after each (see ``__init__
 
 from __future__ import annotations
 
-from . import cleanup, conv, fold, gemm, lookup, qdq, transformer, transpose
+from . import cleanup, conv, dynamic_quant, fold, gemm, lookup, qdq, transformer, transpose
 from .core import Pass, pass_of
 
 #: Basic passes: standard ops in, standard ops out.
@@ -31,6 +31,7 @@ FUSIONS: tuple[Pass, ...] = tuple(
     pass_of(fn)
     for fn in (
         qdq.qdq_fusion,  # first: a FusedConv would hide a QDQ node unit from it
+        dynamic_quant.matmul_integer_to_float,
         conv.conv_bn,
         conv.conv_add,
         conv.conv_mul,

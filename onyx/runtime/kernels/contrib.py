@@ -17,7 +17,7 @@ from .elementwise import erf_gelu, fits, upcast
 from .fused import table_lookup
 from .linalg import gemm_matmul, integer_matmul
 from .normalization import layer_norm_last
-from .quantize import dynamic_quantize_linear, quantize_per_tensor, saturate_cast
+from .quantize import dynamic_params, dynamic_quantize_linear, quantize_per_tensor, saturate_cast
 
 MS = "com.microsoft"
 
@@ -170,6 +170,62 @@ def q_linear_concat(y_scale, y_zero_point, *inputs, axis):
     return np.concatenate(parts, axis=axis).astype(y_zero_point.dtype, copy=False)
 
 
+#: The most elements of A a dynamically quantized product takes through float32 BLAS (where
+#: that and the native int8 GEMM cross on one thread, measured on the zoo's transformer shapes).
+_SMALL_PRODUCT = 4096
+
+
+def _centered_weight(b, b_zero_point) -> tuple[np.ndarray, float] | None:
+    """A constant 2-D B minus its zero point in float32 and the largest magnitude there, once
+    per session; None for a B that is not a read-only 2-D 8-bit constant."""
+    if b.flags.writeable or b.ndim != 2 or b.dtype not in (np.int8, np.uint8):
+        return None
+
+    def make():
+        c = b.astype(np.float32)
+        if b_zero_point is not None:
+            c -= np.asarray(b_zero_point).astype(np.float32)
+        return frozen(c), float(np.max(np.abs(c), initial=0.0))
+
+    return derived(b, ("centered f32", value_key(b_zero_point)), make)
+
+
+def _small_product(a_centered, a_size: int, b, b_zero_point, scale, bias):
+    """(A - a_zp) @ (B - b_zp) * scale [+ bias] by float32 BLAS, or None: when K * 255 * |B - b_zp|
+    stays within 2**24 every partial sum is an integer float32 holds exactly, so the product is
+    the int32 accumulator's value, to the bit, in one GEMM. Only for a small A (``a_size``
+    elements): there the native int8 GEMM's set-up costs more than the product; beyond, its
+    one-pass quantization and byte GEMM win."""
+    if a_size > _SMALL_PRODUCT:
+        return None
+    centered = _centered_weight(b, b_zero_point)
+    if centered is None or b.shape[0] * 255 * centered[1] > 2**24:
+        return None
+    y = gemm_matmul(a_centered(), centered[0])
+    y *= scale
+    if bias is not None:
+        y += upcast(np.asarray(bias))
+    return y
+
+
+def _small_integer_product(a, b, a_zero_point, b_zero_point) -> np.ndarray | None:
+    """(A - a_zp) @ (B - b_zp) in int32 for a small 2-D A and a constant B, by float32 BLAS
+    (exact: see _small_product), or None."""
+    if a.ndim != 2 or a.dtype not in (np.int8, np.uint8) or np.size(a_zero_point) > 1:
+        return None
+    y = _small_product(lambda: _centered(a, a_zero_point), a.size, b, b_zero_point, 1, None)
+    return None if y is None else y.astype(np.int32)
+
+
+def _scale(a_scale, b_scale) -> np.ndarray:
+    """a_scale * b_scale in float32 (onnxruntime's one multiplier of the accumulator)."""
+    if np.result_type(a_scale) == np.float32 and np.result_type(b_scale) == np.float32:
+        return np.multiply(a_scale, b_scale, dtype=np.float32)  # (the common case, one call)
+    return (upcast(np.asarray(a_scale)).astype(np.float32) * upcast(np.asarray(b_scale))).astype(
+        np.float32, copy=False
+    )
+
+
 @op("MatMulIntegerToFloat", since=1, domain=MS, threads="pool")
 def matmul_integer_to_float(a, b, a_scale, b_scale, a_zero_point=None, b_zero_point=None,
                             bias=None):  # fmt: skip
@@ -179,20 +235,47 @@ def matmul_integer_to_float(a, b, a_scale, b_scale, a_zero_point=None, b_zero_po
     ([N]); a_zero_point per tensor or per row; the output has the scales' type."""
     if np.size(a_scale) != 1:  # (one scale for A, as onnxruntime takes it)
         raise ValueError(f"a_scale must be one value (per tensor), got shape {np.shape(a_scale)}")
-    acc = integer_matmul(a, b, a_zero_point, b_zero_point)
-    scale = upcast(np.asarray(a_scale)).astype(np.float32) * upcast(np.asarray(b_scale))
-    y = np.multiply(acc, scale.astype(np.float32, copy=False), dtype=np.float32)
-    if bias is not None:
-        y += upcast(np.asarray(bias))
+    scale = _scale(a_scale, b_scale)
+    y = None
+    if a.dtype in (np.int8, np.uint8) and np.size(a_zero_point) <= 1:
+        y = _small_product(lambda: _centered(a, a_zero_point), a.size, b, b_zero_point, scale, bias)
+    if y is None:
+        acc = integer_matmul(a, b, a_zero_point, b_zero_point)
+        if fits(acc.shape, scale.shape):  # (a cast, then in place: faster than a mixed multiply)
+            y = acc.astype(np.float32)
+            y *= scale
+        else:
+            y = np.multiply(acc, scale, dtype=np.float32)
+        if bias is not None:
+            y += upcast(np.asarray(bias))
     return y.astype(np.asarray(a_scale).dtype, copy=False)
+
+
+def _dynamic_centered(a, scale, zero_point) -> np.ndarray:
+    """DynamicQuantizeLinear(a) - its zero point in float32: clip(rint(a / scale), -zp, 255 - zp),
+    which is the uint8 tensor's value less zp, exactly (small integers in float32)."""
+    zp = float(zero_point)
+    q = np.divide(a, scale)
+    np.rint(q, out=q)
+    np.maximum(q, -zp, out=q)  # (the ufuncs: np.clip's wrapper costs more than a small q)
+    return np.minimum(q, 255.0 - zp, out=q)
 
 
 @op("DynamicQuantizeMatMul", since=1, domain=MS, threads="pool")
 def dynamic_quantize_matmul(a, b, b_scale, b_zero_point=None, bias=None):
     """A quantized as DynamicQuantizeLinear does (uint8 per tensor), then MatMulIntegerToFloat
     with B: onnxruntime's fusion of a dynamically quantized MatMul."""
-    q, a_scale, a_zero_point = dynamic_quantize_linear(upcast(a).astype(np.float32, copy=False))
-    y = matmul_integer_to_float(q, b, a_scale, b_scale, a_zero_point, b_zero_point, bias)
+    x = upcast(a).astype(np.float32, copy=False)
+    a_scale, a_zero_point = dynamic_params(x)
+    y = None
+    if np.isfinite(a_scale):
+        y = _small_product(lambda: _dynamic_centered(x, a_scale, a_zero_point), x.size, b,
+                           b_zero_point, _scale(a_scale, b_scale), bias)  # fmt: skip
+    if y is None:
+        q = quantize_per_tensor(x, a_scale, a_zero_point, np.uint8) if x.ndim else None
+        if q is None:  # (DynamicQuantizeLinear's other paths)
+            q, a_scale, a_zero_point = dynamic_quantize_linear(x)
+        y = matmul_integer_to_float(q, b, a_scale, b_scale, a_zero_point, b_zero_point, bias)
     return y.astype(a.dtype, copy=False)
 
 
@@ -220,7 +303,9 @@ def q_gemm(
     b_ = b.T if transB else b
     if transB and not b.flags.writeable:  # a weight: one stable transposed copy per session,
         b_ = derived(b, ("transposed",), lambda: frozen(b.T.copy()))  # (its packing cached)
-    acc = integer_matmul(a_, b_, a_zero_point, b_zero_point)
+    acc = _small_integer_product(a_, b_, a_zero_point, b_zero_point)
+    if acc is None:
+        acc = integer_matmul(a_, b_, a_zero_point, b_zero_point)
     if c is not None:
         acc = acc + c.astype(np.int32)
     scale = np.float32(alpha) * np.float32(a_scale) * np.asarray(b_scale, dtype=np.float32)

@@ -221,20 +221,25 @@ def dequantize_linear(x, x_scale, x_zero_point=None, *, axis=1, block_size=0, ou
     return dequantize(x, x_scale, x_zero_point, axis=axis, block_size=block_size, dtype=dtype)
 
 
-@op("DynamicQuantizeLinear", since=11)
-def dynamic_quantize_linear(x):
-    x = x.astype(np.float32, copy=False)
-    lo = np.float32(np.min(x, initial=0.0))  # (the range always holds 0)
-    hi = np.float32(np.max(x, initial=0.0))
+def dynamic_params(x: np.ndarray) -> tuple[np.float32, np.ndarray]:
+    """DynamicQuantizeLinear's scale and (uint8) zero point for float32 x."""
+    flat = x.reshape(-1)  # (the ufuncs' reduce: np.min's wrapper costs more than a small x's scan)
+    lo = np.float32(np.minimum.reduce(flat, initial=0.0))  # (the range always holds 0)
+    hi = np.float32(np.maximum.reduce(flat, initial=0.0))
     scale = np.float32((hi - lo) / np.float32(255))
     if scale == 0:  # all-zero input: undefined in the spec; onnxruntime reports a scale of 1
         scale = np.float32(1)
     zp = float(-lo / scale)  # (float32 arithmetic, then exact)
     if math.isfinite(zp):  # round() rounds half to even, as rint: a small tensor's numpy
         # scalar calls (saturate_cast on a 0-d array) had cost as much as quantizing it
-        zero_point = np.array(min(max(round(zp), 0), 255), np.uint8)
-    else:
-        zero_point = saturate_cast(np.asarray(-lo / scale), None, np.uint8)
+        return scale, np.array(min(max(round(zp), 0), 255), np.uint8)
+    return scale, saturate_cast(np.asarray(-lo / scale), None, np.uint8)
+
+
+@op("DynamicQuantizeLinear", since=11)
+def dynamic_quantize_linear(x):
+    x = x.astype(np.float32, copy=False)
+    scale, zero_point = dynamic_params(x)
     y = quantize_per_tensor(x, np.float32(scale), zero_point, np.uint8)
     if y is None:  # (0-d x)
         y = saturate_cast(x / scale, zero_point, np.uint8, owned=True)

@@ -1,0 +1,139 @@
+"""MatMulIntegerToFloatFusion (onyx/optimizer/dynamic_quant.py): a dynamically quantized MatMul's
+MatMulInteger -> Cast -> Mul [-> Add] becomes com.microsoft MatMulIntegerToFloat, and with a
+DynamicQuantizeLinear read by it alone DynamicQuantizeMatMul; outputs keep every bit, in onyx
+(numpy and native) and against onnxruntime running the unfused model."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+
+import numpy as np
+import pytest
+
+import onyx
+from onyx import ir
+
+HERE = os.path.dirname(__file__)
+MODELS = os.path.join(HERE, "models")
+RNG = np.random.default_rng(0)
+
+
+def _session(model, level: str) -> onyx.InferenceSession:
+    so = onyx.SessionOptions()
+    so.graph_optimization_level = getattr(onyx.GraphOptimizationLevel, level)
+    return onyx.InferenceSession(model, so)
+
+
+def _tokens(model: ir.Model) -> dict:
+    feeds = {}
+    for v in model.graph.inputs:
+        shape = [d if isinstance(d, int) else 6 for d in v.shape]
+        feeds[v.name] = RNG.integers(0, 50, size=shape).astype(np.int64)
+    return feeds
+
+
+@pytest.mark.parametrize("name", ["bert_torchscript_op17", "gpt_dynamo_op18"])
+def test_dynamic_transformers_fuse_to_the_bit(name, monkeypatch):
+    q = onyx.quantize(os.path.join(MODELS, name + ".onnx"), mode="dynamic")
+    stats: dict = {}
+    fused = Counter(n.op_type for n in onyx.optimize(q, stats=stats).graph)
+    assert stats.get("MatMulIntegerToFloatFusion", 0) >= 4
+    assert fused["MatMulInteger"] == 0
+    assert fused["DynamicQuantizeMatMul"] + fused["MatMulIntegerToFloat"] >= 4
+    feeds = _tokens(q)
+    want = _session(q, "ORT_DISABLE_ALL").run(None, feeds)
+    for native in ("1", "0"):
+        monkeypatch.setenv("ONYX_NATIVE", native)
+        got = _session(q, "ORT_ENABLE_EXTENDED").run(None, feeds)
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g, w)
+
+
+def _chain(bias: bool, cast_to: int = ir.DataType.FLOAT, scale_is_output: bool = False):
+    """x -> DynamicQuantizeLinear -> MatMulInteger(W) -> Cast -> Mul(x_scale * w_scale) [+ b]."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = RNG.integers(-127, 128, size=(16, 8)).astype(np.int8)
+    inits = [numpy_helper.from_array(w, "w"),
+             numpy_helper.from_array(np.zeros(8, np.int8), "wz"),
+             numpy_helper.from_array(RNG.uniform(0.01, 0.02, 8).astype(np.float32), "ws"),
+             numpy_helper.from_array(RNG.uniform(-1, 1, 8).astype(np.float32), "b")]  # fmt: skip
+    nodes = [
+        helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"]),
+        helper.make_node("MatMulInteger", ["xq", "w", "xz", "wz"], ["acc"]),
+        helper.make_node("Cast", ["acc"], ["accf"], to=int(cast_to)),
+        helper.make_node("Mul", ["xs", "ws"], ["s"]),
+        helper.make_node("Mul", ["accf", "s"], ["y0"]),
+    ]
+    if bias:
+        nodes.append(helper.make_node("Add", ["y0", "b"], ["y"]))
+    out = "y" if bias else "y0"
+    elem = TensorProto.DOUBLE if cast_to == ir.DataType.DOUBLE else TensorProto.FLOAT
+    outputs = [helper.make_tensor_value_info(out, elem, [3, 8])]
+    if scale_is_output:
+        outputs.append(helper.make_tensor_value_info("s", TensorProto.FLOAT, [8]))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                              [3, 16])], outputs, inits)  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return onnx.checker.check_model(model) or model.SerializeToString()
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_chain_fuses_and_matches_onnxruntime(bias):
+    ort = pytest.importorskip("onnxruntime")
+    model = _chain(bias)
+    ops = [n.op_type for n in onyx.optimize(onyx.loads(model)).graph]
+    assert ops == ["DynamicQuantizeMatMul"]
+    x = RNG.uniform(-3, 2, size=(3, 16)).astype(np.float32)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    want = ort.InferenceSession(model, so).run(None, {"x": x})[0]
+    got = _session(model, "ORT_ENABLE_EXTENDED").run(None, {"x": x})[0]
+    np.testing.assert_array_equal(got, want)
+
+
+def test_chain_left_alone_when_it_cannot_fuse():
+    double = [n.op_type for n in onyx.optimize(onyx.loads(_chain(True, ir.DataType.DOUBLE))).graph]
+    assert "MatMulInteger" in double  # a Cast to double: not MatMulIntegerToFloat's float
+    shared = onyx.optimize(onyx.loads(_chain(True, scale_is_output=True)))
+    assert "MatMulInteger" in [n.op_type for n in shared.graph]  # the scale is an output
+
+
+def _three_products(a, b, bb, bs, bz, c, x, trans_b) -> list:
+    from onyx.runtime.kernels import contrib
+
+    zp7, zp9 = np.array(7, np.uint8), np.array(9, np.uint8)
+    return [
+        contrib.q_gemm(a, np.float32(0.02), zp7, b, bs, bz, c, np.float32(0.3), zp9,
+                       transB=trans_b),
+        contrib.matmul_integer_to_float(a, bb, np.float32(0.02), bs, zp7, bz,
+                                        c.astype(np.float32)),
+        contrib.dynamic_quantize_matmul(x, bb, bs, bz),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("trans_b", [0, 1])
+def test_small_products_through_float_blas_keep_the_int32_bits(trans_b, monkeypatch):
+    """QGemm, MatMulIntegerToFloat and DynamicQuantizeMatMul take a small A with a constant B
+    through float32 BLAS (contrib._small_product): the same bits as the int8 GEMM path."""
+    from onyx.runtime.kernels import contrib
+
+    rng = np.random.default_rng(4)
+    for k in (1, 96, 517, 600):  # (600: beyond the exact bound with |B| = 127, not taken)
+        a = rng.integers(0, 256, (5, k)).astype(np.uint8)
+        b = rng.integers(-127, 128, (24, k) if trans_b else (k, 24)).astype(np.int8)
+        b[0, 0] = -127
+        bb = b.T.copy() if trans_b else b.copy()
+        b.flags.writeable = bb.flags.writeable = False  # (constants, as a session hands them)
+        bz, bs = np.zeros(24, np.int8), rng.uniform(0.001, 0.01, 24).astype(np.float32)
+        c = rng.integers(-(10**6), 10**6, 24).astype(np.int32)
+        x = rng.uniform(-4, 3, (2, 5, k)).astype(np.float32)
+        fast = _three_products(a, b, bb, bs, bz, c, x, trans_b)
+        with monkeypatch.context() as m:
+            m.setattr(contrib, "_small_product", lambda *args: None)
+            slow = _three_products(a, b, bb, bs, bz, c, x, trans_b)
+        for got, want in zip(fast, slow):
+            np.testing.assert_array_equal(got, want)
