@@ -268,7 +268,10 @@ def test_conv_hard_swish_fusion_same_bits(shape, bias):
     m = make([conv, helper.make_node("HardSwish", ["c"], ["y"])], [("x", F, list(shape))],
              [("y", F, None)], inits, opset=18)  # fmt: skip
     feeds = {"x": w(*shape, scale=4)}
-    opt = check(m, feeds, expect=["ConvHardSwish"], absent=["Conv", "HardSwish"], tol=1e-5)
+    # against onnxruntime: the conv sums 9 * C products of inputs scaled by 4 (values near 40),
+    # and numpy's im2col order rounds differently from onnxruntime's by about 1e-5 there
+    # (ONYX_NATIVE=0); the fused and unfused onyx runs are compared bit for bit below
+    opt = check(m, feeds, expect=["ConvHardSwish"], absent=["Conv", "HardSwish"], tol=1e-4)
     onnx.checker.check_model(onnx.load_from_string(onyx.dumps(opt)), full_check=True)
     off = onyx.SessionOptions()
     off.disabled_optimizers = ["ConvHardSwishFusion"]
