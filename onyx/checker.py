@@ -10,6 +10,7 @@ exception's ``problems`` holds them as data.
 from __future__ import annotations
 
 import os
+from collections import ChainMap
 from dataclasses import dataclass
 
 from . import defs
@@ -118,6 +119,9 @@ class _Checker:
         self.problems: list[Problem] = []
         self.ir_version = model.ir_version or 0
         self.functions = {(f.domain, f.name) for f in model.functions.values()}
+        self.clean: set[tuple] = set()  # signatures of nodes that passed the schema rules
+        self.type_strings: dict[int, tuple] = {}
+        self.allowed: dict[tuple, frozenset | None] = {}
 
     def report(self, rule: str, message: str, graph: str = "", node: Node | None = None):
         self.problems.append(Problem(rule, message, graph, node_label(node) if node else ""))
@@ -243,8 +247,10 @@ class _Checker:
 
         # names defined anywhere in this graph, to tell "used before defined" from "undefined"
         later = {v.name for n in g.nodes for v in n.outputs if v.name}
+        # the names a node sees: this graph's so far, then the enclosing graphs' (a live view:
+        # copying the scope per node made checking quadratic in the graph's size)
+        visible = ChainMap(scope, outer) if outer else scope
         for node in g.nodes:
-            visible = {**outer, **scope}
             for v in node.inputs:
                 if v is None:
                     continue
@@ -262,7 +268,7 @@ class _Checker:
                         self.report(
                             "undefined-input", f"input {v.name!r} is not defined", gname, node
                         )
-            self.check_node(node, gname, {**outer, **scope}, opsets, function)
+            self.check_node(node, gname, visible, opsets, function)
             for v in node.outputs:
                 define(v, "output", node)
 
@@ -444,6 +450,32 @@ class _Checker:
             return
         if not defs.is_known_domain(domain):
             return  # a custom operator: nothing in the standard to check it against
+        # Nodes alike in everything the schema rules read pass or fail alike: a model repeats a
+        # few kinds of node thousands of times, and each kind is checked once.
+        key = self.signature(node, domain, version)
+        if key in self.clean:
+            return
+        found = len(self.problems)
+        self.check_schema_rules(node, domain, version, gname, function)
+        if len(self.problems) == found:
+            self.clean.add(key)
+
+    def signature(self, node: Node, domain: str, version: int) -> tuple:
+        ts = self.type_str
+        ins = tuple([None if v is None else (v.name != "", ts(v.type)) for v in node._inputs])
+        outs = tuple([(v.name != "", ts(v.type)) for v in node._outputs])
+        attrs = tuple([(n, a.type, a.is_ref) for n, a in node.attributes.items()])
+        return (domain, node.op_type, version, ins, outs, attrs)
+
+    def type_str(self, t) -> str | None:
+        if t is None:
+            return None
+        hit = self.type_strings.get(id(t))
+        if hit is None or hit[0] is not t:
+            hit = self.type_strings[id(t)] = (t, type_string(t))
+        return hit[1]
+
+    def check_schema_rules(self, node: Node, domain: str, version: int, gname: str, function):
         schema = defs.get_schema(node.op_type, version, domain)
         if schema is None:
             self.report(
@@ -559,11 +591,11 @@ class _Checker:
                 p = params[min(i, len(params) - 1)]
                 if i >= len(params) and not p.is_variadic:
                     return
-                ts = type_string(v.type)
+                ts = self.type_str(v.type)
                 if ts is None:
                     continue
-                allowed = schema.allowed_types(p.type_str)
-                if allowed is not None and _norm(ts) not in {_norm(x) for x in allowed}:
+                allowed = self.allowed_types(schema, p.type_str)
+                if allowed is not None and _norm(ts) not in allowed:
                     self.report(
                         "type-constraint",
                         f"{what} {v.name!r} is {ts}, not allowed for {p.name!r} ({p.type_str})",
@@ -583,6 +615,13 @@ class _Checker:
 
         visit(schema.inputs, node.inputs, "input")
         visit(schema.outputs, node.outputs, "output")
+
+    def allowed_types(self, schema, type_str: str) -> frozenset | None:
+        key = (id(schema), type_str)
+        if key not in self.allowed:
+            allowed = schema.allowed_types(type_str)
+            self.allowed[key] = None if allowed is None else frozenset(map(_norm, allowed))
+        return self.allowed[key]
 
     def check_attribute(self, a, node: Node, gname: str, visible, opsets, function) -> None:
         if not a.name:
