@@ -122,6 +122,7 @@ class _Checker:
         self.clean: set[tuple] = set()  # signatures of nodes that passed the schema rules
         self.type_strings: dict[int, tuple] = {}
         self.allowed: dict[tuple, frozenset | None] = {}
+        self.real_base: str | None = None
 
     def report(self, rule: str, message: str, graph: str = "", node: Node | None = None):
         self.problems.append(Problem(rule, message, graph, node_label(node) if node else ""))
@@ -150,7 +151,25 @@ class _Checker:
         self.check_opsets(m.opset_imports, "model")
         for f in m.functions.values():
             self.check_function(f)
+        self.check_recursion()
+        if m.graph is None:
+            self.report("graph", "the model has no graph")
+            return
         self.check_graph(m.graph, {}, m.opset_imports, top=True)
+
+    def check_recursion(self) -> None:
+        """Model-local functions must not call themselves, directly or through others: a call
+        would expand forever."""
+        calls = {
+            (f.domain, f.name): {
+                key
+                for n in f.graph.all_nodes()
+                if (key := ("" if n.domain == "ai.onnx" else n.domain, n.op_type)) in self.functions
+            }
+            for f in self.model.functions.values()
+        }
+        for key in _on_cycles(calls):
+            self.report("function-recursion", f"function {key[0]}::{key[1]} calls itself")
 
     def check_opsets(self, opsets: dict[str, int], where: str) -> None:
         if self.ir_version >= 3 and not opsets:
@@ -250,6 +269,7 @@ class _Checker:
         # the names a node sees: this graph's so far, then the enclosing graphs' (a live view:
         # copying the scope per node made checking quadratic in the graph's size)
         visible = ChainMap(scope, outer) if outer else scope
+        out_of_order = False
         for node in g.nodes:
             for v in node.inputs:
                 if v is None:
@@ -258,6 +278,7 @@ class _Checker:
                     self.report("empty-name", "an input has an empty name", gname, node)
                 elif v.name not in visible:
                     if v.name in later:
+                        out_of_order = True
                         self.report(
                             "topological-order",
                             f"input {v.name!r} is used before the node producing it",
@@ -271,6 +292,8 @@ class _Checker:
             self.check_node(node, gname, visible, opsets, function)
             for v in node.outputs:
                 define(v, "output", node)
+        if out_of_order:  # onnxruntime sorts such a graph, unless its nodes form a cycle
+            self.check_cycles(g, gname)
 
         for v in g.outputs:
             if not v.name:
@@ -287,6 +310,18 @@ class _Checker:
             else:
                 self.check_type_features(v.type, gname, f"value_info {v.name!r}")
 
+    def check_cycles(self, g: Graph, gname: str) -> None:
+        producers = {id(v): n for n in g.nodes for v in n.outputs if v.name}
+        deps = {
+            id(n): {id(p) for v in n.inputs if v is not None and (p := producers.get(id(v)))}
+            for n in g.nodes
+        }
+        on_cycle = _on_cycles(deps)
+        for n in g.nodes:
+            if id(n) in on_cycle:
+                self.report("cycle", "the node is part of a cycle", gname, n)
+                return
+
     def check_value_type(self, v: Value, gname: str, what: str) -> None:
         if v.type is None:
             self.report("value-type", f"{what} {v.name!r} has no type", gname)
@@ -299,7 +334,7 @@ class _Checker:
                 # onnxruntime (and onyx's session) run it as a dynamic dim: PaddlePaddle's -1
                 self.report("negative-dim", f"{what} has a negative dim {t.shape}", gname)
             if t.elem_type == DataType.UNDEFINED:
-                self.report("value-type", f"{what} has no element type", gname)
+                self.report("elem-type", f"{what} has no element type", gname)
             feature = _DTYPE_FEATURE.get(t.elem_type)
             if feature:
                 self.need_ir(feature, what, gname)
@@ -363,7 +398,9 @@ class _Checker:
         base = self.model.base_dir
         if base is not None:
             path = os.path.join(base, norm)
-            real_base = os.path.realpath(base)
+            if self.real_base is None:
+                self.real_base = os.path.realpath(base)
+            real_base = self.real_base
             if not os.path.realpath(path).startswith(real_base + os.sep):
                 self.report(
                     "external-data", f"{what}: location {location!r} leaves the model folder", gname
@@ -638,6 +675,21 @@ class _Checker:
         if a.type == AttrType.UNDEFINED:
             self.report("attribute-type", f"attribute {a.name!r} has no type", gname, node)
             return
+        bound = _ATTR_BOUNDS.get(a.name)
+        if bound is not None and a.type in (AttrType.INT, AttrType.INTS):
+            lo, hi, what = bound
+            values = [a.value] if a.type == AttrType.INT else a.value
+            if any(not lo <= v <= hi for v in values):
+                self.report(
+                    "attribute-value", f"attribute {a.name!r} = {a.value}: {what}", gname, node
+                )
+        if a.name in _DTYPE_ATTRS and a.type == AttrType.INT and not _is_dtype(a.value):
+            self.report(
+                "attribute-value",
+                f"attribute {a.name!r} = {a.value} is no element type",
+                gname,
+                node,
+            )
         if a.type in (AttrType.SPARSE_TENSOR, AttrType.SPARSE_TENSORS):
             self.need_ir("sparse_tensor", f"attribute {a.name!r}", gname, node)
             for sp in a.value if a.type == AttrType.SPARSE_TENSORS else [a.value]:
@@ -660,6 +712,45 @@ class _Checker:
 _REMOVED_ATTR_VALUES = {
     ("", "Resize"): (13, "coordinate_transformation_mode", "tf_half_pixel_for_nn"),
 }
+#: Attributes that count or index elements, with the values that can make sense: a kernel
+#: would allocate or loop by them (a dilation near 2**32 overflows a padded plane's size).
+_ATTR_BOUNDS = {
+    "kernel_shape": (1, 2**31 - 1, "kernel sizes must be 1 to 2**31-1"),
+    "dilations": (1, 2**31 - 1, "dilations must be 1 to 2**31-1"),
+    "strides": (1, 2**31 - 1, "strides must be 1 to 2**31-1"),
+    "pads": (-(2**31), 2**31 - 1, "pads must fit in 32 bits"),
+    "axis": (-(2**31), 2**31 - 1, "an axis must fit in 32 bits"),
+    "axes": (-(2**31), 2**31 - 1, "an axis must fit in 32 bits"),
+}
+#: Attributes that name an element type.
+_DTYPE_ATTRS = frozenset({"to", "dtype", "output_dtype"})
+
+
+def _is_dtype(value: int) -> bool:
+    try:
+        return DataType(value) != DataType.UNDEFINED
+    except ValueError:
+        return False
+
+
+def _on_cycles(edges: dict) -> set:
+    """The keys of ``edges`` (key -> keys it depends on) that lie on a cycle or depend on one,
+    found by peeling off keys whose dependencies are all resolved (Kahn's algorithm)."""
+    pending = {k: {d for d in deps if d in edges} for k, deps in edges.items()}
+    users: dict = {}
+    for k, deps in pending.items():
+        for d in deps:
+            users.setdefault(d, []).append(k)
+    ready = [k for k, deps in pending.items() if not deps]
+    done = set()
+    while ready:
+        k = ready.pop()
+        done.add(k)
+        for u in users.get(k, ()):
+            pending[u].discard(k)
+            if not pending[u]:
+                ready.append(u)
+    return set(edges) - done
 
 
 def _sparse_name(sp) -> str:

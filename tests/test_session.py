@@ -165,7 +165,7 @@ def test_node_breaking_its_schema_is_rejected_at_creation():
         [vi("x", TensorProto.FLOAT, [1])],
         [vi("y", TensorProto.FLOAT, [1])],
     )
-    with pytest.raises(onyx.OnyxError, match="lonely_add.*1 input.*takes 2 to 2"):
+    with pytest.raises(onyx.OnyxError, match="lonely_add.*1 inputs?.*takes 2"):
         onyx.InferenceSession(model)
     model = make_model(
         [helper.make_node("Cast", ["x"], ["y"], name="cast_nowhere")],

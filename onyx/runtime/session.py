@@ -14,6 +14,7 @@ from ..errors import FormatError, InvalidArgument
 from ..ir.dtypes import DataType, to_numpy, type_name
 from ..serde import as_model
 from ..utils import gc_paused
+from ..validation import validate
 from . import blas, memory, native
 from .custom_ops import session_kernels
 from .lenient import accept_lenient
@@ -24,7 +25,7 @@ from .options import (  # noqa: F401  (onnxruntime's names, importable from here
     RunOptions,
     SessionOptions,
 )
-from .plan import Compiler, OutputCheck, Plan, as_array_result, check_nodes
+from .plan import Compiler, OutputCheck, Plan, as_array_result
 from .profiler import Profiler
 from .registry import traits
 from .session_api import SessionAPI
@@ -115,7 +116,7 @@ class InferenceSession(SessionAPI):
         self._model = as_model(source, user="InferenceSession")
         if self._model.graph is None:
             raise FormatError("the model has no graph")
-        check_nodes(self._model)
+        validate(self._model, "the session's model")
         self._model = self._apply_options(self._model, owned=not isinstance(source, ir.Model))
         # a model the session read itself is its own: the optimizer may edit it, not a copy
         model, owned = accept_lenient(self._model, owned=not isinstance(source, ir.Model))
