@@ -307,7 +307,10 @@ def _check_feed(v: ir.Value, value: Any) -> Any:
     """Validate one feed against the input's declared type; return it read-only."""
     t = v.type
     if isinstance(t, ir.TensorType):
-        arr = value if isinstance(value, np.ndarray) else np.asarray(value)
+        try:
+            arr = value if isinstance(value, np.ndarray) else np.asarray(value)
+        except (ValueError, TypeError) as e:  # a ragged nested list, an unconvertible object
+            raise InvalidArgument(f"input {v.name!r}: not an array: {e}") from None
         if isinstance(value, list | tuple) and arr.dtype.kind in "fiub":
             arr = arr.astype(
                 to_numpy(t.elem_type)

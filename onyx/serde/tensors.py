@@ -161,6 +161,8 @@ def tensor_from_proto(tp, what: str = "tensor", raw=None, externals=None) -> Ten
     if any(d < 0 for d in dims):
         raise FormatError(f"{what}: negative dims {list(dims)}")
     if fields.get("data_location") == EXTERNAL:
+        if dtype == D.STRING:  # external data holds raw bytes, which strings have none of
+            raise FormatError(f"{what}: a {dtype.name} tensor cannot be stored as external data")
         ext = ExternalData([(e.key, e.value) for e in fields.get("external_data", ())])
         if externals is not None:
             t = externals.tensor(ext, dtype, dims, name, what)
