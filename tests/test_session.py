@@ -296,14 +296,14 @@ def _conv_relu_model() -> bytes:
 def test_intra_op_threads_reach_the_native_kernels_and_blas(monkeypatch):
     """intra_op_num_threads bounds the native pool's threads; a model whose heavy ops run on
     that pool leaves BLAS one thread (its idle threads spin, taking cores from the pool)."""
-    from onyx.runtime import native, session
+    from onyx.runtime import concurrency, native
 
     seen, limits = [], []
     run = native.FloatConv.__call__
     monkeypatch.setattr(native.FloatConv, "__call__",
                         lambda self, *a: seen.append(native.thread_setting()) or run(self, *a))  # fmt: skip
-    limit = session.blas_threads
-    monkeypatch.setattr(session, "blas_threads", lambda n: limits.append(n) or limit(n))
+    limit = concurrency.limit_blas
+    monkeypatch.setattr(concurrency, "limit_blas", lambda n: limits.append(n) or limit(n))
     options = onyx.SessionOptions()
     options.intra_op_num_threads = 1
     x = np.ones((1, 40, 6, 6), np.float32)

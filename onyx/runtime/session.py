@@ -15,7 +15,7 @@ from ..ir.dtypes import DataType, to_numpy, type_name
 from ..serde import as_model
 from ..utils import gc_paused
 from ..validation import validate
-from . import blas, memory, native
+from . import concurrency, memory, native
 from .custom_ops import session_kernels
 from .lenient import accept_lenient
 from .options import (  # noqa: F401  (onnxruntime's names, importable from here as before)
@@ -104,6 +104,7 @@ class InferenceSession(SessionAPI):
         # the types inference derives (plan.OutputCheck, made at the first run)
         self._output_check: OutputCheck | None = None
         self._checked_signatures: set = set()
+        self._blas_work = any(n.op_type in _BLAS_OPS for n in graph.all_nodes())
         self.session_creation_seconds = time.perf_counter() - t0
         self._profiler = None
         if self._options.enable_profiling:
@@ -214,7 +215,9 @@ class InferenceSession(SessionAPI):
             check = signature
             if self._output_check is None:
                 self._output_check = _output_check(self._plan, self._planned_model)
-        with native.threads(threads), blas_threads(blas):
+        if not blas and not self._blas_work:
+            blas = None  # no BLAS work, no wish: concurrent runs need not wait for BLAS
+        with concurrency.run_slot(threads, blas):  # concurrent runs share the cores
             if run_options is not None or self._log_runs:
                 check = None  # (a run with options is not a signature's checked run)
                 results = self._run_with_options(inputs, wanted, run_options or RunOptions())
@@ -297,10 +300,6 @@ def _pool_heavy(graph: ir.Graph) -> bool:
         pool += where == "pool"
         blas += where == "blas"
     return pool > blas
-
-
-#: BLAS's thread limit for one run (onyx/runtime/blas.py; tests wrap it)
-blas_threads = blas.limit
 
 
 def _check_feed(v: ir.Value, value: Any) -> Any:
