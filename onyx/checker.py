@@ -14,7 +14,7 @@ from collections import ChainMap
 from dataclasses import dataclass
 
 from . import defs
-from .errors import ValidationError
+from .errors import FormatError, ValidationError
 from .ir import (
     AttrType,
     DataType,
@@ -335,6 +335,9 @@ class _Checker:
                 self.report("negative-dim", f"{what} has a negative dim {t.shape}", gname)
             if t.elem_type == DataType.UNDEFINED:
                 self.report("elem-type", f"{what} has no element type", gname)
+            dims = t.shape.dims if t.shape is not None else ()
+            if any(isinstance(d, int) and d < 0 for d in dims):
+                self.report("negative-dim", f"{what} has a negative dim {list(dims)}", gname)
             feature = _DTYPE_FEATURE.get(t.elem_type)
             if feature:
                 self.need_ir(feature, what, gname)
@@ -683,6 +686,13 @@ class _Checker:
                 self.report(
                     "attribute-value", f"attribute {a.name!r} = {a.value}: {what}", gname, node
                 )
+        if node.op_type == "Split" and a.name == "num_outputs" and a.value != len(node.outputs):
+            self.report(
+                "attribute-value",
+                f"num_outputs = {a.value}, the node has {len(node.outputs)} outputs",
+                gname,
+                node,
+            )
         if a.name in _DTYPE_ATTRS and a.type == AttrType.INT and not _is_dtype(a.value):
             self.report(
                 "attribute-value",
@@ -772,8 +782,12 @@ def _load(model) -> Model:
 
 
 def problems(model, full: bool = False) -> list[Problem]:
-    """Every problem of a model (an empty list when it is valid)."""
-    m = _load(model)
+    """Every problem of a model (an empty list when it is valid; a file that cannot be read
+    at all is one problem, ``format``)."""
+    try:
+        m = _load(model)
+    except FormatError as e:
+        return [Problem("format", str(e))]
     c = _Checker(m)
     c.check_model()
     if full and not c.problems:

@@ -50,7 +50,7 @@ ERRORS = frozenset(
     }
 )
 #: Problems onnxruntime accepts (and onyx's runtime with it).
-LENIENCIES = frozenset({"topological-order"})
+LENIENCIES = frozenset({"topological-order", "negative-dim"})  # a negative dim: dynamic
 
 
 class ValidationWarning(UserWarning):

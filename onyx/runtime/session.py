@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from .. import ir
-from ..errors import FormatError, InvalidArgument
+from ..errors import InvalidArgument
 from ..ir.dtypes import DataType, to_numpy, type_name
 from ..serde import as_model
 from ..utils import gc_paused
@@ -104,7 +104,7 @@ class InferenceSession(SessionAPI):
         # the types inference derives (plan.OutputCheck, made at the first run)
         self._output_check: OutputCheck | None = None
         self._checked_signatures: set = set()
-        self._blas_work = any(n.op_type in _BLAS_OPS for n in graph.all_nodes())
+        self._blas_work = any(_threads(n) == "blas" for n in graph.all_nodes())
         self.session_creation_seconds = time.perf_counter() - t0
         self._profiler = None
         if self._options.enable_profiling:
@@ -115,8 +115,6 @@ class InferenceSession(SessionAPI):
     def _build(self, source: Any) -> ir.Model:
         """Load, check and optimize the model, and plan it; the model the plan runs."""
         self._model = as_model(source, user="InferenceSession")
-        if self._model.graph is None:
-            raise FormatError("the model has no graph")
         validate(self._model, "the session's model")
         self._model = self._apply_options(self._model, owned=not isinstance(source, ir.Model))
         # a model the session read itself is its own: the optimizer may edit it, not a copy
