@@ -11,7 +11,9 @@ Seeds are onnx's node-suite models (with their test inputs) and tests/models. A 
 * ``signal`` (bug): the process died (SIGSEGV, SIGABRT...);
 * ``hang`` (bug): the case ran past its time limit;
 * ``memory``: a stage ran out of its memory limit (a model may legitimately ask for more
-  memory than the limit; reported, not counted as a bug).
+  memory than the limit; reported, not counted as a bug);
+* ``endless-loop``: the run timed out in a model whose Loop has no trip count (it loops
+  while its condition holds: as written it may never end, in onnxruntime too).
 
 ``scripts/fuzz.py`` runs many cases; ``tests/fuzz/test_fuzz_sample.py`` a fast seeded sample.
 """
@@ -36,7 +38,7 @@ import numpy as np
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 BUGS = ("exception", "signal", "hang")
-OUTCOMES = ("ok", "onyx-error", "memory", *BUGS)
+OUTCOMES = ("ok", "onyx-error", "memory", "endless-loop", *BUGS)
 #: Values near the sizes where 32- and 64-bit arithmetic overflows.
 OVERFLOW = [2**31 - 1, 2**31, 2**31 + 7, 2**32 - 5, 2**32, 2**62, 2**63 - 1, -(2**63), -1, 0]
 WINDOW_ATTRS = ("kernel_shape", "dilations", "strides", "pads")
@@ -416,7 +418,7 @@ def _same(a, b) -> bool:
     return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
 
 
-def run_stages(data: bytes, seed: Seed, mutation: str, case_seed: int) -> dict:
+def run_stages(data: bytes, seed: Seed, mutation: str, case_seed: int, progress=None) -> dict:
     """In the case's process: every stage, the worst outcome and where."""
     import onyx
 
@@ -426,6 +428,8 @@ def run_stages(data: bytes, seed: Seed, mutation: str, case_seed: int) -> dict:
     with tempfile.TemporaryDirectory() as workdir, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for name, fn in stages(data, seed, mutation, rng, workdir):
+            if progress is not None:
+                progress(name)
             try:
                 with np.errstate(all="ignore"):
                     fn()
@@ -459,7 +463,9 @@ def run_case(seed: Seed, mutation: str, case_seed: int, timeout: float = 20.0,
             limit = memory_mb << 20
             resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
             resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-            out = run_stages(data, seed, mutation, case_seed)
+            out = run_stages(
+                data, seed, mutation, case_seed, lambda st: os.write(w, f"@{st}\n".encode())
+            )
             os.write(w, json.dumps(out).encode())
         except BaseException:  # noqa: BLE001
             code = 3
@@ -473,7 +479,10 @@ def run_case(seed: Seed, mutation: str, case_seed: int, timeout: float = 20.0,
         if left <= 0:
             _kill(pid)
             os.close(r)
-            return Result(name, "hang", detail=f"over {timeout:.0f} s")
+            stage = _last_stage(chunks)
+            if stage == "run" and _loops_while(data):
+                return Result(name, "endless-loop", stage, f"over {timeout:.0f} s")
+            return Result(name, "hang", stage, f"over {timeout:.0f} s")
         ready, _, _ = select.select([r], [], [], left)
         if ready:
             chunk = os.read(r, 65536)
@@ -484,12 +493,35 @@ def run_case(seed: Seed, mutation: str, case_seed: int, timeout: float = 20.0,
     _, status = os.waitpid(pid, 0)
     if os.WIFSIGNALED(status):
         sig = signal.Signals(os.WTERMSIG(status)).name
-        return Result(name, "signal", detail=sig)
+        return Result(name, "signal", _last_stage(chunks), sig)
     try:
-        out = json.loads(b"".join(chunks))
+        out = json.loads(b"".join(chunks).rsplit(b"\n", 1)[-1])
     except ValueError:
         return Result(name, "exception", detail=f"the case exited with status {status}")
     return Result(name, out["outcome"], out["stage"], out["detail"])
+
+
+def _last_stage(chunks: list[bytes]) -> str:
+    lines = [x for x in b"".join(chunks).split(b"\n") if x.startswith(b"@")]
+    return lines[-1][1:].decode() if lines else ""
+
+
+def _loops_while(data: bytes) -> bool:
+    """Whether the model has a Loop without a trip count (anywhere)."""
+    try:
+        m = _proto(data)
+    except Exception:  # noqa: BLE001
+        return False
+
+    def walk(graph) -> bool:
+        for n in graph.node:
+            if n.op_type == "Loop" and (not n.input or not n.input[0]):
+                return True
+            if any(walk(a.g) for a in n.attribute if a.HasField("g")):
+                return True
+        return False
+
+    return walk(m.graph) or any(walk(f) for f in m.functions)
 
 
 def _kill(pid: int) -> None:
