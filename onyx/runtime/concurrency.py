@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import threading
-from contextlib import contextmanager
 
 from . import native
 
@@ -26,7 +25,9 @@ _active = 0  # runs in progress
 _blas_runs = 0  # runs holding the BLAS setting
 _blas_mode = 0  # the BLAS thread count they need
 _waiting_wide = 0  # runs waiting to use BLAS on several threads
+_waiting = 0  # runs waiting for any reason
 _saved: list[int] | None = None  # the BLAS libraries' thread counts before onyx limited them
+_current: int | None = None  # BLAS's thread count as onyx last read or set it
 _libs: list | None = None
 
 
@@ -52,37 +53,51 @@ def _blas_libs() -> list:
     return _libs
 
 
+def _blas_now() -> int:
+    global _current
+    if _current is None:
+        _current = max((lib.get_num_threads() for lib in _blas_libs()), default=1)
+    return _current
+
+
 def limit_blas(n: int) -> None:
     """Set every BLAS library to ``n`` threads, remembering the setting to restore (under
-    ``_lock``)."""
-    global _saved
+    ``_lock``; nothing to do, the common case, costs no call into the libraries)."""
+    global _saved, _current
+    if n == _blas_now():
+        return
     libs = _blas_libs()
     if _saved is None:
         _saved = [lib.get_num_threads() for lib in libs]
     for lib in libs:
-        if lib.get_num_threads() != n:
-            lib.set_num_threads(n)
+        lib.set_num_threads(n)
+    _current = n
 
 
 def _restore_blas() -> None:
-    global _saved
+    global _saved, _current
     if _saved is not None:
         for lib, had in zip(_blas_libs(), _saved):
-            if lib.get_num_threads() != had:
-                lib.set_num_threads(had)
+            lib.set_num_threads(had)
+        _current = max(_saved, default=1)
         _saved = None
 
 
 def _enter_blas(n: int) -> None:
     """Wait until BLAS may run on ``n`` threads for this run (under ``_lock``)."""
     global _blas_runs, _blas_mode, _waiting_wide
+    global _waiting
     if n == 1:
         while (_blas_runs and _blas_mode != 1) or _waiting_wide:
+            _waiting += 1
             _lock.wait()
+            _waiting -= 1
     else:
         _waiting_wide += 1
         while _blas_runs:
+            _waiting += 1
             _lock.wait()
+            _waiting -= 1
         _waiting_wide -= 1
     _blas_runs += 1
     _blas_mode = n
@@ -94,35 +109,45 @@ def _leave_blas() -> None:
     _blas_runs -= 1
     if _blas_runs == 0:
         _restore_blas()
-        _lock.notify_all()
+        if _waiting:
+            _lock.notify_all()
 
 
-@contextmanager
-def run_slot(threads: int, blas: int):
+class run_slot:  # noqa: N801  (used as a function: ``with run_slot(threads, blas):``)
     """Hold one run's place: ``threads`` is the run's native thread setting (0: every core),
     ``blas`` the BLAS thread count it needs (0: the library's setting, or None when the model
-    does no BLAS work)."""
-    global _active
-    if blas == 0:
-        blas = _default_blas()
-    with _lock:
-        _active += 1
-        active = _active
-        if blas:
-            _enter_blas(blas)
-    share = threads if active == 1 else max(1, (threads or cores()) // active)
-    try:
-        with native.threads(share):
-            yield
-    finally:
+    does no BLAS work). A class, not a generator: it wraps every run of tiny models too."""
+
+    __slots__ = ("blas", "native")
+
+    def __init__(self, threads: int, blas: int | None):
+        global _active
+        if blas == 0:
+            blas = _default_blas()
+        with _lock:
+            _active += 1
+            active = _active
+            if blas:
+                _enter_blas(blas)
+        self.blas = blas
+        share = threads if active == 1 else max(1, (threads or cores()) // active)
+        self.native = native.threads(share)
+
+    def __enter__(self):
+        self.native.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        global _active
+        self.native.__exit__(*exc)
         with _lock:
             _active -= 1
-            if blas:
+            if self.blas:
                 _leave_blas()
 
 
 def _default_blas() -> int:
     """BLAS's own thread count, as it was before onyx changed it."""
     if _saved is not None:
-        return max(_saved)
-    return max((lib.get_num_threads() for lib in _blas_libs()), default=1)
+        return max(_saved, default=1)
+    return _blas_now()
