@@ -27,7 +27,106 @@ from fuzz import harness  # noqa: E402
 BEGIN, END = "<!-- fuzz summary: begin -->", "<!-- fuzz summary: end -->"
 
 
-def summary_text(results, by_mutation, args, seconds: float) -> str:
+def concurrency_check(runs: int) -> list[str]:
+    """One session shared by 8 threads against the same runs on 1 thread, per model."""
+    import threading
+
+    import numpy as np
+
+    import onyx
+
+    rows = ["", "| model (8 threads share a session) | 1 thread s | 8 threads s | ratio | bit-identical |",
+            "|---|---:|---:|---:|---|"]  # fmt: skip
+    for name in (
+        "bert_dynamo_op18",
+        "gpt_dynamo_op18",
+        "mobilenet_quant_qdq",
+        "resnet_dynamo_op18",
+    ):
+        sess = onyx.InferenceSession(os.path.join(ROOT, "tests", "models", name + ".onnx"))
+        rng = harness.random.Random(0)
+        feeds = harness.random_feeds(sess, rng)
+        for i in sess.get_inputs():
+            if "int64" in i.type:
+                feeds[i.name] = np.zeros(feeds[i.name].shape, np.int64)
+        expected = sess.run(None, feeds)
+        timings, same = {}, True
+        for threads in (1, 8, 1, 8):
+            got: list = []
+
+            def work(n, got=got, sess=sess, feeds=feeds):
+                for _ in range(n):
+                    got.append(sess.run(None, feeds))
+
+            pool = [threading.Thread(target=work, args=(runs // threads,)) for _ in range(threads)]
+            t = time.perf_counter()
+            for th in pool:
+                th.start()
+            for th in pool:
+                th.join()
+            timings.setdefault(threads, []).append(time.perf_counter() - t)
+            same &= all(harness._same(a, b) for r in got for a, b in zip(expected, r))
+        t1, t8 = min(timings[1]), min(timings[8])
+        rows.append(f"| {name} ({runs} runs) | {t1:.3f} | {t8:.3f} | {t8 / t1:.2f} | {same} |")
+    return rows
+
+
+def write_failure_check(cases: int) -> list[str]:
+    """Saves with external data over an existing pair, a random write or rename failing: the
+    pair on disk must be the old one or the new one, and the error a SaveError."""
+    import errno
+    import tempfile
+
+    import numpy as np
+
+    import onyx
+    from onyx.serde import model_io
+
+    rng = harness.random.Random(0)
+    violations = raised = 0
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "m.onnx")
+        base = onyx.load(os.path.join(ROOT, "tests", "models", "resnet_dynamo_op18.onnx"))
+        onyx.save(base, path, external_data=True, size_threshold=0)
+        current = 0.0
+        for i in range(cases):
+            model = onyx.load(path)
+            for v in model.graph.initializers.values():
+                arr = v.const_value.numpy()
+                if arr.dtype == np.float32 and arr.size:
+                    v.const_value = onyx.ir.Tensor(np.full_like(arr, float(i + 1)), name=v.name)
+            fail_at, calls = rng.randint(1, 5), {"n": 0}  # writes, then renames; 5: none
+            real_write, real_replace = model_io._write_chunks, model_io.os.replace
+
+            def write(out, chunks, fail_at=fail_at, calls=calls, real=real_write):
+                calls["n"] += 1
+                if calls["n"] == fail_at:
+                    raise OSError(errno.ENOSPC, "No space left on device")
+                real(out, chunks)
+
+            def replace(a, b, fail_at=fail_at, calls=calls, real=real_replace):
+                calls["n"] += 1
+                if calls["n"] == fail_at:
+                    raise OSError(errno.EIO, "I/O error")
+                real(a, b)
+
+            model_io._write_chunks, model_io.os.replace = write, replace
+            try:
+                onyx.save(model, path, external_data=True, size_threshold=0)
+                current = float(i + 1)
+            except onyx.SaveError:
+                raised += 1
+            finally:
+                model_io._write_chunks, model_io.os.replace = real_write, real_replace
+            values = {float(v.const_value.numpy().flat[0]) for v in onyx.load(path).graph.initializers.values()
+                      if v.const_value.numpy().dtype == np.float32 and v.const_value.numpy().size}  # fmt: skip
+            violations += values != {current} and current != 0.0
+    return ["", f"Injected write failures: {cases} saves of a ResNet with external data over the "
+            f"previous pair, a random write or rename failing: {raised} SaveErrors, "
+            f"{violations} mixed or corrupt pairs."]  # fmt: skip
+
+
+def summary_text(results, by_mutation, args, seconds: float, extra=()) -> str:
     counts = harness.summarize(results)
     lines = [
         BEGIN,
@@ -58,6 +157,7 @@ def summary_text(results, by_mutation, args, seconds: float) -> str:
                 continue
             seen.add(key)
             lines.append(f"- `{r.case}`: {r.outcome} in {r.stage or '?'}: {r.detail}")
+    lines += list(extra)
     lines.append(END)
     return "\n".join(lines)
 
@@ -81,6 +181,8 @@ def main() -> None:
     ap.add_argument("--native", default="1", help="ONYX_NATIVE for the cases (0: numpy paths)")
     ap.add_argument("--log", default="")
     ap.add_argument("--summary", default="")
+    ap.add_argument("--concurrency-runs", type=int, default=400)
+    ap.add_argument("--save-cases", type=int, default=50)
     args = ap.parse_args()
     os.environ["ONYX_NATIVE"] = args.native  # read when onyx's native module is imported
     seeds = harness.node_seeds() + harness.model_seeds()
@@ -102,8 +204,10 @@ def main() -> None:
             print(f"{i + 1} cases: {harness.summarize(results)}", flush=True)
     seconds = time.perf_counter() - start
     print(json.dumps(harness.summarize(results)))
+    extra = write_failure_check(args.save_cases) + concurrency_check(args.concurrency_runs)
+    print("\n".join(extra))
     if args.summary:
-        write_summary(args.summary, summary_text(results, by_mutation, args, seconds))
+        write_summary(args.summary, summary_text(results, by_mutation, args, seconds, extra))
 
 
 if __name__ == "__main__":
