@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from .. import ir
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, RuntimeFailure
 from ..ir.dtypes import DataType, to_numpy, type_name
 from ..serde import as_model
 from ..utils import gc_paused
@@ -91,7 +91,10 @@ class InferenceSession(SessionAPI):
         if self._options.enable_cpu_mem_arena:
             memory.keep_freed_memory()  # large tensors reuse freed heap memory (memory.py)
         with gc_paused(), session_kernels(getattr(self._options, "_custom_ops", ())):
-            model = self._build(path_or_bytes)
+            try:
+                model = self._build(path_or_bytes)
+            except MemoryError as e:  # e.g. a sparse initializer of 2**40 values made dense
+                raise RuntimeFailure(f"out of memory while preparing the model: {e}") from None
         graph = model.graph
         inits = set(graph.initializers)
         self._feedable = {v.name: v for v in graph.inputs}
