@@ -686,6 +686,14 @@ class _Checker:
                 self.report(
                     "attribute-value", f"attribute {a.name!r} = {a.value}: {what}", gname, node
                 )
+        allowed = _ENUMS.get((node.op_type, a.name)) or _ENUMS.get(("", a.name))
+        if allowed is not None and a.type == AttrType.STRING and a.value not in allowed:
+            self.report(
+                "attribute-value",
+                f"attribute {a.name!r} = {a.value!r} is not one of {sorted(allowed)}",
+                gname,
+                node,
+            )
         if node.op_type == "Split" and a.name == "num_outputs" and a.value != len(node.outputs):
             self.report(
                 "attribute-value",
@@ -731,6 +739,33 @@ _ATTR_BOUNDS = {
     "pads": (-(2**31), 2**31 - 1, "pads must fit in 32 bits"),
     "axis": (-(2**31), 2**31 - 1, "an axis must fit in 32 bits"),
     "axes": (-(2**31), 2**31 - 1, "an axis must fit in 32 bits"),
+}
+_REDUCTIONS = frozenset({"none", "add", "mul", "max", "min"})
+#: String attributes with a fixed set of values, by (op, attribute); op "" for any op. A
+#: kernel would otherwise take an unknown (or byte-flipped) value for its default.
+_ENUMS = {
+    ("", "auto_pad"): frozenset({"NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"}),
+    ("Gelu", "approximate"): frozenset({"none", "tanh"}),
+    ("Pad", "mode"): frozenset({"constant", "reflect", "edge", "wrap"}),
+    ("DepthToSpace", "mode"): frozenset({"DCR", "CRD"}),
+    ("Resize", "mode"): frozenset({"nearest", "linear", "cubic"}),
+    ("Resize", "nearest_mode"): frozenset(
+        {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"}
+    ),
+    ("Resize", "coordinate_transformation_mode"): frozenset(
+        {
+            "half_pixel",
+            "half_pixel_symmetric",
+            "pytorch_half_pixel",
+            "align_corners",
+            "asymmetric",
+            "tf_half_pixel_for_nn",
+            "tf_crop_and_resize",
+        }
+    ),  # fmt: skip
+    ("Resize", "keep_aspect_ratio_policy"): frozenset({"stretch", "not_larger", "not_smaller"}),
+    ("ScatterElements", "reduction"): _REDUCTIONS,
+    ("ScatterND", "reduction"): _REDUCTIONS,
 }
 #: Attributes that name an element type.
 _DTYPE_ATTRS = frozenset({"to", "dtype", "output_dtype"})

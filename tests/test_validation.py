@@ -97,6 +97,8 @@ CASES = {
     "layernorm_axis_min_int64": ("attribute-value", lambda: model([h.make_node("LayerNormalization", ["x", "sc"], ["y"], axis=-(2**63))], [vi("x")], [vi("y", shape=None)], [nh.from_array(np.ones(4, np.float32), "sc")])),
     "pool_dilations_near_2_32": ("attribute-value", lambda: model([h.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2], dilations=[2**32 - 5] * 2, auto_pad="SAME_UPPER")], [vi("x", shape=(1, 1, 5, 5))], [vi("y", shape=None)])),
     "pool_kernel_2_63": ("attribute-value", lambda: model([h.make_node("AveragePool", ["x"], ["y"], kernel_shape=[2, 2**63 - 1])], [vi("x", shape=(1, 1, 5, 5))], [vi("y", shape=None)])),
+    "auto_pad_byte_flipped": ("attribute-value", lambda: model([h.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2], auto_pad=b"\xffSAME_UPPER")], [vi("x", shape=(1, 1, 4, 4))], [vi("y", shape=None)])),
+    "split_num_outputs_2_31": ("attribute-value", lambda: model([h.make_node("Split", ["x"], ["a", "b"], axis=1, num_outputs=2**31 - 1)], [vi("x")], [vi("a", shape=None), vi("b", shape=None)], opset=18)),
 }  # fmt: skip
 
 
