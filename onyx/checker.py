@@ -338,6 +338,8 @@ class _Checker:
             dims = t.shape.dims if t.shape is not None else ()
             if any(isinstance(d, int) and d < 0 for d in dims):
                 self.report("negative-dim", f"{what} has a negative dim {list(dims)}", gname)
+            if any(isinstance(d, int) and d > _MAX_DIM for d in dims):
+                self.report("dim-range", f"{what} has a dim over 2**62 {list(dims)}", gname)
             feature = _DTYPE_FEATURE.get(t.elem_type)
             if feature:
                 self.need_ir(feature, what, gname)
@@ -767,6 +769,8 @@ _ENUMS = {
     ("ScatterElements", "reduction"): _REDUCTIONS,
     ("ScatterND", "reduction"): _REDUCTIONS,
 }
+#: The largest dim a value type may declare: sizes computed from larger ones overflow int64.
+_MAX_DIM = 2**62
 #: Attributes that name an element type.
 _DTYPE_ATTRS = frozenset({"to", "dtype", "output_dtype"})
 

@@ -38,6 +38,7 @@ ERRORS = frozenset(
         "elem-type",  # a graph input of element type 0
         "tensor-type",
         "tensor-dims",
+        "dim-range",  # a declared dim over 2**62: shapes computed from it overflow
         "tensor-data-size",
         "sparse-tensor",
         "ssa",  # a name defined twice, e.g. a graph input declared twice
