@@ -696,6 +696,14 @@ class _Checker:
                 gname,
                 node,
             )
+        if node.op_type == "Scan" and a.name == "num_scan_inputs" and a.type == AttrType.INT:
+            if not 0 < a.value <= len(node.inputs):
+                self.report(
+                    "attribute-value",
+                    f"num_scan_inputs = {a.value}, the node has {len(node.inputs)} inputs",
+                    gname,
+                    node,
+                )
         if node.op_type == "Split" and a.name == "num_outputs" and a.value != len(node.outputs):
             self.report(
                 "attribute-value",

@@ -146,6 +146,8 @@ def shape_folding(ctx: PassContext) -> bool:
 
 def _fits_int64(dims) -> bool:
     """Whether inferred dims fit a shape tensor (huge declared dims can make them overflow)."""
+    if isinstance(dims, np.ndarray):
+        return True  # (already int64)
     values = dims if isinstance(dims, list) else [dims]
     return all(-(2**63) <= d < 2**63 for d in values)
 
