@@ -504,8 +504,8 @@ class _Checker:
 
     def signature(self, node: Node, domain: str, version: int) -> tuple:
         ts = self.type_str
-        ins = tuple([None if v is None else (v.name != "", ts(v.type)) for v in node._inputs])
-        outs = tuple([(v.name != "", ts(v.type)) for v in node._outputs])
+        ins = tuple([None if v is None else (v.name != "", ts(v.type)) for v in node.inputs])
+        outs = tuple([(v.name != "", ts(v.type)) for v in node.outputs])
         attrs = tuple([(n, a.type, a.is_ref) for n, a in node.attributes.items()])
         return (domain, node.op_type, version, ins, outs, attrs)
 

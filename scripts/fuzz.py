@@ -65,7 +65,7 @@ def concurrency_check(runs: int) -> list[str]:
             for th in pool:
                 th.join()
             timings.setdefault(threads, []).append(time.perf_counter() - t)
-            same &= all(harness._same(a, b) for r in got for a, b in zip(expected, r))
+            same &= all(harness.same_values(a, b) for r in got for a, b in zip(expected, r))
         t1, t8 = min(timings[1]), min(timings[8])
         rows.append(f"| {name} ({runs} runs) | {t1:.3f} | {t8:.3f} | {t8 / t1:.2f} | {same} |")
     return rows
@@ -96,7 +96,7 @@ def write_failure_check(cases: int) -> list[str]:
                 if arr.dtype == np.float32 and arr.size:
                     v.const_value = onyx.ir.Tensor(np.full_like(arr, float(i + 1)), name=v.name)
             fail_at, calls = rng.randint(1, 5), {"n": 0}  # writes, then renames; 5: none
-            real_write, real_replace = model_io._write_chunks, model_io.os.replace
+            real_write, real_replace = model_io.write_chunks, model_io.os.replace
 
             def write(out, chunks, fail_at=fail_at, calls=calls, real=real_write):
                 calls["n"] += 1
@@ -110,14 +110,14 @@ def write_failure_check(cases: int) -> list[str]:
                     raise OSError(errno.EIO, "I/O error")
                 real(a, b)
 
-            model_io._write_chunks, model_io.os.replace = write, replace
+            model_io.write_chunks, model_io.os.replace = write, replace
             try:
                 onyx.save(model, path, external_data=True, size_threshold=0)
                 current = float(i + 1)
             except onyx.SaveError:
                 raised += 1
             finally:
-                model_io._write_chunks, model_io.os.replace = real_write, real_replace
+                model_io.write_chunks, model_io.os.replace = real_write, real_replace
             values = {float(v.const_value.numpy().flat[0]) for v in onyx.load(path).graph.initializers.values()
                       if v.const_value.numpy().dtype == np.float32 and v.const_value.numpy().size}  # fmt: skip
             violations += values != {current} and current != 0.0

@@ -35,7 +35,7 @@ def weight_of(path) -> float:
 def fail_on_write(monkeypatch, n: int, code: int = errno.ENOSPC) -> None:
     """The n-th file written (1-based) fails as a full disk would."""
     calls = {"count": 0}
-    real = model_io._write_chunks
+    real = model_io.write_chunks
 
     def failing(out, chunks):
         calls["count"] += 1
@@ -43,7 +43,7 @@ def fail_on_write(monkeypatch, n: int, code: int = errno.ENOSPC) -> None:
             raise OSError(code, os.strerror(code))
         real(out, chunks)
 
-    monkeypatch.setattr(model_io, "_write_chunks", failing)
+    monkeypatch.setattr(model_io, "write_chunks", failing)
 
 
 def test_resave_replaces_the_pair_and_removes_the_old_data(tmp_path):

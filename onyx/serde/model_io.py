@@ -369,7 +369,7 @@ def _write_temp(target: str, chunks: Iterable, discard_on_error: list[str]) -> s
     try:
         fd, tmp = tempfile.mkstemp(prefix=".onyx-", suffix=".tmp", dir=folder)
         with os.fdopen(fd, "wb") as out:
-            _write_chunks(out, chunks)
+            write_chunks(out, chunks)
         try:
             mode = os.stat(target).st_mode & 0o777
         except FileNotFoundError:
@@ -383,7 +383,8 @@ def _write_temp(target: str, chunks: Iterable, discard_on_error: list[str]) -> s
     return tmp
 
 
-def _write_chunks(out, chunks: Iterable) -> None:
+def write_chunks(out, chunks: Iterable) -> None:
+    """Every file a save writes goes through here (tests inject write failures into it)."""
     for c in chunks:
         out.write(c)
 

@@ -407,7 +407,7 @@ def _no_escape(model, workdir: str) -> None:
 def _run_in_fork(sess, feeds) -> None:
     """A session made before fork() runs in the child and gives the parent's results."""
     expected = sess.run(None, feeds)
-    if not all(_same(a, b) for a, b in zip(expected, sess.run(None, feeds))):
+    if not all(same_values(a, b) for a, b in zip(expected, sess.run(None, feeds))):
         return  # random ops (Bernoulli, RandomNormal...): no two runs agree
     r, w = os.pipe()
     pid = os.fork()
@@ -415,7 +415,7 @@ def _run_in_fork(sess, feeds) -> None:
         os.close(r)
         try:
             got = sess.run(None, feeds)
-            same = all(_same(a, b) for a, b in zip(expected, got))
+            same = all(same_values(a, b) for a, b in zip(expected, got))
             os.write(w, b"1" if same else b"0")
         except BaseException as e:  # noqa: BLE001
             os.write(w, f"E{type(e).__name__}: {e}"[:200].encode())
@@ -429,7 +429,7 @@ def _run_in_fork(sess, feeds) -> None:
         raise AssertionError(f"a forked child's results differ from its parent's ({answer!r})")
 
 
-def _same(a, b) -> bool:
+def same_values(a, b) -> bool:
     a, b = np.asarray(a), np.asarray(b)
     if a.dtype == object or b.dtype == object:
         return a.shape == b.shape and all(x == y for x, y in zip(a.ravel(), b.ravel()))
