@@ -8,9 +8,10 @@ threads), so a run's BLAS thread count must not depend on what else is running, 
 results would stop being bit-identical. So each run states the BLAS thread count it needs
 (one for a session whose heavy ops run on onyx's own pool or with intra_op_num_threads=1),
 runs needing one BLAS thread run side by side, and a run needing more runs its BLAS work
-alone: it waits for the others (which would only have fought it for the cores). Native
-kernels split their work by output, so their thread count never changes a result: a run gets
-its share of the cores while others run. The last run to finish restores BLAS's setting.
+alone: it waits for the others (which would only have fought it for the cores). The native
+pool's thread count stays each run's own (some kernels choose their path by it). The last run
+to finish restores BLAS's setting. A run does not use blas.limit: its per-product switch to
+one thread, under concurrent runs, gave results that differed from a lone run's.
 """
 
 from __future__ import annotations
@@ -126,12 +127,12 @@ class run_slot:  # noqa: N801  (used as a function: ``with run_slot(threads, bla
             blas = _default_blas()
         with _lock:
             _active += 1
-            active = _active
             if blas:
                 _enter_blas(blas)
         self.blas = blas
-        share = threads if active == 1 else max(1, (threads or cores()) // active)
-        self.native = native.threads(share)
+        # (the native pool's thread count stays the run's own: some kernels choose their
+        # path by it, and a path's bits must not depend on what else runs)
+        self.native = native.threads(threads)
 
     def __enter__(self):
         self.native.__enter__()
