@@ -539,7 +539,7 @@ class _Checker:
         removed = _REMOVED_ATTR_VALUES.get((domain, node.op_type))
         if removed and version >= removed[0] and node.attr(removed[1]) == removed[2]:
             self.report(
-                "attribute-value",
+                "removed-attribute-value",
                 f"{removed[1]}={removed[2]!r} was removed from {node.op_type} at opset "
                 f"{removed[0]} (onnxruntime still runs it)",
                 gname,

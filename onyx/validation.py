@@ -51,7 +51,7 @@ ERRORS = frozenset(
     }
 )
 #: Problems onnxruntime accepts (and onyx's runtime with it).
-LENIENCIES = frozenset({"topological-order", "negative-dim"})  # a negative dim: dynamic
+LENIENCIES = frozenset({"topological-order", "negative-dim", "removed-attribute-value"})
 
 
 class ValidationWarning(UserWarning):
