@@ -18,6 +18,7 @@ from .errors import (
     NotImplementedOp,
     OnyxError,
     RuntimeFailure,
+    SaveError,
     ValidationError,
 )
 
@@ -116,6 +117,7 @@ __all__ = [
     "NotImplementedOp",
     "OnyxError",
     "RuntimeFailure",
+    "SaveError",
     "ValidationError",
     "__version__",
     *_LAZY,

@@ -10,10 +10,11 @@ exception's ``problems`` holds them as data.
 from __future__ import annotations
 
 import os
+from collections import ChainMap
 from dataclasses import dataclass
 
 from . import defs
-from .errors import ValidationError
+from .errors import FormatError, ValidationError
 from .ir import (
     AttrType,
     DataType,
@@ -118,6 +119,10 @@ class _Checker:
         self.problems: list[Problem] = []
         self.ir_version = model.ir_version or 0
         self.functions = {(f.domain, f.name) for f in model.functions.values()}
+        self.clean: set[tuple] = set()  # signatures of nodes that passed the schema rules
+        self.type_strings: dict[int, tuple] = {}
+        self.allowed: dict[tuple, frozenset | None] = {}
+        self.real_base: str | None = None
 
     def report(self, rule: str, message: str, graph: str = "", node: Node | None = None):
         self.problems.append(Problem(rule, message, graph, node_label(node) if node else ""))
@@ -146,7 +151,25 @@ class _Checker:
         self.check_opsets(m.opset_imports, "model")
         for f in m.functions.values():
             self.check_function(f)
+        self.check_recursion()
+        if m.graph is None:
+            self.report("graph", "the model has no graph")
+            return
         self.check_graph(m.graph, {}, m.opset_imports, top=True)
+
+    def check_recursion(self) -> None:
+        """Model-local functions must not call themselves, directly or through others: a call
+        would expand forever."""
+        calls = {
+            (f.domain, f.name): {
+                key
+                for n in f.graph.all_nodes()
+                if (key := ("" if n.domain == "ai.onnx" else n.domain, n.op_type)) in self.functions
+            }
+            for f in self.model.functions.values()
+        }
+        for key in _on_cycles(calls):
+            self.report("function-recursion", f"function {key[0]}::{key[1]} calls itself")
 
     def check_opsets(self, opsets: dict[str, int], where: str) -> None:
         if self.ir_version >= 3 and not opsets:
@@ -243,8 +266,11 @@ class _Checker:
 
         # names defined anywhere in this graph, to tell "used before defined" from "undefined"
         later = {v.name for n in g.nodes for v in n.outputs if v.name}
+        # the names a node sees: this graph's so far, then the enclosing graphs' (a live view:
+        # copying the scope per node made checking quadratic in the graph's size)
+        visible = ChainMap(scope, outer) if outer else scope
+        out_of_order = False
         for node in g.nodes:
-            visible = {**outer, **scope}
             for v in node.inputs:
                 if v is None:
                     continue
@@ -252,6 +278,7 @@ class _Checker:
                     self.report("empty-name", "an input has an empty name", gname, node)
                 elif v.name not in visible:
                     if v.name in later:
+                        out_of_order = True
                         self.report(
                             "topological-order",
                             f"input {v.name!r} is used before the node producing it",
@@ -262,9 +289,11 @@ class _Checker:
                         self.report(
                             "undefined-input", f"input {v.name!r} is not defined", gname, node
                         )
-            self.check_node(node, gname, {**outer, **scope}, opsets, function)
+            self.check_node(node, gname, visible, opsets, function)
             for v in node.outputs:
                 define(v, "output", node)
+        if out_of_order:  # onnxruntime sorts such a graph, unless its nodes form a cycle
+            self.check_cycles(g, gname)
 
         for v in g.outputs:
             if not v.name:
@@ -281,6 +310,18 @@ class _Checker:
             else:
                 self.check_type_features(v.type, gname, f"value_info {v.name!r}")
 
+    def check_cycles(self, g: Graph, gname: str) -> None:
+        producers = {id(v): n for n in g.nodes for v in n.outputs if v.name}
+        deps = {
+            id(n): {id(p) for v in n.inputs if v is not None and (p := producers.get(id(v)))}
+            for n in g.nodes
+        }
+        on_cycle = _on_cycles(deps)
+        for n in g.nodes:
+            if id(n) in on_cycle:
+                self.report("cycle", "the node is part of a cycle", gname, n)
+                return
+
     def check_value_type(self, v: Value, gname: str, what: str) -> None:
         if v.type is None:
             self.report("value-type", f"{what} {v.name!r} has no type", gname)
@@ -293,7 +334,12 @@ class _Checker:
                 # onnxruntime (and onyx's session) run it as a dynamic dim: PaddlePaddle's -1
                 self.report("negative-dim", f"{what} has a negative dim {t.shape}", gname)
             if t.elem_type == DataType.UNDEFINED:
-                self.report("value-type", f"{what} has no element type", gname)
+                self.report("elem-type", f"{what} has no element type", gname)
+            dims = t.shape.dims if t.shape is not None else ()
+            if any(isinstance(d, int) and d < 0 for d in dims):
+                self.report("negative-dim", f"{what} has a negative dim {list(dims)}", gname)
+            if any(isinstance(d, int) and d > _MAX_DIM for d in dims):
+                self.report("dim-range", f"{what} has a dim over 2**62 {list(dims)}", gname)
             feature = _DTYPE_FEATURE.get(t.elem_type)
             if feature:
                 self.need_ir(feature, what, gname)
@@ -357,7 +403,9 @@ class _Checker:
         base = self.model.base_dir
         if base is not None:
             path = os.path.join(base, norm)
-            real_base = os.path.realpath(base)
+            if self.real_base is None:
+                self.real_base = os.path.realpath(base)
+            real_base = self.real_base
             if not os.path.realpath(path).startswith(real_base + os.sep):
                 self.report(
                     "external-data", f"{what}: location {location!r} leaves the model folder", gname
@@ -444,6 +492,32 @@ class _Checker:
             return
         if not defs.is_known_domain(domain):
             return  # a custom operator: nothing in the standard to check it against
+        # Nodes alike in everything the schema rules read pass or fail alike: a model repeats a
+        # few kinds of node thousands of times, and each kind is checked once.
+        key = self.signature(node, domain, version)
+        if key in self.clean:
+            return
+        found = len(self.problems)
+        self.check_schema_rules(node, domain, version, gname, function)
+        if len(self.problems) == found:
+            self.clean.add(key)
+
+    def signature(self, node: Node, domain: str, version: int) -> tuple:
+        ts = self.type_str
+        ins = tuple([None if v is None else (v.name != "", ts(v.type)) for v in node.inputs])
+        outs = tuple([(v.name != "", ts(v.type)) for v in node.outputs])
+        attrs = tuple([(n, a.type, a.is_ref) for n, a in node.attributes.items()])
+        return (domain, node.op_type, version, ins, outs, attrs)
+
+    def type_str(self, t) -> str | None:
+        if t is None:
+            return None
+        hit = self.type_strings.get(id(t))
+        if hit is None or hit[0] is not t:
+            hit = self.type_strings[id(t)] = (t, type_string(t))
+        return hit[1]
+
+    def check_schema_rules(self, node: Node, domain: str, version: int, gname: str, function):
         schema = defs.get_schema(node.op_type, version, domain)
         if schema is None:
             self.report(
@@ -465,7 +539,7 @@ class _Checker:
         removed = _REMOVED_ATTR_VALUES.get((domain, node.op_type))
         if removed and version >= removed[0] and node.attr(removed[1]) == removed[2]:
             self.report(
-                "attribute-value",
+                "removed-attribute-value",
                 f"{removed[1]}={removed[2]!r} was removed from {node.op_type} at opset "
                 f"{removed[0]} (onnxruntime still runs it)",
                 gname,
@@ -559,11 +633,11 @@ class _Checker:
                 p = params[min(i, len(params) - 1)]
                 if i >= len(params) and not p.is_variadic:
                     return
-                ts = type_string(v.type)
+                ts = self.type_str(v.type)
                 if ts is None:
                     continue
-                allowed = schema.allowed_types(p.type_str)
-                if allowed is not None and _norm(ts) not in {_norm(x) for x in allowed}:
+                allowed = self.allowed_types(schema, p.type_str)
+                if allowed is not None and _norm(ts) not in allowed:
                     self.report(
                         "type-constraint",
                         f"{what} {v.name!r} is {ts}, not allowed for {p.name!r} ({p.type_str})",
@@ -584,6 +658,13 @@ class _Checker:
         visit(schema.inputs, node.inputs, "input")
         visit(schema.outputs, node.outputs, "output")
 
+    def allowed_types(self, schema, type_str: str) -> frozenset | None:
+        key = (id(schema), type_str)
+        if key not in self.allowed:
+            allowed = schema.allowed_types(type_str)
+            self.allowed[key] = None if allowed is None else frozenset(map(_norm, allowed))
+        return self.allowed[key]
+
     def check_attribute(self, a, node: Node, gname: str, visible, opsets, function) -> None:
         if not a.name:
             self.report("attribute-name", "an attribute has no name", gname, node)
@@ -599,6 +680,44 @@ class _Checker:
         if a.type == AttrType.UNDEFINED:
             self.report("attribute-type", f"attribute {a.name!r} has no type", gname, node)
             return
+        bound = _ATTR_BOUNDS.get(a.name)
+        if bound is not None and a.type in (AttrType.INT, AttrType.INTS):
+            lo, hi, what = bound
+            values = [a.value] if a.type == AttrType.INT else a.value
+            if any(not lo <= v <= hi for v in values):
+                self.report(
+                    "attribute-value", f"attribute {a.name!r} = {a.value}: {what}", gname, node
+                )
+        allowed = _ENUMS.get((node.op_type, a.name)) or _ENUMS.get(("", a.name))
+        if allowed is not None and a.type == AttrType.STRING and a.value not in allowed:
+            self.report(
+                "attribute-value",
+                f"attribute {a.name!r} = {a.value!r} is not one of {sorted(allowed)}",
+                gname,
+                node,
+            )
+        if node.op_type == "Scan" and a.name == "num_scan_inputs" and a.type == AttrType.INT:
+            if not 0 < a.value <= len(node.inputs):
+                self.report(
+                    "attribute-value",
+                    f"num_scan_inputs = {a.value}, the node has {len(node.inputs)} inputs",
+                    gname,
+                    node,
+                )
+        if node.op_type == "Split" and a.name == "num_outputs" and a.value != len(node.outputs):
+            self.report(
+                "attribute-value",
+                f"num_outputs = {a.value}, the node has {len(node.outputs)} outputs",
+                gname,
+                node,
+            )
+        if a.name in _DTYPE_ATTRS and a.type == AttrType.INT and not _is_dtype(a.value):
+            self.report(
+                "attribute-value",
+                f"attribute {a.name!r} = {a.value} is no element type",
+                gname,
+                node,
+            )
         if a.type in (AttrType.SPARSE_TENSOR, AttrType.SPARSE_TENSORS):
             self.need_ir("sparse_tensor", f"attribute {a.name!r}", gname, node)
             for sp in a.value if a.type == AttrType.SPARSE_TENSORS else [a.value]:
@@ -621,6 +740,74 @@ class _Checker:
 _REMOVED_ATTR_VALUES = {
     ("", "Resize"): (13, "coordinate_transformation_mode", "tf_half_pixel_for_nn"),
 }
+#: Attributes that count or index elements, with the values that can make sense: a kernel
+#: would allocate or loop by them (a dilation near 2**32 overflows a padded plane's size).
+_ATTR_BOUNDS = {
+    "kernel_shape": (1, 2**31 - 1, "kernel sizes must be 1 to 2**31-1"),
+    "dilations": (1, 2**31 - 1, "dilations must be 1 to 2**31-1"),
+    "strides": (1, 2**31 - 1, "strides must be 1 to 2**31-1"),
+    "pads": (-(2**31), 2**31 - 1, "pads must fit in 32 bits"),
+    "axis": (-(2**31), 2**31 - 1, "an axis must fit in 32 bits"),
+    "axes": (-(2**31), 2**31 - 1, "an axis must fit in 32 bits"),
+}
+_REDUCTIONS = frozenset({"none", "add", "mul", "max", "min"})
+#: String attributes with a fixed set of values, by (op, attribute); op "" for any op. A
+#: kernel would otherwise take an unknown (or byte-flipped) value for its default.
+_ENUMS = {
+    ("", "auto_pad"): frozenset({"NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"}),
+    ("Gelu", "approximate"): frozenset({"none", "tanh"}),
+    ("Pad", "mode"): frozenset({"constant", "reflect", "edge", "wrap"}),
+    ("DepthToSpace", "mode"): frozenset({"DCR", "CRD"}),
+    ("Resize", "mode"): frozenset({"nearest", "linear", "cubic"}),
+    ("Resize", "nearest_mode"): frozenset(
+        {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"}
+    ),
+    ("Resize", "coordinate_transformation_mode"): frozenset(
+        {
+            "half_pixel",
+            "half_pixel_symmetric",
+            "pytorch_half_pixel",
+            "align_corners",
+            "asymmetric",
+            "tf_half_pixel_for_nn",
+            "tf_crop_and_resize",
+        }
+    ),  # fmt: skip
+    ("Resize", "keep_aspect_ratio_policy"): frozenset({"stretch", "not_larger", "not_smaller"}),
+    ("ScatterElements", "reduction"): _REDUCTIONS,
+    ("ScatterND", "reduction"): _REDUCTIONS,
+}
+#: The largest dim a value type may declare: sizes computed from larger ones overflow int64.
+_MAX_DIM = 2**62
+#: Attributes that name an element type.
+_DTYPE_ATTRS = frozenset({"to", "dtype", "output_dtype"})
+
+
+def _is_dtype(value: int) -> bool:
+    try:
+        return DataType(value) != DataType.UNDEFINED
+    except ValueError:
+        return False
+
+
+def _on_cycles(edges: dict) -> set:
+    """The keys of ``edges`` (key -> keys it depends on) that lie on a cycle or depend on one,
+    found by peeling off keys whose dependencies are all resolved (Kahn's algorithm)."""
+    pending = {k: {d for d in deps if d in edges} for k, deps in edges.items()}
+    users: dict = {}
+    for k, deps in pending.items():
+        for d in deps:
+            users.setdefault(d, []).append(k)
+    ready = [k for k, deps in pending.items() if not deps]
+    done = set()
+    while ready:
+        k = ready.pop()
+        done.add(k)
+        for u in users.get(k, ()):
+            pending[u].discard(k)
+            if not pending[u]:
+                ready.append(u)
+    return set(edges) - done
 
 
 def _sparse_name(sp) -> str:
@@ -642,8 +829,12 @@ def _load(model) -> Model:
 
 
 def problems(model, full: bool = False) -> list[Problem]:
-    """Every problem of a model (an empty list when it is valid)."""
-    m = _load(model)
+    """Every problem of a model (an empty list when it is valid; a file that cannot be read
+    at all is one problem, ``format``)."""
+    try:
+        m = _load(model)
+    except FormatError as e:
+        return [Problem("format", str(e))]
     c = _Checker(m)
     c.check_model()
     if full and not c.problems:

@@ -26,6 +26,10 @@ class ValidationError(OnyxError):
         super().__init__(head + ":\n" + "\n".join(f"  - {line}" for line in lines))
 
 
+class SaveError(OnyxError, OSError):
+    """A model or its external data could not be written; the message names the file."""
+
+
 class InvalidArgument(OnyxError, ValueError):
     """A caller passed something unusable: a wrong feed, an unknown output name, a bad option."""
 

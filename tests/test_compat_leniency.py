@@ -123,7 +123,7 @@ def test_resize_tf_half_pixel_for_nn(mode, scales, opset):
     model = _model([node], [_vi("x", shape=[1, 2, 5, 7])], [_vi("y")], inits, opset=opset)
     feeds = {"x": RNG.normal(size=(1, 2, 5, 7)).astype(np.float32)}
     _assert_close(*_both(model, feeds))
-    assert ("attribute-value" in _rules(model)) == (opset >= 13)
+    assert ("removed-attribute-value" in _rules(model)) == (opset >= 13)
 
 
 # -- DynamicQuantizeLSTM --------------------------------------------------------------------------

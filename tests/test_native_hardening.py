@@ -82,6 +82,9 @@ def test_absurd_window_sizes_are_refused_with_an_onyx_error(native_on):
     assert set(results) == set(MODEL_CASES)
     for name, (kind, message) in results.items():
         op = MODEL_CASES[name][0]
+        if kind == "ValidationError":  # validation refuses the sizes before any kernel runs
+            assert f"({op})" in message and "attribute-value" in message, (name, message)
+            continue
         assert kind == "RuntimeFailure", (name, kind, message)
         assert f"{op} node" in message and f"{op}: " in message, (name, message)
 

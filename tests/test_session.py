@@ -165,7 +165,7 @@ def test_node_breaking_its_schema_is_rejected_at_creation():
         [vi("x", TensorProto.FLOAT, [1])],
         [vi("y", TensorProto.FLOAT, [1])],
     )
-    with pytest.raises(onyx.OnyxError, match="lonely_add.*1 input.*takes 2 to 2"):
+    with pytest.raises(onyx.OnyxError, match="lonely_add.*1 inputs?.*takes 2"):
         onyx.InferenceSession(model)
     model = make_model(
         [helper.make_node("Cast", ["x"], ["y"], name="cast_nowhere")],
@@ -296,14 +296,14 @@ def _conv_relu_model() -> bytes:
 def test_intra_op_threads_reach_the_native_kernels_and_blas(monkeypatch):
     """intra_op_num_threads bounds the native pool's threads; a model whose heavy ops run on
     that pool leaves BLAS one thread (its idle threads spin, taking cores from the pool)."""
-    from onyx.runtime import native, session
+    from onyx.runtime import concurrency, native
 
     seen, limits = [], []
     run = native.FloatConv.__call__
     monkeypatch.setattr(native.FloatConv, "__call__",
                         lambda self, *a: seen.append(native.thread_setting()) or run(self, *a))  # fmt: skip
-    limit = session.blas_threads
-    monkeypatch.setattr(session, "blas_threads", lambda n: limits.append(n) or limit(n))
+    limit = concurrency.limit_blas
+    monkeypatch.setattr(concurrency, "limit_blas", lambda n: limits.append(n) or limit(n))
     options = onyx.SessionOptions()
     options.intra_op_num_threads = 1
     x = np.ones((1, 40, 6, 6), np.float32)

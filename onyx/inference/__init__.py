@@ -14,6 +14,7 @@ returned.
 
 from __future__ import annotations
 
+from ..errors import ValidationError
 from ..ir import Model
 from . import contrib, control, elementwise, misc, nn, tensor  # noqa: F401  (register the rules)
 from .engine import RULES, rule, run
@@ -27,4 +28,6 @@ def infer_shapes(model, strict: bool = False, data_prop: bool = True) -> Model:
         from ..serde import as_model
 
         model = as_model(model, load_external_data=False, user="infer_shapes")
+    if model.graph is None:
+        raise ValidationError("the model has no graph")
     return run(model, strict=strict, data_prop=data_prop)

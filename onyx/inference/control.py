@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..ir import DataType, OptionalType, SequenceType, TensorType
-from .engine import NodeContext, rule
+from .engine import InferenceError, NodeContext, rule
 
 
 def _unify(a, b):
@@ -80,6 +80,8 @@ def scan(ctx: NodeContext) -> None:
     n_scan = ctx.attr("num_scan_inputs")
     first = 1 if ctx.opset < 9 else 0  # Scan-8 has a sequence_lens input
     n_state = ctx.n_inputs - first - n_scan
+    if not 0 < n_scan <= ctx.n_inputs - first:
+        raise InferenceError(f"num_scan_inputs {n_scan} out of 1..{ctx.n_inputs - first}")
     in_axes = ctx.attr("scan_input_axes") or [0] * n_scan
     state = [ctx.type(first + i) for i in range(n_state)]
     if first:  # Scan-8: state variables carry the batch dim outside the body only

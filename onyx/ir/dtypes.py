@@ -117,8 +117,10 @@ def from_numpy(dtype) -> DataType:
 
 
 def type_name(dtype: int) -> str:
-    """'float', 'int64', 'float8e4m3fn', ... as in onnxruntime's 'tensor(float)'."""
-    return BY_ENUM[dtype].type_name
+    """'float', 'int64', 'float8e4m3fn', ... as in onnxruntime's 'tensor(float)'; 'undefined'
+    for element type 0 (a malformed model's types must still print in its error messages)."""
+    entry = BY_ENUM.get(dtype)
+    return entry.type_name if entry is not None else "undefined"
 
 
 def bit_width(dtype: int) -> int:

@@ -64,6 +64,10 @@ def optimize(
     ``in_place``: optimize ``model`` itself, for a caller that owns it (the copy is not free).
     ``for_session``: the model is to run, not to be written: constants are folded whatever
     their size (a generated weight is otherwise made again on every run)."""
+    if not for_session:  # a session validated the model it optimizes
+        from ..validation import validate
+
+        validate(model, "the model to optimize")
     with gc_paused():  # (a clone's and the rewrites' objects live on)
         return _optimize(model, _level(level), disabled, stats, in_place, for_session, results)
 

@@ -135,13 +135,21 @@ def shape_folding(ctx: PassContext) -> bool:
         elif node.op_type == "Reshape" and len(node.inputs) > 1:
             changed |= _reshape_target(ctx, node)
         # (a graph output keeps its producer: replace_value would refuse the constant)
-        if dims is None or ctx.is_output(node.outputs[0]):
+        if dims is None or ctx.is_output(node.outputs[0]) or not _fits_int64(dims):
             continue
         new = ctx.add_const(np.array(dims, dtype=np.int64), node.outputs[0].name + "_folded")
         if ctx.replace_value(node.outputs[0], new):
             ctx.count("ShapeFolding")
             changed = True
     return changed
+
+
+def _fits_int64(dims) -> bool:
+    """Whether inferred dims fit a shape tensor (huge declared dims can make them overflow)."""
+    if isinstance(dims, np.ndarray):
+        return True  # (already int64)
+    values = dims if isinstance(dims, list) else [dims]
+    return all(-(2**63) <= d < 2**63 for d in values)
 
 
 def _shape_dims(node: ir.Node) -> list | None:

@@ -10,11 +10,12 @@ from typing import Any
 import numpy as np
 
 from .. import ir
-from ..errors import FormatError, InvalidArgument
+from ..errors import InvalidArgument, RuntimeFailure
 from ..ir.dtypes import DataType, to_numpy, type_name
 from ..serde import as_model
 from ..utils import gc_paused
-from . import blas, memory, native
+from ..validation import validate
+from . import concurrency, memory, native
 from .custom_ops import session_kernels
 from .lenient import accept_lenient
 from .options import (  # noqa: F401  (onnxruntime's names, importable from here as before)
@@ -24,7 +25,7 @@ from .options import (  # noqa: F401  (onnxruntime's names, importable from here
     RunOptions,
     SessionOptions,
 )
-from .plan import Compiler, OutputCheck, Plan, as_array_result, check_nodes
+from .plan import Compiler, OutputCheck, Plan, as_array_result
 from .profiler import Profiler
 from .registry import traits
 from .session_api import SessionAPI
@@ -90,7 +91,10 @@ class InferenceSession(SessionAPI):
         if self._options.enable_cpu_mem_arena:
             memory.keep_freed_memory()  # large tensors reuse freed heap memory (memory.py)
         with gc_paused(), session_kernels(getattr(self._options, "_custom_ops", ())):
-            model = self._build(path_or_bytes)
+            try:
+                model = self._build(path_or_bytes)
+            except MemoryError as e:  # e.g. a sparse initializer of 2**40 values made dense
+                raise RuntimeFailure(f"out of memory while preparing the model: {e}") from None
         graph = model.graph
         inits = set(graph.initializers)
         self._feedable = {v.name: v for v in graph.inputs}
@@ -103,6 +107,7 @@ class InferenceSession(SessionAPI):
         # the types inference derives (plan.OutputCheck, made at the first run)
         self._output_check: OutputCheck | None = None
         self._checked_signatures: set = set()
+        self._blas_work = any(_threads(n) == "blas" for n in graph.all_nodes())
         self.session_creation_seconds = time.perf_counter() - t0
         self._profiler = None
         if self._options.enable_profiling:
@@ -113,9 +118,7 @@ class InferenceSession(SessionAPI):
     def _build(self, source: Any) -> ir.Model:
         """Load, check and optimize the model, and plan it; the model the plan runs."""
         self._model = as_model(source, user="InferenceSession")
-        if self._model.graph is None:
-            raise FormatError("the model has no graph")
-        check_nodes(self._model)
+        validate(self._model, "the session's model")
         self._model = self._apply_options(self._model, owned=not isinstance(source, ir.Model))
         # a model the session read itself is its own: the optimizer may edit it, not a copy
         model, owned = accept_lenient(self._model, owned=not isinstance(source, ir.Model))
@@ -213,7 +216,9 @@ class InferenceSession(SessionAPI):
             check = signature
             if self._output_check is None:
                 self._output_check = _output_check(self._plan, self._planned_model)
-        with native.threads(threads), blas_threads(blas):
+        if not blas and not self._blas_work:
+            blas = None  # no BLAS work, no wish: concurrent runs need not wait for BLAS
+        with concurrency.run_slot(threads, blas):  # concurrent runs share the cores
             if run_options is not None or self._log_runs:
                 check = None  # (a run with options is not a signature's checked run)
                 results = self._run_with_options(inputs, wanted, run_options or RunOptions())
@@ -298,15 +303,14 @@ def _pool_heavy(graph: ir.Graph) -> bool:
     return pool > blas
 
 
-#: BLAS's thread limit for one run (onyx/runtime/blas.py; tests wrap it)
-blas_threads = blas.limit
-
-
 def _check_feed(v: ir.Value, value: Any) -> Any:
     """Validate one feed against the input's declared type; return it read-only."""
     t = v.type
     if isinstance(t, ir.TensorType):
-        arr = value if isinstance(value, np.ndarray) else np.asarray(value)
+        try:
+            arr = value if isinstance(value, np.ndarray) else np.asarray(value)
+        except (ValueError, TypeError) as e:  # a ragged nested list, an unconvertible object
+            raise InvalidArgument(f"input {v.name!r}: not an array: {e}") from None
         if isinstance(value, list | tuple) and arr.dtype.kind in "fiub":
             arr = arr.astype(
                 to_numpy(t.elem_type)

@@ -103,6 +103,10 @@ class ExternalSink:
         self.files: dict[str, list] = {}  # location -> [(offset, buffer)]
         self.ends: dict[str, int] = {}
         self._names: set[str] = set()
+        #: requested location -> the one written: a file that exists already (the data of the
+        #: model being replaced) is not overwritten but superseded by a fresh name
+        self.moved: dict[str, str] = {}
+        self.requested: set[str] = set()
 
     def __call__(self, t: Tensor, tp, top_level: bool) -> bool:
         if t.external is not None and not t.has_raw_bytes() and not t.is_loaded():
@@ -119,6 +123,7 @@ class ExternalSink:
             if t.nbytes < self.size_threshold:
                 return False
             location = self.location if self.mode != "per_tensor" else self._tensor_file(t)
+        location = self._fresh_location(location)
         buf = memoryview(t.raw_bytes()).cast("B")
         offset = _align(self.ends.get(location, 0), len(buf))
         self.files.setdefault(location, []).append((offset, buf))
@@ -142,10 +147,40 @@ class ExternalSink:
         self._names.add(name)
         return name
 
-    def write(self, atomic_write) -> None:
+    def _fresh_location(self, location: str) -> str:
+        """``location``, or a variant of it when a file of that name exists: a save must not
+        change the data an existing model file reads until that file is replaced too."""
+        if location in self.files or self.base_dir is None:
+            return location
+        if location in self.moved:
+            return self.moved[location]
+        self.requested.add(location)
+        chosen = location
+        root, ext = os.path.splitext(location)
+        n = 0
+        while os.path.lexists(os.path.join(self.base_dir, chosen)) or chosen in self.files:
+            n += 1
+            chosen = f"{root}.{n}{ext}"
+        if chosen != location:
+            self.moved[location] = chosen
+        return chosen
+
+    def superseded(self, old_locations: set[str]) -> set[str]:
+        """Of the locations the replaced model read, those this save wrote anew under another
+        name (the requested name or a numbered variant of it): their files are no longer read."""
+        out = set()
+        for location in old_locations - set(self.files):
+            for req in self.requested:
+                root, ext = os.path.splitext(req)
+                variant = re.fullmatch(re.escape(root) + r"\.\d+" + re.escape(ext), location)
+                if location == req or variant:
+                    out.add(location)
+        return out
+
+    def outputs(self):
+        """(path, chunks) of every external file to write."""
         for location, pieces in self.files.items():
             path = safe_location(self.base_dir, location, "external data")
-            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
 
             def chunks(pieces=pieces):
                 pos = 0
@@ -155,4 +190,4 @@ class ExternalSink:
                     yield buf
                     pos = offset + len(buf)
 
-            atomic_write(path, chunks())
+            yield path, chunks()

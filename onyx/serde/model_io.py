@@ -17,7 +17,7 @@ from collections.abc import Iterable
 
 from google.protobuf.message import DecodeError
 
-from ..errors import FormatError, InvalidArgument, NotAModel
+from ..errors import FormatError, InvalidArgument, NotAModel, SaveError
 from ..ir.dtypes import DataType
 from ..ir.graph import Model
 from ..proto import GraphProto, ModelProto, TensorProto
@@ -246,13 +246,16 @@ def save(
         and (os.path.realpath(base_dir) == os.path.realpath(model.base_dir))
     )
     chunks = _serialize(model, sink, reuse_external=external_data is None and same_dir)
-    if sink.files:
-        sink.write(_atomic_write)
-    if path is None:
+    if path is not None:
+        _save_files(path, chunks, sink)
+        return
+    staged = _stage(sink.outputs())
+    _commit(staged)
+    try:
         for c in chunks:
             f.write(c)
-    else:
-        _atomic_write(path, chunks)
+    except OSError as e:
+        raise _save_error(name or "<file object>", e) from e
 
 
 def dumps(model: Model) -> bytes:
@@ -315,23 +318,107 @@ def _serialize(model: Model, sink: ExternalSink, reuse_external: bool) -> list:
     return chunks
 
 
-def _atomic_write(path: str, chunks: Iterable) -> None:
-    """Write to a temporary file in the same folder, then rename it over ``path``."""
-    folder = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(prefix=".onyx-", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            for c in chunks:
-                out.write(c)
+def _save_files(path: str, chunks: list, sink: ExternalSink) -> None:
+    """Write the model file and its external data so that a reader sees the old pair or the
+    new pair, never a mix: every file goes to a temporary first; the data files then take
+    names no existing model reads (``ExternalSink`` gave a fresh name to any that exist),
+    the model file is renamed over ``path`` last, and the data it read before and no longer
+    does is removed after."""
+    old_locations = _external_locations(path) if sink.files else set()
+    staged = _stage(sink.outputs())
+    staged.append((_write_temp(path, chunks, [t for t, _ in staged]), path))
+    _commit(staged)
+    base = os.path.dirname(path)
+    for location in sink.superseded(old_locations):
         try:
-            mode = os.stat(path).st_mode & 0o777
+            os.unlink(os.path.join(base, location))
+        except OSError:
+            pass  # already gone; a leftover file is harmless
+
+
+def _stage(outputs) -> list[tuple[str, str]]:
+    """Each (path, chunks) written to a temporary next to its path: [(temporary, path)]."""
+    staged: list[tuple[str, str]] = []
+    for target, chunks in outputs:
+        try:
+            os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
+        except OSError as e:
+            _discard(t for t, _ in staged)
+            raise _save_error(target, e) from e
+        staged.append((_write_temp(target, chunks, [t for t, _ in staged]), target))
+    return staged
+
+
+def _commit(staged: list[tuple[str, str]]) -> None:
+    """Rename the temporaries over their paths, in order; on failure undo what was done."""
+    done: list[str] = []
+    for i, (tmp, target) in enumerate(staged):
+        try:
+            os.replace(tmp, target)
+        except OSError as e:
+            _discard([t for t, _ in staged[i:]] + done)
+            raise _save_error(target, e) from e
+        done.append(target)
+
+
+def _write_temp(target: str, chunks: Iterable, discard_on_error: list[str]) -> str:
+    """Write ``chunks`` to a new temporary file in ``target``'s folder (with ``target``'s
+    permissions); its path. On failure the temporaries of ``discard_on_error`` go too."""
+    folder = os.path.dirname(target) or "."
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".onyx-", suffix=".tmp", dir=folder)
+        with os.fdopen(fd, "wb") as out:
+            write_chunks(out, chunks)
+        try:
+            mode = os.stat(target).st_mode & 0o777
         except FileNotFoundError:
             mode = 0o644
         os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
+        _discard([*discard_on_error, *([tmp] if tmp else [])])
+        if isinstance(e, OSError):
+            raise _save_error(target, e) from e
+        raise
+    return tmp
+
+
+def write_chunks(out, chunks: Iterable) -> None:
+    """Every file a save writes goes through here (tests inject write failures into it)."""
+    for c in chunks:
+        out.write(c)
+
+
+def _discard(paths: Iterable[str]) -> None:
+    for p in paths:
         try:
-            os.unlink(tmp)
+            os.unlink(p)
         except OSError:
             pass
-        raise
+
+
+def _save_error(target: str, e: OSError) -> SaveError:
+    return SaveError(e.errno, f"cannot write {target!r}: {e.strerror or e}")
+
+
+def _external_locations(path: str) -> set[str]:
+    """The external-data locations the model file at ``path`` reads (none if unreadable)."""
+    if not os.path.isfile(path):
+        return set()
+    try:
+        m = load(path, load_external_data=False)
+        found = set()
+        graphs = [m.graph] if m.graph is not None else []
+        for g in graphs:
+            for v in g.initializers.values():
+                ext = v.const_value.external if v.const_value is not None else None
+                if ext is not None and ext.location:
+                    found.add(ext.location)
+        return found
+    except Exception:  # noqa: BLE001  (a damaged old file: nothing of it is removed)
+        return set()
+
+
+def _atomic_write(path: str, chunks: Iterable) -> None:
+    """Write one file through a temporary renamed over ``path``."""
+    _commit([(_write_temp(path, chunks, []), path)])

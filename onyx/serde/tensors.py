@@ -17,6 +17,7 @@ from ..ir.dtypes import BY_ENUM, SUB_BYTE, DataType, bit_width
 from ..ir.tensor import ExternalData, Tensor, pack_sub_byte, unpack_sub_byte, wire_size
 from ..proto import TensorProto
 from .fields import set_fields, written_empty
+from .text import set_text
 
 D = DataType
 EXTERNAL = TensorProto.EXTERNAL
@@ -160,6 +161,8 @@ def tensor_from_proto(tp, what: str = "tensor", raw=None, externals=None) -> Ten
     if any(d < 0 for d in dims):
         raise FormatError(f"{what}: negative dims {list(dims)}")
     if fields.get("data_location") == EXTERNAL:
+        if dtype == D.STRING:  # external data holds raw bytes, which strings have none of
+            raise FormatError(f"{what}: a {dtype.name} tensor cannot be stored as external data")
         ext = ExternalData([(e.key, e.value) for e in fields.get("external_data", ())])
         if externals is not None:
             t = externals.tensor(ext, dtype, dims, name, what)
@@ -248,9 +251,9 @@ def tensor_to_proto(t: Tensor, tp=None, name: str | None = None, placement=None)
         tp.data_type = t.dtype
     name = t.name if name is None else name
     if name:
-        tp.name = name
+        set_text(tp, "name", name)
     if t.doc_string:
-        tp.doc_string = t.doc_string
+        set_text(tp, "doc_string", t.doc_string)
     for f in extras.get("present", ()):
         if not getattr(tp, f):
             setattr(tp, f, getattr(tp, f))
@@ -278,7 +281,8 @@ def tensor_to_proto(t: Tensor, tp=None, name: str | None = None, placement=None)
 def write_external_ref(tp, ext: ExternalData) -> None:
     for k, v in ext.entries:
         e = tp.external_data.add()
-        e.key, e.value = k, v
+        set_text(e, "key", k)
+        set_text(e, "value", v)
     tp.data_location = EXTERNAL
 
 
@@ -293,4 +297,5 @@ def write_props(field, props: dict, original: list[bytes] | None) -> None:
         del field[:]
     for k, v in props.items():
         e = field.add()
-        e.key, e.value = k, v
+        set_text(e, "key", k)
+        set_text(e, "value", v)

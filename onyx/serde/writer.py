@@ -19,6 +19,7 @@ from ..ir.types import (
 )
 from .reader import ATTR_FIELD
 from .tensors import tensor_to_proto, write_props
+from .text import extend_text, set_text
 
 A = AttrType
 
@@ -47,8 +48,8 @@ def _write_pairs(field, current: dict, original, key: str, value: str) -> None:
         del field[:]
     for k, v in current.items():
         e = field.add()
-        setattr(e, key, k)
-        setattr(e, value, v)
+        set_text(e, key, k)
+        set_text(e, value, v)
 
 
 class Writer:
@@ -75,7 +76,7 @@ class Writer:
     # -- types --------------------------------------------------------------------------------
     def type(self, ty, tp) -> None:
         if ty.denotation is not None:
-            tp.denotation = ty.denotation
+            set_text(tp, "denotation", ty.denotation)
         if isinstance(ty, TensorType | SparseTensorType):
             t = tp.tensor_type if isinstance(ty, TensorType) else tp.sparse_tensor_type
             t.SetInParent()
@@ -88,11 +89,11 @@ class Writer:
                 for i, d in enumerate(ty.shape.dims):
                     dim = s.dim.add()
                     if isinstance(d, str):
-                        dim.dim_param = d
+                        set_text(dim, "dim_param", d)
                     elif d is not None:
                         dim.dim_value = int(d)
                     if dens is not None and dens[i] is not None:
-                        dim.denotation = dens[i]
+                        set_text(dim, "denotation", dens[i])
         elif isinstance(ty, SequenceType | OptionalType):
             t = tp.sequence_type if isinstance(ty, SequenceType) else tp.optional_type
             t.SetInParent()
@@ -106,23 +107,23 @@ class Writer:
             t = tp.opaque_type
             t.SetInParent()
             if ty.domain:
-                t.domain = ty.domain
+                set_text(t, "domain", ty.domain)
             if ty.name:
-                t.name = ty.name
+                set_text(t, "name", ty.name)
 
     def value_info(self, v: Value, vi) -> None:
         extras = v.extras if isinstance(v.extras, dict) else {}
         _restore(vi, extras)
         name = self.name(v)
         if name:
-            vi.name = name
+            set_text(vi, "name", name)
         kept = extras.get("type")
         if kept is not None and kept[0] is v.type:
             vi.type.ParseFromString(kept[1])
         elif v.type is not None:
             self.type(v.type, vi.type)
         if v.doc_string:
-            vi.doc_string = v.doc_string
+            set_text(vi, "doc_string", v.doc_string)
         write_props(vi.metadata_props, v.metadata_props, extras.get("props"))
         _mark_present(vi, extras)
 
@@ -151,11 +152,11 @@ class Writer:
     def attribute(self, a: Attr, ap) -> None:
         extras = a.extras or {}
         _restore(ap, extras)
-        ap.name = a.name
+        set_text(ap, "name", a.name)
         if a.ref_attr_name:
-            ap.ref_attr_name = a.ref_attr_name
+            set_text(ap, "ref_attr_name", a.ref_attr_name)
         if a.doc_string:
-            ap.doc_string = a.doc_string
+            set_text(ap, "doc_string", a.doc_string)
         if not extras.get("absent_type"):
             ap.type = a.type
         _mark_present(ap, extras)
@@ -208,7 +209,7 @@ class Writer:
         extras = n.extras or {}
         _restore(np_, extras)
         name = self.name
-        np_.input.extend(["" if v is None else name(v) for v in n.inputs])
+        extend_text(np_, "input", ["" if v is None else name(v) for v in n.inputs])
         np_.output.extend(
             [
                 name(v)
@@ -218,15 +219,15 @@ class Writer:
             ]
         )
         if n.name:
-            np_.name = n.name
+            set_text(np_, "name", n.name)
         if n.op_type:
-            np_.op_type = n.op_type
+            set_text(np_, "op_type", n.op_type)
         if n.domain:
-            np_.domain = n.domain
+            set_text(np_, "domain", n.domain)
         if n.overload:
-            np_.overload = n.overload
+            set_text(np_, "overload", n.overload)
         if n.doc_string:
-            np_.doc_string = n.doc_string
+            set_text(np_, "doc_string", n.doc_string)
         _mark_present(np_, extras)
         for a in n.attributes.values():
             self.attribute(a, np_.attribute.add())
@@ -240,9 +241,9 @@ class Writer:
             self._top_graph = g
         _restore(gp, extras)
         if g.name:
-            gp.name = g.name
+            set_text(gp, "name", g.name)
         if g.doc_string:
-            gp.doc_string = g.doc_string
+            set_text(gp, "doc_string", g.doc_string)
         _mark_present(gp, extras)
         for v in g.inputs:
             self.value_info(v, gp.input.add())
@@ -276,18 +277,18 @@ class Writer:
         extras = f.extras or {}
         _restore(fp, extras)
         if f.name:
-            fp.name = f.name
+            set_text(fp, "name", f.name)
         if f.domain:
-            fp.domain = f.domain
+            set_text(fp, "domain", f.domain)
         if f.overload:
-            fp.overload = f.overload
+            set_text(fp, "overload", f.overload)
         if f.doc_string:
-            fp.doc_string = f.doc_string
+            set_text(fp, "doc_string", f.doc_string)
         _mark_present(fp, extras)
         g = f.graph
-        fp.input.extend([self.name(v) for v in g.inputs])
-        fp.output.extend([self.name(v) for v in g.outputs])
-        fp.attribute.extend(f.attributes)
+        extend_text(fp, "input", [self.name(v) for v in g.inputs])
+        extend_text(fp, "output", [self.name(v) for v in g.outputs])
+        extend_text(fp, "attribute", f.attributes)
         for a in f.attribute_defaults:
             self.attribute(a, fp.attribute_proto.add())
         outs = {id(v) for v in g.outputs}
@@ -308,7 +309,7 @@ class Writer:
         for f in ("producer_name", "producer_version", "domain", "doc_string"):
             value = getattr(m, f)
             if value:
-                setattr(mp, f, value)
+                set_text(mp, f, value)
         if m.model_version:
             mp.model_version = m.model_version
         _mark_present(mp, extras)

@@ -632,6 +632,8 @@ def _integer_conv_runner(x, w, x_zero_point, w_zero_point, bias, scale, y_zero_p
     ):
         return None
     geo = _conv_geometry(x.shape, w.shape, **{k: v for k, v in attrs.items() if k != "group"})
+    if x.size == 0 or math.prod(geo["out_shape"]) == 0:
+        return None  # an empty batch or image: the numpy path returns the empty output
     if Cg == 1 and group > 1:  # depthwise: a GEMV per channel, no GEMM to speak of
         return _native_integer_depthwise(x, w, x_zero_point, w_zero_point, bias, scale,
                                          y_zero_point, geo)  # fmt: skip

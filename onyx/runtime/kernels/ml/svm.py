@@ -22,7 +22,13 @@ def _dot(x, sv):
 
 def _sq_distance(x, sv):
     d = (x * x).sum(axis=1)[:, None] + (sv * sv).sum(axis=1)[None, :] - 2.0 * blas.matmul(x, sv.T)
-    return np.maximum(d, 0.0)
+    d = np.maximum(d, 0.0)
+    # the expansion makes inf - inf of an infinite feature: such rows take the direct sum, an
+    # infinite distance (the RBF kernel 0, as onnxruntime computes it)
+    odd = ~np.isfinite(x).all(axis=1)
+    if odd.any():
+        d[odd] = ((x[odd][:, None, :] - sv[None, :, :]) ** 2).sum(axis=2)
+    return d
 
 
 KERNELS = {

@@ -1,0 +1,68 @@
+"""A fast seeded sample of the fuzzing harness (tests/fuzz/harness.py): every case must end
+ok or with an onyx.OnyxError, never another exception, a signal or a hang. The long run is
+scripts/fuzz.py (its summary is in docs/reliability.md)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+
+import onyx  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="the harness forks per case")
+SAMPLE = 100
+
+
+@pytest.fixture(scope="module")
+def seeds():
+    found = harness.node_seeds() + harness.model_seeds()
+    harness.warm_up(found)
+    return found
+
+
+def test_a_seeded_sample_has_no_bugs(seeds):
+    results = [harness.run_case(*case, timeout=30) for case in harness.plan(seeds, SAMPLE, 2026)]
+    bugs = [r for r in results if r.outcome in harness.BUGS]
+    counts = harness.summarize(results)
+    assert counts["ok"] + counts["onyx-error"] >= SAMPLE // 2, counts  # the cases do run
+    assert not bugs, "\n".join(f"{r.case}: {r.outcome} in {r.stage}: {r.detail}" for r in bugs)
+
+
+@pytest.mark.parametrize("mutation", sorted(harness.PROTO_MUTATIONS) + ["bad_feed", "fork"])
+def test_every_mutation_on_a_conv_model_is_handled(seeds, mutation):
+    seed = next(s for s in seeds if s.name == "test_maxpool_2d_dilations")
+    for case_seed in range(2):
+        r = harness.run_case(seed, mutation, case_seed, timeout=30)
+        assert r.outcome not in harness.BUGS, f"{r.case}: {r.outcome} in {r.stage}: {r.detail}"
+
+
+def test_threads_sharing_a_session_get_bit_identical_results():
+    path = os.path.join(harness.ROOT, "tests", "models", "bert_dynamo_op18.onnx")
+    sess = onyx.InferenceSession(path)
+    rng = np.random.default_rng(0)
+    feeds = {}
+    for i in sess.get_inputs():
+        shape = [d if isinstance(d, int) else 8 for d in i.shape]
+        feeds[i.name] = rng.integers(0, 10, shape).astype(np.int64)
+    expected = sess.run(None, feeds)
+    results: list = []
+
+    def work():
+        for _ in range(10):
+            results.append(sess.run(None, feeds))
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(results) == 80
+    for got in results:
+        assert all(a.tobytes() == b.tobytes() for a, b in zip(expected, got))
