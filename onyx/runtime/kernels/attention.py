@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir.dtypes import to_numpy
-from .. import blas
 from ..registry import op
 from .elementwise import fits
 
@@ -65,7 +64,7 @@ def scaled_attention(q, k, v, scale: float, mask=None, causal: bool = False) -> 
     ``mask`` a bool (True: attend) or additive float array broadcasting to the scores;
     ``causal``: key j <= query i. None when a query row is fully masked or all its scores are
     far below zero (the caller's general path gives those)."""
-    scores = blas.matmul(q * q.dtype.type(scale), np.swapaxes(k, -1, -2))
+    scores = np.matmul(q * q.dtype.type(scale), np.swapaxes(k, -1, -2))
     if mask is not None:
         if mask.dtype == np.bool_:
             np.copyto(scores, -np.inf, where=~mask)
@@ -88,10 +87,10 @@ def scaled_attention(q, k, v, scale: float, mask=None, causal: bool = False) -> 
     np.exp(scores, out=scores)
     # normalized after the product: the row sums by BLAS (a matrix-vector product, faster
     # than numpy's sum over short rows) divide the [.., seq, size] result, not the scores
-    total = blas.matmul(scores, np.ones(scores.shape[-1], scores.dtype))
+    total = np.matmul(scores, np.ones(scores.shape[-1], scores.dtype))
     if not np.minimum.reduce(total.reshape(-1)) >= 1e-30:
         return None
-    y = blas.matmul(scores, v)
+    y = np.matmul(scores, v)
     y /= total[..., None]
     return y
 
@@ -190,7 +189,7 @@ def _attention(
     q_len, total_len = q.shape[2], k.shape[2]
     s = 1 / np.sqrt(q.shape[-1]) if scale is None else scale
     # scale Q and K by sqrt(scale) each, as the spec does, before the matmul
-    qk = blas.matmul(q * ct.type(np.sqrt(s)), np.swapaxes(k * ct.type(np.sqrt(s)), -1, -2))
+    qk = np.matmul(q * ct.type(np.sqrt(s)), np.swapaxes(k * ct.type(np.sqrt(s)), -1, -2))
     qk_out = {0: qk}
     if softcap > 0:
         qk = softcap * np.tanh(qk / softcap)
@@ -222,7 +221,7 @@ def _attention(
     if sm_dtype != ct:
         probs = probs.astype(sm_dtype).astype(ct)
     qk_out[3] = probs
-    y = blas.matmul(probs, v)
+    y = np.matmul(probs, v)
     y = _merge_heads(y) if Q.ndim == 3 else y
     return (
         y.astype(out_dtype),
@@ -353,10 +352,10 @@ def flex_attention(
     k = np.repeat(K.astype(ct), group, axis=1)
     v = np.repeat(V.astype(ct), group, axis=1)
     s = 1 / np.sqrt(Q.shape[-1]) if scale is None else scale
-    scores = blas.matmul(Q.astype(ct), np.swapaxes(k, -1, -2)) * ct.type(s)
+    scores = np.matmul(Q.astype(ct), np.swapaxes(k, -1, -2)) * ct.type(s)
     if score_mod is not None:
         scores = np.asarray(ctx.run_graph(score_mod, [scores])[0])
     probs = _masked_softmax(scores)
     if prob_mod is not None:
         probs = np.asarray(ctx.run_graph(prob_mod, [probs])[0])
-    return blas.matmul(probs, v).astype(Q.dtype)
+    return np.matmul(probs, v).astype(Q.dtype)

@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from .. import blas, native
+from .. import native
 from ..registry import op
 from .derived import derived, value_key
 from .elementwise import upcast
@@ -26,8 +26,8 @@ def gemm_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     stack (one small product each: [seq, 1, d] @ [d, n] is seq matrix-vector products)."""
     if b.ndim == 2 and a.ndim > 2:
         rows = a.reshape(-1, a.shape[-1])  # (a copy only when a's layout needs one)
-        return blas.matmul(rows, b).reshape(a.shape[:-1] + (b.shape[1],))
-    return blas.matmul(a, b)
+        return np.matmul(rows, b).reshape(a.shape[:-1] + (b.shape[1],))
+    return np.matmul(a, b)
 
 
 def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -210,7 +210,7 @@ def _gemm(a, b, c, alpha, beta, trans_a, trans_b):
         ac = ac.T
     if trans_b:
         bc = bc.T
-    y = blas.matmul(ac, bc)  # a fresh array: scaled and biased in place
+    y = np.matmul(ac, bc)  # a fresh array: scaled and biased in place
     floating = y.dtype.kind == "f"
     if alpha != 1:
         if floating:

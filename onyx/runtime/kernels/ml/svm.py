@@ -7,7 +7,6 @@ from functools import cached_property
 
 import numpy as np
 
-from ... import blas
 from ...registry import op
 from ..derived import from_attributes
 from ._common import as_2d, class_labels, logistic, probit
@@ -17,11 +16,11 @@ ML = "ai.onnx.ml"
 
 
 def _dot(x, sv):
-    return blas.matmul(x, sv.T)
+    return np.matmul(x, sv.T)
 
 
 def _sq_distance(x, sv):
-    d = (x * x).sum(axis=1)[:, None] + (sv * sv).sum(axis=1)[None, :] - 2.0 * blas.matmul(x, sv.T)
+    d = (x * x).sum(axis=1)[:, None] + (sv * sv).sum(axis=1)[None, :] - 2.0 * np.matmul(x, sv.T)
     d = np.maximum(d, 0.0)
     # the expansion makes inf - inf of an infinite feature: such rows take the direct sum, an
     # infinite distance (the RBF kernel 0, as onnxruntime computes it)
@@ -179,7 +178,7 @@ class _Classifier:
             d = (
                 (x * x).sum(axis=1)[:, None]
                 + self.squared_norms[None, :]
-                - 2.0 * blas.matmul(x, self.vectors.T)
+                - 2.0 * np.matmul(x, self.vectors.T)
             )
             kernel = np.exp(-gamma * np.maximum(d, 0.0))
         else:
@@ -189,7 +188,7 @@ class _Classifier:
             scores = kernel + self.rho[0]
             label = labels[np.argmax(scores, axis=1)] if len(labels) else np.argmax(scores, 1)
             return label, apply_transform(scores, transform).astype(np.float32)
-        decisions = blas.matmul(kernel, self.weights) + self.rho
+        decisions = np.matmul(kernel, self.weights) + self.rho
         positive = decisions > 0  # a positive decision votes for i, the others for j
         votes = positive @ self.vote_i + (~positive) @ self.vote_j
         best = np.argmax(votes, axis=1)
