@@ -481,40 +481,6 @@ def _generate(plan: Plan, wanted: tuple[int, ...] | None):
     return env["run"]
 
 
-def check_nodes(model: ir.Model) -> None:
-    """Check every node (subgraphs and local functions included) against its schema, once per
-    session and before any rewrite, so a bad node is named as the model wrote it."""
-    from ..defs import get_schema
-
-    bodies = [(model.graph, model.opset_imports)]
-    bodies += [(f.graph, f.opset_imports) for f in model.functions.values()]
-    for graph, opsets in bodies:
-        for node in graph.all_nodes():
-            domain = ir.canonical_domain(node.domain)
-            version = ir.opset_for(opsets, domain)
-            if version is not None and not node.attributes_have_refs():
-                schema = get_schema(node.op_type, version, domain)
-                _check_against_schema(node, schema, node.attributes)
-
-
-def _check_against_schema(node: ir.Node, schema, attrs: dict) -> None:
-    """Reject a node its op's schema forbids (input count, required attributes), naming it."""
-    if schema is None:
-        return  # contrib ops and the like: the kernel's signature is the contract
-    missing = [a for a in schema.required_attributes if a not in attrs]
-    if missing:
-        raise OnyxError(
-            f"{node_label(node)}: required attribute(s) {', '.join(missing)} missing "
-            f"({node.op_type}-{schema.since_version})"
-        )
-    n_in = len(node.inputs)  # omitted optional inputs ('') count, as in onnx's checker
-    if n_in < schema.min_input or n_in > schema.max_input:
-        raise OnyxError(
-            f"{node_label(node)}: {n_in} input(s) given, {node.op_type}-{schema.since_version} "
-            f"takes {schema.min_input} to {schema.max_input}"
-        )
-
-
 def _with_frees(step: Step, frees: tuple[int, ...]) -> Step:
     if step.frees == frees:
         return step
