@@ -33,6 +33,7 @@ from .ir import (
 from .ir.dtypes import type_name
 from .ir.opsets import canonical_domain, opset_for
 from .ir.tensor import wire_size
+from .utils import gc_paused
 
 __all__ = ["MAX_IR_VERSION", "Problem", "check", "problems", "type_string"]
 
@@ -836,7 +837,8 @@ def problems(model, full: bool = False) -> list[Problem]:
     except FormatError as e:
         return [Problem("format", str(e))]
     c = _Checker(m)
-    c.check_model()
+    with gc_paused():  # the scopes and signatures it builds would make the GC rescan the heap
+        c.check_model()
     if full and not c.problems:
         from .inference import infer_shapes
 
