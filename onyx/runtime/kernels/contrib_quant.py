@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import native
 from ..registry import op
 from .derived import derived, frozen, scratch
 from .elementwise import upcast
@@ -96,8 +97,14 @@ def _raw_panel(w: NBitsWeight, n0: int, n1: int, bits: int, block_size: int) -> 
 
 def _dequantized_panel(w: NBitsWeight, n0: int, n1: int, bits: int, block_size: int):
     """Rows n0:n1 of the float32 weight [n, k_blocks * block_size] in the scratch buffer."""
-    out = _raw_panel(w, n0, n1, bits, block_size)
     n, k_blocks = n1 - n0, w.scales.shape[1]
+    if w.block_of_k is None:
+        out = scratch((n, k_blocks * block_size), np.float32)
+        if native.dequantize_rows(w.packed, w.scales, w.zero_points, w.default_zero, n0, n1,
+                                  K=k_blocks * block_size, bits=bits, block=block_size,
+                                  out=out):  # fmt: skip
+            return out
+    out = _raw_panel(w, n0, n1, bits, block_size)
     if w.block_of_k is None:
         blocks = out.reshape(n, k_blocks, block_size)
         if w.zero_points is None:
@@ -158,6 +165,9 @@ def _int8_product(a2: np.ndarray, w: NBitsWeight, y2: np.ndarray, bits: int, blo
     weight in one GEMM instead (the same terms summed in another order, 1e-7 apart)."""
     m, k = a2.shape
     k_blocks = w.scales.shape[1]
+    if native.int8_product(a2, w.packed, w.scales, w.zero_points, w.default_zero, bits=bits,
+                           block=block, y2=y2):  # fmt: skip
+        return  # (the same arithmetic in C, bit for bit: nbits.c)
     qa, a_scale = _int8_quantized(a2, k_blocks, block)
     if m > EXACT_INT8_ROWS:
         qa *= a_scale
