@@ -236,9 +236,12 @@ def matmul_nbits(
             w = derived(B, key, make)
         else:
             w = make()
-        a2 = upcast(A).astype(np.float32, copy=False).reshape(-1, K)
+        # (contiguous: BLAS sums a strided A in another order, and the result would depend on it)
+        a2 = np.ascontiguousarray(upcast(A), np.float32).reshape(-1, K)
         y2 = y.reshape(-1, N)
-        if accuracy_level == 4 and bits in (4, 8) and w.block_of_k is None:
+        # (onnxruntime quantizes A only with integer zero points: float ones take its float path)
+        integer_zero = zero_points is None or np.asarray(zero_points).dtype == np.uint8
+        if accuracy_level == 4 and bits in (4, 8) and w.block_of_k is None and integer_zero:
             _int8_product(a2, w, y2, bits, block_size)
         else:
             _float_product(a2, w, y2, bits, block_size)

@@ -152,7 +152,17 @@ __all__ = [
 
 #: The kernel families (one C file and one Python module each), bound to the library at load.
 FAMILIES = (
-    gemm_i8, depthwise, conv_f32, gemv, resize, rnn, elementwise, rows, window, trees, nbits,
+    gemm_i8,
+    depthwise,
+    conv_f32,
+    gemv,
+    resize,
+    rnn,
+    elementwise,
+    rows,
+    window,
+    trees,
+    nbits,
 )
 _core.start(FAMILIES)
 

@@ -41,8 +41,14 @@ def _task(packed, scales, zero_points, default_zero, *, K, bits, block) -> _NBit
 
 def _arrays_ok(packed, scales, zero_points) -> bool:
     arrays = (packed, scales) + (() if zero_points is None else (zero_points,))
-    return all(a.flags.c_contiguous for a in arrays) and scales.dtype == np.float32 and (
-        zero_points is None or zero_points.dtype == np.float32 and zero_points.shape == scales.shape
+    return (
+        all(a.flags.c_contiguous for a in arrays)
+        and scales.dtype == np.float32
+        and (
+            zero_points is None
+            or zero_points.dtype == np.float32
+            and zero_points.shape == scales.shape
+        )
     )
 
 
