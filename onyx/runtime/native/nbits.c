@@ -239,6 +239,76 @@ static VNNI NO_FMA void int8_columns_vnni(const nbits_task *t, int64_t n0, int64
         }
     }
 }
+/* Blocks of 32 values (the usual int4 layout), 4 columns at a time: a chunk's 4 blocks of 4
+   rows are reduced together by a 4x4 transpose (unpack and add), so that the block sums land
+   [block][column] and the epilogue reads them as vectors. */
+static VNNI NO_FMA void int8_columns_vnni32(const nbits_task *t, int64_t n0, int64_t n1,
+                                            const int8_t *qa, int64_t width,
+                                            const float *a_scale, const int32_t *qa_sum,
+                                            int32_t *sums) {
+    int64_t kb = t->k_blocks, M = t->M, N = t->N;
+    int64_t row_bytes = kb * 16, chunks = width / NB_CHUNK, blocks = chunks * 4;
+    const __m512i low = _mm512_set1_epi8(15);
+    const __m512i lanes = _mm512_mullo_epi32(
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+        _mm512_set1_epi32((int)kb));
+    for (int64_t g = n0; g < n1; g += NB_COLUMNS) {
+        int64_t cols = n1 - g < NB_COLUMNS ? n1 - g : NB_COLUMNS;
+        for (int64_t j = 0; j < cols; j += 4) {
+            const uint8_t *row[4];
+            for (int i = 0; i < 4; i++)
+                row[i] = t->packed + (g + (j + i < cols ? j + i : cols - 1)) * row_bytes;
+            for (int64_t c = 0; c < chunks; c++) {
+                int64_t left = row_bytes - c * 64;
+                __mmask64 mask = left >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << left) - 1);
+                __m512i lo[4], hi[4];
+                for (int i = 0; i < 4; i++) {
+                    __m512i p = _mm512_maskz_loadu_epi8(mask, row[i] + c * 64);
+                    lo[i] = _mm512_and_si512(p, low);
+                    hi[i] = _mm512_and_si512(_mm512_srli_epi16(p, 4), low);
+                }
+                for (int64_t m = 0; m < M; m++) {
+                    const int8_t *xc = qa + m * width + c * NB_CHUNK;
+                    __m512i xlo = _mm512_loadu_si512(xc), xhi = _mm512_loadu_si512(xc + 64);
+                    __m512i acc[4];
+                    for (int i = 0; i < 4; i++)
+                        acc[i] = _mm512_dpbusd_epi32(
+                            _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[i], xlo), hi[i], xhi);
+                    __m512i s01 = _mm512_add_epi32(_mm512_unpacklo_epi32(acc[0], acc[1]),
+                                                   _mm512_unpackhi_epi32(acc[0], acc[1]));
+                    __m512i s23 = _mm512_add_epi32(_mm512_unpacklo_epi32(acc[2], acc[3]),
+                                                   _mm512_unpackhi_epi32(acc[2], acc[3]));
+                    __m512i r = _mm512_add_epi32(_mm512_unpacklo_epi64(s01, s23),
+                                                 _mm512_unpackhi_epi64(s01, s23));
+                    int32_t *out = sums + (m * blocks + c * 4) * NB_COLUMNS + j;
+                    _mm_storeu_si128((__m128i *)out, _mm512_castsi512_si128(r));
+                    _mm_storeu_si128((__m128i *)(out + 16), _mm512_extracti32x4_epi32(r, 1));
+                    _mm_storeu_si128((__m128i *)(out + 32), _mm512_extracti32x4_epi32(r, 2));
+                    _mm_storeu_si128((__m128i *)(out + 48), _mm512_extracti32x4_epi32(r, 3));
+                }
+            }
+        }
+        __mmask16 mask = cols >= 16 ? 0xffff : (__mmask16)((1u << cols) - 1);
+        for (int64_t m = 0; m < M; m++) {
+            __m512 acc = _mm512_setzero_ps();
+            const int32_t *ms = sums + m * blocks * NB_COLUMNS;
+            for (int64_t b = 0; b < kb; b++) {
+                __m512i isum = _mm512_loadu_si512(ms + b * NB_COLUMNS);
+                __m512 ws = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mask, lanes,
+                                                     t->scales + g * kb + b, 4);
+                __m512 z = t->zero_points
+                               ? _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mask, lanes,
+                                                          t->zero_points + g * kb + b, 4)
+                               : _mm512_set1_ps(t->default_zero);
+                __m512 s = _mm512_sub_ps(_mm512_cvtepi32_ps(isum),
+                                         _mm512_mul_ps(_mm512_set1_ps((float)qa_sum[m * kb + b]), z));
+                s = _mm512_mul_ps(s, _mm512_mul_ps(_mm512_set1_ps(a_scale[m * kb + b]), ws));
+                acc = _mm512_add_ps(acc, s);
+            }
+            _mm512_mask_storeu_ps(t->y + m * N + g, mask, acc);
+        }
+    }
+}
 #endif
 
 EXPORT int onyx_nbits_int8_range(const void *p, int64_t begin, int64_t end) {
@@ -264,7 +334,10 @@ EXPORT int onyx_nbits_int8_range(const void *p, int64_t begin, int64_t end) {
         if (t->bits == 4 && (onyx_isa() & (ONYX_ISA_AVX512BW | ONYX_ISA_VNNI)) ==
                                  (ONYX_ISA_AVX512BW | ONYX_ISA_VNNI)) {
             split_even_odd(qa, t->M, width, qa + t->M * width);
-            int8_columns_vnni(t, n0, n1, qa + t->M * width, width, a_scale, qa_sum, sums,
+            if (t->block == 32)
+                int8_columns_vnni32(t, n0, n1, qa + t->M * width, width, a_scale, qa_sum, sums);
+            else
+                int8_columns_vnni(t, n0, n1, qa + t->M * width, width, a_scale, qa_sum, sums,
                               stride);
         } else
 #endif
