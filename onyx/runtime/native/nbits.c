@@ -26,6 +26,8 @@
 #define NB_COLUMNS 16
 /* Values of A per VNNI step: 64 packed bytes of a 4-bit row. */
 #define NB_CHUNK 128
+/* Rows of A per tile of the int8 product (their block sums stay in L2). */
+#define NB_ROWS 32
 
 static int power_of_two(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
 
@@ -245,7 +247,7 @@ static VNNI NO_FMA void int8_columns_vnni(const nbits_task *t, int64_t n0, int64
 static VNNI NO_FMA void int8_columns_vnni32(const nbits_task *t, int64_t n0, int64_t n1,
                                             const int8_t *qa, int64_t width,
                                             const float *a_scale, const int32_t *qa_sum,
-                                            int32_t *sums) {
+                                            int32_t *sums, float *columns) {
     int64_t kb = t->k_blocks, M = t->M, N = t->N;
     int64_t row_bytes = kb * 16, chunks = width / NB_CHUNK, blocks = chunks * 4;
     const __m512i low = _mm512_set1_epi8(15);
@@ -289,17 +291,25 @@ static VNNI NO_FMA void int8_columns_vnni32(const nbits_task *t, int64_t n0, int
             }
         }
         __mmask16 mask = cols >= 16 ? 0xffff : (__mmask16)((1u << cols) - 1);
+        /* the group's scales and zero points as [block][column], gathered once for all rows */
+        float *ws_t = columns, *z_t = columns + kb * NB_COLUMNS;
+        for (int64_t b = 0; b < kb; b++) {
+            _mm512_storeu_ps(ws_t + b * NB_COLUMNS,
+                             _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mask, lanes,
+                                                      t->scales + g * kb + b, 4));
+            _mm512_storeu_ps(z_t + b * NB_COLUMNS,
+                             t->zero_points
+                                 ? _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mask, lanes,
+                                                            t->zero_points + g * kb + b, 4)
+                                 : _mm512_set1_ps(t->default_zero));
+        }
         for (int64_t m = 0; m < M; m++) {
             __m512 acc = _mm512_setzero_ps();
             const int32_t *ms = sums + m * blocks * NB_COLUMNS;
             for (int64_t b = 0; b < kb; b++) {
                 __m512i isum = _mm512_loadu_si512(ms + b * NB_COLUMNS);
-                __m512 ws = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mask, lanes,
-                                                     t->scales + g * kb + b, 4);
-                __m512 z = t->zero_points
-                               ? _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mask, lanes,
-                                                          t->zero_points + g * kb + b, 4)
-                               : _mm512_set1_ps(t->default_zero);
+                __m512 ws = _mm512_loadu_ps(ws_t + b * NB_COLUMNS);
+                __m512 z = _mm512_loadu_ps(z_t + b * NB_COLUMNS);
                 __m512 s = _mm512_sub_ps(_mm512_cvtepi32_ps(isum),
                                          _mm512_mul_ps(_mm512_set1_ps((float)qa_sum[m * kb + b]), z));
                 s = _mm512_mul_ps(s, _mm512_mul_ps(_mm512_set1_ps(a_scale[m * kb + b]), ws));
@@ -311,40 +321,52 @@ static VNNI NO_FMA void int8_columns_vnni32(const nbits_task *t, int64_t n0, int
 }
 #endif
 
-EXPORT int onyx_nbits_int8_range(const void *p, int64_t begin, int64_t end) {
-    const nbits_task *t = p;
-    if (!shape_ok(t) || !t->a || !t->y || !(t->bits == 4 || t->bits == 8) || t->M > 64 ||
-        t->k_blocks > ((int64_t)1 << 24) || begin < 0 || end < begin)
-        return ONYX_INVALID;
-    int64_t n0 = begin * NB_COLUMNS, n1 = end * NB_COLUMNS < t->N ? end * NB_COLUMNS : t->N;
-    if (n0 >= n1) return 0;
+/* Columns n0 .. n1 for rows of A taken NB_ROWS at a time (each tile quantized once here,
+   its weight columns then unpacked once per tile). */
+static int int8_tiles(const nbits_task *t, int64_t n0, int64_t n1) {
     int64_t kb = t->k_blocks, width = kb * t->block;
     width = (width + NB_CHUNK - 1) / NB_CHUNK * NB_CHUNK;
     int64_t stride = width / 16 + 8; /* block sums per row (blocks are >= 16), and room */
-    int8_t *qa = malloc((size_t)(2 * t->M * width));
-    float *a_scale = malloc(sizeof(float) * (size_t)(t->M * kb));
-    int32_t *qa_sum = malloc(sizeof(int32_t) * (size_t)(t->M * kb));
-    int32_t *sums = malloc(sizeof(int32_t) * (size_t)(t->M * NB_COLUMNS * stride + 8));
+    int64_t rows = t->M < NB_ROWS ? t->M : NB_ROWS;
+    int8_t *qa = malloc((size_t)(2 * rows * width));
+    float *a_scale = malloc(sizeof(float) * (size_t)(rows * kb));
+    int32_t *qa_sum = malloc(sizeof(int32_t) * (size_t)(rows * kb));
+    int32_t *sums = malloc(sizeof(int32_t) * (size_t)(rows * NB_COLUMNS * stride + 8));
+    float *columns = malloc(sizeof(float) * (size_t)(2 * kb * NB_COLUMNS));
     int status = 0;
-    if (!qa || !a_scale || !qa_sum || !sums) {
-        status = ONYX_NOMEM;
-    } else {
-        quantize_a(t, width, qa, a_scale, qa_sum);
+    if (!qa || !a_scale || !qa_sum || !sums || !columns) status = ONYX_NOMEM;
+    for (int64_t m0 = 0; !status && m0 < t->M; m0 += NB_ROWS) {
+        nbits_task tile = *t;
+        tile.M = t->M - m0 < NB_ROWS ? t->M - m0 : NB_ROWS;
+        tile.a = t->a + m0 * t->K;
+        tile.y = t->y + m0 * t->N;
+        quantize_a(&tile, width, qa, a_scale, qa_sum);
 #ifdef HAVE_NBITS_VNNI
         if (t->bits == 4 && (onyx_isa() & (ONYX_ISA_AVX512BW | ONYX_ISA_VNNI)) ==
-                                 (ONYX_ISA_AVX512BW | ONYX_ISA_VNNI)) {
-            split_even_odd(qa, t->M, width, qa + t->M * width);
+                                (ONYX_ISA_AVX512BW | ONYX_ISA_VNNI)) {
+            int8_t *split = qa + tile.M * width;
+            split_even_odd(qa, tile.M, width, split);
             if (t->block == 32)
-                int8_columns_vnni32(t, n0, n1, qa + t->M * width, width, a_scale, qa_sum, sums);
+                int8_columns_vnni32(&tile, n0, n1, split, width, a_scale, qa_sum, sums,
+                                    columns);
             else
-                int8_columns_vnni(t, n0, n1, qa + t->M * width, width, a_scale, qa_sum, sums,
-                              stride);
-        } else
+                int8_columns_vnni(&tile, n0, n1, split, width, a_scale, qa_sum, sums, stride);
+            continue;
+        }
 #endif
-            int8_columns(t, n0, n1, qa, width, a_scale, qa_sum, sums);
+        int8_columns(&tile, n0, n1, qa, width, a_scale, qa_sum, sums);
     }
-    free(qa), free(a_scale), free(qa_sum), free(sums);
+    free(qa), free(a_scale), free(qa_sum), free(sums), free(columns);
     return status;
+}
+
+EXPORT int onyx_nbits_int8_range(const void *p, int64_t begin, int64_t end) {
+    const nbits_task *t = p;
+    if (!shape_ok(t) || !t->a || !t->y || !(t->bits == 4 || t->bits == 8) ||
+        t->k_blocks > ((int64_t)1 << 24) || begin < 0 || end < begin)
+        return ONYX_INVALID;
+    int64_t n0 = begin * NB_COLUMNS, n1 = end * NB_COLUMNS < t->N ? end * NB_COLUMNS : t->N;
+    return n0 < n1 && t->M > 0 ? int8_tiles(t, n0, n1) : 0;
 }
 
 /* Columns per unit of nbits_int8's work split. */
