@@ -650,20 +650,14 @@ def test_matmul_nbits_native_refuses_bad_sizes():
     """nbits.c checks its task before it reads anything (a block count that does not cover K,
     a block size that is no power of two): InvalidArgument, never a stray read."""
     from onyx.runtime import native
-    from onyx.runtime.native import nbits
-
-    task_of, run, address = nbits._task, nbits._run, nbits._addr  # noqa: SLF001 (the C entry)
 
     if not native.nbits_ok():
         pytest.skip("native library not built")
     packed = np.zeros((4, 2 * 16), np.uint8)
     scales = np.ones((4, 2), np.float32)
-    out = np.empty((4, 64), np.float32)
     for K, block in ((100, 32), (64, 24)):
-        task = task_of(packed, scales, None, 8.0, K=K, bits=4, block=block)
-        task.out = address(out)
+        product = native.NBitsProduct(packed, scales, None, 8.0, K=K, bits=4, block=block)
         with pytest.raises(onyx.OnyxError):
-            run(native.library().nbits_dequant_range, task, [0, 4], 1)
-        task.a, task.y, task.M = address(out), address(out), 1
+            product.dequantize(0, 4, np.empty((4, 2 * block), np.float32))
         with pytest.raises(onyx.OnyxError):
-            run(native.library().nbits_int8_range, task, [0, 1], 1)
+            product.int8(np.ones((1, K), np.float32), np.empty((1, 4), np.float32))

@@ -80,7 +80,7 @@ from .gemm_i8 import (
     transpose_bytes,
 )
 from .gemv import GEMV_ROWS, FloatGemv, gemv_ok
-from .nbits import NBITS_INT8_ROWS, dequantize_rows, int8_product, nbits_ok
+from .nbits import NBITS_INT8_ROWS, NBitsProduct, nbits_ok, nbits_product
 from .resize import bilinear_f32, bilinear_ok, repeat2d_4byte
 from .rnn import gru_f32, lstm_f32, recurrence_ok
 from .rows import batch_norm_f32, layer_norm_f32, mean_rows_f32, norm_rows_f32, qmean_rows
@@ -94,6 +94,7 @@ __all__ = [
     "FloatGemv",
     "GEMV_ROWS",
     "NBITS_INT8_ROWS",
+    "NBitsProduct",
     "IntPlaneConv",
     "MAX_K",
     "PANEL",
@@ -113,7 +114,6 @@ __all__ = [
     "depthwise_ok",
     "depthwise_setup",
     "dequantize_8",
-    "dequantize_rows",
     "disabled",
     "erf_f32",
     "forest_descend",
@@ -126,13 +126,13 @@ __all__ = [
     "implicit_conv",
     "int8_gemm",
     "int8_gemm_ok",
-    "int8_product",
     "layer_norm_f32",
     "library",
     "lookup8",
     "lstm_f32",
     "mean_rows_f32",
     "nbits_ok",
+    "nbits_product",
     "norm_rows_f32",
     "pack",
     "pack_conv_f32",

@@ -32,58 +32,79 @@ def nbits_ok() -> bool:
     return core.lib is not None and bool(core.lib.nbits_dequant_range)
 
 
-def _task(packed, scales, zero_points, default_zero, *, K, bits, block) -> _NBitsTask:
-    N, k_blocks = scales.shape
-    _check_sizes("MatMulNBits", N, K, k_blocks, block)
-    return _NBitsTask(None, None, _addr(packed), _addr(scales), _addr(zero_points), None,
-                      0, K, N, k_blocks, block, bits, 0, default_zero)  # fmt: skip
+class NBitsProduct:
+    """One MatMulNBits weight set up once for nbits.c (sizes checked, the task filled): its
+    float32 panels (:meth:`dequantize`) and the accuracy-level-4 product (:meth:`int8`).
+    The arrays must stay alive and unchanged while this lives (a session's constants)."""
 
+    __slots__ = ("arrays", "cuts", "task")
 
-def _arrays_ok(packed, scales, zero_points) -> bool:
-    arrays = (packed, scales) + (() if zero_points is None else (zero_points,))
-    return (
-        all(a.flags.c_contiguous for a in arrays)
-        and scales.dtype == np.float32
-        and (
-            zero_points is None
-            or zero_points.dtype == np.float32
-            and zero_points.shape == scales.shape
+    def __init__(self, packed, scales, zero_points, default_zero: float, *, K: int, bits: int,
+                 block: int):  # fmt: skip
+        N, k_blocks = scales.shape
+        _check_sizes("MatMulNBits", N, K, k_blocks, block)
+        self.arrays = (packed, scales, zero_points)
+        self.task = _NBitsTask(None, None, _addr(packed), _addr(scales), _addr(zero_points),
+                               None, 0, K, N, k_blocks, block, bits, 0, default_zero)  # fmt: skip
+        self.cuts: dict[int, tuple[np.ndarray, int]] = {}
+
+    @staticmethod
+    def fits(packed, scales, zero_points) -> bool:
+        """Whether the arrays are laid out as the kernels read them."""
+        arrays = (packed, scales) + (() if zero_points is None else (zero_points,))
+        return (
+            all(a.flags.c_contiguous for a in arrays)
+            and packed.dtype == np.uint8
+            and scales.dtype == np.float32
+            and (
+                zero_points is None
+                or zero_points.dtype == np.float32
+                and zero_points.shape == scales.shape
+            )  # fmt: skip
         )
-    )
+
+    def dequantize(self, n0: int, n1: int, out: np.ndarray) -> bool:
+        """Rows n0:n1 of the float32 weight into ``out`` [n1 - n0, k_blocks * block] (C
+        contiguous), (q - zero_point) * scale as the numpy kernel rounds it."""
+        t = self.task
+        if not nbits_ok() or out.shape != (n1 - n0, t.k_blocks * t.block):
+            return False
+        if not out.flags.c_contiguous:
+            return False
+        task = _NBitsTask.from_buffer_copy(t)
+        task.out, task.row0 = _addr(out), n0
+        rows = n1 - n0
+        ways = _ways(rows * t.k_blocks * t.block, rows, _PARALLEL_VALUES)
+        _run(core.lib.nbits_dequant_range, task, _even_cuts(rows, ways), ways, "MatMulNBits")
+        return True
+
+    def int8(self, a2: np.ndarray, y2: np.ndarray) -> bool:
+        """accuracy_level 4 for the rows of a2 [M, K] (at most NBITS_INT8_ROWS): y2 [M, N]
+        exactly as the numpy kernel computes it."""
+        M = a2.shape[0]
+        if not nbits_ok() or M > NBITS_INT8_ROWS or self.task.bits not in (4, 8):
+            return False
+        if not y2.flags.c_contiguous or a2.shape[1] != self.task.K:
+            return False
+        a2 = np.ascontiguousarray(a2, np.float32)
+        task = _NBitsTask.from_buffer_copy(self.task)
+        task.M, task.a, task.y = M, _addr(a2), _addr(y2)
+        split = self.cuts.get(M)
+        if split is None:  # (per row count: the same for every decoding step)
+            t = self.task
+            groups = -(-t.N // core.lib.nbits_columns)
+            ways = _ways(M * t.N * t.k_blocks * t.block, groups, _PARALLEL_VALUES)
+            split = self.cuts[M] = (_even_cuts(groups, ways), ways)
+        _run(core.lib.nbits_int8_range, task, split[0], split[1], "MatMulNBits")
+        return True
 
 
-def dequantize_rows(packed, scales, zero_points, default_zero, n0, n1, *, K, bits, block, out):
-    """Rows n0:n1 of the float32 weight [n1 - n0, k_blocks * block] into ``out`` (C
-    contiguous), (q - zero_point) * scale as the numpy kernel rounds it. False where the
-    native kernel does not apply (then ``out`` is untouched)."""
-    if not nbits_ok() or not _arrays_ok(packed, scales, zero_points):
-        return False
-    task = _task(packed, scales, zero_points, default_zero, K=K, bits=bits, block=block)
-    if out.shape != (n1 - n0, task.k_blocks * block) or not out.flags.c_contiguous:
-        return False
-    task.out, task.row0 = _addr(out), n0
-    rows = n1 - n0
-    ways = _ways(rows * task.k_blocks * block, rows, _PARALLEL_VALUES)
-    _run(core.lib.nbits_dequant_range, task, _even_cuts(rows, ways), ways, "MatMulNBits")
-    return True
-
-
-def int8_product(a2, packed, scales, zero_points, default_zero, *, bits, block, y2):
-    """accuracy_level 4 for the rows of a2 [M, K] (at most NBITS_INT8_ROWS): y2 [M, N]
-    exactly as the numpy kernel computes it. False where the native kernel does not apply."""
-    M, K = a2.shape
-    if (not nbits_ok() or M > NBITS_INT8_ROWS or bits not in (4, 8)
-            or not _arrays_ok(packed, scales, zero_points)):  # fmt: skip
-        return False
-    if not y2.flags.c_contiguous:
-        return False
-    a2 = np.ascontiguousarray(a2, np.float32)
-    task = _task(packed, scales, zero_points, default_zero, K=K, bits=bits, block=block)
-    task.M, task.a, task.y = M, _addr(a2), _addr(y2)
-    groups = -(-task.N // core.lib.nbits_columns)
-    ways = _ways(M * task.N * task.k_blocks * block, groups, _PARALLEL_VALUES)
-    _run(core.lib.nbits_int8_range, task, _even_cuts(groups, ways), ways, "MatMulNBits")
-    return True
+def nbits_product(packed, scales, zero_points, default_zero, *, K, bits, block):
+    """A :class:`NBitsProduct` for these arrays, or None where the native kernels do not
+    apply (not loaded, another layout)."""
+    if not nbits_ok() or not NBitsProduct.fits(packed, scales, zero_points):
+        return None
+    return NBitsProduct(packed, scales, zero_points, default_zero, K=K, bits=bits, block=block)
 
 
 def bind(lib, isa: int) -> None:
