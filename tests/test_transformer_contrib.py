@@ -661,3 +661,20 @@ def test_matmul_nbits_native_refuses_bad_sizes():
             product.dequantize(0, 4, np.empty((4, 2 * block), np.float32))
         with pytest.raises(onyx.OnyxError):
             product.int8(np.ones((1, K), np.float32), np.empty((1, 4), np.float32))
+
+
+@pytest.mark.parametrize("zero_points, rows, k, n", [(None, (3, 40), 512, 100),
+                                                    ("packed", (33,), 200, 37)])  # fmt: skip
+def test_matmul_nbits_native_prompt(zero_points, rows, k, n):
+    """Many rows at accuracy level 4 (a prompt): the native int8 GEMM keeps onnxruntime's
+    integer products per block (numpy's float GEMM is the same terms in another order)."""
+    from onyx.runtime import native
+
+    inputs = _nbits_inputs(_rng(k + n), 4, 32, zero_points, n=n, k=k, rows=rows)
+    constants = ("B", "scales", "zero_points") if zero_points else ("B", "scales")
+    model, feeds = _model("MatMulNBits", inputs, initializers=constants, K=k, N=n, bits=4,
+                          block_size=32, accuracy_level=4)  # fmt: skip
+    got = _check(model, feeds, rtol=1e-5)[0]
+    with native.disabled():
+        want = onyx.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))

@@ -282,7 +282,8 @@ ONYX_STRUCT(forest_sum_task, ONYX_FOREST_SUM_TASK)
     F(S, float *, out, ) /* nbits_dequant: rows row0 .. of the weight [n, k_blocks * block] */ \
     F(S, int64_t, M, ) F(S, int64_t, K, ) F(S, int64_t, N, ) F(S, int64_t, k_blocks, )       \
     F(S, int64_t, block, ) F(S, int64_t, bits, ) F(S, int64_t, row0, )                       \
-    F(S, float, default_zero, )
+    F(S, float, default_zero, )                                                              \
+    F(S, const uint8_t *, dwords, ) /* NULL, or B's 4-byte words as [N / 16][words][16] */
 ONYX_STRUCT(nbits_task, ONYX_NBITS_TASK)
 
 /* Every struct above, for abi.c's table. */

@@ -319,6 +319,72 @@ static VNNI NO_FMA void int8_columns_vnni32(const nbits_task *t, int64_t n0, int
         }
     }
 }
+/* Many rows (a prompt), blocks of 32: B's 4-byte words laid out [16 columns] per word
+   (t->dwords), so that vpdpbusd adds each column's products in its own lane (no reductions):
+   4 rows of A at a time against 16 columns, block after block. The same integer sums and
+   float ops as int8_columns_vnni32: the same bits. */
+static VNNI NO_FMA void int8_rows_vnni32(const nbits_task *t, int64_t n0, int64_t n1,
+                                         const int8_t *qa, int64_t width, const float *a_scale,
+                                         const int32_t *qa_sum, float *columns) {
+    int64_t kb = t->k_blocks, M = t->M, N = t->N, words = kb * 4;
+    const __m512i low = _mm512_set1_epi8(15);
+    const __m512i lanes = _mm512_mullo_epi32(
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+        _mm512_set1_epi32((int)kb));
+    for (int64_t g = n0; g < n1; g += NB_COLUMNS) {
+        int64_t cols = n1 - g < NB_COLUMNS ? n1 - g : NB_COLUMNS;
+        __mmask16 mask = cols >= 16 ? 0xffff : (__mmask16)((1u << cols) - 1);
+        float *ws_t = columns, *z_t = columns + kb * NB_COLUMNS;
+        for (int64_t b = 0; b < kb; b++) {
+            _mm512_storeu_ps(ws_t + b * NB_COLUMNS,
+                             _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mask, lanes,
+                                                      t->scales + g * kb + b, 4));
+            _mm512_storeu_ps(z_t + b * NB_COLUMNS,
+                             t->zero_points
+                                 ? _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mask, lanes,
+                                                            t->zero_points + g * kb + b, 4)
+                                 : _mm512_set1_ps(t->default_zero));
+        }
+        const uint8_t *w = t->dwords + (g / NB_COLUMNS) * words * 64;
+        for (int64_t m0 = 0; m0 < M; m0 += 4) {
+            int rows = M - m0 < 4 ? (int)(M - m0) : 4;
+            const int8_t *x[4];
+            for (int i = 0; i < 4; i++) x[i] = qa + (m0 + (i < rows ? i : rows - 1)) * width;
+            __m512 facc[4];
+            for (int i = 0; i < 4; i++) facc[i] = _mm512_setzero_ps();
+            for (int64_t b = 0; b < kb; b++) {
+                __m512i acc[4];
+                for (int i = 0; i < 4; i++) acc[i] = _mm512_setzero_si512();
+                for (int64_t d = 4 * b; d < 4 * b + 4; d++) {
+                    __m512i p = _mm512_loadu_si512(w + d * 64);
+                    __m512i lo = _mm512_and_si512(p, low);
+                    __m512i hi = _mm512_and_si512(_mm512_srli_epi16(p, 4), low);
+                    /* word d holds values 8d .. 8d + 7: its chunk's evens at 4r, odds at 64 + 4r */
+                    int64_t at = (d / 16) * NB_CHUNK + 4 * (d % 16);
+                    for (int i = 0; i < 4; i++) {
+                        int32_t even, odd;
+                        memcpy(&even, x[i] + at, 4);
+                        memcpy(&odd, x[i] + at + NB_CHUNK / 2, 4);
+                        acc[i] = _mm512_dpbusd_epi32(acc[i], lo, _mm512_set1_epi32(even));
+                        acc[i] = _mm512_dpbusd_epi32(acc[i], hi, _mm512_set1_epi32(odd));
+                    }
+                }
+                __m512 ws = _mm512_loadu_ps(ws_t + b * NB_COLUMNS);
+                __m512 z = _mm512_loadu_ps(z_t + b * NB_COLUMNS);
+                for (int i = 0; i < 4; i++) {
+                    int64_t m = m0 + (i < rows ? i : rows - 1);
+                    __m512 s = _mm512_sub_ps(
+                        _mm512_cvtepi32_ps(acc[i]),
+                        _mm512_mul_ps(_mm512_set1_ps((float)qa_sum[m * kb + b]), z));
+                    s = _mm512_mul_ps(s, _mm512_mul_ps(_mm512_set1_ps(a_scale[m * kb + b]), ws));
+                    facc[i] = _mm512_add_ps(facc[i], s);
+                }
+            }
+            for (int i = 0; i < rows; i++)
+                _mm512_mask_storeu_ps(t->y + (m0 + i) * N + g, mask, facc[i]);
+        }
+    }
+}
 #endif
 
 /* Columns n0 .. n1 for rows of A taken NB_ROWS at a time (each tile quantized once here,
@@ -346,7 +412,9 @@ static int int8_tiles(const nbits_task *t, int64_t n0, int64_t n1) {
                                 (ONYX_ISA_AVX512BW | ONYX_ISA_VNNI)) {
             int8_t *split = qa + tile.M * width;
             split_even_odd(qa, tile.M, width, split);
-            if (t->block == 32)
+            if (t->block == 32 && t->dwords)
+                int8_rows_vnni32(&tile, n0, n1, split, width, a_scale, qa_sum, columns);
+            else if (t->block == 32)
                 int8_columns_vnni32(&tile, n0, n1, split, width, a_scale, qa_sum, sums,
                                     columns);
             else

@@ -16,7 +16,7 @@ class _NBitsTask(ctypes.Structure):
     _fields_ = (
         [(name, _P) for name in ("a", "y", "packed", "scales", "zero_points", "out")]
         + [(name, _I64) for name in ("M", "K", "N", "k_blocks", "block", "bits", "row0")]
-        + [("default_zero", ctypes.c_float)]
+        + [("default_zero", ctypes.c_float), ("dwords", _P)]
     )
 
 
@@ -37,7 +37,7 @@ class NBitsProduct:
     float32 panels (:meth:`dequantize`) and the accuracy-level-4 product (:meth:`int8`).
     The arrays must stay alive and unchanged while this lives (a session's constants)."""
 
-    __slots__ = ("arrays", "cuts", "task")
+    __slots__ = ("arrays", "cuts", "dwords", "task")
 
     def __init__(self, packed, scales, zero_points, default_zero: float, *, K: int, bits: int,
                  block: int):  # fmt: skip
@@ -47,6 +47,7 @@ class NBitsProduct:
         self.task = _NBitsTask(None, None, _addr(packed), _addr(scales), _addr(zero_points),
                                None, 0, K, N, k_blocks, block, bits, 0, default_zero)  # fmt: skip
         self.cuts: dict[int, tuple[np.ndarray, int]] = {}
+        self.dwords: np.ndarray | None = None
 
     @staticmethod
     def fits(packed, scales, zero_points) -> bool:
@@ -78,17 +79,39 @@ class NBitsProduct:
         _run(core.lib.nbits_dequant_range, task, _even_cuts(rows, ways), ways, "MatMulNBits")
         return True
 
+    def _prompt_ok(self) -> bool:
+        """Whether many rows take the int8 GEMM (4-bit blocks of 32 on AVX512-VNNI), its
+        repacked weight made on first use."""
+        t = self.task
+        if t.bits != 4 or t.block != 32 or not core.vnni:
+            return False
+        if self.dwords is None:
+            # B's 4-byte words as [column group of 16][word][16 columns]: one vector a word
+            packed = self.arrays[0]
+            groups = -(-t.N // 16)
+            words = np.zeros((groups * 16, packed.shape[1] // 4, 4), np.uint8)
+            words[: t.N] = packed.reshape(t.N, -1, 4)
+            self.dwords = np.ascontiguousarray(
+                words.reshape(groups, 16, -1, 4).transpose(0, 2, 1, 3)
+            )
+        return True
+
     def int8(self, a2: np.ndarray, y2: np.ndarray) -> bool:
-        """accuracy_level 4 for the rows of a2 [M, K] (at most NBITS_INT8_ROWS): y2 [M, N]
-        exactly as the numpy kernel computes it."""
+        """accuracy_level 4 for the rows of a2 [M, K]: y2 [M, N] with onnxruntime's integer
+        products per block, in the numpy kernel's float ops (its bits up to NBITS_INT8_ROWS
+        rows, where numpy switches to a float GEMM). More rows only on AVX512-VNNI."""
         M = a2.shape[0]
-        if not nbits_ok() or M > NBITS_INT8_ROWS or self.task.bits not in (4, 8):
+        if not nbits_ok() or self.task.bits not in (4, 8):
+            return False
+        if M > NBITS_INT8_ROWS and not self._prompt_ok():
             return False
         if not y2.flags.c_contiguous or a2.shape[1] != self.task.K:
             return False
         a2 = np.ascontiguousarray(a2, np.float32)
         task = _NBitsTask.from_buffer_copy(self.task)
         task.M, task.a, task.y = M, _addr(a2), _addr(y2)
+        if M > NBITS_INT8_ROWS:
+            task.dwords = _addr(self.dwords)
         split = self.cuts.get(M)
         if split is None:  # (per row count: the same for every decoding step)
             t = self.task
