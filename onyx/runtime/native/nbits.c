@@ -28,6 +28,10 @@
 #define NB_CHUNK 128
 /* Rows of A per tile of the int8 product (their block sums stay in L2). */
 #define NB_ROWS 32
+/* Weight rows ahead of the one read that the GEMV prefetches (past the end: no fault). */
+#ifndef NB_PREFETCH
+#define NB_PREFETCH 16
+#endif
 
 static int power_of_two(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
 
@@ -260,12 +264,17 @@ static VNNI NO_FMA void int8_columns_vnni32(const nbits_task *t, int64_t n0, int
             const uint8_t *row[4];
             for (int i = 0; i < 4; i++)
                 row[i] = t->packed + (g + (j + i < cols ? j + i : cols - 1)) * row_bytes;
+            for (int i = 0; i < 4; i++) /* (the next group's scales, one line a row) */
+                _mm_prefetch((const char *)(t->scales + (g + NB_COLUMNS + j + i) * kb),
+                             _MM_HINT_T0);
             for (int64_t c = 0; c < chunks; c++) {
                 int64_t left = row_bytes - c * 64;
                 __mmask64 mask = left >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << left) - 1);
                 __m512i lo[4], hi[4];
                 for (int i = 0; i < 4; i++) {
                     __m512i p = _mm512_maskz_loadu_epi8(mask, row[i] + c * 64);
+                    /* (the next group's rows: DRAM latency, not bandwidth, bounds a cold GEMV) */
+                    _mm_prefetch((const char *)(row[i] + NB_PREFETCH * row_bytes + c * 64), _MM_HINT_T0);
                     lo[i] = _mm512_and_si512(p, low);
                     hi[i] = _mm512_and_si512(_mm512_srli_epi16(p, 4), low);
                 }
