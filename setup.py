@@ -28,6 +28,7 @@ setup(
                 "onyx/runtime/native/rows.c",
                 "onyx/runtime/native/trees.c",
                 "onyx/runtime/native/window.c",
+                "onyx/runtime/native/nbits.c",
                 "onyx/runtime/native/pool.c",
             ],
             depends=[f"onyx/runtime/native/{h}" for h in ("abi.h", "activation.h", "checks.h", "onyx.h")],

@@ -260,6 +260,33 @@ def gen_gemm(rng) -> Case:
                 rtol=1e-4, atol=1e-5 * K)  # fmt: skip
 
 
+def gen_matmul_nbits(rng) -> Case:
+    """MatMulNBits (nbits.c): accuracy level 4 (the int8 products; bit for bit up to 16
+    rows) and level 0 (dequantized panels, bit for bit)."""
+    bits, block = int(_pick(rng, [2, 4, 4, 4, 8])), int(_pick(rng, [16, 32, 32, 64, 128, 256]))
+    K, N = int(_pick(rng, [1, 31, 32, 100, 128, 300])), int(rng.integers(1, 70))
+    rows = _pick(rng, [(1,), (1, 1), (3,), (16,), (2, 9), (0,), (40,)])
+    k_blocks = -(-K // block)
+    b = rng.integers(0, 256, (N, k_blocks, block * bits // 8), dtype=np.uint8)
+    scales = _normal(rng, (N * k_blocks,), 0.1)
+    zero_points = _pick(rng, [None, "packed", "float"])
+    if zero_points == "packed":
+        zero_points = rng.integers(0, 256, N * -(-k_blocks * bits // 8), dtype=np.uint8)
+    elif zero_points == "float":
+        zero_points = rng.integers(0, 2**bits, N * k_blocks).astype(np.float32)
+    a = _normal(rng, rows + (K,), float(_pick(rng, [1.0, 100.0])))
+    if a.size and rng.random() < 0.2:
+        a[..., : min(K, block)] = 0  # a block of zeros: scale 0
+    attrs = dict(K=K, N=N, bits=bits, block_size=block, accuracy_level=int(_pick(rng, [0, 4, 4])))
+    # (beyond 16 rows at level 4 numpy takes one float GEMM, the native kernel onnxruntime's
+    # integer products: the same terms in another order)
+    prompt = attrs["accuracy_level"] == 4 and math.prod(rows) > 16
+    return Case("matmul_nbits", "MatMulNBits", [laid_out(rng, a), laid_out(rng, b, True),
+                laid_out(rng, scales, True), laid_out(rng, zero_points, True)], attrs,
+                domain=MS, version=1, exact=not prompt, rtol=1e-4,
+                atol=1e-5 * K * float(np.abs(a).max(initial=1.0)))  # fmt: skip
+
+
 def gen_pool(rng) -> Case:
     dims = int(_pick(rng, [1, 2, 2, 2, 3]))
     op = _pick(rng, ["MaxPool", "AveragePool"])
@@ -458,6 +485,7 @@ FAMILIES = {
     "matmul_integer": gen_matmul_integer,
     "qlinear_matmul": gen_qlinear_matmul,
     "gemm": gen_gemm,
+    "matmul_nbits": gen_matmul_nbits,
     "pool": gen_pool,
     "global_pool": gen_global_pool,
     "qlinear_global_pool": gen_qlinear_global_pool,

@@ -70,6 +70,29 @@ def test_shared_buffer_keeps_its_size():
     assert len(set(shapes)) == 1 and shapes[0][2] == len(PROMPT) + 5
 
 
+def test_shared_buffer_is_updated_in_place():
+    """With an onyx session, GroupQueryAttention writes each step's rows into the shared
+    buffer and hands it back as present: every step is fed the same memory (no per-step copy
+    of the cached rows), the tokens stay onnxruntime's, and the buffers are released after."""
+    from onyx.runtime.kernels import contrib_attention
+
+    folder = ZOO / "llama_genai_int4"
+    gen = Generator(folder)
+    addresses = []
+    real_run = gen.session.run
+
+    def run(names, feeds):
+        addresses.append(feeds[gen.config.past_names[0][0]].__array_interface__["data"][0])
+        return real_run(names, feeds)
+
+    gen.session.run = run
+    ours = gen.generate(PROMPT, 8, stop_token_ids=[])
+    assert len(set(addresses)) == 1 and len(addresses) == 8
+    assert not contrib_attention._SHARED_KV  # noqa: SLF001 (released after the generation)
+    theirs = onyx.generate(folder, PROMPT, 8, stop_token_ids=[], session=_ort(folder))
+    assert ours.tokens == theirs.tokens
+
+
 def test_sampling_is_seeded():
     folder = ZOO / "llama_genai_int4"
     kw = {"do_sample": True, "temperature": 1.5, "top_p": 0.95, "stop_token_ids": []}

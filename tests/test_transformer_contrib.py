@@ -624,3 +624,57 @@ def test_attention_refuses_what_onnxruntime_cpu_refuses():
     model, feeds = _model("Attention", _attention_inputs(_rng(3), mask=mask), num_heads=2)
     with pytest.raises(onyx.OnyxError, match="not one of onnxruntime's formats"):
         run_onnx(model, feeds)
+
+
+@pytest.mark.parametrize("bits, block, zero_points, rows, k, n", [
+    (4, 32, None, (1,), 512, 100), (4, 16, "packed", (3,), 200, 33), (4, 64, "float", (16,), 96, 17),
+    (4, 128, "packed", (2,), 384, 48), (4, 256, None, (1,), 300, 20), (8, 32, "packed", (4,), 100, 40),
+])  # fmt: skip
+def test_matmul_nbits_native_decode(bits, block, zero_points, rows, k, n):
+    """The native kernels (nbits.c) at decoding's row counts: onnxruntime's results within
+    float tolerance at accuracy level 4 and 0, and the numpy kernel's bits (ONYX_NATIVE=0)."""
+    from onyx.runtime import native
+
+    inputs = _nbits_inputs(_rng(k + n), bits, block, zero_points, n=n, k=k, rows=rows)
+    constants = ("B", "scales", "zero_points") if zero_points else ("B", "scales")
+    for level in (4, 0):
+        model, feeds = _model("MatMulNBits", inputs, initializers=constants, K=k, N=n,
+                              bits=bits, block_size=block, accuracy_level=level)  # fmt: skip
+        got = _check(model, feeds)[0]
+        with native.disabled():
+            want = onyx.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
+        np.testing.assert_array_equal(got, want)
+
+
+def test_matmul_nbits_native_refuses_bad_sizes():
+    """nbits.c checks its task before it reads anything (a block count that does not cover K,
+    a block size that is no power of two): InvalidArgument, never a stray read."""
+    from onyx.runtime import native
+
+    if not native.nbits_ok():
+        pytest.skip("native library not built")
+    packed = np.zeros((4, 2 * 16), np.uint8)
+    scales = np.ones((4, 2), np.float32)
+    for K, block in ((100, 32), (64, 24)):
+        product = native.NBitsProduct(packed, scales, None, 8.0, K=K, bits=4, block=block)
+        with pytest.raises(onyx.OnyxError):
+            product.dequantize(0, 4, np.empty((4, 2 * block), np.float32))
+        with pytest.raises(onyx.OnyxError):
+            product.int8(np.ones((1, K), np.float32), np.empty((1, 4), np.float32))
+
+
+@pytest.mark.parametrize("zero_points, rows, k, n", [(None, (3, 40), 512, 100),
+                                                    ("packed", (33,), 200, 37)])  # fmt: skip
+def test_matmul_nbits_native_prompt(zero_points, rows, k, n):
+    """Many rows at accuracy level 4 (a prompt): the native int8 GEMM keeps onnxruntime's
+    integer products per block (numpy's float GEMM is the same terms in another order)."""
+    from onyx.runtime import native
+
+    inputs = _nbits_inputs(_rng(k + n), 4, 32, zero_points, n=n, k=k, rows=rows)
+    constants = ("B", "scales", "zero_points") if zero_points else ("B", "scales")
+    model, feeds = _model("MatMulNBits", inputs, initializers=constants, K=k, N=n, bits=4,
+                          block_size=32, accuracy_level=4)  # fmt: skip
+    got = _check(model, feeds, rtol=1e-5)[0]
+    with native.disabled():
+        want = onyx.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))

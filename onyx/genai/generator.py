@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidArgument
+from ..runtime.kernels.contrib_attention import share_kv_buffers, unshare_kv_buffers
 from .config import DecoderConfig, decoder_config, find_model
 from .sampling import SamplingOptions, next_token
 from .text import load_tokenizer
@@ -50,6 +51,13 @@ class KVCache:
 
     def update(self, presents: Sequence[np.ndarray]) -> None:
         self.tensors = [np.asarray(p) for p in presents]
+
+
+def _is_onyx(session) -> bool:
+    """Whether ``session`` is onyx's (whose GroupQueryAttention may share the cache buffers)."""
+    from ..runtime.session import InferenceSession
+
+    return isinstance(session, InferenceSession)
 
 
 class Generator:
@@ -119,6 +127,20 @@ class Generator:
                                   f"{cfg.context_length}")  # fmt: skip
         cache = KVCache(cfg, capacity)  # (shared buffer: this generation's whole length)
         rng = np.random.default_rng(seed)
+        shared = cfg.share_buffer and _is_onyx(self.session)
+        buffers = list(cache.tensors)
+        if shared:  # (GroupQueryAttention writes the new rows into the buffers themselves)
+            share_kv_buffers(buffers)
+        try:
+            return self._loop(prompt, ids, max_new_tokens, as_text, options, stops, cache,
+                              callback, rng=rng)  # fmt: skip
+        finally:
+            if shared:
+                unshare_kv_buffers(buffers)
+
+    def _loop(self, prompt, ids, max_new_tokens, as_text, options, stops, cache, callback, *,
+              rng) -> GenerationResult:  # fmt: skip
+        cfg = self.config
         out_names = [cfg.logits, *cache.outputs]
         sequence, new, emitted = list(ids), [], ""
         step_ids, past, finish = np.array([ids]), 0, "length"

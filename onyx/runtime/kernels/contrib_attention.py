@@ -365,6 +365,35 @@ def _plus(x: np.ndarray, b) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------
 # GroupQueryAttention
 
+#: KV-cache buffers whose owner lets GroupQueryAttention write each step's rows in place and
+#: hand the buffer itself back as present (onnxruntime-genai's past_present_share_buffer, where
+#: its loop binds past and present to one buffer): data address -> (the array, its nbytes).
+#: Only onyx.genai's loop registers its buffers (share_kv_buffers), for one generation.
+_SHARED_KV: dict[int, tuple[np.ndarray, int]] = {}
+
+
+def share_kv_buffers(buffers) -> None:
+    """Let GroupQueryAttention update these float32 C-contiguous cache buffers in place."""
+    for a in buffers:
+        if a.dtype == np.float32 and a.flags.c_contiguous and a.flags.writeable:
+            _SHARED_KV[a.__array_interface__["data"][0]] = (a, a.nbytes)
+
+
+def unshare_kv_buffers(buffers) -> None:
+    for a in buffers:
+        _SHARED_KV.pop(a.__array_interface__["data"][0], None)
+
+
+def shared_kv_buffer(a) -> np.ndarray | None:
+    """The registered cache buffer ``a`` views whole (the owner's writable array: a feed is
+    a read-only view of it), else None."""
+    if not _SHARED_KV or type(a) is not np.ndarray or a.dtype != np.float32:
+        return None
+    entry = _SHARED_KV.get(a.__array_interface__["data"][0])
+    if entry is None or entry[1] != a.nbytes or entry[0].shape != a.shape:
+        return None
+    return entry[0]
+
 
 _UNSUPPORTED_GQA_INPUTS = {12: "k_scale", 13: "v_scale", 14: "q_norm_weight", 15: "k_norm_weight",
                            16: "query_seqlens"}  # fmt: skip
@@ -448,15 +477,23 @@ def group_query_attention(
 
     cache = 0 if past_key is None else past_key.shape[2]
     present_len = max(cache, total)
-    present_k = np.zeros((batch, kv_num_heads, present_len, head), np.float32)
-    present_v = np.zeros_like(present_k)
-    for b in range(batch):
-        p = int(past_len[b])
-        if p:
-            present_k[b, :, :p] = past_key[b, :, :p]
-            present_v[b, :, :p] = past_value[b, :, :p]
-        present_k[b, :, p : p + q_len] = k[b]
-        present_v[b, :, p : p + q_len] = v[b]
+    shared_k, shared_v = shared_kv_buffer(past_key), shared_kv_buffer(past_value)
+    if cache >= total and shared_k is not None and shared_v is not None:
+        present_k, present_v = shared_k, shared_v  # (rows written in place: no copy)
+        for b in range(batch):
+            p = int(past_len[b])
+            present_k[b, :, p : p + q_len] = k[b]
+            present_v[b, :, p : p + q_len] = v[b]
+    else:
+        present_k = np.zeros((batch, kv_num_heads, present_len, head), np.float32)
+        present_v = np.zeros_like(present_k)
+        for b in range(batch):
+            p = int(past_len[b])
+            if p:
+                present_k[b, :, :p] = past_key[b, :, :p]
+                present_v[b, :, :p] = past_value[b, :, :p]
+            present_k[b, :, p : p + q_len] = k[b]
+            present_v[b, :, p : p + q_len] = v[b]
 
     # keys past every entry's valid length cannot be attended: the product stops there (a
     # shared buffer holds the whole context, most of it not yet written)

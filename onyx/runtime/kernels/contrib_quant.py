@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import native
 from ..registry import op
 from .derived import derived, frozen, scratch
 from .elementwise import upcast
@@ -56,6 +57,7 @@ class NBitsWeight:
     default_zero: float
     table: np.ndarray | None
     block_of_k: np.ndarray | None  # g_idx when it is not k // block_size
+    native: native.NBitsProduct | None = None  # nbits.c's set-up (None: numpy only)
 
 
 def _nbits_weight(B, scales, zero_points, g_idx, *, N, K, bits, block_size) -> NBitsWeight:
@@ -77,7 +79,12 @@ def _nbits_weight(B, scales, zero_points, g_idx, *, N, K, bits, block_size) -> N
             if zero_points is not None and zero_points.dtype == np.uint8:
                 zp = None  # onnxruntime's CPU kernel reads no packed zero points with g_idx
     table = _byte_table(bits) if bits in (2, 4) else None
-    return NBitsWeight(packed, s, zp, float(1 << (bits - 1)), table, block_of_k)
+    zero = float(1 << (bits - 1))
+    fast = None
+    if block_of_k is None:
+        fast = native.nbits_product(packed, s, zp, zero, K=K, bits=bits,
+                                    block=block_size)  # fmt: skip
+    return NBitsWeight(packed, s, zp, zero, table, block_of_k, fast)
 
 
 def _raw_panel(w: NBitsWeight, n0: int, n1: int, bits: int, block_size: int) -> np.ndarray:
@@ -96,8 +103,12 @@ def _raw_panel(w: NBitsWeight, n0: int, n1: int, bits: int, block_size: int) -> 
 
 def _dequantized_panel(w: NBitsWeight, n0: int, n1: int, bits: int, block_size: int):
     """Rows n0:n1 of the float32 weight [n, k_blocks * block_size] in the scratch buffer."""
-    out = _raw_panel(w, n0, n1, bits, block_size)
     n, k_blocks = n1 - n0, w.scales.shape[1]
+    if w.native is not None:
+        out = scratch((n, k_blocks * block_size), np.float32)
+        if w.native.dequantize(n0, n1, out):
+            return out
+    out = _raw_panel(w, n0, n1, bits, block_size)
     if w.block_of_k is None:
         blocks = out.reshape(n, k_blocks, block_size)
         if w.zero_points is None:
@@ -158,6 +169,8 @@ def _int8_product(a2: np.ndarray, w: NBitsWeight, y2: np.ndarray, bits: int, blo
     weight in one GEMM instead (the same terms summed in another order, 1e-7 apart)."""
     m, k = a2.shape
     k_blocks = w.scales.shape[1]
+    if w.native is not None and w.native.int8(a2, y2):
+        return  # (the same arithmetic in C, bit for bit: nbits.c)
     qa, a_scale = _int8_quantized(a2, k_blocks, block)
     if m > EXACT_INT8_ROWS:
         qa *= a_scale
@@ -226,9 +239,12 @@ def matmul_nbits(
             w = derived(B, key, make)
         else:
             w = make()
-        a2 = upcast(A).astype(np.float32, copy=False).reshape(-1, K)
+        # (contiguous: BLAS sums a strided A in another order, and the result would depend on it)
+        a2 = np.ascontiguousarray(upcast(A), np.float32).reshape(-1, K)
         y2 = y.reshape(-1, N)
-        if accuracy_level == 4 and bits in (4, 8) and w.block_of_k is None:
+        # (onnxruntime quantizes A only with integer zero points: float ones take its float path)
+        integer_zero = zero_points is None or np.asarray(zero_points).dtype == np.uint8
+        if accuracy_level == 4 and bits in (4, 8) and w.block_of_k is None and integer_zero:
             _int8_product(a2, w, y2, bits, block_size)
         else:
             _float_product(a2, w, y2, bits, block_size)

@@ -8,8 +8,8 @@ its numpy path and asks whether the native one applies first (``int8_gemm_ok``,
 
 Each family of kernels is one C file and one Python module of the same name: gemm_i8 (the
 exact int8 GEMM, AVX512-VNNI), depthwise (plane convs), conv_f32 (the float conv), gemv,
-resize, rnn, elementwise, rows, window (pooling), trees. Their task structs are declared once
-in abi.h and checked against the ctypes copies at load (_core.py).
+nbits (MatMulNBits), resize, rnn, elementwise, rows, window (pooling), trees. Their task
+structs are declared once in abi.h and checked against the ctypes copies at load (_core.py).
 
 Adding a kernel to a family: its task struct in abi.h (listed in ONYX_STRUCTS), its C code
 and ``onyx_<name>_range`` in the family's C file, checking its sizes first (checks.h); in the
@@ -36,6 +36,7 @@ from . import (
     elementwise,
     gemm_i8,
     gemv,
+    nbits,
     resize,
     rnn,
     rows,
@@ -79,6 +80,7 @@ from .gemm_i8 import (
     transpose_bytes,
 )
 from .gemv import GEMV_ROWS, FloatGemv, gemv_ok
+from .nbits import NBITS_INT8_ROWS, NBitsProduct, nbits_ok, nbits_product
 from .resize import bilinear_f32, bilinear_ok, repeat2d_4byte
 from .rnn import gru_f32, lstm_f32, recurrence_ok
 from .rows import batch_norm_f32, layer_norm_f32, mean_rows_f32, norm_rows_f32, qmean_rows
@@ -91,6 +93,8 @@ __all__ = [
     "FloatConv",
     "FloatGemv",
     "GEMV_ROWS",
+    "NBITS_INT8_ROWS",
+    "NBitsProduct",
     "IntPlaneConv",
     "MAX_K",
     "PANEL",
@@ -127,6 +131,8 @@ __all__ = [
     "lookup8",
     "lstm_f32",
     "mean_rows_f32",
+    "nbits_ok",
+    "nbits_product",
     "norm_rows_f32",
     "pack",
     "pack_conv_f32",
@@ -145,7 +151,19 @@ __all__ = [
 ]
 
 #: The kernel families (one C file and one Python module each), bound to the library at load.
-FAMILIES = (gemm_i8, depthwise, conv_f32, gemv, resize, rnn, elementwise, rows, window, trees)
+FAMILIES = (
+    gemm_i8,
+    depthwise,
+    conv_f32,
+    gemv,
+    resize,
+    rnn,
+    elementwise,
+    rows,
+    window,
+    trees,
+    nbits,
+)
 _core.start(FAMILIES)
 
 

@@ -271,6 +271,21 @@ ONYX_STRUCT(forest_task, ONYX_FOREST_TASK)
     F(S, int64_t, trees, ) F(S, int64_t, targets, ) F(S, int64_t, is_double, )
 ONYX_STRUCT(forest_sum_task, ONYX_FOREST_SUM_TASK)
 
+/* ------------------------------------------------------------ MatMulNBits (nbits.c) */
+
+#define ONYX_NBITS_TASK(F, S)                                                                \
+    F(S, const float *, a, ) /* A [M, K] (nbits_int8) */                                     \
+    F(S, float *, y, )       /* Y [M, N] (nbits_int8) */                                     \
+    F(S, const uint8_t *, packed, ) /* B [N, k_blocks * block * bits / 8] */                 \
+    F(S, const float *, scales, )   /* [N, k_blocks] */                                      \
+    F(S, const float *, zero_points, ) /* [N, k_blocks], or NULL: default_zero */            \
+    F(S, float *, out, ) /* nbits_dequant: rows row0 .. of the weight [n, k_blocks * block] */ \
+    F(S, int64_t, M, ) F(S, int64_t, K, ) F(S, int64_t, N, ) F(S, int64_t, k_blocks, )       \
+    F(S, int64_t, block, ) F(S, int64_t, bits, ) F(S, int64_t, row0, )                       \
+    F(S, float, default_zero, )                                                              \
+    F(S, const uint8_t *, dwords, ) /* NULL, or B's 4-byte words as [N / 16][words][16] */
+ONYX_STRUCT(nbits_task, ONYX_NBITS_TASK)
+
 /* Every struct above, for abi.c's table. */
 #define ONYX_STRUCTS(X)                                                                      \
     X(operand, ONYX_OPERAND) X(epilogue, ONYX_EPILOGUE) X(gemm_task, ONYX_GEMM_TASK)         \
@@ -285,6 +300,7 @@ ONYX_STRUCT(forest_sum_task, ONYX_FOREST_SUM_TASK)
     X(repeat2d, ONYX_REPEAT2D) X(recurrence, ONYX_RECURRENCE)                                \
     X(global_pool, ONYX_GLOBAL_POOL) X(layer_norm, ONYX_LAYER_NORM)                          \
     X(norm_rows, ONYX_NORM_ROWS) X(batch_norm, ONYX_BATCH_NORM) X(pool2d, ONYX_POOL2D)       \
-    X(forest_task, ONYX_FOREST_TASK) X(forest_sum_task, ONYX_FOREST_SUM_TASK)
+    X(forest_task, ONYX_FOREST_TASK) X(forest_sum_task, ONYX_FOREST_SUM_TASK)                                  \
+    X(nbits_task, ONYX_NBITS_TASK)
 
 #endif
