@@ -832,12 +832,14 @@ def _load(model) -> Model:
 def problems(model, full: bool = False) -> list[Problem]:
     """Every problem of a model (an empty list when it is valid; a file that cannot be read
     at all is one problem, ``format``)."""
-    try:
-        m = _load(model)
-    except FormatError as e:
-        return [Problem("format", str(e))]
-    c = _Checker(m)
-    with gc_paused():  # the scopes and signatures it builds would make the GC rescan the heap
+    # paused GC: the graph (built lazily from the file), the scopes and the signatures are
+    # many linked objects, and the GC's collections would rescan the whole heap over and over
+    with gc_paused():
+        try:
+            m = _load(model)
+        except FormatError as e:
+            return [Problem("format", str(e))]
+        c = _Checker(m)
         c.check_model()
     if full and not c.problems:
         from .inference import infer_shapes
