@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...registry import op
+from ..derived import from_attributes
 from ._common import as_2d
 
 ML = "ai.onnx.ml"
@@ -22,23 +23,40 @@ def _lookup(keys, values, default, x: np.ndarray, last_wins: bool = True) -> np.
     Vectorized with a sorted key table; float NaN keys match any NaN.
     """
     keys, values = np.asarray(keys), np.asarray(values)
-    string = _is_string(keys) or _is_string(x)
-    if string:
-        keys, x = keys.astype(str), np.asarray(x).astype(str)
-    out_dtype = object if _is_string(values) else values.dtype
-    if keys.size == 0:
-        return np.full(x.shape, default, dtype=out_dtype)
-    # np.unique keeps the first occurrence: run it on the reversed keys to keep the last.
-    if last_wins:
-        keys, values = keys[::-1], values[::-1]
-    unique, first = np.unique(keys, return_index=True)
-    table = values[first]
-    pos = np.minimum(np.searchsorted(unique, x), unique.size - 1)
-    found = unique[pos] == x
-    out = np.where(found, table[pos], np.asarray(default, dtype=out_dtype))
-    if not string and keys.dtype.kind == "f" and np.isnan(unique[-1]):
-        out = np.where(np.isnan(x), table[-1], out)
-    return out.astype(out_dtype, copy=False)
+    return _LookupTable(keys, values, last_wins, _is_string(keys) or _is_string(x))(x, default)
+
+
+class _LookupTable:
+    """keys -> values as a sorted key table, built once where the keys are a node's attributes
+    (see one_hot_encoder): sorting them was most of a one-row call."""
+
+    def __init__(self, keys: np.ndarray, values: np.ndarray, last_wins: bool, string: bool):
+        self.string = string
+        self.keys = keys.astype(str) if string else keys
+        self.out_dtype = object if _is_string(values) else values.dtype
+        if self.keys.size == 0:
+            return
+        # np.unique keeps the first occurrence: run it on the reversed keys to keep the last.
+        if last_wins:
+            keys, values = self.keys[::-1], values[::-1]
+        else:
+            keys = self.keys
+        self.unique, first = np.unique(keys, return_index=True)
+        self.table = values[first]
+        self.nan_last = not string and keys.dtype.kind == "f" and bool(np.isnan(self.unique[-1]))
+
+    def __call__(self, x: np.ndarray, default) -> np.ndarray:
+        if self.string:
+            x = np.asarray(x).astype(str)
+        if self.keys.size == 0:
+            return np.full(x.shape, default, dtype=self.out_dtype)
+        unique, table = self.unique, self.table
+        pos = np.minimum(np.searchsorted(unique, x), unique.size - 1)
+        found = unique[pos] == x
+        out = np.where(found, table[pos], np.asarray(default, dtype=self.out_dtype))
+        if self.nan_last:
+            out = np.where(np.isnan(x), table[-1], out)
+        return out.astype(self.out_dtype, copy=False)
 
 
 @op("Scaler", since=1, domain=ML)
@@ -96,18 +114,35 @@ def imputer(
     return np.where(hit, imputed.astype(x.dtype), x)
 
 
+#: tags of one_hot_encoder's kept tables (string or numeric inputs: the keys' form differs)
+_STRING_INPUT, _NUMBER_INPUT = object(), object()
+
+
 @op("OneHotEncoder", since=1, domain=ML)
 def one_hot_encoder(x, *, zeros=1, cats_strings=None, cats_int64s=None):
     if cats_strings:
-        cats = np.asarray(cats_strings, dtype=object)
         values = x
     else:
-        cats = np.asarray(cats_int64s or [], np.int64)
         values = x if _is_string(x) else x.astype(np.int64)  # floats are truncated to integers
-    pos = _lookup(cats, np.arange(cats.size), -1, values)
+    string = bool(cats_strings) or _is_string(values)
+    lookup = from_attributes(
+        (_STRING_INPUT if string else _NUMBER_INPUT, cats_strings, cats_int64s),
+        lambda: _one_hot_table(cats_strings, cats_int64s, string),
+    )
+    pos = lookup(values, -1)
     if not zeros and np.any(pos < 0):
         raise ValueError("OneHotEncoder: an input value is not among the categories (zeros=0)")
-    return (pos[..., None] == np.arange(cats.size)).astype(np.float32)
+    return (pos[..., None] == lookup.columns).astype(np.float32)
+
+
+def _one_hot_table(cats_strings, cats_int64s, string: bool) -> _LookupTable:
+    if cats_strings:
+        cats = np.asarray(cats_strings, dtype=object)
+    else:
+        cats = np.asarray(cats_int64s or [], np.int64)
+    lookup = _LookupTable(cats, np.arange(cats.size), True, string)
+    lookup.columns = np.arange(cats.size)
+    return lookup
 
 
 @op("LabelEncoder", since=1, domain=ML)
