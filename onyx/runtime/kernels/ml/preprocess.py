@@ -31,7 +31,7 @@ class _LookupTable:
     (see one_hot_encoder): sorting them was most of a one-row call."""
 
     def __init__(self, keys: np.ndarray, values: np.ndarray, last_wins: bool, string: bool):
-        self.string = string
+        self.string, self.values = string, values
         self.keys = keys.astype(str) if string else keys
         self.out_dtype = object if _is_string(values) else values.dtype
         if self.keys.size == 0:
@@ -57,6 +57,24 @@ class _LookupTable:
         if self.nan_last:
             out = np.where(np.isnan(x), table[-1], out)
         return out.astype(self.out_dtype, copy=False)
+
+
+#: whether a kept table serves string or numeric inputs (the keys' form differs)
+_STRING_INPUT, _NUMBER_INPUT = object(), object()
+
+
+def _node_table(kernel, attributes: tuple, x, keys_and_values, last_wins=True) -> _LookupTable:
+    """The _LookupTable of ``keys_and_values()``, built once per node (its attribute objects,
+    see from_attributes) and per kind of input: sorting the keys was most of a one-row call
+    (an IsolationForest runs two LabelEncoders per tree)."""
+    string_x = _is_string(x)
+
+    def build():
+        keys, values = keys_and_values()
+        return _LookupTable(keys, values, last_wins, _is_string(keys) or string_x)
+
+    tag = _STRING_INPUT if string_x else _NUMBER_INPUT
+    return from_attributes((kernel, tag, *attributes), build)
 
 
 @op("Scaler", since=1, domain=ML)
@@ -114,35 +132,31 @@ def imputer(
     return np.where(hit, imputed.astype(x.dtype), x)
 
 
-#: tags of one_hot_encoder's kept tables (string or numeric inputs: the keys' form differs)
-_STRING_INPUT, _NUMBER_INPUT = object(), object()
-
-
 @op("OneHotEncoder", since=1, domain=ML)
 def one_hot_encoder(x, *, zeros=1, cats_strings=None, cats_int64s=None):
     if cats_strings:
         values = x
     else:
         values = x if _is_string(x) else x.astype(np.int64)  # floats are truncated to integers
-    string = bool(cats_strings) or _is_string(values)
-    lookup = from_attributes(
-        (_STRING_INPUT if string else _NUMBER_INPUT, cats_strings, cats_int64s),
-        lambda: _one_hot_table(cats_strings, cats_int64s, string),
+    lookup = _node_table(
+        one_hot_encoder,
+        (cats_strings, cats_int64s),
+        values,
+        lambda: _categories(cats_strings, cats_int64s),
     )
     pos = lookup(values, -1)
     if not zeros and np.any(pos < 0):
         raise ValueError("OneHotEncoder: an input value is not among the categories (zeros=0)")
-    return (pos[..., None] == lookup.columns).astype(np.float32)
+    return (pos[..., None] == lookup.values).astype(np.float32)
 
 
-def _one_hot_table(cats_strings, cats_int64s, string: bool) -> _LookupTable:
+def _categories(cats_strings, cats_int64s) -> tuple[np.ndarray, np.ndarray]:
+    """OneHotEncoder's categories -> their column."""
     if cats_strings:
         cats = np.asarray(cats_strings, dtype=object)
     else:
         cats = np.asarray(cats_int64s or [], np.int64)
-    lookup = _LookupTable(cats, np.arange(cats.size), True, string)
-    lookup.columns = np.arange(cats.size)
-    return lookup
+    return cats, np.arange(cats.size)
 
 
 @op("LabelEncoder", since=1, domain=ML)
@@ -190,11 +204,27 @@ def label_encoder_2(
     values_floats=None,
     values_strings=None,
 ):
-    keys = _typed(keys_int64s, keys_floats, keys_strings)
-    values = _typed(values_int64s, values_floats, values_strings)
-    default = _default_for(values, None, default_int64, default_float, default_string)
+    attributes = (
+        keys_int64s,
+        keys_floats,
+        keys_strings,
+        values_int64s,
+        values_floats,
+        values_strings,
+    )
     # v2 does not say which of repeated keys wins: onnxruntime keeps the first.
-    return _lookup(keys, values, default, x, last_wins=False)
+    table = _node_table(
+        label_encoder_2,
+        attributes,
+        x,
+        lambda: (
+            _typed(keys_int64s, keys_floats, keys_strings),
+            _typed(values_int64s, values_floats, values_strings),
+        ),
+        last_wins=False,
+    )
+    default = _default_for(table.values, None, default_int64, default_float, default_string)
+    return table(x, default)
 
 
 @op("LabelEncoder", since=4, domain=ML)
@@ -214,10 +244,16 @@ def label_encoder_4(
     values_strings=None,
     values_tensor=None,
 ):
-    keys = _typed(keys_int64s, keys_floats, keys_strings, keys_tensor)
-    values = _typed(values_int64s, values_floats, values_strings, values_tensor)
-    default = _default_for(values, default_tensor, default_int64, default_float, default_string)
-    return _lookup(keys, values, default, x)
+    attributes = (keys_int64s, keys_floats, keys_strings, keys_tensor,
+                  values_int64s, values_floats, values_strings, values_tensor)  # fmt: skip
+    table = _node_table(label_encoder_4, attributes, x, lambda: (
+        _typed(keys_int64s, keys_floats, keys_strings, keys_tensor),
+        _typed(values_int64s, values_floats, values_strings, values_tensor),
+    ))  # fmt: skip
+    default = _default_for(
+        table.values, default_tensor, default_int64, default_float, default_string
+    )
+    return table(x, default)
 
 
 @op("CategoryMapper", since=1, domain=ML)
