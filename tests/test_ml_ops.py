@@ -492,3 +492,16 @@ def test_lookup_tables_are_kept_per_node_and_input_kind(monkeypatch):
     hot = preprocess.one_hot_encoder(np.array([["5"]], dtype=object), cats_int64s=cats)
     np.testing.assert_array_equal(hot, [[[0.0, 1.0]]])
     assert len(built) == 4
+
+
+def test_array_feature_extractor_checks_kept_indices_on_every_call():
+    """The indices' bounds are kept per (read-only) index array, and still checked against
+    each call's X."""
+    from onyx.runtime.kernels.ml.preprocess import array_feature_extractor
+
+    y = np.array([[2]], np.int64)
+    y.flags.writeable = False
+    np.testing.assert_array_equal(array_feature_extractor(np.arange(3.0)[None], y), [[2.0]])
+    for _ in range(2):
+        with pytest.raises(IndexError, match="out of range"):
+            array_feature_extractor(np.arange(2.0)[None], y)

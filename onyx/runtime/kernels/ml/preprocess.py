@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...registry import op
-from ..derived import from_attributes
+from ..derived import derived, from_attributes
 from ._common import as_2d
 
 ML = "ai.onnx.ml"
@@ -303,12 +303,21 @@ def feature_vectorizer(*inputs, inputdimensions=None):
     return np.concatenate(parts, axis=1)
 
 
+def _feature_indices(y) -> tuple[np.ndarray, int, int]:
+    """ArrayFeatureExtractor's indices, flat int64, with their least and greatest."""
+    indices = np.asarray(y, np.int64).reshape(-1)
+    if not indices.size:
+        return indices, 0, 0
+    return indices, int(indices.min()), int(indices.max())
+
+
 @op("ArrayFeatureExtractor", since=1, domain=ML)
 def array_feature_extractor(x, y):
-    indices = np.asarray(y, np.int64).reshape(-1)
-    if indices.size and (indices.min() < 0 or indices.max() >= x.shape[-1]):
+    # (y is mostly an initializer: its flattened form and bounds are kept per array)
+    indices, low, high = derived(y, ("feature indices",), lambda: _feature_indices(y))
+    if indices.size and (low < 0 or high >= x.shape[-1]):
         raise IndexError(f"ArrayFeatureExtractor: index out of range [0, {x.shape[-1]})")
-    out = np.take(x, indices, axis=-1)
+    out = x.take(indices, axis=-1)
     # onnxruntime returns [1, K] for a 1-D input.
     return out.reshape(1, -1) if x.ndim <= 1 else out
 
