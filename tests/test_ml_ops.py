@@ -463,3 +463,45 @@ def test_dict_vectorizer_and_cast_map():
     sparse = cast_map(m, map_form="SPARSE", max_map=5, cast_to="TO_INT64")
     np.testing.assert_array_equal(sparse, [[2, 0, 0, 1, 0]])
     assert cast_map(m, cast_to="TO_STRING").tolist() == [["2.000000", "1.500000"]]
+
+
+def test_lookup_tables_are_kept_per_node_and_input_kind(monkeypatch):
+    """LabelEncoder / OneHotEncoder sort their keys once per node (and kind of input), not
+    per call; another node's keys or a string input get a table of their own."""
+    from onyx.runtime.kernels.ml import preprocess
+
+    built = []
+    real = preprocess._LookupTable  # noqa: SLF001 (counting the tables built)
+    monkeypatch.setattr(
+        preprocess, "_LookupTable", lambda *a: built.append(a) or real(*a), raising=True
+    )
+    keys, values = [3, 1, 2], [30, 10, 20]
+    for _ in range(3):
+        out = preprocess.label_encoder_4(
+            np.array([1, 2, 5]), keys_int64s=keys, values_int64s=values
+        )
+        np.testing.assert_array_equal(out, [10, 20, -1])
+    assert len(built) == 1
+    other = preprocess.label_encoder_4(np.array([1]), keys_int64s=[1], values_int64s=[7])
+    np.testing.assert_array_equal(other, [7])
+    assert len(built) == 2
+    cats = [4, 5]
+    for _ in range(2):
+        hot = preprocess.one_hot_encoder(np.array([[5.0]]), cats_int64s=cats)
+        np.testing.assert_array_equal(hot, [[[0.0, 1.0]]])
+    hot = preprocess.one_hot_encoder(np.array([["5"]], dtype=object), cats_int64s=cats)
+    np.testing.assert_array_equal(hot, [[[0.0, 1.0]]])
+    assert len(built) == 4
+
+
+def test_array_feature_extractor_checks_kept_indices_on_every_call():
+    """The indices' bounds are kept per (read-only) index array, and still checked against
+    each call's X."""
+    from onyx.runtime.kernels.ml.preprocess import array_feature_extractor
+
+    y = np.array([[2]], np.int64)
+    y.flags.writeable = False
+    np.testing.assert_array_equal(array_feature_extractor(np.arange(3.0)[None], y), [[2.0]])
+    for _ in range(2):
+        with pytest.raises(IndexError, match="out of range"):
+            array_feature_extractor(np.arange(2.0)[None], y)

@@ -218,3 +218,18 @@ def test_the_check_runs_once_per_shape_signature():
     sess.run(None, {"x": x})  # checked before: the generated runner, no check
     with pytest.raises(onyx.errors.RuntimeFailure, match="the_relu"):
         sess.run(None, {"x": np.ones((5, 3), np.float32)})  # a new signature is checked
+
+
+def test_as_array_result_copies_maps_and_wraps_numpy_scalars():
+    """A map of Python numbers (ZipMap's rows) comes back as a new dict of the same values;
+    one holding numpy scalars or arrays still has them converted and owned."""
+    from onyx.runtime.plan import as_array_result
+
+    row = {"a": 0.25, "b": 1}
+    got = as_array_result([row])
+    assert got == [row] and got[0] is not row
+    frozen = np.arange(2.0)
+    frozen.flags.writeable = False
+    mixed = as_array_result({1: np.float32(2), 2: frozen})
+    assert isinstance(mixed[1], np.ndarray) and mixed[1].shape == () and mixed[1] == 2
+    assert mixed[2] is not frozen and mixed[2].flags.writeable

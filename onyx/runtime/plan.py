@@ -498,5 +498,11 @@ def as_array_result(value: Any) -> Any:
     if isinstance(value, list):
         return [as_array_result(v) for v in value]
     if isinstance(value, dict):
+        if _PLAIN.issuperset(map(type, value.values())):  # ZipMap's rows: one C-level check
+            return dict(value)
         return {k: as_array_result(v) for k, v in value.items()}
     return value
+
+
+#: value types as_array_result hands back as they are
+_PLAIN = frozenset({float, int, str, bool})

@@ -16,6 +16,7 @@ its array (a weak reference's callback), so a recycled id() never finds a stale 
 
 from __future__ import annotations
 
+import operator
 import threading
 import weakref
 from collections import OrderedDict
@@ -97,10 +98,10 @@ def from_attributes(attributes: tuple, make: Callable[[], Any]) -> Any:
     its attributes into tables (a tree ensemble: thousands of nodes) does so once per node. The
     entry holds the objects themselves, so their ids cannot be reused while it exists.
     """
-    key = tuple(id(a) for a in attributes)
+    key = tuple(map(id, attributes))  # (map: no generator frame per call of a hot kernel)
     with _memo_lock:  # sessions may run on several threads at once
         hit = _memo.get(key)
-        if hit is not None and all(a is b for a, b in zip(hit[0], attributes)):
+        if hit is not None and all(map(operator.is_, hit[0], attributes)):
             _memo.move_to_end(key)
             return hit[1]
     value = make()  # (outside the lock: two threads may both compile; either result is right)

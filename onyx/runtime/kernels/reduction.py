@@ -153,12 +153,12 @@ for _name, _r in _REDUCTIONS.items():
 def _arg(fn: Callable, data, axis: int, keepdims: int, select_last_index: int) -> np.ndarray:
     x = upcast(data)
     axis = axis + x.ndim if axis < 0 else axis
+    keep = bool(keepdims)  # (numpy's keepdims: expand_dims cost more than a small argmax)
     if select_last_index:
-        idx = x.shape[axis] - 1 - fn(np.flip(x, axis=axis), axis=axis)
+        idx = x.shape[axis] - 1 - fn(np.flip(x, axis=axis), axis=axis, keepdims=keep)
     else:
-        idx = fn(x, axis=axis)
-    idx = idx.astype(np.int64)
-    return np.expand_dims(idx, axis) if keepdims else idx
+        idx = fn(x, axis=axis, keepdims=keep)
+    return np.asarray(idx).astype(np.int64, copy=False)
 
 
 @op("ArgMax", since=1)

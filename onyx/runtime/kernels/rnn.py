@@ -330,7 +330,7 @@ def _final(layer: _Layer, hist: np.ndarray, initial: np.ndarray, time_order: boo
     if hist.shape[0] == 0:
         return initial.copy()
     if layer.lens is None:
-        if not time_order:
+        if not time_order or not any(layer.reverse):
             return hist[-1].copy()
         return np.stack([hist[0 if rev else -1, d] for d, rev in enumerate(layer.reverse)])
     last = layer.lens - 1
@@ -435,7 +435,6 @@ def gru(
     layer = _prepare(X, W, R, B, sequence_lens, initial_h, None,
                      direction=direction, layout=layout, n_gates=3, folded=folded)  # fmt: skip
     names = _activation_names(activations, 2, layer.n_dirs, ["sigmoid", "tanh"])
-    f, g = _activations(names, activation_alpha, activation_beta, 2, layer.dtype)
     clipped = _clipper(clip, layer.dtype)
     pytorch = linear_before_reset and set(names[0::2]) == {"sigmoid"} and set(names[1::2]) == {
         "tanh"}  # fmt: skip
@@ -444,6 +443,7 @@ def gru(
         rbh = layer.Rb[2].reshape(layer.n_dirs, layer.hidden)
         Ys = native.gru_f32(layer.native_projection(), rt, rbh, layer.h0, layer.reverse)
         return _finish(layer, Ys, time_order=True)
+    f, g = _activations(names, activation_alpha, activation_beta, 2, layer.dtype)  # (see lstm)
     Ys, h, xs = layer.history(), layer.h0, layer.step_major()
     xs_zr, xs_h, Rbh = xs[:, :2], xs[:, 2], np.ascontiguousarray(layer.Rb[2])
     gates = layer.gate_buffer()
@@ -520,7 +520,6 @@ def lstm(
     layer = _prepare(X, W, R, B, sequence_lens, initial_h, initial_c,
                      direction=direction, layout=layout, n_gates=4)  # fmt: skip
     names = _activation_names(activations, 3, layer.n_dirs, ["sigmoid", "tanh", "tanh"])
-    f, g, h_act = _activations(names, activation_alpha, activation_beta, 3, layer.dtype)
     clipped = _clipper(clip, layer.dtype)
     peep = None
     if P is not None and np.any(P):
@@ -537,6 +536,8 @@ def lstm(
         projections = layer.native_projection()
         Ys, Cs = native.lstm_f32(projections, rt, layer.h0, layer.c0, layer.reverse)
         return _finish(layer, Ys, Cs, time_order=True)
+    # (built after the native path, which needs no activation functions: per-call cost at batch 1)
+    f, g, h_act = _activations(names, activation_alpha, activation_beta, 3, layer.dtype)
     mm, xs = layer.matmul(), layer.step_major()
     Ys, Cs, h, c = layer.history(), layer.history(), layer.h0, layer.c0
     half = np.asarray(0.5, layer.dtype)

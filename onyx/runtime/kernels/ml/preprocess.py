@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...registry import op
+from ..derived import derived, from_attributes
 from ._common import as_2d
 
 ML = "ai.onnx.ml"
@@ -22,23 +23,58 @@ def _lookup(keys, values, default, x: np.ndarray, last_wins: bool = True) -> np.
     Vectorized with a sorted key table; float NaN keys match any NaN.
     """
     keys, values = np.asarray(keys), np.asarray(values)
-    string = _is_string(keys) or _is_string(x)
-    if string:
-        keys, x = keys.astype(str), np.asarray(x).astype(str)
-    out_dtype = object if _is_string(values) else values.dtype
-    if keys.size == 0:
-        return np.full(x.shape, default, dtype=out_dtype)
-    # np.unique keeps the first occurrence: run it on the reversed keys to keep the last.
-    if last_wins:
-        keys, values = keys[::-1], values[::-1]
-    unique, first = np.unique(keys, return_index=True)
-    table = values[first]
-    pos = np.minimum(np.searchsorted(unique, x), unique.size - 1)
-    found = unique[pos] == x
-    out = np.where(found, table[pos], np.asarray(default, dtype=out_dtype))
-    if not string and keys.dtype.kind == "f" and np.isnan(unique[-1]):
-        out = np.where(np.isnan(x), table[-1], out)
-    return out.astype(out_dtype, copy=False)
+    return _LookupTable(keys, values, last_wins, _is_string(keys) or _is_string(x))(x, default)
+
+
+class _LookupTable:
+    """keys -> values as a sorted key table, built once where the keys are a node's attributes
+    (see one_hot_encoder): sorting them was most of a one-row call."""
+
+    def __init__(self, keys: np.ndarray, values: np.ndarray, last_wins: bool, string: bool):
+        self.string, self.values = string, values
+        self.keys = keys.astype(str) if string else keys
+        self.out_dtype = object if _is_string(values) else values.dtype
+        if self.keys.size == 0:
+            return
+        # np.unique keeps the first occurrence: run it on the reversed keys to keep the last.
+        if last_wins:
+            keys, values = self.keys[::-1], values[::-1]
+        else:
+            keys = self.keys
+        self.unique, first = np.unique(keys, return_index=True)
+        self.table = values[first]
+        self.nan_last = not string and keys.dtype.kind == "f" and bool(np.isnan(self.unique[-1]))
+
+    def __call__(self, x: np.ndarray, default) -> np.ndarray:
+        if self.string:
+            x = np.asarray(x).astype(str)
+        if self.keys.size == 0:
+            return np.full(x.shape, default, dtype=self.out_dtype)
+        unique, table = self.unique, self.table
+        pos = np.minimum(np.searchsorted(unique, x), unique.size - 1)
+        found = unique[pos] == x
+        out = np.where(found, table[pos], np.asarray(default, dtype=self.out_dtype))
+        if self.nan_last:
+            out = np.where(np.isnan(x), table[-1], out)
+        return out.astype(self.out_dtype, copy=False)
+
+
+#: whether a kept table serves string or numeric inputs (the keys' form differs)
+_STRING_INPUT, _NUMBER_INPUT = object(), object()
+
+
+def _node_table(kernel, attributes: tuple, x, keys_and_values, last_wins=True) -> _LookupTable:
+    """The _LookupTable of ``keys_and_values()``, built once per node (its attribute objects,
+    see from_attributes) and per kind of input: sorting the keys was most of a one-row call
+    (an IsolationForest runs two LabelEncoders per tree)."""
+    string_x = _is_string(x)
+
+    def build():
+        keys, values = keys_and_values()
+        return _LookupTable(keys, values, last_wins, _is_string(keys) or string_x)
+
+    tag = _STRING_INPUT if string_x else _NUMBER_INPUT
+    return from_attributes((kernel, tag, *attributes), build)
 
 
 @op("Scaler", since=1, domain=ML)
@@ -99,15 +135,28 @@ def imputer(
 @op("OneHotEncoder", since=1, domain=ML)
 def one_hot_encoder(x, *, zeros=1, cats_strings=None, cats_int64s=None):
     if cats_strings:
-        cats = np.asarray(cats_strings, dtype=object)
         values = x
     else:
-        cats = np.asarray(cats_int64s or [], np.int64)
         values = x if _is_string(x) else x.astype(np.int64)  # floats are truncated to integers
-    pos = _lookup(cats, np.arange(cats.size), -1, values)
+    lookup = _node_table(
+        one_hot_encoder,
+        (cats_strings, cats_int64s),
+        values,
+        lambda: _categories(cats_strings, cats_int64s),
+    )
+    pos = lookup(values, -1)
     if not zeros and np.any(pos < 0):
         raise ValueError("OneHotEncoder: an input value is not among the categories (zeros=0)")
-    return (pos[..., None] == np.arange(cats.size)).astype(np.float32)
+    return (pos[..., None] == lookup.values).astype(np.float32)
+
+
+def _categories(cats_strings, cats_int64s) -> tuple[np.ndarray, np.ndarray]:
+    """OneHotEncoder's categories -> their column."""
+    if cats_strings:
+        cats = np.asarray(cats_strings, dtype=object)
+    else:
+        cats = np.asarray(cats_int64s or [], np.int64)
+    return cats, np.arange(cats.size)
 
 
 @op("LabelEncoder", since=1, domain=ML)
@@ -155,11 +204,27 @@ def label_encoder_2(
     values_floats=None,
     values_strings=None,
 ):
-    keys = _typed(keys_int64s, keys_floats, keys_strings)
-    values = _typed(values_int64s, values_floats, values_strings)
-    default = _default_for(values, None, default_int64, default_float, default_string)
+    attributes = (
+        keys_int64s,
+        keys_floats,
+        keys_strings,
+        values_int64s,
+        values_floats,
+        values_strings,
+    )
     # v2 does not say which of repeated keys wins: onnxruntime keeps the first.
-    return _lookup(keys, values, default, x, last_wins=False)
+    table = _node_table(
+        label_encoder_2,
+        attributes,
+        x,
+        lambda: (
+            _typed(keys_int64s, keys_floats, keys_strings),
+            _typed(values_int64s, values_floats, values_strings),
+        ),
+        last_wins=False,
+    )
+    default = _default_for(table.values, None, default_int64, default_float, default_string)
+    return table(x, default)
 
 
 @op("LabelEncoder", since=4, domain=ML)
@@ -179,10 +244,16 @@ def label_encoder_4(
     values_strings=None,
     values_tensor=None,
 ):
-    keys = _typed(keys_int64s, keys_floats, keys_strings, keys_tensor)
-    values = _typed(values_int64s, values_floats, values_strings, values_tensor)
-    default = _default_for(values, default_tensor, default_int64, default_float, default_string)
-    return _lookup(keys, values, default, x)
+    attributes = (keys_int64s, keys_floats, keys_strings, keys_tensor,
+                  values_int64s, values_floats, values_strings, values_tensor)  # fmt: skip
+    table = _node_table(label_encoder_4, attributes, x, lambda: (
+        _typed(keys_int64s, keys_floats, keys_strings, keys_tensor),
+        _typed(values_int64s, values_floats, values_strings, values_tensor),
+    ))  # fmt: skip
+    default = _default_for(
+        table.values, default_tensor, default_int64, default_float, default_string
+    )
+    return table(x, default)
 
 
 @op("CategoryMapper", since=1, domain=ML)
@@ -232,12 +303,21 @@ def feature_vectorizer(*inputs, inputdimensions=None):
     return np.concatenate(parts, axis=1)
 
 
+def _feature_indices(y) -> tuple[np.ndarray, int, int]:
+    """ArrayFeatureExtractor's indices, flat int64, with their least and greatest."""
+    indices = np.asarray(y, np.int64).reshape(-1)
+    if not indices.size:
+        return indices, 0, 0
+    return indices, int(indices.min()), int(indices.max())
+
+
 @op("ArrayFeatureExtractor", since=1, domain=ML)
 def array_feature_extractor(x, y):
-    indices = np.asarray(y, np.int64).reshape(-1)
-    if indices.size and (indices.min() < 0 or indices.max() >= x.shape[-1]):
+    # (y is mostly an initializer: its flattened form and bounds are kept per array)
+    indices, low, high = derived(y, ("feature indices",), lambda: _feature_indices(y))
+    if indices.size and (low < 0 or high >= x.shape[-1]):
         raise IndexError(f"ArrayFeatureExtractor: index out of range [0, {x.shape[-1]})")
-    out = np.take(x, indices, axis=-1)
+    out = x.take(indices, axis=-1)
     # onnxruntime returns [1, K] for a 1-D input.
     return out.reshape(1, -1) if x.ndim <= 1 else out
 

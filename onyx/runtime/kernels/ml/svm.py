@@ -81,24 +81,28 @@ def _pairwise_coupling(r: np.ndarray) -> np.ndarray:
 
 
 def _coupling_row(r: list) -> list:
-    """One row of _pairwise_coupling in libsvm's own order of operations (its C loops)."""
+    """One row of _pairwise_coupling in libsvm's own order of operations (its C loops).
+
+    (Lists summed in the loops' order rather than generators: the same additions, without a
+    generator frame per sum, which made most of a one-row call.)"""
     k = len(r)
     q = [[-r[j][i] * r[i][j] for j in range(k)] for i in range(k)]
     for t in range(k):
-        q[t][t] = sum(r[j][t] * r[j][t] for j in range(k) if j != t)
+        q[t][t] = sum([r[j][t] * r[j][t] for j in range(k) if j != t])
     p = [1.0 / k] * k
     eps = 0.005 / k
     for _ in range(max(100, k)):
-        qp = [sum(q[t][j] * p[j] for j in range(k)) for t in range(k)]
-        pqp = sum(p[t] * qp[t] for t in range(k))
-        if max(abs(v - pqp) for v in qp) < eps:
+        qp = [sum([a * b for a, b in zip(row, p)]) for row in q]
+        pqp = sum([a * b for a, b in zip(p, qp)])
+        if max([abs(v - pqp) for v in qp]) < eps:
             break
         for t in range(k):
-            diff = (pqp - qp[t]) / q[t][t]
+            qt = q[t]
+            diff = (pqp - qp[t]) / qt[t]
             p[t] += diff
             scale = 1.0 + diff
-            pqp = (pqp + diff * (diff * q[t][t] + 2 * qp[t])) / scale / scale
-            qp = [(qp[j] + diff * q[t][j]) / scale for j in range(k)]
+            pqp = (pqp + diff * (diff * qt[t] + 2 * qp[t])) / scale / scale
+            qp = [(a + diff * b) / scale for a, b in zip(qp, qt)]
             p = [v / scale for v in p]
     return p
 

@@ -379,7 +379,8 @@ def _aggregate(f: Forest, x, weights, has, aggregate: str) -> tuple[np.ndarray, 
                 combine(acc, weights[states[:, t]], out=acc)
         scores[rows] = acc
         present[rows] = True if every_leaf_votes else has[states].any(axis=1)
-    scores[~present] = 0.0
+    if not every_leaf_votes:  # (else every entry is present: nothing to clear)
+        scores[~present] = 0.0
     if aggregate == "AVERAGE":
         scores /= max(f.n_trees, 1)
     return scores, present
