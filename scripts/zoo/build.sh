@@ -25,7 +25,7 @@ declare -A DEPS=(
   [tf]="tensorflow-cpu==2.21.0 tf2onnx==1.17.0 onnx"
   [paddle]="paddlepaddle==3.3.1 paddle2onnx==2.1.0 packaging onnx"
   [jax]="jax2onnx==0.17.1 jax onnx"
-  [yolo]="torch==2.13.0 torchvision==0.28.0 ultralytics opencv-python-headless onnx onnxslim onnxscript"
+  [yolo]="torch==2.14.1 torchvision==0.29.1 ultralytics opencv-python-headless onnx onnxslim onnxscript"
   [hf]="torch==2.13.0 transformers==4.57.6 optimum-onnx==0.1.0 onnx onnxruntime onnxscript"
 )
 # the staging folders each make script writes (cleared before it runs again)

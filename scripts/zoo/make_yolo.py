@@ -42,7 +42,13 @@ def main() -> None:
     variants = {
         "detect_static": ("yolov8n.yaml", {"imgsz": 160}),
         "detect_dynamic": ("yolov8n.yaml", {"imgsz": 160, "dynamic": True}),
-        "detect_nms": ("yolov8n.yaml", {"imgsz": 160, "nms": True}),
+        # NMS with conf=1e-5: the random weights' class scores stay under 2e-4, so the default
+        # 0.25 would keep no box and leave NonMaxSuppression nothing to rank
+        "detect_nms": ("yolov8n.yaml", {"imgsz": 160, "nms": True, "conf": 1e-5}),
+        "detect_nms_dynamic": (
+            "yolov8n.yaml",
+            {"imgsz": 160, "nms": True, "dynamic": True, "conf": 1e-5},
+        ),
         "yolo11_segment": ("yolo11n-seg.yaml", {"imgsz": 160}),
         "yolo11_pose_dynamic": ("yolo11n-pose.yaml", {"imgsz": 160, "dynamic": True}),
     }
@@ -59,7 +65,9 @@ def main() -> None:
                 f"export failed: {name}: {traceback.format_exc(limit=2).strip().splitlines()[-1]}"
             )
             continue
-        stage("ultralytics", name, path, {"images": image}, framework=_framework(src, image))
+        # with NMS the export's output0 is the kept boxes, not the network's raw predictions
+        framework = None if kwargs.get("nms") else _framework(src, image)
+        stage("ultralytics", name, path, {"images": image}, framework=framework)
 
 
 if __name__ == "__main__":
