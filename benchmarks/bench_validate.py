@@ -14,9 +14,10 @@ import glob
 import os
 import statistics
 import sys
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from common import median_time  # noqa: E402
+
 import onyx  # noqa: E402
 from onyx.validation import validate  # noqa: E402
 
@@ -28,15 +29,6 @@ def models() -> list[str]:
     return paths + sorted(glob.glob(os.path.join(ROOT, "tests", "models", "*.onnx")))
 
 
-def median(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=5)
@@ -46,8 +38,8 @@ def main() -> None:
     for path in models():
         model = onyx.load(path)
         n = sum(1 for _ in model.graph.all_nodes())
-        t_val = median(lambda m=model: validate(m), args.repeat)
-        t_sess = median(lambda p=path: onyx.InferenceSession(p), args.repeat)
+        t_val = median_time(lambda m=model: validate(m), args.repeat)
+        t_sess = median_time(lambda p=path: onyx.InferenceSession(p), args.repeat)
         shares.append(t_val / t_sess)
         name = os.path.basename(path)
         print(f"{name:34} {n:6d} {t_val * 1e3:12.2f} {t_sess * 1e3:11.2f} {t_val / t_sess:6.1%}")

@@ -1,12 +1,25 @@
-"""Timing helpers the per-op micro-benchmarks share (bench_conv.py, bench_resize.py)."""
+"""Timing helpers the benchmarks share (bench_conv.py, bench_resize.py, bench_scale.py,
+bench_validate.py)."""
 
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from collections.abc import Callable
 
 import numpy as np
+
+
+def median_time(fn: Callable, repeat: int, clock: Callable[[], float] = time.perf_counter) -> float:
+    """The median of ``repeat`` timed calls of ``fn`` (``clock``: wall time, or CPU time with
+    time.process_time)."""
+    times = []
+    for _ in range(repeat):
+        start = clock()
+        fn()
+        times.append(clock() - start)
+    return statistics.median(times)
 
 
 def geomean(values) -> float:
