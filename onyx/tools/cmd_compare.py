@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..errors import InvalidArgument
-from .feeds import load_npz
+from .feeds import load_npz, parse_shapes
 
 HELP = "compare a model's outputs on onyx and onnxruntime / the reference / another model"
 
@@ -33,19 +32,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def add_shape_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shape", action="append", default=[], metavar="NAME=1,3,224,224",
                    help="shape of a random input with symbolic dims (repeatable)")  # fmt: skip
-
-
-def parse_shapes(items: list[str]) -> dict[str, list[int]]:
-    shapes = {}
-    for item in items:
-        name, sep, dims = item.partition("=")
-        try:
-            shapes[name] = [int(d) for d in dims.split(",") if d.strip()]
-        except ValueError:
-            sep = ""
-        if not sep:
-            raise InvalidArgument(f"--shape takes NAME=D0,D1,..., got {item!r}")
-    return shapes
 
 
 def parse_tolerance(items: list[str], default: float) -> float | dict[str, float]:

@@ -28,31 +28,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--strict", action="store_true", help="fail on conflicting types")
 
 
-def parse_shape_args(items: list[str]) -> dict[str, list]:
-    """'x=1,3,N,?' -> {'x': [1, 3, 'N', None]}."""
-    from ..errors import InvalidArgument
-
-    out = {}
-    for item in items:
-        name, sep, dims = item.partition("=")
-        if not sep or not name:
-            raise InvalidArgument(f"--shape takes NAME=D1,D2,..., got {item!r}")
-        parsed = []
-        for d in dims.split(",") if dims else []:
-            d = d.strip()
-            parsed.append(None if d in ("?", "-1") else int(d) if d.lstrip("-").isdigit() else d)
-        out[name] = parsed
-    return out
-
-
 def main(args) -> int:
     from ..inference import infer_shapes
     from ..serde import load, save
     from .compose import update_dims
+    from .feeds import parse_shapes
 
     model = load(args.model)
     if args.shape:
-        model = update_dims(model, parse_shape_args(args.shape), infer=False)
+        model = update_dims(model, parse_shapes(args.shape), infer=False)
     before = sum(1 for n in model.graph for v in n.outputs if v.type is not None)
     infer_shapes(model, strict=args.strict)
     typed = [v for n in model.graph for v in n.outputs if v.type is not None]

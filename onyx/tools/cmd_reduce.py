@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from .cmd_compare import add_shape_argument, load_inputs, parse_shapes, parse_tolerance
+from .cmd_compare import add_shape_argument, load_inputs, parse_tolerance
+from .feeds import parse_shapes
 
 HELP = "reduce a failing model to a minimal subgraph that still fails (writes reduced.onnx)"
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InvalidArgument
-from .feeds import input_shape, load_npz, random_array, save_npz
+from .feeds import input_shape, load_npz, parse_shapes, random_array, save_npz
 
 HELP = "run a model (the bundled example when none is given) and print its outputs and latency"
 
@@ -85,9 +85,8 @@ def main(args) -> int:
     created = time.perf_counter() - t0
     rng = np.random.default_rng(args.seed)
     given = load_npz(args.inputs) if args.inputs else {}
-    from .cmd_infer import parse_shape_args
 
-    shapes = parse_shape_args(args.shape)
+    shapes = parse_shapes(args.shape)
     for item in args.input:
         name, sep, file = item.partition("=")
         if not sep:

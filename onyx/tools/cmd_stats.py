@@ -28,13 +28,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def main(args) -> int:
     from ..serde import load
-    from .cmd_infer import parse_shape_args
+    from .feeds import parse_shapes
     from .stats import model_stats
 
     model = load(args.model)
     inputs = {v.name for v in model.graph.inputs}
     shapes: dict = {}
-    for name, dims in parse_shape_args(args.shape).items():
+    for name, dims in parse_shapes(args.shape).items():
         # an input's name takes dims; any other name is a symbolic dim's size
         shapes[name] = dims if name in inputs or len(dims) != 1 else dims[0]
     print(model_stats(model, shapes).table(per_node=args.per_node))

@@ -30,15 +30,37 @@ def random_array(dtype: Any, shape: Sequence[int], rng: np.random.Generator) -> 
     return rng.standard_normal(shape).astype(dtype)
 
 
+def parse_shapes(items: Iterable[str]) -> dict[str, list]:
+    """``--shape`` arguments: 'x=1,3,N,?' -> {'x': [1, 3, 'N', None]} (an input's dims, or with
+    one value a symbolic dim's size: 'batch=8')."""
+    out = {}
+    for item in items:
+        name, sep, dims = item.partition("=")
+        if not sep or not name:
+            raise InvalidArgument(f"--shape takes NAME=D1,D2,..., got {item!r}")
+        parsed = []
+        for d in dims.split(",") if dims else []:
+            d = d.strip()
+            parsed.append(None if d in ("?", "-1") else int(d) if d.lstrip("-").isdigit() else d)
+        out[name] = parsed
+    return out
+
+
+def _concrete(name: str, dims: Sequence) -> list[int]:
+    if not all(isinstance(d, int) and d >= 0 for d in dims):
+        raise InvalidArgument(f"--shape {name}: random data needs sizes, got {list(dims)}")
+    return [int(d) for d in dims]
+
+
 def input_shape(name: str, dims: Iterable, shapes: dict[str, Sequence[int]] | None) -> list[int]:
     """An input's concrete shape: ``shapes[name]`` when given, else its declared dims with each
     symbolic or unknown dim set by ``shapes[symbol] == [size]`` or to 1."""
     shapes = shapes or {}
     if name in shapes:
-        return [int(d) for d in shapes[name]]
+        return _concrete(name, shapes[name])
     return [
         d if isinstance(d, int) and d >= 0
-        else int(shapes[d][0]) if isinstance(d, str) and len(shapes.get(d, ())) == 1
+        else _concrete(d, shapes[d])[0] if isinstance(d, str) and len(shapes.get(d, ())) == 1
         else 1
         for d in dims or ()
     ]  # fmt: skip
