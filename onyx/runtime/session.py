@@ -311,13 +311,11 @@ def _check_feed(v: ir.Value, value: Any) -> Any:
             arr = value if isinstance(value, np.ndarray) else np.asarray(value)
         except (ValueError, TypeError) as e:  # a ragged nested list, an unconvertible object
             raise InvalidArgument(f"input {v.name!r}: not an array: {e}") from None
+        expected = to_numpy(t.elem_type)
         if isinstance(value, list | tuple) and arr.dtype.kind in "fiub":
-            arr = arr.astype(
-                to_numpy(t.elem_type)
-            )  # nested lists take the input's type (as onnxruntime)
+            arr = arr.astype(expected)  # nested lists take the input's type (as onnxruntime)
         if arr.dtype.kind in "US":
             arr = arr.astype(object)
-        expected = to_numpy(t.elem_type)
         if arr.dtype != expected and not (t.elem_type == DataType.STRING and arr.dtype == object):
             raise InvalidArgument(
                 f"input {v.name!r}: expected tensor({type_name(t.elem_type)}), "
