@@ -235,9 +235,9 @@ def _filled(template: ctypes.Structure, x: np.ndarray, y: np.ndarray):
 
 def _ways(work: int, parts: int, least: int = _PARALLEL_MACS) -> int:
     """Threads for ``work`` multiply-adds in ``parts`` pieces, where ``least`` is worth one."""
-    n = _threads.get() or _cpu_count()
-    if work < least:
+    if work < least:  # (before asking the OS for the cores: most calls are small)
         return 1
+    n = _threads.get() or _cpu_count()
     return max(1, min(n, parts, work // (least // 2)))
 
 
