@@ -179,3 +179,15 @@ def test_a_wrong_fused_kernel_is_blamed_on_the_optimization():
         unoptimized = compare(conv_relu_model(), "onnxruntime", optimize=False)
     assert not report.ok and unoptimized.ok
     assert "without graph optimizations agrees" in report.note
+
+
+def test_maps_compare_by_key_within_tolerance():
+    """ZipMap outputs (a list of class -> probability maps): values within tolerance agree,
+    as onnxruntime's Python floats and onyx's float32 differ in the last bit; keys must match."""
+    from onyx.debug.compare import compare_values
+
+    ours = [{0: np.float32(0.25), 1: np.float32(0.75)}]
+    theirs = [{0: 0.25000001, 1: 0.7499999}]
+    assert compare_values("p", ours, theirs, 1e-3, 1e-4).ok
+    assert not compare_values("p", ours, [{0: 0.25, 1: 0.5}], 1e-3, 1e-4).ok
+    assert not compare_values("p", ours, [{0: 0.25, 2: 0.75}], 1e-3, 1e-4).ok

@@ -133,6 +133,12 @@ def compare_values(name: str, got: Any, expected: Any, rtol: float, atol: float)
     |expected| elementwise, NaN equal to NaN, infinities equal to themselves."""
     if isinstance(got, list | tuple) or isinstance(expected, list | tuple):
         return _compare_sequences(name, list(got or []), list(expected or []), rtol, atol)
+    if isinstance(got, dict) and isinstance(expected, dict):
+        # a map (ZipMap's class -> probability): the same keys, values within tolerance
+        if set(got) != set(expected):
+            return OutputComparison(name, False, note="map keys differ")
+        keys = sorted(got, key=str)
+        return compare_values(name, [got[k] for k in keys], [expected[k] for k in keys], rtol, atol)
     if got is None or expected is None or isinstance(got, dict):
         same = got is None and expected is None or got == expected
         return OutputComparison(name, bool(same), note="" if same else "values differ")
