@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import DataType
+from . import symbolic as sym
 from .engine import Data, InferenceError, NodeContext, data_fold, rule
 
 # Output 0 has the type and shape of input 0.
@@ -27,7 +28,8 @@ BOOL_SAME_SHAPE = "IsNaN IsInf".split()
 
 
 def broadcast(shapes: list, ctx: NodeContext) -> tuple | None:
-    """Multidirectional (numpy) broadcasting of shapes with symbolic dims."""
+    """Multidirectional (numpy) broadcasting of shapes with symbolic dims: a 1 takes the other
+    dim, equal dims (``seq + past`` and ``past + seq`` alike) merge, anything else is unknown."""
     if any(s is None for s in shapes):
         return None
     rank = max((len(s) for s in shapes), default=0)
@@ -41,11 +43,11 @@ def broadcast(shapes: list, ctx: NodeContext) -> tuple | None:
         if big:
             out.append(big.pop())
             continue
-        syms = [d for d in dims if not isinstance(d, int)]
-        if not syms:
+        rest = [d for d in dims if d != 1]
+        if not rest:
             out.append(1)
-        elif len(syms) == len(dims) - len([d for d in dims if d == 1]) and len(set(syms)) == 1:
-            out.append(syms[0])  # N with 1s, or N with N
+        elif all(sym.same(d, rest[0]) for d in rest[1:]):
+            out.append(sym.canonical(rest[0]))  # N with 1s, or N with N
         else:
             out.append(None)
     return tuple(out)
@@ -99,18 +101,21 @@ def where(ctx: NodeContext) -> None:
 
 
 _ARITH = {
-    "Add": np.add,
-    "Sub": np.subtract,
-    "Mul": np.multiply,
-    "Max": np.maximum,
-    "Min": np.minimum,
+    "Add": sym.add,
+    "Sub": sym.sub,
+    "Mul": sym.mul,
+    # (ONNX's integer Div truncates; dims are >= 0, where that is floor division)
+    "Div": sym.floordiv,
+    "Mod": sym.mod,
+    "Max": sym.dmax,
+    "Min": sym.dmin,
 }
 
 
 def _propagate_arith(ctx: NodeContext) -> None:
-    """Shape arithmetic on propagated dims (Add/Sub/Mul/Div of small integer tensors)."""
+    """Shape arithmetic on propagated dims: ``Shape(x)[1] * 2 + past`` stays an expression."""
     op = ctx.node.op_type
-    if op not in _ARITH and op != "Div" or ctx.n_inputs != 2:
+    if op not in _ARITH or ctx.n_inputs != 2:
         return
     a, b = ctx.data(0), ctx.data(1)
     if a is None or b is None:
@@ -122,22 +127,12 @@ def _propagate_arith(ctx: NodeContext) -> None:
             b = Data(b.dims * len(a.dims), b.scalar)
         else:
             return
-    out = []
-    for x, y in zip(a.dims, b.dims):
-        if isinstance(x, int) and isinstance(y, int):
-            if op == "Div":
-                out.append(int(np.trunc(x / y)) if y else None)
-            else:
-                out.append(int(_ARITH[op](x, y)))
-        elif op == "Mul" and (x == 1 or y == 1):
-            out.append(y if x == 1 else x)
-        elif op in ("Add", "Sub") and y == 0:
-            out.append(x)
-        elif op == "Div" and y == 1:
-            out.append(x)
-        else:
-            out.append(None)
-    ctx.set_data(0, Data(out, a.scalar and b.scalar))
+    if a.known() and b.known():
+        return  # (numbers: the constant fold below computes them with numpy's semantics)
+    if op == "Mod" and ctx.attr("fmod", 0):
+        return
+    fn = _ARITH[op]
+    ctx.set_data(0, Data([fn(x, y) for x, y in zip(a.dims, b.dims)], a.scalar and b.scalar))
 
 
 # -- constant folding of small integer/bool tensors (shape arithmetic) --------------------------

@@ -1,0 +1,297 @@
+"""Symbolic shape inference: onyx against onnxruntime's tool, dim by dim.
+
+For every model of the corpus, both ``onyx.infer_shapes`` and onnxruntime's
+``SymbolicShapeInference.infer_shapes(model, auto_merge=True)`` (it needs sympy) infer every
+value's shape from the graph inputs and initializers alone (value_info is dropped first). Each
+dim of each value both type is then evaluated under a few random bindings of the input dims'
+symbols, so naming does not matter (``past + seq`` and ``seq + past_seq`` ... agree when their
+values do). A dim is *known* when it evaluates under every binding: a number or an expression
+of the input dims; a fresh name (``unk__3``, onnxruntime's ``NonZero_o0__d1``) is not.
+
+    python scripts/symbolic_shape_parity.py                    # the table on stdout
+    python scripts/symbolic_shape_parity.py --write-docs       # also docs/shape_inference.md
+    python scripts/symbolic_shape_parity.py --details bert     # the disagreeing dims of a model
+
+Corpus: the exporter and real-model fixtures (tests/models), the transformer zoo
+(tests/models/transformers, made by scripts/make_transformer_zoo.py), the precision zoo
+(tests/models/zoo) and the serving zoo (benchmarks/models/serving, copied from a checkout that
+has it). Dev-time only: needs onnx, onnxruntime and sympy (the test extra).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import random
+import re
+import sys
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+CORPUS = [
+    ("exporters", ROOT / "tests" / "models"),
+    ("transformers", ROOT / "tests" / "models" / "transformers"),
+    ("zoo", ROOT / "tests" / "models" / "zoo"),
+    ("serving", ROOT / "benchmarks" / "models" / "serving"),
+]
+DOC = ROOT / "docs" / "shape_inference.md"
+BINDINGS = 4
+
+
+def corpus_models() -> list[tuple[str, Path]]:
+    out = []
+    for group, folder in CORPUS:
+        if not folder.is_dir():
+            continue
+        for p in sorted(folder.glob("*.onnx")):
+            out.append((group, p))
+        for p in sorted(folder.glob("*/model.onnx")):
+            out.append((group, p))
+    return out
+
+
+@dataclass
+class Tally:
+    values: int = 0
+    dims: int = 0
+    agree: int = 0
+    onyx_only: int = 0
+    ort_only: int = 0
+    disagree: int = 0
+    unknown: int = 0
+    details: list = field(default_factory=list)
+
+    def add(self, other: Tally) -> None:
+        for k in ("values", "dims", "agree", "onyx_only", "ort_only", "disagree", "unknown"):
+            setattr(self, k, getattr(self, k) + getattr(other, k))
+
+
+# -- the two sides --------------------------------------------------------------------------------
+
+
+def _strip_value_info(model):
+    del model.graph.value_info[:]
+    return model
+
+
+def ort_shapes(path: Path) -> dict[str, list]:
+    """value name -> dims (int or str) from onnxruntime's symbolic shape inference.
+
+    Its driver (``infer_shapes``) raises on the first op it cannot handle and keeps nothing, so
+    it is run here the same way but with each op's handler made tolerant: a node it fails on
+    keeps what onnx's own inference gave it, and the values it did infer count."""
+    import onnx
+    from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+
+    model = _strip_value_info(onnx.load(str(path), load_external_data=False))
+    tool = SymbolicShapeInference(2**31 - 1, True, False, 0)
+    for op, handler in list(tool.dispatcher_.items()):
+        tool.dispatcher_[op] = _tolerant(handler)
+    with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tool._preprocess(model)
+        rounds = 0
+        while tool.run_ and rounds < 32:
+            rounds += 1
+            try:
+                tool._infer_impl()
+            except Exception:  # noqa: BLE001  (keep what it inferred so far)
+                break
+    shapes = {}
+    for name, vi in tool.known_vi_.items():
+        t = vi.type.tensor_type
+        if not vi.type.HasField("tensor_type") or not t.HasField("shape"):
+            continue
+        shapes[name] = [
+            d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in t.shape.dim
+        ]
+    return shapes
+
+
+def _tolerant(handler):
+    def run(node):
+        try:
+            handler(node)
+        except Exception:  # noqa: BLE001,S110  (the node keeps onnx's inference)
+            pass
+
+    return run
+
+
+def onyx_shapes(path: Path) -> dict[str, list]:
+    """value name -> dims from onyx.infer_shapes (symbolic)."""
+    from onyx.inference import infer_shapes
+    from onyx.serde import load
+
+    model = load(str(path), load_external_data=False)
+    g = model.graph
+    for v in list(g.value_info):
+        g.value_info.remove(v)
+    for n in g:  # (node outputs' declared types go too: only what follows from the inputs)
+        for v in n.outputs:
+            if v not in g.outputs:
+                v.type = None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        infer_shapes(model)
+    shapes = {}
+    for n in g:
+        for v in n.outputs:
+            if v.name and v.type is not None and getattr(v.type, "shape", None) is not None:
+                shapes[v.name] = list(v.type.shape.dims)
+    return shapes
+
+
+def input_symbols(path: Path) -> list[str]:
+    from onyx.serde import load
+
+    model = load(str(path), load_external_data=False)
+    names = []
+    for v in model.graph.inputs:
+        shape = getattr(v.type, "shape", None)
+        for d in getattr(shape, "dims", ()) or ():
+            if isinstance(d, str) and d not in names:
+                names.append(d)
+    return names
+
+
+# -- evaluating dims ------------------------------------------------------------------------------
+
+_SYMPY_NAME = re.compile(r"[A-Za-z_][\w.:\-]*")
+
+
+def eval_ort(dim, binding: dict[str, int]):
+    """onnxruntime's dim (a sympy expression's string) under a binding; None when it names
+    something unbound or is no integer there."""
+    if dim is None:
+        return None
+    if isinstance(dim, int):
+        return dim
+    import sympy
+
+    if dim in binding:
+        return binding[dim]
+    local = {name: sympy.Symbol(name, integer=True, nonnegative=True) for name in binding}
+    local.update({"floor": sympy.floor, "ceiling": sympy.ceiling, "Mod": sympy.Mod})
+    local.update({"Max": sympy.Max, "Min": sympy.Min})
+    try:
+        expr = sympy.sympify(dim, locals=local)
+        value = expr.subs({local[k]: v for k, v in binding.items()})
+        if not value.is_number or not value.is_integer:
+            return None
+        return int(value)
+    except (sympy.SympifyError, TypeError, SyntaxError, AttributeError, ValueError):
+        return None
+
+
+def eval_onyx(dim, binding: dict[str, int]):
+    from onyx.inference import symbolic
+
+    return symbolic.evaluate(dim, binding)
+
+
+def compare(name: str, path: Path, group: str) -> Tally:
+    ort = ort_shapes(path)
+    ours = onyx_shapes(path)
+    symbols = input_symbols(path)
+    rng = random.Random(hash(name) & 0xFFFF)
+    bindings = [{s: rng.randint(2, 97) for s in symbols} for _ in range(BINDINGS)]
+    t = Tally()
+    for value, dims in ours.items():
+        theirs = ort.get(value)
+        if theirs is None:
+            continue
+        t.values += 1
+        if len(theirs) != len(dims):
+            t.disagree += 1
+            t.details.append((value, dims, theirs, "rank"))
+            continue
+        for a, b in zip(dims, theirs):
+            t.dims += 1
+            va = [eval_onyx(a, bd) for bd in bindings]
+            vb = [eval_ort(b, bd) for bd in bindings]
+            ka, kb = None not in va, None not in vb
+            if ka and kb:
+                if va == vb:
+                    t.agree += 1
+                else:
+                    t.disagree += 1
+                    t.details.append((value, dims, theirs, f"{a} != {b}"))
+            elif ka:
+                t.onyx_only += 1
+            elif kb:
+                t.ort_only += 1
+                t.details.append((value, dims, theirs, f"ort knows {b}"))
+            else:
+                t.unknown += 1
+    return t
+
+
+# -- the report -----------------------------------------------------------------------------------
+
+HEADER = "| model | values | dims | agree | onyx-only known | ort-only known | disagree |"
+
+
+def row(label: str, t: Tally) -> str:
+    return (
+        f"| {label} | {t.values} | {t.dims} | {t.agree} | {t.onyx_only} | {t.ort_only} "
+        f"| {t.disagree} |"
+    )
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--only", help="models whose name contains this")
+    ap.add_argument("--details", help="print the ort-only and disagreeing dims of these models")
+    ap.add_argument("--write-docs", action="store_true", help=f"write {DOC.relative_to(ROOT)}")
+    args = ap.parse_args(argv)
+    lines = [HEADER, "|---|---:|---:|---:|---:|---:|---:|"]
+    total, failed = Tally(), []
+    for group, path in corpus_models():
+        name = path.stem if path.name != "model.onnx" else path.parent.name
+        if args.only and args.only not in name:
+            continue
+        try:
+            t = compare(name, path, group)
+        except Exception as e:  # noqa: BLE001  (a model one tool cannot take is listed, not fatal)
+            failed.append(f"{name}: {type(e).__name__}: {(str(e) or '').split(chr(10))[0][:100]}")
+            continue
+        total.add(t)
+        lines.append(row(f"{group}/{name}", t))
+        print(lines[-1], flush=True)
+        if args.details and args.details in name:
+            for d in t.details:
+                print("   ", d)
+    lines.append(row("**total**", total))
+    print(lines[-1])
+    for f in failed:
+        print("not compared:", f)
+    if args.write_docs:
+        write_docs(lines, failed)
+    return 0
+
+
+def write_docs(lines: list[str], failed: list[str]) -> None:
+    text = DOC.read_text() if DOC.exists() else ""
+    start = "<!-- parity table: scripts/symbolic_shape_parity.py --write-docs -->"
+    end = "<!-- end of parity table -->"
+    table = "\n".join([start, *lines, ""])
+    if failed:
+        table += "\nNot compared (one of the tools failed on the model):\n\n"
+        table += "\n".join(f"- {f}" for f in failed) + "\n"
+    table += end
+    if start in text and end in text:
+        text = text[: text.index(start)] + table + text[text.index(end) + len(end) :]
+    else:
+        text = text.rstrip() + "\n\n" + table + "\n"
+    DOC.write_text(text)
+    print(f"wrote {DOC.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
