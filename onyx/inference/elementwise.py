@@ -49,8 +49,17 @@ def broadcast(shapes: list, ctx: NodeContext) -> tuple | None:
         elif all(sym.same(d, rest[0]) for d in rest[1:]):
             out.append(sym.canonical(rest[0]))  # N with 1s, or N with N
         else:
-            out.append(None)
+            out.append(_larger(rest))
     return tuple(out)
+
+
+def _larger(dims: list):
+    """Differing symbolic dims broadcast only where all but one are 1 at run time, so the result
+    is the largest (``seq`` with ``Min(64, seq)``: seq); unknown unless one provably is."""
+    if None in dims:
+        return None
+    top = sym.dmax(*dims)
+    return top if any(sym.same(top, d) for d in dims) else None
 
 
 @rule(*SAME_AS_INPUT)
@@ -168,6 +177,8 @@ def fold(ctx: NodeContext) -> None:
     if not args or any(a is None or a.dtype.kind not in "iub" for a in args):
         if op == "Where" and args and args[0] is not None:
             _where_dims(ctx, args[0])
+        elif op == "Equal":
+            _equal_dims(ctx)
         return
     if op == "Div":
         out = np.trunc(args[0] / np.where(args[1] == 0, 1, args[1])).astype(args[0].dtype)
@@ -179,6 +190,22 @@ def fold(ctx: NodeContext) -> None:
     if op in ("Add", "Sub", "Mul", "Max", "Min", "Neg", "Abs"):
         out = out.astype(args[0].dtype)
     ctx.set_data(0, np.asarray(out))
+
+
+def _equal_dims(ctx: NodeContext) -> None:
+    """Equal on symbolic dims where each pair is decidable: ``Equal(shape, -1)`` of a Reshape
+    or Expand target (exporters write Where(Equal(s, -1), 1, s)) is all False for dims."""
+    a, b = ctx.data(0), ctx.data(1)
+    if a is None or b is None:
+        return
+    n = max(len(a.dims), len(b.dims))
+    if min(len(a.dims), len(b.dims)) not in (1, n):
+        return
+    pick = lambda d, k: d.dims[k if len(d.dims) > 1 else 0]  # noqa: E731
+    out = [sym.equal(pick(a, k), pick(b, k)) for k in range(n)]
+    if None not in out:
+        shape = () if a.scalar and b.scalar else (n,)
+        ctx.set_data(0, np.array(out, dtype=bool).reshape(shape))
 
 
 def _where_dims(ctx: NodeContext, cond) -> None:

@@ -312,6 +312,24 @@ def e_mod(a: Expr, b: Expr) -> Expr | None:
     return Expr.atom(Atom("Mod", (a, b)))
 
 
+def _beyond(kind: str, a: Expr, b: Expr) -> bool:
+    """Whether a >= b provably (kind "Max") or a <= b (kind "Min")."""
+    diff = a - b if kind == "Max" else b - a
+    if diff.nonnegative():
+        return True
+    # Min(x, ...) <= x and Max(x, ...) >= x: the inner function bounds its arguments
+    inner = "Min" if kind == "Max" else "Max"
+    atom = _single_atom(b)
+    if atom is not None and atom.kind == inner and a in atom.args:
+        return True
+    atom = _single_atom(a)
+    return atom is not None and atom.kind == kind and b in atom.args
+
+
+def _single_atom(e: Expr) -> Atom | None:
+    return next(iter(e.terms))[0][0] if e.is_atomic() and not e.is_const() else None
+
+
 def _extreme(kind: str, args: list[Expr]) -> Expr:
     """Max or Min of expressions, dropping those another provably bounds."""
     keep: list[Expr] = []
@@ -320,11 +338,10 @@ def _extreme(kind: str, args: list[Expr]) -> Expr:
             continue
         beaten = False
         for k in list(keep):
-            diff = (k - e) if kind == "Max" else (e - k)
-            if diff.nonnegative():  # k is at least as far out as e
+            if _beyond(kind, k, e):  # k is at least as far out as e
                 beaten = True
                 break
-            if (-diff).nonnegative():
+            if _beyond(kind, e, k):
                 keep.remove(k)
         if not beaten:
             keep.append(e)
@@ -523,6 +540,19 @@ def same(a: Dim, b: Dim) -> bool:
     if isinstance(a, int) and isinstance(b, int):
         return False
     return to_expr(a) == to_expr(b)
+
+
+def equal(a: Dim, b: Dim) -> bool | None:
+    """Whether two dims are equal: True, False, or None when it depends on the symbols' values
+    (a dim is >= 0, so ``seq + 1`` is no 0 and no dim is -1)."""
+    if a is None or b is None:
+        return None
+    diff = to_expr(a) - to_expr(b)
+    if diff.is_const():
+        return diff.value() == 0
+    if (diff.nonnegative() and diff.value() > 0) or ((-diff).nonnegative() and diff.value() < 0):
+        return False
+    return None
 
 
 def _lift(fn):
