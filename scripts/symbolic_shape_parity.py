@@ -132,10 +132,10 @@ def onyx_shapes(path: Path) -> dict[str, list]:
     g = model.graph
     for v in list(g.value_info):
         g.value_info.remove(v)
-    for n in g:  # (node outputs' declared types go too: only what follows from the inputs)
+    for n in g:  # (declared types of node outputs go too, graph outputs' included, as
+        # onnxruntime's tool ignores them: only what follows from the inputs counts)
         for v in n.outputs:
-            if v not in g.outputs:
-                v.type = None
+            v.type = None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         infer_shapes(model)

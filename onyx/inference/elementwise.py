@@ -65,12 +65,23 @@ def _larger(dims: list):
 @rule(*SAME_AS_INPUT)
 def same_as_input(ctx: NodeContext) -> None:
     ctx.same(0, 0)
-    if ctx.node.op_type == "Identity":
+    op = ctx.node.op_type
+    if op == "Identity":
         ctx.set_data(0, _raw(ctx, 0))
+    elif op in _UNARY_DIMS and ctx.value(0) is None:
+        d = ctx.data(0)
+        if d is not None:
+            ctx.set_data(0, Data([_UNARY_DIMS[op](x) for x in d.dims], d.scalar))
     if ctx.node.op_type == "BatchNormalization":
         # training mode: the extra outputs (running / saved statistics) are per channel
         for i in range(1, len(ctx.node.outputs)):
             ctx.set(i, ctx.dtype(3) or ctx.dtype(0), ctx.shape(1))
+
+
+_UNARY_DIMS = {
+    "Neg": lambda d: sym.sub(0, d),
+    "Abs": lambda d: d if sym.nonnegative(d) else None,
+}
 
 
 def _raw(ctx: NodeContext, i: int):

@@ -239,9 +239,15 @@ def _reduce(r: Expr, k: int) -> tuple[Expr, Expr]:
 
 
 def _exact_quotient(a: Expr, b: Expr) -> Expr | None:
-    """a / b when b is one term (c*monomial) that divides every term of a, else None."""
+    """a / b when it is a polynomial: b one term dividing every term of a, or a = q * b for a
+    single term q (``(32*b*n - 32*b)/(16*b*n - 16*b)`` is 2), else None."""
     if len(b.terms) != 1:
-        return None
+        if not a.terms:
+            return a
+        lead_a = max(a.terms.items(), key=lambda mc: _mono_str(mc[0]))
+        lead_b = max(b.terms.items(), key=lambda mc: _mono_str(mc[0]))
+        q = _exact_quotient(Expr(dict([lead_a])), Expr(dict([lead_b])))
+        return q if q is not None and q * b == a else None
     (bm, bc), = b.terms.items()
     bpow = dict(bm)
     out = {}
@@ -268,6 +274,10 @@ def e_floordiv(a: Expr, b: Expr) -> Expr | None:
         q, r = _split(a, k)
         if r.is_const():
             return q  # (r's coefficient is in [0, k))
+        inner = _single_atom(r)
+        if inner is not None and inner.kind == "floor" and inner.args[1].is_const():
+            # floor(floor(x/m)/k) is floor(x/(m*k))
+            return q + e_floordiv(inner.args[0], inner.args[1].scale(k))
         r, b = _reduce(r, k)
         return q + Expr.atom(Atom("floor", (r, b)))
     exact = _exact_quotient(a, b)
@@ -553,6 +563,18 @@ def equal(a: Dim, b: Dim) -> bool | None:
     if (diff.nonnegative() and diff.value() > 0) or ((-diff).nonnegative() and diff.value() < 0):
         return False
     return None
+
+
+def nonnegative(d: Dim) -> bool:
+    """Whether a dim expression is provably >= 0."""
+    e = to_expr(d)
+    return e is not None and e.nonnegative()
+
+
+def nonpositive(d: Dim) -> bool:
+    """Whether a dim expression is provably <= 0 (a negated dim, ``-seq``)."""
+    e = to_expr(d)
+    return e is not None and (-e).nonnegative()
 
 
 def _lift(fn):

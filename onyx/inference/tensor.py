@@ -241,7 +241,9 @@ def _clamp(index, d, low: int):
         if isinstance(d, int):
             return min(index, d if low == 0 else d - 1)
         return index if index <= 1 else sym.dmin(index, d)
-    return sym.dmin(index, d)  # (a symbolic bound is >= 0: an expression of dims)
+    if sym.nonpositive(index):  # (-seq, a negated dim: counts from the end)
+        return sym.add(d, index)
+    return sym.dmin(index, d)
 
 
 @rule("Slice")
