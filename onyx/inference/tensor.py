@@ -12,7 +12,7 @@ import numpy as np
 from ..ir import DataType
 from ..ir.dtypes import to_numpy
 from . import symbolic as sym
-from .engine import Data, InferenceError, NodeContext, rule
+from .engine import Data, InferenceError, NodeContext, data_fold, rule
 
 
 def _axis(axis: int, rank: int) -> int:
@@ -612,3 +612,75 @@ def _scaled(d, scale: float):
     if ratio.denominator > 64:
         return None
     return sym.floordiv(sym.mul(d, ratio.numerator), ratio.denominator)
+
+
+# -- small constant tensors through shape ops (a pads tensor built by Reshape/Slice/Transpose) ----
+
+_FOLD_LIMIT = 4096
+
+
+def _fold_reshape(ctx: NodeContext, x, shape):
+    dims = [int(d) for d in shape]
+    if not ctx.attr("allowzero", 0):
+        dims = [x.shape[k] if d == 0 and k < x.ndim else d for k, d in enumerate(dims)]
+    return x.reshape(dims)
+
+
+def _fold_slice(ctx: NodeContext, x, starts, ends, axes=None, steps=None):
+    axes = range(len(starts)) if axes is None else [int(a) % x.ndim for a in axes]
+    steps = [1] * len(starts) if steps is None else steps
+    index = [slice(None)] * x.ndim
+    for a, b, e, st in zip(axes, starts, ends, steps):
+        index[a] = slice(int(b), int(e), int(st))  # (Python clamps bounds as ONNX does)
+    return x[tuple(index)]
+
+
+def _fold_axes(ctx: NodeContext, x, axes=None):
+    if axes is None:
+        axes = ctx.attr("axes")
+    return [int(a) for a in np.ravel(axes)] if axes is not None else None
+
+
+def _fold_squeeze(ctx: NodeContext, x, axes=None):
+    axes = _fold_axes(ctx, x, axes)
+    return np.squeeze(x, tuple(a % x.ndim for a in axes)) if axes else np.squeeze(x)
+
+
+def _fold_unsqueeze(ctx: NodeContext, x, axes=None):
+    r = x.ndim + len(_fold_axes(ctx, x, axes))
+    return x.reshape([1 if k in {a % r for a in _fold_axes(ctx, x, axes)} else -1 for k in range(r)])
+
+
+_FOLDS = {
+    "Reshape": _fold_reshape,
+    "Transpose": lambda ctx, x: np.transpose(x, ctx.attr("perm") or None),
+    "Slice": _fold_slice,
+    "Squeeze": _fold_squeeze,
+    "Unsqueeze": _fold_unsqueeze,
+    "Concat": lambda ctx, *xs: np.concatenate(xs, axis=ctx.attr("axis")),
+    "Gather": lambda ctx, x, i: np.take(x, i, axis=ctx.attr("axis", 0)),
+    "Tile": lambda ctx, x, reps: np.tile(x, [int(r) for r in reps]),
+    "Expand": lambda ctx, x, shape: x * np.ones([int(d) for d in shape], x.dtype),
+    "Flatten": lambda ctx, x: x.reshape(int(np.prod(x.shape[: ctx.attr("axis", 1)])), -1),
+}
+
+
+@data_fold
+def fold_shape_ops(ctx: NodeContext) -> None:
+    """Compute a shape op on small known integer tensors (any rank; rules cover 1-D data)."""
+    op = ctx.node.op_type
+    if op not in _FOLDS or ctx.node.domain not in ("", "ai.onnx") or ctx.opset < 13:
+        return  # (before 13 some of these took attributes for what became inputs)
+    if isinstance(ctx.out_data.get(0), np.ndarray):
+        return
+    args = [ctx.value(i) if ctx.has(i) else None for i in range(ctx.n_inputs)]
+    if not args or args[0] is None or args[0].dtype.kind not in "iub":
+        return
+    if any(a is None and ctx.has(i) for i, a in enumerate(args)) or args[0].size > _FOLD_LIMIT:
+        return
+    try:
+        out = np.asarray(_FOLDS[op](ctx, *args))
+    except (ValueError, IndexError, TypeError):
+        return  # (a malformed node: the rule reports what it finds)
+    if out.size <= _FOLD_LIMIT:
+        ctx.set_data(0, out)
