@@ -32,6 +32,7 @@ from ..ir import (
     SparseTensorType,
     TensorType,
     canonical_domain,
+    inputs_with_captures,
     opset_for,
 )
 from ..ir.dtypes import BY_NAME
@@ -242,7 +243,9 @@ def merge(declared, inferred, where: str, conflicts: list[str]):
             if isinstance(a, int) and isinstance(b, int) and a != b:
                 conflicts.append(f"{where}: inferred shape {is_}, declared {ds}")
                 dims.append(a)
-            elif isinstance(a, int) or (isinstance(a, str) and not isinstance(b, int)):
+            elif isinstance(a, int) or (
+                isinstance(a, str) and not isinstance(b, int) and not _says_more(b, a)
+            ):
                 dims.append(a)
             else:
                 dims.append(b if b is not None else a)
@@ -254,6 +257,17 @@ def merge(declared, inferred, where: str, conflicts: list[str]):
     if type(declared) is not type(inferred):
         conflicts.append(f"{where}: inferred {inferred}, declared {declared}")
     return declared
+
+
+def _placeholder(d) -> bool:
+    """A name tools give a dim they could not infer ('unk__3')."""
+    return isinstance(d, str) and d.startswith("unk__") and d[5:].isdigit()
+
+
+def _says_more(inferred, declared: str) -> bool:
+    """An inferred dim replaces a declared placeholder name (inference names no dim 'unk__N'
+    before the end, so an inferred one came from the inputs: it ties dims together)."""
+    return inferred is not None and _placeholder(declared)
 
 
 # -- the engine -----------------------------------------------------------------------------------
@@ -305,7 +319,7 @@ class Engine:
             for v in list(g.value_info) + list(g.outputs):
                 if v.type is not None:
                     declared.setdefault(id(v), v.type)
-        for node in g.nodes:
+        for node in _in_order(g):
             self.infer_node(node, env, opsets, declared, label or g.name)
 
     def infer_node(self, node: Node, env: dict, opsets, declared: dict, gname: str) -> None:
@@ -384,18 +398,57 @@ class Engine:
     def infer_subgraph(self, ctx: NodeContext, g: Graph, input_types: list) -> list:
         """Infer a subgraph (reading outer values) with the given input types; its output types."""
         env = self.new_env(ctx.env)
+        self.seed(g, env)
         for v, t in zip(g.inputs, input_types):
             if t is not None and v.type is None:
                 env["types"][id(v)] = t
             elif v.type is not None:
-                env["types"][id(v)] = v.type
+                # the outer value's dims flow in (a Loop's first iteration) where the body
+                # declares none or placeholders
+                env["types"][id(v)] = merge(v.type, t, "", []) if t is not None else v.type
         for v in g.inputs:
             env["data"].pop(id(v), None)
-        self.seed(g, env)
         opsets = self.model.opset_imports
         self.infer_graph(g, env, opsets, g.name)
         self.subgraph_envs.append((g, env))
         return [env["types"].get(id(v)) or v.type for v in g.outputs]
+
+
+def _in_order(g: Graph) -> list[Node]:
+    """The graph's nodes, producers first. Tools that append nodes (onnxconverter-common's
+    input casts) leave graphs unsorted, which onnxruntime runs; the model is not reordered."""
+    nodes = list(g.nodes)
+    mine = {id(n) for n in nodes}
+    seen: set[int] = set()
+    for n in nodes:
+        for v in inputs_with_captures(n):
+            p = v.producer
+            if p is not None and id(p) in mine and id(p) not in seen and p is not n:
+                return _sorted(nodes, mine)
+        seen.add(id(n))
+    return nodes
+
+
+def _sorted(nodes: list[Node], mine: set[int]) -> list[Node]:
+    """Depth-first: each node after its producers (iterative: chains run thousands deep)."""
+    order: list[Node] = []
+    placed: set[int] = set()
+    for root in nodes:
+        stack = [(root, False)]
+        while stack:
+            n, expanded = stack.pop()
+            if expanded:
+                order.append(n)
+                continue
+            if id(n) in placed:
+                continue
+            placed.add(id(n))  # (before its inputs: a cycle stops here)
+            stack.append((n, True))
+            for v in reversed(list(inputs_with_captures(n))):
+                p = v.producer
+                if p is not None and id(p) in mine and id(p) not in placed:
+                    stack.append((p, False))
+    return order
 
 
 def _default_attr(schema, name, default):

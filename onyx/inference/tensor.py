@@ -191,6 +191,13 @@ def split(ctx: NodeContext) -> None:
         size = sizes[i] if sizes is not None and i < len(sizes) else None
         dims[axis] = None if isinstance(size, int) and size < 0 else size
         ctx.set(i, ctx.dtype(0), dims)
+    data = ctx.data(0)
+    if data is not None and len(s) == 1 and sizes is not None and len(sizes) >= n:
+        if all(isinstance(k, int | np.integer) and k >= 0 for k in sizes[:n]):
+            start = 0
+            for i in range(n):  # (the pieces of a shape: Split(Shape(x)) -> batch, rest)
+                ctx.set_data(i, Data(data.dims[start : start + int(sizes[i])]))
+                start += int(sizes[i])
 
 
 def _equal_split(total, num_outputs, n: int) -> list:
@@ -206,6 +213,7 @@ def _equal_split(total, num_outputs, n: int) -> list:
     return [chunk] * (n - 1) + [sym.sub(total, sym.mul(chunk, n - 1))]
 
 
+_UNKNOWN = "_onyx_unknown_"  # (stands for an unknown length in a slice's arithmetic)
 _BIG = 2**31 - 1  # (exporters write INT_MAX or INT64_MAX for "to the end")
 
 
@@ -214,8 +222,11 @@ def _slice_dim(d, start, end, step: int):
     symbolic end beyond a symbolic dim is not assumed, a negative index counts from the end."""
     if isinstance(d, int) and isinstance(start, int) and isinstance(end, int):
         return len(range(*slice(start, end, step).indices(d)))
-    if d is None or start is None or end is None:
+    if start is None or end is None:
         return None
+    if d is None:  # x[-1:] has length 1 whatever x's length: the unknown may cancel out
+        out = _slice_dim(_UNKNOWN, start, end, step)
+        return None if _UNKNOWN in sym.symbols_of(out) else out
     # (as onnxruntime's tool, a symbolic slice is taken to be in bounds: no Max(0, ...))
     if step > 0:
         lo, hi = _clamp(start, d, 0), _clamp(end, d, 0)
@@ -584,13 +595,14 @@ def resize(ctx: NodeContext) -> None:
         scales, sizes = ctx.value(1), None
     else:
         scales = ctx.value(2) if ctx.has(2) else None
-        sizes = ctx.value(3) if ctx.has(3) else None
+        sizes = ctx.data(3) if ctx.has(3) else None
+        sizes = None if sizes is None or None in sizes.dims else sizes.dims
     axes = ctx.attr("axes") if op == "Resize" else None
     axes = list(range(r)) if not axes else [_axis(a, r) for a in axes]
     dims = list(s)
-    if sizes is not None and np.size(sizes):
-        for a, n in zip(axes, np.ravel(sizes)):
-            dims[a] = int(n)
+    if sizes is not None and len(sizes):
+        for a, n in zip(axes, sizes):
+            dims[a] = n
         if ctx.attr("keep_aspect_ratio_policy", "stretch") != "stretch":
             dims = [None if k in axes else d for k, d in enumerate(dims)]
     elif scales is not None and np.size(scales):
