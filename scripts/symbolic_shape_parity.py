@@ -94,12 +94,12 @@ def ort_shapes(path: Path) -> dict[str, list]:
         tool.dispatcher_[op] = _tolerant(handler)
     with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        tool._preprocess(model)
+        tool._preprocess(model)  # noqa: SLF001  (its driver, minus the raise)
         rounds = 0
         while tool.run_ and rounds < 32:
             rounds += 1
             try:
-                tool._infer_impl()
+                tool._infer_impl()  # noqa: SLF001
             except Exception:  # noqa: BLE001  (keep what it inferred so far)
                 break
     shapes = {}

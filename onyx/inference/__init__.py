@@ -22,12 +22,27 @@ from .engine import RULES, rule, run
 __all__ = ["RULES", "infer_shapes", "rule"]
 
 
-def infer_shapes(model, strict: bool = False, data_prop: bool = True) -> Model:
-    """Infer the type of every value of ``model`` (an ir.Model, a path or bytes)."""
+def infer_shapes(
+    model,
+    strict: bool = False,
+    data_prop: bool = True,
+    symbolic: bool = True,
+    name_unknown: bool = True,
+) -> Model:
+    """Infer the type of every value of ``model`` (an ir.Model, a path or bytes).
+
+    ``symbolic``: dims computed from symbolic ones are written as expressions
+    (``past_sequence_length + sequence_length``, ``floor((h + 1)/2)``, ``4*batch``: see
+    :mod:`onyx.inference.symbolic`); False writes them as unknown, as onnx's inference does.
+    ``name_unknown``: a dim that cannot be known gets a fresh name (``unk__0``, ``unk__1``,
+    ... as onnxruntime's tool names them), so two unknown dims are not taken as equal; False
+    leaves it unset."""
     if not isinstance(model, Model):
         from ..serde import as_model
 
         model = as_model(model, load_external_data=False, user="infer_shapes")
     if model.graph is None:
         raise ValidationError("the model has no graph")
-    return run(model, strict=strict, data_prop=data_prop)
+    return run(
+        model, strict=strict, data_prop=data_prop, symbolic=symbolic, name_unknown=name_unknown
+    )

@@ -36,6 +36,7 @@ from ..ir import (
     opset_for,
 )
 from ..ir.dtypes import BY_NAME
+from . import symbolic as sym
 
 Dim = int | str | None
 RULES: dict[tuple[str, str], Callable] = {}
@@ -538,16 +539,24 @@ def derived_types(model: Model) -> dict[int, tuple]:
     return {id(v): (v, types[id(v)]) for n in model.graph for v in n.outputs if id(v) in types}
 
 
-def run(model: Model, strict: bool = False, data_prop: bool = True) -> Model:
+def run(
+    model: Model,
+    strict: bool = False,
+    data_prop: bool = True,
+    symbolic: bool = True,
+    name_unknown: bool = True,
+) -> Model:
     engine = Engine(model, strict, data_prop)
     engine.symbols = Symbols.after_existing(model.graph)
     engine.subgraph_envs = []
     env = engine.new_env()
     engine.seed(model.graph, env)
     engine.infer_graph(model.graph, env, model.opset_imports)
-    _write_back(model.graph, env, engine.symbols)
+    keep = None if symbolic else _declared_dims(model.graph)
+    writer = _DimWriter(engine.symbols if name_unknown else None, keep)
+    _write_back(model.graph, env, writer)
     for g, sub_env in engine.subgraph_envs:
-        _write_back(g, sub_env, engine.symbols)
+        _write_back(g, sub_env, writer)
     if engine.problems:
         if strict:
             raise ValidationError(engine.problems)
@@ -556,16 +565,41 @@ def run(model: Model, strict: bool = False, data_prop: bool = True) -> Model:
     return model
 
 
-def _name_unknown_dims(t, symbols: Symbols):
-    """Give every unknown dim a fresh symbol, so that distinct unknowns stay distinct."""
-    if isinstance(t, TensorType) and t.shape is not None and None in t.shape.dims:
-        dims = tuple(symbols.fresh() if d is None else d for d in t.shape.dims)
-        return TensorType(t.elem_type, Shape(dims, t.shape.denotations), t.denotation)
-    if isinstance(t, SequenceType) and t.elem is not None:
-        return SequenceType(_name_unknown_dims(t.elem, symbols), t.denotation)
-    if isinstance(t, OptionalType) and t.elem is not None:
-        return OptionalType(_name_unknown_dims(t.elem, symbols), t.denotation)
-    return t
+class _DimWriter:
+    """How inferred dims are written: unknown ones get a fresh 'unk__N' (when ``symbols`` is
+    given), so distinct unknowns stay distinct; without symbolic output, an expression that no
+    declared type names (``past + seq``) is written as unknown."""
+
+    def __init__(self, symbols: Symbols | None, keep: set | None):
+        self.symbols = symbols
+        self.keep = keep
+
+    def dim(self, d):
+        if self.keep is not None and sym.is_compound(d) and d not in self.keep:
+            d = None
+        if d is None and self.symbols is not None:
+            return self.symbols.fresh()
+        return d
+
+    def type(self, t):
+        if isinstance(t, TensorType) and t.shape is not None:
+            dims = tuple(self.dim(d) for d in t.shape.dims)
+            if dims != t.shape.dims:
+                return TensorType(t.elem_type, Shape(dims, t.shape.denotations), t.denotation)
+            return t
+        if isinstance(t, SequenceType) and t.elem is not None:
+            return SequenceType(self.type(t.elem), t.denotation)
+        if isinstance(t, OptionalType) and t.elem is not None:
+            return OptionalType(self.type(t.elem), t.denotation)
+        return t
+
+
+def _declared_dims(g: Graph) -> set:
+    """Every dim string the model's own types use (kept when expressions are not written)."""
+    out: set = set()
+    for v in itertools.chain(g.values(), g.value_info, g.outputs):
+        out.update(d for d in getattr(getattr(v.type, "shape", None), "dims", ()) or ())
+    return out
 
 
 def _is_complete(t) -> bool:
@@ -576,7 +610,7 @@ def _is_complete(t) -> bool:
     return inner is None or _is_complete(inner)
 
 
-def _write_back(g: Graph, env: dict, symbols: Symbols) -> None:
+def _write_back(g: Graph, env: dict, writer: _DimWriter) -> None:
     known = {id(v) for v in g.value_info}
     outputs = {id(v) for v in g.outputs}
     for node in g.nodes:
@@ -584,7 +618,7 @@ def _write_back(g: Graph, env: dict, symbols: Symbols) -> None:
             t = env["types"].get(id(v))
             if t is None or not v.name or not _is_complete(t):
                 continue  # a type with no element type (an op we have no rule for) says nothing
-            v.type = _name_unknown_dims(t, symbols)
+            v.type = writer.type(t)
             if id(v) not in known and id(v) not in outputs:
                 g.value_info.append(v)
                 known.add(id(v))

@@ -105,7 +105,7 @@ class Expr:
             return self.value() >= 0
         if len(self.terms) != 1:
             return False
-        (m, c), = self.terms.items()
+        ((m, c),) = self.terms.items()
         return c == 1 and len(m) == 1 and m[0][1] == 1
 
     def nonnegative(self) -> bool:
@@ -248,7 +248,7 @@ def _exact_quotient(a: Expr, b: Expr) -> Expr | None:
         lead_b = max(b.terms.items(), key=lambda mc: _mono_str(mc[0]))
         q = _exact_quotient(Expr(dict([lead_a])), Expr(dict([lead_b])))
         return q if q is not None and q * b == a else None
-    (bm, bc), = b.terms.items()
+    ((bm, bc),) = b.terms.items()
     bpow = dict(bm)
     out = {}
     for m, c in a.terms.items():

@@ -660,7 +660,9 @@ def _fold_squeeze(ctx: NodeContext, x, axes=None):
 
 def _fold_unsqueeze(ctx: NodeContext, x, axes=None):
     r = x.ndim + len(_fold_axes(ctx, x, axes))
-    return x.reshape([1 if k in {a % r for a in _fold_axes(ctx, x, axes)} else -1 for k in range(r)])
+    return x.reshape(
+        [1 if k in {a % r for a in _fold_axes(ctx, x, axes)} else -1 for k in range(r)]
+    )
 
 
 _FOLDS = {
