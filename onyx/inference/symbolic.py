@@ -520,7 +520,7 @@ def parse(text: str) -> Expr:
 
 
 def to_expr(d: Dim) -> Expr | None:
-    if d is None:
+    if d is None or d == "":  # (an empty dim_param is what some exporters write for unknown)
         return None
     if isinstance(d, str):
         return parse(d)
