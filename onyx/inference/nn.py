@@ -102,9 +102,10 @@ def _spatial(ctx: NodeContext, x, kernel, *, transpose=False, ceil=False, out_ch
             else:
                 o = total // st + 1
             out.append(o)
+        elif ceil and st > ek + pads[k] - pads[k + n_sp]:
+            out.append(None)  # (the last-window correction may apply: it needs the number)
         else:
             total = sym.sub(sym.add(d, pads[k] + pads[k + n_sp]), ek)
-            # (ceil mode's last-window correction needs the number: left to a bound input)
             out.append(sym.add(sym.ceildiv(total, st) if ceil else sym.floordiv(total, st), 1))
     return out
 

@@ -577,8 +577,12 @@ def nonpositive(d: Dim) -> bool:
     return e is not None and (-e).nonnegative()
 
 
-def _lift(fn):
+def _lift(fn, on_ints):
+    """A dim operation from an Expr one, with a fast path for plain numbers (most dims)."""
+
     def lifted(*dims: Dim) -> Dim:
+        if all(type(d) is int for d in dims):
+            return on_ints(*dims)
         es = [to_expr(d) for d in dims]
         if any(e is None for e in es):
             return None
@@ -588,14 +592,20 @@ def _lift(fn):
     return lifted
 
 
-add = _lift(lambda *es: functools.reduce(lambda x, y: x + y, es, Expr.const(0)))
-sub = _lift(lambda a, b: a - b)
-mul = _lift(lambda *es: functools.reduce(lambda x, y: x * y, es, Expr.const(1)))
-floordiv = _lift(e_floordiv)
-ceildiv = _lift(e_ceildiv)
-mod = _lift(e_mod)
-dmax = _lift(e_max)
-dmin = _lift(e_min)
+def _int_div(fn):
+    return lambda a, b: fn(a, b) if b else None
+
+
+add = _lift(lambda *es: functools.reduce(lambda x, y: x + y, es, Expr.const(0)), lambda *n: sum(n))
+sub = _lift(lambda a, b: a - b, lambda a, b: a - b)
+mul = _lift(
+    lambda *es: functools.reduce(lambda x, y: x * y, es, Expr.const(1)), lambda *n: math.prod(n)
+)
+floordiv = _lift(e_floordiv, _int_div(lambda a, b: a // b))
+ceildiv = _lift(e_ceildiv, _int_div(lambda a, b: -(-a // b)))
+mod = _lift(e_mod, lambda a, b: a % b if b > 0 else None)
+dmax = _lift(e_max, max)
+dmin = _lift(e_min, min)
 
 
 def prod(dims: Iterable[Dim]) -> Dim:

@@ -687,9 +687,10 @@ def fold_shape_ops(ctx: NodeContext) -> None:
         return  # (before 13 some of these took attributes for what became inputs)
     if isinstance(ctx.out_data.get(0), np.ndarray):
         return
-    args = [ctx.value(i) if ctx.has(i) else None for i in range(ctx.n_inputs)]
-    if not args or args[0] is None or args[0].dtype.kind not in "iub":
+    first = ctx.value(0)
+    if first is None or first.dtype.kind not in "iub":
         return
+    args = [first] + [ctx.value(i) if ctx.has(i) else None for i in range(1, ctx.n_inputs)]
     if any(a is None and ctx.has(i) for i, a in enumerate(args)) or args[0].size > _FOLD_LIMIT:
         return
     try:
