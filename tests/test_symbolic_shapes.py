@@ -74,12 +74,19 @@ def test_canonical_forms(got, want):
         ("sequence length", "sequence length"),  # no expression: one opaque name
         ("DynamicDimension.0", "DynamicDimension.0"),
         ("16", 16),
+        ("N**100000", "N**100000"),  # (no huge power is expanded: an opaque name)
     ],
 )
 def test_parse_and_print(text, want):
     assert sym.canonical(text) == want
     if isinstance(want, str):
         assert sym.canonical(want) == want  # printing parses back to itself
+
+
+def test_size_limit():
+    """A product of many sums is unknown rather than a page-long dim."""
+    sums = [sym.add(f"a{i}", f"b{i}") for i in range(8)]
+    assert sym.mul(*sums[:5]) is not None and sym.mul(*sums) is None
 
 
 def test_evaluation_and_equality():

@@ -1,8 +1,9 @@
 """Shape and type inference: ``onyx.infer_shapes(model, strict=False, data_prop=True)``.
 
 Every node output gets a type: element type, rank and dims where they can be known. Symbolic
-dims are kept ("N" stays "N"), unknown ones get fresh symbols where a rule can tell two dims
-apart, and small shape tensors are propagated (Shape -> Gather -> Concat -> Reshape). Rules live
+dims are kept ("N" stays "N") and computed with as exact expressions (``symbolic.py``: Concat
+of N and M rows has "M + N", a stride-2 Conv "floor((h + 1)/2)"), unknown ones get fresh
+symbols, and small shape tensors are propagated (Shape -> Gather -> Concat -> Reshape). Rules live
 in one module per op family and are registered by op type; an op without a rule is inferred
 through its standard function body when it has one, else its element types come from the
 schema's type constraints.

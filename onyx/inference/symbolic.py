@@ -23,6 +23,9 @@ from collections.abc import Iterable
 
 Dim = int | str | None
 
+#: An expression with more terms is written as unknown (products of sums grow fast).
+MAX_TERMS = 32
+
 # -- the expression type --------------------------------------------------------------------------
 
 
@@ -440,6 +443,8 @@ class _Parser:
             f = self.factor()
             if op == "*":
                 e = e * f
+                if len(e.terms) > MAX_TERMS:
+                    raise _ParseError("too large")
             else:
                 q = (div or e_floordiv)(e, f)
                 if q is None:
@@ -455,7 +460,7 @@ class _Parser:
         if self.peek()[1] == "**":
             self.take()
             kind, n = self.take()
-            if kind != "num":
+            if kind != "num" or int(n) > 8:
                 raise _ParseError("power")
             out = Expr.const(1)
             for _ in range(int(n)):
@@ -586,7 +591,10 @@ def _lift(fn, on_ints):
         es = [to_expr(d) for d in dims]
         if any(e is None for e in es):
             return None
-        return to_dim(fn(*es))
+        out = fn(*es)
+        if out is not None and len(out.terms) > MAX_TERMS:
+            return None  # (a product of many sums: unknown rather than a page-long dim)
+        return to_dim(out)
 
     lifted.__name__ = fn.__name__
     return lifted
