@@ -11,6 +11,11 @@ of the input dims; a fresh name (``unk__3``, onnxruntime's ``NonZero_o0__d1``) i
     python scripts/symbolic_shape_parity.py                    # the table on stdout
     python scripts/symbolic_shape_parity.py --write-docs       # also docs/shape_inference.md
     python scripts/symbolic_shape_parity.py --details bert     # the disagreeing dims of a model
+    python scripts/symbolic_shape_parity.py --run              # also both against real runs
+
+``--run`` runs each model in onnxruntime (optimizations off, every value an output) on its
+fixture's feeds (``<model>.npz``) or simple ones, binds the input symbols to the feed's dims
+and counts, for each tool, the known dims that match the run's shapes and those that do not.
 
 Corpus: the exporter and real-model fixtures (tests/models), the transformer zoo
 (tests/models/transformers, made by scripts/make_transformer_zoo.py), the precision zoo
@@ -236,6 +241,118 @@ def compare(name: str, path: Path, group: str) -> Tally:
     return t
 
 
+# -- checking both against a run ------------------------------------------------------------------
+
+
+@dataclass
+class RunTally:
+    models: int = 0
+    dims: int = 0
+    onyx_right: int = 0
+    onyx_wrong: int = 0
+    ort_right: int = 0
+    ort_wrong: int = 0
+    wrong: list = field(default_factory=list)
+
+    def add(self, other: RunTally) -> None:
+        for k in ("models", "dims", "onyx_right", "onyx_wrong", "ort_right", "ort_wrong"):
+            setattr(self, k, getattr(self, k) + getattr(other, k))
+
+
+def _feeds(path: Path, inputs) -> dict:
+    """The fixture's own feeds (``<model>.npz``: ``in.name`` or ``in:name``), else ones and
+    small random floats with every symbolic dim 3 (batch) or 5."""
+    npz = path.with_suffix(".npz") if path.name != "model.onnx" else path.parent.with_suffix(".npz")
+    feeds = {}
+    if npz.exists():
+        import numpy as np
+
+        z = np.load(npz)
+        for k in z.files:
+            if k[:3] in ("in.", "in:"):
+                feeds[k[3:]] = z[k]
+    if all(i.name in feeds for i in inputs):
+        return feeds
+    return synthetic_feeds(inputs)
+
+
+def synthetic_feeds(inputs) -> dict:
+    import numpy as np
+    from onnx import helper
+
+    feeds = {}
+    for i in inputs:
+        t = i.type.tensor_type
+        dims = [
+            d.dim_value if d.HasField("dim_value") else (3 if "batch" in d.dim_param else 5)
+            for d in t.shape.dim
+        ]
+        dtype = helper.tensor_dtype_to_np_dtype(t.elem_type)
+        feeds[i.name] = (
+            np.random.default_rng(0).random(dims).astype(dtype)
+            if dtype.kind == "f"
+            else np.zeros(dims, dtype)
+        )
+    return feeds
+
+
+def run_shapes(path: Path):
+    """(binding of the input symbols, value name -> shape) from an onnxruntime run that
+    returns every value (optimizations off, so none is fused away)."""
+    import onnx
+    import onnxruntime as ort
+
+    model = onnx.load(str(path), load_external_data=False)
+    inputs = [
+        i for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer}
+    ]
+    feeds = _feeds(path, inputs)
+    binding: dict[str, int] = {}
+    for i in inputs:
+        for d, n in zip(i.type.tensor_type.shape.dim, feeds[i.name].shape):
+            if d.dim_param and d.dim_param not in binding:
+                binding[d.dim_param] = int(n)
+    full = onnx.load(str(path))
+    names = [o for n in full.graph.node for o in n.output if o]
+    have = {o.name for o in full.graph.output}
+    full.graph.output.extend(onnx.ValueInfoProto(name=o) for o in names if o not in have)
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.log_severity_level = 3
+    session = ort.InferenceSession(full.SerializeToString(), options)
+    outs = session.run(None, feeds)
+    shapes = {
+        o.name: list(v.shape) for o, v in zip(session.get_outputs(), outs) if hasattr(v, "shape")
+    }
+    return binding, shapes
+
+
+def run_check(path: Path) -> RunTally:
+    """Each tool's known dims, evaluated with the feed's dims, against the run's shapes."""
+    binding, actual = run_shapes(path)
+    ours, theirs = onyx_shapes(path), ort_shapes(path)
+    t = RunTally(models=1)
+    for value, shape in actual.items():
+        for tool, dims in (("onyx", ours.get(value)), ("ort", theirs.get(value))):
+            if dims is None:
+                continue
+            if len(dims) != len(shape):
+                setattr(t, f"{tool}_wrong", getattr(t, f"{tool}_wrong") + 1)
+                t.wrong.append((tool, value, dims, shape))
+                continue
+            for d, n in zip(dims, shape):
+                v = eval_onyx(d, binding) if tool == "onyx" else eval_ort(d, binding)
+                if v is None:
+                    continue
+                ok = v == n
+                key = f"{tool}_{'right' if ok else 'wrong'}"
+                setattr(t, key, getattr(t, key) + 1)
+                if not ok:
+                    t.wrong.append((tool, value, dims, shape))
+        t.dims += len(shape)
+    return t
+
+
 # -- the report -----------------------------------------------------------------------------------
 
 HEADER = "| model | values | dims | agree | onyx-only known | ort-only known | disagree |"
@@ -253,6 +370,9 @@ def main(argv=None) -> int:
     ap.add_argument("--only", help="models whose name contains this")
     ap.add_argument("--details", help="print the ort-only and disagreeing dims of these models")
     ap.add_argument("--write-docs", action="store_true", help=f"write {DOC.relative_to(ROOT)}")
+    ap.add_argument(
+        "--run", action="store_true", help="also check both tools' dims against onnxruntime runs"
+    )
     args = ap.parse_args(argv)
     lines = [HEADER, "|---|---:|---:|---:|---:|---:|---:|"]
     total, failed = Tally(), []
@@ -275,9 +395,53 @@ def main(argv=None) -> int:
     print(lines[-1])
     for f in failed:
         print("not compared:", f)
+    if args.run:
+        lines += ["", *run_table(args)]
     if args.write_docs:
         write_docs(lines, failed)
     return 0
+
+
+RUN_HEADER = (
+    "| checked against a run | models | dims | onyx known, right | onyx wrong "
+    "| ort known, right | ort wrong |"
+)
+
+
+def run_table(args) -> list[str]:
+    """Both tools' dims against onnxruntime runs of every model that runs on its feeds."""
+    out = [RUN_HEADER, "|---|---:|---:|---:|---:|---:|---:|"]
+    groups: dict[str, RunTally] = {}
+    skipped = []
+    for group, path in corpus_models():
+        name = path.stem if path.name != "model.onnx" else path.parent.name
+        if args.only and args.only not in name:
+            continue
+        try:
+            t = run_check(path)
+        except Exception as e:  # noqa: BLE001  (a model that does not run on simple feeds)
+            skipped.append(f"{name}: {type(e).__name__}")
+            continue
+        groups.setdefault(group, RunTally()).add(t)
+        for tool, value, dims, shape in t.wrong:
+            print(f"  {name}: {tool} says {dims} for {value}, the run gives {shape}")
+    total = RunTally()
+    for group, t in groups.items():
+        total.add(t)
+        out.append(_run_row(group, t))
+    out.append(_run_row("**total**", total))
+    print("\n".join(out))
+    print(f"{len(skipped)} models did not run on their feeds: {', '.join(skipped)}")
+    if skipped:
+        out += ["", f"Not run ({len(skipped)}: no feeds they accept): {', '.join(skipped)}."]
+    return out
+
+
+def _run_row(label: str, t: RunTally) -> str:
+    return (
+        f"| {label} | {t.models} | {t.dims} | {t.onyx_right} | {t.onyx_wrong} "
+        f"| {t.ort_right} | {t.ort_wrong} |"
+    )
 
 
 def write_docs(lines: list[str], failed: list[str]) -> None:

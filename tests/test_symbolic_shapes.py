@@ -296,3 +296,7 @@ def test_parity_with_onnxruntime_symbolic_shape_infer(group, path):
     t = parity.compare(Path(path).stem, ROOT / path, group)
     assert t.dims > 50
     assert t.disagree == 0 and t.ort_only == 0, t.details[:5]
+    # and against an onnxruntime run of the model on its feeds: every dim onyx knows is right
+    run = parity.run_check(ROOT / path)
+    assert run.onyx_wrong == 0, run.wrong[:5]
+    assert run.onyx_right >= run.ort_right > 0
