@@ -34,7 +34,9 @@ F, I64 = DataType.FLOAT, DataType.INT64
         (sym.mul("seq", "batch", 1), "batch*seq"),
         (sym.add(sym.mul(2, "n"), "n"), "3*n"),
         (sym.mul("n", "n"), "n**2"),
-        (sym.sub(1, "seq"), "-seq + 1"),
+        (sym.sub(1, "seq"), "1 - seq"),  # (sympy's order: a positive term first)
+        (sym.sub("past", "seq"), "past - seq"),
+        (sym.sub(0, "seq"), "-seq"),
         (sym.floordiv("h", 2), "floor(h/2)"),
         (sym.floordiv(sym.add(sym.mul(2, "h"), 3), 2), "h + 1"),
         (sym.floordiv(sym.sub("h", 1), 2), "floor((h + 1)/2) - 1"),
@@ -62,7 +64,8 @@ def test_canonical_forms(got, want):
 @pytest.mark.parametrize(
     "text, want",
     [
-        ("seq+past", "past + seq"),  # onnxruntime's tool (sympy) spacing or none: one form
+        ("seq+past", "past + seq"),
+        ("-seq + 1", "1 - seq"),  # onnxruntime's tool (sympy) spacing or none: one form
         ("past_sequence_length + sequence_length", "past_sequence_length + sequence_length"),
         ("floor((h - 1)/2) + 1", "floor((h + 1)/2)"),
         ("ceiling(h/2)", "ceiling(h/2)"),

@@ -204,6 +204,9 @@ def _print(e: Expr) -> str:
     k = e.value()
     if k:
         parts.append((k < 0, str(abs(k))))
+    if parts[0][0]:  # (as sympy: "1 - seq", "past - seq": a positive term leads if any)
+        lead = next((k for k, (neg, _) in enumerate(parts) if not neg), 0)
+        parts.insert(0, parts.pop(lead))
     neg, first = parts[0]
     out = ("-" if neg else "") + first
     for neg, text in parts[1:]:
