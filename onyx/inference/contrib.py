@@ -8,6 +8,7 @@ operator documentation.
 from __future__ import annotations
 
 from ..ir import DataType
+from . import symbolic as sym
 from .engine import NodeContext, rule
 
 MS = "com.microsoft"
@@ -18,11 +19,10 @@ def _known(*dims) -> bool:
 
 
 def _div(a, b):
-    return a // b if _known(a, b) and b else None
+    return sym.floordiv(a, b) if b != 0 else None
 
 
-def _add(a, b):
-    return a + b if _known(a, b) else None
+_add = sym.add
 
 
 def _total_length(past_len, new_len):
@@ -170,8 +170,7 @@ def multi_head_attention(ctx: NodeContext) -> None:
         ctx.set(3, t, (batch, heads, seq, total))
 
 
-def _mul(a, b):
-    return a * b if _known(a, b) else None
+_mul = sym.mul
 
 
 @rule("GroupQueryAttention", domain=MS)
@@ -186,14 +185,13 @@ def group_query_attention(ctx: NodeContext) -> None:
     head = _div(q[2], heads + 2 * kv_heads) if packed else _div(q[2], heads)
     ctx.set(0, t, (q[0], q[1], _mul(head, heads)))
     past = ctx.shape(3)
-    total = ctx.value(6)
-    total = int(total.reshape(-1)[0]) if total is not None else None
-    if past is not None and _known(past[2], total):
-        present_len = max(past[2], total)
-    elif past is None:
-        present_len = total if total is not None else q[1]
+    total = ctx.data(6) if ctx.has(6) else None
+    total = total.dims[0] if total is not None and len(total.dims) == 1 else None
+    if past is not None:
+        # (onnxruntime's tool reports the past's length; the present holds the whole sequence)
+        present_len = sym.dmax(past[2], total)
     else:
-        present_len = None  # (the cache grows with the feed: not knowable here)
+        present_len = total if total is not None else q[1]
     cache_type = ctx.dtype(3) or t
     for i in (1, 2):
         if len(ctx.node.outputs) > i:
@@ -209,3 +207,44 @@ def quantized_matmul(ctx: NodeContext) -> None:
 
     dtype = ctx.dtype(0) if ctx.node.op_type == "DynamicQuantizeMatMul" else ctx.dtype(2)
     ctx.set(0, dtype, _matmul_shape(ctx.shape(0), ctx.shape(1), ctx))
+
+
+# -- onnxruntime's QOperator ops (quantize_static with QOperator format) --------------------------
+
+
+@rule("QLinearAdd", "QLinearMul", domain=MS)
+def qlinear_binary(ctx: NodeContext) -> None:
+    """A, A_scale, A_zp, B, B_scale, B_zp, ...: broadcasting A with B, in A's integer type."""
+    from .elementwise import broadcast
+
+    ctx.set(0, ctx.dtype(0), broadcast([ctx.shape(0), ctx.shape(3)], ctx))
+
+
+@rule("QLinearSigmoid", "QLinearLeakyRelu", "QLinearSoftmax", domain=MS)
+def qlinear_unary(ctx: NodeContext) -> None:
+    ctx.same(0, 0)
+
+
+@rule("QLinearGlobalAveragePool", domain=MS)
+def qlinear_global_pool(ctx: NodeContext) -> None:
+    x = ctx.shape(0)
+    if x is None:
+        ctx.set(0, ctx.dtype(0), None)
+    elif ctx.attr("channels_last", 0):
+        ctx.set(0, ctx.dtype(0), (x[0], *([1] * (len(x) - 2)), x[-1]))
+    else:
+        ctx.set(0, ctx.dtype(0), (x[0], x[1], *([1] * (len(x) - 2))))
+
+
+@rule("QLinearConcat", domain=MS)
+def qlinear_concat(ctx: NodeContext) -> None:
+    """Y_scale, Y_zp, then (X, X_scale, X_zp) per input: Concat of the Xs along ``axis``."""
+    shapes = [ctx.shape(i) for i in range(2, ctx.n_inputs, 3)]
+    if not shapes or any(s is None for s in shapes):
+        ctx.set(0, ctx.dtype(2), None)
+        return
+    r = len(shapes[0])
+    axis = ctx.attr("axis", 0) % max(r, 1)
+    dims = list(shapes[0])
+    dims[axis] = sym.total(s[axis] for s in shapes)
+    ctx.set(0, ctx.dtype(2), dims)

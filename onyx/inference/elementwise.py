@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import DataType
+from . import symbolic as sym
 from .engine import Data, InferenceError, NodeContext, data_fold, rule
 
 # Output 0 has the type and shape of input 0.
@@ -27,7 +28,8 @@ BOOL_SAME_SHAPE = "IsNaN IsInf".split()
 
 
 def broadcast(shapes: list, ctx: NodeContext) -> tuple | None:
-    """Multidirectional (numpy) broadcasting of shapes with symbolic dims."""
+    """Multidirectional (numpy) broadcasting of shapes with symbolic dims: a 1 takes the other
+    dim, equal dims (``seq + past`` and ``past + seq`` alike) merge, anything else is unknown."""
     if any(s is None for s in shapes):
         return None
     rank = max((len(s) for s in shapes), default=0)
@@ -41,25 +43,45 @@ def broadcast(shapes: list, ctx: NodeContext) -> tuple | None:
         if big:
             out.append(big.pop())
             continue
-        syms = [d for d in dims if not isinstance(d, int)]
-        if not syms:
+        rest = [d for d in dims if d != 1]
+        if not rest:
             out.append(1)
-        elif len(syms) == len(dims) - len([d for d in dims if d == 1]) and len(set(syms)) == 1:
-            out.append(syms[0])  # N with 1s, or N with N
+        elif all(sym.same(d, rest[0]) for d in rest[1:]):
+            out.append(sym.canonical(rest[0]))  # N with 1s, or N with N
         else:
-            out.append(None)
+            out.append(_larger(rest))
     return tuple(out)
+
+
+def _larger(dims: list):
+    """Differing symbolic dims broadcast only where all but one are 1 at run time, so the result
+    is the largest (``seq`` with ``Min(64, seq)``: seq); unknown unless one provably is."""
+    if None in dims:
+        return None
+    top = sym.dmax(*dims)
+    return top if any(sym.same(top, d) for d in dims) else None
 
 
 @rule(*SAME_AS_INPUT)
 def same_as_input(ctx: NodeContext) -> None:
     ctx.same(0, 0)
-    if ctx.node.op_type == "Identity":
+    op = ctx.node.op_type
+    if op == "Identity":
         ctx.set_data(0, _raw(ctx, 0))
+    elif op in _UNARY_DIMS and ctx.value(0) is None:
+        d = ctx.data(0)
+        if d is not None:
+            ctx.set_data(0, Data([_UNARY_DIMS[op](x) for x in d.dims], d.scalar))
     if ctx.node.op_type == "BatchNormalization":
         # training mode: the extra outputs (running / saved statistics) are per channel
         for i in range(1, len(ctx.node.outputs)):
             ctx.set(i, ctx.dtype(3) or ctx.dtype(0), ctx.shape(1))
+
+
+_UNARY_DIMS = {
+    "Neg": lambda d: sym.sub(0, d),
+    "Abs": lambda d: d if sym.nonnegative(d) else None,
+}
 
 
 def _raw(ctx: NodeContext, i: int):
@@ -99,18 +121,21 @@ def where(ctx: NodeContext) -> None:
 
 
 _ARITH = {
-    "Add": np.add,
-    "Sub": np.subtract,
-    "Mul": np.multiply,
-    "Max": np.maximum,
-    "Min": np.minimum,
+    "Add": sym.add,
+    "Sub": sym.sub,
+    "Mul": sym.mul,
+    # (ONNX's integer Div truncates; dims are >= 0, where that is floor division)
+    "Div": sym.floordiv,
+    "Mod": sym.mod,
+    "Max": sym.dmax,
+    "Min": sym.dmin,
 }
 
 
 def _propagate_arith(ctx: NodeContext) -> None:
-    """Shape arithmetic on propagated dims (Add/Sub/Mul/Div of small integer tensors)."""
+    """Shape arithmetic on propagated dims: ``Shape(x)[1] * 2 + past`` stays an expression."""
     op = ctx.node.op_type
-    if op not in _ARITH and op != "Div" or ctx.n_inputs != 2:
+    if op not in _ARITH or ctx.n_inputs != 2:
         return
     a, b = ctx.data(0), ctx.data(1)
     if a is None or b is None:
@@ -122,22 +147,12 @@ def _propagate_arith(ctx: NodeContext) -> None:
             b = Data(b.dims * len(a.dims), b.scalar)
         else:
             return
-    out = []
-    for x, y in zip(a.dims, b.dims):
-        if isinstance(x, int) and isinstance(y, int):
-            if op == "Div":
-                out.append(int(np.trunc(x / y)) if y else None)
-            else:
-                out.append(int(_ARITH[op](x, y)))
-        elif op == "Mul" and (x == 1 or y == 1):
-            out.append(y if x == 1 else x)
-        elif op in ("Add", "Sub") and y == 0:
-            out.append(x)
-        elif op == "Div" and y == 1:
-            out.append(x)
-        else:
-            out.append(None)
-    ctx.set_data(0, Data(out, a.scalar and b.scalar))
+    if a.known() and b.known():
+        return  # (numbers: the constant fold below computes them with numpy's semantics)
+    if op == "Mod" and ctx.attr("fmod", 0):
+        return
+    fn = _ARITH[op]
+    ctx.set_data(0, Data([fn(x, y) for x, y in zip(a.dims, b.dims)], a.scalar and b.scalar))
 
 
 # -- constant folding of small integer/bool tensors (shape arithmetic) --------------------------
@@ -173,6 +188,8 @@ def fold(ctx: NodeContext) -> None:
     if not args or any(a is None or a.dtype.kind not in "iub" for a in args):
         if op == "Where" and args and args[0] is not None:
             _where_dims(ctx, args[0])
+        elif op == "Equal":
+            _equal_dims(ctx)
         return
     if op == "Div":
         out = np.trunc(args[0] / np.where(args[1] == 0, 1, args[1])).astype(args[0].dtype)
@@ -184,6 +201,22 @@ def fold(ctx: NodeContext) -> None:
     if op in ("Add", "Sub", "Mul", "Max", "Min", "Neg", "Abs"):
         out = out.astype(args[0].dtype)
     ctx.set_data(0, np.asarray(out))
+
+
+def _equal_dims(ctx: NodeContext) -> None:
+    """Equal on symbolic dims where each pair is decidable: ``Equal(shape, -1)`` of a Reshape
+    or Expand target (exporters write Where(Equal(s, -1), 1, s)) is all False for dims."""
+    a, b = ctx.data(0), ctx.data(1)
+    if a is None or b is None:
+        return
+    n = max(len(a.dims), len(b.dims))
+    if min(len(a.dims), len(b.dims)) not in (1, n):
+        return
+    pick = lambda d, k: d.dims[k if len(d.dims) > 1 else 0]  # noqa: E731
+    out = [sym.equal(pick(a, k), pick(b, k)) for k in range(n)]
+    if None not in out:
+        shape = () if a.scalar and b.scalar else (n,)
+        ctx.set_data(0, np.array(out, dtype=bool).reshape(shape))
 
 
 def _where_dims(ctx: NodeContext, cond) -> None:

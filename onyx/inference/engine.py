@@ -32,9 +32,11 @@ from ..ir import (
     SparseTensorType,
     TensorType,
     canonical_domain,
+    inputs_with_captures,
     opset_for,
 )
 from ..ir.dtypes import BY_NAME
+from . import symbolic as sym
 
 Dim = int | str | None
 RULES: dict[tuple[str, str], Callable] = {}
@@ -242,7 +244,9 @@ def merge(declared, inferred, where: str, conflicts: list[str]):
             if isinstance(a, int) and isinstance(b, int) and a != b:
                 conflicts.append(f"{where}: inferred shape {is_}, declared {ds}")
                 dims.append(a)
-            elif isinstance(a, int) or (isinstance(a, str) and not isinstance(b, int)):
+            elif isinstance(a, int) or (
+                isinstance(a, str) and not isinstance(b, int) and not _says_more(b, a)
+            ):
                 dims.append(a)
             else:
                 dims.append(b if b is not None else a)
@@ -254,6 +258,17 @@ def merge(declared, inferred, where: str, conflicts: list[str]):
     if type(declared) is not type(inferred):
         conflicts.append(f"{where}: inferred {inferred}, declared {declared}")
     return declared
+
+
+def _placeholder(d) -> bool:
+    """A name tools give a dim they could not infer ('unk__3')."""
+    return isinstance(d, str) and d.startswith("unk__") and d[5:].isdigit()
+
+
+def _says_more(inferred, declared: str) -> bool:
+    """An inferred dim replaces a declared placeholder name (inference names no dim 'unk__N'
+    before the end, so an inferred one came from the inputs: it ties dims together)."""
+    return inferred is not None and _placeholder(declared)
 
 
 # -- the engine -----------------------------------------------------------------------------------
@@ -305,7 +320,7 @@ class Engine:
             for v in list(g.value_info) + list(g.outputs):
                 if v.type is not None:
                     declared.setdefault(id(v), v.type)
-        for node in g.nodes:
+        for node in _in_order(g):
             self.infer_node(node, env, opsets, declared, label or g.name)
 
     def infer_node(self, node: Node, env: dict, opsets, declared: dict, gname: str) -> None:
@@ -384,18 +399,57 @@ class Engine:
     def infer_subgraph(self, ctx: NodeContext, g: Graph, input_types: list) -> list:
         """Infer a subgraph (reading outer values) with the given input types; its output types."""
         env = self.new_env(ctx.env)
+        self.seed(g, env)
         for v, t in zip(g.inputs, input_types):
             if t is not None and v.type is None:
                 env["types"][id(v)] = t
             elif v.type is not None:
-                env["types"][id(v)] = v.type
+                # the outer value's dims flow in (a Loop's first iteration) where the body
+                # declares none or placeholders
+                env["types"][id(v)] = merge(v.type, t, "", []) if t is not None else v.type
         for v in g.inputs:
             env["data"].pop(id(v), None)
-        self.seed(g, env)
         opsets = self.model.opset_imports
         self.infer_graph(g, env, opsets, g.name)
         self.subgraph_envs.append((g, env))
         return [env["types"].get(id(v)) or v.type for v in g.outputs]
+
+
+def _in_order(g: Graph) -> list[Node]:
+    """The graph's nodes, producers first. Tools that append nodes (onnxconverter-common's
+    input casts) leave graphs unsorted, which onnxruntime runs; the model is not reordered."""
+    nodes = list(g.nodes)
+    mine = {id(n) for n in nodes}
+    seen: set[int] = set()
+    for n in nodes:
+        for v in inputs_with_captures(n):
+            p = v.producer
+            if p is not None and id(p) in mine and id(p) not in seen and p is not n:
+                return _sorted(nodes, mine)
+        seen.add(id(n))
+    return nodes
+
+
+def _sorted(nodes: list[Node], mine: set[int]) -> list[Node]:
+    """Depth-first: each node after its producers (iterative: chains run thousands deep)."""
+    order: list[Node] = []
+    placed: set[int] = set()
+    for root in nodes:
+        stack = [(root, False)]
+        while stack:
+            n, expanded = stack.pop()
+            if expanded:
+                order.append(n)
+                continue
+            if id(n) in placed:
+                continue
+            placed.add(id(n))  # (before its inputs: a cycle stops here)
+            stack.append((n, True))
+            for v in reversed(list(inputs_with_captures(n))):
+                p = v.producer
+                if p is not None and id(p) in mine and id(p) not in placed:
+                    stack.append((p, False))
+    return order
 
 
 def _default_attr(schema, name, default):
@@ -485,16 +539,24 @@ def derived_types(model: Model) -> dict[int, tuple]:
     return {id(v): (v, types[id(v)]) for n in model.graph for v in n.outputs if id(v) in types}
 
 
-def run(model: Model, strict: bool = False, data_prop: bool = True) -> Model:
+def run(
+    model: Model,
+    strict: bool = False,
+    data_prop: bool = True,
+    symbolic: bool = True,
+    name_unknown: bool = True,
+) -> Model:
     engine = Engine(model, strict, data_prop)
     engine.symbols = Symbols.after_existing(model.graph)
     engine.subgraph_envs = []
     env = engine.new_env()
     engine.seed(model.graph, env)
     engine.infer_graph(model.graph, env, model.opset_imports)
-    _write_back(model.graph, env, engine.symbols)
+    keep = None if symbolic else _declared_dims(model.graph)
+    writer = _DimWriter(engine.symbols if name_unknown else None, keep)
+    _write_back(model.graph, env, writer)
     for g, sub_env in engine.subgraph_envs:
-        _write_back(g, sub_env, engine.symbols)
+        _write_back(g, sub_env, writer)
     if engine.problems:
         if strict:
             raise ValidationError(engine.problems)
@@ -503,16 +565,41 @@ def run(model: Model, strict: bool = False, data_prop: bool = True) -> Model:
     return model
 
 
-def _name_unknown_dims(t, symbols: Symbols):
-    """Give every unknown dim a fresh symbol, so that distinct unknowns stay distinct."""
-    if isinstance(t, TensorType) and t.shape is not None and None in t.shape.dims:
-        dims = tuple(symbols.fresh() if d is None else d for d in t.shape.dims)
-        return TensorType(t.elem_type, Shape(dims, t.shape.denotations), t.denotation)
-    if isinstance(t, SequenceType) and t.elem is not None:
-        return SequenceType(_name_unknown_dims(t.elem, symbols), t.denotation)
-    if isinstance(t, OptionalType) and t.elem is not None:
-        return OptionalType(_name_unknown_dims(t.elem, symbols), t.denotation)
-    return t
+class _DimWriter:
+    """How inferred dims are written: unknown ones get a fresh 'unk__N' (when ``symbols`` is
+    given), so distinct unknowns stay distinct; without symbolic output, an expression that no
+    declared type names (``past + seq``) is written as unknown."""
+
+    def __init__(self, symbols: Symbols | None, keep: set | None):
+        self.symbols = symbols
+        self.keep = keep
+
+    def dim(self, d):
+        if self.keep is not None and sym.is_compound(d) and d not in self.keep:
+            d = None
+        if d is None and self.symbols is not None:
+            return self.symbols.fresh()
+        return d
+
+    def type(self, t):
+        if isinstance(t, TensorType) and t.shape is not None:
+            dims = tuple(self.dim(d) for d in t.shape.dims)
+            if dims != t.shape.dims:
+                return TensorType(t.elem_type, Shape(dims, t.shape.denotations), t.denotation)
+            return t
+        if isinstance(t, SequenceType) and t.elem is not None:
+            return SequenceType(self.type(t.elem), t.denotation)
+        if isinstance(t, OptionalType) and t.elem is not None:
+            return OptionalType(self.type(t.elem), t.denotation)
+        return t
+
+
+def _declared_dims(g: Graph) -> set:
+    """Every dim string the model's own types use (kept when expressions are not written)."""
+    out: set = set()
+    for v in itertools.chain(g.values(), g.value_info, g.outputs):
+        out.update(d for d in getattr(getattr(v.type, "shape", None), "dims", ()) or ())
+    return out
 
 
 def _is_complete(t) -> bool:
@@ -523,7 +610,7 @@ def _is_complete(t) -> bool:
     return inner is None or _is_complete(inner)
 
 
-def _write_back(g: Graph, env: dict, symbols: Symbols) -> None:
+def _write_back(g: Graph, env: dict, writer: _DimWriter) -> None:
     known = {id(v) for v in g.value_info}
     outputs = {id(v) for v in g.outputs}
     for node in g.nodes:
@@ -531,7 +618,7 @@ def _write_back(g: Graph, env: dict, symbols: Symbols) -> None:
             t = env["types"].get(id(v))
             if t is None or not v.name or not _is_complete(t):
                 continue  # a type with no element type (an op we have no rule for) says nothing
-            v.type = _name_unknown_dims(t, symbols)
+            v.type = writer.type(t)
             if id(v) not in known and id(v) not in outputs:
                 g.value_info.append(v)
                 known.add(id(v))

@@ -7,6 +7,7 @@ import math
 import numpy as np
 
 from ..ir import DataType
+from . import symbolic as sym
 from .elementwise import broadcast
 from .engine import InferenceError, NodeContext, rule
 
@@ -57,7 +58,8 @@ def gemm(ctx: NodeContext) -> None:
 
 
 def _spatial(ctx: NodeContext, x, kernel, *, transpose=False, ceil=False, out_channels=None):
-    """Output dims of convolution / pooling from the input dims and kernel size."""
+    """Output dims of convolution / pooling from the input dims and kernel size (symbolic input
+    dims give formulas: ``floor((h + 1)/2)`` for a 3x3 kernel at stride 2 with pads 1)."""
     n_sp = len(kernel)
     strides = ctx.attr("strides") or [1] * n_sp
     dil = ctx.attr("dilations") or [1] * n_sp
@@ -66,10 +68,11 @@ def _spatial(ctx: NodeContext, x, kernel, *, transpose=False, ceil=False, out_ch
     out = []
     for k in range(n_sp):
         d = x[2 + k]
-        if not isinstance(d, int) or not isinstance(kernel[k], int):
+        if d is None or not isinstance(kernel[k], int):
             out.append(None)
             continue
         ek = (kernel[k] - 1) * dil[k] + 1
+        st = strides[k]
         if transpose:
             shape = ctx.attr("output_shape")
             if shape:
@@ -77,23 +80,33 @@ def _spatial(ctx: NodeContext, x, kernel, *, transpose=False, ceil=False, out_ch
                 continue
             opad = (ctx.attr("output_padding") or [0] * n_sp)[k]
             if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-                out.append(d * strides[k])
+                out.append(sym.mul(d, st))
             else:
-                out.append(strides[k] * (d - 1) + opad + ek - pads[k] - pads[k + n_sp])
+                extra = opad + ek - pads[k] - pads[k + n_sp]
+                out.append(sym.add(sym.mul(st, sym.sub(d, 1)), extra))
             continue
         if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-            out.append(-(-d // strides[k]))
+            out.append(sym.ceildiv(d, st))
         elif auto_pad == "VALID":
-            out.append((d - ek) // strides[k] + 1 if not ceil else -(-(d - ek + 1) // strides[k]))
-        else:
+            out.append(
+                sym.add(sym.floordiv(sym.sub(d, ek), st), 1)
+                if not ceil
+                else sym.ceildiv(sym.sub(d, ek - 1), st)
+            )
+        elif isinstance(d, int):
             total = d + pads[k] + pads[k + n_sp] - ek
             if ceil:
-                o = -(-total // strides[k]) + 1
-                if (o - 1) * strides[k] >= d + pads[k]:
+                o = -(-total // st) + 1
+                if (o - 1) * st >= d + pads[k]:
                     o -= 1  # the last window must start inside the input or left pad
             else:
-                o = total // strides[k] + 1
+                o = total // st + 1
             out.append(o)
+        elif ceil and st > ek + pads[k] - pads[k + n_sp]:
+            out.append(None)  # (the last-window correction may apply: it needs the number)
+        else:
+            total = sym.sub(sym.add(d, pads[k] + pads[k + n_sp]), ek)
+            out.append(sym.add(sym.ceildiv(total, st) if ceil else sym.floordiv(total, st), 1))
     return out
 
 
@@ -113,7 +126,7 @@ def conv(ctx: NodeContext) -> None:
     kernel = ctx.attr("kernel_shape") or (list(w[2:]) if w is not None else [None] * n_sp)
     group = ctx.attr("group", 1)
     if op == "ConvTranspose":
-        channels = w[1] * group if w is not None and isinstance(w[1], int) else None
+        channels = sym.mul(w[1], group) if w is not None else None
     else:
         channels = w[0] if w is not None else None
     out = _spatial(ctx, x, kernel, transpose=op == "ConvTranspose")

@@ -5,11 +5,14 @@ These also propagate data (shape arithmetic) so that computed shapes reach Resha
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import numpy as np
 
 from ..ir import DataType
 from ..ir.dtypes import to_numpy
-from .engine import Data, InferenceError, NodeContext, rule
+from . import symbolic as sym
+from .engine import Data, InferenceError, NodeContext, data_fold, rule
 
 
 def _axis(axis: int, rank: int) -> int:
@@ -78,8 +81,9 @@ def shape(ctx: NodeContext) -> None:
 def size(ctx: NodeContext) -> None:
     ctx.set(0, DataType.INT64, ())
     s = ctx.shape(0)
-    if s is not None and all(isinstance(d, int) for d in s):
-        ctx.set_data(0, Data([int(np.prod(s))], scalar=True))
+    n = None if s is None else sym.prod(s)
+    if n is not None:
+        ctx.set_data(0, Data([n], scalar=True))
 
 
 @rule("Cast")
@@ -113,32 +117,10 @@ def reshape(ctx: NodeContext) -> None:
     if -1 in dims:
         k = dims.index(-1)
         rest = [d for j, d in enumerate(dims) if j != k]
-        if (
-            src is not None
-            and all(isinstance(d, int) for d in src)
-            and all(isinstance(d, int) for d in rest)
-        ):
-            total, part = int(np.prod(src)), int(np.prod(rest))
-            dims[k] = total // part if part else 0
-        else:
-            dims[k] = _symbolic_rest(src, rest) if src is not None else None
+        # (a valid Reshape divides exactly: the quotient of the two products)
+        dims[k] = sym.floordiv(sym.prod(src), sym.prod(rest)) if src is not None else None
     ctx.set(0, dtype, dims)
     _propagate_identity(ctx)
-
-
-def _symbolic_rest(src, rest):
-    """The -1 dim when the input and other dims share symbols, e.g. [N,3,4] -> [N,-1] is 12."""
-    src, rest = list(src), list(rest)
-    for d in list(rest):
-        if d is not None and d in src:  # (two unknown dims are not the same dim)
-            src.remove(d)
-            rest.remove(d)
-    if all(isinstance(d, int) for d in src + rest):
-        part = int(np.prod(rest)) if rest else 1
-        return int(np.prod(src)) // part if part else None
-    if len(src) == 1 and not rest:
-        return src[0]
-    return None
 
 
 def _propagate_identity(ctx: NodeContext) -> None:
@@ -176,12 +158,12 @@ def concat(ctx: NodeContext) -> None:
     for k in range(r):
         col = [s[k] if s is not None else None for s in shapes]
         if k == axis:
-            out.append(sum(col) if all(isinstance(d, int) for d in col) else None)
+            out.append(sym.total(col))
         else:
             ints = {d for d in col if isinstance(d, int)}
             if len(ints) > 1:
                 raise InferenceError(f"concat inputs disagree on dim {k}: {shapes}")
-            out.append(ints.pop() if ints else next((d for d in col if d is not None), None))
+            out.append(ints.pop() if ints else sym.canonical(next((d for d in col if d), None)))
     ctx.set(0, dtype, out)
     datas = [ctx.data(i) for i in range(ctx.n_inputs) if ctx.has(i)]
     if r == 1 and all(d is not None for d in datas):
@@ -197,27 +179,82 @@ def split(ctx: NodeContext) -> None:
             ctx.set(i, ctx.dtype(0), None)
         return
     axis = _axis(ctx.attr("axis", 0), len(s))
-    sizes = ctx.value(1) if ctx.has(1) else ctx.attr("split")
-    total = s[axis]
-    if sizes is None and isinstance(total, int) and not ctx.has(1):
-        num = ctx.attr("num_outputs", None) or n
-        chunk = max(-(-total // num), 1)
-        sizes = [chunk] * (total // chunk) + ([total % chunk] if total % chunk else [])
-        if len(sizes) != n:
-            sizes = [chunk] * (n - 1) + [total - chunk * (n - 1)]
+    if ctx.has(1):
+        d = ctx.data(1)
+        sizes = None if d is None else d.dims
+    else:
+        sizes = ctx.attr("split")
+    if sizes is None and not ctx.has(1):
+        sizes = _equal_split(s[axis], ctx.attr("num_outputs", None), n)
     for i in range(n):
         dims = list(s)
-        size = int(sizes[i]) if sizes is not None and i < len(sizes) else None
-        dims[axis] = size if size is None or size >= 0 else None
+        size = sizes[i] if sizes is not None and i < len(sizes) else None
+        dims[axis] = None if isinstance(size, int) and size < 0 else size
         ctx.set(i, ctx.dtype(0), dims)
+    data = ctx.data(0)
+    if data is not None and len(s) == 1 and sizes is not None and len(sizes) >= n:
+        if all(isinstance(k, int | np.integer) and k >= 0 for k in sizes[:n]):
+            start = 0
+            for i in range(n):  # (the pieces of a shape: Split(Shape(x)) -> batch, rest)
+                ctx.set_data(i, Data(data.dims[start : start + int(sizes[i])]))
+                start += int(sizes[i])
 
 
-def _slice_dim(d, start: int, end: int, step: int):
-    if not isinstance(d, int):
-        if step == 1 and start >= 0 and 0 <= end and end < 2**62 and start <= end:
-            return None
+def _equal_split(total, num_outputs, n: int) -> list:
+    """Split without sizes: equal parts; from opset 18 (num_outputs) the last may be smaller."""
+    if num_outputs is None:  # (the parts must be equal: the division is exact)
+        return [sym.floordiv(total, n)] * n
+    chunk = sym.ceildiv(total, num_outputs)
+    if isinstance(total, int):
+        chunk = max(chunk, 1)
+        sizes = [chunk] * (total // chunk) + ([total % chunk] if total % chunk else [])
+        if len(sizes) == n:
+            return sizes
+    return [chunk] * (n - 1) + [sym.sub(total, sym.mul(chunk, n - 1))]
+
+
+_UNKNOWN = "_onyx_unknown_"  # (stands for an unknown length in a slice's arithmetic)
+_BIG = 2**31 - 1  # (exporters write INT_MAX or INT64_MAX for "to the end")
+
+
+def _slice_dim(d, start, end, step: int):
+    """The length of d[start:end:step]; symbolic bounds as onnxruntime's tool takes them: a
+    symbolic end beyond a symbolic dim is not assumed, a negative index counts from the end."""
+    if isinstance(d, int) and isinstance(start, int) and isinstance(end, int):
+        return len(range(*slice(start, end, step).indices(d)))
+    if start is None or end is None:
         return None
-    return len(range(*slice(start, end, step).indices(d)))
+    if d is None:  # x[-1:] has length 1 whatever x's length: the unknown may cancel out
+        out = _slice_dim(_UNKNOWN, start, end, step)
+        return None if _UNKNOWN in sym.symbols_of(out) else out
+    # (as onnxruntime's tool, a symbolic slice is taken to be in bounds: no Max(0, ...))
+    if step > 0:
+        lo, hi = _clamp(start, d, 0), _clamp(end, d, 0)
+        return _nonnegative(sym.ceildiv(sym.sub(hi, lo), step))
+    lo, hi = _clamp(end, d, -1), _clamp(start, d, -1)
+    return _nonnegative(sym.ceildiv(sym.sub(hi, lo), -step))
+
+
+def _nonnegative(d):
+    return max(d, 0) if isinstance(d, int) else d
+
+
+def _clamp(index, d, low: int):
+    """A slice bound normalized into [low, d] (negative: from the end; huge: the end)."""
+    if isinstance(index, int):
+        if index >= _BIG:
+            return d if low == 0 else sym.sub(d, 1)
+        if index <= -_BIG:
+            return low
+        if index < 0:
+            index = sym.add(d, index)
+            return index if not isinstance(index, int) else max(index, low)
+        if isinstance(d, int):
+            return min(index, d if low == 0 else d - 1)
+        return index if index <= 1 else sym.dmin(index, d)
+    if sym.nonpositive(index):  # (-seq, a negated dim: counts from the end)
+        return sym.add(d, index)
+    return sym.dmin(index, d)
 
 
 @rule("Slice")
@@ -226,7 +263,7 @@ def slice_(ctx: NodeContext) -> None:
     if ctx.opset < 10:
         starts, ends, axes, steps = ctx.attr("starts"), ctx.attr("ends"), ctx.attr("axes"), None
     else:
-        starts, ends = ctx.value(1), ctx.value(2)
+        starts, ends = _dims_of(ctx, 1), _dims_of(ctx, 2)
         axes = ctx.value(3) if ctx.has(3) else None
         steps = ctx.value(4) if ctx.has(4) else None
     if s is None:
@@ -241,7 +278,6 @@ def slice_(ctx: NodeContext) -> None:
     ):
         ctx.set(0, ctx.dtype(0), (None,) * r)
         return
-    starts, ends = [int(x) for x in np.ravel(starts)], [int(x) for x in np.ravel(ends)]
     axes = list(range(len(starts))) if axes is None else [_axis(int(a), r) for a in np.ravel(axes)]
     steps = [1] * len(starts) if steps is None else [int(x) for x in np.ravel(steps)]
     dims = list(s)
@@ -249,12 +285,20 @@ def slice_(ctx: NodeContext) -> None:
         if st == 0:
             raise InferenceError("slice step is 0")
         dims[a] = _slice_dim(s[a], b, e, st)
-        if not isinstance(s[a], int) and b == 0 and e >= 2**31 - 1 and st == 1:
-            dims[a] = s[a]
     ctx.set(0, ctx.dtype(0), dims)
     d = ctx.data(0)
     if d is not None and r == 1 and len(axes) == 1:
-        ctx.set_data(0, Data(d.dims[slice(starts[0], ends[0], steps[0])]))
+        b, e = starts[0], ends[0]
+        if isinstance(b, int) and isinstance(e, int):
+            ctx.set_data(0, Data(d.dims[slice(b, e, steps[0])]))
+
+
+def _dims_of(ctx: NodeContext, i: int):
+    """A 1-D integer input's entries (ints or symbolic dims), or None."""
+    d = ctx.data(i)
+    if d is None or any(x is None for x in d.dims):
+        return None
+    return [int(x) if isinstance(x, np.integer) else x for x in d.dims]
 
 
 @rule("Gather")
@@ -343,14 +387,7 @@ def flatten(ctx: NodeContext) -> None:
         return
     axis = ctx.attr("axis", 1)
     axis = axis + len(s) if axis < 0 else axis
-    ctx.set(0, ctx.dtype(0), (_prod(s[:axis]), _prod(s[axis:])))
-
-
-def _prod(dims):
-    if all(isinstance(d, int) for d in dims):
-        return int(np.prod(dims)) if dims else 1
-    rest = [d for d in dims if d != 1]
-    return rest[0] if len(rest) == 1 else None
+    ctx.set(0, ctx.dtype(0), (sym.prod(s[:axis]), sym.prod(s[axis:])))
 
 
 @rule("Expand")
@@ -376,18 +413,14 @@ def expand(ctx: NodeContext) -> None:
 
 @rule("Tile")
 def tile(ctx: NodeContext) -> None:
-    s, reps = ctx.shape(0), ctx.value(1)
+    s, reps = ctx.shape(0), ctx.data(1)
     if s is None:
         ctx.set(0, ctx.dtype(0), None)
         return
     if reps is None:
         ctx.set(0, ctx.dtype(0), (None,) * len(s))
         return
-    ctx.set(
-        0,
-        ctx.dtype(0),
-        [d * int(r) if isinstance(d, int) else (d if r == 1 else None) for d, r in zip(s, reps)],
-    )
+    ctx.set(0, ctx.dtype(0), [sym.mul(d, r) for d, r in zip(s, reps.dims)])
 
 
 @rule("Pad")
@@ -397,13 +430,16 @@ def pad(ctx: NodeContext) -> None:
         ctx.set(0, ctx.dtype(0), None)
         return
     r = len(s)
-    pads = ctx.attr("pads") if ctx.opset < 11 else ctx.value(1)
-    if ctx.opset < 11 and pads is None:
-        pads = ctx.attr("paddings")
+    if ctx.opset < 11:
+        pads = ctx.attr("pads")
+        pads = ctx.attr("paddings") if pads is None else pads
+    else:
+        d = ctx.data(1)
+        pads = None if d is None else d.dims
     if pads is None:
         ctx.set(0, ctx.dtype(0), (None,) * r)
         return
-    pads = [int(p) for p in np.ravel(pads)]
+    pads = [int(p) if isinstance(p, int | np.integer) else p for p in np.ravel(pads)]
     axes = ctx.value(3) if ctx.has(3) else None
     if ctx.has(3) and axes is None:
         ctx.set(0, ctx.dtype(0), (None,) * r)
@@ -412,10 +448,7 @@ def pad(ctx: NodeContext) -> None:
     n = len(axes)
     dims = list(s)
     for k, a in enumerate(axes):
-        if isinstance(dims[a], int):
-            dims[a] = dims[a] + pads[k] + pads[k + n]
-        elif pads[k] + pads[k + n] != 0:
-            dims[a] = None
+        dims[a] = sym.add(dims[a], pads[k], pads[k + n])
     ctx.set(0, ctx.dtype(0), dims)
 
 
@@ -448,8 +481,18 @@ def range_(ctx: NodeContext) -> None:
         start, limit, delta = (np.ravel(v)[0].item() for v in vals)
         n = max(int(np.ceil((limit - start) / delta)), 0) if delta else 0
         ctx.set(0, dtype, (n,))
-    else:
-        ctx.set(0, dtype, (None,))
+        return
+    # integer bounds that are dims: Max(ceiling((limit - start)/delta), 0)
+    start, limit, delta = (_scalar_dim(ctx, i) for i in range(3))
+    n = None
+    if isinstance(delta, int) and delta != 0:
+        n = sym.dmax(sym.ceildiv(sym.sub(limit, start), delta), 0)
+    ctx.set(0, dtype, (n,))
+
+
+def _scalar_dim(ctx: NodeContext, i: int):
+    d = ctx.data(i)
+    return d.dims[0] if d is not None and len(d.dims) == 1 else None
 
 
 @rule("NonZero")
@@ -466,9 +509,9 @@ def top_k(ctx: NodeContext) -> None:
         ctx.set(1, DataType.INT64, None)
         return
     axis = _axis(ctx.attr("axis", -1), len(s))
-    k = ctx.attr("k") if ctx.opset < 10 else ctx.value(1)
+    k = ctx.attr("k") if ctx.opset < 10 else _scalar_dim(ctx, 1)
     dims = list(s)
-    dims[axis] = int(np.ravel(k)[0]) if k is not None else None
+    dims[axis] = int(k) if isinstance(k, int | np.integer) else k
     ctx.set(0, ctx.dtype(0), dims)
     ctx.set(1, DataType.INT64, dims)
 
@@ -495,8 +538,7 @@ def depth_space(ctx: NodeContext) -> None:
         ctx.set(0, ctx.dtype(0), (None,) * 4)
         return
     n, c, h, w = s
-    mul = lambda d, f: d * f if isinstance(d, int) else None  # noqa: E731
-    div = lambda d, f: d // f if isinstance(d, int) else None  # noqa: E731
+    mul, div = sym.mul, sym.floordiv
     if ctx.node.op_type == "DepthToSpace":
         ctx.set(0, ctx.dtype(0), (n, div(c, b * b), mul(h, b), mul(w, b)))
     else:
@@ -553,18 +595,107 @@ def resize(ctx: NodeContext) -> None:
         scales, sizes = ctx.value(1), None
     else:
         scales = ctx.value(2) if ctx.has(2) else None
-        sizes = ctx.value(3) if ctx.has(3) else None
+        sizes = ctx.data(3) if ctx.has(3) else None
+        sizes = None if sizes is None or None in sizes.dims else sizes.dims
     axes = ctx.attr("axes") if op == "Resize" else None
     axes = list(range(r)) if not axes else [_axis(a, r) for a in axes]
     dims = list(s)
-    if sizes is not None and np.size(sizes):
-        for a, n in zip(axes, np.ravel(sizes)):
-            dims[a] = int(n)
+    if sizes is not None and len(sizes):
+        for a, n in zip(axes, sizes):
+            dims[a] = n
         if ctx.attr("keep_aspect_ratio_policy", "stretch") != "stretch":
             dims = [None if k in axes else d for k, d in enumerate(dims)]
     elif scales is not None and np.size(scales):
         for a, f in zip(axes, np.ravel(scales)):
-            dims[a] = int(np.floor(s[a] * float(f))) if isinstance(s[a], int) else None
+            dims[a] = _scaled(s[a], float(f))
     else:
         dims = [None if k in axes else d for k, d in enumerate(dims)]
     ctx.set(0, ctx.dtype(0), dims)
+
+
+def _scaled(d, scale: float):
+    """floor(d * scale); symbolic when the scale is a fraction with a small denominator (2.0,
+    0.5, 1.5: exact in float), unknown otherwise (a float product's rounding is not a formula)."""
+    if isinstance(d, int):
+        return int(np.floor(d * scale))
+    if d is None or not np.isfinite(scale) or scale < 0:
+        return None
+    ratio = Fraction(scale)
+    if ratio.denominator > 64:
+        return None
+    return sym.floordiv(sym.mul(d, ratio.numerator), ratio.denominator)
+
+
+# -- small constant tensors through shape ops (a pads tensor built by Reshape/Slice/Transpose) ----
+
+_FOLD_LIMIT = 4096
+
+
+def _fold_reshape(ctx: NodeContext, x, shape):
+    dims = [int(d) for d in shape]
+    if not ctx.attr("allowzero", 0):
+        dims = [x.shape[k] if d == 0 and k < x.ndim else d for k, d in enumerate(dims)]
+    return x.reshape(dims)
+
+
+def _fold_slice(ctx: NodeContext, x, starts, ends, axes=None, steps=None):
+    axes = range(len(starts)) if axes is None else [int(a) % x.ndim for a in axes]
+    steps = [1] * len(starts) if steps is None else steps
+    index = [slice(None)] * x.ndim
+    for a, b, e, st in zip(axes, starts, ends, steps):
+        index[a] = slice(int(b), int(e), int(st))  # (Python clamps bounds as ONNX does)
+    return x[tuple(index)]
+
+
+def _fold_axes(ctx: NodeContext, x, axes=None):
+    if axes is None:
+        axes = ctx.attr("axes")
+    return [int(a) for a in np.ravel(axes)] if axes is not None else None
+
+
+def _fold_squeeze(ctx: NodeContext, x, axes=None):
+    axes = _fold_axes(ctx, x, axes)
+    return np.squeeze(x, tuple(a % x.ndim for a in axes)) if axes else np.squeeze(x)
+
+
+def _fold_unsqueeze(ctx: NodeContext, x, axes=None):
+    r = x.ndim + len(_fold_axes(ctx, x, axes))
+    return x.reshape(
+        [1 if k in {a % r for a in _fold_axes(ctx, x, axes)} else -1 for k in range(r)]
+    )
+
+
+_FOLDS = {
+    "Reshape": _fold_reshape,
+    "Transpose": lambda ctx, x: np.transpose(x, ctx.attr("perm") or None),
+    "Slice": _fold_slice,
+    "Squeeze": _fold_squeeze,
+    "Unsqueeze": _fold_unsqueeze,
+    "Concat": lambda ctx, *xs: np.concatenate(xs, axis=ctx.attr("axis")),
+    "Gather": lambda ctx, x, i: np.take(x, i, axis=ctx.attr("axis", 0)),
+    "Tile": lambda ctx, x, reps: np.tile(x, [int(r) for r in reps]),
+    "Expand": lambda ctx, x, shape: x * np.ones([int(d) for d in shape], x.dtype),
+    "Flatten": lambda ctx, x: x.reshape(int(np.prod(x.shape[: ctx.attr("axis", 1)])), -1),
+}
+
+
+@data_fold
+def fold_shape_ops(ctx: NodeContext) -> None:
+    """Compute a shape op on small known integer tensors (any rank; rules cover 1-D data)."""
+    op = ctx.node.op_type
+    if op not in _FOLDS or ctx.node.domain not in ("", "ai.onnx") or ctx.opset < 13:
+        return  # (before 13 some of these took attributes for what became inputs)
+    if isinstance(ctx.out_data.get(0), np.ndarray):
+        return
+    first = ctx.value(0)
+    if first is None or first.dtype.kind not in "iub":
+        return
+    args = [first] + [ctx.value(i) if ctx.has(i) else None for i in range(1, ctx.n_inputs)]
+    if any(a is None and ctx.has(i) for i, a in enumerate(args)) or args[0].size > _FOLD_LIMIT:
+        return
+    try:
+        out = np.asarray(_FOLDS[op](ctx, *args))
+    except (ValueError, IndexError, TypeError):
+        return  # (a malformed node: the rule reports what it finds)
+    if out.size <= _FOLD_LIMIT:
+        ctx.set_data(0, out)

@@ -47,7 +47,7 @@ def preprocess(model: Any) -> ir.Model:
     m = optimize(m, level="extended", disabled=disabled)
     # (element types are what quantization reads; data propagation mis-sizes a Reshape of
     # bert_torchscript_op17 after constant folding, a shape ORT then refuses to load)
-    return infer_shapes(m, data_prop=False)
+    return infer_shapes(m)
 
 
 def quantize(
