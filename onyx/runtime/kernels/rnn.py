@@ -249,6 +249,12 @@ class _Layer:
         steps, batch, n_in = self.X.shape
         n_gates, dirs, hidden = self.R.shape[:3]
         P, M, W = steps * batch, dirs * n_gates * hidden, self.W
+        if P <= native.GEMV_ROWS and native.gemv_ok():  # a few steps at batch 1: the conv's
+            # tiles of 48 columns would idle; the GEMV's rows come out (P, M), transposed here
+            gemv = derived(W, ("rnn projection gemv", P, native.thread_setting()),
+                           lambda: native.FloatGemv(W.reshape(M, n_in), True, P))  # fmt: skip
+            rows = gemv(np.ascontiguousarray(self.X).reshape(P, n_in), self.bias.reshape(M))
+            return np.ascontiguousarray(rows.T).reshape(dirs, n_gates, hidden, steps, batch)
 
         def conv():
             packed = native.pack_conv_f32(W.reshape(M, n_in, 1, 1), 1)
