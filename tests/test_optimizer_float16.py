@@ -236,3 +236,20 @@ def test_value_leaving_the_region_is_rounded():
                   [helper.make_tensor_value_info("y", F16, [2])], [big, cond]).SerializeToString()  # fmt: skip
     y = onyx.InferenceSession(data).run(None, {"x": np.array([1e-4, 1], np.float16)})[0]
     np.testing.assert_array_equal(y, [0, 1e4])
+
+
+def test_cast_from_integers_to_float16_feeding_the_region_rounds_nothing():
+    """onnxruntime turns Cast(int64 -> float16) -> Add into Cast(int64 -> float) -> Add (its
+    duplicate-Cast removal): 2049 is not rounded to 2048 before the Add. So does onyx."""
+    nodes = [
+        helper.make_node("Cast", ["i"], ["h"], to=F16),
+        helper.make_node("Add", ["h", "x"], ["y"]),
+    ]
+    data = _model(nodes, [helper.make_tensor_value_info("i", TensorProto.INT64, [2]),
+                          helper.make_tensor_value_info("x", F16, [2])],
+                  [helper.make_tensor_value_info("y", F16, [2])], []).SerializeToString()  # fmt: skip
+    feeds = {"i": np.array([2049, 3], np.int64), "x": np.array([0.5, 0.25], np.float16)}
+    want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    got = onyx.InferenceSession(data).run(None, feeds)[0]
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got, [2050, 3.25])  # 2049.5 rounded once, at the end

@@ -77,7 +77,7 @@ def _lowered(node: ir.Node) -> bool:
         return False
     if node.attributes_have_refs():
         return False
-    if node.op_type == "Cast":
+    if node.op_type == "Cast":  # (from integers too: onnxruntime drops that rounding as well)
         return True
     if node.op_type not in FLOAT_FOLLOWING:
         return False
