@@ -253,3 +253,37 @@ def test_cast_from_integers_to_float16_feeding_the_region_rounds_nothing():
     got = onyx.InferenceSession(data).run(None, feeds)[0]
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(got, [2050, 3.25])  # 2049.5 rounded once, at the end
+
+
+def _zoo_fp16() -> list[str]:
+    import json
+    from pathlib import Path
+
+    manifest = Path(__file__).parent / "models" / "zoo" / "manifest.json"
+    if not manifest.exists():
+        return []
+    return sorted(k for k, v in json.loads(manifest.read_text()).items() if v["kind"] == "fp16")
+
+
+@pytest.mark.parametrize("numpy_path", [False, True], ids=["native", "numpy"])
+@pytest.mark.parametrize("name", _zoo_fp16())
+def test_exporter_zoo_float16_models_within_one_step_of_onnxruntime(name, numpy_path):
+    """The exporter zoo's float16 conversions (converters' keep_io_types, blocked ops) against
+    onnxruntime's stored outputs: within one float16 step of each output's magnitude (computing
+    in float16 put them up to a whole step away)."""
+    from test_exporter_zoo import MANIFEST, ZOO, _expected
+
+    entry = MANIFEST[name]
+    with np.load(ZOO / entry["data"], allow_pickle=True) as data:
+        feeds = {k[3:]: data[k] for k in data.files if k.startswith("in:")}
+        expected = _expected(data)
+    options = onyx.SessionOptions()
+    options.intra_op_num_threads = 1
+    if numpy_path:
+        with native.disabled():
+            actual = onyx.InferenceSession(str(ZOO / entry["file"]), options).run(None, feeds)
+    else:
+        actual = onyx.InferenceSession(str(ZOO / entry["file"]), options).run(None, feeds)
+    for got, want in zip(actual, expected):
+        err = np.abs(got.astype(np.float64) - want.astype(np.float64)).max()
+        assert err <= _one_step(want), f"{err} > one step {_one_step(want)}"
