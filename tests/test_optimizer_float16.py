@@ -287,3 +287,19 @@ def test_exporter_zoo_float16_models_within_one_step_of_onnxruntime(name, numpy_
     for got, want in zip(actual, expected):
         err = np.abs(got.astype(np.float64) - want.astype(np.float64)).max()
         assert err <= _one_step(want), f"{err} > one step {_one_step(want)}"
+
+
+def test_embedding_table_stays_float16():
+    """A Gather from a float16 table keeps the table (and its size): only the gathered rows
+    are converted, as onnxruntime's float16 Gather does."""
+    table = numpy_helper.from_array(np.arange(12, dtype=np.float16).reshape(6, 2), "table")
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["rows"]),
+             helper.make_node("Mul", ["rows", "rows"], ["y"])]  # fmt: skip
+    m = onyx.load(_model(nodes, [helper.make_tensor_value_info("ids", TensorProto.INT64, [3])],
+                         [helper.make_tensor_value_info("y", F16, [3, 2])], [table])
+                  .SerializeToString())  # fmt: skip
+    session_model = optimize(m, "all", for_session=True)
+    assert [n.op_type for n in session_model.graph] == ["Gather", "Cast", "Mul", "Cast"]
+    assert session_model.graph.initializers["table"].const_value.dtype == DataType.FLOAT16
+    y = onyx.InferenceSession(m).run(None, {"ids": np.array([5, 0, 2])})[0]
+    np.testing.assert_array_equal(y, [[100, 121], [0, 1], [16, 25]])

@@ -11,7 +11,8 @@ those are exact in either precision, so only the rounding before them matters).
 
 This pass does the same on onyx's IR, for a session's model only (a written model keeps its
 float16 weights): every node of the table below that reads or writes float16 is rebuilt to
-compute in float32 (float16 initializers converted once, here), data movement included; a
+compute in float32 (float16 initializers converted once, here), data movement included (but
+a Gather or Slice from a float16 constant, an embedding table, which keeps its size); a
 float16 value is rounded (Cast to float16) only where it leaves the region: a graph output or a
 node outside the table (a subgraph, a custom or contrib op, a generator with a dtype). Such a
 region then runs on the float32 kernels and their native fast paths. Where onnxruntime rounds
@@ -71,9 +72,17 @@ def _may_hold_float16(model: ir.Model) -> bool:
     return False
 
 
-def _lowered(node: ir.Node) -> bool:
+#: Ops that pick a few values out of their first input: from a float16 constant (an embedding
+#: table) they stay float16, as in onnxruntime, so that only the values picked are converted
+#: (run after run) and the table keeps its size.
+PICKS = frozenset(("Gather", "GatherElements", "GatherND", "Slice"))
+
+
+def _lowered(ctx: PassContext, node: ir.Node) -> bool:
     """Whether ``node`` computes in float32 when it reads or writes float16."""
     if node.domain not in STANDARD or any(True for _ in node.subgraphs()):
+        return False
+    if node.op_type in PICKS and _is16(node.inputs[0]) and ctx.const(node.inputs[0]) is not None:
         return False
     if node.attributes_have_refs():
         return False
@@ -165,7 +174,8 @@ def float16_in_float32(ctx: PassContext) -> bool:
     todo = [
         n
         for n in ctx.graph
-        if _lowered(n) and (any(_is16(v) for v in n.inputs) or any(_is16(v) for v in n.outputs))
+        if _lowered(ctx, n)
+        and (any(_is16(v) for v in n.inputs) or any(_is16(v) for v in n.outputs))
     ]
     if not todo:
         return False
