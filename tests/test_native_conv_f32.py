@@ -237,3 +237,40 @@ def test_stem_with_an_activation_runs_the_implicit_gemm(native_calls):
     assert native_calls == []  # (the direct kernel)
     np.testing.assert_allclose(conv_hard_swish(x, stem, **attrs), want, rtol=1e-5, atol=1e-5)
     assert native_calls == [x.shape]
+
+
+#: x shape, M, kernel, stride, dilation, pads: convs of a few output pixels in all (<= 8)
+FEW_PIXELS = [
+    ((1, 1, 512), 258, (256,), (64,), (1,), (0, 0)),  # a VAD's STFT frames
+    ((1, 129, 5), 64, (3,), (1,), (1,), (1, 1)),  # its encoder
+    ((2, 16, 7), 24, (3,), (2,), (2,), (2, 1)),  # batch 2 x 3 frames; dilation, uneven pads
+    ((1, 6, 4, 5), 16, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1)),  # 2-D: 2 x 3 pixels
+]
+
+
+@pytest.mark.skipif(not native.gemv_ok(), reason="no AVX-512 GEMV")
+@pytest.mark.parametrize("case", FEW_PIXELS, ids=lambda c: "x".join(map(str, c[0])))
+def test_few_pixel_conv_is_a_gemv_over_gathered_windows(case, native_calls, gemv_calls):
+    """A conv with a few output pixels runs the GEMV over its im2col rows (gathered by an
+    index made once): against onnxruntime, the numpy path, and with FusedConv's residual and
+    activation."""
+    x_shape, M, kernel, stride, dilation, pads = case
+    rng = np.random.default_rng(len(x_shape) + M)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = rng.standard_normal((M, x_shape[1], *kernel)).astype(np.float32)
+    b = rng.standard_normal(M).astype(np.float32)
+    w.flags.writeable = False
+    attrs = {"strides": list(stride), "dilations": list(dilation), "pads": list(pads)}
+    want = _ort_run(_model("Conv", list(x_shape), {"w": w, "b": b}, attrs), {"x": x})
+    got = conv_kernels.conv(x, w, b, **attrs)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    with native.disabled():
+        np.testing.assert_allclose(conv_kernels.conv(x, w, b, **attrs), got, rtol=1e-5, atol=1e-4)
+    z = rng.standard_normal(want.shape).astype(np.float32)
+    fused = {"activation": "LeakyRelu", "activation_params": [0.2]}
+    model = _model("FusedConv", list(x_shape), {"w": w, "b": b, "z": z}, {**attrs, **fused},
+                   domain="com.microsoft")  # fmt: skip
+    got = fused_conv(x, w, b, z, **attrs, **fused)
+    np.testing.assert_allclose(got, _ort_run(model, {"x": x, "z": z}), rtol=1e-4, atol=1e-4)
+    rows = x_shape[0] * want[0, 0].size
+    assert native_calls == [] and gemv_calls == [rows, rows]

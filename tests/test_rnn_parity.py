@@ -125,7 +125,8 @@ def test_layout_1_is_the_transposed_layout_0(op):
 
 
 _LSTM_CASES = [  # steps, batch, inputs, hidden, direction, initial states
-    (7, 1, 5, 16, "forward", False),
+    (7, 1, 5, 16, "forward", False),  # steps x batch <= 8: the projection is a GEMV
+    (3, 2, 6, 32, "bidirectional", True),  # (its rows for both directions' gates)
     (6, 3, 8, 32, "reverse", True),
     (5, 9, 4, 48, "bidirectional", True),  # batch past a multiple of 4
 ]

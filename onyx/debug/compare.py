@@ -208,7 +208,8 @@ def compare(
     outputs do not. ``optimize=False`` runs onyx's side without graph optimizations.
     """
     m = as_model(model)
-    subject = OnyxRunner(m, optimize=optimize)
+    # float16 computes in float32 as in onnxruntime, but in float16 for a precision check
+    subject = OnyxRunner(m, optimize=optimize, float16_in_float32=against == "onnxruntime")
     other = make_runner(against, m, optimize=optimize)
     feed = dict(inputs) if inputs is not None else make_inputs(m, shapes, seed)
     names = subject.output_names()

@@ -74,13 +74,20 @@ class Runner:
 
 
 class OnyxRunner(Runner):
-    def __init__(self, model: ir.Model, optimize: bool = True):
+    """``float16_in_float32=False``: a float16 model computes in float16, op by op, as the
+    spec (and a GPU) does, where a session otherwise computes it in float32 as onnxruntime's
+    CPU provider does: a precision check (against float32, another model, the reference
+    evaluator) must see float16's rounding and overflow."""
+
+    def __init__(self, model: ir.Model, optimize: bool = True, float16_in_float32: bool = True):
         from ..runtime.session import InferenceSession, SessionOptions
 
         super().__init__(model)
         options = SessionOptions()
         if not optimize:
             options.graph_optimization_level = 0
+        if not float16_in_float32:
+            options.disabled_optimizers = ["InsertCastTransformer"]
         self.label = "onyx" if optimize else "onyx-unoptimized"
         self.session = InferenceSession(model, options)
 

@@ -81,6 +81,9 @@ class PassContext:
     #: Whether constant folding may grow the model without bound (a session's in-memory
     #: model: nothing is written) rather than keep big generated tensors as computations.
     unbounded_folding: bool = False
+    #: Whether the model is a session's, to run (not to be written): float16 computes in
+    #: float32 (float16.py).
+    for_session: bool = False
 
     # -- types --------------------------------------------------------------------------------
     @property

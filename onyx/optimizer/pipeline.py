@@ -7,7 +7,18 @@ changes, then the fusions in rounds, the basic passes after each (see ``__init__
 
 from __future__ import annotations
 
-from . import cleanup, conv, dynamic_quant, fold, gemm, lookup, qdq, transformer, transpose
+from . import (
+    cleanup,
+    conv,
+    dynamic_quant,
+    float16,
+    fold,
+    gemm,
+    lookup,
+    qdq,
+    transformer,
+    transpose,
+)
 from .core import Pass, pass_of
 
 #: Basic passes: standard ops in, standard ops out.
@@ -23,6 +34,7 @@ BASIC_PASSES: tuple[Pass, ...] = tuple(
         cleanup.dead_code,
         cleanup.unused_initializers,
         cleanup.common_subexpressions,
+        float16.float16_in_float32,  # a session's model only; once, after the first folding
     )
 )
 

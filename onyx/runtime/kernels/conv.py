@@ -452,24 +452,54 @@ def _lifted(x_shape, W, geo: dict, begin):
 
 
 def _conv_gemv(x_shape, W, group: int, geo: dict, activation: int, alpha: float, beta: float):
-    """A 1x1 conv of images of one pixel (an SE block's, batch <= GEMV_ROWS) as the native
-    GEMV, called as FloatConv is (x, bias, z); or None (BLAS's GEMV then)."""
-    one_pixel = math.prod(x_shape[2:]) == 1 and math.prod(geo["out_shape"]) == 1
-    if not (one_pixel and group == 1 and W[0].size == x_shape[1] and native.gemv_ok()):
+    """A conv of a few output pixels in all (batch x pixels <= GEMV_ROWS: an SE block's 1x1 on
+    one pixel, a 1-D conv over a few frames of audio) as the native GEMV over its im2col rows,
+    called as FloatConv is (x, bias, z); or None (numpy's im2col and BLAS then). The implicit
+    GEMM's tiles of 48 pixels would be mostly idle there."""
+    N, M, K = x_shape[0], W.shape[0], W[0].size
+    out_shape, kernel = geo["out_shape"], W.shape[2:]
+    rows = N * math.prod(out_shape)
+    if group != 1 or rows > native.GEMV_ROWS or not native.gemv_ok():
         return None
-    if x_shape[0] > native.GEMV_ROWS or any(geo["pads"]):
-        return None
-    gemv = native.FloatGemv(W.reshape(W.shape[0], -1), True, x_shape[0], activation=activation,
+    gemv = native.FloatGemv(W.reshape(M, K), True, rows, activation=activation,
                             act_alpha=alpha, act_beta=beta)  # fmt: skip
-    y_shape = (x_shape[0], W.shape[0], *geo["out_shape"])
+    y_shape = (N, M, *out_shape)
+    gather = None if math.prod(x_shape[2:]) == 1 and rows == N and not any(geo["pads"]) else (
+        _im2col_index(x_shape, kernel, geo))  # fmt: skip
+    size = math.prod(x_shape)
+
+    def im2col(x: np.ndarray) -> np.ndarray:
+        if gather is None:  # one pixel in, one out: the image is the row
+            return x.reshape(N, -1)
+        flat = np.empty(size + 1, np.float32)  # (the last slot: what padding reads)
+        flat[:size] = x.reshape(-1)
+        flat[size] = 0
+        return flat.take(gather)
 
     def call(x, bias, z):
-        rows = x.reshape(x.shape[0], -1)
-        if z is not None:
-            z = np.broadcast_to(z, y_shape).reshape(rows.shape[0], -1)
-        return gemv(rows, bias, z).reshape(y_shape)
+        if z is not None:  # (N, M, P) -> the GEMV's (N * P, M)
+            z = np.broadcast_to(z, y_shape).reshape(N, M, -1).transpose(0, 2, 1).reshape(rows, M)
+        y = gemv(im2col(x), bias, z)
+        if rows == N:
+            return y.reshape(y_shape)
+        return np.ascontiguousarray(y.reshape(N, -1, M).transpose(0, 2, 1)).reshape(y_shape)
 
     return call
+
+
+def _im2col_index(x_shape, kernel, geo: dict) -> np.ndarray:
+    """(rows, K) positions in the flattened input of each output pixel's window (row n * P + p:
+    channel-major, as the weights), the input's size where the window reads padding."""
+    n, size = len(kernel), math.prod(x_shape)
+    strides, dilations = geo["strides"], geo["dilations"]
+    eff = effective_kernel(kernel, dilations)
+    need = [(o - 1) * s + e for o, s, e in zip(geo["out_shape"], strides, eff)]
+    where = np.arange(size, dtype=np.intp).reshape(x_shape)
+    where = padded(where, geo["pads"][:n], need, np.intp, value=size)
+    view = windows(where, geo["out_shape"], kernel, strides, dilations)  # (N, C, *out, *kernel)
+    return np.ascontiguousarray(np.moveaxis(view, 1, 1 + n)).reshape(
+        -1, x_shape[1] * math.prod(kernel)
+    )
 
 
 def native_conv_f32(X, W, B, group: int, attrs: tuple, *, z=None, activation: int = 0,

@@ -242,13 +242,19 @@ class _Layer:
             xs[:, :, d] = (_in_step_order(proj[d], self.lens) if rev else proj[d]).swapaxes(1, 2)
         return xs
 
-    def native_projection(self) -> np.ndarray:
+    def native_projection(self) -> np.ndarray | native.RecurrenceInputs:
         """[dirs, gates, H, steps, batch], the same projections in time order for rnn.c: one
         GEMM on the native pool, a 1x1 conv of X's transpose, rather than BLAS, whose idle
-        threads spin for milliseconds after a call and slowed the recurrence that followed."""
+        threads spin for milliseconds after a call and slowed the recurrence that followed;
+        or, for a few steps at batch 1, the inputs for rnn.c to project itself."""
         steps, batch, n_in = self.X.shape
         n_gates, dirs, hidden = self.R.shape[:3]
         P, M, W = steps * batch, dirs * n_gates * hidden, self.W
+        if P <= native.GEMV_ROWS:  # a few steps at batch 1: rnn.c projects them itself
+            x = np.ascontiguousarray(self.X)  # (one native call, and no transposes here)
+            wt = derived(W, "rnn weights transposed",
+                         lambda: frozen(np.ascontiguousarray(W.reshape(M, n_in).T)))  # fmt: skip
+            return native.RecurrenceInputs(x, wt, self.bias.reshape(M))
 
         def conv():
             packed = native.pack_conv_f32(W.reshape(M, n_in, 1, 1), 1)

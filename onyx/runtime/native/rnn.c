@@ -6,7 +6,9 @@
  * (a 1x1 conv, conv_f32.c), and hands them over as that GEMM's output, xs [dirs, gates, H,
  * steps, batch] (a projection's 16 columns are gathered, P = steps x batch apart). BLAS ran
  * it before: OpenBLAS's idle threads spin for milliseconds after a call, and the recurrence
- * that followed ran at half speed on the core they took.
+ * that followed ran at half speed on the core they took. For a few steps at batch 1 (steps x
+ * batch <= 8) it hands over the inputs instead and the recurrence projects them first (the
+ * GEMM's tiles would idle, and a second call from Python costs more than the product).
  *
  * The recurrent weights come in blocks of 16 output columns, each block's gates one contiguous
  * run that a part streams through. Each step, parts of 16 output columns (per direction)
@@ -181,10 +183,36 @@ EXPORT AVX512 int onyx_gru_step_range(const void *p, int64_t begin, int64_t end)
     return 0;
 }
 
+/* xs = x . w + bias, [dirs * gates * H, steps * batch], when the caller hands over x rather
+   than the projections (a few steps at batch 1: one native call instead of two, and no
+   transposes in Python). w is [n_in, dirs * gates * H]: 16 projections of an input row per
+   vector (H is a multiple of 16), an input value broadcast per weight row, stored P apart. */
+AVX512 static void project(const recurrence *t, int64_t G) {
+    int64_t M = t->dirs * G * t->H, P = t->steps * t->batch, K = t->n_in;
+    __m512i apart = columns_apart(t);
+    for (int64_t m = 0; m < M; m += 16) {
+        __m512 bias = _mm512_loadu_ps(t->bias + m);
+        for (int64_t p0 = 0; p0 < P; p0 += 8) { /* 8 rows at once: independent sums */
+            int rows = P - p0 < 8 ? (int)(P - p0) : 8;
+            const float *x0 = t->x + p0 * K;
+            __m512 acc[8];
+            for (int r = 0; r < 8; r++) acc[r] = bias;
+            for (int64_t k = 0; k < K; k++) {
+                __m512 wv = _mm512_loadu_ps(t->w + k * M + m);
+                for (int r = 0; r < 8; r++)
+                    if (r < rows) acc[r] = _mm512_fmadd_ps(wv, _mm512_set1_ps(x0[r * K + k]), acc[r]);
+            }
+            for (int r = 0; r < rows; r++)
+                _mm512_i32scatter_ps(t->xs + m * P + p0 + r, apart, acc[r], 4);
+        }
+    }
+}
+
 /* Every step, each a pool job (its parts split at cuts[0 .. ranges]): a step reads the one
    before (H, and C for the LSTM). */
 static int steps(const recurrence *t, range_fn step, const int64_t *cuts, int64_t ranges,
-                 int64_t threads) {
+                 int64_t threads, int64_t G) {
+    if (t->x) project(t, G);
     for (int64_t k = 0; k < t->steps; k++) {
         recurrence_step s = {t, k};
         int status = onyx_parallel(step, &s, cuts, ranges, threads);
@@ -197,6 +225,7 @@ static int steps(const recurrence *t, range_fn step, const int64_t *cuts, int64_
    32-bit gathers' strides (steps x batch) in an int32. */
 static int recurrence_ok(const recurrence *t) {
     int64_t sizes[2] = {t->steps, t->batch};
+    if (t->x && (t->n_in <= 0 || t->n_in > ONYX_MAX_EXTENT || !t->w || !t->bias)) return 0;
     return onyx_in(sizes, 2, 0, (int64_t)1 << 25) && t->steps * t->batch < (int64_t)1 << 25 &&
            (t->dirs == 1 || t->dirs == 2) && t->H > 0 && t->H % 16 == 0 &&
            t->H <= ONYX_MAX_EXTENT;
@@ -204,12 +233,12 @@ static int recurrence_ok(const recurrence *t) {
 
 EXPORT int onyx_lstm(const recurrence *t, const int64_t *cuts, int64_t ranges, int64_t threads) {
     if (!recurrence_ok(t)) return ONYX_INVALID;
-    return steps(t, onyx_lstm_step_range, cuts, ranges, threads);
+    return steps(t, onyx_lstm_step_range, cuts, ranges, threads, 4);
 }
 
 EXPORT int onyx_gru(const recurrence *t, const int64_t *cuts, int64_t ranges, int64_t threads) {
     if (!recurrence_ok(t)) return ONYX_INVALID;
-    return steps(t, onyx_gru_step_range, cuts, ranges, threads);
+    return steps(t, onyx_gru_step_range, cuts, ranges, threads, 3);
 }
 #endif
 

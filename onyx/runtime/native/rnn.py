@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+from typing import NamedTuple
 
 import numpy as np
 
@@ -22,9 +23,23 @@ from .conv_f32 import conv_f32_ok
 
 @abi("recurrence")
 class _Recurrence(ctypes.Structure):
-    _fields_ = [(n, _P) for n in ("xs", "rt", "h0", "c0", "rbh", "ys", "cs")] + [
-        (n, _I64) for n in ("steps", "dirs", "batch", "H", "reverse")
-    ]
+    _fields_ = (
+        [(n, _P) for n in ("xs", "x", "w", "bias")]
+        + [("n_in", _I64)]
+        + [(n, _P) for n in ("rt", "h0", "c0", "rbh", "ys", "cs")]
+        + [(n, _I64) for n in ("steps", "dirs", "batch", "H", "reverse")]
+    )
+
+
+class Inputs(NamedTuple):
+    """The inputs for rnn.c to project itself (xs = x . w + bias) rather than projections
+    made beforehand: x [steps, batch, n_in], w [n_in, dirs * gates * H] (the weights
+    transposed), bias [dirs * gates * H], float32 C-contiguous. For a few steps at batch 1, where a second native call and the
+    projections' transposes cost more than the product."""
+
+    x: np.ndarray
+    w: np.ndarray
+    bias: np.ndarray
 
 
 def recurrence_ok(hidden: int, steps: int, batch: int) -> bool:
@@ -34,15 +49,15 @@ def recurrence_ok(hidden: int, steps: int, batch: int) -> bool:
             and 0 < steps * batch < 1 << 25)  # fmt: skip
 
 
-def lstm_f32(xs: np.ndarray, rt: np.ndarray, h0: np.ndarray, c0: np.ndarray, reverse):
+def lstm_f32(xs, rt: np.ndarray, h0: np.ndarray, c0: np.ndarray, reverse):
     """The common LSTM's recurrence (rnn.c): xs [dirs, 4, H, steps, batch] input projections
-    (gates i, o, f, c; biases in), rt [dirs, H / 16, H, 4, 16] the recurrent weights, h0 and
+    (gates i, o, f, c; biases in) or :class:`Inputs` to project, rt [dirs, H / 16, H, 4, 16] the recurrent weights, h0 and
     c0 [dirs, batch, H], reverse: per direction, whether it runs backwards in time. Every time
     step's H and C, [steps, dirs, batch, H] each."""
     return _recurrence(core.lib.lstm, xs, rt, h0, c0, None, reverse)
 
 
-def gru_f32(xs: np.ndarray, rt: np.ndarray, rbh: np.ndarray, h0: np.ndarray, reverse):
+def gru_f32(xs, rt: np.ndarray, rbh: np.ndarray, h0: np.ndarray, reverse):
     """PyTorch's GRU's recurrence (linear_before_reset; rnn.c): xs [dirs, 3, H, steps, batch]
     (gates z, r, h; biases in but the candidate's recurrent one, rbh [dirs, H]), rt [dirs, H /
     16, H, 3, 16], h0 [dirs, batch, H], reverse as :func:`lstm_f32`'s; every time step's H,
@@ -51,13 +66,22 @@ def gru_f32(xs: np.ndarray, rt: np.ndarray, rbh: np.ndarray, h0: np.ndarray, rev
 
 
 def _recurrence(fn, xs, rt, h0, c0, rbh, reverse):
-    dirs, gates, H, steps, batch = xs.shape
+    dirs, H = rt.shape[0], rt.shape[2]
+    gates = rt.shape[3]
+    inputs = xs if isinstance(xs, Inputs) else None
+    if inputs is not None:  # (rnn.c writes the projections here first)
+        steps, batch, n_in = inputs.x.shape
+        xs = np.empty((dirs, gates, H, steps, batch), np.float32)
+    else:
+        steps, batch, n_in = xs.shape[3], xs.shape[4], 0
     ys = np.empty((steps, dirs, batch, H), np.float32)
     cs = np.empty_like(ys) if c0 is not None else None
     keep = [None if a is None else np.ascontiguousarray(a, np.float32) for a in (h0, c0, rbh)]
     backwards = sum(1 << d for d, rev in enumerate(reverse) if rev)
-    t = _Recurrence(_addr(xs), _addr(rt), *map(_addr, keep), _addr(ys), _addr(cs),
-              steps, dirs, batch, H, backwards)  # fmt: skip
+    x, w, bias = inputs if inputs is not None else (None, None, None)
+    t = _Recurrence(_addr(xs), _addr(x), _addr(w), _addr(bias), n_in, _addr(rt),
+                    *map(_addr, keep), _addr(ys), _addr(cs), steps, dirs, batch, H,
+                    backwards)  # fmt: skip
     parts = dirs * (H // 16)
     ways = _ways(gates * H * H * batch * dirs, parts, _PARALLEL_MACS // 4)
     cuts = _even_cuts(parts, ways)
