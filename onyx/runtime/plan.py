@@ -182,6 +182,10 @@ class Plan:
             a.type in (ir.AttrType.GRAPH, ir.AttrType.GRAPHS) for a in attrs.values()
         )
         step.uses_frame = step.takes_ctx and runs_subgraphs
+        prepare = getattr(kernel.fn, "prepare", None)
+        if prepare is not None and not step.takes_ctx:  # (kernels/derived.py: prepared)
+            step.fn = PreparedCall(prepare, {**kernel.attr_defaults, **step.attrs})
+            step.attrs = {}
         return step
 
     @staticmethod
@@ -482,6 +486,22 @@ def _generate(plan: Plan, wanted: tuple[int, ...] | None):
     exec(compile(source, f"<onyx plan {plan.name!r}>", "exec"), env)
     code = env["run"].__code__
     return env["run"]
+
+
+class PreparedCall:
+    """A node's compiled kernel (kernels/derived.py: prepared): made at the first call, so an
+    error making it surfaces there, as the kernel's own would."""
+
+    __slots__ = ("make", "attrs", "fn")
+
+    def __init__(self, make, attrs: dict):
+        self.make, self.attrs, self.fn = make, attrs, None
+
+    def __call__(self, *inputs):
+        fn = self.fn
+        if fn is None:  # (two threads may both make it: either result is right)
+            fn = self.fn = self.make(self.attrs)
+        return fn(*inputs)
 
 
 def _with_frees(step: Step, frees: tuple[int, ...]) -> Step:
