@@ -18,6 +18,7 @@ from . import (
     qdq,
     transformer,
     transpose,
+    trees,
 )
 from .core import Pass, pass_of
 
@@ -59,6 +60,8 @@ FUSIONS: tuple[Pass, ...] = tuple(
         transformer.matmul_scale,
         transformer.attention_fusion,
         transpose.transpose_cancellation,
+        trees.tree_leaf_function_fusion,
+        trees.tree_sum_fusion,
         lookup.lookup_table_fusion,  # last: it tabulates what the other fusions made
     )
 )
