@@ -529,7 +529,7 @@ def _fp_errors_ignored():
 class _IgnoringFpErrors:
     """``np.errstate(all="ignore")`` for one run, as a set and reset of numpy's context
     variable: errstate builds its state anew on every entry, a cost each run of a tiny model
-    paid."""
+    paid. (The state keeps numpy's buffer size as at import: a speed setting, not a result's.)"""
 
     __slots__ = ("token",)
 
