@@ -119,3 +119,12 @@ def test_svm_coupling_rows_from_lists_match_the_array_form():
     want = svm._pairwise_coupling(r)  # noqa: SLF001  (rows <= _SCALAR_ROWS: libsvm's order)
     got = np.array([model._coupled(row) for row in pairwise.tolist()])  # noqa: SLF001
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize(
+    "attrs", [dict(scale=[2.0, 0.5], offset=[1.0, -1.0]), dict(scale=[3.0]), {}]
+)
+def test_scaler(attrs):
+    x = np.array([[1.0, 2.0], [3.5, -4.0]], np.float64)
+    sess = _session("Scaler", x, **attrs)
+    _same(sess.run(None, {"x": x}), preprocess.scaler(x, **attrs))

@@ -77,12 +77,20 @@ def _node_table(kernel, attributes: tuple, x, keys_and_values, last_wins=True) -
     return from_attributes((kernel, tag, *attributes), build)
 
 
+def _bound_scaler(attrs: dict):
+    """Scaler bound to its node: offset and scale as float32 arrays once."""
+    offset = np.asarray(attrs["offset"] or [0.0], np.float32)
+    scale = np.asarray(attrs["scale"] or [1.0], np.float32)
+    return lambda x: scaler(x, scale=scale, offset=offset)
+
+
 @op("Scaler", since=1, domain=ML)
+@prepared(_bound_scaler)
 def scaler(x, *, scale=None, offset=None):
     # onnxruntime computes in float: (float(x) - offset) * scale.
     x = x.astype(np.float32)
-    offset = np.asarray(offset if offset else [0.0], np.float32)
-    scale = np.asarray(scale if scale else [1.0], np.float32)
+    offset = np.asarray(offset if offset is not None and len(offset) else [0.0], np.float32)
+    scale = np.asarray(scale if scale is not None and len(scale) else [1.0], np.float32)
     return ((x - offset) * scale).astype(np.float32)
 
 
