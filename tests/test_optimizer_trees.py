@@ -70,9 +70,10 @@ def _forest(n_trees: int, const=(2.0,), outputs=("y",)) -> bytes:
 
 
 def _sessions(model):
-    basic = onyx.SessionOptions()
-    basic.graph_optimization_level = onyx.GraphOptimizationLevel.ORT_ENABLE_BASIC
-    return onyx.InferenceSession(model), onyx.InferenceSession(model, basic)
+    """The model optimized, and optimized without the tree passes (the oracle)."""
+    unfused = onyx.SessionOptions()
+    unfused.disabled_optimizers = ["TreeLeafFunctionFusion", "TreeSumFusion"]
+    return onyx.InferenceSession(model), onyx.InferenceSession(model, unfused)
 
 
 def _ops(sess) -> list[str]:
