@@ -128,3 +128,8 @@ def test_scaler(attrs):
     x = np.array([[1.0, 2.0], [3.5, -4.0]], np.float64)
     sess = _session("Scaler", x, **attrs)
     _same(sess.run(None, {"x": x}), preprocess.scaler(x, **attrs))
+
+
+def test_zip_map_of_no_rows():
+    """A batch of 0 rows (a filter that kept none) gives no maps, as onnxruntime does."""
+    assert preprocess.zip_map(np.zeros((0, 3), np.float32), classlabels_int64s=[0, 1, 2]) == []
