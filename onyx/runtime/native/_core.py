@@ -259,7 +259,20 @@ def _addr(a: np.ndarray | None) -> int | None:
     try:
         return _addressof(_c_char_from(a))
     except (TypeError, ValueError, BufferError):  # read-only, empty or not contiguous
-        return a.ctypes.data
+        pass
+    # A session's feed is a read-only view of the caller's array: a C-contiguous view as long
+    # as its C-contiguous base starts where the base starts (a.ctypes.data: ~1 us a call)
+    base = a.base
+    if (
+        base.__class__ is np.ndarray
+        and a.nbytes
+        and base.nbytes == a.nbytes
+        and a.flags.c_contiguous
+        and base.flags.c_contiguous
+        and base.flags.writeable
+    ):
+        return _addressof(_c_char_from(base))
+    return a.ctypes.data
 
 
 def thread_setting() -> int:

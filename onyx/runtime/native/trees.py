@@ -116,15 +116,16 @@ class ForestSums:
         rows = x.shape[0]
         states = np.empty((rows, self.trees), np.int64)
         scores = np.empty((rows, self.targets), self.score_dtype)
-        cuts = _one_way(rows)
+        cuts = _one_way(rows)[1]
+        states_at = _addr(states)
         descend = _ForestTask.from_buffer_copy(self._descend)  # (calls may come from threads)
-        descend.x, descend.states, descend.nf = _addr(x), _addr(states), x.shape[1]
+        descend.x, descend.states, descend.nf = _addr(x), states_at, x.shape[1]
         run = core.lib.onyx_parallel
-        core.check(run(core.lib.forest_descend_range, _byref(descend), _addr(cuts), 1, 1),
+        core.check(run(core.lib.forest_descend_range, _byref(descend), cuts, 1, 1),
                    "forest_descend")  # fmt: skip
         total = _ForestSumTask.from_buffer_copy(self._sum)
-        total.states, total.scores = _addr(states), _addr(scores)
-        core.check(run(core.lib.forest_sum_range, _byref(total), _addr(cuts), 1, 1),
+        total.states, total.scores = states_at, _addr(scores)
+        core.check(run(core.lib.forest_sum_range, _byref(total), cuts, 1, 1),
                    "forest_sum")  # fmt: skip
         return scores
 
@@ -133,8 +134,10 @@ _byref = ctypes.byref
 
 
 @functools.lru_cache(maxsize=256)
-def _one_way(rows: int) -> np.ndarray:
-    return np.array([0, rows], np.int64)
+def _one_way(rows: int) -> tuple[np.ndarray, int]:
+    """The cuts [0, rows] of one part, and their address (kept with them)."""
+    cuts = np.array([0, rows], np.int64)
+    return cuts, _addr(cuts)
 
 
 def forest_sums(tables, roots2: np.ndarray, depth: int, weights: np.ndarray) -> ForestSums | None:
