@@ -425,6 +425,34 @@ def gen_trees(rng) -> Case:
     return Case("trees", "TreeEnsembleRegressor", [laid_out(rng, x)], attrs, domain=ML, version=3)
 
 
+def gen_tree_classifier(rng) -> Case:
+    """A gradient-boosted classifier's layout: each tree votes for one class only (every
+    row still gets a vote for every class), or a forest whose leaves vote for every class."""
+    features, classes = int(rng.integers(1, 6)), int(_pick(rng, [2, 3, 4]))
+    forest = _random_forest(
+        rng, features, classes * int(rng.integers(1, 4)), int(rng.integers(1, 5))
+    )
+    one_class_per_tree = bool(rng.integers(2))
+    leaves = [(t, n) for t, n, i in zip(forest["target_treeids"], forest["target_nodeids"],
+                                        forest["target_ids"]) if i == 0]  # fmt: skip
+    votes = [(t, n, c) for t, n in leaves for c in range(classes)
+             if not one_class_per_tree or c == t % classes]  # fmt: skip
+    attrs = {k: v for k, v in forest.items() if k.startswith("nodes_")}
+    attrs.update(
+        class_treeids=[t for t, _, _ in votes],
+        class_nodeids=[n for _, n, _ in votes],
+        class_ids=[c for _, _, c in votes],
+        class_weights=[float(w) for w in rng.standard_normal(len(votes))],
+        classlabels_int64s=list(range(classes)),
+        base_values=[float(v) for v in rng.standard_normal(classes)],
+        post_transform=_pick(rng, ["NONE", "SOFTMAX", "LOGISTIC"]),
+    )
+    x = rng.standard_normal((int(_pick(rng, [1, 3, 17, 40])), features))
+    x = x.astype(_pick(rng, [np.float32, np.float64]))
+    return Case("tree_classifier", "TreeEnsembleClassifier", [laid_out(rng, x)], attrs,
+                domain=ML, version=3)  # fmt: skip
+
+
 def gen_lookup(rng) -> Case:
     x = _bytes(rng, _pick(rng, BYTES), tuple(int(rng.integers(0, 40)) for _ in range(2)))
     table = rng.standard_normal(256).astype(
@@ -493,6 +521,7 @@ FAMILIES = {
     "rnn": gen_rnn,
     "rows": gen_rows,
     "trees": gen_trees,
+    "tree_classifier": gen_tree_classifier,
     "lookup": gen_lookup,
     "quantize": gen_quantize,
     "elementwise": gen_elementwise,

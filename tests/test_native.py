@@ -816,22 +816,25 @@ def test_hard_sigmoid_has_the_numpy_kernels_bits(alpha, beta, monkeypatch):
 
 @needs_native
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_tree_ensemble_native_descent_matches_numpy(dtype, monkeypatch):
+@pytest.mark.parametrize("rows", [300, 3001])
+def test_tree_ensemble_native_descent_matches_numpy(dtype, rows, monkeypatch):
     """trees.c's descent and leaf sums against the numpy walk, to the bit: a random forest on
-    300 rows (a partial block of 8 rows at the end, two threads), NaN features (the false
-    branch, or a node's tracked branch), float32 and float64 features."""
+    300 rows (native.ForestSums, one thread) and 3001 (a partial block of 8 rows at the end,
+    two threads), NaN features (the false branch, or a node's tracked branch), float32 and
+    float64 features."""
     sklearn = pytest.importorskip("sklearn.ensemble")
     skl2onnx = pytest.importorskip("skl2onnx")
     rng = np.random.default_rng(3)
-    x = rng.standard_normal((300, 6)).astype(dtype)
+    x = rng.standard_normal((rows, 6)).astype(dtype)
     y = (x[:, 0] + x[:, 1] * x[:, 2] > 0).astype(np.int64) + (x[:, 3] > 1)
     forest = sklearn.RandomForestClassifier(12, max_depth=7, random_state=0).fit(x, y)
     onx = skl2onnx.to_onnx(forest, x[:1], options={"zipmap": False},
                            target_opset={"": 17, "ai.onnx.ml": 3})  # fmt: skip
     x[::13, 2] = np.nan
     calls = []
-    run = native.forest_descend
+    run, small = native.forest_descend, native.ForestSums.__call__
     monkeypatch.setattr(native, "forest_descend", lambda *a: calls.append(1) or run(*a))
+    monkeypatch.setattr(native.ForestSums, "__call__", lambda t, x: calls.append(1) or small(t, x))
     got = onyx.InferenceSession(onx.SerializeToString()).run(None, {"X": x})
     assert calls
     with monkeypatch.context() as m:

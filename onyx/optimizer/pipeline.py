@@ -18,6 +18,7 @@ from . import (
     qdq,
     transformer,
     transpose,
+    trees,
 )
 from .core import Pass, pass_of
 
@@ -25,6 +26,8 @@ from .core import Pass, pass_of
 BASIC_PASSES: tuple[Pass, ...] = tuple(
     pass_of(fn)
     for fn in (
+        trees.tree_leaf_function_fusion,  # first: 2,700 nodes of an IsolationForest become 110
+        trees.tree_sum_fusion,
         fold.constant_folding,
         fold.shape_folding,
         fold.qdq_data_movement,

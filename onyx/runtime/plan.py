@@ -29,7 +29,10 @@ from .bind import Step, StepContext, bind, find_kernel, no_kernel, node_label
 from .registry import ONYX_DOMAIN, lookup
 from .values import describe, sparse_value, tensor_value
 
-__all__ = ["Compiler", "Frame", "Plan", "Step", "StepContext", "bind", "find_kernel"]
+__all__ = [
+    "Compiler", "Frame", "Plan", "Step", "StepContext", "bind", "find_kernel",
+    "ignoring_fp_errors",
+]  # fmt: skip
 
 STANDARD_DOMAINS = ir.STANDARD_DOMAINS
 
@@ -179,6 +182,10 @@ class Plan:
             a.type in (ir.AttrType.GRAPH, ir.AttrType.GRAPHS) for a in attrs.values()
         )
         step.uses_frame = step.takes_ctx and runs_subgraphs
+        prepare = getattr(kernel.fn, "prepare", None)
+        if prepare is not None and not step.takes_ctx:  # (kernels/derived.py: prepared)
+            step.fn = PreparedCall(prepare, {**kernel.attr_defaults, **step.attrs})
+            step.attrs = {}
         return step
 
     @staticmethod
@@ -481,12 +488,66 @@ def _generate(plan: Plan, wanted: tuple[int, ...] | None):
     return env["run"]
 
 
+class PreparedCall:
+    """A node's compiled kernel (kernels/derived.py: prepared): made at the first call, so an
+    error making it surfaces there, as the kernel's own would."""
+
+    __slots__ = ("make", "attrs", "fn")
+
+    def __init__(self, make, attrs: dict):
+        self.make, self.attrs, self.fn = make, attrs, None
+
+    def __call__(self, *inputs):
+        fn = self.fn
+        if fn is None:  # (two threads may both make it: either result is right)
+            fn = self.fn = self.make(self.attrs)
+        return fn(*inputs)
+
+
 def _with_frees(step: Step, frees: tuple[int, ...]) -> Step:
     if step.frees == frees:
         return step
     clone = Step(**{k: getattr(step, k) for k in step.__dataclass_fields__})
     clone.frees = frees
     return clone
+
+
+def _fp_errors_ignored():
+    """numpy's context variable of floating-point error modes and its value with every error
+    ignored, or None where numpy keeps them otherwise (numpy < 2)."""
+    try:
+        from numpy._core import _ufunc_config
+    except ImportError:
+        return None
+    var = getattr(_ufunc_config, "_extobj_contextvar", None)
+    if var is None:
+        return None
+    with np.errstate(all="ignore"):
+        return var, var.get()
+
+
+class _IgnoringFpErrors:
+    """``np.errstate(all="ignore")`` for one run, as a set and reset of numpy's context
+    variable: errstate builds its state anew on every entry, a cost each run of a tiny model
+    paid. (The state keeps numpy's buffer size as at import: a speed setting, not a result's.)"""
+
+    __slots__ = ("token",)
+
+    def __enter__(self):
+        self.token = _FP_VAR.set(_FP_IGNORE)
+
+    def __exit__(self, *exc) -> None:
+        _FP_VAR.reset(self.token)
+
+
+_FP = _fp_errors_ignored()
+if _FP is not None:
+    _FP_VAR, _FP_IGNORE = _FP
+    ignoring_fp_errors = _IgnoringFpErrors
+else:  # (a numpy whose errstate is not a context variable)
+
+    def ignoring_fp_errors():
+        return np.errstate(all="ignore")
 
 
 def as_array_result(value: Any) -> Any:

@@ -102,7 +102,8 @@ def op(op_type: str, since: int = 1, domain: str = "", **traits: Any) -> Callabl
         _TRAITS[key] = replace(_TRAITS.get(key, OpTraits()), **traits)
 
     def register(fn: Callable) -> Callable:
-        kernel = _describe(fn, domain, op_type, since)
+        # described at its first lookup: reading 350 signatures was half of importing them
+        kernel = _Pending(domain, op_type, since, fn)
         versions = _KERNELS.setdefault((domain, op_type), [])
         if any(k.since == since for k in versions):
             raise RuntimeError(f"kernel {domain or 'ai.onnx'}::{op_type} v{since} registered twice")
@@ -121,12 +122,35 @@ def lookup(op_type: str, domain: str = "", version: int | None = None) -> Kernel
     if not versions:
         return None
     if version is None:
-        return versions[-1]
+        return _described(versions, len(versions) - 1)
     chosen = None
-    for k in versions:
+    for i, k in enumerate(versions):
         if k.since <= version:
-            chosen = k
-    return chosen
+            chosen = i
+    return None if chosen is None else _described(versions, chosen)
+
+
+@dataclass(frozen=True)
+class _Pending:
+    """A registered kernel not described yet (see ``_described``)."""
+
+    domain: str
+    op_type: str
+    since: int
+    fn: Callable
+
+
+def _described(versions: list, i: int) -> Kernel:
+    k = versions[i]
+    if type(k) is _Pending:
+        k = versions[i] = _describe(k.fn, k.domain, k.op_type, k.since)
+    return k
+
+
+def _describe_all() -> None:
+    for versions in _KERNELS.values():
+        for i in range(len(versions)):
+            _described(versions, i)
 
 
 def traits(op_type: str, domain: str = "") -> OpTraits:
@@ -142,6 +166,7 @@ def kernel_table() -> dict[tuple[str, str], list[Kernel]]:
     """The live table (domain, op) -> kernels by since, every kernel loaded: for code that
     installs and removes kernels at run time (custom_ops.py)."""
     _load_all()
+    _describe_all()
     return _KERNELS
 
 
@@ -152,6 +177,7 @@ def describe_kernel(fn: Callable, domain: str, op_type: str, since: int) -> Kern
 
 def registered() -> dict[tuple[str, str], list[Kernel]]:
     _load_all()
+    _describe_all()
     return dict(_KERNELS)
 
 

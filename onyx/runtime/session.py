@@ -25,7 +25,7 @@ from .options import (  # noqa: F401  (onnxruntime's names, importable from here
     RunOptions,
     SessionOptions,
 )
-from .plan import Compiler, OutputCheck, Plan, as_array_result
+from .plan import Compiler, OutputCheck, Plan, as_array_result, ignoring_fp_errors
 from .profiler import Profiler
 from .registry import traits
 from .session_api import SessionAPI
@@ -108,6 +108,10 @@ class InferenceSession(SessionAPI):
         self._output_check: OutputCheck | None = None
         self._checked_signatures: set = set()
         self._blas_work = any(_threads(n) == "blas" for n in graph.all_nodes())
+        # run()'s fast path: what it checks of each feed, found once (None: never fast)
+        self._fast_feeds = _fast_feed_specs(self._inputs, self._input_index)
+        #: (output names, feed shapes) -> wanted slots, for signatures a full run has checked
+        self._fast_signatures: dict[tuple, Any] = {}
         self.session_creation_seconds = time.perf_counter() - t0
         self._profiler = None
         if self._options.enable_profiling:
@@ -199,6 +203,10 @@ class InferenceSession(SessionAPI):
         run_options: RunOptions | None = None,
     ) -> list[Any]:
         """Outputs for ``output_names`` (all graph outputs when None), any value name allowed."""
+        if run_options is None and type(input_feed) is dict:
+            inputs, wanted = self._fast_bind(output_names, input_feed)
+            if inputs is not None:
+                return self._run_fast(inputs, wanted)
         if not isinstance(input_feed, dict):
             raise InvalidArgument("input_feed must be a dict of input name -> value")
         inputs = self._bind_inputs(input_feed)
@@ -226,11 +234,69 @@ class InferenceSession(SessionAPI):
                 results = self._run_plan(inputs, wanted, check is not None)
         if check is not None:
             self._checked_signatures.add(check)
+        if run_options is None and signature in self._checked_signatures:
+            self._note_fast_signature(output_names, input_feed, wanted)
         return [as_array_result(r) for r in results]
+
+    # -- the fast path: feeds exactly as declared, a signature a full run has checked ----------
+    def _fast_bind(self, output_names, feed: dict) -> tuple[list | None, Any]:
+        """The plan's inputs and wanted slots when every feed is an ndarray of its input's
+        dtype, nothing else is fed, and a full run has validated and checked this signature
+        (its shapes and output names); (None, None) sends the call down the full path, which
+        does every check and raises the errors."""
+        specs = self._fast_feeds
+        if specs is None or len(feed) != len(specs) or self._profiler is not None:
+            return None, None
+        inputs = [None] * len(self._input_index)
+        shapes = []
+        for name, index, dtype in specs:
+            arr = feed.get(name)
+            if arr.__class__ is not np.ndarray or arr.dtype is not dtype:
+                return None, None
+            shapes.append(arr.shape)
+            inputs[index] = arr
+        key = (tuple(output_names) if output_names else None, *shapes)
+        wanted = self._fast_signatures.get(key, _UNCHECKED)
+        if wanted is _UNCHECKED:
+            return None, None
+        for i, arr in enumerate(inputs):  # (the full path's fresh read-only views)
+            if arr is not None:
+                arr = inputs[i] = arr.view()
+                arr.flags.writeable = False
+        return inputs, wanted
+
+    def _run_fast(self, inputs: list, wanted) -> list:
+        threads = int(self._options.intra_op_num_threads or 0)
+        blas = 1 if self._pool_heavy else threads
+        if not blas and not self._blas_work:
+            blas = None
+        with concurrency.run_slot(threads, blas), ignoring_fp_errors():
+            results = self._plan.run(inputs, None, wanted)
+        return [
+            r if r.__class__ is np.ndarray and r.flags.writeable else as_array_result(r)
+            for r in results
+        ]
+
+    def _note_fast_signature(self, output_names, feed: dict, wanted) -> None:
+        """Remember a checked signature for the fast path (when its feeds would take it)."""
+        specs = self._fast_feeds
+        if specs is None or self._log_runs or len(feed) != len(specs):
+            return
+        shapes = []
+        for name, _, dtype in specs:
+            arr = feed.get(name)
+            if arr.__class__ is not np.ndarray or arr.dtype is not dtype:
+                return
+            shapes.append(arr.shape)
+        try:
+            key = (tuple(output_names) if output_names else None, *shapes)
+            self._fast_signatures[key] = wanted
+        except TypeError:  # (unhashable output names: the full path serves them)
+            pass
 
     def _run_plan(self, inputs: list, wanted, check: bool = False) -> list:
         # IEEE results (inf, nan) are what the spec asks for: no numpy warnings about them
-        with np.errstate(all="ignore"):
+        with ignoring_fp_errors():
             if self._profiler is None and not check:
                 return self._plan.run(inputs, None, wanted)
             start = time.perf_counter()
@@ -270,6 +336,26 @@ class InferenceSession(SessionAPI):
         path = self._profiler.write()
         self._profiler = None
         return path
+
+
+_UNCHECKED = object()
+
+
+def _fast_feed_specs(inputs: list[ir.Value], index: dict[str, int]) -> tuple | None:
+    """(name, position among the graph inputs, numpy dtype) per input the caller must feed,
+    for run()'s fast path; None when an input is no tensor of a numeric type (strings,
+    sequences, maps go the full path)."""
+    specs = []
+    for v in inputs:
+        t = v.type
+        if not isinstance(t, ir.TensorType) or t.elem_type in (None, DataType.STRING):
+            return None
+        try:
+            dtype = np.dtype(to_numpy(t.elem_type))
+        except Exception:  # (an element type without a numpy form)
+            return None
+        specs.append((v.name, index[v.name], dtype))
+    return tuple(specs)
 
 
 def _output_check(plan: Plan, model: ir.Model) -> OutputCheck:

@@ -110,3 +110,20 @@ def from_attributes(attributes: tuple, make: Callable[[], Any]) -> Any:
         while len(_memo) > MEMO_ENTRIES:
             _memo.popitem(last=False)
     return value
+
+
+def prepared(make: Callable[[dict], Callable]) -> Callable:
+    """Decorator: the kernel's attributes compile into a function of its inputs (a tree
+    ensemble's flat tables, an SVM's support vectors as one array).
+
+    A plan binds such a node to ``make(attributes)`` (every keyword attribute, the kernel's
+    defaults filled in; plan.PreparedCall), made at the node's first call and kept by its
+    step, so a call pays no lookup of the compiled form (from_attributes' lock and key).
+    Whoever calls the kernel itself (constant folding) gets the same results.
+    """
+
+    def mark(fn: Callable) -> Callable:
+        fn.prepare = make
+        return fn
+
+    return mark

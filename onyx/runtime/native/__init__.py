@@ -85,7 +85,7 @@ from .resize import bilinear_f32, bilinear_ok, repeat2d_4byte
 from .rnn import Inputs as RecurrenceInputs
 from .rnn import gru_f32, lstm_f32, recurrence_ok
 from .rows import batch_norm_f32, layer_norm_f32, mean_rows_f32, norm_rows_f32, qmean_rows
-from .trees import forest_descend, forest_sum
+from .trees import ForestSums, forest_descend, forest_sum, forest_sums
 from .window import pool2d_f32
 
 __all__ = [
@@ -117,8 +117,10 @@ __all__ = [
     "dequantize_8",
     "disabled",
     "erf_f32",
+    "ForestSums",
     "forest_descend",
     "forest_sum",
+    "forest_sums",
     "gathered_int8_gemm",
     "gemv_ok",
     "gru_f32",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import functools
 
 import numpy as np
 
@@ -75,6 +76,81 @@ def forest_sum(states: np.ndarray, weights: np.ndarray) -> np.ndarray | None:
                           int(weights.dtype == np.float64))  # fmt: skip
     _run(core.lib.forest_sum_range, task, _element_cuts(rows, 1, ways), ways)
     return scores
+
+
+class ForestSums:
+    """forest_descend then forest_sum for small batches (one thread), set up once per forest
+    and weight table: the tables' addresses sit in kept task structs, so a call fills in the
+    pointers of x, the states and the scores. The sums are forest_sum's, to the bit.
+
+    Made by ``forest_sums``; holds the arrays whose addresses it keeps."""
+
+    #: Rows x trees x levels a call takes (more: the pool's parallel path, via forest_descend).
+    MAX_STEPS = _PARALLEL_TREE_STEPS
+
+    def __init__(self, tables, roots2: np.ndarray, depth: int, weights: np.ndarray):
+        self._arrays = (tables, roots2, weights)  # (the addresses below stay valid)
+        self.dtype = tables.threshold.dtype
+        self.trees, self.targets, self.depth = len(roots2), weights.shape[1], depth
+        is_double = int(self.dtype == np.float64)
+        # a NaN only ever differs from `v <= t` where nan_outcome says so: always pass it
+        nan = _addr(tables.nan_outcome) if tables.any_nan_outcome else None
+        self._descend = _ForestTask(None, _addr(roots2), _addr(tables.feature),
+                                    _addr(tables.threshold), _addr(tables.child), nan, None,
+                                    0, self.trees, depth, is_double)  # fmt: skip
+        self.score_dtype = weights.dtype
+        self._sum = _ForestSumTask(None, _addr(weights), None, self.trees, self.targets,
+                                   int(weights.dtype == np.float64))  # fmt: skip
+
+    def fits(self, x: np.ndarray) -> bool:
+        """Whether this call may take x (rows of the tables' dtype, C-contiguous, few)."""
+        return (
+            core.lib is not None
+            and x.dtype == self.dtype
+            and x.flags.c_contiguous
+            and x.shape[0] * self.trees * self.depth < self.MAX_STEPS
+        )
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        """scores [rows, targets] of x [rows, features] (``fits(x)`` holds)."""
+        rows = x.shape[0]
+        states = np.empty((rows, self.trees), np.int64)
+        scores = np.empty((rows, self.targets), self.score_dtype)
+        cuts = _one_way(rows)[1]
+        states_at = _addr(states)
+        descend = _ForestTask.from_buffer_copy(self._descend)  # (calls may come from threads)
+        descend.x, descend.states, descend.nf = _addr(x), states_at, x.shape[1]
+        run = core.lib.onyx_parallel
+        core.check(run(core.lib.forest_descend_range, _byref(descend), cuts, 1, 1),
+                   "forest_descend")  # fmt: skip
+        total = _ForestSumTask.from_buffer_copy(self._sum)
+        total.states, total.scores = states_at, _addr(scores)
+        core.check(run(core.lib.forest_sum_range, _byref(total), cuts, 1, 1),
+                   "forest_sum")  # fmt: skip
+        return scores
+
+
+_byref = ctypes.byref
+
+
+@functools.lru_cache(maxsize=256)
+def _one_way(rows: int) -> tuple[np.ndarray, int]:
+    """The cuts [0, rows] of one part, and their address (kept with them)."""
+    cuts = np.array([0, rows], np.int64)
+    return cuts, _addr(cuts)
+
+
+def forest_sums(tables, roots2: np.ndarray, depth: int, weights: np.ndarray) -> ForestSums | None:
+    """A ForestSums for these tables (of x's dtype) and weights (float32 or float64, summed in
+    their type), or None without the library."""
+    if (
+        core.lib is None
+        or weights.dtype not in _FLOATS
+        or not weights.flags.c_contiguous
+        or len(roots2) == 0
+    ):
+        return None
+    return ForestSums(tables, roots2, depth, weights)
 
 
 def bind(lib, isa: int) -> None:

@@ -80,7 +80,9 @@ def as_2d(x: np.ndarray) -> np.ndarray:
         return x.reshape(1, 1)
     if x.ndim == 1:
         return x.reshape(1, -1)
-    return x.reshape(x.shape[0], -1)
+    if x.ndim == 2:
+        return x
+    return x.reshape(x.shape[0], -1 if x.size else int(np.prod(x.shape[1:])))  # (0 rows too)
 
 
 def regression_transform(scores: np.ndarray, name: str | int) -> np.ndarray:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...registry import op
+from ..derived import prepared
 from ._common import as_2d, class_labels, logistic, probit, regression_transform
 from ._common import post_transform as apply_transform
 
@@ -15,9 +16,20 @@ def _linear_scores(x, coefficients, intercepts) -> np.ndarray:
     x = as_2d(x).astype(np.float32)
     weights = np.asarray(coefficients, np.float32).reshape(-1, x.shape[1])
     scores = x @ weights.T
-    if intercepts:
+    if intercepts is not None and len(intercepts):
         scores += np.asarray(intercepts, np.float32)
     return scores
+
+
+def _bound(kernel, attrs: dict):
+    """A linear kernel bound to its node (derived.prepared): its coefficients and intercepts
+    as float32 arrays once, not per call (the same products)."""
+    attrs = dict(attrs)
+    if attrs.get("coefficients") is not None:
+        attrs["coefficients"] = np.asarray(attrs["coefficients"], np.float32)
+    if attrs.get("intercepts") is not None:
+        attrs["intercepts"] = np.asarray(attrs["intercepts"], np.float32)
+    return lambda x: kernel(x, **attrs)
 
 
 def binary_scores(score: np.ndarray, transform: str) -> np.ndarray:
@@ -35,6 +47,7 @@ def binary_scores(score: np.ndarray, transform: str) -> np.ndarray:
 
 
 @op("LinearClassifier", since=1, domain=ML)
+@prepared(lambda attrs: _bound(linear_classifier, attrs))
 def linear_classifier(
     x,
     *,
@@ -62,6 +75,7 @@ def linear_classifier(
 
 
 @op("LinearRegressor", since=1, domain=ML)
+@prepared(lambda attrs: _bound(linear_regressor, attrs))
 def linear_regressor(x, *, targets=1, intercepts=None, coefficients=None, post_transform="NONE"):
     scores = _linear_scores(x, coefficients, intercepts)
     return regression_transform(scores, post_transform).astype(np.float32)

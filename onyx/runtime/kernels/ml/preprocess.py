@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...registry import op
-from ..derived import derived, from_attributes
+from ..derived import derived, from_attributes, prepared
 from ._common import as_2d
 
 ML = "ai.onnx.ml"
@@ -77,12 +77,20 @@ def _node_table(kernel, attributes: tuple, x, keys_and_values, last_wins=True) -
     return from_attributes((kernel, tag, *attributes), build)
 
 
+def _bound_scaler(attrs: dict):
+    """Scaler bound to its node: offset and scale as float32 arrays once."""
+    offset = np.asarray(attrs["offset"] or [0.0], np.float32)
+    scale = np.asarray(attrs["scale"] or [1.0], np.float32)
+    return lambda x: scaler(x, scale=scale, offset=offset)
+
+
 @op("Scaler", since=1, domain=ML)
+@prepared(_bound_scaler)
 def scaler(x, *, scale=None, offset=None):
     # onnxruntime computes in float: (float(x) - offset) * scale.
     x = x.astype(np.float32)
-    offset = np.asarray(offset if offset else [0.0], np.float32)
-    scale = np.asarray(scale if scale else [1.0], np.float32)
+    offset = np.asarray(offset if offset is not None and len(offset) else [0.0], np.float32)
+    scale = np.asarray(scale if scale is not None and len(scale) else [1.0], np.float32)
     return ((x - offset) * scale).astype(np.float32)
 
 
@@ -132,7 +140,28 @@ def imputer(
     return np.where(hit, imputed.astype(x.dtype), x)
 
 
+def _one_hot_model(attrs: dict):
+    """OneHotEncoder bound to its node: distinct integer categories compare numeric rows with
+    them directly (the lookup table's answer: a row's column is its category's); other
+    inputs and categories take the kernel."""
+    zeros, cats_strings, cats_int64s = attrs["zeros"], attrs["cats_strings"], attrs["cats_int64s"]
+    cats = np.asarray(cats_int64s or [], np.int64)
+    if cats_strings or np.unique(cats).size != cats.size:
+        return lambda x: one_hot_encoder(x, **attrs)
+
+    def encode(x):
+        if _is_string(x):
+            return one_hot_encoder(x, **attrs)
+        hot = x.astype(np.int64)[..., None] == cats  # floats are truncated to integers
+        if not zeros and not hot.any(axis=-1).all():
+            raise ValueError("OneHotEncoder: an input value is not among the categories (zeros=0)")
+        return hot.astype(np.float32)
+
+    return encode
+
+
 @op("OneHotEncoder", since=1, domain=ML)
+@prepared(_one_hot_model)
 def one_hot_encoder(x, *, zeros=1, cats_strings=None, cats_int64s=None):
     if cats_strings:
         values = x

@@ -8,7 +8,7 @@ from functools import cached_property
 import numpy as np
 
 from ...registry import op
-from ..derived import from_attributes
+from ..derived import from_attributes, prepared
 from ._common import as_2d, class_labels, logistic, probit
 from ._common import post_transform as apply_transform
 
@@ -113,7 +113,14 @@ def _sigmoid_probability(decision, prob_a, prob_b):
     return np.clip(p, 1e-7, 1 - 1e-7)
 
 
+def _bound_classifier(attrs: dict):
+    """SVMClassifier bound to its node (derived.prepared): its compiled _Classifier."""
+    model = _Classifier(**attrs)
+    return lambda x: model(as_2d(x).astype(np.float64))
+
+
 @op("SVMClassifier", since=1, domain=ML)
+@prepared(_bound_classifier)
 def svm_classifier(
     x,
     *,
@@ -172,6 +179,15 @@ class _Classifier:
             self.vote_i[p, i] = self.vote_j[p, j] = 1
         self.rho = self.rho[: len(self.pairs)]
 
+    def _coupled(self, pairwise: list) -> list:
+        """_coupling_row of one row's pairwise probabilities, r built as _pairwise_coupling
+        builds it."""
+        k = self.k
+        r = [[0.0] * k for _ in range(k)]
+        for p, (i, j) in zip(pairwise, self.pairs):
+            r[i][j], r[j][i] = p, 1.0 - p
+        return _coupling_row(r)
+
     @cached_property
     def squared_norms(self) -> np.ndarray:
         return (self.vectors * self.vectors).sum(axis=1)
@@ -198,6 +214,10 @@ class _Classifier:
         best = np.argmax(votes, axis=1)
         if self.prob_a is not None:
             pairwise = _sigmoid_probability(decisions, self.prob_a, self.prob_b)
+            if x.shape[0] <= _SCALAR_ROWS:  # (r as lists straight away: the same values)
+                probabilities = np.array([self._coupled(row) for row in pairwise.tolist()])
+                probabilities = probabilities.reshape(x.shape[0], self.k)
+                return labels[best], apply_transform(probabilities, transform).astype(np.float32)
             r = np.zeros((x.shape[0], self.k, self.k))
             for p, (i, j) in enumerate(self.pairs):
                 r[:, i, j], r[:, j, i] = pairwise[:, p], 1.0 - pairwise[:, p]

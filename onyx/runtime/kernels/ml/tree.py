@@ -15,7 +15,7 @@ import numpy as np
 
 from ... import native
 from ...registry import op
-from ..derived import from_attributes
+from ..derived import from_attributes, prepared
 from ._common import (
     as_2d,
     class_labels,
@@ -72,6 +72,13 @@ class Forest:
         return int(self.feature.max(initial=0))
 
     @cached_property
+    def float32_thresholds(self) -> bool:
+        """Every threshold is a float32 value (a FLOATS attribute read as doubles): then
+        comparing float32 rows in float32 decides as comparing them in double does."""
+        t = self.threshold
+        return t.dtype == np.float32 or bool((t.astype(np.float32) == t).all())
+
+    @cached_property
     def all_fast(self) -> bool:
         """Every split is <=, <, >= or >: the _FastTables descent applies."""
         return bool(np.isin(self.mode, (LEQ, LT, GTE, GT, LEAF)).all())
@@ -83,6 +90,25 @@ class Forest:
         if known is None or known[0] is not has:
             known = self.votes[id(has)] = (has, bool(has[self.mode == LEAF].all()))
         return known[1]
+
+    def every_row_votes(self, has: np.ndarray) -> bool:
+        """Whether every row gets a vote for every target in ``has``: each target has a tree
+        all of whose leaves vote for it (a gradient-boosted model: a tree per class and round).
+        Computed once, from which tree each state belongs to."""
+        if self.every_leaf_votes(has):
+            return True
+        owner = np.full(len(self.mode), -1, np.int64)
+        owner[self.roots] = np.arange(self.n_trees)
+        inner = self.mode != LEAF
+        for _ in range(self.depth):
+            known = np.flatnonzero((owner >= 0) & inner)
+            owner[self.true_child[known]] = owner[known]
+            owner[self.false_child[known]] = owner[known]
+        leaves = np.flatnonzero((owner >= 0) & ~inner)
+        votes = np.zeros((self.n_trees, has.shape[1]), np.int64)
+        np.add.at(votes, owner[leaves], has[leaves])
+        n_leaves = np.bincount(owner[leaves], minlength=self.n_trees)
+        return bool((votes == n_leaves[:, None]).any(axis=0).all())
 
     def fast_tables(self, dtype) -> _FastTables:
         tables = self.tables.get(dtype)
@@ -365,7 +391,7 @@ def _aggregate(f: Forest, x, weights, has, aggregate: str) -> tuple[np.ndarray, 
     n_targets = weights.shape[1]
     scores = np.zeros((n, n_targets), weights.dtype)
     present = np.zeros((n, n_targets), bool)
-    every_leaf_votes = f.every_leaf_votes(has)
+    every_leaf_votes = f.every_row_votes(has)
     combine = {"MIN": np.fmin, "MAX": np.fmax}.get(aggregate, np.add)
     if aggregate in ("MIN", "MAX"):
         weights = np.where(has, weights, np.nan)  # fmin/fmax skip the NaN of a missing weight
@@ -384,6 +410,50 @@ def _aggregate(f: Forest, x, weights, has, aggregate: str) -> tuple[np.ndarray, 
     if aggregate == "AVERAGE":
         scores /= max(f.n_trees, 1)
     return scores, present
+
+
+class _Sums:
+    """_aggregate for one predictor's weight tables: x -> (scores, present), present None
+    when every target of every row has a vote. A small batch of a forest whose splits are all
+    <, <=, >, >= and whose every leaf votes for every target takes native.ForestSums, set up
+    once per compute dtype: the same descent and sums, without the per-call set-up."""
+
+    def __init__(self, forest: Forest, weights, has, aggregate: str):
+        self.forest, self.weights, self.has, self.aggregate = forest, weights, has, aggregate
+        self.simple = (
+            aggregate in ("SUM", "AVERAGE")
+            and forest.n_trees > 0
+            and forest.all_fast
+            and forest.every_row_votes(has)
+        )
+        self.native: dict = {}  # compute dtype -> native.ForestSums or None
+
+    def __call__(self, x) -> tuple[np.ndarray, np.ndarray | None]:
+        if self.simple and x.__class__ is np.ndarray and x.ndim == 2:
+            f = self.forest
+            if x.dtype == np.float32 and f.float32_thresholds:
+                dtype = x.dtype
+            else:
+                dtype = np.dtype(_compute_dtype(x, f.threshold))
+            sums = self.native.get(dtype, _UNSET)
+            if sums is _UNSET:
+                t = f.fast_tables(dtype.type)
+                sums = native.forest_sums(t, t.roots2, f.depth, self.weights)
+                if sums is not None or native.available():  # (not while switched off)
+                    self.native[dtype] = sums
+            if sums is not None and sums.fits(x) and f.max_feature < x.shape[1]:
+                scores = sums(x)
+                if self.aggregate == "AVERAGE":
+                    scores /= f.n_trees
+                return scores, None
+        return _aggregate(self.forest, x, self.weights, self.has, self.aggregate)
+
+
+_UNSET = object()
+
+
+def _all_present(present, scores) -> np.ndarray:
+    return np.ones(scores.shape, bool) if present is None else present
 
 
 def _weight_table(n_states, targets, positions, weights, n_targets, aggregate):
@@ -408,6 +478,7 @@ def _weight_table(n_states, targets, positions, weights, n_targets, aggregate):
 
 
 @op("TreeEnsemble", since=5, domain="ai.onnx.ml")
+@prepared(lambda attrs: _tree_ensemble_model(**attrs))
 def tree_ensemble(
     x,
     *,
@@ -455,8 +526,10 @@ def _tree_ensemble_model(
         n_nodes + len(leaf_weights), leaf_targetids, positions, leaf_weights, n_targets, aggregate
     )
 
+    sums = _Sums(forest, weights, has, aggregate)
+
     def predict(x):
-        scores, _ = _aggregate(forest, x, weights, has, aggregate)
+        scores, _ = sums(x)
         return regression_transform(scores, post_transform).astype(x.dtype)
 
     return predict
@@ -499,8 +572,10 @@ def _regressor_model(
     if base_values is not None and len(base_values):
         base = _floats(base_values).astype(weights.dtype)  # (scores come in this dtype)
 
+    sums = _Sums(forest, weights, has, aggregate_function)
+
     def predict(x):
-        scores, _ = _aggregate(forest, x, weights, has, aggregate_function)
+        scores, _ = sums(x)
         if base is not None:
             scores += base
         return regression_transform(scores, post_transform).astype(np.float32)
@@ -509,6 +584,7 @@ def _regressor_model(
 
 
 @op("TreeEnsembleRegressor", since=1, domain="ai.onnx.ml")
+@prepared(lambda attrs: _regressor_model(**_picked(attrs)))
 def tree_ensemble_regressor(
     x,
     *,
@@ -534,6 +610,7 @@ def tree_ensemble_regressor(
 
 
 @op("TreeEnsembleRegressor", since=3, domain="ai.onnx.ml")
+@prepared(lambda attrs: _regressor_model(**_picked(attrs)))
 def tree_ensemble_regressor_3(
     x,
     *,
@@ -605,14 +682,22 @@ def _classifier_model(
     binary_case = np.unique(class_ids).size == 1
     base = _floats(base_values).astype(weights.dtype)  # (scores come in this dtype)
 
+    sums = _Sums(forest, weights, has, "SUM")
+
     def predict(x):
-        scores, present = _aggregate(forest, x, weights, has, "SUM")
+        scores, present = sums(x)
         if n_classes > 2 or n_classes < 2:
-            scores[:, : len(base)] += base
-            present[:, : len(base)] = True
-            # Classes no tree voted for (and without a base value) cannot win.
-            best = np.argmax(np.where(present, scores, -np.inf), axis=1)
+            if len(base):
+                scores[:, : len(base)] += base
+            if present is not None:
+                present[:, : len(base)] = True
+                # Classes no tree voted for (and without a base value) cannot win.
+                scores_of_voted = np.where(present, scores, -np.inf)
+            else:
+                scores_of_voted = scores
+            best = np.argmax(scores_of_voted, axis=1)
             return labels[best], apply_transform(scores, post_transform).astype(np.float32)
+        present = _all_present(present, scores)
         return _binary(scores, present, base, labels, post_transform, binary_case, class_weights)
 
     return predict
@@ -668,6 +753,7 @@ def _binary(scores, present, base, labels, transform, binary_case, class_weights
 
 
 @op("TreeEnsembleClassifier", since=1, domain="ai.onnx.ml")
+@prepared(lambda attrs: _classifier_model(**_picked(attrs)))
 def tree_ensemble_classifier(
     x,
     *,
@@ -693,6 +779,7 @@ def tree_ensemble_classifier(
 
 
 @op("TreeEnsembleClassifier", since=3, domain="ai.onnx.ml")
+@prepared(lambda attrs: _classifier_model(**_picked(attrs)))
 def tree_ensemble_classifier_3(
     x,
     *,
