@@ -242,6 +242,33 @@ def gen_qlinear_matmul(rng) -> Case:
     return Case("qlinear_matmul", "QLinearMatMul", [np.asarray(v) for v in inputs])
 
 
+def _constant(a):
+    a = np.array(a)
+    a.flags.writeable = False  # (as a session's initializers: the native paths want constants)
+    return a
+
+
+def gen_dynamic_matmul(rng) -> Case:
+    M, K, N = (int(_pick(rng, [1, 5, 6, 16, 64])), int(_pick(rng, [1, 3, 4, 64, 300])),
+               int(_pick(rng, [1, 2, 17, 32, 70, 192])))  # fmt: skip
+    batch = _pick(rng, [(), (), (2,), (3, 1)])
+    a = _normal(rng, (*batch, M, K), float(_pick(rng, [0.01, 1.0, 30.0])))
+    if rng.integers(3) == 0:
+        a += np.float32(rng.uniform(-2, 2))  # (all one sign: a zero point at an end)
+    if rng.integers(6) == 0:
+        a.reshape(-1)[:: int(rng.integers(1, 9))] = _pick(rng, [np.nan, np.inf, 0.0])
+    b_type = _pick(rng, BYTES)
+    per_column = bool(rng.integers(2))
+    b_scale = rng.uniform(0.001, 0.05, N if per_column else ()).astype(np.float32)
+    zp = [None, _bytes(rng, b_type, ()), _bytes(rng, b_type, (N,)), np.zeros(N, b_type)]
+    b_zero_point = zp[int(rng.integers(len(zp)))]
+    bias = _normal(rng, (N,)) if rng.integers(2) else None
+    inputs = [laid_out(rng, a), _constant(_bytes(rng, b_type, (K, N))), _constant(b_scale),
+              None if b_zero_point is None else _constant(b_zero_point),
+              None if bias is None else _constant(bias)]  # fmt: skip
+    return Case("dynamic_matmul", "DynamicQuantizeMatMul", inputs, domain=MS, version=1)
+
+
 def gen_gemm(rng) -> Case:
     rows, K, N = (
         int(rng.integers(1, 10)),
@@ -512,6 +539,7 @@ FAMILIES = {
     "conv_integer": gen_conv_integer,
     "matmul_integer": gen_matmul_integer,
     "qlinear_matmul": gen_qlinear_matmul,
+    "dynamic_matmul": gen_dynamic_matmul,
     "gemm": gen_gemm,
     "matmul_nbits": gen_matmul_nbits,
     "pool": gen_pool,
@@ -575,7 +603,7 @@ class NativeCalls:
     def __enter__(self):
         lib = native.library()
         self.saved = {}
-        for name in ("onyx_parallel", "lstm", "gru", "onyx_implicit_conv"):
+        for name in ("onyx_parallel", "lstm", "gru", "onyx_implicit_conv", "onyx_dynamic_matmul"):
             fn = getattr(lib, name, None) if lib is not None else None
             if fn:
                 self.saved[name] = fn

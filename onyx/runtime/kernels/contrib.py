@@ -261,10 +261,53 @@ def _dynamic_centered(a, scale, zero_point) -> np.ndarray:
     return np.minimum(q, 255.0 - zp, out=q)
 
 
+def _native_dynamic_matmul(a, b, b_scale, b_zero_point, bias) -> np.ndarray | None:
+    """DynamicQuantizeMatMul in one native call (native.DynamicMatMul), or None where it does
+    not apply: float32 A, a constant 2-D 8-bit B, constant float32 scales, zero points and
+    bias per tensor or per column. Its set-up is kept per weight, checked by the identity of
+    the very parameter objects it was made for (held, so no id is reused)."""
+    K = a.shape[-1] if a.ndim else 0
+    if a.dtype != np.float32 or a.size == 0 or b.ndim != 2 or not native.int8_gemm_ok(K):
+        return None
+    params = (b_scale, b_zero_point, bias)
+    kept = derived(b, ("dynamic matmul",), list)  # (b read-only, else a fresh list)
+    for held, dm in kept:
+        if all(p is q for p, q in zip(held, params)):
+            break
+    else:
+        if b.flags.writeable or not _dynamic_matmul_ok(b, *params):
+            return None
+        dm = native.DynamicMatMul(b, b_scale, b_zero_point, bias)
+        kept[:] = kept[-3:] + [(params, dm)]
+    x = a.reshape(-1, K)
+    y = dm(x if x.flags.c_contiguous else np.ascontiguousarray(x))
+    return None if y is None else y.reshape(a.shape[:-1] + (dm.N,))
+
+
+def _dynamic_matmul_ok(b, b_scale, b_zero_point, bias) -> bool:
+    """Whether native.DynamicMatMul takes these constant parameters of B (K x N)."""
+    n = b.shape[1]
+    constant = all(p is None or (isinstance(p, np.ndarray) and not p.flags.writeable)
+                   for p in (b_scale, b_zero_point, bias))  # fmt: skip
+    return (
+        constant
+        and b.dtype in native.BYTES
+        and b_scale.dtype == np.float32
+        and b_scale.ndim <= 1
+        and b_scale.size in (1, n)
+        and (b_zero_point is None or (b_zero_point.dtype == b.dtype and b_zero_point.ndim <= 1
+                                      and b_zero_point.size in (1, n)))  # fmt: skip
+        and (bias is None or (bias.dtype == np.float32 and bias.shape == (n,)))
+    )
+
+
 @op("DynamicQuantizeMatMul", since=1, domain=MS, threads="pool")
 def dynamic_quantize_matmul(a, b, b_scale, b_zero_point=None, bias=None):
     """A quantized as DynamicQuantizeLinear does (uint8 per tensor), then MatMulIntegerToFloat
     with B: onnxruntime's fusion of a dynamically quantized MatMul."""
+    y = _native_dynamic_matmul(a, b, b_scale, b_zero_point, bias)
+    if y is not None:
+        return y
     x = upcast(a).astype(np.float32, copy=False)
     a_scale, a_zero_point = dynamic_params(x)
     y = None

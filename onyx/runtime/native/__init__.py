@@ -67,6 +67,7 @@ from .elementwise import (
 )
 from .gemm_i8 import (
     MAX_K,
+    DynamicMatMul,
     PANEL,
     Packed,
     batched_int8_gemm,
@@ -90,6 +91,7 @@ from .window import pool2d_f32
 
 __all__ = [
     "BYTES",
+    "DynamicMatMul",
     "CONV_ACTIVATIONS",
     "FloatConv",
     "FloatGemv",

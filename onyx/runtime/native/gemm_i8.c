@@ -13,6 +13,7 @@
  * adds the zero-point corrections and bias and either stores int32 or requantizes to 8 bits:
  * clamp(rint(acc * scale) + zero_point).
  */
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -221,13 +222,18 @@ INLINE VNNI void finish(const epilogue *e, __m512i acc, int64_t r, int64_t j, __
     if (e->row_f)
         acc = _mm512_add_epi32(acc, _mm512_mullo_epi32(_mm512_set1_epi32(e->row_f[r]),
                                                        _mm512_maskz_loadu_epi32(m, e->col_f + j)));
-    if (!e->out8) {
+    if (!e->out8 && !e->outf) {
         _mm512_mask_storeu_epi32(e->c + r * e->ldc + j, m, acc);
         return;
     }
     __m512 s = e->scale_cs ? _mm512_maskz_loadu_ps(m, e->scale + r * e->scale_rs + j)
                            : _mm512_set1_ps(e->scale[r * e->scale_rs]);
     __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(acc), s);
+    if (e->outf) { /* (a product, then a sum: never fused, as numpy's two passes) */
+        if (e->bias) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, e->bias + j));
+        _mm512_mask_storeu_ps(e->outf + r * e->ldf + j, m, v);
+        return;
+    }
     /* clamp first (the bounds are integers, so this commutes with rounding); it also keeps
        the conversion in range */
     v = _mm512_max_ps(v, _mm512_set1_ps((float)(e->lo - e->zero_point)));
@@ -450,6 +456,69 @@ EXPORT int onyx_implicit_conv(const implicit_conv *c, const uint8_t *x, uint8_t 
         onyx_transpose_u8(y + i * c->pixels * c->M, c->pixels, c->M, c->M,
                           out + i * c->M * c->pixels, c->pixels);
     return 0;
+}
+
+/* DynamicQuantizeMatMul in one call (Python's per-call work and numpy's passes were most of
+   a transformer's small products): x's range with 0, DynamicQuantizeLinear's scale and zero
+   point in float32 as quantize.py's dynamic_params computes them, x quantized to uint8
+   (x / scale rounded half to even, clamped, plus the zero point), the GEMM, and the epilogue
+   float(acc) * (a_scale * b_scale_j) [+ bias_j], each a float32 operation as the numpy
+   kernel's. Returns ONYX_DYNAMIC_FALLBACK, touching nothing, for an x with a NaN or an
+   infinity (the numpy kernel's other paths decide those). */
+#define ONYX_DYNAMIC_FALLBACK 4
+
+static int dynamic_params(const float *x, int64_t n, float *scale, int32_t *zero_point) {
+    float lo = 0.0f, hi = 0.0f, bad = 0.0f;
+    for (int64_t i = 0; i < n; i++) {
+        float v = x[i];
+        lo = v < lo ? v : lo;
+        hi = v > hi ? v : hi;
+        bad += v - v; /* NaN for a NaN or an infinity, else 0 */
+    }
+    if (bad != 0.0f) return ONYX_DYNAMIC_FALLBACK;
+    float s = (hi - lo) / 255.0f;
+    if (s == 0.0f) s = 1.0f; /* all zeros: onnxruntime's scale */
+    float z = rintf(-lo / s);
+    if (!(s - s == 0.0f) || !(z - z == 0.0f)) return ONYX_DYNAMIC_FALLBACK;
+    *scale = s;
+    *zero_point = (int32_t)(z < 0.0f ? 0.0f : z > 255.0f ? 255.0f : z);
+    return 0;
+}
+
+EXPORT VNNI int onyx_dynamic_matmul(const dynamic_matmul *t) {
+    const gemm_task *g = &t->gemm;
+    int64_t M = g->M, K = g->K, N = g->N, sizes[3] = {M, K, N}, n;
+    if (!onyx_in(sizes, 3, 0, ONYX_MAX_EXTENT) || !onyx_mul(M, K, &n)) return ONYX_INVALID;
+    float a_scale;
+    int32_t za;
+    if (dynamic_params(t->x, n, &a_scale, &za)) return ONYX_DYNAMIC_FALLBACK;
+    uint8_t *q = malloc((size_t)(n + 1) + (size_t)(2 * N + M) * 4);
+    if (!q) return ONYX_NOMEM;
+    int32_t *col_off = (int32_t *)(q + ((n + 4) & ~(int64_t)3)), *row_sums = col_off + N;
+    float *scale = (float *)(row_sums + M);
+    float zp = (float)za;
+    for (int64_t i = 0; i < n; i++) {
+        float v = rintf(t->x[i] / a_scale);
+        v = v < -zp ? -zp : v > 255.0f - zp ? 255.0f - zp : v;
+        q[i] = (uint8_t)(int32_t)(v + zp);
+    }
+    /* (A - za)(B - zb_j) = S - ZB_j rowsum(A) - za colsum_j + K za ZB_j, wrapping int32 */
+    for (int64_t j = 0; j < N; j++)
+        col_off[j] = (int32_t)(uint32_t)(-(int64_t)K * za * t->zb_neg[j] -
+                                         (int64_t)za * t->colsum[j]);
+    for (int64_t j = 0; j < t->b_scales; j++) scale[j] = a_scale * t->b_scale[j];
+    epilogue e = t->e;
+    e.col_off = col_off, e.scale = scale, e.outf = t->y;
+    if (t->with_rows) {
+        onyx_row_sums(q, K, M, K, 0, 0, row_sums);
+        e.row_f = row_sums, e.col_f = t->zb_neg;
+    }
+    operand A = {q, K, 0, 0};
+    gemm_task task = *g;
+    task.A = &A, task.e = &e;
+    int status = onyx_parallel(onyx_gemm_range, &task, t->cuts, t->parts, t->threads);
+    free(q);
+    return status;
 }
 
 #endif

@@ -54,6 +54,9 @@ class _Epilogue(ctypes.Structure):
         ("zero_point", ctypes.c_int32),
         ("lo", ctypes.c_int32),
         ("hi", ctypes.c_int32),
+        ("outf", _P),
+        ("ldf", _I64),
+        ("bias", _P),
     ]
 
 
@@ -339,6 +342,22 @@ def _value_key(v):
     return v.dtype.char, v.shape, v.tobytes()
 
 
+def _split(b: Packed, M: int, K: int, flip_a: bool, a_unsigned: bool):
+    """(the GEMM task of an M-row A with b, its cuts, its threads): threads take blocks of
+    rows (whole tiles) or of panels."""
+    N = b.N
+    panels = -(-N // PANEL)
+    ways = _ways(M * N * K, max(panels, -(-M // 6)))
+    by_rows = not (panels >= 2 * ways or M < 12 * ways)
+    if by_rows:
+        cuts = np.array([min(M, -(-M * i // ways // 6) * 6) for i in range(ways + 1)], np.int64)
+    else:
+        cuts = _even_cuts(panels, ways)
+    task = _GemmTask(None, _addr(b.data), None, K, N, M, panels, int(flip_a), int(a_unsigned),
+                     int(by_rows))  # fmt: skip
+    return task, cuts, ways
+
+
 class _GemmCall:
     """What one int8_gemm call sets up before the kernel runs: the epilogue's zero-point
     corrections, bias and requantization, and the work split between threads. ``reusable``
@@ -399,16 +418,8 @@ class _GemmCall:
             e.scale_rs = 1 if s.ndim == 2 and s.shape[0] == M and M > 1 else 0
             e.scale_cs = 1 if s.size > 1 and not e.scale_rs else 0
             e.zero_point, e.lo, e.hi = int(y_zero_point.reshape(-1)[0]), info.min, info.max
-        panels = -(-N // PANEL)
-        ways = self.ways = _ways(M * N * K, max(panels, -(-M // 6)))
-        by_rows = not (panels >= 2 * ways or M < 12 * ways)  # threads take rows, or panels
-        if by_rows:  # (in whole tiles)
-            self.cuts = np.array([min(M, -(-M * i // ways // 6) * 6) for i in range(ways + 1)])
-        else:
-            self.cuts = _even_cuts(panels, ways)
         self.packed = b  # (the task holds only its address: a B made for this call lives on)
-        self.task = _GemmTask(None, _addr(b.data), None, K, N, M, panels, int(flip_a),
-                              int(not a_signed), int(by_rows))  # fmt: skip
+        self.task, self.cuts, self.ways = _split(b, M, K, flip_a, not a_signed)
 
     def __call__(self, a: np.ndarray, out: np.ndarray, gather) -> None:
         e = _Epilogue.from_buffer_copy(self.epilogue)
@@ -425,6 +436,65 @@ class _GemmCall:
         _run(core.lib.gemm_range, task, self.cuts, self.ways)
 
 
+@abi("dynamic_matmul")
+class _DynamicMatMulTask(ctypes.Structure):
+    _fields_ = [("x", _P), ("y", _P), ("colsum", _P), ("zb_neg", _P), ("b_scale", _P),
+                ("b_scales", _I64), ("gemm", _GemmTask), ("e", _Epilogue), ("cuts", _P),
+                ("parts", _I64), ("threads", _I64), ("with_rows", ctypes.c_int32)]  # fmt: skip
+
+
+#: onyx_dynamic_matmul's status for an input it leaves to the numpy kernel (a NaN, an infinity).
+_DYNAMIC_FALLBACK = 4
+
+
+class DynamicMatMul:
+    """DynamicQuantizeMatMul with a constant B in one native call (gemm_i8.c's
+    onyx_dynamic_matmul): A quantized as DynamicQuantizeLinear does, the int8 GEMM, and
+    float(acc) * (a_scale * b_scale) [+ bias] in its epilogue, to the numpy kernel's bits.
+    Made once per weight and parameters; the task of each row count is kept."""
+
+    def __init__(self, b: np.ndarray, b_scale, b_zero_point, bias):
+        K, N = b.shape
+        self.K, self.N = K, N
+        self.packed = pack(b, np.uint8)  # (with column sums: A's zero point is data)
+        db = _b_shift(self.packed.signed, self.packed.flipped)
+        zb = np.zeros(N, np.int64) if b_zero_point is None else np.asarray(b_zero_point)
+        self.zb_neg = np.ascontiguousarray(-(np.broadcast_to(zb.astype(np.int64), (N,)) - db),
+                                           np.int32)  # fmt: skip
+        self.b_scale = np.ascontiguousarray(np.asarray(b_scale, np.float32).reshape(-1))
+        self.bias = None if bias is None else np.ascontiguousarray(bias, np.float32)
+        self.tasks: dict = {}
+
+    def _task(self, M: int) -> tuple:
+        flip_a, _ = _a_shift(np.uint8, self.packed.signed)
+        gemm, cuts, ways = _split(self.packed, M, self.K, flip_a, True)
+        e = _Epilogue()
+        e.ldf, e.bias = self.N, _addr(self.bias)
+        e.scale_cs = int(self.b_scale.size > 1)
+        t = _DynamicMatMulTask(None, None, _addr(self.packed.colsum), _addr(self.zb_neg),
+                               _addr(self.b_scale), self.b_scale.size, gemm, e, _addr(cuts),
+                               len(cuts) - 1, ways, int(bool(self.zb_neg.any())))  # fmt: skip
+        return t, cuts
+
+    def __call__(self, x: np.ndarray) -> np.ndarray | None:
+        """x: (M, K) contiguous float32 -> (M, N) float32, or None (a NaN or an infinity in x:
+        the numpy kernel's paths decide those)."""
+        key = (x.shape[0], _threads.get())
+        hit = self.tasks.get(key)
+        if hit is None:
+            if len(self.tasks) >= 16:  # (a model fed ever new shapes)
+                self.tasks.clear()
+            hit = self.tasks[key] = self._task(x.shape[0])
+        y = np.empty((x.shape[0], self.N), np.float32)
+        t = _DynamicMatMulTask.from_buffer_copy(hit[0])  # (calls may come from several threads)
+        t.x, t.y = _addr(x), _addr(y)
+        status = core.lib.onyx_dynamic_matmul(ctypes.byref(t))
+        if status == _DYNAMIC_FALLBACK:
+            return None
+        core.check(status, "dynamic quantized matmul")
+        return y
+
+
 def bind(lib, isa: int) -> None:
     lib.onyx_pack_panels.restype = None
     lib.onyx_pack_panels.argtypes = [_P, _I64, _I64, _I64, _I64, _INT, _INT, _P, _P]
@@ -438,5 +508,7 @@ def bind(lib, isa: int) -> None:
     lib.gemm_range = range_of(lib, "gemm") if vnni else None
     lib.batched_gemm_range = range_of(lib, "batched_gemm") if vnni else None
     if vnni:
+        lib.onyx_dynamic_matmul.restype = _INT
+        lib.onyx_dynamic_matmul.argtypes = [_P]
         lib.onyx_implicit_conv.restype = _INT
         lib.onyx_implicit_conv.argtypes = [_P, _P, _P, _P, _P]
