@@ -208,8 +208,12 @@ def gen_qlinear_conv(rng) -> Case:
         _bytes(rng, y_type, ()),
         rng.integers(-5000, 5000, M).astype(np.int32) if rng.integers(2) else None,
     ]  # fmt: skip
-    return Case("qlinear_conv", "QLinearConv", [np.asarray(v) if v is not None else None
-                                                for v in inputs], attrs)  # fmt: skip
+    inputs = [np.asarray(v) if v is not None else None for v in inputs]
+    if rng.integers(3) == 0:  # with an activation's table (the optimizer's fusion)
+        table = _constant(_bytes(rng, y_type, (256,)))
+        inputs = inputs + [None] * (9 - len(inputs)) + [table]
+        return Case("qlinear_conv", "QLinearConvLookup", inputs, attrs, domain=ONYX, version=1)
+    return Case("qlinear_conv", "QLinearConv", inputs, attrs)
 
 
 def gen_conv_integer(rng) -> Case:

@@ -64,7 +64,9 @@ ONYX_STRUCT(batched_gemm, ONYX_BATCHED_GEMM)
     F(S, int64_t, N, ) F(S, int64_t, C, ) F(S, int64_t, H, ) F(S, int64_t, W, )              \
     F(S, int64_t, Hp, ) F(S, int64_t, Wp, ) F(S, int64_t, Cp, ) F(S, int64_t, r0, )          \
     F(S, int64_t, c0, ) F(S, int64_t, pixels, ) F(S, int64_t, M, )                           \
-    F(S, int32_t, zx, ) F(S, int32_t, bare, )
+    F(S, int32_t, zx, ) F(S, int32_t, bare, )                                                \
+    F(S, const void *, lookup, ) /* a lookup_fn applying table (256 bytes) to the output */  \
+    F(S, const uint8_t *, table, )
 ONYX_STRUCT(implicit_conv, ONYX_IMPLICIT_CONV)
 
 /* DynamicQuantizeMatMul in one call: x (M x K float32, contiguous) quantized to uint8 as

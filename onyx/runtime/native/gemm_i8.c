@@ -452,6 +452,8 @@ EXPORT int onyx_implicit_conv(const implicit_conv *c, const uint8_t *x, uint8_t 
     t.A = &A, t.e = &e;
     int status = onyx_parallel(onyx_gemm_range, &t, c->cuts, c->parts, c->threads);
     if (status) return status;
+    if (c->table) /* an activation's table (QLinearConvLookup), in place */
+        ((lookup_fn)c->lookup)(y, c->table, 1, y, c->N * c->pixels * c->M);
     for (int64_t i = 0; i < c->N; i++)
         onyx_transpose_u8(y + i * c->pixels * c->M, c->pixels, c->M, c->M,
                           out + i * c->M * c->pixels, c->pixels);
@@ -467,22 +469,41 @@ EXPORT int onyx_implicit_conv(const implicit_conv *c, const uint8_t *x, uint8_t 
    infinity (the numpy kernel's other paths decide those). */
 #define ONYX_DYNAMIC_FALLBACK 4
 
-static int dynamic_params(const float *x, int64_t n, float *scale, int32_t *zero_point) {
-    float lo = 0.0f, hi = 0.0f, bad = 0.0f;
-    for (int64_t i = 0; i < n; i++) {
-        float v = x[i];
-        lo = v < lo ? v : lo;
-        hi = v > hi ? v : hi;
-        bad += v - v; /* NaN for a NaN or an infinity, else 0 */
+static inline __mmask16 head_mask(int64_t left) {
+    return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
+}
+
+static VNNI int dynamic_params(const float *x, int64_t n, float *scale, int32_t *zero_point) {
+    __m512 lo = _mm512_setzero_ps(), hi = lo, bad = lo; /* (masked-off lanes read 0) */
+    for (int64_t i = 0; i < n; i += 16) {
+        __m512 v = _mm512_maskz_loadu_ps(head_mask(n - i), x + i);
+        lo = _mm512_min_ps(lo, v), hi = _mm512_max_ps(hi, v);
+        bad = _mm512_add_ps(bad, _mm512_sub_ps(v, v)); /* NaN after a NaN or an infinity */
     }
-    if (bad != 0.0f) return ONYX_DYNAMIC_FALLBACK;
-    float s = (hi - lo) / 255.0f;
+    if (_mm512_cmp_ps_mask(bad, bad, _CMP_EQ_OQ) != 0xFFFF) return ONYX_DYNAMIC_FALLBACK;
+    float l = _mm512_reduce_min_ps(lo), h = _mm512_reduce_max_ps(hi);
+    float s = (h - l) / 255.0f;
     if (s == 0.0f) s = 1.0f; /* all zeros: onnxruntime's scale */
-    float z = rintf(-lo / s);
+    float z = rintf(-l / s);
     if (!(s - s == 0.0f) || !(z - z == 0.0f)) return ONYX_DYNAMIC_FALLBACK;
     *scale = s;
     *zero_point = (int32_t)(z < 0.0f ? 0.0f : z > 255.0f ? 255.0f : z);
     return 0;
+}
+
+/* q = clamp(rint(x / s), -zp, 255 - zp) + zp as uint8 (elementwise.c's quantize, vectored) */
+static VNNI void quantize_u8(const float *x, int64_t n, float s, int32_t zero_point, uint8_t *q) {
+    float zp = (float)zero_point;
+    __m512 vs = _mm512_set1_ps(s), lo = _mm512_set1_ps(-zp), hi = _mm512_set1_ps(255.0f - zp);
+    __m512i vz = _mm512_set1_epi32(zero_point);
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 m = head_mask(n - i);
+        __m512 v = _mm512_div_ps(_mm512_maskz_loadu_ps(m, x + i), vs);
+        v = _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
+        __m512i w = _mm512_add_epi32(_mm512_cvtps_epi32(v), vz);
+        _mm_mask_storeu_epi8(q + i, m, _mm512_cvtepi32_epi8(w));
+    }
 }
 
 EXPORT VNNI int onyx_dynamic_matmul(const dynamic_matmul *t) {
@@ -496,12 +517,7 @@ EXPORT VNNI int onyx_dynamic_matmul(const dynamic_matmul *t) {
     if (!q) return ONYX_NOMEM;
     int32_t *col_off = (int32_t *)(q + ((n + 4) & ~(int64_t)3)), *row_sums = col_off + N;
     float *scale = (float *)(row_sums + M);
-    float zp = (float)za;
-    for (int64_t i = 0; i < n; i++) {
-        float v = rintf(t->x[i] / a_scale);
-        v = v < -zp ? -zp : v > 255.0f - zp ? 255.0f - zp : v;
-        q[i] = (uint8_t)(int32_t)(v + zp);
-    }
+    quantize_u8(t->x, n, a_scale, za, q);
     /* (A - za)(B - zb_j) = S - ZB_j rowsum(A) - za colsum_j + K za ZB_j, wrapping int32 */
     for (int64_t j = 0; j < N; j++)
         col_off[j] = (int32_t)(uint32_t)(-(int64_t)K * za * t->zb_neg[j] -

@@ -83,7 +83,7 @@ class _ImplicitConvTask(ctypes.Structure):
     _fields_ = [("A", _Operand), ("e", _Epilogue), ("gemm", _GemmTask), ("cuts", _P),
                 ("parts", _I64), ("threads", _I64)] + [
         (name, _I64) for name in ("N", "C", "H", "W", "Hp", "Wp", "Cp", "r0", "c0", "pixels", "M")
-    ] + [("zx", ctypes.c_int32), ("bare", ctypes.c_int32)]  # fmt: skip
+    ] + [("zx", ctypes.c_int32), ("bare", ctypes.c_int32), ("lookup", _P), ("table", _P)]  # fmt: skip
 
 
 class Packed:
@@ -309,11 +309,13 @@ def gathered_int8_gemm(a_dtype, b: Packed, M: int, K: int, a_zero_point: int = 0
     return _GemmCall(a, b, M, K, a_zero_point, 0, None, col_bias, scale, y_zero_point, True)
 
 
-def implicit_conv(gemm: _GemmCall, gather, x_shape, padded, corner, zero_point: int, bare: bool):
+def implicit_conv(gemm: _GemmCall, gather, x_shape, padded, corner, zero_point: int, bare: bool,
+                  table: np.ndarray | None = None):  # fmt: skip
     """A requantizing implicit-GEMM conv (kernels/conv.py's _ImplicitConv) in one native call:
     ``run(x, xp, y, out)`` packs the contiguous image(s) x into the padded NHWC buffer xp
     (``padded`` (N, Hp, Wp, Cp), x's corner at ``corner``; zero-point filled unless ``bare``),
-    runs the gathered GEMM into y (pixels x M) and transposes it to out (N, M, pixels)."""
+    runs the gathered GEMM into y (pixels x M), maps its bytes through ``table`` (256 bytes,
+    by bit pattern: an activation's) and transposes it to out (N, M, pixels)."""
     rows, quads, _ = gather
     N, C, H, W = x_shape
     c = _ImplicitConvTask()
@@ -325,7 +327,10 @@ def implicit_conv(gemm: _GemmCall, gather, x_shape, padded, corner, zero_point: 
     c.r0, c.c0 = corner
     c.pixels, c.M = len(rows) // N, gemm.task.N
     c.zx, c.bare = zero_point, int(bare)
-    keep = (gemm, rows, quads)  # what c points at
+    if table is not None:
+        table = np.ascontiguousarray(table).view(np.uint8)
+        c.lookup, c.table = core.lib.lookup, _addr(table)
+    keep = (gemm, rows, quads, table)  # what c points at
 
     def run(x, xp, y, out, _keep=keep):
         status = core.lib.onyx_implicit_conv(ctypes.byref(c), _addr(x), _addr(xp), _addr(y),
