@@ -273,6 +273,30 @@ def gen_dynamic_matmul(rng) -> Case:
     return Case("dynamic_matmul", "DynamicQuantizeMatMul", inputs, domain=MS, version=1)
 
 
+def gen_qgemm(rng) -> Case:
+    M, K, N = (int(_pick(rng, [1, 2, 7, 16])), int(_pick(rng, [1, 4, 45, 96])),
+               int(_pick(rng, [1, 10, 33, 64])))  # fmt: skip
+    a_type = _pick(rng, BYTES)
+    b_type = np.int8 if a_type == np.int8 else _pick(rng, BYTES)
+    trans_a, trans_b = int(rng.integers(2)), int(rng.integers(2))
+    a = _bytes(rng, a_type, (K, M) if trans_a else (M, K))
+    b = _bytes(rng, b_type, (N, K) if trans_b else (K, N))
+    per_column = bool(rng.integers(2))
+    b_scale = rng.uniform(0.001, 0.02, N if per_column else ()).astype(np.float32)
+    b_zp = _bytes(rng, b_type, N if per_column else ()) if b_type == np.uint8 else \
+        np.zeros(N if per_column else (), b_type)  # fmt: skip
+    c = rng.integers(-5000, 5000, N).astype(np.int32) if rng.integers(2) else None
+    requantized = bool(rng.integers(2))
+    inputs = [laid_out(rng, a), np.float32(rng.uniform(0.01, 0.05)), _bytes(rng, a_type, ()),
+              _constant(b), _constant(b_scale), _constant(b_zp),
+              None if c is None else _constant(c)]  # fmt: skip
+    if requantized:
+        inputs += [np.float32(rng.uniform(0.05, 0.5)), _bytes(rng, a_type, ())]
+    attrs = {"transA": trans_a, "transB": trans_b, "alpha": float(_pick(rng, [1.0, 0.5]))}
+    return Case("qgemm", "QGemm", [None if v is None else np.asarray(v) for v in inputs], attrs,
+                domain=MS, version=1)  # fmt: skip
+
+
 def gen_gemm(rng) -> Case:
     rows, K, N = (
         int(rng.integers(1, 10)),
@@ -544,6 +568,7 @@ FAMILIES = {
     "matmul_integer": gen_matmul_integer,
     "qlinear_matmul": gen_qlinear_matmul,
     "dynamic_matmul": gen_dynamic_matmul,
+    "qgemm": gen_qgemm,
     "gemm": gen_gemm,
     "matmul_nbits": gen_matmul_nbits,
     "pool": gen_pool,

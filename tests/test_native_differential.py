@@ -37,6 +37,7 @@ _NEEDS = {
     "matmul_integer": lambda: native.int8_gemm_ok(1),
     "qlinear_matmul": lambda: native.int8_gemm_ok(1),
     "dynamic_matmul": lambda: native.int8_gemm_ok(1),
+    "qgemm": lambda: native.int8_gemm_ok(1),
 }
 
 

@@ -7,6 +7,8 @@ the same is done here so results agree to the last unit.
 
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 
 from .. import native
@@ -322,6 +324,57 @@ def dynamic_quantize_matmul(a, b, b_scale, b_zero_point=None, bias=None):
     return y.astype(a.dtype, copy=False)
 
 
+def _native_q_gemm(a, a_scale, a_zero_point, b, b_scale, b_zero_point, c, y_scale, y_zero_point,
+                   alpha, trans_a, trans_b) -> np.ndarray | None:  # fmt: skip
+    """QGemm on the native int8 GEMM, its bias, scale and requantization (or float result) in
+    the epilogue, to the numpy path's bits; None where that does not apply (a B of data, a
+    per-row or 2-D C, ...). The set-up is kept per weight, checked by the identity of the very
+    parameter objects it was made for (held, so no id is reused)."""
+    if a.ndim != 2 or b.ndim != 2 or a.dtype not in native.BYTES or b.dtype not in native.BYTES:
+        return None
+    params = (a_scale, a_zero_point, b_scale, b_zero_point, c, y_scale, y_zero_point, alpha,
+              trans_a, trans_b)  # fmt: skip
+    kept = derived(b, ("qgemm",), list)  # (b read-only, else a fresh list)
+    for held, run in kept:
+        if all(map(operator.is_, held, params)):
+            return run(a)
+    run = _q_gemm_runner(a, *params[:7], b, trans_a, trans_b, alpha)
+    if run is None:
+        return None
+    if all(p is None or not p.flags.writeable for p in params[:7] if not np.isscalar(p)):
+        kept[:] = kept[-3:] + [(params, run)]
+    return run(a)
+
+
+def _q_gemm_runner(a, a_scale, a_zero_point, b_scale, b_zero_point, c, y_scale, y_zero_point, b,
+                   trans_a, trans_b, alpha):  # fmt: skip
+    """a -> QGemm(a) on the native GEMM (see _native_q_gemm), or None."""
+    K, N = (b.shape[1], b.shape[0]) if trans_b else b.shape
+    if b.flags.writeable or not native.int8_gemm_ok(K) or (a.shape[0] if trans_a else a.shape[1]) != K:
+        return None
+    if np.size(a_zero_point) > 1 or np.size(b_zero_point) not in (1, N):
+        return None
+    if c is not None and (c.dtype != np.int32 or c.shape != (N,)):
+        return None
+    za = 0 if a_zero_point is None else int(np.asarray(a_zero_point).reshape(-1)[0])
+    zb = 0 if b_zero_point is None else b_zero_point
+    packed = derived(b, ("qgemm packed", a.dtype.char, trans_b),
+                     lambda: native.pack(b.T if trans_b else b, a.dtype))  # fmt: skip
+    scale = np.float32(alpha) * np.float32(a_scale) * np.asarray(b_scale, dtype=np.float32)
+    if y_scale is None:
+        kind = {"scale": scale.reshape(-1), "float_out": True}
+    else:
+        kind = {"scale": (scale / np.float32(y_scale)).reshape(-1), "y_zero_point": y_zero_point}
+    if kind["scale"].size not in (1, N):
+        return None
+
+    def run(a):
+        rows = a.T if trans_a else a
+        return native.int8_gemm(rows, packed, za, zb, col_bias=c, **kind)
+
+    return run
+
+
 @op("QGemm", since=1, domain=MS)
 def q_gemm(
     a,
@@ -342,6 +395,10 @@ def q_gemm(
 
     b's scale and zero point may be per column ([N]). Without y_scale the output is float32.
     """
+    y = _native_q_gemm(a, a_scale, a_zero_point, b, b_scale, b_zero_point, c, y_scale,
+                       y_zero_point, alpha, transA, transB)  # fmt: skip
+    if y is not None:
+        return y
     a_ = a.T if transA else a
     b_ = b.T if transB else b
     if transB and not b.flags.writeable:  # a weight: one stable transposed copy per session,

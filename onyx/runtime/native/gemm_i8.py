@@ -193,6 +193,7 @@ def int8_gemm(
     y_zero_point: np.ndarray | None = None,
     out: np.ndarray | None = None,
     gather: tuple[np.ndarray, np.ndarray, int] | None = None,
+    float_out: bool = False,
 ) -> np.ndarray:
     """(A - a_zero_point) . (B - b_zero_point) [+ row_bias], exactly in int32; or, with
     ``scale``, requantized to y_zero_point's type (uint8 / int8): clamp(rint(acc * scale) +
@@ -207,6 +208,8 @@ def int8_gemm(
     bytes k = 4q..4q+3 at byte offset rows[r] + quads[q] (int64 arrays; K a multiple of 4):
     an implicit-GEMM convolution. B's zero point must then be 0 (no row sums).
 
+    float_out: the result is float32, float(acc) * scale (as numpy's cast, then product).
+
     What does not depend on A's data (the epilogue's corrections, the work split) is kept
     with b for the next call of the same shape and parameters: a node's weights meet the
     same ones on every run.
@@ -215,16 +218,18 @@ def int8_gemm(
         a = np.ascontiguousarray(a)
     M, K = a.shape if gather is None else (len(gather[0]), gather[2])
     params = (a_zero_point, b_zero_point, row_bias, col_bias, scale, y_zero_point)
-    key = (a.dtype.char, M, K, gather is None, _threads.get(), *map(_value_key, params))
+    key = (a.dtype.char, M, K, gather is None, _threads.get(), float_out,
+           *map(_value_key, params))  # fmt: skip
     call = b.calls.get(key)
     if call is None:
-        call = _GemmCall(a, b, M, K, *params, gather is not None)
+        call = _GemmCall(a, b, M, K, *params, gather is not None, float_out)
         if call.reusable:
             if len(b.calls) >= 8:  # (a model with ever new shapes)
                 b.calls.clear()
             b.calls[key] = call
     if out is None:
-        out = np.empty((M, b.N), np.int32 if scale is None else y_zero_point.dtype)
+        dtype = np.float32 if float_out else np.int32 if scale is None else y_zero_point.dtype
+        out = np.empty((M, b.N), dtype)
     call(a, out, gather)
     return out
 
@@ -369,7 +374,7 @@ class _GemmCall:
     when none of it depends on A's data (no row sums of A: B's zero point is 0)."""
 
     def __init__(self, a, b, M, K, a_zero_point, b_zero_point, row_bias, col_bias, scale,
-                 y_zero_point, gathered: bool):  # fmt: skip
+                 y_zero_point, gathered: bool, float_out: bool = False):  # fmt: skip
         N = b.N
         a_signed = not b.signed  # the kernel multiplies unsigned by signed bytes
         # (a - za) = a' - ZA with ZA = za - da, and (b - zb) = b' - ZB with ZB = zb - db
@@ -414,21 +419,27 @@ class _GemmCall:
                 arr = np.broadcast_to(arr, (size,)).astype(np.int32)  # (wraps: see above)
                 self.keep.append(arr)
                 setattr(e, field, _addr(arr))
-        self.requantize = scale is not None
-        if self.requantize:
-            info = np.iinfo(y_zero_point.dtype)
+        if float_out and scale is None:
+            raise ValueError("a float result needs its scale")
+        self.requantize = scale is not None and not float_out
+        self.float_out = float_out
+        if scale is not None:
             s = np.ascontiguousarray(scale, dtype=np.float32)
             self.keep.append(s)
             e.scale = _addr(s)
             e.scale_rs = 1 if s.ndim == 2 and s.shape[0] == M and M > 1 else 0
             e.scale_cs = 1 if s.size > 1 and not e.scale_rs else 0
+        if self.requantize:
+            info = np.iinfo(y_zero_point.dtype)
             e.zero_point, e.lo, e.hi = int(y_zero_point.reshape(-1)[0]), info.min, info.max
         self.packed = b  # (the task holds only its address: a B made for this call lives on)
         self.task, self.cuts, self.ways = _split(b, M, K, flip_a, not a_signed)
 
     def __call__(self, a: np.ndarray, out: np.ndarray, gather) -> None:
         e = _Epilogue.from_buffer_copy(self.epilogue)
-        if self.requantize:
+        if self.float_out:
+            e.outf, e.ldf = _addr(out), out.strides[0] // 4
+        elif self.requantize:
             e.out8, e.ldo = _addr(out), out.strides[0]
         else:
             e.c, e.ldc = _addr(out), out.strides[0] // 4
