@@ -79,36 +79,70 @@ def _combine(ufunc, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return ufunc(a, b)
 
 
-def _native_binary(a, b, a_zero_point, b_zero_point, ka, kb, c_zero_point, multiply):
-    """The native kernel's QLinearAdd / QLinearMul (same bits), or None: per-tensor zero
-    points, c's of a's type."""
+#: The native QLinearAdd / QLinearMul set-ups of constant parameters, by operation, operand
+#: shapes and type and the parameters' ids; each entry holds its parameter objects (so no id
+#: is reused while it lives) and is taken only when they are the very objects passed.
+_binary_runs: dict = {}
+_BINARY_RUNS = 1024
+
+
+def _kept_binary(multiply: bool, a, b, params: tuple):
+    """(key, the kept native set-up for these operands and constant parameters or None)."""
+    key = (multiply, a.shape, b.shape, a.dtype.char, b.dtype.char, *map(id, params))
+    hit = _binary_runs.get(key)
+    if hit is not None and all(map(operator.is_, hit[0], params)):
+        return key, hit[1]
+    return key, None
+
+
+def _keep_binary(key, params: tuple, run) -> None:
+    if run is not None and all(p is None or not np.asarray(p).flags.writeable for p in params):
+        if len(_binary_runs) >= _BINARY_RUNS:  # (sessions come and go)
+            _binary_runs.clear()
+        _binary_runs[key] = (params, run)
+
+
+def _native_binary_run(multiply, a, b, params, ka, kb):
+    """A kept (or new) native set-up's result for QLinearAdd / QLinearMul, or None."""
+    a_zero_point, b_zero_point, c_zero_point = params[1], params[3], params[5]
     zero_points = [np.asarray(0 if z is None else z) for z in (a_zero_point, b_zero_point)]
     zy = np.asarray(0 if c_zero_point is None else c_zero_point)
     if any(z.size != 1 for z in (*zero_points, zy)):
         return None
-    return native.qlinear_binary(a, b, zero_points[0].reshape(-1)[0], zero_points[1].reshape(-1)[0],
-                                 ka, kb, zy.reshape(-1)[0], multiply)  # fmt: skip
+    return native.qlinear_binary_setup(a, b, zero_points[0].reshape(-1)[0],
+                                       zero_points[1].reshape(-1)[0], ka, kb, zy.reshape(-1)[0],
+                                       multiply)  # fmt: skip
 
 
 @op("QLinearAdd", since=1, domain=MS, elementwise=True)
 def q_linear_add(a, a_scale, a_zero_point, b, b_scale, b_zero_point, c_scale, c_zero_point=None):
+    params = (a_scale, a_zero_point, b_scale, b_zero_point, c_scale, c_zero_point)
+    key, run = _kept_binary(False, a, b, params)
+    if run is not None and a.flags.c_contiguous and b.flags.c_contiguous:
+        return run(a, b)
     # onnxruntime folds each scale ratio into one float32 multiplier: A' * (sa / sc) + B' * (sb / sc)
     ka = np.float32(a_scale) / np.float32(c_scale)
     kb = np.float32(b_scale) / np.float32(c_scale)
-    y = _native_binary(a, b, a_zero_point, b_zero_point, ka, kb, c_zero_point, False)
-    if y is not None:
-        return y
+    run = _native_binary_run(False, a, b, params, ka, kb)
+    if run is not None:
+        _keep_binary(key, params, run)
+        return run(a, b)
     total = _combine(np.add, _centered(a, a_zero_point, ka), _centered(b, b_zero_point, kb))
     return _requantized(total, c_zero_point, a.dtype)
 
 
 @op("QLinearMul", since=1, domain=MS, elementwise=True)
 def q_linear_mul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, c_scale, c_zero_point=None):
+    params = (a_scale, a_zero_point, b_scale, b_zero_point, c_scale, c_zero_point)
+    key, run = _kept_binary(True, a, b, params)
+    if run is not None and a.flags.c_contiguous and b.flags.c_contiguous:
+        return run(a, b)
     # onnxruntime: A' * B' * (sa * sb / sc) in float32
     k = np.float32(a_scale) * np.float32(b_scale) / np.float32(c_scale)
-    y = _native_binary(a, b, a_zero_point, b_zero_point, k, k, c_zero_point, True)
-    if y is not None:
-        return y
+    run = _native_binary_run(True, a, b, params, k, k)
+    if run is not None:
+        _keep_binary(key, params, run)
+        return run(a, b)
     product = _combine(np.multiply, _centered(a, a_zero_point), _centered(b, b_zero_point))
     product *= k
     return _requantized(product, c_zero_point, a.dtype)

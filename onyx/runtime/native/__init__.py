@@ -63,6 +63,7 @@ from .elementwise import (
     hardswish_f32,
     lookup8,
     qlinear_binary,
+    qlinear_binary_setup,
     quantize_f32,
 )
 from .gemm_i8 import (
@@ -143,6 +144,7 @@ __all__ = [
     "pack_conv_f32",
     "pool2d_f32",
     "qlinear_binary",
+    "qlinear_binary_setup",
     "qmean_rows",
     "quantize_f32",
     "recurrence_ok",
