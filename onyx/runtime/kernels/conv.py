@@ -684,7 +684,7 @@ def _integer_conv_runner_of(x, w, x_zero_point, w_zero_point, bias, scale, y_zer
         return None  # an empty batch or image: the numpy path returns the empty output
     if Cg == 1 and group > 1:  # depthwise: a GEMV per channel, no GEMM to speak of
         return _native_integer_depthwise(x, w, x_zero_point, w_zero_point, bias, scale,
-                                         y_zero_point, geo)  # fmt: skip
+                                         y_zero_point, geo, table)  # fmt: skip
     if not native.int8_gemm_ok(K):
         return None
     zx = 0 if x_zero_point is None else int(x_zero_point.reshape(-1)[0])
@@ -716,7 +716,8 @@ def _grouped_int8_conv(x, w, wz, zx, bias, scale, y_zero_point, group, geo):
     return y.reshape((N, M, *out_shape))
 
 
-def _native_integer_depthwise(x, w, x_zero_point, w_zero_point, bias, scale, y_zero_point, geo):
+def _native_integer_depthwise(x, w, x_zero_point, w_zero_point, bias, scale, y_zero_point, geo,
+                              table=None):  # fmt: skip
     """x -> a 2-D depthwise integer conv on the native kernel (depthwise.c), set up for inputs
     of x's shape and type, or None: int32 sums of (x - x_zp) (w - w_zp), requantized with
     ``scale``. The centered weights (int16, (M, kh, kw)) are made once per session."""
@@ -737,8 +738,13 @@ def _native_integer_depthwise(x, w, x_zero_point, w_zero_point, bias, scale, y_z
     zx = 0 if x_zero_point is None else int(x_zero_point.reshape(-1)[0])
     geometry = (geo["out_shape"], geo["strides"], geo["dilations"], begin)
     conv = native.IntPlaneConv(x.shape, x.dtype, zx, wc, bias, *geometry, scale=scale,
-                               y_zero_point=y_zero_point)  # fmt: skip
-    return lambda x: conv(np.ascontiguousarray(x))
+                               y_zero_point=y_zero_point, table=table)  # fmt: skip
+
+    def run(x):
+        return conv(x if x.flags.c_contiguous else np.ascontiguousarray(x))
+
+    run.applies_table = scale is not None  # (the table maps the requantized bytes)
+    return run
 
 
 def _byte_columns(x, w, zx, group, geo):

@@ -99,7 +99,8 @@ ONYX_STRUCT(dw_geometry, ONYX_DW_GEOMETRY)
 #define ONYX_DW_OUTPUT(F, S)                                                                 \
     F(S, const int32_t *, bias, ) /* [M] or NULL */                                          \
     F(S, int32_t *, y32, ) F(S, uint8_t *, y8, ) F(S, const float *, scale, ) /* [M] */      \
-    F(S, int32_t, zero_point, ) F(S, int32_t, lo, ) F(S, int32_t, hi, )
+    F(S, int32_t, zero_point, ) F(S, int32_t, lo, ) F(S, int32_t, hi, )                     \
+    F(S, const uint8_t *, table, ) /* 256 bytes the 8-bit output is mapped through, or NULL */
 ONYX_STRUCT(dw_output, ONYX_DW_OUTPUT)
 
 typedef int (*float_conv_fn)(const float *, const float *, const float *, float *,
