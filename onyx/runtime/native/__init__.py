@@ -64,6 +64,7 @@ from .elementwise import (
     lookup8,
     qlinear_binary,
     qlinear_binary_setup,
+    per_tensor_setup,
     quantize_f32,
 )
 from .gemm_i8 import (
@@ -145,6 +146,7 @@ __all__ = [
     "pool2d_f32",
     "qlinear_binary",
     "qlinear_binary_setup",
+    "per_tensor_setup",
     "qmean_rows",
     "quantize_f32",
     "recurrence_ok",

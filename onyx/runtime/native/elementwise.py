@@ -5,6 +5,7 @@ kernel's bits."""
 from __future__ import annotations
 
 import ctypes
+import math
 import functools
 
 import numpy as np
@@ -222,6 +223,30 @@ def quantize_f32(x: np.ndarray, scale, zero_point: int, dtype) -> np.ndarray | N
         return None
     y = np.empty(x.shape, dtype)
     return _per_tensor_pass(core.lib.quantize_range, x, y, scale, zero_point, dtype)
+
+
+def per_tensor_setup(quantize: bool, shape: tuple, scale, zero_point: int, byte_type):
+    """QuantizeLinear (float32 -> byte_type) or DequantizeLinear (byte_type -> float32) per
+    tensor of contiguous tensors of ``shape``, set up once: ``run(x) -> y`` to the bits of
+    :func:`quantize_f32` / :func:`dequantize_8`; None without the library."""
+    if core.lib is None or np.dtype(byte_type) not in BYTES:
+        return None
+    n = math.prod(shape)
+    ways = _ways(n, 64, _PARALLEL_BYTES)
+    cuts = _element_cuts(n, 64, ways)
+    part = core.lib.quantize_range if quantize else core.lib.dequantize_range
+    template = _QuantizeTask(None, float(scale), int(zero_point), int(np.dtype(byte_type) == np.int8),
+                             None)  # fmt: skip
+    y_dtype = np.dtype(byte_type) if quantize else np.dtype(np.float32)
+
+    def run(x):
+        y = np.empty(shape, y_dtype)
+        task = _QuantizeTask.from_buffer_copy(template)
+        task.x, task.y = _addr(x), _addr(y)
+        _run(part, task, cuts, ways)
+        return y
+
+    return run
 
 
 def _per_tensor_pass(part, x, y, scale, zero_point: int, byte_type) -> np.ndarray:
