@@ -196,9 +196,43 @@ def _softmax_last_of_bytes(x, x_scale, x_zero_point) -> np.ndarray | None:
     return e
 
 
+#: QLinearConcat's per-input requantization tables, by the parameters' ids (see _binary_runs).
+_concat_tables: dict = {}
+
+
+def _requantization_tables(y_scale, y_zero_point, inputs) -> list | None:
+    """Per 8-bit input, None where its scale and zero point are Y's, else the table of its
+    requantization to Y (its 256 values by bit pattern, through the very _deq and _q the
+    tensor would go through: elementwise, so table[x] gives their bits); kept per node's
+    constant parameters. None when an input is not 8-bit."""
+    if any(x.dtype not in native.BYTES for x in inputs[0::3]):
+        return None
+    params = (y_scale, y_zero_point, *inputs[1::3], *inputs[2::3])
+    key = (len(inputs), *(x.dtype.char for x in inputs[0::3]), *map(id, params))
+    hit = _concat_tables.get(key)
+    if hit is not None and all(map(operator.is_, hit[0], params)):
+        return hit[1]
+    tables = []
+    for x, scale, zero_point in zip(inputs[0::3], inputs[1::3], inputs[2::3]):
+        if np.array_equal(scale, y_scale) and np.array_equal(zero_point, y_zero_point):
+            tables.append(None)
+            continue
+        values = np.arange(256, dtype=np.uint8).view(x.dtype)
+        tables.append(_q(_deq(values, scale, zero_point), y_scale, y_zero_point, x.dtype))
+    if all(p is None or (isinstance(p, np.ndarray) and not p.flags.writeable) for p in params):
+        if len(_concat_tables) >= _BINARY_RUNS:  # (sessions come and go)
+            _concat_tables.clear()
+        _concat_tables[key] = (params, tables)
+    return tables
+
+
 @op("QLinearConcat", since=1, domain=MS)
 def q_linear_concat(y_scale, y_zero_point, *inputs, axis):
     """inputs are (tensor, scale, zero_point) triples, each requantized to Y's scale."""
+    tables = _requantization_tables(y_scale, y_zero_point, inputs)
+    if tables is not None:
+        parts = [x if t is None else table_lookup(x, t) for x, t in zip(inputs[0::3], tables)]
+        return np.concatenate(parts, axis=axis).astype(y_zero_point.dtype, copy=False)
     parts = []
     for x, scale, zero_point in zip(inputs[0::3], inputs[1::3], inputs[2::3]):
         same = np.array_equal(scale, y_scale) and np.array_equal(zero_point, y_zero_point)
