@@ -358,7 +358,32 @@ def _flat_indices(out_coords, kernel_idx, pool: _Pool, x_shape, storage_order: i
     return nc * math.prod(spatial) + flat
 
 
+def _tiled_max(X, kernel_shape, auto_pad, pads, strides, dilations) -> np.ndarray | None:
+    """A 2-D MaxPool of 8-bit X (a quantized model's) whose windows tile the image exactly
+    (kernel = strides, no pads or dilations, sizes divisible) as one reduction over a
+    reshaped view, or None: _Pool's general set-up cost more than such a small pool."""
+    if X.ndim != 4 or X.dtype.itemsize != 1 or auto_pad not in ("NOTSET", "VALID"):
+        return None
+    kh, kw = kernel_shape if len(kernel_shape) == 2 else (0, 0)
+    N, C, H, W = X.shape
+    if (
+        not kh
+        or not kw
+        or list(strides or (1, 1)) != [kh, kw]
+        or any(pads or ())
+        or any(d != 1 for d in dilations or ())
+        or H % kh
+        or W % kw
+    ):
+        return None
+    return X.reshape(N, C, H // kh, kh, W // kw, kw).max(axis=(3, 5))
+
+
 def _max_pool(ctx, X, kernel_shape, auto_pad, pads, strides, dilations, ceil_mode, storage_order):
+    if not (ctx.n_outputs > 1 and ctx.outputs_wanted[1]) and X.dtype.kind in "iu":
+        y = _tiled_max(X, kernel_shape, auto_pad, pads, strides, dilations)
+        if y is not None:
+            return y
     pool = _Pool(X, kernel_shape, auto_pad, pads, strides, dilations, ceil_mode, "MaxPool")
     want_indices = ctx.n_outputs > 1 and ctx.outputs_wanted[1]
     if not want_indices:
