@@ -600,5 +600,7 @@ def _ensure_conv_lookup_function(ctx: PassContext) -> None:
     body = ir.Graph(params, [gather.outputs[0]], [conv, cast, gather], name="QLinearConvLookup")
     f = ir.Function(ONYX_DOMAIN, "QLinearConvLookup", body, _CONV_ATTRIBUTES,
                     opset_imports={"": ctx.opset("") or 13})  # fmt: skip
-    f.doc_string = "y = table[QLinearConv(...)] (the table by bit pattern: int8 -1 reads table[255])"
+    f.doc_string = (
+        "y = table[QLinearConv(...)] (the table by bit pattern: int8 -1 reads table[255])"
+    )
     m.functions[f.key] = f

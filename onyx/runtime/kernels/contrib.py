@@ -341,10 +341,8 @@ def _native_dynamic_matmul(a, b, b_scale, b_zero_point, bias) -> np.ndarray | No
         return None
     params = (b_scale, b_zero_point, bias)
     kept = derived(b, ("dynamic matmul",), list)  # (b read-only, else a fresh list)
-    for held, dm in kept:
-        if all(p is q for p, q in zip(held, params)):
-            break
-    else:
+    dm = next((dm for held, dm in kept if all(map(operator.is_, held, params))), None)
+    if dm is None:
         if b.flags.writeable or not _dynamic_matmul_ok(b, *params):
             return None
         dm = native.DynamicMatMul(b, b_scale, b_zero_point, bias)
@@ -365,8 +363,14 @@ def _dynamic_matmul_ok(b, b_scale, b_zero_point, bias) -> bool:
         and b_scale.dtype == np.float32
         and b_scale.ndim <= 1
         and b_scale.size in (1, n)
-        and (b_zero_point is None or (b_zero_point.dtype == b.dtype and b_zero_point.ndim <= 1
-                                      and b_zero_point.size in (1, n)))  # fmt: skip
+        and (
+            b_zero_point is None
+            or (
+                b_zero_point.dtype == b.dtype
+                and b_zero_point.ndim <= 1
+                and b_zero_point.size in (1, n)
+            )
+        )  # fmt: skip
         and (bias is None or (bias.dtype == np.float32 and bias.shape == (n,)))
     )
 
@@ -403,9 +407,9 @@ def _native_q_gemm(a, a_scale, a_zero_point, b, b_scale, b_zero_point, c, y_scal
     params = (a_scale, a_zero_point, b_scale, b_zero_point, c, y_scale, y_zero_point, alpha,
               trans_a, trans_b)  # fmt: skip
     kept = derived(b, ("qgemm",), list)  # (b read-only, else a fresh list)
-    for held, run in kept:
-        if all(map(operator.is_, held, params)):
-            return run(a)
+    run = next((run for held, run in kept if all(map(operator.is_, held, params))), None)
+    if run is not None:
+        return run(a)
     run = _q_gemm_runner(a, *params[:7], b, trans_a, trans_b, alpha)
     if run is None:
         return None
@@ -418,7 +422,11 @@ def _q_gemm_runner(a, a_scale, a_zero_point, b_scale, b_zero_point, c, y_scale, 
                    trans_a, trans_b, alpha):  # fmt: skip
     """a -> QGemm(a) on the native GEMM (see _native_q_gemm), or None."""
     K, N = (b.shape[1], b.shape[0]) if trans_b else b.shape
-    if b.flags.writeable or not native.int8_gemm_ok(K) or (a.shape[0] if trans_a else a.shape[1]) != K:
+    if (
+        b.flags.writeable
+        or not native.int8_gemm_ok(K)
+        or (a.shape[0] if trans_a else a.shape[1]) != K
+    ):
         return None
     if np.size(a_zero_point) > 1 or np.size(b_zero_point) not in (1, N):
         return None

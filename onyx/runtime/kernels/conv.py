@@ -690,7 +690,9 @@ def _integer_conv_runner_of(x, w, x_zero_point, w_zero_point, bias, scale, y_zer
     zx = 0 if x_zero_point is None else int(x_zero_point.reshape(-1)[0])
     wz = 0 if w_zero_point is None else w_zero_point.reshape(-1)
     if len(geo["out_shape"]) == 2 and group == 1 and w.dtype == np.int8 and not np.any(wz):
-        return _implicit_gemm_conv(x, w, zx, bias, scale, y_zero_point, geo, table)  # (else: row sums)
+        return _implicit_gemm_conv(
+            x, w, zx, bias, scale, y_zero_point, geo, table
+        )  # (else: row sums)
     return lambda x: _grouped_int8_conv(x, w, wz, zx, bias, scale, y_zero_point, group, geo)
 
 

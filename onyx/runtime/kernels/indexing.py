@@ -349,8 +349,10 @@ def _pad(data: np.ndarray, pads, mode: str, value, axes=None) -> np.ndarray:
         return out
     if mode not in _NUMPY_PAD_MODES:
         raise ValueError(f"Pad: unknown mode {mode!r}")
-    if mode in ("reflect", "edge") and data.size and all(
-        b < n and e < n for n, (b, e) in zip(data.shape, widths)
+    if (
+        mode in ("reflect", "edge")
+        and data.size
+        and all(b < n and e < n for n, (b, e) in zip(data.shape, widths))
     ):
         return _pad_by_slices(data, widths, mode == "reflect")
     return np.pad(data, widths, mode=_NUMPY_PAD_MODES[mode])
@@ -375,7 +377,11 @@ def _pad_by_slices(data: np.ndarray, widths: list, reflect: bool) -> np.ndarray:
             last = b + n - 1  # (the data's last index here)
             at[axis] = slice(last + 1, last + 1 + e)
             stop = last - 1 - e
-            src = slice(last - 1, None if stop < 0 else stop, -1) if reflect else slice(last, last + 1)
+            src = (
+                slice(last - 1, None if stop < 0 else stop, -1)
+                if reflect
+                else slice(last, last + 1)
+            )
             out[tuple(at)] = out[tuple(whole[:axis] + [src])]
     return out
 

@@ -9,6 +9,7 @@ from a mask of the cells that count.
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -376,7 +377,12 @@ def _tiled_max(X, kernel_shape, auto_pad, pads, strides, dilations) -> np.ndarra
         or W % kw
     ):
         return None
-    return X.reshape(N, C, H // kh, kh, W // kw, kw).max(axis=(3, 5))
+    v = X.reshape(N, C, H // kh, kh, W // kw, kw)
+    y = v[:, :, :, 0, :, 0].copy()
+    for i, j in itertools.product(range(kh), range(kw)):  # (ndarray.max over the two window
+        if i or j:  # axes of this view took 10x longer than the kh * kw - 1 maxima)
+            np.maximum(y, v[:, :, :, i, :, j], out=y)
+    return y
 
 
 def _max_pool(ctx, X, kernel_shape, auto_pad, pads, strides, dilations, ceil_mode, storage_order):

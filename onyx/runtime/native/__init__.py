@@ -62,15 +62,15 @@ from .elementwise import (
     hard_sigmoid_f32,
     hardswish_f32,
     lookup8,
+    per_tensor_setup,
     qlinear_binary,
     qlinear_binary_setup,
-    per_tensor_setup,
     quantize_f32,
 )
 from .gemm_i8 import (
     MAX_K,
-    DynamicMatMul,
     PANEL,
+    DynamicMatMul,
     Packed,
     batched_int8_gemm,
     gathered_int8_gemm,

@@ -5,8 +5,8 @@ kernel's bits."""
 from __future__ import annotations
 
 import ctypes
-import math
 import functools
+import math
 
 import numpy as np
 
