@@ -200,3 +200,24 @@ def test_pad_by_slices_is_np_pad(mode):
         except ValueError:  # (reflecting a one-element axis)
             continue
         np.testing.assert_array_equal(kernel(x, pads.astype(np.int64), mode=mode), want)
+
+
+@pytest.mark.parametrize("direction", ["forward", "bidirectional"])
+@pytest.mark.parametrize("weights", [np.int8, np.uint8])
+def test_dynamic_quantize_lstm_native_products(direction, weights):
+    """The recurrence's products on native.DynamicMatMul: the numpy kernel's bits."""
+    kernel = lookup("DynamicQuantizeLSTM", "com.microsoft", 1).fn
+    dirs, hidden, steps, batch, size = 1 + (direction == "bidirectional"), 6, 5, 3, 7
+    info = np.iinfo(weights)
+    w = _constant(RNG.integers(info.min, info.max + 1, (dirs, size, 4 * hidden)).astype(weights))
+    r = _constant(RNG.integers(info.min, info.max + 1, (dirs, hidden, 4 * hidden)).astype(weights))
+    x = RNG.standard_normal((steps, batch, size)).astype(np.float32)
+    scales = [_constant(RNG.uniform(0.001, 0.01, (dirs, 4 * hidden)).astype(np.float32))
+              for _ in range(2)]  # fmt: skip
+    zero_points = [_constant(RNG.integers(0, 3, (dirs, 4 * hidden)).astype(weights))
+                   for _ in range(2)]  # fmt: skip
+    args = (x, w, r, None, None, None, None, None, scales[0], zero_points[0], scales[1],
+            zero_points[1])  # fmt: skip
+    results = _both(kernel, *args, direction=direction, hidden_size=hidden)
+    for got, again, want in zip(*results):
+        _same((got, again, want))
