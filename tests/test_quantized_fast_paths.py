@@ -221,3 +221,12 @@ def test_dynamic_quantize_lstm_native_products(direction, weights):
     results = _both(kernel, *args, direction=direction, hidden_size=hidden)
     for got, again, want in zip(*results):
         _same((got, again, want))
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_global_average_pool_kept_per_constants(dtype):
+    kernel = lookup("QLinearGlobalAveragePool", "com.microsoft", 1).fn
+    info = np.iinfo(dtype)
+    x = RNG.integers(info.min, info.max + 1, (2, 5, 4, 3)).astype(dtype)
+    for _ in range(2):
+        _same(_both(kernel, x, *_q(dtype), *_q(dtype)))
