@@ -244,6 +244,42 @@ INLINE VNNI void finish(const epilogue *e, __m512i acc, int64_t r, int64_t j, __
     _mm_mask_storeu_epi8(e->out8 + r * e->ldo + j, m, _mm512_cvtepi32_epi8(q));
 }
 
+/* finish's requantization for a whole tile without a rank-1 term or per-row scales (convs,
+   QLinearMatMul, QGemm): the epilogue's fields read once and the columns' offsets and scales
+   loaded once for all rows (finish reloads them after every byte store, which may alias
+   them). The same operations in the same order: integer sums (wrapping, in any order), the
+   product, the clamp, the rounding, the zero point. */
+INLINE VNNI void requantize_tile(const epilogue *e, __m512i acc[][2], int mr, int64_t r0,
+                                 int64_t j0, __mmask16 m0, __mmask16 m1) {
+    const __mmask16 m[2] = {m0, m1};
+    __m512i off[2];
+    __m512 scale[2];
+    for (int h = 0; h < 2; h++) {
+        off[h] = e->col_off ? _mm512_maskz_loadu_epi32(m[h], e->col_off + j0 + 16 * h)
+                            : _mm512_setzero_si512();
+        scale[h] = e->scale_cs ? _mm512_maskz_loadu_ps(m[h], e->scale + j0 + 16 * h)
+                               : _mm512_set1_ps(e->scale[0]);
+    }
+    const int32_t *row_off = e->row_off;
+    uint8_t *out = e->out8 + r0 * e->ldo + j0;
+    const int64_t ldo = e->ldo;
+    const __m512 lo = _mm512_set1_ps((float)(e->lo - e->zero_point));
+    const __m512 hi = _mm512_set1_ps((float)(e->hi - e->zero_point));
+    const __m512i zp = _mm512_set1_epi32(e->zero_point);
+    for (int r = 0; r < mr; r++) {
+        __m512i ro = row_off ? _mm512_set1_epi32(row_off[r0 + r]) : _mm512_setzero_si512();
+        for (int h = 0; h < 2; h++) {
+            if (!m[h]) continue;
+            __m512i a = _mm512_add_epi32(_mm512_add_epi32(acc[r][h], ro), off[h]);
+            __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(a), scale[h]);
+            v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
+            __m512i q = _mm512_add_epi32(
+                _mm512_cvt_roundps_epi32(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), zp);
+            _mm_mask_storeu_epi8(out + r * ldo + 16 * h, m[h], _mm512_cvtepi32_epi8(q));
+        }
+    }
+}
+
 /* acc[r] += row r's 4 bytes w (broadcast) times the two panel vectors b0, b1 */
 #define STEP(r, w)                                                                \
     do {                                                                          \
@@ -293,6 +329,10 @@ INLINE VNNI void tile(const uint8_t *const *row, const int64_t *quads, const int
     }
     __mmask16 m0 = ncols >= 16 ? 0xFFFF : (__mmask16)((1u << ncols) - 1);
     __mmask16 m1 = ncols >= 32 ? 0xFFFF : ncols <= 16 ? 0 : (__mmask16)((1u << (ncols - 16)) - 1);
+    if (e->out8 && !e->row_f && !e->scale_rs) {
+        requantize_tile(e, acc, mr, r0, j0, m0, m1);
+        return;
+    }
     for (int r = 0; r < mr; r++) {
         finish(e, acc[r][0], r0 + r, j0, m0);
         if (m1) finish(e, acc[r][1], r0 + r, j0 + 16, m1);
