@@ -244,8 +244,8 @@ INLINE VNNI void finish(const epilogue *e, __m512i acc, int64_t r, int64_t j, __
     _mm_mask_storeu_epi8(e->out8 + r * e->ldo + j, m, _mm512_cvtepi32_epi8(q));
 }
 
-/* finish's requantization for a whole tile without a rank-1 term or per-row scales (convs,
-   QLinearMatMul, QGemm): the epilogue's fields read once and the columns' offsets and scales
+/* finish's requantization (or float result) for a whole tile without a rank-1 term or
+   per-row scales (convs, QLinearMatMul, QGemm, DynamicQuantizeMatMul): the epilogue's fields read once and the columns' offsets and scales
    loaded once for all rows (finish reloads them after every byte store, which may alias
    them). The same operations in the same order: integer sums (wrapping, in any order), the
    product, the clamp, the rounding, the zero point. */
@@ -261,6 +261,24 @@ INLINE VNNI void requantize_tile(const epilogue *e, __m512i acc[][2], int mr, in
                                : _mm512_set1_ps(e->scale[0]);
     }
     const int32_t *row_off = e->row_off;
+    if (e->outf) { /* float results: acc * scale [+ bias], a product then a sum */
+        __m512 bias[2];
+        for (int h = 0; h < 2; h++)
+            bias[h] = e->bias ? _mm512_maskz_loadu_ps(m[h], e->bias + j0 + 16 * h) : _mm512_setzero_ps();
+        float *outf = e->outf + r0 * e->ldf + j0;
+        const int64_t ldf = e->ldf;
+        for (int r = 0; r < mr; r++) {
+            __m512i ro = row_off ? _mm512_set1_epi32(row_off[r0 + r]) : _mm512_setzero_si512();
+            for (int h = 0; h < 2; h++) {
+                if (!m[h]) continue;
+                __m512i a = _mm512_add_epi32(_mm512_add_epi32(acc[r][h], ro), off[h]);
+                __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(a), scale[h]);
+                if (e->bias) v = _mm512_add_ps(v, bias[h]);
+                _mm512_mask_storeu_ps(outf + r * ldf + 16 * h, m[h], v);
+            }
+        }
+        return;
+    }
     uint8_t *out = e->out8 + r0 * e->ldo + j0;
     const int64_t ldo = e->ldo;
     const __m512 lo = _mm512_set1_ps((float)(e->lo - e->zero_point));
@@ -329,7 +347,7 @@ INLINE VNNI void tile(const uint8_t *const *row, const int64_t *quads, const int
     }
     __mmask16 m0 = ncols >= 16 ? 0xFFFF : (__mmask16)((1u << ncols) - 1);
     __mmask16 m1 = ncols >= 32 ? 0xFFFF : ncols <= 16 ? 0 : (__mmask16)((1u << (ncols - 16)) - 1);
-    if (e->out8 && !e->row_f && !e->scale_rs) {
+    if ((e->out8 || e->outf) && !e->row_f && !e->scale_rs) {
         requantize_tile(e, acc, mr, r0, j0, m0, m1);
         return;
     }
