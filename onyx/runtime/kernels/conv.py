@@ -841,14 +841,12 @@ class _ImplicitConv:
                                                self.at, zx, self.bare, table)  # fmt: skip
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
-        # padding reads as the zero point: adds nothing (a per-thread buffer: no page faults)
-        xp = scratch(self.padded, x.dtype)
         if self.native is not None and x.flags.c_contiguous:
-            y = np.empty(self.shapes[0], self.out_dtype)
             out = np.empty(self.shapes[1], self.out_dtype)
-            self.native(x, xp, y, out)
+            self.native(x, out)  # (its padded input and GEMM result in the C library's buffers)
             return out
-        out = self._unfused(x, xp).reshape(self.shapes[1])
+        # padding reads as the zero point: adds nothing (a per-thread buffer: no page faults)
+        out = self._unfused(x, scratch(self.padded, x.dtype)).reshape(self.shapes[1])
         return out if self.table is None else _lookup(out, self.table)
 
     def _unfused(self, x: np.ndarray, xp: np.ndarray) -> np.ndarray:

@@ -498,6 +498,14 @@ EXPORT int onyx_implicit_conv(const implicit_conv *c, const uint8_t *x, uint8_t 
                               uint8_t *out) {
     if (!implicit_conv_ok(c)) return ONYX_INVALID;
     int64_t image = c->Hp * c->Wp * c->Cp;
+    uint8_t *own = NULL; /* xp and y NULL: buffers of its own (Python's cost more) */
+    if (!xp || !y) {
+        int64_t results;
+        if (!onyx_mul(c->N * c->pixels, c->M, &results)) return ONYX_INVALID;
+        own = malloc((size_t)(c->N * image + results));
+        if (!own) return ONYX_NOMEM;
+        xp = own, y = own + c->N * image;
+    }
     if (!c->bare) memset(xp, c->zx, (size_t)(c->N * image));
     for (int64_t i = 0; i < c->N; i++)
         onyx_to_nhwc(x + i * c->C * c->H * c->W, c->C, c->H, c->W,
@@ -509,13 +517,15 @@ EXPORT int onyx_implicit_conv(const implicit_conv *c, const uint8_t *x, uint8_t 
     e.out8 = y, e.ldo = c->M;
     t.A = &A, t.e = &e;
     int status = onyx_parallel(onyx_gemm_range, &t, c->cuts, c->parts, c->threads);
-    if (status) return status;
-    if (c->table) /* an activation's table (QLinearConvLookup), in place */
-        ((lookup_fn)c->lookup)(y, c->table, 1, y, c->N * c->pixels * c->M);
-    for (int64_t i = 0; i < c->N; i++)
-        onyx_transpose_u8(y + i * c->pixels * c->M, c->pixels, c->M, c->M,
-                          out + i * c->M * c->pixels, c->pixels);
-    return 0;
+    if (!status) {
+        if (c->table) /* an activation's table (QLinearConvLookup), in place */
+            ((lookup_fn)c->lookup)(y, c->table, 1, y, c->N * c->pixels * c->M);
+        for (int64_t i = 0; i < c->N; i++)
+            onyx_transpose_u8(y + i * c->pixels * c->M, c->pixels, c->M, c->M,
+                              out + i * c->M * c->pixels, c->pixels);
+    }
+    free(own);
+    return status;
 }
 
 /* DynamicQuantizeMatMul in one call (Python's per-call work and numpy's passes were most of

@@ -317,10 +317,11 @@ def gathered_int8_gemm(a_dtype, b: Packed, M: int, K: int, a_zero_point: int = 0
 def implicit_conv(gemm: _GemmCall, gather, x_shape, padded, corner, zero_point: int, bare: bool,
                   table: np.ndarray | None = None):  # fmt: skip
     """A requantizing implicit-GEMM conv (kernels/conv.py's _ImplicitConv) in one native call:
-    ``run(x, xp, y, out)`` packs the contiguous image(s) x into the padded NHWC buffer xp
-    (``padded`` (N, Hp, Wp, Cp), x's corner at ``corner``; zero-point filled unless ``bare``),
-    runs the gathered GEMM into y (pixels x M), maps its bytes through ``table`` (256 bytes,
-    by bit pattern: an activation's) and transposes it to out (N, M, pixels)."""
+    ``run(x, out)`` packs the contiguous image(s) x into a padded NHWC buffer (``padded`` (N,
+    Hp, Wp, Cp), x's corner at ``corner``; zero-point filled unless ``bare``), runs the
+    gathered GEMM into a (pixels x M) buffer (both the library's own), maps its bytes through
+    ``table`` (256 bytes, by bit pattern: an activation's) and transposes it to out (N, M,
+    pixels)."""
     rows, quads, _ = gather
     N, C, H, W = x_shape
     c = _ImplicitConvTask()
@@ -337,10 +338,12 @@ def implicit_conv(gemm: _GemmCall, gather, x_shape, padded, corner, zero_point: 
         c.lookup, c.table = core.lib.lookup, _addr(table)
     keep = (gemm, rows, quads, table)  # what c points at
 
-    def run(x, xp, y, out, _keep=keep):
-        status = core.lib.onyx_implicit_conv(ctypes.byref(c), _addr(x), _addr(xp), _addr(y),
-                                             _addr(out))  # fmt: skip
-        core.check(status, "integer conv")
+    task, call, check = ctypes.byref(c), core.lib.onyx_implicit_conv, core.check
+
+    def run(x, out, _keep=keep):
+        status = call(task, _addr(x), None, None, _addr(out))
+        if status:
+            check(status, "integer conv")
 
     return run
 
