@@ -807,6 +807,12 @@ class _ImplicitConv:
                                                                "dilations", "pads"))  # fmt: skip
         Cp = -(-C // 4) * 4
         Hp, Wp = (oh - 1) * sh + (kh - 1) * dh + 1, (ow - 1) * sw + (kw - 1) * dw + 1
+        # room for the whole image where its last rows or columns go unread (a strided 1x1
+        # conv): then it is copied whole, in the one native call
+        if pads[0] >= 0:
+            Hp = max(Hp, pads[0] + H)
+        if pads[1] >= 0:
+            Wp = max(Wp, pads[1] + W)
         self.zx, self.M = zx, M
         self.out_dtype = np.dtype(np.int32 if scale is None else y_zero_point.dtype)
         self.padded = (N, Hp, Wp, Cp)
