@@ -69,12 +69,13 @@ ONYX_STRUCT(batched_gemm, ONYX_BATCHED_GEMM)
     F(S, const uint8_t *, table, )
 ONYX_STRUCT(implicit_conv, ONYX_IMPLICIT_CONV)
 
-/* DynamicQuantizeMatMul in one call: x (M x K float32, contiguous) quantized to uint8 as
+/* DynamicQuantizeMatMul in one call (x and y are the call's arguments: the task is only
+   read, so threads share it): x (M x K float32, contiguous) quantized to uint8 as
    DynamicQuantizeLinear does, times the packed B, to float y (M x N). gemm holds B, its split
    and the epilogue's constant part; zb_neg: -ZB_j (the packed B's zero points), with_rows:
    whether any is non-zero (then A's row sums are needed). */
 #define ONYX_DYNAMIC_MATMUL(F, S)                                                            \
-    F(S, const float *, x, ) F(S, float *, y, ) F(S, const int32_t *, colsum, )              \
+    F(S, const int32_t *, colsum, )                                                          \
     F(S, const int32_t *, zb_neg, ) F(S, const float *, b_scale, ) F(S, int64_t, b_scales, ) \
     F(S, gemm_task, gemm, ) F(S, epilogue, e, ) F(S, const int64_t *, cuts, )                \
     F(S, int64_t, parts, ) F(S, int64_t, threads, ) F(S, int32_t, with_rows, )

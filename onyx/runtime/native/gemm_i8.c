@@ -574,25 +574,25 @@ static VNNI void quantize_u8(const float *x, int64_t n, float s, int32_t zero_po
     }
 }
 
-EXPORT VNNI int onyx_dynamic_matmul(const dynamic_matmul *t) {
+EXPORT VNNI int onyx_dynamic_matmul(const dynamic_matmul *t, const float *x, float *y) {
     const gemm_task *g = &t->gemm;
     int64_t M = g->M, K = g->K, N = g->N, sizes[3] = {M, K, N}, n;
     if (!onyx_in(sizes, 3, 0, ONYX_MAX_EXTENT) || !onyx_mul(M, K, &n)) return ONYX_INVALID;
     float a_scale;
     int32_t za;
-    if (dynamic_params(t->x, n, &a_scale, &za)) return ONYX_DYNAMIC_FALLBACK;
+    if (dynamic_params(x, n, &a_scale, &za)) return ONYX_DYNAMIC_FALLBACK;
     uint8_t *q = malloc((size_t)(n + 1) + (size_t)(2 * N + M) * 4);
     if (!q) return ONYX_NOMEM;
     int32_t *col_off = (int32_t *)(q + ((n + 4) & ~(int64_t)3)), *row_sums = col_off + N;
     float *scale = (float *)(row_sums + M);
-    quantize_u8(t->x, n, a_scale, za, q);
+    quantize_u8(x, n, a_scale, za, q);
     /* (A - za)(B - zb_j) = S - ZB_j rowsum(A) - za colsum_j + K za ZB_j, wrapping int32 */
     for (int64_t j = 0; j < N; j++)
         col_off[j] = (int32_t)(uint32_t)(-(int64_t)K * za * t->zb_neg[j] -
                                          (int64_t)za * t->colsum[j]);
     for (int64_t j = 0; j < t->b_scales; j++) scale[j] = a_scale * t->b_scale[j];
     epilogue e = t->e;
-    e.col_off = col_off, e.scale = scale, e.outf = t->y;
+    e.col_off = col_off, e.scale = scale, e.outf = y;
     if (t->with_rows) {
         onyx_row_sums(q, K, M, K, 0, 0, row_sums);
         e.row_f = row_sums, e.col_f = t->zb_neg;

@@ -457,7 +457,7 @@ class _GemmCall:
 
 @abi("dynamic_matmul")
 class _DynamicMatMulTask(ctypes.Structure):
-    _fields_ = [("x", _P), ("y", _P), ("colsum", _P), ("zb_neg", _P), ("b_scale", _P),
+    _fields_ = [("colsum", _P), ("zb_neg", _P), ("b_scale", _P),
                 ("b_scales", _I64), ("gemm", _GemmTask), ("e", _Epilogue), ("cuts", _P),
                 ("parts", _I64), ("threads", _I64), ("with_rows", ctypes.c_int32)]  # fmt: skip
 
@@ -490,10 +490,10 @@ class DynamicMatMul:
         e = _Epilogue()
         e.ldf, e.bias = self.N, _addr(self.bias)
         e.scale_cs = int(self.b_scale.size > 1)
-        t = _DynamicMatMulTask(None, None, _addr(self.packed.colsum), _addr(self.zb_neg),
+        t = _DynamicMatMulTask(_addr(self.packed.colsum), _addr(self.zb_neg),
                                _addr(self.b_scale), self.b_scale.size, gemm, e, _addr(cuts),
                                len(cuts) - 1, ways, int(bool(self.zb_neg.any())))  # fmt: skip
-        return t, cuts
+        return ctypes.byref(t), (t, cuts)  # (the task, read only: threads share it)
 
     def __call__(self, x: np.ndarray) -> np.ndarray | None:
         """x: (M, K) contiguous float32 -> (M, N) float32, or None (a NaN or an infinity in x:
@@ -505,12 +505,11 @@ class DynamicMatMul:
                 self.tasks.clear()
             hit = self.tasks[key] = self._task(x.shape[0])
         y = np.empty((x.shape[0], self.N), np.float32)
-        t = _DynamicMatMulTask.from_buffer_copy(hit[0])  # (calls may come from several threads)
-        t.x, t.y = _addr(x), _addr(y)
-        status = core.lib.onyx_dynamic_matmul(ctypes.byref(t))
-        if status == _DYNAMIC_FALLBACK:
-            return None
-        core.check(status, "dynamic quantized matmul")
+        status = core.lib.onyx_dynamic_matmul(hit[0], _addr(x), _addr(y))
+        if status:
+            if status == _DYNAMIC_FALLBACK:
+                return None
+            core.check(status, "dynamic quantized matmul")
         return y
 
 
@@ -528,6 +527,6 @@ def bind(lib, isa: int) -> None:
     lib.batched_gemm_range = range_of(lib, "batched_gemm") if vnni else None
     if vnni:
         lib.onyx_dynamic_matmul.restype = _INT
-        lib.onyx_dynamic_matmul.argtypes = [_P]
+        lib.onyx_dynamic_matmul.argtypes = [_P, _P, _P]
         lib.onyx_implicit_conv.restype = _INT
         lib.onyx_implicit_conv.argtypes = [_P, _P, _P, _P, _P]
