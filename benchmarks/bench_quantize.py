@@ -2,6 +2,7 @@
 
     python benchmarks/bench_quantize.py                 # every model and mode
     python benchmarks/bench_quantize.py --only "resnet|bert" --samples 16
+    python benchmarks/bench_quantize.py --skip-accuracy --batch 8 --rounds 100
 
 Accuracy: each float model of tests/models is quantized by both tools with the same settings
 (per-channel int8 weights, uint8 activations, min/max calibration on the same seeded inputs)
@@ -117,9 +118,11 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=30)
     p.add_argument("--batch", type=int, default=1, help="batch size of the speed runs")
     p.add_argument("--skip-speed", action="store_true")
+    p.add_argument("--skip-accuracy", action="store_true", help="speed only (no onnxruntime)")
     args = p.parse_args()
     os.environ.setdefault("ORT_LOGGING_LEVEL", "3")
-    accuracy(args)
+    if not args.skip_accuracy:
+        accuracy(args)
     if not args.skip_speed:
         speed(args)
 

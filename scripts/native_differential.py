@@ -208,8 +208,12 @@ def gen_qlinear_conv(rng) -> Case:
         _bytes(rng, y_type, ()),
         rng.integers(-5000, 5000, M).astype(np.int32) if rng.integers(2) else None,
     ]  # fmt: skip
-    return Case("qlinear_conv", "QLinearConv", [np.asarray(v) if v is not None else None
-                                                for v in inputs], attrs)  # fmt: skip
+    inputs = [np.asarray(v) if v is not None else None for v in inputs]
+    if rng.integers(3) == 0:  # with an activation's table (the optimizer's fusion)
+        table = _constant(_bytes(rng, y_type, (256,)))
+        inputs = inputs + [None] * (9 - len(inputs)) + [table]
+        return Case("qlinear_conv", "QLinearConvLookup", inputs, attrs, domain=ONYX, version=1)
+    return Case("qlinear_conv", "QLinearConv", inputs, attrs)
 
 
 def gen_conv_integer(rng) -> Case:
@@ -240,6 +244,57 @@ def gen_qlinear_matmul(rng) -> Case:
               np.asarray(_bytes(rng, b.dtype, ())), np.float32(rng.uniform(0.5, 4.0)),
               np.asarray(_bytes(rng, y_type, ()))]  # fmt: skip
     return Case("qlinear_matmul", "QLinearMatMul", [np.asarray(v) for v in inputs])
+
+
+def _constant(a):
+    a = np.array(a)
+    a.flags.writeable = False  # (as a session's initializers: the native paths want constants)
+    return a
+
+
+def gen_dynamic_matmul(rng) -> Case:
+    M, K, N = (int(_pick(rng, [1, 5, 6, 16, 64])), int(_pick(rng, [1, 3, 4, 64, 300])),
+               int(_pick(rng, [1, 2, 17, 32, 70, 192])))  # fmt: skip
+    batch = _pick(rng, [(), (), (2,), (3, 1)])
+    a = _normal(rng, (*batch, M, K), float(_pick(rng, [0.01, 1.0, 30.0])))
+    if rng.integers(3) == 0:
+        a += np.float32(rng.uniform(-2, 2))  # (all one sign: a zero point at an end)
+    if rng.integers(6) == 0:
+        a.reshape(-1)[:: int(rng.integers(1, 9))] = _pick(rng, [np.nan, np.inf, 0.0])
+    b_type = _pick(rng, BYTES)
+    per_column = bool(rng.integers(2))
+    b_scale = rng.uniform(0.001, 0.05, N if per_column else ()).astype(np.float32)
+    zp = [None, _bytes(rng, b_type, ()), _bytes(rng, b_type, (N,)), np.zeros(N, b_type)]
+    b_zero_point = zp[int(rng.integers(len(zp)))]
+    bias = _normal(rng, (N,)) if rng.integers(2) else None
+    inputs = [laid_out(rng, a), _constant(_bytes(rng, b_type, (K, N))), _constant(b_scale),
+              None if b_zero_point is None else _constant(b_zero_point),
+              None if bias is None else _constant(bias)]  # fmt: skip
+    return Case("dynamic_matmul", "DynamicQuantizeMatMul", inputs, domain=MS, version=1)
+
+
+def gen_qgemm(rng) -> Case:
+    M, K, N = (int(_pick(rng, [1, 2, 7, 16])), int(_pick(rng, [1, 4, 45, 96])),
+               int(_pick(rng, [1, 10, 33, 64])))  # fmt: skip
+    a_type = _pick(rng, BYTES)
+    b_type = np.int8 if a_type == np.int8 else _pick(rng, BYTES)
+    trans_a, trans_b = int(rng.integers(2)), int(rng.integers(2))
+    a = _bytes(rng, a_type, (K, M) if trans_a else (M, K))
+    b = _bytes(rng, b_type, (N, K) if trans_b else (K, N))
+    per_column = bool(rng.integers(2))
+    b_scale = rng.uniform(0.001, 0.02, N if per_column else ()).astype(np.float32)
+    b_zp = _bytes(rng, b_type, N if per_column else ()) if b_type == np.uint8 else \
+        np.zeros(N if per_column else (), b_type)  # fmt: skip
+    c = rng.integers(-5000, 5000, N).astype(np.int32) if rng.integers(2) else None
+    requantized = bool(rng.integers(2))
+    inputs = [laid_out(rng, a), np.float32(rng.uniform(0.01, 0.05)), _bytes(rng, a_type, ()),
+              _constant(b), _constant(b_scale), _constant(b_zp),
+              None if c is None else _constant(c)]  # fmt: skip
+    if requantized:
+        inputs += [np.float32(rng.uniform(0.05, 0.5)), _bytes(rng, a_type, ())]
+    attrs = {"transA": trans_a, "transB": trans_b, "alpha": float(_pick(rng, [1.0, 0.5]))}
+    return Case("qgemm", "QGemm", [None if v is None else np.asarray(v) for v in inputs], attrs,
+                domain=MS, version=1)  # fmt: skip
 
 
 def gen_gemm(rng) -> Case:
@@ -512,6 +567,8 @@ FAMILIES = {
     "conv_integer": gen_conv_integer,
     "matmul_integer": gen_matmul_integer,
     "qlinear_matmul": gen_qlinear_matmul,
+    "dynamic_matmul": gen_dynamic_matmul,
+    "qgemm": gen_qgemm,
     "gemm": gen_gemm,
     "matmul_nbits": gen_matmul_nbits,
     "pool": gen_pool,
@@ -575,7 +632,7 @@ class NativeCalls:
     def __enter__(self):
         lib = native.library()
         self.saved = {}
-        for name in ("onyx_parallel", "lstm", "gru", "onyx_implicit_conv"):
+        for name in ("onyx_parallel", "lstm", "gru", "onyx_implicit_conv", "onyx_dynamic_matmul"):
             fn = getattr(lib, name, None) if lib is not None else None
             if fn:
                 self.saved[name] = fn

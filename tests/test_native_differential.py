@@ -36,6 +36,8 @@ _NEEDS = {
     "qlinear_conv": lambda: native.int8_gemm_ok(1),
     "matmul_integer": lambda: native.int8_gemm_ok(1),
     "qlinear_matmul": lambda: native.int8_gemm_ok(1),
+    "dynamic_matmul": lambda: native.int8_gemm_ok(1),
+    "qgemm": lambda: native.int8_gemm_ok(1),
 }
 
 

@@ -63,6 +63,7 @@ FUSIONS: tuple[Pass, ...] = tuple(
         transformer.attention_fusion,
         transpose.transpose_cancellation,
         lookup.lookup_table_fusion,  # last: it tabulates what the other fusions made
+        qdq.qlinear_conv_lookup,  # (after it: a conv's activation as LookupTableFusion's table)
     )
 )
 

@@ -53,6 +53,7 @@ import numpy as np
 
 from .. import ir
 from ..ir.dtypes import to_numpy
+from ..runtime.registry import ONYX_DOMAIN
 from .core import EXTENDED, MS, STANDARD, PassContext, graph_pass, is_op, producer
 
 PASS = "QDQSelectorActionTransformer"
@@ -531,3 +532,75 @@ def qdq_fusion(ctx: PassContext) -> bool:
     if first and not changed:  # ConstantFolding has DQs to fold now: a change for the rounds
         changed = any(is_op(n, "DequantizeLinear") and _may_fuse(ctx, n) for n in ctx.graph)
     return changed
+
+
+# ------------------------------------------------------------ a conv's activation as its table
+
+LOOKUP_PASS = "QLinearConvLookupFusion"
+_CONV_ATTRIBUTES = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
+
+
+@graph_pass(LOOKUP_PASS, EXTENDED)
+def qlinear_conv_lookup(ctx: PassContext) -> bool:
+    """QLinearConv -> ai.onyx TableLookup (LookupTableFusion's table of the activation after a
+    quantized conv: DQ -> HardSwish -> Q) => ai.onyx QLinearConvLookup, the table applied in
+    the conv's native call instead of a node of its own. Only a lookup of 256 bytes of the
+    conv's output type that alone reads the conv's output."""
+    changed = False
+    for node in list(ctx.graph):
+        lookup = _conv_lookup(ctx, node)
+        if lookup is None:
+            continue
+        _ensure_conv_lookup_function(ctx)
+        inputs = list(node.inputs) + [None] * (9 - len(node.inputs)) + [lookup.inputs[1]]
+        carried = [node.attributes[a] for a in _CONV_ATTRIBUTES if a in node.attributes]
+        name = ctx.fresh_name((node.name or "conv") + "_lookup")
+        fused = ir.Node("QLinearConvLookup", inputs, 1, carried, ONYX_DOMAIN, name)
+        ctx.replace_nodes(lookup, fused, (node,))
+        ctx.count(LOOKUP_PASS)
+        changed = True
+    return changed
+
+
+def _conv_lookup(ctx: PassContext, conv: ir.Node) -> ir.Node | None:
+    """The TableLookup that alone reads QLinearConv ``conv``'s output, with a constant table
+    of 256 values of that output's 8-bit type; None when there is none."""
+    if not is_op(conv, "QLinearConv") or conv.domain not in STANDARD or conv.graph is not ctx.graph:
+        return None
+    if conv.attributes_have_refs() or any(a not in _CONV_ATTRIBUTES for a in conv.attributes):
+        return None
+    if len(conv.inputs) < 8 or ctx.is_output(conv.outputs[0]):
+        return None
+    lookup = ctx.single_use(conv.outputs[0])
+    if lookup is None or lookup.op_type != "TableLookup" or lookup.domain != ONYX_DOMAIN:
+        return None
+    if lookup.graph is not ctx.graph or lookup.inputs[0] is not conv.outputs[0]:
+        return None
+    table, zero_point = ctx.const(lookup.inputs[1]), ctx.const(conv.inputs[7])
+    if table is None or zero_point is None or table.shape != (256,):
+        return None
+    return lookup if table.dtype == zero_point.dtype and table.dtype in (_INT8, _UINT8) else None
+
+
+def _ensure_conv_lookup_function(ctx: PassContext) -> None:
+    """The model-local function QLinearConvLookup = Gather(table, Cast(QLinearConv(...),
+    int32)), its attributes QLinearConv's: the saved model stays valid ONNX."""
+    m = ctx.model
+    ctx.ensure_opset(ONYX_DOMAIN, 1)
+    if (ONYX_DOMAIN, "QLinearConvLookup", "") in m.functions:
+        return
+    names = ["x", "x_scale", "x_zero_point", "w", "w_scale", "w_zero_point", "y_scale",
+             "y_zero_point", "B", "table"]  # fmt: skip
+    params = [ir.Value(n) for n in names]
+    types = {"auto_pad": ir.AttrType.STRING, "group": ir.AttrType.INT}
+    refs = [ir.Attr(a, types.get(a, ir.AttrType.INTS), ref_attr_name=a) for a in _CONV_ATTRIBUTES]
+    conv = ir.Node("QLinearConv", params[:9], ["q"], refs)
+    cast = ir.Node("Cast", [conv.outputs[0]], ["index"], {"to": int(ir.DataType.INT32)})
+    gather = ir.Node("Gather", [params[9], cast.outputs[0]], ["y"], {"axis": 0})
+    body = ir.Graph(params, [gather.outputs[0]], [conv, cast, gather], name="QLinearConvLookup")
+    f = ir.Function(ONYX_DOMAIN, "QLinearConvLookup", body, _CONV_ATTRIBUTES,
+                    opset_imports={"": ctx.opset("") or 13})  # fmt: skip
+    f.doc_string = (
+        "y = table[QLinearConv(...)] (the table by bit pattern: int8 -1 reads table[255])"
+    )
+    m.functions[f.key] = f

@@ -7,6 +7,8 @@ the same is done here so results agree to the last unit.
 
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 
 from .. import native
@@ -77,36 +79,70 @@ def _combine(ufunc, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return ufunc(a, b)
 
 
-def _native_binary(a, b, a_zero_point, b_zero_point, ka, kb, c_zero_point, multiply):
-    """The native kernel's QLinearAdd / QLinearMul (same bits), or None: per-tensor zero
-    points, c's of a's type."""
+#: The native QLinearAdd / QLinearMul set-ups of constant parameters, by operation, operand
+#: shapes and type and the parameters' ids; each entry holds its parameter objects (so no id
+#: is reused while it lives) and is taken only when they are the very objects passed.
+_binary_runs: dict = {}
+_BINARY_RUNS = 1024
+
+
+def _kept_binary(multiply: bool, a, b, params: tuple):
+    """(key, the kept native set-up for these operands and constant parameters or None)."""
+    key = (multiply, a.shape, b.shape, a.dtype.char, b.dtype.char, *map(id, params))
+    hit = _binary_runs.get(key)
+    if hit is not None and all(map(operator.is_, hit[0], params)):
+        return key, hit[1]
+    return key, None
+
+
+def _keep_binary(key, params: tuple, run) -> None:
+    if run is not None and all(p is None or not np.asarray(p).flags.writeable for p in params):
+        if len(_binary_runs) >= _BINARY_RUNS:  # (sessions come and go)
+            _binary_runs.clear()
+        _binary_runs[key] = (params, run)
+
+
+def _native_binary_run(multiply, a, b, params, ka, kb):
+    """A kept (or new) native set-up's result for QLinearAdd / QLinearMul, or None."""
+    a_zero_point, b_zero_point, c_zero_point = params[1], params[3], params[5]
     zero_points = [np.asarray(0 if z is None else z) for z in (a_zero_point, b_zero_point)]
     zy = np.asarray(0 if c_zero_point is None else c_zero_point)
     if any(z.size != 1 for z in (*zero_points, zy)):
         return None
-    return native.qlinear_binary(a, b, zero_points[0].reshape(-1)[0], zero_points[1].reshape(-1)[0],
-                                 ka, kb, zy.reshape(-1)[0], multiply)  # fmt: skip
+    return native.qlinear_binary_setup(a, b, zero_points[0].reshape(-1)[0],
+                                       zero_points[1].reshape(-1)[0], ka, kb, zy.reshape(-1)[0],
+                                       multiply)  # fmt: skip
 
 
 @op("QLinearAdd", since=1, domain=MS, elementwise=True)
 def q_linear_add(a, a_scale, a_zero_point, b, b_scale, b_zero_point, c_scale, c_zero_point=None):
+    params = (a_scale, a_zero_point, b_scale, b_zero_point, c_scale, c_zero_point)
+    key, run = _kept_binary(False, a, b, params)
+    if run is not None and a.flags.c_contiguous and b.flags.c_contiguous:
+        return run(a, b)
     # onnxruntime folds each scale ratio into one float32 multiplier: A' * (sa / sc) + B' * (sb / sc)
     ka = np.float32(a_scale) / np.float32(c_scale)
     kb = np.float32(b_scale) / np.float32(c_scale)
-    y = _native_binary(a, b, a_zero_point, b_zero_point, ka, kb, c_zero_point, False)
-    if y is not None:
-        return y
+    run = _native_binary_run(False, a, b, params, ka, kb)
+    if run is not None:
+        _keep_binary(key, params, run)
+        return run(a, b)
     total = _combine(np.add, _centered(a, a_zero_point, ka), _centered(b, b_zero_point, kb))
     return _requantized(total, c_zero_point, a.dtype)
 
 
 @op("QLinearMul", since=1, domain=MS, elementwise=True)
 def q_linear_mul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, c_scale, c_zero_point=None):
+    params = (a_scale, a_zero_point, b_scale, b_zero_point, c_scale, c_zero_point)
+    key, run = _kept_binary(True, a, b, params)
+    if run is not None and a.flags.c_contiguous and b.flags.c_contiguous:
+        return run(a, b)
     # onnxruntime: A' * B' * (sa * sb / sc) in float32
     k = np.float32(a_scale) * np.float32(b_scale) / np.float32(c_scale)
-    y = _native_binary(a, b, a_zero_point, b_zero_point, k, k, c_zero_point, True)
-    if y is not None:
-        return y
+    run = _native_binary_run(True, a, b, params, k, k)
+    if run is not None:
+        _keep_binary(key, params, run)
+        return run(a, b)
     product = _combine(np.multiply, _centered(a, a_zero_point), _centered(b, b_zero_point))
     product *= k
     return _requantized(product, c_zero_point, a.dtype)
@@ -160,9 +196,43 @@ def _softmax_last_of_bytes(x, x_scale, x_zero_point) -> np.ndarray | None:
     return e
 
 
+#: QLinearConcat's per-input requantization tables, by the parameters' ids (see _binary_runs).
+_concat_tables: dict = {}
+
+
+def _requantization_tables(y_scale, y_zero_point, inputs) -> list | None:
+    """Per 8-bit input, None where its scale and zero point are Y's, else the table of its
+    requantization to Y (its 256 values by bit pattern, through the very _deq and _q the
+    tensor would go through: elementwise, so table[x] gives their bits); kept per node's
+    constant parameters. None when an input is not 8-bit."""
+    if any(x.dtype not in native.BYTES for x in inputs[0::3]):
+        return None
+    params = (y_scale, y_zero_point, *inputs[1::3], *inputs[2::3])
+    key = (len(inputs), *(x.dtype.char for x in inputs[0::3]), *map(id, params))
+    hit = _concat_tables.get(key)
+    if hit is not None and all(map(operator.is_, hit[0], params)):
+        return hit[1]
+    tables = []
+    for x, scale, zero_point in zip(inputs[0::3], inputs[1::3], inputs[2::3]):
+        if np.array_equal(scale, y_scale) and np.array_equal(zero_point, y_zero_point):
+            tables.append(None)
+            continue
+        values = np.arange(256, dtype=np.uint8).view(x.dtype)
+        tables.append(_q(_deq(values, scale, zero_point), y_scale, y_zero_point, x.dtype))
+    if all(p is None or (isinstance(p, np.ndarray) and not p.flags.writeable) for p in params):
+        if len(_concat_tables) >= _BINARY_RUNS:  # (sessions come and go)
+            _concat_tables.clear()
+        _concat_tables[key] = (params, tables)
+    return tables
+
+
 @op("QLinearConcat", since=1, domain=MS)
 def q_linear_concat(y_scale, y_zero_point, *inputs, axis):
     """inputs are (tensor, scale, zero_point) triples, each requantized to Y's scale."""
+    tables = _requantization_tables(y_scale, y_zero_point, inputs)
+    if tables is not None:
+        parts = [x if t is None else table_lookup(x, t) for x, t in zip(inputs[0::3], tables)]
+        return np.concatenate(parts, axis=axis).astype(y_zero_point.dtype, copy=False)
     parts = []
     for x, scale, zero_point in zip(inputs[0::3], inputs[1::3], inputs[2::3]):
         same = np.array_equal(scale, y_scale) and np.array_equal(zero_point, y_zero_point)
@@ -261,10 +331,57 @@ def _dynamic_centered(a, scale, zero_point) -> np.ndarray:
     return np.minimum(q, 255.0 - zp, out=q)
 
 
+def _native_dynamic_matmul(a, b, b_scale, b_zero_point, bias) -> np.ndarray | None:
+    """DynamicQuantizeMatMul in one native call (native.DynamicMatMul), or None where it does
+    not apply: float32 A, a constant 2-D 8-bit B, constant float32 scales, zero points and
+    bias per tensor or per column. Its set-up is kept per weight, checked by the identity of
+    the very parameter objects it was made for (held, so no id is reused)."""
+    K = a.shape[-1] if a.ndim else 0
+    if a.dtype != np.float32 or a.size == 0 or b.ndim != 2 or not native.int8_gemm_ok(K):
+        return None
+    params = (b_scale, b_zero_point, bias)
+    kept = derived(b, ("dynamic matmul",), list)  # (b read-only, else a fresh list)
+    dm = next((dm for held, dm in kept if all(map(operator.is_, held, params))), None)
+    if dm is None:
+        if b.flags.writeable or not _dynamic_matmul_ok(b, *params):
+            return None
+        dm = native.DynamicMatMul(b, b_scale, b_zero_point, bias)
+        kept[:] = kept[-3:] + [(params, dm)]
+    x = a.reshape(-1, K)
+    y = dm(x if x.flags.c_contiguous else np.ascontiguousarray(x))
+    return None if y is None else y.reshape(a.shape[:-1] + (dm.N,))
+
+
+def _dynamic_matmul_ok(b, b_scale, b_zero_point, bias) -> bool:
+    """Whether native.DynamicMatMul takes these constant parameters of B (K x N)."""
+    n = b.shape[1]
+    constant = all(p is None or (isinstance(p, np.ndarray) and not p.flags.writeable)
+                   for p in (b_scale, b_zero_point, bias))  # fmt: skip
+    return (
+        constant
+        and b.dtype in native.BYTES
+        and b_scale.dtype == np.float32
+        and b_scale.ndim <= 1
+        and b_scale.size in (1, n)
+        and (
+            b_zero_point is None
+            or (
+                b_zero_point.dtype == b.dtype
+                and b_zero_point.ndim <= 1
+                and b_zero_point.size in (1, n)
+            )
+        )  # fmt: skip
+        and (bias is None or (bias.dtype == np.float32 and bias.shape == (n,)))
+    )
+
+
 @op("DynamicQuantizeMatMul", since=1, domain=MS, threads="pool")
 def dynamic_quantize_matmul(a, b, b_scale, b_zero_point=None, bias=None):
     """A quantized as DynamicQuantizeLinear does (uint8 per tensor), then MatMulIntegerToFloat
     with B: onnxruntime's fusion of a dynamically quantized MatMul."""
+    y = _native_dynamic_matmul(a, b, b_scale, b_zero_point, bias)
+    if y is not None:
+        return y
     x = upcast(a).astype(np.float32, copy=False)
     a_scale, a_zero_point = dynamic_params(x)
     y = None
@@ -277,6 +394,61 @@ def dynamic_quantize_matmul(a, b, b_scale, b_zero_point=None, bias=None):
             q, a_scale, a_zero_point = dynamic_quantize_linear(x)
         y = matmul_integer_to_float(q, b, a_scale, b_scale, a_zero_point, b_zero_point, bias)
     return y.astype(a.dtype, copy=False)
+
+
+def _native_q_gemm(a, a_scale, a_zero_point, b, b_scale, b_zero_point, c, y_scale, y_zero_point,
+                   alpha, trans_a, trans_b) -> np.ndarray | None:  # fmt: skip
+    """QGemm on the native int8 GEMM, its bias, scale and requantization (or float result) in
+    the epilogue, to the numpy path's bits; None where that does not apply (a B of data, a
+    per-row or 2-D C, ...). The set-up is kept per weight, checked by the identity of the very
+    parameter objects it was made for (held, so no id is reused)."""
+    if a.ndim != 2 or b.ndim != 2 or a.dtype not in native.BYTES or b.dtype not in native.BYTES:
+        return None
+    params = (a_scale, a_zero_point, b_scale, b_zero_point, c, y_scale, y_zero_point, alpha,
+              trans_a, trans_b)  # fmt: skip
+    kept = derived(b, ("qgemm",), list)  # (b read-only, else a fresh list)
+    run = next((run for held, run in kept if all(map(operator.is_, held, params))), None)
+    if run is not None:
+        return run(a)
+    run = _q_gemm_runner(a, *params[:7], b, trans_a, trans_b, alpha)
+    if run is None:
+        return None
+    if all(p is None or not p.flags.writeable for p in params[:7] if not np.isscalar(p)):
+        kept[:] = kept[-3:] + [(params, run)]
+    return run(a)
+
+
+def _q_gemm_runner(a, a_scale, a_zero_point, b_scale, b_zero_point, c, y_scale, y_zero_point, b,
+                   trans_a, trans_b, alpha):  # fmt: skip
+    """a -> QGemm(a) on the native GEMM (see _native_q_gemm), or None."""
+    K, N = (b.shape[1], b.shape[0]) if trans_b else b.shape
+    if (
+        b.flags.writeable
+        or not native.int8_gemm_ok(K)
+        or (a.shape[0] if trans_a else a.shape[1]) != K
+    ):
+        return None
+    if np.size(a_zero_point) > 1 or np.size(b_zero_point) not in (1, N):
+        return None
+    if c is not None and (c.dtype != np.int32 or c.shape != (N,)):
+        return None
+    za = 0 if a_zero_point is None else int(np.asarray(a_zero_point).reshape(-1)[0])
+    zb = 0 if b_zero_point is None else b_zero_point
+    packed = derived(b, ("qgemm packed", a.dtype.char, trans_b),
+                     lambda: native.pack(b.T if trans_b else b, a.dtype))  # fmt: skip
+    scale = np.float32(alpha) * np.float32(a_scale) * np.asarray(b_scale, dtype=np.float32)
+    if y_scale is None:
+        kind = {"scale": scale.reshape(-1), "float_out": True}
+    else:
+        kind = {"scale": (scale / np.float32(y_scale)).reshape(-1), "y_zero_point": y_zero_point}
+    if kind["scale"].size not in (1, N):
+        return None
+
+    def run(a):
+        rows = a.T if trans_a else a
+        return native.int8_gemm(rows, packed, za, zb, col_bias=c, **kind)
+
+    return run
 
 
 @op("QGemm", since=1, domain=MS)
@@ -299,6 +471,10 @@ def q_gemm(
 
     b's scale and zero point may be per column ([N]). Without y_scale the output is float32.
     """
+    y = _native_q_gemm(a, a_scale, a_zero_point, b, b_scale, b_zero_point, c, y_scale,
+                       y_zero_point, alpha, transA, transB)  # fmt: skip
+    if y is not None:
+        return y
     a_ = a.T if transA else a
     b_ = b.T if transB else b
     if transB and not b.flags.writeable:  # a weight: one stable transposed copy per session,

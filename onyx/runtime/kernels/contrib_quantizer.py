@@ -28,6 +28,29 @@ def _quantized_product(a: np.ndarray, wq: np.ndarray, w_zp: np.ndarray, w_scale:
     return acc.astype(np.float32) * (a_scale * w_scale)
 
 
+def _product(wq: np.ndarray, w_zp: np.ndarray, w_scale: np.ndarray):
+    """a -> _quantized_product(a, wq, w_zp, w_scale), on native.DynamicMatMul where it applies
+    (the same operations: quantized as DynamicQuantizeLinear, the exact product, times the
+    float32 a_scale * w_scale): set up once, where the general path's set-up came every step."""
+    K, N = wq.shape
+    if not (
+        native.int8_gemm_ok(K)
+        and wq.dtype in native.BYTES
+        and w_scale.dtype == np.float32
+        and w_scale.size in (1, N)
+        and w_zp.dtype == wq.dtype
+        and w_zp.size in (1, N)
+    ):
+        return lambda a: _quantized_product(a, wq, w_zp, w_scale)
+    dm = native.DynamicMatMul(wq, w_scale, w_zp, None)
+
+    def run(a: np.ndarray) -> np.ndarray:
+        y = dm(np.ascontiguousarray(a, np.float32)) if a.size else None
+        return _quantized_product(a, wq, w_zp, w_scale) if y is None else y  # (NaN, infinity)
+
+    return run
+
+
 def _per_direction(p, d: int, n: int) -> np.ndarray:
     """Direction d's scale or zero point: [dirs] (per tensor) or [dirs, n] (per column)."""
     p = np.asarray(p)
@@ -84,15 +107,16 @@ def dynamic_quantize_lstm(
         reverse = direction == "reverse" or d == 1
         w = (W[d], _per_direction(W_zero_point, d, gates), _per_direction(W_scale, d, gates))
         r = (R[d], _per_direction(R_zero_point, d, gates), _per_direction(R_scale, d, gates))
-        proj = _quantized_product(X.reshape(steps * batch, -1), *w).reshape(steps, batch, gates)
+        proj = _product(*w)(X.reshape(steps * batch, -1)).reshape(steps, batch, gates)
         proj += B[d, :gates] + B[d, gates:]
-        _run_direction(proj, r, P[d], acts[d], clipped, input_forget, lens, reverse,
+        _run_direction(proj, _product(*r), P[d], acts[d], clipped, input_forget, lens, reverse,
                        Y[:, d], Y_h[d], Y_c[d])  # fmt: skip
     return Y, Y_h, Y_c
 
 
-def _run_direction(proj, r, peep, acts, clipped, input_forget, lens, reverse, Y, h, c):
-    """One direction's recurrence over proj [steps, batch, 4H]; writes Y [steps, batch, H]
+def _run_direction(proj, product, peep, acts, clipped, input_forget, lens, reverse, Y, h, c):
+    """One direction's recurrence over proj [steps, batch, 4H] (``product``: h -> its quantized
+    product with R, _product's); writes Y [steps, batch, H]
     and the final states h, c [batch, H] in place (each row's state stops at its length; a
     reverse direction starts at each row's last valid step)."""
     steps, batch, gates = proj.shape
@@ -106,7 +130,7 @@ def _run_direction(proj, r, peep, acts, clipped, input_forget, lens, reverse, Y,
         # together are onnxruntime's (to the bit without sequence_lens; with it, within a
         # quantization step)
         h_in = np.where(live, h, 0)
-        z = proj[t] + np.concatenate([_quantized_product(h_in[part], *r) for part in chunks])
+        z = proj[t] + np.concatenate([product(h_in[part]) for part in chunks])
         if clipped is not None:
             clipped(z)
         zi, zo, zf, zc = (z[:, g * hidden : (g + 1) * hidden] for g in range(4))

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import itertools
 import math
+import operator
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from .. import native
-from ..registry import op
+from ..registry import ONYX_DOMAIN, op
 from .derived import derived, frozen, scratch, value_key
 
 # ----------------------------------------------------------------------------- spatial helpers
@@ -644,12 +645,29 @@ def _native_integer_conv(x, w, x_zero_point, w_zero_point, bias, scale, y_zero_p
     return None if run is None else run(x)
 
 
-def _integer_conv_runner(x, w, x_zero_point, w_zero_point, bias, scale, y_zero_point, attrs):
+def _integer_conv_runner(x, w, x_zero_point, w_zero_point, bias, scale, y_zero_point, attrs,
+                         table=None):  # fmt: skip
     """x -> the integer conv of x (an input like this one) on the native int8 GEMM (gemm_i8.c),
     zero points corrected and (with ``scale``) requantized in the GEMM's epilogue; None where
     it does not apply (then the float32-BLAS path runs). 2-D convs with int8 weights run as an
     implicit GEMM; the others pack the raw bytes' columns (padded with x's zero point, so
-    padding contributes nothing) per image and group and multiply the weights' rows by them."""
+    padding contributes nothing) per image and group and multiply the weights' rows by them.
+    ``table`` (256 bytes, by bit pattern): an activation the 8-bit result is mapped through."""
+    run = _integer_conv_runner_of(x, w, x_zero_point, w_zero_point, bias, scale, y_zero_point,
+                                  attrs, table)  # fmt: skip
+    if run is None or table is None or getattr(run, "applies_table", False):
+        return run
+    return lambda x: _lookup(run(x), table)
+
+
+def _lookup(y: np.ndarray, table: np.ndarray) -> np.ndarray:
+    """table[y] for bytes y, by bit pattern (as ai.onyx TableLookup)."""
+    out = native.lookup8(y, table)
+    return np.take(table, y.view(np.uint8)) if out is None else out
+
+
+def _integer_conv_runner_of(x, w, x_zero_point, w_zero_point, bias, scale, y_zero_point, attrs,
+                            table):  # fmt: skip
     group = attrs["group"]
     M, Cg = w.shape[:2]
     K = Cg * math.prod(w.shape[2:])
@@ -666,15 +684,15 @@ def _integer_conv_runner(x, w, x_zero_point, w_zero_point, bias, scale, y_zero_p
         return None  # an empty batch or image: the numpy path returns the empty output
     if Cg == 1 and group > 1:  # depthwise: a GEMV per channel, no GEMM to speak of
         return _native_integer_depthwise(x, w, x_zero_point, w_zero_point, bias, scale,
-                                         y_zero_point, geo)  # fmt: skip
+                                         y_zero_point, geo, table)  # fmt: skip
     if not native.int8_gemm_ok(K):
         return None
     zx = 0 if x_zero_point is None else int(x_zero_point.reshape(-1)[0])
     wz = 0 if w_zero_point is None else w_zero_point.reshape(-1)
     if len(geo["out_shape"]) == 2 and group == 1 and w.dtype == np.int8 and not np.any(wz):
-        conv = _implicit_gemm_conv(x, w, zx, bias, scale, y_zero_point, geo)  # (else: row sums)
-        shape = (x.shape[0], M, *geo["out_shape"])
-        return lambda x: conv(x).reshape(shape)
+        return _implicit_gemm_conv(
+            x, w, zx, bias, scale, y_zero_point, geo, table
+        )  # (else: row sums)
     return lambda x: _grouped_int8_conv(x, w, wz, zx, bias, scale, y_zero_point, group, geo)
 
 
@@ -700,7 +718,8 @@ def _grouped_int8_conv(x, w, wz, zx, bias, scale, y_zero_point, group, geo):
     return y.reshape((N, M, *out_shape))
 
 
-def _native_integer_depthwise(x, w, x_zero_point, w_zero_point, bias, scale, y_zero_point, geo):
+def _native_integer_depthwise(x, w, x_zero_point, w_zero_point, bias, scale, y_zero_point, geo,
+                              table=None):  # fmt: skip
     """x -> a 2-D depthwise integer conv on the native kernel (depthwise.c), set up for inputs
     of x's shape and type, or None: int32 sums of (x - x_zp) (w - w_zp), requantized with
     ``scale``. The centered weights (int16, (M, kh, kw)) are made once per session."""
@@ -721,8 +740,13 @@ def _native_integer_depthwise(x, w, x_zero_point, w_zero_point, bias, scale, y_z
     zx = 0 if x_zero_point is None else int(x_zero_point.reshape(-1)[0])
     geometry = (geo["out_shape"], geo["strides"], geo["dilations"], begin)
     conv = native.IntPlaneConv(x.shape, x.dtype, zx, wc, bias, *geometry, scale=scale,
-                               y_zero_point=y_zero_point)  # fmt: skip
-    return lambda x: conv(np.ascontiguousarray(x))
+                               y_zero_point=y_zero_point, table=table)  # fmt: skip
+
+    def run(x):
+        return conv(x if x.flags.c_contiguous else np.ascontiguousarray(x))
+
+    run.applies_table = scale is not None  # (the table maps the requantized bytes)
+    return run
 
 
 def _byte_columns(x, w, zx, group, geo):
@@ -750,15 +774,16 @@ def _byte_columns(x, w, zx, group, geo):
     return cols_of
 
 
-def _implicit_gemm_conv(x, w, zx, bias, scale, y_zp, geo) -> _ImplicitConv:
+def _implicit_gemm_conv(x, w, zx, bias, scale, y_zp, geo, table=None) -> _ImplicitConv:
     """A 2-D integer conv as an implicit GEMM (see _ImplicitConv), set up once per node, input
     shape and parameters: a node meets the same ones run after run."""
     geometry = tuple(tuple(geo[k]) for k in ("out_shape", "strides", "dilations", "pads"))
-    key = (x.shape, x.dtype.char, zx, geometry, value_key(bias), value_key(scale), value_key(y_zp))
+    key = (x.shape, x.dtype.char, zx, geometry, value_key(bias), value_key(scale), value_key(y_zp),
+           value_key(table))  # fmt: skip
     convs = derived(w, ("implicit",), dict)  # (a dict per weight: a few shapes kept)
     conv = convs.get(key)
     if conv is None:
-        conv = _ImplicitConv(x, w, zx, bias, scale, y_zp, geo)
+        conv = _ImplicitConv(x, w, zx, bias, scale, y_zp, geo, table)
         if len(convs) >= 4:  # (a model fed ever new shapes)
             convs.clear()
         convs[key] = conv
@@ -770,15 +795,24 @@ class _ImplicitConv:
     padded input in NHWC layout (channels padded to a multiple of 4), where each tap's
     channels are a contiguous run of bytes; no columns are built. The weights, (kh, kw, C, M)
     packed once per session, are the GEMM's B; the result (pixels, M) is transposed to NCHW.
-    Needs int8 weights with zero points of 0: anything else needs each window's sum."""
+    Needs int8 weights with zero points of 0: anything else needs each window's sum. With
+    ``table``, the 8-bit result is mapped through it (an activation's lookup)."""
 
-    def __init__(self, x, w, zx, bias, scale, y_zero_point, geo):
+    applies_table = True
+
+    def __init__(self, x, w, zx, bias, scale, y_zero_point, geo, table=None):
         N, C, H, W = x.shape
         M, _, kh, kw = w.shape
         (oh, ow), (sh, sw), (dh, dw), pads = (geo[k] for k in ("out_shape", "strides",
                                                                "dilations", "pads"))  # fmt: skip
         Cp = -(-C // 4) * 4
         Hp, Wp = (oh - 1) * sh + (kh - 1) * dh + 1, (ow - 1) * sw + (kw - 1) * dw + 1
+        # room for the whole image where its last rows or columns go unread (a strided 1x1
+        # conv): then it is copied whole, in the one native call
+        if pads[0] >= 0:
+            Hp = max(Hp, pads[0] + H)
+        if pads[1] >= 0:
+            Wp = max(Wp, pads[1] + W)
         self.zx, self.M = zx, M
         self.out_dtype = np.dtype(np.int32 if scale is None else y_zero_point.dtype)
         self.padded = (N, Hp, Wp, Cp)
@@ -795,6 +829,8 @@ class _ImplicitConv:
         quads = (tap.reshape(-1, 1) * Cp + np.arange(0, Cp, 4)).reshape(-1)
         self.gather = (rows, quads, kh * kw * Cp)
         self.pixels = oh * ow
+        self.table = table
+        self.shapes = ((N * self.pixels, M), (N, M, oh, ow))
 
         def make():
             wt = np.zeros((kh, kw, Cp, M), w.dtype)
@@ -808,17 +844,19 @@ class _ImplicitConv:
         self.native = None  # the whole conv in one native call: 8-bit outputs, whole images
         if self.out_dtype.itemsize == 1 and self.whole:
             self.native = native.implicit_conv(self.gemm, self.gather, x.shape, self.padded,
-                                               self.at, zx, self.bare)  # fmt: skip
+                                               self.at, zx, self.bare, table)  # fmt: skip
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
-        N, C = x.shape[:2]
-        # padding reads as the zero point: adds nothing (a per-thread buffer: no page faults)
-        xp = scratch(self.padded, x.dtype)
         if self.native is not None and x.flags.c_contiguous:
-            y = np.empty((N * self.pixels, self.M), self.out_dtype)
-            out = np.empty((N, self.M, self.pixels), self.out_dtype)
-            self.native(x, xp, y, out)
+            out = np.empty(self.shapes[1], self.out_dtype)
+            self.native(x, out)  # (its padded input and GEMM result in the C library's buffers)
             return out
+        # padding reads as the zero point: adds nothing (a per-thread buffer: no page faults)
+        out = self._unfused(x, scratch(self.padded, x.dtype)).reshape(self.shapes[1])
+        return out if self.table is None else _lookup(out, self.table)
+
+    def _unfused(self, x: np.ndarray, xp: np.ndarray) -> np.ndarray:
+        N, C = x.shape[:2]
         if not self.bare:
             xp.fill(self.zx)
         r0, c0 = self.at
@@ -918,28 +956,66 @@ def qlinear_conv(
     pads=None,
     strides=None,
 ):
-    params = (x_scale, x_zero_point, w_scale, w_zero_point, y_scale, y_zero_point, B)
-    # A node meets the same constants and input shape run after run: its native runner is kept
-    # per weight, checked by the identity of the very objects it was made for (held, so no
-    # id is reused), which skips a small conv's Python set-up (most of its time).
+    params = (x_scale, x_zero_point, w_scale, w_zero_point, y_scale, y_zero_point, B, None,
+              auto_pad, dilations, group, kernel_shape, pads, strides)  # fmt: skip
+    return _qlinear_conv(x, w, params)
+
+
+@op("QLinearConvLookup", since=1, domain=ONYX_DOMAIN, threads="pool")
+def qlinear_conv_lookup(
+    x,
+    x_scale,
+    x_zero_point,
+    w,
+    w_scale,
+    w_zero_point,
+    y_scale,
+    y_zero_point,
+    B,
+    table,
+    *,
+    auto_pad="NOTSET",
+    dilations=None,
+    group=1,
+    kernel_shape=None,
+    pads=None,
+    strides=None,
+):
+    """table[QLinearConv(...)]: the optimizer's QLinearConvLookupFusion of a QLinearConv and
+    the ai.onyx TableLookup (an activation's) that alone reads it; the table (256 entries of
+    the conv's 8-bit type, by bit pattern) is applied in the conv's native call."""
+    params = (x_scale, x_zero_point, w_scale, w_zero_point, y_scale, y_zero_point, B, table,
+              auto_pad, dilations, group, kernel_shape, pads, strides)  # fmt: skip
+    return _qlinear_conv(x, w, params)
+
+
+def _qlinear_conv(x, w, params: tuple):
+    """QLinearConv (then ``table``, params[7], when given): params are its other inputs and
+    its attributes, in the kernels' order."""
+    # A node meets the same constants, attributes and input shape run after run: its native
+    # runner is kept per weight, checked by the identity of the very objects it was made for
+    # (held, so no id is reused), which skips a small conv's Python set-up (most of its time).
     runners = derived(w, ("qlinear conv",), dict)
-    key = (x.shape, x.dtype.char, conv_key(auto_pad, pads, strides, dilations, kernel_shape),
-           group)  # fmt: skip
+    key = (x.shape, x.dtype.char, *map(id, params[8:]))
     hit = runners.get(key)
-    if hit is not None and all(a is b for a, b in zip(hit[0], params)):
+    if hit is not None and all(map(operator.is_, hit[0], params)):
         return hit[1](x)
+    x_scale, x_zero_point, w_scale, w_zero_point, y_scale, y_zero_point, B, table = params[:8]
     # Requantize in float32 like onnxruntime: acc * (x_scale * w_scale / y_scale), round half even.
     scale = (x_scale.astype(np.float32) * w_scale.astype(np.float32).reshape(-1)) / y_scale.astype(
         np.float32
     )
-    attrs = {"auto_pad": auto_pad, "dilations": dilations, "group": group,
-             "kernel_shape": kernel_shape, "pads": pads, "strides": strides}  # fmt: skip
+    attrs = dict(zip(("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"),
+                     params[8:]))  # fmt: skip
+    if table is not None and (table.shape != (256,) or table.dtype.itemsize != 1):
+        raise ValueError(f"QLinearConvLookup: table must hold 256 bytes, got {table.dtype}"
+                         f"{list(table.shape)}")  # fmt: skip
     if scale.size in (1, w.shape[0]):
         scale_m = np.broadcast_to(scale, (w.shape[0],))
         run = _integer_conv_runner(x, w, x_zero_point, w_zero_point, B, scale_m, y_zero_point,
-                                   attrs)  # fmt: skip
+                                   attrs, table)  # fmt: skip
         if run is not None:
-            if all(p is None or not p.flags.writeable for p in params):  # constants only
+            if all(p is None or not p.flags.writeable for p in params[:8]):  # constants only
                 if len(runners) >= 4:  # (a model fed ever new shapes)
                     runners.clear()
                 runners[key] = (params, run)
@@ -950,7 +1026,8 @@ def qlinear_conv(
     np.rint(y, out=y)
     y += np.float32(y_zero_point.reshape(-1)[0])
     info = np.iinfo(y_zero_point.dtype)
-    return np.clip(y, info.min, info.max, out=y).astype(y_zero_point.dtype)
+    y = np.clip(y, info.min, info.max, out=y).astype(y_zero_point.dtype)
+    return y if table is None else np.take(table, y.view(np.uint8))
 
 
 # ----------------------------------------------------------------------------- ConvTranspose

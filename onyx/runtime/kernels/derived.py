@@ -16,6 +16,7 @@ its array (a weak reference's callback), so a recycled id() never finds a stale 
 
 from __future__ import annotations
 
+import math
 import operator
 import threading
 import weakref
@@ -75,7 +76,7 @@ def scratch(shape: tuple[int, ...], dtype) -> np.ndarray:
     costs page faults on every call. The next scratch() call on the thread overwrites it.
     """
     dtype = np.dtype(dtype)
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    nbytes = math.prod(shape) * dtype.itemsize  # (Python ints: np.prod's wrapper cost more)
     buf = getattr(_local, "buf", None)
     if buf is None or buf.nbytes < nbytes:
         buf = _local.buf = aligned_empty((max(nbytes, 1 << 16),), np.uint8)

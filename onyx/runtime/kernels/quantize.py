@@ -125,9 +125,54 @@ def _quantize_per_tensor(x, scale, zero_point, dtype: np.dtype) -> np.ndarray:
     return np.add(q, np.float32(zp), out=np.empty(q.shape, dtype), casting="unsafe")
 
 
+#: Native per-tensor (de)quantization set-ups of nodes' constant parameters, by direction,
+#: input shape and type, output type and the parameters' ids; each entry holds its parameter
+#: objects (so no id is reused while it lives) and is taken only for the very objects passed.
+_passes: dict = {}
+_PASSES = 1024
+
+
+def _kept_pass(quantize: bool, x, scale, zero_point, dtype):
+    """The kept native pass's result for these constants (a QDQ model's hot nodes: their
+    Python set-up cost more than a small tensor's pass), or None."""
+    hit = _passes.get((quantize, x.shape, x.dtype.char, dtype, id(scale), id(zero_point)))
+    if hit is None or hit[0] is not scale or hit[1] is not zero_point:
+        return None
+    return hit[2](x) if x.flags.c_contiguous else None
+
+
+def _keep_pass(quantize: bool, x, scale, zero_point, dtype) -> None:
+    """Keeps a native pass for the next call with these constant parameters, where the
+    per-tensor native path applies (the same kernel, so the same bits)."""
+    constant = lambda v: isinstance(v, np.ndarray) and not v.flags.writeable  # noqa: E731
+    if not (constant(scale) and (zero_point is None or constant(zero_point))):
+        return
+    byte = np.dtype(dtype) if quantize else x.dtype
+    if (
+        (x.dtype != _F32 if quantize else x.dtype not in native.BYTES)
+        or byte not in native.BYTES
+        or not x.ndim
+        or not x.flags.c_contiguous
+        or not _per_tensor(scale, zero_point)
+    ):
+        return
+    zp = 0 if zero_point is None else int(zero_point.reshape(-1)[0])
+    run = native.per_tensor_setup(quantize, x.shape, np.float32(scale.reshape(-1)[0]), zp, byte)
+    if run is not None:
+        if len(_passes) >= _PASSES:  # (sessions come and go)
+            _passes.clear()
+        key = (quantize, x.shape, x.dtype.char, dtype, id(scale), id(zero_point))
+        _passes[key] = (scale, zero_point, run)
+
+
 def quantize(x, y_scale, y_zero_point, *, axis=1, block_size=0, dtype, saturate=1, precision=0):
+    if not precision:
+        y = _kept_pass(True, x, y_scale, y_zero_point, dtype)
+        if y is not None:
+            return y
     y = None if precision else quantize_per_tensor(x, y_scale, y_zero_point, dtype)
     if y is not None:
+        _keep_pass(True, x, y_scale, y_zero_point, dtype)
         return y
     compute = to_numpy(precision) if precision else y_scale.dtype
     if compute.kind in "iu":  # an integer scale: divide in double
@@ -147,7 +192,12 @@ def dequantize(x, x_scale, x_zero_point, *, axis=1, block_size=0, dtype=None):
     if dtype is None:
         dtype = x_scale.dtype if x_scale.dtype != _E8M0 else np.dtype(np.float32)
     if dtype == _F32 and x.dtype in _FAST_RANGES and x.ndim and _per_tensor(x_scale, x_zero_point):
-        return _dequantize_per_tensor(x, x_scale, x_zero_point)
+        y = _kept_pass(False, x, x_scale, x_zero_point, dtype)
+        if y is not None:
+            return y
+        y = _dequantize_per_tensor(x, x_scale, x_zero_point)
+        _keep_pass(False, x, x_scale, x_zero_point, dtype)
+        return y
     scale = expand_param(x_scale, x.shape, axis, block_size)
     zp = None if x_zero_point is None else expand_param(x_zero_point, x.shape, axis, block_size)
     if dtype == np.float32 and x.dtype.kind in "iu" and x.dtype.itemsize <= 2:

@@ -62,12 +62,15 @@ from .elementwise import (
     hard_sigmoid_f32,
     hardswish_f32,
     lookup8,
+    per_tensor_setup,
     qlinear_binary,
+    qlinear_binary_setup,
     quantize_f32,
 )
 from .gemm_i8 import (
     MAX_K,
     PANEL,
+    DynamicMatMul,
     Packed,
     batched_int8_gemm,
     gathered_int8_gemm,
@@ -90,6 +93,7 @@ from .window import pool2d_f32
 
 __all__ = [
     "BYTES",
+    "DynamicMatMul",
     "CONV_ACTIVATIONS",
     "FloatConv",
     "FloatGemv",
@@ -141,6 +145,8 @@ __all__ = [
     "pack_conv_f32",
     "pool2d_f32",
     "qlinear_binary",
+    "qlinear_binary_setup",
+    "per_tensor_setup",
     "qmean_rows",
     "quantize_f32",
     "recurrence_ok",

@@ -34,7 +34,9 @@ ONYX_STRUCT(operand, ONYX_OPERAND)
     F(S, const float *, scale, ) /* scale[r * scale_rs + j * scale_cs] */                    \
     F(S, int64_t, scale_rs, ) F(S, int64_t, scale_cs, )                                      \
     F(S, int32_t, zero_point, ) /* the output's zero point and its type's range */           \
-    F(S, int32_t, lo, ) F(S, int32_t, hi, )
+    F(S, int32_t, lo, ) F(S, int32_t, hi, )                                                  \
+    F(S, float *, outf, ) /* float output acc * scale [+ bias[j]], leading dimension ldf */  \
+    F(S, int64_t, ldf, ) F(S, const float *, bias, )
 ONYX_STRUCT(epilogue, ONYX_EPILOGUE)
 
 #define ONYX_GEMM_TASK(F, S)                                                                 \
@@ -62,8 +64,22 @@ ONYX_STRUCT(batched_gemm, ONYX_BATCHED_GEMM)
     F(S, int64_t, N, ) F(S, int64_t, C, ) F(S, int64_t, H, ) F(S, int64_t, W, )              \
     F(S, int64_t, Hp, ) F(S, int64_t, Wp, ) F(S, int64_t, Cp, ) F(S, int64_t, r0, )          \
     F(S, int64_t, c0, ) F(S, int64_t, pixels, ) F(S, int64_t, M, )                           \
-    F(S, int32_t, zx, ) F(S, int32_t, bare, )
+    F(S, int32_t, zx, ) F(S, int32_t, bare, )                                                \
+    F(S, const void *, lookup, ) /* a lookup_fn applying table (256 bytes) to the output */  \
+    F(S, const uint8_t *, table, )
 ONYX_STRUCT(implicit_conv, ONYX_IMPLICIT_CONV)
+
+/* DynamicQuantizeMatMul in one call (x and y are the call's arguments: the task is only
+   read, so threads share it): x (M x K float32, contiguous) quantized to uint8 as
+   DynamicQuantizeLinear does, times the packed B, to float y (M x N). gemm holds B, its split
+   and the epilogue's constant part; zb_neg: -ZB_j (the packed B's zero points), with_rows:
+   whether any is non-zero (then A's row sums are needed). */
+#define ONYX_DYNAMIC_MATMUL(F, S)                                                            \
+    F(S, const int32_t *, colsum, )                                                          \
+    F(S, const int32_t *, zb_neg, ) F(S, const float *, b_scale, ) F(S, int64_t, b_scales, ) \
+    F(S, gemm_task, gemm, ) F(S, epilogue, e, ) F(S, const int64_t *, cuts, )                \
+    F(S, int64_t, parts, ) F(S, int64_t, threads, ) F(S, int32_t, with_rows, )
+ONYX_STRUCT(dynamic_matmul, ONYX_DYNAMIC_MATMUL)
 
 /* ------------------------------------------------------ plane convs (depthwise.c: depthwise
    and small) */
@@ -84,7 +100,8 @@ ONYX_STRUCT(dw_geometry, ONYX_DW_GEOMETRY)
 #define ONYX_DW_OUTPUT(F, S)                                                                 \
     F(S, const int32_t *, bias, ) /* [M] or NULL */                                          \
     F(S, int32_t *, y32, ) F(S, uint8_t *, y8, ) F(S, const float *, scale, ) /* [M] */      \
-    F(S, int32_t, zero_point, ) F(S, int32_t, lo, ) F(S, int32_t, hi, )
+    F(S, int32_t, zero_point, ) F(S, int32_t, lo, ) F(S, int32_t, hi, )                     \
+    F(S, const uint8_t *, table, ) /* 256 bytes the 8-bit output is mapped through, or NULL */
 ONYX_STRUCT(dw_output, ONYX_DW_OUTPUT)
 
 typedef int (*float_conv_fn)(const float *, const float *, const float *, float *,
@@ -295,6 +312,7 @@ ONYX_STRUCT(nbits_task, ONYX_NBITS_TASK)
 #define ONYX_STRUCTS(X)                                                                      \
     X(operand, ONYX_OPERAND) X(epilogue, ONYX_EPILOGUE) X(gemm_task, ONYX_GEMM_TASK)         \
     X(batched_gemm, ONYX_BATCHED_GEMM) X(implicit_conv, ONYX_IMPLICIT_CONV)                  \
+    X(dynamic_matmul, ONYX_DYNAMIC_MATMUL)                                                   \
     X(dw_geometry, ONYX_DW_GEOMETRY) X(dw_output, ONYX_DW_OUTPUT)                            \
     X(float_conv_task, ONYX_FLOAT_CONV_TASK) X(int_conv_task, ONYX_INT_CONV_TASK)            \
     X(lookup_task, ONYX_LOOKUP_TASK) X(qbinary, ONYX_QBINARY)                                \

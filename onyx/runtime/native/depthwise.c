@@ -165,6 +165,8 @@ static inline void dw_store(const dw_output *o, int64_t m, const int32_t *a, int
         v = v > hi ? hi : v;
         o->y8[at + j] = (uint8_t)((int32_t)((v + magic) - magic) + o->zero_point);
     }
+    if (o->table) /* an activation's table (QLinearConvLookup) */
+        for (int64_t j = 0; j < n; j++) o->y8[at + j] = o->table[o->y8[at + j]];
 }
 
 /* Integer planes p0 <= p < p1: (x - x_zp) * wc (+ bias), x bytes (signed or not), wc the
@@ -542,6 +544,8 @@ EXPORT AVX512 int onyx_depthwise_i8_avx512(const uint8_t *x, int x_signed, int32
             }
             if (o->y8) { /* the 16 lanes of a pixel requantized at once, then to their planes */
                 dwv_requantize(o, m0, lanes, row, g->OW, tile);
+                if (o->table) /* an activation's table (QLinearConvLookup) */
+                    for (int64_t k = 0; k < g->OW * 16; k++) tile[k] = o->table[tile[k]];
                 onyx_transpose_u8(tile, g->OW, lanes, 16, o->y8 + ((n * M + m0) * g->OH + i) * g->OW,
                                   g->OH * g->OW);
                 continue;

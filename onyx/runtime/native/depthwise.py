@@ -42,7 +42,8 @@ class _DwGeometry(ctypes.Structure):
 @abi("dw_output")
 class _DwOutput(ctypes.Structure):
     _fields_ = [("bias", _P), ("y32", _P), ("y8", _P), ("scale", _P),
-                ("zero_point", ctypes.c_int32), ("lo", ctypes.c_int32), ("hi", ctypes.c_int32)]  # fmt: skip
+                ("zero_point", ctypes.c_int32), ("lo", ctypes.c_int32), ("hi", ctypes.c_int32),
+                ("table", _P)]  # fmt: skip
 
 
 @abi("float_conv_task")
@@ -157,7 +158,8 @@ class IntPlaneConv:
     __slots__ = ("cuts", "dtype", "g", "keep", "out", "shape", "task", "ways")
 
     def __init__(self, x_shape, x_dtype, x_zero_point: int, wc: np.ndarray, bias, out_shape,
-                 strides, dilations, begin, *, scale=None, y_zero_point=None):  # fmt: skip
+                 strides, dilations, begin, *, scale=None, y_zero_point=None,
+                 table=None):  # fmt: skip
         (N, C, H, W), M = x_shape, wc.shape[0]
         _check_sizes("conv", *x_shape, *wc.shape, *out_shape, *strides, *dilations, *begin)
         self.g = _DwGeometry(C, H, W, M // C, *out_shape, *wc.shape[1:], *strides, *dilations,
@@ -174,6 +176,9 @@ class IntPlaneConv:
             self.out.scale = _addr(self.keep[-1])
             self.out.zero_point, self.out.lo = int(y_zero_point.reshape(-1)[0]), info.min
             self.out.hi = info.max
+            if table is not None:  # (256 bytes by bit pattern: an activation's)
+                self.keep.append(np.ascontiguousarray(table).view(np.uint8))
+                self.out.table = _addr(self.keep[-1])
         blocks = -(-M // core.lib.depthwise_lanes)
         planes = _dw_parts(self.g, N, blocks) if core.lib.depthwise_lanes == 16 else N * blocks
         self.ways = _ways(math.prod(self.shape) * wc[0].size, planes, _DEPTHWISE_MACS)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import math
 
 import numpy as np
 
@@ -166,6 +167,13 @@ def qlinear_binary(a: np.ndarray, b: np.ndarray, za, zb, ka, kb, zy, multiply: b
     numpy kernels (contrib.py), to the bit; None where it does not apply: a and b contiguous
     bytes of one type, b as large as a or broadcast over it as _walk says (a bias, a mask, a
     channel's scale), either way round."""
+    run = qlinear_binary_setup(a, b, za, zb, ka, kb, zy, multiply)
+    return None if run is None else run(a, b)
+
+
+def qlinear_binary_setup(a: np.ndarray, b: np.ndarray, za, zb, ka, kb, zy, multiply: bool):
+    """:func:`qlinear_binary`'s set-up for operands like a and b (shapes, type): ``run(a, b)``
+    computes it for contiguous a, b of those; None where it does not apply."""
     if (
         core.lib is None
         or a.dtype != b.dtype
@@ -173,20 +181,30 @@ def qlinear_binary(a: np.ndarray, b: np.ndarray, za, zb, ka, kb, zy, multiply: b
         or not (a.flags.c_contiguous and b.flags.c_contiguous)
     ):
         return None
-    if b.size > a.size:  # (both operations commute: the smaller goes second)
+    swap = b.size > a.size  # (both operations commute: the smaller goes second)
+    if swap:
         a, b, za, zb, ka, kb = b, a, zb, za, kb, ka
     walk = _walk(a.shape, b.shape)
     if walk is None:
         return None
     p = _qbinary_params(float(np.float32(za)), float(np.float32(zb)), float(ka), float(kb),
                         float(np.float32(zy)), a.dtype, bool(multiply))  # fmt: skip
-    y = np.empty(a.shape, a.dtype)
-    n = a.size
+    shape, dtype, n = a.shape, a.dtype, a.size
     ways = _ways(n, 64, _PARALLEL_BYTES)
     cuts = _element_cuts(n, 64, ways)
-    task = _QBinaryTask(_addr(a), _addr(b), *walk, max(b.size, 1), ctypes.addressof(p), _addr(y))
-    _run(core.lib.qbinary_range, task, cuts, ways)
-    return y
+    template = _QBinaryTask(None, None, *walk, max(b.size, 1), ctypes.addressof(p), None)
+    part = core.lib.qbinary_range
+
+    def run(a, b, _keep=p):
+        if swap:
+            a, b = b, a
+        y = np.empty(shape, dtype)
+        task = _QBinaryTask.from_buffer_copy(template)
+        task.a, task.b, task.y = _addr(a), _addr(b), _addr(y)
+        _run(part, task, cuts, ways)
+        return y
+
+    return run
 
 
 def dequantize_8(x: np.ndarray, scale, zero_point: int) -> np.ndarray | None:
@@ -205,6 +223,30 @@ def quantize_f32(x: np.ndarray, scale, zero_point: int, dtype) -> np.ndarray | N
         return None
     y = np.empty(x.shape, dtype)
     return _per_tensor_pass(core.lib.quantize_range, x, y, scale, zero_point, dtype)
+
+
+def per_tensor_setup(quantize: bool, shape: tuple, scale, zero_point: int, byte_type):
+    """QuantizeLinear (float32 -> byte_type) or DequantizeLinear (byte_type -> float32) per
+    tensor of contiguous tensors of ``shape``, set up once: ``run(x) -> y`` to the bits of
+    :func:`quantize_f32` / :func:`dequantize_8`; None without the library."""
+    if core.lib is None or np.dtype(byte_type) not in BYTES:
+        return None
+    n = math.prod(shape)
+    ways = _ways(n, 64, _PARALLEL_BYTES)
+    cuts = _element_cuts(n, 64, ways)
+    part = core.lib.quantize_range if quantize else core.lib.dequantize_range
+    template = _QuantizeTask(None, float(scale), int(zero_point), int(np.dtype(byte_type) == np.int8),
+                             None)  # fmt: skip
+    y_dtype = np.dtype(byte_type) if quantize else np.dtype(np.float32)
+
+    def run(x):
+        y = np.empty(shape, y_dtype)
+        task = _QuantizeTask.from_buffer_copy(template)
+        task.x, task.y = _addr(x), _addr(y)
+        _run(part, task, cuts, ways)
+        return y
+
+    return run
 
 
 def _per_tensor_pass(part, x, y, scale, zero_point: int, byte_type) -> np.ndarray:

@@ -13,6 +13,7 @@
  * adds the zero-point corrections and bias and either stores int32 or requantizes to 8 bits:
  * clamp(rint(acc * scale) + zero_point).
  */
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -221,13 +222,18 @@ INLINE VNNI void finish(const epilogue *e, __m512i acc, int64_t r, int64_t j, __
     if (e->row_f)
         acc = _mm512_add_epi32(acc, _mm512_mullo_epi32(_mm512_set1_epi32(e->row_f[r]),
                                                        _mm512_maskz_loadu_epi32(m, e->col_f + j)));
-    if (!e->out8) {
+    if (!e->out8 && !e->outf) {
         _mm512_mask_storeu_epi32(e->c + r * e->ldc + j, m, acc);
         return;
     }
     __m512 s = e->scale_cs ? _mm512_maskz_loadu_ps(m, e->scale + r * e->scale_rs + j)
                            : _mm512_set1_ps(e->scale[r * e->scale_rs]);
     __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(acc), s);
+    if (e->outf) { /* (a product, then a sum: never fused, as numpy's two passes) */
+        if (e->bias) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, e->bias + j));
+        _mm512_mask_storeu_ps(e->outf + r * e->ldf + j, m, v);
+        return;
+    }
     /* clamp first (the bounds are integers, so this commutes with rounding); it also keeps
        the conversion in range */
     v = _mm512_max_ps(v, _mm512_set1_ps((float)(e->lo - e->zero_point)));
@@ -236,6 +242,60 @@ INLINE VNNI void finish(const epilogue *e, __m512i acc, int64_t r, int64_t j, __
                                                                  _MM_FROUND_NO_EXC),
                                  _mm512_set1_epi32(e->zero_point));
     _mm_mask_storeu_epi8(e->out8 + r * e->ldo + j, m, _mm512_cvtepi32_epi8(q));
+}
+
+/* finish's requantization (or float result) for a whole tile without a rank-1 term or
+   per-row scales (convs, QLinearMatMul, QGemm, DynamicQuantizeMatMul): the epilogue's fields read once and the columns' offsets and scales
+   loaded once for all rows (finish reloads them after every byte store, which may alias
+   them). The same operations in the same order: integer sums (wrapping, in any order), the
+   product, the clamp, the rounding, the zero point. */
+INLINE VNNI void requantize_tile(const epilogue *e, __m512i acc[][2], int mr, int64_t r0,
+                                 int64_t j0, __mmask16 m0, __mmask16 m1) {
+    const __mmask16 m[2] = {m0, m1};
+    __m512i off[2];
+    __m512 scale[2];
+    for (int h = 0; h < 2; h++) {
+        off[h] = e->col_off ? _mm512_maskz_loadu_epi32(m[h], e->col_off + j0 + 16 * h)
+                            : _mm512_setzero_si512();
+        scale[h] = e->scale_cs ? _mm512_maskz_loadu_ps(m[h], e->scale + j0 + 16 * h)
+                               : _mm512_set1_ps(e->scale[0]);
+    }
+    const int32_t *row_off = e->row_off;
+    if (e->outf) { /* float results: acc * scale [+ bias], a product then a sum */
+        __m512 bias[2];
+        for (int h = 0; h < 2; h++)
+            bias[h] = e->bias ? _mm512_maskz_loadu_ps(m[h], e->bias + j0 + 16 * h) : _mm512_setzero_ps();
+        float *outf = e->outf + r0 * e->ldf + j0;
+        const int64_t ldf = e->ldf;
+        for (int r = 0; r < mr; r++) {
+            __m512i ro = row_off ? _mm512_set1_epi32(row_off[r0 + r]) : _mm512_setzero_si512();
+            for (int h = 0; h < 2; h++) {
+                if (!m[h]) continue;
+                __m512i a = _mm512_add_epi32(_mm512_add_epi32(acc[r][h], ro), off[h]);
+                __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(a), scale[h]);
+                if (e->bias) v = _mm512_add_ps(v, bias[h]);
+                _mm512_mask_storeu_ps(outf + r * ldf + 16 * h, m[h], v);
+            }
+        }
+        return;
+    }
+    uint8_t *out = e->out8 + r0 * e->ldo + j0;
+    const int64_t ldo = e->ldo;
+    const __m512 lo = _mm512_set1_ps((float)(e->lo - e->zero_point));
+    const __m512 hi = _mm512_set1_ps((float)(e->hi - e->zero_point));
+    const __m512i zp = _mm512_set1_epi32(e->zero_point);
+    for (int r = 0; r < mr; r++) {
+        __m512i ro = row_off ? _mm512_set1_epi32(row_off[r0 + r]) : _mm512_setzero_si512();
+        for (int h = 0; h < 2; h++) {
+            if (!m[h]) continue;
+            __m512i a = _mm512_add_epi32(_mm512_add_epi32(acc[r][h], ro), off[h]);
+            __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(a), scale[h]);
+            v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
+            __m512i q = _mm512_add_epi32(
+                _mm512_cvt_roundps_epi32(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), zp);
+            _mm_mask_storeu_epi8(out + r * ldo + 16 * h, m[h], _mm512_cvtepi32_epi8(q));
+        }
+    }
 }
 
 /* acc[r] += row r's 4 bytes w (broadcast) times the two panel vectors b0, b1 */
@@ -287,6 +347,10 @@ INLINE VNNI void tile(const uint8_t *const *row, const int64_t *quads, const int
     }
     __mmask16 m0 = ncols >= 16 ? 0xFFFF : (__mmask16)((1u << ncols) - 1);
     __mmask16 m1 = ncols >= 32 ? 0xFFFF : ncols <= 16 ? 0 : (__mmask16)((1u << (ncols - 16)) - 1);
+    if ((e->out8 || e->outf) && !e->row_f && !e->scale_rs) {
+        requantize_tile(e, acc, mr, r0, j0, m0, m1);
+        return;
+    }
     for (int r = 0; r < mr; r++) {
         finish(e, acc[r][0], r0 + r, j0, m0);
         if (m1) finish(e, acc[r][1], r0 + r, j0 + 16, m1);
@@ -434,6 +498,14 @@ EXPORT int onyx_implicit_conv(const implicit_conv *c, const uint8_t *x, uint8_t 
                               uint8_t *out) {
     if (!implicit_conv_ok(c)) return ONYX_INVALID;
     int64_t image = c->Hp * c->Wp * c->Cp;
+    uint8_t *own = NULL; /* xp and y NULL: buffers of its own (Python's cost more) */
+    if (!xp || !y) {
+        int64_t results;
+        if (!onyx_mul(c->N * c->pixels, c->M, &results)) return ONYX_INVALID;
+        own = malloc((size_t)(c->N * image + results));
+        if (!own) return ONYX_NOMEM;
+        xp = own, y = own + c->N * image;
+    }
     if (!c->bare) memset(xp, c->zx, (size_t)(c->N * image));
     for (int64_t i = 0; i < c->N; i++)
         onyx_to_nhwc(x + i * c->C * c->H * c->W, c->C, c->H, c->W,
@@ -445,11 +517,92 @@ EXPORT int onyx_implicit_conv(const implicit_conv *c, const uint8_t *x, uint8_t 
     e.out8 = y, e.ldo = c->M;
     t.A = &A, t.e = &e;
     int status = onyx_parallel(onyx_gemm_range, &t, c->cuts, c->parts, c->threads);
-    if (status) return status;
-    for (int64_t i = 0; i < c->N; i++)
-        onyx_transpose_u8(y + i * c->pixels * c->M, c->pixels, c->M, c->M,
-                          out + i * c->M * c->pixels, c->pixels);
+    if (!status) {
+        if (c->table) /* an activation's table (QLinearConvLookup), in place */
+            ((lookup_fn)c->lookup)(y, c->table, 1, y, c->N * c->pixels * c->M);
+        for (int64_t i = 0; i < c->N; i++)
+            onyx_transpose_u8(y + i * c->pixels * c->M, c->pixels, c->M, c->M,
+                              out + i * c->M * c->pixels, c->pixels);
+    }
+    free(own);
+    return status;
+}
+
+/* DynamicQuantizeMatMul in one call (Python's per-call work and numpy's passes were most of
+   a transformer's small products): x's range with 0, DynamicQuantizeLinear's scale and zero
+   point in float32 as quantize.py's dynamic_params computes them, x quantized to uint8
+   (x / scale rounded half to even, clamped, plus the zero point), the GEMM, and the epilogue
+   float(acc) * (a_scale * b_scale_j) [+ bias_j], each a float32 operation as the numpy
+   kernel's. Returns ONYX_DYNAMIC_FALLBACK, touching nothing, for an x with a NaN or an
+   infinity (the numpy kernel's other paths decide those). */
+#define ONYX_DYNAMIC_FALLBACK 4
+
+static inline __mmask16 head_mask(int64_t left) {
+    return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
+}
+
+static VNNI int dynamic_params(const float *x, int64_t n, float *scale, int32_t *zero_point) {
+    __m512 lo = _mm512_setzero_ps(), hi = lo, bad = lo; /* (masked-off lanes read 0) */
+    for (int64_t i = 0; i < n; i += 16) {
+        __m512 v = _mm512_maskz_loadu_ps(head_mask(n - i), x + i);
+        lo = _mm512_min_ps(lo, v), hi = _mm512_max_ps(hi, v);
+        bad = _mm512_add_ps(bad, _mm512_sub_ps(v, v)); /* NaN after a NaN or an infinity */
+    }
+    if (_mm512_cmp_ps_mask(bad, bad, _CMP_EQ_OQ) != 0xFFFF) return ONYX_DYNAMIC_FALLBACK;
+    float l = _mm512_reduce_min_ps(lo), h = _mm512_reduce_max_ps(hi);
+    float s = (h - l) / 255.0f;
+    if (s == 0.0f) s = 1.0f; /* all zeros: onnxruntime's scale */
+    float z = rintf(-l / s);
+    if (!(s - s == 0.0f) || !(z - z == 0.0f)) return ONYX_DYNAMIC_FALLBACK;
+    *scale = s;
+    *zero_point = (int32_t)(z < 0.0f ? 0.0f : z > 255.0f ? 255.0f : z);
     return 0;
+}
+
+/* q = clamp(rint(x / s), -zp, 255 - zp) + zp as uint8 (elementwise.c's quantize, vectored) */
+static VNNI void quantize_u8(const float *x, int64_t n, float s, int32_t zero_point, uint8_t *q) {
+    float zp = (float)zero_point;
+    __m512 vs = _mm512_set1_ps(s), lo = _mm512_set1_ps(-zp), hi = _mm512_set1_ps(255.0f - zp);
+    __m512i vz = _mm512_set1_epi32(zero_point);
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 m = head_mask(n - i);
+        __m512 v = _mm512_div_ps(_mm512_maskz_loadu_ps(m, x + i), vs);
+        v = _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
+        __m512i w = _mm512_add_epi32(_mm512_cvtps_epi32(v), vz);
+        _mm_mask_storeu_epi8(q + i, m, _mm512_cvtepi32_epi8(w));
+    }
+}
+
+EXPORT VNNI int onyx_dynamic_matmul(const dynamic_matmul *t, const float *x, float *y) {
+    const gemm_task *g = &t->gemm;
+    int64_t M = g->M, K = g->K, N = g->N, sizes[3] = {M, K, N}, n;
+    if (!onyx_in(sizes, 3, 0, ONYX_MAX_EXTENT) || !onyx_mul(M, K, &n)) return ONYX_INVALID;
+    float a_scale;
+    int32_t za;
+    if (dynamic_params(x, n, &a_scale, &za)) return ONYX_DYNAMIC_FALLBACK;
+    uint8_t *q = malloc((size_t)(n + 1) + (size_t)(2 * N + M) * 4);
+    if (!q) return ONYX_NOMEM;
+    int32_t *col_off = (int32_t *)(q + ((n + 4) & ~(int64_t)3)), *row_sums = col_off + N;
+    float *scale = (float *)(row_sums + M);
+    quantize_u8(x, n, a_scale, za, q);
+    /* (A - za)(B - zb_j) = S - ZB_j rowsum(A) - za colsum_j + K za ZB_j, wrapping int32 */
+    for (int64_t j = 0; j < N; j++)
+        col_off[j] = (int32_t)(uint32_t)(-(int64_t)K * za * t->zb_neg[j] -
+                                         (int64_t)za * t->colsum[j]);
+    for (int64_t j = 0; j < t->b_scales; j++) scale[j] = a_scale * t->b_scale[j];
+    epilogue e = t->e;
+    e.col_off = col_off, e.scale = scale, e.outf = y;
+    if (t->with_rows) {
+        onyx_row_sums(q, K, M, K, 0, 0, row_sums);
+        e.row_f = row_sums, e.col_f = t->zb_neg;
+    }
+    operand A = {q, K, 0, 0};
+    gemm_task task = *g;
+    task.A = &A, task.e = &e;
+    int status = onyx_parallel(onyx_gemm_range, &task, t->cuts, t->parts, t->threads);
+    free(q);
+    return status;
 }
 
 #endif

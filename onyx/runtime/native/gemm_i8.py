@@ -54,6 +54,9 @@ class _Epilogue(ctypes.Structure):
         ("zero_point", ctypes.c_int32),
         ("lo", ctypes.c_int32),
         ("hi", ctypes.c_int32),
+        ("outf", _P),
+        ("ldf", _I64),
+        ("bias", _P),
     ]
 
 
@@ -80,7 +83,7 @@ class _ImplicitConvTask(ctypes.Structure):
     _fields_ = [("A", _Operand), ("e", _Epilogue), ("gemm", _GemmTask), ("cuts", _P),
                 ("parts", _I64), ("threads", _I64)] + [
         (name, _I64) for name in ("N", "C", "H", "W", "Hp", "Wp", "Cp", "r0", "c0", "pixels", "M")
-    ] + [("zx", ctypes.c_int32), ("bare", ctypes.c_int32)]  # fmt: skip
+    ] + [("zx", ctypes.c_int32), ("bare", ctypes.c_int32), ("lookup", _P), ("table", _P)]  # fmt: skip
 
 
 class Packed:
@@ -190,6 +193,7 @@ def int8_gemm(
     y_zero_point: np.ndarray | None = None,
     out: np.ndarray | None = None,
     gather: tuple[np.ndarray, np.ndarray, int] | None = None,
+    float_out: bool = False,
 ) -> np.ndarray:
     """(A - a_zero_point) . (B - b_zero_point) [+ row_bias], exactly in int32; or, with
     ``scale``, requantized to y_zero_point's type (uint8 / int8): clamp(rint(acc * scale) +
@@ -204,6 +208,8 @@ def int8_gemm(
     bytes k = 4q..4q+3 at byte offset rows[r] + quads[q] (int64 arrays; K a multiple of 4):
     an implicit-GEMM convolution. B's zero point must then be 0 (no row sums).
 
+    float_out: the result is float32, float(acc) * scale (as numpy's cast, then product).
+
     What does not depend on A's data (the epilogue's corrections, the work split) is kept
     with b for the next call of the same shape and parameters: a node's weights meet the
     same ones on every run.
@@ -212,16 +218,18 @@ def int8_gemm(
         a = np.ascontiguousarray(a)
     M, K = a.shape if gather is None else (len(gather[0]), gather[2])
     params = (a_zero_point, b_zero_point, row_bias, col_bias, scale, y_zero_point)
-    key = (a.dtype.char, M, K, gather is None, _threads.get(), *map(_value_key, params))
+    key = (a.dtype.char, M, K, gather is None, _threads.get(), float_out,
+           *map(_value_key, params))  # fmt: skip
     call = b.calls.get(key)
     if call is None:
-        call = _GemmCall(a, b, M, K, *params, gather is not None)
+        call = _GemmCall(a, b, M, K, *params, gather is not None, float_out)
         if call.reusable:
             if len(b.calls) >= 8:  # (a model with ever new shapes)
                 b.calls.clear()
             b.calls[key] = call
     if out is None:
-        out = np.empty((M, b.N), np.int32 if scale is None else y_zero_point.dtype)
+        dtype = np.float32 if float_out else np.int32 if scale is None else y_zero_point.dtype
+        out = np.empty((M, b.N), dtype)
     call(a, out, gather)
     return out
 
@@ -306,11 +314,14 @@ def gathered_int8_gemm(a_dtype, b: Packed, M: int, K: int, a_zero_point: int = 0
     return _GemmCall(a, b, M, K, a_zero_point, 0, None, col_bias, scale, y_zero_point, True)
 
 
-def implicit_conv(gemm: _GemmCall, gather, x_shape, padded, corner, zero_point: int, bare: bool):
+def implicit_conv(gemm: _GemmCall, gather, x_shape, padded, corner, zero_point: int, bare: bool,
+                  table: np.ndarray | None = None):  # fmt: skip
     """A requantizing implicit-GEMM conv (kernels/conv.py's _ImplicitConv) in one native call:
-    ``run(x, xp, y, out)`` packs the contiguous image(s) x into the padded NHWC buffer xp
-    (``padded`` (N, Hp, Wp, Cp), x's corner at ``corner``; zero-point filled unless ``bare``),
-    runs the gathered GEMM into y (pixels x M) and transposes it to out (N, M, pixels)."""
+    ``run(x, out)`` packs the contiguous image(s) x into a padded NHWC buffer (``padded`` (N,
+    Hp, Wp, Cp), x's corner at ``corner``; zero-point filled unless ``bare``), runs the
+    gathered GEMM into a (pixels x M) buffer (both the library's own), maps its bytes through
+    ``table`` (256 bytes, by bit pattern: an activation's) and transposes it to out (N, M,
+    pixels)."""
     rows, quads, _ = gather
     N, C, H, W = x_shape
     c = _ImplicitConvTask()
@@ -322,12 +333,17 @@ def implicit_conv(gemm: _GemmCall, gather, x_shape, padded, corner, zero_point: 
     c.r0, c.c0 = corner
     c.pixels, c.M = len(rows) // N, gemm.task.N
     c.zx, c.bare = zero_point, int(bare)
-    keep = (gemm, rows, quads)  # what c points at
+    if table is not None:
+        table = np.ascontiguousarray(table).view(np.uint8)
+        c.lookup, c.table = core.lib.lookup, _addr(table)
+    keep = (gemm, rows, quads, table)  # what c points at
 
-    def run(x, xp, y, out, _keep=keep):
-        status = core.lib.onyx_implicit_conv(ctypes.byref(c), _addr(x), _addr(xp), _addr(y),
-                                             _addr(out))  # fmt: skip
-        core.check(status, "integer conv")
+    task, call, check = ctypes.byref(c), core.lib.onyx_implicit_conv, core.check
+
+    def run(x, out, _keep=keep):
+        status = call(task, _addr(x), None, None, _addr(out))
+        if status:
+            check(status, "integer conv")
 
     return run
 
@@ -339,13 +355,29 @@ def _value_key(v):
     return v.dtype.char, v.shape, v.tobytes()
 
 
+def _split(b: Packed, M: int, K: int, flip_a: bool, a_unsigned: bool):
+    """(the GEMM task of an M-row A with b, its cuts, its threads): threads take blocks of
+    rows (whole tiles) or of panels."""
+    N = b.N
+    panels = -(-N // PANEL)
+    ways = _ways(M * N * K, max(panels, -(-M // 6)))
+    by_rows = not (panels >= 2 * ways or M < 12 * ways)
+    if by_rows:
+        cuts = np.array([min(M, -(-M * i // ways // 6) * 6) for i in range(ways + 1)], np.int64)
+    else:
+        cuts = _even_cuts(panels, ways)
+    task = _GemmTask(None, _addr(b.data), None, K, N, M, panels, int(flip_a), int(a_unsigned),
+                     int(by_rows))  # fmt: skip
+    return task, cuts, ways
+
+
 class _GemmCall:
     """What one int8_gemm call sets up before the kernel runs: the epilogue's zero-point
     corrections, bias and requantization, and the work split between threads. ``reusable``
     when none of it depends on A's data (no row sums of A: B's zero point is 0)."""
 
     def __init__(self, a, b, M, K, a_zero_point, b_zero_point, row_bias, col_bias, scale,
-                 y_zero_point, gathered: bool):  # fmt: skip
+                 y_zero_point, gathered: bool, float_out: bool = False):  # fmt: skip
         N = b.N
         a_signed = not b.signed  # the kernel multiplies unsigned by signed bytes
         # (a - za) = a' - ZA with ZA = za - da, and (b - zb) = b' - ZB with ZB = zb - db
@@ -390,29 +422,27 @@ class _GemmCall:
                 arr = np.broadcast_to(arr, (size,)).astype(np.int32)  # (wraps: see above)
                 self.keep.append(arr)
                 setattr(e, field, _addr(arr))
-        self.requantize = scale is not None
-        if self.requantize:
-            info = np.iinfo(y_zero_point.dtype)
+        if float_out and scale is None:
+            raise ValueError("a float result needs its scale")
+        self.requantize = scale is not None and not float_out
+        self.float_out = float_out
+        if scale is not None:
             s = np.ascontiguousarray(scale, dtype=np.float32)
             self.keep.append(s)
             e.scale = _addr(s)
             e.scale_rs = 1 if s.ndim == 2 and s.shape[0] == M and M > 1 else 0
             e.scale_cs = 1 if s.size > 1 and not e.scale_rs else 0
+        if self.requantize:
+            info = np.iinfo(y_zero_point.dtype)
             e.zero_point, e.lo, e.hi = int(y_zero_point.reshape(-1)[0]), info.min, info.max
-        panels = -(-N // PANEL)
-        ways = self.ways = _ways(M * N * K, max(panels, -(-M // 6)))
-        by_rows = not (panels >= 2 * ways or M < 12 * ways)  # threads take rows, or panels
-        if by_rows:  # (in whole tiles)
-            self.cuts = np.array([min(M, -(-M * i // ways // 6) * 6) for i in range(ways + 1)])
-        else:
-            self.cuts = _even_cuts(panels, ways)
         self.packed = b  # (the task holds only its address: a B made for this call lives on)
-        self.task = _GemmTask(None, _addr(b.data), None, K, N, M, panels, int(flip_a),
-                              int(not a_signed), int(by_rows))  # fmt: skip
+        self.task, self.cuts, self.ways = _split(b, M, K, flip_a, not a_signed)
 
     def __call__(self, a: np.ndarray, out: np.ndarray, gather) -> None:
         e = _Epilogue.from_buffer_copy(self.epilogue)
-        if self.requantize:
+        if self.float_out:
+            e.outf, e.ldf = _addr(out), out.strides[0] // 4
+        elif self.requantize:
             e.out8, e.ldo = _addr(out), out.strides[0]
         else:
             e.c, e.ldc = _addr(out), out.strides[0] // 4
@@ -423,6 +453,64 @@ class _GemmCall:
         task = _GemmTask.from_buffer_copy(self.task)
         task.A, task.e = ctypes.addressof(operand), ctypes.addressof(e)
         _run(core.lib.gemm_range, task, self.cuts, self.ways)
+
+
+@abi("dynamic_matmul")
+class _DynamicMatMulTask(ctypes.Structure):
+    _fields_ = [("colsum", _P), ("zb_neg", _P), ("b_scale", _P),
+                ("b_scales", _I64), ("gemm", _GemmTask), ("e", _Epilogue), ("cuts", _P),
+                ("parts", _I64), ("threads", _I64), ("with_rows", ctypes.c_int32)]  # fmt: skip
+
+
+#: onyx_dynamic_matmul's status for an input it leaves to the numpy kernel (a NaN, an infinity).
+_DYNAMIC_FALLBACK = 4
+
+
+class DynamicMatMul:
+    """DynamicQuantizeMatMul with a constant B in one native call (gemm_i8.c's
+    onyx_dynamic_matmul): A quantized as DynamicQuantizeLinear does, the int8 GEMM, and
+    float(acc) * (a_scale * b_scale) [+ bias] in its epilogue, to the numpy kernel's bits.
+    Made once per weight and parameters; the task of each row count is kept."""
+
+    def __init__(self, b: np.ndarray, b_scale, b_zero_point, bias):
+        K, N = b.shape
+        self.K, self.N = K, N
+        self.packed = pack(b, np.uint8)  # (with column sums: A's zero point is data)
+        db = _b_shift(self.packed.signed, self.packed.flipped)
+        zb = np.zeros(N, np.int64) if b_zero_point is None else np.asarray(b_zero_point)
+        self.zb_neg = np.ascontiguousarray(-(np.broadcast_to(zb.astype(np.int64), (N,)) - db),
+                                           np.int32)  # fmt: skip
+        self.b_scale = np.ascontiguousarray(np.asarray(b_scale, np.float32).reshape(-1))
+        self.bias = None if bias is None else np.ascontiguousarray(bias, np.float32)
+        self.tasks: dict = {}
+
+    def _task(self, M: int) -> tuple:
+        flip_a, _ = _a_shift(np.uint8, self.packed.signed)
+        gemm, cuts, ways = _split(self.packed, M, self.K, flip_a, True)
+        e = _Epilogue()
+        e.ldf, e.bias = self.N, _addr(self.bias)
+        e.scale_cs = int(self.b_scale.size > 1)
+        t = _DynamicMatMulTask(_addr(self.packed.colsum), _addr(self.zb_neg),
+                               _addr(self.b_scale), self.b_scale.size, gemm, e, _addr(cuts),
+                               len(cuts) - 1, ways, int(bool(self.zb_neg.any())))  # fmt: skip
+        return ctypes.byref(t), (t, cuts)  # (the task, read only: threads share it)
+
+    def __call__(self, x: np.ndarray) -> np.ndarray | None:
+        """x: (M, K) contiguous float32 -> (M, N) float32, or None (a NaN or an infinity in x:
+        the numpy kernel's paths decide those)."""
+        key = (x.shape[0], _threads.get())
+        hit = self.tasks.get(key)
+        if hit is None:
+            if len(self.tasks) >= 16:  # (a model fed ever new shapes)
+                self.tasks.clear()
+            hit = self.tasks[key] = self._task(x.shape[0])
+        y = np.empty((x.shape[0], self.N), np.float32)
+        status = core.lib.onyx_dynamic_matmul(hit[0], _addr(x), _addr(y))
+        if status:
+            if status == _DYNAMIC_FALLBACK:
+                return None
+            core.check(status, "dynamic quantized matmul")
+        return y
 
 
 def bind(lib, isa: int) -> None:
@@ -438,5 +526,7 @@ def bind(lib, isa: int) -> None:
     lib.gemm_range = range_of(lib, "gemm") if vnni else None
     lib.batched_gemm_range = range_of(lib, "batched_gemm") if vnni else None
     if vnni:
+        lib.onyx_dynamic_matmul.restype = _INT
+        lib.onyx_dynamic_matmul.argtypes = [_P, _P, _P]
         lib.onyx_implicit_conv.restype = _INT
         lib.onyx_implicit_conv.argtypes = [_P, _P, _P, _P, _P]
