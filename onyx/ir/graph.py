@@ -112,6 +112,23 @@ def _wrap_attr_value(v):
 class Node:
     """One operator application."""
 
+    # (slots: a model has tens of thousands of nodes, made at load and freed together)
+    __slots__ = (
+        "op_type",
+        "domain",
+        "name",
+        "overload",
+        "doc_string",
+        "metadata_props",
+        "extras",
+        "graph",
+        "attributes",
+        "_prev",
+        "_next",
+        "_inputs",
+        "_outputs",
+    )
+
     def __init__(
         self,
         op_type: str,
@@ -133,17 +150,19 @@ class Node:
         # neighbours in the graph's node order (a linked list: O(1) inserts and removals)
         self._prev: Node | None = None
         self._next: Node | None = None
-        self.attributes: dict[str, Attr] = _as_attrs(attributes)
-        self._inputs: list[Value | None] = []
-        for v in inputs:
-            self.append_input(v)
+        self.attributes: dict[str, Attr] = _as_attrs(attributes) if attributes else {}
+        self._inputs: list[Value | None] = list(inputs)
+        for i, v in enumerate(self._inputs):
+            if v is not None:
+                v._uses[(self, i)] = None
         if isinstance(outputs, int):
             outputs = [""] * outputs
-        self._outputs: list[Value] = []
-        for out in outputs:
-            value = out if isinstance(out, Value) else Value(out)
-            value.producer, value.index = self, len(self._outputs)
-            self._outputs.append(value)
+        self._outputs: list[Value] = [
+            out if isinstance(out, Value) else Value(out) for out in outputs
+        ]
+        for i, value in enumerate(self._outputs):
+            value.producer = self
+            value.index = i
 
     # -- inputs / outputs ---------------------------------------------------------------------
     @property

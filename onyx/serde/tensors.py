@@ -141,6 +141,36 @@ def check_raw_size(raw_len: int, dtype: DataType, shape, what: str) -> None:
 
 # -------------------------------------------------------------------------------- reading
 
+_TENSOR_FIELD = TensorProto.DESCRIPTOR.fields_by_name
+_DIMS, _DATA_TYPE, _NAME, _RAW = (
+    _TENSOR_FIELD[f] for f in ("dims", "data_type", "name", "raw_data")
+)
+#: The fields of a plain raw tensor, the form nearly every initializer takes.
+_PLAIN = frozenset({_DIMS, _DATA_TYPE, _NAME, _RAW})
+#: Bytes per element of the types whose raw form is whole bytes (strings have none).
+_ITEM_BYTES = {d: bit_width(d) // 8 for d in BY_ENUM if bit_width(d) % 8 == 0 and d != D.STRING}
+_BY_VALUE = {int(d): d for d in D}
+
+
+def plain_raw_tensor(tp) -> Tensor | None:
+    """The tensor of a message that holds a name, dims, a known element type and raw bytes of
+    the right size and nothing else (no field written empty, no unknown field), or None.
+
+    That is nearly every initializer, and reading it this way skips the general path's
+    bookkeeping; anything else (and every error) is left to ``tensor_from_proto``."""
+    fields = dict(tp.ListFields())  # descriptor -> value, one call into the message
+    if not (fields.keys() <= _PLAIN and all(fields.values())) or _RAW not in fields:
+        return None
+    dtype = _BY_VALUE.get(fields.get(_DATA_TYPE))
+    size = _ITEM_BYTES.get(dtype)
+    if size is None:
+        return None
+    dims = tuple(fields.get(_DIMS, ()))
+    raw = fields[_RAW]
+    if (dims and min(dims) < 0) or len(raw) != math.prod(dims) * size or len(UnknownFieldSet(tp)):
+        return None
+    return Tensor.from_raw(raw, dtype, dims, fields.get(_NAME, ""))
+
 
 def tensor_from_proto(tp, what: str = "tensor", raw=None, externals=None) -> Tensor:
     """An ir.Tensor from a TensorProto.
