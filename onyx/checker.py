@@ -894,6 +894,12 @@ def _load(model) -> Model:
     return as_model(model, load_external_data=False, user="the checker")
 
 
+def _dismantle(m: Model) -> None:
+    for g in [m.graph, *(f.graph for f in m.functions.values())]:
+        if g is not None:
+            g.dismantle()
+
+
 def problems(model, full: bool = False) -> list[Problem]:
     """Every problem of a model (an empty list when it is valid; a file that cannot be read
     at all is one problem, ``format``)."""
@@ -906,6 +912,8 @@ def problems(model, full: bool = False) -> list[Problem]:
             return [Problem("format", str(e))]
         c = _Checker(m)
         c.check_model()
+        if m is not model and not (full and not c.problems):
+            _dismantle(m)  # read here and dropped here: freed now, not by the cyclic GC later
     if full and not c.problems:
         from .inference import infer_shapes
 

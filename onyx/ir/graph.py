@@ -347,6 +347,27 @@ class Graph:
             for g in node.subgraphs():
                 yield from g.all_nodes()
 
+    def dismantle(self) -> None:
+        """Empty this graph, unlinking its nodes (and those of its subgraphs) from their Values
+        and from each other.
+
+        For a graph about to be dropped: nodes and Values refer to each other, so only the
+        cyclic garbage collector could free them, and it traverses a big graph (with the rest
+        of the heap) several times first; unlinked, reference counting frees them at once."""
+        node = self._head
+        while node is not None:
+            if node.attributes:
+                for g in node.subgraphs():
+                    g.dismantle()
+            nxt = node._next
+            node._inputs = []
+            node._outputs = []
+            node.graph = node._prev = node._next = None
+            node = nxt
+        self._head = self._tail = None
+        self._count = 0
+        self._order = []
+
     # -- values -------------------------------------------------------------------------------
     def add_initializer(self, value: Value) -> Value:
         self.initializers[value.name] = value

@@ -84,6 +84,8 @@ class Reader:
         #: and reading one field by field costs 15x serializing it (types are immutable)
         self._types: dict[bytes, tuple] = {}
         self._tensor_types: dict[tuple, TensorType] = {}
+        #: Whether some use was settled after the uses of later nodes (see ``_nodes``).
+        self._unordered = False
 
     def fail(self, what: str, message: str):
         raise FormatError(f"{self.where}: {what}: {message}")
@@ -326,23 +328,30 @@ class Reader:
         return g
 
     def _nodes(self, g: Graph, protos, scope: dict, scopes: list[dict], what: str) -> None:
-        """Append the nodes of ``protos`` to ``g``. Every output is named in ``scope`` before
-        any input is looked up: a graph may use a name before the node defining it."""
-        heads = []
+        """Append the nodes of ``protos`` to ``g``.
+
+        A use of a name means the Value its graph defines under that name (the last one, if
+        several: the checker reports it), else an enclosing graph's. Nodes are read in one pass,
+        each input looked up when its node is read; the rare uses that cannot be settled then
+        (a name defined later, or defined again) are settled after the last node, as are the
+        attributes (a subgraph may read any name of this graph)."""
+        get = scope.get
+        append = g.append
+        later = []  # (node, [(input index, name)] or None, attribute messages or None)
+        redefined = False
         for np_ in protos:
             fields = dict(np_.ListFields())  # descriptor -> value, one call into the message
-            outputs = [Value(name) for name in fields.get(_OUTPUT, ())]
-            for v in outputs:
-                if v.name:
-                    scope[v.name] = v
-            heads.append((np_, fields, outputs))
-        get = scope.get
-        lookup = self._lookup
-        for np_, fields, outputs in heads:
-            inputs = [
-                (get(name) or lookup(name, scopes)) if name else None
-                for name in fields.get(_INPUT, ())
-            ]
+            names = fields.get(_INPUT)
+            if names is None:
+                inputs, unsettled = [], None
+            else:
+                names = names[:]  # (a slice is a list at once; iterating reads one by one)
+                inputs = [get(name) if name else None for name in names]
+                unsettled = None
+                if None in inputs:
+                    unsettled = [(i, n) for i, n in enumerate(names) if n and inputs[i] is None]
+            names = fields.get(_OUTPUT)
+            outputs = [Value(name) for name in names[:]] if names is not None else []
             if (
                 fields.keys() <= _PLAIN_NODE
                 and all(fields.values())
@@ -370,12 +379,34 @@ class Reader:
                     named.get("overload", ""),
                 )
                 self._node_extras(node, np_, named)
-            if _ATTRIBUTE in fields:
+            for v in outputs:
+                if v.name:
+                    if v.name in scope:
+                        redefined = True
+                    scope[v.name] = v
+            attributes = fields.get(_ATTRIBUTE)
+            if unsettled or attributes:
+                later.append((node, unsettled, attributes))
+            append(node)
+        if redefined:  # every use means the last definition, even uses before it
+            for node in g:
+                for i, v in enumerate(node.inputs):
+                    if v is not None and get(v.name, v) is not v:
+                        node.set_input(i, scope[v.name])
+        unordered = redefined
+        for node, unsettled, attributes in later:
+            if unsettled:
+                unordered = True
+                for i, name in unsettled:
+                    node.set_input(i, get(name) or self._lookup(name, scopes))
+            if attributes:
                 here = f"{what} node {node.name or node.op_type!r}"
-                node.attributes = {
-                    a.name: self.attribute(a, scopes, here) for a in fields[_ATTRIBUTE]
-                }
-            g.append(node)
+                node.attributes = {a.name: self.attribute(a, scopes, here) for a in attributes}
+                unordered = unordered or any(True for _ in node.subgraphs())
+        self._unordered = self._unordered or unordered
+        if len(scopes) == 1 and self._unordered:
+            _uses_in_node_order(g)
+            self._unordered = False
 
     def initializers(self, protos, what: str) -> list:
         """The tensors of a graph's initializer messages; ``what`` names the graph in errors."""
@@ -488,6 +519,15 @@ class Reader:
             extras["residual"] = _residual(mp, _MODEL_MODELED)
         m.extras = extras
         return m
+
+
+def _uses_in_node_order(g: Graph) -> None:
+    """Register every use again, node by node and each node's subgraphs after its own inputs:
+    a Value lists its uses in that order, as if every name had been settled as it was read."""
+    for node in g:
+        node.set_inputs(node.inputs)
+        for sub in node.subgraphs():
+            _uses_in_node_order(sub)
 
 
 class _FunctionBody:
