@@ -3,7 +3,9 @@
 InferenceSession creation, and onnx.checker / onnxruntime session creation when installed;
 prints each time and the ratio time(16k) / time(4k). Linear cost gives 4; the target is <= 5.
 Times are medians of CPU seconds of this process (all its threads): on a loaded machine wall
-time mostly measures the other processes. --wall reports wall-clock seconds instead.
+time mostly measures the other processes. --wall reports wall-clock seconds instead. Each
+timed call starts after a full garbage collection (not timed), so no step pays for the
+garbage an earlier one left; what a call's own objects cost the collector is in its time.
 
     python benchmarks/bench_scale.py [--sizes 4000,16000] [--huge] [--repeat N]
 """
@@ -11,7 +13,9 @@ time mostly measures the other processes. --wall reports wall-clock seconds inst
 from __future__ import annotations
 
 import argparse
+import gc
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -19,8 +23,6 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from common import median_time  # noqa: E402
-
 import onyx  # noqa: E402
 from onyx import ir  # noqa: E402
 
@@ -52,7 +54,13 @@ CLOCK = time.process_time
 
 
 def timed(fn, repeat: int) -> float:
-    return median_time(fn, repeat, CLOCK)
+    def collected():
+        gc.collect()  # the garbage of earlier calls and steps is theirs to pay, not this one's
+        start = CLOCK()
+        fn()
+        return CLOCK() - start
+
+    return statistics.median([collected() for _ in range(repeat)])
 
 
 def measure(path: str, repeat: int, skip: set[str]) -> dict[str, float]:

@@ -353,20 +353,21 @@ class Graph:
 
         For a graph about to be dropped: nodes and Values refer to each other, so only the
         cyclic garbage collector could free them, and it traverses a big graph (with the rest
-        of the heap) several times first; unlinked, reference counting frees them at once."""
-        node = self._head
+        of the heap) several times first; unlinked, reference counting frees them at once
+        (most during this walk, while they are still in the CPU's caches)."""
+        node, self._head, self._tail, self._order, self._count = self._head, None, None, [], 0
         while node is not None:
             if node.attributes:
                 for g in node.subgraphs():
                     g.dismantle()
             nxt = node._next
+            node.detach()
             node._inputs = []
             node._outputs = []
             node.graph = node._prev = node._next = None
+            if nxt is not None:
+                nxt._prev = None
             node = nxt
-        self._head = self._tail = None
-        self._count = 0
-        self._order = []
 
     # -- values -------------------------------------------------------------------------------
     def add_initializer(self, value: Value) -> Value:

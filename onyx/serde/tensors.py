@@ -145,31 +145,37 @@ _TENSOR_FIELD = TensorProto.DESCRIPTOR.fields_by_name
 _DIMS, _DATA_TYPE, _NAME, _RAW = (
     _TENSOR_FIELD[f] for f in ("dims", "data_type", "name", "raw_data")
 )
-#: The fields of a plain raw tensor, the form nearly every initializer takes.
-_PLAIN = frozenset({_DIMS, _DATA_TYPE, _NAME, _RAW})
 #: Bytes per element of the types whose raw form is whole bytes (strings have none).
 _ITEM_BYTES = {d: bit_width(d) // 8 for d in BY_ENUM if bit_width(d) % 8 == 0 and d != D.STRING}
 _BY_VALUE = {int(d): d for d in D}
 
 
 def plain_raw_tensor(tp) -> Tensor | None:
-    """The tensor of a message that holds a name, dims, a known element type and raw bytes of
+    """The tensor of a message that holds dims, a known element type, a name and raw bytes of
     the right size and nothing else (no field written empty, no unknown field), or None.
 
     That is nearly every initializer, and reading it this way skips the general path's
     bookkeeping; anything else (and every error) is left to ``tensor_from_proto``."""
-    fields = dict(tp.ListFields())  # descriptor -> value, one call into the message
-    if not (fields.keys() <= _PLAIN and all(fields.values())) or _RAW not in fields:
+    fields = tp.ListFields()  # (descriptor, value) in field number order, one call
+    if len(fields) == 4:
+        (f_dims, dims), (f_type, dtype), (f_name, name), (f_raw, raw) = fields
+        if f_dims is not _DIMS:
+            return None
+        dims = tuple(dims)
+        if min(dims) < 0:
+            return None
+    elif len(fields) == 3:  # a scalar
+        (f_type, dtype), (f_name, name), (f_raw, raw) = fields
+        dims = ()
+    else:
         return None
-    dtype = _BY_VALUE.get(fields.get(_DATA_TYPE))
+    if f_type is not _DATA_TYPE or f_name is not _NAME or f_raw is not _RAW or not name:
+        return None
+    dtype = _BY_VALUE.get(dtype)
     size = _ITEM_BYTES.get(dtype)
-    if size is None:
+    if size is None or len(raw) != math.prod(dims) * size or not raw or len(UnknownFieldSet(tp)):
         return None
-    dims = tuple(fields.get(_DIMS, ()))
-    raw = fields[_RAW]
-    if (dims and min(dims) < 0) or len(raw) != math.prod(dims) * size or len(UnknownFieldSet(tp)):
-        return None
-    return Tensor.from_raw(raw, dtype, dims, fields.get(_NAME, ""))
+    return Tensor.from_raw(raw, dtype, dims, name)
 
 
 def tensor_from_proto(tp, what: str = "tensor", raw=None, externals=None) -> Tensor:
