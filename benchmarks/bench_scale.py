@@ -122,7 +122,7 @@ def main() -> None:
             skip = set(filter(None, args.skip.split(",")))
             results[n] = measure(path, args.repeat if n < 50_000 else 1, skip)
             print(f"{n} nodes: " + ", ".join(f"{k} {v:.3f} s" for k, v in results[n].items()))
-    table = _table(results, sizes, "wall" if args.wall else "CPU")
+    table = _table(results, sizes, "wall" if args.wall else "CPU") + _versus(results, sizes)
     print("\n" + table)
     if args.out:
         with open(args.out, "w") as f:
@@ -145,6 +145,25 @@ def _table(results: dict[int, dict[str, float]], sizes: list[int], clock: str) -
     return "\n".join(lines) + "\n"
 
 
+#: (onyx step, its counterpart): onyx.check's target is at most 5x onnx.checker (C++), a
+#: session's creation at most onnxruntime's.
+VERSUS = [
+    ("onyx.check", "onnx.checker"),
+    ("onyx InferenceSession", "onnxruntime InferenceSession"),
+]
+
+
+def _versus(results: dict[int, dict[str, float]], sizes: list[int]) -> str:
+    lines = []
+    for ours, theirs in VERSUS:
+        both = [n for n in sizes if ours in results[n] and theirs in results[n]]
+        pairs = [(n, results[n][ours] / results[n][theirs]) for n in both]
+        if pairs:
+            each = ", ".join(f"{r:.1f}x at {n // 1000}k" for n, r in pairs)
+            lines.append(f"- {ours} / {theirs}: {each}\n")
+    return "\n" + "".join(lines) if lines else ""
+
+
 def _document(table: str, args) -> str:
     flags = " ".join(
         f for f in [f"--sizes {args.sizes}", "--huge" * args.huge, "--wall" * args.wall] if f
@@ -154,8 +173,8 @@ def _document(table: str, args) -> str:
         f"Made by `python benchmarks/bench_scale.py {flags} --out docs/benchmarks_scale.md` on "
         f"{time.strftime('%Y-%m-%d')} ({os.cpu_count()} cores; medians of {args.repeat}, one run "
         "at 100k nodes). A chain of MatMul + Add nodes; linear cost gives a 16k/4k ratio of 4, "
-        "the target is at most 5. This machine is shared: read ratios, not single figures.\n\n"
-        + table
+        "the target is at most 5. Each timed call starts after a full garbage collection "
+        "(not timed). This machine is shared: read ratios, not single figures.\n\n" + table
     )
 
 
