@@ -248,19 +248,23 @@ class _Checker:
             if top:
                 self.check_value_type(v, gname, "graph input")
         input_names = {v.name for v in g.inputs}
+        before_ir4 = self.ir_version and self.ir_version < 4
         for name, v in g.initializers.items():
             t = v.const_value
             if t is not None and not _plainly_valid(t):
                 self.check_tensor(t, gname, f"initializer {name!r}")
             if name in input_names:
                 continue
-            if self.ir_version and self.ir_version < 4:
+            if before_ir4:
                 self.report(
                     "initializer-not-input",
                     f"initializer {name!r} is not a graph input (required before IR version 4)",
                     gname,
                 )
-            define(v, "initializer")
+            if v.name and v.name not in scope and v.name not in outer:
+                scope[v.name] = v
+            else:
+                define(v, "initializer")  # (reports it)
         for sp in g.sparse_initializers:
             self.need_ir("sparse_tensor", "a sparse initializer", gname)
             self.check_sparse(sp, gname)
