@@ -157,12 +157,13 @@ class Node:
                 v._uses[(self, i)] = None
         if isinstance(outputs, int):
             outputs = [""] * outputs
-        self._outputs: list[Value] = [
-            out if isinstance(out, Value) else Value(out) for out in outputs
-        ]
-        for i, value in enumerate(self._outputs):
+        self._outputs: list[Value] = []
+        for i, value in enumerate(outputs):
+            if type(value) is not Value:
+                value = value if isinstance(value, Value) else Value(value)
             value.producer = self
             value.index = i
+            self._outputs.append(value)
 
     # -- inputs / outputs ---------------------------------------------------------------------
     @property

@@ -281,12 +281,16 @@ class Reader:
         input_names = set(scope)
         if initializers is None:
             initializers = self.initializers(gp.initializer, what)
+        named = g.initializers
         for t in initializers:
             name = t.name
-            v = scope[name] if name in input_names else Value(name)
-            v.const_value = t
-            scope.setdefault(name, v)
-            g.initializers[name] = v
+            if name in input_names:
+                v = scope[name]
+                v.const_value = t
+            else:
+                v = Value(name, None, t)
+                scope.setdefault(name, v)
+            named[name] = v
         for i, sp in enumerate(gp.sparse_initializer):
             s = self.sparse(sp, f"{what} sparse initializer {i}")
             g.sparse_initializers.append(s)
@@ -342,16 +346,20 @@ class Reader:
         for np_ in protos:
             fields = dict(np_.ListFields())  # descriptor -> value, one call into the message
             names = fields.get(_INPUT)
+            unsettled = None
             if names is None:
-                inputs, unsettled = [], None
+                inputs = []
             else:
                 names = names[:]  # (a slice is a list at once; iterating reads one by one)
-                inputs = [get(name) if name else None for name in names]
-                unsettled = None
-                if None in inputs:
+                inputs = (
+                    list(map(get, names))
+                    if "" not in scope
+                    else [get(n) if n else None for n in names]
+                )
+                if None in inputs:  # (an omitted input, '', is None as it should be)
                     unsettled = [(i, n) for i, n in enumerate(names) if n and inputs[i] is None]
             names = fields.get(_OUTPUT)
-            outputs = [Value(name) for name in names[:]] if names is not None else []
+            outputs = list(map(Value, names[:])) if names is not None else []
             if (
                 fields.keys() <= _PLAIN_NODE
                 and all(fields.values())
@@ -366,7 +374,8 @@ class Reader:
                     fields.get(_DOMAIN, ""),
                     fields.get(_NAME, ""),
                 )
-                node.doc_string = fields.get(_DOC_STRING, "")
+                if _DOC_STRING in fields:
+                    node.doc_string = fields[_DOC_STRING]
             else:
                 named = {fd.name: value for fd, value in fields.items()}
                 node = Node(
