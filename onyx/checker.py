@@ -9,6 +9,7 @@ exception's ``problems`` holds them as data.
 
 from __future__ import annotations
 
+import math
 import os
 from collections import ChainMap
 from dataclasses import dataclass
@@ -30,7 +31,7 @@ from .ir import (
     TensorType,
     Value,
 )
-from .ir.dtypes import type_name
+from .ir.dtypes import bit_width, type_name
 from .ir.opsets import canonical_domain, opset_for
 from .ir.tensor import wire_size
 from .utils import gc_paused
@@ -247,52 +248,72 @@ class _Checker:
             if top:
                 self.check_value_type(v, gname, "graph input")
         input_names = {v.name for v in g.inputs}
+        before_ir4 = self.ir_version and self.ir_version < 4
         for name, v in g.initializers.items():
-            if v.const_value is not None:
-                self.check_tensor(v.const_value, gname, f"initializer {name!r}")
+            t = v.const_value
+            if t is not None and not _plainly_valid(t):
+                self.check_tensor(t, gname, f"initializer {name!r}")
             if name in input_names:
                 continue
-            if self.ir_version and self.ir_version < 4:
+            if before_ir4:
                 self.report(
                     "initializer-not-input",
                     f"initializer {name!r} is not a graph input (required before IR version 4)",
                     gname,
                 )
-            define(v, "initializer")
+            if v.name and v.name not in scope and v.name not in outer:
+                scope[v.name] = v
+            else:
+                define(v, "initializer")  # (reports it)
         for sp in g.sparse_initializers:
             self.need_ir("sparse_tensor", "a sparse initializer", gname)
             self.check_sparse(sp, gname)
             v = Value(_sparse_name(sp))
             define(v, "sparse initializer")
 
-        # names defined anywhere in this graph, to tell "used before defined" from "undefined"
-        later = {v.name for n in g.nodes for v in n.outputs if v.name}
+        nodes = g.nodes
+        later: set[str] | None = None  # names defined anywhere in this graph, made on a miss
         # the names a node sees: this graph's so far, then the enclosing graphs' (a live view:
         # copying the scope per node made checking quadratic in the graph's size)
         visible = ChainMap(scope, outer) if outer else scope
         out_of_order = False
-        for node in g.nodes:
-            for v in node.inputs:
-                if v is None:
+        domains: dict[str, tuple] = {}  # a node's domain -> (canonical, version, known?)
+        for node in nodes:
+            inputs = node.inputs
+            outputs = node.outputs
+            for v in inputs:
+                if v is None or v.name in visible:
                     continue
                 if not v.name:
                     self.report("empty-name", "an input has an empty name", gname, node)
-                elif v.name not in visible:
-                    if v.name in later:
-                        out_of_order = True
-                        self.report(
-                            "topological-order",
-                            f"input {v.name!r} is used before the node producing it",
-                            gname,
-                            node,
-                        )
-                    else:
-                        self.report(
-                            "undefined-input", f"input {v.name!r} is not defined", gname, node
-                        )
-            self.check_node(node, gname, visible, opsets, function)
-            for v in node.outputs:
-                define(v, "output", node)
+                    continue
+                if later is None:
+                    later = {v.name for n in nodes for v in n.outputs if v.name}
+                if v.name in later:
+                    out_of_order = True
+                    self.report(
+                        "topological-order",
+                        f"input {v.name!r} is used before the node producing it",
+                        gname,
+                        node,
+                    )
+                else:
+                    self.report("undefined-input", f"input {v.name!r} is not defined", gname, node)
+            resolved = domains.get(node.domain)
+            if resolved is None:
+                domain = canonical_domain(node.domain)
+                resolved = domains[node.domain] = (
+                    domain,
+                    opset_for(opsets, domain),
+                    defs.is_known_domain(domain),
+                )
+            self.check_node(node, inputs, outputs, resolved, gname, visible, opsets, function)
+            for v in outputs:
+                name = v.name
+                if name:
+                    if name in scope or name in outer:
+                        define(v, "output", node)  # (reports it)
+                    scope[name] = v
         if out_of_order:  # onnxruntime sorts such a graph, unless its nodes form a cycle
             self.check_cycles(g, gname)
 
@@ -466,20 +487,25 @@ class _Checker:
     def check_node(
         self,
         node: Node,
+        inputs: tuple,
+        outputs: tuple,
+        resolved: tuple[str, int | None, bool],
         gname: str,
         visible: dict[str, Value],
         opsets: dict[str, int],
         function: Function | None,
     ) -> None:
+        """``resolved``: the node's canonical domain, the opset version imported for it and
+        whether the standard defines the domain."""
         if not node.op_type:
             self.report("node", "a node has no op_type", gname, node)
             return
-        if not node.inputs and not node.outputs:
+        if not inputs and not outputs:
             self.report("node", "a node has neither inputs nor outputs", gname, node)
-        for a in node.attributes.values():
+        attributes = node.attributes
+        for a in attributes.values():
             self.check_attribute(a, node, gname, visible, opsets, function)
-        domain = canonical_domain(node.domain)
-        version = opset_for(opsets, domain)
+        domain, version, known = resolved
         if version is None:
             self.report(
                 "opset-import",
@@ -488,27 +514,55 @@ class _Checker:
                 node,
             )
             return
-        if (domain, node.op_type) in self.functions:
+        if self.functions and (domain, node.op_type) in self.functions:
             self.check_call(node, gname)
             return
-        if not defs.is_known_domain(domain):
+        if not known:
             return  # a custom operator: nothing in the standard to check it against
         # Nodes alike in everything the schema rules read pass or fail alike: a model repeats a
         # few kinds of node thousands of times, and each kind is checked once.
-        key = self.signature(node, domain, version)
-        if key in self.clean:
-            return
-        found = len(self.problems)
-        self.check_schema_rules(node, domain, version, gname, function)
-        if len(self.problems) == found:
-            self.clean.add(key)
+        key = (
+            domain,
+            node.op_type,
+            version,
+            self.values_key(inputs),
+            self.values_key(outputs),
+            tuple([(n, a.type, a.is_ref) for n, a in attributes.items()]) if attributes else (),
+        )
+        if key not in self.clean:
+            found = len(self.problems)
+            self.check_schema_rules(node, domain, version, gname, function)
+            if len(self.problems) == found:
+                self.clean.add(key)
+        # (an attribute value, which the key leaves out)
+        removed = _REMOVED_ATTR_VALUES.get((domain, node.op_type))
+        if removed and version >= removed[0] and node.attr(removed[1]) == removed[2]:
+            self.report(
+                "removed-attribute-value",
+                f"{removed[1]}={removed[2]!r} was removed from {node.op_type} at opset "
+                f"{removed[0]} (onnxruntime still runs it)",
+                gname,
+                node,
+            )
 
-    def signature(self, node: Node, domain: str, version: int) -> tuple:
-        ts = self.type_str
-        ins = tuple([None if v is None else (v.name != "", ts(v.type)) for v in node.inputs])
-        outs = tuple([(v.name != "", ts(v.type)) for v in node.outputs])
-        attrs = tuple([(n, a.type, a.is_ref) for n, a in node.attributes.items()])
-        return (domain, node.op_type, version, ins, outs, attrs)
+    def values_key(self, values: tuple) -> tuple:
+        """What the schema rules read of a node's inputs or outputs: which are present (named)
+        and their type strings."""
+        strings = self.type_strings
+        key = []
+        for v in values:
+            if v is None:
+                key.append(None)
+                continue
+            t = v.type
+            if t is None:
+                key.append((v.name != "", None))
+                continue
+            hit = strings.get(id(t))
+            if hit is None or hit[0] is not t:
+                hit = strings[id(t)] = (t, type_string(t))
+            key.append((v.name != "", hit[1]))
+        return tuple(key)
 
     def type_str(self, t) -> str | None:
         if t is None:
@@ -537,15 +591,6 @@ class _Checker:
             )
             return
         self.check_against_schema(node, schema, gname, function)
-        removed = _REMOVED_ATTR_VALUES.get((domain, node.op_type))
-        if removed and version >= removed[0] and node.attr(removed[1]) == removed[2]:
-            self.report(
-                "removed-attribute-value",
-                f"{removed[1]}={removed[2]!r} was removed from {node.op_type} at opset "
-                f"{removed[0]} (onnxruntime still runs it)",
-                gname,
-                node,
-            )
 
     def check_call(self, node: Node, gname: str) -> None:
         domain = "" if node.domain == "ai.onnx" else node.domain
@@ -784,6 +829,30 @@ _MAX_DIM = 2**62
 _DTYPE_ATTRS = frozenset({"to", "dtype", "output_dtype"})
 
 
+#: Bytes per element of the types whose tensors need no IR version and no per-type rule.
+_PLAIN_ITEM_BYTES = {
+    dt: bit_width(dt) // 8
+    for dt in DataType
+    if dt not in _DTYPE_FEATURE
+    and dt not in (DataType.UNDEFINED, DataType.STRING)
+    and bit_width(dt) % 8 == 0
+}
+
+
+def _plainly_valid(t: Tensor) -> bool:
+    """Whether ``check_tensor`` would find nothing to report, decided cheaply for the common
+    case (wire bytes of the right size); False means "look closer", not "invalid"."""
+    size = _PLAIN_ITEM_BYTES.get(t.dtype)
+    if size is None or t.external is not None or not t.has_raw_bytes():
+        return False
+    raw, shape = t.raw_bytes(), t.shape
+    return (
+        type(raw) is bytes
+        and len(raw) == math.prod(shape) * size
+        and not (shape and min(shape) < 0)
+    )
+
+
 def _is_dtype(value: int) -> bool:
     try:
         return DataType(value) != DataType.UNDEFINED
@@ -829,6 +898,12 @@ def _load(model) -> Model:
     return as_model(model, load_external_data=False, user="the checker")
 
 
+def _dismantle(m: Model) -> None:
+    for g in [m.graph, *(f.graph for f in m.functions.values())]:
+        if g is not None:
+            g.dismantle()
+
+
 def problems(model, full: bool = False) -> list[Problem]:
     """Every problem of a model (an empty list when it is valid; a file that cannot be read
     at all is one problem, ``format``)."""
@@ -841,6 +916,8 @@ def problems(model, full: bool = False) -> list[Problem]:
             return [Problem("format", str(e))]
         c = _Checker(m)
         c.check_model()
+        if m is not model and not (full and not c.problems):
+            _dismantle(m)  # read here and dropped here: freed now, not by the cyclic GC later
     if full and not c.problems:
         from .inference import infer_shapes
 

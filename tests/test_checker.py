@@ -384,6 +384,33 @@ def test_mutant_rejected(name):
     assert MUTATIONS[name][0] in {p.rule for p in found}, [str(p) for p in found]
 
 
+def test_removed_attribute_value_found_on_every_node():
+    """Nodes alike to the schema rules are checked once; a removed attribute value (which the
+    rules' key leaves out) must still be found on each node that has it."""
+    x = ir.Value("x", ir.TensorType(ir.DataType.FLOAT, (1, 1, 2, 2)))
+    scales = ir.Value(
+        "s", ir.TensorType(ir.DataType.FLOAT, (4,)), ir.Tensor(np.ones(4, np.float32))
+    )
+    scales.const_value.name = "s"
+    modes = ["half_pixel", "tf_half_pixel_for_nn", "tf_half_pixel_for_nn"]
+    nodes = [
+        ir.Node(
+            "Resize",
+            [x, None, scales],
+            [f"y{i}"],
+            {"coordinate_transformation_mode": mode},
+            name=f"r{i}",
+        )
+        for i, mode in enumerate(modes)
+    ]
+    for n in nodes:
+        n.outputs[0].type = ir.TensorType(ir.DataType.FLOAT, (1, 1, 2, 2))
+    graph = ir.Graph([x], [n.outputs[0] for n in nodes], nodes, [scales], name="g")
+    found = problems(ir.Model(graph, opset_imports={"": 13}, ir_version=8))
+    flagged = [p.node for p in found if p.rule == "removed-attribute-value"]
+    assert flagged == ["'r1' (Resize)", "'r2' (Resize)"], [str(p) for p in found]
+
+
 def test_every_problem_listed():
     m = base_model()
     _node(m, "relu").input[0] = "zz"

@@ -118,9 +118,15 @@ class Tensor:
     @classmethod
     def from_raw(cls, raw, dtype: int, shape, name: str = "") -> Tensor:
         """A tensor over little-endian wire bytes; no copy is made until data is needed."""
-        t = cls(name=name, dtype=dtype)
-        t.shape = tuple(int(d) for d in shape)
+        # (not through __init__: a model's initializers are made by the ten thousand at load)
+        t = cls.__new__(cls)
+        t.name = name
+        t.doc_string = ""
+        t.metadata_props = {}
+        t.external = t.extras = t._array = t._loader = None
         t._raw = raw
+        t.dtype = dtype if type(dtype) is DataType else DataType(dtype)
+        t.shape = tuple(map(int, shape))
         return t
 
     @classmethod

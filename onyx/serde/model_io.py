@@ -144,9 +144,7 @@ class _GraphSource:
         self._marker: bool | None = None
         if len(graph_bytes) < SPLIT_MIN:
             self.gp = _parse(GraphProto, graph_bytes, where, "the graph")
-            self.initializers = [
-                reader.tensor(t, f"graph initializer {t.name!r}") for t in self.gp.initializer
-            ]
+            self.initializers = reader.initializers(self.gp.initializer, "graph")
         else:
             self.gp, self.initializers = self._split(graph_bytes, where)
         self.has_external = any(t.external is not None for t in self.initializers)

@@ -25,8 +25,9 @@ from ..ir.types import (
     SparseTensorType,
     TensorType,
 )
+from ..proto import NodeProto
 from .fields import set_fields, written_empty
-from .tensors import tensor_from_proto
+from .tensors import plain_raw_tensor, tensor_from_proto
 
 A = AttrType
 #: AttributeProto field holding each attribute type's value.
@@ -82,6 +83,9 @@ class Reader:
         #: TypeProto bytes -> (ir type, faithful): a model's values share a few dozen types,
         #: and reading one field by field costs 15x serializing it (types are immutable)
         self._types: dict[bytes, tuple] = {}
+        self._tensor_types: dict[tuple, TensorType] = {}
+        #: Whether some use was settled after the uses of later nodes (see ``_nodes``).
+        self._unordered = False
 
     def fail(self, what: str, message: str):
         raise FormatError(f"{self.where}: {what}: {message}")
@@ -276,51 +280,24 @@ class Reader:
             g.inputs.append(v)
         input_names = set(scope)
         if initializers is None:
-            initializers = [
-                self.tensor(t, f"{what} initializer {t.name!r}") for t in gp.initializer
-            ]
+            initializers = self.initializers(gp.initializer, what)
+        named = g.initializers
         for t in initializers:
             name = t.name
-            v = scope[name] if name in input_names else Value(name)
-            v.const_value = t
-            scope.setdefault(name, v)
-            g.initializers[name] = v
+            if name in input_names:
+                v = scope[name]
+                v.const_value = t
+            else:
+                v = Value(name, None, t)
+                scope.setdefault(name, v)
+            named[name] = v
         for i, sp in enumerate(gp.sparse_initializer):
             s = self.sparse(sp, f"{what} sparse initializer {i}")
             g.sparse_initializers.append(s)
             if s.name not in scope:
                 scope[s.name] = Value(s.name, TensorType(s.dtype, s.dims))
 
-        protos = list(gp.node)
-        node_fields = [set_fields(np_) for np_ in protos]
-        nodes = []
-        for f in node_fields:
-            node = Node(
-                f.get("op_type", ""),
-                (),
-                list(f.get("output", ())),
-                None,
-                f.get("domain", ""),
-                f.get("name", ""),
-                f.get("overload", ""),
-            )
-            for v in node.outputs:
-                if v.name:
-                    scope[v.name] = v
-            nodes.append(node)
-        get = scope.get
-        lookup = self._lookup
-        for node, np_, f in zip(nodes, protos, node_fields):
-            for name in f.get("input", ()):
-                node.append_input((get(name) or lookup(name, scopes)) if name else None)
-            if "attribute" in f:
-                here = f"{what} node {node.name or node.op_type!r}"
-                attrs = {}
-                for a in f["attribute"]:
-                    attrs[a.name] = self.attribute(a, scopes, here)
-                node.attributes = attrs
-            self._node_extras(node, np_, f)
-            g.append(node)
+        self._nodes(g, gp.node, scope, scopes, what)
 
         for i, vi in enumerate(gp.output):
             v = self._lookup(vi.name, scopes)
@@ -330,10 +307,11 @@ class Reader:
             v = scope.get(vi.name) or self._lookup(vi.name, scopes)
             self._declare(v, vi, declared, overrides, ("value_info", i))
             g.value_info.append(v)
+        tensor_type = self._tensor_type
         for v in g.initializers.values():
             if v.type is None:
                 t = v.const_value
-                v.type = TensorType(t.dtype, t.shape)
+                v.type = tensor_type(t.dtype, t.shape)
 
         if type(gp) is _FunctionBody:
             return g
@@ -352,6 +330,108 @@ class Reader:
         if extras:
             g.extras = extras
         return g
+
+    def _nodes(self, g: Graph, protos, scope: dict, scopes: list[dict], what: str) -> None:
+        """Append the nodes of ``protos`` to ``g``.
+
+        A use of a name means the Value its graph defines under that name (the last one, if
+        several: the checker reports it), else an enclosing graph's. Nodes are read in one pass,
+        each input looked up when its node is read; the rare uses that cannot be settled then
+        (a name defined later, or defined again) are settled after the last node, as are the
+        attributes (a subgraph may read any name of this graph)."""
+        get = scope.get
+        append = g.append
+        later = []  # (node, [(input index, name)] or None, attribute messages or None)
+        redefined = False
+        for np_ in protos:
+            fields = dict(np_.ListFields())  # descriptor -> value, one call into the message
+            names = fields.get(_INPUT)
+            unsettled = None
+            if names is None:
+                inputs = []
+            else:
+                names = names[:]  # (a slice is a list at once; iterating reads one by one)
+                inputs = (
+                    list(map(get, names))
+                    if "" not in scope
+                    else [get(n) if n else None for n in names]
+                )
+                if None in inputs:  # (an omitted input, '', is None as it should be)
+                    unsettled = [(i, n) for i, n in enumerate(names) if n and inputs[i] is None]
+            names = fields.get(_OUTPUT)
+            outputs = list(map(Value, names[:])) if names is not None else []
+            if (
+                fields.keys() <= _PLAIN_NODE
+                and all(fields.values())
+                and not len(UnknownFieldSet(np_))
+            ):
+                # nothing written empty, nothing the IR does not model: the common case
+                node = Node(
+                    fields.get(_OP_TYPE, ""),
+                    inputs,
+                    outputs,
+                    None,
+                    fields.get(_DOMAIN, ""),
+                    fields.get(_NAME, ""),
+                )
+                if _DOC_STRING in fields:
+                    node.doc_string = fields[_DOC_STRING]
+            else:
+                named = {fd.name: value for fd, value in fields.items()}
+                node = Node(
+                    named.get("op_type", ""),
+                    inputs,
+                    outputs,
+                    None,
+                    named.get("domain", ""),
+                    named.get("name", ""),
+                    named.get("overload", ""),
+                )
+                self._node_extras(node, np_, named)
+            for v in outputs:
+                if v.name:
+                    if v.name in scope:
+                        redefined = True
+                    scope[v.name] = v
+            attributes = fields.get(_ATTRIBUTE)
+            if unsettled or attributes:
+                later.append((node, unsettled, attributes))
+            append(node)
+        if redefined:  # every use means the last definition, even uses before it
+            for node in g:
+                for i, v in enumerate(node.inputs):
+                    if v is not None and get(v.name, v) is not v:
+                        node.set_input(i, scope[v.name])
+        unordered = redefined
+        for node, unsettled, attributes in later:
+            if unsettled:
+                unordered = True
+                for i, name in unsettled:
+                    node.set_input(i, get(name) or self._lookup(name, scopes))
+            if attributes:
+                here = f"{what} node {node.name or node.op_type!r}"
+                node.attributes = {a.name: self.attribute(a, scopes, here) for a in attributes}
+                unordered = unordered or any(True for _ in node.subgraphs())
+        self._unordered = self._unordered or unordered
+        if len(scopes) == 1 and self._unordered:
+            _uses_in_node_order(g)
+            self._unordered = False
+
+    def initializers(self, protos, what: str) -> list:
+        """The tensors of a graph's initializer messages; ``what`` names the graph in errors."""
+        out = []
+        for tp in protos:
+            t = plain_raw_tensor(tp)
+            out.append(t if t is not None else self.tensor(tp, f"{what} initializer {tp.name!r}"))
+        return out
+
+    def _tensor_type(self, dtype: DataType, shape: tuple) -> TensorType:
+        """One (immutable) TensorType per element type and shape: initializers share them."""
+        key = (dtype, shape)
+        t = self._tensor_types.get(key)
+        if t is None:
+            t = self._tensor_types[key] = TensorType(dtype, shape)
+        return t
 
     def _lookup(self, name: str, scopes: list[dict]) -> Value:
         for scope in reversed(scopes):
@@ -450,6 +530,15 @@ class Reader:
         return m
 
 
+def _uses_in_node_order(g: Graph) -> None:
+    """Register every use again, node by node and each node's subgraphs after its own inputs:
+    a Value lists its uses in that order, as if every name had been settled as it was read."""
+    for node in g:
+        node.set_inputs(node.inputs)
+        for sub in node.subgraphs():
+            _uses_in_node_order(sub)
+
+
 class _FunctionBody:
     """A FunctionProto seen as a GraphProto (inputs/outputs are bare names)."""
 
@@ -485,6 +574,13 @@ class _Named:
         return b""
 
 
+_NODE_FIELD = NodeProto.DESCRIPTOR.fields_by_name
+_INPUT, _OUTPUT, _NAME, _OP_TYPE, _ATTRIBUTE, _DOC_STRING, _DOMAIN = (
+    _NODE_FIELD[f]
+    for f in ("input", "output", "name", "op_type", "attribute", "doc_string", "domain")
+)
+#: The fields of a node read without bookkeeping when none is written empty.
+_PLAIN_NODE = frozenset({_INPUT, _OUTPUT, _NAME, _OP_TYPE, _ATTRIBUTE, _DOC_STRING, _DOMAIN})
 _VI_MODELED = frozenset({"name", "type", "doc_string", "metadata_props"})
 _GRAPH_MODELED = frozenset(
     {"node", "name", "initializer", "sparse_initializer", "doc_string", "input", "output"}

@@ -141,6 +141,42 @@ def check_raw_size(raw_len: int, dtype: DataType, shape, what: str) -> None:
 
 # -------------------------------------------------------------------------------- reading
 
+_TENSOR_FIELD = TensorProto.DESCRIPTOR.fields_by_name
+_DIMS, _DATA_TYPE, _NAME, _RAW = (
+    _TENSOR_FIELD[f] for f in ("dims", "data_type", "name", "raw_data")
+)
+#: Bytes per element of the types whose raw form is whole bytes (strings have none).
+_ITEM_BYTES = {d: bit_width(d) // 8 for d in BY_ENUM if bit_width(d) % 8 == 0 and d != D.STRING}
+_BY_VALUE = {int(d): d for d in D}
+
+
+def plain_raw_tensor(tp) -> Tensor | None:
+    """The tensor of a message that holds dims, a known element type, a name and raw bytes of
+    the right size and nothing else (no field written empty, no unknown field), or None.
+
+    That is nearly every initializer, and reading it this way skips the general path's
+    bookkeeping; anything else (and every error) is left to ``tensor_from_proto``."""
+    fields = tp.ListFields()  # (descriptor, value) in field number order, one call
+    if len(fields) == 4:
+        (f_dims, dims), (f_type, dtype), (f_name, name), (f_raw, raw) = fields
+        if f_dims is not _DIMS:
+            return None
+        dims = tuple(dims)
+        if min(dims) < 0:
+            return None
+    elif len(fields) == 3:  # a scalar
+        (f_type, dtype), (f_name, name), (f_raw, raw) = fields
+        dims = ()
+    else:
+        return None
+    if f_type is not _DATA_TYPE or f_name is not _NAME or f_raw is not _RAW or not name:
+        return None
+    dtype = _BY_VALUE.get(dtype)
+    size = _ITEM_BYTES.get(dtype)
+    if size is None or len(raw) != math.prod(dims) * size or not raw or len(UnknownFieldSet(tp)):
+        return None
+    return Tensor.from_raw(raw, dtype, dims, name)
+
 
 def tensor_from_proto(tp, what: str = "tensor", raw=None, externals=None) -> Tensor:
     """An ir.Tensor from a TensorProto.
