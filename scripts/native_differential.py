@@ -342,6 +342,53 @@ def gen_matmul_nbits(rng) -> Case:
                 atol=1e-5 * K * float(np.abs(a).max(initial=1.0)))  # fmt: skip
 
 
+def gen_gqa(rng) -> Case:
+    """GroupQueryAttention (attention.c): a first prompt, a later prompt or a decoded token
+    over a KV cache (a longer shared-style cache too), packed QKV or not, rotary (halves or
+    pairs, position ids), local window, softcap, sinks, non-causal; head sizes off the
+    vector width take the portable loop."""
+    batch, kv_heads = int(rng.integers(1, 3)), int(_pick(rng, [1, 2, 4]))
+    q_heads = kv_heads * int(_pick(rng, [1, 2, 4]))
+    head = int(_pick(rng, [16, 32, 64, 64, 8, 24]))
+    q_len, past = int(_pick(rng, [1, 1, 3, 9, 33])), int(_pick(rng, [0, 0, 5, 40]))
+    extra = int(_pick(rng, [0, 0, 7]))  # cache rows past the step (a shared buffer)
+    total = past + q_len
+    seqlens = np.full(batch, total - 1, np.int32)
+    if batch > 1 and past:
+        seqlens[1] -= int(rng.integers(0, past + 1))  # (an entry with fewer cached rows)
+    packed = rng.random() < 0.5
+    x = _normal(rng, (batch, q_len, (q_heads + (2 * kv_heads if packed else 0)) * head))
+    key = None if packed else _normal(rng, (batch, q_len, kv_heads * head))
+    value = None if packed else _normal(rng, (batch, q_len, kv_heads * head))
+    cache = past + extra if past else 0
+    past_k = _normal(rng, (batch, kv_heads, cache, head)) if cache else None
+    past_v = _normal(rng, (batch, kv_heads, cache, head)) if cache else None
+    attrs = dict(num_heads=q_heads, kv_num_heads=kv_heads, causal=int(_pick(rng, [1, 1, 0])),
+                 local_window_size=int(_pick(rng, [-1, -1, 4])),
+                 softcap=float(_pick(rng, [0.0, 0.0, 5.0])))  # fmt: skip
+    cos = sin = None
+    if rng.random() < 0.7:
+        angles = rng.uniform(0, 6, (total + extra + 4, head // 2 // int(_pick(rng, [1, 2]))))
+        cos, sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+        attrs.update(do_rotary=1, rotary_interleaved=int(rng.integers(0, 2)))
+    sink = _normal(rng, (q_heads,)) if rng.random() < 0.2 else None
+    if sink is None and rng.random() < 0.2:
+        attrs["smooth_softmax"] = 1
+    inputs = [x, key, value, past_k, past_v, seqlens, np.array([total], np.int32), cos, sin,
+              None, None, sink]  # fmt: skip
+    return Case(
+        "gqa",
+        "GroupQueryAttention",
+        inputs,
+        attrs,
+        domain=MS,
+        version=1,
+        exact=False,
+        rtol=1e-4,
+        atol=1e-5,
+    )
+
+
 def gen_pool(rng) -> Case:
     dims = int(_pick(rng, [1, 2, 2, 2, 3]))
     op = _pick(rng, ["MaxPool", "AveragePool"])
@@ -571,6 +618,7 @@ FAMILIES = {
     "qgemm": gen_qgemm,
     "gemm": gen_gemm,
     "matmul_nbits": gen_matmul_nbits,
+    "gqa": gen_gqa,
     "pool": gen_pool,
     "global_pool": gen_global_pool,
     "qlinear_global_pool": gen_qlinear_global_pool,

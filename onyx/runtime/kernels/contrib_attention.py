@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import native
 from ..registry import op
 from .elementwise import upcast
 from .linalg import integer_matmul
@@ -462,44 +463,46 @@ def group_query_attention(
         q = qf
         k = upcast(key).astype(np.float32, copy=False)
         v = upcast(value).astype(np.float32, copy=False)
-    q, k, v = _bnsh(q, num_heads), _bnsh(k, kv_num_heads), _bnsh(v, kv_num_heads)
-    head = q.shape[-1]
+    head = q.shape[-1] // num_heads
 
     total = int(np.asarray(total_sequence_length).reshape(-1)[0])
     valid = np.asarray(seqlens_k).astype(np.int64).reshape(-1) + 1  # keys per batch entry
     first_prompt = q_len == total
     past_len = np.zeros(batch, np.int64) if first_prompt else valid - q_len
-
-    if do_rotary:
-        pos = _gqa_positions(position_ids, past_len, valid, q_len, first_prompt)
-        cos, sin = upcast(cos_cache)[pos][:, None], upcast(sin_cache)[pos][:, None]
-        q, k = _rotate(q, cos, sin, rotary_interleaved), _rotate(k, cos, sin, rotary_interleaved)
-
-    cache = 0 if past_key is None else past_key.shape[2]
-    present_len = max(cache, total)
-    shared_k, shared_v = shared_kv_buffer(past_key), shared_kv_buffer(past_value)
-    if cache >= total and shared_k is not None and shared_v is not None:
-        present_k, present_v = shared_k, shared_v  # (rows written in place: no copy)
-        for b in range(batch):
-            p = int(past_len[b])
-            present_k[b, :, p : p + q_len] = k[b]
-            present_v[b, :, p : p + q_len] = v[b]
-    else:
-        present_k = np.zeros((batch, kv_num_heads, present_len, head), np.float32)
-        present_v = np.zeros_like(present_k)
-        for b in range(batch):
-            p = int(past_len[b])
-            if p:
-                present_k[b, :, :p] = past_key[b, :, :p]
-                present_v[b, :, :p] = past_value[b, :, :p]
-            present_k[b, :, p : p + q_len] = k[b]
-            present_v[b, :, p : p + q_len] = v[b]
-
+    pos = _gqa_positions(position_ids, past_len, valid, q_len, first_prompt) if do_rotary else None
+    present_k, present_v = _gqa_presents(past_key, past_value, past_len, batch, kv_num_heads, head,
+                                         total)  # fmt: skip
+    present_len = present_k.shape[2]
     # keys past every entry's valid length cannot be attended: the product stops there (a
     # shared buffer holds the whole context, most of it not yet written)
     n_keys = int(min(present_len, max(valid.max(initial=0), q_len)))
-    keys, values = present_k[:, :, :n_keys], present_v[:, :, :n_keys]
     s = scale or 1 / np.sqrt(head)
+    sink = None
+    if head_sink is not None:
+        sink = upcast(head_sink).astype(np.float32)
+    elif smooth_softmax:
+        sink = np.zeros(1, np.float32)
+
+    y = None
+    if attention_bias is None and not qk_output:  # (attention.c: the rows written and attended)
+        y = native.gqa_step(q, k, v, present_k, present_v, past_len, valid, pos, cos_cache,
+                            sin_cache, sink, q_heads=num_heads, kv_heads=kv_num_heads,
+                            n_keys=n_keys, interleaved=rotary_interleaved, causal=causal,
+                            window=local_window_size, scale=s, softcap=softcap)  # fmt: skip
+    if y is not None:
+        return y.astype(dtype, copy=False), *(p.astype(dtype, copy=False)
+                                              for p in (present_k, present_v))  # fmt: skip
+
+    q, k, v = _bnsh(q, num_heads), _bnsh(k, kv_num_heads), _bnsh(v, kv_num_heads)
+    if do_rotary:
+        cos, sin = upcast(cos_cache)[pos][:, None], upcast(sin_cache)[pos][:, None]
+        q, k = _rotate(q, cos, sin, rotary_interleaved), _rotate(k, cos, sin, rotary_interleaved)
+    for b in range(batch):
+        p = int(past_len[b])
+        present_k[b, :, p : p + q_len] = k[b]
+        present_v[b, :, p : p + q_len] = v[b]
+
+    keys, values = present_k[:, :, :n_keys], present_v[:, :, :n_keys]
     scores = _scores(q, keys, s)
     if softcap > 0:
         np.tanh(scores / np.float32(softcap), out=scores)
@@ -509,11 +512,6 @@ def group_query_attention(
     allowed = _gqa_allowed(past_len, valid, q_len, n_keys, causal, local_window_size)
     raw = np.where(allowed, scores, np.float32(0)) if qk_output == 1 else None
     np.copyto(scores, -np.inf, where=~allowed)
-    sink = None
-    if head_sink is not None:
-        sink = upcast(head_sink).astype(np.float32)
-    elif smooth_softmax:
-        sink = np.zeros(1, np.float32)
     probs = _softmax_rows(scores, sink)
     y = _merged(_weighted(probs, values)).astype(dtype, copy=False)
     outputs = [y, present_k.astype(dtype, copy=False), present_v.astype(dtype, copy=False)]
@@ -522,6 +520,26 @@ def group_query_attention(
         qk[..., :n_keys] = raw if qk_output == 1 else probs
         outputs.append(qk.astype(dtype, copy=False))
     return tuple(outputs)
+
+
+def _gqa_presents(past_key, past_value, past_len, batch: int, kv_heads: int, head: int,
+                  total: int) -> tuple:  # fmt: skip
+    """present_key / present_value [B, Hkv, max(cache, total), D] float32 holding the cached
+    rows (zeros after them): the registered shared buffers themselves when they are long
+    enough (the step's rows then go in place, no copy), else new arrays."""
+    cache = 0 if past_key is None else past_key.shape[2]
+    present_len = max(cache, total)
+    shared_k, shared_v = shared_kv_buffer(past_key), shared_kv_buffer(past_value)
+    if cache >= total and shared_k is not None and shared_v is not None:
+        return shared_k, shared_v
+    present_k = np.zeros((batch, kv_heads, present_len, head), np.float32)
+    present_v = np.zeros_like(present_k)
+    for b in range(batch):
+        p = int(past_len[b])
+        if p:
+            present_k[b, :, :p] = past_key[b, :, :p]
+            present_v[b, :, :p] = past_value[b, :, :p]
+    return present_k, present_v
 
 
 def _gqa_positions(position_ids, past_len, valid, q_len: int, first_prompt: bool) -> np.ndarray:

@@ -31,6 +31,7 @@ import contextlib
 
 from . import (
     _core,
+    attention,
     conv_f32,
     depthwise,
     elementwise,
@@ -44,6 +45,7 @@ from . import (
     window,
 )
 from ._core import BYTES, thread_setting, threads
+from .attention import gqa_ok, gqa_step
 from .conv_f32 import CONV_ACTIVATIONS, FloatConv, conv_f32_ok, pack_conv_f32
 from .depthwise import (
     SMALL_CONV_K,
@@ -127,6 +129,8 @@ __all__ = [
     "forest_sums",
     "gathered_int8_gemm",
     "gemv_ok",
+    "gqa_ok",
+    "gqa_step",
     "gru_f32",
     "hard_sigmoid_f32",
     "hardswish_f32",
@@ -173,6 +177,7 @@ FAMILIES = (
     window,
     trees,
     nbits,
+    attention,
 )
 _core.start(FAMILIES)
 

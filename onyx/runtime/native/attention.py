@@ -1,0 +1,119 @@
+"""GroupQueryAttention's step (attention.c): the cache rows written and attended in place."""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+from . import _core as core
+from ._core import _I64, _P, _addr, _check_sizes, _even_cuts, _run, _ways, abi
+
+
+@abi("gqa_task")
+class _GqaTask(ctypes.Structure):
+    _fields_ = (
+        [(name, _P) for name in ("q", "k", "v")]
+        + [(name, _I64) for name in ("q_bs", "q_ss", "kv_bs", "kv_ss")]
+        + [
+            (name, _P)
+            for name in (
+                "k_cache",
+                "v_cache",
+                "y",
+                "past",
+                "valid",
+                "positions",
+                "cos",
+                "sin",
+                "sink",
+            )
+        ]  # fmt: skip
+        + [
+            (name, _I64)
+            for name in (
+                "batch",
+                "q_len",
+                "q_heads",
+                "kv_heads",
+                "head",
+                "capacity",
+                "n_keys",
+                "rotary",
+                "max_position",
+                "interleaved",
+                "causal",
+                "window",
+            )
+        ]  # fmt: skip
+        + [("scale", ctypes.c_float), ("softcap", ctypes.c_float)]
+    )
+
+
+def gqa_ok() -> bool:
+    """Whether the native GroupQueryAttention step is loaded."""
+    return core.lib is not None and bool(core.lib.gqa_range)
+
+
+def _rows(x: np.ndarray, heads: int, head: int):
+    """(batch stride, token stride) in floats of x [B, S, >= heads * head] whose last axis is
+    contiguous, or None."""
+    if x.dtype != np.float32 or x.ndim != 3 or x.strides[2] != 4 or x.shape[2] != heads * head:
+        return None
+    if x.strides[0] % 4 or x.strides[1] % 4:
+        return None
+    return x.strides[0] // 4, x.strides[1] // 4
+
+
+def gqa_step(q, k, v, k_cache, v_cache, past, valid, positions, cos, sin, sink, *, q_heads: int,
+             kv_heads: int, n_keys: int, interleaved: int, causal: int, window: int,
+             scale: float, softcap: float) -> np.ndarray | None:  # fmt: skip
+    """One GroupQueryAttention step: k / v [B, S, Hkv * D] (rows of a packed QKV array too)
+    rotated (when ``positions`` [B, S] is given, by the cos / sin tables) into the caches
+    [B, Hkv, capacity, D] at rows past[b] .. (in place), then q [B, S, Hq * D] attends the
+    first n_keys cached rows (valid[b] of them for entry b, causal, a local window): y
+    [B, S, Hq * D] float32, or None where the kernel does not apply (numpy's path runs)."""
+    if core.lib is None or not core.lib.gqa_range:
+        return None
+    batch, q_len = q.shape[:2]
+    head = k_cache.shape[-1]
+    layouts = [_rows(q, q_heads, head), _rows(k, kv_heads, head), _rows(v, kv_heads, head)]
+    if None in layouts or layouts[1] != layouts[2]:
+        return None
+    caches_ok = all(c.dtype == np.float32 and c.flags.c_contiguous and c.flags.writeable
+                    for c in (k_cache, v_cache))  # fmt: skip
+    if not caches_ok or k_cache.shape != v_cache.shape or k_cache.shape[:2] != (batch, kv_heads):
+        return None
+    capacity = k_cache.shape[2]
+    past = np.ascontiguousarray(past, np.int64)
+    valid = np.ascontiguousarray(valid, np.int64)
+    if past.min(initial=0) < 0 or past.max(initial=0) + q_len > capacity:
+        return None
+    rotary = max_position = 0
+    if positions is not None:
+        positions = np.ascontiguousarray(positions, np.int64)
+        cos = np.ascontiguousarray(cos, np.float32)
+        sin = np.ascontiguousarray(sin, np.float32)
+        max_position, rotary = cos.shape[0], 2 * cos.shape[1]
+        if sin.shape != cos.shape or not 0 < rotary <= head:
+            return None
+        if positions.min(initial=0) < 0 or positions.max(initial=0) >= max_position:
+            return None  # (numpy's path raises its IndexError)
+    if sink is not None:
+        sink = np.ascontiguousarray(np.broadcast_to(sink, (q_heads,)), np.float32)
+    _check_sizes("GroupQueryAttention", batch, q_len, q_heads, kv_heads, head, capacity)
+    y = np.empty((batch, q_len, q_heads * head), np.float32)
+    task = _GqaTask(
+        _addr(q), _addr(k), _addr(v), *layouts[0], *layouts[1], _addr(k_cache), _addr(v_cache),
+        _addr(y), _addr(past), _addr(valid), _addr(positions), _addr(cos), _addr(sin),
+        _addr(sink), batch, q_len, q_heads, kv_heads, head, capacity, n_keys, rotary,
+        max_position, int(interleaved), int(causal), int(window), float(scale), float(softcap),
+    )  # fmt: skip
+    units = batch * kv_heads
+    ways = _ways(q_len * n_keys * q_heads * head, units, 1 << 18)
+    _run(core.lib.gqa_range, task, _even_cuts(units, ways), ways, "GroupQueryAttention")
+    return y
+
+
+def bind(lib, isa: int) -> None:
+    lib.gqa_range = core.range_of(lib, "gqa")
