@@ -305,7 +305,9 @@ ONYX_STRUCT(forest_sum_task, ONYX_FOREST_SUM_TASK)
     F(S, int64_t, M, ) F(S, int64_t, K, ) F(S, int64_t, N, ) F(S, int64_t, k_blocks, )       \
     F(S, int64_t, block, ) F(S, int64_t, bits, ) F(S, int64_t, row0, )                       \
     F(S, float, default_zero, )                                                              \
-    F(S, const uint8_t *, dwords, ) /* NULL, or B's 4-byte words as [N / 16][words][16] */
+    F(S, const uint8_t *, dwords, ) /* NULL, or B's 4-byte words as [N / 16][words][16] */ \
+    F(S, const float *, scales_t, ) /* NULL, or the scales as [N / 16][k_blocks][16] */      \
+    F(S, const float *, zeros_t, )  /* the float zero points so (with scales_t), or NULL */
 ONYX_STRUCT(nbits_task, ONYX_NBITS_TASK)
 
 /* ------------------------------------------------- GroupQueryAttention (attention.c) */

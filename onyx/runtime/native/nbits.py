@@ -16,7 +16,8 @@ class _NBitsTask(ctypes.Structure):
     _fields_ = (
         [(name, _P) for name in ("a", "y", "packed", "scales", "zero_points", "out")]
         + [(name, _I64) for name in ("M", "K", "N", "k_blocks", "block", "bits", "row0")]
-        + [("default_zero", ctypes.c_float), ("dwords", _P)]
+        + [("default_zero", ctypes.c_float)]
+        + [(name, _P) for name in ("dwords", "scales_t", "zeros_t")]
     )
 
 
@@ -25,6 +26,15 @@ NBITS_INT8_ROWS = 16
 
 #: Weight values (per row of A) worth a second thread: the kernels' time is reading bytes.
 _PARALLEL_VALUES = 1 << 18
+
+
+def _by_groups(values: np.ndarray) -> np.ndarray:
+    """[N, k_blocks] as [ceil(N / 16), k_blocks, 16] (zeros past N)."""
+    n, k_blocks = values.shape
+    groups = -(-n // 16)
+    padded = np.zeros((groups * 16, k_blocks), np.float32)
+    padded[:n] = values
+    return np.ascontiguousarray(padded.reshape(groups, 16, k_blocks).transpose(0, 2, 1))
 
 
 def nbits_ok() -> bool:
@@ -37,7 +47,7 @@ class NBitsProduct:
     float32 panels (:meth:`dequantize`) and the accuracy-level-4 product (:meth:`int8`).
     The arrays must stay alive and unchanged while this lives (a session's constants)."""
 
-    __slots__ = ("arrays", "cuts", "dwords", "task")
+    __slots__ = ("arrays", "cuts", "dwords", "task", "transposed")
 
     def __init__(self, packed, scales, zero_points, default_zero: float, *, K: int, bits: int,
                  block: int):  # fmt: skip
@@ -48,6 +58,10 @@ class NBitsProduct:
                                None, 0, K, N, k_blocks, block, bits, 0, default_zero)  # fmt: skip
         self.cuts: dict[int, tuple[np.ndarray, int]] = {}
         self.dwords: np.ndarray | None = None
+        # the scales (and zero points) as [column group of 16][block][16 columns]: the VNNI
+        # kernels read a group's as vectors (gathering them costs a GEMV more than its products)
+        self.transposed = [None if v is None else _by_groups(v) for v in (scales, zero_points)]
+        self.task.scales_t, self.task.zeros_t = (_addr(v) for v in self.transposed)
 
     @staticmethod
     def fits(packed, scales, zero_points) -> bool:
