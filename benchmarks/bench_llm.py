@@ -22,6 +22,7 @@ import argparse
 import os
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -44,25 +45,42 @@ def _sessions(path: Path, threads: int):
     return ours, theirs
 
 
-def bench_decoder(folder: Path, contexts, new_tokens: int, runs: int, threads: int) -> list:
+def _last_token_copy(folder: Path, tmp: Path) -> Path:
+    """The decoder as onyx.generate runs it (logits of the last position only:
+    onyx/genai/last_token.py), saved for onnxruntime too, so that both run the same graph."""
+    import onyx
+    from onyx.genai.last_token import last_token_logits
+
+    model = onyx.load(str(folder / "model.onnx"))
+    if not last_token_logits(model):
+        return folder / "model.onnx"
+    path = tmp / "model.onnx"
+    onyx.save(model, str(path), external_data=True, location="model.onnx.data")
+    return path
+
+
+def bench_decoder(folder: Path, contexts, new_tokens: int, runs: int, threads: int,
+                  all_logits: bool = False) -> list:  # fmt: skip
     import onyx
 
-    ours, theirs = _sessions(folder / "model.onnx", threads)
-    rows = []
-    rng = np.random.default_rng(0)
-    for context in contexts:
-        prompt = [1, *rng.integers(4, 32000, context - 1).tolist()]
-        figures: dict[str, dict[str, list]] = {"onyx": {}, "ort": {}}
-        tokens = {}
-        for r in range(runs):
-            for name, sess in (("onyx", ours), ("ort", theirs))[:: 1 if r % 2 == 0 else -1]:
-                res = onyx.generate(folder, prompt, new_tokens, session=sess, stop_token_ids=[])
-                figures[name].setdefault("prefill", []).append(res.timings["prefill_s"])
-                figures[name].setdefault("rate", []).append(res.timings["decode_tokens_per_s"])
-                tokens[name] = res.tokens
-        med = {k: {m: statistics.median(v) for m, v in f.items()} for k, f in figures.items()}
-        rows.append((folder.name, context, med, tokens["onyx"] == tokens["ort"]))
-    return rows
+    with tempfile.TemporaryDirectory() as tmp:
+        path = folder / "model.onnx" if all_logits else _last_token_copy(folder, Path(tmp))
+        ours, theirs = _sessions(path, threads)
+        rows = []
+        rng = np.random.default_rng(0)
+        for context in contexts:
+            prompt = [1, *rng.integers(4, 32000, context - 1).tolist()]
+            figures: dict[str, dict[str, list]] = {"onyx": {}, "ort": {}}
+            tokens = {}
+            for r in range(runs):
+                for name, sess in (("onyx", ours), ("ort", theirs))[:: 1 if r % 2 == 0 else -1]:
+                    res = onyx.generate(folder, prompt, new_tokens, session=sess, stop_token_ids=[])
+                    figures[name].setdefault("prefill", []).append(res.timings["prefill_s"])
+                    figures[name].setdefault("rate", []).append(res.timings["decode_tokens_per_s"])
+                    tokens[name] = res.tokens
+            med = {k: {m: statistics.median(v) for m, v in f.items()} for k, f in figures.items()}
+            rows.append((folder.name, context, med, tokens["onyx"] == tokens["ort"]))
+        return rows
 
 
 def bench_genai(folder: Path, contexts, new_tokens: int, runs: int) -> list:
@@ -122,6 +140,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--only", default="", help="substring of the model names")
+    parser.add_argument("--all-logits", action="store_true",
+                        help="the decoders as exported: logits of every prompt position")  # fmt: skip
     args = parser.parse_args()
     if not BENCH.exists():
         sys.exit(f"{BENCH} is missing: run scripts/make_transformer_zoo.py --bench first")
@@ -132,7 +152,8 @@ def main() -> None:
         if not folder.exists() or args.only not in folder.name:
             continue
         for name, context, m, same in bench_decoder(folder, args.context, args.new_tokens,
-                                                    args.runs, args.threads):  # fmt: skip
+                                                    args.runs, args.threads,
+                                                    args.all_logits):  # fmt: skip
             p_on, p_ort = m["onyx"]["prefill"] * 1e3, m["ort"]["prefill"] * 1e3
             r_on, r_ort = m["onyx"]["rate"], m["ort"]["rate"]
             print(f"{name:22} {context:7d} {p_on:16.1f} {p_ort:8.1f} {p_on / p_ort:6.2f} "

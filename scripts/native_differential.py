@@ -389,6 +389,23 @@ def gen_gqa(rng) -> Case:
     )
 
 
+def gen_rms(rng) -> Case:
+    """The RMS norms of LLM layers (attention.c): SkipSimplifiedLayerNormalization (skip, bias,
+    all four outputs) and SimplifiedLayerNormalization over the last axis."""
+    rows = _pick(rng, [(1,), (1, 1), (3, 7), (2, 5), (0, 4)])
+    n = int(_pick(rng, [1, 15, 16, 64, 100, 512]))
+    x = _normal(rng, rows + (n,), float(_pick(rng, [1.0, 30.0])))
+    gamma = _normal(rng, (n,))
+    eps = float(_pick(rng, [1e-6, 1e-5, 1e-12]))
+    if rng.random() < 0.5:
+        return Case("rms", "SimplifiedLayerNormalization", [x, gamma], dict(epsilon=eps),
+                    version=1, exact=False, rtol=1e-5, atol=1e-6)  # fmt: skip
+    skip = _normal(rng, x.shape)
+    bias = _normal(rng, (n,)) if rng.random() < 0.5 else None
+    return Case("rms", "SkipSimplifiedLayerNormalization", [x, skip, gamma, bias],
+                dict(epsilon=eps), domain=MS, version=1, exact=False, rtol=1e-5, atol=1e-6)  # fmt: skip
+
+
 def gen_pool(rng) -> Case:
     dims = int(_pick(rng, [1, 2, 2, 2, 3]))
     op = _pick(rng, ["MaxPool", "AveragePool"])
@@ -619,6 +636,7 @@ FAMILIES = {
     "gemm": gen_gemm,
     "matmul_nbits": gen_matmul_nbits,
     "gqa": gen_gqa,
+    "rms": gen_rms,
     "pool": gen_pool,
     "global_pool": gen_global_pool,
     "qlinear_global_pool": gen_qlinear_global_pool,

@@ -53,6 +53,20 @@ class KVCache:
         self.tensors = [np.asarray(p) for p in presents]
 
 
+def _own_session(path: Path, genai: dict | None, options):
+    """An onyx session of the model whose logits output holds the last position only (the
+    loop reads no other row: last_token.py), where the LM head allows it."""
+    from ..runtime.session import InferenceSession
+    from ..serde import load
+    from .last_token import last_token_logits
+
+    model = load(str(path))
+    outputs = (genai or {}).get("model", {}).get("decoder", {}).get("outputs", {})
+    if not last_token_logits(model, outputs.get("logits", "logits")):
+        return InferenceSession(str(path), options)
+    return InferenceSession(model, options)
+
+
 def _is_onyx(session) -> bool:
     """Whether ``session`` is onyx's (whose GroupQueryAttention may share the cache buffers)."""
     from ..runtime.session import InferenceSession
@@ -69,9 +83,7 @@ class Generator:
     def __init__(self, model_dir: str | Path, session=None, session_options=None):
         self.model_path, genai, hf = find_model(Path(model_dir))
         if session is None:
-            from ..runtime.session import InferenceSession
-
-            session = InferenceSession(str(self.model_path), session_options)
+            session = _own_session(self.model_path, genai, session_options)
         self.session = session
         self.config = decoder_config(self.model_path, genai, hf, session.get_inputs(),
                                      session.get_outputs())  # fmt: skip

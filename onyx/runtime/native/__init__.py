@@ -45,7 +45,7 @@ from . import (
     window,
 )
 from ._core import BYTES, thread_setting, threads
-from .attention import gqa_ok, gqa_step
+from .attention import gqa_ok, gqa_step, rms_norm_f32
 from .conv_f32 import CONV_ACTIVATIONS, FloatConv, conv_f32_ok, pack_conv_f32
 from .depthwise import (
     SMALL_CONV_K,
@@ -156,6 +156,7 @@ __all__ = [
     "recurrence_ok",
     "RecurrenceInputs",
     "repeat2d_4byte",
+    "rms_norm_f32",
     "row_sums",
     "status",
     "thread_setting",

@@ -332,6 +332,15 @@ ONYX_STRUCT(nbits_task, ONYX_NBITS_TASK)
     F(S, float, scale, ) F(S, float, softcap, )
 ONYX_STRUCT(gqa_task, ONYX_GQA_TASK)
 
+/* RMS normalization of rows, the skip (and bias) added first (attention.c) */
+#define ONYX_RMS_TASK(F, S)                                                                  \
+    F(S, const float *, x, ) F(S, const float *, skip, ) /* [rows, size]; skip or NULL */    \
+    F(S, const float *, bias, ) F(S, const float *, gamma, ) /* [size]; bias or NULL */      \
+    F(S, float *, y, ) F(S, float *, sum, ) /* [rows, size]; sum (x + skip + bias) or NULL */ \
+    F(S, float *, inv, )                    /* [rows]: 1 / rms */                             \
+    F(S, int64_t, size, ) F(S, float, epsilon, )
+ONYX_STRUCT(rms_task, ONYX_RMS_TASK)
+
 /* Every struct above, for abi.c's table. */
 #define ONYX_STRUCTS(X)                                                                      \
     X(operand, ONYX_OPERAND) X(epilogue, ONYX_EPILOGUE) X(gemm_task, ONYX_GEMM_TASK)         \
@@ -348,6 +357,7 @@ ONYX_STRUCT(gqa_task, ONYX_GQA_TASK)
     X(global_pool, ONYX_GLOBAL_POOL) X(layer_norm, ONYX_LAYER_NORM)                          \
     X(norm_rows, ONYX_NORM_ROWS) X(batch_norm, ONYX_BATCH_NORM) X(pool2d, ONYX_POOL2D)       \
     X(forest_task, ONYX_FOREST_TASK) X(forest_sum_task, ONYX_FOREST_SUM_TASK)                                  \
-    X(nbits_task, ONYX_NBITS_TASK) X(gqa_task, ONYX_GQA_TASK)
+    X(nbits_task, ONYX_NBITS_TASK) X(gqa_task, ONYX_GQA_TASK)        \
+    X(rms_task, ONYX_RMS_TASK)
 
 #endif

@@ -350,3 +350,39 @@ EXPORT int onyx_gqa_range(const void *p, int64_t begin, int64_t end) {
     free(qbuf), free(sc), free(kt);
     return status;
 }
+
+/* ------------------------------------------------------------------- RMS normalization */
+
+/* Rows begin .. end: v = x + skip + bias (stored as sum when asked), inv = 1 / sqrt(mean(v^2)
+   + epsilon), y = v * inv * gamma, each product rounded as contrib_norm.py's numpy passes
+   (the mean's sum in another order: 1e-7 apart). */
+EXPORT CLONES NO_FMA int onyx_rms_range(const void *p, int64_t begin, int64_t end) {
+    const rms_task *t = p;
+    if (t->size < 1 || !t->x || !t->gamma || !t->y || !t->inv || (t->skip && !t->sum))
+        return ONYX_INVALID;
+    int64_t n = t->size;
+    float per = (float)(1.0 / (double)n);
+    for (int64_t r = begin; r < end; r++) {
+        const float *x = t->x + r * n, *v = x;
+        float *y = t->y + r * n;
+        if (t->skip) {
+            float *sum = t->sum + r * n;
+            const float *s = t->skip + r * n;
+            for (int64_t i = 0; i < n; i++) sum[i] = x[i] + s[i];
+            if (t->bias)
+                for (int64_t i = 0; i < n; i++) sum[i] = sum[i] + t->bias[i];
+            v = sum;
+        }
+        float q[16] = {0}, ms = 0.0f;
+        int64_t i = 0;
+        for (; i + 16 <= n; i += 16)
+            for (int j = 0; j < 16; j++) q[j] += v[i + j] * v[i + j];
+        for (int j = 0; j < 16; j++) ms += q[j];
+        for (; i < n; i++) ms += v[i] * v[i];
+        ms = ms * per + t->epsilon;
+        float inv = 1.0f / sqrtf(ms);
+        for (i = 0; i < n; i++) y[i] = (v[i] * inv) * t->gamma[i];
+        t->inv[r] = inv;
+    }
+    return 0;
+}

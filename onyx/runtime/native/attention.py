@@ -1,4 +1,5 @@
-"""GroupQueryAttention's step (attention.c): the cache rows written and attended in place."""
+"""GroupQueryAttention's step (attention.c): the cache rows written and attended in place; the
+RMS norms of LLM layers (SkipSimplifiedLayerNormalization, SimplifiedLayerNormalization)."""
 
 from __future__ import annotations
 
@@ -115,5 +116,39 @@ def gqa_step(q, k, v, k_cache, v_cache, past, valid, positions, cos, sin, sink, 
     return y
 
 
+@abi("rms_task")
+class _RmsTask(ctypes.Structure):
+    _fields_ = [(name, _P) for name in ("x", "skip", "bias", "gamma", "y", "sum", "inv")] + [
+        ("size", _I64),
+        ("epsilon", ctypes.c_float),
+    ]
+
+
+def rms_norm_f32(x: np.ndarray, skip, bias, gamma, epsilon: float):
+    """RMS normalization over the last axis of float32 x (+ skip of x's shape, + bias): (y,
+    1 / rms [..., 1], the sum x + skip + bias or None without skip), or None where the kernel
+    does not apply (numpy's path runs)."""
+    if core.lib is None or not core.lib.rms_range or x.dtype != np.float32 or not x.ndim:
+        return None
+    n = x.shape[-1]
+    arrays = [a for a in (x, skip, bias, gamma) if a is not None]
+    if any(a.dtype != np.float32 or not a.flags.c_contiguous for a in arrays) or not n:
+        return None
+    if (skip is not None and skip.shape != x.shape) or gamma.size != n:
+        return None
+    if bias is not None and bias.size != n:
+        return None
+    rows = x.size // n
+    y = np.empty_like(x)
+    total = np.empty_like(x) if skip is not None else None
+    inv = np.empty(x.shape[:-1] + (1,), np.float32)
+    task = _RmsTask(_addr(x), _addr(skip), _addr(bias), _addr(gamma), _addr(y), _addr(total),
+                    _addr(inv), n, float(epsilon))  # fmt: skip
+    ways = _ways(x.size, rows, 1 << 16)
+    _run(core.lib.rms_range, task, _even_cuts(rows, ways), ways, "RMS normalization")
+    return y, inv, total
+
+
 def bind(lib, isa: int) -> None:
     lib.gqa_range = core.range_of(lib, "gqa")
+    lib.rms_range = core.range_of(lib, "rms")
