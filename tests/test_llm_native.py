@@ -108,3 +108,18 @@ def test_last_token_logits_leaves_other_heads_alone():
     names = [v.name for v in model.graph.outputs]
     assert not last_token_logits(model, "no_such_output")
     assert [v.name for v in model.graph.outputs] == names
+
+
+@pytest.mark.parametrize("chunk", [2, 3])
+def test_chunked_prefill_gives_the_same_tokens(chunk):
+    """A prompt prefilled a few tokens at a time (each step attending the cache the earlier
+    ones wrote) continues as the one-step prefill does, and as onnxruntime does chunked."""
+    import onnxruntime as ort
+
+    folder = ZOO / "llama_genai_int4"
+    prompt = [1, 17, 42, 9, 77, 5, 8]
+    whole = onyx.generate(folder, prompt, 12, stop_token_ids=[], prefill_chunk=64)
+    ours = onyx.generate(folder, prompt, 12, stop_token_ids=[], prefill_chunk=chunk)
+    theirs = onyx.generate(folder, prompt, 12, stop_token_ids=[], prefill_chunk=chunk,
+                           session=ort.InferenceSession(str(folder / "model.onnx")))  # fmt: skip
+    assert ours.tokens == whole.tokens == theirs.tokens
