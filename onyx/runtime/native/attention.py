@@ -8,7 +8,7 @@ import ctypes
 import numpy as np
 
 from . import _core as core
-from ._core import _I64, _P, _addr, _check_sizes, _even_cuts, _run, _ways, abi
+from ._core import _I64, _P, _addr, _check_sizes, _element_cuts, _even_cuts, _run, _ways, abi
 
 
 @abi("gqa_task")
@@ -88,7 +88,7 @@ def gqa_step(q, k, v, k_cache, v_cache, past, valid, positions, cos, sin, sink, 
     capacity = k_cache.shape[2]
     past = np.ascontiguousarray(past, np.int64)
     valid = np.ascontiguousarray(valid, np.int64)
-    if past.min(initial=0) < 0 or past.max(initial=0) + q_len > capacity:
+    if not _within(past, 0, capacity - q_len):
         return None
     rotary = max_position = 0
     if positions is not None:
@@ -98,7 +98,7 @@ def gqa_step(q, k, v, k_cache, v_cache, past, valid, positions, cos, sin, sink, 
         max_position, rotary = cos.shape[0], 2 * cos.shape[1]
         if sin.shape != cos.shape or not 0 < rotary <= head:
             return None
-        if positions.min(initial=0) < 0 or positions.max(initial=0) >= max_position:
+        if not _within(positions, 0, max_position - 1):
             return None  # (numpy's path raises its IndexError)
     if sink is not None:
         sink = np.ascontiguousarray(np.broadcast_to(sink, (q_heads,)), np.float32)
@@ -112,8 +112,16 @@ def gqa_step(q, k, v, k_cache, v_cache, past, valid, positions, cos, sin, sink, 
     )  # fmt: skip
     units = batch * kv_heads
     ways = _ways(q_len * n_keys * q_heads * head, units, 1 << 18)
-    _run(core.lib.gqa_range, task, _even_cuts(units, ways), ways, "GroupQueryAttention")
+    _run(core.lib.gqa_range, task, _element_cuts(units, 1, ways), ways, "GroupQueryAttention")
     return y
+
+
+def _within(values: np.ndarray, lo: int, hi: int) -> bool:
+    """Whether every value lies in [lo, hi] (a decoding step's single values without numpy's
+    reductions)."""
+    if values.size == 1:
+        return lo <= int(values.reshape(-1)[0]) <= hi
+    return not values.size or (lo <= int(values.min()) and int(values.max()) <= hi)
 
 
 @abi("rms_task")
