@@ -406,6 +406,38 @@ def gen_rms(rng) -> Case:
                 dict(epsilon=eps), domain=MS, version=1, exact=False, rtol=1e-5, atol=1e-6)  # fmt: skip
 
 
+def gen_attention(rng) -> Case:
+    """com.microsoft Attention without past (attention.c's step with the padding penalties;
+    the packed projection on gemm_f32.c when the weight is a constant of 16+ rows' work):
+    masks of lengths, ends + starts, raw [B, T] or none."""
+    batch, seq, heads = int(rng.integers(1, 3)), int(_pick(rng, [1, 5, 16, 40])), 4
+    head = int(_pick(rng, [8, 16, 32]))
+    hidden = heads * head
+    x = _normal(rng, (batch, seq, hidden))
+    w = _normal(rng, (hidden, 3 * hidden), 0.2)
+    bias = _normal(rng, (3 * hidden,)) if rng.random() < 0.7 else None
+    mask = _pick(rng, [None, "lengths", "raw", "ends"])
+    if mask == "lengths":
+        mask = rng.integers(1, seq + 1, batch).astype(np.int32)
+    elif mask == "raw":
+        mask = (rng.random((batch, seq)) < 0.8).astype(np.int32)
+    elif mask == "ends":
+        mask = np.concatenate([np.full(batch, seq), rng.integers(0, seq, batch)]).astype(np.int32)
+    return Case("attention", "Attention", [laid_out(rng, x), laid_out(rng, w, True), bias, mask],
+                dict(num_heads=heads), domain=MS, version=1, exact=False, rtol=1e-4,
+                atol=1e-5)  # fmt: skip
+
+
+def gen_matmul_f32(rng) -> Case:
+    """float32 MatMul against a constant B (gemm_f32.c from 16 rows of A on; its sums in
+    another order than BLAS's), stacked A included."""
+    K, N = int(_pick(rng, [1, 7, 64, 100, 256])), int(_pick(rng, [1, 16, 31, 32, 33, 100]))
+    rows = _pick(rng, [(16,), (1, 17), (2, 9), (40,), (3, 128), (8,)])
+    a, b = _normal(rng, rows + (K,)), _normal(rng, (K, N))
+    return Case("matmul_f32", "MatMul", [laid_out(rng, a), laid_out(rng, b, True)], exact=False,
+                rtol=1e-4, atol=1e-5 * K)  # fmt: skip
+
+
 def gen_pool(rng) -> Case:
     dims = int(_pick(rng, [1, 2, 2, 2, 3]))
     op = _pick(rng, ["MaxPool", "AveragePool"])
@@ -637,6 +669,8 @@ FAMILIES = {
     "matmul_nbits": gen_matmul_nbits,
     "gqa": gen_gqa,
     "rms": gen_rms,
+    "attention": gen_attention,
+    "matmul_f32": gen_matmul_f32,
     "pool": gen_pool,
     "global_pool": gen_global_pool,
     "qlinear_global_pool": gen_qlinear_global_pool,
@@ -668,7 +702,9 @@ def _call(case: Case):
 
 
 def _outputs(result) -> list:
-    return [np.asarray(r) for r in (result if isinstance(result, tuple) else (result,))]
+    """The kernel's outputs as arrays (an optional output not asked for, None, left out)."""
+    results = result if isinstance(result, tuple) else (result,)
+    return [np.asarray(r) for r in results if r is not None]
 
 
 def compare(case: Case, got: list, want: list) -> str | None:

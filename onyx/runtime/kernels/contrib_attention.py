@@ -19,7 +19,7 @@ import numpy as np
 from .. import native
 from ..registry import op
 from .elementwise import upcast
-from .linalg import integer_matmul
+from .linalg import integer_matmul, packed_matmul
 
 MS = "com.microsoft"
 
@@ -228,7 +228,9 @@ def attention(
     if past_present_share_buffer:  # (a CUDA decoding layout: onnxruntime's CPU kernel refuses it)
         raise ValueError("Attention: past_present_share_buffer is not supported on CPU")
     x = upcast(input).astype(np.float32, copy=False)
-    qkv = np.matmul(x, upcast(weights).astype(np.float32, copy=False))
+    qkv = packed_matmul(x, weights)  # (gemm_f32.c: the packed weight, once per session)
+    if qkv is None:
+        qkv = np.matmul(x, upcast(weights).astype(np.float32, copy=False))
     if bias is not None:
         qkv += upcast(bias)
     return _attention_from_qkv(ctx, input.dtype, qkv, mask_index, past, attention_bias,
@@ -242,6 +244,10 @@ def _attention_from_qkv(ctx, dtype, qkv, mask_index, past, attention_bias, num_h
     sizes = list(qkv_hidden_sizes) if qkv_hidden_sizes else [width // 3] * 3
     if sum(sizes) != width:
         raise ValueError(f"qkv_hidden_sizes {sizes} do not add up to the weights' {width} columns")
+    if past is None and attention_bias is None and not unidirectional:
+        fast = _native_attention(ctx, qkv, sizes, mask_index, num_heads, scale, mask_filter_value)
+        if fast is not None:
+            return tuple(None if x is None else x.astype(dtype, copy=False) for x in fast)
     q = _bnsh(qkv[..., : sizes[0]], num_heads)
     k = _bnsh(qkv[..., sizes[0] : sizes[0] + sizes[1]], num_heads)
     v = _bnsh(qkv[..., sizes[0] + sizes[1] :], num_heads)
@@ -256,6 +262,29 @@ def _attention_from_qkv(ctx, dtype, qkv, mask_index, past, attention_bias, num_h
     y, _ = _attend_additive(q, k, v, s, penalties, attention_bias)
     out = _merged(y).astype(dtype, copy=False)
     return out, None if present is None else present.astype(dtype, copy=False)
+
+
+def _native_attention(ctx, qkv, sizes, mask_index, num_heads: int, scale, filter_value):
+    """A BERT layer's attention (no past, no bias, not causal, a key padding mask or none) on
+    attention.c's step: (y, present) or None. The padding penalties are the numpy path's,
+    added to the scores per key."""
+    batch, q_len, _ = qkv.shape
+    if len(set(sizes)) != 1 or sizes[0] % num_heads:
+        return None
+    penalty = _padding_penalty(mask_index, batch, q_len, q_len, filter_value)
+    if penalty is not None and penalty.shape[2] != 1:  # (a [B, S, T] mask: per query)
+        return None
+    head = sizes[0] // num_heads
+    kv = np.empty((2, batch, num_heads, q_len, head), np.float32)  # (present's layout)
+    q, k, v = qkv[..., : sizes[0]], qkv[..., sizes[0] : 2 * sizes[0]], qkv[..., 2 * sizes[0] :]
+    y = native.gqa_step(q, k, v, kv[0], kv[1], np.zeros(batch, np.int64),
+                        np.full(batch, q_len, np.int64), None, None, None, None,
+                        q_heads=num_heads, kv_heads=num_heads, n_keys=q_len, interleaved=0,
+                        causal=0, window=-1, scale=scale or 1 / np.sqrt(head), softcap=0.0,
+                        key_bias=None if penalty is None else penalty.reshape(batch, q_len))  # fmt: skip
+    if y is None:
+        return None
+    return y, kv if ctx.n_outputs > 1 else None
 
 
 @op("QAttention", since=1, domain=MS)

@@ -35,6 +35,7 @@ from . import (
     conv_f32,
     depthwise,
     elementwise,
+    gemm_f32,
     gemm_i8,
     gemv,
     nbits,
@@ -69,6 +70,7 @@ from .elementwise import (
     qlinear_binary_setup,
     quantize_f32,
 )
+from .gemm_f32 import SGEMM_ROWS, PackedGemm, sgemm_ok
 from .gemm_i8 import (
     MAX_K,
     PANEL,
@@ -105,6 +107,8 @@ __all__ = [
     "IntPlaneConv",
     "MAX_K",
     "PANEL",
+    "PackedGemm",
+    "SGEMM_ROWS",
     "Packed",
     "PlaneConv",
     "SMALL_CONV_K",
@@ -158,6 +162,7 @@ __all__ = [
     "repeat2d_4byte",
     "rms_norm_f32",
     "row_sums",
+    "sgemm_ok",
     "status",
     "thread_setting",
     "threads",
@@ -179,6 +184,7 @@ FAMILIES = (
     trees,
     nbits,
     attention,
+    gemm_f32,
 )
 _core.start(FAMILIES)
 

@@ -325,6 +325,7 @@ ONYX_STRUCT(nbits_task, ONYX_NBITS_TASK)
     F(S, const int64_t *, positions, ) /* [batch, q_len] rotary positions, or NULL */        \
     F(S, const float *, cos, ) F(S, const float *, sin, ) /* [max_position, rotary / 2] */    \
     F(S, const float *, sink, )       /* [q_heads] added to the softmax's sum, or NULL */    \
+    F(S, const float *, key_bias, )   /* [batch, n_keys] added to the scores, or NULL */     \
     F(S, int64_t, batch, ) F(S, int64_t, q_len, ) F(S, int64_t, q_heads, )                   \
     F(S, int64_t, kv_heads, ) F(S, int64_t, head, ) F(S, int64_t, capacity, )                \
     F(S, int64_t, n_keys, ) F(S, int64_t, rotary, ) F(S, int64_t, max_position, )            \
@@ -340,6 +341,16 @@ ONYX_STRUCT(gqa_task, ONYX_GQA_TASK)
     F(S, float *, inv, )                    /* [rows]: 1 / rms */                             \
     F(S, int64_t, size, ) F(S, float, epsilon, )
 ONYX_STRUCT(rms_task, ONYX_RMS_TASK)
+
+/* ------------------------------------------------------- float32 GEMM, packed B (gemm_f32.c) */
+
+#define ONYX_SGEMM_TASK(F, S)                                                                \
+    F(S, const float *, a, )      /* A [M, K], rows lda apart */                             \
+    F(S, const float *, packed, ) /* B as [panels][K][32] (zeros past N) */                  \
+    F(S, float *, y, )            /* Y [M, N], rows ldy apart */                             \
+    F(S, int64_t, M, ) F(S, int64_t, K, ) F(S, int64_t, N, ) F(S, int64_t, lda, )            \
+    F(S, int64_t, ldy, )
+ONYX_STRUCT(sgemm_task, ONYX_SGEMM_TASK)
 
 /* Every struct above, for abi.c's table. */
 #define ONYX_STRUCTS(X)                                                                      \
@@ -358,6 +369,6 @@ ONYX_STRUCT(rms_task, ONYX_RMS_TASK)
     X(norm_rows, ONYX_NORM_ROWS) X(batch_norm, ONYX_BATCH_NORM) X(pool2d, ONYX_POOL2D)       \
     X(forest_task, ONYX_FOREST_TASK) X(forest_sum_task, ONYX_FOREST_SUM_TASK)                                  \
     X(nbits_task, ONYX_NBITS_TASK) X(gqa_task, ONYX_GQA_TASK)        \
-    X(rms_task, ONYX_RMS_TASK)
+    X(rms_task, ONYX_RMS_TASK) X(sgemm_task, ONYX_SGEMM_TASK)
 
 #endif

@@ -4,7 +4,8 @@
  * A job's unit is one (batch entry, KV head): it writes the step's K rows (rotated) and V
  * rows into the cache at past .. past + q_len, then attends with every query head of the
  * group (q_heads / kv_heads of them) at every position, reading the cache in place:
- *     scores = scale * q k^T (softcap: tanh(scores / softcap) * softcap),
+ *     scores = scale * q k^T (+ a key's bias: Attention's padding penalties; softcap:
+ *     tanh(scores / softcap) * softcap),
  *     keys allowed: j < valid, and when causal j <= position (a local window: the window's
  *     latest keys), probabilities exp(s - max) / sum over the allowed keys (plus exp(sink -
  *     max) with a sink), y = probabilities v.
@@ -109,6 +110,13 @@ static float softmax_row(const gqa_task *t, float *sc, int64_t lo, int64_t hi, i
     return total;
 }
 
+/* Attention's additive key penalties (padding masks) on a row's scores [lo, hi). */
+static void add_key_bias(const gqa_task *t, int64_t b, float *sc, int64_t lo, int64_t hi) {
+    if (!t->key_bias) return;
+    const float *bias = t->key_bias + b * t->n_keys;
+    for (int64_t j = lo; j < hi; j++) sc[j] += bias[j];
+}
+
 static float exp_sum_portable(float *x, int64_t n, float top) {
     float total = 0.0f;
     for (int64_t j = 0; j < n; j++) total += x[j] = expf(x[j] - top);
@@ -131,6 +139,7 @@ static void attend_portable(const gqa_task *t, int64_t b, int64_t kvh, const flo
             for (int64_t d = 0; d < D; d++) acc += qrow[d] * kc[j * D + d];
             sc[j] = acc * t->scale;
         }
+        add_key_bias(t, b, sc, lo, hi);
         softmax_row(t, sc, lo, hi, h, exp_sum_portable);
         float *y = t->y + (b * t->q_len + s) * t->q_heads * D + h * D;
         memset(y, 0, sizeof(float) * (size_t)D);
@@ -289,6 +298,7 @@ static AVX512 void attend_avx512(const gqa_task *t, int64_t b, int64_t kvh, cons
             scores_dot(qbuf, rows, kc, D, k0, k1, t->scale, sc, ld);
         for (int i = 0; i < rows; i++) { /* probabilities, 0 outside the row's keys */
             float *row = sc + i * ld;
+            add_key_bias(t, b, row, lo[i], hi[i]);
             softmax_row(t, row, lo[i], hi[i], heads[i], exp_sum_avx512);
             for (int64_t j = k0; j < lo[i] && j < k1; j++) row[j] = 0.0f;
             for (int64_t j = hi[i] > k0 ? hi[i] : k0; j < k1; j++) row[j] = 0.0f;

@@ -10,43 +10,19 @@ import numpy as np
 from . import _core as core
 from ._core import _I64, _P, _addr, _check_sizes, _element_cuts, _even_cuts, _run, _ways, abi
 
+_GQA_POINTERS = ("k_cache", "v_cache", "y", "past", "valid", "positions", "cos", "sin", "sink",
+                 "key_bias")  # fmt: skip
+_GQA_SIZES = ("batch", "q_len", "q_heads", "kv_heads", "head", "capacity", "n_keys", "rotary",
+              "max_position", "interleaved", "causal", "window")  # fmt: skip
+
 
 @abi("gqa_task")
 class _GqaTask(ctypes.Structure):
     _fields_ = (
         [(name, _P) for name in ("q", "k", "v")]
         + [(name, _I64) for name in ("q_bs", "q_ss", "kv_bs", "kv_ss")]
-        + [
-            (name, _P)
-            for name in (
-                "k_cache",
-                "v_cache",
-                "y",
-                "past",
-                "valid",
-                "positions",
-                "cos",
-                "sin",
-                "sink",
-            )
-        ]  # fmt: skip
-        + [
-            (name, _I64)
-            for name in (
-                "batch",
-                "q_len",
-                "q_heads",
-                "kv_heads",
-                "head",
-                "capacity",
-                "n_keys",
-                "rotary",
-                "max_position",
-                "interleaved",
-                "causal",
-                "window",
-            )
-        ]  # fmt: skip
+        + [(name, _P) for name in _GQA_POINTERS]
+        + [(name, _I64) for name in _GQA_SIZES]
         + [("scale", ctypes.c_float), ("softcap", ctypes.c_float)]
     )
 
@@ -68,7 +44,7 @@ def _rows(x: np.ndarray, heads: int, head: int):
 
 def gqa_step(q, k, v, k_cache, v_cache, past, valid, positions, cos, sin, sink, *, q_heads: int,
              kv_heads: int, n_keys: int, interleaved: int, causal: int, window: int,
-             scale: float, softcap: float) -> np.ndarray | None:  # fmt: skip
+             scale: float, softcap: float, key_bias=None) -> np.ndarray | None:  # fmt: skip
     """One GroupQueryAttention step: k / v [B, S, Hkv * D] (rows of a packed QKV array too)
     rotated (when ``positions`` [B, S] is given, by the cos / sin tables) into the caches
     [B, Hkv, capacity, D] at rows past[b] .. (in place), then q [B, S, Hq * D] attends the
@@ -102,12 +78,16 @@ def gqa_step(q, k, v, k_cache, v_cache, past, valid, positions, cos, sin, sink, 
             return None  # (numpy's path raises its IndexError)
     if sink is not None:
         sink = np.ascontiguousarray(np.broadcast_to(sink, (q_heads,)), np.float32)
+    if key_bias is not None:  # (Attention's key padding penalties: [B, n_keys])
+        key_bias = np.ascontiguousarray(key_bias, np.float32)
+        if key_bias.shape != (batch, n_keys):
+            return None
     _check_sizes("GroupQueryAttention", batch, q_len, q_heads, kv_heads, head, capacity)
     y = np.empty((batch, q_len, q_heads * head), np.float32)
     task = _GqaTask(
         _addr(q), _addr(k), _addr(v), *layouts[0], *layouts[1], _addr(k_cache), _addr(v_cache),
         _addr(y), _addr(past), _addr(valid), _addr(positions), _addr(cos), _addr(sin),
-        _addr(sink), batch, q_len, q_heads, kv_heads, head, capacity, n_keys, rotary,
+        _addr(sink), _addr(key_bias), batch, q_len, q_heads, kv_heads, head, capacity, n_keys, rotary,
         max_position, int(interleaved), int(causal), int(window), float(scale), float(softcap),
     )  # fmt: skip
     units = batch * kv_heads
