@@ -4,6 +4,7 @@ RMS norms of LLM layers (SkipSimplifiedLayerNormalization, SimplifiedLayerNormal
 from __future__ import annotations
 
 import ctypes
+import weakref
 
 import numpy as np
 
@@ -25,6 +26,22 @@ class _GqaTask(ctypes.Structure):
         + [(name, _I64) for name in _GQA_SIZES]
         + [("scale", ctypes.c_float), ("softcap", ctypes.c_float)]
     )
+
+
+#: Read-only constants' data addresses (cos / sin caches, norm weights), by id: taking a
+#: read-only array's address costs an exception and a ctypes object per call, 20 per token.
+_ADDRESSES: dict[int, tuple] = {}
+
+
+def _const_addr(a: np.ndarray | None) -> int | None:
+    if a is None or a.flags.writeable:
+        return _addr(a)
+    hit = _ADDRESSES.get(id(a))
+    if hit is not None and hit[0]() is a:
+        return hit[1]
+    key, address = id(a), a.ctypes.data
+    _ADDRESSES[key] = (weakref.ref(a, lambda _ref: _ADDRESSES.pop(key, None)), address)
+    return address
 
 
 def gqa_ok() -> bool:
@@ -86,7 +103,7 @@ def gqa_step(q, k, v, k_cache, v_cache, past, valid, positions, cos, sin, sink, 
     y = np.empty((batch, q_len, q_heads * head), np.float32)
     task = _GqaTask(
         _addr(q), _addr(k), _addr(v), *layouts[0], *layouts[1], _addr(k_cache), _addr(v_cache),
-        _addr(y), _addr(past), _addr(valid), _addr(positions), _addr(cos), _addr(sin),
+        _addr(y), _addr(past), _addr(valid), _addr(positions), _const_addr(cos), _const_addr(sin),
         _addr(sink), _addr(key_bias), batch, q_len, q_heads, kv_heads, head, capacity, n_keys, rotary,
         max_position, int(interleaved), int(causal), int(window), float(scale), float(softcap),
     )  # fmt: skip
@@ -130,7 +147,7 @@ def rms_norm_f32(x: np.ndarray, skip, bias, gamma, epsilon: float):
     y = np.empty_like(x)
     total = np.empty_like(x) if skip is not None else None
     inv = np.empty(x.shape[:-1] + (1,), np.float32)
-    task = _RmsTask(_addr(x), _addr(skip), _addr(bias), _addr(gamma), _addr(y), _addr(total),
+    task = _RmsTask(_addr(x), _addr(skip), _const_addr(bias), _const_addr(gamma), _addr(y), _addr(total),
                     _addr(inv), n, float(epsilon))  # fmt: skip
     ways = _ways(x.size, rows, 1 << 16)
     _run(core.lib.rms_range, task, _even_cuts(rows, ways), ways, "RMS normalization")
