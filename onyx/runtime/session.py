@@ -34,8 +34,9 @@ PROVIDERS = ["CPUExecutionProvider"]
 #: Input shape signatures whose first run checks the outputs (then runs go unchecked).
 MAX_CHECKED_SIGNATURES = 1024
 #: Checked signatures per pattern of input ranks: a decoding loop feeds a new length each step
-#: (its attention mask), and checking every step cost it a quarter of its time.
-MAX_CHECKS_PER_RANKS = 8
+#: (its attention mask), and checking every step cost it a quarter of its time (its prompt and
+#: first token are checked).
+MAX_CHECKS_PER_RANKS = 2
 
 
 @dataclass(frozen=True)
