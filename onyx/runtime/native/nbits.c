@@ -199,7 +199,7 @@ static VNNI void group_params(const nbits_task *t, int64_t g, int64_t cols, floa
         _mm512_storeu_ps(columns + b * NB_COLUMNS,
                          _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mask, lanes,
                                                   t->scales + g * kb + b, 4));
-    for (int64_t b = 0; !zeros_given && b < kb; b++)
+    for (int64_t b = 0; t->zero_points && !zeros_given && b < kb; b++)
         _mm512_storeu_ps(columns + (kb + b) * NB_COLUMNS,
                          t->zero_points
                              ? _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mask, lanes,
@@ -330,9 +330,13 @@ static VNNI NO_FMA void int8_columns_vnni32(const nbits_task *t, int64_t n0, int
             for (int64_t b = 0; b < kb; b++) {
                 __m512i isum = _mm512_loadu_si512(ms + b * NB_COLUMNS);
                 __m512 ws = _mm512_loadu_ps(ws_t + b * NB_COLUMNS);
-                __m512 z = _mm512_loadu_ps(z_t + b * NB_COLUMNS);
-                __m512 s = _mm512_sub_ps(_mm512_cvtepi32_ps(isum),
-                                         _mm512_mul_ps(_mm512_set1_ps((float)qa_sum[m * kb + b]), z));
+                /* sum(qa) * zero point: one scalar product without zero points (the same
+                   float32 product in every lane) */
+                __m512 qz = t->zero_points
+                                ? _mm512_mul_ps(_mm512_set1_ps((float)qa_sum[m * kb + b]),
+                                                _mm512_loadu_ps(z_t + b * NB_COLUMNS))
+                                : _mm512_set1_ps((float)qa_sum[m * kb + b] * t->default_zero);
+                __m512 s = _mm512_sub_ps(_mm512_cvtepi32_ps(isum), qz);
                 s = _mm512_mul_ps(s, _mm512_mul_ps(_mm512_set1_ps(a_scale[m * kb + b]), ws));
                 acc = _mm512_add_ps(acc, s);
             }
@@ -379,7 +383,8 @@ static VNNI NO_FMA void int8_rows_vnni32(const nbits_task *t, int64_t n0, int64_
                     }
                 }
                 __m512 ws = _mm512_loadu_ps(ws_t + b * NB_COLUMNS);
-                __m512 z = _mm512_loadu_ps(z_t + b * NB_COLUMNS);
+                __m512 z = t->zero_points ? _mm512_loadu_ps(z_t + b * NB_COLUMNS)
+                                          : _mm512_set1_ps(t->default_zero);
                 for (int i = 0; i < 4; i++) {
                     int64_t m = m0 + (i < rows ? i : rows - 1);
                     __m512 s = _mm512_sub_ps(
