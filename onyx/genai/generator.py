@@ -220,7 +220,15 @@ def generate(
 
     Options: do_sample (False: greedy), temperature, top_k, top_p, repetition_penalty, seed,
     stop_token_ids (default: the model's eos tokens), callback(token_id, text_piece) for
-    streaming, prefill_chunk (prompt tokens per prefill step, PREFILL_CHUNK). ``session`` runs the model instead of an onyx session (e.g. onnxruntime's, to
+    streaming, prefill_chunk (prompt tokens per prefill step, PREFILL_CHUNK). A folder with
+    optimum's encoder_model.onnx and decoder_model_merged.onnx (T5, BART) generates with the
+    encoder once and the decoder per token (``session``: an (encoder, decoder) pair). ``session`` runs the model instead of an onyx session (e.g. onnxruntime's, to
     compare the two under the same loop)."""
+    from .seq2seq import Seq2SeqGenerator, is_seq2seq
+
+    if is_seq2seq(Path(model_dir)):  # (session: the (encoder, decoder) pair)
+        seq2seq = Seq2SeqGenerator(model_dir, sessions=session, session_options=session_options)
+        options.pop("prefill_chunk", None)
+        return seq2seq.generate(prompt, max_new_tokens, **options)
     generator = Generator(model_dir, session=session, session_options=session_options)
     return generator.generate(prompt, max_new_tokens, **options)
