@@ -8,8 +8,10 @@ its numpy path and asks whether the native one applies first (``int8_gemm_ok``,
 
 Each family of kernels is one C file and one Python module of the same name: gemm_i8 (the
 exact int8 GEMM, AVX512-VNNI), depthwise (plane convs), conv_f32 (the float conv), gemv,
-nbits (MatMulNBits), resize, rnn, elementwise, rows, window (pooling), trees. Their task
-structs are declared once in abi.h and checked against the ctypes copies at load (_core.py).
+nbits (MatMulNBits), attention (GroupQueryAttention's step, RMS norms), gemm_f32 (the float
+GEMM against a packed constant B), resize, rnn, elementwise, rows, window (pooling), trees.
+Their task structs are declared once in abi.h and checked against the ctypes copies at load
+(_core.py).
 
 Adding a kernel to a family: its task struct in abi.h (listed in ONYX_STRUCTS), its C code
 and ``onyx_<name>_range`` in the family's C file, checking its sizes first (checks.h); in the
