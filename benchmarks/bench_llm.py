@@ -3,13 +3,16 @@
     python scripts/make_transformer_zoo.py --bench   # once: benchmarks/models/transformers/
     python benchmarks/bench_llm.py                   # int4 and fp32 decoders, the encoders
     python benchmarks/bench_llm.py --context 512 2048 --new-tokens 32 --threads 2
+    python benchmarks/bench_llm.py --threads 1 --cpu-time          # CPU time (a loaded machine)
 
 Decoder: onnxruntime-genai's builder output of a 4-layer d=512 Llama-style model (8 heads, 4 KV
 heads, vocab 32000; int4 block 32 at accuracy level 4, and fp32). For each context length the
 prompt of that many tokens is the prefill (latency: median over runs), then ``--new-tokens``
 greedy tokens are decoded (tokens/s: median over runs) by onyx.generate's loop, once with an
 onyx session and once with an onnxruntime session (``session=``), so the loop's own cost counts
-for both. Encoder: a 4-layer d=256 BERT-style model at batch 1, sequence 128, as optimum exports
+for both. Both run the decoder as onyx.generate does by default, its logits for the last
+position only (onyx/genai/last_token.py; saved for onnxruntime in a temporary folder);
+``--all-logits`` runs the graph as exported. Encoder: a 4-layer d=256 BERT-style model at batch 1, sequence 128, as optimum exports
 it and after onnxruntime's transformer optimizer (Attention, SkipLayerNormalization, ...).
 Where onnxruntime-genai is installed, its own Generator runs the decoders too (a row of its own:
 its loop binds past and present to one buffer and samples in C++).
