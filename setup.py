@@ -29,6 +29,8 @@ setup(
                 "onyx/runtime/native/trees.c",
                 "onyx/runtime/native/window.c",
                 "onyx/runtime/native/nbits.c",
+                "onyx/runtime/native/attention.c",
+                "onyx/runtime/native/gemm_f32.c",
                 "onyx/runtime/native/pool.c",
             ],
             depends=[f"onyx/runtime/native/{h}" for h in ("abi.h", "activation.h", "checks.h", "onyx.h")],

@@ -3,13 +3,16 @@
     python scripts/make_transformer_zoo.py --bench   # once: benchmarks/models/transformers/
     python benchmarks/bench_llm.py                   # int4 and fp32 decoders, the encoders
     python benchmarks/bench_llm.py --context 512 2048 --new-tokens 32 --threads 2
+    python benchmarks/bench_llm.py --threads 1 --cpu-time          # CPU time (a loaded machine)
 
 Decoder: onnxruntime-genai's builder output of a 4-layer d=512 Llama-style model (8 heads, 4 KV
 heads, vocab 32000; int4 block 32 at accuracy level 4, and fp32). For each context length the
 prompt of that many tokens is the prefill (latency: median over runs), then ``--new-tokens``
 greedy tokens are decoded (tokens/s: median over runs) by onyx.generate's loop, once with an
 onyx session and once with an onnxruntime session (``session=``), so the loop's own cost counts
-for both. Encoder: a 4-layer d=256 BERT-style model at batch 1, sequence 128, as optimum exports
+for both. Both run the decoder as onyx.generate does by default, its logits for the last
+position only (onyx/genai/last_token.py; saved for onnxruntime in a temporary folder);
+``--all-logits`` runs the graph as exported. Encoder: a 4-layer d=256 BERT-style model at batch 1, sequence 128, as optimum exports
 it and after onnxruntime's transformer optimizer (Attention, SkipLayerNormalization, ...).
 Where onnxruntime-genai is installed, its own Generator runs the decoders too (a row of its own:
 its loop binds past and present to one buffer and samples in C++).
@@ -22,6 +25,7 @@ import argparse
 import os
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -44,25 +48,50 @@ def _sessions(path: Path, threads: int):
     return ours, theirs
 
 
-def bench_decoder(folder: Path, contexts, new_tokens: int, runs: int, threads: int) -> list:
+def _last_token_copy(folder: Path, tmp: Path) -> Path:
+    """The decoder as onyx.generate runs it (logits of the last position only:
+    onyx/genai/last_token.py), saved for onnxruntime too, so that both run the same graph."""
+    import onyx
+    from onyx.genai.last_token import last_token_logits
+
+    model = onyx.load(str(folder / "model.onnx"))
+    if not last_token_logits(model):
+        return folder / "model.onnx"
+    path = tmp / "model.onnx"
+    onyx.save(model, str(path), external_data=True, location="model.onnx.data")
+    return path
+
+
+class _CpuClock:
+    """onyx.genai's clock made the process's CPU time (``--cpu-time``): on a loaded machine
+    wall time counts the moments the process waits for a core. Meaningful with --threads 1,
+    where both runtimes compute on the calling thread."""
+
+    perf_counter = staticmethod(time.process_time)
+
+
+def bench_decoder(folder: Path, contexts, new_tokens: int, runs: int, threads: int,
+                  all_logits: bool = False) -> list:  # fmt: skip
     import onyx
 
-    ours, theirs = _sessions(folder / "model.onnx", threads)
-    rows = []
-    rng = np.random.default_rng(0)
-    for context in contexts:
-        prompt = [1, *rng.integers(4, 32000, context - 1).tolist()]
-        figures: dict[str, dict[str, list]] = {"onyx": {}, "ort": {}}
-        tokens = {}
-        for r in range(runs):
-            for name, sess in (("onyx", ours), ("ort", theirs))[:: 1 if r % 2 == 0 else -1]:
-                res = onyx.generate(folder, prompt, new_tokens, session=sess, stop_token_ids=[])
-                figures[name].setdefault("prefill", []).append(res.timings["prefill_s"])
-                figures[name].setdefault("rate", []).append(res.timings["decode_tokens_per_s"])
-                tokens[name] = res.tokens
-        med = {k: {m: statistics.median(v) for m, v in f.items()} for k, f in figures.items()}
-        rows.append((folder.name, context, med, tokens["onyx"] == tokens["ort"]))
-    return rows
+    with tempfile.TemporaryDirectory() as tmp:
+        path = folder / "model.onnx" if all_logits else _last_token_copy(folder, Path(tmp))
+        ours, theirs = _sessions(path, threads)
+        rows = []
+        rng = np.random.default_rng(0)
+        for context in contexts:
+            prompt = [1, *rng.integers(4, 32000, context - 1).tolist()]
+            figures: dict[str, dict[str, list]] = {"onyx": {}, "ort": {}}
+            tokens = {}
+            for r in range(runs):
+                for name, sess in (("onyx", ours), ("ort", theirs))[:: 1 if r % 2 == 0 else -1]:
+                    res = onyx.generate(folder, prompt, new_tokens, session=sess, stop_token_ids=[])
+                    figures[name].setdefault("prefill", []).append(res.timings["prefill_s"])
+                    figures[name].setdefault("rate", []).append(res.timings["decode_tokens_per_s"])
+                    tokens[name] = res.tokens
+            med = {k: {m: statistics.median(v) for m, v in f.items()} for k, f in figures.items()}
+            rows.append((folder.name, context, med, tokens["onyx"] == tokens["ort"]))
+        return rows
 
 
 def bench_genai(folder: Path, contexts, new_tokens: int, runs: int) -> list:
@@ -93,7 +122,7 @@ def bench_genai(folder: Path, contexts, new_tokens: int, runs: int) -> list:
     return rows
 
 
-def bench_encoder(path: Path, runs: int, threads: int, seq: int = 128):
+def bench_encoder(path: Path, runs: int, threads: int, seq: int = 128, clock=time.perf_counter):
     ours, theirs = _sessions(path, threads)
     rng = np.random.default_rng(0)
     feeds = {}
@@ -108,10 +137,10 @@ def bench_encoder(path: Path, runs: int, threads: int, seq: int = 128):
         sess.run(None, feeds)
     for r in range(runs):
         for name, sess in (("onyx", ours), ("ort", theirs))[:: 1 if r % 2 == 0 else -1]:
-            t = time.perf_counter()
+            t = clock()
             for _ in range(5):
                 sess.run(None, feeds)
-            times[name].append((time.perf_counter() - t) / 5)
+            times[name].append((clock() - t) / 5)
     return {k: statistics.median(v) for k, v in times.items()}
 
 
@@ -122,7 +151,15 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--only", default="", help="substring of the model names")
+    parser.add_argument("--all-logits", action="store_true",
+                        help="the decoders as exported: logits of every prompt position")  # fmt: skip
+    parser.add_argument("--cpu-time", action="store_true",
+                        help="time by the process's CPU time (with --threads 1)")  # fmt: skip
     args = parser.parse_args()
+    if args.cpu_time:
+        import onyx.genai.generator as generator
+
+        generator.time = _CpuClock
     if not BENCH.exists():
         sys.exit(f"{BENCH} is missing: run scripts/make_transformer_zoo.py --bench first")
     print(f"{'decoder':22} {'context':>7} {'prefill ms onyx':>16} {'ort':>8} {'ratio':>6} "
@@ -132,7 +169,8 @@ def main() -> None:
         if not folder.exists() or args.only not in folder.name:
             continue
         for name, context, m, same in bench_decoder(folder, args.context, args.new_tokens,
-                                                    args.runs, args.threads):  # fmt: skip
+                                                    args.runs, args.threads,
+                                                    args.all_logits):  # fmt: skip
             p_on, p_ort = m["onyx"]["prefill"] * 1e3, m["ort"]["prefill"] * 1e3
             r_on, r_ort = m["onyx"]["rate"], m["ort"]["rate"]
             print(f"{name:22} {context:7d} {p_on:16.1f} {p_ort:8.1f} {p_on / p_ort:6.2f} "
@@ -144,7 +182,8 @@ def main() -> None:
     for name in ("bert_bench", "bert_bench_ort_opt"):
         path = BENCH / f"{name}.onnx"
         if path.exists() and args.only in name:
-            t = bench_encoder(path, max(args.runs, 5), args.threads)
+            clock = time.process_time if args.cpu_time else time.perf_counter
+            t = bench_encoder(path, max(args.runs, 5), args.threads, clock=clock)
             print(f"{name:30} {t['onyx'] * 1e3:8.2f} {t['ort'] * 1e3:8.2f} "
                   f"{t['onyx'] / t['ort']:6.2f}")  # fmt: skip
     print("\nratios: onyx time / onnxruntime time (decode: onnxruntime's rate / onyx's)")

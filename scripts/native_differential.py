@@ -342,6 +342,102 @@ def gen_matmul_nbits(rng) -> Case:
                 atol=1e-5 * K * float(np.abs(a).max(initial=1.0)))  # fmt: skip
 
 
+def gen_gqa(rng) -> Case:
+    """GroupQueryAttention (attention.c): a first prompt, a later prompt or a decoded token
+    over a KV cache (a longer shared-style cache too), packed QKV or not, rotary (halves or
+    pairs, position ids), local window, softcap, sinks, non-causal; head sizes off the
+    vector width take the portable loop."""
+    batch, kv_heads = int(rng.integers(1, 3)), int(_pick(rng, [1, 2, 4]))
+    q_heads = kv_heads * int(_pick(rng, [1, 2, 4]))
+    head = int(_pick(rng, [16, 32, 64, 64, 8, 24]))
+    q_len, past = int(_pick(rng, [1, 1, 3, 9, 33])), int(_pick(rng, [0, 0, 5, 40]))
+    extra = int(_pick(rng, [0, 0, 7]))  # cache rows past the step (a shared buffer)
+    total = past + q_len
+    seqlens = np.full(batch, total - 1, np.int32)
+    if batch > 1 and past:
+        seqlens[1] -= int(rng.integers(0, past + 1))  # (an entry with fewer cached rows)
+    packed = rng.random() < 0.5
+    x = _normal(rng, (batch, q_len, (q_heads + (2 * kv_heads if packed else 0)) * head))
+    key = None if packed else _normal(rng, (batch, q_len, kv_heads * head))
+    value = None if packed else _normal(rng, (batch, q_len, kv_heads * head))
+    cache = past + extra if past else 0
+    past_k = _normal(rng, (batch, kv_heads, cache, head)) if cache else None
+    past_v = _normal(rng, (batch, kv_heads, cache, head)) if cache else None
+    attrs = dict(num_heads=q_heads, kv_num_heads=kv_heads, causal=int(_pick(rng, [1, 1, 0])),
+                 local_window_size=int(_pick(rng, [-1, -1, 4])),
+                 softcap=float(_pick(rng, [0.0, 0.0, 5.0])))  # fmt: skip
+    cos = sin = None
+    if rng.random() < 0.7:
+        angles = rng.uniform(0, 6, (total + extra + 4, head // 2 // int(_pick(rng, [1, 2]))))
+        cos, sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+        attrs.update(do_rotary=1, rotary_interleaved=int(rng.integers(0, 2)))
+    sink = _normal(rng, (q_heads,)) if rng.random() < 0.2 else None
+    if sink is None and rng.random() < 0.2:
+        attrs["smooth_softmax"] = 1
+    inputs = [x, key, value, past_k, past_v, seqlens, np.array([total], np.int32), cos, sin,
+              None, None, sink]  # fmt: skip
+    return Case(
+        "gqa",
+        "GroupQueryAttention",
+        inputs,
+        attrs,
+        domain=MS,
+        version=1,
+        exact=False,
+        rtol=1e-4,
+        atol=1e-5,
+    )
+
+
+def gen_rms(rng) -> Case:
+    """The RMS norms of LLM layers (attention.c): SkipSimplifiedLayerNormalization (skip, bias,
+    all four outputs) and SimplifiedLayerNormalization over the last axis."""
+    rows = _pick(rng, [(1,), (1, 1), (3, 7), (2, 5), (0, 4)])
+    n = int(_pick(rng, [1, 15, 16, 64, 100, 512]))
+    x = _normal(rng, rows + (n,), float(_pick(rng, [1.0, 30.0])))
+    gamma = _normal(rng, (n,))
+    eps = float(_pick(rng, [1e-6, 1e-5, 1e-12]))
+    if rng.random() < 0.5:
+        return Case("rms", "SimplifiedLayerNormalization", [x, gamma], dict(epsilon=eps),
+                    version=1, exact=False, rtol=1e-5, atol=1e-6)  # fmt: skip
+    skip = _normal(rng, x.shape)
+    bias = _normal(rng, (n,)) if rng.random() < 0.5 else None
+    return Case("rms", "SkipSimplifiedLayerNormalization", [x, skip, gamma, bias],
+                dict(epsilon=eps), domain=MS, version=1, exact=False, rtol=1e-5, atol=1e-6)  # fmt: skip
+
+
+def gen_attention(rng) -> Case:
+    """com.microsoft Attention without past (attention.c's step with the padding penalties;
+    the packed projection on gemm_f32.c when the weight is a constant of 16+ rows' work):
+    masks of lengths, ends + starts, raw [B, T] or none."""
+    batch, seq, heads = int(rng.integers(1, 3)), int(_pick(rng, [1, 5, 16, 40])), 4
+    head = int(_pick(rng, [8, 16, 32]))
+    hidden = heads * head
+    x = _normal(rng, (batch, seq, hidden))
+    w = _normal(rng, (hidden, 3 * hidden), 0.2)
+    bias = _normal(rng, (3 * hidden,)) if rng.random() < 0.7 else None
+    mask = _pick(rng, [None, "lengths", "raw", "ends"])
+    if mask == "lengths":
+        mask = rng.integers(1, seq + 1, batch).astype(np.int32)
+    elif mask == "raw":
+        mask = (rng.random((batch, seq)) < 0.8).astype(np.int32)
+    elif mask == "ends":
+        mask = np.concatenate([np.full(batch, seq), rng.integers(0, seq, batch)]).astype(np.int32)
+    return Case("attention", "Attention", [laid_out(rng, x), laid_out(rng, w, True), bias, mask],
+                dict(num_heads=heads), domain=MS, version=1, exact=False, rtol=1e-4,
+                atol=1e-5)  # fmt: skip
+
+
+def gen_matmul_f32(rng) -> Case:
+    """float32 MatMul against a constant B (gemm_f32.c from 16 rows of A on; its sums in
+    another order than BLAS's), stacked A included."""
+    K, N = int(_pick(rng, [1, 7, 64, 100, 256])), int(_pick(rng, [1, 16, 31, 32, 33, 100]))
+    rows = _pick(rng, [(16,), (1, 17), (2, 9), (40,), (3, 128), (8,)])
+    a, b = _normal(rng, rows + (K,)), _normal(rng, (K, N))
+    return Case("matmul_f32", "MatMul", [laid_out(rng, a), laid_out(rng, b, True)], exact=False,
+                rtol=1e-4, atol=1e-5 * K)  # fmt: skip
+
+
 def gen_pool(rng) -> Case:
     dims = int(_pick(rng, [1, 2, 2, 2, 3]))
     op = _pick(rng, ["MaxPool", "AveragePool"])
@@ -571,6 +667,10 @@ FAMILIES = {
     "qgemm": gen_qgemm,
     "gemm": gen_gemm,
     "matmul_nbits": gen_matmul_nbits,
+    "gqa": gen_gqa,
+    "rms": gen_rms,
+    "attention": gen_attention,
+    "matmul_f32": gen_matmul_f32,
     "pool": gen_pool,
     "global_pool": gen_global_pool,
     "qlinear_global_pool": gen_qlinear_global_pool,
@@ -602,7 +702,9 @@ def _call(case: Case):
 
 
 def _outputs(result) -> list:
-    return [np.asarray(r) for r in (result if isinstance(result, tuple) else (result,))]
+    """The kernel's outputs as arrays (an optional output not asked for, None, left out)."""
+    results = result if isinstance(result, tuple) else (result,)
+    return [np.asarray(r) for r in results if r is not None]
 
 
 def compare(case: Case, got: list, want: list) -> str | None:

@@ -18,6 +18,11 @@ from .config import DecoderConfig, decoder_config, find_model
 from .sampling import SamplingOptions, next_token
 from .text import load_tokenizer
 
+#: Prompt tokens per step of the prefill: a longer prompt runs in steps of this many (each one
+#: attending the cache the earlier ones wrote), so that its activations, not the whole prompt's,
+#: are alive at once (a 2048-token prompt's MLP activations alone are 46 MB on a d=512 model).
+PREFILL_CHUNK = 512
+
 #: streaming callback: (token id, the text it adds, or None without a tokenizer)
 TokenCallback = Callable[[int, "str | None"], Any]
 
@@ -53,6 +58,20 @@ class KVCache:
         self.tensors = [np.asarray(p) for p in presents]
 
 
+def _own_session(path: Path, genai: dict | None, options):
+    """An onyx session of the model whose logits output holds the last position only (the
+    loop reads no other row: last_token.py), where the LM head allows it."""
+    from ..runtime.session import InferenceSession
+    from ..serde import load
+    from .last_token import last_token_logits
+
+    model = load(str(path))
+    outputs = (genai or {}).get("model", {}).get("decoder", {}).get("outputs", {})
+    if not last_token_logits(model, outputs.get("logits", "logits")):
+        return InferenceSession(str(path), options)
+    return InferenceSession(model, options)
+
+
 def _is_onyx(session) -> bool:
     """Whether ``session`` is onyx's (whose GroupQueryAttention may share the cache buffers)."""
     from ..runtime.session import InferenceSession
@@ -69,9 +88,7 @@ class Generator:
     def __init__(self, model_dir: str | Path, session=None, session_options=None):
         self.model_path, genai, hf = find_model(Path(model_dir))
         if session is None:
-            from ..runtime.session import InferenceSession
-
-            session = InferenceSession(str(self.model_path), session_options)
+            session = _own_session(self.model_path, genai, session_options)
         self.session = session
         self.config = decoder_config(self.model_path, genai, hf, session.get_inputs(),
                                      session.get_outputs())  # fmt: skip
@@ -111,6 +128,7 @@ class Generator:
         seed: int | None = None,
         stop_token_ids: Sequence[int] | None = None,
         callback: TokenCallback | None = None,
+        prefill_chunk: int = PREFILL_CHUNK,
     ) -> GenerationResult:
         cfg = self.config
         as_text = isinstance(prompt, str)
@@ -119,6 +137,8 @@ class Generator:
             raise InvalidArgument("the prompt has no tokens")
         if max_new_tokens < 0:
             raise InvalidArgument(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+        if prefill_chunk < 1:
+            raise InvalidArgument(f"prefill_chunk must be >= 1, got {prefill_chunk}")
         options = SamplingOptions(do_sample, temperature, top_k, top_p, repetition_penalty)
         stops = set(cfg.eos_token_ids if stop_token_ids is None else stop_token_ids)
         capacity = min(cfg.context_length, len(ids) + max_new_tokens)
@@ -133,23 +153,36 @@ class Generator:
             share_kv_buffers(buffers)
         try:
             return self._loop(prompt, ids, max_new_tokens, as_text, options, stops, cache,
-                              callback, rng=rng)  # fmt: skip
+                              callback, rng=rng, chunk=prefill_chunk)  # fmt: skip
         finally:
             if shared:
                 unshare_kv_buffers(buffers)
 
+    def _prefill_head(self, ids: list[int], cache: KVCache, chunk: int, out_names) -> int:
+        """All but the last chunk of the prompt into the cache (their logits unread): the
+        number of tokens it took."""
+        past = 0
+        while len(ids) - past > chunk:
+            step = np.array([ids[past : past + chunk]])
+            cache.update(self.session.run(out_names, self._feeds(step, past, cache))[1:])
+            past += chunk
+        return past
+
     def _loop(self, prompt, ids, max_new_tokens, as_text, options, stops, cache, callback, *,
-              rng) -> GenerationResult:  # fmt: skip
+              rng, chunk) -> GenerationResult:  # fmt: skip
         cfg = self.config
         out_names = [cfg.logits, *cache.outputs]
         sequence, new, emitted = list(ids), [], ""
-        step_ids, past, finish = np.array([ids]), 0, "length"
         timings = {"prefill_s": 0.0, "decode_s": 0.0}
-        for _ in range(max_new_tokens):
+        start = time.perf_counter()
+        past = self._prefill_head(ids, cache, chunk, out_names) if max_new_tokens else 0
+        timings["prefill_s"] = time.perf_counter() - start
+        step_ids, finish = np.array([ids[past:]]), "length"
+        for step in range(max_new_tokens):
             start = time.perf_counter()
             outs = self.session.run(out_names, self._feeds(step_ids, past, cache))
             token = next_token(np.asarray(outs[0])[0, -1], np.asarray(sequence), options, rng)
-            timings["prefill_s" if past == 0 else "decode_s"] += time.perf_counter() - start
+            timings["decode_s" if step else "prefill_s"] += time.perf_counter() - start
             cache.update(outs[1:])
             past += step_ids.shape[1]
             sequence.append(token)
@@ -187,7 +220,15 @@ def generate(
 
     Options: do_sample (False: greedy), temperature, top_k, top_p, repetition_penalty, seed,
     stop_token_ids (default: the model's eos tokens), callback(token_id, text_piece) for
-    streaming. ``session`` runs the model instead of an onyx session (e.g. onnxruntime's, to
+    streaming, prefill_chunk (prompt tokens per prefill step, PREFILL_CHUNK). A folder with
+    optimum's encoder_model.onnx and decoder_model_merged.onnx (T5, BART) generates with the
+    encoder once and the decoder per token (``session``: an (encoder, decoder) pair). ``session`` runs the model instead of an onyx session (e.g. onnxruntime's, to
     compare the two under the same loop)."""
+    from .seq2seq import Seq2SeqGenerator, is_seq2seq
+
+    if is_seq2seq(Path(model_dir)):  # (session: the (encoder, decoder) pair)
+        seq2seq = Seq2SeqGenerator(model_dir, sessions=session, session_options=session_options)
+        options.pop("prefill_chunk", None)
+        return seq2seq.generate(prompt, max_new_tokens, **options)
     generator = Generator(model_dir, session=session, session_options=session_options)
     return generator.generate(prompt, max_new_tokens, **options)

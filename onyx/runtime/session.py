@@ -33,6 +33,10 @@ from .session_api import SessionAPI
 PROVIDERS = ["CPUExecutionProvider"]
 #: Input shape signatures whose first run checks the outputs (then runs go unchecked).
 MAX_CHECKED_SIGNATURES = 1024
+#: Checked signatures per pattern of input ranks: a decoding loop feeds a new length each step
+#: (its attention mask), and checking every step cost it a quarter of its time (its prompt and
+#: first token are checked).
+MAX_CHECKS_PER_RANKS = 2
 
 
 @dataclass(frozen=True)
@@ -107,6 +111,7 @@ class InferenceSession(SessionAPI):
         # the types inference derives (plan.OutputCheck, made at the first run)
         self._output_check: OutputCheck | None = None
         self._checked_signatures: set = set()
+        self._checks_per_ranks: dict = {}
         self._blas_work = any(_threads(n) == "blas" for n in graph.all_nodes())
         # run()'s fast path: what it checks of each feed, found once (None: never fast)
         self._fast_feeds = _fast_feed_specs(self._inputs, self._input_index)
@@ -220,8 +225,10 @@ class InferenceSession(SessionAPI):
         if (
             signature not in self._checked_signatures
             and len(self._checked_signatures) < MAX_CHECKED_SIGNATURES
+            and self._checks_per_ranks.get(ranks := _ranks(signature), 0) < MAX_CHECKS_PER_RANKS
         ):
             check = signature
+            self._checks_per_ranks[ranks] = self._checks_per_ranks.get(ranks, 0) + 1
             if self._output_check is None:
                 self._output_check = _output_check(self._plan, self._planned_model)
         if not blas and not self._blas_work:
@@ -356,6 +363,11 @@ def _fast_feed_specs(inputs: list[ir.Value], index: dict[str, int]) -> tuple | N
             return None
         specs.append((v.name, index[v.name], dtype))
     return tuple(specs)
+
+
+def _ranks(signature: tuple) -> tuple:
+    """A shape signature's pattern: the fetched outputs and each input's rank."""
+    return signature[0], *[None if s is None else len(s) for s in signature[1:]]
 
 
 def _output_check(plan: Plan, model: ir.Model) -> OutputCheck:

@@ -57,6 +57,10 @@ class ExternalResolver:
             with open(path, "rb") as f:
                 size = os.fstat(f.fileno()).st_size
                 buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+                if size and hasattr(mmap, "MADV_RANDOM"):
+                    # (pages on first touch, not 64 KB around each: a prompt's embedding rows
+                    # then map 4 KB each, not 16 times that)
+                    buf.madvise(mmap.MADV_RANDOM)
             self._maps[path] = buf
         return buf
 

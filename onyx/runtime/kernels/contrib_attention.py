@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import native
 from ..registry import op
 from .elementwise import upcast
-from .linalg import integer_matmul
+from .linalg import integer_matmul, packed_matmul
 
 MS = "com.microsoft"
 
@@ -227,7 +228,9 @@ def attention(
     if past_present_share_buffer:  # (a CUDA decoding layout: onnxruntime's CPU kernel refuses it)
         raise ValueError("Attention: past_present_share_buffer is not supported on CPU")
     x = upcast(input).astype(np.float32, copy=False)
-    qkv = np.matmul(x, upcast(weights).astype(np.float32, copy=False))
+    qkv = packed_matmul(x, weights)  # (gemm_f32.c: the packed weight, once per session)
+    if qkv is None:
+        qkv = np.matmul(x, upcast(weights).astype(np.float32, copy=False))
     if bias is not None:
         qkv += upcast(bias)
     return _attention_from_qkv(ctx, input.dtype, qkv, mask_index, past, attention_bias,
@@ -241,6 +244,10 @@ def _attention_from_qkv(ctx, dtype, qkv, mask_index, past, attention_bias, num_h
     sizes = list(qkv_hidden_sizes) if qkv_hidden_sizes else [width // 3] * 3
     if sum(sizes) != width:
         raise ValueError(f"qkv_hidden_sizes {sizes} do not add up to the weights' {width} columns")
+    if past is None and attention_bias is None and not unidirectional:
+        fast = _native_attention(ctx, qkv, sizes, mask_index, num_heads, scale, mask_filter_value)
+        if fast is not None:
+            return tuple(None if x is None else x.astype(dtype, copy=False) for x in fast)
     q = _bnsh(qkv[..., : sizes[0]], num_heads)
     k = _bnsh(qkv[..., sizes[0] : sizes[0] + sizes[1]], num_heads)
     v = _bnsh(qkv[..., sizes[0] + sizes[1] :], num_heads)
@@ -255,6 +262,29 @@ def _attention_from_qkv(ctx, dtype, qkv, mask_index, past, attention_bias, num_h
     y, _ = _attend_additive(q, k, v, s, penalties, attention_bias)
     out = _merged(y).astype(dtype, copy=False)
     return out, None if present is None else present.astype(dtype, copy=False)
+
+
+def _native_attention(ctx, qkv, sizes, mask_index, num_heads: int, scale, filter_value):
+    """A BERT layer's attention (no past, no bias, not causal, a key padding mask or none) on
+    attention.c's step: (y, present) or None. The padding penalties are the numpy path's,
+    added to the scores per key."""
+    batch, q_len, _ = qkv.shape
+    if len(set(sizes)) != 1 or sizes[0] % num_heads:
+        return None
+    penalty = _padding_penalty(mask_index, batch, q_len, q_len, filter_value)
+    if penalty is not None and penalty.shape[2] != 1:  # (a [B, S, T] mask: per query)
+        return None
+    head = sizes[0] // num_heads
+    kv = np.empty((2, batch, num_heads, q_len, head), np.float32)  # (present's layout)
+    q, k, v = qkv[..., : sizes[0]], qkv[..., sizes[0] : 2 * sizes[0]], qkv[..., 2 * sizes[0] :]
+    y = native.gqa_step(q, k, v, kv[0], kv[1], np.zeros(batch, np.int64),
+                        np.full(batch, q_len, np.int64), None, None, None, None,
+                        q_heads=num_heads, kv_heads=num_heads, n_keys=q_len, interleaved=0,
+                        causal=0, window=-1, scale=scale or 1 / np.sqrt(head), softcap=0.0,
+                        key_bias=None if penalty is None else penalty.reshape(batch, q_len))  # fmt: skip
+    if y is None:
+        return None
+    return y, kv if ctx.n_outputs > 1 else None
 
 
 @op("QAttention", since=1, domain=MS)
@@ -370,6 +400,8 @@ def _plus(x: np.ndarray, b) -> np.ndarray:
 #: its loop binds past and present to one buffer): data address -> (the array, its nbytes).
 #: Only onyx.genai's loop registers its buffers (share_kv_buffers), for one generation.
 _SHARED_KV: dict[int, tuple[np.ndarray, int]] = {}
+#: The same buffers by id (a feed that is a view of one is found by its base).
+_SHARED_BY_ID: dict[int, np.ndarray] = {}
 
 
 def share_kv_buffers(buffers) -> None:
@@ -377,11 +409,13 @@ def share_kv_buffers(buffers) -> None:
     for a in buffers:
         if a.dtype == np.float32 and a.flags.c_contiguous and a.flags.writeable:
             _SHARED_KV[a.__array_interface__["data"][0]] = (a, a.nbytes)
+            _SHARED_BY_ID[id(a)] = a
 
 
 def unshare_kv_buffers(buffers) -> None:
     for a in buffers:
         _SHARED_KV.pop(a.__array_interface__["data"][0], None)
+        _SHARED_BY_ID.pop(id(a), None)
 
 
 def shared_kv_buffer(a) -> np.ndarray | None:
@@ -389,6 +423,11 @@ def shared_kv_buffer(a) -> np.ndarray | None:
     a read-only view of it), else None."""
     if not _SHARED_KV or type(a) is not np.ndarray or a.dtype != np.float32:
         return None
+    # (a view of the buffer's own shape and strides covers it from its start: found without
+    # asking numpy for the data address, which costs microseconds 8 times a token)
+    base = a.base if a.base is not None else a
+    if _SHARED_BY_ID.get(id(base)) is base and a.shape == base.shape and a.strides == base.strides:
+        return base
     entry = _SHARED_KV.get(a.__array_interface__["data"][0])
     if entry is None or entry[1] != a.nbytes or entry[0].shape != a.shape:
         return None
@@ -462,44 +501,46 @@ def group_query_attention(
         q = qf
         k = upcast(key).astype(np.float32, copy=False)
         v = upcast(value).astype(np.float32, copy=False)
-    q, k, v = _bnsh(q, num_heads), _bnsh(k, kv_num_heads), _bnsh(v, kv_num_heads)
-    head = q.shape[-1]
+    head = q.shape[-1] // num_heads
 
     total = int(np.asarray(total_sequence_length).reshape(-1)[0])
     valid = np.asarray(seqlens_k).astype(np.int64).reshape(-1) + 1  # keys per batch entry
     first_prompt = q_len == total
     past_len = np.zeros(batch, np.int64) if first_prompt else valid - q_len
-
-    if do_rotary:
-        pos = _gqa_positions(position_ids, past_len, valid, q_len, first_prompt)
-        cos, sin = upcast(cos_cache)[pos][:, None], upcast(sin_cache)[pos][:, None]
-        q, k = _rotate(q, cos, sin, rotary_interleaved), _rotate(k, cos, sin, rotary_interleaved)
-
-    cache = 0 if past_key is None else past_key.shape[2]
-    present_len = max(cache, total)
-    shared_k, shared_v = shared_kv_buffer(past_key), shared_kv_buffer(past_value)
-    if cache >= total and shared_k is not None and shared_v is not None:
-        present_k, present_v = shared_k, shared_v  # (rows written in place: no copy)
-        for b in range(batch):
-            p = int(past_len[b])
-            present_k[b, :, p : p + q_len] = k[b]
-            present_v[b, :, p : p + q_len] = v[b]
-    else:
-        present_k = np.zeros((batch, kv_num_heads, present_len, head), np.float32)
-        present_v = np.zeros_like(present_k)
-        for b in range(batch):
-            p = int(past_len[b])
-            if p:
-                present_k[b, :, :p] = past_key[b, :, :p]
-                present_v[b, :, :p] = past_value[b, :, :p]
-            present_k[b, :, p : p + q_len] = k[b]
-            present_v[b, :, p : p + q_len] = v[b]
-
+    pos = _gqa_positions(position_ids, past_len, valid, q_len, first_prompt) if do_rotary else None
+    present_k, present_v = _gqa_presents(past_key, past_value, past_len, batch, kv_num_heads, head,
+                                         total)  # fmt: skip
+    present_len = present_k.shape[2]
     # keys past every entry's valid length cannot be attended: the product stops there (a
     # shared buffer holds the whole context, most of it not yet written)
     n_keys = int(min(present_len, max(valid.max(initial=0), q_len)))
-    keys, values = present_k[:, :, :n_keys], present_v[:, :, :n_keys]
     s = scale or 1 / np.sqrt(head)
+    sink = None
+    if head_sink is not None:
+        sink = upcast(head_sink).astype(np.float32)
+    elif smooth_softmax:
+        sink = np.zeros(1, np.float32)
+
+    y = None
+    if attention_bias is None and not qk_output:  # (attention.c: the rows written and attended)
+        y = native.gqa_step(q, k, v, present_k, present_v, past_len, valid, pos, cos_cache,
+                            sin_cache, sink, q_heads=num_heads, kv_heads=kv_num_heads,
+                            n_keys=n_keys, interleaved=rotary_interleaved, causal=causal,
+                            window=local_window_size, scale=s, softcap=softcap)  # fmt: skip
+    if y is not None:
+        return y.astype(dtype, copy=False), *(p.astype(dtype, copy=False)
+                                              for p in (present_k, present_v))  # fmt: skip
+
+    q, k, v = _bnsh(q, num_heads), _bnsh(k, kv_num_heads), _bnsh(v, kv_num_heads)
+    if do_rotary:
+        cos, sin = upcast(cos_cache)[pos][:, None], upcast(sin_cache)[pos][:, None]
+        q, k = _rotate(q, cos, sin, rotary_interleaved), _rotate(k, cos, sin, rotary_interleaved)
+    for b in range(batch):
+        p = int(past_len[b])
+        present_k[b, :, p : p + q_len] = k[b]
+        present_v[b, :, p : p + q_len] = v[b]
+
+    keys, values = present_k[:, :, :n_keys], present_v[:, :, :n_keys]
     scores = _scores(q, keys, s)
     if softcap > 0:
         np.tanh(scores / np.float32(softcap), out=scores)
@@ -509,11 +550,6 @@ def group_query_attention(
     allowed = _gqa_allowed(past_len, valid, q_len, n_keys, causal, local_window_size)
     raw = np.where(allowed, scores, np.float32(0)) if qk_output == 1 else None
     np.copyto(scores, -np.inf, where=~allowed)
-    sink = None
-    if head_sink is not None:
-        sink = upcast(head_sink).astype(np.float32)
-    elif smooth_softmax:
-        sink = np.zeros(1, np.float32)
     probs = _softmax_rows(scores, sink)
     y = _merged(_weighted(probs, values)).astype(dtype, copy=False)
     outputs = [y, present_k.astype(dtype, copy=False), present_v.astype(dtype, copy=False)]
@@ -522,6 +558,26 @@ def group_query_attention(
         qk[..., :n_keys] = raw if qk_output == 1 else probs
         outputs.append(qk.astype(dtype, copy=False))
     return tuple(outputs)
+
+
+def _gqa_presents(past_key, past_value, past_len, batch: int, kv_heads: int, head: int,
+                  total: int) -> tuple:  # fmt: skip
+    """present_key / present_value [B, Hkv, max(cache, total), D] float32 holding the cached
+    rows (zeros after them): the registered shared buffers themselves when they are long
+    enough (the step's rows then go in place, no copy), else new arrays."""
+    cache = 0 if past_key is None else past_key.shape[2]
+    present_len = max(cache, total)
+    shared_k, shared_v = shared_kv_buffer(past_key), shared_kv_buffer(past_value)
+    if cache >= total and shared_k is not None and shared_v is not None:
+        return shared_k, shared_v
+    present_k = np.zeros((batch, kv_heads, present_len, head), np.float32)
+    present_v = np.zeros_like(present_k)
+    for b in range(batch):
+        p = int(past_len[b])
+        if p:
+            present_k[b, :, :p] = past_key[b, :, :p]
+            present_v[b, :, :p] = past_value[b, :, :p]
+    return present_k, present_v
 
 
 def _gqa_positions(position_ids, past_len, valid, q_len: int, first_prompt: bool) -> np.ndarray:

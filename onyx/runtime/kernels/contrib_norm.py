@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import native
 from ..registry import op
 from .activation import _sigmoid
 from .elementwise import erf_gelu as _gelu
@@ -47,6 +48,9 @@ def simplified_layer_normalization(X, scale, *, axis=-1, epsilon=1e-5, stash_typ
     onnxruntime registers it in the ONNX domain (the LLaMA exports and the GenAI builder
     write it there); the statistics are in float32 whatever stash_type says, as there."""
     axis = axis + X.ndim if axis < 0 else axis
+    fast = native.rms_norm_f32(X, None, None, scale, epsilon) if axis == X.ndim - 1 else None
+    if fast is not None:  # (attention.c: one pass per row)
+        return fast[0], fast[1]
     v, inv = _rms_normalize(_work(X), tuple(range(axis, X.ndim)), epsilon)
     v *= upcast(scale)
     return v.astype(X.dtype, copy=False), inv
@@ -61,6 +65,10 @@ def skip_simplified_layer_normalization(x, skip, gamma, bias=None, *, epsilon=1e
 
     Outputs: the result, a mean (zeros: the RMS norm has none; onnxruntime writes zeros),
     1/rms (float32, last axis kept), and the sum itself."""
+    fast = native.rms_norm_f32(x, skip, bias, gamma, epsilon)
+    if fast is not None:  # (attention.c: the sum and the norm in one pass per row)
+        y, inv, total = fast
+        return y, np.zeros_like(inv), inv, total
     total = np.add(x, skip, dtype=np.float64 if x.dtype == np.float64 else np.float32)
     if bias is not None:
         total += upcast(bias)

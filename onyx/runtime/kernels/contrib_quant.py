@@ -196,6 +196,29 @@ def _int8_product(a2: np.ndarray, w: NBitsWeight, y2: np.ndarray, bits: int, blo
         y2[:, n0:n1] = np.add.reduce(sums, axis=0)  # (block after block, as onnxruntime adds)
 
 
+def _native_int8(A, B, scales, *, K, N, bits, block_size) -> np.ndarray | None:
+    """The decoding step's usual MatMulNBits (float32 A, constant 4 / 8-bit weight without zero
+    points, accuracy level 4) straight to nbits.c, or None (the general path runs): the same
+    set-up (derived) and kernel as the general path, fewer Python steps per call."""
+    if (
+        type(A) is not np.ndarray
+        or A.dtype != np.float32
+        or not _constant(B)
+        or not _constant(scales)
+        or bits not in (4, 8)
+        or not A.size
+        or not B.size
+    ):
+        return None
+    key = ("nbits", N, K, bits, block_size, id(scales), id(None), id(None))
+    w = derived(B, key, lambda: _nbits_weight(B, scales, None, None, N=N, K=K, bits=bits,
+                                              block_size=block_size))  # fmt: skip
+    if w.native is None:
+        return None
+    y = np.empty(A.shape[:-1] + (N,), np.float32)
+    return y if w.native.int8(A.reshape(-1, K), y.reshape(-1, N)) else None
+
+
 @op("MatMulNBits", since=1, domain=MS, threads="blas")
 def matmul_nbits(
     A,
@@ -226,6 +249,10 @@ def matmul_nbits(
     out_shape = A.shape[:-1] + (N,)
     if A.shape[-1] != K:
         raise ValueError(f"MatMulNBits: A's last dimension {A.shape[-1]} is not K={K}")
+    if accuracy_level == 4 and zero_points is None and g_idx is None and bias is None:
+        y = _native_int8(A, B, scales, K=K, N=N, bits=bits, block_size=block_size)
+        if y is not None:
+            return y
     y = np.zeros(out_shape, np.float32)
     if B.size and A.size:
 

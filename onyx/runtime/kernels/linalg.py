@@ -32,7 +32,36 @@ def gemm_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """np.matmul with the result in A's dtype; low-precision floats through float32."""
+    y = packed_matmul(a, b)
+    if y is not None:
+        return y
     return np.asarray(gemm_matmul(upcast(a), upcast(b))).astype(a.dtype, copy=False)
+
+
+#: Largest constant B packed for the native GEMM (the packed copy doubles its memory).
+PACKED_B_BYTES = 8 << 20
+
+
+def packed_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
+    """float32 A of many rows times a constant 2-D float32 B on the native GEMM (gemm_f32.c,
+    B packed once per session), or None where it does not apply."""
+    if (
+        type(b) is not np.ndarray
+        or b.dtype != np.float32
+        or b.ndim != 2
+        or b.flags.writeable
+        or b.nbytes > PACKED_B_BYTES
+        or a.dtype != np.float32
+        or a.ndim < 2
+        or a.shape[-1] != b.shape[0]
+        or not native.sgemm_ok()
+    ):
+        return None
+    if a.size < native.SGEMM_ROWS * a.shape[-1] or not b.size:
+        return None
+    gemm = derived(b, ("packed_gemm",), lambda: native.PackedGemm(b))
+    y = gemm(a.reshape(-1, a.shape[-1]))
+    return None if y is None else y.reshape(a.shape[:-1] + (b.shape[1],))
 
 
 @op("MatMul", since=1, threads="blas")

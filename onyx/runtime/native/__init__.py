@@ -8,8 +8,10 @@ its numpy path and asks whether the native one applies first (``int8_gemm_ok``,
 
 Each family of kernels is one C file and one Python module of the same name: gemm_i8 (the
 exact int8 GEMM, AVX512-VNNI), depthwise (plane convs), conv_f32 (the float conv), gemv,
-nbits (MatMulNBits), resize, rnn, elementwise, rows, window (pooling), trees. Their task
-structs are declared once in abi.h and checked against the ctypes copies at load (_core.py).
+nbits (MatMulNBits), attention (GroupQueryAttention's step, RMS norms), gemm_f32 (the float
+GEMM against a packed constant B), resize, rnn, elementwise, rows, window (pooling), trees.
+Their task structs are declared once in abi.h and checked against the ctypes copies at load
+(_core.py).
 
 Adding a kernel to a family: its task struct in abi.h (listed in ONYX_STRUCTS), its C code
 and ``onyx_<name>_range`` in the family's C file, checking its sizes first (checks.h); in the
@@ -31,9 +33,11 @@ import contextlib
 
 from . import (
     _core,
+    attention,
     conv_f32,
     depthwise,
     elementwise,
+    gemm_f32,
     gemm_i8,
     gemv,
     nbits,
@@ -44,6 +48,7 @@ from . import (
     window,
 )
 from ._core import BYTES, thread_setting, threads
+from .attention import gqa_ok, gqa_step, rms_norm_f32
 from .conv_f32 import CONV_ACTIVATIONS, FloatConv, conv_f32_ok, pack_conv_f32
 from .depthwise import (
     SMALL_CONV_K,
@@ -67,6 +72,7 @@ from .elementwise import (
     qlinear_binary_setup,
     quantize_f32,
 )
+from .gemm_f32 import SGEMM_ROWS, PackedGemm, sgemm_ok
 from .gemm_i8 import (
     MAX_K,
     PANEL,
@@ -103,6 +109,8 @@ __all__ = [
     "IntPlaneConv",
     "MAX_K",
     "PANEL",
+    "PackedGemm",
+    "SGEMM_ROWS",
     "Packed",
     "PlaneConv",
     "SMALL_CONV_K",
@@ -127,6 +135,8 @@ __all__ = [
     "forest_sums",
     "gathered_int8_gemm",
     "gemv_ok",
+    "gqa_ok",
+    "gqa_step",
     "gru_f32",
     "hard_sigmoid_f32",
     "hardswish_f32",
@@ -152,7 +162,9 @@ __all__ = [
     "recurrence_ok",
     "RecurrenceInputs",
     "repeat2d_4byte",
+    "rms_norm_f32",
     "row_sums",
+    "sgemm_ok",
     "status",
     "thread_setting",
     "threads",
@@ -173,6 +185,8 @@ FAMILIES = (
     window,
     trees,
     nbits,
+    attention,
+    gemm_f32,
 )
 _core.start(FAMILIES)
 

@@ -305,8 +305,52 @@ ONYX_STRUCT(forest_sum_task, ONYX_FOREST_SUM_TASK)
     F(S, int64_t, M, ) F(S, int64_t, K, ) F(S, int64_t, N, ) F(S, int64_t, k_blocks, )       \
     F(S, int64_t, block, ) F(S, int64_t, bits, ) F(S, int64_t, row0, )                       \
     F(S, float, default_zero, )                                                              \
-    F(S, const uint8_t *, dwords, ) /* NULL, or B's 4-byte words as [N / 16][words][16] */
+    F(S, const uint8_t *, dwords, ) /* NULL, or B's 4-byte words as [N / 16][words][16] */ \
+    F(S, const float *, scales_t, ) /* NULL, or the scales as [N / 16][k_blocks][16] */      \
+    F(S, const float *, zeros_t, )  /* the float zero points so (with scales_t), or NULL */
 ONYX_STRUCT(nbits_task, ONYX_NBITS_TASK)
+
+/* ------------------------------------------------- GroupQueryAttention (attention.c) */
+
+#define ONYX_GQA_TASK(F, S)                                                                  \
+    F(S, const float *, q, ) /* the step's rows: head h of token (b, s) at q + b * q_bs +    */ \
+    F(S, const float *, k, ) /* s * q_ss + h * head (k, v: kv_bs, kv_ss), before rotary   */ \
+    F(S, const float *, v, )                                                                 \
+    F(S, int64_t, q_bs, ) F(S, int64_t, q_ss, ) F(S, int64_t, kv_bs, ) F(S, int64_t, kv_ss, ) \
+    F(S, float *, k_cache, ) /* [batch, kv_heads, capacity, head]: rows past .. written */    \
+    F(S, float *, v_cache, )                                                                 \
+    F(S, float *, y, )                /* [batch, q_len, q_heads * head] */                   \
+    F(S, const int64_t *, past, )     /* [batch]: the step's first row in the cache */       \
+    F(S, const int64_t *, valid, )    /* [batch]: keys attended (after this step) */         \
+    F(S, const int64_t *, positions, ) /* [batch, q_len] rotary positions, or NULL */        \
+    F(S, const float *, cos, ) F(S, const float *, sin, ) /* [max_position, rotary / 2] */    \
+    F(S, const float *, sink, )       /* [q_heads] added to the softmax's sum, or NULL */    \
+    F(S, const float *, key_bias, )   /* [batch, n_keys] added to the scores, or NULL */     \
+    F(S, int64_t, batch, ) F(S, int64_t, q_len, ) F(S, int64_t, q_heads, )                   \
+    F(S, int64_t, kv_heads, ) F(S, int64_t, head, ) F(S, int64_t, capacity, )                \
+    F(S, int64_t, n_keys, ) F(S, int64_t, rotary, ) F(S, int64_t, max_position, )            \
+    F(S, int64_t, interleaved, ) F(S, int64_t, causal, ) F(S, int64_t, window, )             \
+    F(S, float, scale, ) F(S, float, softcap, )
+ONYX_STRUCT(gqa_task, ONYX_GQA_TASK)
+
+/* RMS normalization of rows, the skip (and bias) added first (attention.c) */
+#define ONYX_RMS_TASK(F, S)                                                                  \
+    F(S, const float *, x, ) F(S, const float *, skip, ) /* [rows, size]; skip or NULL */    \
+    F(S, const float *, bias, ) F(S, const float *, gamma, ) /* [size]; bias or NULL */      \
+    F(S, float *, y, ) F(S, float *, sum, ) /* [rows, size]; sum (x + skip + bias) or NULL */ \
+    F(S, float *, inv, )                    /* [rows]: 1 / rms */                             \
+    F(S, int64_t, size, ) F(S, float, epsilon, )
+ONYX_STRUCT(rms_task, ONYX_RMS_TASK)
+
+/* ------------------------------------------------------- float32 GEMM, packed B (gemm_f32.c) */
+
+#define ONYX_SGEMM_TASK(F, S)                                                                \
+    F(S, const float *, a, )      /* A [M, K], rows lda apart */                             \
+    F(S, const float *, packed, ) /* B as [panels][K][32] (zeros past N) */                  \
+    F(S, float *, y, )            /* Y [M, N], rows ldy apart */                             \
+    F(S, int64_t, M, ) F(S, int64_t, K, ) F(S, int64_t, N, ) F(S, int64_t, lda, )            \
+    F(S, int64_t, ldy, )
+ONYX_STRUCT(sgemm_task, ONYX_SGEMM_TASK)
 
 /* Every struct above, for abi.c's table. */
 #define ONYX_STRUCTS(X)                                                                      \
@@ -324,6 +368,7 @@ ONYX_STRUCT(nbits_task, ONYX_NBITS_TASK)
     X(global_pool, ONYX_GLOBAL_POOL) X(layer_norm, ONYX_LAYER_NORM)                          \
     X(norm_rows, ONYX_NORM_ROWS) X(batch_norm, ONYX_BATCH_NORM) X(pool2d, ONYX_POOL2D)       \
     X(forest_task, ONYX_FOREST_TASK) X(forest_sum_task, ONYX_FOREST_SUM_TASK)                                  \
-    X(nbits_task, ONYX_NBITS_TASK)
+    X(nbits_task, ONYX_NBITS_TASK) X(gqa_task, ONYX_GQA_TASK)        \
+    X(rms_task, ONYX_RMS_TASK) X(sgemm_task, ONYX_SGEMM_TASK)
 
 #endif

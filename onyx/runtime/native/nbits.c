@@ -95,7 +95,7 @@ EXPORT int onyx_nbits_dequant_range(const void *p, int64_t begin, int64_t end) {
 
 /* A's rows as int8 blocks (numpy's _int8_quantized): qa [M][width] (zeros past K), the
    scales [M][kb] and the integer sums of each block [M][kb]. */
-static NO_FMA void quantize_a(const nbits_task *t, int64_t width, int8_t *qa, float *a_scale,
+static CLONES NO_FMA void quantize_a(const nbits_task *t, int64_t width, int8_t *qa, float *a_scale,
                               int32_t *qa_sum) {
     int64_t K = t->K, kb = t->k_blocks, block = t->block;
     memset(qa, 0, (size_t)(t->M * width));
@@ -182,6 +182,31 @@ static VNNI inline void store_block_sums(__m512i s, int64_t block, int32_t *sums
     _mm256_storeu_si256((__m256i *)sums, _mm512_castsi512_si256(_mm512_maskz_compress_epi32(keep, s)));
 }
 
+/* Group g's scales and zero points as [block][16 columns]: the set-up's transposed copies
+   where it made them (no gathers: they cost more than the group's dot products on a GEMV),
+   else gathered into `columns` [2][k_blocks][16]. */
+static VNNI void group_params(const nbits_task *t, int64_t g, int64_t cols, float *columns,
+                              const float **ws, const float **z) {
+    int64_t kb = t->k_blocks, at = (g / NB_COLUMNS) * kb * NB_COLUMNS;
+    *ws = t->scales_t ? t->scales_t + at : columns;
+    int zeros_given = t->zero_points && t->zeros_t;
+    *z = zeros_given ? t->zeros_t + at : columns + kb * NB_COLUMNS;
+    __mmask16 mask = cols >= 16 ? 0xffff : (__mmask16)((1u << cols) - 1);
+    const __m512i lanes = _mm512_mullo_epi32(
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+        _mm512_set1_epi32((int)kb));
+    for (int64_t b = 0; !t->scales_t && b < kb; b++)
+        _mm512_storeu_ps(columns + b * NB_COLUMNS,
+                         _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mask, lanes,
+                                                  t->scales + g * kb + b, 4));
+    for (int64_t b = 0; t->zero_points && !zeros_given && b < kb; b++)
+        _mm512_storeu_ps(columns + (kb + b) * NB_COLUMNS,
+                         t->zero_points
+                             ? _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mask, lanes,
+                                                        t->zero_points + g * kb + b, 4)
+                             : _mm512_set1_ps(t->default_zero));
+}
+
 /* Columns n0 .. n1 (a multiple of NB_COLUMNS apart but for the last), 4-bit weights. */
 static VNNI NO_FMA void int8_columns_vnni(const nbits_task *t, int64_t n0, int64_t n1,
                                           const int8_t *qa, int64_t width, const float *a_scale,
@@ -255,9 +280,6 @@ static VNNI NO_FMA void int8_columns_vnni32(const nbits_task *t, int64_t n0, int
     int64_t kb = t->k_blocks, M = t->M, N = t->N;
     int64_t row_bytes = kb * 16, chunks = width / NB_CHUNK, blocks = chunks * 4;
     const __m512i low = _mm512_set1_epi8(15);
-    const __m512i lanes = _mm512_mullo_epi32(
-        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-        _mm512_set1_epi32((int)kb));
     for (int64_t g = n0; g < n1; g += NB_COLUMNS) {
         int64_t cols = n1 - g < NB_COLUMNS ? n1 - g : NB_COLUMNS;
         for (int64_t j = 0; j < cols; j += 4) {
@@ -300,27 +322,21 @@ static VNNI NO_FMA void int8_columns_vnni32(const nbits_task *t, int64_t n0, int
             }
         }
         __mmask16 mask = cols >= 16 ? 0xffff : (__mmask16)((1u << cols) - 1);
-        /* the group's scales and zero points as [block][column], gathered once for all rows */
-        float *ws_t = columns, *z_t = columns + kb * NB_COLUMNS;
-        for (int64_t b = 0; b < kb; b++) {
-            _mm512_storeu_ps(ws_t + b * NB_COLUMNS,
-                             _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mask, lanes,
-                                                      t->scales + g * kb + b, 4));
-            _mm512_storeu_ps(z_t + b * NB_COLUMNS,
-                             t->zero_points
-                                 ? _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mask, lanes,
-                                                            t->zero_points + g * kb + b, 4)
-                                 : _mm512_set1_ps(t->default_zero));
-        }
+        const float *ws_t, *z_t; /* [block][column], once for all rows */
+        group_params(t, g, cols, columns, &ws_t, &z_t);
         for (int64_t m = 0; m < M; m++) {
             __m512 acc = _mm512_setzero_ps();
             const int32_t *ms = sums + m * blocks * NB_COLUMNS;
             for (int64_t b = 0; b < kb; b++) {
                 __m512i isum = _mm512_loadu_si512(ms + b * NB_COLUMNS);
                 __m512 ws = _mm512_loadu_ps(ws_t + b * NB_COLUMNS);
-                __m512 z = _mm512_loadu_ps(z_t + b * NB_COLUMNS);
-                __m512 s = _mm512_sub_ps(_mm512_cvtepi32_ps(isum),
-                                         _mm512_mul_ps(_mm512_set1_ps((float)qa_sum[m * kb + b]), z));
+                /* sum(qa) * zero point: one scalar product without zero points (the same
+                   float32 product in every lane) */
+                __m512 qz = t->zero_points
+                                ? _mm512_mul_ps(_mm512_set1_ps((float)qa_sum[m * kb + b]),
+                                                _mm512_loadu_ps(z_t + b * NB_COLUMNS))
+                                : _mm512_set1_ps((float)qa_sum[m * kb + b] * t->default_zero);
+                __m512 s = _mm512_sub_ps(_mm512_cvtepi32_ps(isum), qz);
                 s = _mm512_mul_ps(s, _mm512_mul_ps(_mm512_set1_ps(a_scale[m * kb + b]), ws));
                 acc = _mm512_add_ps(acc, s);
             }
@@ -337,23 +353,11 @@ static VNNI NO_FMA void int8_rows_vnni32(const nbits_task *t, int64_t n0, int64_
                                          const int32_t *qa_sum, float *columns) {
     int64_t kb = t->k_blocks, M = t->M, N = t->N, words = kb * 4;
     const __m512i low = _mm512_set1_epi8(15);
-    const __m512i lanes = _mm512_mullo_epi32(
-        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-        _mm512_set1_epi32((int)kb));
     for (int64_t g = n0; g < n1; g += NB_COLUMNS) {
         int64_t cols = n1 - g < NB_COLUMNS ? n1 - g : NB_COLUMNS;
         __mmask16 mask = cols >= 16 ? 0xffff : (__mmask16)((1u << cols) - 1);
-        float *ws_t = columns, *z_t = columns + kb * NB_COLUMNS;
-        for (int64_t b = 0; b < kb; b++) {
-            _mm512_storeu_ps(ws_t + b * NB_COLUMNS,
-                             _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mask, lanes,
-                                                      t->scales + g * kb + b, 4));
-            _mm512_storeu_ps(z_t + b * NB_COLUMNS,
-                             t->zero_points
-                                 ? _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mask, lanes,
-                                                            t->zero_points + g * kb + b, 4)
-                                 : _mm512_set1_ps(t->default_zero));
-        }
+        const float *ws_t, *z_t;
+        group_params(t, g, cols, columns, &ws_t, &z_t);
         const uint8_t *w = t->dwords + (g / NB_COLUMNS) * words * 64;
         for (int64_t m0 = 0; m0 < M; m0 += 4) {
             int rows = M - m0 < 4 ? (int)(M - m0) : 4;
@@ -379,7 +383,8 @@ static VNNI NO_FMA void int8_rows_vnni32(const nbits_task *t, int64_t n0, int64_
                     }
                 }
                 __m512 ws = _mm512_loadu_ps(ws_t + b * NB_COLUMNS);
-                __m512 z = _mm512_loadu_ps(z_t + b * NB_COLUMNS);
+                __m512 z = t->zero_points ? _mm512_loadu_ps(z_t + b * NB_COLUMNS)
+                                          : _mm512_set1_ps(t->default_zero);
                 for (int i = 0; i < 4; i++) {
                     int64_t m = m0 + (i < rows ? i : rows - 1);
                     __m512 s = _mm512_sub_ps(

@@ -16,7 +16,8 @@ class _NBitsTask(ctypes.Structure):
     _fields_ = (
         [(name, _P) for name in ("a", "y", "packed", "scales", "zero_points", "out")]
         + [(name, _I64) for name in ("M", "K", "N", "k_blocks", "block", "bits", "row0")]
-        + [("default_zero", ctypes.c_float), ("dwords", _P)]
+        + [("default_zero", ctypes.c_float)]
+        + [(name, _P) for name in ("dwords", "scales_t", "zeros_t")]
     )
 
 
@@ -25,6 +26,15 @@ NBITS_INT8_ROWS = 16
 
 #: Weight values (per row of A) worth a second thread: the kernels' time is reading bytes.
 _PARALLEL_VALUES = 1 << 18
+
+
+def _by_groups(values: np.ndarray) -> np.ndarray:
+    """[N, k_blocks] as [ceil(N / 16), k_blocks, 16] (zeros past N)."""
+    n, k_blocks = values.shape
+    groups = -(-n // 16)
+    padded = np.zeros((groups * 16, k_blocks), np.float32)
+    padded[:n] = values
+    return np.ascontiguousarray(padded.reshape(groups, 16, k_blocks).transpose(0, 2, 1))
 
 
 def nbits_ok() -> bool:
@@ -37,7 +47,7 @@ class NBitsProduct:
     float32 panels (:meth:`dequantize`) and the accuracy-level-4 product (:meth:`int8`).
     The arrays must stay alive and unchanged while this lives (a session's constants)."""
 
-    __slots__ = ("arrays", "cuts", "dwords", "task")
+    __slots__ = ("arrays", "dwords", "prepared", "task", "transposed")
 
     def __init__(self, packed, scales, zero_points, default_zero: float, *, K: int, bits: int,
                  block: int):  # fmt: skip
@@ -46,8 +56,12 @@ class NBitsProduct:
         self.arrays = (packed, scales, zero_points)
         self.task = _NBitsTask(None, None, _addr(packed), _addr(scales), _addr(zero_points),
                                None, 0, K, N, k_blocks, block, bits, 0, default_zero)  # fmt: skip
-        self.cuts: dict[int, tuple[np.ndarray, int]] = {}
+        self.prepared: dict[int, tuple] = {}
         self.dwords: np.ndarray | None = None
+        # the scales (and zero points) as [column group of 16][block][16 columns]: the VNNI
+        # kernels read a group's as vectors (gathering them costs a GEMV more than its products)
+        self.transposed = [None if v is None else _by_groups(v) for v in (scales, zero_points)]
+        self.task.scales_t, self.task.zeros_t = (_addr(v) for v in self.transposed)
 
     @staticmethod
     def fits(packed, scales, zero_points) -> bool:
@@ -101,25 +115,42 @@ class NBitsProduct:
         products per block, in the numpy kernel's float ops (its bits up to NBITS_INT8_ROWS
         rows, where numpy switches to a float GEMM). More rows only on AVX512-VNNI."""
         M = a2.shape[0]
-        if not nbits_ok() or self.task.bits not in (4, 8):
+        if core.lib is None or not y2.flags.c_contiguous or a2.shape[1] != self.task.K:
             return False
-        if M > NBITS_INT8_ROWS and not self._prompt_ok():
-            return False
-        if not y2.flags.c_contiguous or a2.shape[1] != self.task.K:
-            return False
+        prepared = self.prepared.get(M)
+        if prepared is None:  # (per row count: the same for every decoding step)
+            prepared = self._prepare(M)
+            if prepared is None:
+                return False
+        template, cuts, parts, ways = prepared
         a2 = np.ascontiguousarray(a2, np.float32)
-        task = _NBitsTask.from_buffer_copy(self.task)
-        task.M, task.a, task.y = M, _addr(a2), _addr(y2)
-        if M > NBITS_INT8_ROWS:
-            task.dwords = _addr(self.dwords)
-        split = self.cuts.get(M)
-        if split is None:  # (per row count: the same for every decoding step)
-            t = self.task
-            groups = -(-t.N // core.lib.nbits_columns)
-            ways = _ways(M * t.N * t.k_blocks * t.block, groups, _PARALLEL_VALUES)
-            split = self.cuts[M] = (_even_cuts(groups, ways), ways)
-        _run(core.lib.nbits_int8_range, task, split[0], split[1], "MatMulNBits")
+        task = _NBitsTask.from_buffer_copy(template)
+        task.a, task.y = _addr(a2), _addr(y2)
+        # (the pool call of core._run, its cuts' address kept: a decoding step makes 20 of
+        # these calls, each a few microseconds of work)
+        status = core.lib.onyx_parallel(core.lib.nbits_int8_range, ctypes.byref(task),
+                                        _addr(cuts), parts, ways)  # fmt: skip
+        if status:
+            core.check(status, "MatMulNBits")
         return True
+
+    def _prepare(self, M: int):
+        """(task template, cuts, parts, threads) for M rows, or None where the kernel does not
+        take them."""
+        t = self.task
+        if not nbits_ok() or t.bits not in (4, 8):
+            return None
+        if M > NBITS_INT8_ROWS and not self._prompt_ok():
+            return None
+        template = _NBitsTask.from_buffer_copy(t)
+        template.M = M
+        if M > NBITS_INT8_ROWS:
+            template.dwords = _addr(self.dwords)
+        groups = -(-t.N // core.lib.nbits_columns)
+        ways = _ways(M * t.N * t.k_blocks * t.block, groups, _PARALLEL_VALUES)
+        cuts = _even_cuts(groups, ways)
+        self.prepared[M] = (template, cuts, len(cuts) - 1, ways)
+        return self.prepared[M]
 
 
 def nbits_product(packed, scales, zero_points, default_zero, *, K, bits, block):

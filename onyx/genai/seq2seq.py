@@ -1,0 +1,122 @@
+"""Generation with encoder-decoder models in optimum's layout (T5, BART, Marian...): the encoder
+runs once over the prompt, then the merged decoder (decoder_model_merged.onnx: an If on
+``use_cache_branch``) one token at a time, its self-attention cache growing step by step and
+the cross-attention keys / values of the first step fed back unchanged."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import InvalidArgument
+from .generator import GenerationResult, TokenCallback
+from .sampling import SamplingOptions, next_token
+from .text import load_tokenizer
+
+_PAST = re.compile(r"^past_key_values\.(\d+)\.(decoder|encoder)\.(key|value)$")
+ENCODER, DECODER = "encoder_model.onnx", "decoder_model_merged.onnx"
+
+
+def is_seq2seq(folder: Path) -> bool:
+    """Whether a folder holds optimum's encoder and merged decoder."""
+    folder = Path(folder)
+    return folder.is_dir() and (folder / ENCODER).exists() and (folder / DECODER).exists()
+
+
+class Seq2SeqGenerator:
+    """Runs an encoder-decoder folder. ``sessions``: (encoder, decoder) sessions already made
+    (onyx's or onnxruntime's), by default onyx sessions of the two files."""
+
+    def __init__(self, folder: str | Path, sessions=None, session_options=None):
+        self.folder = Path(folder)
+        if sessions is None:
+            from ..runtime.session import InferenceSession
+
+            sessions = tuple(InferenceSession(str(self.folder / name), session_options)
+                             for name in (ENCODER, DECODER))  # fmt: skip
+        self.encoder, self.decoder = sessions
+        config = self.folder / "config.json"
+        self.hf = json.loads(config.read_text()) if config.exists() else {}
+        self.inputs = {a.name: a for a in self.decoder.get_inputs()}
+        self.past = sorted((n for n in self.inputs if _PAST.match(n)), key=_layer_order)
+        if "use_cache_branch" not in self.inputs or not self.past:
+            raise InvalidArgument(f"{self.folder / DECODER}: not optimum's merged decoder "
+                                  "(use_cache_branch and past_key_values.N.decoder.key inputs)")  # fmt: skip
+        self.presents = [n.replace("past_key_values", "present") for n in self.past]
+        start = self.hf.get("decoder_start_token_id")
+        self.start_token = int(start if start is not None else self.hf.get("pad_token_id") or 0)
+        eos = self.hf.get("eos_token_id")
+        self.eos = tuple(eos) if isinstance(eos, list) else (() if eos is None else (int(eos),))
+        self._tokenizer = None
+
+    @property
+    def tokenizer(self):
+        if self._tokenizer is None:
+            self._tokenizer = load_tokenizer(self.folder)
+        return self._tokenizer
+
+    def _empty_past(self, name: str) -> np.ndarray:
+        shape = self.inputs[name].shape
+        heads, head = shape[1], shape[3]
+        if not (isinstance(heads, int) and isinstance(head, int)):
+            raise InvalidArgument(f"{name}: the cache's heads / head size are not known")
+        return np.zeros((1, heads, 0, head), np.float32)
+
+    def generate(self, prompt: str | Sequence[int], max_new_tokens: int = 32, *,
+                 do_sample: bool = False, temperature: float = 1.0, top_k: int = 0,
+                 top_p: float = 1.0, repetition_penalty: float = 1.0, seed: int | None = None,
+                 stop_token_ids: Sequence[int] | None = None,
+                 callback: TokenCallback | None = None) -> GenerationResult:  # fmt: skip
+        as_text = isinstance(prompt, str)
+        ids = list(self.tokenizer.encode(prompt).ids) if as_text else [int(t) for t in prompt]
+        if not ids:
+            raise InvalidArgument("the prompt has no tokens")
+        if max_new_tokens < 0:
+            raise InvalidArgument(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+        options = SamplingOptions(do_sample, temperature, top_k, top_p, repetition_penalty)
+        stops = set(self.eos if stop_token_ids is None else stop_token_ids)
+        rng = np.random.default_rng(seed)
+        start = time.perf_counter()
+        prompt_ids = np.array([ids], np.int64)
+        mask = np.ones_like(prompt_ids)
+        hidden = self.encoder.run(None, {"input_ids": prompt_ids, "attention_mask": mask})[0]
+        past = {n: self._empty_past(n) for n in self.past}
+        timings = {"prefill_s": time.perf_counter() - start, "decode_s": 0.0}
+        sequence, new, emitted, finish = [self.start_token], [], "", "length"
+        for step in range(max_new_tokens):
+            begin = time.perf_counter()
+            feeds = {"encoder_attention_mask": mask, "encoder_hidden_states": hidden,
+                     "input_ids": np.array([[sequence[-1]]], np.int64),
+                     "use_cache_branch": np.array([step > 0]), **past}  # fmt: skip
+            feeds = {k: v for k, v in feeds.items() if k in self.inputs}
+            outs = self.decoder.run(["logits", *self.presents], feeds)
+            token = next_token(np.asarray(outs[0])[0, -1], np.asarray(sequence), options, rng)
+            timings["decode_s" if step else "prefill_s"] += time.perf_counter() - begin
+            for name, present, value in zip(self.past, self.presents, outs[1:]):
+                if step == 0 or ".decoder." in present:  # (cross-attention's stay the first's)
+                    past[name] = np.asarray(value)
+            sequence.append(token)
+            new.append(token)
+            if callback is not None:
+                piece = None
+                if as_text:
+                    text = self.tokenizer.decode(new)
+                    piece, emitted = text[len(emitted) :], text
+                callback(token, piece)
+            if token in stops:
+                finish = "stop"
+                break
+        if len(new) > 1 and timings["decode_s"] > 0:
+            timings["decode_tokens_per_s"] = (len(new) - 1) / timings["decode_s"]
+        text = self.tokenizer.decode(new) if as_text else None
+        return GenerationResult(new, ids + new, text, finish, timings)
+
+
+def _layer_order(name: str) -> tuple:
+    m = _PAST.match(name)
+    return int(m.group(1)), m.group(2), m.group(3)
