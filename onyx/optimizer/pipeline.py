@@ -16,6 +16,7 @@ from . import (
     gemm,
     lookup,
     qdq,
+    rnn,
     transformer,
     transpose,
     trees,
@@ -62,6 +63,7 @@ FUSIONS: tuple[Pass, ...] = tuple(
         transformer.matmul_scale,
         transformer.attention_fusion,
         transpose.transpose_cancellation,
+        rnn.rnn_zero_initial_state,
         lookup.lookup_table_fusion,  # last: it tabulates what the other fusions made
         qdq.qlinear_conv_lookup,  # (after it: a conv's activation as LookupTableFusion's table)
     )

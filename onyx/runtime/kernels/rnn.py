@@ -34,7 +34,7 @@ import numpy as np
 from .. import native
 from ..registry import op
 from .activation import hard_sigmoid_into, sigmoid_into
-from .derived import derived, frozen
+from .derived import derived, frozen, prepared
 
 # --- activations ---------------------------------------------------------------------------------
 # name -> (factory(alpha, beta, dtype) of a function act(x, out) writing into out (which may be
@@ -496,7 +496,56 @@ def _transposed(R: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(blocks.transpose(1, 2, 4, 0, 3), np.float32)
 
 
+def _bound_lstm(attrs: dict) -> Callable:
+    """LSTM bound to its node (derived.prepared). The common LSTM (default activations, no
+    clip, peepholes, sequence_lens or initial states, layout 0) of constant weights projected
+    by rnn.c itself (a few steps at batch 1) keeps its native set-up per weights and X's
+    shape; everything else calls the kernel."""
+
+    def general(*inputs):
+        return lstm(*inputs, **attrs)
+
+    names = _activation_names(attrs["activations"], 3, 1, ["sigmoid", "tanh", "tanh"])
+    if (attrs["layout"] or attrs["input_forget"] or attrs["clip"] is not None
+            or names != ["sigmoid", "tanh", "tanh"] or attrs["direction"] == "bidirectional"):  # fmt: skip
+        return general
+    kept: dict = {}  # (X's shape, W, R, B) -> (W, R, B, recurrence, layer) or None
+
+    def call(X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c=None, P=None):
+        if (sequence_lens is not None or initial_h is not None or initial_c is not None
+                or P is not None or X.dtype != np.float32):  # fmt: skip
+            return general(X, W, R, B, sequence_lens, initial_h, initial_c, P)
+        key = (X.shape, id(W), id(R), id(B))
+        entry = kept.get(key)
+        if entry is None or entry[0] is not W or entry[1] is not R or entry[2] is not B:
+            entry = kept[key] = (W, R, B, *_native_lstm(X, W, R, B, attrs["direction"]))
+            if len(kept) > 8:  # (shapes of a dynamic batch: keep the latest few)
+                kept.pop(next(iter(kept)))
+        if entry[3] is None:
+            return general(X, W, R, B, sequence_lens, initial_h, initial_c, P)
+        Ys, Cs = entry[3](X)
+        return _finish(entry[4], Ys, Cs, time_order=True)
+
+    return call
+
+
+def _native_lstm(X, W, R, B, direction: str) -> tuple:
+    """(native.LstmRecurrence, the layer for _finish) for rnn.c to project X itself, or
+    (None, None) where the kernel's own path runs (weights that may change, other sizes)."""
+    if any(a is not None and (a.flags.writeable or a.dtype != np.float32) for a in (W, R, B)):
+        return None, None
+    layer = _prepare(X, W, R, B, None, None, None, direction=direction, layout=0, n_gates=4)
+    if not _native_ok(layer) or layer.steps * layer.batch > native.GEMV_ROWS:
+        return None, None
+    inputs = layer.native_projection()
+    rt = derived(R, ("lstm rt",), lambda: frozen(_transposed(layer.R)))
+    run = native.LstmRecurrence(rt, inputs.w, inputs.bias, layer.h0, layer.c0, layer.reverse,
+                                X.shape)  # fmt: skip
+    return run, layer
+
+
 @op("LSTM", since=1, threads=native_or_blas)
+@prepared(_bound_lstm)
 def lstm(
     X,
     W,
