@@ -101,7 +101,7 @@ def test_bound_lstm_matches_the_kernel(monkeypatch):
     if native.recurrence_ok(H, STEPS, 1):
         run = native.LstmRecurrence.__call__
         monkeypatch.setattr(native.LstmRecurrence, "__call__",
-                            lambda self, x: calls.append(1) or run(self, x))  # fmt: skip
+                            lambda self, *a: calls.append(1) or run(self, *a))  # fmt: skip
     model = _torch_style_lstm()
     sess = onyx.InferenceSession(model)
     w = _weights()
@@ -111,3 +111,31 @@ def test_bound_lstm_matches_the_kernel(monkeypatch):
         want = rnn.lstm(x.transpose(1, 0, 2), w["W"], w["R"], w["B"], hidden_size=H)
         _same(got, want)
     assert len(calls) == (1 if native.recurrence_ok(H, STEPS, 1) else 0)
+
+
+def test_bound_lstm_takes_given_initial_states():
+    """Initial states fed to the session (a streaming VAD's h and c) run the kept set-up with
+    the states as given, the kernel's bits; states of another shape fail as the kernel does."""
+    w = _weights(1)
+    node = helper.make_node("LSTM", ["x", "W", "R", "B", "", "h", "c"], ["y", "y_h", "y_c"],
+                            hidden_size=H)  # fmt: skip
+    state = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        [node],
+        "lstm",
+        [state("x", TensorProto.FLOAT, [STEPS, 1, IN])]
+        + [state(n, TensorProto.FLOAT, None) for n in ("h", "c")],
+        [state(n, TensorProto.FLOAT, None) for n in ("y", "y_h", "y_c")],
+        [numpy_helper.from_array(v, k) for k, v in w.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    sess = onyx.InferenceSession(model.SerializeToString())
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((STEPS, 1, IN)).astype(np.float32)
+    h, c = (rng.standard_normal((1, 1, H)).astype(np.float32) for _ in range(2))
+    for _ in range(2):  # (the first call sets up, the second reuses)
+        got = sess.run(None, {"x": x, "h": h, "c": c})
+        _same(got, rnn.lstm(x, w["W"], w["R"], w["B"], None, h, c, hidden_size=H))
+        h, c = got[1], got[2]  # (streaming: the states carried over)
+    with pytest.raises(Exception):  # noqa: B017  (the kernel's own error, whatever it is)
+        sess.run(None, {"x": x, "h": h[:, :, :16], "c": c})

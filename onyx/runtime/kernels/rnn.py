@@ -498,7 +498,7 @@ def _transposed(R: np.ndarray) -> np.ndarray:
 
 def _bound_lstm(attrs: dict) -> Callable:
     """LSTM bound to its node (derived.prepared). The common LSTM (default activations, no
-    clip, peepholes, sequence_lens or initial states, layout 0) of constant weights projected
+    clip, peepholes or sequence_lens, layout 0) of constant weights projected
     by rnn.c itself (a few steps at batch 1) keeps its native set-up per weights and X's
     shape; everything else calls the kernel."""
 
@@ -512,8 +512,7 @@ def _bound_lstm(attrs: dict) -> Callable:
     kept: dict = {}  # (X's shape, W, R, B) -> (W, R, B, recurrence, layer) or None
 
     def call(X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c=None, P=None):
-        if (sequence_lens is not None or initial_h is not None or initial_c is not None
-                or P is not None or X.dtype != np.float32):  # fmt: skip
+        if sequence_lens is not None or P is not None or X.dtype != np.float32:
             return general(X, W, R, B, sequence_lens, initial_h, initial_c, P)
         key = (X.shape, id(W), id(R), id(B))
         entry = kept.get(key)
@@ -521,12 +520,18 @@ def _bound_lstm(attrs: dict) -> Callable:
             entry = kept[key] = (W, R, B, *_native_lstm(X, W, R, B, attrs["direction"]))
             if len(kept) > 8:  # (shapes of a dynamic batch: keep the latest few)
                 kept.pop(next(iter(kept)))
-        if entry[3] is None:
+        run, layer = entry[3], entry[4]
+        if run is None or not (_state_fits(initial_h, layer) and _state_fits(initial_c, layer)):
             return general(X, W, R, B, sequence_lens, initial_h, initial_c, P)
-        Ys, Cs = entry[3](X)
-        return _finish(entry[4], Ys, Cs, time_order=True)
+        Ys, Cs = run(X, initial_h, initial_c)
+        return _finish(layer, Ys, Cs, time_order=True)
 
     return call
+
+
+def _state_fits(state, layer: _Layer) -> bool:
+    """An initial state rnn.c takes as given: none, or float32 of the layer's state shape."""
+    return state is None or (state.dtype == np.float32 and state.shape == layer.h0.shape)
 
 
 def _native_lstm(X, W, R, B, direction: str) -> tuple:

@@ -109,8 +109,9 @@ class LstmRecurrence:
         self.work = gates * H * H * batch * dirs
         self.cuts = _even_cuts(self.parts, 1)
 
-    def __call__(self, x: np.ndarray):
-        """Every step's H and C, [steps, dirs, batch, H] each, of x [steps, batch, n_in]."""
+    def __call__(self, x: np.ndarray, h0: np.ndarray | None = None, c0: np.ndarray | None = None):
+        """Every step's H and C, [steps, dirs, batch, H] each, of x [steps, batch, n_in] from
+        the initial states h0 and c0 [dirs, batch, H] (float32; None: zeros)."""
         dirs, gates, H, steps, batch = self.shape
         x = np.ascontiguousarray(x)
         xs = np.empty(self.shape, np.float32)  # (rnn.c writes the projections here first)
@@ -118,6 +119,12 @@ class LstmRecurrence:
         cs = np.empty_like(ys)
         task = _Recurrence.from_buffer_copy(self.task)  # (calls may come from several threads)
         task.xs, task.x, task.ys, task.cs = _addr(xs), _addr(x), _addr(ys), _addr(cs)
+        if h0 is not None:
+            h0 = np.ascontiguousarray(h0)
+            task.h0 = _addr(h0)
+        if c0 is not None:
+            c0 = np.ascontiguousarray(c0)
+            task.c0 = _addr(c0)
         ways = _ways(self.work, self.parts, _PARALLEL_MACS // 4)
         cuts = self.cuts if ways == 1 else _even_cuts(self.parts, ways)
         core.check(core.lib.lstm(ctypes.byref(task), _addr(cuts), len(cuts) - 1, ways), "lstm")
