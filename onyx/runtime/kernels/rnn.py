@@ -309,6 +309,11 @@ def _prepare(X, W, R, B, sequence_lens, initial_h, initial_c, *, direction, layo
         if (lens == seq_len).all():
             lens = None  # the common case: no masking at all
     zeros = np.zeros((n_dirs, batch, hidden), ct)
+    for name, state in (("initial_h", initial_h), ("initial_c", initial_c)):
+        # (rnn.c reads a whole state: a smaller one was read past its end)
+        if state is not None and np.shape(state) != zeros.shape:
+            raise ValueError(f"{name} has shape {list(np.shape(state))}, expected "
+                             f"{list(zeros.shape)} (directions, batch, hidden_size)")  # fmt: skip
     return _Layer(
         X=X,
         W=W,
