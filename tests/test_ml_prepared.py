@@ -167,11 +167,19 @@ def _left_to_right(values: list) -> float:
     return total
 
 
-def test_svm_coupling_adds_left_to_right_as_libsvm(monkeypatch):
-    """Both coupling paths (a few rows from lists, more rows as arrays) give libsvm's bits,
-    which a compensated or pairwise sum (Python 3.12's sum(), numpy's sum) does not."""
+@pytest.mark.parametrize("path", ["native", "numpy"])
+def test_svm_coupling_adds_left_to_right_as_libsvm(monkeypatch, path):
+    """Every coupling path (trees.c's; numpy's: a few rows from lists, more rows as arrays)
+    gives libsvm's bits, which a compensated or pairwise sum (Python 3.12's sum(), numpy's
+    sum) does not."""
     import math
 
+    from onyx.runtime import native
+
+    if path == "numpy":
+        monkeypatch.setattr(native, "svm_coupling", lambda r: None)
+    elif not native.available():
+        pytest.skip("no native library")
     # a compensated built-in sum (Python >= 3.12) must not reach the coupling
     monkeypatch.setattr(svm, "sum", math.fsum, raising=False)
     k, rows = 12, 24

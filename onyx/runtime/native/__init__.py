@@ -88,7 +88,7 @@ from .resize import bilinear_f32, bilinear_ok, repeat2d_4byte
 from .rnn import Inputs as RecurrenceInputs
 from .rnn import LstmRecurrence, gru_f32, lstm_f32, recurrence_ok
 from .rows import batch_norm_f32, layer_norm_f32, mean_rows_f32, norm_rows_f32, qmean_rows
-from .trees import ForestSums, forest_descend, forest_sum, forest_sums
+from .trees import ForestSums, forest_descend, forest_sum, forest_sums, svm_coupling
 from .window import pool2d_f32
 
 __all__ = [
@@ -153,6 +153,7 @@ __all__ = [
     "RecurrenceInputs",
     "LstmRecurrence",
     "repeat2d_4byte",
+    "svm_coupling",
     "row_sums",
     "status",
     "thread_setting",

@@ -8,6 +8,7 @@ from operator import add, mul
 
 import numpy as np
 
+from ... import native
 from ...registry import op
 from ..derived import from_attributes, prepared
 from ._common import as_2d, class_labels, logistic, probit
@@ -54,7 +55,11 @@ _SCALAR_ROWS = 4
 
 def _pairwise_coupling(r: np.ndarray) -> np.ndarray:
     """Class probabilities from pairwise ones r[n, i, j] ~ P(i | i or j) (Wu, Lin & Weng 2004,
-    method 2, as libsvm solves it): minimize p'Qp subject to sum(p) = 1, all rows at once."""
+    method 2, as libsvm solves it): minimize p'Qp subject to sum(p) = 1, all rows at once.
+    (trees.c's loops where the library is: the same operations in the same order.)"""
+    p = native.svm_coupling(r)
+    if p is not None:
+        return p
     if r.shape[0] <= _SCALAR_ROWS:
         return np.array([_coupling_row(row.tolist()) for row in r]).reshape(r.shape[:2])
     n, k = r.shape[:2]
@@ -199,6 +204,11 @@ class _Classifier:
         return _coupling_row(r)
 
     @cached_property
+    def pair_index(self) -> tuple[np.ndarray, np.ndarray]:
+        """The pairs' classes i and j, as index arrays."""
+        return tuple(np.array([pair[side] for pair in self.pairs], np.intp) for side in (0, 1))
+
+    @cached_property
     def squared_norms(self) -> np.ndarray:
         return (self.vectors * self.vectors).sum(axis=1)
 
@@ -224,13 +234,13 @@ class _Classifier:
         best = np.argmax(votes, axis=1)
         if self.prob_a is not None:
             pairwise = _sigmoid_probability(decisions, self.prob_a, self.prob_b)
-            if x.shape[0] <= _SCALAR_ROWS:  # (r as lists straight away: the same values)
+            if x.shape[0] <= _SCALAR_ROWS and not native.available():  # (r as lists at once)
                 probabilities = np.array([self._coupled(row) for row in pairwise.tolist()])
                 probabilities = probabilities.reshape(x.shape[0], self.k)
                 return labels[best], apply_transform(probabilities, transform).astype(np.float32)
             r = np.zeros((x.shape[0], self.k, self.k))
-            for p, (i, j) in enumerate(self.pairs):
-                r[:, i, j], r[:, j, i] = pairwise[:, p], 1.0 - pairwise[:, p]
+            first, second = self.pair_index
+            r[:, first, second], r[:, second, first] = pairwise, 1.0 - pairwise
             probabilities = _pairwise_coupling(r)
             return labels[best], apply_transform(probabilities, transform).astype(np.float32)
         if self.k == 2:
