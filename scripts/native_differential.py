@@ -604,6 +604,26 @@ def gen_tree_classifier(rng) -> Case:
                 domain=ML, version=3)  # fmt: skip
 
 
+def gen_svm_classifier(rng) -> Case:
+    """SVMClassifier with probabilities: the pairwise coupling on trees.c vs numpy's."""
+    classes, features = int(rng.integers(2, 11)), int(rng.integers(1, 9))
+    per_class = [int(rng.integers(1, 4)) for _ in range(classes)]
+    vectors, pairs = sum(per_class), classes * (classes - 1) // 2
+    attrs = dict(
+        classlabels_ints=list(range(classes)),
+        vectors_per_class=per_class,
+        support_vectors=_normal(rng, (vectors * features,)).tolist(),
+        coefficients=_normal(rng, ((classes - 1) * vectors,)).tolist(),
+        rho=_normal(rng, (pairs,)).tolist(),
+        prob_a=(-rng.uniform(0.5, 3.0, pairs)).tolist(),
+        prob_b=_normal(rng, (pairs,), 0.3).tolist(),
+        kernel_type=_pick(rng, ["RBF", "LINEAR", "POLY", "SIGMOID"]),
+        kernel_params=[float(rng.uniform(0.05, 0.5)), 0.5, 2.0],
+    )
+    x = _normal(rng, (int(_pick(rng, [1, 3, 5, 40])), features)).astype(np.float32)
+    return Case("svm_classifier", "SVMClassifier", [x], attrs, domain=ML, version=1)
+
+
 def gen_lookup(rng) -> Case:
     x = _bytes(rng, _pick(rng, BYTES), tuple(int(rng.integers(0, 40)) for _ in range(2)))
     table = rng.standard_normal(256).astype(
@@ -679,6 +699,7 @@ FAMILIES = {
     "rows": gen_rows,
     "trees": gen_trees,
     "tree_classifier": gen_tree_classifier,
+    "svm_classifier": gen_svm_classifier,
     "lookup": gen_lookup,
     "quantize": gen_quantize,
     "elementwise": gen_elementwise,
@@ -734,7 +755,8 @@ class NativeCalls:
     def __enter__(self):
         lib = native.library()
         self.saved = {}
-        for name in ("onyx_parallel", "lstm", "gru", "onyx_implicit_conv", "onyx_dynamic_matmul"):
+        for name in ("onyx_parallel", "lstm", "gru", "onyx_implicit_conv", "onyx_dynamic_matmul",
+                     "onyx_svm_coupling"):  # fmt: skip
             fn = getattr(lib, name, None) if lib is not None else None
             if fn:
                 self.saved[name] = fn

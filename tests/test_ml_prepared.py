@@ -133,3 +133,64 @@ def test_scaler(attrs):
 def test_zip_map_of_no_rows():
     """A batch of 0 rows (a filter that kept none) gives no maps, as onnxruntime does."""
     assert preprocess.zip_map(np.zeros((0, 3), np.float32), classlabels_int64s=[0, 1, 2]) == []
+
+
+def _libsvm_coupling(r: list, add_up) -> list:
+    """libsvm's multiclass_probability transliterated loop for loop; add_up sums a list."""
+    k = len(r)
+    q = [[0.0] * k for _ in range(k)]
+    for t in range(k):
+        q[t][t] = add_up([r[j][t] * r[j][t] for j in range(k) if j != t])
+        for j in range(k):
+            if j != t:
+                q[t][j] = -r[j][t] * r[t][j]
+    p = [1.0 / k] * k
+    for _ in range(max(100, k)):
+        qp = [add_up([q[t][j] * p[j] for j in range(k)]) for t in range(k)]
+        pqp = add_up([p[t] * qp[t] for t in range(k)])
+        if max(abs(qp[t] - pqp) for t in range(k)) < 0.005 / k:
+            break
+        for t in range(k):
+            diff = (-qp[t] + pqp) / q[t][t]
+            p[t] += diff
+            pqp = (pqp + diff * (diff * q[t][t] + 2 * qp[t])) / (1 + diff) / (1 + diff)
+            for j in range(k):
+                qp[j] = (qp[j] + diff * q[t][j]) / (1 + diff)
+                p[j] /= 1 + diff
+    return p
+
+
+def _left_to_right(values: list) -> float:
+    total = 0.0
+    for v in values:
+        total += v
+    return total
+
+
+@pytest.mark.parametrize("path", ["native", "numpy"])
+def test_svm_coupling_adds_left_to_right_as_libsvm(monkeypatch, path):
+    """Every coupling path (trees.c's; numpy's: a few rows from lists, more rows as arrays)
+    gives libsvm's bits, which a compensated or pairwise sum (Python 3.12's sum(), numpy's
+    sum) does not."""
+    import math
+
+    from onyx.runtime import native
+
+    if path == "numpy":
+        monkeypatch.setattr(native, "svm_coupling", lambda r: None)
+    elif not native.available():
+        pytest.skip("no native library")
+    # a compensated built-in sum (Python >= 3.12) must not reach the coupling
+    monkeypatch.setattr(svm, "sum", math.fsum, raising=False)
+    k, rows = 12, 24
+    pairwise = np.random.default_rng(3).uniform(0.001, 0.999, (rows, k * (k - 1) // 2))
+    r = np.zeros((rows, k, k))
+    pairs = [(i, j) for i in range(k) for j in range(i + 1, k)]
+    for p, (i, j) in enumerate(pairs):
+        r[:, i, j], r[:, j, i] = pairwise[:, p], 1.0 - pairwise[:, p]
+    want = np.array([_libsvm_coupling(row, _left_to_right) for row in r.tolist()])
+    compensated = np.array([_libsvm_coupling(row, math.fsum) for row in r.tolist()])
+    assert (compensated != want).any()  # the rows tell the orders apart
+    for n in (1, 3):
+        np.testing.assert_array_equal(svm._pairwise_coupling(r[:n]), want[:n])  # noqa: SLF001
+    np.testing.assert_array_equal(svm._pairwise_coupling(r), want)  # noqa: SLF001

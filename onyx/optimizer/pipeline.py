@@ -8,6 +8,7 @@ changes, then the fusions in rounds, the basic passes after each (see ``__init__
 from __future__ import annotations
 
 from . import (
+    bins,
     cleanup,
     conv,
     dynamic_quant,
@@ -16,6 +17,7 @@ from . import (
     gemm,
     lookup,
     qdq,
+    rnn,
     transformer,
     transpose,
     trees,
@@ -62,6 +64,8 @@ FUSIONS: tuple[Pass, ...] = tuple(
         transformer.matmul_scale,
         transformer.attention_fusion,
         transpose.transpose_cancellation,
+        rnn.rnn_zero_initial_state,
+        bins.bins_one_hot_batching,
         lookup.lookup_table_fusion,  # last: it tabulates what the other fusions made
         qdq.qlinear_conv_lookup,  # (after it: a conv's activation as LookupTableFusion's table)
     )

@@ -9,6 +9,7 @@ from a mask of the cells that count.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import operator
@@ -386,11 +387,57 @@ def _tiled_max(X, kernel_shape, auto_pad, pads, strides, dilations) -> np.ndarra
     return y
 
 
+def _max_pool_1d(X, kernel_shape, auto_pad, pads, strides, dilations, ceil_mode) -> np.ndarray:
+    """A 1-D MaxPool (a signal's): _window_max's passes, their slices kept per input shape and
+    attributes (working them out, and _Pool's checks, were most of a small call)."""
+    o, first, rest = _max_plan_1d(X.shape, tuple(kernel_shape), auto_pad, tuple(pads or ()),
+                                  tuple(strides or ()), tuple(dilations or ()), ceil_mode)  # fmt: skip
+    if first is None:
+        y = np.full(X.shape[:2] + (o,), _lowest(X.dtype), X.dtype)
+    elif rest and rest[0][0] == slice(0, o):  # two passes every window takes: one call
+        y = np.maximum(X[..., first], X[..., rest[0][1]])
+        rest = rest[1:]
+    else:
+        y = np.array(X[..., first])
+    for out, read in rest:
+        np.maximum(y[..., out], X[..., read], out=y[..., out])
+    return y
+
+
+@functools.lru_cache(maxsize=256)
+def _max_plan_1d(shape, kernel, auto_pad, pads, strides, dilations, ceil_mode) -> tuple:
+    """(output length, the input slice of a kernel offset every output reads inside x or None,
+    [(output slice, input slice)] of the other offsets, a full one first), as _window_max
+    works them out."""
+    shell = np.broadcast_to(np.empty((), np.uint8), shape)  # (_Pool reads the shape only)
+    pool = _Pool(shell, kernel, auto_pad, list(pads) or None, list(strides) or None,
+                 list(dilations) or None, ceil_mode, "MaxPool")  # fmt: skip
+    (k,), (s,), (d,), (o,) = pool.kernel, pool.strides, pool.dilations, pool.out
+    size, begin = shape[2], pool.pads[0]
+    spans = []
+    for j in _offsets_inside(k, s, d, o, size, begin):
+        shift = j * d - begin  # output t reads input t * s + shift
+        lo = max(0, -(shift // s))
+        hi = min(o, (size - 1 - shift) // s + 1) if size - 1 - shift >= 0 else 0
+        if hi > lo:
+            spans.append(
+                (slice(lo, hi), slice(lo * s + shift, lo * s + shift + (hi - lo - 1) * s + 1, s))
+            )
+    full = [sp for sp in spans if sp[0] == slice(0, o)]
+    if not full:
+        return o, None, spans
+    spans.remove(full[0])
+    spans.sort(key=lambda sp: sp[0] != slice(0, o))  # (stable: the other full ones first)
+    return o, full[0][1], spans
+
+
 def _max_pool(ctx, X, kernel_shape, auto_pad, pads, strides, dilations, ceil_mode, storage_order):
     if not (ctx.n_outputs > 1 and ctx.outputs_wanted[1]) and X.dtype.kind in "iu":
         y = _tiled_max(X, kernel_shape, auto_pad, pads, strides, dilations)
         if y is not None:
             return y
+    if X.ndim == 3 and not (ctx.n_outputs > 1 and ctx.outputs_wanted[1]):
+        return _max_pool_1d(X, kernel_shape, auto_pad, pads, strides, dilations, ceil_mode)
     pool = _Pool(X, kernel_shape, auto_pad, pads, strides, dilations, ceil_mode, "MaxPool")
     want_indices = ctx.n_outputs > 1 and ctx.outputs_wanted[1]
     if not want_indices:

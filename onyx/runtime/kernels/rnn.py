@@ -34,7 +34,7 @@ import numpy as np
 from .. import native
 from ..registry import op
 from .activation import hard_sigmoid_into, sigmoid_into
-from .derived import derived, frozen
+from .derived import derived, frozen, prepared
 
 # --- activations ---------------------------------------------------------------------------------
 # name -> (factory(alpha, beta, dtype) of a function act(x, out) writing into out (which may be
@@ -309,6 +309,11 @@ def _prepare(X, W, R, B, sequence_lens, initial_h, initial_c, *, direction, layo
         if (lens == seq_len).all():
             lens = None  # the common case: no masking at all
     zeros = np.zeros((n_dirs, batch, hidden), ct)
+    for name, state in (("initial_h", initial_h), ("initial_c", initial_c)):
+        # (rnn.c reads a whole state: a smaller one was read past its end)
+        if state is not None and np.shape(state) != zeros.shape:
+            raise ValueError(f"{name} has shape {list(np.shape(state))}, expected "
+                             f"{list(zeros.shape)} (directions, batch, hidden_size)")  # fmt: skip
     return _Layer(
         X=X,
         W=W,
@@ -496,7 +501,61 @@ def _transposed(R: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(blocks.transpose(1, 2, 4, 0, 3), np.float32)
 
 
+def _bound_lstm(attrs: dict) -> Callable:
+    """LSTM bound to its node (derived.prepared). The common LSTM (default activations, no
+    clip, peepholes or sequence_lens, layout 0) of constant weights projected
+    by rnn.c itself (a few steps at batch 1) keeps its native set-up per weights and X's
+    shape; everything else calls the kernel."""
+
+    def general(*inputs):
+        return lstm(*inputs, **attrs)
+
+    names = _activation_names(attrs["activations"], 3, 1, ["sigmoid", "tanh", "tanh"])
+    if (attrs["layout"] or attrs["input_forget"] or attrs["clip"] is not None
+            or names != ["sigmoid", "tanh", "tanh"] or attrs["direction"] == "bidirectional"):  # fmt: skip
+        return general
+    kept: dict = {}  # (X's shape, W, R, B) -> (W, R, B, recurrence, layer) or None
+
+    def call(X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c=None, P=None):
+        if sequence_lens is not None or P is not None or X.dtype != np.float32:
+            return general(X, W, R, B, sequence_lens, initial_h, initial_c, P)
+        key = (X.shape, id(W), id(R), id(B))
+        entry = kept.get(key)
+        if entry is None or entry[0] is not W or entry[1] is not R or entry[2] is not B:
+            entry = kept[key] = (W, R, B, *_native_lstm(X, W, R, B, attrs["direction"]))
+            if len(kept) > 8:  # (shapes of a dynamic batch: keep the latest few)
+                kept.pop(next(iter(kept)))
+        run, layer = entry[3], entry[4]
+        if run is None or not (_state_fits(initial_h, layer) and _state_fits(initial_c, layer)):
+            return general(X, W, R, B, sequence_lens, initial_h, initial_c, P)
+        Ys, Cs = run(X, initial_h, initial_c)
+        return _finish(layer, Ys, Cs, time_order=True)
+
+    return call
+
+
+def _state_fits(state, layer: _Layer) -> bool:
+    """An initial state rnn.c takes as given: none, or float32 of the layer's state shape."""
+    return state is None or (state.dtype == np.float32 and state.shape == layer.h0.shape)
+
+
+def _native_lstm(X, W, R, B, direction: str) -> tuple:
+    """(native.LstmRecurrence, the layer for _finish) for rnn.c to project X itself, or
+    (None, None) where the kernel's own path runs (weights that may change, other sizes)."""
+    if any(a is not None and (a.flags.writeable or a.dtype != np.float32) for a in (W, R, B)):
+        return None, None
+    layer = _prepare(X, W, R, B, None, None, None, direction=direction, layout=0, n_gates=4)
+    if not _native_ok(layer) or layer.steps * layer.batch > native.GEMV_ROWS:
+        return None, None
+    inputs = layer.native_projection()
+    rt = derived(R, ("lstm rt",), lambda: frozen(_transposed(layer.R)))
+    run = native.LstmRecurrence(rt, inputs.w, inputs.bias, layer.h0, layer.c0, layer.reverse,
+                                X.shape)  # fmt: skip
+    return run, layer
+
+
 @op("LSTM", since=1, threads=native_or_blas)
+@prepared(_bound_lstm)
 def lstm(
     X,
     W,

@@ -92,9 +92,9 @@ from .gemv import GEMV_ROWS, FloatGemv, gemv_ok
 from .nbits import NBITS_INT8_ROWS, NBitsProduct, nbits_ok, nbits_product
 from .resize import bilinear_f32, bilinear_ok, repeat2d_4byte
 from .rnn import Inputs as RecurrenceInputs
-from .rnn import gru_f32, lstm_f32, recurrence_ok
+from .rnn import LstmRecurrence, gru_f32, lstm_f32, recurrence_ok
 from .rows import batch_norm_f32, layer_norm_f32, mean_rows_f32, norm_rows_f32, qmean_rows
-from .trees import ForestSums, forest_descend, forest_sum, forest_sums
+from .trees import ForestSums, forest_descend, forest_sum, forest_sums, svm_coupling
 from .window import pool2d_f32
 
 __all__ = [
@@ -161,8 +161,10 @@ __all__ = [
     "quantize_f32",
     "recurrence_ok",
     "RecurrenceInputs",
+    "LstmRecurrence",
     "repeat2d_4byte",
     "rms_norm_f32",
+    "svm_coupling",
     "row_sums",
     "sgemm_ok",
     "status",

@@ -89,6 +89,48 @@ def _recurrence(fn, xs, rt, h0, c0, rbh, reverse):
     return ys, cs
 
 
+class LstmRecurrence:
+    """:func:`lstm_f32` of inputs projected by rnn.c (:class:`Inputs`) for one node and X's
+    shape: the task's constant fields (weights, bias, zero states, sizes) set once, so a call
+    fills in X and the outputs only (at batch 1, filling every field made most of the call)."""
+
+    __slots__ = ("cuts", "keep", "parts", "shape", "task", "work")
+
+    def __init__(self, rt: np.ndarray, w: np.ndarray, bias: np.ndarray, h0: np.ndarray,
+                 c0: np.ndarray, reverse, x_shape: tuple):  # fmt: skip
+        dirs, H, gates = rt.shape[0], rt.shape[2], rt.shape[3]
+        steps, batch, n_in = x_shape
+        self.shape = (dirs, gates, H, steps, batch)
+        self.keep = keep = [np.ascontiguousarray(a, np.float32) for a in (w, bias, rt, h0, c0)]
+        backwards = sum(1 << d for d, rev in enumerate(reverse) if rev)
+        self.task = _Recurrence(None, None, *map(_addr, keep[:2]), n_in, *map(_addr, keep[2:]),
+                                None, None, None, steps, dirs, batch, H, backwards)  # fmt: skip
+        self.parts = dirs * (H // 16)
+        self.work = gates * H * H * batch * dirs
+        self.cuts = _even_cuts(self.parts, 1)
+
+    def __call__(self, x: np.ndarray, h0: np.ndarray | None = None, c0: np.ndarray | None = None):
+        """Every step's H and C, [steps, dirs, batch, H] each, of x [steps, batch, n_in] from
+        the initial states h0 and c0 [dirs, batch, H] (float32; None: zeros)."""
+        dirs, gates, H, steps, batch = self.shape
+        x = np.ascontiguousarray(x)
+        xs = np.empty(self.shape, np.float32)  # (rnn.c writes the projections here first)
+        ys = np.empty((steps, dirs, batch, H), np.float32)
+        cs = np.empty_like(ys)
+        task = _Recurrence.from_buffer_copy(self.task)  # (calls may come from several threads)
+        task.xs, task.x, task.ys, task.cs = _addr(xs), _addr(x), _addr(ys), _addr(cs)
+        if h0 is not None:
+            h0 = np.ascontiguousarray(h0)
+            task.h0 = _addr(h0)
+        if c0 is not None:
+            c0 = np.ascontiguousarray(c0)
+            task.c0 = _addr(c0)
+        ways = _ways(self.work, self.parts, _PARALLEL_MACS // 4)
+        cuts = self.cuts if ways == 1 else _even_cuts(self.parts, ways)
+        core.check(core.lib.lstm(ctypes.byref(task), _addr(cuts), len(cuts) - 1, ways), "lstm")
+        return ys, cs
+
+
 def bind(lib, isa: int) -> None:
     avx512 = bool(isa & core.ISA_AVX512)
     lib.lstm, lib.gru = (lib.onyx_lstm, lib.onyx_gru) if avx512 else (None, None)

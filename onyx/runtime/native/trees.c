@@ -7,6 +7,7 @@
  * one level at a time, four array passes per level. Here a row's walk is a chain of dependent
  * loads, so a tree walks ROWS rows at once: their chains are independent and overlap.
  */
+#include <math.h>
 #include <stdint.h>
 
 #include "onyx.h"
@@ -74,5 +75,57 @@ EXPORT int onyx_forest_sum_range(const void *p, int64_t begin, int64_t end) {
         sum_f64(t, begin, end);
     else
         sum_f32(t, begin, end);
+    return 0;
+}
+
+/* libsvm's multiclass_probability (Wu, Lin & Weng 2004, method 2) for each of n rows of
+   pairwise probabilities r [n][k][k]: p [n][k]. Its loops, and so its order of operations:
+   every sum a sequential double sum (the bits of libsvm's and of svm.py's numpy oracle).
+   q [k * k] and qp [k]: the caller's work space. */
+EXPORT int onyx_svm_coupling(const double *r_all, double *p_all, int64_t n, int64_t k, double *Q,
+                             double *Qp) {
+#pragma STDC FP_CONTRACT OFF
+    if (n < 0 || k < 1) return ONYX_INVALID; /* (checks.h) */
+    int64_t max_iter = k > 100 ? k : 100;
+    double eps = 0.005 / (double)k;
+    for (int64_t row = 0; row < n; row++) {
+        const double *r = r_all + row * k * k;
+        double *p = p_all + row * k;
+        for (int64_t t = 0; t < k; t++) {
+            p[t] = 1.0 / (double)k;
+            Q[t * k + t] = 0;
+            for (int64_t j = 0; j < t; j++) {
+                Q[t * k + t] += r[j * k + t] * r[j * k + t];
+                Q[t * k + j] = Q[j * k + t];
+            }
+            for (int64_t j = t + 1; j < k; j++) {
+                Q[t * k + t] += r[j * k + t] * r[j * k + t];
+                Q[t * k + j] = -r[j * k + t] * r[t * k + j];
+            }
+        }
+        for (int64_t iter = 0; iter < max_iter; iter++) {
+            double pQp = 0;
+            for (int64_t t = 0; t < k; t++) {
+                Qp[t] = 0;
+                for (int64_t j = 0; j < k; j++) Qp[t] += Q[t * k + j] * p[j];
+                pQp += p[t] * Qp[t];
+            }
+            double max_error = 0;
+            for (int64_t t = 0; t < k; t++) {
+                double error = fabs(Qp[t] - pQp);
+                if (error > max_error) max_error = error;
+            }
+            if (max_error < eps) break;
+            for (int64_t t = 0; t < k; t++) {
+                double diff = (-Qp[t] + pQp) / Q[t * k + t];
+                p[t] += diff;
+                pQp = (pQp + diff * (diff * Q[t * k + t] + 2 * Qp[t])) / (1 + diff) / (1 + diff);
+                for (int64_t j = 0; j < k; j++) {
+                    Qp[j] = (Qp[j] + diff * Q[t * k + j]) / (1 + diff);
+                    p[j] /= (1 + diff);
+                }
+            }
+        }
+    }
     return 0;
 }

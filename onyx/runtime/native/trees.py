@@ -153,6 +153,22 @@ def forest_sums(tables, roots2: np.ndarray, depth: int, weights: np.ndarray) -> 
     return ForestSums(tables, roots2, depth, weights)
 
 
+def svm_coupling(r: np.ndarray) -> np.ndarray | None:
+    """libsvm's pairwise coupling (trees.c: onyx_svm_coupling) of r [n, k, k], float64, each
+    row's P(i | i or j) at [i, j]: the class probabilities [n, k]. None without the library."""
+    if core.lib is None:
+        return None
+    r = np.ascontiguousarray(r, np.float64)
+    n, k = r.shape[:2]
+    p, work = np.empty((n, k)), np.empty(k * k + k)
+    status = core.lib.onyx_svm_coupling(_addr(r), _addr(p), n, k, _addr(work),
+                                        _addr(work[k * k :]))  # fmt: skip
+    core.check(status, "SVM coupling")
+    return p
+
+
 def bind(lib, isa: int) -> None:
+    lib.onyx_svm_coupling.restype = ctypes.c_int
+    lib.onyx_svm_coupling.argtypes = [_P, _P, _I64, _I64, _P, _P]
     lib.forest_descend_range = range_of(lib, "forest_descend")
     lib.forest_sum_range = range_of(lib, "forest_sum")

@@ -3,10 +3,12 @@ pairwise coupling of the probabilities)."""
 
 from __future__ import annotations
 
-from functools import cached_property
+from functools import cached_property, reduce
+from operator import add, mul
 
 import numpy as np
 
+from ... import native
 from ...registry import op
 from ..derived import from_attributes, prepared
 from ._common import as_2d, class_labels, logistic, probit
@@ -53,19 +55,24 @@ _SCALAR_ROWS = 4
 
 def _pairwise_coupling(r: np.ndarray) -> np.ndarray:
     """Class probabilities from pairwise ones r[n, i, j] ~ P(i | i or j) (Wu, Lin & Weng 2004,
-    method 2, as libsvm solves it): minimize p'Qp subject to sum(p) = 1, all rows at once."""
+    method 2, as libsvm solves it): minimize p'Qp subject to sum(p) = 1, all rows at once.
+    (trees.c's loops where the library is: the same operations in the same order.)"""
+    p = native.svm_coupling(r)
+    if p is not None:
+        return p
     if r.shape[0] <= _SCALAR_ROWS:
         return np.array([_coupling_row(row.tolist()) for row in r]).reshape(r.shape[:2])
     n, k = r.shape[:2]
-    q = -r.transpose(0, 2, 1) * r  # Q[i, j] = -r[j, i] * r[i, j]
-    diagonal = (r.transpose(0, 2, 1) ** 2 * (1 - np.eye(k))).sum(axis=2)  # sum_j r[j, i]^2
-    q[:, np.arange(k), np.arange(k)] = diagonal
+    rt = r.transpose(0, 2, 1)
+    q = -rt * r  # Q[i, j] = -r[j, i] * r[i, j]
+    # sum_j r[j, i]^2 over j != i (r[i, i] is 0: adding its 0.0 changes no bits)
+    q[:, np.arange(k), np.arange(k)] = _sequential_sums(rt * rt)
     p = np.full((n, k), 1.0 / k)
     eps = 0.005 / k
     active = np.ones(n, bool)
     for _ in range(max(100, k)):
-        qp = np.einsum("nij,nj->ni", q, p)
-        pqp = (p * qp).sum(axis=1)
+        qp = _sequential_sums(q * p[:, None, :])
+        pqp = _sequential_sums(p * qp)
         active &= np.abs(qp - pqp[:, None]).max(axis=1) >= eps
         if not active.any():
             break
@@ -80,20 +87,28 @@ def _pairwise_coupling(r: np.ndarray) -> np.ndarray:
     return p
 
 
+def _sequential_sums(terms: np.ndarray) -> np.ndarray:
+    """Sums over the last axis added left to right, as libsvm's C loops add them (numpy's
+    sum and einsum add in pairs and blocks: other bits from 8 terms on); accumulate is
+    sequential by definition."""
+    return np.add.accumulate(terms, axis=-1)[..., -1]
+
+
 def _coupling_row(r: list) -> list:
     """One row of _pairwise_coupling in libsvm's own order of operations (its C loops).
 
-    (Lists summed in the loops' order rather than generators: the same additions, without a
-    generator frame per sum, which made most of a one-row call.)"""
+    Sums are reduce(add, ..., 0.0), left to right: Python's built-in sum() compensates float
+    sums from 3.12 on (other bits than libsvm's and onnxruntime's); reduce over map() also
+    spares a list and a frame per sum."""
     k = len(r)
     q = [[-r[j][i] * r[i][j] for j in range(k)] for i in range(k)]
     for t in range(k):
-        q[t][t] = sum([r[j][t] * r[j][t] for j in range(k) if j != t])
+        q[t][t] = reduce(add, [r[j][t] * r[j][t] for j in range(k) if j != t], 0.0)
     p = [1.0 / k] * k
     eps = 0.005 / k
     for _ in range(max(100, k)):
-        qp = [sum([a * b for a, b in zip(row, p)]) for row in q]
-        pqp = sum([a * b for a, b in zip(p, qp)])
+        qp = [reduce(add, map(mul, row, p), 0.0) for row in q]
+        pqp = reduce(add, map(mul, p, qp), 0.0)
         if max([abs(v - pqp) for v in qp]) < eps:
             break
         for t in range(k):
@@ -189,6 +204,11 @@ class _Classifier:
         return _coupling_row(r)
 
     @cached_property
+    def pair_index(self) -> tuple[np.ndarray, np.ndarray]:
+        """The pairs' classes i and j, as index arrays."""
+        return tuple(np.array([pair[side] for pair in self.pairs], np.intp) for side in (0, 1))
+
+    @cached_property
     def squared_norms(self) -> np.ndarray:
         return (self.vectors * self.vectors).sum(axis=1)
 
@@ -214,13 +234,13 @@ class _Classifier:
         best = np.argmax(votes, axis=1)
         if self.prob_a is not None:
             pairwise = _sigmoid_probability(decisions, self.prob_a, self.prob_b)
-            if x.shape[0] <= _SCALAR_ROWS:  # (r as lists straight away: the same values)
+            if x.shape[0] <= _SCALAR_ROWS and not native.available():  # (r as lists at once)
                 probabilities = np.array([self._coupled(row) for row in pairwise.tolist()])
                 probabilities = probabilities.reshape(x.shape[0], self.k)
                 return labels[best], apply_transform(probabilities, transform).astype(np.float32)
             r = np.zeros((x.shape[0], self.k, self.k))
-            for p, (i, j) in enumerate(self.pairs):
-                r[:, i, j], r[:, j, i] = pairwise[:, p], 1.0 - pairwise[:, p]
+            first, second = self.pair_index
+            r[:, first, second], r[:, second, first] = pairwise, 1.0 - pairwise
             probabilities = _pairwise_coupling(r)
             return labels[best], apply_transform(probabilities, transform).astype(np.float32)
         if self.k == 2:

@@ -1,0 +1,141 @@
+"""Serving paths of the recurrent layers: the zero initial state an exporter builds at run time
+dropped by the optimizer (RnnZeroInitialState), and the LSTM bound to its node (its native
+set-up kept per weights and X's shape). Both give the bits of the paths they shortcut."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onyx
+from onyx.optimizer import optimize
+from onyx.runtime import native
+from onyx.runtime.kernels import rnn
+
+STEPS, IN, H = 5, 8, 32  # (H a multiple of 16: rnn.c's sizes)
+
+
+def _weights(seed=0):
+    rng = np.random.default_rng(seed)
+    return {
+        "W": (rng.standard_normal((1, 4 * H, IN)) * 0.3).astype(np.float32),
+        "R": (rng.standard_normal((1, 4 * H, H)) * 0.3).astype(np.float32),
+        "B": (rng.standard_normal((1, 8 * H)) * 0.1).astype(np.float32),
+    }
+
+
+def _torch_style_lstm(fill: float = 0.0, direction: str = "forward") -> bytes:
+    """x [N, steps, in] -> Transpose -> LSTM, its initial states zeros of [1, N, H] built as
+    PyTorch exports them (Shape -> Gather -> Unsqueeze -> Concat -> ConstantOfShape)."""
+    i64 = lambda name, v: numpy_helper.from_array(np.array(v, np.int64), name)  # noqa: E731
+    fill_value = numpy_helper.from_array(np.array([fill], np.float32), "fill")
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shape"]),
+        helper.make_node("Gather", ["shape", "zero"], ["n"], axis=0),
+        helper.make_node("Unsqueeze", ["n", "axes"], ["n1"]),
+        helper.make_node("Concat", ["one", "n1", "hidden"], ["state_shape"], axis=0),
+        helper.make_node("ConstantOfShape", ["state_shape"], ["h0"], value=fill_value),
+        helper.make_node("Transpose", ["x"], ["xt"], perm=[1, 0, 2]),
+        helper.make_node(
+            "LSTM",
+            ["xt", "W", "R", "B", "", "h0", "h0"],
+            ["y", "y_h", "y_c"],
+            hidden_size=H,
+            direction=direction,
+        ),  # fmt: skip
+    ]
+    inits = [numpy_helper.from_array(v, k) for k, v in _weights().items()]
+    inits += [i64("zero", 0), i64("axes", [0]), i64("one", [1]), i64("hidden", [H])]
+    graph = helper.make_graph(
+        nodes,
+        "lstm",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", STEPS, IN])],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("y", "y_h", "y_c")],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+def _ops(model_bytes: bytes) -> list[str]:
+    return [n.op_type for n in optimize(onyx.loads(model_bytes)).graph]
+
+
+def _same(a, b):
+    for x, y in zip(a, b, strict=True):
+        np.testing.assert_array_equal(x, y)
+
+
+@pytest.mark.parametrize("direction", ["forward", "reverse"])
+def test_zero_initial_state_dropped_same_bits(direction):
+    model = _torch_style_lstm(direction=direction)
+    assert "ConstantOfShape" not in _ops(model)
+    fast = onyx.InferenceSession(model)
+    kept = onyx.InferenceSession(model, disabled_optimizers=["RnnZeroInitialState"])
+    oracle = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    for batch in (1, 2, 1, 3):  # (a batch seen again: the bound LSTM's kept set-up)
+        x = np.random.default_rng(batch).standard_normal((batch, STEPS, IN)).astype(np.float32)
+        got = fast.run(None, {"x": x})
+        _same(got, kept.run(None, {"x": x}))
+        for g, want in zip(got, oracle.run(None, {"x": x})):
+            np.testing.assert_allclose(g, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("fill", [1.0, -0.0])
+def test_other_initial_states_stay(fill):
+    model = _torch_style_lstm(fill)
+    assert "ConstantOfShape" in _ops(model)
+    x = np.random.default_rng(0).standard_normal((2, STEPS, IN)).astype(np.float32)
+    got = onyx.InferenceSession(model).run(None, {"x": x})
+    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+
+
+def test_bound_lstm_matches_the_kernel(monkeypatch):
+    """The session's LSTM (constant weights: the bound path) against the kernel called on
+    writeable copies (its own path, set up per call), to the bit; and it takes the kept
+    set-up where rnn.c runs."""
+    calls = []
+    if native.recurrence_ok(H, STEPS, 1):
+        run = native.LstmRecurrence.__call__
+        monkeypatch.setattr(native.LstmRecurrence, "__call__",
+                            lambda self, *a: calls.append(1) or run(self, *a))  # fmt: skip
+    model = _torch_style_lstm()
+    sess = onyx.InferenceSession(model)
+    w = _weights()
+    for batch in (1, 2):  # (steps x batch <= 8: rnn.c projects X itself; beyond: the kernel)
+        x = np.random.default_rng(batch).standard_normal((batch, STEPS, IN)).astype(np.float32)
+        got = sess.run(None, {"x": x})
+        want = rnn.lstm(x.transpose(1, 0, 2), w["W"], w["R"], w["B"], hidden_size=H)
+        _same(got, want)
+    assert len(calls) == (1 if native.recurrence_ok(H, STEPS, 1) else 0)
+
+
+def test_bound_lstm_takes_given_initial_states():
+    """Initial states fed to the session (a streaming VAD's h and c) run the kept set-up with
+    the states as given, the kernel's bits; states of another shape fail as the kernel does."""
+    w = _weights(1)
+    node = helper.make_node("LSTM", ["x", "W", "R", "B", "", "h", "c"], ["y", "y_h", "y_c"],
+                            hidden_size=H)  # fmt: skip
+    state = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        [node],
+        "lstm",
+        [state("x", TensorProto.FLOAT, [STEPS, 1, IN])]
+        + [state(n, TensorProto.FLOAT, None) for n in ("h", "c")],
+        [state(n, TensorProto.FLOAT, None) for n in ("y", "y_h", "y_c")],
+        [numpy_helper.from_array(v, k) for k, v in w.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    sess = onyx.InferenceSession(model.SerializeToString())
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((STEPS, 1, IN)).astype(np.float32)
+    h, c = (rng.standard_normal((1, 1, H)).astype(np.float32) for _ in range(2))
+    for _ in range(2):  # (the first call sets up, the second reuses)
+        got = sess.run(None, {"x": x, "h": h, "c": c})
+        _same(got, rnn.lstm(x, w["W"], w["R"], w["B"], None, h, c, hidden_size=H))
+        h, c = got[1], got[2]  # (streaming: the states carried over)
+    with pytest.raises(Exception):  # noqa: B017  (the kernel's own error, whatever it is)
+        sess.run(None, {"x": x, "h": h[:, :, :16], "c": c})
