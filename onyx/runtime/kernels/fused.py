@@ -176,3 +176,13 @@ def table_lookup(x, table):
     if y is None:
         y = np.take(table, x.view(np.uint8) if x.dtype == np.int8 else x)
     return y
+
+
+@op("ChannelTableLookup", since=1, domain=ONYX_DOMAIN)
+def channel_table_lookup(x, table, offsets):
+    """table[x + offsets]: a function of a byte tensor x and its channel (the optimizer's
+    LookupTableFusion of chains reading per-channel constants), the table holding C runs of
+    256 values in x's value order, offsets each channel's start broadcast along its axis."""
+    index = x.astype(np.int32)
+    index += offsets
+    return np.take(table, index)
