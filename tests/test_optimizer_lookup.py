@@ -291,3 +291,16 @@ def test_native_lookup_matches_take(item, x_type, n):
     table = rng.integers(0, 2 if item is np.bool_ else 100, 256).astype(item)
     got = native.lookup8(x, table)
     np.testing.assert_array_equal(got, np.take(table, x.view(np.uint8)))
+
+
+@pytest.mark.skipif(not native.available(), reason="native library not built")
+@pytest.mark.parametrize("item", [np.uint8, np.float32, np.int64])
+@pytest.mark.parametrize("x_type", [np.uint8, np.int8])
+@pytest.mark.parametrize("shape, axis", [((2, 3, 4, 5), 1), ((3, 70), 1), ((5, 2, 1), 0)])
+def test_native_channel_lookup_matches_take(item, x_type, shape, axis):
+    rng = np.random.default_rng(len(shape))
+    x = rng.integers(0, 256, shape).astype(np.uint8).view(x_type)
+    table = rng.integers(0, 100, (shape[axis], 256)).astype(item)
+    got = native.lookup8_channels(x, table, axis)
+    channel = np.arange(shape[axis]).reshape([-1] + [1] * (len(shape) - 1 - axis))
+    np.testing.assert_array_equal(got, table[channel, x.view(np.uint8)])

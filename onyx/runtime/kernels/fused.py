@@ -183,6 +183,25 @@ def channel_table_lookup(x, table, offsets):
     """table[x + offsets]: a function of a byte tensor x and its channel (the optimizer's
     LookupTableFusion of chains reading per-channel constants), the table holding C runs of
     256 values in x's value order, offsets each channel's start broadcast along its axis."""
-    index = x.astype(np.int32)
-    index += offsets
-    return np.take(table, index)
+    axis = x.ndim - offsets.ndim
+    key = ("channel table", x.dtype, id(offsets), offsets.shape)  # (constants of one session)
+    channels = derived(table, key, lambda: _channel_table(table, offsets, x))
+    y = native.lookup8_channels(x, channels, axis) if channels is not None and axis >= 0 else None
+    if y is None:
+        index = x.astype(np.int32)
+        index += offsets
+        y = np.take(table, index)
+    return y
+
+
+def _channel_table(table, offsets, x) -> np.ndarray | None:
+    """The (C, 256) table in x's bit-pattern order when offsets are the plain c * 256 (+128
+    for int8) along one axis (the optimizer's), else None (the general gather runs)."""
+    size = offsets.size
+    signed = x.dtype == np.int8
+    start = np.arange(size, dtype=np.int64) * 256 + (128 if signed else 0)
+    plain = offsets.shape[1:] == (1,) * (offsets.ndim - 1) and table.shape == (256 * size,)
+    if not plain or not np.array_equal(offsets.reshape(-1), start):
+        return None
+    runs = table.reshape(size, 256)
+    return np.ascontiguousarray(np.roll(runs, -128, axis=1) if signed else runs)

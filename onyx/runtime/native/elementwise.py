@@ -127,6 +127,23 @@ def lookup8(x: np.ndarray, table: np.ndarray) -> np.ndarray | None:
     return y
 
 
+def lookup8_channels(x: np.ndarray, table: np.ndarray, axis: int) -> np.ndarray | None:
+    """table[c, x] for a contiguous byte tensor x whose axis ``axis`` holds the channels c and
+    a (C, 256) table of 1, 2, 4 or 8-byte items in x's bit-pattern order (int8 -1 reads entry
+    255); None without the library."""
+    if core.lib is None or x.dtype not in BYTES or not x.flags.c_contiguous:
+        return None
+    size = x.shape[axis]
+    if table.shape != (size, 256) or table.itemsize not in (1, 2, 4, 8):
+        return None
+    table = np.ascontiguousarray(table)
+    y = np.empty(x.shape, table.dtype)
+    outer, inner = math.prod(x.shape[:axis]), math.prod(x.shape[axis + 1 :])
+    core.lib.onyx_lookup8_channels(core.lib.lookup, _addr(x), _addr(table), table.itemsize,
+                                   _addr(y), outer, size, inner)  # fmt: skip
+    return y
+
+
 @functools.lru_cache(maxsize=4096)
 def _qbinary_params(za: float, zb: float, ka: float, kb: float, zy: float, dtype: np.dtype,
                     multiply: bool) -> _QBinary:  # fmt: skip
@@ -264,3 +281,5 @@ def bind(lib, isa: int) -> None:
                  "dequantize"):  # fmt: skip
         setattr(lib, f"{name}_range", range_of(lib, name))
     lib.lookup = address(lib.onyx_lookup8_vbmi if isa & core.ISA_VBMI else lib.onyx_lookup8)
+    lib.onyx_lookup8_channels.restype = None
+    lib.onyx_lookup8_channels.argtypes = [_P, _P, _P, _I64, _P, _I64, _I64, _I64]
