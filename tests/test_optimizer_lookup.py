@@ -233,6 +233,7 @@ def test_per_channel_chain_becomes_one_channel_lookup(x_type, const_shape, shape
     got, want = fused.run(None, {"x": x})[0], as_written.run(None, {"x": x})[0]
     assert got.dtype == want.dtype
     np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(fused.run(None, {"x": x})[0], want)  # (the kept set-up)
     path = tmp_path / "optimized.onnx"  # the function body runs in onnxruntime to the same bits
     onyx.save(optimized, path)
     onnx.checker.check_model(onnx.load(path), full_check=True)

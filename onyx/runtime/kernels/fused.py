@@ -183,15 +183,34 @@ def channel_table_lookup(x, table, offsets):
     """table[x + offsets]: a function of a byte tensor x and its channel (the optimizer's
     LookupTableFusion of chains reading per-channel constants), the table holding C runs of
     256 values in x's value order, offsets each channel's start broadcast along its axis."""
+    hit = _channel_runs.get((id(table), id(offsets), x.shape, x.dtype.char))
+    if hit is not None and hit[0] is table and hit[1] is offsets and x.flags.c_contiguous:
+        return hit[2](x)
     axis = x.ndim - offsets.ndim
     key = ("channel table", x.dtype, id(offsets), offsets.shape)  # (constants of one session)
     channels = derived(table, key, lambda: _channel_table(table, offsets, x))
     y = native.lookup8_channels(x, channels, axis) if channels is not None and axis >= 0 else None
-    if y is None:
-        index = x.astype(np.int32)
-        index += offsets
-        y = np.take(table, index)
-    return y
+    if y is not None:
+        _keep_channel_run(x, table, offsets, channels, axis)
+        return y
+    index = x.astype(np.int32)
+    index += offsets
+    return np.take(table, index)
+
+
+#: ChannelTableLookup's native set-ups by the constants' ids, input shape and type; each entry
+#: holds its table and offsets (so no id is reused while it lives), taken only for them.
+_channel_runs: dict = {}
+
+
+def _keep_channel_run(x, table, offsets, channels, axis) -> None:
+    if table.flags.writeable or offsets.flags.writeable:  # (not a session's constants)
+        return
+    run = native.lookup8_channels_setup(x.shape, channels, axis)
+    if run is not None:
+        if len(_channel_runs) >= 1024:  # (sessions come and go)
+            _channel_runs.clear()
+        _channel_runs[(id(table), id(offsets), x.shape, x.dtype.char)] = (table, offsets, run)
 
 
 def _channel_table(table, offsets, x) -> np.ndarray | None:

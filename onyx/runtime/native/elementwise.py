@@ -134,17 +134,32 @@ def lookup8_channels(x: np.ndarray, table: np.ndarray, axis: int) -> np.ndarray 
     """table[c, x] for a contiguous byte tensor x whose axis ``axis`` holds the channels c and
     a (C, 256) table of 1, 2, 4 or 8-byte items in x's bit-pattern order (int8 -1 reads entry
     255); None without the library."""
-    if core.lib is None or x.dtype not in BYTES or not x.flags.c_contiguous:
+    if x.dtype not in BYTES or not x.flags.c_contiguous:
         return None
-    size = x.shape[axis]
+    run = lookup8_channels_setup(x.shape, table, axis)
+    return None if run is None else run(x)
+
+
+def lookup8_channels_setup(shape: tuple, table: np.ndarray, axis: int):
+    """:func:`lookup8_channels` for contiguous byte tensors of ``shape``, set up once:
+    ``run(x) -> y``; None without the library or for a table that does not fit."""
+    if core.lib is None or not 0 <= axis < len(shape):
+        return None
+    size = shape[axis]
     if table.shape != (size, 256) or table.itemsize not in (1, 2, 4, 8):
         return None
     table = np.ascontiguousarray(table)
-    y = np.empty(x.shape, table.dtype)
-    outer, inner = math.prod(x.shape[:axis]), math.prod(x.shape[axis + 1 :])
-    core.lib.onyx_lookup8_channels(core.lib.lookup, _addr(x), _addr(table), table.itemsize,
-                                   _addr(y), outer, size, inner)  # fmt: skip
-    return y
+    dtype, item, at = table.dtype, table.itemsize, _addr(table)
+    outer, inner = math.prod(shape[:axis]), math.prod(shape[axis + 1 :])
+
+    def run(x):
+        y = np.empty(shape, dtype)
+        core.lib.onyx_lookup8_channels(core.lib.lookup, _addr(x), at, item, _addr(y), outer,
+                                       size, inner)  # fmt: skip
+        return y
+
+    run.table = table  # (held: its address stays valid)
+    return run
 
 
 @functools.lru_cache(maxsize=4096)
