@@ -632,6 +632,24 @@ def gen_lookup(rng) -> Case:
     return Case("lookup", "TableLookup", [laid_out(rng, x), table], domain=ONYX, version=1)
 
 
+def gen_channel_lookup(rng) -> Case:
+    """ChannelTableLookup as LookupTableFusion writes it: offsets c * 256 (+128 for int8)
+    along one axis of x."""
+    dtype = _pick(rng, BYTES)
+    shape = tuple(int(rng.integers(1, 9)) for _ in range(int(rng.integers(1, 5))))
+    axis = int(rng.integers(0, len(shape)))
+    size = shape[axis]
+    x = _bytes(rng, dtype, shape)
+    table = rng.standard_normal(size * 256).astype(_pick(rng, [np.float32, np.uint8, np.int64]))
+    start = 128 if np.dtype(dtype) == np.int8 else 0
+    offsets = (np.arange(size, dtype=np.int32) * 256 + start).reshape(
+        [size] + [1] * (len(shape) - 1 - axis)
+    )
+    return Case("channel_lookup", "ChannelTableLookup",
+                [laid_out(rng, x), laid_out(rng, table, True), laid_out(rng, offsets, True)],
+                domain=ONYX, version=1)  # fmt: skip
+
+
 def gen_quantize(rng) -> Case:
     op = _pick(rng, ["QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"])
     shape = tuple(int(_pick(rng, [0, 1, 3, 64, 257])) for _ in range(int(rng.integers(1, 4))))
@@ -701,6 +719,7 @@ FAMILIES = {
     "tree_classifier": gen_tree_classifier,
     "svm_classifier": gen_svm_classifier,
     "lookup": gen_lookup,
+    "channel_lookup": gen_channel_lookup,
     "quantize": gen_quantize,
     "elementwise": gen_elementwise,
     "qlinear_binary": gen_qlinear_binary,
@@ -756,7 +775,8 @@ class NativeCalls:
         lib = native.library()
         self.saved = {}
         for name in ("onyx_parallel", "lstm", "gru", "onyx_implicit_conv", "onyx_dynamic_matmul",
-                     "onyx_svm_coupling"):  # fmt: skip
+                     "onyx_svm_coupling", "lookup_direct", "onyx_lookup8_channels",
+                     "onyx_quantize_range", "onyx_dequantize_range"):  # fmt: skip
             fn = getattr(lib, name, None) if lib is not None else None
             if fn:
                 self.saved[name] = fn

@@ -164,13 +164,13 @@ def test_values_read_elsewhere_stay():
 
 @pytest.mark.parametrize(
     "why",
-    ["per_channel_constant", "second_tensor", "one_node", "broadcasting_constant"],
+    ["two_axes_constant", "second_tensor", "one_node", "broadcasting_constant"],
 )
 def test_chains_that_do_not_qualify_stay(why):
     scale = np.float32(0.1)
     second = []
-    if why == "per_channel_constant":  # a value per channel: not a function of the byte alone
-        scale = np.full((1, 3, 1, 1), 0.1, np.float32)
+    if why == "two_axes_constant":  # values along two axes: not a function of byte and channel
+        scale = np.linspace(0.1, 1, 12, dtype=np.float32).reshape(1, 3, 4, 1)
     nodes = [helper.make_node("DequantizeLinear", ["x", "x_s", "x_z"], ["xf"])]
     if why != "one_node":
         other = "z" if why == "second_tensor" else "c"
@@ -188,6 +188,71 @@ def test_chains_that_do_not_qualify_stay(why):
                               [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])  # fmt: skip
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     assert _lookups(model.SerializeToString()) == 0
+
+
+def _group_norm_affine(x_type, const_shape, shape=(2, 3, 4, 5), to_float=False):
+    """A quantized GroupNorm's per-channel scale and bias, QLinearMul -> QLinearAdd with
+    constants of ``const_shape``, then a SiLU table-able tail (to uint8 or float)."""
+    dt = np.uint8 if x_type == U8 else np.int8
+    rng = np.random.default_rng(0)
+    w = rng.integers(0, 256, const_shape).astype(np.uint8).view(dt)
+    b = rng.integers(0, 256, const_shape).astype(np.uint8).view(dt)
+    nodes = [
+        helper.make_node("QLinearMul", ["x", "x_s", "x_z", "w", "w_s", "w_z", "m_s", "m_z"],
+                         ["m"], domain="com.microsoft"),
+        helper.make_node("QLinearAdd", ["m", "m_s", "m_z", "b", "b_s", "b_z", "a_s", "a_z"],
+                         ["a"], domain="com.microsoft"),
+        helper.make_node("DequantizeLinear", ["a", "a_s", "a_z"], ["af"]),
+        helper.make_node("Sigmoid", ["af"], ["sg"]),
+        helper.make_node("Mul", ["af", "sg"], ["y" if to_float else "sf"]),
+    ]  # fmt: skip
+    if not to_float:
+        nodes.append(helper.make_node("QuantizeLinear", ["sf", "y_s", "y_z"], ["y"]))
+    inits = {**_q("x", 0.05, 7, dt), **_q("w", 0.01, 3, dt), **_q("m", 0.03, 5, dt),
+             **_q("b", 0.02, 9, dt), **_q("a", 0.04, 11, dt), **_q("y", 0.02, 2, dt),
+             "w": w, "b": b}  # fmt: skip
+    return _model(nodes, x_type, F if to_float else x_type, inits, shape=shape)
+
+
+@pytest.mark.parametrize(
+    "x_type, const_shape, shape, to_float",
+    [
+        (U8, (3, 1, 1), (2, 3, 4, 5), False),  # NCHW channels, as unet's GroupNorms
+        (U8, (3, 1, 1), (2, 3, 4, 5), True),  # a float result
+        (I8, (1, 3, 1, 1), (2, 3, 4, 5), False),  # int8: the table in value order
+        (U8, (5,), (2, 3, 4, 5), False),  # the last axis: values spread on the one before
+    ],
+)
+def test_per_channel_chain_becomes_one_channel_lookup(x_type, const_shape, shape, to_float,
+                                                      tmp_path):  # fmt: skip
+    model = _group_norm_affine(x_type, const_shape, shape, to_float)
+    optimized = onyx.optimize(onyx.loads(model))
+    assert [n.op_type for n in optimized.graph] == ["ChannelTableLookup"]
+    x = _all_bytes(np.uint8 if x_type == U8 else np.int8, shape)
+    fused, as_written = _sessions(model)
+    got, want = fused.run(None, {"x": x})[0], as_written.run(None, {"x": x})[0]
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(fused.run(None, {"x": x})[0], want)  # (the kept set-up)
+    path = tmp_path / "optimized.onnx"  # the function body runs in onnxruntime to the same bits
+    onyx.save(optimized, path)
+    onnx.checker.check_model(onnx.load(path), full_check=True)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(sess.run(None, {"x": x})[0], want)
+
+
+def test_channel_constant_on_a_size_one_axis_stays():
+    """A per-channel constant where the tensor's axis is 1 broadcasts the result: that node
+    stays (the rest, on its full-sized result, becomes a lookup), to the same results."""
+    shape = (2, 1, 4, 5)
+    model = _group_norm_affine(U8, (3, 1, 1), shape)
+    optimized = onyx.optimize(onyx.loads(model))
+    assert [n.op_type for n in optimized.graph] == ["QLinearMul", "ChannelTableLookup"]
+    x = _all_bytes(np.uint8, shape)
+    fused, as_written = _sessions(model)
+    np.testing.assert_array_equal(fused.run(None, {"x": x})[0], as_written.run(None, {"x": x})[0])
 
 
 QUANTIZED = sorted(m.name for m in zoo_models() if m.quantization in ("qdq", "qoperator"))
@@ -227,3 +292,16 @@ def test_native_lookup_matches_take(item, x_type, n):
     table = rng.integers(0, 2 if item is np.bool_ else 100, 256).astype(item)
     got = native.lookup8(x, table)
     np.testing.assert_array_equal(got, np.take(table, x.view(np.uint8)))
+
+
+@pytest.mark.skipif(not native.available(), reason="native library not built")
+@pytest.mark.parametrize("item", [np.uint8, np.float32, np.int64])
+@pytest.mark.parametrize("x_type", [np.uint8, np.int8])
+@pytest.mark.parametrize("shape, axis", [((2, 3, 4, 5), 1), ((3, 70), 1), ((5, 2, 1), 0)])
+def test_native_channel_lookup_matches_take(item, x_type, shape, axis):
+    rng = np.random.default_rng(len(shape))
+    x = rng.integers(0, 256, shape).astype(np.uint8).view(x_type)
+    table = rng.integers(0, 100, (shape[axis], 256)).astype(item)
+    got = native.lookup8_channels(x, table, axis)
+    channel = np.arange(shape[axis]).reshape([-1] + [1] * (len(shape) - 1 - axis))
+    np.testing.assert_array_equal(got, table[channel, x.view(np.uint8)])

@@ -514,6 +514,35 @@ def test_max_pool_needs_the_same_quantization():
         np.testing.assert_array_equal(got, _ort(m, optimized=False).run(None, feeds)[0])
 
 
+@pytest.mark.parametrize("mode", ["reflect", "edge", "constant"])
+@pytest.mark.parametrize("byte", [np.uint8, np.int8])
+def test_requantizing_pad_moves_to_the_bytes(mode, byte, tmp_path):
+    """DQ -> Pad (reflect / edge) -> Q at another scale => Pad on the bytes, then one
+    requantization table; the same bits as the graph as written, in onyx and (saved, the
+    table's function body) in onnxruntime. A constant pad stays."""
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
+        helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"]),
+        helper.make_node("Pad", ["xd", "pads"], ["p"], mode=mode),
+        helper.make_node("QuantizeLinear", ["p", "s2", "z2"], ["pq"]),
+        helper.make_node("DequantizeLinear", ["pq", "s2", "z2"], ["y"]),
+    ]
+    inits = {"s": np.array(0.1, np.float32), "s2": np.array(0.07, np.float32),
+             "z": np.array(3, byte), "z2": np.array(-2 if byte is np.int8 else 9, byte),
+             "pads": np.array([0, 0, 1, 2, 0, 0, 2, 1], np.int64)}  # fmt: skip
+    model = _model(nodes, [("x", [1, 2, 4, 5])], [("y", None)], inits).SerializeToString()
+    optimized = onyx.optimize(onyx.loads(model))
+    ops = [n.op_type for n in optimized.graph]
+    moved = mode != "constant"
+    assert (ops == ["QuantizeLinear", "Pad", "TableLookup"]) == moved  # (DQ -> Q -> DQ: one table)
+    feeds = {"x": RNG.standard_normal((1, 2, 4, 5)).astype(np.float32) * 20}
+    want = _ort(model, optimized=False).run(None, feeds)[0]
+    np.testing.assert_array_equal(onyx.InferenceSession(optimized).run(None, feeds)[0], want)
+    path = tmp_path / "optimized.onnx"
+    onyx.save(optimized, path)
+    np.testing.assert_array_equal(_ort(str(path), optimized=False).run(None, feeds)[0], want)
+
+
 def _qdq_gemm(alpha: float, bias: bool) -> bytes:
     """x -> Q -> DQ -> Gemm(DQ(int8 weight per row, transB), [DQ(int32 bias)]) -> y, float."""
     a_scale, b_scale = np.float32(0.05), np.array([0.01, 0.02, 0.03], np.float32)

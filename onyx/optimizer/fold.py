@@ -270,6 +270,7 @@ def qdq_data_movement(ctx: PassContext) -> bool:
         )
         g.insert_before(move, moved)
         for q, new in zip(requants, moved.outputs):
+            new.type = q.outputs[0].type  # (the shape, for passes after this one)
             ctx.replace_value(q.outputs[0], new)
             g.remove(q, safe=False)
         g.remove(move, safe=False)

@@ -19,6 +19,15 @@ The lookup is a model-local function of onyx's domain, ``ai.onyx.TableLookup(x, 
 body is Cast(x, int32) -> Gather(table): the saved model stays valid ONNX that other runtimes run
 (an int8's negative values index the table from its end, as Gather does: the table is in the
 bytes' bit-pattern order). onyx runs its kernel for it (kernels/fused.py).
+
+A chain may also read constants holding one value per channel (a GroupNorm's scale and bias
+as QLinearMul -> QLinearAdd on the normalized bytes): constants whose shape is 1 but on one
+axis, where the tensor's inferred size is theirs (so nothing broadcasts either), the same axis
+for all of them. Such a chain is a function of the byte and its channel, tabulated on a probe
+of every byte value in every channel, and becomes ``ai.onyx.ChannelTableLookup(x, table,
+offsets)``: Gather(table, Cast(x, int32) + offsets), the table holding C runs of 256 values in
+the byte's value order and ``offsets`` each channel's start (+128 for int8), shaped to
+broadcast along the channel axis.
 """
 
 from __future__ import annotations
@@ -54,12 +63,15 @@ def lookup_table_fusion(ctx: PassContext) -> bool:
                 continue
             table = _tabulate(ctx, root, byte, out, chain)
             if table is not None:
-                found.append((root, out, table))
+                found.append((root, out, table, chain))
     replaced = set()
-    for root, out, table in found:
+    for root, out, table, chain in found:
         if id(out) in replaced or out.producer is None:
             continue
-        _replace(ctx, root, out, table)
+        if table.ndim == 2:
+            _replace_channels(ctx, root, out, table, _chain_channel(ctx, root, chain))
+        else:
+            _replace(ctx, root, out, table)
         replaced.add(id(out))
     return bool(replaced)
 
@@ -99,7 +111,7 @@ def _chain_nodes(ctx: PassContext, root: ir.Value, position: dict) -> list[ir.No
     """The nodes computing elementwise functions of root alone (and constants), in graph
     order."""
     shape = static_shape(root)
-    rank = len(shape) if shape is not None else 0
+    channel: list = []  # [(axis, size)] once a per-channel constant joined the chain
     inside = {id(root)}
     members: list[ir.Node] = []
     heap = [(position[id(n)], id(n), n) for n, _ in root.iter_uses() if id(n) in position]
@@ -110,7 +122,7 @@ def _chain_nodes(ctx: PassContext, root: ir.Value, position: dict) -> list[ir.No
         if key in seen:
             continue
         seen.add(key)
-        if not _takes(ctx, node, inside, rank):
+        if not _takes(ctx, node, inside, shape or (), channel):
             continue
         members.append(node)
         for v in node.outputs:
@@ -121,16 +133,36 @@ def _chain_nodes(ctx: PassContext, root: ir.Value, position: dict) -> list[ir.No
     return members
 
 
-def _takes(ctx: PassContext, node: ir.Node, inside: set[int], rank: int) -> bool:
+def _takes(ctx: PassContext, node: ir.Node, inside: set[int], shape: tuple, channel: list) -> bool:
     if not traits(node.op_type, node.domain).elementwise or len(node.outputs) != 1:
         return False
+    axes = []
     for v in node.inputs:
         if v is None or not v.name or id(v) in inside:
             continue
         c = ctx.const(v)
-        if c is None or c.size != 1 or c.ndim > rank:
+        if c is None or c.ndim > len(shape):
             return False
+        if c.size != 1:
+            axis = _channel_axis(c.shape, shape)
+            if axis is None or channel and channel[0] != axis:
+                return False
+            axes.append(axis)
+    if axes and not channel:
+        channel.append(axes[0])
     return True
+
+
+def _channel_axis(const_shape: tuple, shape: tuple) -> tuple[int, int] | None:
+    """(axis, size) when a constant of ``const_shape`` holds one value per channel of a
+    tensor of inferred ``shape``: 1 on every axis but one, where the tensor's size is the
+    same (right-aligned, as numpy broadcasts)."""
+    big = [i for i, d in enumerate(const_shape) if d != 1]
+    if len(big) != 1:
+        return None
+    axis = len(shape) - len(const_shape) + big[0]
+    size = const_shape[big[0]]
+    return (axis, size) if shape[axis] == size and isinstance(size, int) else None
 
 
 def _exits(ctx: PassContext, nodes: list[ir.Node], members: set[int]) -> list[ir.Value]:
@@ -153,15 +185,25 @@ def _ancestors(out: ir.Value, members: set[int], position: dict) -> list[ir.Node
 
 
 def _tabulate(ctx: PassContext, root: ir.Value, byte, out: ir.Value, chain: list[ir.Node]):
-    """out as a function of root's 256 values (in bit-pattern order), or None."""
+    """out as a function of root's 256 values (in bit-pattern order), or None; per channel
+    (shape (C, 256)) when the chain reads a per-channel constant."""
     values = np.arange(256, dtype=np.uint8).view(byte)
-    known = {id(root): np.tile(values, PROBE_COPIES)}
+    channel = _chain_channel(ctx, root, chain)
+    if channel is None:
+        probe = np.tile(values, PROBE_COPIES)
+    else:  # every value in every channel: the channel axis, then the values on the last
+        probe = _channel_probe(values, channel, len(static_shape(root)))
+        if probe is None:
+            return None
+    known = {id(root): probe}
     for node in chain:
         result = evaluate(ctx, node, known)
         if result is None:
             return None
         known[id(node.outputs[0])] = np.asarray(result[0])
     y = known[id(out)]
+    if channel is not None:
+        return _channel_table(y, channel)
     if (
         y.size != 256 * PROBE_COPIES
         or y.dtype.kind in "OSU"
@@ -173,6 +215,57 @@ def _tabulate(ctx: PassContext, root: ir.Value, byte, out: ir.Value, chain: list
     if not (as_bytes == as_bytes[0]).all():  # a kernel that is not elementwise after all
         return None
     return copies[0].copy()
+
+
+def _chain_channel(ctx: PassContext, root: ir.Value, chain: list[ir.Node]):
+    """(axis, size) of the per-channel constants ``chain`` reads, or None (it has none)."""
+    shape = static_shape(root)
+    inside = {id(root)} | {id(v) for n in chain for v in n.outputs}
+    for node in chain:
+        for v in node.inputs:
+            if v is None or not v.name or id(v) in inside:
+                continue
+            c = ctx.const(v)
+            if c is not None and c.size != 1:
+                return _channel_axis(c.shape, shape)
+    return None
+
+
+def _channel_probe(values: np.ndarray, channel: tuple[int, int], rank: int):
+    """Every byte value PROBE_COPIES times in each of the channels: shape 1 but C on the
+    channel axis and 256 * PROBE_COPIES on the last (the one before when that is the channel
+    axis)."""
+    axis, size = channel
+    spread = _spread_axis(axis, rank)
+    if spread < 0:
+        return None
+    shape = [1] * rank
+    shape[axis], shape[spread] = size, 256 * PROBE_COPIES
+    grid = np.broadcast_to(np.tile(values, PROBE_COPIES), (size, 256 * PROBE_COPIES))
+    return np.ascontiguousarray(grid if axis < spread else grid.T).reshape(shape)
+
+
+def _spread_axis(axis: int, rank: int) -> int:
+    return rank - 1 if axis != rank - 1 else rank - 2
+
+
+def _channel_table(y: np.ndarray, channel: tuple[int, int]):
+    """The (C, 256) table of a channel probe's result, or None when the copies disagree or
+    the result is not one value per probe element."""
+    axis, size = channel
+    spread = _spread_axis(axis, y.ndim)
+    if y.dtype.kind in "OSU" or y.dtype.itemsize not in (1, 2, 4, 8):
+        return None
+    expect = [1] * y.ndim
+    expect[axis], expect[spread] = size, 256 * PROBE_COPIES
+    if list(y.shape) != expect:
+        return None
+    grid = y.reshape(size, -1) if axis < spread else y.reshape(-1, size).T
+    copies = np.ascontiguousarray(grid).reshape(size, PROBE_COPIES, 256)
+    as_bytes = copies.view(np.uint8).reshape(size, PROBE_COPIES, -1)
+    if not (as_bytes == as_bytes[:, :1]).all():
+        return None
+    return copies[:, 0].copy()
 
 
 def _replace(ctx: PassContext, root: ir.Value, out: ir.Value, table: np.ndarray) -> None:
@@ -196,4 +289,44 @@ def _ensure_function(ctx: PassContext) -> None:
     body = ir.Graph([x, table], [gather.outputs[0]], [cast, gather], name="TableLookup")
     f = ir.Function(ONYX_DOMAIN, "TableLookup", body, opset_imports={"": ctx.opset("") or 13})
     f.doc_string = "y = table[x] for a byte tensor x (int8 by bit pattern: -1 reads table[255])"
+    m.functions[f.key] = f
+
+
+def _replace_channels(ctx: PassContext, root: ir.Value, out: ir.Value, table: np.ndarray,
+                      channel: tuple[int, int]) -> None:  # fmt: skip
+    """out = ChannelTableLookup(root, the table in value order, each channel's offset)."""
+    axis, size = channel
+    rank = len(static_shape(root))
+    signed = _byte_type(ctx, root) is np.int8
+    if signed:  # bit-pattern order -> value order: -128 first
+        table = np.roll(table, 128, axis=1)
+    offsets = np.arange(size, dtype=np.int32) * 256 + (128 if signed else 0)
+    offsets = offsets.reshape([size] + [1] * (rank - 1 - axis))
+    _ensure_channel_function(ctx)
+    t = ctx.add_const(np.ascontiguousarray(table).reshape(-1), out.name + "_table")
+    o = ctx.add_const(offsets, out.name + "_offsets")
+    name = ctx.fresh_name((out.producer.name or out.name) + "_lookup")
+    node = ir.Node("ChannelTableLookup", [root, t, o], 1, domain=ONYX_DOMAIN, name=name)
+    ctx.replace_nodes(out.producer, node)  # the chain's other nodes go as dead code
+    ctx.count(PASS)
+
+
+def _ensure_channel_function(ctx: PassContext) -> None:
+    """ChannelTableLookup(x, table, offsets) = Gather(table, Cast(x, int32) + offsets)."""
+    m = ctx.model
+    ctx.ensure_opset(ONYX_DOMAIN, 1)
+    if (ONYX_DOMAIN, "ChannelTableLookup", "") in m.functions:
+        return
+    x, table, offsets = ir.Value("x"), ir.Value("table"), ir.Value("offsets")
+    cast = ir.Node("Cast", [x], ["value"], {"to": int(DataType.INT32)})
+    add = ir.Node("Add", [cast.outputs[0], offsets], ["index"])
+    gather = ir.Node("Gather", [table, add.outputs[0]], ["y"], {"axis": 0})
+    body = ir.Graph([x, table, offsets], [gather.outputs[0]], [cast, add, gather],
+                    name="ChannelTableLookup")  # fmt: skip
+    f = ir.Function(ONYX_DOMAIN, "ChannelTableLookup", body,
+                    opset_imports={"": ctx.opset("") or 13})  # fmt: skip
+    f.doc_string = (
+        "y = table[x + offsets]: a function of a byte tensor x and its channel, the table "
+        "C runs of 256 values in x's value order, offsets each channel's start (+128 for int8)"
+    )
     m.functions[f.key] = f

@@ -66,6 +66,7 @@ FUSIONS: tuple[Pass, ...] = tuple(
         transpose.transpose_cancellation,
         rnn.rnn_zero_initial_state,
         bins.bins_one_hot_batching,
+        qdq.pad_requantize,  # (before it: its DQ -> Q becomes a table)
         lookup.lookup_table_fusion,  # last: it tabulates what the other fusions made
         qdq.qlinear_conv_lookup,  # (after it: a conv's activation as LookupTableFusion's table)
     )

@@ -604,3 +604,62 @@ def _ensure_conv_lookup_function(ctx: PassContext) -> None:
         "y = table[QLinearConv(...)] (the table by bit pattern: int8 -1 reads table[255])"
     )
     m.functions[f.key] = f
+
+
+# ------------------------------------------------- a requantizing pad on the bytes it moves
+
+REQUANTIZE_PASS = "QDQPadRequantize"
+_MOVING_PADS = ("reflect", "edge")
+
+
+@graph_pass(REQUANTIZE_PASS, EXTENDED)
+def pad_requantize(ctx: PassContext) -> bool:
+    """DQ(x) -> Pad (reflect / edge) -> Q at other per-tensor 8-bit parameters => Pad on x's
+    bytes -> DQ -> Q. Exact: such a pad only copies elements, so it commutes with the
+    elementwise DQ and Q; the DQ -> Q left is a requantization that LookupTableFusion (after
+    this pass) turns into one byte table (QDQDataMovement takes the same parameters' case).
+    The pad moves a quarter of the bytes and a float pass goes (unet's pad after MaxPool)."""
+    if ctx.opset() < 11:  # Pad takes 8-bit integers from opset 11
+        return False
+    changed = False
+    for pad in list(ctx.graph):
+        dq = _requantized_pad_source(ctx, pad)
+        if dq is None:
+            continue
+        base = pad.outputs[0].name
+        moved = ir.Node("Pad", [dq.inputs[0], *pad.inputs[1:]], [ctx.fresh_name(base + "_bytes")],
+                        list(pad.attributes.values()),
+                        name=ctx.fresh_name((pad.name or "pad") + "_bytes"))  # fmt: skip
+        requant = ir.Node("DequantizeLinear", [moved.outputs[0], *dq.inputs[1:]],
+                          [ctx.fresh_name(base + "_dequantized")],
+                          list(dq.attributes.values()),
+                          name=ctx.fresh_name((dq.name or "dq") + "_moved"))  # fmt: skip
+        ctx.graph.insert_before(pad, moved)
+        ctx.graph.insert_before(pad, requant)
+        ctx.replace_value(pad.outputs[0], requant.outputs[0])
+        ctx.graph.remove(pad, safe=False)
+        ctx.graph.remove(dq, safe=False)
+        ctx.count(REQUANTIZE_PASS)
+        changed = True
+    return changed
+
+
+def _requantized_pad_source(ctx: PassContext, pad: ir.Node) -> ir.Node | None:
+    """The DQ a reflect / edge Pad alone reads, per tensor 8-bit, when a per-tensor 8-bit Q
+    alone reads the pad; None otherwise."""
+    if not is_op(pad, "Pad") or pad.graph is not ctx.graph or pad.attributes_have_refs():
+        return None
+    if pad.attr("mode", "constant") not in _MOVING_PADS or ctx.is_output(pad.outputs[0]):
+        return None
+    dq = pad.inputs[0].producer if pad.inputs and pad.inputs[0] is not None else None
+    if not is_op(dq, "DequantizeLinear") or dq.graph is not ctx.graph:
+        return None
+    if ctx.single_use(dq.outputs[0]) is not pad or ctx.is_output(dq.outputs[0]):
+        return None
+    q = ctx.single_use(pad.outputs[0])
+    if not is_op(q, "QuantizeLinear") or q.graph is not ctx.graph:
+        return None
+    a, b = _qparams(ctx, dq), _qparams(ctx, q)
+    if a is None or b is None or not (a.per_tensor and b.per_tensor):
+        return None
+    return dq if a.dtype in (_INT8, _UINT8) and b.dtype in (_INT8, _UINT8) else None

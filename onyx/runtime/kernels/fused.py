@@ -176,3 +176,51 @@ def table_lookup(x, table):
     if y is None:
         y = np.take(table, x.view(np.uint8) if x.dtype == np.int8 else x)
     return y
+
+
+@op("ChannelTableLookup", since=1, domain=ONYX_DOMAIN)
+def channel_table_lookup(x, table, offsets):
+    """table[x + offsets]: a function of a byte tensor x and its channel (the optimizer's
+    LookupTableFusion of chains reading per-channel constants), the table holding C runs of
+    256 values in x's value order, offsets each channel's start broadcast along its axis."""
+    hit = _channel_runs.get((id(table), id(offsets), x.shape, x.dtype.char))
+    if hit is not None and hit[0] is table and hit[1] is offsets and x.flags.c_contiguous:
+        return hit[2](x)
+    axis = x.ndim - offsets.ndim
+    key = ("channel table", x.dtype, id(offsets), offsets.shape)  # (constants of one session)
+    channels = derived(table, key, lambda: _channel_table(table, offsets, x))
+    y = native.lookup8_channels(x, channels, axis) if channels is not None and axis >= 0 else None
+    if y is not None:
+        _keep_channel_run(x, table, offsets, channels, axis)
+        return y
+    index = x.astype(np.int32)
+    index += offsets
+    return np.take(table, index)
+
+
+#: ChannelTableLookup's native set-ups by the constants' ids, input shape and type; each entry
+#: holds its table and offsets (so no id is reused while it lives), taken only for them.
+_channel_runs: dict = {}
+
+
+def _keep_channel_run(x, table, offsets, channels, axis) -> None:
+    if table.flags.writeable or offsets.flags.writeable:  # (not a session's constants)
+        return
+    run = native.lookup8_channels_setup(x.shape, channels, axis)
+    if run is not None:
+        if len(_channel_runs) >= 1024:  # (sessions come and go)
+            _channel_runs.clear()
+        _channel_runs[(id(table), id(offsets), x.shape, x.dtype.char)] = (table, offsets, run)
+
+
+def _channel_table(table, offsets, x) -> np.ndarray | None:
+    """The (C, 256) table in x's bit-pattern order when offsets are the plain c * 256 (+128
+    for int8) along one axis (the optimizer's), else None (the general gather runs)."""
+    size = offsets.size
+    signed = x.dtype == np.int8
+    start = np.arange(size, dtype=np.int64) * 256 + (128 if signed else 0)
+    plain = offsets.shape[1:] == (1,) * (offsets.ndim - 1) and table.shape == (256 * size,)
+    if not plain or not np.array_equal(offsets.reshape(-1), start):
+        return None
+    runs = table.reshape(size, 256)
+    return np.ascontiguousarray(np.roll(runs, -128, axis=1) if signed else runs)

@@ -220,6 +220,18 @@ EXPORT VBMI void onyx_lookup8_vbmi(const uint8_t *restrict x, const void *restri
 }
 #endif
 
+/* Per-channel byte lookups (ai.onyx ChannelTableLookup): x as (outer, channels, inner),
+   channel c's 256 entries at table + c * 256 * size (bit-pattern order); fn is onyx_lookup8
+   or its VBMI form, run over each channel's contiguous run. */
+EXPORT void onyx_lookup8_channels(lookup_fn fn, const uint8_t *x, const void *table, int64_t size,
+                                  void *y, int64_t outer, int64_t channels, int64_t inner) {
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t c = 0; c < channels; c++) {
+            int64_t at = (o * channels + c) * inner;
+            fn(x + at, (const char *)table + c * 256 * size, size, (char *)y + at * size, inner);
+        }
+}
+
 EXPORT int onyx_lookup_range(const void *p, int64_t begin, int64_t end) {
     const lookup_task *t = p;
     if (t->size != 1 && t->size != 2 && t->size != 4 && t->size != 8) return ONYX_INVALID; /* (checks.h) */

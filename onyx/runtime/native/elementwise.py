@@ -121,10 +121,45 @@ def lookup8(x: np.ndarray, table: np.ndarray) -> np.ndarray | None:
     y = np.empty(x.shape, table.dtype)
     n = x.size
     ways = _ways(n, 64, _PARALLEL_ELEMENTS * 4)  # (a byte per element: 4x HardSwish's speed)
+    if ways == 1:  # the lookup itself: the pool's dispatch cost more than a small tensor's pass
+        core.lib.lookup_direct(_addr(x), _addr(table), table.itemsize, _addr(y), n)
+        return y
     cuts = _element_cuts(n, 64, ways)
     task = _LookupTask(core.lib.lookup, _addr(x), _addr(table), table.itemsize, _addr(y))
     _run(core.lib.lookup_range, task, cuts, ways)
     return y
+
+
+def lookup8_channels(x: np.ndarray, table: np.ndarray, axis: int) -> np.ndarray | None:
+    """table[c, x] for a contiguous byte tensor x whose axis ``axis`` holds the channels c and
+    a (C, 256) table of 1, 2, 4 or 8-byte items in x's bit-pattern order (int8 -1 reads entry
+    255); None without the library."""
+    if x.dtype not in BYTES or not x.flags.c_contiguous:
+        return None
+    run = lookup8_channels_setup(x.shape, table, axis)
+    return None if run is None else run(x)
+
+
+def lookup8_channels_setup(shape: tuple, table: np.ndarray, axis: int):
+    """:func:`lookup8_channels` for contiguous byte tensors of ``shape``, set up once:
+    ``run(x) -> y``; None without the library or for a table that does not fit."""
+    if core.lib is None or not 0 <= axis < len(shape):
+        return None
+    size = shape[axis]
+    if table.shape != (size, 256) or table.itemsize not in (1, 2, 4, 8):
+        return None
+    table = np.ascontiguousarray(table)
+    dtype, item, at = table.dtype, table.itemsize, _addr(table)
+    outer, inner = math.prod(shape[:axis]), math.prod(shape[axis + 1 :])
+
+    def run(x):
+        y = np.empty(shape, dtype)
+        core.lib.onyx_lookup8_channels(core.lib.lookup, _addr(x), at, item, _addr(y), outer,
+                                       size, inner)  # fmt: skip
+        return y
+
+    run.table = table  # (held: its address stays valid)
+    return run
 
 
 @functools.lru_cache(maxsize=4096)
@@ -238,6 +273,20 @@ def per_tensor_setup(quantize: bool, shape: tuple, scale, zero_point: int, byte_
     template = _QuantizeTask(None, float(scale), int(zero_point), int(np.dtype(byte_type) == np.int8),
                              None)  # fmt: skip
     y_dtype = np.dtype(byte_type) if quantize else np.dtype(np.float32)
+    if ways == 1:  # the kernel's range itself: the pool's dispatch cost more than a small pass
+        name = "onyx_quantize_range" if quantize else "onyx_dequantize_range"
+        copy, byref = _QuantizeTask.from_buffer_copy, ctypes.byref
+
+        def run(x):
+            y = np.empty(shape, y_dtype)
+            task = copy(template)
+            task.x, task.y = _addr(x), _addr(y)
+            status = getattr(core.lib, name)(byref(task), 0, n)
+            if status:
+                core.check(status, "kernel")
+            return y
+
+        return run
 
     def run(x):
         y = np.empty(shape, y_dtype)
@@ -264,3 +313,11 @@ def bind(lib, isa: int) -> None:
                  "dequantize"):  # fmt: skip
         setattr(lib, f"{name}_range", range_of(lib, name))
     lib.lookup = address(lib.onyx_lookup8_vbmi if isa & core.ISA_VBMI else lib.onyx_lookup8)
+    for name in ("onyx_quantize_range", "onyx_dequantize_range"):  # (called directly too)
+        getattr(lib, name).restype = ctypes.c_int
+        getattr(lib, name).argtypes = [_P, _I64, _I64]
+    lib.lookup_direct = lib.onyx_lookup8_vbmi if isa & core.ISA_VBMI else lib.onyx_lookup8
+    lib.lookup_direct.restype = None
+    lib.lookup_direct.argtypes = [_P, _P, _I64, _P, _I64]
+    lib.onyx_lookup8_channels.restype = None
+    lib.onyx_lookup8_channels.argtypes = [_P, _P, _P, _I64, _P, _I64, _I64, _I64]
