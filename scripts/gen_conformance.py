@@ -134,7 +134,7 @@ def main() -> None:
             names = ", ".join(f"`{n}`" for n in sorted(failures) if why.get(n) == reason)
             lines.append(f"- {names}: {reason}")
     out = ROOT / "docs" / "conformance.md"
-    out.write_text("\n".join(lines) + "\n")
+    out.write_text("\n".join(lines) + "\n" + _sections_of_other_scripts(out))
     print(
         f"node {node_pass}/{len(node_cases)}, models {model_pass}/{len(model_cases)}, "
         f"light {light_pass}/{len(light_cases)} in {elapsed:.0f} s -> {out}"
@@ -154,6 +154,21 @@ def light_case(case):
     ]
     expected = onyx.load_tensor(path / f"light_{case.model_name}_output_0.pb")
     return dataclasses.replace(case, model=model, data_sets=[(inputs, [expected])])
+
+
+OWN_SECTIONS = ("## Per operator (node suite)", "## Failing cases")
+
+
+def _sections_of_other_scripts(doc: Path) -> str:
+    """The document's sections after this script's own (scripts/zoo/collect.py writes the
+    exporter zoo's), kept as they are."""
+    if not doc.exists():
+        return ""
+    text = doc.read_text().splitlines(keepends=True)
+    for i, line in enumerate(text):
+        if line.startswith("## ") and line.rstrip() not in OWN_SECTIONS:
+            return "\n" + "".join(text[i:])
+    return ""
 
 
 def known_failure_reasons() -> dict[str, str]:
