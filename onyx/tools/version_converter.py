@@ -130,6 +130,16 @@ class _Edit:
             self.g.insert_before(self.node, new)
         return list(new.outputs)
 
+    def one(self, op: str, inputs, attrs=None) -> Value:
+        """A helper node with one output; returns that output."""
+        return self.add(op, inputs, attrs)[0]
+
+    def need(self, opset: int, what: str) -> None:
+        """Refuse (naming the node) when the target opset is below ``opset``."""
+        if self.target < opset:
+            raise _err(self.node, f"{what} needs opset {opset} or later once expanded "
+                       f"(target {self.target})")  # fmt: skip
+
     def const(self, array) -> Value:
         arr = np.asarray(array)
         (v,) = self.add("Constant", [], {"value": Tensor(arr)})
@@ -772,13 +782,15 @@ class _Converter:
         _drop_defaults(n, s, t)
         problem = _mismatch(n, t)
         if problem:
-            if fn is None and dst < src and s.functions:
+            if fn is None and dst < src and (s.functions or _has_expansion(n.op_type)):
                 self.expand(g, n, s, src, depth)
                 return
             raise _err(n, f"{problem} at opset {dst} ({n.op_type}-{t.since_version})")
 
     def expand(self, g: Graph, n: Node, s, src: int, depth: int) -> None:
         """Replace the node by its standard function body, converted in turn."""
+        from .version_bodies import EXPANSIONS
+
         body = s.function_for(src)
         if body is None and n.op_type in EXPANSIONS and depth <= 8:
             made = EXPANSIONS[n.op_type](_Edit(g, n, self.target))
@@ -828,96 +840,10 @@ class _Converter:
                 self.node(g, new, body_src, depth + 1)
 
 
-# -- ops whose standard body depends on the node: written out here (opset 13 forms) ---------
+def _has_expansion(op: str) -> bool:
+    from .version_bodies import EXPANSIONS
 
-
-def _typed_const(edit: _Edit, value: float, like: Value) -> Value:
-    dt = like.dtype or DataType.FLOAT
-    return edit.const(np.array(value, _np(dt)))
-
-
-def _norm_axes(edit: _Edit, axis: int) -> list[int]:
-    rank = _rank(edit.node.inputs[0])
-    if rank is None:
-        raise _err(edit.node, "expanding it needs the input's rank")
-    axis = axis + rank if axis < 0 else axis
-    return list(range(axis, rank))
-
-
-def _expand_layernorm(edit: _Edit) -> list[Node]:
-    n = edit.node
-    x, scale = n.inputs[0], n.inputs[1]
-    bias = n.inputs[2] if len(n.inputs) > 2 else None
-    axes = _norm_axes(edit, n.attr("axis", -1))
-    before = len(edit.g)
-    (mean,) = edit.add("ReduceMean", [x], {"axes": axes, "keepdims": 1})
-    (d,) = edit.add("Sub", [x, mean])
-    (sq,) = edit.add("Mul", [d, d])
-    (var,) = edit.add("ReduceMean", [sq], {"axes": axes, "keepdims": 1})
-    (ve,) = edit.add("Add", [var, _typed_const(edit, n.attr("epsilon", 1e-5), x)])
-    (std,) = edit.add("Sqrt", [ve])
-    (inv,) = edit.add("Reciprocal", [std])
-    (normed,) = edit.add("Mul", [d, inv])
-    (y,) = edit.add("Mul", [normed, scale])
-    if bias is not None:
-        (y,) = edit.add("Add", [y, bias])
-    return _finish(edit, before, [y, mean, inv])
-
-
-def _expand_rmsnorm(edit: _Edit) -> list[Node]:
-    n = edit.node
-    x, scale = n.inputs[0], n.inputs[1]
-    axes = _norm_axes(edit, n.attr("axis", -1))
-    before = len(edit.g)
-    (sq,) = edit.add("Mul", [x, x])
-    (ms,) = edit.add("ReduceMean", [sq], {"axes": axes, "keepdims": 1})
-    (me,) = edit.add("Add", [ms, _typed_const(edit, n.attr("epsilon", 1e-5), x)])
-    (rms,) = edit.add("Sqrt", [me])
-    (normed,) = edit.add("Div", [x, rms])
-    (y,) = edit.add("Mul", [normed, scale])
-    return _finish(edit, before, [y])
-
-
-def _expand_gelu(edit: _Edit) -> list[Node]:
-    n = edit.node
-    x = n.inputs[0]
-    before = len(edit.g)
-    (half,) = edit.add("Mul", [x, _typed_const(edit, 0.5, x)])
-    if n.attr("approximate", "none") == "tanh":
-        (x2,) = edit.add("Mul", [x, x])
-        (x3,) = edit.add("Mul", [x2, x])
-        (c3,) = edit.add("Mul", [x3, _typed_const(edit, 0.044715, x)])
-        (inner,) = edit.add("Add", [x, c3])
-        (scaled,) = edit.add("Mul", [inner, _typed_const(edit, float(np.sqrt(2 / np.pi)), x)])
-        (t,) = edit.add("Tanh", [scaled])
-    else:
-        (scaled,) = edit.add("Div", [x, _typed_const(edit, float(np.sqrt(2.0)), x)])
-        (t,) = edit.add("Erf", [scaled])
-    (one,) = edit.add("Add", [t, _typed_const(edit, 1.0, x)])
-    (y,) = edit.add("Mul", [half, one])
-    return _finish(edit, before, [y])
-
-
-def _finish(edit: _Edit, before: int, produced: list[Value]) -> list[Node]:
-    g, n = edit.g, edit.node
-    start = g.nodes.index(n) - (len(g) - before)
-    made = list(g.nodes[start : g.nodes.index(n)])
-    for out, new in zip(n.outputs, produced):
-        if not out.name:
-            continue
-        new.type = new.type or out.type
-        out.replace_all_uses_with(new)
-        g.outputs = [new if v is out else v for v in g.outputs]
-        new.name = out.name
-    g.remove(n, safe=False)
-    return made
-
-
-EXPANSIONS: dict[str, Callable[[_Edit], list[Node]]] = {
-    "LayerNormalization": _expand_layernorm,
-    "RMSNormalization": _expand_rmsnorm,
-    "Gelu": _expand_gelu,
-}
+    return op in EXPANSIONS
 
 
 def _drop_defaults(n: Node, s, t) -> None:

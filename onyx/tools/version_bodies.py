@@ -1,0 +1,514 @@
+"""Function bodies the standard builds per node (its "context-dependent" functions), written
+out for the version converter: LayerNormalization, RMSNormalization, Gelu, Attention,
+NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss.
+
+Each expansion emits opset-13 forms of ordinary operators before the node, hands the node's
+outputs to them and removes the node; the converter then converts those nodes to the target
+like any other (so an Unsqueeze gets its attribute form below 13, a Softmax its 2-D
+coercion). Where a step needs an operator the target lacks and no exact replacement exists,
+the expansion refuses up front with an error naming the original node.
+
+Half-precision inputs of Attention and the losses are computed in float32 and cast back, as
+onyx's kernels (and onnxruntime's) do, so the expansion gives the kernel's numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from ..ir import DataType, Node, TensorType, Value
+from .version_converter import _dims, _Edit, _err, _np, _rank
+
+_HALF = (DataType.FLOAT16, DataType.BFLOAT16)
+
+
+def _typed_const(edit: _Edit, value: float, like: Value | DataType) -> Value:
+    dt = like if isinstance(like, DataType) else (like.dtype or DataType.FLOAT)
+    return edit.const(np.array(value, _np(dt)))
+
+
+def _ints(values) -> np.ndarray:
+    return np.array(values, np.int64)
+
+
+def _with_rank(v: Value, dtype: DataType, rank: int) -> Value:
+    """Give a made value a type of known rank (adapters below 13 need the rank)."""
+    v.type = TensorType(dtype, (None,) * rank)
+    return v
+
+
+def _finish(edit: _Edit, before: int, produced: list[Value | None]) -> list[Node]:
+    """Hand the node's outputs to ``produced`` (made by the expansion) and remove the node."""
+    g, n = edit.g, edit.node
+    start = g.nodes.index(n) - (len(g) - before)
+    made = list(g.nodes[start : g.nodes.index(n)])
+    for out, new in zip(n.outputs, produced):
+        if not out.name or new is None:
+            continue
+        new.type = new.type or out.type
+        out.replace_all_uses_with(new)
+        g.outputs = [new if v is out else v for v in g.outputs]
+        new.name = out.name
+    g.remove(n, safe=False)
+    return made
+
+
+def _shape_part(edit: _Edit, x: Value, start: int, end: int) -> Value:
+    """Shape(x)[start:end] as a 1-D int64 tensor (Slice of Shape: every opset has it)."""
+    shape = edit.one("Shape", [x])
+    return edit.one("Slice", [shape, edit.const(_ints([start])), edit.const(_ints([end]))])
+
+
+# -- normalizations and Gelu ------------------------------------------------------------------
+
+
+def _norm_axes(edit: _Edit, axis: int) -> list[int]:
+    rank = _rank(edit.node.inputs[0])
+    if rank is None:
+        raise _err(edit.node, "expanding it needs the input's rank")
+    axis = axis + rank if axis < 0 else axis
+    return list(range(axis, rank))
+
+
+def _expand_layernorm(edit: _Edit) -> list[Node]:
+    n = edit.node
+    x, scale = n.inputs[0], n.inputs[1]
+    bias = n.inputs[2] if len(n.inputs) > 2 else None
+    axes = _norm_axes(edit, n.attr("axis", -1))
+    before = len(edit.g)
+    mean = edit.one("ReduceMean", [x], {"axes": axes, "keepdims": 1})
+    d = edit.one("Sub", [x, mean])
+    sq = edit.one("Mul", [d, d])
+    var = edit.one("ReduceMean", [sq], {"axes": axes, "keepdims": 1})
+    ve = edit.one("Add", [var, _typed_const(edit, n.attr("epsilon", 1e-5), x)])
+    std = edit.one("Sqrt", [ve])
+    inv = edit.one("Reciprocal", [std])
+    normed = edit.one("Mul", [d, inv])
+    y = edit.one("Mul", [normed, scale])
+    if bias is not None:
+        y = edit.one("Add", [y, bias])
+    return _finish(edit, before, [y, mean, inv])
+
+
+def _expand_rmsnorm(edit: _Edit) -> list[Node]:
+    n = edit.node
+    x, scale = n.inputs[0], n.inputs[1]
+    axes = _norm_axes(edit, n.attr("axis", -1))
+    before = len(edit.g)
+    sq = edit.one("Mul", [x, x])
+    ms = edit.one("ReduceMean", [sq], {"axes": axes, "keepdims": 1})
+    me = edit.one("Add", [ms, _typed_const(edit, n.attr("epsilon", 1e-5), x)])
+    rms = edit.one("Sqrt", [me])
+    normed = edit.one("Div", [x, rms])
+    y = edit.one("Mul", [normed, scale])
+    return _finish(edit, before, [y])
+
+
+def _expand_gelu(edit: _Edit) -> list[Node]:
+    n = edit.node
+    x = n.inputs[0]
+    before = len(edit.g)
+    half = edit.one("Mul", [x, _typed_const(edit, 0.5, x)])
+    if n.attr("approximate", "none") == "tanh":
+        x2 = edit.one("Mul", [x, x])
+        x3 = edit.one("Mul", [x2, x])
+        c3 = edit.one("Mul", [x3, _typed_const(edit, 0.044715, x)])
+        inner = edit.one("Add", [x, c3])
+        scaled = edit.one("Mul", [inner, _typed_const(edit, float(np.sqrt(2 / np.pi)), x)])
+        t = edit.one("Tanh", [scaled])
+    else:
+        scaled = edit.one("Div", [x, _typed_const(edit, float(np.sqrt(2.0)), x)])
+        t = edit.one("Erf", [scaled])
+    one = edit.one("Add", [t, _typed_const(edit, 1.0, x)])
+    y = edit.one("Mul", [half, one])
+    return _finish(edit, before, [y])
+
+
+# -- losses -----------------------------------------------------------------------------------
+
+
+def _compute_type(edit: _Edit, x: Value) -> DataType:
+    dt = x.dtype
+    if dt is None:
+        raise _err(edit.node, "expanding it needs the input's element type")
+    return DataType.DOUBLE if dt == DataType.DOUBLE else DataType.FLOAT
+
+
+def _pick_class(edit: _Edit, x: Value, target: Value) -> Value:
+    """x[n, target[n, 1, d...], d...] as [N, 1, d...]: GatherElements from 11; before, a
+    Gather from the flattened input when its shape is static, else (from 9) a one-hot
+    selection summed over the classes (adding zeros: exact)."""
+    if edit.target >= 11:
+        return edit.one("GatherElements", [x, target], {"axis": 1})
+    dims = _dims(edit.node.inputs[0])
+    if dims is None or not all(isinstance(d, int) for d in dims):
+        edit.need(9, "an input of unknown shape (a OneHot)")
+        depth = _shape_part(edit, x, 1, 2)
+        labels = edit.one("Cast", [edit.one("Squeeze", [target, edit.const(_ints([1]))])],
+                          {"to": int(DataType.INT64)})  # fmt: skip
+        # int64 one-hot values, then a Cast: onnxruntime has no OneHot with bool values
+        hot = edit.one("OneHot", [labels, depth, edit.const(_ints([0, 1]))], {"axis": 1})
+        hot = edit.one("Cast", [hot], {"to": int(DataType.BOOL)})
+        chosen = edit.one("Where", [hot, x, _typed_const(edit, 0.0, x.dtype)])
+        return edit.one("ReduceSum", [chosen, edit.const(_ints([1]))], {"keepdims": 1})
+    n, c, rest = dims[0], dims[1], list(dims[2:])
+    inner = int(np.prod(rest, dtype=np.int64))
+    base = np.arange(n)[:, None] * (c * inner) + np.arange(inner)[None, :]
+    base = base.reshape([n, 1, *rest]).astype(np.int64)
+    t64 = edit.one("Cast", [target], {"to": int(DataType.INT64)})
+    offset = edit.one("Add", [edit.const(base), edit.one("Mul", [t64, edit.const(_ints(inner))])])
+    flat = edit.one("Reshape", [x, edit.const(_ints([-1]))])
+    return edit.one("Gather", [flat, offset], {"axis": 0})
+
+
+def _nll_body(edit: _Edit, log_prob: Value, target: Value, weight, ignore, reduction) -> Value:
+    """The negative log-likelihood loss of ``log_prob`` (compute type) as a value."""
+    ct = log_prob.dtype
+    if ignore is not None:
+        edit.need(9, "ignore_index (a Where)")
+    if reduction not in ("none", "sum", "mean"):
+        raise _err(edit.node, f"unknown reduction {reduction!r}")
+    axis1 = edit.const(_ints([1]))
+    t1 = edit.one("Unsqueeze", [target, axis1])
+    ignored = None
+    if ignore is not None:
+        tdt = target.dtype or DataType.INT64
+        ignored = edit.one("Equal", [t1, edit.const(np.array(ignore, _np(tdt)))])
+        t1 = edit.one("Where", [ignored, edit.const(np.array(0, _np(tdt))), t1])
+    picked = _pick_class(edit, log_prob, t1)
+    if ignored is not None:
+        picked = edit.one("Where", [ignored, _typed_const(edit, 0.0, ct), picked])
+    loss = edit.one("Squeeze", [edit.one("Neg", [picked]), axis1])
+    w = None
+    if weight is not None:
+        w = edit.one("Gather", [weight, edit.one("Squeeze", [t1, axis1])], {"axis": 0})
+        if weight.dtype is not None and weight.dtype != ct:
+            w = edit.one("Cast", [w], {"to": int(ct)})
+    if ignored is not None:
+        keep = w if w is not None else _typed_const(edit, 1.0, ct)
+        w = edit.one("Where", [edit.one("Squeeze", [ignored, axis1]),
+                               _typed_const(edit, 0.0, ct), keep])  # fmt: skip
+    if w is not None:
+        loss = edit.one("Mul", [loss, w])
+    if reduction == "none":
+        return loss
+    total = edit.one("ReduceSum", [loss], {"keepdims": 0})
+    if reduction == "sum":
+        return total
+    if w is None:
+        return edit.one("ReduceMean", [loss], {"keepdims": 0})
+    return edit.one("Div", [total, edit.one("ReduceSum", [w], {"keepdims": 0})])
+
+
+def _loss_inputs(edit: _Edit):
+    n = edit.node
+    ins = list(n.inputs) + [None] * (3 - len(n.inputs))
+    x, target, weight = ins[:3]
+    ct = _compute_type(edit, x)
+    if x.dtype != ct:
+        x = edit.one("Cast", [x], {"to": int(ct)})
+    rank = _rank(n.inputs[0])
+    if rank is None:
+        raise _err(n, "expanding it needs the input's rank")
+    _with_rank(x, ct, rank)
+    return x, target, weight, ct
+
+
+def _back(edit: _Edit, v: Value, like: Value) -> Value:
+    """``v`` cast back to the element type of ``like`` where the body computed wider."""
+    if like.dtype is not None and v.dtype != like.dtype:
+        return edit.one("Cast", [v], {"to": int(like.dtype)})
+    return v
+
+
+def _expand_nll(edit: _Edit) -> list[Node]:
+    n = edit.node
+    before = len(edit.g)
+    x, target, weight, ct = _loss_inputs(edit)
+    loss = _nll_body(edit, x, target, weight, n.attr("ignore_index"), n.attr("reduction", "mean"))
+    loss.type = TensorType(ct)
+    return _finish(edit, before, [_back(edit, loss, n.inputs[0])])
+
+
+def _expand_sce(edit: _Edit) -> list[Node]:
+    n = edit.node
+    before = len(edit.g)
+    x, target, weight, ct = _loss_inputs(edit)
+    log_prob = _with_rank(edit.one("LogSoftmax", [x], {"axis": 1}), ct, _rank(x))
+    loss = _nll_body(
+        edit, log_prob, target, weight, n.attr("ignore_index"), n.attr("reduction", "mean")
+    )
+    loss.type = TensorType(ct)
+    outs = [_back(edit, loss, n.inputs[0])]
+    if len(n.outputs) > 1 and n.outputs[1].name:
+        outs.append(_back(edit, log_prob, n.inputs[0]))
+    return _finish(edit, before, outs)
+
+
+# -- Attention --------------------------------------------------------------------------------
+
+
+def _heads(edit: _Edit, x: Value, count: str) -> tuple[Value, list]:
+    """[B, S, H*D] -> [B, H, S, D] (3-D input; 4-D passes), with the static dims known."""
+    n = edit.node
+    dims = _dims(x)
+    if dims is None or len(dims) not in (3, 4):
+        raise _err(n, f"expanding it needs the rank (3 or 4) of input {x.name!r}")
+    if len(dims) == 4:
+        return x, list(dims)
+    h = n.attr(count)
+    if h is None:
+        raise _err(n, f"3-D inputs need the {count} attribute")
+    r = edit.one("Reshape", [x, edit.const(_ints([0, 0, h, -1]))])
+    hidden = dims[2]
+    size = hidden // h if isinstance(hidden, int) else None
+    return edit.one("Transpose", [r], {"perm": [0, 2, 1, 3]}), [dims[0], h, dims[1], size]
+
+
+def _positions(edit: _Edit, length, x: Value, axis: int) -> Value | np.ndarray:
+    """0..length-1 (int64): a constant when static, else a Range over x's dim ``axis``."""
+    if isinstance(length, int):
+        return np.arange(length, dtype=np.int64)
+    edit.need(11, "a dynamic sequence length (a Range)")
+    size = edit.one("Squeeze", [_shape_part(edit, x, axis, axis + 1), edit.const(_ints([0]))])
+    return edit.one("Range", [edit.const(np.array(0, np.int64)), size,
+                              edit.const(np.array(1, np.int64))])  # fmt: skip
+
+
+def _reshape_pos(edit: _Edit, pos, shape: list[int]):
+    if isinstance(pos, np.ndarray):
+        return pos.reshape(shape)
+    return edit.one("Reshape", [pos, edit.const(_ints(shape))])
+
+
+class _Allowed:
+    """A boolean mask built from constants while it can be (numpy), from nodes after."""
+
+    def __init__(self, edit: _Edit):
+        self.edit, self.value = edit, None
+
+    def op(self, op: str, a, b):
+        if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+            return {"Less": np.less, "Greater": np.greater, "Add": np.add, "Sub": np.subtract,
+                    "And": np.logical_and}[op](a, b)  # fmt: skip
+        self.edit.need(9, "a causal, windowed or padded-key mask on dynamic positions")
+        a = self.edit.const(a) if isinstance(a, np.ndarray) else a
+        b = self.edit.const(b) if isinstance(b, np.ndarray) else b
+        return self.edit.one(op, [a, b])
+
+    def add(self, cond) -> None:
+        self.value = cond if self.value is None else self.op("And", self.value, cond)
+
+    def not_greater(self, a, b) -> None:  # a <= b
+        g = self.op("Greater", a, b)
+        self.add(~g if isinstance(g, np.ndarray) else self.edit.one("Not", [g]))
+
+    def not_less(self, a, b) -> None:  # a >= b
+        lt = self.op("Less", a, b)
+        self.add(~lt if isinstance(lt, np.ndarray) else self.edit.one("Not", [lt]))
+
+
+def _structural_bias(edit: _Edit, q_len, total, k_all: Value, q: Value, past, nonpad, ct):
+    """-inf where the causal frontier, the sliding window or the key padding forbids a key:
+    a [1 or B, 1, q, total] bias (None when nothing is forbidden)."""
+    n = edit.node
+    causal = bool(n.attr("is_causal", 0))
+    left, right = n.attr("left_window_size", -1), n.attr("right_window_size", -1)
+    if not (causal or left >= 0 or right >= 0 or nonpad is not None):
+        return None
+    i = _reshape_pos(edit, _positions(edit, q_len, q, 2), [-1, 1])
+    j = _reshape_pos(edit, _positions(edit, total, k_all, 2), [1, -1])
+    allowed = _Allowed(edit)
+    valid = None
+    if nonpad is not None:
+        valid = edit.one("Cast", [nonpad], {"to": int(DataType.INT64)})
+        valid = _reshape_pos(edit, valid, [-1, 1, 1, 1])
+    if past is not None or nonpad is None:  # the query block follows the cached keys
+        past_len = (_dims(past) or [None] * 3)[2] if past is not None else 0
+        if not isinstance(past_len, int):
+            past_len = _shape_part(edit, past, 2, 3)
+        else:
+            past_len = np.array(past_len, np.int64)
+        pos = allowed.op("Add", i, past_len)
+    else:  # an external cache: the nonpad_kv_seqlen valid keys end at the last query
+        q_count = np.array(q_len, np.int64) if isinstance(q_len, int) else None
+        start = allowed.op("Sub", valid, q_count if q_count is not None
+                            else _shape_part(edit, q, 2, 3))  # fmt: skip
+        pos = allowed.op("Add", i, start)
+    if causal:
+        allowed.not_greater(j, pos)
+    if left >= 0:
+        allowed.not_less(j, allowed.op("Sub", pos, np.array(left, np.int64)))
+    if right >= 0:
+        allowed.not_greater(j, allowed.op("Add", pos, np.array(right, np.int64)))
+    if valid is not None:
+        allowed.add(allowed.op("Less", j, valid))
+    value = allowed.value
+    if isinstance(value, np.ndarray):
+        bias = np.where(value, 0.0, -np.inf).astype(_np(ct))
+        return edit.const(bias.reshape((1,) * (4 - bias.ndim) + bias.shape))
+    zero, ninf = _typed_const(edit, 0.0, ct), _typed_const(edit, -np.inf, ct)
+    return edit.one("Where", [value, zero, ninf])
+
+
+def _mask_bias(edit: _Edit, mask: Value, total, k_all: Value, ct: DataType) -> Value:
+    """attn_mask as an additive bias in the compute type, padded with -inf to the key count
+    when shorter (opset 24's rule; onyx's kernel applies it at 23 too)."""
+    if mask.dtype == DataType.BOOL:
+        edit.need(9, "a boolean attn_mask (a Where)")
+        zero, ninf = _typed_const(edit, 0.0, ct), _typed_const(edit, -np.inf, ct)
+        bias = edit.one("Where", [mask, zero, ninf])
+    elif mask.dtype is None:
+        raise _err(edit.node, "expanding it needs attn_mask's element type")
+    elif mask.dtype != ct:
+        bias = edit.one("Cast", [mask], {"to": int(ct)})
+    else:
+        bias = mask
+    dims = _dims(mask)
+    if dims is None:
+        raise _err(edit.node, "expanding it needs attn_mask's rank")
+    last = dims[-1]
+    if isinstance(last, int) and isinstance(total, int):
+        if last >= total:
+            return bias
+        pads = _ints([0] * (2 * len(dims) - 1) + [total - last])
+        return edit.one("Pad", [bias, edit.const(pads), _typed_const(edit, -np.inf, ct)])
+    if last is not None and last == total:
+        return bias
+    edit.need(11, "an attn_mask of unknown length (a computed Pad)")
+    keys = _shape_part(edit, k_all, 2, 3)
+    short = edit.one("Sub", [keys, _shape_part(edit, mask, len(dims) - 1, len(dims))])
+    pads = edit.one("Concat", [edit.const(_ints([0] * (2 * len(dims) - 1))), short], {"axis": 0})
+    return edit.one("Pad", [bias, pads, _typed_const(edit, -np.inf, ct)])
+
+
+def _repeat_heads(edit: _Edit, x: Value, dims: list, q_heads: int) -> Value:
+    """[B, Hkv, T, D] -> [B, Hq, T, D], each kv head serving Hq/Hkv query heads in turn."""
+    group = q_heads // dims[1]
+    u = edit.one("Unsqueeze", [x, edit.const(_ints([2]))])
+    rep = edit.one("Concat", [u] * group, {"axis": 2})
+    if isinstance(dims[3], int):
+        shape = edit.const(_ints([0, q_heads, -1, dims[3]]))
+    else:
+        shape = edit.one("Concat", [edit.const(_ints([0, q_heads, -1])),
+                                    _shape_part(edit, x, 3, 4)], {"axis": 0})  # fmt: skip
+    return edit.one("Reshape", [rep, shape])
+
+
+def _cast(edit: _Edit, v: Value, dt: DataType) -> Value:
+    return v if v.dtype == dt else edit.one("Cast", [v], {"to": int(dt)})
+
+
+def _expand_attention(edit: _Edit) -> list[Node]:
+    n = edit.node
+    ins = list(n.inputs) + [None] * (7 - len(n.inputs))
+    Q, K, V, mask, past_k, past_v, nonpad = ins[:7]
+    if Q.dtype is None:
+        raise _err(n, "expanding it needs Q's element type")
+    ct = DataType.DOUBLE if Q.dtype == DataType.DOUBLE else DataType.FLOAT
+    before = len(edit.g)
+    q, qd = _heads(edit, Q, "q_num_heads")
+    k, kd = _heads(edit, K, "kv_num_heads")
+    v, vd = _heads(edit, V, "kv_num_heads")
+    for a, b in ((Q, q), (K, k), (V, v)):
+        if b is not a:
+            b.type = TensorType(a.dtype, (None,) * 4)
+    total = kd[2]
+    if past_k is not None:
+        pk = _dims(past_k)
+        total = pk[2] + kd[2] if pk and isinstance(pk[2], int) and isinstance(kd[2], int) else None
+        k = edit.one("Concat", [past_k, _cast(edit, k, past_k.dtype or K.dtype)], {"axis": 2})
+        v = edit.one("Concat", [past_v, _cast(edit, v, past_v.dtype or V.dtype)], {"axis": 2})
+    present_k = k if k is not K else edit.one("Identity", [k])
+    present_v = v if v is not V else edit.one("Identity", [v])
+    k_all = k
+    q, k, v = _cast(edit, q, ct), _cast(edit, k, ct), _cast(edit, v, ct)
+    q_heads, kv_heads = qd[1], kd[1]
+    if not (isinstance(q_heads, int) and isinstance(kv_heads, int)):
+        raise _err(n, "expanding it needs the head counts (static dim 1 of 4-D inputs)")
+    if q_heads != kv_heads:
+        if q_heads % kv_heads:
+            raise _err(n, f"{q_heads} query heads do not group over {kv_heads} kv heads")
+        k = _repeat_heads(edit, k, [kd[0], kv_heads, total, kd[3]], q_heads)
+        v = _repeat_heads(edit, v, [vd[0], kv_heads, total, vd[3]], q_heads)
+    # Q and K are each scaled by sqrt(scale) before their product, as the standard's body does
+    scale = n.attr("scale")
+    if scale is None and isinstance(qd[3], int):
+        scale = 1 / np.sqrt(qd[3])
+    if scale is not None:
+        root = _typed_const(edit, float(np.sqrt(scale)), ct)
+    else:
+        size = edit.one("Cast", [_shape_part(edit, q, 3, 4)], {"to": int(ct)})
+        root = edit.one("Sqrt", [edit.one("Reciprocal", [edit.one("Sqrt", [size])])])
+    kt = edit.one("Transpose", [k], {"perm": [0, 1, 3, 2]})
+    qk = edit.one("MatMul", [edit.one("Mul", [q, root]), edit.one("Mul", [kt, root])])
+    stages = [qk]
+    softcap = n.attr("softcap", 0.0)
+    if softcap > 0:
+        cap = _typed_const(edit, softcap, ct)
+        qk = edit.one("Mul", [edit.one("Tanh", [edit.one("Div", [qk, cap])]), cap])
+    stages.append(qk)
+    biases = []
+    if mask is not None:
+        biases.append(_mask_bias(edit, mask, total, k_all, ct))
+    structural = _structural_bias(edit, qd[2], total, k_all, q, past_k, nonpad, ct)
+    if structural is not None:
+        biases.append(structural)
+    bias = biases[0] if biases else None
+    for more in biases[1:]:
+        bias = edit.one("Add", [bias, more])
+    scores = edit.one("Add", [qk, bias]) if bias is not None else qk
+    stages.append(scores)
+    probs = _softmax(edit, scores, ct)
+    if _may_mask_whole_rows(mask, structural):
+        edit.need(9, "zeroing fully masked rows (a Where)")
+        rank = _rank(bias) if bias.type is not None else None
+        rank = rank if rank is not None else (4 if structural is not None else _rank(mask))
+        top = edit.one("ReduceMax", [bias], {"axes": [rank - 1], "keepdims": 1})
+        lowest = _typed_const(edit, float(np.finfo(_np(ct)).min), ct)
+        dead = edit.one("Less", [top, lowest])  # (only -inf is below the lowest finite)
+        probs = edit.one("Where", [dead, _typed_const(edit, 0.0, ct), probs])
+    stages.append(probs)
+    y = edit.one("MatMul", [probs, v])
+    if _rank(Q) == 3:
+        y = edit.one("Transpose", [y], {"perm": [0, 2, 1, 3]})
+        y = edit.one("Reshape", [y, edit.const(_ints([0, 0, -1]))])
+    y = _cast(edit, y, Q.dtype)
+    extra = _cast(edit, stages[n.attr("qk_matmul_output_mode", 0)], Q.dtype)
+    return _finish(edit, before, [y, present_k, present_v, extra])
+
+
+def _may_mask_whole_rows(mask: Value | None, structural: Value | None) -> bool:
+    if mask is not None:
+        return True
+    if structural is None:
+        return False
+    const = structural.producer.attributes.get("value") if structural.producer else None
+    if structural.producer.op_type != "Constant" or const is None:
+        return True
+    return bool(np.isneginf(const.value.numpy()).all(axis=-1).any())
+
+
+def _softmax(edit: _Edit, scores: Value, ct: DataType) -> Value:
+    """Softmax over the keys; ``softmax_precision`` rounds the scores and the probabilities to
+    that type (as onyx's kernel does) when it differs from the compute type."""
+    precision = edit.node.attr("softmax_precision")
+    if precision is not None and DataType(precision) != ct:
+        to = {"to": int(precision)}
+        scores = edit.one("Cast", [edit.one("Cast", [scores], to)], {"to": int(ct)})
+    probs = edit.one("Softmax", [_with_rank(scores, ct, 4)], {"axis": -1})
+    if precision is not None and DataType(precision) != ct:
+        probs = edit.one("Cast", [edit.one("Cast", [probs], to)], {"to": int(ct)})
+    return probs
+
+
+EXPANSIONS: dict[str, Callable[[_Edit], list[Node]]] = {
+    "LayerNormalization": _expand_layernorm,
+    "RMSNormalization": _expand_rmsnorm,
+    "Gelu": _expand_gelu,
+    "Attention": _expand_attention,
+    "NegativeLogLikelihoodLoss": _expand_nll,
+    "SoftmaxCrossEntropyLoss": _expand_sce,
+}
