@@ -274,11 +274,63 @@ def _split(edit: _Edit, src: int, dst: int) -> None:
         _input_to_attr(edit, "split", 1)
 
 
+def _axes_full_rank(edit: _Edit, axes, what: str) -> tuple[int, list[int]]:
+    """The input's rank and ``axes`` made non-negative (the rank must be known)."""
+    n = edit.node
+    rank = _rank(n.inputs[0])
+    if rank is None:
+        raise _err(n, f"{what} over some axes needs the input's rank before opset 18")
+    axes = [int(a) + rank if a < 0 else int(a) for a in axes]
+    if sorted(set(axes)) != sorted(axes) or not all(0 <= a < rank for a in axes):
+        raise _err(n, f"axes {axes} are not distinct axes of a rank-{rank} input")
+    return rank, axes
+
+
+def _scatter_full(edit: _Edit, base: np.ndarray, where: Value, part: Value) -> Value:
+    """``base`` with ``part`` written at the indices ``where`` (a ScatterElements, from 11)."""
+    if edit.target < 11:
+        raise _err(edit.node, "computed values over some axes have no form before opset 11")
+    return edit.one("ScatterElements", [edit.const(base), where, part], {"axis": 0})
+
+
+def _begin_end_indices(edit: _Edit, axes: Value, rank: int) -> Value:
+    """[axes, axes + rank] with negative axes counted from the end (computed axes)."""
+    r = edit.const(np.array(rank, np.int64))
+    wrapped = edit.one("Where", [edit.one("Less", [axes, edit.const(np.array(0, np.int64))]),
+                                 edit.one("Add", [axes, r]), axes])  # fmt: skip
+    return edit.one("Concat", [wrapped, edit.one("Add", [wrapped, r])], {"axis": 0})
+
+
+def _pads_full_rank(edit: _Edit) -> None:
+    """Pad-18's ``axes`` input folded into full-rank pads (zeros on the other axes)."""
+    n = edit.node
+    axes, pads = _const_array(n.inputs[3]), _const_array(n.inputs[1])
+    rank = _rank(n.inputs[0])
+    if axes is not None and pads is not None:
+        rank, axes = _axes_full_rank(edit, axes.reshape(-1), "padding")
+        full = np.zeros(2 * rank, np.int64)
+        for i, a in enumerate(axes):
+            full[a], full[a + rank] = pads[i], pads[i + len(axes)]
+        n.set_input(1, edit.const(full))
+    elif rank is None:
+        raise _err(n, "padding over some axes needs the input's rank before opset 18")
+    else:  # computed pads or axes: scattered into zeros at run time
+        where = _begin_end_indices(edit, n.inputs[3], rank)
+        pads = n.inputs[1]
+        if pads.dtype not in (None, DataType.INT64):
+            pads = edit.one("Cast", [pads], {"to": int(DataType.INT64)})
+        n.set_input(1, _scatter_full(edit, np.zeros(2 * rank, np.int64), where, pads))
+    n.set_input(3, None)
+    _trim(n)
+
+
 @adapter("Pad")
 def _pad(edit: _Edit, src: int, dst: int) -> None:
     n = edit.node
     if n.attr("mode", "constant") == "wrap" and dst < 19:
         raise _err(n, "mode 'wrap' exists from opset 19")
+    if dst < 18 and len(n.inputs) > 3 and n.inputs[3] is not None:
+        _pads_full_rank(edit)
     step = _crosses(src, dst, 11)
     if step > 0:
         pads = n.attributes.pop("pads" if "pads" in n.attributes else "paddings", None)
@@ -428,9 +480,65 @@ for _op in ("Softmax", "LogSoftmax", "Hardmax"):
     ADAPTERS[_op] = _softmax
 
 
+def _resize_full_rank(edit: _Edit) -> None:
+    """Resize-18's ``axes``: roi, scales or sizes given for those axes only, made full rank
+    (roi 0..1, scale 1, the input's own size on the other axes)."""
+    n = edit.node
+    rank, axes = _axes_full_rank(edit, n.attributes.pop("axes").value, "resizing")
+    ins = list(n.inputs) + [None] * (4 - len(n.inputs))
+    roi, scales, sizes = ins[1], ins[2], ins[3]
+    if roi is not None and (_const_array(roi) is None or _const_array(roi).size):
+        ins[1] = _full_roi(edit, roi, rank, axes)
+    if scales is not None and (_const_array(scales) is None or _const_array(scales).size):
+        part = _const_array(scales)
+        if part is not None:
+            full = np.ones(rank, np.float32)
+            full[axes] = part.reshape(-1)
+            ins[2] = edit.const(full)
+        else:
+            where = edit.const(np.array(axes, np.int64))
+            ins[2] = _scatter_full(edit, np.ones(rank, np.float32), where, scales)
+    if sizes is not None:
+        ins[3] = _full_sizes(edit, sizes, rank, axes)
+    _set_inputs(n, ins)
+    _trim(n)
+
+
+def _full_roi(edit: _Edit, roi: Value, rank: int, axes: list[int]) -> Value:
+    """roi starts and ends on ``axes`` spread over the whole rank (0 .. 1 elsewhere)."""
+    part = _const_array(roi)
+    dt = _np(roi.dtype or DataType.FLOAT)
+    base = np.array([0.0] * rank + [1.0] * rank, dt)
+    if part is not None:
+        part = part.reshape(-1)
+        for i, a in enumerate(axes):
+            base[a], base[a + rank] = part[i], part[i + len(axes)]
+        return edit.const(base)
+    where = edit.const(np.array(axes + [a + rank for a in axes], np.int64))
+    return _scatter_full(edit, base, where, roi)
+
+
+def _full_sizes(edit: _Edit, sizes: Value, rank: int, axes: list[int]) -> Value:
+    """Output sizes on ``axes`` spread over the input's own dims (constant when they are
+    static, else a ScatterElements into the input's Shape)."""
+    part, dims = _const_array(sizes), _dims(edit.node.inputs[0])
+    if part is not None and dims is not None:
+        full = [d for d in dims]
+        for i, a in enumerate(axes):
+            full[a] = int(part.reshape(-1)[i])
+        if all(isinstance(d, int) for d in full):
+            return edit.const(np.array(full, np.int64))
+    (shape,) = edit.add("Shape", [edit.node.inputs[0]])
+    where = edit.const(np.array(axes, np.int64))
+    (full,) = edit.add("ScatterElements", [shape, where, sizes], {"axis": 0})
+    return full
+
+
 @adapter("Resize")
 def _resize(edit: _Edit, src: int, dst: int) -> None:
     n = edit.node
+    if dst < 18 and n.attr("axes") is not None:
+        _resize_full_rank(edit)
     step = _crosses(src, dst, 11)
     if step > 0:  # Resize-10: asymmetric coordinates, nearest rounds down
         n.set_attr("coordinate_transformation_mode", "asymmetric")
