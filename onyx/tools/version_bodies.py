@@ -19,7 +19,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..ir import DataType, Node, TensorType, Value
-from .version_converter import _dims, _Edit, _err, _np, _rank
+from .version_converter import _const_array, _dims, _Edit, _err, _np, _rank
 
 _HALF = (DataType.FLOAT16, DataType.BFLOAT16)
 
@@ -504,6 +504,102 @@ def _softmax(edit: _Edit, scores: Value, ct: DataType) -> Value:
     return probs
 
 
+# -- operators newer than the target with an exact older form (not standard functions) -----
+
+
+def _expand_constant_of_shape(edit: _Edit) -> list[Node]:
+    """A Constant when the shape is constant; else Expand (from 8) or Tile (from 6) of the
+    one-element value."""
+    n = edit.node
+    a = n.attributes.get("value")
+    value = a.value.numpy().reshape(()) if a is not None else np.array(0, np.float32)
+    shape, before = _const_array(n.inputs[0]), len(edit.g)
+    if shape is not None:
+        return _finish(edit, before, [edit.const(np.full(shape.astype(np.int64), value))])
+    if edit.target >= 8:
+        return _finish(edit, before, [edit.one("Expand", [edit.const(value), n.inputs[0]])])
+    length = (_dims(n.inputs[0]) or [None])[0]
+    if not isinstance(length, int):
+        raise _err(n, "a computed shape of unknown length has no form before opset 8")
+    edit.need(6, "a computed shape (a Tile)")
+    one = edit.const(value.reshape((1,) * length))
+    return _finish(edit, before, [edit.one("Tile", [one, n.inputs[0]])])
+
+
+def _expand_expand(edit: _Edit) -> list[Node]:
+    """Expand before 8: a Tile of the input (its static shape padded to the result's rank)
+    repeating the dims of size 1 by the target shape's."""
+    n = edit.node
+    x, shape = n.inputs[0], n.inputs[1]
+    dims, length = _dims(x), (_dims(shape) or [None])[0]
+    if dims is None or not all(isinstance(d, int) for d in dims) or not isinstance(length, int):
+        raise _err(n, "before opset 8 it needs the input's static shape and the shape's length")
+    edit.need(6, "broadcasting to a computed shape (a Tile)")
+    rank = max(len(dims), length)
+    padded = [1] * (rank - len(dims)) + list(dims)
+    before = len(edit.g)
+    x = edit.one("Reshape", [x, edit.const(_ints(padded))]) if rank != len(dims) else x
+    wanted = _const_array(shape)
+    if wanted is not None:
+        full = [1] * (rank - length) + [int(w) for w in wanted.reshape(-1)]
+        reps = _ints([f if d == 1 else 1 for d, f in zip(padded, full)])
+        return _finish(edit, before, [edit.one("Tile", [x, edit.const(reps)])])
+    if rank != length:
+        shape = edit.one("Concat", [edit.const(_ints([1] * (rank - length))), shape], {"axis": 0})
+    ones = _ints([1 if d == 1 else 0 for d in padded])  # repeat by the shape where dim is 1
+    reps = edit.one("Add", [edit.one("Mul", [shape, edit.const(ones)]), edit.const(1 - ones)])
+    return _finish(edit, before, [edit.one("Tile", [x, reps])])
+
+
+def _expand_gather_elements(edit: _Edit) -> list[Node]:
+    """GatherElements before 11: a Gather from the flattened data at flat offsets computed
+    from the static shapes; a negative index picks its wrap-around correction from a table
+    (Gather again) rather than a comparison, which has no int form before 9."""
+    n = edit.node
+    data, idx = n.inputs[0], n.inputs[1]
+    dd, di = _dims(data), _dims(idx)
+    if not (dd and di and all(isinstance(d, int) for d in [*dd, *di]) and len(dd) == len(di)):
+        raise _err(n, "before opset 11 it needs the static shapes of data and indices")
+    axis = n.attr("axis", 0)
+    axis += len(dd) if axis < 0 else 0
+    strides = np.cumprod([1, *dd[::-1]])[:-1][::-1].astype(np.int64)
+    grid = np.indices(di, dtype=np.int64)
+    base = sum(grid[k] * strides[k] for k in range(len(dd)) if k != axis)
+    size, stride = dd[axis], int(strides[axis])
+    before = len(edit.g)
+    i64 = edit.one("Cast", [idx], {"to": int(DataType.INT64)})
+    table = edit.const(_ints([size * stride] * size + [0] * size))
+    wrap = edit.one("Gather", [table, edit.one("Add", [i64, edit.const(_ints(size))])])
+    scaled = edit.one("Mul", [i64, edit.const(_ints(stride))])
+    offset = edit.one("Add", [edit.one("Add", [scaled, wrap]), edit.const(np.asarray(base))])
+    flat = edit.one("Reshape", [data, edit.const(_ints([-1]))])
+    return _finish(edit, before, [edit.one("Gather", [flat, offset], {"axis": 0})])
+
+
+def _expand_trilu(edit: _Edit) -> list[Node]:
+    """Trilu before 14: a Where (from 9) choosing the input inside the triangle, zero outside;
+    the triangle compares the constant j - i of the static last two dims with k."""
+    n = edit.node
+    x = n.inputs[0]
+    dims = _dims(x)
+    if dims is None or len(dims) < 2 or not all(isinstance(d, int) for d in dims[-2:]):
+        raise _err(n, "before opset 14 it needs the static sizes of the input's last two dims")
+    edit.need(9, "Trilu's triangle (a Where)")
+    rows, cols = dims[-2:]
+    diagonal = np.arange(cols)[None, :] - np.arange(rows)[:, None]  # j - i
+    upper = bool(n.attr("upper", 1))
+    k = n.inputs[1] if len(n.inputs) > 1 else None
+    before = len(edit.g)
+    if k is None or _const_array(k) is not None:
+        kv = 0 if k is None else int(_const_array(k).reshape(-1)[0])
+        keep = edit.const(diagonal >= kv if upper else diagonal <= kv)
+    else:  # upper: j - i >= k; lower: j - i <= k
+        outside = edit.one("Less" if upper else "Greater", [edit.const(diagonal), k])
+        keep = edit.one("Not", [outside])
+    zero = edit.const(np.zeros((), _np(x.dtype or DataType.FLOAT)))
+    return _finish(edit, before, [edit.one("Where", [keep, x, zero])])
+
+
 EXPANSIONS: dict[str, Callable[[_Edit], list[Node]]] = {
     "LayerNormalization": _expand_layernorm,
     "RMSNormalization": _expand_rmsnorm,
@@ -511,4 +607,8 @@ EXPANSIONS: dict[str, Callable[[_Edit], list[Node]]] = {
     "Attention": _expand_attention,
     "NegativeLogLikelihoodLoss": _expand_nll,
     "SoftmaxCrossEntropyLoss": _expand_sce,
+    "ConstantOfShape": _expand_constant_of_shape,
+    "Expand": _expand_expand,
+    "GatherElements": _expand_gather_elements,
+    "Trilu": _expand_trilu,
 }
