@@ -126,3 +126,169 @@ def test_refusals_name_the_node():
     )
     for a, b in zip(got, want):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+# -- function bodies written out and older forms of newer operators -------------------------
+
+#: (node-suite case, targets): Attention (23-25), the losses (12/13), Pad / Resize with axes
+#: (18), ConstantOfShape (9), Expand (8), GatherElements (11), Trilu (14), each converted
+#: below its introduction; every conversion must give the case's expected outputs.
+BODY_CASES = [
+    ("test_attention_3d_gqa_with_past_and_present", [13, 19, 22]),
+    ("test_attention_4d_with_past_and_present_qk_matmul_bias_3d_mask_causal", [9, 13]),
+    ("test_attention_4d_attn_mask_bool", [9, 19]),
+    ("test_attention_4d_softcap", [7, 13]),
+    ("test_attention_4d_gqa_causal", [7]),
+    ("test_attention_3d_diff_heads_sizes_causal", [7]),
+    ("test_attention_4d_fp16", [13]),
+    ("test_attention_24_qk_matmul_output_mode3_softmax_precision", [19]),
+    ("test_attention_23_boolmask_fullymasked_row_nan_robustness", [13]),
+    ("test_attention_4d_causal_nonpad_attn_mask_composition", [13]),
+    ("test_attention_4d_gqa_causal_nonpad_decode", [19]),
+    ("test_attention_local_window_with_past", [13, 24]),
+    ("test_attention_bidirectional_window", [19]),
+    ("test_sce_NCd1d2d3_sum_weight_high_ii", [9, 11]),
+    ("test_sce_mean_weight_log_prob", [9, 11]),
+    ("test_sce_NCd1d2d3d4d5_mean_weight", [7]),
+    ("test_nllloss_NCd1d2_with_weight_reduction_mean", [7, 9, 11]),
+    ("test_nllloss_NC", [9, 11]),
+    ("test_nllloss_NCd1_ii", [9]),
+    ("test_constant_pad_axes", [11, 13, 17]),
+    ("test_constant_pad_negative_axes", [13]),
+    ("test_resize_upsample_scales_nearest_axes_3_2", [11, 13]),
+    ("test_resize_tf_crop_and_resize_axes_2_3", [11, 17]),
+    ("test_resize_upsample_sizes_nearest_axes_2_3", [11, 13]),
+    ("test_constantofshape_float_ones", [7, 8]),
+    ("test_expand_dim_changed", [7]),
+    ("test_gather_elements_negative_indices", [7, 9]),
+    ("test_gather_elements_1", [7]),
+    ("test_tril_neg", [9, 13]),
+    ("test_triu_one_row", [9]),
+]  # fmt: skip
+
+
+def _check_conversion(case, target: int) -> list[str]:
+    """Convert ``case`` to ``target``: problems found when onyx (and onnxruntime up to 23)
+    run the conversion against the case's expected outputs."""
+    ins, outs = case.data_sets[0]
+    inits = {t.name for t in case.model.graph.initializer}
+    names = [i.name for i in case.model.graph.input if i.name not in inits]
+    feeds = {k: _array(v) for k, v in zip(names, ins)}
+    want = [_array(o) for o in outs]
+    m = onyx.convert_version(onyx.loads(case.model.SerializeToString()), target)
+    assert m.opset("") == target
+    data = onyx.dumps(m)
+    problems = []
+    runners = {"onyx": lambda: onyx.InferenceSession(data).run(None, feeds)}
+    if target <= 23:
+        sess = lambda: ort.InferenceSession(data, providers=["CPUExecutionProvider"])  # noqa: E731
+        runners["onnxruntime"] = lambda: sess().run(None, feeds)
+    for who, run in runners.items():
+        got = run()
+        for g, w in zip(got, want):
+            try:
+                np.testing.assert_allclose(np.asarray(g, np.float64), np.asarray(w, np.float64),
+                                           rtol=case.rtol, atol=case.atol)  # fmt: skip
+            except AssertionError:
+                problems.append(f"{case.name} -> {target}: {who} differs")
+    return problems
+
+
+def test_bodies_and_older_forms_give_the_expected_outputs():
+    by_name = {c.name: c for c in node_cases()}
+    problems = []
+    for name, targets in BODY_CASES:
+        for target in targets:
+            problems += _check_conversion(by_name[name], target)
+    assert not problems, problems
+
+
+def test_expansions_leave_no_newer_operator():
+    by_name = {c.name: c for c in node_cases()}
+    for name, op, target in (
+        ("test_attention_4d_gqa_causal", "Attention", 13),
+        ("test_sce_mean_weight_log_prob", "SoftmaxCrossEntropyLoss", 11),
+        ("test_gather_elements_negative_indices", "GatherElements", 9),
+        ("test_tril_neg", "Trilu", 13),
+    ):
+        m = onyx.convert_version(onyx.loads(by_name[name].model.SerializeToString()), target)
+        assert op not in {n.op_type for n in m.graph}, (name, target)
+
+
+def _parse(text: str):
+    return onyx.parse_model(text)
+
+
+def test_pad_axes_up_and_down():
+    m = _parse(
+        """<ir_version: 8, opset_import: ["" : 18]>
+        g (float[2, 3, 4] x, int64[4] p) => (float[?, ?, ?] y, float[?, ?, ?] z) {
+            a = Constant <value: tensor = int64[1] {-1}> ()
+            q = Constant <value: tensor = int64[2] {1, 2}> ()
+            [const] y = Pad (x, q, , a)
+            ax = Constant <value: tensor = int64[2] {0, 2}> ()
+            [computed] z = Pad <mode: string = "edge"> (x, p, , ax)
+        }"""
+    )
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    feeds = {"x": x, "p": np.array([1, 0, 2, 1], np.int64)}
+    want = onyx.InferenceSession(onyx.dumps(m)).run(None, feeds)
+    for target in (11, 13, 17):
+        down = onyx.convert_version(m, target)
+        assert all(len(n.inputs) <= 3 for n in down.graph if n.op_type == "Pad")
+        got = ort.InferenceSession(onyx.dumps(down), providers=["CPUExecutionProvider"]).run(
+            None, feeds
+        )
+        for a, b in zip(got, want):
+            np.testing.assert_array_equal(a, b)
+        back = onyx.convert_version(down, 18)  # and up again: full-rank pads, no axes
+        for a, b in zip(onyx.InferenceSession(onyx.dumps(back)).run(None, feeds), want):
+            np.testing.assert_array_equal(a, b)
+    with pytest.raises(onyx.OnyxError, match="node 'computed' \\(Pad\\): computed values"):
+        onyx.convert_version(m, 7)  # (pads as an attribute: the computed pads have no form)
+
+
+def test_resize_axes_down_with_computed_scales():
+    m = _parse(
+        """<ir_version: 8, opset_import: ["" : 18]>
+        g (float[1, 1, 2, 3] x, float[2] s) => (float[?, ?, ?, ?] y) {
+            [r] y = Resize <axes: ints = [3, 2], mode: string = "nearest"> (x, , s)
+        }"""
+    )
+    feeds = {"x": np.arange(6, dtype=np.float32).reshape(1, 1, 2, 3),
+             "s": np.array([2.0, 3.0], np.float32)}  # fmt: skip
+    (want,) = onyx.InferenceSession(onyx.dumps(m)).run(None, feeds)
+    down = onyx.convert_version(m, 13)
+    assert "ScatterElements" in {n.op_type for n in down.graph}
+    (got,) = ort.InferenceSession(onyx.dumps(down), providers=["CPUExecutionProvider"]).run(
+        None, feeds
+    )
+    np.testing.assert_array_equal(got, want)
+    assert want.shape == (1, 1, 6, 6)
+    with pytest.raises(onyx.OnyxError, match="node 'r' \\(Resize\\)"):
+        onyx.convert_version(m, 10)
+
+
+def test_refusals_of_the_expansions_name_the_node():
+    attention = _parse(
+        """<ir_version: 10, opset_import: ["" : 23]>
+        g (float[1, 2, 3, 4] q, float[1, 2, 3, 4] k, float[1, 2, 3, 4] v, bool[3, 3] m)
+            => (float[1, 2, 3, 4] y) { [att] y = Attention (q, k, v, m) }"""
+    )
+    with pytest.raises(onyx.OnyxError, match="node 'att' \\(Attention\\): a boolean attn_mask"):
+        onyx.convert_version(attention, 7)
+    loss = _parse(
+        """<ir_version: 8, opset_import: ["" : 13]>
+        g (float[2, 3] x, int64[2] t) => (float y) {
+            [nll] y = NegativeLogLikelihoodLoss <ignore_index: int = 1> (x, t)
+        }"""
+    )
+    with pytest.raises(onyx.OnyxError, match="node 'nll' .*ignore_index"):
+        onyx.convert_version(loss, 7)
+    ok = onyx.convert_version(loss, 9)  # from 9 a Where zeroes the ignored entries
+    feeds = {"x": np.log(np.full((2, 3), 1 / 3, np.float32)), "t": np.array([1, 2], np.int64)}
+    (want,) = onyx.InferenceSession(onyx.dumps(loss)).run(None, feeds)
+    (got,) = ort.InferenceSession(onyx.dumps(ok), providers=["CPUExecutionProvider"]).run(
+        None, feeds
+    )
+    np.testing.assert_allclose(got, want, rtol=1e-6)

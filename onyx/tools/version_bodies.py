@@ -52,7 +52,11 @@ def _finish(edit: _Edit, before: int, produced: list[Value | None]) -> list[Node
         g.outputs = [new if v is out else v for v in g.outputs]
         new.name = out.name
     g.remove(n, safe=False)
-    return made
+    outputs = {id(v) for v in g.outputs}
+    for node in reversed(made):  # helpers the chosen path left unread
+        if not any(v.uses() or id(v) in outputs for v in node.outputs):
+            g.remove(node, safe=False)
+    return [node for node in made if node.graph is g]
 
 
 def _shape_part(edit: _Edit, x: Value, start: int, end: int) -> Value:
@@ -207,12 +211,11 @@ def _loss_inputs(edit: _Edit):
     ins = list(n.inputs) + [None] * (3 - len(n.inputs))
     x, target, weight = ins[:3]
     ct = _compute_type(edit, x)
-    if x.dtype != ct:
-        x = edit.one("Cast", [x], {"to": int(ct)})
-    rank = _rank(n.inputs[0])
+    rank = _rank(x)
     if rank is None:
         raise _err(n, "expanding it needs the input's rank")
-    _with_rank(x, ct, rank)
+    if x.dtype != ct:
+        x = _with_rank(edit.one("Cast", [x], {"to": int(ct)}), ct, rank)
     return x, target, weight, ct
 
 
