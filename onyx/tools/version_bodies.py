@@ -603,6 +603,69 @@ def _expand_trilu(edit: _Edit) -> list[Node]:
     return _finish(edit, before, [edit.one("Where", [keep, x, zero])])
 
 
+def _expand_causal_conv(edit: _Edit) -> list[Node]:
+    """CausalConvWithState (27): the past state (zeros when absent) before the input, a
+    depthwise Conv over it, the activation; the present state is the last k-1 steps."""
+    n = edit.node
+    ins = list(n.inputs) + [None] * (4 - len(n.inputs))
+    x, w, bias, past = ins[:4]
+    wd = _dims(w)
+    if _rank(x) != 3 or wd is None or not all(isinstance(d, int) for d in wd):
+        raise _err(n, "expanding it needs a 3-D input and the weight's static shape")
+    channels, k = wd[0], wd[-1]
+    activation = n.attr("activation", "none")
+    if activation not in ("none", "silu", "swish"):
+        raise _err(n, f"unknown activation {activation!r}")
+    ct = _compute_type(edit, x)
+    before = len(edit.g)
+    xc, wc = _cast(edit, x, ct), _cast(edit, w, ct)
+    if past is None:
+        pads = edit.const(_ints([0, 0, k - 1, 0, 0, 0]))
+        seq = edit.one("Pad", [xc, pads, _typed_const(edit, 0.0, ct)])
+    else:
+        seq = edit.one("Concat", [_cast(edit, past, ct), xc], {"axis": 2})
+    conv_in = [seq, wc] + ([_cast(edit, bias, ct)] if bias is not None else [])
+    y = edit.one("Conv", conv_in, {"group": channels, "kernel_shape": [k]})
+    if activation != "none":
+        y = edit.one("Mul", [y, edit.one("Sigmoid", [y])])
+    start = -(k - 1) if k > 1 else np.iinfo(np.int64).max  # (k = 1: an empty state)
+    present = edit.one("Slice", [seq, edit.const(_ints([start])),
+                                 edit.const(_ints([np.iinfo(np.int64).max])),
+                                 edit.const(_ints([2]))])  # fmt: skip
+    return _finish(edit, before, [_cast(edit, y, x.dtype), _cast(edit, present, x.dtype)])
+
+
+def _expand_center_crop_pad(edit: _Edit) -> list[Node]:
+    """CenterCropPad (18) on static dims and a constant shape: a centered Slice where the
+    input is larger, a centered zero Pad where it is smaller."""
+    n = edit.node
+    x, shape = n.inputs[0], _const_array(n.inputs[1])
+    dims = _dims(x)
+    if shape is None or dims is None or not all(isinstance(d, int) for d in dims):
+        raise _err(n, "expanding it needs the input's static shape and a constant shape")
+    rank = len(dims)
+    axes = [a + rank if a < 0 else a for a in n.attr("axes", list(range(rank)))]
+    starts, ends, slice_axes, pads = [], [], [], [0] * (2 * rank)
+    for a, want in zip(axes, shape.reshape(-1).tolist()):
+        have = dims[a]
+        if have > want:  # crop: the spec centres with the extra element at the end
+            lo = (have - want) // 2
+            starts, ends, slice_axes = starts + [lo], ends + [lo + want], slice_axes + [a]
+        elif have < want:  # pad: the extra element at the end too
+            pads[a] = (want - have) // 2
+            pads[a + rank] = want - have - pads[a]
+    before = len(edit.g)
+    y = x
+    if slice_axes:
+        y = edit.one("Slice", [y, edit.const(_ints(starts)), edit.const(_ints(ends)),
+                               edit.const(_ints(slice_axes))])  # fmt: skip
+    if any(pads):
+        y = edit.one("Pad", [y, edit.const(_ints(pads))])
+    if y is x:
+        y = edit.one("Identity", [x])
+    return _finish(edit, before, [y])
+
+
 EXPANSIONS: dict[str, Callable[[_Edit], list[Node]]] = {
     "LayerNormalization": _expand_layernorm,
     "RMSNormalization": _expand_rmsnorm,
@@ -614,4 +677,6 @@ EXPANSIONS: dict[str, Callable[[_Edit], list[Node]]] = {
     "Expand": _expand_expand,
     "GatherElements": _expand_gather_elements,
     "Trilu": _expand_trilu,
+    "CausalConvWithState": _expand_causal_conv,
+    "CenterCropPad": _expand_center_crop_pad,
 }
