@@ -666,6 +666,77 @@ def _expand_center_crop_pad(edit: _Edit) -> list[Node]:
     return _finish(edit, before, [y])
 
 
+#: Longest static sequence LinearAttention's recurrence is unrolled over (one block per step).
+MAX_UNROLLED_STEPS = 128
+
+
+def _per_head(edit: _Edit, x: Value, heads: int, size: int, ct: DataType) -> Value:
+    """A packed gate [B, T, H*size], [B, T, H] or [B, T, 1] as [B, T, H or 1, size or 1]."""
+    last = (_dims(x) or [None])[-1]
+    shape = [0, 0, heads, size] if last == heads * size else [0, 0, -1, 1]
+    return edit.one("Reshape", [_cast(edit, x, ct), edit.const(_ints(shape))])
+
+
+def _expand_linear_attention(edit: _Edit) -> list[Node]:
+    """LinearAttention (27): its recurrence unrolled over the static sequence length, step by
+    step as onyx's kernel computes it (decay, delta correction, state update, readout)."""
+    n = edit.node
+    ins = list(n.inputs) + [None] * (6 - len(n.inputs))
+    query, key, value, past, decay, beta = ins[:6]
+    rule = n.attr("update_rule", "gated_delta")
+    if rule not in ("linear", "gated", "delta", "gated_delta"):
+        raise _err(n, f"unknown update_rule {rule!r}")
+    gated, delta = rule in ("gated", "gated_delta"), rule in ("delta", "gated_delta")
+    hq, hkv = n.attr("q_num_heads"), n.attr("kv_num_heads")
+    qd, kd, vd = _dims(query), _dims(key), _dims(value)
+    steps = qd[1] if qd and len(qd) == 3 else None
+    if not (isinstance(steps, int) and qd and kd and vd and isinstance(qd[2], int)
+            and isinstance(vd[2], int)):  # fmt: skip
+        raise _err(n, "unrolling its recurrence needs the static sequence length and sizes")
+    if steps > MAX_UNROLLED_STEPS:
+        raise _err(n, f"{steps} steps: unrolled only up to {MAX_UNROLLED_STEPS}")
+    if (gated and decay is None) or (delta and beta is None):
+        raise _err(n, f"update_rule {rule!r} needs its decay / beta input")
+    dk, dv = qd[2] // hq, vd[2] // hkv
+    ct = _compute_type(edit, query)
+    before = len(edit.g)
+    q = edit.one("Reshape", [_cast(edit, query, ct), edit.const(_ints([0, 0, hkv, hq // hkv, dk]))])
+    k = edit.one("Reshape", [_cast(edit, key, ct), edit.const(_ints([0, 0, hkv, dk]))])
+    v = edit.one("Reshape", [_cast(edit, value, ct), edit.const(_ints([0, 0, hkv, dv]))])
+    g = _per_head(edit, decay, hkv, dk, ct) if gated else None
+    g = edit.one("Exp", [g]) if gated else None
+    rate = _per_head(edit, beta, hkv, 1, ct) if delta else None
+    scale = n.attr("scale", 0.0) or 1 / np.sqrt(dk)
+    scale = _typed_const(edit, float(scale), ct)
+    state = _cast(edit, past, ct) if past is not None else None  # None: zeros
+    outs = []
+    for t in range(steps):
+        at = edit.const(np.array(t, np.int64))
+        k_t = edit.one("Gather", [k, at], {"axis": 1})  # [B, H, dk]
+        v_t = edit.one("Gather", [v, at], {"axis": 1})  # [B, H, dv]
+        if gated and state is not None:  # the state's rows decay by exp(g)
+            g_t = edit.one("Gather", [g, at], {"axis": 1})
+            state = edit.one("Mul", [edit.one("Unsqueeze", [g_t, edit.const(_ints([3]))]),
+                                     state])  # fmt: skip
+        if delta:  # v - S^T k: what the state predicts for k, corrected at rate beta
+            if state is not None:
+                k_row = edit.one("Unsqueeze", [k_t, edit.const(_ints([2]))])
+                predicted = edit.one("MatMul", [k_row, state])
+                predicted = edit.one("Squeeze", [predicted, edit.const(_ints([2]))])
+                v_t = edit.one("Sub", [v_t, predicted])
+            v_t = edit.one("Mul", [edit.one("Gather", [rate, at], {"axis": 1}), v_t])
+        outer = edit.one("Mul", [edit.one("Unsqueeze", [k_t, edit.const(_ints([3]))]),
+                                 edit.one("Unsqueeze", [v_t, edit.const(_ints([2]))])])  # fmt: skip
+        state = outer if state is None else edit.one("Add", [state, outer])
+        q_t = edit.one("Gather", [q, at], {"axis": 1})  # [B, H, G, dk]
+        read = edit.one("Mul", [scale, edit.one("MatMul", [q_t, state])])
+        outs.append(edit.one("Unsqueeze", [read, edit.const(_ints([1]))]))
+    y = outs[0] if len(outs) == 1 else edit.one("Concat", outs, {"axis": 1})
+    y = edit.one("Reshape", [y, edit.const(_ints([0, 0, hq * dv]))])
+    state_type = past.dtype if past is not None and past.dtype else query.dtype
+    return _finish(edit, before, [_cast(edit, y, query.dtype), _cast(edit, state, state_type)])
+
+
 EXPANSIONS: dict[str, Callable[[_Edit], list[Node]]] = {
     "LayerNormalization": _expand_layernorm,
     "RMSNormalization": _expand_rmsnorm,
@@ -679,4 +750,5 @@ EXPANSIONS: dict[str, Callable[[_Edit], list[Node]]] = {
     "Trilu": _expand_trilu,
     "CausalConvWithState": _expand_causal_conv,
     "CenterCropPad": _expand_center_crop_pad,
+    "LinearAttention": _expand_linear_attention,
 }
