@@ -164,6 +164,14 @@ BODY_CASES = [
     ("test_gather_elements_1", [7]),
     ("test_tril_neg", [9, 13]),
     ("test_triu_one_row", [9]),
+    ("test_causal_conv_with_state_with_bias_and_past_state", [7, 13, 19]),
+    ("test_causal_conv_with_state_silu_fp16", [13]),
+    ("test_causal_conv_with_state_kernel_size_one", [11]),
+    ("test_linear_attention_gated_delta_gqa", [7, 19]),
+    ("test_linear_attention_gated_per_head_decay", [13]),
+    ("test_linear_attention_decode_step", [13]),
+    ("test_linear_attention_delta", [25]),
+    ("test_linear_attention_fp16", [19]),
     ("test_triu", [11]),
 ]  # fmt: skip
 
@@ -268,6 +276,26 @@ def test_resize_axes_down_with_computed_scales():
     assert want.shape == (1, 1, 6, 6)
     with pytest.raises(onyx.OnyxError, match="node 'r' \\(Resize\\)"):
         onyx.convert_version(m, 10)
+
+
+def test_center_crop_pad_down():
+    m = _parse(
+        """<ir_version: 8, opset_import: ["" : 18]>
+        g (float[3, 5, 2] x) => (float[?, ?, ?] y) {
+            s = Constant <value: tensor = int64[2] {2, 5}> ()
+            y = CenterCropPad <axes: ints = [0, -1]> (x, s)
+        }"""
+    )
+    x = np.arange(30, dtype=np.float32).reshape(3, 5, 2)
+    (want,) = onyx.InferenceSession(onyx.dumps(m)).run(None, {"x": x})
+    assert want.shape == (2, 5, 5)
+    for target in (7, 13):
+        down = onyx.convert_version(m, target)
+        assert "CenterCropPad" not in {n.op_type for n in down.graph}
+        (got,) = ort.InferenceSession(onyx.dumps(down), providers=["CPUExecutionProvider"]).run(
+            None, {"x": x}
+        )
+        np.testing.assert_array_equal(got, want)
 
 
 def test_refusals_of_the_expansions_name_the_node():
