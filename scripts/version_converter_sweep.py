@@ -28,7 +28,8 @@ ORT_MAX_OPSET = 23
 
 
 def _array(x):
-    return onnx.numpy_helper.to_array(x) if isinstance(x, onnx.TensorProto) else x
+    # (a numpy scalar feed becomes a 0-d array: onnxruntime takes arrays only)
+    return onnx.numpy_helper.to_array(x) if isinstance(x, onnx.TensorProto) else np.asarray(x)
 
 
 def _close(got, want, rtol, atol) -> bool:
@@ -116,7 +117,7 @@ def main(argv: list[str]) -> None:
         inits = {t.name for t in c.model.graph.initializer}
         names = [i.name for i in c.model.graph.input if i.name not in inits]
         feeds = {k: _array(v) if not isinstance(v, list) else v for k, v in zip(names, ins)}
-        outs = [_array(o) for o in outs]
+        outs = [_array(o) if not isinstance(o, list) else o for o in outs]
         try:
             ok = _close(onyx.InferenceSession(c.model.SerializeToString()).run(None, feeds), outs,
                         c.rtol, c.atol)  # fmt: skip

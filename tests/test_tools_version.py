@@ -172,6 +172,8 @@ BODY_CASES = [
     ("test_linear_attention_decode_step", [13]),
     ("test_linear_attention_delta", [25]),
     ("test_linear_attention_fp16", [19]),
+    ("test_scan_sum", [9, 16]),  # Scan-8's batch axis: an outer Scan over it
+    ("test_scan9_sum", [8]),  # and back: a batch of one
     ("test_triu", [11]),
 ]  # fmt: skip
 

@@ -850,6 +850,77 @@ def _dft(edit: _Edit, src: int, dst: int) -> None:
         n.set_attr("axis", axis)
 
 
+def _with_leading_dim(t):
+    """The type of a stack of ``t`` values (one more leading dim, of unknown size)."""
+    if isinstance(t, TensorType):
+        return TensorType(t.elem_type, None if t.shape is None else (None, *t.shape.dims))
+    return None
+
+
+@adapter("Scan")
+def _scan(edit: _Edit, src: int, dst: int) -> None:
+    """Scan-8 runs its body over a leading batch axis of every input and state (with
+    optional sequence_lens); from 9 there is no batch axis. Up: an outer Scan over the batch
+    axis whose body is the old Scan at the new opset. Down: a batch of one (Unsqueeze in,
+    Squeeze out)."""
+    step = _crosses(src, dst, 9)
+    if step > 0:
+        _scan_up(edit)
+    elif step < 0:
+        _scan_down(edit)
+
+
+def _scan_up(edit: _Edit) -> None:
+    n = edit.node
+    if n.inputs and n.inputs[0] is not None:
+        raise _err(n, "sequence_lens (per-batch lengths) has no form from opset 9")
+    body = n.attributes["body"].value
+    k = n.attr("num_scan_inputs")
+    inputs = list(n.inputs)[1:]
+    n_states = len(inputs) - k
+    base = n.name or "scan"
+    slices = []
+    for i in range(len(inputs)):
+        inner_t = body.inputs[i].type if i < len(body.inputs) else None
+        slices.append(Value(f"{base}_batch_in{i}",
+                            inner_t if i < n_states else _with_leading_dim(inner_t)))  # fmt: skip
+    attrs = {"body": Attr("body", AttrType.GRAPH, body), "num_scan_inputs": k}
+    directions = n.attributes.pop("directions", None)
+    if directions is not None:
+        attrs["scan_input_directions"] = list(directions.value)
+    inner = Node("Scan", slices, [f"{base}_batch_out{i}" for i in range(len(n.outputs))], attrs)
+    for i, out in enumerate(inner.outputs):
+        t = body.outputs[i].type if i < len(body.outputs) else None
+        out.type = t if i < n_states else _with_leading_dim(t)
+    outer = Graph(slices, list(inner.outputs), [inner], name=f"{base}_over_batch")
+    _set_inputs(n, inputs)
+    n.attributes["body"] = Attr("body", AttrType.GRAPH, outer)
+    n.set_attr("num_scan_inputs", len(inputs))
+
+
+def _scan_down(edit: _Edit) -> None:
+    n = edit.node
+    for key in ("scan_input_axes", "scan_output_axes"):
+        if any(a != 0 for a in n.attr(key, []) or []):
+            raise _err(n, f"{key} other than 0 has no form before opset 9")
+    if any(n.attr("scan_output_directions", []) or []):
+        raise _err(n, "reversed scan outputs have no form before opset 9")
+    n.attributes.pop("scan_output_axes", None)
+    n.attributes.pop("scan_output_directions", None)
+    n.attributes.pop("scan_input_axes", None)
+    directions = n.attributes.pop("scan_input_directions", None)
+    if directions is not None:
+        n.set_attr("directions", list(directions.value))
+    batched = [edit.one("Unsqueeze", [v], {"axes": [0]}) for v in n.inputs]
+    _set_inputs(n, [None, *batched])
+    for out in list(n.outputs):
+        kept_type, out.type = out.type, None
+        new = put_after_output(
+            edit.g, out, lambda inner: Node("Squeeze", [inner], [""], {"axes": [0]})
+        )
+        new.type = kept_type
+
+
 def _np(dt) -> np.dtype:
     from ..ir.dtypes import to_numpy
 
