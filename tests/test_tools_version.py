@@ -174,6 +174,7 @@ BODY_CASES = [
     ("test_linear_attention_fp16", [19]),
     ("test_scan_sum", [9, 16]),  # Scan-8's batch axis: an outer Scan over it
     ("test_scan9_sum", [8]),  # and back: a batch of one
+    ("test_flatten_negative_axis2", [7]),  # (a negative axis from 11)
     ("test_triu", [11]),
 ]  # fmt: skip
 
@@ -298,6 +299,14 @@ def test_center_crop_pad_down():
             None, {"x": x}
         )
         np.testing.assert_array_equal(got, want)
+
+
+def test_body_steps_the_target_does_not_type_are_refused():
+    by_name = {c.name: c for c in node_cases()}
+    celu = onyx.loads(by_name["test_celu_bfloat16"].model.SerializeToString())
+    # Celu's body runs Elu, which takes bfloat16 from 22 only
+    with pytest.raises(onyx.OnyxError, match="Elu.*bfloat16.*made by the conversion"):
+        onyx.convert_version(celu, 19)
 
 
 def test_refusals_of_the_expansions_name_the_node():

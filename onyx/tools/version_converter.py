@@ -51,6 +51,7 @@ def convert_version(model, target_opset: int) -> Model:
             infer_shapes(m)
         except OnyxError:
             pass  # ranks help some adapters; the rest work without them
+    original = {id(n) for n in _all_nodes(m.graph)}
     conv = _Converter(target_opset)
     conv.graph(m.graph, src)
     for f in m.functions.values():
@@ -61,9 +62,38 @@ def convert_version(model, target_opset: int) -> Model:
             f.opset_imports.pop("ai.onnx", None)
     m.opset_imports.pop("ai.onnx", None)
     m.opset_imports[""] = target_opset
+    _check_new_nodes(m, original, target_opset)
     need = IR_VERSION_OF_OPSET.get(target_opset, m.ir_version)
     m.ir_version = max(need, 8) if m.functions else need
     return m
+
+
+def _all_nodes(g: Graph):
+    for n in g:
+        yield n
+        for sub in n.subgraphs():
+            yield from _all_nodes(sub)
+
+
+def _check_new_nodes(m: Model, original: set[int], target: int) -> None:
+    """The nodes the conversion made (bodies, adapters' helpers) checked against the target's
+    schemas once inference has typed them: a function body's step may not take an element
+    type at the target that the expanded node took (Elu and bfloat16 before 22, ...)."""
+    from ..inference import infer_shapes
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            infer_shapes(m)
+        except OnyxError:
+            return
+    for n in _all_nodes(m.graph):
+        if id(n) in original or n.domain not in ("", "ai.onnx"):
+            continue
+        t = defs.get_schema(n.op_type, target)
+        problem = _mismatch(n, t) if t is not None else f"no {n.op_type} at opset {target}"
+        if problem:
+            raise _err(n, f"{problem} at opset {target} (made by the conversion)")
 
 
 # ---------------------------------------------------------------------------------- helpers
@@ -764,6 +794,18 @@ def _constant(edit: _Edit, src: int, dst: int) -> None:
             n.set_attr("value", Tensor(np.array(a.value, dtype=dtype)))
     if "sparse_value" in n.attributes and dst < 11:
         raise _err(n, "sparse_value exists from opset 11")
+
+
+@adapter("Flatten")
+def _flatten(edit: _Edit, src: int, dst: int) -> None:
+    """A negative axis exists from opset 11."""
+    n = edit.node
+    axis = n.attr("axis", 1)
+    if dst < 11 and axis < 0:
+        rank = _rank(n.inputs[0])
+        if rank is None:
+            raise _err(n, "a negative axis needs the input's rank before opset 11")
+        n.set_attr("axis", axis + rank)
 
 
 @adapter("ArgMax", "ArgMin")
