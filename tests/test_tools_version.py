@@ -175,6 +175,8 @@ BODY_CASES = [
     ("test_scan_sum", [9, 16]),  # Scan-8's batch axis: an outer Scan over it
     ("test_scan9_sum", [8]),  # and back: a batch of one
     ("test_flatten_negative_axis2", [7]),  # (a negative axis from 11)
+    ("test_dequantizelinear_axis", [7, 11]),  # per-axis before 13: the arithmetic
+    ("test_dequantizelinear_uint16", [13]),  # (uint16 exists from 21)
     ("test_triu", [11]),
 ]  # fmt: skip
 

@@ -666,6 +666,52 @@ def _expand_center_crop_pad(edit: _Edit) -> list[Node]:
     return _finish(edit, before, [y])
 
 
+_EXACT_IN_FLOAT = (DataType.INT8, DataType.UINT8, DataType.INT16, DataType.UINT16)
+
+
+def _expand_dequantize(edit: _Edit) -> list[Node]:
+    """DequantizeLinear as (Cast(x) - Cast(zero_point)) * scale in float32 for the integer
+    types whose values and differences float32 holds exactly (one rounding: the product, as
+    the kernels round); per-axis parameters reshaped to broadcast along ``axis``."""
+    n = edit.node
+    ins = list(n.inputs) + [None] * (3 - len(n.inputs))
+    x, scale, zp = ins[:3]
+    out_type = n.attr("output_dtype", 0) or (scale.dtype if scale is not None else None)
+    if n.attr("block_size", 0):
+        raise _err(n, "blocked quantization has no form before opset 21")
+    if out_type != DataType.FLOAT or scale.dtype != DataType.FLOAT:
+        raise _err(n, "written out, it takes float32 scales and output only")
+    exact = x.dtype in _EXACT_IN_FLOAT or (x.dtype == DataType.INT32 and _zero(zp))
+    if not exact:
+        raise _err(n, f"its arithmetic on {x.dtype and x.dtype.name} is not exact in float32")
+    before = len(edit.g)
+    scale, zp = _along_axis(edit, scale), _along_axis(edit, zp) if not _zero(zp) else None
+    y = edit.one("Cast", [x], {"to": int(DataType.FLOAT)})
+    if zp is not None:
+        y = edit.one("Sub", [y, edit.one("Cast", [zp], {"to": int(DataType.FLOAT)})])
+    return _finish(edit, before, [edit.one("Mul", [y, scale])])
+
+
+def _zero(v: Value | None) -> bool:
+    arr = _const_array(v) if v is not None else np.zeros(1)
+    return arr is not None and not arr.any()
+
+
+def _along_axis(edit: _Edit, v: Value) -> Value:
+    """A 1-D per-axis parameter reshaped to broadcast along the node's ``axis``."""
+    dims = _dims(v)
+    arr = _const_array(v)
+    size = arr.size if arr is not None else (dims[0] if dims and len(dims) == 1 else None)
+    if dims is not None and len(dims) == 0 or size == 1:
+        return v
+    rank = _rank(edit.node.inputs[0])
+    if rank is None:
+        raise _err(edit.node, "a per-axis parameter needs the input's rank")
+    axis = edit.node.attr("axis", 1)
+    axis += rank if axis < 0 else 0
+    return edit.one("Reshape", [v, edit.const(_ints([-1] + [1] * (rank - axis - 1)))])
+
+
 #: Longest static sequence LinearAttention's recurrence is unrolled over (one block per step).
 MAX_UNROLLED_STEPS = 128
 
@@ -751,4 +797,5 @@ EXPANSIONS: dict[str, Callable[[_Edit], list[Node]]] = {
     "CausalConvWithState": _expand_causal_conv,
     "CenterCropPad": _expand_center_crop_pad,
     "LinearAttention": _expand_linear_attention,
+    "DequantizeLinear": _expand_dequantize,
 }

@@ -223,8 +223,10 @@ def _trim(n: Node) -> None:
 
 # ---------------------------------------------------------------------------------- adapters
 
-#: op -> adapter(edit, src_since, dst_since, up) -> None; ``up``: converting to a newer opset.
+#: op -> adapter(edit, src_since, dst_since) -> None, or EXPAND: the node is to be replaced
+#: by its body (written out in version_bodies) instead.
 ADAPTERS: dict[str, Callable] = {}
+EXPAND = "expand"
 
 
 def adapter(*ops: str):
@@ -808,6 +810,35 @@ def _flatten(edit: _Edit, src: int, dst: int) -> None:
         n.set_attr("axis", axis + rank)
 
 
+def _per_axis(edit: _Edit, scale: Value) -> bool:
+    """Whether a (De)QuantizeLinear scale has more than one element (per-axis, from 13)."""
+    arr = _const_array(scale)
+    if arr is not None:
+        return arr.size > 1
+    dims = _dims(scale)
+    if dims is None:
+        raise _err(edit.node, "before opset 13 it needs the scale's shape (per-tensor only)")
+    return len(dims) > 0 and dims != (1,) and dims != [1]
+
+
+@adapter("QuantizeLinear")
+def _quantize(edit: _Edit, src: int, dst: int):
+    if dst < 13 and _per_axis(edit, edit.node.inputs[1]):
+        raise _err(edit.node, "a per-axis scale exists from opset 13")
+    if dst < 13:
+        edit.node.attributes.pop("axis", None)  # (meaningless for a per-tensor scale)
+
+
+@adapter("DequantizeLinear")
+def _dequantize(edit: _Edit, src: int, dst: int):
+    """A per-axis scale before 13: the arithmetic written out."""
+    if dst < 13 and _per_axis(edit, edit.node.inputs[1]):
+        return EXPAND
+    if dst < 13:
+        edit.node.attributes.pop("axis", None)  # (meaningless for a per-tensor scale)
+    return None
+
+
 @adapter("ArgMax", "ArgMin")
 def _argmax(edit: _Edit, src: int, dst: int) -> None:
     n = edit.node
@@ -994,7 +1025,9 @@ class _Converter:
             return
         fn = ADAPTERS.get(n.op_type)
         if fn is not None:
-            fn(_Edit(g, n, dst), s.since_version, t.since_version if usable else dst)
+            if fn(_Edit(g, n, dst), s.since_version, t.since_version if usable else dst) == EXPAND:
+                self.expand(g, n, s, src, depth)
+                return
             t = defs.get_schema(n.op_type, dst)  # (an adapter may rename the op)
             usable = t is not None and not t.deprecated
         if not usable:
@@ -1003,7 +1036,7 @@ class _Converter:
         _drop_defaults(n, s, t)
         problem = _mismatch(n, t)
         if problem:
-            if fn is None and dst < src and (s.functions or _has_expansion(n.op_type)):
+            if dst < src and ((fn is None and s.functions) or _has_expansion(n.op_type)):
                 self.expand(g, n, s, src, depth)
                 return
             raise _err(n, f"{problem} at opset {dst} ({n.op_type}-{t.since_version})")
