@@ -283,6 +283,36 @@ def test_resize_axes_down_with_computed_scales():
         onyx.convert_version(m, 10)
 
 
+def test_attention_with_dynamic_lengths():
+    """Symbolic sequence lengths: the causal frontier from Range (from 11), a short mask padded
+    by a computed Pad; compared with onyx running the opset-23 node."""
+    m = _parse(
+        """<ir_version: 10, opset_import: ["" : 23]>
+        g (float[B, S, 64] q, float[B, S, 32] k, float[B, S, 32] v, float[B, 2, P, 16] pk,
+           float[B, 2, P, 16] pv, float[S, M] mask)
+          => (float[B, S, 64] y, float[B, 2, T, 16] ok, float[B, 2, T, 16] ov,
+              float[B, S, 64] y2) {
+          [sdpa] y, ok, ov = Attention <is_causal: int = 1, q_num_heads: int = 4,
+                                        kv_num_heads: int = 2> (q, k, v, , pk, pv)
+          y2 = Attention <q_num_heads: int = 4, kv_num_heads: int = 2> (q, k, v, mask, pk, pv)
+        }"""
+    )
+    rng = np.random.default_rng(0)
+    feeds = {name: rng.standard_normal(shape).astype(np.float32) for name, shape in (
+        ("q", (2, 5, 64)), ("k", (2, 5, 32)), ("v", (2, 5, 32)), ("pk", (2, 2, 3, 16)),
+        ("pv", (2, 2, 3, 16)), ("mask", (5, 6)))}  # fmt: skip
+    feeds["mask"][1] = -np.inf  # a fully masked row over the mask's keys (the 7th: padded)
+    want = onyx.InferenceSession(onyx.dumps(m)).run(None, feeds)
+    for target in (11, 17, 22):
+        down = onyx.convert_version(m, target)
+        assert "Attention" not in {n.op_type for n in down.graph}
+        sess = ort.InferenceSession(onyx.dumps(down), providers=["CPUExecutionProvider"])
+        for got, ref in zip(sess.run(None, feeds), want):
+            np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+    with pytest.raises(onyx.OnyxError, match="node 'sdpa' \\(Attention\\): a dynamic"):
+        onyx.convert_version(m, 9)
+
+
 def test_center_crop_pad_down():
     m = _parse(
         """<ir_version: 8, opset_import: ["" : 18]>

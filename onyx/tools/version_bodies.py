@@ -321,8 +321,9 @@ def _structural_bias(edit: _Edit, q_len, total, k_all: Value, q: Value, past, no
     left, right = n.attr("left_window_size", -1), n.attr("right_window_size", -1)
     if not (causal or left >= 0 or right >= 0 or nonpad is not None):
         return None
-    i = _reshape_pos(edit, _positions(edit, q_len, q, 2), [-1, 1])
-    j = _reshape_pos(edit, _positions(edit, total, k_all, 2), [1, -1])
+    # (rank 4 throughout: the bias's rank decides the axis of the fully-masked-row check)
+    i = _reshape_pos(edit, _positions(edit, q_len, q, 2), [1, 1, -1, 1])
+    j = _reshape_pos(edit, _positions(edit, total, k_all, 2), [1, 1, 1, -1])
     allowed = _Allowed(edit)
     valid = None
     if nonpad is not None:
@@ -350,8 +351,7 @@ def _structural_bias(edit: _Edit, q_len, total, k_all: Value, q: Value, past, no
         allowed.add(allowed.op("Less", j, valid))
     value = allowed.value
     if isinstance(value, np.ndarray):
-        bias = np.where(value, 0.0, -np.inf).astype(_np(ct))
-        return edit.const(bias.reshape((1,) * (4 - bias.ndim) + bias.shape))
+        return edit.const(np.where(value, 0.0, -np.inf).astype(_np(ct)))
     zero, ninf = _typed_const(edit, 0.0, ct), _typed_const(edit, -np.inf, ct)
     return edit.one("Where", [value, zero, ninf])
 
