@@ -29,7 +29,9 @@ ORT_MAX_OPSET = 23
 
 def _array(x):
     # (a numpy scalar feed becomes a 0-d array: onnxruntime takes arrays only)
-    return onnx.numpy_helper.to_array(x) if isinstance(x, onnx.TensorProto) else np.asarray(x)
+    if isinstance(x, onnx.TensorProto):
+        return onnx.numpy_helper.to_array(x)
+    return x if x is None else np.asarray(x)
 
 
 def _close(got, want, rtol, atol) -> bool:
