@@ -42,6 +42,8 @@ def _close(got, want, rtol, atol) -> bool:
                     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=rtol, atol=atol)
             elif w is None:
                 assert g is None
+            elif np.asarray(w).dtype.kind in "OSU":  # strings: equal
+                assert np.array_equal(np.asarray(g, dtype=object), np.asarray(w, dtype=object))
             else:
                 np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=rtol, atol=atol,
                                            equal_nan=True)  # fmt: skip
