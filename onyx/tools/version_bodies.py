@@ -168,21 +168,26 @@ def _pick_class(edit: _Edit, x: Value, target: Value) -> Value:
 
 
 def _nll_body(edit: _Edit, log_prob: Value, target: Value, weight, ignore, reduction) -> Value:
-    """The negative log-likelihood loss of ``log_prob`` (compute type) as a value."""
+    """The negative log-likelihood loss of ``log_prob`` (compute type) as a value. Ignored
+    entries read class 0 and weigh 0: from 9 a Where zeroes them as the standard's body does;
+    before, the weight's 0 multiplies them, as onyx's kernel computes (the same numbers but
+    where the input at class 0 is infinite)."""
     ct = log_prob.dtype
-    if ignore is not None:
-        edit.need(9, "ignore_index (a Where)")
     if reduction not in ("none", "sum", "mean"):
         raise _err(edit.node, f"unknown reduction {reduction!r}")
     axis1 = edit.const(_ints([1]))
     t1 = edit.one("Unsqueeze", [target, axis1])
-    ignored = None
+    ignored = kept = None
     if ignore is not None:
         tdt = target.dtype or DataType.INT64
         ignored = edit.one("Equal", [t1, edit.const(np.array(ignore, _np(tdt)))])
-        t1 = edit.one("Where", [ignored, edit.const(np.array(0, _np(tdt))), t1])
+        if edit.target >= 9:
+            t1 = edit.one("Where", [ignored, edit.const(np.array(0, _np(tdt))), t1])
+        else:
+            kept = edit.one("Not", [ignored])
+            t1 = edit.one("Mul", [t1, edit.one("Cast", [kept], {"to": int(tdt)})])
     picked = _pick_class(edit, log_prob, t1)
-    if ignored is not None:
+    if ignored is not None and kept is None:
         picked = edit.one("Where", [ignored, _typed_const(edit, 0.0, ct), picked])
     loss = edit.one("Squeeze", [edit.one("Neg", [picked]), axis1])
     w = None
@@ -190,7 +195,10 @@ def _nll_body(edit: _Edit, log_prob: Value, target: Value, weight, ignore, reduc
         w = edit.one("Gather", [weight, edit.one("Squeeze", [t1, axis1])], {"axis": 0})
         if weight.dtype is not None and weight.dtype != ct:
             w = edit.one("Cast", [w], {"to": int(ct)})
-    if ignored is not None:
+    if kept is not None:
+        weigh = edit.one("Cast", [edit.one("Squeeze", [kept, axis1])], {"to": int(ct)})
+        w = weigh if w is None else edit.one("Mul", [w, weigh])
+    elif ignored is not None:
         keep = w if w is not None else _typed_const(edit, 1.0, ct)
         w = edit.one("Where", [edit.one("Squeeze", [ignored, axis1]),
                                _typed_const(edit, 0.0, ct), keep])  # fmt: skip
