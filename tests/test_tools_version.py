@@ -351,13 +351,13 @@ def test_refusals_of_the_expansions_name_the_node():
         onyx.convert_version(attention, 7)
     text = """<ir_version: 8, opset_import: ["" : 13]>
         g (float[N, 3] x, int64[N] t) => (float y) {
-            [nll] y = NegativeLogLikelihoodLoss <ignore_index: int = 1> (x, t)
+            [nll] y = NegativeLogLikelihoodLoss <ignore_index: int = -100> (x, t)
         }"""
     loss, static = _parse(text), _parse(text.replace("[N, 3]", "[3, 3]"))
     with pytest.raises(onyx.OnyxError, match="node 'nll' .*unknown shape"):
         onyx.convert_version(loss, 7)  # (no GatherElements, OneHot, nor static offsets)
     x = np.log(np.array([[0.2, 0.3, 0.5], [0.1, 0.6, 0.3], [0.4, 0.4, 0.2]], np.float32))
-    feeds = {"x": x, "t": np.array([1, 2, 0], np.int64)}
+    feeds = {"x": x, "t": np.array([1, -100, 0], np.int64)}
     (want,) = onyx.InferenceSession(onyx.dumps(loss)).run(None, feeds)
     for model, target in ((loss, 9), (static, 7)):  # Where from 9; before, the weight's zero
         m = onyx.convert_version(model, target)
