@@ -177,6 +177,9 @@ BODY_CASES = [
     ("test_flatten_negative_axis2", [7]),  # (a negative axis from 11)
     ("test_dequantizelinear_axis", [7, 11]),  # per-axis before 13: the arithmetic
     ("test_dequantizelinear_uint16", [13]),  # (uint16 exists from 21)
+    ("test_rotary_embedding_3d_input", [7, 19]),
+    ("test_rotary_embedding_with_interleaved_rotary_dim", [13]),
+    ("test_rotary_embedding_no_position_ids_rotary_dim", [22]),
     ("test_triu", [11]),
 ]  # fmt: skip
 

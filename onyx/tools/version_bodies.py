@@ -720,6 +720,61 @@ def _along_axis(edit: _Edit, v: Value) -> Value:
     return edit.one("Reshape", [v, edit.const(_ints([-1] + [1] * (rank - axis - 1)))])
 
 
+def _expand_rotary(edit: _Edit) -> list[Node]:
+    """RotaryEmbedding (23): the rotation of each (x1, x2) pair of the first rotary_dim
+    features by the cached angles, as onyx's kernel computes it (halves, or interleaved pairs
+    taken by a Reshape to [..., rot/2, 2] rather than strided Slices, which need opset 10)."""
+    n = edit.node
+    ins = list(n.inputs) + [None] * (4 - len(n.inputs))
+    X, cos, sin, positions = ins[:4]
+    dims = _dims(X)
+    if dims is None or len(dims) not in (3, 4):
+        raise _err(n, "expanding it needs the input's rank (3 or 4)")
+    heads = n.attr("num_heads", 0)
+    if len(dims) == 3 and not heads:
+        raise _err(n, "a 3-D input needs num_heads")
+    size = dims[3] if len(dims) == 4 else (dims[2] // heads if isinstance(dims[2], int) else None)
+    rot = n.attr("rotary_embedding_dim", 0) or size
+    if not isinstance(rot, int) or not isinstance(size, int):
+        raise _err(n, "expanding it needs the static head size")
+    before = len(edit.g)
+    x = edit.one("Reshape", [X, edit.const(_ints([0, 0, heads, -1]))]) if len(dims) == 3 else X
+    head_axis = 2 if len(dims) == 3 else 1
+    if positions is not None:  # the caches indexed by position: [batch, seq, rot/2]
+        cos = edit.one("Gather", [cos, positions], {"axis": 0})
+        sin = edit.one("Gather", [sin, positions], {"axis": 0})
+    cos = edit.one("Unsqueeze", [cos, edit.const(_ints([head_axis]))])
+    sin = edit.one("Unsqueeze", [sin, edit.const(_ints([head_axis]))])
+    half = rot // 2
+    x_rot = _slice_axis(edit, x, 0, rot, 3) if rot < size else x
+    if n.attr("interleaved", 0):
+        pairs = edit.one("Reshape", [x_rot, edit.const(_ints([0, 0, 0, half, 2]))])
+        four = edit.const(_ints([4]))
+        x1 = edit.one("Squeeze", [_slice_axis(edit, pairs, 0, 1, 4), four])
+        x2 = edit.one("Squeeze", [_slice_axis(edit, pairs, 1, 2, 4), four])
+    else:
+        x1, x2 = _slice_axis(edit, x_rot, 0, half, 3), _slice_axis(edit, x_rot, half, rot, 3)
+    real = edit.one("Sub", [edit.one("Mul", [cos, x1]), edit.one("Mul", [sin, x2])])
+    imag = edit.one("Add", [edit.one("Mul", [sin, x1]), edit.one("Mul", [cos, x2])])
+    if n.attr("interleaved", 0):
+        four = edit.const(_ints([4]))
+        both = [edit.one("Unsqueeze", [real, four]), edit.one("Unsqueeze", [imag, four])]
+        rotated = edit.one("Concat", both, {"axis": 4})
+        rotated = edit.one("Reshape", [rotated, edit.const(_ints([0, 0, 0, rot]))])
+    else:
+        rotated = edit.one("Concat", [real, imag], {"axis": 3})
+    if rot < size:
+        rotated = edit.one("Concat", [rotated, _slice_axis(edit, x, rot, size, 3)], {"axis": 3})
+    if len(dims) == 3:
+        rotated = edit.one("Reshape", [rotated, edit.const(_ints([0, 0, -1]))])
+    return _finish(edit, before, [rotated])
+
+
+def _slice_axis(edit: _Edit, v: Value, start: int, end: int, axis: int) -> Value:
+    return edit.one("Slice", [v, edit.const(_ints([start])), edit.const(_ints([end])),
+                              edit.const(_ints([axis]))])  # fmt: skip
+
+
 #: Longest static sequence LinearAttention's recurrence is unrolled over (one block per step).
 MAX_UNROLLED_STEPS = 128
 
@@ -806,4 +861,5 @@ EXPANSIONS: dict[str, Callable[[_Edit], list[Node]]] = {
     "CenterCropPad": _expand_center_crop_pad,
     "LinearAttention": _expand_linear_attention,
     "DequantizeLinear": _expand_dequantize,
+    "RotaryEmbedding": _expand_rotary,
 }
