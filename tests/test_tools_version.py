@@ -180,6 +180,8 @@ BODY_CASES = [
     ("test_rotary_embedding_3d_input", [7, 19]),
     ("test_rotary_embedding_with_interleaved_rotary_dim", [13]),
     ("test_rotary_embedding_no_position_ids_rotary_dim", [22]),
+    ("test_cumprod_1d_reverse_exclusive", [7, 19]),
+    ("test_cumprod_1d_int32_exclusive", [13]),
     ("test_triu", [11]),
 ]  # fmt: skip
 
@@ -314,6 +316,25 @@ def test_attention_with_dynamic_lengths():
             np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
     with pytest.raises(onyx.OnyxError, match="node 'sdpa' \\(Attention\\): a dynamic"):
         onyx.convert_version(m, 9)
+
+
+def test_cumprod_along_a_constant_axis():
+    m = _parse(
+        """<ir_version: 8, opset_import: ["" : 26]>
+        g (float[2, 3] x) => (float[2, 3] y) {
+            a = Constant <value: tensor = int64 {-1}> ()
+            y = CumProd <reverse: int = 1> (x, a)
+        }"""
+    )
+    x = np.array([[1.5, -2.0, 3.0], [0.5, 4.0, -1.0]], np.float32)
+    (want,) = onyx.InferenceSession(onyx.dumps(m)).run(None, {"x": x})
+    np.testing.assert_array_equal(want, np.flip(np.cumprod(np.flip(x, 1), 1), 1))
+    for target in (7, 21):
+        down = onyx.convert_version(m, target)
+        (got,) = ort.InferenceSession(onyx.dumps(down), providers=["CPUExecutionProvider"]).run(
+            None, {"x": x}
+        )
+        np.testing.assert_array_equal(got, want)
 
 
 def test_center_crop_pad_down():

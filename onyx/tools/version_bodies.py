@@ -775,6 +775,49 @@ def _slice_axis(edit: _Edit, v: Value, start: int, end: int, axis: int) -> Value
                               edit.const(_ints([axis]))])  # fmt: skip
 
 
+#: Longest static axis CumProd is unrolled along (one Mul per element).
+MAX_UNROLLED_PRODUCTS = 256
+
+
+def _expand_cumprod(edit: _Edit) -> list[Node]:
+    """CumProd (26) unrolled along its static axis: one running Mul per element, in the
+    kernel's order (half precision in float32); exclusive shifts in ones, reverse runs from
+    the end. The axis must be constant, or the input 1-D."""
+    n = edit.node
+    x, axis_in = n.inputs[0], n.inputs[1]
+    dims = _dims(x)
+    if dims is None or not all(isinstance(d, int) for d in dims):
+        raise _err(n, "unrolling it needs the input's static shape")
+    axis = _const_array(axis_in)
+    if axis is None and len(dims) != 1:
+        raise _err(n, "unrolling it needs a constant axis (or a 1-D input)")
+    axis = 0 if axis is None else int(axis.reshape(-1)[0])
+    axis += len(dims) if axis < 0 else 0
+    length = dims[axis]
+    if length > MAX_UNROLLED_PRODUCTS or length == 0:
+        raise _err(n, f"an axis of {length} elements is not unrolled (1..{MAX_UNROLLED_PRODUCTS})")
+    ct = x.dtype if x.dtype not in _HALF else DataType.FLOAT
+    before = len(edit.g)
+    xc = _cast(edit, x, ct)
+    order = range(length - 1, -1, -1) if n.attr("reverse", 0) else range(length)
+    running, out = None, {}
+    exclusive = bool(n.attr("exclusive", 0))
+    for i in order:
+        if exclusive:
+            shape = list(dims)
+            shape[axis] = 1
+            out[i] = running if running is not None else edit.const(np.ones(shape, _np(ct)))
+        step = _slice_axis(edit, xc, i, i + 1, axis)
+        running = step if running is None else edit.one("Mul", [running, step])
+        if not exclusive:
+            out[i] = running
+    parts = [out[i] for i in range(length)]
+    y = parts[0] if length == 1 else edit.one("Concat", parts, {"axis": axis})
+    if y is x:
+        y = edit.one("Identity", [x])
+    return _finish(edit, before, [_cast(edit, y, x.dtype)])
+
+
 #: Longest static sequence LinearAttention's recurrence is unrolled over (one block per step).
 MAX_UNROLLED_STEPS = 128
 
@@ -862,4 +905,5 @@ EXPANSIONS: dict[str, Callable[[_Edit], list[Node]]] = {
     "LinearAttention": _expand_linear_attention,
     "DequantizeLinear": _expand_dequantize,
     "RotaryEmbedding": _expand_rotary,
+    "CumProd": _expand_cumprod,
 }
