@@ -851,13 +851,33 @@ def _argmax(edit: _Edit, src: int, dst: int) -> None:
         n.set_attr("axis", n.attr("axis") + rank)
 
 
+#: Ops whose output has their first input's element type (a fallback where inference did not
+#: type a value, e.g. inside a Loop body).
+_SAME_TYPE = frozenset(("Identity", "Gather", "GatherElements", "Slice", "Reshape", "Transpose",
+                        "Squeeze", "Unsqueeze", "Flatten", "Expand", "Concat", "Neg", "Abs",
+                        "Add", "Sub", "Mul", "Div", "MatMul", "Relu", "Exp", "Log", "Sqrt",
+                        "Tile", "Pad", "Max", "Min"))  # fmt: skip
+
+
+def _element_type(v: Value, depth: int = 0):
+    """``v``'s element type, or that of the first input of a chain of type-keeping ops."""
+    if v.dtype or depth > 32:
+        return v.dtype
+    p = v.producer
+    if p is None or p.op_type not in _SAME_TYPE or p.domain not in ("", "ai.onnx"):
+        return None
+    if not p.inputs or p.inputs[0] is None:
+        return None
+    return _element_type(p.inputs[0], depth + 1)
+
+
 @adapter("CastLike")
 def _castlike(edit: _Edit, src: int, dst: int) -> None:
     """Before 15: a Cast to the second input's element type (when inference knows it)."""
     n = edit.node
     if dst >= 15:
         return
-    target = n.inputs[1].dtype if n.inputs[1] is not None else None
+    target = _element_type(n.inputs[1]) if n.inputs[1] is not None else None
     if not target:
         raise _err(n, "CastLike before opset 15 needs the target input's element type")
     saturate = n.attributes.pop("saturate", None)
@@ -994,6 +1014,23 @@ def _scan_down(edit: _Edit) -> None:
         new.type = kept_type
 
 
+def _type_body_inputs(node: Node) -> None:
+    """Give a Scan or Loop body's untyped inputs the element type of what feeds them (the
+    adapters of the body's nodes look at element types; inference may leave them open)."""
+    if node.domain not in ("", "ai.onnx") or node.op_type not in ("Scan", "Loop"):
+        return
+    body = node.attributes.get("body")
+    if body is None or body.is_ref or body.value is None:
+        return
+    if node.op_type == "Scan":
+        outer = [v for v in node.inputs if v is not None][-len(body.value.inputs) :]
+    else:  # Loop: iteration number, condition, then the carried values
+        outer = [None, None, *list(node.inputs)[2:]]
+    for inner, v in zip(body.value.inputs, outer):
+        if inner.type is None and v is not None and isinstance(v.type, TensorType):
+            inner.type = TensorType(v.type.elem_type)
+
+
 def _np(dt) -> np.dtype:
     from ..ir.dtypes import to_numpy
 
@@ -1009,6 +1046,7 @@ class _Converter:
 
     def graph(self, g: Graph, src: int) -> None:
         for node in list(g):
+            _type_body_inputs(node)
             for sub in node.subgraphs():
                 self.graph(sub, src)
             if node.domain in ("", "ai.onnx"):
