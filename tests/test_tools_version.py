@@ -183,6 +183,8 @@ BODY_CASES = [
     ("test_cumprod_1d_reverse_exclusive", [7, 19]),
     ("test_cumprod_1d_int32_exclusive", [13]),
     ("test_linear_attention_gated_delta_expanded", [13]),  # CastLike in a Scan body
+    ("test_center_crop_pad_crop_and_pad", [11, 17]),  # (the shape fed at run time)
+    ("test_center_crop_pad_crop_negative_axes_hwc", [13]),
     ("test_triu", [11]),
 ]  # fmt: skip
 
@@ -349,13 +351,20 @@ def test_center_crop_pad_down():
     x = np.arange(30, dtype=np.float32).reshape(3, 5, 2)
     (want,) = onyx.InferenceSession(onyx.dumps(m)).run(None, {"x": x})
     assert want.shape == (2, 5, 5)
-    for target in (7, 13):
-        down = onyx.convert_version(m, target)
-        assert "CenterCropPad" not in {n.op_type for n in down.graph}
-        (got,) = ort.InferenceSession(onyx.dumps(down), providers=["CPUExecutionProvider"]).run(
-            None, {"x": x}
-        )
-        np.testing.assert_array_equal(got, want)
+    computed = _parse(
+        """<ir_version: 8, opset_import: ["" : 18]>
+        g (float[3, 5, 2] x, int64[2] s) => (float[?, ?, ?] y) {
+            y = CenterCropPad <axes: ints = [0, -1]> (x, s)
+        }"""
+    )
+    size = {"s": np.array([2, 5], np.int64)}  # odd surplus (3 -> 2), odd shortfall (2 -> 5)
+    for model, feeds, targets in ((m, {}, (7, 13)), (computed, size, (11, 17))):
+        for target in targets:
+            down = onyx.convert_version(model, target)
+            assert "CenterCropPad" not in {n.op_type for n in down.graph}
+            sess = ort.InferenceSession(onyx.dumps(down), providers=["CPUExecutionProvider"])
+            (got,) = sess.run(None, {"x": x, **feeds})
+            np.testing.assert_array_equal(got, want)
 
 
 def test_body_steps_the_target_does_not_type_are_refused():

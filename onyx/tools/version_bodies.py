@@ -649,10 +649,12 @@ def _expand_center_crop_pad(edit: _Edit) -> list[Node]:
     n = edit.node
     x, shape = n.inputs[0], _const_array(n.inputs[1])
     dims = _dims(x)
-    if shape is None or dims is None or not all(isinstance(d, int) for d in dims):
-        raise _err(n, "expanding it needs the input's static shape and a constant shape")
+    if dims is None:
+        raise _err(n, "expanding it needs the input's rank")
     rank = len(dims)
     axes = [a + rank if a < 0 else a for a in n.attr("axes", list(range(rank)))]
+    if shape is None or not all(isinstance(d, int) for d in dims):
+        return _center_crop_pad_at_run_time(edit, rank, axes)
     starts, ends, slice_axes, pads = [], [], [], [0] * (2 * rank)
     for a, want in zip(axes, shape.reshape(-1).tolist()):
         have = dims[a]
@@ -773,6 +775,33 @@ def _expand_rotary(edit: _Edit) -> list[Node]:
 def _slice_axis(edit: _Edit, v: Value, start: int, end: int, axis: int) -> Value:
     return edit.one("Slice", [v, edit.const(_ints([start])), edit.const(_ints([end])),
                               edit.const(_ints([axis]))])  # fmt: skip
+
+
+def _center_crop_pad_at_run_time(edit: _Edit, rank: int, axes: list[int]) -> list[Node]:
+    """CenterCropPad with a computed shape or dynamic dims (from 11): per axis the surplus
+    is cropped (a Slice from half of it) and the shortfall padded (half before, the rest
+    after), both computed from Shape."""
+    edit.need(11, "a computed shape or dynamic dims (a computed Slice and Pad)")
+    n = edit.node
+    x = n.inputs[0]
+    before = len(edit.g)
+    where = edit.const(_ints(axes))
+    have = edit.one("Gather", [edit.one("Shape", [x]), where], {"axis": 0})
+    want = _cast(edit, n.inputs[1], DataType.INT64)
+    zero, two = edit.const(_ints(0)), edit.const(_ints(2))
+    diff = edit.one("Sub", [have, want])
+    surplus = edit.one("Where", [edit.one("Greater", [diff, zero]), diff, zero])
+    short = edit.one("Where", [edit.one("Less", [diff, zero]), edit.one("Neg", [diff]), zero])
+    start = edit.one("Div", [surplus, two])
+    end = edit.one("Add", [start, edit.one("Sub", [have, surplus])])
+    cropped = edit.one("Slice", [x, start, end, where])
+    lo = edit.one("Div", [short, two])
+    hi = edit.one("Sub", [short, lo])
+    spots = edit.const(_ints(axes + [a + rank for a in axes]))
+    amounts = edit.one("Concat", [lo, hi], {"axis": 0})
+    pads = edit.one("ScatterElements", [edit.const(np.zeros(2 * rank, np.int64)), spots,
+                                        amounts], {"axis": 0})  # fmt: skip
+    return _finish(edit, before, [edit.one("Pad", [cropped, pads])])
 
 
 #: Longest static axis CumProd is unrolled along (one Mul per element).
