@@ -185,6 +185,7 @@ BODY_CASES = [
     ("test_linear_attention_gated_delta_expanded", [13]),  # CastLike in a Scan body
     ("test_center_crop_pad_crop_and_pad", [11, 17]),  # (the shape fed at run time)
     ("test_center_crop_pad_crop_negative_axes_hwc", [13]),
+    ("test_blackmanwindow", [7]),  # Range's body: a Loop whose body inputs need types
     ("test_triu", [11]),
 ]  # fmt: skip
 
@@ -369,6 +370,9 @@ def test_center_crop_pad_down():
 
 def test_body_steps_the_target_does_not_type_are_refused():
     by_name = {c.name: c for c in node_cases()}
+    mod = onyx.loads(by_name["test_mod_float64_mixed_sign_fmod_0"].model.SerializeToString())
+    with pytest.raises(onyx.OnyxError, match="Mod.*fmod=0 .* from 28"):
+        onyx.convert_version(mod, 13)  # (Mod-13 takes floats with fmod=1 only)
     celu = onyx.loads(by_name["test_celu_bfloat16"].model.SerializeToString())
     # Celu's body runs Elu, which takes bfloat16 from 22 only
     with pytest.raises(onyx.OnyxError, match="Elu.*bfloat16.*made by the conversion"):

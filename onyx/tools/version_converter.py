@@ -839,6 +839,14 @@ def _dequantize(edit: _Edit, src: int, dst: int):
     return None
 
 
+@adapter("Mod")
+def _mod(edit: _Edit, src: int, dst: int) -> None:
+    n = edit.node
+    floats = (DataType.FLOAT, DataType.DOUBLE, DataType.FLOAT16, DataType.BFLOAT16)
+    if dst < 28 and not n.attr("fmod", 0) and n.inputs[0].dtype in floats:
+        raise _err(n, "fmod=0 (a floored remainder) on floating-point inputs exists from 28")
+
+
 @adapter("ArgMax", "ArgMin")
 def _argmax(edit: _Edit, src: int, dst: int) -> None:
     n = edit.node
@@ -1024,8 +1032,12 @@ def _type_body_inputs(node: Node) -> None:
         return
     if node.op_type == "Scan":
         outer = [v for v in node.inputs if v is not None][-len(body.value.inputs) :]
-    else:  # Loop: iteration number, condition, then the carried values
+    else:  # Loop: iteration number, condition (scalars: onnxruntime wants their shape), then
+        # the carried values
         outer = [None, None, *list(node.inputs)[2:]]
+        for inner, dt in zip(body.value.inputs, (DataType.INT64, DataType.BOOL)):
+            if inner.type is None:
+                inner.type = TensorType(dt, ())
     for inner, v in zip(body.value.inputs, outer):
         if inner.type is None and v is not None and isinstance(v.type, TensorType):
             inner.type = TensorType(v.type.elem_type)
@@ -1129,6 +1141,9 @@ class _Converter:
         body_src = body.opsets.get("", src)
         for new in nodes:
             if new.graph is g:
+                _type_body_inputs(new)
+                for sub in new.subgraphs():  # (a body's Loop: its own body too)
+                    self.graph(sub, body_src)
                 self.node(g, new, body_src, depth + 1)
 
 
