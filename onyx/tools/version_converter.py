@@ -839,6 +839,29 @@ def _dequantize(edit: _Edit, src: int, dst: int):
     return None
 
 
+@adapter("OneHot")
+def _onehot(edit: _Edit, src: int, dst: int) -> None:
+    """OneHot-11 counts negative indices from the end; OneHot-9 makes them off rows: below 11
+    they are wrapped first."""
+    if _crosses(src, dst, 11) >= 0:
+        return
+    n = edit.node
+    indices, depth = n.inputs[0], n.inputs[1]
+    known = _const_array(indices)
+    if known is not None and (known >= 0).all():
+        return
+    dtype = _element_type(indices)
+    if dtype is None:
+        raise _err(n, "negative indices before opset 11 need the indices' element type")
+    size = edit.one("Cast", [depth], {"to": int(dtype)})
+    zero = edit.const(np.zeros((), _np(dtype)))
+    wrapped = edit.one("Where", [edit.one("Less", [indices, zero]),
+                                 edit.one("Add", [indices, size]), indices])  # fmt: skip
+    # below -depth: depth, off in every reading (onnxruntime's OneHot-9 wraps negatives too)
+    off = edit.one("Where", [edit.one("Less", [wrapped, zero]), size, wrapped])
+    n.set_input(0, off)
+
+
 @adapter("Mod")
 def _mod(edit: _Edit, src: int, dst: int) -> None:
     n = edit.node
@@ -872,6 +895,9 @@ def _element_type(v: Value, depth: int = 0):
     if v.dtype or depth > 32:
         return v.dtype
     p = v.producer
+    if p is not None and p.op_type == "Cast" and not p.attributes_have_refs():
+        to = p.attributes.get("to")
+        return DataType(to.value) if to is not None and to.type == AttrType.INT else None
     if p is None or p.op_type not in _SAME_TYPE or p.domain not in ("", "ai.onnx"):
         return None
     if not p.inputs or p.inputs[0] is None:
