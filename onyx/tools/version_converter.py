@@ -51,6 +51,7 @@ def convert_version(model, target_opset: int) -> Model:
             infer_shapes(m)
         except OnyxError:
             pass  # ranks help some adapters; the rest work without them
+    original = {id(n) for n in _all_nodes(m.graph)}
     conv = _Converter(target_opset)
     conv.graph(m.graph, src)
     for f in m.functions.values():
@@ -61,9 +62,38 @@ def convert_version(model, target_opset: int) -> Model:
             f.opset_imports.pop("ai.onnx", None)
     m.opset_imports.pop("ai.onnx", None)
     m.opset_imports[""] = target_opset
+    _check_new_nodes(m, original, target_opset)
     need = IR_VERSION_OF_OPSET.get(target_opset, m.ir_version)
     m.ir_version = max(need, 8) if m.functions else need
     return m
+
+
+def _all_nodes(g: Graph):
+    for n in g:
+        yield n
+        for sub in n.subgraphs():
+            yield from _all_nodes(sub)
+
+
+def _check_new_nodes(m: Model, original: set[int], target: int) -> None:
+    """The nodes the conversion made (bodies, adapters' helpers) checked against the target's
+    schemas once inference has typed them: a function body's step may not take an element
+    type at the target that the expanded node took (Elu and bfloat16 before 22, ...)."""
+    from ..inference import infer_shapes
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            infer_shapes(m)
+        except OnyxError:
+            return
+    for n in _all_nodes(m.graph):
+        if id(n) in original or n.domain not in ("", "ai.onnx"):
+            continue
+        t = defs.get_schema(n.op_type, target)
+        problem = _mismatch(n, t) if t is not None else f"no {n.op_type} at opset {target}"
+        if problem:
+            raise _err(n, f"{problem} at opset {target} (made by the conversion)")
 
 
 # ---------------------------------------------------------------------------------- helpers
@@ -130,6 +160,16 @@ class _Edit:
             self.g.insert_before(self.node, new)
         return list(new.outputs)
 
+    def one(self, op: str, inputs, attrs=None) -> Value:
+        """A helper node with one output; returns that output."""
+        return self.add(op, inputs, attrs)[0]
+
+    def need(self, opset: int, what: str) -> None:
+        """Refuse (naming the node) when the target opset is below ``opset``."""
+        if self.target < opset:
+            raise _err(self.node, f"{what} needs opset {opset} or later once expanded "
+                       f"(target {self.target})")  # fmt: skip
+
     def const(self, array) -> Value:
         arr = np.asarray(array)
         (v,) = self.add("Constant", [], {"value": Tensor(arr)})
@@ -183,8 +223,10 @@ def _trim(n: Node) -> None:
 
 # ---------------------------------------------------------------------------------- adapters
 
-#: op -> adapter(edit, src_since, dst_since, up) -> None; ``up``: converting to a newer opset.
+#: op -> adapter(edit, src_since, dst_since) -> None, or EXPAND: the node is to be replaced
+#: by its body (written out in version_bodies) instead.
 ADAPTERS: dict[str, Callable] = {}
+EXPAND = "expand"
 
 
 def adapter(*ops: str):
@@ -264,11 +306,63 @@ def _split(edit: _Edit, src: int, dst: int) -> None:
         _input_to_attr(edit, "split", 1)
 
 
+def _axes_full_rank(edit: _Edit, axes, what: str) -> tuple[int, list[int]]:
+    """The input's rank and ``axes`` made non-negative (the rank must be known)."""
+    n = edit.node
+    rank = _rank(n.inputs[0])
+    if rank is None:
+        raise _err(n, f"{what} over some axes needs the input's rank before opset 18")
+    axes = [int(a) + rank if a < 0 else int(a) for a in axes]
+    if sorted(set(axes)) != sorted(axes) or not all(0 <= a < rank for a in axes):
+        raise _err(n, f"axes {axes} are not distinct axes of a rank-{rank} input")
+    return rank, axes
+
+
+def _scatter_full(edit: _Edit, base: np.ndarray, where: Value, part: Value) -> Value:
+    """``base`` with ``part`` written at the indices ``where`` (a ScatterElements, from 11)."""
+    if edit.target < 11:
+        raise _err(edit.node, "computed values over some axes have no form before opset 11")
+    return edit.one("ScatterElements", [edit.const(base), where, part], {"axis": 0})
+
+
+def _begin_end_indices(edit: _Edit, axes: Value, rank: int) -> Value:
+    """[axes, axes + rank] with negative axes counted from the end (computed axes)."""
+    r = edit.const(np.array(rank, np.int64))
+    wrapped = edit.one("Where", [edit.one("Less", [axes, edit.const(np.array(0, np.int64))]),
+                                 edit.one("Add", [axes, r]), axes])  # fmt: skip
+    return edit.one("Concat", [wrapped, edit.one("Add", [wrapped, r])], {"axis": 0})
+
+
+def _pads_full_rank(edit: _Edit) -> None:
+    """Pad-18's ``axes`` input folded into full-rank pads (zeros on the other axes)."""
+    n = edit.node
+    axes, pads = _const_array(n.inputs[3]), _const_array(n.inputs[1])
+    rank = _rank(n.inputs[0])
+    if axes is not None and pads is not None:
+        rank, axes = _axes_full_rank(edit, axes.reshape(-1), "padding")
+        full = np.zeros(2 * rank, np.int64)
+        for i, a in enumerate(axes):
+            full[a], full[a + rank] = pads[i], pads[i + len(axes)]
+        n.set_input(1, edit.const(full))
+    elif rank is None:
+        raise _err(n, "padding over some axes needs the input's rank before opset 18")
+    else:  # computed pads or axes: scattered into zeros at run time
+        where = _begin_end_indices(edit, n.inputs[3], rank)
+        pads = n.inputs[1]
+        if pads.dtype not in (None, DataType.INT64):
+            pads = edit.one("Cast", [pads], {"to": int(DataType.INT64)})
+        n.set_input(1, _scatter_full(edit, np.zeros(2 * rank, np.int64), where, pads))
+    n.set_input(3, None)
+    _trim(n)
+
+
 @adapter("Pad")
 def _pad(edit: _Edit, src: int, dst: int) -> None:
     n = edit.node
     if n.attr("mode", "constant") == "wrap" and dst < 19:
         raise _err(n, "mode 'wrap' exists from opset 19")
+    if dst < 18 and len(n.inputs) > 3 and n.inputs[3] is not None:
+        _pads_full_rank(edit)
     step = _crosses(src, dst, 11)
     if step > 0:
         pads = n.attributes.pop("pads" if "pads" in n.attributes else "paddings", None)
@@ -418,9 +512,65 @@ for _op in ("Softmax", "LogSoftmax", "Hardmax"):
     ADAPTERS[_op] = _softmax
 
 
+def _resize_full_rank(edit: _Edit) -> None:
+    """Resize-18's ``axes``: roi, scales or sizes given for those axes only, made full rank
+    (roi 0..1, scale 1, the input's own size on the other axes)."""
+    n = edit.node
+    rank, axes = _axes_full_rank(edit, n.attributes.pop("axes").value, "resizing")
+    ins = list(n.inputs) + [None] * (4 - len(n.inputs))
+    roi, scales, sizes = ins[1], ins[2], ins[3]
+    if roi is not None and (_const_array(roi) is None or _const_array(roi).size):
+        ins[1] = _full_roi(edit, roi, rank, axes)
+    if scales is not None and (_const_array(scales) is None or _const_array(scales).size):
+        part = _const_array(scales)
+        if part is not None:
+            full = np.ones(rank, np.float32)
+            full[axes] = part.reshape(-1)
+            ins[2] = edit.const(full)
+        else:
+            where = edit.const(np.array(axes, np.int64))
+            ins[2] = _scatter_full(edit, np.ones(rank, np.float32), where, scales)
+    if sizes is not None:
+        ins[3] = _full_sizes(edit, sizes, rank, axes)
+    _set_inputs(n, ins)
+    _trim(n)
+
+
+def _full_roi(edit: _Edit, roi: Value, rank: int, axes: list[int]) -> Value:
+    """roi starts and ends on ``axes`` spread over the whole rank (0 .. 1 elsewhere)."""
+    part = _const_array(roi)
+    dt = _np(roi.dtype or DataType.FLOAT)
+    base = np.array([0.0] * rank + [1.0] * rank, dt)
+    if part is not None:
+        part = part.reshape(-1)
+        for i, a in enumerate(axes):
+            base[a], base[a + rank] = part[i], part[i + len(axes)]
+        return edit.const(base)
+    where = edit.const(np.array(axes + [a + rank for a in axes], np.int64))
+    return _scatter_full(edit, base, where, roi)
+
+
+def _full_sizes(edit: _Edit, sizes: Value, rank: int, axes: list[int]) -> Value:
+    """Output sizes on ``axes`` spread over the input's own dims (constant when they are
+    static, else a ScatterElements into the input's Shape)."""
+    part, dims = _const_array(sizes), _dims(edit.node.inputs[0])
+    if part is not None and dims is not None:
+        full = [d for d in dims]
+        for i, a in enumerate(axes):
+            full[a] = int(part.reshape(-1)[i])
+        if all(isinstance(d, int) for d in full):
+            return edit.const(np.array(full, np.int64))
+    (shape,) = edit.add("Shape", [edit.node.inputs[0]])
+    where = edit.const(np.array(axes, np.int64))
+    (full,) = edit.add("ScatterElements", [shape, where, sizes], {"axis": 0})
+    return full
+
+
 @adapter("Resize")
 def _resize(edit: _Edit, src: int, dst: int) -> None:
     n = edit.node
+    if dst < 18 and n.attr("axes") is not None:
+        _resize_full_rank(edit)
     step = _crosses(src, dst, 11)
     if step > 0:  # Resize-10: asymmetric coordinates, nearest rounds down
         n.set_attr("coordinate_transformation_mode", "asymmetric")
@@ -648,6 +798,78 @@ def _constant(edit: _Edit, src: int, dst: int) -> None:
         raise _err(n, "sparse_value exists from opset 11")
 
 
+@adapter("Flatten")
+def _flatten(edit: _Edit, src: int, dst: int) -> None:
+    """A negative axis exists from opset 11."""
+    n = edit.node
+    axis = n.attr("axis", 1)
+    if dst < 11 and axis < 0:
+        rank = _rank(n.inputs[0])
+        if rank is None:
+            raise _err(n, "a negative axis needs the input's rank before opset 11")
+        n.set_attr("axis", axis + rank)
+
+
+def _per_axis(edit: _Edit, scale: Value) -> bool:
+    """Whether a (De)QuantizeLinear scale has more than one element (per-axis, from 13)."""
+    arr = _const_array(scale)
+    if arr is not None:
+        return arr.size > 1
+    dims = _dims(scale)
+    if dims is None:
+        raise _err(edit.node, "before opset 13 it needs the scale's shape (per-tensor only)")
+    return len(dims) > 0 and dims != (1,) and dims != [1]
+
+
+@adapter("QuantizeLinear")
+def _quantize(edit: _Edit, src: int, dst: int):
+    if dst < 13 and _per_axis(edit, edit.node.inputs[1]):
+        raise _err(edit.node, "a per-axis scale exists from opset 13")
+    if dst < 13:
+        edit.node.attributes.pop("axis", None)  # (meaningless for a per-tensor scale)
+
+
+@adapter("DequantizeLinear")
+def _dequantize(edit: _Edit, src: int, dst: int):
+    """A per-axis scale before 13: the arithmetic written out."""
+    if dst < 13 and _per_axis(edit, edit.node.inputs[1]):
+        return EXPAND
+    if dst < 13:
+        edit.node.attributes.pop("axis", None)  # (meaningless for a per-tensor scale)
+    return None
+
+
+@adapter("OneHot")
+def _onehot(edit: _Edit, src: int, dst: int) -> None:
+    """OneHot-11 counts negative indices from the end; OneHot-9 makes them off rows: below 11
+    they are wrapped first."""
+    if _crosses(src, dst, 11) >= 0:
+        return
+    n = edit.node
+    indices, depth = n.inputs[0], n.inputs[1]
+    known = _const_array(indices)
+    if known is not None and (known >= 0).all():
+        return
+    dtype = _element_type(indices)
+    if dtype is None:
+        raise _err(n, "negative indices before opset 11 need the indices' element type")
+    size = edit.one("Cast", [depth], {"to": int(dtype)})
+    zero = edit.const(np.zeros((), _np(dtype)))
+    wrapped = edit.one("Where", [edit.one("Less", [indices, zero]),
+                                 edit.one("Add", [indices, size]), indices])  # fmt: skip
+    # below -depth: depth, off in every reading (onnxruntime's OneHot-9 wraps negatives too)
+    off = edit.one("Where", [edit.one("Less", [wrapped, zero]), size, wrapped])
+    n.set_input(0, off)
+
+
+@adapter("Mod")
+def _mod(edit: _Edit, src: int, dst: int) -> None:
+    n = edit.node
+    floats = (DataType.FLOAT, DataType.DOUBLE, DataType.FLOAT16, DataType.BFLOAT16)
+    if dst < 28 and not n.attr("fmod", 0) and n.inputs[0].dtype in floats:
+        raise _err(n, "fmod=0 (a floored remainder) on floating-point inputs exists from 28")
+
+
 @adapter("ArgMax", "ArgMin")
 def _argmax(edit: _Edit, src: int, dst: int) -> None:
     n = edit.node
@@ -660,13 +882,36 @@ def _argmax(edit: _Edit, src: int, dst: int) -> None:
         n.set_attr("axis", n.attr("axis") + rank)
 
 
+#: Ops whose output has their first input's element type (a fallback where inference did not
+#: type a value, e.g. inside a Loop body).
+_SAME_TYPE = frozenset(("Identity", "Gather", "GatherElements", "Slice", "Reshape", "Transpose",
+                        "Squeeze", "Unsqueeze", "Flatten", "Expand", "Concat", "Neg", "Abs",
+                        "Add", "Sub", "Mul", "Div", "MatMul", "Relu", "Exp", "Log", "Sqrt",
+                        "Tile", "Pad", "Max", "Min"))  # fmt: skip
+
+
+def _element_type(v: Value, depth: int = 0):
+    """``v``'s element type, or that of the first input of a chain of type-keeping ops."""
+    if v.dtype or depth > 32:
+        return v.dtype
+    p = v.producer
+    if p is not None and p.op_type == "Cast" and not p.attributes_have_refs():
+        to = p.attributes.get("to")
+        return DataType(to.value) if to is not None and to.type == AttrType.INT else None
+    if p is None or p.op_type not in _SAME_TYPE or p.domain not in ("", "ai.onnx"):
+        return None
+    if not p.inputs or p.inputs[0] is None:
+        return None
+    return _element_type(p.inputs[0], depth + 1)
+
+
 @adapter("CastLike")
 def _castlike(edit: _Edit, src: int, dst: int) -> None:
     """Before 15: a Cast to the second input's element type (when inference knows it)."""
     n = edit.node
     if dst >= 15:
         return
-    target = n.inputs[1].dtype if n.inputs[1] is not None else None
+    target = _element_type(n.inputs[1]) if n.inputs[1] is not None else None
     if not target:
         raise _err(n, "CastLike before opset 15 needs the target input's element type")
     saturate = n.attributes.pop("saturate", None)
@@ -732,6 +977,98 @@ def _dft(edit: _Edit, src: int, dst: int) -> None:
         n.set_attr("axis", axis)
 
 
+def _with_leading_dim(t):
+    """The type of a stack of ``t`` values (one more leading dim, of unknown size)."""
+    if isinstance(t, TensorType):
+        return TensorType(t.elem_type, None if t.shape is None else (None, *t.shape.dims))
+    return None
+
+
+@adapter("Scan")
+def _scan(edit: _Edit, src: int, dst: int) -> None:
+    """Scan-8 runs its body over a leading batch axis of every input and state (with
+    optional sequence_lens); from 9 there is no batch axis. Up: an outer Scan over the batch
+    axis whose body is the old Scan at the new opset. Down: a batch of one (Unsqueeze in,
+    Squeeze out)."""
+    step = _crosses(src, dst, 9)
+    if step > 0:
+        _scan_up(edit)
+    elif step < 0:
+        _scan_down(edit)
+
+
+def _scan_up(edit: _Edit) -> None:
+    n = edit.node
+    if n.inputs and n.inputs[0] is not None:
+        raise _err(n, "sequence_lens (per-batch lengths) has no form from opset 9")
+    body = n.attributes["body"].value
+    k = n.attr("num_scan_inputs")
+    inputs = list(n.inputs)[1:]
+    n_states = len(inputs) - k
+    base = n.name or "scan"
+    slices = []
+    for i in range(len(inputs)):
+        inner_t = body.inputs[i].type if i < len(body.inputs) else None
+        slices.append(Value(f"{base}_batch_in{i}",
+                            inner_t if i < n_states else _with_leading_dim(inner_t)))  # fmt: skip
+    attrs = {"body": Attr("body", AttrType.GRAPH, body), "num_scan_inputs": k}
+    directions = n.attributes.pop("directions", None)
+    if directions is not None:
+        attrs["scan_input_directions"] = list(directions.value)
+    inner = Node("Scan", slices, [f"{base}_batch_out{i}" for i in range(len(n.outputs))], attrs)
+    for i, out in enumerate(inner.outputs):
+        t = body.outputs[i].type if i < len(body.outputs) else None
+        out.type = t if i < n_states else _with_leading_dim(t)
+    outer = Graph(slices, list(inner.outputs), [inner], name=f"{base}_over_batch")
+    _set_inputs(n, inputs)
+    n.attributes["body"] = Attr("body", AttrType.GRAPH, outer)
+    n.set_attr("num_scan_inputs", len(inputs))
+
+
+def _scan_down(edit: _Edit) -> None:
+    n = edit.node
+    for key in ("scan_input_axes", "scan_output_axes"):
+        if any(a != 0 for a in n.attr(key, []) or []):
+            raise _err(n, f"{key} other than 0 has no form before opset 9")
+    if any(n.attr("scan_output_directions", []) or []):
+        raise _err(n, "reversed scan outputs have no form before opset 9")
+    n.attributes.pop("scan_output_axes", None)
+    n.attributes.pop("scan_output_directions", None)
+    n.attributes.pop("scan_input_axes", None)
+    directions = n.attributes.pop("scan_input_directions", None)
+    if directions is not None:
+        n.set_attr("directions", list(directions.value))
+    batched = [edit.one("Unsqueeze", [v], {"axes": [0]}) for v in n.inputs]
+    _set_inputs(n, [None, *batched])
+    for out in list(n.outputs):
+        kept_type, out.type = out.type, None
+        new = put_after_output(
+            edit.g, out, lambda inner: Node("Squeeze", [inner], [""], {"axes": [0]})
+        )
+        new.type = kept_type
+
+
+def _type_body_inputs(node: Node) -> None:
+    """Give a Scan or Loop body's untyped inputs the element type of what feeds them (the
+    adapters of the body's nodes look at element types; inference may leave them open)."""
+    if node.domain not in ("", "ai.onnx") or node.op_type not in ("Scan", "Loop"):
+        return
+    body = node.attributes.get("body")
+    if body is None or body.is_ref or body.value is None:
+        return
+    if node.op_type == "Scan":
+        outer = [v for v in node.inputs if v is not None][-len(body.value.inputs) :]
+    else:  # Loop: iteration number, condition (scalars: onnxruntime wants their shape), then
+        # the carried values
+        outer = [None, None, *list(node.inputs)[2:]]
+        for inner, dt in zip(body.value.inputs, (DataType.INT64, DataType.BOOL)):
+            if inner.type is None:
+                inner.type = TensorType(dt, ())
+    for inner, v in zip(body.value.inputs, outer):
+        if inner.type is None and v is not None and isinstance(v.type, TensorType):
+            inner.type = TensorType(v.type.elem_type)
+
+
 def _np(dt) -> np.dtype:
     from ..ir.dtypes import to_numpy
 
@@ -747,6 +1084,7 @@ class _Converter:
 
     def graph(self, g: Graph, src: int) -> None:
         for node in list(g):
+            _type_body_inputs(node)
             for sub in node.subgraphs():
                 self.graph(sub, src)
             if node.domain in ("", "ai.onnx"):
@@ -763,7 +1101,9 @@ class _Converter:
             return
         fn = ADAPTERS.get(n.op_type)
         if fn is not None:
-            fn(_Edit(g, n, dst), s.since_version, t.since_version if usable else dst)
+            if fn(_Edit(g, n, dst), s.since_version, t.since_version if usable else dst) == EXPAND:
+                self.expand(g, n, s, src, depth)
+                return
             t = defs.get_schema(n.op_type, dst)  # (an adapter may rename the op)
             usable = t is not None and not t.deprecated
         if not usable:
@@ -772,13 +1112,15 @@ class _Converter:
         _drop_defaults(n, s, t)
         problem = _mismatch(n, t)
         if problem:
-            if fn is None and dst < src and s.functions:
+            if dst < src and ((fn is None and s.functions) or _has_expansion(n.op_type)):
                 self.expand(g, n, s, src, depth)
                 return
             raise _err(n, f"{problem} at opset {dst} ({n.op_type}-{t.since_version})")
 
     def expand(self, g: Graph, n: Node, s, src: int, depth: int) -> None:
         """Replace the node by its standard function body, converted in turn."""
+        from .version_bodies import EXPANSIONS
+
         body = s.function_for(src)
         if body is None and n.op_type in EXPANSIONS and depth <= 8:
             made = EXPANSIONS[n.op_type](_Edit(g, n, self.target))
@@ -825,99 +1167,16 @@ class _Converter:
         body_src = body.opsets.get("", src)
         for new in nodes:
             if new.graph is g:
+                _type_body_inputs(new)
+                for sub in new.subgraphs():  # (a body's Loop: its own body too)
+                    self.graph(sub, body_src)
                 self.node(g, new, body_src, depth + 1)
 
 
-# -- ops whose standard body depends on the node: written out here (opset 13 forms) ---------
+def _has_expansion(op: str) -> bool:
+    from .version_bodies import EXPANSIONS
 
-
-def _typed_const(edit: _Edit, value: float, like: Value) -> Value:
-    dt = like.dtype or DataType.FLOAT
-    return edit.const(np.array(value, _np(dt)))
-
-
-def _norm_axes(edit: _Edit, axis: int) -> list[int]:
-    rank = _rank(edit.node.inputs[0])
-    if rank is None:
-        raise _err(edit.node, "expanding it needs the input's rank")
-    axis = axis + rank if axis < 0 else axis
-    return list(range(axis, rank))
-
-
-def _expand_layernorm(edit: _Edit) -> list[Node]:
-    n = edit.node
-    x, scale = n.inputs[0], n.inputs[1]
-    bias = n.inputs[2] if len(n.inputs) > 2 else None
-    axes = _norm_axes(edit, n.attr("axis", -1))
-    before = len(edit.g)
-    (mean,) = edit.add("ReduceMean", [x], {"axes": axes, "keepdims": 1})
-    (d,) = edit.add("Sub", [x, mean])
-    (sq,) = edit.add("Mul", [d, d])
-    (var,) = edit.add("ReduceMean", [sq], {"axes": axes, "keepdims": 1})
-    (ve,) = edit.add("Add", [var, _typed_const(edit, n.attr("epsilon", 1e-5), x)])
-    (std,) = edit.add("Sqrt", [ve])
-    (inv,) = edit.add("Reciprocal", [std])
-    (normed,) = edit.add("Mul", [d, inv])
-    (y,) = edit.add("Mul", [normed, scale])
-    if bias is not None:
-        (y,) = edit.add("Add", [y, bias])
-    return _finish(edit, before, [y, mean, inv])
-
-
-def _expand_rmsnorm(edit: _Edit) -> list[Node]:
-    n = edit.node
-    x, scale = n.inputs[0], n.inputs[1]
-    axes = _norm_axes(edit, n.attr("axis", -1))
-    before = len(edit.g)
-    (sq,) = edit.add("Mul", [x, x])
-    (ms,) = edit.add("ReduceMean", [sq], {"axes": axes, "keepdims": 1})
-    (me,) = edit.add("Add", [ms, _typed_const(edit, n.attr("epsilon", 1e-5), x)])
-    (rms,) = edit.add("Sqrt", [me])
-    (normed,) = edit.add("Div", [x, rms])
-    (y,) = edit.add("Mul", [normed, scale])
-    return _finish(edit, before, [y])
-
-
-def _expand_gelu(edit: _Edit) -> list[Node]:
-    n = edit.node
-    x = n.inputs[0]
-    before = len(edit.g)
-    (half,) = edit.add("Mul", [x, _typed_const(edit, 0.5, x)])
-    if n.attr("approximate", "none") == "tanh":
-        (x2,) = edit.add("Mul", [x, x])
-        (x3,) = edit.add("Mul", [x2, x])
-        (c3,) = edit.add("Mul", [x3, _typed_const(edit, 0.044715, x)])
-        (inner,) = edit.add("Add", [x, c3])
-        (scaled,) = edit.add("Mul", [inner, _typed_const(edit, float(np.sqrt(2 / np.pi)), x)])
-        (t,) = edit.add("Tanh", [scaled])
-    else:
-        (scaled,) = edit.add("Div", [x, _typed_const(edit, float(np.sqrt(2.0)), x)])
-        (t,) = edit.add("Erf", [scaled])
-    (one,) = edit.add("Add", [t, _typed_const(edit, 1.0, x)])
-    (y,) = edit.add("Mul", [half, one])
-    return _finish(edit, before, [y])
-
-
-def _finish(edit: _Edit, before: int, produced: list[Value]) -> list[Node]:
-    g, n = edit.g, edit.node
-    start = g.nodes.index(n) - (len(g) - before)
-    made = list(g.nodes[start : g.nodes.index(n)])
-    for out, new in zip(n.outputs, produced):
-        if not out.name:
-            continue
-        new.type = new.type or out.type
-        out.replace_all_uses_with(new)
-        g.outputs = [new if v is out else v for v in g.outputs]
-        new.name = out.name
-    g.remove(n, safe=False)
-    return made
-
-
-EXPANSIONS: dict[str, Callable[[_Edit], list[Node]]] = {
-    "LayerNormalization": _expand_layernorm,
-    "RMSNormalization": _expand_rmsnorm,
-    "Gelu": _expand_gelu,
-}
+    return op in EXPANSIONS
 
 
 def _drop_defaults(n: Node, s, t) -> None:
