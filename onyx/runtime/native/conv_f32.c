@@ -226,7 +226,9 @@ static AVX512 void store_tile(const conv_f32 *t, int64_t g, int64_t m0, const fl
             int64_t at = u->out + m * P;
             for (int64_t j = 0; j < u->len; j += 16) {
                 __mmask16 live = lanes(0, u->len - j);
-                __m512 v = _mm512_maskz_loadu_ps(live, ct + i * CF_NR + u->j + j);
+                /* (unmasked: a masked load of what the tile has just stored is not forwarded
+                   from the store and waits for it; ct has slack for the lanes past a row) */
+                __m512 v = _mm512_loadu_ps(ct + i * CF_NR + u->j + j);
                 v = finish(t, v, bias, t->z ? t->z + at + j : 0, live);
                 _mm512_mask_storeu_ps(t->y + at + j, live, v);
             }
@@ -358,7 +360,7 @@ EXPORT AVX512 int onyx_conv_f32_range(const void *p, int64_t begin, int64_t end)
     int64_t per_block = (panels + t->blocks - 1) / t->blocks, chunks = (t->strips + S - 1) / S;
     int64_t tile_size = CF_MR * CF_NR, P = t->OH * t->OW;
     float *B = malloc((size_t)(S * t->kc * CF_NR) * sizeof(float));
-    float *ct = malloc((size_t)(S * per_block * tile_size) * sizeof(float));
+    float *ct = malloc((size_t)(S * per_block * tile_size + 16) * sizeof(float));
     run *r = malloc((size_t)(S * (CF_NR + 1)) * sizeof(run));
     int *runs = malloc((size_t)S * sizeof(int));
     tile_fn *fn = malloc((size_t)S * sizeof(tile_fn));
