@@ -236,6 +236,19 @@ static AVX512 void store_tile(const conv_f32 *t, int64_t g, int64_t m0, const fl
     }
 }
 
+/* The residual of a strip's runs in channels m0 .. m1 of group g into the cache (a large
+   batch's residual comes from memory, one plane per channel: too many streams for the
+   hardware's prefetchers). */
+static AVX512 void prefetch_residual(const conv_f32 *t, int64_t g, int64_t m0, int64_t m1,
+                                     const run *r, int runs) {
+    int64_t Mg = t->M / t->group, P = t->OH * t->OW;
+    m1 = m1 < Mg ? m1 : Mg;
+    for (int64_t m = g * Mg + m0; m < g * Mg + m1; m++)
+        for (int k = 0; k < runs; k++)
+            for (int64_t j = 0; j < r[k].len; j += 16)
+                _mm_prefetch((const char *)(t->z + r[k].out + m * P + j), _MM_HINT_T0);
+}
+
 /* sums (MR x 16 nv) = (accumulate ? ct : 0) + A (kc x MR) . B (kc x 16 nv; rows ldb apart),
    into ct, or finished into y where o is given. nv is a constant in each instance below: the
    accumulators stay in registers. */
@@ -425,6 +438,9 @@ EXPORT AVX512 int onyx_conv_f32_range(const void *p, int64_t begin, int64_t end)
                     src[s] = B + s * kc * CF_NR, ldb[s] = CF_NR;
                 }
             }
+            if (last && t->z) /* the residual is read as the tiles finish: fetched meanwhile */
+                for (int64_t s = 0; s < ns; s++)
+                    prefetch_residual(t, g, p0 * CF_MR, p1 * CF_MR, r + s * (CF_NR + 1), runs[s]);
             for (int64_t pn = p0; pn < p1; pn++)
                 for (int64_t s = 0; s < ns; s++) {
                     const run *rs = r + s * (CF_NR + 1), *end = rs + runs[s] - 1;

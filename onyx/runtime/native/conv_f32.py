@@ -51,6 +51,14 @@ CONV_ACTIVATIONS = {
 _CONV_KC = 256
 
 
+def _conv_kc(K: int) -> int:
+    """Rows of columns per block for K in all: about _CONV_KC, in equal blocks (a K of 288,
+    a 3x3 conv over 32 channels, as one block, not 256 + 32: a block of a few rows pays the
+    tile's loading and storing of its sums for little work)."""
+    blocks = max(1, round(K / _CONV_KC))
+    return -(-K // blocks)
+
+
 #: Strips (of 48 pixels) and panels (of 8 output channels) per part of the work: each block
 #: of panels' weights is read once per block of strips, and their sums (48 x 8 x 16 floats)
 #: stay in L2.
@@ -188,7 +196,7 @@ class FloatConv:
         jobs = group * strips
         self.pack_cuts = _even_cuts(jobs, self.ways)
         self.task = _ConvF32(None, _addr(packed), None, None, None, None, N, C, H, W, M,
-                             *out_shape, *kernel, *strides, *dilations, *begin, group, _CONV_KC,
+                             *out_shape, *kernel, *strides, *dilations, *begin, group, _conv_kc(K),
                              strips, per_part, blocks, bool(wide), activation, alpha,
                              beta)  # fmt: skip
 
