@@ -421,10 +421,15 @@ EXPORT AVX512 int onyx_conv_f32_range(const void *p, int64_t begin, int64_t end)
                     const float *from = t->x + rs->image + g * Cg * plane +
                                         (s0 + s) % wide_strips(t) * CF_NR;
                     float *to = B + s * kc * CF_NR;
+                    /* (each row's stream: too many for the hardware's prefetchers; the
+                       same row of the strip after next is fetched as this one is copied) */
+                    int ahead = s + 2 < ns;
                     for (int64_t kk = 0; kk < kc; kk++)
-                        for (int h = 0; h < CF_V; h++)
-                            _mm512_storeu_ps(to + kk * CF_NR + h * 16,
-                                             _mm512_loadu_ps(from + off[k0 + kk] + h * 16));
+                        for (int h = 0; h < CF_V; h++) {
+                            const float *at = from + off[k0 + kk] + h * 16;
+                            if (ahead) _mm_prefetch((const char *)(at + 2 * CF_NR), _MM_HINT_T0);
+                            _mm512_storeu_ps(to + kk * CF_NR + h * 16, _mm512_loadu_ps(at));
+                        }
                     src[s] = to, ldb[s] = CF_NR;
                 } else if (t->cols) {
                     src[s] = t->cols + ((g * t->strips + s0 + s) * K + k0) * CF_NR;
