@@ -274,3 +274,45 @@ def test_few_pixel_conv_is_a_gemv_over_gathered_windows(case, native_calls, gemv
     np.testing.assert_allclose(got, _ort_run(model, {"x": x, "z": z}), rtol=1e-4, atol=1e-4)
     rows = x_shape[0] * want[0, 0].size
     assert native_calls == [] and gemv_calls == [rows, rows]
+
+
+#: unit-stride convs that run "wide" (their padded input read in place, conv_f32.c): uneven
+#: and wide pads, dilation, 1-D, batch, a padded input over the per-conv size (the shared
+#: scratch, its borders rewritten per call), a rectangular kernel
+WIDE_CASES = [
+    (2, 12, 9, 11, 16, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1),
+    (3, 10, 13, 30, 20, (3, 5), (1, 1), (2, 1), (2, 0, 2, 4), 1),
+    (1, 20, 40, 60, 24, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1),  # > 64K padded floats
+    (2, 64, 8, 8, 64, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1),
+    (1, 8, 6, 40, 8, (3, 3), (1, 1), (1, 1), (0, 1, 0, 1), 2),  # groups
+]
+
+
+@pytest.mark.parametrize("case", WIDE_CASES)
+def test_wide_conv_matches_onnxruntime_call_after_call(case, native_calls):
+    x, w, b, attrs = _case_arrays(case, sum(case[:5]) + 1)
+    model = _model("Conv", list(x.shape), {"w": w, "b": b}, attrs)
+    other = (1, 3, 50, 50, 4, (3, 3), (1, 1), (1, 1), (0, 0, 0, 0), 1)  # (shares the scratch)
+    ox, ow_, ob, oattrs = _case_arrays(other, 5)
+    for seed in (1, 2):  # a second input: what the first left in the buffers is overwritten
+        x = np.random.default_rng(seed).standard_normal(x.shape).astype(np.float32) * 1e3
+        want = _ort_run(model, {"x": x})
+        with native.threads(1):  # (more threads may split a small layer's channels: not wide)
+            got = conv_kernels.conv(x, w, b, **attrs)
+            conv_kernels.conv(ox * seed, ow_, ob, **oattrs)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-1)
+    key = ("f32 conv", x.shape, case[-1], conv_kernels.conv_key("NOTSET", attrs["pads"],
+           attrs["strides"], attrs["dilations"], None), 0, 0.0, 0.0, 1)  # fmt: skip
+    assert conv_kernels.derived(w, key, lambda: None).pad is not None, "it did not run wide"
+    assert native_calls, "the native kernel did not run"
+    with native.threads(3):  # (the same sums in the same order, whatever the split)
+        np.testing.assert_array_equal(conv_kernels.conv(x, w, b, **attrs), got)
+
+
+def test_wide_conv_1d():
+    x = np.random.default_rng(3).standard_normal((2, 6, 50)).astype(np.float32)
+    w = np.random.default_rng(4).standard_normal((10, 6, 5)).astype(np.float32)
+    w.flags.writeable = False
+    attrs = {"pads": [2, 2], "strides": [1], "dilations": [1], "group": 1}
+    want = _ort_run(_model("Conv", list(x.shape), {"w": w}, attrs), {"x": x})
+    np.testing.assert_allclose(conv_kernels.conv(x, w, **attrs), want, rtol=1e-4, atol=1e-4)

@@ -14,6 +14,12 @@
  * 49 pixels per image waste no more than one partial strip per call. Bias, a residual input
  * (FusedConv's Z) and Relu / LeakyRelu / Clip are applied when the tile is stored.
  *
+ * A unit-stride conv whose padding Python has made (x is then the padded input, top = left = 0)
+ * may run "wide": its strips cover the output rows at the input's width W (the last
+ * kw - 1 pixels of each row are discarded), so the column of tap (c, a, b) is the input from
+ * c's plane + a * dh * W + b * dw on, consecutive in the pixels: the tile reads it in place
+ * through a table of offsets and nothing is packed. Strips then stay inside one image.
+ *
  * Work is split (onyx_parallel, pool.c) into parts = (group, block of panels, block of
  * strips).
  */
@@ -43,7 +49,31 @@ static int plain_1x1(const conv_f32 *t) {
            t->left == 0 && t->OW == t->W && t->OH == t->H; /* (an end pad adds rows) */
 }
 
+/* The strips of one image in a wide conv: its OH rows of W pixels. */
+static int64_t wide_strips(const conv_f32 *t) { return (t->OH * t->W + CF_NR - 1) / CF_NR; }
+
+/* A wide strip's runs (its pixels inside the output, row by row; ih and iw unused), j counted
+   in the strip's full width (discarded pixels included). */
+static int wide_runs(const conv_f32 *t, int64_t s, run *r) {
+    int64_t per = wide_strips(t), n = s / per, q0 = s % per * CF_NR, count = 0;
+    int64_t q1 = q0 + CF_NR < t->OH * t->W ? q0 + CF_NR : t->OH * t->W;
+    for (int64_t q = q0; q < q1;) {
+        int64_t oh = q / t->W, ow = q % t->W;
+        if (ow >= t->OW) { /* (a discarded pixel: on to the next row) */
+            q = (oh + 1) * t->W;
+            continue;
+        }
+        int64_t len = t->OW - ow < q1 - q ? t->OW - ow : q1 - q;
+        r[count++] = (run){q - q0, len, n * t->C * t->H * t->W, 0, 0,
+                           (n * t->M + 0) * t->OH * t->OW + oh * t->OW + ow};
+        q += len;
+    }
+    if (!count) r[count++] = (run){0, 0, n * t->C * t->H * t->W, 0, 0, n * t->M * t->OH * t->OW};
+    return (int)count;
+}
+
 static int strip_runs(const conv_f32 *t, int64_t s, run *r) {
+    if (t->wide) return wide_runs(t, s, r);
     int64_t P = t->OH * t->OW, total = t->N * P, first = s * CF_NR;
     int64_t last = first + CF_NR < total ? first + CF_NR : total, count = 0;
     /* a plain 1x1 conv's run goes on across rows to its image's end: its pixels are
@@ -196,7 +226,9 @@ static AVX512 void store_tile(const conv_f32 *t, int64_t g, int64_t m0, const fl
             int64_t at = u->out + m * P;
             for (int64_t j = 0; j < u->len; j += 16) {
                 __mmask16 live = lanes(0, u->len - j);
-                __m512 v = _mm512_maskz_loadu_ps(live, ct + i * CF_NR + u->j + j);
+                /* (unmasked: a masked load of what the tile has just stored is not forwarded
+                   from the store and waits for it; ct has slack for the lanes past a row) */
+                __m512 v = _mm512_loadu_ps(ct + i * CF_NR + u->j + j);
                 v = finish(t, v, bias, t->z ? t->z + at + j : 0, live);
                 _mm512_mask_storeu_ps(t->y + at + j, live, v);
             }
@@ -204,18 +236,33 @@ static AVX512 void store_tile(const conv_f32 *t, int64_t g, int64_t m0, const fl
     }
 }
 
+/* The residual of a strip's runs in channels m0 .. m1 of group g into the cache (a large
+   batch's residual comes from memory, one plane per channel: too many streams for the
+   hardware's prefetchers). */
+static AVX512 void prefetch_residual(const conv_f32 *t, int64_t g, int64_t m0, int64_t m1,
+                                     const run *r, int runs) {
+    int64_t Mg = t->M / t->group, P = t->OH * t->OW;
+    m1 = m1 < Mg ? m1 : Mg;
+    for (int64_t m = g * Mg + m0; m < g * Mg + m1; m++)
+        for (int k = 0; k < runs; k++)
+            for (int64_t j = 0; j < r[k].len; j += 16)
+                _mm_prefetch((const char *)(t->z + r[k].out + m * P + j), _MM_HINT_T0);
+}
+
 /* sums (MR x 16 nv) = (accumulate ? ct : 0) + A (kc x MR) . B (kc x 16 nv; rows ldb apart),
    into ct, or finished into y where o is given. nv is a constant in each instance below: the
    accumulators stay in registers. */
 static AVX512 inline __attribute__((always_inline)) void
 tile(const conv_f32 *t, const float *restrict A, const float *restrict B, int64_t ldb,
-     int64_t kc, float *restrict ct, int accumulate, const tile_out *o, const int nv) {
+     const int64_t *off, int64_t kc, float *restrict ct, int accumulate, const tile_out *o,
+     const int nv) {
     __m512 c[CF_MR][CF_V], v[CF_V];
     for (int i = 0; i < CF_MR; i++)
         for (int h = 0; h < nv; h++)
             c[i][h] = accumulate ? _mm512_loadu_ps(ct + i * CF_NR + h * 16) : _mm512_setzero_ps();
     for (int64_t k = 0; k < kc; k++) {
-        for (int h = 0; h < nv; h++) v[h] = _mm512_loadu_ps(B + k * ldb + h * 16);
+        const float *row = off ? B + off[k] : B + k * ldb; /* (off: a wide conv's rows) */
+        for (int h = 0; h < nv; h++) v[h] = _mm512_loadu_ps(row + h * 16);
         const float *a = A + k * CF_MR;
         for (int i = 0; i < CF_MR; i++) {
             __m512 ai = _mm512_set1_ps(a[i]);
@@ -245,7 +292,8 @@ tile(const conv_f32 *t, const float *restrict A, const float *restrict B, int64_
 #define CF_NARROW 8
 static AVX512 inline __attribute__((always_inline)) void
 narrow(const conv_f32 *t, const float *restrict A, const float *restrict B, int64_t ldb,
-       int64_t kc, float *restrict ct, int accumulate, const tile_out *o, const int w) {
+       const int64_t *off, int64_t kc, float *restrict ct, int accumulate, const tile_out *o,
+       const int w) {
     __m512 c[CF_NARROW];
     float sums[CF_NARROW][16];
     for (int p = 0; p < w; p++) {
@@ -255,8 +303,8 @@ narrow(const conv_f32 *t, const float *restrict A, const float *restrict B, int6
     }
     for (int64_t k = 0; k < kc; k++) {
         __m512 a = _mm512_maskz_loadu_ps(0xFF, A + k * CF_MR);
-        for (int p = 0; p < w; p++)
-            c[p] = _mm512_fmadd_ps(_mm512_set1_ps(B[k * ldb + p]), a, c[p]);
+        const float *row = off ? B + off[k] : B + k * ldb;
+        for (int p = 0; p < w; p++) c[p] = _mm512_fmadd_ps(_mm512_set1_ps(row[p]), a, c[p]);
     }
     for (int p = 0; p < w; p++) {
         _mm512_storeu_ps(sums[p], c[p]);
@@ -272,13 +320,14 @@ narrow(const conv_f32 *t, const float *restrict A, const float *restrict B, int6
     }
 }
 
-typedef void (*tile_fn)(const conv_f32 *, const float *, const float *, int64_t, int64_t,
-                        float *, int, const tile_out *);
+typedef void (*tile_fn)(const conv_f32 *, const float *, const float *, int64_t,
+                        const int64_t *, int64_t, float *, int, const tile_out *);
 /* body##n: the tile or narrow body with its size n a constant (its registers' count) */
 #define INSTANCE(body, n)                                                                     \
     static AVX512 void body##n(const conv_f32 *t, const float *A, const float *B, int64_t ldb, \
-                               int64_t kc, float *ct, int accumulate, const tile_out *o) {    \
-        body(t, A, B, ldb, kc, ct, accumulate, o, n);                                         \
+                               const int64_t *off, int64_t kc, float *ct, int accumulate,     \
+                               const tile_out *o) {                                           \
+        body(t, A, B, ldb, off, kc, ct, accumulate, o, n);                                    \
     }
 INSTANCE(tile, 1)
 INSTANCE(tile, 2)
@@ -309,7 +358,9 @@ static int conv_f32_ok(const conv_f32 *t) {
            onyx_window_axis(t->H, t->OH, t->kh, t->sh, t->dh, t->top, &Hp) &&
            onyx_window_axis(t->W, t->OW, t->kw, t->sw, t->dw, t->left, &Wp) &&
            onyx_mul(t->OH, t->OW, &P) && onyx_mul(t->N, P, &pixels) &&
-           t->strips == (pixels + CF_NR - 1) / CF_NR && onyx_mul(t->C, t->kh * t->kw, &K) &&
+           (t->wide ? t->sh == 1 && t->sw == 1 && t->top == 0 && t->left == 0 &&
+                          onyx_mul(t->N, wide_strips(t), &K) && t->strips == K
+                    : t->strips == (pixels + CF_NR - 1) / CF_NR) && onyx_mul(t->C, t->kh * t->kw, &K) &&
            onyx_mul(K, CF_NR, &K) && onyx_mul(t->kc * t->per_part, CF_NR * CF_MR, &K) &&
            t->act >= 0 && t->act <= ACT_HARDSIGMOID;
 }
@@ -322,16 +373,20 @@ EXPORT AVX512 int onyx_conv_f32_range(const void *p, int64_t begin, int64_t end)
     int64_t per_block = (panels + t->blocks - 1) / t->blocks, chunks = (t->strips + S - 1) / S;
     int64_t tile_size = CF_MR * CF_NR, P = t->OH * t->OW;
     float *B = malloc((size_t)(S * t->kc * CF_NR) * sizeof(float));
-    float *ct = malloc((size_t)(S * per_block * tile_size) * sizeof(float));
+    float *ct = malloc((size_t)(S * per_block * tile_size + 16) * sizeof(float));
     run *r = malloc((size_t)(S * (CF_NR + 1)) * sizeof(run));
     int *runs = malloc((size_t)S * sizeof(int));
     tile_fn *fn = malloc((size_t)S * sizeof(tile_fn));
     const float **src = malloc((size_t)S * sizeof(float *));
     int64_t *ldb = malloc((size_t)S * sizeof(int64_t));
-    if (!B || !ct || !r || !runs || !fn || !src || !ldb) {
-        free(B), free(ct), free(r), free(runs), free(fn), free(src), free(ldb);
+    int64_t *off = t->wide ? malloc((size_t)K * sizeof(int64_t)) : 0;
+    if (!B || !ct || !r || !runs || !fn || !src || !ldb || (t->wide && !off)) {
+        free(B), free(ct), free(r), free(runs), free(fn), free(src), free(ldb), free(off);
         return ONYX_NOMEM;
     }
+    for (int64_t k = 0; t->wide && k < K; k++) /* tap (c, a, b)'s row, from the strip's start */
+        off[k] = k / (t->kh * t->kw) * t->H * t->W + k / t->kw % t->kh * t->dh * t->W +
+                 k % t->kw * t->dw;
     /* a 1x1 unit-stride conv without padding reads its columns straight from the image: a
        pixel's k-th column value is at its own offset in the k-th channel's plane */
     int64_t Cg = t->C / t->group, plane = t->H * t->W;
@@ -348,6 +403,10 @@ EXPORT AVX512 int onyx_conv_f32_range(const void *p, int64_t begin, int64_t end)
             runs[s] = strip_runs(t, s0 + s, rs);
             /* a short strip (the batch's last) computes only the vectors it has */
             int64_t width = rs[runs[s] - 1].j + rs[runs[s] - 1].len;
+            if (t->wide) { /* (the full strip: its discarded pixels too) */
+                int64_t q0 = (s0 + s) % wide_strips(t) * CF_NR, all = t->OH * t->W;
+                width = all - q0 < CF_NR ? all - q0 : CF_NR;
+            }
             fn[s] = width > 32   ? tile3
                     : width > 16 ? tile2
                     : width > CF_NARROW ? tile1
@@ -358,7 +417,21 @@ EXPORT AVX512 int onyx_conv_f32_range(const void *p, int64_t begin, int64_t end)
             int64_t kc = K - k0 < t->kc ? K - k0 : t->kc, last = k0 + kc == K;
             for (int64_t s = 0; s < ns; s++) {
                 const run *rs = r + s * (CF_NR + 1), *end = rs + runs[s] - 1;
-                if (t->cols) {
+                if (t->wide) { /* each row of columns: one unmasked copy from the input */
+                    const float *from = t->x + rs->image + g * Cg * plane +
+                                        (s0 + s) % wide_strips(t) * CF_NR;
+                    float *to = B + s * kc * CF_NR;
+                    /* (each row's stream: too many for the hardware's prefetchers; the
+                       same row of the strip after next is fetched as this one is copied) */
+                    int ahead = s + 2 < ns;
+                    for (int64_t kk = 0; kk < kc; kk++)
+                        for (int h = 0; h < CF_V; h++) {
+                            const float *at = from + off[k0 + kk] + h * 16;
+                            if (ahead) _mm_prefetch((const char *)(at + 2 * CF_NR), _MM_HINT_T0);
+                            _mm512_storeu_ps(to + kk * CF_NR + h * 16, _mm512_loadu_ps(at));
+                        }
+                    src[s] = to, ldb[s] = CF_NR;
+                } else if (t->cols) {
                     src[s] = t->cols + ((g * t->strips + s0 + s) * K + k0) * CF_NR;
                     ldb[s] = CF_NR;
                 } else if (plain && rs->image == end->image && end->j + end->len == CF_NR) {
@@ -370,12 +443,15 @@ EXPORT AVX512 int onyx_conv_f32_range(const void *p, int64_t begin, int64_t end)
                     src[s] = B + s * kc * CF_NR, ldb[s] = CF_NR;
                 }
             }
+            if (last && t->z) /* the residual is read as the tiles finish: fetched meanwhile */
+                for (int64_t s = 0; s < ns; s++)
+                    prefetch_residual(t, g, p0 * CF_MR, p1 * CF_MR, r + s * (CF_NR + 1), runs[s]);
             for (int64_t pn = p0; pn < p1; pn++)
                 for (int64_t s = 0; s < ns; s++) {
                     const run *rs = r + s * (CF_NR + 1), *end = rs + runs[s] - 1;
                     float *sums = ct + (s * per_block + pn - p0) * tile_size;
                     tile_out o, *out = 0;
-                    if (last && rs->out / (t->M * P) == end->out / (t->M * P)) {
+                    if (last && !t->wide && rs->out / (t->M * P) == end->out / (t->M * P)) {
                         int64_t m = g * Mg + pn * CF_MR;
                         o.y = t->y + rs->out + m * P, o.ldy = P;
                         o.bias = t->bias ? t->bias + m : 0;
@@ -383,18 +459,19 @@ EXPORT AVX512 int onyx_conv_f32_range(const void *p, int64_t begin, int64_t end)
                         o.rows = Mg - pn * CF_MR, o.width = end->j + end->len;
                         out = &o;
                     }
-                    fn[s](t, wg + (pn * K + k0) * CF_MR, src[s], ldb[s], kc, sums, k0 > 0, out);
+                    fn[s](t, wg + (pn * K + k0) * CF_MR, src[s], ldb[s], 0, kc, sums, k0 > 0,
+                          out);
                 }
         }
         for (int64_t s = 0; s < ns; s++) {
             const run *rs = r + s * (CF_NR + 1), *end = rs + runs[s] - 1;
-            if (rs->out / (t->M * P) != end->out / (t->M * P)) /* spans images */
+            if (t->wide || rs->out / (t->M * P) != end->out / (t->M * P)) /* spans images */
                 for (int64_t pn = p0; pn < p1; pn++)
                     store_tile(t, g, pn * CF_MR, ct + (s * per_block + pn - p0) * tile_size, rs,
                                runs[s]);
         }
     }
-    free(B), free(ct), free(r), free(runs), free(fn), free(src), free(ldb);
+    free(B), free(ct), free(r), free(runs), free(fn), free(src), free(ldb), free(off);
     return 0;
 }
 /* The columns of strips begin <= q < end, q = (group, strip), into t->cols: packed once

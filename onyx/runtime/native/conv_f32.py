@@ -4,6 +4,7 @@ activation applied as it stores."""
 from __future__ import annotations
 
 import ctypes
+import threading
 
 import numpy as np
 
@@ -27,7 +28,7 @@ class _ConvF32(ctypes.Structure):
     _fields_ = (
         [(name, _P) for name in ("x", "w", "bias", "z", "y", "cols")]
         + [(name, _I64) for name in "N C H W M OH OW kh kw sh sw dh dw top left".split()]
-        + [(name, _I64) for name in ("group", "kc", "strips", "per_part", "blocks")]
+        + [(name, _I64) for name in ("group", "kc", "strips", "per_part", "blocks", "wide")]
         + [("act", ctypes.c_int32), ("alpha", ctypes.c_float), ("beta", ctypes.c_float)]
     )
 
@@ -48,6 +49,14 @@ CONV_ACTIVATIONS = {
 #: or L2): 256 rather than 128 halves the round trips of the partial sums through memory,
 #: though a strip's columns then outgrow a 32 KB L1.
 _CONV_KC = 256
+
+
+def _conv_kc(K: int) -> int:
+    """Rows of columns per block for K in all: about _CONV_KC, in equal blocks (a K of 288,
+    a 3x3 conv over 32 channels, as one block, not 256 + 32: a block of a few rows pays the
+    tile's loading and storing of its sums for little work)."""
+    blocks = max(1, round(K / _CONV_KC))
+    return -(-K // blocks)
 
 
 #: Strips (of 48 pixels) and panels (of 8 output channels) per part of the work: each block
@@ -82,6 +91,36 @@ def _conv_parts(strips: int, panels: int, group: int, ways: int) -> tuple[int, i
     return per_part, blocks
 
 
+#: Most of a wide conv's row given to discarded pixels (its kw - 1 of W): beyond, the tile's
+#: wasted work outweighs the packing it saves.
+_WIDE_WASTE = 0.25
+
+_scratch = threading.local()  # each thread's padded input of wide convs (grown, never shrunk)
+
+#: Floats of padded input up to which a wide conv keeps its own (per thread), with its zero
+#: borders written once: a small layer's call then copies its input in one numpy call, not six.
+_OWN_PAD_FLOATS = 1 << 16
+
+
+def _scratch_floats(n: int) -> np.ndarray:
+    """n floats of this thread's scratch (a wide conv's padded input, read within the call)."""
+    buf = getattr(_scratch, "buf", None)
+    if buf is None or buf.size < n:
+        buf = _scratch.buf = np.empty(n, np.float32)
+    return buf[:n]
+
+
+def _wide(x_shape, kernel, out_shape, strides, dilations) -> tuple[int, int] | None:
+    """(H, W) of the padded input a unit-stride conv reads in place (conv_f32.c's wide mode),
+    or None where packing its columns is better (a 1x1 conv reads them in place anyway)."""
+    if tuple(strides) != (1, 1) or tuple(kernel) == (1, 1):
+        return None
+    extra_w = (kernel[1] - 1) * dilations[1]
+    if extra_w > _WIDE_WASTE * (out_shape[1] + extra_w):
+        return None
+    return out_shape[0] + (kernel[0] - 1) * dilations[0], out_shape[1] + extra_w
+
+
 def conv_f32_ok() -> bool:
     """Whether the native float conv (:class:`FloatConv`) is built (it needs AVX-512)."""
     return core.lib is not None and bool(core.lib.conv_f32_range)
@@ -108,7 +147,18 @@ class FloatConv:
     What does not depend on the data (the task's sizes, the work split) is made here once:
     a small layer's conv takes a few microseconds, as long as setting it up in Python did."""
 
-    __slots__ = ("bias", "cols", "cuts", "pack_cuts", "packed", "shape", "task", "ways")
+    __slots__ = (
+        "bias",
+        "cols",
+        "cuts",
+        "pack_cuts",
+        "own",
+        "packed",
+        "pad",
+        "shape",
+        "task",
+        "ways",
+    )
 
     def __init__(self, x_shape, packed, M: int, kernel, out_shape, strides, dilations, begin,
                  activation: int = 0, alpha: float = 0.0, beta: float = 0.0):  # fmt: skip
@@ -117,6 +167,19 @@ class FloatConv:
                      *begin)  # fmt: skip
         P, K, nr = out_shape[0] * out_shape[1], packed.shape[2], core.lib.conv_f32_tile[1]
         strips, panels = -(-N * P // nr), packed.shape[1]
+        # (a layer whose parts split the channels packs its columns once for all, below)
+        _, blocks = _conv_parts(
+            strips, panels, group, _ways(N * P * M * K, group * strips * panels)
+        )
+        shared = blocks > 1 and group * strips * K * nr * 4 <= _CONV_COLS_BYTES
+        wide = None if shared else _wide(x_shape, kernel, out_shape, strides, dilations)
+        self.pad = self.own = None
+        if wide:  # the conv of the padded input (N, C, *wide), unpadded
+            self.pad = ((N, C, *wide), (H, W), tuple(begin), (kernel[1] - 1) * dilations[1] + 48)
+            (H, W), begin = wide, (0, 0)
+            strips = N * -(-out_shape[0] * W // nr)
+            if N * C * H * W <= _OWN_PAD_FLOATS:
+                self.own = threading.local()
         self.ways = _ways(N * P * M * K, group * strips * panels)
         per_part, blocks = _conv_parts(strips, panels, group, self.ways)
         parts = group * -(-strips // per_part) * blocks
@@ -128,18 +191,22 @@ class FloatConv:
         plain = (tuple(kernel) == (1, 1) and tuple(strides) == (1, 1) and not any(begin)
                  and tuple(out_shape) == (H, W))  # fmt: skip
         self.cols = group * strips * K * nr
-        if blocks == 1 or plain or self.cols * 4 > _CONV_COLS_BYTES:
+        if blocks == 1 or plain or wide or self.cols * 4 > _CONV_COLS_BYTES:
             self.cols = 0
         jobs = group * strips
         self.pack_cuts = _even_cuts(jobs, self.ways)
         self.task = _ConvF32(None, _addr(packed), None, None, None, None, N, C, H, W, M,
-                             *out_shape, *kernel, *strides, *dilations, *begin, group, _CONV_KC,
-                             strips, per_part, blocks, activation, alpha, beta)  # fmt: skip
+                             *out_shape, *kernel, *strides, *dilations, *begin, group, _conv_kc(K),
+                             strips, per_part, blocks, bool(wide), activation, alpha,
+                             beta)  # fmt: skip
 
     def __call__(self, x: np.ndarray, bias=None, z=None) -> np.ndarray:
         """activation(conv(x) + bias [M] + z (the output's shape)); x C-contiguous float32."""
         y = np.empty(self.shape, np.float32)
         task = _filled(self.task, x, y)
+        if self.pad is not None:
+            xp = self._padded(x)  # (a local reference: read in the call)
+            task.x = _addr(xp)
         if bias is not None:
             entry = self.bias  # (a local reference keeps its array alive through the call)
             if bias is not entry[0]:  # a constant bias is the same object every call
@@ -155,6 +222,29 @@ class FloatConv:
             _run(core.lib.conv_f32_pack_range, task, self.pack_cuts, self.ways)
         _run(core.lib.conv_f32_range, task, self.cuts, self.ways, "float conv")
         return y
+
+    def _padded(self, x: np.ndarray) -> np.ndarray:
+        """x with its zero padding, in this thread's scratch, and slack floats after it that
+        the last strip's vectors read (into discarded pixels)."""
+        shape, (H, W), (top, left), slack = self.pad
+        h, w = min(H, shape[2] - top), min(W, shape[3] - left)
+        x = x.reshape(shape[0], shape[1], H, W)  # (a 1-D conv's input: height 1)
+        own = None if self.own is None else getattr(self.own, "buf", None)
+        if own is not None:  # (its borders and slack are zeros still)
+            own[1][:, :, top : top + h, left : left + w] = x[:, :, :h, :w]
+            return own[0]
+        flat = _scratch_floats(int(np.prod(shape)) + slack)
+        if self.own is not None:
+            flat = np.zeros(flat.size, np.float32)
+            self.own.buf = (flat, flat[: flat.size - slack].reshape(shape))
+        xp = flat[: flat.size - slack].reshape(shape)
+        xp[:, :, :top] = 0
+        xp[:, :, top + h :] = 0
+        xp[:, :, top : top + h, :left] = 0
+        xp[:, :, top : top + h, left + w :] = 0
+        xp[:, :, top : top + h, left : left + w] = x[:, :, :h, :w]
+        flat[flat.size - slack :] = 0
+        return flat
 
 
 def bind(lib, isa: int) -> None:
