@@ -118,3 +118,25 @@ def test_a_child_forked_during_another_threads_short_run_runs_too():
     finally:
         leave.set()
         holder.join()
+
+
+def test_a_run_on_another_thread_limits_blas_too():
+    """A run sets BLAS's thread count from its own thread: threadpoolctl ignores a count set
+    from any thread but the first that set one, and onyx would count BLAS limited when not."""
+    if concurrency._default_blas() < 2:  # noqa: SLF001 (the setting before onyx's runs)
+        pytest.skip("BLAS runs on one thread here already")
+    libs = concurrency._blas_libs()  # noqa: SLF001 (the controllers onyx sets)
+    seen = []
+    with concurrency.run_slot(0, 1):  # the main thread sets a count first
+        seen.append(max(lib.get_num_threads() for lib in libs))
+
+    def run():
+        with concurrency.run_slot(0, 1):
+            seen.append(max(lib.get_num_threads() for lib in libs))
+
+    # (the main thread, which set a count first, lives on while the other runs)
+    other = threading.Thread(target=run)
+    other.start()
+    other.join()
+    assert seen == [1, 1]
+    assert max(lib.get_num_threads() for lib in libs) == concurrency._default_blas()  # noqa: SLF001

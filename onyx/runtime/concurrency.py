@@ -60,6 +60,14 @@ def _blas_libs() -> list:
     return _libs
 
 
+def _set_threads(lib, n: int) -> None:
+    """Set one BLAS library's thread count, from whichever thread runs. (threadpoolctl 3.8's
+    set_num_threads ignores, for OpenBLAS, a call from any thread but the first one that set
+    a count, while that one lives: a run on another thread then kept BLAS's threads while
+    onyx counted it limited.)"""
+    getattr(lib, "_real_set_num_threads", lib.set_num_threads)(n)
+
+
 def _blas_now() -> int:
     global _current
     if _current is None:
@@ -77,7 +85,7 @@ def limit_blas(n: int) -> None:
     if _saved is None:
         _saved = [lib.get_num_threads() for lib in libs]
     for lib in libs:
-        lib.set_num_threads(n)
+        _set_threads(lib, n)
     _current = n
 
 
@@ -85,7 +93,7 @@ def _restore_blas() -> None:
     global _saved, _current
     if _saved is not None:
         for lib, had in zip(_blas_libs(), _saved):
-            lib.set_num_threads(had)
+            _set_threads(lib, had)
         _current = max(_saved, default=1)
         _saved = None
 
