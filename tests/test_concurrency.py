@@ -15,8 +15,9 @@ import onyx
 from onyx.runtime import concurrency
 
 THREADS = 4
-#: The session's attributes the tests watch: the run inside the run slot, and its Pace.
-PLAN_RUN, PACE = "_run_plan", "_pace"
+#: The session's attributes the tests watch: its plan (whose run, on the full path and the
+#: fast one, is inside the run slot), and its Pace.
+PLAN, PACE = "_plan", "_pace"
 
 
 def _relu_session() -> onyx.InferenceSession:
@@ -33,7 +34,7 @@ def _relu_session() -> onyx.InferenceSession:
 def _most_at_once(sess, inside=lambda: time.sleep(0.005)) -> int:
     """The most runs of ``sess`` in progress at once, THREADS threads running it 3 times each
     (``inside`` is called within every run: a sleep leaves the GIL to the others)."""
-    plan_run, counts, guard = getattr(sess, PLAN_RUN), [0, 0], threading.Lock()
+    plan_run, counts, guard = getattr(sess, PLAN).run, [0, 0], threading.Lock()
 
     def run_plan(*args, **kwargs):
         with guard:
@@ -46,7 +47,7 @@ def _most_at_once(sess, inside=lambda: time.sleep(0.005)) -> int:
             with guard:
                 counts[0] -= 1
 
-    setattr(sess, PLAN_RUN, run_plan)
+    getattr(sess, PLAN).run = run_plan
     x = {"x": np.ones((2, 3), np.float32)}
     threads = [
         threading.Thread(target=lambda: [sess.run(None, x) for _ in range(3)])
@@ -88,21 +89,21 @@ def test_a_child_forked_during_another_threads_short_run_runs_too():
     x = {"x": np.ones((2, 3), np.float32)}
     sess.run(None, x)
     inside, leave = threading.Event(), threading.Event()
-    plan_run = getattr(sess, PLAN_RUN)
+    plan_run = getattr(sess, PLAN).run
 
     def held(*args, **kwargs):
         inside.set()
         leave.wait(30)
         return plan_run(*args, **kwargs)
 
-    setattr(sess, PLAN_RUN, held)
+    getattr(sess, PLAN).run = held
     holder = threading.Thread(target=sess.run, args=(None, x))
     holder.start()
     try:
         assert inside.wait(30)  # the other thread's run holds the turn
         pid = os.fork()
         if pid == 0:
-            setattr(sess, PLAN_RUN, plan_run)
+            getattr(sess, PLAN).run = plan_run
             code = 0 if sess.run(None, x)[0].tolist() == [[1.0] * 3] * 2 else 1
             os._exit(code)
         for _ in range(300):
