@@ -1,17 +1,21 @@
 """One session shared by threads: total time of a fixed number of runs on 1 thread against
 the same runs spread over 8 threads, and whether every result is bit-identical.
 
-    python benchmarks/bench_concurrency.py [--model tests/models/bert_dynamo_op18.onnx]
-        [--runs 400] [--threads 8]
+    python benchmarks/bench_concurrency.py [--model tests/models/bert_dynamo_op18.onnx ...]
+        [--runs 400] [--threads 8] [--rounds 5] [--no-turns]
 
 Concurrent runs must not oversubscribe the cores (each thread's BLAS call starting its own
-threads): the 8-thread total should not exceed the 1-thread one.
+threads), nor take the GIL from each other (short runs take turns, runtime/concurrency.py):
+the 8-thread total should not exceed the 1-thread one. The two are timed in alternating
+rounds and the medians compared (on a shared machine single rounds vary by 2x or more).
+--no-turns lets short runs run side by side (the behaviour before turns), for comparison.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import threading
 import time
@@ -20,8 +24,10 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import onyx  # noqa: E402
+from onyx.runtime import concurrency  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+MODELS = ("bert_dynamo_op18", "gpt_dynamo_op18", "mobilenet_quant_qdq", "resnet_dynamo_op18")
 
 
 def feeds_for(sess, seed: int = 0) -> dict:
@@ -39,7 +45,9 @@ def feeds_for(sess, seed: int = 0) -> dict:
     return out
 
 
-def run_threads(sess, feeds, runs: int, threads: int) -> tuple[float, list]:
+def run_threads(sess, feeds, runs: int, threads: int) -> tuple[float, float, list]:
+    """Wall and CPU seconds (the process's) of ``runs`` runs spread over ``threads`` threads,
+    and their results."""
     results: list = [None] * runs
     per = runs // threads
 
@@ -48,36 +56,66 @@ def run_threads(sess, feeds, runs: int, threads: int) -> tuple[float, list]:
             results[j] = sess.run(None, feeds)
 
     pool = [threading.Thread(target=work, args=(k,)) for k in range(threads)]
-    t = time.perf_counter()
+    t, cpu = time.perf_counter(), time.process_time()
     for th in pool:
         th.start()
     for th in pool:
         th.join()
-    return time.perf_counter() - t, results[: per * threads]
+    return time.perf_counter() - t, time.process_time() - cpu, results[: per * threads]
 
 
 def identical(a: list, b: list) -> bool:
     return all(x.shape == y.shape and x.tobytes() == y.tobytes() for x, y in zip(a, b))
 
 
+def compare(sess, feeds, runs: int, threads: int = 8, rounds: int = 5) -> dict:
+    """Median wall and CPU seconds of ``runs`` runs on 1 thread and on ``threads`` threads
+    (alternating rounds), and whether every result equals a lone run's bit for bit. (On a
+    shared machine the wall time also measures the other processes; the CPU time does not.)"""
+    reference = sess.run(None, feeds)
+    run_threads(sess, feeds, threads, threads)  # warm-up
+    wall: dict[int, list[float]] = {1: [], threads: []}
+    cpu: dict[int, list[float]] = {1: [], threads: []}
+    same = True
+    for r in range(rounds):
+        for n in (1, threads) if r % 2 == 0 else (threads, 1):
+            seconds, cpu_seconds, results = run_threads(sess, feeds, runs, n)
+            wall[n].append(seconds)
+            cpu[n].append(cpu_seconds)
+            same &= all(identical(reference, got) for got in results)
+    med = statistics.median
+    return {"wall1": med(wall[1]), "wall": med(wall[threads]), "cpu1": med(cpu[1]),
+            "cpu": med(cpu[threads]), "same": same}  # fmt: skip
+
+
+HEADER = ("| model ({runs} runs) | wall s, 1 thread | {n} threads | ratio | CPU s, 1 thread "
+          "| {n} threads | ratio | bit-identical |")  # fmt: skip
+
+
+def row(name: str, r: dict) -> str:
+    return (f"| {name} | {r['wall1']:.3f} | {r['wall']:.3f} | {r['wall'] / r['wall1']:.2f} "
+            f"| {r['cpu1']:.3f} | {r['cpu']:.3f} | {r['cpu'] / r['cpu1']:.2f} | {r['same']} |")  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument(
-        "--model", default=os.path.join(ROOT, "tests", "models", "bert_dynamo_op18.onnx")
-    )
+    ap.add_argument("--model", nargs="*", default=[])
     ap.add_argument("--runs", type=int, default=400)
     ap.add_argument("--threads", type=int, default=8)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--no-turns", action="store_true", help="short runs run side by side")
     args = ap.parse_args()
-    sess = onyx.InferenceSession(args.model)
-    feeds = feeds_for(sess)
-    reference = sess.run(None, feeds)
-    run_threads(sess, feeds, args.threads, args.threads)  # warm-up
-    t1, r1 = run_threads(sess, feeds, args.runs, 1)
-    tn, rn = run_threads(sess, feeds, args.runs, args.threads)
-    same = all(identical(reference, r) for r in r1 + rn)
-    print(f"model {os.path.basename(args.model)}, {args.runs} runs, {os.cpu_count()} cores")
-    print(f"1 thread: {t1:.3f} s   {args.threads} threads: {tn:.3f} s   ratio {tn / t1:.2f}")
-    print(f"bit-identical: {same}")
+    if args.no_turns:
+        concurrency.SHORT_RUN_SECONDS = 0.0
+    paths = args.model or [os.path.join(ROOT, "tests", "models", m + ".onnx") for m in MODELS]
+    print(f"{args.runs} runs, {args.rounds} rounds, {os.cpu_count()} cores, "
+          f"turns {'off' if args.no_turns else 'on'}")  # fmt: skip
+    print(HEADER.format(runs=args.runs, n=args.threads))
+    print("|---|---:|---:|---:|---:|---:|---:|---|")
+    for path in paths:
+        sess = onyx.InferenceSession(path)
+        result = compare(sess, feeds_for(sess), args.runs, args.threads, args.rounds)
+        print(row(os.path.basename(path).removesuffix(".onnx"), result), flush=True)
 
 
 if __name__ == "__main__":

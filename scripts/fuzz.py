@@ -2,7 +2,7 @@
 forked process with a time and memory limit (tests/fuzz/harness.py), classified, with a summary.
 
     python scripts/fuzz.py --cases 20000 [--seed 0] [--timeout 20] [--memory-mb 3072]
-        [--native 1] [--log fuzz.jsonl] [--summary docs/reliability.md]
+        [--native 1] [--jobs 2] [--log fuzz.jsonl] [--summary docs/reliability.md]
 
 Needs the test extra (the onnx package ships the node suite). Every case is written to --log
 as one JSON line; the summary (counts per outcome and per mutation, and every bug case with
@@ -16,6 +16,7 @@ import collections
 import json
 import os
 import sys
+import tempfile
 import time
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
@@ -28,46 +29,19 @@ BEGIN, END = "<!-- fuzz summary: begin -->", "<!-- fuzz summary: end -->"
 
 
 def concurrency_check(runs: int) -> list[str]:
-    """One session shared by 8 threads against the same runs on 1 thread, per model."""
-    import threading
-
-    import numpy as np
+    """One session shared by 8 threads against the same runs on 1 thread, per model
+    (benchmarks/bench_concurrency.py's alternating rounds)."""
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import bench_concurrency
 
     import onyx
 
-    rows = ["", "| model (8 threads share a session) | 1 thread s | 8 threads s | ratio | bit-identical |",
-            "|---|---:|---:|---:|---|"]  # fmt: skip
-    for name in (
-        "bert_dynamo_op18",
-        "gpt_dynamo_op18",
-        "mobilenet_quant_qdq",
-        "resnet_dynamo_op18",
-    ):
+    rows = ["", bench_concurrency.HEADER.format(runs=runs, n=8),
+            "|---|---:|---:|---:|---:|---:|---:|---|"]  # fmt: skip
+    for name in bench_concurrency.MODELS:
         sess = onyx.InferenceSession(os.path.join(ROOT, "tests", "models", name + ".onnx"))
-        rng = harness.random.Random(0)
-        feeds = harness.random_feeds(sess, rng)
-        for i in sess.get_inputs():
-            if "int64" in i.type:
-                feeds[i.name] = np.zeros(feeds[i.name].shape, np.int64)
-        expected = sess.run(None, feeds)
-        timings, same = {}, True
-        for threads in (1, 8, 1, 8):
-            got: list = []
-
-            def work(n, got=got, sess=sess, feeds=feeds):
-                for _ in range(n):
-                    got.append(sess.run(None, feeds))
-
-            pool = [threading.Thread(target=work, args=(runs // threads,)) for _ in range(threads)]
-            t = time.perf_counter()
-            for th in pool:
-                th.start()
-            for th in pool:
-                th.join()
-            timings.setdefault(threads, []).append(time.perf_counter() - t)
-            same &= all(harness.same_values(a, b) for r in got for a, b in zip(expected, r))
-        t1, t8 = min(timings[1]), min(timings[8])
-        rows.append(f"| {name} ({runs} runs) | {t1:.3f} | {t8:.3f} | {t8 / t1:.2f} | {same} |")
+        feeds = bench_concurrency.feeds_for(sess)
+        rows.append(bench_concurrency.row(name, bench_concurrency.compare(sess, feeds, runs)))
     return rows
 
 
@@ -75,7 +49,6 @@ def write_failure_check(cases: int) -> list[str]:
     """Saves with external data over an existing pair, a random write or rename failing: the
     pair on disk must be the old one or the new one, and the error a SaveError."""
     import errno
-    import tempfile
 
     import numpy as np
 
@@ -131,7 +104,8 @@ def summary_text(results, by_mutation, args, seconds: float, extra=()) -> str:
     lines = [
         BEGIN,
         f"Run: {len(results)} cases, seed {args.seed}, {args.timeout:.0f} s and {args.memory_mb} MB "
-        f"per case, ONYX_NATIVE={args.native}, {seconds / 60:.0f} min on a shared 2-core machine.",
+        f"per case, ONYX_NATIVE={args.native}, {max(1, args.jobs)} at a time, {seconds / 60:.0f} min "
+        f"on a shared 2-core machine{args.commit}.",
         "",
         "| outcome | cases |",
         "|---|---:|",
@@ -172,6 +146,52 @@ def write_summary(path: str, text: str) -> None:
         f.write(new)
 
 
+def run_cases(cases, args, log, tag: str = "") -> list:
+    """The cases one after another (each in its own forked process), logged as JSON lines."""
+    results = []
+    for i, (seed, mutation, case_seed) in enumerate(cases):
+        res = harness.run_case(seed, mutation, case_seed, args.timeout, args.memory_mb)
+        results.append(res)
+        log.write(json.dumps(res.__dict__) + "\n")
+        log.flush()
+        if res.outcome in harness.BUGS:
+            print(f"BUG {res}", flush=True)
+        if (i + 1) % 500 == 0:
+            print(f"{tag}{i + 1} cases: {harness.summarize(results)}", flush=True)
+    return results
+
+
+def run_sharded(cases, args) -> list:
+    """The cases in ``args.jobs`` forked workers (worker k runs cases k, k + jobs, ...; each
+    case still in its own process with its own time and memory limit), their results in the
+    plan's order, appended to --log."""
+    jobs = max(1, args.jobs)
+    with tempfile.TemporaryDirectory() as d:
+        parts = [os.path.join(d, f"{k}.jsonl") for k in range(jobs)]
+        workers = []
+        for k in range(jobs):
+            pid = os.fork()
+            if pid == 0:
+                code = 1
+                try:
+                    with open(parts[k], "w") as log:
+                        run_cases(cases[k::jobs], args, log, f"[worker {k}] ")
+                    code = 0
+                finally:
+                    os._exit(code)
+            workers.append(pid)
+        for pid in workers:
+            _, status = os.waitpid(pid, 0)
+            if not os.WIFEXITED(status) or os.WEXITSTATUS(status):
+                raise SystemExit(f"a fuzz worker failed (status {status})")
+        shards = [[harness.Result(**json.loads(x)) for x in open(p)] for p in parts]
+    results = [shards[i % jobs][i // jobs] for i in range(len(cases))]
+    if args.log:
+        with open(args.log, "a") as log:
+            log.writelines(json.dumps(r.__dict__) + "\n" for r in results)
+    return results
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", type=int, default=1000)
@@ -183,25 +203,22 @@ def main() -> None:
     ap.add_argument("--summary", default="")
     ap.add_argument("--concurrency-runs", type=int, default=400)
     ap.add_argument("--save-cases", type=int, default=50)
+    ap.add_argument("--commit", default="", help="text after the machine, e.g. ', commit abc'")
+    ap.add_argument("--case", action="append", default=[], help="seed/mutation/case seed")
+    ap.add_argument("--jobs", type=int, default=1, help="cases run at once (forked workers)")
     args = ap.parse_args()
     os.environ["ONYX_NATIVE"] = args.native  # read when onyx's native module is imported
     seeds = harness.node_seeds() + harness.model_seeds()
     harness.warm_up(seeds)
     cases = harness.plan(seeds, args.cases, args.seed)
-    log = open(args.log, "a") if args.log else None
-    results, by_mutation = [], collections.defaultdict(collections.Counter)
+    if args.case:  # only these cases, again (after a fix)
+        named = {s.name: s for s in seeds}
+        cases = [(named[n], m, int(c)) for n, m, c in (x.rsplit("/", 2) for x in args.case)]
     start = time.perf_counter()
-    for i, (seed, mutation, case_seed) in enumerate(cases):
-        res = harness.run_case(seed, mutation, case_seed, args.timeout, args.memory_mb)
-        results.append(res)
+    results = run_sharded(cases, args)
+    by_mutation = collections.defaultdict(collections.Counter)
+    for (_, mutation, _), res in zip(cases, results):
         by_mutation[mutation][res.outcome] += 1
-        if log:
-            log.write(json.dumps(res.__dict__) + "\n")
-            log.flush()
-        if res.outcome in harness.BUGS:
-            print(f"BUG {res}", flush=True)
-        if (i + 1) % 500 == 0:
-            print(f"{i + 1} cases: {harness.summarize(results)}", flush=True)
     seconds = time.perf_counter() - start
     print(json.dumps(harness.summarize(results)))
     extra = write_failure_check(args.save_cases) + concurrency_check(args.concurrency_runs)

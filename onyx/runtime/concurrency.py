@@ -14,17 +14,25 @@ to finish restores BLAS's setting. A run does not use blas.limit: its per-produc
 one thread, under concurrent runs, gave results that differed from a lone run's (OpenBLAS on
 one thread computes in the calling thread, and its bits differ between the main thread and
 another: a [128, 1024] x [1024, 256] product, checked with OpenBLAS 0.3.31).
+
+Short runs take turns, process-wide. A small model's run is mostly Python's per-node dispatch,
+which holds the GIL: eight threads running it at once only took the GIL from each other at
+every kernel call (a context switch and a cold cache each time; 8 threads took 1.1-1.5x one
+thread's time in total). Taking turns, seven of them wait in a lock, outside the GIL, while
+one runs. A session measures its runs (``Pace``) to know whether they are short; long runs
+(their kernels release the GIL for their work) run side by side. Turns order runs and nothing
+else: a run's results do not depend on them.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import time
 
 from . import native
 
 _lock = threading.Condition()
-_active = 0  # runs in progress
 _blas_runs = 0  # runs holding the BLAS setting
 _blas_mode = 0  # the BLAS thread count they need
 _waiting_wide = 0  # runs waiting to use BLAS on several threads
@@ -41,10 +49,6 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
-def active_runs() -> int:
-    return _active
-
-
 def _blas_libs() -> list:
     """The BLAS libraries' controllers (threadpoolctl's), found once: surveying them on every
     run costs more than a tiny model's run."""
@@ -54,6 +58,14 @@ def _blas_libs() -> list:
 
         _libs = ThreadpoolController().select(user_api="blas").lib_controllers
     return _libs
+
+
+def _set_threads(lib, n: int) -> None:
+    """Set one BLAS library's thread count, from whichever thread runs. (threadpoolctl 3.8's
+    set_num_threads ignores, for OpenBLAS, a call from any thread but the first one that set
+    a count, while that one lives: a run on another thread then kept BLAS's threads while
+    onyx counted it limited.)"""
+    getattr(lib, "_real_set_num_threads", lib.set_num_threads)(n)
 
 
 def _blas_now() -> int:
@@ -73,7 +85,7 @@ def limit_blas(n: int) -> None:
     if _saved is None:
         _saved = [lib.get_num_threads() for lib in libs]
     for lib in libs:
-        lib.set_num_threads(n)
+        _set_threads(lib, n)
     _current = n
 
 
@@ -81,7 +93,7 @@ def _restore_blas() -> None:
     global _saved, _current
     if _saved is not None:
         for lib, had in zip(_blas_libs(), _saved):
-            lib.set_num_threads(had)
+            _set_threads(lib, had)
         _current = max(_saved, default=1)
         _saved = None
 
@@ -109,44 +121,84 @@ def _enter_blas(n: int) -> None:
 
 def _leave_blas() -> None:
     global _blas_runs
-    _blas_runs -= 1
+    _blas_runs = max(0, _blas_runs - 1)  # (0 already: the run began before a fork)
     if _blas_runs == 0:
         _restore_blas()
         if _waiting:
             _lock.notify_all()
 
 
-class run_slot:  # noqa: N801  (used as a function: ``with run_slot(threads, blas):``)
+#: A run whose calling thread takes less CPU time than this, on average, is short. (Its
+#: thread's CPU time, not the wall time: concurrent runs and other processes stretch the wall
+#: time of long runs and short ones alike. Work on the native pool's or BLAS's threads does
+#: not count: a run that waits for them leaves the GIL to others meanwhile.)
+SHORT_RUN_SECONDS = 0.001
+_turns = threading.RLock()  # held by the short run in progress (re-entrant: a run may nest one)
+
+
+class Pace:
+    """A session's recent run time (the calling thread's CPU time, an exponential average),
+    which decides whether its runs take turns."""
+
+    __slots__ = ("seconds",)
+
+    def __init__(self) -> None:
+        self.seconds = 0.0  # a new session's first runs take turns, and so are measured alone
+
+    def add(self, seconds: float) -> None:
+        self.seconds += (seconds - self.seconds) * 0.125
+
+
+class run_slot:  # noqa: N801  (used as a function: ``with run_slot(threads, blas, pace):``)
     """Hold one run's place: ``threads`` is the run's native thread setting (0: every core),
     ``blas`` the BLAS thread count it needs (0: the library's setting, or None when the model
-    does no BLAS work). A class, not a generator: it wraps every run of tiny models too."""
+    does no BLAS work), ``pace`` the session's run time (None: the run does not take turns).
+    A class, not a generator: it wraps every run of tiny models too."""
 
-    __slots__ = ("blas", "native")
+    __slots__ = ("blas", "native", "pace", "turn", "start")
 
-    def __init__(self, threads: int, blas: int | None):
-        global _active
-        if blas == 0:
-            blas = _default_blas()
-        with _lock:
-            _active += 1
-            if blas:
-                _enter_blas(blas)
-        self.blas = blas
+    def __init__(self, threads: int, blas: int | None, pace: Pace | None = None):
+        self.blas = _default_blas() if blas == 0 else blas
         # (the native pool's thread count stays the run's own: some kernels choose their
         # path by it, and a path's bits must not depend on what else runs)
         self.native = native.threads(threads)
+        self.pace = pace
+        self.turn = None
 
     def __enter__(self):
+        pace = self.pace
+        if pace is not None and pace.seconds < SHORT_RUN_SECONDS:
+            self.turn = _turns  # (the lock taken is the one released, a fork in between too)
+            self.turn.acquire()
+        if self.blas:
+            with _lock:
+                _enter_blas(self.blas)
         self.native.__enter__()
+        if pace is not None:
+            self.start = time.thread_time()
         return self
 
     def __exit__(self, *exc) -> None:
-        global _active
+        if self.pace is not None:
+            self.pace.add(time.thread_time() - self.start)
         self.native.__exit__(*exc)
-        with _lock:
-            _active -= 1
-            if self.blas:
+        if self.blas:
+            with _lock:
                 _leave_blas()
+        if self.turn is not None:
+            self.turn.release()
+
+
+def _after_fork_in_child() -> None:
+    """A child forked while other threads ran has none of them: their turn and their BLAS
+    places would never be given back (the child's first run would wait forever)."""
+    global _turns, _lock, _blas_runs, _waiting_wide, _waiting
+    _turns, _lock = threading.RLock(), threading.Condition()
+    _blas_runs = _waiting_wide = _waiting = 0
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _default_blas() -> int:

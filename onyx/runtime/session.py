@@ -117,6 +117,7 @@ class InferenceSession(SessionAPI):
         self._fast_feeds = _fast_feed_specs(self._inputs, self._input_index)
         #: (output names, feed shapes) -> wanted slots, for signatures a full run has checked
         self._fast_signatures: dict[tuple, Any] = {}
+        self._pace = concurrency.Pace()  # whether its runs take turns (concurrency.run_slot)
         self.session_creation_seconds = time.perf_counter() - t0
         self._profiler = None
         if self._options.enable_profiling:
@@ -233,7 +234,7 @@ class InferenceSession(SessionAPI):
                 self._output_check = _output_check(self._plan, self._planned_model)
         if not blas and not self._blas_work:
             blas = None  # no BLAS work, no wish: concurrent runs need not wait for BLAS
-        with concurrency.run_slot(threads, blas):  # concurrent runs share the cores
+        with concurrency.run_slot(threads, blas, self._pace):  # concurrent runs share the cores
             if run_options is not None or self._log_runs:
                 check = None  # (a run with options is not a signature's checked run)
                 results = self._run_with_options(inputs, wanted, run_options or RunOptions())
@@ -277,7 +278,7 @@ class InferenceSession(SessionAPI):
         blas = 1 if self._pool_heavy else threads
         if not blas and not self._blas_work:
             blas = None
-        with concurrency.run_slot(threads, blas), ignoring_fp_errors():
+        with concurrency.run_slot(threads, blas, self._pace), ignoring_fp_errors():
             results = self._plan.run(inputs, None, wanted)
         return [
             r if r.__class__ is np.ndarray and r.flags.writeable else as_array_result(r)

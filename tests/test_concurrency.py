@@ -1,0 +1,143 @@
+"""Concurrent runs (onyx/runtime/concurrency.py): short runs take turns, long ones run side by
+side, and a child forked while another thread runs is not left waiting for that run."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+import onyx
+from onyx.runtime import concurrency
+
+THREADS = 4
+#: The session's attributes the tests watch: its plan (whose run, on the full path and the
+#: fast one, is inside the run slot), and its Pace.
+PLAN, PACE = "_plan", "_pace"
+
+
+def _relu_session() -> onyx.InferenceSession:
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    return onyx.InferenceSession(model.SerializeToString())
+
+
+def _most_at_once(sess, inside=lambda: time.sleep(0.005)) -> int:
+    """The most runs of ``sess`` in progress at once, THREADS threads running it 3 times each
+    (``inside`` is called within every run: a sleep leaves the GIL to the others)."""
+    plan_run, counts, guard = getattr(sess, PLAN).run, [0, 0], threading.Lock()
+
+    def run_plan(*args, **kwargs):
+        with guard:
+            counts[0] += 1
+            counts[1] = max(counts)
+        try:
+            inside()
+            return plan_run(*args, **kwargs)
+        finally:
+            with guard:
+                counts[0] -= 1
+
+    getattr(sess, PLAN).run = run_plan
+    x = {"x": np.ones((2, 3), np.float32)}
+    threads = [
+        threading.Thread(target=lambda: [sess.run(None, x) for _ in range(3)])
+        for _ in range(THREADS)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return counts[1]
+
+
+def test_short_runs_take_turns():
+    sess = _relu_session()
+    sess.run(None, {"x": np.ones((2, 3), np.float32)})
+    assert 0 < getattr(sess, PACE).seconds < concurrency.SHORT_RUN_SECONDS  # its thread's CPU time
+    assert _most_at_once(sess) == 1
+
+
+def test_without_turns_short_runs_overlap(monkeypatch):
+    """(the check above can fail: short runs overlap once turns are off)"""
+    monkeypatch.setattr(concurrency, "SHORT_RUN_SECONDS", 0.0)
+    assert _most_at_once(_relu_session()) > 1
+
+
+def test_long_runs_run_side_by_side():
+    sess = _relu_session()
+    getattr(
+        sess, PACE
+    ).seconds = 1.0  # as if its runs were long (and stay so: a sleep takes no CPU)
+    everyone = threading.Barrier(THREADS)
+    # every thread gets inside a run before any may leave: all THREADS runs are in progress
+    assert _most_at_once(sess, lambda: everyone.wait(timeout=30)) == THREADS
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
+def test_a_child_forked_during_another_threads_short_run_runs_too():
+    sess = _relu_session()
+    x = {"x": np.ones((2, 3), np.float32)}
+    sess.run(None, x)
+    inside, leave = threading.Event(), threading.Event()
+    plan_run = getattr(sess, PLAN).run
+
+    def held(*args, **kwargs):
+        inside.set()
+        leave.wait(30)
+        return plan_run(*args, **kwargs)
+
+    getattr(sess, PLAN).run = held
+    holder = threading.Thread(target=sess.run, args=(None, x))
+    holder.start()
+    try:
+        assert inside.wait(30)  # the other thread's run holds the turn
+        pid = os.fork()
+        if pid == 0:
+            getattr(sess, PLAN).run = plan_run
+            code = 0 if sess.run(None, x)[0].tolist() == [[1.0] * 3] * 2 else 1
+            os._exit(code)
+        for _ in range(300):
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            time.sleep(0.05)
+        else:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child waited for a run of a thread it does not have")
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    finally:
+        leave.set()
+        holder.join()
+
+
+def test_a_run_on_another_thread_limits_blas_too():
+    """A run sets BLAS's thread count from its own thread: threadpoolctl ignores a count set
+    from any thread but the first that set one, and onyx would count BLAS limited when not."""
+    if concurrency._default_blas() < 2:  # noqa: SLF001 (the setting before onyx's runs)
+        pytest.skip("BLAS runs on one thread here already")
+    libs = concurrency._blas_libs()  # noqa: SLF001 (the controllers onyx sets)
+    seen = []
+    with concurrency.run_slot(0, 1):  # the main thread sets a count first
+        seen.append(max(lib.get_num_threads() for lib in libs))
+
+    def run():
+        with concurrency.run_slot(0, 1):
+            seen.append(max(lib.get_num_threads() for lib in libs))
+
+    # (the main thread, which set a count first, lives on while the other runs)
+    other = threading.Thread(target=run)
+    other.start()
+    other.join()
+    assert seen == [1, 1]
+    assert max(lib.get_num_threads() for lib in libs) == concurrency._default_blas()  # noqa: SLF001
