@@ -141,3 +141,27 @@ def test_a_run_on_another_thread_limits_blas_too():
     other.join()
     assert seen == [1, 1]
     assert max(lib.get_num_threads() for lib in libs) == concurrency._default_blas()  # noqa: SLF001
+
+
+def test_an_interrupted_wait_for_blas_gives_the_turn_back(monkeypatch):
+    """Ctrl-C while a short run waits for its BLAS place: the turn must not stay taken (every
+    later short run of the process would wait for it forever)."""
+
+    def interrupted(n):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(concurrency, "_enter_blas", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        with concurrency.run_slot(1, 1, concurrency.Pace()):
+            pass
+    taken = []
+
+    def take_turn():
+        taken.append(concurrency._turns.acquire(timeout=2))
+        if taken[-1]:
+            concurrency._turns.release()
+
+    other = threading.Thread(target=take_turn)
+    other.start()
+    other.join()
+    assert taken == [True]

@@ -170,13 +170,27 @@ class run_slot:  # noqa: N801  (used as a function: ``with run_slot(threads, bla
         if pace is not None and pace.seconds < SHORT_RUN_SECONDS:
             self.turn = _turns  # (the lock taken is the one released, a fork in between too)
             self.turn.acquire()
-        if self.blas:
-            with _lock:
-                _enter_blas(self.blas)
-        self.native.__enter__()
+        try:
+            self._enter_resources()
+        except BaseException:  # (Ctrl-C while waiting for BLAS: the turn must not stay taken)
+            if self.turn is not None:
+                self.turn.release()
+            raise
         if pace is not None:
             self.start = time.thread_time()
         return self
+
+    def _enter_resources(self) -> None:
+        if self.blas:
+            with _lock:
+                _enter_blas(self.blas)
+        try:
+            self.native.__enter__()
+        except BaseException:
+            if self.blas:
+                with _lock:
+                    _leave_blas()
+            raise
 
     def __exit__(self, *exc) -> None:
         if self.pace is not None:
