@@ -818,7 +818,7 @@ _ENUMS = {
             "tf_half_pixel_for_nn",
             "tf_crop_and_resize",
         }
-    ),  # fmt: skip
+    ),
     ("Resize", "keep_aspect_ratio_policy"): frozenset({"stretch", "not_larger", "not_smaller"}),
     ("ScatterElements", "reduction"): _REDUCTIONS,
     ("ScatterND", "reduction"): _REDUCTIONS,

@@ -143,8 +143,9 @@ def compare_values(name: str, got: Any, expected: Any, rtol: float, atol: float)
         same = got is None and expected is None or got == expected
         return OutputComparison(name, bool(same), note="" if same else "values differ")
     a, b = np.asarray(got), np.asarray(expected)
-    result = OutputComparison(name, True, size=int(a.size), shape=list(a.shape),
-                              other_shape=list(b.shape))  # fmt: skip
+    result = OutputComparison(
+        name, True, size=int(a.size), shape=list(a.shape), other_shape=list(b.shape)
+    )
     if a.shape != b.shape:
         result.ok, result.note = False, f"shape {list(a.shape)} vs {list(b.shape)}"
         result.mismatches = max(a.size, b.size)

@@ -127,8 +127,9 @@ class _Search:
             result = bool(self.fails_raw(model, feeds))
         except Exception as e:  # noqa: BLE001  (a crash is a failure only if the full model crashed so)
             result = self.crash is not None and isinstance(e, self.crash)
-        self.log.append(f"{len(keep)} nodes [{keep[0] if keep else '-'}..]: "
-                        f"{'fails' if result else 'passes'}")  # fmt: skip
+        self.log.append(
+            f"{len(keep)} nodes [{keep[0] if keep else '-'}..]: {'fails' if result else 'passes'}"
+        )
         return result
 
     def build(self, keep: list[int]) -> tuple[ir.Model, dict]:
@@ -166,9 +167,11 @@ class _Search:
                 v.type = _type_of(self.values.get(v.name), v.type)
         original_outputs = {v.name for v in self.model.graph.outputs}
         outputs = [
-            v for n in kept for v in n.outputs
+            v
+            for n in kept
+            for v in n.outputs
             if v.name and (id(v) not in read or v.name in original_outputs)
-        ]  # fmt: skip
+        ]
         for v in outputs:
             v.type = _type_of(self.values.get(v.name), v.type)
         return inputs, outputs

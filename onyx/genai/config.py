@@ -14,8 +14,13 @@ import numpy as np
 from ..errors import InvalidArgument
 
 _PAST = re.compile(r"^past_key_values\.(\d+)\.(key|value)$")
-_NUMPY = {"tensor(float)": np.float32, "tensor(float16)": np.float16,
-          "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(bool)": np.bool_}  # fmt: skip
+_NUMPY = {
+    "tensor(float)": np.float32,
+    "tensor(float16)": np.float16,
+    "tensor(int64)": np.int64,
+    "tensor(int32)": np.int32,
+    "tensor(bool)": np.bool_,
+}
 
 
 @dataclass
@@ -77,8 +82,10 @@ def decoder_config(model_path: Path, genai: dict | None, hf: dict | None, inputs
     else:
         _from_inputs(cfg, input_types, output_names, hf or {})
     if cfg.input_ids not in input_types or cfg.logits not in output_names:
-        raise InvalidArgument(f"{model_path}: inputs {sorted(input_types)} / outputs "
-                              f"{sorted(output_names)} are not a decoder's (input_ids -> logits)")  # fmt: skip
+        raise InvalidArgument(
+            f"{model_path}: inputs {sorted(input_types)} / outputs "
+            f"{sorted(output_names)} are not a decoder's (input_ids -> logits)"
+        )
     if not cfg.past_names:
         raise InvalidArgument(
             f"{model_path}: the model has no past key / value inputs (a KV cache)"

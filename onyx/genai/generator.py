@@ -90,8 +90,9 @@ class Generator:
         if session is None:
             session = _own_session(self.model_path, genai, session_options)
         self.session = session
-        self.config = decoder_config(self.model_path, genai, hf, session.get_inputs(),
-                                     session.get_outputs())  # fmt: skip
+        self.config = decoder_config(
+            self.model_path, genai, hf, session.get_inputs(), session.get_outputs()
+        )
         self.folder = self.model_path.parent
         self._tokenizer = None
 
@@ -143,8 +144,9 @@ class Generator:
         stops = set(cfg.eos_token_ids if stop_token_ids is None else stop_token_ids)
         capacity = min(cfg.context_length, len(ids) + max_new_tokens)
         if len(ids) > cfg.context_length:
-            raise InvalidArgument(f"the prompt's {len(ids)} tokens exceed the model's context of "
-                                  f"{cfg.context_length}")  # fmt: skip
+            raise InvalidArgument(
+                f"the prompt's {len(ids)} tokens exceed the model's context of {cfg.context_length}"
+            )
         cache = KVCache(cfg, capacity)  # (shared buffer: this generation's whole length)
         rng = np.random.default_rng(seed)
         shared = cfg.share_buffer and _is_onyx(self.session)
@@ -152,8 +154,18 @@ class Generator:
         if shared:  # (GroupQueryAttention writes the new rows into the buffers themselves)
             share_kv_buffers(buffers)
         try:
-            return self._loop(prompt, ids, max_new_tokens, as_text, options, stops, cache,
-                              callback, rng=rng, chunk=prefill_chunk)  # fmt: skip
+            return self._loop(
+                prompt,
+                ids,
+                max_new_tokens,
+                as_text,
+                options,
+                stops,
+                cache,
+                callback,
+                rng=rng,
+                chunk=prefill_chunk,
+            )
         finally:
             if shared:
                 unshare_kv_buffers(buffers)
@@ -168,8 +180,9 @@ class Generator:
             past += chunk
         return past
 
-    def _loop(self, prompt, ids, max_new_tokens, as_text, options, stops, cache, callback, *,
-              rng, chunk) -> GenerationResult:  # fmt: skip
+    def _loop(
+        self, prompt, ids, max_new_tokens, as_text, options, stops, cache, callback, *, rng, chunk
+    ) -> GenerationResult:
         cfg = self.config
         out_names = [cfg.logits, *cache.outputs]
         sequence, new, emitted = list(ids), [], ""

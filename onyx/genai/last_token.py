@@ -51,8 +51,11 @@ def last_token_logits(model: ir.Model, logits: str = "logits") -> bool:
         return False
     index = np.array([-1], np.int64)
     name = f"{hidden.name}/last_position"
-    const = ir.Value(f"{name}/index", ir.TensorType(from_numpy(index.dtype), index.shape),
-                     ir.Tensor(index, name=f"{name}/index"))  # fmt: skip
+    const = ir.Value(
+        f"{name}/index",
+        ir.TensorType(from_numpy(index.dtype), index.shape),
+        ir.Tensor(index, name=f"{name}/index"),
+    )
     model.graph.add_initializer(const)
     gather = ir.Node("Gather", [hidden, const], [ir.Value(name)], {"axis": 1}, name=name)
     model.graph.insert_before(head, gather)

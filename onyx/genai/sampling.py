@@ -40,8 +40,9 @@ def penalize_repeats(logits: np.ndarray, seen: np.ndarray, penalty: float) -> np
     return logits
 
 
-def next_token(logits: np.ndarray, seen: np.ndarray, options: SamplingOptions,
-               rng: np.random.Generator) -> int:  # fmt: skip
+def next_token(
+    logits: np.ndarray, seen: np.ndarray, options: SamplingOptions, rng: np.random.Generator
+) -> int:
     """The next token id from one row of logits [vocab]."""
     scores = penalize_repeats(logits, seen, options.repetition_penalty)
     if not options.do_sample:

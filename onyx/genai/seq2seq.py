@@ -37,16 +37,20 @@ class Seq2SeqGenerator:
         if sessions is None:
             from ..runtime.session import InferenceSession
 
-            sessions = tuple(InferenceSession(str(self.folder / name), session_options)
-                             for name in (ENCODER, DECODER))  # fmt: skip
+            sessions = tuple(
+                InferenceSession(str(self.folder / name), session_options)
+                for name in (ENCODER, DECODER)
+            )
         self.encoder, self.decoder = sessions
         config = self.folder / "config.json"
         self.hf = json.loads(config.read_text()) if config.exists() else {}
         self.inputs = {a.name: a for a in self.decoder.get_inputs()}
         self.past = sorted((n for n in self.inputs if _PAST.match(n)), key=_layer_order)
         if "use_cache_branch" not in self.inputs or not self.past:
-            raise InvalidArgument(f"{self.folder / DECODER}: not optimum's merged decoder "
-                                  "(use_cache_branch and past_key_values.N.decoder.key inputs)")  # fmt: skip
+            raise InvalidArgument(
+                f"{self.folder / DECODER}: not optimum's merged decoder "
+                "(use_cache_branch and past_key_values.N.decoder.key inputs)"
+            )
         self.presents = [n.replace("past_key_values", "present") for n in self.past]
         start = self.hf.get("decoder_start_token_id")
         self.start_token = int(start if start is not None else self.hf.get("pad_token_id") or 0)
@@ -67,11 +71,20 @@ class Seq2SeqGenerator:
             raise InvalidArgument(f"{name}: the cache's heads / head size are not known")
         return np.zeros((1, heads, 0, head), np.float32)
 
-    def generate(self, prompt: str | Sequence[int], max_new_tokens: int = 32, *,
-                 do_sample: bool = False, temperature: float = 1.0, top_k: int = 0,
-                 top_p: float = 1.0, repetition_penalty: float = 1.0, seed: int | None = None,
-                 stop_token_ids: Sequence[int] | None = None,
-                 callback: TokenCallback | None = None) -> GenerationResult:  # fmt: skip
+    def generate(
+        self,
+        prompt: str | Sequence[int],
+        max_new_tokens: int = 32,
+        *,
+        do_sample: bool = False,
+        temperature: float = 1.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        repetition_penalty: float = 1.0,
+        seed: int | None = None,
+        stop_token_ids: Sequence[int] | None = None,
+        callback: TokenCallback | None = None,
+    ) -> GenerationResult:
         as_text = isinstance(prompt, str)
         ids = list(self.tokenizer.encode(prompt).ids) if as_text else [int(t) for t in prompt]
         if not ids:
@@ -90,9 +103,13 @@ class Seq2SeqGenerator:
         sequence, new, emitted, finish = [self.start_token], [], "", "length"
         for step in range(max_new_tokens):
             begin = time.perf_counter()
-            feeds = {"encoder_attention_mask": mask, "encoder_hidden_states": hidden,
-                     "input_ids": np.array([[sequence[-1]]], np.int64),
-                     "use_cache_branch": np.array([step > 0]), **past}  # fmt: skip
+            feeds = {
+                "encoder_attention_mask": mask,
+                "encoder_hidden_states": hidden,
+                "input_ids": np.array([[sequence[-1]]], np.int64),
+                "use_cache_branch": np.array([step > 0]),
+                **past,
+            }
             feeds = {k: v for k, v in feeds.items() if k in self.inputs}
             outs = self.decoder.run(["logits", *self.presents], feeds)
             token = next_token(np.asarray(outs[0])[0, -1], np.asarray(sequence), options, rng)

@@ -78,8 +78,12 @@ def _optimize(model, lvl: int, disabled, stats, in_place, for_session, results) 
         return m
     skip = set(disabled)
     enabled = [p for p in PASSES if p.level <= lvl and p.name not in skip]
-    ctx = PassContext(m, enabled=frozenset(p.name for p in enabled),
-                      unbounded_folding=for_session, for_session=for_session)  # fmt: skip
+    ctx = PassContext(
+        m,
+        enabled=frozenset(p.name for p in enabled),
+        unbounded_folding=for_session,
+        for_session=for_session,
+    )
     basic = [p for p in enabled if p.level == BASIC]
     _rounds(ctx, basic)
     fusions = [p for p in enabled if p.level > BASIC]

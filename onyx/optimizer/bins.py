@@ -65,8 +65,15 @@ def _chain(ctx: PassContext, v: ir.Value) -> dict | None:
     features = column.inputs[0]
     if static_shape(features) is None or len(static_shape(features)) != 2:
         return None
-    return dict(parts=parts, column=column, one_use_column=one_use_column, features=features,
-                index=int(index.reshape(-1)[0]), edges=edges, ones=concat.inputs[1])  # fmt: skip
+    return dict(
+        parts=parts,
+        column=column,
+        one_use_column=one_use_column,
+        features=features,
+        index=int(index.reshape(-1)[0]),
+        edges=edges,
+        ones=concat.inputs[1],
+    )
 
 
 @graph_pass("BinsOneHotBatching", EXTENDED)

@@ -274,8 +274,14 @@ def conv_hard_swish(ctx: PassContext) -> bool:
             continue
         _ensure_conv_hard_swish(ctx)
         inputs = list(conv.inputs) + [None] * (3 - len(conv.inputs))
-        fused = ir.Node("ConvHardSwish", inputs, 1, _conv_attrs(conv), domain=ONYX_DOMAIN,
-                        name=conv.name + "_hardswish")  # fmt: skip
+        fused = ir.Node(
+            "ConvHardSwish",
+            inputs,
+            1,
+            _conv_attrs(conv),
+            domain=ONYX_DOMAIN,
+            name=conv.name + "_hardswish",
+        )
         ctx.replace_nodes(hs, fused, [conv])
         ctx.count("ConvHardSwishFusion")
         changed = True
@@ -294,8 +300,13 @@ def _ensure_conv_hard_swish(ctx: PassContext) -> None:
     conv = ir.Node("Conv", [x, w, b], ["conv"], refs)
     hs = ir.Node("HardSwish", [conv.outputs[0]], ["Y"])
     body = ir.Graph([x, w, b], [hs.outputs[0]], [conv, hs], name="ConvHardSwish")
-    f = ir.Function(ONYX_DOMAIN, "ConvHardSwish", body, attributes=_CONV_ATTRIBUTES,
-                    opset_imports={"": ctx.opset()})  # fmt: skip
+    f = ir.Function(
+        ONYX_DOMAIN,
+        "ConvHardSwish",
+        body,
+        attributes=_CONV_ATTRIBUTES,
+        opset_imports={"": ctx.opset()},
+    )
     f.doc_string = "Y = HardSwish(Conv(X, W, B)) (onyx runs it as one kernel)"
     m.functions[f.key] = f
 

@@ -79,8 +79,13 @@ def _to_float(mmi: ir.Node, ctx: PassContext) -> ir.Node | None:
     inputs = [mmi.inputs[0], b, *scales, *zero_points] + ([bias] if bias is not None else [])
     while inputs and inputs[-1] is None:
         inputs.pop()
-    fused = ir.Node("MatMulIntegerToFloat", inputs, 1, domain=MS,
-                    name=ctx.fresh_name((mmi.name or "matmul") + "_to_float"))  # fmt: skip
+    fused = ir.Node(
+        "MatMulIntegerToFloat",
+        inputs,
+        1,
+        domain=MS,
+        name=ctx.fresh_name((mmi.name or "matmul") + "_to_float"),
+    )
     ctx.ensure_opset(MS)
     ctx.replace_nodes(last, fused, dead)
     return fused
@@ -100,8 +105,9 @@ def _dynamic(ctx: PassContext, fused: ir.Node) -> bool:
     inputs = [dql.inputs[0], fused.inputs[1], fused.inputs[3], fused.inputs[5], bias]
     while inputs[-1] is None:
         inputs.pop()
-    node = ir.Node("DynamicQuantizeMatMul", inputs, 1, domain=MS,
-                   name=ctx.fresh_name(fused.name + "_dynamic"))  # fmt: skip
+    node = ir.Node(
+        "DynamicQuantizeMatMul", inputs, 1, domain=MS, name=ctx.fresh_name(fused.name + "_dynamic")
+    )
     ctx.replace_nodes(fused, node, [dql])
     return True
 

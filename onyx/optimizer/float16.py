@@ -156,8 +156,9 @@ class _Lowering:
             for v in old_outputs:
                 if not _is16(v) or not (v.has_uses() or self.ctx.is_output(v)):
                     continue
-                cast = ir.Node("Cast", [self.twin[id(v)]], [v], {"to": int(F16)},
-                               name=self._name(v, "to_f16"))  # fmt: skip
+                cast = ir.Node(
+                    "Cast", [self.twin[id(v)]], [v], {"to": int(F16)}, name=self._name(v, "to_f16")
+                )
                 self.ctx.graph.insert_after(new, cast)
 
 

@@ -88,8 +88,11 @@ def _byte_values(ctx: PassContext, order: list[ir.Node]):
 
 #: Ops whose input i must have the type of its zero point, input i + 2 (DequantizeLinear's x;
 #: the QLinear binary ops' a and b).
-_ZERO_POINT_AFTER = {("", "DequantizeLinear"): (0,), (MS, "QLinearAdd"): (0, 3),
-                     (MS, "QLinearMul"): (0, 3)}  # fmt: skip
+_ZERO_POINT_AFTER = {
+    ("", "DequantizeLinear"): (0,),
+    (MS, "QLinearAdd"): (0, 3),
+    (MS, "QLinearMul"): (0, 3),
+}
 
 
 def _byte_type(ctx: PassContext, v: ir.Value):
@@ -167,8 +170,12 @@ def _channel_axis(const_shape: tuple, shape: tuple) -> tuple[int, int] | None:
 
 def _exits(ctx: PassContext, nodes: list[ir.Node], members: set[int]) -> list[ir.Value]:
     """The chain's values read outside it (or graph outputs), in graph order."""
-    return [v for n in nodes for v in n.outputs
-            if ctx.is_output(v) or any(id(user) not in members for user, _ in v.iter_uses())]  # fmt: skip
+    return [
+        v
+        for n in nodes
+        for v in n.outputs
+        if ctx.is_output(v) or any(id(user) not in members for user, _ in v.iter_uses())
+    ]
 
 
 def _ancestors(out: ir.Value, members: set[int], position: dict) -> list[ir.Node]:
@@ -179,8 +186,11 @@ def _ancestors(out: ir.Value, members: set[int], position: dict) -> list[ir.Node
         if id(node) in found:
             continue
         found[id(node)] = node
-        stack += [v.producer for v in node.inputs
-                  if v is not None and v.producer is not None and id(v.producer) in members]  # fmt: skip
+        stack += [
+            v.producer
+            for v in node.inputs
+            if v is not None and v.producer is not None and id(v.producer) in members
+        ]
     return sorted(found.values(), key=lambda n: position[id(n)])
 
 
@@ -292,8 +302,9 @@ def _ensure_function(ctx: PassContext) -> None:
     m.functions[f.key] = f
 
 
-def _replace_channels(ctx: PassContext, root: ir.Value, out: ir.Value, table: np.ndarray,
-                      channel: tuple[int, int]) -> None:  # fmt: skip
+def _replace_channels(
+    ctx: PassContext, root: ir.Value, out: ir.Value, table: np.ndarray, channel: tuple[int, int]
+) -> None:
     """out = ChannelTableLookup(root, the table in value order, each channel's offset)."""
     axis, size = channel
     rank = len(static_shape(root))
@@ -321,10 +332,12 @@ def _ensure_channel_function(ctx: PassContext) -> None:
     cast = ir.Node("Cast", [x], ["value"], {"to": int(DataType.INT32)})
     add = ir.Node("Add", [cast.outputs[0], offsets], ["index"])
     gather = ir.Node("Gather", [table, add.outputs[0]], ["y"], {"axis": 0})
-    body = ir.Graph([x, table, offsets], [gather.outputs[0]], [cast, add, gather],
-                    name="ChannelTableLookup")  # fmt: skip
-    f = ir.Function(ONYX_DOMAIN, "ChannelTableLookup", body,
-                    opset_imports={"": ctx.opset("") or 13})  # fmt: skip
+    body = ir.Graph(
+        [x, table, offsets], [gather.outputs[0]], [cast, add, gather], name="ChannelTableLookup"
+    )
+    f = ir.Function(
+        ONYX_DOMAIN, "ChannelTableLookup", body, opset_imports={"": ctx.opset("") or 13}
+    )
     f.doc_string = (
         "y = table[x + offsets]: a function of a byte tensor x and its channel, the table "
         "C runs of 256 values in x's value order, offsets each channel's start (+128 for int8)"

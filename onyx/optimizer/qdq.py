@@ -589,8 +589,18 @@ def _ensure_conv_lookup_function(ctx: PassContext) -> None:
     ctx.ensure_opset(ONYX_DOMAIN, 1)
     if (ONYX_DOMAIN, "QLinearConvLookup", "") in m.functions:
         return
-    names = ["x", "x_scale", "x_zero_point", "w", "w_scale", "w_zero_point", "y_scale",
-             "y_zero_point", "B", "table"]  # fmt: skip
+    names = [
+        "x",
+        "x_scale",
+        "x_zero_point",
+        "w",
+        "w_scale",
+        "w_zero_point",
+        "y_scale",
+        "y_zero_point",
+        "B",
+        "table",
+    ]
     params = [ir.Value(n) for n in names]
     types = {"auto_pad": ir.AttrType.STRING, "group": ir.AttrType.INT}
     refs = [ir.Attr(a, types.get(a, ir.AttrType.INTS), ref_attr_name=a) for a in _CONV_ATTRIBUTES]
@@ -598,8 +608,13 @@ def _ensure_conv_lookup_function(ctx: PassContext) -> None:
     cast = ir.Node("Cast", [conv.outputs[0]], ["index"], {"to": int(ir.DataType.INT32)})
     gather = ir.Node("Gather", [params[9], cast.outputs[0]], ["y"], {"axis": 0})
     body = ir.Graph(params, [gather.outputs[0]], [conv, cast, gather], name="QLinearConvLookup")
-    f = ir.Function(ONYX_DOMAIN, "QLinearConvLookup", body, _CONV_ATTRIBUTES,
-                    opset_imports={"": ctx.opset("") or 13})  # fmt: skip
+    f = ir.Function(
+        ONYX_DOMAIN,
+        "QLinearConvLookup",
+        body,
+        _CONV_ATTRIBUTES,
+        opset_imports={"": ctx.opset("") or 13},
+    )
     f.doc_string = (
         "y = table[QLinearConv(...)] (the table by bit pattern: int8 -1 reads table[255])"
     )
@@ -627,13 +642,20 @@ def pad_requantize(ctx: PassContext) -> bool:
         if dq is None:
             continue
         base = pad.outputs[0].name
-        moved = ir.Node("Pad", [dq.inputs[0], *pad.inputs[1:]], [ctx.fresh_name(base + "_bytes")],
-                        list(pad.attributes.values()),
-                        name=ctx.fresh_name((pad.name or "pad") + "_bytes"))  # fmt: skip
-        requant = ir.Node("DequantizeLinear", [moved.outputs[0], *dq.inputs[1:]],
-                          [ctx.fresh_name(base + "_dequantized")],
-                          list(dq.attributes.values()),
-                          name=ctx.fresh_name((dq.name or "dq") + "_moved"))  # fmt: skip
+        moved = ir.Node(
+            "Pad",
+            [dq.inputs[0], *pad.inputs[1:]],
+            [ctx.fresh_name(base + "_bytes")],
+            list(pad.attributes.values()),
+            name=ctx.fresh_name((pad.name or "pad") + "_bytes"),
+        )
+        requant = ir.Node(
+            "DequantizeLinear",
+            [moved.outputs[0], *dq.inputs[1:]],
+            [ctx.fresh_name(base + "_dequantized")],
+            list(dq.attributes.values()),
+            name=ctx.fresh_name((dq.name or "dq") + "_moved"),
+        )
         ctx.graph.insert_before(pad, moved)
         ctx.graph.insert_before(pad, requant)
         ctx.replace_value(pad.outputs[0], requant.outputs[0])

@@ -40,13 +40,29 @@ ML = "ai.onnx.ml"
 #: Copies of the leaf weights the chain runs on (see lookup.PROBE_COPIES).
 PROBE_COPIES = 16
 #: Regressor attributes a one-tree regressor may have (others: the pass leaves it alone).
-_TREE_ATTRS = frozenset({
-    "n_targets", "nodes_nodeids", "target_nodeids", "nodes_treeids", "nodes_featureids",
-    "nodes_values", "nodes_values_as_tensor", "target_weights", "nodes_falsenodeids",
-    "nodes_hitrates", "nodes_hitrates_as_tensor", "nodes_missing_value_tracks_true",
-    "nodes_modes", "nodes_truenodeids", "target_treeids", "target_ids", "aggregate_function",
-    "post_transform", "base_values",
-})  # fmt: skip
+_TREE_ATTRS = frozenset(
+    {
+        "n_targets",
+        "nodes_nodeids",
+        "target_nodeids",
+        "nodes_treeids",
+        "nodes_featureids",
+        "nodes_values",
+        "nodes_values_as_tensor",
+        "target_weights",
+        "nodes_falsenodeids",
+        "nodes_hitrates",
+        "nodes_hitrates_as_tensor",
+        "nodes_missing_value_tracks_true",
+        "nodes_modes",
+        "nodes_truenodeids",
+        "target_treeids",
+        "target_ids",
+        "aggregate_function",
+        "post_transform",
+        "base_values",
+    }
+)
 
 
 def _attr(node: ir.Node, name: str, default=None):
@@ -104,15 +120,24 @@ def tree_leaf_function_fusion(ctx: PassContext) -> bool:
         if not nodes:
             continue
         members = {id(n) for n in nodes}
-        exits = [v for n in nodes for v in n.outputs
-                 if ctx.is_output(v) or any(id(u) not in members for u, _ in v.iter_uses())]  # fmt: skip
+        exits = [
+            v
+            for n in nodes
+            for v in n.outputs
+            if ctx.is_output(v) or any(id(u) not in members for u, _ in v.iter_uses())
+        ]
         tables = _tabulate(ctx, root, weights, nodes, exits)
         if tables is not None:
             found += [(tree, out, table) for out, table in zip(exits, tables)]
             chains.append([tree, *nodes])
     for tree, out, table in found:
-        node = ir.Node(tree.op_type, list(tree.inputs), 1, domain=tree.domain,
-                       name=ctx.fresh_name((out.producer.name or out.name) + "_leaves"))  # fmt: skip
+        node = ir.Node(
+            tree.op_type,
+            list(tree.inputs),
+            1,
+            domain=tree.domain,
+            name=ctx.fresh_name((out.producer.name or out.name) + "_leaves"),
+        )
         node.attributes = dict(tree.attributes)
         node.attributes["target_weights"] = ir.Attr(
             "target_weights", ir.AttrType.FLOATS, [float(w) for w in table]
@@ -256,9 +281,16 @@ def tree_sum_fusion(ctx: PassContext) -> bool:
 
 
 #: Per-node and per-target lists, concatenated over the trees merged.
-_PER_NODE = ("nodes_nodeids", "nodes_featureids", "nodes_values", "nodes_falsenodeids",
-             "nodes_hitrates", "nodes_missing_value_tracks_true", "nodes_modes",
-             "nodes_truenodeids")  # fmt: skip
+_PER_NODE = (
+    "nodes_nodeids",
+    "nodes_featureids",
+    "nodes_values",
+    "nodes_falsenodeids",
+    "nodes_hitrates",
+    "nodes_missing_value_tracks_true",
+    "nodes_modes",
+    "nodes_truenodeids",
+)
 _PER_TARGET = ("target_nodeids", "target_ids", "target_weights")
 
 

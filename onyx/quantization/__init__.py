@@ -30,8 +30,13 @@ MODES = ("static", "dynamic", "weight_only")
 FORMATS = ("qdq", "qoperator")
 #: Standard-op fusions that make a model quantize better (fewer, larger node units); the rest
 #: of the optimizer's fusions write com.microsoft ops a portable model should not hold.
-PREPROCESS_FUSIONS = ("ConvBNFusion", "ConvAddFusion", "ConvMulFusion", "BatchNormScaleFusion",
-                      "MatMulAddFusion")  # fmt: skip
+PREPROCESS_FUSIONS = (
+    "ConvBNFusion",
+    "ConvAddFusion",
+    "ConvMulFusion",
+    "BatchNormScaleFusion",
+    "MatMulAddFusion",
+)
 
 
 def preprocess(model: Any) -> ir.Model:
@@ -98,13 +103,40 @@ def quantize(
         fused = format == "qoperator"  # onnxruntime's fused com.microsoft DynamicQuantizeMatMul
         dynamic.apply(m, nodes, per_channel, qtype(weight_type), reduce_range, fused)
         return m
-    return _static(m, format, calibration, method, per_channel, qtype(weight_type),
-                   qtype(activation_type), op_types, excluded, bool(symmetric), reduce_range,
-                   percentile, progress, ranges)  # fmt: skip
+    return _static(
+        m,
+        format,
+        calibration,
+        method,
+        per_channel,
+        qtype(weight_type),
+        qtype(activation_type),
+        op_types,
+        excluded,
+        bool(symmetric),
+        reduce_range,
+        percentile,
+        progress,
+        ranges,
+    )
 
 
-def _static(m, format, calibration, method, per_channel, wt, at, op_types, excluded, symmetric,
-            reduce_range, percentile, progress, ranges) -> ir.Model:  # fmt: skip
+def _static(
+    m,
+    format,
+    calibration,
+    method,
+    per_channel,
+    wt,
+    at,
+    op_types,
+    excluded,
+    symmetric,
+    reduce_range,
+    percentile,
+    progress,
+    ranges,
+) -> ir.Model:
     from . import static
 
     if wt not in ("int8", "uint8") or at not in ("int8", "uint8"):
@@ -133,10 +165,15 @@ def to_qoperator(model: ir.Model) -> ir.Model:
 def _select(m: ir.Model, op_types, excluded: set, rules=None) -> list[ir.Node]:
     ops = set(op_types)
     if rules is not None and (unknown := ops - set(rules)):
-        raise InvalidArgument(f"op types {sorted(unknown)} cannot be quantized statically "
-                              f"(known: {', '.join(sorted(rules))})")  # fmt: skip
-    return [n for n in m.graph if n.op_type in ops and n.domain in ("", "ai.onnx")
-            and n.name not in excluded]  # fmt: skip
+        raise InvalidArgument(
+            f"op types {sorted(unknown)} cannot be quantized statically "
+            f"(known: {', '.join(sorted(rules))})"
+        )
+    return [
+        n
+        for n in m.graph
+        if n.op_type in ops and n.domain in ("", "ai.onnx") and n.name not in excluded
+    ]
 
 
 def _copy(model: Any) -> ir.Model:

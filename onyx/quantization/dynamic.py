@@ -22,8 +22,14 @@ MS = "com.microsoft"
 DEFAULT_OPS = ("MatMul", "Gemm", "Conv", "Gather", "LSTM")
 
 
-def apply(model: ir.Model, nodes: list[ir.Node], per_channel: bool = True,
-          weight_type: str = "int8", reduce_range: bool = False, fused: bool = False) -> None:  # fmt: skip
+def apply(
+    model: ir.Model,
+    nodes: list[ir.Node],
+    per_channel: bool = True,
+    weight_type: str = "int8",
+    reduce_range: bool = False,
+    fused: bool = False,
+) -> None:
     """``fused``: MatMul/Gemm as one com.microsoft DynamicQuantizeMatMul each (onnxruntime's
     fused form: fewer nodes to dispatch, but no DynamicQuantizeLinear shared between readers)."""
     ed = Editor(model)
@@ -82,8 +88,13 @@ def _fused_matmul(ed, node, x, w, bias, per_channel, wtype, reduce_range) -> ir.
         w, wtype, 1 if per_channel else None, wtype == "int8", reduce_range
     )
     base = node.name or node.outputs[0].name
-    inputs = [x, ed.const(f"{base}_W_quantized", q), ed.const(f"{base}_W_scale", scale),
-              ed.const(f"{base}_W_zero_point", zp), bias]  # fmt: skip
+    inputs = [
+        x,
+        ed.const(f"{base}_W_quantized", q),
+        ed.const(f"{base}_W_scale", scale),
+        ed.const(f"{base}_W_zero_point", zp),
+        bias,
+    ]
     ed.use_opset(MS, 1)
     return ed.node("DynamicQuantizeMatMul", inputs, base=base, before=node, domain=MS).outputs[0]
 
@@ -96,8 +107,11 @@ def _matmul(ed, node, shared, per_channel, wtype, reduce_range) -> bool:
         y = _fused_matmul(ed, node, x, w, None, per_channel, wtype, reduce_range)
         _finish(ed, node.outputs[0], y)
         return True
-    _finish(ed, node.outputs[0], _integer_product(ed, node, x, w, "MatMulInteger", shared, per_channel,
-                                       wtype, reduce_range))  # fmt: skip
+    _finish(
+        ed,
+        node.outputs[0],
+        _integer_product(ed, node, x, w, "MatMulInteger", shared, per_channel, wtype, reduce_range),
+    )
     return True
 
 
@@ -116,8 +130,11 @@ def _gemm(ed, node, shared, per_channel, wtype, reduce_range) -> bool:
         w = np.ascontiguousarray(w.T)
     bias = node.inputs[2] if len(node.inputs) > 2 else None
     if shared["fused"] and (bias is None or (bias.shape is not None and len(bias.shape) == 1)):
-        _finish(ed, node.outputs[0], _fused_matmul(ed, node, x, w, bias, per_channel, wtype,
-                                                   reduce_range))  # fmt: skip
+        _finish(
+            ed,
+            node.outputs[0],
+            _fused_matmul(ed, node, x, w, bias, per_channel, wtype, reduce_range),
+        )
         return True
     y = _integer_product(ed, node, x, w, "MatMulInteger", shared, per_channel, wtype, reduce_range)
     if len(node.inputs) > 2 and node.inputs[2] is not None:
@@ -132,8 +149,9 @@ def _conv(ed, node, shared, per_channel, wtype, reduce_range) -> bool:
         return False
     attrs = {k: a.value for k, a in node.attributes.items()}
     wtype, per_channel = _conv_weight_form(w, per_channel, reduce_range)
-    y = _integer_product(ed, node, x, w, "ConvInteger", shared, per_channel, wtype,
-                         reduce_range, **attrs)  # fmt: skip
+    y = _integer_product(
+        ed, node, x, w, "ConvInteger", shared, per_channel, wtype, reduce_range, **attrs
+    )
     b = node.inputs[2] if len(node.inputs) > 2 else None
     if b is not None:
         bias = constant_of(ed.graph, b)

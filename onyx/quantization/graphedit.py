@@ -33,13 +33,28 @@ class Editor:
         self.graph.add_initializer(value)
         return value
 
-    def node(self, op_type: str, inputs, n_out: int = 1, base: str = "", domain: str = "",
-             before: ir.Node | None = None, after: ir.Node | None = None, **attrs) -> ir.Node:  # fmt: skip
+    def node(
+        self,
+        op_type: str,
+        inputs,
+        n_out: int = 1,
+        base: str = "",
+        domain: str = "",
+        before: ir.Node | None = None,
+        after: ir.Node | None = None,
+        **attrs,
+    ) -> ir.Node:
         outs = [
             self.name(f"{base}_{op_type}" + (f"_{i}" if n_out > 1 else "")) for i in range(n_out)
         ]
-        node = ir.Node(op_type, inputs, outs, attrs or None, domain=domain,
-                       name=self.name(f"{base}_{op_type}_node"))  # fmt: skip
+        node = ir.Node(
+            op_type,
+            inputs,
+            outs,
+            attrs or None,
+            domain=domain,
+            name=self.name(f"{base}_{op_type}_node"),
+        )
         if after is not None:
             self.graph.insert_after(after, node)
         elif before is not None:
@@ -59,8 +74,10 @@ class Editor:
         if have >= version:
             return
         if bump_from is None or have < bump_from:
-            raise InvalidArgument(f"this quantization writes ops of opset {version}; the model "
-                                  f"imports opset {have}: convert it to opset {version} first")  # fmt: skip
+            raise InvalidArgument(
+                f"this quantization writes ops of opset {version}; the model "
+                f"imports opset {have}: convert it to opset {version} first"
+            )
         key = "ai.onnx" if "ai.onnx" in self.model.opset_imports else ""
         self.model.opset_imports[key] = version
 

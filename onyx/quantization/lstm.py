@@ -29,15 +29,31 @@ def quantize_lstm(ed: Editor, node: ir.Node, per_channel: bool) -> bool:
             q, s, z = quantize_weight(t[d], "int8", 1 if per_channel else None, True)
             qs.append(q), ss.append(np.atleast_1d(s)), zs.append(np.atleast_1d(z))
         shape = (t.shape[0], -1) if per_channel else (t.shape[0],)
-        packed += [ed.const(f"{base}_{name}_quantized", np.stack(qs)),
-                   ed.const(f"{base}_{name}_scale", np.stack(ss).reshape(shape)),
-                   ed.const(f"{base}_{name}_zero_point", np.stack(zs).reshape(shape))]  # fmt: skip
+        packed += [
+            ed.const(f"{base}_{name}_quantized", np.stack(qs)),
+            ed.const(f"{base}_{name}_scale", np.stack(ss).reshape(shape)),
+            ed.const(f"{base}_{name}_zero_point", np.stack(zs).reshape(shape)),
+        ]
     rest = list(node.inputs[3:8]) + [None] * (5 - len(node.inputs[3:8]))  # B, seq, h0, c0, P
-    inputs = [node.inputs[0], packed[0], packed[3], *rest,
-              packed[1], packed[2], packed[4], packed[5]]  # fmt: skip
+    inputs = [
+        node.inputs[0],
+        packed[0],
+        packed[3],
+        *rest,
+        packed[1],
+        packed[2],
+        packed[4],
+        packed[5],
+    ]
     attrs = {k: a for k, a in node.attributes.items()}
-    new = ir.Node("DynamicQuantizeLSTM", inputs, len(node.outputs), attrs.values(), domain=MS,
-                  name=ed.name(base + "_quant"))  # fmt: skip
+    new = ir.Node(
+        "DynamicQuantizeLSTM",
+        inputs,
+        len(node.outputs),
+        attrs.values(),
+        domain=MS,
+        name=ed.name(base + "_quant"),
+    )
     ed.graph.insert_before(node, new)
     for old, out in zip(node.outputs, new.outputs):
         out.type = old.type

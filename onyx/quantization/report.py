@@ -41,15 +41,21 @@ class Report:
         return max((o.mean_abs for o in self.outputs), default=0.0)
 
     def __str__(self) -> str:
-        lines = [f"accuracy on {self.samples} held-out sample(s), quantized vs float:",
-                 f"{'output':<24} {'max abs':>10} {'mean abs':>10} {'cosine':>9} {'top-1':>7}"]  # fmt: skip
+        lines = [
+            f"accuracy on {self.samples} held-out sample(s), quantized vs float:",
+            f"{'output':<24} {'max abs':>10} {'mean abs':>10} {'cosine':>9} {'top-1':>7}",
+        ]
         lines += [o.row() for o in self.outputs]
         ratio = self.size_before / max(self.size_after, 1)
-        lines.append(f"size: {self.size_before / 1e3:.1f} kB -> {self.size_after / 1e3:.1f} kB "
-                     f"({ratio:.2f}x smaller)")  # fmt: skip
+        lines.append(
+            f"size: {self.size_before / 1e3:.1f} kB -> {self.size_after / 1e3:.1f} kB "
+            f"({ratio:.2f}x smaller)"
+        )
         for runtime, (before, after) in self.latency.items():
-            lines.append(f"latency ({runtime}, median): {before:.3f} ms -> {after:.3f} ms "
-                         f"({before / max(after, 1e-9):.2f}x)")  # fmt: skip
+            lines.append(
+                f"latency ({runtime}, median): {before:.3f} ms -> {after:.3f} ms "
+                f"({before / max(after, 1e-9):.2f}x)"
+            )
         return "\n".join(lines)
 
 
@@ -63,8 +69,15 @@ def output_errors(expected: list[dict], got: list[dict]) -> list[OutputError]:
         ef, gf = np.concatenate([a.ravel() for a in e]), np.concatenate([b.ravel() for b in g])
         denom = np.linalg.norm(ef) * np.linalg.norm(gf)
         cosine = float(ef @ gf / denom) if denom > 0 else float(np.array_equal(ef, gf))
-        rows.append(OutputError(name, float(diff.max(initial=0.0)), float(diff.mean()) if diff.size else 0.0,
-                                cosine, _top1(e, g)))  # fmt: skip
+        rows.append(
+            OutputError(
+                name,
+                float(diff.max(initial=0.0)),
+                float(diff.mean()) if diff.size else 0.0,
+                cosine,
+                _top1(e, g),
+            )
+        )
     return rows
 
 
@@ -89,8 +102,9 @@ def model_size(model: ir.Model) -> int:
     return len(dumps(model))
 
 
-def evaluate(float_model: Any, quantized: Any, feeds: Any, latency: bool = True,
-             repeat: int = 20) -> Report:  # fmt: skip
+def evaluate(
+    float_model: Any, quantized: Any, feeds: Any, latency: bool = True, repeat: int = 20
+) -> Report:
     """Compare ``quantized`` with ``float_model`` on ``feeds`` (held-out inputs)."""
     from ..debug.runners import as_model
     from .calibration import read_feeds
@@ -158,8 +172,14 @@ class Sensitivity:
         return "\n".join(lines)
 
 
-def sensitivity(model: Any, calibration: Any, held_out: Any, target: float | None = None,
-                max_exclude: int | None = None, **options) -> Sensitivity:  # fmt: skip
+def sensitivity(
+    model: Any,
+    calibration: Any,
+    held_out: Any,
+    target: float | None = None,
+    max_exclude: int | None = None,
+    **options,
+) -> Sensitivity:
     """Rank the statically quantized nodes by the output error each adds on its own, then (with
     ``target``) exclude the worst until the whole model's mean abs error is at most ``target``
     (or ``max_exclude`` nodes are excluded)."""
@@ -172,11 +192,19 @@ def sensitivity(model: Any, calibration: Any, held_out: Any, target: float | Non
     reference = run_onyx(base, feeds)
     ops = options.pop("op_types", None) or DEFAULT_OPS
     always = set(options.pop("nodes_to_exclude", ()))
-    candidates = [n for n in base.graph
-                  if n.op_type in ops and n.op_type in RULES and n.name and n.name not in always]  # fmt: skip
+    candidates = [
+        n
+        for n in base.graph
+        if n.op_type in ops and n.op_type in RULES and n.name and n.name not in always
+    ]
     p = plan(base.graph, candidates)
-    ranges = calibrate(base, read_feeds(calibration), p.tensors + list(p.shared),
-                       options.get("method", "minmax"), progress=options.pop("progress", True))  # fmt: skip
+    ranges = calibrate(
+        base,
+        read_feeds(calibration),
+        p.tensors + list(p.shared),
+        options.get("method", "minmax"),
+        progress=options.pop("progress", True),
+    )
     options.pop("method", None)
     common = dict(mode="static", ranges=ranges, preprocessed=True, progress=False, **options)
 
@@ -189,8 +217,9 @@ def sensitivity(model: Any, calibration: Any, held_out: Any, target: float | Non
         q = quantize(base, op_types=ops, **kw)
         return max(o.mean_abs for o in output_errors(reference, run_onyx(q, feeds)))
 
-    ranking = sorted(((n.name, n.op_type, error(set(), only=n.name)) for n in candidates),
-                     key=lambda r: -r[2])  # fmt: skip
+    ranking = sorted(
+        ((n.name, n.op_type, error(set(), only=n.name)) for n in candidates), key=lambda r: -r[2]
+    )
     excluded: list[tuple[str, float]] = []
     current = error(set())
     chosen: set[str] = set()

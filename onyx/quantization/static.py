@@ -55,9 +55,26 @@ RULES: dict[str, OpRule] = {
     "Unsqueeze": OpRule(shares_input_params=True),
 }
 #: Op types quantized by default (data movement ops only pass 8-bit tensors along).
-DEFAULT_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm", "Gather", "Add", "Mul", "Concat", "AveragePool",
-               "GlobalAveragePool", "MaxPool", "Resize", "Softmax", "Reshape", "Transpose",
-               "Flatten", "Squeeze", "Unsqueeze")  # fmt: skip
+DEFAULT_OPS = (
+    "Conv",
+    "ConvTranspose",
+    "MatMul",
+    "Gemm",
+    "Gather",
+    "Add",
+    "Mul",
+    "Concat",
+    "AveragePool",
+    "GlobalAveragePool",
+    "MaxPool",
+    "Resize",
+    "Softmax",
+    "Reshape",
+    "Transpose",
+    "Flatten",
+    "Squeeze",
+    "Unsqueeze",
+)
 #: Activations whose Q saturation does their work when the Q's zero point is the type minimum.
 FOLDED_ACTIVATIONS = {"Relu"}
 #: Outputs whose range is known, whatever calibration saw.
@@ -157,8 +174,9 @@ def _activation_params(value: ir.Value | None, rng, s: Settings):
     producer = value.producer if value is not None else None
     if producer is not None and producer.op_type in FIXED_RANGES:
         rng = FIXED_RANGES[producer.op_type]
-    return scale_zero_point(rng[0], rng[1], s.activation_type, s.symmetric_activations,
-                            reduce_range=False)  # fmt: skip
+    return scale_zero_point(
+        rng[0], rng[1], s.activation_type, s.symmetric_activations, reduce_range=False
+    )
 
 
 def _insert_qdq(ed: Editor, value: ir.Value, scale, zp) -> ir.Value:

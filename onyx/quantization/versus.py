@@ -33,8 +33,10 @@ def _ort():
         import onnxruntime
         from onnxruntime import quantization
     except ImportError as e:  # pragma: no cover - depends on the environment
-        raise OnyxError("comparing with onnxruntime's quantizer needs onnxruntime and onnx "
-                        "(pip install onnxruntime onnx)") from e  # fmt: skip
+        raise OnyxError(
+            "comparing with onnxruntime's quantizer needs onnxruntime and onnx "
+            "(pip install onnxruntime onnx)"
+        ) from e
     return onnxruntime, quantization
 
 
@@ -46,20 +48,45 @@ class _Reader:
         return next(self._it, None)
 
 
-def ort_quantize(path: str, out: str, mode: str, calibration: list[dict], per_channel: bool,
-                 op_types: list[str] | None) -> None:  # fmt: skip
+def ort_quantize(
+    path: str,
+    out: str,
+    mode: str,
+    calibration: list[dict],
+    per_channel: bool,
+    op_types: list[str] | None,
+) -> None:
     _, q = _ort()
     if mode == "dynamic":
-        q.quantize_dynamic(path, out, per_channel=per_channel, weight_type=q.QuantType.QInt8,
-                           op_types_to_quantize=op_types)  # fmt: skip
+        q.quantize_dynamic(
+            path,
+            out,
+            per_channel=per_channel,
+            weight_type=q.QuantType.QInt8,
+            op_types_to_quantize=op_types,
+        )
     else:
-        q.quantize_static(path, out, _Reader(calibration), quant_format=q.QuantFormat.QDQ,
-                          per_channel=per_channel, activation_type=q.QuantType.QUInt8,
-                          weight_type=q.QuantType.QInt8, op_types_to_quantize=op_types)  # fmt: skip
+        q.quantize_static(
+            path,
+            out,
+            _Reader(calibration),
+            quant_format=q.QuantFormat.QDQ,
+            per_channel=per_channel,
+            activation_type=q.QuantType.QUInt8,
+            weight_type=q.QuantType.QInt8,
+            op_types_to_quantize=op_types,
+        )
 
 
-def versus(path: str, mode: str, calibration: list[dict], held_out: list[dict],
-           per_channel: bool = True, op_types: list[str] | None = None, **options: Any) -> Versus:  # fmt: skip
+def versus(
+    path: str,
+    mode: str,
+    calibration: list[dict],
+    held_out: list[dict],
+    per_channel: bool = True,
+    op_types: list[str] | None = None,
+    **options: Any,
+) -> Versus:
     """Quantize ``path`` with both tools (onnxruntime's on its own pre-processing) and measure
     each result's mean abs error against the float model, all run in onnxruntime."""
     from .. import save
@@ -70,8 +97,15 @@ def versus(path: str, mode: str, calibration: list[dict], held_out: list[dict],
     so = ort.SessionOptions()
     so.log_severity_level = 3
     with tempfile.TemporaryDirectory() as tmp:
-        mine = quantize(path, mode=mode, calibration=calibration, per_channel=per_channel,
-                        op_types=op_types, progress=False, **options)  # fmt: skip
+        mine = quantize(
+            path,
+            mode=mode,
+            calibration=calibration,
+            per_channel=per_channel,
+            op_types=op_types,
+            progress=False,
+            **options,
+        )
         mine_path = os.path.join(tmp, "onyx.onnx")
         save(mine, mine_path)
         theirs_path = os.path.join(tmp, "ort.onnx")
@@ -86,11 +120,16 @@ def versus(path: str, mode: str, calibration: list[dict], held_out: list[dict],
     ref, a, b = runs
 
     def err(got):
-        return float(np.mean([np.mean(np.abs(np.asarray(x[0], np.float64) - y[0]))
-                              for x, y in zip(got, ref)]))  # fmt: skip
+        return float(
+            np.mean(
+                [np.mean(np.abs(np.asarray(x[0], np.float64) - y[0])) for x, y in zip(got, ref)]
+            )
+        )
 
     parity = float("nan")
     if onyx_runs is not None:
-        parity = max(float(np.max(np.abs(np.asarray(r[names[0]], np.float64) - o[0]), initial=0.0))
-                     for r, o in zip(onyx_runs, a))  # fmt: skip
+        parity = max(
+            float(np.max(np.abs(np.asarray(r[names[0]], np.float64) - o[0]), initial=0.0))
+            for r, o in zip(onyx_runs, a)
+        )
     return Versus(os.path.basename(path), mode, err(a), err(b), parity)

@@ -46,8 +46,13 @@ def pack_nibbles(codes: np.ndarray) -> np.ndarray:
     return (codes[..., 0::2] | (codes[..., 1::2] << 4)).astype(np.uint8)
 
 
-def apply(model: ir.Model, nodes: list[ir.Node], block_size: int = 32, symmetric: bool = True,
-          form: str = "matmulnbits") -> int:  # fmt: skip
+def apply(
+    model: ir.Model,
+    nodes: list[ir.Node],
+    block_size: int = 32,
+    symmetric: bool = True,
+    form: str = "matmulnbits",
+) -> int:
     if block_size < 16 or block_size & (block_size - 1):
         raise InvalidArgument(f"block_size must be a power of two >= 16, not {block_size}")
     ed = Editor(model)
@@ -77,13 +82,21 @@ def _to_matmulnbits(ed: Editor, node: ir.Node, w, block: int, symmetric: bool) -
     k, n = w.shape
     codes, scale, zp = blockwise(w, block, symmetric)
     base = node.name or node.outputs[0].name
-    inputs = [node.inputs[0], ed.const(f"{base}_B", pack_nibbles(codes)),
-              ed.const(f"{base}_scales", scale.reshape(-1))]  # fmt: skip
+    inputs = [
+        node.inputs[0],
+        ed.const(f"{base}_B", pack_nibbles(codes)),
+        ed.const(f"{base}_scales", scale.reshape(-1)),
+    ]
     if zp is not None:
         inputs.append(ed.const(f"{base}_zero_points", pack_nibbles(zp).reshape(-1)))
-    new = ir.Node("MatMulNBits", inputs, [ed.name(base + "_nbits")],
-                  {"K": k, "N": n, "bits": 4, "block_size": block}, domain=MS,
-                  name=ed.name(base + "_MatMulNBits"))  # fmt: skip
+    new = ir.Node(
+        "MatMulNBits",
+        inputs,
+        [ed.name(base + "_nbits")],
+        {"K": k, "N": n, "bits": 4, "block_size": block},
+        domain=MS,
+        name=ed.name(base + "_MatMulNBits"),
+    )
     _replace(ed, node, new)
     ed.use_opset(MS, 1)
 

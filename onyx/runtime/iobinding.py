@@ -28,8 +28,15 @@ class IOBinding:
     def bind_cpu_input(self, name: str, arr_on_cpu: Any) -> None:
         self._inputs[name] = arr_on_cpu
 
-    def bind_input(self, name: str, device_type: Any, device_id: int, element_type: Any,
-                   shape: Any, buffer_ptr: int) -> None:  # fmt: skip
+    def bind_input(
+        self,
+        name: str,
+        device_type: Any,
+        device_id: int,
+        element_type: Any,
+        shape: Any,
+        buffer_ptr: int,
+    ) -> None:
         """Bind memory at ``buffer_ptr`` (the caller keeps it alive while bound)."""
         check_cpu(device_type, f"bind_input({name!r})")
         self._inputs[name] = array_at(buffer_ptr, element_type, [int(d) for d in shape])
@@ -44,9 +51,15 @@ class IOBinding:
         self._inputs.clear()
 
     # -- outputs --------------------------------------------------------------------------------
-    def bind_output(self, name: str, device_type: Any = "cpu", device_id: int = 0,
-                    element_type: Any = None, shape: Any = None,
-                    buffer_ptr: int | None = None) -> None:  # fmt: skip
+    def bind_output(
+        self,
+        name: str,
+        device_type: Any = "cpu",
+        device_id: int = 0,
+        element_type: Any = None,
+        shape: Any = None,
+        buffer_ptr: int | None = None,
+    ) -> None:
         """Bind an output: allocated by each run, or written into ``buffer_ptr``."""
         check_cpu(device_type, f"bind_output({name!r})")
         if buffer_ptr is None:

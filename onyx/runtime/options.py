@@ -63,8 +63,13 @@ def warn_ignored(what: str, why: str = "") -> None:
 
 # -- logging -----------------------------------------------------------------------------------
 
-_SEVERITY_TO_LEVEL = {0: logging.DEBUG, 1: logging.INFO, 2: logging.WARNING, 3: logging.ERROR,
-                      4: logging.CRITICAL}  # fmt: skip
+_SEVERITY_TO_LEVEL = {
+    0: logging.DEBUG,
+    1: logging.INFO,
+    2: logging.WARNING,
+    3: logging.ERROR,
+    4: logging.CRITICAL,
+}
 _default_severity = 2
 _default_verbosity = 0
 
@@ -224,8 +229,9 @@ class SessionOptions(_Warns):
         self._free_denotations[denotation] = int(dim_value)
 
     # -- custom ops and providers ---------------------------------------------------------------
-    def register_custom_op(self, op_type: str, fn, *, domain: str = "", since: int = 1,
-                           shape=None) -> None:  # fmt: skip
+    def register_custom_op(
+        self, op_type: str, fn, *, domain: str = "", since: int = 1, shape=None
+    ) -> None:
         """A Python kernel only sessions made with these options see (onyx's own API; see
         onyx/runtime/custom_ops.py for the kernel contract and shape rules)."""
         from .custom_ops import CustomOp

@@ -83,9 +83,12 @@ class OrtValue:
 
     @staticmethod
     def ortvalue_from_shape_and_type(
-        shape: Any, element_type: Any, device_type: str = "cpu", device_id: int = 0,
+        shape: Any,
+        element_type: Any,
+        device_type: str = "cpu",
+        device_id: int = 0,
         vendor_id: int = -1,
-    ) -> OrtValue:  # fmt: skip
+    ) -> OrtValue:
         check_cpu(device_type, "OrtValue.ortvalue_from_shape_and_type")
         return OrtValue(np.zeros([int(d) for d in shape], dtype=as_dtype(element_type)))
 

@@ -30,9 +30,15 @@ from .registry import ONYX_DOMAIN, lookup
 from .values import describe, sparse_value, tensor_value
 
 __all__ = [
-    "Compiler", "Frame", "Plan", "Step", "StepContext", "bind", "find_kernel",
+    "Compiler",
+    "Frame",
+    "Plan",
+    "Step",
+    "StepContext",
+    "bind",
+    "find_kernel",
     "ignoring_fp_errors",
-]  # fmt: skip
+]
 
 STANDARD_DOMAINS = ir.STANDARD_DOMAINS
 

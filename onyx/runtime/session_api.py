@@ -140,8 +140,9 @@ class SessionAPI:
         if kwargs.get("disabled_optimizers"):
             disabled = [*options.disabled_optimizers, *kwargs["disabled_optimizers"]]
             options = dataclasses.replace(options, disabled_optimizers=disabled)
-        self._log = SessionLog(options.log_severity_level, options.logid,
-                               options.log_verbosity_level)  # fmt: skip
+        self._log = SessionLog(
+            options.log_severity_level, options.logid, options.log_verbosity_level
+        )
         self._log_runs = self._log.enabled(logging.DEBUG) and self._log.verbosity > 0
         return options
 
@@ -163,8 +164,9 @@ class SessionAPI:
             _fix_free_dims(model.graph, dims, denotations)
         if self._log.enabled(logging.DEBUG):
             self._ops_before = Counter(n.op_type for n in model.graph)
-        self._log.info("loaded model: %d nodes, opsets %s", len(model.graph),
-                       dict(model.opset_imports))  # fmt: skip
+        self._log.info(
+            "loaded model: %d nodes, opsets %s", len(model.graph), dict(model.opset_imports)
+        )
         return model
 
     def _on_created(self) -> None:
@@ -174,9 +176,13 @@ class SessionAPI:
         if log.enabled(logging.DEBUG):
             after = Counter(s.node.op_type for s in self._plan.steps)
             before = getattr(self, "_ops_before", Counter())
-            log.debug("optimizations applied: %d -> %d nodes; ops added %s, removed %s",
-                      sum(before.values()), sum(after.values()), dict(after - before),
-                      dict(before - after))  # fmt: skip
+            log.debug(
+                "optimizations applied: %d -> %d nodes; ops added %s, removed %s",
+                sum(before.values()),
+                sum(after.values()),
+                dict(after - before),
+                dict(before - after),
+            )
             for step in self._plan.steps:
                 if getattr(step.fn, "__name__", "") == "call_function":
                     log.debug("fallback: %s runs as its function body (no kernel)", step.label())
@@ -189,8 +195,11 @@ class SessionAPI:
             raise _terminated()
         log = self._log
         if getattr(run_options, "log_severity_level", -1) >= 0 or run_options.logid:
-            log = SessionLog(run_options.log_severity_level, run_options.logid or log.logid,
-                             run_options.log_verbosity_level)  # fmt: skip
+            log = SessionLog(
+                run_options.log_severity_level,
+                run_options.logid or log.logid,
+                run_options.log_verbosity_level,
+            )
         start = time.perf_counter()
         with np.errstate(all="ignore"):
             if self._profiler is not None:
@@ -219,8 +228,9 @@ class SessionAPI:
         feed = {k: unwrap(v) for k, v in input_dict_ort_values.items()}
         return [OrtValue(v) for v in self.run(output_names, feed, run_options)]
 
-    def create_ortvalue_from_shape_and_type(self, shape, element_type, device_type: str = "cpu",
-                                            device_id: int = 0, vendor_id: int = -1) -> OrtValue:  # fmt: skip
+    def create_ortvalue_from_shape_and_type(
+        self, shape, element_type, device_type: str = "cpu", device_id: int = 0, vendor_id: int = -1
+    ) -> OrtValue:
         """An OrtValue of ``shape`` and ``element_type`` on the CPU."""
         return OrtValue.ortvalue_from_shape_and_type(shape, element_type, device_type)
 
@@ -277,8 +287,9 @@ class SessionAPI:
     def set_ep_dynamic_options(self, keys, values) -> None:
         warn_ignored("set_ep_dynamic_options()", "onyx has only the CPU provider")
 
-    def run_with_ortvaluevector(self, run_options, feed_names, feeds, fetch_names, fetches,
-                                fetch_devices=None) -> None:  # fmt: skip
+    def run_with_ortvaluevector(
+        self, run_options, feed_names, feeds, fetch_names, fetches, fetch_devices=None
+    ) -> None:
         """onnxruntime's low-level variant: ``fetches`` (a list) receives the OrtValues."""
         feed = {name: unwrap(v) for name, v in zip(feed_names, feeds)}
         fetches[:] = self.run_with_ort_values(list(fetch_names), feed, run_options)
@@ -319,8 +330,9 @@ def _fix_free_dims(graph: ir.Graph, by_name: dict, by_denotation: dict) -> None:
             elif isinstance(d, str) and d in by_name:
                 d = by_name[d]
             dims.append(d)
-        v.type = ir.TensorType(t.elem_type, ir.Shape(tuple(dims), t.shape.denotations),
-                               t.denotation)  # fmt: skip
+        v.type = ir.TensorType(
+            t.elem_type, ir.Shape(tuple(dims), t.shape.denotations), t.denotation
+        )
 
 
 # -- module-level functions of onnxruntime's API ----------------------------------------------

@@ -19,10 +19,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--inputs", metavar="IN.npz", help="feeds by input name (default: random)")
     add_shape_argument(p)
-    p.add_argument("--rtol", action="append", default=[], metavar="[NAME=]TOL",
-                   help="relative tolerance (default 1e-3); NAME=TOL for one output")  # fmt: skip
-    p.add_argument("--atol", action="append", default=[], metavar="[NAME=]TOL",
-                   help="absolute tolerance (default 1e-4); NAME=TOL for one output")  # fmt: skip
+    p.add_argument(
+        "--rtol",
+        action="append",
+        default=[],
+        metavar="[NAME=]TOL",
+        help="relative tolerance (default 1e-3); NAME=TOL for one output",
+    )
+    p.add_argument(
+        "--atol",
+        action="append",
+        default=[],
+        metavar="[NAME=]TOL",
+        help="absolute tolerance (default 1e-4); NAME=TOL for one output",
+    )
     p.add_argument("--report", metavar="REPORT.json", help="write the per-node table as JSON")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     p.add_argument("--no-optimize", action="store_true", help="onyx without graph optimizations")
@@ -30,8 +40,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def add_shape_argument(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--shape", action="append", default=[], metavar="NAME=1,3,224,224",
-                   help="shape of a random input with symbolic dims (repeatable)")  # fmt: skip
+    p.add_argument(
+        "--shape",
+        action="append",
+        default=[],
+        metavar="NAME=1,3,224,224",
+        help="shape of a random input with symbolic dims (repeatable)",
+    )
 
 
 def parse_tolerance(items: list[str], default: float) -> float | dict[str, float]:

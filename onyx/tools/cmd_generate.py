@@ -60,6 +60,8 @@ def main(args) -> int:
     if args.timings:
         t = result.timings
         rate = t.get("decode_tokens_per_s")
-        print(f"prefill {t['prefill_s'] * 1e3:.1f} ms, decode "
-              f"{'-' if rate is None else f'{rate:.1f}'} tokens/s, finish: {result.finish_reason}")  # fmt: skip
+        print(
+            f"prefill {t['prefill_s'] * 1e3:.1f} ms, decode "
+            f"{'-' if rate is None else f'{rate:.1f}'} tokens/s, finish: {result.finish_reason}"
+        )
     return 0

@@ -28,8 +28,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--atol", action="append", default=[], metavar="[NAME=]TOL")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     p.add_argument("-o", "--output", default="reduced.onnx", help="default: reduced.onnx")
-    p.add_argument("--inputs-output", metavar="OUT.npz",
-                   help="the reduced model's feeds (default: <output>_inputs.npz)")  # fmt: skip
+    p.add_argument(
+        "--inputs-output",
+        metavar="OUT.npz",
+        help="the reduced model's feeds (default: <output>_inputs.npz)",
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="print every candidate tried")
 
 

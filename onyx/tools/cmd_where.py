@@ -71,8 +71,9 @@ def _schemas(op: str, domain: str) -> list[str]:
 
     out = []
     for s in schema_versions(op, domain):
-        notes = [n for n, on in (("function body", s.has_function),
-                                 ("deprecated", s.deprecated)) if on]  # fmt: skip
+        notes = [
+            n for n, on in (("function body", s.has_function), ("deprecated", s.deprecated)) if on
+        ]
         out.append(f"since opset {s.since_version}" + (f" ({', '.join(notes)})" if notes else ""))
     return out
 
@@ -103,8 +104,11 @@ def _traits(op: str, domain: str) -> list[str]:
     threads = t.threads
     if callable(threads):
         threads = f"decided per node by {_where(threads)}"
-    return [f"elementwise={t.elementwise}", f"deterministic={t.deterministic}",
-            f"threads={threads}"]  # fmt: skip
+    return [
+        f"elementwise={t.elementwise}",
+        f"deterministic={t.deterministic}",
+        f"threads={threads}",
+    ]
 
 
 def _trees(fn: Callable, depth: int = 2) -> list[ast.AST]:
@@ -158,8 +162,11 @@ def _passes(op: str) -> list[str]:
     from ..optimizer.pipeline import PIPELINE
 
     level = {1: "basic", 2: "extended"}
-    return [f"{p.name} ({level.get(p.level, p.level)}): {_where(p.fn)}"
-            for p in PIPELINE if op in _strings(p.fn)]  # fmt: skip
+    return [
+        f"{p.name} ({level.get(p.level, p.level)}): {_where(p.fn)}"
+        for p in PIPELINE
+        if op in _strings(p.fn)
+    ]
 
 
 def _native(kernels) -> list[str]:

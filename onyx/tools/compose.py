@@ -441,8 +441,9 @@ def _clone_nodes(g: Graph, vmap: dict, prefix: str, attrs: dict) -> list[Node]:
         for v, c in zip(n.outputs, outs):
             vmap[id(v)] = c
         ins = [vmap.get(id(v), v) if v is not None else None for v in n.inputs]
-        c = Node(n.op_type, ins, outs, new_attrs, n.domain, prefix + n.name if n.name else "",
-                 n.overload)  # fmt: skip
+        c = Node(
+            n.op_type, ins, outs, new_attrs, n.domain, prefix + n.name if n.name else "", n.overload
+        )
         nodes.append(c)
     return nodes
 

@@ -59,11 +59,13 @@ def input_shape(name: str, dims: Iterable, shapes: dict[str, Sequence[int]] | No
     if name in shapes:
         return _concrete(name, shapes[name])
     return [
-        d if isinstance(d, int) and d >= 0
-        else _concrete(d, shapes[d])[0] if isinstance(d, str) and len(shapes.get(d, ())) == 1
+        d
+        if isinstance(d, int) and d >= 0
+        else _concrete(d, shapes[d])[0]
+        if isinstance(d, str) and len(shapes.get(d, ())) == 1
         else 1
         for d in dims or ()
-    ]  # fmt: skip
+    ]
 
 
 def random_feeds(

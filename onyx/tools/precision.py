@@ -93,9 +93,14 @@ def to_float16(
 ) -> Model:
     """A copy of ``model`` computing in float16 (see the module's notes)."""
     return _convert(
-        as_model(model), DataType.FLOAT16, keep_io_types, op_block_list, node_block_list,
-        min_positive_val, max_finite_val,
-    )  # fmt: skip
+        as_model(model),
+        DataType.FLOAT16,
+        keep_io_types,
+        op_block_list,
+        node_block_list,
+        min_positive_val,
+        max_finite_val,
+    )
 
 
 def to_bfloat16(

@@ -277,7 +277,7 @@ def model_stats(model, input_shapes: dict | None = None) -> ModelStats:
                 param_bytes,
                 out_bytes,
                 shapes,
-            )  # fmt: skip
+            )
         )
     return ModelStats(
         nodes=nodes,

@@ -150,8 +150,11 @@ def _pick_class(edit: _Edit, x: Value, target: Value) -> Value:
     if dims is None or not all(isinstance(d, int) for d in dims):
         edit.need(9, "an input of unknown shape (a OneHot)")
         depth = _shape_part(edit, x, 1, 2)
-        labels = edit.one("Cast", [edit.one("Squeeze", [target, edit.const(_ints([1]))])],
-                          {"to": int(DataType.INT64)})  # fmt: skip
+        labels = edit.one(
+            "Cast",
+            [edit.one("Squeeze", [target, edit.const(_ints([1]))])],
+            {"to": int(DataType.INT64)},
+        )
         # int64 one-hot values, then a Cast: onnxruntime has no OneHot with bool values
         hot = edit.one("OneHot", [labels, depth, edit.const(_ints([0, 1]))], {"axis": 1})
         hot = edit.one("Cast", [hot], {"to": int(DataType.BOOL)})
@@ -200,8 +203,9 @@ def _nll_body(edit: _Edit, log_prob: Value, target: Value, weight, ignore, reduc
         w = weigh if w is None else edit.one("Mul", [w, weigh])
     elif ignored is not None:
         keep = w if w is not None else _typed_const(edit, 1.0, ct)
-        w = edit.one("Where", [edit.one("Squeeze", [ignored, axis1]),
-                               _typed_const(edit, 0.0, ct), keep])  # fmt: skip
+        w = edit.one(
+            "Where", [edit.one("Squeeze", [ignored, axis1]), _typed_const(edit, 0.0, ct), keep]
+        )
     if w is not None:
         loss = edit.one("Mul", [loss, w])
     if reduction == "none":
@@ -284,8 +288,9 @@ def _positions(edit: _Edit, length, x: Value, axis: int) -> Value | np.ndarray:
         return np.arange(length, dtype=np.int64)
     edit.need(11, "a dynamic sequence length (a Range)")
     size = edit.one("Squeeze", [_shape_part(edit, x, axis, axis + 1), edit.const(_ints([0]))])
-    return edit.one("Range", [edit.const(np.array(0, np.int64)), size,
-                              edit.const(np.array(1, np.int64))])  # fmt: skip
+    return edit.one(
+        "Range", [edit.const(np.array(0, np.int64)), size, edit.const(np.array(1, np.int64))]
+    )
 
 
 def _reshape_pos(edit: _Edit, pos, shape: list[int]):
@@ -302,8 +307,13 @@ class _Allowed:
 
     def op(self, op: str, a, b):
         if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
-            return {"Less": np.less, "Greater": np.greater, "Add": np.add, "Sub": np.subtract,
-                    "And": np.logical_and}[op](a, b)  # fmt: skip
+            return {
+                "Less": np.less,
+                "Greater": np.greater,
+                "Add": np.add,
+                "Sub": np.subtract,
+                "And": np.logical_and,
+            }[op](a, b)
         self.edit.need(9, "a causal, windowed or padded-key mask on dynamic positions")
         a = self.edit.const(a) if isinstance(a, np.ndarray) else a
         b = self.edit.const(b) if isinstance(b, np.ndarray) else b
@@ -346,8 +356,9 @@ def _structural_bias(edit: _Edit, q_len, total, k_all: Value, q: Value, past, no
         pos = allowed.op("Add", i, past_len)
     else:  # an external cache: the nonpad_kv_seqlen valid keys end at the last query
         q_count = np.array(q_len, np.int64) if isinstance(q_len, int) else None
-        start = allowed.op("Sub", valid, q_count if q_count is not None
-                            else _shape_part(edit, q, 2, 3))  # fmt: skip
+        start = allowed.op(
+            "Sub", valid, q_count if q_count is not None else _shape_part(edit, q, 2, 3)
+        )
         pos = allowed.op("Add", i, start)
     if causal:
         allowed.not_greater(j, pos)
@@ -403,8 +414,9 @@ def _repeat_heads(edit: _Edit, x: Value, dims: list, q_heads: int) -> Value:
     if isinstance(dims[3], int):
         shape = edit.const(_ints([0, q_heads, -1, dims[3]]))
     else:
-        shape = edit.one("Concat", [edit.const(_ints([0, q_heads, -1])),
-                                    _shape_part(edit, x, 3, 4)], {"axis": 0})  # fmt: skip
+        shape = edit.one(
+            "Concat", [edit.const(_ints([0, q_heads, -1])), _shape_part(edit, x, 3, 4)], {"axis": 0}
+        )
     return edit.one("Reshape", [rep, shape])
 
 
@@ -637,9 +649,15 @@ def _expand_causal_conv(edit: _Edit) -> list[Node]:
     if activation != "none":
         y = edit.one("Mul", [y, edit.one("Sigmoid", [y])])
     start = -(k - 1) if k > 1 else np.iinfo(np.int64).max  # (k = 1: an empty state)
-    present = edit.one("Slice", [seq, edit.const(_ints([start])),
-                                 edit.const(_ints([np.iinfo(np.int64).max])),
-                                 edit.const(_ints([2]))])  # fmt: skip
+    present = edit.one(
+        "Slice",
+        [
+            seq,
+            edit.const(_ints([start])),
+            edit.const(_ints([np.iinfo(np.int64).max])),
+            edit.const(_ints([2])),
+        ],
+    )
     return _finish(edit, before, [_cast(edit, y, x.dtype), _cast(edit, present, x.dtype)])
 
 
@@ -667,8 +685,10 @@ def _expand_center_crop_pad(edit: _Edit) -> list[Node]:
     before = len(edit.g)
     y = x
     if slice_axes:
-        y = edit.one("Slice", [y, edit.const(_ints(starts)), edit.const(_ints(ends)),
-                               edit.const(_ints(slice_axes))])  # fmt: skip
+        y = edit.one(
+            "Slice",
+            [y, edit.const(_ints(starts)), edit.const(_ints(ends)), edit.const(_ints(slice_axes))],
+        )
     if any(pads):
         y = edit.one("Pad", [y, edit.const(_ints(pads))])
     if y is x:
@@ -773,8 +793,10 @@ def _expand_rotary(edit: _Edit) -> list[Node]:
 
 
 def _slice_axis(edit: _Edit, v: Value, start: int, end: int, axis: int) -> Value:
-    return edit.one("Slice", [v, edit.const(_ints([start])), edit.const(_ints([end])),
-                              edit.const(_ints([axis]))])  # fmt: skip
+    return edit.one(
+        "Slice",
+        [v, edit.const(_ints([start])), edit.const(_ints([end])), edit.const(_ints([axis]))],
+    )
 
 
 def _center_crop_pad_at_run_time(edit: _Edit, rank: int, axes: list[int]) -> list[Node]:
@@ -799,8 +821,9 @@ def _center_crop_pad_at_run_time(edit: _Edit, rank: int, axes: list[int]) -> lis
     hi = edit.one("Sub", [short, lo])
     spots = edit.const(_ints(axes + [a + rank for a in axes]))
     amounts = edit.one("Concat", [lo, hi], {"axis": 0})
-    pads = edit.one("ScatterElements", [edit.const(np.zeros(2 * rank, np.int64)), spots,
-                                        amounts], {"axis": 0})  # fmt: skip
+    pads = edit.one(
+        "ScatterElements", [edit.const(np.zeros(2 * rank, np.int64)), spots, amounts], {"axis": 0}
+    )
     return _finish(edit, before, [edit.one("Pad", [cropped, pads])])
 
 
@@ -871,8 +894,14 @@ def _expand_linear_attention(edit: _Edit) -> list[Node]:
     hq, hkv = n.attr("q_num_heads"), n.attr("kv_num_heads")
     qd, kd, vd = _dims(query), _dims(key), _dims(value)
     steps = qd[1] if qd and len(qd) == 3 else None
-    if not (isinstance(steps, int) and qd and kd and vd and isinstance(qd[2], int)
-            and isinstance(vd[2], int)):  # fmt: skip
+    if not (
+        isinstance(steps, int)
+        and qd
+        and kd
+        and vd
+        and isinstance(qd[2], int)
+        and isinstance(vd[2], int)
+    ):
         raise _err(n, "unrolling its recurrence needs the static sequence length and sizes")
     if steps > MAX_UNROLLED_STEPS:
         raise _err(n, f"{steps} steps: unrolled only up to {MAX_UNROLLED_STEPS}")
@@ -897,8 +926,7 @@ def _expand_linear_attention(edit: _Edit) -> list[Node]:
         v_t = edit.one("Gather", [v, at], {"axis": 1})  # [B, H, dv]
         if gated and state is not None:  # the state's rows decay by exp(g)
             g_t = edit.one("Gather", [g, at], {"axis": 1})
-            state = edit.one("Mul", [edit.one("Unsqueeze", [g_t, edit.const(_ints([3]))]),
-                                     state])  # fmt: skip
+            state = edit.one("Mul", [edit.one("Unsqueeze", [g_t, edit.const(_ints([3]))]), state])
         if delta:  # v - S^T k: what the state predicts for k, corrected at rate beta
             if state is not None:
                 k_row = edit.one("Unsqueeze", [k_t, edit.const(_ints([2]))])
@@ -906,8 +934,13 @@ def _expand_linear_attention(edit: _Edit) -> list[Node]:
                 predicted = edit.one("Squeeze", [predicted, edit.const(_ints([2]))])
                 v_t = edit.one("Sub", [v_t, predicted])
             v_t = edit.one("Mul", [edit.one("Gather", [rate, at], {"axis": 1}), v_t])
-        outer = edit.one("Mul", [edit.one("Unsqueeze", [k_t, edit.const(_ints([3]))]),
-                                 edit.one("Unsqueeze", [v_t, edit.const(_ints([2]))])])  # fmt: skip
+        outer = edit.one(
+            "Mul",
+            [
+                edit.one("Unsqueeze", [k_t, edit.const(_ints([3]))]),
+                edit.one("Unsqueeze", [v_t, edit.const(_ints([2]))]),
+            ],
+        )
         state = outer if state is None else edit.one("Add", [state, outer])
         q_t = edit.one("Gather", [q, at], {"axis": 1})  # [B, H, G, dk]
         read = edit.one("Mul", [scale, edit.one("MatMul", [q_t, state])])

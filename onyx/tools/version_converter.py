@@ -115,8 +115,12 @@ def _const_array(v: Value | None) -> np.ndarray | None:
         a = p.attributes.get("value")
         if a is not None and a.value is not None:
             return a.value.numpy()
-        for key, cast in (("value_ints", np.int64), ("value_int", np.int64),
-                          ("value_floats", np.float32), ("value_float", np.float32)):  # fmt: skip
+        for key, cast in (
+            ("value_ints", np.int64),
+            ("value_int", np.int64),
+            ("value_floats", np.float32),
+            ("value_float", np.float32),
+        ):
             if key in p.attributes:
                 return np.array(p.attributes[key].value, cast)
     return None
@@ -167,8 +171,10 @@ class _Edit:
     def need(self, opset: int, what: str) -> None:
         """Refuse (naming the node) when the target opset is below ``opset``."""
         if self.target < opset:
-            raise _err(self.node, f"{what} needs opset {opset} or later once expanded "
-                       f"(target {self.target})")  # fmt: skip
+            raise _err(
+                self.node,
+                f"{what} needs opset {opset} or later once expanded (target {self.target})",
+            )
 
     def const(self, array) -> Value:
         arr = np.asarray(array)
@@ -201,8 +207,11 @@ def _input_to_attr(edit: _Edit, name: str, index: int, convert=lambda a: [int(x)
         return
     arr = _const_array(n.inputs[index])
     if arr is None:
-        raise _err(n, f"input {index} ({name}) is computed at run time; the target opset "
-                   f"needs it as a constant attribute")  # fmt: skip
+        raise _err(
+            n,
+            f"input {index} ({name}) is computed at run time; the target opset "
+            f"needs it as a constant attribute",
+        )
     n.set_attr(name, convert(arr.reshape(-1)))
     n.set_input(index, None)
     _trim(n)
@@ -247,8 +256,17 @@ def _crosses(src: int, dst: int, boundary: int) -> int:
     return 0
 
 
-_REDUCE = ("ReduceMax", "ReduceMin", "ReduceMean", "ReduceProd", "ReduceL1", "ReduceL2",
-           "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare")  # fmt: skip
+_REDUCE = (
+    "ReduceMax",
+    "ReduceMin",
+    "ReduceMean",
+    "ReduceProd",
+    "ReduceL1",
+    "ReduceL2",
+    "ReduceLogSum",
+    "ReduceLogSumExp",
+    "ReduceSumSquare",
+)
 
 
 @adapter(*_REDUCE, "ReduceSum")
@@ -260,8 +278,9 @@ def _reduce(edit: _Edit, src: int, dst: int) -> None:
     elif step < 0:
         n = edit.node
         if n.attr("noop_with_empty_axes", 0) and (len(n.inputs) < 2 or n.inputs[1] is None):
-            raise _err(n, "noop_with_empty_axes=1 without axes has no form before opset "
-                       f"{boundary}")  # fmt: skip
+            raise _err(
+                n, f"noop_with_empty_axes=1 without axes has no form before opset {boundary}"
+            )
         n.attributes.pop("noop_with_empty_axes", None)
         _input_to_attr(edit, "axes", 1)
 
@@ -328,8 +347,14 @@ def _scatter_full(edit: _Edit, base: np.ndarray, where: Value, part: Value) -> V
 def _begin_end_indices(edit: _Edit, axes: Value, rank: int) -> Value:
     """[axes, axes + rank] with negative axes counted from the end (computed axes)."""
     r = edit.const(np.array(rank, np.int64))
-    wrapped = edit.one("Where", [edit.one("Less", [axes, edit.const(np.array(0, np.int64))]),
-                                 edit.one("Add", [axes, r]), axes])  # fmt: skip
+    wrapped = edit.one(
+        "Where",
+        [
+            edit.one("Less", [axes, edit.const(np.array(0, np.int64))]),
+            edit.one("Add", [axes, r]),
+            axes,
+        ],
+    )
     return edit.one("Concat", [wrapped, edit.one("Add", [wrapped, r])], {"axis": 0})
 
 
@@ -590,8 +615,13 @@ def _resize(edit: _Edit, src: int, dst: int) -> None:
         scales = n.inputs[2] if len(n.inputs) > 2 else None
         if scales is None or (len(n.inputs) > 3 and n.inputs[3] is not None):
             raise _err(n, "output sizes (not scales) exist from opset 11")
-        for key in ("coordinate_transformation_mode", "nearest_mode", "cubic_coeff_a",
-                    "exclude_outside", "extrapolation_value"):  # fmt: skip
+        for key in (
+            "coordinate_transformation_mode",
+            "nearest_mode",
+            "cubic_coeff_a",
+            "exclude_outside",
+            "extrapolation_value",
+        ):
             n.attributes.pop(key, None)
         _set_inputs(n, [n.inputs[0], scales])
     if _crosses(src, dst, 18) < 0:
@@ -673,8 +703,20 @@ def _scatter_elements(edit: _Edit, src: int, dst: int) -> None:
         n.op_type = "Scatter"
 
 
-_BROADCAST_OPS = ("Add", "Sub", "Mul", "Div", "Pow", "And", "Or", "Xor", "Equal", "Greater",
-                  "Less", "PRelu")  # fmt: skip
+_BROADCAST_OPS = (
+    "Add",
+    "Sub",
+    "Mul",
+    "Div",
+    "Pow",
+    "And",
+    "Or",
+    "Xor",
+    "Equal",
+    "Greater",
+    "Less",
+    "PRelu",
+)
 
 
 def _broadcast(edit: _Edit, src: int, dst: int) -> None:
@@ -786,8 +828,14 @@ def _constant(edit: _Edit, src: int, dst: int) -> None:
     n = edit.node
     if _crosses(src, dst, 12) >= 0:
         return
-    kinds = {"value_float": np.float32, "value_floats": np.float32, "value_int": np.int64,
-             "value_ints": np.int64, "value_string": object, "value_strings": object}  # fmt: skip
+    kinds = {
+        "value_float": np.float32,
+        "value_floats": np.float32,
+        "value_int": np.int64,
+        "value_ints": np.int64,
+        "value_string": object,
+        "value_strings": object,
+    }
     for key, dtype in kinds.items():
         a = n.attributes.pop(key, None)
         if a is not None:
@@ -855,8 +903,9 @@ def _onehot(edit: _Edit, src: int, dst: int) -> None:
         raise _err(n, "negative indices before opset 11 need the indices' element type")
     size = edit.one("Cast", [depth], {"to": int(dtype)})
     zero = edit.const(np.zeros((), _np(dtype)))
-    wrapped = edit.one("Where", [edit.one("Less", [indices, zero]),
-                                 edit.one("Add", [indices, size]), indices])  # fmt: skip
+    wrapped = edit.one(
+        "Where", [edit.one("Less", [indices, zero]), edit.one("Add", [indices, size]), indices]
+    )
     # below -depth: depth, off in every reading (onnxruntime's OneHot-9 wraps negatives too)
     off = edit.one("Where", [edit.one("Less", [wrapped, zero]), size, wrapped])
     n.set_input(0, off)
@@ -884,10 +933,36 @@ def _argmax(edit: _Edit, src: int, dst: int) -> None:
 
 #: Ops whose output has their first input's element type (a fallback where inference did not
 #: type a value, e.g. inside a Loop body).
-_SAME_TYPE = frozenset(("Identity", "Gather", "GatherElements", "Slice", "Reshape", "Transpose",
-                        "Squeeze", "Unsqueeze", "Flatten", "Expand", "Concat", "Neg", "Abs",
-                        "Add", "Sub", "Mul", "Div", "MatMul", "Relu", "Exp", "Log", "Sqrt",
-                        "Tile", "Pad", "Max", "Min"))  # fmt: skip
+_SAME_TYPE = frozenset(
+    (
+        "Identity",
+        "Gather",
+        "GatherElements",
+        "Slice",
+        "Reshape",
+        "Transpose",
+        "Squeeze",
+        "Unsqueeze",
+        "Flatten",
+        "Expand",
+        "Concat",
+        "Neg",
+        "Abs",
+        "Add",
+        "Sub",
+        "Mul",
+        "Div",
+        "MatMul",
+        "Relu",
+        "Exp",
+        "Log",
+        "Sqrt",
+        "Tile",
+        "Pad",
+        "Max",
+        "Min",
+    )
+)
 
 
 def _element_type(v: Value, depth: int = 0):
@@ -1009,8 +1084,9 @@ def _scan_up(edit: _Edit) -> None:
     slices = []
     for i in range(len(inputs)):
         inner_t = body.inputs[i].type if i < len(body.inputs) else None
-        slices.append(Value(f"{base}_batch_in{i}",
-                            inner_t if i < n_states else _with_leading_dim(inner_t)))  # fmt: skip
+        slices.append(
+            Value(f"{base}_batch_in{i}", inner_t if i < n_states else _with_leading_dim(inner_t))
+        )
     attrs = {"body": Attr("body", AttrType.GRAPH, body), "num_scan_inputs": k}
     directions = n.attributes.pop("directions", None)
     if directions is not None:

@@ -133,8 +133,18 @@ def attention(
     right_window_size=-1,
 ):
     windows = (left_window_size, right_window_size)
-    if _plain(Q, K, V, attn_mask, past_key, nonpad_kv_seqlen, ctx.n_outputs, softcap,
-              softmax_precision, windows):  # fmt: skip
+    if _plain(
+        Q,
+        K,
+        V,
+        attn_mask,
+        past_key,
+        nonpad_kv_seqlen,
+        ctx.n_outputs,
+        softcap,
+        softmax_precision,
+        windows,
+    ):
         q, k, v = _heads(Q, q_num_heads), _heads(K, kv_num_heads), _heads(V, kv_num_heads)
         if q.shape[1] == k.shape[1] and (attn_mask is None or attn_mask.shape[-1] == k.shape[2]):
             s = 1 / np.sqrt(q.shape[-1]) if scale is None else scale
@@ -142,12 +152,23 @@ def attention(
             if y is not None:
                 return (_merge_heads(y) if Q.ndim == 3 else y), k, v
     return _attention(
-        Q, K, V, attn_mask, past_key, past_value, nonpad_kv_seqlen, is_causal=is_causal,
-        kv_num_heads=kv_num_heads, q_num_heads=q_num_heads,
-        qk_matmul_output_mode=qk_matmul_output_mode, scale=scale, softcap=softcap,
-        softmax_precision=softmax_precision, left_window_size=left_window_size,
+        Q,
+        K,
+        V,
+        attn_mask,
+        past_key,
+        past_value,
+        nonpad_kv_seqlen,
+        is_causal=is_causal,
+        kv_num_heads=kv_num_heads,
+        q_num_heads=q_num_heads,
+        qk_matmul_output_mode=qk_matmul_output_mode,
+        scale=scale,
+        softcap=softcap,
+        softmax_precision=softmax_precision,
+        left_window_size=left_window_size,
         right_window_size=right_window_size,
-    )  # fmt: skip
+    )
 
 
 def _attention(

@@ -34,10 +34,19 @@ _OBJECT = np.dtype(object)
 _PLAIN_TARGETS = frozenset(
     np.dtype(t)
     for t in (
-        np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
-        np.uint64, np.float32, np.float64,
+        np.bool_,
+        np.int8,
+        np.int16,
+        np.int32,
+        np.int64,
+        np.uint8,
+        np.uint16,
+        np.uint32,
+        np.uint64,
+        np.float32,
+        np.float64,
     )
-)  # fmt: skip
+)
 _PLAIN_SOURCES = _PLAIN_TARGETS | {np.dtype(np.float16)}
 
 

@@ -109,9 +109,16 @@ def _native_binary_run(multiply, a, b, params, ka, kb):
     zy = np.asarray(0 if c_zero_point is None else c_zero_point)
     if any(z.size != 1 for z in (*zero_points, zy)):
         return None
-    return native.qlinear_binary_setup(a, b, zero_points[0].reshape(-1)[0],
-                                       zero_points[1].reshape(-1)[0], ka, kb, zy.reshape(-1)[0],
-                                       multiply)  # fmt: skip
+    return native.qlinear_binary_setup(
+        a,
+        b,
+        zero_points[0].reshape(-1)[0],
+        zero_points[1].reshape(-1)[0],
+        ka,
+        kb,
+        zy.reshape(-1)[0],
+        multiply,
+    )
 
 
 @op("QLinearAdd", since=1, domain=MS, elementwise=True)
@@ -297,8 +304,9 @@ def _scale(a_scale, b_scale) -> np.ndarray:
 
 
 @op("MatMulIntegerToFloat", since=1, domain=MS, threads="pool")
-def matmul_integer_to_float(a, b, a_scale, b_scale, a_zero_point=None, b_zero_point=None,
-                            bias=None):  # fmt: skip
+def matmul_integer_to_float(
+    a, b, a_scale, b_scale, a_zero_point=None, b_zero_point=None, bias=None
+):
     """(A - a_zero_point) @ (B - b_zero_point) * (a_scale * b_scale) + bias: a dynamically
     quantized MatMul's MatMulInteger, Cast, scaling Mul and bias Add as one node (onnxruntime's
     fusion writes it). a_scale per tensor; b_scale and b_zero_point per tensor or per column
@@ -355,8 +363,10 @@ def _native_dynamic_matmul(a, b, b_scale, b_zero_point, bias) -> np.ndarray | No
 def _dynamic_matmul_ok(b, b_scale, b_zero_point, bias) -> bool:
     """Whether native.DynamicMatMul takes these constant parameters of B (K x N)."""
     n = b.shape[1]
-    constant = all(p is None or (isinstance(p, np.ndarray) and not p.flags.writeable)
-                   for p in (b_scale, b_zero_point, bias))  # fmt: skip
+    constant = all(
+        p is None or (isinstance(p, np.ndarray) and not p.flags.writeable)
+        for p in (b_scale, b_zero_point, bias)
+    )
     return (
         constant
         and b.dtype in native.BYTES
@@ -370,7 +380,7 @@ def _dynamic_matmul_ok(b, b_scale, b_zero_point, bias) -> bool:
                 and b_zero_point.ndim <= 1
                 and b_zero_point.size in (1, n)
             )
-        )  # fmt: skip
+        )
         and (bias is None or (bias.dtype == np.float32 and bias.shape == (n,)))
     )
 
@@ -386,8 +396,14 @@ def dynamic_quantize_matmul(a, b, b_scale, b_zero_point=None, bias=None):
     a_scale, a_zero_point = dynamic_params(x)
     y = None
     if np.isfinite(a_scale):
-        y = _small_product(lambda: _dynamic_centered(x, a_scale, a_zero_point), x.size, b,
-                           b_zero_point, _scale(a_scale, b_scale), bias)  # fmt: skip
+        y = _small_product(
+            lambda: _dynamic_centered(x, a_scale, a_zero_point),
+            x.size,
+            b,
+            b_zero_point,
+            _scale(a_scale, b_scale),
+            bias,
+        )
     if y is None:
         q = quantize_per_tensor(x, a_scale, a_zero_point, np.uint8) if x.ndim else None
         if q is None:  # (DynamicQuantizeLinear's other paths)
@@ -396,16 +412,38 @@ def dynamic_quantize_matmul(a, b, b_scale, b_zero_point=None, bias=None):
     return y.astype(a.dtype, copy=False)
 
 
-def _native_q_gemm(a, a_scale, a_zero_point, b, b_scale, b_zero_point, c, y_scale, y_zero_point,
-                   alpha, trans_a, trans_b) -> np.ndarray | None:  # fmt: skip
+def _native_q_gemm(
+    a,
+    a_scale,
+    a_zero_point,
+    b,
+    b_scale,
+    b_zero_point,
+    c,
+    y_scale,
+    y_zero_point,
+    alpha,
+    trans_a,
+    trans_b,
+) -> np.ndarray | None:
     """QGemm on the native int8 GEMM, its bias, scale and requantization (or float result) in
     the epilogue, to the numpy path's bits; None where that does not apply (a B of data, a
     per-row or 2-D C, ...). The set-up is kept per weight, checked by the identity of the very
     parameter objects it was made for (held, so no id is reused)."""
     if a.ndim != 2 or b.ndim != 2 or a.dtype not in native.BYTES or b.dtype not in native.BYTES:
         return None
-    params = (a_scale, a_zero_point, b_scale, b_zero_point, c, y_scale, y_zero_point, alpha,
-              trans_a, trans_b)  # fmt: skip
+    params = (
+        a_scale,
+        a_zero_point,
+        b_scale,
+        b_zero_point,
+        c,
+        y_scale,
+        y_zero_point,
+        alpha,
+        trans_a,
+        trans_b,
+    )
     kept = derived(b, ("qgemm",), list)  # (b read-only, else a fresh list)
     run = next((run for held, run in kept if all(map(operator.is_, held, params))), None)
     if run is not None:
@@ -418,8 +456,20 @@ def _native_q_gemm(a, a_scale, a_zero_point, b, b_scale, b_zero_point, c, y_scal
     return run(a)
 
 
-def _q_gemm_runner(a, a_scale, a_zero_point, b_scale, b_zero_point, c, y_scale, y_zero_point, b,
-                   trans_a, trans_b, alpha):  # fmt: skip
+def _q_gemm_runner(
+    a,
+    a_scale,
+    a_zero_point,
+    b_scale,
+    b_zero_point,
+    c,
+    y_scale,
+    y_zero_point,
+    b,
+    trans_a,
+    trans_b,
+    alpha,
+):
     """a -> QGemm(a) on the native GEMM (see _native_q_gemm), or None."""
     K, N = (b.shape[1], b.shape[0]) if trans_b else b.shape
     if (
@@ -434,8 +484,11 @@ def _q_gemm_runner(a, a_scale, a_zero_point, b_scale, b_zero_point, c, y_scale, 
         return None
     za = 0 if a_zero_point is None else int(np.asarray(a_zero_point).reshape(-1)[0])
     zb = 0 if b_zero_point is None else b_zero_point
-    packed = derived(b, ("qgemm packed", a.dtype.char, trans_b),
-                     lambda: native.pack(b.T if trans_b else b, a.dtype))  # fmt: skip
+    packed = derived(
+        b,
+        ("qgemm packed", a.dtype.char, trans_b),
+        lambda: native.pack(b.T if trans_b else b, a.dtype),
+    )
     scale = np.float32(alpha) * np.float32(a_scale) * np.asarray(b_scale, dtype=np.float32)
     if y_scale is None:
         kind = {"scale": scale.reshape(-1), "float_out": True}
@@ -471,8 +524,20 @@ def q_gemm(
 
     b's scale and zero point may be per column ([N]). Without y_scale the output is float32.
     """
-    y = _native_q_gemm(a, a_scale, a_zero_point, b, b_scale, b_zero_point, c, y_scale,
-                       y_zero_point, alpha, transA, transB)  # fmt: skip
+    y = _native_q_gemm(
+        a,
+        a_scale,
+        a_zero_point,
+        b,
+        b_scale,
+        b_zero_point,
+        c,
+        y_scale,
+        y_zero_point,
+        alpha,
+        transA,
+        transB,
+    )
     if y is not None:
         return y
     a_ = a.T if transA else a

@@ -233,13 +233,34 @@ def attention(
         qkv = np.matmul(x, upcast(weights).astype(np.float32, copy=False))
     if bias is not None:
         qkv += upcast(bias)
-    return _attention_from_qkv(ctx, input.dtype, qkv, mask_index, past, attention_bias,
-                               num_heads, qkv_hidden_sizes, unidirectional, scale,
-                               mask_filter_value)  # fmt: skip
+    return _attention_from_qkv(
+        ctx,
+        input.dtype,
+        qkv,
+        mask_index,
+        past,
+        attention_bias,
+        num_heads,
+        qkv_hidden_sizes,
+        unidirectional,
+        scale,
+        mask_filter_value,
+    )
 
 
-def _attention_from_qkv(ctx, dtype, qkv, mask_index, past, attention_bias, num_heads,
-                        qkv_hidden_sizes, unidirectional, scale, mask_filter_value) -> tuple:  # fmt: skip
+def _attention_from_qkv(
+    ctx,
+    dtype,
+    qkv,
+    mask_index,
+    past,
+    attention_bias,
+    num_heads,
+    qkv_hidden_sizes,
+    unidirectional,
+    scale,
+    mask_filter_value,
+) -> tuple:
     batch, q_len, width = qkv.shape
     sizes = list(qkv_hidden_sizes) if qkv_hidden_sizes else [width // 3] * 3
     if sum(sizes) != width:
@@ -277,11 +298,28 @@ def _native_attention(ctx, qkv, sizes, mask_index, num_heads: int, scale, filter
     head = sizes[0] // num_heads
     kv = np.empty((2, batch, num_heads, q_len, head), np.float32)  # (present's layout)
     q, k, v = qkv[..., : sizes[0]], qkv[..., sizes[0] : 2 * sizes[0]], qkv[..., 2 * sizes[0] :]
-    y = native.gqa_step(q, k, v, kv[0], kv[1], np.zeros(batch, np.int64),
-                        np.full(batch, q_len, np.int64), None, None, None, None,
-                        q_heads=num_heads, kv_heads=num_heads, n_keys=q_len, interleaved=0,
-                        causal=0, window=-1, scale=scale or 1 / np.sqrt(head), softcap=0.0,
-                        key_bias=None if penalty is None else penalty.reshape(batch, q_len))  # fmt: skip
+    y = native.gqa_step(
+        q,
+        k,
+        v,
+        kv[0],
+        kv[1],
+        np.zeros(batch, np.int64),
+        np.full(batch, q_len, np.int64),
+        None,
+        None,
+        None,
+        None,
+        q_heads=num_heads,
+        kv_heads=num_heads,
+        n_keys=q_len,
+        interleaved=0,
+        causal=0,
+        window=-1,
+        scale=scale or 1 / np.sqrt(head),
+        softcap=0.0,
+        key_bias=None if penalty is None else penalty.reshape(batch, q_len),
+    )
     if y is None:
         return None
     return y, kv if ctx.n_outputs > 1 else None
@@ -313,9 +351,19 @@ def q_attention(
     k = np.float32(np.asarray(input_scale).reshape(-1)[0]) * upcast(np.asarray(weight_scale))
     qkv = acc.astype(np.float32) * k.astype(np.float32)
     qkv += upcast(bias)
-    return _attention_from_qkv(ctx, np.asarray(bias).dtype, qkv, mask_index, past, None,
-                               num_heads, None, unidirectional, scale,
-                               mask_filter_value)  # fmt: skip
+    return _attention_from_qkv(
+        ctx,
+        np.asarray(bias).dtype,
+        qkv,
+        mask_index,
+        past,
+        None,
+        num_heads,
+        None,
+        unidirectional,
+        scale,
+        mask_filter_value,
+    )
 
 
 @op("MultiHeadAttention", since=1, domain=MS, threads="blas")
@@ -377,8 +425,11 @@ def multi_head_attention(
     if unidirectional:  # (onnxruntime's MultiHeadAttention: the lowest float, not the filter)
         penalties.append(_causal_penalty(q_len, total, np.finfo(np.float32).min))
     y, raw = _attend_additive(q, k, v, s, penalties, attention_bias, ctx.n_outputs > 3)
-    outputs = (_merged(y).astype(dtype, copy=False), k.astype(dtype, copy=False),
-               v.astype(dtype, copy=False))  # fmt: skip
+    outputs = (
+        _merged(y).astype(dtype, copy=False),
+        k.astype(dtype, copy=False),
+        v.astype(dtype, copy=False),
+    )
     return outputs if raw is None else (*outputs, raw.astype(dtype, copy=False))
 
 
@@ -434,8 +485,13 @@ def shared_kv_buffer(a) -> np.ndarray | None:
     return entry[0]
 
 
-_UNSUPPORTED_GQA_INPUTS = {12: "k_scale", 13: "v_scale", 14: "q_norm_weight", 15: "k_norm_weight",
-                           16: "query_seqlens"}  # fmt: skip
+_UNSUPPORTED_GQA_INPUTS = {
+    12: "k_scale",
+    13: "v_scale",
+    14: "q_norm_weight",
+    15: "k_norm_weight",
+    16: "query_seqlens",
+}
 
 
 @op("GroupQueryAttention", since=1, domain=MS, threads="blas")
@@ -508,8 +564,9 @@ def group_query_attention(
     first_prompt = q_len == total
     past_len = np.zeros(batch, np.int64) if first_prompt else valid - q_len
     pos = _gqa_positions(position_ids, past_len, valid, q_len, first_prompt) if do_rotary else None
-    present_k, present_v = _gqa_presents(past_key, past_value, past_len, batch, kv_num_heads, head,
-                                         total)  # fmt: skip
+    present_k, present_v = _gqa_presents(
+        past_key, past_value, past_len, batch, kv_num_heads, head, total
+    )
     present_len = present_k.shape[2]
     # keys past every entry's valid length cannot be attended: the product stops there (a
     # shared buffer holds the whole context, most of it not yet written)
@@ -523,13 +580,31 @@ def group_query_attention(
 
     y = None
     if attention_bias is None and not qk_output:  # (attention.c: the rows written and attended)
-        y = native.gqa_step(q, k, v, present_k, present_v, past_len, valid, pos, cos_cache,
-                            sin_cache, sink, q_heads=num_heads, kv_heads=kv_num_heads,
-                            n_keys=n_keys, interleaved=rotary_interleaved, causal=causal,
-                            window=local_window_size, scale=s, softcap=softcap)  # fmt: skip
+        y = native.gqa_step(
+            q,
+            k,
+            v,
+            present_k,
+            present_v,
+            past_len,
+            valid,
+            pos,
+            cos_cache,
+            sin_cache,
+            sink,
+            q_heads=num_heads,
+            kv_heads=kv_num_heads,
+            n_keys=n_keys,
+            interleaved=rotary_interleaved,
+            causal=causal,
+            window=local_window_size,
+            scale=s,
+            softcap=softcap,
+        )
     if y is not None:
-        return y.astype(dtype, copy=False), *(p.astype(dtype, copy=False)
-                                              for p in (present_k, present_v))  # fmt: skip
+        return y.astype(dtype, copy=False), *(
+            p.astype(dtype, copy=False) for p in (present_k, present_v)
+        )
 
     q, k, v = _bnsh(q, num_heads), _bnsh(k, kv_num_heads), _bnsh(v, kv_num_heads)
     if do_rotary:
@@ -560,8 +635,9 @@ def group_query_attention(
     return tuple(outputs)
 
 
-def _gqa_presents(past_key, past_value, past_len, batch: int, kv_heads: int, head: int,
-                  total: int) -> tuple:  # fmt: skip
+def _gqa_presents(
+    past_key, past_value, past_len, batch: int, kv_heads: int, head: int, total: int
+) -> tuple:
     """present_key / present_value [B, Hkv, max(cache, total), D] float32 holding the cached
     rows (zeros after them): the registered shared buffers themselves when they are long
     enough (the step's rows then go in place, no copy), else new arrays."""

@@ -82,8 +82,7 @@ def _nbits_weight(B, scales, zero_points, g_idx, *, N, K, bits, block_size) -> N
     zero = float(1 << (bits - 1))
     fast = None
     if block_of_k is None:
-        fast = native.nbits_product(packed, s, zp, zero, K=K, bits=bits,
-                                    block=block_size)  # fmt: skip
+        fast = native.nbits_product(packed, s, zp, zero, K=K, bits=bits, block=block_size)
     return NBitsWeight(packed, s, zp, zero, table, block_of_k, fast)
 
 
@@ -211,8 +210,11 @@ def _native_int8(A, B, scales, *, K, N, bits, block_size) -> np.ndarray | None:
     ):
         return None
     key = ("nbits", N, K, bits, block_size, id(scales), id(None), id(None))
-    w = derived(B, key, lambda: _nbits_weight(B, scales, None, None, N=N, K=K, bits=bits,
-                                              block_size=block_size))  # fmt: skip
+    w = derived(
+        B,
+        key,
+        lambda: _nbits_weight(B, scales, None, None, N=N, K=K, bits=bits, block_size=block_size),
+    )
     if w.native is None:
         return None
     y = np.empty(A.shape[:-1] + (N,), np.float32)
@@ -257,8 +259,9 @@ def matmul_nbits(
     if B.size and A.size:
 
         def make() -> NBitsWeight:
-            return _nbits_weight(B, scales, zero_points, g_idx, N=N, K=K, bits=bits,
-                                 block_size=block_size)  # fmt: skip
+            return _nbits_weight(
+                B, scales, zero_points, g_idx, N=N, K=K, bits=bits, block_size=block_size
+            )
 
         # (cached with B only when its parameters are constants too: their ids then stay theirs)
         if all(_constant(p) for p in (scales, zero_points, g_idx)):
@@ -286,9 +289,16 @@ def matmul_nbits(
 
 @op("GatherBlockQuantized", since=1, domain=MS)
 def gather_block_quantized(
-    data, indices, scales, zero_points=None, *, gather_axis=0, quantize_axis=1, block_size=128,
+    data,
+    indices,
+    scales,
+    zero_points=None,
+    *,
+    gather_axis=0,
+    quantize_axis=1,
+    block_size=128,
     bits=4,
-):  # fmt: skip
+):
     """Gather of a block-quantized table, dequantized: (data - zero_point) * scale.
 
     uint8 data packs 8 // bits values per byte along the last axis (lowest bits first), its
@@ -320,8 +330,11 @@ def gather_block_quantized(
         """A per-block parameter (scales' shape) taken like the data and spread over its blocks."""
         if qa == ga:
             return np.take(p, idx // block_size, axis=ga)
-        g = np.take(p, idx, axis=ga) if p.shape[ga] != 1 else np.expand_dims(
-            np.take(p, 0, axis=ga), tuple(range(ga, ga + n_index_dims)))  # fmt: skip
+        g = (
+            np.take(p, idx, axis=ga)
+            if p.shape[ga] != 1
+            else np.expand_dims(np.take(p, 0, axis=ga), tuple(range(ga, ga + n_index_dims)))
+        )
         if block_size:
             g = np.repeat(g, block_size, axis=qa_out)
         else:  # (float8: one block spans the whole axis)

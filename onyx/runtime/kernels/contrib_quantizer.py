@@ -92,8 +92,10 @@ def dynamic_quantize_lstm(
     dirs, hidden = R.shape[0], R.shape[1]
     gates = 4 * hidden
     names = _activation_names(activations, 3, dirs, ["sigmoid", "tanh", "tanh"])
-    acts = [_activations(names[3 * d : 3 * d + 3], activation_alpha, activation_beta, 3,
-                         np.float32) for d in range(dirs)]  # fmt: skip
+    acts = [
+        _activations(names[3 * d : 3 * d + 3], activation_alpha, activation_beta, 3, np.float32)
+        for d in range(dirs)
+    ]
     clipped = _clipper(clip, np.float32)
     lens = np.full(batch, steps) if sequence_lens is None else np.asarray(sequence_lens)
     B = np.zeros((dirs, 2 * gates), np.float32) if B is None else np.asarray(B, np.float32)
@@ -109,8 +111,19 @@ def dynamic_quantize_lstm(
         r = (R[d], _per_direction(R_zero_point, d, gates), _per_direction(R_scale, d, gates))
         proj = _product(*w)(X.reshape(steps * batch, -1)).reshape(steps, batch, gates)
         proj += B[d, :gates] + B[d, gates:]
-        _run_direction(proj, _product(*r), P[d], acts[d], clipped, input_forget, lens, reverse,
-                       Y[:, d], Y_h[d], Y_c[d])  # fmt: skip
+        _run_direction(
+            proj,
+            _product(*r),
+            P[d],
+            acts[d],
+            clipped,
+            input_forget,
+            lens,
+            reverse,
+            Y[:, d],
+            Y_h[d],
+            Y_c[d],
+        )
     return Y, Y_h, Y_c
 
 

@@ -125,8 +125,9 @@ def scan(
     n_states = len(initial_state_and_scan_inputs) - num_scan_inputs
     states = initial_state_and_scan_inputs[:n_states]
     scan_inputs = [np.asarray(x) for x in initial_state_and_scan_inputs[n_states:]]
-    defaults = not (scan_input_axes or scan_input_directions or scan_output_axes
-                    or scan_output_directions)  # fmt: skip
+    defaults = not (
+        scan_input_axes or scan_input_directions or scan_output_axes or scan_output_directions
+    )
     if defaults and n_states == 1 and num_scan_inputs == 1:
         distances = distance_scan(body, states[0], scan_inputs[0])
         if distances is not None:

@@ -53,8 +53,12 @@ def check_window_attributes(op: str, n: int, kernel, strides, dilations, pads) -
         else:
             if not pads or (min(pads) >= -MAX_EXTENT and max(pads) <= MAX_EXTENT):
                 return
-    for name, values, least, count in (("kernel_shape", kernel, 1, n), ("strides", strides, 1, n),
-                                       ("dilations", dilations, 1, n), ("pads", pads, None, 2 * n)):  # fmt: skip
+    for name, values, least, count in (
+        ("kernel_shape", kernel, 1, n),
+        ("strides", strides, 1, n),
+        ("dilations", dilations, 1, n),
+        ("pads", pads, None, 2 * n),
+    ):
         values = list(values)
         if len(values) != count:
             raise ValueError(f"{op}: {name} {values} should have {count} values")
@@ -247,8 +251,9 @@ def _conv(
             y = _native_depthwise(x, w, bias, pads[:n], strides, dilations, out_shape)
             if y is not None:
                 return y
-        return _conv_depthwise(x, w, pads[:n], need, strides, dilations, out_shape, dtype, shift,
-                               bias, acc, matmul)  # fmt: skip
+        return _conv_depthwise(
+            x, w, pads[:n], need, strides, dilations, out_shape, dtype, shift, bias, acc, matmul
+        )
     if (
         group == 1
         and n == 2
@@ -288,8 +293,9 @@ def _im2col_gemm(view, w, group, out_shape, acc, matmul) -> np.ndarray:
     if per_image > _COLS_BYTES:  # one image at a time, a block of output rows at a time
         rows = max(1, out_shape[0] * _COLS_BYTES // per_image)
         rest = P // out_shape[0]
-        buf = scratch((group, Cg) + view.shape[3 + n :] + (rows,) + view.shape[4 : 3 + n],
-                      view.dtype)  # fmt: skip
+        buf = scratch(
+            (group, Cg) + view.shape[3 + n :] + (rows,) + view.shape[4 : 3 + n], view.dtype
+        )
         for i in range(N):
             for r0 in range(0, out_shape[0], rows):
                 r1 = min(r0 + rows, out_shape[0])
@@ -342,8 +348,9 @@ def _native_depthwise(x, w, bias, begin, strides, dilations, out_shape, activati
     return None if y is None else y.reshape(final_shape)
 
 
-def _conv_depthwise(x, w, begin, need, strides, dilations, out_shape, dtype, shift, bias, acc,
-                    matmul):  # fmt: skip
+def _conv_depthwise(
+    x, w, begin, need, strides, dilations, out_shape, dtype, shift, bias, acc, matmul
+):
     """Depthwise 1-D / 2-D convolution (group == C, M = C * multiplier), on "full-width" rows.
 
     The padded input is split into stride phases (xp[r0::s0, r1::s1]), so that every kernel tap
@@ -389,8 +396,12 @@ def _conv_depthwise(x, w, begin, need, strides, dilations, out_shape, dtype, shi
     yfull = np.empty((nb, cb, mult, L), dtype=acc)
     st = xph.strides
     # One phase (unstrided): the taps form a (k0, k1) grid of offsets, a single view.
-    grid_view = as_strided(xph, (N, C) + tuple(kernel) + (L,),
-                           st[:2] + (d0 * Wq * st[-1], d1 * st[-1], st[-1]), writeable=False)  # fmt: skip
+    grid_view = as_strided(
+        xph,
+        (N, C) + tuple(kernel) + (L,),
+        st[:2] + (d0 * Wq * st[-1], d1 * st[-1], st[-1]),
+        writeable=False,
+    )
     for n0 in range(0, N, nb):
         for c0 in range(0, C, cb):
             blk = (slice(n0, min(n0 + nb, N)), slice(c0, min(c0 + cb, C)))
@@ -412,8 +423,9 @@ def _conv_depthwise(x, w, begin, need, strides, dilations, out_shape, dtype, shi
     return y.reshape(final_shape)
 
 
-def _conv_geometry(x_shape, w_shape, auto_pad, pads, strides, dilations, kernel_shape,
-                   op: str = "Conv"):  # fmt: skip
+def _conv_geometry(
+    x_shape, w_shape, auto_pad, pads, strides, dilations, kernel_shape, op: str = "Conv"
+):
     n = len(x_shape) - 2
     kernel = list(kernel_shape) if kernel_shape else list(w_shape[2:])
     strides, dilations, pads = spatial_defaults(n, strides, dilations, pads)
@@ -424,8 +436,9 @@ def _conv_geometry(x_shape, w_shape, auto_pad, pads, strides, dilations, kernel_
     return dict(pads=pads, strides=strides, dilations=dilations, out_shape=out_shape)
 
 
-def _float_conv(x_shape, W, group: int, attrs: tuple, activation: int, alpha: float,
-                beta: float) -> native.FloatConv | None:  # fmt: skip
+def _float_conv(
+    x_shape, W, group: int, attrs: tuple, activation: int, alpha: float, beta: float
+) -> native.FloatConv | None:
     """The native conv set up for this weight, input shape and attributes, or None where it
     does not apply: depthwise and stem convs have their own kernels."""
     geo = _conv_geometry(x_shape, W.shape, *attrs)
@@ -441,8 +454,19 @@ def _float_conv(x_shape, W, group: int, attrs: tuple, activation: int, alpha: fl
     if x_shape[0] * math.prod(out_shape) < 16:  # a GEMV (an SE block's 1x1 on one pixel): the
         return _conv_gemv(x_shape, W, group, geo, activation, alpha, beta)  # tile would idle
     packed = derived(W, ("f32 panels", group), lambda: frozen(native.pack_conv_f32(W, group)))
-    return native.FloatConv(x_shape, packed, W.shape[0], W.shape[2:], out_shape, strides,
-                            dilations, begin, activation, alpha, beta)  # fmt: skip
+    return native.FloatConv(
+        x_shape,
+        packed,
+        W.shape[0],
+        W.shape[2:],
+        out_shape,
+        strides,
+        dilations,
+        begin,
+        activation,
+        alpha,
+        beta,
+    )
 
 
 def _lifted(x_shape, W, geo: dict, begin):
@@ -462,11 +486,15 @@ def _conv_gemv(x_shape, W, group: int, geo: dict, activation: int, alpha: float,
     rows = N * math.prod(out_shape)
     if group != 1 or rows > native.GEMV_ROWS or not native.gemv_ok():
         return None
-    gemv = native.FloatGemv(W.reshape(M, K), True, rows, activation=activation,
-                            act_alpha=alpha, act_beta=beta)  # fmt: skip
+    gemv = native.FloatGemv(
+        W.reshape(M, K), True, rows, activation=activation, act_alpha=alpha, act_beta=beta
+    )
     y_shape = (N, M, *out_shape)
-    gather = None if math.prod(x_shape[2:]) == 1 and rows == N and not any(geo["pads"]) else (
-        _im2col_index(x_shape, kernel, geo))  # fmt: skip
+    gather = (
+        None
+        if math.prod(x_shape[2:]) == 1 and rows == N and not any(geo["pads"])
+        else (_im2col_index(x_shape, kernel, geo))
+    )
     size = math.prod(x_shape)
 
     def im2col(x: np.ndarray) -> np.ndarray:
@@ -503,8 +531,18 @@ def _im2col_index(x_shape, kernel, geo: dict) -> np.ndarray:
     )
 
 
-def native_conv_f32(X, W, B, group: int, attrs: tuple, *, z=None, activation: int = 0,
-                    alpha: float = 0.0, beta: float = 0.0) -> np.ndarray | None:  # fmt: skip
+def native_conv_f32(
+    X,
+    W,
+    B,
+    group: int,
+    attrs: tuple,
+    *,
+    z=None,
+    activation: int = 0,
+    alpha: float = 0.0,
+    beta: float = 0.0,
+) -> np.ndarray | None:
     """A float32 1-D / 2-D conv on the native implicit GEMM (conv_f32.c), with FusedConv's
     residual z and activation (native.CONV_ACTIVATIONS) applied as it stores; or None where
     it does not apply (then the caller runs its numpy path). attrs: (auto_pad, pads, strides,
@@ -535,8 +573,9 @@ def _activated_depthwise(X, W, B, attrs: tuple, activation: tuple) -> np.ndarray
         geo = derived(W, key, lambda: _conv_geometry(X.shape, W.shape, *attrs))
         bias = None if B is None else B.astype(np.float32, copy=False)
         x, pads = np.ascontiguousarray(X), geo["pads"][:1]
-        return _native_depthwise(x, W, bias, pads, geo["strides"], geo["dilations"],
-                                 geo["out_shape"], activation)  # fmt: skip
+        return _native_depthwise(
+            x, W, bias, pads, geo["strides"], geo["dilations"], geo["out_shape"], activation
+        )
     key = ("dw conv", X.shape, attrs, activation, native.thread_setting())
     run = derived(W, key, lambda: _depthwise_setup(X.shape, W, attrs, activation))
     return None if run is None else run(np.ascontiguousarray(X), B)
@@ -547,14 +586,17 @@ def _depthwise_setup(x_shape, W, attrs: tuple, activation: tuple) -> native.Plan
     begin = geo["pads"][:2]
     if W.shape[1] != 1 or W.shape[0] % x_shape[1] or min(begin) < 0 or not native.available():
         return None  # (native.depthwise_ok's, on shapes)
-    return native.depthwise_setup(x_shape, W, geo["out_shape"], geo["strides"],
-                                  geo["dilations"], begin, activation)  # fmt: skip
+    return native.depthwise_setup(
+        x_shape, W, geo["out_shape"], geo["strides"], geo["dilations"], begin, activation
+    )
 
 
 def conv_key(auto_pad, pads, strides, dilations, kernel_shape) -> tuple:
     """A conv's geometry attributes as native_conv_f32's hashable ``attrs``."""
-    return tuple(tuple(v) if isinstance(v, list) else v
-                 for v in (auto_pad, pads, strides, dilations, kernel_shape))  # fmt: skip
+    return tuple(
+        tuple(v) if isinstance(v, list) else v
+        for v in (auto_pad, pads, strides, dilations, kernel_shape)
+    )
 
 
 @op("Conv", since=1, threads="pool")
@@ -580,8 +622,17 @@ def conv(
         # MobileNet's 75)
         w32 = derived(W, "float32", lambda: frozen(W.astype(np.float32)))
         b32 = None if B is None else B.astype(np.float32)
-        y = conv(X.astype(np.float32), w32, b32, auto_pad=auto_pad, dilations=dilations,
-                 group=group, kernel_shape=kernel_shape, pads=pads, strides=strides)  # fmt: skip
+        y = conv(
+            X.astype(np.float32),
+            w32,
+            b32,
+            auto_pad=auto_pad,
+            dilations=dilations,
+            group=group,
+            kernel_shape=kernel_shape,
+            pads=pads,
+            strides=strides,
+        )
         return y.astype(np.float16)
     ct = compute_dtype(X.dtype)
     geo = _conv_geometry(X.shape, W.shape, auto_pad, pads, strides, dilations, kernel_shape)
@@ -645,16 +696,18 @@ def _native_integer_conv(x, w, x_zero_point, w_zero_point, bias, scale, y_zero_p
     return None if run is None else run(x)
 
 
-def _integer_conv_runner(x, w, x_zero_point, w_zero_point, bias, scale, y_zero_point, attrs,
-                         table=None):  # fmt: skip
+def _integer_conv_runner(
+    x, w, x_zero_point, w_zero_point, bias, scale, y_zero_point, attrs, table=None
+):
     """x -> the integer conv of x (an input like this one) on the native int8 GEMM (gemm_i8.c),
     zero points corrected and (with ``scale``) requantized in the GEMM's epilogue; None where
     it does not apply (then the float32-BLAS path runs). 2-D convs with int8 weights run as an
     implicit GEMM; the others pack the raw bytes' columns (padded with x's zero point, so
     padding contributes nothing) per image and group and multiply the weights' rows by them.
     ``table`` (256 bytes, by bit pattern): an activation the 8-bit result is mapped through."""
-    run = _integer_conv_runner_of(x, w, x_zero_point, w_zero_point, bias, scale, y_zero_point,
-                                  attrs, table)  # fmt: skip
+    run = _integer_conv_runner_of(
+        x, w, x_zero_point, w_zero_point, bias, scale, y_zero_point, attrs, table
+    )
     if run is None or table is None or getattr(run, "applies_table", False):
         return run
     return lambda x: _lookup(run(x), table)
@@ -666,8 +719,9 @@ def _lookup(y: np.ndarray, table: np.ndarray) -> np.ndarray:
     return np.take(table, y.view(np.uint8)) if out is None else out
 
 
-def _integer_conv_runner_of(x, w, x_zero_point, w_zero_point, bias, scale, y_zero_point, attrs,
-                            table):  # fmt: skip
+def _integer_conv_runner_of(
+    x, w, x_zero_point, w_zero_point, bias, scale, y_zero_point, attrs, table
+):
     group = attrs["group"]
     M, Cg = w.shape[:2]
     K = Cg * math.prod(w.shape[2:])
@@ -683,8 +737,9 @@ def _integer_conv_runner_of(x, w, x_zero_point, w_zero_point, bias, scale, y_zer
     if x.size == 0 or math.prod(geo["out_shape"]) == 0:
         return None  # an empty batch or image: the numpy path returns the empty output
     if Cg == 1 and group > 1:  # depthwise: a GEMV per channel, no GEMM to speak of
-        return _native_integer_depthwise(x, w, x_zero_point, w_zero_point, bias, scale,
-                                         y_zero_point, geo, table)  # fmt: skip
+        return _native_integer_depthwise(
+            x, w, x_zero_point, w_zero_point, bias, scale, y_zero_point, geo, table
+        )
     if not native.int8_gemm_ok(K):
         return None
     zx = 0 if x_zero_point is None else int(x_zero_point.reshape(-1)[0])
@@ -712,14 +767,22 @@ def _grouped_int8_conv(x, w, wz, zx, bias, scale, y_zero_point, group, geo):
             r = slice(g * Mg, (g + 1) * Mg)
             za = per_row(wz, r)
             packed = native.pack(cols[g], w.dtype, za)
-            native.int8_gemm(wm[r], packed, za, zx, out=y[i, r], y_zero_point=y_zero_point,
-                             row_bias=None if bias is None else bias[r],
-                             scale=None if scale is None else per_row(scale, r))  # fmt: skip
+            native.int8_gemm(
+                wm[r],
+                packed,
+                za,
+                zx,
+                out=y[i, r],
+                y_zero_point=y_zero_point,
+                row_bias=None if bias is None else bias[r],
+                scale=None if scale is None else per_row(scale, r),
+            )
     return y.reshape((N, M, *out_shape))
 
 
-def _native_integer_depthwise(x, w, x_zero_point, w_zero_point, bias, scale, y_zero_point, geo,
-                              table=None):  # fmt: skip
+def _native_integer_depthwise(
+    x, w, x_zero_point, w_zero_point, bias, scale, y_zero_point, geo, table=None
+):
     """x -> a 2-D depthwise integer conv on the native kernel (depthwise.c), set up for inputs
     of x's shape and type, or None: int32 sums of (x - x_zp) (w - w_zp), requantized with
     ``scale``. The centered weights (int16, (M, kh, kw)) are made once per session."""
@@ -739,8 +802,17 @@ def _native_integer_depthwise(x, w, x_zero_point, w_zero_point, bias, scale, y_z
     wc = derived(w, ("depthwise", value_key(w_zero_point)), make)
     zx = 0 if x_zero_point is None else int(x_zero_point.reshape(-1)[0])
     geometry = (geo["out_shape"], geo["strides"], geo["dilations"], begin)
-    conv = native.IntPlaneConv(x.shape, x.dtype, zx, wc, bias, *geometry, scale=scale,
-                               y_zero_point=y_zero_point, table=table)  # fmt: skip
+    conv = native.IntPlaneConv(
+        x.shape,
+        x.dtype,
+        zx,
+        wc,
+        bias,
+        *geometry,
+        scale=scale,
+        y_zero_point=y_zero_point,
+        table=table,
+    )
 
     def run(x):
         return conv(x if x.flags.c_contiguous else np.ascontiguousarray(x))
@@ -752,8 +824,9 @@ def _native_integer_depthwise(x, w, x_zero_point, w_zero_point, bias, scale, y_z
 def _byte_columns(x, w, zx, group, geo):
     """image index -> that image's im2col columns (group, Cg * kernel, pixels) of raw bytes,
     padded with the zero point (a 1x1 unpadded unstrided conv's pixels as they are)."""
-    out_shape, strides, dilations, pads = (geo[k] for k in ("out_shape", "strides",
-                                                            "dilations", "pads"))  # fmt: skip
+    out_shape, strides, dilations, pads = (
+        geo[k] for k in ("out_shape", "strides", "dilations", "pads")
+    )
     kernel = list(w.shape[2:])
     n = len(kernel)
     K, P = math.prod(w.shape[1:]), math.prod(out_shape)
@@ -767,8 +840,9 @@ def _byte_columns(x, w, zx, group, geo):
     buf = scratch((group, K, P), x.dtype)
 
     def cols_of(i):
-        np.copyto(buf.reshape((x.shape[1],) + tuple(kernel) + tuple(out_shape)),
-                  view[i].transpose(order))  # fmt: skip
+        np.copyto(
+            buf.reshape((x.shape[1],) + tuple(kernel) + tuple(out_shape)), view[i].transpose(order)
+        )
         return buf
 
     return cols_of
@@ -778,8 +852,16 @@ def _implicit_gemm_conv(x, w, zx, bias, scale, y_zp, geo, table=None) -> _Implic
     """A 2-D integer conv as an implicit GEMM (see _ImplicitConv), set up once per node, input
     shape and parameters: a node meets the same ones run after run."""
     geometry = tuple(tuple(geo[k]) for k in ("out_shape", "strides", "dilations", "pads"))
-    key = (x.shape, x.dtype.char, zx, geometry, value_key(bias), value_key(scale), value_key(y_zp),
-           value_key(table))  # fmt: skip
+    key = (
+        x.shape,
+        x.dtype.char,
+        zx,
+        geometry,
+        value_key(bias),
+        value_key(scale),
+        value_key(y_zp),
+        value_key(table),
+    )
     convs = derived(w, ("implicit",), dict)  # (a dict per weight: a few shapes kept)
     conv = convs.get(key)
     if conv is None:
@@ -803,8 +885,9 @@ class _ImplicitConv:
     def __init__(self, x, w, zx, bias, scale, y_zero_point, geo, table=None):
         N, C, H, W = x.shape
         M, _, kh, kw = w.shape
-        (oh, ow), (sh, sw), (dh, dw), pads = (geo[k] for k in ("out_shape", "strides",
-                                                               "dilations", "pads"))  # fmt: skip
+        (oh, ow), (sh, sw), (dh, dw), pads = (
+            geo[k] for k in ("out_shape", "strides", "dilations", "pads")
+        )
         Cp = -(-C // 4) * 4
         Hp, Wp = (oh - 1) * sh + (kh - 1) * dh + 1, (ow - 1) * sw + (kw - 1) * dw + 1
         # room for the whole image where its last rows or columns go unread (a strided 1x1
@@ -820,8 +903,12 @@ class _ImplicitConv:
         self.rows_in = slice(max(0, -top), min(H, Hp - top))
         self.cols_in = slice(max(0, -left), min(W, Wp - left))
         self.at = (self.rows_in.start + top, self.cols_in.start + left)  # where x's corner lands
-        self.whole = (self.rows_in.start, self.rows_in.stop, self.cols_in.start,
-                      self.cols_in.stop) == (0, H, 0, W)  # fmt: skip
+        self.whole = (
+            self.rows_in.start,
+            self.rows_in.stop,
+            self.cols_in.start,
+            self.cols_in.stop,
+        ) == (0, H, 0, W)
         self.bare = self.whole and self.at == (0, 0) and Cp == C and (Hp, Wp) == (H, W)
         pixel = (np.arange(oh) * (sh * Wp))[:, None] + np.arange(ow) * sw
         rows = ((np.arange(N) * (Hp * Wp))[:, None] + pixel.reshape(-1)).reshape(-1) * Cp
@@ -838,13 +925,21 @@ class _ImplicitConv:
             return native.pack(wt.reshape(-1, M), x.dtype)
 
         packed = derived(w, ("implicit", Cp, x.dtype.char), make)
-        self.gemm = native.gathered_int8_gemm(x.dtype, packed, len(rows), kh * kw * Cp, zx,
-                                              col_bias=bias, scale=scale,
-                                              y_zero_point=y_zero_point)  # fmt: skip
+        self.gemm = native.gathered_int8_gemm(
+            x.dtype,
+            packed,
+            len(rows),
+            kh * kw * Cp,
+            zx,
+            col_bias=bias,
+            scale=scale,
+            y_zero_point=y_zero_point,
+        )
         self.native = None  # the whole conv in one native call: 8-bit outputs, whole images
         if self.out_dtype.itemsize == 1 and self.whole:
-            self.native = native.implicit_conv(self.gemm, self.gather, x.shape, self.padded,
-                                               self.at, zx, self.bare, table)  # fmt: skip
+            self.native = native.implicit_conv(
+                self.gemm, self.gather, x.shape, self.padded, self.at, zx, self.bare, table
+            )
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         if self.native is not None and x.flags.c_contiguous:
@@ -860,8 +955,11 @@ class _ImplicitConv:
         if not self.bare:
             xp.fill(self.zx)
         r0, c0 = self.at
-        inner = xp[:, r0 : r0 + self.rows_in.stop - self.rows_in.start,
-                   c0 : c0 + self.cols_in.stop - self.cols_in.start]  # fmt: skip
+        inner = xp[
+            :,
+            r0 : r0 + self.rows_in.stop - self.rows_in.start,
+            c0 : c0 + self.cols_in.stop - self.cols_in.start,
+        ]
         if x.flags.c_contiguous and self.whole:
             for i in range(N):
                 native.to_nhwc(x[i], inner[i])
@@ -907,8 +1005,17 @@ def _integer_conv(x, w, x_zero_point, w_zero_point, bias=None, **attrs):
     b = None if bias is None else bias.astype(acc)
     if dtype != wf.dtype:
         wf = derived(w, ("centered", value_key(w_zero_point), dtype), lambda: wf.astype(dtype))
-    y = _conv(x, wf, group=group, dtype=dtype, shift=shift, bias=b,
-              acc=acc, matmul=_chunked_matmul(chunk), **geo)  # fmt: skip
+    y = _conv(
+        x,
+        wf,
+        group=group,
+        dtype=dtype,
+        shift=shift,
+        bias=b,
+        acc=acc,
+        matmul=_chunked_matmul(chunk),
+        **geo,
+    )
     return y, total
 
 
@@ -926,8 +1033,14 @@ def conv_integer(
     pads=None,
     strides=None,
 ):
-    attrs = {"auto_pad": auto_pad, "dilations": dilations, "group": group,
-             "kernel_shape": kernel_shape, "pads": pads, "strides": strides}  # fmt: skip
+    attrs = {
+        "auto_pad": auto_pad,
+        "dilations": dilations,
+        "group": group,
+        "kernel_shape": kernel_shape,
+        "pads": pads,
+        "strides": strides,
+    }
     y = _native_integer_conv(x, w, x_zero_point, w_zero_point, None, None, None, attrs)
     if y is not None:
         return y
@@ -956,8 +1069,22 @@ def qlinear_conv(
     pads=None,
     strides=None,
 ):
-    params = (x_scale, x_zero_point, w_scale, w_zero_point, y_scale, y_zero_point, B, None,
-              auto_pad, dilations, group, kernel_shape, pads, strides)  # fmt: skip
+    params = (
+        x_scale,
+        x_zero_point,
+        w_scale,
+        w_zero_point,
+        y_scale,
+        y_zero_point,
+        B,
+        None,
+        auto_pad,
+        dilations,
+        group,
+        kernel_shape,
+        pads,
+        strides,
+    )
     return _qlinear_conv(x, w, params)
 
 
@@ -984,8 +1111,22 @@ def qlinear_conv_lookup(
     """table[QLinearConv(...)]: the optimizer's QLinearConvLookupFusion of a QLinearConv and
     the ai.onyx TableLookup (an activation's) that alone reads it; the table (256 entries of
     the conv's 8-bit type, by bit pattern) is applied in the conv's native call."""
-    params = (x_scale, x_zero_point, w_scale, w_zero_point, y_scale, y_zero_point, B, table,
-              auto_pad, dilations, group, kernel_shape, pads, strides)  # fmt: skip
+    params = (
+        x_scale,
+        x_zero_point,
+        w_scale,
+        w_zero_point,
+        y_scale,
+        y_zero_point,
+        B,
+        table,
+        auto_pad,
+        dilations,
+        group,
+        kernel_shape,
+        pads,
+        strides,
+    )
     return _qlinear_conv(x, w, params)
 
 
@@ -1005,15 +1146,18 @@ def _qlinear_conv(x, w, params: tuple):
     scale = (x_scale.astype(np.float32) * w_scale.astype(np.float32).reshape(-1)) / y_scale.astype(
         np.float32
     )
-    attrs = dict(zip(("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"),
-                     params[8:]))  # fmt: skip
+    attrs = dict(
+        zip(("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"), params[8:])
+    )
     if table is not None and (table.shape != (256,) or table.dtype.itemsize != 1):
-        raise ValueError(f"QLinearConvLookup: table must hold 256 bytes, got {table.dtype}"
-                         f"{list(table.shape)}")  # fmt: skip
+        raise ValueError(
+            f"QLinearConvLookup: table must hold 256 bytes, got {table.dtype}{list(table.shape)}"
+        )
     if scale.size in (1, w.shape[0]):
         scale_m = np.broadcast_to(scale, (w.shape[0],))
-        run = _integer_conv_runner(x, w, x_zero_point, w_zero_point, B, scale_m, y_zero_point,
-                                   attrs, table)  # fmt: skip
+        run = _integer_conv_runner(
+            x, w, x_zero_point, w_zero_point, B, scale_m, y_zero_point, attrs, table
+        )
         if run is not None:
             if all(p is None or not p.flags.writeable for p in params[:8]):  # constants only
                 if len(runners) >= 4:  # (a model fed ever new shapes)

@@ -91,10 +91,19 @@ def fused_conv(
         # applies before the one rounding to float16 as exactly as after it, and natively
         w32 = derived(W, "float32", lambda: frozen(W.astype(np.float32)))
         b32 = None if B is None else B.astype(np.float32)
-        y = fused_conv(X.astype(np.float32), w32, b32, activation=activation,
-                       activation_params=activation_params, auto_pad=auto_pad,
-                       dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads,
-                       strides=strides)  # fmt: skip
+        y = fused_conv(
+            X.astype(np.float32),
+            w32,
+            b32,
+            activation=activation,
+            activation_params=activation_params,
+            auto_pad=auto_pad,
+            dilations=dilations,
+            group=group,
+            kernel_shape=kernel_shape,
+            pads=pads,
+            strides=strides,
+        )
         return y.astype(np.float16)
     params = list(activation_params or []) + [None] * 3
     code = native.CONV_ACTIVATIONS.get(activation)
@@ -107,8 +116,17 @@ def fused_conv(
         elif activation == "Clip":
             lo, hi = -np.inf if lo is None else lo, np.inf if hi is None else hi
         attrs = conv_key(auto_pad, pads, strides, dilations, kernel_shape)
-        y = native_conv_f32(X, W, B, group, attrs, z=Z, activation=code, alpha=float(lo or 0.0),
-                            beta=float(hi or 0.0))  # fmt: skip
+        y = native_conv_f32(
+            X,
+            W,
+            B,
+            group,
+            attrs,
+            z=Z,
+            activation=code,
+            alpha=float(lo or 0.0),
+            beta=float(hi or 0.0),
+        )
         if y is not None:
             return y
     y = conv(
@@ -143,8 +161,18 @@ def conv_hard_swish(
 ):
     """HardSwish(Conv(X, W, B)), the optimizer's ConvHardSwishFusion: FusedConv's kernel with
     HardSwish as its activation (the native conv applies it as it stores)."""
-    return fused_conv(X, W, B, activation="HardSwish", auto_pad=auto_pad, dilations=dilations,
-                      group=group, kernel_shape=kernel_shape, pads=pads, strides=strides)  # fmt: skip
+    return fused_conv(
+        X,
+        W,
+        B,
+        activation="HardSwish",
+        auto_pad=auto_pad,
+        dilations=dilations,
+        group=group,
+        kernel_shape=kernel_shape,
+        pads=pads,
+        strides=strides,
+    )
 
 
 @op("FusedGemm", since=1, domain=MS, threads="blas")

@@ -220,12 +220,12 @@ def native_gemv(a, b, c, alpha, beta, trans_b) -> np.ndarray | None:
     if not (a.dtype == b.dtype == np.float32 and a.ndim == b.ndim == 2 and native.gemv_ok()):
         return None
     rows, n = a.shape[0], b.shape[0 if trans_b else 1]
-    if rows > native.GEMV_ROWS or (c is not None and (c.dtype != np.float32 or c.shape not in
-                                                      ((n,), (1, n)))):  # fmt: skip
+    if rows > native.GEMV_ROWS or (
+        c is not None and (c.dtype != np.float32 or c.shape not in ((n,), (1, n)))
+    ):
         return None
     key = ("gemv", trans_b, rows, alpha, beta, native.thread_setting())
-    call = derived(b, key, lambda: native.FloatGemv(b, bool(trans_b), rows, alpha=alpha,
-                                                    beta=beta))  # fmt: skip
+    call = derived(b, key, lambda: native.FloatGemv(b, bool(trans_b), rows, alpha=alpha, beta=beta))
     return call(np.ascontiguousarray(a), None if c is None or beta == 0 else c.reshape(-1))
 
 

@@ -182,8 +182,9 @@ def _axis_slice(y, axis, span, stride):
 class _Pool:
     """The geometry of one pooling node over x, resolved from its attributes."""
 
-    def __init__(self, x, kernel_shape, auto_pad, pads, strides, dilations, ceil_mode,
-                 op: str = "pooling"):  # fmt: skip
+    def __init__(
+        self, x, kernel_shape, auto_pad, pads, strides, dilations, ceil_mode, op: str = "pooling"
+    ):
         n = x.ndim - 2
         self.kernel = list(kernel_shape)
         self.strides, self.dilations, pads = spatial_defaults(n, strides, dilations, pads)
@@ -191,12 +192,15 @@ class _Pool:
         self.pads, self.out = pool_geometry(
             x.shape[2:], self.kernel, auto_pad, pads, self.strides, self.dilations, ceil_mode
         )
-        check_windows(op, x.shape[2:], self.kernel, self.strides, self.dilations, self.pads,
-                      self.out)  # fmt: skip
+        check_windows(
+            op, x.shape[2:], self.kernel, self.strides, self.dilations, self.pads, self.out
+        )
         taps = math.prod(x.shape[:2]) * math.prod(self.out) * math.prod(self.kernel)
         if taps > MAX_TAPS:
-            raise ValueError(f"{op}: {taps} window taps (kernel_shape {self.kernel} over an "
-                             f"output of {self.out}): more than onyx takes (2**40)")  # fmt: skip
+            raise ValueError(
+                f"{op}: {taps} window taps (kernel_shape {self.kernel} over an "
+                f"output of {self.out}): more than onyx takes (2**40)"
+            )
 
     def pad(self, x, value):
         return _padded(x, self.pads, self.out, self.kernel, self.strides, self.dilations, value)
@@ -233,8 +237,9 @@ def _native_pool(x, pool: _Pool, **kind) -> np.ndarray | None:
     if x.dtype != np.float32 or x.ndim != 4:
         return None
     x = np.ascontiguousarray(x)
-    return native.pool2d_f32(x, pool.kernel, pool.strides, pool.dilations, pool.pads, pool.out,
-                             **kind)  # fmt: skip
+    return native.pool2d_f32(
+        x, pool.kernel, pool.strides, pool.dilations, pool.pads, pool.out, **kind
+    )
 
 
 # ----------------------------------------------------------------------------- AveragePool / LpPool
@@ -253,8 +258,9 @@ def _average_pool(
 ):
     ct = compute_dtype(X.dtype)
     pool = _Pool(X, kernel_shape, auto_pad, pads, strides, dilations, ceil_mode, "AveragePool")
-    y = _native_pool(X, pool, average=True, include_pad=bool(count_include_pad),
-                     by_columns=by_columns)  # fmt: skip
+    y = _native_pool(
+        X, pool, average=True, include_pad=bool(count_include_pad), by_columns=by_columns
+    )
     if y is not None:
         return y
     total = pool.sum(pool.pad(X.astype(ct, copy=False), 0), by_columns)
@@ -390,8 +396,15 @@ def _tiled_max(X, kernel_shape, auto_pad, pads, strides, dilations) -> np.ndarra
 def _max_pool_1d(X, kernel_shape, auto_pad, pads, strides, dilations, ceil_mode) -> np.ndarray:
     """A 1-D MaxPool (a signal's): _window_max's passes, their slices kept per input shape and
     attributes (working them out, and _Pool's checks, were most of a small call)."""
-    o, first, rest = _max_plan_1d(X.shape, tuple(kernel_shape), auto_pad, tuple(pads or ()),
-                                  tuple(strides or ()), tuple(dilations or ()), ceil_mode)  # fmt: skip
+    o, first, rest = _max_plan_1d(
+        X.shape,
+        tuple(kernel_shape),
+        auto_pad,
+        tuple(pads or ()),
+        tuple(strides or ()),
+        tuple(dilations or ()),
+        ceil_mode,
+    )
     if first is None:
         y = np.full(X.shape[:2] + (o,), _lowest(X.dtype), X.dtype)
     elif rest and rest[0][0] == slice(0, o):  # two passes every window takes: one call
@@ -410,8 +423,16 @@ def _max_plan_1d(shape, kernel, auto_pad, pads, strides, dilations, ceil_mode) -
     [(output slice, input slice)] of the other offsets, a full one first), as _window_max
     works them out."""
     shell = np.broadcast_to(np.empty((), np.uint8), shape)  # (_Pool reads the shape only)
-    pool = _Pool(shell, kernel, auto_pad, list(pads) or None, list(strides) or None,
-                 list(dilations) or None, ceil_mode, "MaxPool")  # fmt: skip
+    pool = _Pool(
+        shell,
+        kernel,
+        auto_pad,
+        list(pads) or None,
+        list(strides) or None,
+        list(dilations) or None,
+        ceil_mode,
+        "MaxPool",
+    )
     (k,), (s,), (d,), (o,) = pool.kernel, pool.strides, pool.dilations, pool.out
     size, begin = shape[2], pool.pads[0]
     spans = []

@@ -193,9 +193,19 @@ def _resize(
         X.shape, axes, scales, sizes, roi, keep_aspect_ratio_policy, coordinate_transformation_mode
     )
     if 0 in X.shape or any(p[0] == 0 for p in plan):
-        return _resize_general(X, axes, plan, mode, coordinate_transformation_mode,
-                               nearest_mode, cubic_coeff_a, exclude_outside, extrapolation_value,
-                               antialias, legacy_nearest)  # fmt: skip
+        return _resize_general(
+            X,
+            axes,
+            plan,
+            mode,
+            coordinate_transformation_mode,
+            nearest_mode,
+            cubic_coeff_a,
+            exclude_outside,
+            extrapolation_value,
+            antialias,
+            legacy_nearest,
+        )
     if mode == "nearest" and coordinate_transformation_mode != "tf_crop_and_resize":
         rounding = "legacy" if legacy_nearest else nearest_mode
         tables = {
@@ -208,13 +218,34 @@ def _resize(
         pair = _bilinear_axes(X.shape, targets)
         if pair is not None:
             return _bilinear(X, pair, targets, coordinate_transformation_mode, extrapolation_value)
-    return _resize_general(X, axes, plan, mode, coordinate_transformation_mode, nearest_mode,
-                           cubic_coeff_a, exclude_outside, extrapolation_value, antialias,
-                           legacy_nearest)  # fmt: skip
+    return _resize_general(
+        X,
+        axes,
+        plan,
+        mode,
+        coordinate_transformation_mode,
+        nearest_mode,
+        cubic_coeff_a,
+        exclude_outside,
+        extrapolation_value,
+        antialias,
+        legacy_nearest,
+    )
 
 
-def _resize_general(X, axes, plan, mode, coordinate_mode, nearest_mode, cubic_coeff_a,
-                    exclude_outside, extrapolation_value, antialias, legacy_nearest):  # fmt: skip
+def _resize_general(
+    X,
+    axes,
+    plan,
+    mode,
+    coordinate_mode,
+    nearest_mode,
+    cubic_coeff_a,
+    exclude_outside,
+    extrapolation_value,
+    antialias,
+    legacy_nearest,
+):
     """Any mode, one axis at a time: a gather of the taps and their weighted sum per axis."""
     r = X.ndim
     nearest = mode == "nearest"
@@ -279,8 +310,14 @@ def _nearest_table(coordinate_mode, rounding, in_len, out_len, scale, start, end
 
 #: An element repeated k times along the last axis is one wider integer: its bits times
 #: 1 + 2**b + 2**2b + ... (b the element's bits), for these (element size, k).
-_WIDE = {(1, 2): np.uint16, (1, 4): np.uint32, (1, 8): np.uint64, (2, 2): np.uint32,
-         (2, 4): np.uint64, (4, 2): np.uint64}  # fmt: skip
+_WIDE = {
+    (1, 2): np.uint16,
+    (1, 4): np.uint32,
+    (1, 8): np.uint64,
+    (2, 2): np.uint32,
+    (2, 4): np.uint64,
+    (4, 2): np.uint64,
+}
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32}
 
 #: Input elements per block of the repeated innermost two axes, so that the copies stay in cache.

@@ -121,8 +121,11 @@ def _over_directions(specs: list, dtype) -> Callable:
     """One activation over all directions: a single call when they agree."""
 
     def build(make, a, b):
-        return make(None if a is None else np.asarray(a, dtype),
-                    None if b is None else np.asarray(b, dtype), dtype)  # fmt: skip
+        return make(
+            None if a is None else np.asarray(a, dtype),
+            None if b is None else np.asarray(b, dtype),
+            dtype,
+        )
 
     if all(s == specs[0] for s in specs):
         return build(*specs[0])
@@ -252,14 +255,18 @@ class _Layer:
         P, M, W = steps * batch, dirs * n_gates * hidden, self.W
         if P <= native.GEMV_ROWS:  # a few steps at batch 1: rnn.c projects them itself
             x = np.ascontiguousarray(self.X)  # (one native call, and no transposes here)
-            wt = derived(W, "rnn weights transposed",
-                         lambda: frozen(np.ascontiguousarray(W.reshape(M, n_in).T)))  # fmt: skip
+            wt = derived(
+                W,
+                "rnn weights transposed",
+                lambda: frozen(np.ascontiguousarray(W.reshape(M, n_in).T)),
+            )
             return native.RecurrenceInputs(x, wt, self.bias.reshape(M))
 
         def conv():
             packed = native.pack_conv_f32(W.reshape(M, n_in, 1, 1), 1)
-            return native.FloatConv((1, n_in, 1, P), packed, M, (1, 1), (1, P), (1, 1),
-                                    (1, 1), (0, 0))  # fmt: skip
+            return native.FloatConv(
+                (1, n_in, 1, P), packed, M, (1, 1), (1, P), (1, 1), (1, 1), (0, 0)
+            )
 
         project = derived(W, ("rnn projection", P, native.thread_setting()), conv)
         columns = np.ascontiguousarray(self.X.transpose(2, 0, 1)).reshape(1, n_in, 1, P)
@@ -287,8 +294,20 @@ def _gate_major(a: np.ndarray, n_gates: int) -> np.ndarray:
     return a.reshape(dirs, n_gates, gh // n_gates, *a.shape[2:]).swapaxes(0, 1)
 
 
-def _prepare(X, W, R, B, sequence_lens, initial_h, initial_c, *, direction, layout, n_gates,
-             folded=lambda rb: rb):  # fmt: skip
+def _prepare(
+    X,
+    W,
+    R,
+    B,
+    sequence_lens,
+    initial_h,
+    initial_c,
+    *,
+    direction,
+    layout,
+    n_gates,
+    folded=lambda rb: rb,
+):
     """Layout, dtype, states and biases. ``folded(Rb)`` is the part of the recurrent bias that
     can be added once to the projections (it sits outside any product)."""
     X = np.asarray(X)
@@ -312,8 +331,10 @@ def _prepare(X, W, R, B, sequence_lens, initial_h, initial_c, *, direction, layo
     for name, state in (("initial_h", initial_h), ("initial_c", initial_c)):
         # (rnn.c reads a whole state: a smaller one was read past its end)
         if state is not None and np.shape(state) != zeros.shape:
-            raise ValueError(f"{name} has shape {list(np.shape(state))}, expected "
-                             f"{list(zeros.shape)} (directions, batch, hidden_size)")  # fmt: skip
+            raise ValueError(
+                f"{name} has shape {list(np.shape(state))}, expected "
+                f"{list(zeros.shape)} (directions, batch, hidden_size)"
+            )
     return _Layer(
         X=X,
         W=W,
@@ -331,8 +352,11 @@ def _prepare(X, W, R, B, sequence_lens, initial_h, initial_c, *, direction, layo
 
 def _native_ok(layer: _Layer) -> bool:
     """Whether rnn.c runs the layer's recurrence (the caller checks the activations)."""
-    return (layer.lens is None and layer.dtype == np.float32
-            and native.recurrence_ok(layer.hidden, layer.steps, layer.batch))  # fmt: skip
+    return (
+        layer.lens is None
+        and layer.dtype == np.float32
+        and native.recurrence_ok(layer.hidden, layer.steps, layer.batch)
+    )
 
 
 def _final(layer: _Layer, hist: np.ndarray, initial: np.ndarray, time_order: bool) -> np.ndarray:
@@ -396,8 +420,9 @@ def rnn(
     output_sequence=0,
 ):
     # Ht = f(Xt*(Wi^T) + Ht-1*(Ri^T) + Wbi + Rbi): both biases go into the projection
-    layer = _prepare(X, W, R, B, sequence_lens, initial_h, None,
-                     direction=direction, layout=layout, n_gates=1)  # fmt: skip
+    layer = _prepare(
+        X, W, R, B, sequence_lens, initial_h, None, direction=direction, layout=layout, n_gates=1
+    )
     names = _activation_names(activations, 1, layer.n_dirs, ["tanh"])
     (f,) = _activations(names, activation_alpha, activation_beta, 1, layer.dtype)
     clipped, mm = _clipper(clip, layer.dtype), layer.matmul()
@@ -443,12 +468,24 @@ def gru(
         hs = rb.shape[1] // 3
         return np.concatenate([rb[:, : 2 * hs], rb[:, 2 * hs :] * (not linear_before_reset)], 1)
 
-    layer = _prepare(X, W, R, B, sequence_lens, initial_h, None,
-                     direction=direction, layout=layout, n_gates=3, folded=folded)  # fmt: skip
+    layer = _prepare(
+        X,
+        W,
+        R,
+        B,
+        sequence_lens,
+        initial_h,
+        None,
+        direction=direction,
+        layout=layout,
+        n_gates=3,
+        folded=folded,
+    )
     names = _activation_names(activations, 2, layer.n_dirs, ["sigmoid", "tanh"])
     clipped = _clipper(clip, layer.dtype)
-    pytorch = linear_before_reset and set(names[0::2]) == {"sigmoid"} and set(names[1::2]) == {
-        "tanh"}  # fmt: skip
+    pytorch = (
+        linear_before_reset and set(names[0::2]) == {"sigmoid"} and set(names[1::2]) == {"tanh"}
+    )
     if pytorch and not clipped and _native_ok(layer):  # the whole recurrence in C (rnn.c)
         rt = derived(R, ("gru rt",), lambda: frozen(_transposed(layer.R)))
         rbh = layer.Rb[2].reshape(layer.n_dirs, layer.hidden)
@@ -511,8 +548,13 @@ def _bound_lstm(attrs: dict) -> Callable:
         return lstm(*inputs, **attrs)
 
     names = _activation_names(attrs["activations"], 3, 1, ["sigmoid", "tanh", "tanh"])
-    if (attrs["layout"] or attrs["input_forget"] or attrs["clip"] is not None
-            or names != ["sigmoid", "tanh", "tanh"] or attrs["direction"] == "bidirectional"):  # fmt: skip
+    if (
+        attrs["layout"]
+        or attrs["input_forget"]
+        or attrs["clip"] is not None
+        or names != ["sigmoid", "tanh", "tanh"]
+        or attrs["direction"] == "bidirectional"
+    ):
         return general
     kept: dict = {}  # (X's shape, W, R, B) -> (W, R, B, recurrence, layer) or None
 
@@ -549,8 +591,9 @@ def _native_lstm(X, W, R, B, direction: str) -> tuple:
         return None, None
     inputs = layer.native_projection()
     rt = derived(R, ("lstm rt",), lambda: frozen(_transposed(layer.R)))
-    run = native.LstmRecurrence(rt, inputs.w, inputs.bias, layer.h0, layer.c0, layer.reverse,
-                                X.shape)  # fmt: skip
+    run = native.LstmRecurrence(
+        rt, inputs.w, inputs.bias, layer.h0, layer.c0, layer.reverse, X.shape
+    )
     return run, layer
 
 
@@ -582,8 +625,18 @@ def lstm(
     # Ct = ft (.) Ct-1 + it (.) ct
     # ot = f(Xt*Wo^T + Ht-1*Ro^T + Po (.) Ct + Wbo + Rbo)
     # Ht = ot (.) h(Ct)
-    layer = _prepare(X, W, R, B, sequence_lens, initial_h, initial_c,
-                     direction=direction, layout=layout, n_gates=4)  # fmt: skip
+    layer = _prepare(
+        X,
+        W,
+        R,
+        B,
+        sequence_lens,
+        initial_h,
+        initial_c,
+        direction=direction,
+        layout=layout,
+        n_gates=4,
+    )
     names = _activation_names(activations, 3, layer.n_dirs, ["sigmoid", "tanh", "tanh"])
     clipped = _clipper(clip, layer.dtype)
     peep = None

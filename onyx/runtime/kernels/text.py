@@ -347,10 +347,14 @@ def _jpeg(data: bytes) -> np.ndarray:
         elif marker in (0xC0, 0xC1):  # frame header
             height, width = struct.unpack(">HH", body[1:5])
             comps = [
-                {"id": body[6 + 3 * k], "h": body[7 + 3 * k] >> 4, "v": body[7 + 3 * k] & 15,
-                 "q": body[8 + 3 * k]}
+                {
+                    "id": body[6 + 3 * k],
+                    "h": body[7 + 3 * k] >> 4,
+                    "v": body[7 + 3 * k] & 15,
+                    "q": body[8 + 3 * k],
+                }
                 for k in range(body[5])
-            ]  # fmt: skip
+            ]
         elif marker == 0xDD:
             restart = struct.unpack(">H", body[:2])[0]
         elif marker == 0xDA:  # start of scan: the entropy-coded data follows the header

@@ -53,8 +53,12 @@ def abi(c_name: str):
 
 
 class _AbiRow(ctypes.Structure):  # abi.c's abi_row
-    _fields_ = [("structure", ctypes.c_char_p), ("field", ctypes.c_char_p),
-                ("offset", ctypes.c_int64), ("size", ctypes.c_int64)]  # fmt: skip
+    _fields_ = [
+        ("structure", ctypes.c_char_p),
+        ("field", ctypes.c_char_p),
+        ("offset", ctypes.c_int64),
+        ("size", ctypes.c_int64),
+    ]
 
 
 def _abi_table(library) -> dict[str, dict[str, tuple[int, int]]]:
@@ -79,12 +83,16 @@ def abi_mismatches(library) -> list[str]:
             if fields is None:
                 problems.append(f"{cls.__name__}: the library has no struct {c_name}")
                 continue
-            ours = {name: (getattr(cls, name).offset, getattr(cls, name).size)
-                    for name, *_ in cls._fields_}  # fmt: skip
+            ours = {
+                name: (getattr(cls, name).offset, getattr(cls, name).size)
+                for name, *_ in cls._fields_
+            }
             theirs = {k: v for k, v in fields.items() if k}
             if ctypes.sizeof(cls) != fields[""][1] or ours != theirs:
-                problems.append(f"{cls.__name__} != {c_name}: sizes {ctypes.sizeof(cls)} and "
-                                f"{fields[''][1]}; fields {ours} and {theirs}")  # fmt: skip
+                problems.append(
+                    f"{cls.__name__} != {c_name}: sizes {ctypes.sizeof(cls)} and "
+                    f"{fields[''][1]}; fields {ours} and {theirs}"
+                )
     return problems
 
 
@@ -139,8 +147,16 @@ def start(families) -> None:
     vnni = bool(isa & ISA_VNNI)
     for family in families:
         family.bind(library, isa)
-    names = [n for n, bit in (("avx512", ISA_AVX512), ("avx512bw", ISA_AVX512BW),
-                              ("vnni", ISA_VNNI), ("vbmi", ISA_VBMI)) if isa & bit]  # fmt: skip
+    names = [
+        n
+        for n, bit in (
+            ("avx512", ISA_AVX512),
+            ("avx512bw", ISA_AVX512BW),
+            ("vnni", ISA_VNNI),
+            ("vbmi", ISA_VBMI),
+        )
+        if isa & bit
+    ]
     why = f"loaded ({', '.join(names) or 'portable kernels'}; ONYX_NATIVE_ISA={level})"
     lib = library
 

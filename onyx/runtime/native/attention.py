@@ -11,10 +11,32 @@ import numpy as np
 from . import _core as core
 from ._core import _I64, _P, _addr, _check_sizes, _element_cuts, _even_cuts, _run, _ways, abi
 
-_GQA_POINTERS = ("k_cache", "v_cache", "y", "past", "valid", "positions", "cos", "sin", "sink",
-                 "key_bias")  # fmt: skip
-_GQA_SIZES = ("batch", "q_len", "q_heads", "kv_heads", "head", "capacity", "n_keys", "rotary",
-              "max_position", "interleaved", "causal", "window")  # fmt: skip
+_GQA_POINTERS = (
+    "k_cache",
+    "v_cache",
+    "y",
+    "past",
+    "valid",
+    "positions",
+    "cos",
+    "sin",
+    "sink",
+    "key_bias",
+)
+_GQA_SIZES = (
+    "batch",
+    "q_len",
+    "q_heads",
+    "kv_heads",
+    "head",
+    "capacity",
+    "n_keys",
+    "rotary",
+    "max_position",
+    "interleaved",
+    "causal",
+    "window",
+)
 
 
 @abi("gqa_task")
@@ -59,9 +81,29 @@ def _rows(x: np.ndarray, heads: int, head: int):
     return x.strides[0] // 4, x.strides[1] // 4
 
 
-def gqa_step(q, k, v, k_cache, v_cache, past, valid, positions, cos, sin, sink, *, q_heads: int,
-             kv_heads: int, n_keys: int, interleaved: int, causal: int, window: int,
-             scale: float, softcap: float, key_bias=None) -> np.ndarray | None:  # fmt: skip
+def gqa_step(
+    q,
+    k,
+    v,
+    k_cache,
+    v_cache,
+    past,
+    valid,
+    positions,
+    cos,
+    sin,
+    sink,
+    *,
+    q_heads: int,
+    kv_heads: int,
+    n_keys: int,
+    interleaved: int,
+    causal: int,
+    window: int,
+    scale: float,
+    softcap: float,
+    key_bias=None,
+) -> np.ndarray | None:
     """One GroupQueryAttention step: k / v [B, S, Hkv * D] (rows of a packed QKV array too)
     rotated (when ``positions`` [B, S] is given, by the cos / sin tables) into the caches
     [B, Hkv, capacity, D] at rows past[b] .. (in place), then q [B, S, Hq * D] attends the
@@ -74,8 +116,10 @@ def gqa_step(q, k, v, k_cache, v_cache, past, valid, positions, cos, sin, sink, 
     layouts = [_rows(q, q_heads, head), _rows(k, kv_heads, head), _rows(v, kv_heads, head)]
     if None in layouts or layouts[1] != layouts[2]:
         return None
-    caches_ok = all(c.dtype == np.float32 and c.flags.c_contiguous and c.flags.writeable
-                    for c in (k_cache, v_cache))  # fmt: skip
+    caches_ok = all(
+        c.dtype == np.float32 and c.flags.c_contiguous and c.flags.writeable
+        for c in (k_cache, v_cache)
+    )
     if not caches_ok or k_cache.shape != v_cache.shape or k_cache.shape[:2] != (batch, kv_heads):
         return None
     capacity = k_cache.shape[2]
@@ -102,11 +146,36 @@ def gqa_step(q, k, v, k_cache, v_cache, past, valid, positions, cos, sin, sink, 
     _check_sizes("GroupQueryAttention", batch, q_len, q_heads, kv_heads, head, capacity)
     y = np.empty((batch, q_len, q_heads * head), np.float32)
     task = _GqaTask(
-        _addr(q), _addr(k), _addr(v), *layouts[0], *layouts[1], _addr(k_cache), _addr(v_cache),
-        _addr(y), _addr(past), _addr(valid), _addr(positions), _const_addr(cos), _const_addr(sin),
-        _addr(sink), _addr(key_bias), batch, q_len, q_heads, kv_heads, head, capacity, n_keys, rotary,
-        max_position, int(interleaved), int(causal), int(window), float(scale), float(softcap),
-    )  # fmt: skip
+        _addr(q),
+        _addr(k),
+        _addr(v),
+        *layouts[0],
+        *layouts[1],
+        _addr(k_cache),
+        _addr(v_cache),
+        _addr(y),
+        _addr(past),
+        _addr(valid),
+        _addr(positions),
+        _const_addr(cos),
+        _const_addr(sin),
+        _addr(sink),
+        _addr(key_bias),
+        batch,
+        q_len,
+        q_heads,
+        kv_heads,
+        head,
+        capacity,
+        n_keys,
+        rotary,
+        max_position,
+        int(interleaved),
+        int(causal),
+        int(window),
+        float(scale),
+        float(softcap),
+    )
     units = batch * kv_heads
     ways = _ways(q_len * n_keys * q_heads * head, units, 1 << 18)
     _run(core.lib.gqa_range, task, _element_cuts(units, 1, ways), ways, "GroupQueryAttention")
@@ -147,8 +216,17 @@ def rms_norm_f32(x: np.ndarray, skip, bias, gamma, epsilon: float):
     y = np.empty_like(x)
     total = np.empty_like(x) if skip is not None else None
     inv = np.empty(x.shape[:-1] + (1,), np.float32)
-    task = _RmsTask(_addr(x), _addr(skip), _const_addr(bias), _const_addr(gamma), _addr(y), _addr(total),
-                    _addr(inv), n, float(epsilon))  # fmt: skip
+    task = _RmsTask(
+        _addr(x),
+        _addr(skip),
+        _const_addr(bias),
+        _const_addr(gamma),
+        _addr(y),
+        _addr(total),
+        _addr(inv),
+        n,
+        float(epsilon),
+    )
     ways = _ways(x.size, rows, 1 << 16)
     _run(core.lib.rms_range, task, _even_cuts(rows, ways), ways, "RMS normalization")
     return y, inv, total

@@ -160,11 +160,22 @@ class FloatConv:
         "ways",
     )
 
-    def __init__(self, x_shape, packed, M: int, kernel, out_shape, strides, dilations, begin,
-                 activation: int = 0, alpha: float = 0.0, beta: float = 0.0):  # fmt: skip
+    def __init__(
+        self,
+        x_shape,
+        packed,
+        M: int,
+        kernel,
+        out_shape,
+        strides,
+        dilations,
+        begin,
+        activation: int = 0,
+        alpha: float = 0.0,
+        beta: float = 0.0,
+    ):
         (N, C, H, W), group = x_shape, packed.shape[0]
-        _check_sizes("float conv", *x_shape, M, *kernel, *out_shape, *strides, *dilations,
-                     *begin)  # fmt: skip
+        _check_sizes("float conv", *x_shape, M, *kernel, *out_shape, *strides, *dilations, *begin)
         P, K, nr = out_shape[0] * out_shape[1], packed.shape[2], core.lib.conv_f32_tile[1]
         strips, panels = -(-N * P // nr), packed.shape[1]
         # (a layer whose parts split the channels packs its columns once for all, below)
@@ -188,17 +199,44 @@ class FloatConv:
         # Parts that split the output channels would each pack every strip's columns: they
         # are packed once beforehand instead (a deep layer's are small), except where a
         # 1x1 conv reads them in place.
-        plain = (tuple(kernel) == (1, 1) and tuple(strides) == (1, 1) and not any(begin)
-                 and tuple(out_shape) == (H, W))  # fmt: skip
+        plain = (
+            tuple(kernel) == (1, 1)
+            and tuple(strides) == (1, 1)
+            and not any(begin)
+            and tuple(out_shape) == (H, W)
+        )
         self.cols = group * strips * K * nr
         if blocks == 1 or plain or wide or self.cols * 4 > _CONV_COLS_BYTES:
             self.cols = 0
         jobs = group * strips
         self.pack_cuts = _even_cuts(jobs, self.ways)
-        self.task = _ConvF32(None, _addr(packed), None, None, None, None, N, C, H, W, M,
-                             *out_shape, *kernel, *strides, *dilations, *begin, group, _conv_kc(K),
-                             strips, per_part, blocks, bool(wide), activation, alpha,
-                             beta)  # fmt: skip
+        self.task = _ConvF32(
+            None,
+            _addr(packed),
+            None,
+            None,
+            None,
+            None,
+            N,
+            C,
+            H,
+            W,
+            M,
+            *out_shape,
+            *kernel,
+            *strides,
+            *dilations,
+            *begin,
+            group,
+            _conv_kc(K),
+            strips,
+            per_part,
+            blocks,
+            bool(wide),
+            activation,
+            alpha,
+            beta,
+        )
 
     def __call__(self, x: np.ndarray, bias=None, z=None) -> np.ndarray:
         """activation(conv(x) + bias [M] + z (the output's shape)); x C-contiguous float32."""

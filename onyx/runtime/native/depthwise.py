@@ -34,16 +34,41 @@ _DEPTHWISE_MACS = _PARALLEL_MACS // 8
 
 @abi("dw_geometry")
 class _DwGeometry(ctypes.Structure):
-    _fields_ = [(name, _I64) for name in ("C", "H", "W", "mult", "OH", "OW", "kh", "kw", "sh",
-                                          "sw", "dh", "dw", "top", "left", "M", "act")] + [
-        ("alpha", ctypes.c_float), ("beta", ctypes.c_float), ("band", _I64)]  # fmt: skip
+    _fields_ = [
+        (name, _I64)
+        for name in (
+            "C",
+            "H",
+            "W",
+            "mult",
+            "OH",
+            "OW",
+            "kh",
+            "kw",
+            "sh",
+            "sw",
+            "dh",
+            "dw",
+            "top",
+            "left",
+            "M",
+            "act",
+        )
+    ] + [("alpha", ctypes.c_float), ("beta", ctypes.c_float), ("band", _I64)]
 
 
 @abi("dw_output")
 class _DwOutput(ctypes.Structure):
-    _fields_ = [("bias", _P), ("y32", _P), ("y8", _P), ("scale", _P),
-                ("zero_point", ctypes.c_int32), ("lo", ctypes.c_int32), ("hi", ctypes.c_int32),
-                ("table", _P)]  # fmt: skip
+    _fields_ = [
+        ("bias", _P),
+        ("y32", _P),
+        ("y8", _P),
+        ("scale", _P),
+        ("zero_point", ctypes.c_int32),
+        ("lo", ctypes.c_int32),
+        ("hi", ctypes.c_int32),
+        ("table", _P),
+    ]
 
 
 @abi("float_conv_task")
@@ -53,8 +78,15 @@ class _FloatConvTask(ctypes.Structure):
 
 @abi("int_conv_task")
 class _IntConvTask(ctypes.Structure):
-    _fields_ = [("fn", _P), ("x", _P), ("wc", _P), ("g", _P), ("o", _P),
-                ("x_signed", ctypes.c_int32), ("x_zp", ctypes.c_int32)]  # fmt: skip
+    _fields_ = [
+        ("fn", _P),
+        ("x", _P),
+        ("wc", _P),
+        ("g", _P),
+        ("o", _P),
+        ("x_signed", ctypes.c_int32),
+        ("x_zp", ctypes.c_int32),
+    ]
 
 
 def depthwise_ok(x: np.ndarray, w: np.ndarray, begin) -> bool:
@@ -79,13 +111,25 @@ class PlaneConv:
 
     __slots__ = ("cuts", "g", "shape", "task", "w", "ways")
 
-    def __init__(self, fn, lanes: int, x_shape, w, out_shape, strides, dilations, begin,
-                 activation=(0, 0.0, 0.0), banded: bool = False):  # fmt: skip
+    def __init__(
+        self,
+        fn,
+        lanes: int,
+        x_shape,
+        w,
+        out_shape,
+        strides,
+        dilations,
+        begin,
+        activation=(0, 0.0, 0.0),
+        banded: bool = False,
+    ):
         (N, C, H, W), M = x_shape, w.shape[0]
         _check_sizes("conv", *x_shape, *w.shape, *out_shape, *strides, *dilations, *begin)
         self.w = np.ascontiguousarray(w, np.float32)
-        self.g = _DwGeometry(C, H, W, M // C, *out_shape, *w.shape[2:], *strides, *dilations,
-                             *begin, M, *activation)  # fmt: skip
+        self.g = _DwGeometry(
+            C, H, W, M // C, *out_shape, *w.shape[2:], *strides, *dilations, *begin, M, *activation
+        )
         self.shape = (N, M, *out_shape)
         planes = _dw_parts(self.g, N, -(-M // lanes)) if banded else N * -(-M // lanes)
         self.ways = _ways(math.prod(self.shape) * w[0].size, planes, _DEPTHWISE_MACS)
@@ -103,16 +147,26 @@ class PlaneConv:
         return y
 
 
-def depthwise_setup(x_shape, w, out_shape, strides, dilations, begin,
-                    activation=None) -> PlaneConv | None:  # fmt: skip
+def depthwise_setup(
+    x_shape, w, out_shape, strides, dilations, begin, activation=None
+) -> PlaneConv | None:
     """Depthwise 2-D conv (w: (M, 1, kh, kw), M a multiple of C) set up for x_shape: a
     PlaneConv. With an ``activation`` ((code, alpha, beta), CONV_ACTIVATIONS) where the
     AVX-512 kernel runs (``depthwise_activates()``), else None."""
     if activation is not None and activation[0] and not depthwise_activates():
         return None
-    return PlaneConv(core.lib.depthwise_f32, core.lib.depthwise_lanes, x_shape, w, out_shape, strides,
-                     dilations, begin, activation or (0, 0.0, 0.0),
-                     banded=core.lib.depthwise_lanes == 16)  # fmt: skip
+    return PlaneConv(
+        core.lib.depthwise_f32,
+        core.lib.depthwise_lanes,
+        x_shape,
+        w,
+        out_shape,
+        strides,
+        dilations,
+        begin,
+        activation or (0, 0.0, 0.0),
+        banded=core.lib.depthwise_lanes == 16,
+    )
 
 
 #: Bytes of padded 16-lane input rows that an AVX-512 depthwise part fills and reads: its
@@ -157,13 +211,27 @@ class IntPlaneConv:
 
     __slots__ = ("cuts", "dtype", "g", "keep", "out", "shape", "task", "ways")
 
-    def __init__(self, x_shape, x_dtype, x_zero_point: int, wc: np.ndarray, bias, out_shape,
-                 strides, dilations, begin, *, scale=None, y_zero_point=None,
-                 table=None):  # fmt: skip
+    def __init__(
+        self,
+        x_shape,
+        x_dtype,
+        x_zero_point: int,
+        wc: np.ndarray,
+        bias,
+        out_shape,
+        strides,
+        dilations,
+        begin,
+        *,
+        scale=None,
+        y_zero_point=None,
+        table=None,
+    ):
         (N, C, H, W), M = x_shape, wc.shape[0]
         _check_sizes("conv", *x_shape, *wc.shape, *out_shape, *strides, *dilations, *begin)
-        self.g = _DwGeometry(C, H, W, M // C, *out_shape, *wc.shape[1:], *strides, *dilations,
-                             *begin, M)  # fmt: skip
+        self.g = _DwGeometry(
+            C, H, W, M // C, *out_shape, *wc.shape[1:], *strides, *dilations, *begin, M
+        )
         self.shape = (N, M, *out_shape)
         self.out, self.keep = _DwOutput(), [np.ascontiguousarray(wc, np.int16)]
         if bias is not None:
@@ -183,9 +251,15 @@ class IntPlaneConv:
         planes = _dw_parts(self.g, N, blocks) if core.lib.depthwise_lanes == 16 else N * blocks
         self.ways = _ways(math.prod(self.shape) * wc[0].size, planes, _DEPTHWISE_MACS)
         self.cuts = _even_cuts(planes, self.ways)
-        self.task = _IntConvTask(core.lib.depthwise_i8, None, _addr(self.keep[0]),
-                                 ctypes.addressof(self.g), None, int(x_dtype == np.int8),
-                                 int(x_zero_point))  # fmt: skip
+        self.task = _IntConvTask(
+            core.lib.depthwise_i8,
+            None,
+            _addr(self.keep[0]),
+            ctypes.addressof(self.g),
+            None,
+            int(x_dtype == np.int8),
+            int(x_zero_point),
+        )
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         """x C-contiguous bytes of the set-up's shape and type."""
@@ -222,8 +296,9 @@ def conv_small_ok(x: np.ndarray, w: np.ndarray, begin) -> bool:
 def conv_small_f32(x, w, bias, out_shape, strides, dilations, begin) -> np.ndarray:
     """A group-1 conv whose windows are small: 16 output channels per AVX-512 vector (a
     network's stem); see PlaneConv."""
-    conv = PlaneConv(core.lib.conv_small, 16, x.shape, w, out_shape, strides, dilations, begin,
-                     banded=True)  # fmt: skip
+    conv = PlaneConv(
+        core.lib.conv_small, 16, x.shape, w, out_shape, strides, dilations, begin, banded=True
+    )
     return conv(x, bias)
 
 
@@ -231,8 +306,12 @@ def bind(lib, isa: int) -> None:
     lib.float_conv_range = range_of(lib, "float_conv")
     lib.int_conv_range = range_of(lib, "int_conv")
     if isa & core.ISA_AVX512:  # depthwise convs by blocks of 16 channels, and the small conv
-        kernels = (lib.onyx_depthwise_f32_avx512, lib.onyx_depthwise_i8_avx512,
-                   lib.onyx_conv_small_f32_avx512, 16)  # fmt: skip
+        kernels = (
+            lib.onyx_depthwise_f32_avx512,
+            lib.onyx_depthwise_i8_avx512,
+            lib.onyx_conv_small_f32_avx512,
+            16,
+        )
     else:
         kernels = (lib.onyx_depthwise_f32, lib.onyx_depthwise_i8, None, 1)
     lib.depthwise_f32, lib.depthwise_i8, lib.conv_small = (address(fn) for fn in kernels[:3])

@@ -41,14 +41,26 @@ class _QBinary(ctypes.Structure):
 
 @abi("qbinary_task")
 class _QBinaryTask(ctypes.Structure):
-    _fields_ = [("a", _P), ("b", _P), ("inner", _I64), ("mid", _I64), ("bn", _I64), ("p", _P),
-                ("y", _P)]  # fmt: skip
+    _fields_ = [
+        ("a", _P),
+        ("b", _P),
+        ("inner", _I64),
+        ("mid", _I64),
+        ("bn", _I64),
+        ("p", _P),
+        ("y", _P),
+    ]
 
 
 @abi("quantize_task")
 class _QuantizeTask(ctypes.Structure):
-    _fields_ = [("x", _P), ("scale", ctypes.c_float), ("zero_point", ctypes.c_int32),
-                ("is_signed", ctypes.c_int32), ("y", _P)]  # fmt: skip
+    _fields_ = [
+        ("x", _P),
+        ("scale", ctypes.c_float),
+        ("zero_point", ctypes.c_int32),
+        ("is_signed", ctypes.c_int32),
+        ("y", _P),
+    ]
 
 
 @abi("unary_task")
@@ -58,22 +70,39 @@ class _UnaryTask(ctypes.Structure):
 
 @abi("erf_task")
 class _ErfTask(ctypes.Structure):
-    _fields_ = [("x", _P), ("y", _P), ("scale", ctypes.c_float), ("p", ctypes.c_float * 7),
-                ("q", ctypes.c_float * 6), ("gelu", ctypes.c_int32)]  # fmt: skip
+    _fields_ = [
+        ("x", _P),
+        ("y", _P),
+        ("scale", ctypes.c_float),
+        ("p", ctypes.c_float * 7),
+        ("q", ctypes.c_float * 6),
+        ("gelu", ctypes.c_int32),
+    ]
 
 
 def erf_f32(x: np.ndarray, y: np.ndarray, scale, gelu: bool, p, q) -> bool:
     """erf(scale * x), or GELU's x * (0.5 + 0.5 * erf(scale * x)), of contiguous float32 x
     into y (x itself allowed) as elementwise.erf32 computes it, P (7) and Q (6) its float32
     coefficients; False (nothing done) without the library."""
-    ok = (core.lib is not None and x.dtype == y.dtype == np.float32 and x.flags.c_contiguous
-          and y.flags.c_contiguous and x.size == y.size)  # fmt: skip
+    ok = (
+        core.lib is not None
+        and x.dtype == y.dtype == np.float32
+        and x.flags.c_contiguous
+        and y.flags.c_contiguous
+        and x.size == y.size
+    )
     if not ok:
         return False
     n = x.size
     ways = _ways(n, 64, _PARALLEL_ELEMENTS // 8)  # (some 30 operations a value)
-    task = _ErfTask(_addr(x), _addr(y), float(scale), (ctypes.c_float * 7)(*map(float, p)),
-                    (ctypes.c_float * 6)(*map(float, q)), int(gelu))  # fmt: skip
+    task = _ErfTask(
+        _addr(x),
+        _addr(y),
+        float(scale),
+        (ctypes.c_float * 7)(*map(float, p)),
+        (ctypes.c_float * 6)(*map(float, q)),
+        int(gelu),
+    )
     _run(core.lib.erf_range, task, _element_cuts(n, 16, ways), ways)
     return True
 
@@ -154,8 +183,9 @@ def lookup8_channels_setup(shape: tuple, table: np.ndarray, axis: int):
 
     def run(x):
         y = np.empty(shape, dtype)
-        core.lib.onyx_lookup8_channels(core.lib.lookup, _addr(x), at, item, _addr(y), outer,
-                                       size, inner)  # fmt: skip
+        core.lib.onyx_lookup8_channels(
+            core.lib.lookup, _addr(x), at, item, _addr(y), outer, size, inner
+        )
         return y
 
     run.table = table  # (held: its address stays valid)
@@ -163,8 +193,9 @@ def lookup8_channels_setup(shape: tuple, table: np.ndarray, axis: int):
 
 
 @functools.lru_cache(maxsize=4096)
-def _qbinary_params(za: float, zb: float, ka: float, kb: float, zy: float, dtype: np.dtype,
-                    multiply: bool) -> _QBinary:  # fmt: skip
+def _qbinary_params(
+    za: float, zb: float, ka: float, kb: float, zy: float, dtype: np.dtype, multiply: bool
+) -> _QBinary:
     """A node's QLinearAdd / QLinearMul constants as the kernel takes them (kept per node)."""
     info = np.iinfo(dtype)
     return _QBinary(za, zb, ka, kb, zy, int(dtype == np.int8), int(multiply), info.min, info.max)
@@ -177,8 +208,11 @@ def _walk(a_shape: tuple, b_shape: tuple) -> tuple[int, int] | None:
     of a's axes."""
     if len(b_shape) > len(a_shape):
         return None
-    pairs = [(n, m) for n, m in zip(a_shape, (1,) * (len(a_shape) - len(b_shape)) + b_shape)
-             if n != 1 or m != 1]  # fmt: skip
+    pairs = [
+        (n, m)
+        for n, m in zip(a_shape, (1,) * (len(a_shape) - len(b_shape)) + b_shape)
+        if n != 1 or m != 1
+    ]
     if any(m not in (1, n) for n, m in pairs):
         return None
     # from the last axis: b's axes equal to a's (inner), then broadcast (mid), then equal
@@ -222,8 +256,15 @@ def qlinear_binary_setup(a: np.ndarray, b: np.ndarray, za, zb, ka, kb, zy, multi
     walk = _walk(a.shape, b.shape)
     if walk is None:
         return None
-    p = _qbinary_params(float(np.float32(za)), float(np.float32(zb)), float(ka), float(kb),
-                        float(np.float32(zy)), a.dtype, bool(multiply))  # fmt: skip
+    p = _qbinary_params(
+        float(np.float32(za)),
+        float(np.float32(zb)),
+        float(ka),
+        float(kb),
+        float(np.float32(zy)),
+        a.dtype,
+        bool(multiply),
+    )
     shape, dtype, n = a.shape, a.dtype, a.size
     ways = _ways(n, 64, _PARALLEL_BYTES)
     cuts = _element_cuts(n, 64, ways)
@@ -270,8 +311,9 @@ def per_tensor_setup(quantize: bool, shape: tuple, scale, zero_point: int, byte_
     ways = _ways(n, 64, _PARALLEL_BYTES)
     cuts = _element_cuts(n, 64, ways)
     part = core.lib.quantize_range if quantize else core.lib.dequantize_range
-    template = _QuantizeTask(None, float(scale), int(zero_point), int(np.dtype(byte_type) == np.int8),
-                             None)  # fmt: skip
+    template = _QuantizeTask(
+        None, float(scale), int(zero_point), int(np.dtype(byte_type) == np.int8), None
+    )
     y_dtype = np.dtype(byte_type) if quantize else np.dtype(np.float32)
     if ways == 1:  # the kernel's range itself: the pool's dispatch cost more than a small pass
         name = "onyx_quantize_range" if quantize else "onyx_dequantize_range"
@@ -302,15 +344,15 @@ def _per_tensor_pass(part, x, y, scale, zero_point: int, byte_type) -> np.ndarra
     """y = the (de)quantization of x with one scale and zero point (quantize_task's kernels;
     ``byte_type``: the 8-bit side's type)."""
     ways = _ways(x.size, 64, _PARALLEL_BYTES)
-    task = _QuantizeTask(_addr(x), float(scale), int(zero_point), int(byte_type == np.int8),
-                         _addr(y))  # fmt: skip
+    task = _QuantizeTask(
+        _addr(x), float(scale), int(zero_point), int(byte_type == np.int8), _addr(y)
+    )
     _run(part, task, _element_cuts(x.size, 64, ways), ways)
     return y
 
 
 def bind(lib, isa: int) -> None:
-    for name in ("hardswish", "erf", "hard_sigmoid", "lookup", "qbinary", "quantize",
-                 "dequantize"):  # fmt: skip
+    for name in ("hardswish", "erf", "hard_sigmoid", "lookup", "qbinary", "quantize", "dequantize"):
         setattr(lib, f"{name}_range", range_of(lib, name))
     lib.lookup = address(lib.onyx_lookup8_vbmi if isa & core.ISA_VBMI else lib.onyx_lookup8)
     for name in ("onyx_quantize_range", "onyx_dequantize_range"):  # (called directly too)

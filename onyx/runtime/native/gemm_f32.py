@@ -49,8 +49,7 @@ class PackedGemm:
         a = np.ascontiguousarray(a)
         M = a.shape[0]
         y = np.empty((M, self.N), np.float32)
-        task = _SgemmTask(_addr(a), _addr(self.packed), _addr(y), M, self.K, self.N, self.K,
-                          self.N)  # fmt: skip
+        task = _SgemmTask(_addr(a), _addr(self.packed), _addr(y), M, self.K, self.N, self.K, self.N)
         ways = _ways(M * self.K * self.N, self.panels, _PARALLEL_MACS)
         _run(core.lib.sgemm_range, task, _element_cuts(self.panels, 1, ways), ways, "float GEMM")
         return y

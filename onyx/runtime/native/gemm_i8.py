@@ -62,9 +62,18 @@ class _Epilogue(ctypes.Structure):
 
 @abi("gemm_task")
 class _GemmTask(ctypes.Structure):
-    _fields_ = [("A", _P), ("packed", _P), ("e", _P), ("K", _I64), ("N", _I64), ("M", _I64),
-                ("panels", _I64), ("flip", ctypes.c_int32), ("a_unsigned", ctypes.c_int32),
-                ("by_rows", ctypes.c_int32)]  # fmt: skip
+    _fields_ = [
+        ("A", _P),
+        ("packed", _P),
+        ("e", _P),
+        ("K", _I64),
+        ("N", _I64),
+        ("M", _I64),
+        ("panels", _I64),
+        ("flip", ctypes.c_int32),
+        ("a_unsigned", ctypes.c_int32),
+        ("by_rows", ctypes.c_int32),
+    ]
 
 
 @abi("batched_gemm")
@@ -80,10 +89,21 @@ class _BatchedGemm(ctypes.Structure):
 
 @abi("implicit_conv")
 class _ImplicitConvTask(ctypes.Structure):
-    _fields_ = [("A", _Operand), ("e", _Epilogue), ("gemm", _GemmTask), ("cuts", _P),
-                ("parts", _I64), ("threads", _I64)] + [
-        (name, _I64) for name in ("N", "C", "H", "W", "Hp", "Wp", "Cp", "r0", "c0", "pixels", "M")
-    ] + [("zx", ctypes.c_int32), ("bare", ctypes.c_int32), ("lookup", _P), ("table", _P)]  # fmt: skip
+    _fields_ = (
+        [
+            ("A", _Operand),
+            ("e", _Epilogue),
+            ("gemm", _GemmTask),
+            ("cuts", _P),
+            ("parts", _I64),
+            ("threads", _I64),
+        ]
+        + [
+            (name, _I64)
+            for name in ("N", "C", "H", "W", "Hp", "Wp", "Cp", "r0", "c0", "pixels", "M")
+        ]
+        + [("zx", ctypes.c_int32), ("bare", ctypes.c_int32), ("lookup", _P), ("table", _P)]
+    )
 
 
 class Packed:
@@ -101,9 +121,17 @@ class Packed:
         self.colsum = np.empty(N, np.int32) if sums else None
         self.calls: dict = {}  # int8_gemm's set-ups with this B, by shape and parameters
         u = b.view(np.uint8)
-        core.lib.onyx_pack_panels(_addr(u), u.strides[0], u.strides[1], K, N,
-                              int(self.flipped), int(signed), _addr(self.data),
-                              _addr(self.colsum))  # fmt: skip
+        core.lib.onyx_pack_panels(
+            _addr(u),
+            u.strides[0],
+            u.strides[1],
+            K,
+            N,
+            int(self.flipped),
+            int(signed),
+            _addr(self.data),
+            _addr(self.colsum),
+        )
 
 
 def pack(b: np.ndarray, a_dtype, a_zero_point=None) -> Packed:
@@ -145,8 +173,9 @@ def transpose_bytes(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
     """dst[...] = src.T for 2-D arrays of 1-byte elements with contiguous rows (numpy's
     transposing copy of bytes goes one element at a time)."""
     assert src.strides[1] == dst.strides[1] == 1 and dst.shape == src.shape[::-1]
-    core.lib.onyx_transpose_u8(_addr(src), src.shape[0], src.shape[1], src.strides[0],
-                           _addr(dst), dst.strides[0])  # fmt: skip
+    core.lib.onyx_transpose_u8(
+        _addr(src), src.shape[0], src.shape[1], src.strides[0], _addr(dst), dst.strides[0]
+    )
     return dst
 
 
@@ -159,8 +188,9 @@ def to_nhwc(x: np.ndarray, dst: np.ndarray) -> None:
         and dst.strides[2] == 1
         and dst.strides[0] == dst.strides[1] * (dst.strides[0] // dst.strides[1])
     )
-    core.lib.onyx_to_nhwc(_addr(x), C, H, W, _addr(dst), dst.strides[0] // dst.strides[1],
-                      dst.strides[1])  # fmt: skip
+    core.lib.onyx_to_nhwc(
+        _addr(x), C, H, W, _addr(dst), dst.strides[0] // dst.strides[1], dst.strides[1]
+    )
 
 
 def _zero_point(z) -> int | np.ndarray:
@@ -176,8 +206,9 @@ def _zero_point(z) -> int | np.ndarray:
 
 def row_sums(a: np.ndarray, flip: bool, signed: bool) -> np.ndarray:
     out = np.empty(a.shape[0], np.int32)
-    core.lib.onyx_row_sums(_addr(a), a.strides[0], a.shape[0], a.shape[1], int(flip),
-                       int(signed), _addr(out))  # fmt: skip
+    core.lib.onyx_row_sums(
+        _addr(a), a.strides[0], a.shape[0], a.shape[1], int(flip), int(signed), _addr(out)
+    )
     return out
 
 
@@ -218,8 +249,7 @@ def int8_gemm(
         a = np.ascontiguousarray(a)
     M, K = a.shape if gather is None else (len(gather[0]), gather[2])
     params = (a_zero_point, b_zero_point, row_bias, col_bias, scale, y_zero_point)
-    key = (a.dtype.char, M, K, gather is None, _threads.get(), float_out,
-           *map(_value_key, params))  # fmt: skip
+    key = (a.dtype.char, M, K, gather is None, _threads.get(), float_out, *map(_value_key, params))
     call = b.calls.get(key)
     if call is None:
         call = _GemmCall(a, b, M, K, *params, gather is not None, float_out)
@@ -257,9 +287,20 @@ class _Batched:
         flip_a, self.da = _a_shift(a.dtype, b_signed)
         self.db = _b_shift(b_signed, b_flip)
         self.keep = (_item_offsets(a, batch), _item_offsets(b, batch))
-        t = self.task = _BatchedGemm(None, None, None, *(_addr(o) for o in self.keep),
-                                     a.strides[-2], b.strides[-2], b.strides[-1], N, M, K, N,
-                                     M * N * self.y_dtype.itemsize)  # fmt: skip
+        t = self.task = _BatchedGemm(
+            None,
+            None,
+            None,
+            *(_addr(o) for o in self.keep),
+            a.strides[-2],
+            b.strides[-2],
+            b.strides[-1],
+            N,
+            M,
+            K,
+            N,
+            M * N * self.y_dtype.itemsize,
+        )
         t.e.ldo = t.e.ldc = N
         if self.y_dtype != np.int32:
             info = np.iinfo(self.y_dtype)
@@ -286,8 +327,14 @@ class _Batched:
 _batched: dict = {}  # layouts -> _Batched
 
 
-def batched_int8_gemm(a: np.ndarray, b: np.ndarray, a_zero_point: int = 0,
-                      b_zero_point: int = 0, scale=None, y_zero_point=None) -> np.ndarray:  # fmt: skip
+def batched_int8_gemm(
+    a: np.ndarray,
+    b: np.ndarray,
+    a_zero_point: int = 0,
+    b_zero_point: int = 0,
+    scale=None,
+    y_zero_point=None,
+) -> np.ndarray:
     """(A_i - a_zero_point) . (B_i - b_zero_point) for every matrix of a (..., M, K) and b
     (..., K, N) (batch dimensions broadcast; both of data, as attention's products): exact
     int32, or with a one-value ``scale`` requantized to y_zero_point's type like
@@ -296,8 +343,16 @@ def batched_int8_gemm(a: np.ndarray, b: np.ndarray, a_zero_point: int = 0,
     if a.strides[-1] != 1:
         a = np.ascontiguousarray(a)
     y_dtype = np.int32 if scale is None else y_zero_point.dtype
-    key = (a.shape, a.strides, a.dtype.char, b.shape, b.strides, b.dtype.char,
-           np.dtype(y_dtype).char, _threads.get())  # fmt: skip
+    key = (
+        a.shape,
+        a.strides,
+        a.dtype.char,
+        b.shape,
+        b.strides,
+        b.dtype.char,
+        np.dtype(y_dtype).char,
+        _threads.get(),
+    )
     call = _batched.get(key)
     if call is None:
         if len(_batched) >= 64:  # (a model with ever new shapes)
@@ -306,16 +361,33 @@ def batched_int8_gemm(a: np.ndarray, b: np.ndarray, a_zero_point: int = 0,
     return call(a, b, int(a_zero_point), int(b_zero_point), scale, y_zero_point)
 
 
-def gathered_int8_gemm(a_dtype, b: Packed, M: int, K: int, a_zero_point: int = 0, *,
-                       col_bias=None, scale=None, y_zero_point=None) -> _GemmCall:  # fmt: skip
+def gathered_int8_gemm(
+    a_dtype,
+    b: Packed,
+    M: int,
+    K: int,
+    a_zero_point: int = 0,
+    *,
+    col_bias=None,
+    scale=None,
+    y_zero_point=None,
+) -> _GemmCall:
     """:func:`int8_gemm`'s set-up for a gathered A of a_dtype (M x K; an implicit-GEMM conv),
     made once: ``call(buffer, out, (rows, quads, K))`` runs it."""
     a = np.empty((0, K), a_dtype)  # (only its type matters: a gathered A needs no row sums)
     return _GemmCall(a, b, M, K, a_zero_point, 0, None, col_bias, scale, y_zero_point, True)
 
 
-def implicit_conv(gemm: _GemmCall, gather, x_shape, padded, corner, zero_point: int, bare: bool,
-                  table: np.ndarray | None = None):  # fmt: skip
+def implicit_conv(
+    gemm: _GemmCall,
+    gather,
+    x_shape,
+    padded,
+    corner,
+    zero_point: int,
+    bare: bool,
+    table: np.ndarray | None = None,
+):
     """A requantizing implicit-GEMM conv (kernels/conv.py's _ImplicitConv) in one native call:
     ``run(x, out)`` packs the contiguous image(s) x into a padded NHWC buffer (``padded`` (N,
     Hp, Wp, Cp), x's corner at ``corner``; zero-point filled unless ``bare``), runs the
@@ -366,8 +438,9 @@ def _split(b: Packed, M: int, K: int, flip_a: bool, a_unsigned: bool):
         cuts = np.array([min(M, -(-M * i // ways // 6) * 6) for i in range(ways + 1)], np.int64)
     else:
         cuts = _even_cuts(panels, ways)
-    task = _GemmTask(None, _addr(b.data), None, K, N, M, panels, int(flip_a), int(a_unsigned),
-                     int(by_rows))  # fmt: skip
+    task = _GemmTask(
+        None, _addr(b.data), None, K, N, M, panels, int(flip_a), int(a_unsigned), int(by_rows)
+    )
     return task, cuts, ways
 
 
@@ -376,8 +449,21 @@ class _GemmCall:
     corrections, bias and requantization, and the work split between threads. ``reusable``
     when none of it depends on A's data (no row sums of A: B's zero point is 0)."""
 
-    def __init__(self, a, b, M, K, a_zero_point, b_zero_point, row_bias, col_bias, scale,
-                 y_zero_point, gathered: bool, float_out: bool = False):  # fmt: skip
+    def __init__(
+        self,
+        a,
+        b,
+        M,
+        K,
+        a_zero_point,
+        b_zero_point,
+        row_bias,
+        col_bias,
+        scale,
+        y_zero_point,
+        gathered: bool,
+        float_out: bool = False,
+    ):
         N = b.N
         a_signed = not b.signed  # the kernel multiplies unsigned by signed bytes
         # (a - za) = a' - ZA with ZA = za - da, and (b - zb) = b' - ZB with ZB = zb - db
@@ -416,8 +502,12 @@ class _GemmCall:
             col_off = col_bias.astype(np.int64) + (0 if col_off is None else col_off)
         e = self.epilogue = _Epilogue()
         self.keep = []  # the arrays the epilogue points at
-        for field, arr, size in (("row_off", row_off, M), ("col_off", col_off, N),
-                                 ("row_f", row_f, M), ("col_f", col_f, N)):  # fmt: skip
+        for field, arr, size in (
+            ("row_off", row_off, M),
+            ("col_off", col_off, N),
+            ("row_f", row_f, M),
+            ("col_f", col_f, N),
+        ):
             if arr is not None:
                 arr = np.broadcast_to(arr, (size,)).astype(np.int32)  # (wraps: see above)
                 self.keep.append(arr)
@@ -457,9 +547,18 @@ class _GemmCall:
 
 @abi("dynamic_matmul")
 class _DynamicMatMulTask(ctypes.Structure):
-    _fields_ = [("colsum", _P), ("zb_neg", _P), ("b_scale", _P),
-                ("b_scales", _I64), ("gemm", _GemmTask), ("e", _Epilogue), ("cuts", _P),
-                ("parts", _I64), ("threads", _I64), ("with_rows", ctypes.c_int32)]  # fmt: skip
+    _fields_ = [
+        ("colsum", _P),
+        ("zb_neg", _P),
+        ("b_scale", _P),
+        ("b_scales", _I64),
+        ("gemm", _GemmTask),
+        ("e", _Epilogue),
+        ("cuts", _P),
+        ("parts", _I64),
+        ("threads", _I64),
+        ("with_rows", ctypes.c_int32),
+    ]
 
 
 #: onyx_dynamic_matmul's status for an input it leaves to the numpy kernel (a NaN, an infinity).
@@ -478,8 +577,9 @@ class DynamicMatMul:
         self.packed = pack(b, np.uint8)  # (with column sums: A's zero point is data)
         db = _b_shift(self.packed.signed, self.packed.flipped)
         zb = np.zeros(N, np.int64) if b_zero_point is None else np.asarray(b_zero_point)
-        self.zb_neg = np.ascontiguousarray(-(np.broadcast_to(zb.astype(np.int64), (N,)) - db),
-                                           np.int32)  # fmt: skip
+        self.zb_neg = np.ascontiguousarray(
+            -(np.broadcast_to(zb.astype(np.int64), (N,)) - db), np.int32
+        )
         self.b_scale = np.ascontiguousarray(np.asarray(b_scale, np.float32).reshape(-1))
         self.bias = None if bias is None else np.ascontiguousarray(bias, np.float32)
         self.tasks: dict = {}
@@ -490,9 +590,18 @@ class DynamicMatMul:
         e = _Epilogue()
         e.ldf, e.bias = self.N, _addr(self.bias)
         e.scale_cs = int(self.b_scale.size > 1)
-        t = _DynamicMatMulTask(_addr(self.packed.colsum), _addr(self.zb_neg),
-                               _addr(self.b_scale), self.b_scale.size, gemm, e, _addr(cuts),
-                               len(cuts) - 1, ways, int(bool(self.zb_neg.any())))  # fmt: skip
+        t = _DynamicMatMulTask(
+            _addr(self.packed.colsum),
+            _addr(self.zb_neg),
+            _addr(self.b_scale),
+            self.b_scale.size,
+            gemm,
+            e,
+            _addr(cuts),
+            len(cuts) - 1,
+            ways,
+            int(bool(self.zb_neg.any())),
+        )
         return ctypes.byref(t), (t, cuts)  # (the task, read only: threads share it)
 
     def __call__(self, x: np.ndarray) -> np.ndarray | None:

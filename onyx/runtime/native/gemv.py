@@ -53,17 +53,40 @@ class FloatGemv:
 
     __slots__ = ("cuts", "shape", "task", "w", "ways")
 
-    def __init__(self, w: np.ndarray, trans: bool, rows: int, *, alpha: float = 1.0,
-                 beta: float = 1.0, activation: int = 0, act_alpha: float = 0.0,
-                 act_beta: float = 0.0):  # fmt: skip
+    def __init__(
+        self,
+        w: np.ndarray,
+        trans: bool,
+        rows: int,
+        *,
+        alpha: float = 1.0,
+        beta: float = 1.0,
+        activation: int = 0,
+        act_alpha: float = 0.0,
+        act_beta: float = 0.0,
+    ):
         self.w = np.ascontiguousarray(w, np.float32)
         N, K = self.w.shape if trans else self.w.shape[::-1]
         blocks = -(-N // core.lib.gemv_block)
         self.ways = _ways(rows * N * K, blocks, _GEMV_PARALLEL)
         self.cuts = _even_cuts(blocks, self.ways)
         self.shape = (rows, N)
-        self.task = _GemvF32(None, _addr(self.w), None, None, None, rows, K, N, int(trans),
-                             alpha, beta, activation, act_alpha, act_beta)  # fmt: skip
+        self.task = _GemvF32(
+            None,
+            _addr(self.w),
+            None,
+            None,
+            None,
+            rows,
+            K,
+            N,
+            int(trans),
+            alpha,
+            beta,
+            activation,
+            act_alpha,
+            act_beta,
+        )
 
     def __call__(self, x: np.ndarray, c=None, z=None) -> np.ndarray:
         """x (rows, K) C-contiguous float32; c [N] or None; z (rows, N) or None."""

@@ -49,13 +49,28 @@ class NBitsProduct:
 
     __slots__ = ("arrays", "dwords", "prepared", "task", "transposed")
 
-    def __init__(self, packed, scales, zero_points, default_zero: float, *, K: int, bits: int,
-                 block: int):  # fmt: skip
+    def __init__(
+        self, packed, scales, zero_points, default_zero: float, *, K: int, bits: int, block: int
+    ):
         N, k_blocks = scales.shape
         _check_sizes("MatMulNBits", N, K, k_blocks, block)
         self.arrays = (packed, scales, zero_points)
-        self.task = _NBitsTask(None, None, _addr(packed), _addr(scales), _addr(zero_points),
-                               None, 0, K, N, k_blocks, block, bits, 0, default_zero)  # fmt: skip
+        self.task = _NBitsTask(
+            None,
+            None,
+            _addr(packed),
+            _addr(scales),
+            _addr(zero_points),
+            None,
+            0,
+            K,
+            N,
+            k_blocks,
+            block,
+            bits,
+            0,
+            default_zero,
+        )
         self.prepared: dict[int, tuple] = {}
         self.dwords: np.ndarray | None = None
         # the scales (and zero points) as [column group of 16][block][16 columns]: the VNNI
@@ -75,7 +90,7 @@ class NBitsProduct:
                 zero_points is None
                 or zero_points.dtype == np.float32
                 and zero_points.shape == scales.shape
-            )  # fmt: skip
+            )
         )
 
     def dequantize(self, n0: int, n1: int, out: np.ndarray) -> bool:
@@ -128,8 +143,9 @@ class NBitsProduct:
         task.a, task.y = _addr(a2), _addr(y2)
         # (the pool call of core._run, its cuts' address kept: a decoding step makes 20 of
         # these calls, each a few microseconds of work)
-        status = core.lib.onyx_parallel(core.lib.nbits_int8_range, ctypes.byref(task),
-                                        _addr(cuts), parts, ways)  # fmt: skip
+        status = core.lib.onyx_parallel(
+            core.lib.nbits_int8_range, ctypes.byref(task), _addr(cuts), parts, ways
+        )
         if status:
             core.check(status, "MatMulNBits")
         return True

@@ -46,8 +46,16 @@ def bilinear_f32(planes: np.ndarray, y_taps, x_taps) -> np.ndarray:
     n, H, W = planes.shape
     OH, OW = len(y_taps[0]), len(x_taps[0])
     y = np.empty((n, OH, OW), np.float32)
-    tables = [y_taps[0], y_taps[1], x_taps[0], x_taps[1], y_taps[2], y_taps[3], x_taps[2],
-              x_taps[3]]  # fmt: skip
+    tables = [
+        y_taps[0],
+        y_taps[1],
+        x_taps[0],
+        x_taps[1],
+        y_taps[2],
+        y_taps[3],
+        x_taps[2],
+        x_taps[3],
+    ]
     t = _Bilinear(_addr(planes), _addr(y), H, W, OH, OW, *(_addr(a) for a in tables))
     ways = _ways(n * OH * OW * 4, n, _PARALLEL_ELEMENTS * 4)
     _run(core.lib.bilinear_range, t, _even_cuts(n, ways), ways, "Resize")

@@ -45,8 +45,13 @@ class Inputs(NamedTuple):
 def recurrence_ok(hidden: int, steps: int, batch: int) -> bool:
     """Whether :func:`lstm_f32` and :func:`gru_f32` (and their projection on conv_f32) run here:
     AVX-512, H a multiple of 16, steps x batch a 32-bit gather's stride apart."""
-    return (core.lib is not None and bool(core.lib.lstm) and conv_f32_ok() and hidden % 16 == 0
-            and 0 < steps * batch < 1 << 25)  # fmt: skip
+    return (
+        core.lib is not None
+        and bool(core.lib.lstm)
+        and conv_f32_ok()
+        and hidden % 16 == 0
+        and 0 < steps * batch < 1 << 25
+    )
 
 
 def lstm_f32(xs, rt: np.ndarray, h0: np.ndarray, c0: np.ndarray, reverse):
@@ -79,9 +84,22 @@ def _recurrence(fn, xs, rt, h0, c0, rbh, reverse):
     keep = [None if a is None else np.ascontiguousarray(a, np.float32) for a in (h0, c0, rbh)]
     backwards = sum(1 << d for d, rev in enumerate(reverse) if rev)
     x, w, bias = inputs if inputs is not None else (None, None, None)
-    t = _Recurrence(_addr(xs), _addr(x), _addr(w), _addr(bias), n_in, _addr(rt),
-                    *map(_addr, keep), _addr(ys), _addr(cs), steps, dirs, batch, H,
-                    backwards)  # fmt: skip
+    t = _Recurrence(
+        _addr(xs),
+        _addr(x),
+        _addr(w),
+        _addr(bias),
+        n_in,
+        _addr(rt),
+        *map(_addr, keep),
+        _addr(ys),
+        _addr(cs),
+        steps,
+        dirs,
+        batch,
+        H,
+        backwards,
+    )
     parts = dirs * (H // 16)
     ways = _ways(gates * H * H * batch * dirs, parts, _PARALLEL_MACS // 4)
     cuts = _even_cuts(parts, ways)
@@ -96,15 +114,36 @@ class LstmRecurrence:
 
     __slots__ = ("cuts", "keep", "parts", "shape", "task", "work")
 
-    def __init__(self, rt: np.ndarray, w: np.ndarray, bias: np.ndarray, h0: np.ndarray,
-                 c0: np.ndarray, reverse, x_shape: tuple):  # fmt: skip
+    def __init__(
+        self,
+        rt: np.ndarray,
+        w: np.ndarray,
+        bias: np.ndarray,
+        h0: np.ndarray,
+        c0: np.ndarray,
+        reverse,
+        x_shape: tuple,
+    ):
         dirs, H, gates = rt.shape[0], rt.shape[2], rt.shape[3]
         steps, batch, n_in = x_shape
         self.shape = (dirs, gates, H, steps, batch)
         self.keep = keep = [np.ascontiguousarray(a, np.float32) for a in (w, bias, rt, h0, c0)]
         backwards = sum(1 << d for d, rev in enumerate(reverse) if rev)
-        self.task = _Recurrence(None, None, *map(_addr, keep[:2]), n_in, *map(_addr, keep[2:]),
-                                None, None, None, steps, dirs, batch, H, backwards)  # fmt: skip
+        self.task = _Recurrence(
+            None,
+            None,
+            *map(_addr, keep[:2]),
+            n_in,
+            *map(_addr, keep[2:]),
+            None,
+            None,
+            None,
+            steps,
+            dirs,
+            batch,
+            H,
+            backwards,
+        )
         self.parts = dirs * (H // 16)
         self.work = gates * H * H * batch * dirs
         self.cuts = _even_cuts(self.parts, 1)

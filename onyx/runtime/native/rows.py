@@ -50,8 +50,9 @@ class _GlobalPool(ctypes.Structure):
 @abi("batch_norm")
 class _BatchNorm(ctypes.Structure):
     _fields_ = [(name, _P) for name in ("x", "y", "mean", "mult", "bias")] + [
-        ("channels", _I64), ("size", _I64)
-    ]  # fmt: skip
+        ("channels", _I64),
+        ("size", _I64),
+    ]
 
 
 def mean_rows_f32(x: np.ndarray) -> np.ndarray | None:
@@ -97,8 +98,16 @@ def layer_norm_f32(x: np.ndarray, scale: np.ndarray, bias, epsilon: float):
     stats = np.empty((2,) + x.shape[:-1] + (1,), np.float32)
     scale = np.ascontiguousarray(scale, np.float32)
     bias = None if bias is None else np.ascontiguousarray(bias, np.float32)
-    task = _LayerNorm(_addr(x), _addr(scale), None if bias is None else _addr(bias), _addr(y),
-                      _addr(stats[0]), _addr(stats[1]), n, float(epsilon))  # fmt: skip
+    task = _LayerNorm(
+        _addr(x),
+        _addr(scale),
+        None if bias is None else _addr(bias),
+        _addr(y),
+        _addr(stats[0]),
+        _addr(stats[1]),
+        n,
+        float(epsilon),
+    )
     ways = _ways(x.size, rows, _PARALLEL_ELEMENTS)
     _run(core.lib.layer_norm_f32_range, task, _element_cuts(rows, 1, ways), ways)
     return y, stats[0], stats[1]
@@ -114,8 +123,9 @@ def norm_rows_f32(x: np.ndarray, scale: np.ndarray, bias: np.ndarray, epsilon: f
     y = np.empty_like(x)
     scale = np.ascontiguousarray(scale, np.float32)
     bias = np.ascontiguousarray(bias, np.float32)
-    task = _NormRows(_addr(x), _addr(scale), _addr(bias), _addr(y), channels, spatial,
-                     float(epsilon))  # fmt: skip
+    task = _NormRows(
+        _addr(x), _addr(scale), _addr(bias), _addr(y), channels, spatial, float(epsilon)
+    )
     ways = _ways(x.size, rows, _PARALLEL_ELEMENTS)
     _run(core.lib.norm_rows_f32_range, task, _element_cuts(rows, 1, ways), ways)
     return y
@@ -130,13 +140,25 @@ def qmean_rows(x: np.ndarray, scale: float, x_zero_point: int, y_zero_point: int
     rows, size = x.shape
     y = np.empty(rows, x.dtype)
     ways = _ways(x.size, rows, _PARALLEL_BYTES * 4)
-    task = _GlobalPool(_addr(x), _addr(y), size, float(scale), int(x_zero_point),
-                       int(y_zero_point), int(x.dtype == np.int8))  # fmt: skip
+    task = _GlobalPool(
+        _addr(x),
+        _addr(y),
+        size,
+        float(scale),
+        int(x_zero_point),
+        int(y_zero_point),
+        int(x.dtype == np.int8),
+    )
     _run(core.lib.qmean_rows_range, task, _element_cuts(rows, 1, ways), ways)
     return y
 
 
 def bind(lib, isa: int) -> None:
-    for name in ("mean_rows_f32", "qmean_rows", "layer_norm_f32", "norm_rows_f32",
-                 "batch_norm_f32"):  # fmt: skip
+    for name in (
+        "mean_rows_f32",
+        "qmean_rows",
+        "layer_norm_f32",
+        "norm_rows_f32",
+        "batch_norm_f32",
+    ):
         setattr(lib, f"{name}_range", range_of(lib, name))

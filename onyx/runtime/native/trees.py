@@ -23,10 +23,10 @@ from ._core import (
 
 @abi("forest_task")
 class _ForestTask(ctypes.Structure):
-    _fields_ = [(name, _P) for name in ("x", "roots", "feature", "threshold", "child",
-                                        "nan_outcome", "states")] + [
-        (name, _I64) for name in ("nf", "trees", "depth", "is_double")
-    ]  # fmt: skip
+    _fields_ = [
+        (name, _P)
+        for name in ("x", "roots", "feature", "threshold", "child", "nan_outcome", "states")
+    ] + [(name, _I64) for name in ("nf", "trees", "depth", "is_double")]
 
 
 @abi("forest_sum_task")
@@ -53,10 +53,19 @@ def forest_descend(x: np.ndarray, tables, roots2: np.ndarray, depth: int, nan_ru
     rows, trees = x.shape[0], len(roots2)
     states = np.empty((rows, trees), np.int64)
     ways = _ways(rows * trees * depth, -(-rows // 8), _PARALLEL_TREE_STEPS)
-    task = _ForestTask(_addr(x), _addr(roots2), _addr(tables.feature), _addr(tables.threshold),
-                       _addr(tables.child), _addr(tables.nan_outcome) if nan_rule else None,
-                       _addr(states), x.shape[1], trees, depth,
-                       int(x.dtype == np.float64))  # fmt: skip
+    task = _ForestTask(
+        _addr(x),
+        _addr(roots2),
+        _addr(tables.feature),
+        _addr(tables.threshold),
+        _addr(tables.child),
+        _addr(tables.nan_outcome) if nan_rule else None,
+        _addr(states),
+        x.shape[1],
+        trees,
+        depth,
+        int(x.dtype == np.float64),
+    )
     _run(core.lib.forest_descend_range, task, _element_cuts(rows, 8, ways), ways)
     return states
 
@@ -72,8 +81,14 @@ def forest_sum(states: np.ndarray, weights: np.ndarray) -> np.ndarray | None:
         return None
     scores = np.empty((rows, weights.shape[1]), weights.dtype)
     ways = _ways(rows * trees * weights.shape[1], rows, _PARALLEL_MACS)
-    task = _ForestSumTask(_addr(states), _addr(weights), _addr(scores), trees, weights.shape[1],
-                          int(weights.dtype == np.float64))  # fmt: skip
+    task = _ForestSumTask(
+        _addr(states),
+        _addr(weights),
+        _addr(scores),
+        trees,
+        weights.shape[1],
+        int(weights.dtype == np.float64),
+    )
     _run(core.lib.forest_sum_range, task, _element_cuts(rows, 1, ways), ways)
     return scores
 
@@ -95,12 +110,23 @@ class ForestSums:
         is_double = int(self.dtype == np.float64)
         # a NaN only ever differs from `v <= t` where nan_outcome says so: always pass it
         nan = _addr(tables.nan_outcome) if tables.any_nan_outcome else None
-        self._descend = _ForestTask(None, _addr(roots2), _addr(tables.feature),
-                                    _addr(tables.threshold), _addr(tables.child), nan, None,
-                                    0, self.trees, depth, is_double)  # fmt: skip
+        self._descend = _ForestTask(
+            None,
+            _addr(roots2),
+            _addr(tables.feature),
+            _addr(tables.threshold),
+            _addr(tables.child),
+            nan,
+            None,
+            0,
+            self.trees,
+            depth,
+            is_double,
+        )
         self.score_dtype = weights.dtype
-        self._sum = _ForestSumTask(None, _addr(weights), None, self.trees, self.targets,
-                                   int(weights.dtype == np.float64))  # fmt: skip
+        self._sum = _ForestSumTask(
+            None, _addr(weights), None, self.trees, self.targets, int(weights.dtype == np.float64)
+        )
 
     def fits(self, x: np.ndarray) -> bool:
         """Whether this call may take x (rows of the tables' dtype, C-contiguous, few)."""
@@ -121,12 +147,12 @@ class ForestSums:
         descend = _ForestTask.from_buffer_copy(self._descend)  # (calls may come from threads)
         descend.x, descend.states, descend.nf = _addr(x), states_at, x.shape[1]
         run = core.lib.onyx_parallel
-        core.check(run(core.lib.forest_descend_range, _byref(descend), cuts, 1, 1),
-                   "forest_descend")  # fmt: skip
+        core.check(
+            run(core.lib.forest_descend_range, _byref(descend), cuts, 1, 1), "forest_descend"
+        )
         total = _ForestSumTask.from_buffer_copy(self._sum)
         total.states, total.scores = states_at, _addr(scores)
-        core.check(run(core.lib.forest_sum_range, _byref(total), cuts, 1, 1),
-                   "forest_sum")  # fmt: skip
+        core.check(run(core.lib.forest_sum_range, _byref(total), cuts, 1, 1), "forest_sum")
         return scores
 
 
@@ -161,8 +187,7 @@ def svm_coupling(r: np.ndarray) -> np.ndarray | None:
     r = np.ascontiguousarray(r, np.float64)
     n, k = r.shape[:2]
     p, work = np.empty((n, k)), np.empty(k * k + k)
-    status = core.lib.onyx_svm_coupling(_addr(r), _addr(p), n, k, _addr(work),
-                                        _addr(work[k * k :]))  # fmt: skip
+    status = core.lib.onyx_svm_coupling(_addr(r), _addr(p), n, k, _addr(work), _addr(work[k * k :]))
     core.check(status, "SVM coupling")
     return p
 

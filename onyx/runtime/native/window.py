@@ -26,13 +26,24 @@ from ._core import (
 class _Pool2d(ctypes.Structure):
     _fields_ = [("x", _P), ("y", _P)] + [
         (name, _I64)
-        for name in ("H W OH OW kh kw sh sw dh dw top left bottom right average include_pad "
-                     "by_columns").split()
-    ]  # fmt: skip
+        for name in (
+            "H W OH OW kh kw sh sw dh dw top left bottom right average include_pad by_columns"
+        ).split()
+    ]
 
 
-def pool2d_f32(x: np.ndarray, kernel, strides, dilations, pads, out_shape, *,
-               average: bool, include_pad: bool = False, by_columns: bool = False):  # fmt: skip
+def pool2d_f32(
+    x: np.ndarray,
+    kernel,
+    strides,
+    dilations,
+    pads,
+    out_shape,
+    *,
+    average: bool,
+    include_pad: bool = False,
+    by_columns: bool = False,
+):
     """MaxPool / AveragePool of C-contiguous float32 x (N, C, H, W) to (N, C, *out_shape):
     pads (top, left, bottom, right); pool.py's values to the bit (window.c). None without the
     library."""
@@ -46,8 +57,20 @@ def pool2d_f32(x: np.ndarray, kernel, strides, dilations, pads, out_shape, *,
         return y
     work = y.size * math.prod(kernel)
     ways = _ways(work, planes, _PARALLEL_ELEMENTS)
-    task = _Pool2d(_addr(x), _addr(y), H, W, *out_shape, *kernel, *strides, *dilations, *pads,
-                   int(average), int(include_pad), int(by_columns))  # fmt: skip
+    task = _Pool2d(
+        _addr(x),
+        _addr(y),
+        H,
+        W,
+        *out_shape,
+        *kernel,
+        *strides,
+        *dilations,
+        *pads,
+        int(average),
+        int(include_pad),
+        int(by_columns),
+    )
     _run(core.lib.pool2d_f32_range, task, _element_cuts(planes, 1, ways), ways, "pooling")
     return y
 

@@ -273,12 +273,25 @@ def label_encoder_4(
     values_strings=None,
     values_tensor=None,
 ):
-    attributes = (keys_int64s, keys_floats, keys_strings, keys_tensor,
-                  values_int64s, values_floats, values_strings, values_tensor)  # fmt: skip
-    table = _node_table(label_encoder_4, attributes, x, lambda: (
-        _typed(keys_int64s, keys_floats, keys_strings, keys_tensor),
-        _typed(values_int64s, values_floats, values_strings, values_tensor),
-    ))  # fmt: skip
+    attributes = (
+        keys_int64s,
+        keys_floats,
+        keys_strings,
+        keys_tensor,
+        values_int64s,
+        values_floats,
+        values_strings,
+        values_tensor,
+    )
+    table = _node_table(
+        label_encoder_4,
+        attributes,
+        x,
+        lambda: (
+            _typed(keys_int64s, keys_floats, keys_strings, keys_tensor),
+            _typed(values_int64s, values_floats, values_strings, values_tensor),
+        ),
+    )
     default = _default_for(
         table.values, default_tensor, default_int64, default_float, default_string
     )

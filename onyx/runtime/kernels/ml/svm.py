@@ -163,9 +163,20 @@ class _Classifier:
     calls rather than a Python loop over the pairs."""
 
     def __init__(
-        self, *, classlabels_ints, classlabels_strings, rho, prob_a, prob_b, coefficients,
-        support_vectors, vectors_per_class, post_transform, kernel_params, kernel_type,
-    ):  # fmt: skip
+        self,
+        *,
+        classlabels_ints,
+        classlabels_strings,
+        rho,
+        prob_a,
+        prob_b,
+        coefficients,
+        support_vectors,
+        vectors_per_class,
+        post_transform,
+        kernel_params,
+        kernel_type,
+    ):
         if kernel_type not in KERNELS:
             raise ValueError(f"SVM: unknown kernel_type {kernel_type!r}")
         self.labels = class_labels(classlabels_ints, classlabels_strings)

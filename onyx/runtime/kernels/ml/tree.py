@@ -217,9 +217,18 @@ def _forest_v1(
 
 
 def _forest_v5(
-    tree_roots, featureids, splits, modes, truenodeids, trueleafs, falsenodeids, falseleafs,
-    tracks_true, membership_values, n_leaves,
-) -> Forest:  # fmt: skip
+    tree_roots,
+    featureids,
+    splits,
+    modes,
+    truenodeids,
+    trueleafs,
+    falsenodeids,
+    falseleafs,
+    tracks_true,
+    membership_values,
+    n_leaves,
+) -> Forest:
     """Compile TreeEnsemble's encoding: interior nodes are states [0, n), leaves [n, n + L)."""
     n = len(featureids)
     total = n + n_leaves
@@ -504,18 +513,39 @@ def tree_ensemble(
 
 
 def _tree_ensemble_model(
-    *, aggregate_function, post_transform, tree_roots, nodes_modes, leaf_weights,
-    leaf_targetids, nodes_falsenodeids, n_targets, nodes_trueleafs, nodes_featureids,
-    nodes_splits, nodes_falseleafs, nodes_truenodeids, membership_values,
-    nodes_missing_value_tracks_true, **_,
-):  # fmt: skip
+    *,
+    aggregate_function,
+    post_transform,
+    tree_roots,
+    nodes_modes,
+    leaf_weights,
+    leaf_targetids,
+    nodes_falsenodeids,
+    n_targets,
+    nodes_trueleafs,
+    nodes_featureids,
+    nodes_splits,
+    nodes_falseleafs,
+    nodes_truenodeids,
+    membership_values,
+    nodes_missing_value_tracks_true,
+    **_,
+):
     """TreeEnsemble's attributes compiled into a predictor x -> scores."""
     leaf_weights = np.asarray(leaf_weights).reshape(-1)
     forest = _forest_v5(
-        tree_roots, nodes_featureids, nodes_splits, nodes_modes, nodes_truenodeids,
-        nodes_trueleafs, nodes_falsenodeids, nodes_falseleafs, nodes_missing_value_tracks_true,
-        membership_values, len(leaf_weights),
-    )  # fmt: skip
+        tree_roots,
+        nodes_featureids,
+        nodes_splits,
+        nodes_modes,
+        nodes_truenodeids,
+        nodes_trueleafs,
+        nodes_falsenodeids,
+        nodes_falseleafs,
+        nodes_missing_value_tracks_true,
+        membership_values,
+        len(leaf_weights),
+    )
     aggregate = AGGREGATES[aggregate_function]
     n_targets = (
         int(n_targets) if n_targets is not None else int(max(leaf_targetids, default=-1)) + 1
@@ -545,15 +575,35 @@ def _regressor(x, attrs: dict) -> np.ndarray:
 
 
 def _regressor_model(
-    *, aggregate_function, post_transform, n_targets, nodes_nodeids, target_nodeids,
-    nodes_treeids, nodes_featureids, nodes_values, target_weights, nodes_falsenodeids,
-    base_values, nodes_missing_value_tracks_true, nodes_modes, nodes_truenodeids,
-    target_treeids, target_ids, **_,
-):  # fmt: skip
+    *,
+    aggregate_function,
+    post_transform,
+    n_targets,
+    nodes_nodeids,
+    target_nodeids,
+    nodes_treeids,
+    nodes_featureids,
+    nodes_values,
+    target_weights,
+    nodes_falsenodeids,
+    base_values,
+    nodes_missing_value_tracks_true,
+    nodes_modes,
+    nodes_truenodeids,
+    target_treeids,
+    target_ids,
+    **_,
+):
     forest, index = _forest_v1(
-        nodes_treeids, nodes_nodeids, nodes_featureids, nodes_values, nodes_modes,
-        nodes_truenodeids, nodes_falsenodeids, nodes_missing_value_tracks_true,
-    )  # fmt: skip
+        nodes_treeids,
+        nodes_nodeids,
+        nodes_featureids,
+        nodes_values,
+        nodes_modes,
+        nodes_truenodeids,
+        nodes_falsenodeids,
+        nodes_missing_value_tracks_true,
+    )
     target_ids = np.asarray(target_ids if target_ids is not None else [], np.int64)
     n_targets = int(n_targets) if n_targets is not None else int(target_ids.max(initial=-1)) + 1
     positions = index(np.asarray(target_treeids, np.int64), np.asarray(target_nodeids, np.int64))
@@ -662,16 +712,36 @@ def _classifier(x, attrs: dict):
 
 
 def _classifier_model(
-    *, post_transform, classlabels_int64s, classlabels_strings, nodes_nodeids,
-    nodes_treeids, nodes_featureids, nodes_values, nodes_falsenodeids, base_values,
-    nodes_missing_value_tracks_true, nodes_modes, nodes_truenodeids, class_treeids,
-    class_nodeids, class_ids, class_weights, **_,
-):  # fmt: skip
+    *,
+    post_transform,
+    classlabels_int64s,
+    classlabels_strings,
+    nodes_nodeids,
+    nodes_treeids,
+    nodes_featureids,
+    nodes_values,
+    nodes_falsenodeids,
+    base_values,
+    nodes_missing_value_tracks_true,
+    nodes_modes,
+    nodes_truenodeids,
+    class_treeids,
+    class_nodeids,
+    class_ids,
+    class_weights,
+    **_,
+):
     labels = class_labels(classlabels_int64s, classlabels_strings)
     forest, index = _forest_v1(
-        nodes_treeids, nodes_nodeids, nodes_featureids, nodes_values, nodes_modes,
-        nodes_truenodeids, nodes_falsenodeids, nodes_missing_value_tracks_true,
-    )  # fmt: skip
+        nodes_treeids,
+        nodes_nodeids,
+        nodes_featureids,
+        nodes_values,
+        nodes_modes,
+        nodes_truenodeids,
+        nodes_falsenodeids,
+        nodes_missing_value_tracks_true,
+    )
     class_ids = np.asarray(class_ids if class_ids is not None else [], np.int64)
     class_weights = _floats(class_weights)
     n_classes = len(labels)
