@@ -152,32 +152,18 @@ static void attend_portable(const gqa_task *t, int64_t b, int64_t kvh, const flo
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
+#include "activation.h"
 #define HAVE_GQA_AVX512 1
 #define AVX512 __attribute__((target("avx512f")))
 #define INLINE static inline __attribute__((always_inline, target("avx512f")))
 
-INLINE __m512 exp512(__m512 x) {
-    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-104.0f)), _mm512_set1_ps(89.0f));
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    return _mm512_scalef_ps(p, n);
-}
 
 /* x[j] = exp(x[j] - top), returning their sum (-inf scores give 0). */
 static AVX512 float exp_sum_avx512(float *x, int64_t n, float top) {
     __m512 acc = _mm512_setzero_ps(), t = _mm512_set1_ps(top);
     for (int64_t j = 0; j < n; j += 16) {
         __mmask16 m = n - j >= 16 ? 0xffff : (__mmask16)((1u << (n - j)) - 1);
-        __m512 e = exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + j), t));
+        __m512 e = onyx_exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + j), t));
         e = _mm512_maskz_mov_ps(m, e);
         _mm512_mask_storeu_ps(x + j, m, e);
         acc = _mm512_add_ps(acc, e);

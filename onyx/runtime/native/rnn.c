@@ -52,29 +52,14 @@ static inline direction_step at_step(const recurrence *t, int64_t k, int64_t d, 
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
+#include "activation.h"
 #define AVX512 __attribute__((target("avx512f")))
 #define INLINE static inline __attribute__((always_inline, target("avx512f")))
 
-INLINE __m512 exp512(__m512 x) {
-    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-104.0f)), _mm512_set1_ps(89.0f));
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    /* r = x - n ln 2, ln 2 in two parts so that n ln 2 is exact in the first */
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    return _mm512_scalef_ps(p, n); /* p 2^n, inf or 0 past the range */
-}
 
 INLINE __m512 sigmoid512(__m512 x) { /* 1 / (1 + e^-x) */
     __m512 one = _mm512_set1_ps(1.0f);
-    return _mm512_div_ps(one, _mm512_add_ps(one, exp512(_mm512_sub_ps(_mm512_setzero_ps(), x))));
+    return _mm512_div_ps(one, _mm512_add_ps(one, onyx_exp512(_mm512_sub_ps(_mm512_setzero_ps(), x))));
 }
 
 INLINE __m512 tanh512(__m512 x) {
@@ -85,7 +70,7 @@ INLINE __m512 tanh512(__m512 x) {
     p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(1.33314422036e-1f));
     p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(-3.33332819422e-1f));
     __m512 small = _mm512_fmadd_ps(_mm512_mul_ps(p, z), x, x);
-    __m512 e = exp512(_mm512_add_ps(a, a)); /* beyond: 1 - 2 / (e^2|x| + 1), x's sign */
+    __m512 e = onyx_exp512(_mm512_add_ps(a, a)); /* beyond: 1 - 2 / (e^2|x| + 1), x's sign */
     __m512 big = _mm512_sub_ps(one, _mm512_div_ps(_mm512_set1_ps(2.0f), _mm512_add_ps(e, one)));
     big = _mm512_castsi512_ps(_mm512_or_si512(
         _mm512_castps_si512(big),
