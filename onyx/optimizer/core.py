@@ -9,6 +9,7 @@ reads of outer values count as uses, so nothing they need is ever removed).
 
 from __future__ import annotations
 
+import heapq
 import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -367,3 +368,30 @@ def clone_graph(g: ir.Graph, vmap: dict[int, ir.Value]) -> ir.Graph:
     out.value_info = [get(v) for v in g.value_info]
     out.sparse_initializers = list(g.sparse_initializers)
     return out
+
+
+def downstream_chain(
+    root: ir.Value, position: dict, takes: Callable[[ir.Node, set[int]], bool]
+) -> list[ir.Node]:
+    """The nodes reachable from root's uses that ``takes(node, inside)`` accepts, ``inside``
+    being the ids of root and of the accepted nodes' outputs, visited in graph order
+    (``position``: node id -> index) so that a node's producers in the chain come first."""
+    inside = {id(root)}
+    members: list[ir.Node] = []
+    heap = [(position[id(n)], id(n), n) for n, _ in root.iter_uses() if id(n) in position]
+    heapq.heapify(heap)
+    seen = set()
+    while heap:
+        _, key, node = heapq.heappop(heap)
+        if key in seen:
+            continue
+        seen.add(key)
+        if not takes(node, inside):
+            continue
+        members.append(node)
+        for v in node.outputs:
+            inside.add(id(v))
+            for user, _ in v.iter_uses():
+                if id(user) in position:
+                    heapq.heappush(heap, (position[id(user)], id(user), user))
+    return members

@@ -32,14 +32,12 @@ broadcast along the channel axis.
 
 from __future__ import annotations
 
-import heapq
-
 import numpy as np
 
 from .. import ir
 from ..ir.dtypes import DataType
 from ..runtime.registry import ONYX_DOMAIN, traits
-from .core import EXTENDED, MS, STANDARD, PassContext, graph_pass, static_shape
+from .core import EXTENDED, MS, STANDARD, PassContext, downstream_chain, graph_pass, static_shape
 from .fold import evaluate
 
 PASS = "LookupTableFusion"
@@ -113,27 +111,11 @@ def _byte_type(ctx: PassContext, v: ir.Value):
 def _chain_nodes(ctx: PassContext, root: ir.Value, position: dict) -> list[ir.Node]:
     """The nodes computing elementwise functions of root alone (and constants), in graph
     order."""
-    shape = static_shape(root)
+    shape = static_shape(root) or ()
     channel: list = []  # [(axis, size)] once a per-channel constant joined the chain
-    inside = {id(root)}
-    members: list[ir.Node] = []
-    heap = [(position[id(n)], id(n), n) for n, _ in root.iter_uses() if id(n) in position]
-    heapq.heapify(heap)
-    seen = set()
-    while heap:  # in graph order: a node's producers inside the chain come first
-        _, key, node = heapq.heappop(heap)
-        if key in seen:
-            continue
-        seen.add(key)
-        if not _takes(ctx, node, inside, shape or (), channel):
-            continue
-        members.append(node)
-        for v in node.outputs:
-            inside.add(id(v))
-            for user, _ in v.iter_uses():
-                if id(user) in position:
-                    heapq.heappush(heap, (position[id(user)], id(user), user))
-    return members
+    return downstream_chain(
+        root, position, lambda node, inside: _takes(ctx, node, inside, shape, channel)
+    )
 
 
 def _takes(ctx: PassContext, node: ir.Node, inside: set[int], shape: tuple, channel: list) -> bool:

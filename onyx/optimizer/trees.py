@@ -25,7 +25,6 @@ then see the IsolationForest's 110 nodes, not its 2,700.
 
 from __future__ import annotations
 
-import heapq
 import warnings
 
 import numpy as np
@@ -33,7 +32,7 @@ import numpy as np
 from .. import ir
 from ..runtime.bind import bind
 from ..runtime.registry import traits
-from .core import STANDARD, PassContext, graph_pass
+from .core import STANDARD, PassContext, downstream_chain, graph_pass
 
 LEAF_PASS, SUM_PASS = "TreeLeafFunctionFusion", "TreeSumFusion"
 ML = "ai.onnx.ml"
@@ -161,25 +160,7 @@ def _remove_unread(ctx: PassContext, nodes: list[ir.Node]) -> None:
 def _chain(ctx: PassContext, root: ir.Value, position: dict) -> list[ir.Node]:
     """The nodes computing elementwise functions of root alone (and constants), in graph
     order."""
-    inside = {id(root)}
-    members: list[ir.Node] = []
-    heap = [(position[id(n)], id(n), n) for n, _ in root.iter_uses() if id(n) in position]
-    heapq.heapify(heap)
-    seen = set()
-    while heap:  # in graph order: a node's producers inside the chain come first
-        _, key, node = heapq.heappop(heap)
-        if key in seen:
-            continue
-        seen.add(key)
-        if not _takes(ctx, node, inside):
-            continue
-        members.append(node)
-        for v in node.outputs:
-            inside.add(id(v))
-            for user, _ in v.iter_uses():
-                if id(user) in position:
-                    heapq.heappush(heap, (position[id(user)], id(user), user))
-    return members
+    return downstream_chain(root, position, lambda node, inside: _takes(ctx, node, inside))
 
 
 def _takes(ctx: PassContext, node: ir.Node, inside: set[int]) -> bool:
