@@ -583,6 +583,8 @@ class _DimWriter:
 
     def type(self, t):
         if isinstance(t, TensorType) and t.shape is not None:
+            if self.keep is None and (self.symbols is None or None not in t.shape.dims):
+                return t  # (nothing to name or drop: most values, so the dims are not rebuilt)
             dims = tuple(self.dim(d) for d in t.shape.dims)
             if dims != t.shape.dims:
                 return TensorType(t.elem_type, Shape(dims, t.shape.denotations), t.denotation)

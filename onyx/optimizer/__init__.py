@@ -130,6 +130,8 @@ def _run(ctx: PassContext, p) -> bool:
     passes would otherwise rerun every pass after the last change once more)."""
     if SKIP_IDLE and ctx.idle.get(p.name) == ctx.version:
         return False
+    if not ctx.may_change(p):
+        return False
     before = dict(ctx.stats)
     start = time.perf_counter()
     changed = bool(p.fn(ctx))

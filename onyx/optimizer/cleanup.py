@@ -128,8 +128,8 @@ SMALL_CONST = 1024
 
 def _attr_key(a: ir.Attr):
     v = a.value
-    if isinstance(v, list):
-        v = tuple(id(x) if isinstance(x, ir.Tensor) else x for x in v)
+    if isinstance(v, list):  # (a tree ensemble's lists hold many thousand numbers: no walk)
+        v = tuple(id(x) for x in v) if a.type == ir.AttrType.TENSORS else tuple(v)
     elif isinstance(v, ir.Tensor):
         v = ("tensor", id(v))
     elif isinstance(v, float) and v != v:

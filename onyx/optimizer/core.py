@@ -30,6 +30,9 @@ class Pass:
     name: str
     level: int
     fn: Callable[[PassContext], bool]
+    #: Op types a change needs: each set must meet the graph's op types, or the pass is
+    #: skipped without walking the graph (empty: always run).
+    triggers: tuple[frozenset[str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,22 @@ class PassContext:
     #: Whether the model is a session's, to run (not to be written): float16 computes in
     #: float32 (float16.py).
     for_session: bool = False
+
+    _op_types: tuple[int, frozenset[str]] | None = None
+
+    def op_types(self) -> frozenset[str]:
+        """Op types of every node, subgraphs included (found again after each change)."""
+        if self._op_types is None or self._op_types[0] != self.version:
+            found = frozenset(n.op_type for n in self.graph.all_nodes())
+            self._op_types = (self.version, found)
+        return self._op_types[1]
+
+    def may_change(self, p: Pass) -> bool:
+        """Whether the graph holds the op types pass ``p`` needs to change anything."""
+        if not p.triggers:
+            return True
+        present = self.op_types()
+        return all(not present.isdisjoint(ops) for ops in p.triggers)
 
     # -- types --------------------------------------------------------------------------------
     @property

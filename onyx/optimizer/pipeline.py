@@ -7,6 +7,8 @@ changes, then the fusions in rounds, the basic passes after each (see ``__init__
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from . import (
     bins,
     cleanup,
@@ -24,9 +26,55 @@ from . import (
 )
 from .core import Pass, pass_of
 
+#: Pass name -> the op types it needs present to change anything: each group must meet the
+#: graph's op types (any domain: a superset is safe). Most models hold none of a fusion's
+#: anchors, and a pass skipped this way costs one set test instead of a walk of the graph.
+#: A pass not listed always runs.
+TRIGGERS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "TreeLeafFunctionFusion": (("TreeEnsembleRegressor",),),
+    "TreeSumFusion": (("Sum",),),
+    "QDQDataMovement": (("DequantizeLinear",),),
+    "EliminateIdentity": (("Identity",),),
+    "EliminateDropout": (("Dropout",),),
+    "NoopElimination": (
+        (
+            *("Cast", "CastLike", "Transpose", "Reshape", "Squeeze", "Unsqueeze"),
+            *("Flatten", "Expand", "Concat", "Sum", "Max", "Min", "Mean"),
+        ),
+    ),
+    "QDQSelectorActionTransformer": (("DequantizeLinear",),),
+    "MatMulIntegerToFloatFusion": (("MatMulInteger",),),
+    "ConvBNFusion": (("Conv",), ("BatchNormalization",)),
+    "ConvAddFusion": (("Conv",), ("Add",)),
+    "ConvMulFusion": (("Conv",), ("Mul",)),
+    "BatchNormScaleFusion": (("BatchNormalization",), ("Mul", "Add")),
+    "ConvActivationFusion": (("Conv",),),
+    "ConvHardSwishFusion": (("Conv",), ("HardSwish",)),
+    "MatMulAddFusion": (("MatMul",), ("Add",)),
+    "GemmActivationFusion": (("Gemm",),),
+    "GeluFusion": (("Erf",),),
+    "FastGeluFusion": (("Tanh", "Gelu"),),
+    "BiasGeluFusion": (("Gelu", "FastGelu"), ("Add",)),
+    "LayerNormFusion": (("ReduceMean",),),
+    "MatMulScaleFusion": (("MatMul", "FusedMatMul"),),
+    "AttentionFusion": (("Softmax",),),
+    "TransposeOptimizer": (("Transpose",),),
+    "RnnZeroInitialState": (tuple(rnn.STATE_INPUTS),),
+    "BinsOneHotBatching": (("Concat",),),
+    "QDQPadRequantize": (("Pad",), ("DequantizeLinear",)),
+    "QLinearConvLookupFusion": (("QLinearConv",), ("TableLookup",)),
+}
+
+
+def _scheduled(fn) -> Pass:
+    p = pass_of(fn)
+    groups = TRIGGERS.get(p.name, ())
+    return replace(p, triggers=tuple(frozenset(ops) for ops in groups))
+
+
 #: Basic passes: standard ops in, standard ops out.
 BASIC_PASSES: tuple[Pass, ...] = tuple(
-    pass_of(fn)
+    _scheduled(fn)
     for fn in (
         trees.tree_leaf_function_fusion,  # first: 2,700 nodes of an IsolationForest become 110
         trees.tree_sum_fusion,
@@ -45,7 +93,7 @@ BASIC_PASSES: tuple[Pass, ...] = tuple(
 
 #: Fusions (extended level), in order of precedence: an earlier one takes a pattern first.
 FUSIONS: tuple[Pass, ...] = tuple(
-    pass_of(fn)
+    _scheduled(fn)
     for fn in (
         qdq.qdq_fusion,  # first: a FusedConv would hide a QDQ node unit from it
         dynamic_quant.matmul_integer_to_float,

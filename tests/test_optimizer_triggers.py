@@ -1,0 +1,61 @@
+"""The pass scheduler's op-type precheck (pipeline.TRIGGERS): a pass whose trigger ops are
+absent is skipped without a walk of the graph, and one whose trigger ops are present runs."""
+
+from __future__ import annotations
+
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+
+from onyx import serde
+from onyx.optimizer import optimize
+from onyx.optimizer.pipeline import PIPELINE, TRIGGERS
+
+
+def _model(nodes, inits=()):
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+        [numpy_helper.from_array(a, n) for n, a in inits],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return serde.load(model.SerializeToString())
+
+
+def _ran(model) -> set[str]:
+    results = []
+    optimize(model, "all", for_session=True, results=results)
+    return {r.name for r in results}
+
+
+def test_every_trigger_names_a_pass_of_the_pipeline():
+    names = {p.name for p in PIPELINE}
+    assert set(TRIGGERS) <= names
+    for p in PIPELINE:
+        assert all(isinstance(ops, frozenset) and ops for ops in p.triggers)
+        assert len(p.triggers) == len(TRIGGERS.get(p.name, ()))
+
+
+def test_passes_without_their_ops_are_skipped():
+    ran = _ran(_model([helper.make_node("Relu", ["x"], ["y"])]))
+    assert {"ConvAddFusion", "GeluFusion", "QDQSelectorActionTransformer"}.isdisjoint(ran)
+    assert "ConstantFolding" in ran  # (no trigger: always runs)
+
+
+def test_passes_with_their_ops_run_and_change_the_graph():
+    w = np.ones((4, 4), np.float32)
+    b = np.arange(4, dtype=np.float32)
+    model = _model(
+        [
+            helper.make_node("Identity", ["x"], ["i"]),
+            helper.make_node("MatMul", ["i", "w"], ["m"]),
+            helper.make_node("Add", ["m", "b"], ["y"]),
+        ],
+        [("w", w), ("b", b)],
+    )
+    results = []
+    out = optimize(model, "all", for_session=True, results=results)
+    changed = {r.name for r in results if r.changed}
+    assert {"EliminateIdentity", "MatMulAddFusion"} <= changed
+    assert [n.op_type for n in out.graph] == ["Gemm"]
