@@ -19,7 +19,9 @@ Short runs take turns, process-wide. A small model's run is mostly Python's per-
 which holds the GIL: eight threads running it at once only took the GIL from each other at
 every kernel call (a context switch and a cold cache each time; 8 threads took 1.1-1.5x one
 thread's time in total). Taking turns, seven of them wait in a lock, outside the GIL, while
-one runs. A session measures its runs (``Pace``) to know whether they are short; long runs
+one runs. A thread keeps the turn across its consecutive runs for a slice of time (handing it
+over after every run cost a context switch or more per run, and moved runs between cores).
+A session measures its runs (``Pace``) to know whether they are short; long runs
 (their kernels release the GIL for their work) run side by side. Turns order runs and nothing
 else: a run's results do not depend on them.
 """
@@ -211,13 +213,15 @@ class _Turn:
     def _patience(self, entry: list) -> float:
         """How long a waiter waits before it looks whether the holder left the turn: until
         its turn would come if every holder before it used its whole slice (the holders
-        hand it over sooner, and wake it; the first waiter's wait ends with the slice, so a
-        holder that stopped calling keeps the turn one slice at most)."""
+        hand it over sooner, and wake it). The first waiter's wait ends with the slice, or
+        one slice later if the holder runs past it (its next run will hand the turn over: one
+        look per slice, not a poll): a holder that stopped calling keeps it two slices at most."""
         try:
             place = self.queue.index(entry)
         except ValueError:
             place = 0
-        return max(self.deadline - _now(), 0.0) + place * SLICE_SECONDS + 1e-4
+        left = self.deadline - _now()
+        return (left if left > 0 else SLICE_SECONDS) + place * SLICE_SECONDS + 1e-4
 
     def _served(self, entry: list) -> bool:
         """Whether the waiter has the turn, handed over or taken from a holder that left it
