@@ -216,11 +216,9 @@ class _Turn:
         hand it over sooner, and wake it). The first waiter's wait ends with the slice, or
         one slice later if the holder runs past it (its next run will hand the turn over: one
         look per slice, not a poll): a holder that stopped calling keeps it two slices at most."""
-        try:
-            place = self.queue.index(entry)
-        except ValueError:
-            place = 0
-        left = self.deadline - _now()
+        with self.guard:
+            place = self.queue.index(entry) if entry in self.queue else 0
+            left = self.deadline - _now()
         return (left if left > 0 else SLICE_SECONDS) + place * SLICE_SECONDS + 1e-4
 
     def _served(self, entry: list) -> bool:
@@ -230,7 +228,7 @@ class _Turn:
         with self.guard:
             if self.owner == me:
                 return True
-            if self.queue[0] is entry and not self.depth and _now() >= self.deadline:
+            if self.queue and self.queue[0] is entry and not self.depth and _now() >= self.deadline:
                 self.queue.popleft()
                 self._take(me)
                 return True
