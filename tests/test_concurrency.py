@@ -221,7 +221,7 @@ def test_a_thread_that_ends_gives_its_turn_back(monkeypatch):
     ended = threading.Thread(target=short_run)
     ended.start()
     ended.join()
-    assert _short_run_on_another_thread() < 2  # (not the holder's 60 s slice)
+    assert concurrency._turns.owner is None  # noqa: SLF001  (a new thread may reuse its id)
 
 
 def test_an_interrupted_wait_for_the_turn_leaves_the_queue(monkeypatch):
