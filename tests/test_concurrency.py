@@ -164,3 +164,94 @@ def test_an_interrupted_wait_for_blas_gives_the_turn_back(monkeypatch):
     other.start()
     other.join(timeout=5)
     assert ran == [True]
+
+
+def _short_run_on_another_thread() -> float:
+    """Seconds a short run on a new thread waited for its turn (at most 5)."""
+    ran = []
+
+    def short_run():
+        start = time.perf_counter()
+        with concurrency.run_slot(1, None, concurrency.Pace()):
+            ran.append(time.perf_counter() - start)
+
+    other = threading.Thread(target=short_run, daemon=True)
+    other.start()
+    other.join(timeout=5)
+    return ran[0] if ran else 5.0
+
+
+def test_a_thread_keeps_the_turn_between_its_runs_for_one_slice(monkeypatch):
+    monkeypatch.setattr(concurrency, "SLICE_SECONDS", 0.2)
+    with concurrency.run_slot(1, None, concurrency.Pace()):
+        pass
+    turn = concurrency._turns  # noqa: SLF001
+    assert turn.owner == threading.get_ident() and turn.depth == 0  # kept between runs
+    waited = _short_run_on_another_thread()  # the holder stopped calling: taken after a slice
+    assert 0.1 < waited < 2
+    assert turn.owner != threading.get_ident()
+
+
+def test_a_holder_past_its_slice_hands_the_turn_to_a_waiter(monkeypatch):
+    monkeypatch.setattr(concurrency, "SLICE_SECONDS", 0.05)
+    order = []
+
+    def runs(name):
+        for _ in range(3):
+            with concurrency.run_slot(1, None, concurrency.Pace()):
+                order.append(name)
+                time.sleep(0.03)  # (a run longer than half a slice: two runs use it up)
+
+    threads = [threading.Thread(target=runs, args=(k,)) for k in "ab"]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=10)
+    assert sorted(order) == list("aaabbb")
+    assert order not in (list("aaabbb"), list("bbbaaa"))  # neither kept the turn throughout
+
+
+def test_a_thread_that_ends_gives_its_turn_back(monkeypatch):
+    monkeypatch.setattr(concurrency, "SLICE_SECONDS", 60.0)
+
+    def short_run():
+        with concurrency.run_slot(1, None, concurrency.Pace()):
+            pass
+
+    ended = threading.Thread(target=short_run)
+    ended.start()
+    ended.join()
+    assert concurrency._turns.owner is None  # noqa: SLF001  (a new thread may reuse its id)
+
+
+def test_an_interrupted_wait_for_the_turn_leaves_the_queue(monkeypatch):
+    monkeypatch.setattr(concurrency, "SLICE_SECONDS", 60.0)
+    turn = concurrency._turns  # noqa: SLF001
+    holding, done = threading.Event(), threading.Event()
+
+    def holder():
+        with concurrency.run_slot(1, None, concurrency.Pace()):
+            holding.set()
+            done.wait(10)
+
+    other = threading.Thread(target=holder)
+    other.start()
+    assert holding.wait(10)
+
+    class Interrupted(BaseException):
+        pass
+
+    def interrupted(turn, entry):  # (Ctrl-C as the wait begins)
+        raise Interrupted
+
+    entry = [threading.get_ident(), threading.Lock()]
+    entry[1].acquire()
+    turn.queue.append(entry)
+    monkeypatch.setattr(concurrency._Turn, "_patience", interrupted)  # noqa: SLF001
+    with pytest.raises(Interrupted):
+        turn._wait(entry)  # noqa: SLF001
+    assert entry not in turn.queue
+    done.set()
+    other.join()
+    monkeypatch.undo()
+    assert _short_run_on_another_thread() < 2

@@ -19,13 +19,17 @@ Short runs take turns, process-wide. A small model's run is mostly Python's per-
 which holds the GIL: eight threads running it at once only took the GIL from each other at
 every kernel call (a context switch and a cold cache each time; 8 threads took 1.1-1.5x one
 thread's time in total). Taking turns, seven of them wait in a lock, outside the GIL, while
-one runs. A session measures its runs (``Pace``) to know whether they are short; long runs
+one runs. A thread keeps the turn across its consecutive runs for a slice of time (handing it
+over after every run cost a context switch or more per run, and moved runs between cores).
+A session measures its runs (``Pace``) to know whether they are short; long runs
 (their kernels release the GIL for their work) run side by side. Turns order runs and nothing
 else: a run's results do not depend on them.
 """
 
 from __future__ import annotations
 
+import _thread
+import collections
 import os
 import threading
 import time
@@ -133,7 +137,136 @@ def _leave_blas() -> None:
 #: time of long runs and short ones alike. Work on the native pool's or BLAS's threads does
 #: not count: a run that waits for them leaves the GIL to others meanwhile.)
 SHORT_RUN_SECONDS = 0.001
-_turns = threading.RLock()  # held by the short run in progress (re-entrant: a run may nest one)
+#: How long a thread keeps the turn across its consecutive short runs while others wait (its
+#: first run past it hands the turn over): CPython's own switch interval for the GIL. Handing
+#: the turn over after every run cost a context switch or more per run and moved runs between
+#: cores; shorter slices still woke waiters often enough to cost most of that.
+SLICE_SECONDS = 0.005
+
+
+class _Turn:
+    """The turn short runs take: held by one thread at a time, for its runs in progress and,
+    until its slice ends, between them, so that a thread running short runs one after the
+    other keeps the core and its cache. Waiters queue in order, each on its own lock, and the
+    turn is handed to the first directly (no other waiter wakes, no thread barges in). A holder
+    that stops calling cannot keep it: once its slice ends, the first waiter takes the turn
+    from it (the first waiter's wait ends with the slice), and a thread that ends gives it
+    back. Nested runs on the holder's thread count its depth."""
+
+    __slots__ = ("guard", "owner", "depth", "deadline", "queue")
+
+    def __init__(self) -> None:
+        self.guard = _thread.allocate_lock()
+        self.owner: int | None = None  # the thread holding the turn
+        self.depth = 0  # its runs in progress (0: it holds the turn between runs)
+        self.deadline = 0.0  # its slice's end
+        self.queue: collections.deque = collections.deque()  # waiters: [thread, lock]
+
+    def acquire(self) -> None:
+        me = _thread.get_ident()
+        if _leaving.__dict__.get("hook") is None:
+            _leaving.hook = _GiveBackAtThreadEnd(me)
+        with self.guard:
+            if self.owner == me and (self.depth or not self.queue or _now() < self.deadline):
+                if not self.depth and _now() >= self.deadline:
+                    self.deadline = _now() + SLICE_SECONDS  # nobody waits: a new slice
+                self.depth += 1
+                return
+            if self.owner is None or (not (self.depth or self.queue) and _now() >= self.deadline):
+                self._take(me)  # (free, or left by a thread whose slice is over)
+                return
+            if self.owner == me:  # its slice is over and others wait: queue behind them
+                self._hand_over()
+            entry = [me, _thread.allocate_lock()]
+            entry[1].acquire()
+            self.queue.append(entry)
+        self._wait(entry)
+
+    def _take(self, me: int) -> None:
+        self.owner, self.depth, self.deadline = me, 1, _now() + SLICE_SECONDS
+
+    def _hand_over(self) -> None:
+        """Give the turn to the first waiter, or to nobody (under ``guard``)."""
+        if not self.queue:
+            self.owner, self.depth = None, 0
+            return
+        me, lock = self.queue.popleft()
+        self.owner, self.depth, self.deadline = me, 1, _now() + SLICE_SECONDS
+        if lock.locked():  # (not if its wait timed out meanwhile)
+            lock.release()
+
+    def _wait(self, entry: list) -> None:
+        me, lock = entry
+        try:
+            while True:
+                lock.acquire(timeout=self._patience(entry))  # (handed over, or timed out)
+                if self._served(entry):
+                    return
+        except BaseException:  # (Ctrl-C while waiting: the turn, if handed over, goes on)
+            with self.guard:
+                if self.owner == me:
+                    self._hand_over()
+                elif entry in self.queue:
+                    self.queue.remove(entry)
+            raise
+
+    def _patience(self, entry: list) -> float:
+        """How long a waiter waits before it looks whether the holder left the turn: until
+        its turn would come if every holder before it used its whole slice (the holders
+        hand it over sooner, and wake it). The first waiter's wait ends with the slice, or
+        one slice later if the holder runs past it (its next run will hand the turn over: one
+        look per slice, not a poll): a holder that stopped calling keeps it two slices at most."""
+        with self.guard:
+            place = self.queue.index(entry) if entry in self.queue else 0
+            left = self.deadline - _now()
+        return (left if left > 0 else SLICE_SECONDS) + place * SLICE_SECONDS + 1e-4
+
+    def _served(self, entry: list) -> bool:
+        """Whether the waiter has the turn, handed over or taken from a holder that left it
+        (its slice over, no run in progress)."""
+        me = entry[0]
+        with self.guard:
+            if self.owner == me:
+                return True
+            if self.queue and self.queue[0] is entry and not self.depth and _now() >= self.deadline:
+                self.queue.popleft()
+                self._take(me)
+                return True
+            return False
+
+    def release(self, failed: bool = False) -> None:
+        """End a run; the turn stays with its thread until its slice ends, unless the run
+        failed (Ctrl-C, say: the thread may never run again)."""
+        with self.guard:
+            if self.owner != _thread.get_ident():
+                return  # (taken from it, or a fork in between)
+            self.depth -= 1
+            if self.depth <= 0 and failed:
+                self._hand_over()  # (the holder's next run hands it over once its slice ends)
+
+    def give_back(self, thread: int) -> None:
+        with self.guard:
+            if self.owner == thread and not self.depth:
+                self._hand_over()
+
+
+class _GiveBackAtThreadEnd:
+    """Lives in a thread's locals: when the thread ends, the turn it kept goes on."""
+
+    __slots__ = ("thread",)
+
+    def __init__(self, thread: int) -> None:
+        self.thread = thread
+
+    def __del__(self) -> None:
+        turns = globals().get("_turns")  # (None at the interpreter's exit)
+        if turns is not None:
+            turns.give_back(self.thread)
+
+
+_now = time.monotonic
+_leaving = threading.local()
+_turns = _Turn()
 
 
 class Pace:
@@ -174,7 +307,7 @@ class run_slot:  # noqa: N801  (used as a function: ``with run_slot(threads, bla
             self._enter_resources()
         except BaseException:  # (Ctrl-C while waiting for BLAS: the turn must not stay taken)
             if self.turn is not None:
-                self.turn.release()
+                self.turn.release(failed=True)
             raise
         if pace is not None:
             self.start = time.thread_time()
@@ -200,14 +333,14 @@ class run_slot:  # noqa: N801  (used as a function: ``with run_slot(threads, bla
             with _lock:
                 _leave_blas()
         if self.turn is not None:
-            self.turn.release()
+            self.turn.release(failed=exc[0] is not None and not issubclass(exc[0], Exception))
 
 
 def _after_fork_in_child() -> None:
     """A child forked while other threads ran has none of them: their turn and their BLAS
     places would never be given back (the child's first run would wait forever)."""
     global _turns, _lock, _blas_runs, _waiting_wide, _waiting
-    _turns, _lock = threading.RLock(), threading.Condition()
+    _turns, _lock = _Turn(), threading.Condition()
     _blas_runs = _waiting_wide = _waiting = 0
 
 
