@@ -106,13 +106,21 @@ class InferenceSession(SessionAPI):
         self._overridable = [v for v in graph.inputs if v.name in inits]
         self._input_index = {v.name: i for i, v in enumerate(graph.inputs)}
         self._slot_by_name = {v.name: s for s, v in enumerate(self._plan.values) if v.name}
-        self._pool_heavy = native.available() and _pool_heavy(graph)
+        # most heavy ops on onyx's pool rather than BLAS: BLAS gets one thread (OpenBLAS's idle
+        # threads spin for a long while after every call, taking cores from the next convs)
+        where = [_threads(n) for n in graph]
+        self._pool_heavy = native.available() and where.count("pool") > where.count("blas")
         # the first run of each input shape signature checks every step's outputs against
         # the types inference derives (plan.OutputCheck, made at the first run)
         self._output_check: OutputCheck | None = None
         self._checked_signatures: set = set()
         self._checks_per_ranks: dict = {}
-        self._blas_work = any(_threads(n) == "blas" for n in graph.all_nodes())
+        blas_work = any(_threads(n) == "blas" for n in graph.all_nodes())
+        #: each run's native threads and BLAS wish (concurrency.run_slot), fixed at creation
+        self._run_threads = int(self._options.intra_op_num_threads or 0)
+        self._run_blas = 1 if self._pool_heavy else self._run_threads
+        if not self._run_blas and not blas_work:
+            self._run_blas = None  # no BLAS work, no wish: concurrent runs need not wait for it
         # run()'s fast path: what it checks of each feed, found once (None: never fast)
         self._fast_feeds = _fast_feed_specs(self._inputs, self._input_index)
         #: (output names, feed shapes) -> wanted slots, for signatures a full run has checked
@@ -219,8 +227,6 @@ class InferenceSession(SessionAPI):
         wanted = None
         if output_names:
             wanted = tuple(self._output_slot(n) for n in output_names)
-        threads = int(self._options.intra_op_num_threads or 0)
-        blas = 1 if self._pool_heavy else threads
         check = None
         signature = (wanted, *[getattr(x, "shape", None) for x in inputs])
         if (
@@ -232,9 +238,7 @@ class InferenceSession(SessionAPI):
             self._checks_per_ranks[ranks] = self._checks_per_ranks.get(ranks, 0) + 1
             if self._output_check is None:
                 self._output_check = _output_check(self._plan, self._planned_model)
-        if not blas and not self._blas_work:
-            blas = None  # no BLAS work, no wish: concurrent runs need not wait for BLAS
-        with concurrency.run_slot(threads, blas, self._pace):  # concurrent runs share the cores
+        with self._run_slot():  # concurrent runs share the cores
             if run_options is not None or self._log_runs:
                 check = None  # (a run with options is not a signature's checked run)
                 results = self._run_with_options(inputs, wanted, run_options or RunOptions())
@@ -252,18 +256,12 @@ class InferenceSession(SessionAPI):
         dtype, nothing else is fed, and a full run has validated and checked this signature
         (its shapes and output names); (None, None) sends the call down the full path, which
         does every check and raises the errors."""
-        specs = self._fast_feeds
-        if specs is None or len(feed) != len(specs) or self._profiler is not None:
+        if self._profiler is not None:
             return None, None
-        inputs = [None] * len(self._input_index)
-        shapes = []
-        for name, index, dtype in specs:
-            arr = feed.get(name)
-            if arr.__class__ is not np.ndarray or arr.dtype is not dtype:
-                return None, None
-            shapes.append(arr.shape)
-            inputs[index] = arr
-        key = (tuple(output_names) if output_names else None, *shapes)
+        inputs = self._exact_feeds(feed)
+        if inputs is None:
+            return None, None
+        key = (tuple(output_names) if output_names else None, *_shapes(inputs))
         wanted = self._fast_signatures.get(key, _UNCHECKED)
         if wanted is _UNCHECKED:
             return None, None
@@ -273,12 +271,25 @@ class InferenceSession(SessionAPI):
                 arr.flags.writeable = False
         return inputs, wanted
 
+    def _exact_feeds(self, feed: dict) -> list | None:
+        """The plan's inputs when the feed is exactly one ndarray of its input's dtype per
+        input to feed (what the fast path takes as it is), else None."""
+        specs = self._fast_feeds
+        if specs is None or len(feed) != len(specs):
+            return None
+        inputs = [None] * len(self._input_index)
+        for name, index, dtype in specs:
+            arr = feed.get(name)
+            if arr.__class__ is not np.ndarray or arr.dtype is not dtype:
+                return None
+            inputs[index] = arr
+        return inputs
+
+    def _run_slot(self) -> concurrency.run_slot:
+        return concurrency.run_slot(self._run_threads, self._run_blas, self._pace)
+
     def _run_fast(self, inputs: list, wanted) -> list:
-        threads = int(self._options.intra_op_num_threads or 0)
-        blas = 1 if self._pool_heavy else threads
-        if not blas and not self._blas_work:
-            blas = None
-        with concurrency.run_slot(threads, blas, self._pace), ignoring_fp_errors():
+        with self._run_slot(), ignoring_fp_errors():
             results = self._plan.run(inputs, None, wanted)
         return [
             r if r.__class__ is np.ndarray and r.flags.writeable else as_array_result(r)
@@ -287,15 +298,10 @@ class InferenceSession(SessionAPI):
 
     def _note_fast_signature(self, output_names, feed: dict, wanted) -> None:
         """Remember a checked signature for the fast path (when its feeds would take it)."""
-        specs = self._fast_feeds
-        if specs is None or self._log_runs or len(feed) != len(specs):
+        inputs = None if self._log_runs else self._exact_feeds(feed)
+        if inputs is None:
             return
-        shapes = []
-        for name, _, dtype in specs:
-            arr = feed.get(name)
-            if arr.__class__ is not np.ndarray or arr.dtype is not dtype:
-                return
-            shapes.append(arr.shape)
+        shapes = _shapes(inputs)
         try:
             key = (tuple(output_names) if output_names else None, *shapes)
             self._fast_signatures[key] = wanted
@@ -366,6 +372,11 @@ def _fast_feed_specs(inputs: list[ir.Value], index: dict[str, int]) -> tuple | N
     return tuple(specs)
 
 
+def _shapes(inputs: list) -> list:
+    """The shapes of the fed inputs, in the graph's order (the fast path's key)."""
+    return [arr.shape for arr in inputs if arr is not None]
+
+
 def _ranks(signature: tuple) -> tuple:
     """A shape signature's pattern: the fetched outputs and each input's rank."""
     return signature[0], *[None if s is None else len(s) for s in signature[1:]]
@@ -387,19 +398,6 @@ def _threads(node: ir.Node) -> str | None:
     """Where the node's heavy work runs: "pool", "blas" or None (the op's `threads` trait)."""
     where = traits(node.op_type, node.domain).threads
     return where(node) if callable(where) else where
-
-
-def _pool_heavy(graph: ir.Graph) -> bool:
-    """Whether most of the model's heavy ops run on onyx's pool rather than on BLAS. Then BLAS
-    gets one thread: OpenBLAS's idle threads spin (sched_yield) for a long while after every
-    call, and a ResNet's final Gemm left them taking half the cores from the next run's
-    convs."""
-    pool = blas = 0
-    for node in graph:
-        where = _threads(node)
-        pool += where == "pool"
-        blas += where == "blas"
-    return pool > blas
 
 
 def _check_feed(v: ir.Value, value: Any) -> Any:
