@@ -36,6 +36,47 @@ class GenerationResult:
     timings: dict = field(default_factory=dict)  # prefill_s, decode_s, decode_tokens_per_s
 
 
+def prompt_tokens(model, prompt: str | Sequence[int], max_new_tokens: int) -> list[int]:
+    """The prompt's token ids (a text is encoded by ``model.tokenizer``, loaded only then),
+    checked with the number of new tokens."""
+    ids = (
+        list(model.tokenizer.encode(prompt).ids)
+        if isinstance(prompt, str)
+        else [int(t) for t in prompt]
+    )
+    if not ids:
+        raise InvalidArgument("the prompt has no tokens")
+    if max_new_tokens < 0:
+        raise InvalidArgument(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+    return ids
+
+
+class TokenStream:
+    """Calls a generation's callback with each new token and, for a text prompt, the text it
+    added (decoding all the new tokens each time: a token may complete a character); makes
+    the result. ``model.tokenizer`` is read for text prompts only (loaded on first use)."""
+
+    def __init__(self, model, callback: TokenCallback | None, as_text: bool):
+        self.model, self.callback, self.as_text = model, callback, as_text
+        self.emitted = ""
+
+    def __call__(self, new: list[int]) -> None:
+        if self.callback is None:
+            return
+        piece = None
+        if self.as_text:
+            text = self.model.tokenizer.decode(new)
+            piece, self.emitted = text[len(self.emitted) :], text
+        self.callback(new[-1], piece)
+
+    def result(self, new: list[int], sequence: list[int], finish: str, timings: dict):
+        """The GenerationResult, with the decoding rate when more than one token was decoded."""
+        if len(new) > 1 and timings["decode_s"] > 0:
+            timings["decode_tokens_per_s"] = (len(new) - 1) / timings["decode_s"]
+        text = self.model.tokenizer.decode(new) if self.as_text else None
+        return GenerationResult(new, sequence, text, finish, timings)
+
+
 class KVCache:
     """The past key / value tensors of every layer.
 
@@ -133,11 +174,7 @@ class Generator:
     ) -> GenerationResult:
         cfg = self.config
         as_text = isinstance(prompt, str)
-        ids = list(self.tokenizer.encode(prompt).ids) if as_text else [int(t) for t in prompt]
-        if not ids:
-            raise InvalidArgument("the prompt has no tokens")
-        if max_new_tokens < 0:
-            raise InvalidArgument(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+        ids = prompt_tokens(self, prompt, max_new_tokens)
         if prefill_chunk < 1:
             raise InvalidArgument(f"prefill_chunk must be >= 1, got {prefill_chunk}")
         options = SamplingOptions(do_sample, temperature, top_k, top_p, repetition_penalty)
@@ -185,7 +222,8 @@ class Generator:
     ) -> GenerationResult:
         cfg = self.config
         out_names = [cfg.logits, *cache.outputs]
-        sequence, new, emitted = list(ids), [], ""
+        sequence, new = list(ids), []
+        stream = TokenStream(self, callback, as_text)
         timings = {"prefill_s": 0.0, "decode_s": 0.0}
         start = time.perf_counter()
         past = self._prefill_head(ids, cache, chunk, out_names) if max_new_tokens else 0
@@ -200,23 +238,14 @@ class Generator:
             past += step_ids.shape[1]
             sequence.append(token)
             new.append(token)
-            if callback is not None:
-                piece = None
-                if as_text:
-                    text = self.tokenizer.decode(new)
-                    piece, emitted = text[len(emitted) :], text
-                callback(token, piece)
+            stream(new)
             if token in stops:
                 finish = "stop"
                 break
             if past + 1 > cfg.context_length:
                 break
             step_ids = np.array([[token]])
-        decoded = len(new) - 1
-        if decoded > 0 and timings["decode_s"] > 0:
-            timings["decode_tokens_per_s"] = decoded / timings["decode_s"]
-        text = self.tokenizer.decode(new) if as_text else None
-        return GenerationResult(new, sequence, text, finish, timings)
+        return stream.result(new, sequence, finish, timings)
 
 
 def generate(

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InvalidArgument
-from .generator import GenerationResult, TokenCallback
+from .generator import GenerationResult, TokenCallback, TokenStream, prompt_tokens
 from .sampling import SamplingOptions, next_token
 from .text import load_tokenizer
 
@@ -85,12 +85,8 @@ class Seq2SeqGenerator:
         stop_token_ids: Sequence[int] | None = None,
         callback: TokenCallback | None = None,
     ) -> GenerationResult:
-        as_text = isinstance(prompt, str)
-        ids = list(self.tokenizer.encode(prompt).ids) if as_text else [int(t) for t in prompt]
-        if not ids:
-            raise InvalidArgument("the prompt has no tokens")
-        if max_new_tokens < 0:
-            raise InvalidArgument(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+        ids = prompt_tokens(self, prompt, max_new_tokens)
+        stream = TokenStream(self, callback, isinstance(prompt, str))
         options = SamplingOptions(do_sample, temperature, top_k, top_p, repetition_penalty)
         stops = set(self.eos if stop_token_ids is None else stop_token_ids)
         rng = np.random.default_rng(seed)
@@ -100,7 +96,7 @@ class Seq2SeqGenerator:
         hidden = self.encoder.run(None, {"input_ids": prompt_ids, "attention_mask": mask})[0]
         past = {n: self._empty_past(n) for n in self.past}
         timings = {"prefill_s": time.perf_counter() - start, "decode_s": 0.0}
-        sequence, new, emitted, finish = [self.start_token], [], "", "length"
+        sequence, new, finish = [self.start_token], [], "length"
         for step in range(max_new_tokens):
             begin = time.perf_counter()
             feeds = {
@@ -119,19 +115,11 @@ class Seq2SeqGenerator:
                     past[name] = np.asarray(value)
             sequence.append(token)
             new.append(token)
-            if callback is not None:
-                piece = None
-                if as_text:
-                    text = self.tokenizer.decode(new)
-                    piece, emitted = text[len(emitted) :], text
-                callback(token, piece)
+            stream(new)
             if token in stops:
                 finish = "stop"
                 break
-        if len(new) > 1 and timings["decode_s"] > 0:
-            timings["decode_tokens_per_s"] = (len(new) - 1) / timings["decode_s"]
-        text = self.tokenizer.decode(new) if as_text else None
-        return GenerationResult(new, ids + new, text, finish, timings)
+        return stream.result(new, ids + new, finish, timings)
 
 
 def _layer_order(name: str) -> tuple:
