@@ -599,6 +599,12 @@ def conv_key(auto_pad, pads, strides, dilations, kernel_shape) -> tuple:
     )
 
 
+def float32_weights(W: np.ndarray, B: np.ndarray | None) -> tuple:
+    """A float16 conv's weights in float32, W converted once per constant W."""
+    w32 = derived(W, "float32", lambda: frozen(W.astype(np.float32)))
+    return w32, None if B is None else B.astype(np.float32)
+
+
 @op("Conv", since=1, threads="pool")
 def conv(
     X,
@@ -620,8 +626,7 @@ def conv(
         # float16 computes in float32 (compute_dtype): as float32 does, native paths included,
         # with the weights converted once per constant W (the numpy path took 30 ms of a
         # MobileNet's 75)
-        w32 = derived(W, "float32", lambda: frozen(W.astype(np.float32)))
-        b32 = None if B is None else B.astype(np.float32)
+        w32, b32 = float32_weights(W, B)
         y = conv(
             X.astype(np.float32),
             w32,

@@ -12,8 +12,8 @@ import numpy as np
 from .. import native
 from ..registry import ONYX_DOMAIN, op
 from .activation import hard_sigmoid_into, hard_swish, sigmoid_into
-from .conv import conv, conv_key, native_conv_f32
-from .derived import derived, frozen
+from .conv import conv, conv_key, float32_weights, native_conv_f32
+from .derived import derived
 from .linalg import gemm
 
 MS = "com.microsoft"
@@ -89,8 +89,7 @@ def fused_conv(
     if X.dtype == np.float16 and W.dtype == np.float16 and Z is None and activation in _MONOTONE:
         # float16 computes in float32; an activation that commutes with rounding (a clamp)
         # applies before the one rounding to float16 as exactly as after it, and natively
-        w32 = derived(W, "float32", lambda: frozen(W.astype(np.float32)))
-        b32 = None if B is None else B.astype(np.float32)
+        w32, b32 = float32_weights(W, B)
         y = fused_conv(
             X.astype(np.float32),
             w32,
