@@ -230,3 +230,46 @@ def test_global_average_pool_kept_per_constants(dtype):
     x = RNG.integers(info.min, info.max + 1, (2, 5, 4, 3)).astype(dtype)
     for _ in range(2):
         _same(_both(kernel, x, *_q(dtype), *_q(dtype)))
+
+
+@pytest.mark.parametrize(
+    "kernel, stride, pads, dilation",
+    [(5, 1, [2, 2], 1), (5, 2, [2, 2], 1), (400, 160, [0, 0], 1), (3, 1, [0, 1], 2)],
+)
+def test_one_dimensional_qlinear_conv_runs_as_a_one_row_image(
+    monkeypatch, kernel, stride, pads, dilation
+):
+    """A 1-D QLinearConv takes the 2-D conv's native paths on a one-row image (an audio
+    model's int8 front-end ran at half its float speed on the column-packing path): the bits
+    stay onnxruntime's."""
+    from onyx.runtime.kernels import conv as conv_kernels
+
+    lifted = []
+    real = conv_kernels._one_row_result  # noqa: SLF001  (the dispatch under test)
+    monkeypatch.setattr(conv_kernels, "_one_row_result", lambda y: lifted.append(1) or real(y))
+    rng = np.random.default_rng(kernel + stride)
+    C, M, L = 8, 16, 1600
+    x = rng.integers(0, 256, (2, C, L), dtype=np.uint8)
+    w = rng.integers(-127, 128, (M, C, kernel), dtype=np.int8)
+    h = onnx.helper
+    inits = [
+        onnx.numpy_helper.from_array(a, n)
+        for a, n in [
+            (np.float32(0.02), "xs"), (np.uint8(128), "xz"), (w, "w"),
+            (rng.uniform(0.001, 0.01, M).astype(np.float32), "ws"), (np.zeros(M, np.int8), "wz"),
+            (np.float32(0.5), "ys"), (np.uint8(100), "yz"),
+        ]
+    ]  # fmt: skip
+    node = h.make_node(
+        "QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"], ["y"],
+        kernel_shape=[kernel], strides=[stride], pads=pads, dilations=[dilation],
+    )  # fmt: skip
+    graph = h.make_graph(
+        [node], "g", [h.make_tensor_value_info("x", onnx.TensorProto.UINT8, x.shape)],
+        [h.make_tensor_value_info("y", onnx.TensorProto.UINT8, None)], inits,
+    )  # fmt: skip
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]).SerializeToString()
+    ours = onyx.InferenceSession(model).run(None, {"x": x})[0]
+    theirs = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(ours, theirs)
+    assert lifted or not native.available()

@@ -718,6 +718,23 @@ def _integer_conv_runner(
     return lambda x: _lookup(run(x), table)
 
 
+def _one_row_attrs(attrs: dict) -> dict:
+    """A 1-D conv's attributes for the 2-D conv of a one-row image (the row axis adds nothing)."""
+    pads = attrs.get("pads")
+    lifted = dict(attrs)
+    for name in ("dilations", "kernel_shape", "strides"):
+        if attrs.get(name) is not None:
+            lifted[name] = [1, *attrs[name]]
+    if pads is not None:
+        lifted["pads"] = [0, pads[0], 0, pads[1]]
+    return lifted
+
+
+def _one_row_result(y):
+    """The (N, M, 1, L) result of a lifted 1-D conv as (N, M, L) (a lookup-applied one too)."""
+    return y[:, :, 0, :]
+
+
 def _lookup(y: np.ndarray, table: np.ndarray) -> np.ndarray:
     """table[y] for bytes y, by bit pattern (as ai.onyx TableLookup)."""
     out = native.lookup8(y, table)
@@ -727,6 +744,19 @@ def _lookup(y: np.ndarray, table: np.ndarray) -> np.ndarray:
 def _integer_conv_runner_of(
     x, w, x_zero_point, w_zero_point, bias, scale, y_zero_point, attrs, table
 ):
+    if x.ndim == 3 and w.ndim == 3:  # 1-D: the 2-D conv of a one-row image, its fast paths
+        run = _integer_conv_runner_of(
+            x[:, :, None, :],
+            w[:, :, None, :],
+            x_zero_point,
+            w_zero_point,
+            bias,
+            scale,
+            y_zero_point,
+            _one_row_attrs(attrs),
+            table,
+        )
+        return None if run is None else lambda x: _one_row_result(run(x[:, :, None, :]))
     group = attrs["group"]
     M, Cg = w.shape[:2]
     K = Cg * math.prod(w.shape[2:])
