@@ -20,6 +20,7 @@ from . import (
     lookup,
     qdq,
     rnn,
+    self_attention,
     transformer,
     transpose,
     trees,
@@ -57,6 +58,7 @@ TRIGGERS: dict[str, tuple[tuple[str, ...], ...]] = {
     "BiasGeluFusion": (("Gelu", "FastGelu"), ("Add",)),
     "LayerNormFusion": (("ReduceMean",),),
     "MatMulScaleFusion": (("MatMul", "FusedMatMul"),),
+    "SelfAttentionFusion": (("Softmax",), ("MatMul",)),
     "AttentionFusion": (("Softmax",),),
     "TransposeOptimizer": (("Transpose",),),
     "RnnZeroInitialState": (tuple(rnn.STATE_INPUTS),),
@@ -110,6 +112,7 @@ FUSIONS: tuple[Pass, ...] = tuple(
         transformer.bias_gelu_fusion,
         transformer.layer_norm_fusion,
         transformer.matmul_scale,
+        self_attention.self_attention_fusion,  # (before it: a whole block, projections included)
         transformer.attention_fusion,
         transpose.transpose_cancellation,
         rnn.rnn_zero_initial_state,
