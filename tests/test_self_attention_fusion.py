@@ -83,6 +83,8 @@ def test_zoo_encoders_fuse_or_stay_and_match_onnxruntime(name):
     ops = _ops(path)
     assert ops.count("Attention") == fused
     assert ("Softmax" in ops) == (fused == 0)
+    if name == "bert_optimum":  # (the embeddings' norm has no residual)
+        assert ops.count("SkipLayerNormalization") == 4 and ops.count("LayerNormalization") == 1
     want = _ort(path, feeds)
     got = _onyx(path, feeds)
     _close(got, want)
@@ -208,3 +210,60 @@ def test_other_blocks_stay(variant):
     ops = _ops(model)
     assert "Attention" not in ops and "Softmax" in ops
     _close(_onyx(model, feeds), _ort(model, feeds), 1e-5)
+
+
+# ----------------------------------------------------------------------- SkipLayerNormFusion
+
+
+def _residual_norm(skip_shape=("B", SEQ, D), bias=True, stats_read=False):
+    """MatMul [+ bias] + skip -> LayerNormalization, as BERT's residual connections."""
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"])]
+    inits = [numpy_helper.from_array(RNG.standard_normal((D, D)).astype(np.float32), "w")]
+    src = "m"
+    if bias:
+        inits.append(numpy_helper.from_array(RNG.standard_normal(D).astype(np.float32), "b"))
+        nodes.append(helper.make_node("Add", ["m", "b"], ["mb"]))
+        src = "mb"
+    for name in ("gamma", "beta"):
+        inits.append(numpy_helper.from_array(RNG.standard_normal(D).astype(np.float32), name))
+    nodes.append(helper.make_node("Add", ["skip", src], ["s"]))
+    outputs = ["y", "mean"] if stats_read else ["y"]
+    nodes.append(
+        helper.make_node("LayerNormalization", ["s", "gamma", "beta"], outputs, epsilon=1e-6)
+    )
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", SEQ, D]),
+            helper.make_tensor_value_info("skip", TensorProto.FLOAT, list(skip_shape)),
+        ],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    return model.SerializeToString()
+
+
+@pytest.mark.parametrize("variant, fused", [
+    (dict(), True), (dict(bias=False), True),
+    (dict(skip_shape=(1, SEQ, D)), False),  # the skip broadcasts over the batch
+    (dict(stats_read=True), False),  # LayerNormalization's mean is read
+])  # fmt: skip
+def test_skip_layer_norm_fusion(variant, fused):
+    model = _residual_norm(**variant)
+    skip_shape = [2 if d == "B" else d for d in variant.get("skip_shape", ("B", SEQ, D))]
+    feeds = {
+        "x": RNG.standard_normal((2, SEQ, D)).astype(np.float32),
+        "skip": RNG.standard_normal(skip_shape).astype(np.float32),
+    }
+    optimized = onyx.optimize(onyx.loads(model))
+    ops = [n.op_type for n in optimized.graph]
+    assert ("SkipLayerNormalization" in ops) == fused, ops
+    if fused:
+        assert ops == ["MatMul", "SkipLayerNormalization"]
+        _close(_ort(onyx.dumps(optimized), feeds), _ort(model, feeds), 1e-5)
+    want = _ort(model, feeds)
+    _close(_onyx(model, feeds), want, 1e-5)
+    with native.disabled():
+        _close(_onyx(model, feeds), want, 1e-5)

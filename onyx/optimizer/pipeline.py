@@ -21,6 +21,7 @@ from . import (
     qdq,
     rnn,
     self_attention,
+    skip_layer_norm,
     transformer,
     transpose,
     trees,
@@ -57,6 +58,7 @@ TRIGGERS: dict[str, tuple[tuple[str, ...], ...]] = {
     "FastGeluFusion": (("Tanh", "Gelu"),),
     "BiasGeluFusion": (("Gelu", "FastGelu"), ("Add",)),
     "LayerNormFusion": (("ReduceMean",),),
+    "SkipLayerNormFusion": (("LayerNormalization",), ("Add",)),
     "MatMulScaleFusion": (("MatMul", "FusedMatMul"),),
     "SelfAttentionFusion": (("Softmax",), ("MatMul",)),
     "AttentionFusion": (("Softmax",),),
@@ -111,6 +113,7 @@ FUSIONS: tuple[Pass, ...] = tuple(
         transformer.fast_gelu_fusion,
         transformer.bias_gelu_fusion,
         transformer.layer_norm_fusion,
+        skip_layer_norm.skip_layer_norm_fusion,
         transformer.matmul_scale,
         self_attention.self_attention_fusion,  # (before it: a whole block, projections included)
         transformer.attention_fusion,
