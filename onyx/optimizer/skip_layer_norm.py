@@ -31,8 +31,10 @@ def _bias_split(ctx: PassContext, v: ir.Value, reader: ir.Node, width):
     add = v.producer
     if is_op(add, "Add") and ctx.single_use(v) is reader:
         for x, b in (add.inputs, add.inputs[::-1]):
-            if _vector(ctx, b, width) and ctx.const(x) is None and same_dims(
-                static_shape(x), static_shape(v)
+            if (
+                _vector(ctx, b, width)
+                and ctx.const(x) is None
+                and same_dims(static_shape(x), static_shape(v))
             ):
                 return x, b, add
     return v, None, None
