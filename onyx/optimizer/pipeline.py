@@ -14,6 +14,7 @@ from . import (
     cleanup,
     conv,
     dynamic_quant,
+    embed_layer_norm,
     float16,
     fold,
     gemm,
@@ -58,6 +59,7 @@ TRIGGERS: dict[str, tuple[tuple[str, ...], ...]] = {
     "FastGeluFusion": (("Tanh", "Gelu"),),
     "BiasGeluFusion": (("Gelu", "FastGelu"), ("Add",)),
     "LayerNormFusion": (("ReduceMean",),),
+    "EmbedLayerNormFusion": (("LayerNormalization",), ("Gather",), ("Add",)),
     "SkipLayerNormFusion": (("LayerNormalization",), ("Add",)),
     "MatMulScaleFusion": (("MatMul", "FusedMatMul"),),
     "SelfAttentionFusion": (("Softmax",), ("MatMul",)),
@@ -113,6 +115,7 @@ FUSIONS: tuple[Pass, ...] = tuple(
         transformer.fast_gelu_fusion,
         transformer.bias_gelu_fusion,
         transformer.layer_norm_fusion,
+        embed_layer_norm.embed_layer_norm_fusion,  # (first: its sum is no residual's)
         skip_layer_norm.skip_layer_norm_fusion,
         transformer.matmul_scale,
         self_attention.self_attention_fusion,  # (before it: a whole block, projections included)
