@@ -111,7 +111,8 @@ D, HEADS, SEQ = 16, 2, 5
 RNG = np.random.default_rng(7)
 
 
-def _block(mask="where", k_perm=(0, 2, 3, 1), scale_op="Div", unsqueeze=(1, 2), bias=True):
+def _block(mask="where", k_perm=(0, 2, 3, 1), scale_op="Div", unsqueeze=(1, 2), bias=True,
+           heads_shape=(0, 0, HEADS, D // HEADS), batch="B"):  # fmt: skip
     """One exported attention block over x [B, S, D] with a [B, S] mask input."""
     head = D // HEADS
     nodes, inits = [], []
@@ -131,7 +132,7 @@ def _block(mask="where", k_perm=(0, 2, 3, 1), scale_op="Div", unsqueeze=(1, 2), 
         nodes.append(helper.make_node("Reshape", [src, "heads_shape"], [f"{tag}_r"]))
         nodes.append(helper.make_node("Transpose", [f"{tag}_r"], [tag], perm=list(perm)))
 
-    init("heads_shape", np.array([0, 0, HEADS, head], np.int64))
+    init("heads_shape", np.array(heads_shape, np.int64))
     init("merged_shape", np.array([0, 0, D], np.int64))
     proj("q", (0, 2, 1, 3))
     proj("k", k_perm)
@@ -164,14 +165,14 @@ def _block(mask="where", k_perm=(0, 2, 3, 1), scale_op="Div", unsqueeze=(1, 2), 
         helper.make_node("Transpose", ["o"], ["ot"], perm=[0, 2, 1, 3]),
         helper.make_node("Reshape", ["ot", "merged_shape"], ["y"]),
     ]
-    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", SEQ, D])]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, SEQ, D])]
     if mask is not None:
-        inputs.append(helper.make_tensor_value_info("mask", TensorProto.INT64, ["B", SEQ]))
+        inputs.append(helper.make_tensor_value_info("mask", TensorProto.INT64, [batch, SEQ]))
     graph = helper.make_graph(
         nodes,
         "g",
         inputs,
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", SEQ, D])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, SEQ, D])],
         inits,
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
@@ -204,10 +205,13 @@ def test_exported_block_variants_fuse(variant):
 @pytest.mark.parametrize("variant", [
     dict(scale_op="Add"),  # not a scale of the scores
     dict(unsqueeze=(1, 3)),  # a mask per query [B, 1, S, 1], not per key
+    dict(mask=None, batch=2, heads_shape=(SEQ, 2, HEADS, D // HEADS)),  # heads over the batch
 ])  # fmt: skip
 def test_other_blocks_stay(variant):
     model = _block(**variant)
     feeds = _block_feeds()
+    if variant.get("mask", "where") is None:
+        del feeds["mask"]
     ops = _ops(model)
     assert "Attention" not in ops and "Softmax" in ops
     _close(_onyx(model, feeds), _ort(model, feeds), 1e-5)

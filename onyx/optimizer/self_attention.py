@@ -155,26 +155,25 @@ def _unsqueezed_axes(ctx: PassContext, node: ir.Node) -> list[int] | None:
     return None if axes is None else [int(a) for a in axes]
 
 
-def _padding_mask(ctx: PassContext, m: ir.Value) -> tuple[ir.Value, float, list] | None:
-    """(the [B, T] mask input, the fill of its zeros, the chain's nodes) when m is the
-    exporters' additive key padding mask (module docstring); else None."""
-    n, chain = m.producer, []
-    fill = None
+def _padding_mask(ctx: PassContext, m: ir.Value) -> tuple[ir.Value, float] | None:
+    """(the [B, T] mask input, the fill of its zeros) when m is the exporters' additive key
+    padding mask (module docstring); else None. (The chain stays: the layers share it, and
+    dead code elimination takes it once the last one is fused.)"""
+    n, fill = m.producer, None
     if is_op(n, "Where") and n.inputs[0] is not None:
-        cond, fill_v, ones = n.inputs
+        cond, fill_v, inverted = n.inputs  # Where(Cast(1 - m, bool), fill, 1 - m)
         cast = cond.producer
-        is_bool = is_op(cast, "Cast") and cast.attr("to") == ir.DataType.BOOL
-        if is_bool and cast.inputs[0] is ones:
-            fill, chain, m = ctx.scalar(fill_v), [n, cast], ones
-    elif is_op(n, "Mul"):
+        if is_op(cast, "Cast") and cast.attr("to") == ir.DataType.BOOL:
+            if cast.inputs[0] is inverted:
+                fill, m = ctx.scalar(fill_v), inverted
+    elif is_op(n, "Mul"):  # (1 - m) * fill
         for x, c in (n.inputs, n.inputs[::-1]):
             if ctx.scalar(c) is not None and ctx.const(x) is None:
-                fill, chain, m = ctx.scalar(c), [n], x
+                fill, m = ctx.scalar(c), x
                 break
     sub = m.producer
     if fill is None or fill > -1e4 or not is_op(sub, "Sub") or ctx.scalar(sub.inputs[0]) != 1.0:
         return None
-    chain.append(sub)
     v, unsqueezes, expanded = sub.inputs[1], [], False
     while v.producer is not None:
         p = v.producer
@@ -189,14 +188,13 @@ def _padding_mask(ctx: PassContext, m: ir.Value) -> tuple[ir.Value, float, list]
             unsqueezes.append(axes)
         else:
             break
-        chain.append(p)
         v = p.inputs[0]
     shape = static_shape(v)
     if shape is None or len(shape) != 2 or not _per_key(unsqueezes[::-1]):
         return None
     if not isinstance(v.type, ir.TensorType) or v.type.elem_type == ir.DataType.STRING:
         return None
-    return v, fill, chain
+    return v, fill
 
 
 @graph_pass("SelfAttentionFusion", EXTENDED)
@@ -232,8 +230,8 @@ def _match(ctx: PassContext, sm: ir.Node):
             if _scores(ctx, s) is not None and ctx.single_use(s) is add:
                 mask = _padding_mask(ctx, m)
                 scores_v, mask_nodes = s, [add]
-                rank = len(static_shape(add.outputs[0]) or (0,) * 4)
-                if rank != 4:  # (an Expand to more axes)
+                summed = static_shape(add.outputs[0])
+                if summed is not None and len(summed) != 4:  # (a mask of more axes)
                     return None
                 break
         if mask is None:
@@ -258,10 +256,21 @@ def _match(ctx: PassContext, sm: ir.Node):
         return None
     if not _merges_heads(ctx, merge, target, heads * size, x_shape):
         return None
+    if not all(_splits_tokens(p[5][1], x_shape) for p in (q, k, v)):
+        return None
     if mask is not None and not _mask_fits(mask[0], x_shape):
         return None
     nodes = [merge_t, out, sm, *mask_nodes, *score_nodes, *q[5], *k[5], *v[5]]
     return merge, q, k, v, heads, scale * q[3], mask, nodes
+
+
+def _splits_tokens(reshape: ir.Node, x_shape: tuple) -> bool:
+    """Whether a heads Reshape keeps x's batch and sequence axes first, where both sides'
+    sizes are known numbers (a constant [S, B, N, H] of a [B, S, D] x is no attention over S)."""
+    dims = static_shape(reshape.outputs[0]) or (None, None)
+    return not any(
+        isinstance(a, int) and isinstance(b, int) and a != b for a, b in zip(dims, x_shape[:2])
+    )
 
 
 def _mask_fits(raw: ir.Value, x_shape: tuple) -> bool:
