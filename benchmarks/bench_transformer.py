@@ -4,6 +4,14 @@
     python benchmarks/bench_transformer.py --zoo             # tests/models' small ones instead
     python benchmarks/bench_transformer.py --only "gpt_ts|bert" --batch 1 --profile
     python benchmarks/bench_transformer.py --only dyn23 --disable AttentionFusion  # a pass's worth
+    python benchmarks/bench_transformer.py --encoders --cpu-time --baseline SelfAttentionFusion
+
+``--encoders``: the BERT-style encoder of scripts/make_transformer_zoo.py --bench (4 layers,
+d=256, 4 heads; benchmarks/models/transformers/bert_bench.onnx as optimum exports it and
+bert_bench_ort_opt.onnx after onnxruntime's transformer optimizer) at batch 1, sequence 128.
+``--baseline PASS ...`` adds a row per model with those onyx passes off, timed in the same
+process and alternating with the others (a fusion's before / after on one loaded machine).
+``--cpu-time`` times by the process's CPU time (a loaded machine's waits for a core excluded).
 
 Realistic models (GPT, BERT and Llama style, d=256, 4 heads, 4 layers, seq 128, the
 architectures of scripts/make_zoo.py) are exported by TorchScript (opset 17) and dynamo (18,
@@ -37,6 +45,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 CACHE = ROOT / ".bench" / "transformer"
+ENCODERS = ROOT / "benchmarks" / "models" / "transformers"
 
 from benchmarks.zoo import make_feeds, zoo_models  # noqa: E402
 
@@ -179,52 +188,65 @@ def realistic_model(name: str) -> Path:
 # ------------------------------------------------------------------------------------- timing
 
 
-def _sessions(path: Path, disabled=()):
-    import onnxruntime as ort
-
+def _onyx_session(path: Path, disabled=()):
     import onyx
+
+    oo = onyx.SessionOptions()
+    oo.intra_op_num_threads = 1
+    oo.disabled_optimizers = list(disabled)
+    return onyx.InferenceSession(str(path), oo)
+
+
+def _sessions(path: Path, disabled=(), baseline=None):
+    """onyx's session (and one with the ``baseline`` passes off, if given), onnxruntime's,
+    and the seconds onyx's took to create."""
+    import onnxruntime as ort
 
     so = ort.SessionOptions()
     so.intra_op_num_threads = so.inter_op_num_threads = 1
     ort_sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-    oo = onyx.SessionOptions()
-    oo.intra_op_num_threads = 1
-    oo.disabled_optimizers = list(disabled)
     t0 = time.perf_counter()
-    onyx_sess = onyx.InferenceSession(str(path), oo)
+    onyx_sess = _onyx_session(path, disabled)
     create = time.perf_counter() - t0
-    return onyx_sess, ort_sess, create
+    sessions = {"onyx": onyx_sess, "ort": ort_sess}
+    if baseline:
+        sessions["onyx_base"] = _onyx_session(path, [*disabled, *baseline])
+    return sessions, create
 
 
-def measure(path: Path, feeds: dict, budget: float, min_runs: int = 5, disabled=()) -> dict:
+def measure(
+    path: Path,
+    feeds: dict,
+    budget: float,
+    min_runs: int = 5,
+    disabled=(),
+    baseline=None,
+    clock=time.perf_counter,
+) -> dict:
     """Median latencies (seconds) of both runtimes, runs alternating, plus the max abs diff.
-    ``disabled``: onyx optimizer passes switched off (to measure what a fusion brings)."""
+    ``disabled``: onyx optimizer passes switched off (to measure what a fusion brings);
+    ``baseline``: passes off in a third session, timed as "onyx_base"."""
     from threadpoolctl import threadpool_limits
 
-    onyx_sess, ort_sess, create = _sessions(path, disabled)
+    sessions, create = _sessions(path, disabled, baseline)
     with threadpool_limits(1):
-        got = onyx_sess.run(None, feeds)  # warm-up (and the outputs to compare)
-        want = ort_sess.run(None, feeds)
-        times = {"onyx": [], "ort": []}
+        outs = {name: sess.run(None, feeds) for name, sess in sessions.items()}  # warm-up
+        times: dict[str, list] = {name: [] for name in sessions}
         start = time.perf_counter()
         while len(times["onyx"]) < min_runs or time.perf_counter() - start < budget:
-            for name, sess in (("onyx", onyx_sess), ("ort", ort_sess)):
-                t0 = time.perf_counter()
+            order = list(sessions.items())
+            for name, sess in order if len(times["onyx"]) % 2 else order[::-1]:
+                t0 = clock()
                 sess.run(None, feeds)
-                times[name].append(time.perf_counter() - t0)
+                times[name].append(clock() - t0)
             if len(times["onyx"]) >= 200:
                 break
     diff = max(
         float(np.max(np.abs(np.asarray(g, np.float64) - np.asarray(w, np.float64))))
-        for g, w in zip(got, want)
+        for g, w in zip(outs["onyx"], outs["ort"])
     )
-    return {
-        "onyx": float(np.median(times["onyx"])),
-        "ort": float(np.median(times["ort"])),
-        "runs": len(times["onyx"]),
-        "diff": diff,
-        "create": create,
-    }
+    result = {name: float(np.median(t)) for name, t in times.items()}
+    return {**result, "runs": len(times["onyx"]), "diff": diff, "create": create}
 
 
 def profile(path: Path, feeds: dict, runs: int = 3, disabled=()) -> dict[str, float]:
@@ -254,8 +276,22 @@ def profile(path: Path, feeds: dict, runs: int = 3, disabled=()) -> dict[str, fl
 # ---------------------------------------------------------------------------------------- main
 
 
-def cases(zoo: bool, only: str, batches) -> list[tuple[str, Path, dict]]:
+def encoder_feeds(seq: int = 128) -> dict:
+    """bench_llm.py's encoder feeds: batch 1, random ids, a mask of ones."""
+    ids = np.random.default_rng(0).integers(1, 1000, (1, seq)).astype(np.int64)
+    return {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": 0 * ids}
+
+
+def cases(zoo: bool, only: str, batches, encoders=False) -> list[tuple[str, Path, dict]]:
     out = []
+    if encoders:
+        for name in ("bert_bench", "bert_bench_ort_opt"):
+            path = ENCODERS / f"{name}.onnx"
+            if not path.exists():
+                sys.exit(f"{path} is missing: run scripts/make_transformer_zoo.py --bench")
+            if re.search(only, name):
+                out.append((f"{name} b1 s128", path, encoder_feeds()))
+        return out
     if zoo:
         for m in zoo_models():
             if m.family in FAMILIES and re.search(only, m.name):
@@ -279,14 +315,21 @@ def main() -> None:
     parser.add_argument(
         "--disable", nargs="*", default=[], help="onyx optimizer passes to switch off"
     )
+    parser.add_argument("--encoders", action="store_true", help="the bench BERT encoders")
+    parser.add_argument("--baseline", nargs="*", default=None,
+                        help="also time onyx with these passes off (a row of its own)")  # fmt: skip
+    parser.add_argument("--cpu-time", action="store_true", help="time by process CPU time")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
+    clock = time.process_time if args.cpu_time else time.perf_counter
     ratios = []
     print(
         f"{'model':30s} {'onyx ms':>9s} {'ort ms':>9s} {'ratio':>6s} {'runs':>5s} {'maxdiff':>9s}"
     )
-    for label, path, feeds in cases(args.zoo, args.only, args.batch):
-        r = measure(path, feeds, args.budget, disabled=args.disable)
+    for label, path, feeds in cases(args.zoo, args.only, args.batch, args.encoders):
+        r = measure(
+            path, feeds, args.budget, disabled=args.disable, baseline=args.baseline, clock=clock
+        )
         ratio = r["onyx"] / r["ort"]
         ratios.append(ratio)
         print(
@@ -294,6 +337,10 @@ def main() -> None:
             f"{r['runs']:5d} {r['diff']:9.2e}",
             flush=True,
         )
+        if "onyx_base" in r:
+            base = f"  without {','.join(args.baseline)}"
+            print(f"{base:30s} {r['onyx_base'] * 1e3:9.2f} {r['ort'] * 1e3:9.2f} "
+                  f"{r['onyx_base'] / r['ort']:6.2f}", flush=True)  # fmt: skip
         if args.profile:
             ops = profile(path, feeds, disabled=args.disable)
             total = sum(ops.values())

@@ -368,6 +368,9 @@ def stage_fixtures(work: Path, only: str) -> None:
         (work / "optimum" / "bart" / "decoder_model_merged.onnx", "bart_decoder_merged_optimum", True),
         (work / "optimum" / "whisper" / "decoder_model_merged.onnx", "whisper_decoder_merged_optimum", True),
         (work / "optimum" / "vit" / "model.onnx", "vit_optimum", False),
+        (work / "optimum" / "bert" / "model.onnx", "bert_optimum", False),
+        (work / "optimum" / "whisper" / "encoder_model.onnx", "whisper_encoder_optimum", False),
+        (work / "optimum" / "bart" / "encoder_model.onnx", "bart_encoder_optimum", False),
     ]  # fmt: skip
     for src, name, with_past in singles:
         if only in name and src.exists():

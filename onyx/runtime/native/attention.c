@@ -95,11 +95,11 @@ static void key_range(const gqa_task *t, int64_t b, int64_t s, int64_t *lo, int6
 /* Scores [lo, hi) of a row (already scaled) to probabilities in place; the rest of the row's
    range is not read. Returns 1 / the sum's share that the row's y gets (0: no key). */
 static float softmax_row(const gqa_task *t, float *sc, int64_t lo, int64_t hi, int64_t h,
-                         float (*exp_sum)(float *, int64_t, float)) {
+                         float (*exp_sum)(float *, int64_t, float),
+                         float (*row_max)(const float *, int64_t)) {
     if (t->softcap > 0)
         for (int64_t j = lo; j < hi; j++) sc[j] = tanhf(sc[j] / t->softcap) * t->softcap;
-    float top = -INFINITY;
-    for (int64_t j = lo; j < hi; j++) top = sc[j] > top ? sc[j] : top;
+    float top = row_max(sc + lo, hi - lo);
     float sink = t->sink ? t->sink[h] : -INFINITY;
     if (sink > top) top = sink;
     if (!isfinite(top)) top = 0.0f;
@@ -115,6 +115,13 @@ static void add_key_bias(const gqa_task *t, int64_t b, float *sc, int64_t lo, in
     if (!t->key_bias) return;
     const float *bias = t->key_bias + b * t->n_keys;
     for (int64_t j = lo; j < hi; j++) sc[j] += bias[j];
+}
+
+/* The largest of x[0 .. n) (-inf for none; NaNs passed over). */
+static float max_portable(const float *x, int64_t n) {
+    float top = -INFINITY;
+    for (int64_t j = 0; j < n; j++) top = x[j] > top ? x[j] : top;
+    return top;
 }
 
 static float exp_sum_portable(float *x, int64_t n, float top) {
@@ -140,7 +147,7 @@ static void attend_portable(const gqa_task *t, int64_t b, int64_t kvh, const flo
             sc[j] = acc * t->scale;
         }
         add_key_bias(t, b, sc, lo, hi);
-        softmax_row(t, sc, lo, hi, h, exp_sum_portable);
+        softmax_row(t, sc, lo, hi, h, exp_sum_portable, max_portable);
         float *y = t->y + (b * t->q_len + s) * t->q_heads * D + h * D;
         memset(y, 0, sizeof(float) * (size_t)D);
         for (int64_t j = lo; j < hi; j++)
@@ -157,6 +164,17 @@ static void attend_portable(const gqa_task *t, int64_t b, int64_t kvh, const flo
 #define AVX512 __attribute__((target("avx512f")))
 #define INLINE static inline __attribute__((always_inline, target("avx512f")))
 
+
+/* max_portable's result, 16 lanes at a time (vmaxps returns its second operand, the
+   running maximum, where x is NaN: NaNs passed over as there). */
+static AVX512 float max_avx512(const float *x, int64_t n) {
+    __m512 top = _mm512_set1_ps(-INFINITY);
+    for (int64_t j = 0; j < n; j += 16) {
+        __mmask16 m = n - j >= 16 ? 0xffff : (__mmask16)((1u << (n - j)) - 1);
+        top = _mm512_max_ps(_mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), m, x + j), top);
+    }
+    return _mm512_reduce_max_ps(top);
+}
 
 /* x[j] = exp(x[j] - top), returning their sum (-inf scores give 0). */
 static AVX512 float exp_sum_avx512(float *x, int64_t n, float top) {
@@ -199,12 +217,34 @@ static AVX512 void scores_dot(const float *q, int rows, const float *kc, int64_t
 }
 
 /* The same for all GQA_TILE rows from the transposed keys kt [D][ld_t] (keys [k0, k1), k0 a
-   multiple of 16): a broadcast query value times 16 keys. */
+   multiple of 16; kt zero-padded to ld_t, a multiple of 16 past the keys): a broadcast query
+   value times 16 keys, two blocks of 16 keys at a time while they last (8 accumulators keep
+   both FMA pipes busy where 4 wait on each other's latency). Each score sums over d in the
+   same order either way. */
 static AVX512 void scores_transposed(const float *q, const float *kt, int64_t ld_t, int64_t D,
                                      int64_t k0, int64_t k1, float scale, float *sc,
                                      int64_t ld) {
     __m512 s = _mm512_set1_ps(scale);
-    for (int64_t j = k0; j < k1; j += 16) {
+    int64_t j = k0;
+    for (; j + 16 < k1; j += 32) {
+        __mmask16 m = k1 - j >= 32 ? 0xffff : (__mmask16)((1u << (k1 - j - 16)) - 1);
+        __m512 a0[GQA_TILE], a1[GQA_TILE];
+        for (int i = 0; i < GQA_TILE; i++) a0[i] = a1[i] = _mm512_setzero_ps();
+        for (int64_t d = 0; d < D; d++) {
+            __m512 kv0 = _mm512_loadu_ps(kt + d * ld_t + j);
+            __m512 kv1 = _mm512_loadu_ps(kt + d * ld_t + j + 16);
+            for (int i = 0; i < GQA_TILE; i++) {
+                __m512 qv = _mm512_set1_ps(q[i * D + d]);
+                a0[i] = _mm512_fmadd_ps(qv, kv0, a0[i]);
+                a1[i] = _mm512_fmadd_ps(qv, kv1, a1[i]);
+            }
+        }
+        for (int i = 0; i < GQA_TILE; i++) {
+            _mm512_storeu_ps(sc + i * ld + j, _mm512_mul_ps(a0[i], s));
+            _mm512_mask_storeu_ps(sc + i * ld + j + 16, m, _mm512_mul_ps(a1[i], s));
+        }
+    }
+    for (; j < k1; j += 16) {
         __mmask16 m = k1 - j >= 16 ? 0xffff : (__mmask16)((1u << (k1 - j)) - 1);
         __m512 acc[GQA_TILE];
         for (int i = 0; i < GQA_TILE; i++) acc[i] = _mm512_setzero_ps();
@@ -285,7 +325,7 @@ static AVX512 void attend_avx512(const gqa_task *t, int64_t b, int64_t kvh, cons
         for (int i = 0; i < rows; i++) { /* probabilities, 0 outside the row's keys */
             float *row = sc + i * ld;
             add_key_bias(t, b, row, lo[i], hi[i]);
-            softmax_row(t, row, lo[i], hi[i], heads[i], exp_sum_avx512);
+            softmax_row(t, row, lo[i], hi[i], heads[i], exp_sum_avx512, max_avx512);
             for (int64_t j = k0; j < lo[i] && j < k1; j++) row[j] = 0.0f;
             for (int64_t j = hi[i] > k0 ? hi[i] : k0; j < k1; j++) row[j] = 0.0f;
         }
