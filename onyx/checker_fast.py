@@ -174,7 +174,7 @@ class _GraphProof:
             types.setdefault(name, t)  # (an initializer that is an input has the input's type)
         for tp, raw_len in big:  # (their raw_data taken out)
             name, dtype, dims, raw, external = _TENSOR_FIELDS(tp)
-            t = self.plain_type(dtype, raw_len, dims)
+            t = self.plain_type(dtype, raw_len, dims) if raw_len else self.typed_type(tp)
             if not t or external or raw or not name:
                 return False
             names.append(name)
