@@ -11,9 +11,9 @@ node rules, run on a stand-in IR node once per distinct signature (op, domain, i
 types, attribute bytes): a model repeats a few kinds of node thousands of times.
 
 It answers "valid" or "don't know", never "invalid": whatever it does not follow (local
-functions, subgraphs, sparse or external tensors, typed data fields, a name declared twice, any
-broken rule) sends the model to the full checker, the only one that reports problems, so the
-messages never depend on this pass. tests/test_checker_fast.py holds it to the full checker on
+functions, subgraphs, sparse or external tensors, packed or string data, a name declared twice,
+any broken rule) sends the model to the full checker, the only one that reports problems, so
+the messages never depend on this pass. tests/test_checker_fast.py holds it to the full checker on
 valid and on broken models.
 """
 
@@ -158,7 +158,7 @@ class _GraphProof:
 
     def initializers(self, gp: GraphProto, big: list, types: dict, inputs: set) -> bool:
         """Adds the initializers that are not graph inputs to ``types``."""
-        names = []
+        found = {}
         plain = self.plain_types
         for tp in gp.initializer:
             name, dtype, dims, raw, external = _TENSOR_FIELDS(tp)
@@ -170,19 +170,19 @@ class _GraphProof:
                 t = self.typed_type(tp)
             if not t or external or not name:
                 return False
-            names.append(name)
-            types.setdefault(name, t)  # (an initializer that is an input has the input's type)
+            found[name] = t
         for tp, raw_len in big:  # (their raw_data taken out)
             name, dtype, dims, raw, external = _TENSOR_FIELDS(tp)
             t = self.plain_type(dtype, raw_len, dims) if raw_len else self.typed_type(tp)
             if not t or external or raw or not name:
                 return False
-            names.append(name)
-            types.setdefault(name, t)
-        # a name used twice is no plain case; before IR version 4 each initializer is an input
-        return len(set(names)) == len(names) and (
-            len(types) == len(inputs) or self.checker.ir_version >= 4
-        )
+            found[name] = t
+        if len(found) != len(gp.initializer) + len(big):
+            return False  # a name used twice: no plain case
+        for name in inputs.intersection(found):
+            del found[name]  # an initializer that is an input has the input's type
+        types.update(found)
+        return not found or self.checker.ir_version >= 4  # (before, each is an input)
 
     def plain_type(self, dtype: int, raw_len: int | None, dims) -> TensorType | None:
         """The type of a tensor whose raw bytes have the right size for a known element type

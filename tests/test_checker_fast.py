@@ -371,3 +371,58 @@ def test_random_mutants_are_never_certified_wrongly(seeds, monkeypatch):
         mutant = harness.mutate(harness.Seed(name, data), mutation, random.Random(case))
         proven += assert_sound(mutant, monkeypatch, f"{name} {mutation} {case}")
     assert proven > 100  # (some mutants stay valid, and are proven so)
+
+
+def _names(g) -> list[str]:
+    found = [v.name for v in g.input] + [t.name for t in g.initializer]
+    return found + [name for n in g.node for name in n.output] + ["", "nowhere"]
+
+
+def _some_node(m, rng):
+    return rng.choice(m.graph.node)
+
+
+#: Edits of any graph (each may break it or not), for models the fast path proves valid.
+STRUCTURAL = [
+    lambda m, rng: _some_node(m, rng).input.append(rng.choice(_names(m.graph))),
+    lambda m, rng: _set_item(_some_node(m, rng).input, rng.choice(_names(m.graph)), rng),
+    lambda m, rng: _set_item(_some_node(m, rng).output, rng.choice(_names(m.graph)), rng),
+    lambda m, rng: m.graph.node.pop(rng.randrange(len(m.graph.node))),
+    lambda m, rng: m.graph.node.append(copy.deepcopy(_some_node(m, rng))),
+    lambda m, rng: _set(_some_node(m, rng), op_type=rng.choice(["Relu", "Add", "Cast", "Foo"])),
+    lambda m, rng: _set(_some_node(m, rng), domain=rng.choice(["ai.onnx", "com.microsoft", "x"])),
+    lambda m, rng: _some_node(m, rng).ClearField("attribute"),
+    lambda m, rng: _some_node(m, rng).attribute.append(
+        helper.make_attribute(
+            rng.choice(["axis", "to", "alpha", "mode"]), rng.choice([1, 1.5, "x"])
+        )
+    ),
+    lambda m, rng: m.graph.value_info.append(
+        helper.make_tensor_value_info(rng.choice(_names(m.graph)), rng.randint(0, 25), [1])
+    ),
+    lambda m, rng: _set(rng.choice(m.graph.output), name=rng.choice(_names(m.graph))),
+    lambda m, rng: _set(rng.choice(m.graph.input), name=rng.choice(_names(m.graph))),
+    lambda m, rng: _set(rng.choice(m.graph.initializer), data_type=rng.randint(0, 25)),
+    lambda m, rng: _set(rng.choice(m.graph.initializer), name=rng.choice(_names(m.graph))),
+    lambda m, rng: _set(m, ir_version=rng.randint(0, 12)),
+    lambda m, rng: _set(m.opset_import[0], version=rng.randint(1, 25)),
+]
+
+
+def _set_item(field, value, rng):
+    field[rng.randrange(len(field))] = value
+
+
+def test_structural_edits_are_never_certified_wrongly(seeds, monkeypatch):
+    rng = random.Random(11)
+    proven = [d for _, d in seeds if certify(d)]
+    certified = 0
+    for _ in range(800):
+        m = onnx.ModelProto.FromString(rng.choice(proven))
+        for edit in rng.sample(STRUCTURAL, rng.randint(1, 3)):
+            try:
+                edit(m, rng)
+            except (IndexError, ValueError):
+                pass  # nothing of that kind to edit
+        certified += assert_sound(m.SerializeToString(), monkeypatch)
+    assert certified > 50
