@@ -197,7 +197,10 @@ def _document(table: str, args) -> str:
         "16k/4k ratio of 4, the target is at most 5. Each timed call starts after a full "
         "garbage collection "
         f"(not timed). The machine was shared (load average {os.getloadavg()[0]:.1f} at the "
-        "end): read ratios, not single figures.\n\n" + table
+        "end): read ratios, not single figures.\n\n"
+        "`onyx.check` of a file first proves it valid on the parsed messages, building no IR "
+        "(`onyx/checker_fast.py`); `onyx.check (model in memory)` is the full checker on the IR, "
+        "which a file goes to when that proof fails.\n\n" + table
     )
 
 

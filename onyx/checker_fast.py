@@ -53,8 +53,9 @@ _TYPED_FIELDS = {
     ),
     DataType.BOOL: "int32_data",
 }
-#: Stands for an omitted input or output ('') in a node's signature.
+#: In a node's signature: an omitted input or output (''), and where the outputs begin.
 _ABSENT = object()
+_OUTPUTS = object()
 
 
 def certify(source, new_checker: Callable[[Model], object]) -> bool:
@@ -262,23 +263,23 @@ class _GraphProof:
         input_key, output_key = key_of.__getitem__, out_key.get
         clean = self.clean
         for inputs, outputs, op, domain, attrs in map(_NODE_FIELDS, gp.node):
-            try:
-                in_key = tuple(map(input_key, inputs))
-            except KeyError:  # defined later or nowhere
+            outputs = outputs[:]  # (a slice is a list at once; iterating reads one by one)
+            try:  # one flat tuple: the cost is per object made
+                signature = (
+                    op,
+                    domain,
+                    *map(input_key, inputs[:]),
+                    _OUTPUTS,
+                    *map(output_key, outputs),
+                    *(map(_SERIALIZE, attrs) if attrs else ()),
+                )
+            except KeyError:  # an input defined later or nowhere
                 return None
-            outputs = outputs[:]
             for name in outputs:
                 if name:
                     if name in key_of:
                         return None  # defined twice
                     key_of[name] = output_key(name)
-            signature = (
-                op,
-                domain,
-                in_key,
-                tuple(map(output_key, outputs)),
-                tuple(map(_SERIALIZE, attrs)) if attrs else (),
-            )
             if signature not in clean:
                 if not self.node_rules(op, domain, inputs, outputs, attrs, values, declared):
                     return None
