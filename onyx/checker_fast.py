@@ -128,6 +128,7 @@ class _GraphProof:
         self.clean_types: dict[int, tuple] = {}  # id(ir type) -> (type, passes the rules?)
         #: (element type, raw bytes, *dims) -> the tensor type, or False when not plain
         self.plain_types: dict[tuple, TensorType | bool] = {}
+        self.tensor_dtypes: dict[int, bool] = {}
         self.domains: dict[str, tuple] = {}
         self.clean: set[tuple] = set()  # node signatures that passed the node rules
 
@@ -197,8 +198,7 @@ class _GraphProof:
             return None
         if not raw_len or raw_len != wire_size(dt, dims):
             return None
-        t = TensorType(dt, dims)
-        return t if self.clean_type(TensorType(dt)) else None
+        return TensorType(dt, dims) if self.tensor_dtype(dt) else None
 
     def typed_type(self, tp: TensorProto) -> TensorType | None:
         """The type of a tensor whose values are in the typed field of its element type, one
@@ -211,7 +211,15 @@ class _GraphProof:
         dims = tuple(fields.get("dims", ()))
         if min(dims, default=0) < 0 or len(fields.get(field, ())) != math.prod(dims):
             return None
-        return TensorType(DataType(dtype), dims) if self.clean_type(TensorType(dtype)) else None
+        return TensorType(DataType(dtype), dims) if self.tensor_dtype(dtype) else None
+
+    def tensor_dtype(self, dtype: DataType) -> bool:
+        """Whether a tensor of this element type passes the type rules (some need an IR
+        version), once per element type."""
+        ok = self.tensor_dtypes.get(dtype)
+        if ok is None:
+            ok = self.tensor_dtypes[dtype] = self.clean_type(TensorType(dtype))
+        return ok
 
     def declarations(self, gp: GraphProto, values: dict, inputs: set) -> dict | None:
         """The types that graph outputs and value_info declare for node outputs; as in the IR,
