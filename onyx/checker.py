@@ -15,6 +15,7 @@ from collections import ChainMap
 from dataclasses import dataclass
 
 from . import defs
+from .checker_fast import certify
 from .errors import FormatError, ValidationError
 from .ir import (
     AttrType,
@@ -126,6 +127,13 @@ class _Checker:
         self.allowed: dict[tuple, frozenset | None] = {}
         self.real_base: str | None = None
 
+    @staticmethod
+    def resolve_domain(domain: str, opsets: dict[str, int]) -> tuple[str, int | None, bool]:
+        """A node's domain as (canonical domain, the opset version imported for it, whether the
+        standard defines the domain)."""
+        domain = canonical_domain(domain)
+        return domain, opset_for(opsets, domain), defs.is_known_domain(domain)
+
     def report(self, rule: str, message: str, graph: str = "", node: Node | None = None):
         self.problems.append(Problem(rule, message, graph, node_label(node) if node else ""))
 
@@ -142,6 +150,15 @@ class _Checker:
 
     # -- model --------------------------------------------------------------------------------
     def check_model(self) -> None:
+        self.check_header()
+        m = self.model
+        if m.graph is None:
+            self.report("graph", "the model has no graph")
+            return
+        self.check_graph(m.graph, {}, m.opset_imports, top=True)
+
+    def check_header(self) -> None:
+        """Everything but the main graph: IR version, opset imports, local functions."""
         m = self.model
         if not m.ir_version:
             self.report("ir-version", "the model's ir_version is not set")
@@ -154,10 +171,6 @@ class _Checker:
         for f in m.functions.values():
             self.check_function(f)
         self.check_recursion()
-        if m.graph is None:
-            self.report("graph", "the model has no graph")
-            return
-        self.check_graph(m.graph, {}, m.opset_imports, top=True)
 
     def check_recursion(self) -> None:
         """Model-local functions must not call themselves, directly or through others: a call
@@ -301,12 +314,7 @@ class _Checker:
                     self.report("undefined-input", f"input {v.name!r} is not defined", gname, node)
             resolved = domains.get(node.domain)
             if resolved is None:
-                domain = canonical_domain(node.domain)
-                resolved = domains[node.domain] = (
-                    domain,
-                    opset_for(opsets, domain),
-                    defs.is_known_domain(domain),
-                )
+                resolved = domains[node.domain] = self.resolve_domain(node.domain, opsets)
             self.check_node(node, inputs, outputs, resolved, gname, visible, opsets, function)
             for v in outputs:
                 name = v.name
@@ -910,6 +918,8 @@ def problems(model, full: bool = False) -> list[Problem]:
     # paused GC: the graph (built lazily from the file), the scopes and the signatures are
     # many linked objects, and the GC's collections would rescan the whole heap over and over
     with gc_paused():
+        if not full and certify(model, _Checker):
+            return []  # (proven valid without building the IR; see checker_fast)
         try:
             m = _load(model)
         except FormatError as e:

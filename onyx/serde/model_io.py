@@ -55,13 +55,17 @@ def load(f, load_external_data: bool = True) -> Model:
             f.read(), name if isinstance(name, str) else "<file>", base, load_external_data
         )
     path = os.fspath(f)
+    data = read_file(path)
+    return _load(data, path, os.path.dirname(os.path.abspath(path)), load_external_data)
+
+
+def read_file(path: str):
+    """A file's bytes, memory-mapped when it is big (its weights are then never copied)."""
     with open(path, "rb") as fh:
         size = os.fstat(fh.fileno()).st_size
         if size >= MMAP_MIN:
-            data = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-        else:
-            data = fh.read()
-    return _load(data, path, os.path.dirname(os.path.abspath(path)), load_external_data)
+            return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        return fh.read()
 
 
 def as_model(source, load_external_data: bool = True, user: str = "onyx") -> Model:
@@ -96,6 +100,19 @@ def _load(data, where: str, base_dir: str | None, load_external_data: bool) -> M
 
 
 def _load_model(data, where: str, base_dir: str | None, load_external_data: bool) -> Model:
+    mp, graph_bytes = split_model(data, where)
+    externals = ExternalResolver(base_dir, where) if load_external_data and base_dir else None
+    reader = Reader(where, externals)
+    model = reader.model_header(mp)
+    model.base_dir = base_dir
+    if graph_bytes is not None:
+        model.set_graph_source(_GraphSource(reader, graph_bytes, data, where))
+    return model
+
+
+def split_model(data, where: str) -> tuple[ModelProto, memoryview | None]:
+    """A model file's bytes as its parsed header (every field but the graph) and the bytes of
+    its main graph (None when it has none); raises FormatError for what is not a model."""
     mv = memoryview(data).cast("B") if not isinstance(data, memoryview) else data.cast("B")
     if len(mv) == 0:
         raise FormatError(f"{where}: empty file, not an ONNX model")
@@ -113,17 +130,12 @@ def _load_model(data, where: str, base_dir: str | None, load_external_data: bool
     mp = _parse(ModelProto, b"".join(header_parts), where, "the model")
     if not graph_spans and not mp.HasField("ir_version") and not mp.opset_import:
         raise FormatError(f"{where}: not an ONNX model (no graph, IR version or opset)")
-    externals = ExternalResolver(base_dir, where) if load_external_data and base_dir else None
-    reader = Reader(where, externals)
-    model = reader.model_header(mp)
-    model.base_dir = base_dir
-    if graph_spans:
-        if len(graph_spans) == 1:
-            graph_bytes = mv[graph_spans[0][0] : graph_spans[0][1]]
-        else:  # a repeated singular message field merges: same as its payloads concatenated
-            graph_bytes = memoryview(b"".join(mv[a:b] for a, b in graph_spans))
-        model.set_graph_source(_GraphSource(reader, graph_bytes, data, where))
-    return model
+    if not graph_spans:
+        return mp, None
+    if len(graph_spans) == 1:
+        return mp, mv[graph_spans[0][0] : graph_spans[0][1]]
+    # a repeated singular message field merges: same as its payloads concatenated
+    return mp, memoryview(b"".join(mv[a:b] for a, b in graph_spans))
 
 
 def _is_len(mv, start: int) -> bool:
