@@ -311,6 +311,20 @@ def test_check_of_a_path_builds_no_ir_for_a_valid_model(tmp_path, monkeypatch):
         onyx.check(mutated(BREAKING["undefined_input"]))
 
 
+def test_the_check_command_takes_the_fast_path(tmp_path, monkeypatch, capsys):
+    from onyx.tools.cli import main
+
+    path = tmp_path / "m.onnx"
+    path.write_bytes(base_model().SerializeToString())
+
+    def no_load(_model):
+        raise AssertionError("the IR was built")
+
+    monkeypatch.setattr(onyx.checker, "_load", no_load)
+    assert main(["check", str(path)]) == 0
+    assert "valid" in capsys.readouterr().out
+
+
 def test_a_path_that_is_not_a_file_still_raises(tmp_path):
     with pytest.raises(OSError):
         onyx.check(str(tmp_path / "missing.onnx"))
