@@ -55,6 +55,7 @@ TRIGGERS: dict[str, tuple[tuple[str, ...], ...]] = {
     "ConvHardSwishFusion": (("Conv",), ("HardSwish",)),
     "MatMulAddFusion": (("MatMul",), ("Add",)),
     "GemmActivationFusion": (("Gemm",),),
+    "MatMulBiasFusion": (("MatMul",), ("Add",)),
     "GeluFusion": (("Erf",),),
     "FastGeluFusion": (("Tanh", "Gelu"),),
     "BiasGeluFusion": (("Gelu", "FastGelu"), ("Add",)),
@@ -121,6 +122,7 @@ FUSIONS: tuple[Pass, ...] = tuple(
         self_attention.self_attention_fusion,  # (before it: a whole block, projections included)
         transformer.attention_fusion,
         transpose.transpose_cancellation,
+        gemm.matmul_bias,  # (after the GELU and attention fusions, which read MatMul + Add)
         rnn.rnn_zero_initial_state,
         bins.bins_one_hot_batching,
         qdq.pad_requantize,  # (before it: its DQ -> Q becomes a table)

@@ -350,7 +350,9 @@ ONYX_STRUCT(rms_task, ONYX_RMS_TASK)
     F(S, const float *, packed, ) /* B as [panels][K][32] (zeros past N) */                  \
     F(S, float *, y, )            /* Y [M, N], rows ldy apart */                             \
     F(S, int64_t, M, ) F(S, int64_t, K, ) F(S, int64_t, N, ) F(S, int64_t, lda, )            \
-    F(S, int64_t, ldy, )
+    F(S, int64_t, ldy, )                                                                     \
+    F(S, const float *, bias, ) /* [N] added to every row after its sums, or NULL */         \
+    F(S, int64_t, relu, )       /* 1: max(0, .) of the biased sums */
 ONYX_STRUCT(sgemm_task, ONYX_SGEMM_TASK)
 
 /* Every struct above, for abi.c's table. */
