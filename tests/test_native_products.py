@@ -169,3 +169,20 @@ def test_constant_products_run_on_the_pool():
     gets one thread (its spinning threads would take the cores from the pool's)."""
     sess = onyx.InferenceSession(_ffn_model(True, ["N", 12, 32]))
     assert sess._pool_heavy
+
+
+@pytest.mark.parametrize("shape", [(2, 4, 32, 32), (3, 37), (5, 1), (1, 200)])
+def test_softmax_rows_match_numpy(shape):
+    from onyx.runtime.kernels.activation import _softmax
+
+    x = np.random.default_rng(len(shape)).standard_normal(shape).astype(np.float32) * 8
+    with np.errstate(invalid="ignore"):
+        if shape[-1] > 1:
+            x.reshape(-1, shape[-1])[0, 0] = np.nan  # the row becomes NaN, as numpy's does
+            x.reshape(-1, shape[-1])[-1, :] = -np.inf  # all masked: NaN too (x - max)
+        want = np.exp(x - x.max(-1, keepdims=True))
+        want /= want.sum(-1, keepdims=True)
+    got = _softmax(x, -1)
+    assert got.shape == x.shape and got.dtype == np.float32
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(np.nan_to_num(got), np.nan_to_num(want), rtol=2e-6, atol=1e-7)
