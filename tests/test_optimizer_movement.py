@@ -85,3 +85,49 @@ def test_unsqueeze_transpose_squeeze_becomes_one_transpose(perm, squeeze, expect
         assert "Unsqueeze" in ops and "Squeeze" in ops
     else:
         assert ops == expect
+
+
+def _residual_norm(x_shape, skip_shape, extra_output=False) -> bytes:
+    """LayerNormalization(x + skip) (optimizer/norm.py), skip a second input."""
+    rng = np.random.default_rng(2)
+    nodes = [
+        helper.make_node("Add", ["x", "skip"], ["s"]),
+        helper.make_node("LayerNormalization", ["s", "g", "b"], ["y"], epsilon=1e-5),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "residual",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape),
+            helper.make_tensor_value_info("skip", TensorProto.FLOAT, skip_shape),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
+        + ([helper.make_tensor_value_info("s", TensorProto.FLOAT, None)] if extra_output else []),
+        [
+            numpy_helper.from_array(rng.standard_normal(16).astype(np.float32), "g"),
+            numpy_helper.from_array(rng.standard_normal(16).astype(np.float32), "b"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return model.SerializeToString()
+
+
+@pytest.mark.parametrize(
+    "skip_shape, extra_output, fused",
+    [(["N", 5, 16], False, True), ([1, 5, 16], False, False), (["N", 5, 16], True, False)],
+)
+def test_skip_layer_norm_fusion(skip_shape, extra_output, fused):
+    """Add -> LayerNormalization => SkipLayerNormalization, unless the skip broadcasts or the
+    sum is read elsewhere; the result is onnxruntime's within float32 rounding."""
+    model = _residual_norm(["N", 5, 16], skip_shape, extra_output)
+    rng = np.random.default_rng(3)
+    feeds = {
+        "x": rng.standard_normal((2, 5, 16)).astype(np.float32),
+        "skip": rng.standard_normal([2 if d == "N" else d for d in skip_shape]).astype(np.float32),
+    }
+    got = onyx.InferenceSession(model).run(None, feeds)
+    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+    ops = [n.op_type for n in onyx.optimize(onyx.load(model)).graph]
+    assert ops == (["SkipLayerNormalization"] if fused else ["Add", "LayerNormalization"])

@@ -20,6 +20,7 @@ from . import (
     gemm,
     lookup,
     movement,
+    norm,
     qdq,
     rnn,
     self_attention,
@@ -67,6 +68,7 @@ TRIGGERS: dict[str, tuple[tuple[str, ...], ...]] = {
     "SelfAttentionFusion": (("Softmax",), ("MatMul",)),
     "AttentionFusion": (("Softmax",),),
     "TransposeOptimizer": (("Transpose",),),
+    "SkipLayerNormFusion": (("LayerNormalization",), ("Add",)),
     "ReshapeOwnShapeFusion": (("Reshape",), ("Shape",)),
     "UnsqueezeTransposeSqueezeFusion": (("Unsqueeze",), ("Squeeze",)),
     "RnnZeroInitialState": (tuple(rnn.STATE_INPUTS),),
@@ -125,6 +127,7 @@ FUSIONS: tuple[Pass, ...] = tuple(
         self_attention.self_attention_fusion,  # (before it: a whole block, projections included)
         transformer.attention_fusion,
         transpose.transpose_cancellation,
+        norm.skip_layer_norm,  # (after the attention fusions, which may read the Add)
         movement.reshape_own_shape,
         movement.unsqueeze_transpose_squeeze,
         gemm.matmul_bias,  # (after the GELU and attention fusions, which read MatMul + Add)
