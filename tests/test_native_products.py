@@ -186,3 +186,22 @@ def test_softmax_rows_match_numpy(shape):
     assert got.shape == x.shape and got.dtype == np.float32
     assert np.array_equal(np.isnan(got), np.isnan(want))
     np.testing.assert_allclose(np.nan_to_num(got), np.nan_to_num(want), rtol=2e-6, atol=1e-7)
+
+
+def test_softmax_non_finite_rows_match_onnxruntime():
+    ort = pytest.importorskip("onnxruntime")
+    node = helper.make_node("Softmax", ["x"], ["y"])
+    graph = helper.make_graph(
+        [node],
+        "softmax",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 20])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 20])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    x = np.random.default_rng(0).standard_normal((4, 20)).astype(np.float32)
+    x[0, 3], x[1, :], x[2, 7] = np.nan, -np.inf, np.inf
+    got = onyx.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = sess.run(None, {"x": x})[0]
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got[3], want[3], rtol=1e-5)
