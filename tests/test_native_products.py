@@ -171,6 +171,17 @@ def test_constant_products_run_on_the_pool():
     assert sess._pool_heavy
 
 
+@needs_native
+def test_products_too_large_to_pack_keep_blas(monkeypatch):
+    """A weight the packed GEMM does not take (over PACKED_B_BYTES) stays BLAS work, so BLAS
+    keeps its threads for it."""
+    from onyx.runtime.kernels import linalg
+
+    monkeypatch.setattr(linalg, "PACKED_B_BYTES", 1024)
+    sess = onyx.InferenceSession(_ffn_model(True, ["N", 12, 32]))
+    assert not sess._pool_heavy
+
+
 @pytest.mark.parametrize("shape", [(2, 4, 32, 32), (3, 37), (5, 1), (1, 200)])
 def test_softmax_rows_match_numpy(shape):
     from onyx.runtime.kernels.activation import _softmax

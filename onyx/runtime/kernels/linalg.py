@@ -77,15 +77,16 @@ def packed_matmul(
 
 
 def constant_product_threads(node) -> str:
-    """Where a product's work runs: a float32 constant B goes to the native GEMM (or GEMV) on
-    onyx's pool (for A of a few rows, BLAS); others to BLAS. The session gives BLAS one thread
+    """Where a product's work runs: a float32 constant B the native GEMM packs goes to it (or
+    the GEMV) on onyx's pool (for A of a few rows, BLAS); others to BLAS. The session gives BLAS one thread
     when pool work dominates: OpenBLAS's threads spin after every call, and on a loaded machine
     a small transformer's 2-thread BLAS products took 100x their one-thread time."""
     b = node.inputs[1] if len(node.inputs) > 1 else None
     t = None if b is None else b.const_value
-    if t is not None and len(t.shape) == 2 and t.dtype == DataType.FLOAT:
-        return "pool" if native.sgemm_ok() else "blas"
-    return "blas"
+    if t is None or len(t.shape) != 2 or t.dtype != DataType.FLOAT:
+        return "blas"
+    packed = 4 * math.prod(t.shape) <= PACKED_B_BYTES  # (larger: BLAS, on its threads)
+    return "pool" if packed and native.sgemm_ok() else "blas"
 
 
 @op("MatMul", since=1, threads=constant_product_threads)
