@@ -216,3 +216,22 @@ def test_softmax_non_finite_rows_match_onnxruntime():
     want = sess.run(None, {"x": x})[0]
     assert np.array_equal(np.isnan(got), np.isnan(want))
     np.testing.assert_allclose(got[3], want[3], rtol=1e-5)
+
+
+@needs_native
+def test_packed_gemm_bias_of_each_call():
+    """The GEMM keeps a constant bias's address between calls: another bias, or a writeable
+    one changed in place, is still read as it is at each call."""
+    rng = np.random.default_rng(5)
+    b = _const(rng.standard_normal((24, 40)))
+    a = rng.standard_normal((20, 24)).astype(np.float32)
+    gemm = native.PackedGemm(b)
+    c1, c2 = _const(rng.standard_normal(40)), _const(rng.standard_normal(40))
+    for c in (c1, c2, c1):
+        np.testing.assert_allclose(gemm(a, c), a @ b + c, rtol=1e-5, atol=1e-5)
+    w = rng.standard_normal(40).astype(np.float32)
+    gemm(a, w)
+    w += 1
+    np.testing.assert_allclose(gemm(a, w), a @ b + w, rtol=1e-5, atol=1e-5)
+    strided = _const(rng.standard_normal(80))[::2]
+    np.testing.assert_allclose(gemm(a, strided), a @ b + strided, rtol=1e-5, atol=1e-5)

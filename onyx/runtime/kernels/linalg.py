@@ -265,7 +265,9 @@ def packed_gemm(a, b, c, alpha, beta, trans_b, relu: bool = False) -> np.ndarray
     if c is not None and beta != 0:
         if c.dtype != np.float32 or c.shape not in ((n,), (1, n)):
             return None
-        bias = c.reshape(-1) if beta == 1 else c.reshape(-1) * np.float32(beta)
+        bias = c if c.ndim == 1 else c.reshape(-1)  # (C itself: the GEMM keeps its address)
+        if beta != 1:
+            bias = bias * np.float32(beta)
     gemm = packed_b(b, bool(trans_b))
     return None if gemm is None or gemm.K != a.shape[1] else gemm(a, bias, relu)
 

@@ -4,11 +4,12 @@ of many rows."""
 from __future__ import annotations
 
 import ctypes
+from ctypes import byref
 
 import numpy as np
 
 from . import _core as core
-from ._core import _I64, _P, _PARALLEL_MACS, _addr, _check_sizes, _element_cuts, _run, _ways, abi
+from ._core import _I64, _P, _PARALLEL_MACS, _addr, _check_sizes, _element_cuts, _ways, abi
 
 
 @abi("sgemm_task")
@@ -35,7 +36,7 @@ class PackedGemm:
     C-contiguous float32 A [M, K], optionally plus a float32 ``bias`` [N] and then ReLU. B's
     array must stay alive while this lives."""
 
-    __slots__ = ("K", "N", "packed", "panels")
+    __slots__ = ("K", "N", "packed", "panels", "_packed_at", "_splits", "_bias")
 
     def __init__(self, b: np.ndarray):
         K, N = b.shape
@@ -46,6 +47,37 @@ class PackedGemm:
         padded[:, :N] = b
         self.packed = np.ascontiguousarray(padded.reshape(K, self.panels, width).transpose(1, 0, 2))
         self.K, self.N = K, N
+        self._packed_at = _addr(self.packed)
+        #: (rows, the thread setting) -> (cuts, their address, parts, threads): a node's calls
+        #: meet the same few row counts, so each call skips working its split out again
+        self._splits: dict = {}
+        #: (the last read-only bias array, its address): a node passes the same constant bias
+        #: every call, and a read-only array's address costs a microsecond to find (held: no
+        #: reused id)
+        self._bias: tuple = (None, None)
+
+    def _split(self, M: int) -> tuple:
+        key = (M, core.thread_setting())
+        split = self._splits.get(key)
+        if split is None:
+            ways = _ways(M * self.K * self.N, self.panels, _PARALLEL_MACS)
+            cuts = _element_cuts(self.panels, 1, ways)
+            if len(self._splits) >= 8:  # (a model fed ever new shapes)
+                self._splits.clear()
+            split = self._splits[key] = (cuts, _addr(cuts), len(cuts) - 1, ways)
+        return split
+
+    def _bias_at(self, bias: np.ndarray | None) -> int | None:
+        if bias is None:
+            return None
+        held, at = self._bias
+        if held is bias:
+            return at
+        bias = np.ascontiguousarray(bias)  # (1-D: a copy only when strided)
+        at = _addr(bias)
+        if not bias.flags.writeable:  # (a constant's buffer never moves)
+            self._bias = (bias, at)
+        return at
 
     def __call__(
         self, a: np.ndarray, bias: np.ndarray | None = None, relu: bool = False
@@ -54,24 +86,17 @@ class PackedGemm:
             return None
         if bias is not None and (bias.dtype != np.float32 or bias.shape != (self.N,)):
             return None
-        a = np.ascontiguousarray(a)
-        bias = None if bias is None else np.ascontiguousarray(bias)
-        M = a.shape[0]
-        y = np.empty((M, self.N), np.float32)
+        if not a.flags.c_contiguous:
+            a = np.ascontiguousarray(a)
+        M, K, N = a.shape[0], self.K, self.N
+        y = np.empty((M, N), np.float32)
+        cuts, cuts_at, parts, ways = self._split(M)
         task = _SgemmTask(
-            _addr(a),
-            _addr(self.packed),
-            _addr(y),
-            M,
-            self.K,
-            self.N,
-            self.K,
-            self.N,
-            _addr(bias),
-            int(relu),
+            _addr(a), self._packed_at, _addr(y), M, K, N, K, N, self._bias_at(bias), int(relu)
         )
-        ways = _ways(M * self.K * self.N, self.panels, _PARALLEL_MACS)
-        _run(core.lib.sgemm_range, task, _element_cuts(self.panels, 1, ways), ways, "float GEMM")
+        status = core.lib.onyx_parallel(core.lib.sgemm_range, byref(task), cuts_at, parts, ways)
+        if status:
+            core.check(status, "float GEMM")
         return y
 
 
