@@ -105,7 +105,29 @@ def test_matmul_add_kernels(shape, fn):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(got, expect, rtol=1e-4, atol=1e-4)
     assert got.shape == shape[:-1] + (100,)
-    assert ran == (a.size >= native.SGEMM_ROWS * 64 and native.sgemm_ok())
+    rows = a.size // 64  # (many rows: the packed GEMM; a few: the GEMV)
+    assert ran == (native.sgemm_ok() if rows >= native.SGEMM_ROWS else native.gemv_ok())
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 48), (48,), (3, 48), (2, 4, 48), (11, 48), (40, 48)])
+def test_matmul_constant_b_native_paths(shape):
+    """MatMul by a constant B: a few rows on the GEMV, many on the packed GEMM, between them
+    (and a writeable B) numpy's."""
+    from onyx.runtime.kernels.linalg import mat_mul
+
+    rng = np.random.default_rng(sum(shape))
+    a = rng.standard_normal(shape).astype(np.float32)
+    b = _const(rng.standard_normal((48, 20)))
+    got, want, ran = _both(mat_mul, a, b)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4)
+    rows = a.size // 48
+    if rows >= native.SGEMM_ROWS:
+        assert ran == native.sgemm_ok()
+    else:
+        assert ran == (rows <= native.GEMV_ROWS and native.gemv_ok())
+    _, _, ran = _both(mat_mul, a, np.array(b))  # (writeable: not a constant, numpy's path)
+    assert not ran
 
 
 def _ffn_model(relu: bool, a_shape) -> bytes:

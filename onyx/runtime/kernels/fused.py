@@ -14,7 +14,14 @@ from ..registry import ONYX_DOMAIN, op
 from .activation import hard_sigmoid_into, hard_swish, sigmoid_into
 from .conv import conv, conv_key, float32_weights, native_conv_f32
 from .derived import derived
-from .linalg import constant_product_threads, gemm, matmul, packed_gemm, packed_matmul
+from .linalg import (
+    constant_product_threads,
+    few_rows_matmul,
+    gemm,
+    matmul,
+    packed_gemm,
+    packed_matmul,
+)
 
 MS = "com.microsoft"
 
@@ -215,8 +222,10 @@ def _matmul_bias(A, B, bias, relu: bool):
     y = packed_matmul(A, B, bias, relu=relu)  # (the native GEMM adds the bias as it stores)
     if y is not None:
         return y
-    y = _owned(matmul(A, B))
-    y += bias.astype(y.dtype, copy=False)
+    y = few_rows_matmul(A, B, bias)
+    if y is None:
+        y = _owned(matmul(A, B))
+        y += bias.astype(y.dtype, copy=False)
     return ACTIVATIONS["Relu"](y, None, None, None) if relu else y
 
 

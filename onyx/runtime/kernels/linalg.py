@@ -34,6 +34,8 @@ def gemm_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """np.matmul with the result in A's dtype; low-precision floats through float32."""
     y = packed_matmul(a, b)
+    if y is None:
+        y = few_rows_matmul(a, b)
     if y is not None:
         return y
     return np.asarray(gemm_matmul(upcast(a), upcast(b))).astype(a.dtype, copy=False)
@@ -77,8 +79,8 @@ def packed_matmul(
 
 
 def constant_product_threads(node) -> str:
-    """Where a product's work runs: a float32 constant B the native GEMM packs goes to it (or
-    the GEMV) on onyx's pool (for A of a few rows, BLAS); others to BLAS. The session gives BLAS one thread
+    """Where a product's work runs: a float32 constant B the native GEMM packs goes to it, or
+    for A of a few rows to the native GEMV, on onyx's pool; others to BLAS. The session gives BLAS one thread
     when pool work dominates: OpenBLAS's threads spin after every call, and on a loaded machine
     a small transformer's 2-thread BLAS products took 100x their one-thread time."""
     b = node.inputs[1] if len(node.inputs) > 1 else None
@@ -252,6 +254,22 @@ def native_gemv(a, b, c, alpha, beta, trans_b) -> np.ndarray | None:
     key = ("gemv", trans_b, rows, alpha, beta, native.thread_setting())
     call = derived(b, key, lambda: native.FloatGemv(b, bool(trans_b), rows, alpha=alpha, beta=beta))
     return call(np.ascontiguousarray(a), None if c is None or beta == 0 else c.reshape(-1))
+
+
+def few_rows_matmul(
+    a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = None
+) -> np.ndarray | None:
+    """float32 A of a few rows (GEMV_ROWS at most, any rank) times a constant 2-D float32 B
+    on the native GEMV (on onyx's pool, as the packed GEMM of more rows), plus a per-column
+    ``bias``; or None where it does not apply."""
+    if type(b) is not np.ndarray or b.ndim != 2 or b.flags.writeable or not a.ndim:
+        return None
+    K = a.shape[-1]
+    rows = a.size // K if K == b.shape[0] and K else 0
+    if not 0 < rows <= native.GEMV_ROWS:
+        return None
+    y = native_gemv(a.reshape(rows, K), b, bias, 1.0, 1.0, False)
+    return None if y is None else y.reshape(a.shape[:-1] + (b.shape[1],))
 
 
 def packed_gemm(a, b, c, alpha, beta, trans_b, relu: bool = False) -> np.ndarray | None:
