@@ -91,6 +91,25 @@ def batch_norm_f32(x: np.ndarray, mean: np.ndarray, mult: np.ndarray, bias: np.n
     return y
 
 
+#: id -> (a read-only parameter array, its address), held so that no id is reused
+_PARAMS: dict[int, tuple[np.ndarray, int]] = {}
+
+
+def _param_addr(a: np.ndarray) -> int | None:
+    """The address of a kernel's parameter array (a norm's scale or bias). A read-only one's is
+    kept: a session's constants come back every run, and finding a read-only array's address
+    costs a microsecond (of a small norm's few)."""
+    hit = _PARAMS.get(id(a))
+    if hit is not None and hit[0] is a:
+        return hit[1]
+    at = _addr(a)
+    if not a.flags.writeable:
+        if len(_PARAMS) >= 256:  # (a bound: a process making many sessions)
+            _PARAMS.clear()
+        _PARAMS[id(a)] = (a, at)
+    return at
+
+
 def layer_norm_f32(x: np.ndarray, scale: np.ndarray, bias, epsilon: float):
     """LayerNormalization of C-contiguous float32 x over its last axis, with float32 scale and
     bias (or None) of its length: (y, mean, inv_std), the statistics shaped [..., 1]; None
@@ -105,8 +124,8 @@ def layer_norm_f32(x: np.ndarray, scale: np.ndarray, bias, epsilon: float):
     bias = None if bias is None else np.ascontiguousarray(bias, np.float32)
     task = _LayerNorm(
         _addr(x),
-        _addr(scale),
-        None if bias is None else _addr(bias),
+        _param_addr(scale),
+        None if bias is None else _param_addr(bias),
         _addr(y),
         _addr(stats[0]),
         _addr(stats[1]),
