@@ -20,7 +20,6 @@ from . import (
     gemm,
     lookup,
     movement,
-    norm,
     qdq,
     rnn,
     self_attention,
@@ -68,7 +67,6 @@ TRIGGERS: dict[str, tuple[tuple[str, ...], ...]] = {
     "SelfAttentionFusion": (("Softmax",), ("MatMul",)),
     "AttentionFusion": (("Softmax",),),
     "TransposeOptimizer": (("Transpose",),),
-    "SkipLayerNormFusion": (("LayerNormalization",), ("Add",)),
     "ReshapeOwnShapeFusion": (("Reshape",), ("Shape",)),
     "UnsqueezeTransposeSqueezeFusion": (("Unsqueeze",), ("Squeeze",)),
     "RnnZeroInitialState": (tuple(rnn.STATE_INPUTS),),
@@ -127,7 +125,6 @@ FUSIONS: tuple[Pass, ...] = tuple(
         self_attention.self_attention_fusion,  # (before it: a whole block, projections included)
         transformer.attention_fusion,
         transpose.transpose_cancellation,
-        norm.skip_layer_norm,  # (after the attention fusions, which may read the Add)
         movement.reshape_own_shape,
         movement.unsqueeze_transpose_squeeze,
         gemm.matmul_bias,  # (after the GELU and attention fusions, which read MatMul + Add)
