@@ -31,6 +31,7 @@ _NEEDS = {
     "rnn": lambda: native.recurrence_ok(16, 1, 1),
     "resize": native.bilinear_ok,
     "gemm": native.gemv_ok,
+    "matmul_f32": native.sgemm_ok,
     "matmul_nbits": native.nbits_ok,
     "conv_integer": lambda: native.int8_gemm_ok(1),
     "qlinear_conv": lambda: native.int8_gemm_ok(1),

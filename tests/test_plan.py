@@ -170,7 +170,7 @@ def test_op_traits_live_with_the_kernel():
     from onyx.runtime.registry import op, traits
 
     assert traits("Relu").elementwise and traits("Gelu", "com.microsoft").elementwise
-    assert not traits("MatMul").elementwise and traits("MatMul").threads == "blas"
+    assert not traits("MatMul").elementwise and traits("Einsum").threads == "blas"
     assert not traits("RandomNormal").deterministic and traits("Add").deterministic
     assert traits("Conv").threads == "pool" and traits("NoSuchOp") == traits("Identity", "x")
     with pytest.raises(TypeError, match="unknown trait"):

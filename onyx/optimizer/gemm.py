@@ -1,9 +1,14 @@
-"""MatMul + Add -> Gemm (2-D only, as Gemm's spec requires) and Gemm + activation ->
-com.microsoft FusedGemm."""
+"""MatMul + Add -> Gemm (2-D only, as Gemm's spec requires), Gemm + activation ->
+com.microsoft FusedGemm, and MatMul of an A of another rank + Add of a constant bias [+ Relu]
+-> ai.onyx MatMulAdd / MatMulAddRelu (a transformer's projections: one pass of the native GEMM
+with the bias and the ReLU applied as it stores)."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from .. import ir
+from ..runtime.registry import ONYX_DOMAIN
 from .conv import activation
 from .core import EXTENDED, MS, PassContext, graph_pass, is_op, other_input, producer, static_shape
 
@@ -76,3 +81,72 @@ def gemm_activation(ctx: PassContext) -> bool:
         ctx.count("GemmActivationFusion")
         changed = True
     return changed
+
+
+def _bias_of(ctx: PassContext, add: ir.Node, mm: ir.Node) -> ir.Value | None:
+    """Add's constant float32 bias [N] of MatMul mm's constant float32 B [K, N], else None."""
+    v = mm.outputs[0]
+    bias = other_input(add, v)
+    b, c = ctx.const(mm.inputs[1]), ctx.const(bias)
+    if b is None or c is None or b.dtype != np.float32 or c.dtype != np.float32:
+        return None
+    if b.ndim != 2 or c.shape != (b.shape[1],):
+        return None
+    return bias
+
+
+@graph_pass("MatMulBiasFusion", EXTENDED)
+def matmul_bias(ctx: PassContext) -> bool:
+    """MatMul(A, B) + bias [-> Relu], B [K, N] and bias [N] float32 constants, A of a rank
+    other than 2 (MatMulAddFusion makes a Gemm of those)  =>  ai.onyx MatMulAdd(A, B, bias) or
+    MatMulAddRelu: model-local functions whose bodies are the ops, so a saved model runs
+    anywhere. The sums are MatMul's, the bias added after them, as the ops do."""
+    changed = False
+    for add in ctx.graph:
+        if not is_op(add, "Add") or add.graph is None or add.inputs[0] is add.inputs[1]:
+            continue
+        mm = next((m for m in map(producer, add.inputs, ("MatMul",) * 2) if m), None)
+        if mm is None or ctx.single_use(mm.outputs[0]) is not add:
+            continue
+        shape = static_shape(mm.inputs[0])
+        if shape is not None and len(shape) == 2:
+            continue
+        bias = _bias_of(ctx, add, mm)
+        if bias is None:
+            continue
+        last, dead, op_type = add, [mm], "MatMulAdd"
+        relu = ctx.single_use(add.outputs[0])
+        if is_op(relu, "Gelu", "FastGelu") and "BiasGeluFusion" in ctx.enabled:
+            continue  # (BiasGeluFusion takes the bias)
+        if is_op(relu, "Relu") and relu.graph is add.graph:
+            last, dead, op_type = relu, [mm, add], "MatMulAddRelu"
+        _ensure_matmul_add(ctx, op_type)
+        fused = ir.Node(
+            op_type,
+            [mm.inputs[0], mm.inputs[1], bias],
+            1,
+            domain=ONYX_DOMAIN,
+            name=ctx.fresh_name((mm.name or "matmul") + "_bias"),
+        )
+        ctx.replace_nodes(last, fused, dead)
+        ctx.count("MatMulBiasFusion")
+        changed = True
+    return changed
+
+
+def _ensure_matmul_add(ctx: PassContext, op_type: str) -> None:
+    """The model-local function MatMulAdd(A, B, bias) = Add(MatMul(A, B), bias), and
+    MatMulAddRelu the same then Relu."""
+    m = ctx.model
+    ctx.ensure_opset(ONYX_DOMAIN, 1)
+    if (ONYX_DOMAIN, op_type, "") in m.functions:
+        return
+    a, b, bias = ir.Value("A"), ir.Value("B"), ir.Value("bias")
+    mm = ir.Node("MatMul", [a, b], ["product"])
+    nodes = [mm, ir.Node("Add", [mm.outputs[0], bias], ["sum"])]
+    if op_type == "MatMulAddRelu":
+        nodes.append(ir.Node("Relu", [nodes[-1].outputs[0]], ["relu"]))
+    body = ir.Graph([a, b, bias], [nodes[-1].outputs[0]], nodes, name=op_type)
+    f = ir.Function(ONYX_DOMAIN, op_type, body, opset_imports={"": ctx.opset() or 13})
+    f.doc_string = f"Y = {' -> '.join(n.op_type for n in nodes)} (onyx runs it as one kernel)"
+    m.functions[f.key] = f

@@ -19,6 +19,7 @@ from . import (
     fold,
     gemm,
     lookup,
+    movement,
     qdq,
     rnn,
     self_attention,
@@ -55,6 +56,7 @@ TRIGGERS: dict[str, tuple[tuple[str, ...], ...]] = {
     "ConvHardSwishFusion": (("Conv",), ("HardSwish",)),
     "MatMulAddFusion": (("MatMul",), ("Add",)),
     "GemmActivationFusion": (("Gemm",),),
+    "MatMulBiasFusion": (("MatMul",), ("Add",)),
     "GeluFusion": (("Erf",),),
     "FastGeluFusion": (("Tanh", "Gelu"),),
     "BiasGeluFusion": (("Gelu", "FastGelu"), ("Add",)),
@@ -65,6 +67,8 @@ TRIGGERS: dict[str, tuple[tuple[str, ...], ...]] = {
     "SelfAttentionFusion": (("Softmax",), ("MatMul",)),
     "AttentionFusion": (("Softmax",),),
     "TransposeOptimizer": (("Transpose",),),
+    "ReshapeOwnShapeFusion": (("Reshape",), ("Shape",)),
+    "UnsqueezeTransposeSqueezeFusion": (("Unsqueeze",), ("Squeeze",)),
     "RnnZeroInitialState": (tuple(rnn.STATE_INPUTS),),
     "BinsOneHotBatching": (("Concat",),),
     "QDQPadRequantize": (("Pad",), ("DequantizeLinear",)),
@@ -121,6 +125,9 @@ FUSIONS: tuple[Pass, ...] = tuple(
         self_attention.self_attention_fusion,  # (before it: a whole block, projections included)
         transformer.attention_fusion,
         transpose.transpose_cancellation,
+        movement.reshape_own_shape,
+        movement.unsqueeze_transpose_squeeze,
+        gemm.matmul_bias,  # (after the GELU and attention fusions, which read MatMul + Add)
         rnn.rnn_zero_initial_state,
         bins.bins_one_hot_batching,
         qdq.pad_requantize,  # (before it: its DQ -> Q becomes a table)

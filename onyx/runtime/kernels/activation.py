@@ -285,7 +285,9 @@ def swiglu(a, b, *, alpha=1.0):
 
 def _softmax(x: np.ndarray, axis: int) -> np.ndarray:
     if axis in (-1, x.ndim - 1) and x.dtype == np.float32 and x.ndim:
-        e = _softmax_last_unshifted(x)
+        e = native.softmax_rows_f32(x)  # (one pass a row: numpy's reductions over short rows
+        if e is None:  # cost more than their work)
+            e = _softmax_last_unshifted(x)
         if e is not None:
             return e
     # the ufuncs' reduce methods: np.max / np.sum without their Python-level wrappers

@@ -14,7 +14,14 @@ from ..registry import ONYX_DOMAIN, op
 from .activation import hard_sigmoid_into, hard_swish, sigmoid_into
 from .conv import conv, conv_key, float32_weights, native_conv_f32
 from .derived import derived
-from .linalg import gemm
+from .linalg import (
+    constant_product_threads,
+    few_rows_matmul,
+    gemm,
+    matmul,
+    packed_gemm,
+    packed_matmul,
+)
 
 MS = "com.microsoft"
 
@@ -174,7 +181,7 @@ def conv_hard_swish(
     )
 
 
-@op("FusedGemm", since=1, domain=MS, threads="blas")
+@op("FusedGemm", since=1, domain=MS, threads=constant_product_threads)
 def fused_gemm(
     A,
     B,
@@ -190,8 +197,36 @@ def fused_gemm(
     transB=0,
 ):
     """activation(alpha * A' B' + beta * C)."""
+    if activation == "Relu" and not transA:  # the native GEMM's epilogue applies it
+        y = packed_gemm(A, B, C, alpha, beta, transB, relu=True)
+        if y is not None:
+            return y
     y = _owned(gemm(A, B, C, alpha=alpha, beta=beta, transA=transA, transB=transB))
     return _activate(y, activation, activation_alpha, activation_beta, activation_gamma)
+
+
+@op("MatMulAdd", since=1, domain=ONYX_DOMAIN, threads=constant_product_threads)
+def matmul_add(A, B, bias):
+    """A @ B + bias: MatMul of an A of any rank by a constant 2-D B, then Add of a constant
+    bias [N] (optimizer/gemm.py fuses them where Gemm, 2-D only, does not apply)."""
+    return _matmul_bias(A, B, bias, relu=False)
+
+
+@op("MatMulAddRelu", since=1, domain=ONYX_DOMAIN, threads=constant_product_threads)
+def matmul_add_relu(A, B, bias):
+    """Relu(A @ B + bias), as MatMulAdd."""
+    return _matmul_bias(A, B, bias, relu=True)
+
+
+def _matmul_bias(A, B, bias, relu: bool):
+    y = packed_matmul(A, B, bias, relu=relu)  # (the native GEMM adds the bias as it stores)
+    if y is not None:
+        return y
+    y = few_rows_matmul(A, B, bias)
+    if y is None:
+        y = _owned(matmul(A, B))
+        y += bias.astype(y.dtype, copy=False)
+    return ACTIVATIONS["Relu"](y, None, None, None) if relu else y
 
 
 @op("TableLookup", since=1, domain=ONYX_DOMAIN)

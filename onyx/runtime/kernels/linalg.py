@@ -13,6 +13,7 @@ import math
 
 import numpy as np
 
+from ...ir import DataType
 from .. import native
 from ..registry import op
 from .derived import derived, value_key
@@ -33,6 +34,8 @@ def gemm_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """np.matmul with the result in A's dtype; low-precision floats through float32."""
     y = packed_matmul(a, b)
+    if y is None:
+        y = few_rows_matmul(a, b)
     if y is not None:
         return y
     return np.asarray(gemm_matmul(upcast(a), upcast(b))).astype(a.dtype, copy=False)
@@ -42,29 +45,53 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 PACKED_B_BYTES = 8 << 20
 
 
-def packed_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
-    """float32 A of many rows times a constant 2-D float32 B on the native GEMM (gemm_f32.c,
-    B packed once per session), or None where it does not apply."""
+def packed_b(b: np.ndarray, trans_b: bool = False) -> native.PackedGemm | None:
+    """The native GEMM's packed copy of a constant 2-D float32 B (made once per weight), or
+    None where it does not apply."""
     if (
         type(b) is not np.ndarray
         or b.dtype != np.float32
         or b.ndim != 2
         or b.flags.writeable
         or b.nbytes > PACKED_B_BYTES
-        or a.dtype != np.float32
-        or a.ndim < 2
-        or a.shape[-1] != b.shape[0]
+        or not b.size
         or not native.sgemm_ok()
     ):
         return None
-    if a.size < native.SGEMM_ROWS * a.shape[-1] or not b.size:
+    if trans_b:
+        return derived(b, ("packed_gemm_t",), lambda: native.PackedGemm(b.T))
+    return derived(b, ("packed_gemm",), lambda: native.PackedGemm(b))
+
+
+def packed_matmul(
+    a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = None, relu: bool = False
+) -> np.ndarray | None:
+    """float32 A of many rows times a constant 2-D float32 B on the native GEMM (gemm_f32.c,
+    B packed once per session), plus a per-column ``bias`` and then ReLU when given; or None
+    where it does not apply."""
+    if a.dtype != np.float32 or a.ndim < 2 or a.shape[-1] != b.shape[0]:
         return None
-    gemm = derived(b, ("packed_gemm",), lambda: native.PackedGemm(b))
-    y = gemm(a.reshape(-1, a.shape[-1]))
+    if a.size < native.SGEMM_ROWS * a.shape[-1]:
+        return None
+    gemm = packed_b(b)
+    y = None if gemm is None else gemm(a.reshape(-1, a.shape[-1]), bias, relu)
     return None if y is None else y.reshape(a.shape[:-1] + (b.shape[1],))
 
 
-@op("MatMul", since=1, threads="blas")
+def constant_product_threads(node) -> str:
+    """Where a product's work runs: a float32 constant B the native GEMM packs goes to it, or
+    for A of a few rows to the native GEMV, on onyx's pool; others to BLAS. The session gives BLAS one thread
+    when pool work dominates: OpenBLAS's threads spin after every call, and on a loaded machine
+    a small transformer's 2-thread BLAS products took 100x their one-thread time."""
+    b = node.inputs[1] if len(node.inputs) > 1 else None
+    t = None if b is None else b.const_value
+    if t is None or len(t.shape) != 2 or t.dtype != DataType.FLOAT:
+        return "blas"
+    packed = 4 * math.prod(t.shape) <= PACKED_B_BYTES  # (larger: BLAS, on its threads)
+    return "pool" if packed and native.sgemm_ok() else "blas"
+
+
+@op("MatMul", since=1, threads=constant_product_threads)
 def mat_mul(a, b):
     return matmul(a, b)
 
@@ -229,9 +256,45 @@ def native_gemv(a, b, c, alpha, beta, trans_b) -> np.ndarray | None:
     return call(np.ascontiguousarray(a), None if c is None or beta == 0 else c.reshape(-1))
 
 
+def few_rows_matmul(
+    a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = None
+) -> np.ndarray | None:
+    """float32 A of a few rows (GEMV_ROWS at most, any rank) times a constant 2-D float32 B
+    on the native GEMV (on onyx's pool, as the packed GEMM of more rows), plus a per-column
+    ``bias``; or None where it does not apply."""
+    if type(b) is not np.ndarray or b.ndim != 2 or b.flags.writeable or not a.ndim:
+        return None
+    K = a.shape[-1]
+    rows = a.size // K if K == b.shape[0] and K else 0
+    if not 0 < rows <= native.GEMV_ROWS:
+        return None
+    y = native_gemv(a.reshape(rows, K), b, bias, 1.0, 1.0, False)
+    return None if y is None else y.reshape(a.shape[:-1] + (b.shape[1],))
+
+
+def packed_gemm(a, b, c, alpha, beta, trans_b, relu: bool = False) -> np.ndarray | None:
+    """Gemm (A not transposed, alpha 1) of a float32 A of many rows and a constant B on the
+    native GEMM, C (one value per column) as its bias, then ReLU when asked; or None where it
+    does not apply. The bias is added after the sums, as numpy's path does."""
+    if alpha != 1 or a.dtype != np.float32 or a.ndim != 2 or a.shape[0] < native.SGEMM_ROWS:
+        return None
+    n = b.shape[0 if trans_b else 1] if b.ndim == 2 else -1
+    bias = None
+    if c is not None and beta != 0:
+        if c.dtype != np.float32 or c.shape not in ((n,), (1, n)):
+            return None
+        bias = c if c.ndim == 1 else c.reshape(-1)  # (C itself: the GEMM keeps its address)
+        if beta != 1:
+            bias = bias * np.float32(beta)
+    gemm = packed_b(b, bool(trans_b))
+    return None if gemm is None or gemm.K != a.shape[1] else gemm(a, bias, relu)
+
+
 def _gemm(a, b, c, alpha, beta, trans_a, trans_b):
     if not trans_a:
         y = native_gemv(a, b, c, alpha, beta, trans_b)
+        if y is None:
+            y = packed_gemm(a, b, c, alpha, beta, trans_b)
         if y is not None:
             return y
     ac, bc = upcast(a), upcast(b)
@@ -257,13 +320,13 @@ def _gemm(a, b, c, alpha, beta, trans_a, trans_b):
     return np.asarray(y).astype(a.dtype, copy=False)
 
 
-@op("Gemm", since=1, threads="blas")
+@op("Gemm", since=1, threads=constant_product_threads)
 def gemm_1(a, b, c, *, alpha=1.0, beta=1.0, transA=0, transB=0, broadcast=0):
     # opset < 7: C broadcasts only when `broadcast` is set; numpy broadcasting covers both
     return _gemm(a, b, c, alpha, beta, transA, transB)
 
 
-@op("Gemm", since=7)
+@op("Gemm", since=7, threads=constant_product_threads)
 def gemm(a, b, c=None, *, alpha=1.0, beta=1.0, transA=0, transB=0):
     return _gemm(a, b, c, alpha, beta, transA, transB)
 

@@ -95,7 +95,14 @@ from .nbits import NBITS_INT8_ROWS, NBitsProduct, nbits_ok, nbits_product
 from .resize import bilinear_f32, bilinear_ok, repeat2d_4byte
 from .rnn import Inputs as RecurrenceInputs
 from .rnn import LstmRecurrence, gru_f32, lstm_f32, recurrence_ok
-from .rows import batch_norm_f32, layer_norm_f32, mean_rows_f32, norm_rows_f32, qmean_rows
+from .rows import (
+    batch_norm_f32,
+    layer_norm_f32,
+    mean_rows_f32,
+    norm_rows_f32,
+    qmean_rows,
+    softmax_rows_f32,
+)
 from .trees import ForestSums, forest_descend, forest_sum, forest_sums, svm_coupling
 from .window import pool2d_f32
 
@@ -146,6 +153,7 @@ __all__ = [
     "int8_gemm",
     "int8_gemm_ok",
     "layer_norm_f32",
+    "softmax_rows_f32",
     "library",
     "lookup8",
     "lookup8_channels",

@@ -247,6 +247,11 @@ ONYX_STRUCT(global_pool, ONYX_GLOBAL_POOL)
     F(S, int64_t, size, ) F(S, float, epsilon, )
 ONYX_STRUCT(layer_norm, ONYX_LAYER_NORM)
 
+#define ONYX_SOFTMAX_ROWS(F, S)                                                              \
+    F(S, const float *, x, ) F(S, float *, y, ) /* (rows, size), C-contiguous */            \
+    F(S, int64_t, size, )
+ONYX_STRUCT(softmax_rows, ONYX_SOFTMAX_ROWS)
+
 #define ONYX_NORM_ROWS(F, S)                                                                 \
     F(S, const float *, x, ) /* (rows, channels, spatial), C-contiguous */                   \
     F(S, const float *, scale, ) F(S, const float *, bias, ) /* (rows, channels) */          \
@@ -350,7 +355,9 @@ ONYX_STRUCT(rms_task, ONYX_RMS_TASK)
     F(S, const float *, packed, ) /* B as [panels][K][32] (zeros past N) */                  \
     F(S, float *, y, )            /* Y [M, N], rows ldy apart */                             \
     F(S, int64_t, M, ) F(S, int64_t, K, ) F(S, int64_t, N, ) F(S, int64_t, lda, )            \
-    F(S, int64_t, ldy, )
+    F(S, int64_t, ldy, )                                                                     \
+    F(S, const float *, bias, ) /* [N] added to every row after its sums, or NULL */         \
+    F(S, int64_t, relu, )       /* 1: max(0, .) of the biased sums */
 ONYX_STRUCT(sgemm_task, ONYX_SGEMM_TASK)
 
 /* Every struct above, for abi.c's table. */
@@ -370,6 +377,7 @@ ONYX_STRUCT(sgemm_task, ONYX_SGEMM_TASK)
     X(norm_rows, ONYX_NORM_ROWS) X(batch_norm, ONYX_BATCH_NORM) X(pool2d, ONYX_POOL2D)       \
     X(forest_task, ONYX_FOREST_TASK) X(forest_sum_task, ONYX_FOREST_SUM_TASK)                                  \
     X(nbits_task, ONYX_NBITS_TASK) X(gqa_task, ONYX_GQA_TASK)        \
-    X(rms_task, ONYX_RMS_TASK) X(sgemm_task, ONYX_SGEMM_TASK)
+    X(rms_task, ONYX_RMS_TASK) X(sgemm_task, ONYX_SGEMM_TASK)                                \
+    X(softmax_rows, ONYX_SOFTMAX_ROWS)
 
 #endif

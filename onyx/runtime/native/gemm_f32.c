@@ -10,6 +10,10 @@
  *
  * OpenBLAS's float GEMM on the development VM's AMD CPU runs its AVX2 kernels; this one is
  * AVX-512 (the portable loop elsewhere).
+ *
+ * An optional epilogue on each finished tile: a per-column bias added after the sums (numpy's
+ * MatMul then Add, in the same order) and a ReLU, so that MatMul + Add [+ Relu] and Gemm's
+ * bias are one pass over Y.
  */
 #include <stdint.h>
 #include <string.h>
@@ -37,7 +41,11 @@ static void sgemm_portable(const sgemm_task *t, int64_t begin, int64_t end) {
             const float *a = t->a + m * t->lda;
             for (int64_t k = 0; k < t->K; k++)
                 for (int j = 0; j < SG_NR; j++) acc[j] = fmaf(a[k], b[k * SG_NR + j], acc[j]);
-            memcpy(t->y + m * t->ldy + n0, acc, sizeof(float) * (size_t)cols);
+            float *y = t->y + m * t->ldy + n0;
+            for (int64_t j = 0; j < cols; j++) {
+                float v = t->bias ? acc[j] + t->bias[n0 + j] : acc[j];
+                y[j] = t->relu && v < 0.0f ? 0.0f : v; /* (a NaN stays NaN, as Relu) */
+            }
         }
     }
 }
@@ -62,6 +70,22 @@ tile(const sgemm_task *t, const float *b, int64_t m0, const int R, int64_t n0, _
             __m512 v = _mm512_set1_ps(a[i][k]);
             acc[i][0] = _mm512_fmadd_ps(v, b0, acc[i][0]);
             acc[i][1] = _mm512_fmadd_ps(v, b1, acc[i][1]);
+        }
+    }
+    if (t->bias) {
+        __m512 c0 = _mm512_maskz_loadu_ps(m_lo, t->bias + n0);
+        __m512 c1 = _mm512_maskz_loadu_ps(m_hi, t->bias + n0 + 16);
+        for (int i = 0; i < R; i++) {
+            acc[i][0] = _mm512_add_ps(acc[i][0], c0);
+            acc[i][1] = _mm512_add_ps(acc[i][1], c1);
+        }
+    }
+    if (t->relu) {
+        __m512 zero = _mm512_setzero_ps();
+        for (int i = 0; i < R; i++) { /* (max_ps returns its second operand for a NaN: the
+                                          sum, so that a NaN stays NaN, as Relu) */
+            acc[i][0] = _mm512_max_ps(zero, acc[i][0]);
+            acc[i][1] = _mm512_max_ps(zero, acc[i][1]);
         }
     }
     for (int i = 0; i < R; i++) {

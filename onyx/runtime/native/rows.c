@@ -120,6 +120,78 @@ EXPORT CLONES int onyx_layer_norm_f32_range(const void *p, int64_t begin, int64_
     return 0;
 }
 
+/* ------------------------------------------------------------------ softmax */
+
+
+/* Softmax over each row: exp(x - max) / their sum (numpy's order of steps; the sum and exp
+   in another order and precision, 1e-7 relative apart). A row holding a NaN, or whose max
+   is infinite, is all NaN, as numpy's x - max gives. */
+static void softmax_row_portable(const float *x, float *y, int64_t n) {
+    float top = -INFINITY, total = 0.0f;
+    int bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        bad |= isnan(x[i]);
+        top = x[i] > top ? x[i] : top;
+    }
+    if (bad || isinf(top)) {
+        for (int64_t i = 0; i < n; i++) y[i] = NAN;
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) total += y[i] = expf(x[i] - top);
+    for (int64_t i = 0; i < n; i++) y[i] /= total;
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+
+#include "activation.h"
+#define HAVE_SOFTMAX_AVX512 1
+
+static __attribute__((target("avx512f"))) void softmax_row_avx512(const float *x, float *y,
+                                                                  int64_t n) {
+    __m512 top = _mm512_set1_ps(-INFINITY), acc = _mm512_setzero_ps();
+    __mmask16 nan = 0;
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1);
+        __m512 v = _mm512_mask_loadu_ps(top, m, x + i);
+        nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+        top = _mm512_max_ps(top, v);
+    }
+    float t = _mm512_reduce_max_ps(top);
+    if (nan || isinf(t)) {
+        for (int64_t i = 0; i < n; i++) y[i] = NAN;
+        return;
+    }
+    top = _mm512_set1_ps(t);
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1);
+        __m512 e = onyx_exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), top));
+        e = _mm512_maskz_mov_ps(m, e);
+        _mm512_mask_storeu_ps(y + i, m, e);
+        acc = _mm512_add_ps(acc, e);
+    }
+    __m512 total = _mm512_set1_ps(_mm512_reduce_add_ps(acc));
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(y + i, m, _mm512_div_ps(_mm512_maskz_loadu_ps(m, y + i), total));
+    }
+}
+#endif
+
+EXPORT int onyx_softmax_rows_f32_range(const void *p, int64_t begin, int64_t end) {
+    const softmax_rows *t = p;
+    if (t->size < 1) return ONYX_INVALID; /* (checks.h) */
+    int64_t n = t->size;
+#ifdef HAVE_SOFTMAX_AVX512
+    if (onyx_isa() & ONYX_ISA_AVX512) {
+        for (int64_t r = begin; r < end; r++) softmax_row_avx512(t->x + r * n, t->y + r * n, n);
+        return 0;
+    }
+#endif
+    for (int64_t r = begin; r < end; r++) softmax_row_portable(t->x + r * n, t->y + r * n, n);
+    return 0;
+}
+
 /* ------------------------------------------------------------------ instance / group norm */
 
 

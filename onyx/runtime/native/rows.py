@@ -40,6 +40,11 @@ class _LayerNorm(ctypes.Structure):
     ]
 
 
+@abi("softmax_rows")
+class _SoftmaxRows(ctypes.Structure):
+    _fields_ = [("x", _P), ("y", _P), ("size", _I64)]
+
+
 @abi("global_pool")
 class _GlobalPool(ctypes.Structure):
     _fields_ = [("x", _P), ("y", _P), ("size", _I64), ("scale", ctypes.c_float)] + [
@@ -86,6 +91,25 @@ def batch_norm_f32(x: np.ndarray, mean: np.ndarray, mult: np.ndarray, bias: np.n
     return y
 
 
+#: id -> (a read-only parameter array, its address), held so that no id is reused
+_PARAMS: dict[int, tuple[np.ndarray, int]] = {}
+
+
+def _param_addr(a: np.ndarray) -> int | None:
+    """The address of a kernel's parameter array (a norm's scale or bias). A read-only one's is
+    kept: a session's constants come back every run, and finding a read-only array's address
+    costs a microsecond (of a small norm's few)."""
+    hit = _PARAMS.get(id(a))
+    if hit is not None and hit[0] is a:
+        return hit[1]
+    at = _addr(a)
+    if not a.flags.writeable:
+        if len(_PARAMS) >= 256:  # (a bound: a process making many sessions)
+            _PARAMS.clear()
+        _PARAMS[id(a)] = (a, at)
+    return at
+
+
 def layer_norm_f32(x: np.ndarray, scale: np.ndarray, bias, epsilon: float):
     """LayerNormalization of C-contiguous float32 x over its last axis, with float32 scale and
     bias (or None) of its length: (y, mean, inv_std), the statistics shaped [..., 1]; None
@@ -100,8 +124,8 @@ def layer_norm_f32(x: np.ndarray, scale: np.ndarray, bias, epsilon: float):
     bias = None if bias is None else np.ascontiguousarray(bias, np.float32)
     task = _LayerNorm(
         _addr(x),
-        _addr(scale),
-        None if bias is None else _addr(bias),
+        _param_addr(scale),
+        None if bias is None else _param_addr(bias),
         _addr(y),
         _addr(stats[0]),
         _addr(stats[1]),
@@ -111,6 +135,21 @@ def layer_norm_f32(x: np.ndarray, scale: np.ndarray, bias, epsilon: float):
     ways = _ways(x.size, rows, _PARALLEL_ELEMENTS)
     _run(core.lib.layer_norm_f32_range, task, _element_cuts(rows, 1, ways), ways)
     return y, stats[0], stats[1]
+
+
+def softmax_rows_f32(x: np.ndarray) -> np.ndarray | None:
+    """Softmax of float32 x over its last axis, one pass of rows.c a row (exp in 16 lanes:
+    1e-7 relative from numpy's); None without the library or for empty rows."""
+    if core.lib is None or x.dtype != np.float32 or not x.ndim or not x.shape[-1]:
+        return None
+    x = np.ascontiguousarray(x)
+    n = x.shape[-1]
+    rows = x.size // n
+    y = np.empty_like(x)
+    ways = _ways(x.size * 8, rows, _PARALLEL_ELEMENTS)  # (an exp is several operations)
+    task = _SoftmaxRows(_addr(x), _addr(y), n)
+    _run(core.lib.softmax_rows_f32_range, task, _element_cuts(rows, 1, ways), ways, "softmax")
+    return y
 
 
 def norm_rows_f32(x: np.ndarray, scale: np.ndarray, bias: np.ndarray, epsilon: float):
@@ -158,6 +197,7 @@ def bind(lib, isa: int) -> None:
         "mean_rows_f32",
         "qmean_rows",
         "layer_norm_f32",
+        "softmax_rows_f32",
         "norm_rows_f32",
         "batch_norm_f32",
     ):
