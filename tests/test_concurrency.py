@@ -255,3 +255,53 @@ def test_an_interrupted_wait_for_the_turn_leaves_the_queue(monkeypatch):
     other.join()
     monkeypatch.undo()
     assert _short_run_on_another_thread() < 2
+
+
+def test_a_run_ending_past_its_slice_hands_the_turn_over_at_once(monkeypatch):
+    """(not at the holder's next run, or when the waiter next looks: a holder that stops
+    calling after a run past its slice would keep the turn meanwhile)"""
+    monkeypatch.setattr(concurrency, "SLICE_SECONDS", 0.1)
+    turn = concurrency._turns  # noqa: SLF001
+    queued, ran = threading.Event(), []
+
+    def waiter():
+        queued.set()
+        with concurrency.run_slot(1, None, concurrency.Pace()):
+            ran.append(threading.get_ident())
+
+    other = threading.Thread(target=waiter)
+    with concurrency.run_slot(1, None, concurrency.Pace()):
+        other.start()
+        assert queued.wait(10)
+        time.sleep(0.13)  # past the slice; the waiter looked at its end and waits on
+    owner_after = turn.owner
+    other.join(timeout=10)
+    assert owner_after != threading.get_ident()
+    assert ran == [other.ident]
+
+
+def test_waiters_sleep_until_handed_the_turn(monkeypatch):
+    """While the holders run on, a waiter wakes only when it is handed the turn: looking
+    sooner took the GIL from the running holder, a context switch or two each time."""
+    monkeypatch.setattr(concurrency, "SLICE_SECONDS", 0.1)
+    served, looks = concurrency._Turn._served, []  # noqa: SLF001
+
+    def counted(turn, entry):
+        got = served(turn, entry)
+        looks.append(got)
+        return got
+
+    monkeypatch.setattr(concurrency._Turn, "_served", counted)  # noqa: SLF001
+
+    def runs():
+        for _ in range(8):  # (more than a slice: each thread hands the turn over)
+            with concurrency.run_slot(1, None, concurrency.Pace()):
+                time.sleep(0.02)
+
+    threads = [threading.Thread(target=runs) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert looks.count(True) >= 2  # the turn went round
+    assert looks.count(False) <= 1  # (one spare for a loaded machine's late wake-up)

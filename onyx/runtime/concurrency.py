@@ -148,10 +148,11 @@ class _Turn:
     """The turn short runs take: held by one thread at a time, for its runs in progress and,
     until its slice ends, between them, so that a thread running short runs one after the
     other keeps the core and its cache. Waiters queue in order, each on its own lock, and the
-    turn is handed to the first directly (no other waiter wakes, no thread barges in). A holder
-    that stops calling cannot keep it: once its slice ends, the first waiter takes the turn
-    from it (the first waiter's wait ends with the slice), and a thread that ends gives it
-    back. Nested runs on the holder's thread count its depth."""
+    turn is handed to the first directly (no other waiter wakes, no thread barges in), by the
+    holder's first run to end or begin past its slice. A holder that stops calling cannot keep
+    it: once its slice ends, the first waiter takes the turn from it (the first waiter's wait
+    ends with the slice, or one slice later if the holder was running), and a thread that ends
+    gives it back. Nested runs on the holder's thread count its depth."""
 
     __slots__ = ("guard", "owner", "depth", "deadline", "queue")
 
@@ -211,15 +212,19 @@ class _Turn:
             raise
 
     def _patience(self, entry: list) -> float:
-        """How long a waiter waits before it looks whether the holder left the turn: until
-        its turn would come if every holder before it used its whole slice (the holders
-        hand it over sooner, and wake it). The first waiter's wait ends with the slice, or
-        one slice later if the holder runs past it (its next run will hand the turn over: one
-        look per slice, not a poll): a holder that stopped calling keeps it two slices at most."""
+        """How long a waiter sleeps before it looks whether the holder left the turn: one
+        slice past the time its turn would come if every holder before it used its whole
+        slice. The holder hands the turn over by its first run to end past its slice, before
+        that (so a waiter wakes only when handed the turn: looking sooner, while the holder
+        still ran, took the GIL from it, a context switch or two each time); only a holder
+        with no run in progress is looked at when its slice ends. So a holder that stopped
+        calling keeps the turn two slices at most."""
         with self.guard:
             place = self.queue.index(entry) if entry in self.queue else 0
-            left = self.deadline - _now()
-        return (left if left > 0 else SLICE_SECONDS) + place * SLICE_SECONDS + 1e-4
+            left = max(self.deadline - _now(), 0.0)
+            if place == 0 and not self.depth:
+                return left + 1e-4
+            return left + (place + 1) * SLICE_SECONDS
 
     def _served(self, entry: list) -> bool:
         """Whether the waiter has the turn, handed over or taken from a holder that left it
@@ -235,14 +240,14 @@ class _Turn:
             return False
 
     def release(self, failed: bool = False) -> None:
-        """End a run; the turn stays with its thread until its slice ends, unless the run
-        failed (Ctrl-C, say: the thread may never run again)."""
+        """End a run; the turn stays with its thread until its slice ends (then goes to the
+        first waiter), unless the run failed (Ctrl-C, say: the thread may never run again)."""
         with self.guard:
             if self.owner != _thread.get_ident():
                 return  # (taken from it, or a fork in between)
             self.depth -= 1
-            if self.depth <= 0 and failed:
-                self._hand_over()  # (the holder's next run hands it over once its slice ends)
+            if self.depth <= 0 and (failed or (self.queue and _now() >= self.deadline)):
+                self._hand_over()
 
     def give_back(self, thread: int) -> None:
         with self.guard:
