@@ -2,7 +2,7 @@
 the same runs spread over 8 threads, and whether every result is bit-identical.
 
     python benchmarks/bench_concurrency.py [--model tests/models/bert_dynamo_op18.onnx ...]
-        [--runs 400] [--threads 8] [--rounds 5] [--no-turns] [--warm | --cold]
+        [--runs 400] [--threads 8] [--rounds 5] [--no-turns] [--warm | --cold] [--slice S]
     python benchmarks/bench_concurrency.py --model M --runs 3200 --once 8   (then --once 1)
 
 Concurrent runs must not oversubscribe the cores (each thread's BLAS call starting its own
@@ -170,7 +170,10 @@ def main() -> None:
     ap.add_argument("--warm", action="store_true", help="only long-lived threads (a server's)")
     ap.add_argument("--cold", action="store_true", help="only new threads each round")
     ap.add_argument("--once", type=int, metavar="THREADS", help="only the runs, on THREADS")
+    ap.add_argument("--slice", type=float, help="seconds a thread keeps the turn (default 0.005)")
     args = ap.parse_args()
+    if args.slice:
+        concurrency.SLICE_SECONDS = args.slice
     if args.no_turns:
         concurrency.SHORT_RUN_SECONDS = 0.0
     paths = args.model or [os.path.join(ROOT, "tests", "models", m + ".onnx") for m in MODELS]
