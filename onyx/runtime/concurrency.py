@@ -170,7 +170,7 @@ class _Turn:
         self.depth = 0  # its runs in progress (0: it holds the turn between runs)
         self.deadline = 0.0  # one slice of wall time after it took the turn
         self.cpu_end = 0.0  # its slice's end in its thread's CPU time (set on that thread)
-        self.queue: collections.deque = collections.deque()  # waiters: [thread, lock, looks]
+        self.queue: collections.deque = collections.deque()  # waiters: [thread, lock]
 
     def acquire(self) -> None:
         me = _thread.get_ident()
@@ -185,7 +185,7 @@ class _Turn:
             elif self.owner is None or (not (self.depth or self.queue) and _now() >= self.deadline):
                 self._take(me)  # (free, or left by a thread whose slice is over)
                 return
-            entry = [me, _thread.allocate_lock(), 0]
+            entry = [me, _thread.allocate_lock()]
             entry[1].acquire()
             self.queue.append(entry)
         self._wait(entry)
@@ -205,20 +205,19 @@ class _Turn:
         if not self.queue:
             self.owner, self.depth = None, 0
             return
-        me, lock, _ = self.queue.popleft()
+        me, lock = self.queue.popleft()
         self.owner, self.depth, self.deadline = me, 1, _now() + SLICE_SECONDS
         self.cpu_end = _NEVER  # (its thread sets it when it wakes: _served)
         if lock.locked():  # (not if its wait timed out meanwhile)
             lock.release()
 
     def _wait(self, entry: list) -> None:
-        me, lock, _ = entry
+        me, lock = entry
         try:
             while True:
                 lock.acquire(timeout=self._patience(entry))  # (handed over, or timed out)
                 if self._served(entry):
                     return
-                entry[2] += 1
         except BaseException:  # (Ctrl-C while waiting: the turn, if handed over, goes on)
             with self.guard:
                 if self.owner == me:
@@ -230,17 +229,16 @@ class _Turn:
     def _patience(self, entry: list) -> float:
         """How long a waiter sleeps before it looks whether the holder left the turn. The
         first waiter, while the holder has no run in progress: until a slice of wall time has
-        passed. Otherwise one slice past the time its turn would come if every holder before it
-        used its whole slice, twice that after each look that found the turn still busy (up to
-        8 times): a holder hands the turn over itself by its first run past its slice, so a
-        waiter that looks sooner only takes the GIL from it (a context switch or two), and on
-        a loaded machine a slice of CPU time takes several of wall time."""
+        passed. Otherwise until its turn would come if every holder before it used its whole
+        slice's wall time (SLICE_WALL_TIMES slices): holders hand the turn over themselves, by
+        their first run past their slice, and a waiter that looks sooner only takes the GIL
+        from the holder (a context switch or two each time)."""
         with self.guard:
             place = self.queue.index(entry) if entry in self.queue else 0
-            left = max(self.deadline - _now(), 0.0)
             if place == 0 and not self.depth:
-                return left + 1e-4
-            return left + (place + 1) * SLICE_SECONDS * (1 << min(entry[2], 3))
+                return max(self.deadline - _now(), 0.0) + 1e-4
+            wall = SLICE_SECONDS * SLICE_WALL_TIMES
+            return max(self.deadline - SLICE_SECONDS - _now(), 0.0) + (place + 1) * wall + 1e-4
 
     def _served(self, entry: list) -> bool:
         """Whether the waiter has the turn, handed over or taken from a holder that left it
