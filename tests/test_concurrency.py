@@ -192,14 +192,8 @@ def test_a_thread_keeps_the_turn_between_its_runs_for_one_slice(monkeypatch):
     assert turn.owner != threading.get_ident()
 
 
-def _sleeps_as_cpu(monkeypatch) -> None:
-    """Slices measured in wall time, as if the runs' sleeps were their threads' CPU time."""
-    monkeypatch.setattr(concurrency, "_cpu", time.monotonic)
-
-
 def test_a_holder_past_its_slice_hands_the_turn_to_a_waiter(monkeypatch):
     monkeypatch.setattr(concurrency, "SLICE_SECONDS", 0.05)
-    _sleeps_as_cpu(monkeypatch)
     order = []
 
     def runs(name):
@@ -261,108 +255,3 @@ def test_an_interrupted_wait_for_the_turn_leaves_the_queue(monkeypatch):
     other.join()
     monkeypatch.undo()
     assert _short_run_on_another_thread() < 2
-
-
-def test_a_run_ending_past_its_slice_hands_the_turn_over_at_once(monkeypatch):
-    """(not at the holder's next run, or when the waiter next looks: a holder that stops
-    calling after a run past its slice would keep the turn meanwhile)"""
-    monkeypatch.setattr(concurrency, "SLICE_SECONDS", 0.1)
-    _sleeps_as_cpu(monkeypatch)
-    turn = concurrency._turns  # noqa: SLF001
-    queued, ran = threading.Event(), []
-
-    def waiter():
-        queued.set()
-        with concurrency.run_slot(1, None, concurrency.Pace()):
-            ran.append(threading.get_ident())
-
-    other = threading.Thread(target=waiter)
-    with concurrency.run_slot(1, None, concurrency.Pace()):
-        other.start()
-        assert queued.wait(10)
-        time.sleep(0.13)  # past the slice; the waiter looked at its end and waits on
-    owner_after = turn.owner
-    other.join(timeout=10)
-    assert owner_after != threading.get_ident()
-    assert ran == [other.ident]
-
-
-def test_waiters_sleep_until_handed_the_turn(monkeypatch):
-    """While the holders run on, a waiter wakes only when it is handed the turn: looking
-    sooner took the GIL from the running holder, a context switch or two each time."""
-    monkeypatch.setattr(concurrency, "SLICE_SECONDS", 0.1)
-    _sleeps_as_cpu(monkeypatch)
-    served, looks = concurrency._Turn._served, []  # noqa: SLF001
-
-    def counted(turn, entry):
-        got = served(turn, entry)
-        looks.append(got)
-        return got
-
-    monkeypatch.setattr(concurrency._Turn, "_served", counted)  # noqa: SLF001
-
-    def runs():
-        for _ in range(8):  # (more than a slice: each thread hands the turn over)
-            with concurrency.run_slot(1, None, concurrency.Pace()):
-                time.sleep(0.02)
-
-    threads = [threading.Thread(target=runs) for _ in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=30)
-    assert looks.count(True) >= 2  # the turn went round
-    assert looks.count(False) <= 1  # (one spare for a loaded machine's late wake-up)
-
-
-def _order_of_runs(sleeps: dict) -> str:
-    """Which thread ran when: thread "a" takes the turn, then "b" queues; ``sleeps`` gives
-    each thread's runs (seconds each sleeps: no CPU time)."""
-    order, started = [], threading.Event()
-
-    def runs(name):
-        for seconds in sleeps[name]:
-            with concurrency.run_slot(1, None, concurrency.Pace()):
-                started.set()
-                order.append(name)
-                time.sleep(seconds)
-
-    first = threading.Thread(target=runs, args=("a",))
-    first.start()
-    assert started.wait(10)
-    second = threading.Thread(target=runs, args=("b",))
-    second.start()
-    first.join(timeout=30)
-    second.join(timeout=30)
-    return "".join(order)
-
-
-def test_a_slice_is_the_holders_cpu_time(monkeypatch):
-    """(a holder preempted on a loaded machine keeps its slice: it holds the GIL meanwhile,
-    and each hand-over costs the next holder's first run dearly)"""
-    monkeypatch.setattr(concurrency, "SLICE_SECONDS", 0.05)
-    monkeypatch.setattr(concurrency, "SLICE_WALL_TIMES", 20)
-    assert _order_of_runs({"a": [0.03] * 5, "b": [0.0]}) == "aaaaab"
-
-
-def test_a_slice_ends_after_its_wall_time_too(monkeypatch):
-    """(a run that waits for other threads uses no CPU time of its own)"""
-    monkeypatch.setattr(concurrency, "SLICE_SECONDS", 0.05)
-    monkeypatch.setattr(concurrency, "SLICE_WALL_TIMES", 2)
-    assert _order_of_runs({"a": [0.04] * 6, "b": [0.0]}).index("b") < 5
-
-
-def test_a_waiter_sleeps_through_a_slice_stretched_in_wall_time(monkeypatch):
-    """(a loaded machine stretches a slice of CPU time over several of wall time: a waiter
-    looking once a slice would take the GIL from the holder again and again)"""
-    monkeypatch.setattr(concurrency, "SLICE_SECONDS", 0.05)
-    monkeypatch.setattr(concurrency, "SLICE_WALL_TIMES", 20)
-    served, looks = concurrency._Turn._served, []  # noqa: SLF001
-
-    def counted(turn, entry):
-        looks.append(served(turn, entry))
-        return looks[-1]
-
-    monkeypatch.setattr(concurrency._Turn, "_served", counted)  # noqa: SLF001
-    assert _order_of_runs({"a": [0.03] * 12, "b": [0.0]}) == "a" * 12 + "b"
-    assert looks.count(False) <= 1  # (once a slice: 6)

@@ -138,38 +138,28 @@ def _leave_blas() -> None:
 #: not count: a run that waits for them leaves the GIL to others meanwhile.)
 SHORT_RUN_SECONDS = 0.001
 #: How long a thread keeps the turn across its consecutive short runs while others wait (its
-#: first run to end or begin past it hands the turn over), in the holder's CPU time:
-#: CPython's own switch interval for the GIL. Handing the turn over after every run cost a
-#: context switch or more per run and moved runs between cores; shorter slices still woke
-#: waiters often enough to cost most of that. (CPU time, not wall time: on a loaded machine a
-#: 5 ms wall slice held a few runs, the holder preempted for the rest while it held the GIL,
-#: and each hand-over made the next holder's first run slower by half a run or more.)
+#: first run past it hands the turn over): CPython's own switch interval for the GIL. Handing
+#: the turn over after every run cost a context switch or more per run and moved runs between
+#: cores; shorter slices still woke waiters often enough to cost most of that.
 SLICE_SECONDS = 0.005
-#: A slice ends after this many slices of wall time all the same: a short run may wait for
-#: the pool's or BLAS's threads (time its own thread does not count), and a waiter must not
-#: wait for it indefinitely. (A holder with no run in progress, which may have stopped
-#: calling, is left its turn for one slice of wall time only.)
-SLICE_WALL_TIMES = 4
 
 
 class _Turn:
     """The turn short runs take: held by one thread at a time, for its runs in progress and,
     until its slice ends, between them, so that a thread running short runs one after the
     other keeps the core and its cache. Waiters queue in order, each on its own lock, and the
-    turn is handed to the first directly (no other waiter wakes, no thread barges in), by the
-    holder's first run to end or begin past its slice. A holder that stops calling cannot keep
-    it: once a slice of wall time has passed, the first waiter takes the turn from it if no
-    run is in progress, and a thread that ends gives it back. Nested runs on the holder's thread
-    count its depth."""
+    turn is handed to the first directly (no other waiter wakes, no thread barges in). A holder
+    that stops calling cannot keep it: once its slice ends, the first waiter takes the turn
+    from it (the first waiter's wait ends with the slice), and a thread that ends gives it
+    back. Nested runs on the holder's thread count its depth."""
 
-    __slots__ = ("guard", "owner", "depth", "deadline", "cpu_end", "queue")
+    __slots__ = ("guard", "owner", "depth", "deadline", "queue")
 
     def __init__(self) -> None:
         self.guard = _thread.allocate_lock()
         self.owner: int | None = None  # the thread holding the turn
         self.depth = 0  # its runs in progress (0: it holds the turn between runs)
-        self.deadline = 0.0  # one slice of wall time after it took the turn
-        self.cpu_end = 0.0  # its slice's end in its thread's CPU time (set on that thread)
+        self.deadline = 0.0  # its slice's end
         self.queue: collections.deque = collections.deque()  # waiters: [thread, lock]
 
     def acquire(self) -> None:
@@ -177,28 +167,23 @@ class _Turn:
         if _leaving.__dict__.get("hook") is None:
             _leaving.hook = _GiveBackAtThreadEnd(me)
         with self.guard:
-            if self.owner == me:
-                if self.depth or not self.queue or not self._slice_over():
-                    self.depth += 1
-                    return
-                self._hand_over()  # its slice is over and others wait: queue behind them
-            elif self.owner is None or (not (self.depth or self.queue) and _now() >= self.deadline):
+            if self.owner == me and (self.depth or not self.queue or _now() < self.deadline):
+                if not self.depth and _now() >= self.deadline:
+                    self.deadline = _now() + SLICE_SECONDS  # nobody waits: a new slice
+                self.depth += 1
+                return
+            if self.owner is None or (not (self.depth or self.queue) and _now() >= self.deadline):
                 self._take(me)  # (free, or left by a thread whose slice is over)
                 return
+            if self.owner == me:  # its slice is over and others wait: queue behind them
+                self._hand_over()
             entry = [me, _thread.allocate_lock()]
             entry[1].acquire()
             self.queue.append(entry)
         self._wait(entry)
 
-    def _slice_over(self) -> bool:
-        """Whether the holder's slice is over (on the holder's thread, under ``guard``)."""
-        wall_end = self.deadline + SLICE_SECONDS * (SLICE_WALL_TIMES - 1)
-        return _cpu() >= self.cpu_end or _now() >= wall_end
-
     def _take(self, me: int) -> None:
-        """Take the turn, on the taking thread (under ``guard``)."""
-        self.owner, self.depth = me, 1
-        self.deadline, self.cpu_end = _now() + SLICE_SECONDS, _cpu() + SLICE_SECONDS
+        self.owner, self.depth, self.deadline = me, 1, _now() + SLICE_SECONDS
 
     def _hand_over(self) -> None:
         """Give the turn to the first waiter, or to nobody (under ``guard``)."""
@@ -207,7 +192,6 @@ class _Turn:
             return
         me, lock = self.queue.popleft()
         self.owner, self.depth, self.deadline = me, 1, _now() + SLICE_SECONDS
-        self.cpu_end = _NEVER  # (its thread sets it when it wakes: _served)
         if lock.locked():  # (not if its wait timed out meanwhile)
             lock.release()
 
@@ -227,26 +211,22 @@ class _Turn:
             raise
 
     def _patience(self, entry: list) -> float:
-        """How long a waiter sleeps before it looks whether the holder left the turn. The
-        first waiter, while the holder has no run in progress: until a slice of wall time has
-        passed. Otherwise until its turn would come if every holder before it used its whole
-        slice's wall time (SLICE_WALL_TIMES slices): holders hand the turn over themselves, by
-        their first run past their slice, and a waiter that looks sooner only takes the GIL
-        from the holder (a context switch or two each time)."""
+        """How long a waiter waits before it looks whether the holder left the turn: until
+        its turn would come if every holder before it used its whole slice (the holders
+        hand it over sooner, and wake it). The first waiter's wait ends with the slice, or
+        one slice later if the holder runs past it (its next run will hand the turn over: one
+        look per slice, not a poll): a holder that stopped calling keeps it two slices at most."""
         with self.guard:
             place = self.queue.index(entry) if entry in self.queue else 0
-            if place == 0 and not self.depth:
-                return max(self.deadline - _now(), 0.0) + 1e-4
-            wall = SLICE_SECONDS * SLICE_WALL_TIMES
-            return max(self.deadline - SLICE_SECONDS - _now(), 0.0) + (place + 1) * wall + 1e-4
+            left = self.deadline - _now()
+        return (left if left > 0 else SLICE_SECONDS) + place * SLICE_SECONDS + 1e-4
 
     def _served(self, entry: list) -> bool:
         """Whether the waiter has the turn, handed over or taken from a holder that left it
-        (a slice of wall time passed, no run in progress)."""
+        (its slice over, no run in progress)."""
         me = entry[0]
         with self.guard:
             if self.owner == me:
-                self.cpu_end = _cpu() + SLICE_SECONDS
                 return True
             if self.queue and self.queue[0] is entry and not self.depth and _now() >= self.deadline:
                 self.queue.popleft()
@@ -255,14 +235,14 @@ class _Turn:
             return False
 
     def release(self, failed: bool = False) -> None:
-        """End a run; the turn stays with its thread until its slice ends (then goes to the
-        first waiter), unless the run failed (Ctrl-C, say: the thread may never run again)."""
+        """End a run; the turn stays with its thread until its slice ends, unless the run
+        failed (Ctrl-C, say: the thread may never run again)."""
         with self.guard:
             if self.owner != _thread.get_ident():
                 return  # (taken from it, or a fork in between)
             self.depth -= 1
-            if self.depth <= 0 and (failed or (self.queue and self._slice_over())):
-                self._hand_over()
+            if self.depth <= 0 and failed:
+                self._hand_over()  # (the holder's next run hands it over once its slice ends)
 
     def give_back(self, thread: int) -> None:
         with self.guard:
@@ -285,8 +265,6 @@ class _GiveBackAtThreadEnd:
 
 
 _now = time.monotonic
-_cpu = time.thread_time
-_NEVER = float("inf")
 _leaving = threading.local()
 _turns = _Turn()
 
