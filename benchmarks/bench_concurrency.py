@@ -2,19 +2,25 @@
 the same runs spread over 8 threads, and whether every result is bit-identical.
 
     python benchmarks/bench_concurrency.py [--model tests/models/bert_dynamo_op18.onnx ...]
-        [--runs 400] [--threads 8] [--rounds 5] [--no-turns]
+        [--runs 400] [--threads 8] [--rounds 5] [--no-turns] [--warm | --cold] [--slice S]
+    python benchmarks/bench_concurrency.py --model M --runs 3200 --once 8   (then --once 1)
 
 Concurrent runs must not oversubscribe the cores (each thread's BLAS call starting its own
 threads), nor take the GIL from each other (short runs take turns, runtime/concurrency.py):
 the 8-thread total should not exceed the 1-thread one. The two are timed in alternating
-rounds and the medians compared (on a shared machine single rounds vary by 2x or more).
---no-turns lets short runs run side by side (the behaviour before turns), for comparison.
+rounds, and each 8-thread round is compared with the 1-thread round next to it (on a shared
+machine single rounds vary by 2x or more). Two kinds of threads: new ones each round (their
+first runs and their start included: the cold figure) and long-lived ones that have run the
+session before (a server's worker threads: the steady state); --cold or --warm runs one kind.
+--once times nothing itself: it makes the runs of one side only, for a timer outside the
+process. --no-turns lets short runs run side by side (the behaviour before turns).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import queue
 import statistics
 import sys
 import threading
@@ -45,22 +51,63 @@ def feeds_for(sess, seed: int = 0) -> dict:
     return out
 
 
-def run_threads(sess, feeds, runs: int, threads: int) -> tuple[float, float, list]:
+class Workers:
+    """Long-lived threads, as a server keeps its workers: each has run the session once,
+    untimed, before any round (a new thread's first runs cost more: see ``fresh_threads``)."""
+
+    def __init__(self, sess, feeds, size: int):
+        self.jobs = [queue.SimpleQueue() for _ in range(size)]
+        self.done = threading.Semaphore(0)
+        for jobs in self.jobs:
+            threading.Thread(target=self._serve, args=(jobs,), daemon=True).start()
+        self.each([lambda: sess.run(None, feeds)] * size)
+
+    def _serve(self, jobs) -> None:
+        while (job := jobs.get()) is not None:
+            job()
+            self.done.release()
+
+    def each(self, jobs: list) -> None:
+        """Run jobs[k] on thread k, and wait for them all."""
+        for thread_jobs, job in zip(self.jobs, jobs):
+            thread_jobs.put(job)
+        for _ in jobs:
+            self.done.acquire()
+
+    def close(self) -> None:
+        for jobs in self.jobs:
+            jobs.put(None)
+
+
+def fresh_threads(jobs: list) -> None:
+    """Run jobs[k] on a new thread k, and wait for them all. Every thread is started before
+    any job begins (a gate), so that starting them does not contend with the runs."""
+    gate = threading.Event()
+    threads = [threading.Thread(target=lambda j=j: (gate.wait(), j())) for j in jobs]
+    for th in threads:
+        th.start()
+    gate.set()
+    for th in threads:
+        th.join()
+
+
+def run_threads(sess, feeds, runs: int, threads: int, workers: Workers | None = None):
     """Wall and CPU seconds (the process's) of ``runs`` runs spread over ``threads`` threads,
-    and their results."""
+    new ones or ``workers``' long-lived ones (thread starts included in the time), and their
+    results."""
     results: list = [None] * runs
     per = runs // threads
 
-    def work(k: int) -> None:
-        for j in range(k * per, (k + 1) * per):
-            results[j] = sess.run(None, feeds)
+    def job(k: int):
+        def work() -> None:
+            for j in range(k * per, (k + 1) * per):
+                results[j] = sess.run(None, feeds)
 
-    pool = [threading.Thread(target=work, args=(k,)) for k in range(threads)]
+        return work
+
+    jobs = [job(k) for k in range(threads)]
     t, cpu = time.perf_counter(), time.process_time()
-    for th in pool:
-        th.start()
-    for th in pool:
-        th.join()
+    fresh_threads(jobs) if workers is None else workers.each(jobs)
     return time.perf_counter() - t, time.process_time() - cpu, results[: per * threads]
 
 
@@ -68,24 +115,31 @@ def identical(a: list, b: list) -> bool:
     return all(x.shape == y.shape and x.tobytes() == y.tobytes() for x, y in zip(a, b))
 
 
-def compare(sess, feeds, runs: int, threads: int = 8, rounds: int = 5) -> dict:
-    """Median wall and CPU seconds of ``runs`` runs on 1 thread and on ``threads`` threads
-    (alternating rounds), and whether every result equals a lone run's bit for bit. (On a
+def compare(sess, feeds, runs: int, threads: int = 8, rounds: int = 5, warm: bool = False):
+    """Wall and CPU seconds of ``runs`` runs on 1 thread and on ``threads`` threads in
+    alternating rounds (medians, and the medians of each round's ratio to the 1-thread round
+    next to it: a drift of the machine's speed moves both), and whether every result equals
+    a lone run's bit for bit. New threads each round, or (``warm``) long-lived ones. (On a
     shared machine the wall time also measures the other processes; the CPU time does not.)"""
     reference = sess.run(None, feeds)
-    run_threads(sess, feeds, threads, threads)  # warm-up
+    workers = Workers(sess, feeds, threads) if warm else None
+    run_threads(sess, feeds, threads, threads, workers)  # warm-up
     wall: dict[int, list[float]] = {1: [], threads: []}
     cpu: dict[int, list[float]] = {1: [], threads: []}
     same = True
     for r in range(rounds):
         for n in (1, threads) if r % 2 == 0 else (threads, 1):
-            seconds, cpu_seconds, results = run_threads(sess, feeds, runs, n)
+            seconds, cpu_seconds, results = run_threads(sess, feeds, runs, n, workers)
             wall[n].append(seconds)
             cpu[n].append(cpu_seconds)
             same &= all(identical(reference, got) for got in results)
+    if workers is not None:
+        workers.close()
     med = statistics.median
     return {"wall1": med(wall[1]), "wall": med(wall[threads]), "cpu1": med(cpu[1]),
-            "cpu": med(cpu[threads]), "same": same}  # fmt: skip
+            "cpu": med(cpu[threads]), "same": same,
+            "wall_ratio": med(a / b for a, b in zip(wall[threads], wall[1])),
+            "cpu_ratio": med(a / b for a, b in zip(cpu[threads], cpu[1]))}  # fmt: skip
 
 
 HEADER = ("| model ({runs} runs) | wall s, 1 thread | {n} threads | ratio | CPU s, 1 thread "
@@ -93,8 +147,17 @@ HEADER = ("| model ({runs} runs) | wall s, 1 thread | {n} threads | ratio | CPU 
 
 
 def row(name: str, r: dict) -> str:
-    return (f"| {name} | {r['wall1']:.3f} | {r['wall']:.3f} | {r['wall'] / r['wall1']:.2f} "
-            f"| {r['cpu1']:.3f} | {r['cpu']:.3f} | {r['cpu'] / r['cpu1']:.2f} | {r['same']} |")  # fmt: skip
+    wall_ratio = r.get("wall_ratio", r["wall"] / r["wall1"])
+    cpu_ratio = r.get("cpu_ratio", r["cpu"] / r["cpu1"])
+    return (f"| {name} | {r['wall1']:.3f} | {r['wall']:.3f} | {wall_ratio:.2f} "
+            f"| {r['cpu1']:.3f} | {r['cpu']:.3f} | {cpu_ratio:.2f} | {r['same']} |")  # fmt: skip
+
+
+def once(sess, feeds, runs: int, threads: int) -> None:
+    """Only ``runs`` runs on ``threads`` new threads, for timing whole processes from outside
+    (`/usr/bin/time`, or a paired timer running ``--once 8`` against ``--once 1``)."""
+    sess.run(None, feeds)
+    run_threads(sess, feeds, runs, threads)
 
 
 def main() -> None:
@@ -104,18 +167,32 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--no-turns", action="store_true", help="short runs run side by side")
+    ap.add_argument("--warm", action="store_true", help="only long-lived threads (a server's)")
+    ap.add_argument("--cold", action="store_true", help="only new threads each round")
+    ap.add_argument("--once", type=int, metavar="THREADS", help="only the runs, on THREADS")
+    ap.add_argument("--slice", type=float, help="seconds a thread keeps the turn (default 0.005)")
     args = ap.parse_args()
+    if args.slice:
+        concurrency.SLICE_SECONDS = args.slice
     if args.no_turns:
         concurrency.SHORT_RUN_SECONDS = 0.0
     paths = args.model or [os.path.join(ROOT, "tests", "models", m + ".onnx") for m in MODELS]
+    if args.once:
+        for path in paths:
+            sess = onyx.InferenceSession(path)
+            once(sess, feeds_for(sess), args.runs, args.once)
+        return
+    modes = [True] if args.warm else [False] if args.cold else [False, True]
     print(f"{args.runs} runs, {args.rounds} rounds, {os.cpu_count()} cores, "
           f"turns {'off' if args.no_turns else 'on'}")  # fmt: skip
     print(HEADER.format(runs=args.runs, n=args.threads))
     print("|---|---:|---:|---:|---:|---:|---:|---|")
     for path in paths:
         sess = onyx.InferenceSession(path)
-        result = compare(sess, feeds_for(sess), args.runs, args.threads, args.rounds)
-        print(row(os.path.basename(path).removesuffix(".onnx"), result), flush=True)
+        name = os.path.basename(path).removesuffix(".onnx")
+        for warm in modes:
+            result = compare(sess, feeds_for(sess), args.runs, args.threads, args.rounds, warm)
+            print(row(f"{name}, {'long-lived' if warm else 'new'} threads", result), flush=True)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ side, and a child forked while another thread runs is not left waiting for that 
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 
@@ -255,3 +256,33 @@ def test_an_interrupted_wait_for_the_turn_leaves_the_queue(monkeypatch):
     other.join()
     monkeypatch.undo()
     assert _short_run_on_another_thread() < 2
+
+
+def _bench_concurrency():
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benchmarks"))
+    try:
+        import bench_concurrency
+    finally:
+        sys.path.pop(0)
+    return bench_concurrency
+
+
+def test_the_benchmarks_long_lived_threads_serve_every_round():
+    """(its steady-state figure: a server's worker threads, not new ones each round)"""
+    bench = _bench_concurrency()
+    sess, feeds = _relu_session(), {"x": np.ones((2, 3), np.float32)}
+    run, threads = sess.run, set()
+
+    def recorded(*args):
+        threads.add(threading.current_thread())
+        return run(*args)
+
+    sess.run = recorded
+    workers = bench.Workers(sess, feeds, 3)
+    for _ in range(2):
+        *_, results = bench.run_threads(sess, feeds, 6, 3, workers)
+        assert bench.identical([r for got in results for r in got], [run(None, feeds)[0]] * 6)
+    workers.close()
+    assert len(threads) == 3
+    bench.run_threads(sess, feeds, 6, 3)  # new threads
+    assert len(threads) == 6
