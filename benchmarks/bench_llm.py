@@ -94,6 +94,68 @@ def bench_decoder(folder: Path, contexts, new_tokens: int, runs: int, threads: i
         return rows
 
 
+_MEMORY_PROBE = """
+import json, os, sys, numpy as np
+sys.path.insert(0, {root!r})
+# imports are not the model's memory: both runtimes' modules are loaded before the baseline
+import onnxruntime as ort, onyx, onyx.runtime.session, onyx.genai.generator
+def rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+try:  # reset the high-water mark so only what follows counts
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+except OSError:
+    pass
+base = rss()
+if {runtime!r} == "ort":
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = {threads}
+    session = ort.InferenceSession({path!r}, opts, providers=["CPUExecutionProvider"])
+else:
+    session = None  # (onyx.generate's own session: the last-position logits)
+prompt = [1, *np.random.default_rng(0).integers(4, 32000, {context} - 1).tolist()]
+opts = onyx.SessionOptions(intra_op_num_threads={threads})
+onyx.generate({folder!r}, prompt, {new_tokens}, session=session, session_options=opts,
+              stop_token_ids=[])
+with open("/proc/self/status") as f:
+    hwm = next(int(l.split()[1]) * 1024 for l in f if l.startswith("VmHWM"))
+print(json.dumps({{"peak_mb": max(0, hwm - base) / 2**20}}))
+"""
+
+
+def peak_memory(folder: Path, path: Path, runtime: str, context: int, new_tokens: int,
+                threads: int) -> float | None:  # fmt: skip
+    """Peak RSS growth (MiB) of a fresh process that makes the session and generates
+    ``new_tokens`` after a prompt of ``context`` tokens (both runtimes' modules imported before
+    the baseline)."""
+    import json
+    import subprocess
+
+    code = _MEMORY_PROBE.format(root=str(ROOT), runtime=runtime, path=str(path),
+                                folder=str(folder), context=context, new_tokens=new_tokens,
+                                threads=threads)  # fmt: skip
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    if out.returncode:
+        print(out.stderr[-2000:], file=sys.stderr)
+        return None
+    return json.loads(out.stdout.strip().splitlines()[-1])["peak_mb"]
+
+
+def bench_memory(folder: Path, contexts, new_tokens: int, threads: int) -> list:
+    """(context, onyx MiB, onnxruntime MiB, model files MiB) per context."""
+    files = sum(f.stat().st_size for f in folder.glob("model.onnx*")) / 2**20
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        path = _last_token_copy(folder, Path(tmp))
+        for context in contexts:
+            ours = peak_memory(folder, path, "onyx", context, new_tokens, threads)
+            theirs = peak_memory(folder, path, "ort", context, new_tokens, threads)
+            rows.append((context, ours, theirs, files))
+    return rows
+
+
 def bench_genai(folder: Path, contexts, new_tokens: int, runs: int) -> list:
     """onnxruntime-genai's own Generator on the same folder (when it is installed): prefill as
     append_tokens of the prompt, then generate_next_token per token."""
@@ -155,11 +217,25 @@ def main() -> None:
                         help="the decoders as exported: logits of every prompt position")  # fmt: skip
     parser.add_argument("--cpu-time", action="store_true",
                         help="time by the process's CPU time (with --threads 1)")  # fmt: skip
+    parser.add_argument("--memory", action="store_true",
+                        help="peak RSS growth of a fresh process per runtime instead of times")  # fmt: skip
     args = parser.parse_args()
     if args.cpu_time:
         import onyx.genai.generator as generator
 
         generator.time = _CpuClock
+    if args.memory:
+        print(f"{'decoder':22} {'context':>7} {'files MiB':>10} {'peak MiB onyx':>14} "
+              f"{'x files':>8} {'ort':>8} {'x files':>8}")  # fmt: skip
+        for precision in ("int4", "fp32"):
+            folder = BENCH / f"llama_bench_{precision}"
+            if not folder.exists() or args.only not in folder.name:
+                continue
+            for context, ours, theirs, files in bench_memory(folder, args.context,
+                                                             args.new_tokens, args.threads):  # fmt: skip
+                print(f"{folder.name:22} {context:7d} {files:10.1f} {ours:14.1f} "
+                      f"{ours / files:8.2f} {theirs:8.1f} {theirs / files:8.2f}")  # fmt: skip
+        return
     if not BENCH.exists():
         sys.exit(f"{BENCH} is missing: run scripts/make_transformer_zoo.py --bench first")
     print(f"{'decoder':22} {'context':>7} {'prefill ms onyx':>16} {'ort':>8} {'ratio':>6} "

@@ -64,7 +64,7 @@ def _nbits_weight(B, scales, zero_points, g_idx, *, N, K, bits, block_size) -> N
     k_blocks = (K + block_size - 1) // block_size
     blob = block_size * bits // 8
     packed = np.ascontiguousarray(B).reshape(N, k_blocks * blob)
-    s = upcast(np.asarray(scales)).astype(np.float32).reshape(N, k_blocks)
+    s = upcast(np.asarray(scales)).astype(np.float32, copy=False).reshape(N, k_blocks)
     zp = None
     if zero_points is not None:
         zero_points = np.asarray(zero_points)
