@@ -18,7 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import native
-from ..registry import op
+from ..registry import ONYX_DOMAIN, op
+from .activation import sigmoid, sigmoid_into
 from .derived import derived, frozen, scratch
 from .elementwise import upcast
 
@@ -353,3 +354,25 @@ def gather_block_quantized(
         shape = (1,) * ga + idx.shape + (1,) * (rank - ga - 1)
         q *= valid.reshape(shape)
     return q.astype(scales.dtype, copy=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# GatedMatMulNBits (onyx's own: onyx/genai/fusions.py)
+
+
+@op("GatedMatMulNBits", since=1, domain=ONYX_DOMAIN, threads="blas")
+def gated_matmul_nbits(X, Bg, Sg, Bu, Su, *, K, N, block_size, bits=4, accuracy_level=0):
+    """silu(MatMulNBits(X, Bg, Sg)) * MatMulNBits(X, Bu, Su): a gated MLP's gate and up
+    projections and its activation in one node (one Python call per decoded token instead of
+    five). The float ops are the unfused nodes' (Sigmoid's sigmoid_into, then the two Muls),
+    so the values are theirs bit for bit."""
+    attrs = dict(K=K, N=N, block_size=block_size, bits=bits, accuracy_level=accuracy_level)
+    g = matmul_nbits(X, Bg, Sg, **attrs)
+    u = matmul_nbits(X, Bu, Su, **attrs)
+    if g.dtype != np.float32:  # (Sigmoid and Mul of a low float: computed in float32, rounded)
+        s = sigmoid(g)
+        return np.multiply(np.multiply(g, s), u)
+    with np.errstate(over="ignore"):
+        s = sigmoid_into(g)
+    np.multiply(g, s, s)
+    return np.multiply(s, u, s)
