@@ -8,11 +8,14 @@
 Decoder: onnxruntime-genai's builder output of a 4-layer d=512 Llama-style model (8 heads, 4 KV
 heads, vocab 32000; int4 block 32 at accuracy level 4, and fp32). For each context length the
 prompt of that many tokens is the prefill (latency: median over runs), then ``--new-tokens``
-greedy tokens are decoded (tokens/s: median over runs) by onyx.generate's loop, once with an
-onyx session and once with an onnxruntime session (``session=``), so the loop's own cost counts
-for both. Both run the decoder as onyx.generate does by default, its logits for the last
-position only (onyx/genai/last_token.py; saved for onnxruntime in a temporary folder);
-``--all-logits`` runs the graph as exported. Encoder: a 4-layer d=256 BERT-style model at batch 1, sequence 128, as optimum exports
+greedy tokens are decoded (tokens/s: median over runs) by onyx.generate's loop, once with the
+onyx session onyx.generate makes by default and once with an onnxruntime session
+(``session=``), so the loop's own cost counts for both. Both run the decoder's logits for the
+last position only (onyx/genai/last_token.py; saved for onnxruntime in a temporary folder);
+onyx's session fuses each gated MLP into one node besides (onyx/genai/fusions.py), as
+onnxruntime's own optimizer fuses what it knows (SiLU into QuickGelu). ``--all-logits`` runs
+the graph as exported in both. ``--memory``: the peak RSS growth of a fresh process per
+runtime that makes the session and generates, instead of times. Encoder: a 4-layer d=256 BERT-style model at batch 1, sequence 128, as optimum exports
 it and after onnxruntime's transformer optimizer (Attention, SkipLayerNormalization, ...).
 Where onnxruntime-genai is installed, its own Generator runs the decoders too (a row of its own:
 its loop binds past and present to one buffer and samples in C++).
@@ -36,16 +39,21 @@ sys.path.insert(0, str(ROOT))
 BENCH = ROOT / "benchmarks" / "models" / "transformers"
 
 
-def _sessions(path: Path, threads: int):
+def _sessions(path: Path, threads: int, decoder: Path | None = None):
+    """(onyx's session, onnxruntime's) of ``path``; with ``decoder`` (a folder), onyx's is the
+    one onyx.generate makes by default for it."""
     import onnxruntime as ort
 
     import onyx
+    from onyx.genai import Generator
 
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
     theirs = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
-    ours = onyx.InferenceSession(str(path), onyx.SessionOptions(intra_op_num_threads=threads))
-    return ours, theirs
+    options = onyx.SessionOptions(intra_op_num_threads=threads)
+    if decoder is not None:
+        return Generator(decoder, session_options=options).session, theirs
+    return onyx.InferenceSession(str(path), options), theirs
 
 
 def _last_token_copy(folder: Path, tmp: Path) -> Path:
@@ -76,7 +84,7 @@ def bench_decoder(folder: Path, contexts, new_tokens: int, runs: int, threads: i
 
     with tempfile.TemporaryDirectory() as tmp:
         path = folder / "model.onnx" if all_logits else _last_token_copy(folder, Path(tmp))
-        ours, theirs = _sessions(path, threads)
+        ours, theirs = _sessions(path, threads, None if all_logits else folder)
         rows = []
         rng = np.random.default_rng(0)
         for context in contexts:

@@ -1,6 +1,6 @@
 """onyx.generate's own session: the gated MLP fused into one node (onyx/genai/fusions.py) gives
 the unfused graph's values bit for bit, and a large file-mapped table's rows are gathered
-without keeping its pages mapped (onyx/runtime/mapped.py)."""
+without keeping its pages mapped (onyx/runtime/kernels/mapped.py)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,9 @@ import onyx
 from onyx import ir
 from onyx.genai import Generator
 from onyx.genai.fusions import fuse_gated_mlp
-from onyx.runtime import mapped
+from onyx.runtime.kernels import mapped
 from onyx.runtime.kernels.indexing import gather
+from onyx.serde.external import MAPPED_FILES
 
 ZOO = Path(__file__).resolve().parent / "models" / "transformers"
 
@@ -91,14 +92,18 @@ def test_gated_mlp_fusion_skips_other_patterns():
     assert len(list(model.graph)) == 5
 
 
-@pytest.fixture()
-def mapped_table(tmp_path, monkeypatch):
+@pytest.fixture(params=["pread", "mapping"])
+def mapped_table(request, tmp_path, monkeypatch):
+    """(a table, a read-only view of it in a file mapping): one whose file is known (its rows
+    read with pread), one whose file is not (read through the mapping, then unmapped)."""
     monkeypatch.setattr(mapped, "LARGE_TABLE_BYTES", 1)
     table = np.random.default_rng(0).standard_normal((3000, 700)).astype(np.float32)
     path = tmp_path / "table.bin"
     path.write_bytes(b"\0" * 100 + table.tobytes())
     with open(path, "rb") as f:
         buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    if request.param == "pread":
+        MAPPED_FILES[buf] = str(path)
     view = np.frombuffer(memoryview(buf)[100:], np.float32).reshape(table.shape)
     return table, view  # (the mapping closes with its last view)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..mapped import take_rows
 from ..registry import op
+from .mapped import take_rows
 
 
 def _ints(x) -> list[int]:
