@@ -13,6 +13,7 @@ in summation order.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -200,15 +201,26 @@ def _native_int8(A, B, scales, *, K, N, bits, block_size) -> np.ndarray | None:
     """The decoding step's usual MatMulNBits (float32 A, constant 4 / 8-bit weight without zero
     points, accuracy level 4) straight to nbits.c, or None (the general path runs): the same
     set-up (derived) and kernel as the general path, fewer Python steps per call."""
-    if (
-        type(A) is not np.ndarray
-        or A.dtype != np.float32
-        or not _constant(B)
-        or not _constant(scales)
-        or bits not in (4, 8)
-        or not A.size
-        or not B.size
-    ):
+    if type(A) is not np.ndarray or A.dtype != np.float32 or not A.size or bits not in (4, 8):
+        return None
+    if type(scales) is not np.ndarray or scales.flags.writeable or not B.size:
+        return None  # (B itself: derived computes anew for a writeable one, cached by nothing)
+    w = _FAST.get(id(B))
+    if w is None or w[0]() is not B or w[1] is not scales or w[2] != (N, K, bits, block_size):
+        w = _fast_weight(B, scales, N, K, bits, block_size)
+        if w is None:
+            return None
+    y = np.empty(A.shape[:-1] + (N,), np.float32)
+    return y if w[3].int8(A.reshape(-1, K), y.reshape(-1, N)) else None
+
+
+#: id(B) -> (weakref to B, scales, (N, K, bits, block), nbits.c's product): the decoding
+#: step's lookup of its weight (derived's entry, found without building its key per call).
+_FAST: dict[int, tuple] = {}
+
+
+def _fast_weight(B, scales, N, K, bits, block_size):
+    if type(B) is not np.ndarray or B.flags.writeable:
         return None
     key = ("nbits", N, K, bits, block_size, id(scales), id(None), id(None))
     w = derived(
@@ -218,8 +230,11 @@ def _native_int8(A, B, scales, *, K, N, bits, block_size) -> np.ndarray | None:
     )
     if w.native is None:
         return None
-    y = np.empty(A.shape[:-1] + (N,), np.float32)
-    return y if w.native.int8(A.reshape(-1, K), y.reshape(-1, N)) else None
+    b_id = id(B)
+    entry = (weakref.ref(B, lambda _ref: _FAST.pop(b_id, None)), scales, (N, K, bits, block_size),
+             w.native)  # fmt: skip
+    _FAST[b_id] = entry
+    return entry
 
 
 @op("MatMulNBits", since=1, domain=MS, threads="blas")
