@@ -23,6 +23,7 @@ from ..registry import ONYX_DOMAIN, op
 from .activation import sigmoid, sigmoid_into
 from .derived import derived, frozen, scratch
 from .elementwise import upcast
+from .mapped import release
 
 MS = "com.microsoft"
 #: float32 values of one dequantized panel (1 MiB): large enough for BLAS to run at speed,
@@ -381,9 +382,13 @@ def gated_matmul_nbits(X, Bg, Sg, Bu, Su, *, K, N, block_size, bits=4, accuracy_
     projections and its activation in one node (one Python call per decoded token instead of
     five). The float ops are the unfused nodes' (Sigmoid's sigmoid_into, then the two Muls),
     so the values are theirs bit for bit."""
-    attrs = dict(K=K, N=N, block_size=block_size, bits=bits, accuracy_level=accuracy_level)
-    g = matmul_nbits(X, Bg, Sg, **attrs)
-    u = matmul_nbits(X, Bu, Su, **attrs)
+    both = _both_products(X, Bg, Sg, Bu, Su, K=K, N=N, bits=bits, block_size=block_size)
+    if accuracy_level == 4 and both is not None:
+        g, u = both[..., :N], both[..., N:]
+    else:
+        attrs = dict(K=K, N=N, block_size=block_size, bits=bits, accuracy_level=accuracy_level)
+        g = matmul_nbits(X, Bg, Sg, **attrs)
+        u = matmul_nbits(X, Bu, Su, **attrs)
     if g.dtype != np.float32:  # (Sigmoid and Mul of a low float: computed in float32, rounded)
         s = sigmoid(g)
         return np.multiply(np.multiply(g, s), u)
@@ -391,3 +396,29 @@ def gated_matmul_nbits(X, Bg, Sg, Bu, Su, *, K, N, block_size, bits=4, accuracy_
         s = sigmoid_into(g)
     np.multiply(g, s, s)
     return np.multiply(s, u, s)
+
+
+def _both_products(X, Bg, Sg, Bu, Su, *, K, N, bits, block_size) -> np.ndarray | None:
+    """[..., 2N]: the gate's and the up projection's accuracy-level-4 products in one call of
+    nbits.c on the two weights stacked once (every output column is computed on its own, so
+    the values are the two calls'), or None where the native kernel does not take them."""
+    if type(X) is not np.ndarray or X.dtype != np.float32 or not X.size or bits not in (4, 8):
+        return None
+    if not all(_constant(p) and p is not None for p in (Bg, Sg, Bu, Su)):
+        return None
+    key = ("nbits gate up", N, K, bits, block_size, id(Sg), id(Bu), id(Su))
+    w = derived(Bg, key, lambda: _stacked(Bg, Sg, Bu, Su, N, K, bits, block_size))
+    if w.native is None:
+        return None
+    y = np.empty(X.shape[:-1] + (2 * N,), np.float32)
+    return y if w.native.int8(X.reshape(-1, K), y.reshape(-1, 2 * N)) else None
+
+
+def _stacked(Bg, Sg, Bu, Su, N, K, bits, block_size) -> NBitsWeight:
+    """The weight of the gate's rows then the up projection's: the stacked copies replace the
+    originals, whose file pages are unmapped again (mapped.release)."""
+    B = np.concatenate([np.asarray(Bg).reshape(N, -1), np.asarray(Bu).reshape(N, -1)])
+    scales = np.concatenate([np.asarray(Sg).reshape(-1), np.asarray(Su).reshape(-1)])
+    for a in (Bg, Sg, Bu, Su):
+        release(a)
+    return _nbits_weight(B, scales, None, None, N=2 * N, K=K, bits=bits, block_size=block_size)

@@ -115,3 +115,19 @@ def _source(data: np.ndarray):
     where data is no view of a file mapping."""
     found = file_mapping(data)
     return None if found is None else (*found, _file_of(found[0]))
+
+
+def release(a: np.ndarray) -> None:
+    """Unmap the whole pages of a read-only view of a file mapping (a constant a kernel has
+    copied into its own form and will not read again); anything else is left alone."""
+    if _DONTNEED is None or type(a) is not np.ndarray or a.flags.writeable:
+        return
+    found = file_mapping(a)
+    if found is None:
+        return
+    buf, offset, address = found
+    page = mmap.PAGESIZE
+    lo = -(-(address + offset) // page) * page - address
+    hi = (address + offset + a.nbytes) // page * page - address
+    if hi > lo:
+        buf.madvise(_DONTNEED, lo, hi - lo)
