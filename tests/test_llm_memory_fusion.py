@@ -5,6 +5,7 @@ without keeping its pages mapped (onyx/runtime/kernels/mapped.py)."""
 from __future__ import annotations
 
 import mmap
+import os
 from collections import Counter
 from pathlib import Path
 
@@ -96,6 +97,12 @@ def test_gated_mlp_fusion_skips_other_patterns():
 def mapped_table(request, tmp_path, monkeypatch):
     """(a table, a read-only view of it in a file mapping): one whose file is known (its rows
     read with pread), one whose file is not (read through the mapping, then unmapped)."""
+    if (
+        not hasattr(os, "preadv")
+        if request.param == "pread"
+        else not hasattr(mmap, "MADV_DONTNEED")
+    ):
+        pytest.skip(f"no {request.param} path on this platform")
     monkeypatch.setattr(mapped, "LARGE_TABLE_BYTES", 1)
     table = np.random.default_rng(0).standard_normal((3000, 700)).astype(np.float32)
     path = tmp_path / "table.bin"
@@ -116,6 +123,7 @@ def test_mapped_rows_are_np_take(mapped_table):
     assert got is not None and got.shape == (2, 4, 700)
     np.testing.assert_array_equal(got, np.take(table, indices, axis=0))
     np.testing.assert_array_equal(gather(view, indices), np.take(table, indices, axis=0))
+    assert mapped.take_rows(view, np.zeros((2, 0), np.int64)).shape == (2, 0, 700)
     with pytest.raises(IndexError):
         gather(view, np.array([3000]))
 

@@ -27,6 +27,7 @@ LARGE_TABLE_BYTES = 16 << 20
 #: The span unmapped around each row: the largest folio a fault maps (a PMD).
 _SPAN = 2 << 20
 _DONTNEED = getattr(mmap, "MADV_DONTNEED", None)
+_PREADV = getattr(os, "preadv", None)  # (POSIX only: elsewhere np.take runs)
 #: An open descriptor per mapping's file, closed with the mapping.
 _FDS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -68,7 +69,7 @@ def _file_of(buf: mmap.mmap) -> int | None:
 def _rows_by_pread(fd: int, offset: int, row: int, flat: list, out: np.ndarray) -> bool:
     rows = out.reshape(len(flat), -1).view(np.uint8)
     for i, r in enumerate(flat):
-        if os.preadv(fd, [rows[i]], offset + r * row) != row:
+        if _PREADV(fd, [rows[i]], offset + r * row) != row:
             return False
     return True
 
@@ -103,7 +104,9 @@ def take_rows(data: np.ndarray, indices: np.ndarray) -> np.ndarray | None:
     if any(not 0 <= r < n for r in rows):
         return None  # (np.take raises its IndexError)
     out = np.empty((len(rows),) + data.shape[1:], data.dtype)
-    if fd is None or not _rows_by_pread(fd, offset, data[0].nbytes, rows, out):
+    if not rows:
+        return out.reshape(indices.shape + data.shape[1:])
+    if fd is None or _PREADV is None or not _rows_by_pread(fd, offset, data[0].nbytes, rows, out):
         if _DONTNEED is None:
             return None
         _rows_by_mapping(data, buf, offset, address, rows, out)
