@@ -8,11 +8,14 @@
 Decoder: onnxruntime-genai's builder output of a 4-layer d=512 Llama-style model (8 heads, 4 KV
 heads, vocab 32000; int4 block 32 at accuracy level 4, and fp32). For each context length the
 prompt of that many tokens is the prefill (latency: median over runs), then ``--new-tokens``
-greedy tokens are decoded (tokens/s: median over runs) by onyx.generate's loop, once with an
-onyx session and once with an onnxruntime session (``session=``), so the loop's own cost counts
-for both. Both run the decoder as onyx.generate does by default, its logits for the last
-position only (onyx/genai/last_token.py; saved for onnxruntime in a temporary folder);
-``--all-logits`` runs the graph as exported. Encoder: a 4-layer d=256 BERT-style model at batch 1, sequence 128, as optimum exports
+greedy tokens are decoded (tokens/s: median over runs) by onyx.generate's loop, once with the
+onyx session onyx.generate makes by default and once with an onnxruntime session
+(``session=``), so the loop's own cost counts for both. Both run the decoder's logits for the
+last position only (onyx/genai/last_token.py; saved for onnxruntime in a temporary folder);
+onyx's session fuses each gated MLP into one node besides (onyx/genai/fusions.py), as
+onnxruntime's own optimizer fuses what it knows (SiLU into QuickGelu). ``--all-logits`` runs
+the graph as exported in both. ``--memory``: the peak RSS growth of a fresh process per
+runtime that makes the session and generates, instead of times. Encoder: a 4-layer d=256 BERT-style model at batch 1, sequence 128, as optimum exports
 it and after onnxruntime's transformer optimizer (Attention, SkipLayerNormalization, ...).
 Where onnxruntime-genai is installed, its own Generator runs the decoders too (a row of its own:
 its loop binds past and present to one buffer and samples in C++).
@@ -36,16 +39,21 @@ sys.path.insert(0, str(ROOT))
 BENCH = ROOT / "benchmarks" / "models" / "transformers"
 
 
-def _sessions(path: Path, threads: int):
+def _sessions(path: Path, threads: int, decoder: Path | None = None):
+    """(onyx's session, onnxruntime's) of ``path``; with ``decoder`` (a folder), onyx's is the
+    one onyx.generate makes by default for it."""
     import onnxruntime as ort
 
     import onyx
+    from onyx.genai import Generator
 
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
     theirs = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
-    ours = onyx.InferenceSession(str(path), onyx.SessionOptions(intra_op_num_threads=threads))
-    return ours, theirs
+    options = onyx.SessionOptions(intra_op_num_threads=threads)
+    if decoder is not None:
+        return Generator(decoder, session_options=options).session, theirs
+    return onyx.InferenceSession(str(path), options), theirs
 
 
 def _last_token_copy(folder: Path, tmp: Path) -> Path:
@@ -76,7 +84,7 @@ def bench_decoder(folder: Path, contexts, new_tokens: int, runs: int, threads: i
 
     with tempfile.TemporaryDirectory() as tmp:
         path = folder / "model.onnx" if all_logits else _last_token_copy(folder, Path(tmp))
-        ours, theirs = _sessions(path, threads)
+        ours, theirs = _sessions(path, threads, None if all_logits else folder)
         rows = []
         rng = np.random.default_rng(0)
         for context in contexts:
@@ -92,6 +100,68 @@ def bench_decoder(folder: Path, contexts, new_tokens: int, runs: int, threads: i
             med = {k: {m: statistics.median(v) for m, v in f.items()} for k, f in figures.items()}
             rows.append((folder.name, context, med, tokens["onyx"] == tokens["ort"]))
         return rows
+
+
+_MEMORY_PROBE = """
+import json, os, sys, numpy as np
+sys.path.insert(0, {root!r})
+# imports are not the model's memory: both runtimes' modules are loaded before the baseline
+import onnxruntime as ort, onyx, onyx.runtime.session, onyx.genai.generator
+def rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+try:  # reset the high-water mark so only what follows counts
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+except OSError:
+    pass
+base = rss()
+if {runtime!r} == "ort":
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = {threads}
+    session = ort.InferenceSession({path!r}, opts, providers=["CPUExecutionProvider"])
+else:
+    session = None  # (onyx.generate's own session: the last-position logits)
+prompt = [1, *np.random.default_rng(0).integers(4, 32000, {context} - 1).tolist()]
+opts = onyx.SessionOptions(intra_op_num_threads={threads})
+onyx.generate({folder!r}, prompt, {new_tokens}, session=session, session_options=opts,
+              stop_token_ids=[])
+with open("/proc/self/status") as f:
+    hwm = next(int(l.split()[1]) * 1024 for l in f if l.startswith("VmHWM"))
+print(json.dumps({{"peak_mb": max(0, hwm - base) / 2**20}}))
+"""
+
+
+def peak_memory(folder: Path, path: Path, runtime: str, context: int, new_tokens: int,
+                threads: int) -> float | None:  # fmt: skip
+    """Peak RSS growth (MiB) of a fresh process that makes the session and generates
+    ``new_tokens`` after a prompt of ``context`` tokens (both runtimes' modules imported before
+    the baseline)."""
+    import json
+    import subprocess
+
+    code = _MEMORY_PROBE.format(root=str(ROOT), runtime=runtime, path=str(path),
+                                folder=str(folder), context=context, new_tokens=new_tokens,
+                                threads=threads)  # fmt: skip
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    if out.returncode:
+        print(out.stderr[-2000:], file=sys.stderr)
+        return None
+    return json.loads(out.stdout.strip().splitlines()[-1])["peak_mb"]
+
+
+def bench_memory(folder: Path, contexts, new_tokens: int, threads: int) -> list:
+    """(context, onyx MiB, onnxruntime MiB, model files MiB) per context."""
+    files = sum(f.stat().st_size for f in folder.glob("model.onnx*")) / 2**20
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        path = _last_token_copy(folder, Path(tmp))
+        for context in contexts:
+            ours = peak_memory(folder, path, "onyx", context, new_tokens, threads)
+            theirs = peak_memory(folder, path, "ort", context, new_tokens, threads)
+            rows.append((context, ours, theirs, files))
+    return rows
 
 
 def bench_genai(folder: Path, contexts, new_tokens: int, runs: int) -> list:
@@ -155,11 +225,25 @@ def main() -> None:
                         help="the decoders as exported: logits of every prompt position")  # fmt: skip
     parser.add_argument("--cpu-time", action="store_true",
                         help="time by the process's CPU time (with --threads 1)")  # fmt: skip
+    parser.add_argument("--memory", action="store_true",
+                        help="peak RSS growth of a fresh process per runtime instead of times")  # fmt: skip
     args = parser.parse_args()
     if args.cpu_time:
         import onyx.genai.generator as generator
 
         generator.time = _CpuClock
+    if args.memory:
+        print(f"{'decoder':22} {'context':>7} {'files MiB':>10} {'peak MiB onyx':>14} "
+              f"{'x files':>8} {'ort':>8} {'x files':>8}")  # fmt: skip
+        for precision in ("int4", "fp32"):
+            folder = BENCH / f"llama_bench_{precision}"
+            if not folder.exists() or args.only not in folder.name:
+                continue
+            for context, ours, theirs, files in bench_memory(folder, args.context,
+                                                             args.new_tokens, args.threads):  # fmt: skip
+                print(f"{folder.name:22} {context:7d} {files:10.1f} {ours:14.1f} "
+                      f"{ours / files:8.2f} {theirs:8.1f} {theirs / files:8.2f}")  # fmt: skip
+        return
     if not BENCH.exists():
         sys.exit(f"{BENCH} is missing: run scripts/make_transformer_zoo.py --bench first")
     print(f"{'decoder':22} {'context':>7} {'prefill ms onyx':>16} {'ort':>8} {'ratio':>6} "

@@ -101,16 +101,18 @@ class KVCache:
 
 def _own_session(path: Path, genai: dict | None, options):
     """An onyx session of the model whose logits output holds the last position only (the
-    loop reads no other row: last_token.py), where the LM head allows it."""
+    loop reads no other row: last_token.py), where the LM head allows it, and whose gated
+    MLPs run as one node each (fusions.py)."""
     from ..runtime.session import InferenceSession
     from ..serde import load
+    from .fusions import fuse_gated_mlp
     from .last_token import last_token_logits
 
     model = load(str(path))
     outputs = (genai or {}).get("model", {}).get("decoder", {}).get("outputs", {})
-    if not last_token_logits(model, outputs.get("logits", "logits")):
-        return InferenceSession(str(path), options)
-    return InferenceSession(model, options)
+    changed = last_token_logits(model, outputs.get("logits", "logits"))
+    changed = fuse_gated_mlp(model) > 0 or changed
+    return InferenceSession(model if changed else str(path), options)
 
 
 def _is_onyx(session) -> bool:
@@ -232,7 +234,7 @@ class Generator:
         for step in range(max_new_tokens):
             start = time.perf_counter()
             outs = self.session.run(out_names, self._feeds(step_ids, past, cache))
-            token = next_token(np.asarray(outs[0])[0, -1], np.asarray(sequence), options, rng)
+            token = next_token(np.asarray(outs[0])[0, -1], sequence, options, rng)
             timings["decode_s" if step else "prefill_s"] += time.perf_counter() - start
             cache.update(outs[1:])
             past += step_ids.shape[1]

@@ -40,13 +40,14 @@ def penalize_repeats(logits: np.ndarray, seen: np.ndarray, penalty: float) -> np
     return logits
 
 
-def next_token(
-    logits: np.ndarray, seen: np.ndarray, options: SamplingOptions, rng: np.random.Generator
-) -> int:
-    """The next token id from one row of logits [vocab]."""
-    scores = penalize_repeats(logits, seen, options.repetition_penalty)
+def next_token(logits: np.ndarray, seen, options: SamplingOptions, rng: np.random.Generator) -> int:
+    """The next token id from one row of logits [vocab]; ``seen``: the tokens so far (an
+    array, or a list: made an array only where a repetition penalty reads it)."""
+    if not options.do_sample and options.repetition_penalty == 1.0:
+        return int(np.argmax(logits))  # (the first of equal maxima, as onnxruntime-genai)
+    scores = penalize_repeats(logits, np.asarray(seen), options.repetition_penalty)
     if not options.do_sample:
-        return int(np.argmax(scores))  # (the first of equal maxima, as onnxruntime-genai)
+        return int(np.argmax(scores))
     scores = scores.astype(np.float64) / options.temperature
     order = np.argsort(-scores, kind="stable")
     if options.top_k:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import mmap
 import os
 import re
+import weakref
 
 from ..errors import FormatError
 from ..ir.dtypes import DataType
@@ -41,6 +42,11 @@ def safe_location(base_dir: str, location: str, what: str) -> str:
     return path
 
 
+#: The file each data mapping was made from: a few rows of a large table are read from it
+#: with pread instead of through the mapping (runtime/kernels/mapped.py).
+MAPPED_FILES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 class ExternalResolver:
     """Gives tensors of one model their external bytes, mapping each file once."""
 
@@ -58,9 +64,11 @@ class ExternalResolver:
                 size = os.fstat(f.fileno()).st_size
                 buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
                 if size and hasattr(mmap, "MADV_RANDOM"):
-                    # (pages on first touch, not 64 KB around each: a prompt's embedding rows
-                    # then map 4 KB each, not 16 times that)
+                    # (pages on first touch, not 64 KB around each, where the page cache
+                    # holds small pages: large folios still map whole, see runtime/kernels/mapped.py)
                     buf.madvise(mmap.MADV_RANDOM)
+                if size:
+                    MAPPED_FILES[buf] = path
             self._maps[path] = buf
         return buf
 

@@ -13,14 +13,17 @@ in summation order.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
 
 from .. import native
-from ..registry import op
+from ..registry import ONYX_DOMAIN, op
+from .activation import sigmoid, sigmoid_into
 from .derived import derived, frozen, scratch
 from .elementwise import upcast
+from .mapped import release
 
 MS = "com.microsoft"
 #: float32 values of one dequantized panel (1 MiB): large enough for BLAS to run at speed,
@@ -64,7 +67,7 @@ def _nbits_weight(B, scales, zero_points, g_idx, *, N, K, bits, block_size) -> N
     k_blocks = (K + block_size - 1) // block_size
     blob = block_size * bits // 8
     packed = np.ascontiguousarray(B).reshape(N, k_blocks * blob)
-    s = upcast(np.asarray(scales)).astype(np.float32).reshape(N, k_blocks)
+    s = upcast(np.asarray(scales)).astype(np.float32, copy=False).reshape(N, k_blocks)
     zp = None
     if zero_points is not None:
         zero_points = np.asarray(zero_points)
@@ -199,15 +202,26 @@ def _native_int8(A, B, scales, *, K, N, bits, block_size) -> np.ndarray | None:
     """The decoding step's usual MatMulNBits (float32 A, constant 4 / 8-bit weight without zero
     points, accuracy level 4) straight to nbits.c, or None (the general path runs): the same
     set-up (derived) and kernel as the general path, fewer Python steps per call."""
-    if (
-        type(A) is not np.ndarray
-        or A.dtype != np.float32
-        or not _constant(B)
-        or not _constant(scales)
-        or bits not in (4, 8)
-        or not A.size
-        or not B.size
-    ):
+    if type(A) is not np.ndarray or A.dtype != np.float32 or not A.size or bits not in (4, 8):
+        return None
+    if type(scales) is not np.ndarray or scales.flags.writeable or not B.size:
+        return None  # (B itself: derived computes anew for a writeable one, cached by nothing)
+    w = _FAST.get(id(B))
+    if w is None or w[0]() is not B or w[1] is not scales or w[2] != (N, K, bits, block_size):
+        w = _fast_weight(B, scales, N, K, bits, block_size)
+        if w is None:
+            return None
+    y = np.empty(A.shape[:-1] + (N,), np.float32)
+    return y if w[3].int8(A.reshape(-1, K), y.reshape(-1, N)) else None
+
+
+#: id(B) -> (weakref to B, scales, (N, K, bits, block), nbits.c's product): the decoding
+#: step's lookup of its weight (derived's entry, found without building its key per call).
+_FAST: dict[int, tuple] = {}
+
+
+def _fast_weight(B, scales, N, K, bits, block_size):
+    if type(B) is not np.ndarray or B.flags.writeable:
         return None
     key = ("nbits", N, K, bits, block_size, id(scales), id(None), id(None))
     w = derived(
@@ -217,8 +231,11 @@ def _native_int8(A, B, scales, *, K, N, bits, block_size) -> np.ndarray | None:
     )
     if w.native is None:
         return None
-    y = np.empty(A.shape[:-1] + (N,), np.float32)
-    return y if w.native.int8(A.reshape(-1, K), y.reshape(-1, N)) else None
+    b_id = id(B)
+    entry = (weakref.ref(B, lambda _ref: _FAST.pop(b_id, None)), scales, (N, K, bits, block_size),
+             w.native)  # fmt: skip
+    _FAST[b_id] = entry
+    return entry
 
 
 @op("MatMulNBits", since=1, domain=MS, threads="blas")
@@ -353,3 +370,55 @@ def gather_block_quantized(
         shape = (1,) * ga + idx.shape + (1,) * (rank - ga - 1)
         q *= valid.reshape(shape)
     return q.astype(scales.dtype, copy=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# GatedMatMulNBits (onyx's own: onyx/genai/fusions.py)
+
+
+@op("GatedMatMulNBits", since=1, domain=ONYX_DOMAIN, threads="blas")
+def gated_matmul_nbits(X, Bg, Sg, Bu, Su, *, K, N, block_size, bits=4, accuracy_level=0):
+    """silu(MatMulNBits(X, Bg, Sg)) * MatMulNBits(X, Bu, Su): a gated MLP's gate and up
+    projections and its activation in one node (one Python call per decoded token instead of
+    five). The float ops are the unfused nodes' (Sigmoid's sigmoid_into, then the two Muls),
+    so the values are theirs bit for bit."""
+    both = _both_products(X, Bg, Sg, Bu, Su, K=K, N=N, bits=bits, block_size=block_size)
+    if accuracy_level == 4 and both is not None:
+        g, u = both[..., :N], both[..., N:]
+    else:
+        attrs = dict(K=K, N=N, block_size=block_size, bits=bits, accuracy_level=accuracy_level)
+        g = matmul_nbits(X, Bg, Sg, **attrs)
+        u = matmul_nbits(X, Bu, Su, **attrs)
+    if g.dtype != np.float32:  # (Sigmoid and Mul of a low float: computed in float32, rounded)
+        s = sigmoid(g)
+        return np.multiply(np.multiply(g, s), u)
+    with np.errstate(over="ignore"):
+        s = sigmoid_into(g)
+    np.multiply(g, s, s)
+    return np.multiply(s, u, s)
+
+
+def _both_products(X, Bg, Sg, Bu, Su, *, K, N, bits, block_size) -> np.ndarray | None:
+    """[..., 2N]: the gate's and the up projection's accuracy-level-4 products in one call of
+    nbits.c on the two weights stacked once (every output column is computed on its own, so
+    the values are the two calls'), or None where the native kernel does not take them."""
+    if type(X) is not np.ndarray or X.dtype != np.float32 or not X.size or bits not in (4, 8):
+        return None
+    if not all(_constant(p) and p is not None for p in (Bg, Sg, Bu, Su)):
+        return None
+    key = ("nbits gate up", N, K, bits, block_size, id(Sg), id(Bu), id(Su))
+    w = derived(Bg, key, lambda: _stacked(Bg, Sg, Bu, Su, N, K, bits, block_size))
+    if w.native is None:
+        return None
+    y = np.empty(X.shape[:-1] + (2 * N,), np.float32)
+    return y if w.native.int8(X.reshape(-1, K), y.reshape(-1, 2 * N)) else None
+
+
+def _stacked(Bg, Sg, Bu, Su, N, K, bits, block_size) -> NBitsWeight:
+    """The weight of the gate's rows then the up projection's: the stacked copies replace the
+    originals, whose file pages are unmapped again (mapped.release)."""
+    B = np.concatenate([np.asarray(Bg).reshape(N, -1), np.asarray(Bu).reshape(N, -1)])
+    scales = np.concatenate([np.asarray(Sg).reshape(-1), np.asarray(Su).reshape(-1)])
+    for a in (Bg, Sg, Bu, Su):
+        release(a)
+    return _nbits_weight(B, scales, None, None, N=2 * N, K=K, bits=bits, block_size=block_size)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..registry import op
+from .mapped import take_rows
 
 
 def _ints(x) -> list[int]:
@@ -84,6 +85,10 @@ def gather(data, indices, *, axis=0):
         if not -n <= i < n:
             raise IndexError(f"index {i} is out of bounds for axis {axis} with size {n}")
         return data[(slice(None),) * axis + (i,)]
+    if axis == 0 and not data.flags.writeable:  # (an embedding table in a mapped file)
+        rows = take_rows(data, indices)
+        if rows is not None:
+            return rows
     # take's default mode='raise' is the spec: negative indices count from the back, anything
     # out of [-dim, dim) is an error
     return np.asarray(np.take(data, indices, axis=axis))

@@ -28,9 +28,11 @@
 #define NB_CHUNK 128
 /* Rows of A per tile of the int8 product (their block sums stay in L2). */
 #define NB_ROWS 32
-/* Weight rows ahead of the one read that the GEMV prefetches (past the end: no fault). */
+/* Weight rows ahead of the one read that the GEMV prefetches (past the end: no fault): three
+   groups, so that a decoding step's small weights, read from DRAM or L3, have enough lines in
+   flight (one group ahead left them at about half the LM head's bandwidth). */
 #ifndef NB_PREFETCH
-#define NB_PREFETCH 16
+#define NB_PREFETCH 48
 #endif
 
 static int power_of_two(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
@@ -286,9 +288,12 @@ static VNNI NO_FMA void int8_columns_vnni32(const nbits_task *t, int64_t n0, int
             const uint8_t *row[4];
             for (int i = 0; i < 4; i++)
                 row[i] = t->packed + (g + (j + i < cols ? j + i : cols - 1)) * row_bytes;
-            for (int i = 0; i < 4; i++) /* (the next group's scales, one line a row) */
-                _mm_prefetch((const char *)(t->scales + (g + NB_COLUMNS + j + i) * kb),
-                             _MM_HINT_T0);
+            /* (the next group's scales as the epilogue reads them: its transposed copy, a
+               line per 16 floats; the original array is then never touched) */
+            const float *next = t->scales_t ? t->scales_t + (g / NB_COLUMNS + 1) * kb * NB_COLUMNS
+                                            : t->scales + (g + NB_COLUMNS) * kb;
+            for (int64_t at = j / 4 * 16; at < kb * NB_COLUMNS && g + NB_COLUMNS < n1; at += 64)
+                _mm_prefetch((const char *)(next + at), _MM_HINT_T0);
             for (int64_t c = 0; c < chunks; c++) {
                 int64_t left = row_bytes - c * 64;
                 __mmask64 mask = left >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << left) - 1);

@@ -137,14 +137,15 @@ class NBitsProduct:
             prepared = self._prepare(M)
             if prepared is None:
                 return False
-        template, cuts, parts, ways = prepared
-        a2 = np.ascontiguousarray(a2, np.float32)
+        template, _cuts, cuts_at, parts, ways = prepared
+        if a2.dtype != np.float32 or not a2.flags.c_contiguous:
+            a2 = np.ascontiguousarray(a2, np.float32)
         task = _NBitsTask.from_buffer_copy(template)
         task.a, task.y = _addr(a2), _addr(y2)
         # (the pool call of core._run, its cuts' address kept: a decoding step makes 20 of
         # these calls, each a few microseconds of work)
         status = core.lib.onyx_parallel(
-            core.lib.nbits_int8_range, ctypes.byref(task), _addr(cuts), parts, ways
+            core.lib.nbits_int8_range, ctypes.byref(task), cuts_at, parts, ways
         )
         if status:
             core.check(status, "MatMulNBits")
@@ -165,7 +166,7 @@ class NBitsProduct:
         groups = -(-t.N // core.lib.nbits_columns)
         ways = _ways(M * t.N * t.k_blocks * t.block, groups, _PARALLEL_VALUES)
         cuts = _even_cuts(groups, ways)
-        self.prepared[M] = (template, cuts, len(cuts) - 1, ways)
+        self.prepared[M] = (template, cuts, _addr(cuts), len(cuts) - 1, ways)
         return self.prepared[M]
 
 
