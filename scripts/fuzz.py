@@ -29,7 +29,8 @@ BEGIN, END = "<!-- fuzz summary: begin -->", "<!-- fuzz summary: end -->"
 
 
 def concurrency_check(runs: int) -> list[str]:
-    """One session shared by 8 threads against the same runs on 1 thread, per model
+    """One session shared by 8 threads against the same runs on 1 thread, per model, with new
+    threads each round (first runs counted) and with long-lived ones, as a server keeps
     (benchmarks/bench_concurrency.py's alternating rounds)."""
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     import bench_concurrency
@@ -41,7 +42,9 @@ def concurrency_check(runs: int) -> list[str]:
     for name in bench_concurrency.MODELS:
         sess = onyx.InferenceSession(os.path.join(ROOT, "tests", "models", name + ".onnx"))
         feeds = bench_concurrency.feeds_for(sess)
-        rows.append(bench_concurrency.row(name, bench_concurrency.compare(sess, feeds, runs)))
+        for warm, kind in ((False, "new threads"), (True, "long-lived threads")):
+            result = bench_concurrency.compare(sess, feeds, runs, warm=warm)
+            rows.append(bench_concurrency.row(f"{name}, {kind}", result))
     return rows
 
 
