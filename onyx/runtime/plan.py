@@ -279,6 +279,18 @@ class Plan:
         wanted: tuple[int, ...] | None = None,
         profiler=None,
     ):
+        if profiler is None:
+            runner = self._runners.get(wanted)
+            if runner is None:
+                runner = self._runners[wanted] = _generate(self, wanted)
+            if len(inputs) != len(self.input_slots):  # (the generated code reads them all)
+                inputs = (list(inputs) + [None] * len(self.input_slots))[: len(self.input_slots)]
+            return runner(inputs, parent)
+        return self._run_profiled(self.frame(inputs, parent), wanted, profiler)
+
+    def frame(self, inputs: list, parent: Frame | None) -> Frame:
+        """A run's frame: the constants, the inputs (a graph input with an initializer keeps
+        it where the input is None) and the captured outer values in their slots."""
         slots = list(self.template)
         for slot, value in zip(self.input_slots, inputs):
             if value is not None or slot not in self.input_defaults:
@@ -287,13 +299,7 @@ class Plan:
             src = parent.slots
             for mine, theirs in zip(self.capture_slots, self.capture_sources):
                 slots[mine] = src[theirs]
-        frame = Frame(self, slots, parent)
-        if profiler is not None:
-            return self._run_profiled(frame, wanted, profiler)
-        runner = self._runners.get(wanted)
-        if runner is None:
-            runner = self._runners[wanted] = _generate(self, wanted)
-        return runner(slots, frame)
+        return Frame(self, slots, parent)
 
     def _run_profiled(self, frame: Frame, wanted, profiler) -> list:
         """The same steps as the generated runner, in a loop that times each kernel call."""
@@ -427,9 +433,14 @@ def _generate(plan: Plan, wanted: tuple[int, ...] | None):
             return f"c{slot}"
         return f"v{slot}"
 
-    lines = ["def run(slots, frame):"]
-    loaded = sorted(s for s in used - produced - const_slots)
-    lines += [f"    v{i} = slots[{i}]" for i in loaded]
+    lines = ["def run(inputs, parent):"]
+    if any(s.takes_ctx for s in steps):  # (their kernels get the frame: the slots as ever)
+        env["_frame"] = plan.frame
+        lines += ["    frame = _frame(inputs, parent)", "    slots = frame.slots"]
+        loaded = sorted(s for s in used - produced - const_slots)
+        lines += [f"    v{i} = slots[{i}]" for i in loaded]
+    else:  # straight from the inputs and the enclosing frame: no frame of its own
+        lines += _loads(plan, used - produced - const_slots, env)
     lines.append("    try:")
     line_step: dict[int, int] = {}
     for j, step in enumerate(steps):
@@ -492,6 +503,27 @@ def _generate(plan: Plan, wanted: tuple[int, ...] | None):
     exec(compile(source, f"<onyx plan {plan.name!r}>", "exec"), env)
     code = env["run"].__code__
     return env["run"]
+
+
+def _loads(plan: Plan, slots: set[int], env: dict) -> list[str]:
+    """The generated runner's lines loading the ``slots`` it reads from its inputs and the
+    enclosing frame, as ``Plan.frame`` places them (a graph input with an initializer: the
+    initializer where the input is None)."""
+    lines = []
+    for k, slot in enumerate(plan.input_slots):
+        if slot in slots:
+            lines.append(f"    v{slot} = inputs[{k}]")
+            if slot in plan.input_defaults:
+                env[f"d{slot}"] = plan.template[slot]
+                lines.append(f"    if v{slot} is None: v{slot} = d{slot}")
+    captured = [(m, t) for m, t in zip(plan.capture_slots, plan.capture_sources) if m in slots]
+    if captured:
+        lines.append("    outer = parent.slots")
+        lines += [f"    v{m} = outer[{t}]" for m, t in captured]
+    # (a slot read before any step writes it, neither input nor capture: None, as in a frame)
+    known = set(plan.input_slots) | set(plan.capture_slots)
+    lines += [f"    v{slot} = None" for slot in sorted(slots - known)]
+    return lines
 
 
 class PreparedCall:

@@ -46,7 +46,7 @@ def binary_scores(score: np.ndarray, transform: str) -> np.ndarray:
     return np.stack([1.0 - score, score], axis=1)
 
 
-@op("LinearClassifier", since=1, domain=ML)
+@op("LinearClassifier", since=1, domain=ML, threads="blas")
 @prepared(lambda attrs: _bound(linear_classifier, attrs))
 def linear_classifier(
     x,
@@ -74,7 +74,7 @@ def linear_classifier(
     return label, apply_transform(scores, post_transform).astype(np.float32)
 
 
-@op("LinearRegressor", since=1, domain=ML)
+@op("LinearRegressor", since=1, domain=ML, threads="blas")
 @prepared(lambda attrs: _bound(linear_regressor, attrs))
 def linear_regressor(x, *, targets=1, intercepts=None, coefficients=None, post_transform="NONE"):
     scores = _linear_scores(x, coefficients, intercepts)

@@ -134,7 +134,7 @@ def _bound_classifier(attrs: dict):
     return lambda x: model(as_2d(x).astype(np.float64))
 
 
-@op("SVMClassifier", since=1, domain=ML)
+@op("SVMClassifier", since=1, domain=ML, threads="blas")
 @prepared(_bound_classifier)
 def svm_classifier(
     x,
@@ -265,7 +265,7 @@ class _Classifier:
         return labels[best], apply_transform(decisions, transform).astype(np.float32)
 
 
-@op("SVMRegressor", since=1, domain=ML)
+@op("SVMRegressor", since=1, domain=ML, threads="blas")
 def svm_regressor(
     x,
     *,
