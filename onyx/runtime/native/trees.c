@@ -78,6 +78,65 @@ EXPORT int onyx_forest_sum_range(const void *p, int64_t begin, int64_t end) {
     return 0;
 }
 
+/* descend then sum for a small batch on the calling thread, in one call (ForestSums). A row
+   walks ROWS trees at once (their chains of dependent loads overlap: one row has no other
+   rows to overlap with), and their leaf weights are then added tree after tree, which is
+   forest_sum's order of additions (its bits), without the states in between. */
+
+#define SCORES(name, T, W)                                                                   \
+    static void name(const forest_task *t, const forest_sum_task *u, const T *x,            \
+                     int64_t rows, int64_t nf, W *y) {                                       \
+        const T *thr = t->threshold;                                                         \
+        const W *w = u->weights;                                                             \
+        int64_t C = u->targets;                                                              \
+        for (int64_t r = 0; r < rows; r++) {                                                 \
+            const T *xr = x + r * nf;                                                        \
+            W *acc = y + r * C;                                                              \
+            for (int64_t t0 = 0; t0 < t->trees; t0 += ROWS) {                                \
+                int n = t->trees - t0 < ROWS ? (int)(t->trees - t0) : ROWS;                  \
+                int64_t s[ROWS];                                                             \
+                for (int j = 0; j < n; j++) s[j] = t->roots[t0 + j];                         \
+                for (int64_t d = 0; d < t->depth; d++)                                       \
+                    for (int j = 0; j < n; j++) {                                            \
+                        T v = xr[t->feature[s[j]]];                                          \
+                        int64_t b = v <= thr[s[j]];                                          \
+                        if (t->nan_outcome && v != v) b = t->nan_outcome[s[j]];              \
+                        s[j] = t->child[s[j] + b];                                           \
+                    }                                                                        \
+                for (int j = 0; j < n; j++) {                                                \
+                    const W *leaf = w + (s[j] >> 1) * C;                                     \
+                    if (t0 + j == 0)                                                         \
+                        for (int64_t c = 0; c < C; c++) acc[c] = leaf[c];                    \
+                    else                                                                     \
+                        for (int64_t c = 0; c < C; c++) acc[c] += leaf[c];                   \
+                }                                                                            \
+            }                                                                                \
+        }                                                                                    \
+    }
+SCORES(scores_f32_f32, float, float)
+SCORES(scores_f32_f64, float, double)
+SCORES(scores_f64_f32, double, float)
+SCORES(scores_f64_f64, double, double)
+#undef SCORES
+
+EXPORT int onyx_forest_scores(const void *descend, const void *sum, const void *x, int64_t rows,
+                              int64_t nf, void *scores) {
+    const forest_task *t = descend;
+    const forest_sum_task *u = sum;
+    if (rows < 0 || nf < 0 || t->trees < 1 || u->trees != t->trees || t->depth < 0 ||
+        t->depth > 1 << 20 || u->targets < 0)
+        return ONYX_INVALID; /* (checks.h) */
+    if (t->is_double && u->is_double)
+        scores_f64_f64(t, u, x, rows, nf, scores);
+    else if (t->is_double)
+        scores_f64_f32(t, u, x, rows, nf, scores);
+    else if (u->is_double)
+        scores_f32_f64(t, u, x, rows, nf, scores);
+    else
+        scores_f32_f32(t, u, x, rows, nf, scores);
+    return 0;
+}
+
 /* libsvm's multiclass_probability (Wu, Lin & Weng 2004, method 2) for each of n rows of
    pairwise probabilities r [n][k][k]: p [n][k]. Its loops, and so its order of operations:
    every sum a sequential double sum (the bits of libsvm's and of svm.py's numpy oracle).

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ctypes
-import functools
 
 import numpy as np
 
@@ -127,6 +126,8 @@ class ForestSums:
         self._sum = _ForestSumTask(
             None, _addr(weights), None, self.trees, self.targets, int(weights.dtype == np.float64)
         )
+        self._descend_at = ctypes.addressof(self._descend)
+        self._sum_at = ctypes.addressof(self._sum)
 
     def fits(self, x: np.ndarray) -> bool:
         """Whether this call may take x (rows of the tables' dtype, C-contiguous, few)."""
@@ -138,32 +139,15 @@ class ForestSums:
         )
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
-        """scores [rows, targets] of x [rows, features] (``fits(x)`` holds)."""
-        rows = x.shape[0]
-        states = np.empty((rows, self.trees), np.int64)
+        """scores [rows, targets] of x [rows, features] (``fits(x)`` holds): trees.c's
+        onyx_forest_scores, one call (the kept tasks are only read: threads may share them)."""
+        rows, nf = x.shape
         scores = np.empty((rows, self.targets), self.score_dtype)
-        cuts = _one_way(rows)[1]
-        states_at = _addr(states)
-        descend = _ForestTask.from_buffer_copy(self._descend)  # (calls may come from threads)
-        descend.x, descend.states, descend.nf = _addr(x), states_at, x.shape[1]
-        run = core.lib.onyx_parallel
-        core.check(
-            run(core.lib.forest_descend_range, _byref(descend), cuts, 1, 1), "forest_descend"
+        status = core.lib.onyx_forest_scores(
+            self._descend_at, self._sum_at, _addr(x), rows, nf, _addr(scores)
         )
-        total = _ForestSumTask.from_buffer_copy(self._sum)
-        total.states, total.scores = states_at, _addr(scores)
-        core.check(run(core.lib.forest_sum_range, _byref(total), cuts, 1, 1), "forest_sum")
+        core.check(status, "forest_scores")
         return scores
-
-
-_byref = ctypes.byref
-
-
-@functools.lru_cache(maxsize=256)
-def _one_way(rows: int) -> tuple[np.ndarray, int]:
-    """The cuts [0, rows] of one part, and their address (kept with them)."""
-    cuts = np.array([0, rows], np.int64)
-    return cuts, _addr(cuts)
 
 
 def forest_sums(tables, roots2: np.ndarray, depth: int, weights: np.ndarray) -> ForestSums | None:
@@ -195,5 +179,7 @@ def svm_coupling(r: np.ndarray) -> np.ndarray | None:
 def bind(lib, isa: int) -> None:
     lib.onyx_svm_coupling.restype = ctypes.c_int
     lib.onyx_svm_coupling.argtypes = [_P, _P, _I64, _I64, _P, _P]
+    lib.onyx_forest_scores.restype = ctypes.c_int
+    lib.onyx_forest_scores.argtypes = [_P, _P, _P, _I64, _I64, _P]
     lib.forest_descend_range = range_of(lib, "forest_descend")
     lib.forest_sum_range = range_of(lib, "forest_sum")

@@ -15,8 +15,12 @@ def logistic(x: np.ndarray) -> np.ndarray:
 
 
 def softmax(x: np.ndarray) -> np.ndarray:
-    e = np.exp(x - x.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
+    # (the ufuncs' reduce is what x.max and x.sum call, without their Python wrappers: a
+    # one-row call is mostly those)
+    e = np.subtract(x, np.maximum.reduce(x, axis=-1, keepdims=True))
+    np.exp(e, out=e)
+    e /= np.add.reduce(e, axis=-1, keepdims=True)
+    return e
 
 
 def softmax_zero(x: np.ndarray) -> np.ndarray:
