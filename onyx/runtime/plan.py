@@ -27,7 +27,7 @@ from .. import ir
 from ..errors import OnyxError, RuntimeFailure
 from .bind import Step, StepContext, bind, find_kernel, no_kernel, node_label
 from .registry import ONYX_DOMAIN, lookup
-from .values import describe, sparse_value, tensor_value
+from .values import FreshList, describe, sparse_value, tensor_value
 
 __all__ = [
     "Compiler",
@@ -594,6 +594,8 @@ def as_array_result(value: Any) -> Any:
         return value if value.flags.writeable else value.copy()
     if isinstance(value, np.generic):
         return np.asarray(value)
+    if value.__class__ is FreshList:
+        return list(value)
     if isinstance(value, list):
         return [as_array_result(v) for v in value]
     if isinstance(value, dict):
