@@ -27,6 +27,7 @@ from .. import ir
 from ..errors import OnyxError, RuntimeFailure
 from .bind import Step, StepContext, bind, find_kernel, no_kernel, node_label
 from .registry import ONYX_DOMAIN, lookup
+from .fpstate import ignoring_fp_errors
 from .values import FreshList, describe, sparse_value, tensor_value
 
 __all__ = [
@@ -548,44 +549,6 @@ def _with_frees(step: Step, frees: tuple[int, ...]) -> Step:
     clone = Step(**{k: getattr(step, k) for k in step.__dataclass_fields__})
     clone.frees = frees
     return clone
-
-
-def _fp_errors_ignored():
-    """numpy's context variable of floating-point error modes and its value with every error
-    ignored, or None where numpy keeps them otherwise (numpy < 2)."""
-    try:
-        from numpy._core import _ufunc_config
-    except ImportError:
-        return None
-    var = getattr(_ufunc_config, "_extobj_contextvar", None)
-    if var is None:
-        return None
-    with np.errstate(all="ignore"):
-        return var, var.get()
-
-
-class _IgnoringFpErrors:
-    """``np.errstate(all="ignore")`` for one run, as a set and reset of numpy's context
-    variable: errstate builds its state anew on every entry, a cost each run of a tiny model
-    paid. (The state keeps numpy's buffer size as at import: a speed setting, not a result's.)"""
-
-    __slots__ = ("token",)
-
-    def __enter__(self):
-        self.token = _FP_VAR.set(_FP_IGNORE)
-
-    def __exit__(self, *exc) -> None:
-        _FP_VAR.reset(self.token)
-
-
-_FP = _fp_errors_ignored()
-if _FP is not None:
-    _FP_VAR, _FP_IGNORE = _FP
-    ignoring_fp_errors = _IgnoringFpErrors
-else:  # (a numpy whose errstate is not a context variable)
-
-    def ignoring_fp_errors():
-        return np.errstate(all="ignore")
 
 
 def as_array_result(value: Any) -> Any:

@@ -115,12 +115,11 @@ class InferenceSession(SessionAPI):
         self._output_check: OutputCheck | None = None
         self._checked_signatures: set = set()
         self._checks_per_ranks: dict = {}
-        # (a "pool" op's numpy path, without the library, runs on BLAS)
-        blas_work = any(_threads(n) in ("blas", "pool") for n in graph.all_nodes())
+        blas_work = any(_threads(n) == "blas" for n in graph.all_nodes())
         #: each run's native threads and BLAS wish (concurrency.run_slot), fixed at creation
         self._run_threads = int(self._options.intra_op_num_threads or 0)
         self._run_blas = 1 if self._pool_heavy else self._run_threads
-        if not blas_work:
+        if not self._run_blas and not blas_work:
             self._run_blas = None  # no BLAS work, no wish: concurrent runs need not wait for it
         # run()'s fast path: what it checks of each feed, found once (None: never fast)
         self._fast_feeds = _fast_feed_specs(self._inputs, self._input_index)

@@ -241,13 +241,18 @@ def mat_mul_integer(a, b, a_zero_point=None, b_zero_point=None):
     return integer_matmul(a, b, a_zero_point, b_zero_point)
 
 
+#: weights below which a product of a few rows stays with numpy: its matmul and bias take
+#: less than the native call's set-up (the weights fit L1; threads gain nothing)
+NUMPY_GEMV_WEIGHTS = 8192
+
+
 def native_gemv(a, b, c, alpha, beta, trans_b) -> np.ndarray | None:
     """alpha * a @ b' + beta * c for a float32 A of a few rows (native.FloatGemv, set up once
     per constant B), or None where it does not apply. c: None or one value per column."""
     if not (a.dtype == b.dtype == np.float32 and a.ndim == b.ndim == 2 and native.gemv_ok()):
         return None
     rows, n = a.shape[0], b.shape[0 if trans_b else 1]
-    if rows > native.GEMV_ROWS or (
+    if rows > native.GEMV_ROWS or b.size < NUMPY_GEMV_WEIGHTS or (
         c is not None and (c.dtype != np.float32 or c.shape not in ((n,), (1, n)))
     ):
         return None
