@@ -123,9 +123,15 @@ def _coupling_row(r: list) -> list:
 
 
 def _sigmoid_probability(decision, prob_a, prob_b):
-    # Platt scaling as libsvm applies it: P = 1 / (1 + exp(A * f + B)), clipped away from 0 and 1.
-    p = 1.0 / (1.0 + np.exp(decision * prob_a + prob_b))
-    return np.clip(p, 1e-7, 1 - 1e-7)
+    # Platt scaling as libsvm applies it: P = 1 / (1 + exp(A * f + B)), clipped away from 0 and
+    # 1 (in place, np.clip's maximum then minimum without its wrapper)
+    p = np.multiply(decision, prob_a)
+    p += prob_b
+    np.exp(p, out=p)
+    p += 1.0
+    np.divide(1.0, p, out=p)
+    np.maximum(p, 1e-7, out=p)
+    return np.minimum(p, 1 - 1e-7, out=p)
 
 
 def _bound_classifier(attrs: dict):
@@ -223,15 +229,32 @@ class _Classifier:
     def squared_norms(self) -> np.ndarray:
         return (self.vectors * self.vectors).sum(axis=1)
 
+    @cached_property
+    def rbf(self) -> tuple[float, np.ndarray, np.ndarray]:
+        """gamma, the vectors' squared norms and -2 V' (C-contiguous): -2 (x V') as one
+        product, the same bits (a power of two scales every term exactly)."""
+        gamma = (list(self.kernel_params or []) + [0.0])[0]
+        return gamma, self.squared_norms, np.ascontiguousarray(self.vectors.T * -2.0)
+
+    @cached_property
+    def vote_tables(self) -> tuple[np.ndarray, np.ndarray]:
+        """votes = positive @ (vote_i - vote_j) + the column sums of vote_j (a negative
+        decision votes for j): integer counts, as positive @ vote_i + ~positive @ vote_j."""
+        return self.vote_i - self.vote_j, self.vote_j.sum(axis=0)
+
+    def _rbf_kernel(self, x: np.ndarray) -> np.ndarray:
+        """exp(-gamma max(|x|^2 + |v|^2 - 2 x.v, 0)) in place: the formula's operations in its
+        order, without its temporaries."""
+        gamma, norms, minus_two_vt = self.rbf
+        d = np.add(np.add.reduce(x * x, axis=1)[:, None], norms[None, :])
+        d += np.matmul(x, minus_two_vt)
+        np.maximum(d, 0.0, out=d)
+        np.multiply(d, -gamma, out=d)
+        return np.exp(d, out=d)
+
     def __call__(self, x: np.ndarray):
         if self.kernel_type == "RBF":  # the vectors' squared norms once, not per call
-            gamma = (list(self.kernel_params or []) + [0.0])[0]
-            d = (
-                (x * x).sum(axis=1)[:, None]
-                + self.squared_norms[None, :]
-                - 2.0 * np.matmul(x, self.vectors.T)
-            )
-            kernel = np.exp(-gamma * np.maximum(d, 0.0))
+            kernel = self._rbf_kernel(x)
         else:
             kernel = _kernel(self.kernel_type, self.kernel_params, x, self.vectors)
         labels, transform = self.labels, self.post_transform
@@ -239,10 +262,10 @@ class _Classifier:
             scores = kernel + self.rho[0]
             label = labels[np.argmax(scores, axis=1)] if len(labels) else np.argmax(scores, 1)
             return label, apply_transform(scores, transform).astype(np.float32)
-        decisions = np.matmul(kernel, self.weights) + self.rho
-        positive = decisions > 0  # a positive decision votes for i, the others for j
-        votes = positive @ self.vote_i + (~positive) @ self.vote_j
-        best = np.argmax(votes, axis=1)
+        decisions = np.matmul(kernel, self.weights)
+        decisions += self.rho
+        votes_for, base_votes = self.vote_tables
+        best = np.add(np.matmul(decisions > 0, votes_for), base_votes).argmax(axis=1)
         if self.prob_a is not None:
             pairwise = _sigmoid_probability(decisions, self.prob_a, self.prob_b)
             if x.shape[0] <= _SCALAR_ROWS and not native.available():  # (r as lists at once)
@@ -251,7 +274,8 @@ class _Classifier:
                 return labels[best], apply_transform(probabilities, transform).astype(np.float32)
             r = np.zeros((x.shape[0], self.k, self.k))
             first, second = self.pair_index
-            r[:, first, second], r[:, second, first] = pairwise, 1.0 - pairwise
+            r[:, first, second] = pairwise
+            r[:, second, first] = np.subtract(1.0, pairwise, out=pairwise)
             probabilities = _pairwise_coupling(r)
             return labels[best], apply_transform(probabilities, transform).astype(np.float32)
         if self.k == 2:
