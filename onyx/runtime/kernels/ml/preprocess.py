@@ -84,7 +84,14 @@ def _bound_scaler(attrs: dict):
     """Scaler bound to its node: offset and scale as float32 arrays once."""
     offset = np.asarray(attrs["offset"] or [0.0], np.float32)
     scale = np.asarray(attrs["scale"] or [1.0], np.float32)
-    return lambda x: scaler(x, scale=scale, offset=offset)
+
+    def call(x):
+        y = np.subtract(x.astype(np.float32, copy=False), offset)  # (a fresh array)
+        if y.ndim and scale.size in (1, y.shape[-1]):
+            return np.multiply(y, scale, out=y)
+        return y * scale
+
+    return call
 
 
 @op("Scaler", since=1, domain=ML)
@@ -97,16 +104,12 @@ def scaler(x, *, scale=None, offset=None):
     return ((x - offset) * scale).astype(np.float32)
 
 
-def _divide_rows(x: np.ndarray, divisor: np.ndarray) -> np.ndarray:
-    # "if the divisor is zero, Y == X"
-    return np.divide(x, divisor, out=x.copy(), where=divisor != 0)
-
-
+# Each row's divisor (the ufuncs' reduce: what x.max and x.sum call, without their wrappers).
 NORMS = {
-    "MAX": lambda x: _divide_rows(x, x.max(axis=-1, keepdims=True)),
-    "L1": lambda x: _divide_rows(x, np.abs(x).sum(axis=-1, keepdims=True)),
+    "MAX": lambda x: np.maximum.reduce(x, axis=-1, keepdims=True),
+    "L1": lambda x: np.add.reduce(np.abs(x), axis=-1, keepdims=True),
     # onnxruntime keeps the sign (x / ||x||), which is what scikit-learn's Normalizer does.
-    "L2": lambda x: _divide_rows(x, np.sqrt((x * x).sum(axis=-1, keepdims=True))),
+    "L2": lambda x: np.sqrt(np.add.reduce(x * x, axis=-1, keepdims=True)),
 }
 
 
@@ -114,7 +117,10 @@ NORMS = {
 def normalizer(x, *, norm="MAX"):
     if norm not in NORMS:
         raise ValueError(f"Normalizer: unknown norm {norm!r}")
-    return NORMS[norm](x.astype(np.float32)).astype(np.float32)
+    x = x.astype(np.float32)  # (a copy: divided in place)
+    divisor = NORMS[norm](x)
+    # "if the divisor is zero, Y == X"
+    return np.divide(x, divisor, out=x, where=divisor != 0)
 
 
 @op("Binarizer", since=1, domain=ML)
