@@ -252,8 +252,10 @@ def native_gemv(a, b, c, alpha, beta, trans_b) -> np.ndarray | None:
     if not (a.dtype == b.dtype == np.float32 and a.ndim == b.ndim == 2 and native.gemv_ok()):
         return None
     rows, n = a.shape[0], b.shape[0 if trans_b else 1]
-    if rows > native.GEMV_ROWS or b.size < NUMPY_GEMV_WEIGHTS or (
-        c is not None and (c.dtype != np.float32 or c.shape not in ((n,), (1, n)))
+    if (
+        rows > native.GEMV_ROWS
+        or b.size < NUMPY_GEMV_WEIGHTS
+        or (c is not None and (c.dtype != np.float32 or c.shape not in ((n,), (1, n))))
     ):
         return None
     key = ("gemv", trans_b, rows, alpha, beta, native.thread_setting())

@@ -231,10 +231,11 @@ class _Classifier:
 
     @cached_property
     def rbf(self) -> tuple[float, np.ndarray, np.ndarray]:
-        """gamma, the vectors' squared norms and -2 V' (C-contiguous): -2 (x V') as one
-        product, the same bits (a power of two scales every term exactly)."""
+        """gamma, the vectors' squared norms and -2 V' (a transposed view, as V' was: BLAS
+        sums another layout in another order): -2 (x V') as one product, the same bits (a
+        power of two scales every term exactly)."""
         gamma = (list(self.kernel_params or []) + [0.0])[0]
-        return gamma, self.squared_norms, np.ascontiguousarray(self.vectors.T * -2.0)
+        return gamma, self.squared_norms, (self.vectors * -2.0).T
 
     @cached_property
     def vote_tables(self) -> tuple[np.ndarray, np.ndarray]:
