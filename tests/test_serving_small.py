@@ -103,8 +103,7 @@ def test_forest_of_a_few_rows_is_one_native_call_with_the_numpy_bits(
     monkeypatch.setattr(native.ForestSums, "__call__", lambda t, x: calls.append(1) or run(t, x))
     got = onyx.InferenceSession(model).run(None, {"X": x})
     assert calls
-    with monkeypatch.context() as m:
-        m.setattr(native._core, "lib", None)
+    with native.disabled():
         want = onyx.InferenceSession(model).run(None, {"X": x})
     _same(got, want)
     if not double_weights:  # (onnxruntime takes double attributes with double rows only)
@@ -207,10 +206,10 @@ def test_bound_scaler_and_normalizer_keep_the_formulas_bits(dtype):
     rng = np.random.default_rng(2)
     x = (rng.standard_normal((3, 4)) * 5).astype(dtype)
     scale, offset = [0.5, 2.0, -1.0, 3.0], [1.0, 0.0, -2.0, 0.25]
-    call = preprocess._bound_scaler(dict(scale=scale, offset=offset))
+    call = preprocess.bound_scaler(dict(scale=scale, offset=offset))
     want = (x.astype(np.float32) - np.float32(offset)) * np.float32(scale)
     _same([call(x)], [want])
-    _same([preprocess._bound_scaler(dict(scale=[2.0], offset=None))(x)],
+    _same([preprocess.bound_scaler(dict(scale=[2.0], offset=None))(x)],
           [x.astype(np.float32) * np.float32(2.0)])  # fmt: skip
     xf = x.astype(np.float32)
     xf[1] = 0.0  # a zero divisor leaves the row as it is
@@ -230,7 +229,7 @@ def test_svm_rbf_one_row_keeps_the_formulas_bits():
     rng = np.random.default_rng(9)
     k, per_class, features = 4, 5, 6
     vectors = rng.standard_normal((k * per_class, features))
-    model = svm._Classifier(
+    model = svm._Classifier(  # noqa: SLF001 (as test_ml_prepared builds one)
         classlabels_ints=list(range(k)),
         classlabels_strings=None,
         rho=rng.standard_normal(6).tolist(),
@@ -247,14 +246,14 @@ def test_svm_rbf_one_row_keeps_the_formulas_bits():
         x = rng.standard_normal((rows, features))
         d = (x * x).sum(axis=1)[:, None] + (vectors * vectors).sum(axis=1)[None, :]
         kernel = np.exp(-0.3 * np.maximum(d - 2.0 * np.matmul(x, vectors.T), 0.0))
-        np.testing.assert_array_equal(model._rbf_kernel(x), kernel)
+        np.testing.assert_array_equal(model.rbf_kernel(x), kernel)
         decisions = np.matmul(kernel, model.weights) + model.rho
         positive = decisions > 0
         votes = positive @ model.vote_i + (~positive) @ model.vote_j
         platt = np.clip(1.0 / (1.0 + np.exp(decisions * model.prob_a + model.prob_b)),
                         1e-7, 1 - 1e-7)  # fmt: skip
         np.testing.assert_array_equal(
-            svm._sigmoid_probability(decisions, model.prob_a, model.prob_b), platt
+            svm.sigmoid_probability(decisions, model.prob_a, model.prob_b), platt
         )
         label, _ = model(x)
         np.testing.assert_array_equal(label, model.labels[np.argmax(votes, axis=1)])
@@ -286,13 +285,12 @@ def _lstm_model(direction: str, rng) -> tuple[bytes, dict]:
 
 
 @pytest.mark.parametrize("direction", ["forward", "reverse"])
-def test_bound_lstm_final_states_are_the_last_steps(direction, monkeypatch):
+def test_bound_lstm_final_states_are_the_last_steps(direction):
     """The bound LSTM's Y_h and Y_c (the time-ordered history's last step, or its first for a
     reverse direction; copies), against the numpy path and onnxruntime."""
     model, feeds = _lstm_model(direction, np.random.default_rng(1))
     got = onyx.InferenceSession(model).run(None, feeds)
-    with monkeypatch.context() as m:
-        m.setattr(native._core, "lib", None)
+    with native.disabled():
         numpy_path = onyx.InferenceSession(model).run(None, feeds)
     want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
     for g, n, w in zip(got, numpy_path, want):

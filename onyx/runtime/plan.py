@@ -26,8 +26,8 @@ import numpy as np
 from .. import ir
 from ..errors import OnyxError, RuntimeFailure
 from .bind import Step, StepContext, bind, find_kernel, no_kernel, node_label
-from .registry import ONYX_DOMAIN, lookup
 from .fpstate import ignoring_fp_errors
+from .registry import ONYX_DOMAIN, lookup
 from .values import FreshList, describe, sparse_value, tensor_value
 
 __all__ = [

@@ -80,7 +80,7 @@ def _node_table(kernel, attributes: tuple, x, keys_and_values, last_wins=True) -
     return from_attributes((kernel, tag, *attributes), build)
 
 
-def _bound_scaler(attrs: dict):
+def bound_scaler(attrs: dict):
     """Scaler bound to its node: offset and scale as float32 arrays once."""
     offset = np.asarray(attrs["offset"] or [0.0], np.float32)
     scale = np.asarray(attrs["scale"] or [1.0], np.float32)
@@ -95,7 +95,7 @@ def _bound_scaler(attrs: dict):
 
 
 @op("Scaler", since=1, domain=ML)
-@prepared(_bound_scaler)
+@prepared(bound_scaler)
 def scaler(x, *, scale=None, offset=None):
     # onnxruntime computes in float: (float(x) - offset) * scale.
     x = x.astype(np.float32)
@@ -414,7 +414,7 @@ def zip_map(x, *, classlabels_int64s=None, classlabels_strings=None):
 _DISPLAY_LABELS = 64
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _row_dicts(n: int):
     """``f(rows, label_0, ..., label_n-1)``: [{label_0: row[0], ...} for row in rows]."""
     keys, values = [f"k{i}" for i in range(n)], [f"v{i}" for i in range(n)]

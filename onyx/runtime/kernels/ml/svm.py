@@ -122,7 +122,7 @@ def _coupling_row(r: list) -> list:
     return p
 
 
-def _sigmoid_probability(decision, prob_a, prob_b):
+def sigmoid_probability(decision, prob_a, prob_b):
     # Platt scaling as libsvm applies it: P = 1 / (1 + exp(A * f + B)), clipped away from 0 and
     # 1 (in place, np.clip's maximum then minimum without its wrapper)
     p = np.multiply(decision, prob_a)
@@ -243,7 +243,7 @@ class _Classifier:
         decision votes for j): integer counts, as positive @ vote_i + ~positive @ vote_j."""
         return self.vote_i - self.vote_j, self.vote_j.sum(axis=0)
 
-    def _rbf_kernel(self, x: np.ndarray) -> np.ndarray:
+    def rbf_kernel(self, x: np.ndarray) -> np.ndarray:
         """exp(-gamma max(|x|^2 + |v|^2 - 2 x.v, 0)) in place: the formula's operations in its
         order, without its temporaries."""
         gamma, norms, minus_two_vt = self.rbf
@@ -255,7 +255,7 @@ class _Classifier:
 
     def __call__(self, x: np.ndarray):
         if self.kernel_type == "RBF":  # the vectors' squared norms once, not per call
-            kernel = self._rbf_kernel(x)
+            kernel = self.rbf_kernel(x)
         else:
             kernel = _kernel(self.kernel_type, self.kernel_params, x, self.vectors)
         labels, transform = self.labels, self.post_transform
@@ -268,7 +268,7 @@ class _Classifier:
         votes_for, base_votes = self.vote_tables
         best = np.add(np.matmul(decisions > 0, votes_for), base_votes).argmax(axis=1)
         if self.prob_a is not None:
-            pairwise = _sigmoid_probability(decisions, self.prob_a, self.prob_b)
+            pairwise = sigmoid_probability(decisions, self.prob_a, self.prob_b)
             if x.shape[0] <= _SCALAR_ROWS and not native.available():  # (r as lists at once)
                 probabilities = np.array([self._coupled(row) for row in pairwise.tolist()])
                 probabilities = probabilities.reshape(x.shape[0], self.k)
