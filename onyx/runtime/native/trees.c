@@ -78,37 +78,56 @@ EXPORT int onyx_forest_sum_range(const void *p, int64_t begin, int64_t end) {
     return 0;
 }
 
-/* descend then sum for a small batch on the calling thread, in one call (ForestSums). A row
-   walks ROWS trees at once (their chains of dependent loads overlap: one row has no other
-   rows to overlap with), and their leaf weights are then added tree after tree, which is
-   forest_sum's order of additions (its bits), without the states in between. */
+/* descend then sum for a small batch on the calling thread, in one call (ForestSums). Blocks
+   of ROWS rows walk each tree together (their chains of dependent loads overlap, and a tree's
+   nodes stay in cache for the block); the last rows, fewer than ROWS, walk ROWS trees at once
+   instead (one row has no other rows to overlap with). Either way each row's leaf weights are
+   added tree after tree, forest_sum's order of additions (its bits), without the states in
+   between. */
+
+#define LEAF_ADD(W, acc, leaf, C, first)                                                     \
+    if (first)                                                                               \
+        for (int64_t c = 0; c < C; c++) acc[c] = leaf[c];                                    \
+    else                                                                                     \
+        for (int64_t c = 0; c < C; c++) acc[c] += leaf[c];
+
+#define WALK(T, x_of, s, n)                                                                  \
+    for (int64_t d = 0; d < t->depth; d++)                                                   \
+        for (int j = 0; j < n; j++) {                                                        \
+            T v = x_of[t->feature[s[j]]];                                                    \
+            int64_t b = v <= thr[s[j]];                                                      \
+            if (t->nan_outcome && v != v) b = t->nan_outcome[s[j]];                          \
+            s[j] = t->child[s[j] + b];                                                       \
+        }
 
 #define SCORES(name, T, W)                                                                   \
     static void name(const forest_task *t, const forest_sum_task *u, const T *x,            \
                      int64_t rows, int64_t nf, W *y) {                                       \
         const T *thr = t->threshold;                                                         \
         const W *w = u->weights;                                                             \
-        int64_t C = u->targets;                                                              \
-        for (int64_t r = 0; r < rows; r++) {                                                 \
+        int64_t C = u->targets, blocked = rows / ROWS * ROWS;                                \
+        for (int64_t r0 = 0; r0 < blocked; r0 += ROWS)                                       \
+            for (int64_t tree = 0; tree < t->trees; tree++) {                                \
+                int64_t s[ROWS];                                                             \
+                for (int j = 0; j < ROWS; j++) s[j] = t->roots[tree];                        \
+                WALK(T, (x + (r0 + j) * nf), s, ROWS)                                         \
+                for (int j = 0; j < ROWS; j++) {                                             \
+                    W *acc = y + (r0 + j) * C;                                               \
+                    const W *leaf = w + (s[j] >> 1) * C;                                     \
+                    LEAF_ADD(W, acc, leaf, C, tree == 0)                                     \
+                }                                                                            \
+            }                                                                                \
+        for (int64_t r = blocked; r < rows; r++) {                                           \
             const T *xr = x + r * nf;                                                        \
             W *acc = y + r * C;                                                              \
             for (int64_t t0 = 0; t0 < t->trees; t0 += ROWS) {                                \
                 int n = t->trees - t0 < ROWS ? (int)(t->trees - t0) : ROWS;                  \
                 int64_t s[ROWS];                                                             \
                 for (int j = 0; j < n; j++) s[j] = t->roots[t0 + j];                         \
-                for (int64_t d = 0; d < t->depth; d++)                                       \
-                    for (int j = 0; j < n; j++) {                                            \
-                        T v = xr[t->feature[s[j]]];                                          \
-                        int64_t b = v <= thr[s[j]];                                          \
-                        if (t->nan_outcome && v != v) b = t->nan_outcome[s[j]];              \
-                        s[j] = t->child[s[j] + b];                                           \
-                    }                                                                        \
+                WALK(T, xr, s, n)                                                            \
                 for (int j = 0; j < n; j++) {                                                \
                     const W *leaf = w + (s[j] >> 1) * C;                                     \
-                    if (t0 + j == 0)                                                         \
-                        for (int64_t c = 0; c < C; c++) acc[c] = leaf[c];                    \
-                    else                                                                     \
-                        for (int64_t c = 0; c < C; c++) acc[c] += leaf[c];                   \
+                    LEAF_ADD(W, acc, leaf, C, t0 + j == 0)                                   \
                 }                                                                            \
             }                                                                                \
         }                                                                                    \
@@ -118,6 +137,8 @@ SCORES(scores_f32_f64, float, double)
 SCORES(scores_f64_f32, double, float)
 SCORES(scores_f64_f64, double, double)
 #undef SCORES
+#undef WALK
+#undef LEAF_ADD
 
 EXPORT int onyx_forest_scores(const void *descend, const void *sum, const void *x, int64_t rows,
                               int64_t nf, void *scores) {
