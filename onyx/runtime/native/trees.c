@@ -209,3 +209,26 @@ EXPORT int onyx_svm_coupling(const double *r_all, double *p_all, int64_t n, int6
     }
     return 0;
 }
+
+/* onyx_svm_coupling of rows of the pairs' probabilities pairwise [n][pairs], pair q being
+   classes first[q] < second[q]: each row's r [k][k] built here (r[i][j] = P, r[j][i] = 1 - P,
+   zeros elsewhere, as svm.py builds it) in work [k * k], then Q [k * k] and Qp [k] as there. */
+EXPORT int onyx_svm_coupling_pairs(const double *pairwise, const int64_t *first,
+                                   const int64_t *second, int64_t n, int64_t pairs, int64_t k,
+                                   double *p_all, double *work, double *Q, double *Qp) {
+    if (n < 0 || k < 1 || pairs < 0 || pairs > k * k) return ONYX_INVALID; /* (checks.h) */
+    for (int64_t q = 0; q < pairs; q++)
+        if (first[q] < 0 || first[q] >= k || second[q] < 0 || second[q] >= k) return ONYX_INVALID;
+    for (int64_t row = 0; row < n; row++) {
+        for (int64_t i = 0; i < k * k; i++) work[i] = 0.0;
+        const double *pr = pairwise + row * pairs;
+        for (int64_t q = 0; q < pairs; q++) {
+            work[first[q] * k + second[q]] = pr[q];
+            work[second[q] * k + first[q]] = 1.0 - pr[q];
+        }
+        int status = onyx_svm_coupling(work, p_all + row * k, 1, k, Q, Qp);
+        if (status) return status;
+    }
+    return 0;
+}
+

@@ -176,7 +176,27 @@ def svm_coupling(r: np.ndarray) -> np.ndarray | None:
     return p
 
 
+def svm_coupling_pairs(
+    pairwise: np.ndarray, first: np.ndarray, second: np.ndarray, k: int
+) -> np.ndarray | None:
+    """svm_coupling of r built from the pairs' probabilities pairwise [n, pairs] (float64,
+    C-contiguous), pair q being classes first[q] and second[q] (int64 index arrays):
+    r[i, j] = P, r[j, i] = 1 - P, in C. None without the library."""
+    if core.lib is None:
+        return None
+    n, pairs = pairwise.shape
+    p, work = np.empty((n, k)), np.empty(2 * k * k + k)
+    status = core.lib.onyx_svm_coupling_pairs(
+        _addr(pairwise), _addr(first), _addr(second), n, pairs, k,
+        _addr(p), _addr(work), _addr(work[k * k :]), _addr(work[2 * k * k :]),
+    )  # fmt: skip
+    core.check(status, "SVM coupling")
+    return p
+
+
 def bind(lib, isa: int) -> None:
+    lib.onyx_svm_coupling_pairs.restype = ctypes.c_int
+    lib.onyx_svm_coupling_pairs.argtypes = [_P, _P, _P, _I64, _I64, _I64, _P, _P, _P, _P]
     lib.onyx_svm_coupling.restype = ctypes.c_int
     lib.onyx_svm_coupling.argtypes = [_P, _P, _I64, _I64, _P, _P]
     lib.onyx_forest_scores.restype = ctypes.c_int

@@ -222,8 +222,8 @@ class _Classifier:
 
     @cached_property
     def pair_index(self) -> tuple[np.ndarray, np.ndarray]:
-        """The pairs' classes i and j, as index arrays."""
-        return tuple(np.array([pair[side] for pair in self.pairs], np.intp) for side in (0, 1))
+        """The pairs' classes i and j, as index arrays (int64: trees.c reads them)."""
+        return tuple(np.array([pair[side] for pair in self.pairs], np.int64) for side in (0, 1))
 
     @cached_property
     def squared_norms(self) -> np.ndarray:
@@ -236,6 +236,13 @@ class _Classifier:
         power of two scales every term exactly)."""
         gamma = (list(self.kernel_params or []) + [0.0])[0]
         return gamma, self.squared_norms, (self.vectors * -2.0).T
+
+    def _vote(self, decisions: list) -> int:
+        """The class with the most one-vs-one votes of one row (the first of a tie, argmax's)."""
+        votes = [0] * self.k
+        for (i, j), d in zip(self.pairs, decisions):
+            votes[i if d > 0 else j] += 1  # (a NaN decision votes for j, as ~(d > 0) does)
+        return votes.index(max(votes))
 
     @cached_property
     def vote_tables(self) -> tuple[np.ndarray, np.ndarray]:
@@ -265,19 +272,24 @@ class _Classifier:
             return label, apply_transform(scores, transform).astype(np.float32)
         decisions = np.matmul(kernel, self.weights)
         decisions += self.rho
-        votes_for, base_votes = self.vote_tables
-        best = np.add(np.matmul(decisions > 0, votes_for), base_votes).argmax(axis=1)
+        if x.shape[0] <= _SCALAR_ROWS:  # (a few rows: counted on Python ints at once)
+            best = np.array([self._vote(row) for row in decisions.tolist()], np.intp)
+        else:
+            votes_for, base_votes = self.vote_tables
+            best = np.add(np.matmul(decisions > 0, votes_for), base_votes).argmax(axis=1)
         if self.prob_a is not None:
             pairwise = sigmoid_probability(decisions, self.prob_a, self.prob_b)
             if x.shape[0] <= _SCALAR_ROWS and not native.available():  # (r as lists at once)
                 probabilities = np.array([self._coupled(row) for row in pairwise.tolist()])
                 probabilities = probabilities.reshape(x.shape[0], self.k)
                 return labels[best], apply_transform(probabilities, transform).astype(np.float32)
-            r = np.zeros((x.shape[0], self.k, self.k))
             first, second = self.pair_index
-            r[:, first, second] = pairwise
-            r[:, second, first] = np.subtract(1.0, pairwise, out=pairwise)
-            probabilities = _pairwise_coupling(r)
+            probabilities = native.svm_coupling_pairs(pairwise, first, second, self.k)
+            if probabilities is None:  # (r built in numpy: its bits, as trees.c builds it)
+                r = np.zeros((x.shape[0], self.k, self.k))
+                r[:, first, second] = pairwise
+                r[:, second, first] = np.subtract(1.0, pairwise, out=pairwise)
+                probabilities = _pairwise_coupling(r)
             return labels[best], apply_transform(probabilities, transform).astype(np.float32)
         if self.k == 2:
             # onnxruntime writes a binary decision d as [-d, d] (and labels by the vote).
