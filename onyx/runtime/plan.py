@@ -446,7 +446,10 @@ def _generate(plan: Plan, wanted: tuple[int, ...] | None):
     line_step: dict[int, int] = {}
     for j, step in enumerate(steps):
         first = len(lines) + 1  # code line numbers start at 1
-        env[f"k{j}"] = step.fn
+        fn = step.fn
+        if fn.__class__ is PreparedCall and fn.fn is not None:
+            fn = fn.fn  # (made at an earlier call, the checked run's: no frame of its own)
+        env[f"k{j}"] = fn
         args = [name(i) if i >= 0 else "None" for i in step.ins]
         extra = {}
         for attr, value in step.attrs.items():
