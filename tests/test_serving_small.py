@@ -310,3 +310,19 @@ def test_pace_measures_the_first_runs_then_one_in_eight():
     first = concurrency.SAMPLE_EVERY
     assert all(measured[:first])
     assert [i + 1 for i, m in enumerate(measured) if m][first:] == [16, 24, 32, 40]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("columns", [1, 2, 3, 7, 8])
+@pytest.mark.parametrize("rows", [1, 16, 300])
+def test_row_reductions_by_columns_keep_numpys_bits(dtype, columns, rows):
+    """A classifier's few classes over many rows reduce column by column (numpy's reduce over
+    a short axis paid its set-up per row): the bits of x.max and x.sum, NaN included."""
+    from onyx.runtime.kernels.ml._common import row_max, row_sum
+
+    rng = np.random.default_rng(columns * rows)
+    x = rng.standard_normal((rows, columns)) * np.exp(rng.standard_normal((rows, columns)) * 4)
+    x = x.astype(dtype)
+    x[::11, 0] = np.nan
+    np.testing.assert_array_equal(row_max(x), x.max(axis=-1, keepdims=True))
+    np.testing.assert_array_equal(row_sum(x), x.sum(axis=-1, keepdims=True))

@@ -9,7 +9,7 @@ import numpy as np
 from ...registry import op
 from ...values import FreshList
 from ..derived import derived, from_attributes, prepared
-from ._common import as_2d
+from ._common import as_2d, row_max, row_sum
 
 ML = "ai.onnx.ml"
 
@@ -104,12 +104,12 @@ def scaler(x, *, scale=None, offset=None):
     return ((x - offset) * scale).astype(np.float32)
 
 
-# Each row's divisor (the ufuncs' reduce: what x.max and x.sum call, without their wrappers).
+# Each row's divisor (x.max and x.sum over the last axis, without their wrappers).
 NORMS = {
-    "MAX": lambda x: np.maximum.reduce(x, axis=-1, keepdims=True),
-    "L1": lambda x: np.add.reduce(np.abs(x), axis=-1, keepdims=True),
+    "MAX": row_max,
+    "L1": lambda x: row_sum(np.abs(x)),
     # onnxruntime keeps the sign (x / ||x||), which is what scikit-learn's Normalizer does.
-    "L2": lambda x: np.sqrt(np.add.reduce(x * x, axis=-1, keepdims=True)),
+    "L2": lambda x: np.sqrt(row_sum(x * x)),
 }
 
 
