@@ -161,7 +161,8 @@ def _one_hot_model(attrs: dict):
     def encode(x):
         if _is_string(x):
             return one_hot_encoder(x, **attrs)
-        hot = x.astype(np.int64)[..., None] == cats  # floats are truncated to integers
+        # (floats are truncated to integers; an int64 x is compared as it is)
+        hot = x.astype(np.int64, copy=False)[..., None] == cats
         if not zeros and not hot.any(axis=-1).all():
             raise ValueError("OneHotEncoder: an input value is not among the categories (zeros=0)")
         return hot.astype(np.float32)
