@@ -241,9 +241,9 @@ def mat_mul_integer(a, b, a_zero_point=None, b_zero_point=None):
     return integer_matmul(a, b, a_zero_point, b_zero_point)
 
 
-#: weights below which a product of a few rows stays with numpy: its matmul and bias take
-#: less than the native call's set-up (the weights fit L1; threads gain nothing)
-NUMPY_GEMV_WEIGHTS = 8192
+#: weights below which a Gemm of a few rows stays with numpy (a classifier head's): its matmul
+#: and bias take less than the native GEMV's call (the weights fit L1; threads gain nothing)
+NUMPY_GEMV_WEIGHTS = 1024
 
 
 def native_gemv(a, b, c, alpha, beta, trans_b) -> np.ndarray | None:
@@ -252,10 +252,8 @@ def native_gemv(a, b, c, alpha, beta, trans_b) -> np.ndarray | None:
     if not (a.dtype == b.dtype == np.float32 and a.ndim == b.ndim == 2 and native.gemv_ok()):
         return None
     rows, n = a.shape[0], b.shape[0 if trans_b else 1]
-    if (
-        rows > native.GEMV_ROWS
-        or b.size < NUMPY_GEMV_WEIGHTS
-        or (c is not None and (c.dtype != np.float32 or c.shape not in ((n,), (1, n))))
+    if rows > native.GEMV_ROWS or (
+        c is not None and (c.dtype != np.float32 or c.shape not in ((n,), (1, n)))
     ):
         return None
     key = ("gemv", trans_b, rows, alpha, beta, native.thread_setting())
@@ -298,7 +296,8 @@ def packed_gemm(a, b, c, alpha, beta, trans_b, relu: bool = False) -> np.ndarray
 
 
 def _gemm(a, b, c, alpha, beta, trans_a, trans_b):
-    if not trans_a:
+    tiny = b.size < NUMPY_GEMV_WEIGHTS and a.ndim == 2 and a.shape[0] <= native.GEMV_ROWS
+    if not trans_a and not tiny:
         y = native_gemv(a, b, c, alpha, beta, trans_b)
         if y is None:
             y = packed_gemm(a, b, c, alpha, beta, trans_b)
