@@ -298,15 +298,15 @@ def gen_qgemm(rng) -> Case:
 
 
 def gen_gemm(rng) -> Case:
-    rows, K, N = (
+    rows, K, N = (  # (weights past linalg.NUMPY_GEMV_WEIGHTS reach the native GEMV)
         int(rng.integers(1, 10)),
-        int(_pick(rng, [1, 7, 16, 100])),
-        int(rng.integers(1, 70)),
+        int(_pick(rng, [1, 7, 16, 100, 300, 300])),
+        int(rng.integers(1, 200)),
     )
     trans_b = int(rng.integers(2))
     a = _normal(rng, (rows, K))
     b = _normal(rng, (N, K) if trans_b else (K, N))
-    c = _pick(rng, [None, (N,), (rows, N), (1,)])
+    c = _pick(rng, [None, (N,), (rows, N), (1,), None, (N,)])  # (the GEMV takes None, (N,))
     attrs = dict(
         transB=trans_b, alpha=float(_pick(rng, [1.0, 0.5])), beta=float(_pick(rng, [1.0, 2.0]))
     )
@@ -775,7 +775,8 @@ class NativeCalls:
         lib = native.library()
         self.saved = {}
         for name in ("onyx_parallel", "lstm", "gru", "onyx_implicit_conv", "onyx_dynamic_matmul",
-                     "onyx_svm_coupling", "lookup_direct", "onyx_lookup8_channels",
+                     "onyx_svm_coupling", "onyx_svm_coupling_pairs", "onyx_forest_scores",
+                     "lookup_direct", "onyx_lookup8_channels",
                      "onyx_quantize_range", "onyx_dequantize_range"):  # fmt: skip
             fn = getattr(lib, name, None) if lib is not None else None
             if fn:

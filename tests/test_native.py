@@ -670,8 +670,8 @@ def test_float_gemv_matches_numpy(trans, rows, K, N):
 @pytest.mark.skipif(not native.gemv_ok(), reason="no AVX-512 GEMV")
 @pytest.mark.parametrize(
     "a_shape, trans_b, c_shape, native_runs",
-    [((1, 64), 1, (48,), True), ((3, 64), 0, (1, 48), True), ((2, 64), 1, None, True),
-     ((3, 64), 1, (3, 48), False), ((3, 64), 0, (3, 1), False), ((9, 64), 1, (48,), False)],
+    [((1, 64), 1, (192,), True), ((3, 64), 0, (1, 192), True), ((2, 64), 1, None, True),
+     ((3, 64), 1, (3, 192), False), ((3, 64), 0, (3, 1), False), ((9, 64), 1, (192,), False)],
 )  # fmt: skip
 def test_gemm_of_a_few_rows_runs_the_gemv(a_shape, trans_b, c_shape, native_runs, monkeypatch):
     """Gemm with a few rows of A and C per column: the native GEMV; other C shapes and more
@@ -686,7 +686,7 @@ def test_gemm_of_a_few_rows_runs_the_gemv(a_shape, trans_b, c_shape, native_runs
                         lambda self, *a: calls.append(1) or run(self, *a))  # fmt: skip
     rng = np.random.default_rng(len(a_shape) + a_shape[0])
     a = rng.standard_normal(a_shape, dtype=np.float32)
-    b = rng.standard_normal((48, 64) if trans_b else (64, 48), dtype=np.float32)
+    b = rng.standard_normal((192, 64) if trans_b else (64, 192), dtype=np.float32)
     c = None if c_shape is None else rng.standard_normal(c_shape, dtype=np.float32)
     got = gemm(a, b, c, alpha=0.7, beta=1.5, transB=trans_b)
     consts = {"b": b} if c is None else {"b": b, "c": c}
@@ -910,3 +910,21 @@ def test_pooling_matches_the_numpy_kernel(monkeypatch):
                 np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
             compared += 1
     assert compared > 300 and calls
+
+
+@pytest.mark.skipif(not native.gemv_ok(), reason="no AVX-512 GEMV")
+def test_gemm_with_tiny_weights_stays_with_numpy(monkeypatch):
+    """A classifier head's few weights (below linalg.NUMPY_GEMV_WEIGHTS): numpy's product and
+    bias take less than the native call's set-up."""
+    from onyx.runtime.kernels.linalg import NUMPY_GEMV_WEIGHTS, gemm
+
+    calls, run = [], native.FloatGemv.__call__
+    monkeypatch.setattr(native.FloatGemv, "__call__",
+                        lambda self, *a: calls.append(1) or run(self, *a))  # fmt: skip
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((1, 64), dtype=np.float32)
+    b = rng.standard_normal((4, 64), dtype=np.float32)
+    c = rng.standard_normal(4, dtype=np.float32)
+    assert b.size < NUMPY_GEMV_WEIGHTS
+    np.testing.assert_allclose(gemm(a, b, c, transB=1), a @ b.T + c, rtol=1e-6, atol=1e-6)
+    assert not calls

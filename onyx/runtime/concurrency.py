@@ -269,14 +269,26 @@ _leaving = threading.local()
 _turns = _Turn()
 
 
-class Pace:
-    """A session's recent run time (the calling thread's CPU time, an exponential average),
-    which decides whether its runs take turns."""
+#: A session measures its first runs, then one run in this many: reading a thread's CPU clock
+#: is a system call, and twice a run it cost a tiny model's run a tenth of its time.
+SAMPLE_EVERY = 8
 
-    __slots__ = ("seconds",)
+
+class Pace:
+    """A session's recent run time (the calling thread's CPU time, an exponential average
+    over the runs it measures), which decides whether its runs take turns."""
+
+    __slots__ = ("seconds", "runs")
 
     def __init__(self) -> None:
         self.seconds = 0.0  # a new session's first runs take turns, and so are measured alone
+        self.runs = 0
+
+    def measures(self) -> bool:
+        """Whether to measure the run now starting (a race between threads only shifts which
+        run is measured)."""
+        runs = self.runs = self.runs + 1
+        return runs <= SAMPLE_EVERY or not runs % SAMPLE_EVERY
 
     def add(self, seconds: float) -> None:
         self.seconds += (seconds - self.seconds) * 0.125
@@ -309,8 +321,7 @@ class run_slot:  # noqa: N801  (used as a function: ``with run_slot(threads, bla
             if self.turn is not None:
                 self.turn.release(failed=True)
             raise
-        if pace is not None:
-            self.start = time.thread_time()
+        self.start = time.thread_time() if pace is not None and pace.measures() else None
         return self
 
     def _enter_resources(self) -> None:
@@ -326,7 +337,7 @@ class run_slot:  # noqa: N801  (used as a function: ``with run_slot(threads, bla
             raise
 
     def __exit__(self, *exc) -> None:
-        if self.pace is not None:
+        if self.start is not None:
             self.pace.add(time.thread_time() - self.start)
         self.native.__exit__(*exc)
         if self.blas:

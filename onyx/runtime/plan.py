@@ -26,8 +26,9 @@ import numpy as np
 from .. import ir
 from ..errors import OnyxError, RuntimeFailure
 from .bind import Step, StepContext, bind, find_kernel, no_kernel, node_label
+from .fpstate import ignoring_fp_errors
 from .registry import ONYX_DOMAIN, lookup
-from .values import describe, sparse_value, tensor_value
+from .values import FreshList, describe, sparse_value, tensor_value
 
 __all__ = [
     "Compiler",
@@ -279,6 +280,18 @@ class Plan:
         wanted: tuple[int, ...] | None = None,
         profiler=None,
     ):
+        if profiler is None:
+            runner = self._runners.get(wanted)
+            if runner is None:
+                runner = self._runners[wanted] = _generate(self, wanted)
+            if len(inputs) != len(self.input_slots):  # (the generated code reads them all)
+                inputs = (list(inputs) + [None] * len(self.input_slots))[: len(self.input_slots)]
+            return runner(inputs, parent)
+        return self._run_profiled(self.frame(inputs, parent), wanted, profiler)
+
+    def frame(self, inputs: list, parent: Frame | None) -> Frame:
+        """A run's frame: the constants, the inputs (a graph input with an initializer keeps
+        it where the input is None) and the captured outer values in their slots."""
         slots = list(self.template)
         for slot, value in zip(self.input_slots, inputs):
             if value is not None or slot not in self.input_defaults:
@@ -287,13 +300,7 @@ class Plan:
             src = parent.slots
             for mine, theirs in zip(self.capture_slots, self.capture_sources):
                 slots[mine] = src[theirs]
-        frame = Frame(self, slots, parent)
-        if profiler is not None:
-            return self._run_profiled(frame, wanted, profiler)
-        runner = self._runners.get(wanted)
-        if runner is None:
-            runner = self._runners[wanted] = _generate(self, wanted)
-        return runner(slots, frame)
+        return Frame(self, slots, parent)
 
     def _run_profiled(self, frame: Frame, wanted, profiler) -> list:
         """The same steps as the generated runner, in a loop that times each kernel call."""
@@ -427,14 +434,22 @@ def _generate(plan: Plan, wanted: tuple[int, ...] | None):
             return f"c{slot}"
         return f"v{slot}"
 
-    lines = ["def run(slots, frame):"]
-    loaded = sorted(s for s in used - produced - const_slots)
-    lines += [f"    v{i} = slots[{i}]" for i in loaded]
+    lines = ["def run(inputs, parent):"]
+    if any(s.takes_ctx for s in steps):  # (their kernels get the frame: the slots as ever)
+        env["_frame"] = plan.frame
+        lines += ["    frame = _frame(inputs, parent)", "    slots = frame.slots"]
+        loaded = sorted(s for s in used - produced - const_slots)
+        lines += [f"    v{i} = slots[{i}]" for i in loaded]
+    else:  # straight from the inputs and the enclosing frame: no frame of its own
+        lines += _loads(plan, used - produced - const_slots, env)
     lines.append("    try:")
     line_step: dict[int, int] = {}
     for j, step in enumerate(steps):
         first = len(lines) + 1  # code line numbers start at 1
-        env[f"k{j}"] = step.fn
+        fn = step.fn
+        if fn.__class__ is PreparedCall and fn.fn is not None:
+            fn = fn.fn  # (made at an earlier call, the checked run's: no frame of its own)
+        env[f"k{j}"] = fn
         args = [name(i) if i >= 0 else "None" for i in step.ins]
         extra = {}
         for attr, value in step.attrs.items():
@@ -494,6 +509,27 @@ def _generate(plan: Plan, wanted: tuple[int, ...] | None):
     return env["run"]
 
 
+def _loads(plan: Plan, slots: set[int], env: dict) -> list[str]:
+    """The generated runner's lines loading the ``slots`` it reads from its inputs and the
+    enclosing frame, as ``Plan.frame`` places them (a graph input with an initializer: the
+    initializer where the input is None)."""
+    lines = []
+    for k, slot in enumerate(plan.input_slots):
+        if slot in slots:
+            lines.append(f"    v{slot} = inputs[{k}]")
+            if slot in plan.input_defaults:
+                env[f"d{slot}"] = plan.template[slot]
+                lines.append(f"    if v{slot} is None: v{slot} = d{slot}")
+    captured = [(m, t) for m, t in zip(plan.capture_slots, plan.capture_sources) if m in slots]
+    if captured:
+        lines.append("    outer = parent.slots")
+        lines += [f"    v{m} = outer[{t}]" for m, t in captured]
+    # (a slot read before any step writes it, neither input nor capture: None, as in a frame)
+    known = set(plan.input_slots) | set(plan.capture_slots)
+    lines += [f"    v{slot} = None" for slot in sorted(slots - known)]
+    return lines
+
+
 class PreparedCall:
     """A node's compiled kernel (kernels/derived.py: prepared): made at the first call, so an
     error making it surfaces there, as the kernel's own would."""
@@ -518,50 +554,14 @@ def _with_frees(step: Step, frees: tuple[int, ...]) -> Step:
     return clone
 
 
-def _fp_errors_ignored():
-    """numpy's context variable of floating-point error modes and its value with every error
-    ignored, or None where numpy keeps them otherwise (numpy < 2)."""
-    try:
-        from numpy._core import _ufunc_config
-    except ImportError:
-        return None
-    var = getattr(_ufunc_config, "_extobj_contextvar", None)
-    if var is None:
-        return None
-    with np.errstate(all="ignore"):
-        return var, var.get()
-
-
-class _IgnoringFpErrors:
-    """``np.errstate(all="ignore")`` for one run, as a set and reset of numpy's context
-    variable: errstate builds its state anew on every entry, a cost each run of a tiny model
-    paid. (The state keeps numpy's buffer size as at import: a speed setting, not a result's.)"""
-
-    __slots__ = ("token",)
-
-    def __enter__(self):
-        self.token = _FP_VAR.set(_FP_IGNORE)
-
-    def __exit__(self, *exc) -> None:
-        _FP_VAR.reset(self.token)
-
-
-_FP = _fp_errors_ignored()
-if _FP is not None:
-    _FP_VAR, _FP_IGNORE = _FP
-    ignoring_fp_errors = _IgnoringFpErrors
-else:  # (a numpy whose errstate is not a context variable)
-
-    def ignoring_fp_errors():
-        return np.errstate(all="ignore")
-
-
 def as_array_result(value: Any) -> Any:
     """A kernel result as a caller gets it: arrays are owned and writeable, scalars 0-d arrays."""
     if isinstance(value, np.ndarray):
         return value if value.flags.writeable else value.copy()
     if isinstance(value, np.generic):
         return np.asarray(value)
+    if value.__class__ is FreshList:
+        return list(value)
     if isinstance(value, list):
         return [as_array_result(v) for v in value]
     if isinstance(value, dict):

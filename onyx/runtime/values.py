@@ -109,3 +109,10 @@ def describe(value: Any) -> str:
     if isinstance(value, dict):
         return f"map({len(value)} entries)"
     return type(value).__name__
+
+
+class FreshList(list):
+    """A kernel's result list whose items were made for this result alone (ZipMap's rows):
+    the caller gets it as a plain list without each item copied (plan.as_array_result)."""
+
+    __slots__ = ()

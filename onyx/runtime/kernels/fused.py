@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import native
+from ..fpstate import ignoring_fp_errors
 from ..registry import ONYX_DOMAIN, op
 from .activation import hard_sigmoid_into, hard_swish, sigmoid_into
 from .conv import conv, conv_key, float32_weights, native_conv_f32
@@ -27,7 +28,7 @@ MS = "com.microsoft"
 
 
 def _sigmoid(y, alpha, beta, gamma):
-    with np.errstate(over="ignore"):
+    with ignoring_fp_errors():  # (np.errstate builds its state anew: most of a small call)
         return sigmoid_into(y, y)
 
 

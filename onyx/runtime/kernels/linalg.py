@@ -241,6 +241,11 @@ def mat_mul_integer(a, b, a_zero_point=None, b_zero_point=None):
     return integer_matmul(a, b, a_zero_point, b_zero_point)
 
 
+#: weights below which a Gemm of a few rows stays with numpy (a classifier head's): its matmul
+#: and bias take less than the native GEMV's call (the weights fit L1; threads gain nothing)
+NUMPY_GEMV_WEIGHTS = 1024
+
+
 def native_gemv(a, b, c, alpha, beta, trans_b) -> np.ndarray | None:
     """alpha * a @ b' + beta * c for a float32 A of a few rows (native.FloatGemv, set up once
     per constant B), or None where it does not apply. c: None or one value per column."""
@@ -291,7 +296,8 @@ def packed_gemm(a, b, c, alpha, beta, trans_b, relu: bool = False) -> np.ndarray
 
 
 def _gemm(a, b, c, alpha, beta, trans_a, trans_b):
-    if not trans_a:
+    tiny = b.size < NUMPY_GEMV_WEIGHTS and a.ndim == 2 and a.shape[0] <= native.GEMV_ROWS
+    if not trans_a and not tiny:
         y = native_gemv(a, b, c, alpha, beta, trans_b)
         if y is None:
             y = packed_gemm(a, b, c, alpha, beta, trans_b)

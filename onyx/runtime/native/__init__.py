@@ -103,7 +103,14 @@ from .rows import (
     qmean_rows,
     softmax_rows_f32,
 )
-from .trees import ForestSums, forest_descend, forest_sum, forest_sums, svm_coupling
+from .trees import (
+    ForestSums,
+    forest_descend,
+    forest_sum,
+    forest_sums,
+    svm_coupling,
+    svm_coupling_pairs,
+)
 from .window import pool2d_f32
 
 __all__ = [
@@ -177,6 +184,7 @@ __all__ = [
     "repeat2d_4byte",
     "rms_norm_f32",
     "svm_coupling",
+    "svm_coupling_pairs",
     "row_sums",
     "sgemm_ok",
     "status",

@@ -78,6 +78,86 @@ EXPORT int onyx_forest_sum_range(const void *p, int64_t begin, int64_t end) {
     return 0;
 }
 
+/* descend then sum for a small batch on the calling thread, in one call (ForestSums). Blocks
+   of ROWS rows walk each tree together (their chains of dependent loads overlap, and a tree's
+   nodes stay in cache for the block); the last rows, fewer than ROWS, walk ROWS trees at once
+   instead (one row has no other rows to overlap with). Either way each row's leaf weights are
+   added tree after tree, forest_sum's order of additions (its bits), without the states in
+   between. */
+
+#define LEAF_ADD(W, acc, leaf, C, first)                                                     \
+    if (first)                                                                               \
+        for (int64_t c = 0; c < C; c++) acc[c] = leaf[c];                                    \
+    else                                                                                     \
+        for (int64_t c = 0; c < C; c++) acc[c] += leaf[c];
+
+#define WALK(T, x_of, s, n)                                                                  \
+    for (int64_t d = 0; d < t->depth; d++)                                                   \
+        for (int j = 0; j < n; j++) {                                                        \
+            T v = x_of[t->feature[s[j]]];                                                    \
+            int64_t b = v <= thr[s[j]];                                                      \
+            if (t->nan_outcome && v != v) b = t->nan_outcome[s[j]];                          \
+            s[j] = t->child[s[j] + b];                                                       \
+        }
+
+#define SCORES(name, T, W)                                                                   \
+    static void name(const forest_task *t, const forest_sum_task *u, const T *x,            \
+                     int64_t rows, int64_t nf, W *y) {                                       \
+        const T *thr = t->threshold;                                                         \
+        const W *w = u->weights;                                                             \
+        int64_t C = u->targets, blocked = rows / ROWS * ROWS;                                \
+        for (int64_t r0 = 0; r0 < blocked; r0 += ROWS)                                       \
+            for (int64_t tree = 0; tree < t->trees; tree++) {                                \
+                int64_t s[ROWS];                                                             \
+                for (int j = 0; j < ROWS; j++) s[j] = t->roots[tree];                        \
+                WALK(T, (x + (r0 + j) * nf), s, ROWS)                                         \
+                for (int j = 0; j < ROWS; j++) {                                             \
+                    W *acc = y + (r0 + j) * C;                                               \
+                    const W *leaf = w + (s[j] >> 1) * C;                                     \
+                    LEAF_ADD(W, acc, leaf, C, tree == 0)                                     \
+                }                                                                            \
+            }                                                                                \
+        for (int64_t r = blocked; r < rows; r++) {                                           \
+            const T *xr = x + r * nf;                                                        \
+            W *acc = y + r * C;                                                              \
+            for (int64_t t0 = 0; t0 < t->trees; t0 += ROWS) {                                \
+                int n = t->trees - t0 < ROWS ? (int)(t->trees - t0) : ROWS;                  \
+                int64_t s[ROWS];                                                             \
+                for (int j = 0; j < n; j++) s[j] = t->roots[t0 + j];                         \
+                WALK(T, xr, s, n)                                                            \
+                for (int j = 0; j < n; j++) {                                                \
+                    const W *leaf = w + (s[j] >> 1) * C;                                     \
+                    LEAF_ADD(W, acc, leaf, C, t0 + j == 0)                                   \
+                }                                                                            \
+            }                                                                                \
+        }                                                                                    \
+    }
+SCORES(scores_f32_f32, float, float)
+SCORES(scores_f32_f64, float, double)
+SCORES(scores_f64_f32, double, float)
+SCORES(scores_f64_f64, double, double)
+#undef SCORES
+#undef WALK
+#undef LEAF_ADD
+
+EXPORT int onyx_forest_scores(const void *descend, const void *sum, const void *x, int64_t rows,
+                              int64_t nf, void *scores) {
+    const forest_task *t = descend;
+    const forest_sum_task *u = sum;
+    if (rows < 0 || nf < 0 || t->trees < 1 || u->trees != t->trees || t->depth < 0 ||
+        t->depth > 1 << 20 || u->targets < 0)
+        return ONYX_INVALID; /* (checks.h) */
+    if (t->is_double && u->is_double)
+        scores_f64_f64(t, u, x, rows, nf, scores);
+    else if (t->is_double)
+        scores_f64_f32(t, u, x, rows, nf, scores);
+    else if (u->is_double)
+        scores_f32_f64(t, u, x, rows, nf, scores);
+    else
+        scores_f32_f32(t, u, x, rows, nf, scores);
+    return 0;
+}
+
 /* libsvm's multiclass_probability (Wu, Lin & Weng 2004, method 2) for each of n rows of
    pairwise probabilities r [n][k][k]: p [n][k]. Its loops, and so its order of operations:
    every sum a sequential double sum (the bits of libsvm's and of svm.py's numpy oracle).
@@ -129,3 +209,26 @@ EXPORT int onyx_svm_coupling(const double *r_all, double *p_all, int64_t n, int6
     }
     return 0;
 }
+
+/* onyx_svm_coupling of rows of the pairs' probabilities pairwise [n][pairs], pair q being
+   classes first[q] < second[q]: each row's r [k][k] built here (r[i][j] = P, r[j][i] = 1 - P,
+   zeros elsewhere, as svm.py builds it) in work [k * k], then Q [k * k] and Qp [k] as there. */
+EXPORT int onyx_svm_coupling_pairs(const double *pairwise, const int64_t *first,
+                                   const int64_t *second, int64_t n, int64_t pairs, int64_t k,
+                                   double *p_all, double *work, double *Q, double *Qp) {
+    if (n < 0 || k < 1 || pairs < 0 || pairs > k * k) return ONYX_INVALID; /* (checks.h) */
+    for (int64_t q = 0; q < pairs; q++)
+        if (first[q] < 0 || first[q] >= k || second[q] < 0 || second[q] >= k) return ONYX_INVALID;
+    for (int64_t row = 0; row < n; row++) {
+        for (int64_t i = 0; i < k * k; i++) work[i] = 0.0;
+        const double *pr = pairwise + row * pairs;
+        for (int64_t q = 0; q < pairs; q++) {
+            work[first[q] * k + second[q]] = pr[q];
+            work[second[q] * k + first[q]] = 1.0 - pr[q];
+        }
+        int status = onyx_svm_coupling(work, p_all + row * k, 1, k, Q, Qp);
+        if (status) return status;
+    }
+    return 0;
+}
+

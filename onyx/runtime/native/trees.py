@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ctypes
-import functools
 
 import numpy as np
 
@@ -127,6 +126,8 @@ class ForestSums:
         self._sum = _ForestSumTask(
             None, _addr(weights), None, self.trees, self.targets, int(weights.dtype == np.float64)
         )
+        self._descend_at = ctypes.addressof(self._descend)
+        self._sum_at = ctypes.addressof(self._sum)
 
     def fits(self, x: np.ndarray) -> bool:
         """Whether this call may take x (rows of the tables' dtype, C-contiguous, few)."""
@@ -138,32 +139,15 @@ class ForestSums:
         )
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
-        """scores [rows, targets] of x [rows, features] (``fits(x)`` holds)."""
-        rows = x.shape[0]
-        states = np.empty((rows, self.trees), np.int64)
+        """scores [rows, targets] of x [rows, features] (``fits(x)`` holds): trees.c's
+        onyx_forest_scores, one call (the kept tasks are only read: threads may share them)."""
+        rows, nf = x.shape
         scores = np.empty((rows, self.targets), self.score_dtype)
-        cuts = _one_way(rows)[1]
-        states_at = _addr(states)
-        descend = _ForestTask.from_buffer_copy(self._descend)  # (calls may come from threads)
-        descend.x, descend.states, descend.nf = _addr(x), states_at, x.shape[1]
-        run = core.lib.onyx_parallel
-        core.check(
-            run(core.lib.forest_descend_range, _byref(descend), cuts, 1, 1), "forest_descend"
+        status = core.lib.onyx_forest_scores(
+            self._descend_at, self._sum_at, _addr(x), rows, nf, _addr(scores)
         )
-        total = _ForestSumTask.from_buffer_copy(self._sum)
-        total.states, total.scores = states_at, _addr(scores)
-        core.check(run(core.lib.forest_sum_range, _byref(total), cuts, 1, 1), "forest_sum")
+        core.check(status, "forest_scores")
         return scores
-
-
-_byref = ctypes.byref
-
-
-@functools.lru_cache(maxsize=256)
-def _one_way(rows: int) -> tuple[np.ndarray, int]:
-    """The cuts [0, rows] of one part, and their address (kept with them)."""
-    cuts = np.array([0, rows], np.int64)
-    return cuts, _addr(cuts)
 
 
 def forest_sums(tables, roots2: np.ndarray, depth: int, weights: np.ndarray) -> ForestSums | None:
@@ -192,8 +176,30 @@ def svm_coupling(r: np.ndarray) -> np.ndarray | None:
     return p
 
 
+def svm_coupling_pairs(
+    pairwise: np.ndarray, first: np.ndarray, second: np.ndarray, k: int
+) -> np.ndarray | None:
+    """svm_coupling of r built from the pairs' probabilities pairwise [n, pairs] (float64,
+    C-contiguous), pair q being classes first[q] and second[q] (int64 index arrays):
+    r[i, j] = P, r[j, i] = 1 - P, in C. None without the library."""
+    if core.lib is None:
+        return None
+    n, pairs = pairwise.shape
+    p, work = np.empty((n, k)), np.empty(2 * k * k + k)
+    status = core.lib.onyx_svm_coupling_pairs(
+        _addr(pairwise), _addr(first), _addr(second), n, pairs, k,
+        _addr(p), _addr(work), _addr(work[k * k :]), _addr(work[2 * k * k :]),
+    )  # fmt: skip
+    core.check(status, "SVM coupling")
+    return p
+
+
 def bind(lib, isa: int) -> None:
+    lib.onyx_svm_coupling_pairs.restype = ctypes.c_int
+    lib.onyx_svm_coupling_pairs.argtypes = [_P, _P, _P, _I64, _I64, _I64, _P, _P, _P, _P]
     lib.onyx_svm_coupling.restype = ctypes.c_int
     lib.onyx_svm_coupling.argtypes = [_P, _P, _I64, _I64, _P, _P]
+    lib.onyx_forest_scores.restype = ctypes.c_int
+    lib.onyx_forest_scores.argtypes = [_P, _P, _P, _I64, _I64, _P]
     lib.forest_descend_range = range_of(lib, "forest_descend")
     lib.forest_sum_range = range_of(lib, "forest_sum")

@@ -46,8 +46,36 @@ def binary_scores(score: np.ndarray, transform: str) -> np.ndarray:
     return np.stack([1.0 - score, score], axis=1)
 
 
-@op("LinearClassifier", since=1, domain=ML)
-@prepared(lambda attrs: _bound(linear_classifier, attrs))
+def _bound_classifier(attrs: dict):
+    """LinearClassifier bound to its node: the labels and float32 weights once, and a call of
+    several classes served without the kernel's general steps (the same operations)."""
+    general = _bound(linear_classifier, attrs)
+    labels = class_labels(attrs.get("classlabels_ints"), attrs.get("classlabels_strings"))
+    coefficients = np.asarray(attrs["coefficients"], np.float32)
+    intercepts = attrs.get("intercepts")
+    intercepts = np.asarray(intercepts, np.float32) if intercepts is not None else None
+    transform = attrs.get("post_transform", "NONE")
+    weights_t: dict = {}  # features -> the weights [classes, features] transposed (a view)
+
+    def call(x):
+        if x.__class__ is not np.ndarray or x.ndim != 2 or not x.shape[1]:
+            return general(x)
+        w_t = weights_t.get(x.shape[1])
+        if w_t is None:
+            w_t = weights_t[x.shape[1]] = coefficients.reshape(-1, x.shape[1]).T
+        if w_t.shape[1] < 2 or len(labels) < w_t.shape[1]:
+            return general(x)  # (one set of weights: the sign's rule)
+        scores = np.matmul(x.astype(np.float32, copy=False), w_t)
+        if intercepts is not None and len(intercepts):
+            scores += intercepts
+        label = labels[scores.argmax(axis=1)]
+        return label, apply_transform(scores, transform).astype(np.float32, copy=False)
+
+    return call
+
+
+@op("LinearClassifier", since=1, domain=ML, threads="blas")
+@prepared(_bound_classifier)
 def linear_classifier(
     x,
     *,
@@ -74,7 +102,7 @@ def linear_classifier(
     return label, apply_transform(scores, post_transform).astype(np.float32)
 
 
-@op("LinearRegressor", since=1, domain=ML)
+@op("LinearRegressor", since=1, domain=ML, threads="blas")
 @prepared(lambda attrs: _bound(linear_regressor, attrs))
 def linear_regressor(x, *, targets=1, intercepts=None, coefficients=None, post_transform="NONE"):
     scores = _linear_scores(x, coefficients, intercepts)

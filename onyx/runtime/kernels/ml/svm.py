@@ -122,10 +122,16 @@ def _coupling_row(r: list) -> list:
     return p
 
 
-def _sigmoid_probability(decision, prob_a, prob_b):
-    # Platt scaling as libsvm applies it: P = 1 / (1 + exp(A * f + B)), clipped away from 0 and 1.
-    p = 1.0 / (1.0 + np.exp(decision * prob_a + prob_b))
-    return np.clip(p, 1e-7, 1 - 1e-7)
+def sigmoid_probability(decision, prob_a, prob_b):
+    # Platt scaling as libsvm applies it: P = 1 / (1 + exp(A * f + B)), clipped away from 0 and
+    # 1 (in place, np.clip's maximum then minimum without its wrapper)
+    p = np.multiply(decision, prob_a)
+    p += prob_b
+    np.exp(p, out=p)
+    p += 1.0
+    np.divide(1.0, p, out=p)
+    np.maximum(p, 1e-7, out=p)
+    return np.minimum(p, 1 - 1e-7, out=p)
 
 
 def _bound_classifier(attrs: dict):
@@ -134,7 +140,7 @@ def _bound_classifier(attrs: dict):
     return lambda x: model(as_2d(x).astype(np.float64))
 
 
-@op("SVMClassifier", since=1, domain=ML)
+@op("SVMClassifier", since=1, domain=ML, threads="blas")
 @prepared(_bound_classifier)
 def svm_classifier(
     x,
@@ -216,22 +222,47 @@ class _Classifier:
 
     @cached_property
     def pair_index(self) -> tuple[np.ndarray, np.ndarray]:
-        """The pairs' classes i and j, as index arrays."""
-        return tuple(np.array([pair[side] for pair in self.pairs], np.intp) for side in (0, 1))
+        """The pairs' classes i and j, as index arrays (int64: trees.c reads them)."""
+        return tuple(np.array([pair[side] for pair in self.pairs], np.int64) for side in (0, 1))
 
     @cached_property
     def squared_norms(self) -> np.ndarray:
         return (self.vectors * self.vectors).sum(axis=1)
 
+    @cached_property
+    def rbf(self) -> tuple[float, np.ndarray, np.ndarray]:
+        """gamma, the vectors' squared norms and -2 V' (a transposed view, as V' was: BLAS
+        sums another layout in another order): -2 (x V') as one product, the same bits (a
+        power of two scales every term exactly)."""
+        gamma = (list(self.kernel_params or []) + [0.0])[0]
+        return gamma, self.squared_norms, (self.vectors * -2.0).T
+
+    def _vote(self, decisions: list) -> int:
+        """The class with the most one-vs-one votes of one row (the first of a tie, argmax's)."""
+        votes = [0] * self.k
+        for (i, j), d in zip(self.pairs, decisions):
+            votes[i if d > 0 else j] += 1  # (a NaN decision votes for j, as ~(d > 0) does)
+        return votes.index(max(votes))
+
+    @cached_property
+    def vote_tables(self) -> tuple[np.ndarray, np.ndarray]:
+        """votes = positive @ (vote_i - vote_j) + the column sums of vote_j (a negative
+        decision votes for j): integer counts, as positive @ vote_i + ~positive @ vote_j."""
+        return self.vote_i - self.vote_j, self.vote_j.sum(axis=0)
+
+    def rbf_kernel(self, x: np.ndarray) -> np.ndarray:
+        """exp(-gamma max(|x|^2 + |v|^2 - 2 x.v, 0)) in place: the formula's operations in its
+        order, without its temporaries."""
+        gamma, norms, minus_two_vt = self.rbf
+        d = np.add(np.add.reduce(x * x, axis=1)[:, None], norms[None, :])
+        d += np.matmul(x, minus_two_vt)
+        np.maximum(d, 0.0, out=d)
+        np.multiply(d, -gamma, out=d)
+        return np.exp(d, out=d)
+
     def __call__(self, x: np.ndarray):
         if self.kernel_type == "RBF":  # the vectors' squared norms once, not per call
-            gamma = (list(self.kernel_params or []) + [0.0])[0]
-            d = (
-                (x * x).sum(axis=1)[:, None]
-                + self.squared_norms[None, :]
-                - 2.0 * np.matmul(x, self.vectors.T)
-            )
-            kernel = np.exp(-gamma * np.maximum(d, 0.0))
+            kernel = self.rbf_kernel(x)
         else:
             kernel = _kernel(self.kernel_type, self.kernel_params, x, self.vectors)
         labels, transform = self.labels, self.post_transform
@@ -239,20 +270,26 @@ class _Classifier:
             scores = kernel + self.rho[0]
             label = labels[np.argmax(scores, axis=1)] if len(labels) else np.argmax(scores, 1)
             return label, apply_transform(scores, transform).astype(np.float32)
-        decisions = np.matmul(kernel, self.weights) + self.rho
-        positive = decisions > 0  # a positive decision votes for i, the others for j
-        votes = positive @ self.vote_i + (~positive) @ self.vote_j
-        best = np.argmax(votes, axis=1)
+        decisions = np.matmul(kernel, self.weights)
+        decisions += self.rho
+        if x.shape[0] <= _SCALAR_ROWS:  # (a few rows: counted on Python ints at once)
+            best = np.array([self._vote(row) for row in decisions.tolist()], np.intp)
+        else:
+            votes_for, base_votes = self.vote_tables
+            best = np.add(np.matmul(decisions > 0, votes_for), base_votes).argmax(axis=1)
         if self.prob_a is not None:
-            pairwise = _sigmoid_probability(decisions, self.prob_a, self.prob_b)
+            pairwise = sigmoid_probability(decisions, self.prob_a, self.prob_b)
             if x.shape[0] <= _SCALAR_ROWS and not native.available():  # (r as lists at once)
                 probabilities = np.array([self._coupled(row) for row in pairwise.tolist()])
                 probabilities = probabilities.reshape(x.shape[0], self.k)
                 return labels[best], apply_transform(probabilities, transform).astype(np.float32)
-            r = np.zeros((x.shape[0], self.k, self.k))
             first, second = self.pair_index
-            r[:, first, second], r[:, second, first] = pairwise, 1.0 - pairwise
-            probabilities = _pairwise_coupling(r)
+            probabilities = native.svm_coupling_pairs(pairwise, first, second, self.k)
+            if probabilities is None:  # (r built in numpy: its bits, as trees.c builds it)
+                r = np.zeros((x.shape[0], self.k, self.k))
+                r[:, first, second] = pairwise
+                r[:, second, first] = np.subtract(1.0, pairwise, out=pairwise)
+                probabilities = _pairwise_coupling(r)
             return labels[best], apply_transform(probabilities, transform).astype(np.float32)
         if self.k == 2:
             # onnxruntime writes a binary decision d as [-d, d] (and labels by the vote).
@@ -265,7 +302,7 @@ class _Classifier:
         return labels[best], apply_transform(decisions, transform).astype(np.float32)
 
 
-@op("SVMRegressor", since=1, domain=ML)
+@op("SVMRegressor", since=1, domain=ML, threads="blas")
 def svm_regressor(
     x,
     *,

@@ -435,27 +435,35 @@ class _Sums:
             and forest.all_fast
             and forest.every_row_votes(has)
         )
-        self.native: dict = {}  # compute dtype -> native.ForestSums or None
+        self.native: dict = {}  # x's dtype -> native.ForestSums or None
 
     def __call__(self, x) -> tuple[np.ndarray, np.ndarray | None]:
         if self.simple and x.__class__ is np.ndarray and x.ndim == 2:
-            f = self.forest
-            if x.dtype == np.float32 and f.float32_thresholds:
-                dtype = x.dtype
-            else:
-                dtype = np.dtype(_compute_dtype(x, f.threshold))
-            sums = self.native.get(dtype, _UNSET)
+            sums = self.native.get(x.dtype, _UNSET)
             if sums is _UNSET:
-                t = f.fast_tables(dtype.type)
-                sums = native.forest_sums(t, t.roots2, f.depth, self.weights)
-                if sums is not None or native.available():  # (not while switched off)
-                    self.native[dtype] = sums
-            if sums is not None and sums.fits(x) and f.max_feature < x.shape[1]:
+                sums = self._native_sums(x.dtype)
+            if sums is not None and sums.fits(x) and self.forest.max_feature < x.shape[1]:
                 scores = sums(x)
                 if self.aggregate == "AVERAGE":
-                    scores /= f.n_trees
+                    scores /= self.forest.n_trees
                 return scores, None
         return _aggregate(self.forest, x, self.weights, self.has, self.aggregate)
+
+    def _native_sums(self, dtype: np.dtype):
+        """The native.ForestSums for rows of ``dtype``, kept; None where the descent compares
+        in another type (or without the library)."""
+        f = self.forest
+        if dtype == np.float32 and f.float32_thresholds:
+            compute = dtype
+        else:
+            compute = np.dtype(_compute_dtype(np.empty(0, dtype), f.threshold))
+        sums = None
+        if compute == dtype:
+            t = f.fast_tables(dtype.type)
+            sums = native.forest_sums(t, t.roots2, f.depth, self.weights)
+        if sums is not None or native.available():  # (not while switched off)
+            self.native[dtype] = sums
+        return sums
 
 
 _UNSET = object()
@@ -765,8 +773,9 @@ def _classifier_model(
                 scores_of_voted = np.where(present, scores, -np.inf)
             else:
                 scores_of_voted = scores
-            best = np.argmax(scores_of_voted, axis=1)
-            return labels[best], apply_transform(scores, post_transform).astype(np.float32)
+            best = scores_of_voted.argmax(axis=1)
+            scores = apply_transform(scores, post_transform)
+            return labels[best], scores.astype(np.float32, copy=False)  # (scores are its own)
         present = _all_present(present, scores)
         return _binary(scores, present, base, labels, post_transform, binary_case, class_weights)
 
