@@ -252,7 +252,9 @@ class FloatConv:
                 entry = self.bias = (bias, b, _addr(b))
             task.bias = entry[2]
         if z is not None:
-            z = np.ascontiguousarray(np.broadcast_to(z, y.shape), np.float32)
+            if z.shape != y.shape or z.dtype != np.float32 or not z.flags.c_contiguous:
+                # (a broadcast view is read-only: its address is the slow path of _addr)
+                z = np.ascontiguousarray(np.broadcast_to(z, y.shape), np.float32)
             task.z = _addr(z)
         if self.cols:
             cols = np.empty(self.cols, np.float32)
