@@ -29,10 +29,15 @@ def conv_transpose_ok() -> bool:
 #: channels between threads costs more in the tile's edges than it gains.
 _LEAST_ROWS = 24
 
+#: Floats of columns a part computes before it scatters them (they stay in L2): a large image's
+#: channels are split into more blocks.
+_COLUMN_FLOATS = 1 << 16
 
-def _blocks(N: int, group: int, Mg: int, taps: int, ways: int) -> int:
+
+def _blocks(N: int, group: int, Mg: int, taps: int, pixels: int, ways: int) -> int:
     """Blocks of output channels per group: enough that every thread has parts (two each),
-    while a block keeps _LEAST_ROWS rows of columns."""
+    while a block keeps _LEAST_ROWS rows of columns, and few enough channels per block that
+    its columns stay about _COLUMN_FLOATS."""
     blocks = 1
     while (
         N * group * blocks < 2 * ways
@@ -40,7 +45,8 @@ def _blocks(N: int, group: int, Mg: int, taps: int, ways: int) -> int:
         and -(-Mg // (2 * blocks)) * taps >= _LEAST_ROWS
     ):
         blocks *= 2
-    return blocks
+    most = max(1, _COLUMN_FLOATS // (taps * pixels))  # channels per block
+    return max(blocks, -(-Mg // most))
 
 
 def pack_conv_transpose(w: np.ndarray, group: int, chans: int) -> tuple[np.ndarray, int]:
@@ -75,7 +81,7 @@ class FloatConvTranspose:
         _check_sizes("ConvTranspose", *values)
         work = N * C * Mg * taps * H * W
         ways = _ways(work, N * M)
-        blocks = _blocks(N, group, Mg, taps, ways)
+        blocks = _blocks(N, group, Mg, taps, H * W, ways)
         chans = -(-Mg // blocks)
         blocks = -(-Mg // chans)
         self.packed, rows = pack_conv_transpose(w, group, chans)
