@@ -22,6 +22,14 @@
 
 #include "onyx.h"
 
+/* The tile's multiply-adds fused where the CPU has FMA (a vector extension's a * b + c is
+   otherwise two instructions under -std=c99). */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("fp-contract=fast")
+#elif defined(__clang__)
+#pragma STDC FP_CONTRACT ON
+#endif
+
 #define CT_TR 6  /* rows (channel, tap) per register tile */
 #define CT_V 16  /* pixels per register tile: one 16-float vector */
 
@@ -52,16 +60,17 @@ typedef float vec __attribute__((vector_size(64)));
 typedef float vec_u __attribute__((vector_size(64), aligned(4)));
 
 /* cols[r][p] = sum over c < K of w[r / CT_TR][c][r % CT_TR] * x[c][p] for r < rows and p < P
-   (a multiple of CT_V; x's rows P apart). */
+   (a multiple of CT_V), x in blocks of CT_V pixels of every channel ([P / CT_V][K][CT_V]:
+   a block is read in order, and channels a power of two apart do not fight over L1 sets). */
 static inline __attribute__((always_inline)) void products_body(const float *w, const float *x,
                                                                 int64_t K, int64_t P,
                                                                 int64_t rows, float *cols) {
-    /* (pixels outer: a block of 16 pixels of every channel stays in L1 for all the rows) */
+    /* (pixels outer: a block of pixels of every channel stays in L1 for all the rows) */
     for (int64_t p = 0; p < P; p += CT_V)
         for (int64_t r = 0; r < rows; r += CT_TR) {
             vec a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, a4 = {0}, a5 = {0};
-            const float *xp = x + p, *wp = w + r * K;
-            for (int64_t c = 0; c < K; c++, xp += P, wp += CT_TR) {
+            const float *xp = x + p * K, *wp = w + r * K;
+            for (int64_t c = 0; c < K; c++, xp += CT_V, wp += CT_TR) {
                 vec v = *(const vec_u *)xp;
                 a0 += wp[0] * v, a1 += wp[1] * v, a2 += wp[2] * v;
                 a3 += wp[3] * v, a4 += wp[4] * v, a5 += wp[5] * v;
@@ -160,8 +169,7 @@ EXPORT int onyx_convt_f32_range(const void *p, int64_t p0, int64_t p1) {
     if (!convt_sizes(t) || p0 < 0 || p1 > t->N * t->group * t->blocks) return ONYX_INVALID;
     int64_t Cg = t->C / t->group, Mg = t->M / t->group, taps = t->kh * t->kw;
     int64_t pixels = t->H * t->W, P = (pixels + CT_V - 1) / CT_V * CT_V;
-    int padded = P != pixels; /* (then the image is copied with zeros past its pixels) */
-    float *cols = malloc(sizeof(float) * (size_t)(t->rows * P + (padded ? Cg * P : 0)));
+    float *cols = malloc(sizeof(float) * (size_t)(t->rows * P + Cg * P));
     if (!cols) return ONYX_NOMEM;
     float *xcopy = cols + t->rows * P;
     products_fn products = products_for_cpu();
@@ -170,15 +178,17 @@ EXPORT int onyx_convt_f32_range(const void *p, int64_t p0, int64_t p1) {
     for (int64_t i = p0; i < p1; i++) {
         int64_t block = i % t->blocks, image = i / t->blocks, g = image % t->group;
         const float *x = t->x + image * Cg * pixels; /* (image = n * group + g) */
-        if (padded && image != last_image) {
-            for (int64_t c = 0; c < Cg; c++) {
-                memcpy(xcopy + c * P, x + c * pixels, sizeof(float) * (size_t)pixels);
-                memset(xcopy + c * P + pixels, 0, sizeof(float) * (size_t)(P - pixels));
-            }
+        if (image != last_image) { /* the image in blocks of pixels (zeros past its end) */
+            for (int64_t c = 0; c < Cg; c++)
+                for (int64_t p = 0; p < P; p += CT_V) {
+                    float *to = xcopy + p * Cg + c * CT_V;
+                    int64_t n = pixels - p < CT_V ? pixels - p : CT_V;
+                    memcpy(to, x + c * pixels + p, sizeof(float) * (size_t)n);
+                    for (int64_t i = n; i < CT_V; i++) to[i] = 0.0f;
+                }
             last_image = image;
         }
-        products(t->w + (g * t->blocks + block) * t->rows * Cg, padded ? xcopy : x, Cg, P,
-                 t->rows, cols);
+        products(t->w + (g * t->blocks + block) * t->rows * Cg, xcopy, Cg, P, t->rows, cols);
         int64_t m0 = block * t->chans, m1 = m0 + t->chans < Mg ? m0 + t->chans : Mg;
         for (int64_t m = m0; m < m1; m++) {
             int64_t channel = g * Mg + m, n = image / t->group;
