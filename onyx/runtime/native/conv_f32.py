@@ -91,6 +91,10 @@ def _conv_parts(strips: int, panels: int, group: int, ways: int) -> tuple[int, i
     return per_part, blocks
 
 
+#: Panels of 8 output channels per part up to which a wide conv's tile reads its columns in
+#: place (conv_f32.c's CF_IN_PLACE) rather than copying them first.
+IN_PLACE_PANELS = 8
+
 #: Most of a wide conv's row given to discarded pixels (its kw - 1 of W): beyond, the tile's
 #: wasted work outweighs the packing it saves.
 _WIDE_WASTE = 0.25
@@ -182,8 +186,11 @@ class FloatConv:
         _, blocks = _conv_parts(
             strips, panels, group, _ways(N * P * M * K, group * strips * panels)
         )
-        shared = blocks > 1 and group * strips * K * nr * 4 <= _CONV_COLS_BYTES
-        wide = None if shared else _wide(x_shape, kernel, out_shape, strides, dilations)
+        wide = _wide(x_shape, kernel, out_shape, strides, dilations)
+        # (a wide conv of few panels reads its columns in place: nothing to share)
+        in_place = wide is not None and panels <= IN_PLACE_PANELS
+        if blocks > 1 and not in_place and group * strips * K * nr * 4 <= _CONV_COLS_BYTES:
+            wide = None  # (shared: packed once beforehand)
         self.pad = self.own = None
         if wide:  # the conv of the padded input (N, C, *wide), unpadded
             self.pad = ((N, C, *wide), (H, W), tuple(begin), (kernel[1] - 1) * dilations[1] + 48)
