@@ -318,3 +318,20 @@ def test_wide_conv_1d():
     attrs = {"pads": [2, 2], "strides": [1], "dilations": [1], "group": 1}
     want = _ort_run(_model("Conv", list(x.shape), {"w": w}, attrs), {"x": x})
     np.testing.assert_allclose(conv_kernels.conv(x, w, **attrs), want, rtol=1e-4, atol=1e-4)
+
+
+def test_few_panel_wide_conv_stays_wide_when_threads_split_its_channels(native_calls):
+    """Two threads on a layer of few strips split its channels; a wide conv of at most 8 panels
+    then still reads its columns in place (nothing packed beforehand), with the same sums."""
+    x, w, b, attrs = _case_arrays((1, 64, 16, 16, 32, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1), 7)
+    with native.threads(1):
+        one = conv_kernels.conv(x, w, b, **attrs)
+    with native.threads(2):
+        two = conv_kernels.conv(x, w, b, **attrs)
+        key = ("f32 conv", x.shape, 1, conv_kernels.conv_key("NOTSET", attrs["pads"],
+               attrs["strides"], attrs["dilations"], None), 0, 0.0, 0.0, 2)  # fmt: skip
+        setup = conv_kernels.derived(w, key, lambda: None)
+    assert setup.pad is not None and setup.cols == 0 and setup.task.blocks > 1
+    np.testing.assert_array_equal(one, two)
+    want = _ort_run(_model("Conv", list(x.shape), {"w": w, "b": b}, attrs), {"x": x})
+    np.testing.assert_allclose(two, want, rtol=1e-4, atol=1e-4)
