@@ -500,5 +500,23 @@ EXPORT AVX512 int onyx_conv_f32_pack_range(const void *p, int64_t begin, int64_t
 }
 #endif
 
+/* x's planes (H x W, contiguous) into the interior of dst's (Hp x Wp, their borders left as
+   they are: a wide conv's own zero-bordered input), from row top and column left, rows and
+   columns past dst's dropped (what a window never reads). A row is a memcpy, where numpy's
+   slice assignment paid its per-row overhead on a small layer's short rows. */
+EXPORT int onyx_pad_planes_f32(const float *x, int64_t planes, int64_t H, int64_t W, float *dst,
+                               int64_t Hp, int64_t Wp, int64_t top, int64_t left) {
+    int64_t sizes[8] = {planes, H, W, Hp, Wp, top, left, 0}, cells;
+    if (!onyx_in(sizes, 8, 0, ONYX_MAX_EXTENT) || top > Hp || left > Wp || !x || !dst ||
+        !onyx_mul(planes, H * W, &cells) || !onyx_mul(planes, Hp * Wp, &cells))
+        return ONYX_INVALID;
+    int64_t h = H < Hp - top ? H : Hp - top, w = W < Wp - left ? W : Wp - left;
+    for (int64_t p = 0; p < planes; p++)
+        for (int64_t i = 0; i < h; i++)
+            memcpy(dst + (p * Hp + top + i) * Wp + left, x + (p * H + i) * W,
+                   sizeof(float) * (size_t)w);
+    return 0;
+}
+
 /* The register tile's sizes (MR output channels, NR pixels), for Python's packing. */
 EXPORT void onyx_conv_f32_shape(int64_t *mr_nr) { mr_nr[0] = CF_MR, mr_nr[1] = CF_NR; }

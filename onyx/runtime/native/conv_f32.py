@@ -278,12 +278,15 @@ class FloatConv:
         x = x.reshape(shape[0], shape[1], H, W)  # (a 1-D conv's input: height 1)
         own = None if self.own is None else getattr(self.own, "buf", None)
         if own is not None:  # (its borders and slack are zeros still)
-            own[1][:, :, top : top + h, left : left + w] = x[:, :, :h, :w]
+            status = core.lib.onyx_pad_planes_f32(
+                _addr(x), shape[0] * shape[1], H, W, own[2], shape[2], shape[3], top, left
+            )
+            core.check(status, "float conv")
             return own[0]
         flat = _scratch_floats(int(np.prod(shape)) + slack)
         if self.own is not None:
             flat = np.zeros(flat.size, np.float32)
-            self.own.buf = (flat, flat[: flat.size - slack].reshape(shape))
+            self.own.buf = (flat, flat[: flat.size - slack].reshape(shape), _addr(flat))
         xp = flat[: flat.size - slack].reshape(shape)
         xp[:, :, :top] = 0
         xp[:, :, top + h :] = 0
@@ -300,6 +303,8 @@ def bind(lib, isa: int) -> None:
     lib.onyx_conv_f32_shape.restype = None
     lib.onyx_conv_f32_shape(tile)
     lib.conv_f32_tile = tuple(tile)
+    lib.onyx_pad_planes_f32.argtypes = [_P, _I64, _I64, _I64, _P, _I64, _I64, _I64, _I64]
+    lib.onyx_pad_planes_f32.restype = ctypes.c_int
     avx512 = bool(isa & core.ISA_AVX512)
     lib.conv_f32_range = range_of(lib, "conv_f32") if avx512 else None
     lib.conv_f32_pack_range = range_of(lib, "conv_f32_pack") if avx512 else None
