@@ -137,6 +137,28 @@ SHAPES = [
         (64, 129, 1, 3),
         dict(kernel_shape=[1, 3], strides=[1, 1], pads=[0, 1, 0, 1]),
     ),
+    # the serving zoo's U-Net (32x32): its 2x2 stride-2 upsamplings
+    Shape(
+        "serving unet convT 2x2/2 64>32@8",
+        "ConvTranspose",
+        (64, 8, 8),
+        (64, 32, 2, 2),
+        dict(kernel_shape=[2, 2], strides=[2, 2]),
+    ),
+    Shape(
+        "serving unet convT 2x2/2 32>16@16",
+        "ConvTranspose",
+        (32, 16, 16),
+        (32, 16, 2, 2),
+        dict(kernel_shape=[2, 2], strides=[2, 2]),
+    ),
+    Shape(
+        "serving convT 3x3/2 pads 32>16@15",
+        "ConvTranspose",
+        (32, 15, 15),
+        (32, 16, 3, 3),
+        dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], output_padding=[1, 1]),
+    ),
     # the tiny fixtures of tests/models (32x32 images)
     _conv("tiny 3x3 3>16@32", 3, 32, 16, 3),
     _pool("tiny maxpool 3x3 16@32", "MaxPool", 16, 32, 3, 1, 1),
@@ -232,6 +254,9 @@ def build_cases(batches, kinds, only) -> list[Case]:
                 cases += _int_cases(s, batch, rng)
             if s.op == "Conv" and "fused" in kinds and s.w[1] > 1:  # not depthwise
                 cases.append(_fused_case(s, batch, rng))
+    for case in cases:  # constants: read-only, as a session's are (their set-up is then kept)
+        for a in case.inputs[1:]:
+            a.flags.writeable = False
     return cases
 
 

@@ -278,13 +278,15 @@ def test_few_pixel_conv_is_a_gemv_over_gathered_windows(case, native_calls, gemv
 
 #: unit-stride convs that run "wide" (their padded input read in place, conv_f32.c): uneven
 #: and wide pads, dilation, 1-D, batch, a padded input over the per-conv size (the shared
-#: scratch, its borders rewritten per call), a rectangular kernel
+#: scratch, its borders rewritten per call), a rectangular kernel; up to 8 panels (of 8
+#: channels) the tile reads the columns in place, past that they are copied once for all
 WIDE_CASES = [
     (2, 12, 9, 11, 16, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1),
     (3, 10, 13, 30, 20, (3, 5), (1, 1), (2, 1), (2, 0, 2, 4), 1),
     (1, 20, 40, 60, 24, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1),  # > 64K padded floats
     (2, 64, 8, 8, 64, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1),
     (1, 8, 6, 40, 8, (3, 3), (1, 1), (1, 1), (0, 1, 0, 1), 2),  # groups
+    (1, 16, 12, 14, 96, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1),  # 12 panels: copied
 ]
 
 
@@ -316,3 +318,20 @@ def test_wide_conv_1d():
     attrs = {"pads": [2, 2], "strides": [1], "dilations": [1], "group": 1}
     want = _ort_run(_model("Conv", list(x.shape), {"w": w}, attrs), {"x": x})
     np.testing.assert_allclose(conv_kernels.conv(x, w, **attrs), want, rtol=1e-4, atol=1e-4)
+
+
+def test_few_panel_wide_conv_stays_wide_when_threads_split_its_channels(native_calls):
+    """Two threads on a layer of few strips split its channels; a wide conv of at most 8 panels
+    then still reads its columns in place (nothing packed beforehand), with the same sums."""
+    x, w, b, attrs = _case_arrays((1, 64, 16, 16, 32, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1), 7)
+    with native.threads(1):
+        one = conv_kernels.conv(x, w, b, **attrs)
+    with native.threads(2):
+        two = conv_kernels.conv(x, w, b, **attrs)
+        key = ("f32 conv", x.shape, 1, conv_kernels.conv_key("NOTSET", attrs["pads"],
+               attrs["strides"], attrs["dilations"], None), 0, 0.0, 0.0, 2)  # fmt: skip
+        setup = conv_kernels.derived(w, key, lambda: None)
+    assert setup.pad is not None and setup.cols == 0 and setup.task.blocks > 1
+    np.testing.assert_array_equal(one, two)
+    want = _ort_run(_model("Conv", list(x.shape), {"w": w, "b": b}, attrs), {"x": x})
+    np.testing.assert_allclose(two, want, rtol=1e-4, atol=1e-4)

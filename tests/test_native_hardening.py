@@ -159,3 +159,18 @@ def test_the_pool_refuses_cuts_that_run_backwards():
     for cuts in ([3, 1], [-1, 2], [0, 2, 1]):
         with pytest.raises(InvalidArgument, match="pooling"):
             _core._run(native.library().pool2d_f32_range, task, cuts, 1, "pooling")
+
+
+@needs_native
+def test_native_pad_copy_refuses_sizes_past_its_buffer():
+    """conv_f32.c's copy of a wide conv's input into its zero-bordered buffer checks its sizes
+    (a status, nothing written) before it copies a row."""
+    lib = native.library()
+    x = np.ones((2, 3, 4), np.float32)
+    dst = np.zeros((2, 5, 6), np.float32)
+    args = (x.ctypes.data, 2, 3, 4, dst.ctypes.data)
+    assert lib.onyx_pad_planes_f32(*args, 5, 6, 1, 1) == 0
+    assert dst[:, 1:4, 1:5].sum() == 24 and dst.sum() == 24
+    for hp, wp, top, left in [(5, 6, 6, 0), (5, 6, 0, 7), (2**40, 6, 0, 0), (5, 6, -1, 0)]:
+        assert lib.onyx_pad_planes_f32(*args, hp, wp, top, left) == 2  # (ONYX_INVALID)
+    assert dst.sum() == 24

@@ -591,12 +591,10 @@ def _depthwise_setup(x_shape, W, attrs: tuple, activation: tuple) -> native.Plan
     )
 
 
-def conv_key(auto_pad, pads, strides, dilations, kernel_shape) -> tuple:
-    """A conv's geometry attributes as native_conv_f32's hashable ``attrs``."""
-    return tuple(
-        tuple(v) if isinstance(v, list) else v
-        for v in (auto_pad, pads, strides, dilations, kernel_shape)
-    )
+def conv_key(*attributes) -> tuple:
+    """A conv's geometry attributes as a hashable ``attrs`` (native_conv_f32's: auto_pad,
+    pads, strides, dilations, kernel_shape)."""
+    return tuple(tuple(v) if isinstance(v, list) else v for v in attributes)
 
 
 def float32_weights(W: np.ndarray, B: np.ndarray | None) -> tuple:
@@ -1236,7 +1234,54 @@ def _transpose_geometry(
     return begin, out
 
 
-@op("ConvTranspose", since=1, threads="blas")
+def _transpose_attrs(x_shape, w_shape, attrs: tuple) -> tuple:
+    """(kernel, strides, dilations, begin pads, output spatial shape) of a ConvTranspose;
+    attrs: (auto_pad, dilations, kernel_shape, output_padding, output_shape, pads, strides)."""
+    auto_pad, dilations, kernel_shape, output_padding, output_shape, pads, strides = attrs
+    in_shape = list(x_shape[2:])
+    n = len(in_shape)
+    kernel = list(kernel_shape) if kernel_shape else list(w_shape[2:])
+    strides, dilations, pads = spatial_defaults(n, strides, dilations, pads)
+    output_padding = list(output_padding) if output_padding else [0] * n
+    begin, out = _transpose_geometry(
+        in_shape, kernel, strides, dilations, pads, output_padding, output_shape, auto_pad
+    )
+    return kernel, strides, dilations, begin, out
+
+
+def _native_conv_transpose(X, W, B, group: int, attrs: tuple) -> np.ndarray | None:
+    """A float32 1-D / 2-D ConvTranspose on the native kernel (convtranspose.c), or None where
+    it does not apply (then the numpy path runs, and reports bad shapes). The set-up is kept
+    per constant weight, input shape and attributes."""
+    if X.dtype != np.float32 or W.dtype != np.float32 or X.ndim not in (3, 4) or not X.size:
+        return None
+    if not native.conv_transpose_ok():
+        return None
+    if B is not None and (B.ndim != 1 or B.shape[0] != W.shape[1] * group):
+        return None
+    key = ("f32 convT", X.shape, group, attrs, native.thread_setting())
+    call = derived(W, key, lambda: _conv_transpose_setup(X.shape, W, group, attrs))
+    if call is None:
+        return None
+    y = call(np.ascontiguousarray(X), B)
+    return y.reshape(y.shape[:2] + y.shape[3:]) if X.ndim == 3 else y
+
+
+def _conv_transpose_setup(x_shape, W, group: int, attrs: tuple):
+    if W.ndim != len(x_shape) or W.shape[0] != x_shape[1] or x_shape[1] % group:
+        return None  # (the numpy path names what is wrong)
+    kernel, strides, dilations, begin, out = _transpose_attrs(x_shape, W.shape, attrs)
+    if list(kernel) != list(W.shape[2:]) or min(begin) < 0 or min(out) < 1:
+        return None
+    w = np.ascontiguousarray(W, np.float32)
+    if len(x_shape) == 3:  # a 1-D ConvTranspose is a 2-D one of height 1
+        x_shape, w = (*x_shape[:2], 1, x_shape[2]), w[:, :, None]
+        strides, dilations, begin, out = ([1, *v] for v in (strides, dilations, begin, out))
+        begin[0] = 0
+    return native.FloatConvTranspose(x_shape, w, group, out, strides, dilations, begin)
+
+
+@op("ConvTranspose", since=1, threads="pool")
 def conv_transpose(
     X,
     W,
@@ -1251,17 +1296,21 @@ def conv_transpose(
     pads=None,
     strides=None,
 ):
+    attrs = conv_key(auto_pad, dilations, kernel_shape, output_padding, output_shape, pads, strides)
+    y = _native_conv_transpose(X, W, B, group, attrs)
+    if y is not None:
+        return y
+    if X.dtype == np.float16 and W.dtype == np.float16 and native.conv_transpose_ok():
+        w32, b32 = float32_weights(W, B)  # (computes in float32, as the numpy path does)
+        y = _native_conv_transpose(X.astype(np.float32), w32, b32, group, attrs)
+        if y is not None:
+            return y.astype(np.float16)
     ct = compute_dtype(X.dtype)
     x, w = X.astype(ct, copy=False), W.astype(ct, copy=False)
     N, C = x.shape[:2]
     in_shape = list(x.shape[2:])
     n = len(in_shape)
-    kernel = list(kernel_shape) if kernel_shape else list(w.shape[2:])
-    strides, dilations, pads = spatial_defaults(n, strides, dilations, pads)
-    output_padding = list(output_padding) if output_padding else [0] * n
-    begin, out = _transpose_geometry(
-        in_shape, kernel, strides, dilations, pads, output_padding, output_shape, auto_pad
-    )
+    kernel, strides, dilations, begin, out = _transpose_attrs(x.shape, w.shape, attrs)
     Cg, Mg = C // group, w.shape[1]
     M = Mg * group
     P = math.prod(in_shape)

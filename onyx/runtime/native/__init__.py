@@ -35,6 +35,7 @@ from . import (
     _core,
     attention,
     conv_f32,
+    convtranspose,
     depthwise,
     elementwise,
     gemm_f32,
@@ -50,6 +51,7 @@ from . import (
 from ._core import BYTES, thread_setting, threads
 from .attention import gqa_ok, gqa_step, rms_norm_f32
 from .conv_f32 import CONV_ACTIVATIONS, FloatConv, conv_f32_ok, pack_conv_f32
+from .convtranspose import FloatConvTranspose, conv_transpose_ok
 from .depthwise import (
     SMALL_CONV_K,
     IntPlaneConv,
@@ -118,6 +120,7 @@ __all__ = [
     "DynamicMatMul",
     "CONV_ACTIVATIONS",
     "FloatConv",
+    "FloatConvTranspose",
     "FloatGemv",
     "GEMV_ROWS",
     "NBITS_INT8_ROWS",
@@ -136,6 +139,7 @@ __all__ = [
     "bilinear_f32",
     "bilinear_ok",
     "conv_f32_ok",
+    "conv_transpose_ok",
     "conv_small_f32",
     "conv_small_ok",
     "depthwise_activates",
@@ -199,6 +203,7 @@ FAMILIES = (
     gemm_i8,
     depthwise,
     conv_f32,
+    convtranspose,
     gemv,
     resize,
     rnn,

@@ -360,6 +360,23 @@ ONYX_STRUCT(rms_task, ONYX_RMS_TASK)
     F(S, int64_t, relu, )       /* 1: max(0, .) of the biased sums */
 ONYX_STRUCT(sgemm_task, ONYX_SGEMM_TASK)
 
+/* ------------------------------------------------ float32 ConvTranspose (convtranspose.c) */
+
+#define ONYX_CONVT_F32(F, S)                                                                 \
+    F(S, const float *, x, ) /* (N, C, H, W), contiguous */                                  \
+    F(S, const float *, w, ) /* packed: (group, blocks, rows, C / group), rows = chans * kh   \
+                                * kw rounded up to the tile's (zero rows past them) */       \
+    F(S, const float *, bias, ) /* [M] or NULL */                                            \
+    F(S, float *, y, )          /* (N, M, OH, OW) */                                         \
+    F(S, int64_t, N, ) F(S, int64_t, C, ) F(S, int64_t, H, ) F(S, int64_t, W, )              \
+    F(S, int64_t, M, ) F(S, int64_t, OH, ) F(S, int64_t, OW, ) F(S, int64_t, kh, )           \
+    F(S, int64_t, kw, ) F(S, int64_t, sh, ) F(S, int64_t, sw, ) F(S, int64_t, dh, )          \
+    F(S, int64_t, dw, ) F(S, int64_t, top, ) /* the begin pads: outputs start there */       \
+    F(S, int64_t, left, ) F(S, int64_t, group, )                                             \
+    F(S, int64_t, chans, ) /* output channels per block (a part: one image's block) */      \
+    F(S, int64_t, blocks, ) F(S, int64_t, rows, )
+ONYX_STRUCT(convt_f32, ONYX_CONVT_F32)
+
 /* Every struct above, for abi.c's table. */
 #define ONYX_STRUCTS(X)                                                                      \
     X(operand, ONYX_OPERAND) X(epilogue, ONYX_EPILOGUE) X(gemm_task, ONYX_GEMM_TASK)         \
@@ -378,6 +395,6 @@ ONYX_STRUCT(sgemm_task, ONYX_SGEMM_TASK)
     X(forest_task, ONYX_FOREST_TASK) X(forest_sum_task, ONYX_FOREST_SUM_TASK)                                  \
     X(nbits_task, ONYX_NBITS_TASK) X(gqa_task, ONYX_GQA_TASK)        \
     X(rms_task, ONYX_RMS_TASK) X(sgemm_task, ONYX_SGEMM_TASK)                                \
-    X(softmax_rows, ONYX_SOFTMAX_ROWS)
+    X(softmax_rows, ONYX_SOFTMAX_ROWS) X(convt_f32, ONYX_CONVT_F32)
 
 #endif

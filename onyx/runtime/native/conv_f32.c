@@ -18,7 +18,9 @@
  * may run "wide": its strips cover the output rows at the input's width W (the last
  * kw - 1 pixels of each row are discarded), so the column of tap (c, a, b) is the input from
  * c's plane + a * dh * W + b * dw on, consecutive in the pixels: the tile reads it in place
- * through a table of offsets and nothing is packed. Strips then stay inside one image.
+ * through a table of offsets and nothing is packed, or, where a part has more than
+ * CF_IN_PLACE panels to serve, each row is first copied once for all of their tiles. Strips
+ * then stay inside one image.
  *
  * Work is split (onyx_parallel, pool.c) into parts = (group, block of panels, block of
  * strips).
@@ -32,6 +34,9 @@
 #define CF_MR 8  /* output channels per register tile (divides the usual channel counts) */
 #define CF_NR 48 /* output pixels per register tile: three 16-lane vectors */
 #define CF_V (CF_NR / 16)
+/* Panels (of CF_MR channels) per part up to which a wide conv's tile reads its columns in
+   place: a copy serves each panel's tile, and pays for itself only past about this many. */
+#define CF_IN_PLACE 8
 
 
 
@@ -391,6 +396,9 @@ EXPORT AVX512 int onyx_conv_f32_range(const void *p, int64_t begin, int64_t end)
        pixel's k-th column value is at its own offset in the k-th channel's plane */
     int64_t Cg = t->C / t->group, plane = t->H * t->W;
     int plain = plain_1x1(t);
+    /* a wide conv whose parts have few panels reads its columns in place: a copy would serve
+       too few tiles to pay for itself */
+    int in_place = t->wide && (panels + t->blocks - 1) / t->blocks <= CF_IN_PLACE;
     for (int64_t q = begin; q < end; q++) {
         /* (blocks of strips vary fastest: a thread's share of a layer with few strips, whose
            last may be short, is then some blocks of panels over all of them) */
@@ -417,9 +425,12 @@ EXPORT AVX512 int onyx_conv_f32_range(const void *p, int64_t begin, int64_t end)
             int64_t kc = K - k0 < t->kc ? K - k0 : t->kc, last = k0 + kc == K;
             for (int64_t s = 0; s < ns; s++) {
                 const run *rs = r + s * (CF_NR + 1), *end = rs + runs[s] - 1;
-                if (t->wide) { /* each row of columns: one unmasked copy from the input */
-                    const float *from = t->x + rs->image + g * Cg * plane +
-                                        (s0 + s) % wide_strips(t) * CF_NR;
+                const float *from = t->wide ? t->x + rs->image + g * Cg * plane +
+                                                  (s0 + s) % wide_strips(t) * CF_NR
+                                            : 0; /* (a wide strip's first pixel, tap 0) */
+                if (t->wide && in_place) { /* the tile reads the input at the taps' offsets */
+                    src[s] = from, ldb[s] = 0;
+                } else if (t->wide) { /* each row of columns: one unmasked copy from the input */
                     float *to = B + s * kc * CF_NR;
                     /* (each row's stream: too many for the hardware's prefetchers; the
                        same row of the strip after next is fetched as this one is copied) */
@@ -459,8 +470,8 @@ EXPORT AVX512 int onyx_conv_f32_range(const void *p, int64_t begin, int64_t end)
                         o.rows = Mg - pn * CF_MR, o.width = end->j + end->len;
                         out = &o;
                     }
-                    fn[s](t, wg + (pn * K + k0) * CF_MR, src[s], ldb[s], 0, kc, sums, k0 > 0,
-                          out);
+                    fn[s](t, wg + (pn * K + k0) * CF_MR, src[s], ldb[s],
+                          t->wide && in_place ? off + k0 : 0, kc, sums, k0 > 0, out);
                 }
         }
         for (int64_t s = 0; s < ns; s++) {
@@ -488,6 +499,24 @@ EXPORT AVX512 int onyx_conv_f32_pack_range(const void *p, int64_t begin, int64_t
     return 0;
 }
 #endif
+
+/* x's planes (H x W, contiguous) into the interior of dst's (Hp x Wp, their borders left as
+   they are: a wide conv's own zero-bordered input), from row top and column left, rows and
+   columns past dst's dropped (what a window never reads). A row is a memcpy, where numpy's
+   slice assignment paid its per-row overhead on a small layer's short rows. */
+EXPORT int onyx_pad_planes_f32(const float *x, int64_t planes, int64_t H, int64_t W, float *dst,
+                               int64_t Hp, int64_t Wp, int64_t top, int64_t left) {
+    int64_t sizes[8] = {planes, H, W, Hp, Wp, top, left, 0}, cells;
+    if (!onyx_in(sizes, 8, 0, ONYX_MAX_EXTENT) || top > Hp || left > Wp || !x || !dst ||
+        !onyx_mul(planes, H * W, &cells) || !onyx_mul(planes, Hp * Wp, &cells))
+        return ONYX_INVALID;
+    int64_t h = H < Hp - top ? H : Hp - top, w = W < Wp - left ? W : Wp - left;
+    for (int64_t p = 0; p < planes; p++)
+        for (int64_t i = 0; i < h; i++)
+            memcpy(dst + (p * Hp + top + i) * Wp + left, x + (p * H + i) * W,
+                   sizeof(float) * (size_t)w);
+    return 0;
+}
 
 /* The register tile's sizes (MR output channels, NR pixels), for Python's packing. */
 EXPORT void onyx_conv_f32_shape(int64_t *mr_nr) { mr_nr[0] = CF_MR, mr_nr[1] = CF_NR; }

@@ -91,6 +91,10 @@ def _conv_parts(strips: int, panels: int, group: int, ways: int) -> tuple[int, i
     return per_part, blocks
 
 
+#: Panels of 8 output channels per part up to which a wide conv's tile reads its columns in
+#: place (conv_f32.c's CF_IN_PLACE) rather than copying them first.
+IN_PLACE_PANELS = 8
+
 #: Most of a wide conv's row given to discarded pixels (its kw - 1 of W): beyond, the tile's
 #: wasted work outweighs the packing it saves.
 _WIDE_WASTE = 0.25
@@ -182,8 +186,11 @@ class FloatConv:
         _, blocks = _conv_parts(
             strips, panels, group, _ways(N * P * M * K, group * strips * panels)
         )
-        shared = blocks > 1 and group * strips * K * nr * 4 <= _CONV_COLS_BYTES
-        wide = None if shared else _wide(x_shape, kernel, out_shape, strides, dilations)
+        wide = _wide(x_shape, kernel, out_shape, strides, dilations)
+        # (a wide conv of few panels reads its columns in place: nothing to share)
+        in_place = wide is not None and panels <= IN_PLACE_PANELS
+        if blocks > 1 and not in_place and group * strips * K * nr * 4 <= _CONV_COLS_BYTES:
+            wide = None  # (shared: packed once beforehand)
         self.pad = self.own = None
         if wide:  # the conv of the padded input (N, C, *wide), unpadded
             self.pad = ((N, C, *wide), (H, W), tuple(begin), (kernel[1] - 1) * dilations[1] + 48)
@@ -252,7 +259,9 @@ class FloatConv:
                 entry = self.bias = (bias, b, _addr(b))
             task.bias = entry[2]
         if z is not None:
-            z = np.ascontiguousarray(np.broadcast_to(z, y.shape), np.float32)
+            if z.shape != y.shape or z.dtype != np.float32 or not z.flags.c_contiguous:
+                # (a broadcast view is read-only: its address is the slow path of _addr)
+                z = np.ascontiguousarray(np.broadcast_to(z, y.shape), np.float32)
             task.z = _addr(z)
         if self.cols:
             cols = np.empty(self.cols, np.float32)
@@ -269,12 +278,15 @@ class FloatConv:
         x = x.reshape(shape[0], shape[1], H, W)  # (a 1-D conv's input: height 1)
         own = None if self.own is None else getattr(self.own, "buf", None)
         if own is not None:  # (its borders and slack are zeros still)
-            own[1][:, :, top : top + h, left : left + w] = x[:, :, :h, :w]
+            status = core.lib.onyx_pad_planes_f32(
+                _addr(x), shape[0] * shape[1], H, W, own[2], shape[2], shape[3], top, left
+            )
+            core.check(status, "float conv")
             return own[0]
         flat = _scratch_floats(int(np.prod(shape)) + slack)
         if self.own is not None:
             flat = np.zeros(flat.size, np.float32)
-            self.own.buf = (flat, flat[: flat.size - slack].reshape(shape))
+            self.own.buf = (flat, flat[: flat.size - slack].reshape(shape), _addr(flat))
         xp = flat[: flat.size - slack].reshape(shape)
         xp[:, :, :top] = 0
         xp[:, :, top + h :] = 0
@@ -291,6 +303,8 @@ def bind(lib, isa: int) -> None:
     lib.onyx_conv_f32_shape.restype = None
     lib.onyx_conv_f32_shape(tile)
     lib.conv_f32_tile = tuple(tile)
+    lib.onyx_pad_planes_f32.argtypes = [_P, _I64, _I64, _I64, _P, _I64, _I64, _I64, _I64]
+    lib.onyx_pad_planes_f32.restype = ctypes.c_int
     avx512 = bool(isa & core.ISA_AVX512)
     lib.conv_f32_range = range_of(lib, "conv_f32") if avx512 else None
     lib.conv_f32_pack_range = range_of(lib, "conv_f32_pack") if avx512 else None
