@@ -273,3 +273,23 @@ def test_one_dimensional_qlinear_conv_runs_as_a_one_row_image(
     theirs = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_array_equal(ours, theirs)
     assert lifted or not native.int8_gemm_ok(C * kernel)  # (the int8 GEMM wants VNNI)
+
+
+@pytest.mark.parametrize("group", [1, 3])
+def test_one_dimensional_conv_lookup_applies_its_table_once(group):
+    """A 1-D QLinearConvLookup whose lifted 2-D runner applies the table in its native call
+    must not apply it again (a depthwise case of the native differential test found it)."""
+    kernel = lookup("QLinearConvLookup", ONYX_DOMAIN, 1).fn
+    rng = np.random.default_rng(1486)
+    x = rng.integers(0, 256, (3, 3, 12)).astype(np.uint8)
+    w = _constant(rng.integers(0, 256, (3, 3 // group, 4)).astype(np.uint8))
+    params = (
+        _constant(np.float32(0.035)), _constant(np.uint8(156)), w,
+        _constant(np.array([0.0026, 0.0148, 0.0051], np.float32)),
+        _constant(np.array([64, 86, 203], np.uint8)),
+        _constant(np.float32(0.46)), _constant(np.uint8(73)),
+        _constant(np.array([555, 2475, -1137], np.int32)),
+        _constant(rng.permutation(256).astype(np.uint8)),
+    )  # fmt: skip
+    attrs = dict(kernel_shape=[4], strides=[1], dilations=[3], pads=[3, 0], group=group)
+    _same(_both(kernel, x, *params, **attrs))

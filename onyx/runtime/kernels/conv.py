@@ -754,7 +754,15 @@ def _integer_conv_runner_of(
             _one_row_attrs(attrs),
             table,
         )
-        return None if run is None else lambda x: _one_row_result(run(x[:, :, None, :]))
+        if run is None:
+            return None
+
+        def lifted(x):
+            return _one_row_result(run(x[:, :, None, :]))
+
+        # (the 2-D runner may have applied the table itself: say so, or it is applied twice)
+        lifted.applies_table = getattr(run, "applies_table", False)
+        return lifted
     group = attrs["group"]
     M, Cg = w.shape[:2]
     K = Cg * math.prod(w.shape[2:])
