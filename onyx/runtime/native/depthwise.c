@@ -482,7 +482,8 @@ EXPORT AVX512 int onyx_depthwise_f32_avx512(const float *x, const float *w, cons
 /* Requantize a row of sums (pixel j's 16 lanes at row + 16 j, channels m0.. m0 + lanes) as
    dw_store does, 16 lanes per vector: pixel j's bytes to tile + 16 j. */
 static AVX512 void dwv_requantize(const dw_output *o, int64_t m0, int64_t lanes,
-                                  const int32_t *row, int64_t width, uint8_t *tile) {
+                                  const int32_t *row, int float_sums, int64_t width,
+                                  uint8_t *tile) {
     __mmask16 live = (__mmask16)((1u << lanes) - 1);
     __m512i bias = o->bias ? _mm512_maskz_loadu_epi32(live, o->bias + m0) : _mm512_setzero_si512();
     __m512 s = _mm512_maskz_loadu_ps(live, o->scale + m0);
@@ -490,7 +491,9 @@ static AVX512 void dwv_requantize(const dw_output *o, int64_t m0, int64_t lanes,
     __m512 hi = _mm512_set1_ps((float)(o->hi - o->zero_point));
     __m512i zp = _mm512_set1_epi32(o->zero_point);
     for (int64_t j = 0; j < width; j++) {
-        __m512i a = _mm512_add_epi32(_mm512_loadu_si512((const void *)(row + 16 * j)), bias);
+        __m512i a = float_sums ? _mm512_cvtps_epi32(_mm512_loadu_ps((const float *)row + 16 * j))
+                               : _mm512_loadu_si512((const void *)(row + 16 * j));
+        a = _mm512_add_epi32(a, bias);
         __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(a), s);
         v = _mm512_min_ps(_mm512_max_ps(v, lo), hi); /* (then rint: half to even) */
         __m512i q = _mm512_add_epi32(
@@ -534,22 +537,20 @@ EXPORT AVX512 int onyx_depthwise_i8_avx512(const uint8_t *x, int x_signed, int32
                 for (int l = 0; l < 16; l++) wt[t * 16 + l] = l < lanes ? wc[(m0 + l) * d.K + t] : 0;
         }
         for (int64_t i = i0; i < i1; i++) {
-            if (exact) { /* float sums to int32 in place (integers: exact) */
-                dwv_row_f32(s.buf, s.wt, g, &d, i - i0, s.row);
-                for (int64_t j = 0; j < g->OW * 16; j += 16)
-                    _mm512_storeu_si512((void *)(row + j),
-                                        _mm512_cvtps_epi32(_mm512_loadu_ps((float *)row + j)));
-            } else {
-                dwv_row_i32(buf, wt, g, &d, i - i0, row);
-            }
+            if (exact) dwv_row_f32(s.buf, s.wt, g, &d, i - i0, s.row);
+            else dwv_row_i32(buf, wt, g, &d, i - i0, row);
             if (o->y8) { /* the 16 lanes of a pixel requantized at once, then to their planes */
-                dwv_requantize(o, m0, lanes, row, g->OW, tile);
+                dwv_requantize(o, m0, lanes, row, exact, g->OW, tile);
                 if (o->table) /* an activation's table (QLinearConvLookup) */
                     for (int64_t k = 0; k < g->OW * 16; k++) tile[k] = o->table[tile[k]];
                 onyx_transpose_u8(tile, g->OW, lanes, 16, o->y8 + ((n * M + m0) * g->OH + i) * g->OW,
                                   g->OH * g->OW);
                 continue;
             }
+            if (exact) /* float sums to int32 in place (integers: exact) */
+                for (int64_t j = 0; j < g->OW * 16; j += 16)
+                    _mm512_storeu_si512((void *)(row + j),
+                                        _mm512_cvtps_epi32(_mm512_loadu_ps((float *)row + j)));
             for (int64_t l = 0; l < lanes; l++)
                 dw_store(o, m0 + l, row + l, 16, g->OW, ((n * M + m0 + l) * g->OH + i) * g->OW);
         }
