@@ -318,3 +318,62 @@ def test_matmul_integer_to_float_takes_one_scale_for_a():
     a, b = _quant((2, 3), np.uint8), _quant((3, 2), np.int8)
     with pytest.raises(ValueError, match="a_scale must be one value"):
         matmul_integer_to_float(a, b, np.ones(2, np.float32), np.float32(0.1))
+
+
+@pytest.mark.parametrize("shape", [(2, 37, 1027), (3, 16), (5, 64)])
+def test_bias_gelu_native(shape):
+    """BiasGelu's one native pass (elementwise.c: the add and erf32's GELU a row at a time):
+    onnxruntime within float tolerance, and the numpy kernels' bits (ONYX_NATIVE off)."""
+    import onyx
+    from onyx.runtime import native
+
+    x = RNG.standard_normal(shape).astype(np.float32) * 3
+    bias = RNG.standard_normal(shape[-1]).astype(np.float32)
+    for constants in ((), ("bias",)):  # (the bias fed, and a constant)
+        model, feeds = _model("BiasGelu", {"x": x, "bias": bias}, initializers=constants)
+        _check(model, feeds, rtol=1e-5, atol=1e-6)
+        got = onyx.InferenceSession(model.SerializeToString()).run(None, feeds)
+        with native.disabled():
+            want = onyx.InferenceSession(model.SerializeToString()).run(None, feeds)
+        np.testing.assert_array_equal(got[0], want[0])
+
+
+@pytest.mark.parametrize("with_beta,with_bias", [(True, True), (False, True), (True, False)])
+def test_skip_layer_normalization_native(with_beta, with_bias):
+    """SkipLayerNormalization's one pass a row (rows.c: the sum, then the norm): the bits of
+    the sum then the native LayerNormalization, the sum the numpy kernels' bits and the rest
+    theirs (ONYX_NATIVE off: BLAS row sums) and onnxruntime's within float tolerance."""
+    import onyx
+    from onyx.runtime import native
+
+    hidden = 259  # (not a multiple of the kernel's 16 lanes)
+    inputs = {
+        "x": RNG.standard_normal((2, 37, hidden)).astype(np.float32),
+        "skip": RNG.standard_normal((2, 37, hidden)).astype(np.float32),
+        "gamma": RNG.standard_normal(hidden).astype(np.float32),
+    }
+    if with_beta or with_bias:
+        inputs["beta" if with_beta else ""] = RNG.standard_normal(hidden).astype(np.float32)
+    if with_bias:
+        inputs["bias"] = RNG.standard_normal(hidden).astype(np.float32)
+    constants = [k for k in ("gamma", "beta", "bias") if k in inputs]
+    model, feeds = _model(
+        "SkipLayerNormalization",
+        inputs,
+        out_dtypes=[np.float32] * 4,
+        initializers=constants,
+        epsilon=1e-5,
+    )
+    expected = ort.InferenceSession(model.SerializeToString()).run(None, feeds)
+    got = onyx.InferenceSession(model.SerializeToString()).run(None, feeds)
+    with native.disabled():
+        want = onyx.InferenceSession(model.SerializeToString()).run(None, feeds)
+    np.testing.assert_array_equal(got[3], want[3])
+    for g, w in zip(got[:3], want[:3]):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got[0], expected[0], rtol=1e-4, atol=1e-5)
+    norm = native.layer_norm_f32(got[3], inputs["gamma"], inputs.get("beta"), 1e-5)
+    if norm is not None:  # (with the library: the two passes' bits)
+        for g, w in zip(got[:3], norm):
+            np.testing.assert_array_equal(g, w)
+    np.testing.assert_allclose(got[3], expected[3], rtol=1e-6, atol=1e-6)

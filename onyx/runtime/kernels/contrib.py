@@ -15,7 +15,7 @@ from .. import native
 from ..registry import op
 from .activation import _coerced_2d, _sigmoid, _softmax
 from .derived import derived, frozen, value_key
-from .elementwise import erf_gelu, fits, upcast
+from .elementwise import _F32, _P32, _Q32, erf_gelu, fits, upcast
 from .fused import table_lookup
 from .linalg import gemm_matmul, integer_matmul
 from .normalization import layer_norm_last
@@ -587,6 +587,10 @@ def _fast_gelu_inplace(v: np.ndarray) -> np.ndarray:
     return v
 
 
+#: erf_gelu's scale, as erf32 receives it
+_GELU_SCALE = _F32(1 / np.sqrt(2))
+
+
 @op("Gelu", since=1, domain=MS, elementwise=True)
 def contrib_gelu(x):
     return erf_gelu(upcast(x)).astype(x.dtype, copy=False)
@@ -594,6 +598,9 @@ def contrib_gelu(x):
 
 @op("BiasGelu", since=1, domain=MS)
 def bias_gelu(a, b):
+    fused = native.bias_gelu_f32(a, b, _GELU_SCALE, _P32, _Q32)
+    if fused is not None:  # (elementwise.c: the add and erf32's GELU in one pass, its bits)
+        return fused
     v = _plus_bias(a, b)
     return erf_gelu(v, out=v).astype(a.dtype, copy=False)
 
@@ -609,6 +616,10 @@ def skip_layer_normalization(x, skip, gamma, beta=None, bias=None, *, epsilon=1e
 
     Outputs: the result, the mean and 1/std (float32, last axis kept as 1), and the sum itself.
     """
+    if x.dtype == np.float32:  # (rows.c: the sum and the norm in one pass a row, their bits)
+        fused = native.skip_layer_norm_f32(x, skip, gamma, beta, bias, epsilon)
+        if fused is not None:
+            return fused
     total = np.add(x, skip, dtype=np.float32)
     if bias is not None:
         total += upcast(bias)

@@ -228,10 +228,13 @@ def attention(
     if past_present_share_buffer:  # (a CUDA decoding layout: onnxruntime's CPU kernel refuses it)
         raise ValueError("Attention: past_present_share_buffer is not supported on CPU")
     x = upcast(input).astype(np.float32, copy=False)
-    qkv = packed_matmul(x, weights)  # (gemm_f32.c: the packed weight, once per session)
+    # (gemm_f32.c: the packed weight, once per session, the bias added in its epilogue)
+    qkv = packed_matmul(x, weights, bias if bias is None or bias.dtype == np.float32 else None)
     if qkv is None:
         qkv = np.matmul(x, upcast(weights).astype(np.float32, copy=False))
-    if bias is not None:
+        if bias is not None:
+            qkv += upcast(bias)
+    elif bias is not None and bias.dtype != np.float32:
         qkv += upcast(bias)
     return _attention_from_qkv(
         ctx,

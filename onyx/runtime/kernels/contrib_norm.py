@@ -106,14 +106,9 @@ def embed_layer_normalization(
         if ids is not None and table is not None and ids.size:
             if ids.min() < 0 or ids.max() >= table.shape[0]:
                 raise ValueError(f"{name} out of range [0, {table.shape[0]})")
-    if position_ids is None:
-        positions = np.arange(seq)[None, :]
-    else:
-        positions = np.broadcast_to(position_ids, (batch, seq))
-    total = _work(word_embedding[input_ids])
-    total += upcast(position_embedding[positions])
-    if segment_ids is not None and segment_embedding is not None:
-        total += upcast(segment_embedding[segment_ids])
+    total = _embedding_sum(
+        input_ids, segment_ids, word_embedding, position_embedding, segment_embedding, position_ids
+    )
     y, _, _ = layer_norm_last(total, upcast(gamma), None if beta is None else upcast(beta), epsilon)
     if mask is None:
         mask_index = np.zeros(batch, np.int32)
@@ -121,6 +116,31 @@ def embed_layer_normalization(
         mask_index = np.count_nonzero(mask, axis=1).astype(np.int32)
     dtype = word_embedding.dtype
     return y.astype(dtype, copy=False), mask_index, total.astype(dtype, copy=False)
+
+
+def _embedding_sum(ids, segment_ids, word, position, segment, position_ids) -> np.ndarray:
+    """word[ids] + position[positions] (+ segment[segment_ids]) as a fresh float32 (float64)
+    array, added in that order. Float32 tables: one gather into the result and the rest
+    added in place (the default positions 0 .. S - 1 a view of the table, broadcast)."""
+    batch, seq = ids.shape
+    if position_ids is None:
+        positions = np.arange(seq)[None, :]
+    else:
+        positions = np.broadcast_to(position_ids, (batch, seq))
+    if word.dtype != np.float32 or position.dtype != np.float32:
+        total = _work(word[ids])
+        total += upcast(position[positions])
+        if segment_ids is not None and segment is not None:
+            total += upcast(segment[segment_ids])
+        return total
+    total = np.take(word, ids, axis=0)  # (fresh: the caller's to overwrite)
+    if position_ids is None and seq <= position.shape[0]:
+        total += position[:seq]
+    else:
+        total += position[positions]
+    if segment_ids is not None and segment is not None:
+        total += upcast(np.take(segment, segment_ids, axis=0))
+    return total
 
 
 @op("BiasAdd", since=1, domain=MS)

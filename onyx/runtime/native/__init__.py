@@ -64,6 +64,7 @@ from .depthwise import (
     depthwise_setup,
 )
 from .elementwise import (
+    bias_gelu_f32,
     dequantize_8,
     erf_f32,
     hard_sigmoid_f32,
@@ -103,6 +104,7 @@ from .rows import (
     mean_rows_f32,
     norm_rows_f32,
     qmean_rows,
+    skip_layer_norm_f32,
     softmax_rows_f32,
 )
 from .trees import (
@@ -148,6 +150,7 @@ __all__ = [
     "depthwise_setup",
     "dequantize_8",
     "disabled",
+    "bias_gelu_f32",
     "erf_f32",
     "ForestSums",
     "forest_descend",
@@ -164,6 +167,7 @@ __all__ = [
     "int8_gemm",
     "int8_gemm_ok",
     "layer_norm_f32",
+    "skip_layer_norm_f32",
     "softmax_rows_f32",
     "library",
     "lookup8",

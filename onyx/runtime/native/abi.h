@@ -154,7 +154,9 @@ ONYX_STRUCT(unary_task, ONYX_UNARY_TASK)
 /* erf(u) ~ u P(u^2) / Q(u^2) on |u| <= 4, lowest degree first */
 #define ONYX_ERF_TASK(F, S)                                                                  \
     F(S, const float *, x, ) F(S, float *, y, ) F(S, float, scale, ) F(S, float, p, [7])     \
-    F(S, float, q, [6]) F(S, int32_t, gelu, )
+    F(S, float, q, [6]) F(S, int32_t, gelu, )                                               \
+    F(S, const float *, bias, ) /* [width] added to x's rows first (BiasGelu), or null */    \
+    F(S, int64_t, width, )      /* bias's length: with a bias the range counts rows */
 ONYX_STRUCT(erf_task, ONYX_ERF_TASK)
 
 #define ONYX_HARD_SIGMOID_TASK(F, S)                                                         \
@@ -244,7 +246,10 @@ ONYX_STRUCT(global_pool, ONYX_GLOBAL_POOL)
     F(S, const float *, x, ) /* (rows, size), C-contiguous */                                \
     F(S, const float *, scale, ) F(S, const float *, bias, ) /* [size]; bias may be null */  \
     F(S, float *, y, ) F(S, float *, mean, ) F(S, float *, inv_std, ) /* stats: [rows] */    \
-    F(S, int64_t, size, ) F(S, float, epsilon, )
+    F(S, int64_t, size, ) F(S, float, epsilon, )                                             \
+    /* SkipLayerNormalization: x + skip (rows like x) + add ([size]) into sum, which is      \
+       normalized; all three null for a plain LayerNormalization */                         \
+    F(S, const float *, skip, ) F(S, const float *, add, ) F(S, float *, sum, )
 ONYX_STRUCT(layer_norm, ONYX_LAYER_NORM)
 
 #define ONYX_SOFTMAX_ROWS(F, S)                                                              \

@@ -116,8 +116,30 @@ EXPORT CLONES NO_FMA void onyx_erf_f32(const float *x, float *y, int64_t n, cons
     for (; i < n; i++) y[i] = erf_of(x[i], e);
 }
 
+/* BiasGelu's rows: x + bias (one float32 addition, as numpy's) then erf_of, the same bits as
+   the add and the erf pass one after the other, in one pass. */
+static CLONES NO_FMA void bias_erf_rows(const erf_task *t, int64_t begin, int64_t end) {
+    int64_t w = t->width;
+    for (int64_t r = begin; r < end; r++) {
+        const float *x = t->x + r * w;
+        float *y = t->y + r * w;
+        int64_t i = 0;
+        for (; i + 16 <= w; i += 16) {
+            float r16[16];
+            for (int j = 0; j < 16; j++) r16[j] = erf_of(x[i + j] + t->bias[i + j], t);
+            for (int j = 0; j < 16; j++) y[i + j] = r16[j];
+        }
+        for (; i < w; i++) y[i] = erf_of(x[i] + t->bias[i], t);
+    }
+}
+
 EXPORT int onyx_erf_range(const void *p, int64_t begin, int64_t end) {
     const erf_task *t = p;
+    if (t->bias) { /* (the range counts rows) */
+        if (t->width < 0) return ONYX_INVALID;
+        bias_erf_rows(t, begin, end);
+        return 0;
+    }
     onyx_erf_f32(t->x + begin, t->y + begin, end - begin, t);
     return 0;
 }

@@ -77,7 +77,25 @@ class _ErfTask(ctypes.Structure):
         ("p", ctypes.c_float * 7),
         ("q", ctypes.c_float * 6),
         ("gelu", ctypes.c_int32),
+        ("bias", _P),
+        ("width", _I64),
     ]
+
+
+#: (p, q, their ctypes copies) of the last coefficients passed (the module's constants every
+#: call: converted once)
+_coefficients: list = [None, None, None, None]
+
+
+def _erf_coefficients(p, q) -> tuple:
+    if _coefficients[0] is not p or _coefficients[1] is not q:
+        _coefficients[:] = [
+            p,
+            q,
+            (ctypes.c_float * 7)(*map(float, p)),
+            (ctypes.c_float * 6)(*map(float, q)),
+        ]
+    return _coefficients[2], _coefficients[3]
 
 
 def erf_f32(x: np.ndarray, y: np.ndarray, scale, gelu: bool, p, q) -> bool:
@@ -95,16 +113,29 @@ def erf_f32(x: np.ndarray, y: np.ndarray, scale, gelu: bool, p, q) -> bool:
         return False
     n = x.size
     ways = _ways(n, 64, _PARALLEL_ELEMENTS // 8)  # (some 30 operations a value)
-    task = _ErfTask(
-        _addr(x),
-        _addr(y),
-        float(scale),
-        (ctypes.c_float * 7)(*map(float, p)),
-        (ctypes.c_float * 6)(*map(float, q)),
-        int(gelu),
-    )
+    task = _ErfTask(_addr(x), _addr(y), float(scale), *_erf_coefficients(p, q), int(gelu))
     _run(core.lib.erf_range, task, _element_cuts(n, 16, ways), ways)
     return True
+
+
+def bias_gelu_f32(x: np.ndarray, bias: np.ndarray, scale, p, q) -> np.ndarray | None:
+    """BiasGelu's (x + bias) * (0.5 + 0.5 * erf(scale * (x + bias))) of contiguous float32 x,
+    bias [x's last dimension], in one pass: a fresh array of the add then erf_f32's bits, or
+    None where it does not apply."""
+    if core.lib is None or x.dtype != np.float32 or bias.dtype != np.float32 or not x.ndim:
+        return None
+    width = x.shape[-1]
+    if bias.shape != (width,) or not width or not x.flags.c_contiguous:
+        return None
+    bias = np.ascontiguousarray(bias)
+    y = np.empty(x.shape, np.float32)
+    rows = x.size // width
+    ways = _ways(x.size, rows, _PARALLEL_ELEMENTS // 8)
+    task = _ErfTask(
+        _addr(x), _addr(y), float(scale), *_erf_coefficients(p, q), 1, _addr(bias), width
+    )
+    _run(core.lib.erf_range, task, _element_cuts(rows, 1, ways), ways)
+    return y
 
 
 @abi("hard_sigmoid_task")

@@ -96,11 +96,20 @@ EXPORT CLONES int onyx_layer_norm_f32_range(const void *p, int64_t begin, int64_
     const layer_norm *t = p;
     if (t->size < 0) return ONYX_INVALID; /* (checks.h) */
     int64_t n = t->size;
+    if (t->skip && !t->sum) return ONYX_INVALID;
     for (int64_t r = begin; r < end; r++) {
         const float *x = t->x + r * n;
         float *y = t->y + r * n;
         float s[16] = {0}, q[16] = {0}, sum = 0, squares = 0;
         int64_t i = 0;
+        if (t->skip) { /* (x + skip, then + add: numpy's two float32 additions, in order) */
+            float *total = t->sum + r * n;
+            const float *skip = t->skip + r * n;
+            for (i = 0; i < n; i++) total[i] = x[i] + skip[i];
+            if (t->add)
+                for (i = 0; i < n; i++) total[i] += t->add[i];
+            x = total, i = 0;
+        }
         for (; i + 16 <= n; i += 16)
             for (int j = 0; j < 16; j++) s[j] += x[i + j];
         for (int j = 0; j < 16; j++) sum += s[j];

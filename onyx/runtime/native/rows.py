@@ -37,6 +37,9 @@ class _LayerNorm(ctypes.Structure):
     _fields_ = [(name, _P) for name in ("x", "scale", "bias", "y", "mean", "inv_std")] + [
         ("size", _I64),
         ("epsilon", ctypes.c_float),
+        ("skip", _P),
+        ("add", _P),
+        ("sum", _P),
     ]
 
 
@@ -135,6 +138,43 @@ def layer_norm_f32(x: np.ndarray, scale: np.ndarray, bias, epsilon: float):
     ways = _ways(x.size, rows, _PARALLEL_ELEMENTS)
     _run(core.lib.layer_norm_f32_range, task, _element_cuts(rows, 1, ways), ways)
     return y, stats[0], stats[1]
+
+
+def skip_layer_norm_f32(x, skip, scale, bias, add, epsilon: float):
+    """SkipLayerNormalization in one pass a row: x + skip (+ add) normalized over the last
+    axis, times scale (+ bias), for float32 x and skip alike and C-contiguous, scale, bias and
+    add float32 [x's last dimension] (bias and add may be None): (y, mean, inv_std, the sum),
+    the bits of the add then layer_norm_f32; None where that does not apply."""
+    if core.lib is None or not x.ndim or x.shape != skip.shape or not x.shape[-1]:
+        return None
+    n = x.shape[-1]
+    params = [a for a in (scale, bias, add) if a is not None]
+    if any(a.dtype != np.float32 or a.shape != (n,) for a in params):
+        return None
+    if x.dtype != np.float32 or skip.dtype != np.float32:
+        return None
+    if not (x.flags.c_contiguous and skip.flags.c_contiguous):
+        return None
+    rows = x.size // n
+    y = np.empty_like(x)
+    total = np.empty_like(x)
+    stats = np.empty((2,) + x.shape[:-1] + (1,), np.float32)
+    task = _LayerNorm(
+        _addr(x),
+        _param_addr(np.ascontiguousarray(scale)),
+        None if bias is None else _param_addr(np.ascontiguousarray(bias)),
+        _addr(y),
+        _addr(stats[0]),
+        _addr(stats[1]),
+        n,
+        float(epsilon),
+        _addr(skip),
+        None if add is None else _param_addr(np.ascontiguousarray(add)),
+        _addr(total),
+    )
+    ways = _ways(x.size, rows, _PARALLEL_ELEMENTS)
+    _run(core.lib.layer_norm_f32_range, task, _element_cuts(rows, 1, ways), ways)
+    return y, stats[0], stats[1], total
 
 
 def softmax_rows_f32(x: np.ndarray) -> np.ndarray | None:
