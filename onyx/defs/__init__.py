@@ -1,7 +1,8 @@
 """Operator schemas: every operator of every standard domain with its full version history.
 
-The data (``schemas.json.gz``) is generated at dev time by ``scripts/gen_schemas.py`` and read
-lazily on first use; schemas are built per operator on demand and cached.
+The data (``schemas.json.gz``, one line of JSON per operator) is generated at dev time by
+``scripts/gen_schemas.py`` and read lazily on first use; an operator's line is parsed and its
+schemas built when it is first asked for, and cached.
 
     from onyx.defs import get_schema
     s = get_schema("Softmax", 13)          # the version in force at opset 13
@@ -11,8 +12,6 @@ lazily on first use; schemas are built per operator on demand and cached.
 from __future__ import annotations
 
 import functools
-import gzip
-import json
 import pathlib
 from dataclasses import dataclass, field
 from typing import Any
@@ -231,13 +230,29 @@ class OpSchema:
 
 @functools.cache
 def _raw() -> dict:
-    data = json.loads(gzip.decompress(_DATA.read_bytes()))
-    index: dict[tuple[str, str], list[dict]] = {}
-    for s in data["schemas"]:
-        index.setdefault((s["domain"], s["name"]), []).append(s)
-    for versions in index.values():
-        versions.sort(key=lambda s: s["since"])
-    return {"index": index, "max_opsets": data["max_opsets"]}
+    """The data file's index, (domain, op) -> the JSON text of its versions (parsed when asked
+    for: a model uses a handful of the operators, and parsing them all was most of a small
+    model's check), and the header (each domain's opset range)."""
+    import gzip
+
+    header, *rows = gzip.decompress(_DATA.read_bytes()).decode().split("\n")
+    index = {}
+    for row in rows:
+        domain, name, versions = row.split("\t", 2)
+        index[(domain, name)] = versions
+    return {"index": index, "max_opsets": _json(header)["max_opsets"]}
+
+
+def _json(text: str) -> Any:
+    import json  # (imported with the data, on first use)
+
+    return json.loads(text)
+
+
+def _versions(op: str, domain: str) -> list[dict]:
+    """The raw versions of an operator, oldest first (empty if the operator is unknown)."""
+    text = _raw()["index"].get((domain, op))
+    return sorted(_json(text), key=lambda s: s["since"]) if text else []
 
 
 def _param(p) -> FormalParameter:
@@ -282,7 +297,7 @@ def _build(s: dict) -> OpSchema:
 @functools.cache
 def schema_versions(op: str, domain: str = "") -> tuple[OpSchema, ...]:
     """Every version of an operator, oldest first (empty if the operator is unknown)."""
-    return tuple(_build(s) for s in _raw()["index"].get((_norm_domain(domain), op), ()))
+    return tuple(_build(s) for s in _versions(op, _norm_domain(domain)))
 
 
 @functools.cache
