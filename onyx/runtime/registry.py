@@ -65,6 +65,9 @@ class OpTraits:
 
 _KERNELS: dict[tuple[str, str], list[Kernel]] = {}
 _TRAITS: dict[tuple[str, str], OpTraits] = {}
+#: (domain, op) -> the modules that registered its kernels and traits (kernels/_index.py is
+#: made from it)
+_SOURCES: dict[tuple[str, str], set[str]] = {}
 _TRAIT_NAMES = frozenset(OpTraits.__dataclass_fields__)
 
 
@@ -94,6 +97,9 @@ def op(op_type: str, since: int = 1, domain: str = "", **traits: Any) -> Callabl
     """Register the decorated function as the kernel of ``op_type`` from opset ``since`` on.
     ``traits``: :class:`OpTraits` fields declared for the op (all its versions)."""
     domain = DOMAIN_ALIASES.get(domain, domain)
+    # the module that declares it (fn's own may be numpy's: `op("And")(np.logical_and)`)
+    caller = inspect.currentframe().f_back
+    module = caller.f_globals.get("__name__", "") if caller is not None else ""
     unknown = set(traits) - _TRAIT_NAMES
     if unknown:
         raise TypeError(f"@op({op_type!r}): unknown trait(s) {sorted(unknown)}")
@@ -104,6 +110,7 @@ def op(op_type: str, since: int = 1, domain: str = "", **traits: Any) -> Callabl
     def register(fn: Callable) -> Callable:
         # described at its first lookup: reading 350 signatures was half of importing them
         kernel = _Pending(domain, op_type, since, fn)
+        _SOURCES.setdefault((domain, op_type), set()).add(module)
         versions = _KERNELS.setdefault((domain, op_type), [])
         if any(k.since == since for k in versions):
             raise RuntimeError(f"kernel {domain or 'ai.onnx'}::{op_type} v{since} registered twice")
@@ -116,8 +123,8 @@ def op(op_type: str, since: int = 1, domain: str = "", **traits: Any) -> Callabl
 
 def lookup(op_type: str, domain: str = "", version: int | None = None) -> Kernel | None:
     """The kernel for ``op_type`` at opset ``version`` (newest when None), or None if there is none."""
-    _load_all()
     domain = DOMAIN_ALIASES.get(domain, domain)
+    _load_op(domain, op_type)
     versions = _KERNELS.get((domain, op_type))
     if not versions:
         return None
@@ -155,8 +162,9 @@ def _describe_all() -> None:
 
 def traits(op_type: str, domain: str = "") -> OpTraits:
     """The traits declared for ``op_type`` (the defaults when none were)."""
-    _load_all()
-    return _TRAITS.get((DOMAIN_ALIASES.get(domain, domain), op_type), _NO_TRAITS)
+    domain = DOMAIN_ALIASES.get(domain, domain)
+    _load_op(domain, op_type)
+    return _TRAITS.get((domain, op_type), _NO_TRAITS)
 
 
 _NO_TRAITS = OpTraits()
@@ -182,10 +190,43 @@ def registered() -> dict[tuple[str, str], list[Kernel]]:
 
 
 _loaded = False
+#: (domain, op) whose kernel modules are imported
+_loaded_ops: set[tuple[str, str]] = set()
+
+
+def _load_op(domain: str, op_type: str) -> None:
+    """Import the kernel modules that register ``op_type`` (kernels/_index.py): a session
+    imports the families its model uses, not all thirty (a third of a small model's cold
+    start). An op the index does not know loads every module (a kernel added since)."""
+    key = (domain, op_type)
+    if _loaded or key in _loaded_ops:
+        return
+    from .kernels import _index, load
+
+    modules = _index.MODULES.get(key)
+    if modules is None:
+        _load_all()
+        return
+    for name in modules:
+        load(name)
+    _loaded_ops.add(key)
 
 
 def _load_all() -> None:
     global _loaded
     if not _loaded:
+        from .kernels import load_all
+
+        load_all()
         _loaded = True
-        from . import kernels  # noqa: F401  (importing registers every kernel)
+
+
+def kernel_index() -> dict[tuple[str, str], tuple[str, ...]]:
+    """(domain, op) -> the kernel modules (relative to onyx.runtime.kernels) that register it,
+    every kernel loaded: what kernels/_index.py must say (scripts/gen_kernel_index.py)."""
+    _load_all()
+    prefix = __name__.rpartition(".")[0] + ".kernels."
+    return {
+        key: tuple(sorted(m.removeprefix(prefix) for m in modules))
+        for key, modules in sorted(_SOURCES.items())
+    }
