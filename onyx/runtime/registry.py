@@ -28,14 +28,22 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..utils import FrozenValue
+
 DOMAIN_ALIASES = {"ai.onnx": ""}
 #: onyx's own domain: ops the graph optimizer emits as model-local functions (runtimes without
 #: onyx's kernel run their bodies; onyx runs its kernel, see plan.py).
 ONYX_DOMAIN = "ai.onyx"
 
 
-@dataclass(frozen=True)
-class Kernel:
+_EMPTY: dict = {}  # (a default that is copied, never used)
+
+
+# (FrozenValue: what frozen=True gives, without compiling methods at import; utils.py)
+@dataclass(init=False, repr=False, eq=False)
+class Kernel(FrozenValue):
+    """A registered kernel and what its signature says (inputs, attributes, ctx)."""
+
     domain: str
     op_type: str
     since: int
@@ -47,9 +55,35 @@ class Kernel:
     attr_defaults: dict = field(default_factory=dict, compare=False, hash=False)
     accepts_any_attr: bool = False
 
+    def __init__(
+        self,
+        domain: str,
+        op_type: str,
+        since: int,
+        fn: Callable,
+        takes_ctx: bool,
+        n_positional: int,
+        variadic: bool,
+        attributes: frozenset[str],
+        attr_defaults: dict = _EMPTY,
+        accepts_any_attr: bool = False,
+    ):
+        self._set(
+            domain=domain,
+            op_type=op_type,
+            since=since,
+            fn=fn,
+            takes_ctx=takes_ctx,
+            n_positional=n_positional,
+            variadic=variadic,
+            attributes=attributes,
+            attr_defaults={} if attr_defaults is _EMPTY else attr_defaults,
+            accepts_any_attr=accepts_any_attr,
+        )
 
-@dataclass(frozen=True)
-class OpTraits:
+
+@dataclass(init=False, repr=False, eq=False)
+class OpTraits(FrozenValue):
     """What the optimizer and the session need to know about an op, besides its kernel."""
 
     #: Every output element is a function of the same (broadcast) element of the inputs, so
@@ -61,6 +95,14 @@ class OpTraits:
     #: BLAS threads), None (neither), or a function of the node giving one of those. The
     #: session gives BLAS one thread when pool ops outnumber BLAS ops (session._pool_heavy).
     threads: str | Callable[[Any], str | None] | None = None
+
+    def __init__(
+        self,
+        elementwise: bool = False,
+        deterministic: bool = True,
+        threads: str | Callable[[Any], str | None] | None = None,
+    ):
+        self._set(elementwise=elementwise, deterministic=deterministic, threads=threads)
 
 
 _KERNELS: dict[tuple[str, str], list[Kernel]] = {}
@@ -137,14 +179,13 @@ def lookup(op_type: str, domain: str = "", version: int | None = None) -> Kernel
     return None if chosen is None else _described(versions, chosen)
 
 
-@dataclass(frozen=True)
 class _Pending:
     """A registered kernel not described yet (see ``_described``)."""
 
-    domain: str
-    op_type: str
-    since: int
-    fn: Callable
+    __slots__ = ("domain", "fn", "op_type", "since")
+
+    def __init__(self, domain: str, op_type: str, since: int, fn: Callable):
+        self.domain, self.op_type, self.since, self.fn = domain, op_type, since, fn
 
 
 def _described(versions: list, i: int) -> Kernel:
