@@ -2,7 +2,6 @@
 registry imports the modules an op needs (``_index.py``) when it is first looked up."""
 
 import importlib
-import pkgutil
 
 
 def load(name: str) -> None:
@@ -12,5 +11,7 @@ def load(name: str) -> None:
 
 def load_all() -> None:
     """Import every kernel module (registering every kernel)."""
+    import pkgutil  # (here: a session that needs a few modules does not list them)
+
     for info in pkgutil.walk_packages(__path__, prefix=__name__ + "."):
         importlib.import_module(info.name)
