@@ -41,7 +41,7 @@ def _norm_domain(domain: str | None) -> str:
     return "" if domain in (None, "ai.onnx") else domain
 
 
-# The schema classes are frozen values (utils.FrozenValue: what @dataclass(frozen=True)
+# The schema classes are frozen values (ir/frozen.py: what @dataclass(frozen=True)
 # gives, without compiling their methods when a session first checks a model).
 
 

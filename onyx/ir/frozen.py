@@ -10,9 +10,9 @@ class FrozenValue:
     fields, a repr of its fields, no assignment), for classes decorated with
     ``@dataclass(init=False, repr=False, eq=False)`` that write their own ``__init__``.
 
-    Why: ``@dataclass`` compiles its methods' source when the class is defined, 0.3-0.7 ms a
-    class, and a session's cold start defined some forty of them; these methods are compiled
-    once, here, and the fields stay dataclass fields (``dataclasses.fields``, ``replace``)."""
+    Why: ``@dataclass`` compiles its methods' source when each class is defined, and a
+    session's cold start defined some forty such classes; these methods are compiled once,
+    here, and the fields stay dataclass fields (``dataclasses.fields``, ``replace``)."""
 
     __slots__ = ()
 

@@ -15,7 +15,7 @@ Dim = int | str | None
 
 # The types are frozen values: equal and hashed by their compared fields, as
 # @dataclass(frozen=True) makes them, with the methods written out (FrozenValue, frozen.py):
-# dataclass compiled them when the module was imported, a tenth of `import onyx`.
+# dataclass compiled them each time the module was imported.
 
 
 @dataclass(init=False, repr=False, eq=False)

@@ -39,7 +39,7 @@ ONYX_DOMAIN = "ai.onyx"
 _EMPTY: dict = {}  # (a default that is copied, never used)
 
 
-# (FrozenValue: what frozen=True gives, without compiling methods at import; utils.py)
+# (FrozenValue: what frozen=True gives, without compiling methods at import; ir/frozen.py)
 @dataclass(init=False, repr=False, eq=False)
 class Kernel(FrozenValue):
     """A registered kernel and what its signature says (inputs, attributes, ctx)."""
@@ -237,8 +237,8 @@ _loaded_ops: set[tuple[str, str]] = set()
 
 def _load_op(domain: str, op_type: str) -> None:
     """Import the kernel modules that register ``op_type`` (kernels/_index.py): a session
-    imports the families its model uses, not all thirty (a third of a small model's cold
-    start). An op the index does not know loads every module (a kernel added since)."""
+    imports the families its model uses, not all thirty (most of a small model's cold
+    start's imports). An op the index does not know loads every module (a kernel added since)."""
     key = (domain, op_type)
     if _loaded or key in _loaded_ops:
         return

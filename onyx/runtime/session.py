@@ -39,7 +39,7 @@ MAX_CHECKED_SIGNATURES = 1024
 MAX_CHECKS_PER_RANKS = 2
 
 
-# (frozen values without dataclass's methods compiled at import: utils.FrozenValue)
+# (frozen values without dataclass's methods compiled at import: ir/frozen.py)
 @dataclass(init=False, repr=False, eq=False)
 class NodeArg(FrozenValue):
     """An input or output as onnxruntime describes it."""
