@@ -237,7 +237,8 @@ _loaded_ops: set[tuple[str, str]] = set()
 
 def _load_op(domain: str, op_type: str) -> None:
     """Import the kernel modules that register ``op_type`` (kernels/_index.py): a session
-    imports the families its model uses, not all thirty, at its cold start. An op the index does not know loads every module (a kernel added since)."""
+    imports the families its model uses, not all thirty, at its cold start. An op the index
+    does not know loads every module (a kernel added since)."""
     key = (domain, op_type)
     if _loaded or key in _loaded_ops:
         return
