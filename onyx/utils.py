@@ -6,8 +6,6 @@ import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from .ir.frozen import FrozenValue  # noqa: F401  (here for every layer above the IR)
-
 
 @contextmanager
 def gc_paused() -> Iterator[None]:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from onyx.utils import FrozenValue
+from onyx.ir.frozen import FrozenValue
 
 
 @dataclass(frozen=True)

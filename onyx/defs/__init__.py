@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..ir.attr import AttrType
-from ..utils import FrozenValue
+from ..ir.frozen import FrozenValue
 
 __all__ = [
     "AttributeDef",

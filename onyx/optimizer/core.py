@@ -18,7 +18,7 @@ import numpy as np
 
 from .. import ir
 from ..ir.dtypes import from_numpy
-from ..utils import FrozenValue
+from ..ir.frozen import FrozenValue
 
 BASIC, EXTENDED, ALL = 1, 2, 99
 LEVELS = {"disabled": 0, "none": 0, "basic": BASIC, "extended": EXTENDED, "all": ALL}

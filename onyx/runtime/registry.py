@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..utils import FrozenValue
+from ..ir.frozen import FrozenValue
 
 DOMAIN_ALIASES = {"ai.onnx": ""}
 #: onyx's own domain: ops the graph optimizer emits as model-local functions (runtimes without
@@ -39,7 +39,7 @@ ONYX_DOMAIN = "ai.onyx"
 _EMPTY: dict = {}  # (a default that is copied, never used)
 
 
-# (FrozenValue: what frozen=True gives, without compiling methods at import; ir/frozen.py)
+# (FrozenValue: what frozen=True gives, without compiling methods at import)
 @dataclass(init=False, repr=False, eq=False)
 class Kernel(FrozenValue):
     """A registered kernel and what its signature says (inputs, attributes, ctx)."""

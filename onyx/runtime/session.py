@@ -13,8 +13,9 @@ import numpy as np
 from .. import ir
 from ..errors import InvalidArgument, RuntimeFailure
 from ..ir.dtypes import DataType, to_numpy, type_name
+from ..ir.frozen import FrozenValue
 from ..serde import as_model
-from ..utils import FrozenValue, gc_paused
+from ..utils import gc_paused
 from ..validation import validate
 from . import concurrency, memory, native
 from .lenient import accept_lenient
