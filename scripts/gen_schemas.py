@@ -1,5 +1,9 @@
 """Dev-time generator of onyx/defs/schemas.json.gz from the installed onnx package.
 
+The file holds one JSON document per line (gzipped): first the header (``max_opsets``,
+``onnx_version``), then one line per operator, ``domain<TAB>name<TAB>[its versions]``, so that
+onyx parses only the operators a model uses (``onyx/defs/__init__.py``).
+
 Only facts are extracted (names, versions, types, defaults, constraints, function bodies); no
 documentation prose is copied. Run: python scripts/gen_schemas.py
 """
@@ -153,9 +157,27 @@ def main() -> None:
         "max_opsets": d.C.schema_version_map() if hasattr(d.C, "schema_version_map") else {},
         "schemas": [schema_json(s) for s in schemas],
     }
-    raw = json.dumps(data, separators=(",", ":"), sort_keys=True).encode()
-    OUT.write_bytes(gzip.compress(raw, 9, mtime=0))
+    raw = write(data)
     print(f"{len(schemas)} schemas, {len(raw)} bytes json, {OUT.stat().st_size} bytes gz -> {OUT}")
+
+
+def write(data: dict) -> bytes:
+    """Write ``data`` (the header's keys and "schemas") to OUT in its per-operator lines."""
+    by_op: dict[tuple[str, str], list] = {}
+    for s in data["schemas"]:
+        by_op.setdefault((s["domain"], s["name"]), []).append(s)
+    header = {k: v for k, v in data.items() if k != "schemas"}
+    lines = [_compact(header)]
+    for (domain, name), versions in sorted(by_op.items()):
+        versions.sort(key=lambda s: s["since"])
+        lines.append(f"{domain}\t{name}\t{_compact(versions)}")
+    raw = "\n".join(lines).encode()
+    OUT.write_bytes(gzip.compress(raw, 9, mtime=0))
+    return raw
+
+
+def _compact(value) -> str:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Operator schemas: every operator of every standard domain with its full version history.
 
-The data (``schemas.json.gz``) is generated at dev time by ``scripts/gen_schemas.py`` and read
-lazily on first use; schemas are built per operator on demand and cached.
+The data (``schemas.json.gz``, one line of JSON per operator) is generated at dev time by
+``scripts/gen_schemas.py`` and read lazily on first use; an operator's line is parsed and its
+schemas built when it is first asked for, and cached.
 
     from onyx.defs import get_schema
     s = get_schema("Softmax", 13)          # the version in force at opset 13
@@ -11,13 +12,12 @@ lazily on first use; schemas are built per operator on demand and cached.
 from __future__ import annotations
 
 import functools
-import gzip
-import json
 import pathlib
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..ir.attr import AttrType
+from ..ir.frozen import FrozenValue
 
 __all__ = [
     "AttributeDef",
@@ -34,14 +34,19 @@ __all__ = [
 
 _DATA = pathlib.Path(__file__).with_name("schemas.json.gz")
 _DIFF = {0: "unknown", 1: "differentiable", 2: "non_differentiable"}
+_NONE: dict = {}  # (a default that is copied, never used)
 
 
 def _norm_domain(domain: str | None) -> str:
     return "" if domain in (None, "ai.onnx") else domain
 
 
-@dataclass(frozen=True)
-class FormalParameter:
+# The schema classes are frozen values (ir/frozen.py: what @dataclass(frozen=True)
+# gives, without compiling their methods when a session first checks a model).
+
+
+@dataclass(init=False, repr=False, eq=False)
+class FormalParameter(FrozenValue):
     """One input or output of an operator."""
 
     name: str
@@ -50,6 +55,24 @@ class FormalParameter:
     homogeneous: bool = True
     differentiability: str = "unknown"  # "differentiable" | "non_differentiable" | "unknown"
     min_arity: int = 1
+
+    def __init__(
+        self,
+        name: str,
+        type_str: str,
+        option: str,
+        homogeneous: bool = True,
+        differentiability: str = "unknown",
+        min_arity: int = 1,
+    ):
+        self._set(
+            name=name,
+            type_str=type_str,
+            option=option,
+            homogeneous=homogeneous,
+            differentiability=differentiability,
+            min_arity=min_arity,
+        )
 
     @property
     def is_optional(self) -> bool:
@@ -60,22 +83,32 @@ class FormalParameter:
         return self.option == "variadic"
 
 
-@dataclass(frozen=True)
-class AttributeDef:
+@dataclass(init=False, repr=False, eq=False)
+class AttributeDef(FrozenValue):
+    """One attribute of an operator."""
+
     name: str
     type: AttrType
     default: Any = None  # None when the attribute has no default
     required: bool = False
 
+    def __init__(self, name: str, type: AttrType, default: Any = None, required: bool = False):  # noqa: A002
+        self._set(name=name, type=type, default=default, required=required)
 
-@dataclass(frozen=True)
-class TypeConstraint:
+
+@dataclass(init=False, repr=False, eq=False)
+class TypeConstraint(FrozenValue):
+    """The types a type parameter allows."""
+
     param: str
     allowed: tuple[str, ...]
 
+    def __init__(self, param: str, allowed: tuple[str, ...]):
+        self._set(param=param, allowed=allowed)
 
-@dataclass(frozen=True)
-class FunctionBody:
+
+@dataclass(init=False, repr=False, eq=False)
+class FunctionBody(FrozenValue):
     """The standard's function definition of an operator, for one opset version.
 
     ``nodes`` are dicts ``{"op", "domain"?, "in", "out", "attrs"?}``; attribute values are
@@ -88,6 +121,16 @@ class FunctionBody:
     attributes: tuple[str, ...]
     opsets: dict[str, int]
     nodes: tuple[dict, ...]
+
+    def __init__(
+        self,
+        inputs: tuple[str, ...],
+        outputs: tuple[str, ...],
+        attributes: tuple[str, ...],
+        opsets: dict[str, int],
+        nodes: tuple[dict, ...],
+    ):
+        self._set(inputs=inputs, outputs=outputs, attributes=attributes, opsets=opsets, nodes=nodes)
 
     def to_function(self, domain: str, name: str, attribute_defaults=()):
         """The body as an ``ir.Function``; ``attribute_defaults`` (ir.Attr) give references to
@@ -168,8 +211,10 @@ def _attr_from_json(name: str, atype: int, v):
     return Attr(name, atype, _attr_value(atype, v))
 
 
-@dataclass(frozen=True)
-class OpSchema:
+@dataclass(init=False, repr=False, eq=False)
+class OpSchema(FrozenValue):
+    """One version of an operator: its inputs, outputs, attributes and type constraints."""
+
     name: str
     domain: str
     since_version: int
@@ -187,6 +232,42 @@ class OpSchema:
     functions: dict[int, FunctionBody] = field(default_factory=dict)
     #: The standard builds this op's body from the node (types, attributes): not stored here.
     has_context_dependent_function: bool = False
+
+    def __init__(
+        self,
+        name: str,
+        domain: str,
+        since_version: int,
+        inputs: tuple[FormalParameter, ...],
+        outputs: tuple[FormalParameter, ...],
+        attributes: dict[str, AttributeDef],
+        type_constraints: dict[str, TypeConstraint],
+        min_input: int,
+        max_input: int,
+        min_output: int,
+        max_output: int,
+        deprecated: bool = False,
+        experimental: bool = False,
+        functions: dict[int, FunctionBody] = _NONE,
+        has_context_dependent_function: bool = False,
+    ):
+        self._set(
+            name=name,
+            domain=domain,
+            since_version=since_version,
+            inputs=inputs,
+            outputs=outputs,
+            attributes=attributes,
+            type_constraints=type_constraints,
+            min_input=min_input,
+            max_input=max_input,
+            min_output=min_output,
+            max_output=max_output,
+            deprecated=deprecated,
+            experimental=experimental,
+            functions={} if functions is _NONE else functions,
+            has_context_dependent_function=has_context_dependent_function,
+        )
 
     @property
     def has_function(self) -> bool:
@@ -231,13 +312,29 @@ class OpSchema:
 
 @functools.cache
 def _raw() -> dict:
-    data = json.loads(gzip.decompress(_DATA.read_bytes()))
-    index: dict[tuple[str, str], list[dict]] = {}
-    for s in data["schemas"]:
-        index.setdefault((s["domain"], s["name"]), []).append(s)
-    for versions in index.values():
-        versions.sort(key=lambda s: s["since"])
-    return {"index": index, "max_opsets": data["max_opsets"]}
+    """The data file's index, (domain, op) -> the JSON text of its versions (parsed when asked
+    for: a model uses a handful of the operators, and parsing them all was most of a small
+    model's check), and the header (each domain's opset range)."""
+    import gzip
+
+    header, *rows = gzip.decompress(_DATA.read_bytes()).decode().split("\n")
+    index = {}
+    for row in rows:
+        domain, name, versions = row.split("\t", 2)
+        index[(domain, name)] = versions
+    return {"index": index, "max_opsets": _json(header)["max_opsets"]}
+
+
+def _json(text: str) -> Any:
+    import json  # (imported with the data, on first use)
+
+    return json.loads(text)
+
+
+def _versions(op: str, domain: str) -> list[dict]:
+    """The raw versions of an operator, oldest first (empty if the operator is unknown)."""
+    text = _raw()["index"].get((domain, op))
+    return sorted(_json(text), key=lambda s: s["since"]) if text else []
 
 
 def _param(p) -> FormalParameter:
@@ -282,7 +379,7 @@ def _build(s: dict) -> OpSchema:
 @functools.cache
 def schema_versions(op: str, domain: str = "") -> tuple[OpSchema, ...]:
     """Every version of an operator, oldest first (empty if the operator is unknown)."""
-    return tuple(_build(s) for s in _raw()["index"].get((_norm_domain(domain), op), ()))
+    return tuple(_build(s) for s in _versions(op, _norm_domain(domain)))
 
 
 @functools.cache

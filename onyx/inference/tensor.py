@@ -5,8 +5,6 @@ These also propagate data (shape arithmetic) so that computed shapes reach Resha
 
 from __future__ import annotations
 
-from fractions import Fraction
-
 import numpy as np
 
 from ..ir import DataType
@@ -620,6 +618,8 @@ def _scaled(d, scale: float):
         return int(np.floor(d * scale))
     if d is None or not np.isfinite(scale) or scale < 0:
         return None
+    from fractions import Fraction  # (rare: not at every import)
+
     ratio = Fraction(scale)
     if ratio.denominator > 64:
         return None

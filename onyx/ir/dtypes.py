@@ -12,6 +12,8 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
+from .frozen import FrozenValue
+
 
 class DataType(enum.IntEnum):
     UNDEFINED = 0
@@ -45,12 +47,18 @@ class DataType(enum.IntEnum):
     FLOAT6E3M2 = 28
 
 
-@dataclass(frozen=True)
-class DTypeInfo:
+# (a frozen value without dataclass's methods compiled at import: frozen.py)
+@dataclass(init=False, repr=False, eq=False)
+class DTypeInfo(FrozenValue):
+    """One element type's facts."""
+
     dtype: DataType
     numpy: np.dtype
     bits: int  # width of one element on the wire (raw_data); 0 for strings
     type_name: str  # as onnxruntime spells it in 'tensor(...)'
+
+    def __init__(self, dtype: DataType, numpy: np.dtype, bits: int, type_name: str):
+        self._set(dtype=dtype, numpy=numpy, bits=bits, type_name=type_name)
 
 
 def _info(dt: DataType, np_dtype, bits: int, name: str) -> DTypeInfo:

@@ -9,19 +9,35 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .dtypes import DataType, type_name
+from .frozen import FrozenValue
 
 Dim = int | str | None
 
+# The types are frozen values: equal and hashed by their compared fields, as
+# @dataclass(frozen=True) makes them, with the methods written out (FrozenValue, frozen.py):
+# dataclass compiled them each time the module was imported.
 
-@dataclass(frozen=True)
-class Shape:
+
+@dataclass(init=False, repr=False, eq=False)
+class Shape(FrozenValue):
+    """The dims of a tensor type."""
+
     dims: tuple[Dim, ...]
     #: Per-dim denotations (e.g. "DATA_BATCH"); None where absent. Kept only for round-trips.
     denotations: tuple[str | None, ...] | None = field(default=None, compare=False)
 
-    def __post_init__(self):
-        if type(self.dims) is not tuple:
-            object.__setattr__(self, "dims", tuple(self.dims))
+    def __init__(self, dims: tuple[Dim, ...], denotations: tuple | None = None):
+        if type(dims) is not tuple:
+            dims = tuple(dims)
+        self.__dict__.update(dims=dims, denotations=denotations)
+
+    def __eq__(self, other):
+        if other.__class__ is self.__class__:
+            return self.dims == other.dims
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash((self.dims,))
 
     @property
     def rank(self) -> int:
@@ -55,73 +71,103 @@ class Type:
     denotation: str | None
 
 
-@dataclass(frozen=True)
-class TensorType(Type):
+@dataclass(init=False, repr=False, eq=False)
+class TensorType(Type, FrozenValue):
     elem_type: DataType
     shape: Shape | None = None
     denotation: str | None = field(default=None, compare=False)
 
-    def __post_init__(self):
+    def __init__(self, elem_type: DataType, shape: Shape | None = None, denotation=None):
         # (tests first: types are made by the thousand at load and inference)
-        if type(self.elem_type) is not DataType:
-            object.__setattr__(self, "elem_type", DataType(self.elem_type))
-        if self.shape is not None and type(self.shape) is not Shape:
-            object.__setattr__(self, "shape", Shape(tuple(self.shape)))
+        if type(elem_type) is not DataType:
+            elem_type = DataType(elem_type)
+        if shape is not None and type(shape) is not Shape:
+            shape = Shape(tuple(shape))
+        self.__dict__.update(elem_type=elem_type, shape=shape, denotation=denotation)
+
+    def __eq__(self, other):
+        if other.__class__ is self.__class__:
+            return self.elem_type == other.elem_type and self.shape == other.shape
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash((self.elem_type, self.shape))
 
     def __str__(self) -> str:
         return f"tensor({type_name(self.elem_type)})"
 
 
-@dataclass(frozen=True)
-class SparseTensorType(Type):
+@dataclass(init=False, repr=False, eq=False)
+class SparseTensorType(Type, FrozenValue):
     elem_type: DataType
     shape: Shape | None = None
     denotation: str | None = field(default=None, compare=False)
 
-    def __post_init__(self):
+    def __init__(self, elem_type: DataType, shape: Shape | None = None, denotation=None):
         # (tests first: types are made by the thousand at load and inference)
-        if type(self.elem_type) is not DataType:
-            object.__setattr__(self, "elem_type", DataType(self.elem_type))
-        if self.shape is not None and type(self.shape) is not Shape:
-            object.__setattr__(self, "shape", Shape(tuple(self.shape)))
+        if type(elem_type) is not DataType:
+            elem_type = DataType(elem_type)
+        if shape is not None and type(shape) is not Shape:
+            shape = Shape(tuple(shape))
+        self.__dict__.update(elem_type=elem_type, shape=shape, denotation=denotation)
+
+    def __eq__(self, other):
+        if other.__class__ is self.__class__:
+            return self.elem_type == other.elem_type and self.shape == other.shape
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash((self.elem_type, self.shape))
 
     def __str__(self) -> str:
         return f"sparse_tensor({type_name(self.elem_type)})"
 
 
-@dataclass(frozen=True)
-class SequenceType(Type):
+@dataclass(init=False, repr=False, eq=False)
+class SequenceType(Type, FrozenValue):
     elem: Type | None
     denotation: str | None = field(default=None, compare=False)
+
+    def __init__(self, elem: Type | None, denotation: str | None = None):
+        self._set(elem=elem, denotation=denotation)
 
     def __str__(self) -> str:
         return f"seq({self.elem})"
 
 
-@dataclass(frozen=True)
-class MapType(Type):
+@dataclass(init=False, repr=False, eq=False)
+class MapType(Type, FrozenValue):
     key: DataType
     value: Type | None
     denotation: str | None = field(default=None, compare=False)
+
+    def __init__(self, key: DataType, value: Type | None, denotation: str | None = None):
+        self._set(key=key, value=value, denotation=denotation)
 
     def __str__(self) -> str:
         return f"map({type_name(self.key)},{self.value})"
 
 
-@dataclass(frozen=True)
-class OptionalType(Type):
+@dataclass(init=False, repr=False, eq=False)
+class OptionalType(Type, FrozenValue):
     elem: Type | None
     denotation: str | None = field(default=None, compare=False)
+
+    def __init__(self, elem: Type | None, denotation: str | None = None):
+        self._set(elem=elem, denotation=denotation)
 
     def __str__(self) -> str:
         return f"optional({self.elem})"
 
 
-@dataclass(frozen=True)
-class OpaqueType(Type):
+@dataclass(init=False, repr=False, eq=False)
+class OpaqueType(Type, FrozenValue):
     domain: str = ""
     name: str = ""
     denotation: str | None = field(default=None, compare=False)
+
+    def __init__(self, domain: str = "", name: str = "", denotation: str | None = None):
+        self._set(domain=domain, name=name, denotation=denotation)
 
     def __str__(self) -> str:
         return f"opaque({self.domain},{self.name})"

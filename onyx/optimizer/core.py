@@ -18,6 +18,7 @@ import numpy as np
 
 from .. import ir
 from ..ir.dtypes import from_numpy
+from ..ir.frozen import FrozenValue
 
 BASIC, EXTENDED, ALL = 1, 2, 99
 LEVELS = {"disabled": 0, "none": 0, "basic": BASIC, "extended": EXTENDED, "all": ALL}
@@ -25,8 +26,11 @@ STANDARD = ("", "ai.onnx")
 MS = "com.microsoft"
 
 
-@dataclass(frozen=True)
-class Pass:
+# (frozen values without dataclass's methods compiled at import: ir/frozen.py)
+@dataclass(init=False, repr=False, eq=False)
+class Pass(FrozenValue):
+    """A graph pass: its name, level and function."""
+
     name: str
     level: int
     fn: Callable[[PassContext], bool]
@@ -34,9 +38,18 @@ class Pass:
     #: skipped without walking the graph (empty: always run).
     triggers: tuple[frozenset[str], ...] = ()
 
+    def __init__(
+        self,
+        name: str,
+        level: int,
+        fn: Callable[[PassContext], bool],
+        triggers: tuple[frozenset[str], ...] = (),
+    ):
+        self._set(name=name, level=level, fn=fn, triggers=triggers)
 
-@dataclass(frozen=True)
-class PassResult:
+
+@dataclass(init=False, repr=False, eq=False)
+class PassResult(FrozenValue):
     """What one run of a pass did: whether it changed the graph, and the changes it counted
     (``PassContext.count``), by name."""
 
@@ -44,6 +57,9 @@ class PassResult:
     changed: bool
     stats: dict[str, int]
     seconds: float
+
+    def __init__(self, name: str, changed: bool, stats: dict[str, int], seconds: float):
+        self._set(name=name, changed=changed, stats=stats, seconds=seconds)
 
 
 def graph_pass(name: str, level: int = BASIC) -> Callable:

@@ -28,14 +28,22 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..ir.frozen import FrozenValue
+
 DOMAIN_ALIASES = {"ai.onnx": ""}
 #: onyx's own domain: ops the graph optimizer emits as model-local functions (runtimes without
 #: onyx's kernel run their bodies; onyx runs its kernel, see plan.py).
 ONYX_DOMAIN = "ai.onyx"
 
 
-@dataclass(frozen=True)
-class Kernel:
+_EMPTY: dict = {}  # (a default that is copied, never used)
+
+
+# (FrozenValue: what frozen=True gives, without compiling methods at import)
+@dataclass(init=False, repr=False, eq=False)
+class Kernel(FrozenValue):
+    """A registered kernel and what its signature says (inputs, attributes, ctx)."""
+
     domain: str
     op_type: str
     since: int
@@ -47,9 +55,35 @@ class Kernel:
     attr_defaults: dict = field(default_factory=dict, compare=False, hash=False)
     accepts_any_attr: bool = False
 
+    def __init__(
+        self,
+        domain: str,
+        op_type: str,
+        since: int,
+        fn: Callable,
+        takes_ctx: bool,
+        n_positional: int,
+        variadic: bool,
+        attributes: frozenset[str],
+        attr_defaults: dict = _EMPTY,
+        accepts_any_attr: bool = False,
+    ):
+        self._set(
+            domain=domain,
+            op_type=op_type,
+            since=since,
+            fn=fn,
+            takes_ctx=takes_ctx,
+            n_positional=n_positional,
+            variadic=variadic,
+            attributes=attributes,
+            attr_defaults={} if attr_defaults is _EMPTY else attr_defaults,
+            accepts_any_attr=accepts_any_attr,
+        )
 
-@dataclass(frozen=True)
-class OpTraits:
+
+@dataclass(init=False, repr=False, eq=False)
+class OpTraits(FrozenValue):
     """What the optimizer and the session need to know about an op, besides its kernel."""
 
     #: Every output element is a function of the same (broadcast) element of the inputs, so
@@ -62,9 +96,20 @@ class OpTraits:
     #: session gives BLAS one thread when pool ops outnumber BLAS ops (session._pool_heavy).
     threads: str | Callable[[Any], str | None] | None = None
 
+    def __init__(
+        self,
+        elementwise: bool = False,
+        deterministic: bool = True,
+        threads: str | Callable[[Any], str | None] | None = None,
+    ):
+        self._set(elementwise=elementwise, deterministic=deterministic, threads=threads)
+
 
 _KERNELS: dict[tuple[str, str], list[Kernel]] = {}
 _TRAITS: dict[tuple[str, str], OpTraits] = {}
+#: (domain, op) -> the modules that registered its kernels and traits (kernels/_index.py is
+#: made from it)
+_SOURCES: dict[tuple[str, str], set[str]] = {}
 _TRAIT_NAMES = frozenset(OpTraits.__dataclass_fields__)
 
 
@@ -94,6 +139,9 @@ def op(op_type: str, since: int = 1, domain: str = "", **traits: Any) -> Callabl
     """Register the decorated function as the kernel of ``op_type`` from opset ``since`` on.
     ``traits``: :class:`OpTraits` fields declared for the op (all its versions)."""
     domain = DOMAIN_ALIASES.get(domain, domain)
+    # the module that declares it (fn's own may be numpy's: `op("And")(np.logical_and)`)
+    caller = inspect.currentframe().f_back
+    module = caller.f_globals.get("__name__", "") if caller is not None else ""
     unknown = set(traits) - _TRAIT_NAMES
     if unknown:
         raise TypeError(f"@op({op_type!r}): unknown trait(s) {sorted(unknown)}")
@@ -104,6 +152,7 @@ def op(op_type: str, since: int = 1, domain: str = "", **traits: Any) -> Callabl
     def register(fn: Callable) -> Callable:
         # described at its first lookup: reading 350 signatures was half of importing them
         kernel = _Pending(domain, op_type, since, fn)
+        _SOURCES.setdefault((domain, op_type), set()).add(module)
         versions = _KERNELS.setdefault((domain, op_type), [])
         if any(k.since == since for k in versions):
             raise RuntimeError(f"kernel {domain or 'ai.onnx'}::{op_type} v{since} registered twice")
@@ -116,8 +165,8 @@ def op(op_type: str, since: int = 1, domain: str = "", **traits: Any) -> Callabl
 
 def lookup(op_type: str, domain: str = "", version: int | None = None) -> Kernel | None:
     """The kernel for ``op_type`` at opset ``version`` (newest when None), or None if there is none."""
-    _load_all()
     domain = DOMAIN_ALIASES.get(domain, domain)
+    _load_op(domain, op_type)
     versions = _KERNELS.get((domain, op_type))
     if not versions:
         return None
@@ -130,14 +179,13 @@ def lookup(op_type: str, domain: str = "", version: int | None = None) -> Kernel
     return None if chosen is None else _described(versions, chosen)
 
 
-@dataclass(frozen=True)
 class _Pending:
     """A registered kernel not described yet (see ``_described``)."""
 
-    domain: str
-    op_type: str
-    since: int
-    fn: Callable
+    __slots__ = ("domain", "fn", "op_type", "since")
+
+    def __init__(self, domain: str, op_type: str, since: int, fn: Callable):
+        self.domain, self.op_type, self.since, self.fn = domain, op_type, since, fn
 
 
 def _described(versions: list, i: int) -> Kernel:
@@ -155,8 +203,9 @@ def _describe_all() -> None:
 
 def traits(op_type: str, domain: str = "") -> OpTraits:
     """The traits declared for ``op_type`` (the defaults when none were)."""
-    _load_all()
-    return _TRAITS.get((DOMAIN_ALIASES.get(domain, domain), op_type), _NO_TRAITS)
+    domain = DOMAIN_ALIASES.get(domain, domain)
+    _load_op(domain, op_type)
+    return _TRAITS.get((domain, op_type), _NO_TRAITS)
 
 
 _NO_TRAITS = OpTraits()
@@ -182,10 +231,43 @@ def registered() -> dict[tuple[str, str], list[Kernel]]:
 
 
 _loaded = False
+#: (domain, op) whose kernel modules are imported
+_loaded_ops: set[tuple[str, str]] = set()
+
+
+def _load_op(domain: str, op_type: str) -> None:
+    """Import the kernel modules that register ``op_type`` (kernels/_index.py): a session
+    imports the families its model uses, not all thirty, at its cold start. An op the index
+    does not know loads every module (a kernel added since)."""
+    key = (domain, op_type)
+    if _loaded or key in _loaded_ops:
+        return
+    from .kernels import _index, load
+
+    modules = _index.MODULES.get(key)
+    if modules is None:
+        _load_all()
+        return
+    for name in modules:
+        load(name)
+    _loaded_ops.add(key)
 
 
 def _load_all() -> None:
     global _loaded
     if not _loaded:
+        from .kernels import load_all
+
+        load_all()
         _loaded = True
-        from . import kernels  # noqa: F401  (importing registers every kernel)
+
+
+def kernel_index() -> dict[tuple[str, str], tuple[str, ...]]:
+    """(domain, op) -> the kernel modules (relative to onyx.runtime.kernels) that register it,
+    every kernel loaded: what kernels/_index.py must say (scripts/gen_kernel_index.py)."""
+    _load_all()
+    prefix = __name__.rpartition(".")[0] + ".kernels."
+    return {
+        key: tuple(sorted(m.removeprefix(prefix) for m in modules))
+        for key, modules in sorted(_SOURCES.items())
+    }

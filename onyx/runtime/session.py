@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from dataclasses import dataclass
@@ -12,11 +13,11 @@ import numpy as np
 from .. import ir
 from ..errors import InvalidArgument, RuntimeFailure
 from ..ir.dtypes import DataType, to_numpy, type_name
+from ..ir.frozen import FrozenValue
 from ..serde import as_model
 from ..utils import gc_paused
 from ..validation import validate
 from . import concurrency, memory, native
-from .custom_ops import session_kernels
 from .lenient import accept_lenient
 from .options import (  # noqa: F401  (onnxruntime's names, importable from here as before)
     ExecutionMode,
@@ -39,20 +40,26 @@ MAX_CHECKED_SIGNATURES = 1024
 MAX_CHECKS_PER_RANKS = 2
 
 
-@dataclass(frozen=True)
-class NodeArg:
+# (frozen values without dataclass's methods compiled at import: ir/frozen.py)
+@dataclass(init=False, repr=False, eq=False)
+class NodeArg(FrozenValue):
     """An input or output as onnxruntime describes it."""
 
     name: str
     type: str
     shape: list | None
 
+    def __init__(self, name: str, type: str, shape: list | None):  # noqa: A002
+        self._set(name=name, type=type, shape=shape)
+
     def __repr__(self) -> str:
         return f"NodeArg(name={self.name!r}, type={self.type!r}, shape={self.shape})"
 
 
-@dataclass(frozen=True)
-class ModelMetadata:
+@dataclass(init=False, repr=False, eq=False)
+class ModelMetadata(FrozenValue):
+    """The model's metadata as onnxruntime gives it."""
+
     producer_name: str
     graph_name: str
     domain: str
@@ -60,6 +67,26 @@ class ModelMetadata:
     graph_description: str
     version: int
     custom_metadata_map: dict[str, str]
+
+    def __init__(
+        self,
+        producer_name: str,
+        graph_name: str,
+        domain: str,
+        description: str,
+        graph_description: str,
+        version: int,
+        custom_metadata_map: dict[str, str],
+    ):
+        self._set(
+            producer_name=producer_name,
+            graph_name=graph_name,
+            domain=domain,
+            description=description,
+            graph_description=graph_description,
+            version=version,
+            custom_metadata_map=custom_metadata_map,
+        )
 
 
 def get_available_providers() -> list[str]:
@@ -94,7 +121,7 @@ class InferenceSession(SessionAPI):
         t0 = time.perf_counter()
         if self._options.enable_cpu_mem_arena:
             memory.keep_freed_memory()  # large tensors reuse freed heap memory (memory.py)
-        with gc_paused(), session_kernels(getattr(self._options, "_custom_ops", ())):
+        with gc_paused(), _custom_kernels(getattr(self._options, "_custom_ops", ())):
             try:
                 model = self._build(path_or_bytes)
             except MemoryError as e:  # e.g. a sparse initializer of 2**40 values made dense
@@ -392,6 +419,16 @@ def _output_check(plan: Plan, model: ir.Model) -> OutputCheck:
     except Exception:  # an aid: a model inference cannot follow runs unchecked
         types = {}
     return OutputCheck(plan, types)
+
+
+def _custom_kernels(ops) -> contextlib.AbstractContextManager:
+    """The session's custom ops made visible while it is created (custom_ops.py, imported
+    only by sessions that have some)."""
+    if not ops:
+        return contextlib.nullcontext()
+    from .custom_ops import session_kernels
+
+    return session_kernels(ops)
 
 
 def _threads(node: ir.Node) -> str | None:

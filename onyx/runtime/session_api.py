@@ -8,14 +8,13 @@ InferenceSession (session.py) inherits these; they use its ``_model``, ``_plan``
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import logging
 import os
 import threading
 import time
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -52,6 +51,9 @@ _KEYWORDS = {
     "read_config_from_model": "onyx does not read onnxruntime's config from model metadata",
 }
 
+if TYPE_CHECKING:
+    import concurrent.futures
+
 _pool: concurrent.futures.ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
 _checked_lock = threading.Lock()
@@ -61,6 +63,8 @@ def _async_pool() -> concurrent.futures.ThreadPoolExecutor:
     global _pool
     with _pool_lock:
         if _pool is None:
+            import concurrent.futures  # (only run_async uses it: not at every import)
+
             _pool = concurrent.futures.ThreadPoolExecutor(
                 max_workers=max(2, os.cpu_count() or 2), thread_name_prefix="onyx-run-async"
             )

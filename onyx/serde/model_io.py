@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import mmap
 import os
-import tempfile
 from collections.abc import Iterable
 
 from google.protobuf.message import DecodeError
@@ -375,6 +374,8 @@ def _write_temp(target: str, chunks: Iterable, discard_on_error: list[str]) -> s
     """Write ``chunks`` to a new temporary file in ``target``'s folder (with ``target``'s
     permissions); its path. On failure the temporaries of ``discard_on_error`` go too."""
     folder = os.path.dirname(target) or "."
+    import tempfile  # (saving only: not at every import)
+
     tmp = None
     try:
         fd, tmp = tempfile.mkstemp(prefix=".onyx-", suffix=".tmp", dir=folder)

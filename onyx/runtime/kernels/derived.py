@@ -43,7 +43,8 @@ def derived(arr: np.ndarray, key: Hashable, make: Callable[[], Any]) -> Any:
     if hit is not None and hit[0]() is arr:
         return hit[1]
     value = make()
-    _cache[k] = (weakref.ref(arr, lambda _ref, k=k: _cache.pop(k, None)), value)
+    # (the callback holds the dict's pop: at interpreter exit the module's globals are gone)
+    _cache[k] = (weakref.ref(arr, lambda _ref, k=k, pop=_cache.pop: pop(k, None)), value)
     return value
 
 
