@@ -71,11 +71,12 @@ class Type:
     denotation: str | None
 
 
-@dataclass(init=False, repr=False, eq=False)
-class TensorType(Type, FrozenValue):
+class _ElementsOfShape(Type, FrozenValue):
+    """What a tensor type and a sparse tensor type share: an element type and a shape, the
+    two fields that make them equal (their dataclass fields are declared by each class)."""
+
     elem_type: DataType
-    shape: Shape | None = None
-    denotation: str | None = field(default=None, compare=False)
+    shape: Shape | None
 
     def __init__(self, elem_type: DataType, shape: Shape | None = None, denotation=None):
         # (tests first: types are made by the thousand at load and inference)
@@ -92,32 +93,23 @@ class TensorType(Type, FrozenValue):
 
     def __hash__(self) -> int:
         return hash((self.elem_type, self.shape))
+
+
+@dataclass(init=False, repr=False, eq=False)
+class TensorType(_ElementsOfShape):
+    elem_type: DataType
+    shape: Shape | None = None
+    denotation: str | None = field(default=None, compare=False)
 
     def __str__(self) -> str:
         return f"tensor({type_name(self.elem_type)})"
 
 
 @dataclass(init=False, repr=False, eq=False)
-class SparseTensorType(Type, FrozenValue):
+class SparseTensorType(_ElementsOfShape):
     elem_type: DataType
     shape: Shape | None = None
     denotation: str | None = field(default=None, compare=False)
-
-    def __init__(self, elem_type: DataType, shape: Shape | None = None, denotation=None):
-        # (tests first: types are made by the thousand at load and inference)
-        if type(elem_type) is not DataType:
-            elem_type = DataType(elem_type)
-        if shape is not None and type(shape) is not Shape:
-            shape = Shape(tuple(shape))
-        self.__dict__.update(elem_type=elem_type, shape=shape, denotation=denotation)
-
-    def __eq__(self, other):
-        if other.__class__ is self.__class__:
-            return self.elem_type == other.elem_type and self.shape == other.shape
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash((self.elem_type, self.shape))
 
     def __str__(self) -> str:
         return f"sparse_tensor({type_name(self.elem_type)})"

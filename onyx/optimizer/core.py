@@ -314,6 +314,38 @@ def other_input(node: ir.Node, v: ir.Value) -> ir.Value | None:
     return None
 
 
+def scale_of(ctx: PassContext, node: ir.Node | None, v: ir.Value) -> float | None:
+    """c when ``node`` is Mul(v, c), Mul(c, v) or Div(v, 1/c), c a nonzero float32 constant
+    scalar of rank <= 1 (so it cannot broadcast the result to a higher rank)."""
+    if is_op(node, "Mul"):
+        k = other_input(node, v)
+    elif is_op(node, "Div") and node.inputs[0] is v:
+        k = node.inputs[1]
+    else:
+        return None
+    c = ctx.const(k)
+    if c is None or c.size != 1 or c.ndim > 1 or c.dtype != np.float32 or not c.reshape(-1)[0]:
+        return None
+    c = float(c.reshape(-1)[0])
+    return c if node.op_type == "Mul" else 1 / c
+
+
+def as_int32(ctx: PassContext, v: ir.Value, casts: dict) -> ir.Value:
+    """v as int32: one Cast per value (``casts`` remembers them across a pass's matches),
+    placed right after v's producer, or first in the graph for an input."""
+    if v.type.elem_type == ir.DataType.INT32:
+        return v
+    if id(v) not in casts:
+        cast = ir.Node("Cast", [v], [ctx.fresh_name(v.name + "_int32")])
+        cast.set_attr("to", int(ir.DataType.INT32))
+        if v.producer is not None:
+            ctx.graph.insert_after(v.producer, cast)
+        else:
+            ctx.graph.insert_before(ctx.graph.nodes[0], cast)
+        casts[id(v)] = cast.outputs[0]
+    return casts[id(v)]
+
+
 def static_shape(v: ir.Value | None) -> tuple | None:
     s = v.shape if v is not None else None
     return tuple(s.dims) if s is not None else None

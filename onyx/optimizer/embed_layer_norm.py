@@ -11,7 +11,16 @@ from __future__ import annotations
 import numpy as np
 
 from .. import ir
-from .core import EXTENDED, MS, PassContext, graph_pass, is_op, same_dims, static_shape
+from .core import (
+    EXTENDED,
+    MS,
+    PassContext,
+    as_int32,
+    graph_pass,
+    is_op,
+    same_dims,
+    static_shape,
+)
 
 _INTS = (ir.DataType.INT64, ir.DataType.INT32)
 
@@ -121,7 +130,7 @@ def _match(ctx: PassContext, ln: ir.Node):
 
 def _fuse(ctx: PassContext, ln: ir.Node, found, casts: dict) -> None:
     tokens, position, dead = found
-    ids = [_int32(ctx, t[1], casts) for t in tokens]
+    ids = [as_int32(ctx, t[1], casts) for t in tokens]
     word, segment = tokens[0], tokens[1] if len(tokens) > 1 else None
     pos_ids = position[1]
     default = _default_positions(ctx, pos_ids, [t[1] for t in tokens])
@@ -138,7 +147,7 @@ def _fuse(ctx: PassContext, ln: ir.Node, found, casts: dict) -> None:
         gamma,
         beta,
         None,
-        None if default else _int32(ctx, pos_ids, casts),
+        None if default else as_int32(ctx, pos_ids, casts),
     ]
     while inputs[-1] is None:
         inputs.pop()
@@ -154,18 +163,3 @@ def _fuse(ctx: PassContext, ln: ir.Node, found, casts: dict) -> None:
     ctx.ensure_opset(MS)
     ctx.replace_nodes(ln, fused, dead)
     ctx.count("EmbedLayerNormFusion")
-
-
-def _int32(ctx: PassContext, v: ir.Value, casts: dict) -> ir.Value:
-    """v as int32 (one Cast per value, placed after its producer or first)."""
-    if v.type.elem_type == ir.DataType.INT32:
-        return v
-    if id(v) not in casts:
-        cast = ir.Node("Cast", [v], [ctx.fresh_name(v.name + "_int32")])
-        cast.set_attr("to", int(ir.DataType.INT32))
-        if v.producer is not None:
-            ctx.graph.insert_after(v.producer, cast)
-        else:
-            ctx.graph.insert_before(ctx.graph.nodes[0], cast)
-        casts[id(v)] = cast.outputs[0]
-    return casts[id(v)]

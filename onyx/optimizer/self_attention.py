@@ -20,7 +20,16 @@ from __future__ import annotations
 import numpy as np
 
 from .. import ir
-from .core import EXTENDED, MS, PassContext, graph_pass, is_op, other_input, static_shape
+from .core import (
+    EXTENDED,
+    MS,
+    PassContext,
+    as_int32,
+    graph_pass,
+    is_op,
+    scale_of,
+    static_shape,
+)
 
 _HEADS_PERM = [0, 2, 1, 3]
 _KEYS_T_PERM = [0, 2, 3, 1]
@@ -37,20 +46,6 @@ def _float32(v: ir.Value | None) -> bool:
 def _only_reader(ctx: PassContext, v: ir.Value, *op_types: str) -> ir.Node | None:
     n = ctx.single_use(v)
     return n if is_op(n, *op_types) else None
-
-
-def _scalar_factor(ctx: PassContext, node: ir.Node | None, v: ir.Value) -> float | None:
-    """c when ``node`` is v * c, c * v or v / (1 / c), c a float32 scalar constant."""
-    if is_op(node, "Mul"):
-        k = other_input(node, v)
-    elif is_op(node, "Div") and node.inputs[0] is v:
-        k = node.inputs[1]
-    else:
-        return None
-    c = ctx.const(k)
-    if c is None or c.size != 1 or c.ndim > 1 or c.dtype != np.float32 or not c.reshape(-1)[0]:
-        return None
-    return float(c.reshape(-1)[0]) if node.op_type == "Mul" else 1 / float(c.reshape(-1)[0])
 
 
 def _heads(ctx: PassContext, reshape: ir.Node, width: int) -> tuple[int, int] | None:
@@ -91,7 +86,7 @@ def _projection(ctx: PassContext, v: ir.Value, perm: list[int], reader: ir.Node)
     p = w.producer
     if is_op(p, "Mul", "Div") and ctx.single_use(w) is r:
         inner = next((i for i in p.inputs if ctx.const(i) is None), None)
-        c = _scalar_factor(ctx, p, inner) if inner is not None else None
+        c = scale_of(ctx, p, inner) if inner is not None else None
         if c is not None:
             nodes, factor, w = [*nodes, p], c, inner
     bias, p = None, w.producer
@@ -122,7 +117,7 @@ def _scores(ctx: PassContext, v: ir.Value):
     c = None
     if is_op(n, "Mul", "Div"):
         inner = next((i for i in n.inputs if ctx.const(i) is None), None)
-        c = _scalar_factor(ctx, n, inner) if inner is not None else None
+        c = scale_of(ctx, n, inner) if inner is not None else None
         mm = inner.producer if c is not None else None
         if is_op(mm, "MatMul") and ctx.single_use(inner) is n:
             return mm.inputs[0], mm.inputs[1], c, [n, mm]
@@ -304,7 +299,7 @@ def _fuse(ctx: PassContext, found, masks: dict[int, ir.Value]) -> None:
     bias = np.concatenate([zeros if p[2] is None else p[2].reshape(-1) for p in (q, k, v)])
     inputs = [x, ctx.add_const(weight, "attention_qkv_weight"), ctx.add_const(bias, "qkv_bias")]
     if mask is not None:
-        inputs.append(_mask_index(ctx, mask[0], masks))
+        inputs.append(as_int32(ctx, mask[0], masks))
     att = ir.Node(
         "Attention", inputs, 1, domain=MS, name=ctx.fresh_name((merge.name or "attn") + "_fused")
     )
@@ -315,18 +310,3 @@ def _fuse(ctx: PassContext, found, masks: dict[int, ir.Value]) -> None:
     ctx.ensure_opset(MS)
     ctx.replace_nodes(merge, att, nodes)
     ctx.count("SelfAttentionFusion")
-
-
-def _mask_index(ctx: PassContext, raw: ir.Value, masks: dict) -> ir.Value:
-    """The mask as Attention's int32 mask_index (one Cast per mask, shared by the layers)."""
-    if raw.type.elem_type == ir.DataType.INT32:
-        return raw
-    if id(raw) not in masks:
-        cast = ir.Node("Cast", [raw], [ctx.fresh_name(raw.name + "_int32")])
-        cast.set_attr("to", int(ir.DataType.INT32))
-        if raw.producer is not None:
-            ctx.graph.insert_after(raw.producer, cast)
-        else:
-            ctx.graph.insert_before(ctx.graph.nodes[0], cast)
-        masks[id(raw)] = cast.outputs[0]
-    return masks[id(raw)]

@@ -14,7 +14,16 @@ import math
 import numpy as np
 
 from .. import ir
-from .core import EXTENDED, MS, PassContext, graph_pass, is_op, other_input, static_shape
+from .core import (
+    EXTENDED,
+    MS,
+    PassContext,
+    graph_pass,
+    is_op,
+    other_input,
+    scale_of,
+    static_shape,
+)
 
 _FLOATS = {ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16, ir.DataType.BFLOAT16}
 
@@ -339,29 +348,13 @@ def _as_norm(c: np.ndarray | None, norm_shape: tuple) -> np.ndarray | None:
 # (registered after the GELU fusions: their final Mul(0.5) must not be taken as a MatMul scale)
 
 
-def _scale_of(ctx: PassContext, node: ir.Node | None, v: ir.Value) -> float | None:
-    """c when ``node`` is Mul(v, c), Mul(c, v) or Div(v, 1/c), c a constant scalar of rank <= 1
-    (so it cannot broadcast the result to a higher rank)."""
-    if is_op(node, "Mul"):
-        k = other_input(node, v)
-    elif is_op(node, "Div") and node.inputs[0] is v:
-        k = node.inputs[1]
-    else:
-        return None
-    c = ctx.const(k)
-    if c is None or c.size != 1 or c.ndim > 1 or c.dtype != np.float32 or not c.reshape(-1)[0]:
-        return None
-    c = float(c.reshape(-1)[0])
-    return c if node.op_type == "Mul" else 1 / c
-
-
 def _scaled_operand(ctx: PassContext, v: ir.Value, mm: ir.Node):
     """(x, c, node) when MatMul operand v is x * c (read by nothing else), else None."""
     p = v.producer
     if p is None or ctx.single_use(v) is not mm:
         return None
     for x in p.inputs if is_op(p, "Mul") else p.inputs[:1] if is_op(p, "Div") else ():
-        c = _scale_of(ctx, p, x)
+        c = scale_of(ctx, p, x)
         if c is not None and ctx.const(x) is None:
             return x, c, p
     return None
@@ -390,7 +383,7 @@ def matmul_scale(ctx: PassContext) -> bool:
                 dead.append(node)
         last = mm
         after = ctx.single_use(mm.outputs[0])
-        c = _scale_of(ctx, after, mm.outputs[0]) if after is not None else None
+        c = scale_of(ctx, after, mm.outputs[0]) if after is not None else None
         if c is not None:
             alpha *= c
             dead.append(mm)
