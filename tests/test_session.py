@@ -312,8 +312,8 @@ def test_intra_op_threads_reach_the_native_kernels_and_blas(monkeypatch):
     assert conv.pool_heavy == native.available()
     if native.conv_f32_ok():
         assert seen == [1]
-    options.intra_op_num_threads = 2
-    conv.run(None, {"x": x})
+    options.intra_op_num_threads = 2  # (read at creation, as onnxruntime does: a new session)
+    onyx.InferenceSession(_conv_relu_model(), options).run(None, {"x": x})
     assert limits == [1, 1 if native.available() else 2]
     matmul = make_model([helper.make_node("MatMul", ["a", "b"], ["y"])],
                         [vi("a", TensorProto.FLOAT, [2, 3]), vi("b", TensorProto.FLOAT, [3, 4])],
