@@ -16,7 +16,7 @@ from __future__ import annotations
 import enum
 import sys
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
 # ``logging`` is imported when something is logged, not at import: a session that logs nothing
@@ -180,9 +180,38 @@ _IGNORED_METHODS = {
 
 
 class _Warns:
-    """Warn when a field onyx ignores is given a value that asks for something."""
+    """Warn when a field onyx ignores is given a value that asks for something.
+
+    Also the ``__init__``, ``__repr__`` and ``__eq__`` that ``@dataclass`` would give its
+    subclasses (declared ``@dataclass(init=False, repr=False, eq=False)``), written once:
+    ``@dataclass`` compiles each class's methods from source when it is defined, which every
+    cold start paid. The fields stay dataclass fields (``dataclasses.fields``, ``replace``)."""
 
     _ignored: dict[str, tuple[Any, str]] = {}
+    __hash__ = None  # (mutable and compared by value, as @dataclass(eq=True) leaves it)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        cls = type(self).__name__
+        names = [f.name for f in fields(self)]
+        if len(args) > len(names):
+            raise TypeError(
+                f"{cls}.__init__() takes {len(names) + 1} positional arguments but "
+                f"{len(args) + 1} were given"
+            )
+        for name, value in zip(names, args):
+            if name in kwargs:
+                raise TypeError(f"{cls}.__init__() got multiple values for argument '{name}'")
+            kwargs[name] = value
+        for f in fields(self):
+            if f.name in kwargs:
+                value = kwargs.pop(f.name)
+            else:
+                value = f.default if f.default is not MISSING else f.default_factory()
+            setattr(self, f.name, value)  # (through __setattr__: ignored fields warn)
+        if kwargs:
+            raise TypeError(
+                f"{cls}.__init__() got an unexpected keyword argument '{next(iter(kwargs))}'"
+            )
 
     def __setattr__(self, name: str, value: Any) -> None:
         ignored = self._ignored.get(name)
@@ -190,8 +219,20 @@ class _Warns:
             warn_ignored(f"{type(self).__name__}.{name} = {value!r}", ignored[1])
         object.__setattr__(self, name, value)
 
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.repr)
+        return f"{type(self).__qualname__}({shown})"
 
-@dataclass
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is self.__class__:
+            return self._compared() == other._compared()
+        return NotImplemented
+
+    def _compared(self) -> tuple:
+        return tuple([getattr(self, f.name) for f in fields(self) if f.compare])
+
+
+@dataclass(init=False, repr=False, eq=False)
 class SessionOptions(_Warns):
     """onnxruntime's SessionOptions: same fields, defaults and methods."""
 
@@ -298,7 +339,7 @@ _HONORED_SESSION_CONFIG = frozenset(
 )
 
 
-@dataclass
+@dataclass(init=False, repr=False, eq=False)
 class RunOptions(_Warns):
     """onnxruntime's RunOptions. ``terminate = True`` (from another thread, or before the
     run) stops a run between two nodes with a RuntimeFailure."""
