@@ -53,7 +53,7 @@ import numpy as np
 
 from .. import ir
 from ..ir.dtypes import to_numpy
-from ..ir.frozen import FrozenValue
+from ..ir.frozen import DataValue, FrozenValue
 from ..runtime.registry import ONYX_DOMAIN
 from .core import EXTENDED, MS, STANDARD, PassContext, graph_pass, is_op, producer
 
@@ -298,8 +298,8 @@ def _clip_bounds(ctx: PassContext, clip: ir.Node) -> tuple[float, float] | None:
 # ----------------------------------------------------------------------------------- fusions
 
 
-@dataclass
-class Fusion:
+@dataclass(init=False, repr=False, eq=False)
+class Fusion(DataValue):
     """What replaces a unit: the fused node's op, inputs and attributes; ``last`` is the node
     whose output it takes over (the Q, or the op itself for a float QGemm), ``dead`` the other
     nodes of the unit, ``dqs`` the DQ nodes read (removed when nothing else reads them)."""
@@ -313,6 +313,23 @@ class Fusion:
     dqs: tuple[ir.Node, ...]
     carried: tuple[str, ...] = ()  # the target's attributes to carry over
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def __init__(
+        self,
+        op_type: str,
+        domain: str,
+        inputs: list,
+        target: ir.Node,
+        last: ir.Node,
+        dead: tuple[ir.Node, ...],
+        dqs: tuple[ir.Node, ...],
+        carried: tuple[str, ...] = (),
+        extra: dict[str, Any] | None = None,
+    ):
+        self.op_type, self.domain, self.inputs = op_type, domain, inputs
+        self.target, self.last, self.dead, self.dqs = target, last, dead, dqs
+        self.carried = carried
+        self.extra = {} if extra is None else extra
 
 
 def _fusion(
