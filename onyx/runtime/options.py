@@ -179,6 +179,20 @@ _IGNORED_METHODS = {
 }
 
 
+_DEFAULTS: dict[type, tuple] = {}
+
+
+def _defaults(cls: type) -> tuple:
+    """(name, default, default factory or None) of each of ``cls``'s fields, found once."""
+    found = _DEFAULTS.get(cls)
+    if found is None:
+        found = _DEFAULTS[cls] = tuple(
+            (f.name, f.default, None if f.default_factory is MISSING else f.default_factory)
+            for f in fields(cls)
+        )
+    return found
+
+
 class _Warns:
     """Warn when a field onyx ignores is given a value that asks for something.
 
@@ -192,22 +206,22 @@ class _Warns:
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         cls = type(self).__name__
-        names = [f.name for f in fields(self)]
-        if len(args) > len(names):
+        defaults = _defaults(type(self))
+        if len(args) > len(defaults):
             raise TypeError(
-                f"{cls}.__init__() takes {len(names) + 1} positional arguments but "
+                f"{cls}.__init__() takes {len(defaults) + 1} positional arguments but "
                 f"{len(args) + 1} were given"
             )
-        for name, value in zip(names, args):
+        for (name, _, _), value in zip(defaults, args):
             if name in kwargs:
                 raise TypeError(f"{cls}.__init__() got multiple values for argument '{name}'")
             kwargs[name] = value
-        for f in fields(self):
-            if f.name in kwargs:
-                value = kwargs.pop(f.name)
+        for name, default, factory in defaults:
+            if name in kwargs:
+                value = kwargs.pop(name)
             else:
-                value = f.default if f.default is not MISSING else f.default_factory()
-            setattr(self, f.name, value)  # (through __setattr__: ignored fields warn)
+                value = default if factory is None else factory()
+            setattr(self, name, value)  # (through __setattr__: ignored fields warn)
         if kwargs:
             raise TypeError(
                 f"{cls}.__init__() got an unexpected keyword argument '{next(iter(kwargs))}'"
