@@ -33,6 +33,7 @@ from .ir import (
     Value,
 )
 from .ir.dtypes import bit_width, type_name
+from .ir.frozen import FrozenValue
 from .ir.opsets import canonical_domain, opset_for
 from .ir.tensor import wire_size
 from .utils import gc_paused
@@ -68,12 +69,16 @@ _DTYPE_FEATURE = {
 }
 
 
-@dataclass(frozen=True)
-class Problem:
+# (FrozenValue: what frozen=True gives, without compiling methods at every import)
+@dataclass(init=False, repr=False, eq=False)
+class Problem(FrozenValue):
     rule: str  # a short identifier, e.g. "ssa", "undefined-input", "attribute-type"
     message: str
     graph: str = ""
     node: str = ""
+
+    def __init__(self, rule: str, message: str, graph: str = "", node: str = ""):
+        self._set(rule=rule, message=message, graph=graph, node=node)
 
     def __str__(self) -> str:
         where = []

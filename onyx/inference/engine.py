@@ -36,6 +36,7 @@ from ..ir import (
     opset_for,
 )
 from ..ir.dtypes import BY_NAME
+from ..ir.frozen import DataValue
 from . import symbolic as sym
 
 Dim = int | str | None
@@ -70,12 +71,17 @@ class InferenceError(Exception):
     """A rule found the node's inputs inconsistent (an error in strict mode)."""
 
 
-@dataclass
-class Data:
+# (DataValue: what @dataclass gives, without compiling methods at every import)
+@dataclass(init=False, repr=False, eq=False)
+class Data(DataValue):
     """Propagated contents of a 0-D or 1-D integer tensor: dims that may be symbols or None."""
 
     dims: list
     scalar: bool = False
+
+    def __init__(self, dims: list, scalar: bool = False):
+        self.dims = dims
+        self.scalar = scalar
 
     def known(self) -> bool:
         return all(isinstance(d, int) for d in self.dims)

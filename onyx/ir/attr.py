@@ -6,6 +6,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
+from .frozen import DataValue
+
 
 class AttrType(enum.IntEnum):
     """AttributeProto.AttributeType values."""
@@ -27,8 +29,9 @@ class AttrType(enum.IntEnum):
     TYPE_PROTOS = 14
 
 
-@dataclass
-class Attr:
+# (DataValue: what @dataclass gives, without compiling methods at every import)
+@dataclass(init=False, repr=False, eq=False)
+class Attr(DataValue):
     """One attribute. Values by type:
 
     FLOAT float, INT int, STRING bytes-or-str (``str`` when valid UTF-8), TENSOR ir.Tensor,
@@ -43,6 +46,22 @@ class Attr:
     doc_string: str = ""
     ref_attr_name: str = ""
     extras: Any = field(default=None, repr=False, compare=False)
+
+    def __init__(
+        self,
+        name: str,
+        type: AttrType,
+        value: Any = None,
+        doc_string: str = "",
+        ref_attr_name: str = "",
+        extras: Any = None,
+    ):
+        self.name = name
+        self.type = type
+        self.value = value
+        self.doc_string = doc_string
+        self.ref_attr_name = ref_attr_name
+        self.extras = extras
 
     @property
     def is_ref(self) -> bool:

@@ -60,3 +60,15 @@ def _field_names(cls: type, kind: str) -> tuple[str, ...]:
             names = tuple(f.name for f in fields if getattr(f, kind))
         _FIELD_NAMES[key] = names
     return names
+
+
+class DataValue:
+    """What a plain ``@dataclass`` gives a class (equality over its compared fields, no hash,
+    a repr of its fields), for mutable classes decorated ``@dataclass(init=False, repr=False,
+    eq=False)`` that write their own ``__init__`` (why: FrozenValue's)."""
+
+    __slots__ = ()
+    __hash__ = None  # (mutable and compared by value, as @dataclass(eq=True) leaves it)
+    __eq__ = FrozenValue.__eq__
+    __repr__ = FrozenValue.__repr__
+    _values = FrozenValue._values

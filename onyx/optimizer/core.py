@@ -18,7 +18,7 @@ import numpy as np
 
 from .. import ir
 from ..ir.dtypes import from_numpy
-from ..ir.frozen import FrozenValue
+from ..ir.frozen import DataValue, FrozenValue
 
 BASIC, EXTENDED, ALL = 1, 2, 99
 LEVELS = {"disabled": 0, "none": 0, "basic": BASIC, "extended": EXTENDED, "all": ALL}
@@ -77,8 +77,9 @@ def pass_of(fn: Callable) -> Pass:
     return fn.graph_pass
 
 
-@dataclass
-class PassContext:
+# (DataValue: what @dataclass gives, without compiling methods at every import)
+@dataclass(init=False, repr=False, eq=False)
+class PassContext(DataValue):
     """What a pass works on: the (cloned) model and its main graph, plus shared helpers."""
 
     model: ir.Model
@@ -106,6 +107,38 @@ class PassContext:
     for_session: bool = False
 
     _op_types: tuple[int, frozenset[str]] | None = None
+
+    def __init__(
+        self,
+        model: ir.Model,
+        stats: dict[str, int] | None = None,
+        enabled: frozenset[str] = frozenset(),
+        _names: set[str] | None = None,
+        _suffixes: dict[str, int] | None = None,
+        _declared: tuple | None = None,
+        version: int = 0,
+        idle: dict[str, int] | None = None,
+        ran: set[str] | None = None,
+        memo: dict | None = None,
+        results: list[PassResult] | None = None,
+        unbounded_folding: bool = False,
+        for_session: bool = False,
+        _op_types: tuple[int, frozenset[str]] | None = None,
+    ):
+        self.model = model
+        self.stats = {} if stats is None else stats
+        self.enabled = enabled
+        self._names = _names
+        self._suffixes = {} if _suffixes is None else _suffixes
+        self._declared = _declared
+        self.version = version
+        self.idle = {} if idle is None else idle
+        self.ran = set() if ran is None else ran
+        self.memo = {} if memo is None else memo
+        self.results = [] if results is None else results
+        self.unbounded_folding = unbounded_folding
+        self.for_session = for_session
+        self._op_types = _op_types
 
     def op_types(self) -> frozenset[str]:
         """Op types of every node, subgraphs included (found again after each change)."""

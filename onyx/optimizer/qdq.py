@@ -53,6 +53,7 @@ import numpy as np
 
 from .. import ir
 from ..ir.dtypes import to_numpy
+from ..ir.frozen import DataValue, FrozenValue
 from ..runtime.registry import ONYX_DOMAIN
 from .core import EXTENDED, MS, STANDARD, PassContext, graph_pass, is_op, producer
 
@@ -66,8 +67,9 @@ _BIAS_SCALE_RTOL = 1e-6
 # ------------------------------------------------------------------------ quantization params
 
 
-@dataclass(frozen=True)
-class QParams:
+# (FrozenValue: what frozen=True gives, without compiling methods at every import)
+@dataclass(init=False, repr=False, eq=False)
+class QParams(FrozenValue):
     """One Q or DQ node's quantization: its integer tensor, scale and zero point."""
 
     tensor: ir.Value  # DQ: its input; Q: its output
@@ -76,6 +78,16 @@ class QParams:
     scales: np.ndarray  # float32, flat
     zero_points: np.ndarray  # flat, of the integer type
     axis: int | None  # the quantized axis (non-negative) when per axis
+
+    def __init__(self, tensor, scale, zero_point, scales, zero_points, axis):
+        self._set(
+            tensor=tensor,
+            scale=scale,
+            zero_point=zero_point,
+            scales=scales,
+            zero_points=zero_points,
+            axis=axis,
+        )
 
     @property
     def dtype(self) -> np.dtype:
@@ -213,13 +225,16 @@ def _close(x: np.ndarray, y: np.ndarray) -> bool:
 # ---------------------------------------------------------------------------- the output side
 
 
-@dataclass(frozen=True)
-class Output:
+@dataclass(init=False, repr=False, eq=False)
+class Output(FrozenValue):
     """The Q ending a unit, and the nodes between the op and it (a redundant Relu/Clip)."""
 
     q: ir.Node
     params: QParams
     between: tuple[ir.Node, ...]
+
+    def __init__(self, q: ir.Node, params: QParams, between: tuple[ir.Node, ...]):
+        self._set(q=q, params=params, between=between)
 
     def inputs(self) -> list:
         return [self.params.scale, self.params.zero_point]
@@ -283,8 +298,8 @@ def _clip_bounds(ctx: PassContext, clip: ir.Node) -> tuple[float, float] | None:
 # ----------------------------------------------------------------------------------- fusions
 
 
-@dataclass
-class Fusion:
+@dataclass(init=False, repr=False, eq=False)
+class Fusion(DataValue):
     """What replaces a unit: the fused node's op, inputs and attributes; ``last`` is the node
     whose output it takes over (the Q, or the op itself for a float QGemm), ``dead`` the other
     nodes of the unit, ``dqs`` the DQ nodes read (removed when nothing else reads them)."""
@@ -298,6 +313,23 @@ class Fusion:
     dqs: tuple[ir.Node, ...]
     carried: tuple[str, ...] = ()  # the target's attributes to carry over
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def __init__(
+        self,
+        op_type: str,
+        domain: str,
+        inputs: list,
+        target: ir.Node,
+        last: ir.Node,
+        dead: tuple[ir.Node, ...],
+        dqs: tuple[ir.Node, ...],
+        carried: tuple[str, ...] = (),
+        extra: dict[str, Any] | None = None,
+    ):
+        self.op_type, self.domain, self.inputs = op_type, domain, inputs
+        self.target, self.last, self.dead, self.dqs = target, last, dead, dqs
+        self.carried = carried
+        self.extra = {} if extra is None else extra
 
 
 def _fusion(
@@ -395,8 +427,8 @@ def _binary(fused: str) -> Callable[[PassContext, ir.Node], Fusion | None]:
     return build
 
 
-@dataclass(frozen=True)
-class Unary:
+@dataclass(init=False, repr=False, eq=False)
+class Unary(FrozenValue):
     """A one-input op's fused form: its com.microsoft op, the attributes it carries over, and
     ``extra``: (attributes it reads itself, a function giving the fused node's other
     attributes or None when the node does not qualify)."""
@@ -404,6 +436,9 @@ class Unary:
     fused: str
     carried: tuple[str, ...] = ()
     extra: tuple[tuple[str, ...], Callable[[PassContext, ir.Node], dict | None]] | None = None
+
+    def __init__(self, fused: str, carried: tuple[str, ...] = (), extra=None):
+        self._set(fused=fused, carried=carried, extra=extra)
 
 
 def _softmax_attributes(ctx: PassContext, node: ir.Node) -> dict:

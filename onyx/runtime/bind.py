@@ -14,6 +14,7 @@ from typing import Any
 
 from .. import ir
 from ..errors import NotImplementedOp, OnyxError
+from ..ir.frozen import DataValue
 from .registry import Kernel, lookup
 from .values import attr_value
 
@@ -24,7 +25,8 @@ def node_label(node: ir.Node) -> str:
     return f"node {node.name!r} ({dom}{node.op_type})" if node.name else f"{dom}{node.op_type} node"
 
 
-@dataclass(eq=False)
+# (repr=False, init=False: what @dataclass would compile at every import, written here)
+@dataclass(init=False, repr=False, eq=False)
 class Step:
     """A node bound to what runs it. The slot fields are the plan's (empty outside a plan)."""
 
@@ -42,6 +44,29 @@ class Step:
     frees: tuple[int, ...] = ()
     reads: tuple[int, ...] = ()  # slots read, including outer values its subgraphs capture
     uses_frame: bool = False  # runs subgraphs that read this frame's values (If, Loop, ...)
+
+    def __init__(
+        self,
+        node: ir.Node,
+        fn: Any,
+        takes_ctx: bool,
+        attrs: dict,
+        n_outputs: int,
+        outputs_wanted: tuple[bool, ...],
+        opset: int,
+        n_inputs: int = 0,
+        ins: tuple[int, ...] = (),
+        outs: tuple[int, ...] = (),
+        frees: tuple[int, ...] = (),
+        reads: tuple[int, ...] = (),
+        uses_frame: bool = False,
+    ):
+        self.node, self.fn, self.takes_ctx, self.attrs = node, fn, takes_ctx, attrs
+        self.n_outputs, self.outputs_wanted, self.opset = n_outputs, outputs_wanted, opset
+        self.n_inputs, self.ins, self.outs = n_inputs, ins, outs
+        self.frees, self.reads, self.uses_frame = frees, reads, uses_frame
+
+    __repr__ = DataValue.__repr__
 
     def label(self) -> str:
         return node_label(self.node)

@@ -14,13 +14,29 @@ default set by :func:`set_default_logger_severity`, 2 unless changed) drives the
 from __future__ import annotations
 
 import enum
-import logging
 import sys
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
-logger = logging.getLogger("onyx")
+# ``logging`` is imported when something is logged, not at import: a session that logs nothing
+# (the default severity) never needs it, and it costs a few ms of a cold start. The "onyx"
+# logger is ``logger`` (module attribute, made on first use).
+
+#: logging's levels (its fixed values), without importing it.
+DEBUG, INFO, WARNING, ERROR, CRITICAL = 10, 20, 30, 40, 50
+
+
+def _logger():
+    import logging
+
+    return logging.getLogger("onyx")
+
+
+def __getattr__(name: str):
+    if name == "logger":
+        return _logger()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class GraphOptimizationLevel(enum.IntEnum):
@@ -57,18 +73,18 @@ def warn_ignored(what: str, why: str = "") -> None:
         return
     _warned.add(what)
     message = f"onyx ignores {what}" + (f": {why}" if why else "")
-    logger.info(message)  # (the warning is what the user sees; logged too for log files)
+    _logger().info(message)  # (the warning is what the user sees; logged too for log files)
     warnings.warn(message, IgnoredOptionWarning, stacklevel=3)
 
 
 # -- logging -----------------------------------------------------------------------------------
 
 _SEVERITY_TO_LEVEL = {
-    0: logging.DEBUG,
-    1: logging.INFO,
-    2: logging.WARNING,
-    3: logging.ERROR,
-    4: logging.CRITICAL,
+    0: DEBUG,
+    1: INFO,
+    2: WARNING,
+    3: ERROR,
+    4: CRITICAL,
 }
 _default_severity = 2
 _default_verbosity = 0
@@ -96,14 +112,17 @@ class SessionLog:
 
     def __init__(self, severity: int = -1, logid: str = "", verbosity: int = 0):
         severity = _default_severity if severity is None or severity < 0 else int(severity)
-        self.level = _SEVERITY_TO_LEVEL.get(min(severity, 4), logging.WARNING)
+        self.level = _SEVERITY_TO_LEVEL.get(min(severity, 4), WARNING)
         self.logid = logid
         self.verbosity = max(int(verbosity or 0), _default_verbosity)
-        if self.level < logging.WARNING:
+        if self.level < WARNING:
             _ensure_handler()
 
     def enabled(self, level: int) -> bool:
-        if logger.level != logging.NOTSET:  # the application set onyx's level: it decides
+        if "logging" not in sys.modules:  # nobody can have configured the "onyx" logger yet
+            return level >= self.level
+        logger = _logger()
+        if logger.level != 0:  # (NOTSET) the application set onyx's level: it decides
             return logger.isEnabledFor(level)
         return level >= self.level and not logger.disabled
 
@@ -111,24 +130,28 @@ class SessionLog:
         if not self.enabled(level):
             return
         prefix = f"[{self.logid}] " if self.logid else ""
+        logger = _logger()
         record = logger.makeRecord(logger.name, level, "(onyx)", 0, prefix + message, args, None)
         logger.handle(record)
 
     def debug(self, message: str, *args: Any) -> None:
-        self.log(logging.DEBUG, message, *args)
+        self.log(DEBUG, message, *args)
 
     def info(self, message: str, *args: Any) -> None:
-        self.log(logging.INFO, message, *args)
+        self.log(INFO, message, *args)
 
     def warning(self, message: str, *args: Any) -> None:
-        self.log(logging.WARNING, message, *args)
+        self.log(WARNING, message, *args)
 
 
-_handler: logging.Handler | None = None
+_handler = None  # the logging.Handler onyx added, if any
 
 
 def _ensure_handler() -> None:
+    import logging
+
     global _handler
+    logger = logging.getLogger("onyx")
     if _handler is None and not logger.hasHandlers():
         _handler = logging.StreamHandler(sys.stderr)
         _handler.setFormatter(logging.Formatter("%(asctime)s [%(levelname)s:onyx] %(message)s"))
@@ -156,10 +179,53 @@ _IGNORED_METHODS = {
 }
 
 
+_DEFAULTS: dict[type, tuple] = {}
+
+
+def _defaults(cls: type) -> tuple:
+    """(name, default, default factory or None) of each of ``cls``'s fields, found once."""
+    found = _DEFAULTS.get(cls)
+    if found is None:
+        found = _DEFAULTS[cls] = tuple(
+            (f.name, f.default, None if f.default_factory is MISSING else f.default_factory)
+            for f in fields(cls)
+        )
+    return found
+
+
 class _Warns:
-    """Warn when a field onyx ignores is given a value that asks for something."""
+    """Warn when a field onyx ignores is given a value that asks for something.
+
+    Also the ``__init__``, ``__repr__`` and ``__eq__`` that ``@dataclass`` would give its
+    subclasses (declared ``@dataclass(init=False, repr=False, eq=False)``), written once:
+    ``@dataclass`` compiles each class's methods from source when it is defined, which every
+    cold start paid. The fields stay dataclass fields (``dataclasses.fields``, ``replace``)."""
 
     _ignored: dict[str, tuple[Any, str]] = {}
+    __hash__ = None  # (mutable and compared by value, as @dataclass(eq=True) leaves it)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        cls = type(self).__name__
+        defaults = _defaults(type(self))
+        if len(args) > len(defaults):
+            raise TypeError(
+                f"{cls}.__init__() takes {len(defaults) + 1} positional arguments but "
+                f"{len(args) + 1} were given"
+            )
+        for (name, _, _), value in zip(defaults, args):
+            if name in kwargs:
+                raise TypeError(f"{cls}.__init__() got multiple values for argument '{name}'")
+            kwargs[name] = value
+        for name, default, factory in defaults:
+            if name in kwargs:
+                value = kwargs.pop(name)
+            else:
+                value = default if factory is None else factory()
+            setattr(self, name, value)  # (through __setattr__: ignored fields warn)
+        if kwargs:
+            raise TypeError(
+                f"{cls}.__init__() got an unexpected keyword argument '{next(iter(kwargs))}'"
+            )
 
     def __setattr__(self, name: str, value: Any) -> None:
         ignored = self._ignored.get(name)
@@ -167,8 +233,20 @@ class _Warns:
             warn_ignored(f"{type(self).__name__}.{name} = {value!r}", ignored[1])
         object.__setattr__(self, name, value)
 
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.repr)
+        return f"{type(self).__qualname__}({shown})"
 
-@dataclass
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is self.__class__:
+            return self._compared() == other._compared()
+        return NotImplemented
+
+    def _compared(self) -> tuple:
+        return tuple([getattr(self, f.name) for f in fields(self) if f.compare])
+
+
+@dataclass(init=False, repr=False, eq=False)
 class SessionOptions(_Warns):
     """onnxruntime's SessionOptions: same fields, defaults and methods."""
 
@@ -275,7 +353,7 @@ _HONORED_SESSION_CONFIG = frozenset(
 )
 
 
-@dataclass
+@dataclass(init=False, repr=False, eq=False)
 class RunOptions(_Warns):
     """onnxruntime's RunOptions. ``terminate = True`` (from another thread, or before the
     run) stops a run between two nodes with a RuntimeFailure."""

@@ -25,6 +25,7 @@ import numpy as np
 
 from .. import ir
 from ..errors import OnyxError, RuntimeFailure
+from ..ir.frozen import DataValue
 from .bind import Step, StepContext, bind, find_kernel, no_kernel, node_label
 from .fpstate import ignoring_fp_errors
 from .registry import ONYX_DOMAIN, lookup
@@ -53,16 +54,20 @@ class Frame:
         self.plan, self.slots, self.parent = plan, slots, parent
 
 
-@dataclass
-class Compiler:
+# (DataValue: what @dataclass gives, without compiling methods at every import)
+@dataclass(init=False, repr=False, eq=False)
+class Compiler(DataValue):
     """What compiling needs beyond one graph: the model's functions and opsets."""
 
     model: ir.Model
     strict_attributes: bool = True
     functions: dict = field(default_factory=dict)
 
-    def __post_init__(self):
-        self.functions = {(f.domain, f.name): f for f in self.model.functions.values()}
+    def __init__(self, model: ir.Model, strict_attributes: bool = True, functions=None):
+        self.model = model
+        self.strict_attributes = strict_attributes
+        # (whatever is passed, the model's own functions: as the dataclass's __post_init__ did)
+        self.functions = {(f.domain, f.name): f for f in model.functions.values()}
 
 
 class Plan:

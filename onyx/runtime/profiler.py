@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from datetime import datetime
@@ -49,6 +48,8 @@ class Profiler:
         )
 
     def write(self) -> str:
+        import json  # (profiling only: not at every import)
+
         tmp = self.path + ".tmp"
         with open(tmp, "w") as f:
             json.dump(self.events, f)

@@ -9,7 +9,6 @@ InferenceSession (session.py) inherits these; they use its ``_model``, ``_plan``
 from __future__ import annotations
 
 import dataclasses
-import logging
 import os
 import threading
 import time
@@ -21,7 +20,7 @@ import numpy as np
 from .. import ir
 from ..errors import InvalidArgument, RuntimeFailure
 from .iobinding import IOBinding
-from .options import SessionLog, SessionOptions, warn_ignored
+from .options import DEBUG, SessionLog, SessionOptions, warn_ignored
 from .ortvalue import OrtValue, unwrap
 
 CPU = "CPUExecutionProvider"
@@ -147,7 +146,7 @@ class SessionAPI:
         self._log = SessionLog(
             options.log_severity_level, options.logid, options.log_verbosity_level
         )
-        self._log_runs = self._log.enabled(logging.DEBUG) and self._log.verbosity > 0
+        self._log_runs = self._log.enabled(DEBUG) and self._log.verbosity > 0
         return options
 
     def _apply_options(self, model: ir.Model, owned: bool) -> ir.Model:
@@ -166,7 +165,7 @@ class SessionAPI:
             _override_initializer(model.graph, name, unwrap(value))
         if dims or denotations:
             _fix_free_dims(model.graph, dims, denotations)
-        if self._log.enabled(logging.DEBUG):
+        if self._log.enabled(DEBUG):
             self._ops_before = Counter(n.op_type for n in model.graph)
         self._log.info(
             "loaded model: %d nodes, opsets %s", len(model.graph), dict(model.opset_imports)
@@ -177,7 +176,7 @@ class SessionAPI:
         self._profiling_start_ns = time.time_ns() if self._profiler is not None else 0
         log = self._log
         log.info("session created in %.1f ms", self.session_creation_seconds * 1e3)
-        if log.enabled(logging.DEBUG):
+        if log.enabled(DEBUG):
             after = Counter(s.node.op_type for s in self._plan.steps)
             before = getattr(self, "_ops_before", Counter())
             log.debug(
