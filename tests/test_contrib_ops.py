@@ -407,3 +407,29 @@ def test_skip_layer_norm_native_set_up_is_per_signature():
         want = rows.skip_layer_norm_checked(x, skip, scale, bias, add, 1e-5)
         for g, w in zip(got, want):
             np.testing.assert_array_equal(g, w)
+
+
+def test_bias_gelu_native_set_up_is_per_signature():
+    """BiasGelu's kept set-up of a constant bias (its address, the thread split) serves only
+    its own signature: a second shape, another bias and a writeable (fed) bias each give the
+    bits of the add then erf_f32's GELU."""
+    from onyx.runtime import native
+    from onyx.runtime.kernels.contrib import _GELU_SCALE, _P32, _Q32
+
+    if not native.available():
+        pytest.skip(f"native: {native.status()}")
+    biases = [RNG.standard_normal(24).astype(np.float32) for _ in range(2)]
+    for b in biases:
+        b.flags.writeable = False
+    calls = [
+        ((1, 4), biases[0]),
+        ((2, 7), biases[0]),
+        ((2, 7), biases[1]),
+        ((2, 7), biases[1].copy()),
+    ]
+    for shape, bias in calls:
+        x = RNG.standard_normal(shape + (24,)).astype(np.float32) * 3
+        got = native.bias_gelu_f32(x, bias, _GELU_SCALE, _P32, _Q32)
+        want = x + bias
+        assert native.erf_f32(want, want, _GELU_SCALE, True, _P32, _Q32)
+        np.testing.assert_array_equal(got, want)
