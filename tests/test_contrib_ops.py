@@ -377,3 +377,59 @@ def test_skip_layer_normalization_native(with_beta, with_bias):
         for g, w in zip(got[:3], norm):
             np.testing.assert_array_equal(g, w)
     np.testing.assert_allclose(got[3], expected[3], rtol=1e-6, atol=1e-6)
+
+
+def test_skip_layer_norm_native_set_up_is_per_signature():
+    """The kept set-up of constant parameters (their addresses, the row count's thread split)
+    serves only its own signature: a second shape, other parameter arrays and writeable
+    (fed) parameters each give the bits of the path that checks everything on each call."""
+    from onyx.runtime import native
+    from onyx.runtime.native import rows
+
+    if not native.available():
+        pytest.skip(f"native: {native.status()}")
+
+    def frozen(a):
+        a.flags.writeable = False
+        return a
+
+    hidden = 35
+    params = [frozen(RNG.standard_normal(hidden).astype(np.float32)) for _ in range(6)]
+    calls = [
+        ((1, 4), params[0], params[1], None),
+        ((3, 9), params[0], params[1], None),  # (a new shape, the same parameters)
+        ((3, 9), params[2], None, params[3]),  # (the same shape, other parameters)
+        ((3, 9), params[4].copy(), params[5], None),  # (a writeable scale: not kept)
+    ]
+    for shape, scale, bias, add in calls:
+        x, skip = (RNG.standard_normal(shape + (hidden,)).astype(np.float32) for _ in range(2))
+        got = native.skip_layer_norm_f32(x, skip, scale, bias, add, 1e-5)
+        want = rows.skip_layer_norm_checked(x, skip, scale, bias, add, 1e-5)
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g, w)
+
+
+def test_bias_gelu_native_set_up_is_per_signature():
+    """BiasGelu's kept set-up of a constant bias (its address, the thread split) serves only
+    its own signature: a second shape, another bias and a writeable (fed) bias each give the
+    bits of the add then erf_f32's GELU."""
+    from onyx.runtime import native
+    from onyx.runtime.kernels.contrib import _GELU_SCALE, _P32, _Q32
+
+    if not native.available():
+        pytest.skip(f"native: {native.status()}")
+    biases = [RNG.standard_normal(24).astype(np.float32) for _ in range(2)]
+    for b in biases:
+        b.flags.writeable = False
+    calls = [
+        ((1, 4), biases[0]),
+        ((2, 7), biases[0]),
+        ((2, 7), biases[1]),
+        ((2, 7), biases[1].copy()),
+    ]
+    for shape, bias in calls:
+        x = RNG.standard_normal(shape + (24,)).astype(np.float32) * 3
+        got = native.bias_gelu_f32(x, bias, _GELU_SCALE, _P32, _Q32)
+        want = x + bias
+        assert native.erf_f32(want, want, _GELU_SCALE, True, _P32, _Q32)
+        np.testing.assert_array_equal(got, want)

@@ -71,6 +71,42 @@ def test_gqa_native_writes_a_shared_buffer_in_place():
     np.testing.assert_array_equal(keys[0, :, :10], before[0, :, :10])
 
 
+def _gqa_reference(qkv, heads: int, key_bias):
+    """gqa_step on q, k, v slices of qkv into fresh caches: the step packed_attention sets up."""
+    batch, q_len, width = qkv.shape
+    size = width // 3
+    kv = np.zeros((2, batch, heads, q_len, size // heads), np.float32)
+    y = native.gqa_step(
+        qkv[..., :size], qkv[..., size : 2 * size], qkv[..., 2 * size :], kv[0], kv[1],
+        np.zeros(batch, np.int64), np.full(batch, q_len, np.int64), None, None, None, None,
+        q_heads=heads, kv_heads=heads, n_keys=q_len, interleaved=0, causal=0, window=-1,
+        scale=0.125, softcap=0.0, key_bias=key_bias,
+    )  # fmt: skip
+    return y, kv
+
+
+@needs_native
+def test_packed_attention_set_up_is_per_signature():
+    """The kept set-up (sizes, strides, thread split) is the right one for each call: a second
+    shape, a strided qkv of the first shape and a mask each give gqa_step's bits; a width the
+    kernel cannot split into heads falls back (None), also when asked again."""
+    rng = np.random.default_rng(7)
+    wide = rng.standard_normal((2, 9, 2 * 96), dtype=np.float32)
+    calls = [
+        (rng.standard_normal((1, 5, 96), dtype=np.float32), None),
+        (rng.standard_normal((2, 9, 96), dtype=np.float32), None),
+        (wide[..., :96], None),  # (the same shape, rows 2 * 96 floats apart)
+        (wide[..., 96:], rng.choice([0, -1e4], (2, 9)).astype(np.float32)),
+    ]
+    for qkv, key_bias in calls:
+        y, present = native.packed_attention(qkv, 2, 0.125, key_bias, True)
+        want_y, want_kv = _gqa_reference(qkv, 2, key_bias)
+        assert np.array_equal(y, want_y) and np.array_equal(present, want_kv)
+        assert native.packed_attention(qkv, 2, 0.125, key_bias, False)[1] is None
+    for _ in range(2):
+        assert native.packed_attention(wide[..., :93], 2, 0.125, None, False) is None
+
+
 @needs_native
 def test_rms_norm_native_sum_is_exact():
     rng = np.random.default_rng(2)

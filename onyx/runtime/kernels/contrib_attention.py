@@ -293,39 +293,28 @@ def _native_attention(ctx, qkv, sizes, mask_index, num_heads: int, scale, filter
     attention.c's step: (y, present) or None. The padding penalties are the numpy path's,
     added to the scores per key."""
     batch, q_len, _ = qkv.shape
-    if len(set(sizes)) != 1 or sizes[0] % num_heads:
+    if sizes[0] != sizes[1] or sizes[0] != sizes[2] or sizes[0] % num_heads:
         return None
-    penalty = _padding_penalty(mask_index, batch, q_len, q_len, filter_value)
-    if penalty is not None and penalty.shape[2] != 1:  # (a [B, S, T] mask: per query)
+    key_bias = _key_bias(mask_index, batch, q_len, filter_value)
+    if key_bias is False:
         return None
-    head = sizes[0] // num_heads
-    kv = np.empty((2, batch, num_heads, q_len, head), np.float32)  # (present's layout)
-    q, k, v = qkv[..., : sizes[0]], qkv[..., sizes[0] : 2 * sizes[0]], qkv[..., 2 * sizes[0] :]
-    y = native.gqa_step(
-        q,
-        k,
-        v,
-        kv[0],
-        kv[1],
-        np.zeros(batch, np.int64),
-        np.full(batch, q_len, np.int64),
-        None,
-        None,
-        None,
-        None,
-        q_heads=num_heads,
-        kv_heads=num_heads,
-        n_keys=q_len,
-        interleaved=0,
-        causal=0,
-        window=-1,
-        scale=scale or 1 / np.sqrt(head),
-        softcap=0.0,
-        key_bias=None if penalty is None else penalty.reshape(batch, q_len),
-    )
-    if y is None:
+    if not scale:
+        scale = float(1 / np.sqrt(sizes[0] // num_heads))
+    return native.packed_attention(qkv, num_heads, scale, key_bias, ctx.n_outputs > 1)
+
+
+def _key_bias(mask, batch: int, q_len: int, filter_value: float):
+    """The padding penalties of a key mask as [B, T] float32 (_padding_penalty's values), None
+    without a mask, False for a mask per query. The exporters' [B, T] 0 / 1 mask directly: one
+    numpy call, where the general formats take several."""
+    if mask is None:
         return None
-    return y, kv if ctx.n_outputs > 1 else None
+    if mask.ndim == 2 and mask.shape == (batch, q_len):
+        return np.where(mask != 0, np.float32(0), np.float32(filter_value))
+    penalty = _padding_penalty(mask, batch, q_len, q_len, filter_value)
+    if penalty.shape[2] != 1:  # (a [B, S, T] mask: per query)
+        return False
+    return penalty.reshape(batch, q_len)
 
 
 @op("QAttention", since=1, domain=MS)

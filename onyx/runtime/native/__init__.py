@@ -49,7 +49,7 @@ from . import (
     window,
 )
 from ._core import BYTES, thread_setting, threads
-from .attention import gqa_ok, gqa_step, rms_norm_f32
+from .attention import gqa_ok, gqa_step, packed_attention, rms_norm_f32
 from .conv_f32 import CONV_ACTIVATIONS, FloatConv, conv_f32_ok, pack_conv_f32
 from .convtranspose import FloatConvTranspose, conv_transpose_ok
 from .depthwise import (
@@ -160,6 +160,7 @@ __all__ = [
     "gemv_ok",
     "gqa_ok",
     "gqa_step",
+    "packed_attention",
     "gru_f32",
     "hard_sigmoid_f32",
     "hardswish_f32",

@@ -182,6 +182,90 @@ def gqa_step(
     return y
 
 
+#: A BERT layer's set-up of the packed step, by (qkv's shape and strides, heads, scale, the key
+#: bias's shape, the thread setting): every call of an encoder's Attention meets the same one,
+#: so the checks, sizes and thread split run once; a new signature is a new key, checked anew.
+#: None where the kernel does not apply (numpy's path runs).
+_PACKED: dict[tuple, tuple | None] = {}
+_PACKED_ENTRIES = 64  # (a bound: a model fed ever new shapes)
+_UNSET = object()
+
+
+def packed_attention(
+    qkv: np.ndarray, num_heads: int, scale: float, key_bias: np.ndarray | None, present: bool
+) -> tuple | None:
+    """Attention without past, rotary or causal mask on a packed projection qkv [B, S, 3 * Hq
+    * D] (q, k, v side by side, float32, the last axis contiguous): (y [B, S, Hq * D], the
+    present [2, B, Hq, S, D] when ``present`` else None), or None where the kernel does not
+    apply. key_bias: float32 [B, S] added to each key's scores (padding penalties) or None."""
+    lib = core.lib
+    if lib is None or not lib.gqa_range or qkv.dtype != np.float32:
+        return None
+    if key_bias is not None and (key_bias.dtype != np.float32 or not key_bias.flags.c_contiguous):
+        return None
+    bias_shape = None if key_bias is None else key_bias.shape
+    key = (qkv.shape, qkv.strides, num_heads, scale, bias_shape, core.thread_setting())
+    setup = _PACKED.get(key, _UNSET)
+    if setup is _UNSET:
+        setup = _packed_setup(qkv, num_heads, scale, bias_shape)
+        if len(_PACKED) >= _PACKED_ENTRIES:
+            _PACKED.clear()
+        _PACKED[key] = setup
+    if setup is None:
+        return None
+    template, kv_shape, y_shape, k_offset, v_offset, cuts_at, parts, ways, _held = setup
+    y = np.empty(y_shape, np.float32)
+    kv = np.empty(kv_shape, np.float32)
+    task = _GqaTask.from_buffer_copy(template)
+    at, kv_at = _addr(qkv), _addr(kv)
+    task.q, task.k, task.v = at, at + k_offset, at + v_offset
+    task.k_cache, task.v_cache = kv_at, kv_at + kv.nbytes // 2
+    task.y, task.key_bias = _addr(y), _addr(key_bias)
+    status = lib.onyx_parallel(lib.gqa_range, ctypes.byref(task), cuts_at, parts, ways)
+    if status:
+        core.check(status, "Attention")
+    return y, kv if present else None
+
+
+def _packed_setup(qkv: np.ndarray, num_heads: int, scale: float, bias_shape) -> tuple | None:
+    """packed_attention's checks and the parts of its task that do not change between calls
+    of one signature (the data addresses are filled per call)."""
+    if qkv.ndim != 3 or qkv.shape[2] % 3 or (qkv.shape[2] // 3) % num_heads:
+        return None
+    batch, q_len, width = qkv.shape
+    size = width // 3
+    head = size // num_heads
+    q, k, v = qkv[..., :size], qkv[..., size : 2 * size], qkv[..., 2 * size :]
+    layouts = [_rows(q, num_heads, head), _rows(k, num_heads, head), _rows(v, num_heads, head)]
+    if None in layouts or layouts[1] != layouts[2]:
+        return None
+    if bias_shape is not None and bias_shape != (batch, q_len):
+        return None
+    _check_sizes("Attention", batch, q_len, num_heads, head)
+    past = np.zeros(batch, np.int64)  # (read only by the kernel: one pair for every call)
+    valid = np.full(batch, q_len, np.int64)
+    units = batch * num_heads
+    ways = _ways(q_len * q_len * num_heads * head, units, 1 << 18)
+    cuts = _element_cuts(units, 1, ways)
+    template = _GqaTask(
+        None, None, None, *layouts[0], *layouts[1], None, None, None,
+        _addr(past), _addr(valid), None, None, None, None, None,
+        batch, q_len, num_heads, num_heads, head, q_len, q_len, 0, 0, 0, 0, -1,
+        float(scale), 0.0,
+    )  # fmt: skip
+    return (
+        template,
+        (2, batch, num_heads, q_len, head),  # (present's layout: k rows, then v rows)
+        (batch, q_len, size),
+        size * 4,
+        2 * size * 4,
+        _addr(cuts),
+        len(cuts) - 1,
+        ways,
+        (past, valid, cuts),  # (held: the template points at them)
+    )
+
+
 def _within(values: np.ndarray, lo: int, hi: int) -> bool:
     """Whether every value lies in [lo, hi] (a decoding step's single values without numpy's
     reductions)."""

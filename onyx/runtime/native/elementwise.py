@@ -118,24 +118,54 @@ def erf_f32(x: np.ndarray, y: np.ndarray, scale, gelu: bool, p, q) -> bool:
     return True
 
 
+#: BiasGelu's set-up for a constant bias, by (x's shape, the bias's and coefficients' ids, the
+#: scale, the thread setting): the bias and coefficients (held: no reused id, compared by
+#: identity), the task with the bias's address, the thread split. A new shape or bias is a new
+#: key, checked anew.
+_GELU_SETUPS: dict[tuple, tuple] = {}
+
+
 def bias_gelu_f32(x: np.ndarray, bias: np.ndarray, scale, p, q) -> np.ndarray | None:
     """BiasGelu's (x + bias) * (0.5 + 0.5 * erf(scale * (x + bias))) of contiguous float32 x,
     bias [x's last dimension], in one pass: a fresh array of the add then erf_f32's bits, or
     None where it does not apply."""
-    if core.lib is None or x.dtype != np.float32 or bias.dtype != np.float32 or not x.ndim:
+    lib = core.lib
+    if lib is None or x.dtype != np.float32 or not x.flags.c_contiguous:
+        return None
+    key = (x.shape, id(bias), id(p), id(q), scale, core.thread_setting())
+    setup = _GELU_SETUPS.get(key)
+    if setup is None or setup[0] is not bias or setup[1] is not p or setup[2] is not q:
+        setup = _bias_gelu_setup(x, bias, scale, p, q)
+        if setup is None:
+            return None
+        if type(bias) is np.ndarray and not bias.flags.writeable:  # (a constant: kept)
+            if len(_GELU_SETUPS) >= 64:  # (a bound: a model fed ever new shapes)
+                _GELU_SETUPS.clear()
+            _GELU_SETUPS[key] = setup
+    template, cuts_at, parts, ways = setup[3:7]
+    y = np.empty(x.shape, np.float32)
+    task = _ErfTask.from_buffer_copy(template)
+    task.x, task.y = _addr(x), _addr(y)
+    status = lib.onyx_parallel(lib.erf_range, ctypes.byref(task), cuts_at, parts, ways)
+    if status:
+        core.check(status, "kernel")
+    return y
+
+
+def _bias_gelu_setup(x: np.ndarray, bias, scale, p, q) -> tuple | None:
+    """bias_gelu_f32's checks and the task's parts that stay from call to call, or None."""
+    if bias.dtype != np.float32 or not x.ndim:
         return None
     width = x.shape[-1]
-    if bias.shape != (width,) or not width or not x.flags.c_contiguous:
+    if bias.shape != (width,) or not width:
         return None
-    bias = np.ascontiguousarray(bias)
-    y = np.empty(x.shape, np.float32)
+    held = np.ascontiguousarray(bias)  # (a copy only when strided: then held for its address)
     rows = x.size // width
     ways = _ways(x.size, rows, _PARALLEL_ELEMENTS // 8)
-    task = _ErfTask(
-        _addr(x), _addr(y), float(scale), *_erf_coefficients(p, q), 1, _addr(bias), width
-    )
-    _run(core.lib.erf_range, task, _element_cuts(rows, 1, ways), ways)
-    return y
+    cuts = _element_cuts(rows, 1, ways)
+    template = _ErfTask(None, None, float(scale), *_erf_coefficients(p, q), 1, _addr(held), width)
+    # (cuts held: the lru cache that made them may let them go)
+    return (bias, p, q, template, _addr(cuts), len(cuts) - 1, ways, cuts, held)
 
 
 @abi("hard_sigmoid_task")

@@ -140,11 +140,75 @@ def layer_norm_f32(x: np.ndarray, scale: np.ndarray, bias, epsilon: float):
     return y, stats[0], stats[1]
 
 
+#: A node's set-up of skip_layer_norm_f32 with constant parameters, by (x's shape, the
+#: parameters' ids, epsilon, the thread setting): the parameters (held: no reused id, compared
+#: by identity), then the task with their addresses and sizes, the thread split and the
+#: statistics' shape. An encoder's norms meet one signature each call after call; a new
+#: shape or parameter is a new key, checked anew.
+_SKIP_SETUPS: dict[tuple, tuple] = {}
+
+
 def skip_layer_norm_f32(x, skip, scale, bias, add, epsilon: float):
     """SkipLayerNormalization in one pass a row: x + skip (+ add) normalized over the last
     axis, times scale (+ bias), for float32 x and skip alike and C-contiguous, scale, bias and
     add float32 [x's last dimension] (bias and add may be None): (y, mean, inv_std, the sum),
     the bits of the add then layer_norm_f32; None where that does not apply."""
+    lib = core.lib
+    if lib is None or x.dtype != np.float32 or skip.dtype != np.float32:
+        return None
+    if x.shape != skip.shape or not (x.flags.c_contiguous and skip.flags.c_contiguous):
+        return None
+    key = (x.shape, id(scale), id(bias), id(add), epsilon, core.thread_setting())
+    setup = _SKIP_SETUPS.get(key)
+    if setup is None or setup[0] is not scale or setup[1] is not bias or setup[2] is not add:
+        setup = _skip_setup(x, scale, bias, add, epsilon)
+        if setup is None:  # (parameters fed, strided or of other shapes: the general path)
+            return skip_layer_norm_checked(x, skip, scale, bias, add, epsilon)
+        if len(_SKIP_SETUPS) >= 64:  # (a bound: a model fed ever new shapes)
+            _SKIP_SETUPS.clear()
+        _SKIP_SETUPS[key] = setup
+    template, cuts_at, parts, ways, stats_shape = setup[3:8]
+    y = np.empty_like(x)
+    total = np.empty_like(x)
+    stats = np.empty(stats_shape, np.float32)
+    task = _LayerNorm.from_buffer_copy(template)
+    stats_at = _addr(stats)
+    task.x, task.y, task.skip, task.sum = _addr(x), _addr(y), _addr(skip), _addr(total)
+    task.mean, task.inv_std = stats_at, stats_at + stats.nbytes // 2
+    status = lib.onyx_parallel(lib.layer_norm_f32_range, ctypes.byref(task), cuts_at, parts, ways)
+    if status:
+        core.check(status, "kernel")
+    return y, stats[0], stats[1], total
+
+
+def _skip_setup(x, scale, bias, add, epsilon: float) -> tuple | None:
+    """skip_layer_norm_f32's kept set-up for read-only contiguous parameters (the constants of
+    a session), or None."""
+    if not x.ndim or not x.shape[-1]:
+        return None
+    n = x.shape[-1]
+    for a in (scale, bias, add):
+        if a is not None and (
+            type(a) is not np.ndarray
+            or a.dtype != np.float32
+            or a.shape != (n,)
+            or a.flags.writeable
+            or not a.flags.c_contiguous
+        ):
+            return None
+    rows = x.size // n
+    ways = _ways(x.size, rows, _PARALLEL_ELEMENTS)
+    cuts = _element_cuts(rows, 1, ways)
+    template = _LayerNorm(
+        None, _addr(scale), _addr(bias), None, None, None, n, float(epsilon), None, _addr(add)
+    )
+    stats_shape = (2,) + x.shape[:-1] + (1,)
+    # (cuts held: the lru cache that made them may let them go)
+    return (scale, bias, add, template, _addr(cuts), len(cuts) - 1, ways, stats_shape, cuts)
+
+
+def skip_layer_norm_checked(x, skip, scale, bias, add, epsilon: float):
+    """skip_layer_norm_f32 with every check made on each call (parameters fed at run time)."""
     if core.lib is None or not x.ndim or x.shape != skip.shape or not x.shape[-1]:
         return None
     n = x.shape[-1]
