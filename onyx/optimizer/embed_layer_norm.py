@@ -21,6 +21,7 @@ from .core import (
     same_dims,
     static_shape,
 )
+from .skip_layer_norm import hidden_norm_width
 
 _INTS = (ir.DataType.INT64, ir.DataType.INT32)
 
@@ -98,13 +99,9 @@ def embed_layer_norm_fusion(ctx: PassContext) -> bool:
 def _match(ctx: PassContext, ln: ir.Node):
     s = ln.inputs[0]
     shape = static_shape(s)
-    if shape is None or len(shape) != 3 or not isinstance(shape[2], int):
+    width = hidden_norm_width(ctx, ln, shape)
+    if width is None:
         return None
-    if ln.attr("axis", -1) not in (-1, 2) or ln.attr("stash_type", 1) != 1:
-        return None
-    if any(v.has_uses() or ctx.is_output(v) for v in ln.outputs[1:] if v.name):
-        return None
-    width = shape[2]
     for p in ln.inputs[1:3]:
         c = ctx.const(p) if p is not None else np.zeros(width, np.float32)
         if c is None or c.shape != (width,) or c.dtype != np.float32:

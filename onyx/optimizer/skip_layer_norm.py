@@ -71,19 +71,28 @@ def skip_layer_norm_fusion(ctx: PassContext) -> bool:
     return changed
 
 
-def _match(ctx: PassContext, ln: ir.Node):
-    s = ln.inputs[0]
-    add = s.producer
-    shape = static_shape(s)
-    if not is_op(add, "Add") or ctx.single_use(s) is not ln or not _float32(s):
-        return None
+def hidden_norm_width(ctx: PassContext, ln: ir.Node, shape: tuple | None) -> int | None:
+    """The hidden width when LayerNormalization ``ln`` normalizes the last axis of a
+    [batch, sequence, hidden] input of that static ``shape`` in float32 (stash_type 1), with
+    its mean and inverse std outputs unread, as onnxruntime's fused norms require; else None."""
     if shape is None or len(shape) != 3 or not isinstance(shape[2], int):
         return None
     if ln.attr("axis", -1) not in (-1, 2) or ln.attr("stash_type", 1) != 1:
         return None
     if any(v.has_uses() or ctx.is_output(v) for v in ln.outputs[1:] if v.name):
         return None
-    width = shape[2]
+    return shape[2]
+
+
+def _match(ctx: PassContext, ln: ir.Node):
+    s = ln.inputs[0]
+    add = s.producer
+    shape = static_shape(s)
+    if not is_op(add, "Add") or ctx.single_use(s) is not ln or not _float32(s):
+        return None
+    width = hidden_norm_width(ctx, ln, shape)
+    if width is None:
+        return None
     params = ln.inputs[1:3]
     if not all(_vector(ctx, p, width) for p in params if p is not None):
         return None
