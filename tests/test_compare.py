@@ -100,6 +100,23 @@ def test_random_inputs_respect_dtypes_and_symbolic_dims():
     assert sized["ids"].shape == (2, 5, 4)
 
 
+def test_random_integer_inputs_index_a_two_row_table():
+    """Random integer feeds stay in range of a segment-embedding table of two rows (BERT's
+    token_type_ids), so `onyx run` and `onyx compare` work on such models out of the box."""
+    table = numpy_helper.from_array(np.arange(8, dtype=np.float32).reshape(2, 4), "segments")
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["segments", "token_type_ids"], ["e"])],
+        "g",
+        [helper.make_tensor_value_info("token_type_ids", TensorProto.INT64, [1, 64])],
+        [helper.make_tensor_value_info("e", TensorProto.FLOAT, None)],
+        [table],
+    )
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    feeds = make_inputs(data.SerializeToString(), seed=0)
+    assert set(np.unique(feeds["token_type_ids"])) == {0, 1}
+    onyx.InferenceSession(data.SerializeToString()).run(None, feeds)
+
+
 def test_missing_runtimes_are_a_clear_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "onnxruntime", None)
     with pytest.raises(onyx.OnyxError, match="pip install onnxruntime"):

@@ -18,13 +18,14 @@ from ..errors import InvalidArgument, OnyxError
 
 
 def random_array(dtype: Any, shape: Sequence[int], rng: np.random.Generator) -> np.ndarray:
-    """Random data of one element type. Integers are small (0..3): they are often indices,
-    masks or token ids, which must stay in range."""
+    """Random data of one element type. Integers are 0 or 1: they are often indices, masks,
+    token or segment ids, which must stay in range (BERT's token_type_ids index a table of two
+    rows)."""
     dtype = np.dtype(dtype)
     if dtype == np.bool_:
         return rng.random(shape) < 0.5
     if dtype.kind in "iu":
-        return rng.integers(0, 4, size=shape).astype(dtype)
+        return rng.integers(0, 2, size=shape).astype(dtype)
     if dtype.kind in "OUS":
         return np.array(rng.choice(["a", "b", "c"], size=shape), dtype=object)
     return rng.standard_normal(shape).astype(dtype)
