@@ -36,6 +36,7 @@ from .ir.dtypes import bit_width, type_name
 from .ir.frozen import FrozenValue
 from .ir.opsets import canonical_domain, opset_for
 from .ir.tensor import wire_size
+from .serde.model_io import read_file
 from .utils import gc_paused
 
 __all__ = ["MAX_IR_VERSION", "Problem", "check", "problems", "type_string"]
@@ -904,10 +905,14 @@ def _range(lo: int, hi: int) -> str:
     return f"{lo} or more" if hi >= 2**31 - 1 else f"{lo} to {hi}"
 
 
-def _load(model) -> Model:
-    from .serde import as_model
+def _load(model, where: str | None = None) -> Model:
+    """The model to check: ``model`` loaded, or the bytes of the file ``where`` parsed (its
+    folder is the model's, for the external data's locations)."""
+    from .serde import as_model, loads
 
     # (external data: the checker only needs its locations)
+    if where is not None:
+        return loads(model, base_dir=os.path.dirname(os.path.abspath(where)), where=where)
     return as_model(model, load_external_data=False, user="the checker")
 
 
@@ -922,11 +927,15 @@ def problems(model, full: bool = False) -> list[Problem]:
     at all is one problem, ``format``)."""
     # paused GC: the graph (built lazily from the file), the scopes and the signatures are
     # many linked objects, and the GC's collections would rescan the whole heap over and over
+    source, where = model, None
+    if isinstance(model, str | os.PathLike):  # read once, for the proof and, if it fails, the load
+        where = os.fspath(model)
+        source = read_file(where)
     with gc_paused():
-        if not full and certify(model, _Checker):
+        if not full and certify(source, _Checker, where or ""):
             return []  # (proven valid without building the IR; see checker_fast)
         try:
-            m = _load(model)
+            m = _load(source, where)
         except FormatError as e:
             return [Problem("format", str(e))]
         c = _Checker(m)

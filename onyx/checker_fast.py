@@ -20,6 +20,7 @@ valid and on broken models.
 from __future__ import annotations
 
 import math
+import mmap
 import os
 from collections.abc import Callable
 from itertools import chain
@@ -58,16 +59,17 @@ _ABSENT = object()
 _OUTPUTS = object()
 
 
-def certify(source, new_checker: Callable[[Model], object]) -> bool:
+def certify(source, new_checker: Callable[[Model], object], where: str = "") -> bool:
     """True when the full checker would find no problem in ``source`` (a path or serialized
-    bytes); False when that is not proven, valid or not. ``new_checker(model)`` makes the
-    checker whose rules this pass runs (header, type and node rules)."""
+    bytes, which ``where`` names: the file they were read from); False when that is not
+    proven, valid or not. ``new_checker(model)`` makes the checker whose rules this pass runs
+    (header, type and node rules)."""
     try:
         if isinstance(source, str | os.PathLike):
             where = os.fspath(source)
             return _certify(read_file(where), where, new_checker)
-        if isinstance(source, bytes | bytearray | memoryview):
-            return _certify(source, "<bytes>", new_checker)
+        if isinstance(source, bytes | bytearray | memoryview | mmap.mmap):
+            return _certify(source, where or "<bytes>", new_checker)
     except Exception:  # whatever went wrong, the full checker meets it again and reports it
         return False
     return False

@@ -300,7 +300,7 @@ def test_check_of_a_path_builds_no_ir_for_a_valid_model(tmp_path, monkeypatch):
     path = tmp_path / "m.onnx"
     path.write_bytes(base_model().SerializeToString())
 
-    def no_load(_model):
+    def no_load(*_args):
         raise AssertionError("the IR was built")
 
     monkeypatch.setattr(onyx.checker, "_load", no_load)
@@ -317,7 +317,7 @@ def test_the_check_command_takes_the_fast_path(tmp_path, monkeypatch, capsys):
     path = tmp_path / "m.onnx"
     path.write_bytes(base_model().SerializeToString())
 
-    def no_load(_model):
+    def no_load(*_args):
         raise AssertionError("the IR was built")
 
     monkeypatch.setattr(onyx.checker, "_load", no_load)

@@ -79,9 +79,12 @@ def as_model(source, load_external_data: bool = True, user: str = "onyx") -> Mod
     raise NotAModel(f"{user} takes a path, bytes or an onyx.ir.Model, not {type(source).__name__}")
 
 
-def loads(data: bytes, load_external_data: bool = False, base_dir: str | None = None) -> Model:
-    """Read a model from bytes; external data is resolved against ``base_dir`` if given."""
-    return _load(data, "<bytes>", base_dir, load_external_data and base_dir is not None)
+def loads(
+    data: bytes, load_external_data: bool = False, base_dir: str | None = None, where: str = ""
+) -> Model:
+    """Read a model from bytes; external data is resolved against ``base_dir`` if given.
+    ``where`` names the bytes in errors (the file they were read from)."""
+    return _load(data, where or "<bytes>", base_dir, load_external_data and base_dir is not None)
 
 
 def _parse(cls, data, where: str, part: str):
