@@ -192,28 +192,15 @@ def _resize(
     plan = _targets(
         X.shape, axes, scales, sizes, roi, keep_aspect_ratio_policy, coordinate_transformation_mode
     )
-    if 0 in X.shape or any(p[0] == 0 for p in plan):
-        return _resize_general(
-            X,
-            axes,
-            plan,
-            mode,
-            coordinate_transformation_mode,
-            nearest_mode,
-            cubic_coeff_a,
-            exclude_outside,
-            extrapolation_value,
-            antialias,
-            legacy_nearest,
-        )
-    if mode == "nearest" and coordinate_transformation_mode != "tf_crop_and_resize":
+    empty = 0 in X.shape or any(p[0] == 0 for p in plan)  # (the general path's empty result)
+    if not empty and mode == "nearest" and coordinate_transformation_mode != "tf_crop_and_resize":
         rounding = "legacy" if legacy_nearest else nearest_mode
         tables = {
             axis: _nearest_table(coordinate_transformation_mode, rounding, X.shape[axis], *p)
             for axis, p in zip(axes, plan)
         }
         return _nearest(X, tables)
-    if mode == "linear" and not antialias and X.dtype in _BILINEAR_TYPES:
+    if not empty and mode == "linear" and not antialias and X.dtype in _BILINEAR_TYPES:
         targets = dict(zip(axes, plan))
         pair = _bilinear_axes(X.shape, targets)
         if pair is not None:
