@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..registry import op
-from .mapped import take_rows
+from .mapped import LARGE_TABLE_BYTES, take_rows
 
 
 def _ints(x) -> list[int]:
@@ -85,7 +85,8 @@ def gather(data, indices, *, axis=0):
         if not -n <= i < n:
             raise IndexError(f"index {i} is out of bounds for axis {axis} with size {n}")
         return data[(slice(None),) * axis + (i,)]
-    if axis == 0 and not data.flags.writeable:  # (an embedding table in a mapped file)
+    if axis == 0 and data.nbytes >= LARGE_TABLE_BYTES and not data.flags.writeable:
+        # (an embedding table in a mapped file; a small table's Gather pays one compare)
         rows = take_rows(data, indices)
         if rows is not None:
             return rows
