@@ -272,7 +272,7 @@ def conv_hard_swish(ctx: PassContext) -> bool:
         w = ctx.const(conv.inputs[1]) if len(conv.inputs) > 1 else None
         if w is None or w.dtype.kind != "f":
             continue
-        _ensure_conv_hard_swish(ctx)
+        ctx.ensure_function("ConvHardSwish", lambda: _conv_hard_swish_function(ctx))
         inputs = list(conv.inputs) + [None] * (3 - len(conv.inputs))
         fused = ir.Node(
             "ConvHardSwish",
@@ -288,13 +288,9 @@ def conv_hard_swish(ctx: PassContext) -> bool:
     return changed
 
 
-def _ensure_conv_hard_swish(ctx: PassContext) -> None:
+def _conv_hard_swish_function(ctx: PassContext) -> ir.Function:
     """The model-local function ConvHardSwish(X, W, B) = HardSwish(Conv(X, W, B)), the Conv
     taking the call's attributes."""
-    m = ctx.model
-    ctx.ensure_opset(ONYX_DOMAIN, 1)
-    if (ONYX_DOMAIN, "ConvHardSwish", "") in m.functions:
-        return
     x, w, b = ir.Value("X"), ir.Value("W"), ir.Value("B")
     refs = [ir.Attr(a, _REF_TYPES[a], ref_attr_name=a) for a in _CONV_ATTRIBUTES]
     conv = ir.Node("Conv", [x, w, b], ["conv"], refs)
@@ -308,7 +304,7 @@ def _ensure_conv_hard_swish(ctx: PassContext) -> None:
         opset_imports={"": ctx.opset()},
     )
     f.doc_string = "Y = HardSwish(Conv(X, W, B)) (onyx runs it as one kernel)"
-    m.functions[f.key] = f
+    return f
 
 
 _REF_TYPES = {

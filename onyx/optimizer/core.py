@@ -19,6 +19,7 @@ import numpy as np
 from .. import ir
 from ..ir.dtypes import from_numpy
 from ..ir.frozen import DataValue, FrozenValue
+from ..runtime.registry import ONYX_DOMAIN
 
 BASIC, EXTENDED, ALL = 1, 2, 99
 LEVELS = {"disabled": 0, "none": 0, "basic": BASIC, "extended": EXTENDED, "all": ALL}
@@ -253,6 +254,15 @@ class PassContext(DataValue):
 
     def ensure_opset(self, domain: str, version: int = 1) -> None:
         self.model.opset_imports.setdefault(domain, version)
+
+    def ensure_function(self, op_type: str, build: Callable[[], ir.Function]) -> None:
+        """The model-local ai.onyx function ``op_type``, made by ``build`` the first time: a
+        fused node that only onyx has a kernel for keeps a body in standard ops, so the saved
+        model stays valid ONNX that other runtimes run."""
+        self.ensure_opset(ONYX_DOMAIN, 1)
+        if (ONYX_DOMAIN, op_type, "") not in self.model.functions:
+            f = build()
+            self.model.functions[f.key] = f
 
     # -- editing ------------------------------------------------------------------------------
     def is_output(self, v: ir.Value) -> bool:

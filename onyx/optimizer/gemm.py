@@ -5,6 +5,8 @@ with the bias and the ReLU applied as it stores)."""
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from .. import ir
@@ -120,7 +122,7 @@ def matmul_bias(ctx: PassContext) -> bool:
             continue  # (BiasGeluFusion takes the bias)
         if is_op(relu, "Relu") and relu.graph is add.graph:
             last, dead, op_type = relu, [mm, add], "MatMulAddRelu"
-        _ensure_matmul_add(ctx, op_type)
+        ctx.ensure_function(op_type, functools.partial(_matmul_add_function, ctx, op_type))
         fused = ir.Node(
             op_type,
             [mm.inputs[0], mm.inputs[1], bias],
@@ -134,13 +136,9 @@ def matmul_bias(ctx: PassContext) -> bool:
     return changed
 
 
-def _ensure_matmul_add(ctx: PassContext, op_type: str) -> None:
+def _matmul_add_function(ctx: PassContext, op_type: str) -> ir.Function:
     """The model-local function MatMulAdd(A, B, bias) = Add(MatMul(A, B), bias), and
     MatMulAddRelu the same then Relu."""
-    m = ctx.model
-    ctx.ensure_opset(ONYX_DOMAIN, 1)
-    if (ONYX_DOMAIN, op_type, "") in m.functions:
-        return
     a, b, bias = ir.Value("A"), ir.Value("B"), ir.Value("bias")
     mm = ir.Node("MatMul", [a, b], ["product"])
     nodes = [mm, ir.Node("Add", [mm.outputs[0], bias], ["sum"])]
@@ -149,4 +147,4 @@ def _ensure_matmul_add(ctx: PassContext, op_type: str) -> None:
     body = ir.Graph([a, b, bias], [nodes[-1].outputs[0]], nodes, name=op_type)
     f = ir.Function(ONYX_DOMAIN, op_type, body, opset_imports={"": ctx.opset() or 13})
     f.doc_string = f"Y = {' -> '.join(n.op_type for n in nodes)} (onyx runs it as one kernel)"
-    m.functions[f.key] = f
+    return f

@@ -261,7 +261,7 @@ def _channel_table(y: np.ndarray, channel: tuple[int, int]):
 
 
 def _replace(ctx: PassContext, root: ir.Value, out: ir.Value, table: np.ndarray) -> None:
-    _ensure_function(ctx)
+    ctx.ensure_function("TableLookup", lambda: _lookup_function(ctx))
     t = ctx.add_const(table, out.name + "_table")
     name = ctx.fresh_name((out.producer.name or out.name) + "_lookup")
     node = ir.Node("TableLookup", [root, t], 1, domain=ONYX_DOMAIN, name=name)
@@ -269,19 +269,15 @@ def _replace(ctx: PassContext, root: ir.Value, out: ir.Value, table: np.ndarray)
     ctx.count(PASS)
 
 
-def _ensure_function(ctx: PassContext) -> None:
+def _lookup_function(ctx: PassContext) -> ir.Function:
     """The model-local function TableLookup(x, table) = Gather(table, Cast(x, int32))."""
-    m = ctx.model
-    ctx.ensure_opset(ONYX_DOMAIN, 1)
-    if (ONYX_DOMAIN, "TableLookup", "") in m.functions:
-        return
     x, table = ir.Value("x"), ir.Value("table")
     cast = ir.Node("Cast", [x], ["index"], {"to": int(DataType.INT32)})
     gather = ir.Node("Gather", [table, cast.outputs[0]], ["y"], {"axis": 0})
     body = ir.Graph([x, table], [gather.outputs[0]], [cast, gather], name="TableLookup")
     f = ir.Function(ONYX_DOMAIN, "TableLookup", body, opset_imports={"": ctx.opset("") or 13})
     f.doc_string = "y = table[x] for a byte tensor x (int8 by bit pattern: -1 reads table[255])"
-    m.functions[f.key] = f
+    return f
 
 
 def _replace_channels(
@@ -295,7 +291,7 @@ def _replace_channels(
         table = np.roll(table, 128, axis=1)
     offsets = np.arange(size, dtype=np.int32) * 256 + (128 if signed else 0)
     offsets = offsets.reshape([size] + [1] * (rank - 1 - axis))
-    _ensure_channel_function(ctx)
+    ctx.ensure_function("ChannelTableLookup", lambda: _channel_lookup_function(ctx))
     t = ctx.add_const(np.ascontiguousarray(table).reshape(-1), out.name + "_table")
     o = ctx.add_const(offsets, out.name + "_offsets")
     name = ctx.fresh_name((out.producer.name or out.name) + "_lookup")
@@ -304,12 +300,8 @@ def _replace_channels(
     ctx.count(PASS)
 
 
-def _ensure_channel_function(ctx: PassContext) -> None:
+def _channel_lookup_function(ctx: PassContext) -> ir.Function:
     """ChannelTableLookup(x, table, offsets) = Gather(table, Cast(x, int32) + offsets)."""
-    m = ctx.model
-    ctx.ensure_opset(ONYX_DOMAIN, 1)
-    if (ONYX_DOMAIN, "ChannelTableLookup", "") in m.functions:
-        return
     x, table, offsets = ir.Value("x"), ir.Value("table"), ir.Value("offsets")
     cast = ir.Node("Cast", [x], ["value"], {"to": int(DataType.INT32)})
     add = ir.Node("Add", [cast.outputs[0], offsets], ["index"])
@@ -324,4 +316,4 @@ def _ensure_channel_function(ctx: PassContext) -> None:
         "y = table[x + offsets]: a function of a byte tensor x and its channel, the table "
         "C runs of 256 values in x's value order, offsets each channel's start (+128 for int8)"
     )
-    m.functions[f.key] = f
+    return f

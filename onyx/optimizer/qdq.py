@@ -586,7 +586,7 @@ def qlinear_conv_lookup(ctx: PassContext) -> bool:
         lookup = _conv_lookup(ctx, node)
         if lookup is None:
             continue
-        _ensure_conv_lookup_function(ctx)
+        ctx.ensure_function("QLinearConvLookup", lambda: _conv_lookup_function(ctx))
         inputs = list(node.inputs) + [None] * (9 - len(node.inputs)) + [lookup.inputs[1]]
         carried = [node.attributes[a] for a in _CONV_ATTRIBUTES if a in node.attributes]
         name = ctx.fresh_name((node.name or "conv") + "_lookup")
@@ -617,13 +617,9 @@ def _conv_lookup(ctx: PassContext, conv: ir.Node) -> ir.Node | None:
     return lookup if table.dtype == zero_point.dtype and table.dtype in (_INT8, _UINT8) else None
 
 
-def _ensure_conv_lookup_function(ctx: PassContext) -> None:
+def _conv_lookup_function(ctx: PassContext) -> ir.Function:
     """The model-local function QLinearConvLookup = Gather(table, Cast(QLinearConv(...),
     int32)), its attributes QLinearConv's: the saved model stays valid ONNX."""
-    m = ctx.model
-    ctx.ensure_opset(ONYX_DOMAIN, 1)
-    if (ONYX_DOMAIN, "QLinearConvLookup", "") in m.functions:
-        return
     names = [
         "x",
         "x_scale",
@@ -653,7 +649,7 @@ def _ensure_conv_lookup_function(ctx: PassContext) -> None:
     f.doc_string = (
         "y = table[QLinearConv(...)] (the table by bit pattern: int8 -1 reads table[255])"
     )
-    m.functions[f.key] = f
+    return f
 
 
 # ------------------------------------------------- a requantizing pad on the bytes it moves
