@@ -20,8 +20,10 @@ which holds the GIL: eight threads running it at once only took the GIL from eac
 every kernel call (a context switch and a cold cache each time; 8 threads took 1.1-1.5x one
 thread's time in total). Taking turns, seven of them wait in a lock, outside the GIL, while
 one runs. A thread keeps the turn across its consecutive runs for a slice of time (handing it
-over after every run cost a context switch or more per run, and moved runs between cores).
-A session measures its runs (``Pace``) to know whether they are short; long runs
+over after every run cost a context switch or more per run, and moved runs between cores),
+but not past the run that ends its usual streak of runs while others wait: a thread that had
+stopped calling (a server's worker back at its queue) kept the turn, and the cores idle, for
+the rest of its slice. A session measures its runs (``Pace``) to know whether they are short; long runs
 (their kernels release the GIL for their work) run side by side. Turns order runs and nothing
 else: a run's results do not depend on them.
 """
@@ -154,9 +156,11 @@ class _Turn:
     until its slice ends, between them, so that a thread running short runs one after the
     other keeps the core and its cache. Waiters queue in order, each on its own lock, and the
     turn is handed to the first directly (no other waiter wakes, no thread barges in). A holder
-    that stops calling cannot keep it: once its slice ends, the first waiter takes the turn
-    from it (the first waiter's wait ends with the slice), and a thread that ends gives it
-    back. Nested runs on the holder's thread count its depth."""
+    that stops calling cannot keep it: the run that ends its usual streak hands the turn over
+    (``_GiveBackAtThreadEnd`` counts the streaks), a thread arriving after it has been between
+    runs for IDLE_SECONDS takes it, once its slice ends the first waiter takes it (the first
+    waiter's wait ends with the slice), and a thread that ends gives it back. Nested runs on
+    the holder's thread count its depth."""
 
     __slots__ = ("guard", "owner", "depth", "deadline", "released", "queue")
 
