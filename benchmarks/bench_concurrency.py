@@ -33,11 +33,17 @@ import onyx  # noqa: E402
 from onyx.runtime import concurrency  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-MODELS = ("bert_dynamo_op18", "gpt_dynamo_op18", "mobilenet_quant_qdq", "resnet_dynamo_op18")
+MODELS = ("bert_dynamo_op18", "gpt_dynamo_op18", "mobilenet_quant_qdq", "resnet_dynamo_op18",
+          "zoo/skl2onnx_coltrans_onehot_logreg")  # fmt: skip
 
 
-def feeds_for(sess, seed: int = 0) -> dict:
-    """Random feeds of the inputs' declared shapes (symbolic dims as 1, or 8 for sequences)."""
+def feeds_for(sess, seed: int = 0, path: str = "") -> dict:
+    """The model's own test feeds (a zoo model's ``.npz`` beside it, arrays ``in:NAME``), or
+    random feeds of the inputs' declared shapes (symbolic dims as 1, or 8 for sequences)."""
+    saved = path.removesuffix(".onnx") + ".npz"
+    if path and os.path.exists(saved):
+        with np.load(saved, allow_pickle=True) as arrays:
+            return {i.name: arrays["in:" + i.name] for i in sess.get_inputs()}
     rng = np.random.default_rng(seed)
     out = {}
     for i in sess.get_inputs():
@@ -180,7 +186,7 @@ def main() -> None:
     if args.once:
         for path in paths:
             sess = onyx.InferenceSession(path)
-            once(sess, feeds_for(sess), args.runs, args.once)
+            once(sess, feeds_for(sess, path=path), args.runs, args.once)
         return
     modes = [True] if args.warm else [False] if args.cold else [False, True]
     print(f"{args.runs} runs, {args.rounds} rounds, {os.cpu_count()} cores, "
@@ -191,7 +197,9 @@ def main() -> None:
         sess = onyx.InferenceSession(path)
         name = os.path.basename(path).removesuffix(".onnx")
         for warm in modes:
-            result = compare(sess, feeds_for(sess), args.runs, args.threads, args.rounds, warm)
+            result = compare(
+                sess, feeds_for(sess, path=path), args.runs, args.threads, args.rounds, warm
+            )
             print(row(f"{name}, {'long-lived' if warm else 'new'} threads", result), flush=True)
 
 

@@ -183,7 +183,9 @@ def _short_run_on_another_thread() -> float:
 
 
 def test_a_thread_keeps_the_turn_between_its_runs_for_one_slice(monkeypatch):
+    """(a waiter already queued looks once the holder's slice ends)"""
     monkeypatch.setattr(concurrency, "SLICE_SECONDS", 0.2)
+    monkeypatch.setattr(concurrency, "IDLE_SECONDS", 60.0)  # (no idle take-over: a slow start)
     with concurrency.run_slot(1, None, concurrency.Pace()):
         pass
     turn = concurrency._turns  # noqa: SLF001

@@ -20,8 +20,10 @@ which holds the GIL: eight threads running it at once only took the GIL from eac
 every kernel call (a context switch and a cold cache each time; 8 threads took 1.1-1.5x one
 thread's time in total). Taking turns, seven of them wait in a lock, outside the GIL, while
 one runs. A thread keeps the turn across its consecutive runs for a slice of time (handing it
-over after every run cost a context switch or more per run, and moved runs between cores).
-A session measures its runs (``Pace``) to know whether they are short; long runs
+over after every run cost a context switch or more per run, and moved runs between cores),
+but not past the run that ends its usual streak of runs while others wait: a thread that had
+stopped calling (a server's worker back at its queue) kept the turn, and the cores idle, for
+the rest of its slice. A session measures its runs (``Pace``) to know whether they are short; long runs
 (their kernels release the GIL for their work) run side by side. Turns order runs and nothing
 else: a run's results do not depend on them.
 """
@@ -142,6 +144,11 @@ SHORT_RUN_SECONDS = 0.001
 #: the turn over after every run cost a context switch or more per run and moved runs between
 #: cores; shorter slices still woke waiters often enough to cost most of that.
 SLICE_SECONDS = 0.005
+#: A thread that finds the turn held by a thread between runs for this long, nobody queued,
+#: takes it at once: the holder has stopped calling (a server's worker gone back to wait for
+#: its next request: the request on another thread waited for its slice to end), since one
+#: running short runs one after the other comes back within tens of microseconds.
+IDLE_SECONDS = 0.001
 
 
 class _Turn:
@@ -149,38 +156,53 @@ class _Turn:
     until its slice ends, between them, so that a thread running short runs one after the
     other keeps the core and its cache. Waiters queue in order, each on its own lock, and the
     turn is handed to the first directly (no other waiter wakes, no thread barges in). A holder
-    that stops calling cannot keep it: once its slice ends, the first waiter takes the turn
-    from it (the first waiter's wait ends with the slice), and a thread that ends gives it
-    back. Nested runs on the holder's thread count its depth."""
+    that stops calling cannot keep it: the run that ends its usual streak hands the turn over
+    (``_GiveBackAtThreadEnd`` counts the streaks), a thread arriving after it has been between
+    runs for IDLE_SECONDS takes it, once its slice ends the first waiter takes it (the first
+    waiter's wait ends with the slice), and a thread that ends gives it back. Nested runs on
+    the holder's thread count its depth."""
 
-    __slots__ = ("guard", "owner", "depth", "deadline", "queue")
+    __slots__ = ("guard", "owner", "depth", "deadline", "released", "queue")
 
     def __init__(self) -> None:
         self.guard = _thread.allocate_lock()
         self.owner: int | None = None  # the thread holding the turn
         self.depth = 0  # its runs in progress (0: it holds the turn between runs)
         self.deadline = 0.0  # its slice's end
+        self.released = 0.0  # when its last run ended
         self.queue: collections.deque = collections.deque()  # waiters: [thread, lock]
 
     def acquire(self) -> None:
         me = _thread.get_ident()
-        if _leaving.__dict__.get("hook") is None:
-            _leaving.hook = _GiveBackAtThreadEnd(me)
+        mine = _leaving.__dict__.get("hook")
+        if mine is None:
+            mine = _leaving.hook = _GiveBackAtThreadEnd(me)
+        mine.starts(_now())
         with self.guard:
             if self.owner == me and (self.depth or not self.queue or _now() < self.deadline):
                 if not self.depth and _now() >= self.deadline:
                     self.deadline = _now() + SLICE_SECONDS  # nobody waits: a new slice
                 self.depth += 1
                 return
-            if self.owner is None or (not (self.depth or self.queue) and _now() >= self.deadline):
-                self._take(me)  # (free, or left by a thread whose slice is over)
+            if self.owner is None or not (self.depth or self.queue) and self._left():
+                self._take(me)  # (free, or left by a thread whose slice is over or idle)
                 return
             if self.owner == me:  # its slice is over and others wait: queue behind them
                 self._hand_over()
             entry = [me, _thread.allocate_lock()]
             entry[1].acquire()
             self.queue.append(entry)
-        self._wait(entry)
+        try:
+            self._wait(entry)
+        except BaseException:  # (no run began: the streak does not count it)
+            mine.nested -= 1
+            raise
+
+    def _left(self) -> bool:
+        """Whether the holder, between runs, has left the turn: its slice is over, or it has
+        not come back for IDLE_SECONDS."""
+        now = _now()
+        return now >= self.deadline or now - self.released >= IDLE_SECONDS
 
     def _take(self, me: int) -> None:
         self.owner, self.depth, self.deadline = me, 1, _now() + SLICE_SECONDS
@@ -228,7 +250,7 @@ class _Turn:
         with self.guard:
             if self.owner == me:
                 return True
-            if self.queue and self.queue[0] is entry and not self.depth and _now() >= self.deadline:
+            if self.queue and self.queue[0] is entry and not self.depth and self._left():
                 self.queue.popleft()
                 self._take(me)
                 return True
@@ -236,13 +258,18 @@ class _Turn:
 
     def release(self, failed: bool = False) -> None:
         """End a run; the turn stays with its thread until its slice ends, unless the run
-        failed (Ctrl-C, say: the thread may never run again)."""
+        failed (Ctrl-C, say: the thread may never run again) or, others waiting, it ends the
+        thread's usual streak of runs (it will most likely not come back soon)."""
+        now = _now()
+        mine = _leaving.__dict__.get("hook")
+        streak_over = mine is not None and mine.ends(now)
         with self.guard:
             if self.owner != _thread.get_ident():
                 return  # (taken from it, or a fork in between)
             self.depth -= 1
-            if self.depth <= 0 and failed:
-                self._hand_over()  # (the holder's next run hands it over once its slice ends)
+            self.released = now
+            if self.depth <= 0 and (failed or streak_over and self.queue):
+                self._hand_over()  # (else its next run hands it over once its slice ends)
 
     def give_back(self, thread: int) -> None:
         with self.guard:
@@ -251,12 +278,34 @@ class _Turn:
 
 
 class _GiveBackAtThreadEnd:
-    """Lives in a thread's locals: when the thread ends, the turn it kept goes on."""
+    """Lives in a thread's locals: when the thread ends, the turn it kept goes on. It also
+    counts the thread's streaks of short runs (runs less than IDLE_SECONDS apart), so that
+    the turn's holder can tell that a run ends its usual streak: a server's worker making
+    one run per request, a loop making N runs per job."""
 
-    __slots__ = ("thread",)
+    __slots__ = ("thread", "nested", "last", "runs", "usual")
 
     def __init__(self, thread: int) -> None:
         self.thread = thread
+        self.nested = 0  # the thread's runs in progress
+        self.last = 0.0  # when its last run ended
+        self.runs = 0  # runs in its current streak
+        self.usual = 0  # runs in its previous streak (0: none yet)
+
+    def starts(self, now: float) -> None:
+        if not self.nested:
+            if now - self.last >= IDLE_SECONDS and self.runs:
+                self.usual, self.runs = self.runs, 0  # (back after a pause: a new streak)
+            self.runs += 1
+        self.nested += 1
+
+    def ends(self, now: float) -> bool:
+        """Count a run's end; whether it ends the thread's usual streak."""
+        self.nested = max(0, self.nested - 1)
+        if self.nested:
+            return False
+        self.last = now
+        return self.runs == self.usual  # (past it: the slice decides)
 
     def __del__(self) -> None:
         turns = globals().get("_turns")  # (None at the interpreter's exit)

@@ -1,0 +1,279 @@
+"""Runs of one session on many threads at once (onyx/runtime/concurrency.py): each caller gets
+its own results bit for bit, its own exceptions, its own terminate, and a run nested in
+another does not wait for itself; a thread that stopped calling does not keep the turn."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+import onyx
+from onyx.runtime import concurrency
+
+THREADS = 8
+MODELS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "models")
+
+
+def _feeds(sess, seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for i in sess.get_inputs():
+        shape = [d if isinstance(d, int) else 8 for d in i.shape]
+        if "int64" in i.type:
+            feeds[i.name] = rng.integers(0, 10, shape).astype(np.int64)
+        else:
+            feeds[i.name] = rng.standard_normal(shape).astype(np.float32)
+    return feeds
+
+
+def _saved_feeds(sess, path: str, seed: int) -> dict:
+    """A zoo model's own test feeds, the float ones shifted by the seed (a different feed
+    per thread)."""
+    with np.load(path.removesuffix(".onnx") + ".npz", allow_pickle=True) as arrays:
+        feeds = {i.name: arrays["in:" + i.name] for i in sess.get_inputs()}
+    return {k: v + np.float32(seed) if v.dtype == np.float32 else v for k, v in feeds.items()}
+
+
+def _on_threads(work, count: int = THREADS, timeout: float = 120) -> None:
+    """Run work(k) on ``count`` threads started together; fail on a hang or on any error."""
+    gate, errors = threading.Barrier(count), []
+
+    def body(k):
+        try:
+            gate.wait(timeout)
+            work(k)
+        except BaseException as e:  # (reported on the main thread)
+            errors.append(e)
+
+    threads = [threading.Thread(target=body, args=(k,), daemon=True) for k in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
+    assert not any(t.is_alive() for t in threads), "a thread hung"
+    if errors:
+        raise errors[0]
+
+
+def _same(a: list, b: list) -> bool:
+    return len(a) == len(b) and all(
+        x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes()
+        for x, y in zip(a, b)
+    )
+
+
+@pytest.fixture(params=[0.005, 0.0])
+def slices(request, monkeypatch):
+    """Turns with the default slices, and a turn handed over at every run (the most
+    hand-overs)."""
+    monkeypatch.setattr(concurrency, "SLICE_SECONDS", request.param)
+
+
+@pytest.mark.parametrize(
+    "model", ["bert_dynamo_op18.onnx", "zoo/skl2onnx_coltrans_onehot_logreg.onnx"]
+)
+def test_each_thread_gets_its_own_results_bit_for_bit(model, slices):
+    """A small transformer and a small scikit-learn pipeline, a different feed per thread:
+    every result equals its feed's lone run (results handed to the wrong caller, or bits
+    that depend on what else runs, would differ)."""
+    path = os.path.join(MODELS, model)
+    sess = onyx.InferenceSession(path)
+    make = _saved_feeds if model.startswith("zoo/") else lambda s, p, k: _feeds(s, k)
+    feeds = [make(sess, path, k) for k in range(THREADS)]
+    expected = [sess.run(None, f) for f in feeds]
+    assert not _same(expected[0], expected[1])  # (the feeds tell the callers apart)
+    got: list = [[] for _ in range(THREADS)]
+
+    def work(k):
+        for _ in range(12):
+            got[k].append(sess.run(None, feeds[k]))
+
+    _on_threads(work)
+    for k in range(THREADS):
+        assert all(_same(expected[k], r) for r in got[k]), f"thread {k}"
+
+
+def _reshape_session() -> onyx.InferenceSession:
+    """y = Reshape(x, shape): a shape that does not fit x fails inside the run."""
+    graph = helper.make_graph(
+        [helper.make_node("Reshape", ["x", "shape"], ["y"])],
+        "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6]),
+            helper.make_tensor_value_info("shape", TensorProto.INT64, [2]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    return onyx.InferenceSession(model.SerializeToString())
+
+
+def test_each_thread_gets_its_own_exceptions(slices):
+    """Even threads feed shapes that fit, odd ones a shape that does not: every failing call
+    raises an OnyxError, every other returns its own result, and the turn goes on."""
+    sess = _reshape_session()
+    x = np.arange(12, dtype=np.float32).reshape(2, 6)
+    good = {k: np.array([3, 4] if k % 4 == 0 else [4, 3], np.int64) for k in range(THREADS)}
+    bad = np.array([5, 5], np.int64)
+    outcomes: list = [[] for _ in range(THREADS)]
+
+    def work(k):
+        for _ in range(10):
+            shape = good[k] if k % 2 == 0 else bad
+            try:
+                outcomes[k].append(sess.run(None, {"x": x, "shape": shape})[0].shape)
+            except onyx.OnyxError:
+                outcomes[k].append("error")
+
+    _on_threads(work)
+    for k in range(THREADS):
+        assert outcomes[k] == (["error"] * 10 if k % 2 else [tuple(good[k])] * 10), f"thread {k}"
+    assert sess.run(None, {"x": x, "shape": good[0]})[0].shape == (3, 4)
+
+
+def test_terminate_stops_only_its_own_run(slices):
+    """One thread's RunOptions.terminate ends its runs; the other threads' runs, taking
+    turns with it, finish with their own results."""
+    sess = onyx.InferenceSession(os.path.join(MODELS, "bert_dynamo_op18.onnx"))
+    feeds = [_feeds(sess, k) for k in range(THREADS)]
+    expected = [sess.run(None, f) for f in feeds]
+    stop = onyx.RunOptions()
+    stop.terminate = True
+    outcomes: list = [[] for _ in range(THREADS)]
+
+    def work(k):
+        for _ in range(8):
+            try:
+                result = sess.run(None, feeds[k], stop if k == 0 else None)
+                outcomes[k].append(_same(expected[k], result))
+            except onyx.OnyxError as e:
+                outcomes[k].append("terminated" if "terminate" in str(e) else str(e))
+
+    _on_threads(work)
+    assert outcomes[0] == ["terminated"] * 8
+    assert all(outcomes[k] == [True] * 8 for k in range(1, THREADS))
+    assert _same(expected[0], sess.run(None, feeds[0], onyx.RunOptions()))
+
+
+def _relu_session() -> onyx.InferenceSession:
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    return onyx.InferenceSession(model.SerializeToString())
+
+
+def test_a_run_nested_in_a_run_on_its_thread_does_not_wait_for_itself(slices):
+    """A run that makes another run of onyx on its own thread (a callback, a custom op)
+    while other threads queue for the turn: the inner run counts as the same turn."""
+    outer, inner = _relu_session(), _relu_session()
+    x = np.full((2, 3), -1.0, np.float32)
+    plan_run = outer._plan.run  # noqa: SLF001  (the run inside the run slot)
+
+    def nested(*args, **kwargs):
+        assert inner.run(None, {"x": -x})[0].tolist() == [[1.0] * 3] * 2
+        return plan_run(*args, **kwargs)
+
+    outer._plan.run = nested  # noqa: SLF001
+    counts = [0] * THREADS
+
+    def work(k):
+        for _ in range(20):
+            assert outer.run(None, {"x": x})[0].tolist() == [[0.0] * 3] * 2
+            counts[k] += 1
+
+    _on_threads(work, timeout=60)
+    assert counts == [20] * THREADS
+
+
+def _wait_for_turn_on_another_thread() -> float:
+    """Seconds a short run on a new thread waited for its turn (at most 10)."""
+    waited = []
+
+    def short_run():
+        start = time.perf_counter()
+        with concurrency.run_slot(1, None, concurrency.Pace()):
+            waited.append(time.perf_counter() - start)
+
+    other = threading.Thread(target=short_run, daemon=True)
+    other.start()
+    other.join(timeout=10)
+    return waited[0] if waited else 10.0
+
+
+@pytest.mark.parametrize("idle", [0.001, 60.0])
+def test_a_thread_that_stopped_calling_does_not_keep_the_turn(monkeypatch, idle):
+    """The main thread runs once and stops (a server's worker back at its queue), keeping
+    the turn for a slice of 2 s: a run arriving on another thread after IDLE_SECONDS takes
+    it at once (with IDLE_SECONDS of 60 s it waits for the slice: the check can fail)."""
+    monkeypatch.setattr(concurrency, "_turns", concurrency._Turn())  # noqa: SLF001
+    monkeypatch.setattr(concurrency, "SLICE_SECONDS", 2.0)
+    monkeypatch.setattr(concurrency, "IDLE_SECONDS", idle)
+    with concurrency.run_slot(1, None, concurrency.Pace()):
+        pass
+    time.sleep(0.01)  # (longer than the idle time: the holder has stopped calling)
+    waited = _wait_for_turn_on_another_thread()
+    if idle < 1:
+        assert waited < 1.0
+    else:
+        assert 1.0 < waited < 9
+
+
+def _handover_after_job(first_job: int) -> float:
+    """Seconds between the end of a thread's job of 3 short runs (its second job, the first
+    having ``first_job`` runs) and the start of a run queued on another thread meanwhile."""
+    turn = concurrency._turns  # noqa: SLF001
+    got, ended = [], []
+
+    def short_run(inside=lambda: None):
+        with concurrency.run_slot(1, None, concurrency.Pace()):
+            inside()
+
+    def queued():
+        short_run(lambda: got.append(time.perf_counter()))
+
+    def job(runs: int, other=None):
+        for k in range(runs):
+            if k == 0 and other is not None:
+
+                def start_other():
+                    other.start()
+                    deadline = time.perf_counter() + 10
+                    while not turn.queue and time.perf_counter() < deadline:
+                        time.sleep(0.001)
+
+                short_run(start_other)
+            else:
+                short_run()
+        ended.append(time.perf_counter())
+
+    other = threading.Thread(target=queued, daemon=True)
+    job(first_job)
+    time.sleep(0.02)  # (a pause: the thread's streak ends)
+    job(3, other)
+    other.join(timeout=10)
+    return got[0] - ended[-1] if got else 10.0
+
+
+@pytest.mark.parametrize("first_job", [3, 5])
+def test_a_thread_gives_up_the_turn_at_the_end_of_its_usual_streak(monkeypatch, first_job):
+    """A thread making jobs of 3 runs, another thread waiting: the turn passes as the job's
+    last run ends, not when the slice (0.5 s) ends. (After a first job of 5 runs the 3rd
+    run is not the usual end, and the waiter waits for the slice: the check can fail.)"""
+    monkeypatch.setattr(concurrency, "_turns", concurrency._Turn())  # noqa: SLF001
+    monkeypatch.setattr(concurrency, "SLICE_SECONDS", 0.5)
+    monkeypatch.setattr(concurrency, "IDLE_SECONDS", 0.005)
+    monkeypatch.setattr(concurrency._leaving, "hook", None, raising=False)  # noqa: SLF001
+    waited = _handover_after_job(first_job)
+    if first_job == 3:
+        assert waited < 0.25
+    else:
+        assert 0.25 < waited < 5
