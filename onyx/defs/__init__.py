@@ -315,9 +315,9 @@ def _raw() -> dict:
     """The data file's index, (domain, op) -> the JSON text of its versions (parsed when asked
     for: a model uses a handful of the operators, and parsing them all was most of a small
     model's check), and the header (each domain's opset range)."""
-    import gzip
+    import zlib  # (gzip's format; zlib alone, as gzip.decompress would, without its module)
 
-    header, *rows = gzip.decompress(_DATA.read_bytes()).decode().split("\n")
+    header, *rows = zlib.decompress(_DATA.read_bytes(), 31).decode().split("\n")
     index = {}
     for row in rows:
         domain, name, versions = row.split("\t", 2)
