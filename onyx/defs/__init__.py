@@ -377,19 +377,38 @@ def _build(s: dict) -> OpSchema:
 
 
 @functools.cache
+def _raw_versions(op: str, domain: str) -> tuple[list[dict], list]:
+    """An operator's raw versions, oldest first, and a slot per version for its schema, built
+    when first asked for (a model's check asks for one version of each of its operators)."""
+    raw = _versions(op, domain)
+    return raw, [None] * len(raw)
+
+
+def _built(op: str, domain: str, i: int) -> OpSchema:
+    raw, built = _raw_versions(op, domain)
+    schema = built[i]
+    if schema is None:  # (two threads may both build it: either is right)
+        schema = built[i] = _build(raw[i])
+    return schema
+
+
+@functools.cache
 def schema_versions(op: str, domain: str = "") -> tuple[OpSchema, ...]:
     """Every version of an operator, oldest first (empty if the operator is unknown)."""
-    return tuple(_build(s) for s in _versions(op, _norm_domain(domain)))
+    domain = _norm_domain(domain)
+    raw, _ = _raw_versions(op, domain)
+    return tuple(_built(op, domain, i) for i in range(len(raw)))
 
 
 @functools.cache
 def _lookup(op: str, max_version: int | None, domain: str) -> OpSchema | None:
+    raw, _ = _raw_versions(op, domain)
     found = None
-    for s in schema_versions(op, domain):
-        if max_version is not None and s.since_version > max_version:
+    for i, s in enumerate(raw):
+        if max_version is not None and s["since"] > max_version:
             break
-        found = s
-    return found
+        found = i
+    return None if found is None else _built(op, domain, found)
 
 
 def get_schema(op: str, max_version: int | None = None, domain: str = "") -> OpSchema | None:
