@@ -1,6 +1,6 @@
 """Operator schemas: every operator of every standard domain with its full version history.
 
-The data (``schemas.json.gz``, one line of JSON per operator) is generated at dev time by
+The data (``schemas.json``, one line of JSON per operator) is generated at dev time by
 ``scripts/gen_schemas.py`` and read lazily on first use; an operator's line is parsed and its
 schemas built when it is first asked for, and cached.
 
@@ -32,7 +32,7 @@ __all__ = [
     "schemas",
 ]
 
-_DATA = pathlib.Path(__file__).with_name("schemas.json.gz")
+_DATA = pathlib.Path(__file__).with_name("schemas.json")
 _DIFF = {0: "unknown", 1: "differentiable", 2: "non_differentiable"}
 _NONE: dict = {}  # (a default that is copied, never used)
 
@@ -312,20 +312,24 @@ class OpSchema(FrozenValue):
 
 @functools.cache
 def _raw() -> dict:
-    """The data file's index, (domain, op) -> the JSON text of its versions (parsed when asked
-    for: a model uses a handful of the operators, and parsing them all was most of a small
-    model's check), and the header (each domain's opset range)."""
-    import zlib  # (gzip's format; zlib alone, as gzip.decompress would, without its module)
-
-    header, *rows = zlib.decompress(_DATA.read_bytes(), 31).decode().split("\n")
+    """The data file's index, (domain, op) -> (the line, where the JSON of its versions starts
+    in it: parsed when asked for, a model uses a handful of the operators and parsing them all
+    was most of a small model's check), and the header (each domain's opset range). The file
+    is plain text, read as bytes: unzipping and decoding all of it was a good part of a small
+    model's cold start."""
+    header, *rows = _DATA.read_bytes().split(b"\n")
     index = {}
     for row in rows:
-        domain, name, versions = row.split("\t", 2)
-        index[(domain, name)] = versions
+        name_at = row.index(b"\t") + 1
+        versions_at = row.index(b"\t", name_at) + 1
+        index[(row[: name_at - 1].decode(), row[name_at : versions_at - 1].decode())] = (
+            row,
+            versions_at,
+        )
     return {"index": index, "max_opsets": _json(header)["max_opsets"]}
 
 
-def _json(text: str) -> Any:
+def _json(text: str | bytes) -> Any:
     import json  # (imported with the data, on first use)
 
     return json.loads(text)
@@ -333,8 +337,11 @@ def _json(text: str) -> Any:
 
 def _versions(op: str, domain: str) -> list[dict]:
     """The raw versions of an operator, oldest first (empty if the operator is unknown)."""
-    text = _raw()["index"].get((domain, op))
-    return sorted(_json(text), key=lambda s: s["since"]) if text else []
+    entry = _raw()["index"].get((domain, op))
+    if entry is None:
+        return []
+    row, start = entry
+    return sorted(_json(row[start:]), key=lambda s: s["since"])
 
 
 def _param(p) -> FormalParameter:
