@@ -9,7 +9,6 @@ reads of outer values count as uses, so nothing they need is ever removed).
 
 from __future__ import annotations
 
-import heapq
 import importlib
 import warnings
 from collections.abc import Callable, Iterable
@@ -515,6 +514,8 @@ def downstream_chain(
     """The nodes reachable from root's uses that ``takes(node, inside)`` accepts, ``inside``
     being the ids of root and of the accepted nodes' outputs, visited in graph order
     (``position``: node id -> index) so that a node's producers in the chain come first."""
+    import heapq  # (here: only models with byte tensors get this far)
+
     inside = {id(root)}
     members: list[ir.Node] = []
     heap = [(position[id(n)], id(n), n) for n, _ in root.iter_uses() if id(n) in position]
