@@ -67,7 +67,7 @@ def _upb_classes() -> dict | None:
 def _classes() -> dict:
     try:
         made = _upb_classes()
-    except (ImportError, AttributeError, TypeError):  # (another protobuf: as generated)
+    except Exception:  # (a protobuf whose upb API differs: the generated module, as ever)
         made = None
     if made is None or not set(MESSAGES) <= set(made):
         from . import onyx_pb2
