@@ -55,6 +55,13 @@ TRIGGERS: dict[str, tuple[tuple[str, ...], ...]] = {
     "QLinearConvLookupFusion": (("QLinearConv",), ("TableLookup",)),
 }
 
+#: Passes whose changes give no other pass anything to do: the passes idle before such a change
+#: stay idle after it, and it starts no new round of the basic passes by itself. (Removing
+#: initializers that nothing reads: every pass looks at what nodes read. It changed the graph
+#: in most rounds, each then one more round of every basic pass; tests/test_creation_speed.py
+#: checks the graphs are those of running every pass every round.)
+CONFINED = frozenset({"UnusedInitializerElimination"})
+
 
 def _scheduled(where: str, name: str, level: int) -> DeferredPass:
     """The pass ``name`` (of ``level``), the function ``where`` ("module:function" in this
