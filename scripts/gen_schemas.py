@@ -1,6 +1,7 @@
-"""Dev-time generator of onyx/defs/schemas.json.gz from the installed onnx package.
+"""Dev-time generator of onyx/defs/schemas.json from the installed onnx package.
 
-The file holds one JSON document per line (gzipped): first the header (``max_opsets``,
+The file holds one JSON document per line (plain text: onyx reads it on a cold start, where
+unzipping it cost more than reading it): first the header (``max_opsets``,
 ``onnx_version``), then one line per operator, ``domain<TAB>name<TAB>[its versions]``, so that
 onyx parses only the operators a model uses (``onyx/defs/__init__.py``).
 
@@ -10,7 +11,6 @@ documentation prose is copied. Run: python scripts/gen_schemas.py
 
 from __future__ import annotations
 
-import gzip
 import json
 import math
 import pathlib
@@ -20,7 +20,7 @@ import onnx
 import onnx.defs as d
 from onnx import numpy_helper
 
-OUT = pathlib.Path(__file__).resolve().parent.parent / "onyx" / "defs" / "schemas.json.gz"
+OUT = pathlib.Path(__file__).resolve().parent.parent / "onyx" / "defs" / "schemas.json"
 OPTION = {0: "single", 1: "optional", 2: "variadic"}
 
 
@@ -158,7 +158,7 @@ def main() -> None:
         "schemas": [schema_json(s) for s in schemas],
     }
     raw = write(data)
-    print(f"{len(schemas)} schemas, {len(raw)} bytes json, {OUT.stat().st_size} bytes gz -> {OUT}")
+    print(f"{len(schemas)} schemas, {len(raw)} bytes json -> {OUT}")
 
 
 def write(data: dict) -> bytes:
@@ -172,7 +172,7 @@ def write(data: dict) -> bytes:
         versions.sort(key=lambda s: s["since"])
         lines.append(f"{domain}\t{name}\t{_compact(versions)}")
     raw = "\n".join(lines).encode()
-    OUT.write_bytes(gzip.compress(raw, 9, mtime=0))
+    OUT.write_bytes(raw)
     return raw
 
 

@@ -59,3 +59,37 @@ def test_passes_with_their_ops_run_and_change_the_graph():
     changed = {r.name for r in results if r.changed}
     assert {"EliminateIdentity", "MatMulAddFusion"} <= changed
     assert [n.op_type for n in out.graph] == ["Gemm"]
+
+
+def test_each_listed_pass_is_its_functions_name_and_level():
+    """pipeline.py names each pass by "module:function" with its name and level (so that its
+    module is imported only when it runs): they must be the function's own."""
+    from onyx.optimizer.core import pass_of
+    from onyx.optimizer.rnn import STATE_INPUTS
+
+    for p in PIPELINE:
+        marked = pass_of(p.fn)
+        assert (marked.name, marked.level) == (p.name, p.level)
+    assert TRIGGERS["RnnZeroInitialState"] == (tuple(STATE_INPUTS),)
+
+
+def test_a_session_imports_only_the_pass_modules_it_runs():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, onnx\n"
+        "from onnx import TensorProto, helper\n"
+        "import onyx\n"
+        "g = helper.make_graph([helper.make_node('Relu', ['x'], ['y'])], 'g',\n"
+        "    [helper.make_tensor_value_info('x', TensorProto.FLOAT, [1, 4])],\n"
+        "    [helper.make_tensor_value_info('y', TensorProto.FLOAT, [1, 4])])\n"
+        "m = helper.make_model(g, opset_imports=[helper.make_opsetid('', 17)])\n"
+        "onyx.InferenceSession(m.SerializeToString())\n"
+        "print(sorted(m for m in sys.modules if m.startswith('onyx.optimizer.')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded = out.stdout
+    assert "onyx.optimizer.fold" in loaded  # (constant folding has no trigger: it runs)
+    for fusion in ("transformer", "self_attention", "conv", "trees", "gemm"):
+        assert f"onyx.optimizer.{fusion}'" not in loaded

@@ -48,3 +48,43 @@ def test_own_package_coexists_with_onnx():
     )
     data = model.SerializeToString()
     assert P.ModelProto.FromString(data).SerializeToString() == data
+
+
+def test_the_compiled_schema_is_onyx_pb2s_and_builds_the_same_classes():
+    """onyx/proto/__init__.py makes the classes from _file.py (without onyx_pb2's imports):
+    the schema must be onyx_pb2's, and onyx_pb2 must end up with the very same classes."""
+    from onyx.proto import _file, onyx_pb2
+
+    assert _file.SERIALIZED == onyx_pb2.DESCRIPTOR.serialized_pb
+    for name in MESSAGES:
+        assert getattr(P, name) is getattr(onyx_pb2, name)
+    assert P.TensorProto.Segment is onyx_pb2.TensorProto.Segment
+    assert P.TypeProto.Tensor.__qualname__ == "TypeProto.Tensor"
+
+
+@pytest.mark.parametrize("implementation", ["upb", "python"])
+def test_messages_round_trip_under_each_protobuf_implementation(implementation):
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import pickle, sys\n"
+        "import onyx.proto as P\n"
+        "m = P.ModelProto(ir_version=9)\n"
+        "m.graph.node.add(op_type='Relu', input=['x'], output=['y'])\n"
+        "t = m.graph.initializer.add(name='w', data_type=P.TensorProto.FLOAT, dims=[1])\n"
+        "t.segment.begin = 1\n"
+        "back = P.ModelProto.FromString(m.SerializeToString())\n"
+        "print('descriptor_pool' in str(sorted(sys.modules)))\n"
+        "assert back == m and pickle.loads(pickle.dumps(back)) == m\n"
+        "seg = pickle.loads(pickle.dumps(back.graph.initializer[0].segment))\n"
+        "assert type(seg) is P.TensorProto.Segment and seg.begin == 1\n"
+    )
+    env = {"PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION": implementation}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env={**os.environ, **env}, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    # upb: the classes are made without protobuf's pure-Python machinery
+    assert out.stdout.split()[0] == ("False" if implementation == "upb" else "True")

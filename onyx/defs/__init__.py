@@ -1,6 +1,6 @@
 """Operator schemas: every operator of every standard domain with its full version history.
 
-The data (``schemas.json.gz``, one line of JSON per operator) is generated at dev time by
+The data (``schemas.json``, one line of JSON per operator) is generated at dev time by
 ``scripts/gen_schemas.py`` and read lazily on first use; an operator's line is parsed and its
 schemas built when it is first asked for, and cached.
 
@@ -32,7 +32,7 @@ __all__ = [
     "schemas",
 ]
 
-_DATA = pathlib.Path(__file__).with_name("schemas.json.gz")
+_DATA = pathlib.Path(__file__).with_name("schemas.json")
 _DIFF = {0: "unknown", 1: "differentiable", 2: "non_differentiable"}
 _NONE: dict = {}  # (a default that is copied, never used)
 
@@ -312,20 +312,24 @@ class OpSchema(FrozenValue):
 
 @functools.cache
 def _raw() -> dict:
-    """The data file's index, (domain, op) -> the JSON text of its versions (parsed when asked
-    for: a model uses a handful of the operators, and parsing them all was most of a small
-    model's check), and the header (each domain's opset range)."""
-    import gzip
-
-    header, *rows = gzip.decompress(_DATA.read_bytes()).decode().split("\n")
+    """The data file's index, (domain, op) -> (the line, where the JSON of its versions starts
+    in it: parsed when asked for, a model uses a handful of the operators and parsing them all
+    was most of a small model's check), and the header (each domain's opset range). The file
+    is plain text, read as bytes: unzipping and decoding all of it was a good part of a small
+    model's cold start."""
+    header, *rows = _DATA.read_bytes().split(b"\n")
     index = {}
     for row in rows:
-        domain, name, versions = row.split("\t", 2)
-        index[(domain, name)] = versions
+        name_at = row.index(b"\t") + 1
+        versions_at = row.index(b"\t", name_at) + 1
+        index[(row[: name_at - 1].decode(), row[name_at : versions_at - 1].decode())] = (
+            row,
+            versions_at,
+        )
     return {"index": index, "max_opsets": _json(header)["max_opsets"]}
 
 
-def _json(text: str) -> Any:
+def _json(text: str | bytes) -> Any:
     import json  # (imported with the data, on first use)
 
     return json.loads(text)
@@ -333,8 +337,11 @@ def _json(text: str) -> Any:
 
 def _versions(op: str, domain: str) -> list[dict]:
     """The raw versions of an operator, oldest first (empty if the operator is unknown)."""
-    text = _raw()["index"].get((domain, op))
-    return sorted(_json(text), key=lambda s: s["since"]) if text else []
+    entry = _raw()["index"].get((domain, op))
+    if entry is None:
+        return []
+    row, start = entry
+    return sorted(_json(row[start:]), key=lambda s: s["since"])
 
 
 def _param(p) -> FormalParameter:
@@ -377,19 +384,38 @@ def _build(s: dict) -> OpSchema:
 
 
 @functools.cache
+def _raw_versions(op: str, domain: str) -> tuple[list[dict], list]:
+    """An operator's raw versions, oldest first, and a slot per version for its schema, built
+    when first asked for (a model's check asks for one version of each of its operators)."""
+    raw = _versions(op, domain)
+    return raw, [None] * len(raw)
+
+
+def _built(op: str, domain: str, i: int) -> OpSchema:
+    raw, built = _raw_versions(op, domain)
+    schema = built[i]
+    if schema is None:  # (two threads may both build it: either is right)
+        schema = built[i] = _build(raw[i])
+    return schema
+
+
+@functools.cache
 def schema_versions(op: str, domain: str = "") -> tuple[OpSchema, ...]:
     """Every version of an operator, oldest first (empty if the operator is unknown)."""
-    return tuple(_build(s) for s in _versions(op, _norm_domain(domain)))
+    domain = _norm_domain(domain)
+    raw, _ = _raw_versions(op, domain)
+    return tuple(_built(op, domain, i) for i in range(len(raw)))
 
 
 @functools.cache
 def _lookup(op: str, max_version: int | None, domain: str) -> OpSchema | None:
+    raw, _ = _raw_versions(op, domain)
     found = None
-    for s in schema_versions(op, domain):
-        if max_version is not None and s.since_version > max_version:
+    for i, s in enumerate(raw):
+        if max_version is not None and s["since"] > max_version:
             break
-        found = s
-    return found
+        found = i
+    return None if found is None else _built(op, domain, found)
 
 
 def get_schema(op: str, max_version: int | None = None, domain: str = "") -> OpSchema | None:

@@ -7,9 +7,10 @@ the packed wire form (sub-byte types pack several elements per byte).
 from __future__ import annotations
 
 import enum
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 
-import ml_dtypes
 import numpy as np
 
 from .frozen import FrozenValue
@@ -65,6 +66,29 @@ def _info(dt: DataType, np_dtype, bits: int, name: str) -> DTypeInfo:
     return DTypeInfo(dt, np.dtype(np_dtype), bits, name)
 
 
+class _MLDTypeInfo(DTypeInfo):
+    """An element type whose numpy form is ml_dtypes' (bfloat16, float8, int4, ...): the
+    package is imported when a numpy form is first asked for (its import is a good part of a
+    small model's cold start, and most models hold none of these types)."""
+
+    @property
+    def numpy(self) -> np.dtype:
+        return _ml_numpy()[self.dtype]
+
+
+_MLDTypeInfo.__qualname__ = "DTypeInfo"  # (its repr, as before)
+
+
+def _ml(dt: DataType, attr: str, bits: int, name: str) -> DTypeInfo:
+    info = _MLDTypeInfo.__new__(_MLDTypeInfo)
+    info._set(dtype=dt, bits=bits, type_name=name)
+    _ML_ATTRS[dt] = attr
+    return info
+
+
+#: DataType -> the name of its ml_dtypes type
+_ML_ATTRS: dict[DataType, str] = {}
+
 D = DataType
 _TABLE = [
     _info(D.FLOAT, np.float32, 32, "float"),
@@ -82,24 +106,68 @@ _TABLE = [
     _info(D.UINT64, np.uint64, 64, "uint64"),
     _info(D.COMPLEX64, np.complex64, 64, "complex64"),
     _info(D.COMPLEX128, np.complex128, 128, "complex128"),
-    _info(D.BFLOAT16, ml_dtypes.bfloat16, 16, "bfloat16"),
-    _info(D.FLOAT8E4M3FN, ml_dtypes.float8_e4m3fn, 8, "float8e4m3fn"),
-    _info(D.FLOAT8E4M3FNUZ, ml_dtypes.float8_e4m3fnuz, 8, "float8e4m3fnuz"),
-    _info(D.FLOAT8E5M2, ml_dtypes.float8_e5m2, 8, "float8e5m2"),
-    _info(D.FLOAT8E5M2FNUZ, ml_dtypes.float8_e5m2fnuz, 8, "float8e5m2fnuz"),
-    _info(D.UINT4, ml_dtypes.uint4, 4, "uint4"),
-    _info(D.INT4, ml_dtypes.int4, 4, "int4"),
-    _info(D.FLOAT4E2M1, ml_dtypes.float4_e2m1fn, 4, "float4e2m1"),
-    _info(D.FLOAT8E8M0, ml_dtypes.float8_e8m0fnu, 8, "float8e8m0"),
-    _info(D.UINT2, ml_dtypes.uint2, 2, "uint2"),
-    _info(D.INT2, ml_dtypes.int2, 2, "int2"),
-    _info(D.FLOAT6E2M3, ml_dtypes.float6_e2m3fn, 6, "float6e2m3"),
-    _info(D.FLOAT6E3M2, ml_dtypes.float6_e3m2fn, 6, "float6e3m2"),
+    _ml(D.BFLOAT16, "bfloat16", 16, "bfloat16"),
+    _ml(D.FLOAT8E4M3FN, "float8_e4m3fn", 8, "float8e4m3fn"),
+    _ml(D.FLOAT8E4M3FNUZ, "float8_e4m3fnuz", 8, "float8e4m3fnuz"),
+    _ml(D.FLOAT8E5M2, "float8_e5m2", 8, "float8e5m2"),
+    _ml(D.FLOAT8E5M2FNUZ, "float8_e5m2fnuz", 8, "float8e5m2fnuz"),
+    _ml(D.UINT4, "uint4", 4, "uint4"),
+    _ml(D.INT4, "int4", 4, "int4"),
+    _ml(D.FLOAT4E2M1, "float4_e2m1fn", 4, "float4e2m1"),
+    _ml(D.FLOAT8E8M0, "float8_e8m0fnu", 8, "float8e8m0"),
+    _ml(D.UINT2, "uint2", 2, "uint2"),
+    _ml(D.INT2, "int2", 2, "int2"),
+    _ml(D.FLOAT6E2M3, "float6_e2m3fn", 6, "float6e2m3"),
+    _ml(D.FLOAT6E3M2, "float6_e3m2fn", 6, "float6e3m2"),
 ]
 
+
+class _ByNumpy(dict):
+    """numpy dtype -> DTypeInfo; ml_dtypes' types join when the package is loaded (looking
+    one up loads them: an array of such a dtype means the package is imported already)."""
+
+    def __missing__(self, dtype):
+        if _ml_types is None and "ml_dtypes" in sys.modules:
+            _ml_numpy()
+            return self[dtype]
+        raise KeyError(dtype)
+
+
 BY_ENUM: dict[int, DTypeInfo] = {i.dtype: i for i in _TABLE}
-BY_NUMPY: dict[np.dtype, DTypeInfo] = {i.numpy: i for i in _TABLE if i.dtype != D.STRING}
+BY_NUMPY: dict[np.dtype, DTypeInfo] = _ByNumpy(
+    (i.numpy, i) for i in _TABLE if i.dtype != D.STRING and i.dtype not in _ML_ATTRS
+)
 BY_NAME: dict[str, DTypeInfo] = {i.type_name: i for i in _TABLE}
+
+_ml_types: dict[DataType, np.dtype] | None = None
+_ml_hooks: list[Callable] = []
+
+
+def _ml_numpy() -> dict[DataType, np.dtype]:
+    """ml_dtypes' numpy dtypes by DataType, the package imported on the first call."""
+    global _ml_types
+    if _ml_types is None:
+        import ml_dtypes
+
+        types = {dt: np.dtype(getattr(ml_dtypes, attr)) for dt, attr in _ML_ATTRS.items()}
+        for dt, t in types.items():
+            BY_NUMPY[t] = BY_ENUM[dt]
+        for hook in _ml_hooks:  # (first: the types are published with their tables complete)
+            hook(ml_dtypes)
+        _ml_types = types
+    return _ml_types
+
+
+def when_ml_dtypes(hook: Callable) -> None:
+    """Call ``hook(ml_dtypes)`` once ml_dtypes' types are in use (now, if they are): for
+    tables of its types kept elsewhere (an array of one of them only ever reaches onyx
+    through this module's mapping, which loads them first)."""
+    if _ml_types is not None or "ml_dtypes" in sys.modules:
+        _ml_numpy()
+        hook(sys.modules["ml_dtypes"])
+    else:
+        _ml_hooks.append(hook)
+
 
 #: Element types stored several to a byte on the wire.
 SUB_BYTE = frozenset(i.dtype for i in _TABLE if 0 < i.bits < 8)

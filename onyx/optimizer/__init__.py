@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from .. import ir
 from ..utils import gc_paused
 from .core import ALL, BASIC, LEVELS, PassContext, PassResult, clone_model
-from .pipeline import PIPELINE
+from .pipeline import CONFINED, PIPELINE
 
 __all__ = ["PassResult", "optimize", "optimize_for_session", "passes"]
 
@@ -139,6 +139,9 @@ def _run(ctx: PassContext, p) -> bool:
     counted = {k: n - before.get(k, 0) for k, n in ctx.stats.items() if n != before.get(k, 0)}
     ctx.results.append(PassResult(p.name, changed, counted, seconds))
     ctx.ran.add(p.name)
+    if changed and SKIP_IDLE and p.name in CONFINED:
+        ctx.idle[p.name] = ctx.version  # (it did all there was: the others' marks stand)
+        return False
     if changed:
         ctx.version += 1
         ctx.idle.pop(p.name, None)

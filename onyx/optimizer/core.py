@@ -9,7 +9,7 @@ reads of outer values count as uses, so nothing they need is ever removed).
 
 from __future__ import annotations
 
-import heapq
+import importlib
 import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -47,6 +47,34 @@ class Pass(FrozenValue):
         triggers: tuple[frozenset[str], ...] = (),
     ):
         self._set(name=name, level=level, fn=fn, triggers=triggers)
+
+
+class DeferredPass(Pass):
+    """A pass given as "module:function" of this package, imported when its function is
+    first asked for (pipeline.py: each pass module is a few hundred microseconds of a cold
+    start, and most models need few of them). The same fields as a Pass otherwise."""
+
+    def __init__(
+        self,
+        name: str,
+        level: int,
+        fn: str | Callable[[PassContext], bool],
+        triggers: tuple[frozenset[str], ...] = (),
+    ):
+        self._set(name=name, level=level, triggers=triggers)
+        self.__dict__["_fn" if callable(fn) else "_where"] = fn
+
+    @property
+    def fn(self) -> Callable[[PassContext], bool]:
+        fn = self.__dict__.get("_fn")
+        if fn is None:
+            module, name = self.__dict__["_where"].split(":")
+            fn = getattr(importlib.import_module(f"{__package__}.{module}"), name)
+            self.__dict__["_fn"] = fn
+        return fn
+
+
+DeferredPass.__qualname__ = "Pass"  # (its repr, as a Pass's)
 
 
 @dataclass(init=False, repr=False, eq=False)
@@ -486,6 +514,8 @@ def downstream_chain(
     """The nodes reachable from root's uses that ``takes(node, inside)`` accepts, ``inside``
     being the ids of root and of the accepted nodes' outputs, visited in graph order
     (``position``: node id -> index) so that a node's producers in the chain come first."""
+    import heapq  # (here: only models with byte tensors get this far)
+
     inside = {id(root)}
     members: list[ir.Node] = []
     heap = [(position[id(n)], id(n), n) for n, _ in root.iter_uses() if id(n) in position]

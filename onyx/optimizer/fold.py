@@ -13,7 +13,6 @@ from ..ir.dtypes import DataType, to_numpy
 from ..runtime.bind import bind
 from ..runtime.registry import traits
 from .core import BASIC, STANDARD, PassContext, graph_pass, is_op, static_shape
-from .qdq import reads_quantized
 
 #: A folded result bigger than this that also outgrows its inputs 4x stays a computation
 #: (ConstantOfShape / Expand / Tile would otherwise bloat the model file), except in a
@@ -92,12 +91,18 @@ def _make_constant(ctx: PassContext, v: ir.Value, array) -> None:
     ctx.graph.add_initializer(v)
 
 
+def _reads_quantized(ctx: PassContext, dq: ir.Node) -> bool:
+    from .qdq import reads_quantized  # (a big module: imported for models with a DQ only)
+
+    return reads_quantized(ctx, dq)
+
+
 @graph_pass("ConstantFolding", BASIC)
 def constant_folding(ctx: PassContext) -> bool:
     g = ctx.graph
     changed = False
     for node in g:
-        if is_op(node, "DequantizeLinear") and reads_quantized(ctx, node):
+        if is_op(node, "DequantizeLinear") and _reads_quantized(ctx, node):
             continue  # a QDQ unit's quantized weight: the QDQ fusion takes it as it is
         result = evaluate(ctx, node)
         if result is None:

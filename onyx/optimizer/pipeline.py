@@ -1,34 +1,14 @@
 """The optimizer's passes in the order they run: the one list to read (and to edit).
 
 Each pass is a function ``fn(ctx) -> bool`` marked with :func:`core.graph_pass` (its name and
-level) in its family's module. ``optimize`` runs the basic passes in rounds until nothing
+level) in its family's module, listed here by "module:function" with the same name and level
+(its module is imported when the pass first runs). ``optimize`` runs the basic passes in rounds until nothing
 changes, then the fusions in rounds, the basic passes after each (see ``__init__.py``).
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
-
-from . import (
-    bins,
-    cleanup,
-    conv,
-    dynamic_quant,
-    embed_layer_norm,
-    float16,
-    fold,
-    gemm,
-    lookup,
-    movement,
-    qdq,
-    rnn,
-    self_attention,
-    skip_layer_norm,
-    transformer,
-    transpose,
-    trees,
-)
-from .core import Pass, pass_of
+from .core import BASIC, EXTENDED, DeferredPass
 
 #: Pass name -> the op types it needs present to change anything: each group must meet the
 #: graph's op types (any domain: a superset is safe). Most models hold none of a fusion's
@@ -69,71 +49,89 @@ TRIGGERS: dict[str, tuple[tuple[str, ...], ...]] = {
     "TransposeOptimizer": (("Transpose",),),
     "ReshapeOwnShapeFusion": (("Reshape",), ("Shape",)),
     "UnsqueezeTransposeSqueezeFusion": (("Unsqueeze",), ("Squeeze",)),
-    "RnnZeroInitialState": (tuple(rnn.STATE_INPUTS),),
+    "RnnZeroInitialState": (("RNN", "GRU", "LSTM"),),  # (rnn.STATE_INPUTS' ops)
     "BinsOneHotBatching": (("Concat",),),
     "QDQPadRequantize": (("Pad",), ("DequantizeLinear",)),
     "QLinearConvLookupFusion": (("QLinearConv",), ("TableLookup",)),
 }
 
+#: Passes whose changes give no other pass anything to do: the passes idle before such a change
+#: stay idle after it, and it starts no new round of the basic passes by itself. (Removing
+#: initializers that nothing reads: every pass looks at what nodes read. It changed the graph
+#: in most rounds, each then one more round of every basic pass; tests/test_creation_speed.py
+#: checks the graphs are those of running every pass every round.)
+CONFINED = frozenset({"UnusedInitializerElimination"})
 
-def _scheduled(fn) -> Pass:
-    p = pass_of(fn)
-    groups = TRIGGERS.get(p.name, ())
-    return replace(p, triggers=tuple(frozenset(ops) for ops in groups))
+
+def _scheduled(where: str, name: str, level: int) -> DeferredPass:
+    """The pass ``name`` (of ``level``), the function ``where`` ("module:function" in this
+    package, marked with that name and level: tests/test_optimizer.py checks), imported when
+    it first runs: a model holding none of a fusion's trigger ops never imports its module."""
+    groups = TRIGGERS.get(name, ())
+    return DeferredPass(name, level, where, tuple(frozenset(ops) for ops in groups))
 
 
 #: Basic passes: standard ops in, standard ops out.
-BASIC_PASSES: tuple[Pass, ...] = tuple(
-    _scheduled(fn)
-    for fn in (
-        trees.tree_leaf_function_fusion,  # first: 2,700 nodes of an IsolationForest become 110
-        trees.tree_sum_fusion,
-        fold.constant_folding,
-        fold.shape_folding,
-        fold.qdq_data_movement,
-        cleanup.eliminate_identity,
-        cleanup.eliminate_dropout,
-        cleanup.eliminate_noops,
-        cleanup.dead_code,
-        cleanup.unused_initializers,
-        cleanup.common_subexpressions,
-        float16.float16_in_float32,  # a session's model only; once, after the first folding
+BASIC_PASSES: tuple[DeferredPass, ...] = tuple(
+    _scheduled(*row)
+    for row in (
+        # first: 2,700 nodes of an IsolationForest become 110
+        ("trees:tree_leaf_function_fusion", "TreeLeafFunctionFusion", BASIC),
+        ("trees:tree_sum_fusion", "TreeSumFusion", BASIC),
+        ("fold:constant_folding", "ConstantFolding", BASIC),
+        ("fold:shape_folding", "ShapeFolding", BASIC),
+        ("fold:qdq_data_movement", "QDQDataMovement", BASIC),
+        ("cleanup:eliminate_identity", "EliminateIdentity", BASIC),
+        ("cleanup:eliminate_dropout", "EliminateDropout", BASIC),
+        ("cleanup:eliminate_noops", "NoopElimination", BASIC),
+        ("cleanup:dead_code", "DeadCodeElimination", BASIC),
+        ("cleanup:unused_initializers", "UnusedInitializerElimination", BASIC),
+        ("cleanup:common_subexpressions", "CommonSubexpressionElimination", BASIC),
+        # a session's model only; once, after the first folding
+        ("float16:float16_in_float32", "InsertCastTransformer", BASIC),
     )
 )
 
 #: Fusions (extended level), in order of precedence: an earlier one takes a pattern first.
-FUSIONS: tuple[Pass, ...] = tuple(
-    _scheduled(fn)
-    for fn in (
-        qdq.qdq_fusion,  # first: a FusedConv would hide a QDQ node unit from it
-        dynamic_quant.matmul_integer_to_float,
-        conv.conv_bn,
-        conv.conv_add,
-        conv.conv_mul,
-        conv.batch_norm_scale,
-        conv.conv_activation,
-        conv.conv_hard_swish,
-        gemm.matmul_add,
-        gemm.gemm_activation,
-        transformer.gelu_fusion,
-        transformer.fast_gelu_fusion,
-        transformer.bias_gelu_fusion,
-        transformer.layer_norm_fusion,
-        embed_layer_norm.embed_layer_norm_fusion,  # (first: its sum is no residual's)
-        skip_layer_norm.skip_layer_norm_fusion,
-        transformer.matmul_scale,
-        self_attention.self_attention_fusion,  # (before it: a whole block, projections included)
-        transformer.attention_fusion,
-        transpose.transpose_cancellation,
-        movement.reshape_own_shape,
-        movement.unsqueeze_transpose_squeeze,
-        gemm.matmul_bias,  # (after the GELU and attention fusions, which read MatMul + Add)
-        rnn.rnn_zero_initial_state,
-        bins.bins_one_hot_batching,
-        qdq.pad_requantize,  # (before it: its DQ -> Q becomes a table)
-        lookup.lookup_table_fusion,  # last: it tabulates what the other fusions made
-        qdq.qlinear_conv_lookup,  # (after it: a conv's activation as LookupTableFusion's table)
+FUSIONS: tuple[DeferredPass, ...] = tuple(
+    _scheduled(*row)
+    for row in (
+        # first: a FusedConv would hide a QDQ node unit from it
+        ("qdq:qdq_fusion", "QDQSelectorActionTransformer", EXTENDED),
+        ("dynamic_quant:matmul_integer_to_float", "MatMulIntegerToFloatFusion", EXTENDED),
+        ("conv:conv_bn", "ConvBNFusion", EXTENDED),
+        ("conv:conv_add", "ConvAddFusion", EXTENDED),
+        ("conv:conv_mul", "ConvMulFusion", EXTENDED),
+        ("conv:batch_norm_scale", "BatchNormScaleFusion", EXTENDED),
+        ("conv:conv_activation", "ConvActivationFusion", EXTENDED),
+        ("conv:conv_hard_swish", "ConvHardSwishFusion", EXTENDED),
+        ("gemm:matmul_add", "MatMulAddFusion", EXTENDED),
+        ("gemm:gemm_activation", "GemmActivationFusion", EXTENDED),
+        ("transformer:gelu_fusion", "GeluFusion", EXTENDED),
+        ("transformer:fast_gelu_fusion", "FastGeluFusion", EXTENDED),
+        ("transformer:bias_gelu_fusion", "BiasGeluFusion", EXTENDED),
+        ("transformer:layer_norm_fusion", "LayerNormFusion", EXTENDED),
+        # (first: its sum is no residual's)
+        ("embed_layer_norm:embed_layer_norm_fusion", "EmbedLayerNormFusion", EXTENDED),
+        ("skip_layer_norm:skip_layer_norm_fusion", "SkipLayerNormFusion", EXTENDED),
+        ("transformer:matmul_scale", "MatMulScaleFusion", EXTENDED),
+        # (before it: a whole block, projections included)
+        ("self_attention:self_attention_fusion", "SelfAttentionFusion", EXTENDED),
+        ("transformer:attention_fusion", "AttentionFusion", EXTENDED),
+        ("transpose:transpose_cancellation", "TransposeOptimizer", EXTENDED),
+        ("movement:reshape_own_shape", "ReshapeOwnShapeFusion", EXTENDED),
+        ("movement:unsqueeze_transpose_squeeze", "UnsqueezeTransposeSqueezeFusion", EXTENDED),
+        # (after the GELU and attention fusions, which read MatMul + Add)
+        ("gemm:matmul_bias", "MatMulBiasFusion", EXTENDED),
+        ("rnn:rnn_zero_initial_state", "RnnZeroInitialState", EXTENDED),
+        ("bins:bins_one_hot_batching", "BinsOneHotBatching", EXTENDED),
+        # (before it: its DQ -> Q becomes a table)
+        ("qdq:pad_requantize", "QDQPadRequantize", EXTENDED),
+        # last: it tabulates what the other fusions made
+        ("lookup:lookup_table_fusion", "LookupTableFusion", EXTENDED),
+        # (after it: a conv's activation as LookupTableFusion's table)
+        ("qdq:qlinear_conv_lookup", "QLinearConvLookupFusion", EXTENDED),
     )
 )
 
-PIPELINE: tuple[Pass, ...] = BASIC_PASSES + FUSIONS
+PIPELINE: tuple[DeferredPass, ...] = BASIC_PASSES + FUSIONS

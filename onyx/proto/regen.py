@@ -37,7 +37,25 @@ def main() -> int:
     text = text.replace("from google.protobuf import runtime_version as _runtime_version\n", "")
     text = re.sub(r"_runtime_version\.ValidateProtobufRuntimeVersion\([^)]*\)\n", "", text)
     out.write_text(text)
+    write_compiled(root / "onyx" / "proto" / "_file.py")
     return 0
+
+
+def write_compiled(path: Path) -> None:
+    """_file.py: the compiled schema that onyx/proto/__init__.py builds the classes from."""
+    import os
+    import subprocess
+
+    # (the pure-Python implementation: the package then takes onyx_pb2 as generated, not the
+    # old _file.py)
+    env = {**os.environ, "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION": "python"}
+    code = "from onyx.proto import onyx_pb2; print(repr(onyx_pb2.DESCRIPTOR.serialized_pb))"
+    root = path.parents[2]
+    data = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    head = path.read_text().split("SERIALIZED = ")[0]
+    path.write_text(f"{head}SERIALIZED = {data}\n")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,115 @@
+"""Cold start in CPU time: fresh processes that import a runtime, create a session and run it
+once, paired against another checkout of onyx (and onnxruntime), medians of many processes.
+
+    python benchmarks/bench_cold_start.py [--against /path/to/other/checkout] [--ort]
+        [--model tiny|PATH] [--rounds 20]
+
+run.py's cold-start table times the wall clock; on a loaded machine that mostly measures the
+load, so this probe reads each phase's CPU time (time.process_time in the child) and the
+whole process's (its rusage, interpreter start and numpy's import included, alike for all),
+with the runtimes alternating process by process. ``--against`` runs the other checkout's
+onyx with the interpreter of its ``.venv`` if it has one (its native library built there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = ROOT / "onyx" / "examples" / "tiny_cnn.onnx"
+
+_CHILD = """
+import sys, time
+clock = time.process_time
+sys.path.insert(0, {root!r})
+import numpy as np
+feeds = dict(np.load({feeds!r}))
+t0 = clock()
+if {root!r} == "onnxruntime":
+    import onnxruntime as rt
+    so = rt.SessionOptions()
+    so.inter_op_num_threads = 1
+else:
+    import onyx as rt
+    so = rt.SessionOptions()
+so.intra_op_num_threads = 1
+t1 = clock()
+sess = rt.InferenceSession({model!r}, so, providers=["CPUExecutionProvider"])
+t2 = clock()
+sess.run(None, feeds)
+t3 = clock()
+print(t1 - t0, t2 - t1, t3 - t2)
+"""
+
+
+def _feeds(model: str) -> dict:
+    sys.path.insert(0, str(ROOT))
+    import onyx
+
+    rng = np.random.default_rng(0)
+    sess = onyx.InferenceSession(model)
+    return {
+        i.name: rng.standard_normal([d if isinstance(d, int) else 1 for d in i.shape]).astype(
+            np.float32
+        )
+        for i in sess.get_inputs()
+    }
+
+
+def _one(python: str, root: str, model: str, feeds: str) -> list[float]:
+    """[import, create, first run, whole process] CPU seconds of one fresh process."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    code = _CHILD.format(root=root, feeds=feeds, model=model)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    out = subprocess.run(
+        [python, "-c", code], capture_output=True, text=True, env=env, cwd=tempfile.gettempdir()
+    )
+    if out.returncode:
+        raise SystemExit(f"{root}: {out.stderr[-2000:]}")
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    whole = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return [*map(float, out.stdout.split()), whole]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="tiny", help="'tiny' (onyx/examples) or a model path")
+    ap.add_argument("--against", help="another onyx checkout to pair with")
+    ap.add_argument("--ort", action="store_true", help="pair with onnxruntime too")
+    ap.add_argument("--rounds", type=int, default=20)
+    args = ap.parse_args()
+    model = str(TINY if args.model == "tiny" else Path(args.model).resolve())
+    runs = [(str(ROOT), sys.executable)]
+    if args.against:
+        other = Path(args.against).resolve()
+        python = other / ".venv" / "bin" / "python"
+        runs.append((str(other), str(python) if python.exists() else sys.executable))
+    if args.ort:
+        runs.append(("onnxruntime", sys.executable))
+    with tempfile.TemporaryDirectory() as tmp:
+        feeds = os.path.join(tmp, "feeds.npz")
+        np.savez(feeds, **_feeds(model))
+        samples: dict[str, list] = {root: [] for root, _ in runs}
+        for r in range(args.rounds + 1):  # (round 0 writes the bytecode caches: untimed)
+            for root, python in runs:
+                sample = _one(python, root, model, feeds)
+                if r:
+                    samples[root].append(sample)
+    print(f"{Path(model).name}: CPU ms, medians of {args.rounds} fresh processes")
+    print(f"{'runtime':40s} {'import':>7s} {'create':>7s} {'first':>7s} {'process':>8s}")
+    for root, rows in samples.items():
+        med = [statistics.median(col) * 1e3 for col in zip(*rows)]
+        print(f"{root[-40:]:40s} {med[0]:7.1f} {med[1]:7.1f} {med[2]:7.1f} {med[3]:8.1f}")
+
+
+if __name__ == "__main__":
+    main()

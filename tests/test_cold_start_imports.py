@@ -1,0 +1,61 @@
+"""What a fresh process imports to run a float model (issue 23's cold start): not ml_dtypes,
+not protobuf's pure-Python builder; and the types imported late still map both ways."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import onyx
+
+TINY = Path(onyx.__file__).parent / "examples" / "tiny_cnn.onnx"
+
+
+def _fresh(code: str) -> str:
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+def test_a_float_session_imports_neither_ml_dtypes_nor_protobufs_builder():
+    code = (
+        "import sys, numpy as np, onyx\n"
+        f"s = onyx.InferenceSession({str(TINY)!r})\n"
+        "i = s.get_inputs()[0]\n"
+        "x = np.zeros([d if isinstance(d, int) else 1 for d in i.shape], np.float32)\n"
+        "s.run(None, {i.name: x}); s.run(None, {i.name: x})\n"
+        "print(sorted(m for m in ('ml_dtypes', 'google.protobuf.descriptor_pool',\n"
+        "    'onyx.optimizer.qdq', 'onyx.optimizer.trees', 'gzip') if m in sys.modules))\n"
+    )
+    assert _fresh(code) == "[]"
+
+
+def test_ml_dtypes_types_map_both_ways_when_imported_after_onyx():
+    code = (
+        "import numpy as np, onyx\n"
+        "from onyx.ir.dtypes import DataType, from_numpy, to_numpy, BY_ENUM\n"
+        "from onyx.runtime.kernels.elementwise import is_float, upcast\n"
+        "import ml_dtypes\n"  # (the user's import: onyx has not asked for the types yet)
+        "bf = np.dtype(ml_dtypes.bfloat16)\n"
+        "assert from_numpy(bf) == DataType.BFLOAT16\n"
+        "assert from_numpy(ml_dtypes.int4) == DataType.INT4\n"
+        "assert to_numpy(DataType.FLOAT8E4M3FN) == np.dtype(ml_dtypes.float8_e4m3fn)\n"
+        "assert is_float(bf) and upcast(np.ones(2, bf)).dtype == np.float32\n"
+        "assert repr(BY_ENUM[DataType.BFLOAT16]).startswith('DTypeInfo(')\n"
+        "print('ok')\n"
+    )
+    assert _fresh(code) == "ok"
+
+
+def test_an_exotic_type_in_a_model_loads_ml_dtypes_on_its_own():
+    code = (
+        "import sys, numpy as np, onyx\n"
+        "from onyx.ir.dtypes import DataType, to_numpy\n"
+        "from onyx.runtime.kernels.elementwise import is_float\n"
+        "assert 'ml_dtypes' not in sys.modules\n"
+        "bf = to_numpy(DataType.BFLOAT16)\n"
+        "assert 'ml_dtypes' in sys.modules and is_float(bf) and bf.name == 'bfloat16'\n"
+        "print('ok')\n"
+    )
+    assert _fresh(code) == "ok"
