@@ -304,6 +304,41 @@ def test_conv_integer_implicit_gemm_is_exact(x_type):
 
 
 @needs_vnni
+@pytest.mark.parametrize("x_type", BYTES)
+@pytest.mark.parametrize("w_type", BYTES)
+@pytest.mark.parametrize("per_channel", [False, True])
+@pytest.mark.parametrize(
+    "attrs",
+    [
+        {"pads": [1, 0, 2, 1], "strides": [2, 1], "dilations": [1, 2]},
+        {"pads": [3, 3, 3, 3], "strides": [2, 2], "kernel_shape": [7, 7]},
+        {"kernel_shape": [1, 1]},
+    ],
+)
+def test_conv_integer_with_any_weight_zero_point_is_exact(x_type, w_type, per_channel, attrs):
+    """ConvInteger of weights with nonzero zero points (dynamic quantization's uint8 weights,
+    (w - w_zp) outside int8) through the implicit GEMM and its window-sum term, to the int32
+    of the exact path, run twice (the kept set-up)."""
+    rng = np.random.default_rng(7)
+    kernel = attrs.get("kernel_shape", [3, 3])
+    x = _random(rng, x_type, (2, 5, 13, 9))
+    w = _random(rng, w_type, (12, 5, *kernel))
+    w.flags.writeable = False
+    xz = np.array(200 if x_type == np.uint8 else -7, x_type)
+    wz = _random(rng, w_type, (12,) if per_channel else ())
+    taken = []
+    split = conv_kernels.window_sums
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(conv_kernels, "window_sums", lambda *a: taken.append(1) or split(*a))
+        got = [conv_kernels.conv_integer(x, w, xz, wz, **attrs) for _ in range(2)]
+    full = {"kernel_shape": None, "pads": None, "strides": None, "dilations": None, **attrs}
+    want, _ = conv_kernels._integer_conv(x, w, xz, wz, group=1, auto_pad="NOTSET", **full)
+    assert taken and got[0].dtype == np.int32
+    for y in got:
+        np.testing.assert_array_equal(y, want.astype(np.int64))
+
+
+@needs_vnni
 @pytest.mark.parametrize(
     "a_shape, b_shape, b_type",
     [((1, 128, 64), (64, 96), np.int8), ((2, 3, 20, 16), (2, 3, 16, 24), np.uint8)],

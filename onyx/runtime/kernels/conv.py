@@ -19,6 +19,7 @@ from numpy.lib.stride_tricks import as_strided
 from .. import native
 from ..registry import ONYX_DOMAIN, op
 from .derived import derived, frozen, scratch, value_key
+from .integer_conv import channel_terms, shifted, window_sums
 
 # ----------------------------------------------------------------------------- spatial helpers
 
@@ -789,6 +790,9 @@ def _integer_conv_runner_of(
         return _implicit_gemm_conv(
             x, w, zx, bias, scale, y_zero_point, geo, table
         )  # (else: row sums)
+    if len(geo["out_shape"]) == 2 and group == 1 and scale is None and np.size(wz) in (1, M):
+        c = channel_terms(w, w_zero_point)  # (ConvInteger: dynamic quantization's weights)
+        return _implicit_gemm_conv(x, w, zx, bias, None, None, geo, channel_terms=c)
     return lambda x: _grouped_int8_conv(x, w, wz, zx, bias, scale, y_zero_point, group, geo)
 
 
@@ -889,9 +893,12 @@ def _byte_columns(x, w, zx, group, geo):
     return cols_of
 
 
-def _implicit_gemm_conv(x, w, zx, bias, scale, y_zp, geo, table=None) -> _ImplicitConv:
+def _implicit_gemm_conv(
+    x, w, zx, bias, scale, y_zp, geo, table=None, channel_terms=None
+) -> _ImplicitConv:
     """A 2-D integer conv as an implicit GEMM (see _ImplicitConv), set up once per node, input
-    shape and parameters: a node meets the same ones run after run."""
+    shape and parameters: a node meets the same ones run after run. ``channel_terms``: c_m of
+    integer_conv.py's split weights (then the result is int32)."""
     geometry = tuple(tuple(geo[k]) for k in ("out_shape", "strides", "dilations", "pads"))
     key = (
         x.shape,
@@ -902,11 +909,12 @@ def _implicit_gemm_conv(x, w, zx, bias, scale, y_zp, geo, table=None) -> _Implic
         value_key(scale),
         value_key(y_zp),
         value_key(table),
+        value_key(channel_terms),
     )
     convs = derived(w, ("implicit",), dict)  # (a dict per weight: a few shapes kept)
     conv = convs.get(key)
     if conv is None:
-        conv = _ImplicitConv(x, w, zx, bias, scale, y_zp, geo, table)
+        conv = _ImplicitConv(x, w, zx, bias, scale, y_zp, geo, table, channel_terms)
         if len(convs) >= 4:  # (a model fed ever new shapes)
             convs.clear()
         convs[key] = conv
@@ -923,12 +931,13 @@ class _ImplicitConv:
 
     applies_table = True
 
-    def __init__(self, x, w, zx, bias, scale, y_zero_point, geo, table=None):
+    def __init__(self, x, w, zx, bias, scale, y_zero_point, geo, table=None, channel_terms=None):
         N, C, H, W = x.shape
         M, _, kh, kw = w.shape
         (oh, ow), (sh, sw), (dh, dw), pads = (
             geo[k] for k in ("out_shape", "strides", "dilations", "pads")
         )
+        self.channel_terms, self.kernel, self.geo = channel_terms, (kh, kw), geo
         Cp = -(-C // 4) * 4
         Hp, Wp = (oh - 1) * sh + (kh - 1) * dh + 1, (ow - 1) * sw + (kw - 1) * dw + 1
         # room for the whole image where its last rows or columns go unread (a strided 1x1
@@ -961,8 +970,9 @@ class _ImplicitConv:
         self.shapes = ((N * self.pixels, M), (N, M, oh, ow))
 
         def make():
-            wt = np.zeros((kh, kw, Cp, M), w.dtype)
-            wt[:, :, :C] = w.transpose(2, 3, 1, 0)
+            w_s = w if channel_terms is None else shifted(w)  # (split weights: int8)
+            wt = np.zeros((kh, kw, Cp, M), w_s.dtype)
+            wt[:, :, :C] = w_s.transpose(2, 3, 1, 0)
             return native.pack(wt.reshape(-1, M), x.dtype)
 
         packed = derived(w, ("implicit", Cp, x.dtype.char), make)
@@ -1007,7 +1017,12 @@ class _ImplicitConv:
         else:  # (the input cropped by negative pads or a short output)
             inner[..., :C] = x[:, :, self.rows_in, self.cols_in].transpose(0, 2, 3, 1)
         y = np.empty((N * self.pixels, self.M), self.out_dtype)
-        self.gemm(xp, y, self.gather)
+        rank1 = None
+        if self.channel_terms is not None:  # split weights: + c_m S_p in the epilogue
+            where = (self.padded, self.at, self.rows_in, self.cols_in)
+            sums = window_sums(x, self.zx, self.kernel, self.geo, *where)
+            rank1 = (sums, self.channel_terms)
+        self.gemm(xp, y, self.gather, rank1)
         y = y.reshape(N, self.pixels, self.M)
         if y.itemsize != 1:
             return np.ascontiguousarray(y.transpose(0, 2, 1))

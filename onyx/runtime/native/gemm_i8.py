@@ -528,8 +528,16 @@ class _GemmCall:
         self.packed = b  # (the task holds only its address: a B made for this call lives on)
         self.task, self.cuts, self.ways = _split(b, M, K, flip_a, not a_signed)
 
-    def __call__(self, a: np.ndarray, out: np.ndarray, gather) -> None:
+    def __call__(self, a: np.ndarray, out: np.ndarray, gather, rank1=None) -> None:
+        """``rank1``: (row_f [M], col_f [N]) int32, added as row_f[r] * col_f[j] to the sums
+        (kernels/integer_conv.py's window sums; only where the set-up has none of its own)."""
         e = _Epilogue.from_buffer_copy(self.epilogue)
+        if rank1 is not None:
+            row_f, col_f = rank1
+            assert not self.epilogue.row_f and row_f.dtype == col_f.dtype == np.int32
+            assert row_f.shape == (self.task.M,) and col_f.shape == (self.task.N,)
+            assert row_f.flags.c_contiguous and col_f.flags.c_contiguous
+            e.row_f, e.col_f = _addr(row_f), _addr(col_f)
         if self.float_out:
             e.outf, e.ldf = _addr(out), out.strides[0] // 4
         elif self.requantize:
