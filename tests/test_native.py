@@ -785,21 +785,39 @@ def test_erf_and_gelu_have_the_numpy_kernels_bits(gelu, size, monkeypatch):
 
 
 @needs_native
-def test_dynamic_quantize_linear_quantizes_natively_to_the_same_bytes(monkeypatch):
+@pytest.mark.parametrize("case", ["ties", "zeros", "negative", "positive", "tail", "nan", "huge"])
+def test_dynamic_quantize_linear_quantizes_natively_to_the_same_bytes(case, monkeypatch):
+    """DynamicQuantizeLinear in one native call (range and quantization, gemm_i8.c), through
+    QuantizeLinear's native pass, and in numpy: the same scale, zero point and bytes."""
     from onyx.runtime.kernels.quantize import dynamic_quantize_linear
 
     rng = np.random.default_rng(4)
     x = (rng.standard_normal((37, 129)) * 5).astype(np.float32)
     x[0, :40] = np.arange(40, dtype=np.float32) * (x.max() - x.min()) / 255 / 2  # ties
-    calls, run = [], native.quantize_f32
-    monkeypatch.setattr(native, "quantize_f32", lambda *a: calls.append(1) or run(*a))
-    got = dynamic_quantize_linear(x)
-    assert calls == [1]
-    monkeypatch.setattr(native, "quantize_f32", lambda *a: None)
-    want = dynamic_quantize_linear(x)
-    for g, w in zip(got, want):
-        np.testing.assert_array_equal(g, w)
-        assert g.dtype == w.dtype
+    x = {
+        "ties": x,
+        "zeros": np.zeros((3, 5), np.float32),
+        "negative": -np.abs(x) - 1,
+        "positive": np.abs(x) + 1,
+        "tail": x.reshape(-1)[: 1000 * 3 + 7],
+        "nan": np.where(x > 3, np.nan, x).astype(np.float32),  # (the numpy path decides)
+        "huge": x * np.float32(1e37),
+    }[case]
+    one_call = native.dynamic_quantize(x)
+    assert (one_call is None) == (case in ("nan", "huge") or not native.int8_gemm_ok(1))
+    with np.errstate(invalid="ignore", over="ignore"):
+        got = dynamic_quantize_linear(x)
+        monkeypatch.setattr(native, "dynamic_quantize", lambda x: None)
+        calls, run = [], native.quantize_f32
+        monkeypatch.setattr(native, "quantize_f32", lambda *a: calls.append(1) or run(*a))
+        per_tensor = dynamic_quantize_linear(x)
+        assert calls == [1] or case == "huge"
+        monkeypatch.setattr(native, "quantize_f32", lambda *a: None)
+        want = dynamic_quantize_linear(x)
+    for results in (got, per_tensor):
+        for g, w in zip(results, want):
+            np.testing.assert_array_equal(g, w)
+            assert g.dtype == w.dtype and g.shape == w.shape
 
 
 @needs_native

@@ -574,6 +574,20 @@ static VNNI void quantize_u8(const float *x, int64_t n, float s, int32_t zero_po
     }
 }
 
+/* DynamicQuantizeLinear of float32 x in one call: dynamic_params and quantize_u8 above (the
+   numpy kernel's float32 operations, to its bits); the scale and zero point to *scale and
+   *zero_point. ONYX_DYNAMIC_FALLBACK, touching nothing, for a NaN or an infinity. */
+EXPORT VNNI int onyx_dynamic_quantize(const float *x, int64_t n, uint8_t *q, float *scale,
+                                      uint8_t *zero_point) {
+    if (n < 1 || n > ONYX_MAX_EXTENT * 16) return ONYX_INVALID;
+    float s;
+    int32_t z;
+    if (dynamic_params(x, n, &s, &z)) return ONYX_DYNAMIC_FALLBACK;
+    quantize_u8(x, n, s, z, q);
+    *scale = s, *zero_point = (uint8_t)z;
+    return 0;
+}
+
 EXPORT VNNI int onyx_dynamic_matmul(const dynamic_matmul *t, const float *x, float *y) {
     const gemm_task *g = &t->gemm;
     int64_t M = g->M, K = g->K, N = g->N, sizes[3] = {M, K, N}, n;

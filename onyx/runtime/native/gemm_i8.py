@@ -630,6 +630,27 @@ class DynamicMatMul:
         return y
 
 
+def dynamic_quantize(x: np.ndarray) -> tuple | None:
+    """DynamicQuantizeLinear of contiguous float32 x (at least one value) in one native call
+    (gemm_i8.c's onyx_dynamic_quantize, the arithmetic DynamicMatMul uses): (y uint8, scale
+    float32 0-d, zero point uint8 0-d) to the numpy kernel's bits; None without the VNNI
+    library or for an x with a NaN or an infinity (the numpy kernel decides those)."""
+    call = _dynamic_quantize
+    if call is None:
+        return None
+    y = np.empty(x.shape, np.uint8)
+    scale, zero_point = np.empty((), np.float32), np.empty((), np.uint8)
+    status = call(_addr(x), x.size, _addr(y), _addr(scale), _addr(zero_point))
+    if status:
+        if status == _DYNAMIC_FALLBACK:
+            return None
+        core.check(status, "DynamicQuantizeLinear")
+    return y, scale, zero_point
+
+
+_dynamic_quantize = None  # (bound with the library)
+
+
 def bind(lib, isa: int) -> None:
     lib.onyx_pack_panels.restype = None
     lib.onyx_pack_panels.argtypes = [_P, _I64, _I64, _I64, _I64, _INT, _INT, _P, _P]
@@ -647,3 +668,7 @@ def bind(lib, isa: int) -> None:
         lib.onyx_dynamic_matmul.argtypes = [_P, _P, _P]
         lib.onyx_implicit_conv.restype = _INT
         lib.onyx_implicit_conv.argtypes = [_P, _P, _P, _P, _P]
+        lib.onyx_dynamic_quantize.restype = _INT
+        lib.onyx_dynamic_quantize.argtypes = [_P, _I64, _P, _P, _P]
+    global _dynamic_quantize
+    _dynamic_quantize = lib.onyx_dynamic_quantize if vnni else None
