@@ -717,6 +717,13 @@ def _integer_conv_runner(
     return lambda x: _lookup(run(x), table)
 
 
+def implicit_integer_conv(x, w, x_zero_point, w_zero_point, attrs: dict) -> _ImplicitConv | None:
+    """ConvInteger's implicit-GEMM set-up for x (conv_to_float.py's fast path: the GEMM's
+    epilogue scales and biases its sums), or None where that path does not apply."""
+    run = _integer_conv_runner_of(x, w, x_zero_point, w_zero_point, None, None, None, attrs, None)
+    return run if isinstance(run, _ImplicitConv) else None
+
+
 def _one_row_attrs(attrs: dict) -> dict:
     """A 1-D conv's attributes for the 2-D conv of a one-row image (the row axis adds nothing)."""
     pads = attrs.get("pads")
@@ -975,7 +982,8 @@ class _ImplicitConv:
             wt[:, :, :C] = w_s.transpose(2, 3, 1, 0)
             return native.pack(wt.reshape(-1, M), x.dtype)
 
-        packed = derived(w, ("implicit", Cp, x.dtype.char), make)
+        packed = self.packed = derived(w, ("implicit", Cp, x.dtype.char), make)
+        self.float_gemm = None  # (to_float's, made on its first call)
         self.gemm = native.gathered_int8_gemm(
             x.dtype,
             packed,
@@ -1001,7 +1009,19 @@ class _ImplicitConv:
         out = self._unfused(x, scratch(self.padded, x.dtype)).reshape(self.shapes[1])
         return out if self.table is None else _lookup(out, self.table)
 
-    def _unfused(self, x: np.ndarray, xp: np.ndarray) -> np.ndarray:
+    def to_float(self, x: np.ndarray, scale: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
+        """float32(conv) * scale [+ bias] (ai.onyx ConvIntegerToFloat) in the GEMM's epilogue,
+        for an int32 conv (no requantization of its own): scale one value or one per output
+        channel, bias one per output channel, float32 and contiguous."""
+        if self.float_gemm is None:
+            N = self.padded[0]
+            self.float_gemm = native.gathered_int8_gemm(
+                x.dtype, self.packed, N * self.pixels, self.gather[2], self.zx, float_out=True
+            )
+        xp = scratch(self.padded, x.dtype)
+        return self._unfused(x, xp, (scale, bias)).reshape(self.shapes[1])
+
+    def _unfused(self, x: np.ndarray, xp: np.ndarray, float_epilogue=None) -> np.ndarray:
         N, C = x.shape[:2]
         if not self.bare:
             xp.fill(self.zx)
@@ -1016,13 +1036,16 @@ class _ImplicitConv:
                 native.to_nhwc(x[i], inner[i])
         else:  # (the input cropped by negative pads or a short output)
             inner[..., :C] = x[:, :, self.rows_in, self.cols_in].transpose(0, 2, 3, 1)
-        y = np.empty((N * self.pixels, self.M), self.out_dtype)
+        gemm, dtype = self.gemm, self.out_dtype
+        if float_epilogue is not None:
+            gemm, dtype = self.float_gemm, np.dtype(np.float32)
+        y = np.empty((N * self.pixels, self.M), dtype)
         rank1 = None
         if self.channel_terms is not None:  # split weights: + c_m S_p in the epilogue
             where = (self.padded, self.at, self.rows_in, self.cols_in)
             sums = window_sums(x, self.zx, self.kernel, self.geo, *where)
             rank1 = (sums, self.channel_terms)
-        self.gemm(xp, y, self.gather, rank1)
+        gemm(xp, y, self.gather, rank1, float_epilogue)
         y = y.reshape(N, self.pixels, self.M)
         if y.itemsize != 1:
             return np.ascontiguousarray(y.transpose(0, 2, 1))

@@ -371,11 +371,17 @@ def gathered_int8_gemm(
     col_bias=None,
     scale=None,
     y_zero_point=None,
+    float_out: bool = False,
 ) -> _GemmCall:
     """:func:`int8_gemm`'s set-up for a gathered A of a_dtype (M x K; an implicit-GEMM conv),
-    made once: ``call(buffer, out, (rows, quads, K))`` runs it."""
+    made once: ``call(buffer, out, (rows, quads, K))`` runs it. ``float_out``: float32
+    results, their scale and bias given per call (``float_epilogue``)."""
     a = np.empty((0, K), a_dtype)  # (only its type matters: a gathered A needs no row sums)
-    return _GemmCall(a, b, M, K, a_zero_point, 0, None, col_bias, scale, y_zero_point, True)
+    if float_out:
+        scale = np.ones(1, np.float32)  # (a stand-in: the call's scale replaces it)
+    return _GemmCall(
+        a, b, M, K, a_zero_point, 0, None, col_bias, scale, y_zero_point, True, float_out
+    )
 
 
 def implicit_conv(
@@ -528,10 +534,21 @@ class _GemmCall:
         self.packed = b  # (the task holds only its address: a B made for this call lives on)
         self.task, self.cuts, self.ways = _split(b, M, K, flip_a, not a_signed)
 
-    def __call__(self, a: np.ndarray, out: np.ndarray, gather, rank1=None) -> None:
+    def __call__(
+        self, a: np.ndarray, out: np.ndarray, gather, rank1=None, float_epilogue=None
+    ) -> None:
         """``rank1``: (row_f [M], col_f [N]) int32, added as row_f[r] * col_f[j] to the sums
-        (kernels/integer_conv.py's window sums; only where the set-up has none of its own)."""
+        (kernels/integer_conv.py's window sums; only where the set-up has none of its own).
+        ``float_epilogue``: (scale, bias or None), float32 contiguous, one value or one per
+        column: a float result's float(acc) * scale [+ bias], for a set-up with float_out."""
         e = _Epilogue.from_buffer_copy(self.epilogue)
+        if float_epilogue is not None:
+            scale, bias = float_epilogue
+            assert self.float_out and scale.dtype == np.float32 and scale.size in (1, self.task.N)
+            assert bias is None or (bias.dtype == np.float32 and bias.size == self.task.N)
+            assert scale.flags.c_contiguous and (bias is None or bias.flags.c_contiguous)
+            e.scale, e.scale_rs, e.scale_cs = _addr(scale), 0, int(scale.size > 1)
+            e.bias = _addr(bias)
         if rank1 is not None:
             row_f, col_f = rank1
             assert not self.epilogue.row_f and row_f.dtype == col_f.dtype == np.int32
