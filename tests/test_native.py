@@ -304,6 +304,22 @@ def test_conv_integer_implicit_gemm_is_exact(x_type):
 
 
 @needs_vnni
+def test_conv_integer_result_outlives_the_next_call():
+    """One output channel: the transposed result is contiguous as it is, and must still be
+    a copy of the per-thread work buffer, which the next conv overwrites."""
+    rng = np.random.default_rng(8)
+    x = _random(rng, np.uint8, (1, 3, 6, 5))
+    w = _random(rng, np.uint8, (1, 3, 3, 3))
+    w.flags.writeable = False
+    xz, wz = np.array(7, np.uint8), np.array(200, np.uint8)
+    first = conv_kernels.conv_integer(x, w, xz, wz, pads=[1, 1, 1, 1])
+    kept = first.copy()
+    conv_kernels.conv_integer(x[:, :, ::-1].copy(), w, xz, wz, pads=[1, 1, 1, 1])
+    np.testing.assert_array_equal(first, kept)
+    assert not np.shares_memory(first, conv_kernels.scratch((1,), np.uint8))
+
+
+@needs_vnni
 @pytest.mark.parametrize("x_type", BYTES)
 @pytest.mark.parametrize("w_type", BYTES)
 @pytest.mark.parametrize("per_channel", [False, True])

@@ -197,13 +197,17 @@ def test_conv_chain_fuses_to_the_bit(bias, group, w_type, kernel, tmp_path, monk
         "Mul",
         "ConvIntegerToFloat" if bias else "ConvIntegerScaled",
     ]
-    x = RNG.uniform(-3, 2, size=(2, 4, 9, 7)).astype(np.float32)
-    want = _session(model, "ORT_DISABLE_ALL").run(None, {"x": x})[0]
+    # inputs of other zero points (DynamicQuantizeLinear's, per call), the kept set-up's too
+    xs = [RNG.uniform(lo, hi, size=(2, 4, 9, 7)).astype(np.float32) for lo, hi in
+          ((-3, 2), (-0.5, 4), (-3, 2), (0, 1))]  # fmt: skip
+    unfused = _session(model, "ORT_DISABLE_ALL")
+    wants = [unfused.run(None, {"x": x})[0] for x in xs]
     for native in ("1", "0"):
         monkeypatch.setenv("ONYX_NATIVE", native)
-        for _ in range(2):  # (the kept set-up)
-            got = _session(model, "ORT_ENABLE_EXTENDED").run(None, {"x": x})[0]
-            assert got.tobytes() == want.tobytes()
+        fused = _session(model, "ORT_ENABLE_EXTENDED")
+        for x, want in zip(xs, wants):
+            assert fused.run(None, {"x": x})[0].tobytes() == want.tobytes()
+    x, want = xs[0], wants[0]
     path = tmp_path / "fused.onnx"
     onyx.save(optimized, path)
     so = ort.SessionOptions()

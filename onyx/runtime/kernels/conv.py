@@ -928,6 +928,11 @@ def _implicit_gemm_conv(
     return conv
 
 
+#: Bytes of an implicit conv's work buffers above which a per-thread buffer is reused (below,
+#: malloc's own reuse is as cheap and needs no Python).
+LARGE_WORK = 1 << 17
+
+
 class _ImplicitConv:
     """A 2-D integer conv as an implicit GEMM: rows are output pixels, read in place from the
     padded input in NHWC layout (channels padded to a multiple of 4), where each tap's
@@ -1003,28 +1008,48 @@ class _ImplicitConv:
     def __call__(self, x: np.ndarray) -> np.ndarray:
         if self.native is not None and x.flags.c_contiguous:
             out = np.empty(self.shapes[1], self.out_dtype)
-            self.native(x, out)  # (its padded input and GEMM result in the C library's buffers)
+            # its padded input and GEMM result: a per-thread buffer where they are large (the
+            # C library's fresh buffers cost page faults), else the library's
+            work = self.native.work_bytes
+            self.native(x, out, scratch((work,), np.uint8) if work > LARGE_WORK else None)
             return out
         # padding reads as the zero point: adds nothing (a per-thread buffer: no page faults)
-        out = self._unfused(x, scratch(self.padded, x.dtype)).reshape(self.shapes[1])
+        out = self._unfused(x).reshape(self.shapes[1])
         return out if self.table is None else _lookup(out, self.table)
 
-    def to_float(self, x: np.ndarray, scale: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
+    def to_float(self, x: np.ndarray, scale: np.ndarray, bias: np.ndarray | None, zx: int):
         """float32(conv) * scale [+ bias] (ai.onyx ConvIntegerToFloat) in the GEMM's epilogue,
-        for an int32 conv (no requantization of its own): scale one value or one per output
-        channel, bias one per output channel, float32 and contiguous."""
+        for an int32 conv (no requantization of its own) and x's zero point zx (this call's:
+        a dynamically quantized x's changes): scale one value or one per output channel, bias
+        one per output channel, float32 and contiguous."""
         if self.float_gemm is None:
             N = self.padded[0]
             self.float_gemm = native.gathered_int8_gemm(
                 x.dtype, self.packed, N * self.pixels, self.gather[2], self.zx, float_out=True
             )
-        xp = scratch(self.padded, x.dtype)
-        return self._unfused(x, xp, (scale, bias)).reshape(self.shapes[1])
+        return self._unfused(x, (scale, bias), zx).reshape(self.shapes[1])
 
-    def _unfused(self, x: np.ndarray, xp: np.ndarray, float_epilogue=None) -> np.ndarray:
+    def _buffers(self, x_dtype, y_dtype) -> tuple[np.ndarray, np.ndarray]:
+        """The padded input and the GEMM's (pixels, M) result: one per-thread scratch buffer
+        (padding reads as the zero point: adds nothing), not fresh arrays, whose pages a
+        large conv's call faulted in every time (most of a 1x1 conv's time at 56x56)."""
+        xb = math.prod(self.padded) * np.dtype(x_dtype).itemsize
+        start = -(-xb // 64) * 64
+        yb = self.padded[0] * self.pixels * self.M * np.dtype(y_dtype).itemsize
+        buf = scratch((start + yb,), np.uint8)
+        xp = buf[:xb].view(x_dtype).reshape(self.padded)
+        return xp, buf[start:].view(y_dtype).reshape(-1, self.M)
+
+    def _unfused(self, x: np.ndarray, float_epilogue=None, zx=None) -> np.ndarray:
         N, C = x.shape[:2]
+        if zx is None:
+            zx = self.zx
+        gemm, dtype = self.gemm, self.out_dtype
+        if float_epilogue is not None:
+            gemm, dtype = self.float_gemm, np.dtype(np.float32)
+        xp, y = self._buffers(x.dtype, dtype)
         if not self.bare:
-            xp.fill(self.zx)
+            xp.fill(zx)
         r0, c0 = self.at
         inner = xp[
             :,
@@ -1036,19 +1061,15 @@ class _ImplicitConv:
                 native.to_nhwc(x[i], inner[i])
         else:  # (the input cropped by negative pads or a short output)
             inner[..., :C] = x[:, :, self.rows_in, self.cols_in].transpose(0, 2, 3, 1)
-        gemm, dtype = self.gemm, self.out_dtype
-        if float_epilogue is not None:
-            gemm, dtype = self.float_gemm, np.dtype(np.float32)
-        y = np.empty((N * self.pixels, self.M), dtype)
         rank1 = None
         if self.channel_terms is not None:  # split weights: + c_m S_p in the epilogue
             where = (self.padded, self.at, self.rows_in, self.cols_in)
-            sums = window_sums(x, self.zx, self.kernel, self.geo, *where)
+            sums = window_sums(x, zx, self.kernel, self.geo, *where)
             rank1 = (sums, self.channel_terms)
-        gemm(xp, y, self.gather, rank1, float_epilogue)
+        gemm(xp, y, self.gather, rank1, float_epilogue, None if zx == self.zx else zx)
         y = y.reshape(N, self.pixels, self.M)
-        if y.itemsize != 1:
-            return np.ascontiguousarray(y.transpose(0, 2, 1))
+        if y.itemsize != 1:  # (a copy even where the transpose is one already: y is scratch)
+            return y.transpose(0, 2, 1).copy()
         out = np.empty((N, self.M, self.pixels), y.dtype)
         for i in range(N):
             native.transpose_bytes(y[i], out[i])

@@ -417,12 +417,19 @@ def implicit_conv(
     keep = (gemm, rows, quads, table)  # what c points at
 
     task, call, check = ctypes.byref(c), core.lib.onyx_implicit_conv, core.check
+    padded_bytes = math.prod(padded)
 
-    def run(x, out, _keep=keep):
-        status = call(task, _addr(x), None, None, _addr(out))
+    def run(x, out, work=None, _keep=keep):
+        """work: None (the library's own buffers) or a byte buffer of run.work_bytes."""
+        if work is None:
+            status = call(task, _addr(x), None, None, _addr(out))
+        else:
+            at = _addr(work)
+            status = call(task, _addr(x), at, at + padded_bytes, _addr(out))
         if status:
             check(status, "integer conv")
 
+    run.work_bytes = padded_bytes + len(rows) * c.M  # the padded input, then the GEMM's result
     return run
 
 
@@ -532,16 +539,44 @@ class _GemmCall:
             info = np.iinfo(y_zero_point.dtype)
             e.zero_point, e.lo, e.hi = int(y_zero_point.reshape(-1)[0]), info.min, info.max
         self.packed = b  # (the task holds only its address: a B made for this call lives on)
+        # (a gathered A's other zero points, per call: see _col_off_for)
+        self._da, self._col_bias, self._offsets = da, col_bias, {}
         self.task, self.cuts, self.ways = _split(b, M, K, flip_a, not a_signed)
 
+    def _col_off_for(self, a_zero_point: int) -> np.ndarray:
+        """The column offsets of a gathered A with another scalar zero point than the set-up's
+        (B's is 0): col_bias - ZA colsum, wrapping to int32 as the set-up's (kept per value:
+        a dynamically quantized input's zero point changes from call to call)."""
+        hit = self._offsets.get(a_zero_point)
+        if hit is None:
+            if self.packed.colsum is None or self.epilogue.row_off or self.epilogue.col_f:
+                raise ValueError("a per-call A zero point needs B's column sums and no rows")
+            off = -(a_zero_point - self._da) * self.packed.colsum.astype(np.int64)
+            if self._col_bias is not None:
+                off += self._col_bias.astype(np.int64)
+            hit = off.astype(np.int32)  # (wraps: see __init__)
+            if len(self._offsets) >= 256:
+                self._offsets.clear()
+            self._offsets[a_zero_point] = hit
+        return hit
+
     def __call__(
-        self, a: np.ndarray, out: np.ndarray, gather, rank1=None, float_epilogue=None
+        self,
+        a: np.ndarray,
+        out: np.ndarray,
+        gather,
+        rank1=None,
+        float_epilogue=None,
+        a_zero_point: int | None = None,
     ) -> None:
         """``rank1``: (row_f [M], col_f [N]) int32, added as row_f[r] * col_f[j] to the sums
         (kernels/integer_conv.py's window sums; only where the set-up has none of its own).
         ``float_epilogue``: (scale, bias or None), float32 contiguous, one value or one per
-        column: a float result's float(acc) * scale [+ bias], for a set-up with float_out."""
+        column: a float result's float(acc) * scale [+ bias], for a set-up with float_out.
+        ``a_zero_point``: a gathered A's scalar zero point for this call (the set-up's else)."""
         e = _Epilogue.from_buffer_copy(self.epilogue)
+        if a_zero_point is not None:
+            e.col_off = _addr(self._col_off_for(a_zero_point))
         if float_epilogue is not None:
             scale, bias = float_epilogue
             assert self.float_out and scale.dtype == np.float32 and scale.size in (1, self.task.N)
