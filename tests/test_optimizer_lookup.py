@@ -255,6 +255,22 @@ def test_channel_constant_on_a_size_one_axis_stays():
     np.testing.assert_array_equal(fused.run(None, {"x": x})[0], as_written.run(None, {"x": x})[0])
 
 
+@pytest.mark.parametrize("x_type", [U8, I8])
+@pytest.mark.parametrize("op_type", ["QLinearLeakyRelu", "QLinearSigmoid"])
+def test_one_quantized_activation_becomes_a_lookup(op_type, x_type):
+    """A lone com.microsoft QLinearLeakyRelu / QLinearSigmoid (three numpy passes) is a table
+    lookup too, to the same bits."""
+    dt = np.uint8 if x_type == U8 else np.int8
+    extra = {"alpha": 0.1} if op_type == "QLinearLeakyRelu" else {}
+    nodes = [helper.make_node(op_type, ["x", "x_s", "x_z", "y_s", "y_z"], ["y"],
+                              domain="com.microsoft", **extra)]  # fmt: skip
+    model = _model(nodes, x_type, x_type, {**_q("x", 0.05, 7, dt), **_q("y", 0.02, 2, dt)})
+    assert [n.op_type for n in onyx.optimize(onyx.loads(model)).graph] == ["TableLookup"]
+    x = _all_bytes(dt)
+    fused, as_written = _sessions(model)
+    np.testing.assert_array_equal(fused.run(None, {"x": x})[0], as_written.run(None, {"x": x})[0])
+
+
 def test_shape_of_a_chain_value_reads_the_root():
     """A Shape reading a value inside a chain (a quantized BERT's float bias add) reads the
     chain's root instead: that value is not tabulated for its shape alone."""

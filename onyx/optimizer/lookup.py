@@ -13,7 +13,8 @@ would run, on a probe of 16 copies of the 256 values (so kernels that switch pat
 their large-tensor path), and a chain whose copies disagree is left as written. A chain may
 read only the byte tensor, its own results and constants holding one value (of rank no higher
 than the tensor's, so nothing broadcasts); every op in it is elementwise (its kernel declares the `elementwise` trait). Its
-last value may be of any fixed-size type (8-bit, float, bool). Chains of one node stay.
+last value may be of any fixed-size type (8-bit, float, bool). Chains of one node stay, but for
+com.microsoft QLinearLeakyRelu and QLinearSigmoid (three passes in numpy, one as a lookup).
 
 The lookup is a model-local function of onyx's domain, ``ai.onyx.TableLookup(x, table)``, whose
 body is Cast(x, int32) -> Gather(table): the saved model stays valid ONNX that other runtimes run
@@ -59,7 +60,7 @@ def lookup_table_fusion(ctx: PassContext) -> bool:
         moved += _shapes_from_root(ctx, root, nodes, members)
         for out in _exits(ctx, nodes, members):
             chain = _ancestors(out, members, position)
-            if len(chain) < 2:
+            if len(chain) < 2 and not _worth_alone(chain[0]):
                 continue
             table = _tabulate(ctx, root, byte, out, chain)
             if table is not None:
@@ -74,6 +75,16 @@ def lookup_table_fusion(ctx: PassContext) -> bool:
             _replace(ctx, root, out, table)
         replaced.add(id(out))
     return bool(replaced) or bool(moved)
+
+
+#: com.microsoft quantized activations that are a lookup's worth on their own: each is a
+#: dequantization, a float function and a quantization (numpy's passes), where a lookup is one
+#: pass. (Other one-node chains stay: their kernels are one native pass already.)
+_ALONE = frozenset({"QLinearLeakyRelu", "QLinearSigmoid"})
+
+
+def _worth_alone(node: ir.Node) -> bool:
+    return node.domain == MS and node.op_type in _ALONE
 
 
 #: Readers that take only a tensor's shape.
