@@ -304,6 +304,57 @@ def test_conv_integer_implicit_gemm_is_exact(x_type):
 
 
 @needs_vnni
+def test_conv_integer_result_outlives_the_next_call():
+    """One output channel: the transposed result is contiguous as it is, and must still be
+    a copy of the per-thread work buffer, which the next conv overwrites."""
+    rng = np.random.default_rng(8)
+    x = _random(rng, np.uint8, (1, 3, 6, 5))
+    w = _random(rng, np.uint8, (1, 3, 3, 3))
+    w.flags.writeable = False
+    xz, wz = np.array(7, np.uint8), np.array(200, np.uint8)
+    first = conv_kernels.conv_integer(x, w, xz, wz, pads=[1, 1, 1, 1])
+    kept = first.copy()
+    conv_kernels.conv_integer(x[:, :, ::-1].copy(), w, xz, wz, pads=[1, 1, 1, 1])
+    np.testing.assert_array_equal(first, kept)
+    assert not np.shares_memory(first, conv_kernels.scratch((1,), np.uint8))
+
+
+@needs_vnni
+@pytest.mark.parametrize("x_type", BYTES)
+@pytest.mark.parametrize("w_type", BYTES)
+@pytest.mark.parametrize("per_channel", [False, True])
+@pytest.mark.parametrize(
+    "attrs",
+    [
+        {"pads": [1, 0, 2, 1], "strides": [2, 1], "dilations": [1, 2]},
+        {"pads": [3, 3, 3, 3], "strides": [2, 2], "kernel_shape": [7, 7]},
+        {"kernel_shape": [1, 1]},
+    ],
+)
+def test_conv_integer_with_any_weight_zero_point_is_exact(x_type, w_type, per_channel, attrs):
+    """ConvInteger of weights with nonzero zero points (dynamic quantization's uint8 weights,
+    (w - w_zp) outside int8) through the implicit GEMM and its window-sum term, to the int32
+    of the exact path, run twice (the kept set-up)."""
+    rng = np.random.default_rng(7)
+    kernel = attrs.get("kernel_shape", [3, 3])
+    x = _random(rng, x_type, (2, 5, 13, 9))
+    w = _random(rng, w_type, (12, 5, *kernel))
+    w.flags.writeable = False
+    xz = np.array(200 if x_type == np.uint8 else -7, x_type)
+    wz = _random(rng, w_type, (12,) if per_channel else ())
+    taken = []
+    split = conv_kernels.window_sums
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(conv_kernels, "window_sums", lambda *a: taken.append(1) or split(*a))
+        got = [conv_kernels.conv_integer(x, w, xz, wz, **attrs) for _ in range(2)]
+    full = {"kernel_shape": None, "pads": None, "strides": None, "dilations": None, **attrs}
+    want, _ = conv_kernels._integer_conv(x, w, xz, wz, group=1, auto_pad="NOTSET", **full)
+    assert taken and got[0].dtype == np.int32
+    for y in got:
+        np.testing.assert_array_equal(y, want.astype(np.int64))
+
+
+@needs_vnni
 @pytest.mark.parametrize(
     "a_shape, b_shape, b_type",
     [((1, 128, 64), (64, 96), np.int8), ((2, 3, 20, 16), (2, 3, 16, 24), np.uint8)],
@@ -750,21 +801,39 @@ def test_erf_and_gelu_have_the_numpy_kernels_bits(gelu, size, monkeypatch):
 
 
 @needs_native
-def test_dynamic_quantize_linear_quantizes_natively_to_the_same_bytes(monkeypatch):
+@pytest.mark.parametrize("case", ["ties", "zeros", "negative", "positive", "tail", "nan", "huge"])
+def test_dynamic_quantize_linear_quantizes_natively_to_the_same_bytes(case, monkeypatch):
+    """DynamicQuantizeLinear in one native call (range and quantization, gemm_i8.c), through
+    QuantizeLinear's native pass, and in numpy: the same scale, zero point and bytes."""
     from onyx.runtime.kernels.quantize import dynamic_quantize_linear
 
     rng = np.random.default_rng(4)
     x = (rng.standard_normal((37, 129)) * 5).astype(np.float32)
     x[0, :40] = np.arange(40, dtype=np.float32) * (x.max() - x.min()) / 255 / 2  # ties
-    calls, run = [], native.quantize_f32
-    monkeypatch.setattr(native, "quantize_f32", lambda *a: calls.append(1) or run(*a))
-    got = dynamic_quantize_linear(x)
-    assert calls == [1]
-    monkeypatch.setattr(native, "quantize_f32", lambda *a: None)
-    want = dynamic_quantize_linear(x)
-    for g, w in zip(got, want):
-        np.testing.assert_array_equal(g, w)
-        assert g.dtype == w.dtype
+    x = {
+        "ties": x,
+        "zeros": np.zeros((3, 5), np.float32),
+        "negative": -np.abs(x) - 1,
+        "positive": np.abs(x) + 1,
+        "tail": x.reshape(-1)[: 1000 * 3 + 7],
+        "nan": np.where(x > 3, np.nan, x).astype(np.float32),  # (the numpy path decides)
+        "huge": x * np.float32(1e37),
+    }[case]
+    one_call = native.dynamic_quantize(x)
+    assert (one_call is None) == (case in ("nan", "huge") or not native.int8_gemm_ok(1))
+    with np.errstate(invalid="ignore", over="ignore"):
+        got = dynamic_quantize_linear(x)
+        monkeypatch.setattr(native, "dynamic_quantize", lambda x: None)
+        calls, run = [], native.quantize_f32
+        monkeypatch.setattr(native, "quantize_f32", lambda *a: calls.append(1) or run(*a))
+        per_tensor = dynamic_quantize_linear(x)
+        assert calls == [1] or case == "huge"
+        monkeypatch.setattr(native, "quantize_f32", lambda *a: None)
+        want = dynamic_quantize_linear(x)
+    for results in (got, per_tensor):
+        for g, w in zip(results, want):
+            np.testing.assert_array_equal(g, w)
+            assert g.dtype == w.dtype and g.shape == w.shape
 
 
 @needs_native

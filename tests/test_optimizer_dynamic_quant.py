@@ -137,3 +137,80 @@ def test_small_products_through_float_blas_keep_the_int32_bits(trans_b, monkeypa
             slow = _three_products(a, b, bb, bs, bz, c, x, trans_b)
         for got, want in zip(fast, slow):
             np.testing.assert_array_equal(got, want)
+
+
+def _conv_chain(bias: bool, group: int = 1, w_type=np.uint8, kernel=3):
+    """x -> DynamicQuantizeLinear -> ConvInteger(W) -> Cast -> Mul(x_scale * w_scale) [+ b]:
+    onnxruntime's dynamic quantizer's Conv (uint8 weights, zero point near 128)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    C, M = 4, 8
+    info = np.iinfo(w_type)
+    w = RNG.integers(info.min, info.max + 1, size=(M, C // group, kernel, kernel)).astype(w_type)
+    inits = [numpy_helper.from_array(w, "w"),
+             numpy_helper.from_array(np.array(127 if w_type == np.uint8 else 3, w_type), "wz"),
+             numpy_helper.from_array(np.array(0.013, np.float32), "ws"),
+             numpy_helper.from_array(RNG.uniform(-1, 1, (M, 1, 1)).astype(np.float32), "b")]  # fmt: skip
+    pads = [kernel // 2] * 4
+    nodes = [
+        helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"]),
+        helper.make_node("Mul", ["xs", "ws"], ["s"]),
+        helper.make_node("ConvInteger", ["xq", "w", "xz", "wz"], ["acc"], pads=pads, group=group),
+        helper.make_node("Cast", ["acc"], ["accf"], to=TensorProto.FLOAT),
+        helper.make_node("Mul", ["accf", "s"], ["y0"]),
+    ]
+    if bias:
+        nodes.append(helper.make_node("Add", ["y0", "b"], ["y"]))
+    out = "y" if bias else "y0"
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", C, 9, 7])],
+        [helper.make_tensor_value_info(out, TensorProto.FLOAT, ["N", M, 9, 7])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return onnx.checker.check_model(model) or model.SerializeToString()
+
+
+@pytest.mark.parametrize(
+    "bias, group, w_type, kernel",
+    [
+        (True, 1, np.uint8, 3),  # the implicit GEMM, its float epilogue
+        (False, 1, np.uint8, 3),  # ConvIntegerScaled
+        (True, 1, np.int8, 1),
+        (True, 2, np.uint8, 3),  # grouped: ConvInteger's kernel, then the scale and bias
+        (True, 4, np.uint8, 3),  # depthwise
+    ],
+)
+def test_conv_chain_fuses_to_the_bit(bias, group, w_type, kernel, tmp_path, monkeypatch):
+    """ConvIntegerToFloatFusion: one ai.onyx node, the unfused graph's bits (native and
+    numpy), and the saved model (a model-local function) runs in onnxruntime to them too."""
+    ort = pytest.importorskip("onnxruntime")
+    model = _conv_chain(bias, group, w_type, kernel)
+    optimized = onyx.optimize(onyx.loads(model))
+    ops = [n.op_type for n in optimized.graph]
+    assert ops == [
+        "DynamicQuantizeLinear",
+        "Mul",
+        "ConvIntegerToFloat" if bias else "ConvIntegerScaled",
+    ]
+    # inputs of other zero points (DynamicQuantizeLinear's, per call), the kept set-up's too
+    xs = [RNG.uniform(lo, hi, size=(2, 4, 9, 7)).astype(np.float32) for lo, hi in
+          ((-3, 2), (-0.5, 4), (-3, 2), (0, 1))]  # fmt: skip
+    unfused = _session(model, "ORT_DISABLE_ALL")
+    wants = [unfused.run(None, {"x": x})[0] for x in xs]
+    for native in ("1", "0"):
+        monkeypatch.setenv("ONYX_NATIVE", native)
+        fused = _session(model, "ORT_ENABLE_EXTENDED")
+        for x, want in zip(xs, wants):
+            assert fused.run(None, {"x": x})[0].tobytes() == want.tobytes()
+    x, want = xs[0], wants[0]
+    path = tmp_path / "fused.onnx"
+    onyx.save(optimized, path)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(sess.run(None, {"x": x})[0], want)

@@ -255,6 +255,52 @@ def test_channel_constant_on_a_size_one_axis_stays():
     np.testing.assert_array_equal(fused.run(None, {"x": x})[0], as_written.run(None, {"x": x})[0])
 
 
+@pytest.mark.parametrize("x_type", [U8, I8])
+@pytest.mark.parametrize("op_type", ["QLinearLeakyRelu", "QLinearSigmoid"])
+def test_one_quantized_activation_becomes_a_lookup(op_type, x_type):
+    """A lone com.microsoft QLinearLeakyRelu / QLinearSigmoid (three numpy passes) is a table
+    lookup too, to the same bits."""
+    dt = np.uint8 if x_type == U8 else np.int8
+    extra = {"alpha": 0.1} if op_type == "QLinearLeakyRelu" else {}
+    nodes = [helper.make_node(op_type, ["x", "x_s", "x_z", "y_s", "y_z"], ["y"],
+                              domain="com.microsoft", **extra)]  # fmt: skip
+    model = _model(nodes, x_type, x_type, {**_q("x", 0.05, 7, dt), **_q("y", 0.02, 2, dt)})
+    assert [n.op_type for n in onyx.optimize(onyx.loads(model)).graph] == ["TableLookup"]
+    x = _all_bytes(dt)
+    fused, as_written = _sessions(model)
+    np.testing.assert_array_equal(fused.run(None, {"x": x})[0], as_written.run(None, {"x": x})[0])
+
+
+def test_shape_of_a_chain_value_reads_the_root():
+    """A Shape reading a value inside a chain (a quantized BERT's float bias add) reads the
+    chain's root instead: that value is not tabulated for its shape alone."""
+    nodes = [
+        helper.make_node("DequantizeLinear", ["x", "x_s", "x_z"], ["xf"]),
+        helper.make_node("Add", ["xf", "one"], ["af"]),
+        helper.make_node("QuantizeLinear", ["af", "y_s", "y_z"], ["y"]),
+        helper.make_node("Shape", ["af"], ["shape"]),
+    ]
+    inits = {**_q("x", 0.05, 7), **_q("y", 0.02, 2), "one": np.array(1.5, np.float32)}
+    shape = ["N", 3, 4, 5]  # (a Shape that does not fold)
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", U8, shape)],
+        [helper.make_tensor_value_info("y", U8, shape),
+         helper.make_tensor_value_info("shape", TensorProto.INT64, [4])],
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()],
+    )  # fmt: skip
+    opsets = [helper.make_opsetid("", 17)]
+    model = helper.make_model(graph, opset_imports=opsets, ir_version=8).SerializeToString()
+    optimized = onyx.optimize(onyx.loads(model))
+    ops = [n.op_type for n in optimized.graph]
+    assert ops.count("TableLookup") == 1 and "Add" not in ops  # (not one more for the Shape)
+    x = _all_bytes(np.uint8)
+    fused, as_written = _sessions(model)
+    for got, want in zip(fused.run(None, {"x": x}), as_written.run(None, {"x": x})):
+        np.testing.assert_array_equal(got, want)
+
+
 QUANTIZED = sorted(m.name for m in zoo_models() if m.quantization in ("qdq", "qoperator"))
 
 
@@ -297,7 +343,9 @@ def test_native_lookup_matches_take(item, x_type, n):
 @pytest.mark.skipif(not native.available(), reason="native library not built")
 @pytest.mark.parametrize("item", [np.uint8, np.float32, np.int64])
 @pytest.mark.parametrize("x_type", [np.uint8, np.int8])
-@pytest.mark.parametrize("shape, axis", [((2, 3, 4, 5), 1), ((3, 70), 1), ((5, 2, 1), 0)])
+@pytest.mark.parametrize(
+    "shape, axis", [((2, 3, 4, 5), 1), ((3, 70), 1), ((5, 2, 1), 0), ((2, 3, 4, 5), 3)]
+)  # (the last axis: a lookup per byte)
 def test_native_channel_lookup_matches_take(item, x_type, shape, axis):
     rng = np.random.default_rng(len(shape))
     x = rng.integers(0, 256, shape).astype(np.uint8).view(x_type)

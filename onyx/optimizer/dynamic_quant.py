@@ -15,7 +15,18 @@ float32, times the float32 product of the scales, plus the bias), so results kee
 from __future__ import annotations
 
 from .. import ir
-from .core import EXTENDED, MS, PassContext, graph_pass, is_op, other_input, producer, static_shape
+from ..runtime.registry import ONYX_DOMAIN
+from .core import (
+    EXTENDED,
+    MS,
+    STANDARD,
+    PassContext,
+    graph_pass,
+    is_op,
+    other_input,
+    producer,
+    static_shape,
+)
 
 
 def _only_reader(ctx: PassContext, v: ir.Value, op_type: str) -> ir.Node | None:
@@ -126,3 +137,96 @@ def matmul_integer_to_float(ctx: PassContext) -> bool:
             ctx.count("DynamicQuantizeMatMulFusion")
         changed = True
     return changed
+
+
+# ------------------------------------------------------------------ ConvInteger to float
+
+CONV_PASS = "ConvIntegerToFloatFusion"
+_CONV_ATTRIBUTES = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
+
+
+@graph_pass(CONV_PASS, EXTENDED)
+def conv_integer_to_float(ctx: PassContext) -> bool:
+    """ConvInteger(x, W, xz, wz) -> Cast(float) -> Mul(scale) [-> Add(bias)], the chain
+    onnxruntime's dynamic quantizer writes per Conv, => ai.onyx ConvIntegerToFloat(x, W, xz,
+    wz, scale, bias) or, without the bias, ai.onyx ConvIntegerScaled(x, W, xz, wz, scale)
+    (kernels/conv_to_float.py: the scale and bias in the GEMM's epilogue). Only a scale of
+    one value and a constant float32 bias of one value per output channel, so nothing
+    broadcasts; the zero points given, W and wz constants."""
+    changed = False
+    for conv in list(ctx.graph):
+        found = _conv_chain(ctx, conv)
+        if found is None:
+            continue
+        cast, mul, scale, add, bias = found
+        op_type = "ConvIntegerScaled" if add is None else "ConvIntegerToFloat"
+        ctx.ensure_function(op_type, lambda t=op_type: _conv_function(ctx, t))
+        carried = [conv.attributes[a] for a in _CONV_ATTRIBUTES if a in conv.attributes]
+        name = ctx.fresh_name((conv.name or "conv") + "_to_float")
+        inputs = [*conv.inputs, scale] + ([] if bias is None else [bias])
+        fused = ir.Node(op_type, inputs, 1, carried, ONYX_DOMAIN, name)
+        if add is None:
+            ctx.replace_nodes(mul, fused, (conv, cast))
+        else:
+            ctx.replace_nodes(add, fused, (conv, cast, mul))
+        ctx.count(CONV_PASS)
+        changed = True
+    return changed
+
+
+def _conv_chain(ctx: PassContext, conv: ir.Node) -> tuple | None:
+    """(cast, mul, scale, add, bias) of ConvInteger ``conv``'s chain (add and bias None
+    where no bias is added), or None."""
+    if conv.graph is not ctx.graph or not is_op(conv, "ConvInteger") or conv.domain not in STANDARD:
+        return None
+    if conv.attributes_have_refs() or any(a not in _CONV_ATTRIBUTES for a in conv.attributes):
+        return None
+    if len(conv.inputs) != 4 or any(v is None or not v.name for v in conv.inputs):
+        return None
+    w, wz = ctx.const(conv.inputs[1]), ctx.const(conv.inputs[3])
+    if w is None or wz is None or w.ndim != 4:
+        return None
+    cast = _only_reader(ctx, conv.outputs[0], "Cast")
+    if cast is None or cast.attr("to", 0) != int(ir.DataType.FLOAT):
+        return None
+    mul = _only_reader(ctx, cast.outputs[0], "Mul")
+    if mul is None or mul.inputs[0] is mul.inputs[1]:
+        return None
+    scale = other_input(mul, cast.outputs[0])
+    shape = static_shape(scale)
+    if shape is None or len(shape) > 4 or any(d != 1 for d in shape):
+        return None
+    add = _only_reader(ctx, mul.outputs[0], "Add")
+    if add is None or add.inputs[0] is add.inputs[1]:
+        return cast, mul, scale, None, None
+    bias = other_input(add, mul.outputs[0])
+    b = ctx.const(bias)
+    M = w.shape[0]
+    if b is None or b.dtype.name != "float32" or b.shape not in ((M, 1, 1), (1, M, 1, 1)):
+        return cast, mul, scale, None, None
+    return cast, mul, scale, add, bias
+
+
+def _conv_function(ctx: PassContext, op_type: str) -> ir.Function:
+    """The model-local function ConvIntegerToFloat = Add(Mul(Cast(ConvInteger(...), float),
+    scale), bias) (ConvIntegerScaled: without the Add), its attributes ConvInteger's: the
+    saved model stays valid ONNX."""
+    biased = op_type == "ConvIntegerToFloat"
+    names = ("x", "w", "x_zero_point", "w_zero_point", "scale") + (("bias",) if biased else ())
+    params = [ir.Value(n) for n in names]
+    types = {"auto_pad": ir.AttrType.STRING, "group": ir.AttrType.INT}
+    refs = [ir.Attr(a, types.get(a, ir.AttrType.INTS), ref_attr_name=a) for a in _CONV_ATTRIBUTES]
+    conv = ir.Node("ConvInteger", params[:4], ["acc"], refs)
+    cast = ir.Node("Cast", [conv.outputs[0]], ["accf"], {"to": int(ir.DataType.FLOAT)})
+    mul = ir.Node("Mul", [cast.outputs[0], params[4]], ["scaled" if biased else "y"])
+    nodes = [conv, cast, mul]
+    if biased:
+        nodes.append(ir.Node("Add", [mul.outputs[0], params[5]], ["y"]))
+    body = ir.Graph(params, [nodes[-1].outputs[0]], nodes, name=op_type)
+    f = ir.Function(
+        ONYX_DOMAIN, op_type, body, _CONV_ATTRIBUTES, opset_imports={"": ctx.opset("") or 13}
+    )
+    f.doc_string = "y = float(ConvInteger(x, w, x_zero_point, w_zero_point)) * scale" + (
+        " + bias" if biased else ""
+    )
+    return f

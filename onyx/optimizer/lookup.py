@@ -13,7 +13,8 @@ would run, on a probe of 16 copies of the 256 values (so kernels that switch pat
 their large-tensor path), and a chain whose copies disagree is left as written. A chain may
 read only the byte tensor, its own results and constants holding one value (of rank no higher
 than the tensor's, so nothing broadcasts); every op in it is elementwise (its kernel declares the `elementwise` trait). Its
-last value may be of any fixed-size type (8-bit, float, bool). Chains of one node stay.
+last value may be of any fixed-size type (8-bit, float, bool). Chains of one node stay, but for
+com.microsoft QLinearLeakyRelu and QLinearSigmoid (three passes in numpy, one as a lookup).
 
 The lookup is a model-local function of onyx's domain, ``ai.onyx.TableLookup(x, table)``, whose
 body is Cast(x, int32) -> Gather(table): the saved model stays valid ONNX that other runtimes run
@@ -52,12 +53,14 @@ def lookup_table_fusion(ctx: PassContext) -> bool:
     order = list(ctx.graph)
     position = {id(n): i for i, n in enumerate(order)}
     found = []  # (root, exit value, table): all found first, then the graph changes
+    moved = 0
     for root, byte in _byte_values(ctx, order):
         nodes = _chain_nodes(ctx, root, position)
         members = {id(n) for n in nodes}
+        moved += _shapes_from_root(ctx, root, nodes, members)
         for out in _exits(ctx, nodes, members):
             chain = _ancestors(out, members, position)
-            if len(chain) < 2:
+            if len(chain) < 2 and not _worth_alone(chain[0]):
                 continue
             table = _tabulate(ctx, root, byte, out, chain)
             if table is not None:
@@ -71,7 +74,41 @@ def lookup_table_fusion(ctx: PassContext) -> bool:
         else:
             _replace(ctx, root, out, table)
         replaced.add(id(out))
-    return bool(replaced)
+    return bool(replaced) or bool(moved)
+
+
+#: com.microsoft quantized activations that are a lookup's worth on their own: each is a
+#: dequantization, a float function and a quantization (numpy's passes), where a lookup is one
+#: pass. (Other one-node chains stay: their kernels are one native pass already.)
+_ALONE = frozenset({"QLinearLeakyRelu", "QLinearSigmoid"})
+
+
+def _worth_alone(node: ir.Node) -> bool:
+    return node.domain == MS and node.op_type in _ALONE
+
+
+#: Readers that take only a tensor's shape.
+_SHAPE_READERS = frozenset({"Shape", "Size"})
+
+
+def _shapes_from_root(ctx: PassContext, root: ir.Value, nodes: list, members: set[int]) -> int:
+    """Make Shape and Size nodes reading a chain's value read its root instead: the chain
+    broadcasts nothing, so every value in it has root's shape. A quantized BERT's bias add
+    (DequantizeLinear -> Add) also feeds a Shape; that float value would otherwise be
+    tabulated per channel (a 768 x 256 float table, built at load and looked up every run)
+    only for its shape. Returns how many readers moved."""
+    moved = 0
+    for node in nodes:
+        for v in node.outputs:
+            for user, i in list(v.iter_uses()):
+                if (
+                    user.op_type in _SHAPE_READERS
+                    and user.domain in STANDARD
+                    and id(user) not in members
+                ):
+                    user.set_input(i, root)
+                    moved += 1
+    return moved
 
 
 def _byte_values(ctx: PassContext, order: list[ir.Node]):
@@ -184,7 +221,7 @@ def _tabulate(ctx: PassContext, root: ir.Value, byte, out: ir.Value, chain: list
     if channel is None:
         probe = np.tile(values, PROBE_COPIES)
     else:  # every value in every channel: the channel axis, then the values on the last
-        probe = _channel_probe(values, channel, len(static_shape(root)))
+        probe = _channel_probe(values, channel, len(static_shape(root)), _channel_copies(channel))
         if probe is None:
             return None
     known = {id(root): probe}
@@ -223,17 +260,25 @@ def _chain_channel(ctx: PassContext, root: ir.Value, chain: list[ir.Node]):
     return None
 
 
-def _channel_probe(values: np.ndarray, channel: tuple[int, int], rank: int):
-    """Every byte value PROBE_COPIES times in each of the channels: shape 1 but C on the
-    channel axis and 256 * PROBE_COPIES on the last (the one before when that is the channel
+def _channel_copies(channel: tuple[int, int]) -> int:
+    """Copies of the byte values per channel in a channel probe: enough that the probe is as
+    large as a plain one (kernels take their large-tensor path), at least two (the copies
+    must agree). A 1024-channel probe of 16 copies was 4M elements per chain value: most of
+    a quantized BERT's session creation and its peak memory."""
+    return max(2, -(-PROBE_COPIES // channel[1]))
+
+
+def _channel_probe(values: np.ndarray, channel: tuple[int, int], rank: int, copies: int):
+    """Every byte value ``copies`` times in each of the channels: shape 1 but C on the
+    channel axis and 256 * copies on the last (the one before when that is the channel
     axis)."""
     axis, size = channel
     spread = _spread_axis(axis, rank)
     if spread < 0:
         return None
     shape = [1] * rank
-    shape[axis], shape[spread] = size, 256 * PROBE_COPIES
-    grid = np.broadcast_to(np.tile(values, PROBE_COPIES), (size, 256 * PROBE_COPIES))
+    shape[axis], shape[spread] = size, 256 * copies
+    grid = np.broadcast_to(np.tile(values, copies), (size, 256 * copies))
     return np.ascontiguousarray(grid if axis < spread else grid.T).reshape(shape)
 
 
@@ -248,16 +293,18 @@ def _channel_table(y: np.ndarray, channel: tuple[int, int]):
     spread = _spread_axis(axis, y.ndim)
     if y.dtype.kind in "OSU" or y.dtype.itemsize not in (1, 2, 4, 8):
         return None
+    n = _channel_copies(channel)
     expect = [1] * y.ndim
-    expect[axis], expect[spread] = size, 256 * PROBE_COPIES
+    expect[axis], expect[spread] = size, 256 * n
     if list(y.shape) != expect:
         return None
-    grid = y.reshape(size, -1) if axis < spread else y.reshape(-1, size).T
-    copies = np.ascontiguousarray(grid).reshape(size, PROBE_COPIES, 256)
-    as_bytes = copies.view(np.uint8).reshape(size, PROBE_COPIES, -1)
-    if not (as_bytes == as_bytes[:, :1]).all():
+    as_bytes = np.ascontiguousarray(y).view(np.uint8)
+    # (copy, value, channel) or (channel, copy, value) bytes: the copies compared in place
+    copies = as_bytes.reshape(size, n, -1) if axis < spread else as_bytes.reshape(n, -1)
+    if not (copies == copies[:, :1] if axis < spread else copies == copies[:1]).all():
         return None
-    return copies[:, 0].copy()
+    first = y.reshape(size, -1)[:, :256] if axis < spread else y.reshape(-1, size)[:256].T
+    return np.ascontiguousarray(first)
 
 
 def _replace(ctx: PassContext, root: ir.Value, out: ir.Value, table: np.ndarray) -> None:

@@ -28,6 +28,7 @@ TRIGGERS: dict[str, tuple[tuple[str, ...], ...]] = {
     ),
     "QDQSelectorActionTransformer": (("DequantizeLinear",),),
     "MatMulIntegerToFloatFusion": (("MatMulInteger",),),
+    "ConvIntegerToFloatFusion": (("ConvInteger",), ("Cast",)),
     "ConvBNFusion": (("Conv",), ("BatchNormalization",)),
     "ConvAddFusion": (("Conv",), ("Add",)),
     "ConvMulFusion": (("Conv",), ("Mul",)),
@@ -99,6 +100,7 @@ FUSIONS: tuple[DeferredPass, ...] = tuple(
         # first: a FusedConv would hide a QDQ node unit from it
         ("qdq:qdq_fusion", "QDQSelectorActionTransformer", EXTENDED),
         ("dynamic_quant:matmul_integer_to_float", "MatMulIntegerToFloatFusion", EXTENDED),
+        ("dynamic_quant:conv_integer_to_float", "ConvIntegerToFloatFusion", EXTENDED),
         ("conv:conv_bn", "ConvBNFusion", EXTENDED),
         ("conv:conv_add", "ConvAddFusion", EXTENDED),
         ("conv:conv_mul", "ConvMulFusion", EXTENDED),

@@ -232,6 +232,8 @@ MODULES: dict[tuple[str, str], tuple[str, ...]] = {
     ('ai.onnx.preview.training', 'Momentum'): ('training',),
     ('ai.onyx', 'ChannelTableLookup'): ('fused',),
     ('ai.onyx', 'ConvHardSwish'): ('fused',),
+    ('ai.onyx', 'ConvIntegerScaled'): ('conv_to_float',),
+    ('ai.onyx', 'ConvIntegerToFloat'): ('conv_to_float',),
     ('ai.onyx', 'GatedMatMulNBits'): ('contrib_quant',),
     ('ai.onyx', 'MatMulAdd'): ('fused',),
     ('ai.onyx', 'MatMulAddRelu'): ('fused',),

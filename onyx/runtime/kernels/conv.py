@@ -19,6 +19,7 @@ from numpy.lib.stride_tricks import as_strided
 from .. import native
 from ..registry import ONYX_DOMAIN, op
 from .derived import derived, frozen, scratch, value_key
+from .integer_conv import channel_terms, shifted, window_sums
 
 # ----------------------------------------------------------------------------- spatial helpers
 
@@ -716,6 +717,13 @@ def _integer_conv_runner(
     return lambda x: _lookup(run(x), table)
 
 
+def implicit_integer_conv(x, w, x_zero_point, w_zero_point, attrs: dict) -> _ImplicitConv | None:
+    """ConvInteger's implicit-GEMM set-up for x (conv_to_float.py's fast path: the GEMM's
+    epilogue scales and biases its sums), or None where that path does not apply."""
+    run = _integer_conv_runner_of(x, w, x_zero_point, w_zero_point, None, None, None, attrs, None)
+    return run if isinstance(run, _ImplicitConv) else None
+
+
 def _one_row_attrs(attrs: dict) -> dict:
     """A 1-D conv's attributes for the 2-D conv of a one-row image (the row axis adds nothing)."""
     pads = attrs.get("pads")
@@ -789,6 +797,9 @@ def _integer_conv_runner_of(
         return _implicit_gemm_conv(
             x, w, zx, bias, scale, y_zero_point, geo, table
         )  # (else: row sums)
+    if len(geo["out_shape"]) == 2 and group == 1 and scale is None and np.size(wz) in (1, M):
+        c = channel_terms(w, w_zero_point)  # (ConvInteger: dynamic quantization's weights)
+        return _implicit_gemm_conv(x, w, zx, bias, None, None, geo, channel_terms=c)
     return lambda x: _grouped_int8_conv(x, w, wz, zx, bias, scale, y_zero_point, group, geo)
 
 
@@ -889,9 +900,12 @@ def _byte_columns(x, w, zx, group, geo):
     return cols_of
 
 
-def _implicit_gemm_conv(x, w, zx, bias, scale, y_zp, geo, table=None) -> _ImplicitConv:
+def _implicit_gemm_conv(
+    x, w, zx, bias, scale, y_zp, geo, table=None, channel_terms=None
+) -> _ImplicitConv:
     """A 2-D integer conv as an implicit GEMM (see _ImplicitConv), set up once per node, input
-    shape and parameters: a node meets the same ones run after run."""
+    shape and parameters: a node meets the same ones run after run. ``channel_terms``: c_m of
+    integer_conv.py's split weights (then the result is int32)."""
     geometry = tuple(tuple(geo[k]) for k in ("out_shape", "strides", "dilations", "pads"))
     key = (
         x.shape,
@@ -902,15 +916,21 @@ def _implicit_gemm_conv(x, w, zx, bias, scale, y_zp, geo, table=None) -> _Implic
         value_key(scale),
         value_key(y_zp),
         value_key(table),
+        value_key(channel_terms),
     )
     convs = derived(w, ("implicit",), dict)  # (a dict per weight: a few shapes kept)
     conv = convs.get(key)
     if conv is None:
-        conv = _ImplicitConv(x, w, zx, bias, scale, y_zp, geo, table)
+        conv = _ImplicitConv(x, w, zx, bias, scale, y_zp, geo, table, channel_terms)
         if len(convs) >= 4:  # (a model fed ever new shapes)
             convs.clear()
         convs[key] = conv
     return conv
+
+
+#: Bytes of an implicit conv's work buffers above which a per-thread buffer is reused (below,
+#: malloc's own reuse is as cheap and needs no Python).
+LARGE_WORK = 1 << 17
 
 
 class _ImplicitConv:
@@ -923,12 +943,13 @@ class _ImplicitConv:
 
     applies_table = True
 
-    def __init__(self, x, w, zx, bias, scale, y_zero_point, geo, table=None):
+    def __init__(self, x, w, zx, bias, scale, y_zero_point, geo, table=None, channel_terms=None):
         N, C, H, W = x.shape
         M, _, kh, kw = w.shape
         (oh, ow), (sh, sw), (dh, dw), pads = (
             geo[k] for k in ("out_shape", "strides", "dilations", "pads")
         )
+        self.channel_terms, self.kernel, self.geo = channel_terms, (kh, kw), geo
         Cp = -(-C // 4) * 4
         Hp, Wp = (oh - 1) * sh + (kh - 1) * dh + 1, (ow - 1) * sw + (kw - 1) * dw + 1
         # room for the whole image where its last rows or columns go unread (a strided 1x1
@@ -961,11 +982,13 @@ class _ImplicitConv:
         self.shapes = ((N * self.pixels, M), (N, M, oh, ow))
 
         def make():
-            wt = np.zeros((kh, kw, Cp, M), w.dtype)
-            wt[:, :, :C] = w.transpose(2, 3, 1, 0)
+            w_s = w if channel_terms is None else shifted(w)  # (split weights: int8)
+            wt = np.zeros((kh, kw, Cp, M), w_s.dtype)
+            wt[:, :, :C] = w_s.transpose(2, 3, 1, 0)
             return native.pack(wt.reshape(-1, M), x.dtype)
 
-        packed = derived(w, ("implicit", Cp, x.dtype.char), make)
+        packed = self.packed = derived(w, ("implicit", Cp, x.dtype.char), make)
+        self.float_gemm = None  # (to_float's, made on its first call)
         self.gemm = native.gathered_int8_gemm(
             x.dtype,
             packed,
@@ -985,16 +1008,48 @@ class _ImplicitConv:
     def __call__(self, x: np.ndarray) -> np.ndarray:
         if self.native is not None and x.flags.c_contiguous:
             out = np.empty(self.shapes[1], self.out_dtype)
-            self.native(x, out)  # (its padded input and GEMM result in the C library's buffers)
+            # its padded input and GEMM result: a per-thread buffer where they are large (the
+            # C library's fresh buffers cost page faults), else the library's
+            work = self.native.work_bytes
+            self.native(x, out, scratch((work,), np.uint8) if work > LARGE_WORK else None)
             return out
         # padding reads as the zero point: adds nothing (a per-thread buffer: no page faults)
-        out = self._unfused(x, scratch(self.padded, x.dtype)).reshape(self.shapes[1])
+        out = self._unfused(x).reshape(self.shapes[1])
         return out if self.table is None else _lookup(out, self.table)
 
-    def _unfused(self, x: np.ndarray, xp: np.ndarray) -> np.ndarray:
+    def to_float(self, x: np.ndarray, scale: np.ndarray, bias: np.ndarray | None, zx: int):
+        """float32(conv) * scale [+ bias] (ai.onyx ConvIntegerToFloat) in the GEMM's epilogue,
+        for an int32 conv (no requantization of its own) and x's zero point zx (this call's:
+        a dynamically quantized x's changes): scale one value or one per output channel, bias
+        one per output channel, float32 and contiguous."""
+        if self.float_gemm is None:
+            N = self.padded[0]
+            self.float_gemm = native.gathered_int8_gemm(
+                x.dtype, self.packed, N * self.pixels, self.gather[2], self.zx, float_out=True
+            )
+        return self._unfused(x, (scale, bias), zx).reshape(self.shapes[1])
+
+    def _buffers(self, x_dtype, y_dtype) -> tuple[np.ndarray, np.ndarray]:
+        """The padded input and the GEMM's (pixels, M) result: one per-thread scratch buffer
+        (padding reads as the zero point: adds nothing), not fresh arrays, whose pages a
+        large conv's call faulted in every time (most of a 1x1 conv's time at 56x56)."""
+        xb = math.prod(self.padded) * np.dtype(x_dtype).itemsize
+        start = -(-xb // 64) * 64
+        yb = self.padded[0] * self.pixels * self.M * np.dtype(y_dtype).itemsize
+        buf = scratch((start + yb,), np.uint8)
+        xp = buf[:xb].view(x_dtype).reshape(self.padded)
+        return xp, buf[start:].view(y_dtype).reshape(-1, self.M)
+
+    def _unfused(self, x: np.ndarray, float_epilogue=None, zx=None) -> np.ndarray:
         N, C = x.shape[:2]
+        if zx is None:
+            zx = self.zx
+        gemm, dtype = self.gemm, self.out_dtype
+        if float_epilogue is not None:
+            gemm, dtype = self.float_gemm, np.dtype(np.float32)
+        xp, y = self._buffers(x.dtype, dtype)
         if not self.bare:
-            xp.fill(self.zx)
+            xp.fill(zx)
         r0, c0 = self.at
         inner = xp[
             :,
@@ -1006,11 +1061,15 @@ class _ImplicitConv:
                 native.to_nhwc(x[i], inner[i])
         else:  # (the input cropped by negative pads or a short output)
             inner[..., :C] = x[:, :, self.rows_in, self.cols_in].transpose(0, 2, 3, 1)
-        y = np.empty((N * self.pixels, self.M), self.out_dtype)
-        self.gemm(xp, y, self.gather)
+        rank1 = None
+        if self.channel_terms is not None:  # split weights: + c_m S_p in the epilogue
+            where = (self.padded, self.at, self.rows_in, self.cols_in)
+            sums = window_sums(x, zx, self.kernel, self.geo, *where)
+            rank1 = (sums, self.channel_terms)
+        gemm(xp, y, self.gather, rank1, float_epilogue, None if zx == self.zx else zx)
         y = y.reshape(N, self.pixels, self.M)
-        if y.itemsize != 1:
-            return np.ascontiguousarray(y.transpose(0, 2, 1))
+        if y.itemsize != 1:  # (a copy even where the transpose is one already: y is scratch)
+            return y.transpose(0, 2, 1).copy()
         out = np.empty((N, self.M, self.pixels), y.dtype)
         for i in range(N):
             native.transpose_bytes(y[i], out[i])

@@ -289,6 +289,10 @@ def dynamic_params(x: np.ndarray) -> tuple[np.float32, np.ndarray]:
 @op("DynamicQuantizeLinear", since=11)
 def dynamic_quantize_linear(x):
     x = x.astype(np.float32, copy=False)
+    if x.ndim and x.size and x.flags.c_contiguous:  # one native call: range, then quantize
+        hit = native.dynamic_quantize(x)
+        if hit is not None:
+            return hit
     scale, zero_point = dynamic_params(x)
     y = quantize_per_tensor(x, np.float32(scale), zero_point, np.uint8)
     if y is None:  # (0-d x)

@@ -245,8 +245,25 @@ EXPORT VBMI void onyx_lookup8_vbmi(const uint8_t *restrict x, const void *restri
 /* Per-channel byte lookups (ai.onyx ChannelTableLookup): x as (outer, channels, inner),
    channel c's 256 entries at table + c * 256 * size (bit-pattern order); fn is onyx_lookup8
    or its VBMI form, run over each channel's contiguous run. */
+/* Channels on the last axis (inner 1: a bias per column of a GEMM's result): a lookup per
+   byte, each in its own channel's run (a call of fn per byte cost 15x this). */
+#define CHANNEL_ROWS(T)                                                                      \
+    {                                                                                        \
+        const T *t = table;                                                                  \
+        T *out = y;                                                                          \
+        for (int64_t o = 0; o < outer; o++, x += channels, out += channels)                  \
+            for (int64_t c = 0; c < channels; c++) out[c] = t[c * 256 + x[c]];               \
+        return;                                                                              \
+    }
+
 EXPORT void onyx_lookup8_channels(lookup_fn fn, const uint8_t *x, const void *table, int64_t size,
                                   void *y, int64_t outer, int64_t channels, int64_t inner) {
+    if (inner == 1) switch (size) {
+        case 1: CHANNEL_ROWS(uint8_t)
+        case 2: CHANNEL_ROWS(uint16_t)
+        case 4: CHANNEL_ROWS(uint32_t)
+        default: CHANNEL_ROWS(uint64_t)
+        }
     for (int64_t o = 0; o < outer; o++)
         for (int64_t c = 0; c < channels; c++) {
             int64_t at = (o * channels + c) * inner;

@@ -298,18 +298,35 @@ INLINE VNNI void requantize_tile(const epilogue *e, __m512i acc[][2], int mr, in
     }
 }
 
-/* acc[r] += row r's 4 bytes w (broadcast) times the two panel vectors b0, b1 */
-#define STEP(r, w)                                                                \
+/* c0 += row r's 4 bytes w (broadcast) times the panel vector b0, c1 likewise with b1, for
+   the rows the tile has (r < mr). The accumulators are named variables, not an array: GCC
+   kept an array's twelve in registers but copied each between two of them on every step. */
+#define STEP(r, w, c0, c1)                                                        \
     do {                                                                          \
-        __m512i ab = _mm512_set1_epi32((int32_t)(w));                             \
-        if (flip) ab = _mm512_xor_si512(ab, _mm512_set1_epi32((int32_t)0x80808080)); \
-        if (a_u8) {                                                               \
-            acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], ab, b0);                   \
-            acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], ab, b1);                   \
-        } else {                                                                  \
-            acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], b0, ab);                   \
-            acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], b1, ab);                   \
+        if ((r) < mr) {                                                           \
+            __m512i ab = _mm512_set1_epi32((int32_t)(w));                         \
+            if (flip) ab = _mm512_xor_si512(ab, _mm512_set1_epi32((int32_t)0x80808080)); \
+            if (a_u8) {                                                           \
+                c0 = _mm512_dpbusd_epi32(c0, ab, b0);                             \
+                c1 = _mm512_dpbusd_epi32(c1, ab, b1);                             \
+            } else {                                                              \
+                c0 = _mm512_dpbusd_epi32(c0, b0, ab);                             \
+                c1 = _mm512_dpbusd_epi32(c1, b1, ab);                             \
+            }                                                                     \
         }                                                                         \
+    } while (0)
+
+/* Row r's 4 bytes at offset off (rows past mr are never read) */
+#define QUAD(r, off) (w = 0, (r) < mr ? memcpy(&w, row[r] + (off), 4) : 0, w)
+
+#define ALL_ROWS(bytes_of)                                                        \
+    do {                                                                          \
+        STEP(0, bytes_of(0), c00, c01);                                           \
+        STEP(1, bytes_of(1), c10, c11);                                           \
+        STEP(2, bytes_of(2), c20, c21);                                           \
+        STEP(3, bytes_of(3), c30, c31);                                           \
+        STEP(4, bytes_of(4), c40, c41);                                           \
+        STEP(5, bytes_of(5), c50, c51);                                           \
     } while (0)
 
 /* One mr x 32 tile. row[r]: where row r's bytes start; its quad q (k = 4q..4q+3) is at
@@ -319,32 +336,26 @@ INLINE VNNI void requantize_tile(const epilogue *e, __m512i acc[][2], int mr, in
 INLINE VNNI void tile(const uint8_t *const *row, const int64_t *quads, const int flip,
                       const int8_t *panel, int64_t K, const epilogue *e, int64_t r0, int64_t j0,
                       int ncols, const int mr, const int a_u8, const int gathered) {
-    __m512i acc[MR][2];
-    for (int r = 0; r < MR; r++) acc[r][0] = acc[r][1] = _mm512_setzero_si512();
+    __m512i c00 = _mm512_setzero_si512(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
+    __m512i c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
     int64_t full = K / 4;
+    uint32_t w;
     for (int64_t q = 0; q < full; q++) {
         int64_t off = gathered ? quads[q] : 4 * q;
         __m512i b0 = _mm512_loadu_si512(panel + q * 128);
         __m512i b1 = _mm512_loadu_si512(panel + q * 128 + 64);
-        for (int r = 0; r < MR; r++) {
-            if (r < mr) {
-                uint32_t w;
-                memcpy(&w, row[r] + off, 4);
-                STEP(r, w);
-            }
-        }
+#define FULL_QUAD(r) QUAD(r, off)
+        ALL_ROWS(FULL_QUAD);
+#undef FULL_QUAD
     }
     if (!gathered && (K & 3)) { /* a partial last quad: its missing bytes meet zeros */
         __m512i b0 = _mm512_loadu_si512(panel + full * 128);
         __m512i b1 = _mm512_loadu_si512(panel + full * 128 + 64);
-        for (int r = 0; r < MR; r++) {
-            if (r < mr) {
-                uint32_t w = 0;
-                memcpy(&w, row[r] + 4 * full, (size_t)(K & 3));
-                STEP(r, w);
-            }
-        }
+#define PART_QUAD(r) (w = 0, (r) < mr ? memcpy(&w, row[r] + 4 * full, (size_t)(K & 3)) : 0, w)
+        ALL_ROWS(PART_QUAD);
+#undef PART_QUAD
     }
+    __m512i acc[MR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};
     __mmask16 m0 = ncols >= 16 ? 0xFFFF : (__mmask16)((1u << ncols) - 1);
     __mmask16 m1 = ncols >= 32 ? 0xFFFF : ncols <= 16 ? 0 : (__mmask16)((1u << (ncols - 16)) - 1);
     if ((e->out8 || e->outf) && !e->row_f && !e->scale_rs) {
@@ -572,6 +583,20 @@ static VNNI void quantize_u8(const float *x, int64_t n, float s, int32_t zero_po
         __m512i w = _mm512_add_epi32(_mm512_cvtps_epi32(v), vz);
         _mm_mask_storeu_epi8(q + i, m, _mm512_cvtepi32_epi8(w));
     }
+}
+
+/* DynamicQuantizeLinear of float32 x in one call: dynamic_params and quantize_u8 above (the
+   numpy kernel's float32 operations, to its bits); the scale and zero point to *scale and
+   *zero_point. ONYX_DYNAMIC_FALLBACK, touching nothing, for a NaN or an infinity. */
+EXPORT VNNI int onyx_dynamic_quantize(const float *x, int64_t n, uint8_t *q, float *scale,
+                                      uint8_t *zero_point) {
+    if (n < 1 || n > ONYX_MAX_EXTENT * 16) return ONYX_INVALID;
+    float s;
+    int32_t z;
+    if (dynamic_params(x, n, &s, &z)) return ONYX_DYNAMIC_FALLBACK;
+    quantize_u8(x, n, s, z, q);
+    *scale = s, *zero_point = (uint8_t)z;
+    return 0;
 }
 
 EXPORT VNNI int onyx_dynamic_matmul(const dynamic_matmul *t, const float *x, float *y) {

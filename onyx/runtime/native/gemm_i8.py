@@ -371,11 +371,17 @@ def gathered_int8_gemm(
     col_bias=None,
     scale=None,
     y_zero_point=None,
+    float_out: bool = False,
 ) -> _GemmCall:
     """:func:`int8_gemm`'s set-up for a gathered A of a_dtype (M x K; an implicit-GEMM conv),
-    made once: ``call(buffer, out, (rows, quads, K))`` runs it."""
+    made once: ``call(buffer, out, (rows, quads, K))`` runs it. ``float_out``: float32
+    results, their scale and bias given per call (``float_epilogue``)."""
     a = np.empty((0, K), a_dtype)  # (only its type matters: a gathered A needs no row sums)
-    return _GemmCall(a, b, M, K, a_zero_point, 0, None, col_bias, scale, y_zero_point, True)
+    if float_out:
+        scale = np.ones(1, np.float32)  # (a stand-in: the call's scale replaces it)
+    return _GemmCall(
+        a, b, M, K, a_zero_point, 0, None, col_bias, scale, y_zero_point, True, float_out
+    )
 
 
 def implicit_conv(
@@ -411,12 +417,19 @@ def implicit_conv(
     keep = (gemm, rows, quads, table)  # what c points at
 
     task, call, check = ctypes.byref(c), core.lib.onyx_implicit_conv, core.check
+    padded_bytes = math.prod(padded)
 
-    def run(x, out, _keep=keep):
-        status = call(task, _addr(x), None, None, _addr(out))
+    def run(x, out, work=None, _keep=keep):
+        """work: None (the library's own buffers) or a byte buffer of run.work_bytes."""
+        if work is None:
+            status = call(task, _addr(x), None, None, _addr(out))
+        else:
+            at = _addr(work)
+            status = call(task, _addr(x), at, at + padded_bytes, _addr(out))
         if status:
             check(status, "integer conv")
 
+    run.work_bytes = padded_bytes + len(rows) * c.M  # the padded input, then the GEMM's result
     return run
 
 
@@ -526,10 +539,57 @@ class _GemmCall:
             info = np.iinfo(y_zero_point.dtype)
             e.zero_point, e.lo, e.hi = int(y_zero_point.reshape(-1)[0]), info.min, info.max
         self.packed = b  # (the task holds only its address: a B made for this call lives on)
+        # (a gathered A's other zero points, per call: see _col_off_for)
+        self._da, self._col_bias, self._offsets = da, col_bias, {}
         self.task, self.cuts, self.ways = _split(b, M, K, flip_a, not a_signed)
 
-    def __call__(self, a: np.ndarray, out: np.ndarray, gather) -> None:
+    def _col_off_for(self, a_zero_point: int) -> np.ndarray:
+        """The column offsets of a gathered A with another scalar zero point than the set-up's
+        (B's is 0): col_bias - ZA colsum, wrapping to int32 as the set-up's (kept per value:
+        a dynamically quantized input's zero point changes from call to call)."""
+        hit = self._offsets.get(a_zero_point)
+        if hit is None:
+            if self.packed.colsum is None or self.epilogue.row_off or self.epilogue.col_f:
+                raise ValueError("a per-call A zero point needs B's column sums and no rows")
+            off = -(a_zero_point - self._da) * self.packed.colsum.astype(np.int64)
+            if self._col_bias is not None:
+                off += self._col_bias.astype(np.int64)
+            hit = off.astype(np.int32)  # (wraps: see __init__)
+            if len(self._offsets) >= 256:
+                self._offsets.clear()
+            self._offsets[a_zero_point] = hit
+        return hit
+
+    def __call__(
+        self,
+        a: np.ndarray,
+        out: np.ndarray,
+        gather,
+        rank1=None,
+        float_epilogue=None,
+        a_zero_point: int | None = None,
+    ) -> None:
+        """``rank1``: (row_f [M], col_f [N]) int32, added as row_f[r] * col_f[j] to the sums
+        (kernels/integer_conv.py's window sums; only where the set-up has none of its own).
+        ``float_epilogue``: (scale, bias or None), float32 contiguous, one value or one per
+        column: a float result's float(acc) * scale [+ bias], for a set-up with float_out.
+        ``a_zero_point``: a gathered A's scalar zero point for this call (the set-up's else)."""
         e = _Epilogue.from_buffer_copy(self.epilogue)
+        if a_zero_point is not None:
+            e.col_off = _addr(self._col_off_for(a_zero_point))
+        if float_epilogue is not None:
+            scale, bias = float_epilogue
+            assert self.float_out and scale.dtype == np.float32 and scale.size in (1, self.task.N)
+            assert bias is None or (bias.dtype == np.float32 and bias.size == self.task.N)
+            assert scale.flags.c_contiguous and (bias is None or bias.flags.c_contiguous)
+            e.scale, e.scale_rs, e.scale_cs = _addr(scale), 0, int(scale.size > 1)
+            e.bias = _addr(bias)
+        if rank1 is not None:
+            row_f, col_f = rank1
+            assert not self.epilogue.row_f and row_f.dtype == col_f.dtype == np.int32
+            assert row_f.shape == (self.task.M,) and col_f.shape == (self.task.N,)
+            assert row_f.flags.c_contiguous and col_f.flags.c_contiguous
+            e.row_f, e.col_f = _addr(row_f), _addr(col_f)
         if self.float_out:
             e.outf, e.ldf = _addr(out), out.strides[0] // 4
         elif self.requantize:
@@ -622,6 +682,27 @@ class DynamicMatMul:
         return y
 
 
+def dynamic_quantize(x: np.ndarray) -> tuple | None:
+    """DynamicQuantizeLinear of contiguous float32 x (at least one value) in one native call
+    (gemm_i8.c's onyx_dynamic_quantize, the arithmetic DynamicMatMul uses): (y uint8, scale
+    float32 0-d, zero point uint8 0-d) to the numpy kernel's bits; None without the VNNI
+    library or for an x with a NaN or an infinity (the numpy kernel decides those)."""
+    call = _dynamic_quantize
+    if call is None:
+        return None
+    y = np.empty(x.shape, np.uint8)
+    scale, zero_point = np.empty((), np.float32), np.empty((), np.uint8)
+    status = call(_addr(x), x.size, _addr(y), _addr(scale), _addr(zero_point))
+    if status:
+        if status == _DYNAMIC_FALLBACK:
+            return None
+        core.check(status, "DynamicQuantizeLinear")
+    return y, scale, zero_point
+
+
+_dynamic_quantize = None  # (bound with the library)
+
+
 def bind(lib, isa: int) -> None:
     lib.onyx_pack_panels.restype = None
     lib.onyx_pack_panels.argtypes = [_P, _I64, _I64, _I64, _I64, _INT, _INT, _P, _P]
@@ -639,3 +720,7 @@ def bind(lib, isa: int) -> None:
         lib.onyx_dynamic_matmul.argtypes = [_P, _P, _P]
         lib.onyx_implicit_conv.restype = _INT
         lib.onyx_implicit_conv.argtypes = [_P, _P, _P, _P, _P]
+        lib.onyx_dynamic_quantize.restype = _INT
+        lib.onyx_dynamic_quantize.argtypes = [_P, _I64, _P, _P, _P]
+    global _dynamic_quantize
+    _dynamic_quantize = lib.onyx_dynamic_quantize if vnni else None
