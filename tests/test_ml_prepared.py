@@ -194,3 +194,8 @@ def test_svm_coupling_adds_left_to_right_as_libsvm(monkeypatch, path):
     for n in (1, 3):
         np.testing.assert_array_equal(svm._pairwise_coupling(r[:n]), want[:n])  # noqa: SLF001
     np.testing.assert_array_equal(svm._pairwise_coupling(r), want)  # noqa: SLF001
+    if path == "native":  # the classifier's set-up one (r built in C from the pairs)
+        first, second = (np.array([pair[side] for pair in pairs]) for side in (0, 1))
+        coupling = native.coupling_pairs(first, second, k)
+        for n in (1, 3, rows):
+            np.testing.assert_array_equal(coupling(np.ascontiguousarray(pairwise[:n])), want[:n])

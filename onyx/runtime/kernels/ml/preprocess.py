@@ -119,7 +119,10 @@ def normalizer(x, *, norm="MAX"):
         raise ValueError(f"Normalizer: unknown norm {norm!r}")
     x = x.astype(np.float32)  # (a copy: divided in place)
     divisor = NORMS[norm](x)
-    # "if the divisor is zero, Y == X"
+    # "if the divisor is zero, Y == X" (no zero divisor, the common case: a plain division,
+    # the same quotients; a masked one cost a one-row call a third of its time)
+    if np.count_nonzero(divisor) == divisor.size:
+        return np.divide(x, divisor, out=x)
     return np.divide(x, divisor, out=x, where=divisor != 0)
 
 
