@@ -429,3 +429,66 @@ def _row_dicts(n: int):
     namespace: dict = {}
     exec(source, namespace)
     return namespace["row_dicts"]
+
+
+# ---------------------------------------------------------------------------------------------
+# BinsOneHot: KBinsDiscretizer's batched one-hot chain as one kernel (optimizer/bins.py)
+
+
+@op("BinsOneHot", since=1, domain="ai.onyx")
+def bins_one_hot(features, columns, edges, ones, axes, expand, shape, *, cats_int64s):
+    """Reshape(OneHotEncoder(ArgMax(Concat(Cast(Less(Unsqueeze(AFE(features, columns), axes),
+    edges)), Expand(Unsqueeze(ones, axes), expand)), axis=2)), shape): the chain optimizer/bins.py
+    batches, its function body. The layout the pass writes (edges [n, k], ones [N, 1]
+    float32, categories 0..k) takes one buffer: Less writes its 0.0 / 1.0 where Cast put them
+    and the ones column lands where Concat put it, so ArgMax and the one-hot compare read
+    the chain's values (its twelve steps were half a one-row pipeline's run). Any other
+    layout runs the chain's kernels one after the other."""
+    cols = array_feature_extractor(features, columns)
+    if not _bins_layout(cols, edges, ones, axes, expand, shape, cats_int64s):
+        return _bins_chain(cols, edges, ones, axes, expand, shape, cats_int64s)
+    n, k = edges.shape
+    joined = np.empty((*cols.shape, k + 1), np.float32)
+    np.less(cols[..., None], edges, out=joined[..., :k])
+    joined[..., k] = ones
+    bins = np.argmax(joined, axis=2)
+    hot = np.empty(joined.shape, np.float32)  # (the compare's 1.0 / 0.0: Cast's)
+    np.equal(bins[..., None], np.arange(k + 1, dtype=np.int64), out=hot)
+    return hot.reshape(-1, n * (k + 1))
+
+
+def _bins_layout(cols, edges, ones, axes, expand, shape, cats) -> bool:
+    """Whether the inputs have the layout bins.py writes (what the one-buffer path assumes)."""
+    if cols.ndim != 2 or edges.ndim != 2 or cols.shape[1] != edges.shape[0]:
+        return False
+    n, k = edges.shape
+    try:  # (a 0-d array's tolist is a number: no match)
+        sizes = (axes.tolist(), expand.tolist(), shape.tolist())
+    except AttributeError:
+        return False
+    return (
+        sizes == ([2], [1, n, 1], [-1, n * (k + 1)])
+        and cols.dtype in _BIN_FLOATS
+        and edges.dtype is cols.dtype
+        and ones.__class__ is np.ndarray
+        and ones.dtype is _BIN_FLOATS[0]
+        and ones.shape == (cols.shape[0], 1)
+        and cats == list(range(k + 1))
+    )
+
+
+#: the feature types the one-buffer path takes (other dtype objects: the body's kernels)
+_BIN_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _bins_chain(cols, edges, ones, axes, expand, shape, cats) -> np.ndarray:
+    """The function body's kernels, one after the other (their opset 13 forms)."""
+    from ...registry import lookup
+
+    def k(op_type: str):
+        return lookup(op_type, "", 13).fn
+
+    below = k("Cast")(k("Less")(k("Unsqueeze")(cols, axes), edges), to=1)
+    column = k("Expand")(k("Unsqueeze")(ones, axes), expand)
+    bins = k("ArgMax")(k("Concat")(below, column, axis=2), axis=2, keepdims=0)
+    return k("Reshape")(one_hot_encoder(bins, cats_int64s=cats), shape)
