@@ -13,6 +13,7 @@ from ._core import (
     _PARALLEL_MACS,
     _addr,
     _element_cuts,
+    _input_addr,
     _run,
     _ways,
     abi,
@@ -53,7 +54,7 @@ def forest_descend(x: np.ndarray, tables, roots2: np.ndarray, depth: int, nan_ru
     states = np.empty((rows, trees), np.int64)
     ways = _ways(rows * trees * depth, -(-rows // 8), _PARALLEL_TREE_STEPS)
     task = _ForestTask(
-        _addr(x),
+        _input_addr(x),
         _addr(roots2),
         _addr(tables.feature),
         _addr(tables.threshold),
@@ -144,7 +145,7 @@ class ForestSums:
         rows, nf = x.shape
         scores = np.empty((rows, self.targets), self.score_dtype)
         status = core.lib.onyx_forest_scores(
-            self._descend_at, self._sum_at, _addr(x), rows, nf, _addr(scores)
+            self._descend_at, self._sum_at, _input_addr(x), rows, nf, _addr(scores)
         )
         core.check(status, "forest_scores")
         return scores
