@@ -448,13 +448,27 @@ def bins_one_hot(features, columns, edges, ones, axes, expand, shape, *, cats_in
     if not _bins_layout(cols, edges, ones, axes, expand, shape, cats_int64s):
         return _bins_chain(cols, edges, ones, axes, expand, shape, cats_int64s)
     n, k = edges.shape
-    joined = np.empty((*cols.shape, k + 1), np.float32)
-    np.less(cols[..., None], edges, out=joined[..., :k])
-    joined[..., k] = ones
-    bins = np.argmax(joined, axis=2)
-    hot = np.empty(joined.shape, np.float32)  # (the compare's 1.0 / 0.0: Cast's)
-    np.equal(bins[..., None], np.arange(k + 1, dtype=np.int64), out=hot)
-    return hot.reshape(-1, n * (k + 1))
+    # ArgMax over [Less's 0.0 / 1.0 ..., v]: where v is 1 (the ones column: x * 0 + 1 of a
+    # finite x), the first 1 of the row with v last, so the first True of the booleans with
+    # True last; other rows (v NaN: an infinite x) take the floats, as the chain builds them
+    below = np.empty((*cols.shape, k + 1), np.bool_)
+    np.less(cols[..., None], edges, out=below[..., :k])
+    below[..., k] = True
+    bins = np.argmax(below, axis=2)
+    odd = ones[:, 0] != 1
+    if odd.any():
+        joined = below[odd].astype(np.float32)
+        joined[..., k] = ones[odd]
+        bins[odd] = np.argmax(joined, axis=2)
+    # (the compare's 1.0 / 0.0, Cast's: rows of the identity)
+    return _identity(k + 1).take(bins, axis=0).reshape(-1, n * (k + 1))
+
+
+@functools.lru_cache(maxsize=64)
+def _identity(n: int) -> np.ndarray:
+    eye = np.eye(n, dtype=np.float32)
+    eye.flags.writeable = False
+    return eye
 
 
 def _bins_layout(cols, edges, ones, axes, expand, shape, cats) -> bool:
