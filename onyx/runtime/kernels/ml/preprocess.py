@@ -401,16 +401,33 @@ def cast_map(x, *, max_map=1, map_form="DENSE", cast_to="TO_FLOAT"):
     return out.reshape(1, -1)
 
 
+def _bound_zip_map(attrs: dict):
+    """ZipMap bound to its node: its labels and row builder found once (at one row, finding
+    them was a third of the call)."""
+    strings, ints = attrs["classlabels_strings"], attrs["classlabels_int64s"]
+    labels = list(strings) if strings else list(ints or [])
+    n = len(labels)
+    rows = _row_dicts(n) if n <= _DISPLAY_LABELS else None
+
+    def call(x):
+        if x.__class__ is not np.ndarray or x.ndim != 2:
+            x = as_2d(x)
+        if x.shape[1] != n:
+            raise ValueError(f"ZipMap: {x.shape[1]} columns for {n} labels")
+        if rows is None:
+            return FreshList([dict(zip(labels, row)) for row in x.tolist()])
+        return FreshList(rows(x.tolist(), *labels))
+
+    return call
+
+
 @op("ZipMap", since=1, domain=ML)
+@prepared(_bound_zip_map)
 def zip_map(x, *, classlabels_int64s=None, classlabels_strings=None):
     """[N, C] scores -> a list of N dicts {label: score} (onnxruntime's seq(map))."""
-    labels = list(classlabels_strings) if classlabels_strings else list(classlabels_int64s or [])
-    x = as_2d(x)
-    if x.shape[1] != len(labels):
-        raise ValueError(f"ZipMap: {x.shape[1]} columns for {len(labels)} labels")
-    if len(labels) > _DISPLAY_LABELS:
-        return FreshList([dict(zip(labels, row)) for row in x.tolist()])
-    return FreshList(_row_dicts(len(labels))(x.tolist(), *labels))
+    return _bound_zip_map(
+        {"classlabels_int64s": classlabels_int64s, "classlabels_strings": classlabels_strings}
+    )(x)
 
 
 #: labels up to which ZipMap builds each row's dict as one dict display (BUILD_MAP: half the
