@@ -194,3 +194,27 @@ def test_svm_coupling_adds_left_to_right_as_libsvm(monkeypatch, path):
     for n in (1, 3):
         np.testing.assert_array_equal(svm._pairwise_coupling(r[:n]), want[:n])  # noqa: SLF001
     np.testing.assert_array_equal(svm._pairwise_coupling(r), want)  # noqa: SLF001
+    if path == "native":  # the classifier's set-up one (r built in C from the pairs)
+        first, second = (np.array([pair[side] for pair in pairs]) for side in (0, 1))
+        coupling = native.coupling_pairs(first, second, k)
+        for n in (1, 3, rows):
+            np.testing.assert_array_equal(coupling(np.ascontiguousarray(pairwise[:n])), want[:n])
+
+
+@pytest.mark.parametrize("labels", [3, preprocess._DISPLAY_LABELS + 2])  # noqa: SLF001
+def test_bound_zip_map_gives_the_kernels_maps(labels):
+    """The bound ZipMap (labels found once) gives the kernel's maps, for a few labels (one
+    dict display a row) and many (dict(zip)), and refuses rows of another width."""
+    call = preprocess._bound_zip_map(  # noqa: SLF001
+        {"classlabels_int64s": list(range(labels)), "classlabels_strings": None}
+    )
+    x = np.random.default_rng(0).random((3, labels)).astype(np.float32)
+    got, want = call(x), preprocess.zip_map(x, classlabels_int64s=list(range(labels)))
+    assert got == want and list(got[0]) == list(range(labels))
+    assert call(x[0]) == want[:1]  # (one row as a vector: a batch of one)
+    strings = preprocess._bound_zip_map(  # noqa: SLF001
+        {"classlabels_int64s": None, "classlabels_strings": [f"c{i}" for i in range(labels)]}
+    )
+    assert list(strings(x)[1]) == [f"c{i}" for i in range(labels)]
+    with pytest.raises(ValueError, match="columns"):
+        call(x[:, 1:])

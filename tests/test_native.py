@@ -997,3 +997,19 @@ def test_gemm_with_tiny_weights_stays_with_numpy(monkeypatch):
     assert b.size < NUMPY_GEMV_WEIGHTS
     np.testing.assert_allclose(gemm(a, b, c, transB=1), a @ b.T + c, rtol=1e-6, atol=1e-6)
     assert not calls
+
+
+def test_an_input_address_is_its_datas_first_byte():
+    """_input_addr (the flag looked at first) gives what numpy's ctypes.data gives, for a
+    feed's read-only view, a writeable array, a read-only strided view and an empty one."""
+    from onyx.runtime.native import _core
+
+    base = np.arange(20, dtype=np.float32).reshape(4, 5)
+    feed = base.view()
+    feed.setflags(write=False)
+    strided = base[:, 1::2]
+    strided.setflags(write=False)
+    empty = np.zeros((0, 3), np.float32)
+    empty.setflags(write=False)
+    for a in (feed, base, strided, empty, base[1:]):
+        assert _core._input_addr(a) == a.ctypes.data  # noqa: SLF001

@@ -40,7 +40,7 @@ def test_batched_chains_keep_the_bits(columns, bins):
     model, edges = _model(columns, bins)
     ops = [n.op_type for n in optimize(onyx.loads(model), for_session=True).graph]
     if columns > 1:
-        assert ops.count("OneHotEncoder") == 1 and ops.count("Less") == 1
+        assert ops.count("BinsOneHot") == 1 and "OneHotEncoder" not in ops
     x = _inputs(edges)
     fast = onyx.InferenceSession(model)
     chains = onyx.InferenceSession(model, disabled_optimizers=["BinsOneHotBatching"])
@@ -52,3 +52,46 @@ def test_batched_chains_keep_the_bits(columns, bins):
     oracle = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
     np.testing.assert_array_equal(fast.run(None, {"X": finite})[0],
                                   oracle.run(None, {"X": finite})[0])  # fmt: skip
+
+
+def test_the_fused_model_runs_its_function_body_elsewhere():
+    """The optimized model keeps BinsOneHot's body in standard ops: onnxruntime runs the
+    saved model to onyx's answer."""
+    model, edges = _model(4, 3)
+    saved = onyx.dumps(optimize(onyx.loads(model), for_session=True))
+    assert b"BinsOneHot" in saved
+    finite = _inputs(edges)[:-4]
+    want = onyx.InferenceSession(model).run(None, {"X": finite})
+    got = ort.InferenceSession(saved, providers=["CPUExecutionProvider"]).run(None, {"X": finite})
+    np.testing.assert_array_equal(got[0], want[0])
+
+
+@pytest.mark.parametrize("fill", [1.0, 0.0, 2.0, -1.0, np.nan])
+def test_the_kernel_is_its_body(fill):
+    """The one-buffer path gives the body's kernels' bits whatever the ones column holds
+    (ArgMax's first maximum, NaN winning), and another layout runs the body's kernels."""
+    from onyx.runtime.kernels.ml import preprocess
+
+    rng = np.random.default_rng(4)
+    rows, features, n, k = 9, 6, 3, 4
+    x = rng.standard_normal((rows, features)).astype(np.float32)
+    x[0, 1], x[1, 2], x[2, 0] = np.nan, np.inf, -np.inf
+    edges = np.sort(rng.standard_normal((n, k)), axis=1).astype(np.float32)
+    edges[1, 2] = x[3, 0]  # (a value on an edge)
+    ones = np.ones((rows, 1), np.float32)
+    ones[::2] = fill
+    columns = np.array([1, 0, 2], np.int64)
+    consts = (np.array([2]), np.array([1, n, 1]), np.array([-1, n * (k + 1)]))
+    cats = list(range(k + 1))
+    got = preprocess.bins_one_hot(x, columns, edges, ones, *consts, cats_int64s=cats)
+    cols = preprocess.array_feature_extractor(x, columns)
+    want = preprocess._bins_chain(cols, edges, ones, *consts, cats)  # noqa: SLF001
+    assert got.dtype == want.dtype and got.shape == want.shape == (rows, n * (k + 1))
+    np.testing.assert_array_equal(got, want)
+    # edges shared by the columns (1-D): not the layout the pass writes; the body's kernels
+    shared = np.broadcast_to(edges[0], (n, k))
+    got = preprocess.bins_one_hot(x, columns, edges[0], ones, *consts, cats_int64s=cats)
+    want = preprocess.bins_one_hot(x, columns, np.array(shared), ones, *consts, cats_int64s=cats)
+    np.testing.assert_array_equal(got, want)
+    with pytest.raises(ValueError):  # (Concat refuses rows of another count, as the body does)
+        preprocess.bins_one_hot(x, columns, edges, ones[:1], *consts, cats_int64s=cats)

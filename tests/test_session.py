@@ -192,12 +192,23 @@ def test_profiling_writes_chrome_trace(tmp_path, add_relu):
     assert all(e["ph"] == "X" and e["dur"] >= 0 for e in events)
 
 
-def test_intra_op_threads_limit_blas_during_run(add_relu):
+def _matmul_relu():
+    return make_model(
+        [
+            helper.make_node("MatMul", ["a", "b"], ["p"], name="matmul"),
+            helper.make_node("Relu", ["p"], ["y"], name="relu"),
+        ],
+        [vi("a", TensorProto.FLOAT, ["N", 3]), vi("b", TensorProto.FLOAT, [3, 4])],
+        [vi("y", TensorProto.FLOAT, ["N", 4])],
+    )
+
+
+def test_intra_op_threads_limit_blas_during_run():
     from threadpoolctl import threadpool_info
 
     opts = onyx.SessionOptions()
     opts.intra_op_num_threads = 1
-    sess = onyx.InferenceSession(add_relu, opts)
+    sess = onyx.InferenceSession(_matmul_relu(), opts)
     seen = []
     for step in sess.plan.default_schedule:  # record the BLAS pool size while kernels run
 
@@ -206,8 +217,55 @@ def test_intra_op_threads_limit_blas_during_run(add_relu):
             return _fn(*args, **kwargs)
 
         step.fn = spy
-    sess.run(None, {"x": np.ones((1, 3), np.float32)})
+    feed = {"a": np.ones((1, 3), np.float32), "b": np.ones((3, 4), np.float32)}
+    for _ in range(3):  # (the checked run, then the fast path's)
+        sess.run(None, feed)
     assert seen and set(seen) == {1}
+
+
+@pytest.mark.parametrize("threads", [0, 1, 2])
+def test_a_model_without_blas_work_leaves_blas_alone(add_relu, monkeypatch, threads):
+    """No op of the model runs BLAS: its runs neither set BLAS's thread count nor wait for
+    concurrent runs' BLAS work (what a one-row run of a tree or a scaler paid per call)."""
+    from onyx.runtime import concurrency
+
+    calls = []
+    monkeypatch.setattr(concurrency, "_enter_blas", lambda n: calls.append(n))
+    opts = onyx.SessionOptions()
+    opts.intra_op_num_threads = threads
+    sess = onyx.InferenceSession(add_relu, opts)
+    for _ in range(3):
+        sess.run(None, {"x": np.ones((2, 3), np.float32)})
+    assert calls == []
+    matmul = onyx.InferenceSession(_matmul_relu(), opts)
+    matmul.run(None, {"a": np.ones((1, 3), np.float32), "b": np.ones((3, 4), np.float32)})
+    assert len(calls) == 1
+
+
+def test_a_model_function_counts_as_blas_work(monkeypatch):
+    """A model-local function's body may hold products: its session keeps the BLAS setting."""
+    from onnx import helper as h
+
+    from onyx.runtime import concurrency
+
+    body = h.make_function(
+        "local", "Prod", ["a", "b"], ["y"], [h.make_node("MatMul", ["a", "b"], ["y"])],
+        [h.make_opsetid("", 17)],
+    )  # fmt: skip
+    model = make_model(
+        [helper.make_node("Prod", ["a", "b"], ["y"], domain="local")],
+        [vi("a", TensorProto.FLOAT, [2, 3]), vi("b", TensorProto.FLOAT, [3, 4])],
+        [vi("y", TensorProto.FLOAT, None)],
+        functions=[body],
+    )
+    calls = []
+    monkeypatch.setattr(concurrency, "_enter_blas", lambda n: calls.append(n))
+    opts = onyx.SessionOptions()
+    opts.intra_op_num_threads = 1
+    onyx.InferenceSession(model, opts).run(
+        None, {"a": np.ones((2, 3), np.float32), "b": np.ones((3, 4), np.float32)}
+    )
+    assert calls == [1]
 
 
 def test_zero_iteration_loop_scan_output_has_declared_type_and_shape():

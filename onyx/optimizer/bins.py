@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import ir
+from ..runtime.registry import ONYX_DOMAIN
 from .core import EXTENDED, STANDARD, PassContext, graph_pass, is_op, producer, static_shape
 
 ML = "ai.onnx.ml"
@@ -102,27 +103,56 @@ def bins_one_hot_batching(ctx: PassContext) -> bool:
 def _batch(ctx: PassContext, final: ir.Node, chains: list[dict]) -> None:
     n, k = len(chains), chains[0]["edges"].size
     const = ctx.add_const
-    g = ctx.graph
-
-    def node(op, inputs, attrs=None, domain=""):
-        name = ctx.fresh_name("bins_" + op)
-        made = ir.Node(op, inputs, [name], attrs or {}, domain=domain, name=name)
-        g.insert_before(final, made)
-        return made.outputs[0]
-
-    axis2 = const(np.array([2], np.int64), "bins_axis")
-    index = const(np.array([c["index"] for c in chains], np.int64), "bins_columns")
-    edges = const(np.stack([c["edges"] for c in chains]), "bins_edges")
-    columns = node("ArrayFeatureExtractor", [chains[0]["features"], index], domain=ML)
-    less = node("Less", [node("Unsqueeze", [columns, axis2]), edges])
-    below = node("Cast", [less], {"to": int(ir.DataType.FLOAT)})
-    ones = node("Unsqueeze", [chains[0]["ones"], axis2])
-    ones = node("Expand", [ones, const(np.array([1, n, 1], np.int64), "bins_expand")])
-    joined = node("Concat", [below, ones], {"axis": 2})
-    bins = node("ArgMax", [joined], {"axis": 2, "keepdims": 0})
-    onehot = node("OneHotEncoder", [bins], {"cats_int64s": list(range(k + 1))}, domain=ML)
-    flat = const(np.array([-1, n * (k + 1)], np.int64), "bins_shape")
-    result = ir.Node("Reshape", [onehot, flat], 1, name=ctx.fresh_name("bins_Reshape"))
+    inputs = [
+        chains[0]["features"],
+        const(np.array([c["index"] for c in chains], np.int64), "bins_columns"),
+        const(np.stack([c["edges"] for c in chains]), "bins_edges"),
+        chains[0]["ones"],
+        const(np.array([2], np.int64), "bins_axis"),
+        const(np.array([1, n, 1], np.int64), "bins_expand"),
+        const(np.array([-1, n * (k + 1)], np.int64), "bins_shape"),
+    ]
+    # one onyx kernel (ml/preprocess.py), its body the batched chain in standard ops
+    result = ir.Node(
+        "BinsOneHot", inputs, 1, {"cats_int64s": list(range(k + 1))}, domain=ONYX_DOMAIN,
+        name=ctx.fresh_name("bins_BinsOneHot"),
+    )  # fmt: skip
+    ctx.ensure_function("BinsOneHot", lambda: _bins_one_hot_function(ctx))
     dead = [p for c in chains for p in c["parts"]]
     dead += [c["column"] for c in chains if c["one_use_column"]]
     ctx.replace_nodes(final, result, dead)
+
+
+def _bins_one_hot_function(ctx: PassContext) -> ir.Function:
+    """The model-local function BinsOneHot: the batched chain over a column axis, in the
+    standard and ai.onnx.ml ops skl2onnx wrote a chain in."""
+    names = ("features", "columns", "edges", "ones", "axes", "expand", "shape")
+    features, columns, edges, ones, axes, expand, shape = (ir.Value(n) for n in names)
+    nodes = []
+
+    def node(op, inputs, attrs=None, domain=""):
+        made = ir.Node(op, inputs, [f"{op}_{len(nodes)}"], attrs or [], domain=domain)
+        nodes.append(made)
+        return made.outputs[0]
+
+    columns_read = node("ArrayFeatureExtractor", [features, columns], domain=ML)
+    less = node("Less", [node("Unsqueeze", [columns_read, axes]), edges])
+    below = node("Cast", [less], [ir.Attr("to", ir.AttrType.INT, int(ir.DataType.FLOAT))])
+    column = node("Expand", [node("Unsqueeze", [ones, axes]), expand])
+    joined = node("Concat", [below, column], [ir.Attr("axis", ir.AttrType.INT, 2)])
+    bins = node("ArgMax", [joined], [ir.Attr("axis", ir.AttrType.INT, 2),
+                                      ir.Attr("keepdims", ir.AttrType.INT, 0)])  # fmt: skip
+    cats = ir.Attr("cats_int64s", ir.AttrType.INTS, ref_attr_name="cats_int64s")
+    onehot = node("OneHotEncoder", [bins], [cats], domain=ML)
+    y = node("Reshape", [onehot, shape])
+    graph = ir.Graph([features, columns, edges, ones, axes, expand, shape], [y], nodes,
+                     name="BinsOneHot")  # fmt: skip
+    f = ir.Function(
+        ONYX_DOMAIN,
+        "BinsOneHot",
+        graph,
+        attributes=["cats_int64s"],
+        opset_imports={"": ctx.opset(), ML: ctx.opset(ML) or 1},
+    )
+    f.doc_string = "KBinsDiscretizer's one-hot chains batched (onyx runs it as one kernel)"
+    return f

@@ -51,6 +51,7 @@ TRIGGERS: dict[str, tuple[tuple[str, ...], ...]] = {
     "ReshapeOwnShapeFusion": (("Reshape",), ("Shape",)),
     "UnsqueezeTransposeSqueezeFusion": (("Unsqueeze",), ("Squeeze",)),
     "RnnZeroInitialState": (("RNN", "GRU", "LSTM"),),  # (rnn.STATE_INPUTS' ops)
+    "RnnLastStepFromState": (("RNN", "GRU", "LSTM"), ("Gather",)),  # (rnn.LAST_STEP_OPS)
     "BinsOneHotBatching": (("Concat",),),
     "QDQPadRequantize": (("Pad",), ("DequantizeLinear",)),
     "QLinearConvLookupFusion": (("QLinearConv",), ("TableLookup",)),
@@ -126,6 +127,7 @@ FUSIONS: tuple[DeferredPass, ...] = tuple(
         # (after the GELU and attention fusions, which read MatMul + Add)
         ("gemm:matmul_bias", "MatMulBiasFusion", EXTENDED),
         ("rnn:rnn_zero_initial_state", "RnnZeroInitialState", EXTENDED),
+        ("rnn:rnn_last_step_from_state", "RnnLastStepFromState", EXTENDED),
         ("bins:bins_one_hot_batching", "BinsOneHotBatching", EXTENDED),
         # (before it: its DQ -> Q becomes a table)
         ("qdq:pad_requantize", "QDQPadRequantize", EXTENDED),

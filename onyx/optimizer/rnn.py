@@ -63,3 +63,70 @@ def rnn_zero_initial_state(ctx: PassContext) -> bool:
                 ctx.count("RnnZeroInitialState")
                 changed = True
     return changed
+
+
+#: the ops whose output Y [steps, directions, batch, hidden] and Y_h pass RnnLastStepFromState reads
+LAST_STEP_OPS = ("RNN", "GRU", "LSTM")
+
+
+@graph_pass("RnnLastStepFromState", EXTENDED)
+def rnn_last_step_from_state(ctx: PassContext) -> bool:
+    """Y's last step taken as Gather(Transpose(Squeeze(Y, [1]), [1, 0, 2]), -1, axis=1)
+    (PyTorch's ``output[:, -1]`` of a forward one-layer RNN, batch first), or without the
+    Transpose on axis 0, is Y_h: the kernel's Y_h is a copy of that step (a forward pass with
+    no sequence lengths). Squeeze(Y_h, [0]) takes the three steps' place."""
+    changed = False
+    for gather in list(ctx.graph):
+        found = _last_step_of(ctx, gather)
+        if found is None:
+            continue
+        rnn, state = found
+        axes = np.array([0], np.int64)
+        if ctx.opset() >= 13:
+            squeeze = ir.Node("Squeeze", [state, ctx.add_const(axes, "last_step_axes")], 1)
+        else:
+            squeeze = ir.Node("Squeeze", [state], 1, {"axes": [0]})
+        squeeze.name = ctx.fresh_name("last_step_Squeeze")
+        squeeze.outputs[0].name = ctx.fresh_name("last_step")
+        ctx.graph.insert_before(gather, squeeze)
+        if ctx.replace_value(gather.outputs[0], squeeze.outputs[0]):
+            ctx.graph.remove(gather, safe=False)
+            ctx.count("RnnLastStepFromState")
+            changed = True
+        else:
+            ctx.graph.remove(squeeze, safe=False)
+    return changed
+
+
+def _last_step_of(ctx: PassContext, gather: ir.Node) -> tuple | None:
+    """(the recurrent node, its Y_h) when ``gather`` picks Y's last step, else None."""
+    if gather.op_type != "Gather" or gather.domain not in STANDARD or len(gather.inputs) != 2:
+        return None
+    index = ctx.const(gather.inputs[1])
+    if index is None or index.ndim != 0 or index.dtype.kind != "i":
+        return None
+    data, time_axis = gather.inputs[0], 0
+    transpose = producer(data, "Transpose")
+    if transpose is not None:
+        if list(transpose.attr("perm") or []) != [1, 0, 2]:
+            return None
+        data, time_axis = transpose.inputs[0], 1
+    squeeze = producer(data, "Squeeze")
+    if squeeze is None or gather.attr("axis", 0) != time_axis or not squeeze.inputs:
+        return None
+    axes = ctx.const(squeeze.inputs[1]) if len(squeeze.inputs) > 1 else squeeze.attr("axes")
+    if axes is None or np.asarray(axes).reshape(-1).tolist() != [1]:
+        return None
+    rnn = squeeze.inputs[0].producer if squeeze.inputs[0] is not None else None
+    if rnn is None or rnn.op_type not in LAST_STEP_OPS or rnn.domain not in STANDARD:
+        return None
+    if squeeze.inputs[0] is not rnn.outputs[0] or len(rnn.outputs) < 2 or not rnn.outputs[1].name:
+        return None
+    forward = rnn.attr("direction", "forward") in ("forward", b"forward")
+    lengths = rnn.inputs[4] if len(rnn.inputs) > 4 else None
+    if not forward or rnn.attr("layout", 0) != 0 or lengths is not None:
+        return None
+    steps = (static_shape(rnn.inputs[0]) or (None,))[0]
+    if not isinstance(steps, int) or steps < 1 or int(index) not in (-1, steps - 1):
+        return None
+    return rnn, rnn.outputs[1]

@@ -28,7 +28,7 @@ from .options import (  # noqa: F401  (onnxruntime's names, importable from here
 )
 from .plan import Compiler, OutputCheck, Plan, as_array_result, ignoring_fp_errors
 from .profiler import Profiler
-from .registry import traits
+from .registry import ONYX_DOMAIN, lookup, traits
 from .session_api import SessionAPI
 
 PROVIDERS = ["CPUExecutionProvider"]
@@ -142,22 +142,24 @@ class InferenceSession(SessionAPI):
         self._output_check: OutputCheck | None = None
         self._checked_signatures: set = set()
         self._checks_per_ranks: dict = {}
-        blas_work = any(_threads(n) == "blas" for n in graph.all_nodes())
         #: each run's native threads and BLAS wish (concurrency.run_slot), fixed at creation
         self._run_threads = int(self._options.intra_op_num_threads or 0)
         self._run_blas = 1 if self._pool_heavy else self._run_threads
-        if not self._run_blas and not blas_work:
+        if not _uses_blas(model):
             self._run_blas = None  # no BLAS work, no wish: concurrent runs need not wait for it
         # run()'s fast path: what it checks of each feed, found once (None: never fast)
-        self._fast_feeds = _fast_feed_specs(self._inputs, self._input_index)
+        self._feed_specs = _fast_feed_specs(self._inputs, self._input_index)
+        self._n_inputs = len(self._input_index)
         #: (output names, feed shapes) -> wanted slots, for signatures a full run has checked
         self._fast_signatures: dict[tuple, Any] = {}
         self._pace = concurrency.Pace()  # whether its runs take turns (concurrency.run_slot)
         self.session_creation_seconds = time.perf_counter() - t0
         self._profiler = None
+        self._fast_feeds = self._feed_specs  # (None while profiling: every run is timed)
         if self._options.enable_profiling:
             self._profiler = Profiler(self._options.profile_file_prefix)
             self._profiler.span("Session", "session_initialization", t0, time.perf_counter())
+            self._fast_feeds = None
         self._on_created()
 
     def _build(self, source: Any) -> ir.Model:
@@ -244,10 +246,10 @@ class InferenceSession(SessionAPI):
         run_options: RunOptions | None = None,
     ) -> list[Any]:
         """Outputs for ``output_names`` (all graph outputs when None), any value name allowed."""
-        if run_options is None and type(input_feed) is dict:
-            inputs, wanted = self._fast_bind(output_names, input_feed)
-            if inputs is not None:
-                return self._run_fast(inputs, wanted)
+        if run_options is None and input_feed.__class__ is dict:
+            results = self._run_fast(output_names, input_feed)
+            if results is not None:
+                return results
         if not isinstance(input_feed, dict):
             raise InvalidArgument("input_feed must be a dict of input name -> value")
         inputs = self._bind_inputs(input_feed)
@@ -278,33 +280,45 @@ class InferenceSession(SessionAPI):
         return [as_array_result(r) for r in results]
 
     # -- the fast path: feeds exactly as declared, a signature a full run has checked ----------
-    def _fast_bind(self, output_names, feed: dict) -> tuple[list | None, Any]:
-        """The plan's inputs and wanted slots when every feed is an ndarray of its input's
-        dtype, nothing else is fed, and a full run has validated and checked this signature
-        (its shapes and output names); (None, None) sends the call down the full path, which
-        does every check and raises the errors."""
-        if self._profiler is not None:
-            return None, None
-        inputs = self._exact_feeds(feed)
-        if inputs is None:
-            return None, None
-        key = (tuple(output_names) if output_names else None, *_shapes(inputs))
-        wanted = self._fast_signatures.get(key, _UNCHECKED)
+    def _run_fast(self, output_names, feed: dict) -> list | None:
+        """run() when every feed is an ndarray of its input's dtype, nothing else is fed, and
+        a full run has validated and checked this signature (its shapes and output names):
+        the plan's generated runner on fresh read-only views of the feeds. None sends the
+        call down the full path, which does every check and raises the errors. (One function:
+        at one row, each call and list the path made cost as much as a small kernel.)"""
+        specs = self._fast_feeds  # (None while profiling, or for inputs of other types)
+        if specs is None or len(feed) != len(specs):
+            return None
+        inputs = [None] * self._n_inputs
+        key = [tuple(output_names) if output_names else None]
+        for name, index, dtype in specs:
+            arr = feed.get(name)
+            if arr.__class__ is not np.ndarray or arr.dtype is not dtype:
+                return None
+            # (the full path's fresh read-only view: kernels/derived.py keys on it)
+            inputs[index] = view = arr.view()
+            view.setflags(write=False)
+            key.append(arr.shape)
+        try:
+            wanted = self._fast_signatures.get(tuple(key), _UNCHECKED)
+        except TypeError:  # (unhashable output names: the full path serves them)
+            return None
         if wanted is _UNCHECKED:
-            return None, None
-        for i, arr in enumerate(inputs):  # (the full path's fresh read-only views)
-            if arr is not None:
-                arr = inputs[i] = arr.view()
-                arr.flags.writeable = False
-        return inputs, wanted
+            return None
+        with self._run_slot(), ignoring_fp_errors():
+            results = self._plan.run(inputs, None, wanted)
+        for i, r in enumerate(results):
+            if r.__class__ is not np.ndarray or not r.flags.writeable:
+                results[i] = as_array_result(r)
+        return results
 
     def _exact_feeds(self, feed: dict) -> list | None:
         """The plan's inputs when the feed is exactly one ndarray of its input's dtype per
         input to feed (what the fast path takes as it is), else None."""
-        specs = self._fast_feeds
+        specs = self._feed_specs
         if specs is None or len(feed) != len(specs):
             return None
-        inputs = [None] * len(self._input_index)
+        inputs = [None] * self._n_inputs
         for name, index, dtype in specs:
             arr = feed.get(name)
             if arr.__class__ is not np.ndarray or arr.dtype is not dtype:
@@ -314,14 +328,6 @@ class InferenceSession(SessionAPI):
 
     def _run_slot(self) -> concurrency.run_slot:
         return concurrency.run_slot(self._run_threads, self._run_blas, self._pace)
-
-    def _run_fast(self, inputs: list, wanted) -> list:
-        with self._run_slot(), ignoring_fp_errors():
-            results = self._plan.run(inputs, None, wanted)
-        return [
-            r if r.__class__ is np.ndarray and r.flags.writeable else as_array_result(r)
-            for r in results
-        ]
 
     def _note_fast_signature(self, output_names, feed: dict, wanted) -> None:
         """Remember a checked signature for the fast path (when its feeds would take it)."""
@@ -376,6 +382,7 @@ class InferenceSession(SessionAPI):
             return ""
         path = self._profiler.write()
         self._profiler = None
+        self._fast_feeds = self._feed_specs
         return path
 
 
@@ -429,6 +436,25 @@ def _custom_kernels(ops) -> contextlib.AbstractContextManager:
     from .custom_ops import session_kernels
 
     return session_kernels(ops)
+
+
+def _uses_blas(model: ir.Model) -> bool:
+    """Whether a run may call BLAS: an op whose heavy work runs on BLAS, or on onyx's pool
+    (whose numpy paths, for shapes, types or settings the native kernels leave, are BLAS
+    products), or an op without a kernel of its own (a function, its body's ops unknown
+    here). A model without (trees, scalers, elementwise ops) runs without a BLAS setting:
+    setting and restoring it cost a one-row run a fifth of its time."""
+    functions = {(f.domain, f.name) for f in model.functions.values()}
+    for graph in [model.graph, *(f.graph for f in model.functions.values())]:
+        for node in graph.all_nodes():
+            domain = ir.canonical_domain(node.domain)
+            version = ir.opset_for(model.opset_imports, domain)
+            kernel = lookup(node.op_type, domain, version) if version is not None else None
+            if kernel is None or _threads(node) in ("blas", "pool"):
+                return True
+            if (node.domain, node.op_type) in functions and node.domain != ONYX_DOMAIN:
+                return True
+    return False
 
 
 def _threads(node: ir.Node) -> str | None:

@@ -230,6 +230,7 @@ MODULES: dict[tuple[str, str], tuple[str, ...]] = {
     ('ai.onnx.preview.training', 'Adagrad'): ('training',),
     ('ai.onnx.preview.training', 'Adam'): ('training',),
     ('ai.onnx.preview.training', 'Momentum'): ('training',),
+    ('ai.onyx', 'BinsOneHot'): ('ml.preprocess',),
     ('ai.onyx', 'ChannelTableLookup'): ('fused',),
     ('ai.onyx', 'ConvHardSwish'): ('fused',),
     ('ai.onyx', 'ConvIntegerScaled'): ('conv_to_float',),

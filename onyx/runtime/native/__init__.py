@@ -110,11 +110,11 @@ from .rows import (
 )
 from .trees import (
     ForestSums,
+    coupling_pairs,
     forest_descend,
     forest_sum,
     forest_sums,
     svm_coupling,
-    svm_coupling_pairs,
 )
 from .window import pool2d_f32
 
@@ -157,6 +157,7 @@ __all__ = [
     "forest_descend",
     "forest_sum",
     "forest_sums",
+    "coupling_pairs",
     "gathered_int8_gemm",
     "gemv_ok",
     "gqa_ok",
@@ -195,7 +196,6 @@ __all__ = [
     "repeat2d_4byte",
     "rms_norm_f32",
     "svm_coupling",
-    "svm_coupling_pairs",
     "row_sums",
     "sgemm_ok",
     "status",

@@ -276,6 +276,19 @@ def _addr(a: np.ndarray | None) -> int | None:
         return _addressof(_c_char_from(a))
     except (TypeError, ValueError, BufferError):  # read-only, empty or not contiguous
         pass
+    return _read_only_addr(a)
+
+
+def _input_addr(a: np.ndarray) -> int:
+    """_addr of an array a kernel only reads, most often a session's feed (a read-only view):
+    its flag is looked at first, not learnt from from_buffer's exception (which cost a
+    one-row call more than its look-up)."""
+    if a.flags.writeable:
+        return _addr(a)
+    return _read_only_addr(a)
+
+
+def _read_only_addr(a: np.ndarray) -> int:
     # A session's feed is a read-only view of the caller's array: a C-contiguous view as long
     # as its C-contiguous base starts where the base starts (a.ctypes.data: ~1 us a call)
     base = a.base

@@ -13,6 +13,7 @@ from ._core import (
     _PARALLEL_MACS,
     _addr,
     _element_cuts,
+    _input_addr,
     _run,
     _ways,
     abi,
@@ -53,7 +54,7 @@ def forest_descend(x: np.ndarray, tables, roots2: np.ndarray, depth: int, nan_ru
     states = np.empty((rows, trees), np.int64)
     ways = _ways(rows * trees * depth, -(-rows // 8), _PARALLEL_TREE_STEPS)
     task = _ForestTask(
-        _addr(x),
+        _input_addr(x),
         _addr(roots2),
         _addr(tables.feature),
         _addr(tables.threshold),
@@ -144,7 +145,7 @@ class ForestSums:
         rows, nf = x.shape
         scores = np.empty((rows, self.targets), self.score_dtype)
         status = core.lib.onyx_forest_scores(
-            self._descend_at, self._sum_at, _addr(x), rows, nf, _addr(scores)
+            self._descend_at, self._sum_at, _input_addr(x), rows, nf, _addr(scores)
         )
         core.check(status, "forest_scores")
         return scores
@@ -176,22 +177,38 @@ def svm_coupling(r: np.ndarray) -> np.ndarray | None:
     return p
 
 
-def svm_coupling_pairs(
-    pairwise: np.ndarray, first: np.ndarray, second: np.ndarray, k: int
-) -> np.ndarray | None:
-    """svm_coupling of r built from the pairs' probabilities pairwise [n, pairs] (float64,
-    C-contiguous), pair q being classes first[q] and second[q] (int64 index arrays):
-    r[i, j] = P, r[j, i] = 1 - P, in C. None without the library."""
-    if core.lib is None:
-        return None
-    n, pairs = pairwise.shape
-    p, work = np.empty((n, k)), np.empty(2 * k * k + k)
-    status = core.lib.onyx_svm_coupling_pairs(
-        _addr(pairwise), _addr(first), _addr(second), n, pairs, k,
-        _addr(p), _addr(work), _addr(work[k * k :]), _addr(work[2 * k * k :]),
-    )  # fmt: skip
-    core.check(status, "SVM coupling")
-    return p
+class CouplingPairs:
+    """trees.c's onyx_svm_coupling_pairs for one classifier's pairs, set up once: the pairs' index arrays
+    kept with their addresses, and a call's probabilities and work space one allocation (at
+    one row, the wrapper's arrays and addresses cost more than the coupling). The same C
+    function: its bits."""
+
+    __slots__ = ("first", "second", "at", "k")
+
+    def __init__(self, first: np.ndarray, second: np.ndarray, k: int):
+        self.first = np.ascontiguousarray(first, np.int64)
+        self.second = np.ascontiguousarray(second, np.int64)
+        self.at = (_addr(self.first), _addr(self.second), len(self.first))
+        self.k = k
+
+    def __call__(self, pairwise: np.ndarray) -> np.ndarray:
+        """The class probabilities [n, k] of pairwise [n, pairs] (float64, C-contiguous)."""
+        k, n = self.k, pairwise.shape[0]
+        # [p: n k | r: k k | Q: k k | Qp: k], doubles
+        space = np.empty(n * k + 2 * k * k + k)
+        p = _addr(space)
+        first, second, pairs = self.at
+        status = core.lib.onyx_svm_coupling_pairs(
+            _addr(pairwise), first, second, n, pairs, k,
+            p, p + 8 * n * k, p + 8 * (n * k + k * k), p + 8 * (n * k + 2 * k * k),
+        )  # fmt: skip
+        core.check(status, "SVM coupling")
+        return space[: n * k].reshape(n, k)
+
+
+def coupling_pairs(first: np.ndarray, second: np.ndarray, k: int) -> CouplingPairs | None:
+    """A CouplingPairs for these pairs of k classes, or None without the library."""
+    return CouplingPairs(first, second, k) if core.lib is not None else None
 
 
 def bind(lib, isa: int) -> None:

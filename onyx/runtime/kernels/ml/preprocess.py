@@ -119,7 +119,10 @@ def normalizer(x, *, norm="MAX"):
         raise ValueError(f"Normalizer: unknown norm {norm!r}")
     x = x.astype(np.float32)  # (a copy: divided in place)
     divisor = NORMS[norm](x)
-    # "if the divisor is zero, Y == X"
+    # "if the divisor is zero, Y == X" (no zero divisor, the common case: a plain division,
+    # the same quotients; a masked one cost a one-row call a third of its time)
+    if np.count_nonzero(divisor) == divisor.size:
+        return np.divide(x, divisor, out=x)
     return np.divide(x, divisor, out=x, where=divisor != 0)
 
 
@@ -398,16 +401,33 @@ def cast_map(x, *, max_map=1, map_form="DENSE", cast_to="TO_FLOAT"):
     return out.reshape(1, -1)
 
 
+def _bound_zip_map(attrs: dict):
+    """ZipMap bound to its node: its labels and row builder found once (at one row, finding
+    them was a third of the call)."""
+    strings, ints = attrs["classlabels_strings"], attrs["classlabels_int64s"]
+    labels = list(strings) if strings else list(ints or [])
+    n = len(labels)
+    rows = _row_dicts(n) if n <= _DISPLAY_LABELS else None
+
+    def call(x):
+        if x.__class__ is not np.ndarray or x.ndim != 2:
+            x = as_2d(x)
+        if x.shape[1] != n:
+            raise ValueError(f"ZipMap: {x.shape[1]} columns for {n} labels")
+        if rows is None:
+            return FreshList([dict(zip(labels, row)) for row in x.tolist()])
+        return FreshList(rows(x.tolist(), *labels))
+
+    return call
+
+
 @op("ZipMap", since=1, domain=ML)
+@prepared(_bound_zip_map)
 def zip_map(x, *, classlabels_int64s=None, classlabels_strings=None):
     """[N, C] scores -> a list of N dicts {label: score} (onnxruntime's seq(map))."""
-    labels = list(classlabels_strings) if classlabels_strings else list(classlabels_int64s or [])
-    x = as_2d(x)
-    if x.shape[1] != len(labels):
-        raise ValueError(f"ZipMap: {x.shape[1]} columns for {len(labels)} labels")
-    if len(labels) > _DISPLAY_LABELS:
-        return FreshList([dict(zip(labels, row)) for row in x.tolist()])
-    return FreshList(_row_dicts(len(labels))(x.tolist(), *labels))
+    return _bound_zip_map(
+        {"classlabels_int64s": classlabels_int64s, "classlabels_strings": classlabels_strings}
+    )(x)
 
 
 #: labels up to which ZipMap builds each row's dict as one dict display (BUILD_MAP: half the
@@ -426,3 +446,80 @@ def _row_dicts(n: int):
     namespace: dict = {}
     exec(source, namespace)
     return namespace["row_dicts"]
+
+
+# ---------------------------------------------------------------------------------------------
+# BinsOneHot: KBinsDiscretizer's batched one-hot chain as one kernel (optimizer/bins.py)
+
+
+@op("BinsOneHot", since=1, domain="ai.onyx")
+def bins_one_hot(features, columns, edges, ones, axes, expand, shape, *, cats_int64s):
+    """Reshape(OneHotEncoder(ArgMax(Concat(Cast(Less(Unsqueeze(AFE(features, columns), axes),
+    edges)), Expand(Unsqueeze(ones, axes), expand)), axis=2)), shape): the chain optimizer/bins.py
+    batches, its function body. The layout the pass writes (edges [n, k], ones [N, 1]
+    float32, categories 0..k) takes one buffer: Less writes its 0.0 / 1.0 where Cast put them
+    and the ones column lands where Concat put it, so ArgMax and the one-hot compare read
+    the chain's values (its twelve steps were half a one-row pipeline's run). Any other
+    layout runs the chain's kernels one after the other."""
+    cols = array_feature_extractor(features, columns)
+    if not _bins_layout(cols, edges, ones, axes, expand, shape, cats_int64s):
+        return _bins_chain(cols, edges, ones, axes, expand, shape, cats_int64s)
+    n, k = edges.shape
+    # ArgMax over [Less's 0.0 / 1.0 ..., v]: where v is 1 (the ones column: x * 0 + 1 of a
+    # finite x), the first 1 of the row with v last, so the first True of the booleans with
+    # True last; other rows (v NaN: an infinite x) take the floats, as the chain builds them
+    below = np.empty((*cols.shape, k + 1), np.bool_)
+    np.less(cols[..., None], edges, out=below[..., :k])
+    below[..., k] = True
+    bins = np.argmax(below, axis=2)
+    odd = ones[:, 0] != 1
+    if odd.any():
+        joined = below[odd].astype(np.float32)
+        joined[..., k] = ones[odd]
+        bins[odd] = np.argmax(joined, axis=2)
+    # (the compare's 1.0 / 0.0, Cast's: rows of the identity)
+    return _identity(k + 1).take(bins, axis=0).reshape(-1, n * (k + 1))
+
+
+@functools.lru_cache(maxsize=64)
+def _identity(n: int) -> np.ndarray:
+    eye = np.eye(n, dtype=np.float32)
+    eye.flags.writeable = False
+    return eye
+
+
+def _bins_layout(cols, edges, ones, axes, expand, shape, cats) -> bool:
+    """Whether the inputs have the layout bins.py writes (what the one-buffer path assumes)."""
+    if cols.ndim != 2 or edges.ndim != 2 or cols.shape[1] != edges.shape[0]:
+        return False
+    n, k = edges.shape
+    try:  # (a 0-d array's tolist is a number: no match)
+        sizes = (axes.tolist(), expand.tolist(), shape.tolist())
+    except AttributeError:
+        return False
+    return (
+        sizes == ([2], [1, n, 1], [-1, n * (k + 1)])
+        and cols.dtype in _BIN_FLOATS
+        and edges.dtype is cols.dtype
+        and ones.__class__ is np.ndarray
+        and ones.dtype is _BIN_FLOATS[0]
+        and ones.shape == (cols.shape[0], 1)
+        and cats == list(range(k + 1))
+    )
+
+
+#: the feature types the one-buffer path takes (other dtype objects: the body's kernels)
+_BIN_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _bins_chain(cols, edges, ones, axes, expand, shape, cats) -> np.ndarray:
+    """The function body's kernels, one after the other (their opset 13 forms)."""
+    from ...registry import lookup
+
+    def k(op_type: str):
+        return lookup(op_type, "", 13).fn
+
+    below = k("Cast")(k("Less")(k("Unsqueeze")(cols, axes), edges), to=1)
+    column = k("Expand")(k("Unsqueeze")(ones, axes), expand)
+    bins = k("ArgMax")(k("Concat")(below, column, axis=2), axis=2, keepdims=0)
+    return k("Reshape")(one_hot_encoder(bins, cats_int64s=cats), shape)

@@ -226,6 +226,12 @@ class _Classifier:
         return tuple(np.array([pair[side] for pair in self.pairs], np.int64) for side in (0, 1))
 
     @cached_property
+    def coupling(self):
+        """trees.c's coupling of the pairs' probabilities, set up for these pairs (None
+        without the library)."""
+        return native.coupling_pairs(*self.pair_index, self.k)
+
+    @cached_property
     def squared_norms(self) -> np.ndarray:
         return (self.vectors * self.vectors).sum(axis=1)
 
@@ -283,9 +289,11 @@ class _Classifier:
                 probabilities = np.array([self._coupled(row) for row in pairwise.tolist()])
                 probabilities = probabilities.reshape(x.shape[0], self.k)
                 return labels[best], apply_transform(probabilities, transform).astype(np.float32)
-            first, second = self.pair_index
-            probabilities = native.svm_coupling_pairs(pairwise, first, second, self.k)
-            if probabilities is None:  # (r built in numpy: its bits, as trees.c builds it)
+            coupling = self.coupling
+            if coupling is not None and native.available():
+                probabilities = coupling(pairwise)
+            else:  # (r built in numpy: its bits, as trees.c builds it)
+                first, second = self.pair_index
                 r = np.zeros((x.shape[0], self.k, self.k))
                 r[:, first, second] = pairwise
                 r[:, second, first] = np.subtract(1.0, pairwise, out=pairwise)
