@@ -34,6 +34,7 @@ import contextlib
 from . import (
     _core,
     attention,
+    conv1d,
     conv_f32,
     convtranspose,
     depthwise,
@@ -50,6 +51,7 @@ from . import (
 )
 from ._core import BYTES, thread_setting, threads
 from .attention import gqa_ok, gqa_step, packed_attention, rms_norm_f32
+from .conv1d import Conv1d, conv1d_ok
 from .conv_f32 import CONV_ACTIVATIONS, FloatConv, conv_f32_ok, pack_conv_f32
 from .convtranspose import FloatConvTranspose, conv_transpose_ok
 from .depthwise import (
@@ -121,6 +123,7 @@ __all__ = [
     "BYTES",
     "DynamicMatMul",
     "CONV_ACTIVATIONS",
+    "Conv1d",
     "FloatConv",
     "FloatConvTranspose",
     "FloatGemv",
@@ -140,6 +143,7 @@ __all__ = [
     "batched_int8_gemm",
     "bilinear_f32",
     "bilinear_ok",
+    "conv1d_ok",
     "conv_f32_ok",
     "conv_transpose_ok",
     "conv_small_f32",
@@ -208,6 +212,7 @@ FAMILIES = (
     gemm_i8,
     depthwise,
     conv_f32,
+    conv1d,
     convtranspose,
     gemv,
     resize,
