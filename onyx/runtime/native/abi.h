@@ -187,12 +187,13 @@ ONYX_STRUCT(conv_f32, ONYX_CONV_F32)
 /* ------------------------------------------------------------ 1-D float conv (conv1d.c) */
 
 #define ONYX_CONV1D_F32(F, S)                                                                \
-    F(S, const float *, x, )    /* input (N, C, L), C-contiguous */                          \
+    F(S, const float *, x, )    /* input (N, C, L), element (n, c, l) at n sn + c sc + l sl */ \
     F(S, const float *, w, )    /* channel panels (group, panels, T, 16) or rows (M, T) */   \
     F(S, const float *, bias, ) /* [M] or null */                                            \
     F(S, const float *, z, )    /* residual (N, M, OL) added before the activation */        \
     F(S, float *, y, )          /* output (N, M, OL) */                                      \
     F(S, int64_t, N, ) F(S, int64_t, C, ) F(S, int64_t, L, ) F(S, int64_t, M, )              \
+    F(S, int64_t, sn, ) F(S, int64_t, sc, ) F(S, int64_t, sl, ) /* x's strides (floats) */    \
     F(S, int64_t, OL, ) F(S, int64_t, k, ) F(S, int64_t, s, ) F(S, int64_t, d, )             \
     F(S, int64_t, left, ) F(S, int64_t, group, )                                             \
     F(S, int64_t, chunk, ) /* output positions per part */                                   \

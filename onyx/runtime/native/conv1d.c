@@ -21,6 +21,8 @@
  *
  * A part of the work is one image's group's run of `chunk` output positions; it copies the
  * signal it reads (zero-padded, phase-split in mode 1) into its own buffer where it must.
+ * The input may be strided (sn, sc, sl: a byte classifier's embedding transposed to
+ * (N, C, L) is read as the view it is, not copied first).
  * The tiles are built for AVX-512, AVX2 + FMA and baseline x86-64 from one portable body
  * (GCC's vector extension), picked by onyx_isa() (so ONYX_NATIVE_ISA caps it as it does
  * every hand-written kernel); only the tile sizes differ.
@@ -56,14 +58,13 @@ typedef int32_t ivec __attribute__((vector_size(64)));
 /* Whether the task's sizes are in range and every buffer it names fits (checks.h): nothing
    is read or written otherwise. */
 static int conv1d_sizes(const conv1d_f32 *t) {
-    int64_t v[12] = {t->N, t->C, t->L, t->M, t->OL, t->k, t->s, t->d, t->left, t->group,
-                     t->chunk, t->mode};
-    int64_t extent, cells, T, panels;
-    if (!onyx_in(v, 12, 0, ONYX_MAX_EXTENT) || !t->x || !t->w || !t->y) return 0;
+    int64_t v[15] = {t->N, t->C,    t->L, t->M,     t->OL,    t->k,  t->s,  t->d,
+                     t->left, t->group, t->chunk, t->mode, t->sn, t->sc, t->sl};
+    int64_t extent, cells, T, panels, last;
+    if (!onyx_in(v, 15, 0, ONYX_MAX_EXTENT) || !t->x || !t->w || !t->y) return 0;
     if (t->mode > 1 || t->C < 1 || t->M < 1 || t->group < 1 || t->C % t->group ||
         t->M % t->group || t->chunk < 1)
         return 0; /* (then parts N * group * chunks <= N * M * OL, checked below) */
-    if (!onyx_window_axis(t->L, t->OL, t->k, t->s, t->d, t->left, &extent)) return 0;
     if (t->act < ACT_NONE || t->act > ACT_HARDSIGMOID) return 0;
     if (!onyx_mul(t->C / t->group, t->k, &T)) return 0;
     panels = (t->M / t->group + C1_V - 1) / C1_V;
@@ -71,7 +72,11 @@ static int conv1d_sizes(const conv1d_f32 *t) {
     if (!onyx_mul(t->group, t->mode ? t->M / t->group : panels * C1_V, &cells) ||
         !onyx_mul(cells, T, &cells))
         return 0;
-    if (!onyx_mul(t->N, t->C, &cells) || !onyx_mul(cells, t->L, &cells)) return 0;
+    /* the input's last element: (N - 1) sn + (C - 1) sc + (L - 1) sl */
+    if (!onyx_mul(t->N - (t->N > 0), t->sn, &last) || !onyx_mul(t->C - 1, t->sc, &cells) ||
+        !onyx_mul(t->L - (t->L > 0), t->sl, &extent) || last + cells + extent > ONYX_MAX_ELEMENTS)
+        return 0;
+    if (!onyx_window_axis(t->L, t->OL, t->k, t->s, t->d, t->left, &extent)) return 0;
     if (!onyx_mul(t->N, t->M, &cells) || !onyx_mul(cells, t->OL, &cells)) return 0;
     if (!onyx_mul(t->chunk + C1_TPOS + 1, t->s, &cells) ||
         !onyx_mul(cells + extent, t->C, &cells))
@@ -216,16 +221,20 @@ static const float *channel_rows(const conv1d_f32 *t, const part *q, float *buf,
                                  int64_t *stride) {
     int64_t Cg = t->C / t->group, a0 = window_start(t, q);
     int64_t span = (q->p1 - q->p0 - 1) * t->s + (t->k - 1) * t->d + 1;
-    const float *x = t->x + (q->n * t->C + q->g * Cg) * t->L;
-    if (a0 >= 0 && a0 + span <= t->L) {
-        *stride = t->L;
+    const float *x = t->x + q->n * t->sn + q->g * Cg * t->sc;
+    if (t->sl == 1 && a0 >= 0 && a0 + span <= t->L) {
+        *stride = t->sc;
         return x + a0;
     }
     int64_t lo = a0 < 0 ? -a0 : 0, hi = t->L - a0 < span ? t->L - a0 : span;
     for (int64_t c = 0; c < Cg; c++) {
         float *row = buf + c * span;
+        const float *src = x + c * t->sc + a0 * t->sl;
         memset(row, 0, (size_t)span * sizeof(float));
-        if (hi > lo) memcpy(row + lo, x + c * t->L + a0 + lo, (size_t)(hi - lo) * sizeof(float));
+        if (t->sl == 1 && hi > lo)
+            memcpy(row + lo, src + lo, (size_t)(hi - lo) * sizeof(float));
+        else
+            for (int64_t i = lo; i < hi; i++) row[i] = src[i * t->sl];
     }
     *stride = span;
     return buf;
@@ -304,25 +313,61 @@ INLINE void channel_part(const conv1d_f32 *t, const part *q, float *buf, int64_t
 /* The part's signal in s phases: buf[c][r][i] = x[a0 + i * s + r] (0 outside the signal)
    for i < Lq. */
 static void phases(const conv1d_f32 *t, const part *q, int64_t Lq, float *buf) {
-    int64_t Cg = t->C / t->group, a0 = window_start(t, q), s = t->s;
-    const float *x = t->x + (q->n * t->C + q->g * Cg) * t->L;
-    for (int64_t c = 0; c < Cg; c++)
-        for (int64_t r = 0; r < s; r++) {
+    int64_t Cg = t->C / t->group, a0 = window_start(t, q), s = t->s, sl = t->sl;
+    const float *x = t->x + q->n * t->sn + q->g * Cg * t->sc;
+    /* phase r's values inside the signal: first[r] <= i < last[r] (0 <= a0 + i s + r < L) */
+    int64_t lo = Lq, hi = 0;
+    for (int64_t r = 0; r < s; r++) {
+        int64_t first = a0 + r >= 0 ? 0 : (-(a0 + r) + s - 1) / s;
+        int64_t last = t->L - a0 - r <= 0 ? 0 : (t->L - a0 - r + s - 1) / s;
+        first = first < Lq ? first : Lq;
+        last = last < Lq ? (last > first ? last : first) : Lq;
+        for (int64_t c = 0; c < Cg; c++) {
             float *row = buf + (c * s + r) * Lq;
-            /* i is inside the signal for 0 <= a0 + i * s + r < L */
-            int64_t first = a0 + r >= 0 ? 0 : (-(a0 + r) + s - 1) / s;
-            int64_t last = t->L - a0 - r <= 0 ? 0 : (t->L - a0 - r + s - 1) / s;
-            if (first > Lq) first = Lq;
-            if (last > Lq) last = Lq;
-            if (last < first) last = first;
             memset(row, 0, (size_t)first * sizeof(float));
-            const float *src = x + c * t->L + a0 + r;
+            memset(row + last, 0, (size_t)(Lq - last) * sizeof(float));
+            if (sl != 1) continue;
+            const float *src = x + c * t->sc + a0 + r;
             if (s == 1)
                 memcpy(row + first, src + first, (size_t)(last - first) * sizeof(float));
             else
                 for (int64_t i = first; i < last; i++) row[i] = src[i * s];
-            memset(row + last, 0, (size_t)(Lq - last) * sizeof(float));
         }
+        lo = first < lo ? first : lo;
+        hi = last > hi ? last : hi;
+    }
+    if (sl == 1) return;
+    /* A strided signal (channels last: a transposed view) in blocks of 16 positions: the
+       lines of a block's positions stay in L1 while every channel's values are picked. */
+    for (int64_t i0 = lo; i0 < hi; i0 += 16)
+        for (int64_t r = 0; r < s; r++) {
+            int64_t first = a0 + r >= 0 ? 0 : (-(a0 + r) + s - 1) / s;
+            int64_t last = t->L - a0 - r <= 0 ? 0 : (t->L - a0 - r + s - 1) / s;
+            int64_t b0 = i0 > first ? i0 : first, b1 = i0 + 16 < last ? i0 + 16 : last;
+            b1 = b1 < Lq ? b1 : Lq;
+            for (int64_t c = 0; c < Cg; c++) {
+                float *row = buf + (c * s + r) * Lq;
+                const float *src = x + c * t->sc + (a0 + r) * sl;
+                for (int64_t i = b0; i < b1; i++) row[i] = src[i * s * sl];
+            }
+        }
+}
+
+/* A position tile's whole rows (r rows of tv vectors, out[i][:]) into the output rows of
+   channels ch.. (y: the first's, OL apart), with bias and activation on vectors. */
+INLINE void position_store(const conv1d_f32 *t, int64_t ch, const int r, const int tv,
+                           float *out, float *y) {
+#pragma GCC unroll 8
+    for (int i = 0; i < r; i++) {
+        float b = t->bias ? t->bias[ch + i] : 0.0f;
+#pragma GCC unroll 2
+        for (int v = 0; v < tv; v++) {
+            vec_u *a = (vec_u *)(out + i * C1_TPOS + v * C1_V);
+            *a += b;
+            activate(a, t);
+            *(vec_u *)(y + i * t->OL + v * C1_V) = *a;
+        }
+    }
 }
 
 /* Mode 1 on part q with tiles of r_main rows by tv vectors (r_main <= 8 divides 8, tv <= 2):
@@ -330,12 +375,18 @@ static void phases(const conv1d_f32 *t, const part *q, int64_t Lq, float *buf) {
 INLINE void position_part(const conv1d_f32 *t, const part *q, float *buf, int64_t *tap,
                           float *out, const int r_main, const int tv) {
     int64_t Cg = t->C / t->group, Mg = t->M / t->group, T = Cg * t->k, s = t->s;
-    int64_t width = tv * C1_V, npos = q->p1 - q->p0;
-    int64_t Lq = (npos + width - 1) / width * width + ((t->k - 1) * t->d) / s;
-    phases(t, q, Lq, buf);
+    int64_t width = tv * C1_V, npos = q->p1 - q->p0, a0 = window_start(t, q);
+    int64_t Lq = (npos + width - 1) / width * width + ((t->k - 1) * t->d) / s, rs = s * Lq;
+    const float *x = buf;
+    if (s == 1 && t->sl == 1 && a0 >= 0 && a0 + Lq <= t->L) { /* (reads inside the signal) */
+        x = t->x + q->n * t->sn + q->g * Cg * t->sc + a0;
+        rs = t->sc;
+    } else {
+        phases(t, q, Lq, buf);
+    }
     for (int64_t c = 0, i = 0; c < Cg; c++)
         for (int64_t j = 0; j < t->k; j++)
-            tap[i++] = (c * s + (j * t->d) % s) * Lq + (j * t->d) / s;
+            tap[i++] = c * rs + (j * t->d) % s * Lq + (j * t->d) / s;
     const float *wg = t->w + q->g * Mg * T;
     for (int64_t m0 = 0; m0 < Mg; m0 += C1_TROWS) { /* a block of rows, packed (T, rb) */
         int64_t rb = Mg - m0 < C1_TROWS ? Mg - m0 : C1_TROWS;
@@ -344,15 +395,20 @@ INLINE void position_part(const conv1d_f32 *t, const part *q, float *buf, int64_
             for (int64_t o = 0; o < npos; o += width) {
                 int64_t n = npos - o < width ? npos - o : width;
                 if (r == r_main)
-                    position_tile(wg + m0 * T + i0, rb, T, buf + o, tap, r_main, tv, out);
+                    position_tile(wg + m0 * T + i0, rb, T, x + o, tap, r_main, tv, out);
                 else
-                    position_tile(wg + m0 * T + i0, rb, T, buf + o, tap, 1, tv, out);
-                for (int i = 0; i < r; i++) {
-                    int64_t ch = q->g * Mg + m0 + i0 + i;
-                    int64_t at = (q->n * t->M + ch) * t->OL + q->p0 + o;
-                    finish(t->y + at, out + i * C1_TPOS, 1, t->z ? t->z + at : 0, n,
-                           t->bias ? t->bias[ch] : 0.0f, t);
+                    position_tile(wg + m0 * T + i0, rb, T, x + o, tap, 1, tv, out);
+                int64_t ch = q->g * Mg + m0 + i0, at = (q->n * t->M + ch) * t->OL + q->p0 + o;
+                if (n == width && !t->z && t->act != ACT_HARDSIGMOID) {
+                    if (r == r_main)
+                        position_store(t, ch, r_main, tv, out, t->y + at);
+                    else
+                        position_store(t, ch, 1, tv, out, t->y + at);
+                    continue;
                 }
+                for (int i = 0; i < r; i++, at += t->OL)
+                    finish(t->y + at, out + i * C1_TPOS, 1, t->z ? t->z + at : 0, n,
+                           t->bias ? t->bias[ch + i] : 0.0f, t);
             }
             i0 += r;
         }
@@ -420,12 +476,14 @@ EXPORT int onyx_conv1d_f32_range(const void *p, int64_t begin, int64_t end) {
     return parts_for_cpu()(t, begin, end);
 }
 
-/* The whole task on the calling thread, on x, y, bias and z given here (the task's own are
-   ignored): a small layer's call, without a pool job's set-up or a copy of its task. */
-EXPORT int onyx_conv1d_f32(const void *p, const float *x, float *y, const float *bias,
-                           const float *z) {
+/* The whole task on the calling thread, on x (its strides xs[3] where not null), y, bias
+   and z given here (the task's own are ignored): a small layer's call, without a pool
+   job's set-up or a copy of its task. */
+EXPORT int onyx_conv1d_f32(const void *p, const float *x, const int64_t *xs, float *y,
+                           const float *bias, const float *z) {
     conv1d_f32 t = *(const conv1d_f32 *)p;
     t.x = x, t.y = y, t.bias = bias, t.z = z;
+    if (xs) t.sn = xs[0], t.sc = xs[1], t.sl = xs[2];
     if (!conv1d_sizes(&t)) return ONYX_INVALID;
     return parts_for_cpu()(&t, 0, t.N * t.group * ((t.OL + t.chunk - 1) / t.chunk));
 }

@@ -16,7 +16,7 @@ from ._core import _I64, _P, _addr, _check_sizes, _filled, _run, _ways, abi, ran
 class _Conv1dF32(ctypes.Structure):
     _fields_ = (
         [(name, _P) for name in ("x", "w", "bias", "z", "y")]
-        + [(name, _I64) for name in "N C L M OL k s d left group chunk mode".split()]
+        + [(name, _I64) for name in "N C L M sn sc sl OL k s d left group chunk mode".split()]
         + [("act", ctypes.c_int32), ("alpha", ctypes.c_float), ("beta", ctypes.c_float)]
     )
 
@@ -121,6 +121,9 @@ class Conv1d:
             C,
             L,
             M,
+            C * L,
+            L,
+            1,
             out_len,
             k,
             stride,
@@ -141,7 +144,13 @@ class Conv1d:
         return self.task.mode
 
     def __call__(self, x: np.ndarray, bias=None, z=None) -> np.ndarray:
-        """activation(conv(x) + bias [M] + z (the output's shape)); x C-contiguous float32."""
+        """activation(conv(x) + bias [M] + z (the output's shape)); x float32, read in place
+        where its strides are whole floats (a transposed view: not copied first)."""
+        strides = None
+        if not x.flags.c_contiguous:
+            strides = _float_strides(x)
+            if strides is None:
+                x = np.ascontiguousarray(x)
         y = np.empty(self.shape, np.float32)
         b = None
         if bias is not None:
@@ -155,17 +164,28 @@ class Conv1d:
         ):  # (a local reference keeps the copy alive through the call)
             z = np.ascontiguousarray(np.broadcast_to(z, y.shape), np.float32)
         if self.ways == 1:  # (one call: no pool job, no copy of the task)
-            status = core.lib.onyx_conv1d_f32(self.address, _addr(x), _addr(y), b, _addr(z))
+            xs = None if strides is None else (_I64 * 3)(*strides)
+            status = core.lib.onyx_conv1d_f32(self.address, _addr(x), xs, _addr(y), b, _addr(z))
             if status:
                 core.check(status, "1-D conv")
             return y
         task = _filled(self.task, x, y)
         task.bias, task.z = b, _addr(z)
+        if strides is not None:
+            task.sn, task.sc, task.sl = strides
         _run(core.lib.conv1d_range, task, self.cuts, self.ways, "1-D conv")
         return y
 
 
+def _float_strides(x: np.ndarray) -> tuple[int, int, int] | None:
+    """x's strides in floats, or None where one is negative or not a whole float."""
+    strides = tuple(v // 4 for v in x.strides)
+    if any(v < 0 or v % 4 for v in x.strides):
+        return None
+    return strides
+
+
 def bind(lib, isa: int) -> None:
     lib.conv1d_range = range_of(lib, "conv1d_f32")
-    lib.onyx_conv1d_f32.argtypes = [_P] * 5
+    lib.onyx_conv1d_f32.argtypes = [_P] * 6
     lib.onyx_conv1d_f32.restype = ctypes.c_int
