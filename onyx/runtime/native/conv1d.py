@@ -101,11 +101,14 @@ class Conv1d:
         mode = 0 if channel_vectors(Mg, out_len, T) else 1
         self.packed = pack_conv1d(w, group, mode)
         work = N * M * T * out_len
-        # parts: (image, group, run of positions); a run's window of signal stays in L2
-        most = max(_POSITIONS, _CHUNK_FLOATS // max(1, (C // group) * stride) // 32 * 32)
-        self.ways = _ways(work, N * group * -(-out_len // _POSITIONS))
-        want = -(-2 * self.ways // (N * group)) if self.ways > 1 else 1
-        chunk = max(_POSITIONS, -(-out_len // want // _POSITIONS) * _POSITIONS)
+        # parts: (image, group, run of whole tiles of positions), at least one per thread;
+        # a run's window of signal stays in L2
+        tile = _CHANNEL_POSITIONS if mode == 0 else _POSITIONS
+        self.ways = _ways(work, N * group * -(-out_len // tile))
+        runs = -(-self.ways // (N * group))  # (per image and group)
+        per_run = -(-out_len // runs)
+        chunk = -(-per_run // tile) * tile
+        most = max(tile, _CHUNK_FLOATS // ((C // group) * stride) // tile * tile)
         chunk = min(chunk, most, out_len)
         parts = N * group * -(-out_len // chunk)
         self.ways = min(self.ways, parts)
