@@ -217,6 +217,11 @@ def test_depthwise_and_mismatched_channels_are_left_to_other_paths():
     bad = np.ones((4, 5, 3), np.float32)
     bad.flags.writeable = False
     assert conv1d_kernels.native_conv1d(x, bad, None, 1, attrs) is None
+    full = np.ones((4, 8, 3), np.float32)
+    full.flags.writeable = False
+    for kernel_shape, taken in (((5,), False), ((3,), native.conv1d_ok())):
+        attrs = ("NOTSET", (1, 1), None, None, kernel_shape)
+        assert (conv1d_kernels.native_conv1d(x, full, None, 1, attrs) is not None) == taken
 
 
 def test_float16_conv1d_computes_in_float32():

@@ -40,13 +40,13 @@ def native_conv1d(
 
 def _setup(x_shape, W: np.ndarray, group: int, attrs: tuple, activation, alpha, beta):
     """The kernel set up for this input shape, or None: channel counts that do not match (the
-    caller's path raises the error), negative pads, or a depthwise conv (one input channel a
-    group: depthwise.c's planes run it faster)."""
+    caller's path raises the error), a kernel_shape other than the weights', negative pads, or
+    a depthwise conv (one input channel a group: depthwise.c's planes run it faster)."""
     N, C, _ = x_shape
     M = W.shape[0]
     if W.ndim != 3 or group < 1 or C % group or M % group or W.shape[1] * group != C:
         return None
-    if group > 1 and W.shape[1] == 1:
+    if group > 1 and W.shape[1] == 1 or attrs[4] and tuple(attrs[4]) != W.shape[2:]:
         return None
     from .conv import _conv_geometry  # (conv.py imports this module)
 
