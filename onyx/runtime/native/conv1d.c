@@ -394,10 +394,17 @@ INLINE void position_part(const conv1d_f32 *t, const part *q, float *buf, int64_
             int r = rb - i0 >= r_main ? r_main : 1;
             for (int64_t o = 0; o < npos; o += width) {
                 int64_t n = npos - o < width ? npos - o : width;
-                if (r == r_main)
-                    position_tile(wg + m0 * T + i0, rb, T, x + o, tap, r_main, tv, out);
-                else
-                    position_tile(wg + m0 * T + i0, rb, T, x + o, tap, 1, tv, out);
+                const float *wr = wg + m0 * T + i0;
+                if (tv > 1 && n <= C1_V) { /* (a last run of at most 16: one vector) */
+                    if (r == r_main)
+                        position_tile(wr, rb, T, x + o, tap, r_main, 1, out);
+                    else
+                        position_tile(wr, rb, T, x + o, tap, 1, 1, out);
+                } else if (r == r_main) {
+                    position_tile(wr, rb, T, x + o, tap, r_main, tv, out);
+                } else {
+                    position_tile(wr, rb, T, x + o, tap, 1, tv, out);
+                }
                 int64_t ch = q->g * Mg + m0 + i0, at = (q->n * t->M + ch) * t->OL + q->p0 + o;
                 if (n == width && !t->z && t->act != ACT_HARDSIGMOID) {
                     if (r == r_main)
