@@ -22,6 +22,7 @@ setup(
                 "onyx/runtime/native/depthwise.c",
                 "onyx/runtime/native/elementwise.c",
                 "onyx/runtime/native/conv_f32.c",
+                "onyx/runtime/native/conv1d.c",
                 "onyx/runtime/native/convtranspose.c",
                 "onyx/runtime/native/resize.c",
                 "onyx/runtime/native/rnn.c",

@@ -182,6 +182,33 @@ def gen_fused_conv(rng) -> Case:
     return case
 
 
+def gen_conv1d(rng) -> Case:
+    """1-D convs shaped as audio and signal layers (conv1d.c): long signals with few channels,
+    few frames with many, strides up to the kernel's length, FusedConv's forms."""
+    C = int(_pick(rng, [1, 1, 2, 8, 16, 40, 129]))
+    M = int(_pick(rng, [1, 8, 9, 16, 33, 64, 258]))
+    k = int(_pick(rng, [1, 3, 5, 7, 16, 64]))
+    s = int(_pick(rng, [1, 1, 2, 4, k]))
+    d = int(_pick(rng, [1, 1, 2]))
+    L = (k - 1) * d + 1 + int(_pick(rng, [0, 3, 60, 700]))
+    group = int(_pick(rng, [g for g in (1, 1, 2, 4) if C % g == 0 and M % g == 0]))
+    pads = [int(rng.integers(0, k)), int(rng.integers(0, k))]
+    x = _normal(rng, (_batch(rng), C, L))
+    w = _normal(rng, (M, C // group, k), 0.5)
+    b = _normal(rng, (M,)) if rng.integers(2) else None
+    attrs = dict(kernel_shape=[k], strides=[s], dilations=[d], pads=pads, group=group)
+    case = Case("conv1d", "Conv", [laid_out(rng, x), laid_out(rng, w, True),
+                laid_out(rng, b, True)], attrs, exact=False, rtol=1e-4,
+                atol=1e-5 * max(1, C // group * k))  # fmt: skip
+    if rng.integers(2):
+        case.op, case.domain, case.version = "FusedConv", MS, 1
+        case.attrs["activation"] = _pick(rng, ["Relu", "LeakyRelu", "Clip", "HardSigmoid", ""])
+        params = {"LeakyRelu": [0.1], "HardSigmoid": [0.3, 0.4], "Clip": [-0.5, 0.7]}
+        if case.attrs["activation"] in params:
+            case.attrs["activation_params"] = params[case.attrs["activation"]]
+    return case
+
+
 def _quantized_conv_inputs(rng):
     dims = int(_pick(rng, [1, 2, 2, 2]))
     shape, attrs = _window_geometry(rng, dims)
@@ -697,6 +724,7 @@ def gen_qlinear_binary(rng) -> Case:
 FAMILIES = {
     "conv": gen_conv,
     "fused_conv": gen_fused_conv,
+    "conv1d": gen_conv1d,
     "qlinear_conv": gen_qlinear_conv,
     "conv_integer": gen_conv_integer,
     "matmul_integer": gen_matmul_integer,
@@ -777,7 +805,7 @@ class NativeCalls:
         for name in ("onyx_parallel", "lstm", "gru", "onyx_implicit_conv", "onyx_dynamic_matmul",
                      "onyx_svm_coupling", "onyx_svm_coupling_pairs", "onyx_forest_scores",
                      "lookup_direct", "onyx_lookup8_channels",
-                     "onyx_quantize_range", "onyx_dequantize_range"):  # fmt: skip
+                     "onyx_quantize_range", "onyx_dequantize_range", "onyx_conv1d_f32"):  # fmt: skip
             fn = getattr(lib, name, None) if lib is not None else None
             if fn:
                 self.saved[name] = fn

@@ -18,6 +18,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from .. import native
 from ..registry import ONYX_DOMAIN, op
+from . import conv1d as _conv1d
 from .derived import derived, frozen, scratch, value_key
 from .integer_conv import channel_terms, shifted, window_sums
 
@@ -550,6 +551,10 @@ def native_conv_f32(
     dilations, kernel_shape), hashable; the set-up is kept per constant weight (derived.py)."""
     if X.dtype != np.float32 or W.dtype != np.float32 or X.ndim not in (3, 4) or not X.size:
         return None  # (an empty batch: numpy's empty result)
+    if X.ndim == 3:  # (a 1-D conv: the direct kernel, conv1d.py, where it applies)
+        y = _conv1d.native_conv1d(X, W, B, group, attrs, z, activation, alpha, beta)
+        if y is not None:
+            return y
     if activation and z is None and group == X.shape[1] > 1 and W.shape[1] == 1:
         return _activated_depthwise(X, W, B, attrs, (activation, alpha, beta))
     if not native.conv_f32_ok():

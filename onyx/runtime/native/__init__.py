@@ -7,8 +7,8 @@ its numpy path and asks whether the native one applies first (``int8_gemm_ok``,
 ``conv_f32_ok``, ``bilinear_ok``, ``recurrence_ok``, ...). :func:`status` says which.
 
 Each family of kernels is one C file and one Python module of the same name: gemm_i8 (the
-exact int8 GEMM, AVX512-VNNI), depthwise (plane convs), conv_f32 (the float conv), gemv,
-nbits (MatMulNBits), attention (GroupQueryAttention's step, RMS norms), gemm_f32 (the float
+exact int8 GEMM, AVX512-VNNI), depthwise (plane convs), conv_f32 (the float conv), conv1d
+(the direct 1-D float conv), gemv, nbits (MatMulNBits), attention (GroupQueryAttention's step, RMS norms), gemm_f32 (the float
 GEMM against a packed constant B), resize, rnn, elementwise, rows, window (pooling), trees.
 Their task structs are declared once in abi.h and checked against the ctypes copies at load
 (_core.py).
@@ -34,6 +34,7 @@ import contextlib
 from . import (
     _core,
     attention,
+    conv1d,
     conv_f32,
     convtranspose,
     depthwise,
@@ -50,6 +51,7 @@ from . import (
 )
 from ._core import BYTES, thread_setting, threads
 from .attention import gqa_ok, gqa_step, packed_attention, rms_norm_f32
+from .conv1d import Conv1d, conv1d_ok
 from .conv_f32 import CONV_ACTIVATIONS, FloatConv, conv_f32_ok, pack_conv_f32
 from .convtranspose import FloatConvTranspose, conv_transpose_ok
 from .depthwise import (
@@ -122,6 +124,7 @@ __all__ = [
     "BYTES",
     "DynamicMatMul",
     "CONV_ACTIVATIONS",
+    "Conv1d",
     "FloatConv",
     "FloatConvTranspose",
     "FloatGemv",
@@ -141,6 +144,7 @@ __all__ = [
     "batched_int8_gemm",
     "bilinear_f32",
     "bilinear_ok",
+    "conv1d_ok",
     "conv_f32_ok",
     "conv_transpose_ok",
     "conv_small_f32",
@@ -210,6 +214,7 @@ FAMILIES = (
     gemm_i8,
     depthwise,
     conv_f32,
+    conv1d,
     convtranspose,
     gemv,
     resize,

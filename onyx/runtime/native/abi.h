@@ -184,6 +184,23 @@ ONYX_STRUCT(hard_sigmoid_task, ONYX_HARD_SIGMOID_TASK)
     F(S, int32_t, act, ) F(S, float, alpha, ) F(S, float, beta, )
 ONYX_STRUCT(conv_f32, ONYX_CONV_F32)
 
+/* ------------------------------------------------------------ 1-D float conv (conv1d.c) */
+
+#define ONYX_CONV1D_F32(F, S)                                                                \
+    F(S, const float *, x, )    /* input (N, C, L), element (n, c, l) at n sn + c sc + l sl */ \
+    F(S, const float *, w, )    /* channel panels (group, panels, T, 16) or rows (M, T) */   \
+    F(S, const float *, bias, ) /* [M] or null */                                            \
+    F(S, const float *, z, )    /* residual (N, M, OL) added before the activation */        \
+    F(S, float *, y, )          /* output (N, M, OL) */                                      \
+    F(S, int64_t, N, ) F(S, int64_t, C, ) F(S, int64_t, L, ) F(S, int64_t, M, )              \
+    F(S, int64_t, sn, ) F(S, int64_t, sc, ) F(S, int64_t, sl, ) /* x's strides (floats) */    \
+    F(S, int64_t, OL, ) F(S, int64_t, k, ) F(S, int64_t, s, ) F(S, int64_t, d, )             \
+    F(S, int64_t, left, ) F(S, int64_t, group, )                                             \
+    F(S, int64_t, chunk, ) /* output positions per part */                                   \
+    F(S, int64_t, mode, )  /* 0: channel vectors, 1: position vectors */                     \
+    F(S, int32_t, act, ) F(S, float, alpha, ) F(S, float, beta, )
+ONYX_STRUCT(conv1d_f32, ONYX_CONV1D_F32)
+
 /* ---------------------------------------------------------------- float GEMV (gemv.c) */
 
 #define ONYX_GEMV_F32(F, S)                                                                  \
@@ -400,6 +417,7 @@ ONYX_STRUCT(convt_f32, ONYX_CONVT_F32)
     X(forest_task, ONYX_FOREST_TASK) X(forest_sum_task, ONYX_FOREST_SUM_TASK)                                  \
     X(nbits_task, ONYX_NBITS_TASK) X(gqa_task, ONYX_GQA_TASK)        \
     X(rms_task, ONYX_RMS_TASK) X(sgemm_task, ONYX_SGEMM_TASK)                                \
-    X(softmax_rows, ONYX_SOFTMAX_ROWS) X(convt_f32, ONYX_CONVT_F32)
+    X(softmax_rows, ONYX_SOFTMAX_ROWS) X(convt_f32, ONYX_CONVT_F32)                          \
+    X(conv1d_f32, ONYX_CONV1D_F32)
 
 #endif
