@@ -29,6 +29,10 @@ CASES = [
     (3, 300, 7, 7, 40, (1, 1), (1, 1), (1, 1), (0, 0, 0, 0), 1),  # 1x1 runs over rows; K > kc
     (8, 24, 7, 7, 20, (1, 1), (1, 1), (1, 1), (0, 0, 0, 0), 1),  # a last strip of 8: narrow
     (1, 64, 7, 7, 40, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1),  # the 49th pixel alone
+    # a last strip of a few pixels (stride 2: not wide), k dealt to 8 / w chains and a rest
+    (1, 70, 14, 14, 16, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 1),  # 1 pixel; blocks of 315
+    (1, 35, 6, 34, 24, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 1),  # 3 pixels: 2 chains
+    (2, 37, 1, 98, 8, (1, 3), (1, 2), (1, 1), (0, 1, 0, 1), 1),  # 2 pixels: 4 chains, K = 111
     (1, 8, 9, 9, 12, (3, 3), (2, 2), (1, 1), (0, 0, 0, 0), 4),  # groups of 2 -> 3 channels
     (2, 64, 6, 6, 64, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1),  # K = 576: several blocks of K
     (1, 6, 3, 100, 8, (1, 7), (1, 1), (1, 1), (0, 3, 0, 3), 1),  # rows longer than a strip

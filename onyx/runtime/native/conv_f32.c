@@ -260,12 +260,13 @@ static AVX512 void prefetch_residual(const conv_f32 *t, int64_t g, int64_t m0, i
 static AVX512 inline __attribute__((always_inline)) void
 tile(const conv_f32 *t, const float *restrict A, const float *restrict B, int64_t ldb,
      const int64_t *off, int64_t kc, float *restrict ct, int accumulate, const tile_out *o,
-     const int nv) {
+     const float *pf, const int nv) {
     __m512 c[CF_MR][CF_V], v[CF_V];
     for (int i = 0; i < CF_MR; i++)
         for (int h = 0; h < nv; h++)
             c[i][h] = accumulate ? _mm512_loadu_ps(ct + i * CF_NR + h * 16) : _mm512_setzero_ps();
     for (int64_t k = 0; k < kc; k++) {
+        if (pf && !(k & 1)) _mm_prefetch((const char *)(pf + k * CF_MR), _MM_HINT_T1);
         const float *row = off ? B + off[k] : B + k * ldb; /* (off: a wide conv's rows) */
         for (int h = 0; h < nv; h++) v[h] = _mm512_loadu_ps(row + h * 16);
         const float *a = A + k * CF_MR;
@@ -293,24 +294,40 @@ tile(const conv_f32 *t, const float *restrict A, const float *restrict B, int64_
 /* The same sums for a strip of w <= CF_NARROW pixels (a batch's last, as the 49th pixel of a
    7x7 layer at batch 1), with the pixels as the broadcasts: one multiply-add per pixel and
    k over the panel's 8 channels, not eight over a vector of 16 mostly empty pixels. The
-   sums are kept pixel-major in registers and go to ct (channel-major) transposed. */
+   sums are kept pixel-major in registers and go to ct (channel-major) transposed. A strip
+   of few pixels has too few sums for the multiply-adds' latency (a lone pixel's chain waits
+   4 cycles a k): k is then dealt round-robin to CF_NARROW / w chains, summed at the end. */
 #define CF_NARROW 8
 static AVX512 inline __attribute__((always_inline)) void
 narrow(const conv_f32 *t, const float *restrict A, const float *restrict B, int64_t ldb,
        const int64_t *off, int64_t kc, float *restrict ct, int accumulate, const tile_out *o,
-       const int w) {
+       const float *pf, const int w) {
+    const int u = CF_NARROW / w; /* chains per pixel: c[j * w + p], j < u */
     __m512 c[CF_NARROW];
     float sums[CF_NARROW][16];
-    for (int p = 0; p < w; p++) {
-        if (accumulate)
+    for (int p = 0; p < u * w; p++) c[p] = _mm512_setzero_ps();
+    if (accumulate)
+        for (int p = 0; p < w; p++) {
             for (int i = 0; i < CF_MR; i++) sums[p][i] = ct[i * CF_NR + p];
-        c[p] = accumulate ? _mm512_maskz_loadu_ps(0xFF, sums[p]) : _mm512_setzero_ps();
-    }
-    for (int64_t k = 0; k < kc; k++) {
+            c[p] = _mm512_maskz_loadu_ps(0xFF, sums[p]);
+        }
+    int64_t k = 0;
+    for (; k + u <= kc; k += u)
+        for (int j = 0; j < u; j++) {
+            if (pf && !((k + j) & 1))
+                _mm_prefetch((const char *)(pf + (k + j) * CF_MR), _MM_HINT_T1);
+            __m512 a = _mm512_maskz_loadu_ps(0xFF, A + (k + j) * CF_MR);
+            const float *row = off ? B + off[k + j] : B + (k + j) * ldb;
+            for (int p = 0; p < w; p++)
+                c[j * w + p] = _mm512_fmadd_ps(_mm512_set1_ps(row[p]), a, c[j * w + p]);
+        }
+    for (; k < kc; k++) {
         __m512 a = _mm512_maskz_loadu_ps(0xFF, A + k * CF_MR);
         const float *row = off ? B + off[k] : B + k * ldb;
         for (int p = 0; p < w; p++) c[p] = _mm512_fmadd_ps(_mm512_set1_ps(row[p]), a, c[p]);
     }
+    for (int j = 1; j < u; j++)
+        for (int p = 0; p < w; p++) c[p] = _mm512_add_ps(c[p], c[j * w + p]);
     for (int p = 0; p < w; p++) {
         _mm512_storeu_ps(sums[p], c[p]);
         for (int i = 0; i < CF_MR; i++) ct[i * CF_NR + p] = sums[p][i];
@@ -326,13 +343,14 @@ narrow(const conv_f32 *t, const float *restrict A, const float *restrict B, int6
 }
 
 typedef void (*tile_fn)(const conv_f32 *, const float *, const float *, int64_t,
-                        const int64_t *, int64_t, float *, int, const tile_out *);
+                        const int64_t *, int64_t, float *, int, const tile_out *,
+                        const float *);
 /* body##n: the tile or narrow body with its size n a constant (its registers' count) */
 #define INSTANCE(body, n)                                                                     \
     static AVX512 void body##n(const conv_f32 *t, const float *A, const float *B, int64_t ldb, \
                                const int64_t *off, int64_t kc, float *ct, int accumulate,     \
-                               const tile_out *o) {                                           \
-        body(t, A, B, ldb, off, kc, ct, accumulate, o, n);                                    \
+                               const tile_out *o, const float *pf) {                          \
+        body(t, A, B, ldb, off, kc, ct, accumulate, o, pf, n);                                \
     }
 INSTANCE(tile, 1)
 INSTANCE(tile, 2)
@@ -470,8 +488,14 @@ EXPORT AVX512 int onyx_conv_f32_range(const void *p, int64_t begin, int64_t end)
                         o.rows = Mg - pn * CF_MR, o.width = end->j + end->len;
                         out = &o;
                     }
+                    /* the first strip's tile fetches the next panel's weights (a run of
+                       their own, from memory in a deep layer) into L2, a line per 2 k */
+                    const float *pf = s > 0 ? 0
+                                      : pn + 1 < p1 ? wg + ((pn + 1) * K + k0) * CF_MR
+                                      : !last       ? wg + (p0 * K + k0 + kc) * CF_MR
+                                                    : 0;
                     fn[s](t, wg + (pn * K + k0) * CF_MR, src[s], ldb[s],
-                          t->wide && in_place ? off + k0 : 0, kc, sums, k0 > 0, out);
+                          t->wide && in_place ? off + k0 : 0, kc, sums, k0 > 0, out, pf);
                 }
         }
         for (int64_t s = 0; s < ns; s++) {

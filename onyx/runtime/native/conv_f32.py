@@ -61,8 +61,20 @@ def _conv_kc(K: int) -> int:
 
 #: Strips (of 48 pixels) and panels (of 8 output channels) per part of the work: each block
 #: of panels' weights is read once per block of strips, and their sums (48 x 8 x 16 floats)
-#: stay in L2.
+#: stay in L2. _CONV_PANELS is the least: a part of fewer strips takes more panels, as many
+#: as _CONV_L2 bytes hold (their weights' and sums' share of a block of columns, and the
+#: strips' columns): a small image's layer (7x7, 14x14) then packs its columns once in one
+#: part, where blocks of 16 panels had them packed beforehand and read back from memory.
 _CONV_STRIPS, _CONV_PANELS = 8, 16
+_CONV_L2 = 768 << 10
+
+
+def _panels_cap(per_part: int) -> int:
+    """Panels per block whose working set (see _CONV_L2) fits, for per_part strips a part."""
+    mr, nr = core.lib.conv_f32_tile
+    columns = per_part * _CONV_KC * nr * 4
+    per_panel = _CONV_KC * mr * 4 + per_part * mr * nr * 4
+    return max(_CONV_PANELS, (_CONV_L2 - columns) // per_panel)
 
 
 #: Largest set of columns packed beforehand for parts that share them (FloatConv).
@@ -70,13 +82,13 @@ _CONV_COLS_BYTES = 8 << 20
 
 
 def _conv_parts(strips: int, panels: int, group: int, ways: int) -> tuple[int, int]:
-    """Strips per part and blocks of panels: _CONV_STRIPS x _CONV_PANELS, made smaller where
+    """Strips per part and blocks of panels: _CONV_STRIPS x _panels_cap, made smaller where
     that leaves fewer than 4 parts per thread (so that the threads finish together). Blocks
     of panels are split first, down to 4 panels: a part reads its panels' weights once for
     all its strips, and a deep layer's weights (9 MB for 512 -> 512 channels, 3x3) come from
     memory."""
-    blocks = -(-panels // _CONV_PANELS)
     per_part = min(strips, _CONV_STRIPS)
+    blocks = -(-panels // _panels_cap(per_part))
     want = 4 * ways if ways > 1 else 1
 
     def parts() -> int:
