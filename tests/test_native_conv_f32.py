@@ -29,6 +29,10 @@ CASES = [
     (3, 300, 7, 7, 40, (1, 1), (1, 1), (1, 1), (0, 0, 0, 0), 1),  # 1x1 runs over rows; K > kc
     (8, 24, 7, 7, 20, (1, 1), (1, 1), (1, 1), (0, 0, 0, 0), 1),  # a last strip of 8: narrow
     (1, 64, 7, 7, 40, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1),  # the 49th pixel alone
+    # a last strip of a few pixels (stride 2: not wide), k dealt to 8 / w chains and a rest
+    (1, 70, 14, 14, 16, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 1),  # 1 pixel; blocks of 315
+    (1, 35, 6, 34, 24, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 1),  # 3 pixels: 2 chains
+    (2, 37, 1, 98, 8, (1, 3), (1, 2), (1, 1), (0, 1, 0, 1), 1),  # 2 pixels: 4 chains, K = 111
     (1, 8, 9, 9, 12, (3, 3), (2, 2), (1, 1), (0, 0, 0, 0), 4),  # groups of 2 -> 3 channels
     (2, 64, 6, 6, 64, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1),  # K = 576: several blocks of K
     (1, 6, 3, 100, 8, (1, 7), (1, 1), (1, 1), (0, 3, 0, 3), 1),  # rows longer than a strip
@@ -307,6 +311,35 @@ def test_wide_conv_matches_onnxruntime_call_after_call(case, native_calls):
     key = ("f32 conv", x.shape, case[-1], conv_kernels.conv_key("NOTSET", attrs["pads"],
            attrs["strides"], attrs["dilations"], None), 0, 0.0, 0.0, 1)  # fmt: skip
     assert conv_kernels.derived(w, key, lambda: None).pad is not None, "it did not run wide"
+    assert native_calls, "the native kernel did not run"
+    with native.threads(3):  # (the same sums in the same order, whatever the split)
+        np.testing.assert_array_equal(conv_kernels.conv(x, w, b, **attrs), got)
+
+
+#: Stride-2 convs run wide on their input's four parity phases (conv_f32.c's wide = 2): a stem,
+#: a downsampling 3x3 whose 12 panels copy their rows, an even kernel, no padding, groups.
+PHASE_CASES = [
+    (2, 3, 41, 39, 16, (7, 7), (2, 2), (1, 1), (3, 3, 2, 3), 1),
+    (1, 16, 14, 15, 96, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 1),
+    (1, 6, 7, 9, 8, (4, 4), (2, 2), (1, 1), (1, 1, 2, 1), 1),
+    (3, 8, 10, 10, 8, (3, 3), (2, 2), (1, 1), (0, 0, 0, 0), 1),
+    (2, 12, 15, 15, 16, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 4),
+]
+
+
+@pytest.mark.parametrize("case", PHASE_CASES)
+def test_stride_2_conv_on_phases_matches_onnxruntime(case, native_calls):
+    x, w, b, attrs = _case_arrays(case, sum(case[:5]) + 2)
+    model = _model("Conv", list(x.shape), {"w": w, "b": b}, attrs)
+    for seed in (1, 2):  # a second input: what the first left in the scratch is overwritten
+        x = np.random.default_rng(seed).standard_normal(x.shape).astype(np.float32)
+        want = _ort_run(model, {"x": x})
+        with native.threads(1):
+            got = conv_kernels.conv(x, w, b, **attrs)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    key = ("f32 conv", x.shape, case[-1], conv_kernels.conv_key("NOTSET", attrs["pads"],
+           attrs["strides"], attrs["dilations"], None), 0, 0.0, 0.0, 1)  # fmt: skip
+    assert conv_kernels.derived(w, key, lambda: None).phases is not None, "not on phases"
     assert native_calls, "the native kernel did not run"
     with native.threads(3):  # (the same sums in the same order, whatever the split)
         np.testing.assert_array_equal(conv_kernels.conv(x, w, b, **attrs), got)

@@ -231,6 +231,36 @@ class _Pool:
         return self.sum(mask)
 
 
+def _pool_of(shape, kernel, auto_pad, pads, strides, dilations, ceil_mode, op: str) -> _Pool:
+    """_Pool's geometry for an input shape and attributes, worked out and checked once per
+    node and shape (a small pool's call took as long doing that as pooling)."""
+    return _pool_geometry(
+        shape,
+        tuple(kernel),
+        auto_pad,
+        tuple(pads or ()),
+        tuple(strides or ()),
+        tuple(dilations or ()),
+        ceil_mode,
+        op,
+    )
+
+
+@functools.lru_cache(maxsize=1024)
+def _pool_geometry(shape, kernel, auto_pad, pads, strides, dilations, ceil_mode, op) -> _Pool:
+    shell = np.broadcast_to(np.empty((), np.uint8), shape)  # (_Pool reads the shape only)
+    return _Pool(
+        shell,
+        list(kernel),
+        auto_pad,
+        list(pads) or None,
+        list(strides) or None,
+        list(dilations) or None,
+        ceil_mode,
+        op,
+    )
+
+
 def _native_pool(x, pool: _Pool, **kind) -> np.ndarray | None:
     """A 2-D float32 pool on window.c (each window read once; the numpy path's bits), or
     None."""
@@ -257,7 +287,9 @@ def _average_pool(
     by_columns=False,
 ):
     ct = compute_dtype(X.dtype)
-    pool = _Pool(X, kernel_shape, auto_pad, pads, strides, dilations, ceil_mode, "AveragePool")
+    pool = _pool_of(
+        X.shape, kernel_shape, auto_pad, pads, strides, dilations, ceil_mode, "AveragePool"
+    )
     y = _native_pool(
         X, pool, average=True, include_pad=bool(count_include_pad), by_columns=by_columns
     )
@@ -459,7 +491,7 @@ def _max_pool(ctx, X, kernel_shape, auto_pad, pads, strides, dilations, ceil_mod
             return y
     if X.ndim == 3 and not (ctx.n_outputs > 1 and ctx.outputs_wanted[1]):
         return _max_pool_1d(X, kernel_shape, auto_pad, pads, strides, dilations, ceil_mode)
-    pool = _Pool(X, kernel_shape, auto_pad, pads, strides, dilations, ceil_mode, "MaxPool")
+    pool = _pool_of(X.shape, kernel_shape, auto_pad, pads, strides, dilations, ceil_mode, "MaxPool")
     want_indices = ctx.n_outputs > 1 and ctx.outputs_wanted[1]
     if not want_indices:
         y = _native_pool(X, pool, average=False)

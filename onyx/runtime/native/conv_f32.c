@@ -20,7 +20,9 @@
  * c's plane + a * dh * W + b * dw on, consecutive in the pixels: the tile reads it in place
  * through a table of offsets and nothing is packed, or, where a part has more than
  * CF_IN_PLACE panels to serve, each row is first copied once for all of their tiles. Strips
- * then stay inside one image.
+ * then stay inside one image. A stride-2 conv (a stem, a downsampling 3x3) runs wide too, on
+ * its input split by Python into four (row, column) parity phases (onyx_phase_planes_f32):
+ * tap (a, b) reads phase (a % 2, b % 2) from row a / 2 and column b / 2 on, a unit stride.
  *
  * Work is split (onyx_parallel, pool.c) into parts = (group, block of panels, block of
  * strips).
@@ -57,6 +59,19 @@ static int plain_1x1(const conv_f32 *t) {
 /* The strips of one image in a wide conv: its OH rows of W pixels. */
 static int64_t wide_strips(const conv_f32 *t) { return (t->OH * t->W + CF_NR - 1) / CF_NR; }
 
+/* A wide conv's floats per input channel: an H x W plane, or with wide = 2 (a stride-2 conv
+   of phases) four, the input's (even / odd row, even / odd column) phases: tap (a, b) of
+   output (oh, ow) is phase (a % 2, b % 2)'s cell (oh + a / 2, ow + b / 2), a unit stride. */
+static int64_t wide_plane(const conv_f32 *t) { return t->H * t->W * (t->wide == 2 ? 4 : 1); }
+
+/* Tap k = (c, a, b)'s offset from a wide strip's first pixel. */
+static int64_t wide_offset(const conv_f32 *t, int64_t k) {
+    int64_t c = k / (t->kh * t->kw), a = k / t->kw % t->kh, b = k % t->kw;
+    if (t->wide == 2)
+        return c * wide_plane(t) + (a % 2 * 2 + b % 2) * t->H * t->W + a / 2 * t->W + b / 2;
+    return c * t->H * t->W + a * t->dh * t->W + b * t->dw;
+}
+
 /* A wide strip's runs (its pixels inside the output, row by row; ih and iw unused), j counted
    in the strip's full width (discarded pixels included). */
 static int wide_runs(const conv_f32 *t, int64_t s, run *r) {
@@ -69,11 +84,11 @@ static int wide_runs(const conv_f32 *t, int64_t s, run *r) {
             continue;
         }
         int64_t len = t->OW - ow < q1 - q ? t->OW - ow : q1 - q;
-        r[count++] = (run){q - q0, len, n * t->C * t->H * t->W, 0, 0,
+        r[count++] = (run){q - q0, len, n * t->C * wide_plane(t), 0, 0,
                            (n * t->M + 0) * t->OH * t->OW + oh * t->OW + ow};
         q += len;
     }
-    if (!count) r[count++] = (run){0, 0, n * t->C * t->H * t->W, 0, 0, n * t->M * t->OH * t->OW};
+    if (!count) r[count++] = (run){0, 0, n * t->C * wide_plane(t), 0, 0, n * t->M * t->OH * t->OW};
     return (int)count;
 }
 
@@ -260,12 +275,13 @@ static AVX512 void prefetch_residual(const conv_f32 *t, int64_t g, int64_t m0, i
 static AVX512 inline __attribute__((always_inline)) void
 tile(const conv_f32 *t, const float *restrict A, const float *restrict B, int64_t ldb,
      const int64_t *off, int64_t kc, float *restrict ct, int accumulate, const tile_out *o,
-     const int nv) {
+     const float *pf, const int nv) {
     __m512 c[CF_MR][CF_V], v[CF_V];
     for (int i = 0; i < CF_MR; i++)
         for (int h = 0; h < nv; h++)
             c[i][h] = accumulate ? _mm512_loadu_ps(ct + i * CF_NR + h * 16) : _mm512_setzero_ps();
     for (int64_t k = 0; k < kc; k++) {
+        if (pf && !(k & 1)) _mm_prefetch((const char *)(pf + k * CF_MR), _MM_HINT_T1);
         const float *row = off ? B + off[k] : B + k * ldb; /* (off: a wide conv's rows) */
         for (int h = 0; h < nv; h++) v[h] = _mm512_loadu_ps(row + h * 16);
         const float *a = A + k * CF_MR;
@@ -293,24 +309,40 @@ tile(const conv_f32 *t, const float *restrict A, const float *restrict B, int64_
 /* The same sums for a strip of w <= CF_NARROW pixels (a batch's last, as the 49th pixel of a
    7x7 layer at batch 1), with the pixels as the broadcasts: one multiply-add per pixel and
    k over the panel's 8 channels, not eight over a vector of 16 mostly empty pixels. The
-   sums are kept pixel-major in registers and go to ct (channel-major) transposed. */
+   sums are kept pixel-major in registers and go to ct (channel-major) transposed. A strip
+   of few pixels has too few sums for the multiply-adds' latency (a lone pixel's chain waits
+   4 cycles a k): k is then dealt round-robin to CF_NARROW / w chains, summed at the end. */
 #define CF_NARROW 8
 static AVX512 inline __attribute__((always_inline)) void
 narrow(const conv_f32 *t, const float *restrict A, const float *restrict B, int64_t ldb,
        const int64_t *off, int64_t kc, float *restrict ct, int accumulate, const tile_out *o,
-       const int w) {
+       const float *pf, const int w) {
+    const int u = CF_NARROW / w; /* chains per pixel: c[j * w + p], j < u */
     __m512 c[CF_NARROW];
     float sums[CF_NARROW][16];
-    for (int p = 0; p < w; p++) {
-        if (accumulate)
+    for (int p = 0; p < u * w; p++) c[p] = _mm512_setzero_ps();
+    if (accumulate)
+        for (int p = 0; p < w; p++) {
             for (int i = 0; i < CF_MR; i++) sums[p][i] = ct[i * CF_NR + p];
-        c[p] = accumulate ? _mm512_maskz_loadu_ps(0xFF, sums[p]) : _mm512_setzero_ps();
-    }
-    for (int64_t k = 0; k < kc; k++) {
+            c[p] = _mm512_maskz_loadu_ps(0xFF, sums[p]);
+        }
+    int64_t k = 0;
+    for (; k + u <= kc; k += u)
+        for (int j = 0; j < u; j++) {
+            if (pf && !((k + j) & 1))
+                _mm_prefetch((const char *)(pf + (k + j) * CF_MR), _MM_HINT_T1);
+            __m512 a = _mm512_maskz_loadu_ps(0xFF, A + (k + j) * CF_MR);
+            const float *row = off ? B + off[k + j] : B + (k + j) * ldb;
+            for (int p = 0; p < w; p++)
+                c[j * w + p] = _mm512_fmadd_ps(_mm512_set1_ps(row[p]), a, c[j * w + p]);
+        }
+    for (; k < kc; k++) {
         __m512 a = _mm512_maskz_loadu_ps(0xFF, A + k * CF_MR);
         const float *row = off ? B + off[k] : B + k * ldb;
         for (int p = 0; p < w; p++) c[p] = _mm512_fmadd_ps(_mm512_set1_ps(row[p]), a, c[p]);
     }
+    for (int j = 1; j < u; j++)
+        for (int p = 0; p < w; p++) c[p] = _mm512_add_ps(c[p], c[j * w + p]);
     for (int p = 0; p < w; p++) {
         _mm512_storeu_ps(sums[p], c[p]);
         for (int i = 0; i < CF_MR; i++) ct[i * CF_NR + p] = sums[p][i];
@@ -326,13 +358,14 @@ narrow(const conv_f32 *t, const float *restrict A, const float *restrict B, int6
 }
 
 typedef void (*tile_fn)(const conv_f32 *, const float *, const float *, int64_t,
-                        const int64_t *, int64_t, float *, int, const tile_out *);
+                        const int64_t *, int64_t, float *, int, const tile_out *,
+                        const float *);
 /* body##n: the tile or narrow body with its size n a constant (its registers' count) */
 #define INSTANCE(body, n)                                                                     \
     static AVX512 void body##n(const conv_f32 *t, const float *A, const float *B, int64_t ldb, \
                                const int64_t *off, int64_t kc, float *ct, int accumulate,     \
-                               const tile_out *o) {                                           \
-        body(t, A, B, ldb, off, kc, ct, accumulate, o, n);                                    \
+                               const tile_out *o, const float *pf) {                          \
+        body(t, A, B, ldb, off, kc, ct, accumulate, o, pf, n);                                \
     }
 INSTANCE(tile, 1)
 INSTANCE(tile, 2)
@@ -363,8 +396,13 @@ static int conv_f32_ok(const conv_f32 *t) {
            onyx_window_axis(t->H, t->OH, t->kh, t->sh, t->dh, t->top, &Hp) &&
            onyx_window_axis(t->W, t->OW, t->kw, t->sw, t->dw, t->left, &Wp) &&
            onyx_mul(t->OH, t->OW, &P) && onyx_mul(t->N, P, &pixels) &&
-           (t->wide ? t->sh == 1 && t->sw == 1 && t->top == 0 && t->left == 0 &&
-                          onyx_mul(t->N, wide_strips(t), &K) && t->strips == K
+           (t->wide ? (t->wide == 1 ? t->sh == 1 && t->sw == 1
+                                    : t->wide == 2 && t->sh == 2 && t->sw == 2 && t->dh == 1 &&
+                                          t->dw == 1 && t->OH + (t->kh - 1) / 2 <= t->H &&
+                                          t->OW + (t->kw - 1) / 2 <= t->W) &&
+                          t->top == 0 && t->left == 0 && onyx_mul(t->N, wide_strips(t), &K) &&
+                          t->strips == K && onyx_mul(t->H * 4, t->W, &K) &&
+                          onyx_mul(K, t->C, &K) && onyx_mul(K, t->N, &K) /* (the input) */
                     : t->strips == (pixels + CF_NR - 1) / CF_NR) && onyx_mul(t->C, t->kh * t->kw, &K) &&
            onyx_mul(K, CF_NR, &K) && onyx_mul(t->kc * t->per_part, CF_NR * CF_MR, &K) &&
            t->act >= 0 && t->act <= ACT_HARDSIGMOID;
@@ -390,8 +428,7 @@ EXPORT AVX512 int onyx_conv_f32_range(const void *p, int64_t begin, int64_t end)
         return ONYX_NOMEM;
     }
     for (int64_t k = 0; t->wide && k < K; k++) /* tap (c, a, b)'s row, from the strip's start */
-        off[k] = k / (t->kh * t->kw) * t->H * t->W + k / t->kw % t->kh * t->dh * t->W +
-                 k % t->kw * t->dw;
+        off[k] = wide_offset(t, k);
     /* a 1x1 unit-stride conv without padding reads its columns straight from the image: a
        pixel's k-th column value is at its own offset in the k-th channel's plane */
     int64_t Cg = t->C / t->group, plane = t->H * t->W;
@@ -425,7 +462,7 @@ EXPORT AVX512 int onyx_conv_f32_range(const void *p, int64_t begin, int64_t end)
             int64_t kc = K - k0 < t->kc ? K - k0 : t->kc, last = k0 + kc == K;
             for (int64_t s = 0; s < ns; s++) {
                 const run *rs = r + s * (CF_NR + 1), *end = rs + runs[s] - 1;
-                const float *from = t->wide ? t->x + rs->image + g * Cg * plane +
+                const float *from = t->wide ? t->x + rs->image + g * Cg * wide_plane(t) +
                                                   (s0 + s) % wide_strips(t) * CF_NR
                                             : 0; /* (a wide strip's first pixel, tap 0) */
                 if (t->wide && in_place) { /* the tile reads the input at the taps' offsets */
@@ -470,8 +507,14 @@ EXPORT AVX512 int onyx_conv_f32_range(const void *p, int64_t begin, int64_t end)
                         o.rows = Mg - pn * CF_MR, o.width = end->j + end->len;
                         out = &o;
                     }
+                    /* the first strip's tile fetches the next panel's weights (a run of
+                       their own, from memory in a deep layer) into L2, a line per 2 k */
+                    const float *pf = s > 0 ? 0
+                                      : pn + 1 < p1 ? wg + ((pn + 1) * K + k0) * CF_MR
+                                      : !last       ? wg + (p0 * K + k0 + kc) * CF_MR
+                                                    : 0;
                     fn[s](t, wg + (pn * K + k0) * CF_MR, src[s], ldb[s],
-                          t->wide && in_place ? off + k0 : 0, kc, sums, k0 > 0, out);
+                          t->wide && in_place ? off + k0 : 0, kc, sums, k0 > 0, out, pf);
                 }
         }
         for (int64_t s = 0; s < ns; s++) {
@@ -515,6 +558,39 @@ EXPORT int onyx_pad_planes_f32(const float *x, int64_t planes, int64_t H, int64_
         for (int64_t i = 0; i < h; i++)
             memcpy(dst + (p * Hp + top + i) * Wp + left, x + (p * H + i) * W,
                    sizeof(float) * (size_t)w);
+    return 0;
+}
+
+/* x's planes (H x W) as a stride-2 wide conv's phases (conv_f32.c's wide = 2): per plane four
+   Hq x Wq planes, phase (pr, pc)'s cell (i, j) the padded input's (2i + pr, 2j + pc), that is
+   x's (2i + pr - top, 2j + pc - left), zero outside x. */
+EXPORT int onyx_phase_planes_f32(const float *x, int64_t planes, int64_t H, int64_t W, float *dst,
+                                 int64_t Hq, int64_t Wq, int64_t top, int64_t left) {
+    int64_t sizes[8] = {planes, H, W, Hq, Wq, top, left, 0}, cells;
+    if (!onyx_in(sizes, 8, 0, ONYX_MAX_EXTENT) || !x || !dst || !onyx_mul(planes, H * W, &cells) ||
+        !onyx_mul(planes, 4 * Hq * Wq, &cells))
+        return ONYX_INVALID;
+    for (int64_t p = 0; p < planes; p++)
+        for (int64_t ph = 0; ph < 4; ph++)
+            for (int64_t i = 0; i < Hq; i++) {
+                float *d = dst + ((p * 4 + ph) * Hq + i) * Wq;
+                int64_t ih = 2 * i + ph / 2 - top, c0 = ph % 2 - left;
+                if (ih < 0 || ih >= H) {
+                    memset(d, 0, sizeof(float) * (size_t)Wq);
+                    continue;
+                }
+                const float *row = x + (p * H + ih) * W;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+                if (onyx_isa() & ONYX_ISA_AVX512) { /* (as a stride-2 conv's columns) */
+                    strided_copy(row, c0, 2, W, Wq, d);
+                    continue;
+                }
+#endif
+                for (int64_t j = 0; j < Wq; j++) {
+                    int64_t iw = 2 * j + c0;
+                    d[j] = iw >= 0 && iw < W ? row[iw] : 0.0f;
+                }
+            }
     return 0;
 }
 

@@ -61,8 +61,20 @@ def _conv_kc(K: int) -> int:
 
 #: Strips (of 48 pixels) and panels (of 8 output channels) per part of the work: each block
 #: of panels' weights is read once per block of strips, and their sums (48 x 8 x 16 floats)
-#: stay in L2.
+#: stay in L2. _CONV_PANELS is the least: a part of fewer strips takes more panels, as many
+#: as _CONV_L2 bytes hold (their weights' and sums' share of a block of columns, and the
+#: strips' columns): a small image's layer (7x7, 14x14) then packs its columns once in one
+#: part, where blocks of 16 panels had them packed beforehand and read back from memory.
 _CONV_STRIPS, _CONV_PANELS = 8, 16
+_CONV_L2 = 768 << 10
+
+
+def _panels_cap(per_part: int) -> int:
+    """Panels per block whose working set (see _CONV_L2) fits, for per_part strips a part."""
+    mr, nr = core.lib.conv_f32_tile
+    columns = per_part * _CONV_KC * nr * 4
+    per_panel = _CONV_KC * mr * 4 + per_part * mr * nr * 4
+    return max(_CONV_PANELS, (_CONV_L2 - columns) // per_panel)
 
 
 #: Largest set of columns packed beforehand for parts that share them (FloatConv).
@@ -70,13 +82,13 @@ _CONV_COLS_BYTES = 8 << 20
 
 
 def _conv_parts(strips: int, panels: int, group: int, ways: int) -> tuple[int, int]:
-    """Strips per part and blocks of panels: _CONV_STRIPS x _CONV_PANELS, made smaller where
+    """Strips per part and blocks of panels: _CONV_STRIPS x _panels_cap, made smaller where
     that leaves fewer than 4 parts per thread (so that the threads finish together). Blocks
     of panels are split first, down to 4 panels: a part reads its panels' weights once for
     all its strips, and a deep layer's weights (9 MB for 512 -> 512 channels, 3x3) come from
     memory."""
-    blocks = -(-panels // _CONV_PANELS)
     per_part = min(strips, _CONV_STRIPS)
+    blocks = -(-panels // _panels_cap(per_part))
     want = 4 * ways if ways > 1 else 1
 
     def parts() -> int:
@@ -114,15 +126,25 @@ def _scratch_floats(n: int) -> np.ndarray:
     return buf[:n]
 
 
-def _wide(x_shape, kernel, out_shape, strides, dilations) -> tuple[int, int] | None:
-    """(H, W) of the padded input a unit-stride conv reads in place (conv_f32.c's wide mode),
-    or None where packing its columns is better (a 1x1 conv reads them in place anyway)."""
-    if tuple(strides) != (1, 1) or tuple(kernel) == (1, 1):
+def _wide(x_shape, kernel, out_shape, strides, dilations) -> tuple[int, int, int] | None:
+    """(H, W, mode) of the padded input a conv reads in place (conv_f32.c's wide mode), or None
+    where packing its columns is better (a 1x1 conv reads them in place anyway). Mode 1: a
+    unit-stride conv; mode 2: a stride-2 one (a stem, a downsampling 3x3), whose input is
+    split into its four (row, column) parity phases of H x W: each tap then reads one phase
+    at a unit stride, where packing its columns took strided copies (a fifth of its time)."""
+    if tuple(kernel) == (1, 1):
+        return None
+    if tuple(strides) == (2, 2) and tuple(dilations) == (1, 1):
+        extra_w = (kernel[1] - 1) // 2
+        if extra_w > _WIDE_WASTE * (out_shape[1] + extra_w):
+            return None
+        return out_shape[0] + (kernel[0] - 1) // 2, out_shape[1] + extra_w, 2
+    if tuple(strides) != (1, 1):
         return None
     extra_w = (kernel[1] - 1) * dilations[1]
     if extra_w > _WIDE_WASTE * (out_shape[1] + extra_w):
         return None
-    return out_shape[0] + (kernel[0] - 1) * dilations[0], out_shape[1] + extra_w
+    return out_shape[0] + (kernel[0] - 1) * dilations[0], out_shape[1] + extra_w, 1
 
 
 def conv_f32_ok() -> bool:
@@ -159,6 +181,7 @@ class FloatConv:
         "own",
         "packed",
         "pad",
+        "phases",
         "shape",
         "task",
         "ways",
@@ -191,8 +214,14 @@ class FloatConv:
         in_place = wide is not None and panels <= IN_PLACE_PANELS
         if blocks > 1 and not in_place and group * strips * K * nr * 4 <= _CONV_COLS_BYTES:
             wide = None  # (shared: packed once beforehand)
-        self.pad = self.own = None
-        if wide:  # the conv of the padded input (N, C, *wide), unpadded
+        self.pad = self.own = self.phases = None
+        mode = wide[2] if wide else 0
+        if mode == 2:  # the conv of the input's phases (N, C, 4, *wide), unpadded
+            self.phases = (N * C, H, W, *wide[:2], *begin, (kernel[1] - 1) // 2 + 48)
+            (H, W), begin = wide[:2], (0, 0)
+            strips = N * -(-out_shape[0] * W // nr)
+        elif wide:  # the conv of the padded input (N, C, *wide), unpadded
+            wide = wide[:2]
             self.pad = ((N, C, *wide), (H, W), tuple(begin), (kernel[1] - 1) * dilations[1] + 48)
             (H, W), begin = wide, (0, 0)
             strips = N * -(-out_shape[0] * W // nr)
@@ -239,7 +268,7 @@ class FloatConv:
             strips,
             per_part,
             blocks,
-            bool(wide),
+            mode,
             activation,
             alpha,
             beta,
@@ -251,6 +280,9 @@ class FloatConv:
         task = _filled(self.task, x, y)
         if self.pad is not None:
             xp = self._padded(x)  # (a local reference: read in the call)
+            task.x = _addr(xp)
+        elif self.phases is not None:
+            xp = self._phased(x)
             task.x = _addr(xp)
         if bias is not None:
             entry = self.bias  # (a local reference keeps its array alive through the call)
@@ -269,6 +301,19 @@ class FloatConv:
             _run(core.lib.conv_f32_pack_range, task, self.pack_cuts, self.ways)
         _run(core.lib.conv_f32_range, task, self.cuts, self.ways, "float conv")
         return y
+
+    def _phased(self, x: np.ndarray) -> np.ndarray:
+        """x's (row, column) parity phases with their zero padding (onyx_phase_planes_f32),
+        in this thread's scratch, and zero slack floats after them that the last strip's
+        vectors read (into discarded pixels)."""
+        planes, H, W, Hq, Wq, top, left, slack = self.phases
+        flat = _scratch_floats(planes * 4 * Hq * Wq + slack)
+        status = core.lib.onyx_phase_planes_f32(
+            _addr(x), planes, H, W, _addr(flat), Hq, Wq, top, left
+        )
+        core.check(status, "float conv")
+        flat[flat.size - slack :] = 0
+        return flat
 
     def _padded(self, x: np.ndarray) -> np.ndarray:
         """x with its zero padding, in this thread's scratch, and slack floats after it that
@@ -305,6 +350,8 @@ def bind(lib, isa: int) -> None:
     lib.conv_f32_tile = tuple(tile)
     lib.onyx_pad_planes_f32.argtypes = [_P, _I64, _I64, _I64, _P, _I64, _I64, _I64, _I64]
     lib.onyx_pad_planes_f32.restype = ctypes.c_int
+    lib.onyx_phase_planes_f32.argtypes = lib.onyx_pad_planes_f32.argtypes
+    lib.onyx_phase_planes_f32.restype = ctypes.c_int
     avx512 = bool(isa & core.ISA_AVX512)
     lib.conv_f32_range = range_of(lib, "conv_f32") if avx512 else None
     lib.conv_f32_pack_range = range_of(lib, "conv_f32_pack") if avx512 else None

@@ -13,7 +13,9 @@
  *   row-major over the kernel offsets. Then + 0, divided by the count: the window's cells in
  *   the image, or with count_include_pad those inside the explicit pads (not the cells ceil
  *   mode adds beyond them).
- * - Max: the first offset's value, then numpy's maximum with each other one (a NaN stays).
+ * - Max: the first offset's value, then numpy's maximum with each other one (a NaN stays);
+ *   on AVX-512 separably, rows then columns, read in place (max_row): the same values, a
+ *   NaN where the window has one, though a tie of -0 and +0 may keep the other zero.
  */
 #include <math.h>
 #include <stdint.h>
@@ -186,6 +188,53 @@ pool_row(const pool2d *t, const float *top, int64_t Wp, float *out, const float 
     }
 }
 
+/* max(a, b) where both are numbers, else a NaN (a + b): a window with a NaN pools to NaN
+   whatever the order of its cells (their zeros' signs aside, the values are the order's). */
+static AVX512 inline __m512 nan_max(__m512 a, __m512 b) {
+    return _mm512_mask_add_ps(_mm512_max_ps(a, b), _mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q), a, b);
+}
+
+/* Output row oh of a max pool of plane x, separably: the window's kh rows maxed column by
+   column into vrow (every column the row's windows read, each once, in whole vectors), then
+   each output's kw columns of vrow; where pool_row read the kh x kw offsets of every window,
+   each a strided load and a NaN-aware compare. The rows are read in place: cells in the
+   padding are -inf (lanes outside the row, rows outside the plane skipped), as on the padded
+   copy, which a max pool does not make. */
+static AVX512 inline __attribute__((always_inline)) void
+max_row(const pool2d *t, const float *x, int64_t oh, float *out, float *vrow, const int64_t kh,
+        const int64_t kw, const int64_t sw) {
+    int64_t OW = t->OW, cols = (OW - 1) * sw + (kw - 1) * t->dw + 1;
+    const __m512 low = _mm512_set1_ps(-INFINITY);
+    for (int64_t c = 0; c < cols; c += 16) {
+        int64_t ic = c - t->left; /* the input column of lane 0 */
+        __mmask16 in = first_lanes(t->W - ic) & (__mmask16)(ic >= 0 ? 0xFFFF : 0xFFFF << -ic);
+        if (ic < -16) in = 0;
+        __m512 v = low;
+        for (int64_t ky = 0; ky < kh; ky++) {
+            int64_t ih = oh * t->sh - t->top + ky * t->dh;
+            if (ih < 0 || ih >= t->H) continue;
+            v = nan_max(v, _mm512_mask_loadu_ps(low, in, x + ih * t->W + ic));
+        }
+        _mm512_storeu_ps(vrow + c, v); /* (vrow has a vector's slack) */
+    }
+    for (int64_t ow0 = 0; ow0 < OW; ow0 += 16) {
+        int64_t n = OW - ow0 < 16 ? OW - ow0 : 16;
+        const float *base = vrow + ow0 * sw;
+        __m512 acc = taps16(base, sw, n);
+        for (int64_t kx = 1; kx < kw; kx++) acc = nan_max(acc, taps16(base + kx * t->dw, sw, n));
+        _mm512_mask_storeu_ps(out + ow0, first_lanes(n), acc);
+    }
+}
+
+static AVX512 void max_row_avx512(const pool2d *t, const float *x, int64_t oh, float *out,
+                                  float *vrow) {
+#define CASE(K, S)                                                                           \
+    if (t->kh == K && t->kw == K && t->sw == S) return max_row(t, x, oh, out, vrow, K, K, S);
+    CASE(2, 2) CASE(3, 2) CASE(2, 1) CASE(3, 1)
+#undef CASE
+    max_row(t, x, oh, out, vrow, t->kh, t->kw, t->sw);
+}
+
 /* The usual windows (2x2 and 3x3, strides 1 and 2) with their sizes as constants: the
    compiler unrolls the offsets and keeps every address in registers. */
 static AVX512 void pool_row_avx512(const pool2d *t, const float *top, int64_t Wp, float *out,
@@ -193,7 +242,7 @@ static AVX512 void pool_row_avx512(const pool2d *t, const float *top, int64_t Wp
 #define CASE(K, S, AVG, COLS)                                                                \
     if (t->kh == K && t->kw == K && t->sw == S && t->average == AVG && t->by_columns == COLS) \
         return pool_row(t, top, Wp, out, count_w, rows, K, K, S, AVG, COLS);
-#define CASES(K, S) CASE(K, S, 0, 0) CASE(K, S, 1, 0) CASE(K, S, 1, 1)
+#define CASES(K, S) CASE(K, S, 1, 0) CASE(K, S, 1, 1) /* (a max pool: max_row) */
     CASES(2, 1) CASES(2, 2) CASES(3, 1) CASES(3, 2)
 #undef CASES
 #undef CASE
@@ -215,11 +264,15 @@ EXPORT CLONES int onyx_pool2d_f32_range(const void *p, int64_t begin, int64_t en
     const pool2d *t = p;
     int64_t Hp, Wp, plane, buffer;
     if (!pool2d_ok(t, &Hp, &Wp, &plane) || begin < 0) return ONYX_INVALID;
-    buffer = plane + 3 * t->OW + t->OH; /* (each term is at most ONYX_MAX_ELEMENTS) */
+    /* (each term is at most ONYX_MAX_ELEMENTS) */
+    buffer = plane + 3 * t->OW + t->OH + Wp + 16;
     float *P = malloc((size_t)buffer * sizeof(float));
     if (!P) return ONYX_NOMEM;
     float *acc = P + Hp * Wp, *column = acc + t->OW, *count_w = column + t->OW;
     float *count_h = count_w + t->OW; /* (the same for every plane) */
+    float *vrow = count_h + t->OH;
+    /* windows wholly inside the image read it in place: no padded copy to make */
+    int direct = t->top == 0 && t->left == 0 && Hp <= t->H && Wp <= t->W;
     for (int64_t ow = 0; ow < t->OW; ow++)
         count_w[ow] = (float)inside(ow, t->sw, t->left, t->dw, t->kw,
                                     t->include_pad ? -t->left : 0,
@@ -232,17 +285,29 @@ EXPORT CLONES int onyx_pool2d_f32_range(const void *p, int64_t begin, int64_t en
     int vectors = onyx_isa() & ONYX_ISA_AVX512;
 #endif
     for (int64_t plane = begin; plane < end; plane++) {
-        pad_plane(t, t->x + plane * t->H * t->W, P, Hp, Wp, t->average ? 0.0f : -INFINITY);
+        const float *x = t->x + plane * t->H * t->W, *src = x;
+        int64_t ld = t->W; /* (the row stride of what the windows read) */
         float *y = t->y + plane * t->OH * t->OW;
+#ifdef HAVE_POOL_AVX512
+        if (vectors && !t->average) {
+            for (int64_t oh = 0; oh < t->OH; oh++)
+                max_row_avx512(t, x, oh, y + oh * t->OW, vrow);
+            continue;
+        }
+#endif
+        if (!direct) {
+            pad_plane(t, x, P, Hp, Wp, t->average ? 0.0f : -INFINITY);
+            src = P, ld = Wp;
+        }
         for (int64_t oh = 0; oh < t->OH; oh++) {
-            const float *top = P + oh * t->sh * Wp;
+            const float *top = src + oh * t->sh * ld;
 #ifdef HAVE_POOL_AVX512
             if (vectors) {
-                pool_row_avx512(t, top, Wp, y + oh * t->OW, count_w, count_h[oh]);
+                pool_row_avx512(t, top, ld, y + oh * t->OW, count_w, count_h[oh]);
                 continue;
             }
 #endif
-            pool_row_passes(t, top, Wp, y + oh * t->OW, acc, column, count_w, count_h[oh]);
+            pool_row_passes(t, top, ld, y + oh * t->OW, acc, column, count_w, count_h[oh]);
         }
     }
     free(P);

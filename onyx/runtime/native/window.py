@@ -1,8 +1,10 @@
-"""2-D max and average pooling (window.c), pool.py's values to the bit."""
+"""2-D max and average pooling (window.c): pool.py's values, to the bit but for the sign of a
+max pool's zero (a tie of -0 and +0)."""
 
 from __future__ import annotations
 
 import ctypes
+import functools
 import math
 
 import numpy as np
@@ -12,9 +14,9 @@ from ._core import (
     _I64,
     _P,
     _PARALLEL_ELEMENTS,
-    _addr,
     _check_sizes,
     _element_cuts,
+    _filled,
     _run,
     _ways,
     abi,
@@ -45,21 +47,31 @@ def pool2d_f32(
     by_columns: bool = False,
 ):
     """MaxPool / AveragePool of C-contiguous float32 x (N, C, H, W) to (N, C, *out_shape):
-    pads (top, left, bottom, right); pool.py's values to the bit (window.c). None without the
-    library."""
+    pads (top, left, bottom, right); pool.py's values (window.c). None without the library."""
     if core.lib is None or x.dtype != np.float32 or x.ndim != 4 or not x.flags.c_contiguous:
         return None
-    N, C, H, W = x.shape
-    _check_sizes("pooling", *out_shape, *kernel, *strides, *dilations, *pads)
+    N, C = x.shape[:2]
     y = np.empty((N, C, *out_shape), np.float32)
-    planes = N * C
-    if planes == 0 or y.size == 0:
+    if N * C == 0 or y.size == 0:
         return y
-    work = y.size * math.prod(kernel)
-    ways = _ways(work, planes, _PARALLEL_ELEMENTS)
+    setup = (x.shape, *map(tuple, (kernel, strides, dilations, pads, out_shape)))
+    task, cuts, ways = _pool_task(*setup, average, include_pad, by_columns, core.thread_setting())
+    _run(core.lib.pool2d_f32_range, _filled(task, x, y), cuts, ways, "pooling")
+    return y
+
+
+@functools.lru_cache(maxsize=1024)
+def _pool_task(x_shape, kernel, strides, dilations, pads, out_shape, average, include_pad,
+               by_columns, threads):  # fmt: skip
+    """The task (its x and y unset), cuts and threads of one pool's geometry: made once, as
+    a small pool's call took as long to set them up as to run (threads: the setting's key)."""
+    N, C, H, W = x_shape
+    _check_sizes("pooling", *out_shape, *kernel, *strides, *dilations, *pads)
+    planes = N * C
+    ways = _ways(planes * math.prod(out_shape) * math.prod(kernel), planes, _PARALLEL_ELEMENTS)
     task = _Pool2d(
-        _addr(x),
-        _addr(y),
+        None,
+        None,
         H,
         W,
         *out_shape,
@@ -71,8 +83,7 @@ def pool2d_f32(
         int(include_pad),
         int(by_columns),
     )
-    _run(core.lib.pool2d_f32_range, task, _element_cuts(planes, 1, ways), ways, "pooling")
-    return y
+    return task, _element_cuts(planes, 1, ways), ways
 
 
 def bind(lib, isa: int) -> None:
