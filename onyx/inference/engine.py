@@ -86,14 +86,20 @@ class _Rules(dict):
 
 
 RULES: dict[tuple[str, str], Callable] = _Rules()
+_RULE_OF = dict.get
 
 
 def _load_rules_for(key) -> None:
     from ._index import MODULES
 
     module = MODULES.get(key)
-    if module is not None:
+    if module is not None and module not in _LOADED:
         importlib.import_module(f"{__package__}.{module}")
+        _LOADED.add(module)
+
+
+#: The rule modules imported so far (by a lookup or by another module's import).
+_LOADED: set[str] = set()
 
 
 def _load_all_rules() -> None:
@@ -396,7 +402,8 @@ class Engine:
         schema = defs.get_schema(node.op_type, opset, domain) if opset else None
         ctx = NodeContext(self, node, env, schema, opset or 0)
         try:
-            fn = RULES.get((domain, node.op_type))
+            key = (domain, node.op_type)
+            fn = _RULE_OF(RULES, key) or RULES.get(key)  # (the plain dict's get first: per node)
             if fn is not None:
                 fn(ctx)
             elif (domain, node.op_type) in self.functions:
