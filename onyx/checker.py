@@ -122,15 +122,28 @@ def node_label(node: Node) -> str:
     return f"{node.name!r} ({dom}{node.op_type})" if node.name else f"({dom}{node.op_type})"
 
 
+#: Process-wide memos of the schema rules' verdicts (see _Checker.__init__); the node
+#: signatures are dropped past _MEMO_LIMIT (a bound for processes that see endless models).
+_CLEAN: set[tuple] = set()
+_ALLOWED: dict[tuple, frozenset | None] = {}
+_MEMO_LIMIT = 100_000
+_MISSING = object()
+
+
 class _Checker:
     def __init__(self, model: Model):
         self.model = model
         self.problems: list[Problem] = []
         self.ir_version = model.ir_version or 0
         self.functions = {(f.domain, f.name) for f in model.functions.values()}
-        self.clean: set[tuple] = set()  # signatures of nodes that passed the schema rules
+        # signatures of nodes that passed the schema rules, and the schemas' allowed types: the
+        # schemas are fixed, so these hold for every model, and a process shared by many
+        # sessions of a model (or of models alike) checks each kind of node once
+        if len(_CLEAN) > _MEMO_LIMIT:
+            _CLEAN.clear()
+        self.clean = _CLEAN
         self.type_strings: dict[int, tuple] = {}
-        self.allowed: dict[tuple, frozenset | None] = {}
+        self.allowed = _ALLOWED
         self.real_base: str | None = None
 
     @staticmethod
@@ -719,11 +732,12 @@ class _Checker:
         visit(schema.outputs, node.outputs, "output")
 
     def allowed_types(self, schema, type_str: str) -> frozenset | None:
-        key = (id(schema), type_str)
-        if key not in self.allowed:
+        key = (schema.domain, schema.name, schema.since_version, type_str)
+        hit = self.allowed.get(key, _MISSING)
+        if hit is _MISSING:
             allowed = schema.allowed_types(type_str)
-            self.allowed[key] = None if allowed is None else frozenset(map(_norm, allowed))
-        return self.allowed[key]
+            hit = self.allowed[key] = None if allowed is None else frozenset(map(_norm, allowed))
+        return hit
 
     def check_attribute(self, a, node: Node, gname: str, visible, opsets, function) -> None:
         if not a.name:

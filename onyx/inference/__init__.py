@@ -6,7 +6,8 @@ of N and M rows has "M + N", a stride-2 Conv "floor((h + 1)/2)"), unknown ones g
 symbols, and small shape tensors are propagated (Shape -> Gather -> Concat -> Reshape). Rules live
 in one module per op family and are registered by op type; an op without a rule is inferred
 through its standard function body when it has one, else its element types come from the
-schema's type constraints.
+schema's type constraints. A rule module is imported at the first lookup of one of its ops
+(``_index.py``, written by scripts/gen_inference_index.py).
 
 Conflicts between declared and inferred types are errors in strict mode (``ValidationError``)
 and warnings otherwise. The model is annotated in place (Value types and graph.value_info) and
@@ -17,7 +18,10 @@ from __future__ import annotations
 
 from ..errors import ValidationError
 from ..ir import Model
-from . import contrib, control, elementwise, misc, nn, tensor  # noqa: F401  (register the rules)
+
+# the modules with data folds (their order is the folds' order); the other rule modules are
+# imported at the first lookup of one of their ops (engine.RULES, _index.py)
+from . import elementwise, tensor  # noqa: F401
 from .engine import RULES, rule, run
 
 __all__ = ["RULES", "infer_shapes", "rule"]

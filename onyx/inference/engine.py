@@ -11,6 +11,7 @@ concrete (or symbolic) output shapes. Fully known constants are numpy arrays.
 
 from __future__ import annotations
 
+import importlib
 import itertools
 import warnings
 from collections.abc import Callable
@@ -40,7 +41,72 @@ from ..ir.frozen import DataValue
 from . import symbolic as sym
 
 Dim = int | str | None
-RULES: dict[tuple[str, str], Callable] = {}
+
+
+class _Rules(dict):
+    """The shape rules by (domain, op). A rule module is imported at the first lookup of one
+    of its ops (``_index.py`` names it), so that a model's inference imports the modules of
+    its own ops only; iterating or sizing the table imports them all."""
+
+    def get(self, key, default=None):
+        if not dict.__contains__(self, key):
+            _load_rules_for(key)
+        return dict.get(self, key, default)
+
+    def __contains__(self, key) -> bool:
+        if not dict.__contains__(self, key):
+            _load_rules_for(key)
+        return dict.__contains__(self, key)
+
+    def __missing__(self, key):
+        _load_rules_for(key)
+        if dict.__contains__(self, key):
+            return dict.__getitem__(self, key)
+        raise KeyError(key)
+
+    def __iter__(self):
+        _load_all_rules()
+        return dict.__iter__(self)
+
+    def __len__(self) -> int:
+        _load_all_rules()
+        return dict.__len__(self)
+
+    def keys(self):
+        _load_all_rules()
+        return dict.keys(self)
+
+    def values(self):
+        _load_all_rules()
+        return dict.values(self)
+
+    def items(self):
+        _load_all_rules()
+        return dict.items(self)
+
+
+RULES: dict[tuple[str, str], Callable] = _Rules()
+_RULE_OF = dict.get
+
+
+def _load_rules_for(key) -> None:
+    from ._index import MODULES
+
+    module = MODULES.get(key)
+    if module is not None and module not in _LOADED:
+        importlib.import_module(f"{__package__}.{module}")
+        _LOADED.add(module)
+
+
+#: The rule modules imported so far (by a lookup or by another module's import).
+_LOADED: set[str] = set()
+
+
+def _load_all_rules() -> None:
+    from ._index import MODULES
+
+    for module in sorted(set(MODULES.values())):
+        importlib.import_module(f"{__package__}.{module}")
 
 
 def rule(*ops: str, domain: str = ""):
@@ -48,7 +114,8 @@ def rule(*ops: str, domain: str = ""):
 
     def deco(fn):
         for op in ops:
-            if (domain, op) in RULES:  # (one rule per op: a reader finds it by the op's name)
+            # (one rule per op: a reader finds it by the op's name)
+            if dict.__contains__(RULES, (domain, op)):
                 raise RuntimeError(f"two shape rules for {domain or 'ai.onnx'}::{op}")
             RULES[(domain, op)] = fn
         return fn
@@ -335,7 +402,8 @@ class Engine:
         schema = defs.get_schema(node.op_type, opset, domain) if opset else None
         ctx = NodeContext(self, node, env, schema, opset or 0)
         try:
-            fn = RULES.get((domain, node.op_type))
+            key = (domain, node.op_type)
+            fn = _RULE_OF(RULES, key) or RULES.get(key)  # (the plain dict's get first: per node)
             if fn is not None:
                 fn(ctx)
             elif (domain, node.op_type) in self.functions:
