@@ -610,11 +610,28 @@ def test_attention_fusion(mask):
     check(m, feeds, disabled=["AttentionFusion"], expect=["Softmax"], absent=["Attention"])
 
 
-def test_attention_fusion_needs_opset_23():
-    m = onnx.load_from_string(_attention_model("none"))
+@pytest.mark.parametrize("mask", ["none", "causal", "where"])
+def test_attention_fusion_below_opset_23(mask):
+    """Opset 13-22: the model-local ai.onyx HeadsAttention / CausalHeadsAttention (their
+    bodies run in onnxruntime); a mask other than the constant causal one stays unfused."""
+    m = onnx.load_from_string(_attention_model(mask))
     m.opset_import[0].version = 18
+    feeds = {"q": w(3, 2, 5, 4), "k": w(3, 5, 2, 4), "v": w(3, 2, 5, 3)}
+    if mask == "where":
+        feeds["c"] = RNG.random((3, 1, 5, 5)) < 0.4
+        feeds["c"][..., 0] = False
+        check(m.SerializeToString(), feeds, expect=["Softmax"], absent=["HeadsAttention"])
+        return
+    fused = {"none": "HeadsAttention", "causal": "CausalHeadsAttention"}[mask]
+    opt = check(m.SerializeToString(), feeds, expect=[fused], absent=["Softmax", "Attention"])
+    assert [n.attr("scale") for n in opt.graph if n.op_type == fused] == [0.5]
+
+
+def test_attention_fusion_needs_opset_13():
+    m = onnx.load_from_string(_attention_model("none"))
+    m.opset_import[0].version = 12
     feeds = {"q": w(1, 2, 5, 4), "k": w(1, 5, 2, 4), "v": w(1, 2, 5, 3)}
-    check(m.SerializeToString(), feeds, expect=["Softmax"], absent=["Attention"])
+    check(m.SerializeToString(), feeds, expect=["Softmax"], absent=["HeadsAttention"])
 
 
 def test_attention_fusion_real_model(tmp_path):
@@ -632,7 +649,8 @@ def test_attention_fusion_real_model(tmp_path):
     stats = {}
     opt = onyx.optimize(onyx.load(path), stats=stats)
     ops = [n.op_type for n in opt.graph]
-    assert stats["AttentionFusion"] == ops.count("Attention") > 0 and "Softmax" not in ops
+    fused = ops.count("Attention") + ops.count("CausalPackedHeadsAttention")  # (packed: its QKV)
+    assert stats["AttentionFusion"] == fused > 0 and "Softmax" not in ops
     off = onyx.SessionOptions()
     off.disabled_optimizers = ["AttentionFusion"]
     unfused = onyx.InferenceSession(path, off).run(None, feeds)

@@ -82,7 +82,9 @@ def test_zoo_encoders_fuse_or_stay_and_match_onnxruntime(name):
                  for k, v in make_feeds().items()}  # fmt: skip
     ops = _ops(path)
     assert ops.count("Attention") == fused
-    assert ("Softmax" in ops) == (fused == 0)
+    # (a block left unfused here: its softmax, or AttentionFusion's generic HeadsAttention)
+    generic = "Softmax" in ops or any(op.endswith("HeadsAttention") for op in ops)
+    assert generic == (fused == 0)
     if name == "bert_optimum":  # onnxruntime's transformer optimizer's ops
         assert sorted(set(ops)) == ["Attention", "BiasGelu", "Cast", "EmbedLayerNormalization",
                                     "MatMul", "SkipLayerNormalization"]  # fmt: skip
@@ -213,7 +215,9 @@ def test_other_blocks_stay(variant):
     if variant.get("mask", "where") is None:
         del feeds["mask"]
     ops = _ops(model)
-    assert "Attention" not in ops and "Softmax" in ops
+    # (no BERT Attention; a plain 4-D softmax attention may become AttentionFusion's)
+    generic = "Softmax" in ops or any(op.endswith("HeadsAttention") for op in ops)
+    assert "Attention" not in ops and generic
     _close(_onyx(model, feeds), _ort(model, feeds), 1e-5)
 
 

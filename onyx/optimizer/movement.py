@@ -118,3 +118,64 @@ def unsqueeze_transpose_squeeze(ctx: PassContext) -> bool:
         ctx.count("UnsqueezeTransposeSqueezeFusion")
         changed = True
     return changed
+
+
+def _leading_slice(ctx: PassContext, v: ir.Value, x: ir.Value, rank: int) -> bool:
+    """v = Slice(Shape(x), start, end) taking x's dims [0, rank - 2) (start 0 or below -rank,
+    as PyTorch writes INT64_MIN; end rank - 2 or -2; axis 0, step 1)."""
+    sl = v.producer
+    if not is_op(sl, "Slice") or len(sl.inputs) < 3 or len(sl.inputs) > 4:
+        return False
+    shape = sl.inputs[0].producer
+    if not is_op(shape, "Shape") or shape.inputs[0] is not x:
+        return False
+    if shape.attr("start", 0) != 0 or shape.attr("end") is not None:
+        return False
+    if len(sl.inputs) == 4 and sl.inputs[3] is not None and sl.inputs[3].name:
+        axes = ctx.const(sl.inputs[3])
+        if axes is None or axes.reshape(-1).tolist() != [0]:
+            return False
+    starts, ends = ctx.const(sl.inputs[1]), ctx.const(sl.inputs[2])
+    if starts is None or ends is None or starts.size != 1 or ends.size != 1:
+        return False
+    start, end = int(starts.reshape(-1)[0]), int(ends.reshape(-1)[0])
+    return (start == 0 or start <= -rank) and end in (rank - 2, -2)
+
+
+@graph_pass("FlattenedTransposeFusion", EXTENDED)
+def flattened_transpose(ctx: PassContext) -> bool:
+    """Reshape(Transpose(Reshape(x, [-1, a, b]), [0, 2, 1]), Concat(x's leading dims, [b],
+    [a])) (PyTorch's k.transpose(-2, -1) of 4-D keys as the dynamo export writes it: flatten,
+    swap, unflatten)  =>  Transpose(x) swapping its last two axes: two copies fewer, and a
+    transpose that the attention fusions see through."""
+    changed = False
+    for r2 in ctx.graph:
+        if not is_op(r2, "Reshape") or r2.graph is None:
+            continue
+        t = r2.inputs[0].producer
+        if not is_op(t, "Transpose") or t.attr("perm") != [0, 2, 1]:
+            continue
+        r1 = t.inputs[0].producer
+        if not is_op(r1, "Reshape") or ctx.single_use(t.outputs[0]) is not r2:
+            continue
+        x, flat = r1.inputs[0], ctx.const(r1.inputs[1])
+        dims = static_shape(x)
+        if flat is None or dims is None or len(dims) < 3 or ctx.single_use(r1.outputs[0]) is not t:
+            continue
+        a, b = dims[-2:]
+        if not isinstance(a, int) or not isinstance(b, int) or flat.tolist() != [-1, a, b]:
+            continue
+        concat = r2.inputs[1].producer
+        if not is_op(concat, "Concat") or len(concat.inputs) != 3 or concat.attr("axis") != 0:
+            continue
+        tail = [ctx.const(v) for v in concat.inputs[1:]]
+        if any(c is None or c.reshape(-1).tolist() != [d] for c, d in zip(tail, (b, a))):
+            continue
+        if not _leading_slice(ctx, concat.inputs[0], x, len(dims)):
+            continue
+        swap = ir.Node("Transpose", [x], 1, name=ctx.fresh_name((r2.name or "keys") + "_swap"))
+        swap.set_attr("perm", [*range(len(dims) - 2), len(dims) - 1, len(dims) - 2])
+        ctx.replace_nodes(r2, swap, [t, r1])
+        ctx.count("FlattenedTransposeFusion")
+        changed = True
+    return changed

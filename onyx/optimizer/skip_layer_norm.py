@@ -40,32 +40,57 @@ def _bias_split(ctx: PassContext, v: ir.Value, reader: ir.Node, width):
     return v, None, None
 
 
+#: The norms fused with their residual sum: op type -> the fused com.microsoft op. RMS norms
+#: (RMSNormalization, opset 23; SimplifiedLayerNormalization, onnxruntime's ONNX-domain op)
+#: have no beta.
+FUSED_NORMS = {
+    "LayerNormalization": "SkipLayerNormalization",
+    "RMSNormalization": "SkipSimplifiedLayerNormalization",
+    "SimplifiedLayerNormalization": "SkipSimplifiedLayerNormalization",
+}
+
+
 @graph_pass("SkipLayerNormFusion", EXTENDED)
 def skip_layer_norm_fusion(ctx: PassContext) -> bool:
-    """Add(a [+ bias], b) -> LayerNormalization(axis -1, gamma, beta), a and b of one shape,
-    float32  =>  SkipLayerNormalization (module docstring)."""
+    """Add(a [+ bias], b) -> LayerNormalization(axis -1, gamma, beta) or an RMS norm, a and b
+    of one shape, float32  =>  SkipLayerNormalization or SkipSimplifiedLayerNormalization
+    (module docstring). A pre-norm layer's sum, read on by the next residual Add, is the
+    fused op's fourth output (input_skip_bias_sum, as onnxruntime's fusion writes it)."""
     changed = False
     for ln in ctx.graph:
-        if not is_op(ln, "LayerNormalization") or ln.graph is None:
+        if ln.op_type not in FUSED_NORMS or not is_op(ln, ln.op_type) or ln.graph is None:
             continue
         found = _match(ctx, ln)
         if found is None:
             continue
         x, skip, bias, dead = found
-        beta = ln.inputs[2] if len(ln.inputs) > 2 else None
-        inputs = [x, skip, ln.inputs[1], beta, bias]
+        rms = ln.op_type != "LayerNormalization"
+        beta = ln.inputs[2] if len(ln.inputs) > 2 and not rms else None
+        inputs = [x, skip, ln.inputs[1], *(() if rms else (beta,)), bias]
         while inputs[-1] is None:
             inputs.pop()
+        total = ln.inputs[0]
+        read_on = [n for n in total.consumers() if n is not ln] or ctx.is_output(total)
         fused = ir.Node(
-            "SkipLayerNormalization",
+            FUSED_NORMS[ln.op_type],
             inputs,
-            1,
+            4 if read_on else 1,
             domain=MS,
             name=ctx.fresh_name((ln.name or "layernorm") + "_skip"),
         )
         fused.set_attr("epsilon", float(ln.attr("epsilon", 1e-5)))
         ctx.ensure_opset(MS)
-        ctx.replace_nodes(ln, fused, dead)
+        if read_on:  # (placed where the sum was: its other readers may come before the norm)
+            ctx.graph.insert_before(total.producer, fused)
+            fused.take_over_outputs(ln)
+            ctx.graph.remove(ln, safe=False)
+            fused.outputs[3].name = ctx.fresh_name(total.name + "_sum")
+            fused.outputs[3].type = total.type
+            ctx.replace_value(total, fused.outputs[3])
+            for n in dead:
+                ctx.graph.remove(n, safe=False)
+        else:
+            ctx.replace_nodes(ln, fused, dead)
         ctx.count("SkipLayerNormFusion")
         changed = True
     return changed
@@ -88,12 +113,14 @@ def _match(ctx: PassContext, ln: ir.Node):
     s = ln.inputs[0]
     add = s.producer
     shape = static_shape(s)
-    if not is_op(add, "Add") or ctx.single_use(s) is not ln or not _float32(s):
+    if not is_op(add, "Add") or not _float32(s) or add.graph is not ln.graph:
+        return None
+    if any(n is ln and i != 0 for n, i in s.uses()):  # (s only as the norm's input)
         return None
     width = hidden_norm_width(ctx, ln, shape)
     if width is None:
         return None
-    params = ln.inputs[1:3]
+    params = ln.inputs[1:2] if ln.op_type != "LayerNormalization" else ln.inputs[1:3]
     if not all(_vector(ctx, p, width) for p in params if p is not None):
         return None
     a, b = add.inputs

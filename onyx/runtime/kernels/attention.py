@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir.dtypes import to_numpy
-from ..registry import op
+from .. import native
+from ..registry import ONYX_DOMAIN, op
 from .elementwise import fits
 
 
@@ -148,7 +149,11 @@ def attention(
         q, k, v = _heads(Q, q_num_heads), _heads(K, kv_num_heads), _heads(V, kv_num_heads)
         if q.shape[1] == k.shape[1] and (attn_mask is None or attn_mask.shape[-1] == k.shape[2]):
             s = 1 / np.sqrt(q.shape[-1]) if scale is None else scale
-            y = scaled_attention(q, k, v, s, attn_mask, bool(is_causal))
+            y = None
+            if attn_mask is None and Q.ndim == 4 and K.ndim == 4:
+                y = native.heads_attention(q, k, v, float(s), bool(is_causal))
+            if y is None:
+                y = scaled_attention(q, k, v, s, attn_mask, bool(is_causal))
             if y is not None:
                 return (_merge_heads(y) if Q.ndim == 3 else y), k, v
     return _attention(
@@ -250,6 +255,140 @@ def _attention(
         present_value,
         qk_out[qk_matmul_output_mode].astype(out_dtype),
     )
+
+
+# --- ai.onyx HeadsAttention (AttentionFusion below opset 23) ------------------------------------
+
+
+def _heads_attention(Q, K, V, scale: float, causal: bool, mask=None):
+    """softmax(scale * Q K^T [+ mask] [causal]) V on 4-D [batch, heads, seq, size] Q, K, V: the
+    native kernel (a mask per key), else one numpy score buffer (any additive float mask
+    broadcasting as Add does), else the general path (fully masked rows)."""
+    y = None
+    if Q.dtype == np.float32:
+        y = native.heads_attention(Q, K, V, float(scale), causal, mask)
+    if y is None and Q.dtype == K.dtype == V.dtype == np.float32:
+        y = scaled_attention(Q, K, V, scale, mask, causal)
+    if y is None:
+        if mask is not None and mask.shape[-1:] != K.shape[-2:-1]:  # (broadcast, as Add does:
+            mask = np.broadcast_to(mask, (*mask.shape[:-1], K.shape[-2]))  # not -inf padding)
+        y = _attention(Q, K, V, mask, scale=scale, is_causal=int(causal))[0]
+    return y
+
+
+@op("HeadsAttention", since=1, domain=ONYX_DOMAIN, threads="pool")
+def heads_attention(Q, K, V, *, scale=1.0):
+    """softmax(scale * Q K^T) V: the model-local function AttentionFusion writes where the
+    model's opset has no Attention."""
+    return _heads_attention(Q, K, V, scale, False)
+
+
+@op("MaskedHeadsAttention", since=1, domain=ONYX_DOMAIN, threads="pool")
+def masked_heads_attention(Q, K, V, M, *, scale=1.0):
+    """softmax(scale * Q K^T + M) V, M an additive float mask (a padding mask per key: the
+    native kernel's)."""
+    return _heads_attention(Q, K, V, scale, False, M)
+
+
+@op("CausalHeadsAttention", since=1, domain=ONYX_DOMAIN, threads="pool")
+def causal_heads_attention(Q, K, V, *, scale=1.0):
+    """The same with key j allowed for query i only where j <= i."""
+    return _heads_attention(Q, K, V, scale, True)
+
+
+def _packed_heads_attention(QKV, num_heads: int, scale: float, causal: bool, rotary=None):
+    fast = native.packed_attention(QKV, num_heads, scale, None, False, causal, rotary)
+    if fast is not None:  # (attention.c: q, k, v read in place from the projection's rows)
+        return fast[0]
+    b, s, width = QKV.shape
+    q, k, v = (
+        QKV[..., i * width // 3 : (i + 1) * width // 3]
+        .reshape(b, s, num_heads, -1)
+        .transpose(0, 2, 1, 3)
+        for i in range(3)
+    )
+    if rotary is not None:  # (half tables [>= S, D / 2]: the full ones repeat them)
+        cos, sin = (np.concatenate([t[:s], t[:s]], axis=-1) for t in rotary)
+        q, k = rotate_half(q, cos, sin), rotate_half(k, cos, sin)
+    y = _heads_attention(np.ascontiguousarray(q), k, v, scale, causal)
+    return y.transpose(0, 2, 1, 3).reshape(b, s, width // 3)
+
+
+@op("PackedHeadsAttention", since=1, domain=ONYX_DOMAIN, threads="pool")
+def packed_heads_attention(QKV, *, num_heads, scale=1.0):
+    """HeadsAttention of q, k, v side by side in QKV [B, S, 3 * H * D] (a fused projection's
+    output), split into H heads, the result merged back to [B, S, H * D]."""
+    return _packed_heads_attention(QKV, num_heads, scale, False)
+
+
+@op("CausalPackedHeadsAttention", since=1, domain=ONYX_DOMAIN, threads="pool")
+def causal_packed_heads_attention(QKV, *, num_heads, scale=1.0):
+    """The same with key j allowed for query i only where j <= i."""
+    return _packed_heads_attention(QKV, num_heads, scale, True)
+
+
+@op("TimeMajorPackedHeadsAttention", since=1, domain=ONYX_DOMAIN, threads="pool")
+def time_major_packed_heads_attention(QKV, *, num_heads, scale=1.0):
+    """PackedHeadsAttention on a sequence-first projection QKV [S, B, 3 * H * D] (PyTorch's
+    nn.MultiheadAttention), the result [S, B, H * D]."""
+    y = _packed_heads_attention(QKV.transpose(1, 0, 2), num_heads, scale, False)
+    return y.transpose(1, 0, 2)
+
+
+@op("PackedRotaryHeadsAttention", since=1, domain=ONYX_DOMAIN, threads="pool")
+def packed_rotary_heads_attention(QKV, cos, sin, *, num_heads, scale=1.0):
+    """PackedHeadsAttention with q and k rotated first (RotateHalf at positions 0 .. S - 1 by
+    the tables [>= S, D] that repeat cos, sin [>= S, D / 2] in both halves)."""
+    return _packed_heads_attention(QKV, num_heads, scale, False, (cos, sin))
+
+
+@op("CausalPackedRotaryHeadsAttention", since=1, domain=ONYX_DOMAIN, threads="pool")
+def causal_packed_rotary_heads_attention(QKV, cos, sin, *, num_heads, scale=1.0):
+    """The same with key j allowed for query i only where j <= i."""
+    return _packed_heads_attention(QKV, num_heads, scale, True, (cos, sin))
+
+
+# --- ai.onyx RotateHalf (RotateHalfFusion) ------------------------------------------------------
+
+
+@op("RotateHalf", since=1, domain=ONYX_DOMAIN, threads="pool")
+def rotate_half(X, cos, sin):
+    """X * cos + concat(-X2, X1) * sin, X1 and X2 the halves of X's last axis: the rotary
+    embedding as PyTorch exports it (cos, sin [S, D] tables over X's last two axes), with the
+    chain's rounding."""
+    fast = native.rotate_half_f32(X, cos, sin)
+    if fast is not None:  # (attention.c: one pass)
+        return fast
+    h = X.shape[-1] // 2
+    y = X * cos
+    y[..., :h] -= X[..., h:] * sin[..., :h]  # (x1 c - x2 s: x1 c + (-x2) s exactly)
+    y[..., h:] += X[..., :h] * sin[..., h:]
+    return y
+
+
+# --- ai.onyx Silu / SiluMul (SiluFusion: an LLM's gated MLP) ------------------------------------
+
+
+def _silu(g: np.ndarray) -> np.ndarray:
+    v = g.astype(np.float64 if g.dtype == np.float64 else np.float32)
+    with np.errstate(over="ignore"):  # (e^-g overflowing: g / inf, a zero)
+        return v / (1 + np.exp(-v))
+
+
+@op("Silu", since=1, domain=ONYX_DOMAIN, elementwise=True, threads="pool")
+def silu(X):
+    """X * Sigmoid(X)."""
+    fast = native.silu_f32(X)
+    return fast if fast is not None else _silu(X).astype(X.dtype, copy=False)
+
+
+@op("SiluMul", since=1, domain=ONYX_DOMAIN, elementwise=True, threads="pool")
+def silu_mul(G, U):
+    """G * Sigmoid(G) * U (U of G's shape): a gated MLP's activation and gate in one pass."""
+    fast = native.silu_f32(G, U) if G.shape == U.shape else None
+    if fast is not None:
+        return fast
+    return (_silu(G) * U).astype(G.dtype, copy=False)
 
 
 # --- RotaryEmbedding -----------------------------------------------------------------------------

@@ -329,6 +329,10 @@ def _apply(ufunc, y: np.ndarray, param: np.ndarray) -> np.ndarray:
 
 @op("RMSNormalization", since=23)
 def rms_normalization(X, scale, *, axis=-1, epsilon=1e-5, stash_type=1):
+    if axis in (-1, X.ndim - 1) and scale.ndim == 1 and stash_type == 1:
+        fast = native.rms_norm_f32(X, None, None, scale, epsilon)
+        if fast is not None:  # (attention.c: one pass per row, as SimplifiedLayerNormalization)
+            return fast[0]
     x = X.astype(_stash_dtype(stash_type, X.dtype), copy=False)
     ms = (x * x).mean(axis=_trailing_axes(X, axis), keepdims=True)
     normalized = x / np.sqrt(ms + x.dtype.type(epsilon))

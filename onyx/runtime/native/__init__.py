@@ -50,7 +50,15 @@ from . import (
     window,
 )
 from ._core import BYTES, thread_setting, threads
-from .attention import gqa_ok, gqa_step, packed_attention, rms_norm_f32
+from .attention import (
+    gqa_ok,
+    gqa_step,
+    heads_attention,
+    packed_attention,
+    rms_norm_f32,
+    rotate_half_f32,
+    silu_f32,
+)
 from .conv1d import Conv1d, conv1d_ok
 from .conv_f32 import CONV_ACTIVATIONS, FloatConv, conv_f32_ok, pack_conv_f32
 from .convtranspose import FloatConvTranspose, conv_transpose_ok
@@ -166,6 +174,9 @@ __all__ = [
     "gemv_ok",
     "gqa_ok",
     "gqa_step",
+    "heads_attention",
+    "rotate_half_f32",
+    "silu_f32",
     "packed_attention",
     "gru_f32",
     "hard_sigmoid_f32",

@@ -347,18 +347,21 @@ ONYX_STRUCT(nbits_task, ONYX_NBITS_TASK)
     F(S, int64_t, q_bs, ) F(S, int64_t, q_ss, ) F(S, int64_t, kv_bs, ) F(S, int64_t, kv_ss, ) \
     F(S, float *, k_cache, ) /* [batch, kv_heads, capacity, head]: rows past .. written */    \
     F(S, float *, v_cache, )                                                                 \
-    F(S, float *, y, )                /* [batch, q_len, q_heads * head] */                   \
+    F(S, float *, y, )                /* head h of token (b, s) at y_bs, y_ss, y_hs strides */\
     F(S, const int64_t *, past, )     /* [batch]: the step's first row in the cache */       \
     F(S, const int64_t *, valid, )    /* [batch]: keys attended (after this step) */         \
     F(S, const int64_t *, positions, ) /* [batch, q_len] rotary positions, or NULL */        \
     F(S, const float *, cos, ) F(S, const float *, sin, ) /* [max_position, rotary / 2] */    \
     F(S, const float *, sink, )       /* [q_heads] added to the softmax's sum, or NULL */    \
-    F(S, const float *, key_bias, )   /* [batch, n_keys] added to the scores, or NULL */     \
+    F(S, const float *, key_bias, )   /* n_keys a row (kb_bs, kb_hs) added, or NULL */       \
     F(S, int64_t, batch, ) F(S, int64_t, q_len, ) F(S, int64_t, q_heads, )                   \
     F(S, int64_t, kv_heads, ) F(S, int64_t, head, ) F(S, int64_t, capacity, )                \
     F(S, int64_t, n_keys, ) F(S, int64_t, rotary, ) F(S, int64_t, max_position, )            \
     F(S, int64_t, interleaved, ) F(S, int64_t, causal, ) F(S, int64_t, window, )             \
-    F(S, float, scale, ) F(S, float, softcap, )
+    F(S, float, scale, ) F(S, float, softcap, )                                             \
+    F(S, int64_t, q_hs, ) F(S, int64_t, kv_hs, ) /* head strides of q and k, v (head)      */ \
+    F(S, int64_t, y_bs, ) F(S, int64_t, y_ss, ) F(S, int64_t, y_hs, ) /* y's (b, s, h)     */ \
+    F(S, int64_t, kb_bs, ) F(S, int64_t, kb_hs, ) /* key_bias's (b, query head) strides     */
 ONYX_STRUCT(gqa_task, ONYX_GQA_TASK)
 
 /* RMS normalization of rows, the skip (and bias) added first (attention.c) */
@@ -369,6 +372,19 @@ ONYX_STRUCT(gqa_task, ONYX_GQA_TASK)
     F(S, float *, inv, )                    /* [rows]: 1 / rms */                             \
     F(S, int64_t, size, ) F(S, float, epsilon, )
 ONYX_STRUCT(rms_task, ONYX_RMS_TASK)
+
+/* Rotary embedding by halves, as PyTorch exports it (attention.c) */
+#define ONYX_ROTARY_TASK(F, S)                                                               \
+    F(S, const float *, x, ) F(S, float *, y, ) /* [rows, size] */                            \
+    F(S, const float *, cos, ) F(S, const float *, sin, ) /* [period, size]: row r's r % period */ \
+    F(S, int64_t, size, ) F(S, int64_t, period, )
+ONYX_STRUCT(rotary_task, ONYX_ROTARY_TASK)
+
+/* SiLU, gated: y = g * sigmoid(g) [* u] (attention.c) */
+#define ONYX_SILU_TASK(F, S)                                                                 \
+    F(S, const float *, g, ) F(S, const float *, u, ) /* [n]; u (the gate's other half) or NULL */ \
+    F(S, float *, y, )
+ONYX_STRUCT(silu_task, ONYX_SILU_TASK)
 
 /* ------------------------------------------------------- float32 GEMM, packed B (gemm_f32.c) */
 
@@ -416,7 +432,8 @@ ONYX_STRUCT(convt_f32, ONYX_CONVT_F32)
     X(norm_rows, ONYX_NORM_ROWS) X(batch_norm, ONYX_BATCH_NORM) X(pool2d, ONYX_POOL2D)       \
     X(forest_task, ONYX_FOREST_TASK) X(forest_sum_task, ONYX_FOREST_SUM_TASK)                                  \
     X(nbits_task, ONYX_NBITS_TASK) X(gqa_task, ONYX_GQA_TASK)        \
-    X(rms_task, ONYX_RMS_TASK) X(sgemm_task, ONYX_SGEMM_TASK)                                \
+    X(rms_task, ONYX_RMS_TASK) X(rotary_task, ONYX_ROTARY_TASK) X(silu_task, ONYX_SILU_TASK)  \
+    X(sgemm_task, ONYX_SGEMM_TASK)                                                           \
     X(softmax_rows, ONYX_SOFTMAX_ROWS) X(convt_f32, ONYX_CONVT_F32)                          \
     X(conv1d_f32, ONYX_CONV1D_F32)
 

@@ -38,6 +38,8 @@ static int gqa_ok(const gqa_task *t) {
     if (t->batch < 0 || t->q_len < 1 || t->q_heads < 1 || t->kv_heads < 1 || t->head < 1)
         return 0;
     if (t->q_heads % t->kv_heads || t->head > 4096) return 0;
+    if (t->q_hs < 0 || t->kv_hs < 0 || t->y_bs < 0 || t->y_ss < 0 || t->y_hs < 0) return 0;
+    if (t->kb_bs < 0 || t->kb_hs < 0) return 0;
     if (t->capacity < 0 || t->n_keys < 0 || t->n_keys > t->capacity) return 0;
     if (t->positions && (t->rotary < 2 || t->rotary > t->head || t->rotary % 2 || !t->cos ||
                          !t->sin || t->max_position < 1))
@@ -111,9 +113,10 @@ static float softmax_row(const gqa_task *t, float *sc, int64_t lo, int64_t hi, i
 }
 
 /* Attention's additive key penalties (padding masks) on a row's scores [lo, hi). */
-static void add_key_bias(const gqa_task *t, int64_t b, float *sc, int64_t lo, int64_t hi) {
+static void add_key_bias(const gqa_task *t, int64_t b, int64_t h, float *sc, int64_t lo,
+                         int64_t hi) {
     if (!t->key_bias) return;
-    const float *bias = t->key_bias + b * t->n_keys;
+    const float *bias = t->key_bias + b * t->kb_bs + h * t->kb_hs;
     for (int64_t j = lo; j < hi; j++) sc[j] += bias[j];
 }
 
@@ -138,7 +141,7 @@ static void attend_portable(const gqa_task *t, int64_t b, int64_t kvh, const flo
     int64_t group = t->q_heads / t->kv_heads, D = t->head;
     for (int64_t r = 0; r < group * t->q_len; r++) {
         int64_t s = r / group, h = kvh * group + r % group, lo, hi;
-        const float *qx = t->q + b * t->q_bs + s * t->q_ss + h * D;
+        const float *qx = t->q + b * t->q_bs + s * t->q_ss + h * t->q_hs;
         rotate_row(t, qx, t->positions ? t->positions[b * t->q_len + s] : 0, qrow);
         key_range(t, b, s, &lo, &hi);
         for (int64_t j = lo; j < hi; j++) {
@@ -146,9 +149,9 @@ static void attend_portable(const gqa_task *t, int64_t b, int64_t kvh, const flo
             for (int64_t d = 0; d < D; d++) acc += qrow[d] * kc[j * D + d];
             sc[j] = acc * t->scale;
         }
-        add_key_bias(t, b, sc, lo, hi);
+        add_key_bias(t, b, h, sc, lo, hi);
         softmax_row(t, sc, lo, hi, h, exp_sum_portable, max_portable);
-        float *y = t->y + (b * t->q_len + s) * t->q_heads * D + h * D;
+        float *y = t->y + b * t->y_bs + s * t->y_ss + h * t->y_hs;
         memset(y, 0, sizeof(float) * (size_t)D);
         for (int64_t j = lo; j < hi; j++)
             for (int64_t d = 0; d < D; d++) y[d] += sc[j] * vc[j * D + d];
@@ -310,11 +313,11 @@ static AVX512 void attend_avx512(const gqa_task *t, int64_t b, int64_t kvh, cons
         memset(qbuf, 0, sizeof(float) * (size_t)(GQA_TILE * D)); /* (padding rows: zeros) */
         for (int i = 0; i < rows; i++) {
             int64_t r = r0 + i, s = r / group, h = kvh * group + r % group;
-            const float *qx = t->q + b * t->q_bs + s * t->q_ss + h * D;
+            const float *qx = t->q + b * t->q_bs + s * t->q_ss + h * t->q_hs;
             rotate_row(t, qx, t->positions ? t->positions[b * t->q_len + s] : 0, qbuf + i * D);
             key_range(t, b, s, &lo[i], &hi[i]);
             heads[i] = h;
-            y[i] = t->y + (b * t->q_len + s) * t->q_heads * D + h * D;
+            y[i] = t->y + b * t->y_bs + s * t->y_ss + h * t->y_hs;
             if (lo[i] < hi[i]) k0 = lo[i] < k0 ? lo[i] : k0, k1 = hi[i] > k1 ? hi[i] : k1;
         }
         if (k0 >= k1) k0 = k1 = 0;
@@ -324,7 +327,7 @@ static AVX512 void attend_avx512(const gqa_task *t, int64_t b, int64_t kvh, cons
             scores_dot(qbuf, rows, kc, D, k0, k1, t->scale, sc, ld);
         for (int i = 0; i < rows; i++) { /* probabilities, 0 outside the row's keys */
             float *row = sc + i * ld;
-            add_key_bias(t, b, row, lo[i], hi[i]);
+            add_key_bias(t, b, heads[i], row, lo[i], hi[i]);
             softmax_row(t, row, lo[i], hi[i], heads[i], exp_sum_avx512, max_avx512);
             for (int64_t j = k0; j < lo[i] && j < k1; j++) row[j] = 0.0f;
             for (int64_t j = hi[i] > k0 ? hi[i] : k0; j < k1; j++) row[j] = 0.0f;
@@ -364,10 +367,13 @@ EXPORT int onyx_gqa_range(const void *p, int64_t begin, int64_t end) {
         float *kc = t->k_cache + u * t->capacity * D, *vc = t->v_cache + u * t->capacity * D;
         for (int64_t s = 0; s < t->q_len; s++) { /* the step's rows into the cache */
             int64_t row = t->past[b] + s;
-            const float *kx = t->k + b * t->kv_bs + s * t->kv_ss + kvh * D;
-            const float *vx = t->v + b * t->kv_bs + s * t->kv_ss + kvh * D;
-            rotate_row(t, kx, t->positions ? t->positions[b * t->q_len + s] : 0, kc + row * D);
-            memcpy(vc + row * D, vx, sizeof(float) * (size_t)D);
+            const float *kx = t->k + b * t->kv_bs + s * t->kv_ss + kvh * t->kv_hs;
+            const float *vx = t->v + b * t->kv_bs + s * t->kv_ss + kvh * t->kv_hs;
+            /* (rows already in place: Attention's 4-D keys and values serve as the cache) */
+            if (kx != kc + row * D)
+                rotate_row(t, kx, t->positions ? t->positions[b * t->q_len + s] : 0,
+                           kc + row * D);
+            if (vx != vc + row * D) memcpy(vc + row * D, vx, sizeof(float) * (size_t)D);
         }
 #ifdef HAVE_GQA_AVX512
         if ((onyx_isa() & ONYX_ISA_AVX512) && D % 16 == 0) {
@@ -419,6 +425,59 @@ EXPORT CLONES NO_FMA int onyx_rms_range(const void *p, int64_t begin, int64_t en
         float inv = 1.0f / sqrtf(ms);
         for (i = 0; i < n; i++) y[i] = (v[i] * inv) * t->gamma[i];
         t->inv[r] = inv;
+    }
+    return 0;
+}
+
+/* ----------------------------------------------------------------------- rotary (halves) */
+
+/* Rows begin .. end: y = x * cos + concat(-x2, x1) * sin, x1 and x2 the row's halves and cos,
+   sin the rows r % period of their tables: each product and sum rounded as the exported
+   Mul, Neg, Concat, Mul, Add chain's (x1 c - x2 s is x1 c + (-x2) s exactly). */
+EXPORT CLONES NO_FMA int onyx_rotary_range(const void *p, int64_t begin, int64_t end) {
+    const rotary_task *t = p;
+    if (t->size < 2 || t->size % 2 || t->period < 1 || !t->x || !t->y || !t->cos || !t->sin)
+        return ONYX_INVALID;
+    int64_t n = t->size, h = n / 2;
+    for (int64_t r = begin; r < end; r++) {
+        const float *x = t->x + r * n;
+        const float *c = t->cos + (r % t->period) * n, *s = t->sin + (r % t->period) * n;
+        float *y = t->y + r * n;
+        for (int64_t i = 0; i < h; i++) y[i] = x[i] * c[i] - x[h + i] * s[i];
+        for (int64_t i = h; i < n; i++) y[i] = x[i] * c[i] + x[i - h] * s[i];
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ SiLU (gated) */
+
+#ifdef HAVE_GQA_AVX512
+static AVX512 void silu_avx512(const silu_task *t, int64_t begin, int64_t end) {
+    __m512 one = _mm512_set1_ps(1.0f);
+    for (int64_t i = begin; i < end; i += 16) {
+        __mmask16 m = end - i >= 16 ? 0xffff : (__mmask16)((1u << (end - i)) - 1);
+        __m512 g = _mm512_maskz_loadu_ps(m, t->g + i);
+        __m512 e = onyx_exp512(_mm512_sub_ps(_mm512_setzero_ps(), g));
+        __m512 y = _mm512_div_ps(g, _mm512_add_ps(one, e));
+        if (t->u) y = _mm512_mul_ps(y, _mm512_maskz_loadu_ps(m, t->u + i));
+        _mm512_mask_storeu_ps(t->y + i, m, y);
+    }
+}
+#endif
+
+/* Elements begin .. end: y = g / (1 + e^-g) [* u] (e^-g overflowing to inf gives -0). */
+EXPORT int onyx_silu_range(const void *p, int64_t begin, int64_t end) {
+    const silu_task *t = p;
+    if (!t->g || !t->y || begin < 0 || begin > end) return ONYX_INVALID;
+#ifdef HAVE_GQA_AVX512
+    if (onyx_isa() & ONYX_ISA_AVX512) {
+        silu_avx512(t, begin, end);
+        return 0;
+    }
+#endif
+    for (int64_t i = begin; i < end; i++) {
+        float y = t->g[i] / (1.0f + expf(-t->g[i]));
+        t->y[i] = t->u ? y * t->u[i] : y;
     }
     return 0;
 }
