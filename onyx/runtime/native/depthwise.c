@@ -214,7 +214,7 @@ EXPORT CLONES int onyx_depthwise_i8(const uint8_t *x, int x_signed, int32_t x_zp
 #define AVX512 __attribute__((target("avx512f")))
 #include "activation.h"
 
-#define DWV_CHUNK 1 /* pixels whose sums (16 KB) a part stores at once */
+#define DWV_CHUNK 256 /* pixels whose sums (16 KB) a part stores at once */
 
 typedef struct {
     int64_t Hp, Wp, K; /* the padded input's rows and columns; taps */
@@ -425,6 +425,29 @@ AVX512 static inline __m512 dwv_bytes_ps(const uint8_t *x, int64_t at, int64_t n
     return _mm512_cvtepi32_ps(is_signed ? _mm512_cvtepi8_epi32(b) : _mm512_cvtepu8_epi32(b));
 }
 
+/* The byte fill of wide rows, row by row (as dwv_fill_f32_rows). */
+AVX512 static void dwv_fill_bytes_rows(const uint8_t *x, int is_signed, const int64_t *plane,
+                                  int32_t zp, const dw_geometry *g, const dwv_layout *d,
+                                  int64_t end, const dwv_part *q, float *buf) {
+    int64_t wend = d->Wp - g->left < g->W ? d->Wp - g->left : g->W;
+    __m512 z = _mm512_set1_ps((float)zp);
+    for (int64_t r = 0; r < q->rows; r++) {
+        float *row = buf + r * d->Wp * 16;
+        int64_t h = dwv_band_row(g, d, q->i0, r, wend, row);
+        if (h < 0) continue;
+        row += g->left * 16;
+        for (int64_t w = 0; w < wend; w += 16) {
+            int64_t n = wend - w < 16 ? wend - w : 16;
+            __m512 r[16];
+            for (int l = 0; l < 16; l++)
+                r[l] = _mm512_sub_ps(dwv_bytes_ps(x, plane[l] + h * g->W + w, n, end, is_signed), z);
+            transpose16_ps(r);
+            for (int k = 0; k < 16; k++)
+                if (k < n) _mm512_storeu_ps(row + (w + k) * 16, r[k]);
+        }
+    }
+}
+
 AVX512 static void dwv_fill_bytes(const uint8_t *x, int is_signed, const int64_t *plane,
                                   int32_t zp, const dw_geometry *g, const dwv_layout *d,
                                   int64_t end, const dwv_part *q, float *buf) {
@@ -497,16 +520,27 @@ DWV_BAND(dwv_band_f32, __m512, float, _mm512_setzero_ps(), _mm512_loadu_ps, F_MA
 DWV_BAND(dwv_band_i32, __m512i, int32_t, _mm512_setzero_si512(), I_LOAD, I_MADD, I_STORE)
 
 /* Buffers of one call: the padded 16-lane input, the block's weights by tap, the taps'
-   offsets, a band's sums. */
+   offsets, a band's sums. The vector buffers start on a 64-byte boundary (raw: what malloc
+   gave): a vector load from malloc's 16-byte alignment would straddle two cache lines. */
 typedef struct {
-    void *buf, *wt, *sums;
+    void *buf, *wt, *sums, *raw[3];
     int64_t *off;
 } dwv_scratch;
 
+/* n 16-lane vectors of 4-byte values, aligned to their size; *raw: the block to free. */
+static void *dwv_vectors(int64_t n, void **raw) {
+    *raw = malloc((size_t)(n + 1) * 64);
+    return *raw ? (void *)(((uintptr_t)*raw + 63) & ~(uintptr_t)63) : NULL;
+}
+
+static void dwv_free(dwv_scratch *s) {
+    free(s->raw[0]), free(s->raw[1]), free(s->raw[2]), free(s->off);
+}
+
 static int dwv_alloc(const dw_geometry *g, const dwv_layout *d, dwv_scratch *s) {
-    s->buf = malloc((size_t)(d->rows * d->Wp * 16) * 4); /* one band's rows */
-    s->wt = malloc((size_t)(d->K * 16) * 4);
-    s->sums = malloc((size_t)(d->chunk * g->OW * 16) * 4);
+    s->buf = dwv_vectors(d->rows * d->Wp, &s->raw[0]); /* one band's rows */
+    s->wt = dwv_vectors(d->K, &s->raw[1]);
+    s->sums = dwv_vectors(d->chunk * g->OW, &s->raw[2]);
     s->off = malloc((size_t)d->K * sizeof(int64_t));
     if (s->buf && s->wt && s->sums && s->off) {
         for (int64_t k = 0; k < g->kh; k++)
@@ -514,11 +548,9 @@ static int dwv_alloc(const dw_geometry *g, const dwv_layout *d, dwv_scratch *s) 
                 s->off[k * g->kw + b] = (k * g->dh * d->Wp + b * g->dw) * 16;
         return 0;
     }
-    free(s->buf), free(s->wt), free(s->sums), free(s->off);
+    dwv_free(s);
     return ONYX_NOMEM;
 }
-
-static void dwv_free(dwv_scratch *s) { free(s->buf), free(s->wt), free(s->sums), free(s->off); }
 
 /* A band's sums (pixel p's 16 lanes at sums + 16 p) to the lanes' planes (out + l * OH * OW:
    the band's rows are one run of each plane), 16 pixels at a time through a register
@@ -614,8 +646,9 @@ EXPORT AVX512 int onyx_depthwise_i8_avx512(const uint8_t *x, int x_signed, int32
         int64_t n = q.n, m0 = q.m0, lanes = q.lanes, i0 = q.i0, i1 = q.i1;
         dwv_planes(g, n, m0, plane);
         if (exact) {
-            dwv_fill_bytes(x, x_signed, plane, x_zp, g, &d, (n + 1) * g->C * g->H * g->W, &q,
-                           s.buf);
+            int64_t end = (n + 1) * g->C * g->H * g->W; /* (image n's) */
+            if (g->W < 16) dwv_fill_bytes(x, x_signed, plane, x_zp, g, &d, end, &q, s.buf);
+            else dwv_fill_bytes_rows(x, x_signed, plane, x_zp, g, &d, end, &q, s.buf);
         } else {
             if (x_signed) dwv_fill_s8((const int8_t *)x, plane, x_zp, g, &d, &q, buf);
             else dwv_fill_u8(x, plane, x_zp, g, &d, &q, buf);
@@ -663,10 +696,10 @@ EXPORT AVX512 int onyx_conv_small_f32_avx512(const float *x, const float *w, con
     dwv_layout d = dwv_layout_of(g);
     int64_t M = g->M, CK = g->C * d.K, plane = d.Hp * d.Wp;
     float *pad = calloc((size_t)(g->C * plane), sizeof(float)); /* the border stays zero */
-    float *wt = malloc((size_t)(CK * 16) * sizeof(float));
-    float *row = malloc((size_t)(g->OW * 16) * sizeof(float));
+    void *raw[2];
+    float *wt = dwv_vectors(CK, &raw[0]), *row = dwv_vectors(g->OW, &raw[1]);
     if (!pad || !wt || !row) {
-        free(pad), free(wt), free(row);
+        free(pad), free(raw[0]), free(raw[1]);
         return ONYX_NOMEM;
     }
     int64_t wend = d.Wp - g->left < g->W ? d.Wp - g->left : g->W;
@@ -719,7 +752,7 @@ EXPORT AVX512 int onyx_conv_small_f32_avx512(const float *x, const float *w, con
             }
         }
     }
-    free(pad), free(wt), free(row);
+    free(pad), free(raw[0]), free(raw[1]);
     return 0;
 }
 #endif
