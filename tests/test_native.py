@@ -425,6 +425,10 @@ DEPTHWISE = [
     (1, 5, 9, 10, 1, (4, 2), (3, 2), (1, 1), (3, 0, 1, 2)),  # odd strides, uneven pads
     (2, 3, 5, 5, 1, (5, 5), (1, 1), (1, 1), (0, 0, 0, 0)),  # one output pixel
     (1, 17, 19, 18, 1, (17, 16), (1, 1), (1, 1), (1, 0, 0, 2)),  # 272 taps: integer sums in int32
+    # narrow rows, read as one stream; groups of 8 pixels span rows; sums stored in chunks
+    (2, 24, 40, 12, 1, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),
+    (1, 20, 11, 11, 1, (3, 3), (2, 2), (1, 1), (1, 1, 0, 0)),
+    (1, 16, 3, 300, 1, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),  # a row past a chunk's pixels
 ]
 
 

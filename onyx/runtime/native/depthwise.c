@@ -214,9 +214,12 @@ EXPORT CLONES int onyx_depthwise_i8(const uint8_t *x, int x_signed, int32_t x_zp
 #define AVX512 __attribute__((target("avx512f")))
 #include "activation.h"
 
+#define DWV_CHUNK 256 /* pixels whose sums (16 KB) a part stores at once */
+
 typedef struct {
     int64_t Hp, Wp, K; /* the padded input's rows and columns; taps */
     int64_t band, bands, rows; /* a part's output rows, parts per block; its buffer's rows */
+    int64_t chunk;             /* output rows summed before they are stored */
 } dwv_layout;
 
 static dwv_layout dwv_layout_of(const dw_geometry *g) {
@@ -227,6 +230,8 @@ static dwv_layout dwv_layout_of(const dw_geometry *g) {
     d.band = g->band > 0 && g->band < g->OH ? g->band : g->OH;
     d.bands = (g->OH + d.band - 1) / d.band;
     d.rows = (d.band - 1) * g->sh + (g->kh - 1) * g->dh + 1;
+    d.chunk = DWV_CHUNK / g->OW > 0 ? DWV_CHUNK / g->OW : 1; /* (the sums stay in L1) */
+    if (d.chunk > d.band) d.chunk = d.band;
     return d;
 }
 
@@ -311,8 +316,73 @@ AVX512 static inline void transpose16_ps(__m512 r[16]) {
     }
 }
 
-/* The float fill, 16 pixels of the 16 planes at a time through a register transpose. */
+/* The band's input rows into the buffer, 16 pixels of the 16 planes at a time through the
+   register transpose. The image rows a band reads are one run of each plane, read as one
+   flat stream (a 6-pixel row would waste 10 of every 16 lanes' loads and shuffles); each
+   transposed pixel goes to its place in the padded buffer, whose rows in the padding and
+   borders dwv_band_row zeroes. *hlo: the first image row read (-1: none). */
+AVX512 static int64_t dwv_rows_read(const dw_geometry *g, const dwv_layout *d, const dwv_part *q,
+                                    int64_t wend, void *buf, int64_t *hlo) {
+    int64_t hhi = -1;
+    *hlo = -1;
+    for (int64_t r = 0; r < q->rows; r++) {
+        int64_t h = dwv_band_row(g, d, q->i0, r, wend, (char *)buf + r * d->Wp * 64);
+        if (h >= 0 && *hlo < 0) *hlo = h;
+        if (h >= 0) hhi = h + 1;
+    }
+    return *hlo < 0 ? 0 : (hhi - *hlo) * g->W; /* (the rows read are consecutive) */
+}
+
+/* Pixels r[0 .. n) of the stream to the buffer: pixel (h, w) of the image at buf + at,
+   advanced with it (columns past wend: no window reads them). */
+typedef struct {
+    int64_t w, at;
+} dwv_cursor;
+
+AVX512 static inline void dwv_scatter(const __m512 r[16], int n, const dw_geometry *g,
+                                      const dwv_layout *d, int64_t wend, dwv_cursor *c,
+                                      float *buf) {
+    int64_t w = c->w, at = c->at, wrap = (d->Wp - g->W) * 16;
+    if (n == 16 && w + 16 < g->W && w + 16 <= wend) { /* (most pixels of wide rows) */
+        for (int k = 0; k < 16; k++) _mm512_storeu_ps(buf + at + 16 * k, r[k]);
+        c->w = w + 16, c->at = at + 256;
+        return;
+    }
+    for (int k = 0; k < 16; k++) { /* (constant bounds: r stays in registers) */
+        if (k < n) {
+            if (w < wend) _mm512_storeu_ps(buf + at, r[k]);
+            at += 16;
+            if (++w == g->W) w = 0, at += wrap;
+        }
+    }
+    c->w = w, c->at = at;
+}
+
+/* Where the stream's first pixel (image row hlo, column 0) goes in the band's buffer. */
+static inline dwv_cursor dwv_cursor_at(const dw_geometry *g, const dwv_layout *d,
+                                       const dwv_part *q, int64_t hlo) {
+    dwv_cursor c = {0, ((hlo + g->top - q->i0 * g->sh) * d->Wp + g->left) * 16};
+    return c;
+}
+
 AVX512 static void dwv_fill_f32(const float *x, const int64_t *plane, const dw_geometry *g,
+                                const dwv_layout *d, const dwv_part *q, float *buf) {
+    int64_t wend = d->Wp - g->left < g->W ? d->Wp - g->left : g->W, hlo;
+    int64_t count = dwv_rows_read(g, d, q, wend, buf, &hlo);
+    dwv_cursor c = dwv_cursor_at(g, d, q, hlo);
+    __m512 r[16];
+    for (int64_t s = 0; s < count; s += 16) {
+        int n = count - s < 16 ? (int)(count - s) : 16;
+        __mmask16 m = (__mmask16)((1u << n) - 1);
+        for (int l = 0; l < 16; l++) r[l] = _mm512_maskz_loadu_ps(m, x + plane[l] + hlo * g->W + s);
+        transpose16_ps(r);
+        dwv_scatter(r, n, g, d, wend, &c, buf);
+    }
+}
+
+/* The float fill of wide rows, row by row, 16 pixels of the 16 planes at a time through a
+   register transpose. */
+AVX512 static void dwv_fill_f32_rows(const float *x, const int64_t *plane, const dw_geometry *g,
                                 const dwv_layout *d, const dwv_part *q, float *buf) {
     int64_t wend = d->Wp - g->left < g->W ? d->Wp - g->left : g->W;
     for (int64_t r = 0; r < q->rows; r++) {
@@ -339,9 +409,9 @@ AVX512 static void dwv_fill_f32(const float *x, const int64_t *plane, const dw_g
     }
 }
 /* The byte fill for float sums (see onyx_depthwise_i8_avx512): x - zp as float, 16 pixels
-   of the 16 planes at a time through the register transpose. A row's last pixels are read
-   16 bytes at a time too (the excess is never stored) while that stays inside the image
-   (end: the offset of its end), else through a copy. */
+   of the 16 planes at a time through the register transpose. The stream's last pixels are
+   read 16 bytes at a time too (the excess is never stored) while that stays inside the
+   image (end: the offset of its end), else through a copy. */
 AVX512 static inline __m512 dwv_bytes_ps(const uint8_t *x, int64_t at, int64_t n, int64_t end,
                                          int is_signed) {
     __m128i b;
@@ -355,7 +425,8 @@ AVX512 static inline __m512 dwv_bytes_ps(const uint8_t *x, int64_t at, int64_t n
     return _mm512_cvtepi32_ps(is_signed ? _mm512_cvtepi8_epi32(b) : _mm512_cvtepu8_epi32(b));
 }
 
-AVX512 static void dwv_fill_bytes(const uint8_t *x, int is_signed, const int64_t *plane,
+/* The byte fill of wide rows, row by row (as dwv_fill_f32_rows). */
+AVX512 static void dwv_fill_bytes_rows(const uint8_t *x, int is_signed, const int64_t *plane,
                                   int32_t zp, const dw_geometry *g, const dwv_layout *d,
                                   int64_t end, const dwv_part *q, float *buf) {
     int64_t wend = d->Wp - g->left < g->W ? d->Wp - g->left : g->W;
@@ -376,74 +447,123 @@ AVX512 static void dwv_fill_bytes(const uint8_t *x, int is_signed, const int64_t
         }
     }
 }
+
+AVX512 static void dwv_fill_bytes(const uint8_t *x, int is_signed, const int64_t *plane,
+                                  int32_t zp, const dw_geometry *g, const dwv_layout *d,
+                                  int64_t end, const dwv_part *q, float *buf) {
+    int64_t wend = d->Wp - g->left < g->W ? d->Wp - g->left : g->W, hlo;
+    int64_t count = dwv_rows_read(g, d, q, wend, buf, &hlo);
+    dwv_cursor c = dwv_cursor_at(g, d, q, hlo);
+    __m512 z = _mm512_set1_ps((float)zp), r[16];
+    for (int64_t s = 0; s < count; s += 16) {
+        int n = count - s < 16 ? (int)(count - s) : 16;
+        for (int l = 0; l < 16; l++)
+            r[l] = _mm512_sub_ps(dwv_bytes_ps(x, plane[l] + hlo * g->W + s, n, end, is_signed), z);
+        transpose16_ps(r);
+        dwv_scatter(r, n, g, d, wend, &c, buf);
+    }
+}
 DWV_FILL(dwv_fill_u8, uint8_t, int32_t)
 DWV_FILL(dwv_fill_s8, int8_t, int32_t)
 
-/* out[j] (16 lanes) = sum over taps of wt[t] * the tap's pixel, for the OW pixels of output
-   row i: eight pixels at a time, so each weight vector load serves eight multiply-adds and
-   eight independent sums hide the multiply-add latency. */
-#define DWV_ROW(name, V, T, ZERO, LOAD, MADD, STORE)                                       \
-    AVX512 static void name(const T *buf, const T *wt, const dw_geometry *g,               \
-                            const dwv_layout *d, int64_t i, T *out) {                      \
-        int64_t j = 0, step = g->sw * 16;                                                  \
-        for (; j + 8 <= g->OW; j += 8) {                                                   \
+/* out[p] (16 lanes) = sum over taps t of wt[t] * the tap's pixel (at off[t] from the
+   window's corner), for the rows * OW output pixels of a band, taken as one stream: eight
+   pixels at a time whatever the row width (a 7-pixel row had taken one pixel at a time, a
+   chain of dependent multiply-adds), so each weight vector load serves eight multiply-adds
+   and eight independent sums hide their latency. A last group of fewer than eight pixels
+   repeats its last one. */
+#define DWV_BAND(name, V, T, ZERO, LOAD, MADD, STORE)                                      \
+    AVX512 static void name(const T *buf, const T *wt, const int64_t *off,                 \
+                            const dw_geometry *g, const dwv_layout *d, int64_t i,          \
+                            int64_t rows, T *out) {                                        \
+        int64_t count = rows * g->OW, j = 0;                                               \
+        for (int64_t s = 0; s < count; s += 8) {                                           \
+            int n = count - s < 8 ? (int)(count - s) : 8;                                  \
             V a[8];                                                                        \
             for (int u = 0; u < 8; u++) a[u] = ZERO;                                       \
-            for (int64_t k = 0; k < g->kh; k++) {                                          \
-                const T *r = buf + ((i * g->sh + k * g->dh) * d->Wp + j * g->sw) * 16;     \
-                const T *wr = wt + k * g->kw * 16;                                         \
-                for (int64_t b = 0; b < g->kw; b++) {                                      \
-                    V w = LOAD(wr + b * 16);                                               \
-                    const T *p = r + b * g->dw * 16;                                       \
-                    for (int u = 0; u < 8; u++) a[u] = MADD(w, LOAD(p + u * step), a[u]);  \
+            if (n == 8 && j + 8 <= g->OW) { /* (one row: one pointer, as wide rows were) */ \
+                int64_t step = g->sw * 16;                                                 \
+                for (int64_t k = 0; k < g->kh; k++) {                                      \
+                    const T *r = buf + ((i * g->sh + k * g->dh) * d->Wp + j * g->sw) * 16; \
+                    const T *wr = wt + k * g->kw * 16;                                     \
+                    for (int64_t b = 0; b < g->kw; b++) {                                  \
+                        V w = LOAD(wr + b * 16);                                           \
+                        const T *pt = r + b * g->dw * 16;                                  \
+                        for (int u = 0; u < 8; u++)                                        \
+                            a[u] = MADD(w, LOAD(pt + u * step), a[u]);                     \
+                    }                                                                      \
                 }                                                                          \
+                for (int u = 0; u < 8; u++) STORE(out + (s + u) * 16, a[u]);               \
+                if ((j += 8) == g->OW) j = 0, ++i;                                         \
+                continue;                                                                  \
             }                                                                              \
-            for (int u = 0; u < 8; u++) STORE(out + (j + u) * 16, a[u]);                   \
-        }                                                                                  \
-        for (; j < g->OW; j++) {                                                           \
-            V a0 = ZERO;                                                                   \
-            for (int64_t k = 0; k < g->kh; k++) {                                          \
-                const T *r = buf + ((i * g->sh + k * g->dh) * d->Wp + j * g->sw) * 16;     \
-                for (int64_t b = 0; b < g->kw; b++)                                        \
-                    a0 = MADD(LOAD(wt + (k * g->kw + b) * 16), LOAD(r + b * g->dw * 16), a0); \
+            const T *p[8];                                                                 \
+            for (int u = 0; u < 8; u++) {                                                  \
+                p[u] = buf + (i * g->sh * d->Wp + j * g->sw) * 16;                         \
+                if (u < n - 1 || (n == 8 && u == 7))                                       \
+                    if (++j == g->OW) j = 0, ++i;                                          \
             }                                                                              \
-            STORE(out + j * 16, a0);                                                       \
+            for (int64_t t = 0; t < d->K; t++) {                                           \
+                V w = LOAD(wt + t * 16);                                                   \
+                int64_t o = off[t];                                                        \
+                for (int u = 0; u < 8; u++) a[u] = MADD(w, LOAD(p[u] + o), a[u]);          \
+            }                                                                              \
+            for (int u = 0; u < 8; u++)                                                    \
+                if (u < n) STORE(out + (s + u) * 16, a[u]);                                \
         }                                                                                  \
     }
 #define F_MADD(w, p, a) _mm512_fmadd_ps(w, p, a)
 #define I_MADD(w, p, a) _mm512_add_epi32(a, _mm512_mullo_epi32(w, p))
 #define I_LOAD(p) _mm512_loadu_si512((const void *)(p))
 #define I_STORE(p, v) _mm512_storeu_si512((void *)(p), v)
-DWV_ROW(dwv_row_f32, __m512, float, _mm512_setzero_ps(), _mm512_loadu_ps, F_MADD, _mm512_storeu_ps)
-DWV_ROW(dwv_row_i32, __m512i, int32_t, _mm512_setzero_si512(), I_LOAD, I_MADD, I_STORE)
+DWV_BAND(dwv_band_f32, __m512, float, _mm512_setzero_ps(), _mm512_loadu_ps, F_MADD, _mm512_storeu_ps)
+DWV_BAND(dwv_band_i32, __m512i, int32_t, _mm512_setzero_si512(), I_LOAD, I_MADD, I_STORE)
 
-/* Buffers of one call: the padded 16-lane input, the block's weights by tap, a row of sums. */
+/* Buffers of one call: the padded 16-lane input, the block's weights by tap, the taps'
+   offsets, a band's sums. The vector buffers start on a 64-byte boundary (raw: what malloc
+   gave): a vector load from malloc's 16-byte alignment would straddle two cache lines. */
 typedef struct {
-    void *buf, *wt, *row;
+    void *buf, *wt, *sums, *raw[3];
+    int64_t *off;
 } dwv_scratch;
 
+/* n 16-lane vectors of 4-byte values, aligned to their size; *raw: the block to free. */
+static void *dwv_vectors(int64_t n, void **raw) {
+    *raw = malloc((size_t)(n + 1) * 64);
+    return *raw ? (void *)(((uintptr_t)*raw + 63) & ~(uintptr_t)63) : NULL;
+}
+
+static void dwv_free(dwv_scratch *s) {
+    free(s->raw[0]), free(s->raw[1]), free(s->raw[2]), free(s->off);
+}
+
 static int dwv_alloc(const dw_geometry *g, const dwv_layout *d, dwv_scratch *s) {
-    s->buf = malloc((size_t)(d->rows * d->Wp * 16) * 4); /* one band's rows */
-    s->wt = malloc((size_t)(d->K * 16) * 4);
-    s->row = malloc((size_t)(g->OW * 16) * 4);
-    if (s->buf && s->wt && s->row) return 0;
-    free(s->buf), free(s->wt), free(s->row);
+    s->buf = dwv_vectors(d->rows * d->Wp, &s->raw[0]); /* one band's rows */
+    s->wt = dwv_vectors(d->K, &s->raw[1]);
+    s->sums = dwv_vectors(d->chunk * g->OW, &s->raw[2]);
+    s->off = malloc((size_t)d->K * sizeof(int64_t));
+    if (s->buf && s->wt && s->sums && s->off) {
+        for (int64_t k = 0; k < g->kh; k++)
+            for (int64_t b = 0; b < g->kw; b++)
+                s->off[k * g->kw + b] = (k * g->dh * d->Wp + b * g->dw) * 16;
+        return 0;
+    }
+    dwv_free(s);
     return ONYX_NOMEM;
 }
 
-static void dwv_free(dwv_scratch *s) { free(s->buf), free(s->wt), free(s->row); }
-
-/* A row of sums (pixel j's 16 lanes at row + 16 j) to the lanes' planes (out + l * OH * OW),
-   16 pixels at a time through a register transpose, plus bias and the activation. */
-static AVX512 void dwv_store_f32(const float *row, const dw_geometry *g, int64_t lanes,
-                                 const float *bias, float *out) {
+/* A band's sums (pixel p's 16 lanes at sums + 16 p) to the lanes' planes (out + l * OH * OW:
+   the band's rows are one run of each plane), 16 pixels at a time through a register
+   transpose, plus bias and the activation. */
+static AVX512 void dwv_store_f32(const float *sums, int64_t count, const dw_geometry *g,
+                                 int64_t lanes, const float *bias, float *out) {
     int64_t stride = g->OH * g->OW;
-    for (int64_t j = 0; j < g->OW; j += 16) {
-        int64_t n = g->OW - j < 16 ? g->OW - j : 16;
+    for (int64_t j = 0; j < count; j += 16) {
+        int64_t n = count - j < 16 ? count - j : 16;
         __mmask16 live = (__mmask16)((1u << n) - 1);
         __m512 r[16];
         for (int u = 0; u < 16; u++)
-            r[u] = u < n ? _mm512_loadu_ps(row + (j + u) * 16) : _mm512_setzero_ps();
+            r[u] = u < n ? _mm512_loadu_ps(sums + (j + u) * 16) : _mm512_setzero_ps();
         transpose16_ps(r); /* r[l]: lane l's pixels j .. j + 15 */
         for (int64_t l = 0; l < lanes; l++) {
             __m512 v = _mm512_add_ps(r[l], _mm512_set1_ps(bias ? bias[l] : 0.0f));
@@ -460,18 +580,19 @@ EXPORT AVX512 int onyx_depthwise_f32_avx512(const float *x, const float *w, cons
     dwv_layout d = dwv_layout_of(g);
     dwv_scratch s;
     if (dwv_alloc(g, &d, &s)) return ONYX_NOMEM;
-    float *buf = s.buf, *wt = s.wt, *row = s.row;
+    float *buf = s.buf, *sums = s.sums;
     int64_t M = g->C * g->mult, plane[16];
     for (int64_t p = p0; p < p1; p++) {
         dwv_part q = dwv_part_of(g, &d, M, p);
         int64_t n = q.n, m0 = q.m0, lanes = q.lanes, i0 = q.i0, i1 = q.i1;
         dwv_planes(g, n, m0, plane);
-        dwv_fill_f32(x, plane, g, &d, &q, buf);
-        for (int64_t t = 0; t < d.K; t++)
-            for (int l = 0; l < 16; l++) wt[t * 16 + l] = l < lanes ? w[(m0 + l) * d.K + t] : 0;
-        for (int64_t i = i0; i < i1; i++) {
-            dwv_row_f32(buf, wt, g, &d, i - i0, row);
-            dwv_store_f32(row, g, lanes, bias ? bias + m0 : 0,
+        if (g->W < 16) dwv_fill_f32(x, plane, g, &d, &q, buf); /* (narrow rows: one stream) */
+        else dwv_fill_f32_rows(x, plane, g, &d, &q, buf);
+        const float *wt = w + m0 * d.K; /* (block m0 / 16 of the packed weights) */
+        for (int64_t i = i0; i < i1; i += d.chunk) {
+            int64_t rows = i1 - i < d.chunk ? i1 - i : d.chunk;
+            dwv_band_f32(buf, wt, s.off, g, &d, i - i0, rows, sums);
+            dwv_store_f32(sums, rows * g->OW, g, lanes, bias ? bias + m0 : 0,
                           y + ((n * M + m0) * g->OH + i) * g->OW);
         }
     }
@@ -479,10 +600,10 @@ EXPORT AVX512 int onyx_depthwise_f32_avx512(const float *x, const float *w, cons
     return 0;
 }
 
-/* Requantize a row of sums (pixel j's 16 lanes at row + 16 j, channels m0.. m0 + lanes) as
-   dw_store does, 16 lanes per vector: pixel j's bytes to tile + 16 j. */
+/* Requantize `count` pixels' sums (pixel j's 16 lanes at sums + 16 j, channels m0 ..
+   m0 + lanes) as dw_store does, 16 lanes per vector: pixel j's bytes to tile + 16 j. */
 static AVX512 void dwv_requantize(const dw_output *o, int64_t m0, int64_t lanes,
-                                  const int32_t *row, int float_sums, int64_t width,
+                                  const int32_t *sums, int float_sums, int64_t count,
                                   uint8_t *tile) {
     __mmask16 live = (__mmask16)((1u << lanes) - 1);
     __m512i bias = o->bias ? _mm512_maskz_loadu_epi32(live, o->bias + m0) : _mm512_setzero_si512();
@@ -490,9 +611,9 @@ static AVX512 void dwv_requantize(const dw_output *o, int64_t m0, int64_t lanes,
     __m512 lo = _mm512_set1_ps((float)(o->lo - o->zero_point));
     __m512 hi = _mm512_set1_ps((float)(o->hi - o->zero_point));
     __m512i zp = _mm512_set1_epi32(o->zero_point);
-    for (int64_t j = 0; j < width; j++) {
-        __m512i a = float_sums ? _mm512_cvtps_epi32(_mm512_loadu_ps((const float *)row + 16 * j))
-                               : _mm512_loadu_si512((const void *)(row + 16 * j));
+    for (int64_t j = 0; j < count; j++) {
+        __m512i a = float_sums ? _mm512_cvtps_epi32(_mm512_loadu_ps((const float *)sums + 16 * j))
+                               : _mm512_loadu_si512((const void *)(sums + 16 * j));
         a = _mm512_add_epi32(a, bias);
         __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(a), s);
         v = _mm512_min_ps(_mm512_max_ps(v, lo), hi); /* (then rint: half to even) */
@@ -512,10 +633,10 @@ EXPORT AVX512 int onyx_depthwise_i8_avx512(const uint8_t *x, int x_signed, int32
     dwv_layout d = dwv_layout_of(g);
     dwv_scratch s;
     if (dwv_alloc(g, &d, &s)) return ONYX_NOMEM;
-    int32_t *buf = s.buf, *wt = s.wt, *row = s.row;
+    int32_t *buf = s.buf, *wt = s.wt, *sums = s.sums;
     int64_t M = g->C * g->mult, plane[16];
     int exact = d.K * 255 * 255 < (1 << 24);
-    uint8_t *tile = malloc((size_t)(g->OW * 16));
+    uint8_t *tile = malloc((size_t)(d.chunk * g->OW * 16));
     if (!tile) {
         dwv_free(&s);
         return ONYX_NOMEM;
@@ -525,34 +646,37 @@ EXPORT AVX512 int onyx_depthwise_i8_avx512(const uint8_t *x, int x_signed, int32
         int64_t n = q.n, m0 = q.m0, lanes = q.lanes, i0 = q.i0, i1 = q.i1;
         dwv_planes(g, n, m0, plane);
         if (exact) {
-            dwv_fill_bytes(x, x_signed, plane, x_zp, g, &d, (n + 1) * g->C * g->H * g->W, &q,
-                           s.buf);
-            for (int64_t t = 0; t < d.K; t++)
-                for (int l = 0; l < 16; l++)
-                    ((float *)wt)[t * 16 + l] = l < lanes ? (float)wc[(m0 + l) * d.K + t] : 0.0f;
+            int64_t end = (n + 1) * g->C * g->H * g->W; /* (image n's) */
+            if (g->W < 16) dwv_fill_bytes(x, x_signed, plane, x_zp, g, &d, end, &q, s.buf);
+            else dwv_fill_bytes_rows(x, x_signed, plane, x_zp, g, &d, end, &q, s.buf);
         } else {
             if (x_signed) dwv_fill_s8((const int8_t *)x, plane, x_zp, g, &d, &q, buf);
             else dwv_fill_u8(x, plane, x_zp, g, &d, &q, buf);
-            for (int64_t t = 0; t < d.K; t++)
-                for (int l = 0; l < 16; l++) wt[t * 16 + l] = l < lanes ? wc[(m0 + l) * d.K + t] : 0;
         }
-        for (int64_t i = i0; i < i1; i++) {
-            if (exact) dwv_row_f32(s.buf, s.wt, g, &d, i - i0, s.row);
-            else dwv_row_i32(buf, wt, g, &d, i - i0, row);
-            if (o->y8) { /* the 16 lanes of a pixel requantized at once, then to their planes */
-                dwv_requantize(o, m0, lanes, row, exact, g->OW, tile);
+        for (int64_t t = 0; t < d.K; t++) { /* block m0 / 16 of the packed weights */
+            __m512i v = _mm512_cvtepi16_epi32(
+                _mm256_loadu_si256((const __m256i *)(wc + m0 * d.K + t * 16)));
+            if (exact) _mm512_storeu_ps((float *)wt + t * 16, _mm512_cvtepi32_ps(v));
+            else _mm512_storeu_si512((void *)(wt + t * 16), v);
+        }
+        for (int64_t i = i0; i < i1; i += d.chunk) {
+            int64_t rows = i1 - i < d.chunk ? i1 - i : d.chunk, count = rows * g->OW;
+            int64_t at = ((n * M + m0) * g->OH + i) * g->OW;
+            if (exact) dwv_band_f32(s.buf, s.wt, s.off, g, &d, i - i0, rows, s.sums);
+            else dwv_band_i32(buf, wt, s.off, g, &d, i - i0, rows, sums);
+            if (o->y8) { /* a pixel's 16 lanes requantized at once, then to their planes */
+                dwv_requantize(o, m0, lanes, sums, exact, count, tile);
                 if (o->table) /* an activation's table (QLinearConvLookup) */
-                    for (int64_t k = 0; k < g->OW * 16; k++) tile[k] = o->table[tile[k]];
-                onyx_transpose_u8(tile, g->OW, lanes, 16, o->y8 + ((n * M + m0) * g->OH + i) * g->OW,
-                                  g->OH * g->OW);
+                    for (int64_t k = 0; k < count * 16; k++) tile[k] = o->table[tile[k]];
+                onyx_transpose_u8(tile, count, lanes, 16, o->y8 + at, g->OH * g->OW);
                 continue;
             }
             if (exact) /* float sums to int32 in place (integers: exact) */
-                for (int64_t j = 0; j < g->OW * 16; j += 16)
-                    _mm512_storeu_si512((void *)(row + j),
-                                        _mm512_cvtps_epi32(_mm512_loadu_ps((float *)row + j)));
+                for (int64_t j = 0; j < count * 16; j += 16)
+                    _mm512_storeu_si512((void *)(sums + j),
+                                        _mm512_cvtps_epi32(_mm512_loadu_ps((float *)sums + j)));
             for (int64_t l = 0; l < lanes; l++)
-                dw_store(o, m0 + l, row + l, 16, g->OW, ((n * M + m0 + l) * g->OH + i) * g->OW);
+                dw_store(o, m0 + l, sums + l, 16, count, at + l * g->OH * g->OW);
         }
     }
     free(tile);
@@ -572,10 +696,10 @@ EXPORT AVX512 int onyx_conv_small_f32_avx512(const float *x, const float *w, con
     dwv_layout d = dwv_layout_of(g);
     int64_t M = g->M, CK = g->C * d.K, plane = d.Hp * d.Wp;
     float *pad = calloc((size_t)(g->C * plane), sizeof(float)); /* the border stays zero */
-    float *wt = malloc((size_t)(CK * 16) * sizeof(float));
-    float *row = malloc((size_t)(g->OW * 16) * sizeof(float));
+    void *raw[2];
+    float *wt = dwv_vectors(CK, &raw[0]), *row = dwv_vectors(g->OW, &raw[1]);
     if (!pad || !wt || !row) {
-        free(pad), free(wt), free(row);
+        free(pad), free(raw[0]), free(raw[1]);
         return ONYX_NOMEM;
     }
     int64_t wend = d.Wp - g->left < g->W ? d.Wp - g->left : g->W;
@@ -628,7 +752,7 @@ EXPORT AVX512 int onyx_conv_small_f32_avx512(const float *x, const float *w, con
             }
         }
     }
-    free(pad), free(wt), free(row);
+    free(pad), free(raw[0]), free(raw[1]);
     return 0;
 }
 #endif

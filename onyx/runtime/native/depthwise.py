@@ -106,7 +106,8 @@ class PlaneConv:
     plane kernel fn (depthwise or small) over blocks of ``lanes`` output channels, set up for
     one input shape; begin: the top and left pads (the end pads are implied by out_shape);
     activation: (code, alpha, beta) as FloatConv's, applied by the AVX-512 depthwise kernel
-    (the others take none). The geometry and the work split are made once (a MobileNet's
+    (the others take none); packed: hand fn the weights as :func:`lane_blocks` (the AVX-512
+    depthwise kernel's order). The geometry and the work split are made once (a MobileNet's
     depthwise conv on a 7x7 image takes about as long as building them in Python did)."""
 
     __slots__ = ("cuts", "g", "shape", "task", "w", "ways")
@@ -123,10 +124,13 @@ class PlaneConv:
         begin,
         activation=(0, 0.0, 0.0),
         banded: bool = False,
+        packed: bool = False,
     ):
         (N, C, H, W), M = x_shape, w.shape[0]
         _check_sizes("conv", *x_shape, *w.shape, *out_shape, *strides, *dilations, *begin)
         self.w = np.ascontiguousarray(w, np.float32)
+        if packed:
+            self.w = lane_blocks(self.w.reshape(M, -1))
         self.g = _DwGeometry(
             C, H, W, M // C, *out_shape, *w.shape[2:], *strides, *dilations, *begin, M, *activation
         )
@@ -166,7 +170,18 @@ def depthwise_setup(
         begin,
         activation or (0, 0.0, 0.0),
         banded=core.lib.depthwise_lanes == 16,
+        packed=core.lib.depthwise_lanes == 16,
     )
+
+
+def lane_blocks(w: np.ndarray) -> np.ndarray:
+    """Depthwise weights (M, K) as (blocks of 16 channels, K, 16), the lanes past M zero: the
+    AVX-512 kernels' order, where each tap's 16 weights are one vector (they had been
+    gathered from M rows for every part of every call)."""
+    M, K = w.shape
+    blocks = np.zeros((-(-M // 16) * 16, K), w.dtype)
+    blocks[:M] = w
+    return np.ascontiguousarray(blocks.reshape(-1, 16, K).transpose(0, 2, 1))
 
 
 #: Bytes of padded 16-lane input rows that an AVX-512 depthwise part fills and reads: its
@@ -233,7 +248,10 @@ class IntPlaneConv:
             C, H, W, M // C, *out_shape, *wc.shape[1:], *strides, *dilations, *begin, M
         )
         self.shape = (N, M, *out_shape)
-        self.out, self.keep = _DwOutput(), [np.ascontiguousarray(wc, np.int16)]
+        taps = np.ascontiguousarray(wc, np.int16)
+        if core.lib.depthwise_lanes == 16:
+            taps = lane_blocks(taps.reshape(M, -1))
+        self.out, self.keep = _DwOutput(), [taps]
         if bias is not None:
             self.keep.append(np.ascontiguousarray(bias, np.int32))
             self.out.bias = _addr(self.keep[-1])
