@@ -50,8 +50,9 @@ def test_bits_of_the_general_path(name, shape, keepdims, contiguous, numpy_only,
 def test_applies_to_one_last_axis_of_float32_only(name):
     fast = reduce_fast.FAST[name]
     x = _data((2, 3, 4))
-    assert fast(x, [-1], 1) is not None
-    assert fast(x, (2,), 0) is not None
+    if name != "ReduceMean" or native.available():  # (numpy's mean: the general path)
+        assert fast(x, [-1], 1) is not None
+        assert fast(x, (2,), 0) is not None
     for data, axes in (
         (x.astype(np.float64), [-1]),
         (x, [1]),
