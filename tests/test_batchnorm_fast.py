@@ -11,6 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 import onyx
 from onyx.runtime import native
 from onyx.runtime.kernels import batchnorm_fast
+from onyx.runtime.kernels import derived as derived_mod
 from onyx.runtime.kernels.normalization import batch_normalization, batch_normalization_7
 
 F32, F64 = TensorProto.FLOAT, TensorProto.DOUBLE
@@ -105,3 +106,19 @@ def test_other_forms_take_the_general_kernel():
     got = batch_normalization_7(ctx, x, *feature, spatial=0)
     want = _reference(x, *feature, 1e-5, (1, 3, 4))
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_bias_that_is_the_scale_is_not_kept():
+    """The kept form holds bias, mean and var: one that is the scale itself would keep the
+    scale alive, and with it the form, for ever."""
+    scale, _, mean, var = _params(4, np.float32)
+    for v in (scale, mean, var):
+        v.flags.writeable = False
+    x = _feed((2, 4, 3), np.float32)
+    before = derived_mod.entries()[0]
+    got = batch_normalization(x, scale, scale, mean, var)
+    assert derived_mod.entries()[0] == before
+    want = _reference(x, scale, scale, mean, var, 1e-5, (1, 4, 1))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    batch_normalization(x, scale, mean, mean, var)
+    assert derived_mod.entries()[0] == before + 1

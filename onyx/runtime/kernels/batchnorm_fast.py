@@ -58,6 +58,19 @@ def _make_affine(scale, bias, mean, var, epsilon: float, dtype: np.dtype) -> _Af
     return _Affine((bias, mean, var), frozen(mult), frozen(shift))
 
 
+def _affine(scale, B, mean, var, epsilon: float, dtype: np.dtype) -> _Affine | None:
+    """The parameter set's form, kept while ``scale`` lives (derived.py) when it is constant."""
+    if B is scale or mean is scale or var is scale:  # (the form holds them: scale would never go)
+        return _make_affine(scale, B, mean, var, epsilon, dtype)
+    key = ("batchnorm_affine", id(B), id(mean), id(var), float(epsilon), dtype.str)
+    affine = derived(scale, key, lambda: _make_affine(scale, B, mean, var, epsilon, dtype))
+    if affine is not None and (
+        affine.held[0] is not B or affine.held[1] is not mean or affine.held[2] is not var
+    ):
+        return _make_affine(scale, B, mean, var, epsilon, dtype)  # (a recycled id)
+    return affine
+
+
 def inference(X, scale, B, mean, var, epsilon: float) -> np.ndarray | None:
     """Y of inference-mode BatchNormalization for float32/float64 X (N, C, ...) with (C,)
     parameters of X's type; None where the general kernel is needed."""
@@ -66,13 +79,9 @@ def inference(X, scale, B, mean, var, epsilon: float) -> np.ndarray | None:
     dtype = X.dtype
     if scale.dtype != dtype or mean.dtype != dtype or var.dtype != dtype or B.dtype != dtype:
         return None
-    key = ("batchnorm_affine", id(B), id(mean), id(var), float(epsilon), dtype.str)
-    affine = derived(scale, key, lambda: _make_affine(scale, B, mean, var, epsilon, dtype))
+    affine = _affine(scale, B, mean, var, epsilon, dtype)
     if affine is None or affine.mult.size != X.shape[1]:
         return None
-    held = affine.held
-    if held[0] is not B or held[1] is not mean or held[2] is not var:  # (a recycled id)
-        affine = _make_affine(scale, B, mean, var, epsilon, dtype)
     if dtype == np.float32 and core.lib is not None and X.flags.c_contiguous and X.size:
         return _native(X, affine)
     mult, shift = affine.broadcast(X.ndim)
