@@ -13,6 +13,7 @@ import numpy as np
 from ...ir.dtypes import to_numpy
 from .. import native
 from ..registry import op
+from . import batchnorm_fast
 from .conv import compute_dtype
 
 # ----------------------------------------------------------------------------- BatchNormalization
@@ -28,6 +29,9 @@ def _per_channel(v: np.ndarray, x: np.ndarray, dtype) -> np.ndarray:
 
 def _batch_norm(X, scale, B, mean, var, *, epsilon, momentum, training, spatial=True):
     """(Y, running_mean, running_var, saved_mean, saved_inv_std)."""
+    y = None if training else batchnorm_fast.inference(X, scale, B, mean, var, epsilon)
+    if y is not None:
+        return (y,)  # (one per-channel affine pass, onnxruntime's order: batchnorm_fast.py)
     ct = compute_dtype(X.dtype)
     x = X.astype(ct, copy=False)
     stat_dtype = mean.dtype

@@ -15,6 +15,7 @@ import numpy as np
 
 from .. import native
 from ..registry import op
+from . import reduce_fast
 from .elementwise import is_float, upcast
 
 
@@ -132,11 +133,15 @@ def _reduce(r: Reduction, data, axes, keepdims: int, noop_with_empty_axes: int =
 
 
 def _register_reduction(name: str, r: Reduction, input_axes_since: int) -> None:
+    fast = reduce_fast.FAST.get(name, lambda *_: None)  # (float32 over the last axis)
+
     def with_axes_attribute(data, *, axes=None, keepdims=1):
-        return _reduce(r, data, axes, keepdims)
+        y = fast(data, axes, keepdims)
+        return _reduce(r, data, axes, keepdims) if y is None else y
 
     def with_axes_input(data, axes=None, *, keepdims=1, noop_with_empty_axes=0):
-        return _reduce(r, data, axes, keepdims, noop_with_empty_axes)
+        y = fast(data, axes, keepdims)
+        return _reduce(r, data, axes, keepdims, noop_with_empty_axes) if y is None else y
 
     op(name, since=1)(with_axes_attribute)
     op(name, since=input_axes_since)(with_axes_input)

@@ -1,0 +1,119 @@
+"""Inference BatchNormalization as one per-channel affine map: y = x * a + b.
+
+With a = scale / sqrt(var + epsilon) and b = bias - mean * a computed once per constant
+parameter set (derived.py), a call is one pass over x: native (rows.c's batch_norm entry, fed
+a zero mean: x - 0 is x, bit for bit) or numpy's multiply and add into one output buffer.
+This is onnxruntime's order of operations (a scale and a shift per channel), which is the
+tie-breaker here; it differs from (x - mean) * a + bias by rounding only.
+
+The ResNet-style exports keep a BatchNormalization after a residual Add that no pass folds
+into a conv; there a call's Python set-up cost more than its pass over the data.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+from ..native import _core as core
+from ..native._core import _PARALLEL_ELEMENTS, _addr, _element_cuts, _input_addr, _ways
+from ..native.rows import _BatchNorm
+from .derived import derived, frozen
+
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+class _Affine:
+    """A parameter set's per-channel multiplier and shift, and the native set-ups by shape."""
+
+    __slots__ = ("held", "mult", "shift", "zeros", "mult_b", "shift_b", "setups")
+
+    def __init__(self, held: tuple, mult: np.ndarray, shift: np.ndarray):
+        self.held = held  # (bias, mean, var): compared by identity, held so no id is reused
+        self.mult, self.shift = mult, shift
+        self.zeros = frozen(np.zeros_like(mult))
+        self.mult_b: dict[int, np.ndarray] = {}  # x.ndim -> mult shaped (1, C, 1, ...)
+        self.shift_b: dict[int, np.ndarray] = {}
+        self.setups: dict[tuple, tuple] = {}  # (x.shape, thread setting) -> native set-up
+
+    def broadcast(self, ndim: int) -> tuple[np.ndarray, np.ndarray]:
+        mult = self.mult_b.get(ndim)
+        if mult is None:
+            shape = (1, -1) + (1,) * (ndim - 2)
+            mult = self.mult_b[ndim] = self.mult.reshape(shape)
+            self.shift_b[ndim] = self.shift.reshape(shape)
+        return mult, self.shift_b[ndim]
+
+
+def _make_affine(scale, bias, mean, var, epsilon: float, dtype: np.dtype) -> _Affine | None:
+    params = [np.asarray(v) for v in (scale, bias, mean, var)]
+    if any(v.ndim > 1 or v.size != params[0].size for v in params):
+        return None  # (spatial=0's per-feature parameters: the general kernel)
+    s, b, m, v = (p.reshape(-1).astype(dtype) for p in params)
+    # (epsilon as the float32 an attribute is, its default too: onnxruntime's float64 bits)
+    inv_std = 1 / np.sqrt(v + dtype.type(np.float32(epsilon)))
+    mult = inv_std * s
+    shift = b - m * mult
+    return _Affine((bias, mean, var), frozen(mult), frozen(shift))
+
+
+def _affine(scale, B, mean, var, epsilon: float, dtype: np.dtype) -> _Affine | None:
+    """The parameter set's form, kept while ``scale`` lives (derived.py) when it is constant."""
+    if B is scale or mean is scale or var is scale:  # (the form holds them: scale would never go)
+        return _make_affine(scale, B, mean, var, epsilon, dtype)
+    key = ("batchnorm_affine", id(B), id(mean), id(var), float(epsilon), dtype.str)
+    affine = derived(scale, key, lambda: _make_affine(scale, B, mean, var, epsilon, dtype))
+    if affine is not None and (
+        affine.held[0] is not B or affine.held[1] is not mean or affine.held[2] is not var
+    ):
+        return _make_affine(scale, B, mean, var, epsilon, dtype)  # (a recycled id)
+    return affine
+
+
+def inference(X, scale, B, mean, var, epsilon: float) -> np.ndarray | None:
+    """Y of inference-mode BatchNormalization for float32/float64 X (N, C, ...) with (C,)
+    parameters of X's type; None where the general kernel is needed."""
+    if type(X) is not np.ndarray or X.dtype not in _FLOATS or X.ndim < 2:
+        return None
+    dtype = X.dtype
+    if scale.dtype != dtype or mean.dtype != dtype or var.dtype != dtype or B.dtype != dtype:
+        return None
+    affine = _affine(scale, B, mean, var, epsilon, dtype)
+    if affine is None or affine.mult.size != X.shape[1]:
+        return None
+    if dtype == np.float32 and core.lib is not None and X.flags.c_contiguous and X.size:
+        return _native(X, affine)
+    mult, shift = affine.broadcast(X.ndim)
+    y = np.multiply(X, mult)
+    return np.add(y, shift, out=y)
+
+
+def _native(x: np.ndarray, affine: _Affine) -> np.ndarray:
+    key = (x.shape, core.thread_setting())
+    setup = affine.setups.get(key)
+    if setup is None:
+        if len(affine.setups) >= 16:  # (a bound: a model fed ever new shapes)
+            affine.setups.clear()
+        setup = affine.setups[key] = _native_setup(x, affine)
+    template, cuts_at, parts, ways, _cuts = setup
+    y = np.empty_like(x)
+    task = _BatchNorm.from_buffer_copy(template)  # (calls may come from several threads)
+    task.x, task.y = _input_addr(x), _addr(y)
+    lib = core.lib
+    status = lib.onyx_parallel(lib.batch_norm_f32_range, ctypes.byref(task), cuts_at, parts, ways)
+    if status:
+        core.check(status, "BatchNormalization")
+    return y
+
+
+def _native_setup(x: np.ndarray, affine: _Affine) -> tuple:
+    rows = x.shape[0] * x.shape[1]
+    size = x.size // rows
+    ways = _ways(x.size, rows, _PARALLEL_ELEMENTS)
+    cuts = _element_cuts(rows, 1, ways)
+    template = _BatchNorm(
+        None, None, _addr(affine.zeros), _addr(affine.mult), _addr(affine.shift), x.shape[1], size
+    )
+    # (cuts held: the lru cache that made them may let them go)
+    return template, _addr(cuts), len(cuts) - 1, ways, cuts
