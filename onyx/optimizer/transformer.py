@@ -690,19 +690,7 @@ def _packed_attention_function(ctx: PassContext, op_type: str) -> ir.Function:
     rotary = "Rotary" in op_type
     tables = [ir.Value("cos"), ir.Value("sin")] if rotary else []
     emit = _Body()
-    parts = emit.split(qkv, 3, ctx.opset())
-    heads = emit("Unsqueeze", [emit.ref(ir.AttrType.INT, "value_int", "num_heads"), emit(
-        "Constant", [], value=np.array([0], np.int64))])  # fmt: skip
-    shape = emit(
-        "Concat",
-        [
-            emit("Constant", [], value=np.array([0, 0], np.int64)),
-            heads,
-            emit("Constant", [], value=np.array([-1], np.int64)),
-        ],
-        axis=0,
-    )
-    q, k, v = (emit("Transpose", [emit("Reshape", [x, shape])], perm=[0, 2, 1, 3]) for x in parts)
+    q, k, v = _heads_body(emit, qkv, ctx.opset())
     if rotary:
         cos, sin = (emit("Concat", [t, t], axis=-1) for t in tables)
         q, k = (_rotate_half_body(emit, x, cos, sin, ctx.opset()) for x in (q, k))
@@ -1201,13 +1189,10 @@ def time_major_attention_fusion(ctx: PassContext) -> bool:
     return changed
 
 
-def _time_major_function(ctx: PassContext) -> ir.Function:
-    """TimeMajorPackedHeadsAttention(QKV [S, B, 3W]; num_heads, scale) = the batch-first
-    PackedHeadsAttention of its transpose, transposed back to [S, B, W]."""
-    qkv = ir.Value("QKV")
-    emit = _Body()
-    bsf = emit("Transpose", [qkv], perm=[1, 0, 2])
-    parts = emit.split(bsf, 3, ctx.opset())
+def _heads_body(emit: _Body, qkv: ir.Value, opset: int) -> tuple:
+    """A function body's q, k, v [B, num_heads, S, W / num_heads] from QKV [B, S, 3W] (the
+    function's num_heads attribute by reference)."""
+    parts = emit.split(qkv, 3, opset)
     heads = emit("Unsqueeze", [emit.ref(ir.AttrType.INT, "value_int", "num_heads"), emit(
         "Constant", [], value=np.array([0], np.int64))])  # fmt: skip
     shape = emit(
@@ -1219,7 +1204,16 @@ def _time_major_function(ctx: PassContext) -> ir.Function:
         ],
         axis=0,
     )
-    q, k, v = (emit("Transpose", [emit("Reshape", [x, shape])], perm=[0, 2, 1, 3]) for x in parts)
+    return tuple(emit("Transpose", [emit("Reshape", [x, shape])], perm=[0, 2, 1, 3]) for x in parts)
+
+
+def _time_major_function(ctx: PassContext) -> ir.Function:
+    """TimeMajorPackedHeadsAttention(QKV [S, B, 3W]; num_heads, scale) = the batch-first
+    PackedHeadsAttention of its transpose, transposed back to [S, B, W]."""
+    qkv = ir.Value("QKV")
+    emit = _Body()
+    bsf = emit("Transpose", [qkv], perm=[1, 0, 2])
+    q, k, v = _heads_body(emit, bsf, ctx.opset())
     y = _softmax_attention(emit, q, k, v, False)
     merged = emit("Constant", [], value=np.array([0, 0, -1], np.int64))
     y = emit("Reshape", [emit("Transpose", [y], perm=[0, 2, 1, 3]), merged])
