@@ -197,6 +197,27 @@ def test_depthwise_applies_its_activation_as_it_stores(activation, params, shape
     assert any(fused), "the activation was not applied by the kernel"
 
 
+@pytest.mark.skipif(not native.available(), reason="no native library")
+def test_a_plain_depthwise_conv_is_set_up_once(monkeypatch):
+    """A depthwise Conv without an activation (ShuffleNet's) keeps its native set-up per weight
+    and shape, as an activated one does: set-ups once cost as much as the kernel; same bits."""
+    setups, run = [], native.depthwise_setup
+    monkeypatch.setattr(native, "depthwise_setup", lambda *a: setups.append(a) or run(*a))
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((1, 24, 13, 13)).astype(np.float32)
+    w = rng.standard_normal((24, 1, 3, 3)).astype(np.float32)
+    w.flags.writeable = False  # (a session's weights are read-only: what derived.py keys on)
+    b = rng.standard_normal(24).astype(np.float32)
+    attrs = {"group": 24, "pads": [1, 1, 1, 1], "strides": [1, 1]}
+    first = conv_kernels.conv(x, w, b, **attrs)
+    for _ in range(3):
+        np.testing.assert_array_equal(conv_kernels.conv(x, w, b, **attrs), first)
+    assert len(setups) == 1
+    with native.disabled():  # (numpy's conv; a writeable copy: nothing kept to reuse)
+        want = conv_kernels.conv(x, w.copy(), b, **attrs)
+    np.testing.assert_allclose(first, want, rtol=1e-5, atol=1e-5)
+
+
 @pytest.fixture
 def gemv_calls(monkeypatch):
     """The native float GEMVs run from now on (their row counts)."""

@@ -555,8 +555,8 @@ def native_conv_f32(
         y = _conv1d.native_conv1d(X, W, B, group, attrs, z, activation, alpha, beta)
         if y is not None:
             return y
-    if activation and z is None and group == X.shape[1] > 1 and W.shape[1] == 1:
-        return _activated_depthwise(X, W, B, attrs, (activation, alpha, beta))
+    if z is None and group == X.shape[1] > 1 and W.shape[1] == 1:  # (with or without an
+        return _activated_depthwise(X, W, B, attrs, (activation, alpha, beta))  # activation)
     if not native.conv_f32_ok():
         return None
     key = ("f32 conv", X.shape, group, attrs, activation, alpha, beta, native.thread_setting())
