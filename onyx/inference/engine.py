@@ -372,7 +372,7 @@ class Engine:
         for v in g.inputs:
             if v.type is not None:
                 env["types"][id(v)] = v.type
-        inputs = {id(v) for v in g.inputs}
+        inputs = _overridable_inputs(g, self.model.ir_version)
         for v in g.initializers.values():
             t = v.const_value
             if t is None:
@@ -487,6 +487,16 @@ class Engine:
         self.infer_graph(g, env, opsets, g.name)
         self.subgraph_envs.append((g, env))
         return [env["types"].get(id(v)) or v.type for v in g.outputs]
+
+
+def _overridable_inputs(g: Graph, ir_version: int) -> set[int]:
+    """The ids of the graph inputs whose initializer a caller may override (no data flows
+    from those). Before IR 4 every initializer had to be listed as an input too; onnxruntime
+    (and onyx's optimizer, core.PassContext.const) treat those as constants, so inference does:
+    a Reshape to an initializer shape then keeps its dims."""
+    if ir_version < 4:
+        return set()
+    return {id(v) for v in g.inputs}
 
 
 def _in_order(g: Graph) -> list[Node]:

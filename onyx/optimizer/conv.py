@@ -210,9 +210,16 @@ def _conv_attrs(conv: ir.Node) -> list[ir.Attr]:
     return [a for a in conv.attributes.values() if not a.is_ref]
 
 
+def _is_pair_sum(node: ir.Node | None) -> bool:
+    """A Sum of exactly two inputs: an Add (Caffe2's exports write residual adds so)."""
+    return is_op(node, "Sum") and len(node.inputs) == 2 and all(v is not None for v in node.inputs)
+
+
 @graph_pass("ConvActivationFusion", EXTENDED)
 def conv_activation(ctx: PassContext) -> bool:
-    """Conv [-> Add(Z, same shape)] -> activation  =>  com.microsoft FusedConv(X, W, B, Z)."""
+    """Conv [-> Add(Z, same shape)] -> activation  =>  com.microsoft FusedConv(X, W, B, Z).
+    A 2-input Sum stands for the Add: FusedConv adds Z to conv + bias before the activation,
+    the same float operations as the unfused nodes."""
     changed = False
     for act in ctx.graph:
         spec = activation(ctx, act)
@@ -220,7 +227,8 @@ def conv_activation(ctx: PassContext) -> bool:
             continue
         src = act.inputs[0]
         add, z = None, None
-        if is_op(src.producer, "Add") and ctx.single_use(src) is act:
+        adds = is_op(src.producer, "Add") or _is_pair_sum(src.producer)
+        if adds and ctx.single_use(src) is act:
             add = src.producer
             conv, z = _conv_feeding(ctx, add)
             if conv is None or not same_dims(static_shape(z), static_shape(conv.outputs[0])):
