@@ -255,17 +255,46 @@ def test_depthwise_and_stem_convs_keep_their_own_kernels(native_calls):
     assert native_calls == []
 
 
-def test_stem_with_an_activation_runs_the_implicit_gemm(native_calls):
-    """The direct stem kernel applies no activation: a stem with one (MobileNet's HardSwish)
-    runs the implicit GEMM, which applies it as it stores."""
+_STEM_ACTIVATIONS = [("Relu", []), ("LeakyRelu", [0.3]), ("Clip", [0.0, 6.0]), ("HardSwish", []),
+                     ("HardSigmoid", [0.3, 0.4])]  # fmt: skip
+
+
+@pytest.mark.parametrize("activation, params", _STEM_ACTIVATIONS)
+def test_stem_applies_its_activation_as_it_stores(activation, params, native_calls):
+    """A stem with an activation (MobileNetV3's HardSwish): the direct stem kernel applies it
+    as it stores where it runs (AVX-512; the same bits as the two apart), else the implicit
+    GEMM does."""
     rng = np.random.default_rng(8)
-    x = rng.standard_normal((1, 3, 32, 32)).astype(np.float32)
-    stem = rng.standard_normal((16, 3, 3, 3)).astype(np.float32)
+    x = rng.standard_normal((2, 3, 33, 32)).astype(np.float32) * 4
+    x[1, 2, 5, 6] = np.nan
+    stem = rng.standard_normal((24, 3, 3, 3)).astype(np.float32)  # (16 + 8 channels: a tail)
+    b = rng.standard_normal(24).astype(np.float32)
     attrs = {"pads": [1, 1, 1, 1], "strides": [2, 2]}
-    want = hard_swish(conv_kernels.conv(x, stem, **attrs))
+    apart = conv_kernels.conv(x, stem, b, **attrs)
     assert native_calls == []  # (the direct kernel)
-    np.testing.assert_allclose(conv_hard_swish(x, stem, **attrs), want, rtol=1e-5, atol=1e-5)
-    assert native_calls == [x.shape]
+    if activation == "HardSwish":
+        got, want = conv_hard_swish(x, stem, b, **attrs), hard_swish(apart)
+    else:
+        got = fused_conv(x, stem, b, activation=activation, activation_params=params, **attrs)
+        want = ACTIVATIONS[activation](apart.copy(), *(params + [None] * 3)[:3])
+    assert np.isnan(got).sum() == np.isnan(want).sum() > 0
+    if native.conv_small_ok(x, stem, [1, 1]):
+        np.testing.assert_array_equal(got, want)
+        assert native_calls == []
+    else:
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        assert native_calls == [x.shape]
+
+
+def test_stem_with_a_residual_and_an_activation():
+    """FusedConv's residual goes in before the activation: the direct stem kernel declines."""
+    x, w, b, attrs = _case_arrays((1, 3, 20, 18, 16, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 1), 4)
+    z = np.random.default_rng(9).standard_normal((1, 16, 10, 9)).astype(np.float32)
+    fused = {"activation": "HardSigmoid", "activation_params": [0.3, 0.4]}
+    model = _model("FusedConv", list(x.shape), {"w": w, "b": b, "z": z}, {**attrs, **fused},
+                   domain="com.microsoft")  # fmt: skip
+    got = fused_conv(x, w, b, z, **attrs, **fused)
+    np.testing.assert_allclose(got, _ort_run(model, {"x": x, "z": z}), rtol=1e-5, atol=1e-5)
 
 
 #: x shape, M, kernel, stride, dilation, pads: convs of a few output pixels in all (<= 8)

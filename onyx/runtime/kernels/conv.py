@@ -448,8 +448,10 @@ def _float_conv(
     if group > 1 and W.shape[1] == 1 or min(geo["pads"]) < 0:
         return None
     small = W[0].size <= native.SMALL_CONV_K and W.shape[0] >= 8  # (native.conv_small_ok's)
-    if group == 1 and len(x_shape) == 4 and small and W.shape[2:] != (1, 1) and not activation:
-        return None  # a stem: the direct kernel (which applies no activation; a 1x1 goes to BLAS)
+    if group == 1 and len(x_shape) == 4 and small and W.shape[2:] != (1, 1):  # a stem: the
+        stem = native.stem_setup(x_shape, W, geo, begin, (activation, alpha, beta))
+        if stem is not None or not activation:  # direct kernel (AVX-512; a 1x1 goes to BLAS)
+            return stem
     if len(x_shape) == 3:  # a 1-D conv is a 2-D one of height 1 (whichever kernel runs it:
         x_shape, W, geo, begin = _lifted(x_shape, W, geo, begin)  # the caller drops the axis)
     out_shape, strides, dilations = geo["out_shape"], geo["strides"], geo["dilations"]

@@ -72,6 +72,7 @@ from .depthwise import (
     depthwise_f32,
     depthwise_ok,
     depthwise_setup,
+    stem_setup,
 )
 from .elementwise import (
     bias_gelu_f32,
@@ -161,6 +162,7 @@ __all__ = [
     "depthwise_f32",
     "depthwise_ok",
     "depthwise_setup",
+    "stem_setup",
     "dequantize_8",
     "disabled",
     "bias_gelu_f32",

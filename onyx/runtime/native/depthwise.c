@@ -689,7 +689,7 @@ EXPORT AVX512 int onyx_depthwise_i8_avx512(const uint8_t *x, int x_signed, int32
    input value broadcast times the 16 channels' weights (an im2col GEMM with K = 27 is mostly
    the cost of building its columns). Parts p = (image, 16 output channels, band of output
    rows) as above, g->M output channels; each part copies its band's rows into the padded
-   image (zero-bordered). */
+   image (zero-bordered). The activation (g->act) is applied as the rows are stored. */
 EXPORT AVX512 int onyx_conv_small_f32_avx512(const float *x, const float *w, const float *bias,
                                              float *y, const dw_geometry *g, int64_t p0,
                                              int64_t p1) {
@@ -745,11 +745,9 @@ EXPORT AVX512 int onyx_conv_small_f32_avx512(const float *x, const float *w, con
                     }
                 _mm512_storeu_ps(row + j * 16, a0);
             }
-            for (int64_t l = 0; l < lanes; l++) {
-                float bl = bias ? bias[m0 + l] : 0.0f;
-                float *out = y + ((n * M + m0 + l) * g->OH + i) * g->OW;
-                for (int64_t jj = 0; jj < g->OW; jj++) out[jj] = row[jj * 16 + l] + bl;
-            }
+            /* + bias and the activation, to the lanes' planes (as the depthwise kernel's) */
+            dwv_store_f32(row, g->OW, g, lanes, bias ? bias + m0 : 0,
+                          y + ((n * M + m0) * g->OH + i) * g->OW);
         }
     }
     free(pad), free(raw[0]), free(raw[1]);

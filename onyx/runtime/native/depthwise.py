@@ -105,8 +105,8 @@ class PlaneConv:
     """A 2-D float32 conv of x (N, C, H, W) with w (M, C / group, kh, kw) (+ bias [M]) by the
     plane kernel fn (depthwise or small) over blocks of ``lanes`` output channels, set up for
     one input shape; begin: the top and left pads (the end pads are implied by out_shape);
-    activation: (code, alpha, beta) as FloatConv's, applied by the AVX-512 depthwise kernel
-    (the others take none); packed: hand fn the weights as :func:`lane_blocks` (the AVX-512
+    activation: (code, alpha, beta) as FloatConv's, applied by the AVX-512 kernels (the
+    portable depthwise kernel takes none); packed: hand fn the weights as :func:`lane_blocks` (the AVX-512
     depthwise kernel's order). The geometry and the work split are made once (a MobileNet's
     depthwise conv on a 7x7 image takes about as long as building them in Python did)."""
 
@@ -318,6 +318,40 @@ def conv_small_f32(x, w, bias, out_shape, strides, dilations, begin) -> np.ndarr
         core.lib.conv_small, 16, x.shape, w, out_shape, strides, dilations, begin, banded=True
     )
     return conv(x, bias)
+
+
+class ActivatedStem(PlaneConv):
+    """A stem conv (see conv_small_ok) with its activation applied as the kernel stores, set
+    up once as FloatConv is and called as it is; with a residual z (FusedConv's, added before
+    the activation) it declines: None, the caller's numpy path."""
+
+    __slots__ = ()
+
+    def __call__(self, x: np.ndarray, bias=None, z=None) -> np.ndarray | None:
+        return super().__call__(x, bias) if z is None else None
+
+
+def stem_setup(x_shape, w, geo: dict, begin, activation: tuple) -> ActivatedStem | None:
+    """The direct stem conv with ``activation`` ((code, alpha, beta), CONV_ACTIVATIONS, code
+    non-zero) for x_shape, where the kernel runs (AVX-512), else None. geo: the conv's
+    geometry (out_shape, strides, dilations)."""
+    if core.lib is None or not core.lib.conv_small or not activation[0]:
+        return None
+    if w[0].size > SMALL_CONV_K or w.shape[0] < 8 or min(begin) < 0:
+        return None  # (conv_small_ok's, on shapes)
+    out_shape, strides, dilations = geo["out_shape"], geo["strides"], geo["dilations"]
+    return ActivatedStem(
+        core.lib.conv_small,
+        16,
+        x_shape,
+        w,
+        out_shape,
+        strides,
+        dilations,
+        begin,
+        activation,
+        banded=True,
+    )
 
 
 def bind(lib, isa: int) -> None:
