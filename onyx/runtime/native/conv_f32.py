@@ -29,6 +29,7 @@ class _ConvF32(ctypes.Structure):
         [(name, _P) for name in ("x", "w", "bias", "z", "y", "cols")]
         + [(name, _I64) for name in "N C H W M OH OW kh kw sh sw dh dw top left".split()]
         + [(name, _I64) for name in ("group", "kc", "strips", "per_part", "blocks", "wide")]
+        + [(name, _I64) for name in ("raw", "xh", "xw", "xtop", "xleft")]
         + [("act", ctypes.c_int32), ("alpha", ctypes.c_float), ("beta", ctypes.c_float)]
     )
 
@@ -111,11 +112,7 @@ IN_PLACE_PANELS = 8
 #: wasted work outweighs the packing it saves.
 _WIDE_WASTE = 0.25
 
-_scratch = threading.local()  # each thread's padded input of wide convs (grown, never shrunk)
-
-#: Floats of padded input up to which a wide conv keeps its own (per thread), with its zero
-#: borders written once: a small layer's call then copies its input in one numpy call, not six.
-_OWN_PAD_FLOATS = 1 << 16
+_scratch = threading.local()  # each thread's phases of stride-2 wide convs (grown, never shrunk)
 
 
 def _scratch_floats(n: int) -> np.ndarray:
@@ -178,9 +175,7 @@ class FloatConv:
         "cols",
         "cuts",
         "pack_cuts",
-        "own",
         "packed",
-        "pad",
         "phases",
         "shape",
         "task",
@@ -214,19 +209,16 @@ class FloatConv:
         in_place = wide is not None and panels <= IN_PLACE_PANELS
         if blocks > 1 and not in_place and group * strips * K * nr * 4 <= _CONV_COLS_BYTES:
             wide = None  # (shared: packed once beforehand)
-        self.pad = self.own = self.phases = None
+        self.phases, raw = None, (0, 0, 0, 0, 0)
         mode = wide[2] if wide else 0
         if mode == 2:  # the conv of the input's phases (N, C, 4, *wide), unpadded
             self.phases = (N * C, H, W, *wide[:2], *begin, (kernel[1] - 1) // 2 + 48)
             (H, W), begin = wide[:2], (0, 0)
             strips = N * -(-out_shape[0] * W // nr)
-        elif wide:  # the conv of the padded input (N, C, *wide), unpadded
-            wide = wide[:2]
-            self.pad = ((N, C, *wide), (H, W), tuple(begin), (kernel[1] - 1) * dilations[1] + 48)
-            (H, W), begin = wide, (0, 0)
+        elif wide:  # the conv of the padded input (N, C, *wide), which each part pads itself
+            raw = (1, H, W, *begin)  # (the rows it reads, on its thread: no serial copy first)
+            (H, W), begin = wide[:2], (0, 0)
             strips = N * -(-out_shape[0] * W // nr)
-            if N * C * H * W <= _OWN_PAD_FLOATS:
-                self.own = threading.local()
         self.ways = _ways(N * P * M * K, group * strips * panels)
         per_part, blocks = _conv_parts(strips, panels, group, self.ways)
         parts = group * -(-strips // per_part) * blocks
@@ -269,6 +261,7 @@ class FloatConv:
             per_part,
             blocks,
             mode,
+            *raw,
             activation,
             alpha,
             beta,
@@ -278,10 +271,7 @@ class FloatConv:
         """activation(conv(x) + bias [M] + z (the output's shape)); x C-contiguous float32."""
         y = np.empty(self.shape, np.float32)
         task = _filled(self.task, x, y)
-        if self.pad is not None:
-            xp = self._padded(x)  # (a local reference: read in the call)
-            task.x = _addr(xp)
-        elif self.phases is not None:
+        if self.phases is not None:
             xp = self._phased(x)
             task.x = _addr(xp)
         if bias is not None:
@@ -312,32 +302,6 @@ class FloatConv:
             _addr(x), planes, H, W, _addr(flat), Hq, Wq, top, left
         )
         core.check(status, "float conv")
-        flat[flat.size - slack :] = 0
-        return flat
-
-    def _padded(self, x: np.ndarray) -> np.ndarray:
-        """x with its zero padding, in this thread's scratch, and slack floats after it that
-        the last strip's vectors read (into discarded pixels)."""
-        shape, (H, W), (top, left), slack = self.pad
-        h, w = min(H, shape[2] - top), min(W, shape[3] - left)
-        x = x.reshape(shape[0], shape[1], H, W)  # (a 1-D conv's input: height 1)
-        own = None if self.own is None else getattr(self.own, "buf", None)
-        if own is not None:  # (its borders and slack are zeros still)
-            status = core.lib.onyx_pad_planes_f32(
-                _addr(x), shape[0] * shape[1], H, W, own[2], shape[2], shape[3], top, left
-            )
-            core.check(status, "float conv")
-            return own[0]
-        flat = _scratch_floats(int(np.prod(shape)) + slack)
-        if self.own is not None:
-            flat = np.zeros(flat.size, np.float32)
-            self.own.buf = (flat, flat[: flat.size - slack].reshape(shape), _addr(flat))
-        xp = flat[: flat.size - slack].reshape(shape)
-        xp[:, :, :top] = 0
-        xp[:, :, top + h :] = 0
-        xp[:, :, top : top + h, :left] = 0
-        xp[:, :, top : top + h, left + w :] = 0
-        xp[:, :, top : top + h, left : left + w] = x[:, :, :h, :w]
         flat[flat.size - slack :] = 0
         return flat
 
