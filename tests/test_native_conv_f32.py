@@ -474,3 +474,18 @@ def test_wide_conv_refuses_unpadded_sizes_that_disagree(field, value):
         _run_parts(conv, x, b, [0, 1], task)
     with pytest.raises(InvalidArgument):  # (a raw conv packs no columns beforehand)
         _core._run(_core.lib.conv_f32_pack_range, conv.task, [0, 1], 1, "float conv")
+
+
+@pytest.mark.skipif(not native.conv_f32_ok(), reason="no AVX-512 float conv")
+def test_a_large_wide_conv_is_padded_by_its_caller(monkeypatch):
+    """Past _RAW_PAD_FLOATS the caller pads the input (each thread would keep a buffer of the
+    whole padded input): the same bits."""
+    from onyx.runtime.native import conv_f32
+
+    conv, x, b, want = _wide_setup(2)
+    monkeypatch.setattr(conv_f32, "_RAW_PAD_FLOATS", 0)
+    large, _, _, _ = _wide_setup(2)
+    assert conv.task.raw == 1 and large.task.raw == 0 and large.pad is not None
+    with native.threads(2):
+        np.testing.assert_array_equal(large(x, b), want)
+        np.testing.assert_array_equal(conv(x, b), want)

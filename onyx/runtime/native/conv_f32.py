@@ -112,7 +112,12 @@ IN_PLACE_PANELS = 8
 #: wasted work outweighs the packing it saves.
 _WIDE_WASTE = 0.25
 
-_scratch = threading.local()  # each thread's phases of stride-2 wide convs (grown, never shrunk)
+_scratch = threading.local()  # each thread's padded input of wide convs (grown, never shrunk)
+
+#: Floats of padded input up to which a wide conv's parts pad the rows they read (conv_f32.c's
+#: raw mode), each thread into a buffer of the whole padded input's size that it keeps: beyond,
+#: the calling thread pads it alone (one buffer, where every pool thread's would be as large).
+_RAW_PAD_FLOATS = 1 << 20
 
 
 def _scratch_floats(n: int) -> np.ndarray:
@@ -176,6 +181,7 @@ class FloatConv:
         "cuts",
         "pack_cuts",
         "packed",
+        "pad",
         "phases",
         "shape",
         "task",
@@ -209,15 +215,21 @@ class FloatConv:
         in_place = wide is not None and panels <= IN_PLACE_PANELS
         if blocks > 1 and not in_place and group * strips * K * nr * 4 <= _CONV_COLS_BYTES:
             wide = None  # (shared: packed once beforehand)
-        self.phases, raw = None, (0, 0, 0, 0, 0)
+        self.pad = self.phases = None
+        raw = (0, 0, 0, 0, 0)
         mode = wide[2] if wide else 0
         if mode == 2:  # the conv of the input's phases (N, C, 4, *wide), unpadded
             self.phases = (N * C, H, W, *wide[:2], *begin, (kernel[1] - 1) // 2 + 48)
             (H, W), begin = wide[:2], (0, 0)
             strips = N * -(-out_shape[0] * W // nr)
-        elif wide:  # the conv of the padded input (N, C, *wide), which each part pads itself
-            raw = (1, H, W, *begin)  # (the rows it reads, on its thread: no serial copy first)
-            (H, W), begin = wide[:2], (0, 0)
+        elif wide:  # the conv of the padded input (N, C, *wide), unpadded
+            wide = wide[:2]
+            if N * C * wide[0] * wide[1] <= _RAW_PAD_FLOATS:  # each part pads the rows it
+                raw = (1, H, W, *begin)  # reads, on its thread: no serial copy first
+            else:
+                slack = (kernel[1] - 1) * dilations[1] + 48
+                self.pad = ((N, C, *wide), (H, W), tuple(begin), slack)
+            (H, W), begin = wide, (0, 0)
             strips = N * -(-out_shape[0] * W // nr)
         self.ways = _ways(N * P * M * K, group * strips * panels)
         per_part, blocks = _conv_parts(strips, panels, group, self.ways)
@@ -271,7 +283,10 @@ class FloatConv:
         """activation(conv(x) + bias [M] + z (the output's shape)); x C-contiguous float32."""
         y = np.empty(self.shape, np.float32)
         task = _filled(self.task, x, y)
-        if self.phases is not None:
+        if self.pad is not None:
+            xp = self._padded(x)  # (a local reference: read in the call)
+            task.x = _addr(xp)
+        elif self.phases is not None:
             xp = self._phased(x)
             task.x = _addr(xp)
         if bias is not None:
@@ -302,6 +317,22 @@ class FloatConv:
             _addr(x), planes, H, W, _addr(flat), Hq, Wq, top, left
         )
         core.check(status, "float conv")
+        flat[flat.size - slack :] = 0
+        return flat
+
+    def _padded(self, x: np.ndarray) -> np.ndarray:
+        """x with its zero padding, in this thread's scratch, and slack floats after it that
+        the last strip's vectors read (into discarded pixels)."""
+        shape, (H, W), (top, left), slack = self.pad
+        h, w = min(H, shape[2] - top), min(W, shape[3] - left)
+        x = x.reshape(shape[0], shape[1], H, W)  # (a 1-D conv's input: height 1)
+        flat = _scratch_floats(int(np.prod(shape)) + slack)
+        xp = flat[: flat.size - slack].reshape(shape)
+        xp[:, :, :top] = 0
+        xp[:, :, top + h :] = 0
+        xp[:, :, top : top + h, :left] = 0
+        xp[:, :, top : top + h, left + w :] = 0
+        xp[:, :, top : top + h, left : left + w] = x[:, :, :h, :w]
         flat[flat.size - slack :] = 0
         return flat
 
