@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from onyx.errors import InvalidArgument
 from onyx.runtime import native
 from onyx.runtime.kernels import conv as conv_kernels
 from onyx.runtime.kernels.activation import hard_swish
@@ -360,7 +361,7 @@ def test_wide_conv_matches_onnxruntime_call_after_call(case, native_calls):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-1)
     key = ("f32 conv", x.shape, case[-1], conv_kernels.conv_key("NOTSET", attrs["pads"],
            attrs["strides"], attrs["dilations"], None), 0, 0.0, 0.0, 1)  # fmt: skip
-    assert conv_kernels.derived(w, key, lambda: None).pad is not None, "it did not run wide"
+    assert conv_kernels.derived(w, key, lambda: None).task.raw == 1, "it did not run wide"
     assert native_calls, "the native kernel did not run"
     with native.threads(3):  # (the same sums in the same order, whatever the split)
         np.testing.assert_array_equal(conv_kernels.conv(x, w, b, **attrs), got)
@@ -415,7 +416,76 @@ def test_few_panel_wide_conv_stays_wide_when_threads_split_its_channels(native_c
         key = ("f32 conv", x.shape, 1, conv_kernels.conv_key("NOTSET", attrs["pads"],
                attrs["strides"], attrs["dilations"], None), 0, 0.0, 0.0, 2)  # fmt: skip
         setup = conv_kernels.derived(w, key, lambda: None)
-    assert setup.pad is not None and setup.cols == 0 and setup.task.blocks > 1
+    assert setup.task.raw == 1 and setup.cols == 0 and setup.task.blocks > 1
     np.testing.assert_array_equal(one, two)
     want = _ort_run(_model("Conv", list(x.shape), {"w": w, "b": b}, attrs), {"x": x})
     np.testing.assert_allclose(two, want, rtol=1e-4, atol=1e-4)
+
+
+def _wide_setup(threads: int):
+    """A wide conv (1, 64, 16, 16) x (32, 64, 3, 3) set up for ``threads``, its input, bias and
+    the result of one thread."""
+    x, w, b, attrs = _case_arrays((1, 64, 16, 16, 32, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1), 9)
+    packed = native.pack_conv_f32(w, 1)
+    with native.threads(threads):
+        conv = native.FloatConv(x.shape, packed, 32, (3, 3), (16, 16), (1, 1), (1, 1), (1, 1))
+    with native.threads(1):
+        one = native.FloatConv(x.shape, packed, 32, (3, 3), (16, 16), (1, 1), (1, 1), (1, 1))
+    return conv, x, b, one(x, b)
+
+
+def _run_parts(conv, x, b, cuts, task=None):
+    from onyx.runtime.native import _core
+
+    y = np.empty(conv.shape, np.float32)
+    task = _core._filled(conv.task if task is None else task, x, y)
+    task.bias = _core._addr(b)
+    _core._run(_core.lib.conv_f32_range, task, cuts, 1, "float conv")
+    return y
+
+
+@pytest.mark.skipif(not native.conv_f32_ok(), reason="no AVX-512 float conv")
+def test_wide_conv_pads_its_input_in_its_parts():
+    """Each part of a wide conv pads the rows it reads (no padded copy made by the caller): any
+    split, one call over every part (whose blocks of panels revisit the strips: rows padded
+    again), part by part, or backwards, gives the same bits as one thread's run."""
+    conv, x, b, want = _wide_setup(2)
+    parts = int(conv.cuts[-1])
+    assert conv.task.raw == 1 and conv.task.blocks > 1 and parts > 2
+    for cuts in ([0, parts], range(parts + 1), [0, 1, parts - 1, parts]):
+        np.testing.assert_array_equal(_run_parts(conv, x, b, list(cuts)), want)
+    x2 = np.random.default_rng(4).standard_normal(x.shape).astype(np.float32)
+    with native.threads(1):  # (a second input: no row of the first is read)
+        np.testing.assert_array_equal(conv(x2, b), _wide_setup(1)[0](x2, b))
+
+
+@pytest.mark.skipif(not native.conv_f32_ok(), reason="no AVX-512 float conv")
+@pytest.mark.parametrize(
+    "field, value",
+    [("raw", 2), ("xtop", 19), ("xleft", 19), ("xh", -1), ("xw", 1 << 50), ("wide", 0)],
+)
+def test_wide_conv_refuses_unpadded_sizes_that_disagree(field, value):
+    from onyx.runtime.native import _core
+
+    conv, x, b, _ = _wide_setup(1)
+    task = type(conv.task).from_buffer_copy(conv.task)
+    setattr(task, field, value)
+    with pytest.raises(InvalidArgument):
+        _run_parts(conv, x, b, [0, 1], task)
+    with pytest.raises(InvalidArgument):  # (a raw conv packs no columns beforehand)
+        _core._run(_core.lib.conv_f32_pack_range, conv.task, [0, 1], 1, "float conv")
+
+
+@pytest.mark.skipif(not native.conv_f32_ok(), reason="no AVX-512 float conv")
+def test_a_large_wide_conv_is_padded_by_its_caller(monkeypatch):
+    """Past _RAW_PAD_FLOATS the caller pads the input (each thread would keep a buffer of the
+    whole padded input): the same bits."""
+    from onyx.runtime.native import conv_f32
+
+    conv, x, b, want = _wide_setup(2)
+    monkeypatch.setattr(conv_f32, "_RAW_PAD_FLOATS", 0)
+    large, _, _, _ = _wide_setup(2)
+    assert conv.task.raw == 1 and large.task.raw == 0 and large.pad is not None
+    with native.threads(2):
+        np.testing.assert_array_equal(large(x, b), want)
+        np.testing.assert_array_equal(conv(x, b), want)

@@ -14,8 +14,8 @@
  * 49 pixels per image waste no more than one partial strip per call. Bias, a residual input
  * (FusedConv's Z) and Relu / LeakyRelu / Clip are applied when the tile is stored.
  *
- * A unit-stride conv whose padding Python has made (x is then the padded input, top = left = 0)
- * may run "wide": its strips cover the output rows at the input's width W (the last
+ * A unit-stride conv of a padded input (top = left = 0: x is the padded input, or with raw the
+ * unpadded one, each part padding the rows it reads into its thread's buffer) may run "wide": its strips cover the output rows at the input's width W (the last
  * kw - 1 pixels of each row are discarded), so the column of tap (c, a, b) is the input from
  * c's plane + a * dh * W + b * dw on, consecutive in the pixels: the tile reads it in place
  * through a table of offsets and nothing is packed, or, where a part has more than
@@ -386,6 +386,16 @@ static const tile_fn narrow_fn[CF_NARROW + 1] = {
    Per block of kc columns: the block's strips are packed (L2), then each panel's weights
    (kc x MR, L1) meet every strip, so large weights are read once per block of strips and
    not once per strip. The sums wait in ct (strip, panel) until the last block of columns. */
+/* Whether a conv that pads its own input (raw) has sizes that agree: the unpadded input lies
+   at (xtop, xleft) of the padded H x W (its rows and columns past those dropped). */
+static int raw_ok(const conv_f32 *t) {
+    int64_t sizes[4] = {t->xh, t->xw, t->xtop, t->xleft}, cells;
+    if (!t->raw) return 1;
+    return t->raw == 1 && t->wide == 1 && onyx_in(sizes, 4, 0, ONYX_MAX_EXTENT) &&
+           t->xtop <= t->H && t->xleft <= t->W && onyx_mul(t->N * t->C, t->xh, &cells) &&
+           onyx_mul(cells, t->xw, &cells);
+}
+
 /* Whether t's sizes are in range and agree: every buffer below fits ONYX_MAX_ELEMENTS, the
    strips cover the batch's pixels and every window lies in the padded image. */
 static int conv_f32_ok(const conv_f32 *t) {
@@ -405,12 +415,84 @@ static int conv_f32_ok(const conv_f32 *t) {
                           onyx_mul(K, t->C, &K) && onyx_mul(K, t->N, &K) /* (the input) */
                     : t->strips == (pixels + CF_NR - 1) / CF_NR) && onyx_mul(t->C, t->kh * t->kw, &K) &&
            onyx_mul(K, CF_NR, &K) && onyx_mul(t->kc * t->per_part, CF_NR * CF_MR, &K) &&
-           t->act >= 0 && t->act <= ACT_HARDSIGMOID;
+           t->act >= 0 && t->act <= ACT_HARDSIGMOID && raw_ok(t);
+}
+
+/* Floats read past a wide conv's padded input by its last strip's vectors (discarded
+   pixels): conv_f32.py's slack. */
+static int64_t wide_slack(const conv_f32 *t) { return (t->kw - 1) * t->dw + CF_NR; }
+
+/* Rows lo .. hi of image n's padded planes of group g into xp, from t's unpadded input: a
+   row is masked loads and stores of 16 values (its borders zeros; lanes outside the input's
+   row are never read), where libc's copies of a small layer's short rows cost more. */
+static AVX512 void pad_rows(const conv_f32 *t, float *xp, int64_t n, int64_t g, int64_t lo,
+                            int64_t hi) {
+    int64_t Cg = t->C / t->group, W = t->W, left = t->xleft;
+    int64_t w = t->xw < W - left ? t->xw : W - left;
+    for (int64_t c = n * t->C + g * Cg; c < n * t->C + (g + 1) * Cg; c++)
+        for (int64_t i = lo; i <= hi; i++) {
+            float *d = xp + (c * t->H + i) * W;
+            int64_t row = i - t->xtop;
+            int in = row >= 0 && row < t->xh;
+            const float *from = t->x + (c * t->xh + (in ? row : 0)) * t->xw - left;
+            for (int64_t h = 0; h < W; h += 16) {
+                __mmask16 live = in ? lanes(left - h, left + w - h) : 0;
+                _mm512_mask_storeu_ps(d + h, lanes(0, W - h), _mm512_maskz_loadu_ps(live, from + h));
+            }
+        }
+}
+
+/* The rows of the padded input that parts begin .. end read, into xp: a part pads what it
+   reads, on its own thread (where the padding made by the caller beforehand was a serial
+   copy, then read from the caller's cache by the other threads). Rows shared by consecutive
+   strips are copied once. */
+static void pad_parts(const conv_f32 *t, float *xp, int64_t begin, int64_t end) {
+    int64_t S = t->per_part, chunks = (t->strips + S - 1) / S, per = wide_strips(t);
+    int64_t all = t->OH * t->W, reach = (t->kh - 1) * t->dh * t->W + (t->kw - 1) * t->dw;
+    int64_t key = -1, lo_done = 0, hi_done = -1;
+    for (int64_t q = begin; q < end; q++) {
+        int64_t g = q / chunks / t->blocks, s0 = q % chunks * S;
+        for (int64_t s = s0; s < s0 + S && s < t->strips; s++) {
+            int64_t n = s / per, q0 = s % per * CF_NR, q1 = q0 + CF_NR < all ? q0 + CF_NR : all;
+            int64_t lo = q0 / t->W, hi = (q1 - 1 + reach) / t->W;
+            hi = hi < t->H ? hi : t->H - 1; /* (past the plane: discarded pixels) */
+            if (n * t->group + g == key && lo >= lo_done && lo <= hi_done + 1) {
+                if (hi > hi_done) pad_rows(t, xp, n, g, hi_done + 1, hi), hi_done = hi;
+                continue;
+            }
+            pad_rows(t, xp, n, g, lo, hi);
+            key = n * t->group + g, lo_done = lo, hi_done = hi;
+        }
+    }
+}
+
+/* This thread's padded input of `floats` floats (grown, never shrunk or freed: a pool
+   worker's lives as long as the process), or null. */
+static float *pad_scratch(int64_t floats) {
+    static __thread char *block; /* (buf, 64-byte aligned in it, as numpy's arrays) */
+    static __thread float *buf;
+    static __thread int64_t size;
+    if (floats > size) {
+        free(block);
+        block = calloc((size_t)floats * sizeof(float) + 64, 1); /* (unwritten floats: zeros) */
+        buf = block ? (float *)(block + (64 - (uintptr_t)block % 64)) : 0;
+        size = block ? floats : 0;
+    }
+    return buf;
 }
 
 EXPORT AVX512 int onyx_conv_f32_range(const void *p, int64_t begin, int64_t end) {
     const conv_f32 *t = p;
     if (!conv_f32_ok(t) || begin < 0) return ONYX_INVALID;
+    conv_f32 padded; /* a raw conv's task, reading this thread's padded input */
+    if (t->raw) {
+        int64_t floats = t->N * t->C * t->H * t->W, slack = wide_slack(t);
+        float *xp = pad_scratch(floats + slack);
+        if (!xp) return ONYX_NOMEM;
+        memset(xp + floats, 0, sizeof(float) * (size_t)slack);
+        pad_parts(t, xp, begin, end);
+        padded = *t, padded.x = xp, padded.raw = 0, t = &padded;
+    }
     int64_t Mg = t->M / t->group, K = (t->C / t->group) * t->kh * t->kw;
     int64_t panels = (Mg + CF_MR - 1) / CF_MR, S = t->per_part;
     int64_t per_block = (panels + t->blocks - 1) / t->blocks, chunks = (t->strips + S - 1) / S;
@@ -535,6 +617,7 @@ EXPORT AVX512 int onyx_conv_f32_pack_range(const void *p, int64_t begin, int64_t
     if (!conv_f32_ok(t) || begin < 0) return ONYX_INVALID;
     int64_t K = (t->C / t->group) * t->kh * t->kw;
     run r[CF_NR + 1];
+    if (t->raw || !t->cols) return ONYX_INVALID; /* (a raw conv is wide: it packs nothing) */
     for (int64_t q = begin; q < end; q++) {
         int runs = strip_runs(t, q % t->strips, r);
         pack_columns(t, q / t->strips, r, runs, 0, K, t->cols + q * K * CF_NR);

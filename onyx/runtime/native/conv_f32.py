@@ -29,6 +29,7 @@ class _ConvF32(ctypes.Structure):
         [(name, _P) for name in ("x", "w", "bias", "z", "y", "cols")]
         + [(name, _I64) for name in "N C H W M OH OW kh kw sh sw dh dw top left".split()]
         + [(name, _I64) for name in ("group", "kc", "strips", "per_part", "blocks", "wide")]
+        + [(name, _I64) for name in ("raw", "xh", "xw", "xtop", "xleft")]
         + [("act", ctypes.c_int32), ("alpha", ctypes.c_float), ("beta", ctypes.c_float)]
     )
 
@@ -113,9 +114,10 @@ _WIDE_WASTE = 0.25
 
 _scratch = threading.local()  # each thread's padded input of wide convs (grown, never shrunk)
 
-#: Floats of padded input up to which a wide conv keeps its own (per thread), with its zero
-#: borders written once: a small layer's call then copies its input in one numpy call, not six.
-_OWN_PAD_FLOATS = 1 << 16
+#: Floats of padded input up to which a wide conv's parts pad the rows they read (conv_f32.c's
+#: raw mode), each thread into a buffer of the whole padded input's size that it keeps: beyond,
+#: the calling thread pads it alone (one buffer, where every pool thread's would be as large).
+_RAW_PAD_FLOATS = 1 << 20
 
 
 def _scratch_floats(n: int) -> np.ndarray:
@@ -178,7 +180,6 @@ class FloatConv:
         "cols",
         "cuts",
         "pack_cuts",
-        "own",
         "packed",
         "pad",
         "phases",
@@ -214,7 +215,8 @@ class FloatConv:
         in_place = wide is not None and panels <= IN_PLACE_PANELS
         if blocks > 1 and not in_place and group * strips * K * nr * 4 <= _CONV_COLS_BYTES:
             wide = None  # (shared: packed once beforehand)
-        self.pad = self.own = self.phases = None
+        self.pad = self.phases = None
+        raw = (0, 0, 0, 0, 0)
         mode = wide[2] if wide else 0
         if mode == 2:  # the conv of the input's phases (N, C, 4, *wide), unpadded
             self.phases = (N * C, H, W, *wide[:2], *begin, (kernel[1] - 1) // 2 + 48)
@@ -222,11 +224,13 @@ class FloatConv:
             strips = N * -(-out_shape[0] * W // nr)
         elif wide:  # the conv of the padded input (N, C, *wide), unpadded
             wide = wide[:2]
-            self.pad = ((N, C, *wide), (H, W), tuple(begin), (kernel[1] - 1) * dilations[1] + 48)
+            if N * C * wide[0] * wide[1] <= _RAW_PAD_FLOATS:  # each part pads the rows it
+                raw = (1, H, W, *begin)  # reads, on its thread: no serial copy first
+            else:
+                slack = (kernel[1] - 1) * dilations[1] + 48
+                self.pad = ((N, C, *wide), (H, W), tuple(begin), slack)
             (H, W), begin = wide, (0, 0)
             strips = N * -(-out_shape[0] * W // nr)
-            if N * C * H * W <= _OWN_PAD_FLOATS:
-                self.own = threading.local()
         self.ways = _ways(N * P * M * K, group * strips * panels)
         per_part, blocks = _conv_parts(strips, panels, group, self.ways)
         parts = group * -(-strips // per_part) * blocks
@@ -269,6 +273,7 @@ class FloatConv:
             per_part,
             blocks,
             mode,
+            *raw,
             activation,
             alpha,
             beta,
@@ -321,17 +326,7 @@ class FloatConv:
         shape, (H, W), (top, left), slack = self.pad
         h, w = min(H, shape[2] - top), min(W, shape[3] - left)
         x = x.reshape(shape[0], shape[1], H, W)  # (a 1-D conv's input: height 1)
-        own = None if self.own is None else getattr(self.own, "buf", None)
-        if own is not None:  # (its borders and slack are zeros still)
-            status = core.lib.onyx_pad_planes_f32(
-                _addr(x), shape[0] * shape[1], H, W, own[2], shape[2], shape[3], top, left
-            )
-            core.check(status, "float conv")
-            return own[0]
         flat = _scratch_floats(int(np.prod(shape)) + slack)
-        if self.own is not None:
-            flat = np.zeros(flat.size, np.float32)
-            self.own.buf = (flat, flat[: flat.size - slack].reshape(shape), _addr(flat))
         xp = flat[: flat.size - slack].reshape(shape)
         xp[:, :, :top] = 0
         xp[:, :, top + h :] = 0
