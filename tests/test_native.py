@@ -922,7 +922,6 @@ def test_tree_ensemble_native_descent_matches_numpy(dtype, rows, monkeypatch):
 def test_batch_norm_matches_the_numpy_kernel(shape, monkeypatch):
     """Inference BatchNormalization in one native pass: the bits of numpy's x * mult + shift,
     each step rounded (no fused multiply-add), on one thread and two."""
-    from onyx.runtime.kernels import batchnorm_fast
     from onyx.runtime.kernels.normalization import batch_normalization
 
     rng = np.random.default_rng(len(shape))
@@ -930,8 +929,8 @@ def test_batch_norm_matches_the_numpy_kernel(shape, monkeypatch):
     x.reshape(-1)[:3] = [np.nan, np.inf, -np.inf]
     scale, bias, mean = (rng.standard_normal(shape[1]).astype(np.float32) for _ in range(3))
     var = rng.random(shape[1]).astype(np.float32)
-    calls, run = [], batchnorm_fast._native
-    monkeypatch.setattr(batchnorm_fast, "_native", lambda *a: calls.append(1) or run(*a))
+    calls, run = [], native.batch_norm_f32
+    monkeypatch.setattr(native, "batch_norm_f32", lambda *a: calls.append(1) or run(*a))
     got = batch_normalization(x, scale, bias, mean, var, epsilon=1e-3)
     assert calls
     with monkeypatch.context() as m:

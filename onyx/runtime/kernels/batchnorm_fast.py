@@ -12,22 +12,20 @@ into a conv; there a call's Python set-up cost more than its pass over the data.
 
 from __future__ import annotations
 
-import ctypes
-
 import numpy as np
 
+from .. import native
 from ..native import _core as core
-from ..native._core import _PARALLEL_ELEMENTS, _addr, _element_cuts, _input_addr, _ways
-from ..native.rows import _BatchNorm
 from .derived import derived, frozen
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 class _Affine:
-    """A parameter set's per-channel multiplier and shift, and the native set-ups by shape."""
+    """A parameter set's per-channel multiplier and shift (read-only: the native wrapper keeps
+    their addresses), and their broadcast forms by rank."""
 
-    __slots__ = ("held", "mult", "shift", "zeros", "mult_b", "shift_b", "setups")
+    __slots__ = ("held", "mult", "shift", "zeros", "mult_b", "shift_b")
 
     def __init__(self, held: tuple, mult: np.ndarray, shift: np.ndarray):
         self.held = held  # (bias, mean, var): compared by identity, held so no id is reused
@@ -35,7 +33,6 @@ class _Affine:
         self.zeros = frozen(np.zeros_like(mult))
         self.mult_b: dict[int, np.ndarray] = {}  # x.ndim -> mult shaped (1, C, 1, ...)
         self.shift_b: dict[int, np.ndarray] = {}
-        self.setups: dict[tuple, tuple] = {}  # (x.shape, thread setting) -> native set-up
 
     def broadcast(self, ndim: int) -> tuple[np.ndarray, np.ndarray]:
         mult = self.mult_b.get(ndim)
@@ -83,37 +80,7 @@ def inference(X, scale, B, mean, var, epsilon: float) -> np.ndarray | None:
     if affine is None or affine.mult.size != X.shape[1]:
         return None
     if dtype == np.float32 and core.lib is not None and X.flags.c_contiguous and X.size:
-        return _native(X, affine)
+        return native.batch_norm_f32(X, affine.zeros, affine.mult, affine.shift)
     mult, shift = affine.broadcast(X.ndim)
     y = np.multiply(X, mult)
     return np.add(y, shift, out=y)
-
-
-def _native(x: np.ndarray, affine: _Affine) -> np.ndarray:
-    key = (x.shape, core.thread_setting())
-    setup = affine.setups.get(key)
-    if setup is None:
-        if len(affine.setups) >= 16:  # (a bound: a model fed ever new shapes)
-            affine.setups.clear()
-        setup = affine.setups[key] = _native_setup(x, affine)
-    template, cuts_at, parts, ways, _cuts = setup
-    y = np.empty_like(x)
-    task = _BatchNorm.from_buffer_copy(template)  # (calls may come from several threads)
-    task.x, task.y = _input_addr(x), _addr(y)
-    lib = core.lib
-    status = lib.onyx_parallel(lib.batch_norm_f32_range, ctypes.byref(task), cuts_at, parts, ways)
-    if status:
-        core.check(status, "BatchNormalization")
-    return y
-
-
-def _native_setup(x: np.ndarray, affine: _Affine) -> tuple:
-    rows = x.shape[0] * x.shape[1]
-    size = x.size // rows
-    ways = _ways(x.size, rows, _PARALLEL_ELEMENTS)
-    cuts = _element_cuts(rows, 1, ways)
-    template = _BatchNorm(
-        None, None, _addr(affine.zeros), _addr(affine.mult), _addr(affine.shift), x.shape[1], size
-    )
-    # (cuts held: the lru cache that made them may let them go)
-    return template, _addr(cuts), len(cuts) - 1, ways, cuts

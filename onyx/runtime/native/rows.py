@@ -16,6 +16,7 @@ from ._core import (
     BYTES,
     _addr,
     _element_cuts,
+    _input_addr,
     _run,
     _ways,
     abi,
@@ -82,16 +83,25 @@ def batch_norm_f32(x: np.ndarray, mean: np.ndarray, mult: np.ndarray, bias: np.n
     [C]. None without the library."""
     if core.lib is None or x.dtype != np.float32 or not x.flags.c_contiguous or x.ndim < 2:
         return None
-    params = [np.ascontiguousarray(v, np.float32).reshape(-1) for v in (mean, mult, bias)]
+    params = [_vector_f32(v) for v in (mean, mult, bias)]
     if any(v.size != x.shape[1] for v in params):
         return None
     y = np.empty_like(x)
     rows = x.shape[0] * x.shape[1]
     size = x.size // rows if rows else 0
     ways = _ways(x.size, rows, _PARALLEL_ELEMENTS)
-    task = _BatchNorm(_addr(x), _addr(y), *(_addr(v) for v in params), x.shape[1], size)
+    addrs = (_param_addr(v) for v in params)  # (a session's constants: their addresses kept)
+    task = _BatchNorm(_input_addr(x), _addr(y), *addrs, x.shape[1], size)
     _run(core.lib.batch_norm_f32_range, task, _element_cuts(rows, 1, ways), ways)
     return y
+
+
+def _vector_f32(v) -> np.ndarray:
+    """v as a contiguous float32 vector: v itself when it is one (so that a constant keeps its
+    identity, which _param_addr keys on)."""
+    if type(v) is np.ndarray and v.ndim == 1 and v.dtype == np.float32 and v.flags.c_contiguous:
+        return v
+    return np.ascontiguousarray(v, np.float32).reshape(-1)
 
 
 #: id -> (a read-only parameter array, its address), held so that no id is reused
