@@ -64,16 +64,38 @@ class _BatchNorm(ctypes.Structure):
     ]
 
 
+#: (rows, size, thread setting) -> the row mean's task template, its cuts' address, parts,
+#: threads and the cuts (held: the lru cache that made them may let them go). A small model's
+#: global pooling runs once a call on a few thousand values: the set-up cost more than that.
+_MEAN_SETUPS: dict[tuple, tuple] = {}
+
+
+def _mean_setup(rows: int, size: int) -> tuple:
+    ways = _ways(rows * size, rows, _PARALLEL_ELEMENTS)
+    cuts = _element_cuts(rows, 1, ways)
+    return _GlobalPool(None, None, size), _addr(cuts), len(cuts) - 1, ways, cuts
+
+
 def mean_rows_f32(x: np.ndarray) -> np.ndarray | None:
     """The mean of each row of a C-contiguous float32 (rows, size) array, in onnxruntime's
     order of additions (rows.c); None without the library."""
-    if core.lib is None or x.dtype != np.float32 or not x.flags.c_contiguous or x.ndim != 2:
+    lib = core.lib
+    if lib is None or x.dtype != np.float32 or not x.flags.c_contiguous or x.ndim != 2:
         return None
     rows, size = x.shape
+    key = (rows, size, core.thread_setting())
+    setup = _MEAN_SETUPS.get(key)
+    if setup is None:
+        if len(_MEAN_SETUPS) >= 64:  # (a bound: a model fed ever new shapes)
+            _MEAN_SETUPS.clear()
+        setup = _MEAN_SETUPS[key] = _mean_setup(rows, size)
+    template, cuts_at, parts, ways, _cuts = setup
     y = np.empty(rows, np.float32)
-    ways = _ways(x.size, rows, _PARALLEL_ELEMENTS)
-    task = _GlobalPool(_addr(x), _addr(y), size)
-    _run(core.lib.mean_rows_f32_range, task, _element_cuts(rows, 1, ways), ways)
+    task = _GlobalPool.from_buffer_copy(template)  # (calls may come from several threads)
+    task.x, task.y = _input_addr(x), _addr(y)  # (x only read: a feed's view is too)
+    status = lib.onyx_parallel(lib.mean_rows_f32_range, ctypes.byref(task), cuts_at, parts, ways)
+    if status:
+        core.check(status, "row mean")
     return y
 
 
