@@ -286,19 +286,11 @@ class InferenceSession(SessionAPI):
         the plan's generated runner on fresh read-only views of the feeds. None sends the
         call down the full path, which does every check and raises the errors. (One function:
         at one row, each call and list the path made cost as much as a small kernel.)"""
-        specs = self._fast_feeds  # (None while profiling, or for inputs of other types)
-        if specs is None or len(feed) != len(specs):
-            return None
-        inputs = [None] * self._n_inputs
         key = [tuple(output_names) if output_names else None]
-        for name, index, dtype in specs:
-            arr = feed.get(name)
-            if arr.__class__ is not np.ndarray or arr.dtype is not dtype:
-                return None
-            # (the full path's fresh read-only view: kernels/derived.py keys on it)
-            inputs[index] = view = arr.view()
-            view.setflags(write=False)
-            key.append(arr.shape)
+        # (self._fast_feeds: None while profiling, or for inputs of other types)
+        inputs = self._exact_feeds(self._fast_feeds, feed, key)
+        if inputs is None:
+            return None
         try:
             wanted = self._fast_signatures.get(tuple(key), _UNCHECKED)
         except TypeError:  # (unhashable output names: the full path serves them)
@@ -312,10 +304,11 @@ class InferenceSession(SessionAPI):
                 results[i] = as_array_result(r)
         return results
 
-    def _exact_feeds(self, feed: dict) -> list | None:
-        """The plan's inputs when the feed is exactly one ndarray of its input's dtype per
-        input to feed (what the fast path takes as it is), else None."""
-        specs = self._feed_specs
+    def _exact_feeds(self, specs, feed: dict, key: list) -> list | None:
+        """The plan's inputs, fresh read-only views of the feeds (the full path's: derived.py
+        keys on them), with their shapes appended to ``key``, when the feed is exactly one
+        ndarray of its input's dtype per input in ``specs`` (what the fast path takes as it
+        is); else None."""
         if specs is None or len(feed) != len(specs):
             return None
         inputs = [None] * self._n_inputs
@@ -323,7 +316,9 @@ class InferenceSession(SessionAPI):
             arr = feed.get(name)
             if arr.__class__ is not np.ndarray or arr.dtype is not dtype:
                 return None
-            inputs[index] = arr
+            inputs[index] = view = arr.view()
+            view.setflags(write=False)
+            key.append(arr.shape)
         return inputs
 
     def _run_slot(self) -> concurrency.run_slot:
@@ -331,13 +326,11 @@ class InferenceSession(SessionAPI):
 
     def _note_fast_signature(self, output_names, feed: dict, wanted) -> None:
         """Remember a checked signature for the fast path (when its feeds would take it)."""
-        inputs = None if self._log_runs else self._exact_feeds(feed)
-        if inputs is None:
+        key = [tuple(output_names) if output_names else None]
+        if self._log_runs or self._exact_feeds(self._feed_specs, feed, key) is None:
             return
-        shapes = _shapes(inputs)
         try:
-            key = (tuple(output_names) if output_names else None, *shapes)
-            self._fast_signatures[key] = wanted
+            self._fast_signatures[tuple(key)] = wanted
         except TypeError:  # (unhashable output names: the full path serves them)
             pass
 
@@ -404,11 +397,6 @@ def _fast_feed_specs(inputs: list[ir.Value], index: dict[str, int]) -> tuple | N
             return None
         specs.append((v.name, index[v.name], dtype))
     return tuple(specs)
-
-
-def _shapes(inputs: list) -> list:
-    """The shapes of the fed inputs, in the graph's order (the fast path's key)."""
-    return [arr.shape for arr in inputs if arr is not None]
 
 
 def _ranks(signature: tuple) -> tuple:
