@@ -21,11 +21,18 @@ every kernel call (a context switch and a cold cache each time; 8 threads took 1
 thread's time in total). Taking turns, seven of them wait in a lock, outside the GIL, while
 one runs. A thread keeps the turn across its consecutive runs for a slice of time (handing it
 over after every run cost a context switch or more per run, and moved runs between cores),
-but not past the run that ends its usual streak of runs while others wait: a thread that had
-stopped calling (a server's worker back at its queue) kept the turn, and the cores idle, for
-the rest of its slice. A session measures its runs (``Pace``) to know whether they are short; long runs
-(their kernels release the GIL for their work) run side by side. Turns order runs and nothing
-else: a run's results do not depend on them.
+but not past the run that ends one of its usual streaks of runs while others wait: a thread
+that had stopped calling (a server's worker back at its queue) kept the turn, and the cores
+idle, for the rest of its slice. A thread handed the turn moves to the core its last holder ran
+on, whose cache holds the model (``_move_to``). A session measures its runs (``Pace``) to know
+whether they are short; long runs (their kernels release the GIL for their work) run side by
+side. Turns order runs and nothing else: a run's results do not depend on them.
+
+Runs side by side on fewer threads each (two runs at once, each on one intra-op thread, so that
+one's Python overlaps the other's kernels) were measured and left: on BERT-tiny, GPT-tiny and
+a QDQ MobileNet two threads running at once took 1.3-1.4x one thread's wall time and 1.8-2.3x
+its CPU time (their kernel calls release the GIL for microseconds, and each one handed the GIL
+to the other thread: docs/reliability.md).
 """
 
 from __future__ import annotations
@@ -182,11 +189,11 @@ class _Turn:
     until its slice ends, between them, so that a thread running short runs one after the
     other keeps the core and its cache. Waiters queue in order, each on its own lock, and the
     turn is handed to the first directly (no other waiter wakes, no thread barges in). A holder
-    that stops calling cannot keep it: the run that ends its usual streak hands the turn over
-    (``_GiveBackAtThreadEnd`` counts the streaks), a thread arriving after it has been between
-    runs for IDLE_SECONDS takes it, once its slice ends the first waiter takes it (the first
-    waiter's wait ends with the slice), and a thread that ends gives it back. Nested runs on
-    the holder's thread count its depth."""
+    that stops calling cannot keep it: the run that ends one of its usual streaks hands the
+    turn over (``_GiveBackAtThreadEnd`` counts the streaks), a thread arriving after it has
+    been between runs for IDLE_SECONDS takes it, once its slice ends the first waiter takes it
+    (the first waiter's wait ends LATE_SECONDS after the slice), and a thread that ends gives
+    it back. Nested runs on the holder's thread count its depth."""
 
     __slots__ = ("guard", "owner", "depth", "deadline", "released", "queue", "core")
 
