@@ -29,10 +29,10 @@ whether they are short; long runs (their kernels release the GIL for their work)
 side. Turns order runs and nothing else: a run's results do not depend on them.
 
 Runs side by side on fewer threads each (two runs at once, each on one intra-op thread, so that
-one's Python overlaps the other's kernels) were measured and left: on BERT-tiny, GPT-tiny and
-a QDQ MobileNet two threads running at once took 1.3-1.4x one thread's wall time and 1.8-2.3x
-its CPU time (their kernel calls release the GIL for microseconds, and each one handed the GIL
-to the other thread: docs/reliability.md).
+one's Python overlaps the other's kernels) were measured and left: on small transformers and
+a QDQ MobileNet they took more wall time and far more CPU time than turns (their kernel calls
+release the GIL for microseconds, and each one handed the GIL to the other run:
+docs/reliability.md).
 """
 
 from __future__ import annotations
@@ -77,8 +77,8 @@ def _blas_libs() -> list:
 
 def _blas_controls() -> list:
     """Each BLAS library's (get, set) of its thread count, bound once (a run of a small model
-    limits BLAS and restores it: looking the methods up each time cost a microsecond). The
-    setter works from whichever thread runs: threadpoolctl 3.8's set_num_threads ignores, for
+    limits BLAS and restores it: looking the methods up at every call was a good part of the
+    run slot's bookkeeping). The setter works from whichever thread runs: threadpoolctl 3.8's set_num_threads ignores, for
     OpenBLAS, a call from any thread but the first one that set a count, while that one lives
     (a run on another thread then kept BLAS's threads while onyx counted it limited)."""
     global _controls
@@ -93,8 +93,8 @@ def _methods(lib) -> tuple:
 
 def _openblas_functions(lib) -> tuple | None:
     """OpenBLAS's own (get, set) functions on its own thread pool (what threadpoolctl calls
-    for it, found through it once: its methods look the symbols up at every call, a third of
-    a microsecond each); None for other libraries or threadpoolctl versions."""
+    for it, found through it once: its methods look the symbols up at every call); None for
+    other libraries, OpenMP's threading layer or other threadpoolctl versions."""
     find = getattr(lib, "_get_symbol", None)
     if getattr(lib, "internal_api", "") != "openblas" or find is None:
         return None
@@ -258,8 +258,8 @@ class _Turn:
         """Wake the new first waiter if it sleeps past the look its new place calls for (its
         patience counted on the holders before it using their whole slices, and one handed
         the turn over early): else a holder that stops calling unforeseen could keep the turn,
-        the cores idle, for as many slices as the waiter had holders before it (130 ms seen,
-        with 20 ms slices). The waiter looks, and sleeps again for its new patience."""
+        the cores idle, for as many slices as the waiter had holders before it. The waiter
+        looks, and sleeps again for its new patience."""
         _, lock, looks_at = first
         if looks_at > self.deadline + 2 * LATE_SECONDS and lock.locked():
             lock.release()
@@ -396,14 +396,14 @@ _now = time.monotonic
 
 
 def _core_reader():
-    """libc's sched_getcpu (the core the calling thread runs on), or -1's where it has none."""
+    """libc's sched_getcpu (the core the calling thread runs on), or a stand-in saying -1."""
     try:
         import ctypes
 
         read = ctypes.CDLL(None).sched_getcpu
         read.restype, read.argtypes = ctypes.c_int, []
         return read
-    except (AttributeError, OSError):
+    except Exception:  # (no such function, or no C library to ask: Windows, macOS)
         return lambda: -1
 
 
@@ -415,7 +415,7 @@ def _move_to(core: int) -> None:
     last holder ran on: the model's weights and the runs' buffers are in that core's cache.
     Linux wakes a waiter on an idle core, so on two cores nearly every hand-over moved the
     runs to the other core, whose first runs read it all from the shared cache: a hand-over
-    cost 200-350 us of CPU time there, 30 us with the process pinned to one core. The thread
+    cost several times what it cost with the process pinned to one core. The thread
     is bound to that core alone and at once let free again (the first call moves it; it
     stays there until the scheduler has a reason to move it)."""
     if core < 0 or _core() == core:
