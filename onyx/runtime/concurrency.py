@@ -93,8 +93,10 @@ def _methods(lib) -> tuple:
 
 def _openblas_functions(lib) -> tuple | None:
     """OpenBLAS's own (get, set) functions on its own thread pool (what threadpoolctl calls
-    for it, found through it once: its methods look the symbols up at every call); None for
-    other libraries, OpenMP's threading layer or other threadpoolctl versions."""
+    for it, found through it once: its methods look the symbols up at every call), called
+    keeping the GIL (a run's start and end must not hand the GIL to another thread for a
+    call that takes nanoseconds); None for other libraries, OpenMP's threading layer or
+    other threadpoolctl versions."""
     find = getattr(lib, "_get_symbol", None)
     if getattr(lib, "internal_api", "") != "openblas" or find is None:
         return None
@@ -104,7 +106,17 @@ def _openblas_functions(lib) -> tuple | None:
         get, set_ = find("openblas_get_num_threads"), find("openblas_set_num_threads")
     except Exception:  # (a threadpoolctl whose look-up works otherwise)
         return None
-    return None if get is None or set_ is None else (get, set_)
+    if get is None or set_ is None:
+        return None
+    import ctypes
+
+    def keeping_gil(function, prototype):
+        return prototype(ctypes.cast(function, ctypes.c_void_p).value)
+
+    return (
+        keeping_gil(get, ctypes.PYFUNCTYPE(ctypes.c_int)),
+        keeping_gil(set_, ctypes.PYFUNCTYPE(None, ctypes.c_int)),
+    )
 
 
 def _blas_now() -> int:
@@ -396,11 +408,13 @@ _now = time.monotonic
 
 
 def _core_reader():
-    """libc's sched_getcpu (the core the calling thread runs on), or a stand-in saying -1."""
+    """libc's sched_getcpu (the core the calling thread runs on), or a stand-in saying -1.
+    Called keeping the GIL (PyDLL): it takes nanoseconds, and a thread ending a run must not
+    hand the GIL to a waiter for it."""
     try:
         import ctypes
 
-        read = ctypes.CDLL(None).sched_getcpu
+        read = ctypes.PyDLL(None).sched_getcpu
         read.restype, read.argtypes = ctypes.c_int, []
         return read
     except Exception:  # (no such function, or no C library to ask: Windows, macOS)
