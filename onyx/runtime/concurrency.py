@@ -78,9 +78,10 @@ def _blas_libs() -> list:
 def _blas_controls() -> list:
     """Each BLAS library's (get, set) of its thread count, bound once (a run of a small model
     limits BLAS and restores it: looking the methods up at every call was a good part of the
-    run slot's bookkeeping). The setter works from whichever thread runs: threadpoolctl 3.8's set_num_threads ignores, for
-    OpenBLAS, a call from any thread but the first one that set a count, while that one lives
-    (a run on another thread then kept BLAS's threads while onyx counted it limited)."""
+    run slot's bookkeeping). The setter works from whichever thread runs: threadpoolctl 3.8's
+    set_num_threads ignores, for OpenBLAS, a call from any thread but the first one that set
+    a count, while that one lives (a run on another thread then kept BLAS's threads while
+    onyx counted it limited)."""
     global _controls
     if _controls is None:
         _controls = [_openblas_functions(lib) or _methods(lib) for lib in _blas_libs()]
@@ -429,9 +430,10 @@ def _move_to(core: int) -> None:
     last holder ran on: the model's weights and the runs' buffers are in that core's cache.
     Linux wakes a waiter on an idle core, so on two cores nearly every hand-over moved the
     runs to the other core, whose first runs read it all from the shared cache: a hand-over
-    cost several times what it cost with the process pinned to one core. The thread
-    is bound to that core alone and at once let free again (the first call moves it; it
-    stays there until the scheduler has a reason to move it)."""
+    cost several times what it cost with the process pinned to one core. The thread is bound
+    to that core alone and at once let free again (the first call moves it; it stays there
+    until the scheduler has a reason to move it). Not where the thread may run on one core
+    only, or the core is not among its own."""
     if core < 0 or _core() == core:
         return
     try:
