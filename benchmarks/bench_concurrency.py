@@ -3,6 +3,7 @@ the same runs spread over 8 threads, and whether every result is bit-identical.
 
     python benchmarks/bench_concurrency.py [--model tests/models/bert_dynamo_op18.onnx ...]
         [--runs 400] [--threads 8] [--rounds 5] [--no-turns] [--warm | --cold] [--slice S]
+        [--at-once K] [--intra-op N]
     python benchmarks/bench_concurrency.py --model M --runs 3200 --once 8   (then --once 1)
 
 Concurrent runs must not oversubscribe the cores (each thread's BLAS call starting its own
@@ -13,7 +14,10 @@ machine single rounds vary by 2x or more). Two kinds of threads: new ones each r
 first runs and their start included: the cold figure) and long-lived ones that have run the
 session before (a server's worker threads: the steady state); --cold or --warm runs one kind.
 --once times nothing itself: it makes the runs of one side only, for a timer outside the
-process. --no-turns lets short runs run side by side (the behaviour before turns).
+process. --no-turns lets short runs run side by side (the behaviour before turns); --at-once K
+lets at most K run side by side (turns off, a semaphore around each run), with --intra-op N
+threads each (SessionOptions.intra_op_num_threads): runs overlapping so that one's Python
+overlaps another's kernels, measured against turns in docs/reliability.md.
 """
 
 from __future__ import annotations
@@ -97,6 +101,17 @@ def fresh_threads(jobs: list) -> None:
         th.join()
 
 
+#: At most this many runs at once (--at-once), or None: the runs are not gated.
+_gate: threading.Semaphore | None = None
+
+
+def _run(sess, feeds) -> list:
+    if _gate is None:
+        return sess.run(None, feeds)
+    with _gate:
+        return sess.run(None, feeds)
+
+
 def run_threads(sess, feeds, runs: int, threads: int, workers: Workers | None = None):
     """Wall and CPU seconds (the process's) of ``runs`` runs spread over ``threads`` threads,
     new ones or ``workers``' long-lived ones (thread starts included in the time), and their
@@ -107,7 +122,7 @@ def run_threads(sess, feeds, runs: int, threads: int, workers: Workers | None = 
     def job(k: int):
         def work() -> None:
             for j in range(k * per, (k + 1) * per):
-                results[j] = sess.run(None, feeds)
+                results[j] = _run(sess, feeds)
 
         return work
 
@@ -177,7 +192,15 @@ def main() -> None:
     ap.add_argument("--cold", action="store_true", help="only new threads each round")
     ap.add_argument("--once", type=int, metavar="THREADS", help="only the runs, on THREADS")
     ap.add_argument("--slice", type=float, help="seconds a thread keeps the turn (default 0.005)")
+    ap.add_argument("--at-once", type=int, metavar="K", help="turns off, at most K runs at once")
+    ap.add_argument("--intra-op", type=int, default=0, metavar="N", help="threads a run uses")
     args = ap.parse_args()
+    options = onyx.SessionOptions()
+    options.intra_op_num_threads = args.intra_op
+    if args.at_once:
+        global _gate
+        _gate = threading.BoundedSemaphore(args.at_once)
+        args.no_turns = True
     if args.slice:
         concurrency.SLICE_SECONDS = args.slice
     if args.no_turns:
@@ -185,16 +208,17 @@ def main() -> None:
     paths = args.model or [os.path.join(ROOT, "tests", "models", m + ".onnx") for m in MODELS]
     if args.once:
         for path in paths:
-            sess = onyx.InferenceSession(path)
+            sess = onyx.InferenceSession(path, options)
             once(sess, feeds_for(sess, path=path), args.runs, args.once)
         return
     modes = [True] if args.warm else [False] if args.cold else [False, True]
     print(f"{args.runs} runs, {args.rounds} rounds, {os.cpu_count()} cores, "
-          f"turns {'off' if args.no_turns else 'on'}")  # fmt: skip
+          f"turns {'off' if args.no_turns else 'on'}, at once {args.at_once or 'any'}, "
+          f"intra-op threads {args.intra_op or 'all'}")  # fmt: skip
     print(HEADER.format(runs=args.runs, n=args.threads))
     print("|---|---:|---:|---:|---:|---:|---:|---|")
     for path in paths:
-        sess = onyx.InferenceSession(path)
+        sess = onyx.InferenceSession(path, options)
         name = os.path.basename(path).removesuffix(".onnx")
         for warm in modes:
             result = compare(

@@ -247,7 +247,7 @@ def test_an_interrupted_wait_for_the_turn_leaves_the_queue(monkeypatch):
     def interrupted(turn, entry):  # (Ctrl-C as the wait begins)
         raise Interrupted
 
-    entry = [threading.get_ident(), threading.Lock()]
+    entry = [threading.get_ident(), threading.Lock(), 0.0]  # (a waiter: thread, bell, looks at)
     entry[1].acquire()
     turn.queue.append(entry)
     monkeypatch.setattr(concurrency._Turn, "_patience", interrupted)  # noqa: SLF001
@@ -288,3 +288,68 @@ def test_the_benchmarks_long_lived_threads_serve_every_round():
     assert len(threads) == 3
     bench.run_threads(sess, feeds, 6, 3)  # new threads
     assert len(threads) == 6
+
+
+def _queue_on_another_thread(turn, got: list, stay: threading.Event) -> threading.Thread:
+    """A thread that waits for the turn, notes when it got it (and its thread), and keeps it
+    between runs (a fresh thread has no streaks to end) until ``stay`` is set (a thread that
+    ends gives the turn back). Returns once it is queued."""
+
+    def run():
+        turn.acquire()
+        got.append((time.perf_counter(), threading.get_ident()))
+        turn.release()
+        stay.wait(10)
+
+    queued = len(turn.queue)
+    other = threading.Thread(target=run, daemon=True)
+    other.start()
+    deadline = time.perf_counter() + 10
+    while len(turn.queue) == queued and time.perf_counter() < deadline:
+        time.sleep(0.001)
+    return other
+
+
+def test_a_waiter_whose_turn_comes_early_looks_when_its_new_place_calls_for(monkeypatch):
+    """The holder hands the turn over early (a failed run here; a streak's end likewise):
+    the next waiter, which counted on whole slices before its turn, is woken to sleep for
+    its new place, and takes the turn from a holder that stopped calling one slice after
+    that one got it, not two. (Without the nudge, 1 s: the check can fail.)"""
+    monkeypatch.setattr(concurrency, "_turns", concurrency._Turn())  # noqa: SLF001
+    monkeypatch.setattr(concurrency, "SLICE_SECONDS", 0.5)
+    monkeypatch.setattr(concurrency, "IDLE_SECONDS", 60.0)  # (no idle take-over)
+    turn, got, stay = concurrency._turns, [], threading.Event()  # noqa: SLF001
+    turn.acquire()
+    first = _queue_on_another_thread(turn, got, stay)  # takes the turn and stops calling
+    second = _queue_on_another_thread(turn, got, stay)  # counts on the first's whole slice
+    turn.release(failed=True)  # (hands the turn over at once)
+    deadline = time.perf_counter() + 10
+    while len(got) < 2 and time.perf_counter() < deadline:
+        time.sleep(0.01)
+    stay.set()
+    first.join(10)
+    second.join(10)
+    assert len(got) == 2
+    assert 0.3 < got[1][0] - got[0][0] < 0.8
+
+
+@pytest.mark.parametrize("waiter_core", [0, 1])
+def test_the_turns_next_holder_moves_to_the_core_its_last_holder_ran_on(monkeypatch, waiter_core):
+    """Bound to that core and let free at once; nothing done when it runs there already."""
+    monkeypatch.setattr(concurrency, "_turns", concurrency._Turn())  # noqa: SLF001
+    main, calls = threading.get_ident(), []
+    monkeypatch.setattr(
+        concurrency, "_core", lambda: 1 if threading.get_ident() == main else waiter_core
+    )
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr(
+        os, "sched_setaffinity", lambda pid, cores: calls.append(set(cores)), raising=False
+    )
+    turn, got, stay = concurrency._turns, [], threading.Event()  # noqa: SLF001
+    turn.acquire()
+    waiter = _queue_on_another_thread(turn, got, stay)
+    turn.release(failed=True)
+    stay.set()
+    waiter.join(10)
+    assert got and got[0][1] != main
+    assert calls == ([] if waiter_core == 1 else [{1}, {0, 1}])

@@ -227,9 +227,10 @@ def test_a_thread_that_stopped_calling_does_not_keep_the_turn(monkeypatch, idle)
         assert 1.0 < waited < 9
 
 
-def _handover_after_job(first_job: int) -> float:
-    """Seconds between the end of a thread's job of 3 short runs (its second job, the first
-    having ``first_job`` runs) and the start of a run queued on another thread meanwhile."""
+def _handover_after_job(earlier_jobs: tuple) -> float:
+    """Seconds between the end of a thread's job of 3 short runs (after jobs of
+    ``earlier_jobs`` runs, each followed by a pause) and the start of a run queued on another
+    thread meanwhile."""
     turn = concurrency._turns  # noqa: SLF001
     got, ended = [], []
 
@@ -256,24 +257,27 @@ def _handover_after_job(first_job: int) -> float:
         ended.append(time.perf_counter())
 
     other = threading.Thread(target=queued, daemon=True)
-    job(first_job)
-    time.sleep(0.02)  # (a pause: the thread's streak ends)
+    for runs in earlier_jobs:
+        job(runs)
+        time.sleep(0.02)  # (a pause: the thread's streak ends)
     job(3, other)
     other.join(timeout=10)
     return got[0] - ended[-1] if got else 10.0
 
 
-@pytest.mark.parametrize("first_job", [3, 5])
-def test_a_thread_gives_up_the_turn_at_the_end_of_its_usual_streak(monkeypatch, first_job):
-    """A thread making jobs of 3 runs, another thread waiting: the turn passes as the job's
-    last run ends, not when the slice (0.5 s) ends. (After a first job of 5 runs the 3rd
-    run is not the usual end, and the waiter waits for the slice: the check can fail.)"""
+@pytest.mark.parametrize("earlier_jobs", [(3,), (5,), (3, 5), (3, 4, 5, 6, 7)])
+def test_a_thread_gives_up_the_turn_at_the_end_of_its_usual_streak(monkeypatch, earlier_jobs):
+    """A thread making a job of 3 runs, another thread waiting: the turn passes as the job's
+    last run ends, not when the slice (0.5 s) ends, when one of the thread's last
+    STREAKS_KEPT jobs had 3 runs too (jobs alternating between two sizes: 3, then 5). (After
+    jobs of 5 runs only, or 3 too long ago, the 3rd run is not a usual end, and the waiter
+    waits for the slice: the check can fail.)"""
     monkeypatch.setattr(concurrency, "_turns", concurrency._Turn())  # noqa: SLF001
     monkeypatch.setattr(concurrency, "SLICE_SECONDS", 0.5)
     monkeypatch.setattr(concurrency, "IDLE_SECONDS", 0.005)
     monkeypatch.setattr(concurrency._leaving, "hook", None, raising=False)  # noqa: SLF001
-    waited = _handover_after_job(first_job)
-    if first_job == 3:
+    waited = _handover_after_job(earlier_jobs)
+    if 3 in earlier_jobs[-concurrency.STREAKS_KEPT :]:
         assert waited < 0.25
     else:
         assert 0.25 < waited < 5

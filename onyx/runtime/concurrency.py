@@ -21,11 +21,18 @@ every kernel call (a context switch and a cold cache each time; 8 threads took 1
 thread's time in total). Taking turns, seven of them wait in a lock, outside the GIL, while
 one runs. A thread keeps the turn across its consecutive runs for a slice of time (handing it
 over after every run cost a context switch or more per run, and moved runs between cores),
-but not past the run that ends its usual streak of runs while others wait: a thread that had
-stopped calling (a server's worker back at its queue) kept the turn, and the cores idle, for
-the rest of its slice. A session measures its runs (``Pace``) to know whether they are short; long runs
-(their kernels release the GIL for their work) run side by side. Turns order runs and nothing
-else: a run's results do not depend on them.
+but not past the run that ends one of its usual streaks of runs while others wait: a thread
+that had stopped calling (a server's worker back at its queue) kept the turn, and the cores
+idle, for the rest of its slice. A thread handed the turn moves to the core its last holder ran
+on, whose cache holds the model (``_move_to``). A session measures its runs (``Pace``) to know
+whether they are short; long runs (their kernels release the GIL for their work) run side by
+side. Turns order runs and nothing else: a run's results do not depend on them.
+
+Runs side by side on fewer threads each (two runs at once, each on one intra-op thread, so that
+one's Python overlaps the other's kernels) were measured and left: on small transformers and
+a QDQ MobileNet they took more wall time and far more CPU time than turns (their kernel calls
+release the GIL for microseconds, and each one handed the GIL to the other run:
+docs/reliability.md).
 """
 
 from __future__ import annotations
@@ -38,7 +45,8 @@ import time
 
 from . import native
 
-_lock = threading.Condition()
+_mutex = _thread.allocate_lock()  # (a run's BLAS place is taken and given back under it)
+_lock = threading.Condition(_mutex)  # (waits for a BLAS place; ``with _mutex`` is cheaper)
 _blas_runs = 0  # runs holding the BLAS setting
 _blas_mode = 0  # the BLAS thread count they need
 _waiting_wide = 0  # runs waiting to use BLAS on several threads
@@ -46,6 +54,7 @@ _waiting = 0  # runs waiting for any reason
 _saved: list[int] | None = None  # the BLAS libraries' thread counts before onyx limited them
 _current: int | None = None  # BLAS's thread count as onyx last read or set it
 _libs: list | None = None
+_controls: list | None = None  # each BLAS library's (get, set) of its thread count
 
 
 def cores() -> int:
@@ -66,18 +75,55 @@ def _blas_libs() -> list:
     return _libs
 
 
-def _set_threads(lib, n: int) -> None:
-    """Set one BLAS library's thread count, from whichever thread runs. (threadpoolctl 3.8's
+def _blas_controls() -> list:
+    """Each BLAS library's (get, set) of its thread count, bound once (a run of a small model
+    limits BLAS and restores it: looking the methods up at every call was a good part of the
+    run slot's bookkeeping). The setter works from whichever thread runs: threadpoolctl 3.8's
     set_num_threads ignores, for OpenBLAS, a call from any thread but the first one that set
-    a count, while that one lives: a run on another thread then kept BLAS's threads while
-    onyx counted it limited.)"""
-    getattr(lib, "_real_set_num_threads", lib.set_num_threads)(n)
+    a count, while that one lives (a run on another thread then kept BLAS's threads while
+    onyx counted it limited)."""
+    global _controls
+    if _controls is None:
+        _controls = [_openblas_functions(lib) or _methods(lib) for lib in _blas_libs()]
+    return _controls
+
+
+def _methods(lib) -> tuple:
+    return lib.get_num_threads, getattr(lib, "_real_set_num_threads", lib.set_num_threads)
+
+
+def _openblas_functions(lib) -> tuple | None:
+    """OpenBLAS's own (get, set) functions on its own thread pool (what threadpoolctl calls
+    for it, found through it once: its methods look the symbols up at every call), called
+    keeping the GIL (a run's start and end must not hand the GIL to another thread for a
+    call that takes nanoseconds); None for other libraries, OpenMP's threading layer or
+    other threadpoolctl versions."""
+    find = getattr(lib, "_get_symbol", None)
+    if getattr(lib, "internal_api", "") != "openblas" or find is None:
+        return None
+    if getattr(lib, "threading_layer", "") not in ("pthreads", "disabled"):
+        return None  # (OpenMP's layer: threadpoolctl sets OpenMP's count)
+    try:
+        get, set_ = find("openblas_get_num_threads"), find("openblas_set_num_threads")
+    except Exception:  # (a threadpoolctl whose look-up works otherwise)
+        return None
+    if get is None or set_ is None:
+        return None
+    import ctypes
+
+    def keeping_gil(function, prototype):
+        return prototype(ctypes.cast(function, ctypes.c_void_p).value)
+
+    return (
+        keeping_gil(get, ctypes.PYFUNCTYPE(ctypes.c_int)),
+        keeping_gil(set_, ctypes.PYFUNCTYPE(None, ctypes.c_int)),
+    )
 
 
 def _blas_now() -> int:
     global _current
     if _current is None:
-        _current = max((lib.get_num_threads() for lib in _blas_libs()), default=1)
+        _current = max((get() for get, _ in _blas_controls()), default=1)
     return _current
 
 
@@ -87,19 +133,19 @@ def limit_blas(n: int) -> None:
     global _saved, _current
     if n == _blas_now():
         return
-    libs = _blas_libs()
+    controls = _blas_controls()
     if _saved is None:
-        _saved = [lib.get_num_threads() for lib in libs]
-    for lib in libs:
-        _set_threads(lib, n)
+        _saved = [get() for get, _ in controls]
+    for _, set_threads in controls:
+        set_threads(n)
     _current = n
 
 
 def _restore_blas() -> None:
     global _saved, _current
     if _saved is not None:
-        for lib, had in zip(_blas_libs(), _saved):
-            _set_threads(lib, had)
+        for (_, set_threads), had in zip(_blas_controls(), _saved):
+            set_threads(had)
         _current = max(_saved, default=1)
         _saved = None
 
@@ -156,13 +202,13 @@ class _Turn:
     until its slice ends, between them, so that a thread running short runs one after the
     other keeps the core and its cache. Waiters queue in order, each on its own lock, and the
     turn is handed to the first directly (no other waiter wakes, no thread barges in). A holder
-    that stops calling cannot keep it: the run that ends its usual streak hands the turn over
-    (``_GiveBackAtThreadEnd`` counts the streaks), a thread arriving after it has been between
-    runs for IDLE_SECONDS takes it, once its slice ends the first waiter takes it (the first
-    waiter's wait ends with the slice), and a thread that ends gives it back. Nested runs on
-    the holder's thread count its depth."""
+    that stops calling cannot keep it: the run that ends one of its usual streaks hands the
+    turn over (``_GiveBackAtThreadEnd`` counts the streaks), a thread arriving after it has
+    been between runs for IDLE_SECONDS takes it, once its slice ends the first waiter takes it
+    (the first waiter's wait ends LATE_SECONDS after the slice), and a thread that ends gives
+    it back. Nested runs on the holder's thread count its depth."""
 
-    __slots__ = ("guard", "owner", "depth", "deadline", "released", "queue")
+    __slots__ = ("guard", "owner", "depth", "deadline", "released", "queue", "core")
 
     def __init__(self) -> None:
         self.guard = _thread.allocate_lock()
@@ -170,7 +216,8 @@ class _Turn:
         self.depth = 0  # its runs in progress (0: it holds the turn between runs)
         self.deadline = 0.0  # its slice's end
         self.released = 0.0  # when its last run ended
-        self.queue: collections.deque = collections.deque()  # waiters: [thread, lock]
+        self.queue: collections.deque = collections.deque()  # waiters: [thread, lock, looks at]
+        self.core = -1  # the core the turn's last run ran on, when it was handed over
 
     def acquire(self) -> None:
         me = _thread.get_ident()
@@ -189,7 +236,7 @@ class _Turn:
                 return
             if self.owner == me:  # its slice is over and others wait: queue behind them
                 self._hand_over()
-            entry = [me, _thread.allocate_lock()]
+            entry = [me, _thread.allocate_lock(), 0.0]  # (the thread, its bell, when it looks)
             entry[1].acquire()
             self.queue.append(entry)
         try:
@@ -212,17 +259,31 @@ class _Turn:
         if not self.queue:
             self.owner, self.depth = None, 0
             return
-        me, lock = self.queue.popleft()
+        me, lock, _ = self.queue.popleft()
+        self.core = _core()
         self.owner, self.depth, self.deadline = me, 1, _now() + SLICE_SECONDS
         if lock.locked():  # (not if its wait timed out meanwhile)
             lock.release()
+        if self.queue:
+            self._nudge(self.queue[0])
+
+    def _nudge(self, first: list) -> None:
+        """Wake the new first waiter if it sleeps past the look its new place calls for (its
+        patience counted on the holders before it using their whole slices, and one handed
+        the turn over early): else a holder that stops calling unforeseen could keep the turn,
+        the cores idle, for as many slices as the waiter had holders before it. The waiter
+        looks, and sleeps again for its new patience."""
+        _, lock, looks_at = first
+        if looks_at > self.deadline + 2 * LATE_SECONDS and lock.locked():
+            lock.release()
 
     def _wait(self, entry: list) -> None:
-        me, lock = entry
+        me, lock, _ = entry
         try:
             while True:
                 lock.acquire(timeout=self._patience(entry))  # (handed over, or timed out)
                 if self._served(entry):
+                    _move_to(self.core)
                     return
         except BaseException:  # (Ctrl-C while waiting: the turn, if handed over, goes on)
             with self.guard:
@@ -234,14 +295,25 @@ class _Turn:
 
     def _patience(self, entry: list) -> float:
         """How long a waiter waits before it looks whether the holder left the turn: until
-        its turn would come if every holder before it used its whole slice (the holders
-        hand it over sooner, and wake it). The first waiter's wait ends with the slice, or
-        one slice later if the holder runs past it (its next run will hand the turn over: one
-        look per slice, not a poll): a holder that stopped calling keeps it two slices at most."""
+        its turn would come if every holder before it used its whole slice, plus
+        LATE_SECONDS per holder (the holders hand it over sooner, and wake it). A holder
+        whose slice ends mid-run hands the turn over as its next run starts, within
+        LATE_SECONDS if it goes on calling: a look sooner would find it running (and take the
+        GIL from it for nothing: half the hand-overs were preceded by one). The first
+        waiter's wait ends then, or one slice later if the holder runs past it (its next run
+        will hand the turn over: one look per slice, not a poll): a holder that stopped
+        calling keeps it two slices at most."""
         with self.guard:
             place = self.queue.index(entry) if entry in self.queue else 0
-            left = self.deadline - _now()
-        return (left if left > 0 else SLICE_SECONDS) + place * SLICE_SECONDS + 1e-4
+            now = _now()
+            left = self.deadline - now
+            wait = (
+                (left if left > 0 else SLICE_SECONDS)
+                + place * SLICE_SECONDS
+                + (place + 1) * LATE_SECONDS
+            )
+            entry[2] = now + wait
+        return wait
 
     def _served(self, entry: list) -> bool:
         """Whether the waiter has the turn, handed over or taken from a holder that left it
@@ -253,6 +325,8 @@ class _Turn:
             if self.queue and self.queue[0] is entry and not self.depth and self._left():
                 self.queue.popleft()
                 self._take(me)
+                if self.queue:
+                    self._nudge(self.queue[0])
                 return True
             return False
 
@@ -268,6 +342,8 @@ class _Turn:
                 return  # (taken from it, or a fork in between)
             self.depth -= 1
             self.released = now
+            if self.queue:
+                self.core = _core()  # (a waiter that takes the turn over moves there)
             if self.depth <= 0 and (failed or streak_over and self.queue):
                 self._hand_over()  # (else its next run hands it over once its slice ends)
 
@@ -280,8 +356,11 @@ class _Turn:
 class _GiveBackAtThreadEnd:
     """Lives in a thread's locals: when the thread ends, the turn it kept goes on. It also
     counts the thread's streaks of short runs (runs less than IDLE_SECONDS apart), so that
-    the turn's holder can tell that a run ends its usual streak: a server's worker making
-    one run per request, a loop making N runs per job."""
+    the turn's holder can tell that a run likely ends a streak: a server's worker making one
+    run per request, a loop making N runs per job. It remembers the lengths of the thread's
+    last few streaks, not only the last one: a thread whose jobs alternate between two sizes
+    (a benchmark's rounds of 1600 runs on one thread and 200 on each of 8) otherwise missed
+    the end of every other job and kept the turn, the cores idle, for the rest of its slice."""
 
     __slots__ = ("thread", "nested", "last", "runs", "usual")
 
@@ -290,22 +369,28 @@ class _GiveBackAtThreadEnd:
         self.nested = 0  # the thread's runs in progress
         self.last = 0.0  # when its last run ended
         self.runs = 0  # runs in its current streak
-        self.usual = 0  # runs in its previous streak (0: none yet)
+        self.usual: tuple[int, ...] = ()  # the lengths of its last streaks, newest first
 
     def starts(self, now: float) -> None:
         if not self.nested:
             if now - self.last >= IDLE_SECONDS and self.runs:
-                self.usual, self.runs = self.runs, 0  # (back after a pause: a new streak)
+                self._ended_streak()  # (back after a pause: a new streak)
             self.runs += 1
         self.nested += 1
 
+    def _ended_streak(self) -> None:
+        runs = self.runs
+        self.usual = (runs, *[n for n in self.usual if n != runs][: STREAKS_KEPT - 1])
+        self.runs = 0
+
     def ends(self, now: float) -> bool:
-        """Count a run's end; whether it ends the thread's usual streak."""
+        """Count a run's end; whether it likely ends the thread's streak (a length the
+        thread's recent streaks had)."""
         self.nested = max(0, self.nested - 1)
         if self.nested:
             return False
         self.last = now
-        return self.runs == self.usual  # (past it: the slice decides)
+        return self.runs in self.usual  # (past them all: the slice decides)
 
     def __del__(self) -> None:
         turns = globals().get("_turns")  # (None at the interpreter's exit)
@@ -313,7 +398,53 @@ class _GiveBackAtThreadEnd:
             turns.give_back(self.thread)
 
 
+#: How late after its slice's end a holder still calling hands the turn over (its run in
+#: progress ends, its next one starts): a short run and its caller's work between runs.
+LATE_SECONDS = 0.001
+#: How many of a thread's last streak lengths predict the end of its streak. A wrong
+#: prediction costs a hand-over (the thread queues again behind the others) when others wait.
+STREAKS_KEPT = 4
+
 _now = time.monotonic
+
+
+def _core_reader():
+    """libc's sched_getcpu (the core the calling thread runs on), or a stand-in saying -1.
+    Called keeping the GIL (PyDLL): it takes nanoseconds, and a thread ending a run must not
+    hand the GIL to a waiter for it."""
+    try:
+        import ctypes
+
+        read = ctypes.PyDLL(None).sched_getcpu
+        read.restype, read.argtypes = ctypes.c_int, []
+        return read
+    except Exception:  # (no such function, or no C library to ask: Windows, macOS)
+        return lambda: -1
+
+
+_core = _core_reader()
+
+
+def _move_to(core: int) -> None:
+    """Move the calling thread, which has just been handed the turn, to ``core``, the one its
+    last holder ran on: the model's weights and the runs' buffers are in that core's cache.
+    Linux wakes a waiter on an idle core, so on two cores nearly every hand-over moved the
+    runs to the other core, whose first runs read it all from the shared cache: a hand-over
+    cost several times what it cost with the process pinned to one core. The thread is bound
+    to that core alone and at once let free again (the first call moves it; it stays there
+    until the scheduler has a reason to move it). Not where the thread may run on one core
+    only, or the core is not among its own."""
+    if core < 0 or _core() == core:
+        return
+    try:
+        allowed = os.sched_getaffinity(0)
+        if core in allowed and len(allowed) > 1:
+            os.sched_setaffinity(0, (core,))
+            os.sched_setaffinity(0, allowed)
+    except (AttributeError, OSError):  # (no affinity here, or the core went away)
+        pass
+
+
 _leaving = threading.local()
 _turns = _Turn()
 
@@ -354,8 +485,9 @@ class run_slot:  # noqa: N801  (used as a function: ``with run_slot(threads, bla
     def __init__(self, threads: int, blas: int | None, pace: Pace | None = None):
         self.blas = _default_blas() if blas == 0 else blas
         # (the native pool's thread count stays the run's own: some kernels choose their
-        # path by it, and a path's bits must not depend on what else runs)
-        self.native = native.threads(threads)
+        # path by it, and a path's bits must not depend on what else runs; None: the setting
+        # in force is already it, the common case)
+        self.native = None if threads == native.thread_setting() else native.threads(threads)
         self.pace = pace
         self.turn = None
 
@@ -375,22 +507,24 @@ class run_slot:  # noqa: N801  (used as a function: ``with run_slot(threads, bla
 
     def _enter_resources(self) -> None:
         if self.blas:
-            with _lock:
+            with _mutex:
                 _enter_blas(self.blas)
         try:
-            self.native.__enter__()
+            if self.native is not None:
+                self.native.__enter__()
         except BaseException:
             if self.blas:
-                with _lock:
+                with _mutex:
                     _leave_blas()
             raise
 
     def __exit__(self, *exc) -> None:
         if self.start is not None:
             self.pace.add(time.thread_time() - self.start)
-        self.native.__exit__(*exc)
+        if self.native is not None:
+            self.native.__exit__(*exc)
         if self.blas:
-            with _lock:
+            with _mutex:
                 _leave_blas()
         if self.turn is not None:
             self.turn.release(failed=exc[0] is not None and not issubclass(exc[0], Exception))
@@ -399,8 +533,9 @@ class run_slot:  # noqa: N801  (used as a function: ``with run_slot(threads, bla
 def _after_fork_in_child() -> None:
     """A child forked while other threads ran has none of them: their turn and their BLAS
     places would never be given back (the child's first run would wait forever)."""
-    global _turns, _lock, _blas_runs, _waiting_wide, _waiting
-    _turns, _lock = _Turn(), threading.Condition()
+    global _turns, _mutex, _lock, _blas_runs, _waiting_wide, _waiting
+    _mutex = _thread.allocate_lock()
+    _turns, _lock = _Turn(), threading.Condition(_mutex)
     _blas_runs = _waiting_wide = _waiting = 0
 
 
