@@ -124,6 +124,8 @@ def _native_binary_run(multiply, a, b, params, ka, kb):
 @op("QLinearAdd", since=1, domain=MS, elementwise=True)
 def q_linear_add(a, a_scale, a_zero_point, b, b_scale, b_zero_point, c_scale, c_zero_point=None):
     params = (a_scale, a_zero_point, b_scale, b_zero_point, c_scale, c_zero_point)
+    if not (a.flags.c_contiguous and b.flags.c_contiguous):  # (a channels-last chain's views)
+        a, b = native.contiguous_bytes(a), native.contiguous_bytes(b)
     key, run = _kept_binary(False, a, b, params)
     if run is not None and a.flags.c_contiguous and b.flags.c_contiguous:
         return run(a, b)
@@ -141,6 +143,8 @@ def q_linear_add(a, a_scale, a_zero_point, b, b_scale, b_zero_point, c_scale, c_
 @op("QLinearMul", since=1, domain=MS, elementwise=True)
 def q_linear_mul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, c_scale, c_zero_point=None):
     params = (a_scale, a_zero_point, b_scale, b_zero_point, c_scale, c_zero_point)
+    if not (a.flags.c_contiguous and b.flags.c_contiguous):  # (a channels-last chain's views)
+        a, b = native.contiguous_bytes(a), native.contiguous_bytes(b)
     key, run = _kept_binary(True, a, b, params)
     if run is not None and a.flags.c_contiguous and b.flags.c_contiguous:
         return run(a, b)
