@@ -162,6 +162,8 @@ def _depthwise(nchw, w, zx, w_zp, bias, scale, y_zp, geo, table):
     begin = geo["pads"][:2]
     if kh * kw > EXACT_TAPS or min(begin) < 0:
         return None
+    if bias is not None and np.abs(bias.astype(np.int64)).max(initial=0) > 1 << 24:
+        return None  # (the kernel adds the bias in float32, exactly up to 2**24)
 
     def make():
         wz = 0 if w_zp is None else w_zp.astype(np.int16).reshape(-1, 1, 1)

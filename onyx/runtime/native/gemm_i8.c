@@ -668,8 +668,8 @@ EXPORT VNNI int onyx_dynamic_matmul(const dynamic_matmul *t, const float *x, flo
    exact in float32 (every partial sum an integer below 2**24: Python sends only kernels of
    at most 258 taps) and are requantized as dw_store does: clamp(rint((acc + bias) * scale)
    + zero point), then mapped through the activation's table if any. wc: the weights minus
-   their zero points, int16 [kh * kw][C]. Needs 8-bit outputs and one output channel per
-   input channel. */
+   their zero points, int16 [kh * kw][C]. Needs 8-bit outputs, one output channel per input
+   channel and a bias of at most 2**24 in magnitude. */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC push_options
 #pragma GCC optimize("fp-contract=fast") /* (exact integer sums: fusing changes nothing) */
@@ -718,25 +718,28 @@ static inline __attribute__((always_inline)) void dwn_fill(
     }
 }
 
+
 typedef int32_t dwn_ivec __attribute__((vector_size(64)));
 typedef uint8_t dwn_bytes __attribute__((vector_size(16)));
 
 /* The requantization's constants, read once per call (the byte stores may alias anything:
    read through o, they were loaded again for every vector). */
 typedef struct {
-    dwn_vec lo, hi;
+    dwn_vec lo, hi; /* the output type's range minus the zero point */
     int32_t zero_point;
 } dwn_epilogue;
 
-/* Requantizes a vector of sums (channels c0 .. c0 + lanes; their bias and scale at bias,
-   scale) into dst, the pixel's run: dw_store's operations, 16 lanes at a time. */
+/* Requantizes a vector of sums (channels c0 .. c0 + lanes; their bias, as float32, and
+   scale at bias, scale) into dst, the pixel's run: dw_store's operations, 16 lanes at a
+   time. The sum and the bias are integers below 2**24 in magnitude (Python sends no larger
+   bias), so their float32 sum is the int32 sum's conversion: one rounding of the same exact
+   value. */
 static inline __attribute__((always_inline)) void dwn_store(const dwn_epilogue *e, dwn_vec acc,
-                                                           const int32_t *bias,
+                                                           const float *bias,
                                                            const float *scale, int64_t lanes,
                                                            uint8_t *dst) {
     const dwn_vec magic = (dwn_vec){0} + 12582912.0f;
-    dwn_ivec s = __builtin_convertvector(acc, dwn_ivec) + *(const dwn_ivec *)bias;
-    dwn_vec v = __builtin_convertvector(s, dwn_vec) * *(const dwn_vec *)scale;
+    dwn_vec v = (acc + *(const dwn_vec *)bias) * *(const dwn_vec *)scale;
     dwn_ivec below = v < e->lo, above = v > e->hi; /* (then rint: half to even, |v| < 2**22) */
     v = (dwn_vec)((below & (dwn_ivec)e->lo) | (~below & (dwn_ivec)v));
     v = (dwn_vec)((above & (dwn_ivec)e->hi) | (~above & (dwn_ivec)v));
@@ -751,7 +754,7 @@ static inline __attribute__((always_inline)) void dwn_store(const dwn_epilogue *
 /* One output row (its window rows from `rows` in the band's buffer): four pixels at a time
    per vector of channels. Inlined, so a 3x3 kernel's taps are unrolled. */
 static inline __attribute__((always_inline)) void dwn_row(
-    const dwn_epilogue *o, const float *restrict rows, const float *wt, const int32_t *bias,
+    const dwn_epilogue *o, const float *restrict rows, const float *wt, const float *bias,
     const float *scale, int64_t C, int64_t OW, int64_t sw, int64_t kh, int64_t kw, int64_t dh,
     int64_t dw, int64_t Wp, uint8_t *yrow) {
     int64_t V = (C + 15) / 16, S = V * 16, ps = sw * S;
@@ -793,6 +796,8 @@ EXPORT CLONES int onyx_depthwise_nhwc_i8(const uint8_t *x, int x_signed, int32_t
                                          const int16_t *wc, const dw_geometry *g,
                                          const dw_output *o, int64_t p0, int64_t p1) {
     if (!o->y8 || !o->scale || g->mult != 1 || g->M != g->C) return ONYX_INVALID;
+    for (int64_t c = 0; o->bias && c < g->C; c++)
+        if (o->bias[c] > (1 << 24) || o->bias[c] < -(1 << 24)) return ONYX_INVALID;
     int64_t C = g->C, V = (C + 15) / 16, S = V * 16, K = g->kh * g->kw;
     int64_t Wp = (g->OW - 1) * g->sw + (g->kw - 1) * g->dw + 1;
     int64_t reach = (g->kh - 1) * g->dh + 1, brows = (DWN_BAND - 1) * g->sh + reach;
@@ -812,10 +817,9 @@ EXPORT CLONES int onyx_depthwise_nhwc_i8(const uint8_t *x, int x_signed, int32_t
     float *wt = (float *)(((uintptr_t)raw_wt + 63) & ~(uintptr_t)63);
     for (int64_t t = 0; t < K; t++)
         for (int64_t c = 0; c < S; c++) wt[t * S + c] = c < C ? (float)wc[t * C + c] : 0.0f;
-    int32_t *bias = (int32_t *)(wt + K * S);
-    float *scale = wt + (K + 1) * S;
+    float *bias = wt + K * S, *scale = wt + (K + 1) * S;
     for (int64_t c = 0; c < S; c++) {
-        bias[c] = c < C && o->bias ? o->bias[c] : 0;
+        bias[c] = c < C && o->bias ? (float)o->bias[c] : 0.0f;
         scale[c] = c < C ? o->scale[c] : 0.0f;
     }
     for (int64_t p = p0; p < p1;) {
