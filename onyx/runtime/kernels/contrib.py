@@ -501,9 +501,22 @@ def _q_gemm_runner(
     if kind["scale"].size not in (1, N):
         return None
 
+    setups: dict = {}  # (a's shape and type, threads) -> the GEMM's kept set-up
+
     def run(a):
         rows = a.T if trans_a else a
-        return native.int8_gemm(rows, packed, za, zb, col_bias=c, **kind)
+        if rows.strides[1] != 1:  # (the kernel reads each row's bytes in a run)
+            rows = np.ascontiguousarray(rows)
+        key = (rows.shape, rows.dtype.char, native.thread_setting())
+        call = setups.get(key)
+        if call is None:
+            call = native.int8_gemm_setup(rows, packed, za, zb, col_bias=c, **kind)
+            if call is None:
+                return native.int8_gemm(rows, packed, za, zb, col_bias=c, **kind)
+            if len(setups) >= 4:  # (ever new shapes)
+                setups.clear()
+            setups[key] = call
+        return call(rows)
 
     return run
 

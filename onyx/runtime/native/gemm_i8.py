@@ -287,6 +287,49 @@ def int8_gemm(
     return out
 
 
+def int8_gemm_setup(
+    a: np.ndarray,
+    b: Packed,
+    a_zero_point=0,
+    b_zero_point=0,
+    *,
+    col_bias: np.ndarray | None = None,
+    scale: np.ndarray | None = None,
+    y_zero_point: np.ndarray | None = None,
+    float_out: bool = False,
+):
+    """:func:`int8_gemm`'s set-up for A's of a's shape and type, as ``run(a) -> result``
+    for a caller to keep (a small product's call spent most of its time finding the kept
+    set-up by its parameters' bytes), or None where the set-up depends on A's data (B's
+    zero point not 0). The work split is the current thread count's."""
+    M, K = a.shape
+    call = _GemmCall(
+        a,
+        b,
+        M,
+        K,
+        a_zero_point,
+        b_zero_point,
+        None,
+        col_bias,
+        scale,
+        y_zero_point,
+        False,
+        float_out,
+    )
+    if not call.reusable:
+        return None
+    shape = (M, b.N)
+    dtype = np.float32 if float_out else np.int32 if scale is None else y_zero_point.dtype
+
+    def run(a: np.ndarray) -> np.ndarray:
+        out = np.empty(shape, dtype)
+        call(a, out, None)
+        return out
+
+    return run
+
+
 def _item_offsets(x: np.ndarray, batch: tuple) -> np.ndarray:
     """Byte offsets of the matrices of x broadcast to batch + x.shape[-2:], in C order."""
     x = np.broadcast_to(x, batch + x.shape[-2:])
