@@ -86,7 +86,10 @@ def test_kernels_give_the_nchw_kernels_bytes(numpy_only):
             kernel, extra = conv_nhwc.qlinear_conv_nhwc, ()
         else:
             kernel, extra = conv_nhwc.qlinear_conv_lookup_nhwc, (table,)
-        for x_in in (np.ascontiguousarray(x.transpose(0, 2, 3, 1)), x.transpose(0, 2, 3, 1)):
+        nhwc = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+        wide = np.zeros(nhwc.shape[:3] + (2 * nhwc.shape[3],), nhwc.dtype)
+        wide[..., ::2] = nhwc  # (strided otherwise: every other byte)
+        for x_in in (nhwc, x.transpose(0, 2, 3, 1), wide[..., ::2]):
             for _ in range(2):  # (the second call: the kept runner)
                 if numpy_only:
                     with native.disabled():

@@ -151,8 +151,8 @@ def _native_runner(nchw: np.ndarray, w: np.ndarray, params: tuple):
     conv = _implicit_gemm_conv(nchw, w, zx, bias, scale, y_zp, geo, table, layout=layout)
     if conv.native is None:
         return None
-    if layout[0]:
-        return conv
+    if layout[0]:  # (its NCHW path would read other strides as NCHW: a copy first)
+        return lambda x: conv(x if x.flags.c_contiguous else np.ascontiguousarray(x))
     return lambda x: conv(x.transpose(0, 3, 1, 2))  # (the chain's entry: NCHW bytes)
 
 
