@@ -117,23 +117,26 @@ def _q_conv(name, x, w, b, x_q, y_q, **attrs):
 
 
 def _chain_model(C: int = 8, H: int = 10) -> onnx.ModelProto:
-    """x (uint8 NCHW) -> 1x1 conv -> 3x3 depthwise -> 1x1 conv -> + x -> 3x3 stride-2 conv."""
+    """x (uint8 NCHW) -> 1x1 conv -> 3x3 depthwise -> 1x1 conv -> + x -> 3x3 stride-2 conv ->
+    four 1x1 convs (eight convs: the group pays two crossings, x in and the output out)."""
     rng = np.random.default_rng(5)
     inits, nodes = [], []
     scales = {"x": 0.03, "a": 0.05, "b": 0.04, "c": 0.06, "s": 0.07, "y": 0.08}
+    scales.update({f"u{i}": 0.08 + 0.01 * i for i in range(4)})
     for n, s in scales.items():
         inits += [numpy_helper.from_array(np.array(s, np.float32), f"{n}_s"),
                   numpy_helper.from_array(np.array(rng.integers(0, 30), np.uint8), f"{n}_z")]  # fmt: skip
     q = {n: (f"{n}_s", f"{n}_z") for n in scales}
     convs = [("a", "x", 2 * C, C, 1, {}), ("b", "a", 2 * C, 1, 3, {"pads": [1] * 4, "group": 2 * C}),
              ("c", "b", C, 2 * C, 1, {}), ("y", "s", 12, C, 3, {"pads": [1] * 4, "strides": [2, 2]})]  # fmt: skip
+    convs += [(f"u{i}", f"u{i - 1}" if i else "y", 12, 12, 1, {}) for i in range(4)]
     for name, src, M, Cg, k, attrs in convs:
         w = rng.integers(-60, 60, (M, Cg, k, k)).astype(np.int8)
         inits += [numpy_helper.from_array(w, f"{name}_w"),
                   numpy_helper.from_array((rng.random(M) * 0.02 + 0.01).astype(np.float32), f"{name}_ws"),
                   numpy_helper.from_array(np.zeros(M, np.int8), f"{name}_wz"),
                   numpy_helper.from_array(rng.integers(-500, 500, M).astype(np.int32), f"{name}_b")]  # fmt: skip
-        nodes.append(_q_conv(name, src, w, None, q[src if src != "s" else "s"], q[name], **attrs))
+        nodes.append(_q_conv(name, src, w, None, q[src], q[name], **attrs))
         if name == "c":
             add = ["c", *q["c"], "x", *q["x"], *q["s"]]
             nodes.append(helper.make_node("QLinearAdd", add, ["s"], domain="com.microsoft"))
@@ -141,7 +144,7 @@ def _chain_model(C: int = 8, H: int = 10) -> onnx.ModelProto:
         nodes,
         "chain",
         [helper.make_tensor_value_info("x", TensorProto.UINT8, ["N", C, H, H])],
-        [helper.make_tensor_value_info("y", TensorProto.UINT8, None)],
+        [helper.make_tensor_value_info("u3", TensorProto.UINT8, None)],
         inits,
     )
     opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
@@ -155,7 +158,7 @@ def test_chain_keeps_its_bytes(tmp_path):
     stats: dict = {}
     optimized = onyx.optimize(onyx.load(path), stats=stats)
     ops = [n.op_type for n in optimized.graph]
-    assert stats.get(PASS) == 5 and ops.count("QLinearConvNhwc") == 4
+    assert stats.get(PASS) == 9 and ops.count("QLinearConvNhwc") == 8
     assert ops.count("Transpose") == 2  # (in, out: nothing between the convs)
     plain = onyx.SessionOptions()
     plain.disabled_optimizers = [PASS]
