@@ -49,10 +49,12 @@ def _ort(model: str | bytes, optimized: bool = True, **kw) -> ort.InferenceSessi
 
 def _optimized(model: str | bytes) -> tuple[onyx.ir.Model, dict]:
     """The model optimized without the lookup tables, which would take in some of the fused
-    ops (tests/test_optimizer_lookup.py shows they change no bit)."""
+    ops (tests/test_optimizer_lookup.py shows they change no bit), and without the layout
+    pass, which renames the convs it keeps channels-last (tests/test_nhwc_quantized.py)."""
     source = onyx.load(model) if isinstance(model, str) else onyx.loads(model)
     stats: dict = {}
-    return onyx.optimize(source, stats=stats, disabled=["LookupTableFusion"]), stats
+    disabled = ["LookupTableFusion", "NhwcTransformer"]
+    return onyx.optimize(source, stats=stats, disabled=disabled), stats
 
 
 def _fused_ops(op_types) -> Counter:

@@ -48,7 +48,7 @@ def test_conv_lookup_fusion_keeps_every_bit(tmp_path):
     stats: dict = {}
     optimized = onyx.optimize(onyx.load(str(model.path)), stats=stats)
     assert stats.get(PASS, 0) > 0
-    assert any(n.op_type == "QLinearConvLookup" for n in optimized.graph)
+    assert any(n.op_type.startswith("QLinearConvLookup") for n in optimized.graph)  # (+Nhwc)
     unfused = onyx.SessionOptions()
     unfused.disabled_optimizers = [PASS]
     sessions = [onyx.InferenceSession(str(model.path)),

@@ -86,13 +86,16 @@ def _optimize(model, lvl: int, disabled, stats, in_place, for_session, results) 
     )
     basic = [p for p in enabled if p.level == BASIC]
     _rounds(ctx, basic)
-    fusions = [p for p in enabled if p.level > BASIC]
-    if fusions:
+    fusions = [p for p in enabled if BASIC < p.level < ALL]
+    layout = [p for p in enabled if p.level >= ALL]  # (once, on the fused graph)
+    if fusions or layout:
         if not ctx.inferred:
             ctx.infer()  # the fusions read shapes
-        for _ in range(MAX_ROUNDS):  # one fusion can enable another (Conv+Mul, then +Add)
+        for _ in range(MAX_ROUNDS * bool(fusions)):  # one fusion can enable another
             if not any([_run(ctx, p) for p in fusions]):
                 break
+            _rounds(ctx, basic)
+        if any([_run(ctx, p) for p in layout]):
             _rounds(ctx, basic)
     ctx.finish()
     if stats is not None:

@@ -8,7 +8,7 @@ changes, then the fusions in rounds, the basic passes after each (see ``__init__
 
 from __future__ import annotations
 
-from .core import BASIC, EXTENDED, DeferredPass
+from .core import ALL, BASIC, EXTENDED, DeferredPass
 
 #: Pass name -> the op types it needs present to change anything: each group must meet the
 #: graph's op types (any domain: a superset is safe). Most models hold none of a fusion's
@@ -67,6 +67,7 @@ TRIGGERS: dict[str, tuple[tuple[str, ...], ...]] = {
     "BinsOneHotBatching": (("Concat",),),
     "QDQPadRequantize": (("Pad",), ("DequantizeLinear",)),
     "QLinearConvLookupFusion": (("QLinearConv",), ("TableLookup",)),
+    "NhwcTransformer": (("QLinearConv", "QLinearConvLookup"),),
 }
 
 #: Passes whose changes give no other pass anything to do: the passes idle before such a change
@@ -153,6 +154,8 @@ FUSIONS: tuple[DeferredPass, ...] = tuple(
         ("lookup:lookup_table_fusion", "LookupTableFusion", EXTENDED),
         # (after it: a conv's activation as LookupTableFusion's table)
         ("qdq:qlinear_conv_lookup", "QLinearConvLookupFusion", EXTENDED),
+        # layout (level ALL, once after the fusions): chains of quantized convs channels-last
+        ("nhwc:nhwc_transformer", "NhwcTransformer", ALL),
     )
 )
 

@@ -246,6 +246,8 @@ MODULES: dict[tuple[str, str], tuple[str, ...]] = {
     ('ai.onyx', 'PackedHeadsAttention'): ('attention',),
     ('ai.onyx', 'PackedRotaryHeadsAttention'): ('attention',),
     ('ai.onyx', 'QLinearConvLookup'): ('conv',),
+    ('ai.onyx', 'QLinearConvLookupNhwc'): ('conv_nhwc',),
+    ('ai.onyx', 'QLinearConvNhwc'): ('conv_nhwc',),
     ('ai.onyx', 'RotateHalf'): ('attention',),
     ('ai.onyx', 'Silu'): ('attention',),
     ('ai.onyx', 'SiluMul'): ('attention',),

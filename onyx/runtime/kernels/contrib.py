@@ -124,6 +124,8 @@ def _native_binary_run(multiply, a, b, params, ka, kb):
 @op("QLinearAdd", since=1, domain=MS, elementwise=True)
 def q_linear_add(a, a_scale, a_zero_point, b, b_scale, b_zero_point, c_scale, c_zero_point=None):
     params = (a_scale, a_zero_point, b_scale, b_zero_point, c_scale, c_zero_point)
+    if not (a.flags.c_contiguous and b.flags.c_contiguous):  # (a channels-last chain's views)
+        a, b = native.contiguous_bytes(a), native.contiguous_bytes(b)
     key, run = _kept_binary(False, a, b, params)
     if run is not None and a.flags.c_contiguous and b.flags.c_contiguous:
         return run(a, b)
@@ -141,6 +143,8 @@ def q_linear_add(a, a_scale, a_zero_point, b, b_scale, b_zero_point, c_scale, c_
 @op("QLinearMul", since=1, domain=MS, elementwise=True)
 def q_linear_mul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, c_scale, c_zero_point=None):
     params = (a_scale, a_zero_point, b_scale, b_zero_point, c_scale, c_zero_point)
+    if not (a.flags.c_contiguous and b.flags.c_contiguous):  # (a channels-last chain's views)
+        a, b = native.contiguous_bytes(a), native.contiguous_bytes(b)
     key, run = _kept_binary(True, a, b, params)
     if run is not None and a.flags.c_contiguous and b.flags.c_contiguous:
         return run(a, b)
@@ -497,9 +501,22 @@ def _q_gemm_runner(
     if kind["scale"].size not in (1, N):
         return None
 
+    setups: dict = {}  # (a's shape and type, threads) -> the GEMM's kept set-up
+
     def run(a):
         rows = a.T if trans_a else a
-        return native.int8_gemm(rows, packed, za, zb, col_bias=c, **kind)
+        if rows.strides[1] != 1:  # (the kernel reads each row's bytes in a run)
+            rows = np.ascontiguousarray(rows)
+        key = (rows.shape, rows.dtype.char, native.thread_setting())
+        call = setups.get(key)
+        if call is None:
+            call = native.int8_gemm_setup(rows, packed, za, zb, col_bias=c, **kind)
+            if call is None:
+                return native.int8_gemm(rows, packed, za, zb, col_bias=c, **kind)
+            if len(setups) >= 4:  # (ever new shapes)
+                setups.clear()
+            setups[key] = call
+        return call(rows)
 
     return run
 

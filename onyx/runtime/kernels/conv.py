@@ -908,11 +908,12 @@ def _byte_columns(x, w, zx, group, geo):
 
 
 def _implicit_gemm_conv(
-    x, w, zx, bias, scale, y_zp, geo, table=None, channel_terms=None
+    x, w, zx, bias, scale, y_zp, geo, table=None, channel_terms=None, layout=(False, False)
 ) -> _ImplicitConv:
     """A 2-D integer conv as an implicit GEMM (see _ImplicitConv), set up once per node, input
     shape and parameters: a node meets the same ones run after run. ``channel_terms``: c_m of
-    integer_conv.py's split weights (then the result is int32)."""
+    integer_conv.py's split weights (then the result is int32). ``layout``: whether x and the
+    output are channels-last (conv_nhwc.py; x is then the NCHW shape's view)."""
     geometry = tuple(tuple(geo[k]) for k in ("out_shape", "strides", "dilations", "pads"))
     key = (
         x.shape,
@@ -924,11 +925,12 @@ def _implicit_gemm_conv(
         value_key(y_zp),
         value_key(table),
         value_key(channel_terms),
+        layout,
     )
     convs = derived(w, ("implicit",), dict)  # (a dict per weight: a few shapes kept)
     conv = convs.get(key)
     if conv is None:
-        conv = _ImplicitConv(x, w, zx, bias, scale, y_zp, geo, table, channel_terms)
+        conv = _ImplicitConv(x, w, zx, bias, scale, y_zp, geo, table, channel_terms, layout)
         if len(convs) >= 4:  # (a model fed ever new shapes)
             convs.clear()
         convs[key] = conv
@@ -950,7 +952,19 @@ class _ImplicitConv:
 
     applies_table = True
 
-    def __init__(self, x, w, zx, bias, scale, y_zero_point, geo, table=None, channel_terms=None):
+    def __init__(
+        self,
+        x,
+        w,
+        zx,
+        bias,
+        scale,
+        y_zero_point,
+        geo,
+        table=None,
+        channel_terms=None,
+        layout=(False, False),
+    ):
         N, C, H, W = x.shape
         M, _, kh, kw = w.shape
         (oh, ow), (sh, sw), (dh, dw), pads = (
@@ -986,7 +1000,7 @@ class _ImplicitConv:
         self.gather = (rows, quads, kh * kw * Cp)
         self.pixels = oh * ow
         self.table = table
-        self.shapes = ((N * self.pixels, M), (N, M, oh, ow))
+        self.shapes = ((N * self.pixels, M), (N, oh, ow, M) if layout[1] else (N, M, oh, ow))
 
         def make():
             w_s = w if channel_terms is None else shifted(w)  # (split weights: int8)
@@ -1009,7 +1023,16 @@ class _ImplicitConv:
         self.native = None  # the whole conv in one native call: 8-bit outputs, whole images
         if self.out_dtype.itemsize == 1 and self.whole:
             self.native = native.implicit_conv(
-                self.gemm, self.gather, x.shape, self.padded, self.at, zx, self.bare, table
+                self.gemm,
+                self.gather,
+                x.shape,
+                self.padded,
+                self.at,
+                zx,
+                self.bare,
+                table,
+                in_nhwc=layout[0],
+                out_nhwc=layout[1],
             )
 
     def __call__(self, x: np.ndarray) -> np.ndarray:

@@ -192,6 +192,8 @@ def dequantize(x, x_scale, x_zero_point, *, axis=1, block_size=0, dtype=None):
     if dtype is None:
         dtype = x_scale.dtype if x_scale.dtype != _E8M0 else np.dtype(np.float32)
     if dtype == _F32 and x.dtype in _FAST_RANGES and x.ndim and _per_tensor(x_scale, x_zero_point):
+        if not x.flags.c_contiguous and x.dtype.itemsize == 1:
+            x = native.contiguous_bytes(x)  # (the NCHW view that ends a channels-last chain)
         y = _kept_pass(False, x, x_scale, x_zero_point, dtype)
         if y is not None:
             return y

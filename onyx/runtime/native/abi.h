@@ -66,7 +66,8 @@ ONYX_STRUCT(batched_gemm, ONYX_BATCHED_GEMM)
     F(S, int64_t, c0, ) F(S, int64_t, pixels, ) F(S, int64_t, M, )                           \
     F(S, int32_t, zx, ) F(S, int32_t, bare, )                                                \
     F(S, const void *, lookup, ) /* a lookup_fn applying table (256 bytes) to the output */  \
-    F(S, const uint8_t *, table, )
+    F(S, const uint8_t *, table, )                                                           \
+    F(S, int32_t, in_nhwc, ) F(S, int32_t, out_nhwc, ) /* x, out channels-last (N,H,W,C) */
 ONYX_STRUCT(implicit_conv, ONYX_IMPLICIT_CONV)
 
 /* DynamicQuantizeMatMul in one call (x and y are the call's arguments: the task is only

@@ -505,22 +505,46 @@ static int implicit_conv_ok(const implicit_conv *c) {
            onyx_mul(plane, c->Cp, &image) && onyx_mul(image, c->N, &all);
 }
 
+/* An NHWC image (H, W, C) into the padded NHWC buffer's rows (row stride Wp * Cp, pixel
+   stride Cp >= C): one run of bytes per row where Cp == C. */
+static void nhwc_rows(const uint8_t *x, int64_t C, int64_t H, int64_t W, uint8_t *dst,
+                      int64_t Wp, int64_t Cp) {
+    for (int64_t h = 0; h < H; h++) {
+        const uint8_t *src = x + h * W * C;
+        uint8_t *row = dst + h * Wp * Cp;
+        if (Cp == C)
+            memcpy(row, src, (size_t)(W * C));
+        else
+            for (int64_t w = 0; w < W; w++) memcpy(row + w * Cp, src + w * C, (size_t)C);
+    }
+}
+
 EXPORT int onyx_implicit_conv(const implicit_conv *c, const uint8_t *x, uint8_t *xp, uint8_t *y,
                               uint8_t *out) {
     if (!implicit_conv_ok(c)) return ONYX_INVALID;
     int64_t image = c->Hp * c->Wp * c->Cp;
     uint8_t *own = NULL; /* xp and y NULL: buffers of its own (Python's cost more) */
-    if (!xp || !y) {
+    int in_place = c->in_nhwc && c->bare; /* the input is the padded buffer already */
+    if ((!xp || !y) && !(in_place && c->out_nhwc)) {
         int64_t results;
         if (!onyx_mul(c->N * c->pixels, c->M, &results)) return ONYX_INVALID;
         own = malloc((size_t)(c->N * image + results));
         if (!own) return ONYX_NOMEM;
         xp = own, y = own + c->N * image;
     }
-    if (!c->bare) memset(xp, c->zx, (size_t)(c->N * image));
-    for (int64_t i = 0; i < c->N; i++)
-        onyx_to_nhwc(x + i * c->C * c->H * c->W, c->C, c->H, c->W,
-                     xp + i * image + (c->r0 * c->Wp + c->c0) * c->Cp, c->Wp, c->Cp);
+    if (c->out_nhwc) y = out; /* the GEMM's (pixels x M) rows are the NHWC output */
+    if (in_place)
+        xp = (uint8_t *)x;
+    else {
+        if (!c->bare) memset(xp, c->zx, (size_t)(c->N * image));
+        for (int64_t i = 0; i < c->N; i++)
+            if (c->in_nhwc)
+                nhwc_rows(x + i * c->H * c->W * c->C, c->C, c->H, c->W,
+                          xp + i * image + (c->r0 * c->Wp + c->c0) * c->Cp, c->Wp, c->Cp);
+            else
+                onyx_to_nhwc(x + i * c->C * c->H * c->W, c->C, c->H, c->W,
+                             xp + i * image + (c->r0 * c->Wp + c->c0) * c->Cp, c->Wp, c->Cp);
+    }
     operand A = c->A;
     epilogue e = c->e;
     gemm_task t = c->gemm;
@@ -531,7 +555,7 @@ EXPORT int onyx_implicit_conv(const implicit_conv *c, const uint8_t *x, uint8_t 
     if (!status) {
         if (c->table) /* an activation's table (QLinearConvLookup), in place */
             ((lookup_fn)c->lookup)(y, c->table, 1, y, c->N * c->pixels * c->M);
-        for (int64_t i = 0; i < c->N; i++)
+        for (int64_t i = 0; i < c->N && !c->out_nhwc; i++)
             onyx_transpose_u8(y + i * c->pixels * c->M, c->pixels, c->M, c->M,
                               out + i * c->M * c->pixels, c->pixels);
     }
@@ -630,4 +654,196 @@ EXPORT VNNI int onyx_dynamic_matmul(const dynamic_matmul *t, const float *x, flo
     return status;
 }
 
+#endif
+
+/* ------------------------------------------------------------ channels-last depthwise */
+
+/* The depthwise integer conv of a channels-last (NHWC) image to a channels-last output, for
+   chains of quantized convs kept in that layout (kernels/conv_nhwc.py): 16 channels per
+   vector are a pixel's own run of bytes, so nothing is transposed. Parts p0 <= p < p1 are
+   output rows (image p / OH, row p % OH). A band of up to DWN_BAND output rows has its
+   input rows widened once to float32 x - x_zp in a zero-bordered buffer (the padding reads
+   as the zero point: adds nothing), every pixel's channels padded to whole vectors; each
+   output pixel is then kh * kw multiply-adds per vector, four pixels at a time. The sums are
+   exact in float32 (every partial sum an integer below 2**24: Python sends only kernels of
+   at most 258 taps) and are requantized as dw_store does: clamp(rint((acc + bias) * scale)
+   + zero point), then mapped through the activation's table if any. wc: the weights minus
+   their zero points, int16 [kh * kw][C]. Needs 8-bit outputs, one output channel per input
+   channel and a bias of at most 2**24 in magnitude. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=fast") /* (exact integer sums: fusing changes nothing) */
+#endif
+typedef float dwn_vec __attribute__((vector_size(64)));
+#define DWN_BAND 8
+
+/* elementwise.c's byte lookups (QLinearConvLookup's table) */
+void onyx_lookup8(const uint8_t *restrict x, const void *restrict table, int64_t size,
+                  void *restrict y, int64_t n);
+void onyx_lookup8_vbmi(const uint8_t *restrict x, const void *restrict table, int64_t size,
+                       void *restrict y, int64_t n);
+
+/* Input rows r0 .. r0 + rows of image n (padded coordinates) into the band's buffer as
+   float32 x - x_zp, zeros around; a pixel's channels padded to S floats. */
+static inline __attribute__((always_inline)) void dwn_fill(
+    const uint8_t *restrict x, int x_signed, int32_t x_zp, const dw_geometry *g, int64_t n,
+    int64_t r0, int64_t rows, int64_t Wp, int64_t S, float *restrict buf) {
+    int64_t C = g->C, lo = g->left, hi = g->left + g->W < Wp ? g->left + g->W : Wp;
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t h = r0 + r - g->top;
+        float *dst = buf + r * Wp * S;
+        if (h < 0 || h >= g->H || hi <= lo) {
+            memset(dst, 0, (size_t)(Wp * S) * sizeof(float));
+            continue;
+        }
+        memset(dst, 0, (size_t)(lo * S) * sizeof(float));
+        memset(dst + hi * S, 0, (size_t)((Wp - hi) * S) * sizeof(float));
+        const uint8_t *src = x + (n * g->H + h) * g->W * C;
+        float *at = dst + lo * S;
+        int64_t run = (hi - lo) * C;
+        if (C == S) { /* (whole vectors of channels: the row is one run) */
+            if (x_signed)
+                for (int64_t k = 0; k < run; k++) at[k] = (float)((int8_t)src[k] - x_zp);
+            else
+                for (int64_t k = 0; k < run; k++) at[k] = (float)(src[k] - x_zp);
+            continue;
+        }
+        for (int64_t j = 0; j < hi - lo; j++, src += C, at += S) {
+            if (x_signed)
+                for (int64_t c = 0; c < C; c++) at[c] = (float)((int8_t)src[c] - x_zp);
+            else
+                for (int64_t c = 0; c < C; c++) at[c] = (float)(src[c] - x_zp);
+            for (int64_t c = C; c < S; c++) at[c] = 0.0f;
+        }
+    }
+}
+
+
+typedef int32_t dwn_ivec __attribute__((vector_size(64)));
+typedef uint8_t dwn_bytes __attribute__((vector_size(16)));
+
+/* The requantization's constants, read once per call (the byte stores may alias anything:
+   read through o, they were loaded again for every vector). */
+typedef struct {
+    dwn_vec lo, hi; /* the output type's range minus the zero point */
+    int32_t zero_point;
+} dwn_epilogue;
+
+/* Requantizes a vector of sums (channels c0 .. c0 + lanes; their bias, as float32, and
+   scale at bias, scale) into dst, the pixel's run: dw_store's operations, 16 lanes at a
+   time. The sum and the bias are integers below 2**24 in magnitude (Python sends no larger
+   bias), so their float32 sum is the int32 sum's conversion: one rounding of the same exact
+   value. */
+static inline __attribute__((always_inline)) void dwn_store(const dwn_epilogue *e, dwn_vec acc,
+                                                           const float *bias,
+                                                           const float *scale, int64_t lanes,
+                                                           uint8_t *dst) {
+    const dwn_vec magic = (dwn_vec){0} + 12582912.0f;
+    dwn_vec v = (acc + *(const dwn_vec *)bias) * *(const dwn_vec *)scale;
+    dwn_ivec below = v < e->lo, above = v > e->hi; /* (then rint: half to even, |v| < 2**22) */
+    v = (dwn_vec)((below & (dwn_ivec)e->lo) | (~below & (dwn_ivec)v));
+    v = (dwn_vec)((above & (dwn_ivec)e->hi) | (~above & (dwn_ivec)v));
+    dwn_ivec q = __builtin_convertvector((v + magic) - magic, dwn_ivec) + e->zero_point;
+    dwn_bytes b = __builtin_convertvector(q, dwn_bytes);
+    if (lanes == 16)
+        memcpy(dst, &b, 16);
+    else
+        memcpy(dst, &b, (size_t)lanes);
+}
+
+/* One output row (its window rows from `rows` in the band's buffer): four pixels at a time
+   per vector of channels. Inlined, so a 3x3 kernel's taps are unrolled. */
+static inline __attribute__((always_inline)) void dwn_row(
+    const dwn_epilogue *o, const float *restrict rows, const float *wt, const float *bias,
+    const float *scale, int64_t C, int64_t OW, int64_t sw, int64_t kh, int64_t kw, int64_t dh,
+    int64_t dw, int64_t Wp, uint8_t *yrow) {
+    int64_t V = (C + 15) / 16, S = V * 16, ps = sw * S;
+    for (int64_t v = 0; v < V; v++) {
+        int64_t c0 = v * 16, lanes = C - c0 < 16 ? C - c0 : 16;
+        int64_t j = 0;
+        for (; j + 4 <= OW; j += 4) {
+            dwn_vec a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+            for (int64_t a = 0; a < kh; a++) {
+                const float *row = rows + (a * dh * Wp + j * sw) * S + c0;
+                for (int64_t b = 0; b < kw; b++) {
+                    dwn_vec w = *(const dwn_vec *)(wt + (a * kw + b) * S + c0);
+                    const float *px = row + b * dw * S;
+                    a0 += *(const dwn_vec *)px * w;
+                    a1 += *(const dwn_vec *)(px + ps) * w;
+                    a2 += *(const dwn_vec *)(px + 2 * ps) * w;
+                    a3 += *(const dwn_vec *)(px + 3 * ps) * w;
+                }
+            }
+            dwn_store(o, a0, bias + c0, scale + c0, lanes, yrow + j * C + c0);
+            dwn_store(o, a1, bias + c0, scale + c0, lanes, yrow + (j + 1) * C + c0);
+            dwn_store(o, a2, bias + c0, scale + c0, lanes, yrow + (j + 2) * C + c0);
+            dwn_store(o, a3, bias + c0, scale + c0, lanes, yrow + (j + 3) * C + c0);
+        }
+        for (; j < OW; j++) {
+            dwn_vec a0 = {0};
+            for (int64_t a = 0; a < kh; a++) {
+                const float *row = rows + (a * dh * Wp + j * sw) * S + c0;
+                for (int64_t b = 0; b < kw; b++)
+                    a0 += *(const dwn_vec *)(row + b * dw * S) *
+                          *(const dwn_vec *)(wt + (a * kw + b) * S + c0);
+            }
+            dwn_store(o, a0, bias + c0, scale + c0, lanes, yrow + j * C + c0);
+        }
+    }
+}
+
+EXPORT CLONES int onyx_depthwise_nhwc_i8(const uint8_t *x, int x_signed, int32_t x_zp,
+                                         const int16_t *wc, const dw_geometry *g,
+                                         const dw_output *o, int64_t p0, int64_t p1) {
+    if (!o->y8 || !o->scale || g->mult != 1 || g->M != g->C) return ONYX_INVALID;
+    for (int64_t c = 0; o->bias && c < g->C; c++)
+        if (o->bias[c] > (1 << 24) || o->bias[c] < -(1 << 24)) return ONYX_INVALID;
+    int64_t C = g->C, V = (C + 15) / 16, S = V * 16, K = g->kh * g->kw;
+    int64_t Wp = (g->OW - 1) * g->sw + (g->kw - 1) * g->dw + 1;
+    int64_t reach = (g->kh - 1) * g->dh + 1, brows = (DWN_BAND - 1) * g->sh + reach;
+    dwn_epilogue e = {(dwn_vec){0} + (float)(o->lo - o->zero_point),
+                      (dwn_vec){0} + (float)(o->hi - o->zero_point), o->zero_point};
+    lookup_fn lookup = onyx_lookup8; /* an activation's table, a row at a time */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (onyx_isa() & ONYX_ISA_VBMI) lookup = onyx_lookup8_vbmi;
+#endif
+    void *raw_buf = malloc((size_t)(brows * Wp * S) * sizeof(float) + 64);
+    void *raw_wt = malloc((size_t)((K + 2) * S) * sizeof(float) + 64); /* + bias, scale */
+    if (!raw_buf || !raw_wt) {
+        free(raw_buf), free(raw_wt);
+        return ONYX_NOMEM;
+    }
+    float *buf = (float *)(((uintptr_t)raw_buf + 63) & ~(uintptr_t)63);
+    float *wt = (float *)(((uintptr_t)raw_wt + 63) & ~(uintptr_t)63);
+    for (int64_t t = 0; t < K; t++)
+        for (int64_t c = 0; c < S; c++) wt[t * S + c] = c < C ? (float)wc[t * C + c] : 0.0f;
+    float *bias = wt + K * S, *scale = wt + (K + 1) * S;
+    for (int64_t c = 0; c < S; c++) {
+        bias[c] = c < C && o->bias ? (float)o->bias[c] : 0.0f;
+        scale[c] = c < C ? o->scale[c] : 0.0f;
+    }
+    for (int64_t p = p0; p < p1;) {
+        int64_t n = p / g->OH, i0 = p % g->OH, rows = g->OH - i0;
+        rows = rows < DWN_BAND ? rows : DWN_BAND;
+        rows = rows < p1 - p ? rows : p1 - p;
+        dwn_fill(x, x_signed, x_zp, g, n, i0 * g->sh, (rows - 1) * g->sh + reach, Wp, S, buf);
+        for (int64_t i = 0; i < rows; i++) {
+            uint8_t *yrow = o->y8 + ((n * g->OH + i0 + i) * g->OW) * C;
+            const float *rows_at = buf + i * g->sh * Wp * S;
+            if (g->kh == 3 && g->kw == 3 && g->dh == 1 && g->dw == 1)
+                dwn_row(&e, rows_at, wt, bias, scale, C, g->OW, g->sw, 3, 3, 1, 1, Wp, yrow);
+            else if (g->kh == 5 && g->kw == 5 && g->dh == 1 && g->dw == 1)
+                dwn_row(&e, rows_at, wt, bias, scale, C, g->OW, g->sw, 5, 5, 1, 1, Wp, yrow);
+            else
+                dwn_row(&e, rows_at, wt, bias, scale, C, g->OW, g->sw, g->kh, g->kw, g->dh, g->dw,
+                        Wp, yrow);
+            if (o->table) lookup(yrow, o->table, 1, yrow, g->OW * C);
+        }
+        p += rows;
+    }
+    free(raw_buf), free(raw_wt);
+    return 0;
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC pop_options
 #endif

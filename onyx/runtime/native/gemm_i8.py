@@ -103,6 +103,7 @@ class _ImplicitConvTask(ctypes.Structure):
             for name in ("N", "C", "H", "W", "Hp", "Wp", "Cp", "r0", "c0", "pixels", "M")
         ]
         + [("zx", ctypes.c_int32), ("bare", ctypes.c_int32), ("lookup", _P), ("table", _P)]
+        + [("in_nhwc", ctypes.c_int32), ("out_nhwc", ctypes.c_int32)]
     )
 
 
@@ -177,6 +178,28 @@ def transpose_bytes(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
         _addr(src), src.shape[0], src.shape[1], src.strides[0], _addr(dst), dst.strides[0]
     )
     return dst
+
+
+def contiguous_bytes(x: np.ndarray) -> np.ndarray:
+    """x as a C-contiguous array; a 4-D byte tensor seen through an NCHW <-> NHWC transpose
+    (kernels/conv_nhwc.py's chains start and end with such views) is copied a plane at a time
+    by the byte transpose (numpy's strided copy goes one element at a time)."""
+    if x.flags.c_contiguous:
+        return x
+    if x.ndim == 4 and x.dtype.itemsize == 1 and core.lib is not None and x.size:
+        N, A, B, C = x.shape
+        out = np.empty(x.shape, x.dtype)
+        nchw = x.transpose(0, 3, 1, 2)  # x NHWC over NCHW bytes
+        if nchw.flags.c_contiguous:
+            for n in range(N):
+                transpose_bytes(nchw[n].reshape(C, A * B), out[n].reshape(A * B, C))
+            return out
+        nhwc = x.transpose(0, 2, 3, 1)  # x NCHW over NHWC bytes
+        if nhwc.flags.c_contiguous:
+            for n in range(N):
+                transpose_bytes(nhwc[n].reshape(B * C, A), out[n].reshape(A, B * C))
+            return out
+    return np.ascontiguousarray(x)
 
 
 def to_nhwc(x: np.ndarray, dst: np.ndarray) -> None:
@@ -262,6 +285,49 @@ def int8_gemm(
         out = np.empty((M, b.N), dtype)
     call(a, out, gather)
     return out
+
+
+def int8_gemm_setup(
+    a: np.ndarray,
+    b: Packed,
+    a_zero_point=0,
+    b_zero_point=0,
+    *,
+    col_bias: np.ndarray | None = None,
+    scale: np.ndarray | None = None,
+    y_zero_point: np.ndarray | None = None,
+    float_out: bool = False,
+):
+    """:func:`int8_gemm`'s set-up for A's of a's shape and type, as ``run(a) -> result``
+    for a caller to keep (a small product's call spent most of its time finding the kept
+    set-up by its parameters' bytes), or None where the set-up depends on A's data (B's
+    zero point not 0). The work split is the current thread count's."""
+    M, K = a.shape
+    call = _GemmCall(
+        a,
+        b,
+        M,
+        K,
+        a_zero_point,
+        b_zero_point,
+        None,
+        col_bias,
+        scale,
+        y_zero_point,
+        False,
+        float_out,
+    )
+    if not call.reusable:
+        return None
+    shape = (M, b.N)
+    dtype = np.float32 if float_out else np.int32 if scale is None else y_zero_point.dtype
+
+    def run(a: np.ndarray) -> np.ndarray:
+        out = np.empty(shape, dtype)
+        call(a, out, None)
+        return out
+
+    return run
 
 
 def _item_offsets(x: np.ndarray, batch: tuple) -> np.ndarray:
@@ -393,13 +459,19 @@ def implicit_conv(
     zero_point: int,
     bare: bool,
     table: np.ndarray | None = None,
+    *,
+    in_nhwc: bool = False,
+    out_nhwc: bool = False,
 ):
     """A requantizing implicit-GEMM conv (kernels/conv.py's _ImplicitConv) in one native call:
     ``run(x, out)`` packs the contiguous image(s) x into a padded NHWC buffer (``padded`` (N,
     Hp, Wp, Cp), x's corner at ``corner``; zero-point filled unless ``bare``), runs the
     gathered GEMM into a (pixels x M) buffer (both the library's own), maps its bytes through
     ``table`` (256 bytes, by bit pattern: an activation's) and transposes it to out (N, M,
-    pixels)."""
+    pixels). ``in_nhwc`` / ``out_nhwc``: x is (N, H, W, C) / out is (N, pixels, M), the
+    channels-last layout of a chain of quantized convs (kernels/conv_nhwc.py): then x is
+    copied by rows (or read in place where it is the padded buffer already: ``bare``) and
+    the GEMM writes out directly."""
     rows, quads, _ = gather
     N, C, H, W = x_shape
     c = _ImplicitConvTask()
@@ -414,6 +486,7 @@ def implicit_conv(
     if table is not None:
         table = np.ascontiguousarray(table).view(np.uint8)
         c.lookup, c.table = core.lib.lookup, _addr(table)
+    c.in_nhwc, c.out_nhwc = int(in_nhwc), int(out_nhwc)
     keep = (gemm, rows, quads, table)  # what c points at
 
     task, call, check = ctypes.byref(c), core.lib.onyx_implicit_conv, core.check
@@ -431,6 +504,62 @@ def implicit_conv(
 
     run.work_bytes = padded_bytes + len(rows) * c.M  # the padded input, then the GEMM's result
     return run
+
+
+class NhwcDepthwise:
+    """The depthwise integer conv of channels-last bytes x (N, H, W, C) minus x_zero_point
+    with wc ((kh, kw, C) int16: the weights minus their zero points) (+ int32 bias [C]),
+    requantized with ``scale`` ([C] float32) to y_zero_point's type and mapped through
+    ``table`` (256 bytes) if given, to a channels-last output (N, OH, OW, C)
+    (gemm_i8.c's onyx_depthwise_nhwc_i8). Set up once per input shape and constants."""
+
+    def __init__(
+        self, x_shape, x_dtype, x_zero_point: int, wc, bias, geometry, scale, y_zero_point, table
+    ):
+        from .depthwise import _DwGeometry, _DwOutput, _IntConvTask
+
+        (N, H, W, C), (out_shape, strides, dilations, begin) = x_shape, geometry
+        kh, kw = wc.shape[:2]
+        self.g = _DwGeometry(C, H, W, 1, *out_shape, kh, kw, *strides, *dilations, *begin, C)
+        self.shape = (N, *out_shape, C)
+        self.keep = [np.ascontiguousarray(wc.reshape(kh * kw, C), np.int16)]
+        self.out = _DwOutput()
+        if bias is not None:
+            self.keep.append(np.ascontiguousarray(bias, np.int32))
+            self.out.bias = _addr(self.keep[-1])
+        self.dtype = np.dtype(y_zero_point.dtype)
+        self.keep.append(np.ascontiguousarray(np.broadcast_to(scale, (C,)), np.float32))
+        info = np.iinfo(self.dtype)
+        self.out.scale = _addr(self.keep[-1])
+        self.out.zero_point, self.out.lo = int(y_zero_point.reshape(-1)[0]), info.min
+        self.out.hi = info.max
+        if table is not None:
+            self.keep.append(np.ascontiguousarray(table).view(np.uint8))
+            self.out.table = _addr(self.keep[-1])
+        rows = N * out_shape[0]
+        self.ways = _ways(math.prod(self.shape) * kh * kw * 8, rows)
+        self.cuts = _even_cuts(rows, self.ways)
+        self.task = _IntConvTask(
+            core.lib.depthwise_nhwc_i8,
+            None,
+            _addr(self.keep[0]),
+            ctypes.addressof(self.g),
+            None,
+            int(x_dtype == np.int8),
+            int(x_zero_point),
+        )
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        """x C-contiguous bytes of the set-up's shape and type."""
+        from .depthwise import _DwOutput, _IntConvTask
+
+        y = np.empty(self.shape, self.dtype)
+        out = _DwOutput.from_buffer_copy(self.out)  # (calls may come from several threads)
+        out.y8 = _addr(y)
+        task = _IntConvTask.from_buffer_copy(self.task)
+        task.x, task.o = _addr(x), ctypes.addressof(out)
+        _run(core.lib.int_conv_range, task, self.cuts, self.ways, "depthwise conv")
+        return y
 
 
 def _value_key(v):
@@ -712,6 +841,7 @@ def bind(lib, isa: int) -> None:
     lib.onyx_transpose_u8.argtypes = [_P, _I64, _I64, _I64, _P, _I64]
     lib.onyx_to_nhwc.restype = None
     lib.onyx_to_nhwc.argtypes = [_P, _I64, _I64, _I64, _P, _I64, _I64]
+    lib.depthwise_nhwc_i8 = core.address(lib.onyx_depthwise_nhwc_i8)
     vnni = bool(isa & core.ISA_VNNI)
     lib.gemm_range = range_of(lib, "gemm") if vnni else None
     lib.batched_gemm_range = range_of(lib, "batched_gemm") if vnni else None
