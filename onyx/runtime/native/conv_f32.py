@@ -149,6 +149,25 @@ def _wide(x_shape, kernel, out_shape, strides, dilations) -> tuple[int, int, int
     return out_shape[0] + (kernel[0] - 1) * dilations[0], out_shape[1] + extra_w, 1
 
 
+#: Multiply-adds from which a strided 1x1 conv samples its input first (_sampled).
+_SAMPLED_MACS = 1 << 22
+
+
+def _sampled(x_shape, kernel, out_shape, strides, begin, out_channels) -> tuple | None:
+    """(planes, H, W, OH, OW, sh, sw) of a strided 1x1 conv without padding before its input,
+    run as a plain 1x1 on its input sampled at the stride (every sample inside it); else None.
+    Packing its columns took a strided copy per strip and row of them, about as long as its
+    multiply-adds (a ResNet's projection shortcut)."""
+    (N, C, H, W), (OH, OW), (sh, sw) = x_shape, out_shape, strides
+    if tuple(kernel) != (1, 1) or (sh, sw) == (1, 1) or any(begin):
+        return None
+    if N * OH * OW * C * out_channels < _SAMPLED_MACS:  # (the sampling's call then costs more)
+        return None
+    if (OH - 1) * sh >= H or (OW - 1) * sw >= W:  # (an end pad's rows or columns of zeros)
+        return None
+    return N * C, H, W, OH, OW, sh, sw
+
+
 def conv_f32_ok() -> bool:
     """Whether the native float conv (:class:`FloatConv`) is built (it needs AVX-512)."""
     return core.lib is not None and bool(core.lib.conv_f32_range)
@@ -183,6 +202,7 @@ class FloatConv:
         "packed",
         "pad",
         "phases",
+        "sampled",
         "shape",
         "task",
         "ways",
@@ -204,6 +224,9 @@ class FloatConv:
     ):
         (N, C, H, W), group = x_shape, packed.shape[0]
         _check_sizes("float conv", *x_shape, M, *kernel, *out_shape, *strides, *dilations, *begin)
+        self.sampled = _sampled(x_shape, kernel, out_shape, strides, begin, M)
+        if self.sampled is not None:  # (the conv of the sampled input: a plain 1x1)
+            (N, C, H, W), strides = (N, C, *out_shape), (1, 1)
         P, K, nr = out_shape[0] * out_shape[1], packed.shape[2], core.lib.conv_f32_tile[1]
         strips, panels = -(-N * P // nr), packed.shape[1]
         # (a layer whose parts split the channels packs its columns once for all, below)
@@ -283,7 +306,10 @@ class FloatConv:
         """activation(conv(x) + bias [M] + z (the output's shape)); x C-contiguous float32."""
         y = np.empty(self.shape, np.float32)
         task = _filled(self.task, x, y)
-        if self.pad is not None:
+        if self.sampled is not None:
+            xp = self._sample(x)
+            task.x = _addr(xp)
+        elif self.pad is not None:
             xp = self._padded(x)  # (a local reference: read in the call)
             task.x = _addr(xp)
         elif self.phases is not None:
@@ -306,6 +332,17 @@ class FloatConv:
             _run(core.lib.conv_f32_pack_range, task, self.pack_cuts, self.ways)
         _run(core.lib.conv_f32_range, task, self.cuts, self.ways, "float conv")
         return y
+
+    def _sample(self, x: np.ndarray) -> np.ndarray:
+        """A strided 1x1 conv's input sampled at its stride (onyx_subsample_planes_f32), in
+        this thread's scratch."""
+        planes, H, W, OH, OW, sh, sw = self.sampled
+        flat = _scratch_floats(planes * OH * OW)
+        status = core.lib.onyx_subsample_planes_f32(
+            _addr(x), planes, H, W, _addr(flat), OH, OW, sh, sw
+        )
+        core.check(status, "float conv")
+        return flat
 
     def _phased(self, x: np.ndarray) -> np.ndarray:
         """x's (row, column) parity phases with their zero padding (onyx_phase_planes_f32),
@@ -347,6 +384,8 @@ def bind(lib, isa: int) -> None:
     lib.onyx_pad_planes_f32.restype = ctypes.c_int
     lib.onyx_phase_planes_f32.argtypes = lib.onyx_pad_planes_f32.argtypes
     lib.onyx_phase_planes_f32.restype = ctypes.c_int
+    lib.onyx_subsample_planes_f32.argtypes = lib.onyx_pad_planes_f32.argtypes
+    lib.onyx_subsample_planes_f32.restype = ctypes.c_int
     avx512 = bool(isa & core.ISA_AVX512)
     lib.conv_f32_range = range_of(lib, "conv_f32") if avx512 else None
     lib.conv_f32_pack_range = range_of(lib, "conv_f32_pack") if avx512 else None
