@@ -550,3 +550,34 @@ def test_subsample_planes_refuses_samples_past_the_input():
     assert _core.lib.onyx_subsample_planes_f32(*args, 3, 3, 2, 2) == 0
     assert _core.lib.onyx_subsample_planes_f32(*args, 4, 3, 2, 2) != 0  # row 6 of 5
     assert _core.lib.onyx_subsample_planes_f32(*args, 3, 3, 0, 2) != 0  # a zero stride
+
+
+def test_stride_2_phases_split_between_threads_give_the_same_bits():
+    """At two threads a stride-2 conv's phases are made by planes on the pool (the phase job,
+    onyx_conv_f32_phase_range): the same bits as one thread's, and any cut of the planes
+    writes the same phases."""
+    from onyx.runtime.native import _core, conv_f32
+
+    x, w, b, _ = _case_arrays((1, 32, 64, 64, 64, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 1), 3)
+    packed = native.pack_conv_f32(w, 1)
+    setups = {}
+    for threads in (1, 2):
+        with native.threads(threads):
+            setups[threads] = native.FloatConv(
+                x.shape, packed, 64, (3, 3), (32, 32), (2, 2), (1, 1), (1, 1)
+            )
+    assert setups[2].ways == 2 and setups[2].phases is not None
+    np.testing.assert_array_equal(setups[2](x, b), setups[1](x, b))
+    planes, H, W, Hq, Wq, top, left, _ = setups[2].phases
+    whole = np.empty(planes * 4 * Hq * Wq, np.float32)
+    status = _core.lib.onyx_phase_planes_f32(
+        _core._addr(x), planes, H, W, _core._addr(whole), Hq, Wq, top, left
+    )
+    assert status == 0
+    job = conv_f32._phase_job(planes, H, W, Hq, Wq, top, left)
+    parts = np.full_like(whole, np.nan)
+    job.x, job.cols = _core._addr(x), _core._addr(parts)
+    _core._run(_core.lib.conv_f32_phase_range, job, [0, 5, 6, planes], 1, "float conv")
+    np.testing.assert_array_equal(parts, whole)
+    with pytest.raises(InvalidArgument):  # (planes past the job's)
+        _core._run(_core.lib.conv_f32_phase_range, job, [0, planes + 1], 1, "float conv")

@@ -738,6 +738,22 @@ EXPORT int onyx_phase_planes_f32(const float *x, int64_t planes, int64_t H, int6
     return 0;
 }
 
+/* Planes begin <= p < end of a stride-2 conv's input into their phases: a pool job's part
+   (the caller's serial copy was a fifth of the conv's time at two threads). t is read as a
+   phase job: x the input, N planes of H x W; cols the phases, xh x xw each, from the padded
+   input's row xtop and column xleft (onyx_phase_planes_f32's Hq, Wq, top and left). */
+EXPORT int onyx_conv_f32_phase_range(const void *p, int64_t begin, int64_t end) {
+    const conv_f32 *t = p;
+    int64_t sizes[7] = {t->N, t->H, t->W, t->xh, t->xw, t->xtop, t->xleft}, cells;
+    if (!onyx_in(sizes, 7, 0, ONYX_MAX_EXTENT) || begin < 0 || begin > end || end > t->N ||
+        !t->x || !t->cols || !onyx_mul(t->N, t->H * t->W, &cells) ||
+        !onyx_mul(t->N, 4 * t->xh * t->xw, &cells))
+        return ONYX_INVALID;
+    return onyx_phase_planes_f32(t->x + begin * t->H * t->W, end - begin, t->H, t->W,
+                                 t->cols + begin * 4 * t->xh * t->xw, t->xh, t->xw, t->xtop,
+                                 t->xleft);
+}
+
 /* x's planes (H x W) sampled every sh rows and sw columns into dst's (OH x OW): a strided 1x1
    conv's input, which then runs as an unpadded unit-stride one reading its columns in place
    (where packing them took a strided copy per strip and row, as long as its multiply-adds). */
