@@ -489,3 +489,95 @@ def test_a_large_wide_conv_is_padded_by_its_caller(monkeypatch):
     with native.threads(2):
         np.testing.assert_array_equal(large(x, b), want)
         np.testing.assert_array_equal(conv(x, b), want)
+
+
+@pytest.mark.parametrize(
+    "planes, H, W, top, left",
+    [(3, 7, 9, 1, 1), (2, 64, 64, 1, 1), (5, 33, 47, 3, 0), (1, 5, 40, 0, 2), (2, 1, 1, 1, 1)],
+)
+def test_phase_planes_match_the_padded_input_read_at_stride_2(planes, H, W, top, left):
+    """onyx_phase_planes_f32 (each input row split into both of its column phases at once):
+    phase (pr, pc)'s cell (i, j) is the zero-padded input's (2i + pr, 2j + pc), rows and
+    columns of the phases past the input zeros, every cell written."""
+    from onyx.runtime.native import _core
+
+    Hq, Wq = (H + top + 1) // 2 + 1, (W + left + 1) // 2 + 2
+    x = np.random.default_rng(H * W).standard_normal((planes, H, W)).astype(np.float32)
+    got = np.full((planes, 4, Hq, Wq), np.nan, np.float32)
+    status = _core.lib.onyx_phase_planes_f32(
+        _core._addr(x), planes, H, W, _core._addr(got), Hq, Wq, top, left
+    )
+    assert status == 0
+    xp = np.zeros((planes, 2 * Hq, 2 * Wq), np.float32)
+    xp[:, top : top + H, left : left + W] = x[:, : 2 * Hq - top, : 2 * Wq - left]
+    want = np.stack([xp[:, pr::2, pc::2] for pr in (0, 1) for pc in (0, 1)], 1)
+    np.testing.assert_array_equal(got, want)
+
+
+#: Strided 1x1 convs (a projection shortcut) large enough to sample their input first:
+#: N, C, H, W, M, stride, end pads (bottom, right)
+SAMPLED_CASES = [
+    (2, 64, 33, 31, 128, (2, 2), (0, 0)),  # odd sizes: the last row and column sampled
+    (1, 160, 45, 45, 116, (3, 2), (0, 0)),  # unequal strides, a partial panel
+    (1, 64, 32, 32, 136, (2, 2), (1, 1)),  # an end pad: a row and column of zeros, packed
+]
+
+
+@pytest.mark.parametrize("case", SAMPLED_CASES)
+def test_strided_1x1_conv_on_its_sampled_input_matches_onnxruntime(case, native_calls):
+    N, C, H, W, M, stride, end = case
+    x, w, b, attrs = _case_arrays((N, C, H, W, M, (1, 1), stride, (1, 1), (0, 0, *end), 1), 5)
+    model = _model("Conv", list(x.shape), {"w": w, "b": b}, attrs)
+    want = _ort_run(model, {"x": x})
+    with native.threads(1):
+        got = conv_kernels.conv(x, w, b, **attrs)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    key = ("f32 conv", x.shape, 1, conv_kernels.conv_key("NOTSET", attrs["pads"],
+           attrs["strides"], attrs["dilations"], None), 0, 0.0, 0.0, 1)  # fmt: skip
+    sampled = conv_kernels.derived(w, key, lambda: None).sampled is not None
+    assert sampled == (end == (0, 0)), "an end pad's zeros are packed, the rest sampled"
+    assert native_calls, "the native kernel did not run"
+    with native.threads(2):  # (the same sums in the same order, whatever the split)
+        np.testing.assert_array_equal(conv_kernels.conv(x, w, b, **attrs), got)
+
+
+def test_subsample_planes_refuses_samples_past_the_input():
+    from onyx.runtime.native import _core
+
+    x = np.zeros((2, 5, 5), np.float32)
+    out = np.zeros((2, 4, 3), np.float32)
+    args = (_core._addr(x), 2, 5, 5, _core._addr(out))
+    assert _core.lib.onyx_subsample_planes_f32(*args, 3, 3, 2, 2) == 0
+    assert _core.lib.onyx_subsample_planes_f32(*args, 4, 3, 2, 2) != 0  # row 6 of 5
+    assert _core.lib.onyx_subsample_planes_f32(*args, 3, 3, 0, 2) != 0  # a zero stride
+
+
+def test_stride_2_phases_split_between_threads_give_the_same_bits():
+    """At two threads a stride-2 conv's phases are made by planes on the pool (the phase job,
+    onyx_conv_f32_phase_range): the same bits as one thread's, and any cut of the planes
+    writes the same phases."""
+    from onyx.runtime.native import _core, conv_f32
+
+    x, w, b, _ = _case_arrays((1, 32, 64, 64, 64, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 1), 3)
+    packed = native.pack_conv_f32(w, 1)
+    setups = {}
+    for threads in (1, 2):
+        with native.threads(threads):
+            setups[threads] = native.FloatConv(
+                x.shape, packed, 64, (3, 3), (32, 32), (2, 2), (1, 1), (1, 1)
+            )
+    assert setups[2].ways == 2 and setups[2].phases is not None
+    np.testing.assert_array_equal(setups[2](x, b), setups[1](x, b))
+    planes, H, W, Hq, Wq, top, left, _ = setups[2].phases
+    whole = np.empty(planes * 4 * Hq * Wq, np.float32)
+    status = _core.lib.onyx_phase_planes_f32(
+        _core._addr(x), planes, H, W, _core._addr(whole), Hq, Wq, top, left
+    )
+    assert status == 0
+    job = conv_f32._phase_job(planes, H, W, Hq, Wq, top, left)
+    parts = np.full_like(whole, np.nan)
+    job.x, job.cols = _core._addr(x), _core._addr(parts)
+    _core._run(_core.lib.conv_f32_phase_range, job, [0, 5, 6, planes], 1, "float conv")
+    np.testing.assert_array_equal(parts, whole)
+    with pytest.raises(InvalidArgument):  # (planes past the job's)
+        _core._run(_core.lib.conv_f32_phase_range, job, [0, planes + 1], 1, "float conv")

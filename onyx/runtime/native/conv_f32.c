@@ -481,6 +481,24 @@ static float *pad_scratch(int64_t floats) {
     return buf;
 }
 
+/* Buffers of sizes[i] bytes (each 64-byte aligned) into parts[i], carved from one block of
+   this thread's, grown, never shrunk or freed (as pad_scratch's); 0 when out of memory. */
+static int part_scratch(const size_t *sizes, void **parts) {
+    static __thread char *block;
+    static __thread size_t size;
+    size_t total = 64;
+    for (int i = 0; i < 8; i++) total += (sizes[i] + 63) / 64 * 64;
+    if (total > size) {
+        free(block);
+        block = malloc(total);
+        size = block ? total : 0;
+        if (!block) return 0;
+    }
+    char *at = block + (64 - (uintptr_t)block % 64);
+    for (int i = 0; i < 8; i++) parts[i] = at, at += (sizes[i] + 63) / 64 * 64;
+    return 1;
+}
+
 EXPORT AVX512 int onyx_conv_f32_range(const void *p, int64_t begin, int64_t end) {
     const conv_f32 *t = p;
     if (!conv_f32_ok(t) || begin < 0) return ONYX_INVALID;
@@ -497,18 +515,24 @@ EXPORT AVX512 int onyx_conv_f32_range(const void *p, int64_t begin, int64_t end)
     int64_t panels = (Mg + CF_MR - 1) / CF_MR, S = t->per_part;
     int64_t per_block = (panels + t->blocks - 1) / t->blocks, chunks = (t->strips + S - 1) / S;
     int64_t tile_size = CF_MR * CF_NR, P = t->OH * t->OW;
-    float *B = malloc((size_t)(S * t->kc * CF_NR) * sizeof(float));
-    float *ct = malloc((size_t)(S * per_block * tile_size + 16) * sizeof(float));
-    run *r = malloc((size_t)(S * (CF_NR + 1)) * sizeof(run));
-    int *runs = malloc((size_t)S * sizeof(int));
-    tile_fn *fn = malloc((size_t)S * sizeof(tile_fn));
-    const float **src = malloc((size_t)S * sizeof(float *));
-    int64_t *ldb = malloc((size_t)S * sizeof(int64_t));
-    int64_t *off = t->wide ? malloc((size_t)K * sizeof(int64_t)) : 0;
-    if (!B || !ct || !r || !runs || !fn || !src || !ldb || (t->wide && !off)) {
-        free(B), free(ct), free(r), free(runs), free(fn), free(src), free(ldb), free(off);
-        return ONYX_NOMEM;
-    }
+    /* (one block of this thread's scratch, kept across calls, where eight mallocs and frees
+       a call cost a small layer's call more than its work) */
+    size_t sizes[8] = {sizeof(float) * (size_t)(S * t->kc * CF_NR),
+                       sizeof(float) * (size_t)(S * per_block * tile_size + 16),
+                       sizeof(run) * (size_t)(S * (CF_NR + 1)),
+                       sizeof(int) * (size_t)S,
+                       sizeof(tile_fn) * (size_t)S,
+                       sizeof(float *) * (size_t)S,
+                       sizeof(int64_t) * (size_t)S,
+                       t->wide ? sizeof(int64_t) * (size_t)K : 0};
+    void *parts[8];
+    if (!part_scratch(sizes, parts)) return ONYX_NOMEM;
+    float *B = parts[0], *ct = parts[1];
+    run *r = parts[2];
+    int *runs = parts[3];
+    tile_fn *fn = parts[4];
+    const float **src = parts[5];
+    int64_t *ldb = parts[6], *off = parts[7];
     for (int64_t k = 0; t->wide && k < K; k++) /* tap (c, a, b)'s row, from the strip's start */
         off[k] = wide_offset(t, k);
     /* a 1x1 unit-stride conv without padding reads its columns straight from the image: a
@@ -607,7 +631,6 @@ EXPORT AVX512 int onyx_conv_f32_range(const void *p, int64_t begin, int64_t end)
                                runs[s]);
         }
     }
-    free(B), free(ct), free(r), free(runs), free(fn), free(src), free(ldb), free(off);
     return 0;
 }
 /* The columns of strips begin <= q < end, q = (group, strip), into t->cols: packed once
@@ -644,6 +667,44 @@ EXPORT int onyx_pad_planes_f32(const float *x, int64_t planes, int64_t H, int64_
     return 0;
 }
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+/* onyx_phase_planes_f32 on AVX-512: each input row read once for both of its column phases
+   (one pair of loads, an even- and an odd-lane permute per 16 values of each), where a
+   strided copy per phase read it twice and paid its per-row set-up four times a row pair. */
+static AVX512 void phase_planes_avx512(const float *x, int64_t planes, int64_t H, int64_t W,
+                                       float *dst, int64_t Hq, int64_t Wq, int64_t top,
+                                       int64_t left) {
+    const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4,
+                                          2, 0);
+    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    for (int64_t p = 0; p < planes; p++)
+        for (int64_t r = 0; r < 2 * Hq; r++) { /* the padded input's row r: phase row r % 2 */
+            float *d0 = dst + ((p * 4 + r % 2 * 2) * Hq + r / 2) * Wq, *d1 = d0 + Hq * Wq;
+            int64_t ih = r - top;
+            if (ih < 0 || ih >= H) {
+                memset(d0, 0, sizeof(float) * (size_t)Wq);
+                memset(d1, 0, sizeof(float) * (size_t)Wq);
+                continue;
+            }
+            const float *row = x + (p * H + ih) * W;
+            for (int64_t h = 0; h < Wq; h += 16) {
+                int64_t first = 2 * h - left; /* the input column of column phase 0's value h */
+                __m512 a, b;
+                if (first >= 0 && first + 32 <= W) { /* (the usual case) */
+                    a = _mm512_loadu_ps(row + first), b = _mm512_loadu_ps(row + first + 16);
+                } else { /* (lanes outside the row are never read) */
+                    a = _mm512_maskz_loadu_ps(lanes(-first, W - first), row + first);
+                    b = _mm512_maskz_loadu_ps(lanes(-first - 16, W - first - 16),
+                                              row + first + 16);
+                }
+                __mmask16 out = lanes(0, Wq - h);
+                _mm512_mask_storeu_ps(d0 + h, out, _mm512_permutex2var_ps(a, even, b));
+                _mm512_mask_storeu_ps(d1 + h, out, _mm512_permutex2var_ps(a, odd, b));
+            }
+        }
+}
+#endif
+
 /* x's planes (H x W) as a stride-2 wide conv's phases (conv_f32.c's wide = 2): per plane four
    Hq x Wq planes, phase (pr, pc)'s cell (i, j) the padded input's (2i + pr, 2j + pc), that is
    x's (2i + pr - top, 2j + pc - left), zero outside x. */
@@ -653,6 +714,12 @@ EXPORT int onyx_phase_planes_f32(const float *x, int64_t planes, int64_t H, int6
     if (!onyx_in(sizes, 8, 0, ONYX_MAX_EXTENT) || !x || !dst || !onyx_mul(planes, H * W, &cells) ||
         !onyx_mul(planes, 4 * Hq * Wq, &cells))
         return ONYX_INVALID;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (onyx_isa() & ONYX_ISA_AVX512) {
+        phase_planes_avx512(x, planes, H, W, dst, Hq, Wq, top, left);
+        return 0;
+    }
+#endif
     for (int64_t p = 0; p < planes; p++)
         for (int64_t ph = 0; ph < 4; ph++)
             for (int64_t i = 0; i < Hq; i++) {
@@ -663,17 +730,52 @@ EXPORT int onyx_phase_planes_f32(const float *x, int64_t planes, int64_t H, int6
                     continue;
                 }
                 const float *row = x + (p * H + ih) * W;
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-                if (onyx_isa() & ONYX_ISA_AVX512) { /* (as a stride-2 conv's columns) */
-                    strided_copy(row, c0, 2, W, Wq, d);
-                    continue;
-                }
-#endif
                 for (int64_t j = 0; j < Wq; j++) {
                     int64_t iw = 2 * j + c0;
                     d[j] = iw >= 0 && iw < W ? row[iw] : 0.0f;
                 }
             }
+    return 0;
+}
+
+/* Planes begin <= p < end of a stride-2 conv's input into their phases: a pool job's part
+   (the caller's serial copy was a fifth of the conv's time at two threads). t is read as a
+   phase job: x the input, N planes of H x W; cols the phases, xh x xw each, from the padded
+   input's row xtop and column xleft (onyx_phase_planes_f32's Hq, Wq, top and left). */
+EXPORT int onyx_conv_f32_phase_range(const void *p, int64_t begin, int64_t end) {
+    const conv_f32 *t = p;
+    int64_t sizes[7] = {t->N, t->H, t->W, t->xh, t->xw, t->xtop, t->xleft}, cells;
+    if (!onyx_in(sizes, 7, 0, ONYX_MAX_EXTENT) || begin < 0 || begin > end || end > t->N ||
+        !t->x || !t->cols || !onyx_mul(t->N, t->H * t->W, &cells) ||
+        !onyx_mul(t->N, 4 * t->xh * t->xw, &cells))
+        return ONYX_INVALID;
+    return onyx_phase_planes_f32(t->x + begin * t->H * t->W, end - begin, t->H, t->W,
+                                 t->cols + begin * 4 * t->xh * t->xw, t->xh, t->xw, t->xtop,
+                                 t->xleft);
+}
+
+/* x's planes (H x W) sampled every sh rows and sw columns into dst's (OH x OW): a strided 1x1
+   conv's input, which then runs as an unpadded unit-stride one reading its columns in place
+   (where packing them took a strided copy per strip and row, as long as its multiply-adds). */
+EXPORT int onyx_subsample_planes_f32(const float *x, int64_t planes, int64_t H, int64_t W,
+                                     float *dst, int64_t OH, int64_t OW, int64_t sh, int64_t sw) {
+    int64_t sizes[8] = {planes, H, W, OH, OW, sh - 1, sw - 1, 0}, cells;
+    if (!onyx_in(sizes, 8, 0, ONYX_MAX_EXTENT) || !x || !dst || !onyx_mul(planes, H * W, &cells) ||
+        !onyx_mul(planes, OH * OW, &cells) || (OH && (OH - 1) * sh >= H) ||
+        (OW && (OW - 1) * sw >= W))
+        return ONYX_INVALID;
+    for (int64_t p = 0; p < planes; p++)
+        for (int64_t i = 0; i < OH; i++) {
+            const float *row = x + (p * H + i * sh) * W;
+            float *d = dst + (p * OH + i) * OW;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+            if (onyx_isa() & ONYX_ISA_AVX512 && sw <= 1 << 20) { /* (int32 lanes' columns) */
+                strided_copy(row, 0, sw, W, OW, d);
+                continue;
+            }
+#endif
+            for (int64_t j = 0; j < OW; j++) d[j] = row[j * sw];
+        }
     return 0;
 }
 

@@ -101,7 +101,32 @@ def _conv_parts(strips: int, panels: int, group: int, ways: int) -> tuple[int, i
         per_part = max(1, per_part // 2)
     while parts() < want and blocks < panels:
         blocks = min(panels, 2 * blocks)
-    return per_part, blocks
+    return _balanced(strips, panels, group, per_part, blocks, ways), blocks
+
+
+def _busiest(strips: int, panels: int, group: int, per_part: int, blocks: int, ways: int) -> int:
+    """The most tiles (strips x panels) that one of ``ways`` threads computes when the parts
+    (group, block of panels, block of per_part strips) are cut evenly between them."""
+    chunks, per_block = -(-strips // per_part), -(-panels // blocks)
+    tiles = [
+        min(per_part, strips - c * per_part) * min(per_block, panels - b * per_block)
+        for _ in range(group)
+        for b in range(blocks)
+        for c in range(chunks)
+    ]
+    cuts = _even_cuts(len(tiles), ways)
+    return max(sum(tiles[cuts[i] : cuts[i + 1]]) for i in range(ways))
+
+
+def _balanced(strips: int, panels: int, group: int, per_part: int, blocks: int, ways: int) -> int:
+    """Strips per part, down to half of per_part, that least loads the busiest thread: 88
+    strips in parts of 8 leave one thread 6 parts and the other 5 (a tenth of the layer
+    waiting on one thread), in parts of 4 11 each."""
+    if ways == 1 or group * blocks * strips > 4096:  # (a large layer: many parts, even)
+        return per_part
+    least = min(range(max(1, per_part // 2), per_part + 1),
+                key=lambda p: (_busiest(strips, panels, group, p, blocks, ways), -p))  # fmt: skip
+    return least
 
 
 #: Panels of 8 output channels per part up to which a wide conv's tile reads its columns in
@@ -149,6 +174,31 @@ def _wide(x_shape, kernel, out_shape, strides, dilations) -> tuple[int, int, int
     return out_shape[0] + (kernel[0] - 1) * dilations[0], out_shape[1] + extra_w, 1
 
 
+#: Multiply-adds from which a strided 1x1 conv samples its input first (_sampled).
+_SAMPLED_MACS = 1 << 22
+
+
+def _sampled(x_shape, kernel, out_shape, strides, begin, out_channels) -> tuple | None:
+    """(planes, H, W, OH, OW, sh, sw) of a strided 1x1 conv without padding before its input,
+    run as a plain 1x1 on its input sampled at the stride (every sample inside it); else None.
+    Packing its columns took a strided copy per strip and row of them, about as long as its
+    multiply-adds (a ResNet's projection shortcut)."""
+    (N, C, H, W), (OH, OW), (sh, sw) = x_shape, out_shape, strides
+    if tuple(kernel) != (1, 1) or (sh, sw) == (1, 1) or any(begin):
+        return None
+    if N * OH * OW * C * out_channels < _SAMPLED_MACS:  # (the sampling's call then costs more)
+        return None
+    if (OH - 1) * sh >= H or (OW - 1) * sw >= W:  # (an end pad's rows or columns of zeros)
+        return None
+    return N * C, H, W, OH, OW, sh, sw
+
+
+def _phase_job(planes: int, H: int, W: int, Hq: int, Wq: int, top: int, left: int) -> _ConvF32:
+    """The task of conv_f32.c's phase job (onyx_conv_f32_phase_range): its fields x, N, H, W
+    the input's planes, cols, xh, xw, xtop, xleft the phases'; x and cols set per call."""
+    return _ConvF32(N=planes, H=H, W=W, xh=Hq, xw=Wq, xtop=top, xleft=left)
+
+
 def conv_f32_ok() -> bool:
     """Whether the native float conv (:class:`FloatConv`) is built (it needs AVX-512)."""
     return core.lib is not None and bool(core.lib.conv_f32_range)
@@ -182,7 +232,9 @@ class FloatConv:
         "pack_cuts",
         "packed",
         "pad",
+        "phase_job",
         "phases",
+        "sampled",
         "shape",
         "task",
         "ways",
@@ -204,6 +256,9 @@ class FloatConv:
     ):
         (N, C, H, W), group = x_shape, packed.shape[0]
         _check_sizes("float conv", *x_shape, M, *kernel, *out_shape, *strides, *dilations, *begin)
+        self.sampled = _sampled(x_shape, kernel, out_shape, strides, begin, M)
+        if self.sampled is not None:  # (the conv of the sampled input: a plain 1x1)
+            (N, C, H, W), strides = (N, C, *out_shape), (1, 1)
         P, K, nr = out_shape[0] * out_shape[1], packed.shape[2], core.lib.conv_f32_tile[1]
         strips, panels = -(-N * P // nr), packed.shape[1]
         # (a layer whose parts split the channels packs its columns once for all, below)
@@ -215,11 +270,12 @@ class FloatConv:
         in_place = wide is not None and panels <= IN_PLACE_PANELS
         if blocks > 1 and not in_place and group * strips * K * nr * 4 <= _CONV_COLS_BYTES:
             wide = None  # (shared: packed once beforehand)
-        self.pad = self.phases = None
+        self.pad = self.phases = self.phase_job = None
         raw = (0, 0, 0, 0, 0)
         mode = wide[2] if wide else 0
         if mode == 2:  # the conv of the input's phases (N, C, 4, *wide), unpadded
             self.phases = (N * C, H, W, *wide[:2], *begin, (kernel[1] - 1) // 2 + 48)
+            self.phase_job = _phase_job(N * C, H, W, *wide[:2], *begin)
             (H, W), begin = wide[:2], (0, 0)
             strips = N * -(-out_shape[0] * W // nr)
         elif wide:  # the conv of the padded input (N, C, *wide), unpadded
@@ -283,7 +339,10 @@ class FloatConv:
         """activation(conv(x) + bias [M] + z (the output's shape)); x C-contiguous float32."""
         y = np.empty(self.shape, np.float32)
         task = _filled(self.task, x, y)
-        if self.pad is not None:
+        if self.sampled is not None:
+            xp = self._sample(x)
+            task.x = _addr(xp)
+        elif self.pad is not None:
             xp = self._padded(x)  # (a local reference: read in the call)
             task.x = _addr(xp)
         elif self.phases is not None:
@@ -307,16 +366,32 @@ class FloatConv:
         _run(core.lib.conv_f32_range, task, self.cuts, self.ways, "float conv")
         return y
 
+    def _sample(self, x: np.ndarray) -> np.ndarray:
+        """A strided 1x1 conv's input sampled at its stride (onyx_subsample_planes_f32), in
+        this thread's scratch."""
+        planes, H, W, OH, OW, sh, sw = self.sampled
+        flat = _scratch_floats(planes * OH * OW)
+        status = core.lib.onyx_subsample_planes_f32(
+            _addr(x), planes, H, W, _addr(flat), OH, OW, sh, sw
+        )
+        core.check(status, "float conv")
+        return flat
+
     def _phased(self, x: np.ndarray) -> np.ndarray:
         """x's (row, column) parity phases with their zero padding (onyx_phase_planes_f32),
         in this thread's scratch, and zero slack floats after them that the last strip's
         vectors read (into discarded pixels)."""
         planes, H, W, Hq, Wq, top, left, slack = self.phases
         flat = _scratch_floats(planes * 4 * Hq * Wq + slack)
-        status = core.lib.onyx_phase_planes_f32(
-            _addr(x), planes, H, W, _addr(flat), Hq, Wq, top, left
-        )
-        core.check(status, "float conv")
+        if self.ways > 1:  # (by planes, on the pool's threads)
+            job = type(self.phase_job).from_buffer_copy(self.phase_job)
+            job.x, job.cols = _addr(x), _addr(flat)
+            _run(core.lib.conv_f32_phase_range, job, _even_cuts(planes, self.ways), self.ways)
+        else:
+            status = core.lib.onyx_phase_planes_f32(
+                _addr(x), planes, H, W, _addr(flat), Hq, Wq, top, left
+            )
+            core.check(status, "float conv")
         flat[flat.size - slack :] = 0
         return flat
 
@@ -347,6 +422,9 @@ def bind(lib, isa: int) -> None:
     lib.onyx_pad_planes_f32.restype = ctypes.c_int
     lib.onyx_phase_planes_f32.argtypes = lib.onyx_pad_planes_f32.argtypes
     lib.onyx_phase_planes_f32.restype = ctypes.c_int
+    lib.onyx_subsample_planes_f32.argtypes = lib.onyx_pad_planes_f32.argtypes
+    lib.onyx_subsample_planes_f32.restype = ctypes.c_int
     avx512 = bool(isa & core.ISA_AVX512)
     lib.conv_f32_range = range_of(lib, "conv_f32") if avx512 else None
     lib.conv_f32_pack_range = range_of(lib, "conv_f32_pack") if avx512 else None
+    lib.conv_f32_phase_range = range_of(lib, "conv_f32_phase") if avx512 else None
