@@ -14,6 +14,7 @@ import ctypes
 import functools
 import importlib.machinery
 import os
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -290,7 +291,8 @@ def _input_addr(a: np.ndarray) -> int:
 
 def _read_only_addr(a: np.ndarray) -> int:
     # A session's feed is a read-only view of the caller's array: a C-contiguous view as long
-    # as its C-contiguous base starts where the base starts (a.ctypes.data: ~1 us a call)
+    # as its C-contiguous base starts where the base starts (a.ctypes.data: ~1 us a call). A
+    # whole view of a read-only array (a constant's) has its base's address, kept.
     base = a.base
     if (
         base.__class__ is np.ndarray
@@ -298,10 +300,40 @@ def _read_only_addr(a: np.ndarray) -> int:
         and base.nbytes == a.nbytes
         and a.flags.c_contiguous
         and base.flags.c_contiguous
-        and base.flags.writeable
     ):
-        return _addressof(_c_char_from(base))
-    return a.ctypes.data
+        if base.flags.writeable:
+            return _addressof(_c_char_from(base))
+        a = base
+    return _kept_addr(a)
+
+
+#: id -> (a weak reference, the address, nbytes) of read-only arrays that are no fresh view
+#: of a writeable one: a constant's weights, passed at every run (a.ctypes.data builds a
+#: Python object per call). An entry is used only while its array lives (its weak reference)
+#: and has the same size (a resize moving the data changes it).
+_kept: dict[int, tuple] = {}
+
+
+def _kept_addr(a: np.ndarray) -> int:
+    key = id(a)
+    hit = _kept.get(key)
+    if hit is not None and hit[0]() is a and hit[2] == a.nbytes:
+        return hit[1]
+    address = a.ctypes.data
+    if a.flags.writeable:  # (an empty or strided one: most often fresh, not worth keeping)
+        return address
+    try:
+        ref = weakref.ref(a, lambda _, key=key: _forget(key))
+    except TypeError:  # (no weak references to it: not kept)
+        return address
+    _kept[key] = (ref, address, a.nbytes)
+    return address
+
+
+def _forget(key: int) -> None:
+    hit = _kept.get(key)
+    if hit is not None and hit[0]() is None:  # (not a newer array's entry under the same id)
+        del _kept[key]
 
 
 def thread_setting() -> int:
