@@ -224,9 +224,14 @@ def _run(part: int, task: ctypes.Structure, cuts, threads: int, what: str = "ker
     (pool.c), ``part`` one of lib.<kernel>_range. A kernel that refused its arguments
     (checks.h: nothing touched) raises InvalidArgument, one that could not allocate its
     buffers MemoryError."""
-    cuts = np.asarray(cuts, np.int64)  # (a set-up's kept cuts are used as they are)
+    if cuts.__class__ is not np.ndarray or cuts.dtype is not _INT64:  # (a set-up's kept cuts
+        cuts = np.asarray(cuts, np.int64)  # are used as they are, unconverted)
     status = lib.onyx_parallel(part, ctypes.byref(task), _addr(cuts), len(cuts) - 1, threads)
-    check(status, what)
+    if status:
+        check(status, what)
+
+
+_INT64 = np.dtype(np.int64)
 
 
 def check(status: int, what: str) -> None:
