@@ -314,8 +314,8 @@ def _read_only_addr(a: np.ndarray) -> int:
 
 #: id -> (a weak reference, the address, nbytes) of read-only arrays that are no fresh view
 #: of a writeable one: a constant's weights, passed at every run (a.ctypes.data builds a
-#: Python object per call). An entry is used only while its array lives (its weak reference)
-#: and has the same size (a resize moving the data changes it).
+#: Python object per call). An entry is used only while its array lives (its weak reference;
+#: numpy refuses to resize an array that has one) and has the same size.
 _kept: dict[int, tuple] = {}
 
 
