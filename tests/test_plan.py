@@ -233,3 +233,62 @@ def test_as_array_result_copies_maps_and_wraps_numpy_scalars():
     mixed = as_array_result({1: np.float32(2), 2: frozen})
     assert isinstance(mixed[1], np.ndarray) and mixed[1].shape == () and mixed[1] == 2
     assert mixed[2] is not frozen and mixed[2].flags.writeable
+
+
+def shape_arithmetic_model(x_shape=(3, "batch", 4)):
+    """An RNN export's initial state: zeros of [1, batch, 4] built from x's shape at run time,
+    beside a step on x's data; the shape chain is also an output."""
+    i64 = TensorProto.INT64
+    consts = [
+        numpy_helper.from_array(np.array(1, np.int64), "one"),
+        numpy_helper.from_array(np.array([1], np.int64), "lead"),
+        numpy_helper.from_array(np.array([4], np.int64), "width"),
+        numpy_helper.from_array(np.array([0], np.int64), "axes"),
+    ]
+    return make_model(
+        [
+            helper.make_node("Shape", ["x"], ["s"]),
+            helper.make_node("Gather", ["s", "one"], ["batch"], axis=0),
+            helper.make_node("Unsqueeze", ["batch", "axes"], ["b1"]),
+            helper.make_node("Concat", ["lead", "b1", "width"], ["dims"], axis=0),
+            helper.make_node("ConstantOfShape", ["dims"], ["zeros"]),
+            helper.make_node("Relu", ["x"], ["r"]),
+            helper.make_node("ReduceSum", ["r", "axes"], ["rs"], keepdims=1),
+            helper.make_node("Add", ["zeros", "rs"], ["y"]),
+        ],
+        [vi("x", F, x_shape)],
+        [vi("y", F, None), vi("dims", i64, [3])],
+        consts,
+    )
+
+
+def test_shape_arithmetic_runs_once_per_input_shape():
+    sess = unoptimized(shape_arithmetic_model())
+    for batch in (2, 5, 2):
+        x = np.arange(3 * batch * 4, dtype=np.float32).reshape(3, batch, 4) - 20
+        for _ in range(3):
+            y, dims = sess.run(None, {"x": x})
+            np.testing.assert_array_equal(y, np.maximum(x, 0).sum(0, keepdims=True))
+            assert dims.tolist() == [1, batch, 4]
+            dims[:] = -1  # the caller owns its outputs: no later run sees this
+            y[:] = -1
+    memo = sess.plan.runner().__globals__["_memo"]
+    assert sorted(k[0] for k in memo) == [(3, 2, 4), (3, 5, 4)]
+    assert all(not v.flags.writeable for values in memo.values() for v in values)
+
+
+def test_shape_memo_holds_no_large_values(monkeypatch):
+    from onyx.runtime import plan as plan_module
+
+    monkeypatch.setattr(plan_module, "_MEMO_BYTES", 8)  # dims (24 bytes) exceed it
+    sess = unoptimized(shape_arithmetic_model())
+    x = np.ones((3, 2, 4), np.float32)
+    for _ in range(2):
+        assert sess.run(None, {"x": x})[1].tolist() == [1, 2, 4]
+    assert sess.plan.runner().__globals__["_memo"] == {}
+
+
+def test_shape_memo_failure_names_its_step():
+    sess = unoptimized(shape_arithmetic_model(x_shape=None))  # (any rank gets to the run)
+    with pytest.raises(onyx.OnyxError, match="Gather"):
+        sess.run(None, {"x": np.ones((3,), np.float32)})  # rank 1: index 1 out of range

@@ -28,7 +28,7 @@ from ..errors import OnyxError, RuntimeFailure
 from ..ir.frozen import DataValue
 from .bind import Step, StepContext, bind, find_kernel, no_kernel, node_label
 from .fpstate import ignoring_fp_errors
-from .registry import ONYX_DOMAIN, lookup
+from .registry import ONYX_DOMAIN, lookup, traits
 from .values import FreshList, describe, sparse_value, tensor_value
 
 __all__ = [
@@ -288,11 +288,18 @@ class Plan:
         if profiler is None:
             runner = self._runners.get(wanted)
             if runner is None:
-                runner = self._runners[wanted] = _generate(self, wanted)
+                runner = self.runner(wanted)
             if len(inputs) != len(self.input_slots):  # (the generated code reads them all)
                 inputs = (list(inputs) + [None] * len(self.input_slots))[: len(self.input_slots)]
             return runner(inputs, parent)
         return self._run_profiled(self.frame(inputs, parent), wanted, profiler)
+
+    def runner(self, wanted: tuple[int, ...] | None = None):
+        """The generated function running the schedule for ``wanted`` (made at first use)."""
+        runner = self._runners.get(wanted)
+        if runner is None:
+            runner = self._runners[wanted] = _generate(self, wanted)
+        return runner
 
     def frame(self, inputs: list, parent: Frame | None) -> Frame:
         """A run's frame: the constants, the inputs (a graph input with an initializer keeps
@@ -429,6 +436,9 @@ def _generate(plan: Plan, wanted: tuple[int, ...] | None):
         for i, value in enumerate(plan.template)
         if value is not None and i not in plan.input_defaults
     }
+    memo = _shape_memo(plan, steps, const_slots, out_slots)
+    if memo is not None:  # (its steps first: they read only inputs' shapes and constants)
+        steps = memo.steps + [s for s in steps if id(s) not in memo.ids]
     produced = {o for s in steps for o in s.outs if o >= 0}
     used = {r for s in steps for r in s.reads} | set(out_slots)
     env: dict[str, Any] = {"_StepContext": StepContext, "_OnyxError": OnyxError}
@@ -448,9 +458,18 @@ def _generate(plan: Plan, wanted: tuple[int, ...] | None):
     else:  # straight from the inputs and the enclosing frame: no frame of its own
         lines += _loads(plan, used - produced - const_slots, env)
     lines.append("    try:")
+    if memo is not None:
+        env["_memo"], env["_keep"], env["_nd"] = memo.values, memo.keep, np.ndarray
+        lines += memo.head_lines()
+        dels = memo.frees(steps, set(out_slots) | const_slots)
     line_step: dict[int, int] = {}
     for j, step in enumerate(steps):
         first = len(lines) + 1  # code line numbers start at 1
+        indent = "        "
+        if memo is not None and j < len(memo.steps):
+            indent = "            "  # (inside the memo's ``if``)
+        elif memo is not None and j == len(memo.steps):
+            lines += memo.tail_lines()
         fn = step.fn
         if fn.__class__ is PreparedCall and fn.fn is not None:
             fn = fn.fn  # (made at an earlier call, the checked run's: no frame of its own)
@@ -473,21 +492,26 @@ def _generate(plan: Plan, wanted: tuple[int, ...] | None):
             args.insert(0, f"_StepContext(s{j}, frame)")
         call = f"k{j}({', '.join(args)})"
         outs = [(k, o) for k, o in enumerate(step.outs) if o >= 0 and o in used]
+        code = []
         if len(step.outs) == 1 and outs:
             o = outs[0][1]
-            lines.append(f"        v{o} = {call}")
-            lines.append(f"        if v{o}.__class__ is tuple: v{o} = v{o}[0]")
+            code.append(f"v{o} = {call}")
+            code.append(f"if v{o}.__class__ is tuple: v{o} = v{o}[0]")
         elif outs:
-            lines.append(f"        r = {call}")
-            lines.append("        if r.__class__ is not tuple: r = (r,)")
-            lines += [f"        v{o} = r[{k}] if len(r) > {k} else None" for k, o in outs]
+            code.append(f"r = {call}")
+            code.append("if r.__class__ is not tuple: r = (r,)")
+            code += [f"v{o} = r[{k}] if len(r) > {k} else None" for k, o in outs]
         else:
-            lines.append(f"        {call}")
-        dead = [f"v{i}" for i in step.frees if i not in const_slots]
+            code.append(call)
+        frees = step.frees if memo is None else dels[j]
+        dead = [f"v{i}" for i in frees if i not in const_slots]
         if dead:
-            lines.append(f"        del {', '.join(dead)}")
+            code.append(f"del {', '.join(dead)}")
+        lines += [indent + c for c in code]
         for n in range(first, len(lines) + 1):
             line_step[n] = j
+    if memo is not None and len(steps) == len(memo.steps):
+        lines += memo.tail_lines()
     if not steps:
         lines.append("        pass")
     lines += [
@@ -512,6 +536,102 @@ def _generate(plan: Plan, wanted: tuple[int, ...] | None):
     exec(compile(source, f"<onyx plan {plan.name!r}>", "exec"), env)
     code = env["run"].__code__
     return env["run"]
+
+
+#: Ops whose result is a function of their input's shape alone: the roots of a shape memo.
+_SHAPE_OPS = frozenset({("", "Shape"), ("", "Size")})
+#: Input signatures a runner's shape memo keeps (a new one past this starts it afresh).
+_MEMO_SIGNATURES = 16
+#: Bytes of values a shape memo keeps per signature at most (a large ConstantOfShape output
+#: is computed at every run rather than held).
+_MEMO_BYTES = 1 << 16
+
+
+class _ShapeMemo:
+    """The steps of a schedule that compute from graph inputs' shapes and constants only
+    (Shape/Size of a graph input, then deterministic ops on those and constants: the shape
+    arithmetic of models exported with dynamic axes), run once per input-shape signature.
+    The runner keeps their values that later steps or the outputs read, read-only (a caller
+    gets copies: as_array_result), keyed by the shapes of the inputs the Shape/Size steps
+    read."""
+
+    def __init__(self, steps: list[Step], key_slots: list[int], exports: list[int]):
+        self.steps, self.ids = steps, {id(s) for s in steps}
+        self.key_slots, self.exports = key_slots, exports
+        self.values: dict = {}
+
+    def head_lines(self) -> list[str]:
+        is_array = " and ".join(f"v{i}.__class__ is _nd" for i in self.key_slots)
+        key = "".join(f"v{i}.shape, " for i in self.key_slots)
+        return [
+            f"        _k = ({key}) if {is_array} else None",
+            "        _s = _memo.get(_k)",
+            "        if _s is None:",
+        ]
+
+    def tail_lines(self) -> list[str]:
+        names = "".join(f"v{i}, " for i in self.exports)
+        return [
+            f"            if _k is not None: _keep(_k, ({names}))",
+            "        else:",
+            f"            ({names}) = _s",
+        ]
+
+    def keep(self, key: tuple, values: tuple) -> None:
+        if not all(v.__class__ is np.ndarray for v in values):
+            return
+        if sum(v.nbytes for v in values) > _MEMO_BYTES:
+            return
+        for v in values:
+            v.flags.writeable = False  # (later runs and their callers share them)
+        if len(self.values) >= _MEMO_SIGNATURES:
+            self.values.clear()
+        self.values[key] = values
+
+    def frees(self, steps: list[Step], keep: set[int]) -> list[tuple[int, ...]]:
+        """Each step's slots to delete after it, in the memo-first order: as Plan.schedule's,
+        except that the memo's steps free only what they made and nothing later reads (the
+        inputs they read stay: in the memo's other branch nothing deletes them)."""
+        mine = {o for s in self.steps for o in s.outs if o >= 0}
+        last_read: dict[int, int] = {}
+        for i, s in enumerate(steps):
+            for r in s.reads:
+                last_read[r] = i
+        frees: list[list[int]] = [[] for _ in steps]
+        n = len(self.steps)
+        for slot, i in last_read.items():
+            if slot in keep or (i < n and slot not in mine) or (slot in mine and i >= n):
+                continue
+            frees[i].append(slot)
+        return [tuple(f) for f in frees]
+
+
+def _shape_memo(plan: Plan, steps: list[Step], const_slots: set[int], out_slots) -> Any:
+    """The schedule's shape memo (_ShapeMemo), or None where it has no shape steps."""
+    inputs = set(plan.input_slots)
+    shaped: set[int] = set()  # slots the memo's steps make
+    chosen: list[Step] = []
+    key_slots: list[int] = []
+    for s in steps:
+        node = s.node
+        if s.takes_ctx or not s.reads or not all(o >= 0 for o in s.outs):
+            continue
+        op = (ir.canonical_domain(node.domain), node.op_type)
+        if op in _SHAPE_OPS and len(s.reads) == 1 and s.reads[0] in inputs:
+            key_slots += [r for r in s.reads if r not in key_slots]
+        elif not (
+            all(r in shaped or r in const_slots for r in s.reads)
+            and any(r in shaped for r in s.reads)
+            and traits(node.op_type, op[0]).deterministic
+        ):
+            continue
+        chosen.append(s)
+        shaped.update(s.outs)
+    if not chosen:
+        return None
+    later = {r for s in steps if all(s is not c for c in chosen) for r in s.reads}
+    exports = sorted(o for o in shaped if o in later or o in out_slots)
+    return _ShapeMemo(chosen, key_slots, exports)
 
 
 def _loads(plan: Plan, slots: set[int], env: dict) -> list[str]:

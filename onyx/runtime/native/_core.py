@@ -14,6 +14,7 @@ import ctypes
 import functools
 import importlib.machinery
 import os
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -223,9 +224,14 @@ def _run(part: int, task: ctypes.Structure, cuts, threads: int, what: str = "ker
     (pool.c), ``part`` one of lib.<kernel>_range. A kernel that refused its arguments
     (checks.h: nothing touched) raises InvalidArgument, one that could not allocate its
     buffers MemoryError."""
-    cuts = np.asarray(cuts, np.int64)  # (a set-up's kept cuts are used as they are)
+    if cuts.__class__ is not np.ndarray or cuts.dtype is not _INT64:  # (a set-up's kept cuts
+        cuts = np.asarray(cuts, np.int64)  # are used as they are, unconverted)
     status = lib.onyx_parallel(part, ctypes.byref(task), _addr(cuts), len(cuts) - 1, threads)
-    check(status, what)
+    if status:
+        check(status, what)
+
+
+_INT64 = np.dtype(np.int64)
 
 
 def check(status: int, what: str) -> None:
@@ -290,7 +296,8 @@ def _input_addr(a: np.ndarray) -> int:
 
 def _read_only_addr(a: np.ndarray) -> int:
     # A session's feed is a read-only view of the caller's array: a C-contiguous view as long
-    # as its C-contiguous base starts where the base starts (a.ctypes.data: ~1 us a call)
+    # as its C-contiguous base starts where the base starts (a.ctypes.data: ~1 us a call). A
+    # whole view of a read-only array (a constant's) has its base's address, kept.
     base = a.base
     if (
         base.__class__ is np.ndarray
@@ -298,10 +305,40 @@ def _read_only_addr(a: np.ndarray) -> int:
         and base.nbytes == a.nbytes
         and a.flags.c_contiguous
         and base.flags.c_contiguous
-        and base.flags.writeable
     ):
-        return _addressof(_c_char_from(base))
-    return a.ctypes.data
+        if base.flags.writeable:
+            return _addressof(_c_char_from(base))
+        a = base
+    return _kept_addr(a)
+
+
+#: id -> (a weak reference, the address, nbytes) of read-only arrays that are no fresh view
+#: of a writeable one: a constant's weights, passed at every run (a.ctypes.data builds a
+#: Python object per call). An entry is used only while its array lives (its weak reference;
+#: numpy refuses to resize an array that has one) and has the same size.
+_kept: dict[int, tuple] = {}
+
+
+def _kept_addr(a: np.ndarray) -> int:
+    key = id(a)
+    hit = _kept.get(key)
+    if hit is not None and hit[0]() is a and hit[2] == a.nbytes:
+        return hit[1]
+    address = a.ctypes.data
+    if a.flags.writeable:  # (an empty or strided one: most often fresh, not worth keeping)
+        return address
+    try:
+        ref = weakref.ref(a, lambda _, key=key: _forget(key))
+    except TypeError:  # (no weak references to it: not kept)
+        return address
+    _kept[key] = (ref, address, a.nbytes)
+    return address
+
+
+def _forget(key: int) -> None:
+    hit = _kept.get(key)
+    if hit is not None and hit[0]() is None:  # (not a newer array's entry under the same id)
+        del _kept[key]
 
 
 def thread_setting() -> int:
