@@ -65,6 +65,7 @@ TRIGGERS: dict[str, tuple[tuple[str, ...], ...]] = {
     "RnnZeroInitialState": (("RNN", "GRU", "LSTM"),),  # (rnn.STATE_INPUTS' ops)
     "RnnLastStepFromState": (("RNN", "GRU", "LSTM"), ("Gather",)),  # (rnn.LAST_STEP_OPS)
     "BinsOneHotBatching": (("Concat",),),
+    "SpectralMagnitudeFusion": (("Sqrt",), ("Slice",)),
     "QDQPadRequantize": (("Pad",), ("DequantizeLinear",)),
     "QLinearConvLookupFusion": (("QLinearConv",), ("TableLookup",)),
     "NhwcTransformer": (("QLinearConv", "QLinearConvLookup"),),
@@ -148,6 +149,7 @@ FUSIONS: tuple[DeferredPass, ...] = tuple(
         ("rnn:rnn_zero_initial_state", "RnnZeroInitialState", EXTENDED),
         ("rnn:rnn_last_step_from_state", "RnnLastStepFromState", EXTENDED),
         ("bins:bins_one_hot_batching", "BinsOneHotBatching", EXTENDED),
+        ("audio:spectral_magnitude_fusion", "SpectralMagnitudeFusion", EXTENDED),
         # (before it: its DQ -> Q becomes a table)
         ("qdq:pad_requantize", "QDQPadRequantize", EXTENDED),
         # last: it tabulates what the other fusions made

@@ -251,6 +251,7 @@ MODULES: dict[tuple[str, str], tuple[str, ...]] = {
     ('ai.onyx', 'RotateHalf'): ('attention',),
     ('ai.onyx', 'Silu'): ('attention',),
     ('ai.onyx', 'SiluMul'): ('attention',),
+    ('ai.onyx', 'SpectralMagnitude'): ('audio',),
     ('ai.onyx', 'TableLookup'): ('fused',),
     ('ai.onyx', 'TimeMajorPackedHeadsAttention'): ('attention',),
     ('com.microsoft', 'Attention'): ('contrib_attention',),

@@ -239,8 +239,8 @@ ONYX_STRUCT(repeat2d, ONYX_REPEAT2D)
 /* ------------------------------------------------------------------ LSTM, GRU (rnn.c) */
 
 #define ONYX_RECURRENCE(F, S)                                                                \
-    F(S, float *, xs, ) /* [dirs, gates, H, steps, batch] input projections (written from x  \
-                           first when x is set) */                                           \
+    F(S, float *, xs, ) /* [dirs, gates, H, steps, batch] input projections; when x is set, \
+                           rnn.c writes them from x first, [steps, batch, dirs, gates, H] */ \
     F(S, const float *, x, ) /* [steps, batch, n_in] or NULL: the inputs to project */       \
     F(S, const float *, w, ) /* [n_in, dirs * gates * H] input weights (with x) */           \
     F(S, const float *, bias, ) /* [dirs * gates * H] the projections' biases (with x) */    \

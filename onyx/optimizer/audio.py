@@ -1,0 +1,137 @@
+"""Audio front-ends: an STFT written as a strided Conv1d (torchaudio-style exporters, VADs and
+keyword spotters) puts the real and imaginary parts in two halves of its output channels and
+takes the magnitude as
+
+    Sqrt(Add(Add(Mul(re, re), Mul(im, im)), eps)),  re = Slice(x, ...), im = Slice(x, ...)
+
+seven nodes, each a session step, over a few hundred values. ``SpectralMagnitudeFusion``
+makes them one ai.onyx ``SpectralMagnitude`` node (kernels/audio.py) doing the same
+float32 operations in the same order (the same bits), with the chain as its function body.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import ir
+from ..runtime.registry import ONYX_DOMAIN
+from .core import EXTENDED, STANDARD, PassContext, graph_pass, producer
+
+_NAMES = ("x", "re_starts", "re_ends", "im_starts", "im_ends", "axes", "eps")
+
+
+def _only_reader(ctx: PassContext, v: ir.Value, node: ir.Node) -> bool:
+    """``node`` is the only node reading v (once or more), and v is no graph output."""
+    return not ctx.is_output(v) and all(user is node for user, _ in v.iter_uses())
+
+
+def _square_of(ctx: PassContext, v: ir.Value, reader: ir.Node) -> ir.Node | None:
+    """The Mul(s, s) that makes v, read only by ``reader``."""
+    mul = producer(v, "Mul")
+    if mul is None or mul.domain not in STANDARD or len(mul.inputs) != 2:
+        return None
+    if mul.inputs[0] is not mul.inputs[1] or mul.inputs[0] is None:
+        return None
+    return mul if _only_reader(ctx, v, reader) else None
+
+
+def _unit_slice(ctx: PassContext, v: ir.Value, reader: ir.Node) -> dict | None:
+    """v = Slice(x, start, end, axis) of one axis with step 1 (constants), read only by
+    ``reader``: its parts."""
+    s = producer(v, "Slice")
+    if s is None or s.domain not in STANDARD or not 3 <= len(s.inputs) <= 5:
+        return None
+    if not _only_reader(ctx, v, reader):
+        return None
+    consts = [ctx.const(i) for i in s.inputs[1:]]
+    if any(c is None or c.size != 1 or c.dtype.kind != "i" for c in consts):
+        return None
+    axes = s.inputs[3] if len(s.inputs) > 3 else None
+    steps = consts[3] if len(consts) > 3 else None
+    if steps is not None and int(steps.reshape(-1)[0]) != 1:
+        return None
+    axis = 0 if axes is None else int(consts[2].reshape(-1)[0])
+    return dict(node=s, x=s.inputs[0], starts=s.inputs[1], ends=s.inputs[2], axis=axis)
+
+
+def _magnitude(ctx: PassContext, sqrt: ir.Node) -> dict | None:
+    """The chain ending in ``sqrt``, or None."""
+    if sqrt.domain not in STANDARD or len(sqrt.inputs) != 1:
+        return None
+    outer = producer(sqrt.inputs[0], "Add")
+    if outer is None or outer.domain not in STANDARD or not _only_reader(ctx, outer.outputs[0], sqrt):
+        return None
+    inner, eps = outer, None
+    for k in (0, 1):  # Add(sum, eps) or Add(eps, sum): eps a float32 constant of one value
+        c = ctx.const(outer.inputs[k])
+        candidate = producer(outer.inputs[1 - k], "Add")
+        if c is not None and candidate is not None and c.size == 1 and c.ndim <= 1:
+            if c.dtype == np.float32 and _only_reader(ctx, candidate.outputs[0], outer):
+                inner, eps = candidate, outer.inputs[k]
+                break
+    if inner.domain not in STANDARD or len(inner.inputs) != 2:
+        return None
+    squares = [_square_of(ctx, v, inner) for v in inner.inputs]
+    if any(m is None for m in squares):
+        return None
+    slices = [_unit_slice(ctx, m.inputs[0], m) for m in squares]
+    if any(s is None for s in slices) or slices[0]["x"] is not slices[1]["x"]:
+        return None
+    x = slices[0]["x"]
+    if slices[0]["axis"] != slices[1]["axis"] or x is None:
+        return None
+    if not isinstance(x.type, ir.TensorType) or x.type.elem_type != ir.DataType.FLOAT:
+        return None
+    dead = [s["node"] for s in slices] + squares + ([inner] if eps is not None else [])
+    return dict(slices=slices, eps=eps, dead=dead + ([outer] if outer is not sqrt else []))
+
+
+@graph_pass("SpectralMagnitudeFusion", EXTENDED)
+def spectral_magnitude_fusion(ctx: PassContext) -> bool:
+    changed = False
+    if ctx.opset() < 10:  # (Slice's starts and ends are inputs from opset 10)
+        return False
+    for sqrt in list(ctx.graph):
+        if sqrt.op_type != "Sqrt":
+            continue
+        found = _magnitude(ctx, sqrt)
+        if found is None:
+            continue
+        re, im = found["slices"]
+        eps = found["eps"]
+        if eps is None:  # (+0.0: re^2 + im^2 is never -0.0, so adding it changes no bit)
+            eps = ctx.add_const(np.array(0.0, np.float32), "magnitude_eps")
+        axes = ctx.add_const(np.array([re["axis"]], np.int64), "magnitude_axes")
+        inputs = [re["x"], re["starts"], re["ends"], im["starts"], im["ends"], axes, eps]
+        fused = ir.Node(
+            "SpectralMagnitude", inputs, 1, domain=ONYX_DOMAIN,
+            name=ctx.fresh_name("SpectralMagnitude"),
+        )  # fmt: skip
+        ctx.ensure_function("SpectralMagnitude", lambda: _magnitude_function(ctx))
+        ctx.replace_nodes(sqrt, fused, found["dead"])
+        ctx.count("SpectralMagnitudeFusion")
+        changed = True
+    return changed
+
+
+def _magnitude_function(ctx: PassContext) -> ir.Function:
+    """The model-local function SpectralMagnitude: the chain it replaces, in standard ops."""
+    x, re_starts, re_ends, im_starts, im_ends, axes, eps = (ir.Value(n) for n in _NAMES)
+    nodes = []
+
+    def node(op, inputs):
+        made = ir.Node(op, inputs, [f"{op}_{len(nodes)}"])
+        nodes.append(made)
+        return made.outputs[0]
+
+    re = node("Slice", [x, re_starts, re_ends, axes])
+    im = node("Slice", [x, im_starts, im_ends, axes])
+    power = node("Add", [node("Mul", [re, re]), node("Mul", [im, im])])
+    y = node("Sqrt", [node("Add", [power, eps])])
+    graph = ir.Graph(
+        [x, re_starts, re_ends, im_starts, im_ends, axes, eps], [y], nodes,
+        name="SpectralMagnitude",
+    )  # fmt: skip
+    f = ir.Function(ONYX_DOMAIN, "SpectralMagnitude", graph, opset_imports={"": ctx.opset()})
+    f.doc_string = "an STFT's magnitude from its real and imaginary halves (one onyx kernel)"
+    return f

@@ -1,0 +1,112 @@
+"""SpectralMagnitudeFusion: an STFT's magnitude, Sqrt(Add(Add(Mul(re, re), Mul(im, im)), eps))
+of two Slices of one tensor, becomes one ai.onyx SpectralMagnitude node with the same bits; its
+function body keeps the saved model runnable elsewhere."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onyx
+
+BINS, FRAMES = 9, 5
+
+
+def _model(eps: bool = True, eps_first: bool = False, im_first: bool = False, axis=1,
+           extra_reader: bool = False, step: int | None = None) -> bytes:  # fmt: skip
+    inits = [
+        numpy_helper.from_array(np.array([0], np.int64), "s0"),
+        numpy_helper.from_array(np.array([BINS], np.int64), "e0"),
+        numpy_helper.from_array(np.array([BINS], np.int64), "s1"),
+        numpy_helper.from_array(np.array([2**62], np.int64), "e1"),  # (clamped: to the end)
+        numpy_helper.from_array(np.array([axis], np.int64), "ax"),
+        numpy_helper.from_array(np.array(1e-6, np.float32), "eps"),
+    ]
+    slice_inputs = ["ax"]
+    if step is not None:
+        inits.append(numpy_helper.from_array(np.array([step], np.int64), "st"))
+        slice_inputs.append("st")
+    nodes = [
+        helper.make_node("Slice", ["x", "s0", "e0", *slice_inputs], ["re"]),
+        helper.make_node("Slice", ["x", "s1", "e1", *slice_inputs], ["im"]),
+        helper.make_node("Mul", ["re", "re"], ["re2"]),
+        helper.make_node("Mul", ["im", "im"], ["im2"]),
+        helper.make_node("Add", ["im2", "re2"] if im_first else ["re2", "im2"], ["p"]),
+    ]
+    if eps:
+        nodes.append(helper.make_node("Add", ["eps", "p"] if eps_first else ["p", "eps"], ["q"]))
+    nodes.append(helper.make_node("Sqrt", ["q" if eps else "p"], ["y"]))
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
+    if extra_reader:
+        outputs.append(helper.make_tensor_value_info("re2", TensorProto.FLOAT, None))
+    shape = [2, 2 * BINS, FRAMES] if axis in (1, -2) else [2, FRAMES, 2 * BINS]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)], outputs, inits
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+def _feeds(model: bytes) -> dict:
+    sess = onyx.InferenceSession(model, disabled_optimizers=["SpectralMagnitudeFusion"])
+    shape = [d for d in sess.get_inputs()[0].shape]
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(shape).astype(np.float32)
+    x.flat[:3] = [0.0, -0.0, np.nan]
+    return {"x": x}
+
+
+def _ops(sess) -> list[str]:
+    return [s.node.op_type for s in sess.plan.default_schedule]
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [{}, {"eps": False}, {"eps_first": True}, {"im_first": True}, {"axis": -1}, {"step": 1}],
+)
+def test_fused_same_bits(kw):
+    model = _model(**kw)
+    feeds = _feeds(model)
+    fast = onyx.InferenceSession(model)
+    plain = onyx.InferenceSession(model, disabled_optimizers=["SpectralMagnitudeFusion"])
+    assert _ops(fast) == ["SpectralMagnitude"]
+    got, want = fast.run(None, feeds)[0], plain.run(None, feeds)[0]
+    np.testing.assert_array_equal(got, want)
+    oracle = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(got, oracle, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("kw", [{"extra_reader": True}, {"step": 2}])
+def test_not_fused(kw):
+    fast = onyx.InferenceSession(_model(**kw))
+    assert "SpectralMagnitude" not in _ops(fast)
+
+
+def test_saved_model_runs_in_onnxruntime(tmp_path):
+    """The optimized model holds the fused node and its function body: onnxruntime runs it."""
+    model = _model()
+    path = tmp_path / "opt.onnx"
+    opts = onyx.SessionOptions()
+    opts.optimized_model_filepath = str(path)
+    onyx.InferenceSession(model, opts)
+    saved = path.read_bytes()
+    assert b"SpectralMagnitude" in saved
+    feeds = _feeds(model)
+    got = ort.InferenceSession(saved, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    want = onyx.InferenceSession(model).run(None, feeds)[0]
+    np.testing.assert_array_equal(got, want)
+
+
+def test_numpy_path(monkeypatch):
+    """The kernel is numpy only: ONYX_NATIVE=0 gives the same bits."""
+    monkeypatch.setenv("ONYX_NATIVE", "0")
+    model = _model()
+    feeds = _feeds(model)
+    got = onyx.InferenceSession(model).run(None, feeds)[0]
+    want = onyx.InferenceSession(model, disabled_optimizers=["SpectralMagnitudeFusion"]).run(
+        None, feeds
+    )[0]
+    np.testing.assert_array_equal(got, want)
