@@ -139,3 +139,42 @@ def test_bound_lstm_takes_given_initial_states():
         h, c = got[1], got[2]  # (streaming: the states carried over)
     with pytest.raises(Exception):  # noqa: B017  (the kernel's own error, whatever it is)
         sess.run(None, {"x": x, "h": h[:, :, :16], "c": c})
+
+
+@pytest.mark.parametrize("direction", ["forward", "reverse"])
+@pytest.mark.parametrize("steps, batch", [(1, 1), (3, 2), (8, 1)])
+def test_bound_lstm_one_call_outputs(direction, steps, batch):
+    """The kept set-up's one native call (rnn.c projects X, its outputs in one buffer, Y_h and
+    Y_c copied from the last step): the kernel's bits on calls that alternate states given and
+    not, and shapes (its latest-call check), and onnxruntime's values; the outputs are
+    independent arrays."""
+    w = _weights(3)
+    node = helper.make_node("LSTM", ["x", "W", "R", "B", "", "h", "c"], ["y", "y_h", "y_c"],
+                            hidden_size=H, direction=direction)  # fmt: skip
+    info = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        [node],
+        "lstm",
+        [info("x", TensorProto.FLOAT, [None, None, IN])]
+        + [info(n, TensorProto.FLOAT, [1, None, H]) for n in ("h", "c")],
+        [info(n, TensorProto.FLOAT, None) for n in ("y", "y_h", "y_c")],
+        [numpy_helper.from_array(v, k) for k, v in w.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    model = model.SerializeToString()
+    sess = onyx.InferenceSession(model)
+    oracle = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(steps * 10 + batch)
+    for shape in [(steps, batch), (steps + 1, batch), (steps, batch)]:
+        x = rng.standard_normal((*shape, IN)).astype(np.float32)
+        states = [rng.standard_normal((1, shape[1], H)).astype(np.float32) for _ in range(2)]
+        for h, c in [states, [np.zeros_like(states[0])] * 2]:
+            feeds = {"x": x, "h": h, "c": c}
+            got = sess.run(None, feeds)
+            _same(got, rnn.lstm(x, w["W"], w["R"], w["B"], None, h, c, hidden_size=H,
+                                direction=direction))  # fmt: skip
+            for g, want in zip(got, oracle.run(None, feeds)):
+                np.testing.assert_allclose(g, want, rtol=1e-5, atol=1e-5)
+            got[0][...] = 7.0  # (Y_h and Y_c are no views of Y)
+            assert not (got[1] == 7.0).any() and not (got[2] == 7.0).any()

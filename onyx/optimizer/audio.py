@@ -59,7 +59,11 @@ def _magnitude(ctx: PassContext, sqrt: ir.Node) -> dict | None:
     if sqrt.domain not in STANDARD or len(sqrt.inputs) != 1:
         return None
     outer = producer(sqrt.inputs[0], "Add")
-    if outer is None or outer.domain not in STANDARD or not _only_reader(ctx, outer.outputs[0], sqrt):
+    if (
+        outer is None
+        or outer.domain not in STANDARD
+        or not _only_reader(ctx, outer.outputs[0], sqrt)
+    ):
         return None
     inner, eps = outer, None
     for k in (0, 1):  # Add(sum, eps) or Add(eps, sum): eps a float32 constant of one value
