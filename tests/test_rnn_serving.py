@@ -178,3 +178,74 @@ def test_bound_lstm_one_call_outputs(direction, steps, batch):
                 np.testing.assert_allclose(g, want, rtol=1e-5, atol=1e-5)
             got[0][...] = 7.0  # (Y_h and Y_c are no views of Y)
             assert not (got[1] == 7.0).any() and not (got[2] == 7.0).any()
+
+
+def _batch_first_lstm(direction: str = "forward", read_y: bool = False) -> bytes:
+    """x [N, steps, in] -> Transpose -> LSTM -> Squeeze(Y_h, [0]) (and Y, when read_y)."""
+    nodes = [
+        helper.make_node("Transpose", ["x"], ["xt"], perm=[1, 0, 2]),
+        helper.make_node(
+            "LSTM", ["xt", "W", "R", "B"], ["y", "y_h", "y_c"], hidden_size=H, direction=direction
+        ),  # fmt: skip
+        helper.make_node("Squeeze", ["y_h", "zero_axis"], ["last"]),
+    ]
+    inits = [numpy_helper.from_array(v, k) for k, v in _weights(4).items()]
+    inits.append(numpy_helper.from_array(np.array([0], np.int64), "zero_axis"))
+    outs = ["last"] + (["y"] if read_y else [])
+    graph = helper.make_graph(
+        nodes,
+        "lstm",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", STEPS, IN])],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outs],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+@pytest.mark.parametrize("direction", ["forward", "reverse"])
+def test_batch_first_input_same_bits(direction):
+    """RnnBatchFirstInput: the session's LSTM reads x with layout 1 (no Transpose step) and
+    gives the bits of the unfused graph, at batch 1 (rnn.c's kept set-up) and 3."""
+    model = _batch_first_lstm(direction)
+    fast = onyx.InferenceSession(model)
+    plain = onyx.InferenceSession(model, disabled_optimizers=["RnnBatchFirstInput"])
+    oracle = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    assert [s.node.op_type for s in fast.plan.default_schedule] == ["LSTM", "Squeeze"]
+    assert "Transpose" in [s.node.op_type for s in plain.plan.default_schedule]
+    for batch in (1, 3, 1):
+        x = np.random.default_rng(batch).standard_normal((batch, STEPS, IN)).astype(np.float32)
+        got = fast.run(None, {"x": x})
+        assert got[0].shape == (batch, H)
+        _same(got, plain.run(None, {"x": x}))
+        np.testing.assert_allclose(got[0], oracle.run(None, {"x": x})[0], rtol=1e-5, atol=1e-5)
+
+
+def test_batch_first_input_only_where_safe():
+    """Not where Y is read (its layout would change), and not in a model to be written
+    (onnxruntime refuses layout 1)."""
+    fast = onyx.InferenceSession(_batch_first_lstm(read_y=True))
+    assert "Transpose" in [s.node.op_type for s in fast.plan.default_schedule]
+    assert "Transpose" in _ops(_batch_first_lstm())
+
+
+def test_bound_lstm_layout_1_matches_the_kernel():
+    """The bound LSTM of layout 1 (time-major views of the batch-first inputs) against the
+    kernel's own layout-1 path, states given, to the bit."""
+    w = _weights(5)
+    attrs = dict(hidden_size=H, activations=None, activation_alpha=None, activation_beta=None,
+                 clip=None, direction="forward", input_forget=0, layout=1, output_sequence=0)  # fmt: skip
+    frozen = {k: v.copy() for k, v in w.items()}
+    for v in frozen.values():
+        v.flags.writeable = False
+    call = rnn.lstm.prepare(attrs)
+    rng = np.random.default_rng(6)
+    for batch in (1, 2):
+        x = rng.standard_normal((batch, STEPS, IN)).astype(np.float32)
+        h, c = (rng.standard_normal((batch, 1, H)).astype(np.float32) for _ in range(2))
+        for states in ((None, None), (h, c)):
+            got = call(x, frozen["W"], frozen["R"], frozen["B"], None, *states)
+            want = rnn.lstm(x, w["W"], w["R"], w["B"], None, *states, **attrs)
+            _same(got, want)
+            assert all(g.flags.c_contiguous for g in got)

@@ -64,6 +64,7 @@ TRIGGERS: dict[str, tuple[tuple[str, ...], ...]] = {
     "UnsqueezeTransposeSqueezeFusion": (("Unsqueeze",), ("Squeeze",)),
     "RnnZeroInitialState": (("RNN", "GRU", "LSTM"),),  # (rnn.STATE_INPUTS' ops)
     "RnnLastStepFromState": (("RNN", "GRU", "LSTM"), ("Gather",)),  # (rnn.LAST_STEP_OPS)
+    "RnnBatchFirstInput": (("LSTM",), ("Transpose",), ("Squeeze",)),
     "BinsOneHotBatching": (("Concat",),),
     "SpectralMagnitudeFusion": (("Sqrt",), ("Slice",)),
     "QDQPadRequantize": (("Pad",), ("DequantizeLinear",)),
@@ -148,6 +149,8 @@ FUSIONS: tuple[DeferredPass, ...] = tuple(
         ("gemm:matmul_bias", "MatMulBiasFusion", EXTENDED),
         ("rnn:rnn_zero_initial_state", "RnnZeroInitialState", EXTENDED),
         ("rnn:rnn_last_step_from_state", "RnnLastStepFromState", EXTENDED),
+        # (after it: its Squeeze of Y_h is what this one reads)
+        ("rnn:rnn_batch_first_input", "RnnBatchFirstInput", EXTENDED),
         ("bins:bins_one_hot_batching", "BinsOneHotBatching", EXTENDED),
         ("audio:spectral_magnitude_fusion", "SpectralMagnitudeFusion", EXTENDED),
         # (before it: its DQ -> Q becomes a table)

@@ -540,17 +540,21 @@ def _transposed(R: np.ndarray) -> np.ndarray:
 
 def _bound_lstm(attrs: dict) -> Callable:
     """LSTM bound to its node (derived.prepared). The common LSTM (default activations, no
-    clip, peepholes or sequence_lens, layout 0) of constant weights projected
-    by rnn.c itself (a few steps at batch 1) keeps its native set-up per weights and X's
-    shape; everything else calls the kernel."""
+    clip, peepholes or sequence_lens) of constant weights projected by rnn.c itself (a few
+    steps at batch 1) keeps its native set-up per weights and X's shape; everything else
+    calls the kernel. Layout 1 (batch first: optimizer/rnn.py's RnnBatchFirstInput) runs as
+    layout 0 on its inputs' transposed views, its results transposed back (views at batch 1)."""
+    if attrs["layout"] == 1:
+        return _batch_first(_bound_lstm({**attrs, "layout": 0}))
+    if attrs["layout"]:
+        return lambda *inputs: lstm(*inputs, **attrs)  # (the kernel's error)
 
     def general(*inputs):
         return lstm(*inputs, **attrs)
 
     names = _activation_names(attrs["activations"], 3, 1, ["sigmoid", "tanh", "tanh"])
     if (
-        attrs["layout"]
-        or attrs["input_forget"]
+        attrs["input_forget"]
         or attrs["clip"] is not None
         or names != ["sigmoid", "tanh", "tanh"]
         or attrs["direction"] == "bidirectional"
@@ -591,6 +595,30 @@ def _bound_lstm(attrs: dict) -> Callable:
         # (_finish's result for this case: one direction, no lengths, layout 0, float32, in
         # time order; rnn.c takes no empty sequence)
         return run(X, initial_h, initial_c)
+
+    return call
+
+
+def _batch_first(time_major: Callable) -> Callable:
+    """An LSTM of layout 1 from ``time_major``, the same node's layout 0: X [batch, steps,
+    in] and the states [batch, dirs, H] swapped to time-major views, Y [steps, dirs, batch,
+    H] and the states swapped back (_finish's layout-1 outputs, contiguous)."""
+
+    def swapped(state):
+        return None if state is None else np.asarray(state).swapaxes(0, 1)
+
+    def call(X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c=None, P=None):
+        X = np.asarray(X)
+        if X.ndim != 3:
+            raise ValueError(f"X has rank {X.ndim}, expected 3 (batch, seq_length, input_size)")
+        Y, Y_h, Y_c = time_major(
+            X.swapaxes(0, 1), W, R, B, sequence_lens, swapped(initial_h), swapped(initial_c), P
+        )
+        return (
+            np.ascontiguousarray(Y.transpose(2, 0, 1, 3)),
+            np.ascontiguousarray(Y_h.swapaxes(0, 1)),
+            np.ascontiguousarray(Y_c.swapaxes(0, 1)),
+        )
 
     return call
 
