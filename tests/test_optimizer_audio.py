@@ -110,3 +110,62 @@ def test_numpy_path(monkeypatch):
         None, feeds
     )[0]
     np.testing.assert_array_equal(got, want)
+
+
+def _conv_pool_model(relu: bool, pool: dict, extra_reader: bool = False,
+                     indices: bool = False) -> bytes:  # fmt: skip
+    rng = np.random.default_rng(1)
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((6, 3, 5)).astype(np.float32), "w"),
+        numpy_helper.from_array(rng.standard_normal(6).astype(np.float32), "b"),
+    ]
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[2, 2], strides=[2])]
+    if relu:
+        nodes.append(helper.make_node("Relu", ["c"], ["r"]))
+    pool_out = ["y", "i"] if indices else ["y"]
+    nodes.append(helper.make_node("MaxPool", ["r" if relu else "c"], pool_out, **pool))
+    outs = ["y"] + (["c"] if extra_reader else []) + (["i"] if indices else [])
+    info = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        nodes, "g", [info("x", TensorProto.FLOAT, ["N", 3, 101])],
+        [info(o, TensorProto.INT64 if o == "i" else TensorProto.FLOAT, None) for o in outs],
+        inits,
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+POOLS = [
+    dict(kernel_shape=[2], strides=[2]),
+    dict(kernel_shape=[3], strides=[2], pads=[1, 1]),
+    dict(kernel_shape=[2], strides=[1], dilations=[2], ceil_mode=1),
+]
+
+
+@pytest.mark.parametrize("relu", [False, True])
+@pytest.mark.parametrize("pool", POOLS)
+def test_conv_max_pool_same_bits(relu, pool, tmp_path):
+    """ConvMaxPoolFusion: a 1-D conv (plain, or FusedConv with its Relu) and its MaxPool in
+    one step with the pair's bits; onnxruntime runs the saved model (the function body)."""
+    model = _conv_pool_model(relu, pool)
+    x = np.random.default_rng(2).standard_normal((2, 3, 101)).astype(np.float32)
+    x[0, 0, :4] = np.nan
+    opts = onyx.SessionOptions()
+    opts.optimized_model_filepath = str(tmp_path / "opt.onnx")
+    fast = onyx.InferenceSession(model, opts)
+    plain = onyx.InferenceSession(model, disabled_optimizers=["ConvMaxPoolFusion"])
+    assert _ops(fast) == ["FusedConvMaxPool" if relu else "ConvMaxPool"]
+    got = fast.run(None, {"x": x})[0]
+    np.testing.assert_array_equal(got, plain.run(None, {"x": x})[0])
+    # (onnxruntime's MaxPool passes over NaN where onyx's keeps it: compared without them)
+    clean = {"x": x[1:]}
+    for path in (model, str(tmp_path / "opt.onnx")):
+        oracle = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+        np.testing.assert_allclose(got[1:], oracle.run(None, clean)[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("kw", [{"extra_reader": True}, {"indices": True}])
+def test_conv_max_pool_not_fused(kw):
+    fast = onyx.InferenceSession(_conv_pool_model(True, POOLS[0], **kw))
+    assert "MaxPool" in _ops(fast)

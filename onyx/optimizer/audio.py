@@ -1,4 +1,6 @@
-"""Audio front-ends: an STFT written as a strided Conv1d (torchaudio-style exporters, VADs and
+"""Audio front-ends and 1-D signal nets.
+
+An STFT written as a strided Conv1d (torchaudio-style exporters, VADs and
 keyword spotters) puts the real and imaginary parts in two halves of its output channels and
 takes the magnitude as
 
@@ -15,7 +17,7 @@ import numpy as np
 
 from .. import ir
 from ..runtime.registry import ONYX_DOMAIN
-from .core import EXTENDED, STANDARD, PassContext, graph_pass, producer
+from .core import EXTENDED, MS, STANDARD, PassContext, graph_pass, producer, static_shape
 
 _NAMES = ("x", "re_starts", "re_ends", "im_starts", "im_ends", "axes", "eps")
 
@@ -138,4 +140,82 @@ def _magnitude_function(ctx: PassContext) -> ir.Function:
     )  # fmt: skip
     f = ir.Function(ONYX_DOMAIN, "SpectralMagnitude", graph, opset_imports={"": ctx.opset()})
     f.doc_string = "an STFT's magnitude from its real and imaginary halves (one onyx kernel)"
+    return f
+
+
+# --- a 1-D conv and its MaxPool ------------------------------------------------------------------
+
+#: attribute types of the conv (Conv / FusedConv) and of MaxPool, for the function bodies' refs
+_CONV_TYPES = {
+    "auto_pad": ir.AttrType.STRING,
+    "dilations": ir.AttrType.INTS,
+    "group": ir.AttrType.INT,
+    "kernel_shape": ir.AttrType.INTS,
+    "pads": ir.AttrType.INTS,
+    "strides": ir.AttrType.INTS,
+}
+_FUSED_TYPES = {"activation": ir.AttrType.STRING, "activation_params": ir.AttrType.FLOATS}
+_POOL_TYPES = {
+    "auto_pad": ir.AttrType.STRING,
+    "ceil_mode": ir.AttrType.INT,
+    "dilations": ir.AttrType.INTS,
+    "kernel_shape": ir.AttrType.INTS,
+    "pads": ir.AttrType.INTS,
+    "storage_order": ir.AttrType.INT,
+    "strides": ir.AttrType.INTS,
+}
+#: the conv's (op, domain) -> the fused op
+_POOLED = {("Conv", ""): "ConvMaxPool", ("FusedConv", MS): "FusedConvMaxPool"}
+
+
+@graph_pass("ConvMaxPoolFusion", EXTENDED)
+def conv_max_pool_fusion(ctx: PassContext) -> bool:
+    """MaxPool(conv(x)) of a float32 1-D conv (a signal classifier's conv -> relu -> pool
+    blocks) becomes one ai.onyx ConvMaxPool / FusedConvMaxPool node (kernels/audio.py): the
+    two kernels in one step, the same bits; the pair is its function body."""
+    changed = False
+    for pool in list(ctx.graph):
+        if pool.op_type != "MaxPool" or pool.domain not in STANDARD or len(pool.inputs) != 1:
+            continue
+        if len(pool.outputs) > 1 and pool.outputs[1].name:  # (its Indices: left alone)
+            continue
+        conv = pool.inputs[0].producer if pool.inputs[0] is not None else None
+        if conv is None or len(conv.inputs) > 3 or conv.outputs[0] is not pool.inputs[0]:
+            continue
+        domain = "" if conv.domain in STANDARD else conv.domain
+        op_type = _POOLED.get((conv.op_type, domain))
+        if op_type is None or ctx.single_use(conv.outputs[0]) is not pool:
+            continue
+        w, x = conv.inputs[1] if len(conv.inputs) > 1 else None, conv.inputs[0]
+        if w is None or x is None or len(static_shape(w) or ()) != 3:
+            continue  # (a 1-D conv: its weights are rank 3)
+        if not isinstance(x.type, ir.TensorType) or x.type.elem_type != ir.DataType.FLOAT:
+            continue
+        if any(a.is_ref for a in (*conv.attributes.values(), *pool.attributes.values())):
+            continue
+        attrs = [a for a in conv.attributes.values()]
+        attrs += [ir.Attr("pool_" + a.name, a.type, a.value) for a in pool.attributes.values()]
+        fused = ir.Node(op_type, list(conv.inputs), 1, attrs, domain=ONYX_DOMAIN,
+                        name=ctx.fresh_name(op_type))  # fmt: skip
+        body = (ctx, conv.op_type, domain, op_type)
+        ctx.ensure_function(op_type, lambda body=body: _pooled_function(*body))
+        ctx.replace_nodes(pool, fused, [conv])
+        ctx.count("ConvMaxPoolFusion")
+        changed = True
+    return changed
+
+
+def _pooled_function(ctx: PassContext, conv_op: str, domain: str, op_type: str) -> ir.Function:
+    """The model-local function ``op_type``: the conv then MaxPool, attributes referred."""
+    x, w, b = ir.Value("X"), ir.Value("W"), ir.Value("B")
+    conv_types = {**_CONV_TYPES, **(_FUSED_TYPES if domain else {})}
+    refs = [ir.Attr(k, t, ref_attr_name=k) for k, t in conv_types.items()]
+    conv = ir.Node(conv_op, [x, w, b], ["conv"], refs, domain=domain)
+    pool_refs = [ir.Attr(k, t, ref_attr_name="pool_" + k) for k, t in _POOL_TYPES.items()]
+    pool = ir.Node("MaxPool", [conv.outputs[0]], ["Y"], pool_refs)
+    graph = ir.Graph([x, w, b], [pool.outputs[0]], [conv, pool], name=op_type)
+    opsets = {"": ctx.opset(), **({domain: 1} if domain else {})}
+    names = [*conv_types, *("pool_" + k for k in _POOL_TYPES)]
+    f = ir.Function(ONYX_DOMAIN, op_type, graph, attributes=names, opset_imports=opsets)
+    f.doc_string = "a 1-D conv and the MaxPool after it (one onyx kernel)"
     return f

@@ -67,6 +67,7 @@ TRIGGERS: dict[str, tuple[tuple[str, ...], ...]] = {
     "RnnBatchFirstInput": (("LSTM",), ("Transpose",), ("Squeeze",)),
     "BinsOneHotBatching": (("Concat",),),
     "SpectralMagnitudeFusion": (("Sqrt",), ("Slice",)),
+    "ConvMaxPoolFusion": (("MaxPool",), ("Conv", "FusedConv")),
     "QDQPadRequantize": (("Pad",), ("DequantizeLinear",)),
     "QLinearConvLookupFusion": (("QLinearConv",), ("TableLookup",)),
     "NhwcTransformer": (("QLinearConv", "QLinearConvLookup"),),
@@ -153,6 +154,7 @@ FUSIONS: tuple[DeferredPass, ...] = tuple(
         ("rnn:rnn_batch_first_input", "RnnBatchFirstInput", EXTENDED),
         ("bins:bins_one_hot_batching", "BinsOneHotBatching", EXTENDED),
         ("audio:spectral_magnitude_fusion", "SpectralMagnitudeFusion", EXTENDED),
+        ("audio:conv_max_pool_fusion", "ConvMaxPoolFusion", EXTENDED),
         # (before it: its DQ -> Q becomes a table)
         ("qdq:pad_requantize", "QDQPadRequantize", EXTENDED),
         # last: it tabulates what the other fusions made

@@ -1,13 +1,14 @@
-"""Audio front-end ops that onyx's optimizer makes (optimizer/audio.py)."""
+"""Audio front-end and 1-D signal ops that onyx's optimizer makes (optimizer/audio.py)."""
 
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable
 
 import numpy as np
 
 from ..registry import op
-from .derived import derived
+from .derived import derived, prepared
 
 
 def _index(start, end, axis: int, ndim: int) -> tuple:
@@ -45,3 +46,74 @@ def spectral_magnitude(x, re_starts, re_ends, im_starts, im_ends, axes, eps):
     np.add(y, square, y)
     np.add(y, eps, y)
     return np.sqrt(y, y)
+
+
+# --- a 1-D conv and the MaxPool after it ---------------------------------------------------------
+
+#: The conv attributes ConvMaxPool and FusedConvMaxPool keep under their own names.
+CONV_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
+FUSED_ATTRS = ("activation", "activation_params")
+#: MaxPool's attributes, kept as "pool_" + name.
+POOL_ATTRS = ("auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "storage_order",
+              "strides")  # fmt: skip
+
+
+def _bound_pooled(conv_fn: Callable, names: tuple) -> Callable:
+    """make(attributes) for a conv followed by a 1-D MaxPool: the conv kernel ``conv_fn``
+    with its attributes, then MaxPool's 1-D passes (pool.py) on its result: the two steps'
+    kernels in one step."""
+
+    def make(attrs: dict) -> Callable:
+        from .pool import _max_pool_1d  # (pool.py is a sibling: imported on first use)
+
+        conv_attrs = {k: attrs[k] for k in names}
+        pool = [attrs["pool_" + k] for k in ("kernel_shape", "auto_pad", "pads", "strides",
+                                             "dilations", "ceil_mode")]  # fmt: skip
+
+        def call(X, W, B=None):
+            y = conv_fn(X, W, B, **conv_attrs)
+            if y.ndim != 3:
+                raise ValueError(f"a 1-D MaxPool takes a rank-3 input, got rank {y.ndim}")
+            return _max_pool_1d(y, *pool)
+
+        return call
+
+    return make
+
+
+def _conv(X, W, B=None, **attrs):
+    from .conv import conv
+
+    return conv(X, W, B, **attrs)
+
+
+def _fused_conv(X, W, B=None, **attrs):
+    from .fused import fused_conv
+
+    return fused_conv(X, W, B, None, **attrs)
+
+
+@op("ConvMaxPool", since=1, domain="ai.onyx", threads="pool")
+@prepared(_bound_pooled(_conv, CONV_ATTRS))
+def conv_max_pool(X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1,
+                  kernel_shape=None, pads=None, strides=None, pool_auto_pad="NOTSET",
+                  pool_ceil_mode=0, pool_dilations=None, pool_kernel_shape=None, pool_pads=None,
+                  pool_storage_order=0, pool_strides=None):  # fmt: skip
+    """MaxPool(Conv(X, W, B)) of a 1-D conv (optimizer/audio.py): the two nodes' kernels in
+    one step, the same bits (its function body is the pair)."""
+    attrs = dict(locals())
+    return conv_max_pool.prepare({k: attrs[k] for k in attrs if k not in ("X", "W", "B")})(X, W, B)
+
+
+@op("FusedConvMaxPool", since=1, domain="ai.onyx", threads="pool")
+@prepared(_bound_pooled(_fused_conv, CONV_ATTRS + FUSED_ATTRS))
+def fused_conv_max_pool(X, W, B=None, *, activation="", activation_params=None,
+                        auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None,
+                        strides=None, pool_auto_pad="NOTSET", pool_ceil_mode=0,
+                        pool_dilations=None, pool_kernel_shape=None, pool_pads=None,
+                        pool_storage_order=0, pool_strides=None):  # fmt: skip
+    """MaxPool(FusedConv(X, W, B)) of a 1-D conv, as :func:`conv_max_pool`."""
+    attrs = dict(locals())
+    return fused_conv_max_pool.prepare({k: attrs[k] for k in attrs if k not in ("X", "W", "B")})(
+        X, W, B
+    )
