@@ -127,7 +127,7 @@ def _conv_pool_model(relu: bool, pool: dict, extra_reader: bool = False,
     outs = ["y"] + (["c"] if extra_reader else []) + (["i"] if indices else [])
     info = helper.make_tensor_value_info
     graph = helper.make_graph(
-        nodes, "g", [info("x", TensorProto.FLOAT, ["N", 3, 101])],
+        nodes, "g", [info("x", TensorProto.FLOAT, ["N", 3, "L"])],
         [info(o, TensorProto.INT64 if o == "i" else TensorProto.FLOAT, None) for o in outs],
         inits,
     )  # fmt: skip
@@ -169,3 +169,24 @@ def test_conv_max_pool_same_bits(relu, pool, tmp_path):
 def test_conv_max_pool_not_fused(kw):
     fast = onyx.InferenceSession(_conv_pool_model(True, POOLS[0], **kw))
     assert "MaxPool" in _ops(fast)
+
+
+@pytest.mark.parametrize("relu", [False, True])
+def test_pairs_pool_on_two_native_convs(relu, monkeypatch):
+    """MaxPool(2, 2) of a native 1-D conv runs as the max of the even and odd outputs' convs
+    (kernels/audio.py) with the pair's bits, odd lengths and batches included."""
+    from onyx.runtime import native
+    from onyx.runtime.kernels import audio
+
+    if not native.conv1d_ok():
+        pytest.skip("the native library is off")
+    calls = []
+    run = audio.pair_max
+    monkeypatch.setattr(audio, "pair_max", lambda *a: calls.append(run(*a)) or calls[-1])
+    model = _conv_pool_model(relu, POOLS[0])
+    fast = onyx.InferenceSession(model)
+    plain = onyx.InferenceSession(model, disabled_optimizers=["ConvMaxPoolFusion"])
+    for n, length in ((1, 101), (3, 100)):
+        x = np.random.default_rng(n).standard_normal((n, 3, length)).astype(np.float32)
+        np.testing.assert_array_equal(fast.run(None, {"x": x})[0], plain.run(None, {"x": x})[0])
+    assert len(calls) == 2 and all(y is not None for y in calls)

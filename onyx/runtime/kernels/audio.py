@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from .. import native
 from ..registry import op
 from .derived import derived, prepared
 
@@ -58,20 +59,28 @@ POOL_ATTRS = ("auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "sto
               "strides")  # fmt: skip
 
 
-def _bound_pooled(conv_fn: Callable, names: tuple) -> Callable:
-    """make(attributes) for a conv followed by a 1-D MaxPool: the conv kernel ``conv_fn``
-    with its attributes, then MaxPool's 1-D passes (pool.py) on its result: the two steps'
-    kernels in one step."""
+def _bound_pooled(fused: bool) -> Callable:
+    """make(attributes) for a conv (FusedConv where ``fused``) followed by a 1-D MaxPool: the
+    conv kernel with its attributes, then MaxPool's 1-D passes (pool.py) on its result: the
+    two steps' kernels in one step."""
 
     def make(attrs: dict) -> Callable:
-        from .pool import _max_pool_1d  # (pool.py is a sibling: imported on first use)
+        from .conv import conv  # (siblings that import much: on first use)
+        from .fused import fused_conv
+        from .pool import _max_pool_1d
 
-        conv_attrs = {k: attrs[k] for k in names}
+        conv_attrs = {k: attrs[k] for k in CONV_ATTRS + (FUSED_ATTRS if fused else ())}
         pool = [attrs["pool_" + k] for k in ("kernel_shape", "auto_pad", "pads", "strides",
                                              "dilations", "ceil_mode")]  # fmt: skip
 
+        pairs = _pair_pool(attrs, fused)
+
         def call(X, W, B=None):
-            y = conv_fn(X, W, B, **conv_attrs)
+            if pairs is not None:
+                y = pair_max(X, W, B, conv_attrs, pairs)
+                if y is not None:
+                    return y
+            y = fused_conv(X, W, B, None, **conv_attrs) if fused else conv(X, W, B, **conv_attrs)
             if y.ndim != 3:
                 raise ValueError(f"a 1-D MaxPool takes a rank-3 input, got rank {y.ndim}")
             return _max_pool_1d(y, *pool)
@@ -81,20 +90,71 @@ def _bound_pooled(conv_fn: Callable, names: tuple) -> Callable:
     return make
 
 
-def _conv(X, W, B=None, **attrs):
-    from .conv import conv
+def _pair_pool(attrs: dict, fused: bool) -> tuple | None:
+    """(activation code, alpha) where the MaxPool takes pairs (kernel 2, stride 2, no pads or
+    dilation, floor) after a conv whose activation (none or Relu) the native 1-D conv
+    applies; else None."""
+    pool = {k: attrs["pool_" + k] for k in POOL_ATTRS}
+    if list(pool["kernel_shape"] or ()) != [2] or list(pool["strides"] or ()) != [2]:
+        return None
+    if any(pool["pads"] or ()) or any(d != 1 for d in pool["dilations"] or ()):
+        return None
+    if pool["ceil_mode"] or pool["auto_pad"] not in ("NOTSET", b"NOTSET"):
+        return None
+    activation = attrs["activation"] if fused else ""
+    if activation not in ("", "Relu") or attrs["auto_pad"] not in ("NOTSET", b"NOTSET"):
+        return None
+    geometry = tuple(
+        tuple(v) if isinstance(v, list) else v for v in (attrs[k] for k in CONV_ATTRS)
+    )  # (the set-up's key: the conv's attributes by value)
+    return (native.CONV_ACTIVATIONS[activation] if activation else 0, geometry)
 
-    return conv(X, W, B, **attrs)
+
+def pair_max(X, W, B, conv_attrs: dict, pairs: tuple) -> np.ndarray | None:
+    """MaxPool(kernel 2, stride 2) of a float32 1-D conv as max(even outputs, odd outputs),
+    each a native conv of twice the stride (the odd one's window a stride further), so the
+    max reads two contiguous arrays: the pool's strided pass was as long as the conv. Each
+    output is the same sum in the same order as the full conv's (conv1d.c sums a position's
+    (channel, tap) pairs in one order whatever its tile), so the bits are the pair's. None
+    where it does not apply (the caller's general path runs)."""
+    if X.dtype != np.float32 or W.dtype != np.float32 or X.ndim != 3 or not native.conv1d_ok():
+        return None
+    key = ("pair max", X.shape, pairs, native.thread_setting())
+    halves = derived(W, key, lambda: _pair_setup(X.shape, W, conv_attrs, pairs[0]))
+    if halves is None:
+        return None
+    even, odd = halves
+    return np.maximum(even(X, B), odd(X, B))
 
 
-def _fused_conv(X, W, B=None, **attrs):
-    from .fused import fused_conv
+def _pair_setup(x_shape, W: np.ndarray, conv_attrs: dict, activation: int):
+    """The even and odd outputs' native convs, or None (shapes the native conv leaves to
+    others, a window that would start before the signal's padding)."""
+    from .conv import _conv_geometry
 
-    return fused_conv(X, W, B, None, **attrs)
+    N, C, L = x_shape
+    group = conv_attrs["group"]
+    if W.ndim != 3 or group < 1 or C % group or W.shape[0] % group or W.shape[1] * group != C:
+        return None
+    if group > 1 and W.shape[1] == 1:  # (depthwise: left to its own kernel)
+        return None
+    kernel = conv_attrs["kernel_shape"]
+    if kernel and list(kernel) != list(W.shape[2:]):
+        return None
+    geo = _conv_geometry(x_shape, W.shape, "NOTSET", conv_attrs["pads"], conv_attrs["strides"],
+                         conv_attrs["dilations"], kernel)  # fmt: skip
+    (out,), (s,), (d,), left = geo["out_shape"], geo["strides"], geo["dilations"], geo["pads"][0]
+    half = out // 2
+    if half < 1 or left - s < 0 or min(geo["pads"]) < 0:
+        return None
+    return tuple(
+        native.Conv1d(x_shape, W, group, half, 2 * s, d, begin, activation)
+        for begin in (left, left - s)
+    )
 
 
 @op("ConvMaxPool", since=1, domain="ai.onyx", threads="pool")
-@prepared(_bound_pooled(_conv, CONV_ATTRS))
+@prepared(_bound_pooled(fused=False))
 def conv_max_pool(X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1,
                   kernel_shape=None, pads=None, strides=None, pool_auto_pad="NOTSET",
                   pool_ceil_mode=0, pool_dilations=None, pool_kernel_shape=None, pool_pads=None,
@@ -106,7 +166,7 @@ def conv_max_pool(X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1,
 
 
 @op("FusedConvMaxPool", since=1, domain="ai.onyx", threads="pool")
-@prepared(_bound_pooled(_fused_conv, CONV_ATTRS + FUSED_ATTRS))
+@prepared(_bound_pooled(fused=True))
 def fused_conv_max_pool(X, W, B=None, *, activation="", activation_params=None,
                         auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None,
                         strides=None, pool_auto_pad="NOTSET", pool_ceil_mode=0,
