@@ -109,36 +109,59 @@ def spectral_magnitude_fusion(ctx: PassContext) -> bool:
             eps = ctx.add_const(np.array(0.0, np.float32), "magnitude_eps")
         axes = ctx.add_const(np.array([re["axis"]], np.int64), "magnitude_axes")
         inputs = [re["x"], re["starts"], re["ends"], im["starts"], im["ends"], axes, eps]
-        fused = ir.Node(
-            "SpectralMagnitude", inputs, 1, domain=ONYX_DOMAIN,
-            name=ctx.fresh_name("SpectralMagnitude"),
-        )  # fmt: skip
-        ctx.ensure_function("SpectralMagnitude", lambda: _magnitude_function(ctx))
-        ctx.replace_nodes(sqrt, fused, found["dead"])
+        conv, dead = _stft_conv(ctx, re["x"], found["slices"]), found["dead"]
+        if conv is None:
+            op_type, attrs = "SpectralMagnitude", []
+        else:  # (the STFT's conv too: one step fewer)
+            op_type, attrs = "ConvMagnitude", list(conv.attributes.values())
+            inputs[:1], dead = list(conv.inputs), [*dead, conv]
+        fused = ir.Node(op_type, inputs, 1, attrs, domain=ONYX_DOMAIN,
+                        name=ctx.fresh_name(op_type))  # fmt: skip
+        ctx.ensure_function(op_type, lambda conv=conv: _magnitude_function(ctx, conv is not None))
+        ctx.replace_nodes(sqrt, fused, dead)
         ctx.count("SpectralMagnitudeFusion")
         changed = True
     return changed
 
 
-def _magnitude_function(ctx: PassContext) -> ir.Function:
-    """The model-local function SpectralMagnitude: the chain it replaces, in standard ops."""
+def _stft_conv(ctx: PassContext, x: ir.Value, slices: list) -> ir.Node | None:
+    """The standard Conv without bias that makes x, read only by the two Slices."""
+    conv = producer(x, "Conv")
+    if conv is None or conv.domain not in STANDARD or len(conv.inputs) != 2:
+        return None
+    if ctx.is_output(x) or any(a.is_ref for a in conv.attributes.values()):
+        return None
+    readers = {id(s["node"]) for s in slices}
+    return conv if all(id(user) in readers for user, _ in x.iter_uses()) else None
+
+
+def _magnitude_function(ctx: PassContext, with_conv: bool = False) -> ir.Function:
+    """The model-local function SpectralMagnitude (ConvMagnitude: the conv too): the chain it
+    replaces, in standard ops."""
     x, re_starts, re_ends, im_starts, im_ends, axes, eps = (ir.Value(n) for n in _NAMES)
     nodes = []
 
-    def node(op, inputs):
-        made = ir.Node(op, inputs, [f"{op}_{len(nodes)}"])
+    def node(op, inputs, attrs=()):
+        made = ir.Node(op, inputs, [f"{op}_{len(nodes)}"], list(attrs))
         nodes.append(made)
         return made.outputs[0]
+
+    params = [x]
+    if with_conv:  # ConvMagnitude(X, W, ...): Conv(X, W) with the node's attributes
+        params = [ir.Value("X"), ir.Value("W")]
+        refs = [ir.Attr(k, t, ref_attr_name=k) for k, t in _CONV_TYPES.items()]
+        x = node("Conv", params, refs)
 
     re = node("Slice", [x, re_starts, re_ends, axes])
     im = node("Slice", [x, im_starts, im_ends, axes])
     power = node("Add", [node("Mul", [re, re]), node("Mul", [im, im])])
     y = node("Sqrt", [node("Add", [power, eps])])
+    op_type = "ConvMagnitude" if with_conv else "SpectralMagnitude"
     graph = ir.Graph(
-        [x, re_starts, re_ends, im_starts, im_ends, axes, eps], [y], nodes,
-        name="SpectralMagnitude",
-    )  # fmt: skip
-    f = ir.Function(ONYX_DOMAIN, "SpectralMagnitude", graph, opset_imports={"": ctx.opset()})
+        [*params, re_starts, re_ends, im_starts, im_ends, axes, eps], [y], nodes, name=op_type
+    )
+    f = ir.Function(ONYX_DOMAIN, op_type, graph, opset_imports={"": ctx.opset()},
+                    attributes=list(_CONV_TYPES) if with_conv else [])  # fmt: skip
     f.doc_string = "an STFT's magnitude from its real and imaginary halves (one onyx kernel)"
     return f
 

@@ -238,6 +238,7 @@ MODULES: dict[tuple[str, str], tuple[str, ...]] = {
     ('ai.onyx', 'ConvHardSwish'): ('fused',),
     ('ai.onyx', 'ConvIntegerScaled'): ('conv_to_float',),
     ('ai.onyx', 'ConvIntegerToFloat'): ('conv_to_float',),
+    ('ai.onyx', 'ConvMagnitude'): ('audio',),
     ('ai.onyx', 'ConvMaxPool'): ('audio',),
     ('ai.onyx', 'FusedConvMaxPool'): ('audio',),
     ('ai.onyx', 'GatedMatMulNBits'): ('contrib_quant',),

@@ -49,6 +49,32 @@ def spectral_magnitude(x, re_starts, re_ends, im_starts, im_ends, axes, eps):
     return np.sqrt(y, y)
 
 
+def _bound_conv_magnitude(attrs: dict) -> Callable:
+    """make(attributes) of ConvMagnitude: the Conv kernel with its attributes bound, then
+    :func:`spectral_magnitude` on its result."""
+    from .conv import conv  # (a sibling that imports much: on first use)
+
+    conv_attrs = {k: attrs[k] for k in CONV_ATTRS}
+
+    def call(X, W, re_starts, re_ends, im_starts, im_ends, axes, eps):
+        y = conv(X, W, None, **conv_attrs)
+        return spectral_magnitude(y, re_starts, re_ends, im_starts, im_ends, axes, eps)
+
+    return call
+
+
+@op("ConvMagnitude", since=1, domain="ai.onyx", threads="pool")
+@prepared(_bound_conv_magnitude)
+def conv_magnitude(X, W, re_starts, re_ends, im_starts, im_ends, axes, eps, *,
+                   auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None,
+                   strides=None):  # fmt: skip
+    """SpectralMagnitude(Conv(X, W)): an STFT written as a conv and its magnitude in one step
+    (optimizer/audio.py), the two kernels' bits."""
+    attrs = dict(auto_pad=auto_pad, dilations=dilations, group=group,
+                 kernel_shape=kernel_shape, pads=pads, strides=strides)  # fmt: skip
+    return _bound_conv_magnitude(attrs)(X, W, re_starts, re_ends, im_starts, im_ends, axes, eps)
+
+
 # --- a 1-D conv and the MaxPool after it ---------------------------------------------------------
 
 #: The conv attributes ConvMaxPool and FusedConvMaxPool keep under their own names.
