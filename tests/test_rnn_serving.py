@@ -105,12 +105,12 @@ def test_bound_lstm_matches_the_kernel(monkeypatch):
     model = _torch_style_lstm()
     sess = onyx.InferenceSession(model)
     w = _weights()
-    for batch in (1, 2):  # (steps x batch <= 8: rnn.c projects X itself; beyond: the kernel)
+    for batch in (1, 2):  # (small products: rnn.c projects X itself, both batches)
         x = np.random.default_rng(batch).standard_normal((batch, STEPS, IN)).astype(np.float32)
         got = sess.run(None, {"x": x})
         want = rnn.lstm(x.transpose(1, 0, 2), w["W"], w["R"], w["B"], hidden_size=H)
         _same(got, want)
-    assert len(calls) == (1 if native.recurrence_ok(H, STEPS, 1) else 0)
+    assert len(calls) == (2 if native.recurrence_ok(H, STEPS, 1) else 0)
 
 
 def test_bound_lstm_takes_given_initial_states():
@@ -249,3 +249,40 @@ def test_bound_lstm_layout_1_matches_the_kernel():
             want = rnn.lstm(x, w["W"], w["R"], w["B"], None, *states, **attrs)
             _same(got, want)
             assert all(g.flags.c_contiguous for g in got)
+
+
+@pytest.mark.parametrize("steps, batch", [(1, 1), (12, 1), (6, 3)])
+def test_bound_bidirectional_lstm(steps, batch):
+    """A bidirectional LSTM takes the kept set-up too (rnn.c projects both directions' inputs
+    when the product is small): the kernel's bits on writeable copies, onnxruntime's values."""
+    rng = np.random.default_rng(7)
+    w = {
+        "W": (rng.standard_normal((2, 4 * H, IN)) * 0.3).astype(np.float32),
+        "R": (rng.standard_normal((2, 4 * H, H)) * 0.3).astype(np.float32),
+        "B": (rng.standard_normal((2, 8 * H)) * 0.1).astype(np.float32),
+    }
+    node = helper.make_node("LSTM", ["x", "W", "R", "B", "", "h", "c"], ["y", "y_h", "y_c"],
+                            hidden_size=H, direction="bidirectional")  # fmt: skip
+    info = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        [node], "lstm",
+        [info("x", TensorProto.FLOAT, [steps, batch, IN])]
+        + [info(n, TensorProto.FLOAT, [2, batch, H]) for n in ("h", "c")],
+        [info(n, TensorProto.FLOAT, None) for n in ("y", "y_h", "y_c")],
+        [numpy_helper.from_array(v, k) for k, v in w.items()],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    model = model.SerializeToString()
+    sess = onyx.InferenceSession(model)
+    oracle = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    for seed in (1, 2):
+        r = np.random.default_rng(seed)
+        feeds = {"x": r.standard_normal((steps, batch, IN)).astype(np.float32)}
+        feeds |= {n: r.standard_normal((2, batch, H)).astype(np.float32) for n in ("h", "c")}
+        got = sess.run(None, feeds)
+        want = rnn.lstm(feeds["x"], w["W"], w["R"], w["B"], None, feeds["h"], feeds["c"],
+                        hidden_size=H, direction="bidirectional")  # fmt: skip
+        _same(got, want)
+        for g, o in zip(got, oracle.run(None, feeds)):
+            np.testing.assert_allclose(g, o, rtol=1e-5, atol=1e-5)

@@ -181,6 +181,10 @@ def _recurrent_matmul(R: np.ndarray, batch: int) -> Callable:
     return lambda h, out: np.matmul(h[:, None], RT, out.reshape(shape).swapaxes(2, 3))
 
 
+#: Input projections up to this many multiply-adds rnn.c makes itself (project(), one native
+#: call), larger ones run as a GEMM on the native pool (a 1x1 conv) before the recurrence.
+_SELF_PROJECTED_MACS = 1 << 18
+
 # --- the shared plan -----------------------------------------------------------------------------
 
 
@@ -245,6 +249,14 @@ class _Layer:
             xs[:, :, d] = (_in_step_order(proj[d], self.lens) if rev else proj[d]).swapaxes(1, 2)
         return xs
 
+    @property
+    def self_projected(self) -> bool:
+        """Whether rnn.c projects X itself (a few steps at batch 1, or a product small
+        enough that the GEMM's set-up and the transposes around it cost more)."""
+        steps, batch, n_in = self.X.shape
+        P, M = steps * batch, self.W.shape[0] * self.W.shape[1]
+        return P <= native.GEMV_ROWS or P * M * n_in <= _SELF_PROJECTED_MACS
+
     def native_projection(self) -> np.ndarray | native.RecurrenceInputs:
         """[dirs, gates, H, steps, batch], the same projections in time order for rnn.c: one
         GEMM on the native pool, a 1x1 conv of X's transpose, rather than BLAS, whose idle
@@ -253,7 +265,7 @@ class _Layer:
         steps, batch, n_in = self.X.shape
         n_gates, dirs, hidden = self.R.shape[:3]
         P, M, W = steps * batch, dirs * n_gates * hidden, self.W
-        if P <= native.GEMV_ROWS:  # a few steps at batch 1: rnn.c projects them itself
+        if self.self_projected:  # a small product: rnn.c projects X itself
             x = np.ascontiguousarray(self.X)  # (one native call, and no transposes here)
             wt = derived(
                 W,
@@ -540,9 +552,9 @@ def _transposed(R: np.ndarray) -> np.ndarray:
 
 def _bound_lstm(attrs: dict) -> Callable:
     """LSTM bound to its node (derived.prepared). The common LSTM (default activations, no
-    clip, peepholes or sequence_lens) of constant weights projected by rnn.c itself (a few
-    steps at batch 1) keeps its native set-up per weights and X's shape; everything else
-    calls the kernel. Layout 1 (batch first: optimizer/rnn.py's RnnBatchFirstInput) runs as
+    clip, peepholes or sequence_lens; any direction) of constant weights projected by rnn.c
+    itself (_Layer.self_projected) keeps its native set-up per weights and X's shape;
+    everything else calls the kernel. Layout 1 (batch first: optimizer/rnn.py's RnnBatchFirstInput) runs as
     layout 0 on its inputs' transposed views, its results transposed back (views at batch 1)."""
     if attrs["layout"] == 1:
         return _batch_first(_bound_lstm({**attrs, "layout": 0}))
@@ -552,13 +564,10 @@ def _bound_lstm(attrs: dict) -> Callable:
     def general(*inputs):
         return lstm(*inputs, **attrs)
 
-    names = _activation_names(attrs["activations"], 3, 1, ["sigmoid", "tanh", "tanh"])
-    if (
-        attrs["input_forget"]
-        or attrs["clip"] is not None
-        or names != ["sigmoid", "tanh", "tanh"]
-        or attrs["direction"] == "bidirectional"
-    ):
+    dirs = 2 if attrs["direction"] == "bidirectional" else 1
+    common = ["sigmoid", "tanh", "tanh"]
+    names = _activation_names(attrs["activations"], 3, dirs, common)
+    if attrs["input_forget"] or attrs["clip"] is not None or names != common * dirs:
         return general
     kept: dict = {}  # (X's shape, W, R, B) -> (W, R, B, recurrence, layer) or None
     # the latest call's (X's shape, W, R, B, recurrence, state shape): a session's next call
@@ -634,7 +643,7 @@ def _native_lstm(X, W, R, B, direction: str) -> tuple:
     if any(a is not None and (a.flags.writeable or a.dtype != np.float32) for a in (W, R, B)):
         return None, None
     layer = _prepare(X, W, R, B, None, None, None, direction=direction, layout=0, n_gates=4)
-    if not _native_ok(layer) or layer.steps * layer.batch > native.GEMV_ROWS:
+    if not _native_ok(layer) or not layer.self_projected:
         return None, None
     inputs = layer.native_projection()
     rt = derived(R, ("lstm rt",), lambda: frozen(_transposed(layer.R)))
