@@ -286,3 +286,51 @@ def test_bound_bidirectional_lstm(steps, batch):
         _same(got, want)
         for g, o in zip(got, oracle.run(None, feeds)):
             np.testing.assert_allclose(g, o, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+@pytest.mark.parametrize("steps, batch", [(1, 1), (12, 1), (5, 3)])
+def test_bound_gru(direction, steps, batch, monkeypatch):
+    """PyTorch's GRU (linear_before_reset) of constant weights runs its kept set-up (one
+    native call, rnn.c projecting X): the kernel's bits on writeable copies, onnxruntime's
+    values, with and without an initial state."""
+    calls = []
+    if native.recurrence_ok(H, steps, batch):
+        run = native.GruRecurrence.__call__
+        monkeypatch.setattr(native.GruRecurrence, "__call__",
+                            lambda self, *a: calls.append(1) or run(self, *a))  # fmt: skip
+    dirs = 2 if direction == "bidirectional" else 1
+    rng = np.random.default_rng(8)
+    w = {
+        "W": (rng.standard_normal((dirs, 3 * H, IN)) * 0.3).astype(np.float32),
+        "R": (rng.standard_normal((dirs, 3 * H, H)) * 0.3).astype(np.float32),
+        "B": (rng.standard_normal((dirs, 6 * H)) * 0.1).astype(np.float32),
+    }
+    node = helper.make_node("GRU", ["x", "W", "R", "B", "", "h"], ["y", "y_h"], hidden_size=H,
+                            direction=direction, linear_before_reset=1)  # fmt: skip
+    info = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        [node], "gru",
+        [info("x", TensorProto.FLOAT, [steps, batch, IN]),
+         info("h", TensorProto.FLOAT, [dirs, batch, H])],
+        [info(n, TensorProto.FLOAT, None) for n in ("y", "y_h")],
+        [numpy_helper.from_array(v, k) for k, v in w.items()],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    model = model.SerializeToString()
+    sess = onyx.InferenceSession(model)
+    oracle = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    r = np.random.default_rng(9)
+    x = r.standard_normal((steps, batch, IN)).astype(np.float32)
+    for h in (
+        r.standard_normal((dirs, batch, H)).astype(np.float32),
+        np.zeros((dirs, batch, H), np.float32),
+    ):
+        got = sess.run(None, {"x": x, "h": h})
+        want = rnn.gru(x, w["W"], w["R"], w["B"], None, h, hidden_size=H, direction=direction,
+                       linear_before_reset=1)  # fmt: skip
+        _same(got, want)
+        for g, o in zip(got, oracle.run(None, {"x": x, "h": h})):
+            np.testing.assert_allclose(g, o, rtol=1e-5, atol=1e-5)
+    assert len(calls) == (2 if native.recurrence_ok(H, steps, batch) else 0)

@@ -453,7 +453,84 @@ def rnn(
 # --- GRU -----------------------------------------------------------------------------------------
 
 
+def _gru_fold(linear_before_reset) -> Callable:
+    """The part of GRU's recurrent bias added to the projections: Rbh sits inside the reset
+    product when linear_before_reset."""
+
+    def folded(rb):
+        hs = rb.shape[1] // 3
+        return np.concatenate([rb[:, : 2 * hs], rb[:, 2 * hs :] * (not linear_before_reset)], 1)
+
+    return folded
+
+
+def _bound_gru(attrs: dict) -> Callable:
+    """GRU bound to its node: PyTorch's GRU (linear_before_reset, default activations, no clip,
+    layout 0, whole sequences) of constant weights projected by rnn.c itself keeps its native
+    set-up (native.GruRecurrence) per weights and X's shape, as the LSTM's; everything else
+    calls the kernel."""
+
+    def general(*inputs):
+        return gru(*inputs, **attrs)
+
+    dirs = 2 if attrs["direction"] == "bidirectional" else 1
+    names = _activation_names(attrs["activations"], 2, dirs, ["sigmoid", "tanh"])
+    if (
+        not attrs["linear_before_reset"]
+        or attrs["layout"]
+        or attrs["clip"] is not None
+        or names != ["sigmoid", "tanh"] * dirs
+    ):
+        return general
+    latest: tuple = (None,) * 6  # (X's shape, W, R, B, recurrence, state shape), as the LSTM's
+
+    def call(X, W, R, B=None, sequence_lens=None, initial_h=None):
+        nonlocal latest
+        shape, w, r, b, run, state = latest
+        if not (
+            X.shape == shape
+            and W is w
+            and R is r
+            and B is b
+            and sequence_lens is None
+            and X.dtype == np.float32
+            and (initial_h is None or initial_h.dtype == np.float32 and initial_h.shape == state)
+        ):
+            run = _native_gru(X, W, R, B, sequence_lens, attrs["direction"])
+            if run is None:
+                return general(X, W, R, B, sequence_lens, initial_h)
+            state = run[1].h0.shape
+            if initial_h is not None and (
+                initial_h.dtype != np.float32 or initial_h.shape != state
+            ):
+                return general(X, W, R, B, sequence_lens, initial_h)
+            run = run[0]
+            latest = (X.shape, W, R, B, run, state)
+        return run(X, initial_h)
+
+    return call
+
+
+def _native_gru(X, W, R, B, sequence_lens, direction: str) -> tuple | None:
+    """(native.GruRecurrence, its layer) for rnn.c to run X (constant float32 weights, no
+    lengths, a small projection), else None."""
+    if sequence_lens is not None or X.dtype != np.float32 or X.ndim != 3:
+        return None
+    if any(a is not None and (a.flags.writeable or a.dtype != np.float32) for a in (W, R, B)):
+        return None
+    layer = _prepare(X, W, R, B, None, None, None, direction=direction, layout=0, n_gates=3,
+                     folded=_gru_fold(1))  # fmt: skip
+    if not _native_ok(layer) or not layer.self_projected:
+        return None
+    inputs = layer.native_projection()
+    rt = derived(R, ("gru rt",), lambda: frozen(_transposed(layer.R)))
+    rbh = layer.Rb[2].reshape(layer.n_dirs, layer.hidden)
+    run = native.GruRecurrence(rt, inputs.w, inputs.bias, rbh, layer.h0, layer.reverse, X.shape)
+    return run, layer
+
+
 @op("GRU", since=1, threads=native_or_blas)
+@prepared(_bound_gru)
 def gru(
     X,
     W,
@@ -476,10 +553,6 @@ def gru(
     # ht = g(Xt*Wh^T + (rt (.) Ht-1)*Rh^T + Rbh + Wbh)     linear_before_reset = 0
     # ht = g(Xt*Wh^T + rt (.) (Ht-1*Rh^T + Rbh) + Wbh)     linear_before_reset != 0
     # Ht = (1 - zt) (.) ht + zt (.) Ht-1
-    def folded(rb):  # Rbh sits inside the reset product when linear_before_reset
-        hs = rb.shape[1] // 3
-        return np.concatenate([rb[:, : 2 * hs], rb[:, 2 * hs :] * (not linear_before_reset)], 1)
-
     layer = _prepare(
         X,
         W,
@@ -491,7 +564,7 @@ def gru(
         direction=direction,
         layout=layout,
         n_gates=3,
-        folded=folded,
+        folded=_gru_fold(linear_before_reset),
     )
     names = _activation_names(activations, 2, layer.n_dirs, ["sigmoid", "tanh"])
     clipped = _clipper(clip, layer.dtype)

@@ -247,6 +247,25 @@ EXPORT int onyx_lstm_run(const recurrence *task, const float *x, const float *h0
     return 0;
 }
 
+/* onyx_lstm_run's GRU: out is [4 steps + 1, dirs, batch, H]: every step's H, then the last
+   step's H (Y_h), then room for the projections; the task holds rbh. */
+EXPORT int onyx_gru_run(const recurrence *task, const float *x, const float *h0, float *out,
+                        const int64_t *cuts, int64_t ranges, int64_t threads) {
+    recurrence t = *task;
+    int64_t state = t.dirs * t.batch * t.H;
+    t.x = x, t.ys = out, t.cs = 0, t.c0 = 0, t.xs = out + (t.steps + 1) * state;
+    if (h0) t.h0 = h0;
+    if (!t.x || !t.rbh || !recurrence_ok(&t) || t.steps < 1) return ONYX_INVALID;
+    int status = steps(&t, onyx_gru_step_range, cuts, ranges, threads, 3);
+    if (status) return status;
+    float *yh = out + t.steps * state;
+    for (int64_t d = 0; d < t.dirs; d++) { /* the state after each direction's last step */
+        int64_t last = (t.reverse >> d) & 1 ? 0 : t.steps - 1, at = (last * t.dirs + d) * t.batch * t.H;
+        for (int64_t i = 0; i < t.batch * t.H; i++) yh[d * t.batch * t.H + i] = t.ys[at + i];
+    }
+    return 0;
+}
+
 EXPORT int onyx_gru(const recurrence *t, const int64_t *cuts, int64_t ranges, int64_t threads) {
     if (!recurrence_ok(t)) return ONYX_INVALID;
     return steps(t, onyx_gru_step_range, cuts, ranges, threads, 3);

@@ -186,9 +186,52 @@ class LstmRecurrence:
         return out[:steps], out[2 * steps], out[2 * steps + 1]
 
 
+class GruRecurrence(LstmRecurrence):
+    """:class:`LstmRecurrence`'s GRU (PyTorch's: linear_before_reset, rnn.c's onyx_gru_run):
+    rbh [dirs, H] the candidate gate's recurrent bias; a call gives Y and Y_h."""
+
+    __slots__ = ()
+
+    def __init__(self, rt, w, bias, rbh, h0, reverse, x_shape: tuple):
+        super().__init__(rt, w, bias, h0, h0, reverse, x_shape)
+        dirs, gates, H = rt.shape[0], rt.shape[3], rt.shape[2]
+        steps, batch = x_shape[:2]
+        self.out_shape = ((1 + gates) * steps + 1, dirs, batch, H)  # Y, Y_h, projections
+        self.keep.append(np.ascontiguousarray(rbh, np.float32))
+        self.task.rbh = _addr(self.keep[-1])
+
+    def __call__(self, x: np.ndarray, h0: np.ndarray | None = None, c0=None):
+        """Y ([steps, dirs, batch, H]) and Y_h ([dirs, batch, H]) of x from h0 (as
+        :class:`LstmRecurrence`'s)."""
+        if not x.flags.c_contiguous:
+            x = np.ascontiguousarray(x)
+        if h0 is not None and not h0.flags.c_contiguous:
+            h0 = np.ascontiguousarray(h0)
+        out = np.empty(self.out_shape, np.float32)
+        cuts, ways, even = self.serial, 1, None
+        if cuts is None:
+            ways = _ways(self.work, self.parts, _PARALLEL_MACS // 4)
+            even = _even_cuts(self.parts, ways)  # (the local name keeps it through the call)
+            cuts = _addr(even)
+        status = core.lib.onyx_gru_run(
+            self.address,
+            _input_addr(x),
+            None if h0 is None else _input_addr(h0),
+            _addr(out),
+            cuts,
+            ways,
+            ways,
+        )
+        if status:
+            core.check(status, "gru")
+        steps = self.steps
+        return out[:steps], out[steps]
+
+
 def bind(lib, isa: int) -> None:
     avx512 = bool(isa & core.ISA_AVX512)
     lib.lstm, lib.gru = (lib.onyx_lstm, lib.onyx_gru) if avx512 else (None, None)
     for fn in (lib.lstm, lib.gru) if avx512 else ():
         fn.restype, fn.argtypes = _INT, [_P, _P, _I64, _I64]
     lib.onyx_lstm_run.restype, lib.onyx_lstm_run.argtypes = _INT, [_P] * 6 + [_I64, _I64]
+    lib.onyx_gru_run.restype, lib.onyx_gru_run.argtypes = _INT, [_P] * 5 + [_I64, _I64]
