@@ -334,3 +334,20 @@ def test_bound_gru(direction, steps, batch, monkeypatch):
         for g, o in zip(got, oracle.run(None, {"x": x, "h": h})):
             np.testing.assert_allclose(g, o, rtol=1e-5, atol=1e-5)
     assert len(calls) == (2 if native.recurrence_ok(H, steps, batch) else 0)
+
+
+@pytest.mark.parametrize("name", ["gru_torchscript_op17", "lstm_dynamo_op18"])
+def test_stacked_zero_states_dropped(name):
+    """A two-layer export's zero states, one Slice a layer of ConstantOfShape's zeros
+    (TorchScript) or of Expand(0.0) (dynamo), are dropped too: the same bits, no state
+    steps."""
+    from pathlib import Path
+
+    path = Path(__file__).parent / "models" / f"{name}.onnx"
+    fast = onyx.InferenceSession(str(path))
+    plain = onyx.InferenceSession(str(path), disabled_optimizers=["RnnZeroInitialState"])
+    ops = [s.node.op_type for s in fast.plan.default_schedule]
+    assert not {"ConstantOfShape", "Expand", "Slice", "Shape"} & set(ops)
+    for batch in (1, 3):
+        x = np.random.default_rng(batch).uniform(-1, 1, (batch, 12, 16)).astype(np.float32)
+        _same(fast.run(None, {"x": x}), plain.run(None, {"x": x}))

@@ -29,8 +29,21 @@ def _state_shape(node: ir.Node) -> tuple | None:
     return (directions, batch, hidden.value)
 
 
-def _zeros_of(v: ir.Value | None, x: ir.Value) -> bool:
-    """v is ConstantOfShape's +0.0 in X's element type."""
+def _zeros_of(v: ir.Value | None, x: ir.Value, ctx: PassContext | None = None) -> bool:
+    """v is ConstantOfShape's +0.0 in X's element type, or a Slice of such zeros (a stacked
+    layers' state, one Slice a layer), or Expand of a +0.0 constant (the dynamo exporter's)."""
+    while True:  # (a Slice of zeros is zeros: the caller checks the state's shape)
+        sliced = producer(v, "Slice")
+        if sliced is None or sliced.domain not in STANDARD or not sliced.inputs:
+            break
+        v = sliced.inputs[0]
+    expand = producer(v, "Expand")
+    if expand is not None and ctx is not None and expand.domain in STANDARD:
+        c = ctx.const(expand.inputs[0])
+        if c is None or c.size != 1 or v.type is None or x.type is None:
+            return False
+        zero = c.reshape(-1)[0] == 0 and not np.signbit(c.reshape(-1)[0])
+        return bool(zero) and ir.DataType(v.type.elem_type) == x.type.elem_type
     fill = producer(v, "ConstantOfShape")
     if fill is None or fill.domain not in STANDARD:
         return False
@@ -58,7 +71,7 @@ def rnn_zero_initial_state(ctx: PassContext) -> bool:
             state = node.inputs[i] if i < len(node.inputs) else None
             if state is None or not isinstance(state.type, ir.TensorType):
                 continue
-            if same_dims(static_shape(state), want) and _zeros_of(state, x):
+            if same_dims(static_shape(state), want) and _zeros_of(state, x, ctx):
                 node.set_input(i, None)
                 ctx.count("RnnZeroInitialState")
                 changed = True
