@@ -192,8 +192,9 @@ def test_pairs_pool_on_two_native_convs(relu, monkeypatch):
     assert len(calls) == 2 and all(y is not None for y in calls)
 
 
-def _stft_model(bias: bool = False) -> bytes:
-    """audio [N, 1, L] -> Conv (stride 16, 2 x 9 channels) -> the magnitude chain."""
+def _stft_model(bias: bool = False, unsqueeze: bool = False) -> bytes:
+    """audio [N, 1, L] (or [N, L] -> Unsqueeze) -> Conv (stride 16, 2 x 9 channels) -> the
+    magnitude chain."""
     rng = np.random.default_rng(3)
     inits = [
         numpy_helper.from_array(rng.standard_normal((2 * BINS, 1, 32)).astype(np.float32), "w"),
@@ -204,8 +205,15 @@ def _stft_model(bias: bool = False) -> bytes:
         numpy_helper.from_array(np.array([1], np.int64), "ax"),
         numpy_helper.from_array(np.array(1e-6, np.float32), "eps"),
     ]
-    nodes = [
-        helper.make_node("Conv", ["audio", "w"] + (["b"] if bias else []), ["x"], strides=[16]),
+    inits.append(numpy_helper.from_array(np.array([1], np.int64), "channel"))
+    nodes = [helper.make_node("Unsqueeze", ["audio", "channel"], ["a1"])] if unsqueeze else []
+    nodes += [
+        helper.make_node(
+            "Conv",
+            ["a1" if unsqueeze else "audio", "w"] + (["b"] if bias else []),
+            ["x"],
+            strides=[16],
+        ),  # fmt: skip
         helper.make_node("Slice", ["x", "s0", "e0", "ax"], ["re"]),
         helper.make_node("Slice", ["x", "e0", "e1", "ax"], ["im"]),
         helper.make_node("Mul", ["re", "re"], ["re2"]),
@@ -215,24 +223,28 @@ def _stft_model(bias: bool = False) -> bytes:
         helper.make_node("Sqrt", ["q"], ["y"]),
     ]
     info = helper.make_tensor_value_info
-    graph = helper.make_graph(nodes, "g", [info("audio", TensorProto.FLOAT, ["N", 1, 256])],
+    shape = ["N", 256] if unsqueeze else ["N", 1, 256]
+    graph = helper.make_graph(nodes, "g", [info("audio", TensorProto.FLOAT, shape)],
                               [info("y", TensorProto.FLOAT, None)], inits)  # fmt: skip
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     return model.SerializeToString()
 
 
-@pytest.mark.parametrize("bias", [False, True])
-def test_stft_conv_joins_the_magnitude(bias, tmp_path):
+@pytest.mark.parametrize("bias, unsqueeze", [(False, False), (True, False), (False, True)])
+def test_stft_conv_joins_the_magnitude(bias, unsqueeze, tmp_path):
     """The STFT's bias-free Conv joins the magnitude (ConvMagnitude, one step; a conv with a
-    bias stays apart) with the unfused bits; onnxruntime runs the saved model."""
-    model = _stft_model(bias)
-    x = {"audio": np.random.default_rng(4).uniform(-1, 1, (2, 1, 256)).astype(np.float32)}
+    bias stays apart), and so does the Unsqueeze before it (SignalMagnitude), with the unfused
+    bits; onnxruntime runs the saved model."""
+    model = _stft_model(bias, unsqueeze)
+    shape = (2, 256) if unsqueeze else (2, 1, 256)
+    x = {"audio": np.random.default_rng(4).uniform(-1, 1, shape).astype(np.float32)}
     opts = onyx.SessionOptions()
     opts.optimized_model_filepath = str(tmp_path / "opt.onnx")
     fast = onyx.InferenceSession(model, opts)
     plain = onyx.InferenceSession(model, disabled_optimizers=["SpectralMagnitudeFusion"])
-    assert _ops(fast) == (["Conv", "SpectralMagnitude"] if bias else ["ConvMagnitude"])
+    want_ops = ["Conv", "SpectralMagnitude"] if bias else ["ConvMagnitude"]
+    assert _ops(fast) == (["SignalMagnitude"] if unsqueeze else want_ops)
     got = fast.run(None, x)[0]
     np.testing.assert_array_equal(got, plain.run(None, x)[0])
     for path in (model, str(tmp_path / "opt.onnx")):

@@ -115,9 +115,13 @@ def spectral_magnitude_fusion(ctx: PassContext) -> bool:
         else:  # (the STFT's conv too: one step fewer)
             op_type, attrs = "ConvMagnitude", list(conv.attributes.values())
             inputs[:1], dead = list(conv.inputs), [*dead, conv]
+            unsqueeze = _channel_axis(ctx, conv.inputs[0])
+            if unsqueeze is not None:  # (and the audio's channel axis: one more)
+                op_type, dead = "SignalMagnitude", [*dead, unsqueeze]
+                inputs[:1] = list(unsqueeze.inputs)
         fused = ir.Node(op_type, inputs, 1, attrs, domain=ONYX_DOMAIN,
                         name=ctx.fresh_name(op_type))  # fmt: skip
-        ctx.ensure_function(op_type, lambda conv=conv: _magnitude_function(ctx, conv is not None))
+        ctx.ensure_function(op_type, lambda op_type=op_type: _magnitude_function(ctx, op_type))
         ctx.replace_nodes(sqrt, fused, dead)
         ctx.count("SpectralMagnitudeFusion")
         changed = True
@@ -135,9 +139,20 @@ def _stft_conv(ctx: PassContext, x: ir.Value, slices: list) -> ir.Node | None:
     return conv if all(id(user) in readers for user, _ in x.iter_uses()) else None
 
 
-def _magnitude_function(ctx: PassContext, with_conv: bool = False) -> ir.Function:
-    """The model-local function SpectralMagnitude (ConvMagnitude: the conv too): the chain it
-    replaces, in standard ops."""
+def _channel_axis(ctx: PassContext, x: ir.Value) -> ir.Node | None:
+    """The Unsqueeze (axes a constant input) that makes x, read by the conv alone."""
+    unsqueeze = producer(x, "Unsqueeze")
+    if unsqueeze is None or unsqueeze.domain not in STANDARD or len(unsqueeze.inputs) != 2:
+        return None
+    if ctx.const(unsqueeze.inputs[1]) is None or ctx.single_use(x) is None:
+        return None
+    return unsqueeze
+
+
+def _magnitude_function(ctx: PassContext, op_type: str) -> ir.Function:
+    """The model-local function SpectralMagnitude (ConvMagnitude: the conv too; SignalMagnitude:
+    the Unsqueeze before the conv too): the chain it replaces, in standard ops."""
+    with_conv = op_type != "SpectralMagnitude"
     x, re_starts, re_ends, im_starts, im_ends, axes, eps = (ir.Value(n) for n in _NAMES)
     nodes = []
 
@@ -150,13 +165,16 @@ def _magnitude_function(ctx: PassContext, with_conv: bool = False) -> ir.Functio
     if with_conv:  # ConvMagnitude(X, W, ...): Conv(X, W) with the node's attributes
         params = [ir.Value("X"), ir.Value("W")]
         refs = [ir.Attr(k, t, ref_attr_name=k) for k, t in _CONV_TYPES.items()]
-        x = node("Conv", params, refs)
+        conv_input = params[0]
+        if op_type == "SignalMagnitude":  # SignalMagnitude(audio, axes, W, ...)
+            params = [ir.Value("audio"), ir.Value("unsqueeze_axes"), params[1]]
+            conv_input = node("Unsqueeze", params[:2])
+        x = node("Conv", [conv_input, params[-1]], refs)
 
     re = node("Slice", [x, re_starts, re_ends, axes])
     im = node("Slice", [x, im_starts, im_ends, axes])
     power = node("Add", [node("Mul", [re, re]), node("Mul", [im, im])])
     y = node("Sqrt", [node("Add", [power, eps])])
-    op_type = "ConvMagnitude" if with_conv else "SpectralMagnitude"
     graph = ir.Graph(
         [*params, re_starts, re_ends, im_starts, im_ends, axes, eps], [y], nodes, name=op_type
     )

@@ -252,6 +252,7 @@ MODULES: dict[tuple[str, str], tuple[str, ...]] = {
     ('ai.onyx', 'QLinearConvLookupNhwc'): ('conv_nhwc',),
     ('ai.onyx', 'QLinearConvNhwc'): ('conv_nhwc',),
     ('ai.onyx', 'RotateHalf'): ('attention',),
+    ('ai.onyx', 'SignalMagnitude'): ('audio',),
     ('ai.onyx', 'Silu'): ('attention',),
     ('ai.onyx', 'SiluMul'): ('attention',),
     ('ai.onyx', 'SpectralMagnitude'): ('audio',),

@@ -75,6 +75,33 @@ def conv_magnitude(X, W, re_starts, re_ends, im_starts, im_ends, axes, eps, *,
     return _bound_conv_magnitude(attrs)(X, W, re_starts, re_ends, im_starts, im_ends, axes, eps)
 
 
+def _bound_signal_magnitude(attrs: dict) -> Callable:
+    """make(attributes) of SignalMagnitude: Unsqueeze's kernel, then ConvMagnitude's."""
+    from .shape import unsqueeze
+
+    conv_magnitude = _bound_conv_magnitude(attrs)
+
+    def call(audio, axes, W, re_starts, re_ends, im_starts, im_ends, axes_, eps):
+        x = unsqueeze(audio, axes)
+        return conv_magnitude(x, W, re_starts, re_ends, im_starts, im_ends, axes_, eps)
+
+    return call
+
+
+@op("SignalMagnitude", since=1, domain="ai.onyx", threads="pool")
+@prepared(_bound_signal_magnitude)
+def signal_magnitude(audio, unsqueeze_axes, W, re_starts, re_ends, im_starts, im_ends, axes, eps,
+                     *, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None,
+                     pads=None, strides=None):  # fmt: skip
+    """ConvMagnitude(Unsqueeze(audio, unsqueeze_axes), W, ...): the audio's channel axis, the
+    STFT's conv and its magnitude in one step (optimizer/audio.py), the kernels' bits."""
+    attrs = dict(auto_pad=auto_pad, dilations=dilations, group=group,
+                 kernel_shape=kernel_shape, pads=pads, strides=strides)  # fmt: skip
+    return _bound_signal_magnitude(attrs)(
+        audio, unsqueeze_axes, W, re_starts, re_ends, im_starts, im_ends, axes, eps
+    )
+
+
 # --- a 1-D conv and the MaxPool after it ---------------------------------------------------------
 
 #: The conv attributes ConvMaxPool and FusedConvMaxPool keep under their own names.
