@@ -239,14 +239,14 @@ def test_native_recurrences_read_layout_1(op, monkeypatch):
 
 
 def test_a_session_packs_the_native_projection_once(monkeypatch):
-    """The input projection's weights are packed for conv_f32 on the first run only (a
-    repack of a 4 MB W every run had cost more than the projection itself)."""
+    """The input projection's weights are packed (for the native GEMM) on the first run only
+    (a repack of a 4 MB W every run had cost more than the projection itself)."""
     from onyx.runtime import native
 
     if not native.recurrence_ok(16, 1, 1):
         pytest.skip("no native recurrences (AVX-512)")
-    packs, pack = [], native.pack_conv_f32
-    monkeypatch.setattr(native, "pack_conv_f32", lambda *a: packs.append(1) or pack(*a))
+    packs, pack = [], native.PackedGemm
+    monkeypatch.setattr(native, "PackedGemm", lambda *a: packs.append(1) or pack(*a))
     rng = np.random.default_rng(5)
     # (a projection too large for rnn.c to make itself: kernels/rnn.py's _SELF_PROJECTED_MACS)
     W, R = (rng.standard_normal((1, 64, n)).astype(np.float32) * 0.3 for n in (64, 16))

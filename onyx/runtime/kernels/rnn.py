@@ -257,7 +257,9 @@ class _Layer:
         P, M = steps * batch, self.W.shape[0] * self.W.shape[1]
         return P <= native.GEMV_ROWS or P * M * n_in <= _SELF_PROJECTED_MACS
 
-    def native_projection(self) -> np.ndarray | native.RecurrenceInputs:
+    def native_projection(
+        self,
+    ) -> np.ndarray | native.RecurrenceInputs | native.RecurrenceRows:
         """[dirs, gates, H, steps, batch], the same projections in time order for rnn.c: one
         GEMM on the native pool, a 1x1 conv of X's transpose, rather than BLAS, whose idle
         threads spin for milliseconds after a call and slowed the recurrence that followed;
@@ -273,6 +275,16 @@ class _Layer:
                 lambda: frozen(np.ascontiguousarray(W.reshape(M, n_in).T)),
             )
             return native.RecurrenceInputs(x, wt, self.bias.reshape(M))
+
+        if native.sgemm_ok():  # rows [P, M] from the packed GEMM: a step loads its own
+
+            def gemm():
+                return native.PackedGemm(np.ascontiguousarray(W.reshape(M, n_in).T))
+
+            product = derived(W, "rnn projection rows", gemm)
+            rows = product(np.ascontiguousarray(self.X).reshape(P, n_in), self.bias.reshape(M))
+            if rows is not None:
+                return native.RecurrenceRows(rows.reshape(steps, batch, M))
 
         def conv():
             packed = native.pack_conv_f32(W.reshape(M, n_in, 1, 1), 1)

@@ -113,6 +113,7 @@ from .nbits import NBITS_INT8_ROWS, NBitsProduct, nbits_ok, nbits_product
 from .resize import bilinear_f32, bilinear_ok, repeat2d_4byte
 from .rnn import GruRecurrence, LstmRecurrence, gru_f32, lstm_f32, recurrence_ok
 from .rnn import Inputs as RecurrenceInputs
+from .rnn import Rows as RecurrenceRows
 from .rows import (
     batch_norm_f32,
     layer_norm_f32,
@@ -215,6 +216,7 @@ __all__ = [
     "quantize_f32",
     "recurrence_ok",
     "RecurrenceInputs",
+    "RecurrenceRows",
     "LstmRecurrence",
     "GruRecurrence",
     "repeat2d_4byte",

@@ -47,7 +47,8 @@ static inline direction_step at_step(const recurrence *t, int64_t k, int64_t d, 
     int64_t now = (time * t->dirs + d) * state, before = (prev * t->dirs + d) * state;
     direction_step s = {t->xs + d * G * t->H * t->steps * t->batch + time * t->batch, 0,
                         k ? t->ys + before : t->h0 + d * state, 0, t->ys + now, 0};
-    if (t->x) s.row = t->dirs * G * t->H, s.x = t->xs + time * t->batch * s.row + d * G * t->H;
+    if (t->x || t->n_in < 0) /* projected as rows (by rnn.c, or a GEMM: n_in < 0) */
+        s.row = t->dirs * G * t->H, s.x = t->xs + time * t->batch * s.row + d * G * t->H;
     if (t->cs) s.c = k ? t->cs + before : t->c0 + d * state, s.cy = t->cs + now;
     return s;
 }

@@ -43,6 +43,13 @@ class Inputs(NamedTuple):
     bias: np.ndarray
 
 
+class Rows(NamedTuple):
+    """Input projections made beforehand as rows, xs [steps, batch, dirs * gates * H] (biases
+    in), float32 C-contiguous: a GEMM's output, read by each step as it stands."""
+
+    xs: np.ndarray
+
+
 def recurrence_ok(hidden: int, steps: int, batch: int) -> bool:
     """Whether :func:`lstm_f32` and :func:`gru_f32` (and their projection on conv_f32) run here:
     AVX-512, H a multiple of 16, steps x batch a 32-bit gather's stride apart."""
@@ -78,6 +85,11 @@ def _recurrence(fn, xs, rt, h0, c0, rbh, reverse):
     if inputs is not None:  # (rnn.c writes the projections here first)
         steps, batch, n_in = inputs.x.shape
         xs = np.empty((dirs, gates, H, steps, batch), np.float32)
+    elif isinstance(xs, Rows):
+        xs = np.ascontiguousarray(xs.xs, np.float32)
+        steps, batch, n_in = xs.shape[0], xs.shape[1], -1
+        if xs.shape[2] != dirs * gates * H:
+            raise ValueError(f"projections of {xs.shape[2]} columns, expected {dirs * gates * H}")
     else:
         steps, batch, n_in = xs.shape[3], xs.shape[4], 0
     ys = np.empty((steps, dirs, batch, H), np.float32)
