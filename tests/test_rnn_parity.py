@@ -239,26 +239,27 @@ def test_native_recurrences_read_layout_1(op, monkeypatch):
 
 
 def test_a_session_packs_the_native_projection_once(monkeypatch):
-    """The input projection's weights are packed for conv_f32 on the first run only (a
-    repack of a 4 MB W every run had cost more than the projection itself)."""
+    """The input projection's weights are packed (for the native GEMM) on the first run only
+    (a repack of a 4 MB W every run had cost more than the projection itself)."""
     from onyx.runtime import native
 
     if not native.recurrence_ok(16, 1, 1):
         pytest.skip("no native recurrences (AVX-512)")
-    packs, pack = [], native.pack_conv_f32
-    monkeypatch.setattr(native, "pack_conv_f32", lambda *a: packs.append(1) or pack(*a))
+    packs, pack = [], native.PackedGemm
+    monkeypatch.setattr(native, "PackedGemm", lambda *a: packs.append(1) or pack(*a))
     rng = np.random.default_rng(5)
-    W, R = (rng.standard_normal((1, 64, n)).astype(np.float32) * 0.3 for n in (8, 16))
+    # (a projection too large for rnn.c to make itself: kernels/rnn.py's _SELF_PROJECTED_MACS)
+    W, R = (rng.standard_normal((1, 64, n)).astype(np.float32) * 0.3 for n in (64, 16))
     node = helper.make_node("LSTM", ["X", "W", "R"], ["Y"], hidden_size=16)
     graph = helper.make_graph(
-        [node], "g", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [5, 2, 8])],
+        [node], "g", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [40, 2, 64])],
         [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)],
         [helper.make_tensor(n, TensorProto.FLOAT, a.shape, a.tobytes(), raw=True)
          for n, a in (("W", W), ("R", R))],
     )  # fmt: skip
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)], ir_version=8)
     session = onyx.InferenceSession(model.SerializeToString())
-    X = rng.standard_normal((5, 2, 8)).astype(np.float32)
+    X = rng.standard_normal((40, 2, 64)).astype(np.float32)
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     for _ in range(3):
         np.testing.assert_allclose(session.run(None, {"X": X})[0],

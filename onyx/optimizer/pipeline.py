@@ -64,7 +64,10 @@ TRIGGERS: dict[str, tuple[tuple[str, ...], ...]] = {
     "UnsqueezeTransposeSqueezeFusion": (("Unsqueeze",), ("Squeeze",)),
     "RnnZeroInitialState": (("RNN", "GRU", "LSTM"),),  # (rnn.STATE_INPUTS' ops)
     "RnnLastStepFromState": (("RNN", "GRU", "LSTM"), ("Gather",)),  # (rnn.LAST_STEP_OPS)
+    "RnnBatchFirstInput": (("LSTM",), ("Transpose",), ("Squeeze",)),
     "BinsOneHotBatching": (("Concat",),),
+    "SpectralMagnitudeFusion": (("Sqrt",), ("Slice",)),
+    "ConvMaxPoolFusion": (("MaxPool",), ("Conv", "FusedConv")),
     "QDQPadRequantize": (("Pad",), ("DequantizeLinear",)),
     "QLinearConvLookupFusion": (("QLinearConv",), ("TableLookup",)),
     "NhwcTransformer": (("QLinearConv", "QLinearConvLookup"),),
@@ -147,7 +150,11 @@ FUSIONS: tuple[DeferredPass, ...] = tuple(
         ("gemm:matmul_bias", "MatMulBiasFusion", EXTENDED),
         ("rnn:rnn_zero_initial_state", "RnnZeroInitialState", EXTENDED),
         ("rnn:rnn_last_step_from_state", "RnnLastStepFromState", EXTENDED),
+        # (after it: its Squeeze of Y_h is what this one reads)
+        ("rnn:rnn_batch_first_input", "RnnBatchFirstInput", EXTENDED),
         ("bins:bins_one_hot_batching", "BinsOneHotBatching", EXTENDED),
+        ("audio:spectral_magnitude_fusion", "SpectralMagnitudeFusion", EXTENDED),
+        ("audio:conv_max_pool_fusion", "ConvMaxPoolFusion", EXTENDED),
         # (before it: its DQ -> Q becomes a table)
         ("qdq:pad_requantize", "QDQPadRequantize", EXTENDED),
         # last: it tabulates what the other fusions made

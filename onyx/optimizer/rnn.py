@@ -29,8 +29,21 @@ def _state_shape(node: ir.Node) -> tuple | None:
     return (directions, batch, hidden.value)
 
 
-def _zeros_of(v: ir.Value | None, x: ir.Value) -> bool:
-    """v is ConstantOfShape's +0.0 in X's element type."""
+def _zeros_of(v: ir.Value | None, x: ir.Value, ctx: PassContext | None = None) -> bool:
+    """v is ConstantOfShape's +0.0 in X's element type, or a Slice of such zeros (a stacked
+    layers' state, one Slice a layer), or Expand of a +0.0 constant (the dynamo exporter's)."""
+    while True:  # (a Slice of zeros is zeros: the caller checks the state's shape)
+        sliced = producer(v, "Slice")
+        if sliced is None or sliced.domain not in STANDARD or not sliced.inputs:
+            break
+        v = sliced.inputs[0]
+    expand = producer(v, "Expand")
+    if expand is not None and ctx is not None and expand.domain in STANDARD:
+        c = ctx.const(expand.inputs[0])
+        if c is None or c.size != 1 or v.type is None or x.type is None:
+            return False
+        zero = c.reshape(-1)[0] == 0 and not np.signbit(c.reshape(-1)[0])
+        return bool(zero) and ir.DataType(v.type.elem_type) == x.type.elem_type
     fill = producer(v, "ConstantOfShape")
     if fill is None or fill.domain not in STANDARD:
         return False
@@ -58,7 +71,7 @@ def rnn_zero_initial_state(ctx: PassContext) -> bool:
             state = node.inputs[i] if i < len(node.inputs) else None
             if state is None or not isinstance(state.type, ir.TensorType):
                 continue
-            if same_dims(static_shape(state), want) and _zeros_of(state, x):
+            if same_dims(static_shape(state), want) and _zeros_of(state, x, ctx):
                 node.set_input(i, None)
                 ctx.count("RnnZeroInitialState")
                 changed = True
@@ -130,3 +143,69 @@ def _last_step_of(ctx: PassContext, gather: ir.Node) -> tuple | None:
     if not isinstance(steps, int) or steps < 1 or int(index) not in (-1, steps - 1):
         return None
     return rnn, rnn.outputs[1]
+
+
+@graph_pass("RnnBatchFirstInput", EXTENDED)
+def rnn_batch_first_input(ctx: PassContext) -> bool:
+    """A session's LSTM reading Transpose(x, [1, 0, 2]) (PyTorch's batch_first input) reads x
+    with layout 1, when only its Y_h is read, by Squeeze(Y_h, [0]) (one direction), which
+    becomes Squeeze(Y_h, [1]): the kernel takes the batch-first views (kernels/rnn.py), one
+    step fewer. Only for a session's model: onnxruntime refuses layout 1."""
+    changed = False
+    if not ctx.for_session or ctx.opset() < 14:  # (layout: opset 14)
+        return False
+    for node in list(ctx.graph):
+        found = _batch_first_parts(ctx, node)
+        if found is None:
+            continue
+        transpose, squeezes = found
+        x = transpose.inputs[0]
+        node.set_input(0, x)
+        node.attributes["layout"] = ir.Attr("layout", ir.AttrType.INT, 1)
+        axes = ctx.add_const(np.array([1], np.int64), "batch_first_axes")
+        for squeeze in squeezes:
+            squeeze.set_input(1, axes)
+        state = node.outputs[1]
+        shape = state.type.shape if isinstance(state.type, ir.TensorType) else None
+        if shape is not None and len(shape.dims) == 3:  # [dirs, batch, H] -> [batch, dirs, H]
+            dims = shape.dims
+            swapped = ir.Shape((dims[1], dims[0], dims[2]))
+            state.type = ir.TensorType(state.type.elem_type, swapped)
+        elif shape is not None:
+            state.type = ir.TensorType(state.type.elem_type)
+        if not transpose.outputs[0].has_uses() and not ctx.is_output(transpose.outputs[0]):
+            ctx.graph.remove(transpose, safe=False)
+        ctx.count("RnnBatchFirstInput")
+        changed = True
+    return changed
+
+
+def _batch_first_parts(ctx: PassContext, node: ir.Node) -> tuple | None:
+    """(the Transpose, Y_h's Squeezes) where ``node`` may read x batch first, else None."""
+    if node.op_type != "LSTM" or node.domain not in STANDARD or node.attr("layout", 0) != 0:
+        return None
+    if node.attr("direction", "forward") not in ("forward", "reverse", b"forward", b"reverse"):
+        return None
+    transpose = producer(node.inputs[0] if node.inputs else None, "Transpose")
+    if transpose is None or list(transpose.attr("perm") or []) != [1, 0, 2]:
+        return None
+    if any(node.inputs[i] is not None for i in range(5, len(node.inputs))):
+        return None  # (initial states and peepholes would need their own transposes)
+    outputs = list(node.outputs)
+    if len(outputs) < 2 or not outputs[1].name or ctx.is_output(outputs[1]):
+        return None
+    for k, v in enumerate(outputs):  # only Y_h is read
+        if k != 1 and v.name and (v.has_uses() or ctx.is_output(v)):
+            return None
+    squeezes = [use for use, _ in outputs[1].iter_uses()]
+    for squeeze in squeezes:
+        if squeeze.op_type != "Squeeze" or squeeze.domain not in STANDARD:
+            return None
+        if len(squeeze.inputs) != 2 or squeeze.inputs[0] is not outputs[1]:
+            return None
+        axes = ctx.const(squeeze.inputs[1])
+        if axes is None or axes.reshape(-1).tolist() not in ([0], [-3]):
+            return None
+    if not squeezes or len({id(s) for s in squeezes}) != len(squeezes):
+        return None
+    return transpose, squeezes

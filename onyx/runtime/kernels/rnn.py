@@ -181,6 +181,10 @@ def _recurrent_matmul(R: np.ndarray, batch: int) -> Callable:
     return lambda h, out: np.matmul(h[:, None], RT, out.reshape(shape).swapaxes(2, 3))
 
 
+#: Input projections up to this many multiply-adds rnn.c makes itself (project(), one native
+#: call), larger ones run as a GEMM on the native pool (a 1x1 conv) before the recurrence.
+_SELF_PROJECTED_MACS = 1 << 18
+
 # --- the shared plan -----------------------------------------------------------------------------
 
 
@@ -245,7 +249,17 @@ class _Layer:
             xs[:, :, d] = (_in_step_order(proj[d], self.lens) if rev else proj[d]).swapaxes(1, 2)
         return xs
 
-    def native_projection(self) -> np.ndarray | native.RecurrenceInputs:
+    @property
+    def self_projected(self) -> bool:
+        """Whether rnn.c projects X itself (a few steps at batch 1, or a product small
+        enough that the GEMM's set-up and the transposes around it cost more)."""
+        steps, batch, n_in = self.X.shape
+        P, M = steps * batch, self.W.shape[0] * self.W.shape[1]
+        return P <= native.GEMV_ROWS or P * M * n_in <= _SELF_PROJECTED_MACS
+
+    def native_projection(
+        self,
+    ) -> np.ndarray | native.RecurrenceInputs | native.RecurrenceRows:
         """[dirs, gates, H, steps, batch], the same projections in time order for rnn.c: one
         GEMM on the native pool, a 1x1 conv of X's transpose, rather than BLAS, whose idle
         threads spin for milliseconds after a call and slowed the recurrence that followed;
@@ -253,7 +267,7 @@ class _Layer:
         steps, batch, n_in = self.X.shape
         n_gates, dirs, hidden = self.R.shape[:3]
         P, M, W = steps * batch, dirs * n_gates * hidden, self.W
-        if P <= native.GEMV_ROWS:  # a few steps at batch 1: rnn.c projects them itself
+        if self.self_projected:  # a small product: rnn.c projects X itself
             x = np.ascontiguousarray(self.X)  # (one native call, and no transposes here)
             wt = derived(
                 W,
@@ -261,6 +275,16 @@ class _Layer:
                 lambda: frozen(np.ascontiguousarray(W.reshape(M, n_in).T)),
             )
             return native.RecurrenceInputs(x, wt, self.bias.reshape(M))
+
+        if native.sgemm_ok():  # rows [P, M] from the packed GEMM: a step loads its own
+
+            def gemm():
+                return native.PackedGemm(np.ascontiguousarray(W.reshape(M, n_in).T))
+
+            product = derived(W, "rnn projection rows", gemm)
+            rows = product(np.ascontiguousarray(self.X).reshape(P, n_in), self.bias.reshape(M))
+            if rows is not None:
+                return native.RecurrenceRows(rows.reshape(steps, batch, M))
 
         def conv():
             packed = native.pack_conv_f32(W.reshape(M, n_in, 1, 1), 1)
@@ -441,7 +465,84 @@ def rnn(
 # --- GRU -----------------------------------------------------------------------------------------
 
 
+def _gru_fold(linear_before_reset) -> Callable:
+    """The part of GRU's recurrent bias added to the projections: Rbh sits inside the reset
+    product when linear_before_reset."""
+
+    def folded(rb):
+        hs = rb.shape[1] // 3
+        return np.concatenate([rb[:, : 2 * hs], rb[:, 2 * hs :] * (not linear_before_reset)], 1)
+
+    return folded
+
+
+def _bound_gru(attrs: dict) -> Callable:
+    """GRU bound to its node: PyTorch's GRU (linear_before_reset, default activations, no clip,
+    layout 0, whole sequences) of constant weights projected by rnn.c itself keeps its native
+    set-up (native.GruRecurrence) per weights and X's shape, as the LSTM's; everything else
+    calls the kernel."""
+
+    def general(*inputs):
+        return gru(*inputs, **attrs)
+
+    dirs = 2 if attrs["direction"] == "bidirectional" else 1
+    names = _activation_names(attrs["activations"], 2, dirs, ["sigmoid", "tanh"])
+    if (
+        not attrs["linear_before_reset"]
+        or attrs["layout"]
+        or attrs["clip"] is not None
+        or names != ["sigmoid", "tanh"] * dirs
+    ):
+        return general
+    latest: tuple = (None,) * 6  # (X's shape, W, R, B, recurrence, state shape), as the LSTM's
+
+    def call(X, W, R, B=None, sequence_lens=None, initial_h=None):
+        nonlocal latest
+        shape, w, r, b, run, state = latest
+        if not (
+            X.shape == shape
+            and W is w
+            and R is r
+            and B is b
+            and sequence_lens is None
+            and X.dtype == np.float32
+            and (initial_h is None or initial_h.dtype == np.float32 and initial_h.shape == state)
+        ):
+            run = _native_gru(X, W, R, B, sequence_lens, attrs["direction"])
+            if run is None:
+                return general(X, W, R, B, sequence_lens, initial_h)
+            state = run[1].h0.shape
+            if initial_h is not None and (
+                initial_h.dtype != np.float32 or initial_h.shape != state
+            ):
+                return general(X, W, R, B, sequence_lens, initial_h)
+            run = run[0]
+            latest = (X.shape, W, R, B, run, state)
+        return run(X, initial_h)
+
+    return call
+
+
+def _native_gru(X, W, R, B, sequence_lens, direction: str) -> tuple | None:
+    """(native.GruRecurrence, its layer) for rnn.c to run X (constant float32 weights, no
+    lengths, a small projection), else None."""
+    if sequence_lens is not None or X.dtype != np.float32 or X.ndim != 3:
+        return None
+    if any(a is not None and (a.flags.writeable or a.dtype != np.float32) for a in (W, R, B)):
+        return None
+    layer = _prepare(X, W, R, B, None, None, None, direction=direction, layout=0, n_gates=3,
+                     folded=_gru_fold(1))  # fmt: skip
+    if not _native_ok(layer) or not layer.self_projected:
+        return None
+    inputs = layer.native_projection()
+    rt = derived(R, ("gru rt",), lambda: frozen(_transposed(layer.R)))
+    rbh = layer.Rb[2].reshape(layer.n_dirs, layer.hidden)
+    run = native.GruRecurrence(rt, inputs.w, inputs.bias, rbh, layer.h0, layer.reverse, X.shape)
+    return run, layer
+
+
 @op("GRU", since=1, threads=native_or_blas)
+@prepared(_bound_gru)
 def gru(
     X,
     W,
@@ -464,10 +565,6 @@ def gru(
     # ht = g(Xt*Wh^T + (rt (.) Ht-1)*Rh^T + Rbh + Wbh)     linear_before_reset = 0
     # ht = g(Xt*Wh^T + rt (.) (Ht-1*Rh^T + Rbh) + Wbh)     linear_before_reset != 0
     # Ht = (1 - zt) (.) ht + zt (.) Ht-1
-    def folded(rb):  # Rbh sits inside the reset product when linear_before_reset
-        hs = rb.shape[1] // 3
-        return np.concatenate([rb[:, : 2 * hs], rb[:, 2 * hs :] * (not linear_before_reset)], 1)
-
     layer = _prepare(
         X,
         W,
@@ -479,7 +576,7 @@ def gru(
         direction=direction,
         layout=layout,
         n_gates=3,
-        folded=folded,
+        folded=_gru_fold(linear_before_reset),
     )
     names = _activation_names(activations, 2, layer.n_dirs, ["sigmoid", "tanh"])
     clipped = _clipper(clip, layer.dtype)
@@ -540,25 +637,43 @@ def _transposed(R: np.ndarray) -> np.ndarray:
 
 def _bound_lstm(attrs: dict) -> Callable:
     """LSTM bound to its node (derived.prepared). The common LSTM (default activations, no
-    clip, peepholes or sequence_lens, layout 0) of constant weights projected
-    by rnn.c itself (a few steps at batch 1) keeps its native set-up per weights and X's
-    shape; everything else calls the kernel."""
+    clip, peepholes or sequence_lens; any direction) of constant weights projected by rnn.c
+    itself (_Layer.self_projected) keeps its native set-up per weights and X's shape;
+    everything else calls the kernel. Layout 1 (batch first: optimizer/rnn.py's RnnBatchFirstInput) runs as
+    layout 0 on its inputs' transposed views, its results transposed back (views at batch 1)."""
+    if attrs["layout"] == 1:
+        return _batch_first(_bound_lstm({**attrs, "layout": 0}))
+    if attrs["layout"]:
+        return lambda *inputs: lstm(*inputs, **attrs)  # (the kernel's error)
 
     def general(*inputs):
         return lstm(*inputs, **attrs)
 
-    names = _activation_names(attrs["activations"], 3, 1, ["sigmoid", "tanh", "tanh"])
-    if (
-        attrs["layout"]
-        or attrs["input_forget"]
-        or attrs["clip"] is not None
-        or names != ["sigmoid", "tanh", "tanh"]
-        or attrs["direction"] == "bidirectional"
-    ):
+    dirs = 2 if attrs["direction"] == "bidirectional" else 1
+    common = ["sigmoid", "tanh", "tanh"]
+    names = _activation_names(attrs["activations"], 3, dirs, common)
+    if attrs["input_forget"] or attrs["clip"] is not None or names != common * dirs:
         return general
     kept: dict = {}  # (X's shape, W, R, B) -> (W, R, B, recurrence, layer) or None
+    # the latest call's (X's shape, W, R, B, recurrence, state shape): a session's next call
+    # is checked against it alone (one tuple, replaced whole: calls may come from threads)
+    latest: tuple = (None,) * 6
 
     def call(X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c=None, P=None):
+        nonlocal latest
+        shape, w, r, b, run, state = latest
+        if (
+            X.shape == shape
+            and W is w
+            and R is r
+            and B is b
+            and sequence_lens is None
+            and P is None
+            and X.dtype == np.float32
+            and (initial_h is None or initial_h.dtype == np.float32 and initial_h.shape == state)
+            and (initial_c is None or initial_c.dtype == np.float32 and initial_c.shape == state)
+        ):
+            return run(X, initial_h, initial_c)
         if sequence_lens is not None or P is not None or X.dtype != np.float32:
             return general(X, W, R, B, sequence_lens, initial_h, initial_c, P)
         key = (X.shape, id(W), id(R), id(B))
@@ -570,11 +685,34 @@ def _bound_lstm(attrs: dict) -> Callable:
         run, layer = entry[3], entry[4]
         if run is None or not (_state_fits(initial_h, layer) and _state_fits(initial_c, layer)):
             return general(X, W, R, B, sequence_lens, initial_h, initial_c, P)
-        Ys, Cs = run(X, initial_h, initial_c)
-        # _finish's result for this case (one direction, no lengths, layout 0, float32, in
-        # time order; rnn.c takes no empty sequence): its general steps were a third of a call
-        last = 0 if layer.reverse[0] else -1
-        return Ys, Ys[last].copy(), Cs[last].copy()
+        latest = (X.shape, W, R, B, run, layer.h0.shape)
+        # (_finish's result for this case: one direction, no lengths, layout 0, float32, in
+        # time order; rnn.c takes no empty sequence)
+        return run(X, initial_h, initial_c)
+
+    return call
+
+
+def _batch_first(time_major: Callable) -> Callable:
+    """An LSTM of layout 1 from ``time_major``, the same node's layout 0: X [batch, steps,
+    in] and the states [batch, dirs, H] swapped to time-major views, Y [steps, dirs, batch,
+    H] and the states swapped back (_finish's layout-1 outputs, contiguous)."""
+
+    def swapped(state):
+        return None if state is None else np.asarray(state).swapaxes(0, 1)
+
+    def call(X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c=None, P=None):
+        X = np.asarray(X)
+        if X.ndim != 3:
+            raise ValueError(f"X has rank {X.ndim}, expected 3 (batch, seq_length, input_size)")
+        Y, Y_h, Y_c = time_major(
+            X.swapaxes(0, 1), W, R, B, sequence_lens, swapped(initial_h), swapped(initial_c), P
+        )
+        return (
+            np.ascontiguousarray(Y.transpose(2, 0, 1, 3)),
+            np.ascontiguousarray(Y_h.swapaxes(0, 1)),
+            np.ascontiguousarray(Y_c.swapaxes(0, 1)),
+        )
 
     return call
 
@@ -590,7 +728,7 @@ def _native_lstm(X, W, R, B, direction: str) -> tuple:
     if any(a is not None and (a.flags.writeable or a.dtype != np.float32) for a in (W, R, B)):
         return None, None
     layer = _prepare(X, W, R, B, None, None, None, direction=direction, layout=0, n_gates=4)
-    if not _native_ok(layer) or layer.steps * layer.batch > native.GEMV_ROWS:
+    if not _native_ok(layer) or not layer.self_projected:
         return None, None
     inputs = layer.native_projection()
     rt = derived(R, ("lstm rt",), lambda: frozen(_transposed(layer.R)))

@@ -111,8 +111,9 @@ from .gemm_i8 import (
 from .gemv import GEMV_ROWS, FloatGemv, gemv_ok
 from .nbits import NBITS_INT8_ROWS, NBitsProduct, nbits_ok, nbits_product
 from .resize import bilinear_f32, bilinear_ok, repeat2d_4byte
+from .rnn import GruRecurrence, LstmRecurrence, gru_f32, lstm_f32, recurrence_ok
 from .rnn import Inputs as RecurrenceInputs
-from .rnn import LstmRecurrence, gru_f32, lstm_f32, recurrence_ok
+from .rnn import Rows as RecurrenceRows
 from .rows import (
     batch_norm_f32,
     layer_norm_f32,
@@ -215,7 +216,9 @@ __all__ = [
     "quantize_f32",
     "recurrence_ok",
     "RecurrenceInputs",
+    "RecurrenceRows",
     "LstmRecurrence",
+    "GruRecurrence",
     "repeat2d_4byte",
     "rms_norm_f32",
     "svm_coupling",

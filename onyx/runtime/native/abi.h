@@ -239,12 +239,12 @@ ONYX_STRUCT(repeat2d, ONYX_REPEAT2D)
 /* ------------------------------------------------------------------ LSTM, GRU (rnn.c) */
 
 #define ONYX_RECURRENCE(F, S)                                                                \
-    F(S, float *, xs, ) /* [dirs, gates, H, steps, batch] input projections (written from x  \
-                           first when x is set) */                                           \
+    F(S, float *, xs, ) /* [dirs, gates, H, steps, batch] input projections; when x is set, \
+                           rnn.c writes them from x first, [steps, batch, dirs, gates, H] */ \
     F(S, const float *, x, ) /* [steps, batch, n_in] or NULL: the inputs to project */       \
     F(S, const float *, w, ) /* [n_in, dirs * gates * H] input weights (with x) */           \
     F(S, const float *, bias, ) /* [dirs * gates * H] the projections' biases (with x) */    \
-    F(S, int64_t, n_in, )                                                                    \
+    F(S, int64_t, n_in, ) /* (without x: -1 when xs holds rows [steps, batch, dirs, gates, H]) */ \
     F(S, const float *, rt, ) /* [dirs, H / 16, H (in), gates, 16 (out)] recurrent weights */ \
     F(S, const float *, h0, ) F(S, const float *, c0, ) /* [dirs, batch, H] (c0: LSTM's) */  \
     F(S, const float *, rbh, ) /* [dirs, H]: GRU's recurrent bias of its candidate gate */   \

@@ -36,6 +36,7 @@ typedef struct { /* one step's job */
 
 typedef struct { /* direction d's part of step k */
     const float *x;       /* gate 0's projection of column 0, row 0 at this time step */
+    int64_t row;          /* (projected by rnn.c: rows [batch, dirs * gates * H]) a row's */
     const float *h, *c;   /* the previous [batch, H] states */
     float *y, *cy;        /* this time step's */
 } direction_step;
@@ -44,8 +45,10 @@ static inline direction_step at_step(const recurrence *t, int64_t k, int64_t d, 
     int64_t reverse = (t->reverse >> d) & 1, time = reverse ? t->steps - 1 - k : k;
     int64_t prev = reverse ? time + 1 : time - 1, state = t->batch * t->H;
     int64_t now = (time * t->dirs + d) * state, before = (prev * t->dirs + d) * state;
-    direction_step s = {t->xs + d * G * t->H * t->steps * t->batch + time * t->batch,
+    direction_step s = {t->xs + d * G * t->H * t->steps * t->batch + time * t->batch, 0,
                         k ? t->ys + before : t->h0 + d * state, 0, t->ys + now, 0};
+    if (t->x || t->n_in < 0) /* projected as rows (by rnn.c, or a GEMM: n_in < 0) */
+        s.row = t->dirs * G * t->H, s.x = t->xs + time * t->batch * s.row + d * G * t->H;
     if (t->cs) s.c = k ? t->cs + before : t->c0 + d * state, s.cy = t->cs + now;
     return s;
 }
@@ -99,9 +102,11 @@ INLINE void gate_sums(const recurrence *t, const float *h, int64_t d, int64_t b0
     }
 }
 
-/* Gate g's projections of row b, columns n .. n + 16 (apart by steps x batch: `apart`). */
+/* Gate g's projections of row b, columns n .. n + 16: a run of the rows rnn.c projected
+   itself, or gathered from the conv's output (apart by steps x batch: `apart`). */
 INLINE __m512 projection(const recurrence *t, const direction_step *s, int g, int64_t b,
                          int64_t n, __m512i apart) {
+    if (s->row) return _mm512_loadu_ps(s->x + b * s->row + g * t->H + n);
     return _mm512_i32gather_ps(apart, s->x + (g * t->H + n) * t->steps * t->batch + b, 4);
 }
 
@@ -168,13 +173,13 @@ EXPORT AVX512 int onyx_gru_step_range(const void *p, int64_t begin, int64_t end)
     return 0;
 }
 
-/* xs = x . w + bias, [dirs * gates * H, steps * batch], when the caller hands over x rather
+/* xs = x . w + bias, [steps * batch, dirs * gates * H], when the caller hands over x rather
    than the projections (a few steps at batch 1: one native call instead of two, and no
    transposes in Python). w is [n_in, dirs * gates * H]: 16 projections of an input row per
-   vector (H is a multiple of 16), an input value broadcast per weight row, stored P apart. */
+   vector (H is a multiple of 16), an input value broadcast per weight row, stored as rows
+   (a step then loads its projections; AMD's scatters and gathers are microcoded). */
 AVX512 static void project(const recurrence *t, int64_t G) {
     int64_t M = t->dirs * G * t->H, P = t->steps * t->batch, K = t->n_in;
-    __m512i apart = columns_apart(t);
     for (int64_t m = 0; m < M; m += 16) {
         __m512 bias = _mm512_loadu_ps(t->bias + m);
         for (int64_t p0 = 0; p0 < P; p0 += 8) { /* 8 rows at once: independent sums */
@@ -187,8 +192,7 @@ AVX512 static void project(const recurrence *t, int64_t G) {
                 for (int r = 0; r < 8; r++)
                     if (r < rows) acc[r] = _mm512_fmadd_ps(wv, _mm512_set1_ps(x0[r * K + k]), acc[r]);
             }
-            for (int r = 0; r < rows; r++)
-                _mm512_i32scatter_ps(t->xs + m * P + p0 + r, apart, acc[r], 4);
+            for (int r = 0; r < rows; r++) _mm512_storeu_ps(t->xs + (p0 + r) * M + m, acc[r]);
         }
     }
 }
@@ -219,6 +223,48 @@ static int recurrence_ok(const recurrence *t) {
 EXPORT int onyx_lstm(const recurrence *t, const int64_t *cuts, int64_t ranges, int64_t threads) {
     if (!recurrence_ok(t)) return ONYX_INVALID;
     return steps(t, onyx_lstm_step_range, cuts, ranges, threads, 4);
+}
+
+/* The LSTM of a kept task (kernels/rnn.py's LstmRecurrence: rnn.c projects x) in one call:
+   x, the initial states (null: the task's) and out, [6 steps + 2, dirs, batch, H]: every
+   step's H, then C, then the last step's H and C (Y_h, Y_c), then room for the projections. */
+EXPORT int onyx_lstm_run(const recurrence *task, const float *x, const float *h0,
+                         const float *c0, float *out, const int64_t *cuts, int64_t ranges,
+                         int64_t threads) {
+    recurrence t = *task;
+    int64_t state = t.dirs * t.batch * t.H;
+    t.x = x, t.ys = out, t.cs = out + t.steps * state, t.xs = out + (2 * t.steps + 2) * state;
+    if (h0) t.h0 = h0;
+    if (c0) t.c0 = c0;
+    if (!t.x || !recurrence_ok(&t) || t.steps < 1) return ONYX_INVALID;
+    int status = steps(&t, onyx_lstm_step_range, cuts, ranges, threads, 4);
+    if (status) return status;
+    float *yh = out + 2 * t.steps * state, *yc = yh + state;
+    for (int64_t d = 0; d < t.dirs; d++) { /* the state after each direction's last step */
+        int64_t last = (t.reverse >> d) & 1 ? 0 : t.steps - 1, at = (last * t.dirs + d) * t.batch * t.H;
+        for (int64_t i = 0; i < t.batch * t.H; i++)
+            yh[d * t.batch * t.H + i] = t.ys[at + i], yc[d * t.batch * t.H + i] = t.cs[at + i];
+    }
+    return 0;
+}
+
+/* onyx_lstm_run's GRU: out is [4 steps + 1, dirs, batch, H]: every step's H, then the last
+   step's H (Y_h), then room for the projections; the task holds rbh. */
+EXPORT int onyx_gru_run(const recurrence *task, const float *x, const float *h0, float *out,
+                        const int64_t *cuts, int64_t ranges, int64_t threads) {
+    recurrence t = *task;
+    int64_t state = t.dirs * t.batch * t.H;
+    t.x = x, t.ys = out, t.cs = 0, t.c0 = 0, t.xs = out + (t.steps + 1) * state;
+    if (h0) t.h0 = h0;
+    if (!t.x || !t.rbh || !recurrence_ok(&t) || t.steps < 1) return ONYX_INVALID;
+    int status = steps(&t, onyx_gru_step_range, cuts, ranges, threads, 3);
+    if (status) return status;
+    float *yh = out + t.steps * state;
+    for (int64_t d = 0; d < t.dirs; d++) { /* the state after each direction's last step */
+        int64_t last = (t.reverse >> d) & 1 ? 0 : t.steps - 1, at = (last * t.dirs + d) * t.batch * t.H;
+        for (int64_t i = 0; i < t.batch * t.H; i++) yh[d * t.batch * t.H + i] = t.ys[at + i];
+    }
+    return 0;
 }
 
 EXPORT int onyx_gru(const recurrence *t, const int64_t *cuts, int64_t ranges, int64_t threads) {

@@ -15,6 +15,7 @@ from ._core import (
     _PARALLEL_MACS,
     _addr,
     _even_cuts,
+    _input_addr,
     _ways,
     abi,
 )
@@ -40,6 +41,13 @@ class Inputs(NamedTuple):
     x: np.ndarray
     w: np.ndarray
     bias: np.ndarray
+
+
+class Rows(NamedTuple):
+    """Input projections made beforehand as rows, xs [steps, batch, dirs * gates * H] (biases
+    in), float32 C-contiguous: a GEMM's output, read by each step as it stands."""
+
+    xs: np.ndarray
 
 
 def recurrence_ok(hidden: int, steps: int, batch: int) -> bool:
@@ -77,6 +85,11 @@ def _recurrence(fn, xs, rt, h0, c0, rbh, reverse):
     if inputs is not None:  # (rnn.c writes the projections here first)
         steps, batch, n_in = inputs.x.shape
         xs = np.empty((dirs, gates, H, steps, batch), np.float32)
+    elif isinstance(xs, Rows):
+        xs = np.ascontiguousarray(xs.xs, np.float32)
+        steps, batch, n_in = xs.shape[0], xs.shape[1], -1
+        if xs.shape[2] != dirs * gates * H:
+            raise ValueError(f"projections of {xs.shape[2]} columns, expected {dirs * gates * H}")
     else:
         steps, batch, n_in = xs.shape[3], xs.shape[4], 0
     ys = np.empty((steps, dirs, batch, H), np.float32)
@@ -109,10 +122,12 @@ def _recurrence(fn, xs, rt, h0, c0, rbh, reverse):
 
 class LstmRecurrence:
     """:func:`lstm_f32` of inputs projected by rnn.c (:class:`Inputs`) for one node and X's
-    shape: the task's constant fields (weights, bias, zero states, sizes) set once, so a call
-    fills in X and the outputs only (at batch 1, filling every field made most of the call)."""
+    shape: the task's constant fields (weights, bias, zero states, sizes) set once, and a call
+    one native call (onyx_lstm_run) that fills in X, the states and the buffers, one array
+    for the outputs and rnn.c's projections (at batch 1, filling the task's fields from Python and copying
+    the last states out made most of the call)."""
 
-    __slots__ = ("cuts", "keep", "parts", "shape", "task", "work")
+    __slots__ = ("address", "cuts", "keep", "out_shape", "parts", "serial", "steps", "task", "work")
 
     def __init__(
         self,
@@ -126,7 +141,8 @@ class LstmRecurrence:
     ):
         dirs, H, gates = rt.shape[0], rt.shape[2], rt.shape[3]
         steps, batch, n_in = x_shape
-        self.shape = (dirs, gates, H, steps, batch)
+        # Y, C, Y_h, Y_c, then the projections (gates x steps states' worth)
+        self.steps, self.out_shape = steps, ((2 + gates) * steps + 2, dirs, batch, H)
         self.keep = keep = [np.ascontiguousarray(a, np.float32) for a in (w, bias, rt, h0, c0)]
         backwards = sum(1 << d for d, rev in enumerate(reverse) if rev)
         self.task = _Recurrence(
@@ -144,30 +160,84 @@ class LstmRecurrence:
             H,
             backwards,
         )
+        self.address = ctypes.addressof(self.task)  # (read, never written, by every call)
         self.parts = dirs * (H // 16)
         self.work = gates * H * H * batch * dirs
         self.cuts = _even_cuts(self.parts, 1)
+        self.serial = _addr(self.cuts) if self.work < _PARALLEL_MACS // 4 else None
 
     def __call__(self, x: np.ndarray, h0: np.ndarray | None = None, c0: np.ndarray | None = None):
-        """Every step's H and C, [steps, dirs, batch, H] each, of x [steps, batch, n_in] from
-        the initial states h0 and c0 [dirs, batch, H] (float32; None: zeros)."""
-        dirs, gates, H, steps, batch = self.shape
-        x = np.ascontiguousarray(x)
-        xs = np.empty(self.shape, np.float32)  # (rnn.c writes the projections here first)
-        ys = np.empty((steps, dirs, batch, H), np.float32)
-        cs = np.empty_like(ys)
-        task = _Recurrence.from_buffer_copy(self.task)  # (calls may come from several threads)
-        task.xs, task.x, task.ys, task.cs = _addr(xs), _addr(x), _addr(ys), _addr(cs)
-        if h0 is not None:
+        """Y (every step's H, [steps, dirs, batch, H]), Y_h and Y_c ([dirs, batch, H], the
+        last step's H and C) of x [steps, batch, n_in] from the initial states h0 and c0
+        [dirs, batch, H] (float32; None: zeros). C-contiguous views of one array."""
+        if not x.flags.c_contiguous:
+            x = np.ascontiguousarray(x)
+        if h0 is not None and not h0.flags.c_contiguous:
             h0 = np.ascontiguousarray(h0)
-            task.h0 = _addr(h0)
-        if c0 is not None:
+        if c0 is not None and not c0.flags.c_contiguous:
             c0 = np.ascontiguousarray(c0)
-            task.c0 = _addr(c0)
-        ways = _ways(self.work, self.parts, _PARALLEL_MACS // 4)
-        cuts = self.cuts if ways == 1 else _even_cuts(self.parts, ways)
-        core.check(core.lib.lstm(ctypes.byref(task), _addr(cuts), len(cuts) - 1, ways), "lstm")
-        return ys, cs
+        out = np.empty(self.out_shape, np.float32)
+        cuts, ways, even = self.serial, 1, None  # (a small recurrence: one thread)
+        if cuts is None:
+            ways = _ways(self.work, self.parts, _PARALLEL_MACS // 4)
+            even = _even_cuts(self.parts, ways)  # (the local name keeps it through the call)
+            cuts = _addr(even)
+        status = core.lib.onyx_lstm_run(
+            self.address,
+            _input_addr(x),
+            None if h0 is None else _input_addr(h0),
+            None if c0 is None else _input_addr(c0),
+            _addr(out),
+            cuts,
+            ways,
+            ways,
+        )
+        if status:
+            core.check(status, "lstm")
+        steps = self.steps
+        return out[:steps], out[2 * steps], out[2 * steps + 1]
+
+
+class GruRecurrence(LstmRecurrence):
+    """:class:`LstmRecurrence`'s GRU (PyTorch's: linear_before_reset, rnn.c's onyx_gru_run):
+    rbh [dirs, H] the candidate gate's recurrent bias; a call gives Y and Y_h."""
+
+    __slots__ = ()
+
+    def __init__(self, rt, w, bias, rbh, h0, reverse, x_shape: tuple):
+        super().__init__(rt, w, bias, h0, h0, reverse, x_shape)
+        dirs, gates, H = rt.shape[0], rt.shape[3], rt.shape[2]
+        steps, batch = x_shape[:2]
+        self.out_shape = ((1 + gates) * steps + 1, dirs, batch, H)  # Y, Y_h, projections
+        self.keep.append(np.ascontiguousarray(rbh, np.float32))
+        self.task.rbh = _addr(self.keep[-1])
+
+    def __call__(self, x: np.ndarray, h0: np.ndarray | None = None, c0=None):
+        """Y ([steps, dirs, batch, H]) and Y_h ([dirs, batch, H]) of x from h0 (as
+        :class:`LstmRecurrence`'s)."""
+        if not x.flags.c_contiguous:
+            x = np.ascontiguousarray(x)
+        if h0 is not None and not h0.flags.c_contiguous:
+            h0 = np.ascontiguousarray(h0)
+        out = np.empty(self.out_shape, np.float32)
+        cuts, ways, even = self.serial, 1, None
+        if cuts is None:
+            ways = _ways(self.work, self.parts, _PARALLEL_MACS // 4)
+            even = _even_cuts(self.parts, ways)  # (the local name keeps it through the call)
+            cuts = _addr(even)
+        status = core.lib.onyx_gru_run(
+            self.address,
+            _input_addr(x),
+            None if h0 is None else _input_addr(h0),
+            _addr(out),
+            cuts,
+            ways,
+            ways,
+        )
+        if status:
+            core.check(status, "gru")
+        steps = self.steps
+        return out[:steps], out[steps]
 
 
 def bind(lib, isa: int) -> None:
@@ -175,3 +245,5 @@ def bind(lib, isa: int) -> None:
     lib.lstm, lib.gru = (lib.onyx_lstm, lib.onyx_gru) if avx512 else (None, None)
     for fn in (lib.lstm, lib.gru) if avx512 else ():
         fn.restype, fn.argtypes = _INT, [_P, _P, _I64, _I64]
+    lib.onyx_lstm_run.restype, lib.onyx_lstm_run.argtypes = _INT, [_P] * 6 + [_I64, _I64]
+    lib.onyx_gru_run.restype, lib.onyx_gru_run.argtypes = _INT, [_P] * 5 + [_I64, _I64]

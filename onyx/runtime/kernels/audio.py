@@ -1,0 +1,232 @@
+"""Audio front-end and 1-D signal ops that onyx's optimizer makes (optimizer/audio.py)."""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+
+import numpy as np
+
+from .. import native
+from ..registry import op
+from .derived import derived, prepared
+
+
+def _index(start, end, axis: int, ndim: int) -> tuple:
+    """The index of Slice(x, start, end, axis) with step 1: Python's slice clamps as ONNX's
+    Slice does (a negative bound counts from the end, then both are clamped to [0, dim])."""
+    index = [slice(None)] * ndim
+    index[axis] = slice(start.item(), end.item())
+    return tuple(index)
+
+
+def _indices(ndim: int, re_starts, re_ends, im_starts, im_ends, axes) -> tuple:
+    axis = axes.item()
+    if not -ndim <= axis < ndim:
+        raise ValueError(f"axis {axis} out of range for a rank-{ndim} input")
+    axis %= ndim
+    return _index(re_starts, re_ends, axis, ndim), _index(im_starts, im_ends, axis, ndim)
+
+
+@op("SpectralMagnitude", since=1, domain="ai.onyx")
+def spectral_magnitude(x, re_starts, re_ends, im_starts, im_ends, axes, eps):
+    """Sqrt(Add(Add(Mul(re, re), Mul(im, im)), eps)), re and im Slices of x along axes[0]
+    (step 1): an STFT's magnitude from its real and imaginary halves, its function body's
+    operations in its order on the same dtype (the same bits), in one step and one buffer."""
+    bounds = (re_starts, re_ends, im_starts, im_ends, axes)
+    # kept per constant bounds (derived.py); the entry holds them, so their ids stay theirs
+    key = ("magnitude", x.ndim, *map(id, bounds[1:]))
+    kept = derived(re_starts, key, lambda: (bounds, *_indices(x.ndim, *bounds)))
+    if not all(map(operator.is_, kept[0], bounds)):
+        kept = (bounds, *_indices(x.ndim, *bounds))
+    re, im = x[kept[1]], x[kept[2]]
+    if re.shape != im.shape or x.dtype != eps.dtype:  # (broadcasts, promotions: as the chain)
+        return np.sqrt(np.add(np.add(re * re, im * im), eps))
+    y = np.multiply(re, re)
+    square = np.multiply(im, im)
+    np.add(y, square, y)
+    np.add(y, eps, y)
+    return np.sqrt(y, y)
+
+
+def _bound_conv_magnitude(attrs: dict) -> Callable:
+    """make(attributes) of ConvMagnitude: the Conv kernel with its attributes bound, then
+    :func:`spectral_magnitude` on its result."""
+    from .conv import conv  # (a sibling that imports much: on first use)
+
+    conv_attrs = {k: attrs[k] for k in CONV_ATTRS}
+
+    def call(X, W, re_starts, re_ends, im_starts, im_ends, axes, eps):
+        y = conv(X, W, None, **conv_attrs)
+        return spectral_magnitude(y, re_starts, re_ends, im_starts, im_ends, axes, eps)
+
+    return call
+
+
+@op("ConvMagnitude", since=1, domain="ai.onyx", threads="pool")
+@prepared(_bound_conv_magnitude)
+def conv_magnitude(X, W, re_starts, re_ends, im_starts, im_ends, axes, eps, *,
+                   auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None,
+                   strides=None):  # fmt: skip
+    """SpectralMagnitude(Conv(X, W)): an STFT written as a conv and its magnitude in one step
+    (optimizer/audio.py), the two kernels' bits."""
+    attrs = dict(auto_pad=auto_pad, dilations=dilations, group=group,
+                 kernel_shape=kernel_shape, pads=pads, strides=strides)  # fmt: skip
+    return _bound_conv_magnitude(attrs)(X, W, re_starts, re_ends, im_starts, im_ends, axes, eps)
+
+
+def _bound_signal_magnitude(attrs: dict) -> Callable:
+    """make(attributes) of SignalMagnitude: Unsqueeze's kernel, then ConvMagnitude's."""
+    from .shape import unsqueeze
+
+    conv_magnitude = _bound_conv_magnitude(attrs)
+
+    def call(audio, axes, W, re_starts, re_ends, im_starts, im_ends, axes_, eps):
+        x = unsqueeze(audio, axes)
+        return conv_magnitude(x, W, re_starts, re_ends, im_starts, im_ends, axes_, eps)
+
+    return call
+
+
+@op("SignalMagnitude", since=1, domain="ai.onyx", threads="pool")
+@prepared(_bound_signal_magnitude)
+def signal_magnitude(audio, unsqueeze_axes, W, re_starts, re_ends, im_starts, im_ends, axes, eps,
+                     *, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None,
+                     pads=None, strides=None):  # fmt: skip
+    """ConvMagnitude(Unsqueeze(audio, unsqueeze_axes), W, ...): the audio's channel axis, the
+    STFT's conv and its magnitude in one step (optimizer/audio.py), the kernels' bits."""
+    attrs = dict(auto_pad=auto_pad, dilations=dilations, group=group,
+                 kernel_shape=kernel_shape, pads=pads, strides=strides)  # fmt: skip
+    return _bound_signal_magnitude(attrs)(
+        audio, unsqueeze_axes, W, re_starts, re_ends, im_starts, im_ends, axes, eps
+    )
+
+
+# --- a 1-D conv and the MaxPool after it ---------------------------------------------------------
+
+#: The conv attributes ConvMaxPool and FusedConvMaxPool keep under their own names.
+CONV_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
+FUSED_ATTRS = ("activation", "activation_params")
+#: MaxPool's attributes, kept as "pool_" + name.
+POOL_ATTRS = ("auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "storage_order",
+              "strides")  # fmt: skip
+
+
+def _bound_pooled(fused: bool) -> Callable:
+    """make(attributes) for a conv (FusedConv where ``fused``) followed by a 1-D MaxPool: the
+    conv kernel with its attributes, then MaxPool's 1-D passes (pool.py) on its result: the
+    two steps' kernels in one step."""
+
+    def make(attrs: dict) -> Callable:
+        from .conv import conv  # (siblings that import much: on first use)
+        from .fused import fused_conv
+        from .pool import _max_pool_1d
+
+        conv_attrs = {k: attrs[k] for k in CONV_ATTRS + (FUSED_ATTRS if fused else ())}
+        pool = [attrs["pool_" + k] for k in ("kernel_shape", "auto_pad", "pads", "strides",
+                                             "dilations", "ceil_mode")]  # fmt: skip
+
+        pairs = _pair_pool(attrs, fused)
+
+        def call(X, W, B=None):
+            if pairs is not None:
+                y = pair_max(X, W, B, conv_attrs, pairs)
+                if y is not None:
+                    return y
+            y = fused_conv(X, W, B, None, **conv_attrs) if fused else conv(X, W, B, **conv_attrs)
+            if y.ndim != 3:
+                raise ValueError(f"a 1-D MaxPool takes a rank-3 input, got rank {y.ndim}")
+            return _max_pool_1d(y, *pool)
+
+        return call
+
+    return make
+
+
+def _pair_pool(attrs: dict, fused: bool) -> tuple | None:
+    """(activation code, alpha) where the MaxPool takes pairs (kernel 2, stride 2, no pads or
+    dilation, floor) after a conv whose activation (none or Relu) the native 1-D conv
+    applies; else None."""
+    pool = {k: attrs["pool_" + k] for k in POOL_ATTRS}
+    if list(pool["kernel_shape"] or ()) != [2] or list(pool["strides"] or ()) != [2]:
+        return None
+    if any(pool["pads"] or ()) or any(d != 1 for d in pool["dilations"] or ()):
+        return None
+    if pool["ceil_mode"] or pool["auto_pad"] not in ("NOTSET", b"NOTSET"):
+        return None
+    activation = attrs["activation"] if fused else ""
+    if activation not in ("", "Relu") or attrs["auto_pad"] not in ("NOTSET", b"NOTSET"):
+        return None
+    geometry = tuple(
+        tuple(v) if isinstance(v, list) else v for v in (attrs[k] for k in CONV_ATTRS)
+    )  # (the set-up's key: the conv's attributes by value)
+    return (native.CONV_ACTIVATIONS[activation] if activation else 0, geometry)
+
+
+def pair_max(X, W, B, conv_attrs: dict, pairs: tuple) -> np.ndarray | None:
+    """MaxPool(kernel 2, stride 2) of a float32 1-D conv as max(even outputs, odd outputs),
+    each a native conv of twice the stride (the odd one's window a stride further), so the
+    max reads two contiguous arrays: the pool's strided pass was as long as the conv. Each
+    output is the same sum in the same order as the full conv's (conv1d.c sums a position's
+    (channel, tap) pairs in one order whatever its tile), so the bits are the pair's. None
+    where it does not apply (the caller's general path runs)."""
+    if X.dtype != np.float32 or W.dtype != np.float32 or X.ndim != 3 or not native.conv1d_ok():
+        return None
+    key = ("pair max", X.shape, pairs, native.thread_setting())
+    halves = derived(W, key, lambda: _pair_setup(X.shape, W, conv_attrs, pairs[0]))
+    if halves is None:
+        return None
+    even, odd = halves
+    return np.maximum(even(X, B), odd(X, B))
+
+
+def _pair_setup(x_shape, W: np.ndarray, conv_attrs: dict, activation: int):
+    """The even and odd outputs' native convs, or None (shapes the native conv leaves to
+    others, a window that would start before the signal's padding)."""
+    from .conv import _conv_geometry
+
+    N, C, L = x_shape
+    group = conv_attrs["group"]
+    if W.ndim != 3 or group < 1 or C % group or W.shape[0] % group or W.shape[1] * group != C:
+        return None
+    if group > 1 and W.shape[1] == 1:  # (depthwise: left to its own kernel)
+        return None
+    kernel = conv_attrs["kernel_shape"]
+    if kernel and list(kernel) != list(W.shape[2:]):
+        return None
+    geo = _conv_geometry(x_shape, W.shape, "NOTSET", conv_attrs["pads"], conv_attrs["strides"],
+                         conv_attrs["dilations"], kernel)  # fmt: skip
+    (out,), (s,), (d,), left = geo["out_shape"], geo["strides"], geo["dilations"], geo["pads"][0]
+    half = out // 2
+    if half < 1 or left - s < 0 or min(geo["pads"]) < 0:
+        return None
+    return tuple(
+        native.Conv1d(x_shape, W, group, half, 2 * s, d, begin, activation)
+        for begin in (left, left - s)
+    )
+
+
+@op("ConvMaxPool", since=1, domain="ai.onyx", threads="pool")
+@prepared(_bound_pooled(fused=False))
+def conv_max_pool(X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1,
+                  kernel_shape=None, pads=None, strides=None, pool_auto_pad="NOTSET",
+                  pool_ceil_mode=0, pool_dilations=None, pool_kernel_shape=None, pool_pads=None,
+                  pool_storage_order=0, pool_strides=None):  # fmt: skip
+    """MaxPool(Conv(X, W, B)) of a 1-D conv (optimizer/audio.py): the two nodes' kernels in
+    one step, the same bits (its function body is the pair)."""
+    attrs = dict(locals())
+    return conv_max_pool.prepare({k: attrs[k] for k in attrs if k not in ("X", "W", "B")})(X, W, B)
+
+
+@op("FusedConvMaxPool", since=1, domain="ai.onyx", threads="pool")
+@prepared(_bound_pooled(fused=True))
+def fused_conv_max_pool(X, W, B=None, *, activation="", activation_params=None,
+                        auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None,
+                        strides=None, pool_auto_pad="NOTSET", pool_ceil_mode=0,
+                        pool_dilations=None, pool_kernel_shape=None, pool_pads=None,
+                        pool_storage_order=0, pool_strides=None):  # fmt: skip
+    """MaxPool(FusedConv(X, W, B)) of a 1-D conv, as :func:`conv_max_pool`."""
+    attrs = dict(locals())
+    return fused_conv_max_pool.prepare({k: attrs[k] for k in attrs if k not in ("X", "W", "B")})(
+        X, W, B
+    )
