@@ -194,15 +194,36 @@ static AVX512 inline __m512 nan_max(__m512 a, __m512 b) {
     return _mm512_mask_add_ps(_mm512_max_ps(a, b), _mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q), a, b);
 }
 
+/* Whether the n floats at x hold a NaN: a max pool of a plane without one takes the plain
+   vector max (one instruction where nan_max is three). */
+static AVX512 int has_nan(const float *x, int64_t n) {
+    __mmask16 seen = 0;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) /* (an unordered compare: a NaN on either side) */
+        seen |= _mm512_cmp_ps_mask(_mm512_loadu_ps(x + i), _mm512_loadu_ps(x + i + 16),
+                                   _CMP_UNORD_Q);
+    for (; i < n; i += 16) {
+        __m512 v = _mm512_maskz_loadu_ps(first_lanes(n - i), x + i);
+        seen |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    }
+    return seen != 0;
+}
+
+/* nan_max where the plane may hold a NaN, else the plain max (the same values: a tie of -0
+   and +0 may keep either zero, as the separable order already may). */
+static AVX512 inline __m512 window_max(__m512 a, __m512 b, const int nan) {
+    return nan ? nan_max(a, b) : _mm512_max_ps(a, b);
+}
+
 /* Output row oh of a max pool of plane x, separably: the window's kh rows maxed column by
    column into vrow (every column the row's windows read, each once, in whole vectors), then
    each output's kw columns of vrow; where pool_row read the kh x kw offsets of every window,
    each a strided load and a NaN-aware compare. The rows are read in place: cells in the
    padding are -inf (lanes outside the row, rows outside the plane skipped), as on the padded
-   copy, which a max pool does not make. */
+   copy, which a max pool does not make. nan: whether the plane holds a NaN. */
 static AVX512 inline __attribute__((always_inline)) void
 max_row(const pool2d *t, const float *x, int64_t oh, float *out, float *vrow, const int64_t kh,
-        const int64_t kw, const int64_t sw) {
+        const int64_t kw, const int64_t sw, const int nan) {
     int64_t OW = t->OW, cols = (OW - 1) * sw + (kw - 1) * t->dw + 1;
     const __m512 low = _mm512_set1_ps(-INFINITY);
     for (int64_t c = 0; c < cols; c += 16) {
@@ -213,7 +234,7 @@ max_row(const pool2d *t, const float *x, int64_t oh, float *out, float *vrow, co
         for (int64_t ky = 0; ky < kh; ky++) {
             int64_t ih = oh * t->sh - t->top + ky * t->dh;
             if (ih < 0 || ih >= t->H) continue;
-            v = nan_max(v, _mm512_mask_loadu_ps(low, in, x + ih * t->W + ic));
+            v = window_max(v, _mm512_mask_loadu_ps(low, in, x + ih * t->W + ic), nan);
         }
         _mm512_storeu_ps(vrow + c, v); /* (vrow has a vector's slack) */
     }
@@ -221,18 +242,22 @@ max_row(const pool2d *t, const float *x, int64_t oh, float *out, float *vrow, co
         int64_t n = OW - ow0 < 16 ? OW - ow0 : 16;
         const float *base = vrow + ow0 * sw;
         __m512 acc = taps16(base, sw, n);
-        for (int64_t kx = 1; kx < kw; kx++) acc = nan_max(acc, taps16(base + kx * t->dw, sw, n));
+        for (int64_t kx = 1; kx < kw; kx++)
+            acc = window_max(acc, taps16(base + kx * t->dw, sw, n), nan);
         _mm512_mask_storeu_ps(out + ow0, first_lanes(n), acc);
     }
 }
 
 static AVX512 void max_row_avx512(const pool2d *t, const float *x, int64_t oh, float *out,
-                                  float *vrow) {
+                                  float *vrow, int nan) {
 #define CASE(K, S)                                                                           \
-    if (t->kh == K && t->kw == K && t->sw == S) return max_row(t, x, oh, out, vrow, K, K, S);
+    if (t->kh == K && t->kw == K && t->sw == S)                                              \
+        return nan ? max_row(t, x, oh, out, vrow, K, K, S, 1)                                \
+                   : max_row(t, x, oh, out, vrow, K, K, S, 0);
     CASE(2, 2) CASE(3, 2) CASE(2, 1) CASE(3, 1)
 #undef CASE
-    max_row(t, x, oh, out, vrow, t->kh, t->kw, t->sw);
+    if (nan) return max_row(t, x, oh, out, vrow, t->kh, t->kw, t->sw, 1);
+    max_row(t, x, oh, out, vrow, t->kh, t->kw, t->sw, 0);
 }
 
 /* The usual windows (2x2 and 3x3, strides 1 and 2) with their sizes as constants: the
@@ -290,8 +315,9 @@ EXPORT CLONES int onyx_pool2d_f32_range(const void *p, int64_t begin, int64_t en
         float *y = t->y + plane * t->OH * t->OW;
 #ifdef HAVE_POOL_AVX512
         if (vectors && !t->average) {
+            int nan = has_nan(x, t->H * t->W);
             for (int64_t oh = 0; oh < t->OH; oh++)
-                max_row_avx512(t, x, oh, y + oh * t->OW, vrow);
+                max_row_avx512(t, x, oh, y + oh * t->OW, vrow, nan);
             continue;
         }
 #endif
