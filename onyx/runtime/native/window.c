@@ -260,6 +260,147 @@ static AVX512 void max_row_avx512(const pool2d *t, const float *x, int64_t oh, f
     max_row(t, x, oh, out, vrow, t->kh, t->kw, t->sw, 0);
 }
 
+/* Column block c (16 columns from padded column c) of output row oh's window rows, reduced
+   down: the kh cells of each column summed (average, in pool_row's order: a cell in the
+   padding adds 0, as on the padded copy) or maxed (-inf there). Read in place by masked
+   loads. */
+static AVX512 inline __attribute__((always_inline)) __m512
+column_block(const pool2d *t, const float *x, int64_t oh, int64_t c, const int64_t kh,
+             const int average, const int nan) {
+    int64_t ic = c - t->left; /* the input column of lane 0 */
+    __mmask16 in = first_lanes(t->W - ic) & (__mmask16)(ic >= 0 ? 0xFFFF : 0xFFFF << -ic);
+    if (ic < -16) in = 0;
+    const __m512 fill = average ? _mm512_setzero_ps() : _mm512_set1_ps(-INFINITY);
+    __m512 v = fill;
+    for (int64_t ky = 0; ky < kh; ky++) {
+        int64_t ih = oh * t->sh - t->top + ky * t->dh;
+        __m512 cell =
+            ih < 0 || ih >= t->H ? fill : _mm512_mask_loadu_ps(fill, in, x + ih * t->W + ic);
+        v = ky == 0 ? cell : average ? _mm512_add_ps(v, cell) : window_max(v, cell, nan);
+    }
+    return v;
+}
+
+/* Output row oh of a pool with unit column stride and dilation (kw <= 16), separably and in
+   registers: each block of 16 columns reduced down its window rows once (column_block), and
+   output ow's kw columns taken from two adjacent blocks by a lane shuffle; where max_row
+   stored the column maxima and read them back at unaligned offsets (a stalled store
+   forwarding each) and pool_row read every window cell. The average's column sums are added
+   left to right, then + 0 and divided by the count: pool_row's by_columns operations in its
+   order, so its bits. */
+static AVX512 inline __attribute__((always_inline)) void
+row_s1(const pool2d *t, const float *x, int64_t oh, float *out, const float *count_w,
+       float rows, const int64_t kh, const int64_t kw, const int average, const int nan) {
+    __m512i shift[16]; /* lanes kx .. kx + 15 of (lo, hi) */
+    for (int64_t kx = 1; kx < kw; kx++)
+        shift[kx] = _mm512_add_epi32(
+            _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+            _mm512_set1_epi32((int)kx));
+    __m512 lo = column_block(t, x, oh, 0, kh, average, nan);
+    for (int64_t ow0 = 0; ow0 < t->OW; ow0 += 16) {
+        int64_t n = t->OW - ow0 < 16 ? t->OW - ow0 : 16;
+        __m512 hi = kw > 1 ? column_block(t, x, oh, ow0 + 16, kh, average, nan) : lo;
+        __m512 acc = lo;
+        for (int64_t kx = 1; kx < kw; kx++) {
+            __m512 tap = _mm512_permutex2var_ps(lo, shift[kx], hi);
+            acc = average ? _mm512_add_ps(acc, tap) : window_max(acc, tap, nan);
+        }
+        __mmask16 live = first_lanes(n);
+        if (average) {
+            __m512 count = _mm512_mul_ps(_mm512_set1_ps(rows),
+                                         _mm512_maskz_loadu_ps(live, count_w + ow0));
+            acc = _mm512_div_ps(_mm512_add_ps(acc, _mm512_setzero_ps()), count);
+        }
+        _mm512_mask_storeu_ps(out + ow0, live, acc);
+        lo = kw > 1 ? hi : column_block(t, x, oh, ow0 + 16, kh, average, nan);
+    }
+}
+
+/* row_s1 for every output row of a plane, the usual windows' sizes as constants. */
+static AVX512 void plane_s1_avx512(const pool2d *t, const float *x, float *y,
+                                   const float *count_w, const float *count_h, int nan) {
+#define ROWS(KH, KW, AVG, NAN)                                                               \
+    {                                                                                        \
+        for (int64_t oh = 0; oh < t->OH; oh++)                                               \
+            row_s1(t, x, oh, y + oh * t->OW, count_w, count_h[oh], KH, KW, AVG, NAN);        \
+        return;                                                                              \
+    }
+#define CASE(K)                                                                              \
+    if (t->kh == K && t->kw == K) {                                                          \
+        if (t->average) ROWS(K, K, 1, 0)                                                     \
+        if (nan) ROWS(K, K, 0, 1)                                                            \
+        ROWS(K, K, 0, 0)                                                                     \
+    }
+    CASE(3) CASE(2)
+#undef CASE
+    if (t->average) ROWS(t->kh, t->kw, 1, 0)
+    if (nan) ROWS(t->kh, t->kw, 0, 1)
+    ROWS(t->kh, t->kw, 0, 0)
+#undef ROWS
+}
+
+/* Output row oh of a pool with column stride 2 and a window 2 or 3 columns wide (unit
+   dilation), as row_s1: 16 outputs read columns 2 ow + kx of three adjacent blocks (the third
+   the next 16 outputs' first), each tap one lane shuffle of the first two (the third column's
+   last lane broadcast from the third block). pool_row's order and bits for the average. */
+static AVX512 inline __attribute__((always_inline)) void
+row_s2(const pool2d *t, const float *x, int64_t oh, float *out, const float *count_w,
+       float rows, const int64_t kh, const int64_t kw, const int average, const int nan) {
+    const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4,
+                                          2, 0);
+    const __m512i one = _mm512_set1_epi32(1), two = _mm512_set1_epi32(2);
+    __m512 a = column_block(t, x, oh, 0, kh, average, nan);
+    for (int64_t ow0 = 0; ow0 < t->OW; ow0 += 16) {
+        int64_t n = t->OW - ow0 < 16 ? t->OW - ow0 : 16;
+        __m512 b = column_block(t, x, oh, 2 * ow0 + 16, kh, average, nan);
+        __m512 c = column_block(t, x, oh, 2 * ow0 + 32, kh, average, nan);
+        __m512 acc = _mm512_permutex2var_ps(a, even, b);
+        __m512 tap = _mm512_permutex2var_ps(a, _mm512_add_epi32(even, one), b);
+        acc = average ? _mm512_add_ps(acc, tap) : window_max(acc, tap, nan);
+        if (kw == 3) { /* (lane 15's index wraps to a's lane 0: replaced by c's) */
+            tap = _mm512_permutex2var_ps(a, _mm512_add_epi32(even, two), b);
+            tap = _mm512_mask_broadcastss_ps(tap, (__mmask16)0x8000, _mm512_castps512_ps128(c));
+            acc = average ? _mm512_add_ps(acc, tap) : window_max(acc, tap, nan);
+        }
+        __mmask16 live = first_lanes(n);
+        if (average) {
+            __m512 count = _mm512_mul_ps(_mm512_set1_ps(rows),
+                                         _mm512_maskz_loadu_ps(live, count_w + ow0));
+            acc = _mm512_div_ps(_mm512_add_ps(acc, _mm512_setzero_ps()), count);
+        }
+        _mm512_mask_storeu_ps(out + ow0, live, acc);
+        a = c;
+    }
+}
+
+/* row_s2 for every output row of a plane (kw 2 or 3). */
+static AVX512 void plane_s2_avx512(const pool2d *t, const float *x, float *y,
+                                   const float *count_w, const float *count_h, int nan) {
+#define ROWS(KH, KW, AVG, NAN)                                                               \
+    {                                                                                        \
+        for (int64_t oh = 0; oh < t->OH; oh++)                                               \
+            row_s2(t, x, oh, y + oh * t->OW, count_w, count_h[oh], KH, KW, AVG, NAN);        \
+        return;                                                                              \
+    }
+#define CASE(K)                                                                              \
+    if (t->kh == K && t->kw == K) {                                                          \
+        if (t->average) ROWS(K, K, 1, 0)                                                     \
+        if (nan) ROWS(K, K, 0, 1)                                                            \
+        ROWS(K, K, 0, 0)                                                                     \
+    }
+    CASE(3) CASE(2)
+#undef CASE
+    if (t->kw == 3) {
+        if (t->average) ROWS(t->kh, 3, 1, 0)
+        if (nan) ROWS(t->kh, 3, 0, 1)
+        ROWS(t->kh, 3, 0, 0)
+    }
+    if (t->average) ROWS(t->kh, 2, 1, 0)
+    if (nan) ROWS(t->kh, 2, 0, 1)
+    ROWS(t->kh, 2, 0, 0)
+#undef ROWS
+}
+
 /* The usual windows (2x2 and 3x3, strides 1 and 2) with their sizes as constants: the
    compiler unrolls the offsets and keeps every address in registers. */
 static AVX512 void pool_row_avx512(const pool2d *t, const float *top, int64_t Wp, float *out,
@@ -314,6 +455,16 @@ EXPORT CLONES int onyx_pool2d_f32_range(const void *p, int64_t begin, int64_t en
         int64_t ld = t->W; /* (the row stride of what the windows read) */
         float *y = t->y + plane * t->OH * t->OW;
 #ifdef HAVE_POOL_AVX512
+        if (vectors && t->sw == 1 && t->dw == 1 && t->kw <= 16 &&
+            (!t->average || t->by_columns)) {
+            plane_s1_avx512(t, x, y, count_w, count_h, !t->average && has_nan(x, t->H * t->W));
+            continue;
+        }
+        if (vectors && t->sw == 2 && t->dw == 1 && (t->kw == 2 || t->kw == 3) &&
+            (!t->average || t->by_columns)) {
+            plane_s2_avx512(t, x, y, count_w, count_h, !t->average && has_nan(x, t->H * t->W));
+            continue;
+        }
         if (vectors && !t->average) {
             int nan = has_nan(x, t->H * t->W);
             for (int64_t oh = 0; oh < t->OH; oh++)
