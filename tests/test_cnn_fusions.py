@@ -11,6 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import onyx
 from onyx.runtime import native
+from onyx.runtime.native import _core
 
 F = TensorProto.FLOAT
 RNG = np.random.default_rng(7)
@@ -22,7 +23,9 @@ def _model(nodes, x_shape, inits, opset):
         [helper.make_tensor_value_info("y", F, None)],
         [numpy_helper.from_array(np.asarray(a), n) for n, a in inits],
     )  # fmt: skip
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]).SerializeToString()
+    return helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", opset)]
+    ).SerializeToString()
 
 
 def _bn_params(c):
@@ -52,7 +55,7 @@ def test_batch_norm_relu_fusion_same_bits(monkeypatch, shape, opset, numpy_path)
     ai.onyx BatchNormRelu, the unfused pair's bits (native and numpy), onnxruntime's values,
     and the saved model (a model-local function) runs in onnxruntime."""
     if numpy_path:
-        monkeypatch.setattr(native._core, "lib", None)
+        monkeypatch.setattr(_core, "lib", None)
     c = shape[1]
     half = (shape[0], c // 2) + shape[2:]
     nodes = [
@@ -97,7 +100,7 @@ def test_batch_norm_relu_fusion_leaves_a_shared_or_conv_batch_norm():
     assert ops == ["FusedConv"]
 
 
-@pytest.mark.skipif(native._core.lib is None, reason="no native library")
+@pytest.mark.skipif(not native.available(), reason="native library not built")
 @pytest.mark.parametrize("kernel,stride,pads", [(3, 2, [0, 0, 0, 0]), (2, 2, [0, 0, 0, 0]),
                                                 (3, 1, [1, 1, 1, 1]), (3, 2, [0, 0, 1, 1])])  # fmt: skip
 def test_max_pool_planes_with_and_without_nan(monkeypatch, kernel, stride, pads):
@@ -113,6 +116,6 @@ def test_max_pool_planes_with_and_without_nan(monkeypatch, kernel, stride, pads)
     got = onyx.InferenceSession(m).run(None, {"x": x})[0]
     other = ort.InferenceSession(m, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_array_equal(got[0, [0, 1, 3, 5]], other[0, [0, 1, 3, 5]])
-    monkeypatch.setattr(native._core, "lib", None)
+    monkeypatch.setattr(_core, "lib", None)
     np.testing.assert_array_equal(got, onyx.InferenceSession(m).run(None, {"x": x})[0])
     assert np.isnan(got[0, 2]).any() and not np.isnan(got[0, [0, 1, 3, 5]]).any()
