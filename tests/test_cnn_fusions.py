@@ -119,3 +119,21 @@ def test_max_pool_planes_with_and_without_nan(monkeypatch, kernel, stride, pads)
     monkeypatch.setattr(_core, "lib", None)
     np.testing.assert_array_equal(got, onyx.InferenceSession(m).run(None, {"x": x})[0])
     assert np.isnan(got[0, 2]).any() and not np.isnan(got[0, [0, 1, 3, 5]]).any()
+
+
+@pytest.mark.skipif(not native.available(), reason="native library not built")
+@pytest.mark.parametrize("kernel,stride,pads", [(2, 2, [0, 0, 0, 0]), (2, 1, [0, 0, 0, 0]),
+                                                (3, 2, [1, 1, 1, 1]), (3, 1, [1, 1, 1, 1])])  # fmt: skip
+def test_average_pool_same_bits_as_numpy(monkeypatch, kernel, stride, pads):
+    """window.c's average (a reciprocal's product where every count is a power of two, else
+    the division) gives the numpy kernel's bits, subnormal and huge sums included."""
+    x = RNG.standard_normal((2, 5, 21, 37)).astype(np.float32)
+    x[0, 1] *= np.float32(1e-39)  # subnormal windows
+    x[1, 2] *= np.float32(1e37)  # sums near float32's limit
+    node = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[kernel] * 2,
+                            strides=[stride] * 2, pads=pads)  # fmt: skip
+    m = _model([node], x.shape, [], 11)
+    got = onyx.InferenceSession(m).run(None, {"x": x})[0]
+    monkeypatch.setattr(_core, "lib", None)
+    want = onyx.InferenceSession(m).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
