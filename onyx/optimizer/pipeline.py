@@ -35,6 +35,7 @@ TRIGGERS: dict[str, tuple[tuple[str, ...], ...]] = {
     "BatchNormScaleFusion": (("BatchNormalization",), ("Mul", "Add")),
     "ConvActivationFusion": (("Conv",),),
     "ConvHardSwishFusion": (("Conv",), ("HardSwish",)),
+    "BatchNormReluFusion": (("BatchNormalization",), ("Relu",)),
     "MatMulAddFusion": (("MatMul",), ("Add",)),
     "GemmActivationFusion": (("Gemm",),),
     "MatMulBiasFusion": (("MatMul",), ("Add",)),
@@ -124,6 +125,8 @@ FUSIONS: tuple[DeferredPass, ...] = tuple(
         ("conv:batch_norm_scale", "BatchNormScaleFusion", EXTENDED),
         ("conv:conv_activation", "ConvActivationFusion", EXTENDED),
         ("conv:conv_hard_swish", "ConvHardSwishFusion", EXTENDED),
+        # (after the conv fusions: a BatchNormalization no conv took)
+        ("cnn:batch_norm_relu", "BatchNormReluFusion", EXTENDED),
         ("gemm:matmul_add", "MatMulAddFusion", EXTENDED),
         ("gemm:gemm_activation", "GemmActivationFusion", EXTENDED),
         ("transformer:gelu_fusion", "GeluFusion", EXTENDED),

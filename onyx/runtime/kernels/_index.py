@@ -230,6 +230,7 @@ MODULES: dict[tuple[str, str], tuple[str, ...]] = {
     ('ai.onnx.preview.training', 'Adagrad'): ('training',),
     ('ai.onnx.preview.training', 'Adam'): ('training',),
     ('ai.onnx.preview.training', 'Momentum'): ('training',),
+    ('ai.onyx', 'BatchNormRelu'): ('cnn',),
     ('ai.onyx', 'BinsOneHot'): ('ml.preprocess',),
     ('ai.onyx', 'CausalHeadsAttention'): ('attention',),
     ('ai.onyx', 'CausalPackedHeadsAttention'): ('attention',),

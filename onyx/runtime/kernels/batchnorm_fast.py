@@ -68,9 +68,10 @@ def _affine(scale, B, mean, var, epsilon: float, dtype: np.dtype) -> _Affine | N
     return affine
 
 
-def inference(X, scale, B, mean, var, epsilon: float) -> np.ndarray | None:
+def inference(X, scale, B, mean, var, epsilon: float, relu: bool = False) -> np.ndarray | None:
     """Y of inference-mode BatchNormalization for float32/float64 X (N, C, ...) with (C,)
-    parameters of X's type; None where the general kernel is needed."""
+    parameters of X's type (with relu, then Relu, in the same pass where native); None where
+    the general kernel is needed."""
     if type(X) is not np.ndarray or X.dtype not in _FLOATS or X.ndim < 2:
         return None
     dtype = X.dtype
@@ -80,7 +81,8 @@ def inference(X, scale, B, mean, var, epsilon: float) -> np.ndarray | None:
     if affine is None or affine.mult.size != X.shape[1]:
         return None
     if dtype == np.float32 and core.lib is not None and X.flags.c_contiguous and X.size:
-        return native.batch_norm_f32(X, affine.zeros, affine.mult, affine.shift)
+        return native.batch_norm_f32(X, affine.zeros, affine.mult, affine.shift, relu)
     mult, shift = affine.broadcast(X.ndim)
     y = np.multiply(X, mult)
-    return np.add(y, shift, out=y)
+    y = np.add(y, shift, out=y)
+    return np.clip(y, 0, np.inf, out=y) if relu else y

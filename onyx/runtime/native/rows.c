@@ -268,3 +268,23 @@ EXPORT CLONES NO_FMA int onyx_batch_norm_f32_range(const void *p, int64_t begin,
     }
     return 0;
 }
+
+/* batch_norm's rows, then Relu as np.clip(y, 0, inf) gives it (a NaN or -0.0 stays): the
+   optimizer's BatchNormRelu (DenseNet's pre-activation after each Concat) in one pass where
+   the pair made two and a temporary. */
+EXPORT CLONES NO_FMA int onyx_batch_norm_relu_f32_range(const void *p, int64_t begin,
+                                                        int64_t end) {
+    const batch_norm *t = p;
+    if (t->channels < 1 || t->size < 0) return ONYX_INVALID; /* (checks.h) */
+    for (int64_t r = begin; r < end; r++) {
+        int64_t c = r % t->channels;
+        float m = t->mean[c], a = t->mult[c], b = t->bias[c];
+        const float *x = t->x + r * t->size;
+        float *y = t->y + r * t->size;
+        for (int64_t i = 0; i < t->size; i++) {
+            float v = (x[i] - m) * a + b;
+            y[i] = v < 0.0f ? 0.0f : v;
+        }
+    }
+    return 0;
+}

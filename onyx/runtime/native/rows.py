@@ -99,10 +99,12 @@ def mean_rows_f32(x: np.ndarray) -> np.ndarray | None:
     return y
 
 
-def batch_norm_f32(x: np.ndarray, mean: np.ndarray, mult: np.ndarray, bias: np.ndarray):
+def batch_norm_f32(
+    x: np.ndarray, mean: np.ndarray, mult: np.ndarray, bias: np.ndarray, relu: bool = False
+):
     """Inference BatchNormalization of C-contiguous float32 x (N, C, ...): (x - mean) * mult +
     bias per channel, each step rounded (numpy's passes, to the bit); the parameters float32
-    [C]. None without the library."""
+    [C]; with relu, then Relu (np.clip's bits) in the same pass. None without the library."""
     if core.lib is None or x.dtype != np.float32 or not x.flags.c_contiguous or x.ndim < 2:
         return None
     params = [_vector_f32(v) for v in (mean, mult, bias)]
@@ -114,7 +116,8 @@ def batch_norm_f32(x: np.ndarray, mean: np.ndarray, mult: np.ndarray, bias: np.n
     ways = _ways(x.size, rows, _PARALLEL_ELEMENTS)
     addrs = (_param_addr(v) for v in params)  # (a session's constants: their addresses kept)
     task = _BatchNorm(_input_addr(x), _addr(y), *addrs, x.shape[1], size)
-    _run(core.lib.batch_norm_f32_range, task, _element_cuts(rows, 1, ways), ways)
+    entry = core.lib.batch_norm_relu_f32_range if relu else core.lib.batch_norm_f32_range
+    _run(entry, task, _element_cuts(rows, 1, ways), ways)
     return y
 
 
@@ -336,5 +339,6 @@ def bind(lib, isa: int) -> None:
         "softmax_rows_f32",
         "norm_rows_f32",
         "batch_norm_f32",
+        "batch_norm_relu_f32",
     ):
         setattr(lib, f"{name}_range", range_of(lib, name))

@@ -194,15 +194,36 @@ static AVX512 inline __m512 nan_max(__m512 a, __m512 b) {
     return _mm512_mask_add_ps(_mm512_max_ps(a, b), _mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q), a, b);
 }
 
+/* Whether the n floats at x hold a NaN: a max pool of a plane without one takes the plain
+   vector max (one instruction where nan_max is three). */
+static AVX512 int has_nan(const float *x, int64_t n) {
+    __mmask16 seen = 0;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) /* (an unordered compare: a NaN on either side) */
+        seen |= _mm512_cmp_ps_mask(_mm512_loadu_ps(x + i), _mm512_loadu_ps(x + i + 16),
+                                   _CMP_UNORD_Q);
+    for (; i < n; i += 16) {
+        __m512 v = _mm512_maskz_loadu_ps(first_lanes(n - i), x + i);
+        seen |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    }
+    return seen != 0;
+}
+
+/* nan_max where the plane may hold a NaN, else the plain max (the same values: a tie of -0
+   and +0 may keep either zero, as the separable order already may). */
+static AVX512 inline __m512 window_max(__m512 a, __m512 b, const int nan) {
+    return nan ? nan_max(a, b) : _mm512_max_ps(a, b);
+}
+
 /* Output row oh of a max pool of plane x, separably: the window's kh rows maxed column by
    column into vrow (every column the row's windows read, each once, in whole vectors), then
    each output's kw columns of vrow; where pool_row read the kh x kw offsets of every window,
    each a strided load and a NaN-aware compare. The rows are read in place: cells in the
    padding are -inf (lanes outside the row, rows outside the plane skipped), as on the padded
-   copy, which a max pool does not make. */
+   copy, which a max pool does not make. nan: whether the plane holds a NaN. */
 static AVX512 inline __attribute__((always_inline)) void
 max_row(const pool2d *t, const float *x, int64_t oh, float *out, float *vrow, const int64_t kh,
-        const int64_t kw, const int64_t sw) {
+        const int64_t kw, const int64_t sw, const int nan) {
     int64_t OW = t->OW, cols = (OW - 1) * sw + (kw - 1) * t->dw + 1;
     const __m512 low = _mm512_set1_ps(-INFINITY);
     for (int64_t c = 0; c < cols; c += 16) {
@@ -213,7 +234,7 @@ max_row(const pool2d *t, const float *x, int64_t oh, float *out, float *vrow, co
         for (int64_t ky = 0; ky < kh; ky++) {
             int64_t ih = oh * t->sh - t->top + ky * t->dh;
             if (ih < 0 || ih >= t->H) continue;
-            v = nan_max(v, _mm512_mask_loadu_ps(low, in, x + ih * t->W + ic));
+            v = window_max(v, _mm512_mask_loadu_ps(low, in, x + ih * t->W + ic), nan);
         }
         _mm512_storeu_ps(vrow + c, v); /* (vrow has a vector's slack) */
     }
@@ -221,18 +242,163 @@ max_row(const pool2d *t, const float *x, int64_t oh, float *out, float *vrow, co
         int64_t n = OW - ow0 < 16 ? OW - ow0 : 16;
         const float *base = vrow + ow0 * sw;
         __m512 acc = taps16(base, sw, n);
-        for (int64_t kx = 1; kx < kw; kx++) acc = nan_max(acc, taps16(base + kx * t->dw, sw, n));
+        for (int64_t kx = 1; kx < kw; kx++)
+            acc = window_max(acc, taps16(base + kx * t->dw, sw, n), nan);
         _mm512_mask_storeu_ps(out + ow0, first_lanes(n), acc);
     }
 }
 
 static AVX512 void max_row_avx512(const pool2d *t, const float *x, int64_t oh, float *out,
-                                  float *vrow) {
+                                  float *vrow, int nan) {
 #define CASE(K, S)                                                                           \
-    if (t->kh == K && t->kw == K && t->sw == S) return max_row(t, x, oh, out, vrow, K, K, S);
+    if (t->kh == K && t->kw == K && t->sw == S)                                              \
+        return nan ? max_row(t, x, oh, out, vrow, K, K, S, 1)                                \
+                   : max_row(t, x, oh, out, vrow, K, K, S, 0);
     CASE(2, 2) CASE(3, 2) CASE(2, 1) CASE(3, 1)
 #undef CASE
-    max_row(t, x, oh, out, vrow, t->kh, t->kw, t->sw);
+    if (nan) return max_row(t, x, oh, out, vrow, t->kh, t->kw, t->sw, 1);
+    max_row(t, x, oh, out, vrow, t->kh, t->kw, t->sw, 0);
+}
+
+/* Column block c (16 columns from padded column c) of output row oh's window rows, reduced
+   down: the kh cells of each column summed (average, in pool_row's order: a cell in the
+   padding adds 0, as on the padded copy) or maxed (-inf there). Read in place by masked
+   loads. */
+static AVX512 inline __attribute__((always_inline)) __m512
+column_block(const pool2d *t, const float *x, int64_t oh, int64_t c, const int64_t kh,
+             const int average, const int nan) {
+    int64_t ic = c - t->left; /* the input column of lane 0 */
+    __mmask16 in = first_lanes(t->W - ic) & (__mmask16)(ic >= 0 ? 0xFFFF : 0xFFFF << -ic);
+    if (ic < -16) in = 0;
+    const __m512 fill = average ? _mm512_setzero_ps() : _mm512_set1_ps(-INFINITY);
+    __m512 v = fill;
+    for (int64_t ky = 0; ky < kh; ky++) {
+        int64_t ih = oh * t->sh - t->top + ky * t->dh;
+        __m512 cell =
+            ih < 0 || ih >= t->H ? fill : _mm512_mask_loadu_ps(fill, in, x + ih * t->W + ic);
+        v = ky == 0 ? cell : average ? _mm512_add_ps(v, cell) : window_max(v, cell, nan);
+    }
+    return v;
+}
+
+/* Output row oh of a pool with unit column stride and dilation (kw <= 16), separably and in
+   registers: each block of 16 columns reduced down its window rows once (column_block), and
+   output ow's kw columns taken from two adjacent blocks by a lane shuffle; where max_row
+   stored the column maxima and read them back at unaligned offsets (a stalled store
+   forwarding each) and pool_row read every window cell. The average's column sums are added
+   left to right, then + 0 and divided by the count: pool_row's by_columns operations in its
+   order, so its bits. */
+static AVX512 inline __attribute__((always_inline)) void
+row_s1(const pool2d *t, const float *x, int64_t oh, float *out, const float *count_w,
+       float rows, const int64_t kh, const int64_t kw, const int average, const int nan) {
+    __m512i shift[16]; /* lanes kx .. kx + 15 of (lo, hi) */
+    for (int64_t kx = 1; kx < kw; kx++)
+        shift[kx] = _mm512_add_epi32(
+            _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+            _mm512_set1_epi32((int)kx));
+    __m512 lo = column_block(t, x, oh, 0, kh, average, nan);
+    for (int64_t ow0 = 0; ow0 < t->OW; ow0 += 16) {
+        int64_t n = t->OW - ow0 < 16 ? t->OW - ow0 : 16;
+        __m512 hi = kw > 1 ? column_block(t, x, oh, ow0 + 16, kh, average, nan) : lo;
+        __m512 acc = lo;
+        for (int64_t kx = 1; kx < kw; kx++) {
+            __m512 tap = _mm512_permutex2var_ps(lo, shift[kx], hi);
+            acc = average ? _mm512_add_ps(acc, tap) : window_max(acc, tap, nan);
+        }
+        __mmask16 live = first_lanes(n);
+        if (average) {
+            __m512 count = _mm512_mul_ps(_mm512_set1_ps(rows),
+                                         _mm512_maskz_loadu_ps(live, count_w + ow0));
+            acc = _mm512_div_ps(_mm512_add_ps(acc, _mm512_setzero_ps()), count);
+        }
+        _mm512_mask_storeu_ps(out + ow0, live, acc);
+        lo = kw > 1 ? hi : column_block(t, x, oh, ow0 + 16, kh, average, nan);
+    }
+}
+
+/* row_s1 for every output row of a plane, the usual windows' sizes as constants. */
+static AVX512 void plane_s1_avx512(const pool2d *t, const float *x, float *y,
+                                   const float *count_w, const float *count_h, int nan) {
+#define ROWS(KH, KW, AVG, NAN)                                                               \
+    {                                                                                        \
+        for (int64_t oh = 0; oh < t->OH; oh++)                                               \
+            row_s1(t, x, oh, y + oh * t->OW, count_w, count_h[oh], KH, KW, AVG, NAN);        \
+        return;                                                                              \
+    }
+#define CASE(K)                                                                              \
+    if (t->kh == K && t->kw == K) {                                                          \
+        if (t->average) ROWS(K, K, 1, 0)                                                     \
+        if (nan) ROWS(K, K, 0, 1)                                                            \
+        ROWS(K, K, 0, 0)                                                                     \
+    }
+    CASE(3) CASE(2)
+#undef CASE
+    if (t->average) ROWS(t->kh, t->kw, 1, 0)
+    if (nan) ROWS(t->kh, t->kw, 0, 1)
+    ROWS(t->kh, t->kw, 0, 0)
+#undef ROWS
+}
+
+/* Output row oh of a pool with column stride 2 and a window 2 or 3 columns wide (unit
+   dilation), as row_s1: 16 outputs read columns 2 ow + kx of three adjacent blocks (the third
+   the next 16 outputs' first), each tap one lane shuffle of the first two (the third column's
+   last lane broadcast from the third block). pool_row's order and bits for the average. */
+static AVX512 inline __attribute__((always_inline)) void
+row_s2(const pool2d *t, const float *x, int64_t oh, float *out, const float *count_w,
+       float rows, const int64_t kh, const int64_t kw, const int average, const int nan) {
+    const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4,
+                                          2, 0);
+    const __m512i one = _mm512_set1_epi32(1), two = _mm512_set1_epi32(2);
+    __m512 a = column_block(t, x, oh, 0, kh, average, nan);
+    for (int64_t ow0 = 0; ow0 < t->OW; ow0 += 16) {
+        int64_t n = t->OW - ow0 < 16 ? t->OW - ow0 : 16;
+        __m512 b = column_block(t, x, oh, 2 * ow0 + 16, kh, average, nan);
+        __m512 c = column_block(t, x, oh, 2 * ow0 + 32, kh, average, nan);
+        __m512 acc = _mm512_permutex2var_ps(a, even, b);
+        __m512 tap = _mm512_permutex2var_ps(a, _mm512_add_epi32(even, one), b);
+        acc = average ? _mm512_add_ps(acc, tap) : window_max(acc, tap, nan);
+        if (kw == 3) { /* (lane 15's index wraps to a's lane 0: replaced by c's) */
+            tap = _mm512_permutex2var_ps(a, _mm512_add_epi32(even, two), b);
+            tap = _mm512_mask_broadcastss_ps(tap, (__mmask16)0x8000, _mm512_castps512_ps128(c));
+            acc = average ? _mm512_add_ps(acc, tap) : window_max(acc, tap, nan);
+        }
+        __mmask16 live = first_lanes(n);
+        if (average) {
+            __m512 count = _mm512_mul_ps(_mm512_set1_ps(rows),
+                                         _mm512_maskz_loadu_ps(live, count_w + ow0));
+            acc = _mm512_div_ps(_mm512_add_ps(acc, _mm512_setzero_ps()), count);
+        }
+        _mm512_mask_storeu_ps(out + ow0, live, acc);
+        a = c;
+    }
+}
+
+/* row_s2 for every output row of a plane (kw 2 or 3). */
+static AVX512 void plane_s2_avx512(const pool2d *t, const float *x, float *y,
+                                   const float *count_w, const float *count_h, int nan) {
+#define ROWS(KH, KW, AVG, NAN)                                                               \
+    {                                                                                        \
+        for (int64_t oh = 0; oh < t->OH; oh++)                                               \
+            row_s2(t, x, oh, y + oh * t->OW, count_w, count_h[oh], KH, KW, AVG, NAN);        \
+        return;                                                                              \
+    }
+#define CASE(K)                                                                              \
+    if (t->kh == K && t->kw == K) {                                                          \
+        if (t->average) ROWS(K, K, 1, 0)                                                     \
+        if (nan) ROWS(K, K, 0, 1)                                                            \
+        ROWS(K, K, 0, 0)                                                                     \
+    }
+    CASE(3) CASE(2)
+#undef CASE
+    if (t->kw == 3) {
+        if (t->average) ROWS(t->kh, 3, 1, 0)
+        if (nan) ROWS(t->kh, 3, 0, 1)
+        ROWS(t->kh, 3, 0, 0)
+    }
+    if (t->average) ROWS(t->kh, 2, 1, 0)
+    if (nan) ROWS(t->kh, 2, 0, 1)
+    ROWS(t->kh, 2, 0, 0)
+#undef ROWS
 }
 
 /* The usual windows (2x2 and 3x3, strides 1 and 2) with their sizes as constants: the
@@ -289,9 +455,20 @@ EXPORT CLONES int onyx_pool2d_f32_range(const void *p, int64_t begin, int64_t en
         int64_t ld = t->W; /* (the row stride of what the windows read) */
         float *y = t->y + plane * t->OH * t->OW;
 #ifdef HAVE_POOL_AVX512
+        if (vectors && t->sw == 1 && t->dw == 1 && t->kw <= 16 &&
+            (!t->average || t->by_columns)) {
+            plane_s1_avx512(t, x, y, count_w, count_h, !t->average && has_nan(x, t->H * t->W));
+            continue;
+        }
+        if (vectors && t->sw == 2 && t->dw == 1 && (t->kw == 2 || t->kw == 3) &&
+            (!t->average || t->by_columns)) {
+            plane_s2_avx512(t, x, y, count_w, count_h, !t->average && has_nan(x, t->H * t->W));
+            continue;
+        }
         if (vectors && !t->average) {
+            int nan = has_nan(x, t->H * t->W);
             for (int64_t oh = 0; oh < t->OH; oh++)
-                max_row_avx512(t, x, oh, y + oh * t->OW, vrow);
+                max_row_avx512(t, x, oh, y + oh * t->OW, vrow, nan);
             continue;
         }
 #endif

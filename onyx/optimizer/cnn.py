@@ -1,0 +1,63 @@
+"""Fusions for classic CNNs (onnx's light models, issue 23): a BatchNormalization that no conv
+precedes, then Relu, into ai.onyx BatchNormRelu (one pass over the maps).
+
+DenseNet normalizes each Concat of its feature maps before the next conv (pre-activation):
+ConvBNFusion has no conv to fold that BatchNormalization into, so the pair ran as two passes
+(and a temporary) over ever wider maps.
+"""
+
+from __future__ import annotations
+
+from .. import ir
+from ..runtime.registry import ONYX_DOMAIN
+from .core import EXTENDED, PassContext, graph_pass, inference_batch_norm, is_op, producer
+
+#: the BatchNormalization attributes BatchNormRelu takes (the others must be absent: momentum
+#: does nothing in inference)
+_BN_ATTRIBUTES = {"epsilon", "momentum"}
+
+
+@graph_pass("BatchNormReluFusion", EXTENDED)
+def batch_norm_relu(ctx: PassContext) -> bool:
+    """BatchNormalization (inference) -> Relu  =>  ai.onyx BatchNormRelu(X, scale, B, mean,
+    var), a model-local function whose body is the two ops, so a saved model runs anywhere."""
+    if ctx.opset() < 7:  # (is_test and consumed_inputs before: the body's BN would differ)
+        return False
+    changed = False
+    for relu in ctx.graph:
+        if not is_op(relu, "Relu") or relu.graph is None:
+            continue
+        bn = producer(relu.inputs[0], "BatchNormalization")
+        if bn is None or ctx.single_use(relu.inputs[0]) is not relu:
+            continue
+        if not inference_batch_norm(ctx, bn) or set(bn.attributes) - _BN_ATTRIBUTES:
+            continue
+        ctx.ensure_function("BatchNormRelu", lambda: _batch_norm_relu_function(ctx))
+        fused = ir.Node(
+            "BatchNormRelu",
+            list(bn.inputs[:5]),
+            1,
+            [ir.Attr("epsilon", ir.AttrType.FLOAT, float(bn.attr("epsilon", 1e-5)))],
+            domain=ONYX_DOMAIN,
+            name=(bn.name or "bn") + "_relu",
+        )
+        ctx.replace_nodes(relu, fused, [bn])
+        ctx.count("BatchNormReluFusion")
+        changed = True
+    return changed
+
+
+def _batch_norm_relu_function(ctx: PassContext) -> ir.Function:
+    """The model-local function BatchNormRelu(X, scale, B, mean, var) =
+    Relu(BatchNormalization(X, scale, B, mean, var)), epsilon the call's."""
+    x, scale, b, mean, var = (ir.Value(n) for n in ("X", "scale", "B", "mean", "var"))
+    eps = ir.Attr("epsilon", ir.AttrType.FLOAT, ref_attr_name="epsilon")
+    bn = ir.Node("BatchNormalization", [x, scale, b, mean, var], ["normalized"], [eps])
+    relu = ir.Node("Relu", [bn.outputs[0]], ["Y"])
+    body = ir.Graph([x, scale, b, mean, var], [relu.outputs[0]], [bn, relu], name="BatchNormRelu")
+    f = ir.Function(
+        ONYX_DOMAIN, "BatchNormRelu", body, attributes=("epsilon",),
+        opset_imports={"": ctx.opset()},
+    )  # fmt: skip
+    f.doc_string = "Y = Relu(BatchNormalization(X, scale, B, mean, var)) (onyx: one kernel)"
+    return f
