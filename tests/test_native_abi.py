@@ -61,6 +61,23 @@ def test_a_disagreeing_struct_turns_the_library_off(monkeypatch):
 
 
 @needs_native
+def test_a_library_lacking_an_entry_point_turns_off_instead_of_failing(monkeypatch):
+    # a library built from older sources: onyx must fall back to numpy and say why
+    class Missing:
+        @staticmethod
+        def bind(lib, isa):
+            lib.onyx_an_entry_point_no_library_has  # noqa: B018
+
+    try:
+        _core.start([*native.FAMILIES, Missing])
+        assert not native.available()
+        assert "lacks an entry point" in native.status(), native.status()
+    finally:
+        _core.start(native.FAMILIES)
+    assert native.available()
+
+
+@needs_native
 def test_the_isa_switch_turns_the_avx512_kernels_off():
     code = (
         "from onyx.runtime import native\n"

@@ -146,8 +146,13 @@ def start(families) -> None:
     library.onyx_pool_threads.restype = _INT
     library.onyx_pool_threads.argtypes = []
     vnni = bool(isa & ISA_VNNI)
-    for family in families:
-        family.bind(library, isa)
+    try:
+        for family in families:
+            family.bind(library, isa)
+    except AttributeError as e:  # (an entry point missing: a library built from older sources)
+        why = f"off: it lacks an entry point onyx needs (rebuild it): {e}"
+        isa, vnni = 0, False
+        return
     names = [
         n
         for n, bit in (
