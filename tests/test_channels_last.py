@@ -124,7 +124,10 @@ def test_reorders_only_at_the_chain_ends(forced):
     assert [u.op_type for u, _ in exit_.outputs[0].iter_uses()] == ["Flatten"]
     ops = _ops(opt)
     assert ops.count("NhwcGlobalAveragePool") == 2 and "ReduceMean" not in ops
-    assert ops.count("NhwcConvHardSwish") == 2 and ops.count("NhwcFusedConv") == 5
+    assert ops.count("NhwcConvHardSwish") == 2 and ops.count("NhwcFusedConv") == 4
+    # the squeeze-excite scale and the residual sum join the projection
+    assert ops.count("NhwcScaledFusedConvAdd") == 1 and ops.count("Add") == 0
+    assert ops.count("Mul") == 1  # (the constant one, permuted)
 
 
 def test_no_chain_without_a_depthwise_conv(forced):
@@ -194,7 +197,7 @@ def test_native_conv_matches_nchw(N, C, M, HW, k, s, p, depthwise):
     ref = fused_conv(x, wt, b, activation=act, activation_params=params,
                      group=C if depthwise else 1, pads=pads, strides=[s, s])  # fmt: skip
     geo = _conv_geometry(x.shape, wt.shape, "NOTSET", pads, [s, s], [1, 1], None)
-    code = channels_last._activation_code(act, params)
+    code = channels_last.activation_code(act, params)
     conv = nhwc.NhwcConv((N, H, W, C), wt, b, geo, code)
     view = x.transpose(0, 2, 3, 1)  # (the group-1 conv reads it in place)
     xin = conv.reads(view if C == 3 else np.ascontiguousarray(view))

@@ -31,7 +31,16 @@ import numpy as np
 
 from .. import ir
 from ..runtime.registry import ONYX_DOMAIN
-from .core import EXTENDED, MS, STANDARD, PassContext, graph_pass, is_op, static_shape
+from .core import (
+    EXTENDED,
+    MS,
+    STANDARD,
+    PassContext,
+    graph_pass,
+    is_op,
+    same_dims,
+    static_shape,
+)
 
 #: (N, C, H, W) -> (N, H, W, C) and back.
 TO_NHWC, TO_NCHW = [0, 2, 3, 1], [0, 3, 1, 2]
@@ -265,21 +274,110 @@ def _rewrite(ctx: PassContext, chain: list[ir.Node], entries: dict) -> None:
             g.insert_before(node, t)
             t.take_over_outputs(node)
         g.remove(node, safe=False)
-    for op in {n.op_type for n in chain}:
-        _ensure_function(ctx, op)
+
+
+# ------------------------------------------------------- squeeze-excite scale and residual
+
+
+def _pointwise(ctx: PassContext, node: ir.Node) -> bool:
+    """A 1x1 conv of unit strides and no padding (its pixels are one GEMM's rows)."""
+    w = ctx.const(node.inputs[1])
+    if w is None or w.shape[2:] != (1, 1) or node.attr("group", 1) != 1:
+        return False
+    if node.attr("auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
+        return False
+    strides, pads = node.attr("strides") or [1, 1], node.attr("pads") or [0, 0, 0, 0]
+    return all(v == 1 for v in strides) and not any(pads)
+
+
+def _fuse_scales(ctx: PassContext) -> None:
+    """Mul(x, s) (s a chain tensor (N, 1, 1, C)) read only by a pointwise NhwcFusedConv:
+    NhwcScaledFusedConv(x, s, W, B), the scale applied to the conv's weights per image."""
+    for mul in ctx.graph:
+        if not is_op(mul, "Mul") or mul.graph is None:
+            continue
+        conv = ctx.single_use(mul.outputs[0])
+        if conv is None or conv.op_type != "NhwcFusedConv" or conv.inputs[0] is not mul.outputs[0]:
+            continue
+        if not _pointwise(ctx, conv):
+            continue
+        x, s = _scale_operands(mul)
+        if x is None:
+            continue
+        inputs = [x, s, *conv.inputs[1:3]]
+        if len(inputs) < 4:
+            inputs.append(None)
+        fused = ir.Node(
+            "NhwcScaledFusedConv", inputs, 1, list(conv.attributes.values()),
+            domain=ONYX_DOMAIN, name=conv.name + "_scaled",
+        )  # fmt: skip
+        ctx.replace_nodes(conv, fused, [mul])
+        ctx.count("ChannelsLastScale")
+
+
+def _scale_operands(mul: ir.Node):
+    """(x, s) of Mul(x, s) / Mul(s, x) with x (N, H, W, C) and s (N, 1, 1, C), else Nones."""
+    a, b = mul.inputs
+    for x, s in ((a, b), (b, a)):
+        xs, ss = _rank4(x), _rank4(s)
+        if xs is None or ss is None or not isinstance(xs[3], int):
+            continue
+        if same_dims(ss, (xs[0], 1, 1, xs[3])) and _is_float32(s):
+            return x, s
+    return None, None
+
+
+def _fuse_residuals(ctx: PassContext) -> None:
+    """Add(conv, r) of a channels-last conv without activation read only by the Add, r of its
+    shape: the conv's residual input (NhwcFusedConvAdd), summed as it stores."""
+    for add in ctx.graph:
+        if not is_op(add, "Add") or add.graph is None or len(add.inputs) != 2:
+            continue
+        for c, r in ((add.inputs[0], add.inputs[1]), (add.inputs[1], add.inputs[0])):
+            conv = c.producer
+            if conv is None or conv.op_type not in ("NhwcFusedConv", "NhwcScaledFusedConv"):
+                continue
+            if conv.attr("activation", "") or ctx.single_use(c) is not add or r is c:
+                continue
+            if not same_dims(_rank4(c), _rank4(r)) or not _is_float32(r):
+                continue
+            op = conv.op_type + "Add"
+            inputs = list(conv.inputs) + [None] * (
+                len(CONV_INPUTS[conv.op_type]) - len(conv.inputs)
+            )
+            fused = ir.Node(
+                op, [*inputs, r], 1, list(conv.attributes.values()), domain=ONYX_DOMAIN,
+                name=conv.name + "_add",
+            )  # fmt: skip
+            ctx.replace_nodes(add, fused, [conv])
+            ctx.count("ChannelsLastResidual")
+            break
+
+
+#: Inputs of the convs a residual joins (B may be absent).
+CONV_INPUTS = {"NhwcFusedConv": ("X", "W", "B"), "NhwcScaledFusedConv": ("X", "S", "W", "B")}
 
 
 # ---------------------------------------------------------------------------- functions
 
 
+#: The channels-last convs: op -> (reads a scale S, adds a residual Z, applies HardSwish).
+CONVS = {
+    "NhwcFusedConv": (False, False, False),
+    "NhwcFusedConvAdd": (False, True, False),
+    "NhwcScaledFusedConv": (True, False, False),
+    "NhwcScaledFusedConvAdd": (True, True, False),
+    "NhwcConvHardSwish": (False, False, True),
+}
+
+
 def _ensure_function(ctx: PassContext, op: str) -> None:
-    if op in ("Conv", "FusedConv"):
-        ctx.ensure_opset(MS)
-        ctx.ensure_function("NhwcFusedConv", lambda: _conv_function(ctx, "NhwcFusedConv"))
-    elif op == "ConvHardSwish":
-        ctx.ensure_function("NhwcConvHardSwish", lambda: _conv_function(ctx, "NhwcConvHardSwish"))
-    elif op in ("GlobalAveragePool", "ReduceMean"):
-        ctx.ensure_function("NhwcGlobalAveragePool", lambda: _pool_function(ctx))
+    if op in CONVS:
+        if not CONVS[op][2]:
+            ctx.ensure_opset(MS)
+        ctx.ensure_function(op, lambda: _conv_function(ctx, op))
+    elif op == "NhwcGlobalAveragePool":
+        ctx.ensure_function(op, lambda: _pool_function(ctx))
 
 
 def _refs(names: dict) -> list[ir.Attr]:
@@ -287,23 +385,32 @@ def _refs(names: dict) -> list[ir.Attr]:
 
 
 def _conv_function(ctx: PassContext, op: str) -> ir.Function:
-    """Y = Transpose(conv(Transpose(X, NCHW), W, B), NHWC), the conv com.microsoft FusedConv
-    (NhwcFusedConv) or Conv then HardSwish (NhwcConvHardSwish)."""
-    x, w, b = ir.Value("X"), ir.Value("W"), ir.Value("B")
-    to_nchw = ir.Node("Transpose", [x], ["x_nchw"], {"perm": TO_NCHW})
-    nodes = [to_nchw]
-    if op == "NhwcFusedConv":
+    """Y = Transpose(conv(Transpose(X [* S], NCHW), W, B [, Transpose(Z, NCHW)]), NHWC), the
+    conv com.microsoft FusedConv (its residual Z added before the activation), or Conv then
+    HardSwish."""
+    scaled, residual, hard_swish = CONVS[op]
+    x, s, w, b, z = (ir.Value(n) for n in ("X", "S", "W", "B", "Z"))
+    nodes, src = [], x
+    if scaled:
+        nodes.append(ir.Node("Mul", [x, s], ["x_scaled"]))
+        src = nodes[-1].outputs[0]
+    nodes.append(ir.Node("Transpose", [src], ["x_nchw"], {"perm": TO_NCHW}))
+    conv_inputs = [nodes[-1].outputs[0], w, b]
+    if residual:
+        nodes.append(ir.Node("Transpose", [z], ["z_nchw"], {"perm": TO_NCHW}))
+        conv_inputs.append(nodes[-1].outputs[0])
+    if hard_swish:
+        conv = ir.Node("Conv", conv_inputs, ["conv"], _refs(_CONV_ATTRIBUTES))
+        nodes += [conv, ir.Node("HardSwish", [conv.outputs[0]], ["y_nchw"])]
+        attributes, imports = tuple(_CONV_ATTRIBUTES), {"": ctx.opset()}
+    else:
         refs = _refs(_CONV_ATTRIBUTES) + _refs(_ACTIVATION_ATTRIBUTES)
-        nodes.append(ir.Node("FusedConv", [to_nchw.outputs[0], w, b], ["y_nchw"], refs, domain=MS))
+        nodes.append(ir.Node("FusedConv", conv_inputs, ["y_nchw"], refs, domain=MS))
         attributes = (*_CONV_ATTRIBUTES, *_ACTIVATION_ATTRIBUTES)
         imports = {"": ctx.opset(), MS: 1}
-    else:
-        conv = ir.Node("Conv", [to_nchw.outputs[0], w, b], ["conv"], _refs(_CONV_ATTRIBUTES))
-        nodes += [conv, ir.Node("HardSwish", [conv.outputs[0]], ["y_nchw"])]
-        attributes = tuple(_CONV_ATTRIBUTES)
-        imports = {"": ctx.opset()}
-    back = ir.Node("Transpose", [nodes[-1].outputs[0]], ["Y"], {"perm": TO_NHWC})
-    body = ir.Graph([x, w, b], [back.outputs[0]], [*nodes, back], name=op)
+    nodes.append(ir.Node("Transpose", [nodes[-1].outputs[0]], ["Y"], {"perm": TO_NHWC}))
+    inputs = [x, *([s] if scaled else []), w, b, *([z] if residual else [])]
+    body = ir.Graph(inputs, [nodes[-1].outputs[0]], nodes, name=op)
     f = ir.Function(ONYX_DOMAIN, op, body, attributes=attributes, opset_imports=imports)
     f.doc_string = "a conv of channels-last tensors (N, H, W, C) (onyx runs it as one kernel)"
     return f
@@ -344,4 +451,8 @@ def channels_last(ctx: PassContext) -> bool:
     for chain in chains:
         _rewrite(ctx, chain, entries)
         ctx.count("ChannelsLastTransformer", len(chain))
+    _fuse_scales(ctx)
+    _fuse_residuals(ctx)
+    for op in {n.op_type for n in ctx.graph if n.domain == ONYX_DOMAIN}:
+        _ensure_function(ctx, op)
     return True

@@ -21,7 +21,7 @@ from .derived import prepared
 from .fused import fused_conv
 
 
-def _activation_code(activation: str, params) -> tuple | None:
+def activation_code(activation: str, params) -> tuple | None:
     """(code, alpha, beta) of a FusedConv activation as the native kernels take it, or None
     for one they do not apply (Sigmoid, Tanh)."""
     code = native.CONV_ACTIVATIONS.get(activation)
@@ -67,11 +67,12 @@ class _Bound:
 
 
 def _conv_runner(activation: str, params, group: int, attrs: tuple):
-    """fn(X, W, B=None): the conv of a node with these attributes, its last set-up kept."""
-    code = _activation_code(activation, params)
+    """fn(X, W, B=None, S=None, Z=None): the conv of a node with these attributes (S: per-image
+    scales of X's channels (N, 1, 1, C), Z: a residual), its last set-up kept."""
+    code = activation_code(activation, params)
     last: list = [None]
 
-    def run(X, W, B=None):
+    def run(X, W, B=None, S=None, Z=None):
         bound = last[0]
         if (
             bound is None
@@ -81,13 +82,28 @@ def _conv_runner(activation: str, params, group: int, attrs: tuple):
         ):
             constants = not W.flags.writeable and (B is None or not B.flags.writeable)
             if code is None or not constants or not _native_ok(X, W, group):
-                return _body(X, W, B, group, attrs, activation, params)
+                return _body(X, W, B, S, Z, group, attrs, activation, params)
             bound = last[0] = _Bound(X, W, B, group, attrs, code)
-        if bound.conv is None:
-            return _body(X, W, B, group, attrs, activation, params)
-        return bound.conv(bound.conv.reads(X) if bound.copies else X)
+        conv = bound.conv
+        if conv is None or not _extras_ok(conv, X, S, Z):
+            return _body(X, W, B, S, Z, group, attrs, activation, params)
+        return conv(conv.reads(X) if bound.copies else X, S, Z)
 
     return run
+
+
+def _extras_ok(conv: nhwc.NhwcConv, X, S, Z) -> bool:
+    """Whether the native conv takes this S and Z as they are (else the numpy path)."""
+    if S is not None:
+        N, C = X.shape[0], X.shape[3]
+        if conv.task.kind != nhwc.POINTWISE or S.shape != (N, 1, 1, C):
+            return False
+        if S.dtype != np.float32 or not S.flags.c_contiguous:
+            return False
+    if Z is not None:
+        if Z.shape != conv.shape or Z.dtype != np.float32 or not Z.flags.c_contiguous:
+            return False
+    return True
 
 
 def nhwc_conv(X, W, B, group: int, attrs: tuple, activation: str, params) -> np.ndarray:
@@ -95,13 +111,16 @@ def nhwc_conv(X, W, B, group: int, attrs: tuple, activation: str, params) -> np.
     return _conv_runner(activation, params, group, attrs)(X, W, B)
 
 
-def _body(X, W, B, group: int, attrs: tuple, activation: str, params) -> np.ndarray:
-    """The function's body: the NCHW conv between two transposes."""
+def _body(X, W, B, S, Z, group: int, attrs: tuple, activation: str, params) -> np.ndarray:
+    """The function's body: [X * S,] the NCHW conv [+ Z] between two transposes."""
     a_pad, pads, strides, dilations, kernel_shape = attrs
+    if S is not None:
+        X = X * S
     y = fused_conv(
         np.ascontiguousarray(X.transpose(0, 3, 1, 2)),
         W,
         B,
+        None if Z is None else np.ascontiguousarray(Z.transpose(0, 3, 1, 2)),
         activation=activation,
         activation_params=params,
         auto_pad=a_pad,
@@ -114,7 +133,10 @@ def _body(X, W, B, group: int, attrs: tuple, activation: str, params) -> np.ndar
     return np.ascontiguousarray(y.transpose(0, 2, 3, 1))
 
 
-def _prepared(activation: str | None):
+def _prepared(activation: str | None, extras: str = ""):
+    """The compiled form of a node's attributes: its runner, called with the node's inputs
+    (X, [S], W, B, [Z] as ``extras`` says)."""
+
     def make(attrs: dict):
         act = attrs["activation"] if activation is None else activation
         params = attrs.get("activation_params")
@@ -122,7 +144,14 @@ def _prepared(activation: str | None):
         geometry = conv_key(
             *(attrs[a] for a in ("auto_pad", "pads", "strides", "dilations", "kernel_shape"))
         )
-        return _conv_runner(act, params, attrs["group"], geometry)
+        run = _conv_runner(act, params, attrs["group"], geometry)
+        if extras == "S":
+            return lambda X, S, W, B=None: run(X, W, B, S)
+        if extras == "Z":
+            return lambda X, W, B, Z: run(X, W, B, None, Z)
+        if extras == "SZ":
+            return lambda X, S, W, B, Z: run(X, W, B, S, Z)
+        return run
 
     return make
 
@@ -167,6 +196,78 @@ def nhwc_conv_hard_swish(
     """HardSwish(Conv(X, W, B)) (ConvHardSwish) on a channels-last X."""
     attrs = conv_key(auto_pad, pads, strides, dilations, kernel_shape)
     return nhwc_conv(X, W, B, group, attrs, "HardSwish", None)
+
+
+@op("NhwcFusedConvAdd", since=1, domain=ONYX_DOMAIN, threads="pool")
+@prepared(_prepared(None, "Z"))
+def nhwc_fused_conv_add(
+    X,
+    W,
+    B,
+    Z,
+    *,
+    activation="",
+    activation_params=None,
+    auto_pad="NOTSET",
+    dilations=None,
+    group=1,
+    kernel_shape=None,
+    pads=None,
+    strides=None,
+):
+    """NhwcFusedConv with FusedConv's residual Z (channels-last, added before the activation):
+    an inverted residual block's projection and its sum."""
+    attrs = conv_key(auto_pad, pads, strides, dilations, kernel_shape)
+    params = tuple(activation_params) if activation_params is not None else None
+    return _conv_runner(activation, params, group, attrs)(X, W, B, None, Z)
+
+
+@op("NhwcScaledFusedConv", since=1, domain=ONYX_DOMAIN, threads="pool")
+@prepared(_prepared(None, "S"))
+def nhwc_scaled_fused_conv(
+    X,
+    S,
+    W,
+    B=None,
+    *,
+    activation="",
+    activation_params=None,
+    auto_pad="NOTSET",
+    dilations=None,
+    group=1,
+    kernel_shape=None,
+    pads=None,
+    strides=None,
+):
+    """NhwcFusedConv of X * S, S (N, 1, 1, C): a squeeze-excite block's scale and the
+    projection that reads it, one pass."""
+    attrs = conv_key(auto_pad, pads, strides, dilations, kernel_shape)
+    params = tuple(activation_params) if activation_params is not None else None
+    return _conv_runner(activation, params, group, attrs)(X, W, B, S)
+
+
+@op("NhwcScaledFusedConvAdd", since=1, domain=ONYX_DOMAIN, threads="pool")
+@prepared(_prepared(None, "SZ"))
+def nhwc_scaled_fused_conv_add(
+    X,
+    S,
+    W,
+    B,
+    Z,
+    *,
+    activation="",
+    activation_params=None,
+    auto_pad="NOTSET",
+    dilations=None,
+    group=1,
+    kernel_shape=None,
+    pads=None,
+    strides=None,
+):
+    """NhwcScaledFusedConv with the residual Z."""
+    attrs = conv_key(auto_pad, pads, strides, dilations, kernel_shape)
+    params = tuple(activation_params) if activation_params is not None else None
+    return _conv_runner(activation, params, group, attrs)(X, W, B, S, Z)
 
 
 @op("NhwcGlobalAveragePool", since=1, domain=ONYX_DOMAIN, threads="pool")

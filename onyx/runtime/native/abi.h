@@ -433,7 +433,9 @@ enum { NHWC_CONV = 0, NHWC_POINTWISE = 1, NHWC_DEPTHWISE = 2, NHWC_MEAN = 3 };
     F(S, int64_t, kh, ) F(S, int64_t, kw, ) F(S, int64_t, sh, ) F(S, int64_t, sw, )          \
     F(S, int64_t, dh, ) F(S, int64_t, dw, ) F(S, int64_t, top, ) F(S, int64_t, left, )       \
     F(S, int64_t, xs_n, ) F(S, int64_t, xs_c, ) F(S, int64_t, xs_h, ) F(S, int64_t, xs_w, )  \
-    F(S, int64_t, act, ) F(S, float, alpha, ) F(S, float, beta, )
+    F(S, int64_t, act, ) F(S, float, alpha, ) F(S, float, beta, )                             \
+    F(S, const float *, z, ) /* residual (N, OH, OW, M) added before the activation, or NULL */ \
+    F(S, const float *, s, ) /* pointwise: per-image input channel scales (N, C), or NULL */
 ONYX_STRUCT(nhwc_task, ONYX_NHWC_TASK)
 
 /* Every struct above, for abi.c's table. */

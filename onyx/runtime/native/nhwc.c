@@ -23,6 +23,7 @@
  * makes no chain where these kernels do not run.
  */
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "onyx.h"
 
@@ -82,7 +83,9 @@ static inline ALWAYS void conv_tile(const nhwc_task *t, const float *x0, int64_t
         __mmask16 k = lanes_left(t->M - m);
         __m512 bias = _mm512_loadu_ps(t->bias + m); /* (padded to the blocks) */
         for (int j = 0; j < np; j++) {
-            __m512 r = onyx_activate(_mm512_add_ps(acc[j][v], bias), (int)t->act, t->alpha, t->beta);
+            __m512 r = _mm512_add_ps(acc[j][v], bias);
+            if (t->z) r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(k, t->z + (y0 - t->y) + j * ys + m));
+            r = onyx_activate(r, (int)t->act, t->alpha, t->beta);
             _mm512_mask_storeu_ps(y0 + j * ys + m, k, r);
         }
     }
@@ -164,7 +167,7 @@ static AVX512 void conv_rows(const nhwc_task *t, int64_t begin, int64_t end) {
 
 /* Pointwise (1x1, unit strides, no padding, NHWC input): pixels [begin, end) of the N * OH * OW
    run, a GEMM [pixels, C] x [C, M]. */
-static AVX512 void pointwise_pixels(const nhwc_task *t, int64_t begin, int64_t end) {
+static AVX512 void pointwise_run(const nhwc_task *t, int64_t begin, int64_t end) {
     const int64_t M = t->M, MB = (M + 15) / 16, C = t->C;
     for (int64_t mb = 0; mb < MB; mb += 4) {
         int nv = (int)(MB - mb < 4 ? MB - mb : 4);
@@ -173,6 +176,40 @@ static AVX512 void pointwise_pixels(const nhwc_task *t, int64_t begin, int64_t e
             tile_any(t, t->x + p * C, C, 0, 0, np, nv, mb / 4, t->y + p * M, M, 0, 1);
         }
     }
+}
+
+/* With per-image input scales s (a squeeze-excite block's x * s read by the projection):
+   sum_c x[c] s[c] w[c][m], each image's pixels against its weights scaled row by row (C * M
+   products where the Mul it replaces made P * C). */
+static AVX512 int pointwise_pixels(const nhwc_task *t, int64_t begin, int64_t end) {
+    if (!t->s) {
+        pointwise_run(t, begin, end);
+        return 0;
+    }
+    const int64_t C = t->C, MB = (t->M + 15) / 16, P = t->OH * t->OW;
+    float *scaled = malloc((size_t)(MB * 16 * C) * sizeof(float));
+    if (!scaled) return ONYX_NOMEM;
+    nhwc_task local = *t;
+    local.w = scaled;
+    while (begin < end) {
+        int64_t n = begin / P, stop = (n + 1) * P < end ? (n + 1) * P : end;
+        const float *s = t->s + n * C;
+        for (int64_t g = 0; g < MB; g += 4) { /* group g / 4: [C][width] */
+            int64_t width = (MB - g < 4 ? MB - g : 4) * 16;
+            const float *src = t->w + g * 16 * C;
+            float *dst = scaled + g * 16 * C;
+            for (int64_t c = 0; c < C; c++) {
+                __m512 sc = _mm512_set1_ps(s[c]);
+                for (int64_t i = 0; i < width; i += 16)
+                    _mm512_storeu_ps(dst + c * width + i,
+                                     _mm512_mul_ps(_mm512_loadu_ps(src + c * width + i), sc));
+            }
+        }
+        pointwise_run(&local, begin, stop);
+        begin = stop;
+    }
+    free(scaled);
+    return 0;
 }
 
 /* ------------------------------------------------------------------- depthwise convolution */
@@ -338,7 +375,8 @@ static int task_ok(const nhwc_task *t) {
     return onyx_in(counts, 4, 1, ONYX_MAX_EXTENT) && t->kind >= 0 && t->kind <= 3 &&
            onyx_window_axis(t->H, t->OH, t->kh, t->sh, t->dh, t->top, &Hp) &&
            onyx_window_axis(t->W, t->OW, t->kw, t->sw, t->dw, t->left, &Wp) && t->act >= 0 &&
-           t->act <= ACT_HARDSIGMOID && t->top >= 0 && t->left >= 0 && t->x && t->y;
+           t->act <= ACT_HARDSIGMOID && t->top >= 0 && t->left >= 0 && t->x && t->y &&
+           (!t->s || t->kind == NHWC_POINTWISE);
 }
 
 /* Parts [begin, end) of a task: output rows (conv, depthwise), pixels (pointwise) or images
@@ -349,7 +387,7 @@ EXPORT int onyx_nhwc_range(const void *p, int64_t begin, int64_t end) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     switch (t->kind) {
     case NHWC_CONV: conv_rows(t, begin, end); break;
-    case NHWC_POINTWISE: pointwise_pixels(t, begin, end); break;
+    case NHWC_POINTWISE: return pointwise_pixels(t, begin, end);
     case NHWC_DEPTHWISE: dw_rows(t, begin, end); break;
     default: mean_images(t, begin, end); break;
     }

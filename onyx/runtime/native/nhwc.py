@@ -42,6 +42,8 @@ class _NhwcTask(ctypes.Structure):
         *((name, _I64) for name in _FIELDS),
         ("alpha", ctypes.c_float),
         ("beta", ctypes.c_float),
+        ("z", _P),
+        ("s", _P),
     ]
 
 
@@ -143,11 +145,17 @@ class NhwcConv:
         t = self.task
         t.xs_n, t.xs_h, t.xs_w, t.xs_c = (s // 4 for s in strides)
 
-    def __call__(self, x: np.ndarray) -> np.ndarray:
-        """x float32 of the set-up's (N, H, W, C) shape and strides (set_strides)."""
+    def __call__(self, x: np.ndarray, s=None, z=None) -> np.ndarray:
+        """x float32 of the set-up's (N, H, W, C) shape and strides (set_strides); s: per-image
+        input channel scales (N, C) (pointwise only), z: a residual of the output's shape,
+        added before the activation (both C-contiguous float32)."""
         y = np.empty(self.shape, np.float32)
         task = _copy(self.task)  # (calls may come from several threads)
         task.x, task.y = _base_addr(x), _addr(y)
+        if s is not None:
+            task.s = _input_addr(s)
+        if z is not None:
+            task.z = _input_addr(z)
         check(
             core.lib.onyx_parallel(_RANGE[0], _byref(task), self.cuts_addr, self.parts, self.ways),
             "channels-last conv",
