@@ -38,8 +38,13 @@ def _mobile_block(C: int, E: int, stride: int, opset: int):
         n("Clip", ["e", "lo", "hi"], ["e1"]),
         n("Conv", ["e1", "wd", "bd"], ["d"], group=E, pads=[1, 1, 1, 1]),  # depthwise 3x3
         n("HardSwish", ["d"], ["d1"]),
-        n("ReduceMean", ["d1", "axes"] if opset >= 18 else ["d1"], ["p"], keepdims=1,
-          **({} if opset >= 18 else {"axes": [2, 3]})),  # fmt: skip
+        n(
+            "ReduceMean",
+            ["d1", "axes"] if opset >= 18 else ["d1"],
+            ["p"],
+            keepdims=1,
+            **({} if opset >= 18 else {"axes": [2, 3]}),
+        ),  # fmt: skip
         n("Conv", ["p", "wr", "br"], ["r"]),
         n("Relu", ["r"], ["r1"]),
         n("Conv", ["r1", "wx", "bx"], ["q"]),
@@ -48,8 +53,15 @@ def _mobile_block(C: int, E: int, stride: int, opset: int):
         n("Conv", ["se", "wp", "bp"], ["pr"]),  # project 1x1
         n("Add", ["pr", "s1"], ["res"]),  # residual
         n("Mul", ["res", "scale"], ["sc"]),  # a per-channel constant (permuted by the pass)
-        n("Conv", ["sc", "w5", "b5"], ["f"], group=C, pads=[2, 1, 2, 2], strides=[stride, stride],
-          kernel_shape=[5, 5]),  # fmt: skip
+        n(
+            "Conv",
+            ["sc", "w5", "b5"],
+            ["f"],
+            group=C,
+            pads=[2, 1, 2, 2],
+            strides=[stride, stride],
+            kernel_shape=[5, 5],
+        ),  # fmt: skip
         n("Relu", ["f"], ["f1"]),
         n("GlobalAveragePool", ["f1"], ["g"]),
         n("Flatten", ["g"], ["fl"]),
@@ -140,7 +152,10 @@ def test_no_chain_without_a_depthwise_conv(forced):
         "g",
         [helper.make_tensor_value_info("x", F, [1, 4, 6, 6])],
         [helper.make_tensor_value_info("y", F, None)],
-        [numpy_helper.from_array(w(8, 4, 3, 3), "w1"), numpy_helper.from_array(w(4, 8, 1, 1), "w2")],
+        [
+            numpy_helper.from_array(w(8, 4, 3, 3), "w1"),
+            numpy_helper.from_array(w(4, 8, 1, 1), "w2"),
+        ],
     )
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     ops = _ops(onyx.optimize(onyx.loads(m.SerializeToString())))
