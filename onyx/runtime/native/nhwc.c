@@ -214,40 +214,37 @@ static AVX512 int pointwise_pixels(const nhwc_task *t, int64_t begin, int64_t en
 
 /* ------------------------------------------------------------------- depthwise convolution */
 
-/* np output pixels (along a row) of the channel block at c (lanes k), from input column iw0;
-   xr: the input at row ih0's pixel iw0, channel c; check: a border pixel (np == 1). */
+/* Up to 8 output pixels (along a row; `count` of them stored) of the channel block at c
+   (lanes k), from input column iw0; xr: the input at row ih0's pixel iw0, channel c. Taps
+   whose column leaves the image load zeros (a masked load reads nothing there), so a border
+   tile keeps its 8 independent sums (one pixel at a time waited on each multiply-add). */
 static inline ALWAYS void dw_tile(const nhwc_task *t, const float *xr, int64_t ih0, int64_t iw0,
-                                  const int np, float *y, int64_t c, __mmask16 k,
-                                  const int check, const int masked) {
-    const int64_t C = t->C, Mp = (C + 15) / 16 * 16, step = t->sw * C, kw = t->kw;
-    const int64_t row = t->dh * t->xs_h, col = t->dw * C;
-    __m512 acc[8];
-    for (int j = 0; j < np; j++) acc[j] = _mm512_setzero_ps();
+                                  float *y, int64_t c, __mmask16 k, int count) {
+    enum { NP = 8 };
+    const int64_t C = t->C, Mp = (C + 15) / 16 * 16, sw = t->sw, kw = t->kw, W = t->W;
+    const int64_t step = sw * C, row = t->dh * t->xs_h, col = t->dw * C;
+    __m512 acc[NP];
+    for (int j = 0; j < NP; j++) acc[j] = _mm512_setzero_ps();
     const float *wa = t->w + c;
     for (int64_t a = 0; a < t->kh; a++, xr += row, wa += kw * Mp) {
         int64_t ih = ih0 + a * t->dh;
         if (ih < 0 || ih >= t->H) continue;
         const float *xp = xr;
         for (int64_t b = 0; b < kw; b++, xp += col) {
-            if (check) {
-                int64_t iw = iw0 + b * t->dw;
-                if (iw < 0 || iw >= t->W) continue;
-            }
             __m512 wv = _mm512_loadu_ps(wa + b * Mp);
-            for (int j = 0; j < np; j++) {
-                __m512 xv = masked ? _mm512_maskz_loadu_ps(k, xp + j * step)
-                                   : _mm512_loadu_ps(xp + j * step);
-                acc[j] = _mm512_fmadd_ps(xv, wv, acc[j]);
+            int64_t iw = iw0 + b * t->dw;
+            for (int j = 0; j < NP; j++) {
+                int64_t at = iw + j * sw;
+                __mmask16 kj = (at >= 0 && at < W) ? k : 0;
+                acc[j] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(kj, xp + j * step), wv, acc[j]);
             }
         }
     }
     __m512 bias = _mm512_loadu_ps(t->bias + c);
-    for (int j = 0; j < np; j++) {
+    for (int j = 0; j < NP; j++) {
+        if (j >= count) break;
         __m512 r = onyx_activate(_mm512_add_ps(acc[j], bias), (int)t->act, t->alpha, t->beta);
-        if (masked)
-            _mm512_mask_storeu_ps(y + j * C, k, r);
-        else
-            _mm512_storeu_ps(y + j * C, r);
+        _mm512_mask_storeu_ps(y + j * C, k, r);
     }
 }
 
@@ -298,30 +295,30 @@ static inline ALWAYS int dw_run(const nhwc_task *t, const float *xr, int64_t ih0
     return 1;
 }
 
-/* One output row's pixels [0, OW) for the channel block at c. */
+/* One output row's pixels [0, OW) for the channel block at c: the inside ones [lo, hi) 8 at a
+   time by dw_tile_run where it serves the window (the last 8 ending at hi, overlapping: the same
+   sums stored again), the borders by dw_tile; a narrow row by dw_tile alone. */
 static inline ALWAYS void dw_row(const nhwc_task *t, const float *xr, int64_t ih0, float *yr,
                                  int64_t c, __mmask16 k, int64_t lo, int64_t hi,
                                  const int masked) {
-    const int64_t C = t->C;
-    int64_t ow = 0;
-    while (ow < t->OW) {
-        int64_t iw0 = ow * t->sw - t->left;
-        const float *x0 = xr + iw0 * C + c;
-        float *y = yr + ow * C + c;
-        if (ow < lo || ow >= hi) {
-            dw_tile(t, x0, ih0, iw0, 1, y, c, k, 1, masked);
-            ow += 1;
-        } else if (hi - ow >= 8) {
-            if (!dw_run(t, x0, ih0, y, c, k, masked)) dw_tile(t, x0, ih0, iw0, 8, y, c, k, 0, masked);
-            ow += 8;
-        } else if (hi - ow >= 4) {
-            dw_tile(t, x0, ih0, iw0, 4, y, c, k, 0, masked);
-            ow += 4;
-        } else {
-            dw_tile(t, x0, ih0, iw0, 1, y, c, k, 0, masked);
-            ow += 1;
-        }
+    const int64_t C = t->C, OW = t->OW, sw = t->sw, left = t->left;
+#define DW_AT(ow) xr + ((ow) * sw - left) * C + c, ih0
+    int run = hi - lo >= 8 && t->dw == 1 && (t->kw == 3 || t->kw == 5) && (sw == 1 || sw == 2);
+    if (!run) {
+        for (int64_t ow = 0; ow < OW; ow += 8)
+            dw_tile(t, DW_AT(ow), ow * sw - left, yr + ow * C + c, c, k, (int)(OW - ow < 8 ? OW - ow : 8));
+        return;
     }
+    for (int64_t ow = 0; ow < lo; ow += 8) /* (left border) */
+        dw_tile(t, DW_AT(ow), ow * sw - left, yr + ow * C + c, c, k, (int)(lo - ow < 8 ? lo - ow : 8));
+    for (int64_t ow = lo;; ow += 8) {
+        if (ow + 8 > hi) ow = hi - 8;
+        dw_run(t, DW_AT(ow), yr + ow * C + c, c, k, masked);
+        if (ow + 8 >= hi) break;
+    }
+    for (int64_t ow = hi; ow < OW; ow += 8) /* (right border) */
+        dw_tile(t, DW_AT(ow), ow * sw - left, yr + ow * C + c, c, k, (int)(OW - ow < 8 ? OW - ow : 8));
+#undef DW_AT
 }
 
 static AVX512 void dw_rows(const nhwc_task *t, int64_t begin, int64_t end) {

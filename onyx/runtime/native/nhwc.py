@@ -86,7 +86,7 @@ class NhwcConv:
     C == M). geo: the conv's geometry (out_shape, strides, dilations, pads); activation:
     (code, alpha, beta) as native.CONV_ACTIVATIONS."""
 
-    __slots__ = ("cuts", "cuts_addr", "keep", "parts", "shape", "task", "ways")
+    __slots__ = ("cuts", "cuts_addr", "keep", "parts", "shape", "size", "task", "ways")
 
     def __init__(self, x_shape, w: np.ndarray, bias, geo: dict, activation: tuple):
         N, H, W, C = x_shape
@@ -108,6 +108,7 @@ class NhwcConv:
         pointwise = (kh, kw, sh, sw) == (1, 1, 1, 1) and not any(geo["pads"])
         kind = DEPTHWISE if depthwise else (POINTWISE if pointwise else CONV)
         self.shape = (N, OH, OW, M)
+        self.size = N * OH * OW * M
         macs = N * OH * OW * M * (kh * kw if depthwise else C * kh * kw)
         if kind == POINTWISE:
             pixels = N * OH * OW
@@ -149,7 +150,7 @@ class NhwcConv:
         """x float32 of the set-up's (N, H, W, C) shape and strides (set_strides); s: per-image
         input channel scales (N, C) (pointwise only), z: a residual of the output's shape,
         added before the activation (both C-contiguous float32)."""
-        y = np.empty(self.shape, np.float32)
+        y = _aligned(self.shape, self.size)
         task = _copy(self.task)  # (calls may come from several threads)
         task.x, task.y = _base_addr(x), _addr(y)
         if s is not None:
@@ -164,6 +165,14 @@ class NhwcConv:
 
 
 _copy, _byref = _NhwcTask.from_buffer_copy, ctypes.byref
+
+
+def _aligned(shape: tuple, size: int) -> np.ndarray:
+    """An empty float32 array of ``size`` elements whose data starts on a 64-byte line: the
+    kernels' vectors of 16 channels then never straddle two lines (malloc aligns to 16)."""
+    buf = np.empty(size + 15, np.float32)
+    start = (-(buf.__array_interface__["data"][0] >> 2)) & 15
+    return buf[start : start + size].reshape(shape)
 _RANGE = [0]  # (lib.nhwc_range, set by bind)
 
 
