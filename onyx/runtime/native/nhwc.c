@@ -241,9 +241,12 @@ static inline ALWAYS void dw_tile(const nhwc_task *t, const float *xr, int64_t i
         }
     }
     __m512 bias = _mm512_loadu_ps(t->bias + c);
+    const float *z = t->z ? t->z + (y - t->y) : 0;
     for (int j = 0; j < NP; j++) {
         if (j >= count) break;
-        __m512 r = onyx_activate(_mm512_add_ps(acc[j], bias), (int)t->act, t->alpha, t->beta);
+        __m512 r = _mm512_add_ps(acc[j], bias);
+        if (z) r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(k, z + j * C));
+        r = onyx_activate(r, (int)t->act, t->alpha, t->beta);
         _mm512_mask_storeu_ps(y + j * C, k, r);
     }
 }
@@ -252,8 +255,9 @@ static inline ALWAYS void dw_tile(const nhwc_task *t, const float *xr, int64_t i
    vector of a row is loaded once for every tap and pixel it serves ((np - 1) * SW + KW loads
    where dw_tile makes np * KW: the loads, not the multiply-adds, bound dw_tile). */
 static inline ALWAYS void dw_tile_run(const nhwc_task *t, const float *xr, int64_t ih0,
-                                      float *y, int64_t c, __mmask16 k, const int masked,
-                                      const int KW, const int SW) {
+                                      int64_t iw0, float *y, int64_t c, __mmask16 k,
+                                      const int masked, const int KW, const int SW,
+                                      const int check, int count) {
     enum { NP = 8 };
     const int64_t C = t->C, Mp = (C + 15) / 16 * 16, row = t->dh * t->xs_h;
     __m512 acc[NP];
@@ -265,7 +269,13 @@ static inline ALWAYS void dw_tile_run(const nhwc_task *t, const float *xr, int64
         __m512 wv[5];
         for (int b = 0; b < KW; b++) wv[b] = _mm512_loadu_ps(wa + b * Mp);
         for (int i = 0; i < (NP - 1) * SW + KW; i++) {
-            __m512 xv = masked ? _mm512_maskz_loadu_ps(k, xr + i * C) : _mm512_loadu_ps(xr + i * C);
+            __m512 xv;
+            if (check) { /* (a column outside the image reads as zeros) */
+                int64_t at = iw0 + i;
+                xv = _mm512_maskz_loadu_ps(at >= 0 && at < t->W ? k : 0, xr + i * C);
+            } else {
+                xv = masked ? _mm512_maskz_loadu_ps(k, xr + i * C) : _mm512_loadu_ps(xr + i * C);
+            }
             for (int b = 0; b < KW; b++) {
                 int j = i - b;
                 if (j >= 0 && j % SW == 0 && j / SW < NP)
@@ -274,51 +284,48 @@ static inline ALWAYS void dw_tile_run(const nhwc_task *t, const float *xr, int64
         }
     }
     __m512 bias = _mm512_loadu_ps(t->bias + c);
+    const float *z = t->z ? t->z + (y - t->y) : 0;
     for (int j = 0; j < NP; j++) {
-        __m512 r = onyx_activate(_mm512_add_ps(acc[j], bias), (int)t->act, t->alpha, t->beta);
-        if (masked)
+        if (check && j >= count) break;
+        __m512 r = _mm512_add_ps(acc[j], bias);
+        if (z) r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(k, z + j * C));
+        r = onyx_activate(r, (int)t->act, t->alpha, t->beta);
+        if (masked || check)
             _mm512_mask_storeu_ps(y + j * C, k, r);
         else
             _mm512_storeu_ps(y + j * C, r);
     }
 }
 
-/* The window shapes dw_tile_run serves: 3x3 and 5x5 rows at strides 1 and 2. */
-static inline ALWAYS int dw_run(const nhwc_task *t, const float *xr, int64_t ih0, float *y,
-                                int64_t c, __mmask16 k, const int masked) {
+/* The window shapes dw_tile_run serves: 3x3 and 5x5 rows at strides 1 and 2 (check: a tile
+   at the image's border, or a row's last `count` pixels). */
+static inline ALWAYS int dw_run(const nhwc_task *t, const float *xr, int64_t ih0, int64_t iw0,
+                                float *y, int64_t c, __mmask16 k, const int masked,
+                                const int check, int count) {
     if (t->dw != 1) return 0;
-    if (t->kw == 3 && t->sw == 1) dw_tile_run(t, xr, ih0, y, c, k, masked, 3, 1);
-    else if (t->kw == 3 && t->sw == 2) dw_tile_run(t, xr, ih0, y, c, k, masked, 3, 2);
-    else if (t->kw == 5 && t->sw == 1) dw_tile_run(t, xr, ih0, y, c, k, masked, 5, 1);
-    else if (t->kw == 5 && t->sw == 2) dw_tile_run(t, xr, ih0, y, c, k, masked, 5, 2);
+    if (t->kw == 3 && t->sw == 1) dw_tile_run(t, xr, ih0, iw0, y, c, k, masked, 3, 1, check, count);
+    else if (t->kw == 3 && t->sw == 2) dw_tile_run(t, xr, ih0, iw0, y, c, k, masked, 3, 2, check, count);
+    else if (t->kw == 5 && t->sw == 1) dw_tile_run(t, xr, ih0, iw0, y, c, k, masked, 5, 1, check, count);
+    else if (t->kw == 5 && t->sw == 2) dw_tile_run(t, xr, ih0, iw0, y, c, k, masked, 5, 2, check, count);
     else return 0;
     return 1;
 }
 
-/* One output row's pixels [0, OW) for the channel block at c: the inside ones [lo, hi) 8 at a
-   time by dw_tile_run where it serves the window (the last 8 ending at hi, overlapping: the same
-   sums stored again), the borders by dw_tile; a narrow row by dw_tile alone. */
+/* One output row's pixels [0, OW) for the channel block at c, 8 at a time by dw_tile_run
+   where it serves the window (tiles at a border reading zeros outside), else by dw_tile. */
 static inline ALWAYS void dw_row(const nhwc_task *t, const float *xr, int64_t ih0, float *yr,
                                  int64_t c, __mmask16 k, int64_t lo, int64_t hi,
                                  const int masked) {
     const int64_t C = t->C, OW = t->OW, sw = t->sw, left = t->left;
-#define DW_AT(ow) xr + ((ow) * sw - left) * C + c, ih0
-    int run = hi - lo >= 8 && t->dw == 1 && (t->kw == 3 || t->kw == 5) && (sw == 1 || sw == 2);
-    if (!run) {
-        for (int64_t ow = 0; ow < OW; ow += 8)
-            dw_tile(t, DW_AT(ow), ow * sw - left, yr + ow * C + c, c, k, (int)(OW - ow < 8 ? OW - ow : 8));
-        return;
+    for (int64_t ow = 0; ow < OW; ow += 8) {
+        int64_t iw0 = ow * sw - left;
+        const float *x0 = xr + iw0 * C + c;
+        float *y = yr + ow * C + c;
+        int count = (int)(OW - ow < 8 ? OW - ow : 8);
+        int done = ow >= lo && ow + 8 <= hi ? dw_run(t, x0, ih0, iw0, y, c, k, masked, 0, 8)
+                                            : dw_run(t, x0, ih0, iw0, y, c, k, masked, 1, count);
+        if (!done) dw_tile(t, x0, ih0, iw0, y, c, k, count);
     }
-    for (int64_t ow = 0; ow < lo; ow += 8) /* (left border) */
-        dw_tile(t, DW_AT(ow), ow * sw - left, yr + ow * C + c, c, k, (int)(lo - ow < 8 ? lo - ow : 8));
-    for (int64_t ow = lo;; ow += 8) {
-        if (ow + 8 > hi) ow = hi - 8;
-        dw_run(t, DW_AT(ow), yr + ow * C + c, c, k, masked);
-        if (ow + 8 >= hi) break;
-    }
-    for (int64_t ow = hi; ow < OW; ow += 8) /* (right border) */
-        dw_tile(t, DW_AT(ow), ow * sw - left, yr + ow * C + c, c, k, (int)(OW - ow < 8 ? OW - ow : 8));
-#undef DW_AT
 }
 
 static AVX512 void dw_rows(const nhwc_task *t, int64_t begin, int64_t end) {
