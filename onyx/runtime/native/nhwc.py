@@ -173,6 +173,8 @@ def _aligned(shape: tuple, size: int) -> np.ndarray:
     buf = np.empty(size + 15, np.float32)
     start = (-(buf.__array_interface__["data"][0] >> 2)) & 15
     return buf[start : start + size].reshape(shape)
+
+
 _RANGE = [0]  # (lib.nhwc_range, set by bind)
 
 
