@@ -27,6 +27,8 @@ numpy path is their body, slower than the NCHW graph. The pass runs once per opt
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 
 from .. import ir
@@ -236,7 +238,8 @@ def _conv_node(node: ir.Node, inputs: list, name: str) -> ir.Node:
     return ir.Node(op, inputs[:3], [name], attrs, domain=ONYX_DOMAIN, name=name)
 
 
-def _rewrite(ctx: PassContext, chain: list[ir.Node], entries: dict) -> None:
+def _rewrite(ctx: PassContext, chain: list[ir.Node], entries: dict, names: Counter) -> None:
+    """The chain's nodes as channels-last ones (a node keeps its name where it is unique)."""
     g = ctx.graph
     inside = set(chain)
     new_of: dict[ir.Value, ir.Value] = {}
@@ -263,6 +266,8 @@ def _rewrite(ctx: PassContext, chain: list[ir.Node], entries: dict) -> None:
             )
         else:
             new = ir.Node(node.op_type, inputs, [name], list(node.attributes.values()), name=name)
+        if node.name and names[node.name] == 1:  # (profiles and onyx.compare name them)
+            new.name = node.name
         new.outputs[0].type = _permuted_type(old)
         g.insert_before(node, new)
         new_of[old] = new.outputs[0]
@@ -448,8 +453,9 @@ def channels_last(ctx: PassContext) -> bool:
         return False
     ctx.memo["channels_last_done"] = True
     entries: dict = {}
+    names = Counter(n.name for n in ctx.graph)
     for chain in chains:
-        _rewrite(ctx, chain, entries)
+        _rewrite(ctx, chain, entries, names)
         ctx.count("ChannelsLastTransformer", len(chain))
     _fuse_scales(ctx)
     _fuse_residuals(ctx)
