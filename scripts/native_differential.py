@@ -182,6 +182,36 @@ def gen_fused_conv(rng) -> Case:
     return case
 
 
+def gen_nhwc_conv(rng) -> Case:
+    """The channels-last convs (ai.onyx NhwcFusedConv, with a residual NhwcFusedConvAdd):
+    group 1 or depthwise, x (N, H, W, C) contiguous or an NCHW tensor's transposed view."""
+    shape, attrs = _window_geometry(rng, 2)
+    C = int(_pick(rng, [1, 3, 5, 16, 17, 33]))
+    depthwise = C > 1 and bool(rng.integers(2))
+    M = C if depthwise else int(_pick(rng, [1, 4, 8, 16, 24, 40, 72]))
+    x = _normal(rng, (_batch(rng), C, *shape)).transpose(0, 2, 3, 1)
+    if rng.integers(2):
+        x = np.ascontiguousarray(x)
+    w = _normal(rng, (M, 1 if depthwise else C, *attrs["kernel_shape"]), 0.5)
+    attrs["group"] = C if depthwise else 1
+    activation = _pick(rng, ["Relu", "LeakyRelu", "Clip", "HardSigmoid", ""])
+    attrs["activation"] = activation
+    if activation in ("LeakyRelu", "HardSigmoid", "Clip"):
+        params = {"LeakyRelu": [0.1], "HardSigmoid": [0.3, 0.4], "Clip": [-0.5, 0.7]}
+        attrs["activation_params"] = params[activation]
+    K = (1 if depthwise else C) * math.prod(attrs["kernel_shape"])
+    case = Case("nhwc_conv", "NhwcFusedConv", [x, laid_out(rng, w, True), _constant(_normal(rng, (M,)))],
+                attrs, domain=ONYX, version=1, exact=False, rtol=1e-4, atol=1e-5 * max(1, K))  # fmt: skip
+    if rng.integers(2):  # the residual Z, of the output's shape
+        try:
+            y_shape = _call(case).shape
+        except Exception:  # (compared as run_case compares failures)
+            return case
+        case.op = "NhwcFusedConvAdd"
+        case.inputs.append(_normal(rng, y_shape))
+    return case
+
+
 def gen_conv1d(rng) -> Case:
     """1-D convs shaped as audio and signal layers (conv1d.c): long signals with few channels,
     few frames with many, strides up to the kernel's length, FusedConv's forms."""
@@ -724,6 +754,7 @@ def gen_qlinear_binary(rng) -> Case:
 FAMILIES = {
     "conv": gen_conv,
     "fused_conv": gen_fused_conv,
+    "nhwc_conv": gen_nhwc_conv,
     "conv1d": gen_conv1d,
     "qlinear_conv": gen_qlinear_conv,
     "conv_integer": gen_conv_integer,

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from onyx.runtime import native
+from onyx.runtime.native import nhwc
 
 _PATH = Path(__file__).resolve().parents[1] / "scripts" / "native_differential.py"
 _spec = importlib.util.spec_from_file_location("native_differential", _PATH)
@@ -28,6 +29,7 @@ PER_FAMILY = 16
 _NEEDS = {
     "conv": native.conv_f32_ok,
     "fused_conv": native.conv_f32_ok,
+    "nhwc_conv": nhwc.available,
     "rnn": lambda: native.recurrence_ok(16, 1, 1),
     "resize": native.bilinear_ok,
     "gemm": native.gemv_ok,

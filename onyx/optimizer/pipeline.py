@@ -72,6 +72,7 @@ TRIGGERS: dict[str, tuple[tuple[str, ...], ...]] = {
     "QDQPadRequantize": (("Pad",), ("DequantizeLinear",)),
     "QLinearConvLookupFusion": (("QLinearConv",), ("TableLookup",)),
     "NhwcTransformer": (("QLinearConv", "QLinearConvLookup"),),
+    "ChannelsLastTransformer": (("Conv", "FusedConv", "ConvHardSwish"),),
 }
 
 #: Passes whose changes give no other pass anything to do: the passes idle before such a change
@@ -160,6 +161,8 @@ FUSIONS: tuple[DeferredPass, ...] = tuple(
         ("audio:conv_max_pool_fusion", "ConvMaxPoolFusion", EXTENDED),
         # (before it: its DQ -> Q becomes a table)
         ("qdq:pad_requantize", "QDQPadRequantize", EXTENDED),
+        # (after the conv fusions: it takes the convs they made)
+        ("layout:channels_last", "ChannelsLastTransformer", EXTENDED),
         # last: it tabulates what the other fusions made
         ("lookup:lookup_table_fusion", "LookupTableFusion", EXTENDED),
         # (after it: a conv's activation as LookupTableFusion's table)

@@ -43,6 +43,7 @@ from . import (
     gemm_i8,
     gemv,
     nbits,
+    nhwc,
     resize,
     rnn,
     rows,
@@ -248,6 +249,7 @@ FAMILIES = (
     nbits,
     attention,
     gemm_f32,
+    nhwc,
 )
 _core.start(FAMILIES)
 

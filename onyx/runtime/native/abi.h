@@ -419,6 +419,25 @@ ONYX_STRUCT(sgemm_task, ONYX_SGEMM_TASK)
     F(S, int64_t, blocks, ) F(S, int64_t, rows, )
 ONYX_STRUCT(convt_f32, ONYX_CONVT_F32)
 
+/* ------------------------------------------- channels-last float32 kernels (nhwc.c) */
+
+enum { NHWC_CONV = 0, NHWC_POINTWISE = 1, NHWC_DEPTHWISE = 2, NHWC_MEAN = 3 };
+
+#define ONYX_NHWC_TASK(F, S)                                                                 \
+    F(S, const float *, x, ) /* input: element (n, c, h, w) at n*xs_n + c*xs_c + h*xs_h + w*xs_w */ \
+    F(S, const float *, w, ) /* packed weights (nhwc.c), or NULL (mean) */                  \
+    F(S, const float *, bias, ) /* [M rounded up to 16] */                                   \
+    F(S, float *, y, )          /* (N, OH, OW, M) contiguous; mean: (N, C) */                \
+    F(S, int64_t, kind, ) F(S, int64_t, N, ) F(S, int64_t, C, ) F(S, int64_t, H, )           \
+    F(S, int64_t, W, ) F(S, int64_t, M, ) F(S, int64_t, OH, ) F(S, int64_t, OW, )            \
+    F(S, int64_t, kh, ) F(S, int64_t, kw, ) F(S, int64_t, sh, ) F(S, int64_t, sw, )          \
+    F(S, int64_t, dh, ) F(S, int64_t, dw, ) F(S, int64_t, top, ) F(S, int64_t, left, )       \
+    F(S, int64_t, xs_n, ) F(S, int64_t, xs_c, ) F(S, int64_t, xs_h, ) F(S, int64_t, xs_w, )  \
+    F(S, int64_t, act, ) F(S, float, alpha, ) F(S, float, beta, )                             \
+    F(S, const float *, z, ) /* residual (N, OH, OW, M) added before the activation, or NULL */ \
+    F(S, const float *, s, ) /* pointwise: per-image input channel scales (N, C), or NULL */
+ONYX_STRUCT(nhwc_task, ONYX_NHWC_TASK)
+
 /* Every struct above, for abi.c's table. */
 #define ONYX_STRUCTS(X)                                                                      \
     X(operand, ONYX_OPERAND) X(epilogue, ONYX_EPILOGUE) X(gemm_task, ONYX_GEMM_TASK)         \
@@ -439,6 +458,7 @@ ONYX_STRUCT(convt_f32, ONYX_CONVT_F32)
     X(rms_task, ONYX_RMS_TASK) X(rotary_task, ONYX_ROTARY_TASK) X(silu_task, ONYX_SILU_TASK)  \
     X(sgemm_task, ONYX_SGEMM_TASK)                                                           \
     X(softmax_rows, ONYX_SOFTMAX_ROWS) X(convt_f32, ONYX_CONVT_F32)                          \
-    X(conv1d_f32, ONYX_CONV1D_F32)
+    X(conv1d_f32, ONYX_CONV1D_F32)                                                           \
+    X(nhwc_task, ONYX_NHWC_TASK)
 
 #endif

@@ -1,0 +1,403 @@
+/* Channels-last (NHWC) float32 kernels for the optimizer's layout chains (optimizer/layout.py):
+ * a MobileNet's convs, its squeeze-excite pooling and its activations run on tensors whose
+ * channels are contiguous, with one reorder where a chain starts and one where it ends.
+ *
+ * In NCHW a depthwise conv vectorizes over pixels of one plane and has to transpose 16 planes
+ * into lanes and back (depthwise.c): more time than its multiply-adds. In NHWC the channels are
+ * the lanes already:
+ * - depthwise: each output pixel is kh * kw vector multiply-adds of its input pixels' channel
+ *   runs by the tap's 16 weights, eight pixels at a time;
+ * - group-1 convs (pointwise 1x1 and k x k): a register tile of up to 6 pixels x 64 output
+ *   channels (24 accumulators), each input value broadcast once against 4 weight vectors
+ *   (weights packed once per session as [blocks of 16 outputs][kh][kw][C][16]). A pointwise
+ *   conv's pixels are one run across rows, so a 7x7 plane is 8 full tiles and one pixel. The
+ *   input may also be read NCHW (a chain's first conv, the stem, reads the model's image as
+ *   it is: the broadcasts take any strides);
+ * - the mean over pixels (GlobalAveragePool / ReduceMean over H, W): vectors of channels summed
+ *   pixel by pixel.
+ * Pixels whose window leaves the image (the borders) take a one-pixel tile that skips the
+ * taps outside; rows skip their taps outside for every pixel at once. Bias and the activation
+ * (activation.h) are applied in registers as the tile is stored.
+ *
+ * AVX-512 only: Python (native/nhwc.py) runs the numpy path elsewhere, and the optimizer
+ * makes no chain where these kernels do not run.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "onyx.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+
+#include "activation.h"
+
+#define ALWAYS __attribute__((always_inline, target("avx512f")))
+#define AVX512 __attribute__((target("avx512f")))
+
+static inline ALWAYS __mmask16 lanes_left(int64_t left) {
+    return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1u);
+}
+
+/* ------------------------------------------------------------------- group-1 convolution */
+
+/* Output pixels x0 + j * ps (j < np: along a row at the conv's stride, or, pointwise, one run)
+   x output channel blocks of group mg (nv of them), for the taps (a, b) whose row ih0 + a * dh
+   lies in the image (rows: all taps when flat) and, with check (a border pixel, np == 1), whose
+   column iw0 + b * dw does. x0: the first pixel's input at tap (0, 0) (may lie outside the
+   image: only taps inside are read). Weights: group mg's [taps][C][nv * 16]. */
+static inline ALWAYS void conv_tile(const nhwc_task *t, const float *x0, int64_t ps, int64_t ih0,
+                                    int64_t iw0, const int np, const int nv, int64_t mg,
+                                    float *y0, int64_t ys, const int check, const int flat) {
+    __m512 acc[6][4];
+    for (int j = 0; j < np; j++)
+        for (int v = 0; v < nv; v++) acc[j][v] = _mm512_setzero_ps();
+    const int64_t C = t->C, xs_c = t->xs_c, width = nv * 16;
+    const float *wg = t->w + mg * 64 * t->kh * t->kw * C;
+    for (int64_t a = 0; a < t->kh; a++) {
+        if (!flat) {
+            int64_t ih = ih0 + a * t->dh;
+            if (ih < 0 || ih >= t->H) continue;
+        }
+        for (int64_t b = 0; b < t->kw; b++) {
+            if (check) {
+                int64_t iw = iw0 + b * t->dw;
+                if (iw < 0 || iw >= t->W) continue;
+            }
+            const float *xp = x0 + a * t->dh * t->xs_h + b * t->dw * t->xs_w;
+            const float *wt = wg + (a * t->kw + b) * C * width;
+            for (int64_t c = 0; c < C; c++) {
+                __m512 wv[4];
+                for (int v = 0; v < nv; v++) wv[v] = _mm512_loadu_ps(wt + v * 16);
+                wt += width;
+                for (int j = 0; j < np; j++) {
+                    __m512 xv = _mm512_set1_ps(xp[j * ps]);
+                    for (int v = 0; v < nv; v++) acc[j][v] = _mm512_fmadd_ps(xv, wv[v], acc[j][v]);
+                }
+                xp += xs_c;
+            }
+        }
+    }
+    for (int v = 0; v < nv; v++) {
+        int64_t m = mg * 64 + v * 16;
+        __mmask16 k = lanes_left(t->M - m);
+        __m512 bias = _mm512_loadu_ps(t->bias + m); /* (padded to the blocks) */
+        for (int j = 0; j < np; j++) {
+            __m512 r = _mm512_add_ps(acc[j][v], bias);
+            if (t->z) r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(k, t->z + (y0 - t->y) + j * ys + m));
+            r = onyx_activate(r, (int)t->act, t->alpha, t->beta);
+            _mm512_mask_storeu_ps(y0 + j * ys + m, k, r);
+        }
+    }
+}
+
+#define TILE_CASES(NV, FLAT)                                                                 \
+    switch (np) {                                                                            \
+    case 1: conv_tile(t, x0, ps, ih0, iw0, 1, NV, mg, y0, ys, 0, FLAT); break;              \
+    case 2: conv_tile(t, x0, ps, ih0, iw0, 2, NV, mg, y0, ys, 0, FLAT); break;              \
+    case 3: conv_tile(t, x0, ps, ih0, iw0, 3, NV, mg, y0, ys, 0, FLAT); break;              \
+    case 4: conv_tile(t, x0, ps, ih0, iw0, 4, NV, mg, y0, ys, 0, FLAT); break;              \
+    case 5: conv_tile(t, x0, ps, ih0, iw0, 5, NV, mg, y0, ys, 0, FLAT); break;              \
+    default: conv_tile(t, x0, ps, ih0, iw0, 6, NV, mg, y0, ys, 0, FLAT); break;             \
+    }
+
+static AVX512 void tile_any(const nhwc_task *t, const float *x0, int64_t ps, int64_t ih0,
+                            int64_t iw0, int np, int nv, int64_t mg, float *y0, int64_t ys,
+                            int check, int flat) {
+    if (check) { /* (np == 1) */
+        switch (nv) {
+        case 1: conv_tile(t, x0, ps, ih0, iw0, 1, 1, mg, y0, ys, 1, 0); break;
+        case 2: conv_tile(t, x0, ps, ih0, iw0, 1, 2, mg, y0, ys, 1, 0); break;
+        case 3: conv_tile(t, x0, ps, ih0, iw0, 1, 3, mg, y0, ys, 1, 0); break;
+        default: conv_tile(t, x0, ps, ih0, iw0, 1, 4, mg, y0, ys, 1, 0); break;
+        }
+    } else if (flat) {
+        switch (nv) {
+        case 1: TILE_CASES(1, 1) break;
+        case 2: TILE_CASES(2, 1) break;
+        case 3: TILE_CASES(3, 1) break;
+        default: TILE_CASES(4, 1) break;
+        }
+    } else {
+        switch (nv) {
+        case 1: TILE_CASES(1, 0) break;
+        case 2: TILE_CASES(2, 0) break;
+        case 3: TILE_CASES(3, 0) break;
+        default: TILE_CASES(4, 0) break;
+        }
+    }
+}
+
+/* The first and one-past-last output column whose windows lie inside the image. */
+static void interior(const nhwc_task *t, int64_t *lo, int64_t *hi) {
+    int64_t a = (t->left + t->sw - 1) / t->sw;
+    int64_t last = t->W - 1 + t->left - (t->kw - 1) * t->dw; /* ow * sw <= last */
+    int64_t b = last < 0 ? 0 : last / t->sw + 1;
+    if (b > t->OW) b = t->OW;
+    if (a > b) a = b;
+    *lo = a;
+    *hi = b;
+}
+
+/* Rows [begin, end) of the N * OH output rows. */
+static AVX512 void conv_rows(const nhwc_task *t, int64_t begin, int64_t end) {
+    const int64_t M = t->M, MB = (M + 15) / 16, ps = t->sw * t->xs_w;
+    int64_t lo, hi;
+    interior(t, &lo, &hi);
+    for (int64_t r = begin; r < end; r++) {
+        int64_t n = r / t->OH, oh = r % t->OH;
+        float *yr = t->y + r * t->OW * M;
+        int64_t ih0 = oh * t->sh - t->top;
+        /* (the first pixel's tap (0, 0), possibly outside the image: offsets, never read) */
+        const float *xr = t->x + n * t->xs_n + ih0 * t->xs_h;
+        for (int64_t mb = 0; mb < MB; mb += 4) {
+            int nv = (int)(MB - mb < 4 ? MB - mb : 4);
+            int64_t ow = 0;
+            while (ow < t->OW) {
+                int border = ow < lo || ow >= hi;
+                int np = border ? 1 : (int)(hi - ow < 6 ? hi - ow : 6);
+                int64_t iw0 = ow * t->sw - t->left;
+                tile_any(t, xr + iw0 * t->xs_w, ps, ih0, iw0, np, nv, mb / 4, yr + ow * M, M,
+                         border, 0);
+                ow += np;
+            }
+        }
+    }
+}
+
+/* Pointwise (1x1, unit strides, no padding, NHWC input): pixels [begin, end) of the N * OH * OW
+   run, a GEMM [pixels, C] x [C, M]. */
+static AVX512 void pointwise_run(const nhwc_task *t, int64_t begin, int64_t end) {
+    const int64_t M = t->M, MB = (M + 15) / 16, C = t->C;
+    for (int64_t mb = 0; mb < MB; mb += 4) {
+        int nv = (int)(MB - mb < 4 ? MB - mb : 4);
+        for (int64_t p = begin; p < end; p += 6) {
+            int np = (int)(end - p < 6 ? end - p : 6);
+            tile_any(t, t->x + p * C, C, 0, 0, np, nv, mb / 4, t->y + p * M, M, 0, 1);
+        }
+    }
+}
+
+/* With per-image input scales s (a squeeze-excite block's x * s read by the projection):
+   sum_c x[c] s[c] w[c][m], each image's pixels against its weights scaled row by row (C * M
+   products where the Mul it replaces made P * C). */
+static AVX512 int pointwise_pixels(const nhwc_task *t, int64_t begin, int64_t end) {
+    if (!t->s) {
+        pointwise_run(t, begin, end);
+        return 0;
+    }
+    const int64_t C = t->C, MB = (t->M + 15) / 16, P = t->OH * t->OW;
+    float *scaled = malloc((size_t)(MB * 16 * C) * sizeof(float));
+    if (!scaled) return ONYX_NOMEM;
+    nhwc_task local = *t;
+    local.w = scaled;
+    while (begin < end) {
+        int64_t n = begin / P, stop = (n + 1) * P < end ? (n + 1) * P : end;
+        const float *s = t->s + n * C;
+        for (int64_t g = 0; g < MB; g += 4) { /* group g / 4: [C][width] */
+            int64_t width = (MB - g < 4 ? MB - g : 4) * 16;
+            const float *src = t->w + g * 16 * C;
+            float *dst = scaled + g * 16 * C;
+            for (int64_t c = 0; c < C; c++) {
+                __m512 sc = _mm512_set1_ps(s[c]);
+                for (int64_t i = 0; i < width; i += 16)
+                    _mm512_storeu_ps(dst + c * width + i,
+                                     _mm512_mul_ps(_mm512_loadu_ps(src + c * width + i), sc));
+            }
+        }
+        pointwise_run(&local, begin, stop);
+        begin = stop;
+    }
+    free(scaled);
+    return 0;
+}
+
+/* ------------------------------------------------------------------- depthwise convolution */
+
+/* Up to 8 output pixels (along a row; `count` of them stored) of the channel block at c
+   (lanes k), from input column iw0; xr: the input at row ih0's pixel iw0, channel c. Taps
+   whose column leaves the image load zeros (a masked load reads nothing there), so a border
+   tile keeps its 8 independent sums (one pixel at a time waited on each multiply-add). */
+static inline ALWAYS void dw_tile(const nhwc_task *t, const float *xr, int64_t ih0, int64_t iw0,
+                                  float *y, int64_t c, __mmask16 k, int count) {
+    enum { NP = 8 };
+    const int64_t C = t->C, Mp = (C + 15) / 16 * 16, sw = t->sw, kw = t->kw, W = t->W;
+    const int64_t step = sw * C, row = t->dh * t->xs_h, col = t->dw * C;
+    __m512 acc[NP];
+    for (int j = 0; j < NP; j++) acc[j] = _mm512_setzero_ps();
+    const float *wa = t->w + c;
+    for (int64_t a = 0; a < t->kh; a++, xr += row, wa += kw * Mp) {
+        int64_t ih = ih0 + a * t->dh;
+        if (ih < 0 || ih >= t->H) continue;
+        const float *xp = xr;
+        for (int64_t b = 0; b < kw; b++, xp += col) {
+            __m512 wv = _mm512_loadu_ps(wa + b * Mp);
+            int64_t iw = iw0 + b * t->dw;
+            for (int j = 0; j < NP; j++) {
+                int64_t at = iw + j * sw;
+                __mmask16 kj = (at >= 0 && at < W) ? k : 0;
+                acc[j] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(kj, xp + j * step), wv, acc[j]);
+            }
+        }
+    }
+    __m512 bias = _mm512_loadu_ps(t->bias + c);
+    const float *z = t->z ? t->z + (y - t->y) : 0;
+    for (int j = 0; j < NP; j++) {
+        if (j >= count) break;
+        __m512 r = _mm512_add_ps(acc[j], bias);
+        if (z) r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(k, z + j * C));
+        r = onyx_activate(r, (int)t->act, t->alpha, t->beta);
+        _mm512_mask_storeu_ps(y + j * C, k, r);
+    }
+}
+
+/* dw_tile for 8 inside pixels of a kw == KW, column stride SW, undilated window: each input
+   vector of a row is loaded once for every tap and pixel it serves ((np - 1) * SW + KW loads
+   where dw_tile makes np * KW: the loads, not the multiply-adds, bound dw_tile). */
+static inline ALWAYS void dw_tile_run(const nhwc_task *t, const float *xr, int64_t ih0,
+                                      int64_t iw0, float *y, int64_t c, __mmask16 k,
+                                      const int masked, const int KW, const int SW,
+                                      const int check, int count) {
+    enum { NP = 8 };
+    const int64_t C = t->C, Mp = (C + 15) / 16 * 16, row = t->dh * t->xs_h;
+    __m512 acc[NP];
+    for (int j = 0; j < NP; j++) acc[j] = _mm512_setzero_ps();
+    const float *wa = t->w + c;
+    for (int64_t a = 0; a < t->kh; a++, xr += row, wa += KW * Mp) {
+        int64_t ih = ih0 + a * t->dh;
+        if (ih < 0 || ih >= t->H) continue;
+        __m512 wv[5];
+        for (int b = 0; b < KW; b++) wv[b] = _mm512_loadu_ps(wa + b * Mp);
+        for (int i = 0; i < (NP - 1) * SW + KW; i++) {
+            __m512 xv;
+            if (check) { /* (a column outside the image reads as zeros) */
+                int64_t at = iw0 + i;
+                xv = _mm512_maskz_loadu_ps(at >= 0 && at < t->W ? k : 0, xr + i * C);
+            } else {
+                xv = masked ? _mm512_maskz_loadu_ps(k, xr + i * C) : _mm512_loadu_ps(xr + i * C);
+            }
+            for (int b = 0; b < KW; b++) {
+                int j = i - b;
+                if (j >= 0 && j % SW == 0 && j / SW < NP)
+                    acc[j / SW] = _mm512_fmadd_ps(xv, wv[b], acc[j / SW]);
+            }
+        }
+    }
+    __m512 bias = _mm512_loadu_ps(t->bias + c);
+    const float *z = t->z ? t->z + (y - t->y) : 0;
+    for (int j = 0; j < NP; j++) {
+        if (check && j >= count) break;
+        __m512 r = _mm512_add_ps(acc[j], bias);
+        if (z) r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(k, z + j * C));
+        r = onyx_activate(r, (int)t->act, t->alpha, t->beta);
+        if (masked || check)
+            _mm512_mask_storeu_ps(y + j * C, k, r);
+        else
+            _mm512_storeu_ps(y + j * C, r);
+    }
+}
+
+/* The window shapes dw_tile_run serves: 3x3 and 5x5 rows at strides 1 and 2 (check: a tile
+   at the image's border, or a row's last `count` pixels). */
+static inline ALWAYS int dw_run(const nhwc_task *t, const float *xr, int64_t ih0, int64_t iw0,
+                                float *y, int64_t c, __mmask16 k, const int masked,
+                                const int check, int count) {
+    if (t->dw != 1) return 0;
+    if (t->kw == 3 && t->sw == 1) dw_tile_run(t, xr, ih0, iw0, y, c, k, masked, 3, 1, check, count);
+    else if (t->kw == 3 && t->sw == 2) dw_tile_run(t, xr, ih0, iw0, y, c, k, masked, 3, 2, check, count);
+    else if (t->kw == 5 && t->sw == 1) dw_tile_run(t, xr, ih0, iw0, y, c, k, masked, 5, 1, check, count);
+    else if (t->kw == 5 && t->sw == 2) dw_tile_run(t, xr, ih0, iw0, y, c, k, masked, 5, 2, check, count);
+    else return 0;
+    return 1;
+}
+
+/* One output row's pixels [0, OW) for the channel block at c, 8 at a time by dw_tile_run
+   where it serves the window (tiles at a border reading zeros outside), else by dw_tile. */
+static inline ALWAYS void dw_row(const nhwc_task *t, const float *xr, int64_t ih0, float *yr,
+                                 int64_t c, __mmask16 k, int64_t lo, int64_t hi,
+                                 const int masked) {
+    const int64_t C = t->C, OW = t->OW, sw = t->sw, left = t->left;
+    for (int64_t ow = 0; ow < OW; ow += 8) {
+        int64_t iw0 = ow * sw - left;
+        const float *x0 = xr + iw0 * C + c;
+        float *y = yr + ow * C + c;
+        int count = (int)(OW - ow < 8 ? OW - ow : 8);
+        int done = ow >= lo && ow + 8 <= hi ? dw_run(t, x0, ih0, iw0, y, c, k, masked, 0, 8)
+                                            : dw_run(t, x0, ih0, iw0, y, c, k, masked, 1, count);
+        if (!done) dw_tile(t, x0, ih0, iw0, y, c, k, count);
+    }
+}
+
+static AVX512 void dw_rows(const nhwc_task *t, int64_t begin, int64_t end) {
+    const int64_t C = t->C;
+    int64_t lo, hi;
+    interior(t, &lo, &hi);
+    for (int64_t r = begin; r < end; r++) {
+        int64_t n = r / t->OH, oh = r % t->OH;
+        int64_t ih0 = oh * t->sh - t->top;
+        const float *xr = t->x + n * t->xs_n + ih0 * t->xs_h; /* (row ih0: maybe outside) */
+        float *yr = t->y + r * t->OW * C;
+        int64_t c = 0;
+        for (; c + 16 <= C; c += 16) dw_row(t, xr, ih0, yr, c, 0xFFFF, lo, hi, 0);
+        if (c < C) dw_row(t, xr, ih0, yr, c, lanes_left(C - c), lo, hi, 1);
+    }
+}
+
+/* ------------------------------------------------------------------------- pixel means */
+
+/* Images [begin, end): y[n][c] = (sum over the H * W pixels of x[n][p][c]) / (H * W). */
+static AVX512 void mean_images(const nhwc_task *t, int64_t begin, int64_t end) {
+    const int64_t C = t->C, P = t->H * t->W;
+    const float inv = 1.0f / (float)P;
+    for (int64_t n = begin; n < end; n++) {
+        const float *x = t->x + n * P * C;
+        for (int64_t c = 0; c < C; c += 64) {
+            __m512 s[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                           _mm512_setzero_ps()};
+            __mmask16 k[4];
+            for (int v = 0; v < 4; v++) k[v] = c + v * 16 < C ? lanes_left(C - c - v * 16) : 0;
+            for (int64_t p = 0; p < P; p++)
+                for (int v = 0; v < 4; v++)
+                    s[v] = _mm512_add_ps(s[v], _mm512_maskz_loadu_ps(k[v], x + p * C + c + v * 16));
+            for (int v = 0; v < 4; v++)
+                _mm512_mask_storeu_ps(t->y + n * C + c + v * 16, k[v],
+                                      _mm512_mul_ps(s[v], _mm512_set1_ps(inv)));
+        }
+    }
+}
+
+static int have_avx512(void) { return (onyx_isa() & ONYX_ISA_AVX512) != 0; }
+
+#else
+static int have_avx512(void) { return 0; }
+#endif
+
+/* ----------------------------------------------------------------------- entry point */
+
+static int task_ok(const nhwc_task *t) {
+    int64_t Hp, Wp, counts[4] = {t->N, t->C, t->M, t->OH};
+    return onyx_in(counts, 4, 1, ONYX_MAX_EXTENT) && t->kind >= 0 && t->kind <= 3 &&
+           onyx_window_axis(t->H, t->OH, t->kh, t->sh, t->dh, t->top, &Hp) &&
+           onyx_window_axis(t->W, t->OW, t->kw, t->sw, t->dw, t->left, &Wp) && t->act >= 0 &&
+           t->act <= ACT_HARDSIGMOID && t->top >= 0 && t->left >= 0 && t->x && t->y &&
+           (!t->s || t->kind == NHWC_POINTWISE);
+}
+
+/* Parts [begin, end) of a task: output rows (conv, depthwise), pixels (pointwise) or images
+   (mean), as task->kind says. */
+EXPORT int onyx_nhwc_range(const void *p, int64_t begin, int64_t end) {
+    const nhwc_task *t = p;
+    if (!have_avx512() || !task_ok(t) || begin < 0) return ONYX_INVALID;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    switch (t->kind) {
+    case NHWC_CONV: conv_rows(t, begin, end); break;
+    case NHWC_POINTWISE: return pointwise_pixels(t, begin, end);
+    case NHWC_DEPTHWISE: dw_rows(t, begin, end); break;
+    default: mean_images(t, begin, end); break;
+    }
+#endif
+    return 0;
+}
+
+/* Whether the kernels run here (AVX-512, as onyx_isa allows). */
+EXPORT int onyx_nhwc_available(void) { return have_avx512(); }

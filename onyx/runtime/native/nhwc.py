@@ -1,0 +1,223 @@
+"""Channels-last float32 kernels (nhwc.c): the convs and pixel means of the optimizer's layout
+chains (optimizer/layout.py), on AVX-512. Each is set up once per constant weight and input
+shape (geometry, packed weights, the work split), so a call fills in two pointers."""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import math
+
+import numpy as np
+
+from . import _core as core
+from ._core import (
+    _I64,
+    _P,
+    _PARALLEL_MACS,
+    _addr,
+    _check_sizes,
+    _element_cuts,
+    _even_cuts,
+    _input_addr,
+    _ways,
+    abi,
+    check,
+    range_of,
+)
+
+_FIELDS = (
+    *("kind", "N", "C", "H", "W", "M", "OH", "OW", "kh", "kw", "sh", "sw", "dh", "dw"),
+    *("top", "left", "xs_n", "xs_c", "xs_h", "xs_w", "act"),
+)
+
+
+@abi("nhwc_task")
+class _NhwcTask(ctypes.Structure):
+    _fields_ = [
+        ("x", _P),
+        ("w", _P),
+        ("bias", _P),
+        ("y", _P),
+        *((name, _I64) for name in _FIELDS),
+        ("alpha", ctypes.c_float),
+        ("beta", ctypes.c_float),
+        ("z", _P),
+        ("s", _P),
+    ]
+
+
+#: nhwc.c's kinds of task.
+CONV, POINTWISE, DEPTHWISE, MEAN = 0, 1, 2, 3
+
+#: The depthwise conv does one multiply-add per lane where a GEMM tile does several: the work
+#: worth a thread is smaller.
+_DEPTHWISE_MACS = _PARALLEL_MACS // 4
+
+
+def available() -> bool:
+    """Whether the channels-last kernels run here (the library loaded, AVX-512)."""
+    return core.lib is not None and bool(core.lib.nhwc_ok)
+
+
+def _padded(a: np.ndarray, size: int) -> np.ndarray:
+    out = np.zeros(size, np.float32)
+    out[: a.size] = a.reshape(-1)
+    return out
+
+
+def _conv_panels(w: np.ndarray, blocks: int) -> np.ndarray:
+    """Group-1 weights (M, C, kh, kw) as groups of 64 output channels (the last one of the
+    blocks of 16 left), each [kh][kw][C][its channels], zeros past M."""
+    M, C, kh, kw = w.shape
+    full = np.zeros((blocks * 16, C, kh, kw), np.float32)
+    full[:M] = w
+    groups = []
+    for m in range(0, blocks * 16, 64):
+        part = full[m : m + 64]  # (width, C, kh, kw)
+        groups.append(part.transpose(2, 3, 1, 0).reshape(-1))
+    return np.concatenate(groups)
+
+
+class NhwcConv:
+    """A 2-D float32 conv reading x as (N, H, W, C) through its element strides (any: an NCHW
+    array's transposed view too; depthwise convs want the channels contiguous) and writing y
+    (N, OH, OW, M) contiguous; w (M, C / group, kh, kw) with group 1 or depthwise (group ==
+    C == M). geo: the conv's geometry (out_shape, strides, dilations, pads); activation:
+    (code, alpha, beta) as native.CONV_ACTIVATIONS."""
+
+    __slots__ = ("cuts", "cuts_addr", "keep", "parts", "shape", "size", "task", "ways")
+
+    def __init__(self, x_shape, w: np.ndarray, bias, geo: dict, activation: tuple):
+        N, H, W, C = x_shape
+        M, _, kh, kw = w.shape
+        (OH, OW), (sh, sw), (dh, dw) = geo["out_shape"], geo["strides"], geo["dilations"]
+        top, left = geo["pads"][:2]
+        _check_sizes("conv", *x_shape, *w.shape, OH, OW, sh, sw, dh, dw, top, left)
+        depthwise = w.shape[1] == 1 and M == C and C > 1
+        blocks = -(-M // 16)
+        w = np.asarray(w, np.float32)
+        if depthwise:  # [kh][kw][channels rounded up to 16]
+            packed = np.zeros((kh, kw, blocks * 16), np.float32)
+            packed[:, :, :M] = w[:, 0].transpose(1, 2, 0)
+        else:
+            packed = _conv_panels(w, blocks)
+        packed = np.ascontiguousarray(packed)
+        b = _padded(np.zeros(M, np.float32) if bias is None else bias, blocks * 16)
+        self.keep = (packed, b)
+        pointwise = (kh, kw, sh, sw) == (1, 1, 1, 1) and not any(geo["pads"])
+        kind = DEPTHWISE if depthwise else (POINTWISE if pointwise else CONV)
+        self.shape = (N, OH, OW, M)
+        self.size = N * OH * OW * M
+        macs = N * OH * OW * M * (kh * kw if depthwise else C * kh * kw)
+        if kind == POINTWISE:
+            pixels = N * OH * OW
+            self.ways = _ways(macs, -(-pixels // 6))
+            self.cuts = _element_cuts(pixels, 6, self.ways)
+        else:
+            least = _DEPTHWISE_MACS if depthwise else _PARALLEL_MACS
+            self.ways = _ways(macs, N * OH, least)
+            self.cuts = _even_cuts(N * OH, self.ways)
+        self.parts, self.cuts_addr = len(self.cuts) - 1, _addr(self.cuts)
+        code, alpha, beta = activation
+        self.task = _NhwcTask(
+            None,
+            _addr(packed),
+            _addr(b),
+            None,
+            *(kind, N, C, H, W, M, OH, OW, kh, kw, sh, sw, dh, dw, top, left),
+            *(0, 0, 0, 0, code),
+            alpha,
+            beta,
+        )
+
+    def reads(self, x: np.ndarray) -> np.ndarray:
+        """x as this conv reads it: a depthwise or pointwise conv wants its channels (and a
+        pointwise conv its pixels) contiguous, every conv whole-float strides."""
+        kind = self.task.kind
+        if (kind == DEPTHWISE and x.strides[3] != 4) or any(s % 4 for s in x.strides):
+            return np.ascontiguousarray(x)
+        if kind == POINTWISE and not x.flags.c_contiguous:
+            return np.ascontiguousarray(x)
+        return x
+
+    def set_strides(self, strides) -> None:
+        """The strides (bytes) of the inputs this set-up reads (see :meth:`reads`)."""
+        t = self.task
+        t.xs_n, t.xs_h, t.xs_w, t.xs_c = (s // 4 for s in strides)
+
+    def __call__(self, x: np.ndarray, s=None, z=None) -> np.ndarray:
+        """x float32 of the set-up's (N, H, W, C) shape and strides (set_strides); s: per-image
+        input channel scales (N, C) (pointwise only), z: a residual of the output's shape,
+        added before the activation (both C-contiguous float32)."""
+        y = _aligned(self.shape, self.size)
+        task = _copy(self.task)  # (calls may come from several threads)
+        task.x, task.y = _base_addr(x), _addr(y)
+        if s is not None:
+            task.s = _input_addr(s)
+        if z is not None:
+            task.z = _input_addr(z)
+        check(
+            core.lib.onyx_parallel(_RANGE[0], _byref(task), self.cuts_addr, self.parts, self.ways),
+            "channels-last conv",
+        )
+        return y
+
+
+_copy, _byref = _NhwcTask.from_buffer_copy, ctypes.byref
+
+
+def _aligned(shape: tuple, size: int) -> np.ndarray:
+    """An empty float32 array of ``size`` elements whose data starts on a 64-byte line: the
+    kernels' vectors of 16 channels then never straddle two lines (malloc aligns to 16)."""
+    buf = np.empty(size + 15, np.float32)
+    start = (-(buf.__array_interface__["data"][0] >> 2)) & 15
+    return buf[start : start + size].reshape(shape)
+
+
+_RANGE = [0]  # (lib.nhwc_range, set by bind)
+
+
+def _base_addr(x: np.ndarray) -> int:
+    """The address of x's first element (a strided view's too)."""
+    if x.flags.c_contiguous:
+        return _input_addr(x)
+    return x.__array_interface__["data"][0]
+
+
+def mean_pixels(x: np.ndarray) -> np.ndarray:
+    """(N, H, W, C) float32 -> (N, 1, 1, C), the mean over each image's pixels."""
+    x = np.ascontiguousarray(x, np.float32)
+    task, cuts, ways = _mean_setup(x.shape, core.thread_setting())
+    y = np.empty((x.shape[0], 1, 1, x.shape[3]), np.float32)
+    task = _copy(task)  # (calls may come from several threads)
+    task.x, task.y = _input_addr(x), _addr(y)
+    check(
+        core.lib.onyx_parallel(_RANGE[0], _byref(task), _addr(cuts), len(cuts) - 1, ways),
+        "channels-last mean",
+    )
+    return y
+
+
+@functools.lru_cache(maxsize=256)
+def _mean_setup(shape: tuple, threads: int) -> tuple:
+    """The mean's task (without its pointers), cuts and threads for one input shape."""
+    N, H, W, C = shape
+    _check_sizes("mean", *shape)
+    task = _NhwcTask(
+        None,
+        None,
+        None,
+        None,
+        *(MEAN, N, C, H, W, C, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, H * W * C, 1, W * C, C, 0),
+        0.0,
+        0.0,
+    )
+    ways = _ways(math.prod(shape), N, 1 << 17)
+    return task, _even_cuts(N, ways), ways
+
+
+def bind(lib, isa: int) -> None:
+    lib.nhwc_range = _RANGE[0] = range_of(lib, "nhwc")
+    lib.onyx_nhwc_available.restype = ctypes.c_int
+    lib.nhwc_ok = bool(isa & core.ISA_AVX512) and bool(lib.onyx_nhwc_available())

@@ -1,0 +1,237 @@
+"""The channels-last layout pass (optimizer/layout.py) and its kernels (kernels/channels_last.py,
+native/nhwc.c): MobileNet-style chains against onnxruntime and the NCHW graph, the numpy path
+(the functions' bodies), where the reorders go, and the native kernels against the NCHW ones."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onyx
+from onyx.optimizer import layout
+from onyx.runtime.kernels import channels_last
+from onyx.runtime.kernels.conv import _conv_geometry
+from onyx.runtime.kernels.fused import fused_conv
+from onyx.runtime.native import nhwc
+
+F = TensorProto.FLOAT
+RNG = np.random.default_rng(0)
+
+
+def w(*shape, scale=0.5):
+    return (RNG.standard_normal(shape) * scale).astype(np.float32)
+
+
+def _mobile_block(C: int, E: int, stride: int, opset: int):
+    """Nodes and weights of a MobileNetV3-like net: stem, inverted residual with
+    squeeze-excite, a strided depthwise block, pooling and a classifier."""
+    n = helper.make_node
+    nodes = [
+        n("Conv", ["x", "ws", "bs"], ["s"], pads=[1, 1, 1, 1], strides=[2, 2]),
+        n("HardSwish", ["s"], ["s1"]),
+        n("Conv", ["s1", "we", "be"], ["e"]),  # expand 1x1
+        n("Clip", ["e", "lo", "hi"], ["e1"]),
+        n("Conv", ["e1", "wd", "bd"], ["d"], group=E, pads=[1, 1, 1, 1]),  # depthwise 3x3
+        n("HardSwish", ["d"], ["d1"]),
+        n(
+            "ReduceMean",
+            ["d1", "axes"] if opset >= 18 else ["d1"],
+            ["p"],
+            keepdims=1,
+            **({} if opset >= 18 else {"axes": [2, 3]}),
+        ),  # fmt: skip
+        n("Conv", ["p", "wr", "br"], ["r"]),
+        n("Relu", ["r"], ["r1"]),
+        n("Conv", ["r1", "wx", "bx"], ["q"]),
+        n("HardSigmoid", ["q"], ["q1"], alpha=1 / 6, beta=0.5),
+        n("Mul", ["d1", "q1"], ["se"]),
+        n("Conv", ["se", "wp", "bp"], ["pr"]),  # project 1x1
+        n("Add", ["pr", "s1"], ["res"]),  # residual
+        n("Mul", ["res", "scale"], ["sc"]),  # a per-channel constant (permuted by the pass)
+        n(
+            "Conv",
+            ["sc", "w5", "b5"],
+            ["f"],
+            group=C,
+            pads=[2, 1, 2, 2],
+            strides=[stride, stride],
+            kernel_shape=[5, 5],
+        ),  # fmt: skip
+        n("Relu", ["f"], ["f1"]),
+        n("GlobalAveragePool", ["f1"], ["g"]),
+        n("Flatten", ["g"], ["fl"]),
+        n("Gemm", ["fl", "wc"], ["y"], transB=1),
+    ]
+    R = max(E // 4, 1)
+    inits = [
+        ("ws", w(C, 3, 3, 3)), ("bs", w(C)), ("we", w(E, C, 1, 1)), ("be", w(E)),
+        ("lo", np.float32(0.0)), ("hi", np.float32(6.0)), ("wd", w(E, 1, 3, 3)), ("bd", w(E)),
+        ("wr", w(R, E, 1, 1)), ("br", w(R)), ("wx", w(E, R, 1, 1)), ("bx", w(E)),
+        ("wp", w(C, E, 1, 1)), ("bp", w(C)), ("scale", w(C, 1, 1)), ("w5", w(C, 1, 5, 5)),
+        ("b5", w(C)), ("wc", w(7, C)),
+    ]  # fmt: skip
+    if opset >= 18:
+        inits.append(("axes", np.array([2, 3], np.int64)))
+    return nodes, inits
+
+
+def mobile_net(C=20, E=36, stride=2, opset=18, hw=(13, 11)) -> bytes:
+    nodes, inits = _mobile_block(C, E, stride, opset)
+    graph = helper.make_graph(
+        nodes,
+        "mobile",
+        [helper.make_tensor_value_info("x", F, ["N", 3, *hw])],
+        [helper.make_tensor_value_info("y", F, None)],
+        [numpy_helper.from_array(np.asarray(a), name) for name, a in inits],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+    return model.SerializeToString()
+
+
+@pytest.fixture
+def forced(monkeypatch):
+    """The pass runs wherever the test runs (on the numpy path without AVX-512)."""
+    monkeypatch.setattr(layout, "_worthwhile", lambda: True)
+
+
+def _ops(model: onyx.ir.Model) -> list[str]:
+    return [n.op_type for n in model.graph]
+
+
+@pytest.mark.parametrize(
+    "C, E, stride, opset, batch",
+    [(20, 36, 2, 18, 1), (16, 48, 1, 17, 2), (7, 24, 2, 14, 8), (33, 40, 1, 18, 2)],
+)
+def test_mobile_chain_matches_onnxruntime(forced, C, E, stride, opset, batch):
+    """The whole net runs channels-last: the optimized model (and its saved copy run by
+    onnxruntime) gives onnxruntime's results on the original."""
+    m = mobile_net(C, E, stride, opset)
+    x = RNG.uniform(-1, 1, (batch, 3, 13, 11)).astype(np.float32)
+    expected = ort.InferenceSession(m, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = onyx.InferenceSession(m).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+    opt = onyx.optimize(onyx.loads(m))
+    assert "NhwcFusedConv" in _ops(opt) and "Conv" not in _ops(opt)
+    saved = onyx.dumps(opt)
+    onnx.checker.check_model(onnx.load_from_string(saved))  # (no full check: FusedConv
+    # is a com.microsoft op, which onnx cannot infer inside a function)
+    theirs = ort.InferenceSession(saved, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    np.testing.assert_allclose(theirs[0], expected, rtol=1e-4, atol=1e-4)
+
+
+def test_reorders_only_at_the_chain_ends(forced):
+    """One Transpose to NHWC where the image enters, one back where the pooled tensor leaves
+    for Flatten; every conv, the pooling and the elementwise ops in between are the chain's."""
+    opt = onyx.optimize(onyx.loads(mobile_net()))
+    transposes = [n for n in opt.graph if n.op_type == "Transpose"]
+    assert [list(n.attr("perm")) for n in transposes] == [[0, 2, 3, 1], [0, 3, 1, 2]]
+    entry, exit_ = transposes
+    assert entry.inputs[0].name == "x"
+    assert exit_.inputs[0].producer.op_type == "NhwcGlobalAveragePool"
+    assert [u.op_type for u, _ in exit_.outputs[0].iter_uses()] == ["Flatten"]
+    ops = _ops(opt)
+    assert ops.count("NhwcGlobalAveragePool") == 2 and "ReduceMean" not in ops
+    assert ops.count("NhwcConvHardSwish") == 2 and ops.count("NhwcFusedConv") == 4
+    # the squeeze-excite scale and the residual sum join the projection
+    assert ops.count("NhwcScaledFusedConvAdd") == 1 and ops.count("Add") == 0
+    assert ops.count("Mul") == 1  # (the constant one, permuted)
+
+
+def test_no_chain_without_a_depthwise_conv(forced):
+    """A chain of group-1 convs stays NCHW (conv_f32.c serves it)."""
+    n = helper.make_node
+    nodes = [n("Conv", ["x", "w1"], ["a"], pads=[1, 1, 1, 1]), n("Relu", ["a"], ["b"]),
+             n("Conv", ["b", "w2"], ["y"])]  # fmt: skip
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", F, [1, 4, 6, 6])],
+        [helper.make_tensor_value_info("y", F, None)],
+        [
+            numpy_helper.from_array(w(8, 4, 3, 3), "w1"),
+            numpy_helper.from_array(w(4, 8, 1, 1), "w2"),
+        ],
+    )
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    ops = _ops(onyx.optimize(onyx.loads(m.SerializeToString())))
+    assert "Transpose" not in ops and "NhwcFusedConv" not in ops
+
+
+def test_numpy_path_is_the_body(forced, monkeypatch):
+    """Without the native kernels the new ops run their bodies (the NCHW kernels between
+    transposes): the same results as the native path and the NCHW graph."""
+    m = mobile_net(20, 36, 2, 18)
+    x = RNG.uniform(-1, 1, (2, 3, 13, 11)).astype(np.float32)
+    native = onyx.InferenceSession(m).run(None, {"x": x})[0]
+    off = onyx.SessionOptions()
+    off.disabled_optimizers = ["ChannelsLastTransformer"]
+    nchw = onyx.InferenceSession(m, off).run(None, {"x": x})[0]
+    monkeypatch.setattr(nhwc, "available", lambda: False)
+    numpy_path = onyx.InferenceSession(m).run(None, {"x": x})[0]
+    np.testing.assert_allclose(numpy_path, nchw, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(native, nchw, rtol=1e-4, atol=1e-4)
+
+
+def test_pass_off_without_native_kernels(monkeypatch):
+    monkeypatch.setattr(nhwc, "available", lambda: False)
+    assert "NhwcFusedConv" not in _ops(onyx.optimize(onyx.loads(mobile_net())))
+
+
+# ------------------------------------------------------------------------------ the kernels
+
+needs_native = pytest.mark.skipif(not nhwc.available(), reason="channels-last kernels: AVX-512")
+
+_ACTIVATIONS = [("", None), ("Relu", None), ("Clip", [0.0, 6.0]), ("HardSigmoid", [0.2, 0.5])]
+
+
+@needs_native
+@pytest.mark.parametrize(
+    "N, C, M, HW, k, s, p, depthwise",
+    [
+        case
+        for case in itertools.product(
+            [1, 2], [3, 17, 32], [5, 40], [(7, 8), (12, 9)], [1, 3, 5], [1, 2], [0, 2], [0, 1]
+        )
+        if not (case[-1] and case[1] == 3)
+    ][::7],
+)
+def test_native_conv_matches_nchw(N, C, M, HW, k, s, p, depthwise):
+    """NhwcConv (group 1, from an NHWC or a transposed NCHW input; depthwise) against the
+    NCHW FusedConv kernel, borders and channel tails included."""
+    M = C if depthwise else M
+    H, W = HW
+    x = w(N, C, H, W, scale=1.0)
+    wt, b = w(M, 1 if depthwise else C, k, k), w(M)
+    act, params = _ACTIVATIONS[(N + C + k) % len(_ACTIVATIONS)]
+    pads = [p, p + 1, p, p] if k > 1 else [0, 0, 0, 0]
+    ref = fused_conv(x, wt, b, activation=act, activation_params=params,
+                     group=C if depthwise else 1, pads=pads, strides=[s, s])  # fmt: skip
+    geo = _conv_geometry(x.shape, wt.shape, "NOTSET", pads, [s, s], [1, 1], None)
+    code = channels_last.activation_code(act, params)
+    conv = nhwc.NhwcConv((N, H, W, C), wt, b, geo, code)
+    view = x.transpose(0, 2, 3, 1)  # (the group-1 conv reads it in place)
+    xin = conv.reads(view if C == 3 else np.ascontiguousarray(view))
+    conv.set_strides(xin.strides)
+    got = conv(xin).transpose(0, 3, 1, 2)
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4 * max(1.0, np.abs(ref).max()))
+
+
+@needs_native
+def test_native_dilated_depthwise_and_mean():
+    x = w(2, 21, 10, 9, scale=1.0)
+    wt, b = w(21, 1, 3, 3), w(21)
+    ref = fused_conv(x, wt, b, group=21, pads=[2, 2, 2, 2], dilations=[2, 2], strides=[1, 2])
+    y = channels_last.nhwc_conv(
+        np.ascontiguousarray(x.transpose(0, 2, 3, 1)), wt, b, 21,
+        ("NOTSET", (2, 2, 2, 2), (1, 2), (2, 2), None), "", None,
+    )  # fmt: skip
+    np.testing.assert_allclose(y.transpose(0, 3, 1, 2), ref, rtol=1e-5, atol=1e-5)
+    z = w(3, 5, 7, 37)
+    np.testing.assert_allclose(
+        nhwc.mean_pixels(z), z.mean(axis=(1, 2), keepdims=True), rtol=1e-5, atol=1e-6
+    )
