@@ -289,6 +289,26 @@ def test_conv_hard_swish_fusion_leaves_a_shared_conv():
     check(m, {"x": w(1, 3, 6, 6)}, expect=["Conv", "HardSwish"], absent=["ConvHardSwish"])
 
 
+def test_fused_nodes_of_unnamed_convs_get_unique_names():
+    # fused nodes are named from their conv: unnamed convs once all became "_hardswish" /
+    # "_fused", and onnxruntime refuses a saved model with two nodes of one name
+    nodes = [
+        helper.make_node("Conv", ["x", "W1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("HardSwish", ["c1"], ["h1"]),
+        helper.make_node("Conv", ["h1", "W2"], ["c2"], pads=[1, 1, 1, 1]),
+        helper.make_node("HardSwish", ["c2"], ["h2"]),
+        helper.make_node("Conv", ["h2", "W2"], ["c3"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c3"], ["r3"]),
+        helper.make_node("Conv", ["r3", "W2"], ["c4"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c4"], ["y"]),
+    ]
+    inits = [("W1", w(4, 3, 3, 3)), ("W2", w(4, 4, 3, 3))]
+    m = make(nodes, [("x", F, [1, 3, 6, 6])], [("y", F, None)], inits, opset=18)
+    opt = check(m, {"x": w(1, 3, 6, 6)}, expect=["ConvHardSwish", "FusedConv"])
+    names = [n.name for n in opt.graph]
+    assert len(set(names)) == len(names), names
+
+
 # ---------------------------------------------------------------------------------- gemm fusions
 
 

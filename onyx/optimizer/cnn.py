@@ -39,7 +39,7 @@ def batch_norm_relu(ctx: PassContext) -> bool:
             1,
             [ir.Attr("epsilon", ir.AttrType.FLOAT, float(bn.attr("epsilon", 1e-5)))],
             domain=ONYX_DOMAIN,
-            name=(bn.name or "bn") + "_relu",
+            name=ctx.fresh_name((bn.name or "bn") + "_relu"),
         )
         ctx.replace_nodes(relu, fused, [bn])
         ctx.count("BatchNormReluFusion")

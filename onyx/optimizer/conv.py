@@ -244,7 +244,12 @@ def conv_activation(ctx: PassContext) -> bool:
         if z is not None:
             inputs.append(z)
         fused = ir.Node(
-            "FusedConv", inputs, 1, _conv_attrs(conv), domain=MS, name=conv.name + "_fused"
+            "FusedConv",
+            inputs,
+            1,
+            _conv_attrs(conv),
+            domain=MS,
+            name=ctx.fresh_name((conv.name or "conv") + "_fused"),
         )
         fused.set_attr("activation", spec[0])
         if spec[1]:
@@ -288,7 +293,7 @@ def conv_hard_swish(ctx: PassContext) -> bool:
             1,
             _conv_attrs(conv),
             domain=ONYX_DOMAIN,
-            name=conv.name + "_hardswish",
+            name=ctx.fresh_name((conv.name or "conv") + "_hardswish"),
         )
         ctx.replace_nodes(hs, fused, [conv])
         ctx.count("ConvHardSwishFusion")

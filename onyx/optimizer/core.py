@@ -236,6 +236,7 @@ class PassContext(DataValue):
                 self._names.update(v.name for v in g.inputs)
                 for n in g:
                     self._names.update(v.name for v in n.outputs)
+                    self._names.add(n.name)  # (nodes' names too: a fused node is named from them)
         # (from the suffix this base had last: the ones below it are all taken, as before)
         i = self._suffixes.get(base, 0)
         name = f"{base}_{i}" if i else base

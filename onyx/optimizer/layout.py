@@ -314,7 +314,7 @@ def _fuse_scales(ctx: PassContext) -> None:
             inputs.append(None)
         fused = ir.Node(
             "NhwcScaledFusedConv", inputs, 1, list(conv.attributes.values()),
-            domain=ONYX_DOMAIN, name=conv.name + "_scaled",
+            domain=ONYX_DOMAIN, name=ctx.fresh_name((conv.name or "conv") + "_scaled"),
         )  # fmt: skip
         ctx.replace_nodes(conv, fused, [mul])
         ctx.count("ChannelsLastScale")
@@ -352,7 +352,7 @@ def _fuse_residuals(ctx: PassContext) -> None:
             )
             fused = ir.Node(
                 op, [*inputs, r], 1, list(conv.attributes.values()), domain=ONYX_DOMAIN,
-                name=conv.name + "_add",
+                name=ctx.fresh_name((conv.name or "conv") + "_add"),
             )  # fmt: skip
             ctx.replace_nodes(add, fused, [conv])
             ctx.count("ChannelsLastResidual")
