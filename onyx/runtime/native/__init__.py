@@ -130,6 +130,7 @@ from .trees import (
     forest_descend,
     forest_sum,
     forest_sums,
+    svm_classify,
     svm_coupling,
 )
 from .window import pool2d_f32
@@ -222,6 +223,7 @@ __all__ = [
     "GruRecurrence",
     "repeat2d_4byte",
     "rms_norm_f32",
+    "svm_classify",
     "svm_coupling",
     "row_sums",
     "sgemm_ok",

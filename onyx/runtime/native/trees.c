@@ -9,6 +9,7 @@
  */
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "onyx.h"
 
@@ -232,3 +233,175 @@ EXPORT int onyx_svm_coupling_pairs(const double *pairwise, const int64_t *first,
     return 0;
 }
 
+
+/* ------------------------------------------------------------------ SVMClassifier, a few rows */
+
+/* SVMClassifier's one-vs-one path for a few rows (ml/svm.py's _Classifier; in double): the
+   kernel of the row and every support vector, each pair's decision sum_v K w + rho, the
+   votes (a positive decision votes for class i, any other, NaN too, for j), and with prob_a
+   Platt's pairwise probabilities clipped to [1e-7, 1 - 1e-7] coupled as libsvm couples them.
+   numpy's matrix products sum in BLAS's order: here each sum runs in index order, so values
+   agree to rounding. The RBF kernel sums the squared differences (x - v)^2, as libsvm does:
+   an infinite feature gives an infinite distance (kernel 0), not the expansion's inf - inf.
+
+   The vectors are stored transposed, [nf][n_vectors], so that the kernel's loop over the
+   vectors runs in vector lanes (each vector's sum still adds its features in order).
+   best [rows]: the class with the most votes (the first of a tie); out [rows][k] the
+   probabilities (prob_a given) or [rows][pairs] the decisions. work: n_vectors + pairs + k
+   + 2 k k + k doubles. */
+/* K[m] = exp(scale K[m]) for every m, in loops the compiler runs in vector lanes (libm's exp
+   is a call per value: most of a row's time). exp(x) = 2^n exp(r), n = round(x / ln 2),
+   |r| <= ln(2) / 2 in two parts of ln 2 (exact n ln2_hi), exp(r) by its Taylor series to
+   r^13 (truncation under 2e-17 relative: within a few ulp of libm's). x < -708.39 gives 0
+   (libm: a subnormal under 1e-307), x > 709.78 infinity, NaN stays NaN. */
+#define SVM_EXP(name, attributes)                                                            \
+    static attributes void name(double *K, int64_t M, double scale) {                        \
+        const double magic = 0x1.8p52, log2e = 1.4426950408889634, ln2_hi = 0x1.62e42fefap-1, \
+                     ln2_lo = 0x1.cf79abc9e3b3ap-40;                                          \
+        for (int64_t m = 0; m < M; m++) {                                                    \
+            double x = scale * K[m];                                                         \
+            double c = x < -708.39 ? -708.39 : (x > 709.78 ? 709.78 : x);                    \
+            double t = c * log2e + magic, n = t - magic;                                     \
+            double r = (c - n * ln2_hi) - n * ln2_lo;                                        \
+            double p = 1.0 / 6227020800.0;                                                   \
+            p = p * r + 1.0 / 479001600.0;                                                   \
+            p = p * r + 1.0 / 39916800.0;                                                    \
+            p = p * r + 1.0 / 3628800.0;                                                     \
+            p = p * r + 1.0 / 362880.0;                                                      \
+            p = p * r + 1.0 / 40320.0;                                                       \
+            p = p * r + 1.0 / 5040.0;                                                        \
+            p = p * r + 1.0 / 720.0;                                                         \
+            p = p * r + 1.0 / 120.0;                                                         \
+            p = p * r + 1.0 / 24.0;                                                          \
+            p = p * r + 1.0 / 6.0;                                                           \
+            p = p * r + 0.5;                                                                 \
+            p = p * r + 1.0;                                                                 \
+            p = p * r + 1.0;                                                                 \
+            int64_t bits, e;                                                                 \
+            memcpy(&bits, &t, 8);                                                            \
+            e = (bits - 0x4338000000000000LL + 1023) << 52;                                  \
+            double two_n;                                                                    \
+            memcpy(&two_n, &e, 8);                                                           \
+            double y = p * two_n;                                                            \
+            y = x < -708.39 ? 0.0 : (x > 709.78 ? INFINITY : y);                             \
+            K[m] = x != x ? x : y;                                                           \
+        }                                                                                    \
+    }
+SVM_EXP(svm_exp_portable, )
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+SVM_EXP(svm_exp_avx512, __attribute__((target("avx512f"))))
+#endif
+#undef SVM_EXP
+
+static void svm_exp(double *K, int64_t M, double scale) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (onyx_isa() & ONYX_ISA_AVX512) {
+        svm_exp_avx512(K, M, scale);
+        return;
+    }
+#endif
+    svm_exp_portable(K, M, scale);
+}
+
+/* The sums of a row's kernel: K[m] = sum_f (x_f - v_mf)^2 (RBF) or sum_f x_f v_mf, each
+   vector's features added in order, the vectors in vector lanes. */
+#define SVM_SUMS(name, attributes)                                                           \
+    static attributes void name(const svm_task *t, const double *x, double *K) {             \
+        int64_t M = t->n_vectors;                                                            \
+        const double *vt = t->vectors;                                                       \
+        for (int64_t m = 0; m < M; m++) K[m] = 0.0;                                          \
+        for (int64_t f = 0; f < t->nf; f++) {                                                \
+            double xf = x[f];                                                                \
+            const double *v = vt + f * M;                                                    \
+            if (t->kernel == 2)                                                              \
+                for (int64_t m = 0; m < M; m++) K[m] += (xf - v[m]) * (xf - v[m]);           \
+            else                                                                             \
+                for (int64_t m = 0; m < M; m++) K[m] += xf * v[m];                           \
+        }                                                                                    \
+    }
+
+/* dec[q] = sum_m K[m] w[q][m] (weights transposed, [pairs][vectors]) in 8 running sums
+   (lanes) added together at the end: BLAS's products sum in blocks too. */
+#define SVM_DECISIONS(name, attributes)                                                      \
+    static attributes void name(const svm_task *t, const double *K, double *dec) {           \
+        int64_t M = t->n_vectors, blocked = M / 8 * 8;                                       \
+        for (int64_t q = 0; q < t->pairs; q++) {                                             \
+            const double *w = t->weights + q * M;                                            \
+            double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};                                        \
+            for (int64_t m = 0; m < blocked; m += 8)                                         \
+                for (int j = 0; j < 8; j++) acc[j] += K[m + j] * w[m + j];                   \
+            double sum = ((acc[0] + acc[1]) + (acc[2] + acc[3])) +                           \
+                         ((acc[4] + acc[5]) + (acc[6] + acc[7]));                            \
+            for (int64_t m = blocked; m < M; m++) sum += K[m] * w[m];                        \
+            dec[q] = sum;                                                                    \
+        }                                                                                    \
+    }
+SVM_SUMS(svm_sums_portable, )
+SVM_DECISIONS(svm_decisions_portable, )
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+SVM_SUMS(svm_sums_avx512, __attribute__((target("avx512f"))))
+SVM_DECISIONS(svm_decisions_avx512, __attribute__((target("avx512f"))))
+#define SVM_ISA(name, ...)                                                                   \
+    if (onyx_isa() & ONYX_ISA_AVX512)                                                        \
+        name##_avx512(__VA_ARGS__);                                                          \
+    else                                                                                     \
+        name##_portable(__VA_ARGS__);
+#else
+#define SVM_ISA(name, ...) name##_portable(__VA_ARGS__);
+#endif
+#undef SVM_SUMS
+#undef SVM_DECISIONS
+
+static void svm_kernel_row(const svm_task *t, const double *x, double *K) {
+    int64_t M = t->n_vectors;
+    SVM_ISA(svm_sums, t, x, K)
+    if (t->kernel == 2)
+        svm_exp(K, M, -t->gamma);
+    else if (t->kernel == 1)
+        for (int64_t m = 0; m < M; m++) K[m] = pow(t->gamma * K[m] + t->coef0, (double)t->degree);
+    else if (t->kernel == 3)
+        for (int64_t m = 0; m < M; m++) K[m] = tanh(t->gamma * K[m] + t->coef0);
+}
+
+EXPORT int onyx_svm_classify(const void *task, const double *x, int64_t rows, int64_t *best,
+                             double *out, double *work) {
+    const svm_task *t = task;
+    int64_t M = t->n_vectors, P = t->pairs, k = t->k;
+    if (rows < 0 || M < 0 || t->nf < 0 || P < 0 || k < 1 || P > k * k || t->kernel < 0 ||
+        t->kernel > 3)
+        return ONYX_INVALID; /* (checks.h) */
+    for (int64_t q = 0; q < P; q++)
+        if (t->first[q] < 0 || t->first[q] >= k || t->second[q] < 0 || t->second[q] >= k)
+            return ONYX_INVALID;
+    double *K = work, *dec = K + M, *votes = dec + P, *r = votes + k, *Q = r + k * k;
+    double *Qp = Q + k * k;
+    for (int64_t row = 0; row < rows; row++) {
+        svm_kernel_row(t, x + row * t->nf, K);
+        SVM_ISA(svm_decisions, t, K, dec)
+        for (int64_t c = 0; c < k; c++) votes[c] = 0.0;
+        for (int64_t q = 0; q < P; q++) {
+            dec[q] += t->rho[q];
+            votes[dec[q] > 0 ? t->first[q] : t->second[q]] += 1.0;
+        }
+        int64_t top = 0;
+        for (int64_t c = 1; c < k; c++)
+            if (votes[c] > votes[top]) top = c;
+        best[row] = top;
+        if (!t->prob_a) {
+            for (int64_t q = 0; q < P; q++) out[row * P + q] = dec[q];
+            continue;
+        }
+        for (int64_t i = 0; i < k * k; i++) r[i] = 0.0;
+        for (int64_t q = 0; q < P; q++) {
+            /* (numpy's maximum and minimum: a NaN stays NaN) */
+            double p = 1.0 / (1.0 + exp(dec[q] * t->prob_a[q] + t->prob_b[q]));
+            p = p < 1e-7 ? 1e-7 : p;
+            p = p > 1 - 1e-7 ? 1 - 1e-7 : p;
+            r[t->first[q] * k + t->second[q]] = p;
+            r[t->second[q] * k + t->first[q]] = 1.0 - p;
+        }
+        int status = onyx_svm_coupling(r, out + row * k, 1, k, Q, Qp);
+        if (status) return status;
+    }
+    return 0;
+}

@@ -211,7 +211,74 @@ def coupling_pairs(first: np.ndarray, second: np.ndarray, k: int) -> CouplingPai
     return CouplingPairs(first, second, k) if core.lib is not None else None
 
 
+@abi("svm_task")
+class _SvmTask(ctypes.Structure):
+    _fields_ = (
+        [
+            (name, _P)
+            for name in ("vectors", "weights", "rho", "prob_a", "prob_b", "first", "second")
+        ]
+        + [(name, _I64) for name in ("n_vectors", "nf", "pairs", "k", "kernel", "degree")]
+        + [(name, ctypes.c_double) for name in ("gamma", "coef0")]
+    )
+
+
+#: SVMClassifier's kernel types, as trees.c numbers them
+SVM_KERNELS = {"LINEAR": 0, "POLY": 1, "RBF": 2, "SIGMOID": 3}
+
+
+class SvmClassify:
+    """trees.c's onyx_svm_classify for one SVMClassifier (one-vs-one), set up once: a call
+    on a few rows is one C call (kernel, decisions, votes, Platt scaling and coupling), where
+    numpy's per-call cost made some twenty calls on one row most of the time. Holds the
+    arrays whose addresses its task keeps."""
+
+    __slots__ = ("_arrays", "_task", "_at", "width", "work", "nf")
+
+    def __init__(self, vectors, weights, rho, prob_a, prob_b, first, second, k: int, kernel: str,
+                 gamma: float, coef0: float, degree: int):  # fmt: skip
+        vt = np.ascontiguousarray(np.asarray(vectors, np.float64).T)  # [nf, n_vectors]
+        arrays = [vt] + [
+            None if a is None else np.ascontiguousarray(a, dtype)
+            for a, dtype in (
+                (np.asarray(weights).T, np.float64), (rho, np.float64), (prob_a, np.float64),
+                (prob_b, np.float64), (first, np.int64), (second, np.int64),
+            )
+        ]  # fmt: skip
+        self._arrays = arrays
+        nf, n_vectors = vt.shape
+        pairs = len(arrays[5])
+        self._task = _SvmTask(
+            *[None if a is None else _addr(a) for a in arrays],
+            n_vectors, nf, pairs, k, SVM_KERNELS[kernel], int(degree), float(gamma), float(coef0),
+        )  # fmt: skip
+        self._at = ctypes.addressof(self._task)
+        self.nf = nf
+        self.width = k if prob_a is not None else pairs
+        self.work = n_vectors + pairs + k + 2 * k * k + k
+
+    def __call__(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(best class index [rows] int64, probabilities [rows, k] or decisions [rows, pairs]
+        float64) of x [rows, nf] float64, C-contiguous."""
+        rows = x.shape[0]
+        best = np.empty(rows, np.int64)
+        space = np.empty(rows * self.width + self.work)
+        at = _addr(space)
+        status = core.lib.onyx_svm_classify(
+            self._at, _input_addr(x), rows, _addr(best), at, at + 8 * rows * self.width
+        )
+        core.check(status, "SVMClassifier")
+        return best, space[: rows * self.width].reshape(rows, self.width)
+
+
+def svm_classify(*args, **kwargs) -> SvmClassify | None:
+    """A SvmClassify (arguments as its constructor's), or None without the library."""
+    return SvmClassify(*args, **kwargs) if core.lib is not None else None
+
+
 def bind(lib, isa: int) -> None:
+    lib.onyx_svm_classify.restype = ctypes.c_int
+    lib.onyx_svm_classify.argtypes = [_P, _P, _I64, _P, _P, _P]
     lib.onyx_svm_coupling_pairs.restype = ctypes.c_int
     lib.onyx_svm_coupling_pairs.argtypes = [_P, _P, _P, _I64, _I64, _I64, _P, _P, _P, _P]
     lib.onyx_svm_coupling.restype = ctypes.c_int
