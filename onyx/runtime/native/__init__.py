@@ -130,6 +130,7 @@ from .trees import (
     forest_descend,
     forest_sum,
     forest_sums,
+    linear_classify,
     svm_classify,
     svm_coupling,
 )
@@ -224,6 +225,7 @@ __all__ = [
     "repeat2d_4byte",
     "rms_norm_f32",
     "svm_classify",
+    "linear_classify",
     "svm_coupling",
     "row_sums",
     "sgemm_ok",

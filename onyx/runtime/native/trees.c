@@ -159,6 +159,135 @@ EXPORT int onyx_forest_scores(const void *descend, const void *sum, const void *
     return 0;
 }
 
+/* A classifier's best class of one row of float32 scores y [C]: the first class of the
+   highest score (numpy's argmax: the first NaN where there is one). */
+static int64_t classify_best(const float *y, int64_t C) {
+    int64_t top = 0;
+    for (int64_t c = 0; c < C; c++) {
+        if (y[c] != y[c]) return c;
+        if (y[c] > y[top]) top = c;
+    }
+    return top;
+}
+
+/* Softmax over each row of float32 y [rows][C] in place, numpy's steps: minus the row's
+   maximum, exp, divided by the sum. A row holding a NaN, or whose maximum is infinite, is
+   all NaN (numpy's y - max gives NaN there). */
+static void softmax_rows_portable(float *y, int64_t rows, int64_t C) {
+    for (int64_t r = 0; r < rows; r++) {
+        float *v = y + r * C, m = v[0], total = 0.0f;
+        for (int64_t c = 1; c < C && m == m; c++)
+            if (v[c] > m || v[c] != v[c]) m = v[c];
+        if (m != m || isinf(m)) {
+            for (int64_t c = 0; c < C; c++) v[c] = NAN;
+            continue;
+        }
+        for (int64_t c = 0; c < C; c++) total += v[c] = expf(v[c] - m);
+        for (int64_t c = 0; c < C; c++) v[c] /= total;
+    }
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+
+#include "activation.h"
+#define HAVE_SOFTMAX512 1
+/* The same for rows of at most 16 classes, a row in one vector (rows.c's softmax:
+   activation.h's exp, 1e-7 relative from numpy's; the sum in a tree's order). */
+static __attribute__((target("avx512f"))) void softmax_rows_avx512(float *y, int64_t rows,
+                                                                   int64_t C) {
+    __mmask16 m = (__mmask16)((1u << C) - 1);
+    for (int64_t r = 0; r < rows; r++) {
+        float *v = y + r * C;
+        __m512 x = _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), m, v);
+        float top = _mm512_reduce_max_ps(x);
+        if (_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q) || isinf(top)) {
+            _mm512_mask_storeu_ps(v, m, _mm512_set1_ps(NAN));
+            continue;
+        }
+        __m512 e = _mm512_maskz_mov_ps(m, onyx_exp512(_mm512_sub_ps(x, _mm512_set1_ps(top))));
+        __m512 total = _mm512_set1_ps(_mm512_reduce_add_ps(e));
+        _mm512_mask_storeu_ps(v, m, _mm512_div_ps(e, total));
+    }
+}
+#endif
+
+static void classify_softmax(float *y, int64_t rows, int64_t C) {
+#ifdef HAVE_SOFTMAX512
+    if (C <= 16 && (onyx_isa() & ONYX_ISA_AVX512)) {
+        softmax_rows_avx512(y, rows, C);
+        return;
+    }
+#endif
+    softmax_rows_portable(y, rows, C);
+}
+
+/* onyx_forest_scores then each row's best class and the softmax of float32 scores [rows][C] (ml/tree.py's
+   predict where every tree votes for every class), base [nbase] added first. */
+EXPORT int onyx_forest_classify(const void *descend, const void *sum, const void *x,
+                                int64_t rows, int64_t nf, float *scores, const float *base,
+                                int64_t nbase, int64_t transform, int64_t *best) {
+    const forest_sum_task *u = sum;
+    int64_t C = u->targets;
+    if (u->is_double || nbase < 0 || nbase > C || transform < 0 || transform > 1 || C < 1)
+        return ONYX_INVALID; /* (checks.h) */
+    int status = onyx_forest_scores(descend, sum, x, rows, nf, scores);
+    if (status) return status;
+    for (int64_t r = 0; r < rows; r++) {
+        float *y = scores + r * C;
+        for (int64_t c = 0; c < nbase; c++) y[c] += base[c];
+        best[r] = classify_best(y, C);
+    }
+    if (transform == 1) classify_softmax(scores, rows, C);
+    return 0;
+}
+
+/* LinearClassifier of several classes on float32 rows x [rows][nf] (ml/linear.py's bound
+   call): scores = x W + b (W [nf][C], each sum in feature order; BLAS's products sum in
+   another: values agree to rounding), then the best class and the softmax. b may be NULL.
+   The sums of a row run in local accumulators, C known at compile time up to 8 (scores in
+   memory would chain each addition through a store and a load). */
+#define LINEAR_ROWS(name, CC)                                                                \
+    static void name(const float *x, int64_t rows, int64_t nf, const float *w, float *y,    \
+                     int64_t C) {                                                            \
+        for (int64_t r = 0; r < rows; r++) {                                                 \
+            const float *xr = x + r * nf;                                                    \
+            float acc[CC];                                                                   \
+            for (int64_t c = 0; c < (CC); c++) acc[c] = 0.0f;                                \
+            for (int64_t f = 0; f < nf; f++)                                                 \
+                for (int64_t c = 0; c < (CC); c++) acc[c] += xr[f] * w[f * (CC) + c];        \
+            for (int64_t c = 0; c < (CC); c++) y[r * (CC) + c] = acc[c];                     \
+        }                                                                                    \
+    }
+LINEAR_ROWS(linear_rows_2, 2)
+LINEAR_ROWS(linear_rows_3, 3)
+LINEAR_ROWS(linear_rows_4, 4)
+LINEAR_ROWS(linear_rows_5, 5)
+LINEAR_ROWS(linear_rows_6, 6)
+LINEAR_ROWS(linear_rows_7, 7)
+LINEAR_ROWS(linear_rows_8, 8)
+LINEAR_ROWS(linear_rows_any, C)
+#undef LINEAR_ROWS
+
+EXPORT int onyx_linear_classify(const float *x, int64_t rows, int64_t nf, const float *w,
+                                const float *b, int64_t C, int64_t transform, float *scores,
+                                int64_t *best) {
+    if (rows < 0 || nf < 0 || C < 1 || transform < 0 || transform > 1) return ONYX_INVALID;
+    static void (*const sized[9])(const float *, int64_t, int64_t, const float *, float *,
+                                  int64_t) = {0, 0, linear_rows_2, linear_rows_3, linear_rows_4,
+                                              linear_rows_5, linear_rows_6, linear_rows_7,
+                                              linear_rows_8};
+    (C <= 8 && sized[C] ? sized[C] : linear_rows_any)(x, rows, nf, w, scores, C);
+    for (int64_t r = 0; r < rows; r++) {
+        float *y = scores + r * C;
+        if (b)
+            for (int64_t c = 0; c < C; c++) y[c] += b[c];
+        best[r] = classify_best(y, C);
+    }
+    if (transform == 1) classify_softmax(scores, rows, C);
+    return 0;
+}
+
 /* libsvm's multiclass_probability (Wu, Lin & Weng 2004, method 2) for each of n rows of
    pairwise probabilities r [n][k][k]: p [n][k]. Its loops, and so its order of operations:
    every sum a sequential double sum (the bits of libsvm's and of svm.py's numpy oracle).

@@ -150,6 +150,20 @@ class ForestSums:
         core.check(status, "forest_scores")
         return scores
 
+    def classify(self, x: np.ndarray, base: np.ndarray, transform: int):
+        """(best class [rows] int64, scores [rows, targets] float32) of x: the scores with
+        ``base`` (float32, C-contiguous, at most targets) added, then ``transform`` (0 NONE,
+        1 SOFTMAX) applied, in one call (trees.c's onyx_forest_classify; float32 weights)."""
+        rows, nf = x.shape
+        scores = np.empty((rows, self.targets), np.float32)
+        best = np.empty(rows, np.int64)
+        status = core.lib.onyx_forest_classify(
+            self._descend_at, self._sum_at, _input_addr(x), rows, nf, _addr(scores),
+            _addr(base) if len(base) else None, len(base), transform, _addr(best),
+        )  # fmt: skip
+        core.check(status, "forest_classify")
+        return best, scores
+
 
 def forest_sums(tables, roots2: np.ndarray, depth: int, weights: np.ndarray) -> ForestSums | None:
     """A ForestSums for these tables (of x's dtype) and weights (float32 or float64, summed in
@@ -276,7 +290,46 @@ def svm_classify(*args, **kwargs) -> SvmClassify | None:
     return SvmClassify(*args, **kwargs) if core.lib is not None else None
 
 
+class LinearClassify:
+    """trees.c's onyx_linear_classify for one LinearClassifier: weights [features, classes]
+    and intercepts float32, kept with their addresses; a call is the scores, the best class
+    and NONE or SOFTMAX in one C call (at one row, numpy's product, argmax and softmax were
+    some ten calls)."""
+
+    __slots__ = ("_arrays", "_w", "_b", "classes", "nf", "transform")
+
+    def __init__(self, weights: np.ndarray, intercepts: np.ndarray | None, transform: int):
+        w = np.ascontiguousarray(weights, np.float32)
+        b = None if intercepts is None else np.ascontiguousarray(intercepts, np.float32)
+        self._arrays = (w, b)
+        self.nf, self.classes = w.shape
+        self._w, self._b = _addr(w), None if b is None else _addr(b)
+        self.transform = transform
+
+    def __call__(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(best class [rows] int64, scores [rows, classes] float32) of float32 x [rows, nf],
+        C-contiguous."""
+        rows = x.shape[0]
+        scores = np.empty((rows, self.classes), np.float32)
+        best = np.empty(rows, np.int64)
+        status = core.lib.onyx_linear_classify(
+            _input_addr(x), rows, self.nf, self._w, self._b, self.classes, self.transform,
+            _addr(scores), _addr(best),
+        )  # fmt: skip
+        core.check(status, "LinearClassifier")
+        return best, scores
+
+
+def linear_classify(weights, intercepts, transform: int) -> LinearClassify | None:
+    """A LinearClassify (arguments as its constructor's), or None without the library."""
+    return LinearClassify(weights, intercepts, transform) if core.lib is not None else None
+
+
 def bind(lib, isa: int) -> None:
+    lib.onyx_linear_classify.restype = ctypes.c_int
+    lib.onyx_linear_classify.argtypes = [_P, _I64, _I64, _P, _P, _I64, _I64, _P, _P]
+    lib.onyx_forest_classify.restype = ctypes.c_int
+    lib.onyx_forest_classify.argtypes = [_P, _P, _P, _I64, _I64, _P, _P, _I64, _I64, _P]
     lib.onyx_svm_classify.restype = ctypes.c_int
     lib.onyx_svm_classify.argtypes = [_P, _P, _I64, _P, _P, _P]
     lib.onyx_svm_coupling_pairs.restype = ctypes.c_int
