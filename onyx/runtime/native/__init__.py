@@ -126,11 +126,13 @@ from .rows import (
 )
 from .trees import (
     ForestSums,
+    bins_one_hot,
     coupling_pairs,
     forest_descend,
     forest_sum,
     forest_sums,
     linear_classify,
+    normalize_rows,
     svm_classify,
     svm_coupling,
 )
@@ -225,6 +227,8 @@ __all__ = [
     "repeat2d_4byte",
     "rms_norm_f32",
     "svm_classify",
+    "normalize_rows",
+    "bins_one_hot",
     "linear_classify",
     "svm_coupling",
     "row_sums",

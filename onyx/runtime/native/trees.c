@@ -534,3 +534,92 @@ EXPORT int onyx_svm_classify(const void *task, const double *x, int64_t rows, in
     }
     return 0;
 }
+
+/* ------------------------------------------------------------------ BinsOneHot */
+
+/* ml/preprocess.py's BinsOneHot in its one-buffer layout: for each row r and feature j, the
+   bin b of cols[r][j] against edges[j][0..k-1], out[r][j (k + 1) + b] = 1 (the rest 0). b is
+   the chain's ArgMax over [x < e_0, ..., x < e_{k-1}, v] (v = ones[r]: 1 for a finite x, NaN
+   for an infinite one), numpy's rules: the first maximum, a NaN the maximum. */
+#define BINS(name, T)                                                                        \
+    static void name(const T *cols, const T *edges, const float *ones, int64_t rows,         \
+                     int64_t n, int64_t k, float *out) {                                     \
+        for (int64_t r = 0; r < rows; r++) {                                                 \
+            float v = ones[r];                                                               \
+            float *o = out + r * n * (k + 1);                                                \
+            for (int64_t i = 0; i < n * (k + 1); i++) o[i] = 0.0f;                           \
+            for (int64_t j = 0; j < n; j++) {                                                \
+                T x = cols[r * n + j];                                                       \
+                int64_t first = -1, b;                                                       \
+                for (int64_t e = 0; e < k; e++)                                              \
+                    if (x < edges[j * k + e]) {                                              \
+                        first = e;                                                           \
+                        break;                                                               \
+                    }                                                                        \
+                if (v != v || v > 1.0f)                                                      \
+                    b = k;                                                                   \
+                else if (first >= 0)                                                         \
+                    b = first;                                                               \
+                else                                                                         \
+                    b = v > 0.0f ? k : 0;                                                    \
+                o[j * (k + 1) + b] = 1.0f;                                                   \
+            }                                                                                \
+        }                                                                                    \
+    }
+BINS(bins_f32, float)
+BINS(bins_f64, double)
+#undef BINS
+
+EXPORT int onyx_bins_one_hot(const void *cols, const void *edges, const float *ones,
+                             int64_t rows, int64_t n, int64_t k, int64_t is_double, float *out) {
+    if (rows < 0 || n < 0 || k < 0) return ONYX_INVALID; /* (checks.h) */
+    if (is_double)
+        bins_f64(cols, edges, ones, rows, n, k, out);
+    else
+        bins_f32(cols, edges, ones, rows, n, k, out);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ Normalizer */
+
+/* numpy's float32 sum of n <= 128 terms (its pairwise_sum): fewer than 8 added left to right;
+   else 8 running sums of every 8th term, combined ((0+1)+(2+3))+((4+5)+(6+7)), then the
+   remaining terms in order. The same additions: its bits. */
+static float numpy_sum_f32(const float *v, int64_t n) {
+    if (n < 8) {
+        float s = 0.0f;
+        for (int64_t i = 0; i < n; i++) s += v[i];
+        return s;
+    }
+    float r[8];
+    for (int j = 0; j < 8; j++) r[j] = v[j];
+    int64_t i;
+    for (i = 8; i < n - (n % 8); i += 8)
+        for (int j = 0; j < 8; j++) r[j] += v[i + j];
+    float s = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+    for (; i < n; i++) s += v[i];
+    return s;
+}
+
+/* Normalizer on float32 rows x [rows][C] (C <= 128) into y: each row divided by its MAX
+   (norm 0; a NaN propagates), L1 (1) or L2 (2) norm, summed as numpy sums (its bits); a row
+   whose divisor is 0 stays as it is (the spec's Y == X). work [C] floats. */
+EXPORT int onyx_normalize_rows(const float *x, int64_t rows, int64_t C, int64_t norm, float *y,
+                               float *work) {
+    if (rows < 0 || C < 1 || C > 128 || norm < 0 || norm > 2) return ONYX_INVALID;
+    for (int64_t r = 0; r < rows; r++) {
+        const float *v = x + r * C;
+        float d;
+        if (norm == 0) {
+            d = v[0];
+            for (int64_t c = 1; c < C && d == d; c++)
+                if (v[c] > d || v[c] != v[c]) d = v[c];
+        } else {
+            for (int64_t c = 0; c < C; c++) work[c] = norm == 1 ? fabsf(v[c]) : v[c] * v[c];
+            d = numpy_sum_f32(work, C);
+            if (norm == 2) d = sqrtf(d);
+        }
+        for (int64_t c = 0; c < C; c++) y[r * C + c] = d != 0.0f ? v[c] / d : v[c];
+    }
+    return 0;
+}

@@ -325,7 +325,58 @@ def linear_classify(weights, intercepts, transform: int) -> LinearClassify | Non
     return LinearClassify(weights, intercepts, transform) if core.lib is not None else None
 
 
+def bins_one_hot(cols: np.ndarray, edges: np.ndarray, ones: np.ndarray) -> np.ndarray | None:
+    """BinsOneHot's one-hot rows [rows, n (k + 1)] float32 of cols [rows, n] against edges
+    [n, k] (both float32 or both float64) with the ones column [rows, 1] float32 (trees.c's
+    onyx_bins_one_hot: the chain's ArgMax rules); None without the library or for other
+    layouts."""
+    if (
+        core.lib is None
+        or cols.dtype not in _FLOATS
+        or edges.dtype != cols.dtype
+        or not (cols.flags.c_contiguous and edges.flags.c_contiguous and ones.flags.c_contiguous)
+    ):
+        return None
+    (rows, n), k = cols.shape, edges.shape[1]
+    out = np.empty((rows, n * (k + 1)), np.float32)
+    status = core.lib.onyx_bins_one_hot(
+        _input_addr(cols), _input_addr(edges), _input_addr(ones), rows, n, k,
+        int(cols.dtype == np.float64), _addr(out),
+    )  # fmt: skip
+    core.check(status, "BinsOneHot")
+    return out
+
+
+#: Normalizer's norms, as trees.c numbers them
+NORMS = {"MAX": 0, "L1": 1, "L2": 2}
+
+
+def normalize_rows(x: np.ndarray, norm: str) -> np.ndarray | None:
+    """Normalizer of float32 x [rows, C] (C-contiguous, C <= 128) by ``norm``: trees.c's
+    onyx_normalize_rows, numpy's sums (its bits). None without the library or else."""
+    if (
+        core.lib is None
+        or x.dtype != np.float32
+        or x.ndim != 2
+        or not 1 <= x.shape[1] <= 128
+        or not x.flags.c_contiguous
+    ):
+        return None
+    rows, c = x.shape
+    space = np.empty(rows * c + c, np.float32)
+    at = _addr(space)
+    status = core.lib.onyx_normalize_rows(
+        _input_addr(x), rows, c, NORMS[norm], at, at + 4 * rows * c
+    )
+    core.check(status, "Normalizer")
+    return space[: rows * c].reshape(rows, c)
+
+
 def bind(lib, isa: int) -> None:
+    lib.onyx_normalize_rows.restype = ctypes.c_int
+    lib.onyx_normalize_rows.argtypes = [_P, _I64, _I64, _I64, _P, _P]
+    lib.onyx_bins_one_hot.restype = ctypes.c_int
+    lib.onyx_bins_one_hot.argtypes = [_P, _P, _P, _I64, _I64, _I64, _I64, _P]
     lib.onyx_linear_classify.restype = ctypes.c_int
     lib.onyx_linear_classify.argtypes = [_P, _I64, _I64, _P, _P, _I64, _I64, _P, _P]
     lib.onyx_forest_classify.restype = ctypes.c_int
