@@ -1,4 +1,6 @@
-/* Tree ensembles (part of the _kernels library): the descent of every row through every tree,
+/* Tree ensembles and the other ai.onnx.ml kernels served a few rows at a time (part of the
+ * _kernels library: SVMClassifier, LinearClassifier, BinsOneHot, Normalizer at the end): the
+ * descent of every row through every tree,
  * and the sum of the leaves' weights, for ml/tree.py.
  *
  * The tables are ml/tree.py's _FastTables: every split made `x <= t` (thresholds adjusted,
