@@ -21,6 +21,7 @@ tests/test_native_differential.py runs a fast seeded sample of the same cases in
 from __future__ import annotations
 
 import argparse
+import inspect
 import math
 import sys
 import time
@@ -52,6 +53,7 @@ class Case:
     exact: bool = True
     rtol: float = 1e-5
     atol: float = 1e-5
+    bound: bool = False  # call the kernel's prepared form (derived.prepared), as a plan does
 
     def describe(self) -> str:
         shapes = ", ".join(
@@ -657,8 +659,28 @@ def gen_tree_classifier(rng) -> Case:
     )
     x = rng.standard_normal((int(_pick(rng, [1, 3, 17, 40])), features))
     x = x.astype(_pick(rng, [np.float32, np.float64]))
+    # (trees.c's softmax takes activation.h's exp: 1e-7 relative from numpy's)
+    softmax = attrs["post_transform"] == "SOFTMAX"
     return Case("tree_classifier", "TreeEnsembleClassifier", [laid_out(rng, x)], attrs,
-                domain=ML, version=3)  # fmt: skip
+                domain=ML, version=3, exact=not softmax, rtol=1e-5, atol=1e-6)  # fmt: skip
+
+
+def gen_linear_classifier(rng) -> Case:
+    """LinearClassifier of several classes: trees.c's sums in feature order and its softmax
+    against numpy's product (BLAS's order) and softmax. NaN and infinite features too."""
+    features, classes = int(rng.integers(1, 12)), int(_pick(rng, [2, 3, 5, 8, 12, 20]))
+    attrs = dict(
+        coefficients=rng.standard_normal(classes * features).tolist(),
+        intercepts=rng.standard_normal(classes).tolist() if rng.integers(2) else None,
+        classlabels_ints=list(range(classes)),
+        post_transform=_pick(rng, ["NONE", "SOFTMAX", "LOGISTIC"]),
+        multi_class=1,
+    )
+    x = rng.standard_normal((int(_pick(rng, [1, 3, 17, 40])), features)).astype(np.float32)
+    if rng.integers(3) == 0:
+        x.reshape(-1)[:: int(rng.integers(2, 7))] = _pick(rng, [np.nan, np.inf, -np.inf])
+    return Case("linear_classifier", "LinearClassifier", [x], attrs, domain=ML, version=1,
+                exact=False, rtol=1e-5, atol=1e-6, bound=True)  # fmt: skip
 
 
 def gen_svm_classifier(rng) -> Case:
@@ -678,7 +700,9 @@ def gen_svm_classifier(rng) -> Case:
         kernel_params=[float(rng.uniform(0.05, 0.5)), 0.5, 2.0],
     )
     x = _normal(rng, (int(_pick(rng, [1, 3, 5, 40])), features)).astype(np.float32)
-    return Case("svm_classifier", "SVMClassifier", [x], attrs, domain=ML, version=1)
+    # (a few rows: trees.c's kernel and decisions sum in their own order, BLAS's in its)
+    return Case("svm_classifier", "SVMClassifier", [x], attrs, domain=ML, version=1,
+                exact=False, rtol=1e-5, atol=1e-6)  # fmt: skip
 
 
 def gen_lookup(rng) -> Case:
@@ -776,6 +800,7 @@ FAMILIES = {
     "rows": gen_rows,
     "trees": gen_trees,
     "tree_classifier": gen_tree_classifier,
+    "linear_classifier": gen_linear_classifier,
     "svm_classifier": gen_svm_classifier,
     "lookup": gen_lookup,
     "channel_lookup": gen_channel_lookup,
@@ -797,6 +822,11 @@ def _call(case: Case):
         ctx = SimpleNamespace(n_outputs=1, outputs_wanted=(True,), opset=case.version,
                               node_name="n", op_type=case.op)  # fmt: skip
         return kernel.fn(ctx, *args, **case.attrs)
+    if case.bound:  # (as a plan calls a prepared kernel: bound to every attribute once)
+        params = inspect.signature(kernel.fn).parameters.values()
+        attrs = {p.name: p.default for p in params
+                 if p.kind is p.KEYWORD_ONLY and p.default is not p.empty}  # fmt: skip
+        return kernel.fn.prepare({**attrs, **case.attrs})(*args)
     return kernel.fn(*args, **case.attrs)
 
 
@@ -836,7 +866,8 @@ class NativeCalls:
         for name in ("onyx_parallel", "lstm", "gru", "onyx_implicit_conv", "onyx_dynamic_matmul",
                      "onyx_svm_coupling", "onyx_svm_coupling_pairs", "onyx_forest_scores",
                      "lookup_direct", "onyx_lookup8_channels",
-                     "onyx_quantize_range", "onyx_dequantize_range", "onyx_conv1d_f32"):  # fmt: skip
+                     "onyx_quantize_range", "onyx_dequantize_range", "onyx_conv1d_f32",
+                     "onyx_svm_classify", "onyx_forest_classify", "onyx_linear_classify"):  # fmt: skip
             fn = getattr(lib, name, None) if lib is not None else None
             if fn:
                 self.saved[name] = fn

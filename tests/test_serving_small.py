@@ -195,7 +195,13 @@ def test_bound_linear_classifier_answers_as_the_kernel(transform, strings):
     for rows in (1, 5):
         x = rng.standard_normal((rows, 7)).astype(np.float32)
         got = onyx.InferenceSession(model).run(None, {"X": x})
-        _same(got, linear.linear_classifier(x, **attrs))
+        with native.disabled():  # numpy's steps: the kernel's bits
+            _same(onyx.InferenceSession(model).run(None, {"X": x}),
+                  linear.linear_classifier(x, **attrs))  # fmt: skip
+        # trees.c's sums in feature order (BLAS's in its own): labels exact, scores close
+        kernel = linear.linear_classifier(x, **attrs)
+        np.testing.assert_array_equal(got[0], kernel[0])
+        np.testing.assert_allclose(got[1], kernel[1], rtol=1e-6, atol=1e-6)
         want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"X": x})
         np.testing.assert_array_equal(got[0], want[0])
         np.testing.assert_allclose(got[1], want[1], rtol=1e-5, atol=1e-6)
@@ -328,3 +334,61 @@ def test_row_reductions_by_columns_keep_numpys_bits(dtype, columns, rows):
     x[::11, 0] = np.nan
     np.testing.assert_array_equal(row_max(x), x.max(axis=-1, keepdims=True))
     np.testing.assert_array_equal(row_sum(x), x.sum(axis=-1, keepdims=True))
+
+
+@pytest.mark.parametrize("rows", [1, 5, 40])
+def test_native_normalizer_and_bins_keep_numpys_bits(rows):
+    """trees.c's Normalizer (numpy's pairwise sums reproduced) and BinsOneHot (the chain's
+    ArgMax rules) give the numpy path's bits, NaN and infinite features included."""
+    rng = np.random.default_rng(rows)
+    for columns in (1, 3, 7, 8, 9, 17, 128):
+        x = (rng.standard_normal((rows, columns)) * 50).astype(np.float32)
+        x.reshape(-1)[:: max(2, columns)] = [np.nan, np.inf, -np.inf, 0.0][columns % 4]
+        x[0] = 0.0
+        for norm in ("MAX", "L1", "L2"):
+            got = preprocess.normalizer(x, norm=norm)
+            with native.disabled():
+                want = preprocess.normalizer(x, norm=norm)
+            assert got.tobytes() == want.tobytes()
+    features = rng.standard_normal((rows, 6)).astype(np.float32)
+    features.reshape(-1)[::5] = np.nan
+    features.reshape(-1)[1::7] = np.inf
+    edges = np.sort(rng.standard_normal((3, 4)), axis=1).astype(np.float32)
+    ones = np.where(np.isfinite(features[:, :1]), 1.0, np.nan).astype(np.float32)
+    args = (features, np.array([0, 2, 5]), edges, ones, np.array([2]), np.array([1, 3, 1]),
+            np.array([-1, 15]))  # fmt: skip
+    got = preprocess.bins_one_hot(*args, cats_int64s=[0, 1, 2, 3, 4])
+    with native.disabled():
+        want = preprocess.bins_one_hot(*args, cats_int64s=[0, 1, 2, 3, 4])
+    chain = preprocess._bins_chain(  # noqa: SLF001 (the function body, one kernel a step)
+        features[:, [0, 2, 5]], *args[2:], [0, 1, 2, 3, 4]
+    )
+    assert got.dtype == want.dtype == np.float32
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got, chain)
+
+
+def test_svm_few_rows_native_matches_onnxruntime_on_odd_features():
+    """The one-call SVM path: labels and probabilities as onnxruntime's on rows with NaN and
+    infinite features (an infinite feature: RBF kernel 0), and as the numpy path's."""
+    rng = np.random.default_rng(3)
+    k, per_class, features = 3, 4, 5
+    attrs = dict(
+        classlabels_ints=[0, 1, 2], vectors_per_class=[per_class] * k,
+        support_vectors=rng.standard_normal(k * per_class * features).tolist(),
+        coefficients=rng.standard_normal((k - 1) * k * per_class).tolist(),
+        rho=rng.standard_normal(3).tolist(), prob_a=(-rng.random(3) - 1).tolist(),
+        prob_b=rng.standard_normal(3).tolist(), kernel_type="RBF", kernel_params=[0.2, 0.0, 3.0],
+    )  # fmt: skip
+    model = _ml_model("SVMClassifier", [("label", TensorProto.INT64), ("p", F)], features,
+                      opset_ml=1, **attrs)  # fmt: skip
+    x = rng.standard_normal((4, features)).astype(np.float32)
+    x[0, 1], x[1, 2], x[2, 0] = np.nan, np.inf, -np.inf
+    got = onyx.InferenceSession(model).run(None, {"X": x})
+    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"X": x})
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-5, atol=1e-6)
+    with native.disabled():
+        numpy_path = onyx.InferenceSession(model).run(None, {"X": x})
+    np.testing.assert_array_equal(got[0], numpy_path[0])
+    np.testing.assert_allclose(got[1], numpy_path[1], rtol=1e-5, atol=1e-6)

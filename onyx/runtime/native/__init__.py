@@ -126,10 +126,14 @@ from .rows import (
 )
 from .trees import (
     ForestSums,
+    bins_one_hot,
     coupling_pairs,
     forest_descend,
     forest_sum,
     forest_sums,
+    linear_classify,
+    normalize_rows,
+    svm_classify,
     svm_coupling,
 )
 from .window import pool2d_f32
@@ -222,6 +226,10 @@ __all__ = [
     "GruRecurrence",
     "repeat2d_4byte",
     "rms_norm_f32",
+    "svm_classify",
+    "normalize_rows",
+    "bins_one_hot",
+    "linear_classify",
     "svm_coupling",
     "row_sums",
     "sgemm_ok",

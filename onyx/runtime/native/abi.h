@@ -325,6 +325,20 @@ ONYX_STRUCT(forest_task, ONYX_FOREST_TASK)
     F(S, int64_t, trees, ) F(S, int64_t, targets, ) F(S, int64_t, is_double, )
 ONYX_STRUCT(forest_sum_task, ONYX_FOREST_SUM_TASK)
 
+/* ------------------------------------------------------------ SVM classifier (trees.c) */
+
+#define ONYX_SVM_TASK(F, S)                                                                  \
+    F(S, const double *, vectors, ) /* [nf x vectors]: the support vectors, transposed */    \
+    F(S, const double *, weights, ) /* [pairs x vectors]: each pair's dual coefficients */   \
+    F(S, const double *, rho, )     /* [pairs] */                                            \
+    F(S, const double *, prob_a, )  /* [pairs], or NULL: decisions out, no probabilities */  \
+    F(S, const double *, prob_b, )                                                           \
+    F(S, const int64_t *, first, ) F(S, const int64_t *, second, ) /* pairs' classes i < j */ \
+    F(S, int64_t, n_vectors, ) F(S, int64_t, nf, ) F(S, int64_t, pairs, ) F(S, int64_t, k, ) \
+    F(S, int64_t, kernel, ) /* 0 LINEAR, 1 POLY, 2 RBF, 3 SIGMOID */                          \
+    F(S, int64_t, degree, ) F(S, double, gamma, ) F(S, double, coef0, )
+ONYX_STRUCT(svm_task, ONYX_SVM_TASK)
+
 /* ------------------------------------------------------------ MatMulNBits (nbits.c) */
 
 #define ONYX_NBITS_TASK(F, S)                                                                \
@@ -459,6 +473,7 @@ ONYX_STRUCT(nhwc_task, ONYX_NHWC_TASK)
     X(sgemm_task, ONYX_SGEMM_TASK)                                                           \
     X(softmax_rows, ONYX_SOFTMAX_ROWS) X(convt_f32, ONYX_CONVT_F32)                          \
     X(conv1d_f32, ONYX_CONV1D_F32)                                                           \
-    X(nhwc_task, ONYX_NHWC_TASK)
+    X(nhwc_task, ONYX_NHWC_TASK)                                                             \
+    X(svm_task, ONYX_SVM_TASK)
 
 #endif

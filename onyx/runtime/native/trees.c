@@ -1,4 +1,6 @@
-/* Tree ensembles (part of the _kernels library): the descent of every row through every tree,
+/* Tree ensembles and the other ai.onnx.ml kernels served a few rows at a time (part of the
+ * _kernels library: SVMClassifier, LinearClassifier, BinsOneHot, Normalizer at the end): the
+ * descent of every row through every tree,
  * and the sum of the leaves' weights, for ml/tree.py.
  *
  * The tables are ml/tree.py's _FastTables: every split made `x <= t` (thresholds adjusted,
@@ -9,6 +11,7 @@
  */
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "onyx.h"
 
@@ -158,6 +161,135 @@ EXPORT int onyx_forest_scores(const void *descend, const void *sum, const void *
     return 0;
 }
 
+/* A classifier's best class of one row of float32 scores y [C]: the first class of the
+   highest score (numpy's argmax: the first NaN where there is one). */
+static int64_t classify_best(const float *y, int64_t C) {
+    int64_t top = 0;
+    for (int64_t c = 0; c < C; c++) {
+        if (y[c] != y[c]) return c;
+        if (y[c] > y[top]) top = c;
+    }
+    return top;
+}
+
+/* Softmax over each row of float32 y [rows][C] in place, numpy's steps: minus the row's
+   maximum, exp, divided by the sum. A row holding a NaN, or whose maximum is infinite, is
+   all NaN (numpy's y - max gives NaN there). */
+static void softmax_rows_portable(float *y, int64_t rows, int64_t C) {
+    for (int64_t r = 0; r < rows; r++) {
+        float *v = y + r * C, m = v[0], total = 0.0f;
+        for (int64_t c = 1; c < C && m == m; c++)
+            if (v[c] > m || v[c] != v[c]) m = v[c];
+        if (m != m || isinf(m)) {
+            for (int64_t c = 0; c < C; c++) v[c] = NAN;
+            continue;
+        }
+        for (int64_t c = 0; c < C; c++) total += v[c] = expf(v[c] - m);
+        for (int64_t c = 0; c < C; c++) v[c] /= total;
+    }
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+
+#include "activation.h"
+#define HAVE_SOFTMAX512 1
+/* The same for rows of at most 16 classes, a row in one vector (rows.c's softmax:
+   activation.h's exp, 1e-7 relative from numpy's; the sum in a tree's order). */
+static __attribute__((target("avx512f"))) void softmax_rows_avx512(float *y, int64_t rows,
+                                                                   int64_t C) {
+    __mmask16 m = (__mmask16)((1u << C) - 1);
+    for (int64_t r = 0; r < rows; r++) {
+        float *v = y + r * C;
+        __m512 x = _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), m, v);
+        float top = _mm512_reduce_max_ps(x);
+        if (_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q) || isinf(top)) {
+            _mm512_mask_storeu_ps(v, m, _mm512_set1_ps(NAN));
+            continue;
+        }
+        __m512 e = _mm512_maskz_mov_ps(m, onyx_exp512(_mm512_sub_ps(x, _mm512_set1_ps(top))));
+        __m512 total = _mm512_set1_ps(_mm512_reduce_add_ps(e));
+        _mm512_mask_storeu_ps(v, m, _mm512_div_ps(e, total));
+    }
+}
+#endif
+
+static void classify_softmax(float *y, int64_t rows, int64_t C) {
+#ifdef HAVE_SOFTMAX512
+    if (C <= 16 && (onyx_isa() & ONYX_ISA_AVX512)) {
+        softmax_rows_avx512(y, rows, C);
+        return;
+    }
+#endif
+    softmax_rows_portable(y, rows, C);
+}
+
+/* onyx_forest_scores then each row's best class and the softmax of float32 scores [rows][C] (ml/tree.py's
+   predict where every tree votes for every class), base [nbase] added first. */
+EXPORT int onyx_forest_classify(const void *descend, const void *sum, const void *x,
+                                int64_t rows, int64_t nf, float *scores, const float *base,
+                                int64_t nbase, int64_t transform, int64_t *best) {
+    const forest_sum_task *u = sum;
+    int64_t C = u->targets;
+    if (u->is_double || nbase < 0 || nbase > C || transform < 0 || transform > 1 || C < 1)
+        return ONYX_INVALID; /* (checks.h) */
+    int status = onyx_forest_scores(descend, sum, x, rows, nf, scores);
+    if (status) return status;
+    for (int64_t r = 0; r < rows; r++) {
+        float *y = scores + r * C;
+        for (int64_t c = 0; c < nbase; c++) y[c] += base[c];
+        best[r] = classify_best(y, C);
+    }
+    if (transform == 1) classify_softmax(scores, rows, C);
+    return 0;
+}
+
+/* LinearClassifier of several classes on float32 rows x [rows][nf] (ml/linear.py's bound
+   call): scores = x W + b (W [nf][C], each sum in feature order; BLAS's products sum in
+   another: values agree to rounding), then the best class and the softmax. b may be NULL.
+   The sums of a row run in local accumulators, C known at compile time up to 8 (scores in
+   memory would chain each addition through a store and a load). */
+#define LINEAR_ROWS(name, CC)                                                                \
+    static void name(const float *x, int64_t rows, int64_t nf, const float *w, float *y,    \
+                     int64_t C) {                                                            \
+        for (int64_t r = 0; r < rows; r++) {                                                 \
+            const float *xr = x + r * nf;                                                    \
+            float acc[CC];                                                                   \
+            for (int64_t c = 0; c < (CC); c++) acc[c] = 0.0f;                                \
+            for (int64_t f = 0; f < nf; f++)                                                 \
+                for (int64_t c = 0; c < (CC); c++) acc[c] += xr[f] * w[f * (CC) + c];        \
+            for (int64_t c = 0; c < (CC); c++) y[r * (CC) + c] = acc[c];                     \
+        }                                                                                    \
+    }
+LINEAR_ROWS(linear_rows_2, 2)
+LINEAR_ROWS(linear_rows_3, 3)
+LINEAR_ROWS(linear_rows_4, 4)
+LINEAR_ROWS(linear_rows_5, 5)
+LINEAR_ROWS(linear_rows_6, 6)
+LINEAR_ROWS(linear_rows_7, 7)
+LINEAR_ROWS(linear_rows_8, 8)
+LINEAR_ROWS(linear_rows_any, C)
+#undef LINEAR_ROWS
+
+EXPORT int onyx_linear_classify(const float *x, int64_t rows, int64_t nf, const float *w,
+                                const float *b, int64_t C, int64_t transform, float *scores,
+                                int64_t *best) {
+    if (rows < 0 || nf < 0 || C < 1 || transform < 0 || transform > 1) return ONYX_INVALID;
+    static void (*const sized[9])(const float *, int64_t, int64_t, const float *, float *,
+                                  int64_t) = {0, 0, linear_rows_2, linear_rows_3, linear_rows_4,
+                                              linear_rows_5, linear_rows_6, linear_rows_7,
+                                              linear_rows_8};
+    (C <= 8 && sized[C] ? sized[C] : linear_rows_any)(x, rows, nf, w, scores, C);
+    for (int64_t r = 0; r < rows; r++) {
+        float *y = scores + r * C;
+        if (b)
+            for (int64_t c = 0; c < C; c++) y[c] += b[c];
+        best[r] = classify_best(y, C);
+    }
+    if (transform == 1) classify_softmax(scores, rows, C);
+    return 0;
+}
+
 /* libsvm's multiclass_probability (Wu, Lin & Weng 2004, method 2) for each of n rows of
    pairwise probabilities r [n][k][k]: p [n][k]. Its loops, and so its order of operations:
    every sum a sequential double sum (the bits of libsvm's and of svm.py's numpy oracle).
@@ -232,3 +364,264 @@ EXPORT int onyx_svm_coupling_pairs(const double *pairwise, const int64_t *first,
     return 0;
 }
 
+
+/* ------------------------------------------------------------------ SVMClassifier, a few rows */
+
+/* SVMClassifier's one-vs-one path for a few rows (ml/svm.py's _Classifier; in double): the
+   kernel of the row and every support vector, each pair's decision sum_v K w + rho, the
+   votes (a positive decision votes for class i, any other, NaN too, for j), and with prob_a
+   Platt's pairwise probabilities clipped to [1e-7, 1 - 1e-7] coupled as libsvm couples them.
+   numpy's matrix products sum in BLAS's order: here each sum runs in index order, so values
+   agree to rounding. The RBF kernel sums the squared differences (x - v)^2, as libsvm does:
+   an infinite feature gives an infinite distance (kernel 0), not the expansion's inf - inf.
+
+   The vectors are stored transposed, [nf][n_vectors], so that the kernel's loop over the
+   vectors runs in vector lanes (each vector's sum still adds its features in order).
+   best [rows]: the class with the most votes (the first of a tie); out [rows][k] the
+   probabilities (prob_a given) or [rows][pairs] the decisions. work: n_vectors + pairs + k
+   + 2 k k + k doubles. */
+/* K[m] = exp(scale K[m]) for every m, in loops the compiler runs in vector lanes (libm's exp
+   is a call per value: most of a row's time). exp(x) = 2^n exp(r), n = round(x / ln 2),
+   |r| <= ln(2) / 2 in two parts of ln 2 (exact n ln2_hi), exp(r) by its Taylor series to
+   r^13 (truncation under 2e-17 relative: within a few ulp of libm's). x < -708.39 gives 0
+   (libm: a subnormal under 1e-307), x > 709.78 infinity, NaN stays NaN. */
+#define SVM_EXP(name, attributes)                                                            \
+    static attributes void name(double *K, int64_t M, double scale) {                        \
+        const double magic = 0x1.8p52, log2e = 1.4426950408889634, ln2_hi = 0x1.62e42fefap-1, \
+                     ln2_lo = 0x1.cf79abc9e3b3ap-40;                                          \
+        for (int64_t m = 0; m < M; m++) {                                                    \
+            double x = scale * K[m];                                                         \
+            double c = x < -708.39 ? -708.39 : (x > 709.78 ? 709.78 : x);                    \
+            double t = c * log2e + magic, n = t - magic;                                     \
+            double r = (c - n * ln2_hi) - n * ln2_lo;                                        \
+            double p = 1.0 / 6227020800.0;                                                   \
+            p = p * r + 1.0 / 479001600.0;                                                   \
+            p = p * r + 1.0 / 39916800.0;                                                    \
+            p = p * r + 1.0 / 3628800.0;                                                     \
+            p = p * r + 1.0 / 362880.0;                                                      \
+            p = p * r + 1.0 / 40320.0;                                                       \
+            p = p * r + 1.0 / 5040.0;                                                        \
+            p = p * r + 1.0 / 720.0;                                                         \
+            p = p * r + 1.0 / 120.0;                                                         \
+            p = p * r + 1.0 / 24.0;                                                          \
+            p = p * r + 1.0 / 6.0;                                                           \
+            p = p * r + 0.5;                                                                 \
+            p = p * r + 1.0;                                                                 \
+            p = p * r + 1.0;                                                                 \
+            int64_t bits, e;                                                                 \
+            memcpy(&bits, &t, 8);                                                            \
+            e = (bits - 0x4338000000000000LL + 1023) << 52;                                  \
+            double two_n;                                                                    \
+            memcpy(&two_n, &e, 8);                                                           \
+            double y = p * two_n;                                                            \
+            y = x < -708.39 ? 0.0 : (x > 709.78 ? INFINITY : y);                             \
+            K[m] = x != x ? x : y;                                                           \
+        }                                                                                    \
+    }
+SVM_EXP(svm_exp_portable, )
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+SVM_EXP(svm_exp_avx512, __attribute__((target("avx512f"))))
+#endif
+#undef SVM_EXP
+
+static void svm_exp(double *K, int64_t M, double scale) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (onyx_isa() & ONYX_ISA_AVX512) {
+        svm_exp_avx512(K, M, scale);
+        return;
+    }
+#endif
+    svm_exp_portable(K, M, scale);
+}
+
+/* The sums of a row's kernel: K[m] = sum_f (x_f - v_mf)^2 (RBF) or sum_f x_f v_mf, each
+   vector's features added in order, the vectors in vector lanes. */
+#define SVM_SUMS(name, attributes)                                                           \
+    static attributes void name(const svm_task *t, const double *x, double *K) {             \
+        int64_t M = t->n_vectors;                                                            \
+        const double *vt = t->vectors;                                                       \
+        for (int64_t m = 0; m < M; m++) K[m] = 0.0;                                          \
+        for (int64_t f = 0; f < t->nf; f++) {                                                \
+            double xf = x[f];                                                                \
+            const double *v = vt + f * M;                                                    \
+            if (t->kernel == 2)                                                              \
+                for (int64_t m = 0; m < M; m++) K[m] += (xf - v[m]) * (xf - v[m]);           \
+            else                                                                             \
+                for (int64_t m = 0; m < M; m++) K[m] += xf * v[m];                           \
+        }                                                                                    \
+    }
+
+/* dec[q] = sum_m K[m] w[q][m] (weights transposed, [pairs][vectors]) in 8 running sums
+   (lanes) added together at the end: BLAS's products sum in blocks too. */
+#define SVM_DECISIONS(name, attributes)                                                      \
+    static attributes void name(const svm_task *t, const double *K, double *dec) {           \
+        int64_t M = t->n_vectors, blocked = M / 8 * 8;                                       \
+        for (int64_t q = 0; q < t->pairs; q++) {                                             \
+            const double *w = t->weights + q * M;                                            \
+            double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};                                        \
+            for (int64_t m = 0; m < blocked; m += 8)                                         \
+                for (int j = 0; j < 8; j++) acc[j] += K[m + j] * w[m + j];                   \
+            double sum = ((acc[0] + acc[1]) + (acc[2] + acc[3])) +                           \
+                         ((acc[4] + acc[5]) + (acc[6] + acc[7]));                            \
+            for (int64_t m = blocked; m < M; m++) sum += K[m] * w[m];                        \
+            dec[q] = sum;                                                                    \
+        }                                                                                    \
+    }
+SVM_SUMS(svm_sums_portable, )
+SVM_DECISIONS(svm_decisions_portable, )
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+SVM_SUMS(svm_sums_avx512, __attribute__((target("avx512f"))))
+SVM_DECISIONS(svm_decisions_avx512, __attribute__((target("avx512f"))))
+#define SVM_ISA(name, ...)                                                                   \
+    if (onyx_isa() & ONYX_ISA_AVX512)                                                        \
+        name##_avx512(__VA_ARGS__);                                                          \
+    else                                                                                     \
+        name##_portable(__VA_ARGS__);
+#else
+#define SVM_ISA(name, ...) name##_portable(__VA_ARGS__);
+#endif
+#undef SVM_SUMS
+#undef SVM_DECISIONS
+
+static void svm_kernel_row(const svm_task *t, const double *x, double *K) {
+    int64_t M = t->n_vectors;
+    SVM_ISA(svm_sums, t, x, K)
+    if (t->kernel == 2)
+        svm_exp(K, M, -t->gamma);
+    else if (t->kernel == 1)
+        for (int64_t m = 0; m < M; m++) K[m] = pow(t->gamma * K[m] + t->coef0, (double)t->degree);
+    else if (t->kernel == 3)
+        for (int64_t m = 0; m < M; m++) K[m] = tanh(t->gamma * K[m] + t->coef0);
+}
+
+EXPORT int onyx_svm_classify(const void *task, const double *x, int64_t rows, int64_t *best,
+                             double *out, double *work) {
+    const svm_task *t = task;
+    int64_t M = t->n_vectors, P = t->pairs, k = t->k;
+    if (rows < 0 || M < 0 || t->nf < 0 || P < 0 || k < 1 || P > k * k || t->kernel < 0 ||
+        t->kernel > 3)
+        return ONYX_INVALID; /* (checks.h) */
+    for (int64_t q = 0; q < P; q++)
+        if (t->first[q] < 0 || t->first[q] >= k || t->second[q] < 0 || t->second[q] >= k)
+            return ONYX_INVALID;
+    double *K = work, *dec = K + M, *votes = dec + P, *r = votes + k, *Q = r + k * k;
+    double *Qp = Q + k * k;
+    for (int64_t row = 0; row < rows; row++) {
+        svm_kernel_row(t, x + row * t->nf, K);
+        SVM_ISA(svm_decisions, t, K, dec)
+        for (int64_t c = 0; c < k; c++) votes[c] = 0.0;
+        for (int64_t q = 0; q < P; q++) {
+            dec[q] += t->rho[q];
+            votes[dec[q] > 0 ? t->first[q] : t->second[q]] += 1.0;
+        }
+        int64_t top = 0;
+        for (int64_t c = 1; c < k; c++)
+            if (votes[c] > votes[top]) top = c;
+        best[row] = top;
+        if (!t->prob_a) {
+            for (int64_t q = 0; q < P; q++) out[row * P + q] = dec[q];
+            continue;
+        }
+        for (int64_t i = 0; i < k * k; i++) r[i] = 0.0;
+        for (int64_t q = 0; q < P; q++) {
+            /* (numpy's maximum and minimum: a NaN stays NaN) */
+            double p = 1.0 / (1.0 + exp(dec[q] * t->prob_a[q] + t->prob_b[q]));
+            p = p < 1e-7 ? 1e-7 : p;
+            p = p > 1 - 1e-7 ? 1 - 1e-7 : p;
+            r[t->first[q] * k + t->second[q]] = p;
+            r[t->second[q] * k + t->first[q]] = 1.0 - p;
+        }
+        int status = onyx_svm_coupling(r, out + row * k, 1, k, Q, Qp);
+        if (status) return status;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ BinsOneHot */
+
+/* ml/preprocess.py's BinsOneHot in its one-buffer layout: for each row r and feature j, the
+   bin b of cols[r][j] against edges[j][0..k-1], out[r][j (k + 1) + b] = 1 (the rest 0). b is
+   the chain's ArgMax over [x < e_0, ..., x < e_{k-1}, v] (v = ones[r]: 1 for a finite x, NaN
+   for an infinite one), numpy's rules: the first maximum, a NaN the maximum. */
+#define BINS(name, T)                                                                        \
+    static void name(const T *cols, const T *edges, const float *ones, int64_t rows,         \
+                     int64_t n, int64_t k, float *out) {                                     \
+        for (int64_t r = 0; r < rows; r++) {                                                 \
+            float v = ones[r];                                                               \
+            float *o = out + r * n * (k + 1);                                                \
+            for (int64_t i = 0; i < n * (k + 1); i++) o[i] = 0.0f;                           \
+            for (int64_t j = 0; j < n; j++) {                                                \
+                T x = cols[r * n + j];                                                       \
+                int64_t first = -1, b;                                                       \
+                for (int64_t e = 0; e < k; e++)                                              \
+                    if (x < edges[j * k + e]) {                                              \
+                        first = e;                                                           \
+                        break;                                                               \
+                    }                                                                        \
+                if (v != v || v > 1.0f)                                                      \
+                    b = k;                                                                   \
+                else if (first >= 0)                                                         \
+                    b = first;                                                               \
+                else                                                                         \
+                    b = v > 0.0f ? k : 0;                                                    \
+                o[j * (k + 1) + b] = 1.0f;                                                   \
+            }                                                                                \
+        }                                                                                    \
+    }
+BINS(bins_f32, float)
+BINS(bins_f64, double)
+#undef BINS
+
+EXPORT int onyx_bins_one_hot(const void *cols, const void *edges, const float *ones,
+                             int64_t rows, int64_t n, int64_t k, int64_t is_double, float *out) {
+    if (rows < 0 || n < 0 || k < 0) return ONYX_INVALID; /* (checks.h) */
+    if (is_double)
+        bins_f64(cols, edges, ones, rows, n, k, out);
+    else
+        bins_f32(cols, edges, ones, rows, n, k, out);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ Normalizer */
+
+/* numpy's float32 sum of n <= 128 terms (its pairwise_sum): fewer than 8 added left to right;
+   else 8 running sums of every 8th term, combined ((0+1)+(2+3))+((4+5)+(6+7)), then the
+   remaining terms in order. The same additions: its bits. */
+static float numpy_sum_f32(const float *v, int64_t n) {
+    if (n < 8) {
+        float s = 0.0f;
+        for (int64_t i = 0; i < n; i++) s += v[i];
+        return s;
+    }
+    float r[8];
+    for (int j = 0; j < 8; j++) r[j] = v[j];
+    int64_t i;
+    for (i = 8; i < n - (n % 8); i += 8)
+        for (int j = 0; j < 8; j++) r[j] += v[i + j];
+    float s = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+    for (; i < n; i++) s += v[i];
+    return s;
+}
+
+/* Normalizer on float32 rows x [rows][C] (C <= 128) into y: each row divided by its MAX
+   (norm 0; a NaN propagates), L1 (1) or L2 (2) norm, summed as numpy sums (its bits); a row
+   whose divisor is 0 stays as it is (the spec's Y == X). work [C] floats. */
+EXPORT int onyx_normalize_rows(const float *x, int64_t rows, int64_t C, int64_t norm, float *y,
+                               float *work) {
+    if (rows < 0 || C < 1 || C > 128 || norm < 0 || norm > 2) return ONYX_INVALID;
+    for (int64_t r = 0; r < rows; r++) {
+        const float *v = x + r * C;
+        float d;
+        if (norm == 0) {
+            d = v[0];
+            for (int64_t c = 1; c < C && d == d; c++)
+                if (v[c] > d || v[c] != v[c]) d = v[c];
+        } else {
+            for (int64_t c = 0; c < C; c++) work[c] = norm == 1 ? fabsf(v[c]) : v[c] * v[c];
+            d = numpy_sum_f32(work, C);
+            if (norm == 2) d = sqrtf(d);
+        }
+        for (int64_t c = 0; c < C; c++) y[r * C + c] = d != 0.0f ? v[c] / d : v[c];
+    }
+    return 0;
+}

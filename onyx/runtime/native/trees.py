@@ -150,6 +150,20 @@ class ForestSums:
         core.check(status, "forest_scores")
         return scores
 
+    def classify(self, x: np.ndarray, base: np.ndarray, transform: int):
+        """(best class [rows] int64, scores [rows, targets] float32) of x: the scores with
+        ``base`` (float32, C-contiguous, at most targets) added, then ``transform`` (0 NONE,
+        1 SOFTMAX) applied, in one call (trees.c's onyx_forest_classify; float32 weights)."""
+        rows, nf = x.shape
+        scores = np.empty((rows, self.targets), np.float32)
+        best = np.empty(rows, np.int64)
+        status = core.lib.onyx_forest_classify(
+            self._descend_at, self._sum_at, _input_addr(x), rows, nf, _addr(scores),
+            _addr(base) if len(base) else None, len(base), transform, _addr(best),
+        )  # fmt: skip
+        core.check(status, "forest_classify")
+        return best, scores
+
 
 def forest_sums(tables, roots2: np.ndarray, depth: int, weights: np.ndarray) -> ForestSums | None:
     """A ForestSums for these tables (of x's dtype) and weights (float32 or float64, summed in
@@ -211,7 +225,164 @@ def coupling_pairs(first: np.ndarray, second: np.ndarray, k: int) -> CouplingPai
     return CouplingPairs(first, second, k) if core.lib is not None else None
 
 
+@abi("svm_task")
+class _SvmTask(ctypes.Structure):
+    _fields_ = (
+        [
+            (name, _P)
+            for name in ("vectors", "weights", "rho", "prob_a", "prob_b", "first", "second")
+        ]
+        + [(name, _I64) for name in ("n_vectors", "nf", "pairs", "k", "kernel", "degree")]
+        + [(name, ctypes.c_double) for name in ("gamma", "coef0")]
+    )
+
+
+#: SVMClassifier's kernel types, as trees.c numbers them
+SVM_KERNELS = {"LINEAR": 0, "POLY": 1, "RBF": 2, "SIGMOID": 3}
+
+
+class SvmClassify:
+    """trees.c's onyx_svm_classify for one SVMClassifier (one-vs-one), set up once: a call
+    on a few rows is one C call (kernel, decisions, votes, Platt scaling and coupling), where
+    numpy's per-call cost made some twenty calls on one row most of the time. Holds the
+    arrays whose addresses its task keeps."""
+
+    __slots__ = ("_arrays", "_task", "_at", "width", "work", "nf")
+
+    def __init__(self, vectors, weights, rho, prob_a, prob_b, first, second, k: int, kernel: str,
+                 gamma: float, coef0: float, degree: int):  # fmt: skip
+        vt = np.ascontiguousarray(np.asarray(vectors, np.float64).T)  # [nf, n_vectors]
+        arrays = [vt] + [
+            None if a is None else np.ascontiguousarray(a, dtype)
+            for a, dtype in (
+                (np.asarray(weights).T, np.float64), (rho, np.float64), (prob_a, np.float64),
+                (prob_b, np.float64), (first, np.int64), (second, np.int64),
+            )
+        ]  # fmt: skip
+        self._arrays = arrays
+        nf, n_vectors = vt.shape
+        pairs = len(arrays[5])
+        self._task = _SvmTask(
+            *[None if a is None else _addr(a) for a in arrays],
+            n_vectors, nf, pairs, k, SVM_KERNELS[kernel], int(degree), float(gamma), float(coef0),
+        )  # fmt: skip
+        self._at = ctypes.addressof(self._task)
+        self.nf = nf
+        self.width = k if prob_a is not None else pairs
+        self.work = n_vectors + pairs + k + 2 * k * k + k
+
+    def __call__(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(best class index [rows] int64, probabilities [rows, k] or decisions [rows, pairs]
+        float64) of x [rows, nf] float64, C-contiguous."""
+        rows = x.shape[0]
+        best = np.empty(rows, np.int64)
+        space = np.empty(rows * self.width + self.work)
+        at = _addr(space)
+        status = core.lib.onyx_svm_classify(
+            self._at, _input_addr(x), rows, _addr(best), at, at + 8 * rows * self.width
+        )
+        core.check(status, "SVMClassifier")
+        return best, space[: rows * self.width].reshape(rows, self.width)
+
+
+def svm_classify(*args, **kwargs) -> SvmClassify | None:
+    """A SvmClassify (arguments as its constructor's), or None without the library."""
+    return SvmClassify(*args, **kwargs) if core.lib is not None else None
+
+
+class LinearClassify:
+    """trees.c's onyx_linear_classify for one LinearClassifier: weights [features, classes]
+    and intercepts float32, kept with their addresses; a call is the scores, the best class
+    and NONE or SOFTMAX in one C call (at one row, numpy's product, argmax and softmax were
+    some ten calls)."""
+
+    __slots__ = ("_arrays", "_w", "_b", "classes", "nf", "transform")
+
+    def __init__(self, weights: np.ndarray, intercepts: np.ndarray | None, transform: int):
+        w = np.ascontiguousarray(weights, np.float32)
+        b = None if intercepts is None else np.ascontiguousarray(intercepts, np.float32)
+        self._arrays = (w, b)
+        self.nf, self.classes = w.shape
+        self._w, self._b = _addr(w), None if b is None else _addr(b)
+        self.transform = transform
+
+    def __call__(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(best class [rows] int64, scores [rows, classes] float32) of float32 x [rows, nf],
+        C-contiguous."""
+        rows = x.shape[0]
+        scores = np.empty((rows, self.classes), np.float32)
+        best = np.empty(rows, np.int64)
+        status = core.lib.onyx_linear_classify(
+            _input_addr(x), rows, self.nf, self._w, self._b, self.classes, self.transform,
+            _addr(scores), _addr(best),
+        )  # fmt: skip
+        core.check(status, "LinearClassifier")
+        return best, scores
+
+
+def linear_classify(weights, intercepts, transform: int) -> LinearClassify | None:
+    """A LinearClassify (arguments as its constructor's), or None without the library."""
+    return LinearClassify(weights, intercepts, transform) if core.lib is not None else None
+
+
+def bins_one_hot(cols: np.ndarray, edges: np.ndarray, ones: np.ndarray) -> np.ndarray | None:
+    """BinsOneHot's one-hot rows [rows, n (k + 1)] float32 of cols [rows, n] against edges
+    [n, k] (both float32 or both float64) with the ones column [rows, 1] float32 (trees.c's
+    onyx_bins_one_hot: the chain's ArgMax rules); None without the library or for other
+    layouts."""
+    if (
+        core.lib is None
+        or cols.dtype not in _FLOATS
+        or edges.dtype != cols.dtype
+        or not (cols.flags.c_contiguous and edges.flags.c_contiguous and ones.flags.c_contiguous)
+    ):
+        return None
+    (rows, n), k = cols.shape, edges.shape[1]
+    out = np.empty((rows, n * (k + 1)), np.float32)
+    status = core.lib.onyx_bins_one_hot(
+        _input_addr(cols), _input_addr(edges), _input_addr(ones), rows, n, k,
+        int(cols.dtype == np.float64), _addr(out),
+    )  # fmt: skip
+    core.check(status, "BinsOneHot")
+    return out
+
+
+#: Normalizer's norms, as trees.c numbers them
+NORMS = {"MAX": 0, "L1": 1, "L2": 2}
+
+
+def normalize_rows(x: np.ndarray, norm: str) -> np.ndarray | None:
+    """Normalizer of float32 x [rows, C] (C-contiguous, C <= 128) by ``norm``: trees.c's
+    onyx_normalize_rows, numpy's sums (its bits). None without the library or else."""
+    if (
+        core.lib is None
+        or x.dtype != np.float32
+        or x.ndim != 2
+        or not 1 <= x.shape[1] <= 128
+        or not x.flags.c_contiguous
+    ):
+        return None
+    rows, c = x.shape
+    space = np.empty(rows * c + c, np.float32)
+    at = _addr(space)
+    status = core.lib.onyx_normalize_rows(
+        _input_addr(x), rows, c, NORMS[norm], at, at + 4 * rows * c
+    )
+    core.check(status, "Normalizer")
+    return space[: rows * c].reshape(rows, c)
+
+
 def bind(lib, isa: int) -> None:
+    lib.onyx_normalize_rows.restype = ctypes.c_int
+    lib.onyx_normalize_rows.argtypes = [_P, _I64, _I64, _I64, _P, _P]
+    lib.onyx_bins_one_hot.restype = ctypes.c_int
+    lib.onyx_bins_one_hot.argtypes = [_P, _P, _P, _I64, _I64, _I64, _I64, _P]
+    lib.onyx_linear_classify.restype = ctypes.c_int
+    lib.onyx_linear_classify.argtypes = [_P, _I64, _I64, _P, _P, _I64, _I64, _P, _P]
+    lib.onyx_forest_classify.restype = ctypes.c_int
+    lib.onyx_forest_classify.argtypes = [_P, _P, _P, _I64, _I64, _P, _P, _I64, _I64, _P]
+    lib.onyx_svm_classify.restype = ctypes.c_int
+    lib.onyx_svm_classify.argtypes = [_P, _P, _I64, _P, _P, _P]
     lib.onyx_svm_coupling_pairs.restype = ctypes.c_int
     lib.onyx_svm_coupling_pairs.argtypes = [_P, _P, _P, _I64, _I64, _I64, _P, _P, _P, _P]
     lib.onyx_svm_coupling.restype = ctypes.c_int

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import numpy as np
 
+from ... import native
 from ...registry import op
 from ..derived import prepared
 from ._common import as_2d, class_labels, logistic, probit, regression_transform
 from ._common import post_transform as apply_transform
 
 ML = "ai.onnx.ml"
+#: post_transforms trees.c's onyx_linear_classify applies (the others: numpy)
+_NATIVE_TRANSFORMS = {"NONE": 0, "SOFTMAX": 1}
+_UNSET = object()
 
 
 def _linear_scores(x, coefficients, intercepts) -> np.ndarray:
@@ -56,6 +60,7 @@ def _bound_classifier(attrs: dict):
     intercepts = np.asarray(intercepts, np.float32) if intercepts is not None else None
     transform = attrs.get("post_transform", "NONE")
     weights_t: dict = {}  # features -> the weights [classes, features] transposed (a view)
+    fast: dict = {}  # features -> native.LinearClassify (None: numpy serves them)
 
     def call(x):
         if x.__class__ is not np.ndarray or x.ndim != 2 or not x.shape[1]:
@@ -65,6 +70,16 @@ def _bound_classifier(attrs: dict):
             w_t = weights_t[x.shape[1]] = coefficients.reshape(-1, x.shape[1]).T
         if w_t.shape[1] < 2 or len(labels) < w_t.shape[1]:
             return general(x)  # (one set of weights: the sign's rule)
+        if x.dtype == np.float32 and x.flags.c_contiguous and native.available():
+            task = fast.get(x.shape[1], _UNSET)
+            if task is _UNSET:
+                code = _NATIVE_TRANSFORMS.get(transform)
+                task = fast[x.shape[1]] = None if code is None else native.linear_classify(
+                    w_t, intercepts if intercepts is not None and len(intercepts) else None, code
+                )  # fmt: skip
+            if task is not None:
+                best, scores = task(x)
+                return labels[best], scores
         scores = np.matmul(x.astype(np.float32, copy=False), w_t)
         if intercepts is not None and len(intercepts):
             scores += intercepts

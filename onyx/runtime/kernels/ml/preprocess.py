@@ -6,6 +6,7 @@ import functools
 
 import numpy as np
 
+from ... import native
 from ...registry import op
 from ...values import FreshList
 from ..derived import derived, from_attributes, prepared
@@ -117,6 +118,10 @@ NORMS = {
 def normalizer(x, *, norm="MAX"):
     if norm not in NORMS:
         raise ValueError(f"Normalizer: unknown norm {norm!r}")
+    if x.__class__ is np.ndarray and x.dtype == np.float32 and x.ndim == 2 and x.shape[0]:
+        y = native.normalize_rows(x, norm)  # (trees.c: one pass a row, numpy's bits)
+        if y is not None:
+            return y
     x = x.astype(np.float32)  # (a copy: divided in place)
     divisor = NORMS[norm](x)
     # "if the divisor is zero, Y == X" (no zero divisor, the common case: a plain division,
@@ -465,6 +470,10 @@ def bins_one_hot(features, columns, edges, ones, axes, expand, shape, *, cats_in
     if not _bins_layout(cols, edges, ones, axes, expand, shape, cats_int64s):
         return _bins_chain(cols, edges, ones, axes, expand, shape, cats_int64s)
     n, k = edges.shape
+    if cols.shape[0] and n * (k + 1):  # (trees.c: the same rules, one pass)
+        out = native.bins_one_hot(cols, edges, ones)
+        if out is not None:
+            return out
     # ArgMax over [Less's 0.0 / 1.0 ..., v]: where v is 1 (the ones column: x * 0 + 1 of a
     # finite x), the first 1 of the row with v last, so the first True of the booleans with
     # True last; other rows (v NaN: an infinite x) take the floats, as the chain builds them

@@ -51,6 +51,9 @@ def _kernel(kernel_type: str, kernel_params, x: np.ndarray, vectors: np.ndarray)
 #: rows up to which the coupling runs row by row on Python floats: numpy's per-call cost made
 #: one row's few hundred tiny operations 0.5 ms
 _SCALAR_ROWS = 4
+#: rows up to which trees.c's one-call path serves a classifier (more: numpy's products on
+#: BLAS, which parallelize)
+NATIVE_ROWS = 16
 
 
 def _pairwise_coupling(r: np.ndarray) -> np.ndarray:
@@ -109,7 +112,8 @@ def _coupling_row(r: list) -> list:
     for _ in range(max(100, k)):
         qp = [reduce(add, map(mul, row, p), 0.0) for row in q]
         pqp = reduce(add, map(mul, p, qp), 0.0)
-        if max([abs(v - pqp) for v in qp]) < eps:
+        # (libsvm's test: no error at least eps; a NaN error counts as none, as in its C)
+        if not any([abs(v - pqp) >= eps for v in qp]):
             break
         for t in range(k):
             qt = q[t]
@@ -263,15 +267,44 @@ class _Classifier:
         d = np.add(np.add.reduce(x * x, axis=1)[:, None], norms[None, :])
         d += np.matmul(x, minus_two_vt)
         np.maximum(d, 0.0, out=d)
+        odd = ~np.isfinite(x).all(axis=1)
+        if odd.any():  # (the direct sum, as _sq_distance: an infinite feature, kernel 0)
+            d[odd] = ((x[odd][:, None, :] - self.vectors[None, :, :]) ** 2).sum(axis=2)
         np.multiply(d, -gamma, out=d)
         return np.exp(d, out=d)
 
+    @cached_property
+    def native_task(self):
+        """trees.c's whole one-vs-one path for a few rows (None without the library)."""
+        gamma, coef0, degree = (list(self.kernel_params or []) + [0.0, 0.0, 0.0])[:3]
+        first, second = self.pair_index
+        return native.svm_classify(
+            self.vectors, self.weights, self.rho, self.prob_a, self.prob_b, first, second,
+            self.k, self.kernel_type, gamma, coef0, int(degree),
+        )  # fmt: skip
+
+    def _native(self, x: np.ndarray):
+        """(best class [rows], probabilities or decisions) from trees.c, or None where numpy
+        serves x (many rows, the linear mode, no library, features other than the vectors')."""
+        if self.linear or x.shape[0] > NATIVE_ROWS or not native.available():
+            return None
+        task = self.native_task
+        if task is None or x.shape[1] != task.nf or not x.flags.c_contiguous:
+            return None
+        return task(x)
+
     def __call__(self, x: np.ndarray):
+        labels, transform = self.labels, self.post_transform
+        fast = self._native(x)
+        if fast is not None:
+            best, scores = fast
+            if self.prob_a is not None:
+                return labels[best], apply_transform(scores, transform).astype(np.float32)
+            return self._decided(x, scores, best)
         if self.kernel_type == "RBF":  # the vectors' squared norms once, not per call
             kernel = self.rbf_kernel(x)
         else:
             kernel = _kernel(self.kernel_type, self.kernel_params, x, self.vectors)
-        labels, transform = self.labels, self.post_transform
         if self.linear:
             scores = kernel + self.rho[0]
             label = labels[np.argmax(scores, axis=1)] if len(labels) else np.argmax(scores, 1)
@@ -299,6 +332,11 @@ class _Classifier:
                 r[:, second, first] = np.subtract(1.0, pairwise, out=pairwise)
                 probabilities = _pairwise_coupling(r)
             return labels[best], apply_transform(probabilities, transform).astype(np.float32)
+        return self._decided(x, decisions, best)
+
+    def _decided(self, x: np.ndarray, decisions: np.ndarray, best: np.ndarray):
+        """The labels and scores of the one-vs-one decisions without Platt scaling."""
+        labels, transform = self.labels, self.post_transform
         if self.k == 2:
             # onnxruntime writes a binary decision d as [-d, d] (and labels by the vote).
             scores = np.concatenate([-decisions, decisions], axis=1)

@@ -449,6 +449,28 @@ class _Sums:
                 return scores, None
         return _aggregate(self.forest, x, self.weights, self.has, self.aggregate)
 
+    def classify(self, x, base: np.ndarray, transform: str):
+        """(best class, scores) of a classifier's SUM, its ``base`` added and ``transform``
+        applied, in one native call (NONE or SOFTMAX, float32 weights, every leaf voting for
+        every class); None where __call__ and numpy serve x."""
+        code = _NATIVE_FINISH.get(transform)
+        if (
+            code is None
+            or not self.simple
+            or self.aggregate != "SUM"
+            or self.weights.dtype != np.float32
+            or len(base) > self.weights.shape[1]
+            or x.__class__ is not np.ndarray
+            or x.ndim != 2
+        ):
+            return None
+        sums = self.native.get(x.dtype, _UNSET)
+        if sums is _UNSET:
+            sums = self._native_sums(x.dtype)
+        if sums is None or not sums.fits(x) or self.forest.max_feature >= x.shape[1]:
+            return None
+        return sums.classify(x, base, code)
+
     def _native_sums(self, dtype: np.dtype):
         """The native.ForestSums for rows of ``dtype``, kept; None where the descent compares
         in another type (or without the library)."""
@@ -467,6 +489,8 @@ class _Sums:
 
 
 _UNSET = object()
+#: post_transforms trees.c's onyx_forest_classify applies
+_NATIVE_FINISH = {"NONE": 0, "SOFTMAX": 1}
 
 
 def _all_present(present, scores) -> np.ndarray:
@@ -761,8 +785,13 @@ def _classifier_model(
     base = _floats(base_values).astype(weights.dtype)  # (scores come in this dtype)
 
     sums = _Sums(forest, weights, has, "SUM")
+    base32 = np.ascontiguousarray(base) if base.dtype == np.float32 else None
 
     def predict(x):
+        if n_classes > 2 and base32 is not None:
+            fast = sums.classify(x, base32, post_transform)
+            if fast is not None:
+                return labels[fast[0]], fast[1]
         scores, present = sums(x)
         if n_classes > 2 or n_classes < 2:
             if len(base):
