@@ -15,6 +15,7 @@
  * MatMul then Add, in the same order) and a ReLU, so that MatMul + Add [+ Relu] and Gemm's
  * bias are one pass over Y.
  */
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
