@@ -69,6 +69,10 @@ def _blas_libs() -> list:
     run costs more than a tiny model's run."""
     global _libs
     if _libs is None:
+        from .blas_threads import loaded_openblas  # (the common case, without threadpoolctl)
+
+        _libs = loaded_openblas()
+    if _libs is None:
         from threadpoolctl import ThreadpoolController
 
         _libs = ThreadpoolController().select(user_api="blas").lib_controllers
