@@ -155,6 +155,16 @@ def _remove_unread(ctx: PassContext, nodes: list[ir.Node]) -> None:
             v.has_uses() or ctx.is_output(v) for v in node.outputs
         ):
             ctx.graph.remove(node)
+            _unlink(node)
+
+
+def _unlink(node: ir.Node) -> None:
+    """Free a removed node now: it and its outputs refer to each other, and only the cyclic
+    collector would free them, after traversing them and their attributes' lists (an
+    IsolationForest's 2,700 nodes and half a million numbers: a sixth of its creation)."""
+    for v in node.outputs:
+        v.producer = None
+    node.attributes = {}
 
 
 def _chain(ctx: PassContext, root: ir.Value, position: dict) -> list[ir.Node]:
@@ -256,6 +266,8 @@ def tree_sum_fusion(ctx: PassContext) -> bool:
         merged = _merged(trees)
         merged.name = ctx.fresh_name(node.name or "trees")
         ctx.replace_nodes(node, merged, dead=trees)
+        for tree in trees:
+            _unlink(tree)
         ctx.count(SUM_PASS)
         changed = True
     return changed
