@@ -1,5 +1,6 @@
 """onyx.runtime.blas_threads: the BLAS libraries a run limits, found without threadpoolctl."""
 
+import os
 import sys
 
 import numpy as np  # noqa: F401  (loads numpy's BLAS)
@@ -13,6 +14,10 @@ def _blas_info() -> list[dict]:
     return [i for i in threadpool_info() if i["user_api"] == "blas"]
 
 
+def _real(paths) -> list[str]:
+    return sorted(os.path.realpath(p) for p in paths)
+
+
 def test_finds_what_threadpoolctl_finds_or_defers_to_it():
     libs = blas_threads.loaded_openblas()
     info = _blas_info()
@@ -21,9 +26,10 @@ def test_finds_what_threadpoolctl_finds_or_defers_to_it():
             i["internal_api"] != "openblas" or i["threading_layer"] == "openmp" for i in info
         )
         return
-    assert sorted(lib.filepath for lib in libs) == sorted(i["filepath"] for i in info)
+    assert _real(lib.filepath for lib in libs) == _real(i["filepath"] for i in info)
+    by_path = {os.path.realpath(i["filepath"]): i["num_threads"] for i in info}
     assert [lib.get_num_threads() for lib in libs] == [
-        next(i["num_threads"] for i in info if i["filepath"] == lib.filepath) for lib in libs
+        by_path[os.path.realpath(lib.filepath)] for lib in libs
     ]
 
 
@@ -35,33 +41,45 @@ def test_a_count_set_through_it_is_the_library_s():
     had = lib.get_num_threads()
     try:
         lib.set_num_threads(1)
-        seen = next(i for i in _blas_info() if i["filepath"] == lib.filepath)
+        path = os.path.realpath(lib.filepath)
+        seen = next(i for i in _blas_info() if os.path.realpath(i["filepath"]) == path)
         assert seen["num_threads"] == 1 == lib.get_num_threads()
     finally:
         lib.set_num_threads(had)
     assert lib.get_num_threads() == had
 
 
-def test_other_blas_libraries_defer_to_threadpoolctl(monkeypatch, tmp_path):
+def test_other_blas_libraries_defer_to_threadpoolctl(monkeypatch):
     libs = blas_threads.loaded_openblas()
     if not libs:
         pytest.skip("no OpenBLAS of its own threads here")
-    maps = tmp_path / "maps"
-    line = "7f00-7f01 r-xp 00000000 08:01 {} {}\n"
-    maps.write_text(line.format(1, libs[0].filepath))
-    monkeypatch.setattr(blas_threads, "open", _reading(maps), raising=False)
-    assert [lib.filepath for lib in blas_threads.loaded_openblas()] == [libs[0].filepath]
-    maps.write_text(line.format(1, libs[0].filepath) + line.format(2, "/opt/lib/libmkl_rt.so.2"))
+    ours = libs[0].filepath
+    monkeypatch.setattr(blas_threads, "_loaded_files", lambda: {ours})
+    assert [lib.filepath for lib in blas_threads.loaded_openblas()] == [ours]
+    monkeypatch.setattr(blas_threads, "_loaded_files", lambda: {ours, "/opt/lib/libmkl_rt.so.2"})
     assert blas_threads.loaded_openblas() is None
 
 
-def _reading(maps):
-    """open() that reads ``maps`` for /proc/self/maps."""
-    return lambda path, *args, **kwargs: open(
-        maps if path == "/proc/self/maps" else path, *args, **kwargs
+def test_the_loaded_files_are_those_the_process_maps():
+    found = blas_threads._loaded_files()  # noqa: SLF001
+    with open("/proc/self/maps", "rb") as f:
+        mapped = blas_threads._mapped_files(f.read())  # noqa: SLF001
+    assert found is not None and len(found) > 3
+    # (the maps also list data files; every loaded object is mapped)
+    assert set(_real(found)) <= set(_real(mapped))
+
+
+def test_maps_lines_give_their_paths():
+    maps = (
+        b"7f00-7f01 r-xp 00000000 08:01 1        /usr/lib/libopenblas.so.0\n"
+        b"7f02-7f03 rw-p 00000000 00:00 0 \n"
+        b"7f04-7f05 r--p 00000000 00:00 0        [vdso]\n"
+        b"7f06-7f07 r-xp 00000000 08:01 2        /opt/my libs/libx.so (deleted)\n"
     )
+    found = blas_threads._mapped_files(maps)  # noqa: SLF001
+    assert found == {"/usr/lib/libopenblas.so.0", "/opt/my libs/libx.so (deleted)"}
 
 
 def test_concurrency_uses_them():
     libs = concurrency._blas_libs()  # noqa: SLF001  (the controllers runs set)
-    assert sorted(lib.filepath for lib in libs) == sorted(i["filepath"] for i in _blas_info())
+    assert _real(lib.filepath for lib in libs) == _real(i["filepath"] for i in _blas_info())
