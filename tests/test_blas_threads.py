@@ -1,13 +1,18 @@
 """onyx.runtime.blas_threads: the BLAS libraries a run limits, found without threadpoolctl."""
 
+import importlib
 import os
 import sys
+from pathlib import Path
 
 import numpy as np  # noqa: F401  (loads numpy's BLAS)
 import pytest
 from threadpoolctl import threadpool_info
 
+import onyx
 from onyx.runtime import blas_threads, concurrency
+
+TINY = Path(onyx.__file__).parent / "examples" / "tiny_cnn.onnx"
 
 
 def _blas_info() -> list[dict]:
@@ -81,5 +86,42 @@ def test_maps_lines_give_their_paths():
 
 
 def test_concurrency_uses_them():
+    concurrency.refresh_blas_libs()  # (libraries loaded since an earlier test's survey)
     libs = concurrency._blas_libs()  # noqa: SLF001  (the controllers runs set)
     assert _real(lib.filepath for lib in libs) == _real(i["filepath"] for i in _blas_info())
+
+
+def test_the_load_count_grows_with_a_new_object():
+    count = blas_threads.load_count()
+    if count is None:
+        pytest.skip("no dl_iterate_phdr load counter here")
+    _load_a_new_object()
+    assert blas_threads.load_count() > count
+
+
+def test_a_session_surveys_again_after_a_load():
+    """A library loaded after the first survey (scipy's OpenBLAS, imported later) is found
+    at the next session's creation, and limited by its runs."""
+    if blas_threads.load_count() is None:
+        pytest.skip("no dl_iterate_phdr load counter here")
+    onyx.InferenceSession(str(TINY))  # (its imports may load objects: _json's, ...)
+    first = concurrency._blas_libs()  # noqa: SLF001
+    onyx.InferenceSession(str(TINY))
+    assert concurrency._libs is first  # noqa: SLF001  (nothing loaded since: kept)
+    _load_a_new_object()
+    onyx.InferenceSession(str(TINY))
+    assert concurrency._libs is None  # noqa: SLF001  (found again at the next run)
+    assert _real(lib.filepath for lib in concurrency._blas_libs()) == _real(  # noqa: SLF001
+        i["filepath"] for i in _blas_info()
+    )
+
+
+def _load_a_new_object() -> None:
+    for name in ("_ctypes_test", "_testcapi", "_sqlite3", "_lzma", "_bz2", "_decimal", "_curses"):
+        if name not in sys.modules:
+            try:
+                importlib.import_module(name)
+                return
+            except ImportError:
+                continue
+    pytest.skip("no C extension module left to load")

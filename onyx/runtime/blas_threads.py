@@ -52,12 +52,42 @@ def loaded_openblas() -> list[OpenBLAS] | None:
 
 
 class _ObjectInfo(ctypes.Structure):  # struct dl_phdr_info's first fields (link.h)
-    _fields_ = [("addr", ctypes.c_void_p), ("name", ctypes.c_char_p)]
+    _fields_ = [
+        ("addr", ctypes.c_void_p),
+        ("name", ctypes.c_char_p),
+        ("phdr", ctypes.c_void_p),
+        ("phnum", ctypes.c_uint16),
+        ("adds", ctypes.c_ulonglong),  # (glibc 2.4 on: objects loaded so far, ever)
+    ]
+
+
+_ADDS_END = _ObjectInfo.adds.offset + ctypes.sizeof(ctypes.c_ulonglong)
+_libc = None
 
 
 _EACH_OBJECT = ctypes.CFUNCTYPE(
     ctypes.c_int, ctypes.POINTER(_ObjectInfo), ctypes.c_size_t, ctypes.c_void_p
 )
+
+
+def load_count() -> int | None:
+    """How many shared objects the process has loaded so far (a counter dl_iterate_phdr
+    reports, read from its first object: a few microseconds), or None where there is none."""
+    global _libc
+    seen: list[int] = []
+
+    def first(info, size, data) -> int:  # noqa: ANN001  (ctypes' arguments)
+        if size >= _ADDS_END:
+            seen.append(info.contents.adds)
+        return 1  # (stops the walk: one object tells it)
+
+    try:
+        if _libc is None:
+            _libc = ctypes.CDLL(None)
+        _libc.dl_iterate_phdr(_EACH_OBJECT(first), None)
+    except (OSError, AttributeError):
+        return None
+    return seen[0] if seen else None
 
 
 def _loaded_files() -> set[str] | None:
@@ -94,7 +124,9 @@ def _mapped_files(maps: bytes) -> set[str]:
 
 def _openblas(path: str) -> OpenBLAS | None:
     try:
-        dll = ctypes.CDLL(path, mode=os.RTLD_NOLOAD)  # (already loaded: only a handle to it)
+        # (already loaded: only a handle to it; PyDLL's functions keep the GIL, as a run's
+        # start and end want for a call of nanoseconds: concurrency._openblas_functions)
+        dll = ctypes.PyDLL(path, mode=os.RTLD_NOLOAD)
     except OSError:
         return None
     for prefix in ("", "scipy_"):

@@ -121,6 +121,7 @@ class InferenceSession(SessionAPI):
         t0 = time.perf_counter()
         if self._options.enable_cpu_mem_arena:
             memory.keep_freed_memory()  # large tensors reuse freed heap memory (memory.py)
+        concurrency.refresh_blas_libs()  # (a library loaded since the last survey)
         with (
             gc_paused(),
             memory.small_pages(),
