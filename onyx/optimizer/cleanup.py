@@ -114,7 +114,8 @@ def unused_initializers(ctx: PassContext) -> bool:
     for k in unused:
         del g.initializers[k]
     if unused:
-        dropped = {id(v) for v in g.value_info if v.name in unused and v.producer is None}
+        names = set(unused)  # (a list here made the walk quadratic: hundreds of each)
+        dropped = {id(v) for v in g.value_info if v.name in names and v.producer is None}
         g.value_info = [v for v in g.value_info if id(v) not in dropped]
         ctx.count("UnusedInitializerElimination", len(unused))
     return bool(unused)
