@@ -818,3 +818,18 @@ def test_a_big_constant_stays_a_node_in_a_model_to_write_as_before():
     assert "Constant" not in [s.node.op_type for s in sess.plan.steps]
     x = w(2**19)
     np.testing.assert_array_equal(sess.run(None, {"x": x})[0], x + 1)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64])
+def test_conv_weight_scaling_rounds_once_into_a_line_aligned_array(dtype):
+    """Conv+BatchNormalization/Mul scale W in float64 and round once to W's type (as
+    W.astype(float64) * s did), into an array the plan takes without copying it."""
+    from onyx.optimizer.conv import _scaled
+    from onyx.runtime.values import ALIGNMENT
+
+    weights = w(48, 8, 3, 3).astype(dtype)
+    s = RNG.standard_normal(48) * 3
+    expected = (weights.astype(np.float64) * s.reshape(-1, 1, 1, 1)).astype(dtype)
+    got = _scaled(weights, s)
+    assert got.dtype == dtype and got.flags.c_contiguous and got.ctypes.data % ALIGNMENT == 0
+    np.testing.assert_array_equal(got.view(np.uint8), expected.view(np.uint8))

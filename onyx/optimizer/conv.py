@@ -9,6 +9,7 @@ import numpy as np
 
 from .. import ir
 from ..runtime.registry import ONYX_DOMAIN
+from ..runtime.values import aligned_empty
 from .core import (
     EXTENDED,
     MS,
@@ -52,7 +53,7 @@ def _scaled(w: np.ndarray, s: np.ndarray) -> np.ndarray:
     """W * s per output channel, each product computed in float64 and rounded once to W's
     type (as W.astype(float64) * s, then cast back), without the float64 copies of W: a
     large model's weights faulted in three times their size of fresh memory."""
-    out = np.empty_like(w)
+    out = aligned_empty(w.shape, w.dtype)  # (as the plan wants constants: not copied again)
     np.multiply(
         w, s.reshape((-1,) + (1,) * (w.ndim - 1)), out=out, dtype=np.float64, casting="unsafe"
     )
