@@ -775,3 +775,61 @@ def test_each_pass_run_has_a_result():
     assert by_name["EliminateIdentity"].changed
     assert by_name["EliminateIdentity"].stats == {"IdentityElimination": 1}
     assert not by_name["ConstantFolding"].changed and by_name["ConstantFolding"].stats == {}
+
+
+def test_constants_fold_to_their_own_tensor_kinds():
+    """Constant nodes become initializers holding their tensors as they are (every element
+    type, raw or typed fields, 0-d), results as onnxruntime's."""
+    values = {
+        "f16": np.array([[1.5, -2.25]], np.float16),
+        "i64": np.array(7, np.int64),
+        "b": np.array([True, False]),
+        "f32": w(2),
+    }
+    nodes = [
+        helper.make_node("Constant", [], [name], value=numpy_helper.from_array(v, ""))
+        for name, v in values.items()
+    ]
+    nodes.append(
+        helper.make_node(
+            "Constant", [], ["typed"], value=helper.make_tensor("", F, [2], [0.5, 4.0])
+        )
+    )
+    nodes += [
+        helper.make_node("Cast", ["f16"], ["f16f"], to=F),
+        helper.make_node("Cast", ["i64"], ["i64f"], to=F),
+        helper.make_node("Cast", ["b"], ["bf"], to=F),
+        helper.make_node("Sum", ["x", "f16f", "i64f", "bf", "f32", "typed"], ["y"]),
+    ]
+    m = make(nodes, [("x", F, [1, 2])], [("y", F, [1, 2])])
+    opt = check(m, {"x": w(1, 2)}, level="basic", absent=["Constant", "Cast"])
+    assert [n.op_type for n in opt.graph] == ["Sum"]
+
+
+def test_a_big_constant_stays_a_node_in_a_model_to_write_as_before():
+    big = np.ones(2**19, np.float32)  # 2 MiB: over fold.MAX_GROWN_BYTES
+    nodes = [
+        helper.make_node("Constant", [], ["c"], value=numpy_helper.from_array(big, "")),
+        helper.make_node("Add", ["x", "c"], ["y"]),
+    ]
+    m = make(nodes, [("x", F, [2**19])], [("y", F, [2**19])])
+    assert "Constant" in [n.op_type for n in onyx.optimize(onyx.loads(m)).graph]
+    sess = onyx.InferenceSession(m)  # a session's model folds it, whatever its size
+    assert "Constant" not in [s.node.op_type for s in sess.plan.steps]
+    x = w(2**19)
+    np.testing.assert_array_equal(sess.run(None, {"x": x})[0], x + 1)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64])
+def test_conv_weight_scaling_rounds_once_into_a_line_aligned_array(dtype):
+    """Conv+BatchNormalization/Mul scale W in float64 and round once to W's type (as
+    W.astype(float64) * s did), into an array the plan takes without copying it."""
+    from onyx.optimizer.conv import _scaled
+    from onyx.runtime.values import ALIGNMENT
+
+    weights = w(48, 8, 3, 3).astype(dtype)
+    s = RNG.standard_normal(48) * 3
+    expected = (weights.astype(np.float64) * s.reshape(-1, 1, 1, 1)).astype(dtype)
+    got = _scaled(weights, s)
+    assert got.dtype == dtype and got.flags.c_contiguous and got.ctypes.data % ALIGNMENT == 0
+    np.testing.assert_array_equal(got.view(np.uint8), expected.view(np.uint8))

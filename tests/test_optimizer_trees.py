@@ -159,3 +159,25 @@ def test_scikit_learn_isolation_forest():
         for a, b in zip(fused.run(None, {"X": rows}), unfused.run(None, {"X": rows})):
             np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(fused.run(None, {"X": x})[0].reshape(-1), model.predict(x))
+
+
+def test_alike_chain_nodes_share_a_binding_and_only_those():
+    """The chains' nodes alike in op, arity and scalar attributes share one bound kernel;
+    another value (-0.0 against 0.0 too), type or attribute binds anew."""
+    from onyx import ir
+    from onyx.optimizer.trees import _bound
+
+    def node(**attrs):
+        n = ir.Node("LeakyRelu", [ir.Value("x")], ["y"])
+        for name, value in attrs.items():
+            n.attributes[name] = ir.Attr(name, ir.AttrType.FLOAT, value)
+        return n
+
+    opsets, steps = {"": 17}, {}
+    first = _bound(node(alpha=0.0), opsets, steps)
+    assert _bound(node(alpha=0.0), opsets, steps) is first
+    assert _bound(node(alpha=-0.0), opsets, steps) is not first
+    assert _bound(node(alpha=0.5), opsets, steps) is not first
+    assert _bound(node(), opsets, steps) is not first
+    x = np.array([-2.0, 3.0], np.float32)
+    assert _bound(node(alpha=0.5), opsets, steps).call([x])[0].tolist() == [-1.0, 3.0]

@@ -114,7 +114,8 @@ def unused_initializers(ctx: PassContext) -> bool:
     for k in unused:
         del g.initializers[k]
     if unused:
-        dropped = {id(v) for v in g.value_info if v.name in unused and v.producer is None}
+        names = set(unused)  # (a list here made the walk quadratic: hundreds of each)
+        dropped = {id(v) for v in g.value_info if v.name in names and v.producer is None}
         g.value_info = [v for v in g.value_info if id(v) not in dropped]
         ctx.count("UnusedInitializerElimination", len(unused))
     return bool(unused)
@@ -194,9 +195,10 @@ def common_subexpressions(ctx: PassContext) -> bool:
     g = ctx.graph
     changed = False
     seen_consts: dict[tuple, ir.Value] = {}
+    outputs = {id(v) for v in g.outputs}
     for v in list(g.initializers.values()):
         key = _const_key(ctx, v)
-        if key is None or ctx.is_output(v):
+        if key is None or id(v) in outputs:
             continue
         first = seen_consts.setdefault(key, v)
         # (an unread duplicate, as an old model's initializer that is also an input, stays:
@@ -206,16 +208,19 @@ def common_subexpressions(ctx: PassContext) -> bool:
             ctx.count("CommonSubexpressionElimination")
             changed = True
     seen: dict[tuple, _Twins] = {}
+    deterministic: dict[tuple[str, str], bool] = {}  # (per op: the pass runs every round)
     for node in g:
-        if not traits(node.op_type, node.domain).deterministic or (
-            node.attributes and _has_subgraph(node)
-        ):
+        op = (node.op_type, node.domain)
+        known = deterministic.get(op)
+        if known is None:
+            known = deterministic[op] = traits(node.op_type, node.domain).deterministic
+        if not known or (node.attributes and _has_subgraph(node)):
             continue
         key = (
             node.domain,
             node.op_type,
             node.overload,
-            tuple(id(v) if v is not None else -1 for v in node.inputs),
+            tuple([-1 if v is None else id(v) for v in node.inputs]),
             len(node.outputs),
         )
         twins = seen.get(key)

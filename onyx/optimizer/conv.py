@@ -9,6 +9,7 @@ import numpy as np
 
 from .. import ir
 from ..runtime.registry import ONYX_DOMAIN
+from ..runtime.values import aligned_empty
 from .core import (
     EXTENDED,
     MS,
@@ -40,12 +41,23 @@ def _conv_weights(ctx: PassContext, conv: ir.Node):
 
 def _set_weights(ctx: PassContext, conv: ir.Node, w: np.ndarray, b: np.ndarray) -> None:
     dtype = ctx.const(conv.inputs[1]).dtype
-    conv.set_input(1, ctx.add_const(w.astype(dtype), conv.inputs[1].name + "_fused"))
+    conv.set_input(1, ctx.add_const(w.astype(dtype, copy=False), conv.inputs[1].name + "_fused"))
     bias = ctx.add_const(b.astype(dtype), (conv.name or "conv") + "_bias_fused")
     if len(conv.inputs) > 2:
         conv.set_input(2, bias)
     else:
         conv.append_input(bias)
+
+
+def _scaled(w: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """W * s per output channel, each product computed in float64 and rounded once to W's
+    type (as W.astype(float64) * s, then cast back), without the float64 copies of W: a
+    large model's weights faulted in three times their size of fresh memory."""
+    out = aligned_empty(w.shape, w.dtype)  # (as the plan wants constants: not copied again)
+    np.multiply(
+        w, s.reshape((-1,) + (1,) * (w.ndim - 1)), out=out, dtype=np.float64, casting="unsafe"
+    )
+    return out
 
 
 def _conv_feeding(ctx: PassContext, node: ir.Node):
@@ -82,7 +94,7 @@ def conv_bn(ctx: PassContext) -> bool:
         scale, beta, mean, var = (p.astype(np.float64).reshape(-1) for p in params)
         s = scale / np.sqrt(var + bn.attr("epsilon", 1e-5))
         w, b = wb
-        w2 = w.astype(np.float64) * s.reshape((-1,) + (1,) * (w.ndim - 1))
+        w2 = _scaled(w, s)
         b2 = (b.astype(np.float64) - mean) * s + beta
         changed |= _fold_into(ctx, bn, conv, w2, b2)
     return changed
@@ -122,7 +134,7 @@ def conv_mul(ctx: PassContext) -> bool:
         w, b = wb
         per = per_channel(c, w.shape[0], w.ndim)
         if per is not None:
-            w2 = w.astype(np.float64) * per.reshape((-1,) + (1,) * (w.ndim - 1))
+            w2 = _scaled(w, per)
             changed |= _fold_into(ctx, mul, conv, w2, b.astype(np.float64) * per)
     return changed
 

@@ -10,6 +10,7 @@ import numpy as np
 from .. import ir
 from ..errors import OnyxError
 from ..ir.dtypes import DataType, to_numpy
+from ..ir.tensor import wire_size
 from ..runtime.bind import bind
 from ..runtime.registry import traits
 from .core import BASIC, STANDARD, PassContext, graph_pass, is_op, static_shape
@@ -91,6 +92,43 @@ def _make_constant(ctx: PassContext, v: ir.Value, array) -> None:
     ctx.graph.add_initializer(v)
 
 
+def _held_tensor(ctx: PassContext, node: ir.Node) -> ir.Tensor | None:
+    """The tensor a standard Constant node holds in its one attribute, ``value``, when folding
+    it needs no kernel: its data in memory or in the file's bytes, of its output's declared
+    type (a model's Constants are most of the nodes folded; the kernel copied each tensor)."""
+    if node.op_type != "Constant" or node.domain not in STANDARD or len(node.attributes) != 1:
+        return None
+    a = node.attributes.get("value")
+    if a is None or a.is_ref or a.type != ir.AttrType.TENSOR or a.value is None:
+        return None
+    t, out = a.value, node.outputs[0]
+    if not out.name or not (t.has_raw_bytes() or t.is_loaded()) or t.dtype == DataType.STRING:
+        return None
+    if out.type is not None and getattr(out.type, "elem_type", None) != t.dtype:
+        return None
+    if not ctx.unbounded_folding and wire_size(t.dtype, t.shape) > MAX_GROWN_BYTES:
+        return None  # (as evaluate's rule, which a Constant, reading nothing, grows past)
+    if ctx.model.functions and any(
+        (f.domain, f.name) == (ir.canonical_domain(node.domain), "Constant")
+        for f in ctx.model.functions.values()
+    ):
+        return None  # (a local function of that name: evaluate leaves it too)
+    return t
+
+
+def _make_held_constant(ctx: PassContext, v: ir.Value, t: ir.Tensor) -> None:
+    """Turn Constant output ``v`` into an initializer holding ``t``'s data (same Value)."""
+    if t.has_raw_bytes():
+        held = ir.Tensor.from_raw(t.raw_bytes(), t.dtype, t.shape, name=v.name)
+    else:
+        held = ir.Tensor(t.numpy(), name=v.name, dtype=t.dtype)
+    v.producer, v.index = None, None
+    v.const_value = held
+    if v.type is None:
+        v.type = ir.TensorType(t.dtype, t.shape)
+    ctx.graph.add_initializer(v)
+
+
 def _reads_quantized(ctx: PassContext, dq: ir.Node) -> bool:
     from .qdq import reads_quantized  # (a big module: imported for models with a DQ only)
 
@@ -102,6 +140,14 @@ def constant_folding(ctx: PassContext) -> bool:
     g = ctx.graph
     changed = False
     for node in g:
+        held = _held_tensor(ctx, node)
+        if held is not None:  # a Constant: its tensor as it is, without running the kernel
+            out = node.outputs[0]
+            g.remove(node, safe=False)
+            _make_held_constant(ctx, out, held)
+            ctx.count("ConstantFolding")
+            changed = True
+            continue
         if is_op(node, "DequantizeLinear") and _reads_quantized(ctx, node):
             continue  # a QDQ unit's quantized weight: the QDQ fusion takes it as it is
         result = evaluate(ctx, node)

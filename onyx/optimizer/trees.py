@@ -110,6 +110,7 @@ def tree_leaf_function_fusion(ctx: PassContext) -> bool:
     position = {id(n): i for i, n in enumerate(order)}
     found = []  # (regressor, exit value, its weights): found first, then the graph changes
     chains = []  # each regressor with its chain's nodes
+    steps: dict = {}  # kernels bound for the chains' nodes, shared by nodes alike (_bound)
     for tree in order:
         weights = _one_tree(tree)
         if weights is None:
@@ -125,7 +126,7 @@ def tree_leaf_function_fusion(ctx: PassContext) -> bool:
             for v in n.outputs
             if ctx.is_output(v) or any(id(u) not in members for u, _ in v.iter_uses())
         ]
-        tables = _tabulate(ctx, root, weights, nodes, exits)
+        tables = _tabulate(ctx, root, weights, nodes, exits, steps)
         if tables is not None:
             found += [(tree, out, table) for out, table in zip(exits, tables)]
             chains.append([tree, *nodes])
@@ -155,6 +156,16 @@ def _remove_unread(ctx: PassContext, nodes: list[ir.Node]) -> None:
             v.has_uses() or ctx.is_output(v) for v in node.outputs
         ):
             ctx.graph.remove(node)
+            _unlink(node)
+
+
+def _unlink(node: ir.Node) -> None:
+    """Free a removed node now: it and its outputs refer to each other, and only the cyclic
+    collector would free them, after traversing them and their attributes' lists (an
+    IsolationForest's 2,700 nodes and half a million numbers: a sixth of its creation)."""
+    for v in node.outputs:
+        v.producer = None
+    node.attributes = {}
 
 
 def _chain(ctx: PassContext, root: ir.Value, position: dict) -> list[ir.Node]:
@@ -184,11 +195,11 @@ def _takes(ctx: PassContext, node: ir.Node, inside: set[int]) -> bool:
     return True
 
 
-def _tabulate(ctx, root, weights, nodes, exits) -> list[np.ndarray] | None:
+def _tabulate(ctx, root, weights, nodes, exits, steps: dict) -> list[np.ndarray] | None:
     """Each exit's value at each leaf weight (float32), or None where the chain cannot be
     tabulated: a kernel that fails or is not elementwise, an exit of another type or shape."""
     probe = np.tile(np.asarray(weights, np.float32), PROBE_COPIES).reshape(-1, 1)
-    known = _evaluated(ctx, root, probe, nodes)
+    known = _evaluated(ctx, root, probe, nodes, steps)
     if known is None:
         return None
     tables = []
@@ -203,7 +214,9 @@ def _tabulate(ctx, root, weights, nodes, exits) -> list[np.ndarray] | None:
     return tables
 
 
-def _evaluated(ctx: PassContext, root: ir.Value, probe: np.ndarray, nodes) -> dict | None:
+def _evaluated(
+    ctx: PassContext, root: ir.Value, probe: np.ndarray, nodes, steps: dict
+) -> dict | None:
     """id(value) -> its array, for root = probe and the chain's nodes run in order on their
     kernels (fold.evaluate's rules, set up once for the whole chain: an IsolationForest has
     two thousand such nodes), or None when a node cannot run here."""
@@ -225,13 +238,32 @@ def _evaluated(ctx: PassContext, root: ir.Value, probe: np.ndarray, nodes) -> di
                     return None
                 args.append(a)
             try:
-                out = bind(node, opsets).call(args)[0]
+                out = _bound(node, opsets, steps).call(args)[0]
             except Exception:  # (fails at run time too: the session will say why)
                 return None
             if not isinstance(out, np.ndarray | np.generic):
                 return None
             known[id(node.outputs[0])] = np.asarray(out)
     return known
+
+
+def _bound(node: ir.Node, opsets, steps: dict):
+    """``node`` bound to its kernel; nodes alike in op, input and output arity and scalar
+    attributes share one binding (each of an IsolationForest's 100 chains repeats the same
+    twenty-odd nodes, and binding them cost about as much as running them)."""
+    key = (node.domain, node.op_type, len(node.inputs), tuple(bool(v.name) for v in node.outputs))
+    for name, a in node.attributes.items():
+        value = a.value
+        if type(value) not in _SCALARS:
+            return bind(node, opsets)  # (lists: LabelEncoder's tables, each tree's own)
+        key += ((name, a.type, value.hex() if type(value) is float else value),)  # (-0.0)
+    step = steps.get(key)
+    if step is None:
+        step = steps[key] = bind(node, opsets)
+    return step
+
+
+_SCALARS = frozenset({int, float, str, bytes})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -256,6 +288,8 @@ def tree_sum_fusion(ctx: PassContext) -> bool:
         merged = _merged(trees)
         merged.name = ctx.fresh_name(node.name or "trees")
         ctx.replace_nodes(node, merged, dead=trees)
+        for tree in trees:
+            _unlink(tree)
         ctx.count(SUM_PASS)
         changed = True
     return changed
@@ -288,10 +322,14 @@ def _merged(trees: list[ir.Node]) -> ir.Node:
     attributes = dict(first.attributes)
     for name in _PER_NODE + _PER_TARGET:
         if name in attributes:
-            merged = [x for t in trees for x in t.attributes[name].value]
+            merged = []
+            for t in trees:  # (extend: an IsolationForest's lists hold ~12,000 each)
+                merged.extend(t.attributes[name].value)
             attributes[name] = ir.Attr(name, attributes[name].type, merged)
     for name, per in (("nodes_treeids", "nodes_nodeids"), ("target_treeids", "target_nodeids")):
-        numbers = [k for k, t in enumerate(trees) for _ in t.attributes[per].value]
+        numbers = []
+        for k, t in enumerate(trees):
+            numbers.extend([k] * len(t.attributes[per].value))
         attributes[name] = ir.Attr(name, ir.AttrType.INTS, numbers)
     node = ir.Node(first.op_type, [first.inputs[0]], 1, domain=first.domain)
     node.attributes = attributes

@@ -67,12 +67,34 @@ def cores() -> int:
 def _blas_libs() -> list:
     """The BLAS libraries' controllers (threadpoolctl's), found once: surveying them on every
     run costs more than a tiny model's run."""
-    global _libs
+    global _libs, _libs_loads
+    if _libs is None:
+        from . import blas_threads  # (the common case, without threadpoolctl)
+
+        _libs_loads = blas_threads.load_count()
+        _libs = blas_threads.loaded_openblas()
     if _libs is None:
         from threadpoolctl import ThreadpoolController
 
         _libs = ThreadpoolController().select(user_api="blas").lib_controllers
     return _libs
+
+
+_libs_loads: int | None = None  # the process's count of loaded objects when _libs was found
+
+
+def refresh_blas_libs() -> None:
+    """Find the BLAS libraries again at the next run if the process has loaded objects since
+    they were found (called at a session's creation: scipy's OpenBLAS, loaded after a first
+    run, kept its own threads otherwise), unless a run holds BLAS's setting now."""
+    global _libs, _controls, _current
+    if _libs is None:
+        return
+    from .blas_threads import load_count
+
+    with _lock:
+        if _blas_runs == 0 and _saved is None and load_count() != _libs_loads:
+            _libs, _controls, _current = None, None, None
 
 
 def _blas_controls() -> list:

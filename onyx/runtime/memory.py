@@ -55,3 +55,52 @@ def _raise_thresholds() -> bool:
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     # trim first: a heap top above the trim threshold would otherwise be released at once
     return bool(mallopt(_M_TRIM_THRESHOLD, KEEP_BELOW) and mallopt(_M_MMAP_THRESHOLD, KEEP_BELOW))
+
+
+# -- huge pages while a session is created -------------------------------------------------------
+#
+# numpy asks the kernel for transparent huge pages (madvise) on every array of 4 MB or more.
+# Where the system's THP defrag setting is "madvise" (a common default), each fault on such an
+# array may compact memory first, synchronously: on a machine whose memory is fragmented (a
+# full page cache), a session that generates its weights (onnx's light VGG-19, 550 MB of
+# ConstantOfShape) took 1.2 s of CPU and seconds of wall time to fill them where 4 kB pages
+# took 0.25 s. The weights a session makes while it is created (folded constants, fused and
+# converted weights) get ordinary pages, as onnxruntime's do; what runs make keeps numpy's
+# setting.
+
+_pages_lock = threading.Lock()
+_small_pages_users = 0
+_huge_before: bool | None = None
+
+
+def _madvise_switch():
+    """numpy's (private) huge page switch, or None where this numpy has none."""
+    try:
+        from numpy._core import multiarray
+    except ImportError:  # (numpy 1.x)
+        from numpy.core import multiarray
+    return getattr(multiarray, "_set_madvise_hugepage", None)
+
+
+class small_pages:  # noqa: N801  (used as a function: ``with small_pages():``)
+    """Arrays made inside the block get 4 kB pages (numpy's huge page advice is off while
+    any thread is inside one; the last to leave puts it back)."""
+
+    __slots__ = ()
+
+    def __enter__(self):
+        global _small_pages_users, _huge_before
+        with _pages_lock:
+            if _small_pages_users == 0:
+                switch = _madvise_switch()
+                _huge_before = switch(False) if switch is not None else None
+            _small_pages_users += 1
+        return self
+
+    def __exit__(self, *exc) -> None:
+        global _small_pages_users, _huge_before
+        with _pages_lock:
+            _small_pages_users -= 1
+            if _small_pages_users == 0 and _huge_before is not None:
+                _madvise_switch()(_huge_before)
+                _huge_before = None

@@ -121,7 +121,12 @@ class InferenceSession(SessionAPI):
         t0 = time.perf_counter()
         if self._options.enable_cpu_mem_arena:
             memory.keep_freed_memory()  # large tensors reuse freed heap memory (memory.py)
-        with gc_paused(), _custom_kernels(getattr(self._options, "_custom_ops", ())):
+        concurrency.refresh_blas_libs()  # (a library loaded since the last survey)
+        with (
+            gc_paused(),
+            memory.small_pages(),
+            _custom_kernels(getattr(self._options, "_custom_ops", ())),
+        ):
             try:
                 model = self._build(path_or_bytes)
             except MemoryError as e:  # e.g. a sparse initializer of 2**40 values made dense

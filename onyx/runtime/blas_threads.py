@@ -1,0 +1,144 @@
+"""The BLAS libraries whose thread count a run sets (concurrency.py), found without
+threadpoolctl where that is simple: on Linux, when every BLAS library the process has loaded
+is an OpenBLAS with its own threads (numpy's wheels bundle one). Importing threadpoolctl and
+its survey of the process's libraries cost more than a small model's first run, and a fresh
+process pays them at that run. Anything else (MKL, BLIS, FlexiBLAS, an OpenBLAS on OpenMP,
+another system) returns None: threadpoolctl then finds and sets them, as before.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+
+#: File-name prefixes of the BLAS libraries threadpoolctl knows (its controllers' lists).
+_OPENBLAS = ("libopenblas", "libscipy_openblas")
+_OTHER_BLAS = ("libblas", "libblis", "libmkl_rt", "mkl_rt", "libflexiblas")
+#: openblas_get_parallel's answer for the OpenMP threading layer (threads set through OpenMP).
+_OPENMP = 2
+
+
+class OpenBLAS:
+    """One loaded OpenBLAS: its thread count read and set through its own functions (what
+    concurrency.py asks of a threadpoolctl controller: get_num_threads, set_num_threads)."""
+
+    __slots__ = ("filepath", "get_num_threads", "set_num_threads")
+
+    def __init__(self, filepath: str, get, set_):  # noqa: ANN001  (ctypes functions)
+        self.filepath = filepath
+        self.get_num_threads = get
+        self.set_num_threads = set_
+
+
+def loaded_openblas() -> list[OpenBLAS] | None:
+    """Every BLAS library loaded, when all are OpenBLAS on their own threads; else None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    paths = _loaded_files()
+    if paths is None:
+        return None
+    found = []
+    for path in sorted(paths):
+        name = os.path.basename(path)
+        if name.startswith(_OTHER_BLAS):
+            return None
+        if name.startswith(_OPENBLAS):
+            lib = _openblas(path)
+            if lib is None:
+                return None
+            found.append(lib)
+    return found
+
+
+class _ObjectInfo(ctypes.Structure):  # struct dl_phdr_info's first fields (link.h)
+    _fields_ = [
+        ("addr", ctypes.c_void_p),
+        ("name", ctypes.c_char_p),
+        ("phdr", ctypes.c_void_p),
+        ("phnum", ctypes.c_uint16),
+        ("adds", ctypes.c_ulonglong),  # (glibc 2.4 on: objects loaded so far, ever)
+    ]
+
+
+_ADDS_END = _ObjectInfo.adds.offset + ctypes.sizeof(ctypes.c_ulonglong)
+_libc = None
+
+
+_EACH_OBJECT = ctypes.CFUNCTYPE(
+    ctypes.c_int, ctypes.POINTER(_ObjectInfo), ctypes.c_size_t, ctypes.c_void_p
+)
+
+
+def load_count() -> int | None:
+    """How many shared objects the process has loaded so far (a counter dl_iterate_phdr
+    reports, read from its first object: a few microseconds), or None where there is none."""
+    global _libc
+    seen: list[int] = []
+
+    def first(info, size, data) -> int:  # noqa: ANN001  (ctypes' arguments)
+        if size >= _ADDS_END:
+            seen.append(info.contents.adds)
+        return 1  # (stops the walk: one object tells it)
+
+    try:
+        if _libc is None:
+            _libc = ctypes.CDLL(None)
+        _libc.dl_iterate_phdr(_EACH_OBJECT(first), None)
+    except (OSError, AttributeError):
+        return None
+    return seen[0] if seen else None
+
+
+def _loaded_files() -> set[str] | None:
+    """The paths of the shared objects loaded: dl_iterate_phdr's names (microseconds), else
+    the files /proc/self/maps lists (the kernel takes most of a millisecond to write it)."""
+    names: list[bytes] = []
+
+    def note(info, size, data) -> int:  # noqa: ANN001  (ctypes' arguments)
+        names.append(info.contents.name or b"")
+        return 0
+
+    try:
+        iterate = ctypes.CDLL(None).dl_iterate_phdr
+        iterate(_EACH_OBJECT(note), None)
+    except (OSError, AttributeError):
+        try:
+            with open("/proc/self/maps", "rb") as f:
+                return _mapped_files(f.read())
+        except OSError:
+            return None
+    return {os.path.normpath(os.fsdecode(n)) for n in names if n.startswith(b"/")}
+
+
+def _mapped_files(maps: bytes) -> set[str]:
+    """The files mapped, from /proc/self/maps (the path is a line's sixth field; a regular
+    expression's compilation alone cost more than this whole walk)."""
+    paths = set()
+    for line in maps.splitlines():
+        fields = line.split(None, 5)
+        if len(fields) == 6 and fields[5].startswith(b"/"):
+            paths.add(os.fsdecode(fields[5]))
+    return paths
+
+
+def _openblas(path: str) -> OpenBLAS | None:
+    try:
+        # (already loaded: only a handle to it; PyDLL's functions keep the GIL, as a run's
+        # start and end want for a call of nanoseconds: concurrency._openblas_functions)
+        dll = ctypes.PyDLL(path, mode=os.RTLD_NOLOAD)
+    except OSError:
+        return None
+    for prefix in ("", "scipy_"):
+        for suffix in ("", "64_", "_64"):
+            get = getattr(dll, f"{prefix}openblas_get_num_threads{suffix}", None)
+            set_ = getattr(dll, f"{prefix}openblas_set_num_threads{suffix}", None)
+            if get is None or set_ is None:
+                continue
+            parallel = getattr(dll, f"{prefix}openblas_get_parallel{suffix}", None)
+            if parallel is None or parallel() == _OPENMP:
+                return None  # (threadpoolctl sets an OpenMP build's threads through OpenMP)
+            get.restype, get.argtypes = ctypes.c_int, []
+            set_.restype, set_.argtypes = None, [ctypes.c_int]
+            return OpenBLAS(path, get, set_)
+    return None
