@@ -107,6 +107,21 @@ def test_shape_folding_dynamic_batch():
     assert [n.op_type for n in opt.graph] == ["Reshape"]
 
 
+def test_cse_tells_minus_zero_from_zero_in_attributes():
+    # -0.0 == 0.0 in Python, but LeakyRelu with alpha -0.0 gives +0.0 for negative x
+    nodes = [
+        helper.make_node("LeakyRelu", ["x"], ["a"], alpha=0.0),
+        helper.make_node("LeakyRelu", ["x"], ["b"], alpha=-0.0),
+        helper.make_node("LeakyRelu", ["x"], ["c"], alpha=-0.0),
+        helper.make_node("Concat", ["a", "b", "c"], ["y"], axis=0),
+    ]
+    m = make(nodes, [("x", F, [2])], [("y", F, None)])
+    optimized = onyx.optimize(onyx.loads(m), "basic")
+    assert [n.op_type for n in optimized.graph].count("LeakyRelu") == 2  # b and c are twins
+    (y,) = onyx.InferenceSession(m).run(None, {"x": np.full(2, -1.0, np.float32)})
+    np.testing.assert_array_equal(np.signbit(y), [True, True, False, False, False, False])
+
+
 def test_noops_cast_dropout_transpose_reshape():
     nodes = [
         helper.make_node("Cast", ["x"], ["c"], to=F),

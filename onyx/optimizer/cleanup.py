@@ -129,12 +129,16 @@ SMALL_CONST = 1024
 
 def _attr_key(a: ir.Attr):
     v = a.value
-    if isinstance(v, list):  # (a tree ensemble's lists hold many thousand numbers: no walk)
+    # floats by their bits: -0.0 == 0.0 and nan != nan, but a node with either is not the
+    # other's twin (Pad's value, Clip's bounds), and two NaN attributes are the same
+    if a.type == ir.AttrType.FLOATS:  # (a tree ensemble's lists: many thousand numbers)
+        v = np.asarray(v, np.float64).tobytes()
+    elif isinstance(v, list):
         v = tuple(id(x) for x in v) if a.type == ir.AttrType.TENSORS else tuple(v)
     elif isinstance(v, ir.Tensor):
         v = ("tensor", id(v))
-    elif isinstance(v, float) and v != v:
-        v = "nan"
+    elif isinstance(v, float):
+        v = v.hex()
     return (a.name, int(a.type), a.ref_attr_name, v)
 
 
