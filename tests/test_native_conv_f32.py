@@ -600,3 +600,16 @@ def test_sigmoid_and_tanh_fused_match_numpy(activation, seed, native_calls):
     got = fused_conv(x, w, b, activation=activation, **attrs)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     assert native_calls, "the native kernel did not run"
+
+
+@pytest.mark.parametrize("activation", ["Sigmoid", "Tanh"])
+def test_one_d_fused_sigmoid_and_tanh_take_the_two_d_kernel(activation):
+    """conv1d.c applies only the clamps: a 1-D FusedConv with Sigmoid or Tanh runs on the 2-D
+    kernel (height 1) rather than being refused."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 6, 50)).astype(np.float32)
+    w = rng.standard_normal((5, 6, 3)).astype(np.float32)
+    b = rng.standard_normal(5).astype(np.float32)
+    want = ACTIVATIONS[activation](conv_kernels.conv(x, w, b, pads=[1, 1]).copy(), None, None, None)
+    got = fused_conv(x, w, b, activation=activation, pads=[1, 1])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
