@@ -988,6 +988,49 @@ def test_pooling_matches_the_numpy_kernel(monkeypatch):
     assert compared > 300 and calls
 
 
+@needs_native
+@pytest.mark.parametrize("seed", range(3))
+def test_max_pool_2x2_stride_2_matches_numpy_and_onnxruntime(seed, monkeypatch):
+    """window.c's 2x2 stride-2 path (a U-Net's down step): random planes, odd sizes (the last
+    row and column dropped), rows of several vectors and a tail, NaN in a window, and ceil
+    mode (a last window past the plane: the general path), to numpy's (NaN included) and
+    onnxruntime's (without NaN)."""
+    ort = pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper
+
+    from onyx.runtime.kernels import pool
+
+    class Ctx:
+        n_outputs, outputs_wanted = 1, (True,)
+
+    rng = np.random.default_rng(seed)
+    for ceil_mode in (0, 1):
+        shape = tuple(
+            int(v)
+            for v in (*rng.integers(1, 3, 1), *rng.integers(1, 20, 1), *rng.integers(2, 70, 2))
+        )
+        x = rng.standard_normal(shape).astype(np.float32)
+        x.reshape(-1)[rng.integers(0, x.size, 3)] = np.nan
+        geo = {"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": ceil_mode}
+        got = pool.max_pool(Ctx, x, **geo)
+        with monkeypatch.context() as m:
+            m.setattr(native._core, "lib", None)
+            np.testing.assert_array_equal(got, pool.max_pool(Ctx, x, **geo))
+        node = helper.make_node("MaxPool", ["x"], ["y"], **geo)
+        graph = helper.make_graph(
+            [node],
+            "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        )
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        clean = np.nan_to_num(x)  # (onnxruntime's NaN depends on where it sits in a window)
+        np.testing.assert_array_equal(
+            pool.max_pool(Ctx, clean, **geo), sess.run(None, {"x": clean})[0]
+        )
+
+
 @pytest.mark.skipif(not native.gemv_ok(), reason="no AVX-512 GEMV")
 def test_gemm_with_tiny_weights_stays_with_numpy(monkeypatch):
     """A classifier head's few weights (below linalg.NUMPY_GEMV_WEIGHTS): numpy's product and

@@ -149,7 +149,7 @@ def test_columns_packed_once_for_parts_that_split_the_channels():
 @pytest.mark.parametrize(
     "activation, params",
     [("", []), ("Relu", []), ("LeakyRelu", [0.2]), ("Clip", [-0.5, 1.5]), ("Clip", [0.0, 6.0]),
-     ("HardSigmoid", [0.3, 0.4])],
+     ("HardSigmoid", [0.3, 0.4]), ("Sigmoid", []), ("Tanh", [])],
 )  # fmt: skip
 def test_fused_conv_applies_residual_and_activation(activation, params, native_calls):
     case = (2, 12, 9, 11, 16, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1)
@@ -581,3 +581,35 @@ def test_stride_2_phases_split_between_threads_give_the_same_bits():
     np.testing.assert_array_equal(parts, whole)
     with pytest.raises(InvalidArgument):  # (planes past the job's)
         _core._run(_core.lib.conv_f32_phase_range, job, [0, planes + 1], 1, "float conv")
+
+
+@pytest.mark.parametrize("activation", ["Sigmoid", "Tanh"])
+@pytest.mark.parametrize("seed", range(4))
+def test_sigmoid_and_tanh_fused_match_numpy(activation, seed, native_calls):
+    """Sigmoid and Tanh applied by the kernels as they store (activation.h's exp-based forms)
+    agree with numpy's apart within a few ulps, on random shapes (1x1 heads such as a U-Net's,
+    3x3 convs; large inputs that saturate)."""
+    rng = np.random.default_rng(seed)
+    N, C, H, W = 1 + seed % 2, int(rng.integers(1, 20)), *rng.integers(4, 24, 2)
+    M, k = int(rng.integers(1, 8)), int(rng.choice([1, 3]))  # (M < 8: not a stem)
+    x = (rng.standard_normal((N, C, H, W)) * 6).astype(np.float32)
+    w = rng.standard_normal((M, C, k, k)).astype(np.float32)
+    b = rng.standard_normal(M).astype(np.float32)
+    attrs = {"pads": [k // 2] * 4}
+    want = ACTIVATIONS[activation](conv_kernels.conv(x, w, b, **attrs).copy(), None, None, None)
+    got = fused_conv(x, w, b, activation=activation, **attrs)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert native_calls, "the native kernel did not run"
+
+
+@pytest.mark.parametrize("activation", ["Sigmoid", "Tanh"])
+def test_one_d_fused_sigmoid_and_tanh_take_the_two_d_kernel(activation):
+    """conv1d.c applies only the clamps: a 1-D FusedConv with Sigmoid or Tanh runs on the 2-D
+    kernel (height 1) rather than being refused."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 6, 50)).astype(np.float32)
+    w = rng.standard_normal((5, 6, 3)).astype(np.float32)
+    b = rng.standard_normal(5).astype(np.float32)
+    want = ACTIVATIONS[activation](conv_kernels.conv(x, w, b, pads=[1, 1]).copy(), None, None, None)
+    got = fused_conv(x, w, b, activation=activation, pads=[1, 1])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

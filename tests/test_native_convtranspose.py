@@ -85,6 +85,22 @@ def test_conv_transpose_matches_onnxruntime_and_numpy(case, native_calls):
     np.testing.assert_allclose(got, numpy_path, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_random_upsamplings_match_numpy(seed, native_calls):
+    """Random 2x2 stride-2 (and 3x3 stride-1) ConvTransposes: pixel counts that are and are
+    not multiples of the AVX-512 tile's two blocks of 16, against the numpy path."""
+    rng = np.random.default_rng(seed)
+    C, M, H, W = (int(v) for v in rng.integers(1, 40, 4))
+    k, s = (2, 2) if seed % 2 == 0 else (3, 1)
+    x, w, b = _arrays((1 + seed // 2, C, H, W), (C, M, k, k), {})
+    attrs = dict(strides=[s, s])
+    got = conv_transpose(x, w, b, **attrs)
+    with native.disabled():
+        want = conv_transpose(x, w, b, **attrs)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert bool(native_calls) == native.conv_transpose_ok()
+
+
 def test_float16_computes_in_float32_on_the_native_kernel(native_calls):
     import onnxruntime as ort
 

@@ -25,7 +25,7 @@ def activation_code(activation: str, params) -> tuple | None:
     """(code, alpha, beta) of a FusedConv activation as the native kernels take it, or None
     for one they do not apply (Sigmoid, Tanh)."""
     code = native.CONV_ACTIVATIONS.get(activation)
-    if code is None:
+    if code is None or activation in ("Sigmoid", "Tanh"):  # (nhwc.c applies the clamps only)
         return None
     lo, hi = (list(params or []) + [None, None])[:2]
     if activation == "LeakyRelu":

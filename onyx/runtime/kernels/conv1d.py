@@ -42,6 +42,8 @@ def _setup(x_shape, W: np.ndarray, group: int, attrs: tuple, activation, alpha, 
     """The kernel set up for this input shape, or None: channel counts that do not match (the
     caller's path raises the error), a kernel_shape other than the weights', negative pads, or
     a depthwise conv (one input channel a group: depthwise.c's planes run it faster)."""
+    if activation > native.CONV_ACTIVATIONS["HardSigmoid"]:
+        return None  # (conv1d.c applies the clamps; Sigmoid, Tanh: conv_f32.c's, height 1)
     N, C, _ = x_shape
     M = W.shape[0]
     if W.ndim != 3 or group < 1 or C % group or M % group or W.shape[1] * group != C:

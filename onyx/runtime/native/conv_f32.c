@@ -415,7 +415,7 @@ static int conv_f32_ok(const conv_f32 *t) {
                           onyx_mul(K, t->C, &K) && onyx_mul(K, t->N, &K) /* (the input) */
                     : t->strips == (pixels + CF_NR - 1) / CF_NR) && onyx_mul(t->C, t->kh * t->kw, &K) &&
            onyx_mul(K, CF_NR, &K) && onyx_mul(t->kc * t->per_part, CF_NR * CF_MR, &K) &&
-           t->act >= 0 && t->act <= ACT_HARDSIGMOID && raw_ok(t);
+           t->act >= 0 && t->act <= ACT_TANH && raw_ok(t);
 }
 
 /* Floats read past a wide conv's padded input by its last strip's vectors (discarded

@@ -43,6 +43,8 @@ CONV_ACTIVATIONS = {
     "Clip": 3,
     "HardSwish": 4,
     "HardSigmoid": 5,
+    "Sigmoid": 6,  # (activation.h's exp-based forms: within a few ulps of numpy's)
+    "Tanh": 7,
 }
 
 

@@ -64,9 +64,34 @@ typedef float vec_u __attribute__((vector_size(64), aligned(4)));
    a block is read in order, and channels a power of two apart do not fight over L1 sets). */
 static inline __attribute__((always_inline)) void products_body(const float *w, const float *x,
                                                                 int64_t K, int64_t P,
-                                                                int64_t rows, float *cols) {
+                                                                int64_t rows, float *cols,
+                                                                const int twin) {
     /* (pixels outer: a block of pixels of every channel stays in L1 for all the rows) */
-    for (int64_t p = 0; p < P; p += CT_V)
+    int64_t p = 0;
+    /* twin (AVX-512's 32 registers; AVX2's 16 would spill): two blocks at once, 12 sums in
+       flight and each weight loaded once for two vectors */
+    for (; twin && p + 2 * CT_V <= P; p += 2 * CT_V)
+        for (int64_t r = 0; r < rows; r += CT_TR) {
+            vec a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, a4 = {0}, a5 = {0};
+            vec b0 = {0}, b1 = {0}, b2 = {0}, b3 = {0}, b4 = {0}, b5 = {0};
+            const float *xp = x + p * K, *xq = xp + CT_V * K, *wp = w + r * K;
+            for (int64_t c = 0; c < K; c++, xp += CT_V, xq += CT_V, wp += CT_TR) {
+                vec v = *(const vec_u *)xp, u = *(const vec_u *)xq;
+                float w0 = wp[0], w1 = wp[1], w2 = wp[2], w3 = wp[3], w4 = wp[4], w5 = wp[5];
+                a0 += w0 * v, a1 += w1 * v, a2 += w2 * v, a3 += w3 * v, a4 += w4 * v;
+                a5 += w5 * v, b0 += w0 * u, b1 += w1 * u, b2 += w2 * u, b3 += w3 * u;
+                b4 += w4 * u, b5 += w5 * u;
+            }
+            float *out = cols + r * P + p;
+            *(vec_u *)out = a0, *(vec_u *)(out + P) = a1, *(vec_u *)(out + 2 * P) = a2;
+            *(vec_u *)(out + 3 * P) = a3, *(vec_u *)(out + 4 * P) = a4;
+            *(vec_u *)(out + 5 * P) = a5;
+            out += CT_V;
+            *(vec_u *)out = b0, *(vec_u *)(out + P) = b1, *(vec_u *)(out + 2 * P) = b2;
+            *(vec_u *)(out + 3 * P) = b3, *(vec_u *)(out + 4 * P) = b4;
+            *(vec_u *)(out + 5 * P) = b5;
+        }
+    for (; p < P; p += CT_V)
         for (int64_t r = 0; r < rows; r += CT_TR) {
             vec a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, a4 = {0}, a5 = {0};
             const float *xp = x + p * K, *wp = w + r * K;
@@ -86,18 +111,18 @@ typedef void (*products_fn)(const float *, const float *, int64_t, int64_t, int6
 
 static void products_base(const float *w, const float *x, int64_t K, int64_t P, int64_t rows,
                           float *cols) {
-    products_body(w, x, K, P, rows, cols);
+    products_body(w, x, K, P, rows, cols, 0);
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 static __attribute__((target("avx512f,fma"))) void
 products_avx512(const float *w, const float *x, int64_t K, int64_t P, int64_t rows, float *cols) {
-    products_body(w, x, K, P, rows, cols);
+    products_body(w, x, K, P, rows, cols, 1);
 }
 
 static __attribute__((target("avx2,fma"))) void
 products_avx2(const float *w, const float *x, int64_t K, int64_t P, int64_t rows, float *cols) {
-    products_body(w, x, K, P, rows, cols);
+    products_body(w, x, K, P, rows, cols, 0);
 }
 #endif
 

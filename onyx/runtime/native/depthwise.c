@@ -767,7 +767,7 @@ static int dw_geometry_ok(const dw_geometry *g) {
            onyx_window_axis(g->H, g->OH, g->kh, g->sh, g->dh, g->top, &Hp) &&
            onyx_window_axis(g->W, g->OW, g->kw, g->sw, g->dw, g->left, &Wp) &&
            onyx_mul(Hp, Wp, &plane) && onyx_mul(plane, 16, &lanes) &&
-           onyx_mul(plane, g->C, &all) && g->act >= 0 && g->act <= ACT_HARDSIGMOID &&
+           onyx_mul(plane, g->C, &all) && g->act >= 0 && g->act <= ACT_TANH &&
            g->band >= 0;
 }
 

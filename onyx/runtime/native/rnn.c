@@ -60,28 +60,9 @@ static inline direction_step at_step(const recurrence *t, int64_t k, int64_t d, 
 #define INLINE static inline __attribute__((always_inline, target("avx512f")))
 
 
-INLINE __m512 sigmoid512(__m512 x) { /* 1 / (1 + e^-x) */
-    __m512 one = _mm512_set1_ps(1.0f);
-    return _mm512_div_ps(one, _mm512_add_ps(one, onyx_exp512(_mm512_sub_ps(_mm512_setzero_ps(), x))));
-}
+INLINE __m512 sigmoid512(__m512 x) { return onyx_sigmoid512(x); }
 
-INLINE __m512 tanh512(__m512 x) {
-    __m512 a = _mm512_abs_ps(x), z = _mm512_mul_ps(x, x), one = _mm512_set1_ps(1.0f);
-    __m512 p = _mm512_set1_ps(-5.70498872745e-3f); /* |x| < 0.625: x + x^3 P(x^2) */
-    p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(2.06390887954e-2f));
-    p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(-5.37397155531e-2f));
-    p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(1.33314422036e-1f));
-    p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(-3.33332819422e-1f));
-    __m512 small = _mm512_fmadd_ps(_mm512_mul_ps(p, z), x, x);
-    __m512 e = onyx_exp512(_mm512_add_ps(a, a)); /* beyond: 1 - 2 / (e^2|x| + 1), x's sign */
-    __m512 big = _mm512_sub_ps(one, _mm512_div_ps(_mm512_set1_ps(2.0f), _mm512_add_ps(e, one)));
-    big = _mm512_castsi512_ps(_mm512_or_si512(
-        _mm512_castps_si512(big),
-        _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32((int)0x80000000u))));
-    __m512 y = _mm512_mask_mov_ps(big, _mm512_cmp_ps_mask(a, _mm512_set1_ps(0.625f), _CMP_LT_OQ),
-                                  small);
-    return _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x); /* NaN stays */
-}
+INLINE __m512 tanh512(__m512 x) { return onyx_tanh512(x); }
 
 /* Rows b0 .. b0 + rows (<= 4) of direction d, columns n .. n + 16: the G gates' sums. */
 INLINE void gate_sums(const recurrence *t, const float *h, int64_t d, int64_t b0, int rows,

@@ -373,6 +373,36 @@ row_s2(const pool2d *t, const float *x, int64_t oh, float *out, const float *cou
     }
 }
 
+/* A 2x2 stride-2 max pool whose windows lie inside the plane (a U-Net's down step): 16
+   outputs from two rows of 32 cells, maxed row against row, then even lanes against odd; on
+   small planes the general stride-2 path's column blocks cost more than the pooling. nan:
+   whether the plane holds a NaN (window_max). */
+static AVX512 int max_2x2_fits(const pool2d *t) {
+    return t->kh == 2 && t->kw == 2 && t->sh == 2 && t->sw == 2 && t->dh == 1 && t->dw == 1 &&
+           t->top == 0 && t->left == 0 && 2 * t->OH <= t->H && 2 * t->OW <= t->W;
+}
+
+static AVX512 void max_2x2_plane(const pool2d *t, const float *x, float *y, const int nan) {
+    const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4,
+                                          2, 0);
+    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    for (int64_t oh = 0; oh < t->OH; oh++) {
+        const float *r0 = x + 2 * oh * t->W, *r1 = r0 + t->W;
+        float *out = y + oh * t->OW;
+        for (int64_t ow0 = 0; ow0 < t->OW; ow0 += 16) {
+            int64_t n = t->OW - ow0 < 16 ? t->OW - ow0 : 16;
+            __mmask16 lo = first_lanes(2 * n), hi = first_lanes(2 * n - 16);
+            __m512 a = window_max(_mm512_maskz_loadu_ps(lo, r0 + 2 * ow0),
+                                  _mm512_maskz_loadu_ps(lo, r1 + 2 * ow0), nan);
+            __m512 b = window_max(_mm512_maskz_loadu_ps(hi, r0 + 2 * ow0 + 16),
+                                  _mm512_maskz_loadu_ps(hi, r1 + 2 * ow0 + 16), nan);
+            __m512 v = window_max(_mm512_permutex2var_ps(a, even, b),
+                                  _mm512_permutex2var_ps(a, odd, b), nan);
+            _mm512_mask_storeu_ps(out + ow0, first_lanes(n), v);
+        }
+    }
+}
+
 /* row_s2 for every output row of a plane (kw 2 or 3). */
 static AVX512 void plane_s2_avx512(const pool2d *t, const float *x, float *y,
                                    const float *count_w, const float *count_h, int nan) {
@@ -458,6 +488,10 @@ EXPORT CLONES int onyx_pool2d_f32_range(const void *p, int64_t begin, int64_t en
         if (vectors && t->sw == 1 && t->dw == 1 && t->kw <= 16 &&
             (!t->average || t->by_columns)) {
             plane_s1_avx512(t, x, y, count_w, count_h, !t->average && has_nan(x, t->H * t->W));
+            continue;
+        }
+        if (vectors && !t->average && max_2x2_fits(t)) {
+            max_2x2_plane(t, x, y, has_nan(x, t->H * t->W));
             continue;
         }
         if (vectors && t->sw == 2 && t->dw == 1 && (t->kw == 2 || t->kw == 3) &&
