@@ -77,6 +77,20 @@ def test_a_library_lacking_an_entry_point_turns_off_instead_of_failing(monkeypat
     assert native.available()
 
 
+def test_a_source_tree_without_its_library_says_so(monkeypatch):
+    # `python` started in a checkout imports that tree's onyx, not the installed one: the
+    # status must say so rather than blame the C compiler
+    monkeypatch.setattr(_core, "_library_path", lambda: None)
+    monkeypatch.setenv("ONYX_NATIVE", "1")
+    try:
+        _core.start(native.FAMILIES)
+        assert not native.available()
+        assert "source tree" in native.status() and "pip install -e ." in native.status()
+    finally:
+        monkeypatch.undo()
+        _core.start(native.FAMILIES)
+
+
 @needs_native
 def test_the_isa_switch_turns_the_avx512_kernels_off():
     code = (

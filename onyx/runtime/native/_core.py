@@ -114,7 +114,14 @@ def _open():
         return None
     path = _library_path()
     if path is None:
-        why = "not built (no C compiler at install?): numpy kernels"
+        tree = Path(__file__).parents[3]
+        if (tree / "setup.py").exists():  # (`python` started in a checkout imports its onyx)
+            why = (
+                f"not built in the source tree onyx was imported from ({tree}; "
+                "`pip install -e .` there builds it): numpy kernels"
+            )
+        else:
+            why = "not built (no C compiler at install?): numpy kernels"
         return None
     try:
         return ctypes.CDLL(str(path))
