@@ -33,8 +33,9 @@ def render(index: dict[tuple[str, str], tuple[str, ...]]) -> str:
 
 
 def main() -> None:
-    OUT.write_text(render(kernel_index()))
-    print(f"{OUT}: {len(kernel_index())} ops")
+    index = kernel_index()
+    OUT.write_text(render(index))
+    print(f"{OUT}: {len(index)} ops")
 
 
 if __name__ == "__main__":

@@ -105,8 +105,9 @@ _LOADED: set[str] = set()
 def _load_all_rules() -> None:
     from ._index import MODULES
 
-    for module in sorted(set(MODULES.values())):
+    for module in sorted(set(MODULES.values()) - _LOADED):  # (once: len() and iter() call it)
         importlib.import_module(f"{__package__}.{module}")
+        _LOADED.add(module)
 
 
 def rule(*ops: str, domain: str = ""):

@@ -73,7 +73,6 @@ _EACH_OBJECT = ctypes.CFUNCTYPE(
 def load_count() -> int | None:
     """How many shared objects the process has loaded so far (a counter dl_iterate_phdr
     reports, read from its first object: a few microseconds), or None where there is none."""
-    global _libc
     seen: list[int] = []
 
     def first(info, size, data) -> int:  # noqa: ANN001  (ctypes' arguments)
@@ -82,12 +81,19 @@ def load_count() -> int | None:
         return 1  # (stops the walk: one object tells it)
 
     try:
-        if _libc is None:
-            _libc = ctypes.CDLL(None)
-        _libc.dl_iterate_phdr(_EACH_OBJECT(first), None)
+        _each_object(first)
     except (OSError, AttributeError):
         return None
     return seen[0] if seen else None
+
+
+def _each_object(visit) -> None:  # noqa: ANN001  (a Python function of _EACH_OBJECT's type)
+    """Call ``visit`` on each loaded shared object (dl_iterate_phdr) until it returns non-zero;
+    OSError or AttributeError where the C library or the function is missing."""
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None)
+    _libc.dl_iterate_phdr(_EACH_OBJECT(visit), None)
 
 
 def _loaded_files() -> set[str] | None:
@@ -100,8 +106,7 @@ def _loaded_files() -> set[str] | None:
         return 0
 
     try:
-        iterate = ctypes.CDLL(None).dl_iterate_phdr
-        iterate(_EACH_OBJECT(note), None)
+        _each_object(note)
     except (OSError, AttributeError):
         try:
             with open("/proc/self/maps", "rb") as f:

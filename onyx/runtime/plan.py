@@ -265,12 +265,8 @@ class Plan:
             stack.extend(producer[r] for r in s.reads if r in producer)
         steps = [s for s in self.steps if id(s) in needed]
         keep = set(wanted)
-        last_read: dict[int, int] = {}
-        for i, s in enumerate(steps):
-            for r in s.reads:
-                last_read[r] = i
         frees: list[list[int]] = [[] for _ in steps]
-        for slot, i in last_read.items():
+        for slot, i in _last_reads(steps).items():
             if slot not in keep:
                 frees[i].append(slot)
         scheduled = [_with_frees(s, tuple(f)) for s, f in zip(steps, frees)]
@@ -593,17 +589,22 @@ class _ShapeMemo:
         except that the memo's steps free only what they made and nothing later reads (the
         inputs they read stay: in the memo's other branch nothing deletes them)."""
         mine = {o for s in self.steps for o in s.outs if o >= 0}
-        last_read: dict[int, int] = {}
-        for i, s in enumerate(steps):
-            for r in s.reads:
-                last_read[r] = i
         frees: list[list[int]] = [[] for _ in steps]
         n = len(self.steps)
-        for slot, i in last_read.items():
+        for slot, i in _last_reads(steps).items():
             if slot in keep or (i < n and slot not in mine) or (slot in mine and i >= n):
                 continue
             frees[i].append(slot)
         return [tuple(f) for f in frees]
+
+
+def _last_reads(steps: list[Step]) -> dict[int, int]:
+    """Each slot the steps read -> the index of the last step reading it (where it is freed)."""
+    last_read: dict[int, int] = {}
+    for i, s in enumerate(steps):
+        for r in s.reads:
+            last_read[r] = i
+    return last_read
 
 
 def _shape_memo(plan: Plan, steps: list[Step], const_slots: set[int], out_slots) -> Any:
