@@ -33,6 +33,7 @@ import numpy as np
 
 from .. import ir
 from ..runtime.registry import ONYX_DOMAIN
+from .conv import _REF_TYPES as _CONV_ATTRIBUTES  # (the Conv attributes the new ops pass on)
 from .core import (
     EXTENDED,
     MS,
@@ -56,15 +57,6 @@ BINARY = frozenset(("Add", "Sub", "Mul", "Div"))
 #: Activations NhwcFusedConv applies (FusedConv's, which the native kernels apply).
 _FUSED_ACTIVATIONS = frozenset(("Relu", "LeakyRelu", "Clip", "HardSigmoid"))
 
-#: The Conv attributes the new ops pass on to their bodies' convs.
-_CONV_ATTRIBUTES = {
-    "auto_pad": ir.AttrType.STRING,
-    "dilations": ir.AttrType.INTS,
-    "group": ir.AttrType.INT,
-    "kernel_shape": ir.AttrType.INTS,
-    "pads": ir.AttrType.INTS,
-    "strides": ir.AttrType.INTS,
-}
 _ACTIVATION_ATTRIBUTES = {"activation": ir.AttrType.STRING, "activation_params": ir.AttrType.FLOATS}
 
 

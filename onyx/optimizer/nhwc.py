@@ -20,10 +20,10 @@ from __future__ import annotations
 
 from .. import ir
 from ..runtime.registry import ONYX_DOMAIN
+from .conv import _CONV_ATTRIBUTES, _REF_TYPES
 from .core import ALL, MS, STANDARD, PassContext, graph_pass, same_dims, static_shape
 
 PASS = "NhwcTransformer"
-_CONV_ATTRIBUTES = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
 _TO_NHWC, _TO_NCHW = [0, 2, 3, 1], [0, 3, 1, 2]
 #: NCHW op -> (its NHWC op, the input count of its function)
 _CONVS = {
@@ -192,8 +192,7 @@ def _function(ctx: PassContext, op_type: str, lookup: bool) -> ir.Function:
     names = ["x", "x_scale", "x_zero_point", "w", "w_scale", "w_zero_point", "y_scale"]
     names += ["y_zero_point", "B"] + (["table"] if lookup else [])
     params = [ir.Value(n) for n in names]
-    types = {"auto_pad": ir.AttrType.STRING, "group": ir.AttrType.INT}
-    refs = [ir.Attr(a, types.get(a, ir.AttrType.INTS), ref_attr_name=a) for a in _CONV_ATTRIBUTES]
+    refs = [ir.Attr(a, _REF_TYPES[a], ref_attr_name=a) for a in _CONV_ATTRIBUTES]
     enter = ir.Node("Transpose", [params[0]], ["x_nchw"], {"perm": _TO_NCHW})
     conv = ir.Node("QLinearConv", [enter.outputs[0], *params[1:9]], ["q"], refs)
     nodes = [enter, conv]

@@ -18,7 +18,7 @@ from ..native import nhwc
 from ..registry import ONYX_DOMAIN, op
 from .conv import _conv_geometry, conv_key
 from .derived import prepared
-from .fused import fused_conv
+from .fused import fused_conv, native_activation_params
 
 
 def activation_code(activation: str, params) -> tuple | None:
@@ -27,14 +27,7 @@ def activation_code(activation: str, params) -> tuple | None:
     code = native.CONV_ACTIVATIONS.get(activation)
     if code is None or activation in ("Sigmoid", "Tanh"):  # (nhwc.c applies the clamps only)
         return None
-    lo, hi = (list(params or []) + [None, None])[:2]
-    if activation == "LeakyRelu":
-        lo, hi = 0.01 if lo is None else lo, 0.0
-    elif activation == "HardSigmoid":
-        lo, hi = 0.2 if lo is None else lo, 0.5 if hi is None else hi
-    elif activation == "Clip":
-        lo, hi = -np.inf if lo is None else lo, np.inf if hi is None else hi
-    return code, float(lo or 0.0), float(hi or 0.0)
+    return (code, *native_activation_params(activation, params))
 
 
 def _native_ok(X, W, group: int) -> bool:

@@ -1260,6 +1260,18 @@ def qlinear_conv_lookup(
     return _qlinear_conv(x, w, params)
 
 
+#: The conv attributes in the integer conv kernels' order (their ``attrs`` tuples).
+CONV_ATTRIBUTES = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
+
+
+def requantization_scale(x_scale, w_scale, y_scale) -> np.ndarray:
+    """onnxruntime's float32 multiplier x_scale * w_scale / y_scale of a QLinearConv's int32
+    sums (one value, or one per output channel)."""
+    return (x_scale.astype(np.float32) * w_scale.astype(np.float32).reshape(-1)) / y_scale.astype(
+        np.float32
+    )
+
+
 def _qlinear_conv(x, w, params: tuple):
     """QLinearConv (then ``table``, params[7], when given): params are its other inputs and
     its attributes, in the kernels' order."""
@@ -1273,12 +1285,8 @@ def _qlinear_conv(x, w, params: tuple):
         return hit[1](x)
     x_scale, x_zero_point, w_scale, w_zero_point, y_scale, y_zero_point, B, table = params[:8]
     # Requantize in float32 like onnxruntime: acc * (x_scale * w_scale / y_scale), round half even.
-    scale = (x_scale.astype(np.float32) * w_scale.astype(np.float32).reshape(-1)) / y_scale.astype(
-        np.float32
-    )
-    attrs = dict(
-        zip(("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"), params[8:])
-    )
+    scale = requantization_scale(x_scale, w_scale, y_scale)
+    attrs = dict(zip(CONV_ATTRIBUTES, params[8:]))
     if table is not None and (table.shape != (256,) or table.dtype.itemsize != 1):
         raise ValueError(
             f"QLinearConvLookup: table must hold 256 bytes, got {table.dtype}{list(table.shape)}"

@@ -21,13 +21,17 @@ import numpy as np
 
 from .. import native
 from ..registry import ONYX_DOMAIN, op
-from .conv import _conv_geometry, _implicit_gemm_conv, _qlinear_conv
+from .conv import (
+    CONV_ATTRIBUTES,
+    _conv_geometry,
+    _implicit_gemm_conv,
+    _qlinear_conv,
+    requantization_scale,
+)
 from .derived import derived, value_key
 
 #: Most taps whose float32 sums of byte products stay exact integers (258 * 255 * 255 < 2**24).
 EXACT_TAPS = 258
-
-_ATTRIBUTES = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
 
 
 @op("QLinearConvNhwc", since=1, domain=ONYX_DOMAIN, threads="pool")
@@ -113,16 +117,14 @@ def _requantization(params: tuple, M: int):
     """onnxruntime's float32 multiplier x_scale * w_scale / y_scale, one per output channel,
     or None where the scales are not per tensor or per channel."""
     x_scale, _, w_scale, _, y_scale = params[:5]
-    scale = (x_scale.astype(np.float32) * w_scale.astype(np.float32).reshape(-1)) / y_scale.astype(
-        np.float32
-    )
+    scale = requantization_scale(x_scale, w_scale, y_scale)
     return np.broadcast_to(scale, (M,)) if scale.size in (1, M) else None
 
 
 def _native_runner(nchw: np.ndarray, w: np.ndarray, params: tuple):
     """x (NHWC) -> the conv's NHWC output on a native path, or None where none applies."""
     _, x_zp, _, w_zp, _, y_zp, bias, table = params[:8]
-    attrs = dict(zip(_ATTRIBUTES, params[8:]))
+    attrs = dict(zip(CONV_ATTRIBUTES, params[8:]))
     if (
         not native.available()
         or w.ndim != 4

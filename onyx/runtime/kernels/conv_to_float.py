@@ -16,7 +16,7 @@ import operator
 import numpy as np
 
 from ..registry import ONYX_DOMAIN, op
-from .conv import conv_integer, implicit_integer_conv
+from .conv import CONV_ATTRIBUTES, conv_integer, implicit_integer_conv
 from .derived import derived
 
 _F32 = np.dtype(np.float32)
@@ -63,9 +63,6 @@ def conv_integer_scaled(
     return _to_float(x, w, x_zero_point, w_zero_point, scale, None, attrs)
 
 
-_ATTRIBUTES = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
-
-
 def _to_float(x, w, x_zero_point, w_zero_point, scale, bias, attrs: tuple):
     M = w.shape[0] if w.ndim else 0
     if (
@@ -83,7 +80,7 @@ def _to_float(x, w, x_zero_point, w_zero_point, scale, bias, attrs: tuple):
             b = None if bias is None else np.ascontiguousarray(bias).reshape(-1)
             zx = 0 if x_zero_point is None else int(x_zero_point.reshape(-1)[0])
             return conv.to_float(x, s, b, zx)
-    attrs = dict(zip(_ATTRIBUTES, attrs))
+    attrs = dict(zip(CONV_ATTRIBUTES, attrs))
     y = conv_integer(x, w, x_zero_point, w_zero_point, **attrs).astype(np.float32)
     y = np.multiply(y, scale, out=_in_place(y, scale))
     return y if bias is None else np.add(y, bias, out=_in_place(y, bias))
@@ -100,7 +97,9 @@ def _implicit(x, w, x_zero_point, w_zero_point, attrs: tuple):
     hit = runners.get(key)
     if hit is not None and hit[0] is w_zero_point and all(map(operator.is_, hit[1], attrs)):
         return hit[2]
-    conv = implicit_integer_conv(x, w, x_zero_point, w_zero_point, dict(zip(_ATTRIBUTES, attrs)))
+    conv = implicit_integer_conv(
+        x, w, x_zero_point, w_zero_point, dict(zip(CONV_ATTRIBUTES, attrs))
+    )
     if conv is not None and (w_zero_point is None or not w_zero_point.flags.writeable):
         if len(runners) >= 4:  # (a model fed ever new shapes)
             runners.clear()

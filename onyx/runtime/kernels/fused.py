@@ -73,6 +73,19 @@ def _activate(y: np.ndarray, activation: str, alpha=None, beta=None, gamma=None)
     return fn(y, alpha, beta, gamma)
 
 
+def native_activation_params(activation: str, params) -> tuple[float, float]:
+    """(alpha, beta) of a FusedConv activation as the native conv kernels take them: its
+    activation_params with the spec's defaults filled in (LeakyRelu's beta unused: 0)."""
+    lo, hi = (list(params or []) + [None, None])[:2]
+    if activation == "LeakyRelu":
+        lo, hi = 0.01 if lo is None else lo, 0.0
+    elif activation == "HardSigmoid":
+        lo, hi = 0.2 if lo is None else lo, 0.5 if hi is None else hi
+    elif activation == "Clip":
+        lo, hi = -np.inf if lo is None else lo, np.inf if hi is None else hi
+    return float(lo or 0.0), float(hi or 0.0)
+
+
 #: FusedConv activations that commute with rounding to float16 (their bounds are float16 values)
 _MONOTONE = ("", "Relu", "Clip")
 
@@ -115,13 +128,7 @@ def fused_conv(
     params = list(activation_params or []) + [None] * 3
     code = native.CONV_ACTIVATIONS.get(activation)
     if code is not None:  # the native conv applies Z and the activation as it stores
-        lo, hi = params[:2]
-        if activation == "LeakyRelu":
-            lo, hi = 0.01 if lo is None else lo, 0.0
-        elif activation == "HardSigmoid":
-            lo, hi = 0.2 if lo is None else lo, 0.5 if hi is None else hi
-        elif activation == "Clip":
-            lo, hi = -np.inf if lo is None else lo, np.inf if hi is None else hi
+        lo, hi = native_activation_params(activation, params)
         attrs = conv_key(auto_pad, pads, strides, dilations, kernel_shape)
         y = native_conv_f32(
             X,
@@ -131,8 +138,8 @@ def fused_conv(
             attrs,
             z=Z,
             activation=code,
-            alpha=float(lo or 0.0),
-            beta=float(hi or 0.0),
+            alpha=lo,
+            beta=hi,
         )
         if y is not None:
             return y
