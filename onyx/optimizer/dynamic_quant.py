@@ -51,14 +51,27 @@ def _scales(ctx: PassContext, s: ir.Value, n: int) -> tuple[ir.Value, ir.Value] 
     return None
 
 
-def _bias(ctx: PassContext, y: ir.Value, n: int) -> tuple[ir.Node, ir.Value] | None:
-    """The Add of a constant float32 bias of n values that alone reads ``y``."""
+def _cast_mul(ctx: PassContext, v: ir.Value) -> tuple[ir.Node, ir.Node, ir.Value] | None:
+    """(cast, mul, scale): the Cast to float that alone reads ``v``, then the Mul by
+    ``scale`` that alone reads the Cast."""
+    cast = _only_reader(ctx, v, "Cast")
+    if cast is None or cast.attr("to", 0) != int(ir.DataType.FLOAT):
+        return None
+    mul = _only_reader(ctx, cast.outputs[0], "Mul")
+    if mul is None or mul.inputs[0] is mul.inputs[1]:
+        return None
+    return cast, mul, other_input(mul, cast.outputs[0])
+
+
+def _bias(ctx: PassContext, y: ir.Value, shapes: tuple) -> tuple[ir.Node, ir.Value] | None:
+    """The Add of a constant float32 bias, its shape one of ``shapes``, that alone reads
+    ``y``."""
     add = _only_reader(ctx, y, "Add")
     if add is None or add.inputs[0] is add.inputs[1]:
         return None
     bias = other_input(add, y)
     c = ctx.const(bias)
-    if c is None or c.dtype.name != "float32" or c.shape != (n,):
+    if c is None or c.dtype.name != "float32" or c.shape not in shapes:
         return None
     return add, bias
 
@@ -70,19 +83,16 @@ def _to_float(mmi: ir.Node, ctx: PassContext) -> ir.Node | None:
     if shape is None or len(shape) != 2 or ctx.const(b) is None:
         return None
     n = shape[1]
-    cast = _only_reader(ctx, mmi.outputs[0], "Cast")
-    if cast is None or cast.attr("to", 0) != int(ir.DataType.FLOAT):
+    chain = _cast_mul(ctx, mmi.outputs[0])
+    if chain is None:
         return None
-    mul = _only_reader(ctx, cast.outputs[0], "Mul")
-    if mul is None or mul.inputs[0] is mul.inputs[1]:
-        return None
-    scale = other_input(mul, cast.outputs[0])
+    cast, mul, scale = chain
     scales = _scales(ctx, scale, n)
     if scales is None or ctx.is_output(scale):
         return None
     dead = [mmi, cast] + ([scale.producer] if ctx.single_use(scale) is mul else [])
     last, bias = mul, None
-    found = _bias(ctx, mul.outputs[0], n)
+    found = _bias(ctx, mul.outputs[0], ((n,),))
     if found is not None:
         dead.append(mul)
         last, bias = found
@@ -186,25 +196,16 @@ def _conv_chain(ctx: PassContext, conv: ir.Node) -> tuple | None:
     w, wz = ctx.const(conv.inputs[1]), ctx.const(conv.inputs[3])
     if w is None or wz is None or w.ndim != 4:
         return None
-    cast = _only_reader(ctx, conv.outputs[0], "Cast")
-    if cast is None or cast.attr("to", 0) != int(ir.DataType.FLOAT):
+    chain = _cast_mul(ctx, conv.outputs[0])
+    if chain is None:
         return None
-    mul = _only_reader(ctx, cast.outputs[0], "Mul")
-    if mul is None or mul.inputs[0] is mul.inputs[1]:
-        return None
-    scale = other_input(mul, cast.outputs[0])
+    cast, mul, scale = chain
     shape = static_shape(scale)
     if shape is None or len(shape) > 4 or any(d != 1 for d in shape):
         return None
-    add = _only_reader(ctx, mul.outputs[0], "Add")
-    if add is None or add.inputs[0] is add.inputs[1]:
-        return cast, mul, scale, None, None
-    bias = other_input(add, mul.outputs[0])
-    b = ctx.const(bias)
     M = w.shape[0]
-    if b is None or b.dtype.name != "float32" or b.shape not in ((M, 1, 1), (1, M, 1, 1)):
-        return cast, mul, scale, None, None
-    return cast, mul, scale, add, bias
+    found = _bias(ctx, mul.outputs[0], ((M, 1, 1), (1, M, 1, 1)))
+    return (cast, mul, scale) + (found if found is not None else (None, None))
 
 
 def _conv_function(ctx: PassContext, op_type: str) -> ir.Function:
