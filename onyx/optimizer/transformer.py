@@ -1152,7 +1152,7 @@ def time_major_attention_fusion(ctx: PassContext) -> bool:
         back = _next(ctx, att.outputs[0], "Transpose")
         user = _next(ctx, back.outputs[0], "Reshape") if back is not None else None
         dims = ctx.const(user.inputs[1]) if user is not None else None
-        if back.attr("perm") != [2, 0, 1, 3] or dims is None or 0 in dims.tolist():
+        if dims is None or back.attr("perm") != [2, 0, 1, 3] or 0 in dims.tolist():
             continue
         ctx.ensure_function(
             "TimeMajorPackedHeadsAttention", functools.partial(_time_major_function, ctx)
