@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from .. import ir
 from ..runtime.registry import ONYX_DOMAIN
+from .conv import _CONV_ATTRIBUTES, _REF_TYPES  # (ConvInteger's attributes are Conv's)
 from .core import (
     EXTENDED,
     MS,
@@ -152,7 +153,6 @@ def matmul_integer_to_float(ctx: PassContext) -> bool:
 # ------------------------------------------------------------------ ConvInteger to float
 
 CONV_PASS = "ConvIntegerToFloatFusion"
-_CONV_ATTRIBUTES = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
 
 
 @graph_pass(CONV_PASS, EXTENDED)
@@ -215,8 +215,7 @@ def _conv_function(ctx: PassContext, op_type: str) -> ir.Function:
     biased = op_type == "ConvIntegerToFloat"
     names = ("x", "w", "x_zero_point", "w_zero_point", "scale") + (("bias",) if biased else ())
     params = [ir.Value(n) for n in names]
-    types = {"auto_pad": ir.AttrType.STRING, "group": ir.AttrType.INT}
-    refs = [ir.Attr(a, types.get(a, ir.AttrType.INTS), ref_attr_name=a) for a in _CONV_ATTRIBUTES]
+    refs = [ir.Attr(a, _REF_TYPES[a], ref_attr_name=a) for a in _CONV_ATTRIBUTES]
     conv = ir.Node("ConvInteger", params[:4], ["acc"], refs)
     cast = ir.Node("Cast", [conv.outputs[0]], ["accf"], {"to": int(ir.DataType.FLOAT)})
     mul = ir.Node("Mul", [cast.outputs[0], params[4]], ["scaled" if biased else "y"])
