@@ -613,6 +613,15 @@ def test_time_major_attention_fusion_needs_q_k_v_in_order():
     assert "TimeMajorPackedHeadsAttention" not in [n.op_type for n in opt.graph]
 
 
+def test_time_major_attention_fusion_needs_the_output_transpose():
+    """The attention's output also a graph output (no one Transpose reads it): left alone,
+    where the pass read the missing Transpose's perm."""
+    m = onnx.load_from_string(_mha_block())
+    m.graph.output.append(helper.make_tensor_value_info("o", F, None))
+    opt = onyx.optimize(onyx.loads(m.SerializeToString()))
+    assert "TimeMajorPackedHeadsAttention" not in [n.op_type for n in opt.graph]
+
+
 def _zoo_feeds(name: str):
     from benchmarks.zoo import make_feeds
 

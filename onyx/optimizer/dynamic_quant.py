@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from .. import ir
 from ..runtime.registry import ONYX_DOMAIN
+from .conv import _CONV_ATTRIBUTES, _REF_TYPES  # (ConvInteger's attributes are Conv's)
 from .core import (
     EXTENDED,
     MS,
@@ -51,14 +52,27 @@ def _scales(ctx: PassContext, s: ir.Value, n: int) -> tuple[ir.Value, ir.Value] 
     return None
 
 
-def _bias(ctx: PassContext, y: ir.Value, n: int) -> tuple[ir.Node, ir.Value] | None:
-    """The Add of a constant float32 bias of n values that alone reads ``y``."""
+def _cast_mul(ctx: PassContext, v: ir.Value) -> tuple[ir.Node, ir.Node, ir.Value] | None:
+    """(cast, mul, scale): the Cast to float that alone reads ``v``, then the Mul by
+    ``scale`` that alone reads the Cast."""
+    cast = _only_reader(ctx, v, "Cast")
+    if cast is None or cast.attr("to", 0) != int(ir.DataType.FLOAT):
+        return None
+    mul = _only_reader(ctx, cast.outputs[0], "Mul")
+    if mul is None or mul.inputs[0] is mul.inputs[1]:
+        return None
+    return cast, mul, other_input(mul, cast.outputs[0])
+
+
+def _bias(ctx: PassContext, y: ir.Value, shapes: tuple) -> tuple[ir.Node, ir.Value] | None:
+    """The Add of a constant float32 bias, its shape one of ``shapes``, that alone reads
+    ``y``."""
     add = _only_reader(ctx, y, "Add")
     if add is None or add.inputs[0] is add.inputs[1]:
         return None
     bias = other_input(add, y)
     c = ctx.const(bias)
-    if c is None or c.dtype.name != "float32" or c.shape != (n,):
+    if c is None or c.dtype.name != "float32" or c.shape not in shapes:
         return None
     return add, bias
 
@@ -70,19 +84,16 @@ def _to_float(mmi: ir.Node, ctx: PassContext) -> ir.Node | None:
     if shape is None or len(shape) != 2 or ctx.const(b) is None:
         return None
     n = shape[1]
-    cast = _only_reader(ctx, mmi.outputs[0], "Cast")
-    if cast is None or cast.attr("to", 0) != int(ir.DataType.FLOAT):
+    chain = _cast_mul(ctx, mmi.outputs[0])
+    if chain is None:
         return None
-    mul = _only_reader(ctx, cast.outputs[0], "Mul")
-    if mul is None or mul.inputs[0] is mul.inputs[1]:
-        return None
-    scale = other_input(mul, cast.outputs[0])
+    cast, mul, scale = chain
     scales = _scales(ctx, scale, n)
     if scales is None or ctx.is_output(scale):
         return None
     dead = [mmi, cast] + ([scale.producer] if ctx.single_use(scale) is mul else [])
     last, bias = mul, None
-    found = _bias(ctx, mul.outputs[0], n)
+    found = _bias(ctx, mul.outputs[0], ((n,),))
     if found is not None:
         dead.append(mul)
         last, bias = found
@@ -142,7 +153,6 @@ def matmul_integer_to_float(ctx: PassContext) -> bool:
 # ------------------------------------------------------------------ ConvInteger to float
 
 CONV_PASS = "ConvIntegerToFloatFusion"
-_CONV_ATTRIBUTES = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
 
 
 @graph_pass(CONV_PASS, EXTENDED)
@@ -186,25 +196,16 @@ def _conv_chain(ctx: PassContext, conv: ir.Node) -> tuple | None:
     w, wz = ctx.const(conv.inputs[1]), ctx.const(conv.inputs[3])
     if w is None or wz is None or w.ndim != 4:
         return None
-    cast = _only_reader(ctx, conv.outputs[0], "Cast")
-    if cast is None or cast.attr("to", 0) != int(ir.DataType.FLOAT):
+    chain = _cast_mul(ctx, conv.outputs[0])
+    if chain is None:
         return None
-    mul = _only_reader(ctx, cast.outputs[0], "Mul")
-    if mul is None or mul.inputs[0] is mul.inputs[1]:
-        return None
-    scale = other_input(mul, cast.outputs[0])
+    cast, mul, scale = chain
     shape = static_shape(scale)
     if shape is None or len(shape) > 4 or any(d != 1 for d in shape):
         return None
-    add = _only_reader(ctx, mul.outputs[0], "Add")
-    if add is None or add.inputs[0] is add.inputs[1]:
-        return cast, mul, scale, None, None
-    bias = other_input(add, mul.outputs[0])
-    b = ctx.const(bias)
     M = w.shape[0]
-    if b is None or b.dtype.name != "float32" or b.shape not in ((M, 1, 1), (1, M, 1, 1)):
-        return cast, mul, scale, None, None
-    return cast, mul, scale, add, bias
+    found = _bias(ctx, mul.outputs[0], ((M, 1, 1), (1, M, 1, 1)))
+    return (cast, mul, scale) + (found if found is not None else (None, None))
 
 
 def _conv_function(ctx: PassContext, op_type: str) -> ir.Function:
@@ -214,8 +215,7 @@ def _conv_function(ctx: PassContext, op_type: str) -> ir.Function:
     biased = op_type == "ConvIntegerToFloat"
     names = ("x", "w", "x_zero_point", "w_zero_point", "scale") + (("bias",) if biased else ())
     params = [ir.Value(n) for n in names]
-    types = {"auto_pad": ir.AttrType.STRING, "group": ir.AttrType.INT}
-    refs = [ir.Attr(a, types.get(a, ir.AttrType.INTS), ref_attr_name=a) for a in _CONV_ATTRIBUTES]
+    refs = [ir.Attr(a, _REF_TYPES[a], ref_attr_name=a) for a in _CONV_ATTRIBUTES]
     conv = ir.Node("ConvInteger", params[:4], ["acc"], refs)
     cast = ir.Node("Cast", [conv.outputs[0]], ["accf"], {"to": int(ir.DataType.FLOAT)})
     mul = ir.Node("Mul", [cast.outputs[0], params[4]], ["scaled" if biased else "y"])

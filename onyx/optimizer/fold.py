@@ -23,6 +23,14 @@ from .core import BASIC, STANDARD, PassContext, graph_pass, is_op, static_shape
 MAX_GROWN_BYTES = 1 << 20
 
 
+def _local_function(ctx: PassContext, node: ir.Node) -> bool:
+    """The model defines a local function of node's domain and op type (it, not the op, is
+    what runs)."""
+    functions = ctx.model.functions
+    key = (ir.canonical_domain(node.domain), node.op_type)
+    return bool(functions) and any((f.domain, f.name) == key for f in functions.values())
+
+
 def evaluate(ctx: PassContext, node: ir.Node, known: dict | None = None) -> tuple | None:
     """The node's outputs when it can be folded, else None. ``known``: id(value) -> array,
     values taken as given besides the constants."""
@@ -31,10 +39,7 @@ def evaluate(ctx: PassContext, node: ir.Node, known: dict | None = None) -> tupl
     args = _constant_inputs(ctx, node, known)  # first: most nodes fail here, and fast
     if args is None or any(True for _ in node.subgraphs()):
         return None
-    functions = ctx.model.functions
-    if functions and (ir.canonical_domain(node.domain), node.op_type) in {
-        (f.domain, f.name) for f in functions.values()
-    }:
+    if _local_function(ctx, node):
         return None
     if node.attributes_have_refs():
         return None
@@ -108,10 +113,7 @@ def _held_tensor(ctx: PassContext, node: ir.Node) -> ir.Tensor | None:
         return None
     if not ctx.unbounded_folding and wire_size(t.dtype, t.shape) > MAX_GROWN_BYTES:
         return None  # (as evaluate's rule, which a Constant, reading nothing, grows past)
-    if ctx.model.functions and any(
-        (f.domain, f.name) == (ir.canonical_domain(node.domain), "Constant")
-        for f in ctx.model.functions.values()
-    ):
+    if _local_function(ctx, node):
         return None  # (a local function of that name: evaluate leaves it too)
     return t
 

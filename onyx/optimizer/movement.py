@@ -28,10 +28,10 @@ def _ints(ctx: PassContext, node: ir.Node, index: int, attr: str) -> list[int] |
     return None if value is None else [int(i) for i in value]
 
 
-def _leading_dims_of(ctx: PassContext, v: ir.Value, x: ir.Value) -> int | None:
-    """k when v = Slice(Shape(x), [0], [k]) (axis 0, step 1), else None."""
+def _shape_slice(ctx: PassContext, v: ir.Value, x: ir.Value) -> tuple[int, int] | None:
+    """(start, end) when v = Slice(Shape(x), [start], [end]) (axis 0, step 1), else None."""
     sl = v.producer
-    if not is_op(sl, "Slice") or len(sl.inputs) < 3 or sl.graph is None:
+    if not is_op(sl, "Slice") or len(sl.inputs) < 3:
         return None
     shape = sl.inputs[0].producer
     if not is_op(shape, "Shape") or shape.inputs[0] is not x:
@@ -46,8 +46,16 @@ def _leading_dims_of(ctx: PassContext, v: ir.Value, x: ir.Value) -> int | None:
             c = ctx.const(sl.inputs[index])
             if c is None or c.reshape(-1).tolist() != [default]:
                 return None
-    k = int(ends.reshape(-1)[0])
-    return k if int(starts.reshape(-1)[0]) == 0 and k > 0 else None
+    return int(starts.reshape(-1)[0]), int(ends.reshape(-1)[0])
+
+
+def _leading_dims_of(ctx: PassContext, v: ir.Value, x: ir.Value) -> int | None:
+    """k when v = Slice(Shape(x), [0], [k]) (axis 0, step 1), else None."""
+    found = _shape_slice(ctx, v, x)
+    if found is None or v.producer.graph is None:
+        return None
+    start, k = found
+    return k if start == 0 and k > 0 else None
 
 
 @graph_pass("ReshapeOwnShapeFusion", EXTENDED)
@@ -123,22 +131,10 @@ def unsqueeze_transpose_squeeze(ctx: PassContext) -> bool:
 def _leading_slice(ctx: PassContext, v: ir.Value, x: ir.Value, rank: int) -> bool:
     """v = Slice(Shape(x), start, end) taking x's dims [0, rank - 2) (start 0 or below -rank,
     as PyTorch writes INT64_MIN; end rank - 2 or -2; axis 0, step 1)."""
-    sl = v.producer
-    if not is_op(sl, "Slice") or len(sl.inputs) < 3 or len(sl.inputs) > 4:
+    found = _shape_slice(ctx, v, x)
+    if found is None or len(v.producer.inputs) > 4:
         return False
-    shape = sl.inputs[0].producer
-    if not is_op(shape, "Shape") or shape.inputs[0] is not x:
-        return False
-    if shape.attr("start", 0) != 0 or shape.attr("end") is not None:
-        return False
-    if len(sl.inputs) == 4 and sl.inputs[3] is not None and sl.inputs[3].name:
-        axes = ctx.const(sl.inputs[3])
-        if axes is None or axes.reshape(-1).tolist() != [0]:
-            return False
-    starts, ends = ctx.const(sl.inputs[1]), ctx.const(sl.inputs[2])
-    if starts is None or ends is None or starts.size != 1 or ends.size != 1:
-        return False
-    start, end = int(starts.reshape(-1)[0]), int(ends.reshape(-1)[0])
+    start, end = found
     return (start == 0 or start <= -rank) and end in (rank - 2, -2)
 
 

@@ -185,9 +185,13 @@ def fast_gelu_fusion(ctx: PassContext) -> bool:
     return changed
 
 
-def _is_float32(v: ir.Value) -> bool:
+def _is_float32(v: ir.Value | None) -> bool:
     # onnxruntime's CPU kernels of FastGelu / BiasGelu are float32 only
-    return isinstance(v.type, ir.TensorType) and v.type.elem_type == ir.DataType.FLOAT
+    return (
+        v is not None
+        and isinstance(v.type, ir.TensorType)
+        and v.type.elem_type == ir.DataType.FLOAT
+    )
 
 
 def _emit(ctx: PassContext, op_type: str, x: ir.Value, last: ir.Node, dead: list) -> None:
@@ -486,14 +490,6 @@ def matmul_scale(ctx: PassContext) -> bool:
         ctx.count("MatMulScaleFusion")
         changed = True
     return changed
-
-
-def _is_float32(v: ir.Value | None) -> bool:
-    return (
-        v is not None
-        and isinstance(v.type, ir.TensorType)
-        and v.type.elem_type == ir.DataType.FLOAT
-    )
 
 
 # ---------------------------------------------------------------------------------- attention
@@ -796,11 +792,7 @@ def _halves(ctx: PassContext, split: ir.Node | None, rank: int) -> bool:
         or split.attr("axis", 0) % rank != rank - 1
     ):
         return False
-    if len(split.inputs) > 1 and split.inputs[1] is not None:
-        sizes = ctx.const(split.inputs[1])
-        return sizes is not None and sizes.size == 2 and sizes[0] == sizes[1]
-    sizes = split.attr("split")
-    return sizes is None or (len(sizes) == 2 and sizes[0] == sizes[1])
+    return _equal_parts(ctx, split, 2)
 
 
 def _table(ctx: PassContext, v: ir.Value | None, rows: int, size: int) -> np.ndarray | None:
@@ -850,18 +842,9 @@ def _match_rotate_half(ctx: PassContext, neg: ir.Node):
 def _rotate_half_function(ctx: PassContext) -> ir.Function:
     """The model-local function RotateHalf(X, cos, sin) = X * cos + Concat(-X2, X1) * sin."""
     x, cos, sin = ir.Value("X"), ir.Value("cos"), ir.Value("sin")
-    split = ir.Node("Split", [x], ["x1", "x2"])
-    split.set_attr("axis", -1)
-    if ctx.opset() >= 18:
-        split.set_attr("num_outputs", 2)
-    neg = ir.Node("Neg", [split.outputs[1]], ["neg"])
-    concat = ir.Node("Concat", [neg.outputs[0], split.outputs[0]], ["rotated"])
-    concat.set_attr("axis", -1)
-    by_cos = ir.Node("Mul", [x, cos], ["by_cos"])
-    by_sin = ir.Node("Mul", [concat.outputs[0], sin], ["by_sin"])
-    add = ir.Node("Add", [by_cos.outputs[0], by_sin.outputs[0]], ["Y"])
-    nodes = [split, neg, concat, by_cos, by_sin, add]
-    body = ir.Graph([x, cos, sin], [add.outputs[0]], nodes, name="RotateHalf")
+    emit = _Body()
+    y = _rotate_half_body(emit, x, cos, sin, ctx.opset())
+    body = ir.Graph([x, cos, sin], [y], emit.nodes, name="RotateHalf")
     f = ir.Function(ONYX_DOMAIN, "RotateHalf", body, opset_imports={"": ctx.opset()})
     f.doc_string = "Y = X * cos + Concat(-X2, X1) * sin (onyx runs it as one kernel)"
     return f
@@ -1031,7 +1014,7 @@ def packed_attention_fusion(ctx: PassContext) -> bool:
             continue
         if len(split.outputs) != 3 or split.attr("axis", 0) not in (-1, 2):
             continue
-        if not _equal_thirds(ctx, split) or not _is_float32(split.inputs[0]):
+        if not _equal_parts(ctx, split, 3) or not _is_float32(split.inputs[0]):
             continue
         width, rows = shape[2] // 3, shape[1]
         users = [r if r is not None else att for r in rotations]
@@ -1092,12 +1075,13 @@ def _half_tables(ctx: PassContext, rotations: list, rows, head: int):
     return tuple(found)
 
 
-def _equal_thirds(ctx: PassContext, split: ir.Node) -> bool:
+def _equal_parts(ctx: PassContext, split: ir.Node, parts: int) -> bool:
+    """split's sizes (its input, else its attribute; none: equal) are ``parts`` equal ones."""
     if len(split.inputs) > 1 and split.inputs[1] is not None:
         sizes = ctx.const(split.inputs[1])
-        return sizes is not None and sizes.size == 3 and len(set(sizes.tolist())) == 1
+        return sizes is not None and sizes.size == parts and len(set(sizes.tolist())) == 1
     sizes = split.attr("split")
-    return sizes is None or (len(sizes) == 3 and len(set(sizes)) == 1)
+    return sizes is None or (len(sizes) == parts and len(set(sizes)) == 1)
 
 
 # ------------------------------------------------- nn.MultiheadAttention's sequence-first heads
@@ -1168,7 +1152,7 @@ def time_major_attention_fusion(ctx: PassContext) -> bool:
         back = _next(ctx, att.outputs[0], "Transpose")
         user = _next(ctx, back.outputs[0], "Reshape") if back is not None else None
         dims = ctx.const(user.inputs[1]) if user is not None else None
-        if back.attr("perm") != [2, 0, 1, 3] or dims is None or 0 in dims.tolist():
+        if dims is None or back.attr("perm") != [2, 0, 1, 3] or 0 in dims.tolist():
             continue
         ctx.ensure_function(
             "TimeMajorPackedHeadsAttention", functools.partial(_time_major_function, ctx)
