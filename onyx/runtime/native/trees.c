@@ -172,56 +172,12 @@ static int64_t classify_best(const float *y, int64_t C) {
     return top;
 }
 
-/* Softmax over each row of float32 y [rows][C] in place, numpy's steps: minus the row's
-   maximum, exp, divided by the sum. A row holding a NaN, or whose maximum is infinite, is
-   all NaN (numpy's y - max gives NaN there). */
-static void softmax_rows_portable(float *y, int64_t rows, int64_t C) {
-    for (int64_t r = 0; r < rows; r++) {
-        float *v = y + r * C, m = v[0], total = 0.0f;
-        for (int64_t c = 1; c < C && m == m; c++)
-            if (v[c] > m || v[c] != v[c]) m = v[c];
-        if (m != m || isinf(m)) {
-            for (int64_t c = 0; c < C; c++) v[c] = NAN;
-            continue;
-        }
-        for (int64_t c = 0; c < C; c++) total += v[c] = expf(v[c] - m);
-        for (int64_t c = 0; c < C; c++) v[c] /= total;
-    }
-}
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h>
-
-#include "activation.h"
-#define HAVE_SOFTMAX512 1
-/* The same for rows of at most 16 classes, a row in one vector (rows.c's softmax:
-   activation.h's exp, 1e-7 relative from numpy's; the sum in a tree's order). */
-static __attribute__((target("avx512f"))) void softmax_rows_avx512(float *y, int64_t rows,
-                                                                   int64_t C) {
-    __mmask16 m = (__mmask16)((1u << C) - 1);
-    for (int64_t r = 0; r < rows; r++) {
-        float *v = y + r * C;
-        __m512 x = _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), m, v);
-        float top = _mm512_reduce_max_ps(x);
-        if (_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q) || isinf(top)) {
-            _mm512_mask_storeu_ps(v, m, _mm512_set1_ps(NAN));
-            continue;
-        }
-        __m512 e = _mm512_maskz_mov_ps(m, onyx_exp512(_mm512_sub_ps(x, _mm512_set1_ps(top))));
-        __m512 total = _mm512_set1_ps(_mm512_reduce_add_ps(e));
-        _mm512_mask_storeu_ps(v, m, _mm512_div_ps(e, total));
-    }
-}
-#endif
-
+/* Softmax over each row of float32 y [rows][C] in place: rows.c's Softmax rows (numpy's
+   steps; the Softmax op's bits), which reads each value before it writes it. */
+int onyx_softmax_rows_f32_range(const void *p, int64_t begin, int64_t end); /* rows.c */
 static void classify_softmax(float *y, int64_t rows, int64_t C) {
-#ifdef HAVE_SOFTMAX512
-    if (C <= 16 && (onyx_isa() & ONYX_ISA_AVX512)) {
-        softmax_rows_avx512(y, rows, C);
-        return;
-    }
-#endif
-    softmax_rows_portable(y, rows, C);
+    softmax_rows task = {.x = y, .y = y, .size = C};
+    onyx_softmax_rows_f32_range(&task, 0, rows);
 }
 
 /* onyx_forest_scores then each row's best class and the softmax of float32 scores [rows][C] (ml/tree.py's

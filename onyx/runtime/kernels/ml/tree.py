@@ -439,10 +439,8 @@ class _Sums:
 
     def __call__(self, x) -> tuple[np.ndarray, np.ndarray | None]:
         if self.simple and x.__class__ is np.ndarray and x.ndim == 2:
-            sums = self.native.get(x.dtype, _UNSET)
-            if sums is _UNSET:
-                sums = self._native_sums(x.dtype)
-            if sums is not None and sums.fits(x) and self.forest.max_feature < x.shape[1]:
+            sums = self._fitting_sums(x)
+            if sums is not None:
                 scores = sums(x)
                 if self.aggregate == "AVERAGE":
                     scores /= self.forest.n_trees
@@ -464,12 +462,17 @@ class _Sums:
             or x.ndim != 2
         ):
             return None
+        sums = self._fitting_sums(x)
+        return None if sums is None else sums.classify(x, base, code)
+
+    def _fitting_sums(self, x: np.ndarray):
+        """The native.ForestSums that serves 2-D x (kept per dtype), or None where it does not."""
         sums = self.native.get(x.dtype, _UNSET)
         if sums is _UNSET:
             sums = self._native_sums(x.dtype)
         if sums is None or not sums.fits(x) or self.forest.max_feature >= x.shape[1]:
             return None
-        return sums.classify(x, base, code)
+        return sums
 
     def _native_sums(self, dtype: np.dtype):
         """The native.ForestSums for rows of ``dtype``, kept; None where the descent compares
