@@ -55,6 +55,7 @@ from .. import ir
 from ..ir.dtypes import to_numpy
 from ..ir.frozen import DataValue, FrozenValue
 from ..runtime.registry import ONYX_DOMAIN
+from .conv import _CONV_ATTRIBUTES, _REF_TYPES
 from .core import EXTENDED, MS, STANDARD, PassContext, graph_pass, is_op, producer
 
 PASS = "QDQSelectorActionTransformer"
@@ -572,7 +573,6 @@ def qdq_fusion(ctx: PassContext) -> bool:
 # ------------------------------------------------------------ a conv's activation as its table
 
 LOOKUP_PASS = "QLinearConvLookupFusion"
-_CONV_ATTRIBUTES = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
 
 
 @graph_pass(LOOKUP_PASS, EXTENDED)
@@ -633,8 +633,7 @@ def _conv_lookup_function(ctx: PassContext) -> ir.Function:
         "table",
     ]
     params = [ir.Value(n) for n in names]
-    types = {"auto_pad": ir.AttrType.STRING, "group": ir.AttrType.INT}
-    refs = [ir.Attr(a, types.get(a, ir.AttrType.INTS), ref_attr_name=a) for a in _CONV_ATTRIBUTES]
+    refs = [ir.Attr(a, _REF_TYPES[a], ref_attr_name=a) for a in _CONV_ATTRIBUTES]
     conv = ir.Node("QLinearConv", params[:9], ["q"], refs)
     cast = ir.Node("Cast", [conv.outputs[0]], ["index"], {"to": int(ir.DataType.INT32)})
     gather = ir.Node("Gather", [params[9], cast.outputs[0]], ["y"], {"axis": 0})
