@@ -503,7 +503,7 @@ def _bound_gru(attrs: dict) -> Callable:
             return general(X, W, R, B, sequence_lens, initial_h)
         if not (X.shape == shape and W is w and R is r and B is b):
             # (kept when rnn.c does not run it too: the kernel's path is not prepared again)
-            native_run = _native_gru(X, W, R, B, None, attrs["direction"])
+            native_run = _native_gru(X, W, R, B, attrs["direction"])
             run, state = (
                 (None, None) if native_run is None else (native_run[0], native_run[1].h0.shape)
             )
@@ -517,10 +517,10 @@ def _bound_gru(attrs: dict) -> Callable:
     return call
 
 
-def _native_gru(X, W, R, B, sequence_lens, direction: str) -> tuple | None:
+def _native_gru(X, W, R, B, direction: str) -> tuple | None:
     """(native.GruRecurrence, its layer) for rnn.c to run X (constant float32 weights, no
     lengths, a small projection), else None."""
-    if sequence_lens is not None or X.dtype != np.float32 or X.ndim != 3:
+    if X.ndim != 3:  # (float32 and no lengths: the caller's)
         return None
     if any(a is not None and (a.flags.writeable or a.dtype != np.float32) for a in (W, R, B)):
         return None
