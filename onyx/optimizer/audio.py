@@ -17,6 +17,7 @@ import numpy as np
 
 from .. import ir
 from ..runtime.registry import ONYX_DOMAIN
+from .conv import _REF_TYPES
 from .core import EXTENDED, MS, STANDARD, PassContext, graph_pass, producer, static_shape
 
 _NAMES = ("x", "re_starts", "re_ends", "im_starts", "im_ends", "axes", "eps")
@@ -186,15 +187,9 @@ def _magnitude_function(ctx: PassContext, op_type: str) -> ir.Function:
 
 # --- a 1-D conv and its MaxPool ------------------------------------------------------------------
 
-#: attribute types of the conv (Conv / FusedConv) and of MaxPool, for the function bodies' refs
-_CONV_TYPES = {
-    "auto_pad": ir.AttrType.STRING,
-    "dilations": ir.AttrType.INTS,
-    "group": ir.AttrType.INT,
-    "kernel_shape": ir.AttrType.INTS,
-    "pads": ir.AttrType.INTS,
-    "strides": ir.AttrType.INTS,
-}
+#: attribute types of the conv (Conv / FusedConv: conv.py's) and of MaxPool, for the function
+#: bodies' refs
+_CONV_TYPES = _REF_TYPES
 _FUSED_TYPES = {"activation": ir.AttrType.STRING, "activation_params": ir.AttrType.FLOATS}
 _POOL_TYPES = {
     "auto_pad": ir.AttrType.STRING,

@@ -127,7 +127,7 @@ def q_linear_add(a, a_scale, a_zero_point, b, b_scale, b_zero_point, c_scale, c_
     if not (a.flags.c_contiguous and b.flags.c_contiguous):  # (a channels-last chain's views)
         a, b = native.contiguous_bytes(a), native.contiguous_bytes(b)
     key, run = _kept_binary(False, a, b, params)
-    if run is not None and a.flags.c_contiguous and b.flags.c_contiguous:
+    if run is not None:  # (a and b C-contiguous above)
         return run(a, b)
     # onnxruntime folds each scale ratio into one float32 multiplier: A' * (sa / sc) + B' * (sb / sc)
     ka = np.float32(a_scale) / np.float32(c_scale)
@@ -146,7 +146,7 @@ def q_linear_mul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, c_scale, c_
     if not (a.flags.c_contiguous and b.flags.c_contiguous):  # (a channels-last chain's views)
         a, b = native.contiguous_bytes(a), native.contiguous_bytes(b)
     key, run = _kept_binary(True, a, b, params)
-    if run is not None and a.flags.c_contiguous and b.flags.c_contiguous:
+    if run is not None:  # (a and b C-contiguous above)
         return run(a, b)
     # onnxruntime: A' * B' * (sa * sb / sc) in float32
     k = np.float32(a_scale) * np.float32(b_scale) / np.float32(c_scale)

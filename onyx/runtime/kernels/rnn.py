@@ -499,34 +499,28 @@ def _bound_gru(attrs: dict) -> Callable:
     def call(X, W, R, B=None, sequence_lens=None, initial_h=None):
         nonlocal latest
         shape, w, r, b, run, state = latest
-        if not (
-            X.shape == shape
-            and W is w
-            and R is r
-            and B is b
-            and sequence_lens is None
-            and X.dtype == np.float32
-            and (initial_h is None or initial_h.dtype == np.float32 and initial_h.shape == state)
-        ):
-            run = _native_gru(X, W, R, B, sequence_lens, attrs["direction"])
-            if run is None:
-                return general(X, W, R, B, sequence_lens, initial_h)
-            state = run[1].h0.shape
-            if initial_h is not None and (
-                initial_h.dtype != np.float32 or initial_h.shape != state
-            ):
-                return general(X, W, R, B, sequence_lens, initial_h)
-            run = run[0]
+        if sequence_lens is not None or X.dtype != np.float32:
+            return general(X, W, R, B, sequence_lens, initial_h)
+        if not (X.shape == shape and W is w and R is r and B is b):
+            # (kept when rnn.c does not run it too: the kernel's path is not prepared again)
+            native_run = _native_gru(X, W, R, B, attrs["direction"])
+            run, state = (
+                (None, None) if native_run is None else (native_run[0], native_run[1].h0.shape)
+            )
             latest = (X.shape, W, R, B, run, state)
+        if run is None or not (
+            initial_h is None or initial_h.dtype == np.float32 and initial_h.shape == state
+        ):
+            return general(X, W, R, B, sequence_lens, initial_h)
         return run(X, initial_h)
 
     return call
 
 
-def _native_gru(X, W, R, B, sequence_lens, direction: str) -> tuple | None:
+def _native_gru(X, W, R, B, direction: str) -> tuple | None:
     """(native.GruRecurrence, its layer) for rnn.c to run X (constant float32 weights, no
     lengths, a small projection), else None."""
-    if sequence_lens is not None or X.dtype != np.float32 or X.ndim != 3:
+    if X.ndim != 3:  # (float32 and no lengths: the caller's)
         return None
     if any(a is not None and (a.flags.writeable or a.dtype != np.float32) for a in (W, R, B)):
         return None

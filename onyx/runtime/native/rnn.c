@@ -206,6 +206,18 @@ EXPORT int onyx_lstm(const recurrence *t, const int64_t *cuts, int64_t ranges, i
     return steps(t, onyx_lstm_step_range, cuts, ranges, threads, 4);
 }
 
+/* Y_h (and Y_c, where yc): the state after each direction's last step, from t's ys (cs). */
+static void last_states(const recurrence *t, float *yh, float *yc) {
+    int64_t state = t->batch * t->H;
+    for (int64_t d = 0; d < t->dirs; d++) {
+        int64_t last = (t->reverse >> d) & 1 ? 0 : t->steps - 1, at = (last * t->dirs + d) * state;
+        for (int64_t i = 0; i < state; i++) {
+            yh[d * state + i] = t->ys[at + i];
+            if (yc) yc[d * state + i] = t->cs[at + i];
+        }
+    }
+}
+
 /* The LSTM of a kept task (kernels/rnn.py's LstmRecurrence: rnn.c projects x) in one call:
    x, the initial states (null: the task's) and out, [6 steps + 2, dirs, batch, H]: every
    step's H, then C, then the last step's H and C (Y_h, Y_c), then room for the projections. */
@@ -220,12 +232,7 @@ EXPORT int onyx_lstm_run(const recurrence *task, const float *x, const float *h0
     if (!t.x || !recurrence_ok(&t) || t.steps < 1) return ONYX_INVALID;
     int status = steps(&t, onyx_lstm_step_range, cuts, ranges, threads, 4);
     if (status) return status;
-    float *yh = out + 2 * t.steps * state, *yc = yh + state;
-    for (int64_t d = 0; d < t.dirs; d++) { /* the state after each direction's last step */
-        int64_t last = (t.reverse >> d) & 1 ? 0 : t.steps - 1, at = (last * t.dirs + d) * t.batch * t.H;
-        for (int64_t i = 0; i < t.batch * t.H; i++)
-            yh[d * t.batch * t.H + i] = t.ys[at + i], yc[d * t.batch * t.H + i] = t.cs[at + i];
-    }
+    last_states(&t, out + 2 * t.steps * state, out + (2 * t.steps + 1) * state);
     return 0;
 }
 
@@ -240,11 +247,7 @@ EXPORT int onyx_gru_run(const recurrence *task, const float *x, const float *h0,
     if (!t.x || !t.rbh || !recurrence_ok(&t) || t.steps < 1) return ONYX_INVALID;
     int status = steps(&t, onyx_gru_step_range, cuts, ranges, threads, 3);
     if (status) return status;
-    float *yh = out + t.steps * state;
-    for (int64_t d = 0; d < t.dirs; d++) { /* the state after each direction's last step */
-        int64_t last = (t.reverse >> d) & 1 ? 0 : t.steps - 1, at = (last * t.dirs + d) * t.batch * t.H;
-        for (int64_t i = 0; i < t.batch * t.H; i++) yh[d * t.batch * t.H + i] = t.ys[at + i];
-    }
+    last_states(&t, out + t.steps * state, 0);
     return 0;
 }
 

@@ -166,6 +166,15 @@ class LstmRecurrence:
         self.cuts = _even_cuts(self.parts, 1)
         self.serial = _addr(self.cuts) if self.work < _PARALLEL_MACS // 4 else None
 
+    def _split(self) -> tuple:
+        """(the cuts' address, ways, the cuts array to keep alive through the call): one
+        thread for a small recurrence, else even cuts over the ways the work is worth."""
+        if self.serial is not None:
+            return self.serial, 1, None
+        ways = _ways(self.work, self.parts, _PARALLEL_MACS // 4)
+        even = _even_cuts(self.parts, ways)
+        return _addr(even), ways, even
+
     def __call__(self, x: np.ndarray, h0: np.ndarray | None = None, c0: np.ndarray | None = None):
         """Y (every step's H, [steps, dirs, batch, H]), Y_h and Y_c ([dirs, batch, H], the
         last step's H and C) of x [steps, batch, n_in] from the initial states h0 and c0
@@ -177,11 +186,7 @@ class LstmRecurrence:
         if c0 is not None and not c0.flags.c_contiguous:
             c0 = np.ascontiguousarray(c0)
         out = np.empty(self.out_shape, np.float32)
-        cuts, ways, even = self.serial, 1, None  # (a small recurrence: one thread)
-        if cuts is None:
-            ways = _ways(self.work, self.parts, _PARALLEL_MACS // 4)
-            even = _even_cuts(self.parts, ways)  # (the local name keeps it through the call)
-            cuts = _addr(even)
+        cuts, ways, even = self._split()  # (even: kept through the call)
         status = core.lib.onyx_lstm_run(
             self.address,
             _input_addr(x),
@@ -220,11 +225,7 @@ class GruRecurrence(LstmRecurrence):
         if h0 is not None and not h0.flags.c_contiguous:
             h0 = np.ascontiguousarray(h0)
         out = np.empty(self.out_shape, np.float32)
-        cuts, ways, even = self.serial, 1, None
-        if cuts is None:
-            ways = _ways(self.work, self.parts, _PARALLEL_MACS // 4)
-            even = _even_cuts(self.parts, ways)  # (the local name keeps it through the call)
-            cuts = _addr(even)
+        cuts, ways, even = self._split()  # (even: kept through the call)
         status = core.lib.onyx_gru_run(
             self.address,
             _input_addr(x),
