@@ -126,9 +126,8 @@ def _balanced(strips: int, panels: int, group: int, per_part: int, blocks: int, 
     waiting on one thread), in parts of 4 11 each."""
     if ways == 1 or group * blocks * strips > 4096:  # (a large layer: many parts, even)
         return per_part
-    least = min(range(max(1, per_part // 2), per_part + 1),
-                key=lambda p: (_busiest(strips, panels, group, p, blocks, ways), -p))  # fmt: skip
-    return least
+    return min(range(max(1, per_part // 2), per_part + 1),
+               key=lambda p: (_busiest(strips, panels, group, p, blocks, ways), -p))  # fmt: skip
 
 
 #: Panels of 8 output channels per part up to which a wide conv's tile reads its columns in

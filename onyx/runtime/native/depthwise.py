@@ -106,8 +106,8 @@ class PlaneConv:
     plane kernel fn (depthwise or small) over blocks of ``lanes`` output channels, set up for
     one input shape; begin: the top and left pads (the end pads are implied by out_shape);
     activation: (code, alpha, beta) as FloatConv's, applied by the AVX-512 kernels (the
-    portable depthwise kernel takes none); packed: hand fn the weights as :func:`lane_blocks` (the AVX-512
-    depthwise kernel's order). The geometry and the work split are made once (a MobileNet's
+    portable depthwise kernel takes none); packed: hand fn the weights as :func:`lane_blocks`
+    (the AVX-512 depthwise kernel's order). The geometry and the work split are made once (a MobileNet's
     depthwise conv on a 7x7 image takes about as long as building them in Python did)."""
 
     __slots__ = ("cuts", "g", "shape", "task", "w", "ways")
@@ -217,6 +217,27 @@ def depthwise_activates() -> bool:
     return core.lib is not None and core.lib.depthwise_lanes == 16
 
 
+def _int_output(out: _DwOutput, keep: list, M: int, bias, scale, y_zero_point, table):
+    """Points out at the int32 bias [M] and, with ``scale``, at the requantization to
+    y_zero_point's type (and the 256-byte ``table`` by bit pattern: an activation's), the
+    arrays appended to keep; the output's type (int32 sums without scale)."""
+    if bias is not None:
+        keep.append(np.ascontiguousarray(bias, np.int32))
+        out.bias = _addr(keep[-1])
+    if scale is None:
+        return np.dtype(np.int32)
+    dtype = np.dtype(y_zero_point.dtype)
+    keep.append(np.ascontiguousarray(np.broadcast_to(scale, (M,)), np.float32))
+    info = np.iinfo(dtype)
+    out.scale = _addr(keep[-1])
+    out.zero_point, out.lo = int(y_zero_point.reshape(-1)[0]), info.min
+    out.hi = info.max
+    if table is not None:
+        keep.append(np.ascontiguousarray(table).view(np.uint8))
+        out.table = _addr(keep[-1])
+    return dtype
+
+
 class IntPlaneConv:
     """Depthwise 2-D conv of bytes x (N, C, H, W) minus x_zero_point with wc (M, kh, kw: the
     weights minus their zero points, int16) (+ int32 bias [M]): exact int32 sums, or with
@@ -252,19 +273,7 @@ class IntPlaneConv:
         if core.lib.depthwise_lanes == 16:
             taps = lane_blocks(taps.reshape(M, -1))
         self.out, self.keep = _DwOutput(), [taps]
-        if bias is not None:
-            self.keep.append(np.ascontiguousarray(bias, np.int32))
-            self.out.bias = _addr(self.keep[-1])
-        self.dtype = np.dtype(np.int32 if scale is None else y_zero_point.dtype)
-        if scale is not None:
-            self.keep.append(np.ascontiguousarray(np.broadcast_to(scale, (M,)), np.float32))
-            info = np.iinfo(self.dtype)
-            self.out.scale = _addr(self.keep[-1])
-            self.out.zero_point, self.out.lo = int(y_zero_point.reshape(-1)[0]), info.min
-            self.out.hi = info.max
-            if table is not None:  # (256 bytes by bit pattern: an activation's)
-                self.keep.append(np.ascontiguousarray(table).view(np.uint8))
-                self.out.table = _addr(self.keep[-1])
+        self.dtype = _int_output(self.out, self.keep, M, bias, scale, y_zero_point, table)
         blocks = -(-M // core.lib.depthwise_lanes)
         planes = _dw_parts(self.g, N, blocks) if core.lib.depthwise_lanes == 16 else N * blocks
         self.ways = _ways(math.prod(self.shape) * wc[0].size, planes, _DEPTHWISE_MACS)

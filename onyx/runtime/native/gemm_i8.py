@@ -23,6 +23,7 @@ from ._core import (
     abi,
     range_of,
 )
+from .depthwise import IntPlaneConv, _DwGeometry, _DwOutput, _int_output, _IntConvTask
 
 #: Longest reduction the int32 accumulators hold exactly: K * 255 * 255 < 2**31.
 MAX_K = 1 << 15
@@ -506,36 +507,26 @@ def implicit_conv(
     return run
 
 
-class NhwcDepthwise:
+class NhwcDepthwise(IntPlaneConv):
     """The depthwise integer conv of channels-last bytes x (N, H, W, C) minus x_zero_point
     with wc ((kh, kw, C) int16: the weights minus their zero points) (+ int32 bias [C]),
     requantized with ``scale`` ([C] float32) to y_zero_point's type and mapped through
     ``table`` (256 bytes) if given, to a channels-last output (N, OH, OW, C)
-    (gemm_i8.c's onyx_depthwise_nhwc_i8). Set up once per input shape and constants."""
+    (gemm_i8.c's onyx_depthwise_nhwc_i8). Set up once per input shape and constants, and
+    called as IntPlaneConv."""
+
+    __slots__ = ()
 
     def __init__(
         self, x_shape, x_dtype, x_zero_point: int, wc, bias, geometry, scale, y_zero_point, table
     ):
-        from .depthwise import _DwGeometry, _DwOutput, _IntConvTask
-
         (N, H, W, C), (out_shape, strides, dilations, begin) = x_shape, geometry
         kh, kw = wc.shape[:2]
         self.g = _DwGeometry(C, H, W, 1, *out_shape, kh, kw, *strides, *dilations, *begin, C)
         self.shape = (N, *out_shape, C)
         self.keep = [np.ascontiguousarray(wc.reshape(kh * kw, C), np.int16)]
         self.out = _DwOutput()
-        if bias is not None:
-            self.keep.append(np.ascontiguousarray(bias, np.int32))
-            self.out.bias = _addr(self.keep[-1])
-        self.dtype = np.dtype(y_zero_point.dtype)
-        self.keep.append(np.ascontiguousarray(np.broadcast_to(scale, (C,)), np.float32))
-        info = np.iinfo(self.dtype)
-        self.out.scale = _addr(self.keep[-1])
-        self.out.zero_point, self.out.lo = int(y_zero_point.reshape(-1)[0]), info.min
-        self.out.hi = info.max
-        if table is not None:
-            self.keep.append(np.ascontiguousarray(table).view(np.uint8))
-            self.out.table = _addr(self.keep[-1])
+        self.dtype = _int_output(self.out, self.keep, C, bias, scale, y_zero_point, table)
         rows = N * out_shape[0]
         self.ways = _ways(math.prod(self.shape) * kh * kw * 8, rows)
         self.cuts = _even_cuts(rows, self.ways)
@@ -548,18 +539,6 @@ class NhwcDepthwise:
             int(x_dtype == np.int8),
             int(x_zero_point),
         )
-
-    def __call__(self, x: np.ndarray) -> np.ndarray:
-        """x C-contiguous bytes of the set-up's shape and type."""
-        from .depthwise import _DwOutput, _IntConvTask
-
-        y = np.empty(self.shape, self.dtype)
-        out = _DwOutput.from_buffer_copy(self.out)  # (calls may come from several threads)
-        out.y8 = _addr(y)
-        task = _IntConvTask.from_buffer_copy(self.task)
-        task.x, task.o = _addr(x), ctypes.addressof(out)
-        _run(core.lib.int_conv_range, task, self.cuts, self.ways, "depthwise conv")
-        return y
 
 
 def _value_key(v):

@@ -144,6 +144,19 @@ static AVX512 inline __m512 taps16(const float *row, int64_t sw, int64_t n) {
     return _mm512_mask_i32gather_ps(_mm512_setzero_ps(), first_lanes(n), at, row, 4);
 }
 
+/* The first n of 16 window results acc to out: an average's sums + 0, divided by their
+   counts (rows times count_w's columns). */
+static AVX512 inline __attribute__((always_inline)) void
+store_outputs(float *out, int64_t n, __m512 acc, const float *count_w, float rows,
+              const int average) {
+    __mmask16 live = first_lanes(n);
+    if (average) {
+        __m512 count = _mm512_mul_ps(_mm512_set1_ps(rows), _mm512_maskz_loadu_ps(live, count_w));
+        acc = _mm512_div_ps(_mm512_add_ps(acc, _mm512_setzero_ps()), count);
+    }
+    _mm512_mask_storeu_ps(out, live, acc);
+}
+
 /* One output row, 16 outputs at a time with the window's offsets added (or maxed) in
    registers: the same operations per output, in the same order, as pool_row_passes. */
 static AVX512 inline __attribute__((always_inline)) void
@@ -178,13 +191,7 @@ pool_row(const pool2d *t, const float *top, int64_t Wp, float *out, const float 
                     }
                 }
         }
-        __mmask16 live = first_lanes(n);
-        if (average) {
-            __m512 count = _mm512_mul_ps(_mm512_set1_ps(rows),
-                                         _mm512_maskz_loadu_ps(live, count_w + ow0));
-            acc = _mm512_div_ps(_mm512_add_ps(acc, _mm512_setzero_ps()), count);
-        }
-        _mm512_mask_storeu_ps(out + ow0, live, acc);
+        store_outputs(out + ow0, n, acc, count_w + ow0, rows, average);
     }
 }
 
@@ -305,13 +312,7 @@ row_s1(const pool2d *t, const float *x, int64_t oh, float *out, const float *cou
             __m512 tap = _mm512_permutex2var_ps(lo, shift[kx], hi);
             acc = average ? _mm512_add_ps(acc, tap) : window_max(acc, tap, nan);
         }
-        __mmask16 live = first_lanes(n);
-        if (average) {
-            __m512 count = _mm512_mul_ps(_mm512_set1_ps(rows),
-                                         _mm512_maskz_loadu_ps(live, count_w + ow0));
-            acc = _mm512_div_ps(_mm512_add_ps(acc, _mm512_setzero_ps()), count);
-        }
-        _mm512_mask_storeu_ps(out + ow0, live, acc);
+        store_outputs(out + ow0, n, acc, count_w + ow0, rows, average);
         lo = kw > 1 ? hi : column_block(t, x, oh, ow0 + 16, kh, average, nan);
     }
 }
@@ -362,13 +363,7 @@ row_s2(const pool2d *t, const float *x, int64_t oh, float *out, const float *cou
             tap = _mm512_mask_broadcastss_ps(tap, (__mmask16)0x8000, _mm512_castps512_ps128(c));
             acc = average ? _mm512_add_ps(acc, tap) : window_max(acc, tap, nan);
         }
-        __mmask16 live = first_lanes(n);
-        if (average) {
-            __m512 count = _mm512_mul_ps(_mm512_set1_ps(rows),
-                                         _mm512_maskz_loadu_ps(live, count_w + ow0));
-            acc = _mm512_div_ps(_mm512_add_ps(acc, _mm512_setzero_ps()), count);
-        }
-        _mm512_mask_storeu_ps(out + ow0, live, acc);
+        store_outputs(out + ow0, n, acc, count_w + ow0, rows, average);
         a = c;
     }
 }
