@@ -9,6 +9,7 @@ import numpy as np
 
 from .. import native
 from ..registry import op
+from .conv import CONV_ATTRIBUTES as CONV_ATTRS
 from .derived import derived, prepared
 
 
@@ -105,7 +106,6 @@ def signal_magnitude(audio, unsqueeze_axes, W, re_starts, re_ends, im_starts, im
 # --- a 1-D conv and the MaxPool after it ---------------------------------------------------------
 
 #: The conv attributes ConvMaxPool and FusedConvMaxPool keep under their own names.
-CONV_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
 FUSED_ATTRS = ("activation", "activation_params")
 #: MaxPool's attributes, kept as "pool_" + name.
 POOL_ATTRS = ("auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "storage_order",
