@@ -191,6 +191,7 @@ def main() -> None:
     ap.add_argument("--warm", action="store_true", help="only long-lived threads (a server's)")
     ap.add_argument("--cold", action="store_true", help="only new threads each round")
     ap.add_argument("--once", type=int, metavar="THREADS", help="only the runs, on THREADS")
+    ap.add_argument("--unbound", action="store_true", help="waiters not bound to the holder's core")
     ap.add_argument("--slice", type=float, help="seconds a thread keeps the turn (default 0.005)")
     ap.add_argument("--at-once", type=int, metavar="K", help="turns off, at most K runs at once")
     ap.add_argument("--intra-op", type=int, default=0, metavar="N", help="threads a run uses")
@@ -203,6 +204,8 @@ def main() -> None:
         args.no_turns = True
     if args.slice:
         concurrency.SLICE_SECONDS = args.slice
+    if args.unbound:
+        concurrency.BIND_WAITERS = False
     if args.no_turns:
         concurrency.SHORT_RUN_SECONDS = 0.0
     paths = args.model or [os.path.join(ROOT, "tests", "models", m + ".onnx") for m in MODELS]
@@ -213,7 +216,7 @@ def main() -> None:
         return
     modes = [True] if args.warm else [False] if args.cold else [False, True]
     print(f"{args.runs} runs, {args.rounds} rounds, {os.cpu_count()} cores, "
-          f"turns {'off' if args.no_turns else 'on'}, at once {args.at_once or 'any'}, "
+          f"turns {'off' if args.no_turns else 'on'}{', waiters unbound' if args.unbound else ''}, at once {args.at_once or 'any'}, "
           f"intra-op threads {args.intra_op or 'all'}")  # fmt: skip
     print(HEADER.format(runs=args.runs, n=args.threads))
     print("|---|---:|---:|---:|---:|---:|---:|---|")
