@@ -391,3 +391,21 @@ def test_a_bound_waiter_interrupted_gets_its_cores_back(monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         turn._wait(entry)  # noqa: SLF001
     assert calls == [(0, {0, 1})]
+
+
+@pytest.mark.parametrize("early", [True, False])
+def test_only_an_early_hand_over_nudges_the_next_waiter(monkeypatch, early):
+    """A hand-over at the holder's slice's end leaves the waiter behind the next holder
+    asleep (its look is on time), one before it wakes that waiter to look when its new place
+    calls for (without the distinction, the check of the on-time case can fail)."""
+    monkeypatch.setattr(concurrency, "BIND_WAITERS", False)
+    turn = concurrency._Turn()  # noqa: SLF001
+    now = concurrency._now()  # noqa: SLF001
+    turn.owner, turn.depth = threading.get_ident(), 0
+    turn.deadline = now + (1.0 if early else -0.001)
+    first, second = (concurrency._Waiter(k) for k in (1, 2))  # noqa: SLF001
+    second.looks_at = now + 10 * concurrency.SLICE_SECONDS  # (counted on whole slices)
+    turn.queue.extend([first, second])
+    turn._hand_over()  # noqa: SLF001
+    assert turn.owner == 1 and not first.bell.locked()
+    assert second.bell.locked() != early

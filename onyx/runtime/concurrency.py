@@ -23,10 +23,13 @@ one runs. A thread keeps the turn across its consecutive runs for a slice of tim
 over after every run cost a context switch or more per run, and moved runs between cores),
 but not past the run that ends one of its usual streaks of runs while others wait: a thread
 that had stopped calling (a server's worker back at its queue) kept the turn, and the cores
-idle, for the rest of its slice. A thread handed the turn moves to the core its last holder ran
-on, whose cache holds the model (``_move_to``). A session measures its runs (``Pace``) to know
-whether they are short; long runs (their kernels release the GIL for their work) run side by
-side. Turns order runs and nothing else: a run's results do not depend on them.
+idle, for the rest of its slice. A thread handed the turn runs on the core its last holder ran
+on, whose cache holds the model: the holder binds it there before waking it (``_bind``), and
+a waiter that takes the turn itself moves there (``_move_to``). A session measures its runs
+(``Pace``) to know whether they are short; long runs (their kernels release the GIL for their
+work) run side by side. Turns order runs and nothing else: a run's results do not depend on
+them, and every run runs on its caller's thread (its exceptions, its run options, its
+context's settings are its caller's).
 
 Runs side by side on fewer threads each (two runs at once, each on one intra-op thread, so that
 one's Python overlaps the other's kernels) were measured and left: on small transformers and
@@ -297,20 +300,25 @@ class _Turn:
             return
         entry = self.queue.popleft()
         self.core = _core()
-        self.owner, self.depth, self.deadline = entry.thread, 1, _now() + SLICE_SECONDS
+        now = _now()
+        early = now < self.deadline  # (its holder gave it back before its slice's end)
+        self.owner, self.depth, self.deadline = entry.thread, 1, now + SLICE_SECONDS
         if entry.bell.locked():  # (not if its wait timed out meanwhile)
             if BIND_WAITERS:
                 entry.cores = _bind(entry.native_id, self.core)
             entry.bell.release()
-        if self.queue:
+        if self.queue and early:
             self._nudge(self.queue[0])
 
     def _nudge(self, first: _Waiter) -> None:
-        """Wake the new first waiter if it sleeps past the look its new place calls for (its
-        patience counted on the holders before it using their whole slices, and one handed
-        the turn over early): else a holder that stops calling unforeseen could keep the turn,
-        the cores idle, for as many slices as the waiter had holders before it. The waiter
-        looks, and sleeps again for its new patience."""
+        """Wake the new first waiter, after an early hand-over, if it sleeps past the look its
+        new place calls for (its patience counted on the holders before it using their whole
+        slices): else a holder that stops calling unforeseen could keep the turn, the cores
+        idle, for as many slices as the waiter had holders before it. The waiter looks, and
+        sleeps again for its new patience. Not after a hand-over at its slice's end: the
+        waiters' looks are then on time, within the margin their patience allows each holder
+        (waking the first waiter at every hand-over cost two thirds of the hand-overs a look
+        that found the turn taken)."""
         if first.looks_at > self.deadline + 2 * LATE_SECONDS and first.bell.locked():
             first.bell.release()
 
@@ -336,7 +344,10 @@ class _Turn:
     def _patience(self, entry: _Waiter) -> float:
         """How long a waiter waits before it looks whether the holder left the turn: until
         its turn would come if every holder before it used its whole slice, plus
-        LATE_SECONDS per holder (the holders hand it over sooner, and wake it). A holder
+        LATE_SECONDS per holder, one slice at most (the holders hand it over sooner, and
+        wake it; a waiter that becomes the first one after an early hand-over is nudged to
+        look when its new place calls for; the first waiter then holds its patience to the
+        slice of one holder, with one LATE_SECONDS). A holder
         whose slice ends mid-run hands the turn over as its next run starts, within
         LATE_SECONDS if it goes on calling: a look sooner would find it running (and take the
         GIL from it for nothing: half the hand-overs were preceded by one). The first
@@ -347,11 +358,8 @@ class _Turn:
             place = self.queue.index(entry) if entry in self.queue else 0
             now = _now()
             left = self.deadline - now
-            wait = (
-                (left if left > 0 else SLICE_SECONDS)
-                + place * SLICE_SECONDS
-                + (place + 1) * LATE_SECONDS
-            )
+            margin = min((place + 1) * LATE_SECONDS, max(SLICE_SECONDS, LATE_SECONDS))
+            wait = (left if left > 0 else SLICE_SECONDS) + place * SLICE_SECONDS + margin
             entry.looks_at = now + wait
         return wait
 
@@ -466,14 +474,14 @@ _core = _core_reader()
 
 
 def _move_to(core: int) -> None:
-    """Move the calling thread, which has just been handed the turn, to ``core``, the one its
-    last holder ran on: the model's weights and the runs' buffers are in that core's cache.
-    Linux wakes a waiter on an idle core, so on two cores nearly every hand-over moved the
-    runs to the other core, whose first runs read it all from the shared cache: a hand-over
-    cost several times what it cost with the process pinned to one core. The thread is bound
-    to that core alone and at once let free again (the first call moves it; it stays there
-    until the scheduler has a reason to move it). Not where the thread may run on one core
-    only, or the core is not among its own."""
+    """Move the calling thread, which has just taken the turn without being bound there
+    (``_bind``), to ``core``, the one its last holder ran on: the model's weights and the
+    runs' buffers are in that core's cache. Linux wakes a waiter on an idle core, so on two
+    cores nearly every hand-over moved the runs to the other core, whose first runs read it
+    all from the shared cache: a hand-over cost several times what it cost with the process
+    pinned to one core. The thread is bound to that core alone and at once let free again
+    (the first call moves it; it stays there until the scheduler has a reason to move it).
+    Not where the thread may run on one core only, or the core is not among its own."""
     if core < 0 or _core() == core:
         return
     try:
