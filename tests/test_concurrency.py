@@ -354,6 +354,7 @@ def _hand_over_to_a_waiter(monkeypatch, waiter_core: int) -> list:
     return calls
 
 
+@pytest.mark.skipif(not concurrency._NATIVE_IDS, reason="no thread affinity here")  # noqa: SLF001
 @pytest.mark.parametrize("waiter_core", [0, 1])
 def test_the_next_holder_is_woken_bound_to_the_core_its_last_holder_ran_on(
     monkeypatch, waiter_core
