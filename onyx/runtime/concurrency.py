@@ -307,19 +307,21 @@ class _Turn:
             if BIND_WAITERS:
                 entry.cores = _bind(entry.native_id, self.core)
             entry.bell.release()
-        if self.queue and early:
-            self._nudge(self.queue[0])
+        if self.queue:
+            self._nudge(self.queue[0], early)
 
-    def _nudge(self, first: _Waiter) -> None:
-        """Wake the new first waiter, after an early hand-over, if it sleeps past the look its
-        new place calls for (its patience counted on the holders before it using their whole
-        slices): else a holder that stops calling unforeseen could keep the turn, the cores
-        idle, for as many slices as the waiter had holders before it. The waiter looks, and
-        sleeps again for its new patience. Not after a hand-over at its slice's end: the
-        waiters' looks are then on time, within the margin their patience allows each holder
-        (waking the first waiter at every hand-over cost two thirds of the hand-overs a look
-        that found the turn taken)."""
-        if first.looks_at > self.deadline + 2 * LATE_SECONDS and first.bell.locked():
+    def _nudge(self, first: _Waiter, early: bool = True) -> None:
+        """Wake the new first waiter if it sleeps past the look its new place calls for (its
+        patience counted on the holders before it using their whole slices, and one handed
+        the turn over ``early``): else a holder that stops calling unforeseen could keep the
+        turn, the cores idle, for as many slices as the waiter had holders before it. The
+        waiter looks, and sleeps again for its new patience. After a hand-over at the end of
+        its slice the waiter's look is on time if it comes within the margin its patience
+        allowed (one slice at most): it is woken only if it sleeps past that (an early
+        hand-over before, when it was not the first); waking it at every hand-over cost two
+        thirds of the hand-overs a look that found the turn taken."""
+        late = 2 * LATE_SECONDS if early else max(SLICE_SECONDS, LATE_SECONDS) + LATE_SECONDS
+        if first.looks_at > self.deadline + late and first.bell.locked():
             first.bell.release()
 
     def _wait(self, entry: _Waiter) -> None:
