@@ -347,10 +347,9 @@ class _Turn:
         """How long a waiter waits before it looks whether the holder left the turn: until
         its turn would come if every holder before it used its whole slice, plus
         LATE_SECONDS per holder, one slice at most (the holders hand it over sooner, and
-        wake it; a waiter that becomes the first one after an early hand-over is nudged to
-        look when its new place calls for; the first waiter then holds its patience to the
-        slice of one holder, with one LATE_SECONDS). A holder
-        whose slice ends mid-run hands the turn over as its next run starts, within
+        wake it; a waiter whose look would come late, after an early hand-over, is nudged to
+        look when its new place calls for). A holder whose slice ends mid-run hands the turn
+        over as its next run starts, within
         LATE_SECONDS if it goes on calling: a look sooner would find it running (and take the
         GIL from it for nothing: half the hand-overs were preceded by one). The first
         waiter's wait ends then, or one slice later if the holder runs past it (its next run
@@ -495,7 +494,7 @@ def _move_to(core: int) -> None:
         pass
 
 
-#: Whether a waiter waits bound to the core of the turn's holder (``_bind_to``).
+#: Whether a holder binds the waiter it hands the turn to to its own core (``_bind``).
 BIND_WAITERS = True
 
 
