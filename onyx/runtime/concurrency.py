@@ -349,12 +349,11 @@ class _Turn:
         LATE_SECONDS per holder, one slice at most (the holders hand it over sooner, and
         wake it; a waiter whose look would come late, after an early hand-over, is nudged to
         look when its new place calls for). A holder whose slice ends mid-run hands the turn
-        over as its next run starts, within
-        LATE_SECONDS if it goes on calling: a look sooner would find it running (and take the
-        GIL from it for nothing: half the hand-overs were preceded by one). The first
-        waiter's wait ends then, or one slice later if the holder runs past it (its next run
-        will hand the turn over: one look per slice, not a poll): a holder that stopped
-        calling keeps it two slices at most."""
+        over as its next run starts, within LATE_SECONDS if it goes on calling: a look sooner
+        would find it running (and take the GIL from it for nothing: half the hand-overs were
+        preceded by one). The first waiter's wait ends then, or one slice later if the holder
+        runs past it (its next run will hand the turn over: one look per slice, not a poll): a
+        holder that stopped calling keeps it two slices at most."""
         with self.guard:
             place = self.queue.index(entry) if entry in self.queue else 0
             now = _now()
