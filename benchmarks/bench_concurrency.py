@@ -3,7 +3,7 @@ the same runs spread over 8 threads, and whether every result is bit-identical.
 
     python benchmarks/bench_concurrency.py [--model tests/models/bert_dynamo_op18.onnx ...]
         [--runs 400] [--threads 8] [--rounds 5] [--no-turns] [--warm | --cold] [--slice S]
-        [--at-once K] [--intra-op N]
+        [--unbound] [--at-once K] [--intra-op N]
     python benchmarks/bench_concurrency.py --model M --runs 3200 --once 8   (then --once 1)
 
 Concurrent runs must not oversubscribe the cores (each thread's BLAS call starting its own
@@ -14,7 +14,9 @@ machine single rounds vary by 2x or more). Two kinds of threads: new ones each r
 first runs and their start included: the cold figure) and long-lived ones that have run the
 session before (a server's worker threads: the steady state); --cold or --warm runs one kind.
 --once times nothing itself: it makes the runs of one side only, for a timer outside the
-process. --no-turns lets short runs run side by side (the behaviour before turns); --at-once K
+process. --unbound wakes the turn's next holder wherever Linux likes (then moved to the core
+its last holder ran on), not bound to that core before it is woken (concurrency._bind).
+--no-turns lets short runs run side by side (the behaviour before turns); --at-once K
 lets at most K run side by side (turns off, a semaphore around each run), with --intra-op N
 threads each (SessionOptions.intra_op_num_threads): runs overlapping so that one's Python
 overlaps another's kernels, measured against turns in docs/reliability.md.
@@ -191,6 +193,7 @@ def main() -> None:
     ap.add_argument("--warm", action="store_true", help="only long-lived threads (a server's)")
     ap.add_argument("--cold", action="store_true", help="only new threads each round")
     ap.add_argument("--once", type=int, metavar="THREADS", help="only the runs, on THREADS")
+    ap.add_argument("--unbound", action="store_true", help="next holder not bound to the core")
     ap.add_argument("--slice", type=float, help="seconds a thread keeps the turn (default 0.005)")
     ap.add_argument("--at-once", type=int, metavar="K", help="turns off, at most K runs at once")
     ap.add_argument("--intra-op", type=int, default=0, metavar="N", help="threads a run uses")
@@ -203,6 +206,8 @@ def main() -> None:
         args.no_turns = True
     if args.slice:
         concurrency.SLICE_SECONDS = args.slice
+    if args.unbound:
+        concurrency.BIND_WAITERS = False
     if args.no_turns:
         concurrency.SHORT_RUN_SECONDS = 0.0
     paths = args.model or [os.path.join(ROOT, "tests", "models", m + ".onnx") for m in MODELS]
@@ -212,8 +217,9 @@ def main() -> None:
             once(sess, feeds_for(sess, path=path), args.runs, args.once)
         return
     modes = [True] if args.warm else [False] if args.cold else [False, True]
+    unbound = ", next holder unbound" if args.unbound else ""
     print(f"{args.runs} runs, {args.rounds} rounds, {os.cpu_count()} cores, "
-          f"turns {'off' if args.no_turns else 'on'}, at once {args.at_once or 'any'}, "
+          f"turns {'off' if args.no_turns else 'on'}{unbound}, at once {args.at_once or 'any'}, "
           f"intra-op threads {args.intra_op or 'all'}")  # fmt: skip
     print(HEADER.format(runs=args.runs, n=args.threads))
     print("|---|---:|---:|---:|---:|---:|---:|---|")

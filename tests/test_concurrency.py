@@ -247,8 +247,7 @@ def test_an_interrupted_wait_for_the_turn_leaves_the_queue(monkeypatch):
     def interrupted(turn, entry):  # (Ctrl-C as the wait begins)
         raise Interrupted
 
-    entry = [threading.get_ident(), threading.Lock(), 0.0]  # (a waiter: thread, bell, looks at)
-    entry[1].acquire()
+    entry = concurrency._Waiter(threading.get_ident())  # noqa: SLF001
     turn.queue.append(entry)
     monkeypatch.setattr(concurrency._Turn, "_patience", interrupted)  # noqa: SLF001
     with pytest.raises(Interrupted):
@@ -333,9 +332,9 @@ def test_a_waiter_whose_turn_comes_early_looks_when_its_new_place_calls_for(monk
     assert 0.3 < got[1][0] - got[0][0] < 0.8
 
 
-@pytest.mark.parametrize("waiter_core", [0, 1])
-def test_the_turns_next_holder_moves_to_the_core_its_last_holder_ran_on(monkeypatch, waiter_core):
-    """Bound to that core and let free at once; nothing done when it runs there already."""
+def _hand_over_to_a_waiter(monkeypatch, waiter_core: int) -> list:
+    """The turn, held on core 1, handed to a waiter that ran on ``waiter_core`` (of cores 0
+    and 1): the affinity calls made (thread, cores; 0 the calling thread)."""
     monkeypatch.setattr(concurrency, "_turns", concurrency._Turn())  # noqa: SLF001
     main, calls = threading.get_ident(), []
     monkeypatch.setattr(
@@ -343,7 +342,7 @@ def test_the_turns_next_holder_moves_to_the_core_its_last_holder_ran_on(monkeypa
     )
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
     monkeypatch.setattr(
-        os, "sched_setaffinity", lambda pid, cores: calls.append(set(cores)), raising=False
+        os, "sched_setaffinity", lambda pid, cores: calls.append((pid, set(cores))), raising=False
     )
     turn, got, stay = concurrency._turns, [], threading.Event()  # noqa: SLF001
     turn.acquire()
@@ -352,4 +351,76 @@ def test_the_turns_next_holder_moves_to_the_core_its_last_holder_ran_on(monkeypa
     stay.set()
     waiter.join(10)
     assert got and got[0][1] != main
-    assert calls == ([] if waiter_core == 1 else [{1}, {0, 1}])
+    return calls
+
+
+@pytest.mark.skipif(not concurrency._NATIVE_IDS, reason="no thread affinity here")  # noqa: SLF001
+@pytest.mark.parametrize("waiter_core", [0, 1])
+def test_the_next_holder_is_woken_bound_to_the_core_its_last_holder_ran_on(
+    monkeypatch, waiter_core
+):
+    """The holder binds the waiter to its own core before it rings its bell, and the waiter
+    gives itself its cores back as it takes the turn (without the binding: the check can
+    fail)."""
+    calls = _hand_over_to_a_waiter(monkeypatch, waiter_core)
+    (bound_thread, bound), (freed_thread, freed) = calls
+    assert bound_thread > 0 and bound == {1}  # (the waiter, by Linux's id)
+    assert freed_thread == 0 and freed == {0, 1}
+
+
+@pytest.mark.parametrize("waiter_core", [0, 1])
+def test_an_unbound_next_holder_moves_to_the_core_its_last_holder_ran_on(monkeypatch, waiter_core):
+    """Bound to that core and let free at once; nothing done when it runs there already."""
+    monkeypatch.setattr(concurrency, "BIND_WAITERS", False)
+    calls = _hand_over_to_a_waiter(monkeypatch, waiter_core)
+    assert calls == ([] if waiter_core == 1 else [(0, {1}), (0, {0, 1})])
+
+
+def test_a_bound_waiter_interrupted_gets_its_cores_back(monkeypatch):
+    calls = []
+    monkeypatch.setattr(
+        os, "sched_setaffinity", lambda pid, cores: calls.append((pid, set(cores))), raising=False
+    )
+    turn = concurrency._Turn()  # noqa: SLF001
+    entry = concurrency._Waiter(threading.get_ident())  # noqa: SLF001
+    entry.cores = {0, 1}  # (bound by a holder handing the turn over)
+
+    def interrupted(turn, entry):  # (Ctrl-C as it wakes)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(concurrency._Turn, "_patience", interrupted)  # noqa: SLF001
+    with pytest.raises(KeyboardInterrupt):
+        turn._wait(entry)  # noqa: SLF001
+    assert calls == [(0, {0, 1})]
+
+
+@pytest.mark.parametrize(
+    "early, looks_after, nudged",
+    [
+        (True, 0.0, True),  # (its look counted on the early holder's whole slice)
+        (False, 0.0025, False),  # (on time: its look comes within its margin)
+        (False, 1.0, True),  # (on time, but an early hand-over before it was first)
+    ],
+)
+def test_the_next_waiter_is_nudged_only_when_it_would_look_late(
+    monkeypatch, early, looks_after, nudged
+):
+    """A hand-over at the holder's slice's end leaves the waiter behind the next holder
+    asleep when its look comes within the margin its patience allows; one before the
+    slice's end, or a look later than that margin, wakes it to look when its new place calls
+    for (without the distinction, the check of the on-time case can fail)."""
+    monkeypatch.setattr(concurrency, "BIND_WAITERS", False)
+    monkeypatch.setattr(concurrency, "SLICE_SECONDS", 0.005)
+    monkeypatch.setattr(concurrency, "LATE_SECONDS", 0.001)
+    turn = concurrency._Turn()  # noqa: SLF001
+    turn.owner, turn.depth = threading.get_ident(), 0
+    turn.deadline = concurrency._now() + (1.0 if early else -0.001)  # noqa: SLF001
+    first, second = (concurrency._Waiter(k) for k in (1, 2))  # noqa: SLF001
+    # (queued second: its look counted on the holder's and the first waiter's whole slices)
+    second.looks_at = (
+        turn.deadline + concurrency.SLICE_SECONDS + 2 * concurrency.LATE_SECONDS + looks_after
+    )
+    turn.queue.extend([first, second])
+    turn._hand_over()  # noqa: SLF001
+    assert turn.owner == 1 and not first.bell.locked()
+    assert second.bell.locked() != nudged

@@ -23,10 +23,13 @@ one runs. A thread keeps the turn across its consecutive runs for a slice of tim
 over after every run cost a context switch or more per run, and moved runs between cores),
 but not past the run that ends one of its usual streaks of runs while others wait: a thread
 that had stopped calling (a server's worker back at its queue) kept the turn, and the cores
-idle, for the rest of its slice. A thread handed the turn moves to the core its last holder ran
-on, whose cache holds the model (``_move_to``). A session measures its runs (``Pace``) to know
-whether they are short; long runs (their kernels release the GIL for their work) run side by
-side. Turns order runs and nothing else: a run's results do not depend on them.
+idle, for the rest of its slice. A thread handed the turn runs on the core its last holder ran
+on, whose cache holds the model: the holder binds it there before waking it (``_bind``), and
+a waiter that takes the turn itself moves there (``_move_to``). A session measures its runs
+(``Pace``) to know whether they are short; long runs (their kernels release the GIL for their
+work) run side by side. Turns order runs and nothing else: a run's results do not depend on
+them, and every run runs on its caller's thread (its exceptions, its run options, its
+context's settings are its caller's).
 
 Runs side by side on fewer threads each (two runs at once, each on one intra-op thread, so that
 one's Python overlaps the other's kernels) were measured and left: on small transformers and
@@ -219,6 +222,21 @@ SLICE_SECONDS = 0.005
 IDLE_SECONDS = 0.001
 
 
+class _Waiter:
+    """A thread waiting for the turn: rung (its bell released) when the turn is handed to it,
+    or to look again (``_Turn._nudge``)."""
+
+    __slots__ = ("thread", "bell", "looks_at", "native_id", "cores")
+
+    def __init__(self, thread: int) -> None:
+        self.thread = thread
+        self.bell = _thread.allocate_lock()
+        self.bell.acquire()
+        self.looks_at = 0.0  # when its wait ends for a look, if not rung before
+        self.native_id = _native_id()  # (Linux's id of the thread, -1 where not needed)
+        self.cores: set | None = None  # its own cores while bound to the holder's (``_bind``)
+
+
 class _Turn:
     """The turn short runs take: held by one thread at a time, for its runs in progress and,
     until its slice ends, between them, so that a thread running short runs one after the
@@ -238,7 +256,7 @@ class _Turn:
         self.depth = 0  # its runs in progress (0: it holds the turn between runs)
         self.deadline = 0.0  # its slice's end
         self.released = 0.0  # when its last run ended
-        self.queue: collections.deque = collections.deque()  # waiters: [thread, lock, looks at]
+        self.queue: collections.deque = collections.deque()  # of _Waiter, in order
         self.core = -1  # the core the turn's last run ran on, when it was handed over
 
     def acquire(self) -> None:
@@ -258,8 +276,7 @@ class _Turn:
                 return
             if self.owner == me:  # its slice is over and others wait: queue behind them
                 self._hand_over()
-            entry = [me, _thread.allocate_lock(), 0.0]  # (the thread, its bell, when it looks)
-            entry[1].acquire()
+            entry = _Waiter(me)
             self.queue.append(entry)
         try:
             self._wait(entry)
@@ -281,66 +298,75 @@ class _Turn:
         if not self.queue:
             self.owner, self.depth = None, 0
             return
-        me, lock, _ = self.queue.popleft()
+        entry = self.queue.popleft()
         self.core = _core()
-        self.owner, self.depth, self.deadline = me, 1, _now() + SLICE_SECONDS
-        if lock.locked():  # (not if its wait timed out meanwhile)
-            lock.release()
+        now = _now()
+        early = now < self.deadline  # (its holder gave it back before its slice's end)
+        self.owner, self.depth, self.deadline = entry.thread, 1, now + SLICE_SECONDS
+        if entry.bell.locked():  # (not if its wait timed out meanwhile)
+            if BIND_WAITERS:
+                entry.cores = _bind(entry.native_id, self.core)
+            entry.bell.release()
         if self.queue:
-            self._nudge(self.queue[0])
+            self._nudge(self.queue[0], early)
 
-    def _nudge(self, first: list) -> None:
+    def _nudge(self, first: _Waiter, early: bool = True) -> None:
         """Wake the new first waiter if it sleeps past the look its new place calls for (its
         patience counted on the holders before it using their whole slices, and one handed
-        the turn over early): else a holder that stops calling unforeseen could keep the turn,
-        the cores idle, for as many slices as the waiter had holders before it. The waiter
-        looks, and sleeps again for its new patience."""
-        _, lock, looks_at = first
-        if looks_at > self.deadline + 2 * LATE_SECONDS and lock.locked():
-            lock.release()
+        the turn over ``early``): else a holder that stops calling unforeseen could keep the
+        turn, the cores idle, for as many slices as the waiter had holders before it. The
+        waiter looks, and sleeps again for its new patience. After a hand-over at the end of
+        its slice the waiter's look is on time if it comes within the margin its patience
+        allowed (one slice at most): it is woken only if it sleeps past that (an early
+        hand-over before, when it was not the first); waking it at every hand-over cost two
+        thirds of the hand-overs a look that found the turn taken."""
+        late = 2 * LATE_SECONDS if early else max(SLICE_SECONDS, LATE_SECONDS) + LATE_SECONDS
+        if first.looks_at > self.deadline + late and first.bell.locked():
+            first.bell.release()
 
-    def _wait(self, entry: list) -> None:
-        me, lock, _ = entry
+    def _wait(self, entry: _Waiter) -> None:
         try:
             while True:
-                lock.acquire(timeout=self._patience(entry))  # (handed over, or timed out)
+                entry.bell.acquire(timeout=self._patience(entry))  # (handed over, or timed out)
                 if self._served(entry):
-                    _move_to(self.core)
+                    if entry.cores is None:  # (not bound to the holder's core: moved there)
+                        _move_to(self.core)
                     return
         except BaseException:  # (Ctrl-C while waiting: the turn, if handed over, goes on)
             with self.guard:
-                if self.owner == me:
+                if self.owner == entry.thread:
                     self._hand_over()
                 elif entry in self.queue:
                     self.queue.remove(entry)
             raise
+        finally:
+            if entry.cores is not None:
+                _unbind(entry.cores)
 
-    def _patience(self, entry: list) -> float:
+    def _patience(self, entry: _Waiter) -> float:
         """How long a waiter waits before it looks whether the holder left the turn: until
         its turn would come if every holder before it used its whole slice, plus
-        LATE_SECONDS per holder (the holders hand it over sooner, and wake it). A holder
-        whose slice ends mid-run hands the turn over as its next run starts, within
-        LATE_SECONDS if it goes on calling: a look sooner would find it running (and take the
-        GIL from it for nothing: half the hand-overs were preceded by one). The first
-        waiter's wait ends then, or one slice later if the holder runs past it (its next run
-        will hand the turn over: one look per slice, not a poll): a holder that stopped
-        calling keeps it two slices at most."""
+        LATE_SECONDS per holder, one slice at most (the holders hand it over sooner, and
+        wake it; a waiter whose look would come late, after an early hand-over, is nudged to
+        look when its new place calls for). A holder whose slice ends mid-run hands the turn
+        over as its next run starts, within LATE_SECONDS if it goes on calling: a look sooner
+        would find it running (and take the GIL from it for nothing: half the hand-overs were
+        preceded by one). The first waiter's wait ends then, or one slice later if the holder
+        runs past it (its next run will hand the turn over: one look per slice, not a poll): a
+        holder that stopped calling keeps it two slices at most."""
         with self.guard:
             place = self.queue.index(entry) if entry in self.queue else 0
             now = _now()
             left = self.deadline - now
-            wait = (
-                (left if left > 0 else SLICE_SECONDS)
-                + place * SLICE_SECONDS
-                + (place + 1) * LATE_SECONDS
-            )
-            entry[2] = now + wait
+            margin = min((place + 1) * LATE_SECONDS, max(SLICE_SECONDS, LATE_SECONDS))
+            wait = (left if left > 0 else SLICE_SECONDS) + place * SLICE_SECONDS + margin
+            entry.looks_at = now + wait
         return wait
 
-    def _served(self, entry: list) -> bool:
+    def _served(self, entry: _Waiter) -> bool:
         """Whether the waiter has the turn, handed over or taken from a holder that left it
         (its slice over, no run in progress)."""
-        me = entry[0]
+        me = entry.thread
         with self.guard:
             if self.owner == me:
                 return True
@@ -448,14 +474,14 @@ _core = _core_reader()
 
 
 def _move_to(core: int) -> None:
-    """Move the calling thread, which has just been handed the turn, to ``core``, the one its
-    last holder ran on: the model's weights and the runs' buffers are in that core's cache.
-    Linux wakes a waiter on an idle core, so on two cores nearly every hand-over moved the
-    runs to the other core, whose first runs read it all from the shared cache: a hand-over
-    cost several times what it cost with the process pinned to one core. The thread is bound
-    to that core alone and at once let free again (the first call moves it; it stays there
-    until the scheduler has a reason to move it). Not where the thread may run on one core
-    only, or the core is not among its own."""
+    """Move the calling thread, which has just taken the turn without being bound there
+    (``_bind``), to ``core``, the one its last holder ran on: the model's weights and the
+    runs' buffers are in that core's cache. Linux wakes a waiter on an idle core, so on two
+    cores nearly every hand-over moved the runs to the other core, whose first runs read it
+    all from the shared cache: a hand-over cost several times what it cost with the process
+    pinned to one core. The thread is bound to that core alone and at once let free again
+    (the first call moves it; it stays there until the scheduler has a reason to move it).
+    Not where the thread may run on one core only, or the core is not among its own."""
     if core < 0 or _core() == core:
         return
     try:
@@ -465,6 +491,43 @@ def _move_to(core: int) -> None:
             os.sched_setaffinity(0, allowed)
     except (AttributeError, OSError):  # (no affinity here, or the core went away)
         pass
+
+
+#: Whether a holder binds the waiter it hands the turn to to its own core (``_bind``).
+BIND_WAITERS = True
+
+
+def _bind(thread: int, core: int) -> set | None:
+    """Bind ``thread`` (Linux's id), a waiter about to be handed the turn, to ``core``, its
+    holder's: Linux then wakes it on the core the holder is leaving, a context switch there,
+    where a waiter free to run anywhere was woken on the idle core (an interrupt to wake that
+    core, the runs' data read again from the shared cache; ``_move_to`` moved it back).
+    Returns the thread's own cores, which it gives itself back as it wakes (``_unbind``), or
+    None where it is not bound (no affinity here, the core not among its own, one core)."""
+    if core < 0 or thread < 0:
+        return None
+    try:
+        free = os.sched_getaffinity(thread)
+        if core not in free or len(free) < 2:
+            return None
+        os.sched_setaffinity(thread, (core,))
+    except (AttributeError, OSError):  # (no affinity here, or the core went away)
+        return None
+    return free
+
+
+def _unbind(free: set) -> None:
+    try:
+        os.sched_setaffinity(0, free)
+    except (AttributeError, OSError):
+        pass
+
+
+def _native_id() -> int:
+    return threading.get_native_id() if BIND_WAITERS and _NATIVE_IDS else -1
+
+
+_NATIVE_IDS = hasattr(threading, "get_native_id") and hasattr(os, "sched_setaffinity")
 
 
 _leaving = threading.local()
