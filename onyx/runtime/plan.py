@@ -198,7 +198,17 @@ class Plan:
         if prepare is not None and not step.takes_ctx:  # (kernels/derived.py: prepared)
             step.fn = PreparedCall(prepare, {**kernel.attr_defaults, **step.attrs})
             step.attrs = {}
+        elif getattr(kernel.fn, "bind", None) is not None and not step.takes_ctx:
+            constant = tuple(i < 0 or self._is_constant(i) for i in step.ins)
+            attrs = {**kernel.attr_defaults, **step.attrs}
+            step.fn = BoundCall(kernel.fn, attrs, kernel.fn.bind, constant)
+            step.attrs = {}
         return step
+
+    def _is_constant(self, slot: int) -> bool:
+        """Whether the slot holds the same object at every run: an initializer no input
+        overrides."""
+        return self.template[slot] is not None and slot not in self.input_defaults
 
     @staticmethod
     def _resolve_attrs(node: ir.Node, bindings) -> dict[str, ir.Attr]:
@@ -437,7 +447,7 @@ def _generate(plan: Plan, wanted: tuple[int, ...] | None):
         steps = memo.steps + [s for s in steps if id(s) not in memo.ids]
     produced = {o for s in steps for o in s.outs if o >= 0}
     used = {r for s in steps for r in s.reads} | set(out_slots)
-    env: dict[str, Any] = {"_StepContext": StepContext, "_OnyxError": OnyxError}
+    env: dict[str, Any] = {"_StepContext": StepContext, "_OnyxError": OnyxError, "_nd": np.ndarray}
 
     def name(slot: int) -> str:
         if slot in const_slots:
@@ -455,7 +465,7 @@ def _generate(plan: Plan, wanted: tuple[int, ...] | None):
         lines += _loads(plan, used - produced - const_slots, env)
     lines.append("    try:")
     if memo is not None:
-        env["_memo"], env["_keep"], env["_nd"] = memo.values, memo.keep, np.ndarray
+        env["_memo"], env["_keep"] = memo.values, memo.keep
         lines += memo.head_lines()
         dels = memo.frees(steps, set(out_slots) | const_slots)
     line_step: dict[int, int] = {}
@@ -470,6 +480,10 @@ def _generate(plan: Plan, wanted: tuple[int, ...] | None):
         if fn.__class__ is PreparedCall and fn.fn is not None:
             fn = fn.fn  # (made at an earlier call, the checked run's: no frame of its own)
         env[f"k{j}"] = fn
+        guard = None
+        if fn.__class__ is BoundCall and not step.attrs:
+            env[f"b{j}"] = fn.calls  # (a bound step: its signature's call, looked up inline)
+            guard = fn.guard([name(i) if i >= 0 else "None" for i in step.ins], f"b{j}")
         args = [name(i) if i >= 0 else "None" for i in step.ins]
         extra = {}
         for attr, value in step.attrs.items():
@@ -489,6 +503,9 @@ def _generate(plan: Plan, wanted: tuple[int, ...] | None):
         call = f"k{j}({', '.join(args)})"
         outs = [(k, o) for k, o in enumerate(step.outs) if o >= 0 and o in used]
         code = []
+        if guard is not None:
+            code.append(f"_b = {guard}")
+            call = f"({call} if _b is None else _b({', '.join(args)}))"
         if len(step.outs) == 1 and outs:
             o = outs[0][1]
             code.append(f"v{o} = {call}")
@@ -670,6 +687,57 @@ class PreparedCall:
         if fn is None:  # (two threads may both make it: either result is right)
             fn = self.fn = self.make(self.attrs)
         return fn(*inputs)
+
+
+#: Input signatures a bound step keeps calls for (a new one past this starts afresh).
+_BOUND_SIGNATURES = 8
+
+
+class BoundCall:
+    """A node whose kernel sets up a call per input signature (registry.binds): the call
+    made for the signature of the non-constant inputs' shapes and dtypes, kept in ``calls``
+    (None: the kernel runs as written for it). The generated runner looks the call up inline
+    (``guard``); other callers (the checked first run, the profiled loop) come here."""
+
+    __slots__ = ("fn", "attrs", "make", "constant", "varying", "calls")
+
+    def __init__(self, fn, attrs: dict, make, constant: tuple[bool, ...]):
+        self.fn, self.attrs, self.make, self.constant = fn, attrs, make, constant
+        self.varying = tuple(k for k, c in enumerate(constant) if not c)
+        #: signature -> the bound call or None; looked up by generated code: never replaced
+        self.calls: dict = {}
+
+    def key(self, inputs: tuple) -> tuple | None:
+        """The inputs' signature, or None where a non-constant input is no ndarray."""
+        key = []
+        for k in self.varying:
+            x = inputs[k] if k < len(inputs) else None
+            if x.__class__ is not np.ndarray:
+                return None
+            key += (x.shape, x.dtype)
+        return tuple(key)
+
+    def guard(self, names: list[str], calls: str) -> str:
+        """Generated code: the bound call for the variables ``names`` (the inputs), or None."""
+        names = [names[k] for k in self.varying]
+        if not names:
+            return f"{calls}.get(())"
+        is_array = " and ".join(f"{n}.__class__ is _nd" for n in names)
+        key = "".join(f"{n}.shape, {n}.dtype, " for n in names)
+        return f"{calls}.get(({key})) if {is_array} else None"
+
+    def __call__(self, *inputs):
+        key = self.key(inputs)
+        if key is not None:
+            call = self.calls.get(key, self)
+            if call is self:  # (two threads may both make it: either result is right)
+                call = self.make(inputs, self.attrs, self.constant)
+                if len(self.calls) >= _BOUND_SIGNATURES:
+                    self.calls.clear()
+                self.calls[key] = call
+            if call is not None:
+                return call(*inputs)
+        return self.fn(*inputs, **self.attrs)
 
 
 def _with_frees(step: Step, frees: tuple[int, ...]) -> Step:

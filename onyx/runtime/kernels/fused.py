@@ -11,11 +11,13 @@ import numpy as np
 
 from .. import native
 from ..fpstate import ignoring_fp_errors
-from ..registry import ONYX_DOMAIN, op
+from ..registry import ONYX_DOMAIN, binds, op
 from .activation import hard_sigmoid_into, hard_swish, sigmoid_into
 from .conv import conv, conv_key, float32_weights, native_conv_f32
 from .derived import derived
 from .linalg import (
+    bound_matmul,
+    bound_product,
     constant_product_threads,
     few_rows_matmul,
     gemm,
@@ -189,6 +191,25 @@ def conv_hard_swish(
     )
 
 
+def _bind_fused_gemm(inputs, attrs, constant):
+    A, B, C = (tuple(inputs) + (None, None))[:3]
+    activation = attrs["activation"]
+    if attrs["transA"] or A.__class__ is not np.ndarray or activation not in ACTIVATIONS:
+        return None
+    product = (attrs["alpha"], attrs["beta"], attrs["transB"])
+    if activation == "Relu":  # (fused_gemm's packed GEMM with the ReLU in its epilogue)
+        call = bound_product(A, B, C, constant, *product, relu=True)
+        if call is not None:
+            return lambda A, B, C=None: call(A)
+    call = bound_product(A, B, C, constant, *product)
+    if call is None:
+        return None
+    act = ACTIVATIONS[activation]
+    params = (attrs["activation_alpha"], attrs["activation_beta"], attrs["activation_gamma"])
+    return lambda A, B, C=None: act(_owned(call(A)), *params)
+
+
+@binds(_bind_fused_gemm)
 @op("FusedGemm", since=1, domain=MS, threads=constant_product_threads)
 def fused_gemm(
     A,
@@ -213,6 +234,17 @@ def fused_gemm(
     return _activate(y, activation, activation_alpha, activation_beta, activation_gamma)
 
 
+def _bind_matmul_bias(relu: bool):
+    def make(inputs, attrs, constant):
+        A, B, bias = inputs[:3]
+        if A.__class__ is not np.ndarray or bias.__class__ is not np.ndarray:
+            return None
+        return bound_matmul(A, B, bias, constant, relu)
+
+    return make
+
+
+@binds(_bind_matmul_bias(relu=False))
 @op("MatMulAdd", since=1, domain=ONYX_DOMAIN, threads=constant_product_threads)
 def matmul_add(A, B, bias):
     """A @ B + bias: MatMul of an A of any rank by a constant 2-D B, then Add of a constant
@@ -220,6 +252,7 @@ def matmul_add(A, B, bias):
     return _matmul_bias(A, B, bias, relu=False)
 
 
+@binds(_bind_matmul_bias(relu=True))
 @op("MatMulAddRelu", since=1, domain=ONYX_DOMAIN, threads=constant_product_threads)
 def matmul_add_relu(A, B, bias):
     """Relu(A @ B + bias), as MatMulAdd."""
