@@ -121,6 +121,7 @@ from .rows import (
     mean_rows_f32,
     norm_rows_f32,
     qmean_rows,
+    skip_layer_norm_bound,
     skip_layer_norm_f32,
     softmax_rows_f32,
 )
@@ -200,6 +201,7 @@ __all__ = [
     "int8_gemm_ok",
     "int8_gemm_setup",
     "layer_norm_f32",
+    "skip_layer_norm_bound",
     "skip_layer_norm_f32",
     "softmax_rows_f32",
     "library",

@@ -121,7 +121,7 @@ class PackedGemm:
         split = WorkSplit(M * K * N, panels, _PARALLEL_MACS, lambda w: _element_cuts(panels, 1, w))
         template = _SgemmTask(None, self._packed_at, None, M, K, N, K, N, _addr(bias), int(relu))
         run, shape, empty, f32 = (
-            bound_task(template, core.lib.sgemm_range, split, "float GEMM"),
+            bound_task(template, core.lib.sgemm_range, split, ("a", "y"), "float GEMM"),
             (M, N),
             np.empty,
             np.float32,
@@ -131,7 +131,7 @@ class PackedGemm:
             if not a.flags.c_contiguous:
                 a = np.ascontiguousarray(a)
             y = empty(shape, f32)
-            run(a=_input_addr(a), y=_addr(y))
+            run(_input_addr(a), _addr(y))
             return y
 
         call.held = (self, bias)

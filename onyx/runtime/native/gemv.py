@@ -113,14 +113,14 @@ class FloatGemv:
             template.c = _addr(c)
         cuts = self.cuts  # (the split this set-up was made with: it is kept per setting)
         split = WorkSplit(0, 0, 0, lambda ways: cuts, ways=self.ways)
-        run = bound_task(template, core.lib.gemv_range, split)
+        run = bound_task(template, core.lib.gemv_range, split, ("x", "y"))
         shape, empty, f32 = self.shape, np.empty, np.float32
 
         def call(x: np.ndarray) -> np.ndarray:
             if not x.flags.c_contiguous:
                 x = np.ascontiguousarray(x)
             y = empty(shape, f32)
-            run(x=_input_addr(x), y=_addr(y))
+            run(_input_addr(x), _addr(y))
             return y
 
         call.held = (self, c)

@@ -4,6 +4,7 @@ normalization."""
 from __future__ import annotations
 
 import ctypes
+import math
 
 import numpy as np
 
@@ -14,12 +15,14 @@ from ._core import (
     _PARALLEL_BYTES,
     _PARALLEL_ELEMENTS,
     BYTES,
+    WorkSplit,
     _addr,
     _element_cuts,
     _input_addr,
     _run,
     _ways,
     abi,
+    bound_task,
     range_of,
 )
 
@@ -240,6 +243,33 @@ def _skip_setup(x, scale, bias, add, epsilon: float) -> tuple | None:
     stats_shape = (2,) + x.shape[:-1] + (1,)
     # (cuts held: the lru cache that made them may let them go)
     return (scale, bias, add, template, _addr(cuts), len(cuts) - 1, ways, stats_shape, cuts)
+
+
+def skip_layer_norm_bound(x, scale, bias, add, epsilon: float):
+    """``call(x, skip)`` = skip_layer_norm_f32(x, skip, scale, bias, add, epsilon) for x and
+    skip of x's shape, C-contiguous (None otherwise: the caller's general path), the constant
+    parameters set up once (registry.binds); None where the set-up does not apply."""
+    if core.lib is None or x.dtype != np.float32:
+        return None
+    setup = _skip_setup(x, scale, bias, add, epsilon)
+    if setup is None:
+        return None
+    template, stats_shape, rows = setup[3], setup[7], x.size // x.shape[-1]
+    split = WorkSplit(x.size, rows, _PARALLEL_ELEMENTS, lambda w: _element_cuts(rows, 1, w))
+    fields = ("x", "y", "skip", "sum", "mean", "inv_std")
+    run = bound_task(template, core.lib.layer_norm_f32_range, split, fields)
+    shape, empty, f32, half = x.shape, np.empty, np.float32, 4 * math.prod(stats_shape) // 2
+
+    def call(x, skip):
+        if not (x.flags.c_contiguous and skip.flags.c_contiguous) or skip.dtype != f32:
+            return None
+        y, total, stats = empty(shape, f32), empty(shape, f32), empty(stats_shape, f32)
+        at = _addr(stats)
+        run(_input_addr(x), _addr(y), _input_addr(skip), _addr(total), at, at + half)
+        return y, stats[0], stats[1], total
+
+    call.held = setup
+    return call
 
 
 def skip_layer_norm_checked(x, skip, scale, bias, add, epsilon: float):
