@@ -12,7 +12,7 @@ import numpy as np
 
 from ...ir.dtypes import to_numpy
 from .. import native
-from ..registry import op
+from ..registry import binds, op
 from . import batchnorm_fast
 from .conv import compute_dtype
 
@@ -64,6 +64,18 @@ def _batch_norm(X, scale, B, mean, var, *, epsilon, momentum, training, spatial=
     )
 
 
+def _bind_batch_norm(inputs, attrs, constant):
+    if attrs["training_mode"]:
+        return None
+    epsilon = attrs["epsilon"]
+
+    def general(*args):
+        return batch_normalization(*args, **attrs)
+
+    return batchnorm_fast.bound_inference(inputs, epsilon, constant, general)
+
+
+@binds(_bind_batch_norm)
 @op("BatchNormalization", since=14)
 def batch_normalization(
     X, scale, B, input_mean, input_var, *, epsilon=1e-5, momentum=0.9, training_mode=0

@@ -116,6 +116,7 @@ from .rnn import GruRecurrence, LstmRecurrence, gru_f32, lstm_f32, recurrence_ok
 from .rnn import Inputs as RecurrenceInputs
 from .rnn import Rows as RecurrenceRows
 from .rows import (
+    batch_norm_bound,
     batch_norm_f32,
     layer_norm_f32,
     mean_rows_f32,
@@ -160,6 +161,7 @@ __all__ = [
     "PlaneConv",
     "SMALL_CONV_K",
     "available",
+    "batch_norm_bound",
     "batch_norm_f32",
     "batched_int8_gemm",
     "bilinear_f32",

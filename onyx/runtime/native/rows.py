@@ -124,6 +124,35 @@ def batch_norm_f32(
     return y
 
 
+def batch_norm_bound(shape: tuple, mean, mult, bias, relu: bool = False):
+    """``call(x)`` = batch_norm_f32(x, mean, mult, bias, relu) for float32 x of ``shape``,
+    C-contiguous (None otherwise: the caller's general path), the constant parameters'
+    addresses and the split found once (registry.binds); None where it does not apply."""
+    if core.lib is None or len(shape) < 2:
+        return None
+    params = [_vector_f32(v) for v in (mean, mult, bias)]
+    if any(v.size != shape[1] for v in params):
+        return None
+    rows = shape[0] * shape[1]
+    size = math.prod(shape) // rows if rows else 0
+    split = WorkSplit(
+        math.prod(shape), rows, _PARALLEL_ELEMENTS, lambda w: _element_cuts(rows, 1, w)
+    )
+    template = _BatchNorm(None, None, *(_param_addr(v) for v in params), shape[1], size)
+    entry = core.lib.batch_norm_relu_f32_range if relu else core.lib.batch_norm_f32_range
+    run, empty, f32 = bound_task(template, entry, split, ("x", "y")), np.empty, np.float32
+
+    def call(x):
+        if not x.flags.c_contiguous:
+            return None
+        y = empty(shape, f32)
+        run(_input_addr(x), _addr(y))
+        return y
+
+    call.held = params
+    return call
+
+
 def _vector_f32(v) -> np.ndarray:
     """v as a contiguous float32 vector: v itself when it is one (so that a constant keeps its
     identity, which _param_addr keys on)."""
