@@ -16,6 +16,7 @@ each kernel call can be timed.
 from __future__ import annotations
 
 import copy
+import functools
 import keyword
 import time
 from dataclasses import dataclass, field
@@ -696,7 +697,7 @@ _BOUND_SIGNATURES = 8
 class BoundCall:
     """A node whose kernel sets up a call per input signature (registry.binds): the call
     made for the signature of the non-constant inputs' shapes and dtypes, kept in ``calls``
-    (None: the kernel runs as written for it). The generated runner looks the call up inline
+    (where the kernel declined: the kernel with its attributes). The generated runner looks the call up inline
     (``guard``); other callers (the checked first run, the profiled loop) come here."""
 
     __slots__ = ("fn", "attrs", "make", "constant", "varying", "calls")
@@ -732,11 +733,12 @@ class BoundCall:
             call = self.calls.get(key, self)
             if call is self:  # (two threads may both make it: either result is right)
                 call = self.make(inputs, self.attrs, self.constant)
+                if call is None:  # (declined: the kernel as written, called straight away)
+                    call = functools.partial(self.fn, **self.attrs)
                 if len(self.calls) >= _BOUND_SIGNATURES:
                     self.calls.clear()
                 self.calls[key] = call
-            if call is not None:
-                return call(*inputs)
+            return call(*inputs)
         return self.fn(*inputs, **self.attrs)
 
 

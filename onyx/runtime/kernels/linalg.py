@@ -111,7 +111,7 @@ def bound_matmul(a, b, bias, constant, relu=False):
         if product is not None:
             return lambda a, *_: product(a.reshape(rows, K)).reshape(shape)
     if not 0 < rows <= native.GEMV_ROWS or not native.gemv_ok():
-        return None
+        return _bound_numpy_matmul(a, b, bias, relu)
     key = ("gemv", False, rows, 1.0, 1.0, native.thread_setting())  # (few_rows_matmul's)
     make = lambda: native.FloatGemv(b, False, rows, alpha=1.0, beta=1.0)  # noqa: E731
     gemv = derived(b, key, make).bound(bias)
@@ -124,6 +124,22 @@ def bound_matmul(a, b, bias, constant, relu=False):
         return clip(y, 0, inf, out=y)
 
     return gemv_relu
+
+
+def _bound_numpy_matmul(a, b, bias, relu):
+    """matmul's numpy path (gemm_matmul's one GEMM for a stack of rows), then
+    fused._matmul_bias's bias and Relu, for float32 A of a's shape."""
+    K, N = b.shape
+    shape = a.shape[:-1] + (N,)
+    stacked, matmul_, clip, inf = a.ndim > 2, np.matmul, np.clip, np.inf
+
+    def call(a, *_):
+        y = matmul_(a.reshape(-1, K), b).reshape(shape) if stacked else matmul_(a, b)
+        if bias is not None:
+            y += bias
+        return clip(y, 0, inf, out=y) if relu else y
+
+    return call
 
 
 def _bind_matmul(inputs, attrs, constant):
