@@ -230,6 +230,26 @@ def test_a_make_that_declines_runs_the_kernel():
     assert bound.key(([x],)) is None  # (no ndarray: no signature, the kernel decides)
 
 
+@pytest.mark.parametrize("target", [[0, -1], [-1, 4], [2, 0, -1], [0, 0, 0, 1]])
+def test_reshape(target):
+    graph = helper.make_graph(
+        [helper.make_node("Reshape", ["x", "shape"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", F, None)],
+        [helper.make_tensor_value_info("y", F, None)],
+        [numpy_helper.from_array(np.array(target, np.int64), "shape")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    sess = onyx.InferenceSession(model.SerializeToString())
+    _bound(sess)
+    for shape in ((2, 4, 3), (2, 8, 1), (2, 4, 3)):
+        x = RNG.standard_normal(shape).astype(np.float32)
+        for variant in (x, _strided(x)):
+            (got,) = sess.run(None, {"x": variant})
+            args = [_frozen(variant), _frozen(np.array(target, np.int64))]
+            _same([got], _want("Reshape", "", 17, args, {}))
+
+
 @pytest.mark.parametrize("mode", ["constant", "reflect", "edge"])
 def test_pad(mode):
     pads = np.array([0, 0, 1, 2, 0, 1, 2, -1], np.int64)

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from ..registry import op
+from ..registry import binds, op
 
 
 def _ints(x) -> list[int]:
@@ -44,6 +44,16 @@ def reshape_1(data, *, shape=(), consumed_inputs=None):
     return _reshape(data, list(shape), 0)
 
 
+def _bind_reshape(inputs, attrs, constant):
+    """registry.binds for a constant shape: the dims worked out once (0s and -1 resolved)."""
+    data, shape = inputs[:2]
+    if not constant[1]:
+        return None
+    dims = _reshape(data, _ints(shape), attrs["allowzero"]).shape
+    return lambda data, shape: data.reshape(dims)
+
+
+@binds(_bind_reshape)
 @op("Reshape", since=5)
 def reshape(data, shape, *, allowzero=0):
     return _reshape(data, _ints(shape), allowzero)
