@@ -90,7 +90,7 @@ CASES = [
         [(2, 32)],
         {"b": (32, 40), "c": (40,)},
         {"activation": "Relu"},
-    ),  # fmt: skip
+    ),
     (
         "FusedGemm",
         "com.microsoft",
@@ -98,7 +98,7 @@ CASES = [
         [(4, 64)],
         {"b": (1, 64), "c": (1,)},
         {"activation": "Sigmoid", "transB": 1},
-    ),  # fmt: skip
+    ),
     ("MatMulAdd", "ai.onyx", [(32, 1, 24)], [(2, 1, 24)], {"b": (24, 36), "bias": (36,)}, {}),
     ("MatMulAddRelu", "ai.onyx", [(1, 32, 24)], [(3, 24)], {"b": (24, 36), "bias": (36,)}, {}),
     ("MatMulAddRelu", "ai.onyx", [(1, 12, 64)], [(12, 64)], {"b": (64, 5), "bias": (5,)}, {}),
@@ -110,10 +110,11 @@ CASES = [
         [(2, 3, 32), (2, 3, 32)],
         {"gamma": (32,), "beta": (32,)},
         {"epsilon": 1e-5},
-    ),  # fmt: skip
+    ),
     ("ReduceMean", "", [(1, 32, 16)], [(2, 4, 16)], {}, {"axes": [1]}),
     ("ReduceMean", "", [(1, 6, 25)], [(3, 2, 7)], {}, {"axes": [-1], "keepdims": 0}),
     ("ReduceMean", "", [(2, 3, 4, 5)], [(1, 3, 4, 5)], {}, {"axes": [2, 3]}),
+    ("InstanceNormalization", "", [(1, 4, 5, 6)], [(2, 4, 33)], {"s": (4,), "bb": (4,)}, {}),
     (
         "BatchNormalization",
         "",
@@ -121,7 +122,7 @@ CASES = [
         [(2, 4, 3, 3)],
         {"s": (4,), "bb": (4,), "m": (4,), "v": (4,)},
         {},
-    ),  # fmt: skip
+    ),
     (
         "BatchNormRelu",
         "ai.onyx",
@@ -129,9 +130,8 @@ CASES = [
         [(2, 4, 3, 3)],
         {"s": (4,), "bb": (4,), "m": (4,), "v": (4,)},
         {},
-    ),  # fmt: skip
+    ),
 ]
-NAMES = {"Gemm": ["a", "b", "c"], "MatMul": ["a", "b"], "FusedGemm": ["a", "b", "c"]}
 
 
 def _case(op, domain, first, consts, attrs):

@@ -368,6 +368,30 @@ def norm_rows_f32(x: np.ndarray, scale: np.ndarray, bias: np.ndarray, epsilon: f
     return y
 
 
+def norm_rows_bound(shape: tuple, scale: np.ndarray, bias: np.ndarray, epsilon: float):
+    """``call(x)`` = norm_rows_f32(x, scale, bias, epsilon) for C-contiguous float32 x of
+    ``shape`` (rows, channels, spatial), the constant parameters' addresses and the split
+    found once (registry.binds); None without the library."""
+    if core.lib is None or len(shape) != 3:
+        return None
+    rows, channels, spatial = shape
+    scale = np.ascontiguousarray(scale, np.float32)
+    bias = np.ascontiguousarray(bias, np.float32)
+    template = _NormRows(None, _addr(scale), _addr(bias), None, channels, spatial, float(epsilon))
+    work = rows * channels * spatial
+    split = WorkSplit(work, rows, _PARALLEL_ELEMENTS, lambda w: _element_cuts(rows, 1, w))
+    run = bound_task(template, core.lib.norm_rows_f32_range, split, ("x", "y"))
+    empty, f32 = np.empty, np.float32
+
+    def call(x):
+        y = empty(shape, f32)
+        run(_addr(x), _addr(y))
+        return y
+
+    call.held = (scale, bias)
+    return call
+
+
 def qmean_rows(x: np.ndarray, scale: float, x_zero_point: int, y_zero_point: int):
     """QLinearGlobalAveragePool's rows: the mean of each row of C-contiguous 8-bit (rows, size)
     x, requantized to x's type with multiplier ``scale`` (x_scale / (y_scale * size)) as
