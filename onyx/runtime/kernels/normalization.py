@@ -334,6 +334,26 @@ def layer_norm_last(X, Scale, B, epsilon):
     return d, mean, inv_std
 
 
+def _bind_layer_norm(inputs, attrs, constant):
+    """registry.binds for layer_norm_last's native rows (float32 over the last axis, constant
+    parameters): their set-up made once."""
+    X, Scale, B = (tuple(inputs) + (None,))[:3]
+    if not (constant[1] and (len(constant) < 3 or constant[2])) or X.dtype != np.float32:
+        return None
+    if not X.ndim or attrs["axis"] not in (-1, X.ndim - 1) or attrs["stash_type"] != 1:
+        return None
+    if Scale.dtype != np.float32 or Scale.shape != X.shape[-1:]:
+        return None
+    if B is not None and (B.dtype != np.float32 or B.shape != X.shape[-1:]):
+        return None
+    rows = native.layer_norm_bound(X.shape, Scale, B, attrs["epsilon"])
+    if rows is None:
+        return None
+    contiguous = np.ascontiguousarray
+    return lambda X, *_: rows(contiguous(X))
+
+
+@binds(_bind_layer_norm)
 @op("LayerNormalization", since=17)
 def layer_normalization(X, Scale, B=None, *, axis=-1, epsilon=1e-5, stash_type=1):
     if (

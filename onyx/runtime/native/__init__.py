@@ -118,6 +118,7 @@ from .rnn import Rows as RecurrenceRows
 from .rows import (
     batch_norm_bound,
     batch_norm_f32,
+    layer_norm_bound,
     layer_norm_f32,
     mean_rows_f32,
     norm_rows_bound,
@@ -203,6 +204,7 @@ __all__ = [
     "int8_gemm",
     "int8_gemm_ok",
     "int8_gemm_setup",
+    "layer_norm_bound",
     "layer_norm_f32",
     "skip_layer_norm_bound",
     "skip_layer_norm_f32",

@@ -207,6 +207,34 @@ def layer_norm_f32(x: np.ndarray, scale: np.ndarray, bias, epsilon: float):
     return y, stats[0], stats[1]
 
 
+def layer_norm_bound(shape: tuple, scale: np.ndarray, bias, epsilon: float):
+    """``call(x)`` = layer_norm_f32(x, scale, bias, epsilon) for C-contiguous float32 x of
+    ``shape``, the constant parameters' addresses and the split found once (registry.binds);
+    None without the library."""
+    if core.lib is None or not shape:
+        return None
+    n = shape[-1]
+    size = math.prod(shape)
+    rows = size // n if n else 0
+    scale = np.ascontiguousarray(scale, np.float32)
+    bias = None if bias is None else np.ascontiguousarray(bias, np.float32)
+    bias_at = None if bias is None else _param_addr(bias)
+    template = _LayerNorm(None, _param_addr(scale), bias_at, None, None, None, n, float(epsilon))
+    split = WorkSplit(size, rows, _PARALLEL_ELEMENTS, lambda w: _element_cuts(rows, 1, w))
+    fields = ("x", "y", "mean", "inv_std")
+    run = bound_task(template, core.lib.layer_norm_f32_range, split, fields)
+    stats_shape, empty, f32 = (2,) + shape[:-1] + (1,), np.empty, np.float32
+
+    def call(x):
+        y, stats = empty(shape, f32), empty(stats_shape, f32)
+        mean, inv_std = stats[0], stats[1]
+        run(_addr(x), _addr(y), _addr(mean), _addr(inv_std))
+        return y, mean, inv_std
+
+    call.held = (scale, bias)
+    return call
+
+
 #: A node's set-up of skip_layer_norm_f32 with constant parameters, by (x's shape, the
 #: parameters' ids, epsilon, the thread setting): the parameters (held: no reused id, compared
 #: by identity), then the task with their addresses and sizes, the thread split and the
