@@ -276,3 +276,44 @@ def test_pad(mode):
             np.testing.assert_array_equal(got, np.pad(cropped, widths, mode=want_mode, **extra))
             args = [_frozen(variant), _frozen(pads), _frozen(np.array(1.5, np.float32))]
             _same([got], _want("Pad", "", 18, args, {"mode": mode}))
+
+
+@pytest.mark.parametrize(
+    "attrs, scales, sizes",
+    [
+        ({"mode": "nearest"}, [1, 1, 2, 2], None),
+        (
+            {"mode": "linear", "coordinate_transformation_mode": "align_corners"},
+            [1, 1, 2, 1.5],
+            None,
+        ),
+        ({"mode": "linear"}, None, [1, 3, 7, 9]),
+        ({"mode": "cubic"}, [1, 1, 1.5, 2], None),
+    ],
+)
+def test_resize(attrs, scales, sizes):
+    consts = {"roi": np.array([], np.float32)}
+    names = ["x", "roi"]
+    if scales is not None:
+        consts["scales"] = np.array(scales, np.float32)
+        names.append("scales")
+    else:
+        consts["sizes"] = np.array(sizes, np.int64)
+        names += ["", "sizes"]
+    graph = helper.make_graph(
+        [helper.make_node("Resize", names, ["y"], **attrs)],
+        "g",
+        [helper.make_tensor_value_info("x", F, None)],
+        [helper.make_tensor_value_info("y", F, None)],
+        [numpy_helper.from_array(v, n) for n, v in consts.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    sess = onyx.InferenceSession(model.SerializeToString())
+    _bound(sess)
+    args = [_frozen(consts["roi"])]
+    args += [_frozen(consts["scales"])] if scales is not None else [None, _frozen(consts["sizes"])]
+    for shape in ((1, 3, 4, 5), (1, 3, 6, 2), (1, 3, 4, 5)):
+        x = RNG.standard_normal(shape).astype(np.float32)
+        for variant in (x, _strided(x)):
+            (got,) = sess.run(None, {"x": variant})
+            _same([got], _want("Resize", "", 13, [_frozen(variant)] + args, attrs))
