@@ -14,6 +14,7 @@ import ctypes
 import functools
 import importlib.machinery
 import os
+import sys
 import weakref
 from pathlib import Path
 
@@ -409,12 +410,12 @@ def bound_task(template: ctypes.Structure, part: int, split: WorkSplit, fields, 
         args = ", ".join(f"p{k}" for k in range(len(fields)))
         stores = "".join(f"        task.{f} = p{k}\n" for k, f in enumerate(fields))
         source = (
-            "def make(copy, template, part, split, parallel, byref, check, what):\n"
+            "def make(copy, template, part, split, core, byref, check, what):\n"
             f"    def run({args}):\n"
             "        task = copy(template)\n"
             f"{stores}"
             "        cuts_at, parts, ways, _ = split.fixed or split()\n"
-            "        status = parallel(part, byref(task), cuts_at, parts, ways)\n"
+            "        status = core.lib.onyx_parallel(part, byref(task), cuts_at, parts, ways)\n"
             "        if status:\n"
             "            check(status, what)\n"
             "    return run\n"
@@ -422,7 +423,8 @@ def bound_task(template: ctypes.Structure, part: int, split: WorkSplit, fields, 
         exec(compile(source, "<onyx bound task>", "exec"), env)
         make = _TASK_RUNNERS[fields] = env["make"]
     copy = type(template).from_buffer_copy
-    run = make(copy, template, part, split, lib.onyx_parallel, ctypes.byref, check, what)
+    core = sys.modules[__name__]  # (the pool's entry looked up per call, as _run does)
+    run = make(copy, template, part, split, core, ctypes.byref, check, what)
     run.template = template  # (its constants' arrays are held by whoever made it)
     return run
 
