@@ -697,15 +697,16 @@ _BOUND_SIGNATURES = 8
 class BoundCall:
     """A node whose kernel sets up a call per input signature (registry.binds): the call
     made for the signature of the non-constant inputs' shapes and dtypes, kept in ``calls``
-    (where the kernel declined: the kernel with its attributes). The generated runner looks the call up inline
-    (``guard``); other callers (the checked first run, the profiled loop) come here."""
+    (where the kernel declined: the kernel with its attributes). The generated runner looks
+    the call up inline (``guard``); other callers (the checked first run, the profiled
+    loop, a wrapped step) come here."""
 
     __slots__ = ("fn", "attrs", "make", "constant", "varying", "calls")
 
     def __init__(self, fn, attrs: dict, make, constant: tuple[bool, ...]):
         self.fn, self.attrs, self.make, self.constant = fn, attrs, make, constant
         self.varying = tuple(k for k, c in enumerate(constant) if not c)
-        #: signature -> the bound call or None; looked up by generated code: never replaced
+        #: signature -> its call; the generated code holds this dict: cleared, never replaced
         self.calls: dict = {}
 
     def key(self, inputs: tuple) -> tuple | None:
