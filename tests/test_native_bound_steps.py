@@ -317,3 +317,24 @@ def test_resize(attrs, scales, sizes):
         for variant in (x, _strided(x)):
             (got,) = sess.run(None, {"x": variant})
             _same([got], _want("Resize", "", 13, [_frozen(variant)] + args, attrs))
+
+
+def test_the_runner_calls_the_bound_call_itself(monkeypatch):
+    """After a signature's first run the generated runner finds its call inline: no pass
+    through BoundCall.__call__ (which a new signature still takes)."""
+    sess, fed, _, _ = _case("Gemm", "", [(20, 32)], {"b": (32, 48), "c": (48,)}, {})
+    x = RNG.standard_normal((20, 32)).astype(np.float32)
+    sess.run(None, {fed[0]: x})
+    entered = []
+    original = BoundCall.__call__
+
+    def counting(self, *inputs):
+        entered.append(len(inputs))
+        return original(self, *inputs)
+
+    monkeypatch.setattr(BoundCall, "__call__", counting)
+    for _ in range(3):
+        sess.run(None, {fed[0]: x})
+    assert entered == []
+    sess.run(None, {fed[0]: x[:5]})  # (a new signature: bound at its first call)
+    assert entered
