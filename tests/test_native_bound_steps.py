@@ -338,3 +338,31 @@ def test_the_runner_calls_the_bound_call_itself(monkeypatch):
     assert entered == []
     sess.run(None, {fed[0]: x[:5]})  # (a new signature: bound at its first call)
     assert entered
+
+
+@pytest.mark.parametrize(
+    "op, axes", [("Squeeze", [1, -1]), ("Squeeze", None), ("Unsqueeze", [0, -1])]
+)
+def test_squeeze_and_unsqueeze(op, axes):
+    inputs, consts = ["x"], []
+    if axes is not None:
+        inputs.append("axes")
+        consts.append(numpy_helper.from_array(np.array(axes, np.int64), "axes"))
+    graph = helper.make_graph(
+        [helper.make_node(op, inputs, ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", F, None)],
+        [helper.make_tensor_value_info("y", F, None)],
+        consts,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    sess = onyx.InferenceSession(model.SerializeToString())
+    _bound(sess)
+    for shape in ((2, 1, 3, 1), (4, 1, 2, 1), (2, 1, 3, 1)):
+        x = RNG.standard_normal(shape).astype(np.float32)
+        for variant in (x, _strided(x)):
+            (got,) = sess.run(None, {"x": variant})
+            args = [_frozen(variant)]
+            if axes is not None:
+                args.append(_frozen(np.array(axes, np.int64)))
+            _same([got], _want(op, "", 13, args, {}))
