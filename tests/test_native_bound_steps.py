@@ -115,6 +115,22 @@ CASES = [
     ("ReduceMean", "", [(1, 6, 25)], [(3, 2, 7)], {}, {"axes": [-1], "keepdims": 0}),
     ("ReduceMean", "", [(2, 3, 4, 5)], [(1, 3, 4, 5)], {}, {"axes": [2, 3]}),
     ("InstanceNormalization", "", [(1, 4, 5, 6)], [(2, 4, 33)], {"s": (4,), "bb": (4,)}, {}),
+    (
+        "FusedConv",
+        "com.microsoft",
+        [(1, 8, 20)],
+        [(2, 8, 7)],
+        {"w": (6, 8, 3), "bb": (6,)},
+        {"activation": "Relu", "pads": [1, 1]},
+    ),  # fmt: skip
+    (
+        "FusedConv",
+        "com.microsoft",
+        [(1, 8, 20)],
+        [(1, 8, 9)],
+        {"w": (6, 8, 3)},
+        {"activation": "LeakyRelu", "activation_params": [0.1], "strides": [2]},
+    ),  # fmt: skip
     ("LayerNormalization", "", [(1, 8, 32)], [(3, 32)], {"s": (32,), "bb": (32,)}, {}),
     ("LayerNormalization", "", [(1, 8, 32)], [(2, 2, 32)], {"s": (32,)}, {"epsilon": 1e-3}),
     (

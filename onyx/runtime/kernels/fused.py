@@ -14,6 +14,7 @@ from ..fpstate import ignoring_fp_errors
 from ..registry import ONYX_DOMAIN, binds, op
 from .activation import hard_sigmoid_into, hard_swish, sigmoid_into
 from .conv import conv, conv_key, float32_weights, native_conv_f32
+from .conv1d import conv1d_runner
 from .derived import derived
 from .linalg import (
     bound_matmul,
@@ -92,6 +93,25 @@ def native_activation_params(activation: str, params) -> tuple[float, float]:
 _MONOTONE = ("", "Relu", "Clip")
 
 
+def _bind_fused_conv(inputs, attrs, constant):
+    """registry.binds for a float32 1-D FusedConv without Z of constant weights: the direct
+    kernel native_conv_f32 tries first (conv1d.py), its set-up found once; None elsewhere."""
+    X, W, B, Z = (tuple(inputs) + (None, None))[:4]
+    if not all(constant[1:4]) or Z is not None or X.ndim != 3 or not X.size:
+        return None
+    code = native.CONV_ACTIVATIONS.get(attrs["activation"])
+    if code is None or X.dtype != np.float32 or W.dtype != np.float32:
+        return None
+    params = list(attrs["activation_params"] or []) + [None] * 3
+    lo, hi = native_activation_params(attrs["activation"], params)
+    geometry = [attrs[k] for k in ("auto_pad", "pads", "strides", "dilations", "kernel_shape")]
+    run = conv1d_runner(X.shape, W, attrs["group"], conv_key(*geometry), code, lo, hi)
+    if run is None:
+        return None
+    return lambda X, W, B=None, Z=None: run(X, B, None)
+
+
+@binds(_bind_fused_conv)
 @op("FusedConv", since=1, domain=MS, threads="pool")
 def fused_conv(
     X,
