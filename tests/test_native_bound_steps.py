@@ -382,3 +382,38 @@ def test_squeeze_and_unsqueeze(op, axes):
             if axes is not None:
                 args.append(_frozen(np.array(axes, np.int64)))
             _same([got], _want(op, "", 13, args, {}))
+
+
+@pytest.mark.parametrize("op", ["SignalMagnitude", "ConvMagnitude"])
+def test_audio_magnitude(op):
+    """An STFT as a conv and its magnitude (optimizer/audio.py's ops): the bound 1-D conv and
+    slices answer as the kernel."""
+    w = RNG.standard_normal((10, 1, 16)).astype(np.float32)
+    consts = {"w": w}
+    bounds = {"rs": [0], "re": [5], "is": [5], "ie": [10], "ax": [1]}
+    consts.update({k: np.array(v, np.int64) for k, v in bounds.items()})
+    consts["eps"] = np.array(1e-6, np.float32)
+    names = ["w", "rs", "re", "is", "ie", "ax", "eps"]
+    if op == "SignalMagnitude":
+        consts["ua"] = np.array([1], np.int64)
+        names = ["x", "ua"] + names
+    else:
+        names = ["x"] + names
+    graph = helper.make_graph(
+        [helper.make_node(op, names, ["y"], domain="ai.onyx", strides=[8])],
+        "g",
+        [helper.make_tensor_value_info("x", F, None)],
+        [helper.make_tensor_value_info("y", F, None)],
+        [numpy_helper.from_array(v, n) for n, v in consts.items()],
+    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("ai.onyx", 1)]
+    model = helper.make_model(graph, opset_imports=opsets, ir_version=8)
+    sess = onyx.InferenceSession(model.SerializeToString())
+    _bound(sess)
+    shapes = ((1, 64), (2, 40)) if op == "SignalMagnitude" else ((1, 1, 64), (2, 1, 40))
+    for shape in shapes + shapes[:1]:
+        x = RNG.standard_normal(shape).astype(np.float32)
+        for variant in (x, _strided(x)):
+            (got,) = sess.run(None, {"x": variant})
+            args = [_frozen(variant)] + [_frozen(consts[n]) for n in names[1:]]
+            _same([got], _want(op, "ai.onyx", 1, args, {"strides": [8]}))
