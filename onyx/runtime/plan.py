@@ -16,7 +16,6 @@ each kernel call can be timed.
 from __future__ import annotations
 
 import copy
-import functools
 import keyword
 import time
 from dataclasses import dataclass, field
@@ -481,13 +480,16 @@ def _generate(plan: Plan, wanted: tuple[int, ...] | None):
         if fn.__class__ is PreparedCall and fn.fn is not None:
             fn = fn.fn  # (made at an earlier call, the checked run's: no frame of its own)
         env[f"k{j}"] = fn
-        guard = None
-        if fn.__class__ is BoundCall and not step.attrs:
-            env[f"b{j}"] = fn.calls  # (a bound step: its signature's call, looked up inline)
-            guard = fn.guard([name(i) if i >= 0 else "None" for i in step.ins], f"b{j}")
-        args = [name(i) if i >= 0 else "None" for i in step.ins]
+        inputs = [name(i) if i >= 0 else "None" for i in step.ins]
+        attrs, guard = step.attrs, None
+        if fn.__class__ is BoundCall and not attrs:
+            # a bound step: its signature's call looked up inline; an unknown signature goes
+            # to the BoundCall, a declined one (None) to the kernel as written
+            env[f"b{j}"], env[f"n{j}"], env[f"k{j}"] = fn.calls, fn, fn.fn
+            guard, attrs = fn.guard(inputs, f"b{j}", f"n{j}"), fn.attrs
+        args = list(inputs)
         extra = {}
-        for attr, value in step.attrs.items():
+        for attr, value in attrs.items():
             if attr.isidentifier() and not keyword.iskeyword(attr):
                 env[f"a{j}_{attr}"] = value
                 args.append(f"{attr}=a{j}_{attr}")
@@ -506,7 +508,7 @@ def _generate(plan: Plan, wanted: tuple[int, ...] | None):
         code = []
         if guard is not None:
             code.append(f"_b = {guard}")
-            call = f"({call} if _b is None else _b({', '.join(args)}))"
+            call = f"({call} if _b is None else _b({', '.join(inputs)}))"
         if len(step.outs) == 1 and outs:
             o = outs[0][1]
             code.append(f"v{o} = {call}")
@@ -697,9 +699,9 @@ _BOUND_SIGNATURES = 8
 class BoundCall:
     """A node whose kernel sets up a call per input signature (registry.binds): the call
     made for the signature of the non-constant inputs' shapes and dtypes, kept in ``calls``
-    (where the kernel declined: the kernel with its attributes). The generated runner looks
-    the call up inline (``guard``); other callers (the checked first run, the profiled
-    loop, a wrapped step) come here."""
+    (None where the kernel declined: it runs as written). The generated runner looks the
+    call up inline (``guard``); other callers (the checked first run, the profiled loop, a
+    wrapped step) come here."""
 
     __slots__ = ("fn", "attrs", "make", "constant", "varying", "calls")
 
@@ -719,28 +721,30 @@ class BoundCall:
             key += (x.shape, x.dtype)
         return tuple(key)
 
-    def guard(self, names: list[str], calls: str) -> str:
-        """Generated code: the bound call for the variables ``names`` (the inputs), or None."""
+    def guard(self, names: list[str], calls: str, new: str) -> str:
+        """Generated code: for the variables ``names`` (the inputs), the signature's call,
+        ``new`` (this object: binds it) for a signature not seen, or None (the kernel as
+        written: declined, or an input no ndarray)."""
         names = [names[k] for k in self.varying]
         if not names:
-            return f"{calls}.get(())"
+            return f"{calls}.get((), {new})"
         is_array = " and ".join(f"{n}.__class__ is _nd" for n in names)
         key = "".join(f"{n}.shape, {n}.dtype, " for n in names)
-        return f"{calls}.get(({key})) if {is_array} else None"
+        return f"{calls}.get(({key}), {new}) if {is_array} else None"
 
     def __call__(self, *inputs):
         key = self.key(inputs)
+        call = None
         if key is not None:
             call = self.calls.get(key, self)
             if call is self:  # (two threads may both make it: either result is right)
                 call = self.make(inputs, self.attrs, self.constant)
-                if call is None:  # (declined: the kernel as written, called straight away)
-                    call = functools.partial(self.fn, **self.attrs)
                 if len(self.calls) >= _BOUND_SIGNATURES:
                     self.calls.clear()
-                self.calls[key] = call
-            return call(*inputs)
-        return self.fn(*inputs, **self.attrs)
+                self.calls[key] = call  # (None: declined, the kernel as written)
+        if call is None:
+            return self.fn(*inputs, **self.attrs)
+        return call(*inputs)
 
 
 def _with_frees(step: Step, frees: tuple[int, ...]) -> Step:
