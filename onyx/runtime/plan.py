@@ -198,7 +198,17 @@ class Plan:
         if prepare is not None and not step.takes_ctx:  # (kernels/derived.py: prepared)
             step.fn = PreparedCall(prepare, {**kernel.attr_defaults, **step.attrs})
             step.attrs = {}
+        elif getattr(kernel.fn, "bind", None) is not None and not step.takes_ctx:
+            constant = tuple(i < 0 or self._is_constant(i) for i in step.ins)
+            attrs = {**kernel.attr_defaults, **step.attrs}
+            step.fn = BoundCall(kernel.fn, attrs, kernel.fn.bind, constant)
+            step.attrs = {}
         return step
+
+    def _is_constant(self, slot: int) -> bool:
+        """Whether the slot holds the same object at every run: an initializer no input
+        overrides."""
+        return self.template[slot] is not None and slot not in self.input_defaults
 
     @staticmethod
     def _resolve_attrs(node: ir.Node, bindings) -> dict[str, ir.Attr]:
@@ -437,7 +447,7 @@ def _generate(plan: Plan, wanted: tuple[int, ...] | None):
         steps = memo.steps + [s for s in steps if id(s) not in memo.ids]
     produced = {o for s in steps for o in s.outs if o >= 0}
     used = {r for s in steps for r in s.reads} | set(out_slots)
-    env: dict[str, Any] = {"_StepContext": StepContext, "_OnyxError": OnyxError}
+    env: dict[str, Any] = {"_StepContext": StepContext, "_OnyxError": OnyxError, "_nd": np.ndarray}
 
     def name(slot: int) -> str:
         if slot in const_slots:
@@ -455,7 +465,7 @@ def _generate(plan: Plan, wanted: tuple[int, ...] | None):
         lines += _loads(plan, used - produced - const_slots, env)
     lines.append("    try:")
     if memo is not None:
-        env["_memo"], env["_keep"], env["_nd"] = memo.values, memo.keep, np.ndarray
+        env["_memo"], env["_keep"] = memo.values, memo.keep
         lines += memo.head_lines()
         dels = memo.frees(steps, set(out_slots) | const_slots)
     line_step: dict[int, int] = {}
@@ -470,9 +480,16 @@ def _generate(plan: Plan, wanted: tuple[int, ...] | None):
         if fn.__class__ is PreparedCall and fn.fn is not None:
             fn = fn.fn  # (made at an earlier call, the checked run's: no frame of its own)
         env[f"k{j}"] = fn
-        args = [name(i) if i >= 0 else "None" for i in step.ins]
+        inputs = [name(i) if i >= 0 else "None" for i in step.ins]
+        attrs, guard = step.attrs, None
+        if fn.__class__ is BoundCall and not attrs:
+            # a bound step: its signature's call looked up inline; an unknown signature goes
+            # to the BoundCall, a declined one (None) to the kernel as written
+            env[f"b{j}"], env[f"n{j}"], env[f"k{j}"] = fn.calls, fn, fn.fn
+            guard, attrs = fn.guard(inputs, f"b{j}", f"n{j}"), fn.attrs
+        args = list(inputs)
         extra = {}
-        for attr, value in step.attrs.items():
+        for attr, value in attrs.items():
             if attr.isidentifier() and not keyword.iskeyword(attr):
                 env[f"a{j}_{attr}"] = value
                 args.append(f"{attr}=a{j}_{attr}")
@@ -489,6 +506,9 @@ def _generate(plan: Plan, wanted: tuple[int, ...] | None):
         call = f"k{j}({', '.join(args)})"
         outs = [(k, o) for k, o in enumerate(step.outs) if o >= 0 and o in used]
         code = []
+        if guard is not None:
+            code.append(f"_b = {guard}")
+            call = f"({call} if _b is None else _b({', '.join(inputs)}))"
         if len(step.outs) == 1 and outs:
             o = outs[0][1]
             code.append(f"v{o} = {call}")
@@ -670,6 +690,61 @@ class PreparedCall:
         if fn is None:  # (two threads may both make it: either result is right)
             fn = self.fn = self.make(self.attrs)
         return fn(*inputs)
+
+
+#: Input signatures a bound step keeps calls for (a new one past this starts afresh).
+_BOUND_SIGNATURES = 8
+
+
+class BoundCall:
+    """A node whose kernel sets up a call per input signature (registry.binds): the call
+    made for the signature of the non-constant inputs' shapes and dtypes, kept in ``calls``
+    (None where the kernel declined: it runs as written). The generated runner looks the
+    call up inline (``guard``); other callers (the checked first run, the profiled loop, a
+    wrapped step) come here."""
+
+    __slots__ = ("fn", "attrs", "make", "constant", "varying", "calls")
+
+    def __init__(self, fn, attrs: dict, make, constant: tuple[bool, ...]):
+        self.fn, self.attrs, self.make, self.constant = fn, attrs, make, constant
+        self.varying = tuple(k for k, c in enumerate(constant) if not c)
+        #: signature -> its call; the generated code holds this dict: cleared, never replaced
+        self.calls: dict = {}
+
+    def key(self, inputs: tuple) -> tuple | None:
+        """The inputs' signature, or None where a non-constant input is no ndarray."""
+        key = []
+        for k in self.varying:
+            x = inputs[k] if k < len(inputs) else None
+            if x.__class__ is not np.ndarray:
+                return None
+            key += (x.shape, x.dtype)
+        return tuple(key)
+
+    def guard(self, names: list[str], calls: str, new: str) -> str:
+        """Generated code: for the variables ``names`` (the inputs), the signature's call,
+        ``new`` (this object: binds it) for a signature not seen, or None (the kernel as
+        written: declined, or an input no ndarray)."""
+        names = [names[k] for k in self.varying]
+        if not names:
+            return f"{calls}.get((), {new})"
+        is_array = " and ".join(f"{n}.__class__ is _nd" for n in names)
+        key = "".join(f"{n}.shape, {n}.dtype, " for n in names)
+        return f"{calls}.get(({key}), {new}) if {is_array} else None"
+
+    def __call__(self, *inputs):
+        key = self.key(inputs)
+        call = None
+        if key is not None:
+            call = self.calls.get(key, self)
+            if call is self:  # (two threads may both make it: either result is right)
+                call = self.make(inputs, self.attrs, self.constant)
+                if len(self.calls) >= _BOUND_SIGNATURES:
+                    self.calls.clear()
+                self.calls[key] = call  # (None: declined, the kernel as written)
+        if call is None:
+            return self.fn(*inputs, **self.attrs)
+        return call(*inputs)
 
 
 def _with_frees(step: Step, frees: tuple[int, ...]) -> Step:

@@ -135,6 +135,30 @@ def _describe(fn: Callable, domain: str, op_type: str, since: int) -> Kernel:
     )
 
 
+def binds(make: Callable[[tuple, dict, tuple], Callable | None]) -> Callable:
+    """Decorator: the kernel sets up a call once per input signature (a bound step).
+
+    A plan runs such a node through ``plan.BoundCall``: at the first call with a new signature
+    (each non-constant input's shape and dtype, every input an ndarray or an omitted None) it
+    calls ``make(inputs, attributes, constant)``: the call's inputs, every keyword attribute
+    (the kernel's defaults filled in) and, per input, whether it is a constant (the same
+    object at every call: an initializer, or an omitted input). ``make`` returns ``call(*inputs)``,
+    kept for the signature, or None (the kernel runs as written for it). ``call`` must return
+    exactly what the kernel returns for any inputs of that signature, which may differ from
+    the first in anything else: contiguity, alignment, writeability, values; it holds nothing
+    of one call for the next (runs on several threads share it) and returns fresh arrays,
+    never a buffer it keeps. What it saves is the kernel's look-ups and checks, its choice of
+    path, the native call's task and work split: done once in ``make``.
+    Whoever calls the kernel itself (constant folding) gets the same results.
+    """
+
+    def mark(fn: Callable) -> Callable:
+        fn.bind = make
+        return fn
+
+    return mark
+
+
 def op(op_type: str, since: int = 1, domain: str = "", **traits: Any) -> Callable:
     """Register the decorated function as the kernel of ``op_type`` from opset ``since`` on.
     ``traits``: :class:`OpTraits` fields declared for the op (all its versions)."""

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import numpy as np
 
 from .. import native
-from ..registry import op
+from ..registry import binds, op
 from .conv import CONV_ATTRIBUTES as CONV_ATTRS
 from .derived import derived, prepared
 
@@ -64,8 +64,46 @@ def _bound_conv_magnitude(attrs: dict) -> Callable:
     return call
 
 
+def _conv1d_magnitude(x_shape: tuple, x_dtype, W, bounds: tuple, eps, attrs: dict):
+    """``run(X)`` = spectral_magnitude(conv(X, W), *bounds, eps) for a float32 X of x_shape
+    (N, C, L): the direct 1-D kernel (conv.conv's first path for it: conv1d.conv1d_runner)
+    and the magnitude's slices set up once (registry.binds); None where that does not apply."""
+    if x_dtype != np.float32 or W.dtype != np.float32 or len(x_shape) != 3 or 0 in x_shape:
+        return None
+    from .conv import conv_key  # (siblings that import much: on first use)
+    from .conv1d import conv1d_runner
+
+    geometry = [attrs[k] for k in ("auto_pad", "pads", "strides", "dilations", "kernel_shape")]
+    conv = conv1d_runner(x_shape, W, attrs["group"], conv_key(*geometry))
+    if conv is None or eps.__class__ is not np.ndarray or eps.dtype != np.float32:
+        return None
+    re_index, im_index = _indices(3, *bounds)
+    sample = np.empty(conv.shape, np.float32)
+    if sample[re_index].shape != sample[im_index].shape:
+        return None  # (the broadcasting chain: as written)
+    multiply, add, sqrt = np.multiply, np.add, np.sqrt
+
+    def run(X):
+        y = conv(X, None, None)
+        re, im = y[re_index], y[im_index]
+        out = multiply(re, re)
+        square = multiply(im, im)
+        add(out, square, out)
+        add(out, eps, out)
+        return sqrt(out, out)
+
+    return run
+
+
+def _bind_conv_magnitude(inputs, attrs, constant):
+    """registry.binds of ConvMagnitude: _conv1d_magnitude, else the node's prepared call."""
+    X, W, *bounds, eps = inputs[:8]
+    run = _conv1d_magnitude(X.shape, X.dtype, W, bounds, eps, attrs) if all(constant[1:8]) else None
+    return _bound_conv_magnitude(attrs) if run is None else lambda X, *_: run(X)
+
+
 @op("ConvMagnitude", since=1, domain="ai.onyx", threads="pool")
-@prepared(_bound_conv_magnitude)
+@binds(_bind_conv_magnitude)
 def conv_magnitude(X, W, re_starts, re_ends, im_starts, im_ends, axes, eps, *,
                    auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None,
                    strides=None):  # fmt: skip
@@ -89,8 +127,21 @@ def _bound_signal_magnitude(attrs: dict) -> Callable:
     return call
 
 
+def _bind_signal_magnitude(inputs, attrs, constant):
+    """registry.binds of SignalMagnitude: the Unsqueeze's shape and _conv1d_magnitude, else
+    the node's prepared call."""
+    from .shape import _unsqueeze
+
+    audio, axes, W, *bounds, eps = inputs[:9]
+    run = None
+    if all(constant[1:9]):
+        shape = _unsqueeze(audio, axes).shape
+        run = _conv1d_magnitude(shape, audio.dtype, W, bounds, eps, attrs)
+    return _bound_signal_magnitude(attrs) if run is None else lambda a, *_: run(a.reshape(shape))
+
+
 @op("SignalMagnitude", since=1, domain="ai.onyx", threads="pool")
-@prepared(_bound_signal_magnitude)
+@binds(_bind_signal_magnitude)
 def signal_magnitude(audio, unsqueeze_axes, W, re_starts, re_ends, im_starts, im_ends, axes, eps,
                      *, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None,
                      pads=None, strides=None):  # fmt: skip

@@ -86,3 +86,27 @@ def inference(X, scale, B, mean, var, epsilon: float, relu: bool = False) -> np.
     y = np.multiply(X, mult)
     y = np.add(y, shift, out=y)
     return np.clip(y, 0, np.inf, out=y) if relu else y
+
+
+def bound_inference(inputs: tuple, epsilon: float, constant: tuple, general, relu: bool = False):
+    """registry.binds for inference's native pass: ``call(X, scale, B, mean, var)`` for float32
+    X of inputs[0]'s signature and the constant parameters, the affine form and the native
+    set-up made once; ``general`` (the kernel as written) where X is strided. None where the
+    pass does not apply."""
+    X, scale, B, mean, var = inputs[:5]
+    if not all(constant[1:5]) or X.dtype != np.float32 or X.ndim < 2 or not X.size:
+        return None
+    if any(type(p) is not np.ndarray or p.dtype != X.dtype for p in (scale, B, mean, var)):
+        return None
+    affine = _affine(scale, B, mean, var, epsilon, X.dtype)
+    if affine is None or affine.mult.size != X.shape[1]:
+        return None
+    native_pass = native.batch_norm_bound(X.shape, affine.zeros, affine.mult, affine.shift, relu)
+    if native_pass is None:
+        return None
+
+    def call(X, *params):
+        y = native_pass(X)
+        return general(X, *params) if y is None else y
+
+    return call

@@ -9,11 +9,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..registry import ONYX_DOMAIN, op
+from ..registry import ONYX_DOMAIN, binds, op
 from . import batchnorm_fast
 from .normalization import batch_normalization
 
 
+def _bind_batch_norm_relu(inputs, attrs, constant):
+    def general(*args):
+        return batch_norm_relu(*args, **attrs)
+
+    return batchnorm_fast.bound_inference(inputs, attrs["epsilon"], constant, general, relu=True)
+
+
+@binds(_bind_batch_norm_relu)
 @op("BatchNormRelu", since=1, domain=ONYX_DOMAIN)
 def batch_norm_relu(X, scale, B, mean, var, *, epsilon=1e-5):
     """Relu(BatchNormalization(X, scale, B, mean, var)) in inference mode: one native pass

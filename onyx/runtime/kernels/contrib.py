@@ -12,7 +12,7 @@ import operator
 import numpy as np
 
 from .. import native
-from ..registry import op
+from ..registry import binds, op
 from .activation import _coerced_2d, _sigmoid, _softmax
 from .derived import derived, frozen, value_key
 from .elementwise import _F32, _P32, _Q32, erf_gelu, fits, upcast
@@ -627,6 +627,27 @@ def fast_gelu(x, bias=None):
     return _fast_gelu_inplace(_plus_bias(x, bias)).astype(x.dtype, copy=False)
 
 
+def _bind_skip_layer_norm(inputs, attrs, constant):
+    x, skip, gamma, beta, bias = (tuple(inputs) + (None,) * 5)[:5]
+    if not all(constant[2:5]) or x.__class__ is not np.ndarray or x.shape != skip.shape:
+        return None
+    if x.dtype != np.float32 or skip.dtype != np.float32:
+        return None
+    epsilon = attrs["epsilon"]
+    fused = native.skip_layer_norm_bound(x, gamma, beta, bias, epsilon)
+    if fused is None:
+        return None
+
+    def call(x, skip, gamma, beta=None, bias=None):
+        done = fused(x, skip)  # (None: strided, the kernel as written)
+        if done is None:
+            return skip_layer_normalization(x, skip, gamma, beta, bias, epsilon=epsilon)
+        return done
+
+    return call
+
+
+@binds(_bind_skip_layer_norm)
 @op("SkipLayerNormalization", since=1, domain=MS)
 def skip_layer_normalization(x, skip, gamma, beta=None, bias=None, *, epsilon=1e-12):
     """LayerNorm over the last axis of input + skip (+ bias), then * gamma (+ beta).

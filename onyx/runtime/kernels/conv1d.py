@@ -29,13 +29,17 @@ def native_conv1d(
     """activation(conv(X, W) + B + z) for a float32 X (N, C, L), or None where the native
     kernel does not take it (then the caller's other paths run). attrs: native_conv_f32's
     (auto_pad, pads, strides, dilations, kernel_shape); the set-up is kept per constant W."""
+    run = conv1d_runner(X.shape, W, group, attrs, activation, alpha, beta)
+    return None if run is None else run(X, B, z)
+
+
+def conv1d_runner(x_shape: tuple, W, group: int, attrs: tuple, activation=0, alpha=0.0, beta=0.0):
+    """native_conv1d's kernel set up for inputs of ``x_shape`` (kept per constant W; a bound
+    step holds it: registry.binds), called as ``run(X, B, z)``; or None."""
     if not native.conv1d_ok():
         return None
-    key = ("conv1d", X.shape, group, attrs, activation, alpha, beta, native.thread_setting())
-    run = derived(W, key, lambda: _setup(X.shape, W, group, attrs, activation, alpha, beta))
-    if run is None:
-        return None
-    return run(X, B, z)
+    key = ("conv1d", x_shape, group, attrs, activation, alpha, beta, native.thread_setting())
+    return derived(W, key, lambda: _setup(x_shape, W, group, attrs, activation, alpha, beta))
 
 
 def _setup(x_shape, W: np.ndarray, group: int, attrs: tuple, activation, alpha, beta):

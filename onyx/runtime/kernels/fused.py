@@ -11,11 +11,14 @@ import numpy as np
 
 from .. import native
 from ..fpstate import ignoring_fp_errors
-from ..registry import ONYX_DOMAIN, op
+from ..registry import ONYX_DOMAIN, binds, op
 from .activation import hard_sigmoid_into, hard_swish, sigmoid_into
 from .conv import conv, conv_key, float32_weights, native_conv_f32
+from .conv1d import conv1d_runner
 from .derived import derived
 from .linalg import (
+    bound_matmul,
+    bound_product,
     constant_product_threads,
     few_rows_matmul,
     gemm,
@@ -90,6 +93,25 @@ def native_activation_params(activation: str, params) -> tuple[float, float]:
 _MONOTONE = ("", "Relu", "Clip")
 
 
+def _bind_fused_conv(inputs, attrs, constant):
+    """registry.binds for a float32 1-D FusedConv without Z of constant weights: the direct
+    kernel native_conv_f32 tries first (conv1d.py), its set-up found once; None elsewhere."""
+    X, W, B, Z = (tuple(inputs) + (None, None))[:4]
+    if not all(constant[1:4]) or Z is not None or X.ndim != 3 or not X.size:
+        return None
+    code = native.CONV_ACTIVATIONS.get(attrs["activation"])
+    if code is None or X.dtype != np.float32 or W.dtype != np.float32:
+        return None
+    params = list(attrs["activation_params"] or []) + [None] * 3
+    lo, hi = native_activation_params(attrs["activation"], params)
+    geometry = [attrs[k] for k in ("auto_pad", "pads", "strides", "dilations", "kernel_shape")]
+    run = conv1d_runner(X.shape, W, attrs["group"], conv_key(*geometry), code, lo, hi)
+    if run is None:
+        return None
+    return lambda X, W, B=None, Z=None: run(X, B, None)
+
+
+@binds(_bind_fused_conv)
 @op("FusedConv", since=1, domain=MS, threads="pool")
 def fused_conv(
     X,
@@ -189,6 +211,25 @@ def conv_hard_swish(
     )
 
 
+def _bind_fused_gemm(inputs, attrs, constant):
+    A, B, C = (tuple(inputs) + (None, None))[:3]
+    activation = attrs["activation"]
+    if attrs["transA"] or A.__class__ is not np.ndarray or activation not in ACTIVATIONS:
+        return None
+    product = (attrs["alpha"], attrs["beta"], attrs["transB"])
+    if activation == "Relu":  # (fused_gemm's packed GEMM with the ReLU in its epilogue)
+        call = bound_product(A, B, C, constant, *product, relu=True)
+        if call is not None:
+            return lambda A, B, C=None: call(A)
+    call = bound_product(A, B, C, constant, *product)
+    if call is None:
+        return None
+    act = ACTIVATIONS[activation]
+    params = (attrs["activation_alpha"], attrs["activation_beta"], attrs["activation_gamma"])
+    return lambda A, B, C=None: act(_owned(call(A)), *params)
+
+
+@binds(_bind_fused_gemm)
 @op("FusedGemm", since=1, domain=MS, threads=constant_product_threads)
 def fused_gemm(
     A,
@@ -213,6 +254,17 @@ def fused_gemm(
     return _activate(y, activation, activation_alpha, activation_beta, activation_gamma)
 
 
+def _bind_matmul_bias(relu: bool):
+    def make(inputs, attrs, constant):
+        A, B, bias = inputs[:3]
+        if A.__class__ is not np.ndarray or bias.__class__ is not np.ndarray:
+            return None
+        return bound_matmul(A, B, bias, constant, relu)
+
+    return make
+
+
+@binds(_bind_matmul_bias(relu=False))
 @op("MatMulAdd", since=1, domain=ONYX_DOMAIN, threads=constant_product_threads)
 def matmul_add(A, B, bias):
     """A @ B + bias: MatMul of an A of any rank by a constant 2-D B, then Add of a constant
@@ -220,6 +272,7 @@ def matmul_add(A, B, bias):
     return _matmul_bias(A, B, bias, relu=False)
 
 
+@binds(_bind_matmul_bias(relu=True))
 @op("MatMulAddRelu", since=1, domain=ONYX_DOMAIN, threads=constant_product_threads)
 def matmul_add_relu(A, B, bias):
     """Relu(A @ B + bias), as MatMulAdd."""

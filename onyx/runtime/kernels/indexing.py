@@ -3,9 +3,11 @@ ReverseSequence, Pad."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from ..registry import op
+from ..registry import binds, op
 from .mapped import LARGE_TABLE_BYTES, take_rows
 
 
@@ -333,19 +335,8 @@ _NUMPY_PAD_MODES = {"reflect": "reflect", "edge": "edge", "wrap": "wrap"}
 
 
 def _pad(data: np.ndarray, pads, mode: str, value, axes=None) -> np.ndarray:
-    rank = data.ndim
-    pads = _ints(pads)
-    axes = list(range(rank)) if axes is None else [_axis(a, rank) for a in _ints(axes)]
-    if len(pads) != 2 * len(axes):
-        raise ValueError(f"Pad: {len(pads)} pads for {len(axes)} axes")
-    begin, end = [0] * rank, [0] * rank
-    for i, a in enumerate(axes):
-        begin[a], end[a] = pads[i], pads[i + len(axes)]
-    # negative pads remove elements; crop first, then pad with the positive amounts
-    data = data[
-        tuple(slice(max(-b, 0), n + e if e < 0 else n) for b, e, n in zip(begin, end, data.shape))
-    ]
-    widths = [(max(b, 0), max(e, 0)) for b, e in zip(begin, end)]
+    crop, widths = _pad_widths(data.shape, pads, axes)
+    data = data[crop]
     if mode == "constant":
         if value is None:
             value = "" if data.dtype == object else 0
@@ -364,21 +355,46 @@ def _pad(data: np.ndarray, pads, mode: str, value, axes=None) -> np.ndarray:
     return np.pad(data, widths, mode=_NUMPY_PAD_MODES[mode])
 
 
+def _pad_widths(shape: tuple, pads, axes) -> tuple[tuple, list]:
+    """Pad's crop of the data (negative pads remove elements: crop first, then pad with the
+    positive amounts), as slices, and the (before, after) widths per axis."""
+    rank = len(shape)
+    pads = _ints(pads)
+    axes = list(range(rank)) if axes is None else [_axis(a, rank) for a in _ints(axes)]
+    if len(pads) != 2 * len(axes):
+        raise ValueError(f"Pad: {len(pads)} pads for {len(axes)} axes")
+    begin, end = [0] * rank, [0] * rank
+    for i, a in enumerate(axes):
+        begin[a], end[a] = pads[i], pads[i + len(axes)]
+    crop = tuple(slice(max(-b, 0), n + e if e < 0 else n) for b, e, n in zip(begin, end, shape))
+    return crop, [(max(b, 0), max(e, 0)) for b, e in zip(begin, end)]
+
+
 def _pad_by_slices(data: np.ndarray, widths: list, reflect: bool) -> np.ndarray:
     """np.pad's reflect / edge for pads shorter than each axis, as a few slice copies (its
     general machinery cost a small image 30 us): the data in the middle, then axis by axis
     each border from what is already there (later axes copy the earlier ones' borders too,
     so corners come out as np.pad's)."""
-    shape = [n + b + e for n, (b, e) in zip(data.shape, widths)]
+    shape, middle, borders = _slice_plan(data.shape, widths, reflect)
     out = np.empty(shape, data.dtype)
-    out[tuple(slice(b, b + n) for n, (b, _) in zip(data.shape, widths))] = data
-    whole = [slice(None)] * data.ndim
-    for axis, (n, (b, e)) in enumerate(zip(data.shape, widths)):
+    out[middle] = data
+    for at, src in borders:
+        out[at] = out[src]
+    return out
+
+
+def _slice_plan(shape: tuple, widths: list, reflect: bool) -> tuple:
+    """_pad_by_slices's copies: the output's shape, the data's place, then (destination,
+    source) index tuples of each border in order."""
+    out_shape = [n + b + e for n, (b, e) in zip(shape, widths)]
+    middle = tuple(slice(b, b + n) for n, (b, _) in zip(shape, widths))
+    whole, borders = [slice(None)] * len(shape), []
+    for axis, (n, (b, e)) in enumerate(zip(shape, widths)):
         at = whole.copy()
         if b:
             at[axis] = slice(0, b)
             src = slice(2 * b, b, -1) if reflect else slice(b, b + 1)
-            out[tuple(at)] = out[tuple(whole[:axis] + [src])]
+            borders.append((tuple(at), tuple(whole[:axis] + [src])))
         if e:
             last = b + n - 1  # (the data's last index here)
             at[axis] = slice(last + 1, last + 1 + e)
@@ -388,8 +404,51 @@ def _pad_by_slices(data: np.ndarray, widths: list, reflect: bool) -> np.ndarray:
                 if reflect
                 else slice(last, last + 1)
             )
-            out[tuple(at)] = out[tuple(whole[:axis] + [src])]
-    return out
+            borders.append((tuple(at), tuple(whole[:axis] + [src])))
+    return out_shape, middle, borders
+
+
+def _bind_pad(inputs, attrs, constant):
+    """registry.binds for Pad-11+ with constant pads, value and axes: the crop, widths and
+    copies worked out once; the constant and reflect / edge modes (others: as written)."""
+    data, pads, value, axes = (tuple(inputs) + (None,) * 4)[:4]
+    mode = attrs["mode"]
+    if (
+        not all(constant[1:4])
+        or data.dtype == object
+        or mode not in ("constant", "reflect", "edge")
+    ):
+        return None
+    crop, widths = _pad_widths(data.shape, pads, axes)
+    cropped = data[crop].shape
+    if mode == "constant":
+        value = 0 if value is None else np.asarray(value).reshape(-1)[0]
+        shape = [n + b + e for n, (b, e) in zip(cropped, widths)]
+        middle, full, dtype = (
+            tuple(slice(b, b + n) for n, (b, _) in zip(cropped, widths)),
+            np.full,
+            data.dtype,
+        )
+
+        def constant_pad(data, *_):
+            out = full(shape, value, dtype=dtype)
+            out[middle] = data[crop]
+            return out
+
+        return constant_pad
+    if not math.prod(cropped) or not all(b < n and e < n for n, (b, e) in zip(cropped, widths)):
+        return None
+    shape, middle, borders = _slice_plan(cropped, widths, mode == "reflect")
+    empty, dtype = np.empty, data.dtype
+
+    def sliced_pad(data, *_):
+        out = empty(shape, dtype)
+        out[middle] = data[crop]
+        for at, src in borders:
+            out[at] = out[src]
+        return out
+
+    return sliced_pad
 
 
 @op("Pad", since=1)
@@ -402,6 +461,7 @@ def pad_2(data, *, pads, mode="constant", value=0.0):
     return _pad(data, pads, mode, value)
 
 
+@binds(_bind_pad)
 @op("Pad", since=11)
 def pad(data, pads, constant_value=None, axes=None, *, mode="constant"):
     value = None if constant_value is None else np.asarray(constant_value).reshape(-1)[0]

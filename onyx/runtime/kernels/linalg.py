@@ -15,7 +15,7 @@ import numpy as np
 
 from ...ir import DataType
 from .. import native
-from ..registry import op
+from ..registry import binds, op
 from .derived import derived, value_key
 from .elementwise import upcast
 
@@ -91,6 +91,65 @@ def constant_product_threads(node) -> str:
     return "pool" if packed and native.sgemm_ok() else "blas"
 
 
+def bound_matmul(a, b, bias, constant, relu=False):
+    """``call(a)`` computing packed_matmul's product (then few_rows_matmul's, when ``relu``
+    is False) for A of a's signature and a constant B (and bias), the path chosen once
+    (registry.binds); None where neither applies."""
+    if not (constant[1] and (bias is None or constant[2])) or b.__class__ is not np.ndarray:
+        return None
+    if a.dtype != _F32 or b.dtype != _F32 or a.ndim < 2 or b.ndim != 2 or b.flags.writeable:
+        return None
+    if bias is not None and (bias.dtype != _F32 or bias.shape != (b.shape[1],)):
+        return None
+    K = a.shape[-1]
+    if K != b.shape[0] or not K:
+        return None
+    rows, shape = a.size // K, a.shape[:-1] + (b.shape[1],)
+    if a.size >= native.SGEMM_ROWS * K:
+        gemm = packed_b(b)
+        product = None if gemm is None else gemm.bound(rows, bias, relu)
+        if product is not None:
+            return lambda a, *_: product(a.reshape(rows, K)).reshape(shape)
+    if not 0 < rows <= native.GEMV_ROWS or not native.gemv_ok():
+        return _bound_numpy_matmul(a, b, bias, relu)
+    key = ("gemv", False, rows, 1.0, 1.0, native.thread_setting())  # (few_rows_matmul's)
+    make = lambda: native.FloatGemv(b, False, rows, alpha=1.0, beta=1.0)  # noqa: E731
+    gemv = derived(b, key, make).bound(bias)
+    if not relu:
+        return lambda a, *_: gemv(a.reshape(rows, K)).reshape(shape)
+    clip, inf = np.clip, np.inf
+
+    def gemv_relu(a, *_):  # (_matmul_bias's Relu after the GEMV: fused.ACTIVATIONS')
+        y = gemv(a.reshape(rows, K)).reshape(shape)
+        return clip(y, 0, inf, out=y)
+
+    return gemv_relu
+
+
+def _bound_numpy_matmul(a, b, bias, relu):
+    """matmul's numpy path (gemm_matmul's one GEMM for a stack of rows), then
+    fused._matmul_bias's bias and Relu, for float32 A of a's shape."""
+    K, N = b.shape
+    shape = a.shape[:-1] + (N,)
+    stacked, matmul_, clip, inf = a.ndim > 2, np.matmul, np.clip, np.inf
+
+    def call(a, *_):
+        y = matmul_(a.reshape(-1, K), b).reshape(shape) if stacked else matmul_(a, b)
+        if bias is not None:
+            y += bias
+        return clip(y, 0, inf, out=y) if relu else y
+
+    return call
+
+
+def _bind_matmul(inputs, attrs, constant):
+    a, b = inputs[:2]
+    if a.__class__ is not np.ndarray or b.__class__ is not np.ndarray:
+        return None
+    return bound_matmul(a, b, None, constant)
+
+
+@binds(_bind_matmul)
 @op("MatMul", since=1, threads=constant_product_threads)
 def mat_mul(a, b):
     return matmul(a, b)
@@ -332,6 +391,80 @@ def gemm_1(a, b, c, *, alpha=1.0, beta=1.0, transA=0, transB=0, broadcast=0):
     return _gemm(a, b, c, alpha, beta, transA, transB)
 
 
+_F32 = np.dtype(np.float32)
+
+
+def bound_product(a, b, c, constant, alpha=1.0, beta=1.0, trans_b=0, relu=False):
+    """``call(a)`` computing what ``_gemm`` (``relu``: ``packed_gemm``'s ReLU) computes for A
+    of a's signature, B and C the constants given (C: None for none), with _gemm's choice of
+    path made once (registry.binds); None where B or C vary, or the types are not float32."""
+    if not (constant[1] and (c is None or constant[2])) or b.__class__ is not np.ndarray:
+        return None
+    if not (a.dtype == b.dtype == _F32 and a.ndim == b.ndim == 2) or (
+        c is not None and c.dtype != _F32
+    ):
+        return None
+    rows = a.shape[0]
+    if relu:  # (fused_gemm's Relu: the packed GEMM's epilogue or nothing)
+        return _bound_packed(a, b, c, alpha, beta, trans_b, relu)
+    tiny = b.size < NUMPY_GEMV_WEIGHTS and rows <= native.GEMV_ROWS
+    if tiny:
+        return _bound_numpy_gemm(b, c, alpha, beta, trans_b)
+    n = b.shape[0 if trans_b else 1]
+    if rows <= native.GEMV_ROWS and native.gemv_ok():  # (native_gemv, set up as it does)
+        if c is not None and c.shape not in ((n,), (1, n)):
+            return None
+        key = ("gemv", trans_b, rows, alpha, beta, native.thread_setting())
+        make = lambda: native.FloatGemv(b, bool(trans_b), rows, alpha=alpha, beta=beta)  # noqa: E731
+        return derived(b, key, make).bound(None if c is None or beta == 0 else c.reshape(-1))
+    return _bound_packed(a, b, c, alpha, beta, trans_b, relu)
+
+
+def _bound_packed(a, b, c, alpha, beta, trans_b, relu):
+    """packed_gemm bound to A's rows (None where it does not apply)."""
+    if alpha != 1 or a.shape[0] < native.SGEMM_ROWS:
+        return None
+    n = b.shape[0 if trans_b else 1]
+    bias = None
+    if c is not None and beta != 0:
+        if c.shape not in ((n,), (1, n)):
+            return None
+        bias = c if c.ndim == 1 else c.reshape(-1)
+        if beta != 1:
+            bias = bias * np.float32(beta)
+    gemm = packed_b(b, bool(trans_b))
+    if gemm is None or gemm.K != a.shape[1]:
+        return None
+    return gemm.bound(a.shape[0], bias, relu)
+
+
+def _bound_numpy_gemm(b, c, alpha, beta, trans_b):
+    """_gemm's numpy path for float32 operands, B' and beta * C made once."""
+    bt = b.T if trans_b else b
+    scale = None if alpha == 1 else np.float32(alpha)
+    cc = None if c is None or beta == 0 else c if beta == 1 else c * np.float32(beta)
+    matmul_ = np.matmul
+
+    def call(a):
+        y = matmul_(a, bt)
+        if scale is not None:
+            y *= scale
+        if cc is not None:
+            y += cc
+        return y
+
+    return call
+
+
+def _bind_gemm(inputs, attrs, constant):
+    a, b, c = (tuple(inputs) + (None, None))[:3]
+    if attrs["transA"] or a.__class__ is not np.ndarray:
+        return None
+    call = bound_product(a, b, c, constant, attrs["alpha"], attrs["beta"], attrs["transB"])
+    return None if call is None else lambda a, b, c=None: call(a)
+
+
+@binds(_bind_gemm)
 @op("Gemm", since=7, threads=constant_product_threads)
 def gemm(a, b, c=None, *, alpha=1.0, beta=1.0, transA=0, transB=0):
     return _gemm(a, b, c, alpha, beta, transA, transB)

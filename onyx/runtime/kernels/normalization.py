@@ -12,7 +12,7 @@ import numpy as np
 
 from ...ir.dtypes import to_numpy
 from .. import native
-from ..registry import op
+from ..registry import binds, op
 from . import batchnorm_fast
 from .conv import compute_dtype
 
@@ -64,6 +64,18 @@ def _batch_norm(X, scale, B, mean, var, *, epsilon, momentum, training, spatial=
     )
 
 
+def _bind_batch_norm(inputs, attrs, constant):
+    if attrs["training_mode"]:
+        return None
+    epsilon = attrs["epsilon"]
+
+    def general(*args):
+        return batch_normalization(*args, **attrs)
+
+    return batchnorm_fast.bound_inference(inputs, epsilon, constant, general)
+
+
+@binds(_bind_batch_norm)
 @op("BatchNormalization", since=14)
 def batch_normalization(
     X, scale, B, input_mean, input_var, *, epsilon=1e-5, momentum=0.9, training_mode=0
@@ -211,6 +223,27 @@ def _per_row(v: np.ndarray, batch: int, groups: int, dtype) -> np.ndarray:
     return np.tile(v.astype(dtype, copy=False).reshape(groups, -1), (batch, 1))
 
 
+def _bind_instance_norm(inputs, attrs, constant):
+    """registry.binds for float32 input and constant scale and B: the per-row parameters and
+    the native rows' set-up made once."""
+    x, scale, B = inputs[:3]
+    if not (constant[1] and constant[2]) or x.dtype != np.float32 or x.ndim < 2 or not x.size:
+        return None
+    N, C = x.shape[:2]
+    rows = (N * C, 1, x.size // (N * C))
+    s, b = (_per_row(v, N, C, x.dtype) for v in (scale, B))
+    normalize = native.norm_rows_bound(rows, s, b, attrs["epsilon"])
+    if normalize is None:
+        return None
+    shape, contiguous = x.shape, np.ascontiguousarray
+
+    def call(input, *_):
+        return normalize(contiguous(input).reshape(rows)).reshape(shape)
+
+    return call
+
+
+@binds(_bind_instance_norm)
 @op("InstanceNormalization", since=1)
 def instance_normalization(input, scale, B, *, consumed_inputs=None, epsilon=1e-5):
     ct = compute_dtype(input.dtype)
@@ -301,6 +334,26 @@ def layer_norm_last(X, Scale, B, epsilon):
     return d, mean, inv_std
 
 
+def _bind_layer_norm(inputs, attrs, constant):
+    """registry.binds for layer_norm_last's native rows (float32 over the last axis, constant
+    parameters): their set-up made once."""
+    X, Scale, B = (tuple(inputs) + (None,))[:3]
+    if not (constant[1] and (len(constant) < 3 or constant[2])) or X.dtype != np.float32:
+        return None
+    if not X.ndim or attrs["axis"] not in (-1, X.ndim - 1) or attrs["stash_type"] != 1:
+        return None
+    if Scale.dtype != np.float32 or Scale.shape != X.shape[-1:]:
+        return None
+    if B is not None and (B.dtype != np.float32 or B.shape != X.shape[-1:]):
+        return None
+    rows = native.layer_norm_bound(X.shape, Scale, B, attrs["epsilon"])
+    if rows is None:
+        return None
+    contiguous = np.ascontiguousarray
+    return lambda X, *_: rows(contiguous(X))
+
+
+@binds(_bind_layer_norm)
 @op("LayerNormalization", since=17)
 def layer_normalization(X, Scale, B=None, *, axis=-1, epsilon=1e-5, stash_type=1):
     if (

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import native
-from ..registry import op
+from ..registry import binds, op
 from . import reduce_fast
 from .elementwise import is_float, upcast
 
@@ -132,6 +132,49 @@ def _reduce(r: Reduction, data, axes, keepdims: int, noop_with_empty_axes: int =
     return np.asarray(out).astype(data.dtype, copy=False)
 
 
+def _bound_mean(kernel: Callable, axes_input: bool):
+    """registry.binds for ReduceMean of float32 with constant axes: _mean's path for the
+    signature chosen once (the native row means over trailing axes, else numpy's sum and
+    division: the same calls); None elsewhere."""
+
+    def make(inputs, attrs, constant):
+        data = inputs[0]
+        axes = (inputs[1] if len(inputs) > 1 else None) if axes_input else attrs["axes"]
+        if axes_input and not constant[1] or data.dtype != np.float32 or not data.size:
+            return None
+        axes = _normalize_axes(axes, data.ndim)
+        if axes is None:
+            return None
+        keepdims = bool(attrs["keepdims"])
+        if axes[0] > 0 and axes == tuple(range(axes[0], data.ndim)):  # (the row means)
+            return _bound_row_means(kernel, data.shape, axes[0], keepdims, attrs)
+        count = math.prod(data.shape[a] for a in axes)
+        add, divide, asarray = np.add.reduce, np.true_divide, np.asarray
+
+        def call(data, *_):
+            total = add(data, axis=axes, keepdims=keepdims)
+            return divide(total, count, out=total) if total.ndim else asarray(total / count)
+
+        return call
+
+    return make
+
+
+def _bound_row_means(kernel, shape: tuple, first: int, keepdims: bool, attrs: dict):
+    rows_shape = (math.prod(shape[:first]), -1)
+    out = shape[:first] + (1,) * (len(shape) - first) if keepdims else shape[:first]
+    mean_rows = native.mean_rows_f32
+
+    def call(data, *rest):
+        if data.flags.c_contiguous:
+            y = mean_rows(data.reshape(rows_shape))
+            if y is not None:
+                return y.reshape(out)
+        return kernel(data, *rest, **attrs)
+
+    return call
+
+
 def _register_reduction(name: str, r: Reduction, input_axes_since: int) -> None:
     fast = reduce_fast.FAST.get(name, lambda *_: None)  # (float32 over the last axis)
 
@@ -143,6 +186,9 @@ def _register_reduction(name: str, r: Reduction, input_axes_since: int) -> None:
         y = fast(data, axes, keepdims)
         return _reduce(r, data, axes, keepdims, noop_with_empty_axes) if y is None else y
 
+    if name == "ReduceMean":
+        binds(_bound_mean(with_axes_attribute, axes_input=False))(with_axes_attribute)
+        binds(_bound_mean(with_axes_input, axes_input=True))(with_axes_input)
     op(name, since=1)(with_axes_attribute)
     op(name, since=input_axes_since)(with_axes_input)
 

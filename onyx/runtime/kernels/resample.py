@@ -17,7 +17,7 @@ from functools import lru_cache
 import numpy as np
 
 from .. import native
-from ..registry import op
+from ..registry import binds, op
 from .conv import compute_dtype, pad_spatial
 from .derived import frozen
 
@@ -170,8 +170,13 @@ def _targets(shape, axes, scales, sizes, roi, keep_aspect_ratio_policy, coordina
     return list(zip(outs, scales, starts, ends, [None] * n))
 
 
-def _resize(
-    X,
+def _resize(X, roi, scales, sizes, **attrs):
+    return _resize_path(X.shape, X.dtype, roi, scales, sizes, **attrs)(X)
+
+
+def _resize_path(
+    shape,
+    dtype,
     roi,
     scales,
     sizes,
@@ -187,37 +192,40 @@ def _resize(
     keep_aspect_ratio_policy="stretch",
     legacy_nearest=False,
 ):
-    r = X.ndim
+    """Resize of an X of ``shape`` and ``dtype`` as ``run(X)``: the output lengths, the path
+    and its tables worked out from the shape and the constant operands alone (a bound step
+    keeps it: registry.binds)."""
+    r = len(shape)
     axes = [a % r for a in axes] if axes else list(range(r))
     plan = _targets(
-        X.shape, axes, scales, sizes, roi, keep_aspect_ratio_policy, coordinate_transformation_mode
+        shape, axes, scales, sizes, roi, keep_aspect_ratio_policy, coordinate_transformation_mode
     )
-    empty = 0 in X.shape or any(p[0] == 0 for p in plan)  # (the general path's empty result)
+    empty = 0 in shape or any(p[0] == 0 for p in plan)  # (the general path's empty result)
     if not empty and mode == "nearest" and coordinate_transformation_mode != "tf_crop_and_resize":
         rounding = "legacy" if legacy_nearest else nearest_mode
         tables = {
-            axis: _nearest_table(coordinate_transformation_mode, rounding, X.shape[axis], *p)
+            axis: _nearest_table(coordinate_transformation_mode, rounding, shape[axis], *p)
             for axis, p in zip(axes, plan)
         }
-        return _nearest(X, tables)
-    if not empty and mode == "linear" and not antialias and X.dtype in _BILINEAR_TYPES:
+        return lambda X: _nearest(X, tables)
+    if not empty and mode == "linear" and not antialias and dtype in _BILINEAR_TYPES:
         targets = dict(zip(axes, plan))
-        pair = _bilinear_axes(X.shape, targets)
+        pair = _bilinear_axes(shape, targets)
         if pair is not None:
-            return _bilinear(X, pair, targets, coordinate_transformation_mode, extrapolation_value)
-    return _resize_general(
-        X,
-        axes,
-        plan,
-        mode,
-        coordinate_transformation_mode,
-        nearest_mode,
-        cubic_coeff_a,
-        exclude_outside,
-        extrapolation_value,
-        antialias,
-        legacy_nearest,
-    )
+            ctm = coordinate_transformation_mode
+            return lambda X: _bilinear(X, pair, targets, ctm, extrapolation_value)
+    general = (mode, coordinate_transformation_mode, nearest_mode, cubic_coeff_a)
+    general += (exclude_outside, extrapolation_value, antialias, legacy_nearest)
+    return lambda X: _resize_general(X, axes, plan, *general)
+
+
+def _bind_resize(inputs, attrs, constant):
+    """registry.binds for constant roi, scales and sizes: _resize_path once per shape."""
+    if not all(constant[1:4]):
+        return None
+    X, roi, scales, sizes = (tuple(inputs) + (None,) * 3)[:4]
+    run = _resize_path(X.shape, X.dtype, roi, scales, sizes, **attrs)
+    return lambda X, *_: run(X)
 
 
 def _resize_general(
@@ -474,6 +482,7 @@ def _bilinear(X, pair, targets, coordinate_mode, extrapolation_value) -> np.ndar
     return np.ascontiguousarray(np.moveaxis(y, (-2, -1), pair))
 
 
+@binds(_bind_resize)
 @op("Resize", since=18)
 def resize(
     X,
@@ -508,6 +517,7 @@ def resize(
     )
 
 
+@binds(_bind_resize)
 @op("Resize", since=11)
 def resize_11(
     X,

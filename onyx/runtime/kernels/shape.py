@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from ..registry import op
+from ..registry import binds, op
 
 
 def _ints(x) -> list[int]:
@@ -44,6 +44,16 @@ def reshape_1(data, *, shape=(), consumed_inputs=None):
     return _reshape(data, list(shape), 0)
 
 
+def _bind_reshape(inputs, attrs, constant):
+    """registry.binds for a constant shape: the dims worked out once (0s and -1 resolved)."""
+    data, shape = inputs[:2]
+    if not constant[1]:
+        return None
+    dims = _reshape(data, _ints(shape), attrs["allowzero"]).shape
+    return lambda data, shape: data.reshape(dims)
+
+
+@binds(_bind_reshape)
 @op("Reshape", since=5)
 def reshape(data, shape, *, allowzero=0):
     return _reshape(data, _ints(shape), allowzero)
@@ -122,6 +132,29 @@ def squeeze_1(data, *, axes=None):
     return _squeeze(data, axes)
 
 
+def _bind_squeeze(inputs, attrs, constant):
+    """registry.binds for constant axes (or none): the axes resolved once."""
+    data, axes = (tuple(inputs) + (None,))[:2]
+    if not constant[1]:
+        return None
+    if axes is None:
+        return lambda data, axes=None: np.squeeze(data)
+    resolved = tuple(_axis(a, data.ndim) for a in _ints(axes))
+    _squeeze(data, axes)  # (the kernel's error, where the axes do not fit: raised here)
+    squeeze_ = np.squeeze
+    return lambda data, axes=None: squeeze_(data, axis=resolved)
+
+
+def _bind_unsqueeze(inputs, attrs, constant):
+    """registry.binds for constant axes: the output's shape worked out once."""
+    data, axes = inputs[:2]
+    if not constant[1]:
+        return None
+    shape = _unsqueeze(data, axes).shape
+    return lambda data, axes: data.reshape(shape)
+
+
+@binds(_bind_squeeze)
 @op("Squeeze", since=13)
 def squeeze(data, axes=None):
     return _squeeze(data, axes)
@@ -144,6 +177,7 @@ def unsqueeze_1(data, *, axes):
     return _unsqueeze(data, axes)
 
 
+@binds(_bind_unsqueeze)
 @op("Unsqueeze", since=13)
 def unsqueeze(data, axes):
     return _unsqueeze(data, axes)

@@ -116,11 +116,15 @@ from .rnn import GruRecurrence, LstmRecurrence, gru_f32, lstm_f32, recurrence_ok
 from .rnn import Inputs as RecurrenceInputs
 from .rnn import Rows as RecurrenceRows
 from .rows import (
+    batch_norm_bound,
     batch_norm_f32,
+    layer_norm_bound,
     layer_norm_f32,
     mean_rows_f32,
+    norm_rows_bound,
     norm_rows_f32,
     qmean_rows,
+    skip_layer_norm_bound,
     skip_layer_norm_f32,
     softmax_rows_f32,
 )
@@ -159,6 +163,7 @@ __all__ = [
     "PlaneConv",
     "SMALL_CONV_K",
     "available",
+    "batch_norm_bound",
     "batch_norm_f32",
     "batched_int8_gemm",
     "bilinear_f32",
@@ -199,7 +204,9 @@ __all__ = [
     "int8_gemm",
     "int8_gemm_ok",
     "int8_gemm_setup",
+    "layer_norm_bound",
     "layer_norm_f32",
+    "skip_layer_norm_bound",
     "skip_layer_norm_f32",
     "softmax_rows_f32",
     "library",
@@ -210,6 +217,7 @@ __all__ = [
     "mean_rows_f32",
     "nbits_ok",
     "nbits_product",
+    "norm_rows_bound",
     "norm_rows_f32",
     "pack",
     "pack_conv_f32",

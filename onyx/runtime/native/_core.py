@@ -14,6 +14,7 @@ import ctypes
 import functools
 import importlib.machinery
 import os
+import sys
 import weakref
 from pathlib import Path
 
@@ -365,3 +366,68 @@ _PARALLEL_ELEMENTS = 1 << 16
 #: The same for QLinearAdd / QLinearMul / QuantizeLinear on AVX-512 (a few bytes' work a
 #: value).
 _PARALLEL_BYTES = 1 << 14
+
+
+class WorkSplit:
+    """A bound call's split of its work between the pool's threads (registry.binds): one
+    thread, fixed, where the work is below ``least``; else made per thread setting and kept
+    (the setting may change between runs), or ``ways`` given: those threads always (a set-up
+    made per setting). Calling it gives (cuts' address, parts, threads, cuts);
+    ``cuts_of(ways)`` makes the cuts, as the kernel's own call would."""
+
+    __slots__ = ("work", "parts", "least", "cuts_of", "fixed", "by_setting")
+
+    def __init__(self, work: int, parts: int, least: int, cuts_of, ways: int | None = None):
+        self.work, self.parts, self.least, self.cuts_of = work, parts, least, cuts_of
+        self.by_setting: dict = {}
+        if ways is None and work < least:
+            ways = 1
+        self.fixed = None if ways is None else self._made(ways)
+
+    def _made(self, ways: int) -> tuple:
+        cuts = np.ascontiguousarray(self.cuts_of(ways), np.int64)
+        return (_addr(cuts), len(cuts) - 1, ways, cuts)  # (the cuts held with their address)
+
+    def __call__(self) -> tuple:
+        if self.fixed is not None:
+            return self.fixed
+        setting = _threads.get()
+        split = self.by_setting.get(setting)
+        if split is None:
+            split = self.by_setting[setting] = self._made(_ways(self.work, self.parts, self.least))
+        return split
+
+
+def bound_task(template: ctypes.Structure, part: int, split: WorkSplit, fields, what="kernel"):
+    """``run(*pointers)`` for a bound call: a copy of ``template`` (a task struct filled once:
+    sizes, constants' addresses) with the call's pointers set in the order of ``fields``,
+    run as ``_run`` runs it. A copy per call: calls come from several threads. (Generated
+    per field list: a loop of setattr took twice the time of the plain stores.)"""
+    fields = tuple(fields)
+    make = _TASK_RUNNERS.get(fields)
+    if make is None:
+        env: dict = {}
+        args = ", ".join(f"p{k}" for k in range(len(fields)))
+        stores = "".join(f"        task.{f} = p{k}\n" for k, f in enumerate(fields))
+        source = (
+            "def make(copy, template, part, split, core, byref, check, what):\n"
+            f"    def run({args}):\n"
+            "        task = copy(template)\n"
+            f"{stores}"
+            "        cuts_at, parts, ways, _ = split.fixed or split()\n"
+            "        status = core.lib.onyx_parallel(part, byref(task), cuts_at, parts, ways)\n"
+            "        if status:\n"
+            "            check(status, what)\n"
+            "    return run\n"
+        )
+        exec(compile(source, "<onyx bound task>", "exec"), env)
+        make = _TASK_RUNNERS[fields] = env["make"]
+    copy = type(template).from_buffer_copy
+    core = sys.modules[__name__]  # (the pool's entry looked up per call, as _run does)
+    run = make(copy, template, part, split, core, ctypes.byref, check, what)
+    run.template = template  # (its constants' arrays are held by whoever made it)
+    return run
+
+
+#: bound_task's generated makers, by the fields a call sets
+_TASK_RUNNERS: dict[tuple, object] = {}

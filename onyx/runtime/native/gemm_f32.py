@@ -9,7 +9,19 @@ from ctypes import byref
 import numpy as np
 
 from . import _core as core
-from ._core import _I64, _P, _PARALLEL_MACS, _addr, _check_sizes, _element_cuts, _ways, abi
+from ._core import (
+    _I64,
+    _P,
+    _PARALLEL_MACS,
+    WorkSplit,
+    _addr,
+    _check_sizes,
+    _element_cuts,
+    _input_addr,
+    _ways,
+    abi,
+    bound_task,
+)
 
 
 @abi("sgemm_task")
@@ -98,6 +110,32 @@ class PackedGemm:
         if status:
             core.check(status, "float GEMM")
         return y
+
+    def bound(self, M: int, bias: np.ndarray | None = None, relu: bool = False):
+        """``call(a)`` = ``self(a, bias, relu)`` for float32 A [M, K] of any layout and a
+        constant ``bias`` (registry.binds): the split and the constants' addresses found
+        once."""
+        if bias is not None:
+            bias = np.ascontiguousarray(bias)
+        K, N, panels = self.K, self.N, self.panels
+        split = WorkSplit(M * K * N, panels, _PARALLEL_MACS, lambda w: _element_cuts(panels, 1, w))
+        template = _SgemmTask(None, self._packed_at, None, M, K, N, K, N, _addr(bias), int(relu))
+        run, shape, empty, f32 = (
+            bound_task(template, core.lib.sgemm_range, split, ("a", "y"), "float GEMM"),
+            (M, N),
+            np.empty,
+            np.float32,
+        )
+
+        def call(a: np.ndarray) -> np.ndarray:
+            if not a.flags.c_contiguous:
+                a = np.ascontiguousarray(a)
+            y = empty(shape, f32)
+            run(_input_addr(a), _addr(y))
+            return y
+
+        call.held = (self, bias)
+        return call
 
 
 def bind(lib, isa: int) -> None:

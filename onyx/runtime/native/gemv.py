@@ -11,12 +11,15 @@ from ._core import (
     _I64,
     _P,
     _PARALLEL_MACS,
+    WorkSplit,
     _addr,
     _even_cuts,
     _filled,
+    _input_addr,
     _run,
     _ways,
     abi,
+    bound_task,
     range_of,
 )
 
@@ -100,6 +103,28 @@ class FloatGemv:
             task.z = _addr(z)
         _run(core.lib.gemv_range, task, self.cuts, self.ways)
         return y
+
+    def bound(self, c=None):
+        """``call(x)`` = ``self(x, c)`` for a constant ``c`` (registry.binds): the task made
+        once with c's address; x (rows, K) float32, any layout."""
+        template = _GemvF32.from_buffer_copy(self.task)
+        if c is not None:
+            c = np.ascontiguousarray(c, np.float32)
+            template.c = _addr(c)
+        cuts = self.cuts  # (the split this set-up was made with: it is kept per setting)
+        split = WorkSplit(0, 0, 0, lambda ways: cuts, ways=self.ways)
+        run = bound_task(template, core.lib.gemv_range, split, ("x", "y"))
+        shape, empty, f32 = self.shape, np.empty, np.float32
+
+        def call(x: np.ndarray) -> np.ndarray:
+            if not x.flags.c_contiguous:
+                x = np.ascontiguousarray(x)
+            y = empty(shape, f32)
+            run(_input_addr(x), _addr(y))
+            return y
+
+        call.held = (self, c)
+        return call
 
 
 def bind(lib, isa: int) -> None:

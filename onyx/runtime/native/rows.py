@@ -4,6 +4,7 @@ normalization."""
 from __future__ import annotations
 
 import ctypes
+import math
 
 import numpy as np
 
@@ -14,12 +15,14 @@ from ._core import (
     _PARALLEL_BYTES,
     _PARALLEL_ELEMENTS,
     BYTES,
+    WorkSplit,
     _addr,
     _element_cuts,
     _input_addr,
     _run,
     _ways,
     abi,
+    bound_task,
     range_of,
 )
 
@@ -121,6 +124,35 @@ def batch_norm_f32(
     return y
 
 
+def batch_norm_bound(shape: tuple, mean, mult, bias, relu: bool = False):
+    """``call(x)`` = batch_norm_f32(x, mean, mult, bias, relu) for float32 x of ``shape``,
+    C-contiguous (None otherwise: the caller's general path), the constant parameters'
+    addresses and the split found once (registry.binds); None where it does not apply."""
+    if core.lib is None or len(shape) < 2:
+        return None
+    params = [_vector_f32(v) for v in (mean, mult, bias)]
+    if any(v.size != shape[1] for v in params):
+        return None
+    rows = shape[0] * shape[1]
+    size = math.prod(shape) // rows if rows else 0
+    split = WorkSplit(
+        math.prod(shape), rows, _PARALLEL_ELEMENTS, lambda w: _element_cuts(rows, 1, w)
+    )
+    template = _BatchNorm(None, None, *(_param_addr(v) for v in params), shape[1], size)
+    entry = core.lib.batch_norm_relu_f32_range if relu else core.lib.batch_norm_f32_range
+    run, empty, f32 = bound_task(template, entry, split, ("x", "y")), np.empty, np.float32
+
+    def call(x):
+        if not x.flags.c_contiguous:
+            return None
+        y = empty(shape, f32)
+        run(_input_addr(x), _addr(y))
+        return y
+
+    call.held = params
+    return call
+
+
 def _vector_f32(v) -> np.ndarray:
     """v as a contiguous float32 vector: v itself when it is one (so that a constant keeps its
     identity, which _param_addr keys on)."""
@@ -173,6 +205,34 @@ def layer_norm_f32(x: np.ndarray, scale: np.ndarray, bias, epsilon: float):
     ways = _ways(x.size, rows, _PARALLEL_ELEMENTS)
     _run(core.lib.layer_norm_f32_range, task, _element_cuts(rows, 1, ways), ways)
     return y, stats[0], stats[1]
+
+
+def layer_norm_bound(shape: tuple, scale: np.ndarray, bias, epsilon: float):
+    """``call(x)`` = layer_norm_f32(x, scale, bias, epsilon) for C-contiguous float32 x of
+    ``shape``, the constant parameters' addresses and the split found once (registry.binds);
+    None without the library."""
+    if core.lib is None or not shape:
+        return None
+    n = shape[-1]
+    size = math.prod(shape)
+    rows = size // n if n else 0
+    scale = np.ascontiguousarray(scale, np.float32)
+    bias = None if bias is None else np.ascontiguousarray(bias, np.float32)
+    bias_at = None if bias is None else _param_addr(bias)
+    template = _LayerNorm(None, _param_addr(scale), bias_at, None, None, None, n, float(epsilon))
+    split = WorkSplit(size, rows, _PARALLEL_ELEMENTS, lambda w: _element_cuts(rows, 1, w))
+    fields = ("x", "y", "mean", "inv_std")
+    run = bound_task(template, core.lib.layer_norm_f32_range, split, fields)
+    stats_shape, empty, f32 = (2,) + shape[:-1] + (1,), np.empty, np.float32
+
+    def call(x):
+        y, stats = empty(shape, f32), empty(stats_shape, f32)
+        mean, inv_std = stats[0], stats[1]
+        run(_addr(x), _addr(y), _addr(mean), _addr(inv_std))
+        return y, mean, inv_std
+
+    call.held = (scale, bias)
+    return call
 
 
 #: A node's set-up of skip_layer_norm_f32 with constant parameters, by (x's shape, the
@@ -242,6 +302,33 @@ def _skip_setup(x, scale, bias, add, epsilon: float) -> tuple | None:
     return (scale, bias, add, template, _addr(cuts), len(cuts) - 1, ways, stats_shape, cuts)
 
 
+def skip_layer_norm_bound(x, scale, bias, add, epsilon: float):
+    """``call(x, skip)`` = skip_layer_norm_f32(x, skip, scale, bias, add, epsilon) for x and
+    skip of x's shape, C-contiguous (None otherwise: the caller's general path), the constant
+    parameters set up once (registry.binds); None where the set-up does not apply."""
+    if core.lib is None or x.dtype != np.float32:
+        return None
+    setup = _skip_setup(x, scale, bias, add, epsilon)
+    if setup is None:
+        return None
+    template, stats_shape, rows = setup[3], setup[7], x.size // x.shape[-1]
+    split = WorkSplit(x.size, rows, _PARALLEL_ELEMENTS, lambda w: _element_cuts(rows, 1, w))
+    fields = ("x", "y", "skip", "sum", "mean", "inv_std")
+    run = bound_task(template, core.lib.layer_norm_f32_range, split, fields)
+    shape, empty, f32, half = x.shape, np.empty, np.float32, 4 * math.prod(stats_shape) // 2
+
+    def call(x, skip):
+        if not (x.flags.c_contiguous and skip.flags.c_contiguous) or skip.dtype != f32:
+            return None
+        y, total, stats = empty(shape, f32), empty(shape, f32), empty(stats_shape, f32)
+        at = _addr(stats)
+        run(_input_addr(x), _addr(y), _input_addr(skip), _addr(total), at, at + half)
+        return y, stats[0], stats[1], total
+
+    call.held = setup
+    return call
+
+
 def skip_layer_norm_checked(x, skip, scale, bias, add, epsilon: float):
     """skip_layer_norm_f32 with every check made on each call (parameters fed at run time)."""
     if core.lib is None or not x.ndim or x.shape != skip.shape or not x.shape[-1]:
@@ -307,6 +394,30 @@ def norm_rows_f32(x: np.ndarray, scale: np.ndarray, bias: np.ndarray, epsilon: f
     ways = _ways(x.size, rows, _PARALLEL_ELEMENTS)
     _run(core.lib.norm_rows_f32_range, task, _element_cuts(rows, 1, ways), ways)
     return y
+
+
+def norm_rows_bound(shape: tuple, scale: np.ndarray, bias: np.ndarray, epsilon: float):
+    """``call(x)`` = norm_rows_f32(x, scale, bias, epsilon) for C-contiguous float32 x of
+    ``shape`` (rows, channels, spatial), the constant parameters' addresses and the split
+    found once (registry.binds); None without the library."""
+    if core.lib is None or len(shape) != 3:
+        return None
+    rows, channels, spatial = shape
+    scale = np.ascontiguousarray(scale, np.float32)
+    bias = np.ascontiguousarray(bias, np.float32)
+    template = _NormRows(None, _addr(scale), _addr(bias), None, channels, spatial, float(epsilon))
+    work = rows * channels * spatial
+    split = WorkSplit(work, rows, _PARALLEL_ELEMENTS, lambda w: _element_cuts(rows, 1, w))
+    run = bound_task(template, core.lib.norm_rows_f32_range, split, ("x", "y"))
+    empty, f32 = np.empty, np.float32
+
+    def call(x):
+        y = empty(shape, f32)
+        run(_addr(x), _addr(y))
+        return y
+
+    call.held = (scale, bias)
+    return call
 
 
 def qmean_rows(x: np.ndarray, scale: float, x_zero_point: int, y_zero_point: int):
