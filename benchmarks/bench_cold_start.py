@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 TINY = ROOT / "onyx" / "examples" / "tiny_cnn.onnx"
 
 _CHILD = """
-import sys, time
+import resource, sys, time
 clock = time.process_time
 sys.path.insert(0, {root!r})
 import numpy as np
@@ -47,7 +47,8 @@ sess = rt.InferenceSession({model!r}, so, providers=["CPUExecutionProvider"])
 t2 = clock()
 sess.run(None, feeds)
 t3 = clock()
-print(t1 - t0, t2 - t1, t3 - t2)
+usage = resource.getrusage(resource.RUSAGE_SELF)
+print(t1 - t0, t2 - t1, t3 - t2, usage.ru_utime + usage.ru_stime)
 """
 
 
@@ -66,7 +67,8 @@ def _feeds(model: str) -> dict:
 
 
 def _one(python: str, root: str, model: str, feeds: str) -> list[float]:
-    """[import, create, first run, whole process] CPU seconds of one fresh process."""
+    """[import, create, first run, whole process, its exit] CPU seconds of one fresh process
+    (the exit: what the interpreter's shutdown took after the first answer)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     code = _CHILD.format(root=root, feeds=feeds, model=model)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
@@ -77,7 +79,8 @@ def _one(python: str, root: str, model: str, feeds: str) -> list[float]:
         raise SystemExit(f"{root}: {out.stderr[-2000:]}")
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     whole = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return [*map(float, out.stdout.split()), whole]
+    *phases, before_exit = map(float, out.stdout.split())
+    return [*phases, whole, whole - before_exit]
 
 
 def main() -> None:
@@ -105,10 +108,13 @@ def main() -> None:
                 if r:
                     samples[root].append(sample)
     print(f"{Path(model).name}: CPU ms, medians of {args.rounds} fresh processes")
-    print(f"{'runtime':40s} {'import':>7s} {'create':>7s} {'first':>7s} {'process':>8s}")
+    print(
+        f"{'runtime':40s} {'import':>7s} {'create':>7s} {'first':>7s} {'process':>8s} {'exit':>6s}"
+    )
     for root, rows in samples.items():
         med = [statistics.median(col) * 1e3 for col in zip(*rows)]
-        print(f"{root[-40:]:40s} {med[0]:7.1f} {med[1]:7.1f} {med[2]:7.1f} {med[3]:8.1f}")
+        cells = f"{med[0]:7.1f} {med[1]:7.1f} {med[2]:7.1f} {med[3]:8.1f} {med[4]:6.1f}"
+        print(f"{root[-40:]:40s} {cells}")
 
 
 if __name__ == "__main__":
