@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +18,7 @@ from ..ir.frozen import FrozenValue
 from ..serde import as_model
 from ..utils import gc_paused
 from ..validation import validate
-from . import concurrency, memory, native
+from . import concurrency, memory, model_cache, native
 from .lenient import accept_lenient
 from .options import (  # noqa: F401  (onnxruntime's names, importable from here as before)
     ExecutionMode,
@@ -169,14 +170,31 @@ class InferenceSession(SessionAPI):
 
     def _build(self, source: Any) -> ir.Model:
         """Load, check and optimize the model, and plan it; the model the plan runs."""
+        entry = model_cache.key(source, self._options)  # (None: no cache asked for, or kept)
+        cached = model_cache.read(self._options, entry) if entry is not None else None
+        if cached is not None:  # (checked and optimized when it was cached)
+            self._model = model = self._apply_options(cached, owned=True)
+        else:
+            model = self._load_and_optimize(source, entry)
+        self._plan = Plan(model.graph, Compiler(model), dict(model.opset_imports), outer=None)
+        self._planned_model = model
+        return model
+
+    def _load_and_optimize(self, source: Any, entry: str | None) -> ir.Model:
+        """The model to plan, made from ``source``; kept in the cache under ``entry``."""
         self._model = as_model(source, user="InferenceSession")
-        validate(self._model, "the session's model")
+        if entry is not None and not model_cache.cacheable(self._model):
+            entry = None
+        if entry is None:
+            validate(self._model, "the session's model")
+        elif _warned(validate, self._model, "the session's model"):
+            entry = None  # (a hit would not repeat the warning)
         self._model = self._apply_options(self._model, owned=not isinstance(source, ir.Model))
         # a model the session read itself is its own: the optimizer may edit it, not a copy
         model, owned = accept_lenient(self._model, owned=not isinstance(source, ir.Model))
         model = self._prepare(model, owned=owned)
-        self._plan = Plan(model.graph, Compiler(model), dict(model.opset_imports), outer=None)
-        self._planned_model = model
+        if entry is not None:
+            model_cache.write(self._options, entry, model)
         return model
 
     def _prepare(self, model: ir.Model, owned: bool = False) -> ir.Model:
@@ -419,6 +437,16 @@ def _output_check(plan: Plan, model: ir.Model) -> OutputCheck:
     except Exception:  # an aid: a model inference cannot follow runs unchecked
         types = {}
     return OutputCheck(plan, types)
+
+
+def _warned(fn, *args) -> bool:
+    """Call ``fn``; whether it warned (its warnings given all the same)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fn(*args)
+    for w in caught:
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+    return bool(caught)
 
 
 def _custom_kernels(ops) -> contextlib.AbstractContextManager:

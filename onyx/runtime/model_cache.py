@@ -1,0 +1,152 @@
+"""The optimized-model cache: a session's validated, optimized model kept on disk, so that the
+next process creating a session of the same file skips reading the original's checks, the
+optimizer and shape inference (most of a small model's creation, and with their imports most
+of its cold start).
+
+It is off unless asked for: ``ONYX_MODEL_CACHE=/some/dir`` in the environment, or the session
+config entry ``session.onyx.model_cache_dir``. (onnxruntime writes nothing on its own either;
+its users get the same effect by saving ``optimized_model_filepath`` and loading that file
+with optimizations off, by hand.)
+
+An entry is the optimized model, serialized, under a key that holds everything the optimizer's
+output depends on: the source file (its path, size, modification time and inode), the options
+it reads (level, disabled optimizers, config entries), onyx's code (every source file's size
+and modification time: a pass or a kernel whose tables the optimizer bakes in may change), the
+native library in use and its instruction sets, numpy's version and the ``ONYX_*`` settings.
+What cannot be keyed cheaply is never cached: models given as bytes or IR objects, external
+data (its files change on their own), initializer or free-dim overrides, custom ops, a model
+whose check warned (a hit would not repeat the warning), an ``optimized_model_filepath``.
+Entries are written whole (a temporary file renamed into place), so processes sharing the
+folder never read half of one; an entry that cannot be read is ignored, and a folder that
+cannot be written leaves sessions as they would be without it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from .. import ir
+
+CONFIG_KEY = "session.onyx.model_cache_dir"
+ENV = "ONYX_MODEL_CACHE"
+#: Larger files are not copied into the cache: their creation is mostly reading weights,
+#: which a copy would not spare.
+MAX_SOURCE_BYTES = 256 << 20
+
+_ONYX_ROOT = Path(__file__).resolve().parent.parent
+_code_digest: str | None = None
+
+
+def folder(options) -> str | None:
+    """The cache folder the session's options or the environment name, else None."""
+    return getattr(options, "_config", {}).get(CONFIG_KEY) or os.environ.get(ENV) or None
+
+
+def key(source, options) -> str | None:
+    """The entry's key for a session of ``source``, or None when it is not to be cached."""
+    if not isinstance(source, str | os.PathLike) or not folder(options):
+        return None
+    if (
+        getattr(options, "_initializers", None)
+        or getattr(options, "_free_dims", None)
+        or getattr(options, "_free_denotations", None)
+        or getattr(options, "_custom_ops", None)
+        or getattr(options, "optimized_model_filepath", "")
+        or int(getattr(options, "graph_optimization_level", 0)) <= 0
+        or "onyx.runtime.custom_ops" in sys.modules  # (kernels registered at run time)
+    ):
+        return None
+    try:
+        path = os.path.realpath(source)
+        st = os.stat(path)
+    except OSError:
+        return None
+    if st.st_size > MAX_SOURCE_BYTES:
+        return None
+    from . import native
+
+    settings = sorted((k, v) for k, v in os.environ.items() if k.startswith("ONYX_"))
+    parts = (
+        path,
+        st.st_size,
+        st.st_mtime_ns,
+        st.st_ino,
+        int(options.graph_optimization_level),
+        sorted(options.disabled_optimizers or ()),
+        sorted((k, v) for k, v in getattr(options, "_config", {}).items() if k != CONFIG_KEY),
+        native.available(),
+        native.status(),
+        sys.modules["numpy"].__version__,
+        settings,
+        _code(),
+    )
+    return hashlib.sha256(repr(parts).encode()).hexdigest()
+
+
+def _code() -> str:
+    """A digest of onyx's source files' sizes and modification times (once per process)."""
+    global _code_digest
+    if _code_digest is None:
+        found = []
+        stack = [str(_ONYX_ROOT)]
+        while stack:
+            with os.scandir(stack.pop()) as entries:
+                for e in entries:
+                    if e.is_dir(follow_symlinks=False):
+                        if e.name != "__pycache__":
+                            stack.append(e.path)
+                    elif e.name.endswith((".py", ".so", ".json", ".c", ".h")):
+                        st = e.stat()
+                        found.append((e.path, st.st_size, st.st_mtime_ns))
+        _code_digest = hashlib.sha256(repr(sorted(found)).encode()).hexdigest()
+    return _code_digest
+
+
+def cacheable(model: ir.Model) -> bool:
+    """Whether a loaded source model may be cached: no initializer reads external data."""
+    for v in model.graph.initializers.values():
+        t = v.const_value
+        if t is not None and getattr(t, "external", None) is not None:
+            return False
+    return True
+
+
+def _entry(options, entry_key: str) -> Path:
+    return Path(folder(options)) / f"{entry_key}.onnx"
+
+
+def read(options, entry_key: str) -> ir.Model | None:
+    """The cached optimized model, or None (no entry, or one that cannot be read)."""
+    path = _entry(options, entry_key)
+    if not path.is_file():
+        return None
+    from ..serde import load
+
+    try:
+        return load(str(path))
+    except Exception:  # a damaged entry: the session is made the long way (and rewrites it)
+        return None
+
+
+def write(options, entry_key: str, model: ir.Model) -> None:
+    """Store ``model`` as the entry (silently nothing where the folder cannot be written)."""
+    from ..serde import dumps
+
+    path = _entry(options, entry_key)
+    try:
+        data = dumps(model)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+    except Exception:  # (read-only or full disk, a model that does not serialize: no entry)
+        return

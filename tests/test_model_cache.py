@@ -1,0 +1,202 @@
+"""The optimized-model cache (runtime/model_cache.py): off unless asked for, a hit makes the
+same session without the checks and the optimizer, and whatever the key cannot follow is
+never cached."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onyx
+from onyx.runtime import model_cache, session
+
+F = TensorProto.FLOAT
+TINY = Path(onyx.__file__).parent / "examples" / "tiny_cnn.onnx"
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    folder = tmp_path / "cache"
+    monkeypatch.setenv(model_cache.ENV, str(folder))
+    return folder
+
+
+@pytest.fixture
+def optimizer_calls(monkeypatch):
+    calls = []
+    real = session.InferenceSession._prepare  # noqa: SLF001  (the optimizer's hook)
+
+    def counted(self, model, owned=False):
+        calls.append(model)
+        return real(self, model, owned)
+
+    monkeypatch.setattr(session.InferenceSession, "_prepare", counted)
+    return calls
+
+
+def _feed(sess) -> dict:
+    rng = np.random.default_rng(0)
+    return {
+        i.name: rng.standard_normal([d if isinstance(d, int) else 2 for d in i.shape]).astype(
+            np.float32
+        )
+        for i in sess.get_inputs()
+    }
+
+
+def _copy(tmp_path, source=TINY) -> str:
+    path = tmp_path / "model.onnx"
+    path.write_bytes(Path(source).read_bytes())
+    return str(path)
+
+
+def test_off_unless_asked(tmp_path, monkeypatch, optimizer_calls):
+    monkeypatch.delenv(model_cache.ENV, raising=False)
+    path = _copy(tmp_path)
+    onyx.InferenceSession(path)
+    onyx.InferenceSession(path)
+    assert len(optimizer_calls) == 2
+    assert os.listdir(tmp_path) == ["model.onnx"]
+
+
+def test_a_hit_skips_the_optimizer_and_runs_the_same(tmp_path, cache, optimizer_calls):
+    path = _copy(tmp_path)
+    first = onyx.InferenceSession(path)
+    assert len(optimizer_calls) == 1 and len(os.listdir(cache)) == 1
+    hit = onyx.InferenceSession(path)
+    assert len(optimizer_calls) == 1  # (the cached model, already optimized)
+    feed = _feed(first)
+    for a, b in zip(first.run(None, feed), hit.run(None, feed)):
+        np.testing.assert_array_equal(a, b)
+    assert [(i.name, i.type, i.shape) for i in hit.get_inputs()] == [
+        (i.name, i.type, i.shape) for i in first.get_inputs()
+    ]
+    assert [o.name for o in hit.get_outputs()] == [o.name for o in first.get_outputs()]
+    assert hit.get_modelmeta().producer_name == first.get_modelmeta().producer_name
+    assert [s.node.op_type for s in hit.plan.steps] == [s.node.op_type for s in first.plan.steps]
+
+
+def test_the_config_entry_names_a_folder(tmp_path, monkeypatch, optimizer_calls):
+    monkeypatch.delenv(model_cache.ENV, raising=False)
+    path = _copy(tmp_path)
+    so = onyx.SessionOptions()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (an entry onyx honours: no "ignored" warning)
+        so.add_session_config_entry(model_cache.CONFIG_KEY, str(tmp_path / "c"))
+    onyx.InferenceSession(path, so)
+    onyx.InferenceSession(path, so)
+    assert len(optimizer_calls) == 1
+    assert len(os.listdir(tmp_path / "c")) == 1
+
+
+def test_a_changed_file_misses(tmp_path, cache, optimizer_calls):
+    path = _copy(tmp_path)
+    onyx.InferenceSession(path)
+    model = onnx.load(path)
+    model.producer_name = "changed"
+    onnx.save(model, path)
+    sess = onyx.InferenceSession(path)
+    assert len(optimizer_calls) == 2
+    assert sess.get_modelmeta().producer_name == "changed"
+
+
+def test_other_options_miss(tmp_path, cache, optimizer_calls):
+    path = _copy(tmp_path)
+    onyx.InferenceSession(path)
+    so = onyx.SessionOptions()
+    so.graph_optimization_level = onyx.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    onyx.InferenceSession(path, so)
+    onyx.InferenceSession(path, disabled_optimizers=["ConvBNFusion"])
+    assert len(optimizer_calls) == 3
+    assert len(os.listdir(cache)) == 3
+
+
+def test_what_the_key_cannot_follow_is_not_cached(tmp_path, cache, optimizer_calls):
+    path = _copy(tmp_path)
+    onyx.InferenceSession(Path(path).read_bytes())  # bytes
+    onyx.InferenceSession(onyx.load(path))  # an IR model
+    so = onyx.SessionOptions()
+    so.add_free_dimension_override_by_name("N", 1)
+    onyx.InferenceSession(path, so)
+    so = onyx.SessionOptions()
+    so.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    onyx.InferenceSession(path, so)
+    so = onyx.SessionOptions()
+    so.graph_optimization_level = onyx.GraphOptimizationLevel.ORT_DISABLE_ALL
+    onyx.InferenceSession(path, so)
+    assert not cache.exists() or not os.listdir(cache)
+
+
+def test_external_data_is_not_cached(tmp_path, cache):
+    w = numpy_helper.from_array(np.ones((4, 4), np.float32), "w")
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", F, [1, 4])],
+        [helper.make_tensor_value_info("y", F, [1, 4])],
+        [w],
+    )
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    path = str(tmp_path / "ext.onnx")
+    onnx.save(model, path, save_as_external_data=True, size_threshold=0, location="w.bin")
+    onyx.InferenceSession(path)
+    assert not cache.exists() or not os.listdir(cache)
+
+
+def test_a_damaged_entry_is_made_again(tmp_path, cache, optimizer_calls):
+    path = _copy(tmp_path)
+    first = onyx.InferenceSession(path)
+    (entry,) = cache.iterdir()
+    entry.write_bytes(b"\x00garbage")
+    again = onyx.InferenceSession(path)
+    assert len(optimizer_calls) == 2
+    feed = _feed(first)
+    np.testing.assert_array_equal(first.run(None, feed)[0], again.run(None, feed)[0])
+    assert entry.stat().st_size > 100  # (written again, whole)
+
+
+def test_a_folder_that_cannot_be_written_changes_nothing(tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv(model_cache.ENV, str(blocker / "cache"))
+    sess = onyx.InferenceSession(_copy(tmp_path))
+    assert sess.run(None, _feed(sess))[0].shape[-1] == 10
+
+
+def test_a_model_that_warns_is_not_cached_and_still_warns(tmp_path, cache):
+    nodes = [  # out of topological order: onnxruntime runs it, onyx warns
+        helper.make_node("Relu", ["a"], ["y"]),
+        helper.make_node("Neg", ["x"], ["a"]),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", F, [2])],
+        [helper.make_tensor_value_info("y", F, [2])],
+    )
+    path = str(tmp_path / "unsorted.onnx")
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    for _ in range(2):
+        with pytest.warns(onyx.validation.ValidationWarning):
+            sess = onyx.InferenceSession(path)
+    assert not cache.exists() or not os.listdir(cache)
+    x = np.array([1.0, -2.0], np.float32)
+    np.testing.assert_array_equal(sess.run(None, {"x": x})[0], [0.0, 2.0])
+
+
+def test_keys_follow_the_code_and_native_settings(tmp_path, cache, monkeypatch):
+    path = _copy(tmp_path)
+    so = onyx.SessionOptions()
+    base = model_cache.key(path, so)
+    assert base == model_cache.key(path, so)
+    monkeypatch.setenv("ONYX_NATIVE", "0")
+    assert model_cache.key(path, so) != base
+    monkeypatch.delenv("ONYX_NATIVE")
+    monkeypatch.setattr(model_cache, "_code_digest", "another onyx")
+    assert model_cache.key(path, so) != base
