@@ -50,6 +50,13 @@ def _feed(sess) -> dict:
     }
 
 
+def _entries(cache: Path) -> list[str]:
+    """The cache's model entries (each has its derived types beside it)."""
+    if not cache.exists():
+        return []
+    return [p.name for p in cache.iterdir() if not p.name.endswith(".types.onnx")]
+
+
 def _copy(tmp_path, source=TINY) -> str:
     path = tmp_path / "model.onnx"
     path.write_bytes(Path(source).read_bytes())
@@ -68,7 +75,7 @@ def test_off_unless_asked(tmp_path, monkeypatch, optimizer_calls):
 def test_a_hit_skips_the_optimizer_and_runs_the_same(tmp_path, cache, optimizer_calls):
     path = _copy(tmp_path)
     first = onyx.InferenceSession(path)
-    assert len(optimizer_calls) == 1 and len(os.listdir(cache)) == 1
+    assert len(optimizer_calls) == 1 and len(_entries(cache)) == 1
     hit = onyx.InferenceSession(path)
     assert len(optimizer_calls) == 1  # (the cached model, already optimized)
     feed = _feed(first)
@@ -80,6 +87,22 @@ def test_a_hit_skips_the_optimizer_and_runs_the_same(tmp_path, cache, optimizer_
     assert [o.name for o in hit.get_outputs()] == [o.name for o in first.get_outputs()]
     assert hit.get_modelmeta().producer_name == first.get_modelmeta().producer_name
     assert [s.node.op_type for s in hit.plan.steps] == [s.node.op_type for s in first.plan.steps]
+    # the first run's output check: the types kept beside the entry, as inference gives them
+    assert hit._cached_types  # noqa: SLF001
+    assert hit._output_check.expected == first._output_check.expected  # noqa: SLF001
+    assert first._output_check.expected  # noqa: SLF001
+
+
+def test_a_hit_without_its_types_infers_them(tmp_path, cache):
+    path = _copy(tmp_path)
+    first = onyx.InferenceSession(path)
+    for p in cache.glob("*.types.onnx"):
+        p.unlink()
+    hit = onyx.InferenceSession(path)
+    assert hit._cached_types is None  # noqa: SLF001
+    feed = _feed(first)
+    np.testing.assert_array_equal(first.run(None, feed)[0], hit.run(None, feed)[0])
+    assert hit._output_check.expected == first._output_check.expected  # noqa: SLF001
 
 
 def test_the_config_entry_names_a_folder(tmp_path, monkeypatch, optimizer_calls):
@@ -92,7 +115,7 @@ def test_the_config_entry_names_a_folder(tmp_path, monkeypatch, optimizer_calls)
     onyx.InferenceSession(path, so)
     onyx.InferenceSession(path, so)
     assert len(optimizer_calls) == 1
-    assert len(os.listdir(tmp_path / "c")) == 1
+    assert len(_entries(tmp_path / "c")) == 1
 
 
 def test_a_changed_file_misses(tmp_path, cache, optimizer_calls):
@@ -114,7 +137,7 @@ def test_other_options_miss(tmp_path, cache, optimizer_calls):
     onyx.InferenceSession(path, so)
     onyx.InferenceSession(path, disabled_optimizers=["ConvBNFusion"])
     assert len(optimizer_calls) == 3
-    assert len(os.listdir(cache)) == 3
+    assert len(_entries(cache)) == 3
 
 
 def test_what_the_key_cannot_follow_is_not_cached(tmp_path, cache, optimizer_calls):
@@ -130,7 +153,7 @@ def test_what_the_key_cannot_follow_is_not_cached(tmp_path, cache, optimizer_cal
     so = onyx.SessionOptions()
     so.graph_optimization_level = onyx.GraphOptimizationLevel.ORT_DISABLE_ALL
     onyx.InferenceSession(path, so)
-    assert not cache.exists() or not os.listdir(cache)
+    assert not _entries(cache)
 
 
 def test_external_data_is_not_cached(tmp_path, cache):
@@ -146,13 +169,13 @@ def test_external_data_is_not_cached(tmp_path, cache):
     path = str(tmp_path / "ext.onnx")
     onnx.save(model, path, save_as_external_data=True, size_threshold=0, location="w.bin")
     onyx.InferenceSession(path)
-    assert not cache.exists() or not os.listdir(cache)
+    assert not _entries(cache)
 
 
 def test_a_damaged_entry_is_made_again(tmp_path, cache, optimizer_calls):
     path = _copy(tmp_path)
     first = onyx.InferenceSession(path)
-    (entry,) = cache.iterdir()
+    (entry,) = [cache / name for name in _entries(cache)]
     entry.write_bytes(b"\x00garbage")
     again = onyx.InferenceSession(path)
     assert len(optimizer_calls) == 2
@@ -185,7 +208,7 @@ def test_a_model_that_warns_is_not_cached_and_still_warns(tmp_path, cache):
     for _ in range(2):
         with pytest.warns(onyx.validation.ValidationWarning):
             sess = onyx.InferenceSession(path)
-    assert not cache.exists() or not os.listdir(cache)
+    assert not _entries(cache)
     x = np.array([1.0, -2.0], np.float32)
     np.testing.assert_array_equal(sess.run(None, {"x": x})[0], [0.0, 2.0])
 

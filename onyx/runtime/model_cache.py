@@ -132,21 +132,63 @@ def read(options, entry_key: str) -> ir.Model | None:
         return None
 
 
-def write(options, entry_key: str, model: ir.Model) -> None:
-    """Store ``model`` as the entry (silently nothing where the folder cannot be written)."""
+def read_types(options, entry_key: str) -> dict[str, ir.Type] | None:
+    """The entry's derived types (value name -> type), or None."""
+    from ..serde import load
+
+    try:
+        held = load(str(_types_entry(options, entry_key)))
+        return {v.name: v.type for v in held.graph.value_info}
+    except Exception:  # (none written, or damaged: the first run infers them)
+        return None
+
+
+def snapshot(model: ir.Model) -> bytes | None:
+    """The optimized model's bytes, taken before the plan is made from it."""
     from ..serde import dumps
 
-    path = _entry(options, entry_key)
     try:
-        data = dumps(model)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmp, path)
-        except BaseException:
-            os.unlink(tmp)
-            raise
-    except Exception:  # (read-only or full disk, a model that does not serialize: no entry)
+        return dumps(model)
+    except Exception:  # (a model that does not serialize: no entry)
+        return None
+
+
+def write(options, entry_key: str, data: bytes | None, model: ir.Model) -> None:
+    """Store ``data`` (a :func:`snapshot` of ``model``) as the entry, and beside it the types
+    shape inference derives for the model's node outputs (what a session's first run checks
+    its outputs against: inferring them on a hit would import the inference engine, most of
+    a cold start's first run). Silently nothing where the folder cannot be written."""
+    from ..inference.engine import derived_types
+    from ..serde import dumps
+
+    if data is None:
         return
+    try:
+        types = [ir.Value(v.name, t) for v, t in derived_types(model).values() if v.name]
+    except Exception:  # (as at a first run: inference cannot follow it, no types kept)
+        types = None
+    try:
+        if types is not None:  # (first: a model entry without them is whole all the same)
+            held = ir.Model(ir.Graph(name="derived types"), dict(model.opset_imports))
+            held.graph.value_info = types
+            _write_whole(_types_entry(options, entry_key), dumps(held))
+        _write_whole(_entry(options, entry_key), data)
+    except Exception:  # (read-only or full disk: no entry)
+        return
+
+
+def _types_entry(options, entry_key: str) -> Path:
+    return Path(folder(options)) / f"{entry_key}.types.onnx"
+
+
+def _write_whole(path: Path, data: bytes) -> None:
+    """Write ``path`` so that no reader ever sees a part of it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
