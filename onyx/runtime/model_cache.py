@@ -23,13 +23,14 @@ cannot be written leaves sessions as they would be without it.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 from .. import ir
+
+# (tempfile is imported when an entry is written: its import is a few milliseconds of a
+# cold start)
 
 CONFIG_KEY = "session.onyx.model_cache_dir"
 ENV = "ONYX_MODEL_CACHE"
@@ -84,7 +85,7 @@ def key(source, options) -> str | None:
         settings,
         _code(),
     )
-    return hashlib.sha256(repr(parts).encode()).hexdigest()
+    return _digest(repr(parts))
 
 
 def _code() -> str:
@@ -102,8 +103,21 @@ def _code() -> str:
                     elif e.name.endswith((".py", ".so", ".json", ".c", ".h")):
                         st = e.stat()
                         found.append((e.path, st.st_size, st.st_mtime_ns))
-        _code_digest = hashlib.sha256(repr(sorted(found)).encode()).hexdigest()
+        _code_digest = _digest(repr(sorted(found)))
     return _code_digest
+
+
+def _digest(text: str) -> str:
+    """SHA-256 of ``text``, from the interpreter's own module where it has one: hashlib's
+    import loads OpenSSL, a few milliseconds of a cold start."""
+    try:
+        from _sha256 import sha256  # (Python 3.11)
+    except ImportError:
+        try:
+            from _sha2 import sha256  # (3.12 on)
+        except ImportError:
+            from hashlib import sha256
+    return sha256(text.encode()).hexdigest()
 
 
 def cacheable(model: ir.Model) -> bool:
@@ -183,6 +197,8 @@ def _types_entry(options, entry_key: str) -> Path:
 
 def _write_whole(path: Path, data: bytes) -> None:
     """Write ``path`` so that no reader ever sees a part of it."""
+    import tempfile
+
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
     try:
