@@ -5,6 +5,8 @@ never cached."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -223,3 +225,30 @@ def test_keys_follow_the_code_and_native_settings(tmp_path, cache, monkeypatch):
     monkeypatch.delenv("ONYX_NATIVE")
     monkeypatch.setattr(model_cache, "_code_digest", "another onyx")
     assert model_cache.key(path, so) != base
+
+
+def test_a_hit_in_a_fresh_process_imports_no_checker_optimizer_or_inference(tmp_path, cache):
+    """What a hit spares a cold start: the checker, the optimizer and the inference engine
+    (the first run's output check takes the kept types), and hashlib's and tempfile's
+    imports."""
+    path = _copy(tmp_path)
+    onyx.InferenceSession(path)
+    code = (
+        "import sys, numpy as np, onyx\n"
+        "s = onyx.InferenceSession(sys.argv[1])\n"
+        "s.run(None, {'image': np.zeros((1, 1, 28, 28), np.float32)})\n"
+        "print(' '.join(sorted(sys.modules)))\n"
+    )
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run(
+        [sys.executable, "-c", code, path],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        env={**os.environ, model_cache.ENV: str(cache)},
+    )
+    assert out.returncode == 0, out.stderr
+    loaded = set(out.stdout.split())
+    assert "onyx.runtime.kernels.conv" in loaded  # (the probe sees what it loads)
+    spared = {"onyx.checker", "onyx.optimizer", "onyx.inference", "hashlib", "tempfile"}
+    assert not spared & loaded

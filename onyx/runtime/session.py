@@ -17,7 +17,6 @@ from ..ir.dtypes import DataType, to_numpy, type_name
 from ..ir.frozen import FrozenValue
 from ..serde import as_model
 from ..utils import gc_paused
-from ..validation import validate
 from . import concurrency, memory, model_cache, native
 from .lenient import accept_lenient
 from .options import (  # noqa: F401  (onnxruntime's names, importable from here as before)
@@ -188,6 +187,8 @@ class InferenceSession(SessionAPI):
     def _load_and_optimize(self, source: Any, entry: str | None) -> tuple[ir.Model, str | None]:
         """The model to plan, made from ``source``, and its cache entry's key (None: not to be
         cached after all)."""
+        from ..validation import validate  # (the checker: a model cache hit never needs it)
+
         self._model = as_model(source, user="InferenceSession")
         if entry is not None and not model_cache.cacheable(self._model):
             entry = None
