@@ -90,7 +90,7 @@ def test_a_hit_skips_the_optimizer_and_runs_the_same(tmp_path, cache, optimizer_
     assert hit.get_modelmeta().producer_name == first.get_modelmeta().producer_name
     assert [s.node.op_type for s in hit.plan.steps] == [s.node.op_type for s in first.plan.steps]
     # the first run's output check: the types kept beside the entry, as inference gives them
-    assert hit._cached_types  # noqa: SLF001
+    assert hit._cached_types()  # noqa: SLF001
     assert hit._output_check.expected == first._output_check.expected  # noqa: SLF001
     assert first._output_check.expected  # noqa: SLF001
 
@@ -101,7 +101,7 @@ def test_a_hit_without_its_types_infers_them(tmp_path, cache):
     for p in cache.glob("*.types.onnx"):
         p.unlink()
     hit = onyx.InferenceSession(path)
-    assert hit._cached_types is None  # noqa: SLF001
+    assert hit._cached_types() is None  # noqa: SLF001
     feed = _feed(first)
     np.testing.assert_array_equal(first.run(None, feed)[0], hit.run(None, feed)[0])
     assert hit._output_check.expected == first._output_check.expected  # noqa: SLF001

@@ -129,19 +129,19 @@ def cacheable(model: ir.Model) -> bool:
     return True
 
 
-def _entry(options, entry_key: str) -> Path:
-    return Path(folder(options)) / f"{entry_key}.onnx"
+def _entry(options, entry_key: str) -> str:
+    return os.path.join(folder(options), f"{entry_key}.onnx")
 
 
 def read(options, entry_key: str) -> ir.Model | None:
     """The cached optimized model, or None (no entry, or one that cannot be read)."""
     path = _entry(options, entry_key)
-    if not path.is_file():
+    if not os.path.isfile(path):
         return None
     from ..serde import load
 
     try:
-        return load(str(path))
+        return load(path)
     except Exception:  # a damaged entry: the session is made the long way (and rewrites it)
         return None
 
@@ -151,7 +151,7 @@ def read_types(options, entry_key: str) -> dict[str, ir.Type] | None:
     from ..serde import load
 
     try:
-        held = load(str(_types_entry(options, entry_key)))
+        held = load(_types_entry(options, entry_key))
         return {v.name: v.type for v in held.graph.value_info}
     except Exception:  # (none written, or damaged: the first run infers them)
         return None
@@ -191,16 +191,17 @@ def write(options, entry_key: str, data: bytes | None, model: ir.Model) -> None:
         return
 
 
-def _types_entry(options, entry_key: str) -> Path:
-    return Path(folder(options)) / f"{entry_key}.types.onnx"
+def _types_entry(options, entry_key: str) -> str:
+    return os.path.join(folder(options), f"{entry_key}.types.onnx")
 
 
-def _write_whole(path: Path, data: bytes) -> None:
+def _write_whole(path: str, data: bytes) -> None:
     """Write ``path`` so that no reader ever sees a part of it."""
     import tempfile
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    where = os.path.dirname(path)
+    os.makedirs(where, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=where, suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)

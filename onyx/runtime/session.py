@@ -171,10 +171,10 @@ class InferenceSession(SessionAPI):
         """Load, check and optimize the model, and plan it; the model the plan runs."""
         entry = model_cache.key(source, self._options)  # (None: no cache asked for, or kept)
         cached = model_cache.read(self._options, entry) if entry is not None else None
-        self._cached_types = None  # (the first run's output check's, when cached)
+        self._cache_entry = None  # (where the first run's output check finds its types)
         if cached is not None:  # (checked and optimized when it was cached)
             self._model = model = self._apply_options(cached, owned=True)
-            self._cached_types = model_cache.read_types(self._options, entry)
+            self._cache_entry = entry
         else:
             model, entry = self._load_and_optimize(source, entry)
         snapshot = model_cache.snapshot(model) if entry is not None and cached is None else None
@@ -183,6 +183,13 @@ class InferenceSession(SessionAPI):
             model_cache.write(self._options, entry, snapshot, model)
         self._planned_model = model
         return model
+
+    def _cached_types(self) -> dict | None:
+        """The types a model cache hit keeps for the first run's output check (read then:
+        the check is made at the first run)."""
+        if self._cache_entry is None:
+            return None
+        return model_cache.read_types(self._options, self._cache_entry)
 
     def _load_and_optimize(self, source: Any, entry: str | None) -> tuple[ir.Model, str | None]:
         """The model to plan, made from ``source``, and its cache entry's key (None: not to be
@@ -294,7 +301,7 @@ class InferenceSession(SessionAPI):
             self._checks_per_ranks[ranks] = self._checks_per_ranks.get(ranks, 0) + 1
             if self._output_check is None:
                 self._output_check = _output_check(
-                    self._plan, self._planned_model, self._cached_types
+                    self._plan, self._planned_model, self._cached_types()
                 )
         with self._run_slot():  # concurrent runs share the cores
             if run_options is not None or self._log_runs:
