@@ -17,12 +17,14 @@ What cannot be keyed cheaply is never cached: models given as bytes or IR object
 data (its files change on their own), initializer or free-dim overrides, custom ops, a model
 whose check warned (a hit would not repeat the warning), an ``optimized_model_filepath``.
 Entries are written whole (a temporary file renamed into place), so processes sharing the
-folder never read half of one; an entry that cannot be read is ignored, and a folder that
+folder never read half of one; writing one removes the other entries of the same file (one
+entry a file: an older version of it, of onyx or of its options leaves nothing behind); an entry that cannot be read is ignored, and a folder that
 cannot be written leaves sessions as they would be without it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -85,7 +87,9 @@ def key(source, options) -> str | None:
         settings,
         _code(),
     )
-    return _digest(repr(parts))
+    # (the source's own prefix: writing an entry removes the others of the same file, made
+    # for an older version of it, of onyx or of its options, so the folder holds one a file)
+    return f"{_digest(path)[:16]}-{_digest(repr(parts))}"
 
 
 def _code() -> str:
@@ -187,8 +191,19 @@ def write(options, entry_key: str, data: bytes | None, model: ir.Model) -> None:
             held.graph.value_info = types
             _write_whole(_types_entry(options, entry_key), dumps(held))
         _write_whole(_entry(options, entry_key), data)
+        _remove_older(options, entry_key)
     except Exception:  # (read-only or full disk: no entry)
         return
+
+
+def _remove_older(options, entry_key: str) -> None:
+    """Remove the other entries of the same source file (see :func:`key`)."""
+    where = folder(options)
+    source = entry_key.split("-")[0] + "-"
+    for name in os.listdir(where):
+        if name.startswith(source) and not name.startswith(entry_key):
+            with contextlib.suppress(OSError):  # (another process's removal first)
+                os.unlink(os.path.join(where, name))
 
 
 def _types_entry(options, entry_key: str) -> str:
