@@ -18,8 +18,9 @@ data (its files change on their own), initializer or free-dim overrides, custom 
 whose check warned (a hit would not repeat the warning), an ``optimized_model_filepath``.
 Entries are written whole (a temporary file renamed into place), so processes sharing the
 folder never read half of one; writing one removes the other entries of the same file (one
-entry a file: an older version of it, of onyx or of its options leaves nothing behind); an entry that cannot be read is ignored, and a folder that
-cannot be written leaves sessions as they would be without it.
+entry a file: an older version of it, of onyx or of its options leaves nothing behind); an
+entry that cannot be read is ignored, and a folder that cannot be written leaves sessions as
+they would be without it.
 """
 
 from __future__ import annotations
