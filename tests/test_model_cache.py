@@ -267,3 +267,50 @@ def test_a_hit_in_a_fresh_process_imports_no_checker_optimizer_or_inference(tmp_
     assert "onyx.runtime.kernels.conv" in loaded  # (the probe sees what it loads)
     spared = {"onyx.checker", "onyx.optimizer", "onyx.inference", "hashlib", "tempfile"}
     assert not spared & loaded
+
+
+def test_sessions_import_only_the_keyed_packages():
+    """The key follows the source files of the packages a session imports: creating and
+    running sessions of models of every kind must import nothing outside them (a pass or
+    kernel moved elsewhere would change entries without changing their keys)."""
+    models = Path(__file__).resolve().parent / "models"
+    paths = [
+        TINY,
+        *(
+            models / name
+            for name in (
+                "mobilenet_quant_qdq.onnx",
+                "bert_quant_qoperator.onnx",
+                "gpt_quant_dynamic.onnx",
+                "lstm_dynamo_op18.onnx",
+                "batch/lightgbm_classifier.onnx",
+            )
+        ),
+    ]
+    code = (
+        "import sys, numpy as np, onyx\n"
+        "for path in sys.argv[1:]:\n"
+        "    s = onyx.InferenceSession(path)\n"
+        "    feed = {}\n"
+        "    for i in s.get_inputs():\n"
+        "        shape = [d if isinstance(d, int) else 1 for d in i.shape]\n"
+        "        kind = np.int64 if 'int64' in i.type else np.float32\n"
+        "        feed[i.name] = np.ones(shape, kind)\n"
+        "    s.run(None, feed)\n"
+        "print(' '.join(m for m in sys.modules if m.startswith('onyx.')))\n"
+    )
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run(
+        [sys.executable, "-c", code, *map(str, paths)], capture_output=True, text=True, cwd=root
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    loaded = out.stdout.split()
+    assert "onyx.optimizer.qdq" in loaded  # (the probe sees the optimizer's modules)
+    top = {p.stem for p in (root / "onyx").glob("*.py")}
+    outside = [
+        m
+        for m in loaded
+        if m.split(".")[1] not in model_cache.KEYED_PACKAGES
+        and not (m.count(".") == 1 and m.split(".")[1] in top)
+    ]
+    assert outside == []

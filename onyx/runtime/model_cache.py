@@ -11,8 +11,9 @@ with optimizations off, by hand.)
 An entry is the optimized model, serialized, under a key that holds everything the optimizer's
 output depends on: the source file (its path, size, modification time and inode), the options
 it reads (level, disabled optimizers, config entries), onyx's code (every source file's size
-and modification time: a pass or a kernel whose tables the optimizer bakes in may change), the
-native library in use and its instruction sets, numpy's version and the ``ONYX_*`` settings.
+and modification time, in the packages a session uses: a pass or a kernel whose tables the
+optimizer bakes in may change), the native library in use and its instruction sets, numpy's
+version and the ``ONYX_*`` settings.
 What cannot be keyed cheaply is never cached: models given as bytes or IR objects, external
 data (its files change on their own), initializer or free-dim overrides, custom ops, a model
 whose check warned (a hit would not repeat the warning), an ``optimized_model_filepath``.
@@ -93,23 +94,36 @@ def key(source, options) -> str | None:
     return f"{_digest(path)[:16]}-{_digest(repr(parts))}"
 
 
+#: The subpackages a session's creation and plan import (with onyx's own top-level modules):
+#: what an entry's optimized model may depend on. (tools, debug, genai, quantization, batch,
+#: examples: never imported by a session; tests/test_model_cache.py holds creation to it.)
+KEYED_PACKAGES = ("runtime", "optimizer", "inference", "serde", "ir", "defs", "proto")
+#: Files whose change may change what the optimizer makes (C sources count through the
+#: library built from them).
+_KEYED_FILES = (".py", ".so", ".json")
+
+
 def _code() -> str:
     """A digest of onyx's source files' sizes and modification times (once per process)."""
     global _code_digest
     if _code_digest is None:
         found = []
-        stack = [str(_ONYX_ROOT)]
-        while stack:
-            with os.scandir(stack.pop()) as entries:
-                for e in entries:
-                    if e.is_dir(follow_symlinks=False):
-                        if e.name != "__pycache__":
-                            stack.append(e.path)
-                    elif e.name.endswith((".py", ".so", ".json", ".c", ".h")):
-                        st = e.stat()
-                        found.append((e.path, st.st_size, st.st_mtime_ns))
+        _scan(str(_ONYX_ROOT), found, recurse=False)
+        for package in KEYED_PACKAGES:
+            _scan(os.path.join(_ONYX_ROOT, package), found, recurse=True)
         _code_digest = _digest(repr(sorted(found)))
     return _code_digest
+
+
+def _scan(where: str, found: list, recurse: bool) -> None:
+    with os.scandir(where) as entries:
+        for e in entries:
+            if e.is_dir(follow_symlinks=False):
+                if recurse and e.name != "__pycache__":
+                    _scan(e.path, found, recurse)
+            elif e.name.endswith(_KEYED_FILES):
+                st = e.stat()
+                found.append((e.path, st.st_size, st.st_mtime_ns))
 
 
 def _digest(text: str) -> str:
