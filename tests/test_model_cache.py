@@ -16,7 +16,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onyx
-from onyx.runtime import model_cache, session
+from onyx.runtime import model_cache, native, session
 
 F = TensorProto.FLOAT
 TINY = Path(onyx.__file__).parent / "examples" / "tiny_cnn.onnx"
@@ -235,9 +235,15 @@ def test_keys_follow_the_code_and_native_settings(tmp_path, cache, monkeypatch):
     so = onyx.SessionOptions()
     base = model_cache.key(path, so)
     assert base == model_cache.key(path, so)
-    monkeypatch.setenv("ONYX_NATIVE", "0")
+    other = "1" if os.environ.get("ONYX_NATIVE") == "0" else "0"
+    monkeypatch.setenv("ONYX_NATIVE", other)  # (any ONYX_* setting is in the key)
     assert model_cache.key(path, so) != base
-    monkeypatch.delenv("ONYX_NATIVE")
+    monkeypatch.undo()
+    monkeypatch.setenv(model_cache.ENV, str(cache))
+    assert model_cache.key(path, so) == base
+    if native.available():
+        with native.disabled():  # (a library turned off at run time, as tests do)
+            assert model_cache.key(path, so) != base
     monkeypatch.setattr(model_cache, "_code_digest", "another onyx")
     assert model_cache.key(path, so) != base
 
