@@ -320,3 +320,22 @@ def test_sessions_import_only_the_keyed_packages():
         and not (m.count(".") == 1 and m.split(".")[1] in top)
     ]
     assert outside == []
+
+
+def test_custom_kernels_in_the_registry_turn_the_cache_off(tmp_path, cache, optimizer_calls):
+    path = _copy(tmp_path)
+    so = onyx.SessionOptions()
+    assert model_cache.key(path, so) is not None
+
+    def relu(x):
+        return np.maximum(x, 0)
+
+    onyx.register_op("MyOwnOp", relu, domain="com.example")
+    try:
+        assert model_cache.key(path, so) is None  # (it might change what sessions make)
+    finally:
+        onyx.unregister_op("MyOwnOp", domain="com.example")
+    assert model_cache.key(path, so) is not None  # (an op of its own, removed whole)
+    so.register_custom_op("Relu", relu)  # (a session's own kernel: never cached)
+    onyx.InferenceSession(path, so)
+    assert not _entries(cache)

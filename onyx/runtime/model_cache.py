@@ -62,7 +62,7 @@ def key(source, options) -> str | None:
         or getattr(options, "_custom_ops", None)
         or getattr(options, "optimized_model_filepath", "")
         or int(getattr(options, "graph_optimization_level", 0)) <= 0
-        or "onyx.runtime.custom_ops" in sys.modules  # (kernels registered at run time)
+        or _custom_kernels()
     ):
         return None
     try:
@@ -101,6 +101,12 @@ KEYED_PACKAGES = ("runtime", "optimizer", "inference", "serde", "ir", "defs", "p
 #: Files whose change may change what the optimizer makes (C sources count through the
 #: library built from them).
 _KEYED_FILES = (".py", ".so", ".json")
+
+
+def _custom_kernels() -> bool:
+    """Whether custom kernels (registered, or a session's while it is made) are in use."""
+    custom = sys.modules.get("onyx.runtime.custom_ops")  # (imported by sessions with some)
+    return custom is not None and custom.in_use()
 
 
 def _code() -> str:
