@@ -2,13 +2,15 @@
 once, paired against another checkout of onyx (and onnxruntime), medians of many processes.
 
     python benchmarks/bench_cold_start.py [--against /path/to/other/checkout] [--ort]
-        [--model tiny|PATH] [--rounds 20]
+        [--model tiny|PATH] [--rounds 20] [--cache]
 
 run.py's cold-start table times the wall clock; on a loaded machine that mostly measures the
 load, so this probe reads each phase's CPU time (time.process_time in the child) and the
 whole process's (its rusage, interpreter start and numpy's import included, alike for all),
 with the runtimes alternating process by process. ``--against`` runs the other checkout's
 onyx with the interpreter of its ``.venv`` if it has one (its native library built there).
+``--cache`` turns on onyx's optimized-model cache in a fresh folder (the untimed first round
+writes the entry: the timed ones are hits).
 """
 
 from __future__ import annotations
@@ -89,7 +91,12 @@ def main() -> None:
     ap.add_argument("--against", help="another onyx checkout to pair with")
     ap.add_argument("--ort", action="store_true", help="pair with onnxruntime too")
     ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument(
+        "--cache", action="store_true", help="onyx with its model cache (a fresh folder)"
+    )
     args = ap.parse_args()
+    if args.cache:  # (the children inherit it; the untimed first creation writes the entry)
+        os.environ["ONYX_MODEL_CACHE"] = tempfile.mkdtemp(prefix="onyx-model-cache-")
     model = str(TINY if args.model == "tiny" else Path(args.model).resolve())
     runs = [(str(ROOT), sys.executable)]
     if args.against:

@@ -3,12 +3,14 @@
 machine does not decide it.
 
     python benchmarks/bench_create.py [--against /path/to/other/checkout] [--ort]
-        [--zoo serving|realistic|DIR] [--only SUBSTRING] [--rounds 5] [--creations 5]
+        [--zoo serving|realistic|DIR] [--only SUBSTRING] [--rounds 5] [--creations 5] [--cache]
 
 Each round starts one process per runtime (alternating) that imports it, creates a session of
 every model once untimed (the first creation's one-time costs are bench_cold_start.py's), then
 ``--creations`` times, timed with time.process_time; the table gives the medians over all
-rounds. ``--against`` runs the other checkout's onyx with its ``.venv``'s interpreter.
+rounds. ``--against`` runs the other checkout's onyx with its ``.venv``'s interpreter;
+``--cache`` turns on onyx's optimized-model cache (runtime/model_cache.py) in a fresh folder,
+so the timed creations are hits.
 """
 
 from __future__ import annotations
@@ -75,8 +77,13 @@ def main() -> None:
     ap.add_argument("--against", help="another onyx checkout to pair with")
     ap.add_argument("--ort", action="store_true", help="pair with onnxruntime too")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument(
+        "--cache", action="store_true", help="onyx with its model cache (a fresh folder)"
+    )
     ap.add_argument("--creations", type=int, default=5)
     args = ap.parse_args()
+    if args.cache:  # (the children inherit it; the untimed first creation writes the entry)
+        os.environ["ONYX_MODEL_CACHE"] = tempfile.mkdtemp(prefix="onyx-model-cache-")
     models = _models(args.zoo, args.only)
     runs = [("onyx", str(ROOT), sys.executable)]
     if args.against:
