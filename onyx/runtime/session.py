@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -199,9 +198,9 @@ class InferenceSession(SessionAPI):
         self._model = as_model(source, user="InferenceSession")
         if entry is not None and not model_cache.cacheable(self._model):
             entry = None
-        if entry is None:
-            validate(self._model, "the session's model")
-        elif _warned(validate, self._model, "the session's model"):
+        warned: list = []
+        validate(self._model, "the session's model", warned=warned)
+        if warned:
             entry = None  # (a hit would not repeat the warning)
         self._model = self._apply_options(self._model, owned=not isinstance(source, ir.Model))
         # a model the session read itself is its own: the optimizer may edit it, not a copy
@@ -458,16 +457,6 @@ def _output_check(plan: Plan, model: ir.Model, cached: dict | None = None) -> Ou
 def _by_value(model: ir.Model, types: dict) -> dict:
     """id(value) -> (value, type), as derived_types gives them, from value name -> type."""
     return {id(v): (v, types[v.name]) for n in model.graph for v in n.outputs if v.name in types}
-
-
-def _warned(fn, *args) -> bool:
-    """Call ``fn``; whether it warned (its warnings given all the same)."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        fn(*args)
-    for w in caught:
-        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
-    return bool(caught)
 
 
 def _custom_kernels(ops) -> contextlib.AbstractContextManager:
