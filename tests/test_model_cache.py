@@ -339,3 +339,23 @@ def test_custom_kernels_in_the_registry_turn_the_cache_off(tmp_path, cache, opti
     so.register_custom_op("Relu", relu)  # (a session's own kernel: never cached)
     onyx.InferenceSession(path, so)
     assert not _entries(cache)
+
+
+@pytest.mark.skipif(not hasattr(os, "getuid"), reason="POSIX owners and modes")
+def test_a_folder_others_may_write_in_is_not_used(tmp_path, cache, optimizer_calls):
+    path = _copy(tmp_path)
+    onyx.InferenceSession(path)
+    assert len(_entries(cache)) == 1
+    cache.chmod(0o777)  # (anyone could plant an entry: it is not trusted)
+    onyx.InferenceSession(path)
+    assert len(optimizer_calls) == 2
+    cache.chmod(0o700)
+    onyx.InferenceSession(path)
+    assert len(optimizer_calls) == 2
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    so = onyx.SessionOptions()
+    so.add_session_config_entry(model_cache.CONFIG_KEY, str(shared))
+    onyx.InferenceSession(path, so)
+    assert not _entries(shared)

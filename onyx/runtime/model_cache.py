@@ -17,11 +17,12 @@ version and the ``ONYX_*`` settings.
 What cannot be keyed cheaply is never cached: models given as bytes or IR objects, external
 data (its files change on their own), initializer or free-dim overrides, custom ops, a model
 whose check warned (a hit would not repeat the warning), an ``optimized_model_filepath``.
-Entries are written whole (a temporary file renamed into place), so processes sharing the
-folder never read half of one; writing one removes the other entries of the same file (one
-entry a file: an older version of it, of onyx or of its options leaves nothing behind); an
-entry that cannot be read is ignored, and a folder that cannot be written leaves sessions as
-they would be without it.
+Only a folder of the user's own that nobody else may write in is used (an entry is what a
+session runs). Entries are written whole (a temporary file renamed into place), so processes
+sharing the folder never read half of one; writing one removes the other entries of the same
+file (one entry a file: an older version of it, of onyx or of its options leaves nothing
+behind); an entry that cannot be read is ignored, and a folder that cannot be written leaves
+sessions as they would be without it.
 """
 
 from __future__ import annotations
@@ -161,7 +162,7 @@ def _entry(options, entry_key: str) -> str:
 def read(options, entry_key: str) -> ir.Model | None:
     """The cached optimized model, or None (no entry, or one that cannot be read)."""
     path = _entry(options, entry_key)
-    if not os.path.isfile(path):
+    if not os.path.isfile(path) or not _private(folder(options)):
         return None
     from ..serde import load
 
@@ -171,10 +172,25 @@ def read(options, entry_key: str) -> ir.Model | None:
         return None
 
 
+def _private(where: str) -> bool:
+    """Whether the folder is this user's and nobody else may write in it: a session runs
+    what an entry holds, and an entry planted in a shared folder would run instead of the
+    model (as pip trusts its cache only in a folder of its own)."""
+    if not hasattr(os, "getuid"):  # (no POSIX owners: the folder is the user's choice)
+        return True
+    try:
+        st = os.stat(where)
+    except OSError:
+        return False
+    return st.st_uid == os.getuid() and not st.st_mode & 0o022
+
+
 def read_types(options, entry_key: str) -> dict[str, ir.Type] | None:
     """The entry's derived types (value name -> type), or None."""
     from ..serde import load
 
+    if not _private(folder(options)):
+        return None
     try:
         held = load(_types_entry(options, entry_key))
         return {v.name: v.type for v in held.graph.value_info}
@@ -236,7 +252,9 @@ def _write_whole(path: str, data: bytes) -> None:
     import tempfile
 
     where = os.path.dirname(path)
-    os.makedirs(where, exist_ok=True)
+    os.makedirs(where, mode=0o700, exist_ok=True)
+    if not _private(where):
+        raise PermissionError(f"{where} is not this user's own folder")
     fd, tmp = tempfile.mkstemp(dir=where, suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
