@@ -2,13 +2,15 @@
 once, paired against another checkout of onyx (and onnxruntime), medians of many processes.
 
     python benchmarks/bench_cold_start.py [--against /path/to/other/checkout] [--ort]
-        [--model tiny|PATH] [--rounds 20]
+        [--model tiny|PATH] [--rounds 20] [--cache]
 
 run.py's cold-start table times the wall clock; on a loaded machine that mostly measures the
 load, so this probe reads each phase's CPU time (time.process_time in the child) and the
 whole process's (its rusage, interpreter start and numpy's import included, alike for all),
 with the runtimes alternating process by process. ``--against`` runs the other checkout's
 onyx with the interpreter of its ``.venv`` if it has one (its native library built there).
+``--cache`` turns on onyx's optimized-model cache in a fresh folder (the untimed first round
+writes the entry: the timed ones are hits).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 TINY = ROOT / "onyx" / "examples" / "tiny_cnn.onnx"
 
 _CHILD = """
-import sys, time
+import resource, sys, time
 clock = time.process_time
 sys.path.insert(0, {root!r})
 import numpy as np
@@ -47,7 +49,8 @@ sess = rt.InferenceSession({model!r}, so, providers=["CPUExecutionProvider"])
 t2 = clock()
 sess.run(None, feeds)
 t3 = clock()
-print(t1 - t0, t2 - t1, t3 - t2)
+usage = resource.getrusage(resource.RUSAGE_SELF)
+print(t1 - t0, t2 - t1, t3 - t2, usage.ru_utime + usage.ru_stime)
 """
 
 
@@ -66,7 +69,8 @@ def _feeds(model: str) -> dict:
 
 
 def _one(python: str, root: str, model: str, feeds: str) -> list[float]:
-    """[import, create, first run, whole process] CPU seconds of one fresh process."""
+    """[import, create, first run, whole process, its exit] CPU seconds of one fresh process
+    (the exit: what the interpreter's shutdown took after the first answer)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     code = _CHILD.format(root=root, feeds=feeds, model=model)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
@@ -77,7 +81,8 @@ def _one(python: str, root: str, model: str, feeds: str) -> list[float]:
         raise SystemExit(f"{root}: {out.stderr[-2000:]}")
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     whole = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return [*map(float, out.stdout.split()), whole]
+    *phases, before_exit = map(float, out.stdout.split())
+    return [*phases, whole, whole - before_exit]
 
 
 def main() -> None:
@@ -86,7 +91,12 @@ def main() -> None:
     ap.add_argument("--against", help="another onyx checkout to pair with")
     ap.add_argument("--ort", action="store_true", help="pair with onnxruntime too")
     ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument(
+        "--cache", action="store_true", help="onyx with its model cache (a fresh folder)"
+    )
     args = ap.parse_args()
+    if args.cache:  # (the children inherit it; the untimed first creation writes the entry)
+        os.environ["ONYX_MODEL_CACHE"] = tempfile.mkdtemp(prefix="onyx-model-cache-")
     model = str(TINY if args.model == "tiny" else Path(args.model).resolve())
     runs = [(str(ROOT), sys.executable)]
     if args.against:
@@ -105,10 +115,13 @@ def main() -> None:
                 if r:
                     samples[root].append(sample)
     print(f"{Path(model).name}: CPU ms, medians of {args.rounds} fresh processes")
-    print(f"{'runtime':40s} {'import':>7s} {'create':>7s} {'first':>7s} {'process':>8s}")
+    print(
+        f"{'runtime':40s} {'import':>7s} {'create':>7s} {'first':>7s} {'process':>8s} {'exit':>6s}"
+    )
     for root, rows in samples.items():
         med = [statistics.median(col) * 1e3 for col in zip(*rows)]
-        print(f"{root[-40:]:40s} {med[0]:7.1f} {med[1]:7.1f} {med[2]:7.1f} {med[3]:8.1f}")
+        cells = f"{med[0]:7.1f} {med[1]:7.1f} {med[2]:7.1f} {med[3]:8.1f} {med[4]:6.1f}"
+        print(f"{root[-40:]:40s} {cells}")
 
 
 if __name__ == "__main__":

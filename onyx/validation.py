@@ -58,8 +58,11 @@ class ValidationWarning(UserWarning):
     """A model breaks a rule of the standard that onnxruntime (and so onyx) tolerates."""
 
 
-def validate(model: Model, what: str = "the model") -> list[Problem]:
-    """Raise ``ValidationError`` listing the model's errors; warn about its leniencies.
+def validate(
+    model: Model, what: str = "the model", *, warned: list[Problem] | None = None
+) -> list[Problem]:
+    """Raise ``ValidationError`` listing the model's errors; warn about its leniencies (and
+    add them to ``warned``, when given).
 
     Returns the problems that were neither (for a caller that wants to show them)."""
     found = problems(model)
@@ -67,6 +70,8 @@ def validate(model: Model, what: str = "the model") -> list[Problem]:
     if errors:
         raise ValidationError(errors)
     lenient = [p for p in found if p.rule in LENIENCIES]
+    if warned is not None:
+        warned.extend(lenient)
     if lenient:
         listed = "; ".join(str(p) for p in lenient[:5])
         more = f" (and {len(lenient) - 5} more)" if len(lenient) > 5 else ""

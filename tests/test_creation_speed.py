@@ -6,6 +6,7 @@ on old models (initializers listed as inputs), CSE keying attributes lazily, and
 from __future__ import annotations
 
 import gc
+import subprocess
 import sys
 from pathlib import Path
 
@@ -225,3 +226,63 @@ def test_values_of_an_old_graph_once_each():
     names = [v.name for v in g.values()]
     assert sorted(names) == ["a", "c", "d", "x", "y"]
     assert onnx  # (onnx builds the models above)
+
+
+def test_cse_keeps_twins_of_a_nondeterministic_op():
+    """Two RandomUniformLike of one input draw different numbers: never merged (the
+    determinism is asked only of an op with a twin, so it must still be asked)."""
+    nodes = [
+        helper.make_node("RandomUniformLike", ["x"], ["a"]),
+        helper.make_node("RandomUniformLike", ["x"], ["b"]),
+        helper.make_node("Relu", ["x"], ["c"]),
+        helper.make_node("Relu", ["x"], ["d"]),
+        helper.make_node("Sum", ["a", "b", "c", "d"], ["y"]),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", F, [2])],
+        [helper.make_tensor_value_info("y", F, [2])],
+    )
+    model = serde.loads(
+        helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    )
+    out = opt.optimize(model, "basic")
+    total = [n for n in out.graph if n.op_type == "Sum"][0]
+    assert [v.name for v in total.inputs] == ["a", "b", "c", "c"]
+
+
+def test_creation_loads_no_kernels_of_ops_fused_away():
+    """The bundled CNN's BatchNormalization and Relu fuse into its convs: a fresh process
+    creating its session never imports their kernel modules (the optimizer asked their
+    traits of every node; each kernel module is a part of the cold start)."""
+    code = (
+        "import sys, onyx; onyx.InferenceSession(sys.argv[1]);"
+        "print(sorted(m for m in sys.modules if m.startswith('onyx.runtime.kernels.')))"
+    )
+    tiny = Path(onyx.__file__).parent / "examples" / "tiny_cnn.onnx"
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(tiny)], capture_output=True, text=True, cwd=root
+    )
+    assert out.returncode == 0, out.stderr
+    loaded = out.stdout
+    assert "onyx.runtime.kernels.conv" in loaded  # (the probe sees the kernels it loads)
+    assert "onyx.runtime.kernels.normalization" not in loaded
+
+
+def test_strings_attribute_of_bytes_not_utf8_stays_bytes():
+    node = helper.make_node("Foo", ["x"], ["y"], domain="custom", s=[b"ok", b"\xff\xfe"])
+    g = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", F, [2])],
+        [helper.make_tensor_value_info("y", F, [2])],
+    )
+    m = helper.make_model(
+        g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("custom", 1)]
+    )
+    model = serde.loads(m.SerializeToString())
+    assert list(model.graph)[0].attributes["s"].value == ["ok", b"\xff\xfe"]
+    again = serde.loads(serde.dumps(model))
+    assert list(again.graph)[0].attributes["s"].value == ["ok", b"\xff\xfe"]

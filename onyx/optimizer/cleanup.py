@@ -214,11 +214,7 @@ def common_subexpressions(ctx: PassContext) -> bool:
     seen: dict[tuple, _Twins] = {}
     deterministic: dict[tuple[str, str], bool] = {}  # (per op: the pass runs every round)
     for node in g:
-        op = (node.op_type, node.domain)
-        known = deterministic.get(op)
-        if known is None:
-            known = deterministic[op] = traits(node.op_type, node.domain).deterministic
-        if not known or (node.attributes and _has_subgraph(node)):
+        if node.attributes and _has_subgraph(node):
             continue
         key = (
             node.domain,
@@ -230,6 +226,14 @@ def common_subexpressions(ctx: PassContext) -> bool:
         twins = seen.get(key)
         if twins is None:
             seen[key] = _Twins(node)
+            continue
+        # (asked only of an op with a twin: the traits load its kernel module, which an op
+        # fused away never needs)
+        op = (node.op_type, node.domain)
+        known = deterministic.get(op)
+        if known is None:
+            known = deterministic[op] = traits(node.op_type, node.domain).deterministic
+        if not known:
             continue
         first = twins.first_like(node)
         if first is None or first is node:

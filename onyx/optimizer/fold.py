@@ -34,10 +34,11 @@ def _local_function(ctx: PassContext, node: ir.Node) -> bool:
 def evaluate(ctx: PassContext, node: ir.Node, known: dict | None = None) -> tuple | None:
     """The node's outputs when it can be folded, else None. ``known``: id(value) -> array,
     values taken as given besides the constants."""
-    if not traits(node.op_type, node.domain).deterministic:
-        return None
     args = _constant_inputs(ctx, node, known)  # first: most nodes fail here, and fast
     if args is None or any(True for _ in node.subgraphs()):
+        return None
+    # (after: the traits load the op's kernel module, which an op fused away never needs)
+    if not traits(node.op_type, node.domain).deterministic:
         return None
     if _local_function(ctx, node):
         return None

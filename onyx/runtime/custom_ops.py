@@ -29,6 +29,17 @@ from dataclasses import dataclass
 from . import registry
 
 _lock = threading.RLock()
+#: What the model cache asks (model_cache.py: a custom kernel may change what the optimizer
+#: makes): (domain, op_type, whether it replaced a built-in kernel) of kernels register_op
+#: installed and unregister_op has not removed (a built-in op's stays: unregistering leaves
+#: the table changed), and how many session_kernels blocks are open.
+_registered: set[tuple[str, str, bool]] = set()
+_open_blocks = 0
+
+
+def in_use() -> bool:
+    """Whether a custom kernel may be in the registry now."""
+    return bool(_registered) or _open_blocks > 0
 
 
 @dataclass(frozen=True)
@@ -53,10 +64,11 @@ def register_op(
     (``register_op("Op", fn)``) or as a decorator (``@register_op("Op")``)."""
 
     def add(f: Callable) -> Callable:
+        canonical = registry.DOMAIN_ALIASES.get(domain, domain)
         with _lock:
-            _install(
-                CustomOp(op_type, f, registry.DOMAIN_ALIASES.get(domain, domain), since, shape)
-            )
+            built_in = (canonical, op_type) in registry.kernel_table()
+            _install(CustomOp(op_type, f, canonical, since, shape))
+            _registered.add((canonical, op_type, built_in))
         return f
 
     return add(fn) if fn is not None else add
@@ -72,6 +84,7 @@ def unregister_op(op_type: str, *, domain: str = "", since: int | None = None) -
             registry.kernel_table()[(domain, op_type)] = kept
         else:
             registry.kernel_table().pop((domain, op_type), None)
+            _registered.discard((domain, op_type, False))  # (an op of its own: gone whole)
 
 
 def _install(op: CustomOp, replace_all: bool = False) -> None:
@@ -97,12 +110,14 @@ def session_kernels(ops: list[CustomOp], replace_all: bool = False) -> Iterator[
         return
     from ..inference import RULES
 
+    global _open_blocks
     with _lock:
         registry.kernel_table()  # (every kernel loaded first)
         saved = {
             (o.domain, o.op_type): registry.kernel_table().get((o.domain, o.op_type)) for o in ops
         }
         rules = {(o.domain, o.op_type): RULES.get((o.domain, o.op_type)) for o in ops}
+        _open_blocks += 1
         try:
             for o in ops:
                 _install(o, replace_all)
@@ -110,6 +125,7 @@ def session_kernels(ops: list[CustomOp], replace_all: bool = False) -> Iterator[
         finally:
             _restore(registry.kernel_table(), saved)
             _restore(RULES, rules)
+            _open_blocks -= 1
 
 
 def _restore(table: dict, saved: dict) -> None:

@@ -349,6 +349,7 @@ _HONORED_SESSION_CONFIG = frozenset(
         "session.intra_op.allow_spinning",  # a latency knob: results are the same
         "session.inter_op.allow_spinning",
         "session.disable_prepacking",
+        "session.onyx.model_cache_dir",  # onyx's own: runtime/model_cache.py
     ]
 )
 

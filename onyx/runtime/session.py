@@ -16,8 +16,7 @@ from ..ir.dtypes import DataType, to_numpy, type_name
 from ..ir.frozen import FrozenValue
 from ..serde import as_model
 from ..utils import gc_paused
-from ..validation import validate
-from . import concurrency, memory, native
+from . import concurrency, memory, model_cache, native
 from .lenient import accept_lenient
 from .options import (  # noqa: F401  (onnxruntime's names, importable from here as before)
     ExecutionMode,
@@ -169,15 +168,44 @@ class InferenceSession(SessionAPI):
 
     def _build(self, source: Any) -> ir.Model:
         """Load, check and optimize the model, and plan it; the model the plan runs."""
+        entry = model_cache.key(source, self._options)  # (None: no cache asked for, or kept)
+        cached = model_cache.read(self._options, entry) if entry is not None else None
+        self._cache_entry = None  # (where the first run's output check finds its types)
+        if cached is not None:  # (checked and optimized when it was cached)
+            self._model = model = self._apply_options(cached, owned=True)
+            self._cache_entry = entry
+        else:
+            model, entry = self._load_and_optimize(source, entry)
+        snapshot = model_cache.snapshot(model) if entry is not None and cached is None else None
+        self._plan = Plan(model.graph, Compiler(model), dict(model.opset_imports), outer=None)
+        if snapshot is not None:
+            model_cache.write(self._options, entry, snapshot, model)
+        self._planned_model = model
+        return model
+
+    def _cached_types(self) -> dict | None:
+        """The types a model cache hit keeps for the first run's output check (read then:
+        the check is made at the first run)."""
+        if self._cache_entry is None:
+            return None
+        return model_cache.read_types(self._options, self._cache_entry)
+
+    def _load_and_optimize(self, source: Any, entry: str | None) -> tuple[ir.Model, str | None]:
+        """The model to plan, made from ``source``, and its cache entry's key (None: not to be
+        cached after all)."""
+        from ..validation import validate  # (the checker: a model cache hit never needs it)
+
         self._model = as_model(source, user="InferenceSession")
-        validate(self._model, "the session's model")
+        if entry is not None and not model_cache.cacheable(self._model):
+            entry = None
+        warned: list = []
+        validate(self._model, "the session's model", warned=warned)
+        if warned:
+            entry = None  # (a hit would not repeat the warning)
         self._model = self._apply_options(self._model, owned=not isinstance(source, ir.Model))
         # a model the session read itself is its own: the optimizer may edit it, not a copy
         model, owned = accept_lenient(self._model, owned=not isinstance(source, ir.Model))
-        model = self._prepare(model, owned=owned)
-        self._plan = Plan(model.graph, Compiler(model), dict(model.opset_imports), outer=None)
-        self._planned_model = model
-        return model
+        return self._prepare(model, owned=owned), entry
 
     def _prepare(self, model: ir.Model, owned: bool = False) -> ir.Model:
         """Hook for graph optimization at session creation (per graph_optimization_level);
@@ -271,7 +299,9 @@ class InferenceSession(SessionAPI):
             check = signature
             self._checks_per_ranks[ranks] = self._checks_per_ranks.get(ranks, 0) + 1
             if self._output_check is None:
-                self._output_check = _output_check(self._plan, self._planned_model)
+                self._output_check = _output_check(
+                    self._plan, self._planned_model, self._cached_types()
+                )
         with self._run_slot():  # concurrent runs share the cores
             if run_options is not None or self._log_runs:
                 check = None  # (a run with options is not a signature's checked run)
@@ -409,9 +439,12 @@ def _ranks(signature: tuple) -> tuple:
     return signature[0], *[None if s is None else len(s) for s in signature[1:]]
 
 
-def _output_check(plan: Plan, model: ir.Model) -> OutputCheck:
+def _output_check(plan: Plan, model: ir.Model, cached: dict | None = None) -> OutputCheck:
     """What the first run of each shape signature checks the outputs against: the types
-    inference derives from the inputs' (none when inference fails on the model)."""
+    inference derives from the inputs' (none when inference fails on the model), or those
+    the model cache kept for it (``cached``: value name -> type)."""
+    if cached is not None:
+        return OutputCheck(plan, _by_value(model, cached))
     from ..inference.engine import derived_types
 
     try:
@@ -419,6 +452,11 @@ def _output_check(plan: Plan, model: ir.Model) -> OutputCheck:
     except Exception:  # an aid: a model inference cannot follow runs unchecked
         types = {}
     return OutputCheck(plan, types)
+
+
+def _by_value(model: ir.Model, types: dict) -> dict:
+    """id(value) -> (value, type), as derived_types gives them, from value name -> type."""
+    return {id(v): (v, types[v.name]) for n in model.graph for v in n.outputs if v.name in types}
 
 
 def _custom_kernels(ops) -> contextlib.AbstractContextManager:
