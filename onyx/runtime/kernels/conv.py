@@ -19,6 +19,7 @@ from numpy.lib.stride_tricks import as_strided
 from .. import native
 from ..registry import ONYX_DOMAIN, op
 from . import conv1d as _conv1d
+from . import small_cnn as _small_cnn
 from .derived import derived, frozen, scratch, value_key
 from .integer_conv import channel_terms, shifted, window_sums
 
@@ -447,6 +448,9 @@ def _float_conv(
     begin = geo["pads"][: len(x_shape) - 2]
     if group > 1 and W.shape[1] == 1 or min(geo["pads"]) < 0:
         return None
+    serving = _small_cnn.conv_setup(x_shape, W, group, geo, begin, activation, alpha, beta)
+    if serving is not None:  # (a small image's layer: kernels/small_cnn.py)
+        return serving
     small = W[0].size <= native.SMALL_CONV_K and W.shape[0] >= 8  # (native.conv_small_ok's)
     if group == 1 and len(x_shape) == 4 and small and W.shape[2:] != (1, 1):  # a stem: the
         stem = native.stem_setup(x_shape, W, geo, begin, (activation, alpha, beta))

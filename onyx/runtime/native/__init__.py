@@ -47,6 +47,7 @@ from . import (
     resize,
     rnn,
     rows,
+    small_cnn,
     trees,
     window,
 )
@@ -137,6 +138,13 @@ from .trees import (
     svm_coupling,
 )
 from .window import pool2d_f32
+from .small_cnn import (
+    MaxPool2x2,
+    SmallConv,
+    pack_small_conv,
+    small_conv_applies,
+    small_conv_ok,
+)
 
 __all__ = [
     "BYTES",
@@ -238,6 +246,11 @@ __all__ = [
     "threads",
     "to_nhwc",
     "transpose_bytes",
+    "MaxPool2x2",
+    "SmallConv",
+    "pack_small_conv",
+    "small_conv_applies",
+    "small_conv_ok",
 ]
 
 #: The kernel families (one C file and one Python module each), bound to the library at load.
@@ -258,6 +271,7 @@ FAMILIES = (
     attention,
     gemm_f32,
     nhwc,
+    small_cnn,
 )
 _core.start(FAMILIES)
 
