@@ -125,6 +125,13 @@ from .rows import (
     skip_layer_norm_f32,
     softmax_rows_f32,
 )
+from .small_cnn import (
+    MaxPool2x2,
+    SmallConv,
+    pack_small_conv,
+    small_conv_applies,
+    small_conv_ok,
+)
 from .trees import (
     ForestSums,
     bins_one_hot,
@@ -138,13 +145,6 @@ from .trees import (
     svm_coupling,
 )
 from .window import pool2d_f32
-from .small_cnn import (
-    MaxPool2x2,
-    SmallConv,
-    pack_small_conv,
-    small_conv_applies,
-    small_conv_ok,
-)
 
 __all__ = [
     "BYTES",

@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from . import _core as core
-from ._core import _I64, _P, _addr, _check_sizes, _input_addr, _ways, abi
+from ._core import _I64, _P, _PARALLEL_ELEMENTS, _addr, _check_sizes, _input_addr, _ways, abi
 
 
 @abi("small_conv_f32")
@@ -136,7 +136,7 @@ class MaxPool2x2:
         _check_sizes("max pool", *x_shape)
         planes = N * C
         self.shape = (N, C, H // 2, W // 2)
-        self.ways = _ways(planes * H * W, planes, core._PARALLEL_ELEMENTS)
+        self.ways = _ways(planes * H * W, planes, _PARALLEL_ELEMENTS)
         self.task = _SmallConvF32(C=planes, H=H, W=W)
         self.task_at = ctypes.addressof(self.task)
         self.run = core.lib.onyx_max2x2_f32
