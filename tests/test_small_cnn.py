@@ -168,3 +168,30 @@ def test_max_pool_ceil_mode_of_odd_sides_keeps_the_general_path():
     got = max_pool(_Ctx(), x, kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1)
     assert got.shape == (1, 2, 3, 3)
     assert got[0, 0, 2, 2] == x[0, 0, 4, 4]
+
+
+@pytest.mark.parametrize(
+    "N, C, M, H, W", [(1, 64, 32, 8, 8), (1, 32, 16, 16, 16), (2, 5, 3, 3, 8), (1, 16, 7, 5, 24)]
+)
+def test_conv_transpose_2x2_stride_2(N, C, M, H, W, small_calls):
+    rng = np.random.default_rng(C + M)
+    x = rng.standard_normal((N, C, H, W)).astype(np.float32)
+    w = rng.standard_normal((C, M, 2, 2)).astype(np.float32)
+    w.flags.writeable = False
+    b = rng.standard_normal(M).astype(np.float32)
+    got = conv_kernels.conv_transpose(x, w, b, kernel_shape=[2, 2], strides=[2, 2])
+    # y[n, m, 2h + a, 2w + b] = bias[m] + sum over c of x[n, c, h, w] * w[c, m, a, b]
+    want = np.einsum("nchw,cmab->nmhawb", x.astype(np.float64), w.astype(np.float64))
+    want = want.reshape(N, M, 2 * H, 2 * W) + b[:, None, None]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert small_calls == [x.shape]
+
+
+def test_conv_transpose_of_other_widths_keeps_the_general_kernel(small_calls):
+    x = np.random.default_rng(2).standard_normal((1, 4, 6, 6)).astype(np.float32)
+    w = np.random.default_rng(3).standard_normal((4, 3, 2, 2)).astype(np.float32)
+    got = conv_kernels.conv_transpose(x, w, None, kernel_shape=[2, 2], strides=[2, 2])
+    with native.disabled():
+        want = conv_kernels.conv_transpose(x, w, None, kernel_shape=[2, 2], strides=[2, 2])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert not small_calls  # (a width of 6: 8 pixels of a vector's half span two rows)

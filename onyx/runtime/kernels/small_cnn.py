@@ -51,3 +51,46 @@ def max_pool_2x2(X, kernel_shape, auto_pad, pads, strides, dilations, ceil_mode)
 def _max_pool_2x2(shape: tuple, threads: int) -> native.MaxPool2x2:
     """The set-up for an input shape (threads: the setting it was made under)."""
     return native.MaxPool2x2(shape)
+
+
+def conv_transpose_setup(x_shape, W, group: int, geometry: tuple):
+    """A float32 ConvTranspose with a 2x2 kernel at stride 2 and no padding (a U-Net's
+    upsampling) as native.SmallConv's 1x1 conv of 4 x channels rows, called as
+    FloatConvTranspose is: (x, bias) -> y; or None where that does not apply. geometry:
+    conv.py's (kernel, strides, dilations, begin pads, output shape)."""
+    kernel, strides, dilations, begin, out = geometry
+    if not ENABLED or len(x_shape) != 4 or group != 1 or not native.small_conv_ok():
+        return None
+    N, C, H, Wd = x_shape
+    if list(kernel) != [2, 2] or list(strides) != [2, 2] or list(dilations) != [1, 1]:
+        return None
+    if any(begin) or list(out) != [2 * H, 2 * Wd] or Wd % 8 or W.shape[1] > native.MAX_CHANNELS:
+        return None
+    if H * Wd > native.MAX_PIXELS or C > native.small_cnn.MAX_K:
+        return None
+    M = 4 * W.shape[1]  # rows (channel, a, b): w[c, m, a, b] as a 1x1 conv's (m, a, b; c)
+    packed = derived(
+        W,
+        "small convT panels",
+        lambda: frozen(native.pack_small_conv(W.transpose(1, 2, 3, 0).reshape(M, C, 1, 1))),
+    )
+    conv = native.SmallConv(x_shape, packed, M, (1, 1), (H, Wd), (1, 1), (0, 0), up=True)
+    return _Upsampling(conv)
+
+
+class _Upsampling:
+    """(x, bias) -> y of a ConvTranspose on its SmallConv: the bias repeated for each of an
+    output channel's 4 rows (once per bias object: a constant's is the same every call)."""
+
+    __slots__ = ("bias", "conv")
+
+    def __init__(self, conv: native.SmallConv):
+        self.conv, self.bias = conv, (None, None)
+
+    def __call__(self, x: np.ndarray, bias=None) -> np.ndarray:
+        if bias is not None:
+            entry = self.bias
+            if bias is not entry[0]:
+                entry = self.bias = (bias, np.repeat(np.asarray(bias, np.float32), 4))
+            bias = entry[1]
+        return self.conv(x, bias)

@@ -126,6 +126,8 @@ from .rows import (
     softmax_rows_f32,
 )
 from .small_cnn import (
+    MAX_CHANNELS,
+    MAX_PIXELS,
     MaxPool2x2,
     SmallConv,
     pack_small_conv,
@@ -246,6 +248,8 @@ __all__ = [
     "threads",
     "to_nhwc",
     "transpose_bytes",
+    "MAX_CHANNELS",
+    "MAX_PIXELS",
     "MaxPool2x2",
     "SmallConv",
     "pack_small_conv",

@@ -464,7 +464,9 @@ ONYX_STRUCT(nhwc_task, ONYX_NHWC_TASK)
     F(S, int64_t, M, ) F(S, int64_t, OH, ) F(S, int64_t, kh, ) F(S, int64_t, kw, )           \
     F(S, int64_t, dh, ) F(S, int64_t, dw, ) F(S, int64_t, top, ) F(S, int64_t, left, )       \
     F(S, int64_t, nv, ) /* vectors of 16 pixels per strip, 1 to 3 */                         \
-    F(S, int64_t, act, ) F(S, float, alpha, ) F(S, float, beta, )
+    F(S, int64_t, act, ) F(S, float, alpha, ) F(S, float, beta, )                             \
+    F(S, int64_t, up, ) /* 1: a 2x2 stride-2 ConvTranspose, its M rows (m, a, b) of a 1x1    \
+                           conv stored to y (N, M / 4, 2 H, 2 W) at (2 h + a, 2 w + b) */
 ONYX_STRUCT(small_conv_f32, ONYX_SMALL_CONV_F32)
 
 /* Every struct above, for abi.c's table. */

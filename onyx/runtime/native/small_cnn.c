@@ -49,7 +49,9 @@ static int small_conv_ok(const small_conv_f32 *t) {
            t->kw >= 1 && t->nv >= 1 && t->nv <= SC_NV && t->OH * t->W <= (1 << 20) &&
            onyx_window_axis(t->H, t->OH, t->kh, 1, t->dh, t->top, &Hp) &&
            onyx_window_axis(t->W, t->W, t->kw, 1, t->dw, t->left, &Wp) && t->act >= 0 &&
-           t->act <= ACT_TANH;
+           t->act <= ACT_TANH &&
+           (!t->up || (t->up == 1 && t->kh == 1 && t->kw == 1 && t->top == 0 && t->left == 0 &&
+                       t->OH == t->H && t->W % 8 == 0 && t->M % 4 == 0));
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -90,9 +92,16 @@ static AVX512 void strip_masks(const small_conv_f32 *t, int64_t p0, __mmask16 (*
 /* A tile's sums (sums[i]: channel m0 + i's nv vectors) + bias (+ the residual), activated,
    into y: apart from the tile's loop, whose accumulators then stay in registers (with the
    activation's code inlined there, GCC kept them in memory). */
+static AVX512 void store_upsampled(const small_conv_f32 *t, float (*sums)[SC_NV * 16],
+                                   int64_t p0, int64_t n, int64_t m0, int nv);
+
 static AVX512 __attribute__((noinline)) void store_tile(const small_conv_f32 *t,
                                                         float (*sums)[SC_NV * 16], int64_t p0,
                                                         int64_t n, int64_t m0, int nv) {
+    if (t->up) {
+        store_upsampled(t, sums, p0, n, m0, nv);
+        return;
+    }
     int64_t P = sc_pixels(t), rows = t->M - m0 < SC_MR ? t->M - m0 : SC_MR;
     for (int64_t i = 0; i < rows; i++) {
         int64_t at = (n * t->M + m0 + i) * P + p0;
@@ -104,6 +113,31 @@ static AVX512 __attribute__((noinline)) void store_tile(const small_conv_f32 *t,
             if (t->z) s = _mm512_add_ps(s, _mm512_maskz_loadu_ps(live, t->z + at + 16 * h));
             _mm512_mask_storeu_ps(t->y + at + 16 * h, live,
                                   onyx_activate(s, (int)t->act, t->alpha, t->beta));
+        }
+    }
+}
+
+/* A ConvTranspose tile's sums (rows (m, a, b) of the 1x1 conv over input pixels) + bias
+   into y's cells (2 h + a, 2 w + b): rows b = 0 and 1 interleaved, 8 input pixels (one input
+   row's: W % 8 == 0) making 16 consecutive floats of output row 2 h + a. */
+static AVX512 void store_upsampled(const small_conv_f32 *t, float (*sums)[SC_NV * 16],
+                                   int64_t p0, int64_t n, int64_t m0, int nv) {
+    const __m512i lo = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    const __m512i hi = _mm512_add_epi32(lo, _mm512_set1_epi32(8));
+    int64_t P = sc_pixels(t), OW = 2 * t->W, OH = 2 * t->H, channels = t->M / 4;
+    for (int64_t i = 0; i < SC_MR && m0 + i < t->M; i += 2) {
+        int64_t row = m0 + i, m = row / 4, a = row / 2 % 2;
+        __m512 bias = _mm512_set1_ps(t->bias ? t->bias[row] : 0.0f);
+        float *plane = t->y + (n * channels + m) * OH * OW + a * OW;
+        for (int h = 0; h < nv; h++) {
+            __m512 even = _mm512_add_ps(_mm512_load_ps(sums[i] + 16 * h), bias);
+            __m512 odd = _mm512_add_ps(_mm512_load_ps(sums[i + 1] + 16 * h), bias);
+            for (int half = 0; half < 2; half++) {
+                int64_t q = p0 + 16 * h + 8 * half; /* its first input pixel */
+                if (q >= P) break;
+                __m512 v = _mm512_permutex2var_ps(even, half ? hi : lo, odd);
+                _mm512_storeu_ps(plane + q / t->W * 2 * OW + q % t->W * 2, v);
+            }
         }
     }
 }

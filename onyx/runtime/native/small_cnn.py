@@ -22,7 +22,7 @@ class _SmallConvF32(ctypes.Structure):
     _fields_ = (
         [(name, _P) for name in ("x", "w", "bias", "z", "y")]
         + [(name, _I64) for name in "N C H W M OH kh kw dh dw top left nv act".split()]
-        + [("alpha", ctypes.c_float), ("beta", ctypes.c_float)]
+        + [("alpha", ctypes.c_float), ("beta", ctypes.c_float), ("up", _I64)]
     )
 
 
@@ -74,7 +74,10 @@ def pack_small_conv(w: np.ndarray) -> np.ndarray:
 
 class SmallConv:
     """A float32 conv (small_cnn.c) set up for one input shape, with weights packed by
-    :func:`pack_small_conv`; called as conv_f32.FloatConv is: (x, bias, z) -> y."""
+    :func:`pack_small_conv`; called as conv_f32.FloatConv is: (x, bias, z) -> y. With ``up``,
+    a 2x2 stride-2 ConvTranspose run as the 1x1 conv of its M = 4 x channels rows (channel,
+    row, column of the 2x2 block; its bias repeated so), each stored to its cell of the
+    (N, M / 4, 2H, 2W) output."""
 
     __slots__ = ("bias", "packed", "run", "shape", "task", "task_at", "ways")
 
@@ -90,6 +93,7 @@ class SmallConv:
         activation: int = 0,
         alpha: float = 0.0,
         beta: float = 0.0,
+        up: bool = False,
     ):
         N, C, H, W = x_shape
         _check_sizes("small conv", *x_shape, M, *kernel, *out_shape, *dilations, *begin)
@@ -97,10 +101,11 @@ class SmallConv:
         nv = min(3, -(-P // 16))
         parts = N * -(-P // (16 * nv)) * -(-M // PANEL)
         self.ways = _ways(N * P * M * K, parts)
-        self.packed, self.shape, self.bias = packed, (N, M, *out_shape), (None, None, None)
+        self.shape = (N, M // 4, 2 * H, 2 * W) if up else (N, M, *out_shape)
+        self.packed, self.bias = packed, (None, None, None)
         self.task = _SmallConvF32(
             None, _addr(packed), None, None, None, N, C, H, W, M, out_shape[0], *kernel,
-            *dilations, *begin, nv, activation, alpha, beta,
+            *dilations, *begin, nv, activation, alpha, beta, int(up),
         )  # fmt: skip
         self.task_at = ctypes.addressof(self.task)
         self.run = core.lib.onyx_small_conv_f32
