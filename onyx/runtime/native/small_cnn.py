@@ -29,9 +29,10 @@ class _SmallConvF32(ctypes.Structure):
 #: Output channels per register tile (small_cnn.c's SC_MR) and most taps (SC_TAPS).
 PANEL, MAX_TAPS = 8, 49
 
-#: Most pixels of an output plane the small conv takes: beyond, conv_f32.c's blocked implicit
-#: GEMM (its columns packed in L2-sized blocks) does better.
-MAX_PIXELS = 4096
+#: Most pixels of an output plane the small conv takes (128 x 128): its strips read the
+#: input's planes in place, as many as the layer has, each from L2 at best, where conv_f32.c
+#: packs L2-sized blocks of columns first.
+MAX_PIXELS = 16384
 
 #: Most output channels and (input channel, tap) pairs: a tile's weights (taps x C x 8
 #: floats) stay in L1, and its pixels' rows (C planes) in L2.
