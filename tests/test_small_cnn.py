@@ -100,6 +100,19 @@ def test_fused_residual_and_activation(activation, small_calls):
     assert small_calls, "the small conv did not run"
 
 
+def test_a_residual_in_another_layout_is_read_as_its_values(small_calls):
+    """A Fortran-ordered (or broadcast) Z is copied C-contiguous for the call, and that copy
+    lives through it."""
+    case = CASES[4]
+    x, w, b = _arrays(case, 9)
+    want = _reference(x, w, b, case[6], case[7])
+    z = np.asfortranarray(np.random.default_rng(10).standard_normal(want.shape), np.float32)
+    for residual in (z, z[:, :1]):  # (the second broadcast over the channels)
+        got = fused_conv(x, w, b, residual, **_attrs(case))
+        np.testing.assert_allclose(got, want + residual, rtol=1e-4, atol=1e-4)
+    assert len(small_calls) == 2
+
+
 def test_threads_split_the_tiles(small_calls):
     """A layer of over a million multiply-adds runs its tiles on two threads: the same sums."""
     case = (1, 32, 16, 16, 40, (3, 3), (1, 1), (1, 1, 1, 1))
