@@ -1,5 +1,6 @@
 /* Small CNN layers at serving sizes (part of the _kernels library): a direct float32 conv for
- * images of up to a few thousand pixels and a 2x2 stride-2 max pool, each called once per
+ * images of up to 128 x 128 pixels (with it, a 2x2 stride-2 ConvTranspose as a 1x1 conv whose
+ * rows are stored interleaved) and a 2x2 stride-2 max pool, each called once per
  * node with a task made at set-up (small_cnn.py), so that a layer of a few microseconds'
  * work pays little besides it.
  *
