@@ -775,6 +775,51 @@ def gen_qlinear_binary(rng) -> Case:
     return Case("qlinear_binary", op, [np.asarray(v) for v in inputs], domain=MS, version=1)
 
 
+def gen_small_conv(rng) -> Case:
+    """A FusedConv the small kernel takes (small_cnn.c): unit stride, left + right pads that
+    keep the width, any top / bottom pads and dilation, a small image, a residual or not."""
+    kh, kw = int(_pick(rng, [1, 3, 3, 5, 7])), int(_pick(rng, [1, 3, 3, 5]))
+    dh, dw = int(_pick(rng, [1, 1, 2])), int(_pick(rng, [1, 1, 3]))
+    H, W = int(rng.integers(1, 40)), int(rng.integers(1, 40))
+    left = int(rng.integers(0, (kw - 1) * dw + 1))
+    top, bottom = int(rng.integers(0, 4)), int(rng.integers(0, 4))
+    if H + top + bottom < (kh - 1) * dh + 1:
+        top = bottom = (kh - 1) * dh
+    C, M = int(_pick(rng, [1, 3, 8, 16, 33])), int(_pick(rng, [1, 7, 8, 16, 40]))
+    attrs = dict(kernel_shape=[kh, kw], dilations=[dh, dw],
+                 pads=[top, left, bottom, (kw - 1) * dw - left])  # fmt: skip
+    attrs["activation"] = _pick(rng, ["Relu", "LeakyRelu", "Sigmoid", ""])
+    if attrs["activation"] == "LeakyRelu":
+        attrs["activation_params"] = [0.1]
+    x = _normal(rng, (int(_pick(rng, [1, 1, 2])), C, H, W))
+    w, b = _normal(rng, (M, C, kh, kw), 0.5), _normal(rng, (M,))
+    inputs = [laid_out(rng, x), laid_out(rng, w, True), laid_out(rng, b, True)]
+    case = Case("small_conv", "FusedConv", inputs, attrs, domain=MS, version=1, exact=False,
+                rtol=1e-4, atol=1e-5 * max(1, C * kh * kw))  # fmt: skip
+    if rng.integers(2):  # the residual Z, of the output's shape
+        case.inputs.append(laid_out(rng, _normal(rng, _call(case).shape)))
+    return case
+
+
+def gen_small_upsampling(rng) -> Case:
+    """A 2x2 stride-2 ConvTranspose (small_cnn.c where the width is a multiple of 8), or a
+    2x2 stride-2 MaxPool (NaNs in some)."""
+    N, C = int(_pick(rng, [1, 2])), int(_pick(rng, [1, 5, 16, 32]))
+    H, W = int(rng.integers(1, 20)), int(_pick(rng, [8, 16, 24, 3, 9]))
+    if rng.integers(2):
+        x = _normal(rng, (N, C, max(H, 2), max(W, 2)))
+        if rng.integers(4) == 0:
+            x.reshape(-1)[::7] = np.nan
+        attrs = dict(kernel_shape=[2, 2], strides=[2, 2], ceil_mode=int(rng.integers(2)))
+        return Case("small_upsampling", "MaxPool", [laid_out(rng, x)], attrs, version=12)
+    M = int(_pick(rng, [1, 3, 8, 16]))
+    x, w = _normal(rng, (N, C, H, W)), _normal(rng, (C, M, 2, 2), 0.5)
+    b = _normal(rng, (M,)) if rng.integers(2) else None
+    inputs = [laid_out(rng, x), laid_out(rng, w, True), laid_out(rng, b, True)]
+    return Case("small_upsampling", "ConvTranspose", inputs,
+                dict(kernel_shape=[2, 2], strides=[2, 2]), exact=False, rtol=1e-4, atol=1e-4)  # fmt: skip
+
+
 FAMILIES = {
     "conv": gen_conv,
     "fused_conv": gen_fused_conv,
@@ -807,6 +852,8 @@ FAMILIES = {
     "quantize": gen_quantize,
     "elementwise": gen_elementwise,
     "qlinear_binary": gen_qlinear_binary,
+    "small_conv": gen_small_conv,
+    "small_upsampling": gen_small_upsampling,
 }
 
 
@@ -867,7 +914,8 @@ class NativeCalls:
                      "onyx_svm_coupling", "onyx_svm_coupling_pairs", "onyx_forest_scores",
                      "lookup_direct", "onyx_lookup8_channels",
                      "onyx_quantize_range", "onyx_dequantize_range", "onyx_conv1d_f32",
-                     "onyx_svm_classify", "onyx_forest_classify", "onyx_linear_classify"):  # fmt: skip
+                     "onyx_svm_classify", "onyx_forest_classify", "onyx_linear_classify",
+                     "onyx_small_conv_f32", "onyx_max2x2_f32"):  # fmt: skip
             fn = getattr(lib, name, None) if lib is not None else None
             if fn:
                 self.saved[name] = fn

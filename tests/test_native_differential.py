@@ -41,6 +41,8 @@ _NEEDS = {
     "qlinear_matmul": lambda: native.int8_gemm_ok(1),
     "dynamic_matmul": lambda: native.int8_gemm_ok(1),
     "qgemm": lambda: native.int8_gemm_ok(1),
+    "small_conv": native.small_conv_ok,
+    "small_upsampling": native.small_conv_ok,
 }
 
 

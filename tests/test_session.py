@@ -357,9 +357,9 @@ def test_intra_op_threads_reach_the_native_kernels_and_blas(monkeypatch):
     from onyx.runtime import concurrency, native
 
     seen, limits = [], []
-    run = native.FloatConv.__call__
-    monkeypatch.setattr(native.FloatConv, "__call__",
-                        lambda self, *a: seen.append(native.thread_setting()) or run(self, *a))  # fmt: skip
+    for kind in (native.FloatConv, native.SmallConv):  # (a small image's conv: SmallConv)
+        monkeypatch.setattr(kind, "__call__", lambda self, *a, run=kind.__call__:
+                            seen.append(native.thread_setting()) or run(self, *a))  # fmt: skip
     limit = concurrency.limit_blas
     monkeypatch.setattr(concurrency, "limit_blas", lambda n: limits.append(n) or limit(n))
     options = onyx.SessionOptions()

@@ -19,6 +19,7 @@ from numpy.lib.stride_tricks import as_strided
 from .. import native
 from ..registry import ONYX_DOMAIN, op
 from . import conv1d as _conv1d
+from . import small_cnn as _small_cnn
 from .derived import derived, frozen, scratch, value_key
 from .integer_conv import channel_terms, shifted, window_sums
 
@@ -447,6 +448,9 @@ def _float_conv(
     begin = geo["pads"][: len(x_shape) - 2]
     if group > 1 and W.shape[1] == 1 or min(geo["pads"]) < 0:
         return None
+    serving = _small_cnn.conv_setup(x_shape, W, group, geo, begin, activation, alpha, beta)
+    if serving is not None:  # (a small image's layer: kernels/small_cnn.py)
+        return serving
     small = W[0].size <= native.SMALL_CONV_K and W.shape[0] >= 8  # (native.conv_small_ok's)
     if group == 1 and len(x_shape) == 4 and small and W.shape[2:] != (1, 1):  # a stem: the
         stem = native.stem_setup(x_shape, W, geo, begin, (activation, alpha, beta))
@@ -1378,6 +1382,10 @@ def _conv_transpose_setup(x_shape, W, group: int, attrs: tuple):
     kernel, strides, dilations, begin, out = _transpose_attrs(x_shape, W.shape, attrs)
     if list(kernel) != list(W.shape[2:]) or min(begin) < 0 or min(out) < 1:
         return None
+    geometry = (kernel, strides, dilations, begin, out)
+    serving = _small_cnn.conv_transpose_setup(x_shape, W, group, geometry)
+    if serving is not None:  # (a U-Net's 2x2 upsampling: kernels/small_cnn.py)
+        return serving
     w = np.ascontiguousarray(W, np.float32)
     if len(x_shape) == 3:  # a 1-D ConvTranspose is a 2-D one of height 1
         x_shape, w = (*x_shape[:2], 1, x_shape[2]), w[:, :, None]

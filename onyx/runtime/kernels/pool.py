@@ -18,6 +18,7 @@ import numpy as np
 
 from .. import native
 from ..registry import op
+from . import small_cnn as _small_cnn
 from .conv import (
     MAX_TAPS,
     check_window_attributes,
@@ -491,6 +492,10 @@ def _max_pool(ctx, X, kernel_shape, auto_pad, pads, strides, dilations, ceil_mod
             return y
     if X.ndim == 3 and not (ctx.n_outputs > 1 and ctx.outputs_wanted[1]):
         return _max_pool_1d(X, kernel_shape, auto_pad, pads, strides, dilations, ceil_mode)
+    if not (ctx.n_outputs > 1 and ctx.outputs_wanted[1]):  # (2x2 / 2: kernels/small_cnn.py)
+        y = _small_cnn.max_pool_2x2(X, kernel_shape, auto_pad, pads, strides, dilations, ceil_mode)
+        if y is not None:
+            return y
     pool = _pool_of(X.shape, kernel_shape, auto_pad, pads, strides, dilations, ceil_mode, "MaxPool")
     want_indices = ctx.n_outputs > 1 and ctx.outputs_wanted[1]
     if not want_indices:

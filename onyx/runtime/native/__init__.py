@@ -9,7 +9,8 @@ its numpy path and asks whether the native one applies first (``int8_gemm_ok``,
 Each family of kernels is one C file and one Python module of the same name: gemm_i8 (the
 exact int8 GEMM, AVX512-VNNI), depthwise (plane convs), conv_f32 (the float conv), conv1d
 (the direct 1-D float conv), gemv, nbits (MatMulNBits), attention (GroupQueryAttention's step, RMS norms), gemm_f32 (the float
-GEMM against a packed constant B), resize, rnn, elementwise, rows, window (pooling), trees.
+GEMM against a packed constant B), resize, rnn, elementwise, rows, window (pooling), trees,
+small_cnn (a direct conv of small images, a 2x2 upsampling and max pool: batch-1 serving CNNs).
 Their task structs are declared once in abi.h and checked against the ctypes copies at load
 (_core.py).
 
@@ -47,6 +48,7 @@ from . import (
     resize,
     rnn,
     rows,
+    small_cnn,
     trees,
     window,
 )
@@ -127,6 +129,15 @@ from .rows import (
     skip_layer_norm_bound,
     skip_layer_norm_f32,
     softmax_rows_f32,
+)
+from .small_cnn import (
+    MAX_CHANNELS,
+    MAX_PIXELS,
+    MaxPool2x2,
+    SmallConv,
+    pack_small_conv,
+    small_conv_applies,
+    small_conv_ok,
 )
 from .trees import (
     ForestSums,
@@ -246,6 +257,13 @@ __all__ = [
     "threads",
     "to_nhwc",
     "transpose_bytes",
+    "MAX_CHANNELS",
+    "MAX_PIXELS",
+    "MaxPool2x2",
+    "SmallConv",
+    "pack_small_conv",
+    "small_conv_applies",
+    "small_conv_ok",
 ]
 
 #: The kernel families (one C file and one Python module each), bound to the library at load.
@@ -266,6 +284,7 @@ FAMILIES = (
     attention,
     gemm_f32,
     nhwc,
+    small_cnn,
 )
 _core.start(FAMILIES)
 

@@ -452,6 +452,23 @@ enum { NHWC_CONV = 0, NHWC_POINTWISE = 1, NHWC_DEPTHWISE = 2, NHWC_MEAN = 3 };
     F(S, const float *, s, ) /* pointwise: per-image input channel scales (N, C), or NULL */
 ONYX_STRUCT(nhwc_task, ONYX_NHWC_TASK)
 
+/* ------------------------------------------- small CNN layers at serving sizes (small_cnn.c) */
+
+#define ONYX_SMALL_CONV_F32(F, S)                                                            \
+    F(S, const float *, x, ) /* (N, C, H, W) contiguous; the max pool: (C planes, H, W) */   \
+    F(S, const float *, w, ) /* packed: (panels, kh * kw, C, 8), zeros past M */             \
+    F(S, const float *, bias, ) /* [M] or NULL (a call's bias replaces it) */                \
+    F(S, const float *, z, ) /* residual (N, M, OH, W) added before the activation, or NULL */ \
+    F(S, float *, y, )       /* (N, M, OH, W) */                                             \
+    F(S, int64_t, N, ) F(S, int64_t, C, ) F(S, int64_t, H, ) F(S, int64_t, W, )              \
+    F(S, int64_t, M, ) F(S, int64_t, OH, ) F(S, int64_t, kh, ) F(S, int64_t, kw, )           \
+    F(S, int64_t, dh, ) F(S, int64_t, dw, ) F(S, int64_t, top, ) F(S, int64_t, left, )       \
+    F(S, int64_t, nv, ) /* vectors of 16 pixels per strip, 1 to 3 */                         \
+    F(S, int64_t, act, ) F(S, float, alpha, ) F(S, float, beta, )                             \
+    F(S, int64_t, up, ) /* 1: a 2x2 stride-2 ConvTranspose, its M rows (m, a, b) of a 1x1    \
+                           conv stored to y (N, M / 4, 2 H, 2 W) at (2 h + a, 2 w + b) */
+ONYX_STRUCT(small_conv_f32, ONYX_SMALL_CONV_F32)
+
 /* Every struct above, for abi.c's table. */
 #define ONYX_STRUCTS(X)                                                                      \
     X(operand, ONYX_OPERAND) X(epilogue, ONYX_EPILOGUE) X(gemm_task, ONYX_GEMM_TASK)         \
@@ -474,6 +491,7 @@ ONYX_STRUCT(nhwc_task, ONYX_NHWC_TASK)
     X(softmax_rows, ONYX_SOFTMAX_ROWS) X(convt_f32, ONYX_CONVT_F32)                          \
     X(conv1d_f32, ONYX_CONV1D_F32)                                                           \
     X(nhwc_task, ONYX_NHWC_TASK)                                                             \
-    X(svm_task, ONYX_SVM_TASK)
+    X(svm_task, ONYX_SVM_TASK)                                                               \
+    X(small_conv_f32, ONYX_SMALL_CONV_F32)
 
 #endif

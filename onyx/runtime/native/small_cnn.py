@@ -1,0 +1,168 @@
+"""Small CNN layers at serving sizes (small_cnn.c): a direct float32 conv for images of up to a
+few thousand pixels (unit stride, output as wide as the input) and the 2x2 stride-2 max pool.
+
+Each is set up once per node and input shape (the task, the packed weights, the threads), and
+a call is one ctypes call with the arrays' addresses: the C entry copies the task and runs
+its parts, so no task is copied or cut in Python per call (a batch-1 U-Net layer's work is
+a few microseconds, as long as that did)."""
+
+from __future__ import annotations
+
+import ctypes
+import math
+
+import numpy as np
+
+from . import _core as core
+from ._core import _I64, _P, _PARALLEL_ELEMENTS, _addr, _check_sizes, _input_addr, _ways, abi
+
+
+@abi("small_conv_f32")
+class _SmallConvF32(ctypes.Structure):
+    _fields_ = (
+        [(name, _P) for name in ("x", "w", "bias", "z", "y")]
+        + [(name, _I64) for name in "N C H W M OH kh kw dh dw top left nv act".split()]
+        + [("alpha", ctypes.c_float), ("beta", ctypes.c_float), ("up", _I64)]
+    )
+
+
+#: Output channels per register tile (small_cnn.c's SC_MR) and most taps (SC_TAPS).
+PANEL, MAX_TAPS = 8, 49
+
+#: Most pixels of an output plane the small conv takes (128 x 128): its strips read the
+#: input's planes in place, as many as the layer has, each from L2 at best, where conv_f32.c
+#: packs L2-sized blocks of columns first.
+MAX_PIXELS = 16384
+
+#: The same for a 1x1 conv (32 x 32): conv_f32.c reads a larger image's planes in place too,
+#: in blocks of K (256 -> 64 channels at 56x56 took 8-17% longer here, 64 -> 256 at 64x64 27%).
+MAX_PIXELS_1X1 = 1024
+
+#: Most output channels and (input channel, tap) pairs: a tile's weights (taps x C x 8
+#: floats) stay in L1, and its pixels' rows (C planes) in L2.
+MAX_CHANNELS, MAX_K = 256, 2304
+
+
+def small_conv_ok() -> bool:
+    """Whether the small conv and max pool run here (the library built with AVX-512)."""
+    return core.lib is not None and bool(core.lib.small_cnn_avx512)
+
+
+def small_conv_applies(x_shape, w_shape, group: int, out_shape, strides, dilations, begin):
+    """Whether :class:`SmallConv` takes this 2-D conv: group 1, unit stride, an output as wide
+    as the input ("same" padding across), a small image and layer."""
+    if len(x_shape) != 4 or group != 1 or tuple(strides) != (1, 1) or min(begin) < 0:
+        return False
+    (N, C, H, W), (M, _, kh, kw) = x_shape, w_shape
+    return (
+        out_shape[1] == W
+        and out_shape[0] * W <= (MAX_PIXELS if kh * kw > 1 else MAX_PIXELS_1X1)
+        and kh * kw <= MAX_TAPS
+        and M <= MAX_CHANNELS
+        and C * kh * kw <= MAX_K
+        and N * C * H * W > 0
+        and dilations[0] >= 1
+        and dilations[1] >= 1
+    )
+
+
+def pack_small_conv(w: np.ndarray) -> np.ndarray:
+    """Weights (M, C, kh, kw) as small_cnn.c reads them: (panels, kh * kw, C, PANEL), zeros
+    past M."""
+    M, C = w.shape[:2]
+    taps = math.prod(w.shape[2:])
+    panels = -(-M // PANEL)
+    wp = np.zeros((panels * PANEL, C, taps), np.float32)
+    wp[:M] = w.reshape(M, C, taps)
+    return np.ascontiguousarray(wp.reshape(panels, PANEL, C, taps).transpose(0, 3, 2, 1))
+
+
+class SmallConv:
+    """A float32 conv (small_cnn.c) set up for one input shape, with weights packed by
+    :func:`pack_small_conv`; called as conv_f32.FloatConv is: (x, bias, z) -> y. With ``up``,
+    a 2x2 stride-2 ConvTranspose run as the 1x1 conv of its M = 4 x channels rows (channel,
+    row, column of the 2x2 block; its bias repeated so), each stored to its cell of the
+    (N, M / 4, 2H, 2W) output."""
+
+    __slots__ = ("bias", "packed", "shape", "task", "task_at", "ways")
+
+    def __init__(
+        self,
+        x_shape,
+        packed: np.ndarray,
+        M: int,
+        kernel,
+        out_shape,
+        dilations,
+        begin,
+        activation: int = 0,
+        alpha: float = 0.0,
+        beta: float = 0.0,
+        up: bool = False,
+    ):
+        N, C, H, W = x_shape
+        _check_sizes("small conv", *x_shape, M, *kernel, *out_shape, *dilations, *begin)
+        P, K = out_shape[0] * W, C * math.prod(kernel)
+        nv = min(3, -(-P // 16))
+        parts = N * -(-P // (16 * nv)) * -(-M // PANEL)
+        self.ways = _ways(N * P * M * K, parts)
+        self.shape = (N, M // 4, 2 * H, 2 * W) if up else (N, M, *out_shape)
+        self.packed, self.bias = packed, (None, None, None)
+        self.task = _SmallConvF32(
+            None, _addr(packed), None, None, None, N, C, H, W, M, out_shape[0], *kernel,
+            *dilations, *begin, nv, activation, alpha, beta, int(up),
+        )  # fmt: skip
+        self.task_at = ctypes.addressof(self.task)
+
+    def __call__(self, x: np.ndarray, bias=None, z=None) -> np.ndarray:
+        """activation(conv(x) + bias [M] + z (the output's shape)); x C-contiguous float32."""
+        y = np.empty(self.shape, np.float32)
+        b = None
+        if bias is not None:
+            entry = self.bias  # (a local reference keeps its array alive through the call)
+            if bias is not entry[0]:  # a constant bias is the same object every call
+                f = np.ascontiguousarray(bias, np.float32)
+                entry = self.bias = (bias, f, _addr(f))
+            b = entry[2]
+        residual = None
+        if z is not None:
+            if z.shape != y.shape or z.dtype != np.float32 or not z.flags.c_contiguous:
+                z = np.ascontiguousarray(np.broadcast_to(z, y.shape), np.float32)
+            residual = _input_addr(z)  # (z, a local, keeps a converted copy alive)
+        run = core.lib.onyx_small_conv_f32  # (looked up per call: tests count the calls)
+        status = run(self.task_at, _input_addr(x), _addr(y), b, residual, self.ways)
+        if status:
+            core.check(status, "small conv")
+        return y
+
+
+class MaxPool2x2:
+    """The 2x2 stride-2 max pool of (N, C, H, W) float32 without padding (floor: a last odd
+    row or column unread), set up for one input shape."""
+
+    __slots__ = ("shape", "task", "task_at", "ways")
+
+    def __init__(self, x_shape):
+        N, C, H, W = x_shape
+        _check_sizes("max pool", *x_shape)
+        planes = N * C
+        self.shape = (N, C, H // 2, W // 2)
+        self.ways = _ways(planes * H * W, planes, _PARALLEL_ELEMENTS)
+        self.task = _SmallConvF32(C=planes, H=H, W=W)
+        self.task_at = ctypes.addressof(self.task)
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        y = np.empty(self.shape, np.float32)
+        status = core.lib.onyx_max2x2_f32(self.task_at, _input_addr(x), _addr(y), self.ways)
+        if status:
+            core.check(status, "max pool")
+        return y
+
+
+def bind(lib, isa: int) -> None:
+    lib.onyx_small_conv_f32.argtypes = [_P, _P, _P, _P, _P, _I64]
+    lib.onyx_small_conv_f32.restype = ctypes.c_int
+    lib.onyx_max2x2_f32.argtypes = [_P, _P, _P, _I64]
+    lib.onyx_max2x2_f32.restype = ctypes.c_int
+    lib.onyx_small_cnn_avx512.restype = ctypes.c_int
+    lib.small_cnn_avx512 = bool(isa & core.ISA_AVX512) and bool(lib.onyx_small_cnn_avx512())

@@ -1,0 +1,210 @@
+"""The small CNN kernels (onyx/runtime/native/small_cnn.c: the direct conv of small images and
+the 2x2 stride-2 max pool) against float64 numpy references, through the Conv, FusedConv and
+MaxPool kernels: padding in every direction, dilation, output channels past a tile's 8, pixel
+counts that are no multiple of 16, batches, residuals, activations, several threads; and the
+shapes they leave to the general kernels. Skipped where the library lacks AVX-512."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from onyx.runtime import native
+from onyx.runtime.kernels import conv as conv_kernels
+from onyx.runtime.kernels.fused import fused_conv
+from onyx.runtime.kernels.pool import max_pool
+
+pytestmark = pytest.mark.skipif(not native.small_conv_ok(), reason="no AVX-512 small kernels")
+
+#: N, C, H, W, M, kernel, dilation, pads (top, left, bottom, right)
+CASES = [
+    (1, 3, 32, 32, 16, (3, 3), (1, 1), (1, 1, 1, 1)),  # a U-Net's first conv
+    (1, 16, 16, 16, 32, (3, 3), (1, 1), (1, 1, 1, 1)),
+    (1, 64, 8, 8, 64, (3, 3), (1, 1), (1, 1, 1, 1)),  # 4 vectors: strips of 3 and 1
+    (2, 5, 7, 9, 13, (3, 3), (1, 1), (1, 1, 1, 1)),  # 63 pixels; a partial panel; batch 2
+    (1, 4, 6, 11, 9, (5, 3), (1, 1), (2, 1, 0, 1)),  # uneven pads: fewer output rows
+    (1, 6, 9, 10, 8, (3, 3), (2, 3), (0, 3, 4, 3)),  # dilation; rows wholly in the padding
+    (3, 7, 5, 5, 3, (1, 1), (1, 1), (0, 0, 0, 0)),  # 1x1, fewer channels than a panel
+    (1, 2, 12, 20, 10, (1, 7), (1, 1), (0, 3, 0, 3)),
+    (1, 3, 4, 4, 16, (7, 7), (1, 1), (3, 3, 3, 3)),  # taps wholly in the padding
+]
+
+
+def _reference(x, w, b, dilation, pads, z=None):
+    """Conv in float64: zero-padded windows summed tap by tap."""
+    N, C, H, W = x.shape
+    M, _, kh, kw = w.shape
+    top, left, bottom, right = pads
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (top, bottom), (left, right)))
+    OH = H + top + bottom - (kh - 1) * dilation[0]
+    OW = W + left + right - (kw - 1) * dilation[1]
+    y = np.zeros((N, M, OH, OW)) + b.astype(np.float64)[:, None, None]
+    for a in range(kh):
+        for c in range(kw):
+            r, s = a * dilation[0], c * dilation[1]
+            patch = xp[:, :, r : r + OH, s : s + OW]
+            y += np.einsum("nchw,mc->nmhw", patch, w[:, :, a, c].astype(np.float64))
+    return y if z is None else y + z
+
+
+def _arrays(case, seed):
+    N, C, H, W, M, kernel = case[:6]
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((N, C, H, W)).astype(np.float32)
+    w = rng.standard_normal((M, C, *kernel)).astype(np.float32)
+    w.flags.writeable = False  # (a constant: its set-up is kept)
+    b = rng.standard_normal(M).astype(np.float32)
+    return x, w, b
+
+
+@pytest.fixture
+def small_calls(monkeypatch):
+    """The input shapes the small conv runs from now on."""
+    calls, run = [], native.SmallConv.__call__
+    monkeypatch.setattr(native.SmallConv, "__call__",
+                        lambda self, x, *a: calls.append(x.shape) or run(self, x, *a))  # fmt: skip
+    return calls
+
+
+def _attrs(case):
+    kernel, dilation, pads = case[5:]
+    return {"kernel_shape": list(kernel), "dilations": list(dilation), "pads": list(pads)}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_conv_matches_reference(case, small_calls):
+    x, w, b = _arrays(case, sum(case[:5]))
+    want = _reference(x, w, b, case[6], case[7])
+    for _ in range(2):  # (the second call runs the kept set-up)
+        got = conv_kernels.conv(x, w, b, **_attrs(case))
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert len(small_calls) == 2, "the small conv did not run"
+
+
+@pytest.mark.parametrize("activation", ["Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh"])
+def test_fused_residual_and_activation(activation, small_calls):
+    case = CASES[3]
+    x, w, b = _arrays(case, 7)
+    z = np.random.default_rng(8).standard_normal((2, 13, 7, 9)).astype(np.float32)
+    params = {"LeakyRelu": [0.1], "Clip": [-0.5, 0.7]}.get(activation)
+    got = fused_conv(x, w, b, z, activation=activation, activation_params=params, **_attrs(case))
+    s = _reference(x, w, b, case[6], case[7], z)
+    want = {
+        "Relu": lambda v: np.maximum(v, 0),
+        "LeakyRelu": lambda v: np.where(v < 0, 0.1 * v, v),
+        "Clip": lambda v: np.clip(v, -0.5, 0.7),
+        "Sigmoid": lambda v: 1 / (1 + np.exp(-v)),
+        "Tanh": np.tanh,
+    }[activation](s)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert small_calls, "the small conv did not run"
+
+
+def test_a_residual_in_another_layout_is_read_as_its_values(small_calls):
+    """A Fortran-ordered (or broadcast) Z is copied C-contiguous for the call, and that copy
+    lives through it."""
+    case = CASES[4]
+    x, w, b = _arrays(case, 9)
+    want = _reference(x, w, b, case[6], case[7])
+    z = np.asfortranarray(np.random.default_rng(10).standard_normal(want.shape), np.float32)
+    for residual in (z, z[:, :1]):  # (the second broadcast over the channels)
+        got = fused_conv(x, w, b, residual, **_attrs(case))
+        np.testing.assert_allclose(got, want + residual, rtol=1e-4, atol=1e-4)
+    assert len(small_calls) == 2
+
+
+def test_threads_split_the_tiles(small_calls):
+    """A layer of over a million multiply-adds runs its tiles on two threads: the same sums."""
+    case = (1, 32, 16, 16, 40, (3, 3), (1, 1), (1, 1, 1, 1))
+    x, w, b = _arrays(case, 3)
+    with native.threads(2):
+        got = conv_kernels.conv(x, w, b, **_attrs(case))
+    with native.threads(1):
+        one = conv_kernels.conv(x, w, b, **_attrs(case))
+    np.testing.assert_array_equal(got, one)  # (each tile's sums in one order either way)
+    np.testing.assert_allclose(got, _reference(x, w, b, (1, 1), (1, 1, 1, 1)), rtol=1e-4, atol=1e-3)
+    assert len(small_calls) == 2
+
+
+@pytest.mark.parametrize(
+    "shape, attrs",
+    [
+        ((1, 8, 16, 16), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),  # a stride
+        ((1, 8, 16, 16), {"pads": [0, 0, 0, 0]}),  # "valid": narrower output
+        ((1, 4, 136, 136), {"pads": [1, 1, 1, 1]}),  # a large image
+    ],
+)
+def test_other_shapes_keep_the_general_kernels(shape, attrs, small_calls):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = rng.standard_normal((16, shape[1], 3, 3)).astype(np.float32)
+    got = conv_kernels.conv(x, w, None, kernel_shape=[3, 3], **attrs)
+    with native.disabled():
+        want = conv_kernels.conv(x, w, None, kernel_shape=[3, 3], **attrs)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert not small_calls
+
+
+def test_conv_agrees_with_the_numpy_path():
+    case = CASES[1]
+    x, w, b = _arrays(case, 11)
+    got = fused_conv(x, w, b, activation="Relu", **_attrs(case))
+    with native.disabled():
+        want = fused_conv(x, w, b, activation="Relu", **_attrs(case))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+class _Ctx:
+    n_outputs, outputs_wanted = 1, (True,)
+
+
+@pytest.mark.parametrize("shape", [(1, 16, 32, 32), (2, 3, 7, 9), (1, 1, 2, 2), (1, 5, 6, 50)])
+def test_max_pool_2x2(shape, monkeypatch):
+    calls, run = [], native.MaxPool2x2.__call__
+    monkeypatch.setattr(native.MaxPool2x2, "__call__",
+                        lambda self, x: calls.append(x.shape) or run(self, x))  # fmt: skip
+    x = np.random.default_rng(5).standard_normal(shape).astype(np.float32)
+    x.flat[::37] = np.nan  # (a window with a NaN pools to NaN)
+    got = max_pool(_Ctx(), x, kernel_shape=[2, 2], strides=[2, 2])
+    H, W = shape[2] // 2 * 2, shape[3] // 2 * 2
+    want = x[:, :, :H, :W].reshape(*shape[:2], H // 2, 2, W // 2, 2).max(axis=(3, 5))
+    np.testing.assert_array_equal(got, want)
+    with native.disabled():
+        np.testing.assert_array_equal(
+            max_pool(_Ctx(), x, kernel_shape=[2, 2], strides=[2, 2]), want
+        )
+    assert calls == [shape]
+
+
+def test_max_pool_ceil_mode_of_odd_sides_keeps_the_general_path():
+    x = np.random.default_rng(6).standard_normal((1, 2, 5, 5)).astype(np.float32)
+    got = max_pool(_Ctx(), x, kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1)
+    assert got.shape == (1, 2, 3, 3)
+    assert got[0, 0, 2, 2] == x[0, 0, 4, 4]
+
+
+@pytest.mark.parametrize(
+    "N, C, M, H, W", [(1, 64, 32, 8, 8), (1, 32, 16, 16, 16), (2, 5, 3, 3, 8), (1, 16, 7, 5, 24)]
+)
+def test_conv_transpose_2x2_stride_2(N, C, M, H, W, small_calls):
+    rng = np.random.default_rng(C + M)
+    x = rng.standard_normal((N, C, H, W)).astype(np.float32)
+    w = rng.standard_normal((C, M, 2, 2)).astype(np.float32)
+    w.flags.writeable = False
+    b = rng.standard_normal(M).astype(np.float32)
+    got = conv_kernels.conv_transpose(x, w, b, kernel_shape=[2, 2], strides=[2, 2])
+    # y[n, m, 2h + a, 2w + b] = bias[m] + sum over c of x[n, c, h, w] * w[c, m, a, b]
+    want = np.einsum("nchw,cmab->nmhawb", x.astype(np.float64), w.astype(np.float64))
+    want = want.reshape(N, M, 2 * H, 2 * W) + b[:, None, None]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert small_calls == [x.shape]
+
+
+def test_conv_transpose_of_other_widths_keeps_the_general_kernel(small_calls):
+    x = np.random.default_rng(2).standard_normal((1, 4, 6, 6)).astype(np.float32)
+    w = np.random.default_rng(3).standard_normal((4, 3, 2, 2)).astype(np.float32)
+    got = conv_kernels.conv_transpose(x, w, None, kernel_shape=[2, 2], strides=[2, 2])
+    with native.disabled():
+        want = conv_kernels.conv_transpose(x, w, None, kernel_shape=[2, 2], strides=[2, 2])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert not small_calls  # (a width of 6: 8 pixels of a vector's half span two rows)
