@@ -429,41 +429,64 @@ static AVX512 void pad_rows(const conv_f32 *t, float *xp, int64_t n, int64_t g, 
                             int64_t hi) {
     int64_t Cg = t->C / t->group, W = t->W, left = t->xleft;
     int64_t w = t->xw < W - left ? t->xw : W - left;
+    const __m512 zero = _mm512_setzero_ps();
     for (int64_t c = n * t->C + g * Cg; c < n * t->C + (g + 1) * Cg; c++)
         for (int64_t i = lo; i <= hi; i++) {
             float *d = xp + (c * t->H + i) * W;
             int64_t row = i - t->xtop;
-            int in = row >= 0 && row < t->xh;
-            const float *from = t->x + (c * t->xh + (in ? row : 0)) * t->xw - left;
-            for (int64_t h = 0; h < W; h += 16) {
-                __mmask16 live = in ? lanes(left - h, left + w - h) : 0;
-                _mm512_mask_storeu_ps(d + h, lanes(0, W - h), _mm512_maskz_loadu_ps(live, from + h));
+            if (row < 0 || row >= t->xh || w <= 0) { /* (a row of the padding) */
+                for (int64_t h = 0; h < W; h += 16) _mm512_mask_storeu_ps(d + h, lanes(0, W - h), zero);
+                continue;
             }
+            const float *from = t->x + (c * t->xh + row) * t->xw;
+            for (int64_t h = 0; h < left; h += 16)
+                _mm512_mask_storeu_ps(d + h, lanes(0, left - h), zero);
+            int64_t j = 0;
+            for (; j + 16 <= w; j += 16) _mm512_storeu_ps(d + left + j, _mm512_loadu_ps(from + j));
+            if (j < w) {
+                __mmask16 m = lanes(0, w - j);
+                _mm512_mask_storeu_ps(d + left + j, m, _mm512_maskz_loadu_ps(m, from + j));
+            }
+            for (int64_t h = left + w; h < W; h += 16)
+                _mm512_mask_storeu_ps(d + h, lanes(0, W - h), zero);
         }
 }
 
-/* The rows of the padded input that parts begin .. end read, into xp: a part pads what it
-   reads, on its own thread (where the padding made by the caller beforehand was a serial
-   copy, then read from the caller's cache by the other threads). Rows shared by consecutive
-   strips are copied once. */
-static void pad_parts(const conv_f32 *t, float *xp, int64_t begin, int64_t end) {
+/* Rows lo .. hi of the padded planes of key = (image, group) into xp, less those padded
+   last (done: their key, first and last row), which are then these. */
+static void pad_once(const conv_f32 *t, float *xp, int64_t key, int64_t lo, int64_t hi,
+                     int64_t *done) {
+    if (key == done[0] && lo >= done[1] && lo <= done[2] + 1) {
+        if (hi > done[2]) pad_rows(t, xp, key / t->group, key % t->group, done[2] + 1, hi);
+        done[2] = hi > done[2] ? hi : done[2];
+        return;
+    }
+    pad_rows(t, xp, key / t->group, key % t->group, lo, hi);
+    done[0] = key, done[1] = lo, done[2] = hi;
+}
+
+/* The rows of the padded input that part q reads, into xp, just before the part reads them
+   (they are then in L2): a part pads what it reads, on its own thread, where the padding
+   made by the caller beforehand was a serial copy, then read from the caller's cache by the
+   other threads. Its strips' rows are padded a run of rows per (image, group) at once, plane
+   by plane (strip by strip, 64 channels' rows apart, the copy took a third of a 3x3 conv's
+   time), and rows padded for the part before are not padded again. */
+static void pad_part(const conv_f32 *t, float *xp, int64_t q, int64_t *done) {
     int64_t S = t->per_part, chunks = (t->strips + S - 1) / S, per = wide_strips(t);
     int64_t all = t->OH * t->W, reach = (t->kh - 1) * t->dh * t->W + (t->kw - 1) * t->dw;
-    int64_t key = -1, lo_done = 0, hi_done = -1;
-    for (int64_t q = begin; q < end; q++) {
-        int64_t g = q / chunks / t->blocks, s0 = q % chunks * S;
-        for (int64_t s = s0; s < s0 + S && s < t->strips; s++) {
-            int64_t n = s / per, q0 = s % per * CF_NR, q1 = q0 + CF_NR < all ? q0 + CF_NR : all;
-            int64_t lo = q0 / t->W, hi = (q1 - 1 + reach) / t->W;
-            hi = hi < t->H ? hi : t->H - 1; /* (past the plane: discarded pixels) */
-            if (n * t->group + g == key && lo >= lo_done && lo <= hi_done + 1) {
-                if (hi > hi_done) pad_rows(t, xp, n, g, hi_done + 1, hi), hi_done = hi;
-                continue;
-            }
-            pad_rows(t, xp, n, g, lo, hi);
-            key = n * t->group + g, lo_done = lo, hi_done = hi;
+    int64_t g = q / chunks / t->blocks, s0 = q % chunks * S, key = -1, lo_run = 0, hi_run = -1;
+    for (int64_t s = s0; s < s0 + S && s < t->strips; s++) {
+        int64_t n = s / per, q0 = s % per * CF_NR, q1 = q0 + CF_NR < all ? q0 + CF_NR : all;
+        int64_t lo = q0 / t->W, hi = (q1 - 1 + reach) / t->W;
+        hi = hi < t->H ? hi : t->H - 1; /* (past the plane: discarded pixels) */
+        if (n * t->group + g == key && lo >= lo_run && lo <= hi_run + 1) {
+            hi_run = hi > hi_run ? hi : hi_run;
+            continue;
         }
+        if (key >= 0) pad_once(t, xp, key, lo_run, hi_run, done);
+        key = n * t->group + g, lo_run = lo, hi_run = hi;
     }
+    if (key >= 0) pad_once(t, xp, key, lo_run, hi_run, done);
 }
 
 /* This thread's padded input of `floats` floats (grown, never shrunk or freed: a pool
@@ -503,12 +526,13 @@ EXPORT AVX512 int onyx_conv_f32_range(const void *p, int64_t begin, int64_t end)
     const conv_f32 *t = p;
     if (!conv_f32_ok(t) || begin < 0) return ONYX_INVALID;
     conv_f32 padded; /* a raw conv's task, reading this thread's padded input */
-    if (t->raw) {
+    const conv_f32 *raw = t->raw ? t : 0;
+    int64_t done[3] = {-1, 0, -1}; /* (pad_once's) */
+    if (raw) {
         int64_t floats = t->N * t->C * t->H * t->W, slack = wide_slack(t);
         float *xp = pad_scratch(floats + slack);
         if (!xp) return ONYX_NOMEM;
         memset(xp + floats, 0, sizeof(float) * (size_t)slack);
-        pad_parts(t, xp, begin, end);
         padded = *t, padded.x = xp, padded.raw = 0, t = &padded;
     }
     int64_t Mg = t->M / t->group, K = (t->C / t->group) * t->kh * t->kw;
@@ -549,6 +573,7 @@ EXPORT AVX512 int onyx_conv_f32_range(const void *p, int64_t begin, int64_t end)
         int64_t g = q / chunks / t->blocks, s0 = chunk * S;
         int64_t ns = t->strips - s0 < S ? t->strips - s0 : S;
         int64_t p0 = blk * per_block, p1 = p0 + per_block < panels ? p0 + per_block : panels;
+        if (raw) pad_part(raw, (float *)t->x, q, done);
         for (int64_t s = 0; s < ns; s++) {
             run *rs = r + s * (CF_NR + 1);
             runs[s] = strip_runs(t, s0 + s, rs);
