@@ -387,12 +387,15 @@ static const tile_fn narrow_fn[CF_NARROW + 1] = {
    (kc x MR, L1) meet every strip, so large weights are read once per block of strips and
    not once per strip. The sums wait in ct (strip, panel) until the last block of columns. */
 /* Whether a conv that pads its own input (raw) has sizes that agree: the unpadded input lies
-   at (xtop, xleft) of the padded H x W (its rows and columns past those dropped). */
+   at (xtop, xleft) of the padded H x W (its rows and columns past those dropped), or of a
+   stride-2 conv's 2H x 2W, split into its phases. */
 static int raw_ok(const conv_f32 *t) {
     int64_t sizes[4] = {t->xh, t->xw, t->xtop, t->xleft}, cells;
     if (!t->raw) return 1;
-    return t->raw == 1 && t->wide == 1 && onyx_in(sizes, 4, 0, ONYX_MAX_EXTENT) &&
-           t->xtop <= t->H && t->xleft <= t->W && onyx_mul(t->N * t->C, t->xh, &cells) &&
+    int64_t scale = t->wide == 2 ? 2 : 1; /* (phases: the padded input is 2H x 2W) */
+    return t->raw == 1 && (t->wide == 1 || t->wide == 2) &&
+           onyx_in(sizes, 4, 0, ONYX_MAX_EXTENT) && t->xtop <= scale * t->H &&
+           t->xleft <= scale * t->W && onyx_mul(t->N * t->C, t->xh, &cells) &&
            onyx_mul(cells, t->xw, &cells);
 }
 
@@ -422,6 +425,65 @@ static int conv_f32_ok(const conv_f32 *t) {
    pixels): conv_f32.py's slack. */
 static int64_t wide_slack(const conv_f32 *t) { return (t->kw - 1) * t->dw + CF_NR; }
 
+/* The input rows lo .. hi (clipped to the input's) of plane c into the cache: the next
+   plane's rows are fetched while a part pads this one's (a part's few rows per plane, 32 to
+   128 planes apart, are too short a stream for the hardware's prefetchers, and the loads
+   waited on memory for most of the padding's time). */
+static AVX512 void fetch_rows(const conv_f32 *t, int64_t c, int64_t lo, int64_t hi) {
+    lo = lo < 0 ? 0 : lo, hi = hi < t->xh ? hi : t->xh - 1;
+    if (hi < lo) return;
+    const char *from = (const char *)(t->x + (c * t->xh + lo) * t->xw);
+    int64_t bytes = (hi - lo + 1) * t->xw * (int64_t)sizeof(float);
+    for (int64_t b = 0; b < bytes + 63; b += 64) _mm_prefetch(from + b, _MM_HINT_T0);
+}
+
+/* Row i of a plane's (row, column) parity phases (wide = 2) from the padded input's row
+   2i + pr (pr: the row phase): its even columns into d0, its odd ones into d1, Wq each; row:
+   the input's row (W values, from the padded row's column left), null for a row of the
+   padding. Each row is read once for both column phases (a pair of loads, an even- and an
+   odd-lane permute per 16 values of each). */
+static AVX512 void phase_row(const float *row, int64_t W, int64_t left, float *d0, float *d1,
+                             int64_t Wq) {
+    const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4,
+                                          2, 0);
+    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    for (int64_t h = 0; h < Wq; h += 16) {
+        __mmask16 out = lanes(0, Wq - h);
+        if (!row) {
+            _mm512_mask_storeu_ps(d0 + h, out, _mm512_setzero_ps());
+            _mm512_mask_storeu_ps(d1 + h, out, _mm512_setzero_ps());
+            continue;
+        }
+        int64_t first = 2 * h - left; /* the input column of column phase 0's value h */
+        __m512 a, b;
+        if (first >= 0 && first + 32 <= W) { /* (the usual case) */
+            a = _mm512_loadu_ps(row + first), b = _mm512_loadu_ps(row + first + 16);
+        } else { /* (lanes outside the row are never read) */
+            a = _mm512_maskz_loadu_ps(lanes(-first, W - first), row + first);
+            b = _mm512_maskz_loadu_ps(lanes(-first - 16, W - first - 16), row + first + 16);
+        }
+        _mm512_mask_storeu_ps(d0 + h, out, _mm512_permutex2var_ps(a, even, b));
+        _mm512_mask_storeu_ps(d1 + h, out, _mm512_permutex2var_ps(a, odd, b));
+    }
+}
+
+/* Rows lo .. hi of image n's phases (wide = 2) of group g into xp, from t's raw input. */
+static AVX512 void phase_rows(const conv_f32 *t, float *xp, int64_t n, int64_t g, int64_t lo,
+                              int64_t hi) {
+    int64_t Cg = t->C / t->group, plane = t->H * t->W, c1 = n * t->C + (g + 1) * Cg;
+    fetch_rows(t, n * t->C + g * Cg, 2 * lo - t->xtop, 2 * hi + 1 - t->xtop);
+    for (int64_t c = n * t->C + g * Cg; c < c1; c++) {
+        if (c + 1 < c1) fetch_rows(t, c + 1, 2 * lo - t->xtop, 2 * hi + 1 - t->xtop);
+        for (int64_t i = lo; i <= hi; i++)
+            for (int64_t pr = 0; pr < 2; pr++) {
+                float *d0 = xp + (c * 4 + pr * 2) * plane + i * t->W;
+                int64_t ih = 2 * i + pr - t->xtop;
+                const float *row = ih >= 0 && ih < t->xh ? t->x + (c * t->xh + ih) * t->xw : 0;
+                phase_row(row, t->xw, t->xleft, d0, d0 + plane, t->W);
+            }
+    }
+}
+
 /* Rows lo .. hi of image n's padded planes of group g into xp, from t's unpadded input: a
    row is masked loads and stores of 16 values (its borders zeros; lanes outside the input's
    row are never read), where libc's copies of a small layer's short rows cost more. */
@@ -430,7 +492,10 @@ static AVX512 void pad_rows(const conv_f32 *t, float *xp, int64_t n, int64_t g, 
     int64_t Cg = t->C / t->group, W = t->W, left = t->xleft;
     int64_t w = t->xw < W - left ? t->xw : W - left;
     const __m512 zero = _mm512_setzero_ps();
-    for (int64_t c = n * t->C + g * Cg; c < n * t->C + (g + 1) * Cg; c++)
+    int64_t c1 = n * t->C + (g + 1) * Cg;
+    fetch_rows(t, n * t->C + g * Cg, lo - t->xtop, hi - t->xtop);
+    for (int64_t c = n * t->C + g * Cg; c < c1; c++) {
+        if (c + 1 < c1) fetch_rows(t, c + 1, lo - t->xtop, hi - t->xtop);
         for (int64_t i = lo; i <= hi; i++) {
             float *d = xp + (c * t->H + i) * W;
             int64_t row = i - t->xtop;
@@ -450,18 +515,21 @@ static AVX512 void pad_rows(const conv_f32 *t, float *xp, int64_t n, int64_t g, 
             for (int64_t h = left + w; h < W; h += 16)
                 _mm512_mask_storeu_ps(d + h, lanes(0, W - h), zero);
         }
+    }
 }
 
 /* Rows lo .. hi of the padded planes of key = (image, group) into xp, less those padded
    last (done: their key, first and last row), which are then these. */
 static void pad_once(const conv_f32 *t, float *xp, int64_t key, int64_t lo, int64_t hi,
                      int64_t *done) {
+    void (*rows)(const conv_f32 *, float *, int64_t, int64_t, int64_t, int64_t) =
+        t->wide == 2 ? phase_rows : pad_rows;
     if (key == done[0] && lo >= done[1] && lo <= done[2] + 1) {
-        if (hi > done[2]) pad_rows(t, xp, key / t->group, key % t->group, done[2] + 1, hi);
+        if (hi > done[2]) rows(t, xp, key / t->group, key % t->group, done[2] + 1, hi);
         done[2] = hi > done[2] ? hi : done[2];
         return;
     }
-    pad_rows(t, xp, key / t->group, key % t->group, lo, hi);
+    rows(t, xp, key / t->group, key % t->group, lo, hi);
     done[0] = key, done[1] = lo, done[2] = hi;
 }
 
@@ -474,6 +542,7 @@ static void pad_once(const conv_f32 *t, float *xp, int64_t key, int64_t lo, int6
 static void pad_part(const conv_f32 *t, float *xp, int64_t q, int64_t *done) {
     int64_t S = t->per_part, chunks = (t->strips + S - 1) / S, per = wide_strips(t);
     int64_t all = t->OH * t->W, reach = (t->kh - 1) * t->dh * t->W + (t->kw - 1) * t->dw;
+    if (t->wide == 2) reach = (t->kh - 1) / 2 * t->W + (t->kw - 1) / 2; /* (in the phases) */
     int64_t g = q / chunks / t->blocks, s0 = q % chunks * S, key = -1, lo_run = 0, hi_run = -1;
     for (int64_t s = s0; s < s0 + S && s < t->strips; s++) {
         int64_t n = s / per, q0 = s % per * CF_NR, q1 = q0 + CF_NR < all ? q0 + CF_NR : all;
@@ -529,7 +598,7 @@ EXPORT AVX512 int onyx_conv_f32_range(const void *p, int64_t begin, int64_t end)
     const conv_f32 *raw = t->raw ? t : 0;
     int64_t done[3] = {-1, 0, -1}; /* (pad_once's) */
     if (raw) {
-        int64_t floats = t->N * t->C * t->H * t->W, slack = wide_slack(t);
+        int64_t floats = t->N * t->C * wide_plane(t), slack = wide_slack(t);
         float *xp = pad_scratch(floats + slack);
         if (!xp) return ONYX_NOMEM;
         memset(xp + floats, 0, sizeof(float) * (size_t)slack);
@@ -693,39 +762,16 @@ EXPORT int onyx_pad_planes_f32(const float *x, int64_t planes, int64_t H, int64_
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-/* onyx_phase_planes_f32 on AVX-512: each input row read once for both of its column phases
-   (one pair of loads, an even- and an odd-lane permute per 16 values of each), where a
-   strided copy per phase read it twice and paid its per-row set-up four times a row pair. */
+/* onyx_phase_planes_f32 on AVX-512, a row pair at a time (phase_row: each input row read once
+   for both of its column phases, where a strided copy per phase read it twice). */
 static AVX512 void phase_planes_avx512(const float *x, int64_t planes, int64_t H, int64_t W,
                                        float *dst, int64_t Hq, int64_t Wq, int64_t top,
                                        int64_t left) {
-    const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4,
-                                          2, 0);
-    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
     for (int64_t p = 0; p < planes; p++)
         for (int64_t r = 0; r < 2 * Hq; r++) { /* the padded input's row r: phase row r % 2 */
-            float *d0 = dst + ((p * 4 + r % 2 * 2) * Hq + r / 2) * Wq, *d1 = d0 + Hq * Wq;
+            float *d0 = dst + ((p * 4 + r % 2 * 2) * Hq + r / 2) * Wq;
             int64_t ih = r - top;
-            if (ih < 0 || ih >= H) {
-                memset(d0, 0, sizeof(float) * (size_t)Wq);
-                memset(d1, 0, sizeof(float) * (size_t)Wq);
-                continue;
-            }
-            const float *row = x + (p * H + ih) * W;
-            for (int64_t h = 0; h < Wq; h += 16) {
-                int64_t first = 2 * h - left; /* the input column of column phase 0's value h */
-                __m512 a, b;
-                if (first >= 0 && first + 32 <= W) { /* (the usual case) */
-                    a = _mm512_loadu_ps(row + first), b = _mm512_loadu_ps(row + first + 16);
-                } else { /* (lanes outside the row are never read) */
-                    a = _mm512_maskz_loadu_ps(lanes(-first, W - first), row + first);
-                    b = _mm512_maskz_loadu_ps(lanes(-first - 16, W - first - 16),
-                                              row + first + 16);
-                }
-                __mmask16 out = lanes(0, Wq - h);
-                _mm512_mask_storeu_ps(d0 + h, out, _mm512_permutex2var_ps(a, even, b));
-                _mm512_mask_storeu_ps(d1 + h, out, _mm512_permutex2var_ps(a, odd, b));
-            }
+            phase_row(ih < 0 || ih >= H ? 0 : x + (p * H + ih) * W, W, left, d0, d0 + Hq * Wq, Wq);
         }
 }
 #endif

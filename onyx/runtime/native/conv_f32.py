@@ -275,8 +275,11 @@ class FloatConv:
         raw = (0, 0, 0, 0, 0)
         mode = wide[2] if wide else 0
         if mode == 2:  # the conv of the input's phases (N, C, 4, *wide), unpadded
-            self.phases = (N * C, H, W, *wide[:2], *begin, (kernel[1] - 1) // 2 + 48)
-            self.phase_job = _phase_job(N * C, H, W, *wide[:2], *begin)
+            if N * C * 4 * wide[0] * wide[1] <= _RAW_PAD_FLOATS:  # each part splits the rows
+                raw = (1, H, W, *begin)  # it reads, on its thread, as it reads them
+            else:
+                self.phases = (N * C, H, W, *wide[:2], *begin, (kernel[1] - 1) // 2 + 48)
+                self.phase_job = _phase_job(N * C, H, W, *wide[:2], *begin)
             (H, W), begin = wide[:2], (0, 0)
             strips = N * -(-out_shape[0] * W // nr)
         elif wide:  # the conv of the padded input (N, C, *wide), unpadded
