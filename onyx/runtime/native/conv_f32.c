@@ -15,14 +15,16 @@
  * (FusedConv's Z) and Relu / LeakyRelu / Clip are applied when the tile is stored.
  *
  * A unit-stride conv of a padded input (top = left = 0: x is the padded input, or with raw the
- * unpadded one, each part padding the rows it reads into its thread's buffer) may run "wide": its strips cover the output rows at the input's width W (the last
- * kw - 1 pixels of each row are discarded), so the column of tap (c, a, b) is the input from
- * c's plane + a * dh * W + b * dw on, consecutive in the pixels: the tile reads it in place
+ * unpadded one, each part padding the rows it reads into a region of its thread's buffer)
+ * may run "wide": its strips cover the output rows at the input's width W (the last kw - 1
+ * pixels of each row are discarded), so the column of tap (c, a, b) is the input from c's
+ * plane + a * dh * W + b * dw on, consecutive in the pixels: the tile reads it in place
  * through a table of offsets and nothing is packed, or, where a part has more than
  * CF_IN_PLACE panels to serve, each row is first copied once for all of their tiles. Strips
  * then stay inside one image. A stride-2 conv (a stem, a downsampling 3x3) runs wide too, on
- * its input split by Python into four (row, column) parity phases (onyx_phase_planes_f32):
- * tap (a, b) reads phase (a % 2, b % 2) from row a / 2 and column b / 2 on, a unit stride.
+ * its input split into four (row, column) parity phases (by each part for the rows it reads
+ * with raw, else by Python, onyx_phase_planes_f32): tap (a, b) reads phase (a % 2, b % 2)
+ * from row a / 2 and column b / 2 on, a unit stride.
  *
  * Work is split (onyx_parallel, pool.c) into parts = (group, block of panels, block of
  * strips).
@@ -467,16 +469,17 @@ static AVX512 void phase_row(const float *row, int64_t W, int64_t left, float *d
     }
 }
 
-/* Rows lo .. hi of image n's phases (wide = 2) of group g into xp, from t's raw input. */
-static AVX512 void phase_rows(const conv_f32 *t, float *xp, int64_t n, int64_t g, int64_t lo,
-                              int64_t hi) {
-    int64_t Cg = t->C / t->group, plane = t->H * t->W, c1 = n * t->C + (g + 1) * Cg;
-    fetch_rows(t, n * t->C + g * Cg, 2 * lo - t->xtop, 2 * hi + 1 - t->xtop);
-    for (int64_t c = n * t->C + g * Cg; c < c1; c++) {
+/* Rows lo .. hi of image n's phases (wide = 2) of group g into a part's region dst (per
+   channel four phases of R rows, from row lo), from t's raw input. */
+static AVX512 void phase_rows(const conv_f32 *t, float *dst, int64_t n, int64_t g, int64_t lo,
+                              int64_t hi, int64_t R) {
+    int64_t Cg = t->C / t->group, plane = R * t->W, c0 = n * t->C + g * Cg, c1 = c0 + Cg;
+    fetch_rows(t, c0, 2 * lo - t->xtop, 2 * hi + 1 - t->xtop);
+    for (int64_t c = c0; c < c1; c++) {
         if (c + 1 < c1) fetch_rows(t, c + 1, 2 * lo - t->xtop, 2 * hi + 1 - t->xtop);
         for (int64_t i = lo; i <= hi; i++)
             for (int64_t pr = 0; pr < 2; pr++) {
-                float *d0 = xp + (c * 4 + pr * 2) * plane + i * t->W;
+                float *d0 = dst + ((c - c0) * 4 + pr * 2) * plane + (i - lo) * t->W;
                 int64_t ih = 2 * i + pr - t->xtop;
                 const float *row = ih >= 0 && ih < t->xh ? t->x + (c * t->xh + ih) * t->xw : 0;
                 phase_row(row, t->xw, t->xleft, d0, d0 + plane, t->W);
@@ -484,20 +487,20 @@ static AVX512 void phase_rows(const conv_f32 *t, float *xp, int64_t n, int64_t g
     }
 }
 
-/* Rows lo .. hi of image n's padded planes of group g into xp, from t's unpadded input: a
-   row is masked loads and stores of 16 values (its borders zeros; lanes outside the input's
-   row are never read), where libc's copies of a small layer's short rows cost more. */
-static AVX512 void pad_rows(const conv_f32 *t, float *xp, int64_t n, int64_t g, int64_t lo,
-                            int64_t hi) {
+/* Rows lo .. hi of image n's padded planes of group g into a part's region dst (per channel
+   R rows, from row lo), from t's unpadded input: a row's borders are zeros, its interior
+   unmasked copies (lanes outside the input's row are never read). */
+static AVX512 void pad_rows(const conv_f32 *t, float *dst, int64_t n, int64_t g, int64_t lo,
+                            int64_t hi, int64_t R) {
     int64_t Cg = t->C / t->group, W = t->W, left = t->xleft;
     int64_t w = t->xw < W - left ? t->xw : W - left;
     const __m512 zero = _mm512_setzero_ps();
-    int64_t c1 = n * t->C + (g + 1) * Cg;
-    fetch_rows(t, n * t->C + g * Cg, lo - t->xtop, hi - t->xtop);
-    for (int64_t c = n * t->C + g * Cg; c < c1; c++) {
+    int64_t c0 = n * t->C + g * Cg, c1 = c0 + Cg;
+    fetch_rows(t, c0, lo - t->xtop, hi - t->xtop);
+    for (int64_t c = c0; c < c1; c++) {
         if (c + 1 < c1) fetch_rows(t, c + 1, lo - t->xtop, hi - t->xtop);
         for (int64_t i = lo; i <= hi; i++) {
-            float *d = xp + (c * t->H + i) * W;
+            float *d = dst + ((c - c0) * R + i - lo) * W;
             int64_t row = i - t->xtop;
             if (row < 0 || row >= t->xh || w <= 0) { /* (a row of the padding) */
                 for (int64_t h = 0; h < W; h += 16) _mm512_mask_storeu_ps(d + h, lanes(0, W - h), zero);
@@ -518,48 +521,47 @@ static AVX512 void pad_rows(const conv_f32 *t, float *xp, int64_t n, int64_t g, 
     }
 }
 
-/* Rows lo .. hi of the padded planes of key = (image, group) into xp, less those padded
-   last (done: their key, first and last row), which are then these. */
-static void pad_once(const conv_f32 *t, float *xp, int64_t key, int64_t lo, int64_t hi,
-                     int64_t *done) {
-    void (*rows)(const conv_f32 *, float *, int64_t, int64_t, int64_t, int64_t) =
-        t->wide == 2 ? phase_rows : pad_rows;
-    if (key == done[0] && lo >= done[1] && lo <= done[2] + 1) {
-        if (hi > done[2]) rows(t, xp, key / t->group, key % t->group, done[2] + 1, hi);
-        done[2] = hi > done[2] ? hi : done[2];
-        return;
-    }
-    rows(t, xp, key / t->group, key % t->group, lo, hi);
-    done[0] = key, done[1] = lo, done[2] = hi;
+/* The rows a raw conv's part reads in each image: R per channel (and phase), from the first
+   row of the part's first strip in the image (the last strip's window and its vectors'
+   discarded pixels included). */
+static int64_t region_rows(const conv_f32 *t) {
+    int64_t reach = t->wide == 2 ? (t->kh - 1) / 2 * t->W + (t->kw - 1) / 2
+                                 : (t->kh - 1) * t->dh * t->W + (t->kw - 1) * t->dw;
+    return (t->per_part * CF_NR + reach) / t->W + 2;
 }
 
-/* The rows of the padded input that part q reads, into xp, just before the part reads them
-   (they are then in L2): a part pads what it reads, on its own thread, where the padding
-   made by the caller beforehand was a serial copy, then read from the caller's cache by the
-   other threads. Its strips' rows are padded a run of rows per (image, group) at once, plane
-   by plane (strip by strip, 64 channels' rows apart, the copy took a third of a 3x3 conv's
-   time), and rows padded for the part before are not padded again. */
-static void pad_part(const conv_f32 *t, float *xp, int64_t q, int64_t *done) {
+/* The first row of image n's region for the part whose first strip is s0. */
+static int64_t region_top(const conv_f32 *t, int64_t s0, int64_t n) {
+    int64_t per = wide_strips(t);
+    return n == s0 / per ? s0 % per * CF_NR / t->W : 0;
+}
+
+/* The rows of the padded input (or its phases) that part q reads, into xp: per image that
+   its strips cover, a region of R rows per channel (and phase) from region_top, made just
+   before the part reads them, on its thread, so that they are in L2 when read. The caller's
+   padding beforehand (of the whole input, serial) was read back from L3 by the tiles, and a
+   buffer of the whole padded input per thread was written back to memory as the parts moved
+   on; a part's few regions are written again and again in L2. */
+static void pad_part(const conv_f32 *t, float *xp, int64_t q, int64_t R, int64_t region) {
     int64_t S = t->per_part, chunks = (t->strips + S - 1) / S, per = wide_strips(t);
     int64_t all = t->OH * t->W, reach = (t->kh - 1) * t->dh * t->W + (t->kw - 1) * t->dw;
     if (t->wide == 2) reach = (t->kh - 1) / 2 * t->W + (t->kw - 1) / 2; /* (in the phases) */
-    int64_t g = q / chunks / t->blocks, s0 = q % chunks * S, key = -1, lo_run = 0, hi_run = -1;
-    for (int64_t s = s0; s < s0 + S && s < t->strips; s++) {
-        int64_t n = s / per, q0 = s % per * CF_NR, q1 = q0 + CF_NR < all ? q0 + CF_NR : all;
-        int64_t lo = q0 / t->W, hi = (q1 - 1 + reach) / t->W;
+    int64_t g = q / chunks / t->blocks, s0 = q % chunks * S;
+    int64_t last = s0 + S < t->strips ? s0 + S : t->strips;
+    for (int64_t n = s0 / per; n * per < last; n++) {
+        int64_t lo = region_top(t, s0, n), end = (n + 1) * per < last ? (n + 1) * per : last;
+        int64_t q1 = (end - 1) % per * CF_NR + CF_NR, hi = ((q1 < all ? q1 : all) - 1 + reach) / t->W;
         hi = hi < t->H ? hi : t->H - 1; /* (past the plane: discarded pixels) */
-        if (n * t->group + g == key && lo >= lo_run && lo <= hi_run + 1) {
-            hi_run = hi > hi_run ? hi : hi_run;
-            continue;
-        }
-        if (key >= 0) pad_once(t, xp, key, lo_run, hi_run, done);
-        key = n * t->group + g, lo_run = lo, hi_run = hi;
+        float *dst = xp + (n - s0 / per) * region;
+        if (t->wide == 2)
+            phase_rows(t, dst, n, g, lo, hi, R);
+        else
+            pad_rows(t, dst, n, g, lo, hi, R);
     }
-    if (key >= 0) pad_once(t, xp, key, lo_run, hi_run, done);
 }
 
-/* This thread's padded input of `floats` floats (grown, never shrunk or freed: a pool
-   worker's lives as long as the process), or null. */
+/* This thread's regions of padded input (pad_part), `floats` floats (grown, never shrunk or
+   freed: a pool worker's lives as long as the process), or null. */
 static float *pad_scratch(int64_t floats) {
     static __thread char *block; /* (buf, 64-byte aligned in it, as numpy's arrays) */
     static __thread float *buf;
@@ -594,15 +596,18 @@ static int part_scratch(const size_t *sizes, void **parts) {
 EXPORT AVX512 int onyx_conv_f32_range(const void *p, int64_t begin, int64_t end) {
     const conv_f32 *t = p;
     if (!conv_f32_ok(t) || begin < 0) return ONYX_INVALID;
-    conv_f32 padded; /* a raw conv's task, reading this thread's padded input */
+    conv_f32 padded; /* a raw conv's task, reading its parts' regions (pad_part) */
     const conv_f32 *raw = t->raw ? t : 0;
-    int64_t done[3] = {-1, 0, -1}; /* (pad_once's) */
+    int64_t R = 0, region = 0; /* (a region's rows, floats) */
     if (raw) {
-        int64_t floats = t->N * t->C * wide_plane(t), slack = wide_slack(t);
+        R = region_rows(t);
+        region = t->C / t->group * (t->wide == 2 ? 4 : 1) * R * t->W;
+        /* (a part's strips cover at most per_part + 1 images) */
+        int64_t floats = (t->per_part + 1) * region, slack = wide_slack(t);
         float *xp = pad_scratch(floats + slack);
         if (!xp) return ONYX_NOMEM;
         memset(xp + floats, 0, sizeof(float) * (size_t)slack);
-        padded = *t, padded.x = xp, padded.raw = 0, t = &padded;
+        padded = *t, padded.x = xp, padded.raw = 0, padded.H = R, t = &padded;
     }
     int64_t Mg = t->M / t->group, K = (t->C / t->group) * t->kh * t->kw;
     int64_t panels = (Mg + CF_MR - 1) / CF_MR, S = t->per_part;
@@ -642,7 +647,7 @@ EXPORT AVX512 int onyx_conv_f32_range(const void *p, int64_t begin, int64_t end)
         int64_t g = q / chunks / t->blocks, s0 = chunk * S;
         int64_t ns = t->strips - s0 < S ? t->strips - s0 : S;
         int64_t p0 = blk * per_block, p1 = p0 + per_block < panels ? p0 + per_block : panels;
-        if (raw) pad_part(raw, (float *)t->x, q, done);
+        if (raw) pad_part(raw, (float *)t->x, q, R, region);
         for (int64_t s = 0; s < ns; s++) {
             run *rs = r + s * (CF_NR + 1);
             runs[s] = strip_runs(t, s0 + s, rs);
@@ -665,6 +670,11 @@ EXPORT AVX512 int onyx_conv_f32_range(const void *p, int64_t begin, int64_t end)
                 const float *from = t->wide ? t->x + rs->image + g * Cg * wide_plane(t) +
                                                   (s0 + s) % wide_strips(t) * CF_NR
                                             : 0; /* (a wide strip's first pixel, tap 0) */
+                if (raw) { /* (in its image's region of the part) */
+                    int64_t n = (s0 + s) / wide_strips(t), n0 = s0 / wide_strips(t);
+                    from = t->x + (n - n0) * region + (s0 + s) % wide_strips(t) * CF_NR -
+                           region_top(raw, s0, n) * t->W;
+                }
                 if (t->wide && in_place) { /* the tile reads the input at the taps' offsets */
                     src[s] = from, ldb[s] = 0;
                 } else if (t->wide) { /* each row of columns: one unmasked copy from the input */
