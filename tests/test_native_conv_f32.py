@@ -336,13 +336,15 @@ def test_few_pixel_conv_is_a_gemv_over_gathered_windows(case, native_calls, gemv
 #: and wide pads, dilation, 1-D, batch, a padded input over the per-conv size (the shared
 #: scratch, its borders rewritten per call), a rectangular kernel; up to 8 panels (of 8
 #: channels) the tile reads the columns in place, past that they are copied once for all
+#: (unless a part's strips cover whole images)
 WIDE_CASES = [
     (2, 12, 9, 11, 16, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1),
     (3, 10, 13, 30, 20, (3, 5), (1, 1), (2, 1), (2, 0, 2, 4), 1),
     (1, 20, 40, 60, 24, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1),  # > 64K padded floats
     (2, 64, 8, 8, 64, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1),
     (1, 8, 6, 40, 8, (3, 3), (1, 1), (1, 1), (0, 1, 0, 1), 2),  # groups
-    (1, 16, 12, 14, 96, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1),  # 12 panels: copied
+    (1, 16, 12, 14, 96, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1),  # 12 panels, whole images
+    (1, 16, 30, 34, 96, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1),  # 12 panels: copied
 ]
 
 

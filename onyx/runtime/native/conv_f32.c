@@ -20,8 +20,8 @@
  * pixels of each row are discarded), so the column of tap (c, a, b) is the input from c's
  * plane + a * dh * W + b * dw on, consecutive in the pixels: the tile reads it in place
  * through a table of offsets and nothing is packed, or, where a part has more than
- * CF_IN_PLACE panels to serve, each row is first copied once for all of their tiles. Strips
- * then stay inside one image. A stride-2 conv (a stem, a downsampling 3x3) runs wide too, on
+ * CF_IN_PLACE panels to serve and its strips are not whole images, each row is first copied
+ * once for all of their tiles. Strips then stay inside one image. A stride-2 conv (a stem, a downsampling 3x3) runs wide too, on
  * its input split into four (row, column) parity phases (by each part for the rows it reads
  * with raw, else by Python, onyx_phase_planes_f32): tap (a, b) reads phase (a % 2, b % 2)
  * from row a / 2 and column b / 2 on, a unit stride.
@@ -638,8 +638,10 @@ EXPORT AVX512 int onyx_conv_f32_range(const void *p, int64_t begin, int64_t end)
     int64_t Cg = t->C / t->group, plane = t->H * t->W;
     int plain = plain_1x1(t);
     /* a wide conv whose parts have few panels reads its columns in place: a copy would serve
-       too few tiles to pay for itself */
-    int in_place = t->wide && (panels + t->blocks - 1) / t->blocks <= CF_IN_PLACE;
+       too few tiles to pay for itself; so does one whose parts cover whole images (a small
+       image's layer, 7x7 to 16x16: its rows are in L1 and L2 for every panel's tile) */
+    int in_place = t->wide && ((panels + t->blocks - 1) / t->blocks <= CF_IN_PLACE ||
+                               (raw && wide_strips(t) <= S));
     for (int64_t q = begin; q < end; q++) {
         /* (blocks of strips vary fastest: a thread's share of a layer with few strips, whose
            last may be short, is then some blocks of panels over all of them) */
