@@ -345,13 +345,15 @@ def test_few_pixel_conv_is_a_gemv_over_gathered_windows(case, native_calls, gemv
 #: and wide pads, dilation, 1-D, batch, a padded input over the per-conv size (the shared
 #: scratch, its borders rewritten per call), a rectangular kernel; up to 8 panels (of 8
 #: channels) the tile reads the columns in place, past that they are copied once for all
+#: (unless a part's strips cover whole images)
 WIDE_CASES = [
     (2, 12, 9, 11, 16, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1),
     (3, 10, 13, 30, 20, (3, 5), (1, 1), (2, 1), (2, 0, 2, 4), 1),
     (1, 20, 40, 60, 24, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1),  # > 64K padded floats
     (2, 64, 8, 8, 64, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1),
     (1, 8, 6, 40, 8, (3, 3), (1, 1), (1, 1), (0, 1, 0, 1), 2),  # groups
-    (1, 16, 12, 14, 96, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1),  # 12 panels: copied
+    (1, 16, 12, 14, 96, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1),  # 12 panels, whole images
+    (1, 16, 30, 34, 96, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1),  # 12 panels: copied
 ]
 
 
@@ -399,7 +401,7 @@ def test_stride_2_conv_on_phases_matches_onnxruntime(case, native_calls):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     key = ("f32 conv", x.shape, case[-1], conv_kernels.conv_key("NOTSET", attrs["pads"],
            attrs["strides"], attrs["dilations"], None), 0, 0.0, 0.0, 1)  # fmt: skip
-    assert conv_kernels.derived(w, key, lambda: None).phases is not None, "not on phases"
+    assert conv_kernels.derived(w, key, lambda: None).task.wide == 2, "not on phases"
     assert native_calls, "the native kernel did not run"
     with native.threads(3):  # (the same sums in the same order, whatever the split)
         np.testing.assert_array_equal(conv_kernels.conv(x, w, b, **attrs), got)
@@ -561,12 +563,13 @@ def test_subsample_planes_refuses_samples_past_the_input():
     assert _core.lib.onyx_subsample_planes_f32(*args, 3, 3, 0, 2) != 0  # a zero stride
 
 
-def test_stride_2_phases_split_between_threads_give_the_same_bits():
-    """At two threads a stride-2 conv's phases are made by planes on the pool (the phase job,
-    onyx_conv_f32_phase_range): the same bits as one thread's, and any cut of the planes
+def test_stride_2_phases_split_between_threads_give_the_same_bits(monkeypatch):
+    """At two threads a large stride-2 conv's phases are made by planes on the pool (the phase
+    job, onyx_conv_f32_phase_range): the same bits as one thread's, and any cut of the planes
     writes the same phases."""
     from onyx.runtime.native import _core, conv_f32
 
+    monkeypatch.setattr(conv_f32, "_RAW_PAD_FLOATS", 0)  # (a small one's parts make them)
     x, w, b, _ = _case_arrays((1, 32, 64, 64, 64, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 1), 3)
     packed = native.pack_conv_f32(w, 1)
     setups = {}
@@ -590,6 +593,32 @@ def test_stride_2_phases_split_between_threads_give_the_same_bits():
     np.testing.assert_array_equal(parts, whole)
     with pytest.raises(InvalidArgument):  # (planes past the job's)
         _core._run(_core.lib.conv_f32_phase_range, job, [0, planes + 1], 1, "float conv")
+
+
+@pytest.mark.skipif(not native.conv_f32_ok(), reason="no AVX-512 float conv")
+@pytest.mark.parametrize("batch", [1, 3])
+def test_stride_2_conv_makes_its_phases_in_its_parts(batch):
+    """A stride-2 conv of a small input makes the phase rows each part reads in the part (no
+    phases made by the caller): any split of the parts, part by part or backwards, a second
+    input, gives the same bits as one thread's run and onnxruntime's result."""
+    case = (batch, 32, 41, 39, 48, (3, 3), (2, 2), (1, 1), (1, 0, 2, 1), 1)
+    x, w, b, attrs = _case_arrays(case, 11)
+    packed = native.pack_conv_f32(w, 1)
+    out = conv_kernels.conv_out_shape(x.shape[2:], (3, 3), (2, 2), (1, 1), attrs["pads"])
+    with native.threads(2):
+        conv = native.FloatConv(x.shape, packed, 48, (3, 3), out, (2, 2), (1, 1), (1, 0))
+    with native.threads(1):
+        one = native.FloatConv(x.shape, packed, 48, (3, 3), out, (2, 2), (1, 1), (1, 0))
+    assert conv.task.raw == 1 and conv.task.wide == 2 and conv.phases is None
+    parts = int(conv.cuts[-1])
+    assert parts > 2
+    model = _model("Conv", list(x.shape), {"w": w, "b": b}, attrs)
+    for seed in (1, 2):
+        x = np.random.default_rng(seed).standard_normal(x.shape).astype(np.float32)
+        want = one(x, b)
+        np.testing.assert_allclose(want, _ort_run(model, {"x": x}), rtol=1e-4, atol=1e-4)
+        for cuts in ([0, parts], range(parts + 1), [0, 1, parts - 1, parts]):
+            np.testing.assert_array_equal(_run_parts(conv, x, b, list(cuts)), want)
 
 
 @pytest.mark.parametrize("activation", ["Sigmoid", "Tanh"])

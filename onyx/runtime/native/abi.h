@@ -182,7 +182,7 @@ ONYX_STRUCT(hard_sigmoid_task, ONYX_HARD_SIGMOID_TASK)
     F(S, int64_t, per_part, ) /* strips per part */                                          \
     F(S, int64_t, blocks, )   /* blocks of panels per block of strips */                     \
     F(S, int64_t, wide, ) /* 1: x is the padded input read in place (conv_f32.c's "wide") */   \
-    F(S, int64_t, raw, )  /* 1 (with wide 1): x is the unpadded input, padded by each part */ \
+    F(S, int64_t, raw, )  /* 1 (wide 1 or 2): x is the unpadded input, padded by each part */ \
     F(S, int64_t, xh, ) F(S, int64_t, xw, )     /* the unpadded input's height and width */  \
     F(S, int64_t, xtop, ) F(S, int64_t, xleft, ) /* its place in the padded H x W */         \
     F(S, int32_t, act, ) F(S, float, alpha, ) F(S, float, beta, )

@@ -15,14 +15,16 @@
  * (FusedConv's Z) and Relu / LeakyRelu / Clip are applied when the tile is stored.
  *
  * A unit-stride conv of a padded input (top = left = 0: x is the padded input, or with raw the
- * unpadded one, each part padding the rows it reads into its thread's buffer) may run "wide": its strips cover the output rows at the input's width W (the last
- * kw - 1 pixels of each row are discarded), so the column of tap (c, a, b) is the input from
- * c's plane + a * dh * W + b * dw on, consecutive in the pixels: the tile reads it in place
+ * unpadded one, each part padding the rows it reads into a region of its thread's buffer)
+ * may run "wide": its strips cover the output rows at the input's width W (the last kw - 1
+ * pixels of each row are discarded), so the column of tap (c, a, b) is the input from c's
+ * plane + a * dh * W + b * dw on, consecutive in the pixels: the tile reads it in place
  * through a table of offsets and nothing is packed, or, where a part has more than
- * CF_IN_PLACE panels to serve, each row is first copied once for all of their tiles. Strips
- * then stay inside one image. A stride-2 conv (a stem, a downsampling 3x3) runs wide too, on
- * its input split by Python into four (row, column) parity phases (onyx_phase_planes_f32):
- * tap (a, b) reads phase (a % 2, b % 2) from row a / 2 and column b / 2 on, a unit stride.
+ * CF_IN_PLACE panels to serve and its strips are not whole images, each row is first copied
+ * once for all of their tiles. Strips then stay inside one image. A stride-2 conv (a stem, a downsampling 3x3) runs wide too, on
+ * its input split into four (row, column) parity phases (by each part for the rows it reads
+ * with raw, else by Python, onyx_phase_planes_f32): tap (a, b) reads phase (a % 2, b % 2)
+ * from row a / 2 and column b / 2 on, a unit stride.
  *
  * Work is split (onyx_parallel, pool.c) into parts = (group, block of panels, block of
  * strips).
@@ -387,12 +389,15 @@ static const tile_fn narrow_fn[CF_NARROW + 1] = {
    (kc x MR, L1) meet every strip, so large weights are read once per block of strips and
    not once per strip. The sums wait in ct (strip, panel) until the last block of columns. */
 /* Whether a conv that pads its own input (raw) has sizes that agree: the unpadded input lies
-   at (xtop, xleft) of the padded H x W (its rows and columns past those dropped). */
+   at (xtop, xleft) of the padded H x W (its rows and columns past those dropped), or of a
+   stride-2 conv's 2H x 2W, split into its phases. */
 static int raw_ok(const conv_f32 *t) {
     int64_t sizes[4] = {t->xh, t->xw, t->xtop, t->xleft}, cells;
     if (!t->raw) return 1;
-    return t->raw == 1 && t->wide == 1 && onyx_in(sizes, 4, 0, ONYX_MAX_EXTENT) &&
-           t->xtop <= t->H && t->xleft <= t->W && onyx_mul(t->N * t->C, t->xh, &cells) &&
+    int64_t scale = t->wide == 2 ? 2 : 1; /* (phases: the padded input is 2H x 2W) */
+    return t->raw == 1 && (t->wide == 1 || t->wide == 2) &&
+           onyx_in(sizes, 4, 0, ONYX_MAX_EXTENT) && t->xtop <= scale * t->H &&
+           t->xleft <= scale * t->W && onyx_mul(t->N * t->C, t->xh, &cells) &&
            onyx_mul(cells, t->xw, &cells);
 }
 
@@ -422,52 +427,141 @@ static int conv_f32_ok(const conv_f32 *t) {
    pixels): conv_f32.py's slack. */
 static int64_t wide_slack(const conv_f32 *t) { return (t->kw - 1) * t->dw + CF_NR; }
 
-/* Rows lo .. hi of image n's padded planes of group g into xp, from t's unpadded input: a
-   row is masked loads and stores of 16 values (its borders zeros; lanes outside the input's
-   row are never read), where libc's copies of a small layer's short rows cost more. */
-static AVX512 void pad_rows(const conv_f32 *t, float *xp, int64_t n, int64_t g, int64_t lo,
-                            int64_t hi) {
-    int64_t Cg = t->C / t->group, W = t->W, left = t->xleft;
-    int64_t w = t->xw < W - left ? t->xw : W - left;
-    for (int64_t c = n * t->C + g * Cg; c < n * t->C + (g + 1) * Cg; c++)
-        for (int64_t i = lo; i <= hi; i++) {
-            float *d = xp + (c * t->H + i) * W;
-            int64_t row = i - t->xtop;
-            int in = row >= 0 && row < t->xh;
-            const float *from = t->x + (c * t->xh + (in ? row : 0)) * t->xw - left;
-            for (int64_t h = 0; h < W; h += 16) {
-                __mmask16 live = in ? lanes(left - h, left + w - h) : 0;
-                _mm512_mask_storeu_ps(d + h, lanes(0, W - h), _mm512_maskz_loadu_ps(live, from + h));
-            }
-        }
+/* The input rows lo .. hi (clipped to the input's) of plane c into the cache: the next
+   plane's rows are fetched while a part pads this one's (a part's few rows per plane, 32 to
+   128 planes apart, are too short a stream for the hardware's prefetchers, and the loads
+   waited on memory for most of the padding's time). */
+static AVX512 void fetch_rows(const conv_f32 *t, int64_t c, int64_t lo, int64_t hi) {
+    lo = lo < 0 ? 0 : lo, hi = hi < t->xh ? hi : t->xh - 1;
+    if (hi < lo) return;
+    const char *from = (const char *)(t->x + (c * t->xh + lo) * t->xw);
+    int64_t bytes = (hi - lo + 1) * t->xw * (int64_t)sizeof(float);
+    for (int64_t b = 0; b < bytes + 63; b += 64) _mm_prefetch(from + b, _MM_HINT_T0);
 }
 
-/* The rows of the padded input that parts begin .. end read, into xp: a part pads what it
-   reads, on its own thread (where the padding made by the caller beforehand was a serial
-   copy, then read from the caller's cache by the other threads). Rows shared by consecutive
-   strips are copied once. */
-static void pad_parts(const conv_f32 *t, float *xp, int64_t begin, int64_t end) {
-    int64_t S = t->per_part, chunks = (t->strips + S - 1) / S, per = wide_strips(t);
-    int64_t all = t->OH * t->W, reach = (t->kh - 1) * t->dh * t->W + (t->kw - 1) * t->dw;
-    int64_t key = -1, lo_done = 0, hi_done = -1;
-    for (int64_t q = begin; q < end; q++) {
-        int64_t g = q / chunks / t->blocks, s0 = q % chunks * S;
-        for (int64_t s = s0; s < s0 + S && s < t->strips; s++) {
-            int64_t n = s / per, q0 = s % per * CF_NR, q1 = q0 + CF_NR < all ? q0 + CF_NR : all;
-            int64_t lo = q0 / t->W, hi = (q1 - 1 + reach) / t->W;
-            hi = hi < t->H ? hi : t->H - 1; /* (past the plane: discarded pixels) */
-            if (n * t->group + g == key && lo >= lo_done && lo <= hi_done + 1) {
-                if (hi > hi_done) pad_rows(t, xp, n, g, hi_done + 1, hi), hi_done = hi;
+/* Row i of a plane's (row, column) parity phases (wide = 2) from the padded input's row
+   2i + pr (pr: the row phase): its even columns into d0, its odd ones into d1, Wq each; row:
+   the input's row (W values, from the padded row's column left), null for a row of the
+   padding. Each row is read once for both column phases (a pair of loads, an even- and an
+   odd-lane permute per 16 values of each). */
+static AVX512 void phase_row(const float *row, int64_t W, int64_t left, float *d0, float *d1,
+                             int64_t Wq) {
+    const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4,
+                                          2, 0);
+    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    for (int64_t h = 0; h < Wq; h += 16) {
+        __mmask16 out = lanes(0, Wq - h);
+        if (!row) {
+            _mm512_mask_storeu_ps(d0 + h, out, _mm512_setzero_ps());
+            _mm512_mask_storeu_ps(d1 + h, out, _mm512_setzero_ps());
+            continue;
+        }
+        int64_t first = 2 * h - left; /* the input column of column phase 0's value h */
+        __m512 a, b;
+        if (first >= 0 && first + 32 <= W) { /* (the usual case) */
+            a = _mm512_loadu_ps(row + first), b = _mm512_loadu_ps(row + first + 16);
+        } else { /* (lanes outside the row are never read) */
+            a = _mm512_maskz_loadu_ps(lanes(-first, W - first), row + first);
+            b = _mm512_maskz_loadu_ps(lanes(-first - 16, W - first - 16), row + first + 16);
+        }
+        _mm512_mask_storeu_ps(d0 + h, out, _mm512_permutex2var_ps(a, even, b));
+        _mm512_mask_storeu_ps(d1 + h, out, _mm512_permutex2var_ps(a, odd, b));
+    }
+}
+
+/* Rows lo .. hi of image n's phases (wide = 2) of group g into a part's region dst (per
+   channel four phases of R rows, from row lo), from t's raw input. */
+static AVX512 void phase_rows(const conv_f32 *t, float *dst, int64_t n, int64_t g, int64_t lo,
+                              int64_t hi, int64_t R) {
+    int64_t Cg = t->C / t->group, plane = R * t->W, c0 = n * t->C + g * Cg, c1 = c0 + Cg;
+    fetch_rows(t, c0, 2 * lo - t->xtop, 2 * hi + 1 - t->xtop);
+    for (int64_t c = c0; c < c1; c++) {
+        if (c + 1 < c1) fetch_rows(t, c + 1, 2 * lo - t->xtop, 2 * hi + 1 - t->xtop);
+        for (int64_t i = lo; i <= hi; i++)
+            for (int64_t pr = 0; pr < 2; pr++) {
+                float *d0 = dst + ((c - c0) * 4 + pr * 2) * plane + (i - lo) * t->W;
+                int64_t ih = 2 * i + pr - t->xtop;
+                const float *row = ih >= 0 && ih < t->xh ? t->x + (c * t->xh + ih) * t->xw : 0;
+                phase_row(row, t->xw, t->xleft, d0, d0 + plane, t->W);
+            }
+    }
+}
+
+/* Rows lo .. hi of image n's padded planes of group g into a part's region dst (per channel
+   R rows, from row lo), from t's unpadded input: a row's borders are zeros, its interior
+   unmasked copies (lanes outside the input's row are never read). */
+static AVX512 void pad_rows(const conv_f32 *t, float *dst, int64_t n, int64_t g, int64_t lo,
+                            int64_t hi, int64_t R) {
+    int64_t Cg = t->C / t->group, W = t->W, left = t->xleft;
+    int64_t w = t->xw < W - left ? t->xw : W - left;
+    const __m512 zero = _mm512_setzero_ps();
+    int64_t c0 = n * t->C + g * Cg, c1 = c0 + Cg;
+    fetch_rows(t, c0, lo - t->xtop, hi - t->xtop);
+    for (int64_t c = c0; c < c1; c++) {
+        if (c + 1 < c1) fetch_rows(t, c + 1, lo - t->xtop, hi - t->xtop);
+        for (int64_t i = lo; i <= hi; i++) {
+            float *d = dst + ((c - c0) * R + i - lo) * W;
+            int64_t row = i - t->xtop;
+            if (row < 0 || row >= t->xh || w <= 0) { /* (a row of the padding) */
+                for (int64_t h = 0; h < W; h += 16) _mm512_mask_storeu_ps(d + h, lanes(0, W - h), zero);
                 continue;
             }
-            pad_rows(t, xp, n, g, lo, hi);
-            key = n * t->group + g, lo_done = lo, hi_done = hi;
+            const float *from = t->x + (c * t->xh + row) * t->xw;
+            for (int64_t h = 0; h < left; h += 16)
+                _mm512_mask_storeu_ps(d + h, lanes(0, left - h), zero);
+            int64_t j = 0;
+            for (; j + 16 <= w; j += 16) _mm512_storeu_ps(d + left + j, _mm512_loadu_ps(from + j));
+            if (j < w) {
+                __mmask16 m = lanes(0, w - j);
+                _mm512_mask_storeu_ps(d + left + j, m, _mm512_maskz_loadu_ps(m, from + j));
+            }
+            for (int64_t h = left + w; h < W; h += 16)
+                _mm512_mask_storeu_ps(d + h, lanes(0, W - h), zero);
         }
     }
 }
 
-/* This thread's padded input of `floats` floats (grown, never shrunk or freed: a pool
-   worker's lives as long as the process), or null. */
+/* The rows a raw conv's part reads in each image: R per channel (and phase), from the first
+   row of the part's first strip in the image (the last strip's window and its vectors'
+   discarded pixels included). */
+static int64_t region_rows(const conv_f32 *t) {
+    int64_t reach = t->wide == 2 ? (t->kh - 1) / 2 * t->W + (t->kw - 1) / 2
+                                 : (t->kh - 1) * t->dh * t->W + (t->kw - 1) * t->dw;
+    return (t->per_part * CF_NR + reach) / t->W + 2;
+}
+
+/* The first row of image n's region for the part whose first strip is s0. */
+static int64_t region_top(const conv_f32 *t, int64_t s0, int64_t n) {
+    int64_t per = wide_strips(t);
+    return n == s0 / per ? s0 % per * CF_NR / t->W : 0;
+}
+
+/* The rows of the padded input (or its phases) that part q reads, into xp: per image that
+   its strips cover, a region of R rows per channel (and phase) from region_top, made just
+   before the part reads them, on its thread, so that they are in L2 when read. The caller's
+   padding beforehand (of the whole input, serial) was read back from L3 by the tiles, and a
+   buffer of the whole padded input per thread was written back to memory as the parts moved
+   on; a part's few regions are written again and again in L2. */
+static void pad_part(const conv_f32 *t, float *xp, int64_t q, int64_t R, int64_t region) {
+    int64_t S = t->per_part, chunks = (t->strips + S - 1) / S, per = wide_strips(t);
+    int64_t all = t->OH * t->W, reach = (t->kh - 1) * t->dh * t->W + (t->kw - 1) * t->dw;
+    if (t->wide == 2) reach = (t->kh - 1) / 2 * t->W + (t->kw - 1) / 2; /* (in the phases) */
+    int64_t g = q / chunks / t->blocks, s0 = q % chunks * S;
+    int64_t last = s0 + S < t->strips ? s0 + S : t->strips;
+    for (int64_t n = s0 / per; n * per < last; n++) {
+        int64_t lo = region_top(t, s0, n), end = (n + 1) * per < last ? (n + 1) * per : last;
+        int64_t q1 = (end - 1) % per * CF_NR + CF_NR, hi = ((q1 < all ? q1 : all) - 1 + reach) / t->W;
+        hi = hi < t->H ? hi : t->H - 1; /* (past the plane: discarded pixels) */
+        float *dst = xp + (n - s0 / per) * region;
+        if (t->wide == 2)
+            phase_rows(t, dst, n, g, lo, hi, R);
+        else
+            pad_rows(t, dst, n, g, lo, hi, R);
+    }
+}
+
+/* This thread's regions of padded input (pad_part), `floats` floats (grown, never shrunk or
+   freed: a pool worker's lives as long as the process), or null. */
 static float *pad_scratch(int64_t floats) {
     static __thread char *block; /* (buf, 64-byte aligned in it, as numpy's arrays) */
     static __thread float *buf;
@@ -502,14 +596,18 @@ static int part_scratch(const size_t *sizes, void **parts) {
 EXPORT AVX512 int onyx_conv_f32_range(const void *p, int64_t begin, int64_t end) {
     const conv_f32 *t = p;
     if (!conv_f32_ok(t) || begin < 0) return ONYX_INVALID;
-    conv_f32 padded; /* a raw conv's task, reading this thread's padded input */
-    if (t->raw) {
-        int64_t floats = t->N * t->C * t->H * t->W, slack = wide_slack(t);
+    conv_f32 padded; /* a raw conv's task, reading its parts' regions (pad_part) */
+    const conv_f32 *raw = t->raw ? t : 0;
+    int64_t R = 0, region = 0; /* (a region's rows, floats) */
+    if (raw) {
+        R = region_rows(t);
+        region = t->C / t->group * (t->wide == 2 ? 4 : 1) * R * t->W;
+        /* (a part's strips cover at most per_part + 1 images) */
+        int64_t floats = (t->per_part + 1) * region, slack = wide_slack(t);
         float *xp = pad_scratch(floats + slack);
         if (!xp) return ONYX_NOMEM;
         memset(xp + floats, 0, sizeof(float) * (size_t)slack);
-        pad_parts(t, xp, begin, end);
-        padded = *t, padded.x = xp, padded.raw = 0, t = &padded;
+        padded = *t, padded.x = xp, padded.raw = 0, padded.H = R, t = &padded;
     }
     int64_t Mg = t->M / t->group, K = (t->C / t->group) * t->kh * t->kw;
     int64_t panels = (Mg + CF_MR - 1) / CF_MR, S = t->per_part;
@@ -540,8 +638,10 @@ EXPORT AVX512 int onyx_conv_f32_range(const void *p, int64_t begin, int64_t end)
     int64_t Cg = t->C / t->group, plane = t->H * t->W;
     int plain = plain_1x1(t);
     /* a wide conv whose parts have few panels reads its columns in place: a copy would serve
-       too few tiles to pay for itself */
-    int in_place = t->wide && (panels + t->blocks - 1) / t->blocks <= CF_IN_PLACE;
+       too few tiles to pay for itself; so does one whose parts cover whole images (a small
+       image's layer, 7x7 to 16x16: its rows are in L1 and L2 for every panel's tile) */
+    int in_place = t->wide && ((panels + t->blocks - 1) / t->blocks <= CF_IN_PLACE ||
+                               (raw && wide_strips(t) <= S));
     for (int64_t q = begin; q < end; q++) {
         /* (blocks of strips vary fastest: a thread's share of a layer with few strips, whose
            last may be short, is then some blocks of panels over all of them) */
@@ -549,6 +649,7 @@ EXPORT AVX512 int onyx_conv_f32_range(const void *p, int64_t begin, int64_t end)
         int64_t g = q / chunks / t->blocks, s0 = chunk * S;
         int64_t ns = t->strips - s0 < S ? t->strips - s0 : S;
         int64_t p0 = blk * per_block, p1 = p0 + per_block < panels ? p0 + per_block : panels;
+        if (raw) pad_part(raw, (float *)t->x, q, R, region);
         for (int64_t s = 0; s < ns; s++) {
             run *rs = r + s * (CF_NR + 1);
             runs[s] = strip_runs(t, s0 + s, rs);
@@ -571,6 +672,11 @@ EXPORT AVX512 int onyx_conv_f32_range(const void *p, int64_t begin, int64_t end)
                 const float *from = t->wide ? t->x + rs->image + g * Cg * wide_plane(t) +
                                                   (s0 + s) % wide_strips(t) * CF_NR
                                             : 0; /* (a wide strip's first pixel, tap 0) */
+                if (raw) { /* (in its image's region of the part) */
+                    int64_t n = (s0 + s) / wide_strips(t), n0 = s0 / wide_strips(t);
+                    from = t->x + (n - n0) * region + (s0 + s) % wide_strips(t) * CF_NR -
+                           region_top(raw, s0, n) * t->W;
+                }
                 if (t->wide && in_place) { /* the tile reads the input at the taps' offsets */
                     src[s] = from, ldb[s] = 0;
                 } else if (t->wide) { /* each row of columns: one unmasked copy from the input */
@@ -668,39 +774,16 @@ EXPORT int onyx_pad_planes_f32(const float *x, int64_t planes, int64_t H, int64_
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-/* onyx_phase_planes_f32 on AVX-512: each input row read once for both of its column phases
-   (one pair of loads, an even- and an odd-lane permute per 16 values of each), where a
-   strided copy per phase read it twice and paid its per-row set-up four times a row pair. */
+/* onyx_phase_planes_f32 on AVX-512, a row pair at a time (phase_row: each input row read once
+   for both of its column phases, where a strided copy per phase read it twice). */
 static AVX512 void phase_planes_avx512(const float *x, int64_t planes, int64_t H, int64_t W,
                                        float *dst, int64_t Hq, int64_t Wq, int64_t top,
                                        int64_t left) {
-    const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4,
-                                          2, 0);
-    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
     for (int64_t p = 0; p < planes; p++)
         for (int64_t r = 0; r < 2 * Hq; r++) { /* the padded input's row r: phase row r % 2 */
-            float *d0 = dst + ((p * 4 + r % 2 * 2) * Hq + r / 2) * Wq, *d1 = d0 + Hq * Wq;
+            float *d0 = dst + ((p * 4 + r % 2 * 2) * Hq + r / 2) * Wq;
             int64_t ih = r - top;
-            if (ih < 0 || ih >= H) {
-                memset(d0, 0, sizeof(float) * (size_t)Wq);
-                memset(d1, 0, sizeof(float) * (size_t)Wq);
-                continue;
-            }
-            const float *row = x + (p * H + ih) * W;
-            for (int64_t h = 0; h < Wq; h += 16) {
-                int64_t first = 2 * h - left; /* the input column of column phase 0's value h */
-                __m512 a, b;
-                if (first >= 0 && first + 32 <= W) { /* (the usual case) */
-                    a = _mm512_loadu_ps(row + first), b = _mm512_loadu_ps(row + first + 16);
-                } else { /* (lanes outside the row are never read) */
-                    a = _mm512_maskz_loadu_ps(lanes(-first, W - first), row + first);
-                    b = _mm512_maskz_loadu_ps(lanes(-first - 16, W - first - 16),
-                                              row + first + 16);
-                }
-                __mmask16 out = lanes(0, Wq - h);
-                _mm512_mask_storeu_ps(d0 + h, out, _mm512_permutex2var_ps(a, even, b));
-                _mm512_mask_storeu_ps(d1 + h, out, _mm512_permutex2var_ps(a, odd, b));
-            }
+            phase_row(ih < 0 || ih >= H ? 0 : x + (p * H + ih) * W, W, left, d0, d0 + Hq * Wq, Wq);
         }
 }
 #endif

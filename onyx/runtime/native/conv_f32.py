@@ -140,10 +140,23 @@ _WIDE_WASTE = 0.25
 
 _scratch = threading.local()  # each thread's padded input of wide convs (grown, never shrunk)
 
-#: Floats of padded input up to which a wide conv's parts pad the rows they read (conv_f32.c's
-#: raw mode), each thread into a buffer of the whole padded input's size that it keeps: beyond,
-#: the calling thread pads it alone (one buffer, where every pool thread's would be as large).
+#: Floats of a thread's regions (conv_f32.c's raw mode: each part pads the rows of the input
+#: it reads, per image a region of a few rows of every channel, into its thread's buffer) up
+#: to which a wide conv's parts pad their input: beyond (many channels of long rows), the
+#: calling thread pads it alone, into one buffer of the whole padded input.
 _RAW_PAD_FLOATS = 1 << 20
+
+
+def _raw_floats(channels: int, wide: tuple[int, int, int], kernel, dilations) -> int:
+    """The most floats of a raw conv's regions (conv_f32.c's region_rows, per_part + 1 of
+    them) for ``channels`` per group and the padded input (or phases) H x W of ``wide``."""
+    (_, W, mode), nr = wide, core.lib.conv_f32_tile[1]
+    if mode == 2:
+        reach = (kernel[0] - 1) // 2 * W + (kernel[1] - 1) // 2
+    else:
+        reach = (kernel[0] - 1) * dilations[0] * W + (kernel[1] - 1) * dilations[1]
+    rows = (_CONV_STRIPS * nr + reach) // W + 2
+    return (_CONV_STRIPS + 1) * channels * (4 if mode == 2 else 1) * rows * W
 
 
 def _scratch_floats(n: int) -> np.ndarray:
@@ -274,15 +287,20 @@ class FloatConv:
         self.pad = self.phases = self.phase_job = None
         raw = (0, 0, 0, 0, 0)
         mode = wide[2] if wide else 0
+        # (each part pads the rows it reads, on its thread, as it reads them: no serial copy)
+        own = bool(wide) and _raw_floats(C // group, wide, kernel, dilations) <= _RAW_PAD_FLOATS
         if mode == 2:  # the conv of the input's phases (N, C, 4, *wide), unpadded
-            self.phases = (N * C, H, W, *wide[:2], *begin, (kernel[1] - 1) // 2 + 48)
-            self.phase_job = _phase_job(N * C, H, W, *wide[:2], *begin)
+            if own:  # (each part makes the phase rows it reads)
+                raw = (1, H, W, *begin)
+            else:
+                self.phases = (N * C, H, W, *wide[:2], *begin, (kernel[1] - 1) // 2 + 48)
+                self.phase_job = _phase_job(N * C, H, W, *wide[:2], *begin)
             (H, W), begin = wide[:2], (0, 0)
             strips = N * -(-out_shape[0] * W // nr)
         elif wide:  # the conv of the padded input (N, C, *wide), unpadded
             wide = wide[:2]
-            if N * C * wide[0] * wide[1] <= _RAW_PAD_FLOATS:  # each part pads the rows it
-                raw = (1, H, W, *begin)  # reads, on its thread: no serial copy first
+            if own:
+                raw = (1, H, W, *begin)
             else:
                 slack = (kernel[1] - 1) * dilations[1] + 48
                 self.pad = ((N, C, *wide), (H, W), tuple(begin), slack)
