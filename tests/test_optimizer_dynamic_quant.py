@@ -50,8 +50,11 @@ def test_dynamic_transformers_fuse_to_the_bit(name, monkeypatch):
             np.testing.assert_array_equal(g, w)
 
 
-def _chain(bias: bool, cast_to: int = ir.DataType.FLOAT, scale_is_output: bool = False):
-    """x -> DynamicQuantizeLinear -> MatMulInteger(W) -> Cast -> Mul(x_scale * w_scale) [+ b]."""
+def _chain(
+    bias: bool, cast_to: int = ir.DataType.FLOAT, scale_is_output: bool = False, relu: bool = False
+):
+    """x -> DynamicQuantizeLinear -> MatMulInteger(W) -> Cast -> Mul(x_scale * w_scale) [+ b]
+    [-> Relu]."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -70,6 +73,9 @@ def _chain(bias: bool, cast_to: int = ir.DataType.FLOAT, scale_is_output: bool =
     if bias:
         nodes.append(helper.make_node("Add", ["y0", "b"], ["y"]))
     out = "y" if bias else "y0"
+    if relu:
+        nodes.append(helper.make_node("Relu", [out], ["r"]))
+        out = "r"
     elem = TensorProto.DOUBLE if cast_to == ir.DataType.DOUBLE else TensorProto.FLOAT
     outputs = [helper.make_tensor_value_info(out, elem, [3, 8])]
     if scale_is_output:
@@ -100,6 +106,51 @@ def test_chain_left_alone_when_it_cannot_fuse():
     assert "MatMulInteger" in double  # a Cast to double: not MatMulIntegerToFloat's float
     shared = onyx.optimize(onyx.loads(_chain(True, scale_is_output=True)))
     assert "MatMulInteger" in [n.op_type for n in shared.graph]  # the scale is an output
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_relu_fuses_into_the_epilogue_and_matches_onnxruntime(bias, monkeypatch):
+    """DynamicQuantizeMatMul -> Relu: one ai.onyx DynamicQuantizeMatMulRelu, its bits those of
+    onnxruntime's unfused chain (native epilogue and numpy path); the saved model's function
+    body runs in onnxruntime too (the bias omitted or not)."""
+    ort = pytest.importorskip("onnxruntime")
+    model = _chain(bias, relu=True)
+    optimized = onyx.optimize(onyx.loads(model))
+    assert [n.op_type for n in optimized.graph] == ["DynamicQuantizeMatMulRelu"]
+    x = RNG.uniform(-3, 2, size=(3, 16)).astype(np.float32)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    want = ort.InferenceSession(model, so).run(None, {"x": x})[0]
+    assert (want == 0).any() and (want > 0).any()
+    for native in ("1", "0"):
+        monkeypatch.setenv("ONYX_NATIVE", native)
+        got = _session(model, "ORT_ENABLE_EXTENDED").run(None, {"x": x})[0]
+        np.testing.assert_array_equal(got, want)
+    saved = ort.InferenceSession(onyx.dumps(optimized), so, providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(saved.run(None, {"x": x})[0], want)
+
+
+def test_dynamic_matmul_relu_keeps_the_relu_bits():
+    """The epilogue's max keeps a -0 (a zero sum times a negative scale) and Relu's zeros,
+    as Relu(DynamicQuantizeMatMul) does; a NaN goes to the numpy path, as unfused."""
+    from onyx.runtime.kernels import contrib
+
+    b = RNG.integers(-127, 128, size=(32, 24)).astype(np.int8)
+    b[:, 0] = 0  # (column 0 sums to zero: times its negative scale, -0)
+    b.flags.writeable = False
+    scale = RNG.uniform(-0.02, 0.02, 24).astype(np.float32)
+    scale[0] = -0.01
+    scale.flags.writeable = False
+    zero_point = np.zeros(24, np.int8)
+    zero_point.flags.writeable = False
+    x = RNG.uniform(-2, 2, size=(5, 32)).astype(np.float32)
+    with_nan = np.where(np.arange(32) == 3, np.nan, x).astype(np.float32)
+    for a, minus_zeros in ((x, True), (with_nan, False)):
+        want = contrib.relu(contrib.dynamic_quantize_matmul(a, b, scale, zero_point))
+        got = contrib.dynamic_quantize_matmul_relu(a, b, scale, zero_point)
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+        assert np.signbit(got[:, 0]).all() == minus_zeros
 
 
 def _three_products(a, b, bb, bs, bz, c, x, trans_b) -> list:
