@@ -265,3 +265,81 @@ def test_conv_chain_fuses_to_the_bit(bias, group, w_type, kernel, tmp_path, monk
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
     np.testing.assert_array_equal(sess.run(None, {"x": x})[0], want)
+
+
+def _flattened_product(dynamic: bool, restore: list[int]) -> bytes:
+    """x [S, N, 16] -> Reshape [-1, 16] -> a product by a constant [16, 8] (the dynamically
+    quantized chain, or a float MatMul) + bias -> Reshape ``restore``: nn.Linear inside
+    PyTorch's nn.MultiheadAttention."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    inits = [
+        numpy_helper.from_array(np.array([-1, 16], np.int64), "rows"),
+        numpy_helper.from_array(np.array(restore, np.int64), "back"),
+        numpy_helper.from_array(RNG.uniform(-1, 1, 8).astype(np.float32), "b"),
+    ]
+    nodes = [helper.make_node("Reshape", ["x", "rows"], ["flat"])]
+    if dynamic:
+        w = RNG.integers(-127, 128, size=(16, 8)).astype(np.int8)
+        inits += [
+            numpy_helper.from_array(w, "w"),
+            numpy_helper.from_array(np.zeros(8, np.int8), "wz"),
+            numpy_helper.from_array(RNG.uniform(0.01, 0.02, 8).astype(np.float32), "ws"),
+        ]
+        nodes += [
+            helper.make_node("DynamicQuantizeLinear", ["flat"], ["xq", "xs", "xz"]),
+            helper.make_node("MatMulInteger", ["xq", "w", "xz", "wz"], ["acc"]),
+            helper.make_node("Cast", ["acc"], ["accf"], to=TensorProto.FLOAT),
+            helper.make_node("Mul", ["xs", "ws"], ["s"]),
+            helper.make_node("Mul", ["accf", "s"], ["y0"]),
+        ]
+    else:
+        inits.append(numpy_helper.from_array(RNG.uniform(-1, 1, (16, 8)).astype(np.float32), "w"))
+        nodes.append(helper.make_node("MatMul", ["flat", "w"], ["y0"]))
+    nodes += [
+        helper.make_node("Add", ["y0", "b"], ["y1"]),
+        helper.make_node("Reshape", ["y1", "back"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, "N", 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+@pytest.mark.parametrize("dynamic", [True, False])
+def test_flattened_product_runs_on_the_unflattened_input(dynamic, monkeypatch):
+    """Reshape to rows -> product -> Reshape back: the product reads x itself, to the bit (the
+    rows and their order are the same), in onyx's paths and in onnxruntime."""
+    ort = pytest.importorskip("onnxruntime")
+    model = _flattened_product(dynamic, [5, -1, 8])
+    optimized = onyx.optimize(onyx.loads(model))
+    ops = [n.op_type for n in optimized.graph]
+    assert ops == ["DynamicQuantizeMatMul" if dynamic else "MatMulAdd"], ops
+    x = RNG.uniform(-3, 2, size=(5, 3, 16)).astype(np.float32)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    want = ort.InferenceSession(model, so).run(None, {"x": x})[0]
+    for native in ("1", "0"):
+        monkeypatch.setenv("ONYX_NATIVE", native)
+        got = _session(model, "ORT_ENABLE_EXTENDED").run(None, {"x": x})[0]
+        assert got.shape == (5, 3, 8)
+        if dynamic:
+            np.testing.assert_array_equal(got, want)
+        else:
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    saved = ort.InferenceSession(onyx.dumps(optimized), so, providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(saved.run(None, {"x": x})[0], want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("restore", [[-1, 5, 8], [5, 3, 8], [5, -1, 2, 4]])
+def test_flattened_product_left_alone_when_the_reshape_does_not_restore(restore):
+    """A second Reshape that does not give back x's leading dims (another order, a dim fixed
+    where x's is dynamic, another rank): both Reshapes stay."""
+    ops = [n.op_type for n in onyx.optimize(onyx.loads(_flattened_product(True, restore))).graph]
+    assert ops.count("Reshape") == 2, ops

@@ -30,6 +30,7 @@ TRIGGERS: dict[str, tuple[tuple[str, ...], ...]] = {
     "MatMulIntegerToFloatFusion": (("MatMulInteger",),),
     "ConvIntegerToFloatFusion": (("ConvInteger",), ("Cast",)),
     "DynamicQuantizeMatMulReluFusion": (("DynamicQuantizeMatMul",), ("Relu",)),
+    "FlattenedMatMulFusion": (("Reshape",),),
     "ConvBNFusion": (("Conv",), ("BatchNormalization",)),
     "ConvAddFusion": (("Conv",), ("Add",)),
     "ConvMulFusion": (("Conv",), ("Mul",)),
@@ -154,6 +155,8 @@ FUSIONS: tuple[DeferredPass, ...] = tuple(
         ("movement:unsqueeze_transpose_squeeze", "UnsqueezeTransposeSqueezeFusion", EXTENDED),
         # (after the GELU and attention fusions, which read MatMul + Add)
         ("gemm:matmul_bias", "MatMulBiasFusion", EXTENDED),
+        # (after it and the dynamic quantization fusions: the products it unflattens)
+        ("flat_matmul:flattened_matmul", "FlattenedMatMulFusion", EXTENDED),
         ("rnn:rnn_zero_initial_state", "RnnZeroInitialState", EXTENDED),
         ("rnn:rnn_last_step_from_state", "RnnLastStepFromState", EXTENDED),
         # (after it: its Squeeze of Y_h is what this one reads)
