@@ -343,3 +343,26 @@ def test_flattened_product_left_alone_when_the_reshape_does_not_restore(restore)
     where x's is dynamic, another rank): both Reshapes stay."""
     ops = [n.op_type for n in onyx.optimize(onyx.loads(_flattened_product(True, restore))).graph]
     assert ops.count("Reshape") == 2, ops
+
+
+@pytest.mark.parametrize("relu", [False, True])
+def test_bound_dynamic_matmul_matches_the_kernel(relu):
+    """The bound step (registry.binds) of DynamicQuantizeMatMul[Relu] gives the kernel's bits
+    run after run, a NaN in A included (the kernel's numpy paths), on 3-D A."""
+    from onyx.runtime.kernels import contrib
+
+    model = _flattened_product(True, [5, -1, 8])  # (3-D A after FlattenedMatMulFusion)
+    if relu:
+        model = _chain(True, relu=True)
+    session = _session(model, "ORT_ENABLE_EXTENDED")
+    (node,) = list(session.plan.graph)
+    assert node.op_type == ("DynamicQuantizeMatMulRelu" if relu else "DynamicQuantizeMatMul")
+    kernel = contrib.dynamic_quantize_matmul_relu if relu else contrib.dynamic_quantize_matmul
+    weights = [session.plan.graph.initializers[v.name].const_value.numpy() for v in node.inputs[1:]]
+    shape = (3, 16) if relu else (5, 3, 16)
+    for i in range(3):
+        x = RNG.uniform(-3, 2, size=shape).astype(np.float32)
+        if i == 2:
+            x.flat[7] = np.nan
+        got = session.run(None, {"x": x})[0]
+        np.testing.assert_array_equal(got, kernel(x, *weights))

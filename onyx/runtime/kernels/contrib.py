@@ -400,6 +400,38 @@ def _dynamic_matmul_ok(b, b_scale, b_zero_point, bias) -> bool:
     )
 
 
+def _bind_dynamic_matmul(with_relu: bool):
+    """registry.binds' set-up of DynamicQuantizeMatMul[Relu] with constant parameters: the
+    native set-up found once, each call the product of A's rows (a NaN or an infinity in A:
+    the kernel as written, whose numpy paths decide those)."""
+
+    def make(inputs, attrs, constant):
+        a, b, b_scale, b_zero_point, bias = (tuple(inputs) + (None,) * 5)[:5]
+        if not all(constant[1:]) or a.__class__ is not np.ndarray or b.__class__ is not np.ndarray:
+            return None
+        K = a.shape[-1] if a.ndim else 0
+        if a.dtype != np.float32 or a.size == 0 or b.ndim != 2 or not native.int8_gemm_ok(K):
+            return None
+        dm = _kept_dynamic_matmul(b, b_scale, b_zero_point, bias, with_relu)
+        if dm is None:
+            return None
+        kernel = dynamic_quantize_matmul_relu if with_relu else dynamic_quantize_matmul
+        rows, shape, flat = a.size // K, a.shape[:-1] + (dm.N,), a.ndim != 2
+
+        def call(a, b, b_scale, b_zero_point=None, bias=None):
+            x = a.reshape(rows, K) if flat else a
+            y = dm(x if x.flags.c_contiguous else np.ascontiguousarray(x))
+            if y is None:
+                return kernel(a, b, b_scale, b_zero_point, bias)
+            return y.reshape(shape) if flat else y
+
+        call.held = dm
+        return call
+
+    return make
+
+
+@binds(_bind_dynamic_matmul(with_relu=False))
 @op("DynamicQuantizeMatMul", since=1, domain=MS, threads="pool")
 def dynamic_quantize_matmul(a, b, b_scale, b_zero_point=None, bias=None):
     """A quantized as DynamicQuantizeLinear does (uint8 per tensor), then MatMulIntegerToFloat
@@ -427,6 +459,7 @@ def dynamic_quantize_matmul(a, b, b_scale, b_zero_point=None, bias=None):
     return y.astype(a.dtype, copy=False)
 
 
+@binds(_bind_dynamic_matmul(with_relu=True))
 @op("DynamicQuantizeMatMulRelu", since=1, domain=ONYX_DOMAIN, threads="pool")
 def dynamic_quantize_matmul_relu(a, b, b_scale, b_zero_point=None, bias=None):
     """Relu(DynamicQuantizeMatMul(...)): the native epilogue applies the Relu as it stores
