@@ -601,6 +601,20 @@ def test_time_major_attention_fusion():
         np.testing.assert_allclose(x, want, rtol=1e-5, atol=1e-5)
 
 
+def test_time_major_attention_bound_step_run_after_run():
+    """The bound step (registry.binds: the native task made at the first run) gives the
+    unfused graph's results on new values, batch sizes and sequence lengths."""
+    m = _mha_block()
+    off = onyx.SessionOptions()
+    off.graph_optimization_level = 0
+    plain, fused = onyx.InferenceSession(m, off), onyx.InferenceSession(m)
+    for batch in (3, 3, 1, 3):
+        feeds = {"x": RNG.standard_normal((batch, 6, 16), np.float32)}
+        np.testing.assert_allclose(
+            fused.run(None, feeds)[0], plain.run(None, feeds)[0], rtol=1e-5, atol=1e-5
+        )
+
+
 def test_time_major_attention_fusion_needs_q_k_v_in_order():
     """k and v gathered the other way round: not the fused op's (its q, k, v thirds)."""
     m = onnx.load_from_string(_mha_block())

@@ -107,6 +107,28 @@ def test_shape_folding_dynamic_batch():
     assert [n.op_type for n in opt.graph] == ["Reshape"]
 
 
+def test_shape_folding_through_a_gathered_shape():
+    # onnxruntime's transpose optimizer writes Shape(Transpose(x)) as Gather(Shape(x), perm):
+    # Gather(Gather(Shape(x), [1, 0]), 1) is x's static dim 0, though dim 1 is not
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Gather", ["s", "perm"], ["st"], axis=0),  # [N, 8]
+        helper.make_node("Gather", ["st", "one"], ["d"], axis=0),  # 8
+        helper.make_node("Unsqueeze", ["d", "axes"], ["d1"]),
+        helper.make_node("Concat", ["minus_one", "d1"], ["target"], axis=0),
+        helper.make_node("Reshape", ["x", "target"], ["y"]),
+    ]
+    inits = [
+        ("perm", np.array([1, 0], np.int64)),
+        ("one", np.array(1, np.int64)),
+        ("axes", np.array([0], np.int64)),
+        ("minus_one", np.array([-1], np.int64)),
+    ]
+    m = make(nodes, [("x", F, [8, "N"])], [("y", F, ["M", 8])], inits)
+    opt = check(m, {"x": w(8, 3)}, level="basic", absent=["Shape", "Concat", "Gather"])
+    assert [n.op_type for n in opt.graph] == ["Reshape"]
+
+
 def test_cse_tells_minus_zero_from_zero_in_attributes():
     # -0.0 == 0.0 in Python, but LeakyRelu with alpha -0.0 gives +0.0 for negative x
     nodes = [

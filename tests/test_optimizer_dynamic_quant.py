@@ -50,8 +50,11 @@ def test_dynamic_transformers_fuse_to_the_bit(name, monkeypatch):
             np.testing.assert_array_equal(g, w)
 
 
-def _chain(bias: bool, cast_to: int = ir.DataType.FLOAT, scale_is_output: bool = False):
-    """x -> DynamicQuantizeLinear -> MatMulInteger(W) -> Cast -> Mul(x_scale * w_scale) [+ b]."""
+def _chain(
+    bias: bool, cast_to: int = ir.DataType.FLOAT, scale_is_output: bool = False, relu: bool = False
+):
+    """x -> DynamicQuantizeLinear -> MatMulInteger(W) -> Cast -> Mul(x_scale * w_scale) [+ b]
+    [-> Relu]."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -70,6 +73,9 @@ def _chain(bias: bool, cast_to: int = ir.DataType.FLOAT, scale_is_output: bool =
     if bias:
         nodes.append(helper.make_node("Add", ["y0", "b"], ["y"]))
     out = "y" if bias else "y0"
+    if relu:
+        nodes.append(helper.make_node("Relu", [out], ["r"]))
+        out = "r"
     elem = TensorProto.DOUBLE if cast_to == ir.DataType.DOUBLE else TensorProto.FLOAT
     outputs = [helper.make_tensor_value_info(out, elem, [3, 8])]
     if scale_is_output:
@@ -100,6 +106,51 @@ def test_chain_left_alone_when_it_cannot_fuse():
     assert "MatMulInteger" in double  # a Cast to double: not MatMulIntegerToFloat's float
     shared = onyx.optimize(onyx.loads(_chain(True, scale_is_output=True)))
     assert "MatMulInteger" in [n.op_type for n in shared.graph]  # the scale is an output
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_relu_fuses_into_the_epilogue_and_matches_onnxruntime(bias, monkeypatch):
+    """DynamicQuantizeMatMul -> Relu: one ai.onyx DynamicQuantizeMatMulRelu, its bits those of
+    onnxruntime's unfused chain (native epilogue and numpy path); the saved model's function
+    body runs in onnxruntime too (the bias omitted or not)."""
+    ort = pytest.importorskip("onnxruntime")
+    model = _chain(bias, relu=True)
+    optimized = onyx.optimize(onyx.loads(model))
+    assert [n.op_type for n in optimized.graph] == ["DynamicQuantizeMatMulRelu"]
+    x = RNG.uniform(-3, 2, size=(3, 16)).astype(np.float32)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    want = ort.InferenceSession(model, so).run(None, {"x": x})[0]
+    assert (want == 0).any() and (want > 0).any()
+    for native in ("1", "0"):
+        monkeypatch.setenv("ONYX_NATIVE", native)
+        got = _session(model, "ORT_ENABLE_EXTENDED").run(None, {"x": x})[0]
+        np.testing.assert_array_equal(got, want)
+    saved = ort.InferenceSession(onyx.dumps(optimized), so, providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(saved.run(None, {"x": x})[0], want)
+
+
+def test_dynamic_matmul_relu_keeps_the_relu_bits():
+    """The epilogue's max keeps a -0 (a zero sum times a negative scale) and Relu's zeros,
+    as Relu(DynamicQuantizeMatMul) does; a NaN goes to the numpy path, as unfused."""
+    from onyx.runtime.kernels import contrib
+
+    b = RNG.integers(-127, 128, size=(32, 24)).astype(np.int8)
+    b[:, 0] = 0  # (column 0 sums to zero: times its negative scale, -0)
+    b.flags.writeable = False
+    scale = RNG.uniform(-0.02, 0.02, 24).astype(np.float32)
+    scale[0] = -0.01
+    scale.flags.writeable = False
+    zero_point = np.zeros(24, np.int8)
+    zero_point.flags.writeable = False
+    x = RNG.uniform(-2, 2, size=(5, 32)).astype(np.float32)
+    with_nan = np.where(np.arange(32) == 3, np.nan, x).astype(np.float32)
+    for a, minus_zeros in ((x, True), (with_nan, False)):
+        want = contrib.relu(contrib.dynamic_quantize_matmul(a, b, scale, zero_point))
+        got = contrib.dynamic_quantize_matmul_relu(a, b, scale, zero_point)
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+        assert np.signbit(got[:, 0]).all() == minus_zeros
 
 
 def _three_products(a, b, bb, bs, bz, c, x, trans_b) -> list:
@@ -214,3 +265,104 @@ def test_conv_chain_fuses_to_the_bit(bias, group, w_type, kernel, tmp_path, monk
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
     np.testing.assert_array_equal(sess.run(None, {"x": x})[0], want)
+
+
+def _flattened_product(dynamic: bool, restore: list[int]) -> bytes:
+    """x [S, N, 16] -> Reshape [-1, 16] -> a product by a constant [16, 8] (the dynamically
+    quantized chain, or a float MatMul) + bias -> Reshape ``restore``: nn.Linear inside
+    PyTorch's nn.MultiheadAttention."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    inits = [
+        numpy_helper.from_array(np.array([-1, 16], np.int64), "rows"),
+        numpy_helper.from_array(np.array(restore, np.int64), "back"),
+        numpy_helper.from_array(RNG.uniform(-1, 1, 8).astype(np.float32), "b"),
+    ]
+    nodes = [helper.make_node("Reshape", ["x", "rows"], ["flat"])]
+    if dynamic:
+        w = RNG.integers(-127, 128, size=(16, 8)).astype(np.int8)
+        inits += [
+            numpy_helper.from_array(w, "w"),
+            numpy_helper.from_array(np.zeros(8, np.int8), "wz"),
+            numpy_helper.from_array(RNG.uniform(0.01, 0.02, 8).astype(np.float32), "ws"),
+        ]
+        nodes += [
+            helper.make_node("DynamicQuantizeLinear", ["flat"], ["xq", "xs", "xz"]),
+            helper.make_node("MatMulInteger", ["xq", "w", "xz", "wz"], ["acc"]),
+            helper.make_node("Cast", ["acc"], ["accf"], to=TensorProto.FLOAT),
+            helper.make_node("Mul", ["xs", "ws"], ["s"]),
+            helper.make_node("Mul", ["accf", "s"], ["y0"]),
+        ]
+    else:
+        inits.append(numpy_helper.from_array(RNG.uniform(-1, 1, (16, 8)).astype(np.float32), "w"))
+        nodes.append(helper.make_node("MatMul", ["flat", "w"], ["y0"]))
+    nodes += [
+        helper.make_node("Add", ["y0", "b"], ["y1"]),
+        helper.make_node("Reshape", ["y1", "back"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, "N", 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+@pytest.mark.parametrize("dynamic", [True, False])
+def test_flattened_product_runs_on_the_unflattened_input(dynamic, monkeypatch):
+    """Reshape to rows -> product -> Reshape back: the product reads x itself, to the bit (the
+    rows and their order are the same), in onyx's paths and in onnxruntime."""
+    ort = pytest.importorskip("onnxruntime")
+    model = _flattened_product(dynamic, [5, -1, 8])
+    optimized = onyx.optimize(onyx.loads(model))
+    ops = [n.op_type for n in optimized.graph]
+    assert ops == ["DynamicQuantizeMatMul" if dynamic else "MatMulAdd"], ops
+    x = RNG.uniform(-3, 2, size=(5, 3, 16)).astype(np.float32)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    want = ort.InferenceSession(model, so).run(None, {"x": x})[0]
+    for native in ("1", "0"):
+        monkeypatch.setenv("ONYX_NATIVE", native)
+        got = _session(model, "ORT_ENABLE_EXTENDED").run(None, {"x": x})[0]
+        assert got.shape == (5, 3, 8)
+        if dynamic:
+            np.testing.assert_array_equal(got, want)
+        else:
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    saved = ort.InferenceSession(onyx.dumps(optimized), so, providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(saved.run(None, {"x": x})[0], want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("restore", [[-1, 5, 8], [5, 3, 8], [5, -1, 2, 4]])
+def test_flattened_product_left_alone_when_the_reshape_does_not_restore(restore):
+    """A second Reshape that does not give back x's leading dims (another order, a dim fixed
+    where x's is dynamic, another rank): both Reshapes stay."""
+    ops = [n.op_type for n in onyx.optimize(onyx.loads(_flattened_product(True, restore))).graph]
+    assert ops.count("Reshape") == 2, ops
+
+
+@pytest.mark.parametrize("relu", [False, True])
+def test_bound_dynamic_matmul_matches_the_kernel(relu):
+    """The bound step (registry.binds) of DynamicQuantizeMatMul[Relu] gives the kernel's bits
+    run after run, a NaN in A included (the kernel's numpy paths), on 3-D A."""
+    from onyx.runtime.kernels import contrib
+
+    model = _flattened_product(True, [5, -1, 8])  # (3-D A after FlattenedMatMulFusion)
+    if relu:
+        model = _chain(True, relu=True)
+    session = _session(model, "ORT_ENABLE_EXTENDED")
+    (node,) = list(session.plan.graph)
+    assert node.op_type == ("DynamicQuantizeMatMulRelu" if relu else "DynamicQuantizeMatMul")
+    kernel = contrib.dynamic_quantize_matmul_relu if relu else contrib.dynamic_quantize_matmul
+    weights = [session.plan.graph.initializers[v.name].const_value.numpy() for v in node.inputs[1:]]
+    shape = (3, 16) if relu else (5, 3, 16)
+    for i in range(3):
+        x = RNG.uniform(-3, 2, size=shape).astype(np.float32)
+        if i == 2:
+            x.flat[7] = np.nan
+        got = session.run(None, {"x": x})[0]
+        np.testing.assert_array_equal(got, kernel(x, *weights))

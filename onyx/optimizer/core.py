@@ -214,7 +214,8 @@ class PassContext(DataValue):
         outputs = {id(v) for v in g.outputs}
         for v in g.values():
             if id(v) in types and v.producer is not None and id(v) not in outputs:
-                v.type = types[id(v)][1]
+                if not _other_rank(types[id(v)][1], v.type):  # (a fusion's new rank stays)
+                    v.type = types[id(v)][1]
         alive = {id(v) for n in g for v in n.outputs}
         g.value_info = [v for v in value_info if id(v) in alive]
 
@@ -332,6 +333,14 @@ class PassContext(DataValue):
         for n in dead:
             if n.graph is g:
                 g.remove(n, safe=False)
+
+
+def _other_rank(declared, now) -> bool:
+    """Whether a value's declared tensor type has another rank than its type now (a fused node
+    that took over a value of another shape: the declaration no longer holds)."""
+    a = getattr(declared, "shape", None)
+    b = getattr(now, "shape", None)
+    return a is not None and b is not None and len(a.dims) != len(b.dims)
 
 
 def _graphs(g: ir.Graph):

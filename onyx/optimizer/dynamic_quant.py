@@ -230,3 +230,55 @@ def _conv_function(ctx: PassContext, op_type: str) -> ir.Function:
         " + bias" if biased else ""
     )
     return f
+
+
+# ------------------------------------------------------------------ DynamicQuantizeMatMul + Relu
+
+RELU_PASS = "DynamicQuantizeMatMulReluFusion"
+
+
+@graph_pass(RELU_PASS, EXTENDED)
+def dynamic_quantize_matmul_relu(ctx: PassContext) -> bool:
+    """DynamicQuantizeMatMul read by a Relu alone (a quantized transformer's feed-forward
+    layer)  =>  ai.onyx DynamicQuantizeMatMulRelu with the same inputs: the native GEMM's
+    epilogue applies the Relu as it stores, where a Relu node made another pass over the
+    rows. A model-local function holds the two ops, so the saved model stays valid."""
+    changed = False
+    for dqm in list(ctx.graph):
+        if dqm.graph is not ctx.graph or dqm.op_type != "DynamicQuantizeMatMul":
+            continue
+        if dqm.domain != MS or any(v is None for v in dqm.inputs):
+            continue
+        relu = _only_reader(ctx, dqm.outputs[0], "Relu")
+        if relu is None or relu.graph is not dqm.graph:
+            continue
+        ctx.ensure_function("DynamicQuantizeMatMulRelu", lambda: _relu_function(ctx))
+        fused = ir.Node(
+            "DynamicQuantizeMatMulRelu",
+            list(dqm.inputs),
+            1,
+            domain=ONYX_DOMAIN,
+            name=ctx.fresh_name((dqm.name or "matmul") + "_relu"),
+        )
+        ctx.replace_nodes(relu, fused, [dqm])
+        ctx.count(RELU_PASS)
+        changed = True
+    return changed
+
+
+def _relu_function(ctx: PassContext) -> ir.Function:
+    """The model-local function DynamicQuantizeMatMulRelu = Relu(com.microsoft
+    DynamicQuantizeMatMul(A, B, b_scale, b_zero_point, bias)); the last two may be omitted."""
+    names = ("A", "B", "b_scale", "b_zero_point", "bias")
+    params = [ir.Value(n) for n in names]
+    dqm = ir.Node("DynamicQuantizeMatMul", params, ["product"], domain=MS)
+    relu = ir.Node("Relu", [dqm.outputs[0]], ["Y"])
+    body = ir.Graph(params, [relu.outputs[0]], [dqm, relu], name="DynamicQuantizeMatMulRelu")
+    f = ir.Function(
+        ONYX_DOMAIN,
+        "DynamicQuantizeMatMulRelu",
+        body,
+        opset_imports={"": ctx.opset("") or 13, MS: 1},
+    )
+    f.doc_string = "Y = Relu(DynamicQuantizeMatMul(...)) (onyx runs it as one kernel)"
+    return f

@@ -184,7 +184,7 @@ def shape_folding(ctx: PassContext) -> bool:
             shape = static_shape(node.inputs[0])
             if shape is not None and all(type(d) is int for d in shape):
                 dims = int(np.prod(shape, dtype=np.int64))
-        elif node.op_type in ("Gather", "Slice") and is_op(node.inputs[0].producer, "Shape"):
+        elif node.op_type in ("Gather", "Slice"):
             dims = _picked_dims(ctx, node)
         elif node.op_type == "Reshape" and len(node.inputs) > 1:
             changed |= _reshape_target(ctx, node)
@@ -216,27 +216,43 @@ def _shape_dims(node: ir.Node) -> list | None:
 
 
 def _picked_dims(ctx: PassContext, node: ir.Node) -> np.ndarray | None:
-    """Gather/Slice of Shape(x): run the op on the dim positions, then look the dims up."""
-    shape_node = node.inputs[0].producer
+    """Gather/Slice of Shape(x), possibly through other Gathers/Slices of it (onnxruntime's
+    transpose optimizer writes Shape(Transpose(x)) as Gather(Shape(x), perm)): run the ops
+    on the dim positions, then look the dims up."""
+    chain = [node]
+    while is_op(chain[-1].inputs[0].producer, "Gather", "Slice"):
+        chain.append(chain[-1].inputs[0].producer)
+    shape_node = chain[-1].inputs[0].producer
+    if not is_op(shape_node, "Shape"):
+        return None
     shape = static_shape(shape_node.inputs[0])
     if shape is None:
         return None
     full = list(range(len(shape)))
     positions = np.array(full[shape_node.attr("start", 0) : shape_node.attr("end", len(shape))])
-    args = [positions.astype(np.int64)]
+    picked = positions.astype(np.int64)
+    for link in reversed(chain):
+        picked = _run_on_positions(ctx, link, picked)
+        if picked is None:
+            return None
+    dims = [shape[int(p)] for p in picked.reshape(-1)]
+    if not all(type(d) is int for d in dims):
+        return None
+    return np.array(dims, dtype=np.int64).reshape(picked.shape)
+
+
+def _run_on_positions(ctx: PassContext, node: ir.Node, positions: np.ndarray):
+    """node (a Gather or Slice with constant parameters) run on dim positions, else None."""
+    args = [positions]
     for v in node.inputs[1:]:
         c = ctx.const(v) if v is not None and v.name else None
         if c is None and v is not None and v.name:
             return None
         args.append(c)
     try:
-        picked = np.asarray(bind(node, ctx.model.opset_imports).call(args)[0])
+        return np.asarray(bind(node, ctx.model.opset_imports).call(args)[0])
     except Exception:  # (OnyxError included: a node the session will report)
         return None
-    dims = [shape[int(p)] for p in picked.reshape(-1)]
-    if not all(type(d) is int for d in dims):
-        return None
-    return np.array(dims, dtype=np.int64).reshape(picked.shape)
 
 
 def _reshape_target(ctx: PassContext, node: ir.Node) -> bool:

@@ -29,6 +29,8 @@ TRIGGERS: dict[str, tuple[tuple[str, ...], ...]] = {
     "QDQSelectorActionTransformer": (("DequantizeLinear",),),
     "MatMulIntegerToFloatFusion": (("MatMulInteger",),),
     "ConvIntegerToFloatFusion": (("ConvInteger",), ("Cast",)),
+    "DynamicQuantizeMatMulReluFusion": (("DynamicQuantizeMatMul",), ("Relu",)),
+    "FlattenedMatMulFusion": (("Reshape",),),
     "ConvBNFusion": (("Conv",), ("BatchNormalization",)),
     "ConvAddFusion": (("Conv",), ("Add",)),
     "ConvMulFusion": (("Conv",), ("Mul",)),
@@ -120,6 +122,7 @@ FUSIONS: tuple[DeferredPass, ...] = tuple(
         ("qdq:qdq_fusion", "QDQSelectorActionTransformer", EXTENDED),
         ("dynamic_quant:matmul_integer_to_float", "MatMulIntegerToFloatFusion", EXTENDED),
         ("dynamic_quant:conv_integer_to_float", "ConvIntegerToFloatFusion", EXTENDED),
+        ("dynamic_quant:dynamic_quantize_matmul_relu", "DynamicQuantizeMatMulReluFusion", EXTENDED),
         ("conv:conv_bn", "ConvBNFusion", EXTENDED),
         ("conv:conv_add", "ConvAddFusion", EXTENDED),
         ("conv:conv_mul", "ConvMulFusion", EXTENDED),
@@ -152,6 +155,8 @@ FUSIONS: tuple[DeferredPass, ...] = tuple(
         ("movement:unsqueeze_transpose_squeeze", "UnsqueezeTransposeSqueezeFusion", EXTENDED),
         # (after the GELU and attention fusions, which read MatMul + Add)
         ("gemm:matmul_bias", "MatMulBiasFusion", EXTENDED),
+        # (after it and the dynamic quantization fusions: the products it unflattens)
+        ("flat_matmul:flattened_matmul", "FlattenedMatMulFusion", EXTENDED),
         ("rnn:rnn_zero_initial_state", "RnnZeroInitialState", EXTENDED),
         ("rnn:rnn_last_step_from_state", "RnnLastStepFromState", EXTENDED),
         # (after it: its Squeeze of Y_h is what this one reads)

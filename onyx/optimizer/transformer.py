@@ -1168,6 +1168,9 @@ def time_major_attention_fusion(ctx: PassContext) -> bool:
         fused.set_attr("scale", float(att.attr("scale", 1.0)))
         dead = [r, t, att] + [n for f in found for n in f[1]]
         ctx.replace_nodes(back, fused, dead)
+        # (the Transpose's value was [S, B, H, Dh]: the passes after this one read the shape)
+        rows = tuple(qkv_shape[:2]) + (width // 3,)
+        fused.outputs[0].type = ir.TensorType(ir.DataType.FLOAT, rows)
         ctx.count("TimeMajorAttentionFusion")
         changed = True
     return changed

@@ -241,6 +241,7 @@ MODULES: dict[tuple[str, str], tuple[str, ...]] = {
     ('ai.onyx', 'ConvIntegerToFloat'): ('conv_to_float',),
     ('ai.onyx', 'ConvMagnitude'): ('audio',),
     ('ai.onyx', 'ConvMaxPool'): ('audio',),
+    ('ai.onyx', 'DynamicQuantizeMatMulRelu'): ('contrib',),
     ('ai.onyx', 'FusedConvMaxPool'): ('audio',),
     ('ai.onyx', 'GatedMatMulNBits'): ('contrib_quant',),
     ('ai.onyx', 'HeadsAttention'): ('attention',),

@@ -6,7 +6,7 @@ import numpy as np
 
 from ...ir.dtypes import to_numpy
 from .. import native
-from ..registry import ONYX_DOMAIN, op
+from ..registry import ONYX_DOMAIN, binds, op
 from .elementwise import fits
 
 
@@ -327,6 +327,28 @@ def causal_packed_heads_attention(QKV, *, num_heads, scale=1.0):
     return _packed_heads_attention(QKV, num_heads, scale, True)
 
 
+def _bind_time_major(inputs, attrs, constant):
+    """registry.binds' set-up of TimeMajorPackedHeadsAttention: the native task made once for
+    QKV's shape and strides (others: the kernel as written)."""
+    qkv = inputs[0]
+    if qkv.__class__ is not np.ndarray or qkv.ndim != 3:
+        return None
+    num_heads, scale = attrs["num_heads"], float(attrs["scale"])
+    fused = native.packed_attention_bound(qkv.transpose(1, 0, 2), num_heads, scale, False)
+    if fused is None:
+        return None
+
+    def call(QKV):
+        y = fused(QKV.transpose(1, 0, 2))
+        if y is None:
+            return time_major_packed_heads_attention(QKV, num_heads=num_heads, scale=scale)
+        return y.transpose(1, 0, 2)
+
+    call.held = fused
+    return call
+
+
+@binds(_bind_time_major)
 @op("TimeMajorPackedHeadsAttention", since=1, domain=ONYX_DOMAIN, threads="pool")
 def time_major_packed_heads_attention(QKV, *, num_heads, scale=1.0):
     """PackedHeadsAttention on a sequence-first projection QKV [S, B, 3 * H * D] (PyTorch's

@@ -12,8 +12,8 @@ import operator
 import numpy as np
 
 from .. import native
-from ..registry import binds, op
-from .activation import _coerced_2d, _sigmoid, _softmax
+from ..registry import ONYX_DOMAIN, binds, op
+from .activation import _coerced_2d, _sigmoid, _softmax, relu
 from .derived import derived, frozen, value_key
 from .elementwise import _F32, _P32, _Q32, erf_gelu, fits, upcast
 from .fused import table_lookup
@@ -343,25 +343,36 @@ def _dynamic_centered(a, scale, zero_point) -> np.ndarray:
     return np.minimum(q, 255.0 - zp, out=q)
 
 
-def _native_dynamic_matmul(a, b, b_scale, b_zero_point, bias) -> np.ndarray | None:
-    """DynamicQuantizeMatMul in one native call (native.DynamicMatMul), or None where it does
-    not apply: float32 A, a constant 2-D 8-bit B, constant float32 scales, zero points and
-    bias per tensor or per column. Its set-up is kept per weight, checked by the identity of
-    the very parameter objects it was made for (held, so no id is reused)."""
+def _native_dynamic_matmul(a, b, b_scale, b_zero_point, bias, with_relu=False):
+    """DynamicQuantizeMatMul [then Relu] in one native call (native.DynamicMatMul), or None
+    where it does not apply: float32 A, a constant 2-D 8-bit B, constant float32 scales, zero
+    points and bias per tensor or per column."""
     K = a.shape[-1] if a.ndim else 0
     if a.dtype != np.float32 or a.size == 0 or b.ndim != 2 or not native.int8_gemm_ok(K):
         return None
-    params = (b_scale, b_zero_point, bias)
-    kept = derived(b, ("dynamic matmul",), list)  # (b read-only, else a fresh list)
-    dm = next((dm for held, dm in kept if all(map(operator.is_, held, params))), None)
+    dm = _kept_dynamic_matmul(b, b_scale, b_zero_point, bias, with_relu)
     if dm is None:
-        if b.flags.writeable or not _dynamic_matmul_ok(b, *params):
-            return None
-        dm = native.DynamicMatMul(b, b_scale, b_zero_point, bias)
-        kept[:] = kept[-3:] + [(params, dm)]
+        return None
+    if a.ndim == 2:  # (no reshapes: a few tenths of a microsecond of a small product's few)
+        return dm(a if a.flags.c_contiguous else np.ascontiguousarray(a))
     x = a.reshape(-1, K)
     y = dm(x if x.flags.c_contiguous else np.ascontiguousarray(x))
     return None if y is None else y.reshape(a.shape[:-1] + (dm.N,))
+
+
+def _kept_dynamic_matmul(b, b_scale, b_zero_point, bias, with_relu: bool):
+    """native.DynamicMatMul's set-up, kept per weight and checked by the identity of the very
+    parameter objects it was made for (held, so no id is reused); None for parameters it does
+    not take."""
+    kept = derived(b, ("dynamic matmul", with_relu), list)  # (b read-only, else a fresh list)
+    for (held_scale, held_zero_point, held_bias), dm in kept:  # (one, mostly)
+        if held_scale is b_scale and held_zero_point is b_zero_point and held_bias is bias:
+            return dm
+    if b.flags.writeable or not _dynamic_matmul_ok(b, b_scale, b_zero_point, bias):
+        return None
+    dm = native.DynamicMatMul(b, b_scale, b_zero_point, bias, with_relu)
+    kept[:] = kept[-3:] + [((b_scale, b_zero_point, bias), dm)]
+    return dm
 
 
 def _dynamic_matmul_ok(b, b_scale, b_zero_point, bias) -> bool:
@@ -389,6 +400,38 @@ def _dynamic_matmul_ok(b, b_scale, b_zero_point, bias) -> bool:
     )
 
 
+def _bind_dynamic_matmul(with_relu: bool):
+    """registry.binds' set-up of DynamicQuantizeMatMul[Relu] with constant parameters: the
+    native set-up found once, each call the product of A's rows (a NaN or an infinity in A:
+    the kernel as written, whose numpy paths decide those)."""
+
+    def make(inputs, attrs, constant):
+        a, b, b_scale, b_zero_point, bias = (tuple(inputs) + (None,) * 5)[:5]
+        if not all(constant[1:]) or a.__class__ is not np.ndarray or b.__class__ is not np.ndarray:
+            return None
+        K = a.shape[-1] if a.ndim else 0
+        if a.dtype != np.float32 or a.size == 0 or b.ndim != 2 or not native.int8_gemm_ok(K):
+            return None
+        dm = _kept_dynamic_matmul(b, b_scale, b_zero_point, bias, with_relu)
+        if dm is None:
+            return None
+        kernel = dynamic_quantize_matmul_relu if with_relu else dynamic_quantize_matmul
+        rows, shape, flat = a.size // K, a.shape[:-1] + (dm.N,), a.ndim != 2
+
+        def call(a, b, b_scale, b_zero_point=None, bias=None):
+            x = a.reshape(rows, K) if flat else a
+            y = dm(x if x.flags.c_contiguous else np.ascontiguousarray(x))
+            if y is None:
+                return kernel(a, b, b_scale, b_zero_point, bias)
+            return y.reshape(shape) if flat else y
+
+        call.held = dm
+        return call
+
+    return make
+
+
+@binds(_bind_dynamic_matmul(with_relu=False))
 @op("DynamicQuantizeMatMul", since=1, domain=MS, threads="pool")
 def dynamic_quantize_matmul(a, b, b_scale, b_zero_point=None, bias=None):
     """A quantized as DynamicQuantizeLinear does (uint8 per tensor), then MatMulIntegerToFloat
@@ -414,6 +457,17 @@ def dynamic_quantize_matmul(a, b, b_scale, b_zero_point=None, bias=None):
             q, a_scale, a_zero_point = dynamic_quantize_linear(x)
         y = matmul_integer_to_float(q, b, a_scale, b_scale, a_zero_point, b_zero_point, bias)
     return y.astype(a.dtype, copy=False)
+
+
+@binds(_bind_dynamic_matmul(with_relu=True))
+@op("DynamicQuantizeMatMulRelu", since=1, domain=ONYX_DOMAIN, threads="pool")
+def dynamic_quantize_matmul_relu(a, b, b_scale, b_zero_point=None, bias=None):
+    """Relu(DynamicQuantizeMatMul(...)): the native epilogue applies the Relu as it stores
+    (optimizer/dynamic_quant.py fuses them; the Relu's bits, NaN and -0 kept)."""
+    y = _native_dynamic_matmul(a, b, b_scale, b_zero_point, bias, with_relu=True)
+    if y is not None:
+        return y
+    return relu(dynamic_quantize_matmul(a, b, b_scale, b_zero_point, bias))
 
 
 def _native_q_gemm(

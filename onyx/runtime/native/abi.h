@@ -36,7 +36,8 @@ ONYX_STRUCT(operand, ONYX_OPERAND)
     F(S, int32_t, zero_point, ) /* the output's zero point and its type's range */           \
     F(S, int32_t, lo, ) F(S, int32_t, hi, )                                                  \
     F(S, float *, outf, ) /* float output acc * scale [+ bias[j]], leading dimension ldf */  \
-    F(S, int64_t, ldf, ) F(S, const float *, bias, )
+    F(S, int64_t, ldf, ) F(S, const float *, bias, )                                         \
+    F(S, int32_t, relu, ) /* float output: max(v, 0) last (a fused Relu), when nonzero */
 ONYX_STRUCT(epilogue, ONYX_EPILOGUE)
 
 #define ONYX_GEMM_TASK(F, S)                                                                 \

@@ -336,13 +336,23 @@ static AVX512 void attend_avx512(const gqa_task *t, int64_t b, int64_t kvh, cons
     }
 }
 
-/* kt [D][ld_t] = the first n keys of kc [n][D] transposed (zeros past n). */
-static void transpose_keys(const float *kc, int64_t n, int64_t D, float *kt, int64_t ld_t) {
+/* kt [D][ld_t] = the first n keys of kc [n][D] transposed (zeros past n): 16 keys' values of
+   one dim a gather (the scalar copy was a fifth of a short prompt's attention). */
+static AVX512 void transpose_keys(const float *kc, int64_t n, int64_t D, float *kt,
+                                  int64_t ld_t) {
     for (int64_t d = 0; d < D; d++)
         for (int64_t j = n; j < ld_t; j++) kt[d * ld_t + j] = 0.0f;
-    for (int64_t j0 = 0; j0 < n; j0 += 16)
+    const __m512i step = _mm512_mullo_epi32(
+        _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+        _mm512_set1_epi32((int)D)); /* (D <= 4096: gqa_ok) */
+    for (int64_t j0 = 0; j0 < n; j0 += 16) {
+        __mmask16 m = n - j0 >= 16 ? 0xffff : (__mmask16)((1u << (n - j0)) - 1);
+        const float *rows = kc + j0 * D;
         for (int64_t d = 0; d < D; d++)
-            for (int64_t j = j0; j < j0 + 16 && j < n; j++) kt[d * ld_t + j] = kc[j * D + d];
+            _mm512_mask_storeu_ps(
+                kt + d * ld_t + j0, m,
+                _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, step, rows + d, 4));
+    }
 }
 #endif
 

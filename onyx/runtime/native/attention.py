@@ -9,7 +9,20 @@ import weakref
 import numpy as np
 
 from . import _core as core
-from ._core import _I64, _P, _addr, _check_sizes, _element_cuts, _even_cuts, _run, _ways, abi
+from ._core import (
+    _I64,
+    _P,
+    WorkSplit,
+    _addr,
+    _check_sizes,
+    _element_cuts,
+    _even_cuts,
+    _input_addr,
+    _run,
+    _ways,
+    abi,
+    bound_task,
+)
 
 _GQA_POINTERS = (
     "k_cache",
@@ -248,6 +261,37 @@ def packed_attention(
     if status:
         core.check(status, "Attention")
     return y, kv if present else None
+
+
+def packed_attention_bound(qkv: np.ndarray, num_heads: int, scale: float, causal: bool):
+    """``call(qkv)`` = packed_attention(qkv, num_heads, scale, None, False, causal)'s y for
+    qkv of this one's shape and strides (None for others: the caller's general path), the
+    task set up once (registry.binds); None where the kernel does not apply."""
+    lib = core.lib
+    if lib is None or not lib.gqa_range or qkv.dtype != np.float32:
+        return None
+    setup = _packed_setup(qkv, num_heads, scale, None, causal)
+    if setup is None:
+        return None
+    template, kv_shape, y_shape, k_offset, v_offset = setup[:5]
+    batch, q_len, _ = qkv.shape
+    units = batch * num_heads
+    work = q_len * q_len * num_heads * (qkv.shape[2] // 3 // num_heads)
+    split = WorkSplit(work, units, 1 << 18, lambda w: _element_cuts(units, 1, w))
+    fields = ("q", "k", "v", "k_cache", "v_cache", "y")
+    run = bound_task(template, lib.gqa_range, split, fields, "Attention")
+    strides, empty, f32, half = qkv.strides, np.empty, np.float32, 4 * int(np.prod(kv_shape)) // 2
+
+    def call(qkv):
+        if qkv.strides != strides:
+            return None
+        y, kv = empty(y_shape, f32), empty(kv_shape, f32)
+        at, kv_at = _input_addr(qkv), _addr(kv)
+        run(at, at + k_offset, at + v_offset, kv_at, kv_at + half, _addr(y))
+        return y
+
+    call.held = setup
+    return call
 
 
 def _packed_setup(

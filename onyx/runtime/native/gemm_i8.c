@@ -231,6 +231,7 @@ INLINE VNNI void finish(const epilogue *e, __m512i acc, int64_t r, int64_t j, __
     __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(acc), s);
     if (e->outf) { /* (a product, then a sum: never fused, as numpy's two passes) */
         if (e->bias) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, e->bias + j));
+        if (e->relu) v = _mm512_max_ps(_mm512_setzero_ps(), v); /* (NaN, -0: v, as np.clip) */
         _mm512_mask_storeu_ps(e->outf + r * e->ldf + j, m, v);
         return;
     }
@@ -261,7 +262,7 @@ INLINE VNNI void requantize_tile(const epilogue *e, __m512i acc[][2], int mr, in
                                : _mm512_set1_ps(e->scale[0]);
     }
     const int32_t *row_off = e->row_off;
-    if (e->outf) { /* float results: acc * scale [+ bias], a product then a sum */
+    if (e->outf) { /* float results: acc * scale [+ bias] [max 0], a product then a sum */
         __m512 bias[2];
         for (int h = 0; h < 2; h++)
             bias[h] = e->bias ? _mm512_maskz_loadu_ps(m[h], e->bias + j0 + 16 * h) : _mm512_setzero_ps();
@@ -274,6 +275,7 @@ INLINE VNNI void requantize_tile(const epilogue *e, __m512i acc[][2], int mr, in
                 __m512i a = _mm512_add_epi32(_mm512_add_epi32(acc[r][h], ro), off[h]);
                 __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(a), scale[h]);
                 if (e->bias) v = _mm512_add_ps(v, bias[h]);
+                if (e->relu) v = _mm512_max_ps(_mm512_setzero_ps(), v);
                 _mm512_mask_storeu_ps(outf + r * ldf + 16 * h, m[h], v);
             }
         }

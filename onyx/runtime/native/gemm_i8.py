@@ -58,6 +58,7 @@ class _Epilogue(ctypes.Structure):
         ("outf", _P),
         ("ldf", _I64),
         ("bias", _P),
+        ("relu", ctypes.c_int32),
     ]
 
 
@@ -737,9 +738,10 @@ class DynamicMatMul:
     """DynamicQuantizeMatMul with a constant B in one native call (gemm_i8.c's
     onyx_dynamic_matmul): A quantized as DynamicQuantizeLinear does, the int8 GEMM, and
     float(acc) * (a_scale * b_scale) [+ bias] in its epilogue, to the numpy kernel's bits.
-    Made once per weight and parameters; the task of each row count is kept."""
+    Made once per weight and parameters; the task of each row count is kept. ``relu``: the
+    epilogue applies max(v, 0) last (DynamicQuantizeMatMulRelu)."""
 
-    def __init__(self, b: np.ndarray, b_scale, b_zero_point, bias):
+    def __init__(self, b: np.ndarray, b_scale, b_zero_point, bias, relu: bool = False):
         K, N = b.shape
         self.K, self.N = K, N
         self.packed = pack(b, np.uint8)  # (with column sums: A's zero point is data)
@@ -750,6 +752,7 @@ class DynamicMatMul:
         )
         self.b_scale = np.ascontiguousarray(np.asarray(b_scale, np.float32).reshape(-1))
         self.bias = None if bias is None else np.ascontiguousarray(bias, np.float32)
+        self.relu = relu
         self.tasks: dict = {}
 
     def _task(self, M: int) -> tuple:
@@ -757,7 +760,7 @@ class DynamicMatMul:
         gemm, cuts, ways = _split(self.packed, M, self.K, flip_a, True)
         e = _Epilogue()
         e.ldf, e.bias = self.N, _addr(self.bias)
-        e.scale_cs = int(self.b_scale.size > 1)
+        e.scale_cs, e.relu = int(self.b_scale.size > 1), int(self.relu)
         t = _DynamicMatMulTask(
             _addr(self.packed.colsum),
             _addr(self.zb_neg),
