@@ -199,13 +199,13 @@ class Plan:
             step.fn = PreparedCall(prepare, {**kernel.attr_defaults, **step.attrs})
             step.attrs = {}
         elif getattr(kernel.fn, "bind", None) is not None and not step.takes_ctx:
-            constant = tuple(i < 0 or self._is_constant(i) for i in step.ins)
+            constant = tuple(i < 0 or self.is_constant(i) for i in step.ins)
             attrs = {**kernel.attr_defaults, **step.attrs}
             step.fn = BoundCall(kernel.fn, attrs, kernel.fn.bind, constant)
             step.attrs = {}
         return step
 
-    def _is_constant(self, slot: int) -> bool:
+    def is_constant(self, slot: int) -> bool:
         """Whether the slot holds the same object at every run: an initializer no input
         overrides."""
         return self.template[slot] is not None and slot not in self.input_defaults
@@ -437,11 +437,7 @@ def _generate(plan: Plan, wanted: tuple[int, ...] | None):
     """
     steps = plan.default_schedule if wanted is None else plan.schedule(wanted)
     out_slots = plan.output_slots if wanted is None else list(wanted)
-    const_slots = {
-        i
-        for i, value in enumerate(plan.template)
-        if value is not None and i not in plan.input_defaults
-    }
+    const_slots = {i for i in range(len(plan.template)) if plan.is_constant(i)}
     memo = _shape_memo(plan, steps, const_slots, out_slots)
     if memo is not None:  # (its steps first: they read only inputs' shapes and constants)
         steps = memo.steps + [s for s in steps if id(s) not in memo.ids]
