@@ -338,7 +338,7 @@ def _bind_layer_norm(inputs, attrs, constant):
     """registry.binds for layer_norm_last's native rows (float32 over the last axis, constant
     parameters): their set-up made once."""
     X, Scale, B = (tuple(inputs) + (None,))[:3]
-    if not (constant[1] and (len(constant) < 3 or constant[2])) or X.dtype != np.float32:
+    if not all(constant[1:3]) or X.dtype != np.float32:
         return None
     if not X.ndim or attrs["axis"] not in (-1, X.ndim - 1) or attrs["stash_type"] != 1:
         return None
