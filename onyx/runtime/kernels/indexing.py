@@ -413,11 +413,7 @@ def _bind_pad(inputs, attrs, constant):
     copies worked out once; the constant and reflect / edge modes (others: as written)."""
     data, pads, value, axes = (tuple(inputs) + (None,) * 4)[:4]
     mode = attrs["mode"]
-    if (
-        not all(constant[1:4])
-        or data.dtype == object
-        or mode not in ("constant", "reflect", "edge")
-    ):
+    if data.dtype == object or mode not in ("constant", "reflect", "edge"):
         return None
     crop, widths = _pad_widths(data.shape, pads, axes)
     cropped = data[crop].shape
@@ -461,7 +457,7 @@ def pad_2(data, *, pads, mode="constant", value=0.0):
     return _pad(data, pads, mode, value)
 
 
-@binds(_bind_pad)
+@binds(_bind_pad, constants=(1, 2, 3))
 @op("Pad", since=11)
 def pad(data, pads, constant_value=None, axes=None, *, mode="constant"):
     value = None if constant_value is None else np.asarray(constant_value).reshape(-1)[0]

@@ -46,22 +46,18 @@ def reshape_1(data, *, shape=(), consumed_inputs=None):
 
 def _binds_as_reshape(result_of):
     """registry.binds for an op whose output is its data reshaped (Reshape, Squeeze,
-    Unsqueeze) and a constant second input (the shape, the axes): the output's shape worked
-    out once by ``result_of(data, operand, attributes)``, the kernel's own, so its errors are
-    raised there."""
+    Unsqueeze) where its second input (the shape, the axes) is constant: the output's shape
+    worked out once by ``result_of(data, operand, attributes)``, the kernel's own, so its
+    errors are raised there."""
 
     def make(inputs, attrs, constant):
-        if not constant[1]:
-            return None
         shape = result_of(inputs[0], inputs[1], attrs).shape
         return lambda data, *_: data.reshape(shape)
 
-    return make
+    return binds(make, constants=(1,))
 
 
-@binds(
-    _binds_as_reshape(lambda data, shape, attrs: _reshape(data, _ints(shape), attrs["allowzero"]))
-)
+@_binds_as_reshape(lambda data, shape, attrs: _reshape(data, _ints(shape), attrs["allowzero"]))
 @op("Reshape", since=5)
 def reshape(data, shape, *, allowzero=0):
     return _reshape(data, _ints(shape), allowzero)
@@ -140,7 +136,7 @@ def squeeze_1(data, *, axes=None):
     return _squeeze(data, axes)
 
 
-@binds(_binds_as_reshape(lambda data, axes, _: _squeeze(data, axes)))
+@_binds_as_reshape(lambda data, axes, _: _squeeze(data, axes))
 @op("Squeeze", since=13)
 def squeeze(data, axes=None):
     return _squeeze(data, axes)
@@ -163,7 +159,7 @@ def unsqueeze_1(data, *, axes):
     return _unsqueeze(data, axes)
 
 
-@binds(_binds_as_reshape(lambda data, axes, _: _unsqueeze(data, axes)))
+@_binds_as_reshape(lambda data, axes, _: _unsqueeze(data, axes))
 @op("Unsqueeze", since=13)
 def unsqueeze(data, axes):
     return _unsqueeze(data, axes)
