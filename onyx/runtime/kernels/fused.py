@@ -14,7 +14,7 @@ from ..fpstate import ignoring_fp_errors
 from ..registry import ONYX_DOMAIN, binds, op
 from .activation import hard_sigmoid_into, hard_swish, sigmoid_into
 from .conv import conv, conv_key, float32_weights, native_conv_f32
-from .conv1d import conv1d_runner
+from .conv1d import node_conv1d_runner
 from .derived import derived
 from .linalg import (
     bound_matmul,
@@ -104,8 +104,7 @@ def _bind_fused_conv(inputs, attrs, constant):
         return None
     params = list(attrs["activation_params"] or []) + [None] * 3
     lo, hi = native_activation_params(attrs["activation"], params)
-    geometry = [attrs[k] for k in ("auto_pad", "pads", "strides", "dilations", "kernel_shape")]
-    run = conv1d_runner(X.shape, W, attrs["group"], conv_key(*geometry), code, lo, hi)
+    run = node_conv1d_runner(X.shape, W, attrs, code, lo, hi)
     if run is None:
         return None
     return lambda X, W, B=None, Z=None: run(X, B, None)
