@@ -189,6 +189,26 @@ def test_a_graph_input_is_no_constant():
     np.testing.assert_allclose(got, a @ b0, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("op, domain, first, second, consts, attrs", [c for c in CASES if c[4]])
+def test_an_overridable_constant_never_binds(op, domain, first, second, consts, attrs):
+    """Every constant of these cases is one the kernel's binds declares it needs (its
+    ``constants``): declared a graph input too (a feed may override it), the node never calls
+    ``make`` and its runs answer as the kernel."""
+    fed = [f"x{i}" for i in range(len(first))]
+    arrays = {n: RNG.standard_normal(s).astype(np.float32) for n, s in consts.items()}
+    if op.startswith("BatchNorm"):
+        arrays["v"] = np.abs(arrays["v"]) + 0.5
+    sess = _model(op, fed + list(consts), arrays, attrs, domain, fed_const=list(consts))
+    bound = _bound(sess)
+    assert bound.make is None
+    for shapes in (first, second):
+        xs = [RNG.standard_normal(s).astype(np.float32) for s in shapes]
+        got = sess.run(None, dict(zip(fed, xs)))
+        args = [_frozen(x) for x in xs] + [_frozen(arrays[n]) for n in consts]
+        _same(got, _want(op, domain, 17, args, attrs))
+    assert not bound.calls
+
+
 def test_outputs_are_fresh_arrays():
     """A bound call's result is the caller's own: never a buffer a later run writes."""
     sess, fed, _, _ = _case("Gemm", "", [(20, 32)], {"b": (32, 48), "c": (48,)}, {})

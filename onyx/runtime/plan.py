@@ -199,13 +199,14 @@ class Plan:
             step.fn = PreparedCall(prepare, {**kernel.attr_defaults, **step.attrs})
             step.attrs = {}
         elif getattr(kernel.fn, "bind", None) is not None and not step.takes_ctx:
-            constant = tuple(i < 0 or self._is_constant(i) for i in step.ins)
+            constant = tuple(i < 0 or self.is_constant(i) for i in step.ins)
             attrs = {**kernel.attr_defaults, **step.attrs}
-            step.fn = BoundCall(kernel.fn, attrs, kernel.fn.bind, constant)
+            binds = all(constant[k] for k in kernel.fn.bind_constants)
+            step.fn = BoundCall(kernel.fn, attrs, kernel.fn.bind if binds else None, constant)
             step.attrs = {}
         return step
 
-    def _is_constant(self, slot: int) -> bool:
+    def is_constant(self, slot: int) -> bool:
         """Whether the slot holds the same object at every run: an initializer no input
         overrides."""
         return self.template[slot] is not None and slot not in self.input_defaults
@@ -437,11 +438,7 @@ def _generate(plan: Plan, wanted: tuple[int, ...] | None):
     """
     steps = plan.default_schedule if wanted is None else plan.schedule(wanted)
     out_slots = plan.output_slots if wanted is None else list(wanted)
-    const_slots = {
-        i
-        for i, value in enumerate(plan.template)
-        if value is not None and i not in plan.input_defaults
-    }
+    const_slots = {i for i in range(len(plan.template)) if plan.is_constant(i)}
     memo = _shape_memo(plan, steps, const_slots, out_slots)
     if memo is not None:  # (its steps first: they read only inputs' shapes and constants)
         steps = memo.steps + [s for s in steps if id(s) not in memo.ids]
@@ -485,8 +482,10 @@ def _generate(plan: Plan, wanted: tuple[int, ...] | None):
         if fn.__class__ is BoundCall and not attrs:
             # a bound step: its signature's call looked up inline; an unknown signature goes
             # to the BoundCall, a declined one (None) to the kernel as written
-            env[f"b{j}"], env[f"n{j}"], env[f"k{j}"] = fn.calls, fn, fn.fn
-            guard, attrs = fn.guard(inputs, f"b{j}", f"n{j}"), fn.attrs
+            env[f"k{j}"], attrs = fn.fn, fn.attrs
+            if fn.make is not None:  # (None: an input it needs constant is not)
+                env[f"b{j}"], env[f"n{j}"] = fn.calls, fn
+                guard = fn.guard(inputs, f"b{j}", f"n{j}")
         args = list(inputs)
         extra = {}
         for attr, value in attrs.items():
@@ -699,9 +698,10 @@ _BOUND_SIGNATURES = 8
 class BoundCall:
     """A node whose kernel sets up a call per input signature (registry.binds): the call
     made for the signature of the non-constant inputs' shapes and dtypes, kept in ``calls``
-    (None where the kernel declined: it runs as written). The generated runner looks the
-    call up inline (``guard``); other callers (the checked first run, the profiled loop, a
-    wrapped step) come here."""
+    (None where the kernel declined: it runs as written; ``make`` None: every signature
+    declined, an input the kernel's binds needs constant is not). The generated runner looks
+    the call up inline (``guard``); other callers (the checked first run, the profiled loop,
+    a wrapped step) come here."""
 
     __slots__ = ("fn", "attrs", "make", "constant", "varying", "calls")
 
@@ -733,7 +733,7 @@ class BoundCall:
         return f"{calls}.get(({key}), {new}) if {is_array} else None"
 
     def __call__(self, *inputs):
-        key = self.key(inputs)
+        key = None if self.make is None else self.key(inputs)
         call = None
         if key is not None:
             call = self.calls.get(key, self)

@@ -135,7 +135,9 @@ def _describe(fn: Callable, domain: str, op_type: str, since: int) -> Kernel:
     )
 
 
-def binds(make: Callable[[tuple, dict, tuple], Callable | None]) -> Callable:
+def binds(
+    make: Callable[[tuple, dict, tuple], Callable | None], constants: tuple[int, ...] = ()
+) -> Callable:
     """Decorator: the kernel sets up a call once per input signature (a bound step).
 
     A plan runs such a node through ``plan.BoundCall``: at the first call with a new signature
@@ -150,10 +152,12 @@ def binds(make: Callable[[tuple, dict, tuple], Callable | None]) -> Callable:
     never a buffer it keeps. What it saves is the kernel's look-ups and checks, its choice of
     path, the native call's task and work split: done once in ``make``.
     Whoever calls the kernel itself (constant folding) gets the same results.
+    ``constants``: the inputs ``make`` needs constant (it declines otherwise): a node where
+    one is not never calls ``make``, and its runs skip the signature's look-up.
     """
 
     def mark(fn: Callable) -> Callable:
-        fn.bind = make
+        fn.bind, fn.bind_constants = make, tuple(constants)
         return fn
 
     return mark

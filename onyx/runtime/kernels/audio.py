@@ -70,11 +70,9 @@ def _conv1d_magnitude(x_shape: tuple, x_dtype, W, bounds: tuple, eps, attrs: dic
     and the magnitude's slices set up once (registry.binds); None where that does not apply."""
     if x_dtype != np.float32 or W.dtype != np.float32 or len(x_shape) != 3 or 0 in x_shape:
         return None
-    from .conv import conv_key  # (siblings that import much: on first use)
-    from .conv1d import conv1d_runner
+    from .conv1d import node_conv1d_runner  # (a sibling that imports much: on first use)
 
-    geometry = [attrs[k] for k in ("auto_pad", "pads", "strides", "dilations", "kernel_shape")]
-    conv = conv1d_runner(x_shape, W, attrs["group"], conv_key(*geometry))
+    conv = node_conv1d_runner(x_shape, W, attrs)
     if conv is None or eps.__class__ is not np.ndarray or eps.dtype != np.float32:
         return None
     re_index, im_index = _indices(3, *bounds)

@@ -18,10 +18,10 @@ def _bind_batch_norm_relu(inputs, attrs, constant):
     def general(*args):
         return batch_norm_relu(*args, **attrs)
 
-    return batchnorm_fast.bound_inference(inputs, attrs["epsilon"], constant, general, relu=True)
+    return batchnorm_fast.bound_inference(inputs, attrs["epsilon"], general, relu=True)
 
 
-@binds(_bind_batch_norm_relu)
+@binds(_bind_batch_norm_relu, constants=(1, 2, 3, 4))
 @op("BatchNormRelu", since=1, domain=ONYX_DOMAIN)
 def batch_norm_relu(X, scale, B, mean, var, *, epsilon=1e-5):
     """Relu(BatchNormalization(X, scale, B, mean, var)) in inference mode: one native pass

@@ -683,7 +683,7 @@ def fast_gelu(x, bias=None):
 
 def _bind_skip_layer_norm(inputs, attrs, constant):
     x, skip, gamma, beta, bias = (tuple(inputs) + (None,) * 5)[:5]
-    if not all(constant[2:5]) or x.__class__ is not np.ndarray or x.shape != skip.shape:
+    if x.__class__ is not np.ndarray or x.shape != skip.shape:
         return None
     if x.dtype != np.float32 or skip.dtype != np.float32:
         return None
@@ -701,7 +701,7 @@ def _bind_skip_layer_norm(inputs, attrs, constant):
     return call
 
 
-@binds(_bind_skip_layer_norm)
+@binds(_bind_skip_layer_norm, constants=(2, 3, 4))
 @op("SkipLayerNormalization", since=1, domain=MS)
 def skip_layer_normalization(x, skip, gamma, beta=None, bias=None, *, epsilon=1e-12):
     """LayerNorm over the last axis of input + skip (+ bias), then * gamma (+ beta).

@@ -42,6 +42,19 @@ def conv1d_runner(x_shape: tuple, W, group: int, attrs: tuple, activation=0, alp
     return derived(W, key, lambda: _setup(x_shape, W, group, attrs, activation, alpha, beta))
 
 
+#: A conv node's geometry attributes, in conv_key's order (native_conv_f32's ``attrs``).
+_GEOMETRY = ("auto_pad", "pads", "strides", "dilations", "kernel_shape")
+
+
+def node_conv1d_runner(x_shape: tuple, W, attrs: dict, activation=0, alpha=0.0, beta=0.0):
+    """conv1d_runner for a conv node's attributes (its group and geometry): a bound step's
+    set-up (registry.binds)."""
+    from .conv import conv_key  # (conv.py imports this module)
+
+    geometry = conv_key(*(attrs[k] for k in _GEOMETRY))
+    return conv1d_runner(x_shape, W, attrs["group"], geometry, activation, alpha, beta)
+
+
 def _setup(x_shape, W: np.ndarray, group: int, attrs: tuple, activation, alpha, beta):
     """The kernel set up for this input shape, or None: channel counts that do not match (the
     caller's path raises the error), a kernel_shape other than the weights', negative pads, or

@@ -14,7 +14,7 @@ from ..fpstate import ignoring_fp_errors
 from ..registry import ONYX_DOMAIN, binds, op
 from .activation import hard_sigmoid_into, hard_swish, sigmoid_into
 from .conv import conv, conv_key, float32_weights, native_conv_f32
-from .conv1d import conv1d_runner
+from .conv1d import node_conv1d_runner
 from .derived import derived
 from .linalg import (
     bound_matmul,
@@ -97,21 +97,20 @@ def _bind_fused_conv(inputs, attrs, constant):
     """registry.binds for a float32 1-D FusedConv without Z of constant weights: the direct
     kernel native_conv_f32 tries first (conv1d.py), its set-up found once; None elsewhere."""
     X, W, B, Z = (tuple(inputs) + (None, None))[:4]
-    if not all(constant[1:4]) or Z is not None or X.ndim != 3 or not X.size:
+    if Z is not None or X.ndim != 3 or not X.size:
         return None
     code = native.CONV_ACTIVATIONS.get(attrs["activation"])
     if code is None or X.dtype != np.float32 or W.dtype != np.float32:
         return None
     params = list(attrs["activation_params"] or []) + [None] * 3
     lo, hi = native_activation_params(attrs["activation"], params)
-    geometry = [attrs[k] for k in ("auto_pad", "pads", "strides", "dilations", "kernel_shape")]
-    run = conv1d_runner(X.shape, W, attrs["group"], conv_key(*geometry), code, lo, hi)
+    run = node_conv1d_runner(X.shape, W, attrs, code, lo, hi)
     if run is None:
         return None
     return lambda X, W, B=None, Z=None: run(X, B, None)
 
 
-@binds(_bind_fused_conv)
+@binds(_bind_fused_conv, constants=(1, 2, 3))
 @op("FusedConv", since=1, domain=MS, threads="pool")
 def fused_conv(
     X,
@@ -218,10 +217,10 @@ def _bind_fused_gemm(inputs, attrs, constant):
         return None
     product = (attrs["alpha"], attrs["beta"], attrs["transB"])
     if activation == "Relu":  # (fused_gemm's packed GEMM with the ReLU in its epilogue)
-        call = bound_product(A, B, C, constant, *product, relu=True)
+        call = bound_product(A, B, C, *product, relu=True)
         if call is not None:
             return lambda A, B, C=None: call(A)
-    call = bound_product(A, B, C, constant, *product)
+    call = bound_product(A, B, C, *product)
     if call is None:
         return None
     act = ACTIVATIONS[activation]
@@ -229,7 +228,7 @@ def _bind_fused_gemm(inputs, attrs, constant):
     return lambda A, B, C=None: act(_owned(call(A)), *params)
 
 
-@binds(_bind_fused_gemm)
+@binds(_bind_fused_gemm, constants=(1, 2))
 @op("FusedGemm", since=1, domain=MS, threads=constant_product_threads)
 def fused_gemm(
     A,
@@ -259,12 +258,12 @@ def _bind_matmul_bias(relu: bool):
         A, B, bias = inputs[:3]
         if A.__class__ is not np.ndarray or bias.__class__ is not np.ndarray:
             return None
-        return bound_matmul(A, B, bias, constant, relu)
+        return bound_matmul(A, B, bias, relu)
 
     return make
 
 
-@binds(_bind_matmul_bias(relu=False))
+@binds(_bind_matmul_bias(relu=False), constants=(1, 2))
 @op("MatMulAdd", since=1, domain=ONYX_DOMAIN, threads=constant_product_threads)
 def matmul_add(A, B, bias):
     """A @ B + bias: MatMul of an A of any rank by a constant 2-D B, then Add of a constant
@@ -272,7 +271,7 @@ def matmul_add(A, B, bias):
     return _matmul_bias(A, B, bias, relu=False)
 
 
-@binds(_bind_matmul_bias(relu=True))
+@binds(_bind_matmul_bias(relu=True), constants=(1, 2))
 @op("MatMulAddRelu", since=1, domain=ONYX_DOMAIN, threads=constant_product_threads)
 def matmul_add_relu(A, B, bias):
     """Relu(A @ B + bias), as MatMulAdd."""

@@ -340,17 +340,13 @@ def _pad(data: np.ndarray, pads, mode: str, value, axes=None) -> np.ndarray:
     if mode == "constant":
         if value is None:
             value = "" if data.dtype == object else 0
-        shape = [n + b + e for n, (b, e) in zip(data.shape, widths)]
+        shape, middle = _placement(data.shape, widths)
         out = np.full(shape, value, dtype=data.dtype)
-        out[tuple(slice(b, b + n) for n, (b, _) in zip(data.shape, widths))] = data
+        out[middle] = data
         return out
     if mode not in _NUMPY_PAD_MODES:
         raise ValueError(f"Pad: unknown mode {mode!r}")
-    if (
-        mode in ("reflect", "edge")
-        and data.size
-        and all(b < n and e < n for n, (b, e) in zip(data.shape, widths))
-    ):
+    if mode in ("reflect", "edge") and _sliceable(data.shape, widths):
         return _pad_by_slices(data, widths, mode == "reflect")
     return np.pad(data, widths, mode=_NUMPY_PAD_MODES[mode])
 
@@ -370,6 +366,18 @@ def _pad_widths(shape: tuple, pads, axes) -> tuple[tuple, list]:
     return crop, [(max(b, 0), max(e, 0)) for b, e in zip(begin, end)]
 
 
+def _placement(shape: tuple, widths: list) -> tuple[list, tuple]:
+    """The padded output's shape for (cropped) data of ``shape``, and the data's place in it."""
+    out_shape = [n + b + e for n, (b, e) in zip(shape, widths)]
+    return out_shape, tuple(slice(b, b + n) for n, (b, _) in zip(shape, widths))
+
+
+def _sliceable(shape: tuple, widths: list) -> bool:
+    """Whether reflect / edge pads of (cropped) data of ``shape`` are _pad_by_slices's few
+    copies: data there, and every pad shorter than its axis."""
+    return bool(math.prod(shape)) and all(b < n and e < n for n, (b, e) in zip(shape, widths))
+
+
 def _pad_by_slices(data: np.ndarray, widths: list, reflect: bool) -> np.ndarray:
     """np.pad's reflect / edge for pads shorter than each axis, as a few slice copies (its
     general machinery cost a small image 30 us): the data in the middle, then axis by axis
@@ -386,8 +394,7 @@ def _pad_by_slices(data: np.ndarray, widths: list, reflect: bool) -> np.ndarray:
 def _slice_plan(shape: tuple, widths: list, reflect: bool) -> tuple:
     """_pad_by_slices's copies: the output's shape, the data's place, then (destination,
     source) index tuples of each border in order."""
-    out_shape = [n + b + e for n, (b, e) in zip(shape, widths)]
-    middle = tuple(slice(b, b + n) for n, (b, _) in zip(shape, widths))
+    out_shape, middle = _placement(shape, widths)
     whole, borders = [slice(None)] * len(shape), []
     for axis, (n, (b, e)) in enumerate(zip(shape, widths)):
         at = whole.copy()
@@ -413,22 +420,13 @@ def _bind_pad(inputs, attrs, constant):
     copies worked out once; the constant and reflect / edge modes (others: as written)."""
     data, pads, value, axes = (tuple(inputs) + (None,) * 4)[:4]
     mode = attrs["mode"]
-    if (
-        not all(constant[1:4])
-        or data.dtype == object
-        or mode not in ("constant", "reflect", "edge")
-    ):
+    if data.dtype == object or mode not in ("constant", "reflect", "edge"):
         return None
     crop, widths = _pad_widths(data.shape, pads, axes)
     cropped = data[crop].shape
     if mode == "constant":
         value = 0 if value is None else np.asarray(value).reshape(-1)[0]
-        shape = [n + b + e for n, (b, e) in zip(cropped, widths)]
-        middle, full, dtype = (
-            tuple(slice(b, b + n) for n, (b, _) in zip(cropped, widths)),
-            np.full,
-            data.dtype,
-        )
+        (shape, middle), full, dtype = _placement(cropped, widths), np.full, data.dtype
 
         def constant_pad(data, *_):
             out = full(shape, value, dtype=dtype)
@@ -436,7 +434,7 @@ def _bind_pad(inputs, attrs, constant):
             return out
 
         return constant_pad
-    if not math.prod(cropped) or not all(b < n and e < n for n, (b, e) in zip(cropped, widths)):
+    if not _sliceable(cropped, widths):
         return None
     shape, middle, borders = _slice_plan(cropped, widths, mode == "reflect")
     empty, dtype = np.empty, data.dtype
@@ -461,7 +459,7 @@ def pad_2(data, *, pads, mode="constant", value=0.0):
     return _pad(data, pads, mode, value)
 
 
-@binds(_bind_pad)
+@binds(_bind_pad, constants=(1, 2, 3))
 @op("Pad", since=11)
 def pad(data, pads, constant_value=None, axes=None, *, mode="constant"):
     value = None if constant_value is None else np.asarray(constant_value).reshape(-1)[0]

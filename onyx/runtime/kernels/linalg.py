@@ -91,11 +91,11 @@ def constant_product_threads(node) -> str:
     return "pool" if packed and native.sgemm_ok() else "blas"
 
 
-def bound_matmul(a, b, bias, constant, relu=False):
+def bound_matmul(a, b, bias, relu=False):
     """``call(a)`` computing packed_matmul's product (then few_rows_matmul's, when ``relu``
-    is False) for A of a's signature and a constant B (and bias), the path chosen once
-    (registry.binds); None where neither applies."""
-    if not (constant[1] and (bias is None or constant[2])) or b.__class__ is not np.ndarray:
+    is False) for A of a's signature and a constant B (and bias: the caller's binds declares
+    them constant), the path chosen once (registry.binds); None where neither applies."""
+    if b.__class__ is not np.ndarray:
         return None
     if a.dtype != _F32 or b.dtype != _F32 or a.ndim < 2 or b.ndim != 2 or b.flags.writeable:
         return None
@@ -146,10 +146,10 @@ def _bind_matmul(inputs, attrs, constant):
     a, b = inputs[:2]
     if a.__class__ is not np.ndarray or b.__class__ is not np.ndarray:
         return None
-    return bound_matmul(a, b, None, constant)
+    return bound_matmul(a, b, None)
 
 
-@binds(_bind_matmul)
+@binds(_bind_matmul, constants=(1,))
 @op("MatMul", since=1, threads=constant_product_threads)
 def mat_mul(a, b):
     return matmul(a, b)
@@ -394,11 +394,12 @@ def gemm_1(a, b, c, *, alpha=1.0, beta=1.0, transA=0, transB=0, broadcast=0):
 _F32 = np.dtype(np.float32)
 
 
-def bound_product(a, b, c, constant, alpha=1.0, beta=1.0, trans_b=0, relu=False):
+def bound_product(a, b, c, alpha=1.0, beta=1.0, trans_b=0, relu=False):
     """``call(a)`` computing what ``_gemm`` (``relu``: ``packed_gemm``'s ReLU) computes for A
-    of a's signature, B and C the constants given (C: None for none), with _gemm's choice of
-    path made once (registry.binds); None where B or C vary, or the types are not float32."""
-    if not (constant[1] and (c is None or constant[2])) or b.__class__ is not np.ndarray:
+    of a's signature, B and C the constants given (C: None for none; the caller's binds
+    declares them constant), with _gemm's choice of path made once (registry.binds); None
+    where the types are not float32 or no path applies."""
+    if b.__class__ is not np.ndarray:
         return None
     if not (a.dtype == b.dtype == _F32 and a.ndim == b.ndim == 2) or (
         c is not None and c.dtype != _F32
@@ -460,11 +461,11 @@ def _bind_gemm(inputs, attrs, constant):
     a, b, c = (tuple(inputs) + (None, None))[:3]
     if attrs["transA"] or a.__class__ is not np.ndarray:
         return None
-    call = bound_product(a, b, c, constant, attrs["alpha"], attrs["beta"], attrs["transB"])
+    call = bound_product(a, b, c, attrs["alpha"], attrs["beta"], attrs["transB"])
     return None if call is None else lambda a, b, c=None: call(a)
 
 
-@binds(_bind_gemm)
+@binds(_bind_gemm, constants=(1, 2))
 @op("Gemm", since=7, threads=constant_product_threads)
 def gemm(a, b, c=None, *, alpha=1.0, beta=1.0, transA=0, transB=0):
     return _gemm(a, b, c, alpha, beta, transA, transB)

@@ -72,10 +72,10 @@ def _bind_batch_norm(inputs, attrs, constant):
     def general(*args):
         return batch_normalization(*args, **attrs)
 
-    return batchnorm_fast.bound_inference(inputs, epsilon, constant, general)
+    return batchnorm_fast.bound_inference(inputs, epsilon, general)
 
 
-@binds(_bind_batch_norm)
+@binds(_bind_batch_norm, constants=(1, 2, 3, 4))
 @op("BatchNormalization", since=14)
 def batch_normalization(
     X, scale, B, input_mean, input_var, *, epsilon=1e-5, momentum=0.9, training_mode=0
@@ -227,7 +227,7 @@ def _bind_instance_norm(inputs, attrs, constant):
     """registry.binds for float32 input and constant scale and B: the per-row parameters and
     the native rows' set-up made once."""
     x, scale, B = inputs[:3]
-    if not (constant[1] and constant[2]) or x.dtype != np.float32 or x.ndim < 2 or not x.size:
+    if x.dtype != np.float32 or x.ndim < 2 or not x.size:
         return None
     N, C = x.shape[:2]
     rows = (N * C, 1, x.size // (N * C))
@@ -243,7 +243,7 @@ def _bind_instance_norm(inputs, attrs, constant):
     return call
 
 
-@binds(_bind_instance_norm)
+@binds(_bind_instance_norm, constants=(1, 2))
 @op("InstanceNormalization", since=1)
 def instance_normalization(input, scale, B, *, consumed_inputs=None, epsilon=1e-5):
     ct = compute_dtype(input.dtype)
@@ -338,7 +338,7 @@ def _bind_layer_norm(inputs, attrs, constant):
     """registry.binds for layer_norm_last's native rows (float32 over the last axis, constant
     parameters): their set-up made once."""
     X, Scale, B = (tuple(inputs) + (None,))[:3]
-    if not (constant[1] and (len(constant) < 3 or constant[2])) or X.dtype != np.float32:
+    if X.dtype != np.float32:
         return None
     if not X.ndim or attrs["axis"] not in (-1, X.ndim - 1) or attrs["stash_type"] != 1:
         return None
@@ -353,7 +353,7 @@ def _bind_layer_norm(inputs, attrs, constant):
     return lambda X, *_: rows(contiguous(X))
 
 
-@binds(_bind_layer_norm)
+@binds(_bind_layer_norm, constants=(1, 2))
 @op("LayerNormalization", since=17)
 def layer_normalization(X, Scale, B=None, *, axis=-1, epsilon=1e-5, stash_type=1):
     if (

@@ -140,7 +140,7 @@ def _bound_mean(kernel: Callable, axes_input: bool):
     def make(inputs, attrs, constant):
         data = inputs[0]
         axes = (inputs[1] if len(inputs) > 1 else None) if axes_input else attrs["axes"]
-        if axes_input and not constant[1] or data.dtype != np.float32 or not data.size:
+        if data.dtype != np.float32 or not data.size:
             return None
         axes = _normalize_axes(axes, data.ndim)
         if axes is None:
@@ -188,7 +188,7 @@ def _register_reduction(name: str, r: Reduction, input_axes_since: int) -> None:
 
     if name == "ReduceMean":
         binds(_bound_mean(with_axes_attribute, axes_input=False))(with_axes_attribute)
-        binds(_bound_mean(with_axes_input, axes_input=True))(with_axes_input)
+        binds(_bound_mean(with_axes_input, axes_input=True), constants=(1,))(with_axes_input)
     op(name, since=1)(with_axes_attribute)
     op(name, since=input_axes_since)(with_axes_input)
 

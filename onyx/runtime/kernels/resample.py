@@ -221,8 +221,6 @@ def _resize_path(
 
 def _bind_resize(inputs, attrs, constant):
     """registry.binds for constant roi, scales and sizes: _resize_path once per shape."""
-    if not all(constant[1:4]):
-        return None
     X, roi, scales, sizes = (tuple(inputs) + (None,) * 3)[:4]
     run = _resize_path(X.shape, X.dtype, roi, scales, sizes, **attrs)
     return lambda X, *_: run(X)
@@ -482,7 +480,7 @@ def _bilinear(X, pair, targets, coordinate_mode, extrapolation_value) -> np.ndar
     return np.ascontiguousarray(np.moveaxis(y, (-2, -1), pair))
 
 
-@binds(_bind_resize)
+@binds(_bind_resize, constants=(1, 2, 3))
 @op("Resize", since=18)
 def resize(
     X,
@@ -517,7 +515,7 @@ def resize(
     )
 
 
-@binds(_bind_resize)
+@binds(_bind_resize, constants=(1, 2, 3))
 @op("Resize", since=11)
 def resize_11(
     X,

@@ -44,16 +44,20 @@ def reshape_1(data, *, shape=(), consumed_inputs=None):
     return _reshape(data, list(shape), 0)
 
 
-def _bind_reshape(inputs, attrs, constant):
-    """registry.binds for a constant shape: the dims worked out once (0s and -1 resolved)."""
-    data, shape = inputs[:2]
-    if not constant[1]:
-        return None
-    dims = _reshape(data, _ints(shape), attrs["allowzero"]).shape
-    return lambda data, shape: data.reshape(dims)
+def _binds_as_reshape(result_of):
+    """registry.binds for an op whose output is its data reshaped (Reshape, Squeeze,
+    Unsqueeze) where its second input (the shape, the axes) is constant: the output's shape
+    worked out once by ``result_of(data, operand, attributes)``, the kernel's own, so its
+    errors are raised there."""
+
+    def make(inputs, attrs, constant):
+        shape = result_of(inputs[0], inputs[1], attrs).shape
+        return lambda data, *_: data.reshape(shape)
+
+    return binds(make, constants=(1,))
 
 
-@binds(_bind_reshape)
+@_binds_as_reshape(lambda data, shape, attrs: _reshape(data, _ints(shape), attrs["allowzero"]))
 @op("Reshape", since=5)
 def reshape(data, shape, *, allowzero=0):
     return _reshape(data, _ints(shape), allowzero)
@@ -132,29 +136,7 @@ def squeeze_1(data, *, axes=None):
     return _squeeze(data, axes)
 
 
-def _bind_squeeze(inputs, attrs, constant):
-    """registry.binds for constant axes (or none): the axes resolved once."""
-    data, axes = (tuple(inputs) + (None,))[:2]
-    if not constant[1]:
-        return None
-    if axes is None:
-        return lambda data, axes=None: np.squeeze(data)
-    resolved = tuple(_axis(a, data.ndim) for a in _ints(axes))
-    _squeeze(data, axes)  # (the kernel's error, where the axes do not fit: raised here)
-    squeeze_ = np.squeeze
-    return lambda data, axes=None: squeeze_(data, axis=resolved)
-
-
-def _bind_unsqueeze(inputs, attrs, constant):
-    """registry.binds for constant axes: the output's shape worked out once."""
-    data, axes = inputs[:2]
-    if not constant[1]:
-        return None
-    shape = _unsqueeze(data, axes).shape
-    return lambda data, axes: data.reshape(shape)
-
-
-@binds(_bind_squeeze)
+@_binds_as_reshape(lambda data, axes, _: _squeeze(data, axes))
 @op("Squeeze", since=13)
 def squeeze(data, axes=None):
     return _squeeze(data, axes)
@@ -177,7 +159,7 @@ def unsqueeze_1(data, *, axes):
     return _unsqueeze(data, axes)
 
 
-@binds(_bind_unsqueeze)
+@_binds_as_reshape(lambda data, axes, _: _unsqueeze(data, axes))
 @op("Unsqueeze", since=13)
 def unsqueeze(data, axes):
     return _unsqueeze(data, axes)

@@ -371,18 +371,15 @@ _PARALLEL_BYTES = 1 << 14
 class WorkSplit:
     """A bound call's split of its work between the pool's threads (registry.binds): one
     thread, fixed, where the work is below ``least``; else made per thread setting and kept
-    (the setting may change between runs), or ``ways`` given: those threads always (a set-up
-    made per setting). Calling it gives (cuts' address, parts, threads, cuts);
-    ``cuts_of(ways)`` makes the cuts, as the kernel's own call would."""
+    (the setting may change between runs). Calling it gives (cuts' address, parts, threads,
+    cuts); ``cuts_of(ways)`` makes the cuts, as the kernel's own call would."""
 
     __slots__ = ("work", "parts", "least", "cuts_of", "fixed", "by_setting")
 
-    def __init__(self, work: int, parts: int, least: int, cuts_of, ways: int | None = None):
+    def __init__(self, work: int, parts: int, least: int, cuts_of):
         self.work, self.parts, self.least, self.cuts_of = work, parts, least, cuts_of
         self.by_setting: dict = {}
-        if ways is None and work < least:
-            ways = 1
-        self.fixed = None if ways is None else self._made(ways)
+        self.fixed = self._made(1) if work < least else None
 
     def _made(self, ways: int) -> tuple:
         cuts = np.ascontiguousarray(self.cuts_of(ways), np.int64)

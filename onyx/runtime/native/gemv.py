@@ -111,8 +111,10 @@ class FloatGemv:
         if c is not None:
             c = np.ascontiguousarray(c, np.float32)
             template.c = _addr(c)
-        cuts = self.cuts  # (the split this set-up was made with: it is kept per setting)
-        split = WorkSplit(0, 0, 0, lambda ways: cuts, ways=self.ways)
+        # (split per thread setting as __init__ splits: the bound call outlives a change)
+        M, K, N = self.task.M, self.task.K, self.task.N
+        blocks = -(-N // core.lib.gemv_block)
+        split = WorkSplit(M * N * K, blocks, _GEMV_PARALLEL, lambda ways: _even_cuts(blocks, ways))
         run = bound_task(template, core.lib.gemv_range, split, ("x", "y"))
         shape, empty, f32 = self.shape, np.empty, np.float32
 

@@ -124,6 +124,12 @@ def batch_norm_f32(
     return y
 
 
+def _rows_split(size: int, rows: int) -> WorkSplit:
+    """A bound row kernel's split: whole rows per thread, as the kernels' own calls split
+    ``size`` values in ``rows`` rows."""
+    return WorkSplit(size, rows, _PARALLEL_ELEMENTS, lambda ways: _element_cuts(rows, 1, ways))
+
+
 def batch_norm_bound(shape: tuple, mean, mult, bias, relu: bool = False):
     """``call(x)`` = batch_norm_f32(x, mean, mult, bias, relu) for float32 x of ``shape``,
     C-contiguous (None otherwise: the caller's general path), the constant parameters'
@@ -135,9 +141,7 @@ def batch_norm_bound(shape: tuple, mean, mult, bias, relu: bool = False):
         return None
     rows = shape[0] * shape[1]
     size = math.prod(shape) // rows if rows else 0
-    split = WorkSplit(
-        math.prod(shape), rows, _PARALLEL_ELEMENTS, lambda w: _element_cuts(rows, 1, w)
-    )
+    split = _rows_split(math.prod(shape), rows)
     template = _BatchNorm(None, None, *(_param_addr(v) for v in params), shape[1], size)
     entry = core.lib.batch_norm_relu_f32_range if relu else core.lib.batch_norm_f32_range
     run, empty, f32 = bound_task(template, entry, split, ("x", "y")), np.empty, np.float32
@@ -220,7 +224,7 @@ def layer_norm_bound(shape: tuple, scale: np.ndarray, bias, epsilon: float):
     bias = None if bias is None else np.ascontiguousarray(bias, np.float32)
     bias_at = None if bias is None else _param_addr(bias)
     template = _LayerNorm(None, _param_addr(scale), bias_at, None, None, None, n, float(epsilon))
-    split = WorkSplit(size, rows, _PARALLEL_ELEMENTS, lambda w: _element_cuts(rows, 1, w))
+    split = _rows_split(size, rows)
     fields = ("x", "y", "mean", "inv_std")
     run = bound_task(template, core.lib.layer_norm_f32_range, split, fields)
     stats_shape, empty, f32 = (2,) + shape[:-1] + (1,), np.empty, np.float32
@@ -228,7 +232,7 @@ def layer_norm_bound(shape: tuple, scale: np.ndarray, bias, epsilon: float):
     def call(x):
         y, stats = empty(shape, f32), empty(stats_shape, f32)
         mean, inv_std = stats[0], stats[1]
-        run(_addr(x), _addr(y), _addr(mean), _addr(inv_std))
+        run(_input_addr(x), _addr(y), _addr(mean), _addr(inv_std))
         return y, mean, inv_std
 
     call.held = (scale, bias)
@@ -312,7 +316,7 @@ def skip_layer_norm_bound(x, scale, bias, add, epsilon: float):
     if setup is None:
         return None
     template, stats_shape, rows = setup[3], setup[7], x.size // x.shape[-1]
-    split = WorkSplit(x.size, rows, _PARALLEL_ELEMENTS, lambda w: _element_cuts(rows, 1, w))
+    split = _rows_split(x.size, rows)
     fields = ("x", "y", "skip", "sum", "mean", "inv_std")
     run = bound_task(template, core.lib.layer_norm_f32_range, split, fields)
     shape, empty, f32, half = x.shape, np.empty, np.float32, 4 * math.prod(stats_shape) // 2
@@ -406,14 +410,13 @@ def norm_rows_bound(shape: tuple, scale: np.ndarray, bias: np.ndarray, epsilon: 
     scale = np.ascontiguousarray(scale, np.float32)
     bias = np.ascontiguousarray(bias, np.float32)
     template = _NormRows(None, _addr(scale), _addr(bias), None, channels, spatial, float(epsilon))
-    work = rows * channels * spatial
-    split = WorkSplit(work, rows, _PARALLEL_ELEMENTS, lambda w: _element_cuts(rows, 1, w))
+    split = _rows_split(rows * channels * spatial, rows)
     run = bound_task(template, core.lib.norm_rows_f32_range, split, ("x", "y"))
     empty, f32 = np.empty, np.float32
 
     def call(x):
         y = empty(shape, f32)
-        run(_addr(x), _addr(y))
+        run(_input_addr(x), _addr(y))
         return y
 
     call.held = (scale, bias)
