@@ -201,6 +201,48 @@ def test_a_damaged_entry_is_made_again(tmp_path, cache, optimizer_calls):
     assert entry.stat().st_size > 100  # (written again, whole)
 
 
+def _flip_a_middle_bit(data: bytes) -> bytes:
+    damaged = bytearray(data)
+    damaged[len(damaged) // 2] ^= 0x10  # (tiny_cnn's entry: in a weight)
+    return bytes(damaged)
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        # (cut short before its graph: still a model to a parser, one without a graph)
+        lambda data: onnx.ModelProto(
+            ir_version=8, opset_import=[helper.make_opsetid("", 17)]
+        ).SerializeToString(),
+        lambda data: data[: len(data) // 2],
+        _flip_a_middle_bit,  # (still parses: other weights)
+    ],
+    ids=["its header only", "cut short", "a bit flipped"],
+)
+def test_an_entry_that_fails_its_check_is_made_again(tmp_path, cache, optimizer_calls, damage):
+    path = _copy(tmp_path)
+    first = onyx.InferenceSession(path)
+    (entry,) = [cache / name for name in _entries(cache)]
+    entry.write_bytes(damage(entry.read_bytes()))
+    again = onyx.InferenceSession(path)
+    assert len(optimizer_calls) == 2
+    feed = _feed(first)
+    np.testing.assert_array_equal(first.run(None, feed)[0], again.run(None, feed)[0])
+    assert model_cache.read(onyx.SessionOptions(), entry.name[: -len(".onnx")]) is not None
+
+
+def test_damaged_kept_types_are_inferred_again(tmp_path, cache):
+    path = _copy(tmp_path)
+    first = onyx.InferenceSession(path)
+    (types,) = cache.glob("*.types.onnx")
+    types.write_bytes(_flip_a_middle_bit(types.read_bytes()))
+    hit = onyx.InferenceSession(path)
+    assert hit._cached_types() is None  # noqa: SLF001
+    feed = _feed(first)
+    np.testing.assert_array_equal(first.run(None, feed)[0], hit.run(None, feed)[0])
+    assert hit._output_check.expected == first._output_check.expected  # noqa: SLF001
+
+
 def test_a_folder_that_cannot_be_written_changes_nothing(tmp_path, monkeypatch):
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
