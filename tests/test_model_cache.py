@@ -131,6 +131,28 @@ def test_a_changed_file_misses(tmp_path, cache, optimizer_calls):
     assert sess.get_modelmeta().producer_name == "changed"
 
 
+def test_a_file_rewritten_in_place_with_its_times_set_back_misses(tmp_path, cache, optimizer_calls):
+    """Same path, size, modification time and inode (cp -p over it, tar, rsync -t)."""
+    path = _copy(tmp_path)
+    before = os.stat(path)
+    first = onyx.InferenceSession(path)
+    data = bytearray(Path(path).read_bytes())
+    data[len(data) // 2] ^= 0x10  # (a weight)
+    with open(path, "r+b") as f:
+        f.write(data)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = os.stat(path)
+    assert (after.st_size, after.st_mtime_ns, after.st_ino) == (
+        before.st_size,
+        before.st_mtime_ns,
+        before.st_ino,
+    )
+    again = onyx.InferenceSession(path)
+    assert len(optimizer_calls) == 2
+    feed = _feed(first)
+    assert not np.array_equal(first.run(None, feed)[0], again.run(None, feed)[0])
+
+
 def test_a_file_keeps_one_entry(tmp_path, cache):
     path = _copy(tmp_path)
     other = str(tmp_path / "other.onnx")

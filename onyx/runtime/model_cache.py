@@ -9,7 +9,8 @@ its users get the same effect by saving ``optimized_model_filepath`` and loading
 with optimizations off, by hand.)
 
 An entry is the optimized model, serialized, under a key that holds everything the optimizer's
-output depends on: the source file (its path, size, modification time and inode), the options
+output depends on: the source file (its path, size, modification and change times, inode and
+device), the options
 it reads (level, disabled optimizers, config entries), onyx's code (every source file's size
 and modification time, in the packages a session uses: a pass or a kernel whose tables the
 optimizer bakes in may change), the native library in use and its instruction sets, numpy's
@@ -85,7 +86,11 @@ def key(source, options) -> str | None:
         path,
         st.st_size,
         st.st_mtime_ns,
+        # (a file rewritten in place with its size and modification time set back, as
+        # cp -p, tar and rsync do, keeps its inode: its change time moves all the same)
+        st.st_ctime_ns,
         st.st_ino,
+        st.st_dev,
         int(options.graph_optimization_level),
         sorted(options.disabled_optimizers or ()),
         sorted((k, v) for k, v in getattr(options, "_config", {}).items() if k != CONFIG_KEY),
