@@ -394,6 +394,22 @@ def test_a_bound_waiter_interrupted_gets_its_cores_back(monkeypatch):
     assert calls == [(0, {0, 1})]
 
 
+def test_a_thread_moved_to_a_core_and_interrupted_gets_its_cores_back(monkeypatch):
+    calls = []
+
+    def set_affinity(pid, cores):
+        calls.append((pid, set(cores)))
+        if len(calls) == 1:
+            raise KeyboardInterrupt  # (Ctrl-C as the move is made)
+
+    monkeypatch.setattr(concurrency, "_core", lambda: 0)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr(os, "sched_setaffinity", set_affinity, raising=False)
+    with pytest.raises(KeyboardInterrupt):
+        concurrency._move_to(1)  # noqa: SLF001
+    assert calls == [(0, {1}), (0, {0, 1})]
+
+
 @pytest.mark.parametrize(
     "early, looks_after, nudged",
     [

@@ -487,8 +487,10 @@ def _move_to(core: int) -> None:
     try:
         allowed = os.sched_getaffinity(0)
         if core in allowed and len(allowed) > 1:
-            os.sched_setaffinity(0, (core,))
-            os.sched_setaffinity(0, allowed)
+            try:
+                os.sched_setaffinity(0, (core,))
+            finally:  # (its own cores back, a Ctrl-C between the two calls too)
+                os.sched_setaffinity(0, allowed)
     except (AttributeError, OSError):  # (no affinity here, or the core went away)
         pass
 
