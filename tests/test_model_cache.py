@@ -312,6 +312,19 @@ def test_keys_follow_the_code_and_native_settings(tmp_path, cache, monkeypatch):
     assert model_cache.key(path, so) != base
 
 
+def test_the_folder_is_not_in_the_key(tmp_path, cache, monkeypatch, optimizer_calls):
+    """Named by the environment or by the config entry, spelled either way: one entry."""
+    path = _copy(tmp_path)
+    onyx.InferenceSession(path)
+    monkeypatch.setenv(model_cache.ENV, str(cache) + os.sep)
+    onyx.InferenceSession(path)
+    monkeypatch.delenv(model_cache.ENV)
+    so = onyx.SessionOptions()
+    so.add_session_config_entry(model_cache.CONFIG_KEY, str(cache))
+    onyx.InferenceSession(path, so)
+    assert len(optimizer_calls) == 1 and len(_entries(cache)) == 1
+
+
 def test_a_hit_in_a_fresh_process_imports_no_checker_optimizer_or_inference(tmp_path, cache):
     """What a hit spares a cold start: the checker, the optimizer and the inference engine
     (the first run's output check takes the kept types), and hashlib's and tempfile's

@@ -81,7 +81,9 @@ def key(source, options) -> str | None:
         return None
     from . import native
 
-    settings = sorted((k, v) for k, v in os.environ.items() if k.startswith("ONYX_"))
+    # (the folder is not: as the config entry naming it is not; two spellings of one folder
+    # would replace each other's entries)
+    settings = sorted((k, v) for k, v in os.environ.items() if k.startswith("ONYX_") and k != ENV)
     parts = (
         path,
         st.st_size,
