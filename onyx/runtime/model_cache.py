@@ -10,11 +10,10 @@ with optimizations off, by hand.)
 
 An entry is the optimized model, serialized, under a key that holds everything the optimizer's
 output depends on: the source file (its path, size, modification and change times, inode and
-device), the options
-it reads (level, disabled optimizers, config entries), onyx's code (every source file's size
-and modification time, in the packages a session uses: a pass or a kernel whose tables the
-optimizer bakes in may change), the native library in use and its instruction sets, numpy's
-version and the ``ONYX_*`` settings.
+device), the options it reads (level, disabled optimizers, config entries), onyx's code (every
+source file's size and modification time, in the packages a session uses: a pass or a kernel
+whose tables the optimizer bakes in may change), the native library in use and its
+instruction sets, numpy's version and the ``ONYX_*`` settings (the folder's own aside).
 What cannot be keyed cheaply is never cached: models given as bytes or IR objects, external
 data (its files change on their own), initializer or free-dim overrides, custom ops, a model
 whose check warned (a hit would not repeat the warning), an ``optimized_model_filepath``.
