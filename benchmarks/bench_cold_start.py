@@ -9,8 +9,9 @@ load, so this probe reads each phase's CPU time (time.process_time in the child)
 whole process's (its rusage, interpreter start and numpy's import included, alike for all),
 with the runtimes alternating process by process. ``--against`` runs the other checkout's
 onyx with the interpreter of its ``.venv`` if it has one (its native library built there).
-``--cache`` turns on onyx's optimized-model cache in a fresh folder (the untimed first round
-writes the entry: the timed ones are hits).
+``--cache`` turns on onyx's optimized-model cache in a fresh folder for each checkout (the
+untimed first round writes the entry: the timed ones are hits; in one folder, two checkouts'
+entries of the model would replace each other's, and every process would miss).
 """
 
 from __future__ import annotations
@@ -68,12 +69,15 @@ def _feeds(model: str) -> dict:
     }
 
 
-def _one(python: str, root: str, model: str, feeds: str) -> list[float]:
+def _one(python: str, root: str, model: str, feeds: str, cache: str | None) -> list[float]:
     """[import, create, first run, whole process, its exit] CPU seconds of one fresh process
-    (the exit: what the interpreter's shutdown took after the first answer)."""
+    (the exit: what the interpreter's shutdown took after the first answer); ``cache``: the
+    model cache's folder, if any."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     code = _CHILD.format(root=root, feeds=feeds, model=model)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    if cache:
+        env["ONYX_MODEL_CACHE"] = cache
     out = subprocess.run(
         [python, "-c", code], capture_output=True, text=True, env=env, cwd=tempfile.gettempdir()
     )
@@ -95,8 +99,7 @@ def main() -> None:
         "--cache", action="store_true", help="onyx with its model cache (a fresh folder)"
     )
     args = ap.parse_args()
-    if args.cache:  # (the children inherit it; the untimed first creation writes the entry)
-        os.environ["ONYX_MODEL_CACHE"] = tempfile.mkdtemp(prefix="onyx-model-cache-")
+    caches = tempfile.mkdtemp(prefix="onyx-model-cache-") if args.cache else None
     model = str(TINY if args.model == "tiny" else Path(args.model).resolve())
     runs = [(str(ROOT), sys.executable)]
     if args.against:
@@ -110,8 +113,9 @@ def main() -> None:
         np.savez(feeds, **_feeds(model))
         samples: dict[str, list] = {root: [] for root, _ in runs}
         for r in range(args.rounds + 1):  # (round 0 writes the bytecode caches: untimed)
-            for root, python in runs:
-                sample = _one(python, root, model, feeds)
+            for i, (root, python) in enumerate(runs):
+                cache = caches and os.path.join(caches, str(i))
+                sample = _one(python, root, model, feeds, cache)
                 if r:
                     samples[root].append(sample)
     print(f"{Path(model).name}: CPU ms, medians of {args.rounds} fresh processes")

@@ -394,6 +394,47 @@ def test_a_bound_waiter_interrupted_gets_its_cores_back(monkeypatch):
     assert calls == [(0, {0, 1})]
 
 
+@pytest.mark.parametrize("handed_over", [False, True])
+def test_an_interrupt_as_the_wait_begins_leaves_nothing_behind(monkeypatch, handed_over):
+    """Ctrl-C after the thread queued but before _wait's own handler: it leaves the queue, or
+    passes the turn on (and gets its cores back) if a holder handed it over and bound it."""
+    calls = []
+    monkeypatch.setattr(
+        os, "sched_setaffinity", lambda pid, cores: calls.append((pid, set(cores))), raising=False
+    )
+    turn = concurrency._Turn()  # noqa: SLF001
+    turn.owner, turn.depth = -1, 1  # (another thread's run in progress)
+
+    def interrupted(turn, entry):
+        if handed_over:
+            turn.queue.remove(entry)
+            turn.owner, entry.cores = entry.thread, {0, 1}
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(concurrency._Turn, "_wait", interrupted)  # noqa: SLF001
+    with pytest.raises(KeyboardInterrupt):
+        turn.acquire()
+    assert not turn.queue
+    assert turn.owner == (None if handed_over else -1)
+    assert calls == ([(0, {0, 1})] if handed_over else [])
+
+
+def test_a_thread_moved_to_a_core_and_interrupted_gets_its_cores_back(monkeypatch):
+    calls = []
+
+    def set_affinity(pid, cores):
+        calls.append((pid, set(cores)))
+        if len(calls) == 1:
+            raise KeyboardInterrupt  # (Ctrl-C as the move is made)
+
+    monkeypatch.setattr(concurrency, "_core", lambda: 0)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr(os, "sched_setaffinity", set_affinity, raising=False)
+    with pytest.raises(KeyboardInterrupt):
+        concurrency._move_to(1)  # noqa: SLF001
+    assert calls == [(0, {1}), (0, {0, 1})]
+
+
 @pytest.mark.parametrize(
     "early, looks_after, nudged",
     [

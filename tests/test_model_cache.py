@@ -131,6 +131,28 @@ def test_a_changed_file_misses(tmp_path, cache, optimizer_calls):
     assert sess.get_modelmeta().producer_name == "changed"
 
 
+def test_a_file_rewritten_in_place_with_its_times_set_back_misses(tmp_path, cache, optimizer_calls):
+    """Same path, size, modification time and inode (cp -p over it, tar, rsync -t)."""
+    path = _copy(tmp_path)
+    before = os.stat(path)
+    first = onyx.InferenceSession(path)
+    data = bytearray(Path(path).read_bytes())
+    data[len(data) // 2] ^= 0x10  # (a weight)
+    with open(path, "r+b") as f:
+        f.write(data)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = os.stat(path)
+    assert (after.st_size, after.st_mtime_ns, after.st_ino) == (
+        before.st_size,
+        before.st_mtime_ns,
+        before.st_ino,
+    )
+    again = onyx.InferenceSession(path)
+    assert len(optimizer_calls) == 2
+    feed = _feed(first)
+    assert not np.array_equal(first.run(None, feed)[0], again.run(None, feed)[0])
+
+
 def test_a_file_keeps_one_entry(tmp_path, cache):
     path = _copy(tmp_path)
     other = str(tmp_path / "other.onnx")
@@ -201,6 +223,48 @@ def test_a_damaged_entry_is_made_again(tmp_path, cache, optimizer_calls):
     assert entry.stat().st_size > 100  # (written again, whole)
 
 
+def _flip_a_middle_bit(data: bytes) -> bytes:
+    damaged = bytearray(data)
+    damaged[len(damaged) // 2] ^= 0x10  # (tiny_cnn's entry: in a weight)
+    return bytes(damaged)
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        # (cut short before its graph: still a model to a parser, one without a graph)
+        lambda data: onnx.ModelProto(
+            ir_version=8, opset_import=[helper.make_opsetid("", 17)]
+        ).SerializeToString(),
+        lambda data: data[: len(data) // 2],
+        _flip_a_middle_bit,  # (still parses: other weights)
+    ],
+    ids=["its header only", "cut short", "a bit flipped"],
+)
+def test_an_entry_that_fails_its_check_is_made_again(tmp_path, cache, optimizer_calls, damage):
+    path = _copy(tmp_path)
+    first = onyx.InferenceSession(path)
+    (entry,) = [cache / name for name in _entries(cache)]
+    entry.write_bytes(damage(entry.read_bytes()))
+    again = onyx.InferenceSession(path)
+    assert len(optimizer_calls) == 2
+    feed = _feed(first)
+    np.testing.assert_array_equal(first.run(None, feed)[0], again.run(None, feed)[0])
+    assert model_cache.read(onyx.SessionOptions(), entry.name[: -len(".onnx")]) is not None
+
+
+def test_damaged_kept_types_are_inferred_again(tmp_path, cache):
+    path = _copy(tmp_path)
+    first = onyx.InferenceSession(path)
+    (types,) = cache.glob("*.types.onnx")
+    types.write_bytes(_flip_a_middle_bit(types.read_bytes()))
+    hit = onyx.InferenceSession(path)
+    assert hit._cached_types() is None  # noqa: SLF001
+    feed = _feed(first)
+    np.testing.assert_array_equal(first.run(None, feed)[0], hit.run(None, feed)[0])
+    assert hit._output_check.expected == first._output_check.expected  # noqa: SLF001
+
+
 def test_a_folder_that_cannot_be_written_changes_nothing(tmp_path, monkeypatch):
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
@@ -246,6 +310,19 @@ def test_keys_follow_the_code_and_native_settings(tmp_path, cache, monkeypatch):
             assert model_cache.key(path, so) != base
     monkeypatch.setattr(model_cache, "_code_digest", "another onyx")
     assert model_cache.key(path, so) != base
+
+
+def test_the_folder_is_not_in_the_key(tmp_path, cache, monkeypatch, optimizer_calls):
+    """Named by the environment or by the config entry, spelled either way: one entry."""
+    path = _copy(tmp_path)
+    onyx.InferenceSession(path)
+    monkeypatch.setenv(model_cache.ENV, str(cache) + os.sep)
+    onyx.InferenceSession(path)
+    monkeypatch.delenv(model_cache.ENV)
+    so = onyx.SessionOptions()
+    so.add_session_config_entry(model_cache.CONFIG_KEY, str(cache))
+    onyx.InferenceSession(path, so)
+    assert len(optimizer_calls) == 1 and len(_entries(cache)) == 1
 
 
 def test_a_hit_in_a_fresh_process_imports_no_checker_optimizer_or_inference(tmp_path, cache):

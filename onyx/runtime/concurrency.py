@@ -282,6 +282,9 @@ class _Turn:
             self._wait(entry)
         except BaseException:  # (no run began: the streak does not count it)
             mine.nested -= 1
+            # (an interrupt as _wait begins, before its own handler: the same, done here)
+            self._leave(entry)
+            _free(entry)
             raise
 
     def _left(self) -> bool:
@@ -332,16 +335,20 @@ class _Turn:
                     if entry.cores is None:  # (not bound to the holder's core: moved there)
                         _move_to(self.core)
                     return
-        except BaseException:  # (Ctrl-C while waiting: the turn, if handed over, goes on)
-            with self.guard:
-                if self.owner == entry.thread:
-                    self._hand_over()
-                elif entry in self.queue:
-                    self.queue.remove(entry)
+        except BaseException:  # (Ctrl-C while waiting)
+            self._leave(entry)
             raise
         finally:
-            if entry.cores is not None:
-                _unbind(entry.cores)
+            _free(entry)
+
+    def _leave(self, entry: _Waiter) -> None:
+        """An interrupted waiter leaves: the turn, if handed to it, goes on; else it leaves
+        the queue (nothing left to do when it has already)."""
+        with self.guard:
+            if self.owner == entry.thread:
+                self._hand_over()
+            elif entry in self.queue:
+                self.queue.remove(entry)
 
     def _patience(self, entry: _Waiter) -> float:
         """How long a waiter waits before it looks whether the holder left the turn: until
@@ -487,8 +494,10 @@ def _move_to(core: int) -> None:
     try:
         allowed = os.sched_getaffinity(0)
         if core in allowed and len(allowed) > 1:
-            os.sched_setaffinity(0, (core,))
-            os.sched_setaffinity(0, allowed)
+            try:
+                os.sched_setaffinity(0, (core,))
+            finally:  # (its own cores back, a Ctrl-C between the two calls too)
+                os.sched_setaffinity(0, allowed)
     except (AttributeError, OSError):  # (no affinity here, or the core went away)
         pass
 
@@ -521,6 +530,14 @@ def _unbind(free: set) -> None:
         os.sched_setaffinity(0, free)
     except (AttributeError, OSError):
         pass
+
+
+def _free(entry: _Waiter) -> None:
+    """Give the calling thread, the waiter ``entry``, its own cores back if a holder bound it
+    to its core (``_bind``)."""
+    if entry.cores is not None:
+        _unbind(entry.cores)
+        entry.cores = None
 
 
 def _native_id() -> int:

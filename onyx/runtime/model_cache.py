@@ -9,11 +9,11 @@ its users get the same effect by saving ``optimized_model_filepath`` and loading
 with optimizations off, by hand.)
 
 An entry is the optimized model, serialized, under a key that holds everything the optimizer's
-output depends on: the source file (its path, size, modification time and inode), the options
-it reads (level, disabled optimizers, config entries), onyx's code (every source file's size
-and modification time, in the packages a session uses: a pass or a kernel whose tables the
-optimizer bakes in may change), the native library in use and its instruction sets, numpy's
-version and the ``ONYX_*`` settings.
+output depends on: the source file (its path, size, modification and change times, inode and
+device), the options it reads (level, disabled optimizers, config entries), onyx's code (every
+source file's size and modification time, in the packages a session uses: a pass or a kernel
+whose tables the optimizer bakes in may change), the native library in use and its
+instruction sets, numpy's version and the ``ONYX_*`` settings (the folder's own aside).
 What cannot be keyed cheaply is never cached: models given as bytes or IR objects, external
 data (its files change on their own), initializer or free-dim overrides, custom ops, a model
 whose check warned (a hit would not repeat the warning), an ``optimized_model_filepath``.
@@ -21,12 +21,14 @@ Only a folder of the user's own that nobody else may write in is used (an entry 
 session runs). Entries are written whole (a temporary file renamed into place), so processes
 sharing the folder never read half of one; writing one removes the other entries of the same
 file (one entry a file: an older version of it, of onyx or of its options leaves nothing
-behind); an entry that cannot be read is ignored, and a folder that cannot be written leaves
+behind); an entry ends with the CRC-32 of its bytes, and one that fails it (cut short by a
+crash, changed on disk) or cannot be read is ignored; a folder that cannot be written leaves
 sessions as they would be without it.
 """
 
 from __future__ import annotations
 
+import binascii
 import contextlib
 import os
 import sys
@@ -42,6 +44,9 @@ ENV = "ONYX_MODEL_CACHE"
 #: Larger files are not copied into the cache: their creation is mostly reading weights,
 #: which a copy would not spare.
 MAX_SOURCE_BYTES = 256 << 20
+#: An entry's last bytes: the CRC-32 of the ones before (a damaged entry may still parse, as
+#: a model without its graph or with other weights, and would then fail or run wrong).
+_CHECK_BYTES = 4
 
 _ONYX_ROOT = Path(__file__).resolve().parent.parent
 _code_digest: str | None = None
@@ -75,12 +80,18 @@ def key(source, options) -> str | None:
         return None
     from . import native
 
-    settings = sorted((k, v) for k, v in os.environ.items() if k.startswith("ONYX_"))
+    # (the folder is not: as the config entry naming it is not; two spellings of one folder
+    # would replace each other's entries)
+    settings = sorted((k, v) for k, v in os.environ.items() if k.startswith("ONYX_") and k != ENV)
     parts = (
         path,
         st.st_size,
         st.st_mtime_ns,
+        # (a file rewritten in place with its size and modification time set back, as
+        # cp -p, tar and rsync do, keeps its inode: its change time moves all the same)
+        st.st_ctime_ns,
         st.st_ino,
+        st.st_dev,
         int(options.graph_optimization_level),
         sorted(options.disabled_optimizers or ()),
         sorted((k, v) for k, v in getattr(options, "_config", {}).items() if k != CONFIG_KEY),
@@ -164,11 +175,22 @@ def read(options, entry_key: str) -> ir.Model | None:
     path = _entry(options, entry_key)
     if not os.path.isfile(path) or not _private(folder(options)):
         return None
-    from ..serde import load
+    return _load_checked(path)  # (None: a damaged entry, made again the long way)
+
+
+def _load_checked(path: str) -> ir.Model | None:
+    """The model an entry holds, or None where it cannot be read or fails its check."""
+    from ..serde import loads
+    from ..serde.model_io import read_file
 
     try:
-        return load(path)
-    except Exception:  # a damaged entry: the session is made the long way (and rewrites it)
+        data = memoryview(read_file(path))
+        body = data[:-_CHECK_BYTES]
+        check = int.from_bytes(data[-_CHECK_BYTES:], "little")
+        if len(data) < _CHECK_BYTES or binascii.crc32(body) != check:
+            return None
+        return loads(body, where=path)
+    except Exception:
         return None
 
 
@@ -187,14 +209,14 @@ def _private(where: str) -> bool:
 
 def read_types(options, entry_key: str) -> dict[str, ir.Type] | None:
     """The entry's derived types (value name -> type), or None."""
-    from ..serde import load
-
     if not _private(folder(options)):
         return None
+    held = _load_checked(_types_entry(options, entry_key))
+    if held is None:  # (none written, or damaged: the first run infers them)
+        return None
     try:
-        held = load(_types_entry(options, entry_key))
         return {v.name: v.type for v in held.graph.value_info}
-    except Exception:  # (none written, or damaged: the first run infers them)
+    except Exception:
         return None
 
 
@@ -248,7 +270,7 @@ def _types_entry(options, entry_key: str) -> str:
 
 
 def _write_whole(path: str, data: bytes) -> None:
-    """Write ``path`` so that no reader ever sees a part of it."""
+    """Write ``path`` so that no reader ever sees a part of it, its check last."""
     import tempfile
 
     where = os.path.dirname(path)
@@ -259,6 +281,7 @@ def _write_whole(path: str, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+            f.write(binascii.crc32(data).to_bytes(_CHECK_BYTES, "little"))
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)
