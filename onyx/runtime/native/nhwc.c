@@ -44,6 +44,23 @@ static inline ALWAYS __mmask16 lanes_left(int64_t left) {
 
 /* ------------------------------------------------------------------- group-1 convolution */
 
+/* A conv_tile's sums plus bias (and residual), activated, stored. */
+static inline ALWAYS void tile_store(const nhwc_task *t, __m512 acc[12][4], const int np,
+                                     const int nv, int64_t mg, float *y0, int64_t ys,
+                                     const int act) {
+    for (int v = 0; v < nv; v++) {
+        int64_t m = mg * 64 + v * 16;
+        __mmask16 k = lanes_left(t->M - m);
+        __m512 bias = _mm512_loadu_ps(t->bias + m); /* (padded to the blocks) */
+        for (int j = 0; j < np; j++) {
+            __m512 r = _mm512_add_ps(acc[j][v], bias);
+            if (t->z) r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(k, t->z + (y0 - t->y) + j * ys + m));
+            r = onyx_activate(r, act, t->alpha, t->beta);
+            _mm512_mask_storeu_ps(y0 + j * ys + m, k, r);
+        }
+    }
+}
+
 /* Output pixels x0 + j * ps (j < np: along a row at the conv's stride, or, pointwise, one run)
    x output channel blocks of group mg (nv of them), for the taps (a, b) whose row ih0 + a * dh
    lies in the image (rows: all taps when flat) and, with check (a border pixel, np == 1), whose
@@ -52,7 +69,7 @@ static inline ALWAYS __mmask16 lanes_left(int64_t left) {
 static inline ALWAYS void conv_tile(const nhwc_task *t, const float *x0, int64_t ps, int64_t ih0,
                                     int64_t iw0, const int np, const int nv, int64_t mg,
                                     float *y0, int64_t ys, const int check, const int flat) {
-    __m512 acc[6][4];
+    __m512 acc[12][4]; /* (12 pixels: one block of outputs, pointwise) */
     for (int j = 0; j < np; j++)
         for (int v = 0; v < nv; v++) acc[j][v] = _mm512_setzero_ps();
     const int64_t C = t->C, xs_c = t->xs_c, width = nv * 16;
@@ -81,16 +98,13 @@ static inline ALWAYS void conv_tile(const nhwc_task *t, const float *x0, int64_t
             }
         }
     }
-    for (int v = 0; v < nv; v++) {
-        int64_t m = mg * 64 + v * 16;
-        __mmask16 k = lanes_left(t->M - m);
-        __m512 bias = _mm512_loadu_ps(t->bias + m); /* (padded to the blocks) */
-        for (int j = 0; j < np; j++) {
-            __m512 r = _mm512_add_ps(acc[j][v], bias);
-            if (t->z) r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(k, t->z + (y0 - t->y) + j * ys + m));
-            r = onyx_activate(r, (int)t->act, t->alpha, t->beta);
-            _mm512_mask_storeu_ps(y0 + j * ys + m, k, r);
-        }
+    /* (the common activations as constants: the sums stay in registers, no branch a vector) */
+    switch ((int)t->act) {
+    case ACT_NONE: tile_store(t, acc, np, nv, mg, y0, ys, ACT_NONE); break;
+    case ACT_RELU: tile_store(t, acc, np, nv, mg, y0, ys, ACT_RELU); break;
+    case ACT_CLIP: tile_store(t, acc, np, nv, mg, y0, ys, ACT_CLIP); break;
+    case ACT_HARDSWISH: tile_store(t, acc, np, nv, mg, y0, ys, ACT_HARDSWISH); break;
+    default: tile_store(t, acc, np, nv, mg, y0, ys, (int)t->act); break;
     }
 }
 
@@ -265,13 +279,22 @@ static AVX512 void conv_rows(const nhwc_task *t, int64_t begin, int64_t end) {
     }
 }
 
+/* A pointwise tile of 12 pixels x one block of outputs (6 x 1 would leave the multiply-adds
+   waiting on each other). */
+static AVX512 void tile_wide(const nhwc_task *t, const float *x0, int64_t mg, float *y0) {
+    conv_tile(t, x0, t->C, 0, 0, 12, 1, mg, y0, t->M, 0, 1);
+}
+
 /* Pointwise (1x1, unit strides, no padding, NHWC input): pixels [begin, end) of the N * OH * OW
    run, a GEMM [pixels, C] x [C, M]. */
 static AVX512 void pointwise_run(const nhwc_task *t, int64_t begin, int64_t end) {
     const int64_t M = t->M, MB = (M + 15) / 16, C = t->C;
     for (int64_t mb = 0; mb < MB; mb += 4) {
         int nv = (int)(MB - mb < 4 ? MB - mb : 4);
-        for (int64_t p = begin; p < end; p += 6) {
+        int64_t p = begin;
+        if (nv == 1)
+            for (; p + 12 <= end; p += 12) tile_wide(t, t->x + p * C, mb / 4, t->y + p * M);
+        for (; p < end; p += 6) {
             int np = (int)(end - p < 6 ? end - p : 6);
             tile_any(t, t->x + p * C, C, 0, 0, np, nv, mb / 4, t->y + p * M, M, 0, 1);
         }
