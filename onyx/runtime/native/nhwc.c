@@ -217,6 +217,21 @@ static inline ALWAYS void narrow_tile(const nhwc_task *t, const float *x0, int64
     }
 }
 
+/* Asks for input rows [ih, ih + count) of image n, every plane of an NCHW input, to be
+   brought into the cache: a stem reads the model's image once, most often from memory, in
+   short runs of several rows and planes at a time, too many streams for the hardware's
+   prefetch to follow. */
+static inline ALWAYS void prefetch_rows(const nhwc_task *t, int64_t n, int64_t ih,
+                                        int64_t count) {
+    for (int64_t h = ih; h < ih + count && h < t->H; h++) {
+        if (h < 0) continue;
+        for (int64_t c = 0; c < t->C; c++) {
+            const char *p = (const char *)(t->x + n * t->xs_n + c * t->xs_c + h * t->xs_h);
+            for (int64_t i = 0; i < t->W * 4; i += 64) _mm_prefetch(p + i, _MM_HINT_T0);
+        }
+    }
+}
+
 /* Rows [begin, end) of a narrow conv, 12 pixels at a time. */
 static inline ALWAYS void narrow_rows_of(const nhwc_task *t, int64_t begin, int64_t end,
                                          const int KW, const int SW) {
@@ -228,6 +243,7 @@ static inline ALWAYS void narrow_rows_of(const nhwc_task *t, int64_t begin, int6
         int64_t ih0 = oh * t->sh - t->top;
         const float *xr = t->x + n * t->xs_n + ih0 * t->xs_h; /* (row ih0: maybe outside) */
         float *yr = t->y + r * t->OW * t->M;
+        prefetch_rows(t, n, ih0 + t->kh * t->dh, t->sh); /* (the next row's new input rows) */
         for (int64_t ow = 0; ow < t->OW; ow += NP) {
             int64_t iw0 = ow * SW - t->left;
             int count = (int)(t->OW - ow < NP ? t->OW - ow : NP);
@@ -448,6 +464,16 @@ static inline ALWAYS void dw_tiles_fixed(const nhwc_task *t, const float *xr, in
     }
 }
 
+/* prefetch_rows for an NHWC input (a row's pixels contiguous). */
+static inline ALWAYS void prefetch_pixels(const nhwc_task *t, int64_t n, int64_t ih,
+                                          int64_t count) {
+    for (int64_t h = ih; h < ih + count && h < t->H; h++) {
+        if (h < 0) continue;
+        const char *p = (const char *)(t->x + n * t->xs_n + h * t->xs_h);
+        for (int64_t i = 0; i < t->W * t->C * 4; i += 64) _mm_prefetch(p + i, _MM_HINT_T0);
+    }
+}
+
 /* Rows [begin, end) of the N * OH output rows for one window shape (KW, SW: constants, or 0
    for any: dw_tile), 8 pixels at a time, each tile through every channel block before the
    next (its input span stays in L1 for all of them). */
@@ -461,6 +487,7 @@ static inline ALWAYS void dw_rows_of(const nhwc_task *t, int64_t begin, int64_t 
         int64_t ih0 = oh * t->sh - t->top;
         const float *xr = t->x + n * t->xs_n + ih0 * t->xs_h; /* (row ih0: maybe outside) */
         float *yr = t->y + r * OW * C;
+        prefetch_pixels(t, n, ih0 + t->kh * t->dh, t->sh); /* (the next row's new input rows) */
         for (int64_t ow = 0; ow < OW; ow += 8) {
             int64_t iw0 = ow * t->sw - t->left;
             int count = (int)(OW - ow < 8 ? OW - ow : 8);
