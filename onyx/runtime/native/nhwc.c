@@ -392,11 +392,11 @@ static inline ALWAYS void dw_tile(const nhwc_task *t, const float *xr, int64_t i
 
 /* dw_tile for a kw == KW, column stride SW, undilated window, its loops over taps and pixels
    unrolled: the 8 sums stay in registers (indexed by a loop variable they lived in memory, a
-   store and a load on every multiply-add's path). Each multiply-add reads its input vector
-   from memory (L1): the cores these kernels target load as many vectors a cycle as they
-   multiply-add. masked: the channel block is the last, partial one (lanes k); check: some
-   tap's column may leave the image (a tile at a border, or a row's last `count` pixels), its
-   lanes are looked up once per tile. */
+   store and a load on every multiply-add's path). Each input vector of a row is loaded once
+   for every tap and pixel it serves. masked: the channel block is the last, partial one (lanes k); check: some
+   tap's column may leave the image (a tile at a border, or a row's last `count` pixels): which
+   columns do is looked up once per tile, and those read a vector of zeros (a masked load
+   that reads nothing was several times slower there). */
 static inline ALWAYS void dw_tile_fixed(const nhwc_task *t, const float *xr, int64_t ih0,
                                         int64_t iw0, float *y, int64_t c, __mmask16 k,
                                         const int masked, const int KW, const int SW,
@@ -464,16 +464,6 @@ static inline ALWAYS void dw_tiles_fixed(const nhwc_task *t, const float *xr, in
     }
 }
 
-/* prefetch_rows for an NHWC input (a row's pixels contiguous). */
-static inline ALWAYS void prefetch_pixels(const nhwc_task *t, int64_t n, int64_t ih,
-                                          int64_t count) {
-    for (int64_t h = ih; h < ih + count && h < t->H; h++) {
-        if (h < 0) continue;
-        const char *p = (const char *)(t->x + n * t->xs_n + h * t->xs_h);
-        for (int64_t i = 0; i < t->W * t->C * 4; i += 64) _mm_prefetch(p + i, _MM_HINT_T0);
-    }
-}
-
 /* Rows [begin, end) of the N * OH output rows for one window shape (KW, SW: constants, or 0
    for any: dw_tile), 8 pixels at a time, each tile through every channel block before the
    next (its input span stays in L1 for all of them). */
@@ -487,7 +477,6 @@ static inline ALWAYS void dw_rows_of(const nhwc_task *t, int64_t begin, int64_t 
         int64_t ih0 = oh * t->sh - t->top;
         const float *xr = t->x + n * t->xs_n + ih0 * t->xs_h; /* (row ih0: maybe outside) */
         float *yr = t->y + r * OW * C;
-        prefetch_pixels(t, n, ih0 + t->kh * t->dh, t->sh); /* (the next row's new input rows) */
         for (int64_t ow = 0; ow < OW; ow += 8) {
             int64_t iw0 = ow * t->sw - t->left;
             int count = (int)(OW - ow < 8 ? OW - ow : 8);
