@@ -235,3 +235,38 @@ def test_native_dilated_depthwise_and_mean():
     np.testing.assert_allclose(
         nhwc.mean_pixels(z), z.mean(axis=(1, 2), keepdims=True), rtol=1e-5, atol=1e-6
     )
+
+
+@needs_native
+@pytest.mark.parametrize(
+    "C, M, HW, k, s, depthwise, act",
+    [
+        (3, 16, (21, 30), 3, 2, 0, ("HardSwish", None)),  # the stem: 12-pixel tiles from NCHW
+        (3, 11, (9, 13), 3, 1, 0, ("Clip", [0.0, 6.0])),  # (a partial block, borders)
+        (24, 16, (5, 7), 1, 1, 0, ("Relu", None)),  # pointwise, one block: 12-pixel tiles
+        (40, 72, (4, 9), 1, 1, 0, ("HardSwish", None)),  # 64 + a partial block
+        (24, 24, (13, 11), 5, 2, 1, ("", None)),  # depthwise 5x5 s2, a channel tail
+        (40, 40, (6, 6), 3, 1, 1, ("LeakyRelu", [0.1])),  # an image narrower than a tile
+        (64, 64, (12, 17), 3, 2, 1, ("HardSigmoid", [0.2, 0.5])),
+    ],
+)
+def test_native_tiles_with_residual(C, M, HW, k, s, depthwise, act):
+    """The unrolled tiles (stem, one-block pointwise, depthwise 3x3 / 5x5) with each
+    activation as a constant and a residual, against the NCHW FusedConv kernel."""
+    N, (H, W) = 2, HW
+    x = w(N, C, H, W, scale=1.0)
+    wt, b = w(M, 1 if depthwise else C, k, k), w(M)
+    pads = [k // 2] * 4
+    geo = _conv_geometry(x.shape, wt.shape, "NOTSET", pads, [s, s], [1, 1], None)
+    z = w(N, M, *geo["out_shape"], scale=1.0)
+    name, params = act
+    ref = fused_conv(x, wt, b, z, activation=name, activation_params=params,
+                     group=C if depthwise else 1, pads=pads, strides=[s, s])  # fmt: skip
+    conv = nhwc.NhwcConv((N, H, W, C), wt, b, geo, channels_last.activation_code(name, params))
+    view = x.transpose(0, 2, 3, 1)
+    xin = conv.reads(view if C == 3 else np.ascontiguousarray(view))
+    conv.set_strides(xin.strides)
+    got = conv(xin, None, np.ascontiguousarray(z.transpose(0, 2, 3, 1)))
+    np.testing.assert_allclose(
+        got.transpose(0, 3, 1, 2), ref, rtol=1e-4, atol=1e-4 * max(1.0, np.abs(ref).max())
+    )

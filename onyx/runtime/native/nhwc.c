@@ -35,11 +35,31 @@
 #define ALWAYS __attribute__((always_inline, target("avx512f")))
 #define AVX512 __attribute__((target("avx512f")))
 
+/* What a tap outside the image reads (a pointer to it replaces the tap's). */
+static const float zeros[16] __attribute__((aligned(64)));
+
 static inline ALWAYS __mmask16 lanes_left(int64_t left) {
     return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1u);
 }
 
 /* ------------------------------------------------------------------- group-1 convolution */
+
+/* A conv_tile's sums plus bias (and residual), activated, stored. */
+static inline ALWAYS void tile_store(const nhwc_task *t, __m512 acc[12][4], const int np,
+                                     const int nv, int64_t mg, float *y0, int64_t ys,
+                                     const int act) {
+    for (int v = 0; v < nv; v++) {
+        int64_t m = mg * 64 + v * 16;
+        __mmask16 k = lanes_left(t->M - m);
+        __m512 bias = _mm512_loadu_ps(t->bias + m); /* (padded to the blocks) */
+        for (int j = 0; j < np; j++) {
+            __m512 r = _mm512_add_ps(acc[j][v], bias);
+            if (t->z) r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(k, t->z + (y0 - t->y) + j * ys + m));
+            r = onyx_activate(r, act, t->alpha, t->beta);
+            _mm512_mask_storeu_ps(y0 + j * ys + m, k, r);
+        }
+    }
+}
 
 /* Output pixels x0 + j * ps (j < np: along a row at the conv's stride, or, pointwise, one run)
    x output channel blocks of group mg (nv of them), for the taps (a, b) whose row ih0 + a * dh
@@ -49,7 +69,7 @@ static inline ALWAYS __mmask16 lanes_left(int64_t left) {
 static inline ALWAYS void conv_tile(const nhwc_task *t, const float *x0, int64_t ps, int64_t ih0,
                                     int64_t iw0, const int np, const int nv, int64_t mg,
                                     float *y0, int64_t ys, const int check, const int flat) {
-    __m512 acc[6][4];
+    __m512 acc[12][4]; /* (12 pixels: one block of outputs, pointwise) */
     for (int j = 0; j < np; j++)
         for (int v = 0; v < nv; v++) acc[j][v] = _mm512_setzero_ps();
     const int64_t C = t->C, xs_c = t->xs_c, width = nv * 16;
@@ -78,16 +98,13 @@ static inline ALWAYS void conv_tile(const nhwc_task *t, const float *x0, int64_t
             }
         }
     }
-    for (int v = 0; v < nv; v++) {
-        int64_t m = mg * 64 + v * 16;
-        __mmask16 k = lanes_left(t->M - m);
-        __m512 bias = _mm512_loadu_ps(t->bias + m); /* (padded to the blocks) */
-        for (int j = 0; j < np; j++) {
-            __m512 r = _mm512_add_ps(acc[j][v], bias);
-            if (t->z) r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(k, t->z + (y0 - t->y) + j * ys + m));
-            r = onyx_activate(r, (int)t->act, t->alpha, t->beta);
-            _mm512_mask_storeu_ps(y0 + j * ys + m, k, r);
-        }
+    /* (the common activations as constants: the sums stay in registers, no branch a vector) */
+    switch ((int)t->act) {
+    case ACT_NONE: tile_store(t, acc, np, nv, mg, y0, ys, ACT_NONE); break;
+    case ACT_RELU: tile_store(t, acc, np, nv, mg, y0, ys, ACT_RELU); break;
+    case ACT_CLIP: tile_store(t, acc, np, nv, mg, y0, ys, ACT_CLIP); break;
+    case ACT_HARDSWISH: tile_store(t, acc, np, nv, mg, y0, ys, ACT_HARDSWISH); break;
+    default: tile_store(t, acc, np, nv, mg, y0, ys, (int)t->act); break;
     }
 }
 
@@ -139,6 +156,119 @@ static void interior(const nhwc_task *t, int64_t *lo, int64_t *hi) {
     *hi = b;
 }
 
+/* A group-1 conv with one block of outputs (up to 16: a MobileNet's stem, 3 -> 16 channels
+   from the NCHW image) gives conv_tile too few sums to hide the multiply-add latency (6
+   pixels) and a short channel loop per tap. Here a tile is NP = 12 pixels of a row of an NCHW
+   input, a kw == KW, column stride SW, undilated window, taps and pixels unrolled: each
+   input value is broadcast from memory (at a constant offset) into the multiply-add. The sums
+   run over taps (a, b), then channels, as conv_tile's. check: some tap's column may leave the
+   image (a tile at a border, or a row's last `count` pixels): those multiply-adds are masked
+   off (the tap skipped, as conv_tile skips it). */
+static inline ALWAYS void narrow_tile(const nhwc_task *t, const float *x0, int64_t ih0,
+                                      int64_t iw0, float *y0, const int KW, const int SW,
+                                      const int check, int count) {
+    enum { NP = 12, SPAN = (NP - 1) * 2 + 3 };
+    const int64_t C = t->C, xs_c = t->xs_c;
+    __mmask16 cols[SPAN]; /* check: all lanes or none, as column i of the span lies inside */
+    const float *at[SPAN];  /* (and where its value is read: a zero outside) */
+    if (check)
+        for (int i = 0; i < (NP - 1) * SW + KW; i++) {
+            int inside = iw0 + i >= 0 && iw0 + i < t->W;
+            cols[i] = inside ? 0xFFFF : 0;
+            at[i] = inside ? x0 + i : zeros;
+        }
+    __m512 acc[NP];
+#pragma GCC unroll 12
+    for (int j = 0; j < NP; j++) acc[j] = _mm512_setzero_ps();
+    for (int64_t a = 0; a < t->kh; a++) {
+        int64_t ih = ih0 + a * t->dh;
+        if (ih < 0 || ih >= t->H) continue;
+        const int64_t row = a * t->dh * t->xs_h;
+        const float *xa = x0 + row;
+#pragma GCC unroll 3
+        for (int b = 0; b < KW; b++) {
+            const float *wt = t->w + (a * KW + b) * C * 16;
+            for (int64_t c = 0; c < C; c++, wt += 16) {
+                const __m512 wv = _mm512_loadu_ps(wt);
+                const int64_t plane = c * xs_c;
+#pragma GCC unroll 12
+                for (int j = 0; j < NP; j++) {
+                    const int i = j * SW + b;
+                    if (check) {
+                        const float *p = at[i] == zeros ? zeros : at[i] + row + plane;
+                        acc[j] = _mm512_mask3_fmadd_ps(_mm512_set1_ps(*p), wv, acc[j], cols[i]);
+                    } else {
+                        acc[j] = _mm512_fmadd_ps(_mm512_set1_ps(xa[plane + i]), wv, acc[j]);
+                    }
+                }
+            }
+        }
+    }
+    const int64_t M = t->M;
+    const __mmask16 k = lanes_left(M);
+    const __m512 bias = _mm512_loadu_ps(t->bias);
+#pragma GCC unroll 12
+    for (int j = 0; j < NP; j++) {
+        if (check && j >= count) break;
+        __m512 r = _mm512_add_ps(acc[j], bias);
+        if (t->z) r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(k, t->z + (y0 - t->y) + j * M));
+        r = onyx_activate(r, (int)t->act, t->alpha, t->beta);
+        _mm512_mask_storeu_ps(y0 + j * M, k, r);
+    }
+}
+
+/* Asks for input rows [ih, ih + count) of image n, every plane of an NCHW input, to be
+   brought into the cache: a stem reads the model's image once, most often from memory, in
+   short runs of several rows and planes at a time, too many streams for the hardware's
+   prefetch to follow. */
+static inline ALWAYS void prefetch_rows(const nhwc_task *t, int64_t n, int64_t ih,
+                                        int64_t count) {
+    for (int64_t h = ih; h < ih + count && h < t->H; h++) {
+        if (h < 0) continue;
+        for (int64_t c = 0; c < t->C; c++) {
+            const char *p = (const char *)(t->x + n * t->xs_n + c * t->xs_c + h * t->xs_h);
+            for (int64_t i = 0; i < t->W * 4; i += 64) _mm_prefetch(p + i, _MM_HINT_T0);
+        }
+    }
+}
+
+/* Rows [begin, end) of a narrow conv, 12 pixels at a time. */
+static inline ALWAYS void narrow_rows_of(const nhwc_task *t, int64_t begin, int64_t end,
+                                         const int KW, const int SW) {
+    enum { NP = 12 };
+    int64_t lo, hi;
+    interior(t, &lo, &hi);
+    for (int64_t r = begin; r < end; r++) {
+        int64_t n = r / t->OH, oh = r % t->OH;
+        int64_t ih0 = oh * t->sh - t->top;
+        const float *xr = t->x + n * t->xs_n + ih0 * t->xs_h; /* (row ih0: maybe outside) */
+        float *yr = t->y + r * t->OW * t->M;
+        prefetch_rows(t, n, ih0 + t->kh * t->dh, t->sh); /* (the next row's new input rows) */
+        for (int64_t ow = 0; ow < t->OW; ow += NP) {
+            int64_t iw0 = ow * SW - t->left;
+            int count = (int)(t->OW - ow < NP ? t->OW - ow : NP);
+            if (ow >= lo && ow + NP <= hi)
+                narrow_tile(t, xr + iw0, ih0, iw0, yr + ow * t->M, KW, SW, 0, NP);
+            else
+                narrow_tile(t, xr + iw0, ih0, iw0, yr + ow * t->M, KW, SW, 1, count);
+        }
+    }
+}
+
+/* Whether narrow_rows serves the conv: up to 16 outputs from an input whose rows are
+   contiguous (NCHW: the pixel offsets are constants), a 3-wide undilated window at column
+   stride 1 or 2. */
+static int narrow_ok(const nhwc_task *t) {
+    return t->M <= 16 && t->xs_w == 1 && t->kw == 3 && t->dw == 1 && (t->sw == 1 || t->sw == 2);
+}
+
+static AVX512 void narrow_rows(const nhwc_task *t, int64_t begin, int64_t end) {
+    if (t->sw == 2)
+        narrow_rows_of(t, begin, end, 3, 2);
+    else
+        narrow_rows_of(t, begin, end, 3, 1);
+}
+
 /* Rows [begin, end) of the N * OH output rows. */
 static AVX512 void conv_rows(const nhwc_task *t, int64_t begin, int64_t end) {
     const int64_t M = t->M, MB = (M + 15) / 16, ps = t->sw * t->xs_w;
@@ -165,13 +295,22 @@ static AVX512 void conv_rows(const nhwc_task *t, int64_t begin, int64_t end) {
     }
 }
 
+/* A pointwise tile of 12 pixels x one block of outputs (6 x 1 would leave the multiply-adds
+   waiting on each other). */
+static AVX512 void tile_wide(const nhwc_task *t, const float *x0, int64_t mg, float *y0) {
+    conv_tile(t, x0, t->C, 0, 0, 12, 1, mg, y0, t->M, 0, 1);
+}
+
 /* Pointwise (1x1, unit strides, no padding, NHWC input): pixels [begin, end) of the N * OH * OW
    run, a GEMM [pixels, C] x [C, M]. */
 static AVX512 void pointwise_run(const nhwc_task *t, int64_t begin, int64_t end) {
     const int64_t M = t->M, MB = (M + 15) / 16, C = t->C;
     for (int64_t mb = 0; mb < MB; mb += 4) {
         int nv = (int)(MB - mb < 4 ? MB - mb : 4);
-        for (int64_t p = begin; p < end; p += 6) {
+        int64_t p = begin;
+        if (nv == 1)
+            for (; p + 12 <= end; p += 12) tile_wide(t, t->x + p * C, mb / 4, t->y + p * M);
+        for (; p < end; p += 6) {
             int np = (int)(end - p < 6 ? end - p : 6);
             tile_any(t, t->x + p * C, C, 0, 0, np, nv, mb / 4, t->y + p * M, M, 0, 1);
         }
@@ -251,33 +390,41 @@ static inline ALWAYS void dw_tile(const nhwc_task *t, const float *xr, int64_t i
     }
 }
 
-/* dw_tile for 8 inside pixels of a kw == KW, column stride SW, undilated window: each input
-   vector of a row is loaded once for every tap and pixel it serves ((np - 1) * SW + KW loads
-   where dw_tile makes np * KW: the loads, not the multiply-adds, bound dw_tile). */
-static inline ALWAYS void dw_tile_run(const nhwc_task *t, const float *xr, int64_t ih0,
-                                      int64_t iw0, float *y, int64_t c, __mmask16 k,
-                                      const int masked, const int KW, const int SW,
-                                      const int check, int count) {
-    enum { NP = 8 };
+/* dw_tile for a kw == KW, column stride SW, undilated window, its loops over taps and pixels
+   unrolled: the 8 sums stay in registers (indexed by a loop variable they lived in memory, a
+   store and a load on every multiply-add's path). Each input vector of a row is loaded once
+   for every tap and pixel it serves. masked: the channel block is the last, partial one (lanes k); check: some
+   tap's column may leave the image (a tile at a border, or a row's last `count` pixels): which
+   columns do is looked up once per tile, and those read a vector of zeros (a masked load
+   that reads nothing was several times slower there). */
+static inline ALWAYS void dw_tile_fixed(const nhwc_task *t, const float *xr, int64_t ih0,
+                                        int64_t iw0, float *y, int64_t c, __mmask16 k,
+                                        const int masked, const int KW, const int SW,
+                                        const int check, int count) {
+    enum { NP = 8, SPAN = (NP - 1) * 2 + 5 };
     const int64_t C = t->C, Mp = (C + 15) / 16 * 16, row = t->dh * t->xs_h;
+    __mmask16 cols[SPAN]; /* check: the lanes read at each column of the tile's span */
+    if (check)
+        for (int i = 0; i < (NP - 1) * SW + KW; i++)
+            cols[i] = iw0 + i >= 0 && iw0 + i < t->W ? k : 0;
     __m512 acc[NP];
+#pragma GCC unroll 8
     for (int j = 0; j < NP; j++) acc[j] = _mm512_setzero_ps();
     const float *wa = t->w + c;
     for (int64_t a = 0; a < t->kh; a++, xr += row, wa += KW * Mp) {
         int64_t ih = ih0 + a * t->dh;
         if (ih < 0 || ih >= t->H) continue;
         __m512 wv[5];
+#pragma GCC unroll 5
         for (int b = 0; b < KW; b++) wv[b] = _mm512_loadu_ps(wa + b * Mp);
-        for (int i = 0; i < (NP - 1) * SW + KW; i++) {
-            __m512 xv;
-            if (check) { /* (a column outside the image reads as zeros) */
-                int64_t at = iw0 + i;
-                xv = _mm512_maskz_loadu_ps(at >= 0 && at < t->W ? k : 0, xr + i * C);
-            } else {
-                xv = masked ? _mm512_maskz_loadu_ps(k, xr + i * C) : _mm512_loadu_ps(xr + i * C);
-            }
+        const float *xp = xr;
+#pragma GCC unroll 19
+        for (int i = 0; i < (NP - 1) * SW + KW; i++, xp += C) {
+            const float *at = check && !cols[i] ? zeros : xp;
+            __m512 xv = masked ? _mm512_maskz_loadu_ps(k, at) : _mm512_loadu_ps(at);
+#pragma GCC unroll 5
             for (int b = 0; b < KW; b++) {
-                int j = i - b;
+                int j = i - b; /* (tap b of pixel j / SW) */
                 if (j >= 0 && j % SW == 0 && j / SW < NP)
                     acc[j / SW] = _mm512_fmadd_ps(xv, wv[b], acc[j / SW]);
             }
@@ -285,6 +432,7 @@ static inline ALWAYS void dw_tile_run(const nhwc_task *t, const float *xr, int64
     }
     __m512 bias = _mm512_loadu_ps(t->bias + c);
     const float *z = t->z ? t->z + (y - t->y) : 0;
+#pragma GCC unroll 8
     for (int j = 0; j < NP; j++) {
         if (check && j >= count) break;
         __m512 r = _mm512_add_ps(acc[j], bias);
@@ -297,49 +445,64 @@ static inline ALWAYS void dw_tile_run(const nhwc_task *t, const float *xr, int64
     }
 }
 
-/* The window shapes dw_tile_run serves: 3x3 and 5x5 rows at strides 1 and 2 (check: a tile
-   at the image's border, or a row's last `count` pixels). */
-static inline ALWAYS int dw_run(const nhwc_task *t, const float *xr, int64_t ih0, int64_t iw0,
-                                float *y, int64_t c, __mmask16 k, const int masked,
-                                const int check, int count) {
-    if (t->dw != 1) return 0;
-    if (t->kw == 3 && t->sw == 1) dw_tile_run(t, xr, ih0, iw0, y, c, k, masked, 3, 1, check, count);
-    else if (t->kw == 3 && t->sw == 2) dw_tile_run(t, xr, ih0, iw0, y, c, k, masked, 3, 2, check, count);
-    else if (t->kw == 5 && t->sw == 1) dw_tile_run(t, xr, ih0, iw0, y, c, k, masked, 5, 1, check, count);
-    else if (t->kw == 5 && t->sw == 2) dw_tile_run(t, xr, ih0, iw0, y, c, k, masked, 5, 2, check, count);
-    else return 0;
-    return 1;
-}
-
-/* One output row's pixels [0, OW) for the channel block at c, 8 at a time by dw_tile_run
-   where it serves the window (tiles at a border reading zeros outside), else by dw_tile. */
-static inline ALWAYS void dw_row(const nhwc_task *t, const float *xr, int64_t ih0, float *yr,
-                                 int64_t c, __mmask16 k, int64_t lo, int64_t hi,
-                                 const int masked) {
-    const int64_t C = t->C, OW = t->OW, sw = t->sw, left = t->left;
-    for (int64_t ow = 0; ow < OW; ow += 8) {
-        int64_t iw0 = ow * sw - left;
-        const float *x0 = xr + iw0 * C + c;
-        float *y = yr + ow * C + c;
-        int count = (int)(OW - ow < 8 ? OW - ow : 8);
-        int done = ow >= lo && ow + 8 <= hi ? dw_run(t, x0, ih0, iw0, y, c, k, masked, 0, 8)
-                                            : dw_run(t, x0, ih0, iw0, y, c, k, masked, 1, count);
-        if (!done) dw_tile(t, x0, ih0, iw0, y, c, k, count);
+/* Output pixels [ow, ow + count) (count <= 8) of every channel block, the tile at column
+   iw0 of row ih0 (xr: its input, channel 0); inside: no tap leaves the image (count == 8). */
+static inline ALWAYS void dw_tiles_fixed(const nhwc_task *t, const float *xr, int64_t ih0,
+                                         int64_t iw0, float *y, int inside, int count,
+                                         const int KW, const int SW) {
+    const int64_t C = t->C;
+    int64_t c = 0;
+    if (inside) {
+        for (; c + 16 <= C; c += 16)
+            dw_tile_fixed(t, xr + c, ih0, iw0, y + c, c, 0xFFFF, 0, KW, SW, 0, 8);
+        if (c < C) dw_tile_fixed(t, xr + c, ih0, iw0, y + c, c, lanes_left(C - c), 1, KW, SW, 0, 8);
+    } else {
+        for (; c + 16 <= C; c += 16)
+            dw_tile_fixed(t, xr + c, ih0, iw0, y + c, c, 0xFFFF, 0, KW, SW, 1, count);
+        if (c < C)
+            dw_tile_fixed(t, xr + c, ih0, iw0, y + c, c, lanes_left(C - c), 1, KW, SW, 1, count);
     }
 }
 
-static AVX512 void dw_rows(const nhwc_task *t, int64_t begin, int64_t end) {
-    const int64_t C = t->C;
+/* Rows [begin, end) of the N * OH output rows for one window shape (KW, SW: constants, or 0
+   for any: dw_tile), 8 pixels at a time, each tile through every channel block before the
+   next (its input span stays in L1 for all of them). */
+static inline ALWAYS void dw_rows_of(const nhwc_task *t, int64_t begin, int64_t end,
+                                     const int KW, const int SW) {
+    const int64_t C = t->C, OW = t->OW;
     int64_t lo, hi;
     interior(t, &lo, &hi);
     for (int64_t r = begin; r < end; r++) {
         int64_t n = r / t->OH, oh = r % t->OH;
         int64_t ih0 = oh * t->sh - t->top;
         const float *xr = t->x + n * t->xs_n + ih0 * t->xs_h; /* (row ih0: maybe outside) */
-        float *yr = t->y + r * t->OW * C;
-        int64_t c = 0;
-        for (; c + 16 <= C; c += 16) dw_row(t, xr, ih0, yr, c, 0xFFFF, lo, hi, 0);
-        if (c < C) dw_row(t, xr, ih0, yr, c, lanes_left(C - c), lo, hi, 1);
+        float *yr = t->y + r * OW * C;
+        for (int64_t ow = 0; ow < OW; ow += 8) {
+            int64_t iw0 = ow * t->sw - t->left;
+            int count = (int)(OW - ow < 8 ? OW - ow : 8);
+            int inside = ow >= lo && ow + 8 <= hi;
+            const float *x0 = xr + iw0 * C;
+            float *y = yr + ow * C;
+            if (KW) {
+                dw_tiles_fixed(t, x0, ih0, iw0, y, inside, count, KW, SW);
+                continue;
+            }
+            int64_t c = 0;
+            for (; c + 16 <= C; c += 16) dw_tile(t, x0 + c, ih0, iw0, y + c, c, 0xFFFF, count);
+            if (c < C) dw_tile(t, x0 + c, ih0, iw0, y + c, c, lanes_left(C - c), count);
+        }
+    }
+}
+
+static AVX512 void dw_rows(const nhwc_task *t, int64_t begin, int64_t end) {
+    int fixed = t->dw == 1 && (t->kw == 3 || t->kw == 5) && (t->sw == 1 || t->sw == 2);
+    int shape = fixed ? (int)(t->kw * 2 + t->sw) : 0;
+    switch (shape) {
+    case 7: dw_rows_of(t, begin, end, 3, 1); break;
+    case 8: dw_rows_of(t, begin, end, 3, 2); break;
+    case 11: dw_rows_of(t, begin, end, 5, 1); break;
+    case 12: dw_rows_of(t, begin, end, 5, 2); break;
+    default: dw_rows_of(t, begin, end, 0, 0); break;
     }
 }
 
@@ -390,7 +553,7 @@ EXPORT int onyx_nhwc_range(const void *p, int64_t begin, int64_t end) {
     if (!have_avx512() || !task_ok(t) || begin < 0) return ONYX_INVALID;
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     switch (t->kind) {
-    case NHWC_CONV: conv_rows(t, begin, end); break;
+    case NHWC_CONV: narrow_ok(t) ? narrow_rows(t, begin, end) : conv_rows(t, begin, end); break;
     case NHWC_POINTWISE: return pointwise_pixels(t, begin, end);
     case NHWC_DEPTHWISE: dw_rows(t, begin, end); break;
     default: mean_images(t, begin, end); break;

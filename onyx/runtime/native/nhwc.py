@@ -150,29 +150,34 @@ class NhwcConv:
         """x float32 of the set-up's (N, H, W, C) shape and strides (set_strides); s: per-image
         input channel scales (N, C) (pointwise only), z: a residual of the output's shape,
         added before the activation (both C-contiguous float32)."""
-        y = _aligned(self.shape, self.size)
+        y, address = _aligned(self.shape, self.size)
         task = _copy(self.task)  # (calls may come from several threads)
-        task.x, task.y = _base_addr(x), _addr(y)
+        task.x, task.y = _base_addr(x), address
         if s is not None:
             task.s = _input_addr(s)
         if z is not None:
             task.z = _input_addr(z)
-        check(
-            core.lib.onyx_parallel(_RANGE[0], _byref(task), self.cuts_addr, self.parts, self.ways),
-            "channels-last conv",
+        status = core.lib.onyx_parallel(
+            _RANGE[0], _byref(task), self.cuts_addr, self.parts, self.ways
         )
+        if status:
+            check(status, "channels-last conv")
         return y
 
 
 _copy, _byref = _NhwcTask.from_buffer_copy, ctypes.byref
+_empty, _ndarray, _F32, _BYTE = np.empty, np.ndarray, np.dtype(np.float32), np.dtype(np.uint8)
+_addressof, _c_char_from = ctypes.addressof, ctypes.c_char.from_buffer
 
 
-def _aligned(shape: tuple, size: int) -> np.ndarray:
-    """An empty float32 array of ``size`` elements whose data starts on a 64-byte line: the
-    kernels' vectors of 16 channels then never straddle two lines (malloc aligns to 16)."""
-    buf = np.empty(size + 15, np.float32)
-    start = (-(buf.__array_interface__["data"][0] >> 2)) & 15
-    return buf[start : start + size].reshape(shape)
+def _aligned(shape: tuple, size: int) -> tuple:
+    """An empty float32 array of ``size`` elements whose data starts on a 64-byte line (the
+    kernels' vectors of 16 channels then never straddle two lines; malloc aligns to 16), and
+    that address (found through c_char.from_buffer: __array_interface__ builds a dict)."""
+    buf = _empty(4 * size + 60, _BYTE)
+    base = _addressof(_c_char_from(buf))
+    start = -base & 63
+    return _ndarray(shape, _F32, buf, start), base + start
 
 
 _RANGE = [0]  # (lib.nhwc_range, set by bind)
