@@ -436,3 +436,157 @@ def test_audio_magnitude(op):
             (got,) = sess.run(None, {"x": variant})
             args = [_frozen(variant)] + [_frozen(consts[n]) for n in names[1:]]
             _same([got], _want(op, "ai.onyx", 1, args, {"strides": [8]}))
+
+
+#: 2-D float convs (fed X shapes: two signatures), their constants and attributes: the small
+#: direct conv (small_cnn.c), the implicit GEMM (a strided conv), a stem-sized 1x1, a GEMV (one
+#: pixel), a depthwise conv (declined: the kernel as written)
+CONVS_2D = [
+    ([(1, 8, 16, 16)], [(2, 8, 8, 8)], {"w": (16, 8, 3, 3), "bb": (16,)}, {"pads": [1] * 4}),
+    ([(1, 16, 20, 20)], [(2, 16, 9, 11)], {"w": (24, 16, 3, 3)}, {"strides": [2, 2]}),
+    ([(1, 32, 8, 8)], [(1, 32, 40, 40)], {"w": (16, 32, 1, 1), "bb": (16,)}, {}),
+    ([(1, 64, 1, 1)], [(3, 64, 1, 1)], {"w": (32, 64, 1, 1), "bb": (32,)}, {}),
+    ([(1, 8, 10, 10)], [(2, 8, 6, 6)], {"w": (8, 1, 3, 3)}, {"group": 8, "pads": [1] * 4}),
+]
+
+
+def _conv_consts(consts):
+    return {n: RNG.standard_normal(s).astype(np.float32) for n, s in consts.items()}
+
+
+def _native_bound(bound: BoundCall, declines: bool = False) -> None:
+    """With the native library on, the conv was bound (not declined) for each signature."""
+    from onyx.runtime import native
+
+    if native.conv_f32_ok() and not declines:
+        assert all(call is not None for call in bound.calls.values())
+
+
+@pytest.mark.parametrize("fused", [False, True])
+@pytest.mark.parametrize("first, second, consts, attrs", CONVS_2D)
+def test_conv_2d(fused, first, second, consts, attrs):
+    """A bound 2-D Conv / FusedConv answers as the kernel for alternating shapes, strided
+    (non-contiguous) and read-only feeds."""
+    op, domain = ("FusedConv", "com.microsoft") if fused else ("Conv", "")
+    if fused:
+        attrs = {**attrs, "activation": "LeakyRelu", "activation_params": [0.2]}
+    arrays = _conv_consts(consts)
+    sess = _model(op, ["x", *consts], arrays, attrs, domain)
+    constants = [_frozen(a) for a in arrays.values()]
+    for shape in (first, second, first, second):
+        x = RNG.standard_normal(shape[0]).astype(np.float32)
+        for variant in (x, _strided(x)):
+            (got,) = sess.run(None, {"x": variant})
+            _same([got], _want(op, domain, 17, [_frozen(variant), *constants], attrs))
+    bound = _bound(sess)
+    assert len(bound.calls) == 2
+    _native_bound(bound, declines=attrs.get("group", 1) > 1)
+
+
+def test_fused_conv_2d_with_a_fed_residual():
+    """FusedConv's Z, fed (part of the signature): added as the kernel adds it, broadcast too."""
+    arrays = _conv_consts({"w": (16, 8, 3, 3), "bb": (16,)})
+    attrs = {"activation": "Relu", "pads": [1] * 4}
+    graph = helper.make_graph(
+        [
+            helper.make_node(
+                "FusedConv", ["x", "w", "bb", "z"], ["y"], domain="com.microsoft", **attrs
+            )
+        ],
+        "g",
+        [helper.make_tensor_value_info(n, F, None) for n in ("x", "z")],
+        [helper.make_tensor_value_info("y", F, None)],
+        [numpy_helper.from_array(v, n) for n, v in arrays.items()],
+    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    sess = onyx.InferenceSession(
+        helper.make_model(graph, opset_imports=opsets, ir_version=8).SerializeToString()
+    )
+    shapes = [((1, 8, 12, 12), (1, 16, 12, 12)), ((2, 8, 8, 8), (1, 16, 1, 1))]
+    for x_shape, z_shape in shapes + shapes:
+        x = RNG.standard_normal(x_shape).astype(np.float32)
+        z = RNG.standard_normal(z_shape).astype(np.float32)
+        for xv, zv in ((x, z), (_strided(x), _strided(z))):
+            (got,) = sess.run(None, {"x": xv, "z": zv})
+            args = [_frozen(xv), *(_frozen(a) for a in arrays.values()), _frozen(zv)]
+            _same([got], _want("FusedConv", "com.microsoft", 1, args, attrs))
+    bound = _bound(sess)
+    assert len(bound.calls) == 2
+    _native_bound(bound)
+
+
+@pytest.mark.parametrize(
+    "first, second, consts, attrs",
+    [  # the small conv's 2x2 / 2 upsampling (width a multiple of 8), convtranspose.c's
+        ((1, 16, 8, 8), (2, 16, 4, 16), {"w": (16, 8, 2, 2), "bb": (8,)}, {"strides": [2, 2]}),
+        ((1, 8, 5, 6), (1, 8, 7, 7), {"w": (8, 4, 3, 3)}, {"strides": [2, 2], "pads": [1] * 4}),
+    ],
+)
+def test_conv_transpose_2d(first, second, consts, attrs):
+    arrays = _conv_consts(consts)
+    sess = _model("ConvTranspose", ["x", *consts], arrays, attrs)
+    constants = [_frozen(a) for a in arrays.values()]
+    for shape in (first, second, first, second):
+        x = RNG.standard_normal(shape).astype(np.float32)
+        for variant in (x, _strided(x)):
+            (got,) = sess.run(None, {"x": variant})
+            _same([got], _want("ConvTranspose", "", 17, [_frozen(variant), *constants], attrs))
+    bound = _bound(sess)
+    assert len(bound.calls) == 2
+    from onyx.runtime import native
+
+    if native.conv_transpose_ok():
+        assert all(call is not None for call in bound.calls.values())
+
+
+@pytest.mark.parametrize("op", ["Conv", "ConvTranspose"])
+def test_a_fed_conv_weight_declines(op):
+    """W fed (or an initializer a feed may override): no set-up is kept for it."""
+    w0 = RNG.standard_normal((8, 8, 3, 3)).astype(np.float32)
+    sess = _model(op, ["x", "w"], {"w": w0}, {"pads": [1] * 4}, fed_const=["w"])
+    x = RNG.standard_normal((1, 8, 8, 8)).astype(np.float32)
+    for _ in range(3):
+        w = RNG.standard_normal((8, 8, 3, 3)).astype(np.float32)
+        (got,) = sess.run(None, {"x": x, "w": w})
+        _same([got], _want(op, "", 17, [_frozen(x), _frozen(w)], {"pads": [1] * 4}))
+    assert not any(_bound(sess).calls.values())  # (no set-up kept: declined or not made)
+
+
+def test_a_bound_conv_under_another_thread_setting():
+    """A set-up's work split is its thread setting's: under another one the bound call answers
+    as the kernel does there."""
+    from onyx.runtime import native
+
+    arrays = _conv_consts({"w": (32, 16, 3, 3), "bb": (32,)})
+    attrs = {"pads": [1] * 4}
+    sess = _model("Conv", ["x", "w", "bb"], arrays, attrs)
+    x = RNG.standard_normal((2, 16, 24, 24)).astype(np.float32)
+    sess.run(None, {"x": x})
+    (call,) = _bound(sess).calls.values()
+    if call is None:
+        pytest.skip("declined here (no native conv)")
+    args = [_frozen(x), *(_frozen(a) for a in arrays.values())]
+    for n in (1, 2, 3):
+        with native.threads(n):
+            _same([call(*args)], _want("Conv", "", 17, args, attrs))
+
+
+def test_concurrent_bound_convs_are_bit_identical():
+    arrays = _conv_consts({"w": (16, 8, 3, 3), "bb": (16,)})
+    sess = _model("Conv", ["x", "w", "bb"], arrays, {"pads": [1] * 4})
+    feeds = [{"x": RNG.standard_normal((1, 8, 16, 16)).astype(np.float32)} for _ in range(8)]
+    want = [sess.run(None, f) for f in feeds]
+    failures = []
+
+    def worker(k):
+        for _ in range(100):
+            (got,) = sess.run(None, feeds[k])
+            if not np.array_equal(got, want[k][0]):
+                failures.append(k)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures

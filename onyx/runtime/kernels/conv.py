@@ -17,7 +17,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from .. import native
-from ..registry import ONYX_DOMAIN, op
+from ..registry import ONYX_DOMAIN, binds, op
 from . import conv1d as _conv1d
 from . import small_cnn as _small_cnn
 from .derived import derived, frozen, scratch, value_key
@@ -1587,3 +1587,75 @@ def causal_conv_with_state(input, weight, bias=None, past_state=None, *, activat
     y = _ACTIVATIONS[activation](y)
     present = seq[:, :, seq.shape[2] - (k - 1) :]
     return y.astype(input.dtype, copy=False), np.ascontiguousarray(present).astype(input.dtype)
+
+
+# ----------------------------------------------------------------------------- bound steps
+# (registry.binds: the float32 conv's set-up looked up once per input signature; each bound
+# call answers as the kernel as written, which stays the reference and the fallback)
+
+
+def float_conv_runner(x_shape, W, group: int, attrs: tuple, activation=0, alpha=0.0, beta=0.0):
+    """native_conv_f32's set-up for a 2-D float32 conv of a constant W and inputs of
+    ``x_shape`` (the same derived entry the kernel finds), called as ``run(X, B, z)`` with a
+    C-contiguous X; or None where native_conv_f32 takes another path (depthwise, 1-D) or none.
+    Made under the current thread setting: a caller checks it is still that one."""
+    if len(x_shape) != 4 or not math.prod(x_shape) or W.dtype != np.float32 or W.ndim != 4:
+        return None  # (bad shapes: the kernel as written names what is wrong)
+    if group > 1 and W.shape[1] == 1 or not native.conv_f32_ok():
+        return None  # (a depthwise conv: _activated_depthwise's path, not bound)
+    key = ("f32 conv", x_shape, group, attrs, activation, alpha, beta, native.thread_setting())
+    return derived(W, key, lambda: _float_conv(x_shape, W, group, attrs, activation, alpha, beta))
+
+
+def _bind_conv(inputs, attrs, constant):
+    """registry.binds for a float32 2-D Conv of constant weights: native_conv_f32's call."""
+    X, W, B = (tuple(inputs) + (None,))[:3]
+    if not all(constant[1:3]) or X.dtype != np.float32 or X.ndim != 4:
+        return None
+    geometry = [attrs[k] for k in ("auto_pad", "pads", "strides", "dilations", "kernel_shape")]
+    call = float_conv_runner(X.shape, W, attrs["group"], conv_key(*geometry))
+    if call is None:
+        return None
+    threads, setting = native.thread_setting(), native.thread_setting
+    contiguous = np.ascontiguousarray
+
+    def run(X, W, B=None):
+        if setting() != threads:  # (the set-up's work split is the setting's: as written)
+            return conv(X, W, B, **attrs)
+        return call(contiguous(X), B, None)
+
+    return run
+
+
+def _bind_conv_transpose(inputs, attrs, constant):
+    """registry.binds for a float32 2-D ConvTranspose of constant weights: the native set-up
+    _native_conv_transpose finds (small_cnn.py's 2x2 upsampling or convtranspose.c)."""
+    X, W, B = (tuple(inputs) + (None,))[:3]
+    if not all(constant[1:3]) or X.dtype != np.float32 or W.dtype != np.float32:
+        return None
+    if X.ndim != 4 or not X.size or not native.conv_transpose_ok():
+        return None
+    group = attrs["group"]
+    if B is not None and (B.ndim != 1 or B.shape[0] != W.shape[1] * group):
+        return None
+    names = ("auto_pad", "dilations", "kernel_shape", "output_padding", "output_shape")
+    key = conv_key(*(attrs[k] for k in (*names, "pads", "strides")))
+    threads, setting = native.thread_setting(), native.thread_setting
+    shape = X.shape
+    derived_key = ("f32 convT", shape, group, key, threads)
+    call = derived(W, derived_key, lambda: _conv_transpose_setup(shape, W, group, key))
+    if call is None:
+        return None
+    contiguous = np.ascontiguousarray
+
+    def run(X, W, B=None):
+        if setting() != threads:  # (as _bind_conv's)
+            return conv_transpose(X, W, B, **attrs)
+        return call(contiguous(X), B)
+
+    return run
+
+
+# (marked here: the kernels above stay as they were written; W and B must be constants)
+binds(_bind_conv, constants=(1, 2))(conv)
+binds(_bind_conv_transpose, constants=(1, 2))(conv_transpose)

@@ -13,7 +13,7 @@ from .. import native
 from ..fpstate import ignoring_fp_errors
 from ..registry import ONYX_DOMAIN, binds, op
 from .activation import hard_sigmoid_into, hard_swish, sigmoid_into
-from .conv import conv, conv_key, float32_weights, native_conv_f32
+from .conv import conv, conv_key, float32_weights, float_conv_runner, native_conv_f32
 from .conv1d import node_conv1d_runner
 from .derived import derived
 from .linalg import (
@@ -94,23 +94,46 @@ _MONOTONE = ("", "Relu", "Clip")
 
 
 def _bind_fused_conv(inputs, attrs, constant):
-    """registry.binds for a float32 1-D FusedConv without Z of constant weights: the direct
-    kernel native_conv_f32 tries first (conv1d.py), its set-up found once; None elsewhere."""
+    """registry.binds for a float32 FusedConv of constant weights: 1-D without Z, the direct
+    kernel native_conv_f32 tries first (conv1d.py); 2-D, Z fed or not, native_conv_f32's
+    set-up (conv.float_conv_runner); each found once. None elsewhere."""
     X, W, B, Z = (tuple(inputs) + (None, None))[:4]
-    if Z is not None or X.ndim != 3 or not X.size:
+    if X.ndim not in (3, 4) or not X.size:
         return None
     code = native.CONV_ACTIVATIONS.get(attrs["activation"])
     if code is None or X.dtype != np.float32 or W.dtype != np.float32:
         return None
     params = list(attrs["activation_params"] or []) + [None] * 3
     lo, hi = native_activation_params(attrs["activation"], params)
+    if X.ndim == 4:
+        return _bound_conv2d(X.shape, W, attrs, code, lo, hi)
+    if Z is not None or not constant[3]:
+        return None
     run = node_conv1d_runner(X.shape, W, attrs, code, lo, hi)
     if run is None:
         return None
     return lambda X, W, B=None, Z=None: run(X, B, None)
 
 
-@binds(_bind_fused_conv, constants=(1, 2, 3))
+def _bound_conv2d(x_shape, W, attrs: dict, code: int, lo, hi):
+    """A 2-D FusedConv's bound call: native_conv_f32's call, as fused_conv makes it."""
+    names = ("auto_pad", "pads", "strides", "dilations", "kernel_shape")
+    geometry = conv_key(*(attrs[k] for k in names))
+    call = float_conv_runner(x_shape, W, attrs["group"], geometry, code, lo, hi)
+    if call is None:
+        return None
+    threads, setting = native.thread_setting(), native.thread_setting
+    contiguous = np.ascontiguousarray
+
+    def run(X, W, B=None, Z=None):
+        if setting() != threads:  # (the set-up's work split is the setting's: as written)
+            return fused_conv(X, W, B, Z, **attrs)
+        return call(contiguous(X), B, Z)
+
+    return run
+
+
+@binds(_bind_fused_conv, constants=(1, 2))  # (Z: fed to a 2-D conv, constant to a 1-D one)
 @op("FusedConv", since=1, domain=MS, threads="pool")
 def fused_conv(
     X,
