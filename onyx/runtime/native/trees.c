@@ -581,3 +581,52 @@ EXPORT int onyx_normalize_rows(const float *x, int64_t rows, int64_t C, int64_t 
     }
     return 0;
 }
+
+/* ------------------------------------------------------------------ small calls */
+
+/* An ml kernel's call on at most max_rows rows (trees.py's SmallCall): Python passes the
+   kernel's ml_call (its kept tables, and the calling thread's own outputs), x's bytes and the
+   row count, three arguments that ctypes passes without converting them (the ten of the
+   kernels' own entry points, converted one by one, cost more than the kernel at one row). */
+
+static int small_rows_ok(const ml_call *c, int rows) { return rows >= 0 && rows <= c->max_rows; }
+
+/* TreeEnsemble: mode -1 the scores (onyx_forest_scores), 0 / 1 onyx_forest_classify's
+   NONE / SOFTMAX with n base values. */
+EXPORT int onyx_forest_small(const void *call, const void *x, int rows) {
+    const ml_call *c = call;
+    if (!small_rows_ok(c, rows)) return ONYX_INVALID; /* (checks.h) */
+    if (c->mode < 0) return onyx_forest_scores(c->task, c->task2, x, rows, c->nf, c->out);
+    return onyx_forest_classify(c->task, c->task2, x, rows, c->nf, c->out, c->consts, c->n,
+                                c->mode, c->best);
+}
+
+/* SVMClassifier: x float32 (mode 1, widened into the work space first) or float64. */
+EXPORT int onyx_svm_small(const void *call, const void *x, int rows) {
+    const ml_call *c = call;
+    if (!small_rows_ok(c, rows) || c->nf < 0) return ONYX_INVALID; /* (checks.h) */
+    double *work = c->work;
+    const double *x64 = x;
+    if (c->mode == 1) {
+        const float *x32 = x;
+        for (int64_t i = 0; i < rows * c->nf; i++) work[i] = (double)x32[i];
+        x64 = work;
+        work += c->max_rows * c->nf;
+    }
+    return onyx_svm_classify(c->task, x64, rows, c->best, c->out, work);
+}
+
+/* LinearClassifier: weights task [nf][n], intercepts task2 (or null), mode its transform. */
+EXPORT int onyx_linear_small(const void *call, const void *x, int rows) {
+    const ml_call *c = call;
+    if (!small_rows_ok(c, rows)) return ONYX_INVALID; /* (checks.h) */
+    return onyx_linear_classify(x, rows, c->nf, c->task, c->task2, c->n, c->mode, c->out,
+                                c->best);
+}
+
+/* Normalizer: n columns, mode its norm. */
+EXPORT int onyx_normalize_small(const void *call, const void *x, int rows) {
+    const ml_call *c = call;
+    if (!small_rows_ok(c, rows)) return ONYX_INVALID; /* (checks.h) */
+    return onyx_normalize_rows(x, rows, c->n, c->mode, c->out, c->work);
+}

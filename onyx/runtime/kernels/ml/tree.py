@@ -465,6 +465,24 @@ class _Sums:
         sums = self._fitting_sums(x)
         return None if sums is None else sums.classify(x, base, code)
 
+    def small_classifier(self, x: np.ndarray, base: np.ndarray, transform: str):
+        """The native.SmallCall serving classify(x, base, transform) for a few rows of x's
+        dtype and width in one short call, or None where classify's conditions fail."""
+        code = _NATIVE_FINISH.get(transform)
+        if (
+            code is None
+            or not self.simple
+            or self.aggregate != "SUM"
+            or self.weights.dtype != np.float32
+            or len(base) > self.weights.shape[1]
+            or self.forest.max_feature >= x.shape[1]
+        ):
+            return None
+        sums = self.native.get(x.dtype, _UNSET)
+        if sums is _UNSET:
+            sums = self._native_sums(x.dtype)
+        return None if sums is None else sums.small(x.shape[1], base, code)
+
     def _fitting_sums(self, x: np.ndarray):
         """The native.ForestSums that serves 2-D x (kept per dtype), or None where it does not."""
         sums = self.native.get(x.dtype, _UNSET)
@@ -790,8 +808,20 @@ def _classifier_model(
     sums = _Sums(forest, weights, has, "SUM")
     base32 = np.ascontiguousarray(base) if base.dtype == np.float32 else None
 
+    small: dict = {}  # x's (dtype, width) -> its native.SmallCall (None: none serves it)
+    plain = labels.dtype == np.int64 and np.array_equal(labels, np.arange(n_classes))
+
     def predict(x):
         if n_classes > 2 and base32 is not None:
+            if x.__class__ is np.ndarray and x.ndim == 2:
+                call = small.get((x.dtype, x.shape[1]), _UNSET)
+                if call is _UNSET:
+                    call = small[x.dtype, x.shape[1]] = sums.small_classifier(
+                        x, base32, post_transform
+                    )
+                if call is not None and x.shape[0] <= call.max_rows:
+                    scores, best = call(x)
+                    return (best if plain else labels[best]), scores
             fast = sums.classify(x, base32, post_transform)
             if fast is not None:
                 return labels[fast[0]], fast[1]
