@@ -354,6 +354,16 @@ ONYX_STRUCT(svm_task, ONYX_SVM_TASK)
     F(S, int64_t, max_rows, ) F(S, int64_t, n, ) F(S, int64_t, mode, )
 ONYX_STRUCT(ml_call, ONYX_ML_CALL)
 
+/* An ai.onyx LinearChain's constants (optimizer/linear_chain.py): each row's features pass
+   the Scaler, the Sub and the MatMul present, then LinearClassifier and a Normalizer. */
+#define ONYX_LINEAR_CHAIN(F, S)                                                              \
+    F(S, const float *, offset, ) F(S, const float *, scale, ) /* Scaler's [nf], or null */  \
+    F(S, const float *, sub, ) /* [nf] subtracted next, or null */                           \
+    F(S, const float *, proj, ) /* [nf][k up to 16s, 0s] multiplied next, or null (k = nf) */ \
+    F(S, const float *, weights, ) F(S, const float *, bias, ) /* [k][C]; [C] or null */     \
+    F(S, int64_t, k, ) F(S, int64_t, norm, ) /* -1 no Normalizer; else its norm (0..2) */
+ONYX_STRUCT(linear_chain, ONYX_LINEAR_CHAIN)
+
 /* ------------------------------------------------------------ MatMulNBits (nbits.c) */
 
 #define ONYX_NBITS_TASK(F, S)                                                                \
@@ -508,6 +518,6 @@ ONYX_STRUCT(small_conv_f32, ONYX_SMALL_CONV_F32)
     X(nhwc_task, ONYX_NHWC_TASK)                                                             \
     X(svm_task, ONYX_SVM_TASK)                                                               \
     X(small_conv_f32, ONYX_SMALL_CONV_F32)                                                   \
-    X(ml_call, ONYX_ML_CALL)
+    X(ml_call, ONYX_ML_CALL) X(linear_chain, ONYX_LINEAR_CHAIN)
 
 #endif

@@ -630,3 +630,92 @@ EXPORT int onyx_normalize_small(const void *call, const void *x, int rows) {
     if (!small_rows_ok(c, rows)) return ONYX_INVALID; /* (checks.h) */
     return onyx_normalize_rows(x, rows, c->n, c->mode, c->out, c->work);
 }
+
+/* LinearChain: task the chain's linear_chain (proj's rows zero-padded to a multiple of
+   CHAIN_BLOCK columns), n classes, mode LinearClassifier's transform, work
+   [CHAIN_ROWS (nf + k) + n] floats. CHAIN_ROWS rows at a time: Scaler's (x - offset) * scale,
+   then x - sub, then the product with proj (each sum in feature order), LinearClassifier
+   (onyx_linear_classify) and the Normalizer (onyx_normalize_rows), in float32 as the
+   separate kernels compute. */
+#define CHAIN_BLOCK 16
+#define CHAIN_ROWS 16
+
+/* z [rows][k] = v [rows][nf] proj [nf][kp]: CHAIN_BLOCK columns of four rows at once in
+   vectors of local sums (GCC's vector extension: four independent chains of additions, each
+   product and sum rounded as written). */
+typedef float chain_block __attribute__((vector_size(4 * CHAIN_BLOCK)));
+
+static void chain_store(const chain_block *a, float *z, int64_t m) {
+    float out[CHAIN_BLOCK];
+    memcpy(out, a, sizeof out);
+    for (int64_t j = 0; j < m; j++) z[j] = out[j];
+}
+
+static CLONES NO_FMA void chain_project(const float *v, int64_t rows, int64_t nf,
+                                        const float *proj, int64_t k, int64_t kp, float *z) {
+    for (int64_t j0 = 0; j0 < kp; j0 += CHAIN_BLOCK) {
+        int64_t m = k - j0 < CHAIN_BLOCK ? k - j0 : CHAIN_BLOCK, r = 0;
+        for (; r + 4 <= rows; r += 4) {
+            chain_block a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, p;
+            const float *v0 = v + r * nf;
+            for (int64_t f = 0; f < nf; f++) {
+                memcpy(&p, proj + f * kp + j0, sizeof p);
+                a0 += v0[f] * p;
+                a1 += v0[nf + f] * p;
+                a2 += v0[2 * nf + f] * p;
+                a3 += v0[3 * nf + f] * p;
+            }
+            chain_store(&a0, z + r * k + j0, m);
+            chain_store(&a1, z + (r + 1) * k + j0, m);
+            chain_store(&a2, z + (r + 2) * k + j0, m);
+            chain_store(&a3, z + (r + 3) * k + j0, m);
+        }
+        for (; r < rows; r++) {
+            chain_block a0 = {0}, p;
+            for (int64_t f = 0; f < nf; f++) {
+                memcpy(&p, proj + f * kp + j0, sizeof p);
+                a0 += v[r * nf + f] * p;
+            }
+            chain_store(&a0, z + r * k + j0, m);
+        }
+    }
+}
+
+/* v [rows][nf] = x after the Scaler and the Sub (where present). */
+static CLONES NO_FMA void chain_prepare(const linear_chain *t, const float *x, int64_t rows,
+                                        int64_t nf, float *v) {
+    for (int64_t i = 0; i < rows * nf; i++) v[i] = x[i];
+    if (t->offset)
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t f = 0; f < nf; f++)
+                v[r * nf + f] = (v[r * nf + f] - t->offset[f]) * t->scale[f];
+    if (t->sub)
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t f = 0; f < nf; f++) v[r * nf + f] = v[r * nf + f] - t->sub[f];
+}
+
+EXPORT int onyx_linear_chain_small(const void *call, const void *x, int rows) {
+    const ml_call *c = call;
+    const linear_chain *t = c->task;
+    int64_t nf = c->nf, k = t->proj ? t->k : nf, C = c->n;
+    int64_t kp = (k + CHAIN_BLOCK - 1) / CHAIN_BLOCK * CHAIN_BLOCK; /* proj's row stride */
+    if (!small_rows_ok(c, rows) || nf < 1 || k < 1 || C < 1 || t->norm < -1 || t->norm > 2 ||
+        (t->norm >= 0 && C > 128))
+        return ONYX_INVALID; /* (checks.h) */
+    float *v = c->work, *z = v + CHAIN_ROWS * nf, *tmp = z + CHAIN_ROWS * k;
+    for (int64_t r0 = 0; r0 < rows; r0 += CHAIN_ROWS) {
+        int64_t n = rows - r0 < CHAIN_ROWS ? rows - r0 : CHAIN_ROWS;
+        const float *xr = (const float *)x + r0 * nf;
+        chain_prepare(t, xr, n, nf, v);
+        const float *in = v;
+        if (t->proj) {
+            chain_project(v, n, nf, t->proj, k, kp, z);
+            in = z;
+        }
+        float *y = (float *)c->out + r0 * C;
+        int status = onyx_linear_classify(in, n, k, t->weights, t->bias, C, c->mode, y, c->best + r0);
+        if (!status && t->norm >= 0) status = onyx_normalize_rows(y, n, C, t->norm, y, tmp);
+        if (status) return status;
+    }
+    return 0;
+}

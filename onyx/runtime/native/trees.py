@@ -419,6 +419,80 @@ class SmallCall:
         return out, None if best is None else best.copy()
 
 
+@abi("linear_chain")
+class _LinearChain(ctypes.Structure):
+    _fields_ = [(name, _P) for name in ("offset", "scale", "sub", "proj", "weights", "bias")] + [
+        (name, _I64) for name in ("k", "norm")
+    ]
+
+
+#: Normalizer's norms, as trees.c numbers them
+NORMS = {"MAX": 0, "L1": 1, "L2": 2}
+
+
+#: the columns trees.c's LinearChain sums at once (its CHAIN_BLOCK)
+_CHAIN_BLOCK = 16
+#: the rows it takes at once (its CHAIN_ROWS)
+_CHAIN_ROWS = 16
+
+
+class LinearChain:
+    """trees.c's onyx_linear_chain_small for one ai.onyx LinearChain on float32 rows of nf
+    features: the Scaler (offset, scale [nf]), Sub (sub [nf]) and MatMul (proj [nf, k])
+    present, then LinearClassifier (weights [k, C], bias [C], its NONE or SOFTMAX) and a
+    Normalizer (norm, or None), one C call a run. A call returns (best class [rows] int64,
+    scores [rows, C] float32)."""
+
+    __slots__ = ("_arrays", "_chain", "_small", "_template", "nf")
+
+    def __init__(self, nf: int, offset, scale, sub, proj, weights, bias, transform: int,
+                 norm: str | None):  # fmt: skip
+        def f32(a):
+            return None if a is None else np.ascontiguousarray(a, np.float32)
+
+        k, classes = np.shape(weights)
+        if proj is not None:  # (its rows zero-padded to whole blocks: trees.c's CHAIN_BLOCK)
+            padded = np.zeros((nf, -(-k // _CHAIN_BLOCK) * _CHAIN_BLOCK), np.float32)
+            padded[:, :k] = proj
+            proj = padded
+        arrays = [f32(a) for a in (offset, scale, sub, proj, weights, bias)]
+        self._arrays = arrays
+        self._chain = _LinearChain(
+            *[None if a is None else _addr(a) for a in arrays], k, -1 if norm is None else NORMS[norm]
+        )  # fmt: skip
+        fields = dict(task=ctypes.addressof(self._chain), nf=nf, n=classes, mode=transform)
+        work = 4 * (_CHAIN_ROWS * (nf + k) + classes)
+        self._small = SmallCall("linear_chain", fields, (self,), classes, np.float32, True, work)
+        self._template = (_MlCall(max_rows=0, **fields), work)
+        self.nf = nf
+
+    def __call__(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(best, scores) of float32 x [rows, nf] (any layout: its bytes are copied)."""
+        rows = x.shape[0]
+        if rows <= SMALL_ROWS:
+            scores, best = self._small(x)
+            return best, scores
+        template, work = self._template
+        scores = np.empty((rows, template.n), np.float32)
+        best = np.empty(rows, np.int64)
+        space = np.empty(work, np.uint8)
+        call = _MlCall.from_buffer_copy(template)
+        call.out, call.best, call.work, call.max_rows = (
+            _addr(scores),
+            _addr(best),
+            _addr(space),
+            rows,
+        )
+        status = core.lib.onyx_linear_chain_small(ctypes.byref(call), x.tobytes(), rows)
+        core.check(status, "LinearChain")
+        return best, scores
+
+
+def linear_chain(*args, **kwargs) -> LinearChain | None:
+    """A LinearChain (arguments as its constructor's), or None without the library."""
+    return LinearChain(*args, **kwargs) if core.lib is not None else None
+
+
 def bins_one_hot(cols: np.ndarray, edges: np.ndarray, ones: np.ndarray) -> np.ndarray | None:
     """BinsOneHot's one-hot rows [rows, n (k + 1)] float32 of cols [rows, n] against edges
     [n, k] (both float32 or both float64) with the ones column [rows, 1] float32 (trees.c's
@@ -439,10 +513,6 @@ def bins_one_hot(cols: np.ndarray, edges: np.ndarray, ones: np.ndarray) -> np.nd
     )  # fmt: skip
     core.check(status, "BinsOneHot")
     return out
-
-
-#: Normalizer's norms, as trees.c numbers them
-NORMS = {"MAX": 0, "L1": 1, "L2": 2}
 
 
 def normalize_rows(x: np.ndarray, norm: str) -> np.ndarray | None:

@@ -149,7 +149,7 @@ def _bound_classifier(attrs: dict):
             task = small.get((x.dtype, x.shape[1]), _UNSET)
             if task is _UNSET:
                 task = small[x.dtype, x.shape[1]] = model.small_task(x)
-            if task is not None and x.shape[0] <= task.max_rows:
+            if task is not None and x.shape[0] <= task.max_rows and native.available():
                 scores, best = task(x)
                 return (best if model.plain_labels else model.labels[best]), scores
         return model(as_2d(x).astype(np.float64))

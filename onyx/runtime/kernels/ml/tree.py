@@ -819,7 +819,7 @@ def _classifier_model(
                     call = small[x.dtype, x.shape[1]] = sums.small_classifier(
                         x, base32, post_transform
                     )
-                if call is not None and x.shape[0] <= call.max_rows:
+                if call is not None and x.shape[0] <= call.max_rows and native.available():
                     scores, best = call(x)
                     return (best if plain else labels[best]), scores
             fast = sums.classify(x, base32, post_transform)
