@@ -809,16 +809,20 @@ def _classifier_model(
     base32 = np.ascontiguousarray(base) if base.dtype == np.float32 else None
 
     small: dict = {}  # x's (dtype, width) -> its native.SmallCall (None: none serves it)
+    last = [None, -1, None]  # the last x's dtype and width, and small's entry for them
     plain = labels.dtype == np.int64 and np.array_equal(labels, np.arange(n_classes))
 
     def predict(x):
         if n_classes > 2 and base32 is not None:
             if x.__class__ is np.ndarray and x.ndim == 2:
-                call = small.get((x.dtype, x.shape[1]), _UNSET)
-                if call is _UNSET:
-                    call = small[x.dtype, x.shape[1]] = sums.small_classifier(
-                        x, base32, post_transform
-                    )
+                if x.dtype is not last[0] or x.shape[1] != last[1]:  # (else: last[2] serves)
+                    call = small.get((x.dtype, x.shape[1]), _UNSET)
+                    if call is _UNSET:
+                        call = small[x.dtype, x.shape[1]] = sums.small_classifier(
+                            x, base32, post_transform
+                        )
+                    last[:] = x.dtype, x.shape[1], call
+                call = last[2]
                 if call is not None and x.shape[0] <= call.max_rows and native.available():
                     scores, best = call(x)
                     return (best if plain else labels[best]), scores
