@@ -217,3 +217,45 @@ def test_linear_chain_leaves_shared_values(data):
     sess = onyx.InferenceSession(data_)
     assert "Scaler" in _ops(sess) and "LinearChainNorm" in _ops(sess)
     _same_as_ort(data_, _feeds(3), sess)
+
+
+# -- two classes: every vote for class 0 (skl2onnx's binary forests) -----------------------
+
+
+@pytest.fixture(scope="module")
+def binary_models():
+    x, y = make_classification(300, 12, n_informative=6, n_classes=2, random_state=1)
+    x = x.astype(np.float32)
+    forest = _convert(RandomForestClassifier(15, max_depth=6, random_state=0).fit(x, y), x)
+    boosting = _convert(GradientBoostingClassifier(n_estimators=10, random_state=0).fit(x, y), x)
+    return {"forest": forest, "boosting": boosting}
+
+
+def _with_transform(model: bytes, transform: str) -> bytes:
+    m = onnx.load_from_string(model)
+    for a in m.graph.node[0].attribute:
+        if a.name == "post_transform":
+            a.s = transform.encode()
+    return m.SerializeToString()
+
+
+@pytest.mark.parametrize(
+    "name, transform",
+    [
+        ("forest", None),  # weights >= 0, NONE: [1 - s, s]
+        ("forest", "LOGISTIC"),  # [1 - l(s), l(s)]
+        ("boosting", None),  # signed weights, LOGISTIC and a base value: [l(-s), l(s)]
+        ("boosting", "NONE"),  # [-s, s]
+    ],
+)
+def test_binary_forests_match_onnxruntime(binary_models, name, transform, monkeypatch):
+    model = binary_models[name]
+    if transform is not None:
+        model = _with_transform(model, transform)
+    calls = _counting(monkeypatch)
+    sess = onyx.InferenceSession(model)
+    for rows in ROWS:
+        _same_as_ort(model, _feeds(rows), sess)
+        with native.disabled():
+            _same_as_ort(model, _feeds(rows), sess)
+    assert calls[0] == (3 if native.available() else 0)

@@ -591,12 +591,45 @@ EXPORT int onyx_normalize_rows(const float *x, int64_t rows, int64_t C, int64_t 
 
 static int small_rows_ok(const ml_call *c, int rows) { return rows >= 0 && rows <= c->max_rows; }
 
+/* ml/_common.py's logistic of float32 v: 1 / (1 + exp(-|v|)), mirrored below 0. */
+static float logistic_f32(float v) {
+    float e = 1.0f / (1.0f + expf(-fabsf(v)));
+    return v < 0 ? 1.0f - e : e;
+}
+
+/* A two-class classifier whose trees all vote for class 0 alone (skl2onnx's binary forests:
+   float32 weights, one target), ml/tree.py's _binary for that case: s the row's sum plus
+   base (n of them, at most 1), its best class s > 0.5 (weights all >= 0: BINARY_PROBS and
+   BINARY_LOGISTIC) or s > 0, its scores [1 - s, s], [1 - l(s), l(s)], [l(-s), l(s)] or
+   [-s, s] (l: the logistic). */
+enum { BINARY_PROBS = 2, BINARY_LOGISTIC, BINARY_BOTH_LOGISTIC, BINARY_SIGNED };
+
+static int forest_binary(const ml_call *c, const void *x, int rows) {
+    float *sums = c->work, *y = c->out;
+    int status = onyx_forest_scores(c->task, c->task2, x, rows, c->nf, sums);
+    if (status) return status;
+    for (int64_t r = 0; r < rows; r++) {
+        float s = sums[r];
+        if (c->n) s = s + ((const float *)c->consts)[0];
+        int positive = c->mode == BINARY_PROBS || c->mode == BINARY_LOGISTIC;
+        c->best[r] = s > (positive ? 0.5f : 0.0f);
+        float p = c->mode == BINARY_LOGISTIC ? logistic_f32(s) : s;
+        y[2 * r] = c->mode == BINARY_BOTH_LOGISTIC ? logistic_f32(-s)
+                   : c->mode == BINARY_SIGNED      ? -s
+                                                   : 1.0f - p;
+        y[2 * r + 1] = c->mode == BINARY_BOTH_LOGISTIC ? logistic_f32(s) : p;
+    }
+    return 0;
+}
+
 /* TreeEnsemble: mode -1 the scores (onyx_forest_scores), 0 / 1 onyx_forest_classify's
-   NONE / SOFTMAX with n base values. */
+   NONE / SOFTMAX with n base values, 2 to 5 forest_binary's (work: rows floats). */
 EXPORT int onyx_forest_small(const void *call, const void *x, int rows) {
     const ml_call *c = call;
-    if (!small_rows_ok(c, rows)) return ONYX_INVALID; /* (checks.h) */
+    if (!small_rows_ok(c, rows) || c->mode > BINARY_SIGNED || (c->mode >= 2 && c->n > 1))
+        return ONYX_INVALID; /* (checks.h) */
     if (c->mode < 0) return onyx_forest_scores(c->task, c->task2, x, rows, c->nf, c->out);
+    if (c->mode >= 2) return forest_binary(c, x, rows);
     return onyx_forest_classify(c->task, c->task2, x, rows, c->nf, c->out, c->consts, c->n,
                                 c->mode, c->best);
 }

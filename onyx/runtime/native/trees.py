@@ -94,6 +94,11 @@ def forest_sum(states: np.ndarray, weights: np.ndarray) -> np.ndarray | None:
     return scores
 
 
+#: trees.c's forest_binary rules (onyx_forest_small's modes): a two-class forest voting for
+#: class 0 alone gives [1 - s, s], [1 - l(s), l(s)], [l(-s), l(s)] or [-s, s] (l: logistic)
+FOREST_BINARY = (2, 3, 4, 5)
+
+
 class ForestSums:
     """forest_descend then forest_sum for small batches (one thread), set up once per forest
     and weight table: the tables' addresses sit in kept task structs, so a call fills in the
@@ -168,17 +173,22 @@ class ForestSums:
     def small(self, nf: int, base: np.ndarray | None, transform: int) -> SmallCall | None:
         """A SmallCall for rows of nf features: the scores (transform -1) or classify's
         (scores, best) with ``base`` and ``transform`` (0 NONE, 1 SOFTMAX; float32 weights),
-        for as many rows as this call takes (at most SMALL_ROWS); None where it takes none."""
+        or a two-class forest's (scores [rows, 2], best) by a FOREST_BINARY rule (one target,
+        float32 weights, at most one base value), for as many rows as this call takes (at
+        most SMALL_ROWS); None where it takes none."""
         steps = self.trees * max(self.depth, 1)
         max_rows = min(SMALL_ROWS, (self.MAX_STEPS - 1) // steps)
         if core.lib is None or max_rows < 1:
             return None
-        classify = transform >= 0
+        classify, binary = transform >= 0, transform >= FOREST_BINARY[0]
+        if binary and (self.targets != 1 or self.score_dtype != np.float32):
+            return None
         fields = dict(task=self._descend_at, task2=self._sum_at, nf=nf, mode=transform)
         if classify and base is not None and len(base):
             fields.update(consts=_addr(base), n=len(base))
-        return SmallCall("forest", fields, (self, base), self.targets,
-                         np.float32 if classify else self.score_dtype, classify, 0, max_rows)  # fmt: skip
+        return SmallCall("forest", fields, (self, base), 2 if binary else self.targets,
+                         np.float32 if classify else self.score_dtype, classify,
+                         4 * max_rows if binary else 0, max_rows)  # fmt: skip
 
 
 def forest_sums(tables, roots2: np.ndarray, depth: int, weights: np.ndarray) -> ForestSums | None:
