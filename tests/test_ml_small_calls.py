@@ -259,3 +259,28 @@ def test_binary_forests_match_onnxruntime(binary_models, name, transform, monkey
         with native.disabled():
             _same_as_ort(model, _feeds(rows), sess)
     assert calls[0] == (3 if native.available() else 0)
+
+
+@pytest.mark.parametrize("scaled", [True, False])
+@pytest.mark.parametrize("transform", [None, "NONE"])
+def test_binary_linear_chains_match_onnxruntime(scaled, transform):
+    """A two-class LogisticRegression (one set of weights, LOGISTIC): the sign's rule and
+    [1 - p, p] natively; NONE too. (PROBIT runs the separate kernels, where onyx
+    leaves onnxruntime's layout: ml/linear.py's binary_scores.)"""
+    x, y = make_classification(300, 12, n_informative=6, n_classes=2, random_state=2)
+    x = x.astype(np.float32)
+    est = make_pipeline(StandardScaler(), LogisticRegression()) if scaled else LogisticRegression()
+    model = _convert(est.fit(x, y), x)
+    if transform is not None:
+        m = onnx.load_from_string(model)
+        (node,) = [n for n in m.graph.node if n.op_type == "LinearClassifier"]
+        node.attribute.remove(next(a for a in node.attribute if a.name == "post_transform"))
+        node.attribute.append(onnx.helper.make_attribute("post_transform", transform))
+        model = m.SerializeToString()
+    sess = onyx.InferenceSession(model)
+    if scaled:
+        assert _ops(sess) == ["LinearChain"]
+    for rows in ROWS + (200,):
+        _same_as_ort(model, _feeds(rows), sess)
+        with native.disabled():
+            _same_as_ort(model, _feeds(rows), sess)

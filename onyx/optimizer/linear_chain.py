@@ -44,10 +44,7 @@ def _only_reader(ctx: PassContext, v: ir.Value, node: ir.Node) -> bool:
 
 def _chain(ctx: PassContext, classifier: ir.Node) -> dict | None:
     """The chain around one LinearClassifier (its parts, inputs and constants), or None."""
-    if len(classifier.outputs) != 2 or classifier.attr("post_transform", "NONE") not in (
-        "NONE",
-        "SOFTMAX",
-    ):
+    if len(classifier.outputs) != 2:
         return None
     v = classifier.inputs[0]
     matmul = producer(v, "MatMul")

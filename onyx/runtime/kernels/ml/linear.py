@@ -15,6 +15,8 @@ from .preprocess import bound_scaler, normalizer
 ML = "ai.onnx.ml"
 #: post_transforms trees.c's onyx_linear_classify applies (the others: numpy)
 _NATIVE_TRANSFORMS = {"NONE": 0, "SOFTMAX": 1}
+#: ... and trees.c's LinearChain for one set of weights of two labels (binary_scores' p)
+_NATIVE_BINARY = {"NONE": 2, "LOGISTIC": 3}
 _UNSET = object()
 
 
@@ -177,11 +179,14 @@ def _native_chain(attrs: dict, has_scaler: bool, norm, x, sub, proj):
     classes = coefficients.size // k if k else 0
     transform = _NATIVE_TRANSFORMS.get(attrs.get("post_transform", "NONE"))
     labels = attrs.get("classlabels_strings") or attrs.get("classlabels_ints") or []
+    if classes == 1 and len(labels) == 2 and norm is None:  # (the sign's rule: [1 - p, p])
+        transform = _NATIVE_BINARY.get(attrs.get("post_transform", "NONE"))
+    elif classes < 2:
+        return None
     if (
         not native.available()
         or not nf
         or transform is None
-        or classes < 2
         or coefficients.size != classes * k
         or len(labels) < classes
         or (proj is not None and proj.shape != (nf, k))
