@@ -666,7 +666,8 @@ EXPORT int onyx_normalize_small(const void *call, const void *x, int rows) {
 
 /* LinearChain: task the chain's linear_chain (proj's rows zero-padded to a multiple of
    CHAIN_BLOCK columns), n classes, mode LinearClassifier's transform (0 NONE, 1 SOFTMAX;
-   2 NONE, 3 LOGISTIC of one set of weights and two labels: scores [rows][2]), work
+   2 NONE, 3 LOGISTIC of one set of weights and two labels: scores [rows][2]; 4 LOGISTIC
+   of each score), work
    [CHAIN_ROWS (nf + k + 1) + n] floats. CHAIN_ROWS rows at a time: Scaler's (x - offset) * scale,
    then x - sub, then the product with proj (each sum in feature order), LinearClassifier
    (onyx_linear_classify) and the Normalizer (onyx_normalize_rows), in float32 as the
@@ -734,7 +735,7 @@ EXPORT int onyx_linear_chain_small(const void *call, const void *x, int rows) {
     int64_t nf = c->nf, k = t->proj ? t->k : nf, C = c->n;
     int64_t kp = (k + CHAIN_BLOCK - 1) / CHAIN_BLOCK * CHAIN_BLOCK; /* proj's row stride */
     if (!small_rows_ok(c, rows) || nf < 1 || k < 1 || C < 1 || t->norm < -1 || t->norm > 2 ||
-        (t->norm >= 0 && C > 128) || c->mode < 0 || c->mode > 3 || (c->mode >= 2 && C != 1))
+        (t->norm >= 0 && C > 128) || c->mode < 0 || c->mode > 4 || ((c->mode == 2 || c->mode == 3) && C != 1))
         return ONYX_INVALID; /* (checks.h) */
     float *v = c->work, *z = v + CHAIN_ROWS * nf, *tmp = z + CHAIN_ROWS * k;
     for (int64_t r0 = 0; r0 < rows; r0 += CHAIN_ROWS) {
@@ -746,7 +747,7 @@ EXPORT int onyx_linear_chain_small(const void *call, const void *x, int rows) {
             chain_project(v, n, nf, t->proj, k, kp, z);
             in = z;
         }
-        if (c->mode >= 2) { /* one set of weights, two labels: its sign, [1 - p, p] */
+        if (c->mode == 2 || c->mode == 3) { /* one set of weights, two labels: [1 - p, p] */
             int status = onyx_linear_classify(in, n, k, t->weights, t->bias, 1, 0, tmp, c->best + r0);
             if (status) return status;
             float *y = (float *)c->out + r0 * 2;
@@ -759,7 +760,10 @@ EXPORT int onyx_linear_chain_small(const void *call, const void *x, int rows) {
             continue;
         }
         float *y = (float *)c->out + r0 * C;
-        int status = onyx_linear_classify(in, n, k, t->weights, t->bias, C, c->mode, y, c->best + r0);
+        int status = onyx_linear_classify(in, n, k, t->weights, t->bias, C, c->mode == 1, y,
+                                          c->best + r0);
+        if (c->mode == 4)
+            for (int64_t i = 0; i < n * C; i++) y[i] = logistic_f32(y[i]);
         if (!status && t->norm >= 0) status = onyx_normalize_rows(y, n, C, t->norm, y, tmp);
         if (status) return status;
     }

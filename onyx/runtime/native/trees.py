@@ -450,7 +450,7 @@ class LinearChain:
     """trees.c's onyx_linear_chain_small for one ai.onyx LinearChain on float32 rows of nf
     features: the Scaler (offset, scale [nf]), Sub (sub [nf]) and MatMul (proj [nf, k])
     present, then LinearClassifier (weights [k, C], bias [C], its NONE or SOFTMAX; or, C 1
-    of two labels, 2 NONE or 3 LOGISTIC: scores [1 - p, p]) and a Normalizer (norm, or
+    of two labels, 2 NONE or 3 LOGISTIC: scores [1 - p, p]; 4: LOGISTIC of each score) and a Normalizer (norm, or
     None), one C call a run. A call returns (best class [rows] int64,
     scores [rows, C] float32)."""
 
@@ -473,7 +473,7 @@ class LinearChain:
         )  # fmt: skip
         fields = dict(task=ctypes.addressof(self._chain), nf=nf, n=classes, mode=transform)
         work = 4 * (_CHAIN_ROWS * (nf + k + 1) + classes)
-        width = 2 if transform >= 2 else classes  # (one set of weights: [1 - p, p])
+        width = 2 if transform in (2, 3) else classes  # (one set of weights: [1 - p, p])
         self._small = SmallCall("linear_chain", fields, (self,), width, np.float32, True, work)
         self._template = (_MlCall(max_rows=0, **fields), work)
         self.nf = nf
@@ -485,7 +485,7 @@ class LinearChain:
             scores, best = self._small(x)
             return best, scores
         template, work = self._template
-        scores = np.empty((rows, 2 if template.mode >= 2 else template.n), np.float32)
+        scores = np.empty((rows, 2 if template.mode in (2, 3) else template.n), np.float32)
         best = np.empty(rows, np.int64)
         space = np.empty(work, np.uint8)
         call = _MlCall.from_buffer_copy(template)

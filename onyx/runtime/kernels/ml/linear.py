@@ -17,6 +17,8 @@ ML = "ai.onnx.ml"
 _NATIVE_TRANSFORMS = {"NONE": 0, "SOFTMAX": 1}
 #: ... and trees.c's LinearChain for one set of weights of two labels (binary_scores' p)
 _NATIVE_BINARY = {"NONE": 2, "LOGISTIC": 3}
+#: ... and of several classes (4: the logistic of each score)
+_CHAIN_TRANSFORMS = {**_NATIVE_TRANSFORMS, "LOGISTIC": 4}
 _UNSET = object()
 
 
@@ -177,7 +179,7 @@ def _native_chain(attrs: dict, has_scaler: bool, norm, x, sub, proj):
     k = nf if proj is None else (proj.shape[-1] if proj.ndim == 2 else 0)
     coefficients = np.asarray(attrs["coefficients"], np.float32)
     classes = coefficients.size // k if k else 0
-    transform = _NATIVE_TRANSFORMS.get(attrs.get("post_transform", "NONE"))
+    transform = _CHAIN_TRANSFORMS.get(attrs.get("post_transform", "NONE"))
     labels = attrs.get("classlabels_strings") or attrs.get("classlabels_ints") or []
     if classes == 1 and len(labels) == 2 and norm is None:  # (the sign's rule: [1 - p, p])
         transform = _NATIVE_BINARY.get(attrs.get("post_transform", "NONE"))
