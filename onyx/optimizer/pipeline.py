@@ -69,6 +69,7 @@ TRIGGERS: dict[str, tuple[tuple[str, ...], ...]] = {
     "RnnLastStepFromState": (("RNN", "GRU", "LSTM"), ("Gather",)),  # (rnn.LAST_STEP_OPS)
     "RnnBatchFirstInput": (("LSTM",), ("Transpose",), ("Squeeze",)),
     "BinsOneHotBatching": (("Concat",),),
+    "LinearChainFusion": (("LinearClassifier",),),
     "SpectralMagnitudeFusion": (("Sqrt",), ("Slice",)),
     "ConvMaxPoolFusion": (("MaxPool",), ("Conv", "FusedConv")),
     "QDQPadRequantize": (("Pad",), ("DequantizeLinear",)),
@@ -162,6 +163,7 @@ FUSIONS: tuple[DeferredPass, ...] = tuple(
         # (after it: its Squeeze of Y_h is what this one reads)
         ("rnn:rnn_batch_first_input", "RnnBatchFirstInput", EXTENDED),
         ("bins:bins_one_hot_batching", "BinsOneHotBatching", EXTENDED),
+        ("linear_chain:linear_chain_fusion", "LinearChainFusion", EXTENDED),
         ("audio:spectral_magnitude_fusion", "SpectralMagnitudeFusion", EXTENDED),
         ("audio:conv_max_pool_fusion", "ConvMaxPoolFusion", EXTENDED),
         # (before it: its DQ -> Q becomes a table)

@@ -340,6 +340,30 @@ ONYX_STRUCT(forest_sum_task, ONYX_FOREST_SUM_TASK)
     F(S, int64_t, degree, ) F(S, double, gamma, ) F(S, double, coef0, )
 ONYX_STRUCT(svm_task, ONYX_SVM_TASK)
 
+/* ------------------------------------------------------------ ml small calls (trees.c) */
+
+/* One ai.onnx.ml kernel's call on a few rows (trees.py's SmallCall): its kept tasks and
+   constants, and the calling thread's own outputs, read by onyx_*_small(call, x, rows). */
+#define ONYX_ML_CALL(F, S)                                                                   \
+    F(S, const void *, task, ) F(S, const void *, task2, ) /* the kernel's kept tables */    \
+    F(S, const void *, consts, ) /* a classifier's base values, or null */                   \
+    F(S, void *, out, ) /* [max_rows][n]: scores (the thread's own) */                       \
+    F(S, int64_t *, best, ) /* [max_rows]: each row's best class, or null */                 \
+    F(S, void *, work, ) /* the kernel's work space (the thread's own), or null */           \
+    F(S, int64_t, nf, ) /* x's row width */                                                  \
+    F(S, int64_t, max_rows, ) F(S, int64_t, n, ) F(S, int64_t, mode, )
+ONYX_STRUCT(ml_call, ONYX_ML_CALL)
+
+/* An ai.onyx LinearChain's constants (optimizer/linear_chain.py): each row's features pass
+   the Scaler, the Sub and the MatMul present, then LinearClassifier and a Normalizer. */
+#define ONYX_LINEAR_CHAIN(F, S)                                                              \
+    F(S, const float *, offset, ) F(S, const float *, scale, ) /* Scaler's [nf], or null */  \
+    F(S, const float *, sub, ) /* [nf] subtracted next, or null */                           \
+    F(S, const float *, proj, ) /* [nf][k up to 16s, 0s] multiplied next, or null (k = nf) */ \
+    F(S, const float *, weights, ) F(S, const float *, bias, ) /* [k][C]; [C] or null */     \
+    F(S, int64_t, k, ) F(S, int64_t, norm, ) /* -1 no Normalizer; else its norm (0..2) */
+ONYX_STRUCT(linear_chain, ONYX_LINEAR_CHAIN)
+
 /* ------------------------------------------------------------ MatMulNBits (nbits.c) */
 
 #define ONYX_NBITS_TASK(F, S)                                                                \
@@ -493,6 +517,7 @@ ONYX_STRUCT(small_conv_f32, ONYX_SMALL_CONV_F32)
     X(conv1d_f32, ONYX_CONV1D_F32)                                                           \
     X(nhwc_task, ONYX_NHWC_TASK)                                                             \
     X(svm_task, ONYX_SVM_TASK)                                                               \
-    X(small_conv_f32, ONYX_SMALL_CONV_F32)
+    X(small_conv_f32, ONYX_SMALL_CONV_F32)                                                   \
+    X(ml_call, ONYX_ML_CALL) X(linear_chain, ONYX_LINEAR_CHAIN)
 
 #endif

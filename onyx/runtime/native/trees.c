@@ -581,3 +581,191 @@ EXPORT int onyx_normalize_rows(const float *x, int64_t rows, int64_t C, int64_t 
     }
     return 0;
 }
+
+/* ------------------------------------------------------------------ small calls */
+
+/* An ml kernel's call on at most max_rows rows (trees.py's SmallCall): Python passes the
+   kernel's ml_call (its kept tables, and the calling thread's own outputs), x's bytes and the
+   row count, three arguments that ctypes passes without converting them (the ten of the
+   kernels' own entry points, converted one by one, cost more than the kernel at one row). */
+
+static int small_rows_ok(const ml_call *c, int rows) { return rows >= 0 && rows <= c->max_rows; }
+
+/* ml/_common.py's logistic of float32 v: 1 / (1 + exp(-|v|)), mirrored below 0. */
+static float logistic_f32(float v) {
+    float e = 1.0f / (1.0f + expf(-fabsf(v)));
+    return v < 0 ? 1.0f - e : e;
+}
+
+/* A two-class classifier whose trees all vote for class 0 alone (skl2onnx's binary forests:
+   float32 weights, one target), ml/tree.py's _binary for that case: s the row's sum plus
+   base (n of them, at most 1), its best class s > 0.5 (weights all >= 0: BINARY_PROBS and
+   BINARY_LOGISTIC) or s > 0, its scores [1 - s, s], [1 - l(s), l(s)], [l(-s), l(s)] or
+   [-s, s] (l: the logistic). */
+enum { BINARY_PROBS = 2, BINARY_LOGISTIC, BINARY_BOTH_LOGISTIC, BINARY_SIGNED };
+
+static int forest_binary(const ml_call *c, const void *x, int rows) {
+    float *sums = c->work, *y = c->out;
+    int status = onyx_forest_scores(c->task, c->task2, x, rows, c->nf, sums);
+    if (status) return status;
+    for (int64_t r = 0; r < rows; r++) {
+        float s = sums[r];
+        if (c->n) s = s + ((const float *)c->consts)[0];
+        int positive = c->mode == BINARY_PROBS || c->mode == BINARY_LOGISTIC;
+        c->best[r] = s > (positive ? 0.5f : 0.0f);
+        float p = c->mode == BINARY_LOGISTIC ? logistic_f32(s) : s;
+        y[2 * r] = c->mode == BINARY_BOTH_LOGISTIC ? logistic_f32(-s)
+                   : c->mode == BINARY_SIGNED      ? -s
+                                                   : 1.0f - p;
+        y[2 * r + 1] = c->mode == BINARY_BOTH_LOGISTIC ? logistic_f32(s) : p;
+    }
+    return 0;
+}
+
+/* TreeEnsemble: mode -1 the scores (onyx_forest_scores), 0 / 1 onyx_forest_classify's
+   NONE / SOFTMAX with n base values, 2 to 5 forest_binary's (work: rows floats). */
+EXPORT int onyx_forest_small(const void *call, const void *x, int rows) {
+    const ml_call *c = call;
+    if (!small_rows_ok(c, rows) || c->mode > BINARY_SIGNED || (c->mode >= 2 && c->n > 1))
+        return ONYX_INVALID; /* (checks.h) */
+    if (c->mode < 0) return onyx_forest_scores(c->task, c->task2, x, rows, c->nf, c->out);
+    if (c->mode >= 2) return forest_binary(c, x, rows);
+    return onyx_forest_classify(c->task, c->task2, x, rows, c->nf, c->out, c->consts, c->n,
+                                c->mode, c->best);
+}
+
+/* SVMClassifier: x float32 (mode 1, widened into the work space first) or float64. */
+EXPORT int onyx_svm_small(const void *call, const void *x, int rows) {
+    const ml_call *c = call;
+    if (!small_rows_ok(c, rows) || c->nf < 0) return ONYX_INVALID; /* (checks.h) */
+    double *work = c->work;
+    const double *x64 = x;
+    if (c->mode == 1) {
+        const float *x32 = x;
+        for (int64_t i = 0; i < rows * c->nf; i++) work[i] = (double)x32[i];
+        x64 = work;
+        work += c->max_rows * c->nf;
+    }
+    return onyx_svm_classify(c->task, x64, rows, c->best, c->out, work);
+}
+
+/* LinearClassifier: weights task [nf][n], intercepts task2 (or null), mode its transform. */
+EXPORT int onyx_linear_small(const void *call, const void *x, int rows) {
+    const ml_call *c = call;
+    if (!small_rows_ok(c, rows)) return ONYX_INVALID; /* (checks.h) */
+    return onyx_linear_classify(x, rows, c->nf, c->task, c->task2, c->n, c->mode, c->out,
+                                c->best);
+}
+
+/* Normalizer: n columns, mode its norm. */
+EXPORT int onyx_normalize_small(const void *call, const void *x, int rows) {
+    const ml_call *c = call;
+    if (!small_rows_ok(c, rows)) return ONYX_INVALID; /* (checks.h) */
+    return onyx_normalize_rows(x, rows, c->n, c->mode, c->out, c->work);
+}
+
+/* LinearChain: task the chain's linear_chain (proj's rows zero-padded to a multiple of
+   CHAIN_BLOCK columns), n classes, mode LinearClassifier's transform (0 NONE, 1 SOFTMAX;
+   2 NONE, 3 LOGISTIC of one set of weights and two labels: scores [rows][2]; 4 LOGISTIC
+   of each score), work
+   [CHAIN_ROWS (nf + k + 1) + n] floats. CHAIN_ROWS rows at a time: Scaler's (x - offset) * scale,
+   then x - sub, then the product with proj (each sum in feature order), LinearClassifier
+   (onyx_linear_classify) and the Normalizer (onyx_normalize_rows), in float32 as the
+   separate kernels compute. */
+#define CHAIN_BLOCK 16
+#define CHAIN_ROWS 16
+
+/* z [rows][k] = v [rows][nf] proj [nf][kp]: CHAIN_BLOCK columns of four rows at once in
+   vectors of local sums (GCC's vector extension: four independent chains of additions, each
+   product and sum rounded as written). */
+typedef float chain_block __attribute__((vector_size(4 * CHAIN_BLOCK)));
+
+static void chain_store(const chain_block *a, float *z, int64_t m) {
+    float out[CHAIN_BLOCK];
+    memcpy(out, a, sizeof out);
+    for (int64_t j = 0; j < m; j++) z[j] = out[j];
+}
+
+static CLONES NO_FMA void chain_project(const float *v, int64_t rows, int64_t nf,
+                                        const float *proj, int64_t k, int64_t kp, float *z) {
+    for (int64_t j0 = 0; j0 < kp; j0 += CHAIN_BLOCK) {
+        int64_t m = k - j0 < CHAIN_BLOCK ? k - j0 : CHAIN_BLOCK, r = 0;
+        for (; r + 4 <= rows; r += 4) {
+            chain_block a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, p;
+            const float *v0 = v + r * nf;
+            for (int64_t f = 0; f < nf; f++) {
+                memcpy(&p, proj + f * kp + j0, sizeof p);
+                a0 += v0[f] * p;
+                a1 += v0[nf + f] * p;
+                a2 += v0[2 * nf + f] * p;
+                a3 += v0[3 * nf + f] * p;
+            }
+            chain_store(&a0, z + r * k + j0, m);
+            chain_store(&a1, z + (r + 1) * k + j0, m);
+            chain_store(&a2, z + (r + 2) * k + j0, m);
+            chain_store(&a3, z + (r + 3) * k + j0, m);
+        }
+        for (; r < rows; r++) {
+            chain_block a0 = {0}, p;
+            for (int64_t f = 0; f < nf; f++) {
+                memcpy(&p, proj + f * kp + j0, sizeof p);
+                a0 += v[r * nf + f] * p;
+            }
+            chain_store(&a0, z + r * k + j0, m);
+        }
+    }
+}
+
+/* v [rows][nf] = x after the Scaler and the Sub (where present). */
+static CLONES NO_FMA void chain_prepare(const linear_chain *t, const float *x, int64_t rows,
+                                        int64_t nf, float *v) {
+    for (int64_t i = 0; i < rows * nf; i++) v[i] = x[i];
+    if (t->offset)
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t f = 0; f < nf; f++)
+                v[r * nf + f] = (v[r * nf + f] - t->offset[f]) * t->scale[f];
+    if (t->sub)
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t f = 0; f < nf; f++) v[r * nf + f] = v[r * nf + f] - t->sub[f];
+}
+
+EXPORT int onyx_linear_chain_small(const void *call, const void *x, int rows) {
+    const ml_call *c = call;
+    const linear_chain *t = c->task;
+    int64_t nf = c->nf, k = t->proj ? t->k : nf, C = c->n;
+    int64_t kp = (k + CHAIN_BLOCK - 1) / CHAIN_BLOCK * CHAIN_BLOCK; /* proj's row stride */
+    if (!small_rows_ok(c, rows) || nf < 1 || k < 1 || C < 1 || t->norm < -1 || t->norm > 2 ||
+        (t->norm >= 0 && C > 128) || c->mode < 0 || c->mode > 4 || ((c->mode == 2 || c->mode == 3) && C != 1))
+        return ONYX_INVALID; /* (checks.h) */
+    float *v = c->work, *z = v + CHAIN_ROWS * nf, *tmp = z + CHAIN_ROWS * k;
+    for (int64_t r0 = 0; r0 < rows; r0 += CHAIN_ROWS) {
+        int64_t n = rows - r0 < CHAIN_ROWS ? rows - r0 : CHAIN_ROWS;
+        const float *xr = (const float *)x + r0 * nf;
+        chain_prepare(t, xr, n, nf, v);
+        const float *in = v;
+        if (t->proj) {
+            chain_project(v, n, nf, t->proj, k, kp, z);
+            in = z;
+        }
+        if (c->mode == 2 || c->mode == 3) { /* one set of weights, two labels: [1 - p, p] */
+            int status = onyx_linear_classify(in, n, k, t->weights, t->bias, 1, 0, tmp, c->best + r0);
+            if (status) return status;
+            float *y = (float *)c->out + r0 * 2;
+            for (int64_t r = 0; r < n; r++) {
+                float sc = tmp[r], p = c->mode == 3 ? logistic_f32(sc) : sc;
+                c->best[r0 + r] = sc > 0.0f;
+                y[2 * r] = 1.0f - p;
+                y[2 * r + 1] = p;
+            }
+            continue;
+        }
+        float *y = (float *)c->out + r0 * C;
+        int status = onyx_linear_classify(in, n, k, t->weights, t->bias, C, c->mode == 1, y,
+                                          c->best + r0);
+        if (c->mode == 4)
+            for (int64_t i = 0; i < n * C; i++) y[i] = logistic_f32(y[i]);
+        if (!status && t->norm >= 0) status = onyx_normalize_rows(y, n, C, t->norm, y, tmp);
+        if (status) return status;
+    }
+    return 0;
+}

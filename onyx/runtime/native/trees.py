@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import threading
 
 import numpy as np
 
@@ -93,6 +94,11 @@ def forest_sum(states: np.ndarray, weights: np.ndarray) -> np.ndarray | None:
     return scores
 
 
+#: trees.c's forest_binary rules (onyx_forest_small's modes): a two-class forest voting for
+#: class 0 alone gives [1 - s, s], [1 - l(s), l(s)], [l(-s), l(s)] or [-s, s] (l: logistic)
+FOREST_BINARY = (2, 3, 4, 5)
+
+
 class ForestSums:
     """forest_descend then forest_sum for small batches (one thread), set up once per forest
     and weight table: the tables' addresses sit in kept task structs, so a call fills in the
@@ -163,6 +169,26 @@ class ForestSums:
         )  # fmt: skip
         core.check(status, "forest_classify")
         return best, scores
+
+    def small(self, nf: int, base: np.ndarray | None, transform: int) -> SmallCall | None:
+        """A SmallCall for rows of nf features: the scores (transform -1) or classify's
+        (scores, best) with ``base`` and ``transform`` (0 NONE, 1 SOFTMAX; float32 weights),
+        or a two-class forest's (scores [rows, 2], best) by a FOREST_BINARY rule (one target,
+        float32 weights, at most one base value), for as many rows as this call takes (at
+        most SMALL_ROWS); None where it takes none."""
+        steps = self.trees * max(self.depth, 1)
+        max_rows = min(SMALL_ROWS, (self.MAX_STEPS - 1) // steps)
+        if core.lib is None or max_rows < 1:
+            return None
+        classify, binary = transform >= 0, transform >= FOREST_BINARY[0]
+        if binary and (self.targets != 1 or self.score_dtype != np.float32):
+            return None
+        fields = dict(task=self._descend_at, task2=self._sum_at, nf=nf, mode=transform)
+        if classify and base is not None and len(base):
+            fields.update(consts=_addr(base), n=len(base))
+        return SmallCall("forest", fields, (self, base), 2 if binary else self.targets,
+                         np.float32 if classify else self.score_dtype, classify,
+                         4 * max_rows if binary else 0, max_rows)  # fmt: skip
 
 
 def forest_sums(tables, roots2: np.ndarray, depth: int, weights: np.ndarray) -> ForestSums | None:
@@ -284,6 +310,17 @@ class SvmClassify:
         core.check(status, "SVMClassifier")
         return best, space[: rows * self.width].reshape(rows, self.width)
 
+    def small(self, x_dtype: np.dtype, max_rows: int) -> SmallCall | None:
+        """A SmallCall of this classifier for rows of float32 or float64 x: (the
+        probabilities or decisions as float32, SVMClassifier's output type; best)."""
+        if core.lib is None or x_dtype not in _FLOATS:
+            return None
+        widen = x_dtype == np.float32  # (x widened to float64 in the work space)
+        work = 8 * ((max_rows * self.nf if widen else 0) + self.work)
+        fields = dict(task=self._at, nf=self.nf, mode=int(widen))
+        return SmallCall("svm", fields, (self,), self.width, np.float64, True, work, max_rows,
+                         np.float32)  # fmt: skip
+
 
 def svm_classify(*args, **kwargs) -> SvmClassify | None:
     """A SvmClassify (arguments as its constructor's), or None without the library."""
@@ -325,6 +362,149 @@ def linear_classify(weights, intercepts, transform: int) -> LinearClassify | Non
     return LinearClassify(weights, intercepts, transform) if core.lib is not None else None
 
 
+@abi("ml_call")
+class _MlCall(ctypes.Structure):
+    _fields_ = [(name, _P) for name in ("task", "task2", "consts", "out", "best", "work")] + [
+        (name, _I64) for name in ("nf", "max_rows", "n", "mode")
+    ]
+
+
+#: Rows a SmallCall takes at most (each thread keeps outputs of this many rows).
+SMALL_ROWS = 64
+
+
+class SmallCall:
+    """One ai.onnx.ml kernel's call on at most ``max_rows`` rows, set up once: trees.c's
+    onyx_<kind>_small(call, x, rows), three arguments ctypes passes as they are (a kept
+    pointer, x's bytes, an int), where a kernel's own entry point takes ten, converted one by
+    one, and each output's address cost as much again (at one row these were most of a
+    kernel's time). Each thread writes into outputs of its own, kept with its copy of the
+    call struct; a call returns copies of the rows written: (scores [rows, n], best class
+    [rows] int64 or None).
+
+    ``fields``: the ml_call fields the kernel reads (task, task2, consts, nf, n, mode);
+    ``keep``: the arrays their addresses point into; ``work``: bytes of work space a thread
+    needs."""
+
+    __slots__ = ("_fn", "_template", "_keep", "_local", "_out", "_best", "_work", "max_rows",
+                 "_result")  # fmt: skip
+
+    def __init__(self, kind: str, fields: dict, keep, out_width: int, out_dtype, best: bool,
+                 work: int = 0, max_rows: int = SMALL_ROWS, result_dtype=None):  # fmt: skip
+        self._fn = getattr(core.lib, f"onyx_{kind}_small")  # (no argtypes: passed as they are)
+        self._template = _MlCall(max_rows=max_rows, **fields)
+        self._keep = keep  # (the addresses in fields stay valid)
+        self._local = threading.local()
+        self._out = (max_rows, out_width, np.dtype(out_dtype))
+        self._best, self._work, self.max_rows = best, work, max_rows
+        # (the scores handed back in this dtype: one conversion instead of a copy and one)
+        self._result = None if result_dtype is None else np.dtype(result_dtype)
+
+    def _thread(self) -> tuple:
+        """This thread's (call pointer, views of its outputs by row count, what they keep),
+        made at its first call."""
+        rows, width, dtype = self._out
+        out = np.zeros((rows, width), dtype)
+        best = np.zeros(rows, np.int64) if self._best else None
+        work = np.zeros(max(self._work, 1), np.uint8)
+        call = _MlCall.from_buffer_copy(self._template)
+        call.out, call.best, call.work = _addr(out), _addr(best), _addr(work)
+        views = [(out[:n], None if best is None else best[:n]) for n in range(rows + 1)]
+        state = self._local.state = (ctypes.c_void_p(ctypes.addressof(call)), views, (call, work))
+        return state
+
+    def __call__(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """(scores, best) of x [rows, nf] (rows <= max_rows, nf and dtype the kernel's: the
+        caller checks; any layout, its bytes are copied C-ordered)."""
+        try:
+            at, views, _ = self._local.state
+        except AttributeError:
+            at, views, _ = self._thread()
+        rows = x.shape[0]
+        status = self._fn(at, x.tobytes(), rows)
+        if status:
+            core.check(status, "ml small call")
+        out, best = views[rows]
+        out = out.copy() if self._result is None else out.astype(self._result)
+        return out, None if best is None else best.copy()
+
+
+@abi("linear_chain")
+class _LinearChain(ctypes.Structure):
+    _fields_ = [(name, _P) for name in ("offset", "scale", "sub", "proj", "weights", "bias")] + [
+        (name, _I64) for name in ("k", "norm")
+    ]
+
+
+#: Normalizer's norms, as trees.c numbers them
+NORMS = {"MAX": 0, "L1": 1, "L2": 2}
+
+
+#: the columns trees.c's LinearChain sums at once (its CHAIN_BLOCK)
+_CHAIN_BLOCK = 16
+#: the rows it takes at once (its CHAIN_ROWS)
+_CHAIN_ROWS = 16
+
+
+class LinearChain:
+    """trees.c's onyx_linear_chain_small for one ai.onyx LinearChain on float32 rows of nf
+    features: the Scaler (offset, scale [nf]), Sub (sub [nf]) and MatMul (proj [nf, k])
+    present, then LinearClassifier (weights [k, C], bias [C], its NONE or SOFTMAX; or, C 1
+    of two labels, 2 NONE or 3 LOGISTIC: scores [1 - p, p]; 4: LOGISTIC of each score) and a Normalizer (norm, or
+    None), one C call a run. A call returns (best class [rows] int64,
+    scores [rows, C] float32)."""
+
+    __slots__ = ("_arrays", "_chain", "_small", "_template", "nf")
+
+    def __init__(self, nf: int, offset, scale, sub, proj, weights, bias, transform: int,
+                 norm: str | None):  # fmt: skip
+        def f32(a):
+            return None if a is None else np.ascontiguousarray(a, np.float32)
+
+        k, classes = np.shape(weights)
+        if proj is not None:  # (its rows zero-padded to whole blocks: trees.c's CHAIN_BLOCK)
+            padded = np.zeros((nf, -(-k // _CHAIN_BLOCK) * _CHAIN_BLOCK), np.float32)
+            padded[:, :k] = proj
+            proj = padded
+        arrays = [f32(a) for a in (offset, scale, sub, proj, weights, bias)]
+        self._arrays = arrays
+        self._chain = _LinearChain(
+            *[None if a is None else _addr(a) for a in arrays], k, -1 if norm is None else NORMS[norm]
+        )  # fmt: skip
+        fields = dict(task=ctypes.addressof(self._chain), nf=nf, n=classes, mode=transform)
+        work = 4 * (_CHAIN_ROWS * (nf + k + 1) + classes)
+        width = 2 if transform in (2, 3) else classes  # (one set of weights: [1 - p, p])
+        self._small = SmallCall("linear_chain", fields, (self,), width, np.float32, True, work)
+        self._template = (_MlCall(max_rows=0, **fields), work)
+        self.nf = nf
+
+    def __call__(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(best, scores) of float32 x [rows, nf] (any layout: its bytes are copied)."""
+        rows = x.shape[0]
+        if rows <= SMALL_ROWS:
+            scores, best = self._small(x)
+            return best, scores
+        template, work = self._template
+        scores = np.empty((rows, 2 if template.mode in (2, 3) else template.n), np.float32)
+        best = np.empty(rows, np.int64)
+        space = np.empty(work, np.uint8)
+        call = _MlCall.from_buffer_copy(template)
+        call.out, call.best, call.work, call.max_rows = (
+            _addr(scores),
+            _addr(best),
+            _addr(space),
+            rows,
+        )
+        status = core.lib.onyx_linear_chain_small(ctypes.byref(call), x.tobytes(), rows)
+        core.check(status, "LinearChain")
+        return best, scores
+
+
+def linear_chain(*args, **kwargs) -> LinearChain | None:
+    """A LinearChain (arguments as its constructor's), or None without the library."""
+    return LinearChain(*args, **kwargs) if core.lib is not None else None
+
+
 def bins_one_hot(cols: np.ndarray, edges: np.ndarray, ones: np.ndarray) -> np.ndarray | None:
     """BinsOneHot's one-hot rows [rows, n (k + 1)] float32 of cols [rows, n] against edges
     [n, k] (both float32 or both float64) with the ones column [rows, 1] float32 (trees.c's
@@ -345,10 +525,6 @@ def bins_one_hot(cols: np.ndarray, edges: np.ndarray, ones: np.ndarray) -> np.nd
     )  # fmt: skip
     core.check(status, "BinsOneHot")
     return out
-
-
-#: Normalizer's norms, as trees.c numbers them
-NORMS = {"MAX": 0, "L1": 1, "L2": 2}
 
 
 def normalize_rows(x: np.ndarray, norm: str) -> np.ndarray | None:

@@ -5,14 +5,20 @@ from __future__ import annotations
 import numpy as np
 
 from ... import native
-from ...registry import op
+from ...native.trees import linear_chain as native_linear_chain
+from ...registry import ONYX_DOMAIN, op
 from ..derived import prepared
 from ._common import as_2d, class_labels, logistic, probit, regression_transform
 from ._common import post_transform as apply_transform
+from .preprocess import bound_scaler, normalizer
 
 ML = "ai.onnx.ml"
 #: post_transforms trees.c's onyx_linear_classify applies (the others: numpy)
 _NATIVE_TRANSFORMS = {"NONE": 0, "SOFTMAX": 1}
+#: ... and trees.c's LinearChain for one set of weights of two labels (binary_scores' p)
+_NATIVE_BINARY = {"NONE": 2, "LOGISTIC": 3}
+#: ... and of several classes (4: the logistic of each score)
+_CHAIN_TRANSFORMS = {**_NATIVE_TRANSFORMS, "LOGISTIC": 4}
 _UNSET = object()
 
 
@@ -122,3 +128,115 @@ def linear_classifier(
 def linear_regressor(x, *, targets=1, intercepts=None, coefficients=None, post_transform="NONE"):
     scores = _linear_scores(x, coefficients, intercepts)
     return regression_transform(scores, post_transform).astype(np.float32)
+
+
+# ---------------------------------------------------------------------------------------------
+# LinearChain: a scikit-learn linear pipeline's chain as one kernel (optimizer/linear_chain.py)
+
+#: LinearClassifier's attributes (the chain's node carries them under the same names)
+_CLASSIFIER_ATTRS = (
+    "post_transform", "classlabels_ints", "classlabels_strings", "multi_class", "intercepts",
+    "coefficients",
+)  # fmt: skip
+
+
+def _bound_chain(attrs: dict):
+    """LinearChain bound to its node: the separate kernels' bound calls (numpy's path), and
+    for float32 rows trees.c's whole chain in one call, made at the first run from its
+    constant inputs (kept while the run passes the same arrays)."""
+    classify = _bound_classifier({k: attrs.get(k) for k in _CLASSIFIER_ATTRS})
+    has_scaler = attrs.get("offset") is not None or attrs.get("scale") is not None
+    scaler = bound_scaler(attrs) if has_scaler else None
+    norm = attrs.get("norm")
+    labels = class_labels(attrs.get("classlabels_ints"), attrs.get("classlabels_strings"))
+    plain = labels.dtype == np.int64 and np.array_equal(labels, np.arange(len(labels)))
+    kept: list = [None, None, _UNSET]  # sub, proj, their native.LinearChain (None: numpy)
+
+    def call(x, sub=None, proj=None):
+        if x.__class__ is np.ndarray and x.dtype == np.float32 and x.ndim == 2:
+            chain = kept[2]
+            if chain is _UNSET or sub is not kept[0] or proj is not kept[1]:
+                chain = _native_chain(attrs, scaler is not None, norm, x, sub, proj)
+                kept[:] = sub, proj, chain
+            if chain is not None and x.shape[1] == chain.nf and native.available():
+                best, scores = chain(x)
+                return (best if plain else labels[best]), scores
+        y = x if scaler is None else scaler(x)
+        if sub is not None:
+            y = np.subtract(y, sub)
+        if proj is not None:
+            y = np.matmul(y, proj)
+        label, scores = classify(y)
+        return label, scores if norm is None else normalizer(scores, norm=norm)
+
+    return call
+
+
+def _native_chain(attrs: dict, has_scaler: bool, norm, x, sub, proj):
+    """The native.LinearChain of this node for x's width, or None where the library is off
+    or the chain is none it computes (LinearClassifier's native conditions)."""
+    nf = x.shape[1]
+    k = nf if proj is None else (proj.shape[-1] if proj.ndim == 2 else 0)
+    coefficients = np.asarray(attrs["coefficients"], np.float32)
+    classes = coefficients.size // k if k else 0
+    transform = _CHAIN_TRANSFORMS.get(attrs.get("post_transform", "NONE"))
+    labels = attrs.get("classlabels_strings") or attrs.get("classlabels_ints") or []
+    if classes == 1 and len(labels) == 2 and norm is None:  # (the sign's rule: [1 - p, p])
+        transform = _NATIVE_BINARY.get(attrs.get("post_transform", "NONE"))
+    elif classes < 2:
+        return None
+    if (
+        not native.available()
+        or not nf
+        or transform is None
+        or coefficients.size != classes * k
+        or len(labels) < classes
+        or (proj is not None and proj.shape != (nf, k))
+        or (sub is not None and sub.size not in (1, nf))
+        or (norm is not None and classes > 128)
+    ):
+        return None
+
+    def row(a, fill):  # (an attribute or constant broadcast over the features)
+        a = np.asarray(a if a is not None and len(a) else [fill], np.float32).reshape(-1)
+        return np.broadcast_to(a, nf) if a.size in (1, nf) else None
+
+    offset, scale = (row(attrs.get("offset"), 0.0), row(attrs.get("scale"), 1.0)) if has_scaler else (None, None)  # fmt: skip
+    if has_scaler and (offset is None or scale is None):
+        return None
+    intercepts = attrs.get("intercepts")
+    bias = (
+        np.asarray(intercepts, np.float32) if intercepts is not None and len(intercepts) else None
+    )
+    if bias is not None and bias.size != classes:
+        return None
+    sub_row = None if sub is None else np.broadcast_to(np.asarray(sub, np.float32).reshape(-1), nf)
+    weights = coefficients.reshape(classes, k).T
+    return native_linear_chain(nf, offset, scale, sub_row, proj, weights, bias, transform, norm)
+
+
+# (optimizer/linear_chain.py's four variants: with or without the MatMul and the Normalizer)
+@op("LinearChain", since=1, domain=ONYX_DOMAIN, threads="blas")
+@op("LinearChainNorm", since=1, domain=ONYX_DOMAIN, threads="blas")
+@op("LinearChainProj", since=1, domain=ONYX_DOMAIN, threads="blas")
+@op("LinearChainProjNorm", since=1, domain=ONYX_DOMAIN, threads="blas")
+@prepared(_bound_chain)
+def linear_chain(
+    x,
+    sub=None,
+    proj=None,
+    *,
+    offset=None,
+    scale=None,
+    post_transform="NONE",
+    classlabels_ints=None,
+    classlabels_strings=None,
+    multi_class=0,
+    intercepts=None,
+    coefficients,
+    norm=None,
+):
+    """[Scaler] -> [Sub(sub)] -> [MatMul(proj)] -> LinearClassifier -> [Normalizer]: the
+    stages present (a Scaler where offset or scale is set, a Normalizer where norm is)."""
+    attrs = {k: v for k, v in locals().items() if k not in ("x", "sub", "proj")}
+    return _bound_chain(attrs)(x, sub, proj)

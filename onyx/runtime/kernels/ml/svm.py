@@ -54,6 +54,7 @@ _SCALAR_ROWS = 4
 #: rows up to which trees.c's one-call path serves a classifier (more: numpy's products on
 #: BLAS, which parallelize)
 NATIVE_ROWS = 16
+_UNSET = object()
 
 
 def _pairwise_coupling(r: np.ndarray) -> np.ndarray:
@@ -141,7 +142,19 @@ def sigmoid_probability(decision, prob_a, prob_b):
 def _bound_classifier(attrs: dict):
     """SVMClassifier bound to its node (derived.prepared): its compiled _Classifier."""
     model = _Classifier(**attrs)
-    return lambda x: model(as_2d(x).astype(np.float64))
+    small: dict = {}  # x's (dtype, width) -> its native.SmallCall (None: none serves it)
+
+    def call(x):
+        if x.__class__ is np.ndarray and x.ndim == 2:
+            task = small.get((x.dtype, x.shape[1]), _UNSET)
+            if task is _UNSET:
+                task = small[x.dtype, x.shape[1]] = model.small_task(x)
+            if task is not None and x.shape[0] <= task.max_rows and native.available():
+                scores, best = task(x)
+                return (best if model.plain_labels else model.labels[best]), scores
+        return model(as_2d(x).astype(np.float64))
+
+    return call
 
 
 @op("SVMClassifier", since=1, domain=ML, threads="blas")
@@ -282,6 +295,22 @@ class _Classifier:
             self.vectors, self.weights, self.rho, self.prob_a, self.prob_b, first, second,
             self.k, self.kernel_type, gamma, coef0, int(degree),
         )  # fmt: skip
+
+    @cached_property
+    def plain_labels(self) -> bool:
+        """Whether the labels are 0..k-1 (int64): a best class is its label."""
+        labels = self.labels
+        return labels.dtype == np.int64 and np.array_equal(labels, np.arange(len(labels)))
+
+    def small_task(self, x: np.ndarray):
+        """The native.SmallCall serving a few rows of x's dtype and width in one short call,
+        where __call__'s native path would serve them with nothing to do after it (Platt
+        scaling without a post_transform); else None."""
+        if self.linear or self.prob_a is None or self.post_transform != "NONE":
+            return None
+        if not native.available() or self.native_task is None or x.shape[1] != self.native_task.nf:
+            return None
+        return self.native_task.small(x.dtype, NATIVE_ROWS)
 
     def _native(self, x: np.ndarray):
         """(best class [rows], probabilities or decisions) from trees.c, or None where numpy

@@ -14,6 +14,7 @@ from functools import cached_property
 import numpy as np
 
 from ... import native
+from ...native import trees as native_trees
 from ...registry import op
 from ..derived import from_attributes, prepared
 from ._common import (
@@ -465,6 +466,25 @@ class _Sums:
         sums = self._fitting_sums(x)
         return None if sums is None else sums.classify(x, base, code)
 
+    def small_classifier(self, x: np.ndarray, base: np.ndarray, transform: str | int):
+        """The native.SmallCall serving classify(x, base, transform) for a few rows of x's
+        dtype and width in one short call (an int transform: a FOREST_BINARY rule), or None
+        where classify's conditions fail."""
+        code = transform if isinstance(transform, int) else _NATIVE_FINISH.get(transform)
+        if (
+            code is None
+            or not self.simple
+            or self.aggregate != "SUM"
+            or self.weights.dtype != np.float32
+            or len(base) > self.weights.shape[1]
+            or self.forest.max_feature >= x.shape[1]
+        ):
+            return None
+        sums = self.native.get(x.dtype, _UNSET)
+        if sums is _UNSET:
+            sums = self._native_sums(x.dtype)
+        return None if sums is None else sums.small(x.shape[1], base, code)
+
     def _fitting_sums(self, x: np.ndarray):
         """The native.ForestSums that serves 2-D x (kept per dtype), or None where it does not."""
         sums = self.native.get(x.dtype, _UNSET)
@@ -789,9 +809,46 @@ def _classifier_model(
 
     sums = _Sums(forest, weights, has, "SUM")
     base32 = np.ascontiguousarray(base) if base.dtype == np.float32 else None
+    # two classes, every vote for class 0 (skl2onnx's binary forests): its column's sums and
+    # _binary's rule for them in one native call (_binary's numpy steps cost a one-row call
+    # far more than the trees)
+    binary_rule = None
+    if n_classes == 2 and class_ids.size and not class_ids.any() and base32 is not None:
+        if len(base) <= 1 and post_transform != "PROBIT":
+            rules = dict(zip([(True, False), (True, True), (False, True), (False, False)],
+                             native_trees.FOREST_BINARY))  # fmt: skip
+            # (weights all >= 0, LOGISTIC): as _binary's branches
+            binary_rule = rules[bool(np.all(class_weights >= 0)), post_transform == "LOGISTIC"]
+            single = _Sums(forest, np.ascontiguousarray(weights[:, :1]), has[:, :1].copy(), "SUM")
+
+    small: dict = {}  # x's (dtype, width) -> its native.SmallCall (None: none serves it)
+    last = [None, -1, None]  # the last x's dtype and width, and small's entry for them
+    binary_small: dict = {}  # as small, for binary_rule's calls
+    plain = labels.dtype == np.int64 and np.array_equal(labels, np.arange(n_classes))
 
     def predict(x):
+        if binary_rule is not None and x.__class__ is np.ndarray and x.ndim == 2:
+            call = binary_small.get((x.dtype, x.shape[1]), _UNSET)
+            if call is _UNSET:
+                call = binary_small[x.dtype, x.shape[1]] = single.small_classifier(
+                    x, base32, binary_rule
+                )
+            if call is not None and x.shape[0] <= call.max_rows and native.available():
+                scores, best = call(x)
+                return (best if plain else labels[best]), scores
         if n_classes > 2 and base32 is not None:
+            if x.__class__ is np.ndarray and x.ndim == 2:
+                if x.dtype is not last[0] or x.shape[1] != last[1]:  # (else: last[2] serves)
+                    call = small.get((x.dtype, x.shape[1]), _UNSET)
+                    if call is _UNSET:
+                        call = small[x.dtype, x.shape[1]] = sums.small_classifier(
+                            x, base32, post_transform
+                        )
+                    last[:] = x.dtype, x.shape[1], call
+                call = last[2]
+                if call is not None and x.shape[0] <= call.max_rows and native.available():
+                    scores, best = call(x)
+                    return (best if plain else labels[best]), scores
             fast = sums.classify(x, base32, post_transform)
             if fast is not None:
                 return labels[fast[0]], fast[1]
