@@ -6,6 +6,8 @@ shapes they leave to the general kernels. Skipped where the library lacks AVX-51
 
 from __future__ import annotations
 
+import ctypes
+
 import numpy as np
 import pytest
 
@@ -208,3 +210,28 @@ def test_conv_transpose_of_other_widths_keeps_the_general_kernel(small_calls):
         want = conv_kernels.conv_transpose(x, w, None, kernel_shape=[2, 2], strides=[2, 2])
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     assert not small_calls  # (a width of 6: 8 pixels of a vector's half span two rows)
+
+
+def test_tasks_the_kernels_cannot_serve_are_refused():
+    """small_cnn.c fails closed: an upsampling with an activation or a residual (which its
+    store would drop), and a range of parts past the task's."""
+    from onyx.errors import InvalidArgument
+    from onyx.runtime.native import _core
+
+    x = np.ones((1, 4, 2, 8), np.float32)
+    packed = native.pack_small_conv(np.ones((16, 4, 1, 1), np.float32))
+    args = ((1, 4, 2, 8), packed, 16, (1, 1), (2, 8), (1, 1), (0, 0))
+    with pytest.raises(InvalidArgument):
+        native.SmallConv(*args, activation=1, up=True)(x)
+    up = native.SmallConv(*args, up=True)
+    with pytest.raises(InvalidArgument):
+        up(x, z=np.zeros(up.shape, np.float32))
+    conv = native.SmallConv(*args)
+    y = np.empty(conv.shape, np.float32)
+    conv.task.x, conv.task.y = x.ctypes.data, y.ctypes.data
+    run = _core.lib.onyx_small_conv_f32_range
+    parts = 2  # (one strip of 16 pixels, two panels of 8 channels)
+    i64 = ctypes.c_int64
+    assert run(ctypes.c_void_p(conv.task_at), i64(0), i64(parts)) == 0
+    assert run(ctypes.c_void_p(conv.task_at), i64(0), i64(parts + 1)) != 0
+    assert run(ctypes.c_void_p(conv.task_at), i64(1), i64(0)) != 0
