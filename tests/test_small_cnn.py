@@ -235,3 +235,20 @@ def test_tasks_the_kernels_cannot_serve_are_refused():
     assert run(ctypes.c_void_p(conv.task_at), i64(0), i64(parts)) == 0
     assert run(ctypes.c_void_p(conv.task_at), i64(0), i64(parts + 1)) != 0
     assert run(ctypes.c_void_p(conv.task_at), i64(1), i64(0)) != 0
+
+
+@pytest.mark.parametrize("small", [True, False])
+def test_a_bias_of_another_size_is_refused(small, monkeypatch):
+    """The native convs read M bias values: a bias of another size raises, on the small conv
+    and on the general one (conv_f32.bias_entry), where it was read past its end."""
+    from onyx.errors import InvalidArgument
+    from onyx.runtime.kernels import small_cnn
+
+    monkeypatch.setattr(small_cnn, "ENABLED", small)
+    x = np.ones((1, 16, 16, 16), np.float32)
+    w = np.ones((32, 16, 3, 3), np.float32)
+    w.flags.writeable = False  # (a constant: its set-up is kept, per small)
+    with pytest.raises(InvalidArgument, match="bias of 3 values for 32"):
+        conv_kernels.conv(x, w, np.ones(3, np.float32), pads=[1, 1, 1, 1])
+    y = conv_kernels.conv(x, w, np.full(32, 2, np.float32), pads=[1, 1, 1, 1])
+    assert y[0, 0, 5, 5] == 16 * 9 + 2

@@ -8,6 +8,7 @@ import threading
 
 import numpy as np
 
+from ...errors import InvalidArgument
 from . import _core as core
 from ._core import (
     _I64,
@@ -157,6 +158,16 @@ def _raw_floats(channels: int, wide: tuple[int, int, int], kernel, dilations) ->
         reach = (kernel[0] - 1) * dilations[0] * W + (kernel[1] - 1) * dilations[1]
     rows = (_CONV_STRIPS * nr + reach) // W + 2
     return (_CONV_STRIPS + 1) * channels * (4 if mode == 2 else 1) * rows * W
+
+
+def bias_entry(bias, M: int, what: str) -> tuple:
+    """(bias, its float32 C-contiguous copy, the copy's address): a conv's bias as its kernel
+    reads it, made once per bias object (a constant's is the same every call). The kernel
+    reads M floats there, so a bias of another size is refused here."""
+    b = np.ascontiguousarray(bias, np.float32)
+    if b.size != M:
+        raise InvalidArgument(f"onyx native {what}: a bias of {b.size} values for {M} outputs")
+    return bias, b, _addr(b)
 
 
 def _scratch_floats(n: int) -> np.ndarray:
@@ -370,8 +381,7 @@ class FloatConv:
         if bias is not None:
             entry = self.bias  # (a local reference keeps its array alive through the call)
             if bias is not entry[0]:  # a constant bias is the same object every call
-                b = np.ascontiguousarray(bias, np.float32)
-                entry = self.bias = (bias, b, _addr(b))
+                entry = self.bias = bias_entry(bias, self.task.M, "float conv")
             task.bias = entry[2]
         if z is not None:
             if z.shape != y.shape or z.dtype != np.float32 or not z.flags.c_contiguous:

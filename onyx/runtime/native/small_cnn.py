@@ -15,6 +15,7 @@ import numpy as np
 
 from . import _core as core
 from ._core import _I64, _P, _PARALLEL_ELEMENTS, _addr, _check_sizes, _input_addr, _ways, abi
+from .conv_f32 import bias_entry
 
 
 @abi("small_conv_f32")
@@ -121,8 +122,7 @@ class SmallConv:
         if bias is not None:
             entry = self.bias  # (a local reference keeps its array alive through the call)
             if bias is not entry[0]:  # a constant bias is the same object every call
-                f = np.ascontiguousarray(bias, np.float32)
-                entry = self.bias = (bias, f, _addr(f))
+                entry = self.bias = bias_entry(bias, self.task.M, "small conv")
             b = entry[2]
         residual = None
         if z is not None:
