@@ -252,3 +252,29 @@ def test_a_bias_of_another_size_is_refused(small, monkeypatch):
         conv_kernels.conv(x, w, np.ones(3, np.float32), pads=[1, 1, 1, 1])
     y = conv_kernels.conv(x, w, np.full(32, 2, np.float32), pads=[1, 1, 1, 1])
     assert y[0, 0, 5, 5] == 16 * 9 + 2
+
+
+def test_kernels_refuse_to_run_where_avx512_is_capped():
+    """With ONYX_NATIVE_ISA below AVX-512 the entries fail closed (as nhwc.c's) rather than
+    run AVX-512 code the setting rules out."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import numpy as np\n"
+        "from onyx.errors import InvalidArgument\n"
+        "from onyx.runtime import native\n"
+        "assert not native.small_conv_ok()\n"
+        "p = native.pack_small_conv(np.ones((8, 2, 1, 1), np.float32))\n"
+        "conv = native.SmallConv((1, 2, 2, 8), p, 8, (1, 1), (2, 8), (1, 1), (0, 0))\n"
+        "for run in (conv, native.MaxPool2x2((1, 2, 2, 8))):\n"
+        "    try:\n"
+        "        run(np.ones((1, 2, 2, 8), np.float32))\n"
+        "    except InvalidArgument:\n"
+        "        continue\n"
+        "    raise SystemExit('ran')\n"
+    )
+    env = {**os.environ, "ONYX_NATIVE_ISA": "avx2"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr

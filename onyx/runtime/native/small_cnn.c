@@ -70,6 +70,9 @@ static int small_conv_ok(const small_conv_f32 *t) {
 #define AVX512 __attribute__((target("avx512f")))
 #include "activation.h" /* (again: its vector forms, now that immintrin.h is in) */
 
+/* Whether the CPU runs AVX-512 and ONYX_NATIVE_ISA allows it (else the kernels refuse). */
+static int have_avx512(void) { return (onyx_isa() & ONYX_ISA_AVX512) != 0; }
+
 /* Lanes of the nv vectors of the strip from pixel p0 whose cell of each tap lies in the
    image (and whose pixel in the plane): masks[tap][h]. */
 static AVX512 void strip_masks(const small_conv_f32 *t, int64_t p0, __mmask16 (*masks)[SC_NV]) {
@@ -205,7 +208,7 @@ INSTANCE(3)
 /* Parts begin <= q < end, q = strip * panels + panel (strips of all images in order). */
 EXPORT AVX512 int onyx_small_conv_f32_range(const void *p, int64_t begin, int64_t end) {
     const small_conv_f32 *t = p;
-    if (!small_conv_ok(t) || begin < 0 || begin > end || end > sc_parts(t))
+    if (!have_avx512() || !small_conv_ok(t) || begin < 0 || begin > end || end > sc_parts(t))
         return ONYX_INVALID;
     int64_t taps = t->kh * t->kw, per = sc_strips(t), panels = (t->M + SC_MR - 1) / SC_MR;
     int64_t P = sc_pixels(t), off[SC_TAPS], have = -1;
@@ -267,7 +270,7 @@ static AVX512 void max2x2_planes(const float *x, float *y, int64_t H, int64_t W,
 EXPORT AVX512 int onyx_max2x2_f32_range(const void *p, int64_t begin, int64_t end) {
     const small_conv_f32 *t = p; /* x, y; C: planes, H, W */
     int64_t cells;
-    if (begin < 0 || begin > end || end > t->C || t->H < 2 || t->W < 2 ||
+    if (!have_avx512() || begin < 0 || begin > end || end > t->C || t->H < 2 || t->W < 2 ||
         t->H > ONYX_MAX_EXTENT || t->W > ONYX_MAX_EXTENT || !onyx_mul(t->C, t->H * t->W, &cells))
         return ONYX_INVALID;
     max2x2_planes(t->x, t->y, t->H, t->W, begin, end);
