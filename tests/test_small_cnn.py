@@ -278,3 +278,15 @@ def test_kernels_refuse_to_run_where_avx512_is_capped():
     env = {**os.environ, "ONYX_NATIVE_ISA": "avx2"}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_weights_of_fewer_channels_than_the_input_are_refused():
+    """A weight of 8 input channels for a 16-channel input: the small conv read 16 channels'
+    weights from panels packed for 8 (past their end); its set-up now refuses them."""
+    from onyx.errors import InvalidArgument
+
+    x = np.ones((1, 16, 16, 16), np.float32)
+    w = np.ones((32, 8, 3, 3), np.float32)
+    w.flags.writeable = False
+    with pytest.raises(InvalidArgument, match="packed weights"):
+        conv_kernels.conv(x, w, None, pads=[1, 1, 1, 1])
