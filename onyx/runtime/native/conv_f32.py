@@ -286,6 +286,10 @@ class FloatConv:
             (N, C, H, W), strides = (N, C, *out_shape), (1, 1)
         P, K, nr = out_shape[0] * out_shape[1], packed.shape[2], core.lib.conv_f32_tile[1]
         strips, panels = -(-N * P // nr), packed.shape[1]
+        if C % group or K != C // group * kernel[0] * kernel[1]:  # (the kernel reads C's)
+            raise InvalidArgument(
+                f"onyx native float conv: weights of {K} values per output for {C} channels"
+            )
         # (a layer whose parts split the channels packs its columns once for all, below)
         _, blocks = _conv_parts(
             strips, panels, group, _ways(N * P * M * K, group * strips * panels)
