@@ -6,6 +6,8 @@ shapes they leave to the general kernels. Skipped where the library lacks AVX-51
 
 from __future__ import annotations
 
+import ctypes
+
 import numpy as np
 import pytest
 
@@ -208,3 +210,90 @@ def test_conv_transpose_of_other_widths_keeps_the_general_kernel(small_calls):
         want = conv_kernels.conv_transpose(x, w, None, kernel_shape=[2, 2], strides=[2, 2])
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     assert not small_calls  # (a width of 6: 8 pixels of a vector's half span two rows)
+
+
+def test_tasks_the_kernels_cannot_serve_are_refused():
+    """small_cnn.c fails closed: an upsampling with an activation or a residual (which its
+    store would drop), and a range of parts past the task's."""
+    from onyx.errors import InvalidArgument
+    from onyx.runtime.native import _core
+
+    x = np.ones((1, 4, 2, 8), np.float32)
+    packed = native.pack_small_conv(np.ones((16, 4, 1, 1), np.float32))
+    args = ((1, 4, 2, 8), packed, 16, (1, 1), (2, 8), (1, 1), (0, 0))
+    with pytest.raises(InvalidArgument):
+        native.SmallConv(*args, activation=1, up=True)(x)
+    up = native.SmallConv(*args, up=True)
+    with pytest.raises(InvalidArgument):
+        up(x, z=np.zeros(up.shape, np.float32))
+    conv = native.SmallConv(*args)
+    y = np.empty(conv.shape, np.float32)
+    conv.task.x, conv.task.y = x.ctypes.data, y.ctypes.data
+    run = _core.lib.onyx_small_conv_f32_range
+    parts = 2  # (one strip of 16 pixels, two panels of 8 channels)
+    i64 = ctypes.c_int64
+    assert run(ctypes.c_void_p(conv.task_at), i64(0), i64(parts)) == 0
+    assert run(ctypes.c_void_p(conv.task_at), i64(0), i64(parts + 1)) != 0
+    assert run(ctypes.c_void_p(conv.task_at), i64(1), i64(0)) != 0
+
+
+@pytest.mark.parametrize("small", [True, False])
+def test_a_bias_of_another_size_is_refused(small, monkeypatch):
+    """The native convs read M bias values: a bias of another size raises, on the small conv
+    and on the general one (conv_f32.bias_entry), where it was read past its end."""
+    from onyx.errors import InvalidArgument
+    from onyx.runtime.kernels import small_cnn
+
+    monkeypatch.setattr(small_cnn, "ENABLED", small)
+    x = np.ones((1, 16, 16, 16), np.float32)
+    w = np.ones((32, 16, 3, 3), np.float32)
+    w.flags.writeable = False  # (a constant: its set-up is kept, per small)
+    with pytest.raises(InvalidArgument, match="bias of 3 values for 32"):
+        conv_kernels.conv(x, w, np.ones(3, np.float32), pads=[1, 1, 1, 1])
+    y = conv_kernels.conv(x, w, np.full(32, 2, np.float32), pads=[1, 1, 1, 1])
+    assert y[0, 0, 5, 5] == 16 * 9 + 2
+
+
+def test_kernels_refuse_to_run_where_avx512_is_capped():
+    """With ONYX_NATIVE_ISA below AVX-512 the entries fail closed (as nhwc.c's) rather than
+    run AVX-512 code the setting rules out."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import numpy as np\n"
+        "from onyx.errors import InvalidArgument\n"
+        "from onyx.runtime import native\n"
+        "assert not native.small_conv_ok()\n"
+        "p = native.pack_small_conv(np.ones((8, 2, 1, 1), np.float32))\n"
+        "conv = native.SmallConv((1, 2, 2, 8), p, 8, (1, 1), (2, 8), (1, 1), (0, 0))\n"
+        "for run in (conv, native.MaxPool2x2((1, 2, 2, 8))):\n"
+        "    try:\n"
+        "        run(np.ones((1, 2, 2, 8), np.float32))\n"
+        "    except InvalidArgument:\n"
+        "        continue\n"
+        "    raise SystemExit('ran')\n"
+    )
+    env = {**os.environ, "ONYX_NATIVE_ISA": "avx2"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_weights_of_fewer_channels_than_the_input_are_refused(monkeypatch):
+    """A weight of 8 input channels for a 16-channel input: the small conv and the general one
+    read 16 channels' weights from panels packed for 8 (past their end); their set-ups now
+    refuse them."""
+    from onyx.errors import InvalidArgument
+    from onyx.runtime.kernels import small_cnn
+
+    x = np.ones((1, 16, 16, 16), np.float32)
+    w = np.ones((32, 8, 3, 3), np.float32)
+    w.flags.writeable = False
+    with pytest.raises(InvalidArgument, match="packed weights"):
+        conv_kernels.conv(x, w, None, pads=[1, 1, 1, 1])
+    monkeypatch.setattr(small_cnn, "ENABLED", False)  # (the general conv_f32.FloatConv)
+    w = np.ones((32, 8, 3, 3), np.float32)
+    w.flags.writeable = False
+    with pytest.raises(InvalidArgument, match="weights of 72 values"):
+        conv_kernels.conv(x, w, None, pads=[1, 1, 1, 1])

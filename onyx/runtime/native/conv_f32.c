@@ -521,13 +521,17 @@ static AVX512 void pad_rows(const conv_f32 *t, float *dst, int64_t n, int64_t g,
     }
 }
 
+/* How far past a wide strip's pixel its window reads in the padded input (or its phases). */
+static int64_t region_reach(const conv_f32 *t) {
+    return t->wide == 2 ? (t->kh - 1) / 2 * t->W + (t->kw - 1) / 2
+                        : (t->kh - 1) * t->dh * t->W + (t->kw - 1) * t->dw;
+}
+
 /* The rows a raw conv's part reads in each image: R per channel (and phase), from the first
    row of the part's first strip in the image (the last strip's window and its vectors'
    discarded pixels included). */
 static int64_t region_rows(const conv_f32 *t) {
-    int64_t reach = t->wide == 2 ? (t->kh - 1) / 2 * t->W + (t->kw - 1) / 2
-                                 : (t->kh - 1) * t->dh * t->W + (t->kw - 1) * t->dw;
-    return (t->per_part * CF_NR + reach) / t->W + 2;
+    return (t->per_part * CF_NR + region_reach(t)) / t->W + 2;
 }
 
 /* The first row of image n's region for the part whose first strip is s0. */
@@ -544,8 +548,7 @@ static int64_t region_top(const conv_f32 *t, int64_t s0, int64_t n) {
    on; a part's few regions are written again and again in L2. */
 static void pad_part(const conv_f32 *t, float *xp, int64_t q, int64_t R, int64_t region) {
     int64_t S = t->per_part, chunks = (t->strips + S - 1) / S, per = wide_strips(t);
-    int64_t all = t->OH * t->W, reach = (t->kh - 1) * t->dh * t->W + (t->kw - 1) * t->dw;
-    if (t->wide == 2) reach = (t->kh - 1) / 2 * t->W + (t->kw - 1) / 2; /* (in the phases) */
+    int64_t all = t->OH * t->W, reach = region_reach(t);
     int64_t g = q / chunks / t->blocks, s0 = q % chunks * S;
     int64_t last = s0 + S < t->strips ? s0 + S : t->strips;
     for (int64_t n = s0 / per; n * per < last; n++) {
@@ -601,9 +604,12 @@ EXPORT AVX512 int onyx_conv_f32_range(const void *p, int64_t begin, int64_t end)
     int64_t R = 0, region = 0; /* (a region's rows, floats) */
     if (raw) {
         R = region_rows(t);
-        region = t->C / t->group * (t->wide == 2 ? 4 : 1) * R * t->W;
-        /* (a part's strips cover at most per_part + 1 images) */
-        int64_t floats = (t->per_part + 1) * region, slack = wide_slack(t);
+        /* (a part's strips cover at most per_part + 1 images; sizes counted without overflow:
+           the buffer is allocated to them) */
+        int64_t floats, slack = wide_slack(t);
+        if (!onyx_mul(t->C / t->group * (t->wide == 2 ? 4 : 1), R, &region) ||
+            !onyx_mul(region, t->W, &region) || !onyx_mul(t->per_part + 1, region, &floats))
+            return ONYX_INVALID;
         float *xp = pad_scratch(floats + slack);
         if (!xp) return ONYX_NOMEM;
         memset(xp + floats, 0, sizeof(float) * (size_t)slack);

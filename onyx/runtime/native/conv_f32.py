@@ -8,6 +8,7 @@ import threading
 
 import numpy as np
 
+from ...errors import InvalidArgument
 from . import _core as core
 from ._core import (
     _I64,
@@ -159,6 +160,16 @@ def _raw_floats(channels: int, wide: tuple[int, int, int], kernel, dilations) ->
     return (_CONV_STRIPS + 1) * channels * (4 if mode == 2 else 1) * rows * W
 
 
+def bias_entry(bias, M: int, what: str) -> tuple:
+    """(bias, its float32 C-contiguous copy, the copy's address): a conv's bias as its kernel
+    reads it, made once per bias object (a constant's is the same every call). The kernel
+    reads M floats there, so a bias of another size is refused here."""
+    b = np.ascontiguousarray(bias, np.float32)
+    if b.size != M:
+        raise InvalidArgument(f"onyx native {what}: a bias of {b.size} values for {M} outputs")
+    return bias, b, _addr(b)
+
+
 def _scratch_floats(n: int) -> np.ndarray:
     """n floats of this thread's scratch (a wide conv's padded input, read within the call)."""
     buf = getattr(_scratch, "buf", None)
@@ -275,6 +286,10 @@ class FloatConv:
             (N, C, H, W), strides = (N, C, *out_shape), (1, 1)
         P, K, nr = out_shape[0] * out_shape[1], packed.shape[2], core.lib.conv_f32_tile[1]
         strips, panels = -(-N * P // nr), packed.shape[1]
+        if C % group or K != C // group * kernel[0] * kernel[1]:  # (the kernel reads C's)
+            raise InvalidArgument(
+                f"onyx native float conv: weights of {K} values per output for {C} channels"
+            )
         # (a layer whose parts split the channels packs its columns once for all, below)
         _, blocks = _conv_parts(
             strips, panels, group, _ways(N * P * M * K, group * strips * panels)
@@ -370,8 +385,7 @@ class FloatConv:
         if bias is not None:
             entry = self.bias  # (a local reference keeps its array alive through the call)
             if bias is not entry[0]:  # a constant bias is the same object every call
-                b = np.ascontiguousarray(bias, np.float32)
-                entry = self.bias = (bias, b, _addr(b))
+                entry = self.bias = bias_entry(bias, self.task.M, "float conv")
             task.bias = entry[2]
         if z is not None:
             if z.shape != y.shape or z.dtype != np.float32 or not z.flags.c_contiguous:

@@ -167,15 +167,14 @@ class NhwcConv:
 
 _copy, _byref = _NhwcTask.from_buffer_copy, ctypes.byref
 _empty, _ndarray, _F32, _BYTE = np.empty, np.ndarray, np.dtype(np.float32), np.dtype(np.uint8)
-_addressof, _c_char_from = ctypes.addressof, ctypes.c_char.from_buffer
 
 
 def _aligned(shape: tuple, size: int) -> tuple:
     """An empty float32 array of ``size`` elements whose data starts on a 64-byte line (the
     kernels' vectors of 16 channels then never straddle two lines; malloc aligns to 16), and
-    that address (found through c_char.from_buffer: __array_interface__ builds a dict)."""
+    that address (_addr's: __array_interface__ builds a dict)."""
     buf = _empty(4 * size + 60, _BYTE)
-    base = _addressof(_c_char_from(buf))
+    base = _addr(buf)
     start = -base & 63
     return _ndarray(shape, _F32, buf, start), base + start
 

@@ -43,22 +43,35 @@ static int64_t sc_strips(const small_conv_f32 *t) {
     return (vectors + t->nv - 1) / t->nv;
 }
 
-/* Whether t's sizes are in range and agree (small_cnn.py's limits, checked again). */
+/* Parts (strip, panel) of all images: the range a task's entry runs. */
+static int64_t sc_parts(const small_conv_f32 *t) {
+    return t->N * sc_strips(t) * ((t->M + SC_MR - 1) / SC_MR);
+}
+
+/* Whether t's sizes are in range and agree (small_cnn.py's limits, checked again), its
+   input's and output's cells counted without overflow; up (store_upsampled) adds no residual
+   and applies no activation. */
 static int small_conv_ok(const small_conv_f32 *t) {
-    int64_t Hp, Wp, sizes[6] = {t->N, t->C, t->H, t->W, t->M, t->OH};
-    return onyx_in(sizes, 6, 1, ONYX_MAX_EXTENT) && t->kh * t->kw <= SC_TAPS && t->kh >= 1 &&
+    int64_t Hp, Wp, cells, sizes[6] = {t->N, t->C, t->H, t->W, t->M, t->OH};
+    return onyx_in(sizes, 6, 1, ONYX_MAX_EXTENT) && onyx_mul(t->N * t->C, t->H, &cells) &&
+           onyx_mul(cells, t->W, &cells) && onyx_mul(t->N * t->M, t->OH, &cells) &&
+           onyx_mul(cells, t->W, &cells) && t->kh * t->kw <= SC_TAPS && t->kh >= 1 &&
            t->kw >= 1 && t->nv >= 1 && t->nv <= SC_NV && t->OH * t->W <= (1 << 20) &&
            onyx_window_axis(t->H, t->OH, t->kh, 1, t->dh, t->top, &Hp) &&
            onyx_window_axis(t->W, t->W, t->kw, 1, t->dw, t->left, &Wp) && t->act >= 0 &&
            t->act <= ACT_TANH &&
-           (!t->up || (t->up == 1 && t->kh == 1 && t->kw == 1 && t->top == 0 && t->left == 0 &&
-                       t->OH == t->H && t->W % 8 == 0 && t->M % 4 == 0));
+           (!t->up || (t->up == 1 && t->act == 0 && !t->z && t->kh == 1 && t->kw == 1 &&
+                       t->top == 0 && t->left == 0 && t->OH == t->H && t->W % 8 == 0 &&
+                       t->M % 4 == 0));
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 #define AVX512 __attribute__((target("avx512f")))
 #include "activation.h" /* (again: its vector forms, now that immintrin.h is in) */
+
+/* Whether the CPU runs AVX-512 and ONYX_NATIVE_ISA allows it (else the kernels refuse). */
+static int have_avx512(void) { return (onyx_isa() & ONYX_ISA_AVX512) != 0; }
 
 /* Lanes of the nv vectors of the strip from pixel p0 whose cell of each tap lies in the
    image (and whose pixel in the plane): masks[tap][h]. */
@@ -195,7 +208,8 @@ INSTANCE(3)
 /* Parts begin <= q < end, q = strip * panels + panel (strips of all images in order). */
 EXPORT AVX512 int onyx_small_conv_f32_range(const void *p, int64_t begin, int64_t end) {
     const small_conv_f32 *t = p;
-    if (!small_conv_ok(t) || begin < 0) return ONYX_INVALID;
+    if (!have_avx512() || !small_conv_ok(t) || begin < 0 || begin > end || end > sc_parts(t))
+        return ONYX_INVALID;
     int64_t taps = t->kh * t->kw, per = sc_strips(t), panels = (t->M + SC_MR - 1) / SC_MR;
     int64_t P = sc_pixels(t), off[SC_TAPS], have = -1;
     __mmask16 masks[SC_TAPS][SC_NV];
@@ -255,8 +269,9 @@ static AVX512 void max2x2_planes(const float *x, float *y, int64_t H, int64_t W,
 
 EXPORT AVX512 int onyx_max2x2_f32_range(const void *p, int64_t begin, int64_t end) {
     const small_conv_f32 *t = p; /* x, y; C: planes, H, W */
-    if (begin < 0 || end > t->C || t->H < 2 || t->W < 2 || t->H > ONYX_MAX_EXTENT ||
-        t->W > ONYX_MAX_EXTENT)
+    int64_t cells;
+    if (!have_avx512() || begin < 0 || begin > end || end > t->C || t->H < 2 || t->W < 2 ||
+        t->H > ONYX_MAX_EXTENT || t->W > ONYX_MAX_EXTENT || !onyx_mul(t->C, t->H * t->W, &cells))
         return ONYX_INVALID;
     max2x2_planes(t->x, t->y, t->H, t->W, begin, end);
     return 0;
@@ -268,10 +283,7 @@ static int run_task(range_fn fn, const small_conv_f32 *setup, const float *x, fl
                     const float *bias, const float *z, int64_t parts, int64_t threads) {
     small_conv_f32 t = *setup;
     t.x = x, t.y = y, t.bias = bias ? bias : setup->bias, t.z = z;
-    if (threads <= 1 || parts <= 1) {
-        int64_t cuts[2] = {0, parts};
-        return fn(&t, cuts[0], cuts[1]);
-    }
+    if (threads <= 1 || parts <= 1) return fn(&t, 0, parts);
     int64_t cuts[4097];
     if (parts > 4096) { /* (even runs of parts, a run per claim) */
         for (int64_t i = 0; i <= 4096; i++) cuts[i] = parts * i / 4096;
@@ -284,8 +296,7 @@ static int run_task(range_fn fn, const small_conv_f32 *setup, const float *x, fl
 EXPORT int onyx_small_conv_f32(const small_conv_f32 *setup, const float *x, float *y,
                                const float *bias, const float *z, int64_t threads) {
     if (!small_conv_ok(setup)) return ONYX_INVALID;
-    int64_t parts = setup->N * sc_strips(setup) * ((setup->M + SC_MR - 1) / SC_MR);
-    return run_task(onyx_small_conv_f32_range, setup, x, y, bias, z, parts, threads);
+    return run_task(onyx_small_conv_f32_range, setup, x, y, bias, z, sc_parts(setup), threads);
 }
 
 EXPORT int onyx_max2x2_f32(const small_conv_f32 *setup, const float *x, float *y,

@@ -13,8 +13,10 @@ import math
 
 import numpy as np
 
+from ...errors import InvalidArgument
 from . import _core as core
 from ._core import _I64, _P, _PARALLEL_ELEMENTS, _addr, _check_sizes, _input_addr, _ways, abi
+from .conv_f32 import bias_entry
 
 
 @abi("small_conv_f32")
@@ -103,6 +105,10 @@ class SmallConv:
         N, C, H, W = x_shape
         _check_sizes("small conv", *x_shape, M, *kernel, *out_shape, *dilations, *begin)
         P, K = out_shape[0] * W, C * math.prod(kernel)
+        if packed.size != -(-M // PANEL) * PANEL * K:  # (the kernel reads this many)
+            raise InvalidArgument(
+                f"onyx native small conv: {packed.size} packed weights for {M} outputs of {K}"
+            )
         nv = min(3, -(-P // 16))
         parts = N * -(-P // (16 * nv)) * -(-M // PANEL)
         self.ways = _ways(N * P * M * K, parts)
@@ -121,8 +127,7 @@ class SmallConv:
         if bias is not None:
             entry = self.bias  # (a local reference keeps its array alive through the call)
             if bias is not entry[0]:  # a constant bias is the same object every call
-                f = np.ascontiguousarray(bias, np.float32)
-                entry = self.bias = (bias, f, _addr(f))
+                entry = self.bias = bias_entry(bias, self.task.M, "small conv")
             b = entry[2]
         residual = None
         if z is not None:
