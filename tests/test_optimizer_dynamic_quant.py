@@ -366,3 +366,40 @@ def test_bound_dynamic_matmul_matches_the_kernel(relu):
             x.flat[7] = np.nan
         got = session.run(None, {"x": x})[0]
         np.testing.assert_array_equal(got, kernel(x, *weights))
+
+
+def test_flattened_product_passes_over_a_reshape_before_opset_5():
+    """A Reshape before opset 5 holds its shape as an attribute (one input): the pass leaves
+    it alone instead of reading a target input it does not have."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(RNG.uniform(-1, 1, (16, 8)).astype(np.float32), "w")
+    nodes = [
+        helper.make_node("Reshape", ["x"], ["flat"], shape=[-1, 16]),
+        helper.make_node("MatMul", ["flat", "w"], ["y0"]),
+        helper.make_node("Reshape", ["y0"], ["y"], shape=[5, -1, 8]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, 3, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [w],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 4)])
+    model.ir_version = 3
+    ops = [n.op_type for n in onyx.optimize(onyx.loads(model.SerializeToString())).graph]
+    assert ops == ["Reshape", "MatMul", "Reshape"], ops
+
+
+def test_dynamic_matmul_of_rows_another_length_than_b_is_not_native():
+    """A's rows shorter than B's: not the native call (it would read past A's rows), the
+    numpy path, which reports the mismatch."""
+    from onyx.runtime.kernels import contrib
+
+    b = RNG.integers(-127, 128, size=(16, 8)).astype(np.int8)
+    scale = np.full(8, 0.01, np.float32)
+    b.flags.writeable = scale.flags.writeable = False
+    a = RNG.uniform(-1, 1, (3, 12)).astype(np.float32)
+    with pytest.raises(ValueError):
+        contrib.dynamic_quantize_matmul(a, b, scale)

@@ -53,31 +53,35 @@ def _plain_gemm(ctx: PassContext, gemm: ir.Node) -> np.ndarray | None:
 def _flattening(ctx: PassContext, node: ir.Node) -> ir.Value | None:
     """x when ``node`` reads Reshape(x, [-1, K]) alone, x [..., K] of static K."""
     r = node.inputs[0].producer if node.inputs else None
-    if (
-        not is_op(r, "Reshape")
-        or r.attr("allowzero", 0)
-        or ctx.single_use(r.outputs[0]) is not node
-    ):
+    target = _constant_target(ctx, r)
+    if target is None or ctx.single_use(r.outputs[0]) is not node:
         return None
-    shape, target = static_shape(r.inputs[0]), ctx.const(r.inputs[1])
-    if shape is None or len(shape) < 3 or type(shape[-1]) is not int or target is None:
+    shape = static_shape(r.inputs[0])
+    if shape is None or len(shape) < 3 or type(shape[-1]) is not int:
         return None
-    return r.inputs[0] if target.tolist() == [-1, shape[-1]] else None
+    return r.inputs[0] if target == [-1, shape[-1]] else None
 
 
 def _restoring(ctx: PassContext, node: ir.Node, leading: tuple) -> ir.Node | None:
     """The Reshape that alone reads ``node``'s [rows, N] output and gives it back the leading
     dims (static ones as they are, the one dynamic dim as -1)."""
     r = ctx.single_use(node.outputs[0])
-    if not is_op(r, "Reshape") or r.attr("allowzero", 0):
-        return None
-    target, out = ctx.const(r.inputs[1]), static_shape(node.outputs[0])
+    target, out = _constant_target(ctx, r), static_shape(node.outputs[0])
     if target is None or out is None or len(out) != 2 or type(out[1]) is not int:
         return None
     expected = [d if type(d) is int else -1 for d in leading] + [out[1]]
     if expected.count(-1) > 1 or 0 in expected:
         return None
-    return r if target.tolist() == expected else None
+    return r if target == expected else None
+
+
+def _constant_target(ctx: PassContext, r: ir.Node | None) -> list | None:
+    """The constant target shape of ``r`` when it is a Reshape without allowzero, else None
+    (a Reshape before opset 5 has no target input: its shape is an attribute)."""
+    if not is_op(r, "Reshape") or r.attr("allowzero", 0) or len(r.inputs) < 2:
+        return None
+    target = ctx.const(r.inputs[1])
+    return None if target is None else target.tolist()
 
 
 @graph_pass("FlattenedMatMulFusion", EXTENDED)

@@ -347,12 +347,10 @@ def _native_dynamic_matmul(a, b, b_scale, b_zero_point, bias, with_relu=False):
     """DynamicQuantizeMatMul [then Relu] in one native call (native.DynamicMatMul), or None
     where it does not apply: float32 A, a constant 2-D 8-bit B, constant float32 scales, zero
     points and bias per tensor or per column."""
-    K = a.shape[-1] if a.ndim else 0
-    if a.dtype != np.float32 or a.size == 0 or b.ndim != 2 or not native.int8_gemm_ok(K):
-        return None
-    dm = _kept_dynamic_matmul(b, b_scale, b_zero_point, bias, with_relu)
+    dm = _kept_dynamic_matmul(a, b, b_scale, b_zero_point, bias, with_relu)
     if dm is None:
         return None
+    K = a.shape[-1]
     if a.ndim == 2:  # (no reshapes: a few tenths of a microsecond of a small product's few)
         return dm(a if a.flags.c_contiguous else np.ascontiguousarray(a))
     x = a.reshape(-1, K)
@@ -360,10 +358,16 @@ def _native_dynamic_matmul(a, b, b_scale, b_zero_point, bias, with_relu=False):
     return None if y is None else y.reshape(a.shape[:-1] + (dm.N,))
 
 
-def _kept_dynamic_matmul(b, b_scale, b_zero_point, bias, with_relu: bool):
+def _kept_dynamic_matmul(a, b, b_scale, b_zero_point, bias, with_relu: bool):
     """native.DynamicMatMul's set-up, kept per weight and checked by the identity of the very
-    parameter objects it was made for (held, so no id is reused); None for parameters it does
-    not take."""
+    parameter objects it was made for (held, so no id is reused); None for an A or parameters
+    it does not take (A's rows another length than B's: the numpy path names the mismatch,
+    where the native call would read past A's rows)."""
+    K = a.shape[-1] if a.ndim else 0
+    if a.dtype != np.float32 or a.size == 0 or b.ndim != 2 or b.shape[0] != K:
+        return None
+    if not native.int8_gemm_ok(K):
+        return None
     kept = derived(b, ("dynamic matmul", with_relu), list)  # (b read-only, else a fresh list)
     for (held_scale, held_zero_point, held_bias), dm in kept:  # (one, mostly)
         if held_scale is b_scale and held_zero_point is b_zero_point and held_bias is bias:
@@ -409,12 +413,10 @@ def _bind_dynamic_matmul(with_relu: bool):
         a, b, b_scale, b_zero_point, bias = (tuple(inputs) + (None,) * 5)[:5]
         if not all(constant[1:]) or a.__class__ is not np.ndarray or b.__class__ is not np.ndarray:
             return None
-        K = a.shape[-1] if a.ndim else 0
-        if a.dtype != np.float32 or a.size == 0 or b.ndim != 2 or not native.int8_gemm_ok(K):
-            return None
-        dm = _kept_dynamic_matmul(b, b_scale, b_zero_point, bias, with_relu)
+        dm = _kept_dynamic_matmul(a, b, b_scale, b_zero_point, bias, with_relu)
         if dm is None:
             return None
+        K = a.shape[-1]
         kernel = dynamic_quantize_matmul_relu if with_relu else dynamic_quantize_matmul
         rows, shape, flat = a.size // K, a.shape[:-1] + (dm.N,), a.ndim != 2
 

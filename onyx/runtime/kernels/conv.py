@@ -1593,12 +1593,18 @@ def causal_conv_with_state(input, weight, bias=None, past_state=None, *, activat
 # (registry.binds: the float32 conv's set-up looked up once per input signature; each bound
 # call answers as the kernel as written, which stays the reference and the fallback)
 
+#: A conv node's attributes that make conv_key's geometry, in its order.
+_NODE_GEOMETRY = ("auto_pad", "pads", "strides", "dilations", "kernel_shape")
 
-def float_conv_runner(x_shape, W, group: int, attrs: tuple, activation=0, alpha=0.0, beta=0.0):
-    """native_conv_f32's set-up for a 2-D float32 conv of a constant W and inputs of
-    ``x_shape`` (the same derived entry the kernel finds), called as ``run(X, B, z)`` with a
-    C-contiguous X; or None where native_conv_f32 takes another path (depthwise, 1-D) or none.
-    Made under the current thread setting: a caller checks it is still that one."""
+
+def float_conv_runner(x_shape, W, node_attrs: dict, activation=0, alpha=0.0, beta=0.0):
+    """native_conv_f32's set-up for a 2-D float32 conv node (its attributes: group and
+    geometry) of a constant W and inputs of ``x_shape`` (the same derived entry the kernel
+    finds), called as ``run(X, B, z)`` with a C-contiguous X; or None where native_conv_f32
+    takes another path (depthwise, 1-D) or none. Made under the current thread setting: a
+    caller checks it is still that one."""
+    group = node_attrs["group"]
+    attrs = conv_key(*(node_attrs[k] for k in _NODE_GEOMETRY))
     if len(x_shape) != 4 or not math.prod(x_shape) or W.dtype != np.float32 or W.ndim != 4:
         return None  # (bad shapes: the kernel as written names what is wrong)
     if group > 1 and W.shape[1] == 1 or not native.conv_f32_ok():
@@ -1612,8 +1618,7 @@ def _bind_conv(inputs, attrs, constant):
     X, W, B = (tuple(inputs) + (None,))[:3]
     if not all(constant[1:3]) or X.dtype != np.float32 or X.ndim != 4:
         return None
-    geometry = [attrs[k] for k in ("auto_pad", "pads", "strides", "dilations", "kernel_shape")]
-    call = float_conv_runner(X.shape, W, attrs["group"], conv_key(*geometry))
+    call = float_conv_runner(X.shape, W, attrs)
     if call is None:
         return None
     threads, setting = native.thread_setting(), native.thread_setting

@@ -117,9 +117,7 @@ def _bind_fused_conv(inputs, attrs, constant):
 
 def _bound_conv2d(x_shape, W, attrs: dict, code: int, lo, hi):
     """A 2-D FusedConv's bound call: native_conv_f32's call, as fused_conv makes it."""
-    names = ("auto_pad", "pads", "strides", "dilations", "kernel_shape")
-    geometry = conv_key(*(attrs[k] for k in names))
-    call = float_conv_runner(x_shape, W, attrs["group"], geometry, code, lo, hi)
+    call = float_conv_runner(x_shape, W, attrs, code, lo, hi)
     if call is None:
         return None
     threads, setting = native.thread_setting(), native.thread_setting
