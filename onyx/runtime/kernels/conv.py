@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import math
 import operator
+from collections.abc import Callable
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -1364,16 +1365,23 @@ def _native_conv_transpose(X, W, B, group: int, attrs: tuple) -> np.ndarray | No
     per constant weight, input shape and attributes."""
     if X.dtype != np.float32 or W.dtype != np.float32 or X.ndim not in (3, 4) or not X.size:
         return None
-    if not native.conv_transpose_ok():
-        return None
-    if B is not None and (B.ndim != 1 or B.shape[0] != W.shape[1] * group):
-        return None
-    key = ("f32 convT", X.shape, group, attrs, native.thread_setting())
-    call = derived(W, key, lambda: _conv_transpose_setup(X.shape, W, group, attrs))
+    call = conv_transpose_runner(X.shape, W, B, group, attrs)
     if call is None:
         return None
     y = call(np.ascontiguousarray(X), B)
     return y.reshape(y.shape[:2] + y.shape[3:]) if X.ndim == 3 else y
+
+
+def conv_transpose_runner(x_shape, W, B, group: int, attrs: tuple):
+    """_native_conv_transpose's set-up for a float32 W and inputs of ``x_shape`` (kept per
+    constant weight, shape, attributes and thread setting), called as ``run(X, B)`` with a
+    C-contiguous X; or None where the native kernel does not apply."""
+    if not native.conv_transpose_ok():
+        return None
+    if B is not None and (B.ndim != 1 or B.shape[0] != W.shape[1] * group):
+        return None
+    key = ("f32 convT", x_shape, group, attrs, native.thread_setting())
+    return derived(W, key, lambda: _conv_transpose_setup(x_shape, W, group, attrs))
 
 
 def _conv_transpose_setup(x_shape, W, group: int, attrs: tuple):
@@ -1621,15 +1629,22 @@ def _bind_conv(inputs, attrs, constant):
     call = float_conv_runner(X.shape, W, attrs)
     if call is None:
         return None
-    threads, setting = native.thread_setting(), native.thread_setting
     contiguous = np.ascontiguousarray
+    return under_setting(lambda X, W, B=None: call(contiguous(X), B, None), conv, attrs)
 
-    def run(X, W, B=None):
-        if setting() != threads:  # (the set-up's work split is the setting's: as written)
-            return conv(X, W, B, **attrs)
-        return call(contiguous(X), B, None)
 
-    return run
+def under_setting(run: Callable, kernel: Callable, attrs: dict) -> Callable:
+    """A conv's bound call ``run``, made under the current native thread setting: under
+    another setting the kernel as written answers (the set-up's work split is the setting's,
+    and its derived entry is kept per setting)."""
+    threads, setting = native.thread_setting(), native.thread_setting
+
+    def call(*inputs):
+        if setting() != threads:
+            return kernel(*inputs, **attrs)
+        return run(*inputs)
+
+    return call
 
 
 def _bind_conv_transpose(inputs, attrs, constant):
@@ -1638,27 +1653,15 @@ def _bind_conv_transpose(inputs, attrs, constant):
     X, W, B = (tuple(inputs) + (None,))[:3]
     if not all(constant[1:3]) or X.dtype != np.float32 or W.dtype != np.float32:
         return None
-    if X.ndim != 4 or not X.size or not native.conv_transpose_ok():
-        return None
-    group = attrs["group"]
-    if B is not None and (B.ndim != 1 or B.shape[0] != W.shape[1] * group):
+    if X.ndim != 4 or not X.size:
         return None
     names = ("auto_pad", "dilations", "kernel_shape", "output_padding", "output_shape")
     key = conv_key(*(attrs[k] for k in (*names, "pads", "strides")))
-    threads, setting = native.thread_setting(), native.thread_setting
-    shape = X.shape
-    derived_key = ("f32 convT", shape, group, key, threads)
-    call = derived(W, derived_key, lambda: _conv_transpose_setup(shape, W, group, key))
+    call = conv_transpose_runner(X.shape, W, B, attrs["group"], key)
     if call is None:
         return None
     contiguous = np.ascontiguousarray
-
-    def run(X, W, B=None):
-        if setting() != threads:  # (as _bind_conv's)
-            return conv_transpose(X, W, B, **attrs)
-        return call(contiguous(X), B)
-
-    return run
+    return under_setting(lambda X, W, B=None: call(contiguous(X), B), conv_transpose, attrs)
 
 
 # (marked here: the kernels above stay as they were written; W and B must be constants)

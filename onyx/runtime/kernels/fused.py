@@ -13,7 +13,14 @@ from .. import native
 from ..fpstate import ignoring_fp_errors
 from ..registry import ONYX_DOMAIN, binds, op
 from .activation import hard_sigmoid_into, hard_swish, sigmoid_into
-from .conv import conv, conv_key, float32_weights, float_conv_runner, native_conv_f32
+from .conv import (
+    conv,
+    conv_key,
+    float32_weights,
+    float_conv_runner,
+    native_conv_f32,
+    under_setting,
+)
 from .conv1d import node_conv1d_runner
 from .derived import derived
 from .linalg import (
@@ -112,7 +119,7 @@ def _bind_fused_conv(inputs, attrs, constant):
     run = node_conv1d_runner(X.shape, W, attrs, code, lo, hi)
     if run is None:
         return None
-    return lambda X, W, B=None, Z=None: run(X, B, None)
+    return under_setting(lambda X, W, B=None, Z=None: run(X, B, None), fused_conv, attrs)
 
 
 def _bound_conv2d(x_shape, W, attrs: dict, code: int, lo, hi):
@@ -120,15 +127,8 @@ def _bound_conv2d(x_shape, W, attrs: dict, code: int, lo, hi):
     call = float_conv_runner(x_shape, W, attrs, code, lo, hi)
     if call is None:
         return None
-    threads, setting = native.thread_setting(), native.thread_setting
     contiguous = np.ascontiguousarray
-
-    def run(X, W, B=None, Z=None):
-        if setting() != threads:  # (the set-up's work split is the setting's: as written)
-            return fused_conv(X, W, B, Z, **attrs)
-        return call(contiguous(X), B, Z)
-
-    return run
+    return under_setting(lambda X, W, B=None, Z=None: call(contiguous(X), B, Z), fused_conv, attrs)
 
 
 @binds(_bind_fused_conv, constants=(1, 2))  # (Z: fed to a 2-D conv, constant to a 1-D one)
