@@ -317,27 +317,30 @@ row_s1(const pool2d *t, const float *x, int64_t oh, float *out, const float *cou
     }
 }
 
+/* Every output row of a plane by ROW (row_s1 or row_s2), then return: the mode (average,
+   NaN-aware max, max) and the window's sizes as constants where they are, so that each call
+   of ROW is specialised. */
+#define PLANE_ROWS(ROW, KH, KW, AVG, NAN)                                                    \
+    {                                                                                        \
+        for (int64_t oh = 0; oh < t->OH; oh++)                                               \
+            ROW(t, x, oh, y + oh * t->OW, count_w, count_h[oh], KH, KW, AVG, NAN);           \
+        return;                                                                              \
+    }
+#define PLANE_MODES(ROW, KH, KW)                                                             \
+    {                                                                                        \
+        if (t->average) PLANE_ROWS(ROW, KH, KW, 1, 0)                                        \
+        if (nan) PLANE_ROWS(ROW, KH, KW, 0, 1)                                               \
+        PLANE_ROWS(ROW, KH, KW, 0, 0)                                                        \
+    }
+#define PLANE_SQUARE(ROW, K)                                                                 \
+    if (t->kh == K && t->kw == K) PLANE_MODES(ROW, K, K)
+
 /* row_s1 for every output row of a plane, the usual windows' sizes as constants. */
 static AVX512 void plane_s1_avx512(const pool2d *t, const float *x, float *y,
                                    const float *count_w, const float *count_h, int nan) {
-#define ROWS(KH, KW, AVG, NAN)                                                               \
-    {                                                                                        \
-        for (int64_t oh = 0; oh < t->OH; oh++)                                               \
-            row_s1(t, x, oh, y + oh * t->OW, count_w, count_h[oh], KH, KW, AVG, NAN);        \
-        return;                                                                              \
-    }
-#define CASE(K)                                                                              \
-    if (t->kh == K && t->kw == K) {                                                          \
-        if (t->average) ROWS(K, K, 1, 0)                                                     \
-        if (nan) ROWS(K, K, 0, 1)                                                            \
-        ROWS(K, K, 0, 0)                                                                     \
-    }
-    CASE(3) CASE(2)
-#undef CASE
-    if (t->average) ROWS(t->kh, t->kw, 1, 0)
-    if (nan) ROWS(t->kh, t->kw, 0, 1)
-    ROWS(t->kh, t->kw, 0, 0)
-#undef ROWS
+    PLANE_SQUARE(row_s1, 3)
+    PLANE_SQUARE(row_s1, 2)
+    PLANE_MODES(row_s1, t->kh, t->kw)
 }
 
 /* Output row oh of a pool with column stride 2 and a window 2 or 3 columns wide (unit
@@ -401,30 +404,14 @@ static AVX512 void max_2x2_plane(const pool2d *t, const float *x, float *y, cons
 /* row_s2 for every output row of a plane (kw 2 or 3). */
 static AVX512 void plane_s2_avx512(const pool2d *t, const float *x, float *y,
                                    const float *count_w, const float *count_h, int nan) {
-#define ROWS(KH, KW, AVG, NAN)                                                               \
-    {                                                                                        \
-        for (int64_t oh = 0; oh < t->OH; oh++)                                               \
-            row_s2(t, x, oh, y + oh * t->OW, count_w, count_h[oh], KH, KW, AVG, NAN);        \
-        return;                                                                              \
-    }
-#define CASE(K)                                                                              \
-    if (t->kh == K && t->kw == K) {                                                          \
-        if (t->average) ROWS(K, K, 1, 0)                                                     \
-        if (nan) ROWS(K, K, 0, 1)                                                            \
-        ROWS(K, K, 0, 0)                                                                     \
-    }
-    CASE(3) CASE(2)
-#undef CASE
-    if (t->kw == 3) {
-        if (t->average) ROWS(t->kh, 3, 1, 0)
-        if (nan) ROWS(t->kh, 3, 0, 1)
-        ROWS(t->kh, 3, 0, 0)
-    }
-    if (t->average) ROWS(t->kh, 2, 1, 0)
-    if (nan) ROWS(t->kh, 2, 0, 1)
-    ROWS(t->kh, 2, 0, 0)
-#undef ROWS
+    PLANE_SQUARE(row_s2, 3)
+    PLANE_SQUARE(row_s2, 2)
+    if (t->kw == 3) PLANE_MODES(row_s2, t->kh, 3)
+    PLANE_MODES(row_s2, t->kh, 2)
 }
+#undef PLANE_SQUARE
+#undef PLANE_MODES
+#undef PLANE_ROWS
 
 /* The usual windows (2x2 and 3x3, strides 1 and 2) with their sizes as constants: the
    compiler unrolls the offsets and keeps every address in registers. */
