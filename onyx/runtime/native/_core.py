@@ -426,5 +426,22 @@ def bound_task(template: ctypes.Structure, part: int, split: WorkSplit, fields, 
     return run
 
 
+def bound_float_call(run, shape: tuple, held: tuple):
+    """``call(a)`` for a bound_task ``run`` of fields (input, output): ``a`` (float32, any
+    layout) made C-contiguous, a fresh float32 output of ``shape``; ``held`` keeps alive what
+    the task's constant addresses point into."""
+    empty, f32, contiguous = np.empty, np.float32, np.ascontiguousarray
+
+    def call(a: np.ndarray) -> np.ndarray:
+        if not a.flags.c_contiguous:
+            a = contiguous(a)
+        y = empty(shape, f32)
+        run(_input_addr(a), _addr(y))
+        return y
+
+    call.held = held
+    return call
+
+
 #: bound_task's generated makers, by the fields a call sets
 _TASK_RUNNERS: dict[tuple, object] = {}

@@ -17,9 +17,9 @@ from ._core import (
     _addr,
     _check_sizes,
     _element_cuts,
-    _input_addr,
     _ways,
     abi,
+    bound_float_call,
     bound_task,
 )
 
@@ -120,22 +120,8 @@ class PackedGemm:
         K, N, panels = self.K, self.N, self.panels
         split = WorkSplit(M * K * N, panels, _PARALLEL_MACS, lambda w: _element_cuts(panels, 1, w))
         template = _SgemmTask(None, self._packed_at, None, M, K, N, K, N, _addr(bias), int(relu))
-        run, shape, empty, f32 = (
-            bound_task(template, core.lib.sgemm_range, split, ("a", "y"), "float GEMM"),
-            (M, N),
-            np.empty,
-            np.float32,
-        )
-
-        def call(a: np.ndarray) -> np.ndarray:
-            if not a.flags.c_contiguous:
-                a = np.ascontiguousarray(a)
-            y = empty(shape, f32)
-            run(_input_addr(a), _addr(y))
-            return y
-
-        call.held = (self, bias)
-        return call
+        run = bound_task(template, core.lib.sgemm_range, split, ("a", "y"), "float GEMM")
+        return bound_float_call(run, (M, N), (self, bias))
 
 
 def bind(lib, isa: int) -> None:

@@ -15,10 +15,10 @@ from ._core import (
     _addr,
     _even_cuts,
     _filled,
-    _input_addr,
     _run,
     _ways,
     abi,
+    bound_float_call,
     bound_task,
     range_of,
 )
@@ -116,17 +116,7 @@ class FloatGemv:
         blocks = -(-N // core.lib.gemv_block)
         split = WorkSplit(M * N * K, blocks, _GEMV_PARALLEL, lambda ways: _even_cuts(blocks, ways))
         run = bound_task(template, core.lib.gemv_range, split, ("x", "y"))
-        shape, empty, f32 = self.shape, np.empty, np.float32
-
-        def call(x: np.ndarray) -> np.ndarray:
-            if not x.flags.c_contiguous:
-                x = np.ascontiguousarray(x)
-            y = empty(shape, f32)
-            run(_input_addr(x), _addr(y))
-            return y
-
-        call.held = (self, c)
-        return call
+        return bound_float_call(run, self.shape, (self, c))
 
 
 def bind(lib, isa: int) -> None:
