@@ -200,8 +200,10 @@ class Plan:
             step.attrs = {}
         elif getattr(kernel.fn, "bind", None) is not None and not step.takes_ctx:
             constant = tuple(i < 0 or self.is_constant(i) for i in step.ins)
-            attrs = {**kernel.attr_defaults, **step.attrs}
             binds = all(constant[k] for k in kernel.fn.bind_constants)
+            # (make gets every attribute, defaults filled in; a node that never binds calls
+            # the kernel with its own attributes only, as a plain step does)
+            attrs = {**kernel.attr_defaults, **step.attrs} if binds else dict(step.attrs)
             step.fn = BoundCall(kernel.fn, attrs, kernel.fn.bind if binds else None, constant)
             step.attrs = {}
         return step
