@@ -154,8 +154,11 @@ def _function(ctx: PassContext, op_type: str, projected: bool, normalized: bool)
     x, mean, proj = ir.Value("X"), ir.Value("mean"), ir.Value("proj")
     nodes = []
 
+    from ..defs import get_schema  # (the schema tables: only where a chain was fused)
+
     def node(op, inputs, names, domain="", outputs=1):
-        attrs = [ir.Attr(n, _ATTR_TYPES[n], ref_attr_name=n) for n in names]
+        types = get_schema(op, None, domain).attributes if names else {}
+        attrs = [ir.Attr(n, types[n].type, ref_attr_name=n) for n in names]
         made = ir.Node(op, inputs, [f"{op}_{len(nodes)}_{i}" for i in range(outputs)], attrs,
                        domain=domain)  # fmt: skip
         nodes.append(made)
@@ -173,16 +176,3 @@ def _function(ctx: PassContext, op_type: str, projected: bool, normalized: bool)
                     opset_imports={"": ctx.opset(), ML: ctx.opset(ML) or 1})  # fmt: skip
     f.doc_string = "a scikit-learn linear pipeline's chain (onyx runs it as one kernel)"
     return f
-
-
-_ATTR_TYPES = {
-    "offset": ir.AttrType.FLOATS,
-    "scale": ir.AttrType.FLOATS,
-    "coefficients": ir.AttrType.FLOATS,
-    "intercepts": ir.AttrType.FLOATS,
-    "classlabels_ints": ir.AttrType.INTS,
-    "classlabels_strings": ir.AttrType.STRINGS,
-    "post_transform": ir.AttrType.STRING,
-    "multi_class": ir.AttrType.INT,
-    "norm": ir.AttrType.STRING,
-}
