@@ -17,7 +17,6 @@ from ._core import (
     _addr,
     _check_sizes,
     _element_cuts,
-    _ways,
     abi,
     bound_float_call,
     bound_task,
@@ -68,15 +67,17 @@ class PackedGemm:
         #: reused id)
         self._bias: tuple = (None, None)
 
-    def _split(self, M: int) -> tuple:
-        key = (M, core.thread_setting())
-        split = self._splits.get(key)
+    def _split(self, M: int) -> WorkSplit:
+        """The work split of A's M rows (made per thread setting: WorkSplit), kept per M for
+        the direct calls and the bound ones alike."""
+        split = self._splits.get(M)
         if split is None:
-            ways = _ways(M * self.K * self.N, self.panels, _PARALLEL_MACS)
-            cuts = _element_cuts(self.panels, 1, ways)
             if len(self._splits) >= 8:  # (a model fed ever new shapes)
                 self._splits.clear()
-            split = self._splits[key] = (cuts, _addr(cuts), len(cuts) - 1, ways)
+            panels = self.panels
+            split = self._splits[M] = WorkSplit(
+                M * self.K * self.N, panels, _PARALLEL_MACS, lambda w: _element_cuts(panels, 1, w)
+            )
         return split
 
     def _bias_at(self, bias: np.ndarray | None) -> int | None:
@@ -102,7 +103,7 @@ class PackedGemm:
             a = np.ascontiguousarray(a)
         M, K, N = a.shape[0], self.K, self.N
         y = np.empty((M, N), np.float32)
-        cuts, cuts_at, parts, ways = self._split(M)
+        cuts_at, parts, ways, _ = self._split(M)()
         task = _SgemmTask(
             _addr(a), self._packed_at, _addr(y), M, K, N, K, N, self._bias_at(bias), int(relu)
         )
@@ -117,8 +118,8 @@ class PackedGemm:
         once."""
         if bias is not None:
             bias = np.ascontiguousarray(bias)
-        K, N, panels = self.K, self.N, self.panels
-        split = WorkSplit(M * K * N, panels, _PARALLEL_MACS, lambda w: _element_cuts(panels, 1, w))
+        K, N = self.K, self.N
+        split = self._split(M)
         template = _SgemmTask(None, self._packed_at, None, M, K, N, K, N, _addr(bias), int(relu))
         run = bound_task(template, core.lib.sgemm_range, split, ("a", "y"), "float GEMM")
         return bound_float_call(run, (M, N), (self, bias))
