@@ -72,3 +72,12 @@ def test_node_counts_against_onnxslim():
         ours += len(simplify(onyx.load(path)).graph)
         theirs += len(onnxslim.slim(onnx.load(path)).graph.node)
     assert ours <= theirs
+
+
+def test_compare_says_when_no_op_type_changed():
+    from pathlib import Path
+
+    model = onyx.load(Path(onyx.__file__).parent / "examples" / "tiny_cnn.onnx")
+    lines = compare(model, model).splitlines()
+    assert lines[2].startswith("(no op type changed)")
+    assert lines[3].startswith("-")

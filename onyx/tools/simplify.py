@@ -91,6 +91,8 @@ def compare(before: Model, after: Model) -> str:
     for op in sorted(set(a) | set(b), key=lambda k: (-(a[k] + b[k]), k)):
         if a[op] != b[op]:
             rows.append((op, str(a[op]), str(b[op])))
+    if len(rows) == 1:  # an empty section between two rules reads like a bug
+        rows.append(("(no op type changed)", "", ""))
     rows.append(("nodes", str(len(before.graph)), str(len(after.graph))))
     rows.append(("params", f"{_params(before):,}", f"{_params(after):,}"))
     rows.append(("size", _size(len(dumps(before))), _size(len(dumps(after)))))
