@@ -35,6 +35,9 @@ def test_extract_merge_infer_fp16_stats(tmp_path, capsys):
     a, b = nodes[8].outputs[0].name, nodes[14].outputs[0].name
     assert main(["extract", RESNET, str(tmp_path / "e.onnx"), "--inputs", a, "--outputs", b]) == 0
     assert len(onyx.load(tmp_path / "e.onnx").graph) == 6
+    assert main(["extract", RESNET, str(tmp_path / "f.onnx"), "--outputs", b]) == 0
+    front = onyx.load(tmp_path / "f.onnx")  # from the model's inputs: nodes 0-14 at most
+    assert [v.name for v in front.graph.inputs] == ["x"] and 6 < len(front.graph) <= 15
     args = ["merge", RESNET, RESNET, str(tmp_path / "m.onnx"), "--map", "logits=x"]
     assert main([*args, "--prefix1", "a/", "--prefix2", "b/"]) == 1
     assert "has shape [batch,10], input 'b/x' [batch,3,32,32]" in capsys.readouterr().err

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-HELP = "extract the sub-model that computes --outputs from --inputs (weights kept only if used)"
+HELP = "extract the sub-model that computes --outputs (from --inputs, default the model's inputs)"
 
 EXAMPLE = """example:
   onyx extract model.onnx part.onnx --inputs /blocks.0/Add_output_0 --outputs /blocks.1/Add_output_0
@@ -17,7 +17,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="the .onnx file to cut from")
     p.add_argument("output", help="where to write the extracted model")
     p.add_argument(
-        "--inputs", nargs="+", required=True, metavar="NAME", help="value names to start from"
+        "--inputs",
+        nargs="+",
+        metavar="NAME",
+        help="value names to start from (default: the model's inputs)",
     )
     p.add_argument(
         "--outputs", nargs="+", required=True, metavar="NAME", help="value names to compute"
@@ -25,10 +28,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args) -> int:
-    from ..serde import save
+    from ..serde import load, save
     from .compose import extract_model
 
-    m = extract_model(args.model, args.inputs, args.outputs)
+    model = load(args.model)
+    inputs = args.inputs or [v.name for v in model.graph.inputs]
+    m = extract_model(model, inputs, args.outputs)
     save(m, args.output)
     print(
         f"wrote {args.output}: {len(m.graph)} nodes, {len(m.graph.initializers)} initializers, "
