@@ -8,6 +8,7 @@ import ctypes
 import os
 import subprocess
 import sys
+import types
 
 import pytest
 
@@ -19,6 +20,7 @@ needs_native = pytest.mark.skipif(not native.available(), reason=f"native: {nati
 
 @needs_native
 def test_every_ctypes_struct_matches_its_c_struct():
+    native.FAMILIES  # noqa: B018  (every family imported: their structs registered)
     assert _core.abi_mismatches(native.library()) == []
     table = _core._abi_table(native.library())
     assert set(_core._STRUCTS) <= set(table)
@@ -49,9 +51,10 @@ def _status_in_subprocess(env: dict, code: str) -> str:
 
 @needs_native
 def test_a_disagreeing_struct_turns_the_library_off(monkeypatch):
+    families = native.FAMILIES
     monkeypatch.setattr(_core, "abi_mismatches", lambda lib: ["pool2d differs"])
     try:
-        _core.start(native.FAMILIES)
+        _core.start(families)
         assert not native.available() and not native.conv_f32_ok()
         assert "disagree" in native.status() and "pool2d differs" in native.status()
     finally:
@@ -100,3 +103,28 @@ def test_the_isa_switch_turns_the_avx512_kernels_off():
     )
     out = _status_in_subprocess({"ONYX_NATIVE_ISA": "avx2"}, code)
     assert out.startswith("True False False 1 0 |") and "portable" in out, out
+
+
+@needs_native
+def test_a_family_joined_late_that_disagrees_is_off_alone():
+    # a family imported after others bound (a library older than its sources): its kernels
+    # take their numpy paths, the families bound before keep the library
+    name = "onyx_test_late_family"
+    family = types.ModuleType(name)
+    family.core = _core
+    sys.modules[name] = family
+    short = type(
+        "_Short", (ctypes.Structure,), {"__module__": name, "_fields_": [("x", ctypes.c_void_p)]}
+    )
+    _core.abi("pool2d")(short)
+    try:
+        _core.join(name, lambda lib, isa: None)
+        assert family.core.lib is None and family.core.threads is _core.threads
+        assert native.available() and native.conv_f32_ok()
+        assert "onyx_test_late_family off: _Short != pool2d" in native.load_status()
+    finally:
+        _core._STRUCTS["pool2d"].remove(short)
+        _core._joined.pop(name)
+        _core.families_off.pop(name, None)
+        del sys.modules[name]
+    assert "off" not in native.load_status()

@@ -311,37 +311,69 @@ class OpSchema(FrozenValue):
 
 
 @functools.cache
-def _raw() -> dict:
-    """The data file's index, (domain, op) -> (the line, where the JSON of its versions starts
-    in it: parsed when asked for, a model uses a handful of the operators and parsing them all
-    was most of a small model's check), and the header (each domain's opset range). The file
-    is plain text, read as bytes: unzipping and decoding all of it was a good part of a small
-    model's cold start."""
-    header, *rows = _DATA.read_bytes().split(b"\n")
-    index = {}
-    for row in rows:
-        name_at = row.index(b"\t") + 1
-        versions_at = row.index(b"\t", name_at) + 1
-        index[(row[: name_at - 1].decode(), row[name_at : versions_at - 1].decode())] = (
-            row,
-            versions_at,
-        )
-    return {"index": index, "max_opsets": _json(header)["max_opsets"]}
+def _data() -> bytes:
+    """The data file: a JSON header line (each domain's opset range), then a line per operator,
+    ``domain<TAB>op<TAB>`` and the JSON of its versions. Plain text read as bytes, and a line
+    found with one search when its operator is asked for: unzipping, decoding or splitting and
+    indexing all of it was a good part of a small model's cold start (it uses a handful of
+    the operators)."""
+    return _DATA.read_bytes()
 
 
-def _json(text: str | bytes) -> Any:
-    import json  # (imported with the data, on first use)
+@functools.cache
+def _max_opsets() -> dict:
+    data = _data()
+    return _json(data[: data.index(b"\n")])["max_opsets"]
 
-    return json.loads(text)
+
+def _index() -> list[tuple[str, str]]:
+    """Every (domain, op) of the data file, in its order."""
+    rows = _data().split(b"\n")[1:]
+    return [tuple(row.split(b"\t", 2)[:2]) for row in rows]  # type: ignore[misc]
+
+
+def _json(text: bytes) -> Any:
+    """JSON text parsed by the interpreter's C scanner, where it has one: importing the json
+    package (which compiles its regular expressions) cost more than a small model's rows."""
+    scan = _scanner()
+    if scan is None:
+        import json
+
+        return json.loads(text)
+    return scan(text.decode(), 0)[0]
+
+
+@functools.cache
+def _scanner():
+    """_json's scanner with json.loads' settings, or None where there is no _json."""
+    try:
+        from _json import make_scanner
+    except ImportError:  # (an interpreter without the C module)
+        return None
+
+    class Settings:  # (what the scanner reads: json.JSONDecoder's defaults)
+        strict = True
+        object_hook = object_pairs_hook = None
+        parse_float, parse_int = float, int
+        parse_constant = {"-Infinity": float("-inf"), "Infinity": float("inf"),
+                          "NaN": float("nan")}.__getitem__  # fmt: skip
+        memo: dict = {}
+
+    return make_scanner(Settings())
 
 
 def _versions(op: str, domain: str) -> list[dict]:
     """The raw versions of an operator, oldest first (empty if the operator is unknown)."""
-    entry = _raw()["index"].get((domain, op))
-    if entry is None:
+    if "\t" in op or "\n" in op or "\t" in domain or "\n" in domain:
+        return []  # (no such operator: its line is found by these separators)
+    key = b"\n" + domain.encode() + b"\t" + op.encode() + b"\t"
+    data = _data()
+    at = data.find(key)
+    if at < 0:
         return []
-    row, start = entry
-    return sorted(_json(row[start:]), key=lambda s: s["since"])
+    end = data.find(b"\n", at + 1)
+    row = data[at + len(key) : end if end >= 0 else len(data)]
+    return sorted(_json(row), key=lambda s: s["since"])
 
 
 def _param(p) -> FormalParameter:
@@ -432,7 +464,7 @@ def schemas(domain: str | None = None) -> list[OpSchema]:
     want = None if domain is None else _norm_domain(domain)
     return [
         s
-        for (dom, name) in sorted(_raw()["index"])
+        for (dom, name) in sorted((d.decode(), n.decode()) for d, n in _index())
         if want is None or dom == want
         for s in schema_versions(name, dom)
     ]
@@ -440,14 +472,14 @@ def schemas(domain: str | None = None) -> list[OpSchema]:
 
 def domains() -> dict[str, tuple[int, int]]:
     """Known domains and their (first, last) opset versions."""
-    return {d: (lo, hi) for d, (lo, hi) in _raw()["max_opsets"].items()}
+    return {d: (lo, hi) for d, (lo, hi) in _max_opsets().items()}
 
 
 def max_opset(domain: str = "") -> int | None:
     """The newest opset version known for a domain (None for an unknown domain)."""
-    rng = _raw()["max_opsets"].get(_norm_domain(domain))
+    rng = _max_opsets().get(_norm_domain(domain))
     return rng[1] if rng else None
 
 
 def is_known_domain(domain: str) -> bool:
-    return _norm_domain(domain) in _raw()["max_opsets"]
+    return _norm_domain(domain) in _max_opsets()

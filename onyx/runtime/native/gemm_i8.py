@@ -836,3 +836,6 @@ def bind(lib, isa: int) -> None:
         lib.onyx_dynamic_quantize.argtypes = [_P, _I64, _P, _P, _P]
     global _dynamic_quantize
     _dynamic_quantize = lib.onyx_dynamic_quantize if vnni else None
+
+
+core.join(__name__, bind)  # (bound to the library now that it is imported: _core.join)
