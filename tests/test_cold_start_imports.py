@@ -19,6 +19,7 @@ def _fresh(code: str) -> str:
 
 
 def test_a_float_session_imports_neither_ml_dtypes_nor_protobufs_builder():
+    # (nor json, a writer of models, or the transformer fusions for its Softmax)
     code = (
         "import sys, numpy as np, onyx\n"
         f"s = onyx.InferenceSession({str(TINY)!r})\n"
@@ -26,7 +27,8 @@ def test_a_float_session_imports_neither_ml_dtypes_nor_protobufs_builder():
         "x = np.zeros([d if isinstance(d, int) else 1 for d in i.shape], np.float32)\n"
         "s.run(None, {i.name: x}); s.run(None, {i.name: x})\n"
         "print(sorted(m for m in ('ml_dtypes', 'google.protobuf.descriptor_pool',\n"
-        "    'onyx.optimizer.qdq', 'onyx.optimizer.trees', 'gzip', 'json') if m in sys.modules))\n"
+        "    'onyx.optimizer.qdq', 'onyx.optimizer.trees', 'gzip', 'json',\n"
+        "    'onyx.optimizer.transformer', 'onyx.serde.writer') if m in sys.modules))\n"
     )
     assert _fresh(code) == "[]"
 
