@@ -313,10 +313,9 @@ class OpSchema(FrozenValue):
 @functools.cache
 def _data() -> bytes:
     """The data file: a JSON header line (each domain's opset range), then a line per operator,
-    ``domain<TAB>op<TAB>`` and the JSON of its versions. Plain text read as bytes, and a line
-    found with one search when its operator is asked for: unzipping, decoding or splitting and
-    indexing all of it was a good part of a small model's cold start (it uses a handful of
-    the operators)."""
+    ``domain<TAB>op<TAB>`` and the JSON of its versions. Plain text read as bytes; a line's
+    JSON is parsed when its operator is first asked for (a model uses a handful of the
+    operators: unzipping, decoding or parsing all of it was a good part of a cold start)."""
     return _DATA.read_bytes()
 
 
@@ -326,10 +325,20 @@ def _max_opsets() -> dict:
     return _json(data[: data.index(b"\n")])["max_opsets"]
 
 
-def _index() -> list[tuple[str, str]]:
-    """Every (domain, op) of the data file, in its order."""
-    rows = _data().split(b"\n")[1:]
-    return [tuple(row.split(b"\t", 2)[:2]) for row in rows]  # type: ignore[misc]
+@functools.cache
+def _index() -> dict[tuple[bytes, bytes], tuple[int, int]]:
+    """(domain, op) as bytes -> where the JSON of its versions starts and ends in the data:
+    found by jumping from tab to tab and line to line (no split, no decoding of the rest)."""
+    data, index = _data(), {}
+    find, at = data.find, data.index(b"\n") + 1
+    while at:
+        end = find(b"\n", at)
+        name_at = find(b"\t", at) + 1
+        versions_at = find(b"\t", name_at) + 1
+        key = (data[at : name_at - 1], data[name_at : versions_at - 1])
+        index[key] = (versions_at, end if end >= 0 else len(data))
+        at = end + 1 if end >= 0 else 0
+    return index
 
 
 def _json(text: bytes) -> Any:
@@ -364,16 +373,10 @@ def _scanner():
 
 def _versions(op: str, domain: str) -> list[dict]:
     """The raw versions of an operator, oldest first (empty if the operator is unknown)."""
-    if "\t" in op or "\n" in op or "\t" in domain or "\n" in domain:
-        return []  # (no such operator: its line is found by these separators)
-    key = b"\n" + domain.encode() + b"\t" + op.encode() + b"\t"
-    data = _data()
-    at = data.find(key)
-    if at < 0:
+    span = _index().get((domain.encode(), op.encode()))
+    if span is None:
         return []
-    end = data.find(b"\n", at + 1)
-    row = data[at + len(key) : end if end >= 0 else len(data)]
-    return sorted(_json(row), key=lambda s: s["since"])
+    return sorted(_json(_data()[span[0] : span[1]]), key=lambda s: s["since"])
 
 
 def _param(p) -> FormalParameter:
