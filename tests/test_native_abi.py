@@ -124,7 +124,23 @@ def test_a_family_joined_late_that_disagrees_is_off_alone():
         assert "onyx_test_late_family off: _Short != pool2d" in native.load_status()
     finally:
         _core._STRUCTS["pool2d"].remove(short)
-        _core._joined.pop(name)
+        _core.joined.pop(name)
         _core.families_off.pop(name, None)
         del sys.modules[name]
     assert "off" not in native.load_status()
+
+
+def test_every_family_module_is_listed_and_joins_the_library():
+    # a family is imported when a kernel first asks for one of its names: it must be in
+    # FAMILY_NAMES, its public names in _EXPORTS, and its last line must join the library
+    from pathlib import Path
+
+    here = Path(native.__file__).parent
+    modules = {p.stem for p in here.glob("*.py")} - {"__init__", "_core"}
+    assert modules == set(native.FAMILY_NAMES) == set(native._EXPORTS) | {"nhwc"}
+    for name in modules:
+        lines = (here / f"{name}.py").read_text().rstrip().splitlines()
+        assert lines[-1].startswith("core.join(__name__, bind)"), name
+        assert f"onyx.runtime.native.{name}" in _core.joined
+    for name in native._ORIGIN:  # every exported name resolves
+        assert getattr(native, name) is not None, name

@@ -19,7 +19,8 @@ and ``onyx_<name>_range`` in the family's C file, checking its sizes first (chec
 family's module a ctypes copy of the struct under ``@abi("<struct>")``, the wrapper (None or
 False where the kernel does not apply, so that the caller's numpy path runs) and its entry
 point in ``bind``; a case generator in scripts/native_differential.py. A new family also adds
-its C file to setup.py and its module to FAMILIES.
+its C file to setup.py, its module to FAMILY_NAMES and its public names to _EXPORTS, and
+ends with ``core.join(__name__, bind)`` (tests/test_native_abi.py checks all three).
 
 Environment:
 - ``ONYX_NATIVE=0`` turns the library off (the tests run both ways).
@@ -204,8 +205,12 @@ def __dir__():
 
 
 def _family(name: str):
-    """A family module, imported (its last line binds it to the library: _core.join)."""
-    return importlib.import_module(f"{__name__}.{name}")
+    """A family module, imported (its last line binds it to the library: _core.join; one
+    without that line is joined here)."""
+    module = importlib.import_module(f"{__name__}.{name}")
+    if module.__name__ not in _core.joined:
+        _core.join(module.__name__, module.bind)
+    return module
 
 
 __all__ = [

@@ -155,9 +155,13 @@ def start(families) -> None:
     global lib, isa, vnni, why
     lib, isa, vnni = None, 0, False
     families_off.clear()
-    for name in _joined:
+    package = __name__.rpartition(".")[0] + "."
+    for name, module in list(sys.modules.items()):  # (a family imported without its last line)
+        if name.startswith(package) and name not in joined and hasattr(module, "bind"):
+            joined[name] = module.bind
+    for name in joined:
         sys.modules[name].core = sys.modules[__name__]
-    families = [*families, *(_Bound(bind) for bind in _joined.values())]
+    families = [*families, *(_Bound(bind) for bind in joined.values())]
     library = _open()
     if library is None:
         return
@@ -198,7 +202,7 @@ def start(families) -> None:
 
 
 #: The families imported so far: module name -> its bind.
-_joined: dict[str, object] = {}
+joined: dict[str, object] = {}
 #: The families whose structs disagree with the library's or whose entry points it lacks
 #: (joined after the library was loaded): module name -> why. Their kernels take their numpy
 #: paths; the rest of the library stays in use (kernels bound before keep running).
@@ -223,7 +227,7 @@ def join(name: str, bind) -> None:
     """A family module's last line: its structs checked against the library's and its entry
     points bound (``bind(lib, isa)``), or, should either fail, the family's kernels off (their
     numpy paths run) with the reason in native.status()."""
-    _joined[name] = bind
+    joined[name] = bind
     if lib is None:
         return
     try:
