@@ -144,3 +144,13 @@ def test_every_family_module_is_listed_and_joins_the_library():
         assert f"onyx.runtime.native.{name}" in _core.joined
     for name in native._ORIGIN:  # every exported name resolves
         assert getattr(native, name) is not None, name
+
+
+def test_the_library_handed_to_tests_has_every_family_bound():
+    # (a test that wraps an entry point to count its calls must wrap the bound one)
+    code = (
+        "from onyx.runtime import native\n"
+        "lib = native.library()\n"
+        "print(lib is None or lib.onyx_conv1d_f32.argtypes is not None)\n"
+    )
+    assert _status_in_subprocess({}, code) == "True"

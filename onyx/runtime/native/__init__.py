@@ -375,7 +375,11 @@ def load_status() -> str:
 
 
 def library():
-    """The loaded library (ctypes.CDLL), or None: for tests that count its calls."""
+    """The loaded library (ctypes.CDLL), or None: for tests that count its calls. Every
+    family is bound first: a wrapper put on an entry point before its family binds it would
+    hide the argument types binding sets (ctypes would then pass pointers as C ints)."""
+    for name in FAMILY_NAMES:
+        _family(name)
     return _core.lib
 
 
