@@ -154,3 +154,25 @@ def test_the_library_handed_to_tests_has_every_family_bound():
         "print(lib is None or lib.onyx_conv1d_f32.argtypes is not None)\n"
     )
     assert _status_in_subprocess({}, code) == "True"
+
+
+def test_each_family_binds_what_it_calls():
+    # a family is bound when it is imported: every library attribute its kernels read (set
+    # by a bind, not an onyx_ symbol) must be set by its own bind or by a family it imports
+    import re
+    from pathlib import Path
+
+    here = Path(native.__file__).parent
+    sources = {name: (here / f"{name}.py").read_text() for name in native.FAMILY_NAMES}
+    binds = {name: src[src.index("\ndef bind(") :] for name, src in sources.items()}
+    for name, src in sources.items():
+        bound = binds[name] + "".join(
+            binds[other] for other in re.findall(r"^from \.(\w+) import", src, re.M)
+            if other in binds
+        )  # fmt: skip
+        used = set(re.findall(r"lib\.(\w+)", src[: src.index("\ndef bind(")]))
+        for attr in used - {"onyx_parallel", "onyx_pool_threads"}:
+            if attr.startswith("onyx_"):
+                continue
+            looped = attr.endswith("_range") and 'f"{name}_range"' in bound
+            assert f"lib.{attr}" in bound or looped, (name, attr)
