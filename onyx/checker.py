@@ -73,6 +73,8 @@ _DTYPE_FEATURE = {
 # (FrozenValue: what frozen=True gives, without compiling methods at every import)
 @dataclass(init=False, repr=False, eq=False)
 class Problem(FrozenValue):
+    """One finding of the checker: its rule, what is wrong, and where (graph, node)."""
+
     rule: str  # a short identifier, e.g. "ssa", "undefined-input", "attribute-type"
     message: str
     graph: str = ""

@@ -19,6 +19,7 @@ def _fresh(code: str) -> str:
 
 
 def test_a_float_session_imports_neither_ml_dtypes_nor_protobufs_builder():
+    # (nor json, a writer of models, or the transformer fusions for its Softmax)
     code = (
         "import sys, numpy as np, onyx\n"
         f"s = onyx.InferenceSession({str(TINY)!r})\n"
@@ -26,7 +27,8 @@ def test_a_float_session_imports_neither_ml_dtypes_nor_protobufs_builder():
         "x = np.zeros([d if isinstance(d, int) else 1 for d in i.shape], np.float32)\n"
         "s.run(None, {i.name: x}); s.run(None, {i.name: x})\n"
         "print(sorted(m for m in ('ml_dtypes', 'google.protobuf.descriptor_pool',\n"
-        "    'onyx.optimizer.qdq', 'onyx.optimizer.trees', 'gzip') if m in sys.modules))\n"
+        "    'onyx.optimizer.qdq', 'onyx.optimizer.trees', 'gzip', 'json',\n"
+        "    'onyx.optimizer.transformer', 'onyx.serde.writer') if m in sys.modules))\n"
     )
     assert _fresh(code) == "[]"
 
@@ -59,3 +61,33 @@ def test_an_exotic_type_in_a_model_loads_ml_dtypes_on_its_own():
         "print('ok')\n"
     )
     assert _fresh(code) == "ok"
+
+
+def test_a_float_cnn_imports_only_the_native_families_it_runs():
+    # the library's families are imported (and bound) when a kernel first asks for one
+    code = (
+        "import sys, numpy as np, onyx\n"
+        "from onyx.runtime import native\n"
+        "before = sorted(m for m in sys.modules if m.startswith('onyx.runtime.native.'))\n"
+        f"s = onyx.InferenceSession({str(TINY)!r})\n"
+        "i = s.get_inputs()[0]\n"
+        "x = np.zeros([d if isinstance(d, int) else 1 for d in i.shape], np.float32)\n"
+        "s.run(None, {i.name: x})\n"
+        "print(before, sorted(m.rsplit('.', 1)[1] for m in sys.modules\n"
+        "    if m.startswith('onyx.runtime.native.') and m.rsplit('.', 1)[1] in\n"
+        "    ('gemm_i8', 'trees', 'attention', 'nbits', 'rnn', 'convtranspose', 'resize')))\n"
+    )
+    assert _fresh(code) == "['onyx.runtime.native._core'] []"
+
+
+def test_a_family_imported_late_is_bound_to_the_library():
+    code = (
+        "import sys\n"
+        "from onyx.runtime import native\n"
+        "assert 'onyx.runtime.native.trees' not in sys.modules\n"
+        "from onyx.runtime.native.trees import forest_sums\n"  # (a plain submodule import)
+        "lib = native.library()\n"
+        "print(lib is None or lib.onyx_svm_coupling.argtypes is not None, native.status())\n"
+    )
+    bound, status = _fresh(code).split(" ", 1)
+    assert bound == "True" and (" off: " not in status or status.startswith("off: ONYX_NATIVE"))

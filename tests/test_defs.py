@@ -80,3 +80,22 @@ def test_domains_and_max_opset():
     assert defs.max_opset("") == od.onnx_opset_version()
     assert defs.max_opset("ai.onnx.ml") >= 5
     assert defs.max_opset("com.unknown") is None
+
+
+def test_every_operator_line_is_found_and_parsed_as_json_parses_it():
+    # (lines are found through an index of tab and newline positions and parsed with _json's
+    # C scanner: every one must give what json.loads gives)
+    import json
+    from pathlib import Path
+
+    from onyx import defs
+
+    rows = (Path(defs.__file__).with_name("schemas.json")).read_bytes().split(b"\n")[1:]
+    for row in rows:
+        domain, op, versions = (part.decode() for part in row.split(b"\t", 2))
+        want = sorted(json.loads(versions), key=lambda s: s["since"])
+        got = defs.schema_versions(op, domain)
+        assert [s.since_version for s in got] == [v["since"] for v in want], op
+        assert [s.name for s in got] == [v["name"] for v in want], op
+    assert len(rows) == len({(s.domain, s.name) for s in defs.schemas()})
+    assert defs.get_schema("NoSuchOp") is None and defs.get_schema("Relu\t") is None

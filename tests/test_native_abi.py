@@ -8,6 +8,7 @@ import ctypes
 import os
 import subprocess
 import sys
+import types
 
 import pytest
 
@@ -19,6 +20,7 @@ needs_native = pytest.mark.skipif(not native.available(), reason=f"native: {nati
 
 @needs_native
 def test_every_ctypes_struct_matches_its_c_struct():
+    native.FAMILIES  # noqa: B018  (every family imported: their structs registered)
     assert _core.abi_mismatches(native.library()) == []
     table = _core._abi_table(native.library())
     assert set(_core._STRUCTS) <= set(table)
@@ -49,9 +51,10 @@ def _status_in_subprocess(env: dict, code: str) -> str:
 
 @needs_native
 def test_a_disagreeing_struct_turns_the_library_off(monkeypatch):
+    families = native.FAMILIES
     monkeypatch.setattr(_core, "abi_mismatches", lambda lib: ["pool2d differs"])
     try:
-        _core.start(native.FAMILIES)
+        _core.start(families)
         assert not native.available() and not native.conv_f32_ok()
         assert "disagree" in native.status() and "pool2d differs" in native.status()
     finally:
@@ -100,3 +103,76 @@ def test_the_isa_switch_turns_the_avx512_kernels_off():
     )
     out = _status_in_subprocess({"ONYX_NATIVE_ISA": "avx2"}, code)
     assert out.startswith("True False False 1 0 |") and "portable" in out, out
+
+
+@needs_native
+def test_a_family_joined_late_that_disagrees_is_off_alone():
+    # a family imported after others bound (a library older than its sources): its kernels
+    # take their numpy paths, the families bound before keep the library
+    name = "onyx_test_late_family"
+    family = types.ModuleType(name)
+    family.core = _core
+    sys.modules[name] = family
+    short = type(
+        "_Short", (ctypes.Structure,), {"__module__": name, "_fields_": [("x", ctypes.c_void_p)]}
+    )
+    _core.abi("pool2d")(short)
+    try:
+        _core.join(name, lambda lib, isa: None)
+        assert family.core.lib is None and family.core.threads is _core.threads
+        assert native.available() and native.conv_f32_ok()
+        assert "onyx_test_late_family off: _Short != pool2d" in native.load_status()
+    finally:
+        _core._STRUCTS["pool2d"].remove(short)
+        _core.joined.pop(name)
+        _core.families_off.pop(name, None)
+        del sys.modules[name]
+    assert "off" not in native.load_status()
+
+
+def test_every_family_module_is_listed_and_joins_the_library():
+    # a family is imported when a kernel first asks for one of its names: it must be in
+    # FAMILY_NAMES, its public names in _EXPORTS, and its last line must join the library
+    from pathlib import Path
+
+    here = Path(native.__file__).parent
+    modules = {p.stem for p in here.glob("*.py")} - {"__init__", "_core"}
+    assert modules == set(native.FAMILY_NAMES) == set(native._EXPORTS) | {"nhwc"}
+    for name in modules:
+        lines = (here / f"{name}.py").read_text().rstrip().splitlines()
+        assert lines[-1].startswith("core.join(__name__, bind)"), name
+        assert f"onyx.runtime.native.{name}" in _core.joined
+    for name in native._ORIGIN:  # every exported name resolves
+        assert getattr(native, name) is not None, name
+
+
+def test_the_library_handed_to_tests_has_every_family_bound():
+    # (a test that wraps an entry point to count its calls must wrap the bound one)
+    code = (
+        "from onyx.runtime import native\n"
+        "lib = native.library()\n"
+        "print(lib is None or lib.onyx_conv1d_f32.argtypes is not None)\n"
+    )
+    assert _status_in_subprocess({}, code) == "True"
+
+
+def test_each_family_binds_what_it_calls():
+    # a family is bound when it is imported: every library attribute its kernels read (set
+    # by a bind, not an onyx_ symbol) must be set by its own bind or by a family it imports
+    import re
+    from pathlib import Path
+
+    here = Path(native.__file__).parent
+    sources = {name: (here / f"{name}.py").read_text() for name in native.FAMILY_NAMES}
+    binds = {name: src[src.index("\ndef bind(") :] for name, src in sources.items()}
+    for name, src in sources.items():
+        bound = binds[name] + "".join(
+            binds[other] for other in re.findall(r"^from \.(\w+) import", src, re.M)
+            if other in binds
+        )  # fmt: skip
+        used = set(re.findall(r"lib\.(\w+)", src[: src.index("\ndef bind(")]))
+        for attr in used - {"onyx_parallel", "onyx_pool_threads"}:
+            if attr.startswith("onyx_"):
+                continue
+            looped = attr.endswith("_range") and 'f"{name}_range"' in bound
+            assert f"lib.{attr}" in bound or looped, (name, attr)

@@ -311,37 +311,72 @@ class OpSchema(FrozenValue):
 
 
 @functools.cache
-def _raw() -> dict:
-    """The data file's index, (domain, op) -> (the line, where the JSON of its versions starts
-    in it: parsed when asked for, a model uses a handful of the operators and parsing them all
-    was most of a small model's check), and the header (each domain's opset range). The file
-    is plain text, read as bytes: unzipping and decoding all of it was a good part of a small
-    model's cold start."""
-    header, *rows = _DATA.read_bytes().split(b"\n")
-    index = {}
-    for row in rows:
-        name_at = row.index(b"\t") + 1
-        versions_at = row.index(b"\t", name_at) + 1
-        index[(row[: name_at - 1].decode(), row[name_at : versions_at - 1].decode())] = (
-            row,
-            versions_at,
-        )
-    return {"index": index, "max_opsets": _json(header)["max_opsets"]}
+def _data() -> bytes:
+    """The data file: a JSON header line (each domain's opset range), then a line per operator,
+    ``domain<TAB>op<TAB>`` and the JSON of its versions. Plain text read as bytes; a line's
+    JSON is parsed when its operator is first asked for (a model uses a handful of the
+    operators: unzipping, decoding or parsing all of it was a good part of a cold start)."""
+    return _DATA.read_bytes()
 
 
-def _json(text: str | bytes) -> Any:
-    import json  # (imported with the data, on first use)
+@functools.cache
+def _max_opsets() -> dict:
+    data = _data()
+    return _json(data[: data.index(b"\n")])["max_opsets"]
 
-    return json.loads(text)
+
+@functools.cache
+def _index() -> dict[tuple[bytes, bytes], tuple[int, int]]:
+    """(domain, op) as bytes -> where the JSON of its versions starts and ends in the data:
+    found by jumping from tab to tab and line to line (no split, no decoding of the rest)."""
+    data, index = _data(), {}
+    find, at = data.find, data.index(b"\n") + 1
+    while at:
+        end = find(b"\n", at)
+        name_at = find(b"\t", at) + 1
+        versions_at = find(b"\t", name_at) + 1
+        key = (data[at : name_at - 1], data[name_at : versions_at - 1])
+        index[key] = (versions_at, end if end >= 0 else len(data))
+        at = end + 1 if end >= 0 else 0
+    return index
+
+
+def _json(text: bytes) -> Any:
+    """JSON text parsed by the interpreter's C scanner, where it has one: importing the json
+    package (which compiles its regular expressions) cost more than a small model's rows."""
+    scan = _scanner()
+    if scan is None:
+        import json
+
+        return json.loads(text)
+    return scan(text.decode(), 0)[0]
+
+
+@functools.cache
+def _scanner():
+    """_json's scanner with json.loads' settings, or None where there is no _json."""
+    try:
+        from _json import make_scanner
+    except ImportError:  # (an interpreter without the C module)
+        return None
+
+    class Settings:  # (what the scanner reads: json.JSONDecoder's defaults)
+        strict = True
+        object_hook = object_pairs_hook = None
+        parse_float, parse_int = float, int
+        parse_constant = {"-Infinity": float("-inf"), "Infinity": float("inf"),
+                          "NaN": float("nan")}.__getitem__  # fmt: skip
+        memo: dict = {}
+
+    return make_scanner(Settings())
 
 
 def _versions(op: str, domain: str) -> list[dict]:
     """The raw versions of an operator, oldest first (empty if the operator is unknown)."""
-    entry = _raw()["index"].get((domain, op))
-    if entry is None:
+    span = _index().get((domain.encode(), op.encode()))
+    if span is None:
         return []
-    row, start = entry
-    return sorted(_json(row[start:]), key=lambda s: s["since"])
+    return sorted(_json(_data()[span[0] : span[1]]), key=lambda s: s["since"])
 
 
 def _param(p) -> FormalParameter:
@@ -432,7 +467,7 @@ def schemas(domain: str | None = None) -> list[OpSchema]:
     want = None if domain is None else _norm_domain(domain)
     return [
         s
-        for (dom, name) in sorted(_raw()["index"])
+        for (dom, name) in sorted((d.decode(), n.decode()) for d, n in _index())
         if want is None or dom == want
         for s in schema_versions(name, dom)
     ]
@@ -440,14 +475,14 @@ def schemas(domain: str | None = None) -> list[OpSchema]:
 
 def domains() -> dict[str, tuple[int, int]]:
     """Known domains and their (first, last) opset versions."""
-    return {d: (lo, hi) for d, (lo, hi) in _raw()["max_opsets"].items()}
+    return {d: (lo, hi) for d, (lo, hi) in _max_opsets().items()}
 
 
 def max_opset(domain: str = "") -> int | None:
     """The newest opset version known for a domain (None for an unknown domain)."""
-    rng = _raw()["max_opsets"].get(_norm_domain(domain))
+    rng = _max_opsets().get(_norm_domain(domain))
     return rng[1] if rng else None
 
 
 def is_known_domain(domain: str) -> bool:
-    return _norm_domain(domain) in _raw()["max_opsets"]
+    return _norm_domain(domain) in _max_opsets()

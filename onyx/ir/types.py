@@ -97,6 +97,8 @@ class _ElementsOfShape(Type, FrozenValue):
 
 @dataclass(init=False, repr=False, eq=False)
 class TensorType(_ElementsOfShape):
+    """A tensor's type: its element type and shape (None: rank unknown)."""
+
     elem_type: DataType
     shape: Shape | None = None
     denotation: str | None = field(default=None, compare=False)
@@ -107,6 +109,8 @@ class TensorType(_ElementsOfShape):
 
 @dataclass(init=False, repr=False, eq=False)
 class SparseTensorType(_ElementsOfShape):
+    """A sparse tensor's type: its element type and shape (None: rank unknown)."""
+
     elem_type: DataType
     shape: Shape | None = None
     denotation: str | None = field(default=None, compare=False)
@@ -117,6 +121,8 @@ class SparseTensorType(_ElementsOfShape):
 
 @dataclass(init=False, repr=False, eq=False)
 class SequenceType(Type, FrozenValue):
+    """A sequence of values of type ``elem`` (None: unknown)."""
+
     elem: Type | None
     denotation: str | None = field(default=None, compare=False)
 
@@ -129,6 +135,8 @@ class SequenceType(Type, FrozenValue):
 
 @dataclass(init=False, repr=False, eq=False)
 class MapType(Type, FrozenValue):
+    """A map from keys of element type ``key`` to values of type ``value`` (None: unknown)."""
+
     key: DataType
     value: Type | None
     denotation: str | None = field(default=None, compare=False)
@@ -142,6 +150,8 @@ class MapType(Type, FrozenValue):
 
 @dataclass(init=False, repr=False, eq=False)
 class OptionalType(Type, FrozenValue):
+    """An optional value of type ``elem`` (None: unknown)."""
+
     elem: Type | None
     denotation: str | None = field(default=None, compare=False)
 
@@ -154,6 +164,8 @@ class OptionalType(Type, FrozenValue):
 
 @dataclass(init=False, repr=False, eq=False)
 class OpaqueType(Type, FrozenValue):
+    """An opaque type, named by ``domain`` and ``name``."""
+
     domain: str = ""
     name: str = ""
     denotation: str | None = field(default=None, compare=False)

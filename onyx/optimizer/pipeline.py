@@ -55,7 +55,7 @@ TRIGGERS: dict[str, tuple[tuple[str, ...], ...]] = {
     ),
     "MatMulScaleFusion": (("MatMul", "FusedMatMul"),),
     "SelfAttentionFusion": (("Softmax",), ("MatMul",)),
-    "AttentionFusion": (("Softmax",),),
+    "AttentionFusion": (("Softmax",), ("MatMul",)),  # (its softmax feeds a MatMul)
     "TimeMajorAttentionFusion": (("HeadsAttention",), ("Gather",)),
     "PackedAttentionFusion": (
         ("Attention", "HeadsAttention", "CausalHeadsAttention"),

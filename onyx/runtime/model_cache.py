@@ -96,7 +96,7 @@ def key(source, options) -> str | None:
         sorted(options.disabled_optimizers or ()),
         sorted((k, v) for k, v in getattr(options, "_config", {}).items() if k != CONFIG_KEY),
         native.available(),
-        native.status(),
+        native.load_status(),
         sys.modules["numpy"].__version__,
         settings,
         _code(),

@@ -113,25 +113,69 @@ _SOURCES: dict[tuple[str, str], set[str]] = {}
 _TRAIT_NAMES = frozenset(OpTraits.__dataclass_fields__)
 
 
+_POSITIONAL, _VARIADIC, _KEYWORD, _ANY_KEYWORD = "positional", "variadic", "keyword", "any"
+_KINDS = {
+    inspect.Parameter.POSITIONAL_ONLY: _POSITIONAL,
+    inspect.Parameter.POSITIONAL_OR_KEYWORD: _POSITIONAL,
+    inspect.Parameter.VAR_POSITIONAL: _VARIADIC,
+    inspect.Parameter.KEYWORD_ONLY: _KEYWORD,
+    inspect.Parameter.VAR_KEYWORD: _ANY_KEYWORD,
+}
+_CO_VARARGS, _CO_VARKEYWORDS = inspect.CO_VARARGS, inspect.CO_VARKEYWORDS
+
+
+def _parameters(fn: Callable) -> list[tuple[str, str, Any]]:
+    """fn's parameters as (name, kind, default or inspect.Parameter.empty), in signature
+    order. A plain function's are read off its code object: inspect.signature took several
+    times as long, once for each kernel a session's first creation binds."""
+    if (
+        fn.__class__ is not _FUNCTION
+        or "__wrapped__" in fn.__dict__
+        or "__signature__" in fn.__dict__
+    ):
+        return [
+            (p.name, _KINDS[p.kind], p.default) for p in inspect.signature(fn).parameters.values()
+        ]
+    code, empty = fn.__code__, inspect.Parameter.empty
+    names, n_pos, n_kw = code.co_varnames, code.co_argcount, code.co_kwonlyargcount
+    defaults, kw_defaults = fn.__defaults__ or (), fn.__kwdefaults__ or {}
+    first_default = n_pos - len(defaults)
+    params = [
+        (names[i], _POSITIONAL, defaults[i - first_default] if i >= first_default else empty)
+        for i in range(n_pos)
+    ]
+    at = n_pos + n_kw
+    if code.co_flags & _CO_VARARGS:
+        params.append((names[at], _VARIADIC, empty))
+        at += 1
+    params += [
+        (name, _KEYWORD, kw_defaults.get(name, empty)) for name in names[n_pos : n_pos + n_kw]
+    ]
+    if code.co_flags & _CO_VARKEYWORDS:
+        params.append((names[at], _ANY_KEYWORD, empty))
+    return params
+
+
+_FUNCTION = type(_parameters)
+
+
 def _describe(fn: Callable, domain: str, op_type: str, since: int) -> Kernel:
-    params = list(inspect.signature(fn).parameters.values())
-    takes_ctx = bool(params) and params[0].name == "ctx"
+    params = _parameters(fn)
+    takes_ctx = bool(params) and params[0][0] == "ctx"
     if takes_ctx:
         params = params[1:]
-    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    variadic = any(p.kind == p.VAR_POSITIONAL for p in params)
-    kw = [p for p in params if p.kind == p.KEYWORD_ONLY]
+    kw = [(name, default) for name, kind, default in params if kind == _KEYWORD]
     return Kernel(
         domain=domain,
         op_type=op_type,
         since=since,
         fn=fn,
         takes_ctx=takes_ctx,
-        n_positional=len(positional),
-        variadic=variadic,
-        attributes=frozenset(p.name for p in kw),
-        attr_defaults={p.name: p.default for p in kw if p.default is not p.empty},
-        accepts_any_attr=any(p.kind == p.VAR_KEYWORD for p in params),
+        n_positional=sum(kind == _POSITIONAL for _, kind, _ in params),
+        variadic=any(kind == _VARIADIC for _, kind, _ in params),
+        attributes=frozenset(name for name, _ in kw),
+        attr_defaults={name: d for name, d in kw if d is not inspect.Parameter.empty},
+        accepts_any_attr=any(kind == _ANY_KEYWORD for _, kind, _ in params),
     )
 
 

@@ -25,7 +25,6 @@ from . import wire
 from .external import ExternalResolver, ExternalSink
 from .reader import Reader
 from .tensors import tensor_from_proto
-from .writer import Writer
 
 #: Files at least this big are memory-mapped instead of read.
 MMAP_MIN = 16 << 20
@@ -291,6 +290,8 @@ def _serialize(model: Model, sink: ExternalSink, reuse_external: bool) -> list:
             return False
         streamed[id(tp)] = memoryview(t.raw_bytes()).cast("B")
         return True
+
+    from .writer import Writer  # (here: loading a model, a session's work, never writes one)
 
     writer = Writer(placement)
     mp = ModelProto()

@@ -19,7 +19,8 @@ and ``onyx_<name>_range`` in the family's C file, checking its sizes first (chec
 family's module a ctypes copy of the struct under ``@abi("<struct>")``, the wrapper (None or
 False where the kernel does not apply, so that the caller's numpy path runs) and its entry
 point in ``bind``; a case generator in scripts/native_differential.py. A new family also adds
-its C file to setup.py and its module to FAMILIES.
+its C file to setup.py, its module to FAMILY_NAMES and its public names to _EXPORTS, and
+ends with ``core.join(__name__, bind)`` (tests/test_native_abi.py checks all three).
 
 Environment:
 - ``ONYX_NATIVE=0`` turns the library off (the tests run both ways).
@@ -31,128 +32,186 @@ Environment:
 from __future__ import annotations
 
 import contextlib
+import importlib
 
-from . import (
-    _core,
-    attention,
-    conv1d,
-    conv_f32,
-    convtranspose,
-    depthwise,
-    elementwise,
-    gemm_f32,
-    gemm_i8,
-    gemv,
-    nbits,
-    nhwc,
-    resize,
-    rnn,
-    rows,
-    small_cnn,
-    trees,
-    window,
-)
+from . import _core
 from ._core import BYTES, thread_setting, threads
-from .attention import (
-    gqa_ok,
-    gqa_step,
-    heads_attention,
-    packed_attention,
-    packed_attention_bound,
-    rms_norm_f32,
-    rotate_half_f32,
-    silu_f32,
-)
-from .conv1d import Conv1d, conv1d_ok
-from .conv_f32 import CONV_ACTIVATIONS, FloatConv, conv_f32_ok, pack_conv_f32
-from .convtranspose import FloatConvTranspose, conv_transpose_ok
-from .depthwise import (
-    SMALL_CONV_K,
-    IntPlaneConv,
-    PlaneConv,
-    conv_small_f32,
-    conv_small_ok,
-    depthwise_activates,
-    depthwise_f32,
-    depthwise_ok,
-    depthwise_setup,
-    stem_setup,
-)
-from .elementwise import (
-    bias_gelu_f32,
-    dequantize_8,
-    erf_f32,
-    hard_sigmoid_f32,
-    hardswish_f32,
-    lookup8,
-    lookup8_channels,
-    lookup8_channels_setup,
-    per_tensor_setup,
-    qlinear_binary,
-    qlinear_binary_setup,
-    quantize_f32,
-)
-from .gemm_f32 import SGEMM_ROWS, PackedGemm, sgemm_ok
-from .gemm_i8 import (
-    MAX_K,
-    PANEL,
-    DynamicMatMul,
-    NhwcDepthwise,
-    Packed,
-    batched_int8_gemm,
-    contiguous_bytes,
-    dynamic_quantize,
-    gathered_int8_gemm,
-    implicit_conv,
-    int8_gemm,
-    int8_gemm_ok,
-    int8_gemm_setup,
-    pack,
-    row_sums,
-    to_nhwc,
-    transpose_bytes,
-)
-from .gemv import GEMV_ROWS, FloatGemv, gemv_ok
-from .nbits import NBITS_INT8_ROWS, NBitsProduct, nbits_ok, nbits_product
-from .resize import bilinear_f32, bilinear_ok, repeat2d_4byte
-from .rnn import GruRecurrence, LstmRecurrence, gru_f32, lstm_f32, recurrence_ok
-from .rnn import Inputs as RecurrenceInputs
-from .rnn import Rows as RecurrenceRows
-from .rows import (
-    batch_norm_bound,
-    batch_norm_f32,
-    layer_norm_bound,
-    layer_norm_f32,
-    mean_rows_f32,
-    norm_rows_bound,
-    norm_rows_f32,
-    qmean_rows,
-    skip_layer_norm_bound,
-    skip_layer_norm_f32,
-    softmax_rows_f32,
-)
-from .small_cnn import (
-    MAX_CHANNELS,
-    MAX_PIXELS,
-    MaxPool2x2,
-    SmallConv,
-    pack_small_conv,
-    small_conv_applies,
-    small_conv_ok,
-)
-from .trees import (
-    ForestSums,
-    bins_one_hot,
-    coupling_pairs,
-    forest_descend,
-    forest_sum,
-    forest_sums,
-    linear_classify,
-    normalize_rows,
-    svm_classify,
-    svm_coupling,
-)
-from .window import pool2d_f32
+
+#: Each family module's public names (or ``(name, its name in the module)``): the module is
+#: imported, its structs checked and its entry points bound, when one of them is first asked for
+#: (a model needs a few families: importing all of them was a good part of a cold start).
+_EXPORTS = {
+    "attention": (
+        "gqa_ok",
+        "gqa_step",
+        "heads_attention",
+        "packed_attention",
+        "packed_attention_bound",
+        "rms_norm_f32",
+        "rotate_half_f32",
+        "silu_f32",
+    ),
+    "conv1d": (
+        "Conv1d",
+        "conv1d_ok",
+    ),
+    "conv_f32": (
+        "CONV_ACTIVATIONS",
+        "FloatConv",
+        "conv_f32_ok",
+        "pack_conv_f32",
+    ),
+    "convtranspose": (
+        "FloatConvTranspose",
+        "conv_transpose_ok",
+    ),
+    "depthwise": (
+        "SMALL_CONV_K",
+        "IntPlaneConv",
+        "PlaneConv",
+        "conv_small_f32",
+        "conv_small_ok",
+        "depthwise_activates",
+        "depthwise_f32",
+        "depthwise_ok",
+        "depthwise_setup",
+        "stem_setup",
+    ),
+    "elementwise": (
+        "bias_gelu_f32",
+        "dequantize_8",
+        "erf_f32",
+        "hard_sigmoid_f32",
+        "hardswish_f32",
+        "lookup8",
+        "lookup8_channels",
+        "lookup8_channels_setup",
+        "per_tensor_setup",
+        "qlinear_binary",
+        "qlinear_binary_setup",
+        "quantize_f32",
+    ),
+    "gemm_f32": (
+        "SGEMM_ROWS",
+        "PackedGemm",
+        "sgemm_ok",
+    ),
+    "gemm_i8": (
+        "MAX_K",
+        "PANEL",
+        "DynamicMatMul",
+        "NhwcDepthwise",
+        "Packed",
+        "batched_int8_gemm",
+        "contiguous_bytes",
+        "dynamic_quantize",
+        "gathered_int8_gemm",
+        "implicit_conv",
+        "int8_gemm",
+        "int8_gemm_ok",
+        "int8_gemm_setup",
+        "pack",
+        "row_sums",
+        "to_nhwc",
+        "transpose_bytes",
+    ),
+    "gemv": (
+        "GEMV_ROWS",
+        "FloatGemv",
+        "gemv_ok",
+    ),
+    "nbits": (
+        "NBITS_INT8_ROWS",
+        "NBitsProduct",
+        "nbits_ok",
+        "nbits_product",
+    ),
+    "resize": (
+        "bilinear_f32",
+        "bilinear_ok",
+        "repeat2d_4byte",
+    ),
+    "rnn": (
+        "GruRecurrence",
+        "LstmRecurrence",
+        "gru_f32",
+        "lstm_f32",
+        "recurrence_ok",
+        ("RecurrenceInputs", "Inputs"),
+        ("RecurrenceRows", "Rows"),
+    ),
+    "rows": (
+        "batch_norm_bound",
+        "batch_norm_f32",
+        "layer_norm_bound",
+        "layer_norm_f32",
+        "mean_rows_f32",
+        "norm_rows_bound",
+        "norm_rows_f32",
+        "qmean_rows",
+        "skip_layer_norm_bound",
+        "skip_layer_norm_f32",
+        "softmax_rows_f32",
+    ),
+    "small_cnn": (
+        "MAX_CHANNELS",
+        "MAX_PIXELS",
+        "MaxPool2x2",
+        "SmallConv",
+        "pack_small_conv",
+        "small_conv_applies",
+        "small_conv_ok",
+    ),
+    "trees": (
+        "ForestSums",
+        "bins_one_hot",
+        "coupling_pairs",
+        "forest_descend",
+        "forest_sum",
+        "forest_sums",
+        "linear_classify",
+        "normalize_rows",
+        "svm_classify",
+        "svm_coupling",
+    ),
+    "window": ("pool2d_f32",),
+}
+#: Public name -> (family module, its name there).
+_ORIGIN = {
+    (entry if isinstance(entry, str) else entry[0]): (
+        family,
+        entry if isinstance(entry, str) else entry[1],
+    )
+    for family, entries in _EXPORTS.items()
+    for entry in entries
+}
+
+
+def __getattr__(name: str):
+    if name == "FAMILIES":
+        return tuple(_family(f) for f in FAMILY_NAMES)
+    if name in FAMILY_NAMES:
+        return _family(name)
+    origin = _ORIGIN.get(name)
+    if origin is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(_family(origin[0]), origin[1])
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_ORIGIN) | set(FAMILY_NAMES))
+
+
+def _family(name: str):
+    """A family module, imported (its last line binds it to the library: _core.join; one
+    without that line is joined here)."""
+    module = importlib.import_module(f"{__name__}.{name}")
+    if module.__name__ not in _core.joined:
+        _core.join(module.__name__, module.bind)
+    return module
+
 
 __all__ = [
     "BYTES",
@@ -175,6 +234,7 @@ __all__ = [
     "PlaneConv",
     "SMALL_CONV_K",
     "available",
+    "load_status",
     "batch_norm_bound",
     "batch_norm_f32",
     "batched_int8_gemm",
@@ -268,27 +328,27 @@ __all__ = [
     "small_conv_ok",
 ]
 
-#: The kernel families (one C file and one Python module each), bound to the library at load.
-FAMILIES = (
-    gemm_i8,
-    depthwise,
-    conv_f32,
-    conv1d,
-    convtranspose,
-    gemv,
-    resize,
-    rnn,
-    elementwise,
-    rows,
-    window,
-    trees,
-    nbits,
-    attention,
-    gemm_f32,
-    nhwc,
-    small_cnn,
+#: The kernel families (one C file and one Python module each), in the order they bind.
+FAMILY_NAMES = (
+    "gemm_i8",
+    "depthwise",
+    "conv_f32",
+    "conv1d",
+    "convtranspose",
+    "gemv",
+    "resize",
+    "rnn",
+    "elementwise",
+    "rows",
+    "window",
+    "trees",
+    "nbits",
+    "attention",
+    "gemm_f32",
+    "nhwc",
+    "small_cnn",
 )
-_core.start(FAMILIES)
+_core.start(())  # (the library: loaded at once; each family binds when it is imported)
 
 
 def available() -> bool:
@@ -298,12 +358,28 @@ def available() -> bool:
 
 def status() -> str:
     """Whether the native library is in use, which instruction sets its kernels use, and why
-    not where it is not."""
-    return _core.why if _core.lib is not None or not _core.why.startswith("loaded") else "disabled"
+    not where it is not (every family checked: imported, if it was not yet)."""
+    for name in FAMILY_NAMES:
+        _family(name)
+    return load_status()
+
+
+def load_status() -> str:
+    """status() of the families imported so far (imports none: the model cache's key)."""
+    if _core.lib is None and _core.why.startswith("loaded"):
+        return "disabled"
+    off = "".join(
+        f"; {name.rsplit('.', 1)[-1]} off: {why}" for name, why in _core.families_off.items()
+    )
+    return _core.why + off
 
 
 def library():
-    """The loaded library (ctypes.CDLL), or None: for tests that count its calls."""
+    """The loaded library (ctypes.CDLL), or None: for tests that count its calls. Every
+    family is bound first: a wrapper put on an entry point before its family binds it would
+    hide the argument types binding sets (ctypes would then pass pointers as C ints)."""
+    for name in FAMILY_NAMES:
+        _family(name)
     return _core.lib
 
 

@@ -3,8 +3,10 @@ abi.c), the one CPU dispatch (onyx_isa, capped by ONYX_NATIVE_ISA), the thread p
 calls and the work split.
 
 A family module (gemm_i8.py, depthwise.py, ...: one per C file) declares its task structs
-with ``@abi("c_name")`` and a ``bind(lib, isa)`` that looks its entry points up; it reads
-the library as ``core.lib`` at call time (None: its numpy caller's path runs).
+with ``@abi("c_name")`` and a ``bind(lib, isa)`` that looks its entry points up, and ends with
+``core.join(__name__, bind)``; it reads the library as ``core.lib`` at call time (None: its
+numpy caller's path runs). The library is loaded with the package; a family is imported,
+checked and bound when a kernel first asks for it (native/__init__.py's table).
 """
 
 from __future__ import annotations
@@ -64,7 +66,19 @@ class _AbiRow(ctypes.Structure):  # abi.c's abi_row
 
 
 def _abi_table(library) -> dict[str, dict[str, tuple[int, int]]]:
-    """abi.c's table: struct -> field ("" for the struct itself) -> (offset, size)."""
+    """abi.c's table: struct -> field ("" for the struct itself) -> (offset, size); read once
+    per library (each family's check asks for it)."""
+    if _table_read[0] is library:
+        return _table_read[1]
+    table = _read_abi_table(library)
+    _table_read[:] = [library, table]
+    return table
+
+
+_table_read: list = [None, None]
+
+
+def _read_abi_table(library) -> dict[str, dict[str, tuple[int, int]]]:
     library.onyx_abi.restype = ctypes.POINTER(_AbiRow)
     rows = library.onyx_abi()
     table: dict[str, dict[str, tuple[int, int]]] = {}
@@ -76,12 +90,15 @@ def _abi_table(library) -> dict[str, dict[str, tuple[int, int]]]:
     return table
 
 
-def abi_mismatches(library) -> list[str]:
-    """Where the ctypes copies disagree with the library's structs (empty: they agree)."""
+def abi_mismatches(library, module: str | None = None) -> list[str]:
+    """Where the ctypes copies (those of family ``module`` if given; else of every family
+    imported so far) disagree with the library's structs (empty: they agree)."""
     table, problems = _abi_table(library), []
     for c_name, classes in _STRUCTS.items():
         fields = table.get(c_name)
         for cls in classes:
+            if module is not None and cls.__module__ != module:
+                continue
             if fields is None:
                 problems.append(f"{cls.__name__}: the library has no struct {c_name}")
                 continue
@@ -132,10 +149,19 @@ def _open():
 
 
 def start(families) -> None:
-    """Loads the library, checks its ABI and binds each family module's entry points; on any
-    failure the library stays off (numpy kernels) and ``why`` says why."""
+    """Loads the library, checks its ABI (the structs of every family imported so far) and
+    binds each of ``families`` (modules) and each family joined before; on any failure the
+    library stays off (numpy kernels) and ``why`` says why."""
     global lib, isa, vnni, why
     lib, isa, vnni = None, 0, False
+    families_off.clear()
+    package = __name__.rpartition(".")[0] + "."
+    for name, module in list(sys.modules.items()):  # (a family imported without its last line)
+        if name.startswith(package) and name not in joined and hasattr(module, "bind"):
+            joined[name] = module.bind
+    for name in joined:
+        sys.modules[name].core = sys.modules[__name__]
+    families = [*families, *(_Bound(bind) for bind in joined.values())]
     library = _open()
     if library is None:
         return
@@ -173,6 +199,46 @@ def start(families) -> None:
     ]
     why = f"loaded ({', '.join(names) or 'portable kernels'}; ONYX_NATIVE_ISA={level})"
     lib = library
+
+
+#: The families imported so far: module name -> its bind.
+joined: dict[str, object] = {}
+#: The families whose structs disagree with the library's or whose entry points it lacks
+#: (joined after the library was loaded): module name -> why. Their kernels take their numpy
+#: paths; the rest of the library stays in use (kernels bound before keep running).
+families_off: dict[str, str] = {}
+
+
+class _Bound:  # (a joined family as start() binds it)
+    def __init__(self, bind):
+        self.bind = bind
+
+
+class _Off:
+    """What a family that failed its check sees as ``core``: no library, the rest as is."""
+
+    lib, isa, vnni = None, 0, False
+
+    def __getattr__(self, name: str):
+        return getattr(sys.modules[__name__], name)
+
+
+def join(name: str, bind) -> None:
+    """A family module's last line: its structs checked against the library's and its entry
+    points bound (``bind(lib, isa)``), or, should either fail, the family's kernels off (their
+    numpy paths run) with the reason in native.status()."""
+    joined[name] = bind
+    if lib is None:
+        return
+    try:
+        problems = abi_mismatches(lib, name)
+        if not problems:
+            bind(lib, isa)
+    except AttributeError as e:  # (an entry point missing: a library built from older sources)
+        problems = [f"it lacks an entry point onyx needs (rebuild it): {e}"]
+    if problems:
+        families_off[name] = "; ".join(problems)
+        sys.modules[name].core = _Off()
 
 
 def address(fn) -> int | None:

@@ -544,3 +544,6 @@ def bind(lib, isa: int) -> None:
     lib.rms_range = core.range_of(lib, "rms")
     lib.rotary_range = core.range_of(lib, "rotary")
     lib.silu_range = core.range_of(lib, "silu")
+
+
+core.join(__name__, bind)  # (bound to the library now that it is imported: _core.join)

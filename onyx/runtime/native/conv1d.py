@@ -192,3 +192,6 @@ def bind(lib, isa: int) -> None:
     lib.conv1d_range = range_of(lib, "conv1d_f32")
     lib.onyx_conv1d_f32.argtypes = [_P] * 6
     lib.onyx_conv1d_f32.restype = ctypes.c_int
+
+
+core.join(__name__, bind)  # (bound to the library now that it is imported: _core.join)

@@ -461,3 +461,6 @@ def bind(lib, isa: int) -> None:
     lib.conv_f32_range = range_of(lib, "conv_f32") if avx512 else None
     lib.conv_f32_pack_range = range_of(lib, "conv_f32_pack") if avx512 else None
     lib.conv_f32_phase_range = range_of(lib, "conv_f32_phase") if avx512 else None
+
+
+core.join(__name__, bind)  # (bound to the library now that it is imported: _core.join)

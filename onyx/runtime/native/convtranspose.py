@@ -113,3 +113,6 @@ def bind(lib, isa: int) -> None:
     lib.onyx_convt_f32_tile(ctypes.byref(rows))
     lib.convt_f32_tile = rows.value
     lib.convt_f32_range = range_of(lib, "convt_f32")
+
+
+core.join(__name__, bind)  # (bound to the library now that it is imported: _core.join)

@@ -377,3 +377,6 @@ def bind(lib, isa: int) -> None:
         kernels = (lib.onyx_depthwise_f32, lib.onyx_depthwise_i8, None, 1)
     lib.depthwise_f32, lib.depthwise_i8, lib.conv_small = (address(fn) for fn in kernels[:3])
     lib.depthwise_lanes = kernels[3]
+
+
+core.join(__name__, bind)  # (bound to the library now that it is imported: _core.join)

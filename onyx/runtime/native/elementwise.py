@@ -424,3 +424,6 @@ def bind(lib, isa: int) -> None:
     lib.lookup_direct.argtypes = [_P, _P, _I64, _P, _I64]
     lib.onyx_lookup8_channels.restype = None
     lib.onyx_lookup8_channels.argtypes = [_P, _P, _P, _I64, _P, _I64, _I64, _I64]
+
+
+core.join(__name__, bind)  # (bound to the library now that it is imported: _core.join)

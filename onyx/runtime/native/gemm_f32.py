@@ -130,3 +130,6 @@ def bind(lib, isa: int) -> None:
     lib.sgemm_panel = lib.onyx_sgemm_panel()
     # without AVX-512 the portable loop would be slower than BLAS: products stay on BLAS
     lib.sgemm_range = core.range_of(lib, "sgemm") if isa & core.ISA_AVX512 else None
+
+
+core.join(__name__, bind)  # (bound to the library now that it is imported: _core.join)

@@ -25,6 +25,9 @@ from ._core import (
 )
 from .depthwise import IntPlaneConv, _DwGeometry, _DwOutput, _int_output, _IntConvTask
 
+# (elementwise binds lib.lookup, which an implicit conv with a table calls)
+from .elementwise import bind as _binds_lookup  # noqa: F401
+
 #: Longest reduction the int32 accumulators hold exactly: K * 255 * 255 < 2**31.
 MAX_K = 1 << 15
 
@@ -836,3 +839,6 @@ def bind(lib, isa: int) -> None:
         lib.onyx_dynamic_quantize.argtypes = [_P, _I64, _P, _P, _P]
     global _dynamic_quantize
     _dynamic_quantize = lib.onyx_dynamic_quantize if vnni else None
+
+
+core.join(__name__, bind)  # (bound to the library now that it is imported: _core.join)

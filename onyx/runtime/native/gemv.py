@@ -123,3 +123,6 @@ def bind(lib, isa: int) -> None:
     lib.onyx_gemv_f32_block.restype = _I64
     lib.gemv_block = lib.onyx_gemv_f32_block() if isa & core.ISA_AVX512 else 0
     lib.gemv_range = range_of(lib, "gemv_f32") if lib.gemv_block else None
+
+
+core.join(__name__, bind)  # (bound to the library now that it is imported: _core.join)

@@ -183,3 +183,6 @@ def bind(lib, isa: int) -> None:
     lib.nbits_columns = lib.onyx_nbits_columns()
     lib.nbits_dequant_range = core.range_of(lib, "nbits_dequant")
     lib.nbits_int8_range = core.range_of(lib, "nbits_int8")
+
+
+core.join(__name__, bind)  # (bound to the library now that it is imported: _core.join)

@@ -225,3 +225,6 @@ def bind(lib, isa: int) -> None:
     lib.nhwc_range = _RANGE[0] = range_of(lib, "nhwc")
     lib.onyx_nhwc_available.restype = ctypes.c_int
     lib.nhwc_ok = bool(isa & core.ISA_AVX512) and bool(lib.onyx_nhwc_available())
+
+
+core.join(__name__, bind)  # (bound to the library now that it is imported: _core.join)

@@ -79,3 +79,6 @@ def bind(lib, isa: int) -> None:
     avx512 = bool(isa & core.ISA_AVX512)
     lib.bilinear_range = range_of(lib, "bilinear_f32") if avx512 else None
     lib.repeat2d_range = range_of(lib, "repeat2d_u32") if avx512 else None
+
+
+core.join(__name__, bind)  # (bound to the library now that it is imported: _core.join)

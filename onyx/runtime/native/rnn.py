@@ -248,3 +248,6 @@ def bind(lib, isa: int) -> None:
         fn.restype, fn.argtypes = _INT, [_P, _P, _I64, _I64]
     lib.onyx_lstm_run.restype, lib.onyx_lstm_run.argtypes = _INT, [_P] * 6 + [_I64, _I64]
     lib.onyx_gru_run.restype, lib.onyx_gru_run.argtypes = _INT, [_P] * 5 + [_I64, _I64]
+
+
+core.join(__name__, bind)  # (bound to the library now that it is imported: _core.join)

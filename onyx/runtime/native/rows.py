@@ -456,3 +456,6 @@ def bind(lib, isa: int) -> None:
         "batch_norm_relu_f32",
     ):
         setattr(lib, f"{name}_range", range_of(lib, name))
+
+
+core.join(__name__, bind)  # (bound to the library now that it is imported: _core.join)

@@ -171,3 +171,6 @@ def bind(lib, isa: int) -> None:
     lib.onyx_max2x2_f32.restype = ctypes.c_int
     lib.onyx_small_cnn_avx512.restype = ctypes.c_int
     lib.small_cnn_avx512 = bool(isa & core.ISA_AVX512) and bool(lib.onyx_small_cnn_avx512())
+
+
+core.join(__name__, bind)  # (bound to the library now that it is imported: _core.join)

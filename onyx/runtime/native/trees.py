@@ -567,3 +567,6 @@ def bind(lib, isa: int) -> None:
     lib.onyx_forest_scores.argtypes = [_P, _P, _P, _I64, _I64, _P]
     lib.forest_descend_range = range_of(lib, "forest_descend")
     lib.forest_sum_range = range_of(lib, "forest_sum")
+
+
+core.join(__name__, bind)  # (bound to the library now that it is imported: _core.join)

@@ -88,3 +88,6 @@ def _pool_task(x_shape, kernel, strides, dilations, pads, out_shape, average, in
 
 def bind(lib, isa: int) -> None:
     lib.pool2d_f32_range = range_of(lib, "pool2d_f32")
+
+
+core.join(__name__, bind)  # (bound to the library now that it is imported: _core.join)
