@@ -50,9 +50,14 @@ class _NhwcTask(ctypes.Structure):
 #: nhwc.c's kinds of task.
 CONV, POINTWISE, DEPTHWISE, MEAN = 0, 1, 2, 3
 
-#: The depthwise conv does one multiply-add per lane where a GEMM tile does several: the work
-#: worth a thread is smaller.
-_DEPTHWISE_MACS = _PARALLEL_MACS // 4
+#: The work worth a second thread, lower than other kernels' (_PARALLEL_MACS): a MobileNet's
+#: small layers come one after another, so the pool's threads are still spinning from the last
+#: one (a hand-off costs about a microsecond), and a layer left on one thread between two split
+#: ones reads the other thread's half of its input out of that core's cache (the halves line
+#: up: each thread keeps the same rows of every layer). The depthwise conv does one
+#: multiply-add per lane where a GEMM tile does several: its threshold is lower still.
+_GROUP1_MACS = _PARALLEL_MACS // 8
+_DEPTHWISE_MACS = _PARALLEL_MACS // 32
 
 
 def available() -> bool:
@@ -112,10 +117,10 @@ class NhwcConv:
         macs = N * OH * OW * M * (kh * kw if depthwise else C * kh * kw)
         if kind == POINTWISE:
             pixels = N * OH * OW
-            self.ways = _ways(macs, -(-pixels // 6))
+            self.ways = _ways(macs, -(-pixels // 6), _GROUP1_MACS)
             self.cuts = _element_cuts(pixels, 6, self.ways)
         else:
-            least = _DEPTHWISE_MACS if depthwise else _PARALLEL_MACS
+            least = _DEPTHWISE_MACS if depthwise else _GROUP1_MACS
             self.ways = _ways(macs, N * OH, least)
             self.cuts = _even_cuts(N * OH, self.ways)
         self.parts, self.cuts_addr = len(self.cuts) - 1, _addr(self.cuts)
