@@ -270,3 +270,83 @@ def test_native_tiles_with_residual(C, M, HW, k, s, depthwise, act):
     np.testing.assert_allclose(
         got.transpose(0, 3, 1, 2), ref, rtol=1e-4, atol=1e-4 * max(1.0, np.abs(ref).max())
     )
+
+
+class _SmallLayer:
+    """A MobileNet-sized conv's data (input, weights, the NCHW FusedConv's result) and its
+    NhwcConv set up under the current thread setting (``conv()``)."""
+
+    def __init__(self, N, C, M, HW, k, s, depthwise, act=("Clip", [0.0, 6.0])):
+        x = w(N, C, HW, HW, scale=1.0)
+        self.wt, self.b, self.act = w(M, 1 if depthwise else C, k, k), w(M), act
+        pads = [k // 2] * 4
+        self.ref = fused_conv(x, self.wt, self.b, activation=act[0], activation_params=act[1],
+                              group=C if depthwise else 1, pads=pads, strides=[s, s])  # fmt: skip
+        self.geo = _conv_geometry(x.shape, self.wt.shape, "NOTSET", pads, [s, s], [1, 1], None)
+        self.shape = (N, HW, HW, C)
+        self.x = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+
+    def conv(self) -> nhwc.NhwcConv:
+        code = channels_last.activation_code(*self.act)
+        conv = nhwc.NhwcConv(self.shape, self.wt, self.b, self.geo, code)
+        conv.set_strides(self.x.strides)
+        return conv
+
+
+@needs_native
+@pytest.mark.parametrize(
+    "N, C, M, HW, k, s, depthwise",
+    [
+        (1, 256, 256, 6, 3, 1, 1),  # the smallest depthwise layers of a MobileNet at batch 1
+        (1, 192, 192, 12, 3, 2, 1),
+        (1, 40, 160, 12, 1, 1, 0),  # pointwise
+        (1, 3, 16, 96, 3, 2, 0),  # the stem
+        (2, 64, 256, 6, 1, 1, 0),
+    ],
+)
+def test_small_layers_split_between_threads(N, C, M, HW, k, s, depthwise):
+    """A MobileNet's small layers take a second thread (each thread keeps its rows from layer
+    to layer); split or not, every output row is the same sums: the results are equal."""
+    from onyx.runtime import native
+
+    layer = _SmallLayer(N, C, M, HW, k, s, depthwise)
+    with native.threads(1):
+        alone = layer.conv()
+    assert alone.ways == 1
+    want = alone(layer.x)
+    np.testing.assert_allclose(want.transpose(0, 3, 1, 2), layer.ref, rtol=1e-4, atol=1e-4)
+    for threads in (2, 3, 5):
+        with native.threads(threads):
+            conv = layer.conv()
+            assert conv.ways == min(threads, conv.parts) and conv.ways >= 2
+            for _ in range(3):
+                np.testing.assert_array_equal(conv(layer.x), want)
+
+
+@needs_native
+def test_split_layers_from_several_python_threads():
+    """Sessions on several Python threads share the native pool: a caller that finds it busy
+    runs its parts itself, and parts a worker has not come for are taken by the caller."""
+    import threading
+
+    from onyx.runtime import native
+
+    cases = [(1, 160, 160, 12, 3, 1, 1), (1, 40, 160, 12, 1, 1, 0), (2, 24, 72, 24, 1, 1, 0)]
+    layers = [_SmallLayer(*case) for case in cases]
+    errors = []
+
+    def work(layer):
+        with native.threads(1):
+            want = layer.conv()(layer.x)
+        with native.threads(3):
+            conv = layer.conv()
+            for _ in range(200):
+                if not np.array_equal(conv(layer.x), want):
+                    errors.append(layer.shape)
+
+    runners = [threading.Thread(target=work, args=(layer,)) for layer in layers * 2]
+    for t in runners:
+        t.start()
+    for t in runners:
+        t.join()
+    assert not errors

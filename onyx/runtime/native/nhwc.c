@@ -562,5 +562,16 @@ EXPORT int onyx_nhwc_range(const void *p, int64_t begin, int64_t end) {
     return 0;
 }
 
+/* One call of a set-up's task (nhwc.py): a copy of `task` with the call's pointers, on up to
+   `threads` threads. (From Python, filling a copy of the struct field by field cost more than
+   a small layer's multiply-adds.) */
+EXPORT int onyx_nhwc_call(const nhwc_task *task, const float *x, float *y, const float *s,
+                          const float *z, const int64_t *cuts, int64_t parts, int64_t threads) {
+    if (!task) return ONYX_INVALID;
+    nhwc_task t = *task;
+    t.x = x, t.y = y, t.s = s, t.z = z;
+    return onyx_parallel(onyx_nhwc_range, &t, cuts, parts, threads);
+}
+
 /* Whether the kernels run here (AVX-512, as onyx_isa allows). */
 EXPORT int onyx_nhwc_available(void) { return have_avx512(); }

@@ -91,7 +91,7 @@ class NhwcConv:
     C == M). geo: the conv's geometry (out_shape, strides, dilations, pads); activation:
     (code, alpha, beta) as native.CONV_ACTIVATIONS."""
 
-    __slots__ = ("cuts", "cuts_addr", "keep", "parts", "shape", "size", "task", "ways")
+    __slots__ = ("cuts", "cuts_addr", "keep", "parts", "shape", "size", "task", "task_at", "ways")
 
     def __init__(self, x_shape, w: np.ndarray, bias, geo: dict, activation: tuple):
         N, H, W, C = x_shape
@@ -135,6 +135,7 @@ class NhwcConv:
             alpha,
             beta,
         )
+        self.task_at = ctypes.addressof(self.task)
 
     def reads(self, x: np.ndarray) -> np.ndarray:
         """x as this conv reads it: a depthwise or pointwise conv wants its channels (and a
@@ -156,14 +157,15 @@ class NhwcConv:
         input channel scales (N, C) (pointwise only), z: a residual of the output's shape,
         added before the activation (both C-contiguous float32)."""
         y, address = _aligned(self.shape, self.size)
-        task = _copy(self.task)  # (calls may come from several threads)
-        task.x, task.y = _base_addr(x), address
-        if s is not None:
-            task.s = _input_addr(s)
-        if z is not None:
-            task.z = _input_addr(z)
-        status = core.lib.onyx_parallel(
-            _RANGE[0], _byref(task), self.cuts_addr, self.parts, self.ways
+        status = _CALL[0](
+            self.task_at,
+            _base_addr(x),
+            address,
+            None if s is None else _input_addr(s),
+            None if z is None else _input_addr(z),
+            self.cuts_addr,
+            self.parts,
+            self.ways,
         )
         if status:
             check(status, "channels-last conv")
@@ -171,6 +173,7 @@ class NhwcConv:
 
 
 _copy, _byref = _NhwcTask.from_buffer_copy, ctypes.byref
+_c_char_from, _addressof = ctypes.c_char.from_buffer, ctypes.addressof
 _empty, _ndarray, _F32, _BYTE = np.empty, np.ndarray, np.dtype(np.float32), np.dtype(np.uint8)
 
 
@@ -179,12 +182,13 @@ def _aligned(shape: tuple, size: int) -> tuple:
     kernels' vectors of 16 channels then never straddle two lines; malloc aligns to 16), and
     that address (_addr's: __array_interface__ builds a dict)."""
     buf = _empty(4 * size + 60, _BYTE)
-    base = _addr(buf)
+    base = _addressof(_c_char_from(buf))  # (_addr's way, inlined: once a layer)
     start = -base & 63
     return _ndarray(shape, _F32, buf, start), base + start
 
 
 _RANGE = [0]  # (lib.nhwc_range, set by bind)
+_CALL: list = [None]  # (lib.onyx_nhwc_call, set by bind)
 
 
 def _base_addr(x: np.ndarray) -> int:
@@ -228,6 +232,9 @@ def _mean_setup(shape: tuple, threads: int) -> tuple:
 
 def bind(lib, isa: int) -> None:
     lib.nhwc_range = _RANGE[0] = range_of(lib, "nhwc")
+    call = _CALL[0] = lib.onyx_nhwc_call
+    call.restype = ctypes.c_int
+    call.argtypes = [_P, _P, _P, _P, _P, _P, _I64, _I64]
     lib.onyx_nhwc_available.restype = ctypes.c_int
     lib.nhwc_ok = bool(isa & core.ISA_AVX512) and bool(lib.onyx_nhwc_available())
 
