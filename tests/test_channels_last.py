@@ -350,3 +350,66 @@ def test_split_layers_from_several_python_threads():
     for t in runners:
         t.join()
     assert not errors
+
+
+@needs_native
+def test_a_layers_output_is_written_again_only_when_nothing_holds_it():
+    """NhwcConv keeps its last output for the next call: it writes it again only once no
+    one holds it, nor a view of it."""
+    layer = _SmallLayer(1, 40, 160, 12, 1, 1, 0)
+    conv = layer.conv()
+    first = conv(layer.x)
+    want = first.copy()
+    second = conv(layer.x)
+    assert second is not first  # (first is held)
+    kept = id(second)
+    del second
+    third = conv(layer.x)
+    assert id(third) == kept  # (released: written again)
+    view = third[:, 1:]
+    del third
+    fourth = conv(layer.x + 1)
+    assert id(fourth) != kept  # (a view of it is held)
+    np.testing.assert_array_equal(view, want[:, 1:])
+    np.testing.assert_array_equal(first, want)
+
+
+def _chain_model() -> bytes:
+    """Stem conv, depthwise conv and pointwise conv whose output is the graph's: the layout
+    chain ends in the output's Transpose back to NCHW."""
+    n = helper.make_node
+    nodes = [
+        n("Conv", ["x", "ws", "bs"], ["s"], pads=[1, 1, 1, 1], strides=[2, 2]),
+        n("Relu", ["s"], ["s1"]),
+        n("Conv", ["s1", "wd", "bd"], ["d"], group=16, pads=[1, 1, 1, 1]),
+        n("Relu", ["d"], ["d1"]),
+        n("Conv", ["d1", "wp", "bp"], ["y"]),
+    ]
+    inits = {"ws": w(16, 3, 3, 3), "bs": w(16), "wd": w(16, 1, 3, 3), "bd": w(16)}
+    inits.update(wp=w(24, 16, 1, 1), bp=w(24))
+    graph = helper.make_graph(
+        nodes,
+        "chain",
+        [helper.make_tensor_value_info("x", F, ["N", 3, 20, 20])],
+        [helper.make_tensor_value_info("y", F, None)],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+def test_session_outputs_stay_as_returned(forced):
+    """A run's result, held by the caller, is not written by the next run (the layers keep
+    their outputs for the next run only when nothing holds them)."""
+    m = _chain_model()
+    ref = ort.InferenceSession(m, providers=["CPUExecutionProvider"])
+    sess = onyx.InferenceSession(m)
+    xs = [RNG.uniform(-1, 1, (1, 3, 20, 20)).astype(np.float32) for _ in range(3)]
+    held = [sess.run(None, {"x": x})[0] for x in xs]
+    for _ in range(2):  # (again, the results released: the layers' outputs written again)
+        for x in xs:
+            got = sess.run(None, {"x": x})[0]
+            np.testing.assert_allclose(got, ref.run(None, {"x": x})[0], rtol=1e-4, atol=1e-4)
+    for x, y in zip(xs, held):
+        np.testing.assert_allclose(y, ref.run(None, {"x": x})[0], rtol=1e-4, atol=1e-4)

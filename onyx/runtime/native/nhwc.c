@@ -549,7 +549,9 @@ static int task_ok(const nhwc_task *t) {
 /* Parts [begin, end) of a task: output rows (conv, depthwise), pixels (pointwise) or images
    (mean), as task->kind says. */
 EXPORT int onyx_nhwc_range(const void *p, int64_t begin, int64_t end) {
-    const nhwc_task *t = p;
+    /* (each thread reads its own copy: the kernels read the task's fields in their loops, and
+       onyx_nhwc_call's lies on the caller's stack, in lines the caller writes as it runs) */
+    const nhwc_task local = *(const nhwc_task *)p, *t = &local;
     if (!have_avx512() || !task_ok(t) || begin < 0) return ONYX_INVALID;
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     switch (t->kind) {

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import math
+import sys
 
 import numpy as np
 
@@ -91,7 +92,10 @@ class NhwcConv:
     C == M). geo: the conv's geometry (out_shape, strides, dilations, pads); activation:
     (code, alpha, beta) as native.CONV_ACTIVATIONS."""
 
-    __slots__ = ("cuts", "cuts_addr", "keep", "parts", "shape", "size", "task", "task_at", "ways")
+    __slots__ = (
+        *("cuts", "cuts_addr", "keep", "parts", "shape", "size", "spare", "task", "task_at"),
+        "ways",
+    )
 
     def __init__(self, x_shape, w: np.ndarray, bias, geo: dict, activation: tuple):
         N, H, W, C = x_shape
@@ -136,6 +140,8 @@ class NhwcConv:
             beta,
         )
         self.task_at = ctypes.addressof(self.task)
+        #: the last output (with its address) while it may be written again: see _output
+        self.spare: list = []
 
     def reads(self, x: np.ndarray) -> np.ndarray:
         """x as this conv reads it: a depthwise or pointwise conv wants its channels (and a
@@ -156,7 +162,7 @@ class NhwcConv:
         """x float32 of the set-up's (N, H, W, C) shape and strides (set_strides); s: per-image
         input channel scales (N, C) (pointwise only), z: a residual of the output's shape,
         added before the activation (both C-contiguous float32)."""
-        y, address = _aligned(self.shape, self.size)
+        y, address = self._output()
         status = _CALL[0](
             self.task_at,
             _base_addr(x),
@@ -169,8 +175,31 @@ class NhwcConv:
         )
         if status:
             check(status, "channels-last conv")
+        if self.size <= _SPARE_FLOATS and _EXACT_REFS and not self.spare:
+            self.spare.append((y, address))
         return y
 
+    def _output(self) -> tuple:
+        """The output array and its address: the last call's again when nothing but this
+        set-up holds it or a view of it any more (a session lets go of a layer's output at
+        the end of a run), else a fresh one. A small layer's allocation took about a third
+        of the time of its multiply-adds. (A list: calls may come from several threads, and
+        pop takes the spare for one of them only.)"""
+        try:
+            y, address = self.spare.pop()
+        except IndexError:  # (none kept, or another thread took it)
+            return _aligned(self.shape, self.size)
+        if _refs(y) == 2 and _refs(y.base) == 2:  # (here and getrefcount's argument)
+            return y, address
+        return _aligned(self.shape, self.size)
+
+
+#: Outputs up to this many floats are kept for the next call (see NhwcConv._output); larger
+#: ones take their allocation's time many times over in multiply-adds.
+_SPARE_FLOATS = 1 << 18
+_refs = sys.getrefcount
+#: Whether reference counts are exact (not under free-threaded Python's deferred counts).
+_EXACT_REFS = getattr(sys, "_is_gil_enabled", lambda: True)()
 
 _copy, _byref = _NhwcTask.from_buffer_copy, ctypes.byref
 _c_char_from, _addressof = ctypes.c_char.from_buffer, ctypes.addressof
