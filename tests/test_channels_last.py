@@ -353,9 +353,10 @@ def test_split_layers_from_several_python_threads():
 
 
 @needs_native
-def test_a_layers_output_is_written_again_only_when_nothing_holds_it():
+def test_a_layers_output_is_written_again_only_when_nothing_holds_it(monkeypatch):
     """NhwcConv keeps its last output for the next call: it writes it again only once no
     one holds it, nor a view of it."""
+    monkeypatch.setattr(nhwc, "_SPARE_FLOATS", 1 << 40)  # (whatever other tests keep)
     layer = _SmallLayer(1, 40, 160, 12, 1, 1, 0)
     conv = layer.conv()
     first = conv(layer.x)
@@ -366,6 +367,7 @@ def test_a_layers_output_is_written_again_only_when_nothing_holds_it():
     del second
     third = conv(layer.x)
     assert id(third) == kept  # (released: written again)
+    assert conv.kept == third.size
     view = third[:, 1:]
     del third
     fourth = conv(layer.x + 1)
@@ -399,9 +401,10 @@ def _chain_model() -> bytes:
     return model.SerializeToString()
 
 
-def test_session_outputs_stay_as_returned(forced):
+def test_session_outputs_stay_as_returned(forced, monkeypatch):
     """A run's result, held by the caller, is not written by the next run (the layers keep
     their outputs for the next run only when nothing holds them)."""
+    monkeypatch.setattr(nhwc, "_SPARE_FLOATS", 1 << 40)
     m = _chain_model()
     ref = ort.InferenceSession(m, providers=["CPUExecutionProvider"])
     sess = onyx.InferenceSession(m)

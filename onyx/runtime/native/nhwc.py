@@ -8,6 +8,7 @@ import ctypes
 import functools
 import math
 import sys
+import weakref
 
 import numpy as np
 
@@ -94,7 +95,7 @@ class NhwcConv:
 
     __slots__ = (
         *("cuts", "cuts_addr", "keep", "parts", "shape", "size", "spare", "task", "task_at"),
-        "ways",
+        *("ways", "kept", "__weakref__"),
     )
 
     def __init__(self, x_shape, w: np.ndarray, bias, geo: dict, activation: tuple):
@@ -142,6 +143,7 @@ class NhwcConv:
         self.task_at = ctypes.addressof(self.task)
         #: the last output (with its address) while it may be written again: see _output
         self.spare: list = []
+        self.kept = 0  # (the floats this set-up counts in _held[0])
 
     def reads(self, x: np.ndarray) -> np.ndarray:
         """x as this conv reads it: a depthwise or pointwise conv wants its channels (and a
@@ -175,16 +177,26 @@ class NhwcConv:
         )
         if status:
             check(status, "channels-last conv")
-        if self.size <= _SPARE_FLOATS and _EXACT_REFS and not self.spare:
+        if not self.spare and (self.kept or self._may_keep()):
             self.spare.append((y, address))
         return y
+
+    def _may_keep(self) -> bool:
+        """Whether this set-up may keep its output: outputs are kept while they all fit in
+        _SPARE_FLOATS (counted from the first layer that keeps one to the last)."""
+        if not _EXACT_REFS or _held[0] + self.size > _SPARE_FLOATS:
+            return False
+        _held[0] += self.size
+        self.kept = self.size
+        weakref.finalize(self, _release, self.size)
+        return True
 
     def _output(self) -> tuple:
         """The output array and its address: the last call's again when nothing but this
         set-up holds it or a view of it any more (a session lets go of a layer's output at
-        the end of a run), else a fresh one. A small layer's allocation took about a third
-        of the time of its multiply-adds. (A list: calls may come from several threads, and
-        pop takes the spare for one of them only.)"""
+        the end of a run), else a fresh one: allocating a small layer's output took a good
+        part of its time, and a small model's kept outputs stay in the caches from run to
+        run. (A list: calls may come from several threads, and pop hands the spare to one.)"""
         try:
             y, address = self.spare.pop()
         except IndexError:  # (none kept, or another thread took it)
@@ -194,9 +206,18 @@ class NhwcConv:
         return _aligned(self.shape, self.size)
 
 
-#: Outputs up to this many floats are kept for the next call (see NhwcConv._output); larger
-#: ones take their allocation's time many times over in multiply-adds.
-_SPARE_FLOATS = 1 << 18
+#: The floats of all kept outputs together (see NhwcConv._output): a small model's outputs
+#: stay in the caches from run to run; a larger model's would not, and a kept output, cold,
+#: then took longer to write than a fresh allocation (malloc hands back the buffer that the
+#: last layer freed, still in the cache).
+_SPARE_FLOATS = 1 << 20
+_held = [0]  # (the floats kept now)
+
+
+def _release(floats: int) -> None:
+    _held[0] -= floats
+
+
 _refs = sys.getrefcount
 #: Whether reference counts are exact (not under free-threaded Python's deferred counts).
 _EXACT_REFS = getattr(sys, "_is_gil_enabled", lambda: True)()
