@@ -356,9 +356,16 @@ def test_split_layers_from_several_python_threads():
 def test_a_layers_output_is_written_again_only_when_nothing_holds_it(monkeypatch):
     """NhwcConv keeps its last output for the next call: it writes it again only once no
     one holds it, nor a view of it."""
+    from onyx.runtime import native
+
     monkeypatch.setattr(nhwc, "_SPARE_FLOATS", 1 << 40)  # (whatever other tests keep)
     layer = _SmallLayer(1, 40, 160, 12, 1, 1, 0)
-    conv = layer.conv()
+    with native.threads(1):  # (on one thread a fresh buffer is the hotter one: none kept)
+        alone = layer.conv()
+        assert alone(layer.x) is not alone(layer.x) and alone.kept == 0
+    with native.threads(2):
+        conv = layer.conv()
+    assert conv.ways == 2
     first = conv(layer.x)
     want = first.copy()
     second = conv(layer.x)
@@ -392,7 +399,7 @@ def _chain_model() -> bytes:
     graph = helper.make_graph(
         nodes,
         "chain",
-        [helper.make_tensor_value_info("x", F, ["N", 3, 20, 20])],
+        [helper.make_tensor_value_info("x", F, ["N", 3, 40, 40])],
         [helper.make_tensor_value_info("y", F, None)],
         [numpy_helper.from_array(v, k) for k, v in inits.items()],
     )
@@ -407,8 +414,10 @@ def test_session_outputs_stay_as_returned(forced, monkeypatch):
     monkeypatch.setattr(nhwc, "_SPARE_FLOATS", 1 << 40)
     m = _chain_model()
     ref = ort.InferenceSession(m, providers=["CPUExecutionProvider"])
-    sess = onyx.InferenceSession(m)
-    xs = [RNG.uniform(-1, 1, (1, 3, 20, 20)).astype(np.float32) for _ in range(3)]
+    options = onyx.SessionOptions()
+    options.intra_op_num_threads = 2  # (the layers split: they keep their outputs)
+    sess = onyx.InferenceSession(m, options)
+    xs = [RNG.uniform(-1, 1, (1, 3, 40, 40)).astype(np.float32) for _ in range(3)]
     held = [sess.run(None, {"x": x})[0] for x in xs]
     for _ in range(2):  # (again, the results released: the layers' outputs written again)
         for x in xs:

@@ -182,9 +182,12 @@ class NhwcConv:
         return y
 
     def _may_keep(self) -> bool:
-        """Whether this set-up may keep its output: outputs are kept while they all fit in
-        _SPARE_FLOATS (counted from the first layer that keeps one to the last)."""
-        if not _EXACT_REFS or _held[0] + self.size > _SPARE_FLOATS:
+        """Whether this set-up may keep its output: a layer split between threads (each
+        thread then writes the same rows of it run after run, in its own core's cache, where
+        a fresh allocation hands back whichever buffer was freed last, often written by the
+        other core; on one thread that buffer is the hotter one), while the kept outputs all
+        fit in _SPARE_FLOATS (counted from the first layer that keeps one to the last)."""
+        if self.ways < 2 or not _EXACT_REFS or _held[0] + self.size > _SPARE_FLOATS:
             return False
         _held[0] += self.size
         self.kept = self.size
@@ -206,10 +209,9 @@ class NhwcConv:
         return _aligned(self.shape, self.size)
 
 
-#: The floats of all kept outputs together (see NhwcConv._output): a small model's outputs
+#: The floats of all kept outputs together (see NhwcConv._may_keep): a small model's outputs
 #: stay in the caches from run to run; a larger model's would not, and a kept output, cold,
-#: then took longer to write than a fresh allocation (malloc hands back the buffer that the
-#: last layer freed, still in the cache).
+#: then took longer to write than a fresh allocation.
 _SPARE_FLOATS = 1 << 20
 _held = [0]  # (the floats kept now)
 
