@@ -270,3 +270,158 @@ def test_native_tiles_with_residual(C, M, HW, k, s, depthwise, act):
     np.testing.assert_allclose(
         got.transpose(0, 3, 1, 2), ref, rtol=1e-4, atol=1e-4 * max(1.0, np.abs(ref).max())
     )
+
+
+class _SmallLayer:
+    """A MobileNet-sized conv's data (input, weights, the NCHW FusedConv's result) and its
+    NhwcConv set up under the current thread setting (``conv()``)."""
+
+    def __init__(self, N, C, M, HW, k, s, depthwise, act=("Clip", [0.0, 6.0])):
+        x = w(N, C, HW, HW, scale=1.0)
+        self.wt, self.b, self.act = w(M, 1 if depthwise else C, k, k), w(M), act
+        pads = [k // 2] * 4
+        self.ref = fused_conv(x, self.wt, self.b, activation=act[0], activation_params=act[1],
+                              group=C if depthwise else 1, pads=pads, strides=[s, s])  # fmt: skip
+        self.geo = _conv_geometry(x.shape, self.wt.shape, "NOTSET", pads, [s, s], [1, 1], None)
+        self.shape = (N, HW, HW, C)
+        self.x = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+
+    def conv(self) -> nhwc.NhwcConv:
+        code = channels_last.activation_code(*self.act)
+        conv = nhwc.NhwcConv(self.shape, self.wt, self.b, self.geo, code)
+        conv.set_strides(self.x.strides)
+        return conv
+
+
+@needs_native
+@pytest.mark.parametrize(
+    "N, C, M, HW, k, s, depthwise",
+    [
+        (1, 256, 256, 6, 3, 1, 1),  # the smallest depthwise layers of a MobileNet at batch 1
+        (1, 192, 192, 12, 3, 2, 1),
+        (1, 40, 160, 12, 1, 1, 0),  # pointwise
+        (1, 3, 16, 96, 3, 2, 0),  # the stem
+        (2, 64, 256, 6, 1, 1, 0),
+    ],
+)
+def test_small_layers_split_between_threads(N, C, M, HW, k, s, depthwise):
+    """A MobileNet's small layers take a second thread (each thread keeps its rows from layer
+    to layer); split or not, every output row is the same sums: the results are equal."""
+    from onyx.runtime import native
+
+    layer = _SmallLayer(N, C, M, HW, k, s, depthwise)
+    with native.threads(1):
+        alone = layer.conv()
+    assert alone.ways == 1
+    want = alone(layer.x)
+    np.testing.assert_allclose(want.transpose(0, 3, 1, 2), layer.ref, rtol=1e-4, atol=1e-4)
+    for threads in (2, 3, 5):
+        with native.threads(threads):
+            conv = layer.conv()
+            assert conv.ways == min(threads, conv.parts) and conv.ways >= 2
+            for _ in range(3):
+                np.testing.assert_array_equal(conv(layer.x), want)
+
+
+@needs_native
+def test_split_layers_from_several_python_threads():
+    """Sessions on several Python threads share the native pool: a caller that finds it busy
+    runs its parts itself, and parts a worker has not come for are taken by the caller."""
+    import threading
+
+    from onyx.runtime import native
+
+    cases = [(1, 160, 160, 12, 3, 1, 1), (1, 40, 160, 12, 1, 1, 0), (2, 24, 72, 24, 1, 1, 0)]
+    layers = [_SmallLayer(*case) for case in cases]
+    errors = []
+
+    def work(layer):
+        with native.threads(1):
+            want = layer.conv()(layer.x)
+        with native.threads(3):
+            conv = layer.conv()
+            for _ in range(200):
+                if not np.array_equal(conv(layer.x), want):
+                    errors.append(layer.shape)
+
+    runners = [threading.Thread(target=work, args=(layer,)) for layer in layers * 2]
+    for t in runners:
+        t.start()
+    for t in runners:
+        t.join()
+    assert not errors
+
+
+@needs_native
+def test_a_layers_output_is_written_again_only_when_nothing_holds_it(monkeypatch):
+    """NhwcConv keeps its last output for the next call: it writes it again only once no
+    one holds it, nor a view of it."""
+    from onyx.runtime import native
+
+    monkeypatch.setattr(nhwc, "_SPARE_FLOATS", 1 << 40)  # (whatever other tests keep)
+    layer = _SmallLayer(1, 40, 160, 12, 1, 1, 0)
+    with native.threads(1):  # (on one thread a fresh buffer is the hotter one: none kept)
+        alone = layer.conv()
+        assert alone(layer.x) is not alone(layer.x) and alone.kept == 0
+    with native.threads(2):
+        conv = layer.conv()
+    assert conv.ways == 2
+    first = conv(layer.x)
+    want = first.copy()
+    second = conv(layer.x)
+    assert second is not first  # (first is held)
+    kept = id(second)
+    del second
+    third = conv(layer.x)
+    assert id(third) == kept  # (released: written again)
+    assert conv.kept == third.size
+    view = third[:, 1:]
+    del third
+    fourth = conv(layer.x + 1)
+    assert id(fourth) != kept  # (a view of it is held)
+    np.testing.assert_array_equal(view, want[:, 1:])
+    np.testing.assert_array_equal(first, want)
+
+
+def _chain_model() -> bytes:
+    """Stem conv, depthwise conv and pointwise conv whose output is the graph's: the layout
+    chain ends in the output's Transpose back to NCHW."""
+    n = helper.make_node
+    nodes = [
+        n("Conv", ["x", "ws", "bs"], ["s"], pads=[1, 1, 1, 1], strides=[2, 2]),
+        n("Relu", ["s"], ["s1"]),
+        n("Conv", ["s1", "wd", "bd"], ["d"], group=16, pads=[1, 1, 1, 1]),
+        n("Relu", ["d"], ["d1"]),
+        n("Conv", ["d1", "wp", "bp"], ["y"]),
+    ]
+    inits = {"ws": w(16, 3, 3, 3), "bs": w(16), "wd": w(16, 1, 3, 3), "bd": w(16)}
+    inits.update(wp=w(24, 16, 1, 1), bp=w(24))
+    graph = helper.make_graph(
+        nodes,
+        "chain",
+        [helper.make_tensor_value_info("x", F, ["N", 3, 40, 40])],
+        [helper.make_tensor_value_info("y", F, None)],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+def test_session_outputs_stay_as_returned(forced, monkeypatch):
+    """A run's result, held by the caller, is not written by the next run (the layers keep
+    their outputs for the next run only when nothing holds them)."""
+    monkeypatch.setattr(nhwc, "_SPARE_FLOATS", 1 << 40)
+    m = _chain_model()
+    ref = ort.InferenceSession(m, providers=["CPUExecutionProvider"])
+    options = onyx.SessionOptions()
+    options.intra_op_num_threads = 2  # (the layers split: they keep their outputs)
+    sess = onyx.InferenceSession(m, options)
+    xs = [RNG.uniform(-1, 1, (1, 3, 40, 40)).astype(np.float32) for _ in range(3)]
+    held = [sess.run(None, {"x": x})[0] for x in xs]
+    for _ in range(2):  # (again, the results released: the layers' outputs written again)
+        for x in xs:
+            got = sess.run(None, {"x": x})[0]
+            np.testing.assert_allclose(got, ref.run(None, {"x": x})[0], rtol=1e-4, atol=1e-4)
+    for x, y in zip(xs, held):
+        np.testing.assert_allclose(y, ref.run(None, {"x": x})[0], rtol=1e-4, atol=1e-4)

@@ -549,7 +549,9 @@ static int task_ok(const nhwc_task *t) {
 /* Parts [begin, end) of a task: output rows (conv, depthwise), pixels (pointwise) or images
    (mean), as task->kind says. */
 EXPORT int onyx_nhwc_range(const void *p, int64_t begin, int64_t end) {
-    const nhwc_task *t = p;
+    /* (each thread reads its own copy: the kernels read the task's fields in their loops, and
+       onyx_nhwc_call's lies on the caller's stack, in lines the caller writes as it runs) */
+    const nhwc_task local = *(const nhwc_task *)p, *t = &local;
     if (!have_avx512() || !task_ok(t) || begin < 0) return ONYX_INVALID;
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     switch (t->kind) {
@@ -560,6 +562,17 @@ EXPORT int onyx_nhwc_range(const void *p, int64_t begin, int64_t end) {
     }
 #endif
     return 0;
+}
+
+/* One call of a set-up's task (nhwc.py): a copy of `task` with the call's pointers, on up to
+   `threads` threads. (From Python, filling a copy of the struct field by field cost more than
+   a small layer's multiply-adds.) */
+EXPORT int onyx_nhwc_call(const nhwc_task *task, const float *x, float *y, const float *s,
+                          const float *z, const int64_t *cuts, int64_t parts, int64_t threads) {
+    if (!task) return ONYX_INVALID;
+    nhwc_task t = *task;
+    t.x = x, t.y = y, t.s = s, t.z = z;
+    return onyx_parallel(onyx_nhwc_range, &t, cuts, parts, threads);
 }
 
 /* Whether the kernels run here (AVX-512, as onyx_isa allows). */

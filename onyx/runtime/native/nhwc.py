@@ -7,6 +7,8 @@ from __future__ import annotations
 import ctypes
 import functools
 import math
+import sys
+import weakref
 
 import numpy as np
 
@@ -50,9 +52,14 @@ class _NhwcTask(ctypes.Structure):
 #: nhwc.c's kinds of task.
 CONV, POINTWISE, DEPTHWISE, MEAN = 0, 1, 2, 3
 
-#: The depthwise conv does one multiply-add per lane where a GEMM tile does several: the work
-#: worth a thread is smaller.
-_DEPTHWISE_MACS = _PARALLEL_MACS // 4
+#: The work worth a second thread, lower than other kernels' (_PARALLEL_MACS): a MobileNet's
+#: small layers come one after another, so the pool's threads are still spinning from the last
+#: one (a hand-off costs about a microsecond), and a layer left on one thread between two split
+#: ones reads the other thread's half of its input out of that core's cache (the halves line
+#: up: each thread keeps the same rows of every layer). The depthwise conv does one
+#: multiply-add per lane where a GEMM tile does several: its threshold is lower still.
+_GROUP1_MACS = _PARALLEL_MACS // 8
+_DEPTHWISE_MACS = _PARALLEL_MACS // 32
 
 
 def available() -> bool:
@@ -86,7 +93,10 @@ class NhwcConv:
     C == M). geo: the conv's geometry (out_shape, strides, dilations, pads); activation:
     (code, alpha, beta) as native.CONV_ACTIVATIONS."""
 
-    __slots__ = ("cuts", "cuts_addr", "keep", "parts", "shape", "size", "task", "ways")
+    __slots__ = (
+        *("cuts", "cuts_addr", "keep", "parts", "shape", "size", "spare", "task", "task_at"),
+        *("ways", "kept", "__weakref__"),
+    )
 
     def __init__(self, x_shape, w: np.ndarray, bias, geo: dict, activation: tuple):
         N, H, W, C = x_shape
@@ -112,10 +122,10 @@ class NhwcConv:
         macs = N * OH * OW * M * (kh * kw if depthwise else C * kh * kw)
         if kind == POINTWISE:
             pixels = N * OH * OW
-            self.ways = _ways(macs, -(-pixels // 6))
+            self.ways = _ways(macs, -(-pixels // 6), _GROUP1_MACS)
             self.cuts = _element_cuts(pixels, 6, self.ways)
         else:
-            least = _DEPTHWISE_MACS if depthwise else _PARALLEL_MACS
+            least = _DEPTHWISE_MACS if depthwise else _GROUP1_MACS
             self.ways = _ways(macs, N * OH, least)
             self.cuts = _even_cuts(N * OH, self.ways)
         self.parts, self.cuts_addr = len(self.cuts) - 1, _addr(self.cuts)
@@ -130,6 +140,10 @@ class NhwcConv:
             alpha,
             beta,
         )
+        self.task_at = ctypes.addressof(self.task)
+        #: the last output (with its address) while it may be written again: see _output
+        self.spare: list = []
+        self.kept = 0  # (the floats this set-up counts in _held[0])
 
     def reads(self, x: np.ndarray) -> np.ndarray:
         """x as this conv reads it: a depthwise or pointwise conv wants its channels (and a
@@ -150,22 +164,68 @@ class NhwcConv:
         """x float32 of the set-up's (N, H, W, C) shape and strides (set_strides); s: per-image
         input channel scales (N, C) (pointwise only), z: a residual of the output's shape,
         added before the activation (both C-contiguous float32)."""
-        y, address = _aligned(self.shape, self.size)
-        task = _copy(self.task)  # (calls may come from several threads)
-        task.x, task.y = _base_addr(x), address
-        if s is not None:
-            task.s = _input_addr(s)
-        if z is not None:
-            task.z = _input_addr(z)
-        status = core.lib.onyx_parallel(
-            _RANGE[0], _byref(task), self.cuts_addr, self.parts, self.ways
+        y, address = self._output()
+        status = _CALL[0](
+            self.task_at,
+            _base_addr(x),
+            address,
+            None if s is None else _input_addr(s),
+            None if z is None else _input_addr(z),
+            self.cuts_addr,
+            self.parts,
+            self.ways,
         )
         if status:
             check(status, "channels-last conv")
+        if not self.spare and (self.kept or self._may_keep()):
+            self.spare.append((y, address))
         return y
 
+    def _may_keep(self) -> bool:
+        """Whether this set-up may keep its output: a layer split between threads (each
+        thread then writes the same rows of it run after run, in its own core's cache, where
+        a fresh allocation hands back whichever buffer was freed last, often written by the
+        other core; on one thread that buffer is the hotter one), while the kept outputs all
+        fit in _SPARE_FLOATS (counted from the first layer that keeps one to the last)."""
+        if self.ways < 2 or not _EXACT_REFS or _held[0] + self.size > _SPARE_FLOATS:
+            return False
+        _held[0] += self.size
+        self.kept = self.size
+        weakref.finalize(self, _release, self.size)
+        return True
+
+    def _output(self) -> tuple:
+        """The output array and its address: the last call's again when nothing but this
+        set-up holds it or a view of it any more (a session lets go of a layer's output at
+        the end of a run), else a fresh one: allocating a small layer's output took a good
+        part of its time, and a small model's kept outputs stay in the caches from run to
+        run. (A list: calls may come from several threads, and pop hands the spare to one.)"""
+        try:
+            y, address = self.spare.pop()
+        except IndexError:  # (none kept, or another thread took it)
+            return _aligned(self.shape, self.size)
+        if _refs(y) == 2 and _refs(y.base) == 2:  # (here and getrefcount's argument)
+            return y, address
+        return _aligned(self.shape, self.size)
+
+
+#: The floats of all kept outputs together (see NhwcConv._may_keep): a small model's outputs
+#: stay in the caches from run to run; a larger model's would not, and a kept output, cold,
+#: then took longer to write than a fresh allocation.
+_SPARE_FLOATS = 1 << 20
+_held = [0]  # (the floats kept now)
+
+
+def _release(floats: int) -> None:
+    _held[0] -= floats
+
+
+_refs = sys.getrefcount
+#: Whether reference counts are exact (not under free-threaded Python's deferred counts).
+_EXACT_REFS = getattr(sys, "_is_gil_enabled", lambda: True)()
 
 _copy, _byref = _NhwcTask.from_buffer_copy, ctypes.byref
+_c_char_from, _addressof = ctypes.c_char.from_buffer, ctypes.addressof
 _empty, _ndarray, _F32, _BYTE = np.empty, np.ndarray, np.dtype(np.float32), np.dtype(np.uint8)
 
 
@@ -174,12 +234,13 @@ def _aligned(shape: tuple, size: int) -> tuple:
     kernels' vectors of 16 channels then never straddle two lines; malloc aligns to 16), and
     that address (_addr's: __array_interface__ builds a dict)."""
     buf = _empty(4 * size + 60, _BYTE)
-    base = _addr(buf)
+    base = _addressof(_c_char_from(buf))  # (_addr's way, inlined: once a layer)
     start = -base & 63
     return _ndarray(shape, _F32, buf, start), base + start
 
 
 _RANGE = [0]  # (lib.nhwc_range, set by bind)
+_CALL: list = [None]  # (lib.onyx_nhwc_call, set by bind)
 
 
 def _base_addr(x: np.ndarray) -> int:
@@ -223,6 +284,9 @@ def _mean_setup(shape: tuple, threads: int) -> tuple:
 
 def bind(lib, isa: int) -> None:
     lib.nhwc_range = _RANGE[0] = range_of(lib, "nhwc")
+    call = _CALL[0] = lib.onyx_nhwc_call
+    call.restype = ctypes.c_int
+    call.argtypes = [_P, _P, _P, _P, _P, _P, _I64, _I64]
     lib.onyx_nhwc_available.restype = ctypes.c_int
     lib.nhwc_ok = bool(isa & core.ISA_AVX512) and bool(lib.onyx_nhwc_available())
 

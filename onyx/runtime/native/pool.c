@@ -55,18 +55,31 @@ static pthread_mutex_t wake_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t wake = PTHREAD_COND_INITIALIZER;
 static int started; /* workers running (guarded by busy) */
 
-/* The current job: written by the caller before it opens the job in `claim`. */
+/* The current job, written by the caller between two stores of `posted` (a sequence lock:
+   -1 while it writes, then the job's number), so that a worker that comes late, as the next
+   job is being written, reads either job whole or takes nothing. */
 static struct {
     range_fn fn;
     const void *args;
     const int64_t *cuts;
-    int64_t parts;
+    int64_t parts, runs;
 } job;
-/* claim = (job number << 32) | next part: a thread takes part i of job g by moving it from
-   (g, i) to (g, i + 1), so one that wakes late, after job g, takes nothing from job g + 1 it
-   was not meant to (and never reads a job being written: job g's fields stay until all its
-   parts are done). done counts finished parts. Workers are woken by their ticket. */
-static int64_t claim, done, status, ticket[MAX_WORKERS]; /* atomics */
+static int64_t posted = -1; /* (atomic) */
+/* The parts are dealt out in runs, one a thread (the caller's first, then worker 0's, ...):
+   a thread takes its own run's parts first, then whatever is left of the others' (a worker
+   that woke late, or found its core taken, leaves its parts to the others). So as long as
+   every thread comes, each takes the same rows of every layer of a model, whose data then
+   stays in its core's cache (parts that changed threads from job to job read half of each
+   layer's input, and wrote half its output, across cores).
+   next[r] = (job number << 32) | run r's next part: a thread takes part i of job g by moving
+   it from (g, i) to (g, i + 1), so one that comes late, after job g, takes nothing from job
+   g + 1 it was not meant to (and job g's fields stay until all its parts are done). done
+   counts finished parts. Workers are woken by their ticket. */
+static struct {
+    int64_t at; /* (atomic) */
+    char pad[64 - sizeof(int64_t)];
+} next[MAX_WORKERS + 1] __attribute__((aligned(64)));
+static int64_t done, status, ticket[MAX_WORKERS]; /* atomics */
 static int64_t jobs; /* (guarded by busy) */
 
 static int64_t now_ns(void) {
@@ -81,20 +94,32 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-/* Take parts of the current job until none is left. */
-static void take_parts(void) {
-    int64_t c = __atomic_load_n(&claim, __ATOMIC_ACQUIRE);
+/* Take the parts of run r (of n) of job g, `parts` parts, until none is left. */
+static void take_run(int64_t g, int64_t r, int64_t n, int64_t parts) {
+    const int64_t end = parts * (r + 1) / n;
+    int64_t c = __atomic_load_n(&next[r].at, __ATOMIC_ACQUIRE);
     for (;;) {
         int64_t i = c & 0xffffffff;
-        if (i >= job.parts) return; /* (job.parts is this job's while a part is left: see claim) */
-        if (!__atomic_compare_exchange_n(&claim, &c, c + 1, 0, __ATOMIC_ACQ_REL,
+        if ((c >> 32) != g || i >= end) return;
+        if (!__atomic_compare_exchange_n(&next[r].at, &c, c + 1, 0, __ATOMIC_ACQ_REL,
                                          __ATOMIC_ACQUIRE))
             continue; /* (c now holds the current value) */
         int s = job.fn(job.args, job.cuts[i], job.cuts[i + 1]);
         if (s) __atomic_fetch_or(&status, (int64_t)s, __ATOMIC_RELAXED);
         __atomic_fetch_add(&done, 1, __ATOMIC_RELEASE);
-        c = __atomic_load_n(&claim, __ATOMIC_ACQUIRE);
+        c = __atomic_load_n(&next[r].at, __ATOMIC_ACQUIRE);
     }
+}
+
+/* Take parts of the current job until none is left: run `own` first, then the others'. */
+static void take_parts(int64_t own) {
+    int64_t g = __atomic_load_n(&posted, __ATOMIC_ACQUIRE);
+    if (g < 0) return; /* (the next job is being written: its ticket comes after) */
+    int64_t parts = job.parts, n = job.runs;
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    if (__atomic_load_n(&posted, __ATOMIC_RELAXED) != g || n < 1) return;
+    if (own < n) take_run(g, own, n, parts);
+    for (int64_t k = 1; k < n; k++) take_run(g, (own + k) % n, n, parts);
 }
 
 static int64_t wait_for_job(const int64_t *mine, int64_t seen) {
@@ -119,7 +144,7 @@ static void *worker(void *arg) {
     int64_t id = (int64_t)(intptr_t)arg, seen = 0;
     for (;;) {
         seen = wait_for_job(&ticket[id], seen);
-        take_parts();
+        take_parts(id + 1);
     }
     return NULL;
 }
@@ -160,15 +185,20 @@ EXPORT int onyx_parallel(range_fn fn, const void *args, const int64_t *cuts, int
     if (helpers > parts - 1) helpers = parts - 1;
     start_workers(helpers);
     if (helpers > started) helpers = started;
-    job.fn = fn, job.args = args, job.cuts = cuts, job.parts = parts;
+    int64_t g = ++jobs & 0x7fffffff, n = helpers + 1;
+    __atomic_store_n(&posted, -1, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    job.fn = fn, job.args = args, job.cuts = cuts, job.parts = parts, job.runs = n;
     __atomic_store_n(&done, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&status, 0, __ATOMIC_RELAXED);
-    __atomic_store_n(&claim, (++jobs & 0x7fffffff) << 32, __ATOMIC_RELEASE);
+    for (int64_t r = 0; r < n; r++)
+        __atomic_store_n(&next[r].at, g << 32 | (parts * r / n), __ATOMIC_RELAXED);
+    __atomic_store_n(&posted, g, __ATOMIC_RELEASE);
     pthread_mutex_lock(&wake_lock);
     for (int64_t i = 0; i < helpers; i++) __atomic_fetch_add(&ticket[i], 1, __ATOMIC_RELEASE);
     pthread_cond_broadcast(&wake);
     pthread_mutex_unlock(&wake_lock);
-    take_parts();
+    take_parts(0);
     /* the parts the helpers took; a helper that has not woken yet finds nothing left */
     for (int64_t spins = 1; __atomic_load_n(&done, __ATOMIC_ACQUIRE) < parts; spins++)
         if (spins % 1024 == 0) sched_yield(); else cpu_relax();
