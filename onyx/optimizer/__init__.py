@@ -133,7 +133,7 @@ def _run(ctx: PassContext, p) -> bool:
     passes would otherwise rerun every pass after the last change once more)."""
     if SKIP_IDLE and ctx.idle.get(p.name) == ctx.version:
         return False
-    if not ctx.may_change(p):
+    if p.triggers and not ctx.may_change(p):
         return False
     before = dict(ctx.stats)
     start = time.perf_counter()
