@@ -533,7 +533,15 @@ class _Checker:
             self.report("node", "a node has neither inputs nor outputs", gname, node)
         attributes = node.attributes
         for a in attributes.values():
-            self.check_attribute(a, node, gname, visible, opsets, function)
+            # (most attributes meet no rule: a plain value under a name no rule reads)
+            name = a.name
+            if (
+                name in _RULED_ATTRS
+                or a.type not in _PLAIN_ATTR_TYPES
+                or a.ref_attr_name
+                or not name
+            ):
+                self.check_attribute(a, node, gname, visible, opsets, function)
         domain, version, known = resolved
         if version is None:
             self.report(
@@ -857,6 +865,23 @@ _ENUMS = {
 _MAX_DIM = 2**62
 #: Attributes that name an element type.
 _DTYPE_ATTRS = frozenset({"to", "dtype", "output_dtype"})
+#: The names check_attribute has a rule for, and the attribute types whose values it never
+#: looks into: any other attribute passes it untouched (check_node skips the call).
+_RULED_ATTRS = frozenset(
+    {*_ATTR_BOUNDS, *(name for _, name in _ENUMS), *_DTYPE_ATTRS, "num_scan_inputs", "num_outputs"}
+)
+_PLAIN_ATTR_TYPES = frozenset(
+    {
+        AttrType.FLOAT,
+        AttrType.INT,
+        AttrType.STRING,
+        AttrType.FLOATS,
+        AttrType.INTS,
+        AttrType.STRINGS,
+        AttrType.TYPE_PROTO,
+        AttrType.TYPE_PROTOS,
+    }
+)
 
 
 #: Bytes per element of the types whose tensors need no IR version and no per-type rule.

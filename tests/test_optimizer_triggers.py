@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
-from onyx import serde
+from onyx import ir, serde
 from onyx.optimizer import optimize
+from onyx.optimizer.core import PassContext
 from onyx.optimizer.pipeline import PIPELINE, TRIGGERS
 
 
@@ -93,3 +94,38 @@ def test_a_session_imports_only_the_pass_modules_it_runs():
     assert "onyx.optimizer.fold" in loaded  # (constant folding has no trigger: it runs)
     for fusion in ("transformer", "self_attention", "conv", "trees", "gemm"):
         assert f"onyx.optimizer.{fusion}'" not in loaded
+
+
+def test_a_pass_fires_on_a_trigger_op_another_pass_made():
+    """No Gemm at first: MatMulAddFusion makes one, and GemmActivationFusion (trigger Gemm),
+    skipped until then, must see it in the same round and take the Relu."""
+    w = np.ones((4, 4), np.float32)
+    b = np.arange(4, dtype=np.float32)
+    model = _model(
+        [
+            helper.make_node("MatMul", ["x", "w"], ["m"]),
+            helper.make_node("Add", ["m", "b"], ["a"]),
+            helper.make_node("Relu", ["a"], ["y"]),
+        ],
+        [("w", w), ("b", b)],
+    )
+    results = []
+    out = optimize(model, "all", for_session=True, results=results)
+    changed = [r.name for r in results if r.changed]
+    assert changed.index("MatMulAddFusion") < changed.index("GemmActivationFusion")
+    assert [n.op_type for n in out.graph] == ["FusedGemm"]
+
+
+def test_op_types_follow_the_node_list():
+    """The op-type index is found again when nodes come or go (a new version with a new node
+    list), kept when only the version moved (a rewrite that kept every node)."""
+    model = _model([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Neg", ["r"], ["y"])])
+    ctx = PassContext(model)
+    assert ctx.op_types() == {"Relu", "Neg"}
+    found = ctx.op_types()
+    ctx.version += 1  # (no node changed)
+    assert ctx.op_types() is found
+    relu = next(iter(ctx.graph))
+    ctx.graph.insert_before(relu, ir.Node("Sigmoid", [relu.inputs[0]], ["s"]))
+    ctx.version += 1
+    assert ctx.op_types() == {"Relu", "Neg", "Sigmoid"}

@@ -394,17 +394,28 @@ class Engine:
             for v in list(g.value_info) + list(g.outputs):
                 if v.type is not None:
                     declared.setdefault(id(v), v.type)
+        resolved: dict = {}  # (the graph's nodes share a few op types)
         for node in _in_order(g):
-            self.infer_node(node, env, opsets, declared, label or g.name)
+            self.infer_node(node, env, opsets, declared, label or g.name, resolved)
 
-    def infer_node(self, node: Node, env: dict, opsets, declared: dict, gname: str) -> None:
-        domain = canonical_domain(node.domain)
-        opset = opset_for(opsets, domain)
-        schema = defs.get_schema(node.op_type, opset, domain) if opset else None
+    def infer_node(
+        self,
+        node: Node,
+        env: dict,
+        opsets,
+        declared: dict,
+        gname: str,
+        resolved: dict | None = None,
+    ) -> None:
+        """``resolved``: what was found for the op types seen so far under ``opsets``."""
+        found = resolved.get((node.domain, node.op_type)) if resolved is not None else None
+        if found is None:
+            found = _resolve(node.domain, node.op_type, opsets)
+            if resolved is not None:
+                resolved[(node.domain, node.op_type)] = found
+        domain, opset, schema, fn = found
         ctx = NodeContext(self, node, env, schema, opset or 0)
         try:
-            key = (domain, node.op_type)
-            fn = _RULE_OF(RULES, key) or RULES.get(key)  # (the plain dict's get first: per node)
             if fn is not None:
                 fn(ctx)
             elif (domain, node.op_type) in self.functions:
@@ -488,6 +499,15 @@ class Engine:
         self.infer_graph(g, env, opsets, g.name)
         self.subgraph_envs.append((g, env))
         return [env["types"].get(id(v)) or v.type for v in g.outputs]
+
+
+def _resolve(node_domain: str, op_type: str, opsets) -> tuple:
+    """(canonical domain, imported opset, schema, shape rule) of an op under ``opsets``."""
+    domain = canonical_domain(node_domain)
+    opset = opset_for(opsets, domain)
+    schema = defs.get_schema(op_type, opset, domain) if opset else None
+    key = (domain, op_type)
+    return domain, opset, schema, _RULE_OF(RULES, key) or RULES.get(key)
 
 
 def _overridable_inputs(g: Graph, ir_version: int) -> set[int]:

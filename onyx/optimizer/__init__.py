@@ -92,10 +92,10 @@ def _optimize(model, lvl: int, disabled, stats, in_place, for_session, results) 
         if not ctx.inferred:
             ctx.infer()  # the fusions read shapes
         for _ in range(MAX_ROUNDS * bool(fusions)):  # one fusion can enable another
-            if not any([_run(ctx, p) for p in fusions]):
+            if not _run_all(ctx, fusions):
                 break
             _rounds(ctx, basic)
-        if any([_run(ctx, p) for p in layout]):
+        if _run_all(ctx, layout):
             _rounds(ctx, basic)
     ctx.finish()
     if stats is not None:
@@ -116,11 +116,22 @@ def _names_values_in_attributes(model: ir.Model) -> bool:
 
 def _rounds(ctx: PassContext, passes) -> None:
     for _ in range(MAX_ROUNDS):
-        changed = False
-        for p in passes:
-            changed |= _run(ctx, p)
-        if not changed:
+        if not _run_all(ctx, passes):
             break
+
+
+def _run_all(ctx: PassContext, passes) -> bool:
+    """Run each of ``passes`` in turn (see :func:`_run`); whether one changed the graph. The
+    checks that skip a pass are made here first: most passes of a round are skipped."""
+    changed = False
+    idle = ctx.idle
+    for p in passes:
+        if SKIP_IDLE and idle.get(p.name) == ctx.version:
+            continue
+        if p.triggers and not ctx.may_change(p):
+            continue
+        changed |= _run(ctx, p)
+    return changed
 
 
 #: Whether a pass that found nothing to change is skipped until the graph changes.
@@ -133,7 +144,7 @@ def _run(ctx: PassContext, p) -> bool:
     passes would otherwise rerun every pass after the last change once more)."""
     if SKIP_IDLE and ctx.idle.get(p.name) == ctx.version:
         return False
-    if not ctx.may_change(p):
+    if p.triggers and not ctx.may_change(p):
         return False
     before = dict(ctx.stats)
     start = time.perf_counter()

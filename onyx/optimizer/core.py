@@ -135,7 +135,8 @@ class PassContext(DataValue):
     #: float32 (float16.py).
     for_session: bool = False
 
-    _op_types: tuple[int, frozenset[str]] | None = None
+    #: (version, the main graph's node list, op types) as last found (op_types).
+    _op_types: tuple[int, list, frozenset[str]] | None = None
 
     def __init__(
         self,
@@ -152,7 +153,7 @@ class PassContext(DataValue):
         results: list[PassResult] | None = None,
         unbounded_folding: bool = False,
         for_session: bool = False,
-        _op_types: tuple[int, frozenset[str]] | None = None,
+        _op_types: tuple[int, list, frozenset[str]] | None = None,
     ):
         self.model = model
         self.stats = {} if stats is None else stats
@@ -170,18 +171,29 @@ class PassContext(DataValue):
         self._op_types = _op_types
 
     def op_types(self) -> frozenset[str]:
-        """Op types of every node, subgraphs included (found again after each change)."""
-        if self._op_types is None or self._op_types[0] != self.version:
-            found = frozenset(n.op_type for n in self.graph.all_nodes())
-            self._op_types = (self.version, found)
-        return self._op_types[1]
+        """Op types of every node, subgraphs included: found again only when the main graph's
+        node list changed (the graph makes a new order list at every insertion or removal;
+        passes never retype a node nor edit a subgraph in place), not at every version."""
+        known = self._op_types
+        if known is not None and known[0] == self.version:
+            return known[2]
+        order = self.graph._nodes  # noqa: SLF001 (its identity: whether nodes changed)
+        if known is None or known[1] is not order:
+            known = (self.version, order, _op_types_of(order))
+        else:
+            known = (self.version, order, known[2])
+        self._op_types = known
+        return known[2]
 
     def may_change(self, p: Pass) -> bool:
         """Whether the graph holds the op types pass ``p`` needs to change anything."""
         if not p.triggers:
             return True
         present = self.op_types()
-        return all(not present.isdisjoint(ops) for ops in p.triggers)
+        for ops in p.triggers:
+            if present.isdisjoint(ops):
+                return False
+        return True
 
     # -- types --------------------------------------------------------------------------------
     @property
@@ -333,6 +345,16 @@ class PassContext(DataValue):
         for n in dead:
             if n.graph is g:
                 g.remove(n, safe=False)
+
+
+def _op_types_of(nodes) -> frozenset[str]:
+    """The op types of ``nodes`` and of their subgraphs' nodes."""
+    found = {n.op_type for n in nodes}
+    for n in nodes:
+        if n.attributes:  # (a node with a subgraph has attributes: most nodes have none)
+            for sub in n.subgraphs():
+                found |= _op_types_of(list(sub))
+    return frozenset(found)
 
 
 def _other_rank(declared, now) -> bool:

@@ -25,7 +25,8 @@ from ..ir.types import (
     SparseTensorType,
     TensorType,
 )
-from ..proto import NodeProto
+from ..proto import AttributeProto, NodeProto
+from . import repeated
 from .fields import set_fields, written_empty
 from .tensors import plain_raw_tensor, tensor_from_proto
 
@@ -50,6 +51,15 @@ ATTR_FIELD = {
 _FIELD_ATTR = {v: k for k, v in ATTR_FIELD.items()}
 SINGULAR = frozenset({A.FLOAT, A.INT, A.STRING, A.TENSOR, A.GRAPH, A.SPARSE_TENSOR, A.TYPE_PROTO})
 _ATTR_BASE = frozenset({"name", "ref_attr_name", "doc_string", "type"})
+_FLOATS_FIELD = AttributeProto.DESCRIPTOR.fields_by_name["floats"].number
+
+
+def _long_floats(a, values) -> list | None:
+    """A long FLOATS attribute's list, decoded from its wire bytes at once (None: a short
+    one, or a layout left to the element-by-element conversion; serde/repeated.py)."""
+    if len(values) < repeated.MIN_ELEMENTS:
+        return None
+    return repeated.floats(a, _FLOATS_FIELD, len(values))
 
 
 def _residual(msg, modeled: frozenset) -> bytes | None:
@@ -212,7 +222,9 @@ class Reader:
         value = None
         if field is not None and not ref or field in names:
             raw = fields[field] if field in names else getattr(a, field)
-            value = self.attr_value(kind, raw, scopes, here)
+            value = _long_floats(a, raw) if kind == AttrType.FLOATS else None
+            if value is None:
+                value = self.attr_value(kind, raw, scopes, here)
         attr = Attr(name, kind, value, fields.get("doc_string", ""), ref)
         extras = {}
         modeled = _ATTR_BASE | {field} if field else _ATTR_BASE
