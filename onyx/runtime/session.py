@@ -154,8 +154,10 @@ class InferenceSession(SessionAPI):
         # run()'s fast path: what it checks of each feed, found once (None: never fast)
         self._feed_specs = _fast_feed_specs(self._inputs, self._input_index)
         self._n_inputs = len(self._input_index)
-        #: (output names, feed shapes) -> wanted slots, for signatures a full run has checked
+        #: (output names, feed shapes) -> the plan's runner of their outputs (_fast_runner),
+        #: for signatures a full run has checked
         self._fast_signatures: dict[tuple, Any] = {}
+        self._no_feeds = [None] * self._n_inputs
         self._pace = concurrency.Pace()  # whether its runs take turns (concurrency.run_slot)
         self.session_creation_seconds = time.perf_counter() - t0
         self._profiler = None
@@ -318,22 +320,30 @@ class InferenceSession(SessionAPI):
     def _run_fast(self, output_names, feed: dict) -> list | None:
         """run() when every feed is an ndarray of its input's dtype, nothing else is fed, and
         a full run has validated and checked this signature (its shapes and output names):
-        the plan's generated runner on fresh read-only views of the feeds. None sends the
-        call down the full path, which does every check and raises the errors. (One function:
-        at one row, each call and list the path made cost as much as a small kernel.)"""
-        key = [tuple(output_names) if output_names else None]
-        # (self._fast_feeds: None while profiling, or for inputs of other types)
-        inputs = self._exact_feeds(self._fast_feeds, feed, key)
-        if inputs is None:
+        the signature's generated runner on fresh read-only views of the feeds. None sends
+        the call down the full path, which does every check and raises the errors. (One
+        function, the feed checks inlined: at one row, each call and list the path made cost
+        as much as a small kernel.)"""
+        specs = self._fast_feeds  # (None while profiling, or for inputs of other types)
+        if specs is None or len(feed) != len(specs):
             return None
+        inputs = self._no_feeds.copy()
+        key = [tuple(output_names) if output_names else None]
+        for name, index, dtype in specs:
+            arr = feed.get(name)
+            if arr.__class__ is not np.ndarray or arr.dtype is not dtype:
+                return None
+            inputs[index] = view = arr.view()
+            view.setflags(write=False)
+            key.append(arr.shape)
         try:
-            wanted = self._fast_signatures.get(tuple(key), _UNCHECKED)
+            runner = self._fast_signatures.get(tuple(key))
         except TypeError:  # (unhashable output names: the full path serves them)
             return None
-        if wanted is _UNCHECKED:
+        if runner is None:
             return None
         with self._run_slot(), ignoring_fp_errors():
-            results = self._plan.run(inputs, None, wanted)
+            results = runner(inputs, None)
         for i, r in enumerate(results):
             if r.__class__ is not np.ndarray or not r.flags.writeable:
                 results[i] = as_array_result(r)
@@ -365,9 +375,17 @@ class InferenceSession(SessionAPI):
         if self._log_runs or self._exact_feeds(self._feed_specs, feed, key) is None:
             return
         try:
-            self._fast_signatures[tuple(key)] = wanted
+            self._fast_signatures[tuple(key)] = self._fast_runner(wanted)
         except TypeError:  # (unhashable output names: the full path serves them)
             pass
+
+    def _fast_runner(self, wanted):
+        """The plan's runner for ``wanted``, called as ``runner(inputs, None)`` on a list of
+        one value per graph input (plan.run's own call, its look-up done once)."""
+        if self._n_inputs == len(self._plan.input_slots):
+            return self._plan.runner(wanted)
+        run = self._plan.run  # (it pads the inputs to the plan's)
+        return lambda inputs, parent: run(inputs, parent, wanted)
 
     def _run_plan(self, inputs: list, wanted, check: bool = False) -> list:
         # IEEE results (inf, nan) are what the spec asks for: no numpy warnings about them
@@ -412,9 +430,6 @@ class InferenceSession(SessionAPI):
         self._profiler = None
         self._fast_feeds = self._feed_specs
         return path
-
-
-_UNCHECKED = object()
 
 
 def _fast_feed_specs(inputs: list[ir.Value], index: dict[str, int]) -> tuple | None:
