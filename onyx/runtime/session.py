@@ -154,8 +154,7 @@ class InferenceSession(SessionAPI):
         # run()'s fast path: what it checks of each feed, found once (None: never fast)
         self._feed_specs = _fast_feed_specs(self._inputs, self._input_index)
         self._n_inputs = len(self._input_index)
-        #: (output names, feed shapes) -> the plan's runner of their outputs (_fast_runner),
-        #: for signatures a full run has checked
+        #: (output names, feed shapes) -> wanted slots, for signatures a full run has checked
         self._fast_signatures: dict[tuple, Any] = {}
         self._no_feeds = [None] * self._n_inputs
         self._pace = concurrency.Pace()  # whether its runs take turns (concurrency.run_slot)
@@ -320,7 +319,7 @@ class InferenceSession(SessionAPI):
     def _run_fast(self, output_names, feed: dict) -> list | None:
         """run() when every feed is an ndarray of its input's dtype, nothing else is fed, and
         a full run has validated and checked this signature (its shapes and output names):
-        the signature's generated runner on fresh read-only views of the feeds. None sends
+        the plan's generated runner on fresh read-only views of the feeds. None sends
         the call down the full path, which does every check and raises the errors. (One
         function, the feed checks inlined: at one row, each call and list the path made cost
         as much as a small kernel.)"""
@@ -337,13 +336,13 @@ class InferenceSession(SessionAPI):
             view.setflags(write=False)
             key.append(arr.shape)
         try:
-            runner = self._fast_signatures.get(tuple(key))
+            wanted = self._fast_signatures.get(tuple(key), _UNCHECKED)
         except TypeError:  # (unhashable output names: the full path serves them)
             return None
-        if runner is None:
+        if wanted is _UNCHECKED:
             return None
         with self._run_slot(), ignoring_fp_errors():
-            results = runner(inputs, None)
+            results = self._plan.run(inputs, None, wanted)
         for i, r in enumerate(results):
             if r.__class__ is not np.ndarray or not r.flags.writeable:
                 results[i] = as_array_result(r)
@@ -375,17 +374,9 @@ class InferenceSession(SessionAPI):
         if self._log_runs or self._exact_feeds(self._feed_specs, feed, key) is None:
             return
         try:
-            self._fast_signatures[tuple(key)] = self._fast_runner(wanted)
+            self._fast_signatures[tuple(key)] = wanted
         except TypeError:  # (unhashable output names: the full path serves them)
             pass
-
-    def _fast_runner(self, wanted):
-        """The plan's runner for ``wanted``, called as ``runner(inputs, None)`` on a list of
-        one value per graph input (plan.run's own call, its look-up done once)."""
-        if self._n_inputs == len(self._plan.input_slots):
-            return self._plan.runner(wanted)
-        run = self._plan.run  # (it pads the inputs to the plan's)
-        return lambda inputs, parent: run(inputs, parent, wanted)
 
     def _run_plan(self, inputs: list, wanted, check: bool = False) -> list:
         # IEEE results (inf, nan) are what the spec asks for: no numpy warnings about them
@@ -430,6 +421,9 @@ class InferenceSession(SessionAPI):
         self._profiler = None
         self._fast_feeds = self._feed_specs
         return path
+
+
+_UNCHECKED = object()
 
 
 def _fast_feed_specs(inputs: list[ir.Value], index: dict[str, int]) -> tuple | None:
