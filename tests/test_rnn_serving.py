@@ -282,7 +282,8 @@ def test_bound_lstm_layout_1_at_batch_1_runs_on_its_bytes(direction, monkeypatch
         _same(got, want)
         assert [g.shape for g in got] == [(1, STEPS, dirs, H), (1, dirs, H), (1, dirs, H)]
         assert all(g.flags.c_contiguous for g in got)
-    assert len(calls) == 3  # (the first call sets up; the float64 state takes the kernel)
+    # (the first call sets up; the float64 state takes the kernel; no native LSTM: none)
+    assert len(calls) == (3 if native.recurrence_ok(H, STEPS, 1) else 0)
 
 
 @pytest.mark.parametrize("steps, batch", [(1, 1), (12, 1), (6, 3)])
