@@ -218,3 +218,20 @@ def test_bound_zip_map_gives_the_kernels_maps(labels):
     assert list(strings(x)[1]) == [f"c{i}" for i in range(labels)]
     with pytest.raises(ValueError, match="columns"):
         call(x[:, 1:])
+
+
+def test_bound_zip_maps_keep_their_own_labels():
+    """Bound ZipMaps share row builders for equal labels (kept by value and type): each map
+    has its node's labels, of their own types, and every run's rows are new dicts."""
+    x = np.array([[0.25, 0.75]], np.float32)
+    ints = preprocess._bound_zip_map({"classlabels_int64s": [0, 1], "classlabels_strings": None})  # noqa: SLF001
+    wide = preprocess._bound_zip_map(  # noqa: SLF001
+        {"classlabels_int64s": [np.int64(0), np.int64(1)], "classlabels_strings": None}
+    )
+    other = preprocess._bound_zip_map({"classlabels_int64s": [5, 7], "classlabels_strings": None})  # noqa: SLF001
+    assert [type(k) for k in ints(x)[0]] == [int, int]
+    assert [type(k) for k in wide(x)[0]] == [np.int64, np.int64]
+    assert other(x) == [{5: 0.25, 7: 0.75}]
+    first = ints(x)
+    first[0][0] = -1.0
+    assert ints(x) == [{0: 0.25, 1: 0.75}] and ints(x)[0] is not ints(x)[0]

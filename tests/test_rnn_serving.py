@@ -251,6 +251,41 @@ def test_bound_lstm_layout_1_matches_the_kernel():
             assert all(g.flags.c_contiguous for g in got)
 
 
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+def test_bound_lstm_layout_1_at_batch_1_runs_on_its_bytes(direction, monkeypatch):
+    """Layout 1 at batch 1, a call the kept recurrence serves (LstmRecurrence.batch_first:
+    no swaps or copies): the kernel's bits, for strided x and states too, C-contiguous
+    outputs of layout 1's shapes; other states (float64, another batch) take the full path."""
+    dirs = 2 if direction == "bidirectional" else 1
+    rng = np.random.default_rng(8)
+    w = {
+        "W": (rng.standard_normal((dirs, 4 * H, IN)) * 0.3).astype(np.float32),
+        "R": (rng.standard_normal((dirs, 4 * H, H)) * 0.3).astype(np.float32),
+        "B": (rng.standard_normal((dirs, 8 * H)) * 0.1).astype(np.float32),
+    }
+    frozen = {k: v.copy() for k, v in w.items()}
+    for v in frozen.values():
+        v.flags.writeable = False
+    attrs = dict(hidden_size=H, activations=None, activation_alpha=None, activation_beta=None,
+                 clip=None, direction=direction, input_forget=0, layout=1, output_sequence=0)  # fmt: skip
+    calls = []
+    real = native.LstmRecurrence.batch_first
+    monkeypatch.setattr(
+        native.LstmRecurrence, "batch_first", lambda *a: calls.append(1) or real(*a)
+    )
+    call = rnn.lstm.prepare(attrs)
+    x = rng.standard_normal((1, STEPS, 2 * IN)).astype(np.float32)[:, :, ::2]  # (strided)
+    h, c = (rng.standard_normal((1, H, dirs)).astype(np.float32).swapaxes(1, 2) for _ in "hc")
+    for states in ((None, None), (None, None), (h, c), (h, None), (h.astype(np.float64), c)):
+        got = call(x, frozen["W"], frozen["R"], frozen["B"], None, *states)
+        want = rnn.lstm(x, w["W"], w["R"], w["B"], None, *states, **attrs)
+        _same(got, want)
+        assert [g.shape for g in got] == [(1, STEPS, dirs, H), (1, dirs, H), (1, dirs, H)]
+        assert all(g.flags.c_contiguous for g in got)
+    # (the first call sets up; the float64 state takes the kernel; no native LSTM: none)
+    assert len(calls) == (3 if native.recurrence_ok(H, STEPS, 1) else 0)
+
+
 @pytest.mark.parametrize("steps, batch", [(1, 1), (12, 1), (6, 3)])
 def test_bound_bidirectional_lstm(steps, batch):
     """A bidirectional LSTM takes the kept set-up too (rnn.c projects both directions' inputs

@@ -126,3 +126,99 @@ def test_the_output_check_runs_for_each_new_signature(monkeypatch):
     sess.run(None, {"x": np.ones((4, 3), np.float32)})
     sess.run(None, {"x": np.ones((4, 3), np.float32)})
     assert checked == [True]  # the second run of (4, 3) took the fast path
+
+
+def _two_inputs() -> bytes:
+    info = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        [helper.make_node("Sub", ["a", "b"], ["y"])],
+        "g",
+        [info("a", TensorProto.FLOAT, ["N", 3]), info("b", TensorProto.FLOAT, ["N", 3])],
+        [info("y", TensorProto.FLOAT, ["N", 3])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+@pytest.mark.parametrize(
+    "feed, message",
+    [
+        ({"a": np.ones((2, 3), np.float32), "zz": np.ones((2, 3), np.float32)}, "unknown input"),
+        ({"a": np.ones((2, 3), np.float32)}, "missing input"),
+        ({"a": np.ones((2, 3), np.float32), "b": None}, "not an array|expected tensor"),
+        ({"a": np.ones((2, 3), np.float32), "b": np.ones((2, 3), ">f4")}, "expected tensor"),
+    ],
+)
+def test_two_inputs_bad_feeds_after_fast_runs(feed, message):
+    """As many feeds as inputs but one misnamed, one missing, one None or of a non-native
+    byte order: the full path's errors, after the signature has run fast."""
+    sess = onyx.InferenceSession(_two_inputs())
+    good = {"a": np.ones((2, 3), np.float32), "b": np.zeros((2, 3), np.float32)}
+    for _ in range(2):
+        sess.run(None, good)
+    with pytest.raises(onyx.InvalidArgument, match=message):
+        sess.run(None, feed)
+
+
+def test_two_inputs_fed_in_any_order_and_layout():
+    """Feeds in another order, strided or of an ndarray subclass: the full path's results,
+    whichever path serves them (strided views take the fast path, subclasses the full one)."""
+    sess = onyx.InferenceSession(_two_inputs())
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((2, 6)).astype(np.float32)[:, ::2]
+    b = np.asfortranarray(rng.standard_normal((2, 3)).astype(np.float32))
+    want = a - b
+    for feed in ({"a": a, "b": b}, {"b": b, "a": a}, {"a": a, "b": b}):
+        np.testing.assert_array_equal(sess.run(None, feed)[0], want)
+        np.testing.assert_array_equal(sess.run(("y",), feed)[0], want)
+    memmap_like = b.view(type("Sub", (np.ndarray,), {}))
+    np.testing.assert_array_equal(sess.run(None, {"a": a, "b": memmap_like})[0], want)
+
+
+def test_unhashable_output_names_take_the_full_path(counted):
+    sess, calls = counted
+    x = np.ones((2, 3), np.float32)
+    for _ in range(2):
+        sess.run(None, {"x": x})
+    with pytest.raises((onyx.InvalidArgument, TypeError)):
+        sess.run([["y"]], {"x": x})
+    assert len(calls) == 2  # (the fast path left it to the full one)
+
+
+def _zip_map() -> bytes:
+    info = helper.make_tensor_value_info
+    ml = "ai.onnx.ml"
+    graph = helper.make_graph(
+        [helper.make_node("ZipMap", ["x"], ["z"], domain=ml, classlabels_int64s=[0, 1, 2])],
+        "g",
+        [info("x", TensorProto.FLOAT, ["N", 3])],
+        [
+            helper.make_value_info(
+                "z",
+                helper.make_sequence_type_proto(
+                    helper.make_map_type_proto(
+                        TensorProto.INT64, helper.make_tensor_type_proto(TensorProto.FLOAT, [])
+                    )
+                ),
+            )
+        ],
+    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid(ml, 1)]
+    model = helper.make_model(graph, opset_imports=opsets)
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+def test_zip_map_rows_fresh_on_the_fast_path():
+    """ZipMap's rows through the fast path: a plain list of plain dicts, new at every run."""
+    sess = onyx.InferenceSession(_zip_map())
+    x = np.array([[0.25, 0.5, 0.25]], np.float32)
+    runs = [sess.run(None, {"x": x})[0] for _ in range(3)]
+    for rows in runs:
+        assert type(rows) is list and type(rows[0]) is dict
+        assert rows == [{0: 0.25, 1: 0.5, 2: 0.25}]
+    runs[1][0][0] = -1.0
+    runs[1].append({})
+    assert runs[2] == [{0: 0.25, 1: 0.5, 2: 0.25}]
+    assert sess.run(None, {"x": x})[0] == [{0: 0.25, 1: 0.5, 2: 0.25}]

@@ -156,6 +156,7 @@ class InferenceSession(SessionAPI):
         self._n_inputs = len(self._input_index)
         #: (output names, feed shapes) -> wanted slots, for signatures a full run has checked
         self._fast_signatures: dict[tuple, Any] = {}
+        self._no_feeds = [None] * self._n_inputs
         self._pace = concurrency.Pace()  # whether its runs take turns (concurrency.run_slot)
         self.session_creation_seconds = time.perf_counter() - t0
         self._profiler = None
@@ -318,14 +319,22 @@ class InferenceSession(SessionAPI):
     def _run_fast(self, output_names, feed: dict) -> list | None:
         """run() when every feed is an ndarray of its input's dtype, nothing else is fed, and
         a full run has validated and checked this signature (its shapes and output names):
-        the plan's generated runner on fresh read-only views of the feeds. None sends the
-        call down the full path, which does every check and raises the errors. (One function:
-        at one row, each call and list the path made cost as much as a small kernel.)"""
-        key = [tuple(output_names) if output_names else None]
-        # (self._fast_feeds: None while profiling, or for inputs of other types)
-        inputs = self._exact_feeds(self._fast_feeds, feed, key)
-        if inputs is None:
+        the plan's generated runner on fresh read-only views of the feeds. None sends
+        the call down the full path, which does every check and raises the errors. (One
+        function, the feed checks inlined: at one row, each call and list the path made cost
+        as much as a small kernel.)"""
+        specs = self._fast_feeds  # (None while profiling, or for inputs of other types)
+        if specs is None or len(feed) != len(specs):
             return None
+        inputs = self._no_feeds.copy()
+        key = [tuple(output_names) if output_names else None]
+        for name, index, dtype in specs:
+            arr = feed.get(name)
+            if arr.__class__ is not np.ndarray or arr.dtype is not dtype:
+                return None
+            inputs[index] = view = arr.view()
+            view.setflags(write=False)
+            key.append(arr.shape)
         try:
             wanted = self._fast_signatures.get(tuple(key), _UNCHECKED)
         except TypeError:  # (unhashable output names: the full path serves them)

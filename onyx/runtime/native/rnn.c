@@ -72,6 +72,20 @@ INLINE void gate_sums(const recurrence *t, const float *h, int64_t d, int64_t b0
         for (int r = 0; r < 4; r++) acc[g][r] = _mm512_setzero_ps();
     const float *rt = t->rt + (d * H + n) * H * G; /* (d, n / 16) block: H x G x 16 */
     h += b0 * H;
+    if (rows == 1) { /* batch 1: each gate's sum in 4 chains (k mod 4; H is a multiple of 16)
+                        summed at the end, as one row's G chains wait on the FMA's latency */
+        for (int64_t k = 0; k < H; k += 4)
+            for (int j = 0; j < 4; j++) {
+                __m512 hv = _mm512_set1_ps(h[k + j]);
+                for (int g = 0; g < G; g++)
+                    acc[g][j] = _mm512_fmadd_ps(hv, _mm512_loadu_ps(rt + ((k + j) * G + g) * 16),
+                                                acc[g][j]);
+            }
+        for (int g = 0; g < G; g++)
+            acc[g][0] = _mm512_add_ps(_mm512_add_ps(acc[g][0], acc[g][1]),
+                                      _mm512_add_ps(acc[g][2], acc[g][3]));
+        return;
+    }
     for (int64_t k = 0; k < H; k++) {
         __m512 w[4];
         for (int g = 0; g < G; g++) w[g] = _mm512_loadu_ps(rt + (k * G + g) * 16);

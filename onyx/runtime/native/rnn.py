@@ -202,6 +202,37 @@ class LstmRecurrence:
         steps = self.steps
         return out[:steps], out[2 * steps], out[2 * steps + 1]
 
+    def batch_first(self, x: np.ndarray, h0: np.ndarray | None = None, c0=None):
+        """__call__ for the layout-1 LSTM at batch 1 (x [1, steps, n_in], the states [1, dirs,
+        H]), whose inputs' and outputs' bytes are the time-major ones: Y [1, steps, dirs, H],
+        Y_h and Y_c [1, dirs, H], C-contiguous views of one array. Small inputs are passed as
+        bytes (a C-ordered copy of any layout: cheaper than checking and addressing a view)."""
+        rows, dirs, _, H = self.out_shape
+        out = np.empty((1, rows, dirs, H), np.float32)
+        cuts, ways, even = self._split()  # (even: kept through the call)
+        status = core.lib.onyx_lstm_run(
+            self.address, _bytes(x), _bytes(h0), _bytes(c0), _addr(out), cuts, ways, ways
+        )
+        if status:
+            core.check(status, "lstm")
+        steps = self.steps
+        return out[:, :steps], out[:, 2 * steps], out[:, 2 * steps + 1]
+
+
+#: Bytes up to which _bytes copies an input (past it, a copy costs more than its address).
+_SMALL_INPUT_BYTES = 1 << 16
+
+
+def _bytes(a: np.ndarray | None):
+    """What a native call reads a float32 input through: a small one's C-ordered bytes (one
+    copy, cheaper than looking at its flags and address), a large one's address (a
+    C-contiguous copy's where it is no C-contiguous array); None stays None."""
+    if a is None:
+        return None
+    if a.nbytes <= _SMALL_INPUT_BYTES:
+        return a.tobytes()
+    return _input_addr(a if a.flags.c_contiguous else np.ascontiguousarray(a))
+
 
 class GruRecurrence(LstmRecurrence):
     """:class:`LstmRecurrence`'s GRU (PyTorch's: linear_before_reset, rnn.c's onyx_gru_run):

@@ -127,7 +127,11 @@ EXPORT int onyx_forest_sum_range(const void *p, int64_t begin, int64_t end) {
                 int n = t->trees - t0 < ROWS ? (int)(t->trees - t0) : ROWS;                  \
                 int64_t s[ROWS];                                                             \
                 for (int j = 0; j < n; j++) s[j] = t->roots[t0 + j];                         \
-                WALK(T, xr, s, n)                                                            \
+                if (n == ROWS) { /* (a whole group: its chains unrolled, kept in registers) */ \
+                    WALK(T, xr, s, ROWS)                                                     \
+                } else {                                                                     \
+                    WALK(T, xr, s, n)                                                        \
+                }                                                                            \
                 for (int j = 0; j < n; j++) {                                                \
                     const W *leaf = w + (s[j] >> 1) * C;                                     \
                     LEAF_ADD(W, acc, leaf, C, t0 + j == 0)                                   \

@@ -412,7 +412,7 @@ def _bound_zip_map(attrs: dict):
     strings, ints = attrs["classlabels_strings"], attrs["classlabels_int64s"]
     labels = list(strings) if strings else list(ints or [])
     n = len(labels)
-    rows = _row_dicts(n) if n <= _DISPLAY_LABELS else None
+    rows = _row_dicts(*labels) if n <= _DISPLAY_LABELS else None
 
     def call(x):
         if x.__class__ is not np.ndarray or x.ndim != 2:
@@ -421,7 +421,7 @@ def _bound_zip_map(attrs: dict):
             raise ValueError(f"ZipMap: {x.shape[1]} columns for {n} labels")
         if rows is None:
             return FreshList([dict(zip(labels, row)) for row in x.tolist()])
-        return FreshList(rows(x.tolist(), *labels))
+        return rows(x.tolist())
 
     return call
 
@@ -440,15 +440,18 @@ def zip_map(x, *, classlabels_int64s=None, classlabels_strings=None):
 _DISPLAY_LABELS = 64
 
 
-@functools.cache
-def _row_dicts(n: int):
-    """``f(rows, label_0, ..., label_n-1)``: [{label_0: row[0], ...} for row in rows]."""
+@functools.lru_cache(maxsize=64, typed=True)  # (typed: each label keeps its own type)
+def _row_dicts(*labels):
+    """``f(rows)``: FreshList([{labels[0]: row[0], ...} for row in rows]), the labels the
+    function's globals (passing them as arguments, and making the FreshList apart, cost a
+    one-row call a third of its time)."""
+    n = len(labels)
     keys, values = [f"k{i}" for i in range(n)], [f"v{i}" for i in range(n)]
     pairs = ", ".join(f"{k}: {v}" for k, v in zip(keys, values))
     row = f"{', '.join(values)}," if n else "()"
-    source = f"def row_dicts(rows, {', '.join(['*_'] if not n else keys)}):\n"
-    source += f"    return [{{{pairs}}} for {row} in rows]\n"
-    namespace: dict = {}
+    source = "def row_dicts(rows):\n"
+    source += f"    return _FreshList([{{{pairs}}} for {row} in rows])\n"
+    namespace: dict = {"_FreshList": FreshList, **dict(zip(keys, labels))}
     exec(source, namespace)
     return namespace["row_dicts"]
 
