@@ -67,11 +67,12 @@ def _same(a: list, b: list) -> bool:
     )
 
 
-@pytest.fixture(params=[0.005, 0.0])
+@pytest.fixture(params=["default", 0.0])
 def slices(request, monkeypatch):
     """Turns with the default slices, and a turn handed over at every run (the most
     hand-overs)."""
-    monkeypatch.setattr(concurrency, "SLICE_SECONDS", request.param)
+    if request.param != "default":
+        monkeypatch.setattr(concurrency, "SLICE_SECONDS", request.param)
 
 
 @pytest.mark.parametrize(
@@ -257,6 +258,8 @@ def test_a_thread_that_stopped_calling_does_not_keep_the_turn(monkeypatch, idle)
     monkeypatch.setattr(concurrency, "_turns", concurrency._Turn())  # noqa: SLF001
     monkeypatch.setattr(concurrency, "SLICE_SECONDS", 2.0)
     monkeypatch.setattr(concurrency, "IDLE_SECONDS", idle)
+    # (no streaks yet: a run ending a usual streak would give the turn up)
+    monkeypatch.setattr(concurrency._leaving, "hook", None, raising=False)  # noqa: SLF001
     with concurrency.run_slot(1, None, concurrency.Pace()):
         pass
     time.sleep(0.01)  # (longer than the idle time: the holder has stopped calling)
@@ -321,3 +324,53 @@ def test_a_thread_gives_up_the_turn_at_the_end_of_its_usual_streak(monkeypatch, 
         assert waited < 0.25
     else:
         assert 0.25 < waited < 5
+
+
+def test_a_usual_streak_ending_with_nobody_waiting_gives_the_turn_up(monkeypatch):
+    """A job of 3 runs keeps the turn between its runs (its thread may call again); the same
+    job again, its 3rd run a usual end, gives the turn up although nobody waits, so that a
+    thread arriving next does not find it held (without it the turn stays with the thread:
+    the second check can fail)."""
+    turn = concurrency._Turn()  # noqa: SLF001
+    monkeypatch.setattr(concurrency, "_turns", turn)
+    monkeypatch.setattr(concurrency, "SLICE_SECONDS", 60.0)
+    monkeypatch.setattr(concurrency, "IDLE_SECONDS", 0.005)
+    monkeypatch.setattr(concurrency._leaving, "hook", None, raising=False)  # noqa: SLF001
+    owners = []
+    for _ in range(2):
+        for _ in range(3):
+            with concurrency.run_slot(1, None, concurrency.Pace()):
+                pass
+        owners.append(turn.owner)
+        time.sleep(0.02)  # (a pause: the thread's streak ends)
+    assert owners == [threading.get_ident(), None]
+
+
+def test_an_arriving_thread_hands_an_idle_turn_to_the_first_waiter(monkeypatch):
+    """The main thread runs once, a waiter queued meanwhile, and stops calling (its first
+    streak: no usual end), keeping the turn for a slice of 2 s: a run arriving on a third
+    thread after IDLE_SECONDS hands the turn to the waiter at once (without it the waiter
+    waits for the slice: the check can fail)."""
+    turn = concurrency._Turn()  # noqa: SLF001
+    monkeypatch.setattr(concurrency, "_turns", turn)
+    monkeypatch.setattr(concurrency, "SLICE_SECONDS", 2.0)
+    monkeypatch.setattr(concurrency, "IDLE_SECONDS", 0.005)
+    monkeypatch.setattr(concurrency._leaving, "hook", None, raising=False)  # noqa: SLF001
+    got = []
+
+    def short_run():
+        with concurrency.run_slot(1, None, concurrency.Pace()):
+            got.append(time.perf_counter())
+
+    waiter, arriving = (threading.Thread(target=short_run, daemon=True) for _ in range(2))
+    with concurrency.run_slot(1, None, concurrency.Pace()):
+        waiter.start()
+        deadline = time.perf_counter() + 10
+        while not turn.queue and time.perf_counter() < deadline:
+            time.sleep(0.001)
+    time.sleep(0.02)  # (longer than the idle time: the holder has stopped calling)
+    arrived = time.perf_counter()
+    arriving.start()
+    for t in (waiter, arriving):
+        t.join(timeout=10)
+    assert len(got) == 2 and got[0] - arrived < 1.0
