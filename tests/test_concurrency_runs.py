@@ -326,26 +326,6 @@ def test_a_thread_gives_up_the_turn_at_the_end_of_its_usual_streak(monkeypatch, 
         assert 0.25 < waited < 5
 
 
-def test_a_usual_streak_ending_with_nobody_waiting_gives_the_turn_up(monkeypatch):
-    """A job of 3 runs keeps the turn between its runs (its thread may call again); the same
-    job again, its 3rd run a usual end, gives the turn up although nobody waits, so that a
-    thread arriving next does not find it held (without it the turn stays with the thread:
-    the second check can fail)."""
-    turn = concurrency._Turn()  # noqa: SLF001
-    monkeypatch.setattr(concurrency, "_turns", turn)
-    monkeypatch.setattr(concurrency, "SLICE_SECONDS", 60.0)
-    monkeypatch.setattr(concurrency, "IDLE_SECONDS", 0.005)
-    monkeypatch.setattr(concurrency._leaving, "hook", None, raising=False)  # noqa: SLF001
-    owners = []
-    for _ in range(2):
-        for _ in range(3):
-            with concurrency.run_slot(1, None, concurrency.Pace()):
-                pass
-        owners.append(turn.owner)
-        time.sleep(0.02)  # (a pause: the thread's streak ends)
-    assert owners == [threading.get_ident(), None]
-
-
 def test_an_arriving_thread_hands_an_idle_turn_to_the_first_waiter(monkeypatch):
     """The main thread runs once, a waiter queued meanwhile, and stops calling (its first
     streak: no usual end), keeping the turn for a slice of 2 s: a run arriving on a third

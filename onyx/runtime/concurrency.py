@@ -21,7 +21,7 @@ every kernel call (a context switch and a cold cache each time; 8 threads took 1
 thread's time in total). Taking turns, seven of them wait in a lock, outside the GIL, while
 one runs. A thread keeps the turn across its consecutive runs for a slice of time (handing it
 over after every run cost a context switch or more per run, and moved runs between cores),
-but not past the run that ends one of its usual streaks of runs: a thread
+but not past the run that ends one of its usual streaks of runs while others wait: a thread
 that had stopped calling (a server's worker back at its queue) kept the turn, and the cores
 idle, for the rest of its slice. A thread handed the turn runs on the core its last holder ran
 on, whose cache holds the model: the holder binds it there before waking it (``_bind``), and
@@ -211,14 +211,13 @@ def _leave_blas() -> None:
 #: not count: a run that waits for them leaves the GIL to others meanwhile.)
 SHORT_RUN_SECONDS = 0.001
 #: How long a thread keeps the turn across its consecutive short runs while others wait (its
-#: first run past it hands the turn over). A hand-over costs far more than a context switch:
-#: the thread handed the turn has slept while others ran, and its wake, its bookkeeping and
-#: its first run find the caches cold (tenths of a millisecond of CPU in all,
-#: docs/reliability.md), so a slice is a hundred times that to keep hand-overs near 1% of the
-#: time; with CPython's switch interval (5 ms) 8 threads making tiny runs back to back spent
-#: 5-20% more CPU than one thread. Threads that stop calling do not keep it that long (the
-#: end of a usual streak, an arriving thread and the first waiter's look take it from them).
-SLICE_SECONDS = 0.02
+#: first run past it hands the turn over): CPython's own switch interval for the GIL. Handing
+#: the turn over after every run cost a context switch or more per run and moved runs between
+#: cores; shorter slices still woke waiters often enough to cost most of that. Longer ones
+#: (20 ms) cut the hand-overs, each a tenth of a millisecond of CPU or more (the woken
+#: thread's caches are cold), but a holder that stops calling unforeseen then kept an idle
+#: turn longer (docs/reliability.md).
+SLICE_SECONDS = 0.005
 #: A thread that finds the turn held by a thread between runs for this long takes it at once,
 #: or hands it to the first waiter and queues behind: the holder has stopped calling (a
 #: server's worker gone back to wait for its next request: the request on another thread
@@ -248,10 +247,11 @@ class _Turn:
     other keeps the core and its cache. Waiters queue in order, each on its own lock, and the
     turn is handed to the first directly (no other waiter wakes, no thread barges in). A holder
     that stops calling cannot keep it: the run that ends one of its usual streaks hands the
-    turn over, or gives it up when nobody waits (``_GiveBackAtThreadEnd`` counts the streaks),
-    a thread arriving after it has been between runs for IDLE_SECONDS takes it or hands it to
-    the first waiter, once its slice ends the first waiter takes it (the first waiter's wait
-    ends LATE_SECONDS after the slice), and a thread that ends gives it back. Nested runs on the holder's thread count its depth."""
+    turn over (``_GiveBackAtThreadEnd`` counts the streaks), a thread arriving after it has
+    been between runs for IDLE_SECONDS takes it (or, others queued, hands it to the first of
+    them), once its slice ends the first waiter takes it (the first waiter's wait ends
+    LATE_SECONDS after the slice), and a thread that ends gives it back. Nested runs on the
+    holder's thread count its depth."""
 
     __slots__ = ("guard", "owner", "depth", "deadline", "released", "queue", "core")
 
@@ -321,17 +321,16 @@ class _Turn:
             self._nudge(self.queue[0], early)
 
     def _nudge(self, first: _Waiter, early: bool = True) -> None:
-        """Wake the new first waiter if it sleeps more than a slice past the look its new
-        place calls for (its patience counted on the holders before it using their whole
-        slices, and some handed the turn over early): else a holder that stops calling
-        unforeseen could keep the turn, the cores idle, for as many slices as the waiter had
-        holders before it. The waiter looks, and sleeps again for its new patience. A look
-        up to a slice late is left as it is (``early`` no longer matters): a woken waiter
-        takes the GIL from the new holder with cold caches, and waking it at every early
-        hand-over (the end of a streak) cost nearly as much as the hand-over itself; a
-        holder that stops calling unforeseen keeps an idle turn two slices at most, and a
-        thread arriving meanwhile hands it on at once (``acquire``)."""
-        late = max(SLICE_SECONDS, LATE_SECONDS) + LATE_SECONDS
+        """Wake the new first waiter if it sleeps past the look its new place calls for (its
+        patience counted on the holders before it using their whole slices, and one handed
+        the turn over ``early``): else a holder that stops calling unforeseen could keep the
+        turn, the cores idle, for as many slices as the waiter had holders before it. The
+        waiter looks, and sleeps again for its new patience. After a hand-over at the end of
+        its slice the waiter's look is on time if it comes within the margin its patience
+        allowed (one slice at most): it is woken only if it sleeps past that (an early
+        hand-over before, when it was not the first); waking it at every hand-over cost two
+        thirds of the hand-overs a look that found the turn taken."""
+        late = 2 * LATE_SECONDS if early else max(SLICE_SECONDS, LATE_SECONDS) + LATE_SECONDS
         if first.looks_at > self.deadline + late and first.bell.locked():
             first.bell.release()
 
@@ -395,9 +394,10 @@ class _Turn:
 
     def release(self, failed: bool = False) -> None:
         """End a run; the turn stays with its thread until its slice ends, unless the run
-        failed (Ctrl-C, say: the thread may never run again) or it ends the thread's usual
-        streak of runs (it will most likely not come back soon: the turn goes to the first
-        waiter, or to nobody, so that a thread arriving later need not find out)."""
+        failed (Ctrl-C, say: the thread may never run again) or, others waiting, it ends the
+        thread's usual streak of runs (it will most likely not come back soon). (Giving the
+        turn up at a usual streak's end with nobody waiting was measured and left: a thread
+        whose streak went on then queued behind the threads that arrived meanwhile.)"""
         now = _now()
         mine = _leaving.__dict__.get("hook")
         streak_over = mine is not None and mine.ends(now)
@@ -408,10 +408,8 @@ class _Turn:
             self.released = now
             if self.queue:
                 self.core = _core()  # (a waiter that takes the turn over moves there)
-            if self.depth <= 0 and (failed or streak_over):
-                # (to the first waiter, or to nobody: a thread arriving then takes it at once;
-                # else its next run hands it over once its slice ends)
-                self._hand_over()
+            if self.depth <= 0 and (failed or streak_over and self.queue):
+                self._hand_over()  # (else its next run hands it over once its slice ends)
 
     def give_back(self, thread: int) -> None:
         with self.guard:
