@@ -253,7 +253,7 @@ class _Turn:
     LATE_SECONDS after the slice), and a thread that ends gives it back. Nested runs on the
     holder's thread count its depth."""
 
-    __slots__ = ("guard", "owner", "depth", "deadline", "released", "queue", "core")
+    __slots__ = ("guard", "owner", "depth", "deadline", "released", "queue", "core", "counts")
 
     def __init__(self) -> None:
         self.guard = _thread.allocate_lock()
@@ -263,6 +263,9 @@ class _Turn:
         self.released = 0.0  # when its last run ended
         self.queue: collections.deque = collections.deque()  # of _Waiter, in order
         self.core = -1  # the core the turn's last run ran on, when it was handed over
+        #: hand-overs to a waiter, turns a waiter took after a look, and nudges so far (each
+        #: wakes a thread whose caches are cold: benchmarks/bench_concurrency.py reports them)
+        self.counts = [0, 0, 0]
 
     def acquire(self) -> None:
         me = _thread.get_ident()
@@ -309,6 +312,7 @@ class _Turn:
             self.owner, self.depth = None, 0
             return
         entry = self.queue.popleft()
+        self.counts[0] += 1
         self.core = _core()
         now = _now()
         early = now < self.deadline  # (its holder gave it back before its slice's end)
@@ -333,6 +337,7 @@ class _Turn:
         late = 2 * LATE_SECONDS if early else max(SLICE_SECONDS, LATE_SECONDS) + LATE_SECONDS
         if first.looks_at > self.deadline + late and first.bell.locked():
             first.bell.release()
+            self.counts[2] += 1
 
     def _wait(self, entry: _Waiter) -> None:
         try:
@@ -387,6 +392,7 @@ class _Turn:
             if self.queue and self.queue[0] is entry and not self.depth and self._left():
                 self.queue.popleft()
                 self._take(me)
+                self.counts[1] += 1
                 if self.queue:
                     self._nudge(self.queue[0])
                 return True
