@@ -308,13 +308,13 @@ def _handover_after_job(earlier_jobs: tuple) -> float:
     return got[0] - ended[-1] if got else 10.0
 
 
-@pytest.mark.parametrize("earlier_jobs", [(3,), (5,), (3, 5), (3, 4, 5, 6, 7)])
+@pytest.mark.parametrize("earlier_jobs", [(3,), (5,), (3, 5), (3, 4, 5, 6, 7), (3, 5, 5, 5, 5)])
 def test_a_thread_gives_up_the_turn_at_the_end_of_its_usual_streak(monkeypatch, earlier_jobs):
     """A thread making a job of 3 runs, another thread waiting: the turn passes as the job's
     last run ends, not when the slice (0.5 s) ends, when one of the thread's last
     STREAKS_KEPT jobs had 3 runs too (jobs alternating between two sizes: 3, then 5). (After
-    jobs of 5 runs only, or 3 too long ago, the 3rd run is not a usual end, and the waiter
-    waits for the slice: the check can fail.)"""
+    jobs of 5 runs only, or 3 too long ago, repeats of 5 since included, the 3rd run is not a
+    usual end, and the waiter waits for the slice: the check can fail.)"""
     monkeypatch.setattr(concurrency, "_turns", concurrency._Turn())  # noqa: SLF001
     monkeypatch.setattr(concurrency, "SLICE_SECONDS", 0.5)
     monkeypatch.setattr(concurrency, "IDLE_SECONDS", 0.005)

@@ -430,7 +430,11 @@ class _GiveBackAtThreadEnd:
     run per request, a loop making N runs per job. It remembers the lengths of the thread's
     last few streaks, not only the last one: a thread whose jobs alternate between two sizes
     (a benchmark's rounds of 1600 runs on one thread and 200 on each of 8) otherwise missed
-    the end of every other job and kept the turn, the cores idle, for the rest of its slice."""
+    the end of every other job and kept the turn, the cores idle, for the rest of its slice.
+    The last few, repeats included, so that a length seen once ages out: kept while it was
+    one of the last few distinct lengths, a one-off (a warm-up's single run) stayed for good
+    among jobs of recurring sizes, and the first run of every later job handed the turn
+    over, and woke the waiter behind the next holder (a hand-over and a nudge per job)."""
 
     __slots__ = ("thread", "nested", "last", "runs", "usual")
 
@@ -450,7 +454,7 @@ class _GiveBackAtThreadEnd:
 
     def _ended_streak(self) -> None:
         runs = self.runs
-        self.usual = (runs, *[n for n in self.usual if n != runs][: STREAKS_KEPT - 1])
+        self.usual = (runs, *self.usual[: STREAKS_KEPT - 1])
         self.runs = 0
 
     def ends(self, now: float) -> bool:
