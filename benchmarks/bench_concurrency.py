@@ -8,7 +8,11 @@ the same runs spread over 8 threads, and whether every result is bit-identical.
 
 Concurrent runs must not oversubscribe the cores (each thread's BLAS call starting its own
 threads), nor take the GIL from each other (short runs take turns, runtime/concurrency.py):
-the 8-thread total should not exceed the 1-thread one. The two are timed in alternating
+the 8-thread total should not exceed the 1-thread one. The last column gives, per 8-thread
+round (medians), how often the turn changed hands: handed over by its holder, taken by a
+waiter's look from a holder that had stopped calling, and waiters nudged to look (each wakes
+a thread whose caches have gone cold: tenths of a millisecond of CPU on small models, and
+the counts vary less than the times on a shared machine). The two are timed in alternating
 rounds, and each 8-thread round is compared with the 1-thread round next to it (on a shared
 machine single rounds vary by 2x or more). Two kinds of threads: new ones each round (their
 first runs and their start included: the cold figure) and long-lived ones that have run the
@@ -149,10 +153,15 @@ def compare(sess, feeds, runs: int, threads: int = 8, rounds: int = 5, warm: boo
     run_threads(sess, feeds, threads, threads, workers)  # warm-up
     wall: dict[int, list[float]] = {1: [], threads: []}
     cpu: dict[int, list[float]] = {1: [], threads: []}
+    changes: list[list[int]] = []  # per round of ``threads``: the turn's counts' increase
     same = True
     for r in range(rounds):
         for n in (1, threads) if r % 2 == 0 else (threads, 1):
+            before = list(concurrency._turns.counts)  # noqa: SLF001
             seconds, cpu_seconds, results = run_threads(sess, feeds, runs, n, workers)
+            if n == threads:
+                after = concurrency._turns.counts  # noqa: SLF001
+                changes.append([b - a for a, b in zip(before, after)])
             wall[n].append(seconds)
             cpu[n].append(cpu_seconds)
             same &= all(identical(reference, got) for got in results)
@@ -161,19 +170,21 @@ def compare(sess, feeds, runs: int, threads: int = 8, rounds: int = 5, warm: boo
     med = statistics.median
     return {"wall1": med(wall[1]), "wall": med(wall[threads]), "cpu1": med(cpu[1]),
             "cpu": med(cpu[threads]), "same": same,
+            "turns": [med(c[k] for c in changes) for k in range(3)],
             "wall_ratio": med(a / b for a, b in zip(wall[threads], wall[1])),
             "cpu_ratio": med(a / b for a, b in zip(cpu[threads], cpu[1]))}  # fmt: skip
 
 
 HEADER = ("| model ({runs} runs) | wall s, 1 thread | {n} threads | ratio | CPU s, 1 thread "
-          "| {n} threads | ratio | bit-identical |")  # fmt: skip
+          "| {n} threads | ratio | bit-identical | turns: handed, taken, nudges |")  # fmt: skip
 
 
 def row(name: str, r: dict) -> str:
     wall_ratio = r.get("wall_ratio", r["wall"] / r["wall1"])
     cpu_ratio = r.get("cpu_ratio", r["cpu"] / r["cpu1"])
     return (f"| {name} | {r['wall1']:.3f} | {r['wall']:.3f} | {wall_ratio:.2f} "
-            f"| {r['cpu1']:.3f} | {r['cpu']:.3f} | {cpu_ratio:.2f} | {r['same']} |")  # fmt: skip
+            f"| {r['cpu1']:.3f} | {r['cpu']:.3f} | {cpu_ratio:.2f} | {r['same']} "
+            f"| {', '.join(f'{c:g}' for c in r.get('turns', ()))} |")  # fmt: skip
 
 
 def once(sess, feeds, runs: int, threads: int) -> None:
@@ -222,7 +233,7 @@ def main() -> None:
           f"turns {'off' if args.no_turns else 'on'}{unbound}, at once {args.at_once or 'any'}, "
           f"intra-op threads {args.intra_op or 'all'}")  # fmt: skip
     print(HEADER.format(runs=args.runs, n=args.threads))
-    print("|---|---:|---:|---:|---:|---:|---:|---|")
+    print("|---|---:|---:|---:|---:|---:|---:|---|---|")
     for path in paths:
         sess = onyx.InferenceSession(path, options)
         name = os.path.basename(path).removesuffix(".onnx")

@@ -436,26 +436,27 @@ def test_a_thread_moved_to_a_core_and_interrupted_gets_its_cores_back(monkeypatc
 
 
 @pytest.mark.parametrize(
-    "early, looks_after, nudged",
+    "left, looks_after, nudged",
     [
-        (True, 0.0, True),  # (its look counted on the early holder's whole slice)
-        (False, 0.0025, False),  # (on time: its look comes within its margin)
-        (False, 1.0, True),  # (on time, but an early hand-over before it was first)
+        (1.0, 0.0, True),  # (its look counted on the early holder's whole slice)
+        (-0.001, 0.0025, False),  # (on time: its look comes within its margin)
+        (-0.001, 1.0, True),  # (on time, but an early hand-over before it was first)
     ],
 )
 def test_the_next_waiter_is_nudged_only_when_it_would_look_late(
-    monkeypatch, early, looks_after, nudged
+    monkeypatch, left, looks_after, nudged
 ):
     """A hand-over at the holder's slice's end leaves the waiter behind the next holder
     asleep when its look comes within the margin its patience allows; one before the
-    slice's end, or a look later than that margin, wakes it to look when its new place calls
-    for (without the distinction, the check of the on-time case can fail)."""
+    slice's end (the holder handed the turn over ``left`` seconds before it), or a look
+    later than that margin, wakes it to look when its new place calls for (without the
+    distinction, the check of the on-time case can fail)."""
     monkeypatch.setattr(concurrency, "BIND_WAITERS", False)
     monkeypatch.setattr(concurrency, "SLICE_SECONDS", 0.005)
     monkeypatch.setattr(concurrency, "LATE_SECONDS", 0.001)
     turn = concurrency._Turn()  # noqa: SLF001
     turn.owner, turn.depth = threading.get_ident(), 0
-    turn.deadline = concurrency._now() + (1.0 if early else -0.001)  # noqa: SLF001
+    turn.deadline = concurrency._now() + left  # noqa: SLF001
     first, second = (concurrency._Waiter(k) for k in (1, 2))  # noqa: SLF001
     # (queued second: its look counted on the holder's and the first waiter's whole slices)
     second.looks_at = (

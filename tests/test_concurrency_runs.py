@@ -67,11 +67,12 @@ def _same(a: list, b: list) -> bool:
     )
 
 
-@pytest.fixture(params=[0.005, 0.0])
+@pytest.fixture(params=["default", 0.0])
 def slices(request, monkeypatch):
     """Turns with the default slices, and a turn handed over at every run (the most
     hand-overs)."""
-    monkeypatch.setattr(concurrency, "SLICE_SECONDS", request.param)
+    if request.param != "default":
+        monkeypatch.setattr(concurrency, "SLICE_SECONDS", request.param)
 
 
 @pytest.mark.parametrize(
@@ -257,6 +258,8 @@ def test_a_thread_that_stopped_calling_does_not_keep_the_turn(monkeypatch, idle)
     monkeypatch.setattr(concurrency, "_turns", concurrency._Turn())  # noqa: SLF001
     monkeypatch.setattr(concurrency, "SLICE_SECONDS", 2.0)
     monkeypatch.setattr(concurrency, "IDLE_SECONDS", idle)
+    # (no streaks yet: a run ending a usual streak would give the turn up)
+    monkeypatch.setattr(concurrency._leaving, "hook", None, raising=False)  # noqa: SLF001
     with concurrency.run_slot(1, None, concurrency.Pace()):
         pass
     time.sleep(0.01)  # (longer than the idle time: the holder has stopped calling)
@@ -305,13 +308,13 @@ def _handover_after_job(earlier_jobs: tuple) -> float:
     return got[0] - ended[-1] if got else 10.0
 
 
-@pytest.mark.parametrize("earlier_jobs", [(3,), (5,), (3, 5), (3, 4, 5, 6, 7)])
+@pytest.mark.parametrize("earlier_jobs", [(3,), (5,), (3, 5), (3, 4, 5, 6, 7), (3, 5, 5, 5, 5)])
 def test_a_thread_gives_up_the_turn_at_the_end_of_its_usual_streak(monkeypatch, earlier_jobs):
     """A thread making a job of 3 runs, another thread waiting: the turn passes as the job's
     last run ends, not when the slice (0.5 s) ends, when one of the thread's last
     STREAKS_KEPT jobs had 3 runs too (jobs alternating between two sizes: 3, then 5). (After
-    jobs of 5 runs only, or 3 too long ago, the 3rd run is not a usual end, and the waiter
-    waits for the slice: the check can fail.)"""
+    jobs of 5 runs only, or 3 too long ago, repeats of 5 since included, the 3rd run is not a
+    usual end, and the waiter waits for the slice: the check can fail.)"""
     monkeypatch.setattr(concurrency, "_turns", concurrency._Turn())  # noqa: SLF001
     monkeypatch.setattr(concurrency, "SLICE_SECONDS", 0.5)
     monkeypatch.setattr(concurrency, "IDLE_SECONDS", 0.005)
@@ -321,3 +324,33 @@ def test_a_thread_gives_up_the_turn_at_the_end_of_its_usual_streak(monkeypatch, 
         assert waited < 0.25
     else:
         assert 0.25 < waited < 5
+
+
+def test_an_arriving_thread_hands_an_idle_turn_to_the_first_waiter(monkeypatch):
+    """The main thread runs once, a waiter queued meanwhile, and stops calling (its first
+    streak: no usual end), keeping the turn for a slice of 2 s: a run arriving on a third
+    thread after IDLE_SECONDS hands the turn to the waiter at once (without it the waiter
+    waits for the slice: the check can fail)."""
+    turn = concurrency._Turn()  # noqa: SLF001
+    monkeypatch.setattr(concurrency, "_turns", turn)
+    monkeypatch.setattr(concurrency, "SLICE_SECONDS", 2.0)
+    monkeypatch.setattr(concurrency, "IDLE_SECONDS", 0.005)
+    monkeypatch.setattr(concurrency._leaving, "hook", None, raising=False)  # noqa: SLF001
+    got = []
+
+    def short_run():
+        with concurrency.run_slot(1, None, concurrency.Pace()):
+            got.append(time.perf_counter())
+
+    waiter, arriving = (threading.Thread(target=short_run, daemon=True) for _ in range(2))
+    with concurrency.run_slot(1, None, concurrency.Pace()):
+        waiter.start()
+        deadline = time.perf_counter() + 10
+        while not turn.queue and time.perf_counter() < deadline:
+            time.sleep(0.001)
+    time.sleep(0.02)  # (longer than the idle time: the holder has stopped calling)
+    arrived = time.perf_counter()
+    arriving.start()
+    for t in (waiter, arriving):
+        t.join(timeout=10)
+    assert len(got) == 2 and got[0] - arrived < 1.0

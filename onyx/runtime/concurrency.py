@@ -213,12 +213,16 @@ SHORT_RUN_SECONDS = 0.001
 #: How long a thread keeps the turn across its consecutive short runs while others wait (its
 #: first run past it hands the turn over): CPython's own switch interval for the GIL. Handing
 #: the turn over after every run cost a context switch or more per run and moved runs between
-#: cores; shorter slices still woke waiters often enough to cost most of that.
+#: cores; shorter slices still woke waiters often enough to cost most of that. Longer ones
+#: (20 ms) cut the hand-overs, each a tenth of a millisecond of CPU or more (the woken
+#: thread's caches are cold), but a holder that stops calling unforeseen then kept an idle
+#: turn longer (docs/reliability.md).
 SLICE_SECONDS = 0.005
-#: A thread that finds the turn held by a thread between runs for this long, nobody queued,
-#: takes it at once: the holder has stopped calling (a server's worker gone back to wait for
-#: its next request: the request on another thread waited for its slice to end), since one
-#: running short runs one after the other comes back within tens of microseconds.
+#: A thread that finds the turn held by a thread between runs for this long takes it at once,
+#: or hands it to the first waiter and queues behind: the holder has stopped calling (a
+#: server's worker gone back to wait for its next request: the request on another thread
+#: waited for its slice to end), since one running short runs one after the other comes back
+#: within tens of microseconds.
 IDLE_SECONDS = 0.001
 
 
@@ -244,11 +248,12 @@ class _Turn:
     turn is handed to the first directly (no other waiter wakes, no thread barges in). A holder
     that stops calling cannot keep it: the run that ends one of its usual streaks hands the
     turn over (``_GiveBackAtThreadEnd`` counts the streaks), a thread arriving after it has
-    been between runs for IDLE_SECONDS takes it, once its slice ends the first waiter takes it
-    (the first waiter's wait ends LATE_SECONDS after the slice), and a thread that ends gives
-    it back. Nested runs on the holder's thread count its depth."""
+    been between runs for IDLE_SECONDS takes it (or, others queued, hands it to the first of
+    them), once its slice ends the first waiter takes it (the first waiter's wait ends
+    LATE_SECONDS after the slice), and a thread that ends gives it back. Nested runs on the
+    holder's thread count its depth."""
 
-    __slots__ = ("guard", "owner", "depth", "deadline", "released", "queue", "core")
+    __slots__ = ("guard", "owner", "depth", "deadline", "released", "queue", "core", "counts")
 
     def __init__(self) -> None:
         self.guard = _thread.allocate_lock()
@@ -258,6 +263,9 @@ class _Turn:
         self.released = 0.0  # when its last run ended
         self.queue: collections.deque = collections.deque()  # of _Waiter, in order
         self.core = -1  # the core the turn's last run ran on, when it was handed over
+        #: hand-overs to a waiter, turns a waiter took after a look, and nudges so far (each
+        #: wakes a thread whose caches are cold: benchmarks/bench_concurrency.py reports them)
+        self.counts = [0, 0, 0]
 
     def acquire(self) -> None:
         me = _thread.get_ident()
@@ -276,6 +284,8 @@ class _Turn:
                 return
             if self.owner == me:  # its slice is over and others wait: queue behind them
                 self._hand_over()
+            elif not self.depth and _now() - self.released >= IDLE_SECONDS:
+                self._hand_over()  # (its holder has stopped calling: the first waiter's turn)
             entry = _Waiter(me)
             self.queue.append(entry)
         try:
@@ -302,6 +312,7 @@ class _Turn:
             self.owner, self.depth = None, 0
             return
         entry = self.queue.popleft()
+        self.counts[0] += 1
         self.core = _core()
         now = _now()
         early = now < self.deadline  # (its holder gave it back before its slice's end)
@@ -326,6 +337,7 @@ class _Turn:
         late = 2 * LATE_SECONDS if early else max(SLICE_SECONDS, LATE_SECONDS) + LATE_SECONDS
         if first.looks_at > self.deadline + late and first.bell.locked():
             first.bell.release()
+            self.counts[2] += 1
 
     def _wait(self, entry: _Waiter) -> None:
         try:
@@ -380,6 +392,7 @@ class _Turn:
             if self.queue and self.queue[0] is entry and not self.depth and self._left():
                 self.queue.popleft()
                 self._take(me)
+                self.counts[1] += 1
                 if self.queue:
                     self._nudge(self.queue[0])
                 return True
@@ -388,7 +401,9 @@ class _Turn:
     def release(self, failed: bool = False) -> None:
         """End a run; the turn stays with its thread until its slice ends, unless the run
         failed (Ctrl-C, say: the thread may never run again) or, others waiting, it ends the
-        thread's usual streak of runs (it will most likely not come back soon)."""
+        thread's usual streak of runs (it will most likely not come back soon). (Giving the
+        turn up at a usual streak's end with nobody waiting was measured and left: a thread
+        whose streak went on then queued behind the threads that arrived meanwhile.)"""
         now = _now()
         mine = _leaving.__dict__.get("hook")
         streak_over = mine is not None and mine.ends(now)
@@ -415,7 +430,11 @@ class _GiveBackAtThreadEnd:
     run per request, a loop making N runs per job. It remembers the lengths of the thread's
     last few streaks, not only the last one: a thread whose jobs alternate between two sizes
     (a benchmark's rounds of 1600 runs on one thread and 200 on each of 8) otherwise missed
-    the end of every other job and kept the turn, the cores idle, for the rest of its slice."""
+    the end of every other job and kept the turn, the cores idle, for the rest of its slice.
+    The last few, repeats included, so that a length seen once ages out: kept while it was
+    one of the last few distinct lengths, a one-off (a warm-up's single run) stayed for good
+    among jobs of recurring sizes, and the first run of every later job handed the turn
+    over, and woke the waiter behind the next holder (a hand-over and a nudge per job)."""
 
     __slots__ = ("thread", "nested", "last", "runs", "usual")
 
@@ -435,7 +454,7 @@ class _GiveBackAtThreadEnd:
 
     def _ended_streak(self) -> None:
         runs = self.runs
-        self.usual = (runs, *[n for n in self.usual if n != runs][: STREAKS_KEPT - 1])
+        self.usual = (runs, *self.usual[: STREAKS_KEPT - 1])
         self.runs = 0
 
     def ends(self, now: float) -> bool:
