@@ -100,6 +100,40 @@ def test_kernels_give_the_nchw_kernels_bytes(numpy_only):
                 np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.skipif(not native.available(), reason="needs the native library")
+@pytest.mark.parametrize("stride", [1, 2])
+def test_depthwise_3x3_rows_match_numpy_on_threads(stride):
+    """The 3x3 depthwise kernel's ring of widened rows (stride 1 and 2): images larger than
+    the random cases, channels not a whole number of vectors, signed and unsigned bytes,
+    work split between threads mid-image, the activation's table."""
+    rng = np.random.default_rng(stride)
+    for x_type, C, pad, table in ((np.uint8, 72, 1, False), (np.int8, 40, 0, True)):
+        info = np.iinfo(x_type)
+        x = rng.integers(info.min, info.max + 1, (2, C, 23, 19)).astype(x_type)
+        w = _constant(rng.integers(-128, 128, (C, 1, 3, 3)).astype(np.int8))
+        params = [
+            _constant(np.float32(0.02)),
+            _constant(np.asarray(3, x_type)),
+            w,
+            _constant((rng.random(C) * 0.01 + 0.001).astype(np.float32)),
+            _constant(np.zeros(C, np.int8)),
+            _constant(np.float32(0.3)),
+            _constant(np.asarray(-2 if x_type == np.int8 else 7, x_type)),
+            _constant(rng.integers(-1000, 1000, C).astype(np.int32)),
+        ]
+        lookup = _constant(rng.integers(0, 256, 256).astype(np.uint8).view(x_type))
+        attrs = dict(group=C, kernel_shape=[3, 3], pads=[pad] * 4, strides=[stride] * 2)
+        want = _nchw(x, params, lookup if table else None, attrs)
+        nhwc = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+        for n in (1, 2, 3):
+            with native.threads(n):
+                if table:
+                    got = conv_nhwc.qlinear_conv_lookup_nhwc(nhwc, *params, lookup, **attrs)
+                else:
+                    got = conv_nhwc.qlinear_conv_nhwc(nhwc, *params, **attrs)
+            np.testing.assert_array_equal(got, want)
+
+
 def test_contiguous_bytes_of_transposed_views():
     x = RNG.integers(0, 255, (2, 5, 6, 7)).astype(np.uint8)
     for view in (x.transpose(0, 2, 3, 1), x.transpose(0, 3, 1, 2), x[:, ::2]):

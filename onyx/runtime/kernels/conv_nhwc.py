@@ -20,13 +20,14 @@ import operator
 import numpy as np
 
 from .. import native
-from ..registry import ONYX_DOMAIN, op
+from ..registry import ONYX_DOMAIN, binds, op
 from .conv import (
     CONV_ATTRIBUTES,
     _conv_geometry,
     _implicit_gemm_conv,
     _qlinear_conv,
     requantization_scale,
+    under_setting,
 )
 from .derived import derived, value_key
 
@@ -34,6 +35,32 @@ from .derived import derived, value_key
 EXACT_TAPS = 258
 
 
+def _bind_qlinear_conv_nhwc(inputs, attrs, constant):
+    """registry.binds for QLinearConvNhwc / QLinearConvLookupNhwc of constant parameters: the
+    native runner _native_runner finds for a channels-last x, made once (the kernel's own
+    look-ups of it took as long as a small layer's native call). An x of other strides (the
+    NCHW tensor's view that starts a chain) goes to the kernel as written. None where no
+    native path applies."""
+    x, w = inputs[0], inputs[3]
+    table = inputs[9] if len(inputs) > 9 else None
+    kernel = qlinear_conv_nhwc if len(inputs) < 10 else qlinear_conv_lookup_nhwc
+    if x.ndim != 4 or w.ndim != 4:
+        return None
+    bias = inputs[8] if len(inputs) > 8 else None
+    params = (*inputs[1:3], *inputs[4:8], bias, table, *(attrs[k] for k in CONV_ATTRIBUTES))
+    if any(p is not None and p.flags.writeable for p in params[:8]):
+        return None  # (as the kernel keeps runners: for constants only)
+    run = _native_runner(np.empty(x.shape, x.dtype).transpose(0, 3, 1, 2), w, params)
+    if run is None:
+        return None
+
+    def call(x, *rest):
+        return run(x) if x.flags.c_contiguous else kernel(x, *rest, **attrs)
+
+    return under_setting(call, kernel, attrs)
+
+
+@binds(_bind_qlinear_conv_nhwc, constants=(1, 2, 3, 4, 5, 6, 7, 8))
 @op("QLinearConvNhwc", since=1, domain=ONYX_DOMAIN, threads="pool")
 def qlinear_conv_nhwc(
     x,
@@ -59,6 +86,7 @@ def qlinear_conv_nhwc(
     return _qlinear_conv_nhwc(x, w, params + attrs)
 
 
+@binds(_bind_qlinear_conv_nhwc, constants=(1, 2, 3, 4, 5, 6, 7, 8, 9))
 @op("QLinearConvLookupNhwc", since=1, domain=ONYX_DOMAIN, threads="pool")
 def qlinear_conv_lookup_nhwc(
     x,

@@ -685,6 +685,27 @@ void onyx_lookup8(const uint8_t *restrict x, const void *restrict table, int64_t
 void onyx_lookup8_vbmi(const uint8_t *restrict x, const void *restrict table, int64_t size,
                        void *restrict y, int64_t n);
 
+typedef int32_t dwn_ivec __attribute__((vector_size(64)));
+typedef uint8_t dwn_bytes __attribute__((vector_size(16)));
+/* n bytes at src widened to float32 x - x_zp at dst, 16 a vector (GCC's vectors of the
+   scalar loop, or of vector-extension conversions, took two to four times the instructions:
+   the fill was most of a stride-2 layer's time). Where the CPU has AVX-512 F. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define DWN_WIDEN 1
+__attribute__((target("avx512f"))) static void dwn_widen_avx512(const uint8_t *restrict src,
+                                                                int x_signed, int32_t x_zp,
+                                                                int64_t n, float *restrict dst) {
+    __m512i zp = _mm512_set1_epi32(x_zp);
+    int64_t k = 0;
+    for (; k + 16 <= n; k += 16) {
+        __m128i b = _mm_loadu_si128((const __m128i *)(src + k));
+        __m512i i = x_signed ? _mm512_cvtepi8_epi32(b) : _mm512_cvtepu8_epi32(b);
+        _mm512_storeu_ps(dst + k, _mm512_cvtepi32_ps(_mm512_sub_epi32(i, zp)));
+    }
+    for (; k < n; k++) dst[k] = (float)((x_signed ? (int8_t)src[k] : src[k]) - x_zp);
+}
+#endif
+
 /* Input rows r0 .. r0 + rows of image n (padded coordinates) into the band's buffer as
    float32 x - x_zp, zeros around; a pixel's channels padded to S floats. */
 static inline __attribute__((always_inline)) void dwn_fill(
@@ -703,6 +724,18 @@ static inline __attribute__((always_inline)) void dwn_fill(
         const uint8_t *src = x + (n * g->H + h) * g->W * C;
         float *at = dst + lo * S;
         int64_t run = (hi - lo) * C;
+#ifdef DWN_WIDEN
+        if (onyx_isa() & ONYX_ISA_AVX512) {
+            if (C == S) /* (whole vectors of channels: the row is one run) */
+                dwn_widen_avx512(src, x_signed, x_zp, run, at);
+            else
+                for (int64_t j = 0; j < hi - lo; j++, src += C, at += S) {
+                    dwn_widen_avx512(src, x_signed, x_zp, C, at);
+                    for (int64_t c = C; c < S; c++) at[c] = 0.0f;
+                }
+            continue;
+        }
+#endif
         if (C == S) { /* (whole vectors of channels: the row is one run) */
             if (x_signed)
                 for (int64_t k = 0; k < run; k++) at[k] = (float)((int8_t)src[k] - x_zp);
@@ -721,8 +754,6 @@ static inline __attribute__((always_inline)) void dwn_fill(
 }
 
 
-typedef int32_t dwn_ivec __attribute__((vector_size(64)));
-typedef uint8_t dwn_bytes __attribute__((vector_size(16)));
 
 /* The requantization's constants, read once per call (the byte stores may alias anything:
    read through o, they were loaded again for every vector). */
@@ -794,6 +825,78 @@ static inline __attribute__((always_inline)) void dwn_row(
     }
 }
 
+/* dwn_row for a 3x3 undilated kernel of stride sw (1 or 2, a constant where inlined): a
+   vector's nine weights stay in registers across the row (the byte stores may alias
+   anything, so dwn_row loads them again for every pixel block), and each window row's
+   pixels are loaded once for the four outputs that share them (6 vectors for 12
+   multiply-adds at stride 1, 9 at stride 2, where dwn_row loads 12). The same products in
+   the same order: the same sums. */
+static inline __attribute__((always_inline)) void dwn_row3(const dwn_epilogue *o,
+                                                           const float *const *rows,
+                                                           const float *wt, const float *bias,
+                                                           const float *scale, int64_t C,
+                                                           int64_t OW, const int64_t sw,
+                                                           uint8_t *yrow) {
+    int64_t V = (C + 15) / 16, S = V * 16;
+    for (int64_t v = 0; v < V; v++) {
+        int64_t c0 = v * 16, lanes = C - c0 < 16 ? C - c0 : 16;
+        dwn_vec w[9];
+        for (int t = 0; t < 9; t++) w[t] = *(const dwn_vec *)(wt + t * S + c0);
+        int64_t j = 0;
+        for (; j + 4 <= OW; j += 4) {
+            dwn_vec a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+            for (int a = 0; a < 3; a++) {
+                const float *row = rows[a] + j * sw * S + c0;
+                dwn_vec p[9];
+                for (int q = 0; q < 3 * sw + 3; q++) p[q] = *(const dwn_vec *)(row + q * S);
+                for (int b = 0; b < 3; b++) {
+                    a0 += p[b] * w[a * 3 + b];
+                    a1 += p[sw + b] * w[a * 3 + b];
+                    a2 += p[2 * sw + b] * w[a * 3 + b];
+                    a3 += p[3 * sw + b] * w[a * 3 + b];
+                }
+            }
+            dwn_store(o, a0, bias + c0, scale + c0, lanes, yrow + j * C + c0);
+            dwn_store(o, a1, bias + c0, scale + c0, lanes, yrow + (j + 1) * C + c0);
+            dwn_store(o, a2, bias + c0, scale + c0, lanes, yrow + (j + 2) * C + c0);
+            dwn_store(o, a3, bias + c0, scale + c0, lanes, yrow + (j + 3) * C + c0);
+        }
+        for (; j < OW; j++) {
+            dwn_vec a0 = {0};
+            for (int a = 0; a < 3; a++) {
+                const float *row = rows[a] + j * sw * S + c0;
+                for (int b = 0; b < 3; b++) a0 += *(const dwn_vec *)(row + b * S) * w[a * 3 + b];
+            }
+            dwn_store(o, a0, bias + c0, scale + c0, lanes, yrow + j * C + c0);
+        }
+    }
+}
+
+/* Output rows p0 <= p < p1 of a 3x3 undilated conv of stride 1 or 2: each input row is
+   widened once into a ring of three rows (where the band's buffer of up to 17 rows left L1
+   for L2: its stores were most of a stride-2 layer's time), then each output row reads its
+   window's three rows from the ring. */
+static inline __attribute__((always_inline)) void dwn_ring3(
+    const uint8_t *x, int x_signed, int32_t x_zp, const dw_geometry *g, const dwn_epilogue *e,
+    const float *wt, const float *bias, const float *scale, lookup_fn lookup, const void *table,
+    uint8_t *y8, int64_t Wp, int64_t S, int64_t p0, int64_t p1, float *buf) {
+    float *slot[3] = {buf, buf + Wp * S, buf + 2 * Wp * S};
+    int64_t image = -1, next = 0; /* the image whose rows the ring holds, its next row */
+    for (int64_t p = p0; p < p1; p++) {
+        int64_t n = p / g->OH, i = p % g->OH, first = i * g->sw;
+        if (n != image || next < first) image = n, next = first;
+        for (; next < first + 3; next++)
+            dwn_fill(x, x_signed, x_zp, g, n, next, 1, Wp, S, slot[next % 3]);
+        const float *rows[3] = {slot[first % 3], slot[(first + 1) % 3], slot[(first + 2) % 3]};
+        uint8_t *yrow = y8 + (n * g->OH + i) * g->OW * g->C;
+        if (g->sw == 1)
+            dwn_row3(e, rows, wt, bias, scale, g->C, g->OW, 1, yrow);
+        else
+            dwn_row3(e, rows, wt, bias, scale, g->C, g->OW, 2, yrow);
+        if (table) lookup(yrow, table, 1, yrow, g->OW * g->C);
+    }
+}
+
 EXPORT CLONES int onyx_depthwise_nhwc_i8(const uint8_t *x, int x_signed, int32_t x_zp,
                                          const int16_t *wc, const dw_geometry *g,
                                          const dw_output *o, int64_t p0, int64_t p1) {
@@ -823,6 +926,11 @@ EXPORT CLONES int onyx_depthwise_nhwc_i8(const uint8_t *x, int x_signed, int32_t
     for (int64_t c = 0; c < S; c++) {
         bias[c] = c < C && o->bias ? (float)o->bias[c] : 0.0f;
         scale[c] = c < C ? o->scale[c] : 0.0f;
+    }
+    if (g->kh == 3 && g->kw == 3 && g->dh == 1 && g->dw == 1 && (g->sw == 1 || g->sw == 2)) {
+        dwn_ring3(x, x_signed, x_zp, g, &e, wt, bias, scale, lookup, o->table, o->y8, Wp, S, p0,
+                  p1, buf);
+        p0 = p1; /* (done) */
     }
     for (int64_t p = p0; p < p1;) {
         int64_t n = p / g->OH, i0 = p % g->OH, rows = g->OH - i0;
