@@ -21,6 +21,13 @@ THREADS = 4
 PLAN, PACE = "_plan", "_pace"
 
 
+@pytest.fixture(autouse=True)
+def _as_if_other_threads_ran(monkeypatch):
+    """Some tests here watch the main thread's runs take turns before other threads start: a
+    run alone takes none (concurrency._other_threads)."""
+    monkeypatch.setattr(concurrency, "_other_threads", lambda: 1)
+
+
 def _relu_session() -> onyx.InferenceSession:
     graph = helper.make_graph(
         [helper.make_node("Relu", ["x"], ["y"])],
@@ -72,6 +79,26 @@ def test_without_turns_short_runs_overlap(monkeypatch):
     """(the check above can fail: short runs overlap once turns are off)"""
     monkeypatch.setattr(concurrency, "SHORT_RUN_SECONDS", 0.0)
     assert _most_at_once(_relu_session()) > 1
+
+
+def test_a_run_alone_takes_no_turn_and_one_beside_another_thread_does(monkeypatch):
+    taken = []
+
+    class Turns:
+        def acquire(self):
+            taken.append(1)
+
+        def release(self, failed=False):
+            pass
+
+    monkeypatch.setattr(concurrency, "_turns", Turns())
+    sess, x = _relu_session(), {"x": np.ones((2, 3), np.float32)}
+    monkeypatch.setattr(concurrency, "_other_threads", lambda: 0)
+    sess.run(None, x)
+    assert taken == []
+    monkeypatch.setattr(concurrency, "_other_threads", lambda: 1)
+    sess.run(None, x)
+    assert taken == [1]
 
 
 def test_long_runs_run_side_by_side():

@@ -19,6 +19,13 @@ THREADS = 8
 MODELS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "models")
 
 
+@pytest.fixture(autouse=True)
+def _as_if_other_threads_ran(monkeypatch):
+    """The tests here watch the main thread's runs take turns, alone or before other threads
+    start: a run alone takes none (concurrency._other_threads)."""
+    monkeypatch.setattr(concurrency, "_other_threads", lambda: 1)
+
+
 def _feeds(sess, seed: int) -> dict:
     rng = np.random.default_rng(seed)
     feeds = {}
