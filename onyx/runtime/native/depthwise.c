@@ -685,72 +685,143 @@ EXPORT AVX512 int onyx_depthwise_i8_avx512(const uint8_t *x, int x_signed, int32
 }
 
 /* A convolution with few input channels (a network's stem: 3 channels, group 1) on AVX-512,
-   16 output channels per vector: each output pixel sums, over input channels and taps, the
-   input value broadcast times the 16 channels' weights (an im2col GEMM with K = 27 is mostly
-   the cost of building its columns). Parts p = (image, 16 output channels, band of output
-   rows) as above, g->M output channels; each part copies its band's rows into the padded
-   image (zero-bordered). The activation (g->act) is applied as the rows are stored. */
+   16 output pixels of a row per vector: each tap of each input channel is one contiguous load
+   of 16 input values times one broadcast weight per output channel, and a tile of 4 output
+   channels x up to 4 vectors (64 pixels) shares its loads (the 16-channel-per-vector order
+   loaded a broadcast per multiply-add and then transposed every row back to its planes).
+   Rows go to the output planes as they are, with the bias and activation (g->act).
+   The padded input rows of a part are split into their sw stride phases (phase f of a row:
+   its padded columns f, f + sw, ...), so that a stride-2 tap's 16 inputs are one load.
+   Parts p = (image, band of output rows, block of 16 output channels), the block fastest:
+   consecutive parts of a band share its phase rows, filled once. */
+typedef struct {
+    int64_t Wq, rs, rows; /* values per phase; floats per buffered row; buffered rows a part */
+    int64_t CK, band, bands, blocks;
+} stem_layout;
+
+/* Padded row r of the band from output row i0, channel c, into its phases at dst (line:
+   Wq * sw + 32 floats of scratch for the padded row). */
+static AVX512 void stem_fill_row(const float *x, const dw_geometry *g, const stem_layout *L,
+                                 int64_t n, int64_t c, int64_t i0, int64_t r, float *line,
+                                 float *dst) {
+    int64_t h = i0 * g->sh + r - g->top, width = L->Wq * g->sw;
+    if (h < 0 || h >= g->H) {
+        memset(dst, 0, (size_t)width * sizeof(float));
+        return;
+    }
+    int64_t take = g->W < width - g->left ? g->W : width - g->left;
+    memset(line, 0, (size_t)(width + 32) * sizeof(float));
+    memcpy(line + g->left, x + ((n * g->C + c) * g->H + h) * g->W, (size_t)take * sizeof(float));
+    if (g->sw == 1) {
+        memcpy(dst, line, (size_t)width * sizeof(float));
+    } else if (g->sw == 2) { /* even and odd columns, 32 at a time */
+        const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+        const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+        for (int64_t q = 0; q < L->Wq; q += 16) {
+            __m512 a = _mm512_loadu_ps(line + 2 * q), b = _mm512_loadu_ps(line + 2 * q + 16);
+            __mmask16 live = L->Wq - q >= 16 ? 0xFFFF : (__mmask16)((1u << (L->Wq - q)) - 1);
+            _mm512_mask_storeu_ps(dst + q, live, _mm512_permutex2var_ps(a, even, b));
+            _mm512_mask_storeu_ps(dst + L->Wq + q, live, _mm512_permutex2var_ps(a, odd, b));
+        }
+    } else {
+        for (int64_t f = 0; f < g->sw; f++)
+            for (int64_t q = 0; q < L->Wq; q++) dst[f * L->Wq + q] = line[q * g->sw + f];
+    }
+}
+
+/* Output row i (local row li of the part's buffer), pixels j0 .. j0 + 16 nv (the last vector
+   masked by tail), channels m[0..3] (repeats past the block's last) of which `live` are
+   stored: sums over the taps t in the order c, kh, kw (tap t reads at tap_at[t]). The 16
+   sums are named variables: an array of them stayed in memory. */
+#define STEM_X(v) __m512 x##v = v < nv ? _mm512_maskz_loadu_ps(v == nv - 1 ? tail : 0xFFFF, src + 16 * v) : zero
+#define STEM_FMA(k, v) if (v < nv) s##k##v = _mm512_fmadd_ps(w##k, x##v, s##k##v)
+#define STEM_ROW(k)                                                                        \
+    { __m512 w##k = _mm512_set1_ps(wr[k][t]);                                              \
+      STEM_FMA(k, 0); STEM_FMA(k, 1); STEM_FMA(k, 2); STEM_FMA(k, 3); }
+#define STEM_OUT(k, v)                                                                     \
+    if (v < nv && k < live)                                                                \
+        _mm512_mask_storeu_ps(out[k] + 16 * v, v == nv - 1 ? tail : 0xFFFF,               \
+                              onyx_activate(_mm512_add_ps(s##k##v, bv[k]), (int)g->act,   \
+                                            g->alpha, g->beta))
+#define STEM_OUTS(k) STEM_OUT(k, 0); STEM_OUT(k, 1); STEM_OUT(k, 2); STEM_OUT(k, 3)
+static inline __attribute__((always_inline)) AVX512 void stem_tile(
+    const float *buf, const float *w, const float *bias, float *y, const dw_geometry *g,
+    const stem_layout *L, const int64_t *tap_at, int64_t li, int64_t i, int64_t j0,
+    const int nv, __mmask16 tail, const int64_t *m, int live) {
+    const __m512 zero = _mm512_setzero_ps();
+    __m512 s00 = zero, s01 = zero, s02 = zero, s03 = zero, s10 = zero, s11 = zero, s12 = zero,
+           s13 = zero, s20 = zero, s21 = zero, s22 = zero, s23 = zero, s30 = zero, s31 = zero,
+           s32 = zero, s33 = zero;
+    const float *wr[4] = {w + m[0] * L->CK, w + m[1] * L->CK, w + m[2] * L->CK, w + m[3] * L->CK};
+    const float *base = buf + li * g->sh * L->rs + j0;
+    for (int64_t t = 0; t < L->CK; t++) {
+        const float *src = base + tap_at[t];
+        STEM_X(0); STEM_X(1); STEM_X(2); STEM_X(3);
+        STEM_ROW(0) STEM_ROW(1) STEM_ROW(2) STEM_ROW(3)
+    }
+    float *out[4];
+    __m512 bv[4];
+    for (int k = 0; k < 4; k++) {
+        out[k] = y + (m[k] * g->OH + i) * g->OW + j0;
+        bv[k] = _mm512_set1_ps(bias ? bias[m[k]] : 0.0f);
+    }
+    STEM_OUTS(0); STEM_OUTS(1); STEM_OUTS(2); STEM_OUTS(3);
+}
+
 EXPORT AVX512 int onyx_conv_small_f32_avx512(const float *x, const float *w, const float *bias,
                                              float *y, const dw_geometry *g, int64_t p0,
                                              int64_t p1) {
     dwv_layout d = dwv_layout_of(g);
-    int64_t M = g->M, CK = g->C * d.K, plane = d.Hp * d.Wp;
-    float *pad = calloc((size_t)(g->C * plane), sizeof(float)); /* the border stays zero */
-    void *raw[2];
-    float *wt = dwv_vectors(CK, &raw[0]), *row = dwv_vectors(g->OW, &raw[1]);
-    if (!pad || !wt || !row) {
-        free(pad), free(raw[0]), free(raw[1]);
+    stem_layout L;
+    L.Wq = (d.Wp + g->sw - 1) / g->sw;
+    L.rs = L.Wq * g->sw + 16; /* (masked loads never read past a row's own phases) */
+    L.band = d.band, L.bands = d.bands, L.blocks = (g->M + 15) / 16, L.CK = g->C * d.K;
+    L.rows = (d.band - 1) * g->sh + (g->kh - 1) * g->dh + 1;
+    float *buf = malloc((size_t)(g->C * L.rows * L.rs) * sizeof(float));
+    float *line = malloc((size_t)(L.Wq * g->sw + 32) * sizeof(float));
+    int64_t *tap_at = malloc((size_t)L.CK * sizeof(int64_t));
+    if (!buf || !line || !tap_at) {
+        free(buf), free(line), free(tap_at);
         return ONYX_NOMEM;
     }
-    int64_t wend = d.Wp - g->left < g->W ? d.Wp - g->left : g->W;
+    for (int64_t c = 0, t = 0; c < g->C; c++) /* (a tap's phase: its column's, by stride) */
+        for (int64_t a = 0; a < g->kh; a++)
+            for (int64_t b = 0; b < g->kw; b++, t++)
+                tap_at[t] = (c * L.rows + a * g->dh) * L.rs + (b * g->dw) % g->sw * L.Wq +
+                            (b * g->dw) / g->sw;
+    int64_t filled = -1, vectors = (g->OW + 15) / 16;
+    __mmask16 last = (__mmask16)(g->OW % 16 ? (1u << (g->OW % 16)) - 1 : 0xFFFF);
     for (int64_t p = p0; p < p1; p++) {
-        dwv_part q = dwv_part_of(g, &d, M, p);
-        int64_t n = q.n, m0 = q.m0, lanes = q.lanes, i0 = q.i0, i1 = q.i1;
-        for (int64_t c = 0; c < g->C; c++) /* the rows of the band (its image's; once more
-                                               where bands overlap) */
-            for (int64_t r = i0 * g->sh, end = r + q.rows; r < end; r++) {
-                int64_t h = r - g->top;
-                if (h >= 0 && h < g->H)
-                    memcpy(pad + c * plane + r * d.Wp + g->left,
-                           x + ((n * g->C + c) * g->H + h) * g->W, (size_t)wend * sizeof(float));
-            }
-        for (int64_t k = 0; k < CK; k++)
-            for (int l = 0; l < 16; l++) wt[k * 16 + l] = l < lanes ? w[(m0 + l) * CK + k] : 0;
-        for (int64_t i = i0; i < i1; i++) {
-            int64_t j = 0;
-            for (; j + 8 <= g->OW; j += 8) { /* eight pixels: see DWV_ROW */
-                __m512 a[8];
-                for (int u = 0; u < 8; u++) a[u] = _mm512_setzero_ps();
-                for (int64_t c = 0; c < g->C; c++)
-                    for (int64_t k = 0; k < g->kh; k++) {
-                        const float *r = pad + c * plane + (i * g->sh + k * g->dh) * d.Wp + j * g->sw;
-                        const float *wr = wt + (c * d.K + k * g->kw) * 16;
-                        for (int64_t b = 0; b < g->kw; b++) {
-                            __m512 wv = _mm512_loadu_ps(wr + b * 16);
-                            const float *q = r + b * g->dw;
-                            for (int u = 0; u < 8; u++)
-                                a[u] = _mm512_fmadd_ps(wv, _mm512_set1_ps(q[u * g->sw]), a[u]);
-                        }
-                    }
-                for (int u = 0; u < 8; u++) _mm512_storeu_ps(row + (j + u) * 16, a[u]);
-            }
-            for (; j < g->OW; j++) {
-                __m512 a0 = _mm512_setzero_ps();
-                for (int64_t c = 0; c < g->C; c++)
-                    for (int64_t a = 0; a < g->kh; a++) {
-                        const float *r = pad + c * plane + (i * g->sh + a * g->dh) * d.Wp + j * g->sw;
-                        for (int64_t b = 0; b < g->kw; b++)
-                            a0 = _mm512_fmadd_ps(_mm512_loadu_ps(wt + (c * d.K + a * g->kw + b) * 16),
-                                                 _mm512_set1_ps(r[b * g->dw]), a0);
-                    }
-                _mm512_storeu_ps(row + j * 16, a0);
-            }
-            /* + bias and the activation, to the lanes' planes (as the depthwise kernel's) */
-            dwv_store_f32(row, g->OW, g, lanes, bias ? bias + m0 : 0,
-                          y + ((n * M + m0) * g->OH + i) * g->OW);
+        int64_t block = p % L.blocks, nb = p / L.blocks, n = nb / L.bands;
+        int64_t i0 = nb % L.bands * L.band, i1 = i0 + L.band < g->OH ? i0 + L.band : g->OH;
+        int64_t m0 = block * 16, lanes = g->M - m0 < 16 ? g->M - m0 : 16;
+        if (nb != filled) { /* the band's rows (its image's; once more where bands overlap) */
+            int64_t rows = (i1 - 1 - i0) * g->sh + (g->kh - 1) * g->dh + 1;
+            for (int64_t c = 0; c < g->C; c++)
+                for (int64_t r = 0; r < rows; r++)
+                    stem_fill_row(x, g, &L, n, c, i0, r, line, buf + (c * L.rows + r) * L.rs);
+            filled = nb;
         }
+        float *yn = y + n * g->M * g->OH * g->OW;
+        for (int64_t i = i0; i < i1; i++)
+            for (int64_t k0 = 0; k0 < lanes; k0 += 4) {
+                int64_t m[4];
+                int live = lanes - k0 < 4 ? (int)(lanes - k0) : 4;
+                for (int k = 0; k < 4; k++) m[k] = m0 + k0 + (k < live ? k : live - 1);
+                for (int64_t v0 = 0; v0 < vectors; v0 += 4) {
+                    int nv = vectors - v0 < 4 ? (int)(vectors - v0) : 4;
+                    __mmask16 tail = v0 + nv == vectors ? last : 0xFFFF;
+                    int64_t j0 = v0 * 16, li = i - i0;
+                    switch (nv) { /* (a constant count each: the tile stays in registers) */
+                    case 4: stem_tile(buf, w, bias, yn, g, &L, tap_at, li, i, j0, 4, tail, m, live); break;
+                    case 3: stem_tile(buf, w, bias, yn, g, &L, tap_at, li, i, j0, 3, tail, m, live); break;
+                    case 2: stem_tile(buf, w, bias, yn, g, &L, tap_at, li, i, j0, 2, tail, m, live); break;
+                    default: stem_tile(buf, w, bias, yn, g, &L, tap_at, li, i, j0, 1, tail, m, live);
+                    }
+                }
+            }
     }
-    free(pad), free(raw[0]), free(raw[1]);
+    free(buf), free(line), free(tap_at);
     return 0;
 }
 #endif

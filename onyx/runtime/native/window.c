@@ -317,6 +317,29 @@ row_s1(const pool2d *t, const float *x, int64_t oh, float *out, const float *cou
     }
 }
 
+/* Output row oh of a pool with unit strides and dilations whose windows' columns all fit one
+   vector (OW + kw - 1 <= 16: a 7x7 or 14x14 plane, padded): row_s1 with its one column block
+   and the fill for the next (row_s1 reduced a second block of cells wholly past the row, and
+   set up its loop and shifts, for every row of such planes). */
+static AVX512 inline __attribute__((always_inline)) void
+row_narrow(const pool2d *t, const float *x, int64_t oh, float *out, const float *count_w,
+           float rows, const int64_t kh, const int64_t kw, const int average, const int nan) {
+    const __m512 fill = average ? _mm512_setzero_ps() : _mm512_set1_ps(-INFINITY);
+    const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    __m512 column = column_block(t, x, oh, 0, kh, average, nan), acc = column;
+    for (int64_t kx = 1; kx < kw; kx++) {
+        __m512i at = _mm512_add_epi32(lane, _mm512_set1_epi32((int)kx));
+        __m512 tap = _mm512_permutex2var_ps(column, at, fill);
+        acc = average ? _mm512_add_ps(acc, tap) : window_max(acc, tap, nan);
+    }
+    store_outputs(out, t->OW, acc, count_w, rows, average);
+}
+
+static AVX512 int narrow_fits(const pool2d *t) {
+    return t->sh == 1 && t->sw == 1 && t->dh == 1 && t->dw == 1 && t->OW + t->kw - 1 <= 16 &&
+           (!t->average || t->by_columns);
+}
+
 /* Every output row of a plane by ROW (row_s1 or row_s2), then return: the mode (average,
    NaN-aware max, max) and the window's sizes as constants where they are, so that each call
    of ROW is specialised. */
@@ -409,6 +432,13 @@ static AVX512 void plane_s2_avx512(const pool2d *t, const float *x, float *y,
     if (t->kw == 3) PLANE_MODES(row_s2, t->kh, 3)
     PLANE_MODES(row_s2, t->kh, 2)
 }
+/* row_narrow for every output row of a plane (narrow_fits). */
+static AVX512 void plane_narrow_avx512(const pool2d *t, const float *x, float *y,
+                                       const float *count_w, const float *count_h, int nan) {
+    PLANE_SQUARE(row_narrow, 3)
+    PLANE_SQUARE(row_narrow, 2)
+    PLANE_MODES(row_narrow, t->kh, t->kw)
+}
 #undef PLANE_SQUARE
 #undef PLANE_MODES
 #undef PLANE_ROWS
@@ -467,6 +497,11 @@ EXPORT CLONES int onyx_pool2d_f32_range(const void *p, int64_t begin, int64_t en
         int64_t ld = t->W; /* (the row stride of what the windows read) */
         float *y = t->y + plane * t->OH * t->OW;
 #ifdef HAVE_POOL_AVX512
+        if (vectors && narrow_fits(t)) {
+            plane_narrow_avx512(t, x, y, count_w, count_h,
+                                !t->average && has_nan(x, t->H * t->W));
+            continue;
+        }
         if (vectors && t->sw == 1 && t->dw == 1 && t->kw <= 16 &&
             (!t->average || t->by_columns)) {
             plane_s1_avx512(t, x, y, count_w, count_h, !t->average && has_nan(x, t->H * t->W));
