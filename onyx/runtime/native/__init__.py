@@ -175,6 +175,12 @@ _EXPORTS = {
         "svm_coupling",
     ),
     "window": ("pool2d_f32",),
+    "winograd": (
+        "WinogradConv",
+        "pack_winograd",
+        "winograd_applies",
+        "winograd_ok",
+    ),
 }
 #: Public name -> (family module, its name there).
 _ORIGIN = {
@@ -326,6 +332,10 @@ __all__ = [
     "pack_small_conv",
     "small_conv_applies",
     "small_conv_ok",
+    "WinogradConv",
+    "pack_winograd",
+    "winograd_applies",
+    "winograd_ok",
 ]
 
 #: The kernel families (one C file and one Python module each), in the order they bind.
@@ -347,6 +357,7 @@ FAMILY_NAMES = (
     "gemm_f32",
     "nhwc",
     "small_cnn",
+    "winograd",
 )
 _core.start(())  # (the library: loaded at once; each family binds when it is imported)
 
