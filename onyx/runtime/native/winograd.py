@@ -8,6 +8,7 @@ import ctypes
 
 import numpy as np
 
+from ...errors import InvalidArgument
 from . import _core as core
 from ._core import _I64, _P, _addr, _check_sizes, _even_cuts, _filled, _run, _ways, abi, range_of
 from .conv_f32 import bias_entry
@@ -50,6 +51,8 @@ def winograd_applies(x_shape, w_shape, group: int, out_shape, strides, dilations
     if tuple(strides) != (1, 1) or tuple(dilations) != (1, 1) or not 0 <= min(begin):
         return False
     N, C = x_shape[:2]
+    if w_shape[1] != C:  # (weights for other channels: the kernels after this one refuse them)
+        return False
     tiles = N * (-(-out_shape[0] // 2)) * (-(-out_shape[1] // 2))
     return (
         max(begin) <= 2
@@ -83,6 +86,10 @@ class WinogradConv:
     ):
         (N, C, H, W), (OH, OW) = x_shape, out_shape
         _check_sizes("winograd conv", *x_shape, M, *out_shape, *begin)
+        if packed.shape[:2] != (16, -(-M // core.lib.winograd_tile[0])) or packed.shape[2] != C:
+            raise InvalidArgument(
+                f"onyx native winograd conv: packed weights {packed.shape} for {C} -> {M} channels"
+            )
         TH, TW = -(-OH // 2), -(-OW // 2)
         self.task = _WinogradF32(
             w=_addr(packed), N=N, C=C, H=H, W=W, M=M, OH=OH, OW=OW, top=begin[0],
