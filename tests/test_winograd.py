@@ -19,6 +19,7 @@ from onyx.errors import InvalidArgument
 from onyx.runtime import native
 from onyx.runtime.kernels import conv as conv_kernels
 from onyx.runtime.kernels.fused import fused_conv
+from onyx.runtime.native import winograd as winograd_module
 
 pytestmark = pytest.mark.skipif(not native.winograd_ok(), reason="no AVX-512 Winograd conv")
 
@@ -53,6 +54,16 @@ def _arrays(case, seed):
     w.flags.writeable = False  # (a constant: its set-up is kept)
     b = rng.standard_normal(M).astype(np.float32)
     return x, w, b
+
+
+#: The bound on work below which the conv is left to the direct kernels, as shipped.
+SHIPPED_MIN_MACS = winograd_module.MIN_MACS
+
+
+@pytest.fixture(autouse=True)
+def _small_layers_too(monkeypatch):
+    """The cases here are small (fast): the Winograd conv takes them all the same."""
+    monkeypatch.setattr(winograd_module, "MIN_MACS", 0)
 
 
 @pytest.fixture
@@ -121,8 +132,7 @@ def test_threads_split_the_blocks(winograd_calls):
         ((1, 16, 32, 32), (16, 16, 3, 3), {"dilations": [2, 2], "pads": [2, 2, 2, 2]}),
         ((1, 16, 32, 32), (16, 8, 3, 3), {"group": 2, "pads": [1, 1, 1, 1]}),
         ((1, 8, 32, 32), (16, 8, 3, 3), {"pads": [1, 1, 1, 1]}),  # few input channels
-        ((1, 16, 8, 8), (16, 16, 3, 3), {"pads": [1, 1, 1, 1]}),  # few tiles
-        ((1, 256, 16, 16), (256, 256, 3, 3), {"pads": [1, 1, 1, 1]}),  # weights past L2
+        ((1, 512, 8, 8), (512, 512, 3, 3), {"pads": [1, 1, 1, 1]}),  # many weights a tile
         ((1, 16, 32, 32), (16, 16, 5, 5), {"pads": [2, 2, 2, 2]}),
         ((1, 16, 32, 32), (16, 16, 3, 3), {"pads": [3, 3, 3, 3]}),
     ],
@@ -137,6 +147,18 @@ def test_shapes_left_to_the_direct_kernels(x_shape, w_shape, attrs, winograd_cal
         want = conv_kernels.conv(x, w, None, **attrs)
     np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
     assert not winograd_calls
+
+
+def test_small_layers_are_left_to_the_direct_kernels(monkeypatch, winograd_calls):
+    monkeypatch.setattr(winograd_module, "MIN_MACS", SHIPPED_MIN_MACS)
+    x, w, b = _arrays((1, 32, 16, 16, 32), 5)  # (2.4 M multiply-adds)
+    got = conv_kernels.conv(x, w, b, pads=[1, 1, 1, 1])
+    np.testing.assert_allclose(got, _reference(x, w, b, (1, 1, 1, 1)), rtol=1e-4, atol=1e-4)
+    assert not winograd_calls
+    x, w, b = _arrays((1, 64, 32, 32, 64), 6)  # (38 M)
+    got = conv_kernels.conv(x, w, b, pads=[1, 1, 1, 1])
+    np.testing.assert_allclose(got, _reference(x, w, b, (1, 1, 1, 1)), rtol=1e-4, atol=1e-4)
+    assert winograd_calls
 
 
 def test_weights_of_fewer_channels_than_the_input_are_not_taken(winograd_calls):

@@ -10,8 +10,8 @@
  * 2x2 block is A' M A (adds only). Its constants (0, +-1, 1/2 in G) keep the rounding close
  * to the direct conv's (a few ulps more).
  *
- * The work is cut into blocks of up to WG_NT = 48 output blocks ("tiles", of all images,
- * row-major: a block may span tile rows and images), and a block is done whole on one thread
+ * The work is cut into equal blocks of up to WG_NT = 48 output blocks ("tiles", of all
+ * images, row-major: a block may span tile rows and images), and a block is done whole on one thread
  * so that its transforms stay in L2: its V (16 x C x 48 floats) is made first, then per panel
  * of WG_MR output channels its 16 products (register tiles of 8 channels x 48 tiles, the
  * tiles in the lanes) into a buffer of 16 x 8 x 48 sums, which the output transform stores
@@ -253,14 +253,17 @@ EXPORT AVX512 int onyx_winograd_f32_range(const void *p, int64_t begin, int64_t 
     if (!(onyx_isa() & ONYX_ISA_AVX512) || !winograd_ok(t) || begin < 0 ||
         end > wg_blocks(t) || !t->x || !t->w || !t->y)
         return ONYX_INVALID;
+    /* (blocks of equal tiles: 49 are two blocks of 25 and 24, not 48 and 1, whose pass over
+       every weight would serve a lone tile) */
     int64_t panels = (t->M + WG_MR - 1) / WG_MR, tiles = t->N * t->TH * t->TW;
+    int64_t blocks = wg_blocks(t);
     float *V = wg_scratch(16 * t->C * WG_NT + 16 * WG_MR * WG_NT + 16); /* (+16: a run's
                                                                        last row's vector) */
     if (!V) return ONYX_NOMEM;
     float *S = V + 16 * t->C * WG_NT;
     wg_run r[WG_NT];
     for (int64_t q = begin; q < end; q++) {
-        int64_t q0 = q * WG_NT, q1 = q0 + WG_NT < tiles ? q0 + WG_NT : tiles;
+        int64_t q0 = q * tiles / blocks, q1 = (q + 1) * tiles / blocks;
         int runs = wg_runs(t, q0, q1, r);
         for (int64_t c = 0; c < t->C; c++)
             for (int k = 0; k < runs; k++) {

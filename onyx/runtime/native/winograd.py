@@ -26,16 +26,18 @@ class _WinogradF32(ctypes.Structure):
 #: F(2x2, 3x3)'s weight transform G (4 x 3): U = G g G' per (output, input) channel pair.
 _G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
 
-#: Most weight-transform floats (16 x M x C) per conv: every block of 48 tiles reads them all
-#: (from L2 up to 128 -> 128 channels; a deeper layer's, 4 MB for 256 -> 256, would come from
-#: memory for each block, and its few tiles, 49 at 14x14, leave a block mostly idle).
-MAX_WEIGHTS = 16 * 128 * 128
+#: Most weight-transform floats (16 x M x C) per 2x2 tile: every block of up to 48 tiles reads
+#: them all, so a deep layer of few tiles (512 -> 512 channels at 7x7, batch 1: 16 tiles) is
+#: one pass over 16 MB of weights for little work (twice the direct conv's time); at batch 8
+#: (128 tiles, this bound) it is a fifth faster.
+MAX_WEIGHTS_PER_TILE = 1 << 15
 
 #: Fewest input channels: below, a tile's few multiply-adds per transform do not pay for it.
 MIN_CHANNELS = 16
 
-#: Fewest 2x2 tiles (48 a block): a conv of fewer leaves the blocks' lanes idle.
-MIN_TILES = 96
+#: Fewest multiply-adds (of the direct conv): a small layer's (64 -> 64 channels at 8x8, 32 ->
+#: 32 at 16x16) transforms of short tile rows (lanes idle) cost more than they save.
+MIN_MACS = 1 << 23
 
 
 def winograd_ok() -> bool:
@@ -45,7 +47,7 @@ def winograd_ok() -> bool:
 
 def winograd_applies(x_shape, w_shape, group: int, out_shape, strides, dilations, begin) -> bool:
     """Whether :class:`WinogradConv` takes this conv: a 2-D 3x3 one of group 1, unit stride and
-    dilation, begin pads of at most 2, enough channels and tiles, weights that fit."""
+    dilation, begin pads of at most 2, enough channels and work, few weights per tile."""
     if len(x_shape) != 4 or group != 1 or tuple(w_shape[2:]) != (3, 3):
         return False
     if tuple(strides) != (1, 1) or tuple(dilations) != (1, 1) or not 0 <= min(begin):
@@ -54,12 +56,13 @@ def winograd_applies(x_shape, w_shape, group: int, out_shape, strides, dilations
     if w_shape[1] != C:  # (weights for other channels: the kernels after this one refuse them)
         return False
     tiles = N * (-(-out_shape[0] // 2)) * (-(-out_shape[1] // 2))
+    M = w_shape[0]
     return (
         max(begin) <= 2
         and C >= MIN_CHANNELS
-        and w_shape[0] >= 8
-        and 16 * w_shape[0] * C <= MAX_WEIGHTS
-        and tiles >= MIN_TILES
+        and M >= 8
+        and 16 * M * C <= MAX_WEIGHTS_PER_TILE * tiles
+        and N * out_shape[0] * out_shape[1] * M * C * 9 >= MIN_MACS
     )
 
 
