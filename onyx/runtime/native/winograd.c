@@ -261,28 +261,32 @@ EXPORT AVX512 int onyx_winograd_f32_range(const void *p, int64_t begin, int64_t 
                                                                        last row's vector) */
     if (!V) return ONYX_NOMEM;
     float *S = V + 16 * t->C * WG_NT;
-    wg_run r[WG_NT];
+    wg_run r[WG_NT], next[WG_NT];
     for (int64_t q = begin; q < end; q++) {
         int64_t q0 = q * tiles / blocks, q1 = (q + 1) * tiles / blocks;
         int runs = wg_runs(t, q0, q1, r);
+        /* (the next block's patches are fetched during this one's products: the transforms
+           alone have too little work to hide their loads' waits on L3 or memory) */
+        int ahead = q + 1 < end ? wg_runs(t, q1, (q + 2) * tiles / blocks, next) : 0;
         for (int64_t c = 0; c < t->C; c++)
             for (int k = 0; k < runs; k++) {
-                if (c + WG_AHEAD < t->C) fetch_patches(t, r + k, c + WG_AHEAD);
+                if (q == begin && c + WG_AHEAD < t->C) fetch_patches(t, r + k, c + WG_AHEAD);
                 input_transform(t, r + k, c, V);
             }
         int nv = (int)((q1 - q0 + 15) / 16);
         void (*fn)(const float *, const float *, int64_t, float *) =
             nv == 3 ? product3 : nv == 2 ? product2 : product1;
         for (int64_t pn = 0; pn < panels; pn++) {
+            /* (this panel's outputs and residual, used after its products) */
+            for (int64_t i = 0; i < WG_MR && pn * WG_MR + i < t->M; i++)
+                for (int k = 0; k < runs; k++) fetch_outputs(t, r + k, pn * WG_MR + i);
+            for (int64_t c = pn * t->C / panels; c < (pn + 1) * t->C / panels; c++)
+                for (int k = 0; k < ahead; k++) fetch_patches(t, next + k, c);
             for (int xi = 0; xi < 16; xi++)
                 fn(t->w + (xi * panels + pn) * t->C * WG_MR, V + xi * t->C * WG_NT, t->C,
                    S + xi * WG_MR * WG_NT);
             for (int64_t i = 0; i < WG_MR && pn * WG_MR + i < t->M; i++)
-                for (int k = 0; k < runs; k++) {
-                    if (pn * WG_MR + i + WG_AHEAD < t->M)
-                        fetch_outputs(t, r + k, pn * WG_MR + i + WG_AHEAD);
-                    output_transform(t, r + k, pn * WG_MR + i, S, i);
-                }
+                for (int k = 0; k < runs; k++) output_transform(t, r + k, pn * WG_MR + i, S, i);
         }
     }
     return 0;
