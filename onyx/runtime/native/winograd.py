@@ -127,3 +127,6 @@ def bind(lib, isa: int) -> None:
     lib.onyx_winograd_f32_shape(tile)
     lib.winograd_tile = tuple(tile)
     lib.winograd_range = range_of(lib, "winograd_f32") if isa & core.ISA_AVX512 else None
+
+
+core.join(__name__, bind)
