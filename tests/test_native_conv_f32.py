@@ -12,7 +12,7 @@ import pytest
 from onyx.errors import InvalidArgument
 from onyx.runtime import native
 from onyx.runtime.kernels import conv as conv_kernels
-from onyx.runtime.kernels import small_cnn
+from onyx.runtime.kernels import small_cnn, winograd
 from onyx.runtime.kernels.activation import hard_swish
 from onyx.runtime.kernels.fused import ACTIVATIONS, conv_hard_swish, fused_conv
 
@@ -26,6 +26,7 @@ def _no_small_conv(monkeypatch):
     """These cases are conv_f32.c's: the small conv that takes many of them otherwise has its
     own tests (test_small_cnn.py)."""
     monkeypatch.setattr(small_cnn, "ENABLED", False)
+    monkeypatch.setattr(winograd, "ENABLED", False)  # (test_winograd.py's)
 
 
 #: N, C, H, W, M, kernel, stride, dilation, pads (top, left, bottom, right), group

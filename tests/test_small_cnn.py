@@ -18,6 +18,16 @@ from onyx.runtime.kernels.pool import max_pool
 
 pytestmark = pytest.mark.skipif(not native.small_conv_ok(), reason="no AVX-512 small kernels")
 
+
+@pytest.fixture(autouse=True)
+def _no_winograd(monkeypatch):
+    """These 3x3 cases are the small conv's: the Winograd conv that takes some of them
+    otherwise has its own tests (test_winograd.py)."""
+    from onyx.runtime.kernels import winograd
+
+    monkeypatch.setattr(winograd, "ENABLED", False)
+
+
 #: N, C, H, W, M, kernel, dilation, pads (top, left, bottom, right)
 CASES = [
     (1, 3, 32, 32, 16, (3, 3), (1, 1), (1, 1, 1, 1)),  # a U-Net's first conv

@@ -21,6 +21,7 @@ from .. import native
 from ..registry import ONYX_DOMAIN, binds, op
 from . import conv1d as _conv1d
 from . import small_cnn as _small_cnn
+from . import winograd as _winograd
 from .derived import derived, frozen, scratch, value_key
 from .integer_conv import channel_terms, shifted, window_sums
 
@@ -449,6 +450,9 @@ def _float_conv(
     begin = geo["pads"][: len(x_shape) - 2]
     if group > 1 and W.shape[1] == 1 or min(geo["pads"]) < 0:
         return None
+    fewer = _winograd.conv_setup(x_shape, W, group, geo, begin, activation, alpha, beta)
+    if fewer is not None:  # (a 3x3 unit-stride conv: kernels/winograd.py)
+        return fewer
     serving = _small_cnn.conv_setup(x_shape, W, group, geo, begin, activation, alpha, beta)
     if serving is not None:  # (a small image's layer: kernels/small_cnn.py)
         return serving

@@ -10,7 +10,8 @@ Each family of kernels is one C file and one Python module of the same name: gem
 exact int8 GEMM, AVX512-VNNI), depthwise (plane convs), conv_f32 (the float conv), conv1d
 (the direct 1-D float conv), gemv, nbits (MatMulNBits), attention (GroupQueryAttention's step, RMS norms), gemm_f32 (the float
 GEMM against a packed constant B), resize, rnn, elementwise, rows, window (pooling), trees,
-small_cnn (a direct conv of small images, a 2x2 upsampling and max pool: batch-1 serving CNNs).
+small_cnn (a direct conv of small images, a 2x2 upsampling and max pool: batch-1 serving CNNs),
+winograd (3x3 unit-stride float convs by Winograd F(2x2, 3x3)).
 Their task structs are declared once in abi.h and checked against the ctypes copies at load
 (_core.py).
 
@@ -175,6 +176,12 @@ _EXPORTS = {
         "svm_coupling",
     ),
     "window": ("pool2d_f32",),
+    "winograd": (
+        "WinogradConv",
+        "pack_winograd",
+        "winograd_applies",
+        "winograd_ok",
+    ),
 }
 #: Public name -> (family module, its name there).
 _ORIGIN = {
@@ -326,6 +333,10 @@ __all__ = [
     "pack_small_conv",
     "small_conv_applies",
     "small_conv_ok",
+    "WinogradConv",
+    "pack_winograd",
+    "winograd_applies",
+    "winograd_ok",
 ]
 
 #: The kernel families (one C file and one Python module each), in the order they bind.
@@ -347,6 +358,7 @@ FAMILY_NAMES = (
     "gemm_f32",
     "nhwc",
     "small_cnn",
+    "winograd",
 )
 _core.start(())  # (the library: loaded at once; each family binds when it is imported)
 

@@ -494,6 +494,21 @@ ONYX_STRUCT(nhwc_task, ONYX_NHWC_TASK)
                            conv stored to y (N, M / 4, 2 H, 2 W) at (2 h + a, 2 w + b) */
 ONYX_STRUCT(small_conv_f32, ONYX_SMALL_CONV_F32)
 
+/* ------------------------------------- float 3x3 conv by Winograd F(2x2, 3x3) (winograd.c) */
+
+#define ONYX_WINOGRAD_F32(F, S)                                                              \
+    F(S, const float *, x, )    /* input (N, C, H, W), C-contiguous */                       \
+    F(S, const float *, w, )    /* transformed weights (16, panels, C, 8), zeros past M */   \
+    F(S, const float *, bias, ) /* [M] or null */                                            \
+    F(S, const float *, z, )    /* residual (N, M, OH, OW) added before the activation */    \
+    F(S, float *, y, )          /* output (N, M, OH, OW) */                                  \
+    F(S, int64_t, N, ) F(S, int64_t, C, ) F(S, int64_t, H, ) F(S, int64_t, W, )              \
+    F(S, int64_t, M, ) F(S, int64_t, OH, ) F(S, int64_t, OW, )                               \
+    F(S, int64_t, top, ) F(S, int64_t, left, ) /* the begin pads */                          \
+    F(S, int64_t, TH, ) F(S, int64_t, TW, )    /* 2x2 tiles per column and row of an image */\
+    F(S, int64_t, act, ) F(S, float, alpha, ) F(S, float, beta, )
+ONYX_STRUCT(winograd_f32, ONYX_WINOGRAD_F32)
+
 /* Every struct above, for abi.c's table. */
 #define ONYX_STRUCTS(X)                                                                      \
     X(operand, ONYX_OPERAND) X(epilogue, ONYX_EPILOGUE) X(gemm_task, ONYX_GEMM_TASK)         \
@@ -518,6 +533,7 @@ ONYX_STRUCT(small_conv_f32, ONYX_SMALL_CONV_F32)
     X(nhwc_task, ONYX_NHWC_TASK)                                                             \
     X(svm_task, ONYX_SVM_TASK)                                                               \
     X(small_conv_f32, ONYX_SMALL_CONV_F32)                                                   \
-    X(ml_call, ONYX_ML_CALL) X(linear_chain, ONYX_LINEAR_CHAIN)
+    X(ml_call, ONYX_ML_CALL) X(linear_chain, ONYX_LINEAR_CHAIN)                             \
+    X(winograd_f32, ONYX_WINOGRAD_F32)
 
 #endif
