@@ -176,3 +176,25 @@ def test_each_family_binds_what_it_calls():
                 continue
             looped = attr.endswith("_range") and 'f"{name}_range"' in bound
             assert f"lib.{attr}" in bound or looped, (name, attr)
+
+
+def test_threads_asking_for_a_family_at_once_get_it_bound_once():
+    # (the import lock holds the others until the first thread's import has joined)
+    code = (
+        "import threading, time\n"
+        "from onyx.runtime import native\n"
+        "from onyx.runtime.native import _core\n"
+        "joins, real, got = [], _core.join, []\n"
+        "def join(name, bind):\n"
+        "    joins.append(name); time.sleep(0.05); real(name, bind)\n"
+        "_core.join = join\n"
+        "start = threading.Barrier(4)\n"
+        "def ask():\n"
+        "    start.wait(); got.append((native.svm_coupling, native.load_status()))\n"
+        "threads = [threading.Thread(target=ask) for _ in range(4)]\n"
+        "[t.start() for t in threads]; [t.join() for t in threads]\n"
+        "lib = native.library()\n"
+        "print(joins.count('onyx.runtime.native.trees'), len(set(got)),\n"
+        "      lib is None or lib.onyx_svm_coupling.argtypes is not None)\n"
+    )
+    assert _status_in_subprocess({}, code) == "1 1 True"

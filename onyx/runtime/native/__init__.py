@@ -205,12 +205,9 @@ def __dir__():
 
 
 def _family(name: str):
-    """A family module, imported (its last line binds it to the library: _core.join; one
-    without that line is joined here)."""
-    module = importlib.import_module(f"{__name__}.{name}")
-    if module.__name__ not in _core.joined:
-        _core.join(module.__name__, module.bind)
-    return module
+    """A family module, imported (its last line binds it to the library: _core.join). The
+    import lock makes a second thread asking for it meanwhile wait until it has joined."""
+    return importlib.import_module(f"{__name__}.{name}")
 
 
 __all__ = [

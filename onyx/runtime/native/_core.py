@@ -155,13 +155,10 @@ def start(families) -> None:
     global lib, isa, vnni, why
     lib, isa, vnni = None, 0, False
     families_off.clear()
-    package = __name__.rpartition(".")[0] + "."
-    for name, module in list(sys.modules.items()):  # (a family imported without its last line)
-        if name.startswith(package) and name not in joined and hasattr(module, "bind"):
-            joined[name] = module.bind
     for name in joined:
         sys.modules[name].core = sys.modules[__name__]
-    families = [*families, *(_Bound(bind) for bind in joined.values())]
+    # (each bind once: a family passed in that has joined is among the joined)
+    binds = [*(f.bind for f in families if f.__name__ not in joined), *joined.values()]
     library = _open()
     if library is None:
         return
@@ -181,8 +178,8 @@ def start(families) -> None:
     library.onyx_pool_threads.argtypes = []
     vnni = bool(isa & ISA_VNNI)
     try:
-        for family in families:
-            family.bind(library, isa)
+        for bind in binds:
+            bind(library, isa)
     except AttributeError as e:  # (an entry point missing: a library built from older sources)
         why = f"off: it lacks an entry point onyx needs (rebuild it): {e}"
         isa, vnni = 0, False
@@ -207,11 +204,6 @@ joined: dict[str, object] = {}
 #: (joined after the library was loaded): module name -> why. Their kernels take their numpy
 #: paths; the rest of the library stays in use (kernels bound before keep running).
 families_off: dict[str, str] = {}
-
-
-class _Bound:  # (a joined family as start() binds it)
-    def __init__(self, bind):
-        self.bind = bind
 
 
 class _Off:
