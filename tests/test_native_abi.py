@@ -130,6 +130,26 @@ def test_a_family_joined_late_that_disagrees_is_off_alone():
     assert "off" not in native.load_status()
 
 
+@needs_native
+def test_a_family_using_an_off_familys_kernels_is_off_too():
+    # (gemm_i8 runs depthwise's IntPlaneConv: with depthwise off, it must not reach the library)
+    off, name = "onyx_test_off_family", "onyx_test_leaning_family"
+    family = types.ModuleType(name)
+    family.core = _core
+    family.borrowed = type("Borrowed", (), {"__module__": off})
+    sys.modules[name] = family
+    _core.families_off[off] = "its struct differs"
+    try:
+        _core.join(name, lambda lib, isa: None)
+        assert family.core.lib is None and native.available()
+        assert f"{name} off: it uses {off}, which is off" in native.load_status()
+    finally:
+        _core.joined.pop(name)
+        _core.families_off.pop(name, None)
+        _core.families_off.pop(off)
+        del sys.modules[name]
+
+
 def test_every_family_module_is_listed_and_joins_the_library():
     # a family is imported when a kernel first asks for one of its names: it must be in
     # FAMILY_NAMES, its public names in _EXPORTS, and its last line must join the library

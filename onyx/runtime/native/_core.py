@@ -217,13 +217,14 @@ class _Off:
 
 def join(name: str, bind) -> None:
     """A family module's last line: its structs checked against the library's and its entry
-    points bound (``bind(lib, isa)``), or, should either fail, the family's kernels off (their
-    numpy paths run) with the reason in native.status()."""
+    points bound (``bind(lib, isa)``), or, should either fail or a family it imported from be
+    off, the family's kernels off (their numpy paths run) with the reason in native.status()."""
     joined[name] = bind
     if lib is None:
         return
     try:
-        problems = abi_mismatches(lib, name)
+        problems = [f"it uses {off}, which is off" for off in _off_families_used(name)]
+        problems = problems or abi_mismatches(lib, name)
         if not problems:
             bind(lib, isa)
     except AttributeError as e:  # (an entry point missing: a library built from older sources)
@@ -231,6 +232,15 @@ def join(name: str, bind) -> None:
     if problems:
         families_off[name] = "; ".join(problems)
         sys.modules[name].core = _Off()
+
+
+def _off_families_used(name: str) -> list[str]:
+    """The families that are off whose classes or functions family ``name`` imported (its
+    kernels would run theirs, whose structs disagree with the library or are unbound)."""
+    if not families_off:
+        return []
+    used = {getattr(value, "__module__", None) for value in vars(sys.modules[name]).values()}
+    return sorted(n.rsplit(".", 1)[-1] for n in used & families_off.keys())
 
 
 def address(fn) -> int | None:
