@@ -65,20 +65,10 @@ class _AbiRow(ctypes.Structure):  # abi.c's abi_row
     ]
 
 
+@functools.lru_cache(maxsize=1)
 def _abi_table(library) -> dict[str, dict[str, tuple[int, int]]]:
     """abi.c's table: struct -> field ("" for the struct itself) -> (offset, size); read once
     per library (each family's check asks for it)."""
-    if _table_read[0] is library:
-        return _table_read[1]
-    table = _read_abi_table(library)
-    _table_read[:] = [library, table]
-    return table
-
-
-_table_read: list = [None, None]
-
-
-def _read_abi_table(library) -> dict[str, dict[str, tuple[int, int]]]:
     library.onyx_abi.restype = ctypes.POINTER(_AbiRow)
     rows = library.onyx_abi()
     table: dict[str, dict[str, tuple[int, int]]] = {}
