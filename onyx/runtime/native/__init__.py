@@ -262,8 +262,8 @@ def load_status() -> str:
     """status() of the families imported so far (imports none: the model cache's key)."""
     if _core.lib is None and _core.why.startswith("loaded"):
         return "disabled"
-    off = "".join(
-        f"; {name.rsplit('.', 1)[-1]} off: {why}" for name, why in _core.families_off.items()
+    off = "".join(  # (a copy: a family may join in another thread meanwhile)
+        f"; {name.rsplit('.', 1)[-1]} off: {why}" for name, why in [*_core.families_off.items()]
     )
     return _core.why + off
 

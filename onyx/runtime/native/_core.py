@@ -230,7 +230,7 @@ def _off_families_used(name: str) -> list[str]:
     if not families_off:
         return []
     used = {getattr(value, "__module__", None) for value in vars(sys.modules[name]).values()}
-    return sorted(n.rsplit(".", 1)[-1] for n in used & families_off.keys())
+    return sorted(n.rsplit(".", 1)[-1] for n in used if n in families_off)
 
 
 def address(fn) -> int | None:
