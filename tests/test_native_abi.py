@@ -130,6 +130,26 @@ def test_a_family_joined_late_that_disagrees_is_off_alone():
     assert "off" not in native.load_status()
 
 
+@needs_native
+def test_a_family_using_an_off_familys_kernels_is_off_too():
+    # (gemm_i8 runs depthwise's IntPlaneConv: with depthwise off, it must not reach the library)
+    off, name = "onyx_test_off_family", "onyx_test_leaning_family"
+    family = types.ModuleType(name)
+    family.core = _core
+    family.borrowed = type("Borrowed", (), {"__module__": off})
+    sys.modules[name] = family
+    _core.families_off[off] = "its struct differs"
+    try:
+        _core.join(name, lambda lib, isa: None)
+        assert family.core.lib is None and native.available()
+        assert f"{name} off: it uses {off}, which is off" in native.load_status()
+    finally:
+        _core.joined.pop(name)
+        _core.families_off.pop(name, None)
+        _core.families_off.pop(off)
+        del sys.modules[name]
+
+
 def test_every_family_module_is_listed_and_joins_the_library():
     # a family is imported when a kernel first asks for one of its names: it must be in
     # FAMILY_NAMES, its public names in _EXPORTS, and its last line must join the library
@@ -176,3 +196,25 @@ def test_each_family_binds_what_it_calls():
                 continue
             looped = attr.endswith("_range") and 'f"{name}_range"' in bound
             assert f"lib.{attr}" in bound or looped, (name, attr)
+
+
+def test_threads_asking_for_a_family_at_once_get_it_bound_once():
+    # (the import lock holds the others until the first thread's import has joined)
+    code = (
+        "import threading, time\n"
+        "from onyx.runtime import native\n"
+        "from onyx.runtime.native import _core\n"
+        "joins, real, got = [], _core.join, []\n"
+        "def join(name, bind):\n"
+        "    joins.append(name); time.sleep(0.05); real(name, bind)\n"
+        "_core.join = join\n"
+        "start = threading.Barrier(4)\n"
+        "def ask():\n"
+        "    start.wait(); got.append((native.svm_coupling, native.load_status()))\n"
+        "threads = [threading.Thread(target=ask) for _ in range(4)]\n"
+        "[t.start() for t in threads]; [t.join() for t in threads]\n"
+        "lib = native.library()\n"
+        "print(joins.count('onyx.runtime.native.trees'), len(set(got)),\n"
+        "      lib is None or lib.onyx_svm_coupling.argtypes is not None)\n"
+    )
+    assert _status_in_subprocess({}, code) == "1 1 True"

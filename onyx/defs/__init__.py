@@ -366,7 +366,6 @@ def _scanner():
         parse_float, parse_int = float, int
         parse_constant = {"-Infinity": float("-inf"), "Infinity": float("inf"),
                           "NaN": float("nan")}.__getitem__  # fmt: skip
-        memo: dict = {}
 
     return make_scanner(Settings())
 

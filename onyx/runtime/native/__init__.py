@@ -212,131 +212,21 @@ def __dir__():
 
 
 def _family(name: str):
-    """A family module, imported (its last line binds it to the library: _core.join; one
-    without that line is joined here)."""
-    module = importlib.import_module(f"{__name__}.{name}")
-    if module.__name__ not in _core.joined:
-        _core.join(module.__name__, module.bind)
-    return module
+    """A family module, imported (its last line binds it to the library: _core.join). The
+    import lock makes a second thread asking for it meanwhile wait until it has joined."""
+    return importlib.import_module(f"{__name__}.{name}")
 
 
 __all__ = [
     "BYTES",
-    "DynamicMatMul",
-    "CONV_ACTIVATIONS",
-    "Conv1d",
-    "FloatConv",
-    "FloatConvTranspose",
-    "FloatGemv",
-    "GEMV_ROWS",
-    "NBITS_INT8_ROWS",
-    "NBitsProduct",
-    "IntPlaneConv",
-    "NhwcDepthwise",
-    "MAX_K",
-    "PANEL",
-    "PackedGemm",
-    "SGEMM_ROWS",
-    "Packed",
-    "PlaneConv",
-    "SMALL_CONV_K",
     "available",
-    "load_status",
-    "batch_norm_bound",
-    "batch_norm_f32",
-    "batched_int8_gemm",
-    "bilinear_f32",
-    "bilinear_ok",
-    "conv1d_ok",
-    "conv_f32_ok",
-    "conv_transpose_ok",
-    "conv_small_f32",
-    "conv_small_ok",
-    "depthwise_activates",
-    "depthwise_f32",
-    "depthwise_ok",
-    "depthwise_setup",
-    "stem_setup",
-    "dequantize_8",
     "disabled",
-    "bias_gelu_f32",
-    "erf_f32",
-    "ForestSums",
-    "forest_descend",
-    "forest_sum",
-    "forest_sums",
-    "coupling_pairs",
-    "gathered_int8_gemm",
-    "gemv_ok",
-    "gqa_ok",
-    "gqa_step",
-    "heads_attention",
-    "rotate_half_f32",
-    "silu_f32",
-    "packed_attention",
-    "packed_attention_bound",
-    "gru_f32",
-    "hard_sigmoid_f32",
-    "hardswish_f32",
-    "implicit_conv",
-    "contiguous_bytes",
-    "dynamic_quantize",
-    "int8_gemm",
-    "int8_gemm_ok",
-    "int8_gemm_setup",
-    "layer_norm_bound",
-    "layer_norm_f32",
-    "skip_layer_norm_bound",
-    "skip_layer_norm_f32",
-    "softmax_rows_f32",
     "library",
-    "lookup8",
-    "lookup8_channels",
-    "lookup8_channels_setup",
-    "lstm_f32",
-    "mean_rows_f32",
-    "nbits_ok",
-    "nbits_product",
-    "norm_rows_bound",
-    "norm_rows_f32",
-    "pack",
-    "pack_conv_f32",
-    "pool2d_f32",
-    "qlinear_binary",
-    "qlinear_binary_setup",
-    "per_tensor_setup",
-    "qmean_rows",
-    "quantize_f32",
-    "recurrence_ok",
-    "RecurrenceInputs",
-    "RecurrenceRows",
-    "LstmRecurrence",
-    "GruRecurrence",
-    "repeat2d_4byte",
-    "rms_norm_f32",
-    "svm_classify",
-    "normalize_rows",
-    "bins_one_hot",
-    "linear_classify",
-    "svm_coupling",
-    "row_sums",
-    "sgemm_ok",
+    "load_status",
     "status",
     "thread_setting",
     "threads",
-    "to_nhwc",
-    "transpose_bytes",
-    "MAX_CHANNELS",
-    "MAX_PIXELS",
-    "MaxPool2x2",
-    "SmallConv",
-    "pack_small_conv",
-    "small_conv_applies",
-    "small_conv_ok",
-    "WinogradConv",
-    "pack_winograd",
-    "winograd_applies",
-    "winograd_ok",
+    *_ORIGIN,  # (the families' names: imported when first asked for)
 ]
 
 #: The kernel families (one C file and one Python module each), in the order they bind.
@@ -380,8 +270,8 @@ def load_status() -> str:
     """status() of the families imported so far (imports none: the model cache's key)."""
     if _core.lib is None and _core.why.startswith("loaded"):
         return "disabled"
-    off = "".join(
-        f"; {name.rsplit('.', 1)[-1]} off: {why}" for name, why in _core.families_off.items()
+    off = "".join(  # (a copy: a family may join in another thread meanwhile)
+        f"; {name.rsplit('.', 1)[-1]} off: {why}" for name, why in [*_core.families_off.items()]
     )
     return _core.why + off
 

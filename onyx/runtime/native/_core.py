@@ -65,20 +65,10 @@ class _AbiRow(ctypes.Structure):  # abi.c's abi_row
     ]
 
 
+@functools.lru_cache(maxsize=1)
 def _abi_table(library) -> dict[str, dict[str, tuple[int, int]]]:
     """abi.c's table: struct -> field ("" for the struct itself) -> (offset, size); read once
     per library (each family's check asks for it)."""
-    if _table_read[0] is library:
-        return _table_read[1]
-    table = _read_abi_table(library)
-    _table_read[:] = [library, table]
-    return table
-
-
-_table_read: list = [None, None]
-
-
-def _read_abi_table(library) -> dict[str, dict[str, tuple[int, int]]]:
     library.onyx_abi.restype = ctypes.POINTER(_AbiRow)
     rows = library.onyx_abi()
     table: dict[str, dict[str, tuple[int, int]]] = {}
@@ -155,13 +145,10 @@ def start(families) -> None:
     global lib, isa, vnni, why
     lib, isa, vnni = None, 0, False
     families_off.clear()
-    package = __name__.rpartition(".")[0] + "."
-    for name, module in list(sys.modules.items()):  # (a family imported without its last line)
-        if name.startswith(package) and name not in joined and hasattr(module, "bind"):
-            joined[name] = module.bind
     for name in joined:
         sys.modules[name].core = sys.modules[__name__]
-    families = [*families, *(_Bound(bind) for bind in joined.values())]
+    # (each bind once: a family passed in that has joined is among the joined)
+    binds = [*(f.bind for f in families if f.__name__ not in joined), *joined.values()]
     library = _open()
     if library is None:
         return
@@ -181,8 +168,8 @@ def start(families) -> None:
     library.onyx_pool_threads.argtypes = []
     vnni = bool(isa & ISA_VNNI)
     try:
-        for family in families:
-            family.bind(library, isa)
+        for bind in binds:
+            bind(library, isa)
     except AttributeError as e:  # (an entry point missing: a library built from older sources)
         why = f"off: it lacks an entry point onyx needs (rebuild it): {e}"
         isa, vnni = 0, False
@@ -209,11 +196,6 @@ joined: dict[str, object] = {}
 families_off: dict[str, str] = {}
 
 
-class _Bound:  # (a joined family as start() binds it)
-    def __init__(self, bind):
-        self.bind = bind
-
-
 class _Off:
     """What a family that failed its check sees as ``core``: no library, the rest as is."""
 
@@ -225,13 +207,14 @@ class _Off:
 
 def join(name: str, bind) -> None:
     """A family module's last line: its structs checked against the library's and its entry
-    points bound (``bind(lib, isa)``), or, should either fail, the family's kernels off (their
-    numpy paths run) with the reason in native.status()."""
+    points bound (``bind(lib, isa)``), or, should either fail or a family it imported from be
+    off, the family's kernels off (their numpy paths run) with the reason in native.status()."""
     joined[name] = bind
     if lib is None:
         return
     try:
-        problems = abi_mismatches(lib, name)
+        problems = [f"it uses {off}, which is off" for off in _off_families_used(name)]
+        problems = problems or abi_mismatches(lib, name)
         if not problems:
             bind(lib, isa)
     except AttributeError as e:  # (an entry point missing: a library built from older sources)
@@ -239,6 +222,15 @@ def join(name: str, bind) -> None:
     if problems:
         families_off[name] = "; ".join(problems)
         sys.modules[name].core = _Off()
+
+
+def _off_families_used(name: str) -> list[str]:
+    """The families that are off whose classes or functions family ``name`` imported (its
+    kernels would run theirs, whose structs disagree with the library or are unbound)."""
+    if not families_off:
+        return []
+    used = {getattr(value, "__module__", None) for value in vars(sys.modules[name]).values()}
+    return sorted(n.rsplit(".", 1)[-1] for n in used if n in families_off)
 
 
 def address(fn) -> int | None:
