@@ -286,6 +286,37 @@ def test_bound_lstm_layout_1_at_batch_1_runs_on_its_bytes(direction, monkeypatch
     assert len(calls) == (3 if native.recurrence_ok(H, STEPS, 1) else 0)
 
 
+def test_bound_lstm_layout_1_at_batch_1_large_strided_x(monkeypatch):
+    """A strided x past the bytes batch_first copies outright (64 KiB): its C-ordered copy
+    stays alive through the native call (a bare address of a temporary copy read freed
+    memory), the kernel's bits with initial states, call after call."""
+    steps, n_in = 8, 2304  # (at most 8 steps: rnn.c projects x itself)
+    rng = np.random.default_rng(9)
+    w = [
+        (rng.standard_normal((1, 4 * H, n_in)) * 0.05).astype(np.float32),
+        (rng.standard_normal((1, 4 * H, H)) * 0.3).astype(np.float32),
+        (rng.standard_normal((1, 8 * H)) * 0.1).astype(np.float32),
+    ]
+    frozen = [v.copy() for v in w]
+    for v in frozen:
+        v.flags.writeable = False
+    attrs = dict(hidden_size=H, activations=None, activation_alpha=None, activation_beta=None,
+                 clip=None, direction="forward", input_forget=0, layout=1, output_sequence=0)  # fmt: skip
+    calls = []
+    real = native.LstmRecurrence.batch_first
+    monkeypatch.setattr(
+        native.LstmRecurrence, "batch_first", lambda *a: calls.append(1) or real(*a)
+    )
+    call = rnn.lstm.prepare(attrs)
+    x = rng.standard_normal((1, steps, 2 * n_in)).astype(np.float32)[:, :, ::2]
+    assert x.nbytes > 1 << 16 and not x.flags.c_contiguous
+    h, c = (rng.standard_normal((1, 1, H)).astype(np.float32) for _ in "hc")
+    want = rnn.lstm(x, *w, None, h, c, **attrs)
+    for _ in range(4):
+        _same(call(x, *frozen, None, h, c), want)
+    assert len(calls) == (3 if native.recurrence_ok(H, steps, 1) else 0)
+
+
 @pytest.mark.parametrize("steps, batch", [(1, 1), (12, 1), (6, 3)])
 def test_bound_bidirectional_lstm(steps, batch):
     """A bidirectional LSTM takes the kept set-up too (rnn.c projects both directions' inputs
