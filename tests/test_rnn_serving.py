@@ -17,13 +17,30 @@ from onyx.runtime.kernels import rnn
 STEPS, IN, H = 5, 8, 32  # (H a multiple of 16: rnn.c's sizes)
 
 
-def _weights(seed=0):
-    rng = np.random.default_rng(seed)
+def _gate_weights(rng, dirs=1, gates=4, n_in=IN, w_scale=0.3) -> dict:
+    """W, R and B of a layer of ``gates`` gates (LSTM 4, GRU 3) drawn from ``rng``."""
     return {
-        "W": (rng.standard_normal((1, 4 * H, IN)) * 0.3).astype(np.float32),
-        "R": (rng.standard_normal((1, 4 * H, H)) * 0.3).astype(np.float32),
-        "B": (rng.standard_normal((1, 8 * H)) * 0.1).astype(np.float32),
+        "W": (rng.standard_normal((dirs, gates * H, n_in)) * w_scale).astype(np.float32),
+        "R": (rng.standard_normal((dirs, gates * H, H)) * 0.3).astype(np.float32),
+        "B": (rng.standard_normal((dirs, 2 * gates * H)) * 0.1).astype(np.float32),
     }
+
+
+def _weights(seed=0):
+    return _gate_weights(np.random.default_rng(seed))
+
+
+def _frozen(w: dict) -> dict:
+    """Read-only copies of ``w`` (constant weights: the bound LSTM keeps its set-up for them)."""
+    frozen = {k: v.copy() for k, v in w.items()}
+    for v in frozen.values():
+        v.flags.writeable = False
+    return frozen
+
+
+def _layout_1_attrs(direction: str = "forward") -> dict:
+    return dict(hidden_size=H, activations=None, activation_alpha=None, activation_beta=None,
+                clip=None, direction=direction, input_forget=0, layout=1, output_sequence=0)  # fmt: skip
 
 
 def _torch_style_lstm(fill: float = 0.0, direction: str = "forward") -> bytes:
@@ -234,11 +251,8 @@ def test_bound_lstm_layout_1_matches_the_kernel():
     """The bound LSTM of layout 1 (time-major views of the batch-first inputs) against the
     kernel's own layout-1 path, states given, to the bit."""
     w = _weights(5)
-    attrs = dict(hidden_size=H, activations=None, activation_alpha=None, activation_beta=None,
-                 clip=None, direction="forward", input_forget=0, layout=1, output_sequence=0)  # fmt: skip
-    frozen = {k: v.copy() for k, v in w.items()}
-    for v in frozen.values():
-        v.flags.writeable = False
+    attrs = _layout_1_attrs()
+    frozen = _frozen(w)
     call = rnn.lstm.prepare(attrs)
     rng = np.random.default_rng(6)
     for batch in (1, 2):
@@ -258,16 +272,9 @@ def test_bound_lstm_layout_1_at_batch_1_runs_on_its_bytes(direction, monkeypatch
     outputs of layout 1's shapes; other states (float64, another batch) take the full path."""
     dirs = 2 if direction == "bidirectional" else 1
     rng = np.random.default_rng(8)
-    w = {
-        "W": (rng.standard_normal((dirs, 4 * H, IN)) * 0.3).astype(np.float32),
-        "R": (rng.standard_normal((dirs, 4 * H, H)) * 0.3).astype(np.float32),
-        "B": (rng.standard_normal((dirs, 8 * H)) * 0.1).astype(np.float32),
-    }
-    frozen = {k: v.copy() for k, v in w.items()}
-    for v in frozen.values():
-        v.flags.writeable = False
-    attrs = dict(hidden_size=H, activations=None, activation_alpha=None, activation_beta=None,
-                 clip=None, direction=direction, input_forget=0, layout=1, output_sequence=0)  # fmt: skip
+    w = _gate_weights(rng, dirs)
+    frozen = _frozen(w)
+    attrs = _layout_1_attrs(direction)
     calls = []
     real = native.LstmRecurrence.batch_first
     monkeypatch.setattr(
@@ -284,6 +291,30 @@ def test_bound_lstm_layout_1_at_batch_1_runs_on_its_bytes(direction, monkeypatch
         assert all(g.flags.c_contiguous for g in got)
     # (the first call sets up; the float64 state takes the kernel; no native LSTM: none)
     assert len(calls) == (3 if native.recurrence_ok(H, STEPS, 1) else 0)
+
+
+def test_bound_lstm_layout_1_at_batch_1_large_strided_x(monkeypatch):
+    """A strided x past the bytes batch_first copies outright (64 KiB): its C-ordered copy
+    stays alive through the native call (a bare address of a temporary copy read freed
+    memory), the kernel's bits with initial states, call after call."""
+    steps, n_in = 8, 2304  # (at most 8 steps: rnn.c projects x itself)
+    rng = np.random.default_rng(9)
+    w = _gate_weights(rng, n_in=n_in, w_scale=0.05)
+    frozen = _frozen(w)
+    attrs = _layout_1_attrs()
+    calls = []
+    real = native.LstmRecurrence.batch_first
+    monkeypatch.setattr(
+        native.LstmRecurrence, "batch_first", lambda *a: calls.append(1) or real(*a)
+    )
+    call = rnn.lstm.prepare(attrs)
+    x = rng.standard_normal((1, steps, 2 * n_in)).astype(np.float32)[:, :, ::2]
+    assert x.nbytes > 1 << 16 and not x.flags.c_contiguous
+    h, c = (rng.standard_normal((1, 1, H)).astype(np.float32) for _ in "hc")
+    want = rnn.lstm(x, w["W"], w["R"], w["B"], None, h, c, **attrs)
+    for _ in range(4):
+        _same(call(x, frozen["W"], frozen["R"], frozen["B"], None, h, c), want)
+    assert len(calls) == (3 if native.recurrence_ok(H, steps, 1) else 0)
 
 
 @pytest.mark.parametrize("steps, batch", [(1, 1), (12, 1), (6, 3)])
@@ -336,11 +367,7 @@ def test_bound_gru(direction, steps, batch, monkeypatch):
                             lambda self, *a: calls.append(1) or run(self, *a))  # fmt: skip
     dirs = 2 if direction == "bidirectional" else 1
     rng = np.random.default_rng(8)
-    w = {
-        "W": (rng.standard_normal((dirs, 3 * H, IN)) * 0.3).astype(np.float32),
-        "R": (rng.standard_normal((dirs, 3 * H, H)) * 0.3).astype(np.float32),
-        "B": (rng.standard_normal((dirs, 6 * H)) * 0.1).astype(np.float32),
-    }
+    w = _gate_weights(rng, dirs, gates=3)
     node = helper.make_node("GRU", ["x", "W", "R", "B", "", "h"], ["y", "y_h"], hidden_size=H,
                             direction=direction, linear_before_reset=1)  # fmt: skip
     info = helper.make_tensor_value_info

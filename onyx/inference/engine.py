@@ -408,11 +408,12 @@ class Engine:
         resolved: dict | None = None,
     ) -> None:
         """``resolved``: what was found for the op types seen so far under ``opsets``."""
-        found = resolved.get((node.domain, node.op_type)) if resolved is not None else None
+        key = (node.domain, node.op_type)
+        found = None if resolved is None else resolved.get(key)
         if found is None:
             found = _resolve(node.domain, node.op_type, opsets)
             if resolved is not None:
-                resolved[(node.domain, node.op_type)] = found
+                resolved[key] = found
         domain, opset, schema, fn = found
         ctx = NodeContext(self, node, env, schema, opset or 0)
         try:

@@ -121,8 +121,12 @@ def _rounds(ctx: PassContext, passes) -> None:
 
 
 def _run_all(ctx: PassContext, passes) -> bool:
-    """Run each of ``passes`` in turn (see :func:`_run`); whether one changed the graph. The
-    checks that skip a pass are made here first: most passes of a round are skipped."""
+    """Run each of ``passes`` in turn (see :func:`_run`); whether one changed the graph. A
+    pass is skipped when it last found nothing to do on the graph as it still is (a pass is a
+    function of the graph, so it would find nothing again: each round of the basic passes
+    would otherwise rerun every pass after the last change once more), or when the graph
+    lacks its trigger op types. (The checks are made here, not in _run: most passes of a
+    round are skipped.)"""
     changed = False
     idle = ctx.idle
     for p in passes:
@@ -139,13 +143,7 @@ SKIP_IDLE = True
 
 
 def _run(ctx: PassContext, p) -> bool:
-    """Run pass ``p`` unless it last found nothing to do on the graph as it still is: a pass
-    is a function of the graph, so it would find nothing again (each round of the basic
-    passes would otherwise rerun every pass after the last change once more)."""
-    if SKIP_IDLE and ctx.idle.get(p.name) == ctx.version:
-        return False
-    if p.triggers and not ctx.may_change(p):
-        return False
+    """Run pass ``p`` (that _run_all did not skip) and note its result."""
     before = dict(ctx.stats)
     start = time.perf_counter()
     changed = bool(p.fn(ctx))

@@ -135,8 +135,8 @@ class PassContext(DataValue):
     #: float32 (float16.py).
     for_session: bool = False
 
-    #: (version, the main graph's node list, op types) as last found (op_types).
-    _op_types: tuple[int, list, frozenset[str]] | None = None
+    #: (the main graph's node list, its op types) as last found (op_types).
+    _op_types: tuple[list, frozenset[str]] | None = None
 
     def __init__(
         self,
@@ -153,7 +153,7 @@ class PassContext(DataValue):
         results: list[PassResult] | None = None,
         unbounded_folding: bool = False,
         for_session: bool = False,
-        _op_types: tuple[int, list, frozenset[str]] | None = None,
+        _op_types: tuple[list, frozenset[str]] | None = None,
     ):
         self.model = model
         self.stats = {} if stats is None else stats
@@ -174,16 +174,11 @@ class PassContext(DataValue):
         """Op types of every node, subgraphs included: found again only when the main graph's
         node list changed (the graph makes a new order list at every insertion or removal;
         passes never retype a node nor edit a subgraph in place), not at every version."""
-        known = self._op_types
-        if known is not None and known[0] == self.version:
-            return known[2]
         order = self.graph._nodes  # noqa: SLF001 (its identity: whether nodes changed)
-        if known is None or known[1] is not order:
-            known = (self.version, order, _op_types_of(order))
-        else:
-            known = (self.version, order, known[2])
-        self._op_types = known
-        return known[2]
+        known = self._op_types
+        if known is None or known[0] is not order:
+            known = self._op_types = (order, _op_types_of(order))
+        return known[1]
 
     def may_change(self, p: Pass) -> bool:
         """Whether the graph holds the op types pass ``p`` needs to change anything."""
@@ -353,7 +348,7 @@ def _op_types_of(nodes) -> frozenset[str]:
     for n in nodes:
         if n.attributes:  # (a node with a subgraph has attributes: most nodes have none)
             for sub in n.subgraphs():
-                found |= _op_types_of(list(sub))
+                found |= _op_types_of(sub._nodes)  # noqa: SLF001
     return frozenset(found)
 
 

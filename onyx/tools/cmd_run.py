@@ -133,7 +133,7 @@ def _time_runs(sess, names, feed, repeat: int | None, first: float) -> list[floa
     """Seconds of each timed run after the first: ``repeat`` runs, or by default as many as
     fit in about a second (judged by the first run, at most 1000)."""
     if repeat is None:
-        repeat = 0 if first >= 1.0 else min(1000, max(1, int(1.0 / max(first, 1e-3))))
+        repeat = 0 if first >= 1.0 else int(1.0 / max(first, 1e-3))  # (1 to 1000)
     times = []
     for _ in range(max(0, repeat)):
         t = time.perf_counter()

@@ -225,13 +225,14 @@ _SMALL_INPUT_BYTES = 1 << 16
 
 def _bytes(a: np.ndarray | None):
     """What a native call reads a float32 input through: a small one's C-ordered bytes (one
-    copy, cheaper than looking at its flags and address), a large one's address (a
-    C-contiguous copy's where it is no C-contiguous array); None stays None."""
+    copy, cheaper than looking at its flags and address), a large one's address where it is
+    C-contiguous, else its C-ordered bytes too (an object the call's arguments keep alive: a
+    copy's bare address would outlive the copy); None stays None."""
     if a is None:
         return None
-    if a.nbytes <= _SMALL_INPUT_BYTES:
+    if a.nbytes <= _SMALL_INPUT_BYTES or not a.flags.c_contiguous:
         return a.tobytes()
-    return _input_addr(a if a.flags.c_contiguous else np.ascontiguousarray(a))
+    return _input_addr(a)
 
 
 class GruRecurrence(LstmRecurrence):
