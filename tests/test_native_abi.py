@@ -218,3 +218,21 @@ def test_threads_asking_for_a_family_at_once_get_it_bound_once():
         "      lib is None or lib.onyx_svm_coupling.argtypes is not None)\n"
     )
     assert _status_in_subprocess({}, code) == "1 1 True"
+
+
+@needs_native
+def test_a_family_first_imported_while_disabled_binds_when_the_block_ends():
+    # (a first session under native.disabled() imports the pool family against no library;
+    # its first native call after the block found pool2d_f32_range unbound)
+    code = (
+        "import sys, numpy as np\n"
+        "from onyx.runtime import native\n"
+        "from onyx.runtime.native import _core\n"
+        "assert 'onyx.runtime.native.window' not in sys.modules\n"
+        "with native.disabled():\n"
+        "    from onyx.runtime.native import window\n"
+        "x = np.ones((1, 2, 6, 6), np.float32)\n"
+        "y = window.pool2d_f32(x, (2, 2), (2, 2), (1, 1), (0, 0, 0, 0), (3, 3), average=True)\n"
+        "print(_core.lib.pool2d_f32_range is not None, float(y.sum()))\n"
+    )
+    assert _status_in_subprocess({}, code) == "True 18.0"

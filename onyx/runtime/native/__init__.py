@@ -289,9 +289,13 @@ def library():
 def disabled():
     """Inside the block every kernel takes its numpy path, as with ONYX_NATIVE=0 (the
     differential tests compare the two in one process). Not thread-safe: for tests."""
-    saved = _core.lib, _core.vnni
+    saved, before = (_core.lib, _core.vnni), set(_core.joined)
     _core.lib, _core.vnni = None, False
     try:
         yield
     finally:
         _core.lib, _core.vnni = saved
+        # (a family first imported inside the block joined an absent library: it binds now,
+        # or its first native call after the block would find its entry points unbound)
+        for name in [n for n in _core.joined if n not in before]:
+            _core.join(name, _core.joined[name])
