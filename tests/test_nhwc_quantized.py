@@ -106,7 +106,18 @@ def test_depthwise_3x3_rows_match_numpy_on_threads(stride):
     """The 3x3 depthwise kernel's ring of widened rows (stride 1 and 2): images larger than
     the random cases, channels not a whole number of vectors, signed and unsigned bytes,
     work split between threads mid-image, the activation's table."""
-    rng = np.random.default_rng(stride)
+    _check_depthwise_3x3_rows([stride] * 2, seed=stride)
+
+
+@pytest.mark.skipif(not native.available(), reason="needs the native library")
+@pytest.mark.parametrize("strides", [[2, 1], [1, 2], [3, 1], [1, 3]])
+def test_depthwise_3x3_rows_of_unequal_strides(strides):
+    """The ring steps rows by the vertical stride and pixels by the horizontal one."""
+    _check_depthwise_3x3_rows(strides, seed=10 * strides[0] + strides[1])
+
+
+def _check_depthwise_3x3_rows(strides: list, seed: int) -> None:
+    rng = np.random.default_rng(seed)
     for x_type, C, pad, table in ((np.uint8, 72, 1, False), (np.int8, 40, 0, True)):
         info = np.iinfo(x_type)
         x = rng.integers(info.min, info.max + 1, (2, C, 23, 19)).astype(x_type)
@@ -122,7 +133,7 @@ def test_depthwise_3x3_rows_match_numpy_on_threads(stride):
             _constant(rng.integers(-1000, 1000, C).astype(np.int32)),
         ]
         lookup = _constant(rng.integers(0, 256, 256).astype(np.uint8).view(x_type))
-        attrs = dict(group=C, kernel_shape=[3, 3], pads=[pad] * 4, strides=[stride] * 2)
+        attrs = dict(group=C, kernel_shape=[3, 3], pads=[pad] * 4, strides=strides)
         want = _nchw(x, params, lookup if table else None, attrs)
         nhwc = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
         for n in (1, 2, 3):

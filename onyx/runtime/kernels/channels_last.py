@@ -43,7 +43,7 @@ class _Bound:
     """A node's native conv for one input shape and strides, its W and B (constants: the
     set-up holds them packed, so it is kept for these very arrays)."""
 
-    __slots__ = ("b", "conv", "copies", "key", "setting", "shape", "strides", "w")
+    __slots__ = ("b", "conv", "copies", "setting", "shape", "strides", "w")
 
     def __init__(self, X, W, B, group: int, attrs: tuple, code: tuple):
         N, H, Wd, C = X.shape
@@ -57,7 +57,6 @@ class _Bound:
         self.w = weakref.ref(W)
         self.b = (lambda: None) if B is None else weakref.ref(B)
         self.shape, self.strides, self.setting = X.shape, X.strides, native.thread_setting()
-        self.key = (self.shape, self.strides, self.setting)
 
 
 def _conv_runner(activation: str, params, group: int, attrs: tuple):
@@ -68,32 +67,23 @@ def _conv_runner(activation: str, params, group: int, attrs: tuple):
 
     def run(X, W, B=None, S=None, Z=None):
         bound = last[0]
-        # (the common call first, tested field by field: a small layer's kernel takes a few
+        # (tested field by field, no key tuple: a small layer's kernel takes a few
         # microseconds, about what building the key tuple and the general checks cost)
         if (
-            S is None
-            and Z is None
-            and bound is not None
-            and bound.w() is W
-            and bound.b() is B
-            and X.shape == bound.shape
-            and X.strides == bound.strides
-            and _setting() == bound.setting
-            and bound.conv is not None
-            and not bound.copies
-        ):
-            return bound.conv(X)
-        if (
             bound is None
-            or bound.key != (X.shape, X.strides, native.thread_setting())
             or bound.w() is not W
             or bound.b() is not B
+            or X.shape != bound.shape
+            or X.strides != bound.strides
+            or _setting() != bound.setting
         ):
             constants = not W.flags.writeable and (B is None or not B.flags.writeable)
             if code is None or not constants or not _native_ok(X, W, group):
                 return _body(X, W, B, S, Z, group, attrs, activation, params)
             bound = last[0] = _Bound(X, W, B, group, attrs, code)
         conv = bound.conv
+        if conv is not None and S is None and Z is None and not bound.copies:
+            return conv(X)  # (the common call)
         if conv is None or not _extras_ok(conv, X, S, Z):
             return _body(X, W, B, S, Z, group, attrs, activation, params)
         return conv(conv.reads(X) if bound.copies else X, S, Z)

@@ -784,6 +784,18 @@ static inline __attribute__((always_inline)) void dwn_store(const dwn_epilogue *
         memcpy(dst, &b, (size_t)lanes);
 }
 
+/* dwn_store of four neighbouring pixels' sums, the first pixel's run at dst (C bytes a pixel). */
+static inline __attribute__((always_inline)) void dwn_store4(const dwn_epilogue *e, dwn_vec a0,
+                                                            dwn_vec a1, dwn_vec a2, dwn_vec a3,
+                                                            const float *bias,
+                                                            const float *scale, int64_t lanes,
+                                                            int64_t C, uint8_t *dst) {
+    dwn_store(e, a0, bias, scale, lanes, dst);
+    dwn_store(e, a1, bias, scale, lanes, dst + C);
+    dwn_store(e, a2, bias, scale, lanes, dst + 2 * C);
+    dwn_store(e, a3, bias, scale, lanes, dst + 3 * C);
+}
+
 /* One output row (its window rows from `rows` in the band's buffer): four pixels at a time
    per vector of channels. Inlined, so a 3x3 kernel's taps are unrolled. */
 static inline __attribute__((always_inline)) void dwn_row(
@@ -807,10 +819,7 @@ static inline __attribute__((always_inline)) void dwn_row(
                     a3 += *(const dwn_vec *)(px + 3 * ps) * w;
                 }
             }
-            dwn_store(o, a0, bias + c0, scale + c0, lanes, yrow + j * C + c0);
-            dwn_store(o, a1, bias + c0, scale + c0, lanes, yrow + (j + 1) * C + c0);
-            dwn_store(o, a2, bias + c0, scale + c0, lanes, yrow + (j + 2) * C + c0);
-            dwn_store(o, a3, bias + c0, scale + c0, lanes, yrow + (j + 3) * C + c0);
+            dwn_store4(o, a0, a1, a2, a3, bias + c0, scale + c0, lanes, C, yrow + j * C + c0);
         }
         for (; j < OW; j++) {
             dwn_vec a0 = {0};
@@ -856,10 +865,7 @@ static inline __attribute__((always_inline)) void dwn_row3(const dwn_epilogue *o
                     a3 += p[3 * sw + b] * w[a * 3 + b];
                 }
             }
-            dwn_store(o, a0, bias + c0, scale + c0, lanes, yrow + j * C + c0);
-            dwn_store(o, a1, bias + c0, scale + c0, lanes, yrow + (j + 1) * C + c0);
-            dwn_store(o, a2, bias + c0, scale + c0, lanes, yrow + (j + 2) * C + c0);
-            dwn_store(o, a3, bias + c0, scale + c0, lanes, yrow + (j + 3) * C + c0);
+            dwn_store4(o, a0, a1, a2, a3, bias + c0, scale + c0, lanes, C, yrow + j * C + c0);
         }
         for (; j < OW; j++) {
             dwn_vec a0 = {0};
@@ -872,7 +878,8 @@ static inline __attribute__((always_inline)) void dwn_row3(const dwn_epilogue *o
     }
 }
 
-/* Output rows p0 <= p < p1 of a 3x3 undilated conv of stride 1 or 2: each input row is
+/* Output rows p0 <= p < p1 of a 3x3 undilated conv of horizontal stride 1 or 2 (rows a step
+   of g->sh apart, any vertical stride: rows the step skips are not widened): each input row is
    widened once into a ring of three rows (where the band's buffer of up to 17 rows left L1
    for L2: its stores were most of a stride-2 layer's time), then each output row reads its
    window's three rows from the ring. */
@@ -883,7 +890,7 @@ static inline __attribute__((always_inline)) void dwn_ring3(
     float *slot[3] = {buf, buf + Wp * S, buf + 2 * Wp * S};
     int64_t image = -1, next = 0; /* the image whose rows the ring holds, its next row */
     for (int64_t p = p0; p < p1; p++) {
-        int64_t n = p / g->OH, i = p % g->OH, first = i * g->sw;
+        int64_t n = p / g->OH, i = p % g->OH, first = i * g->sh;
         if (n != image || next < first) image = n, next = first;
         for (; next < first + 3; next++)
             dwn_fill(x, x_signed, x_zp, g, n, next, 1, Wp, S, slot[next % 3]);

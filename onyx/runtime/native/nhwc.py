@@ -187,7 +187,7 @@ class NhwcConv:
         a fresh allocation hands back whichever buffer was freed last, often written by the
         other core; on one thread that buffer is the hotter one), while the kept outputs all
         fit in _SPARE_FLOATS (counted from the first layer that keeps one to the last)."""
-        if self.ways < 2 or not _EXACT_REFS or _held[0] + self.size > _SPARE_FLOATS:
+        if self.ways < 2 or _SOLE is None or _held[0] + self.size > _SPARE_FLOATS:
             return False
         _held[0] += self.size
         self.kept = self.size
@@ -201,11 +201,11 @@ class NhwcConv:
         part of its time, and a small model's kept outputs stay in the caches from run to
         run. (A list: calls may come from several threads, and pop hands the spare to one.)"""
         try:
-            y, address = self.spare.pop()
+            kept = self.spare.pop()
         except IndexError:  # (none kept, or another thread took it)
             return _aligned(self.shape, self.size)
-        if _refs(y) == 2 and _refs(y.base) == 2:  # (here and getrefcount's argument)
-            return y, address
+        if _holders(kept) == _SOLE:
+            return kept
         return _aligned(self.shape, self.size)
 
 
@@ -220,9 +220,14 @@ def _release(floats: int) -> None:
     _held[0] -= floats
 
 
+def _holders(kept: tuple) -> tuple:
+    """The reference counts of a kept (output, address)'s array and of the buffer under it,
+    read through the pair (not a local: Python 3.14 lends a local to a call uncounted, so a
+    local held elsewhere read as held only here); compared with _SOLE, read the same way."""
+    return _refs(kept[0]), _refs(kept[0].base)
+
+
 _refs = sys.getrefcount
-#: Whether reference counts are exact (not under free-threaded Python's deferred counts).
-_EXACT_REFS = getattr(sys, "_is_gil_enabled", lambda: True)()
 
 _copy, _byref = _NhwcTask.from_buffer_copy, ctypes.byref
 _c_char_from, _addressof = ctypes.c_char.from_buffer, ctypes.addressof
@@ -239,6 +244,21 @@ def _aligned(shape: tuple, size: int) -> tuple:
     return _ndarray(shape, _F32, buf, start), base + start
 
 
+def _sole_counts() -> tuple | None:
+    """_holders of a pair that nothing else holds, or None where _holders does not see a
+    holder more (then no output is kept)."""
+    if not getattr(sys, "_is_gil_enabled", lambda: True)():
+        return None  # (free-threaded Python's deferred counts are not exact)
+    kept = _aligned((1,), 1)
+    sole = _holders(kept)
+    held, view = kept[0], kept[0][:]  # (a holder more of the array, one of its buffer)
+    more = _holders(kept)
+    del held, view
+    return sole if more[0] > sole[0] and more[1] > sole[1] else None
+
+
+#: _holders of a kept output that nothing else holds (None: none is kept).
+_SOLE = _sole_counts()
 _RANGE = [0]  # (lib.nhwc_range, set by bind)
 _CALL: list = [None]  # (lib.onyx_nhwc_call, set by bind)
 

@@ -115,7 +115,9 @@ static void take_run(int64_t g, int64_t r, int64_t n, int64_t parts) {
 static void take_parts(int64_t own) {
     int64_t g = __atomic_load_n(&posted, __ATOMIC_ACQUIRE);
     if (g < 0) return; /* (the next job is being written: its ticket comes after) */
-    int64_t parts = job.parts, n = job.runs;
+    /* (atomic reads, as the caller's writes: the job may be being written as they run) */
+    int64_t parts = __atomic_load_n(&job.parts, __ATOMIC_RELAXED);
+    int64_t n = __atomic_load_n(&job.runs, __ATOMIC_RELAXED);
     __atomic_thread_fence(__ATOMIC_ACQUIRE);
     if (__atomic_load_n(&posted, __ATOMIC_RELAXED) != g || n < 1) return;
     if (own < n) take_run(g, own, n, parts);
@@ -188,7 +190,9 @@ EXPORT int onyx_parallel(range_fn fn, const void *args, const int64_t *cuts, int
     int64_t g = ++jobs & 0x7fffffff, n = helpers + 1;
     __atomic_store_n(&posted, -1, __ATOMIC_RELAXED);
     __atomic_thread_fence(__ATOMIC_RELEASE);
-    job.fn = fn, job.args = args, job.cuts = cuts, job.parts = parts, job.runs = n;
+    job.fn = fn, job.args = args, job.cuts = cuts;
+    __atomic_store_n(&job.parts, parts, __ATOMIC_RELAXED);
+    __atomic_store_n(&job.runs, n, __ATOMIC_RELAXED);
     __atomic_store_n(&done, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&status, 0, __ATOMIC_RELAXED);
     for (int64_t r = 0; r < n; r++)
