@@ -750,6 +750,8 @@ class _Checker:
         return hit
 
     def check_attribute(self, a, node: Node, gname: str, visible, opsets, function) -> None:
+        # (check_node calls this only for the names in _RULED_ATTRS or the types outside
+        # _PLAIN_ATTR_TYPES: a new rule on another name must add that name there)
         if not a.name:
             self.report("attribute-name", "an attribute has no name", gname, node)
         if a.is_ref:
