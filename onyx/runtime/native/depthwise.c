@@ -709,9 +709,12 @@ static AVX512 void stem_fill_row(const float *x, const dw_geometry *g, const ste
         memset(dst, 0, (size_t)width * sizeof(float));
         return;
     }
+    /* (none where the begin pad reaches past the columns the windows read: a large stride) */
     int64_t take = g->W < width - g->left ? g->W : width - g->left;
     memset(line, 0, (size_t)(width + 32) * sizeof(float));
-    memcpy(line + g->left, x + ((n * g->C + c) * g->H + h) * g->W, (size_t)take * sizeof(float));
+    if (take > 0)
+        memcpy(line + g->left, x + ((n * g->C + c) * g->H + h) * g->W,
+               (size_t)take * sizeof(float));
     if (g->sw == 1) {
         memcpy(dst, line, (size_t)width * sizeof(float));
     } else if (g->sw == 2) { /* even and odd columns, 32 at a time */
@@ -777,7 +780,9 @@ EXPORT AVX512 int onyx_conv_small_f32_avx512(const float *x, const float *w, con
     L.rs = L.Wq * g->sw + 16; /* (masked loads never read past a row's own phases) */
     L.band = d.band, L.bands = d.bands, L.blocks = (g->M + 15) / 16, L.CK = g->C * d.K;
     L.rows = (d.band - 1) * g->sh + (g->kh - 1) * g->dh + 1;
-    float *buf = malloc((size_t)(g->C * L.rows * L.rs) * sizeof(float));
+    int64_t cells; /* (rs exceeds the padded width by up to sw + 16: counted again) */
+    if (!onyx_mul(L.rows, L.rs, &cells) || !onyx_mul(cells, g->C, &cells)) return ONYX_INVALID;
+    float *buf = malloc((size_t)cells * sizeof(float));
     float *line = malloc((size_t)(L.Wq * g->sw + 32) * sizeof(float));
     int64_t *tap_at = malloc((size_t)L.CK * sizeof(int64_t));
     if (!buf || !line || !tap_at) {
