@@ -711,13 +711,13 @@ static AVX512 void stem_fill_row(const float *x, const dw_geometry *g, const ste
     }
     /* (none where the begin pad reaches past the columns the windows read: a large stride) */
     int64_t take = g->W < width - g->left ? g->W : width - g->left;
-    memset(line, 0, (size_t)(width + 32) * sizeof(float));
+    float *to = g->sw == 1 ? dst : line; /* (unit stride: the padded row is its one phase) */
+    memset(to, 0, (size_t)(g->sw == 1 ? width : width + 32) * sizeof(float));
     if (take > 0)
-        memcpy(line + g->left, x + ((n * g->C + c) * g->H + h) * g->W,
+        memcpy(to + g->left, x + ((n * g->C + c) * g->H + h) * g->W,
                (size_t)take * sizeof(float));
-    if (g->sw == 1) {
-        memcpy(dst, line, (size_t)width * sizeof(float));
-    } else if (g->sw == 2) { /* even and odd columns, 32 at a time */
+    if (g->sw == 1) return;
+    if (g->sw == 2) { /* even and odd columns, 32 at a time */
         const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
         const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
         for (int64_t q = 0; q < L->Wq; q += 16) {
