@@ -86,3 +86,14 @@ def test_the_direct_kernel_runs_where_it_is_built():
     if not (native.available() and native.library().conv_small):
         pytest.skip("no AVX-512 stem kernel: the numpy path ran the cases")
     assert _direct(x, w, attrs["pads"])
+
+
+def test_a_begin_pad_past_the_read_columns():
+    """A begin pad wider than the columns the windows read (stride 4, 9 pads before a 1-pixel
+    row: the windows read padded columns 0 .. 6, so no input pixel): zeros plus the bias, no
+    copy of a negative count of pixels."""
+    case = (1, 3, 5, 1, 8, (1, 3), (1, 4), (1, 1), (0, 9, 0, 0))
+    x, w, b, attrs = _arrays(case)
+    want = _oracle(x, w, b, case[6], case[7], case[8])
+    got = conv_kernels.conv(x, w, b, **attrs)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

@@ -709,12 +709,15 @@ static AVX512 void stem_fill_row(const float *x, const dw_geometry *g, const ste
         memset(dst, 0, (size_t)width * sizeof(float));
         return;
     }
+    /* (none where the begin pad reaches past the columns the windows read: a large stride) */
     int64_t take = g->W < width - g->left ? g->W : width - g->left;
-    memset(line, 0, (size_t)(width + 32) * sizeof(float));
-    memcpy(line + g->left, x + ((n * g->C + c) * g->H + h) * g->W, (size_t)take * sizeof(float));
-    if (g->sw == 1) {
-        memcpy(dst, line, (size_t)width * sizeof(float));
-    } else if (g->sw == 2) { /* even and odd columns, 32 at a time */
+    float *to = g->sw == 1 ? dst : line; /* (unit stride: the padded row is its one phase) */
+    memset(to, 0, (size_t)(g->sw == 1 ? width : width + 32) * sizeof(float));
+    if (take > 0)
+        memcpy(to + g->left, x + ((n * g->C + c) * g->H + h) * g->W,
+               (size_t)take * sizeof(float));
+    if (g->sw == 1) return;
+    if (g->sw == 2) { /* even and odd columns, 32 at a time */
         const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
         const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
         for (int64_t q = 0; q < L->Wq; q += 16) {
@@ -777,7 +780,9 @@ EXPORT AVX512 int onyx_conv_small_f32_avx512(const float *x, const float *w, con
     L.rs = L.Wq * g->sw + 16; /* (masked loads never read past a row's own phases) */
     L.band = d.band, L.bands = d.bands, L.blocks = (g->M + 15) / 16, L.CK = g->C * d.K;
     L.rows = (d.band - 1) * g->sh + (g->kh - 1) * g->dh + 1;
-    float *buf = malloc((size_t)(g->C * L.rows * L.rs) * sizeof(float));
+    int64_t cells; /* (rs exceeds the padded width by up to sw + 16: counted again) */
+    if (!onyx_mul(L.rows, L.rs, &cells) || !onyx_mul(cells, g->C, &cells)) return ONYX_INVALID;
+    float *buf = malloc((size_t)cells * sizeof(float));
     float *line = malloc((size_t)(L.Wq * g->sw + 32) * sizeof(float));
     int64_t *tap_at = malloc((size_t)L.CK * sizeof(int64_t));
     if (!buf || !line || !tap_at) {

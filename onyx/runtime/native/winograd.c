@@ -257,6 +257,8 @@ EXPORT AVX512 int onyx_winograd_f32_range(const void *p, int64_t begin, int64_t 
        every weight would serve a lone tile) */
     int64_t panels = (t->M + WG_MR - 1) / WG_MR, tiles = t->N * t->TH * t->TW;
     int64_t blocks = wg_blocks(t);
+    if (tiles > INT64_MAX / (blocks + 1)) /* (q * tiles below, for q up to blocks + 1) */
+        return ONYX_INVALID;
     float *V = wg_scratch(16 * t->C * WG_NT + 16 * WG_MR * WG_NT + 16); /* (+16: a run's
                                                                        last row's vector) */
     if (!V) return ONYX_NOMEM;
