@@ -28,9 +28,10 @@ _G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
 
 #: Most weight-transform floats (16 x M x C) per 2x2 tile: every block of up to 48 tiles reads
 #: them all, so a deep layer of few tiles (512 -> 512 channels at 7x7, batch 1: 16 tiles) is
-#: one pass over 16 MB of weights for little work (twice the direct conv's time); at batch 8
-#: (128 tiles, this bound) it is a fifth faster.
-MAX_WEIGHTS_PER_TILE = 1 << 15
+#: one pass over 16 MB of weights for little work (twice the direct conv's time). On whole
+#: models at 2 threads, 256 -> 256 channels at 14x14, batch 1 (49 tiles, 21k floats a tile)
+#: still lost to the direct conv, 128 -> 128 at 16x16 (64 tiles, 4k) gained.
+MAX_WEIGHTS_PER_TILE = 1 << 12
 
 #: Fewest input channels: below, a tile's few multiply-adds per transform do not pay for it.
 MIN_CHANNELS = 16
