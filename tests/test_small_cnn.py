@@ -250,7 +250,7 @@ def test_tasks_the_kernels_cannot_serve_are_refused():
 @pytest.mark.parametrize("small", [True, False])
 def test_a_bias_of_another_size_is_refused(small, monkeypatch):
     """The native convs read M bias values: a bias of another size raises, on the small conv
-    and on the general one (conv_f32.bias_entry), where it was read past its end."""
+    and on the general one (_core.bias_entry), where it was read past its end."""
     from onyx.errors import InvalidArgument
     from onyx.runtime.kernels import small_cnn
 

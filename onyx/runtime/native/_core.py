@@ -365,6 +365,34 @@ def _input_addr(a: np.ndarray) -> int:
     return _read_only_addr(a)
 
 
+def bias_entry(bias, M: int, what: str) -> tuple:
+    """(bias, its float32 C-contiguous copy, the copy's address): a conv's bias as its kernel
+    reads it, made once per bias object (a constant's is the same every call). The kernel
+    reads M floats there, so a bias of another size is refused here."""
+    b = np.ascontiguousarray(bias, np.float32)
+    if b.size != M:
+        raise InvalidArgument(f"onyx native {what}: a bias of {b.size} values for {M} outputs")
+    return bias, b, _addr(b)
+
+
+def cached_bias(owner, bias, M: int, what: str) -> tuple:
+    """``owner.bias``'s entry (:func:`bias_entry`) for ``bias`` of M values, made again only
+    for another bias object. The caller holds the entry through its call: another thread may
+    replace ``owner.bias`` meanwhile."""
+    entry = owner.bias
+    if bias is not entry[0]:
+        entry = owner.bias = bias_entry(bias, M, what)
+    return entry
+
+
+def as_residual(z: np.ndarray, shape) -> np.ndarray:
+    """A residual input as the conv kernels read it: float32, C-contiguous, the output's shape
+    (z itself when it is; a broadcast view is read-only, the slow path of _addr)."""
+    if z.shape != shape or z.dtype != np.float32 or not z.flags.c_contiguous:
+        z = np.ascontiguousarray(np.broadcast_to(z, shape), np.float32)
+    return z
+
+
 def _read_only_addr(a: np.ndarray) -> int:
     # A session's feed is a read-only view of the caller's array: a C-contiguous view as long
     # as its C-contiguous base starts where the base starts (a.ctypes.data: ~1 us a call). A

@@ -9,7 +9,19 @@ import ctypes
 import numpy as np
 
 from . import _core as core
-from ._core import _I64, _P, _addr, _check_sizes, _filled, _run, _ways, abi, range_of
+from ._core import (
+    _I64,
+    _P,
+    _addr,
+    _check_sizes,
+    _filled,
+    _run,
+    _ways,
+    abi,
+    as_residual,
+    cached_bias,
+    range_of,
+)
 
 
 @abi("conv1d_f32")
@@ -157,15 +169,12 @@ class Conv1d:
         y = np.empty(self.shape, np.float32)
         b = None
         if bias is not None:
-            entry = self.bias  # (a local reference keeps its array alive through the call)
-            if bias is not entry[0]:  # a constant bias is the same object every call
-                c = np.ascontiguousarray(bias, np.float32)
-                entry = self.bias = (bias, c, _addr(c))
+            entry = cached_bias(
+                self, bias, self.shape[1], "1-D conv"
+            )  # (a local: alive through the call)
             b = entry[2]
-        if z is not None and (
-            z.shape != y.shape or z.dtype != np.float32 or not z.flags.c_contiguous
-        ):  # (a local reference keeps the copy alive through the call)
-            z = np.ascontiguousarray(np.broadcast_to(z, y.shape), np.float32)
+        if z is not None:
+            z = as_residual(z, y.shape)  # (a local: a converted copy stays alive)
         if self.ways == 1:  # (one call: no pool job, no copy of the task)
             xs = None if strides is None else (_I64 * 3)(*strides)
             status = core.lib.onyx_conv1d_f32(self.address, _addr(x), xs, _addr(y), b, _addr(z))

@@ -20,6 +20,8 @@ from ._core import (
     _run,
     _ways,
     abi,
+    as_residual,
+    cached_bias,
     range_of,
 )
 
@@ -158,16 +160,6 @@ def _raw_floats(channels: int, wide: tuple[int, int, int], kernel, dilations) ->
         reach = (kernel[0] - 1) * dilations[0] * W + (kernel[1] - 1) * dilations[1]
     rows = (_CONV_STRIPS * nr + reach) // W + 2
     return (_CONV_STRIPS + 1) * channels * (4 if mode == 2 else 1) * rows * W
-
-
-def bias_entry(bias, M: int, what: str) -> tuple:
-    """(bias, its float32 C-contiguous copy, the copy's address): a conv's bias as its kernel
-    reads it, made once per bias object (a constant's is the same every call). The kernel
-    reads M floats there, so a bias of another size is refused here."""
-    b = np.ascontiguousarray(bias, np.float32)
-    if b.size != M:
-        raise InvalidArgument(f"onyx native {what}: a bias of {b.size} values for {M} outputs")
-    return bias, b, _addr(b)
 
 
 def _scratch_floats(n: int) -> np.ndarray:
@@ -383,14 +375,12 @@ class FloatConv:
             xp = self._phased(x)
             task.x = _addr(xp)
         if bias is not None:
-            entry = self.bias  # (a local reference keeps its array alive through the call)
-            if bias is not entry[0]:  # a constant bias is the same object every call
-                entry = self.bias = bias_entry(bias, self.task.M, "float conv")
+            entry = cached_bias(
+                self, bias, self.task.M, "float conv"
+            )  # (a local: alive through the call)
             task.bias = entry[2]
         if z is not None:
-            if z.shape != y.shape or z.dtype != np.float32 or not z.flags.c_contiguous:
-                # (a broadcast view is read-only: its address is the slow path of _addr)
-                z = np.ascontiguousarray(np.broadcast_to(z, y.shape), np.float32)
+            z = as_residual(z, y.shape)  # (a local: a converted copy stays alive)
             task.z = _addr(z)
         if self.cols:
             cols = np.empty(self.cols, np.float32)

@@ -9,7 +9,19 @@ import math
 import numpy as np
 
 from . import _core as core
-from ._core import _I64, _P, _addr, _check_sizes, _even_cuts, _filled, _run, _ways, abi, range_of
+from ._core import (
+    _I64,
+    _P,
+    _addr,
+    _check_sizes,
+    _even_cuts,
+    _filled,
+    _run,
+    _ways,
+    abi,
+    cached_bias,
+    range_of,
+)
 
 
 @abi("convt_f32")
@@ -97,10 +109,9 @@ class FloatConvTranspose:
         y = np.empty(self.shape, np.float32)
         task = _filled(self.task, x, y)
         if bias is not None:
-            entry = self.bias  # (a local reference keeps its array alive through the call)
-            if bias is not entry[0]:  # a constant bias is the same object every call
-                b = np.ascontiguousarray(bias, np.float32)
-                entry = self.bias = (bias, b, _addr(b))
+            entry = cached_bias(
+                self, bias, self.task.M, "ConvTranspose"
+            )  # (a local: alive through the call)
             task.bias = entry[2]
         _run(core.lib.convt_f32_range, task, self.cuts, self.ways, "ConvTranspose")
         return y

@@ -15,8 +15,18 @@ import numpy as np
 
 from ...errors import InvalidArgument
 from . import _core as core
-from ._core import _I64, _P, _PARALLEL_ELEMENTS, _addr, _check_sizes, _input_addr, _ways, abi
-from .conv_f32 import bias_entry
+from ._core import (
+    _I64,
+    _P,
+    _PARALLEL_ELEMENTS,
+    _addr,
+    _check_sizes,
+    _input_addr,
+    _ways,
+    abi,
+    as_residual,
+    cached_bias,
+)
 
 
 @abi("small_conv_f32")
@@ -125,14 +135,13 @@ class SmallConv:
         y = np.empty(self.shape, np.float32)
         b = None
         if bias is not None:
-            entry = self.bias  # (a local reference keeps its array alive through the call)
-            if bias is not entry[0]:  # a constant bias is the same object every call
-                entry = self.bias = bias_entry(bias, self.task.M, "small conv")
+            entry = cached_bias(
+                self, bias, self.task.M, "small conv"
+            )  # (a local: alive through the call)
             b = entry[2]
         residual = None
         if z is not None:
-            if z.shape != y.shape or z.dtype != np.float32 or not z.flags.c_contiguous:
-                z = np.ascontiguousarray(np.broadcast_to(z, y.shape), np.float32)
+            z = as_residual(z, y.shape)
             residual = _input_addr(z)  # (z, a local, keeps a converted copy alive)
         run = core.lib.onyx_small_conv_f32  # (looked up per call: tests count the calls)
         status = run(self.task_at, _input_addr(x), _addr(y), b, residual, self.ways)

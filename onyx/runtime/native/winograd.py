@@ -10,8 +10,20 @@ import numpy as np
 
 from ...errors import InvalidArgument
 from . import _core as core
-from ._core import _I64, _P, _addr, _check_sizes, _even_cuts, _filled, _run, _ways, abi, range_of
-from .conv_f32 import bias_entry
+from ._core import (
+    _I64,
+    _P,
+    _addr,
+    _check_sizes,
+    _even_cuts,
+    _filled,
+    _run,
+    _ways,
+    abi,
+    as_residual,
+    cached_bias,
+    range_of,
+)
 
 
 @abi("winograd_f32")
@@ -109,13 +121,12 @@ class WinogradConv:
         y = np.empty(self.shape, np.float32)
         task = _filled(self.task, x, y)
         if bias is not None:
-            entry = self.bias  # (a local reference keeps its array alive through the call)
-            if bias is not entry[0]:  # a constant bias is the same object every call
-                entry = self.bias = bias_entry(bias, self.task.M, "winograd conv")
+            entry = cached_bias(
+                self, bias, self.task.M, "winograd conv"
+            )  # (a local: alive through the call)
             task.bias = entry[2]
         if z is not None:
-            if z.shape != y.shape or z.dtype != np.float32 or not z.flags.c_contiguous:
-                z = np.ascontiguousarray(np.broadcast_to(z, y.shape), np.float32)
+            z = as_residual(z, y.shape)  # (a local: a converted copy stays alive)
             task.z = _addr(z)
         _run(core.lib.winograd_range, task, self.cuts, self.ways, "winograd conv")
         return y
