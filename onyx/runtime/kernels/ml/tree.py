@@ -452,16 +452,8 @@ class _Sums:
         """(best class, scores) of a classifier's SUM, its ``base`` added and ``transform``
         applied, in one native call (NONE or SOFTMAX, float32 weights, every leaf voting for
         every class); None where __call__ and numpy serve x."""
-        code = _NATIVE_FINISH.get(transform)
-        if (
-            code is None
-            or not self.simple
-            or self.aggregate != "SUM"
-            or self.weights.dtype != np.float32
-            or len(base) > self.weights.shape[1]
-            or x.__class__ is not np.ndarray
-            or x.ndim != 2
-        ):
+        code = self._finish_code(base, _NATIVE_FINISH.get(transform))
+        if code is None or x.__class__ is not np.ndarray or x.ndim != 2:
             return None
         sums = self._fitting_sums(x)
         return None if sums is None else sums.classify(x, base, code)
@@ -471,19 +463,26 @@ class _Sums:
         dtype and width in one short call (an int transform: a FOREST_BINARY rule), or None
         where classify's conditions fail."""
         code = transform if isinstance(transform, int) else _NATIVE_FINISH.get(transform)
+        code = self._finish_code(base, code)
+        if code is None or self.forest.max_feature >= x.shape[1]:
+            return None
+        sums = self.native.get(x.dtype, _UNSET)
+        if sums is _UNSET:
+            sums = self._native_sums(x.dtype)
+        return None if sums is None else sums.small(x.shape[1], base, code)
+
+    def _finish_code(self, base: np.ndarray, code: int | None) -> int | None:
+        """``code`` where the native sums can finish this ensemble (every leaf voting for
+        every class, summed, float32 weights, ``base`` no longer than their classes), else None."""
         if (
             code is None
             or not self.simple
             or self.aggregate != "SUM"
             or self.weights.dtype != np.float32
             or len(base) > self.weights.shape[1]
-            or self.forest.max_feature >= x.shape[1]
         ):
             return None
-        sums = self.native.get(x.dtype, _UNSET)
-        if sums is _UNSET:
-            sums = self._native_sums(x.dtype)
-        return None if sums is None else sums.small(x.shape[1], base, code)
+        return code
 
     def _fitting_sums(self, x: np.ndarray):
         """The native.ForestSums that serves 2-D x (kept per dtype), or None where it does not."""
