@@ -67,3 +67,47 @@ def test_run_flags(tmp_path, capsys):
         assert saved["logits"].shape == (3, 10)
     assert main(["run", RESNET, "--shape", "x=4,3,32,32"]) == 0
     assert "[4, 3, 32, 32]" in capsys.readouterr().out
+
+
+def _zip_map_file(tmp_path) -> str:
+    from onnx import TensorProto, helper
+
+    probs = helper.make_map_type_proto(TensorProto.INT64, helper.make_tensor_type_proto(1, []))
+    graph = helper.make_graph(
+        [helper.make_node("ZipMap", ["X"], ["Z"], domain="ai.onnx.ml", classlabels_int64s=[3, 7])],
+        "g",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [None, 2])],
+        [helper.make_value_info("Z", helper.make_sequence_type_proto(probs))],
+    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 1)]
+    path = tmp_path / "zipmap.onnx"
+    path.write_bytes(
+        helper.make_model(graph, opset_imports=opsets, ir_version=8).SerializeToString()
+    )
+    return str(path)
+
+
+def test_run_saves_zip_map_rows_as_a_table_with_its_keys(tmp_path):
+    model, out = _zip_map_file(tmp_path), tmp_path / "out.npz"
+    np.save(tmp_path / "x.npy", np.array([[0.25, 0.75], [1.0, 0.0], [0.5, 0.5]], np.float32))
+    args = ["run", model, "--input", f"X={tmp_path / 'x.npy'}", "--save-outputs", str(out)]
+    assert main(args) == 0
+    with np.load(out) as saved:
+        assert saved["Z.keys"].tolist() == [3, 7]
+        assert saved["Z"].tolist() == [[0.25, 0.75], [1.0, 0.0], [0.5, 0.5]]
+
+
+def test_run_names_the_input_whose_file_is_unreadable(tmp_path, capsys):
+    assert main(["run", RESNET, "--input", f"x={tmp_path / 'missing.npy'}"]) == 1
+    assert "--input x: cannot read an array from" in capsys.readouterr().err
+
+
+def test_as_arrays_spreads_sequences_and_maps_and_refuses_the_rest():
+    from onyx.errors import InvalidArgument
+    from onyx.tools.feeds import as_arrays
+
+    got = as_arrays({"s": [np.ones(2), np.zeros(1)], "m": {"a": 1.0}, "o": None})
+    assert sorted(got) == ["m.keys", "m.values", "s.0", "s.1"]
+    assert got["m.keys"].tolist() == ["a"] and got["s.1"].tolist() == [0.0]
+    with pytest.raises(InvalidArgument, match="'w'"):
+        as_arrays({"w": [{"a": 1.0}, {"b": 2.0}]})

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InvalidArgument
-from .feeds import input_shape, load_npz, parse_shapes, random_array, save_npz
+from .feeds import as_arrays, input_shape, load_npz, parse_shapes, random_array, save_npz
 
 HELP = "run a model (the bundled example when none is given) and print its outputs and latency"
 
@@ -97,7 +97,10 @@ def main(args) -> int:
         name, sep, file = item.partition("=")
         if not sep:
             raise InvalidArgument(f"--input takes NAME=FILE.npy, got {item!r}")
-        given[name] = np.load(file, allow_pickle=False)
+        try:
+            given[name] = np.load(file, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise InvalidArgument(f"--input {name}: cannot read an array from {file!r}: {e}") from e
     feed = {
         i.name: given[i.name] if i.name in given else _random_input(i, rng, shapes)
         for i in sess.get_inputs()
@@ -118,7 +121,7 @@ def main(args) -> int:
     for name, value in zip(out_names, outputs):
         print(f"  output {name}: {summarize(value)}")
     if args.save_outputs:
-        save_npz(args.save_outputs, dict(zip(out_names, outputs)))
+        save_npz(args.save_outputs, as_arrays(dict(zip(out_names, outputs))))
         print(f"  outputs written to {args.save_outputs}")
     # The first run pays one-time set-up (plan code, bound steps, caches): it is reported apart
     # so that the median says what a served model costs per call.
@@ -130,15 +133,17 @@ def main(args) -> int:
 
 
 def _time_runs(sess, names, feed, repeat: int | None, first: float) -> list[float]:
-    """Seconds of each timed run after the first: ``repeat`` runs, or by default as many as
-    fit in about a second (judged by the first run, at most 1000)."""
-    if repeat is None:
-        repeat = 0 if first >= 1.0 else int(1.0 / max(first, 1e-3))  # (1 to 1000)
-    times = []
-    for _ in range(max(0, repeat)):
+    """Seconds of each timed run after the first: ``repeat`` runs, or by default runs until about
+    a second has passed (at most 1000; none when the first run took a second)."""
+    budget = float("inf") if repeat is not None else 0.0 if first >= 1.0 else 1.0
+    count = repeat if repeat is not None else 1000
+    times: list[float] = []
+    spent = 0.0
+    while len(times) < count and spent < budget:
         t = time.perf_counter()
         sess.run(names, feed)
         times.append(time.perf_counter() - t)
+        spent += times[-1]
     return times
 
 

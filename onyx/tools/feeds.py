@@ -99,6 +99,39 @@ def load_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:
         raise InvalidArgument(f"cannot read arrays from {os.fspath(path)!r}: {e}") from e
 
 
+def as_arrays(values: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Run outputs as the arrays an .npz can hold: a tensor as it is; a sequence of maps with the
+    same keys (scikit-learn's ZipMap probabilities) as a rows x keys array ``name`` beside its keys
+    ``name.keys``; one map likewise as ``name.keys`` and ``name.values``; a sequence of tensors as
+    ``name.0``, ``name.1``, ...; an absent optional value is left out."""
+    out: dict[str, np.ndarray] = {}
+    for name, value in values.items():
+        if value is None:
+            continue
+        if isinstance(value, np.ndarray):
+            out[name] = value
+        elif isinstance(value, dict):
+            out[f"{name}.keys"] = np.array(list(value))
+            out[f"{name}.values"] = np.array(list(value.values()))
+        elif _same_key_maps(value):
+            keys = list(value[0])
+            out[f"{name}.keys"] = np.array(keys)
+            out[name] = np.array([[row[k] for k in keys] for row in value]).reshape(len(value), -1)
+        elif isinstance(value, list) and all(isinstance(v, np.ndarray) for v in value):
+            out.update({f"{name}.{i}": v for i, v in enumerate(value)})
+        else:
+            raise InvalidArgument(f"output {name!r} ({type(value).__name__}) has no .npz form")
+    return out
+
+
+def _same_key_maps(value: Any) -> bool:
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(isinstance(row, dict) and row.keys() == value[0].keys() for row in value)
+    )
+
+
 def save_npz(path: str | os.PathLike, arrays: dict[str, Any]) -> None:
     """An .npz written atomically (a temporary file beside it, then renamed); tensors only."""
     bad = [k for k, v in arrays.items() if not isinstance(v, np.ndarray)]
