@@ -327,9 +327,9 @@ def deadline(seconds: float | None):
 #: Seconds a runtime's block of timed calls waits for the other runtime's threads to stop
 #: spinning (onnxruntime's spin some 40 ms after a call).
 SETTLE = 0.1
-#: Rounds of blocks per runtime (full run, --quick), and the seconds of calls a block holds at
-#: least (fewer where the budget would not hold them): a short model's block of 16 calls lasted
-#: a few milliseconds, so one burst of another process could cover most of a row's samples.
+#: Rounds of blocks per runtime (full run, --quick), and the seconds a block of calls lasts at
+#: least (unless the budget would not hold it): a short model's block of 16 calls lasted a few
+#: milliseconds, so one burst of another process could cover most of a row's samples.
 ROUNDS, QUICK_ROUNDS = 5, 3
 BLOCK_SECONDS = 0.04
 
@@ -340,12 +340,21 @@ def _clock(fn, *args) -> tuple[float, object]:
     return time.perf_counter() - t, out
 
 
-def block_calls(once: float, repeats: int, budget: float, rounds: int) -> int:
-    """Calls in one timed block of a runtime whose call takes ``once`` seconds: at least a
-    share of ``repeats`` and BLOCK_SECONDS of calls, at most a round's share of ``budget``,
-    and 2 at the least."""
-    wanted = max(repeats // rounds, math.ceil(BLOCK_SECONDS / max(once, 1e-7)))
-    return max(2, min(wanted, int(budget / rounds / max(once, 1e-7))))
+def block_bounds(once: float, repeats: int, budget: float, rounds: int) -> tuple[int, int]:
+    """The fewest and the most calls in one timed block of a runtime whose call takes ``once``
+    seconds: at most a round's share of ``budget``, at least a share of ``repeats`` (within
+    that) and 2. Between the two, a block goes on until it has lasted BLOCK_SECONDS (``once``,
+    one call, misjudges a busy machine's calls)."""
+    most = max(2, int(budget / rounds / max(once, 1e-7)))
+    return max(2, min(repeats // rounds, most)), most
+
+
+def timed_block(run, feeds, least: int, most: int) -> list[float]:
+    """Seconds of each call of one block (see block_bounds)."""
+    times, start = [], time.perf_counter()
+    while len(times) < most and (len(times) < least or time.perf_counter() - start < BLOCK_SECONDS):
+        times.append(_clock(run, feeds)[0])
+    return times
 
 
 def latency_of(blocks: list[list[float]]) -> float:
@@ -381,7 +390,7 @@ def measure(
     Each runtime is created (median of 3 creations, 1 for the reference) and run once (the
     warm-up, whose outputs are kept), then once more untimed (its time sizes the blocks).
     Then the runtimes whose warm-up fit in the budget run in turn, a block of timed calls each
-    per round (``block_calls``), for ``rounds`` rounds or until ``budget`` seconds per runtime
+    per round (``block_bounds``), for ``rounds`` rounds or until ``budget`` seconds per runtime
     (at least 1 round); the latency is the lowest block median (``latency_of``). A runtime
     whose warm-up alone exceeds the budget keeps that one run. ``timeouts`` caps a runtime's
     warm-up (runtime -> seconds).
@@ -414,7 +423,7 @@ def measure(
     # first eight after its block), so each block waits SETTLE seconds, then starts with one
     # untimed call; several rounds of blocks spread any drift of a busy machine over both.
     # The reference evaluator is far slower: it gets its own rounds.
-    block = {rt: block_calls(once[rt], repeats, budgets[rt], rounds) for rt in runs}
+    bounds = {rt: block_bounds(once[rt], repeats, budgets[rt], rounds) for rt in runs}
     for group in ([r for r in runs if r != "reference"], [r for r in runs if r == "reference"]):
         start, done = time.perf_counter(), 0
         while group and done < rounds:
@@ -424,7 +433,7 @@ def measure(
                 if rt != "reference":
                     time.sleep(SETTLE)
                     runs[rt](case.feeds)
-                times[rt].append([_clock(runs[rt], case.feeds)[0] for _ in range(block[rt])])
+                times[rt].append(timed_block(runs[rt], case.feeds, *bounds[rt]))
             done += 1
     for rt, blocks in times.items():
         medians = [float(np.median(b)) for b in blocks]

@@ -264,7 +264,9 @@ def top_few(key: np.ndarray, k: int, axis: int, largest: int) -> np.ndarray | No
     flat = rows.reshape(-1, rows.shape[-1])
     count, n = flat.shape
     groups = n // _TOP_GROUP
-    least = flat[:, : groups * _TOP_GROUP].reshape(count, _TOP_GROUP, groups).min(axis=1)
+    least = flat[:, :groups].copy()  # (slab by slab: numpy's min over a middle axis is slower)
+    for g in range(1, _TOP_GROUP):
+        np.minimum(least, flat[:, g * groups : (g + 1) * groups], out=least)
     bound = np.partition(least, k - 1, axis=1)[:, k - 1 : k]
     chosen = np.flatnonzero(flat <= bound)  # (in row order, then index order)
     if chosen.size > flat.size // 4:
