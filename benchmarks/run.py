@@ -12,7 +12,7 @@ scikit-learn tree ensemble and a linear pipeline (converted with skl2onnx). Ever
 the same feeds and the same thread count; onyx and onnxruntime take turns in blocks of runs
 (not call by call: each one's worker threads spin after a call and would slow the other),
 each block starting when the other's threads have stopped spinning (SETTLE). Latency is the
-median of repeated runs after a warm-up; session
+lowest of a runtime's block medians, after a warm-up (``latency_of``); session
 creation the median of a few creations; peak memory the peak RSS growth of a fresh process that
 creates the session and runs it (so onnxruntime's native allocations count too). The reference
 evaluator runs once per model where it is slow (cut at --reference-timeout seconds) and is
@@ -327,6 +327,11 @@ def deadline(seconds: float | None):
 #: Seconds a runtime's block of timed calls waits for the other runtime's threads to stop
 #: spinning (onnxruntime's spin some 40 ms after a call).
 SETTLE = 0.1
+#: Rounds of blocks per runtime (full run, --quick), and the seconds a block of calls lasts at
+#: least (unless the budget would not hold it): a short model's block of 16 calls lasted a few
+#: milliseconds, so one burst of another process could cover most of a row's samples.
+ROUNDS, QUICK_ROUNDS = 5, 3
+BLOCK_SECONDS = 0.04
 
 
 def _clock(fn, *args) -> tuple[float, object]:
@@ -335,18 +340,62 @@ def _clock(fn, *args) -> tuple[float, object]:
     return time.perf_counter() - t, out
 
 
+def block_bounds(once: float, repeats: int, budget: float, rounds: int) -> tuple[int, int]:
+    """The fewest and the most calls in one timed block of a runtime whose call takes ``once``
+    seconds: at most a round's share of ``budget``, at least a share of ``repeats`` (within
+    that) and 2. Between the two, a block goes on until it has lasted BLOCK_SECONDS (``once``,
+    one call, misjudges a busy machine's calls)."""
+    most = max(2, int(budget / rounds / max(once, 1e-7)))
+    return max(2, min(repeats // rounds, most)), most
+
+
+def timed_block(run, feeds, least: int, most: int) -> list[float]:
+    """Seconds of each call of one block (see block_bounds)."""
+    times, start = [], time.perf_counter()
+    while len(times) < most and (len(times) < least or time.perf_counter() - start < BLOCK_SECONDS):
+        times.append(_clock(run, feeds)[0])
+    return times
+
+
+def latency_of(blocks: list[list[float]]) -> float:
+    """A runtime's latency from its blocks of timed calls: the lowest of the blocks' medians.
+    Another process's burst slows whichever blocks it overlaps (by 1.5-2x on 2 cores): the
+    median of all calls moved with it once it covered half the calls of a row, the lowest
+    block median only if it covers every block. Both runtimes get the same rule."""
+    return min(float(np.median(b)) for b in blocks if b)
+
+
+#: How latency is measured, for the reports (both runtimes alike).
+METHOD = (
+    f"Latency (ms) is the lowest of the medians of {ROUNDS} blocks of runs per runtime (3 "
+    f"with --quick), onyx and onnxruntime taking turns block by block, each block "
+    f"{BLOCK_SECONDS:g} s of calls at least and starting {SETTLE:g} s after the other's, when "
+    "onnxruntime's worker threads have stopped spinning, with one untimed call: a burst of "
+    "another process slows the blocks it overlaps, and moved the median of all runs once it "
+    "covered half of them."
+)
+
+
 def measure(
-    case: Case, runtimes: list[str], threads: int, repeats: int, budgets: dict, timeouts: dict
+    case: Case,
+    runtimes: list[str],
+    threads: int,
+    repeats: int,
+    budgets: dict,
+    timeouts: dict,
+    rounds: int = ROUNDS,
 ) -> None:
     """Fill case.results[runtime] with latency, creation time, run count (and outputs).
 
     Each runtime is created (median of 3 creations, 1 for the reference) and run once (the
-    warm-up, whose outputs are kept); then the runtimes whose warm-up fit in the budget run in
-    turn, a block of up to ``repeats // 3`` timed calls each per round (after one untimed
-    call), for 3 rounds or until ``budget`` seconds per runtime (at least 1 round). A runtime whose warm-up alone exceeds the budget keeps that one run.
-    ``timeouts`` caps a runtime's warm-up (runtime -> seconds).
+    warm-up, whose outputs are kept), then once more untimed (its time sizes the blocks).
+    Then the runtimes whose warm-up fit in the budget run in turn, a block of timed calls each
+    per round (``block_bounds``), for ``rounds`` rounds or until ``budget`` seconds per runtime
+    (at least 1 round); the latency is the lowest block median (``latency_of``). A runtime
+    whose warm-up alone exceeds the budget keeps that one run. ``timeouts`` caps a runtime's
+    warm-up (runtime -> seconds).
     """
-    runs, times, first_call = {}, {}, {}
+    runs, times, once = {}, {}, {}
     for rt in runtimes:
         try:
             creates = []
@@ -362,35 +411,37 @@ def measure(
             case.results[rt] = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
             continue
         case.results[rt] = {"create": float(np.median(creates)), "outputs": outputs}
-        times[rt], first_call[rt] = [first], first
+        times[rt] = [[first]]
         if first <= budgets[rt]:
             runs[rt], times[rt] = run, []
+            # (the warm-up pays first-run work: plans, caches; a second call is the steady state)
+            once[rt] = first if rt == "reference" else min(first, _clock(run, case.feeds)[0])
     # Runtimes take turns in blocks, not call by call: onnxruntime's and OpenBLAS's worker
     # threads spin for a while after each call, so a call right after the other runtime's
     # competes with its spinning threads (measured: both 1.5-2x slower on 2 cores). onnxruntime's
     # spin for some 40 ms after its last call (an LSTM's 3 ms onyx calls took 6 ms for the
     # first eight after its block), so each block waits SETTLE seconds, then starts with one
-    # untimed call; three rounds of blocks still spread any drift of a busy machine over both.
+    # untimed call; several rounds of blocks spread any drift of a busy machine over both.
     # The reference evaluator is far slower: it gets its own rounds.
-    # a block: a third of the repeats, fewer where a third of the budget would not hold them
-    block = {
-        rt: max(2, min(repeats // 3, int(budgets[rt] / 3 / max(first_call[rt], 1e-6))))
-        for rt in runs
-    }
+    bounds = {rt: block_bounds(once[rt], repeats, budgets[rt], rounds) for rt in runs}
     for group in ([r for r in runs if r != "reference"], [r for r in runs if r == "reference"]):
-        start, rounds = time.perf_counter(), 0
-        while group and rounds < 3:
-            if rounds >= 1 and time.perf_counter() - start > sum(budgets[r] for r in group):
+        start, done = time.perf_counter(), 0
+        while group and done < rounds:
+            if done >= 1 and time.perf_counter() - start > sum(budgets[r] for r in group):
                 break
             for rt in group:
                 if rt != "reference":
                     time.sleep(SETTLE)
                     runs[rt](case.feeds)
-                for _ in range(block[rt]):
-                    times[rt].append(_clock(runs[rt], case.feeds)[0])
-            rounds += 1
-    for rt, ts in times.items():
-        case.results[rt].update(latency=float(np.median(ts)), runs=len(ts))
+                times[rt].append(timed_block(runs[rt], case.feeds, *bounds[rt]))
+            done += 1
+    for rt, blocks in times.items():
+        medians = [float(np.median(b)) for b in blocks]
+        case.results[rt].update(
+            latency=latency_of(blocks),
+            runs=sum(map(len, blocks)),
+            spread=max(medians) / min(medians),
+        )
 
 
 def max_diff(a, b) -> float:
@@ -524,6 +575,11 @@ def _ms(case: Case, runtime: str, key: str = "latency") -> str:
     return "–" if v is None else f"{v * 1e3:.3g}"
 
 
+def _spread(case: Case, runtime: str) -> str:
+    """The highest block median over the lowest (how much the blocks of a row disagreed)."""
+    return _fmt((case.results.get(runtime) or {}).get("spread"))
+
+
 def _per(cases: list[Case], key: str, a: str = "onyx", b: str = "onnxruntime") -> list[float]:
     """The per-case ratios of results[a][key] / results[b][key] where both are known."""
     out = []
@@ -589,9 +645,8 @@ def write_report(
         "",
         f"Made by `{command}` on {time.strftime('%Y-%m-%d')} in {elapsed / 60:.1f} minutes: "
         f"{os.cpu_count()} CPU cores, {args.threads} threads for every runtime, numpy "
-        f"{np.__version__}. Latency is the median of repeated runs (ms), onyx and onnxruntime "
-        f"taking turns in blocks of runs (each block starting {SETTLE:g} s after the other's, when "
-        "onnxruntime's worker threads have stopped spinning); ratios are latency ratios (onyx/onnxruntime: lower is better for onyx; "
+        f"{np.__version__}. {METHOD} Ratios are latency ratios (onyx/onnxruntime: lower is "
+        "better for onyx; "
         "reference/onyx: how many times onyx is faster than onnx's ReferenceEvaluator, which "
         f"is cut after {args.reference_timeout:g} s and skipped at batch 8 where batch 1 failed "
         "or took over 1 s). Peak memory is the peak RSS growth of a fresh process creating the session and "
@@ -741,8 +796,8 @@ def serving_block(
         f"{' --quick' if args.quick else ''}` on {time.strftime('%Y-%m-%d')} "
         f"({elapsed / 60:.1f} minutes for the whole run), {os.cpu_count()} CPU cores, "
         f"{args.threads} threads for both runtimes unless a table says otherwise; other "
-        "processes were running, so the runtimes alternate in blocks of runs and the ratios "
-        "are the figures to read. The models come from `python scripts/make_serving_zoo.py` "
+        f"processes were running, so the ratios are the figures to read. {METHOD} "
+        "The models come from `python scripts/make_serving_zoo.py` "
         "(seeded random weights, `benchmarks/models/serving/`): small CNNs (a width-32 ResNet "
         "at 128x128 batch 4, a MobileNet-style net at 96x96 batch 2, a U-Net at 32x32), an "
         "audio front-end with a keyword classifier and a VAD-like model on a 512-sample chunk, "
@@ -934,6 +989,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     started = time.perf_counter()
     repeats, budget = (10, 0.3) if args.quick else (50, 2.0)
+    rounds = QUICK_ROUNDS if args.quick else ROUNDS
     budgets = {"onyx": budget, "onnxruntime": budget, "reference": 2.0 if args.quick else 5.0}
     runtimes = ["onyx", "onnxruntime"] + ([] if args.no_reference else ["reference"])
     workdir = tempfile.mkdtemp(prefix="onyx_bench_")
@@ -961,7 +1017,7 @@ def main(argv=None) -> int:
             mine = [rt for rt in mine if rt != "reference"]
         threads = case.threads or args.threads
         timeouts = {"reference": args.reference_timeout}
-        measure(case, mine, threads, repeats, budgets, timeouts)
+        measure(case, mine, threads, repeats, budgets, timeouts, rounds)
         ref = case.results.get("reference")
         if ref is not None and ref.get("latency", math.inf) > 1.0:
             slow_reference.add(case.model)
@@ -980,7 +1036,8 @@ def main(argv=None) -> int:
             f"onyx {_ms(case, 'onyx'):>8s} ms  ort {_ms(case, 'onnxruntime'):>8s} ms  "
             f"ref {_ms(case, 'reference'):>9s} ms  "
             f"onyx/ort {_fmt(ratio(case, 'onyx', 'onnxruntime'))}  "
-            f"ref/onyx {_fmt(ratio(case, 'reference', 'onyx'), 1)}",
+            f"ref/onyx {_fmt(ratio(case, 'reference', 'onyx'), 1)}  "
+            f"spread onyx {_spread(case, 'onyx')} ort {_spread(case, 'onnxruntime')}",
             flush=True,
         )
     cold = []

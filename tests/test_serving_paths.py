@@ -13,7 +13,9 @@ import onyx
 from onyx.runtime.kernels import control, indexing
 
 
-def _distance_scan(x_first: bool, op: str = "ReduceSumSquare", identities: bool = True):
+def _distance_scan(
+    x_first: bool, op: str = "ReduceSumSquare", identities: bool = True, features: int = 6
+):
     """A Scan whose body is skl2onnx's cdist step: state X, scan input the rows of T."""
     f = TensorProto.FLOAT
     sub_in = ["next_in", "next"] if x_first else ["next", "next_in"]
@@ -29,17 +31,18 @@ def _distance_scan(x_first: bool, op: str = "ReduceSumSquare", identities: bool 
     body = helper.make_graph(
         nodes,
         "body",
-        [helper.make_tensor_value_info("next_in", f, ["N", 6]),
-         helper.make_tensor_value_info("next", f, [6])],
-        [helper.make_tensor_value_info("next_in" if not identities else "next_out", f, ["N", 6]),
+        [helper.make_tensor_value_info("next_in", f, ["N", features]),
+         helper.make_tensor_value_info("next", f, [features])],
+        [helper.make_tensor_value_info("next_in" if not identities else "next_out", f,
+                                       ["N", features]),
          helper.make_tensor_value_info("scan_out", f, ["N"])],
     )  # fmt: skip
-    rows = np.random.default_rng(1).standard_normal((300, 6)).astype(np.float32)
+    rows = np.random.default_rng(1).standard_normal((300, features)).astype(np.float32)
     scan = helper.make_node("Scan", ["X", "T"], ["X_out", "D"], body=body, num_scan_inputs=1)
     graph = helper.make_graph(
         [scan, helper.make_node("TopK", ["Dt", "K"], ["V", "I"], axis=1, largest=0)],
         "knn",
-        [helper.make_tensor_value_info("X", f, ["N", 6])],
+        [helper.make_tensor_value_info("X", f, ["N", features])],
         [helper.make_tensor_value_info("D", f, None), helper.make_tensor_value_info("V", f, None),
          helper.make_tensor_value_info("I", TensorProto.INT64, None)],
         [numpy_helper.from_array(rows, "T"), numpy_helper.from_array(np.array([5]), "K")],
@@ -51,10 +54,10 @@ def _distance_scan(x_first: bool, op: str = "ReduceSumSquare", identities: bool 
 
 @pytest.mark.parametrize("x_first", [True, False])
 @pytest.mark.parametrize("identities", [True, False])
-@pytest.mark.parametrize("rows", [1, 37])
-def test_distance_scan_matches_the_loop(monkeypatch, x_first, identities, rows):
-    model = _distance_scan(x_first, identities=identities)
-    x = {"X": np.random.default_rng(rows).standard_normal((rows, 6)).astype(np.float32)}
+@pytest.mark.parametrize(("rows", "features"), [(1, 6), (37, 6), (37, 20), (5, 130)])
+def test_distance_scan_matches_the_loop(monkeypatch, x_first, identities, rows, features):
+    model = _distance_scan(x_first, identities=identities, features=features)
+    x = {"X": np.random.default_rng(rows).standard_normal((rows, features)).astype(np.float32)}
     taken = []
     real = control.distance_scan
 
@@ -70,7 +73,7 @@ def test_distance_scan_matches_the_loop(monkeypatch, x_first, identities, rows):
     loop = onyx.InferenceSession(model).run(None, x)
     for a, b in zip(fast, loop):
         np.testing.assert_array_equal(a, b)
-    rows_t = np.random.default_rng(1).standard_normal((300, 6)).astype(np.float32)
+    rows_t = np.random.default_rng(1).standard_normal((300, features)).astype(np.float32)
     formula = ((x["X"][None] - rows_t[:, None]) ** 2).sum(-1)
     np.testing.assert_allclose(fast[0], formula, rtol=1e-5)
     if x_first and identities:  # skl2onnx's form (onnxruntime 1.2x differs from the formula
@@ -78,6 +81,19 @@ def test_distance_scan_matches_the_loop(monkeypatch, x_first, identities, rows):
         expected = ort.InferenceSession(model).run(None, x)
         np.testing.assert_allclose(fast[0], expected[0], rtol=1e-6)
         np.testing.assert_array_equal(fast[2], expected[2])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("features", [1, 7, 8, 9, 16, 20, 33, 128])
+@pytest.mark.parametrize("x_first", [True, False])
+def test_feature_major_distances_have_the_bits_of_numpys_row_sums(dtype, features, x_first):
+    rng = np.random.default_rng(features)
+    x = rng.uniform(-3, 3, (29, features)).astype(dtype)
+    rows = rng.standard_normal((211, features)).astype(dtype)
+    got = control.distances_feature_major(x, rows, x_first)
+    for r in range(rows.shape[0]):  # one Scan iteration: Sub, then ReduceSumSquare's np.sum
+        d = x - rows[r] if x_first else rows[r] - x
+        np.testing.assert_array_equal(got[r], np.sum(d * d, axis=1, dtype=dtype))
 
 
 def test_other_scan_bodies_take_the_loop():
@@ -100,12 +116,20 @@ def _full_sort_top_k(x, k, axis, largest):
 
 
 @pytest.mark.parametrize("largest", [0, 1])
-@pytest.mark.parametrize("data", ["normal", "ties", "nan"])
+@pytest.mark.parametrize("data", ["normal", "ties", "few ties", "nan", "int", "uint8"])
 @pytest.mark.parametrize("axis", [0, 1, -1])
 def test_top_few_matches_the_full_sort(largest, data, axis):
     rng = np.random.default_rng(7)
     if data == "ties":  # ties across the cut: the full sort decides
         x = rng.integers(0, 6, size=(3, 200, 4)).astype(np.float32)
+    elif data == "few ties":  # ties at the bound among the candidates (and -0.0 against 0.0)
+        x = rng.integers(-40, 40, size=(3, 200, 4)).astype(np.float32)
+        x[x == 0] = np.where(rng.random(np.count_nonzero(x == 0)) < 0.5, -0.0, 0.0)
+    elif data == "int":  # the extremes of the type too (inverted, not negated, for largest)
+        x = rng.integers(-(2**63), 2**63 - 1, size=(3, 200, 4), dtype=np.int64)
+        x[0, :3, 0] = [np.iinfo(np.int64).min, np.iinfo(np.int64).max, 0]
+    elif data == "uint8":
+        x = rng.integers(0, 256, size=(3, 200, 4)).astype(np.uint8)
     else:
         x = rng.standard_normal((3, 200, 4)).astype(np.float32)
     if data == "nan":

@@ -238,28 +238,45 @@ def _top_k(x: np.ndarray, k: int, axis: int, largest: int) -> tuple[np.ndarray, 
     return np.take_along_axis(x, indices, axis=axis), indices.astype(np.int64)
 
 
+#: elements per group in top_few: the least of each group bounds a row's k-th key
+_TOP_GROUP = 8
+
+
 def top_few(key: np.ndarray, k: int, axis: int, largest: int) -> np.ndarray | None:
-    """TopK's int64 indices when k is small: np.partition finds each row's k-th key, the k
-    keys on the right side of it (kept in index order) are sorted, stably, as _top_k sorts
-    them all, so ties order by index as there. None where that cut is ambiguous: a tie across
-    it, or a NaN (which _top_k's sort places)."""
-    if key.dtype.kind == "f" and np.isnan(key).any():
-        return None
-    rows = np.moveaxis(key, axis, -1)
-    flat = rows.reshape(-1, rows.shape[-1])
-    n = flat.shape[1]
-    kth = n - k if largest else k - 1
-    cut = np.partition(flat, kth, axis=1)[:, kth : kth + 1]
-    chosen = flat >= cut if largest else flat <= cut
-    if not (np.count_nonzero(chosen, axis=1) == k).all():
-        return None
-    positions = np.nonzero(chosen)[1].reshape(-1, k)  # each row's k, in index order
-    best = np.take_along_axis(flat, positions, axis=1)
-    if largest:  # (value descending, index ascending), as _top_k's reversed stable sort
-        order = k - 1 - np.flip(np.argsort(np.flip(best, 1), axis=1, kind="stable"), 1)
+    """TopK's int64 indices when k is small (n >= _TOP_GROUP * k), without sorting or
+    partitioning whole rows. Each row's elements form n // _TOP_GROUP groups (every
+    (n // _TOP_GROUP)-th element); the k-th least of the groups' least keys bounds the row's
+    k-th key from above (k groups hold a key at most that), so the keys at most that bound
+    (a few times k, ties included) are the candidates: sorted stably by (row, key), the first
+    k of each row are _top_k's answer, ties ordered by index as its stable sort orders them.
+    largest: the keys negated (floats) or inverted (integers), which reverses their order
+    exactly. None for a NaN (which _top_k's sort places) or where ties make most of the keys
+    candidates (the full sort is as fast)."""
+    if key.dtype.kind == "f":
+        if np.isnan(key).any():
+            return None
+        order_key = -key if largest else key
+    elif key.dtype.kind in "iu":
+        order_key = ~key if largest else key
     else:
-        order = np.argsort(best, axis=1, kind="stable")
-    indices = np.take_along_axis(positions, order, axis=1).astype(np.int64)
+        return None
+    rows = np.moveaxis(order_key, axis, -1)
+    flat = rows.reshape(-1, rows.shape[-1])
+    count, n = flat.shape
+    groups = n // _TOP_GROUP
+    least = flat[:, :groups].copy()  # (slab by slab: numpy's min over a middle axis is slower)
+    for g in range(1, _TOP_GROUP):
+        np.minimum(least, flat[:, g * groups : (g + 1) * groups], out=least)
+    bound = np.partition(least, k - 1, axis=1)[:, k - 1 : k]
+    chosen = np.flatnonzero(flat <= bound)  # (in row order, then index order)
+    if chosen.size > flat.size // 4:
+        return None
+    row, column = np.divmod(chosen, n)
+    ranked = np.lexsort((flat.reshape(-1)[chosen], row))  # stable: ties keep index order
+    starts = np.searchsorted(row[ranked], np.arange(count))
+    if (np.diff(np.append(starts, chosen.size)) < k).any():
+        return None  # (cannot happen: k groups' least keys are at most the bound)
+    indices = column[ranked[starts[:, None] + np.arange(k)]].astype(np.int64, copy=False)
     return np.moveaxis(indices.reshape(rows.shape[:-1] + (k,)), -1, axis)
 
 
