@@ -90,7 +90,7 @@ def _decode(s: bytes):
 #: times serializing it. Only scalars, strings and short lists without anything kept in
 #: ``extras`` (their value is a function of the bytes alone; lists are kept as tuples and each
 #: Attr gets its own list). Cleared when full.
-_PLAIN_ATTRS: dict[bytes, tuple] = {}
+PLAIN_ATTRS: dict[bytes, tuple] = {}
 _MEMO_KINDS = frozenset({A.FLOAT, A.INT, A.STRING, A.FLOATS, A.INTS, A.STRINGS})
 MEMO_MAX_BYTES = 256
 MEMO_MAX_ENTRIES = 4096
@@ -222,16 +222,20 @@ class Reader:
     def attribute(self, a, scopes: list[dict], what: str) -> Attr:
         key = a.SerializeToString() if a.type in _MEMO_KINDS else None
         if key is not None and len(key) <= MEMO_MAX_BYTES:
-            known = _PLAIN_ATTRS.get(key)
+            known = PLAIN_ATTRS.get(key)
             if known is not None:
                 name, kind, value = known
                 return Attr(name, kind, list(value) if type(value) is tuple else value)
         attr = self._attribute(a, scopes, what)
         if key is not None and len(key) <= MEMO_MAX_BYTES and _plain(attr):
-            if len(_PLAIN_ATTRS) >= MEMO_MAX_ENTRIES:
-                _PLAIN_ATTRS.clear()
+            if len(PLAIN_ATTRS) >= MEMO_MAX_ENTRIES:
+                PLAIN_ATTRS.clear()
             value = attr.value
-            _PLAIN_ATTRS[key] = (attr.name, attr.type, tuple(value) if type(value) is list else value)
+            PLAIN_ATTRS[key] = (
+                attr.name,
+                attr.type,
+                tuple(value) if type(value) is list else value,
+            )
         return attr
 
     def _attribute(self, a, scopes: list[dict], what: str) -> Attr:
