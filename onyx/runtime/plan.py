@@ -148,8 +148,11 @@ class Plan:
     def _compile_node(self, node, compiler: Compiler, opsets, bindings) -> Step:
         domain = ir.canonical_domain(node.domain)
         version = ir.opset_for(opsets, domain)
-        reads = tuple(self._slot(v, node) for v in ir.inputs_with_captures(node))
         ins = tuple(self._slot(v, node) for v in node.inputs)
+        if node.attributes and any(True for _ in node.subgraphs()):
+            reads = tuple(self._slot(v, node) for v in ir.inputs_with_captures(node))
+        else:  # (no subgraph: it reads its inputs alone)
+            reads = ins
         outs_list = list(node.outputs)
         while outs_list and not outs_list[-1].name:
             outs_list.pop()
