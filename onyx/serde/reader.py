@@ -93,7 +93,20 @@ def _decode(s: bytes):
 PLAIN_ATTRS: dict[bytes, tuple] = {}
 _MEMO_KINDS = frozenset({A.FLOAT, A.INT, A.STRING, A.FLOATS, A.INTS, A.STRINGS})
 MEMO_MAX_BYTES = 256
+MEMO_MAX_ELEMENTS = 64
+_LIST_FIELDS = {A.FLOATS: "floats", A.INTS: "ints", A.STRINGS: "strings"}
 MEMO_MAX_ENTRIES = 4096
+
+
+def _small_plain(a) -> bool:
+    """Whether an AttributeProto may be a memo entry: of a plain type, and no long list
+    (counted before serializing: a tree ensemble's lists of thousands would be copied for
+    nothing)."""
+    kind = a.type
+    if kind not in _MEMO_KINDS:
+        return False
+    field = _LIST_FIELDS.get(kind)
+    return field is None or len(getattr(a, field)) <= MEMO_MAX_ELEMENTS
 
 
 def _plain(attr: Attr) -> bool:
@@ -220,7 +233,7 @@ class Reader:
         return s
 
     def attribute(self, a, scopes: list[dict], what: str) -> Attr:
-        key = a.SerializeToString() if a.type in _MEMO_KINDS else None
+        key = a.SerializeToString() if _small_plain(a) else None
         if key is not None and len(key) <= MEMO_MAX_BYTES:
             known = PLAIN_ATTRS.get(key)
             if known is not None:
