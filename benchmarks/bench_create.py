@@ -7,8 +7,9 @@ machine does not decide it.
 
 Each round starts one process per runtime (alternating) that imports it, creates a session of
 every model once untimed (the first creation's one-time costs are bench_cold_start.py's), then
-``--creations`` times, timed with time.process_time; the table gives the medians over all
-rounds. ``--against`` runs the other checkout's onyx with its ``.venv``'s interpreter;
+``--creations`` times, timed with time.process_time (each session freed after the next one
+is made, outside the timing, as run.py does); the table gives the medians over all rounds.
+``--against`` runs the other checkout's onyx with its ``.venv``'s interpreter;
 ``--cache`` turns on onyx's optimized-model cache (runtime/model_cache.py) in a fresh folder,
 so the timed creations are hits.
 """
@@ -43,11 +44,13 @@ so.intra_op_num_threads = 1
 out = {{}}
 for path in {models!r}:
     rt.InferenceSession(path, so, providers=["CPUExecutionProvider"])
-    took = []
+    took, made, last = [], None, None
     for _ in range({creations}):
         t = clock()
-        rt.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+        made = rt.InferenceSession(path, so, providers=["CPUExecutionProvider"])
         took.append(clock() - t)
+        last = made  # (the one before freed here, untimed: run.py's order)
+    del made, last
     out[path] = took
 print(json.dumps(out))
 """

@@ -399,6 +399,9 @@ def measure(
     for rt in runtimes:
         try:
             creates = []
+            # (after the last block's threads stop spinning: a model's second row, whose
+            # creations are all warm and short, otherwise ran them all inside that window)
+            time.sleep(SETTLE)
             for _ in range(1 if rt == "reference" else 3):
                 took, run = _clock(make_session, rt, case.path, threads)
                 creates.append(took)

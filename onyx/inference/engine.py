@@ -158,21 +158,37 @@ class Data(DataValue):
 class Symbols:
     """Fresh symbolic dims ('unk__0', 'unk__1', ...) unique within one inference run."""
 
-    def __init__(self, start: int = 0):
-        self._count = itertools.count(start)
+    def __init__(self, start: int = 0, past: Graph | None = None):
+        self._count = itertools.count(start) if past is None else None
+        self._past = past
 
     @classmethod
     def after_existing(cls, g: Graph) -> Symbols:
-        """Start past every 'unk__N' already in the graph, so fresh names never collide."""
-        top = -1
-        for v in itertools.chain(g.values(), g.value_info, g.outputs):
-            for d in getattr(getattr(v.type, "shape", None), "dims", ()) or ():
-                if isinstance(d, str) and d.startswith("unk__") and d[5:].isdigit():
-                    top = max(top, int(d[5:]))
-        return cls(top + 1)
+        """Start past every 'unk__N' already in the graph, so fresh names never collide
+        (the graph is scanned at the first fresh name: a graph of known dims never needs one,
+        and until then inference has written no type back to it)."""
+        return cls(past=g)
 
     def fresh(self) -> str:
+        if self._count is None:
+            self._count = itertools.count(_past_unknowns(self._past))
+            self._past = None
         return f"unk__{next(self._count)}"
+
+
+def _past_unknowns(g: Graph) -> int:
+    """One past the largest N of the 'unk__N' dims of ``g``'s values (0 if none)."""
+    top = -1
+    seen: set[int] = set()  # (values share their type objects)
+    for v in itertools.chain(g.values(), g.value_info, g.outputs):
+        t = v.type
+        if t is None or id(t) in seen:
+            continue
+        seen.add(id(t))
+        for d in getattr(getattr(t, "shape", None), "dims", ()) or ():
+            if isinstance(d, str) and d.startswith("unk__") and d[5:].isdigit():
+                top = max(top, int(d[5:]))
+    return top + 1
 
 
 class NodeContext:

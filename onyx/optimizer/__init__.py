@@ -74,20 +74,14 @@ def optimize(
 
 def _optimize(model, lvl: int, disabled, stats, in_place, for_session, results) -> ir.Model:
     m = model if in_place else clone_model(model)
-    if lvl <= 0 or _names_values_in_attributes(m):
+    if lvl <= 0:
         return m
-    skip = set(disabled)
-    enabled = [p for p in PASSES if p.level <= lvl and p.name not in skip]
-    ctx = PassContext(
-        m,
-        enabled=frozenset(p.name for p in enabled),
-        unbounded_folding=for_session,
-        for_session=for_session,
-    )
-    basic = [p for p in enabled if p.level == BASIC]
+    names, basic, fusions, layout, _ = _schedule(lvl, frozenset(disabled))
+    ctx = PassContext(m, enabled=names, unbounded_folding=for_session, for_session=for_session)
+    # (the op types, found once here, are what the passes' triggers read too)
+    if "Gradient" in ctx.op_types() and _names_values_in_attributes(m):
+        return m
     _rounds(ctx, basic)
-    fusions = [p for p in enabled if BASIC < p.level < ALL]
-    layout = [p for p in enabled if p.level >= ALL]  # (once, on the fused graph)
     if fusions or layout:
         if not ctx.inferred:
             ctx.infer()  # the fusions read shapes
@@ -103,6 +97,33 @@ def _optimize(model, lvl: int, disabled, stats, in_place, for_session, results) 
     if results is not None:
         results.extend(ctx.results)
     return m
+
+
+#: (level, disabled, PASSES as they were) -> what _schedule made of them.
+_SCHEDULES: dict[tuple, tuple] = {}
+
+
+def _schedule(lvl: int, disabled: frozenset[str]) -> tuple:
+    """(enabled pass names, basic passes, fusions, layout passes (once, on the fused
+    graph), PASSES) of PASSES for a level and disabled names: the same for every session of a process
+    with the same options (a test may swap PASSES: they are part of the key)."""
+    # (by identity: a pass's hash would read its fields, importing its module; each entry
+    # holds the passes it was made of, so their ids are not reused while it lives)
+    key = (lvl, disabled, tuple(map(id, PASSES)))
+    known = _SCHEDULES.get(key)
+    if known is None:
+        enabled = [p for p in PASSES if p.level <= lvl and p.name not in disabled]
+        known = (
+            frozenset(p.name for p in enabled),
+            tuple(p for p in enabled if p.level == BASIC),
+            tuple(p for p in enabled if BASIC < p.level < ALL),
+            tuple(p for p in enabled if p.level >= ALL),
+            tuple(PASSES),
+        )
+        if len(_SCHEDULES) >= 64:
+            _SCHEDULES.clear()
+        _SCHEDULES[key] = known
+    return known
 
 
 def _names_values_in_attributes(model: ir.Model) -> bool:
@@ -129,12 +150,18 @@ def _run_all(ctx: PassContext, passes) -> bool:
     round are skipped.)"""
     changed = False
     idle = ctx.idle
+    verdicts = ctx.trigger_verdicts()
     for p in passes:
         if SKIP_IDLE and idle.get(p.name) == ctx.version:
             continue
-        if p.triggers and not ctx.may_change(p):
-            continue
+        if p.triggers:
+            known = verdicts.get(p.name)  # (its triggers kept: a test may swap a pass)
+            if known is None or known[0] is not p.triggers:
+                known = verdicts[p.name] = (p.triggers, ctx.may_change(p))
+            if not known[1]:
+                continue
         changed |= _run(ctx, p)
+        verdicts = ctx.trigger_verdicts()  # (the pass may have changed the op types)
     return changed
 
 

@@ -169,6 +169,7 @@ class PassContext(DataValue):
         self.unbounded_folding = unbounded_folding
         self.for_session = for_session
         self._op_types = _op_types
+        self._verdicts: tuple[frozenset[str], dict] | None = None
 
     def op_types(self) -> frozenset[str]:
         """Op types of every node, subgraphs included: found again only when the main graph's
@@ -189,6 +190,23 @@ class PassContext(DataValue):
             if present.isdisjoint(ops):
                 return False
         return True
+
+    def trigger_verdicts(self) -> dict:
+        """Pass name -> (its triggers, whether it may change the graph: :meth:`may_change`),
+        for the op types the
+        graph holds now: a table shared by every context that met the same op types (a session
+        asks some fifty passes each round, and models created again meet the same sets).
+        Filled as passes are asked about; a new table when the op types change."""
+        present = self.op_types()
+        known = self._verdicts
+        if known is None or known[0] is not present:
+            table = _VERDICTS.get(present)
+            if table is None:
+                if len(_VERDICTS) >= MAX_VERDICT_TABLES:
+                    _VERDICTS.clear()
+                table = _VERDICTS[present] = {}
+            known = self._verdicts = (present, table)
+        return known[1]
 
     # -- types --------------------------------------------------------------------------------
     @property
@@ -340,6 +358,11 @@ class PassContext(DataValue):
         for n in dead:
             if n.graph is g:
                 g.remove(n, safe=False)
+
+
+#: Op types present -> {pass name: (triggers, whether they are met)} (trigger_verdicts).
+_VERDICTS: dict[frozenset[str], dict] = {}
+MAX_VERDICT_TABLES = 256
 
 
 def _op_types_of(nodes) -> frozenset[str]:

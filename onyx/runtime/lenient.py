@@ -16,12 +16,14 @@ from collections.abc import Iterator
 from .. import ir
 
 
-def accept_lenient(model: ir.Model, owned: bool) -> tuple[ir.Model, bool]:
+def accept_lenient(model: ir.Model, owned: bool, ordered: bool = False) -> tuple[ir.Model, bool]:
     """``model`` (copied first unless ``owned``) with the onnxruntime leniencies above resolved,
-    and whether the caller owns the result. A model that needs none is returned as it is."""
+    and whether the caller owns the result. A model that needs none is returned as it is.
+    ``ordered``: the caller knows every graph is in order (the checker found no
+    "topological-order" problem), so none is walked for it."""
     graphs = list(_graphs(model))
-    unsorted = [g for g in graphs if not _in_order(g)]
-    negative = any(_has_negative_dim(v.type) for g in graphs for v in _typed_values(g))
+    unsorted = [] if ordered else [g for g in graphs if not _in_order(g)]
+    negative = _any_negative_dim(graphs)
     if not unsorted and not negative:
         return model, owned
     if not owned:
@@ -72,6 +74,18 @@ def _typed_values(graph: ir.Graph) -> Iterator[ir.Value]:
     yield from graph.values()
     yield from graph.outputs
     yield from graph.value_info
+
+
+def _any_negative_dim(graphs: list[ir.Graph]) -> bool:
+    seen: set[int] = set()  # (values share their type objects)
+    for g in graphs:
+        for v in _typed_values(g):
+            t = v.type
+            if t is not None and id(t) not in seen:
+                seen.add(id(t))
+                if _has_negative_dim(t):
+                    return True
+    return False
 
 
 def _has_negative_dim(t) -> bool:

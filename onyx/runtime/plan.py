@@ -148,8 +148,11 @@ class Plan:
     def _compile_node(self, node, compiler: Compiler, opsets, bindings) -> Step:
         domain = ir.canonical_domain(node.domain)
         version = ir.opset_for(opsets, domain)
-        reads = tuple(self._slot(v, node) for v in ir.inputs_with_captures(node))
         ins = tuple(self._slot(v, node) for v in node.inputs)
+        if node.attributes and any(True for _ in node.subgraphs()):
+            reads = tuple(self._slot(v, node) for v in ir.inputs_with_captures(node))
+        else:  # (no subgraph: it reads its inputs alone)
+            reads = ins
         outs_list = list(node.outputs)
         while outs_list and not outs_list[-1].name:
             outs_list.pop()
@@ -549,10 +552,33 @@ def _generate(plan: Plan, wanted: tuple[int, ...] | None):
         return plan.failure(step, args, e)
 
     env["_fail"] = fail
-    source = "\n".join(lines)
-    exec(compile(source, f"<onyx plan {plan.name!r}>", "exec"), env)
+    exec(_compiled("\n".join(lines), f"<onyx plan {plan.name!r}>"), env)
     code = env["run"].__code__
     return env["run"]
+
+
+#: (runner source, file name) -> its code object: compiling a runner costs as much as a few
+#: runs of a small model, and a session of a model created before in the process, or of one
+#: alike in structure, generates the same text (the values it reads live in ``env``, apart
+#: from the text). Code objects are immutable: runners made from one share it.
+RUNNER_CODE: dict[tuple[str, str], Any] = {}
+#: Entries RUNNER_CODE keeps (it starts afresh when full), and the longest source it keeps (a
+#: big graph's runner is compiled once per session, its kernels' time dwarfs it).
+MAX_CACHED_RUNNERS = 256
+MAX_CACHED_SOURCE = 256 << 10
+
+
+def _compiled(source: str, filename: str):
+    key = (source, filename)
+    code = RUNNER_CODE.get(key)
+    if code is None:
+        code = compile(source, filename, "exec")
+        if len(source) > MAX_CACHED_SOURCE:
+            return code
+        if len(RUNNER_CODE) >= MAX_CACHED_RUNNERS:
+            RUNNER_CODE.clear()
+        RUNNER_CODE[key] = code
+    return code
 
 
 #: Ops whose result is a function of their input's shape alone: the roots of a shape memo.

@@ -84,6 +84,35 @@ def _decode(s: bytes):
         return s
 
 
+#: Serialized attribute -> (name, type, value) of the plain small attributes read before, by
+#: any reader: a model's convs repeat a few kernel_shape / strides / pads messages, and a model
+#: created again in the process repeats all of them; reading one field by field costs several
+#: times serializing it. Only scalars, strings and short lists without anything kept in
+#: ``extras`` (their value is a function of the bytes alone; lists are kept as tuples and each
+#: Attr gets its own list). Cleared when full.
+PLAIN_ATTRS: dict[bytes, tuple] = {}
+_MEMO_KINDS = frozenset({A.FLOAT, A.INT, A.STRING, A.FLOATS, A.INTS, A.STRINGS})
+MEMO_MAX_BYTES = 256
+MEMO_MAX_ELEMENTS = 64
+_LIST_FIELDS = {A.FLOATS: "floats", A.INTS: "ints", A.STRINGS: "strings"}
+MEMO_MAX_ENTRIES = 4096
+
+
+def _small_plain(a) -> bool:
+    """Whether an AttributeProto may be a memo entry: of a plain type, and no long list
+    (counted before serializing: a tree ensemble's lists of thousands would be copied for
+    nothing)."""
+    kind = a.type
+    if kind not in _MEMO_KINDS:
+        return False
+    field = _LIST_FIELDS.get(kind)
+    return field is None or len(getattr(a, field)) <= MEMO_MAX_ELEMENTS
+
+
+def _plain(attr: Attr) -> bool:
+    return attr.type in _MEMO_KINDS and attr.extras is None and not attr.ref_attr_name
+
+
 class Reader:
     """Converts the messages of one file; ``where`` names the file in errors."""
 
@@ -204,6 +233,25 @@ class Reader:
         return s
 
     def attribute(self, a, scopes: list[dict], what: str) -> Attr:
+        key = a.SerializeToString() if _small_plain(a) else None
+        if key is not None and len(key) <= MEMO_MAX_BYTES:
+            known = PLAIN_ATTRS.get(key)
+            if known is not None:
+                name, kind, value = known
+                return Attr(name, kind, list(value) if type(value) is tuple else value)
+        attr = self._attribute(a, scopes, what)
+        if key is not None and len(key) <= MEMO_MAX_BYTES and _plain(attr):
+            if len(PLAIN_ATTRS) >= MEMO_MAX_ENTRIES:
+                PLAIN_ATTRS.clear()
+            value = attr.value
+            PLAIN_ATTRS[key] = (
+                attr.name,
+                attr.type,
+                tuple(value) if type(value) is list else value,
+            )
+        return attr
+
+    def _attribute(self, a, scopes: list[dict], what: str) -> Attr:
         fields = set_fields(a)
         names = fields.keys()
         kind = fields.get("type", 0)
