@@ -267,28 +267,49 @@ static AVX512 void max_row_avx512(const pool2d *t, const float *x, int64_t oh, f
     max_row(t, x, oh, out, vrow, t->kh, t->kw, t->sw, 0);
 }
 
-/* Column block c (16 columns from padded column c) of output row oh's window rows, reduced
-   down: the kh cells of each column summed (average, in pool_row's order: a cell in the
-   padding adds 0, as on the padded copy) or maxed (-inf there). Read in place by masked
-   loads. */
+/* Each output row's window rows inside the plane: how many (spans[2 oh]) and the first
+   (spans[2 oh + 1]; every dh-th row on). The others are padding, which adds 0 to a sum (no
+   sum changes but for the sign of a zero, which the average's final + 0 settles) and never
+   wins a max (-inf): skipped. The same for every plane: worked out once a call. */
+static void window_rows(const pool2d *t, int64_t *spans) {
+    for (int64_t oh = 0; oh < t->OH; oh++) {
+        int64_t base = oh * t->sh - t->top;
+        int64_t skip = base < 0 ? (-base + t->dh - 1) / t->dh : 0; /* (rows above the plane) */
+        if (t->dh == 1) { /* (the usual: no divisions) */
+            int64_t from = base < 0 ? 0 : base, to = base + t->kh < t->H ? base + t->kh : t->H;
+            spans[2 * oh] = to > from ? to - from : 0;
+        } else
+            spans[2 * oh] = inside(oh, t->sh, t->top, t->dh, t->kh, 0, t->H);
+        spans[2 * oh + 1] = base + skip * t->dh;
+    }
+}
+
+/* The geometry the separable rows read (pool2d's, copied into locals: the compiler reloaded
+   t's fields after every store, which may alias them). */
+typedef struct {
+    int64_t W, left, OW, step; /* step: floats from one window row to the next (dh rows) */
+} row_shape;
+
+/* Column block c (16 columns from padded column c) of an output row's nr window rows
+   (window_rows'), reduced down: the cells of each column summed (average, in pool_row's
+   order) or maxed (nan: window_max's); lanes outside the row give 0 to a sum and -inf to a
+   max. Read in place by masked loads. */
 static AVX512 inline __attribute__((always_inline)) __m512
-column_block(const pool2d *t, const float *x, int64_t oh, int64_t c, const int64_t kh,
-             const int average, const int nan) {
-    int64_t ic = c - t->left; /* the input column of lane 0 */
-    __mmask16 in = first_lanes(t->W - ic) & (__mmask16)(ic >= 0 ? 0xFFFF : 0xFFFF << -ic);
-    if (ic < -16) in = 0;
+column_block(const float *rows, const int64_t nr, int64_t c, row_shape s, const int average,
+             const int nan) {
+    int64_t ic = c - s.left; /* the input column of lane 0 */
+    __mmask16 in = first_lanes(s.W - ic) & (__mmask16)~first_lanes(-ic);
     const __m512 fill = average ? _mm512_setzero_ps() : _mm512_set1_ps(-INFINITY);
-    __m512 v = fill;
-    for (int64_t ky = 0; ky < kh; ky++) {
-        int64_t ih = oh * t->sh - t->top + ky * t->dh;
-        __m512 cell =
-            ih < 0 || ih >= t->H ? fill : _mm512_mask_loadu_ps(fill, in, x + ih * t->W + ic);
-        v = ky == 0 ? cell : average ? _mm512_add_ps(v, cell) : window_max(v, cell, nan);
+    if (nr == 0) return fill;
+    __m512 v = _mm512_mask_loadu_ps(fill, in, rows + ic);
+    for (int64_t i = 1; i < nr; i++) {
+        __m512 cell = _mm512_mask_loadu_ps(fill, in, rows + i * s.step + ic);
+        v = average ? _mm512_add_ps(v, cell) : window_max(v, cell, nan);
     }
     return v;
 }
 
-/* Output row oh of a pool with unit column stride and dilation (kw <= 16), separably and in
+/* An output row of a pool with unit column stride and dilation (kw <= 16), separably and in
    registers: each block of 16 columns reduced down its window rows once (column_block), and
    output ow's kw columns taken from two adjacent blocks by a lane shuffle; where max_row
    stored the column maxima and read them back at unaligned offsets (a stalled store
@@ -296,43 +317,44 @@ column_block(const pool2d *t, const float *x, int64_t oh, int64_t c, const int64
    left to right, then + 0 and divided by the count: pool_row's by_columns operations in its
    order, so its bits. */
 static AVX512 inline __attribute__((always_inline)) void
-row_s1(const pool2d *t, const float *x, int64_t oh, float *out, const float *count_w,
-       float rows, const int64_t kh, const int64_t kw, const int average, const int nan) {
+row_s1(const float *rows, const int64_t nr, row_shape s, float *out, const float *count_w,
+       float count_h, const int64_t kw, const int average, const int nan) {
     __m512i shift[16]; /* lanes kx .. kx + 15 of (lo, hi) */
     for (int64_t kx = 1; kx < kw; kx++)
         shift[kx] = _mm512_add_epi32(
             _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
             _mm512_set1_epi32((int)kx));
-    __m512 lo = column_block(t, x, oh, 0, kh, average, nan);
-    for (int64_t ow0 = 0; ow0 < t->OW; ow0 += 16) {
-        int64_t n = t->OW - ow0 < 16 ? t->OW - ow0 : 16;
-        __m512 hi = kw > 1 ? column_block(t, x, oh, ow0 + 16, kh, average, nan) : lo;
+    __m512 lo = column_block(rows, nr, 0, s, average, nan);
+    for (int64_t ow0 = 0; ow0 < s.OW; ow0 += 16) {
+        int64_t n = s.OW - ow0 < 16 ? s.OW - ow0 : 16;
+        __m512 hi = kw > 1 ? column_block(rows, nr, ow0 + 16, s, average, nan) : lo;
         __m512 acc = lo;
         for (int64_t kx = 1; kx < kw; kx++) {
             __m512 tap = _mm512_permutex2var_ps(lo, shift[kx], hi);
             acc = average ? _mm512_add_ps(acc, tap) : window_max(acc, tap, nan);
         }
-        store_outputs(out + ow0, n, acc, count_w + ow0, rows, average);
-        lo = kw > 1 ? hi : column_block(t, x, oh, ow0 + 16, kh, average, nan);
+        store_outputs(out + ow0, n, acc, count_w + ow0, count_h, average);
+        lo = kw > 1 ? hi : column_block(rows, nr, ow0 + 16, s, average, nan);
     }
 }
 
-/* Output row oh of a pool with unit strides and dilations whose windows' columns all fit one
+/* An output row of a pool with unit strides and dilations whose windows' columns all fit one
    vector (OW + kw - 1 <= 16: a 7x7 or 14x14 plane, padded): row_s1 with its one column block
    and the fill for the next (row_s1 reduced a second block of cells wholly past the row, and
    set up its loop and shifts, for every row of such planes). */
 static AVX512 inline __attribute__((always_inline)) void
-row_narrow(const pool2d *t, const float *x, int64_t oh, float *out, const float *count_w,
-           float rows, const int64_t kh, const int64_t kw, const int average, const int nan) {
+row_narrow(const float *rows, const int64_t nr, row_shape s, float *out,
+           const float *count_w, float count_h, const int64_t kw, const int average,
+           const int nan) {
     const __m512 fill = average ? _mm512_setzero_ps() : _mm512_set1_ps(-INFINITY);
     const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-    __m512 column = column_block(t, x, oh, 0, kh, average, nan), acc = column;
+    __m512 column = column_block(rows, nr, 0, s, average, nan), acc = column;
     for (int64_t kx = 1; kx < kw; kx++) {
         __m512i at = _mm512_add_epi32(lane, _mm512_set1_epi32((int)kx));
         __m512 tap = _mm512_permutex2var_ps(column, at, fill);
         acc = average ? _mm512_add_ps(acc, tap) : window_max(acc, tap, nan);
     }
-    store_outputs(out, t->OW, acc, count_w, rows, average);
+    store_outputs(out, s.OW, acc, count_w, count_h, average);
 }
 
 static AVX512 int narrow_fits(const pool2d *t) {
@@ -340,13 +362,49 @@ static AVX512 int narrow_fits(const pool2d *t) {
            (!t->average || t->by_columns);
 }
 
-/* Every output row of a plane by ROW (row_s1 or row_s2), then return: the mode (average,
-   NaN-aware max, max) and the window's sizes as constants where they are, so that each call
-   of ROW is specialised. */
+/* An output row of a pool with column stride 2 and a window 2 or 3 columns wide (unit
+   dilation), as row_s1: 16 outputs read columns 2 ow + kx of three adjacent blocks (the third
+   the next 16 outputs' first), each tap one lane shuffle of the first two (the third column's
+   last lane broadcast from the third block). pool_row's order and bits for the average. */
+static AVX512 inline __attribute__((always_inline)) void
+row_s2(const float *rows, const int64_t nr, row_shape s, float *out, const float *count_w,
+       float count_h, const int64_t kw, const int average, const int nan) {
+    const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4,
+                                          2, 0);
+    const __m512i one = _mm512_set1_epi32(1), two = _mm512_set1_epi32(2);
+    __m512 a = column_block(rows, nr, 0, s, average, nan);
+    for (int64_t ow0 = 0; ow0 < s.OW; ow0 += 16) {
+        int64_t n = s.OW - ow0 < 16 ? s.OW - ow0 : 16;
+        __m512 b = column_block(rows, nr, 2 * ow0 + 16, s, average, nan);
+        __m512 c = column_block(rows, nr, 2 * ow0 + 32, s, average, nan);
+        __m512 acc = _mm512_permutex2var_ps(a, even, b);
+        __m512 tap = _mm512_permutex2var_ps(a, _mm512_add_epi32(even, one), b);
+        acc = average ? _mm512_add_ps(acc, tap) : window_max(acc, tap, nan);
+        if (kw == 3) { /* (lane 15's index wraps to a's lane 0: replaced by c's) */
+            tap = _mm512_permutex2var_ps(a, _mm512_add_epi32(even, two), b);
+            tap = _mm512_mask_broadcastss_ps(tap, (__mmask16)0x8000, _mm512_castps512_ps128(c));
+            acc = average ? _mm512_add_ps(acc, tap) : window_max(acc, tap, nan);
+        }
+        store_outputs(out + ow0, n, acc, count_w + ow0, count_h, average);
+        a = c;
+    }
+}
+
+/* Every output row of a plane by ROW (row_s1, row_s2 or row_narrow), then return. The mode
+   (average, NaN-aware max, max) and the window's sizes are constants where they are, and so
+   is the row count of a window wholly inside the plane (the usual row), so that each call of
+   ROW is specialised and its column loads unrolled. */
 #define PLANE_ROWS(ROW, KH, KW, AVG, NAN)                                                    \
     {                                                                                        \
-        for (int64_t oh = 0; oh < t->OH; oh++)                                               \
-            ROW(t, x, oh, y + oh * t->OW, count_w, count_h[oh], KH, KW, AVG, NAN);           \
+        for (int64_t oh = 0; oh < t->OH; oh++) {                                             \
+            int64_t nr = spans[2 * oh];                                                      \
+            const float *rows = x + spans[2 * oh + 1] * s.W;                                 \
+            float *out = y + oh * s.OW;                                                      \
+            if (nr == KH)                                                                    \
+                ROW(rows, KH, s, out, count_w, count_h[oh], KW, AVG, NAN);            \
+            else                                                                             \
+                ROW(rows, nr, s, out, count_w, count_h[oh], KW, AVG, NAN);            \
+        }                                                                                    \
         return;                                                                              \
     }
 #define PLANE_MODES(ROW, KH, KW)                                                             \
@@ -357,42 +415,38 @@ static AVX512 int narrow_fits(const pool2d *t) {
     }
 #define PLANE_SQUARE(ROW, K)                                                                 \
     if (t->kh == K && t->kw == K) PLANE_MODES(ROW, K, K)
+#define PLANE_ARGS                                                                           \
+    const pool2d *t, const float *x, float *y, const float *count_w, const float *count_h,   \
+        const int64_t *spans, int nan
 
 /* row_s1 for every output row of a plane, the usual windows' sizes as constants. */
-static AVX512 void plane_s1_avx512(const pool2d *t, const float *x, float *y,
-                                   const float *count_w, const float *count_h, int nan) {
+static AVX512 void plane_s1_avx512(PLANE_ARGS) {
+    row_shape s = {t->W, t->left, t->OW, t->dh * t->W};
     PLANE_SQUARE(row_s1, 3)
     PLANE_SQUARE(row_s1, 2)
     PLANE_MODES(row_s1, t->kh, t->kw)
 }
 
-/* Output row oh of a pool with column stride 2 and a window 2 or 3 columns wide (unit
-   dilation), as row_s1: 16 outputs read columns 2 ow + kx of three adjacent blocks (the third
-   the next 16 outputs' first), each tap one lane shuffle of the first two (the third column's
-   last lane broadcast from the third block). pool_row's order and bits for the average. */
-static AVX512 inline __attribute__((always_inline)) void
-row_s2(const pool2d *t, const float *x, int64_t oh, float *out, const float *count_w,
-       float rows, const int64_t kh, const int64_t kw, const int average, const int nan) {
-    const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4,
-                                          2, 0);
-    const __m512i one = _mm512_set1_epi32(1), two = _mm512_set1_epi32(2);
-    __m512 a = column_block(t, x, oh, 0, kh, average, nan);
-    for (int64_t ow0 = 0; ow0 < t->OW; ow0 += 16) {
-        int64_t n = t->OW - ow0 < 16 ? t->OW - ow0 : 16;
-        __m512 b = column_block(t, x, oh, 2 * ow0 + 16, kh, average, nan);
-        __m512 c = column_block(t, x, oh, 2 * ow0 + 32, kh, average, nan);
-        __m512 acc = _mm512_permutex2var_ps(a, even, b);
-        __m512 tap = _mm512_permutex2var_ps(a, _mm512_add_epi32(even, one), b);
-        acc = average ? _mm512_add_ps(acc, tap) : window_max(acc, tap, nan);
-        if (kw == 3) { /* (lane 15's index wraps to a's lane 0: replaced by c's) */
-            tap = _mm512_permutex2var_ps(a, _mm512_add_epi32(even, two), b);
-            tap = _mm512_mask_broadcastss_ps(tap, (__mmask16)0x8000, _mm512_castps512_ps128(c));
-            acc = average ? _mm512_add_ps(acc, tap) : window_max(acc, tap, nan);
-        }
-        store_outputs(out + ow0, n, acc, count_w + ow0, rows, average);
-        a = c;
-    }
+/* row_s2 for every output row of a plane (kw 2 or 3). */
+static AVX512 void plane_s2_avx512(PLANE_ARGS) {
+    row_shape s = {t->W, t->left, t->OW, t->dh * t->W};
+    PLANE_SQUARE(row_s2, 3)
+    PLANE_SQUARE(row_s2, 2)
+    if (t->kw == 3) PLANE_MODES(row_s2, t->kh, 3)
+    PLANE_MODES(row_s2, t->kh, 2)
 }
+
+/* row_narrow for every output row of a plane (narrow_fits). */
+static AVX512 void plane_narrow_avx512(PLANE_ARGS) {
+    row_shape s = {t->W, t->left, t->OW, t->dh * t->W};
+    PLANE_SQUARE(row_narrow, 3)
+    PLANE_SQUARE(row_narrow, 2)
+    PLANE_MODES(row_narrow, t->kh, t->kw)
+}
+#undef PLANE_ARGS
+#undef PLANE_SQUARE
+#undef PLANE_MODES
+#undef PLANE_ROWS
 
 /* A 2x2 stride-2 max pool whose windows lie inside the plane (a U-Net's down step): 16
    outputs from two rows of 32 cells, maxed row against row, then even lanes against odd; on
@@ -424,24 +478,6 @@ static AVX512 void max_2x2_plane(const pool2d *t, const float *x, float *y, cons
     }
 }
 
-/* row_s2 for every output row of a plane (kw 2 or 3). */
-static AVX512 void plane_s2_avx512(const pool2d *t, const float *x, float *y,
-                                   const float *count_w, const float *count_h, int nan) {
-    PLANE_SQUARE(row_s2, 3)
-    PLANE_SQUARE(row_s2, 2)
-    if (t->kw == 3) PLANE_MODES(row_s2, t->kh, 3)
-    PLANE_MODES(row_s2, t->kh, 2)
-}
-/* row_narrow for every output row of a plane (narrow_fits). */
-static AVX512 void plane_narrow_avx512(const pool2d *t, const float *x, float *y,
-                                       const float *count_w, const float *count_h, int nan) {
-    PLANE_SQUARE(row_narrow, 3)
-    PLANE_SQUARE(row_narrow, 2)
-    PLANE_MODES(row_narrow, t->kh, t->kw)
-}
-#undef PLANE_SQUARE
-#undef PLANE_MODES
-#undef PLANE_ROWS
 
 /* The usual windows (2x2 and 3x3, strides 1 and 2) with their sizes as constants: the
    compiler unrolls the offsets and keeps every address in registers. */
@@ -475,18 +511,23 @@ EXPORT CLONES int onyx_pool2d_f32_range(const void *p, int64_t begin, int64_t en
     /* (each term is at most ONYX_MAX_ELEMENTS) */
     buffer = plane + 3 * t->OW + t->OH + Wp + 16;
     float *P = malloc((size_t)buffer * sizeof(float));
-    if (!P) return ONYX_NOMEM;
+    int64_t *spans = malloc((size_t)(t->OH + 1) * 2 * sizeof *spans); /* (never 0 bytes) */
+    if (!P || !spans) {
+        free(P), free(spans);
+        return ONYX_NOMEM;
+    }
+    window_rows(t, spans);
     float *acc = P + Hp * Wp, *column = acc + t->OW, *count_w = column + t->OW;
     float *count_h = count_w + t->OW; /* (the same for every plane) */
     float *vrow = count_h + t->OH;
     /* windows wholly inside the image read it in place: no padded copy to make */
     int direct = t->top == 0 && t->left == 0 && Hp <= t->H && Wp <= t->W;
-    for (int64_t ow = 0; ow < t->OW; ow++)
-        count_w[ow] = (float)inside(ow, t->sw, t->left, t->dw, t->kw,
+    for (int64_t ow = 0; ow < t->OW; ow++) /* (a max counts nothing: no divisions) */
+        count_w[ow] = !t->average ? 0.0f : (float)inside(ow, t->sw, t->left, t->dw, t->kw,
                                     t->include_pad ? -t->left : 0,
                                     t->include_pad ? t->W + t->right : t->W);
     for (int64_t oh = 0; oh < t->OH; oh++)
-        count_h[oh] = (float)inside(oh, t->sh, t->top, t->dh, t->kh,
+        count_h[oh] = !t->average ? 0.0f : (float)inside(oh, t->sh, t->top, t->dh, t->kh,
                                     t->include_pad ? -t->top : 0,
                                     t->include_pad ? t->H + t->bottom : t->H);
 #ifdef HAVE_POOL_AVX512
@@ -497,25 +538,25 @@ EXPORT CLONES int onyx_pool2d_f32_range(const void *p, int64_t begin, int64_t en
         int64_t ld = t->W; /* (the row stride of what the windows read) */
         float *y = t->y + plane * t->OH * t->OW;
 #ifdef HAVE_POOL_AVX512
-        if (vectors && narrow_fits(t)) {
-            plane_narrow_avx512(t, x, y, count_w, count_h,
-                                !t->average && has_nan(x, t->H * t->W));
-            continue;
-        }
-        if (vectors && t->sw == 1 && t->dw == 1 && t->kw <= 16 &&
-            (!t->average || t->by_columns)) {
-            plane_s1_avx512(t, x, y, count_w, count_h, !t->average && has_nan(x, t->H * t->W));
-            continue;
-        }
+        /* (a max pool's plane scanned for NaN first: a plane without takes the plain max, and
+           the scan, a sequential pass, brings a plane the conv before left in memory into
+           cache faster than the pool's reads of three rows at a time) */
+#define SEPARABLE(plane_fn)                                                                  \
+    {                                                                                        \
+        plane_fn(t, x, y, count_w, count_h, spans, !t->average && has_nan(x, t->H * t->W));  \
+        continue;                                                                            \
+    }
+        if (vectors && narrow_fits(t)) SEPARABLE(plane_narrow_avx512)
+        if (vectors && t->sw == 1 && t->dw == 1 && t->kw <= 16 && (!t->average || t->by_columns))
+            SEPARABLE(plane_s1_avx512)
         if (vectors && !t->average && max_2x2_fits(t)) {
             max_2x2_plane(t, x, y, has_nan(x, t->H * t->W));
             continue;
         }
         if (vectors && t->sw == 2 && t->dw == 1 && (t->kw == 2 || t->kw == 3) &&
-            (!t->average || t->by_columns)) {
-            plane_s2_avx512(t, x, y, count_w, count_h, !t->average && has_nan(x, t->H * t->W));
-            continue;
-        }
+            (!t->average || t->by_columns))
+            SEPARABLE(plane_s2_avx512)
+#undef SEPARABLE
         if (vectors && !t->average) {
             int nan = has_nan(x, t->H * t->W);
             for (int64_t oh = 0; oh < t->OH; oh++)
@@ -538,6 +579,6 @@ EXPORT CLONES int onyx_pool2d_f32_range(const void *p, int64_t begin, int64_t en
             pool_row_passes(t, top, ld, y + oh * t->OW, acc, column, count_w, count_h[oh]);
         }
     }
-    free(P);
+    free(P), free(spans);
     return 0;
 }
