@@ -24,7 +24,6 @@ keywords (:class:`OpTraits`); any registration of the op may declare them:
 from __future__ import annotations
 
 import inspect
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -214,7 +213,7 @@ def op(op_type: str, since: int = 1, domain: str = "", **traits: Any) -> Callabl
     domain = DOMAIN_ALIASES.get(domain, domain)
     key = (domain, op_type)
     # the module that declares it (fn's own may be numpy's: `op("And")(np.logical_and)`)
-    module = sys._getframe(1).f_globals.get("__name__", "")
+    module = inspect.currentframe().f_back.f_globals.get("__name__", "")
     if traits:
         if not _TRAIT_NAMES.issuperset(traits):
             unknown = sorted(set(traits) - _TRAIT_NAMES)

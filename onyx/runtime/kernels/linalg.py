@@ -17,7 +17,7 @@ from ...ir import DataType
 from .. import native
 from ..registry import binds, op
 from .derived import derived, value_key
-from .elementwise import upcast
+from .low_floats import upcast
 
 _F32_EXACT = 2**24  # integers up to this are exact in float32, and so are their sums
 

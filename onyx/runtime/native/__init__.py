@@ -36,7 +36,7 @@ import contextlib
 import importlib
 
 from . import _core
-from ._core import BYTES, CONV_ACTIVATIONS, thread_setting, threads
+from ._core import BYTES, CONV_ACTIVATIONS, activation_params, thread_setting, threads
 
 #: Each family module's public names (or ``(name, its name in the module)``): the module is
 #: imported, its structs checked and its entry points bound, when one of them is first asked for
@@ -219,6 +219,7 @@ def _family(name: str):
 __all__ = [
     "BYTES",
     "CONV_ACTIVATIONS",
+    "activation_params",
     "available",
     "avx512",
     "disabled",
