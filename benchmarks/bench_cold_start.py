@@ -2,7 +2,7 @@
 once, paired against another checkout of onyx (and onnxruntime), medians of many processes.
 
     python benchmarks/bench_cold_start.py [--against /path/to/other/checkout] [--ort]
-        [--model tiny|PATH] [--rounds 20] [--cache]
+        [--model tiny|PATH] [--rounds 20] [--cache] [--why]
 
 run.py's cold-start table times the wall clock; on a loaded machine that mostly measures the
 load, so this probe reads each phase's CPU time (time.process_time in the child) and the
@@ -12,11 +12,16 @@ onyx with the interpreter of its ``.venv`` if it has one (its native library bui
 ``--cache`` turns on onyx's optimized-model cache in a fresh folder for each checkout (the
 untimed first round writes the entry: the timed ones are hits; in one folder, two checkouts'
 entries of the model would replace each other's, and every process would miss).
+``--why`` says where each phase's time went, per runtime: the CPU ms of each module imported
+in it (its own, its imports' apart; importlib.import_module's too, which ``python -X
+importtime`` does not see) and of the garbage collector's passes (its hooks cost a little:
+read these apart from the plain run's figures).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import statistics
@@ -36,6 +41,7 @@ clock = time.process_time
 sys.path.insert(0, {root!r})
 import numpy as np
 feeds = dict(np.load({feeds!r}))
+{trace}
 t0 = clock()
 if {root!r} == "onnxruntime":
     import onnxruntime as rt
@@ -46,13 +52,42 @@ else:
     so = rt.SessionOptions()
 so.intra_op_num_threads = 1
 t1 = clock()
+{mark_create}
 sess = rt.InferenceSession({model!r}, so, providers=["CPUExecutionProvider"])
 t2 = clock()
+{mark_run}
 sess.run(None, feeds)
 t3 = clock()
 usage = resource.getrusage(resource.RUSAGE_SELF)
 print(t1 - t0, t2 - t1, t3 - t2, usage.ru_utime + usage.ru_stime)
+{report}
 """
+
+#: --why's hooks in the child: each module's own import time (importlib's loader, so that
+#: importlib.import_module's imports count too) and each collector pass, by phase.
+_TRACE = """
+import gc, json, importlib._bootstrap as _bs
+_phase, _own, _gc, _stack, _gc_at = ["import"], {}, {}, [], [0.0]
+_load = _bs._load_unlocked
+def _timed(spec):
+    start = clock()
+    _stack.append(0.0)
+    try:
+        return _load(spec)
+    finally:
+        took, inner = clock() - start, _stack.pop()
+        if _stack:
+            _stack[-1] += took
+        _own[_phase[0] + " " + spec.name] = took - inner
+_bs._load_unlocked = _timed
+def _collected(what, info):
+    if what == "start":
+        _gc_at[0] = clock()
+    else:
+        _gc[_phase[0]] = _gc.get(_phase[0], 0.0) + clock() - _gc_at[0]
+gc.callbacks.append(_collected)
+"""
+_REPORT = "print(json.dumps({'modules': _own, 'gc': _gc}))"
 
 
 def _feeds(model: str) -> dict:
@@ -69,12 +104,20 @@ def _feeds(model: str) -> dict:
     }
 
 
-def _one(python: str, root: str, model: str, feeds: str, cache: str | None) -> list[float]:
+def _one(
+    python: str, root: str, model: str, feeds: str, cache: str | None, why: bool = False
+) -> list:
     """[import, create, first run, whole process, its exit] CPU seconds of one fresh process
-    (the exit: what the interpreter's shutdown took after the first answer); ``cache``: the
-    model cache's folder, if any."""
+    (the exit: what the interpreter's shutdown took after the first answer), and with ``why``
+    its hooks' record last; ``cache``: the model cache's folder, if any."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    code = _CHILD.format(root=root, feeds=feeds, model=model)
+    hooks = {
+        "trace": _TRACE if why else "",
+        "mark_create": "_phase[0] = 'create'" if why else "",
+        "mark_run": "_phase[0] = 'run'" if why else "",
+        "report": _REPORT if why else "",
+    }
+    code = _CHILD.format(root=root, feeds=feeds, model=model, **hooks)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     if cache:
         env["ONYX_MODEL_CACHE"] = cache
@@ -85,8 +128,33 @@ def _one(python: str, root: str, model: str, feeds: str, cache: str | None) -> l
         raise SystemExit(f"{root}: {out.stderr[-2000:]}")
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     whole = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    *phases, before_exit = map(float, out.stdout.split())
-    return [*phases, whole, whole - before_exit]
+    lines = out.stdout.splitlines()
+    *phases, before_exit = map(float, lines[0].split())
+    record = [json.loads(lines[1])] if why else []
+    return [*phases, whole, whole - before_exit, *record]
+
+
+def _why(rows: list, top: int = 12) -> list[str]:
+    """--why's lines for one runtime: per phase, the collector's and the imports' medians,
+    then the modules imported at creation and at the first run, costliest first."""
+    n = len(rows)
+    lines = []
+    for phase in ("import", "create", "run"):
+        gc_ms = statistics.median([r["gc"].get(phase, 0.0) for r in rows]) * 1e3
+        own: dict[str, list] = {}
+        for r in rows:
+            for key, took in r["modules"].items():
+                if key.startswith(phase + " "):
+                    own.setdefault(key[len(phase) + 1 :], []).append(took)
+        medians = {m: statistics.median(v + [0.0] * (n - len(v))) * 1e3 for m, v in own.items()}
+        total = sum(medians.values())
+        lines.append(
+            f"  {phase:6s}: gc {gc_ms:5.2f} ms; {len(medians)} modules imported, {total:5.2f} ms"
+        )
+        if phase != "import":
+            costly = sorted(medians.items(), key=lambda kv: -kv[1])[:top]
+            lines += [f"      {ms:5.2f} {m}" for m, ms in costly if ms >= 0.01]
+    return lines
 
 
 def main() -> None:
@@ -97,6 +165,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument(
         "--cache", action="store_true", help="onyx with its model cache (a fresh folder)"
+    )
+    ap.add_argument(
+        "--why", action="store_true", help="each phase's imports and collector passes too"
     )
     args = ap.parse_args()
     caches = tempfile.mkdtemp(prefix="onyx-model-cache-") if args.cache else None
@@ -115,7 +186,7 @@ def main() -> None:
         for r in range(args.rounds + 1):  # (round 0 writes the bytecode caches: untimed)
             for i, (root, python) in enumerate(runs):
                 cache = caches and os.path.join(caches, str(i))
-                sample = _one(python, root, model, feeds, cache)
+                sample = _one(python, root, model, feeds, cache, args.why)
                 if r:
                     samples[root].append(sample)
     print(f"{Path(model).name}: CPU ms, medians of {args.rounds} fresh processes")
@@ -123,9 +194,13 @@ def main() -> None:
         f"{'runtime':40s} {'import':>7s} {'create':>7s} {'first':>7s} {'process':>8s} {'exit':>6s}"
     )
     for root, rows in samples.items():
-        med = [statistics.median(col) * 1e3 for col in zip(*rows)]
+        med = [statistics.median(col) * 1e3 for col in zip(*(r[:5] for r in rows))]
         cells = f"{med[0]:7.1f} {med[1]:7.1f} {med[2]:7.1f} {med[3]:8.1f} {med[4]:6.1f}"
         print(f"{root[-40:]:40s} {cells}")
+    if args.why:
+        for root, rows in samples.items():
+            print(f"\n{root}: where the phases went (CPU ms, medians)")
+            print("\n".join(_why([r[5] for r in rows])))
 
 
 if __name__ == "__main__":

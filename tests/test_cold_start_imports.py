@@ -91,3 +91,35 @@ def test_a_family_imported_late_is_bound_to_the_library():
     )
     bound, status = _fresh(code).split(" ", 1)
     assert bound == "True" and (" off: " not in status or status.startswith("off: ONYX_NATIVE"))
+
+
+def test_channels_last_and_product_kernels_import_only_what_they_run():
+    # the activation codes and parameters live in native/_core, the products' threads trait
+    # asks native.avx512(): neither imports a family; channels_last's numpy fallback alone
+    # needs fused.py, linalg only low_floats.py of the elementwise kernels
+    code = (
+        "import sys\n"
+        "import onyx\n"
+        "from onnx import TensorProto, helper, numpy_helper\n"
+        "import numpy as np\n"
+        "from onyx.runtime import native\n"
+        "from onyx.runtime.kernels import channels_last, linalg  # noqa: F401\n"
+        "assert native.CONV_ACTIVATIONS['Relu'] == 1\n"
+        "assert native.activation_params('Clip', None) == (-np.inf, np.inf)\n"
+        "b = numpy_helper.from_array(np.ones((4, 3), np.float32), 'b')\n"
+        "g = helper.make_graph([helper.make_node('Gemm', ['a', 'b'], ['y'])], 'g',\n"
+        "    [helper.make_tensor_value_info('a', TensorProto.FLOAT, [2, 4])],\n"
+        "    [helper.make_tensor_value_info('y', TensorProto.FLOAT, [2, 3])], [b])\n"
+        "m = helper.make_model(g, opset_imports=[helper.make_opsetid('', 13)])\n"
+        "onyx.InferenceSession(m.SerializeToString())\n"
+        "print(sorted(m for m in ('onyx.runtime.native.conv_f32', 'onyx.runtime.native.gemm_f32',\n"
+        "    'onyx.runtime.kernels.fused', 'onyx.runtime.kernels.activation',\n"
+        "    'onyx.runtime.kernels.elementwise') if m in sys.modules))\n"
+    )
+    assert _fresh(code) == "[]"
+
+
+def test_the_cheap_avx512_answer_agrees_with_the_gemm_familys():
+    from onyx.runtime import native
+
+    assert native.avx512() == native.sgemm_ok()

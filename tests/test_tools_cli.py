@@ -111,3 +111,20 @@ def test_as_arrays_spreads_sequences_and_maps_and_refuses_the_rest():
     assert got["m.keys"].tolist() == ["a"] and got["s.1"].tolist() == [0.0]
     with pytest.raises(InvalidArgument, match="'w'"):
         as_arrays({"w": [{"a": 1.0}, {"b": 2.0}]})
+
+
+def test_the_command_line_freezes_its_imports_for_the_collector(monkeypatch, capsys):
+    # the `onyx` process (argv from the command line) moves what it imported out of the
+    # collector's way; a Python caller passing argv keeps its own gc as it was
+    import gc
+
+    tiny = str(Path(onyx.__file__).parent / "examples" / "tiny_cnn.onnx")
+    assert gc.get_freeze_count() == 0
+    assert main(["check", tiny]) == 0
+    assert gc.get_freeze_count() == 0
+    monkeypatch.setattr("sys.argv", ["onyx", "check", tiny])
+    try:
+        assert main() == 0
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()

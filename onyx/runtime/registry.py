@@ -211,25 +211,37 @@ def op(op_type: str, since: int = 1, domain: str = "", **traits: Any) -> Callabl
     """Register the decorated function as the kernel of ``op_type`` from opset ``since`` on.
     ``traits``: :class:`OpTraits` fields declared for the op (all its versions)."""
     domain = DOMAIN_ALIASES.get(domain, domain)
+    key = (domain, op_type)
     # the module that declares it (fn's own may be numpy's: `op("And")(np.logical_and)`)
-    caller = inspect.currentframe().f_back
-    module = caller.f_globals.get("__name__", "") if caller is not None else ""
-    unknown = set(traits) - _TRAIT_NAMES
-    if unknown:
-        raise TypeError(f"@op({op_type!r}): unknown trait(s) {sorted(unknown)}")
+    module = inspect.currentframe().f_back.f_globals.get("__name__", "")
     if traits:
-        key = (domain, op_type)
-        _TRAITS[key] = replace(_TRAITS.get(key, OpTraits()), **traits)
+        if not _TRAIT_NAMES.issuperset(traits):
+            unknown = sorted(set(traits) - _TRAIT_NAMES)
+            raise TypeError(f"@op({op_type!r}): unknown trait(s) {unknown}")
+        declared = _TRAITS.get(key)
+        _TRAITS[key] = OpTraits(**traits) if declared is None else replace(declared, **traits)
 
+    # (kept cheap: a model's kernel modules register ~150 kernels in its first creation)
     def register(fn: Callable) -> Callable:
         # described at its first lookup: reading 350 signatures was half of importing them
         kernel = _Pending(domain, op_type, since, fn)
-        _SOURCES.setdefault((domain, op_type), set()).add(module)
-        versions = _KERNELS.setdefault((domain, op_type), [])
-        if any(k.since == since for k in versions):
-            raise RuntimeError(f"kernel {domain or 'ai.onnx'}::{op_type} v{since} registered twice")
+        sources = _SOURCES.get(key)
+        if sources is None:
+            _SOURCES[key] = {module}
+        else:
+            sources.add(module)
+        versions = _KERNELS.get(key)
+        if versions is None:
+            _KERNELS[key] = [kernel]
+            return fn
+        for k in versions:
+            if k.since == since:
+                raise RuntimeError(
+                    f"kernel {domain or 'ai.onnx'}::{op_type} v{since} registered twice"
+                )
         versions.append(kernel)
-        versions.sort(key=lambda k: k.since)
+        if versions[-2].since > since:
+            versions.sort(key=_since)
         return fn
 
     return register
@@ -281,6 +293,10 @@ def traits(op_type: str, domain: str = "") -> OpTraits:
 
 
 _NO_TRAITS = OpTraits()
+
+
+def _since(kernel) -> int:
+    return kernel.since
 
 
 def kernel_table() -> dict[tuple[str, str], list[Kernel]]:

@@ -18,7 +18,6 @@ from ..native import nhwc
 from ..registry import ONYX_DOMAIN, op
 from .conv import _conv_geometry, conv_key
 from .derived import prepared
-from .fused import fused_conv, native_activation_params
 
 
 def activation_code(activation: str, params) -> tuple | None:
@@ -27,7 +26,7 @@ def activation_code(activation: str, params) -> tuple | None:
     code = native.CONV_ACTIVATIONS.get(activation)
     if code is None or activation in ("Sigmoid", "Tanh"):  # (nhwc.c applies the clamps only)
         return None
-    return (code, *native_activation_params(activation, params))
+    return (code, *native.activation_params(activation, params))
 
 
 def _native_ok(X, W, group: int) -> bool:
@@ -115,6 +114,8 @@ def nhwc_conv(X, W, B, group: int, attrs: tuple, activation: str, params) -> np.
 
 def _body(X, W, B, S, Z, group: int, attrs: tuple, activation: str, params) -> np.ndarray:
     """The function's body: [X * S,] the NCHW conv [+ Z] between two transposes."""
+    from .fused import fused_conv  # (with its imports, only where the native conv does not run)
+
     a_pad, pads, strides, dilations, kernel_shape = attrs
     if S is not None:
         X = X * S

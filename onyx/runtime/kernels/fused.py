@@ -83,17 +83,8 @@ def _activate(y: np.ndarray, activation: str, alpha=None, beta=None, gamma=None)
     return fn(y, alpha, beta, gamma)
 
 
-def native_activation_params(activation: str, params) -> tuple[float, float]:
-    """(alpha, beta) of a FusedConv activation as the native conv kernels take them: its
-    activation_params with the spec's defaults filled in (LeakyRelu's beta unused: 0)."""
-    lo, hi = (list(params or []) + [None, None])[:2]
-    if activation == "LeakyRelu":
-        lo, hi = 0.01 if lo is None else lo, 0.0
-    elif activation == "HardSigmoid":
-        lo, hi = 0.2 if lo is None else lo, 0.5 if hi is None else hi
-    elif activation == "Clip":
-        lo, hi = -np.inf if lo is None else lo, np.inf if hi is None else hi
-    return float(lo or 0.0), float(hi or 0.0)
+#: (in native/_core.py beside the codes: channels_last.py asks for it without this module)
+native_activation_params = native.activation_params
 
 
 #: FusedConv activations that commute with rounding to float16 (their bounds are float16 values)

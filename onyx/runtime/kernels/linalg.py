@@ -17,7 +17,7 @@ from ...ir import DataType
 from .. import native
 from ..registry import binds, op
 from .derived import derived, value_key
-from .elementwise import upcast
+from .low_floats import upcast
 
 _F32_EXACT = 2**24  # integers up to this are exact in float32, and so are their sums
 
@@ -88,7 +88,9 @@ def constant_product_threads(node) -> str:
     if t is None or len(t.shape) != 2 or t.dtype != DataType.FLOAT:
         return "blas"
     packed = 4 * math.prod(t.shape) <= PACKED_B_BYTES  # (larger: BLAS, on its threads)
-    return "pool" if packed and native.sgemm_ok() else "blas"
+    # (native.avx512, not sgemm_ok: asked at creation, which then imported the GEMM's family
+    # for a model whose products all run on the GEMV)
+    return "pool" if packed and native.avx512() else "blas"
 
 
 def bound_matmul(a, b, bias, relu=False):

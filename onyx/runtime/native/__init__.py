@@ -36,7 +36,7 @@ import contextlib
 import importlib
 
 from . import _core
-from ._core import BYTES, thread_setting, threads
+from ._core import BYTES, CONV_ACTIVATIONS, activation_params, thread_setting, threads
 
 #: Each family module's public names (or ``(name, its name in the module)``): the module is
 #: imported, its structs checked and its entry points bound, when one of them is first asked for
@@ -57,7 +57,6 @@ _EXPORTS = {
         "conv1d_ok",
     ),
     "conv_f32": (
-        "CONV_ACTIVATIONS",
         "FloatConv",
         "conv_f32_ok",
         "pack_conv_f32",
@@ -219,7 +218,10 @@ def _family(name: str):
 
 __all__ = [
     "BYTES",
+    "CONV_ACTIVATIONS",
+    "activation_params",
     "available",
+    "avx512",
     "disabled",
     "library",
     "load_status",
@@ -256,6 +258,14 @@ _core.start(())  # (the library: loaded at once; each family binds when it is im
 def available() -> bool:
     """Whether the native library is loaded (any of its kernels)."""
     return _core.lib is not None
+
+
+def avx512() -> bool:
+    """Whether the library is loaded with its AVX-512 kernels (ONYX_NATIVE_ISA allowing them),
+    without importing a family: for choices that only steer where work runs, made at a
+    session's creation (a kernel asks its own family's ``*_ok``, which also says whether that
+    family is bound)."""
+    return _core.lib is not None and bool(_core.isa & _core.ISA_AVX512)
 
 
 def status() -> str:

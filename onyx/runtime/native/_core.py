@@ -36,6 +36,36 @@ why = ""
 #: The 8-bit types of the integer kernels (the GEMM's operands, quantized tensors).
 BYTES = (np.dtype(np.uint8), np.dtype(np.int8))
 
+#: FusedConv activations the native convs (conv_f32, nhwc, depthwise, conv1d, gemv...) apply as
+#: they store, by their code in activation.h. Here, not in a family: a kernel asks for a code
+#: before it knows which family will run it (importing conv_f32 for the table cost a cold
+#: start's first run its import).
+CONV_ACTIVATIONS = {
+    "": 0,
+    "Identity": 0,
+    "Relu": 1,
+    "LeakyRelu": 2,
+    "Clip": 3,
+    "HardSwish": 4,
+    "HardSigmoid": 5,
+    "Sigmoid": 6,  # (activation.h's exp-based forms: within a few ulps of numpy's)
+    "Tanh": 7,
+}
+
+
+def activation_params(activation: str, params) -> tuple[float, float]:
+    """(alpha, beta) of a FusedConv activation as the native conv kernels take them: its
+    activation_params with the spec's defaults filled in (LeakyRelu's beta unused: 0)."""
+    lo, hi = (list(params or []) + [None, None])[:2]
+    if activation == "LeakyRelu":
+        lo, hi = 0.01 if lo is None else lo, 0.0
+    elif activation == "HardSigmoid":
+        lo, hi = 0.2 if lo is None else lo, 0.5 if hi is None else hi
+    elif activation == "Clip":
+        lo, hi = -np.inf if lo is None else lo, np.inf if hi is None else hi
+    return float(lo or 0.0), float(hi or 0.0)
+
+
 #: onyx_isa's bits (onyx.h).
 ISA_AVX512, ISA_AVX512BW, ISA_VNNI, ISA_VBMI = 1, 2, 4, 8
 #: ONYX_NATIVE_ISA's values: the instruction sets each allows.

@@ -37,20 +37,6 @@ class _ConvF32(ctypes.Structure):
     )
 
 
-#: FusedConv activations the float conv applies as it stores its tiles, by kernel code.
-CONV_ACTIVATIONS = {
-    "": 0,
-    "Identity": 0,
-    "Relu": 1,
-    "LeakyRelu": 2,
-    "Clip": 3,
-    "HardSwish": 4,
-    "HardSigmoid": 5,
-    "Sigmoid": 6,  # (activation.h's exp-based forms: within a few ulps of numpy's)
-    "Tanh": 7,
-}
-
-
 #: Rows of im2col columns packed at a time (kc x 48 floats, read by every panel's tile from L1
 #: or L2): 256 rather than 128 halves the round trips of the partial sums through memory,
 #: though a strip's columns then outgrow a 32 KB L1.
