@@ -419,8 +419,10 @@ class _Turn:
                     entry.bell.acquire(timeout=self._patience(entry))  # (handed, or timed out)
                 else:  # (handed over, the holder idle, a signal, or a check now and then)
                     until = _now() + CHECK_SECONDS
-                    _turn_wait(entry.address, self.shared_address, entry.token, IDLE_SECONDS,
-                               max(SLICE_SECONDS, IDLE_SECONDS), until)  # fmt: skip
+                    ended = _turn_wait(entry.address, self.shared_address, entry.token,
+                                       IDLE_SECONDS, max(SLICE_SECONDS, IDLE_SECONDS), until)  # fmt: skip
+                    if ended < 0:  # (arguments turn.c refused: a patched setting; no spinning)
+                        time.sleep(LATE_SECONDS)
                 if self._served(entry):
                     if entry.cores is None:  # (not bound to the holder's core: moved there)
                         _move_to(self.core)
