@@ -36,6 +36,7 @@ setup(
                 "onyx/runtime/native/nhwc.c",
                 "onyx/runtime/native/small_cnn.c",
                 "onyx/runtime/native/winograd.c",
+                "onyx/runtime/native/turn.c",
                 "onyx/runtime/native/pool.c",
             ],
             depends=[f"onyx/runtime/native/{h}" for h in ("abi.h", "activation.h", "checks.h", "onyx.h")],

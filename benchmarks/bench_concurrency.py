@@ -24,6 +24,8 @@ its last holder ran on), not bound to that core before it is woken (concurrency.
 lets at most K run side by side (turns off, a semaphore around each run), with --intra-op N
 threads each (SessionOptions.intra_op_num_threads): runs overlapping so that one's Python
 overlaps another's kernels, measured against turns in docs/reliability.md.
+ONYX_NATIVE_TURN=0 makes waiters sleep on Python locks and look in Python, as they do without
+the native library's turn.c (their nudges are the last column's third count).
 """
 
 from __future__ import annotations

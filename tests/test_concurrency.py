@@ -28,6 +28,17 @@ def _as_if_other_threads_ran(monkeypatch):
     monkeypatch.setattr(concurrency, "_other_threads", lambda: 1)
 
 
+@pytest.fixture
+def lock_bells(monkeypatch):
+    """Waiters sleep on Python locks and look in Python (without turn.c, or ONYX_NATIVE=0)."""
+    monkeypatch.setattr(concurrency, "_turn_wait", None)
+
+
+#: Whether waiters sleep in C (turn.c) by default here.
+NATIVE_BELLS = concurrency._turn_wait is not None  # noqa: SLF001
+needs_native_bells = pytest.mark.skipif(not NATIVE_BELLS, reason="no turn.c here")
+
+
 def _relu_session() -> onyx.InferenceSession:
     graph = helper.make_graph(
         [helper.make_node("Relu", ["x"], ["y"])],
@@ -85,7 +96,7 @@ def test_a_run_alone_takes_no_turn_and_one_beside_another_thread_does(monkeypatc
     taken = []
 
     class Turns:
-        def acquire(self):
+        def acquire(self, cost=0.0):
             taken.append(1)
 
         def release(self, failed=False):
@@ -209,8 +220,9 @@ def _short_run_on_another_thread() -> float:
     return ran[0] if ran else 5.0
 
 
-def test_a_thread_keeps_the_turn_between_its_runs_for_one_slice(monkeypatch):
-    """(a waiter already queued looks once the holder's slice ends)"""
+def test_a_thread_keeps_the_turn_between_its_runs_for_one_slice(monkeypatch, lock_bells):
+    """(a waiter already queued looks once the holder's slice ends; turn.c's waiter watches
+    for an idle holder instead: test_concurrency_runs)"""
     monkeypatch.setattr(concurrency, "SLICE_SECONDS", 0.2)
     monkeypatch.setattr(concurrency, "IDLE_SECONDS", 60.0)  # (no idle take-over: a slow start)
     with concurrency.run_slot(1, None, concurrency.Pace()):
@@ -222,8 +234,14 @@ def test_a_thread_keeps_the_turn_between_its_runs_for_one_slice(monkeypatch):
     assert turn.owner != threading.get_ident()
 
 
-def test_a_holder_past_its_slice_hands_the_turn_to_a_waiter(monkeypatch):
+@pytest.mark.parametrize("bells", ["locks", "native"])
+def test_a_holder_past_its_slice_hands_the_turn_to_a_waiter(monkeypatch, bells):
+    """(runs that sleep: their CPU time, which Pace counts, does not end the slice; its wall
+    time does, one slice long here with turn.c too)"""
     monkeypatch.setattr(concurrency, "SLICE_SECONDS", 0.05)
+    monkeypatch.setattr(concurrency, "WALL_SLICES", 1)
+    if bells == "locks":
+        monkeypatch.setattr(concurrency, "_turn_wait", None)
     order = []
 
     def runs(name):
@@ -254,7 +272,8 @@ def test_a_thread_that_ends_gives_its_turn_back(monkeypatch):
     assert concurrency._turns.owner is None  # noqa: SLF001  (a new thread may reuse its id)
 
 
-def test_an_interrupted_wait_for_the_turn_leaves_the_queue(monkeypatch):
+@pytest.mark.parametrize("bells", ["locks", pytest.param("native", marks=needs_native_bells)])
+def test_an_interrupted_wait_for_the_turn_leaves_the_queue(monkeypatch, bells):
     monkeypatch.setattr(concurrency, "SLICE_SECONDS", 60.0)
     turn = concurrency._turns  # noqa: SLF001
     holding, done = threading.Event(), threading.Event()
@@ -271,12 +290,16 @@ def test_an_interrupted_wait_for_the_turn_leaves_the_queue(monkeypatch):
     class Interrupted(BaseException):
         pass
 
-    def interrupted(turn, entry):  # (Ctrl-C as the wait begins)
+    def interrupted(*args):  # (Ctrl-C as the wait begins)
         raise Interrupted
 
+    if bells == "locks":
+        monkeypatch.setattr(concurrency, "_turn_wait", None)
+        monkeypatch.setattr(concurrency._Turn, "_patience", interrupted)  # noqa: SLF001
+    else:
+        monkeypatch.setattr(concurrency, "_turn_wait", interrupted)
     entry = concurrency._Waiter(threading.get_ident())  # noqa: SLF001
     turn.queue.append(entry)
-    monkeypatch.setattr(concurrency._Turn, "_patience", interrupted)  # noqa: SLF001
     with pytest.raises(Interrupted):
         turn._wait(entry)  # noqa: SLF001
     assert entry not in turn.queue
@@ -284,6 +307,32 @@ def test_an_interrupted_wait_for_the_turn_leaves_the_queue(monkeypatch):
     other.join()
     monkeypatch.undo()
     assert _short_run_on_another_thread() < 2
+
+
+@pytest.mark.parametrize("bells", ["locks", "native"])
+def test_a_slice_ends_once_its_runs_took_a_slice_of_time(monkeypatch, bells):
+    """Runs of 20 ms each (their sessions' Pace) in slices of 50 ms: the holder hands the
+    turn to the waiter as its 4th run starts, though the wall clock (each run takes
+    microseconds here; the wall-clock slice made 10**6 times longer for turn.c) has not
+    ended its slice (a slice of wall time only: the check can fail)."""
+    monkeypatch.setattr(concurrency, "_turns", concurrency._Turn())  # noqa: SLF001
+    monkeypatch.setattr(concurrency, "SLICE_SECONDS", 0.05)
+    monkeypatch.setattr(concurrency, "WALL_SLICES", 10**6)
+    monkeypatch.setattr(concurrency, "IDLE_SECONDS", 60.0)
+    if bells == "locks":
+        monkeypatch.setattr(concurrency, "_turn_wait", None)
+    turn, got, stay = concurrency._turns, [], threading.Event()  # noqa: SLF001
+    stay.set()  # (the waiter's thread ends after its run: the turn comes back)
+    turn.acquire(0.02)
+    waiter = _queue_on_another_thread(turn, got, stay)
+    turn.release()
+    runs = 1
+    while not got and runs < 10:
+        turn.acquire(0.02)
+        runs += 1
+        turn.release()
+    waiter.join(10)
+    assert runs == 4 and got and got[0][1] != threading.get_ident()
 
 
 def _bench_concurrency():
@@ -336,7 +385,9 @@ def _queue_on_another_thread(turn, got: list, stay: threading.Event) -> threadin
     return other
 
 
-def test_a_waiter_whose_turn_comes_early_looks_when_its_new_place_calls_for(monkeypatch):
+def test_a_waiter_whose_turn_comes_early_looks_when_its_new_place_calls_for(
+    monkeypatch, lock_bells
+):
     """The holder hands the turn over early (a failed run here; a streak's end likewise):
     the next waiter, which counted on whole slices before its turn, is woken to sleep for
     its new place, and takes the turn from a holder that stopped calling one slice after
@@ -403,19 +454,24 @@ def test_an_unbound_next_holder_moves_to_the_core_its_last_holder_ran_on(monkeyp
     assert calls == ([] if waiter_core == 1 else [(0, {1}), (0, {0, 1})])
 
 
-def test_a_bound_waiter_interrupted_gets_its_cores_back(monkeypatch):
+@pytest.mark.parametrize("bells", ["locks", pytest.param("native", marks=needs_native_bells)])
+def test_a_bound_waiter_interrupted_gets_its_cores_back(monkeypatch, bells):
     calls = []
     monkeypatch.setattr(
         os, "sched_setaffinity", lambda pid, cores: calls.append((pid, set(cores))), raising=False
     )
+
+    def interrupted(*args):  # (Ctrl-C as it wakes)
+        raise KeyboardInterrupt
+
+    if bells == "locks":
+        monkeypatch.setattr(concurrency, "_turn_wait", None)
+        monkeypatch.setattr(concurrency._Turn, "_patience", interrupted)  # noqa: SLF001
+    else:
+        monkeypatch.setattr(concurrency, "_turn_wait", interrupted)
     turn = concurrency._Turn()  # noqa: SLF001
     entry = concurrency._Waiter(threading.get_ident())  # noqa: SLF001
     entry.cores = {0, 1}  # (bound by a holder handing the turn over)
-
-    def interrupted(turn, entry):  # (Ctrl-C as it wakes)
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(concurrency._Turn, "_patience", interrupted)  # noqa: SLF001
     with pytest.raises(KeyboardInterrupt):
         turn._wait(entry)  # noqa: SLF001
     assert calls == [(0, {0, 1})]
@@ -471,7 +527,7 @@ def test_a_thread_moved_to_a_core_and_interrupted_gets_its_cores_back(monkeypatc
     ],
 )
 def test_the_next_waiter_is_nudged_only_when_it_would_look_late(
-    monkeypatch, left, looks_after, nudged
+    monkeypatch, lock_bells, left, looks_after, nudged
 ):
     """A hand-over at the holder's slice's end leaves the waiter behind the next holder
     asleep when its look comes within the margin its patience allows; one before the

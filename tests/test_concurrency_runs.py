@@ -74,12 +74,21 @@ def _same(a: list, b: list) -> bool:
     )
 
 
-@pytest.fixture(params=["default", 0.0])
+@pytest.fixture
+def lock_bells(monkeypatch):
+    """Waiters sleep on Python locks and look in Python (without turn.c, or ONYX_NATIVE=0)."""
+    monkeypatch.setattr(concurrency, "_turn_wait", None)
+
+
+@pytest.fixture(params=[("default", "native"), (0.0, "native"), ("default", "locks")])
 def slices(request, monkeypatch):
     """Turns with the default slices, and a turn handed over at every run (the most
-    hand-overs)."""
-    if request.param != "default":
-        monkeypatch.setattr(concurrency, "SLICE_SECONDS", request.param)
+    hand-overs), waiters sleeping in C (turn.c, where built) or on Python locks."""
+    seconds, bells = request.param
+    if seconds != "default":
+        monkeypatch.setattr(concurrency, "SLICE_SECONDS", seconds)
+    if bells == "locks":
+        monkeypatch.setattr(concurrency, "_turn_wait", None)
 
 
 @pytest.mark.parametrize(
@@ -257,14 +266,20 @@ def _wait_for_turn_on_another_thread() -> float:
     return waited[0] if waited else 10.0
 
 
+@pytest.mark.parametrize("bells", ["locks", "native"])
 @pytest.mark.parametrize("idle", [0.001, 60.0])
-def test_a_thread_that_stopped_calling_does_not_keep_the_turn(monkeypatch, idle):
+def test_a_thread_that_stopped_calling_does_not_keep_the_turn(monkeypatch, idle, bells):
     """The main thread runs once and stops (a server's worker back at its queue), keeping
     the turn for a slice of 2 s: a run arriving on another thread after IDLE_SECONDS takes
     it at once (with IDLE_SECONDS of 60 s it waits for the slice: the check can fail)."""
     monkeypatch.setattr(concurrency, "_turns", concurrency._Turn())  # noqa: SLF001
     monkeypatch.setattr(concurrency, "SLICE_SECONDS", 2.0)
     monkeypatch.setattr(concurrency, "IDLE_SECONDS", idle)
+    monkeypatch.setattr(concurrency, "CHECK_SECONDS", 60.0)
+    if bells == "locks":
+        monkeypatch.setattr(concurrency, "_turn_wait", None)
+    elif concurrency._turn_wait is None or idle > 1:  # noqa: SLF001
+        pytest.skip("turn.c's waiter watches for an idle holder, not for the slice's end")
     # (no streaks yet: a run ending a usual streak would give the turn up)
     monkeypatch.setattr(concurrency._leaving, "hook", None, raising=False)  # noqa: SLF001
     with concurrency.run_slot(1, None, concurrency.Pace()):
@@ -316,7 +331,9 @@ def _handover_after_job(earlier_jobs: tuple) -> float:
 
 
 @pytest.mark.parametrize("earlier_jobs", [(3,), (5,), (3, 5), (3, 4, 5, 6, 7), (3, 5, 5, 5, 5)])
-def test_a_thread_gives_up_the_turn_at_the_end_of_its_usual_streak(monkeypatch, earlier_jobs):
+def test_a_thread_gives_up_the_turn_at_the_end_of_its_usual_streak(
+    monkeypatch, lock_bells, earlier_jobs
+):
     """A thread making a job of 3 runs, another thread waiting: the turn passes as the job's
     last run ends, not when the slice (0.5 s) ends, when one of the thread's last
     STREAKS_KEPT jobs had 3 runs too (jobs alternating between two sizes: 3, then 5). (After
@@ -333,7 +350,7 @@ def test_a_thread_gives_up_the_turn_at_the_end_of_its_usual_streak(monkeypatch, 
         assert 0.25 < waited < 5
 
 
-def test_an_arriving_thread_hands_an_idle_turn_to_the_first_waiter(monkeypatch):
+def test_an_arriving_thread_hands_an_idle_turn_to_the_first_waiter(monkeypatch, lock_bells):
     """The main thread runs once, a waiter queued meanwhile, and stops calling (its first
     streak: no usual end), keeping the turn for a slice of 2 s: a run arriving on a third
     thread after IDLE_SECONDS hands the turn to the waiter at once (without it the waiter
@@ -361,3 +378,25 @@ def test_an_arriving_thread_hands_an_idle_turn_to_the_first_waiter(monkeypatch):
     for t in (waiter, arriving):
         t.join(timeout=10)
     assert len(got) == 2 and got[0] - arrived < 1.0
+
+
+@pytest.mark.parametrize("bells", ["locks", "native"])
+def test_no_thread_is_starved(monkeypatch, bells):
+    """8 threads making short runs without pause, each until every thread has made 5: each
+    gets the turn within a few slices (a holder keeping it for as long as it calls would
+    starve the others, and the threads would hang until the timeout)."""
+    if bells == "locks":
+        monkeypatch.setattr(concurrency, "_turn_wait", None)
+    sess = _relu_session()
+    x = {"x": np.ones((2, 3), np.float32)}
+    sess.run(None, x)
+    made = [0] * THREADS
+
+    def work(k):
+        deadline = time.perf_counter() + 60
+        while min(made) < 5 and time.perf_counter() < deadline:
+            sess.run(None, x)
+            made[k] += 1
+
+    _on_threads(work, timeout=90)
+    assert min(made) >= 5

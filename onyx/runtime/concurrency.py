@@ -31,6 +31,15 @@ work) run side by side. Turns order runs and nothing else: a run's results do no
 them, and every run runs on its caller's thread (its exceptions, its run options, its
 context's settings are its caller's).
 
+Where the native library has turn.c (Linux), waiters sleep there on a futex, without the GIL,
+and the first of them watches the holder through a few shared numbers: it comes back to
+Python only when the turn is handed to it or the holder has had no run in progress for
+IDLE_SECONDS. Each look and nudge of a waiter sleeping on a Python lock took the GIL from the
+holder and ran the waiter's Python with cold caches (as many nudges as hand-overs). Watched
+that way, a holder that stops calling loses the turn within milliseconds whatever its slice,
+so a slice is counted in its runs' time (their sessions' ``Pace``) with a wall-clock bound of
+WALL_SLICES slices: other processes stretching the runs no longer end slices early.
+
 Runs side by side on fewer threads each (two runs at once, each on one intra-op thread, so that
 one's Python overlaps the other's kernels) were measured and left: on small transformers and
 a QDQ MobileNet they took more wall time and far more CPU time than turns (their kernel calls
@@ -41,7 +50,9 @@ docs/reliability.md).
 from __future__ import annotations
 
 import _thread
+import array
 import collections
+import itertools
 import os
 import threading
 import time
@@ -217,7 +228,7 @@ SHORT_RUN_SECONDS = 0.001
 #: (20 ms) cut the hand-overs, each a tenth of a millisecond of CPU or more (the woken
 #: thread's caches are cold), but a holder that stops calling unforeseen then kept an idle
 #: turn longer (docs/reliability.md).
-SLICE_SECONDS = 0.005
+SLICE_SECONDS = 0.005  # (of the holder's runs' time, ``_Turn._over``)
 #: A thread that finds the turn held by a thread between runs for this long takes it at once,
 #: or hands it to the first waiter and queues behind: the holder has stopped calling (a
 #: server's worker gone back to wait for its next request: the request on another thread
@@ -227,18 +238,30 @@ IDLE_SECONDS = 0.001
 
 
 class _Waiter:
-    """A thread waiting for the turn: rung (its bell released) when the turn is handed to it,
-    or to look again (``_Turn._nudge``)."""
+    """A thread waiting for the turn: rung when the turn is handed to it, or to look again
+    (``_Turn._nudge``). Its bell is a lock, or with turn.c a word it sleeps on in C."""
 
-    __slots__ = ("thread", "bell", "looks_at", "native_id", "cores")
+    __slots__ = ("thread", "bell", "looks_at", "native_id", "cores", "token", "address")
 
     def __init__(self, thread: int) -> None:
         self.thread = thread
-        self.bell = _thread.allocate_lock()
-        self.bell.acquire()
+        if _turn_wait is None:
+            self.bell = _thread.allocate_lock()
+            self.bell.acquire()
+        else:
+            self.bell = array.array("i", (0,))  # (turn.c's word: quiet, rung or poked)
+            self.address = self.bell.buffer_info()[0]
+            self.token = float(next(_tokens))  # (how turn.c tells the first waiter)
         self.looks_at = 0.0  # when its wait ends for a look, if not rung before
         self.native_id = _native_id()  # (Linux's id of the thread, -1 where not needed)
         self.cores: set | None = None  # its own cores while bound to the holder's (``_bind``)
+
+    def ring(self) -> None:
+        """Wake it: the turn is its own (under ``_Turn.guard``)."""
+        if _turn_wait is not None:
+            _turn_ring(self.address, RUNG)
+        elif self.bell.locked():  # (not if it was nudged and has not slept again)
+            self.bell.release()
 
 
 class _Turn:
@@ -251,36 +274,68 @@ class _Turn:
     been between runs for IDLE_SECONDS takes it (or, others queued, hands it to the first of
     them), once its slice ends the first waiter takes it (the first waiter's wait ends
     LATE_SECONDS after the slice), and a thread that ends gives it back. Nested runs on the
-    holder's thread count its depth."""
+    holder's thread count its depth.
+
+    With turn.c (Linux, the native library loaded) waiters sleep in C, without the GIL, and
+    the first of them watches the holder there (``shared``, which the holder writes as its
+    runs start and end while others wait): it comes back to Python only when the turn is
+    handed to it or the holder has had no run in progress for IDLE_SECONDS. Its looks and
+    nudges then take no GIL from the holder, so none is needed at a slice's end: a holder
+    still calling hands the turn over as its next run starts."""
 
     __slots__ = ("guard", "owner", "depth", "deadline", "released", "queue", "core", "counts")
+    __slots__ += ("shared", "shared_address", "head", "spent")
 
     def __init__(self) -> None:
         self.guard = _thread.allocate_lock()
         self.owner: int | None = None  # the thread holding the turn
         self.depth = 0  # its runs in progress (0: it holds the turn between runs)
         self.deadline = 0.0  # its slice's end
+        self.spent = 0.0  # its runs' time in its slice so far (the sessions' Pace)
         self.released = 0.0  # when its last run ended
         self.queue: collections.deque = collections.deque()  # of _Waiter, in order
         self.core = -1  # the core the turn's last run ran on, when it was handed over
         #: hand-overs to a waiter, turns a waiter took after a look, and nudges so far (each
         #: wakes a thread whose caches are cold: benchmarks/bench_concurrency.py reports them)
         self.counts = [0, 0, 0]
+        #: for turn.c: the holder's runs in progress, when its last one ended, the first
+        #: waiter's token (0: none); written while others wait
+        self.shared = array.array("d", (0.0, 0.0, 0.0))
+        self.shared_address = self.shared.buffer_info()[0]
+        self.head: _Waiter | None = None  # the first waiter as ``shared`` names it
 
-    def acquire(self) -> None:
+    def _publish(self) -> None:
+        """Tell turn.c's waiters the holder's state and the first waiter (poked if it has
+        just become the first, to watch the holder) (under ``guard``, with turn.c)."""
+        shared = self.shared
+        shared[1], shared[0] = self.released, self.depth
+        head = self.queue[0] if self.queue else None
+        if head is not self.head:
+            self.head = head
+            shared[2] = head.token if head is not None else 0.0
+            if head is not None:
+                _turn_ring(head.address, POKED)
+
+    def acquire(self, cost: float = 0.0) -> None:
+        """Take the turn for a run that takes ``cost`` seconds (its session's Pace)."""
         me = _thread.get_ident()
         mine = _leaving.__dict__.get("hook")
         if mine is None:
             mine = _leaving.hook = _GiveBackAtThreadEnd(me)
         mine.starts(_now())
         with self.guard:
-            if self.owner == me and (self.depth or not self.queue or _now() < self.deadline):
-                if not self.depth and _now() >= self.deadline:
-                    self.deadline = _now() + SLICE_SECONDS  # nobody waits: a new slice
+            if self.owner == me and (self.depth or not self.queue or not self._over()):
+                if not self.depth:
+                    if self._over():
+                        self._new_slice()  # (nobody waits)
+                    self.spent += cost
                 self.depth += 1
+                if self.queue and _turn_wait is not None:
+                    self.shared[0] = self.depth
                 return
             if self.owner is None or not (self.depth or self.queue) and self._left():
                 self._take(me)  # (free, or left by a thread whose slice is over or idle)
+                self.spent = cost
                 return
             if self.owner == me:  # its slice is over and others wait: queue behind them
                 self._hand_over()
@@ -288,6 +343,8 @@ class _Turn:
                 self._hand_over()  # (its holder has stopped calling: the first waiter's turn)
             entry = _Waiter(me)
             self.queue.append(entry)
+            if _turn_wait is not None:
+                self._publish()
         try:
             self._wait(entry)
         except BaseException:  # (no run began: the streak does not count it)
@@ -301,10 +358,25 @@ class _Turn:
         """Whether the holder, between runs, has left the turn: its slice is over, or it has
         not come back for IDLE_SECONDS."""
         now = _now()
-        return now >= self.deadline or now - self.released >= IDLE_SECONDS
+        return self._over() or now - self.released >= IDLE_SECONDS
+
+    def _over(self) -> bool:
+        """Whether the holder's slice is over: its runs took SLICE_SECONDS (by their
+        sessions' Pace), or its wall-clock slice has ended."""
+        return self.spent >= SLICE_SECONDS or _now() >= self.deadline
+
+    def _new_slice(self) -> None:
+        """A slice of SLICE_SECONDS of runs; with turn.c, of WALL_SLICES times that in wall
+        time at most: other processes taking the cores stretch a slice's runs, and a slice
+        ended by the wall clock alone handed the turn over two or three times as often on a
+        loaded machine. (Without turn.c waiters look at the wall-clock slice's end: a holder
+        that stops calling would keep the turn that much longer.)"""
+        wall = SLICE_SECONDS * (WALL_SLICES if _turn_wait is not None else 1)
+        self.deadline, self.spent = _now() + wall, 0.0
 
     def _take(self, me: int) -> None:
-        self.owner, self.depth, self.deadline = me, 1, _now() + SLICE_SECONDS
+        self.owner, self.depth = me, 1
+        self._new_slice()
 
     def _hand_over(self) -> None:
         """Give the turn to the first waiter, or to nobody (under ``guard``)."""
@@ -314,14 +386,15 @@ class _Turn:
         entry = self.queue.popleft()
         self.counts[0] += 1
         self.core = _core()
-        now = _now()
-        early = now < self.deadline  # (its holder gave it back before its slice's end)
-        self.owner, self.depth, self.deadline = entry.thread, 1, now + SLICE_SECONDS
-        if entry.bell.locked():  # (not if its wait timed out meanwhile)
-            if BIND_WAITERS:
-                entry.cores = _bind(entry.native_id, self.core)
-            entry.bell.release()
-        if self.queue:
+        early = not self._over()  # (its holder gave it back before its slice's end)
+        self.owner, self.depth = entry.thread, 1
+        self._new_slice()
+        if BIND_WAITERS and (_turn_wait is not None or entry.bell.locked()):
+            entry.cores = _bind(entry.native_id, self.core)  # (not if it is awake in Python)
+        entry.ring()
+        if _turn_wait is not None:
+            self._publish()  # (the next waiter watches its new holder)
+        elif self.queue:
             self._nudge(self.queue[0], early)
 
     def _nudge(self, first: _Waiter, early: bool = True) -> None:
@@ -342,7 +415,14 @@ class _Turn:
     def _wait(self, entry: _Waiter) -> None:
         try:
             while True:
-                entry.bell.acquire(timeout=self._patience(entry))  # (handed over, or timed out)
+                if _turn_wait is None:
+                    entry.bell.acquire(timeout=self._patience(entry))  # (handed, or timed out)
+                else:  # (handed over, the holder idle, a signal, or a check now and then)
+                    until = _now() + CHECK_SECONDS
+                    ended = _turn_wait(entry.address, self.shared_address, entry.token,
+                                       IDLE_SECONDS, max(SLICE_SECONDS, IDLE_SECONDS), until)  # fmt: skip
+                    if ended < 0:  # (arguments turn.c refused: a patched setting; no spinning)
+                        time.sleep(LATE_SECONDS)
                 if self._served(entry):
                     if entry.cores is None:  # (not bound to the holder's core: moved there)
                         _move_to(self.core)
@@ -361,6 +441,8 @@ class _Turn:
                 self._hand_over()
             elif entry in self.queue:
                 self.queue.remove(entry)
+                if _turn_wait is not None:
+                    self._publish()
 
     def _patience(self, entry: _Waiter) -> float:
         """How long a waiter waits before it looks whether the holder left the turn: until
@@ -393,7 +475,9 @@ class _Turn:
                 self.queue.popleft()
                 self._take(me)
                 self.counts[1] += 1
-                if self.queue:
+                if _turn_wait is not None:
+                    self._publish()
+                elif self.queue:
                     self._nudge(self.queue[0])
                 return True
             return False
@@ -414,6 +498,8 @@ class _Turn:
             self.released = now
             if self.queue:
                 self.core = _core()  # (a waiter that takes the turn over moves there)
+                if _turn_wait is not None:
+                    self.shared[1], self.shared[0] = now, self.depth  # (its end, then idle)
             if self.depth <= 0 and (failed or streak_over and self.queue):
                 self._hand_over()  # (else its next run hands it over once its slice ends)
 
@@ -475,6 +561,11 @@ class _GiveBackAtThreadEnd:
 #: How late after its slice's end a holder still calling hands the turn over (its run in
 #: progress ends, its next one starts): a short run and its caller's work between runs.
 LATE_SECONDS = 0.001
+#: With turn.c, a slice's wall-clock length at most, in SLICE_SECONDS (``_Turn._new_slice``).
+WALL_SLICES = 8
+#: With turn.c, how long a waiter sleeps in C at most before it looks in Python whether it
+#: has been served (it is woken sooner when it is, or when the holder is idle): a safety net.
+CHECK_SECONDS = 1.0
 #: How many of a thread's last streak lengths predict the end of its streak. A wrong
 #: prediction costs a hand-over (the thread queues again behind the others) when others wait.
 STREAKS_KEPT = 4
@@ -571,6 +662,20 @@ _NATIVE_IDS = hasattr(threading, "get_native_id") and hasattr(os, "sched_setaffi
 _other_threads = getattr(_thread, "_count", lambda: 1)
 
 _leaving = threading.local()
+
+
+def _turn_native():
+    """turn.c's (wait, ring), or (None, None): waiters sleep on locks in Python."""
+    if os.environ.get("ONYX_NATIVE_TURN", "1") == "0":
+        return None, None
+    from .native import turn_functions
+
+    return turn_functions() or (None, None)
+
+
+_turn_wait, _turn_ring = _turn_native()
+RUNG, POKED = 1, 2  # (turn.c's words)
+_tokens = itertools.count(1)
 _turns = _Turn()
 
 
@@ -623,7 +728,7 @@ class run_slot:  # noqa: N801  (used as a function: ``with run_slot(threads, bla
         # change their results. Taking the turn cost a one-row run a sixth of its time.)
         if pace is not None and pace.seconds < SHORT_RUN_SECONDS and _other_threads():
             self.turn = _turns  # (the lock taken is the one released, a fork in between too)
-            self.turn.acquire()
+            self.turn.acquire(pace.seconds)
         try:
             self._enter_resources()
         except BaseException:  # (Ctrl-C while waiting for BLAS: the turn must not stay taken)

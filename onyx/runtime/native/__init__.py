@@ -11,7 +11,8 @@ exact int8 GEMM, AVX512-VNNI), depthwise (plane convs), conv_f32 (the float conv
 (the direct 1-D float conv), gemv, nbits (MatMulNBits), attention (GroupQueryAttention's step, RMS norms), gemm_f32 (the float
 GEMM against a packed constant B), resize, rnn, elementwise, rows, window (pooling), trees,
 small_cnn (a direct conv of small images, a 2x2 upsampling and max pool: batch-1 serving CNNs),
-winograd (3x3 unit-stride float convs by Winograd F(2x2, 3x3)).
+winograd (3x3 unit-stride float convs by Winograd F(2x2, 3x3)), turn (a thread's wait for
+concurrency.py's turn, without the GIL).
 Their task structs are declared once in abi.h and checked against the ctypes copies at load
 (_core.py).
 
@@ -174,6 +175,7 @@ _EXPORTS = {
         "svm_classify",
         "svm_coupling",
     ),
+    "turn": ("turn_functions",),
     "window": ("pool2d_f32",),
     "winograd": (
         "WinogradConv",
@@ -251,6 +253,7 @@ FAMILY_NAMES = (
     "nhwc",
     "small_cnn",
     "winograd",
+    "turn",
 )
 _core.start(())  # (the library: loaded at once; each family binds when it is imported)
 

@@ -1,0 +1,39 @@
+"""The wait for the turn short runs take (turn.c, Linux): a waiter sleeps on a futex and
+watches the holder without the GIL (runtime/concurrency.py's ``_Turn``)."""
+
+from __future__ import annotations
+
+import ctypes
+
+from . import _core as core
+
+#: turn.c's words: a waiter's word rung (the turn is its own) or poked (look again)
+RUNG, POKED = 1, 2
+#: how a wait ended
+TIMED_OUT, HANDED, HOLDER_IDLE, INTERRUPTED = 0, 1, 2, 3
+
+
+def turn_functions():
+    """(wait, ring) of turn.c, or None (no library, or not Linux): ``wait(word, state, token,
+    idle, poll, until)`` releases the GIL while it waits, ``ring(word, how)`` keeps it (a
+    futex wake: a holder handing the turn over must not hand the GIL away for it)."""
+    lib = core.lib
+    if lib is None or getattr(lib, "turn_wait", None) is None:
+        return None
+    return lib.turn_wait, lib.turn_ring
+
+
+def bind(lib, isa: int) -> None:
+    lib.onyx_turn_ok.restype = ctypes.c_int
+    lib.onyx_turn_ok.argtypes = []
+    wait = lib.onyx_turn_wait
+    wait.restype = ctypes.c_int
+    wait.argtypes = [ctypes.c_void_p, ctypes.c_void_p] + [ctypes.c_double] * 4
+    ring = ctypes.PYFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int32)
+    address = ctypes.cast(lib.onyx_turn_ring, ctypes.c_void_p).value
+    ok = lib.onyx_turn_ok() == 1
+    lib.turn_wait = wait if ok else None
+    lib.turn_ring = ring(address) if ok else None
+
+
+core.join(__name__, bind)  # (bound to the library now that it is imported: _core.join)
