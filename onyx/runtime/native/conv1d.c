@@ -422,20 +422,38 @@ INLINE void position_part(const conv1d_f32 *t, const part *q, float *buf, int64_
     }
 }
 
-/* Parts [begin, end) with the given tiles: each part's buffers are allocated once. */
+/* This thread's buffers of a part: the signal window (`floats` floats) and the taps (`taps`
+   offsets), carved from one block grown, never shrunk or freed (a pool worker's lives as long
+   as the process, as conv_f32.c's scratch). A malloc and free per call were an mmap and
+   munmap past glibc's 128 KiB threshold: page faults on every call, and on two threads the
+   second one's helped nothing (its faults and the unmap's TLB shootdowns serialized them).
+   Returns 0 when out of memory. */
+static int part_buffers(size_t floats, size_t taps, float **buf, int64_t **tap) {
+    static __thread char *block;
+    static __thread size_t size;
+    size_t head = (floats * sizeof(float) + 63) / 64 * 64, total = head + taps * sizeof(int64_t);
+    if (total > size) {
+        free(block);
+        block = malloc(total + 64);
+        size = block ? total : 0;
+        if (!block) return 0;
+    }
+    char *at = block + (64 - (uintptr_t)block % 64);
+    *buf = (float *)at, *tap = (int64_t *)(at + head);
+    return 1;
+}
+
+/* Parts [begin, end) with the given tiles (the buffers: this thread's, part_buffers). */
 INLINE int conv1d_parts(const conv1d_f32 *t, int64_t begin, int64_t end, const int np_main,
                         const int tp, const int r_main, const int tv) {
     int64_t chunks = (t->OL + t->chunk - 1) / t->chunk, T = t->C / t->group * t->k;
     int64_t reach = (t->chunk + C1_TPOS) * t->s + (t->k - 1) * t->d + 1;
     if (begin < 0 || end > t->N * t->group * chunks) return ONYX_INVALID;
     /* (reach + s <= (chunk + C1_TPOS + 1) * s + extent: conv1d_sizes bounds it) */
-    float *buf = malloc((size_t)(reach + t->s) * (size_t)(t->C / t->group) * sizeof(float));
-    int64_t *tap = malloc((size_t)T * sizeof(int64_t));
-    float out[2 * 12 * C1_V > C1_TROWS * C1_TPOS ? 2 * 12 * C1_V : C1_TROWS * C1_TPOS];
-    if (!buf || !tap) {
-        free(buf), free(tap);
+    float *buf, out[2 * 12 * C1_V > C1_TROWS * C1_TPOS ? 2 * 12 * C1_V : C1_TROWS * C1_TPOS];
+    int64_t *tap;
+    if (!part_buffers((size_t)(reach + t->s) * (size_t)(t->C / t->group), (size_t)T, &buf, &tap))
         return ONYX_NOMEM;
-    }
     for (int64_t i = begin; i < end; i++) {
         part q = {i / (t->group * chunks), i / chunks % t->group, i % chunks * t->chunk, 0};
         q.p1 = q.p0 + t->chunk < t->OL ? q.p0 + t->chunk : t->OL;
@@ -444,7 +462,6 @@ INLINE int conv1d_parts(const conv1d_f32 *t, int64_t begin, int64_t end, const i
         else
             position_part(t, &q, buf, tap, out, r_main, tv);
     }
-    free(buf), free(tap);
     return 0;
 }
 
