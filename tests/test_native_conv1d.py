@@ -293,3 +293,21 @@ def test_conv1d_post_refuses_channels_past_the_output():
     one = native.Conv1d((1, 2, 3), w, 1, 1, 1, 1, 0)
     with pytest.raises(InvalidArgument, match="1-D conv"):
         native.conv1d_then(one, native.PAIR_MAX)(x[..., :3])
+
+
+@pytest.mark.skipif(not native.conv1d_ok(), reason="native library off")
+def test_conv1d_then_takes_outputs_past_the_kept_buffer():
+    """A conv output past what a thread keeps between calls (a batch of clips): the call's
+    own buffer, the same bits."""
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((64, 1, 1204)).astype(np.float32)
+    w = rng.standard_normal((64, 1, 8)).astype(np.float32)
+    with native.threads(1):
+        conv = native.Conv1d(x.shape, w, 1, 300, 4, 1, 0)
+        full = conv(x)
+        mag = native.conv1d_then(conv, native.MAGNITUDE, 32, 0, 32, 0.5)(x)
+        pairs = native.conv1d_then(conv, native.PAIR_MAX)(x)
+    assert full.size > 1 << 20
+    re, im = full[:, :32], full[:, 32:]
+    np.testing.assert_array_equal(mag, np.sqrt(re * re + im * im + np.float32(0.5)))
+    np.testing.assert_array_equal(pairs, np.maximum(full[..., ::2], full[..., 1::2]))

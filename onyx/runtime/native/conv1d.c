@@ -664,8 +664,12 @@ EXPORT int onyx_conv1d_f32(const void *p, const float *x, const int64_t *xs, flo
     return parts_for_cpu()(&t, 0, t.N * t.group * ((t.OL + t.chunk - 1) / t.chunk));
 }
 
-/* This thread's buffer of `floats` floats for a conv's output before its post pass (grown,
-   never shrunk or freed, as part_buffers'), or null. */
+/* Floats of a conv's output a thread keeps between calls at most (a larger one is allocated
+   for its call: a batch of clips would hold megabytes a thread). */
+#define C1_KEPT_FULL (1 << 20)
+
+/* This thread's buffer of `floats` floats (at most C1_KEPT_FULL) for a conv's output before
+   its post pass (grown, never shrunk or freed, as part_buffers'), or null. */
 static float *full_buffer(int64_t floats) {
     static __thread char *block;
     static __thread int64_t size;
@@ -686,13 +690,18 @@ EXPORT int onyx_conv1d_f32_post(const void *p, const float *x, const int64_t *xs
                                 float *out) {
     conv1d_f32 t = *(const conv1d_f32 *)p;
     if (!out || !post_ok(t.N, t.M, t.OL, kind, sel)) return ONYX_INVALID;
-    float *full = full_buffer(t.N * t.M * t.OL);
+    int64_t floats = t.N * t.M * t.OL; /* (post_ok: in range) */
+    float *own = floats > C1_KEPT_FULL ? malloc((size_t)floats * sizeof(float)) : 0;
+    float *full = floats > C1_KEPT_FULL ? own : full_buffer(floats);
     if (!full) return ONYX_NOMEM;
     t.x = x, t.y = full, t.bias = bias, t.z = 0;
     if (xs) t.sn = xs[0], t.sc = xs[1], t.sl = xs[2];
-    if (!conv1d_sizes(&t)) return ONYX_INVALID;
-    int status = parts_for_cpu()(&t, 0, t.N * t.group * ((t.OL + t.chunk - 1) / t.chunk));
-    if (!status) post_pass(t.N, t.M, t.OL, kind, sel, eps, full, out);
+    int status = ONYX_INVALID;
+    if (conv1d_sizes(&t)) {
+        status = parts_for_cpu()(&t, 0, t.N * t.group * ((t.OL + t.chunk - 1) / t.chunk));
+        if (!status) post_pass(t.N, t.M, t.OL, kind, sel, eps, full, out);
+    }
+    free(own);
     return status;
 }
 
