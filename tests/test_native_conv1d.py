@@ -255,3 +255,59 @@ def test_native_conv1d_refuses_absurd_sizes():
     task = type(run.task).from_buffer_copy(run.task)
     task.x, task.y = x.ctypes.data, y.ctypes.data
     assert lib.onyx_parallel(lib.conv1d_range, ctypes.byref(task), np.array([0, 2], np.int64).ctypes.data, 1, 1) == 2  # fmt: skip
+
+
+@pytest.mark.skipif(not native.conv1d_ok(), reason="native library off")
+@pytest.mark.parametrize("threads", [1, 2])
+def test_conv1d_then_pair_max_and_magnitude_keep_numpys_bits(threads):
+    """conv1d.c's pass after the conv (one call on one thread, the pool's conv then the pass
+    on two): MaxPool(2, 2) as numpy's maximum of the pairs (NaN wins, odd lengths drop the
+    last), an STFT's magnitude as numpy's passes round it (no fused multiply-add)."""
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((2, 1, 16000)).astype(np.float32)
+    x[0, 0, 100:140] = np.nan
+    w = rng.standard_normal((42, 1, 64)).astype(np.float32)
+    b = rng.standard_normal(42).astype(np.float32)
+    with native.threads(threads):
+        conv = native.Conv1d(x.shape, w, 1, 491, 32, 1, 3, native.CONV_ACTIVATIONS["Relu"])
+        full = conv(x, b)
+        pairs = native.conv1d_then(conv, native.PAIR_MAX)(x, b)
+        eps = np.float32(1e-6)
+        mag = native.conv1d_then(conv, native.MAGNITUDE, 17, 1, 21, eps)(x)
+    assert conv.ways == threads
+    np.testing.assert_array_equal(pairs, np.maximum(full[..., 0:490:2], full[..., 1:490:2]))
+    assert np.isnan(pairs).any()
+    plain = conv(x)
+    re, im = plain[:, 1:18], plain[:, 21:38]
+    np.testing.assert_array_equal(mag, np.sqrt(np.add(np.add(re * re, im * im), eps)))
+
+
+@pytest.mark.skipif(not native.conv1d_ok(), reason="native library off")
+def test_conv1d_post_refuses_channels_past_the_output():
+    w = np.ones((4, 2, 3), np.float32)
+    conv = native.Conv1d((1, 2, 10), w, 1, 8, 1, 1, 0)
+    x = np.ones((1, 2, 10), np.float32)
+    for bins, re0, im0 in ((3, 0, 2), (0, 0, 0), (1, -1, 0), (2, 2, 3)):
+        with pytest.raises(InvalidArgument, match="1-D conv"):
+            native.conv1d_then(conv, native.MAGNITUDE, bins, re0, im0)(x)
+    one = native.Conv1d((1, 2, 3), w, 1, 1, 1, 1, 0)
+    with pytest.raises(InvalidArgument, match="1-D conv"):
+        native.conv1d_then(one, native.PAIR_MAX)(x[..., :3])
+
+
+@pytest.mark.skipif(not native.conv1d_ok(), reason="native library off")
+def test_conv1d_then_takes_outputs_past_the_kept_buffer():
+    """A conv output past what a thread keeps between calls (a batch of clips): the call's
+    own buffer, the same bits."""
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((64, 1, 1204)).astype(np.float32)
+    w = rng.standard_normal((64, 1, 8)).astype(np.float32)
+    with native.threads(1):
+        conv = native.Conv1d(x.shape, w, 1, 300, 4, 1, 0)
+        full = conv(x)
+        mag = native.conv1d_then(conv, native.MAGNITUDE, 32, 0, 32, 0.5)(x)
+        pairs = native.conv1d_then(conv, native.PAIR_MAX)(x)
+    assert full.size > 1 << 20
+    re, im = full[:, :32], full[:, 32:]
+    np.testing.assert_array_equal(mag, np.sqrt(re * re + im * im + np.float32(0.5)))
+    np.testing.assert_array_equal(pairs, np.maximum(full[..., ::2], full[..., 1::2]))

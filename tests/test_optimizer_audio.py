@@ -172,24 +172,37 @@ def test_conv_max_pool_not_fused(kw):
 
 
 @pytest.mark.parametrize("relu", [False, True])
-def test_pairs_pool_on_two_native_convs(relu, monkeypatch):
-    """MaxPool(2, 2) of a native 1-D conv runs as the max of the even and odd outputs' convs
-    (kernels/audio.py) with the pair's bits, odd lengths and batches included."""
+def test_pairs_pool_in_the_native_conv(relu, monkeypatch):
+    """MaxPool(2, 2) of a native 1-D conv runs as one native call, the conv and the max of
+    its pairs of outputs (kernels/audio.py, conv1d.c's post pass), bound to the step, with the
+    pair's bits, odd lengths and batches included; the kernel as written (constant folding)
+    gives the same bits."""
     from onyx.runtime import native
     from onyx.runtime.kernels import audio
 
     if not native.conv1d_ok():
         pytest.skip("the native library is off")
     calls = []
-    run = audio.pair_max
-    monkeypatch.setattr(audio, "pair_max", lambda *a: calls.append(run(*a)) or calls[-1])
+    make = audio.pair_runner
+
+    def counted(*a):
+        run = make(*a)
+        return None if run is None else lambda X, B: calls.append(run(X, B)) or calls[-1]
+
+    monkeypatch.setattr(audio, "pair_runner", counted)
     model = _conv_pool_model(relu, POOLS[0])
     fast = onyx.InferenceSession(model)
     plain = onyx.InferenceSession(model, disabled_optimizers=["ConvMaxPoolFusion"])
-    for n, length in ((1, 101), (3, 100)):
+    for n, length in ((1, 101), (3, 100), (3, 100)):
         x = np.random.default_rng(n).standard_normal((n, 3, length)).astype(np.float32)
-        np.testing.assert_array_equal(fast.run(None, {"x": x})[0], plain.run(None, {"x": x})[0])
-    assert len(calls) == 2 and all(y is not None for y in calls)
+        want = plain.run(None, {"x": x})[0]
+        np.testing.assert_array_equal(fast.run(None, {"x": x})[0], want)
+    assert len(calls) == 3 and all(y is not None for y in calls)
+    (step,) = [s for s in fast.plan.default_schedule if "MaxPool" in s.node.op_type]
+    kernel = audio.fused_conv_max_pool if relu else audio.conv_max_pool
+    w, b = (fast.plan.template[i] for i in step.ins[1:3])
+    attrs = {k: v for k, v in step.fn.attrs.items()}
+    np.testing.assert_array_equal(kernel(x, w, b, **attrs), want)
 
 
 def _stft_model(bias: bool = False, unsqueeze: bool = False) -> bytes:

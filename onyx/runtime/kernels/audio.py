@@ -10,7 +10,7 @@ import numpy as np
 from .. import native
 from ..registry import binds, op
 from .conv import CONV_ATTRIBUTES as CONV_ATTRS
-from .derived import derived, prepared
+from .derived import derived
 
 
 def _index(start, end, axis: int, ndim: int) -> tuple:
@@ -79,6 +79,10 @@ def _conv1d_magnitude(x_shape: tuple, x_dtype, W, bounds: tuple, eps, attrs: dic
     sample = np.empty(conv.shape, np.float32)
     if sample[re_index].shape != sample[im_index].shape:
         return None  # (the broadcasting chain: as written)
+    halves = _channel_ranges(re_index, im_index, conv.shape[1])
+    if halves is not None and eps.size == 1 and eps.ndim <= 3:
+        # the magnitude in conv1d.c's pass after the conv, the conv's output never an array
+        return native.conv1d_then(conv, native.MAGNITUDE, *halves, eps.item())
     multiply, add, sqrt = np.multiply, np.add, np.sqrt
 
     def run(X):
@@ -91,6 +95,17 @@ def _conv1d_magnitude(x_shape: tuple, x_dtype, W, bounds: tuple, eps, attrs: dic
         return sqrt(out, out)
 
     return run
+
+
+def _channel_ranges(re_index: tuple, im_index: tuple, M: int) -> tuple | None:
+    """(bins, re0, im0) where both slices take channel ranges of the same length (>= 1) of a
+    (N, M, L) output whole along the other axes; else None."""
+    if any(i != slice(None) for i in (*re_index[::2], *im_index[::2])):
+        return None
+    (re0, re1, _), (im0, im1, _) = re_index[1].indices(M), im_index[1].indices(M)
+    if re1 - re0 < 1 or re1 - re0 != im1 - im0:
+        return None
+    return re1 - re0, re0, im0
 
 
 def _bind_conv_magnitude(inputs, attrs, constant):
@@ -171,7 +186,7 @@ def _bound_pooled(fused: bool) -> Callable:
         from .fused import fused_conv
         from .pool import _max_pool_1d
 
-        conv_attrs = {k: attrs[k] for k in CONV_ATTRS + (FUSED_ATTRS if fused else ())}
+        conv_attrs = _conv_attrs(attrs, fused)
         pool = [attrs["pool_" + k] for k in ("kernel_shape", "auto_pad", "pads", "strides",
                                              "dilations", "ceil_mode")]  # fmt: skip
 
@@ -188,6 +203,29 @@ def _bound_pooled(fused: bool) -> Callable:
             return _max_pool_1d(y, *pool)
 
         return call
+
+    return make
+
+
+def _conv_attrs(attrs: dict, fused: bool) -> dict:
+    return {k: attrs[k] for k in CONV_ATTRS + (FUSED_ATTRS if fused else ())}
+
+
+def _bind_pooled(fused: bool) -> Callable:
+    """registry.binds of ConvMaxPool / FusedConvMaxPool: pair_max's native call set up once
+    for the signature (a float32 X, constant W), else the pair's kernels (_bound_pooled)."""
+    general = _bound_pooled(fused)
+
+    def make(inputs, attrs, constant):
+        X, W = inputs[:2]
+        pairs = _pair_pool(attrs, fused)
+        run = None
+        if pairs is not None and X.dtype == np.float32 and W.dtype == np.float32 and X.ndim == 3:
+            if native.conv1d_ok():
+                run = pair_runner(X.shape, W, _conv_attrs(attrs, fused), pairs)
+        if run is None:
+            return general(attrs)
+        return lambda X, W, B=None: run(X, B)
 
     return make
 
@@ -213,25 +251,25 @@ def _pair_pool(attrs: dict, fused: bool) -> tuple | None:
 
 
 def pair_max(X, W, B, conv_attrs: dict, pairs: tuple) -> np.ndarray | None:
-    """MaxPool(kernel 2, stride 2) of a float32 1-D conv as max(even outputs, odd outputs),
-    each a native conv of twice the stride (the odd one's window a stride further), so the
-    max reads two contiguous arrays: the pool's strided pass was as long as the conv. Each
-    output is the same sum in the same order as the full conv's (conv1d.c sums a position's
-    (channel, tap) pairs in one order whatever its tile), so the bits are the pair's. None
-    where it does not apply (the caller's general path runs)."""
+    """MaxPool(kernel 2, stride 2) of a float32 1-D conv in one native call: the conv into a
+    buffer of conv1d.c's, then the max of each pair of its outputs (numpy's maximum: the
+    pool's bits). None where it does not apply (the caller's general path runs)."""
     if X.dtype != np.float32 or W.dtype != np.float32 or X.ndim != 3 or not native.conv1d_ok():
         return None
-    key = ("pair max", X.shape, pairs, native.thread_setting())
-    halves = derived(W, key, lambda: _pair_setup(X.shape, W, conv_attrs, pairs[0]))
-    if halves is None:
-        return None
-    even, odd = halves
-    return np.maximum(even(X, B), odd(X, B))
+    run = pair_runner(X.shape, W, conv_attrs, pairs)
+    return None if run is None else run(X, B)
+
+
+def pair_runner(x_shape: tuple, W, conv_attrs: dict, pairs: tuple):
+    """pair_max's native call set up for inputs of x_shape, ``run(X, B)`` (kept per constant
+    W and thread setting), or None."""
+    key = ("pair max", x_shape, pairs, native.thread_setting())
+    return derived(W, key, lambda: _pair_setup(x_shape, W, conv_attrs, pairs[0]))
 
 
 def _pair_setup(x_shape, W: np.ndarray, conv_attrs: dict, activation: int):
-    """The even and odd outputs' native convs, or None (shapes the native conv leaves to
-    others, a window that would start before the signal's padding)."""
+    """The native conv and its pairs' max (conv1d_then), or None (shapes the native conv
+    leaves to others, an output shorter than a pair)."""
     from .conv import _conv_geometry
 
     N, C, L = x_shape
@@ -246,17 +284,14 @@ def _pair_setup(x_shape, W: np.ndarray, conv_attrs: dict, activation: int):
     geo = _conv_geometry(x_shape, W.shape, "NOTSET", conv_attrs["pads"], conv_attrs["strides"],
                          conv_attrs["dilations"], kernel)  # fmt: skip
     (out,), (s,), (d,), left = geo["out_shape"], geo["strides"], geo["dilations"], geo["pads"][0]
-    half = out // 2
-    if half < 1 or left - s < 0 or min(geo["pads"]) < 0:
+    if out < 2 or min(geo["pads"]) < 0:
         return None
-    return tuple(
-        native.Conv1d(x_shape, W, group, half, 2 * s, d, begin, activation)
-        for begin in (left, left - s)
-    )
+    conv = native.Conv1d(x_shape, W, group, out, s, d, left, activation)
+    return native.conv1d_then(conv, native.PAIR_MAX)
 
 
 @op("ConvMaxPool", since=1, domain="ai.onyx", threads="pool")
-@prepared(_bound_pooled(fused=False))
+@binds(_bind_pooled(fused=False), constants=(1,))
 def conv_max_pool(X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1,
                   kernel_shape=None, pads=None, strides=None, pool_auto_pad="NOTSET",
                   pool_ceil_mode=0, pool_dilations=None, pool_kernel_shape=None, pool_pads=None,
@@ -264,11 +299,11 @@ def conv_max_pool(X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1,
     """MaxPool(Conv(X, W, B)) of a 1-D conv (optimizer/audio.py): the two nodes' kernels in
     one step, the same bits (its function body is the pair)."""
     attrs = dict(locals())
-    return conv_max_pool.prepare({k: attrs[k] for k in attrs if k not in ("X", "W", "B")})(X, W, B)
+    return _bound_pooled(False)({k: attrs[k] for k in attrs if k not in ("X", "W", "B")})(X, W, B)
 
 
 @op("FusedConvMaxPool", since=1, domain="ai.onyx", threads="pool")
-@prepared(_bound_pooled(fused=True))
+@binds(_bind_pooled(fused=True), constants=(1,))
 def fused_conv_max_pool(X, W, B=None, *, activation="", activation_params=None,
                         auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None,
                         strides=None, pool_auto_pad="NOTSET", pool_ceil_mode=0,
@@ -276,6 +311,4 @@ def fused_conv_max_pool(X, W, B=None, *, activation="", activation_params=None,
                         pool_storage_order=0, pool_strides=None):  # fmt: skip
     """MaxPool(FusedConv(X, W, B)) of a 1-D conv, as :func:`conv_max_pool`."""
     attrs = dict(locals())
-    return fused_conv_max_pool.prepare({k: attrs[k] for k in attrs if k not in ("X", "W", "B")})(
-        X, W, B
-    )
+    return _bound_pooled(True)({k: attrs[k] for k in attrs if k not in ("X", "W", "B")})(X, W, B)

@@ -55,7 +55,10 @@ _EXPORTS = {
     ),
     "conv1d": (
         "Conv1d",
+        "MAGNITUDE",
+        "PAIR_MAX",
         "conv1d_ok",
+        "conv1d_then",
     ),
     "conv_f32": (
         "FloatConv",

@@ -27,12 +27,164 @@
  * (GCC's vector extension), picked by onyx_isa() (so ONYX_NATIVE_ISA caps it as it does
  * every hand-written kernel); only the tile sizes differ.
  */
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "activation.h"
 #include "onyx.h"
+
+/* --------------------------------------------------------------- after the conv (post) */
+
+/* What a conv's output full (N, M, OL) becomes in one more pass (onyx_conv1d_f32_post):
+   - C1_PAIR_MAX: MaxPool(kernel 2, stride 2) along the signal, out (N, M, OL / 2);
+     max(a, b) is numpy's maximum (NaN where either is), so the bits are the pool's;
+   - C1_MAGNITUDE: an STFT's magnitude, out (N, bins, OL) = sqrt(re * re + im * im + eps)
+     with re, im the rows re0 + c and im0 + c of full: each product, sum and root rounded
+     as numpy's passes round them (these functions come before the file's fp-contract
+     pragma: under -std=c99 GCC fuses nothing here; clang is told below). */
+#define C1_PAIR_MAX 1
+#define C1_MAGNITUDE 2
+
+#if defined(__clang__)
+#define C1_EXACT _Pragma("STDC FP_CONTRACT OFF")
+#else
+#define C1_EXACT
+#endif
+
+static void pair_max_rows(const float *full, int64_t rows, int64_t OL, float *out) {
+    C1_EXACT
+    int64_t half = OL / 2;
+    for (int64_t r = 0; r < rows; r++) {
+        const float *a = full + r * OL;
+        float *o = out + r * half;
+        for (int64_t i = 0; i < half; i++) {
+            float u = a[2 * i], v = a[2 * i + 1];
+            o[i] = (u >= v || u != u) ? u : v; /* (numpy's maximum: a NaN wins) */
+        }
+    }
+}
+
+static void magnitude_rows(const float *re, const float *im, int64_t n, float eps, float *o) {
+    C1_EXACT
+    for (int64_t i = 0; i < n; i++) {
+        float a = re[i] * re[i], b = im[i] * im[i];
+        float v = a + b;
+        v = v + eps;
+        o[i] = sqrtf(v);
+    }
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+
+static __attribute__((target("avx512f"))) void pair_max_rows_avx512(const float *full,
+                                                                     int64_t rows, int64_t OL,
+                                                                     float *out) {
+    C1_EXACT
+    int64_t half = OL / 2;
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26,
+                                           28, 30),
+                  odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    for (int64_t r = 0; r < rows; r++) {
+        const float *a = full + r * OL;
+        float *o = out + r * half;
+        int64_t i = 0;
+        for (; i + 16 <= half; i += 16) {
+            __m512 lo = _mm512_loadu_ps(a + 2 * i), hi = _mm512_loadu_ps(a + 2 * i + 16);
+            __m512 u = _mm512_permutex2var_ps(lo, even, hi), v = _mm512_permutex2var_ps(lo, odd, hi);
+            __mmask16 nan = _mm512_cmp_ps_mask(u, u, _CMP_UNORD_Q);
+            /* (max_ps gives v where either is NaN: u's NaN put back) */
+            _mm512_storeu_ps(o + i, _mm512_mask_mov_ps(_mm512_max_ps(u, v), nan, u));
+        }
+        for (; i < half; i++) {
+            float u = a[2 * i], v = a[2 * i + 1];
+            o[i] = (u >= v || u != u) ? u : v;
+        }
+    }
+}
+
+static __attribute__((target("avx512f"))) void magnitude_rows_avx512(const float *re,
+                                                                      const float *im, int64_t n,
+                                                                      float eps, float *o) {
+    C1_EXACT
+    const __m512 e = _mm512_set1_ps(eps);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 r = _mm512_loadu_ps(re + i), m = _mm512_loadu_ps(im + i);
+        __m512 v = _mm512_add_ps(_mm512_mul_ps(r, r), _mm512_mul_ps(m, m));
+        _mm512_storeu_ps(o + i, _mm512_sqrt_ps(_mm512_add_ps(v, e)));
+    }
+    if (i < n) {
+        __mmask16 k = (__mmask16)((1u << (n - i)) - 1);
+        __m512 r = _mm512_maskz_loadu_ps(k, re + i), m = _mm512_maskz_loadu_ps(k, im + i);
+        __m512 v = _mm512_add_ps(_mm512_mul_ps(r, r), _mm512_mul_ps(m, m));
+        _mm512_mask_storeu_ps(o + i, k, _mm512_sqrt_ps(_mm512_add_ps(v, e)));
+    }
+}
+
+static __attribute__((target("avx2"))) void magnitude_rows_avx2(const float *re,
+                                                                 const float *im, int64_t n,
+                                                                 float eps, float *o) {
+    C1_EXACT
+    const __m256 e = _mm256_set1_ps(eps);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 r = _mm256_loadu_ps(re + i), m = _mm256_loadu_ps(im + i);
+        __m256 v = _mm256_add_ps(_mm256_mul_ps(r, r), _mm256_mul_ps(m, m));
+        _mm256_storeu_ps(o + i, _mm256_sqrt_ps(_mm256_add_ps(v, e)));
+    }
+    magnitude_rows(re + i, im + i, n - i, eps, o + i);
+}
+#endif
+
+/* Whether a post pass of `kind` fits the conv's output (N, M, OL) and sel (C1_MAGNITUDE:
+   bins, re0, im0). */
+static int post_ok(int64_t N, int64_t M, int64_t OL, int64_t kind, const int64_t *sel) {
+    int64_t v[3] = {N, M, OL}, cells;
+    if (!onyx_in(v, 3, 1, ONYX_MAX_EXTENT) || !onyx_mul(N, M, &cells) ||
+        !onyx_mul(cells, OL, &cells) || cells > ONYX_MAX_ELEMENTS)
+        return 0;
+    if (kind == C1_PAIR_MAX) return OL >= 2;
+    if (kind != C1_MAGNITUDE || !sel) return 0;
+    int64_t bins = sel[0], re0 = sel[1], im0 = sel[2];
+    return bins >= 1 && re0 >= 0 && im0 >= 0 && bins <= M - re0 && bins <= M - im0;
+}
+
+/* The post pass of `kind` from full (N, M, OL) into out (post_ok checked). */
+static void post_pass(int64_t N, int64_t M, int64_t OL, int64_t kind, const int64_t *sel,
+                      float eps, const float *full, float *out) {
+    int isa = onyx_isa();
+    (void)isa;
+    if (kind == C1_PAIR_MAX) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+        if (isa & ONYX_ISA_AVX512) {
+            pair_max_rows_avx512(full, N * M, OL, out);
+            return;
+        }
+#endif
+        pair_max_rows(full, N * M, OL, out);
+        return;
+    }
+    int64_t bins = sel[0], re0 = sel[1], im0 = sel[2];
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t c = 0; c < bins; c++) {
+            const float *re = full + (n * M + re0 + c) * OL, *im = full + (n * M + im0 + c) * OL;
+            float *o = out + (n * bins + c) * OL;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+            if (isa & ONYX_ISA_AVX512) {
+                magnitude_rows_avx512(re, im, OL, eps, o);
+                continue;
+            }
+            if (__builtin_cpu_supports("avx2")) {
+                magnitude_rows_avx2(re, im, OL, eps, o);
+                continue;
+            }
+#endif
+            magnitude_rows(re, im, OL, eps, o);
+        }
+}
 
 /* The tiles' multiply-adds fused where the CPU has FMA (a vector extension's a * b + c is
    otherwise two instructions under -std=c99). After the includes: HardSigmoid keeps its
@@ -422,20 +574,38 @@ INLINE void position_part(const conv1d_f32 *t, const part *q, float *buf, int64_
     }
 }
 
-/* Parts [begin, end) with the given tiles: each part's buffers are allocated once. */
+/* This thread's buffers of a part: the signal window (`floats` floats) and the taps (`taps`
+   offsets), carved from one block grown, never shrunk or freed (a pool worker's lives as long
+   as the process, as conv_f32.c's scratch). A malloc and free per call were an mmap and
+   munmap past glibc's 128 KiB threshold: page faults on every call, and on two threads the
+   second one's helped nothing (its faults and the unmap's TLB shootdowns serialized them).
+   Returns 0 when out of memory. */
+static int part_buffers(size_t floats, size_t taps, float **buf, int64_t **tap) {
+    static __thread char *block;
+    static __thread size_t size;
+    size_t head = (floats * sizeof(float) + 63) / 64 * 64, total = head + taps * sizeof(int64_t);
+    if (total > size) {
+        free(block);
+        block = malloc(total + 64);
+        size = block ? total : 0;
+        if (!block) return 0;
+    }
+    char *at = block + (64 - (uintptr_t)block % 64);
+    *buf = (float *)at, *tap = (int64_t *)(at + head);
+    return 1;
+}
+
+/* Parts [begin, end) with the given tiles (the buffers: this thread's, part_buffers). */
 INLINE int conv1d_parts(const conv1d_f32 *t, int64_t begin, int64_t end, const int np_main,
                         const int tp, const int r_main, const int tv) {
     int64_t chunks = (t->OL + t->chunk - 1) / t->chunk, T = t->C / t->group * t->k;
     int64_t reach = (t->chunk + C1_TPOS) * t->s + (t->k - 1) * t->d + 1;
     if (begin < 0 || end > t->N * t->group * chunks) return ONYX_INVALID;
     /* (reach + s <= (chunk + C1_TPOS + 1) * s + extent: conv1d_sizes bounds it) */
-    float *buf = malloc((size_t)(reach + t->s) * (size_t)(t->C / t->group) * sizeof(float));
-    int64_t *tap = malloc((size_t)T * sizeof(int64_t));
-    float out[2 * 12 * C1_V > C1_TROWS * C1_TPOS ? 2 * 12 * C1_V : C1_TROWS * C1_TPOS];
-    if (!buf || !tap) {
-        free(buf), free(tap);
+    float *buf, out[2 * 12 * C1_V > C1_TROWS * C1_TPOS ? 2 * 12 * C1_V : C1_TROWS * C1_TPOS];
+    int64_t *tap;
+    if (!part_buffers((size_t)(reach + t->s) * (size_t)(t->C / t->group), (size_t)T, &buf, &tap))
         return ONYX_NOMEM;
-    }
     for (int64_t i = begin; i < end; i++) {
         part q = {i / (t->group * chunks), i / chunks % t->group, i % chunks * t->chunk, 0};
         q.p1 = q.p0 + t->chunk < t->OL ? q.p0 + t->chunk : t->OL;
@@ -444,7 +614,6 @@ INLINE int conv1d_parts(const conv1d_f32 *t, int64_t begin, int64_t end, const i
         else
             position_part(t, &q, buf, tap, out, r_main, tv);
     }
-    free(buf), free(tap);
     return 0;
 }
 
@@ -493,4 +662,54 @@ EXPORT int onyx_conv1d_f32(const void *p, const float *x, const int64_t *xs, flo
     if (xs) t.sn = xs[0], t.sc = xs[1], t.sl = xs[2];
     if (!conv1d_sizes(&t)) return ONYX_INVALID;
     return parts_for_cpu()(&t, 0, t.N * t.group * ((t.OL + t.chunk - 1) / t.chunk));
+}
+
+/* Floats of a conv's output a thread keeps between calls at most (a larger one is allocated
+   for its call: a batch of clips would hold megabytes a thread). */
+#define C1_KEPT_FULL (1 << 20)
+
+/* This thread's buffer of `floats` floats (at most C1_KEPT_FULL) for a conv's output before
+   its post pass (grown, never shrunk or freed, as part_buffers'), or null. */
+static float *full_buffer(int64_t floats) {
+    static __thread char *block;
+    static __thread int64_t size;
+    if (floats > size) {
+        free(block);
+        block = malloc((size_t)floats * sizeof(float) + 64);
+        size = block ? floats : 0;
+        if (!block) return 0;
+    }
+    return (float *)(block + (64 - (uintptr_t)block % 64));
+}
+
+/* onyx_conv1d_f32 into this thread's buffer, then the post pass of `kind` (C1_PAIR_MAX,
+   C1_MAGNITUDE: sel and eps) into out: a 1-D conv and the MaxPool or magnitude after it in
+   one call, their bits, without the conv's output array. The residual z is not taken. */
+EXPORT int onyx_conv1d_f32_post(const void *p, const float *x, const int64_t *xs,
+                                const float *bias, int64_t kind, const int64_t *sel, float eps,
+                                float *out) {
+    conv1d_f32 t = *(const conv1d_f32 *)p;
+    if (!out || !post_ok(t.N, t.M, t.OL, kind, sel)) return ONYX_INVALID;
+    int64_t floats = t.N * t.M * t.OL; /* (post_ok: in range) */
+    float *own = floats > C1_KEPT_FULL ? malloc((size_t)floats * sizeof(float)) : 0;
+    float *full = floats > C1_KEPT_FULL ? own : full_buffer(floats);
+    if (!full) return ONYX_NOMEM;
+    t.x = x, t.y = full, t.bias = bias, t.z = 0;
+    if (xs) t.sn = xs[0], t.sc = xs[1], t.sl = xs[2];
+    int status = ONYX_INVALID;
+    if (conv1d_sizes(&t)) {
+        status = parts_for_cpu()(&t, 0, t.N * t.group * ((t.OL + t.chunk - 1) / t.chunk));
+        if (!status) post_pass(t.N, t.M, t.OL, kind, sel, eps, full, out);
+    }
+    free(own);
+    return status;
+}
+
+/* The post pass alone, on the output full (N, M, OL) of the task's conv run on the pool. */
+EXPORT int onyx_conv1d_post(const void *p, const float *full, int64_t kind, const int64_t *sel,
+                            float eps, float *out) {
+    const conv1d_f32 *t = p;
+    if (!full || !out || !post_ok(t->N, t->M, t->OL, kind, sel)) return ONYX_INVALID;
+    post_pass(t->N, t->M, t->OL, kind, sel, eps, full, out);
+    return 0;
 }

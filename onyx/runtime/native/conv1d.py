@@ -189,6 +189,50 @@ class Conv1d:
         return y
 
 
+#: conv1d.c's post passes (onyx_conv1d_f32_post): MaxPool(2, 2) along the signal, an STFT's
+#: magnitude sqrt(re * re + im * im + eps) of two ranges of output channels.
+PAIR_MAX, MAGNITUDE = 1, 2
+
+
+def conv1d_then(conv: Conv1d, kind: int, bins: int = 0, re0: int = 0, im0: int = 0, eps=0.0):
+    """``run(x, bias=None)``: ``conv`` (no residual) and the post pass ``kind`` after it in one
+    native call where the conv runs on one thread (its output kept in that thread's buffer,
+    never an array), else the conv on the pool and the pass after it. PAIR_MAX gives
+    (N, M, OL // 2), MAGNITUDE (N, bins, OL) from the channels re0 + c and im0 + c."""
+    N, M, OL = conv.shape
+    shape = (N, M, OL // 2) if kind == PAIR_MAX else (N, bins, OL)
+    sel = (_I64 * 3)(bins, re0, im0)
+    eps = float(np.float32(eps))
+    fused, post, address = core.lib.onyx_conv1d_f32_post, core.lib.onyx_conv1d_post, conv.address
+    empty, f32, what = np.empty, np.float32, "1-D conv"
+
+    def run(x: np.ndarray, bias=None) -> np.ndarray:
+        strides = None
+        if not x.flags.c_contiguous:
+            strides = _float_strides(x)
+            if strides is None:
+                x = np.ascontiguousarray(x)
+        out = empty(shape, f32)
+        entry = None if bias is None else cached_bias(conv, bias, M, what)  # (alive: a local)
+        b = None if entry is None else entry[2]
+        if conv.ways == 1:
+            xs = None if strides is None else (_I64 * 3)(*strides)
+            status = fused(address, _addr(x), xs, b, kind, sel, eps, _addr(out))
+        else:
+            full = empty(conv.shape, f32)
+            task = _filled(conv.task, x, full)
+            task.bias = b
+            if strides is not None:
+                task.sn, task.sc, task.sl = strides
+            _run(core.lib.conv1d_range, task, conv.cuts, conv.ways, what)
+            status = post(address, _addr(full), kind, sel, eps, _addr(out))
+        if status:
+            core.check(status, what)
+        return out
+
+    return run
+
+
 def _float_strides(x: np.ndarray) -> tuple[int, int, int] | None:
     """x's strides in floats, or None where one is negative or not a whole float."""
     strides = tuple(v // 4 for v in x.strides)
@@ -201,6 +245,10 @@ def bind(lib, isa: int) -> None:
     lib.conv1d_range = range_of(lib, "conv1d_f32")
     lib.onyx_conv1d_f32.argtypes = [_P] * 6
     lib.onyx_conv1d_f32.restype = ctypes.c_int
+    lib.onyx_conv1d_f32_post.argtypes = [_P, _P, _P, _P, _I64, _P, ctypes.c_float, _P]
+    lib.onyx_conv1d_f32_post.restype = ctypes.c_int
+    lib.onyx_conv1d_post.argtypes = [_P, _P, _I64, _P, ctypes.c_float, _P]
+    lib.onyx_conv1d_post.restype = ctypes.c_int
 
 
 core.join(__name__, bind)  # (bound to the library now that it is imported: _core.join)
