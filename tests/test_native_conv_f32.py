@@ -40,6 +40,7 @@ CASES = [
     (3, 300, 7, 7, 40, (1, 1), (1, 1), (1, 1), (0, 0, 0, 0), 1),  # 1x1 runs over rows; K > kc
     (8, 24, 7, 7, 20, (1, 1), (1, 1), (1, 1), (0, 0, 0, 0), 1),  # a last strip of 8: narrow
     (1, 64, 7, 7, 40, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1),  # the 49th pixel alone
+    (2, 24, 5, 5, 16, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1),  # 48 + 2 pixels, two images
     # a last strip of a few pixels (stride 2: not wide), k dealt to 8 / w chains and a rest
     (1, 70, 14, 14, 16, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 1),  # 1 pixel; blocks of 315
     (1, 35, 6, 34, 24, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 1),  # 3 pixels: 2 chains
@@ -174,6 +175,22 @@ def test_fused_conv_applies_residual_and_activation(activation, params, native_c
     want = _ort_run(model, {"x": x, "z": z})
     got = fused_conv(x, w, b, z, **attrs, **fused)
     assert np.isnan(got).sum() == np.isnan(want).sum() > 0
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert native_calls, "the native kernel did not run"
+
+
+@pytest.mark.parametrize("N, H", [(1, 7), (2, 5)])
+def test_lone_pixels_done_with_the_strip_before_them(N, H, native_calls):
+    """A 7x7 layer's 49th pixel (or 50 over two images) is summed in the same pass over the
+    weights as the 48 before it (conv_f32.c's tile_pair), over two blocks of K, with the
+    residual and the activation applied as it stores."""
+    case = (N, 300, H, H, 20, (1, 1), (1, 1), (1, 1), (0, 0, 0, 0), 1)
+    x, w, b, attrs = _case_arrays(case, 13)
+    z = np.random.default_rng(14).standard_normal((N, 20, H, H)).astype(np.float32)
+    model = _model("FusedConv", list(x.shape), {"w": w, "b": b, "z": z},
+                   {**attrs, "activation": "Relu"}, domain="com.microsoft")  # fmt: skip
+    want = _ort_run(model, {"x": x, "z": z})
+    got = fused_conv(x, w, b, z, **attrs, activation="Relu")
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     assert native_calls, "the native kernel did not run"
 

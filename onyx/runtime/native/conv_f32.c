@@ -38,6 +38,10 @@
 #define CF_MR 8  /* output channels per register tile (divides the usual channel counts) */
 #define CF_NR 48 /* output pixels per register tile: three 16-lane vectors */
 #define CF_V (CF_NR / 16)
+/* Most pixels of a strip taken by the narrow kernel (one multiply-add per pixel, k and 8
+   channels), and most of those done in one pass with the full strip before it (tile_pair). */
+#define CF_NARROW 8
+#define CF_PAIR 2
 /* Panels (of CF_MR channels) per part up to which a wide conv's tile reads its columns in
    place: a copy serves each panel's tile, and pays for itself only past about this many. */
 #define CF_IN_PLACE 8
@@ -271,6 +275,29 @@ static AVX512 void prefetch_residual(const conv_f32 *t, int64_t g, int64_t m0, i
                 _mm_prefetch((const char *)(t->z + r[k].out + m * P + j), _MM_HINT_T0);
 }
 
+/* A tile's sums c (MR x 16 nv) into ct, or finished into y where o is given (a macro, its
+   loops unrolled: the accumulators, passed to a function or indexed by a loop that is not
+   unrolled, were kept in memory, a store of each per multiply-add step). */
+#define TILE_STORE(t, c, ct, o, nv)                                                            \
+    do {                                                                                       \
+        if (!(o)) {                                                                            \
+            for (int i = 0; i < CF_MR; i++)                                                    \
+                for (int h = 0; h < (nv); h++)                                                 \
+                    _mm512_storeu_ps((ct) + i * CF_NR + h * 16, (c)[i][h]);                    \
+            break;                                                                             \
+        }                                                                                      \
+        _Pragma("GCC unroll 8") for (int i = 0; i < CF_MR; i++) {                              \
+            if (i >= (o)->rows) break;                                                         \
+            __m512 bias = _mm512_set1_ps((o)->bias ? (o)->bias[i] : 0.0f);                     \
+            for (int h = 0; h < (nv); h++) {                                                   \
+                __mmask16 live = lanes(0, (o)->width - h * 16);                                \
+                const float *z = (o)->z ? (o)->z + i * (o)->ldy + h * 16 : 0;                  \
+                _mm512_mask_storeu_ps((o)->y + i * (o)->ldy + h * 16, live,                    \
+                                      finish(t, (c)[i][h], bias, z, live));                    \
+            }                                                                                  \
+        }                                                                                      \
+    } while (0)
+
 /* sums (MR x 16 nv) = (accumulate ? ct : 0) + A (kc x MR) . B (kc x 16 nv; rows ldb apart),
    into ct, or finished into y where o is given. nv is a constant in each instance below: the
    accumulators stay in registers. */
@@ -292,19 +319,23 @@ tile(const conv_f32 *t, const float *restrict A, const float *restrict B, int64_
             for (int h = 0; h < nv; h++) c[i][h] = _mm512_fmadd_ps(ai, v[h], c[i][h]);
         }
     }
-    if (!o) {
-        for (int i = 0; i < CF_MR; i++)
-            for (int h = 0; h < nv; h++) _mm512_storeu_ps(ct + i * CF_NR + h * 16, c[i][h]);
-        return;
-    }
-    for (int i = 0; i < CF_MR && i < o->rows; i++) {
+    TILE_STORE(t, c, ct, o, nv);
+}
+
+/* A narrow strip's sums (sums[p]: pixel p's MR channels) into ct (channel-major), and
+   finished into y where o is given. */
+static AVX512 inline __attribute__((always_inline)) void
+narrow_store(const conv_f32 *t, float sums[][16], float *restrict ct, const tile_out *o,
+             const int w) {
+    for (int p = 0; p < w; p++)
+        for (int i = 0; i < CF_MR; i++) ct[i * CF_NR + p] = sums[p][i];
+    if (!o) return;
+    for (int i = 0; i < CF_MR && i < o->rows; i++) { /* (o->width = w: one partial vector) */
+        __mmask16 live = lanes(0, o->width);
+        const float *z = o->z ? o->z + i * o->ldy : 0;
+        __m512 v = _mm512_maskz_loadu_ps(live, ct + i * CF_NR);
         __m512 bias = _mm512_set1_ps(o->bias ? o->bias[i] : 0.0f);
-        for (int h = 0; h < nv; h++) {
-            __mmask16 live = lanes(0, o->width - h * 16);
-            const float *z = o->z ? o->z + i * o->ldy + h * 16 : 0;
-            _mm512_mask_storeu_ps(o->y + i * o->ldy + h * 16, live,
-                                  finish(t, c[i][h], bias, z, live));
-        }
+        _mm512_mask_storeu_ps(o->y + i * o->ldy, live, finish(t, v, bias, z, live));
     }
 }
 
@@ -314,7 +345,6 @@ tile(const conv_f32 *t, const float *restrict A, const float *restrict B, int64_
    sums are kept pixel-major in registers and go to ct (channel-major) transposed. A strip
    of few pixels has too few sums for the multiply-adds' latency (a lone pixel's chain waits
    4 cycles a k): k is then dealt round-robin to CF_NARROW / w chains, summed at the end. */
-#define CF_NARROW 8
 static AVX512 inline __attribute__((always_inline)) void
 narrow(const conv_f32 *t, const float *restrict A, const float *restrict B, int64_t ldb,
        const int64_t *off, int64_t kc, float *restrict ct, int accumulate, const tile_out *o,
@@ -345,18 +375,44 @@ narrow(const conv_f32 *t, const float *restrict A, const float *restrict B, int6
     }
     for (int j = 1; j < u; j++)
         for (int p = 0; p < w; p++) c[p] = _mm512_add_ps(c[p], c[j * w + p]);
-    for (int p = 0; p < w; p++) {
-        _mm512_storeu_ps(sums[p], c[p]);
-        for (int i = 0; i < CF_MR; i++) ct[i * CF_NR + p] = sums[p][i];
+    for (int p = 0; p < w; p++) _mm512_storeu_ps(sums[p], c[p]);
+    narrow_store(t, sums, ct, o, w);
+}
+
+/* The sums of a strip of w pixels in registers (c[p]: pixel p's MR channels) and the same
+   from a full strip's tile in one pass over the panel's weights (tile_pair). */
+static AVX512 inline __attribute__((always_inline)) void
+tile_pair(const conv_f32 *t, const float *restrict A, const float *restrict B, int64_t ldb,
+          int64_t kc, float *restrict ct, int accumulate, const tile_out *o, const float *pf,
+          const float *restrict B2, int64_t ldb2, float *restrict ct2, const tile_out *o2,
+          const int w) {
+    __m512 c[CF_MR][CF_V], v[CF_V], e0, e1 = _mm512_setzero_ps(); /* (the pixels' sums:
+                                                            named, an array of two spilled) */
+    for (int i = 0; i < CF_MR; i++)
+        for (int h = 0; h < CF_V; h++)
+            c[i][h] = accumulate ? _mm512_loadu_ps(ct + i * CF_NR + h * 16) : _mm512_setzero_ps();
+    float sums[CF_PAIR][16] = {{0}};
+    for (int p = 0; accumulate && p < w; p++)
+        for (int i = 0; i < CF_MR; i++) sums[p][i] = ct2[i * CF_NR + p];
+    e0 = _mm512_maskz_loadu_ps(0xFF, sums[0]);
+    if (w > 1) e1 = _mm512_maskz_loadu_ps(0xFF, sums[1]);
+    for (int64_t k = 0; k < kc; k++) {
+        if (pf && !(k & 1)) _mm_prefetch((const char *)(pf + k * CF_MR), _MM_HINT_T1);
+        for (int h = 0; h < CF_V; h++) v[h] = _mm512_loadu_ps(B + k * ldb + h * 16);
+        const float *a = A + k * CF_MR;
+        for (int i = 0; i < CF_MR; i++)
+            for (int h = 0; h < CF_V; h++)
+                c[i][h] = _mm512_fmadd_ps(_mm512_set1_ps(a[i]), v[h], c[i][h]);
+        /* (the lone pixels' single chains: the tile's 24 give the multiply-adds' latency
+           its time) */
+        __m512 av = _mm512_castps256_ps512(_mm256_loadu_ps(a));
+        e0 = _mm512_fmadd_ps(_mm512_set1_ps(B2[k * ldb2]), av, e0);
+        if (w > 1) e1 = _mm512_fmadd_ps(_mm512_set1_ps(B2[k * ldb2 + 1]), av, e1);
     }
-    if (!o) return;
-    for (int i = 0; i < CF_MR && i < o->rows; i++) { /* (o->width = w: one partial vector) */
-        __mmask16 live = lanes(0, o->width);
-        const float *z = o->z ? o->z + i * o->ldy : 0;
-        __m512 v = _mm512_maskz_loadu_ps(live, ct + i * CF_NR);
-        __m512 bias = _mm512_set1_ps(o->bias ? o->bias[i] : 0.0f);
-        _mm512_mask_storeu_ps(o->y + i * o->ldy, live, finish(t, v, bias, z, live));
-    }
+    TILE_STORE(t, c, ct, o, CF_V);
+    _mm512_storeu_ps(sums[0], e0);
+    _mm512_storeu_ps(sums[1], e1);
+    narrow_store(t, sums, ct2, o2, w);
 }
 
 typedef void (*tile_fn)(const conv_f32 *, const float *, const float *, int64_t,
@@ -383,6 +439,23 @@ INSTANCE(narrow, 8)
 #undef INSTANCE
 static const tile_fn narrow_fn[CF_NARROW + 1] = {
     0, narrow1, narrow2, narrow3, narrow4, narrow5, narrow6, narrow7, narrow8};
+
+/* pair##w: tile_pair for w pixels (the second strip's B2, ldb2, off2, ct2 and o2 after the
+   first's arguments) */
+typedef void (*pair_fn)(const conv_f32 *, const float *, const float *, int64_t, int64_t,
+                        float *, int, const tile_out *, const float *, const float *, int64_t,
+                        float *, const tile_out *);
+#define INSTANCE(w)                                                                           \
+    static AVX512 void pair##w(const conv_f32 *t, const float *A, const float *B, int64_t ldb, \
+                               int64_t kc, float *ct, int accumulate, const tile_out *o,      \
+                               const float *pf, const float *B2, int64_t ldb2, float *ct2,    \
+                               const tile_out *o2) {                                          \
+        tile_pair(t, A, B, ldb, kc, ct, accumulate, o, pf, B2, ldb2, ct2, o2, w);              \
+    }
+INSTANCE(1)
+INSTANCE(2)
+#undef INSTANCE
+static const pair_fn pair_fns[CF_PAIR + 1] = {0, pair1, pair2};
 
 /* Parts begin <= q < end, q = (group, block of panels, block of strips); -1: out of memory.
    Per block of kc columns: the block's strips are packed (L2), then each panel's weights
@@ -596,6 +669,28 @@ static int part_scratch(const size_t *sizes, void **parts) {
     return 1;
 }
 
+/* Where a strip's tile stores its final sums (into o), or null where they wait in ct for
+   store_tile: not the last block of columns, a wide conv's strip or one spanning images. */
+static tile_out *strip_out(const conv_f32 *t, int64_t g, int64_t pn, const run *rs, int runs,
+                           int last, tile_out *o) {
+    const run *end = rs + runs - 1;
+    int64_t Mg = t->M / t->group, P = t->OH * t->OW, m = g * Mg + pn * CF_MR;
+    if (!last || t->wide || rs->out / (t->M * P) != end->out / (t->M * P)) return 0;
+    o->y = t->y + rs->out + m * P, o->ldy = P;
+    o->bias = t->bias ? t->bias + m : 0;
+    o->z = t->z ? t->z + rs->out + m * P : 0;
+    o->rows = Mg - pn * CF_MR, o->width = end->j + end->len;
+    return o;
+}
+
+/* The pixels of a narrow strip that tile_pair takes with the strip before it (fn its
+   kernel), or 0. */
+static int narrow_width(tile_fn fn) {
+    for (int w = 1; w <= CF_PAIR; w++)
+        if (fn == narrow_fn[w]) return w;
+    return 0;
+}
+
 EXPORT AVX512 int onyx_conv_f32_range(const void *p, int64_t begin, int64_t end) {
     const conv_f32 *t = p;
     if (!conv_f32_ok(t) || begin < 0) return ONYX_INVALID;
@@ -712,27 +807,30 @@ EXPORT AVX512 int onyx_conv_f32_range(const void *p, int64_t begin, int64_t end)
             if (last && t->z) /* the residual is read as the tiles finish: fetched meanwhile */
                 for (int64_t s = 0; s < ns; s++)
                     prefetch_residual(t, g, p0 * CF_MR, p1 * CF_MR, r + s * (CF_NR + 1), runs[s]);
+            const int64_t *offs = t->wide && in_place ? off + k0 : 0;
             for (int64_t pn = p0; pn < p1; pn++)
                 for (int64_t s = 0; s < ns; s++) {
-                    const run *rs = r + s * (CF_NR + 1), *end = rs + runs[s] - 1;
                     float *sums = ct + (s * per_block + pn - p0) * tile_size;
-                    tile_out o, *out = 0;
-                    if (last && !t->wide && rs->out / (t->M * P) == end->out / (t->M * P)) {
-                        int64_t m = g * Mg + pn * CF_MR;
-                        o.y = t->y + rs->out + m * P, o.ldy = P;
-                        o.bias = t->bias ? t->bias + m : 0;
-                        o.z = t->z ? t->z + rs->out + m * P : 0;
-                        o.rows = Mg - pn * CF_MR, o.width = end->j + end->len;
-                        out = &o;
-                    }
+                    tile_out o, *out = strip_out(t, g, pn, r + s * (CF_NR + 1), runs[s], last, &o);
                     /* the first strip's tile fetches the next panel's weights (a run of
                        their own, from memory in a deep layer) into L2, a line per 2 k */
                     const float *pf = s > 0 ? 0
                                       : pn + 1 < p1 ? wg + ((pn + 1) * K + k0) * CF_MR
                                       : !last       ? wg + (p0 * K + k0 + kc) * CF_MR
                                                     : 0;
-                    fn[s](t, wg + (pn * K + k0) * CF_MR, src[s], ldb[s],
-                          t->wide && in_place ? off + k0 : 0, kc, sums, k0 > 0, out, pf);
+                    const float *A = wg + (pn * K + k0) * CF_MR;
+                    int w = s + 1 < ns && fn[s] == tile3 && !offs ? narrow_width(fn[s + 1]) : 0;
+                    if (w) { /* a full strip and the narrow one after it: one pass over A (the
+                                49th pixel of a 7x7 layer read the panel's weights again) */
+                        float *sums2 = sums + per_block * tile_size;
+                        tile_out o2, *out2 =
+                            strip_out(t, g, pn, r + (s + 1) * (CF_NR + 1), runs[s + 1], last, &o2);
+                        pair_fns[w](t, A, src[s], ldb[s], kc, sums, k0 > 0, out, pf, src[s + 1],
+                                    ldb[s + 1], sums2, out2);
+                        s++;
+                        continue;
+                    }
+                    fn[s](t, A, src[s], ldb[s], offs, kc, sums, k0 > 0, out, pf);
                 }
         }
         for (int64_t s = 0; s < ns; s++) {
