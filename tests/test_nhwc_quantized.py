@@ -235,3 +235,49 @@ def test_groups_not_worth_it_stay(keep):
     stats: dict = {}
     onyx.optimize(onyx.load(model.SerializeToString()), stats=stats)
     assert not stats.get(PASS)
+
+
+# (x shape NCHW, M, kernel, stride, pad, group is C, x given NHWC) of MobileNet-like layers
+# large enough that native.threads(n) splits them: the stem (3 channels packed from the
+# chain's NCHW entry, or NHWC), a pointwise conv of 5 GEMM panels, depthwise convs.
+SPLIT_LAYERS = [
+    ((2, 3, 48, 48), 16, 3, 2, 1, False, False),
+    ((1, 3, 64, 62), 16, 3, 2, 1, False, True),
+    ((2, 40, 12, 12), 160, 1, 1, 0, False, True),
+    ((2, 72, 12, 12), 72, 3, 1, 1, True, True),
+    ((1, 192, 6, 6), 192, 3, 1, 1, True, True),
+]
+
+
+@pytest.mark.skipif(not native.available(), reason="needs the native library")
+@pytest.mark.parametrize("layer", SPLIT_LAYERS)
+def test_layers_split_between_threads_give_one_threads_bytes(layer):
+    """Each thread count's own set-up (fresh weights: set-ups are kept per weight) gives the
+    1-thread bytes and the numpy kernel's: rows packed, GEMM pixels and depthwise rows split."""
+    shape, M, k, s, p, depthwise, nhwc_in = layer
+    rng = np.random.default_rng(M + k)
+    C = shape[1]
+    x = rng.integers(0, 256, shape).astype(np.uint8)
+    w = rng.integers(-128, 128, (M, 1 if depthwise else C, k, k)).astype(np.int8)
+    params = [
+        _constant(np.float32(0.02)),
+        _constant(np.asarray(7, np.uint8)),
+        None,
+        _constant((rng.random(M) * 0.01 + 0.001).astype(np.float32)),
+        _constant(np.zeros(M, np.int8)),
+        _constant(np.float32(0.3)),
+        _constant(np.asarray(3, np.uint8)),
+        _constant(rng.integers(-1000, 1000, M).astype(np.int32)),
+    ]
+    group = C if depthwise else 1
+    attrs = dict(group=group, kernel_shape=[k, k], pads=[p] * 4, strides=[s, s])
+    want = _nchw(x, [*params[:2], _constant(w), *params[3:]], None, attrs)
+    x_in = np.ascontiguousarray(x.transpose(0, 2, 3, 1)) if nhwc_in else x.transpose(0, 2, 3, 1)
+    got = {}
+    for n in (1, 2, 3):
+        params[2] = _constant(w.copy())  # (a new weight: a set-up for this thread count)
+        with native.threads(n):
+            for _ in range(2):  # (the second call: the kept runner)
+                got[n] = conv_nhwc.qlinear_conv_nhwc(x_in, *params, **attrs)
+        np.testing.assert_array_equal(got[n], got[1])
+    np.testing.assert_array_equal(got[1], want)

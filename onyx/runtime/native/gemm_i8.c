@@ -521,6 +521,36 @@ static void nhwc_rows(const uint8_t *x, int64_t C, int64_t H, int64_t W, uint8_t
     }
 }
 
+/* The padded NHWC buffer's rows [begin, end) (of N * Hp): each zero-point filled unless the
+   conv is bare, then the image's row that lands there copied in. A part of the pool's job
+   (the stem's pack of a 3-channel NCHW image was a large share of its time, on one thread
+   while the GEMM after it was split); rows go to threads in runs, as the GEMM's pixels do,
+   so a thread packs roughly the rows it then reads. */
+typedef struct {
+    const implicit_conv *c;
+    const uint8_t *x;
+    uint8_t *xp;
+} pack_job;
+
+static int pack_range(const void *p, int64_t begin, int64_t end) {
+    const pack_job *j = p;
+    const implicit_conv *c = j->c;
+    int64_t row_bytes = c->Wp * c->Cp;
+    for (int64_t r = begin; r < end; r++) {
+        int64_t i = r / c->Hp, h = r % c->Hp - c->r0;
+        uint8_t *row = j->xp + r * row_bytes;
+        if (!c->bare) memset(row, c->zx, (size_t)row_bytes);
+        if (h < 0 || h >= c->H) continue;
+        uint8_t *dst = row + c->c0 * c->Cp;
+        if (c->in_nhwc)
+            nhwc_rows(j->x + (i * c->H + h) * c->W * c->C, c->C, 1, c->W, dst, c->Wp, c->Cp);
+        else
+            onyx_transpose_u8(j->x + i * c->C * c->H * c->W + h * c->W, c->C, c->W, c->H * c->W,
+                              dst, c->Cp);
+    }
+    return 0;
+}
+
 EXPORT int onyx_implicit_conv(const implicit_conv *c, const uint8_t *x, uint8_t *xp, uint8_t *y,
                               uint8_t *out) {
     if (!implicit_conv_ok(c)) return ONYX_INVALID;
@@ -538,14 +568,12 @@ EXPORT int onyx_implicit_conv(const implicit_conv *c, const uint8_t *x, uint8_t 
     if (in_place)
         xp = (uint8_t *)x;
     else {
-        if (!c->bare) memset(xp, c->zx, (size_t)(c->N * image));
-        for (int64_t i = 0; i < c->N; i++)
-            if (c->in_nhwc)
-                nhwc_rows(x + i * c->H * c->W * c->C, c->C, c->H, c->W,
-                          xp + i * image + (c->r0 * c->Wp + c->c0) * c->Cp, c->Wp, c->Cp);
-            else
-                onyx_to_nhwc(x + i * c->C * c->H * c->W, c->C, c->H, c->W,
-                             xp + i * image + (c->r0 * c->Wp + c->c0) * c->Cp, c->Wp, c->Cp);
+        pack_job job = {c, x, xp};
+        int64_t rows = c->N * c->Hp, ways = c->threads < 1 ? 1 : c->threads, cuts[65];
+        if (ways > 64) ways = 64;
+        if (ways > rows) ways = rows > 0 ? rows : 1;
+        for (int64_t i = 0; i <= ways; i++) cuts[i] = rows * i / ways;
+        onyx_parallel(pack_range, &job, cuts, ways, ways);
     }
     operand A = c->A;
     epilogue e = c->e;

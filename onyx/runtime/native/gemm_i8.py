@@ -15,6 +15,7 @@ from ._core import (
     _I64,
     _INT,
     _P,
+    _PARALLEL_MACS,
     _addr,
     _even_cuts,
     _run,
@@ -34,6 +35,15 @@ MAX_K = 1 << 15
 
 #: Columns per packed panel (gemm_i8.c's NR): threads split the work at panel boundaries.
 PANEL = 32
+
+#: The work worth a second thread in a quantized conv's implicit GEMM and the channels-last
+#: depthwise conv, lower than a lone product's (_PARALLEL_MACS), as nhwc.py's float convs: a
+#: CNN's small layers come one after another, so the pool's threads are still spinning from
+#: the last one, and a layer left on one thread between two split ones reads the other
+#: thread's half of its input out of that core's cache. A VNNI instruction does 4 byte
+#: products a lane where the depthwise conv's int16 lanes do one: its threshold is lower.
+CONV_MACS = _PARALLEL_MACS // 2
+DEPTHWISE_MACS = _PARALLEL_MACS // 32
 
 
 @abi("operand")
@@ -451,7 +461,7 @@ def gathered_int8_gemm(
     if float_out:
         scale = np.ones(1, np.float32)  # (a stand-in: the call's scale replaces it)
     return _GemmCall(
-        a, b, M, K, a_zero_point, 0, None, col_bias, scale, y_zero_point, True, float_out
+        a, b, M, K, a_zero_point, 0, None, col_bias, scale, y_zero_point, True, float_out, CONV_MACS
     )
 
 
@@ -532,7 +542,7 @@ class NhwcDepthwise(IntPlaneConv):
         self.out = _DwOutput()
         self.dtype = _int_output(self.out, self.keep, C, bias, scale, y_zero_point, table)
         rows = N * out_shape[0]
-        self.ways = _ways(math.prod(self.shape) * kh * kw * 8, rows)
+        self.ways = _ways(math.prod(self.shape) * kh * kw, rows, DEPTHWISE_MACS)
         self.cuts = _even_cuts(rows, self.ways)
         self.task = _IntConvTask(
             core.lib.depthwise_nhwc_i8,
@@ -552,13 +562,16 @@ def _value_key(v):
     return v.dtype.char, v.shape, v.tobytes()
 
 
-def _split(b: Packed, M: int, K: int, flip_a: bool, a_unsigned: bool):
+def _split(b: Packed, M: int, K: int, flip_a: bool, a_unsigned: bool, least: int = _PARALLEL_MACS):
     """(the GEMM task of an M-row A with b, its cuts, its threads): threads take blocks of
-    rows (whole tiles) or of panels."""
+    rows (whole tiles) or of panels. Panels where they split evenly (or are many) or A has
+    few rows: 5 panels on 2 threads gave one 3/5 of the work, and threads writing parts of
+    the same output rows share their cache lines."""
     N = b.N
     panels = -(-N // PANEL)
-    ways = _ways(M * N * K, max(panels, -(-M // 6)))
-    by_rows = not (panels >= 2 * ways or M < 12 * ways)
+    ways = _ways(M * N * K, max(panels, -(-M // 6)), least)
+    by_panels = panels >= 2 * ways and (panels % ways == 0 or panels >= 8 * ways)
+    by_rows = not (by_panels or M < 12 * ways)
     if by_rows:
         cuts = np.array([min(M, -(-M * i // ways // 6) * 6) for i in range(ways + 1)], np.int64)
     else:
@@ -588,6 +601,7 @@ class _GemmCall:
         y_zero_point,
         gathered: bool,
         float_out: bool = False,
+        least: int = _PARALLEL_MACS,
     ):
         N = b.N
         a_signed = not b.signed  # the kernel multiplies unsigned by signed bytes
@@ -653,7 +667,7 @@ class _GemmCall:
         self.packed = b  # (the task holds only its address: a B made for this call lives on)
         # (a gathered A's other zero points, per call: see _col_off_for)
         self._da, self._col_bias, self._offsets = da, col_bias, {}
-        self.task, self.cuts, self.ways = _split(b, M, K, flip_a, not a_signed)
+        self.task, self.cuts, self.ways = _split(b, M, K, flip_a, not a_signed, least)
 
     def _col_off_for(self, a_zero_point: int) -> np.ndarray:
         """The column offsets of a gathered A with another scalar zero point than the set-up's
