@@ -383,6 +383,39 @@ def test_a_layers_output_is_written_again_only_when_nothing_holds_it(monkeypatch
     np.testing.assert_array_equal(first, want)
 
 
+@needs_native
+@pytest.mark.parametrize("read_only", [False, True])
+def test_plain_call_matches_the_full_call(read_only):
+    """NhwcConv.plain (one thread's call, its steps inlined) writes what __call__ writes, a
+    fresh 64-byte-aligned output each call, for a layer's output, a read-only feed and the
+    stem's strided view of an NCHW image."""
+    from onyx.runtime import native
+
+    cases = [(1, 40, 160, 12, 1, 1, 0), (1, 64, 64, 12, 3, 2, 1), (2, 24, 72, 6, 1, 1, 0)]
+    for case in cases:
+        layer = _SmallLayer(*case)
+        with native.threads(1):
+            conv = layer.conv()
+        assert not conv.keeps
+        x = layer.x.copy()
+        x.flags.writeable = not read_only
+        want = conv(x)
+        first, second = conv.plain(x), conv.plain(x)
+        assert first is not second and first.ctypes.data % 64 == 0
+        np.testing.assert_array_equal(first, want)
+        np.testing.assert_array_equal(second, want)
+    stem = _SmallLayer(1, 3, 16, 24, 3, 2, 0)
+    image = np.ascontiguousarray(stem.x.transpose(0, 3, 1, 2))
+    image.flags.writeable = not read_only
+    view = image.transpose(0, 2, 3, 1)  # (the chain's entry: no copy)
+    with native.threads(1):
+        conv = stem.conv()
+    conv.set_strides(view.strides)
+    np.testing.assert_allclose(
+        conv.plain(view).transpose(0, 3, 1, 2), stem.ref, rtol=1e-4, atol=1e-4
+    )
+
+
 def _chain_model() -> bytes:
     """Stem conv, depthwise conv and pointwise conv whose output is the graph's: the layout
     chain ends in the output's Transpose back to NCHW."""

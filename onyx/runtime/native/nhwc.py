@@ -95,7 +95,7 @@ class NhwcConv:
 
     __slots__ = (
         *("cuts", "cuts_addr", "keep", "parts", "shape", "size", "spare", "task", "task_at"),
-        *("ways", "kept", "keeps", "__weakref__"),
+        *("ways", "kept", "keeps", "nbytes", "__weakref__"),
     )
 
     def __init__(self, x_shape, w: np.ndarray, bias, geo: dict, activation: tuple):
@@ -146,6 +146,7 @@ class NhwcConv:
         self.kept = 0  # (the floats this set-up counts in _held[0])
         #: whether it may ever keep an output (_may_keep: split layers only)
         self.keeps = self.ways >= 2 and _SOLE is not None
+        self.nbytes = 4 * self.size + 60  # (_aligned's buffer)
 
     def reads(self, x: np.ndarray) -> np.ndarray:
         """x as this conv reads it: a depthwise or pointwise conv wants its channels (and a
@@ -181,6 +182,25 @@ class NhwcConv:
             check(status, "channels-last conv")
         if self.keeps and not self.spare and (self.kept or self._may_keep()):
             self.spare.append((y, address))
+        return y
+
+    def plain(self, x: np.ndarray) -> np.ndarray:
+        """__call__(x) where no output is ever kept (``keeps`` false: one thread): its steps
+        inlined (at batch 1 a small layer's kernel
+        takes a few microseconds, and each Python call on its way cost a tenth of one)."""
+        buf = _empty(self.nbytes, _BYTE)  # (_aligned, inlined)
+        base = _addressof(_c_char_from(buf))
+        start = -base & 63
+        y = _ndarray(self.shape, _F32, buf, start)
+        try:
+            source = _addressof(_c_char_from(x))  # (a writeable C-contiguous x: a layer's)
+        except (TypeError, ValueError, BufferError):  # (a feed, or a view)
+            source = _base_addr(x)
+        status = _CALL[0](
+            self.task_at, source, base + start, None, None, self.cuts_addr, self.parts, self.ways
+        )
+        if status:
+            check(status, "channels-last conv")
         return y
 
     def _may_keep(self) -> bool:
