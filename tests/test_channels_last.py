@@ -272,6 +272,27 @@ def test_native_tiles_with_residual(C, M, HW, k, s, depthwise, act):
     )
 
 
+@needs_native
+@pytest.mark.parametrize("k, s", [(3, 1), (3, 2), (5, 1), (5, 2)])
+def test_native_depthwise_six_pixel_tiles(k, s):
+    """Rows of 6, 12 and 18 output pixels take depthwise tiles of 6 pixels (fewer empty slots
+    than tiles of 8), a border tile and inside ones, a channel tail: the NCHW kernel's sums."""
+    for OW, C in [(6, 40), (12, 24), (18, 16)]:
+        H = W = (OW - 1) * s + 1
+        x = w(2, C, H, W, scale=1.0)
+        wt, b = w(C, 1, k, k), w(C)
+        pads = [k // 2] * 4
+        ref = fused_conv(x, wt, b, activation="Relu", group=C, pads=pads, strides=[s, s])
+        geo = _conv_geometry(x.shape, wt.shape, "NOTSET", pads, [s, s], [1, 1], None)
+        assert geo["out_shape"][1] == OW
+        code = channels_last.activation_code("Relu", None)
+        conv = nhwc.NhwcConv((2, H, W, C), wt, b, geo, code)
+        xin = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+        conv.set_strides(xin.strides)
+        got = conv(xin).transpose(0, 3, 1, 2)
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * max(1.0, np.abs(ref).max()))
+
+
 class _SmallLayer:
     """A MobileNet-sized conv's data (input, weights, the NCHW FusedConv's result) and its
     NhwcConv set up under the current thread setting (``conv()``)."""
