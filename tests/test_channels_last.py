@@ -272,6 +272,27 @@ def test_native_tiles_with_residual(C, M, HW, k, s, depthwise, act):
     )
 
 
+@needs_native
+@pytest.mark.parametrize("k, s", [(3, 1), (3, 2), (5, 1), (5, 2)])
+def test_native_depthwise_six_pixel_tiles(k, s):
+    """Rows of 6, 12 and 18 output pixels take depthwise tiles of 6 pixels (fewer empty slots
+    than tiles of 8), a border tile and inside ones, a channel tail: the NCHW kernel's sums."""
+    for OW, C in [(6, 40), (12, 24), (18, 16)]:
+        H = W = (OW - 1) * s + 1
+        x = w(2, C, H, W, scale=1.0)
+        wt, b = w(C, 1, k, k), w(C)
+        pads = [k // 2] * 4
+        ref = fused_conv(x, wt, b, activation="Relu", group=C, pads=pads, strides=[s, s])
+        geo = _conv_geometry(x.shape, wt.shape, "NOTSET", pads, [s, s], [1, 1], None)
+        assert geo["out_shape"][1] == OW
+        code = channels_last.activation_code("Relu", None)
+        conv = nhwc.NhwcConv((2, H, W, C), wt, b, geo, code)
+        xin = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+        conv.set_strides(xin.strides)
+        got = conv(xin).transpose(0, 3, 1, 2)
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * max(1.0, np.abs(ref).max()))
+
+
 class _SmallLayer:
     """A MobileNet-sized conv's data (input, weights, the NCHW FusedConv's result) and its
     NhwcConv set up under the current thread setting (``conv()``)."""
@@ -381,6 +402,39 @@ def test_a_layers_output_is_written_again_only_when_nothing_holds_it(monkeypatch
     assert id(fourth) != kept  # (a view of it is held)
     np.testing.assert_array_equal(view, want[:, 1:])
     np.testing.assert_array_equal(first, want)
+
+
+@needs_native
+@pytest.mark.parametrize("read_only", [False, True])
+def test_plain_call_matches_the_full_call(read_only):
+    """NhwcConv.plain (one thread's call, its steps inlined) writes what __call__ writes, a
+    fresh 64-byte-aligned output each call, for a layer's output, a read-only feed and the
+    stem's strided view of an NCHW image."""
+    from onyx.runtime import native
+
+    cases = [(1, 40, 160, 12, 1, 1, 0), (1, 64, 64, 12, 3, 2, 1), (2, 24, 72, 6, 1, 1, 0)]
+    for case in cases:
+        layer = _SmallLayer(*case)
+        with native.threads(1):
+            conv = layer.conv()
+        assert not conv.keeps
+        x = layer.x.copy()
+        x.flags.writeable = not read_only
+        want = conv(x)
+        first, second = conv.plain(x), conv.plain(x)
+        assert first is not second and first.ctypes.data % 64 == 0
+        np.testing.assert_array_equal(first, want)
+        np.testing.assert_array_equal(second, want)
+    stem = _SmallLayer(1, 3, 16, 24, 3, 2, 0)
+    image = np.ascontiguousarray(stem.x.transpose(0, 3, 1, 2))
+    image.flags.writeable = not read_only
+    view = image.transpose(0, 2, 3, 1)  # (the chain's entry: no copy)
+    with native.threads(1):
+        conv = stem.conv()
+    conv.set_strides(view.strides)
+    np.testing.assert_allclose(
+        conv.plain(view).transpose(0, 3, 1, 2), stem.ref, rtol=1e-4, atol=1e-4
+    )
 
 
 def _chain_model() -> bytes:

@@ -42,17 +42,18 @@ class _Bound:
     """A node's native conv for one input shape and strides, its W and B (constants: the
     set-up holds them packed, so it is kept for these very arrays)."""
 
-    __slots__ = ("b", "conv", "copies", "setting", "shape", "strides", "w")
+    __slots__ = ("b", "conv", "copies", "plain", "setting", "shape", "strides", "w")
 
     def __init__(self, X, W, B, group: int, attrs: tuple, code: tuple):
         N, H, Wd, C = X.shape
         geo = _conv_geometry((N, C, H, Wd), W.shape, *attrs)
-        self.conv, self.copies = None, False
+        self.conv, self.copies, self.plain = None, False, None
         if min(geo["pads"]) >= 0:
-            self.conv = nhwc.NhwcConv(X.shape, W, B, geo, code)
-            x = self.conv.reads(X)
-            self.conv.set_strides(x.strides)
+            self.conv = conv = nhwc.NhwcConv(X.shape, W, B, geo, code)
+            x = conv.reads(X)
+            conv.set_strides(x.strides)
             self.copies = x is not X  # (then every call copies X as this one did)
+            self.plain = conv if self.copies or conv.keeps else conv.plain
         self.w = weakref.ref(W)
         self.b = (lambda: None) if B is None else weakref.ref(B)
         self.shape, self.strides, self.setting = X.shape, X.strides, native.thread_setting()
@@ -82,7 +83,7 @@ def _conv_runner(activation: str, params, group: int, attrs: tuple):
             bound = last[0] = _Bound(X, W, B, group, attrs, code)
         conv = bound.conv
         if conv is not None and S is None and Z is None and not bound.copies:
-            return conv(X)  # (the common call)
+            return bound.plain(X)  # (the common call)
         if conv is None or not _extras_ok(conv, X, S, Z):
             return _body(X, W, B, S, Z, group, attrs, activation, params)
         return conv(conv.reads(X) if bound.copies else X, S, Z)

@@ -6,7 +6,8 @@
  * into lanes and back (depthwise.c): more time than its multiply-adds. In NHWC the channels are
  * the lanes already:
  * - depthwise: each output pixel is kh * kw vector multiply-adds of its input pixels' channel
- *   runs by the tap's 16 weights, eight pixels at a time;
+ *   runs by the tap's 16 weights, eight pixels at a time (six where a row fills tiles of six
+ *   better: 6 or 12 pixels);
  * - group-1 convs (pointwise 1x1 and k x k): a register tile of up to 6 pixels x 64 output
  *   channels (24 accumulators), each input value broadcast once against 4 weight vectors
  *   (weights packed once per session as [blocks of 16 outputs][kh][kw][C][16]). A pointwise
@@ -390,8 +391,8 @@ static inline ALWAYS void dw_tile(const nhwc_task *t, const float *xr, int64_t i
     }
 }
 
-/* dw_tile for a kw == KW, column stride SW, undilated window, its loops over taps and pixels
-   unrolled: the 8 sums stay in registers (indexed by a loop variable they lived in memory, a
+/* dw_tile for a kw == KW, column stride SW, undilated window and NP (8 or 6) pixels, its loops
+   over taps and pixels unrolled: the NP sums stay in registers (indexed by a loop variable they lived in memory, a
    store and a load on every multiply-add's path). Each input vector of a row is loaded once
    for every tap and pixel it serves. masked: the channel block is the last, partial one (lanes k); check: some
    tap's column may leave the image (a tile at a border, or a row's last `count` pixels): which
@@ -400,14 +401,14 @@ static inline ALWAYS void dw_tile(const nhwc_task *t, const float *xr, int64_t i
 static inline ALWAYS void dw_tile_fixed(const nhwc_task *t, const float *xr, int64_t ih0,
                                         int64_t iw0, float *y, int64_t c, __mmask16 k,
                                         const int masked, const int KW, const int SW,
-                                        const int check, int count) {
-    enum { NP = 8, SPAN = (NP - 1) * 2 + 5 };
+                                        const int NP, const int check, int count) {
+    enum { SPAN = (8 - 1) * 2 + 5 }; /* (NP <= 8) */
     const int64_t C = t->C, Mp = (C + 15) / 16 * 16, row = t->dh * t->xs_h;
     __mmask16 cols[SPAN]; /* check: the lanes read at each column of the tile's span */
     if (check)
         for (int i = 0; i < (NP - 1) * SW + KW; i++)
             cols[i] = iw0 + i >= 0 && iw0 + i < t->W ? k : 0;
-    __m512 acc[NP];
+    __m512 acc[8];
 #pragma GCC unroll 8
     for (int j = 0; j < NP; j++) acc[j] = _mm512_setzero_ps();
     const float *wa = t->w + c;
@@ -445,30 +446,30 @@ static inline ALWAYS void dw_tile_fixed(const nhwc_task *t, const float *xr, int
     }
 }
 
-/* Output pixels [ow, ow + count) (count <= 8) of every channel block, the tile at column
-   iw0 of row ih0 (xr: its input, channel 0); inside: no tap leaves the image (count == 8). */
+/* Output pixels [ow, ow + count) (count <= NP) of every channel block, the tile at column
+   iw0 of row ih0 (xr: its input, channel 0); inside: no tap leaves the image (count == NP). */
 static inline ALWAYS void dw_tiles_fixed(const nhwc_task *t, const float *xr, int64_t ih0,
                                          int64_t iw0, float *y, int inside, int count,
-                                         const int KW, const int SW) {
+                                         const int KW, const int SW, const int NP) {
     const int64_t C = t->C;
+    const __mmask16 k = lanes_left(C % 16);
     int64_t c = 0;
     if (inside) {
         for (; c + 16 <= C; c += 16)
-            dw_tile_fixed(t, xr + c, ih0, iw0, y + c, c, 0xFFFF, 0, KW, SW, 0, 8);
-        if (c < C) dw_tile_fixed(t, xr + c, ih0, iw0, y + c, c, lanes_left(C - c), 1, KW, SW, 0, 8);
+            dw_tile_fixed(t, xr + c, ih0, iw0, y + c, c, 0xFFFF, 0, KW, SW, NP, 0, NP);
+        if (c < C) dw_tile_fixed(t, xr + c, ih0, iw0, y + c, c, k, 1, KW, SW, NP, 0, NP);
     } else {
         for (; c + 16 <= C; c += 16)
-            dw_tile_fixed(t, xr + c, ih0, iw0, y + c, c, 0xFFFF, 0, KW, SW, 1, count);
-        if (c < C)
-            dw_tile_fixed(t, xr + c, ih0, iw0, y + c, c, lanes_left(C - c), 1, KW, SW, 1, count);
+            dw_tile_fixed(t, xr + c, ih0, iw0, y + c, c, 0xFFFF, 0, KW, SW, NP, 1, count);
+        if (c < C) dw_tile_fixed(t, xr + c, ih0, iw0, y + c, c, k, 1, KW, SW, NP, 1, count);
     }
 }
 
 /* Rows [begin, end) of the N * OH output rows for one window shape (KW, SW: constants, or 0
-   for any: dw_tile), 8 pixels at a time, each tile through every channel block before the
-   next (its input span stays in L1 for all of them). */
+   for any: dw_tile), NP pixels at a time (8; dw_tile 8 always), each tile through every
+   channel block before the next (its input span stays in L1 for all of them). */
 static inline ALWAYS void dw_rows_of(const nhwc_task *t, int64_t begin, int64_t end,
-                                     const int KW, const int SW) {
+                                     const int KW, const int SW, const int NP) {
     const int64_t C = t->C, OW = t->OW;
     int64_t lo, hi;
     interior(t, &lo, &hi);
@@ -477,14 +478,14 @@ static inline ALWAYS void dw_rows_of(const nhwc_task *t, int64_t begin, int64_t 
         int64_t ih0 = oh * t->sh - t->top;
         const float *xr = t->x + n * t->xs_n + ih0 * t->xs_h; /* (row ih0: maybe outside) */
         float *yr = t->y + r * OW * C;
-        for (int64_t ow = 0; ow < OW; ow += 8) {
+        for (int64_t ow = 0; ow < OW; ow += NP) {
             int64_t iw0 = ow * t->sw - t->left;
-            int count = (int)(OW - ow < 8 ? OW - ow : 8);
-            int inside = ow >= lo && ow + 8 <= hi;
+            int count = (int)(OW - ow < NP ? OW - ow : NP);
+            int inside = ow >= lo && ow + NP <= hi;
             const float *x0 = xr + iw0 * C;
             float *y = yr + ow * C;
             if (KW) {
-                dw_tiles_fixed(t, x0, ih0, iw0, y, inside, count, KW, SW);
+                dw_tiles_fixed(t, x0, ih0, iw0, y, inside, count, KW, SW, NP);
                 continue;
             }
             int64_t c = 0;
@@ -494,15 +495,23 @@ static inline ALWAYS void dw_rows_of(const nhwc_task *t, int64_t begin, int64_t 
     }
 }
 
+/* Whether a row of OW pixels takes tiles of 6: fewer tiles' slots left empty than with 8 (12
+   and 6 pixels, a MobileNet's last rows, filled 75% by tiles of 8, each a border tile). */
+static int six_wide(int64_t OW) { return (OW + 5) / 6 * 6 < (OW + 7) / 8 * 8; }
+
 static AVX512 void dw_rows(const nhwc_task *t, int64_t begin, int64_t end) {
     int fixed = t->dw == 1 && (t->kw == 3 || t->kw == 5) && (t->sw == 1 || t->sw == 2);
-    int shape = fixed ? (int)(t->kw * 2 + t->sw) : 0;
+    int shape = fixed ? (int)(t->kw * 2 + t->sw) * (six_wide(t->OW) ? -1 : 1) : 0;
     switch (shape) {
-    case 7: dw_rows_of(t, begin, end, 3, 1); break;
-    case 8: dw_rows_of(t, begin, end, 3, 2); break;
-    case 11: dw_rows_of(t, begin, end, 5, 1); break;
-    case 12: dw_rows_of(t, begin, end, 5, 2); break;
-    default: dw_rows_of(t, begin, end, 0, 0); break;
+    case 7: dw_rows_of(t, begin, end, 3, 1, 8); break;
+    case 8: dw_rows_of(t, begin, end, 3, 2, 8); break;
+    case 11: dw_rows_of(t, begin, end, 5, 1, 8); break;
+    case 12: dw_rows_of(t, begin, end, 5, 2, 8); break;
+    case -7: dw_rows_of(t, begin, end, 3, 1, 6); break;
+    case -8: dw_rows_of(t, begin, end, 3, 2, 6); break;
+    case -11: dw_rows_of(t, begin, end, 5, 1, 6); break;
+    case -12: dw_rows_of(t, begin, end, 5, 2, 6); break;
+    default: dw_rows_of(t, begin, end, 0, 0, 8); break;
     }
 }
 

@@ -95,7 +95,7 @@ class NhwcConv:
 
     __slots__ = (
         *("cuts", "cuts_addr", "keep", "parts", "shape", "size", "spare", "task", "task_at"),
-        *("ways", "kept", "__weakref__"),
+        *("ways", "kept", "keeps", "nbytes", "__weakref__"),
     )
 
     def __init__(self, x_shape, w: np.ndarray, bias, geo: dict, activation: tuple):
@@ -144,6 +144,9 @@ class NhwcConv:
         #: the last output (with its address) while it may be written again: see _output
         self.spare: list = []
         self.kept = 0  # (the floats this set-up counts in _held[0])
+        #: whether it may ever keep an output (_may_keep: split layers only)
+        self.keeps = self.ways >= 2 and _SOLE is not None
+        self.nbytes = 4 * self.size + 60  # (_aligned's buffer)
 
     def reads(self, x: np.ndarray) -> np.ndarray:
         """x as this conv reads it: a depthwise or pointwise conv wants its channels (and a
@@ -177,8 +180,27 @@ class NhwcConv:
         )
         if status:
             check(status, "channels-last conv")
-        if not self.spare and (self.kept or self._may_keep()):
+        if self.keeps and not self.spare and (self.kept or self._may_keep()):
             self.spare.append((y, address))
+        return y
+
+    def plain(self, x: np.ndarray) -> np.ndarray:
+        """__call__(x) where no output is ever kept (``keeps`` false: one thread): its steps
+        inlined (at batch 1 a small layer's kernel
+        takes a few microseconds, and each Python call on its way cost a tenth of one)."""
+        buf = _empty(self.nbytes, _BYTE)  # (_aligned, inlined)
+        base = _addressof(_c_char_from(buf))
+        start = -base & 63
+        y = _ndarray(self.shape, _F32, buf, start)
+        try:
+            source = _addressof(_c_char_from(x))  # (a writeable C-contiguous x: a layer's)
+        except (TypeError, ValueError, BufferError):  # (a feed, or a view)
+            source = _base_addr(x)
+        status = _CALL[0](
+            self.task_at, source, base + start, None, None, self.cuts_addr, self.parts, self.ways
+        )
+        if status:
+            check(status, "channels-last conv")
         return y
 
     def _may_keep(self) -> bool:
@@ -187,7 +209,7 @@ class NhwcConv:
         a fresh allocation hands back whichever buffer was freed last, often written by the
         other core; on one thread that buffer is the hotter one), while the kept outputs all
         fit in _SPARE_FLOATS (counted from the first layer that keeps one to the last)."""
-        if self.ways < 2 or _SOLE is None or _held[0] + self.size > _SPARE_FLOATS:
+        if not self.keeps or _held[0] + self.size > _SPARE_FLOATS:
             return False
         _held[0] += self.size
         self.kept = self.size
@@ -200,12 +222,13 @@ class NhwcConv:
         the end of a run), else a fresh one: allocating a small layer's output took a good
         part of its time, and a small model's kept outputs stay in the caches from run to
         run. (A list: calls may come from several threads, and pop hands the spare to one.)"""
-        try:
-            kept = self.spare.pop()
-        except IndexError:  # (none kept, or another thread took it)
-            return _aligned(self.shape, self.size)
-        if _holders(kept) == _SOLE:
-            return kept
+        if self.spare:  # (tested first: a raised IndexError cost a small layer's call)
+            try:
+                kept = self.spare.pop()
+            except IndexError:  # (another thread took it)
+                return _aligned(self.shape, self.size)
+            if _holders(kept) == _SOLE:
+                return kept
         return _aligned(self.shape, self.size)
 
 
