@@ -549,3 +549,49 @@ def test_the_next_waiter_is_nudged_only_when_it_would_look_late(
     turn._hand_over()  # noqa: SLF001
     assert turn.owner == 1 and not first.bell.locked()
     assert second.bell.locked() != nudged
+
+
+@needs_native_bells
+def test_turn_c_wait_ends_handed_idle_or_timed_out():
+    """turn.c's protocol: a rung word ends the wait (even rung before it began, and a poke
+    after the ring leaves it rung), the first waiter returns once the holder has been idle,
+    another waiter (or the first while a run is in progress) sleeps until its time."""
+    import array
+
+    wait, ring = concurrency._turn_wait, concurrency._turn_ring  # noqa: SLF001
+    word, state = array.array("i", (0,)), array.array("d", (0.0, 0.0, 0.0))
+    w, s = word.buffer_info()[0], state.buffer_info()[0]
+    now = time.monotonic()
+    ring(w, concurrency.RUNG)
+    ring(w, concurrency.POKED)
+    assert word[0] == concurrency.RUNG and wait(w, s, 1.0, 0.001, 0.005, now + 5) == 1
+    word[0] = 0
+    state[0], state[1], state[2] = 0.0, now - 1.0, 1.0  # (idle for a second; waiter 1 first)
+    assert wait(w, s, 1.0, 0.001, 0.005, now + 5) == 2  # (HOLDER_IDLE)
+    assert wait(w, s, 2.0, 0.001, 0.005, time.monotonic() + 0.02) == 0  # (not the first)
+    state[0] = 1.0  # (a run in progress)
+    assert wait(w, s, 1.0, 0.001, 0.005, time.monotonic() + 0.02) == 0
+    ring(w, concurrency.POKED)  # (a poke wakes it to look again, then it sleeps on)
+    assert wait(w, s, 1.0, 0.001, 0.005, time.monotonic() + 0.02) == 0 and word[0] == 0
+    assert wait(w, s, 1.0, -1.0, 0.005, now + 5) == -1  # (arguments refused)
+
+
+@needs_native_bells
+def test_turn_c_waiter_asleep_is_woken_by_a_ring_from_another_thread():
+    """(the waiter sleeps without the GIL: this thread runs meanwhile, and its ring wakes it)"""
+    import array
+
+    wait, ring = concurrency._turn_wait, concurrency._turn_ring  # noqa: SLF001
+    word, state = array.array("i", (0,)), array.array("d", (1.0, 0.0, 0.0))
+    w, s = word.buffer_info()[0], state.buffer_info()[0]
+    ended = []
+    other = threading.Thread(
+        target=lambda: ended.append(wait(w, s, 1.0, 0.001, 0.005, time.monotonic() + 30))
+    )
+    start = time.monotonic()
+    other.start()
+    time.sleep(0.05)
+    assert not ended
+    ring(w, concurrency.RUNG)
+    other.join(10)
+    assert ended == [1] and time.monotonic() - start < 10

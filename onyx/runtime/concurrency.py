@@ -499,7 +499,7 @@ class _Turn:
             if self.queue:
                 self.core = _core()  # (a waiter that takes the turn over moves there)
                 if _turn_wait is not None:
-                    self.shared[1], self.shared[0] = now, self.depth  # (its end, then idle)
+                    self._publish()  # (its end, then idle)
             if self.depth <= 0 and (failed or streak_over and self.queue):
                 self._hand_over()  # (else its next run hands it over once its slice ends)
 

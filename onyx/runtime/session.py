@@ -203,12 +203,11 @@ class InferenceSession(SessionAPI):
         validate(self._model, "the session's model", warned=warned)
         if warned:
             entry = None  # (a hit would not repeat the warning)
-        self._model = self._apply_options(self._model, owned=not isinstance(source, ir.Model))
         # a model the session read itself is its own: the optimizer may edit it, not a copy
+        owned = not isinstance(source, ir.Model)
+        self._model = self._apply_options(self._model, owned=owned)
         ordered = not any(p.rule == "topological-order" for p in warned)
-        model, owned = accept_lenient(
-            self._model, owned=not isinstance(source, ir.Model), ordered=ordered
-        )
+        model, owned = accept_lenient(self._model, owned=owned, ordered=ordered)
         return self._prepare(model, owned=owned), entry
 
     def _prepare(self, model: ir.Model, owned: bool = False) -> ir.Model:

@@ -7,15 +7,11 @@ import ctypes
 
 from . import _core as core
 
-#: turn.c's words: a waiter's word rung (the turn is its own) or poked (look again)
-RUNG, POKED = 1, 2
-#: how a wait ended
-TIMED_OUT, HANDED, HOLDER_IDLE, INTERRUPTED = 0, 1, 2, 3
-
 
 def turn_functions():
     """(wait, ring) of turn.c, or None (no library, or not Linux): ``wait(word, state, token,
-    idle, poll, until)`` releases the GIL while it waits, ``ring(word, how)`` keeps it (a
+    idle, poll, until)`` releases the GIL while it waits (how it ended: turn.c's enum, -1 for
+    arguments refused), ``ring(word, how)`` (concurrency.py's RUNG or POKED) keeps it (a
     futex wake: a holder handing the turn over must not hand the GIL away for it)."""
     lib = core.lib
     if lib is None or getattr(lib, "turn_wait", None) is None:
