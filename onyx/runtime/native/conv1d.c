@@ -39,7 +39,7 @@
 
 /* What a conv's output full (N, M, OL) becomes in one more pass (onyx_conv1d_f32_post):
    - C1_PAIR_MAX: MaxPool(kernel 2, stride 2) along the signal, out (N, M, OL / 2);
-     max(a, b) is numpy's maximum (NaN where either is), so the bits are the pool's;
+     max(a, b) is numpy's maximum (NaN where either is, b of two zeros), so the pool's bits;
    - C1_MAGNITUDE: an STFT's magnitude, out (N, bins, OL) = sqrt(re * re + im * im + eps)
      with re, im the rows re0 + c and im0 + c of full: each product, sum and root rounded
      as numpy's passes round them (these functions come before the file's fp-contract
@@ -61,7 +61,8 @@ static void pair_max_rows(const float *full, int64_t rows, int64_t OL, float *ou
         float *o = out + r * half;
         for (int64_t i = 0; i < half; i++) {
             float u = a[2 * i], v = a[2 * i + 1];
-            o[i] = (u >= v || u != u) ? u : v; /* (numpy's maximum: a NaN wins) */
+            /* (numpy's maximum: a NaN wins, of two zeros the second, as max_ps) */
+            o[i] = (u > v || u != u) ? u : v;
         }
     }
 }
@@ -100,7 +101,7 @@ static __attribute__((target("avx512f"))) void pair_max_rows_avx512(const float 
         }
         for (; i < half; i++) {
             float u = a[2 * i], v = a[2 * i + 1];
-            o[i] = (u >= v || u != u) ? u : v;
+            o[i] = (u > v || u != u) ? u : v;
         }
     }
 }
