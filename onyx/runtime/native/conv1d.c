@@ -168,23 +168,18 @@ static void post_pass(int64_t N, int64_t M, int64_t OL, int64_t kind, const int6
         pair_max_rows(full, N * M, OL, out);
         return;
     }
+    void (*rows)(const float *, const float *, int64_t, float, float *) = magnitude_rows;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (isa & ONYX_ISA_AVX512)
+        rows = magnitude_rows_avx512;
+    else if (__builtin_cpu_supports("avx2"))
+        rows = magnitude_rows_avx2;
+#endif
     int64_t bins = sel[0], re0 = sel[1], im0 = sel[2];
     for (int64_t n = 0; n < N; n++)
-        for (int64_t c = 0; c < bins; c++) {
-            const float *re = full + (n * M + re0 + c) * OL, *im = full + (n * M + im0 + c) * OL;
-            float *o = out + (n * bins + c) * OL;
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-            if (isa & ONYX_ISA_AVX512) {
-                magnitude_rows_avx512(re, im, OL, eps, o);
-                continue;
-            }
-            if (__builtin_cpu_supports("avx2")) {
-                magnitude_rows_avx2(re, im, OL, eps, o);
-                continue;
-            }
-#endif
-            magnitude_rows(re, im, OL, eps, o);
-        }
+        for (int64_t c = 0; c < bins; c++)
+            rows(full + (n * M + re0 + c) * OL, full + (n * M + im0 + c) * OL, OL, eps,
+                 out + (n * bins + c) * OL);
 }
 
 /* The tiles' multiply-adds fused where the CPU has FMA (a vector extension's a * b + c is
