@@ -9,6 +9,7 @@ of the tiles)."""
 from __future__ import annotations
 
 import ctypes
+import platform
 
 import numpy as np
 import pytest
@@ -311,3 +312,27 @@ def test_conv1d_then_takes_outputs_past_the_kept_buffer():
     re, im = full[:, :32], full[:, 32:]
     np.testing.assert_array_equal(mag, np.sqrt(re * re + im * im + np.float32(0.5)))
     np.testing.assert_array_equal(pairs, np.maximum(full[..., ::2], full[..., 1::2]))
+
+
+@pytest.mark.skipif(not native.conv1d_ok(), reason="native library off")
+def test_conv1d_post_pair_max_keeps_numpys_signed_zeros():
+    """A pair of zeros of either sign gives the second, as numpy's maximum (and the vector
+    max) does, in the scalar rows and tails too (the bits, not only the values)."""
+    from onyx.runtime.native import _core as core
+
+    for OL in (34, 35, 7):  # (a vector of 16 pairs and a tail; a tail alone)
+        conv = native.Conv1d((1, 2, OL + 2), np.ones((4, 2, 3), np.float32), 1, OL, 1, 1, 0)
+        full = np.zeros((1, 4, OL), np.float32)
+        full[:, ::2, 0::2] = -0.0  # (channels 0, 2: -0 then +0; channels 1, 3: +0 then -0)
+        full[:, 1::2, 1::2] = -0.0
+        full[0, 0, -3:] = np.nan, 1.0, np.nan
+        out = np.empty((1, 4, OL // 2), np.float32)
+        sel = (ctypes.c_int64 * 3)(0, 0, 0)
+        status = core.lib.onyx_conv1d_post(
+            conv.address, full.ctypes.data, native.PAIR_MAX, sel, 0.0, out.ctypes.data
+        )
+        assert status == 0
+        expected = np.maximum(full[..., 0 : OL - 1 : 2], full[..., 1:OL:2])
+        np.testing.assert_array_equal(out, expected)
+        if platform.machine() in ("x86_64", "AMD64"):  # (numpy's zeros there: max_ps's)
+            assert (np.signbit(out) == np.signbit(expected)).all()

@@ -219,10 +219,7 @@ def _bind_pooled(fused: bool) -> Callable:
     def make(inputs, attrs, constant):
         X, W = inputs[:2]
         pairs = _pair_pool(attrs, fused)
-        run = None
-        if pairs is not None and X.dtype == np.float32 and W.dtype == np.float32 and X.ndim == 3:
-            if native.conv1d_ok():
-                run = pair_runner(X.shape, W, _conv_attrs(attrs, fused), pairs)
+        run = None if pairs is None else _pair_run(X, W, _conv_attrs(attrs, fused), pairs)
         if run is None:
             return general(attrs)
         return lambda X, W, B=None: run(X, B)
@@ -254,10 +251,15 @@ def pair_max(X, W, B, conv_attrs: dict, pairs: tuple) -> np.ndarray | None:
     """MaxPool(kernel 2, stride 2) of a float32 1-D conv in one native call: the conv into a
     buffer of conv1d.c's, then the max of each pair of its outputs (numpy's maximum: the
     pool's bits). None where it does not apply (the caller's general path runs)."""
+    run = _pair_run(X, W, conv_attrs, pairs)
+    return None if run is None else run(X, B)
+
+
+def _pair_run(X, W, conv_attrs: dict, pairs: tuple):
+    """pair_runner for X's shape where X and W are float32 and X a signal (N, C, L), or None."""
     if X.dtype != np.float32 or W.dtype != np.float32 or X.ndim != 3 or not native.conv1d_ok():
         return None
-    run = pair_runner(X.shape, W, conv_attrs, pairs)
-    return None if run is None else run(X, B)
+    return pair_runner(X.shape, W, conv_attrs, pairs)
 
 
 def pair_runner(x_shape: tuple, W, conv_attrs: dict, pairs: tuple):

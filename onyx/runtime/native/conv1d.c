@@ -39,7 +39,7 @@
 
 /* What a conv's output full (N, M, OL) becomes in one more pass (onyx_conv1d_f32_post):
    - C1_PAIR_MAX: MaxPool(kernel 2, stride 2) along the signal, out (N, M, OL / 2);
-     max(a, b) is numpy's maximum (NaN where either is), so the bits are the pool's;
+     max(a, b) is numpy's maximum (NaN where either is, b of two zeros), so the pool's bits;
    - C1_MAGNITUDE: an STFT's magnitude, out (N, bins, OL) = sqrt(re * re + im * im + eps)
      with re, im the rows re0 + c and im0 + c of full: each product, sum and root rounded
      as numpy's passes round them (these functions come before the file's fp-contract
@@ -61,7 +61,8 @@ static void pair_max_rows(const float *full, int64_t rows, int64_t OL, float *ou
         float *o = out + r * half;
         for (int64_t i = 0; i < half; i++) {
             float u = a[2 * i], v = a[2 * i + 1];
-            o[i] = (u >= v || u != u) ? u : v; /* (numpy's maximum: a NaN wins) */
+            /* (numpy's maximum: a NaN wins, of two zeros the second, as max_ps) */
+            o[i] = (u > v || u != u) ? u : v;
         }
     }
 }
@@ -100,7 +101,7 @@ static __attribute__((target("avx512f"))) void pair_max_rows_avx512(const float 
         }
         for (; i < half; i++) {
             float u = a[2 * i], v = a[2 * i + 1];
-            o[i] = (u >= v || u != u) ? u : v;
+            o[i] = (u > v || u != u) ? u : v;
         }
     }
 }
@@ -167,23 +168,18 @@ static void post_pass(int64_t N, int64_t M, int64_t OL, int64_t kind, const int6
         pair_max_rows(full, N * M, OL, out);
         return;
     }
+    void (*rows)(const float *, const float *, int64_t, float, float *) = magnitude_rows;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (isa & ONYX_ISA_AVX512)
+        rows = magnitude_rows_avx512;
+    else if (__builtin_cpu_supports("avx2"))
+        rows = magnitude_rows_avx2;
+#endif
     int64_t bins = sel[0], re0 = sel[1], im0 = sel[2];
     for (int64_t n = 0; n < N; n++)
-        for (int64_t c = 0; c < bins; c++) {
-            const float *re = full + (n * M + re0 + c) * OL, *im = full + (n * M + im0 + c) * OL;
-            float *o = out + (n * bins + c) * OL;
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-            if (isa & ONYX_ISA_AVX512) {
-                magnitude_rows_avx512(re, im, OL, eps, o);
-                continue;
-            }
-            if (__builtin_cpu_supports("avx2")) {
-                magnitude_rows_avx2(re, im, OL, eps, o);
-                continue;
-            }
-#endif
-            magnitude_rows(re, im, OL, eps, o);
-        }
+        for (int64_t c = 0; c < bins; c++)
+            rows(full + (n * M + re0 + c) * OL, full + (n * M + im0 + c) * OL, OL, eps,
+                 out + (n * bins + c) * OL);
 }
 
 /* The tiles' multiply-adds fused where the CPU has FMA (a vector extension's a * b + c is

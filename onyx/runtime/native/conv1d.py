@@ -207,25 +207,22 @@ def conv1d_then(conv: Conv1d, kind: int, bins: int = 0, re0: int = 0, im0: int =
     empty, f32, what = np.empty, np.float32, "1-D conv"
 
     def run(x: np.ndarray, bias=None) -> np.ndarray:
+        out = empty(shape, f32)
+        if conv.ways != 1:  # (the conv's own call on the pool, then the pass)
+            full = conv(x, bias)  # (a local: alive through the pass)
+            status = post(address, _addr(full), kind, sel, eps, _addr(out))
+            if status:
+                core.check(status, what)
+            return out
         strides = None
         if not x.flags.c_contiguous:
             strides = _float_strides(x)
             if strides is None:
                 x = np.ascontiguousarray(x)
-        out = empty(shape, f32)
         entry = None if bias is None else cached_bias(conv, bias, M, what)  # (alive: a local)
         b = None if entry is None else entry[2]
-        if conv.ways == 1:
-            xs = None if strides is None else (_I64 * 3)(*strides)
-            status = fused(address, _addr(x), xs, b, kind, sel, eps, _addr(out))
-        else:
-            full = empty(conv.shape, f32)
-            task = _filled(conv.task, x, full)
-            task.bias = b
-            if strides is not None:
-                task.sn, task.sc, task.sl = strides
-            _run(core.lib.conv1d_range, task, conv.cuts, conv.ways, what)
-            status = post(address, _addr(full), kind, sel, eps, _addr(out))
+        xs = None if strides is None else (_I64 * 3)(*strides)
+        status = fused(address, _addr(x), xs, b, kind, sel, eps, _addr(out))
         if status:
             core.check(status, what)
         return out
