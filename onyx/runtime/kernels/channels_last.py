@@ -53,7 +53,7 @@ class _Bound:
             x = conv.reads(X)
             conv.set_strides(x.strides)
             self.copies = x is not X  # (then every call copies X as this one did)
-            self.plain = conv if self.copies or conv.keeps else conv.plain
+            self.plain = conv if conv.keeps else conv.plain  # (used only where not copies)
         self.w = weakref.ref(W)
         self.b = (lambda: None) if B is None else weakref.ref(B)
         self.shape, self.strides, self.setting = X.shape, X.strides, native.thread_setting()

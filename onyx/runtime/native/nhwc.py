@@ -209,7 +209,7 @@ class NhwcConv:
         a fresh allocation hands back whichever buffer was freed last, often written by the
         other core; on one thread that buffer is the hotter one), while the kept outputs all
         fit in _SPARE_FLOATS (counted from the first layer that keeps one to the last)."""
-        if not self.keeps or _held[0] + self.size > _SPARE_FLOATS:
+        if _held[0] + self.size > _SPARE_FLOATS:  # (asked only where self.keeps)
             return False
         _held[0] += self.size
         self.kept = self.size
