@@ -99,12 +99,14 @@ MEMO_MAX_ENTRIES = 4096
 
 
 def _small_plain(a) -> bool:
-    """Whether an AttributeProto may be a memo entry: of a plain type, and no long list
-    (counted before serializing: a tree ensemble's lists of thousands would be copied for
-    nothing)."""
+    """Whether an AttributeProto may be a memo entry: of a plain type, and no long list or
+    string (counted before serializing: a tree ensemble's lists of thousands, or a long
+    string, would be copied for nothing)."""
     kind = a.type
     if kind not in _MEMO_KINDS:
         return False
+    if kind == A.STRING:
+        return len(a.s) <= MEMO_MAX_BYTES
     field = _LIST_FIELDS.get(kind)
     return field is None or len(getattr(a, field)) <= MEMO_MAX_ELEMENTS
 
