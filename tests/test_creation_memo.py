@@ -85,6 +85,22 @@ def test_memo_keeps_no_reference_attribute():
     assert serde.loads(data).graph.nodes[0].attributes["beta"].ref_attr_name == "outer"
 
 
+def test_memo_keeps_the_doc_string():
+    reader.PLAIN_ATTRS.clear()
+    node = helper.make_node("LeakyRelu", ["x"], ["y"], alpha=0.5)
+    node.attribute[0].doc_string = "the slope"
+    g = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", F, [2])],
+        [helper.make_tensor_value_info("y", F, [2])],
+    )
+    data = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    for _ in range(2):  # (the second read is the memo's)
+        alpha = serde.loads(data).graph.nodes[0].attributes["alpha"]
+        assert (alpha.value, alpha.doc_string) == (0.5, "the slope")
+
+
 def test_pass_schedule_follows_the_disabled_names_and_swapped_passes(monkeypatch):
     data = _conv_model()
     fused = opt.optimize(serde.loads(data), "all")

@@ -84,10 +84,10 @@ def _decode(s: bytes):
         return s
 
 
-#: Serialized attribute -> (name, type, value) of the plain small attributes read before, by
-#: any reader: a model's convs repeat a few kernel_shape / strides / pads messages, and a model
-#: created again in the process repeats all of them; reading one field by field costs several
-#: times serializing it. Only scalars, strings and short lists without anything kept in
+#: Serialized attribute -> (name, type, value, doc_string) of the plain small attributes read
+#: before, by any reader: a model's convs repeat a few kernel_shape / strides / pads messages,
+#: and a model created again in the process repeats all of them; reading one field by field
+#: costs several times serializing it. Only scalars, strings and short lists without anything kept in
 #: ``extras`` (their value is a function of the bytes alone; lists are kept as tuples and each
 #: Attr gets its own list). Cleared when full.
 PLAIN_ATTRS: dict[bytes, tuple] = {}
@@ -99,12 +99,14 @@ MEMO_MAX_ENTRIES = 4096
 
 
 def _small_plain(a) -> bool:
-    """Whether an AttributeProto may be a memo entry: of a plain type, and no long list
-    (counted before serializing: a tree ensemble's lists of thousands would be copied for
-    nothing)."""
+    """Whether an AttributeProto may be a memo entry: of a plain type, and no long list or
+    string (counted before serializing: a tree ensemble's lists of thousands, or a long
+    string, would be copied for nothing)."""
     kind = a.type
     if kind not in _MEMO_KINDS:
         return False
+    if kind == A.STRING:
+        return len(a.s) <= MEMO_MAX_BYTES
     field = _LIST_FIELDS.get(kind)
     return field is None or len(getattr(a, field)) <= MEMO_MAX_ELEMENTS
 
@@ -237,8 +239,8 @@ class Reader:
         if key is not None and len(key) <= MEMO_MAX_BYTES:
             known = PLAIN_ATTRS.get(key)
             if known is not None:
-                name, kind, value = known
-                return Attr(name, kind, list(value) if type(value) is tuple else value)
+                name, kind, value, doc = known
+                return Attr(name, kind, list(value) if type(value) is tuple else value, doc)
         attr = self._attribute(a, scopes, what)
         if key is not None and len(key) <= MEMO_MAX_BYTES and _plain(attr):
             if len(PLAIN_ATTRS) >= MEMO_MAX_ENTRIES:
@@ -248,6 +250,7 @@ class Reader:
                 attr.name,
                 attr.type,
                 tuple(value) if type(value) is list else value,
+                attr.doc_string,
             )
         return attr
 

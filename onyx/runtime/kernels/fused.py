@@ -83,10 +83,6 @@ def _activate(y: np.ndarray, activation: str, alpha=None, beta=None, gamma=None)
     return fn(y, alpha, beta, gamma)
 
 
-#: (in native/_core.py beside the codes: channels_last.py asks for it without this module)
-native_activation_params = native.activation_params
-
-
 #: FusedConv activations that commute with rounding to float16 (their bounds are float16 values)
 _MONOTONE = ("", "Relu", "Clip")
 
@@ -102,7 +98,7 @@ def _bind_fused_conv(inputs, attrs, constant):
     if code is None or X.dtype != np.float32 or W.dtype != np.float32:
         return None
     params = list(attrs["activation_params"] or []) + [None] * 3
-    lo, hi = native_activation_params(attrs["activation"], params)
+    lo, hi = native.activation_params(attrs["activation"], params)
     if X.ndim == 4:
         return _bound_conv2d(X.shape, W, attrs, code, lo, hi)
     if Z is not None or not constant[3]:
@@ -161,7 +157,7 @@ def fused_conv(
     params = list(activation_params or []) + [None] * 3
     code = native.CONV_ACTIVATIONS.get(activation)
     if code is not None:  # the native conv applies Z and the activation as it stores
-        lo, hi = native_activation_params(activation, params)
+        lo, hi = native.activation_params(activation, params)
         attrs = conv_key(auto_pad, pads, strides, dilations, kernel_shape)
         y = native_conv_f32(
             X,
