@@ -571,22 +571,15 @@ INLINE void position_part(const conv1d_f32 *t, const part *q, float *buf, int64_
 }
 
 /* This thread's buffers of a part: the signal window (`floats` floats) and the taps (`taps`
-   offsets), carved from one block grown, never shrunk or freed (a pool worker's lives as long
-   as the process, as conv_f32.c's scratch). A malloc and free per call were an mmap and
+   offsets), carved from this thread's scratch block (onyx_scratch: kept between calls, freed
+   when the thread exits). A malloc and free per call were an mmap and
    munmap past glibc's 128 KiB threshold: page faults on every call, and on two threads the
    second one's helped nothing (its faults and the unmap's TLB shootdowns serialized them).
    Returns 0 when out of memory. */
 static int part_buffers(size_t floats, size_t taps, float **buf, int64_t **tap) {
-    static __thread char *block;
-    static __thread size_t size;
     size_t head = (floats * sizeof(float) + 63) / 64 * 64, total = head + taps * sizeof(int64_t);
-    if (total > size) {
-        free(block);
-        block = malloc(total + 64);
-        size = block ? total : 0;
-        if (!block) return 0;
-    }
-    char *at = block + (64 - (uintptr_t)block % 64);
+    char *at = onyx_scratch(SCRATCH_CONV1D_PART, total, 0);
+    if (!at) return 0;
     *buf = (float *)at, *tap = (int64_t *)(at + head);
     return 1;
 }
@@ -665,17 +658,9 @@ EXPORT int onyx_conv1d_f32(const void *p, const float *x, const int64_t *xs, flo
 #define C1_KEPT_FULL (1 << 20)
 
 /* This thread's buffer of `floats` floats (at most C1_KEPT_FULL) for a conv's output before
-   its post pass (grown, never shrunk or freed, as part_buffers'), or null. */
+   its post pass (this thread's scratch, as part_buffers'), or null. */
 static float *full_buffer(int64_t floats) {
-    static __thread char *block;
-    static __thread int64_t size;
-    if (floats > size) {
-        free(block);
-        block = malloc((size_t)floats * sizeof(float) + 64);
-        size = block ? floats : 0;
-        if (!block) return 0;
-    }
-    return (float *)(block + (64 - (uintptr_t)block % 64));
+    return onyx_scratch(SCRATCH_CONV1D_FULL, (size_t)floats * sizeof(float), 0);
 }
 
 /* onyx_conv1d_f32 into this thread's buffer, then the post pass of `kind` (C1_PAIR_MAX,

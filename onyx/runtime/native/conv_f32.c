@@ -636,35 +636,19 @@ static void pad_part(const conv_f32 *t, float *xp, int64_t q, int64_t R, int64_t
     }
 }
 
-/* This thread's regions of padded input (pad_part), `floats` floats (grown, never shrunk or
-   freed: a pool worker's lives as long as the process), or null. */
+/* This thread's regions of padded input (pad_part), `floats` floats (onyx_scratch: kept
+   between calls, zeros where never written), or null. */
 static float *pad_scratch(int64_t floats) {
-    static __thread char *block; /* (buf, 64-byte aligned in it, as numpy's arrays) */
-    static __thread float *buf;
-    static __thread int64_t size;
-    if (floats > size) {
-        free(block);
-        block = calloc((size_t)floats * sizeof(float) + 64, 1); /* (unwritten floats: zeros) */
-        buf = block ? (float *)(block + (64 - (uintptr_t)block % 64)) : 0;
-        size = block ? floats : 0;
-    }
-    return buf;
+    return onyx_scratch(SCRATCH_CONV_PAD, (size_t)floats * sizeof(float), 1); /* (zeros) */
 }
 
 /* Buffers of sizes[i] bytes (each 64-byte aligned) into parts[i], carved from one block of
-   this thread's, grown, never shrunk or freed (as pad_scratch's); 0 when out of memory. */
+   this thread's (onyx_scratch, as pad_scratch's); 0 when out of memory. */
 static int part_scratch(const size_t *sizes, void **parts) {
-    static __thread char *block;
-    static __thread size_t size;
-    size_t total = 64;
+    size_t total = 0;
     for (int i = 0; i < 8; i++) total += (sizes[i] + 63) / 64 * 64;
-    if (total > size) {
-        free(block);
-        block = malloc(total);
-        size = block ? total : 0;
-        if (!block) return 0;
-    }
-    char *at = block + (64 - (uintptr_t)block % 64);
+    char *at = onyx_scratch(SCRATCH_CONV_PARTS, total, 0);
+    if (!at) return 0;
     for (int i = 0; i < 8; i++) parts[i] = at, at += (sizes[i] + 63) / 64 * 64;
     return 1;
 }

@@ -3,6 +3,7 @@
 #ifndef ONYX_H
 #define ONYX_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "abi.h"
@@ -45,6 +46,15 @@ int onyx_isa(void);
 /* gemm_i8.c: dst[j][i] = src[i][j] for bytes (the depthwise int8 conv's stores use it). */
 void onyx_transpose_u8(const uint8_t *src, int64_t rows, int64_t cols, int64_t ss, uint8_t *dst,
                        int64_t ds);
+
+/* Scratch memory a thread keeps between kernel calls (pool.c): one block per slot, grown,
+   never shrunk, freed when the thread exits. A kernel called on a Python thread runs on that
+   thread, so a server that starts a thread per request must not leak each thread's block.
+   onyx_scratch returns `bytes` bytes 64-byte aligned (zeroed when the block grows and `zeroed`
+   is set), or null when out of memory or for a bad slot. */
+enum { SCRATCH_CONV1D_PART, SCRATCH_CONV1D_FULL, SCRATCH_CONV_PAD, SCRATCH_CONV_PARTS,
+       SCRATCH_WINOGRAD, SCRATCH_SLOTS };
+void *onyx_scratch(int slot, size_t bytes, int zeroed);
 
 /* pool.c: fn(args, cuts[i], cuts[i + 1]) for each part i, on up to `threads` threads. */
 typedef int (*range_fn)(const void *args, int64_t begin, int64_t end);

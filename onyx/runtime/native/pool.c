@@ -16,8 +16,43 @@
 #define _GNU_SOURCE /* (sched_yield, clock_gettime under -std=c99) */
 #endif
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "onyx.h"
+
+/* One thread's scratch blocks (onyx_scratch). */
+typedef struct {
+    char *block[SCRATCH_SLOTS];
+    size_t size[SCRATCH_SLOTS];
+} scratch_set;
+
+static int64_t scratch_sets; /* (live sets, for the tests: onyx_scratch_sets) */
+
+static void scratch_free(void *p) {
+    scratch_set *set = p;
+    __atomic_fetch_sub(&scratch_sets, 1, __ATOMIC_RELAXED);
+    for (int i = 0; i < SCRATCH_SLOTS; i++) free(set->block[i]);
+    free(set);
+}
+
+static scratch_set *thread_scratch(void); /* (this thread's set, made on first use) */
+
+/* Threads holding a scratch set now (a thread's is freed when it exits). */
+EXPORT int64_t onyx_scratch_sets(void) { return __atomic_load_n(&scratch_sets, __ATOMIC_RELAXED); }
+
+void *onyx_scratch(int slot, size_t bytes, int zeroed) {
+    if (slot < 0 || slot >= SCRATCH_SLOTS || bytes > SIZE_MAX - 64) return 0;
+    scratch_set *set = thread_scratch();
+    if (!set) return 0;
+    if (bytes > set->size[slot] || !set->block[slot]) {
+        free(set->block[slot]);
+        set->block[slot] = zeroed ? calloc(bytes + 64, 1) : malloc(bytes + 64);
+        set->size[slot] = set->block[slot] ? bytes : 0;
+        if (!set->block[slot]) return 0;
+    }
+    char *b = set->block[slot];
+    return b + (64 - (uintptr_t)b % 64);
+}
 
 static int run_serial(range_fn fn, const void *args, const int64_t *cuts, int64_t parts) {
     if (!onyx_cuts_ok(cuts, parts)) return ONYX_INVALID;
@@ -27,6 +62,12 @@ static int run_serial(range_fn fn, const void *args, const int64_t *cuts, int64_
 }
 
 #if defined(_WIN32)
+
+static scratch_set *thread_scratch(void) {
+    static __declspec(thread) scratch_set *mine; /* (kept for the thread's life) */
+    if (!mine && (mine = calloc(1, sizeof *mine))) __atomic_fetch_add(&scratch_sets, 1, __ATOMIC_RELAXED);
+    return mine;
+}
 
 EXPORT int onyx_parallel(range_fn fn, const void *args, const int64_t *cuts, int64_t parts,
                          int64_t threads) {
@@ -41,6 +82,33 @@ EXPORT int onyx_pool_threads(void) { return 0; }
 #include <pthread.h>
 #include <sched.h>
 #include <time.h>
+
+/* The key whose destructor frees a thread's scratch set when the thread exits. */
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+static int scratch_key_ok;
+static __thread scratch_set *mine;
+
+static void scratch_exit(void *set) {
+    mine = 0; /* (a later call on this exiting thread makes a new set) */
+    scratch_free(set);
+}
+
+static void scratch_key_make(void) {
+    scratch_key_ok = pthread_key_create(&scratch_key, scratch_exit) == 0;
+}
+
+static scratch_set *thread_scratch(void) {
+    if (mine) return mine;
+    pthread_once(&scratch_once, scratch_key_make);
+    scratch_set *set = calloc(1, sizeof *set);
+    if (!set || !scratch_key_ok || pthread_setspecific(scratch_key, set) != 0) {
+        free(set);
+        return 0;
+    }
+    __atomic_fetch_add(&scratch_sets, 1, __ATOMIC_RELAXED);
+    return mine = set;
+}
 
 #define MAX_WORKERS 63
 /* How long an idle worker stays awake: spinning, then yielding its core to other threads

@@ -232,19 +232,10 @@ static AVX512 void fetch_outputs(const winograd_f32 *t, const wg_run *u, int64_t
     }
 }
 
-/* This thread's buffers (grown, never shrunk or freed: a pool worker's lives as long as the
-   process), `floats` floats, 64-byte aligned; null when out of memory. */
+/* This thread's buffers (onyx_scratch: kept between calls, freed when the thread exits),
+   `floats` floats, 64-byte aligned; null when out of memory. */
 static float *wg_scratch(int64_t floats) {
-    static __thread char *block;
-    static __thread float *buf;
-    static __thread int64_t size;
-    if (floats > size) {
-        free(block);
-        block = malloc((size_t)floats * sizeof(float) + 64);
-        buf = block ? (float *)(block + (64 - (uintptr_t)block % 64)) : 0;
-        size = block ? floats : 0;
-    }
-    return buf;
+    return onyx_scratch(SCRATCH_WINOGRAD, (size_t)floats * sizeof(float), 0);
 }
 
 /* Blocks begin <= q < end of WG_NT tiles. */
