@@ -40,6 +40,16 @@ def _attrs(data: bytes) -> dict:
     return {k: a.value for k, a in serde.loads(data).graph.nodes[0].attributes.items()}
 
 
+def _one_node_model(node) -> bytes:
+    g = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", F, [2])],
+        [helper.make_tensor_value_info("y", F, [2])],
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
 def test_memoized_attributes_are_equal_and_not_shared():
     reader.PLAIN_ATTRS.clear()
     data = _conv_model()
@@ -72,13 +82,7 @@ def test_memo_keeps_no_reference_attribute():
     unknown = helper.make_attribute("beta", 2)
     unknown.ref_attr_name = "outer"
     node.attribute.extend([unknown])
-    g = helper.make_graph(
-        [node],
-        "g",
-        [helper.make_tensor_value_info("x", F, [2])],
-        [helper.make_tensor_value_info("y", F, [2])],
-    )
-    data = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    data = _one_node_model(node)
     attrs = serde.loads(data).graph.nodes[0].attributes
     assert attrs["beta"].ref_attr_name == "outer"
     assert all(known[0] != "beta" for known in reader.PLAIN_ATTRS.values())
@@ -89,13 +93,7 @@ def test_memo_keeps_the_doc_string():
     reader.PLAIN_ATTRS.clear()
     node = helper.make_node("LeakyRelu", ["x"], ["y"], alpha=0.5)
     node.attribute[0].doc_string = "the slope"
-    g = helper.make_graph(
-        [node],
-        "g",
-        [helper.make_tensor_value_info("x", F, [2])],
-        [helper.make_tensor_value_info("y", F, [2])],
-    )
-    data = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    data = _one_node_model(node)
     for _ in range(2):  # (the second read is the memo's)
         alpha = serde.loads(data).graph.nodes[0].attributes["alpha"]
         assert (alpha.value, alpha.doc_string) == (0.5, "the slope")

@@ -10,19 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_native_pool_narrow import _Ctx, _numpy  # (the numpy oracle's call, shared)
 
-from onyx.runtime import native
 from onyx.runtime.kernels import pool
-
-
-class _Ctx:
-    n_outputs, outputs_wanted = 1, (True,)
-
-
-def _numpy(fn, args, kwargs, monkeypatch):
-    with monkeypatch.context() as m:
-        m.setattr(native._core, "lib", None)
-        return fn(*args, **kwargs)
 
 
 def _planes(rng, shape) -> np.ndarray:
