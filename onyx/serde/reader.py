@@ -87,9 +87,9 @@ def _decode(s: bytes):
 #: Serialized attribute -> (name, type, value, doc_string) of the plain small attributes read
 #: before, by any reader: a model's convs repeat a few kernel_shape / strides / pads messages,
 #: and a model created again in the process repeats all of them; reading one field by field
-#: costs several times serializing it. Only scalars, strings and short lists without anything kept in
-#: ``extras`` (their value is a function of the bytes alone; lists are kept as tuples and each
-#: Attr gets its own list). Cleared when full.
+#: costs several times serializing it. Only scalars, strings and short lists without anything
+#: kept in ``extras`` (their value is a function of the bytes alone; lists are kept as tuples
+#: and each Attr gets its own list). Cleared when full.
 PLAIN_ATTRS: dict[bytes, tuple] = {}
 _MEMO_KINDS = frozenset({A.FLOAT, A.INT, A.STRING, A.FLOATS, A.INTS, A.STRINGS})
 MEMO_MAX_BYTES = 256
@@ -236,13 +236,14 @@ class Reader:
 
     def attribute(self, a, scopes: list[dict], what: str) -> Attr:
         key = a.SerializeToString() if _small_plain(a) else None
-        if key is not None and len(key) <= MEMO_MAX_BYTES:
-            known = PLAIN_ATTRS.get(key)
-            if known is not None:
-                name, kind, value, doc = known
-                return Attr(name, kind, list(value) if type(value) is tuple else value, doc)
+        if key is not None and len(key) > MEMO_MAX_BYTES:
+            key = None
+        known = PLAIN_ATTRS.get(key) if key is not None else None
+        if known is not None:
+            name, kind, value, doc = known
+            return Attr(name, kind, list(value) if type(value) is tuple else value, doc)
         attr = self._attribute(a, scopes, what)
-        if key is not None and len(key) <= MEMO_MAX_BYTES and _plain(attr):
+        if key is not None and _plain(attr):
             if len(PLAIN_ATTRS) >= MEMO_MAX_ENTRIES:
                 PLAIN_ATTRS.clear()
             value = attr.value

@@ -169,9 +169,7 @@ class Conv1d:
         y = np.empty(self.shape, np.float32)
         b = None
         if bias is not None:
-            entry = cached_bias(
-                self, bias, self.shape[1], "1-D conv"
-            )  # (a local: alive through the call)
+            entry = cached_bias(self, bias, self.shape[1], "1-D conv")  # (alive: a local)
             b = entry[2]
         if z is not None:
             z = as_residual(z, y.shape)  # (a local: a converted copy stays alive)

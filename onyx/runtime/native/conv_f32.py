@@ -361,9 +361,7 @@ class FloatConv:
             xp = self._phased(x)
             task.x = _addr(xp)
         if bias is not None:
-            entry = cached_bias(
-                self, bias, self.task.M, "float conv"
-            )  # (a local: alive through the call)
+            entry = cached_bias(self, bias, self.task.M, "float conv")  # (alive: a local)
             task.bias = entry[2]
         if z is not None:
             z = as_residual(z, y.shape)  # (a local: a converted copy stays alive)

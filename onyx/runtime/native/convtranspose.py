@@ -109,9 +109,7 @@ class FloatConvTranspose:
         y = np.empty(self.shape, np.float32)
         task = _filled(self.task, x, y)
         if bias is not None:
-            entry = cached_bias(
-                self, bias, self.task.M, "ConvTranspose"
-            )  # (a local: alive through the call)
+            entry = cached_bias(self, bias, self.task.M, "ConvTranspose")  # (alive: a local)
             task.bias = entry[2]
         _run(core.lib.convt_f32_range, task, self.cuts, self.ways, "ConvTranspose")
         return y

@@ -135,9 +135,7 @@ class SmallConv:
         y = np.empty(self.shape, np.float32)
         b = None
         if bias is not None:
-            entry = cached_bias(
-                self, bias, self.task.M, "small conv"
-            )  # (a local: alive through the call)
+            entry = cached_bias(self, bias, self.task.M, "small conv")  # (alive: a local)
             b = entry[2]
         residual = None
         if z is not None:

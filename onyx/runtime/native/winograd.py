@@ -121,9 +121,7 @@ class WinogradConv:
         y = np.empty(self.shape, np.float32)
         task = _filled(self.task, x, y)
         if bias is not None:
-            entry = cached_bias(
-                self, bias, self.task.M, "winograd conv"
-            )  # (a local: alive through the call)
+            entry = cached_bias(self, bias, self.task.M, "winograd conv")  # (alive: a local)
             task.bias = entry[2]
         if z is not None:
             z = as_residual(z, y.shape)  # (a local: a converted copy stays alive)
