@@ -247,12 +247,8 @@ def _pairwise_sum_slabs(slabs: np.ndarray, out: np.ndarray) -> None:
     sums, whole = slabs[:8], count - count % 8
     for i in range(8, whole, 8):
         sums += slabs[i : i + 8]
-    np.add(sums[0], sums[1], out=sums[0])
-    np.add(sums[2], sums[3], out=sums[2])
-    np.add(sums[0], sums[2], out=sums[0])
-    np.add(sums[4], sums[5], out=sums[4])
-    np.add(sums[6], sums[7], out=sums[6])
-    np.add(sums[4], sums[6], out=sums[4])
+    for a, b in ((0, 1), (2, 3), (0, 2), (4, 5), (6, 7), (4, 6)):  # (numpy's tree of the 8)
+        np.add(sums[a], sums[b], out=sums[a])
     np.add(sums[0], sums[4], out=out)
     for i in range(whole, count):
         out += slabs[i]
