@@ -99,10 +99,7 @@ static __attribute__((target("avx512f"))) void pair_max_rows_avx512(const float 
             /* (max_ps gives v where either is NaN: u's NaN put back) */
             _mm512_storeu_ps(o + i, _mm512_mask_mov_ps(_mm512_max_ps(u, v), nan, u));
         }
-        for (; i < half; i++) {
-            float u = a[2 * i], v = a[2 * i + 1];
-            o[i] = (u > v || u != u) ? u : v;
-        }
+        pair_max_rows(a + 2 * i, 1, 2 * (half - i), o + i); /* (the row's last pairs) */
     }
 }
 
