@@ -14,6 +14,7 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import FUSED_ACTIVATIONS
 
 from onyx.errors import InvalidArgument
 from onyx.runtime import native
@@ -101,13 +102,7 @@ def test_fused_residual_and_activation(activation, winograd_calls):
     params = {"LeakyRelu": [0.1], "Clip": [-0.5, 0.7]}.get(activation)
     got = fused_conv(x, w, b, z, activation=activation, activation_params=params, pads=[1] * 4)
     s = _reference(x, w, b, case[5], z)
-    want = {
-        "Relu": lambda v: np.maximum(v, 0),
-        "LeakyRelu": lambda v: np.where(v < 0, 0.1 * v, v),
-        "Clip": lambda v: np.clip(v, -0.5, 0.7),
-        "Sigmoid": lambda v: 1 / (1 + np.exp(-v)),
-        "Tanh": np.tanh,
-    }[activation](s)
+    want = FUSED_ACTIVATIONS[activation](s)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     assert winograd_calls
 
