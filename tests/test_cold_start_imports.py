@@ -96,7 +96,8 @@ def test_a_family_imported_late_is_bound_to_the_library():
 def test_channels_last_and_product_kernels_import_only_what_they_run():
     # the activation codes and parameters live in native/_core, the products' threads trait
     # asks native.avx512(): neither imports a family; channels_last's numpy fallback alone
-    # needs fused.py, linalg only low_floats.py of the elementwise kernels
+    # needs fused.py (and conv.py: the conv geometry is conv_geometry.py's), linalg only
+    # low_floats.py of the elementwise kernels
     code = (
         "import sys\n"
         "import onyx\n"
@@ -114,7 +115,7 @@ def test_channels_last_and_product_kernels_import_only_what_they_run():
         "onyx.InferenceSession(m.SerializeToString())\n"
         "print(sorted(m for m in ('onyx.runtime.native.conv_f32', 'onyx.runtime.native.gemm_f32',\n"
         "    'onyx.runtime.kernels.fused', 'onyx.runtime.kernels.activation',\n"
-        "    'onyx.runtime.kernels.elementwise') if m in sys.modules))\n"
+        "    'onyx.runtime.kernels.elementwise', 'onyx.runtime.kernels.conv') if m in sys.modules))\n"
     )
     assert _fresh(code) == "[]"
 
