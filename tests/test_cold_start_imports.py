@@ -64,7 +64,8 @@ def test_an_exotic_type_in_a_model_loads_ml_dtypes_on_its_own():
 
 
 def test_a_float_cnn_imports_only_the_native_families_it_runs():
-    # the library's families are imported (and bound) when a kernel first asks for one
+    # the library's families are imported (and bound) when a kernel first asks for one (the
+    # layout pass asks for the channels-last family only where it finds a chain to run)
     code = (
         "import sys, numpy as np, onyx\n"
         "from onyx.runtime import native\n"
@@ -75,7 +76,8 @@ def test_a_float_cnn_imports_only_the_native_families_it_runs():
         "s.run(None, {i.name: x})\n"
         "print(before, sorted(m.rsplit('.', 1)[1] for m in sys.modules\n"
         "    if m.startswith('onyx.runtime.native.') and m.rsplit('.', 1)[1] in\n"
-        "    ('gemm_i8', 'trees', 'attention', 'nbits', 'rnn', 'convtranspose', 'resize')))\n"
+        "    ('gemm_i8', 'trees', 'attention', 'nbits', 'rnn', 'convtranspose', 'resize',\n"
+        "     'nhwc')))\n"
     )
     assert _fresh(code) == "['onyx.runtime.native._core'] []"
 
