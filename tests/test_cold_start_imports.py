@@ -64,7 +64,8 @@ def test_an_exotic_type_in_a_model_loads_ml_dtypes_on_its_own():
 
 
 def test_a_float_cnn_imports_only_the_native_families_it_runs():
-    # the library's families are imported (and bound) when a kernel first asks for one
+    # the library's families are imported (and bound) when a kernel first asks for one (the
+    # layout pass asks for the channels-last family only where it finds a chain to run)
     code = (
         "import sys, numpy as np, onyx\n"
         "from onyx.runtime import native\n"
@@ -75,7 +76,8 @@ def test_a_float_cnn_imports_only_the_native_families_it_runs():
         "s.run(None, {i.name: x})\n"
         "print(before, sorted(m.rsplit('.', 1)[1] for m in sys.modules\n"
         "    if m.startswith('onyx.runtime.native.') and m.rsplit('.', 1)[1] in\n"
-        "    ('gemm_i8', 'trees', 'attention', 'nbits', 'rnn', 'convtranspose', 'resize')))\n"
+        "    ('gemm_i8', 'trees', 'attention', 'nbits', 'rnn', 'convtranspose', 'resize',\n"
+        "     'nhwc')))\n"
     )
     assert _fresh(code) == "['onyx.runtime.native._core'] []"
 
@@ -96,7 +98,8 @@ def test_a_family_imported_late_is_bound_to_the_library():
 def test_channels_last_and_product_kernels_import_only_what_they_run():
     # the activation codes and parameters live in native/_core, the products' threads trait
     # asks native.avx512(): neither imports a family; channels_last's numpy fallback alone
-    # needs fused.py, linalg only low_floats.py of the elementwise kernels
+    # needs fused.py (and conv.py: the conv geometry is conv_geometry.py's), linalg only
+    # low_floats.py of the elementwise kernels
     code = (
         "import sys\n"
         "import onyx\n"
@@ -114,7 +117,7 @@ def test_channels_last_and_product_kernels_import_only_what_they_run():
         "onyx.InferenceSession(m.SerializeToString())\n"
         "print(sorted(m for m in ('onyx.runtime.native.conv_f32', 'onyx.runtime.native.gemm_f32',\n"
         "    'onyx.runtime.kernels.fused', 'onyx.runtime.kernels.activation',\n"
-        "    'onyx.runtime.kernels.elementwise') if m in sys.modules))\n"
+        "    'onyx.runtime.kernels.elementwise', 'onyx.runtime.kernels.conv') if m in sys.modules))\n"
     )
     assert _fresh(code) == "[]"
 

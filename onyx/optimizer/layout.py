@@ -438,10 +438,10 @@ def _pool_function(ctx: PassContext) -> ir.Function:
 @graph_pass("ChannelsLastTransformer", EXTENDED)
 def channels_last(ctx: PassContext) -> bool:
     """Each chain holding a depthwise conv runs channels-last (see the module's docstring)."""
-    if ctx.memo.get("channels_last_done") or ctx.opset() < 14 or not _worthwhile():
+    if ctx.memo.get("channels_last_done") or ctx.opset() < 14:
         return False
-    chains = _chains(ctx)
-    if not chains:
+    chains = _chains(ctx)  # (first: a model with no chain never imports the kernels' family)
+    if not chains or not _worthwhile():
         return False
     ctx.memo["channels_last_done"] = True
     entries: dict = {}

@@ -16,7 +16,7 @@ import numpy as np
 from .. import native
 from ..native import nhwc
 from ..registry import ONYX_DOMAIN, op
-from .conv import _conv_geometry, conv_key
+from .conv_geometry import _conv_geometry, conv_key  # (not conv.py: it imports much)
 from .derived import prepared
 
 

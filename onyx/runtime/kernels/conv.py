@@ -22,118 +22,24 @@ from ..registry import ONYX_DOMAIN, binds, op
 from . import conv1d as _conv1d
 from . import small_cnn as _small_cnn
 from . import winograd as _winograd
+from .conv_geometry import (  # noqa: F401  (the spatial helpers: their names here too)
+    MAX_EXTENT,
+    MAX_PADDED,
+    MAX_TAPS,
+    _conv_geometry,
+    check_window_attributes,
+    check_windows,
+    conv_key,
+    conv_out_shape,
+    conv_pads,
+    effective_kernel,
+    same_pads,
+    spatial_defaults,
+)
 from .derived import derived, frozen, scratch, value_key
 from .integer_conv import channel_terms, shifted, window_sums
 
 # ----------------------------------------------------------------------------- spatial helpers
-
-
-def spatial_defaults(n: int, strides, dilations, pads) -> tuple[list[int], list[int], list[int]]:
-    """strides, dilations (ones) and pads (zeros, 2n long) with the spec's defaults filled in."""
-    return (
-        list(strides) if strides else [1] * n,
-        list(dilations) if dilations else [1] * n,
-        list(pads) if pads else [0] * (2 * n),
-    )
-
-
-#: The longest padded axis a windowed op (conv, pooling) takes: beyond, its sizes come from a
-#: broken or hostile model (dilations near 2**32, kernels near 2**63), and the native kernels
-#: (checks.h) would refuse them too.
-MAX_EXTENT = 1 << 30
-#: The most cells of one padded image (the product of the padded axes).
-MAX_PADDED = 1 << 36
-#: The most window taps (outputs x kernel cells) a pooling op may read: its kernel is an
-#: attribute, bounded by no tensor.
-MAX_TAPS = 1 << 40
-
-
-def check_window_attributes(op: str, n: int, kernel, strides, dilations, pads) -> None:
-    """ValueError naming op and the attribute unless kernel, strides and dilations are n
-    positive sizes and pads 2n, all within MAX_EXTENT (the plan reports it as the node's)."""
-    if len(kernel) == len(strides) == len(dilations) == n and len(pads) == 2 * n:
-        for k, s, d in zip(kernel, strides, dilations):  # (every call: one cheap loop)
-            if not (0 < k <= MAX_EXTENT and 0 < s <= MAX_EXTENT and 0 < d <= MAX_EXTENT):
-                break
-        else:
-            if not pads or (min(pads) >= -MAX_EXTENT and max(pads) <= MAX_EXTENT):
-                return
-    for name, values, least, count in (
-        ("kernel_shape", kernel, 1, n),
-        ("strides", strides, 1, n),
-        ("dilations", dilations, 1, n),
-        ("pads", pads, None, 2 * n),
-    ):
-        values = list(values)
-        if len(values) != count:
-            raise ValueError(f"{op}: {name} {values} should have {count} values")
-        for v in values:
-            if (least is not None and v < least) or abs(v) > MAX_EXTENT:
-                limit = f"in [{least}, 2**30]" if least is not None else "within +-2**30"
-                raise ValueError(f"{op}: {name} {values} out of range: each must be {limit}")
-
-
-def check_windows(op: str, in_shape, kernel, strides, dilations, pads, out_shape) -> None:
-    """ValueError naming op unless every window fits its padded input (no negative output
-    size) and the padded axes stay within MAX_EXTENT and MAX_PADDED."""
-    n = len(in_shape)
-    cells, fits = 1, True
-    for i in range(n):  # (every call: one cheap loop)
-        reach = (out_shape[i] - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1
-        extent = max(in_shape[i] + pads[i] + pads[n + i], reach)
-        cells *= extent
-        fits = fits and out_shape[i] >= 1 and extent <= MAX_EXTENT
-    if fits and cells <= MAX_PADDED:
-        return
-    padded = [in_shape[i] + pads[i] + pads[n + i] for i in range(n)]
-    reach = [(out_shape[i] - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1 for i in range(n)]
-    extents = [max(p, r) for p, r in zip(padded, reach)]
-    eff = effective_kernel(kernel, dilations)
-    for i in range(n):
-        if out_shape[i] < 0 or (out_shape[i] == 0 and in_shape[i] > 0 and padded[i] < eff[i]):
-            raise ValueError(
-                f"{op}: the window along spatial axis {i} ({eff[i]} cells: kernel_shape "
-                f"{list(kernel)}, dilations {list(dilations)}) is larger than the padded input "
-                f"({padded[i]} cells)"
-            )
-    if max(extents, default=0) > MAX_EXTENT or math.prod(extents) > MAX_PADDED:
-        raise ValueError(
-            f"{op}: the padded input would be {' x '.join(map(str, extents))} cells (pads "
-            f"{list(pads)}, dilations {list(dilations)}): more than onyx takes (2**30 per "
-            f"axis, 2**36 in all)"
-        )
-
-
-def effective_kernel(kernel, dilations) -> list[int]:
-    """Extent of a dilated kernel: (k - 1) * d + 1."""
-    return [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
-
-
-def same_pads(auto_pad: str, total: list[int]) -> list[int]:
-    """Split total paddings per SAME_UPPER (extra at the end) or SAME_LOWER (extra at the start)."""
-    if auto_pad == "SAME_UPPER":
-        begin = [t // 2 for t in total]
-    else:
-        begin = [t - t // 2 for t in total]
-    return begin + [t - b for t, b in zip(total, begin)]
-
-
-def conv_pads(auto_pad: str, in_shape, kernel, strides, dilations, pads) -> list[int]:
-    """Explicit [begins..., ends...] pads of a forward convolution for any auto_pad mode."""
-    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        eff = effective_kernel(kernel, dilations)
-        out = [-(-i // s) for i, s in zip(in_shape, strides)]
-        total = [max(0, (o - 1) * s + e - i) for o, s, e, i in zip(out, strides, eff, in_shape)]
-        return same_pads(auto_pad, total)
-    if auto_pad == "VALID":
-        return [0] * (2 * len(in_shape))
-    return list(pads)
-
-
-def conv_out_shape(in_shape, kernel, strides, dilations, pads) -> list[int]:
-    n = len(in_shape)
-    eff = effective_kernel(kernel, dilations)
-    return [(in_shape[i] + pads[i] + pads[n + i] - eff[i]) // strides[i] + 1 for i in range(n)]
 
 
 def pad_spatial(x: np.ndarray, begin, end, value=0) -> np.ndarray:
@@ -428,19 +334,6 @@ def _conv_depthwise(
     return y.reshape(final_shape)
 
 
-def _conv_geometry(
-    x_shape, w_shape, auto_pad, pads, strides, dilations, kernel_shape, op: str = "Conv"
-):
-    n = len(x_shape) - 2
-    kernel = list(kernel_shape) if kernel_shape else list(w_shape[2:])
-    strides, dilations, pads = spatial_defaults(n, strides, dilations, pads)
-    check_window_attributes(op, n, kernel, strides, dilations, pads)
-    pads = conv_pads(auto_pad, x_shape[2:], kernel, strides, dilations, pads)
-    out_shape = conv_out_shape(x_shape[2:], kernel, strides, dilations, pads)
-    check_windows(op, x_shape[2:], kernel, strides, dilations, pads, out_shape)
-    return dict(pads=pads, strides=strides, dilations=dilations, out_shape=out_shape)
-
-
 def _float_conv(
     x_shape, W, group: int, attrs: tuple, activation: int, alpha: float, beta: float
 ) -> native.FloatConv | None:
@@ -606,12 +499,6 @@ def _depthwise_setup(x_shape, W, attrs: tuple, activation: tuple) -> native.Plan
     return native.depthwise_setup(
         x_shape, W, geo["out_shape"], geo["strides"], geo["dilations"], begin, activation
     )
-
-
-def conv_key(*attributes) -> tuple:
-    """A conv's geometry attributes as a hashable ``attrs`` (native_conv_f32's: auto_pad,
-    pads, strides, dilations, kernel_shape)."""
-    return tuple(tuple(v) if isinstance(v, list) else v for v in attributes)
 
 
 def float32_weights(W: np.ndarray, B: np.ndarray | None) -> tuple:
