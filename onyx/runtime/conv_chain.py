@@ -185,7 +185,7 @@ class ChainStep:
 
     def __init__(self, plan, layers: list[_Layer], inputs: list[int], exports: list[int]):
         self.plan, self.layers, self.inputs, self.exports = plan, layers, inputs, exports
-        #: signature -> _Setup, or None where some layer has no native path for it
+        #: signature -> ChainSetup, or None where some layer has no native path for it
         self.setups: dict = {}
         self.last = None  # (the last set-up used: most runs repeat their signature)
 
@@ -208,7 +208,7 @@ class ChainStep:
         else:
             if len(self.setups) >= SIGNATURES:
                 self.setups.clear()
-            s = self.setups[key] = _Setup.make(self, xs, key[0])
+            s = self.setups[key] = ChainSetup.make(self, xs, key[0])
         self.last = s
         return s
 
@@ -233,7 +233,7 @@ class ChainStep:
         return tuple(values[e] for e in self.exports)
 
 
-class _Setup:
+class ChainSetup:
     """A ChainStep's native program for one input signature."""
 
     __slots__ = (
@@ -245,7 +245,7 @@ class _Setup:
     def make(cls, chain: ChainStep, xs, setting: int):
         try:
             return cls(chain, xs, setting)
-        except _NoChain:
+        except NoNativePath:
             return None
 
     def __init__(self, chain: ChainStep, xs, setting: int):
@@ -261,18 +261,18 @@ class _Setup:
         known = {slot: (x.shape, x.strides) for slot, x in zip(chain.inputs, xs)}
         for x in xs:
             if x.dtype != np.float32 or x.ndim != 4 or not x.size or min(x.strides) < 0:
-                raise _NoChain
+                raise NoNativePath
         template = chain.plan.template
         tasks, self.convs = [], []
         for layer in chain.layers:
             shape, strides = known[layer.slots["X"]]
-            task = _task(layer, shape, strides, template, known, nhwc)
+            task = layer_task(layer, shape, strides, template, known, nhwc)
             self.convs.append(task[0])  # (the set-up owns the packed weights)
             out_shape = task[-1]
             known[layer.out] = (out_shape, _contiguous(out_shape))
             tasks.append(task)
         lives = _lifetimes(chain.layers, set(chain.exports) | set(chain.inputs))
-        offsets, self.scratch_bytes = _lay_out(lives, known)
+        offsets, self.scratch_bytes = lay_out(lives, known)
         self.out_shapes = [known[s][0] for s in chain.exports]
         self.out_sizes = [int(np.prod(s)) for s in self.out_shapes]
 
@@ -347,7 +347,7 @@ _PRIVATE = threading.local()
 _F32 = np.dtype(np.float32)
 
 
-class _NoChain(Exception):
+class NoNativePath(Exception):
     """A layer has no native path for this signature (its steps then run one by one)."""
 
 
@@ -370,14 +370,14 @@ def _aligned_bytes(n: int) -> np.ndarray:
     return buf[start : start + max(n, 4)]
 
 
-def _task(layer: _Layer, shape, strides, template, known, nhwc) -> tuple:
+def layer_task(layer: _Layer, shape, strides, template, known, nhwc) -> tuple:
     """(owner, task struct, cuts, parts, ways, output shape) of one layer on an input of this
-    shape and byte strides, as its kernel sets it up; _NoChain where it does not apply."""
+    shape and byte strides, as its kernel sets it up; NoNativePath where it does not apply."""
     from .native._core import _check_sizes
 
     if layer.op == "NhwcGlobalAveragePool":
         if strides != _contiguous(shape):
-            raise _NoChain
+            raise NoNativePath
         from .native.nhwc import _mean_setup
 
         task, cuts, ways = _mean_setup(tuple(shape), _thread_setting())
@@ -391,46 +391,46 @@ def _task(layer: _Layer, shape, strides, template, known, nhwc) -> tuple:
     B = template[b_slot] if b_slot >= 0 else None
     code = activation_code(layer.activation, layer.params)
     if code is None or W.ndim != 4 or any(s % 4 for s in strides):
-        raise _NoChain
+        raise NoNativePath
     M, Cg = W.shape[:2]
     group = layer.group
     depthwise = group == C == M and Cg == 1
     if not (depthwise or (group == 1 and Cg == C)):
-        raise _NoChain
+        raise NoNativePath
     if B is not None and B.shape != (M,):
-        raise _NoChain
+        raise NoNativePath
     try:
         _check_sizes("conv", *shape, *W.shape)
         geo = _conv_geometry((N, C, H, Wd), W.shape, *layer.geometry)
     except Exception:  # (the layer's own kernel reports it, one by one)
-        raise _NoChain from None
+        raise NoNativePath from None
     if min(geo["pads"]) < 0 or min(geo["out_shape"]) <= 0:
-        raise _NoChain
+        raise NoNativePath
     conv = nhwc.NhwcConv(shape, W, B, geo, code)
     kind = conv.task.kind
     if kind == nhwc.DEPTHWISE and strides[3] != 4:
-        raise _NoChain
+        raise NoNativePath
     if kind == nhwc.POINTWISE and strides != _contiguous(shape):
-        raise _NoChain
+        raise NoNativePath
     conv.set_strides(strides)
     _extras(layer, conv, shape, known, nhwc)
     return conv, conv.task, conv.cuts, conv.parts, conv.ways, conv.shape
 
 
 def _extras(layer: _Layer, conv, shape, known, nhwc) -> None:
-    """_NoChain unless the layer's S and Z are as the native conv takes them."""
+    """NoNativePath unless the layer's S and Z are as the native conv takes them."""
     s_slot, z_slot = layer.slots.get("S", -1), layer.slots.get("Z", -1)
     if s_slot >= 0:
         s_shape, s_strides = known.get(s_slot, (None, None))
         want = (shape[0], 1, 1, shape[3])
         if conv.task.kind != nhwc.POINTWISE or s_shape != want:
-            raise _NoChain
+            raise NoNativePath
         if s_strides != _contiguous(want) and shape[0] * shape[3] > 1:
-            raise _NoChain
+            raise NoNativePath
     if z_slot >= 0:
         z_shape, z_strides = known.get(z_slot, (None, None))
         if z_shape != conv.shape or z_strides != _contiguous(z_shape):
-            raise _NoChain
+            raise NoNativePath
 
 
 def _thread_setting() -> int:
@@ -452,7 +452,7 @@ def _lifetimes(layers: list[_Layer], outside: set[int]) -> dict[int, tuple[int, 
     return lives
 
 
-def _lay_out(lives: dict, known: dict) -> tuple[dict[int, int], int]:
+def lay_out(lives: dict, known: dict) -> tuple[dict[int, int], int]:
     """Byte offsets in one scratch for the values of ``lives`` (two whose lives overlap, a
     layer's output and its inputs included, never share a byte), and the scratch's size."""
     placed: list[tuple[int, int, int]] = []  # (offset, end, last reader)
