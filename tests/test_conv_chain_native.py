@@ -245,3 +245,21 @@ def test_entry_runs_a_step_as_the_layer():
     np.testing.assert_array_equal(y, conv(x))
     with pytest.raises(ValueError):
         program(np.zeros(2, np.int64))
+
+
+@pytest.mark.parametrize("limit", [None, "KEPT_SCRATCH", "SPLIT_SCRATCH"])
+def test_large_runs_go_layer_by_layer(forced, monkeypatch, chain_runs, limit):
+    """A run whose scratch passes the limit (SPLIT_SCRATCH: where a layer is split between
+    threads, here every one) runs its layers one by one."""
+    from onyx.runtime import native
+
+    if limit is not None:
+        monkeypatch.setattr(conv_chain, limit, 0)
+    monkeypatch.setattr(nhwc, "_GROUP1_MACS", 2)  # (every layer worth two threads)
+    monkeypatch.setattr(nhwc, "_DEPTHWISE_MACS", 2)
+    chained, plain = _sessions(mobile_net(16, 64, 1, 18, hw=(24, 24)), monkeypatch, threads=2)
+    feeds = _image(2, (24, 24))
+    with native.threads(2):
+        for _ in range(3):
+            np.testing.assert_array_equal(chained.run(None, feeds)[0], plain.run(None, feeds)[0])
+    assert (chain_runs[0] > 0) == (limit is None and conv_chain.enabled())

@@ -35,8 +35,13 @@ CHAINABLE = {
     "NhwcScaledFusedConvAdd": (None, ("X", "S", "W", "B", "Z")),
     "NhwcGlobalAveragePool": (None, ("X",)),
 }
-#: Scratch bytes a ChainStep keeps between runs at most (a larger one is allocated per run).
+#: Scratch bytes a chain may keep between runs (a larger run goes layer by layer: its layers
+#: take long enough that returning to Python between them costs next to nothing).
 KEPT_SCRATCH = 16 << 20
+#: Scratch bytes past which a run whose layers are split between threads goes layer by layer
+#: (measured on a loaded 2-core machine, MobileNet at 96x96: chained, batch 4 and 8 at two
+#: threads took longer than layer by layer; batch 1 and 2 took less).
+SPLIT_SCRATCH = 2 << 20
 #: Input signatures a ChainStep keeps set-ups for (a new one past this starts afresh).
 SIGNATURES = 4
 _ALIGN = 64
@@ -238,7 +243,7 @@ class ChainSetup:
 
     __slots__ = (
         *("program", "sigs", "setting", "out_shapes", "out_sizes", "scratch"),
-        *("scratch_bytes", "bases", "lock", "first_out", "convs"),
+        *("scratch_bytes", "bases", "bases_at", "lock", "first_out", "convs"),
     )
 
     @classmethod
@@ -273,6 +278,9 @@ class ChainSetup:
             tasks.append(task)
         lives = _lifetimes(chain.layers, set(chain.exports) | set(chain.inputs))
         offsets, self.scratch_bytes = lay_out(lives, known)
+        split = any(task[4] > 1 for task in tasks)
+        if self.scratch_bytes > (min(SPLIT_SCRATCH, KEPT_SCRATCH) if split else KEPT_SCRATCH):
+            raise NoNativePath
         self.out_shapes = [known[s][0] for s in chain.exports]
         self.out_sizes = [int(np.prod(s)) for s in self.out_shapes]
 
@@ -295,11 +303,10 @@ class ChainSetup:
         sizes += [4 * n for n in self.out_sizes]
         self.program = ChainProgram(steps, sizes)
         self.bases = np.zeros(len(sizes), np.int64)
+        self.bases_at = self.bases.ctypes.data
         self.first_out = 1 + n_in
-        self.scratch = None
-        if self.scratch_bytes <= KEPT_SCRATCH:
-            self.scratch = _aligned_bytes(self.scratch_bytes)
-            self.bases[0] = self.scratch.ctypes.data
+        self.scratch = _aligned_bytes(self.scratch_bytes)
+        self.bases[0] = self.scratch.ctypes.data
         self.lock = threading.Lock()
 
     def fits(self, xs) -> bool:
@@ -320,12 +327,16 @@ class ChainSetup:
         outs = [_aligned(shape, size) for shape, size in zip(self.out_shapes, self.out_sizes)]
         mine = self.lock.acquire(False)
         try:
-            bases = self.bases if mine and self.scratch is not None else self._private()
+            if mine:
+                bases, at = self.bases, self.bases_at
+            else:
+                bases = self._private()
+                at = bases.ctypes.data
             for k, x in enumerate(xs):
                 bases[1 + k] = _base_addr(x)
             for k, (_, address) in enumerate(outs):
                 bases[self.first_out + k] = address
-            self.program(bases)
+            self.program.run_at(at)
         finally:
             if mine:
                 self.lock.release()
@@ -334,8 +345,8 @@ class ChainSetup:
         return tuple(y for y, _ in outs)
 
     def _private(self) -> np.ndarray:
-        """Bases with a scratch of their own (another thread runs the kept one, or none is
-        kept); the scratch lives as long as the bases' owner holds it (below: the call)."""
+        """Bases with a scratch of their own (another thread runs the kept one); the scratch
+        lives until this thread's next private call (the bases' user returns before)."""
         bases = self.bases.copy()
         scratch = _aligned_bytes(self.scratch_bytes)
         bases[0] = scratch.ctypes.data

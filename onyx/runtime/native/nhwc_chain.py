@@ -60,7 +60,12 @@ class ChainProgram:
         """Runs the steps on bases (int64 addresses, one per size)."""
         if bases.shape != (self.nbases,) or bases.dtype != np.int64:
             raise ValueError(f"a chain of {self.nbases} bases got {bases.shape} {bases.dtype}")
-        status = _CALL[0](self.steps_at, self.n, bases.ctypes.data, self.sizes_at, self.nbases)
+        self.run_at(bases.ctypes.data)
+
+    def run_at(self, bases_at: int) -> None:
+        """__call__ given the address of the bases (an int64 array of nbases: the caller's
+        own, checked once when it made it)."""
+        status = _CALL[0](self.steps_at, self.n, bases_at, self.sizes_at, self.nbases)
         if status:
             check(status, "channels-last chain")
 
