@@ -118,7 +118,8 @@ def _layer(plan, step: Step) -> _Layer | None:
 def fuse(plan, steps: list[Step], out_slots, first: int = 0) -> list[Step]:
     """``steps`` with each run of two or more consecutive chain layers (from index ``first``
     on) replaced by one ChainStep."""
-    if not enabled():
+    chainable = [s.node.op_type in CHAINABLE and s.node.domain == ONYX_DOMAIN for s in steps]
+    if sum(chainable) < 2 or not enabled():  # (enabled loads the library: only for these)
         return steps
     result, run = list(steps[:first]), []
     later = _readers_after(steps)
