@@ -38,10 +38,6 @@ CHAINABLE = {
 #: Scratch bytes a chain may keep between runs (a larger run goes layer by layer: its layers
 #: take long enough that returning to Python between them costs next to nothing).
 KEPT_SCRATCH = 16 << 20
-#: Scratch bytes past which a run whose layers are split between threads goes layer by layer
-#: (measured on a loaded 2-core machine, MobileNet at 96x96: chained, batch 4 and 8 at two
-#: threads took longer than layer by layer; batch 1 and 2 took less).
-SPLIT_SCRATCH = 2 << 20
 #: Input signatures a ChainStep keeps set-ups for (a new one past this starts afresh).
 SIGNATURES = 4
 _ALIGN = 64
@@ -191,6 +187,13 @@ class ChainStep:
 
     def __init__(self, plan, layers: list[_Layer], inputs: list[int], exports: list[int]):
         self.plan, self.layers, self.inputs, self.exports = plan, layers, inputs, exports
+        #: per layer: the values it is the last to read that only the run reads (dropped
+        #: after it when the layers run one by one: a layer's kept output is written again
+        #: only once nothing else holds it, nhwc.NhwcConv._output)
+        lives = _lifetimes(layers, set(exports) | set(inputs))
+        self.drops = [
+            [s for s, (_, dies) in lives.items() if dies == j] for j in range(len(layers))
+        ]
         #: signature -> ChainSetup, or None where some layer has no native path for it
         self.setups: dict = {}
         self.last = None  # (the last set-up used: most runs repeat their signature)
@@ -222,7 +225,7 @@ class ChainStep:
         """The run's own steps, each as the runner calls it."""
         values = dict(zip(self.inputs, xs))
         template = self.plan.template
-        for layer in self.layers:
+        for layer, drops in zip(self.layers, self.drops):
             step = layer.step
             args = [
                 None if i < 0 else (values[i] if i in values else template[i]) for i in step.ins
@@ -234,6 +237,9 @@ class ChainStep:
             except Exception as e:
                 raise self.plan.failure(step, args, e) from e
             values[layer.out] = r[0] if r.__class__ is tuple else r
+            del args, r
+            for slot in drops:
+                del values[slot]
         if len(self.exports) == 1:
             return values[self.exports[0]]
         return tuple(values[e] for e in self.exports)
@@ -279,8 +285,7 @@ class ChainSetup:
             tasks.append(task)
         lives = _lifetimes(chain.layers, set(chain.exports) | set(chain.inputs))
         offsets, self.scratch_bytes = lay_out(lives, known)
-        split = any(task[4] > 1 for task in tasks)
-        if self.scratch_bytes > (min(SPLIT_SCRATCH, KEPT_SCRATCH) if split else KEPT_SCRATCH):
+        if self.scratch_bytes > KEPT_SCRATCH:
             raise NoNativePath
         self.out_shapes = [known[s][0] for s in chain.exports]
         self.out_sizes = [int(np.prod(s)) for s in self.out_shapes]
