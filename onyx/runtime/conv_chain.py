@@ -212,9 +212,8 @@ class ChainStep:
         if not all(x.__class__ is np.ndarray for x in xs):
             return None
         key = (thread_setting(), *((x.shape, x.strides, x.dtype.str) for x in xs))
-        if key in self.setups:
-            s = self.setups[key]
-        else:
+        s = self.setups.get(key, _UNSEEN)  # (one look-up: another thread may clear it)
+        if s is _UNSEEN:
             if len(self.setups) >= SIGNATURES:
                 self.setups.clear()
             s = self.setups[key] = ChainSetup.make(self, xs, key[0])
@@ -261,8 +260,12 @@ class ChainSetup:
             return None
 
     def __init__(self, chain: ChainStep, xs, setting: int):
-        from .native import nhwc
+        from .native import nhwc, thread_setting
+        from .native.nhwc import _aligned, _base_addr
         from .native.nhwc_chain import NONE, ChainProgram
+
+        # (bound here, not at import: plan.py imports this module, the library loads later)
+        _Native.setting, _Native.aligned, _Native.base_addr = thread_setting, _aligned, _base_addr
 
         self.setting = setting
         self.sigs = tuple((x.shape, x.strides) for x in xs)
@@ -316,9 +319,7 @@ class ChainSetup:
         self.lock = threading.Lock()
 
     def fits(self, xs) -> bool:
-        from .native import thread_setting
-
-        if thread_setting() != self.setting or len(xs) != len(self.sigs):
+        if _Native.setting() != self.setting or len(xs) != len(self.sigs):
             return False
         for x, (shape, strides) in zip(xs, self.sigs):
             if x.__class__ is not np.ndarray or x.dtype != _F32:
@@ -328,9 +329,8 @@ class ChainSetup:
         return True
 
     def run(self, xs):
-        from .native.nhwc import _aligned, _base_addr
-
-        outs = [_aligned(shape, size) for shape, size in zip(self.out_shapes, self.out_sizes)]
+        aligned, base_addr = _Native.aligned, _Native.base_addr
+        outs = [aligned(shape, size) for shape, size in zip(self.out_shapes, self.out_sizes)]
         mine = self.lock.acquire(False)
         try:
             if mine:
@@ -339,7 +339,7 @@ class ChainSetup:
                 bases = self._private()
                 at = bases.ctypes.data
             for k, x in enumerate(xs):
-                bases[1 + k] = _base_addr(x)
+                bases[1 + k] = base_addr(x)
             for k, (_, address) in enumerate(outs):
                 bases[self.first_out + k] = address
             self.program.run_at(at)
@@ -361,6 +361,15 @@ class ChainSetup:
 
 
 _PRIVATE = threading.local()
+
+
+class _Native:
+    """The native module's functions a set-up's calls use (ChainSetup binds them)."""
+
+    setting = aligned = base_addr = None
+
+
+_UNSEEN = object()
 _F32 = np.dtype(np.float32)
 
 
