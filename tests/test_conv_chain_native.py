@@ -189,7 +189,7 @@ def test_scratch_layout_keeps_live_values_apart():
 
 def _one_conv():
     """An NhwcConv of a (1, 5, 6, 8) input to (1, 5, 6, 16), its input and output sizes."""
-    from onyx.runtime.kernels.conv import _conv_geometry
+    from onyx.runtime.kernels.conv_geometry import _conv_geometry
 
     w = RNG.standard_normal((16, 8, 3, 3)).astype(np.float32)
     geo = _conv_geometry((1, 8, 5, 6), w.shape, "NOTSET", [1, 1, 1, 1], None, None, None)

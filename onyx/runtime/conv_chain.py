@@ -70,7 +70,7 @@ class _Layer:
         self.out = step.outs[0]
         if self.op == "NhwcGlobalAveragePool":
             return
-        from .kernels.conv import conv_key
+        from .kernels.conv_geometry import conv_key
 
         self.activation = attrs.get("activation", "") if fixed is None else fixed
         params = attrs.get("activation_params") if fixed is None else None
@@ -409,7 +409,7 @@ def layer_task(layer: _Layer, shape, strides, template, known, nhwc) -> tuple:
         task, cuts, ways = _mean_setup(tuple(shape), _thread_setting())
         return task, task, cuts, len(cuts) - 1, ways, (shape[0], 1, 1, shape[3])
     from .kernels.channels_last import activation_code
-    from .kernels.conv import _conv_geometry
+    from .kernels.conv_geometry import _conv_geometry
 
     N, H, Wd, C = shape
     W = template[layer.slots["W"]]
