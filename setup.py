@@ -34,6 +34,7 @@ setup(
                 "onyx/runtime/native/attention.c",
                 "onyx/runtime/native/gemm_f32.c",
                 "onyx/runtime/native/nhwc.c",
+                "onyx/runtime/native/nhwc_chain.c",
                 "onyx/runtime/native/small_cnn.c",
                 "onyx/runtime/native/winograd.c",
                 "onyx/runtime/native/turn.c",

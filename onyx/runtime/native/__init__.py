@@ -157,6 +157,7 @@ _EXPORTS = {
         "skip_layer_norm_f32",
         "softmax_rows_f32",
     ),
+    "nhwc_chain": ("ChainProgram",),
     "small_cnn": (
         "MAX_CHANNELS",
         "MAX_PIXELS",
@@ -257,6 +258,7 @@ FAMILY_NAMES = (
     "small_cnn",
     "winograd",
     "turn",
+    "nhwc_chain",
 )
 _core.start(())  # (the library: loaded at once; each family binds when it is imported)
 

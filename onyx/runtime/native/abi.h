@@ -509,6 +509,16 @@ ONYX_STRUCT(small_conv_f32, ONYX_SMALL_CONV_F32)
     F(S, int64_t, act, ) F(S, float, alpha, ) F(S, float, beta, )
 ONYX_STRUCT(winograd_f32, ONYX_WINOGRAD_F32)
 
+/* ------------------------------------------- chains of channels-last steps (nhwc_chain.c) */
+
+/* One step of a chain: an nhwc.c task (its pointers unused) and where its tensors lie, each
+   as (base, byte offset) into the call's bases (base -1: none; x and y are required). */
+#define ONYX_CHAIN_STEP(F, S)                                                                \
+    F(S, const nhwc_task *, task, ) F(S, const int64_t *, cuts, )                            \
+    F(S, int64_t, parts, ) F(S, int64_t, ways, )                                             \
+    F(S, int64_t, refs, [8]) /* x, y, s, z: base and byte offset each */
+ONYX_STRUCT(chain_step, ONYX_CHAIN_STEP)
+
 /* Every struct above, for abi.c's table. */
 #define ONYX_STRUCTS(X)                                                                      \
     X(operand, ONYX_OPERAND) X(epilogue, ONYX_EPILOGUE) X(gemm_task, ONYX_GEMM_TASK)         \
@@ -534,6 +544,7 @@ ONYX_STRUCT(winograd_f32, ONYX_WINOGRAD_F32)
     X(svm_task, ONYX_SVM_TASK)                                                               \
     X(small_conv_f32, ONYX_SMALL_CONV_F32)                                                   \
     X(ml_call, ONYX_ML_CALL) X(linear_chain, ONYX_LINEAR_CHAIN)                             \
-    X(winograd_f32, ONYX_WINOGRAD_F32)
+    X(winograd_f32, ONYX_WINOGRAD_F32)                                                       \
+    X(chain_step, ONYX_CHAIN_STEP)
 
 #endif
