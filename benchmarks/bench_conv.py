@@ -159,6 +159,20 @@ SHAPES = [
         (32, 16, 3, 3),
         dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], output_padding=[1, 1]),
     ),
+    # onnx's light models (issue 23's worst rows): SqueezeNet's fire modules and Inception
+    # v2's reduction blocks (stride-2 3x3 convs on 14x14 and 28x28) and 7x7 tail
+    _conv("squeezenet 3x3/2 3>64@224", 3, 224, 64, 3, 2, pad=0),
+    _conv("squeezenet 1x1 128>16@55", 128, 55, 16, 1),
+    _conv("squeezenet 1x1 16>64@55", 16, 55, 64, 1),
+    _conv("squeezenet 3x3 16>64@55", 16, 55, 64, 3),
+    _conv("squeezenet 3x3 64>256@13", 64, 13, 256, 3),
+    _conv("squeezenet 1x1 512>1000@13", 512, 13, 1000, 1),
+    _conv("inception 3x3/2 96@28", 96, 28, 96, 3, 2),
+    _conv("inception 3x3/2 128>160@28", 128, 28, 160, 3, 2),
+    _conv("inception 3x3/2 128>192@14", 128, 14, 192, 3, 2),
+    _conv("inception 3x3/2 256@14", 256, 14, 256, 3, 2),
+    _conv("inception 3x3 192>320@7", 192, 7, 320, 3),
+    _conv("inception 1x1 1024>192@7", 1024, 7, 192, 1),
     # the tiny fixtures of tests/models (32x32 images)
     _conv("tiny 3x3 3>16@32", 3, 32, 16, 3),
     _pool("tiny maxpool 3x3 16@32", "MaxPool", 16, 32, 3, 1, 1),
