@@ -485,9 +485,13 @@ class _Turn:
     def release(self, failed: bool = False) -> None:
         """End a run; the turn stays with its thread until its slice ends, unless the run
         failed (Ctrl-C, say: the thread may never run again) or, others waiting, it ends the
-        thread's usual streak of runs (it will most likely not come back soon). (Giving the
-        turn up at a usual streak's end with nobody waiting was measured and left: a thread
-        whose streak went on then queued behind the threads that arrived meanwhile.)"""
+        thread's usual streak of runs (it will most likely not come back soon). With nobody
+        waiting, a run ending a usual streak leaves the turn with its thread but idle: a run
+        arriving on another thread takes it at once, where it waited IDLE_SECONDS (a
+        server's next request on another worker, a benchmark's next round; and woken, its
+        caches cold). (Giving the turn up at a usual streak's end with nobody waiting was
+        measured and left: a thread whose streak went on then queued behind the threads
+        that arrived meanwhile. Idle, the thread back first keeps it.)"""
         now = _now()
         mine = _leaving.__dict__.get("hook")
         streak_over = mine is not None and mine.ends(now)
@@ -495,7 +499,10 @@ class _Turn:
             if self.owner != _thread.get_ident():
                 return  # (taken from it, or a fork in between)
             self.depth -= 1
-            self.released = now
+            # (a run that likely ends its thread's streak, nobody waiting: the turn counts
+            # as idle at once, so that a run arriving on another thread takes it now instead
+            # of waiting IDLE_SECONDS for nothing; the thread, back sooner, keeps it)
+            self.released = now - IDLE_SECONDS if streak_over else now
             if self.queue:
                 self.core = _core()  # (a waiter that takes the turn over moves there)
                 if _turn_wait is not None:
