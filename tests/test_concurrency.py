@@ -3,6 +3,7 @@ side, and a child forked while another thread runs is not left waiting for that 
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import threading
@@ -311,8 +312,8 @@ def test_an_interrupted_wait_for_the_turn_leaves_the_queue(monkeypatch, bells):
 
 @pytest.mark.parametrize("bells", ["locks", "native"])
 def test_a_slice_ends_once_its_runs_took_a_slice_of_time(monkeypatch, bells):
-    """Runs of 20 ms each (their sessions' Pace) in slices of 50 ms: the holder hands the
-    turn to the waiter as its 4th run starts, though the wall clock (each run takes
+    """Runs of 20 ms each (their sessions' Pace) in slices of 50 ms (RUN_SLICES times that
+    with turn.c): the holder hands the turn to the waiter as its 4th run starts (6th), though the wall clock (each run takes
     microseconds here; the wall-clock slice made 10**6 times longer for turn.c) has not
     ended its slice (a slice of wall time only: the check can fail)."""
     monkeypatch.setattr(concurrency, "_turns", concurrency._Turn())  # noqa: SLF001
@@ -332,7 +333,9 @@ def test_a_slice_ends_once_its_runs_took_a_slice_of_time(monkeypatch, bells):
         runs += 1
         turn.release()
     waiter.join(10)
-    assert runs == 4 and got and got[0][1] != threading.get_ident()
+    native = concurrency._turn_wait is not None  # noqa: SLF001
+    slice_runs = 0.05 * (concurrency.RUN_SLICES if native else 1) / 0.02
+    assert runs == 1 + math.ceil(slice_runs) and got and got[0][1] != threading.get_ident()
 
 
 def _bench_concurrency():

@@ -363,7 +363,7 @@ class _Turn:
     def _over(self) -> bool:
         """Whether the holder's slice is over: its runs took SLICE_SECONDS (by their
         sessions' Pace), or its wall-clock slice has ended."""
-        return self.spent >= SLICE_SECONDS or _now() >= self.deadline
+        return self.spent >= _run_slice() or _now() >= self.deadline
 
     def _new_slice(self) -> None:
         """A slice of SLICE_SECONDS of runs; with turn.c, of WALL_SLICES times that in wall
@@ -570,6 +570,18 @@ class _GiveBackAtThreadEnd:
 LATE_SECONDS = 0.001
 #: With turn.c, a slice's wall-clock length at most, in SLICE_SECONDS (``_Turn._new_slice``).
 WALL_SLICES = 8
+#: With turn.c, a slice's length in its runs' time, in SLICE_SECONDS (``_Turn._over``). Each
+#: hand-over cost the threads about ten futex calls (the waiter's wake, the GIL fought over
+#: by the old holder, the new one and the caller's thread); a 100-run job of a 37-us model
+#: outlasted a 5-ms slice (its runs' Pace, cold runs included, near 50 us), and a slice ending
+#: mid-job added a hand-over and a wait for its thread. The watcher still looks every
+#: SLICE_SECONDS, so a holder that stops calling loses the turn as soon as before. (Without
+#: turn.c a waiter looks at the slice's end: a longer slice would keep an idle turn longer.)
+RUN_SLICES = 2
+
+
+def _run_slice() -> float:
+    return SLICE_SECONDS * (RUN_SLICES if _turn_wait is not None else 1)
 #: With turn.c, how long a waiter sleeps in C at most before it looks in Python whether it
 #: has been served (it is woken sooner when it is, or when the holder is idle): a safety net.
 CHECK_SECONDS = 1.0
