@@ -508,6 +508,8 @@ class _Turn:
                 if _turn_wait is not None:
                     self._publish()  # (its end, then idle)
             if self.depth <= 0 and (failed or streak_over and self.queue):
+                if streak_over:
+                    mine.gave_up_at = mine.runs  # (forgotten if it comes straight back)
                 self._hand_over()  # (else its next run hands it over once its slice ends)
 
     def give_back(self, thread: int) -> None:
@@ -527,9 +529,15 @@ class _GiveBackAtThreadEnd:
     The last few, repeats included, so that a length seen once ages out: kept while it was
     one of the last few distinct lengths, a one-off (a warm-up's single run) stayed for good
     among jobs of recurring sizes, and the first run of every later job handed the turn
-    over, and woke the waiter behind the next holder (a hand-over and a nudge per job)."""
+    over, and woke the waiter behind the next holder (a hand-over and a nudge per job).
+    A length whose predicted end gave the turn to a waiter for nothing (the thread came
+    straight back for its next run, and queued behind the others) is forgotten at once: the
+    benchmark's warm-ups of one run made each long-lived worker hand the turn over after the
+    first run of each of its next jobs (6-7 extra hand-overs a round of 8 jobs), until four
+    jobs had aged the one-off out. A length run past with nobody waiting costs nothing and
+    stays (jobs alternating between two sizes)."""
 
-    __slots__ = ("thread", "nested", "last", "runs", "usual")
+    __slots__ = ("thread", "nested", "last", "runs", "usual", "gave_up_at")
 
     def __init__(self, thread: int) -> None:
         self.thread = thread
@@ -537,11 +545,15 @@ class _GiveBackAtThreadEnd:
         self.last = 0.0  # when its last run ended
         self.runs = 0  # runs in its current streak
         self.usual: tuple[int, ...] = ()  # the lengths of its last streaks, newest first
+        self.gave_up_at = 0  # the streak's length when it gave the turn up as predicted
 
     def starts(self, now: float) -> None:
         if not self.nested:
             if now - self.last >= IDLE_SECONDS and self.runs:
                 self._ended_streak()  # (back after a pause: a new streak)
+            elif self.gave_up_at and self.gave_up_at == self.runs:  # (a wrong prediction)
+                self.usual = tuple(n for n in self.usual if n != self.runs)
+            self.gave_up_at = 0
             self.runs += 1
         self.nested += 1
 
