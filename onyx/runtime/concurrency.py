@@ -313,8 +313,8 @@ class _Turn:
         if head is not self.head:
             self.head = head
             shared[2] = head.token if head is not None else 0.0
-            if head is not None:
-                _turn_ring(head.address, POKED)
+            if head is not None and head.thread != _thread.get_ident():
+                _turn_ring(head.address, POKED)  # (not the caller: it reads it as it waits)
 
     def acquire(self, cost: float = 0.0) -> None:
         """Take the turn for a run that takes ``cost`` seconds (its session's Pace)."""
