@@ -368,6 +368,25 @@ def test_the_benchmarks_long_lived_threads_serve_every_round():
     assert len(threads) == 6
 
 
+def test_the_benchmarks_floor_runs_its_threads_jobs_one_at_a_time():
+    """(--floor: a perfect turn's stand-in, its runs pure Python, its jobs serialized)"""
+    bench = _bench_concurrency()
+    sess, feeds = _relu_session(), {"x": np.ones((2, 3), np.float32)}
+    stand_in = bench.StandIn(sess, feeds, runs=5)
+    run, inside, most = stand_in.run, [0], [0]
+
+    def recorded(*args):
+        inside[0] += 1
+        most[0] = max(most[0], inside[0])
+        time.sleep(0.001)  # (lets the GIL go: jobs not serialized would overlap here)
+        inside[0] -= 1
+        return run(*args)
+
+    stand_in.run = recorded
+    *_, results = bench.run_threads(stand_in, feeds, 12, 4)
+    assert len(results) == 12 and most[0] == 1 and stand_in.loops >= 1
+
+
 def _queue_on_another_thread(turn, got: list, stay: threading.Event) -> threading.Thread:
     """A thread that waits for the turn, notes when it got it (and its thread), and keeps it
     between runs (a fresh thread has no streaks to end) until ``stay`` is set (a thread that

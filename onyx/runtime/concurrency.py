@@ -594,6 +594,8 @@ RUN_SLICES = 2
 
 def _run_slice() -> float:
     return SLICE_SECONDS * (RUN_SLICES if _turn_wait is not None else 1)
+
+
 #: With turn.c, how long a waiter sleeps in C at most before it looks in Python whether it
 #: has been served (it is woken sooner when it is, or when the holder is idle): a safety net.
 CHECK_SECONDS = 1.0
