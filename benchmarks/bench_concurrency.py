@@ -238,7 +238,11 @@ def main() -> None:
     ap.add_argument("--cold", action="store_true", help="only new threads each round")
     ap.add_argument("--once", type=int, metavar="THREADS", help="only the runs, on THREADS")
     ap.add_argument("--unbound", action="store_true", help="next holder not bound to the core")
-    ap.add_argument("--slice", type=float, help="seconds a thread keeps the turn (default 0.005)")
+    ap.add_argument(
+        "--slice",
+        type=float,
+        help="SLICE_SECONDS (default 0.005; turn.c: RUN_SLICES of it of run time)",
+    )
     ap.add_argument("--at-once", type=int, metavar="K", help="turns off, at most K runs at once")
     ap.add_argument("--intra-op", type=int, default=0, metavar="N", help="threads a run uses")
     ap.add_argument("--floor", action="store_true", help="also time a perfect turn's stand-in")

@@ -37,8 +37,9 @@ Python only when the turn is handed to it or the holder has had no run in progre
 IDLE_SECONDS. Each look and nudge of a waiter sleeping on a Python lock took the GIL from the
 holder and ran the waiter's Python with cold caches (as many nudges as hand-overs). Watched
 that way, a holder that stops calling loses the turn within milliseconds whatever its slice,
-so a slice is counted in its runs' time (their sessions' ``Pace``) with a wall-clock bound of
-WALL_SLICES slices: other processes stretching the runs no longer end slices early.
+so a slice is counted in its runs' time (their sessions' ``Pace``), RUN_SLICES slices long,
+with a wall-clock bound of WALL_SLICES slices: other processes stretching the runs no longer
+end slices early, and a job of a few milliseconds' runs no longer loses the turn mid-job.
 
 Runs side by side on fewer threads each (two runs at once, each on one intra-op thread, so that
 one's Python overlaps the other's kernels) were measured and left: on small transformers and
