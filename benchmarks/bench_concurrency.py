@@ -26,11 +26,17 @@ threads each (SessionOptions.intra_op_num_threads): runs overlapping so that one
 overlaps another's kernels, measured against turns in docs/reliability.md.
 ONYX_NATIVE_TURN=0 makes waiters sleep on Python locks and look in Python, as they do without
 the native library's turn.c (their nudges are the last column's third count).
+--floor adds a row per model timing the harness itself: a stand-in for the session whose run
+is a loop of pure Python taking the model's CPU time per run, each thread's whole job holding
+one lock (a perfect turn: one hand-over per thread, no cost per run). Its ratio is what 8
+threads cost over one without onyx: CPython's thread starts, GIL hand-offs and wake-ups with
+cold caches (docs/reliability.md).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import queue
 import statistics
@@ -120,17 +126,42 @@ def _run(sess, feeds) -> list:
         return sess.run(None, feeds)
 
 
+class StandIn:
+    """A session stand-in for --floor: each run is a loop of pure Python taking about the
+    session's CPU time per run (the calling thread's, measured here), and its threads' jobs
+    run one at a time (``serial``): the harness's own cost of 8 threads, without onyx."""
+
+    def __init__(self, sess, feeds, runs: int = 200) -> None:
+        start = time.thread_time()
+        for _ in range(runs):
+            sess.run(None, feeds)
+        per_run = (time.thread_time() - start) / runs
+        start = time.thread_time()
+        self.loops = 100_000
+        self.run()
+        self.loops = max(1, int(100_000 * per_run / (time.thread_time() - start)))
+        self.serial = threading.Lock()
+
+    def run(self, *_) -> list:
+        total = 0
+        for k in range(self.loops):
+            total += k
+        return [np.asarray(total)]
+
+
 def run_threads(sess, feeds, runs: int, threads: int, workers: Workers | None = None):
     """Wall and CPU seconds (the process's) of ``runs`` runs spread over ``threads`` threads,
     new ones or ``workers``' long-lived ones (thread starts included in the time), and their
-    results."""
+    results. A stand-in's jobs run one at a time."""
     results: list = [None] * runs
     per = runs // threads
+    serial = getattr(sess, "serial", None) or contextlib.nullcontext()
 
     def job(k: int):
         def work() -> None:
-            for j in range(k * per, (k + 1) * per):
-                results[j] = _run(sess, feeds)
+            with serial:
+                for j in range(k * per, (k + 1) * per):
+                    results[j] = _run(sess, feeds)
 
         return work
 
@@ -207,9 +238,14 @@ def main() -> None:
     ap.add_argument("--cold", action="store_true", help="only new threads each round")
     ap.add_argument("--once", type=int, metavar="THREADS", help="only the runs, on THREADS")
     ap.add_argument("--unbound", action="store_true", help="next holder not bound to the core")
-    ap.add_argument("--slice", type=float, help="seconds a thread keeps the turn (default 0.005)")
+    ap.add_argument(
+        "--slice",
+        type=float,
+        help="SLICE_SECONDS (default 0.005; turn.c: RUN_SLICES of it of run time)",
+    )
     ap.add_argument("--at-once", type=int, metavar="K", help="turns off, at most K runs at once")
     ap.add_argument("--intra-op", type=int, default=0, metavar="N", help="threads a run uses")
+    ap.add_argument("--floor", action="store_true", help="also time a perfect turn's stand-in")
     args = ap.parse_args()
     options = onyx.SessionOptions()
     options.intra_op_num_threads = args.intra_op
@@ -239,11 +275,13 @@ def main() -> None:
     for path in paths:
         sess = onyx.InferenceSession(path, options)
         name = os.path.basename(path).removesuffix(".onnx")
-        for warm in modes:
-            result = compare(
-                sess, feeds_for(sess, path=path), args.runs, args.threads, args.rounds, warm
-            )
-            print(row(f"{name}, {'long-lived' if warm else 'new'} threads", result), flush=True)
+        feeds = feeds_for(sess, path=path)
+        sessions = [(name, sess)] + [(f"{name} floor", StandIn(sess, feeds))] * args.floor
+        for label, runner in sessions:
+            for warm in modes:
+                result = compare(runner, feeds, args.runs, args.threads, args.rounds, warm)
+                kind = "long-lived" if warm else "new"
+                print(row(f"{label}, {kind} threads", result), flush=True)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ side, and a child forked while another thread runs is not left waiting for that 
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import threading
@@ -311,8 +312,8 @@ def test_an_interrupted_wait_for_the_turn_leaves_the_queue(monkeypatch, bells):
 
 @pytest.mark.parametrize("bells", ["locks", "native"])
 def test_a_slice_ends_once_its_runs_took_a_slice_of_time(monkeypatch, bells):
-    """Runs of 20 ms each (their sessions' Pace) in slices of 50 ms: the holder hands the
-    turn to the waiter as its 4th run starts, though the wall clock (each run takes
+    """Runs of 20 ms each (their sessions' Pace) in slices of 50 ms (RUN_SLICES times that
+    with turn.c): the holder hands the turn to the waiter as its 4th run starts (6th), though the wall clock (each run takes
     microseconds here; the wall-clock slice made 10**6 times longer for turn.c) has not
     ended its slice (a slice of wall time only: the check can fail)."""
     monkeypatch.setattr(concurrency, "_turns", concurrency._Turn())  # noqa: SLF001
@@ -332,7 +333,9 @@ def test_a_slice_ends_once_its_runs_took_a_slice_of_time(monkeypatch, bells):
         runs += 1
         turn.release()
     waiter.join(10)
-    assert runs == 4 and got and got[0][1] != threading.get_ident()
+    native = concurrency._turn_wait is not None  # noqa: SLF001
+    slice_runs = 0.05 * (concurrency.RUN_SLICES if native else 1) / 0.02
+    assert runs == 1 + math.ceil(slice_runs) and got and got[0][1] != threading.get_ident()
 
 
 def _bench_concurrency():
@@ -363,6 +366,25 @@ def test_the_benchmarks_long_lived_threads_serve_every_round():
     assert len(threads) == 3
     bench.run_threads(sess, feeds, 6, 3)  # new threads
     assert len(threads) == 6
+
+
+def test_the_benchmarks_floor_runs_its_threads_jobs_one_at_a_time():
+    """(--floor: a perfect turn's stand-in, its runs pure Python, its jobs serialized)"""
+    bench = _bench_concurrency()
+    sess, feeds = _relu_session(), {"x": np.ones((2, 3), np.float32)}
+    stand_in = bench.StandIn(sess, feeds, runs=5)
+    run, inside, most = stand_in.run, [0], [0]
+
+    def recorded(*args):
+        inside[0] += 1
+        most[0] = max(most[0], inside[0])
+        time.sleep(0.001)  # (lets the GIL go: jobs not serialized would overlap here)
+        inside[0] -= 1
+        return run(*args)
+
+    stand_in.run = recorded
+    *_, results = bench.run_threads(stand_in, feeds, 12, 4)
+    assert len(results) == 12 and most[0] == 1 and stand_in.loops >= 1
 
 
 def _queue_on_another_thread(turn, got: list, stay: threading.Event) -> threading.Thread:

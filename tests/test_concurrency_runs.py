@@ -350,6 +350,70 @@ def test_a_thread_gives_up_the_turn_at_the_end_of_its_usual_streak(
         assert 0.25 < waited < 5
 
 
+@pytest.mark.parametrize("bells", ["locks", "native"])
+@pytest.mark.parametrize("usual", [True, False])
+def test_a_run_arriving_after_a_usual_streak_takes_the_turn_at_once(monkeypatch, bells, usual):
+    """The main thread makes jobs of 3 runs, nobody waiting, then a run arrives on another
+    thread: after a job of the usual length it takes the turn at once; after a job of another
+    length (2 runs) it waits until the holder has been idle for IDLE_SECONDS (0.5 s here) or
+    longer (the check can fail)."""
+    monkeypatch.setattr(concurrency, "_turns", concurrency._Turn())  # noqa: SLF001
+    monkeypatch.setattr(concurrency, "SLICE_SECONDS", 2.0)
+    monkeypatch.setattr(concurrency, "IDLE_SECONDS", 0.5)
+    monkeypatch.setattr(concurrency, "CHECK_SECONDS", 60.0)
+    monkeypatch.setattr(concurrency._leaving, "hook", None, raising=False)  # noqa: SLF001
+    if bells == "locks":
+        monkeypatch.setattr(concurrency, "_turn_wait", None)
+    elif concurrency._turn_wait is None:  # noqa: SLF001
+        pytest.skip("no turn.c here")
+    mine = concurrency._GiveBackAtThreadEnd(threading.get_ident())  # noqa: SLF001
+    mine.usual = (3, 3)  # (the thread's last streaks: jobs of 3 runs)
+    monkeypatch.setattr(concurrency._leaving, "hook", mine, raising=False)  # noqa: SLF001
+    for _ in range(3 if usual else 2):
+        with concurrency.run_slot(1, None, concurrency.Pace()):
+            pass
+    waited = _wait_for_turn_on_another_thread()
+    if usual:
+        assert waited < 0.25
+    else:
+        assert 0.4 < waited < 9
+
+
+@pytest.mark.parametrize("bells", ["locks", "native"])
+def test_a_streak_length_that_gave_the_turn_up_for_nothing_is_forgotten(monkeypatch, bells):
+    """The main thread's last streaks had 1 and 3 runs (a warm-up's single run, then a job);
+    a thread queues during the first run of its next job of 3: the turn passes as that run
+    ends (1 run: a usual length), the main thread comes straight back, and 1 is forgotten
+    (kept, the first run of every later job would hand the turn over: the check can fail),
+    while 3 stays."""
+    turn = concurrency._Turn()  # noqa: SLF001
+    monkeypatch.setattr(concurrency, "_turns", turn)
+    monkeypatch.setattr(concurrency, "SLICE_SECONDS", 2.0)
+    monkeypatch.setattr(concurrency, "IDLE_SECONDS", 0.5)
+    if bells == "locks":
+        monkeypatch.setattr(concurrency, "_turn_wait", None)
+    mine = concurrency._GiveBackAtThreadEnd(threading.get_ident())  # noqa: SLF001
+    mine.usual = (1, 3)
+    monkeypatch.setattr(concurrency._leaving, "hook", mine, raising=False)  # noqa: SLF001
+    got = []
+
+    def short_run():
+        with concurrency.run_slot(1, None, concurrency.Pace()):
+            got.append(threading.get_ident())
+
+    other = threading.Thread(target=short_run, daemon=True)
+    for k in range(3):
+        with concurrency.run_slot(1, None, concurrency.Pace()):
+            if k == 0:
+                other.start()
+                deadline = time.perf_counter() + 10
+                while not turn.queue and time.perf_counter() < deadline:
+                    time.sleep(0.001)
+    other.join(timeout=10)
+    assert got == [other.ident]  # (handed over after the first run)
+    assert mine.usual == (3,)
+
+
 def test_an_arriving_thread_hands_an_idle_turn_to_the_first_waiter(monkeypatch, lock_bells):
     """The main thread runs once, a waiter queued meanwhile, and stops calling (its first
     streak: no usual end), keeping the turn for a slice of 2 s: a run arriving on a third

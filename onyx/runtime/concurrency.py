@@ -37,8 +37,9 @@ Python only when the turn is handed to it or the holder has had no run in progre
 IDLE_SECONDS. Each look and nudge of a waiter sleeping on a Python lock took the GIL from the
 holder and ran the waiter's Python with cold caches (as many nudges as hand-overs). Watched
 that way, a holder that stops calling loses the turn within milliseconds whatever its slice,
-so a slice is counted in its runs' time (their sessions' ``Pace``) with a wall-clock bound of
-WALL_SLICES slices: other processes stretching the runs no longer end slices early.
+so a slice is counted in its runs' time (their sessions' ``Pace``), RUN_SLICES slices long,
+with a wall-clock bound of WALL_SLICES slices: other processes stretching the runs no longer
+end slices early, and a job of a few milliseconds' runs no longer loses the turn mid-job.
 
 Runs side by side on fewer threads each (two runs at once, each on one intra-op thread, so that
 one's Python overlaps the other's kernels) were measured and left: on small transformers and
@@ -313,8 +314,8 @@ class _Turn:
         if head is not self.head:
             self.head = head
             shared[2] = head.token if head is not None else 0.0
-            if head is not None:
-                _turn_ring(head.address, POKED)
+            if head is not None and head.thread != _thread.get_ident():
+                _turn_ring(head.address, POKED)  # (not the caller: it reads it as it waits)
 
     def acquire(self, cost: float = 0.0) -> None:
         """Take the turn for a run that takes ``cost`` seconds (its session's Pace)."""
@@ -363,7 +364,7 @@ class _Turn:
     def _over(self) -> bool:
         """Whether the holder's slice is over: its runs took SLICE_SECONDS (by their
         sessions' Pace), or its wall-clock slice has ended."""
-        return self.spent >= SLICE_SECONDS or _now() >= self.deadline
+        return self.spent >= _run_slice() or _now() >= self.deadline
 
     def _new_slice(self) -> None:
         """A slice of SLICE_SECONDS of runs; with turn.c, of WALL_SLICES times that in wall
@@ -485,9 +486,13 @@ class _Turn:
     def release(self, failed: bool = False) -> None:
         """End a run; the turn stays with its thread until its slice ends, unless the run
         failed (Ctrl-C, say: the thread may never run again) or, others waiting, it ends the
-        thread's usual streak of runs (it will most likely not come back soon). (Giving the
-        turn up at a usual streak's end with nobody waiting was measured and left: a thread
-        whose streak went on then queued behind the threads that arrived meanwhile.)"""
+        thread's usual streak of runs (it will most likely not come back soon). With nobody
+        waiting, a run ending a usual streak leaves the turn with its thread but idle: a run
+        arriving on another thread takes it at once, where it waited IDLE_SECONDS (a
+        server's next request on another worker, a benchmark's next round; and woken, its
+        caches cold). (Giving the turn up at a usual streak's end with nobody waiting was
+        measured and left: a thread whose streak went on then queued behind the threads
+        that arrived meanwhile. Idle, the thread back first keeps it.)"""
         now = _now()
         mine = _leaving.__dict__.get("hook")
         streak_over = mine is not None and mine.ends(now)
@@ -495,12 +500,17 @@ class _Turn:
             if self.owner != _thread.get_ident():
                 return  # (taken from it, or a fork in between)
             self.depth -= 1
-            self.released = now
+            # (a run that likely ends its thread's streak, nobody waiting: the turn counts
+            # as idle at once, so that a run arriving on another thread takes it now instead
+            # of waiting IDLE_SECONDS for nothing; the thread, back sooner, keeps it)
+            self.released = now - IDLE_SECONDS if streak_over else now
             if self.queue:
                 self.core = _core()  # (a waiter that takes the turn over moves there)
                 if _turn_wait is not None:
                     self._publish()  # (its end, then idle)
             if self.depth <= 0 and (failed or streak_over and self.queue):
+                if streak_over:
+                    mine.gave_up_at = mine.runs  # (forgotten if it comes straight back)
                 self._hand_over()  # (else its next run hands it over once its slice ends)
 
     def give_back(self, thread: int) -> None:
@@ -520,9 +530,15 @@ class _GiveBackAtThreadEnd:
     The last few, repeats included, so that a length seen once ages out: kept while it was
     one of the last few distinct lengths, a one-off (a warm-up's single run) stayed for good
     among jobs of recurring sizes, and the first run of every later job handed the turn
-    over, and woke the waiter behind the next holder (a hand-over and a nudge per job)."""
+    over, and woke the waiter behind the next holder (a hand-over and a nudge per job).
+    A length whose predicted end gave the turn to a waiter for nothing (the thread came
+    straight back for its next run, and queued behind the others) is forgotten at once: the
+    benchmark's warm-ups of one run made each long-lived worker hand the turn over after the
+    first run of each of its next jobs (6-7 extra hand-overs a round of 8 jobs), until four
+    jobs had aged the one-off out. A length run past with nobody waiting costs nothing and
+    stays (jobs alternating between two sizes)."""
 
-    __slots__ = ("thread", "nested", "last", "runs", "usual")
+    __slots__ = ("thread", "nested", "last", "runs", "usual", "gave_up_at")
 
     def __init__(self, thread: int) -> None:
         self.thread = thread
@@ -530,11 +546,15 @@ class _GiveBackAtThreadEnd:
         self.last = 0.0  # when its last run ended
         self.runs = 0  # runs in its current streak
         self.usual: tuple[int, ...] = ()  # the lengths of its last streaks, newest first
+        self.gave_up_at = 0  # the streak's length when it gave the turn up as predicted
 
     def starts(self, now: float) -> None:
         if not self.nested:
             if now - self.last >= IDLE_SECONDS and self.runs:
                 self._ended_streak()  # (back after a pause: a new streak)
+            elif self.gave_up_at and self.gave_up_at == self.runs:  # (a wrong prediction)
+                self.usual = tuple(n for n in self.usual if n != self.runs)
+            self.gave_up_at = 0
             self.runs += 1
         self.nested += 1
 
@@ -563,6 +583,20 @@ class _GiveBackAtThreadEnd:
 LATE_SECONDS = 0.001
 #: With turn.c, a slice's wall-clock length at most, in SLICE_SECONDS (``_Turn._new_slice``).
 WALL_SLICES = 8
+#: With turn.c, a slice's length in its runs' time, in SLICE_SECONDS (``_Turn._over``). Each
+#: hand-over cost the threads about ten futex calls (the waiter's wake, the GIL fought over
+#: by the old holder, the new one and the caller's thread); a 100-run job of a 37-us model
+#: outlasted a 5-ms slice (its runs' Pace, cold runs included, near 50 us), and a slice ending
+#: mid-job added a hand-over and a wait for its thread. The watcher still looks every
+#: SLICE_SECONDS, so a holder that stops calling loses the turn as soon as before. (Without
+#: turn.c a waiter looks at the slice's end: a longer slice would keep an idle turn longer.)
+RUN_SLICES = 2
+
+
+def _run_slice() -> float:
+    return SLICE_SECONDS * (RUN_SLICES if _turn_wait is not None else 1)
+
+
 #: With turn.c, how long a waiter sleeps in C at most before it looks in Python whether it
 #: has been served (it is woken sooner when it is, or when the holder is idle): a safety net.
 CHECK_SECONDS = 1.0
