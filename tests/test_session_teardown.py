@@ -1,0 +1,89 @@
+"""A dropped session unlinks the graph it made for itself (InferenceSession.__del__), so
+reference counting frees it at once instead of a later creation's garbage collections; a graph
+someone else still holds (the caller's model, the session's plan) is left whole."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from contextlib import contextmanager
+
+import numpy as np
+import pytest
+
+import onyx
+from onyx.tools.cmd_run import EXAMPLE_MODEL
+
+
+@contextmanager
+def collector_off():
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _feed(sess) -> dict:
+    rng = np.random.default_rng(0)
+    (x,) = sess.get_inputs()
+    return {x.name: rng.random([d if isinstance(d, int) else 1 for d in x.shape], np.float32)}
+
+
+@pytest.mark.parametrize("runs", [0, 1, 3])
+@pytest.mark.parametrize("source", ["path", "bytes"])
+def test_a_dropped_session_frees_its_graph_without_the_collector(source, runs):
+    data = EXAMPLE_MODEL if source == "path" else open(EXAMPLE_MODEL, "rb").read()
+    with collector_off():
+        sess = onyx.InferenceSession(data)
+        feed = _feed(sess)
+        for _ in range(runs):  # (the second run generates a runner that holds the plan)
+            sess.run(None, feed)
+        graph = weakref.ref(sess.plan.graph)
+        node = next(iter(sess.plan.graph))
+        del sess
+        assert graph() is None
+        assert node.graph is None and not node.inputs
+
+
+def test_a_held_plan_keeps_its_graph_and_runs():
+    sess = onyx.InferenceSession(EXAMPLE_MODEL)
+    feed = _feed(sess)
+    expected = sess.run(None, feed)
+    sess.run(None, feed)
+    plan, n_nodes = sess.plan, len(sess.plan.graph)
+    del sess
+    gc.collect()
+    assert len(plan.graph) == n_nodes
+    assert all(n.graph is plan.graph for n in plan.graph)
+    inputs = [feed[v.name] for v in plan.graph.inputs if v.name in feed]
+    np.testing.assert_array_equal(plan.run(inputs, None)[0], expected[0])
+
+
+@pytest.mark.parametrize("level", [0, 99])
+def test_the_callers_model_stays_whole(level):
+    model = onyx.load(EXAMPLE_MODEL)
+    n_nodes = len(model.graph)
+    options = onyx.SessionOptions()
+    options.graph_optimization_level = level
+    sess = onyx.InferenceSession(model, options)
+    feed = _feed(sess)
+    expected = sess.run(None, feed)
+    del sess
+    gc.collect()
+    assert len(model.graph) == n_nodes
+    assert all(n.graph is model.graph and n.inputs for n in model.graph)
+    again = onyx.InferenceSession(model, options).run(None, feed)
+    np.testing.assert_array_equal(again[0], expected[0])
+
+
+def test_sessions_made_one_after_another_agree():
+    feed, results = None, []
+    for _ in range(3):
+        sess = onyx.InferenceSession(EXAMPLE_MODEL)
+        feed = feed or _feed(sess)
+        results.append(sess.run(None, feed)[0])
+    for r in results[1:]:
+        np.testing.assert_array_equal(r, results[0])
