@@ -87,3 +87,40 @@ def test_sessions_made_one_after_another_agree():
         results.append(sess.run(None, feed)[0])
     for r in results[1:]:
         np.testing.assert_array_equal(r, results[0])
+
+
+def test_the_callers_local_functions_stay_whole():
+    from onnx import TensorProto, helper
+
+    def vi(name):
+        return helper.make_tensor_value_info(name, TensorProto.FLOAT, [2])
+
+    fn = helper.make_function(
+        "custom",
+        "AddTwice",
+        ["a", "b"],
+        ["c"],
+        [helper.make_node("Add", ["a", "b"], ["t"]), helper.make_node("Add", ["t", "b"], ["c"])],
+        [helper.make_opsetid("", 17)],
+    )
+    graph = helper.make_graph(
+        [helper.make_node("AddTwice", ["x", "y"], ["z"], domain="custom")],
+        "g",
+        [vi("x"), vi("y")],
+        [vi("z")],
+    )
+    proto = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("custom", 1)],
+        functions=[fn],
+    )
+    model = onyx.load(proto.SerializeToString())
+    body = next(iter(model.functions.values())).graph
+    feed = {"x": np.array([1, 2], np.float32), "y": np.array([10, 20], np.float32)}
+    with collector_off():
+        sess = onyx.InferenceSession(model)
+        sess.run(None, feed)
+        del sess
+    assert len(body) == 2 and all(n.graph is body and n.inputs for n in body)
+    (z,) = onyx.InferenceSession(model).run(None, feed)
+    np.testing.assert_array_equal(z, feed["x"] + 2 * feed["y"])

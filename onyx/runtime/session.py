@@ -497,7 +497,8 @@ def _release(plan: Plan, model: ir.Model) -> None:
         return
     held = 2 + len(graph)  # model._graph, plan.graph and each node's node.graph
     if sys.getrefcount(graph) - 2 <= held:  # (less graph and the argument)
-        _dismantle(model)
+        # (not the model's functions: a clone of a caller's model shares them)
+        graph.dismantle()
 
 
 def _drop_runners(plan: Plan) -> None:
@@ -516,11 +517,6 @@ def _drop_runners(plan: Plan) -> None:
         generated = env is not None and "__name__" not in env and env.get("_frame") is not None
         if generated and sys.getrefcount(runner) <= 3:  # (not a module's namespace)
             env.clear()
-
-
-def _dismantle(model: ir.Model) -> None:
-    for g in [model.graph, *(f.graph for f in model.functions.values())]:
-        g.dismantle()
 
 
 def _custom_kernels(ops) -> contextlib.AbstractContextManager:
