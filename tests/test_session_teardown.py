@@ -48,6 +48,15 @@ def test_a_dropped_session_frees_its_graph_without_the_collector(source, runs):
         assert node.graph is None and not node.inputs
 
 
+def test_a_held_model_keeps_its_graph():
+    sess = onyx.InferenceSession(EXAMPLE_MODEL)
+    model = sess._planned_model  # noqa: SLF001  (what a subclass or a tool might keep)
+    n_nodes = len(model.graph)
+    del sess
+    assert len(model.graph) == n_nodes
+    assert all(n.graph is model.graph and n.inputs for n in model.graph)
+
+
 def test_a_held_plan_keeps_its_graph_and_runs():
     sess = onyx.InferenceSession(EXAMPLE_MODEL)
     feed = _feed(sess)

@@ -188,13 +188,15 @@ class InferenceSession(SessionAPI):
 
     def __del__(self) -> None:
         """Unlink the graph this session made for itself when nothing else holds it (its
-        plan, or the graph). Its nodes and Values refer to each other, so only the cyclic
+        plan, model or graph). Its nodes and Values refer to each other, so only the cyclic
         garbage collector would free them, during some later allocation: the next session's
         creation paid for this one's graph, and for the collections of the older generations
         it had reached. Unlinked, reference counting frees them now."""
         try:
             if self.__dict__.get("_disposable"):
-                _release(self._plan, self._planned_model)
+                # (references to the model: _planned_model, maybe _model, _release's own)
+                holders = 2 + (self.__dict__.get("_model") is self._planned_model)
+                _release(self._plan, self._planned_model, holders)
         except Exception:  # (an interpreter shutting down: the collector frees it then)
             pass
 
@@ -487,13 +489,16 @@ def _by_value(model: ir.Model, types: dict) -> dict:
     return {id(v): (v, types[v.name]) for n in model.graph for v in n.outputs if v.name in types}
 
 
-def _release(plan: Plan, model: ir.Model) -> None:
-    """A dropped session's end: its plan's runners dropped, and its model's graphs unlinked
-    when nothing but the session, the model and the graph's own nodes holds the plan or the
-    graph (sys.getrefcount counts its argument too)."""
+def _release(plan: Plan, model: ir.Model, holders: int) -> None:
+    """A dropped session's end: its plan's runners dropped, and its model's main graph
+    unlinked when nothing but the session (``holders`` references to the model, counting
+    ``model``), the model and the graph's own nodes holds the plan, the model or the graph
+    (sys.getrefcount counts its argument too)."""
     _drop_runners(plan)
+    if sys.getrefcount(plan) > 3 or sys.getrefcount(model) > holders + 1:  # (+ the argument)
+        return  # (the plan: session._plan, ``plan``)
     graph = model.graph
-    if plan.graph is not graph or sys.getrefcount(plan) > 3:  # (session._plan, plan, argument)
+    if plan.graph is not graph:
         return
     held = 2 + len(graph)  # model._graph, plan.graph and each node's node.graph
     if sys.getrefcount(graph) - 2 <= held:  # (less graph and the argument)
