@@ -21,6 +21,7 @@ from onyx import serde
 from onyx.errors import FormatError
 from onyx.optimizer import core
 from onyx.optimizer.qdq import _close
+from onyx.tools.cmd_run import EXAMPLE_MODEL
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.zoo import zoo_models  # noqa: E402
@@ -286,3 +287,27 @@ def test_strings_attribute_of_bytes_not_utf8_stays_bytes():
     assert list(model.graph)[0].attributes["s"].value == ["ok", b"\xff\xfe"]
     again = serde.loads(serde.dumps(model))
     assert list(again.graph)[0].attributes["s"].value == ["ok", b"\xff\xfe"]
+
+
+def test_a_pass_results_counts_are_its_own_net_counts(monkeypatch):
+    """The pass manager tallies each run's PassContext.count calls (not copies of the stats
+    before and after): net counts per name, names that came to 0 left out, and the totals
+    across runs in ``stats``."""
+
+    def counting(ctx):
+        ctx.count("Fused", 2)
+        ctx.count("Undone")
+        ctx.count("Undone", -1)
+        return False
+
+    def quiet(ctx):
+        return False
+
+    passes = [core.Pass("Counting", core.BASIC, counting), core.Pass("Quiet", core.BASIC, quiet)]
+    monkeypatch.setattr(opt, "PASSES", passes)
+    stats, results = {}, []
+    opt.optimize(onyx.load(EXAMPLE_MODEL), "basic", stats=stats, results=results)
+    by_name = {r.name: r for r in results}
+    assert by_name["Counting"].stats == {"Fused": 2}
+    assert by_name["Quiet"].stats == {}
+    assert stats == {"Fused": 2, "Undone": 0}

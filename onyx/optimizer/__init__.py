@@ -171,12 +171,12 @@ SKIP_IDLE = True
 
 def _run(ctx: PassContext, p) -> bool:
     """Run pass ``p`` (that _run_all did not skip) and note its result."""
-    before = dict(ctx.stats)
+    log = ctx.counted
+    log.clear()
     start = time.perf_counter()
     changed = bool(p.fn(ctx))
     seconds = time.perf_counter() - start
-    counted = {k: n - before.get(k, 0) for k, n in ctx.stats.items() if n != before.get(k, 0)}
-    ctx.results.append(PassResult(p.name, changed, counted, seconds))
+    ctx.results.append(PassResult(p.name, changed, _tally(log), seconds))
     ctx.ran.add(p.name)
     if changed and SKIP_IDLE and p.name in CONFINED:
         ctx.idle[p.name] = ctx.version  # (it did all there was: the others' marks stand)
@@ -187,6 +187,17 @@ def _run(ctx: PassContext, p) -> bool:
     else:
         ctx.idle[p.name] = ctx.version
     return changed
+
+
+def _tally(log: list[tuple[str, int]]) -> dict[str, int]:
+    """The net count by name of a pass run's ``PassContext.count`` calls (names whose counts
+    came to 0 left out)."""
+    if not log:
+        return {}
+    counted: dict[str, int] = {}
+    for name, n in log:
+        counted[name] = counted.get(name, 0) + n
+    return {name: n for name, n in counted.items() if n}
 
 
 def optimize_for_session(model: ir.Model, sess_options, in_place: bool = False) -> ir.Model:

@@ -170,6 +170,9 @@ class PassContext(DataValue):
         self.for_session = for_session
         self._op_types = _op_types
         self._verdicts: tuple[frozenset[str], dict] | None = None
+        #: (name, n) of each count() since the pass manager last emptied it (what one pass
+        #: run counted: copying ``stats`` around every run cost more than most runs)
+        self.counted: list[tuple[str, int]] = []
 
     def op_types(self) -> frozenset[str]:
         """Op types of every node, subgraphs included: found again only when the main graph's
@@ -253,6 +256,7 @@ class PassContext(DataValue):
 
     def count(self, name: str, n: int = 1) -> None:
         self.stats[name] = self.stats.get(name, 0) + n
+        self.counted.append((name, n))
 
     # -- names --------------------------------------------------------------------------------
     def fresh_name(self, base: str) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -175,6 +176,7 @@ class InferenceSession(SessionAPI):
         if cached is not None:  # (checked and optimized when it was cached)
             self._model = model = self._apply_options(cached, owned=True)
             self._cache_entry = entry
+            self._disposable = True
         else:
             model, entry = self._load_and_optimize(source, entry)
         snapshot = model_cache.snapshot(model) if entry is not None and cached is None else None
@@ -183,6 +185,20 @@ class InferenceSession(SessionAPI):
             model_cache.write(self._options, entry, snapshot, model)
         self._planned_model = model
         return model
+
+    def __del__(self) -> None:
+        """Unlink the graph this session made for itself when nothing else holds it (its
+        plan, model or graph). Its nodes and Values refer to each other, so only the cyclic
+        garbage collector would free them, during some later allocation: the next session's
+        creation paid for this one's graph, and for the collections of the older generations
+        it had reached. Unlinked, reference counting frees them now."""
+        try:
+            if self.__dict__.get("_disposable"):
+                # (references to the model: _planned_model, maybe _model, _release's own)
+                holders = 2 + (self.__dict__.get("_model") is self._planned_model)
+                _release(self._plan, self._planned_model, holders)
+        except Exception:  # (an interpreter shutting down: the collector frees it then)
+            pass
 
     def _cached_types(self) -> dict | None:
         """The types a model cache hit keeps for the first run's output check (read then:
@@ -208,7 +224,10 @@ class InferenceSession(SessionAPI):
         self._model = self._apply_options(self._model, owned=owned)
         ordered = not any(p.rule == "topological-order" for p in warned)
         model, owned = accept_lenient(self._model, owned=owned, ordered=ordered)
-        return self._prepare(model, owned=owned), entry
+        model = self._prepare(model, owned=owned)
+        # (the caller's own model, planned as it is, is the caller's to keep: see __del__)
+        self._disposable = model is not source
+        return model, entry
 
     def _prepare(self, model: ir.Model, owned: bool = False) -> ir.Model:
         """Hook for graph optimization at session creation (per graph_optimization_level);
@@ -468,6 +487,41 @@ def _output_check(plan: Plan, model: ir.Model, cached: dict | None = None) -> Ou
 def _by_value(model: ir.Model, types: dict) -> dict:
     """id(value) -> (value, type), as derived_types gives them, from value name -> type."""
     return {id(v): (v, types[v.name]) for n in model.graph for v in n.outputs if v.name in types}
+
+
+def _release(plan: Plan, model: ir.Model, holders: int) -> None:
+    """A dropped session's end: its plan's runners dropped, and its model's main graph
+    unlinked when nothing but the session (``holders`` references to the model, counting
+    ``model``), the model and the graph's own nodes holds the plan, the model or the graph
+    (sys.getrefcount counts its argument too)."""
+    _drop_runners(plan)
+    if sys.getrefcount(plan) > 3 or sys.getrefcount(model) > holders + 1:  # (+ the argument)
+        return  # (the plan: session._plan, ``plan``)
+    graph = model.graph
+    if plan.graph is not graph:
+        return
+    held = 2 + len(graph)  # model._graph, plan.graph and each node's node.graph
+    if sys.getrefcount(graph) - 2 <= held:  # (less graph and the argument)
+        # (not the model's functions: a clone of a caller's model shares them)
+        graph.dismantle()
+
+
+def _drop_runners(plan: Plan) -> None:
+    """Drop the runners the plan generated (a plan someone else holds makes them again at its
+    next run). Each runner's namespace holds the runner and the plan's bound ``frame``: a
+    cycle that keeps the plan, and its graph, for the collector; emptied when nothing else
+    holds the runner (sys.getrefcount: its namespace, ``runner`` and the argument)."""
+    runners = plan.__dict__.get("_runners")
+    if not runners:
+        return
+    made = list(runners.values())
+    runners.clear()
+    while made:
+        runner = made.pop()
+        env = getattr(runner, "__globals__", None)
+        generated = env is not None and "__name__" not in env and env.get("_frame") is not None
+        if generated and sys.getrefcount(runner) <= 3:  # (not a module's namespace)
+            env.clear()
 
 
 def _custom_kernels(ops) -> contextlib.AbstractContextManager:

@@ -1,0 +1,135 @@
+"""A dropped session unlinks the graph it made for itself (InferenceSession.__del__), so
+reference counting frees it at once instead of a later creation's garbage collections; a graph
+someone else still holds (the caller's model, the session's plan) is left whole."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from contextlib import contextmanager
+
+import numpy as np
+import pytest
+
+import onyx
+from onyx.tools.cmd_run import EXAMPLE_MODEL
+
+
+@contextmanager
+def collector_off():
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _feed(sess) -> dict:
+    rng = np.random.default_rng(0)
+    (x,) = sess.get_inputs()
+    return {x.name: rng.random([d if isinstance(d, int) else 1 for d in x.shape], np.float32)}
+
+
+@pytest.mark.parametrize("runs", [0, 1, 3])
+@pytest.mark.parametrize("source", ["path", "bytes"])
+def test_a_dropped_session_frees_its_graph_without_the_collector(source, runs):
+    data = EXAMPLE_MODEL if source == "path" else open(EXAMPLE_MODEL, "rb").read()
+    with collector_off():
+        sess = onyx.InferenceSession(data)
+        feed = _feed(sess)
+        for _ in range(runs):  # (the second run generates a runner that holds the plan)
+            sess.run(None, feed)
+        graph = weakref.ref(sess.plan.graph)
+        node = next(iter(sess.plan.graph))
+        del sess
+        assert graph() is None
+        assert node.graph is None and not node.inputs
+
+
+def test_a_held_model_keeps_its_graph():
+    sess = onyx.InferenceSession(EXAMPLE_MODEL)
+    model = sess._planned_model  # noqa: SLF001  (what a subclass or a tool might keep)
+    n_nodes = len(model.graph)
+    del sess
+    assert len(model.graph) == n_nodes
+    assert all(n.graph is model.graph and n.inputs for n in model.graph)
+
+
+def test_a_held_plan_keeps_its_graph_and_runs():
+    sess = onyx.InferenceSession(EXAMPLE_MODEL)
+    feed = _feed(sess)
+    expected = sess.run(None, feed)
+    sess.run(None, feed)
+    plan, n_nodes = sess.plan, len(sess.plan.graph)
+    del sess
+    gc.collect()
+    assert len(plan.graph) == n_nodes
+    assert all(n.graph is plan.graph for n in plan.graph)
+    inputs = [feed[v.name] for v in plan.graph.inputs if v.name in feed]
+    np.testing.assert_array_equal(plan.run(inputs, None)[0], expected[0])
+
+
+@pytest.mark.parametrize("level", [0, 99])
+def test_the_callers_model_stays_whole(level):
+    model = onyx.load(EXAMPLE_MODEL)
+    n_nodes = len(model.graph)
+    options = onyx.SessionOptions()
+    options.graph_optimization_level = level
+    sess = onyx.InferenceSession(model, options)
+    feed = _feed(sess)
+    expected = sess.run(None, feed)
+    del sess
+    gc.collect()
+    assert len(model.graph) == n_nodes
+    assert all(n.graph is model.graph and n.inputs for n in model.graph)
+    again = onyx.InferenceSession(model, options).run(None, feed)
+    np.testing.assert_array_equal(again[0], expected[0])
+
+
+def test_sessions_made_one_after_another_agree():
+    feed, results = None, []
+    for _ in range(3):
+        sess = onyx.InferenceSession(EXAMPLE_MODEL)
+        feed = feed or _feed(sess)
+        results.append(sess.run(None, feed)[0])
+    for r in results[1:]:
+        np.testing.assert_array_equal(r, results[0])
+
+
+def test_the_callers_local_functions_stay_whole():
+    from onnx import TensorProto, helper
+
+    def vi(name):
+        return helper.make_tensor_value_info(name, TensorProto.FLOAT, [2])
+
+    fn = helper.make_function(
+        "custom",
+        "AddTwice",
+        ["a", "b"],
+        ["c"],
+        [helper.make_node("Add", ["a", "b"], ["t"]), helper.make_node("Add", ["t", "b"], ["c"])],
+        [helper.make_opsetid("", 17)],
+    )
+    graph = helper.make_graph(
+        [helper.make_node("AddTwice", ["x", "y"], ["z"], domain="custom")],
+        "g",
+        [vi("x"), vi("y")],
+        [vi("z")],
+    )
+    proto = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("custom", 1)],
+        functions=[fn],
+    )
+    model = onyx.load(proto.SerializeToString())
+    body = next(iter(model.functions.values())).graph
+    feed = {"x": np.array([1, 2], np.float32), "y": np.array([10, 20], np.float32)}
+    with collector_off():
+        sess = onyx.InferenceSession(model)
+        sess.run(None, feed)
+        del sess
+    assert len(body) == 2 and all(n.graph is body and n.inputs for n in body)
+    (z,) = onyx.InferenceSession(model).run(None, feed)
+    np.testing.assert_array_equal(z, feed["x"] + 2 * feed["y"])
