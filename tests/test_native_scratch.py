@@ -34,6 +34,14 @@ def _conv1d_session() -> onyx.InferenceSession:
     return onyx.InferenceSession(model.SerializeToString(), options)
 
 
+def _settled(live, want: int, seconds: float = 5.0) -> int:
+    """live() once it equals ``want``, or after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while live() != want and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return live()
+
+
 def test_a_threads_scratch_is_freed_when_it_exits():
     live = _core.lib.onyx_scratch_sets
     live.restype = ctypes.c_int64
@@ -50,11 +58,9 @@ def test_a_threads_scratch_is_freed_when_it_exits():
         thread = threading.Thread(target=run)
         thread.start()
         thread.join()
-    assert during == [before + 1] * 4  # each thread had its own set while it ran ...
-    # ... and none is left once it has exited (its key's destructor runs after join returns:
-    # Python's join waits for the thread's Python state, not for the OS thread's end)
-    deadline = time.monotonic() + 5.0
-    while live() != before and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert live() == before
+        # none is left once it has exited (its key's destructor runs after join returns:
+        # Python's join waits for the thread's Python state, not for the OS thread's end, so
+        # wait for it before the next thread counts, or that one sees both sets)
+        assert _settled(live, before) == before
+    assert during == [before + 1] * 4  # each thread had its own set while it ran
     assert all(np.array_equal(g, want) for g in got)
