@@ -624,10 +624,10 @@ max_columns(const uint8_t *restrict row, uint16_t *restrict pairs, uint8_t *rest
         }
         return;
     }
-    const uint8_t *shifted = row - left;
     for (int64_t o = from; o < to; o++) {
-        uint8_t m = shifted[o * sw];
-        for (int64_t j = 1; j < kw; j++) m = max_u8(m, shifted[o * sw + j]);
+        const uint8_t *window = row + (o * sw - left); /* (inside the row: o >= from) */
+        uint8_t m = window[0];
+        for (int64_t j = 1; j < kw; j++) m = max_u8(m, window[j]);
         out[o] = m;
     }
 }
