@@ -344,8 +344,15 @@ def test_conv_integer_with_any_weight_zero_point_is_exact(x_type, w_type, per_ch
     wz = _random(rng, w_type, (12,) if per_channel else ())
     taken = []
     split = conv_kernels.window_sums
+
+    def spy(*args, **kwargs):  # (the native row sums of the padded copy, and numpy's sums)
+        sums = split(*args, **kwargs)
+        np.testing.assert_array_equal(sums, split(*args))
+        taken.append(1)
+        return sums
+
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(conv_kernels, "window_sums", lambda *a: taken.append(1) or split(*a))
+        mp.setattr(conv_kernels, "window_sums", spy)
         got = [conv_kernels.conv_integer(x, w, xz, wz, **attrs) for _ in range(2)]
     full = {"kernel_shape": None, "pads": None, "strides": None, "dilations": None, **attrs}
     want, _ = conv_kernels._integer_conv(x, w, xz, wz, group=1, auto_pad="NOTSET", **full)

@@ -615,3 +615,50 @@ def test_runs_first_among_fusions_and_keeps_quantized_weights():
         ops = [n.op_type for n in optimized.graph]
         assert stats["ConstantFolding"] == 2 and "Conv" in ops  # weight and bias folded
         assert ops.count("DequantizeLinear") == 2  # (x's and the output's)
+
+
+# ------------------------------------------------------------------------ ReluQuantFusion
+
+
+def _relu_then_q(zero_point: int, dtype) -> bytes:
+    """x -> BatchNormalization -> Relu -> Q (zero point given) -> DQ: a QOperator model's
+    float step between two quantized ops."""
+    c = 4
+    inits = [
+        numpy_helper.from_array(RNG.standard_normal(c).astype(np.float32), n)
+        for n in ("gamma", "beta", "mean")
+    ] + [
+        numpy_helper.from_array(RNG.random(c).astype(np.float32) + 0.5, "var"),
+        numpy_helper.from_array(np.array(0.02, np.float32), "s"),
+        numpy_helper.from_array(np.array(zero_point, dtype), "zp"),
+    ]
+    nodes = [
+        helper.make_node("BatchNormalization", ["x", "gamma", "beta", "mean", "var"], ["b"]),
+        helper.make_node("Relu", ["b"], ["r"]),
+        helper.make_node("QuantizeLinear", ["r", "s", "zp"], ["q"]),
+        helper.make_node("DequantizeLinear", ["q", "s", "zp"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "relu_q",
+        [helper.make_tensor_value_info("x", F, [2, c, 5, 5])],
+        [helper.make_tensor_value_info("y", F, [2, c, 5, 5])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    return model.SerializeToString()
+
+
+@pytest.mark.parametrize(
+    "zero_point, dtype, removed",
+    [(0, np.uint8, True), (-128, np.int8, True), (3, np.uint8, False), (0, np.int8, False)],
+)
+def test_relu_before_a_q_at_its_lowest_zero_point_goes(zero_point, dtype, removed):
+    model = _relu_then_q(zero_point, dtype)
+    optimized, stats = _optimized(model)  # (a Relu left may go into BatchNormReluFusion's)
+    assert stats.get("ReluQuantFusion", 0) == int(removed)
+    assert not removed or "Relu" not in {n.op_type for n in optimized.graph}
+    x = (3 * RNG.standard_normal((2, 4, 5, 5))).astype(np.float32)
+    (got,) = onyx.InferenceSession(model).run(None, {"x": x})
+    (want,) = _ort(model).run(None, {"x": x})
+    np.testing.assert_array_equal(got, want)

@@ -27,6 +27,7 @@ TRIGGERS: dict[str, tuple[tuple[str, ...], ...]] = {
         ),
     ),
     "QDQSelectorActionTransformer": (("DequantizeLinear",),),
+    "ReluQuantFusion": (("Relu",), ("QuantizeLinear",)),
     "MatMulIntegerToFloatFusion": (("MatMulInteger",),),
     "ConvIntegerToFloatFusion": (("ConvInteger",), ("Cast",)),
     "DynamicQuantizeMatMulReluFusion": (("DynamicQuantizeMatMul",), ("Relu",)),
@@ -121,6 +122,8 @@ FUSIONS: tuple[DeferredPass, ...] = tuple(
     for row in (
         # first: a FusedConv would hide a QDQ node unit from it
         ("qdq:qdq_fusion", "QDQSelectorActionTransformer", EXTENDED),
+        # (after it: a QDQ unit's Relu is its own; before BatchNormReluFusion takes the Relu)
+        ("qdq:relu_quantize", "ReluQuantFusion", EXTENDED),
         ("dynamic_quant:matmul_integer_to_float", "MatMulIntegerToFloatFusion", EXTENDED),
         ("dynamic_quant:conv_integer_to_float", "ConvIntegerToFloatFusion", EXTENDED),
         ("dynamic_quant:dynamic_quantize_matmul_relu", "DynamicQuantizeMatMulReluFusion", EXTENDED),

@@ -715,3 +715,45 @@ def _requantized_pad_source(ctx: PassContext, pad: ir.Node) -> ir.Node | None:
     if a is None or b is None or not (a.per_tensor and b.per_tensor):
         return None
     return dq if a.dtype in (_INT8, _UINT8) and b.dtype in (_INT8, _UINT8) else None
+
+
+# ------------------------------------------- a Relu that the Q after it makes redundant
+
+RELU_PASS = "ReluQuantFusion"
+
+
+@graph_pass(RELU_PASS, EXTENDED)
+def relu_quantize(ctx: PassContext) -> bool:
+    """Relu -> Q (per tensor, 8-bit, zero point its type's minimum) => Q: Q(Relu(v)) = Q(v)
+    when Q's zero point is its type's minimum, as Q's clamp maps every v <= 0 to it. The
+    float Relu between a QOperator model's BatchNormalization and its Q goes (onnxruntime's
+    ReluQuantFusion removes it too, so NaN in v quantizes as onnxruntime's graph does)."""
+    changed = False
+    for relu in list(ctx.graph):
+        if not _redundant_relu(ctx, relu):
+            continue
+        if not ctx.replace_value(relu.outputs[0], relu.inputs[0]):
+            continue
+        ctx.graph.remove(relu, safe=False)
+        ctx.count(RELU_PASS)
+        changed = True
+    return changed
+
+
+def _redundant_relu(ctx: PassContext, relu: ir.Node) -> bool:
+    """``relu`` is a Relu whose only reader is a Q that makes it redundant."""
+    if not is_op(relu, "Relu") or relu.domain not in STANDARD or relu.graph is not ctx.graph:
+        return False
+    if not relu.inputs or relu.inputs[0] is None or ctx.is_output(relu.outputs[0]):
+        return False
+    q = ctx.single_use(relu.outputs[0])
+    if (
+        not is_op(q, "QuantizeLinear")
+        or q.graph is not ctx.graph
+        or q.inputs[0] is not relu.outputs[0]
+    ):
+        return False
+    p = _qparams(ctx, q)
+    if p is None or not p.per_tensor or p.dtype not in (_INT8, _UINT8):
+        return False
+    return _redundant(ctx, relu, p)

@@ -990,7 +990,7 @@ class _ImplicitConv:
         rank1 = None
         if self.channel_terms is not None:  # split weights: + c_m S_p in the epilogue
             where = (self.padded, self.at, self.rows_in, self.cols_in)
-            sums = window_sums(x, zx, self.kernel, self.geo, *where)
+            sums = window_sums(x, zx, self.kernel, self.geo, *where, nhwc=xp)
             rank1 = (sums, self.channel_terms)
         gemm(xp, y, self.gather, rank1, float_epilogue, None if zx == self.zx else zx)
         y = y.reshape(N, self.pixels, self.M)

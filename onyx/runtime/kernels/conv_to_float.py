@@ -17,7 +17,7 @@ import numpy as np
 
 from ..registry import ONYX_DOMAIN, op
 from .conv import CONV_ATTRIBUTES, conv_integer, implicit_integer_conv
-from .derived import derived
+from .derived import derived, value_key
 
 _F32 = np.dtype(np.float32)
 
@@ -65,6 +65,11 @@ def conv_integer_scaled(
 
 def _to_float(x, w, x_zero_point, w_zero_point, scale, bias, attrs: tuple):
     M = w.shape[0] if w.ndim else 0
+    acc = one_pixel_sums(x, w, x_zero_point, w_zero_point, attrs)
+    if acc is not None:  # (the cast, product and sum of the general path below: same bits)
+        y = acc.astype(np.float32).reshape(x.shape[0], M, 1, 1)
+        y = np.multiply(y, scale, out=_in_place(y, scale))
+        return y if bias is None else np.add(y, bias, out=_in_place(y, bias))
     if (
         scale.dtype == _F32
         and scale.size == 1
@@ -84,6 +89,40 @@ def _to_float(x, w, x_zero_point, w_zero_point, scale, bias, attrs: tuple):
     y = conv_integer(x, w, x_zero_point, w_zero_point, **attrs).astype(np.float32)
     y = np.multiply(y, scale, out=_in_place(y, scale))
     return y if bias is None else np.add(y, bias, out=_in_place(y, bias))
+
+
+def one_pixel_sums(x, w, x_zero_point, w_zero_point, attrs: tuple) -> np.ndarray | None:
+    """The exact int32 sums of a 1x1 conv of a one-pixel x (N, C, 1, 1) (a squeeze-excite
+    block's) as float64 (N, M), or None for other convs. One float64 product: every sum of
+    at most 2**15 products of 9-bit values is exact there and fits int32 (|sum| < 2**31),
+    and a float64 GEMV costs less than the implicit GEMM's set-up around such a small conv."""
+    auto_pad, _, group, _, pads, _ = attrs
+    if x.ndim != 4 or x.shape[2:] != (1, 1) or w.ndim != 4 or w.shape[2:] != (1, 1):
+        return None
+    if group != 1 or auto_pad not in ("NOTSET", "VALID") or any(pads or ()):
+        return None
+    if w.shape[1] != x.shape[1] or w.shape[1] > 1 << 15 or x.dtype not in _BYTES:
+        return None
+    if (x_zero_point is not None and x_zero_point.size != 1) or w.dtype not in _BYTES:
+        return None
+    if w_zero_point is not None and w_zero_point.size not in (1, w.shape[0]):
+        return None
+
+    def centered() -> np.ndarray:  # (C, M): w - w_zero_point, transposed for x @ it
+        wz = 0.0 if w_zero_point is None else w_zero_point.astype(np.float64).reshape(-1, 1)
+        wc = (w.reshape(w.shape[0], -1).astype(np.float64) - wz).T.copy()
+        wc.flags.writeable = False
+        return wc
+
+    wc = derived(w, ("one pixel", value_key(w_zero_point)), centered)
+    zx = 0.0 if x_zero_point is None else float(x_zero_point.reshape(-1)[0])
+    xc = x.reshape(x.shape[0], -1).astype(np.float64)
+    if zx:
+        xc -= zx
+    return xc @ wc
+
+
+_BYTES = (np.dtype(np.uint8), np.dtype(np.int8))
 
 
 def _implicit(x, w, x_zero_point, w_zero_point, attrs: tuple):

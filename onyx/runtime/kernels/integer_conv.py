@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import native
+
 
 def shifted(w: np.ndarray) -> np.ndarray:
     """w_s = w - shift as int8 (a uint8 weight's bytes with the top bit flipped)."""
@@ -32,21 +34,42 @@ def channel_terms(w: np.ndarray, w_zero_point) -> np.ndarray:
 
 
 def window_sums(
-    x: np.ndarray, zx: int, kernel: tuple, geo: dict, padded: tuple, at: tuple, rows_in, cols_in
+    x: np.ndarray,
+    zx: int,
+    kernel: tuple,
+    geo: dict,
+    padded: tuple,
+    at: tuple,
+    rows_in,
+    cols_in,
+    nhwc: np.ndarray | None = None,
 ) -> np.ndarray:
     """S_p for every output pixel of every image, in the GEMM's row order (image, then pixel):
     x's channels summed per pixel, minus C x_zp, placed in the padded plane (zeros around:
-    padding is x's zero point), then summed over each window's taps."""
+    padding is x's zero point), then summed over each window's taps. ``nhwc``: the GEMM's
+    padded channels-last copy of x (padding and the channels past C hold x_zp), whose pixel
+    rows the native row sums add up (numpy's sum across channels took longer than a
+    pointwise conv's GEMM)."""
     N, C = x.shape[:2]
     _, Hp, Wp, _ = padded
     (oh, ow), (sh, sw), (dh, dw) = (geo[k] for k in ("out_shape", "strides", "dilations"))
     kh, kw = kernel
-    plane = np.zeros((N, Hp, Wp), np.int32)
-    r0, c0 = at
-    inner = plane[:, r0 : r0 + rows_in.stop - rows_in.start, c0 : c0 + cols_in.stop - cols_in.start]
-    np.sum(x[:, :, rows_in, cols_in], axis=1, dtype=np.int32, out=inner)
-    if zx:
-        inner -= np.int32(C * zx)
+    if nhwc is not None and native.available() and nhwc.shape == padded:
+        rows = nhwc.reshape(-1, padded[3])[:, :C]
+        plane = native.row_sums(rows, False, x.dtype == np.int8).reshape(N, Hp, Wp)
+        if zx:
+            plane -= np.int32(C * zx)
+        if (kh, kw, sh, sw, oh, ow) == (1, 1, 1, 1, Hp, Wp):  # (a pointwise conv's)
+            return plane.reshape(-1)
+    else:
+        plane = np.zeros((N, Hp, Wp), np.int32)
+        r0, c0 = at
+        inner = plane[
+            :, r0 : r0 + rows_in.stop - rows_in.start, c0 : c0 + cols_in.stop - cols_in.start
+        ]
+        np.sum(x[:, :, rows_in, cols_in], axis=1, dtype=np.int32, out=inner)
+        if zx:
+            inner -= np.int32(C * zx)
     sums = np.zeros((N, oh, ow), np.int32)
     for a in range(kh):
         for b in range(kw):

@@ -273,6 +273,16 @@ def _native_pool(x, pool: _Pool, **kind) -> np.ndarray | None:
     )
 
 
+def _native_max_8bit(x, pool: _Pool) -> np.ndarray | None:
+    """A 2-D MaxPool of a quantized model's 8-bit x on window.c (dilations 1), or None."""
+    if x.dtype.itemsize != 1 or x.dtype.kind not in "iu" or x.ndim != 4:
+        return None
+    if any(d != 1 for d in pool.dilations):
+        return None
+    x = np.ascontiguousarray(x)
+    return native.max_pool2d_8bit(x, pool.kernel, pool.strides, pool.pads, pool.out)
+
+
 # ----------------------------------------------------------------------------- AveragePool / LpPool
 
 
@@ -499,7 +509,11 @@ def _max_pool(ctx, X, kernel_shape, auto_pad, pads, strides, dilations, ceil_mod
     pool = _pool_of(X.shape, kernel_shape, auto_pad, pads, strides, dilations, ceil_mode, "MaxPool")
     want_indices = ctx.n_outputs > 1 and ctx.outputs_wanted[1]
     if not want_indices:
-        y = _native_pool(X, pool, average=False)
+        y = (
+            _native_pool(X, pool, average=False)
+            if X.dtype == np.float32
+            else _native_max_8bit(X, pool)
+        )
         if y is not None:
             return y
         return _window_max(X, pool.pads, pool.out, pool.kernel, pool.strides, pool.dilations)

@@ -180,7 +180,7 @@ _EXPORTS = {
         "svm_coupling",
     ),
     "turn": ("turn_functions",),
-    "window": ("pool2d_f32",),
+    "window": ("pool2d_f32", "max_pool2d_8bit"),
     "winograd": (
         "WinogradConv",
         "pack_winograd",

@@ -582,3 +582,147 @@ EXPORT CLONES int onyx_pool2d_f32_range(const void *p, int64_t begin, int64_t en
     free(P), free(spans);
     return 0;
 }
+
+/* ------------------------------------------------------------------ 8-bit MaxPool
+ *
+ * A quantized model's MaxPool on its bytes (pool2d's geometry, x and y 8-bit, dilations 1):
+ * each output row is the max of its window's rows clipped to the image (contiguous, in
+ * vectors), then each output the max of its window's columns of that row. A max of integers
+ * is exact in any order; padding never wins, so the windows read only the image. int8 rows
+ * are flipped to unsigned order (x ^ 0x80) for the column pass, and its outputs back.
+ */
+static inline __attribute__((always_inline)) int64_t clip64(int64_t v, int64_t lo, int64_t hi) {
+    return v < lo ? lo : v > hi ? hi : v;
+}
+
+static inline __attribute__((always_inline)) uint8_t max_u8(uint8_t a, uint8_t b) {
+    return a > b ? a : b;
+}
+
+/* out[o] = max of row[o * sw + j], j < kw, for o in [from, to) (every such column inside),
+   a whole window per output in registers (kw a constant where the caller makes it one). At
+   stride 2 the row is read as 16-bit pairs (pair p holds columns c0 + 2p in its low byte and
+   c0 + 2p + 1 in its high byte, c0 = left's parity, on this little-endian target): contiguous
+   reads the compiler vectorizes, where it leaves byte reads at stride 2 scalar. Output o's
+   offset j reads column 2o - left + j = c0 + 2 (o - at) + j: pair o - at + j / 2. */
+static inline __attribute__((always_inline)) void
+max_columns(const uint8_t *restrict row, uint16_t *restrict pairs, uint8_t *restrict out,
+            int64_t from, int64_t to, const int64_t kw, const int64_t sw, int64_t left,
+            int64_t W) {
+    if (sw == 2 && W >= 2) {
+        const int64_t c0 = left & 1, at = (left + c0) / 2;
+        pairs[(W - c0) / 2] = 0; /* (the last pair's byte past the row) */
+        memcpy(pairs, row + c0, (size_t)(W - c0));
+        const uint16_t *P = pairs - at;
+        for (int64_t o = from; o < to; o++) {
+            uint8_t m = 0;
+            for (int64_t j = 0; j < kw; j++) {
+                uint16_t v = P[o + j / 2];
+                m = max_u8(m, (j & 1) ? (uint8_t)(v >> 8) : (uint8_t)v);
+            }
+            out[o] = m;
+        }
+        return;
+    }
+    for (int64_t o = from; o < to; o++) {
+        const uint8_t *window = row + (o * sw - left); /* (inside the row: o >= from) */
+        uint8_t m = window[0];
+        for (int64_t j = 1; j < kw; j++) m = max_u8(m, window[j]);
+        out[o] = m;
+    }
+}
+
+/* The columns' pass with the common window widths (2, 3) and strides (1, 2) as constants. */
+static inline __attribute__((always_inline)) void
+max_columns_of(const uint8_t *restrict row, uint16_t *restrict pairs, uint8_t *restrict out,
+               int64_t from, int64_t to, int64_t kw, int64_t sw, int64_t left, int64_t W) {
+#define MAX_COLUMNS(K, S) max_columns(row, pairs, out, from, to, K, S, left, W)
+    if (kw == 3 && sw == 2)
+        MAX_COLUMNS(3, 2);
+    else if (kw == 2 && sw == 2)
+        MAX_COLUMNS(2, 2);
+    else if (kw == 3 && sw == 1)
+        MAX_COLUMNS(3, 1);
+    else if (kw == 2 && sw == 1)
+        MAX_COLUMNS(2, 1);
+    else
+        MAX_COLUMNS(kw, sw);
+#undef MAX_COLUMNS
+}
+
+/* row[w] = the max of x's rows r0..r1 - 1 at column w, in unsigned order (x ^ flip). */
+static inline __attribute__((always_inline)) void
+max_rows(const uint8_t *restrict x, uint8_t *restrict row, int64_t r0, int64_t r1, int64_t W,
+         const uint8_t flip) {
+    const uint8_t *a = x + r0 * W, *b = a + W, *c = b + W;
+    if (r1 - r0 == 3)
+        for (int64_t w = 0; w < W; w++)
+            row[w] = max_u8(max_u8(a[w] ^ flip, b[w] ^ flip), c[w] ^ flip);
+    else if (r1 - r0 == 2)
+        for (int64_t w = 0; w < W; w++) row[w] = max_u8(a[w] ^ flip, b[w] ^ flip);
+    else {
+        for (int64_t w = 0; w < W; w++) row[w] = a[w] ^ flip;
+        for (int64_t r = r0 + 1; r < r1; r++) {
+            const uint8_t *src = x + r * W;
+            for (int64_t w = 0; w < W; w++) row[w] = max_u8(row[w], src[w] ^ flip);
+        }
+    }
+}
+
+static inline __attribute__((always_inline)) void
+max_plane_8bit(const pool2d *t, const uint8_t *restrict x, uint8_t *restrict y,
+               uint8_t *restrict row, uint16_t *restrict pairs, const int is_signed) {
+    const int64_t H = t->H, W = t->W, OW = t->OW, kw = t->kw, sw = t->sw;
+    const uint8_t flip = is_signed ? 0x80 : 0;
+    /* the outputs whose window lies inside the row: ow * sw - left in [0, W - kw] */
+    int64_t lo = clip64((t->left + sw - 1) / sw, 0, OW);
+    int64_t hi = W - kw + t->left < 0 ? 0 : clip64((W - kw + t->left) / sw + 1, lo, OW);
+    for (int64_t oh = 0; oh < t->OH; oh++) {
+        int64_t r0 = clip64(oh * t->sh - t->top, 0, H);
+        int64_t r1 = clip64(oh * t->sh - t->top + t->kh, 0, H);
+        uint8_t *out = y + oh * OW;
+        if (r0 >= r1) { /* (no row of the image: the type's lowest) */
+            for (int64_t o = 0; o < OW; o++) out[o] = flip;
+            continue;
+        }
+        max_rows(x, row, r0, r1, W, flip);
+        max_columns_of(row, pairs, out, lo, hi, kw, sw, t->left, W);
+        for (int64_t o = 0; o < OW; o++) { /* the edge outputs, their windows clipped */
+            if (o == lo && hi > lo) o = hi;
+            if (o >= OW) break;
+            int64_t c0 = clip64(o * sw - t->left, 0, W), c1 = clip64(o * sw - t->left + kw, 0, W);
+            uint8_t m = 0;
+            for (int64_t c = c0; c < c1; c++) m = max_u8(m, row[c]);
+            out[o] = m;
+        }
+        if (is_signed)
+            for (int64_t o = 0; o < OW; o++) out[o] ^= 0x80;
+    }
+}
+
+static inline __attribute__((always_inline)) int
+max8_range(const pool2d *t, int64_t begin, int64_t end, const int is_signed) {
+    int64_t Hp, Wp, plane;
+    if (!pool2d_ok(t, &Hp, &Wp, &plane) || begin < 0 || end < begin || t->dh != 1 ||
+        t->dw != 1 || t->average)
+        return ONYX_INVALID;
+    uint8_t *row = malloc((size_t)t->W + 1); /* (never 0 bytes) */
+    uint16_t *pairs = malloc(((size_t)t->W / 2 + 1) * sizeof *pairs);
+    if (!row || !pairs) {
+        free(row), free(pairs);
+        return ONYX_NOMEM;
+    }
+    for (int64_t p = begin; p < end; p++)
+        max_plane_8bit(t, (const uint8_t *)t->x + p * t->H * t->W,
+                       (uint8_t *)t->y + p * t->OH * t->OW, row, pairs, is_signed);
+    free(row), free(pairs);
+    return 0;
+}
+
+EXPORT CLONES int onyx_max_pool2d_u8_range(const void *p, int64_t begin, int64_t end) {
+    return max8_range(p, begin, end, 0);
+}
+
+EXPORT CLONES int onyx_max_pool2d_s8_range(const void *p, int64_t begin, int64_t end) {
+    return max8_range(p, begin, end, 1);
+}

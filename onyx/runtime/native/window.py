@@ -60,6 +60,26 @@ def pool2d_f32(
     return y
 
 
+def max_pool2d_8bit(x: np.ndarray, kernel, strides, pads, out_shape):
+    """MaxPool of C-contiguous 8-bit x (N, C, H, W) to (N, C, *out_shape), dilations 1: pads
+    (top, left, bottom, right) (window.c: a max of integers, pool.py's values). None without
+    the library."""
+    if core.lib is None or x.dtype not in _BYTES or x.ndim != 4 or not x.flags.c_contiguous:
+        return None
+    N, C = x.shape[:2]
+    y = np.empty((N, C, *out_shape), x.dtype)
+    if N * C == 0 or y.size == 0:
+        return y
+    setup = (x.shape, *map(tuple, (kernel, strides, (1, 1), pads, out_shape)))
+    task, cuts, ways = _pool_task(*setup, False, False, False, core.thread_setting())
+    kernel_fn = core.lib.max_pool2d_s8_range if x.dtype == np.int8 else core.lib.max_pool2d_u8_range
+    _run(kernel_fn, _filled(task, x, y), cuts, ways, "pooling")
+    return y
+
+
+_BYTES = (np.dtype(np.uint8), np.dtype(np.int8))
+
+
 @functools.lru_cache(maxsize=1024)
 def _pool_task(x_shape, kernel, strides, dilations, pads, out_shape, average, include_pad,
                by_columns, threads):  # fmt: skip
@@ -88,6 +108,8 @@ def _pool_task(x_shape, kernel, strides, dilations, pads, out_shape, average, in
 
 def bind(lib, isa: int) -> None:
     lib.pool2d_f32_range = range_of(lib, "pool2d_f32")
+    lib.max_pool2d_u8_range = range_of(lib, "max_pool2d_u8")
+    lib.max_pool2d_s8_range = range_of(lib, "max_pool2d_s8")
 
 
 core.join(__name__, bind)  # (bound to the library now that it is imported: _core.join)
