@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import onyx
+from onyx.runtime import session
 from onyx.tools.cmd_run import EXAMPLE_MODEL
 
 
@@ -32,6 +33,9 @@ def _feed(sess) -> dict:
     return {x.name: rng.random([d if isinstance(d, int) else 1 for d in x.shape], np.float32)}
 
 
+@pytest.mark.skipif(
+    not session.EXACT_REFCOUNTS, reason="this interpreter's refcounts are not relied on"
+)
 @pytest.mark.parametrize("runs", [0, 1, 3])
 @pytest.mark.parametrize("source", ["path", "bytes"])
 def test_a_dropped_session_frees_its_graph_without_the_collector(source, runs):
@@ -55,6 +59,25 @@ def test_a_held_model_keeps_its_graph():
     del sess
     assert len(model.graph) == n_nodes
     assert all(n.graph is model.graph and n.inputs for n in model.graph)
+
+
+def test_where_refcounts_are_not_relied_on_the_collector_frees_it(monkeypatch):
+    monkeypatch.setattr(session, "EXACT_REFCOUNTS", False)
+    with collector_off():
+        sess = onyx.InferenceSession(EXAMPLE_MODEL)
+        sess.run(None, _feed(sess))
+        graph, n_nodes = sess.plan.graph, len(sess.plan.graph)
+        del sess
+        assert len(graph) == n_nodes and all(n.graph is graph and n.inputs for n in graph)
+
+
+def test_a_held_graph_stays_whole():
+    with collector_off():
+        sess = onyx.InferenceSession(EXAMPLE_MODEL)
+        sess.run(None, _feed(sess))
+        graph, n_nodes = sess.plan.graph, len(sess.plan.graph)
+        del sess
+        assert len(graph) == n_nodes and all(n.graph is graph and n.inputs for n in graph)
 
 
 def test_a_held_plan_keeps_its_graph_and_runs():

@@ -193,7 +193,7 @@ class InferenceSession(SessionAPI):
         creation paid for this one's graph, and for the collections of the older generations
         it had reached. Unlinked, reference counting frees them now."""
         try:
-            if self.__dict__.get("_disposable"):
+            if EXACT_REFCOUNTS and self.__dict__.get("_disposable"):
                 # (references to the model: _planned_model, maybe _model, _release's own)
                 holders = 2 + (self.__dict__.get("_model") is self._planned_model)
                 _release(self._plan, self._planned_model, holders)
@@ -487,6 +487,19 @@ def _output_check(plan: Plan, model: ir.Model, cached: dict | None = None) -> Ou
 def _by_value(model: ir.Model, types: dict) -> dict:
     """id(value) -> (value, type), as derived_types gives them, from value name -> type."""
     return {id(v): (v, types[v.name]) for n in model.graph for v in n.outputs if v.name in types}
+
+
+#: Whether sys.getrefcount counts as _release and _drop_runners expect (each reference once,
+#: an argument moved into the callee's frame, the GIL held): CPython 3.11 to 3.13. Elsewhere a
+#: dropped session is left to the collector: 3.10 counts the caller's stack too (the checks
+#: never passed), 3.14 borrows references to locals on the stack (counts one lower, so a
+#: graph, plan or runner still held elsewhere would look free), a free-threaded build lets
+#: another thread take a reference between the count and the dismantling.
+EXACT_REFCOUNTS = (
+    sys.implementation.name == "cpython"
+    and (3, 11) <= sys.version_info[:2] <= (3, 13)
+    and getattr(sys, "_is_gil_enabled", lambda: True)()
+)
 
 
 def _release(plan: Plan, model: ir.Model, holders: int) -> None:
