@@ -176,7 +176,6 @@ class InferenceSession(SessionAPI):
         if cached is not None:  # (checked and optimized when it was cached)
             self._model = model = self._apply_options(cached, owned=True)
             self._cache_entry = entry
-            self._disposable = True
         else:
             model, entry = self._load_and_optimize(source, entry)
         snapshot = model_cache.snapshot(model) if entry is not None and cached is None else None
@@ -193,10 +192,14 @@ class InferenceSession(SessionAPI):
         creation paid for this one's graph, and for the collections of the older generations
         it had reached. Unlinked, reference counting frees them now."""
         try:
-            if EXACT_REFCOUNTS and self.__dict__.get("_disposable"):
-                # (references to the model: _planned_model, maybe _model, _release's own)
-                holders = 2 + (self.__dict__.get("_model") is self._planned_model)
-                _release(self._plan, self._planned_model, holders)
+            state = self.__dict__
+            model = state.get("_planned_model")
+            # (not the caller's own model, planned as it is: the caller's to keep)
+            if EXACT_REFCOUNTS and model is not None and model is not state.get("_source_ref"):
+                # (references to the model: _planned_model, maybe _model, ``model`` here and
+                # in _release)
+                holders = 3 + (state.get("_model") is model)
+                _release(self._plan, model, holders)
         except Exception:  # (an interpreter shutting down: the collector frees it then)
             pass
 
@@ -224,10 +227,7 @@ class InferenceSession(SessionAPI):
         self._model = self._apply_options(self._model, owned=owned)
         ordered = not any(p.rule == "topological-order" for p in warned)
         model, owned = accept_lenient(self._model, owned=owned, ordered=ordered)
-        model = self._prepare(model, owned=owned)
-        # (the caller's own model, planned as it is, is the caller's to keep: see __del__)
-        self._disposable = model is not source
-        return model, entry
+        return self._prepare(model, owned=owned), entry
 
     def _prepare(self, model: ir.Model, owned: bool = False) -> ir.Model:
         """Hook for graph optimization at session creation (per graph_optimization_level);
