@@ -61,6 +61,43 @@ def test_a_held_model_keeps_its_graph():
     assert all(n.graph is model.graph and n.inputs for n in model.graph)
 
 
+def _relu_neg_model() -> bytes:
+    """A model whose steps take no context: its runner's namespace holds no bound frame, only
+    the failure handler whose closure holds the plan."""
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("Relu", ["x"], ["t"]), helper.make_node("Neg", ["t"], ["y"])]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
+    graph = helper.make_graph(nodes, "g", [x], [y])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+@pytest.mark.skipif(
+    not session.EXACT_REFCOUNTS, reason="this interpreter's refcounts are not relied on"
+)
+def test_a_dropped_session_without_context_steps_frees_its_graph():
+    with collector_off():
+        sess = onyx.InferenceSession(_relu_neg_model())
+        for _ in range(3):
+            sess.run(None, _feed(sess))
+        graph = weakref.ref(sess.plan.graph)
+        del sess
+        assert graph() is None
+
+
+def test_a_held_runner_keeps_running():
+    sess = onyx.InferenceSession(EXAMPLE_MODEL)
+    feed = _feed(sess)
+    expected = sess.run(None, feed)
+    sess.run(None, feed)
+    runner = sess.plan.runner()
+    inputs = [feed.get(v.name) for v in sess.plan.graph.inputs]
+    del sess
+    gc.collect()
+    np.testing.assert_array_equal(runner(inputs, None)[0], expected[0])
+
+
 def test_where_refcounts_are_not_relied_on_the_collector_frees_it(monkeypatch):
     monkeypatch.setattr(session, "EXACT_REFCOUNTS", False)
     with collector_off():

@@ -521,9 +521,11 @@ def _release(plan: Plan, model: ir.Model, holders: int) -> None:
 
 def _drop_runners(plan: Plan) -> None:
     """Drop the runners the plan generated (a plan someone else holds makes them again at its
-    next run). Each runner's namespace holds the runner and the plan's bound ``frame``: a
-    cycle that keeps the plan, and its graph, for the collector; emptied when nothing else
-    holds the runner (sys.getrefcount: its namespace, ``runner`` and the argument)."""
+    next run). Each runner's namespace holds the runner (``run``) and its failure handler
+    (``_fail``, whose closure holds the plan; with steps that take a context, the plan's
+    bound ``frame`` too): a cycle that keeps the plan, and its graph, for the collector;
+    emptied when nothing else holds the runner (sys.getrefcount: its namespace, ``runner``
+    and the argument)."""
     runners = plan.__dict__.get("_runners")
     if not runners:
         return
@@ -532,7 +534,7 @@ def _drop_runners(plan: Plan) -> None:
     while made:
         runner = made.pop()
         env = getattr(runner, "__globals__", None)
-        generated = env is not None and "__name__" not in env and env.get("_frame") is not None
+        generated = env is not None and "__name__" not in env and env.get("run") is runner
         if generated and sys.getrefcount(runner) <= 3:  # (not a module's namespace)
             env.clear()
 
