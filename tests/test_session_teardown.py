@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import gc
 import weakref
-from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -14,17 +13,7 @@ import pytest
 import onyx
 from onyx.runtime import session
 from onyx.tools.cmd_run import EXAMPLE_MODEL
-
-
-@contextmanager
-def collector_off():
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
+from onyx.utils import gc_paused as collector_off  # (the collector off, as creation has it)
 
 
 def _feed(sess) -> dict:
