@@ -313,9 +313,10 @@ def test_an_interrupted_wait_for_the_turn_leaves_the_queue(monkeypatch, bells):
 @pytest.mark.parametrize("bells", ["locks", "native"])
 def test_a_slice_ends_once_its_runs_took_a_slice_of_time(monkeypatch, bells):
     """Runs of 20 ms each (their sessions' Pace) in slices of 50 ms (RUN_SLICES times that
-    with turn.c): the holder hands the turn to the waiter as its 4th run starts (6th), though the wall clock (each run takes
-    microseconds here; the wall-clock slice made 10**6 times longer for turn.c) has not
-    ended its slice (a slice of wall time only: the check can fail)."""
+    with turn.c): the holder hands the turn to the waiter as its 4th run starts (with turn.c
+    its 6th), though the wall clock (each run takes microseconds here; the wall-clock slice
+    made 10**6 times longer for turn.c) has not ended its slice (a slice of wall time only:
+    the check can fail)."""
     monkeypatch.setattr(concurrency, "_turns", concurrency._Turn())  # noqa: SLF001
     monkeypatch.setattr(concurrency, "SLICE_SECONDS", 0.05)
     monkeypatch.setattr(concurrency, "WALL_SLICES", 10**6)

@@ -6,9 +6,8 @@ to check its outputs against)."""
 
 from __future__ import annotations
 
+from ..runtime.registry import ONYX_DOMAIN
 from .engine import NodeContext, rule
-
-ONYX_DOMAIN = "ai.onyx"
 
 #: Where each conv's weights are among its inputs (X, [S], W, B, [Z]).
 _W_INPUT = {

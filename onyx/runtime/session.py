@@ -176,7 +176,6 @@ class InferenceSession(SessionAPI):
         if cached is not None:  # (checked and optimized when it was cached)
             self._model = model = self._apply_options(cached, owned=True)
             self._cache_entry = entry
-            self._disposable = True
         else:
             model, entry = self._load_and_optimize(source, entry)
         snapshot = model_cache.snapshot(model) if entry is not None and cached is None else None
@@ -193,10 +192,14 @@ class InferenceSession(SessionAPI):
         creation paid for this one's graph, and for the collections of the older generations
         it had reached. Unlinked, reference counting frees them now."""
         try:
-            if self.__dict__.get("_disposable"):
-                # (references to the model: _planned_model, maybe _model, _release's own)
-                holders = 2 + (self.__dict__.get("_model") is self._planned_model)
-                _release(self._plan, self._planned_model, holders)
+            state = self.__dict__
+            model = state.get("_planned_model")
+            # (not the caller's own model, planned as it is: the caller's to keep)
+            if EXACT_REFCOUNTS and model is not None and model is not state.get("_source_ref"):
+                # (references to the model: _planned_model, maybe _model, ``model`` here and
+                # in _release)
+                holders = 3 + (state.get("_model") is model)
+                _release(self._plan, model, holders)
         except Exception:  # (an interpreter shutting down: the collector frees it then)
             pass
 
@@ -224,10 +227,7 @@ class InferenceSession(SessionAPI):
         self._model = self._apply_options(self._model, owned=owned)
         ordered = not any(p.rule == "topological-order" for p in warned)
         model, owned = accept_lenient(self._model, owned=owned, ordered=ordered)
-        model = self._prepare(model, owned=owned)
-        # (the caller's own model, planned as it is, is the caller's to keep: see __del__)
-        self._disposable = model is not source
-        return model, entry
+        return self._prepare(model, owned=owned), entry
 
     def _prepare(self, model: ir.Model, owned: bool = False) -> ir.Model:
         """Hook for graph optimization at session creation (per graph_optimization_level);
@@ -489,6 +489,19 @@ def _by_value(model: ir.Model, types: dict) -> dict:
     return {id(v): (v, types[v.name]) for n in model.graph for v in n.outputs if v.name in types}
 
 
+#: Whether sys.getrefcount counts as _release and _drop_runners expect (each reference once,
+#: an argument moved into the callee's frame, the GIL held): CPython 3.11 to 3.13. Elsewhere a
+#: dropped session is left to the collector: 3.10 counts the caller's stack too (the checks
+#: never passed), 3.14 borrows references to locals on the stack (counts one lower, so a
+#: graph, plan or runner still held elsewhere would look free), a free-threaded build lets
+#: another thread take a reference between the count and the dismantling.
+EXACT_REFCOUNTS = (
+    sys.implementation.name == "cpython"
+    and (3, 11) <= sys.version_info[:2] <= (3, 13)
+    and getattr(sys, "_is_gil_enabled", lambda: True)()
+)
+
+
 def _release(plan: Plan, model: ir.Model, holders: int) -> None:
     """A dropped session's end: its plan's runners dropped, and its model's main graph
     unlinked when nothing but the session (``holders`` references to the model, counting
@@ -508,9 +521,11 @@ def _release(plan: Plan, model: ir.Model, holders: int) -> None:
 
 def _drop_runners(plan: Plan) -> None:
     """Drop the runners the plan generated (a plan someone else holds makes them again at its
-    next run). Each runner's namespace holds the runner and the plan's bound ``frame``: a
-    cycle that keeps the plan, and its graph, for the collector; emptied when nothing else
-    holds the runner (sys.getrefcount: its namespace, ``runner`` and the argument)."""
+    next run). Each runner's namespace holds the runner (``run``) and its failure handler
+    (``_fail``, whose closure holds the plan; with steps that take a context, the plan's
+    bound ``frame`` too): a cycle that keeps the plan, and its graph, for the collector;
+    emptied when nothing else holds the runner (sys.getrefcount: its namespace, ``runner``
+    and the argument)."""
     runners = plan.__dict__.get("_runners")
     if not runners:
         return
@@ -519,7 +534,7 @@ def _drop_runners(plan: Plan) -> None:
     while made:
         runner = made.pop()
         env = getattr(runner, "__globals__", None)
-        generated = env is not None and "__name__" not in env and env.get("_frame") is not None
+        generated = env is not None and "__name__" not in env and env.get("run") is runner
         if generated and sys.getrefcount(runner) <= 3:  # (not a module's namespace)
             env.clear()
 
