@@ -509,7 +509,7 @@ class _Turn:
                 if _turn_wait is not None:
                     self._publish()  # (its end, then idle)
             if self.depth <= 0 and (failed or streak_over and self.queue):
-                if streak_over:
+                if streak_over and self.queue:  # (a failed run's hand-over to nobody: no guess)
                     mine.gave_up_at = mine.runs  # (forgotten if it comes straight back)
                 self._hand_over()  # (else its next run hands it over once its slice ends)
 
