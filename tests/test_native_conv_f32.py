@@ -669,3 +669,43 @@ def test_one_d_fused_sigmoid_and_tanh_take_the_two_d_kernel(activation):
     want = ACTIVATIONS[activation](conv_kernels.conv(x, w, b, pads=[1, 1]).copy(), None, None, None)
     got = fused_conv(x, w, b, activation=activation, pads=[1, 1])
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+#: Wide convs whose tiles are stored run by run (conv_f32.c's store_runs, one instance per
+#: activation): rows of odd widths whose runs end inside a vector, a stem on phases, a
+#: downsampling 3x3 on phases, an unpadded unit-stride conv, two images.
+STORED_CASES = [
+    (1, 3, 37, 35, 16, (7, 7), (2, 2), (1, 1), (3, 3, 3, 3), 1),
+    (2, 9, 13, 21, 12, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 1),
+    (1, 7, 11, 19, 10, (3, 3), (1, 1), (1, 1), (0, 0, 0, 0), 1),
+    (2, 5, 9, 23, 8, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1),
+]
+
+
+@pytest.mark.parametrize("case", STORED_CASES)
+@pytest.mark.parametrize(
+    "activation, params",
+    [("", []), ("Relu", []), ("LeakyRelu", [0.2]), ("Clip", [-0.5, 1.5]), ("Tanh", [])],
+)  # fmt: skip
+def test_wide_tiles_stored_with_residual_and_activation_match_numpy(
+    case, activation, params, monkeypatch
+):
+    wide, run = [], native.FloatConv.__call__
+    monkeypatch.setattr(native.FloatConv, "__call__",
+                        lambda self, *a: wide.append(self.task.wide) or run(self, *a))  # fmt: skip
+    x, w, b, attrs = _case_arrays(case, sum(case[:5]) + 7)
+    with native.disabled():  # (the numpy oracle: ONYX_NATIVE=0's path)
+        shape = conv_kernels.conv(x, w, b, **attrs).shape
+    z = np.random.default_rng(8).standard_normal(shape).astype(np.float32)
+    x[0, 0, 2, 3] = np.nan  # (a NaN stays a NaN through every activation)
+    fused = {"activation": activation, "activation_params": params} if params else {}
+    if activation:
+        fused["activation"] = activation
+    with native.disabled():
+        want = fused_conv(x, w, b, z, **attrs, **fused)
+    with native.threads(1):
+        got = fused_conv(x, w, b, z, **attrs, **fused)
+    assert got.shape == want.shape == shape
+    assert np.isnan(got).sum() == np.isnan(want).sum() > 0
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert wide and all(wide), "the native kernel did not run wide"
