@@ -884,17 +884,23 @@ EXPORT AVX512 int onyx_conv_f32_range(const void *p, int64_t begin, int64_t end)
     }
     return 0;
 }
-/* The columns of strips begin <= q < end, q = (group, strip), into t->cols: packed once
-   for all the parts when those split a layer's output channels (each would pack them all). */
+/* The columns of jobs begin <= q < end, q = (group, block of kc rows of K, strip), into
+   t->cols: packed once for all the parts when those split a layer's output channels (each
+   would pack them all); blocks of K as jobs of their own share a few strips' packing between
+   threads. */
 EXPORT AVX512 int onyx_conv_f32_pack_range(const void *p, int64_t begin, int64_t end) {
     const conv_f32 *t = p;
-    if (!conv_f32_ok(t) || begin < 0) return ONYX_INVALID;
-    int64_t K = (t->C / t->group) * t->kh * t->kw;
+    if (!conv_f32_ok(t) || begin < 0 || begin > end) return ONYX_INVALID;
+    int64_t K = (t->C / t->group) * t->kh * t->kw, blocks = (K + t->kc - 1) / t->kc, jobs;
+    if (!onyx_mul(t->group, blocks, &jobs) || !onyx_mul(jobs, t->strips, &jobs) || end > jobs)
+        return ONYX_INVALID;
     run r[CF_NR + 1];
     if (t->raw || !t->cols) return ONYX_INVALID; /* (a raw conv is wide: it packs nothing) */
     for (int64_t q = begin; q < end; q++) {
-        int runs = strip_runs(t, q % t->strips, r);
-        pack_columns(t, q / t->strips, r, runs, 0, K, t->cols + q * K * CF_NR);
+        int64_t s = q % t->strips, k0 = q / t->strips % blocks * t->kc, g = q / t->strips / blocks;
+        int64_t kc = K - k0 < t->kc ? K - k0 : t->kc;
+        int runs = strip_runs(t, s, r);
+        pack_columns(t, g, r, runs, k0, kc, t->cols + ((g * t->strips + s) * K + k0) * CF_NR);
     }
     return 0;
 }
