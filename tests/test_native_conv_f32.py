@@ -669,3 +669,97 @@ def test_one_d_fused_sigmoid_and_tanh_take_the_two_d_kernel(activation):
     want = ACTIVATIONS[activation](conv_kernels.conv(x, w, b, pads=[1, 1]).copy(), None, None, None)
     got = fused_conv(x, w, b, activation=activation, pads=[1, 1])
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+#: Wide convs whose tiles are stored run by run (conv_f32.c's store_runs, one instance per
+#: activation): rows of odd widths whose runs end inside a vector, a stem on phases, a
+#: downsampling 3x3 on phases, an unpadded unit-stride conv, two images.
+STORED_CASES = [
+    (1, 3, 37, 35, 16, (7, 7), (2, 2), (1, 1), (3, 3, 3, 3), 1),
+    (2, 9, 13, 21, 12, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 1),
+    (1, 7, 11, 19, 10, (3, 3), (1, 1), (1, 1), (0, 0, 0, 0), 1),
+    (2, 5, 9, 23, 8, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1),
+]
+
+
+@pytest.mark.parametrize("case", STORED_CASES)
+@pytest.mark.parametrize(
+    "activation, params",
+    [("", []), ("Relu", []), ("LeakyRelu", [0.2]), ("Clip", [-0.5, 1.5]), ("Tanh", [])],
+)  # fmt: skip
+def test_wide_tiles_stored_with_residual_and_activation_match_numpy(
+    case, activation, params, monkeypatch
+):
+    wide, run = [], native.FloatConv.__call__
+    monkeypatch.setattr(native.FloatConv, "__call__",
+                        lambda self, *a: wide.append(self.task.wide) or run(self, *a))  # fmt: skip
+    x, w, b, attrs = _case_arrays(case, sum(case[:5]) + 7)
+    with native.disabled():  # (the numpy oracle: ONYX_NATIVE=0's path)
+        shape = conv_kernels.conv(x, w, b, **attrs).shape
+    z = np.random.default_rng(8).standard_normal(shape).astype(np.float32)
+    x[0, 0, 2, 3] = np.nan  # (a NaN stays a NaN through every activation)
+    fused = {"activation": activation, "activation_params": params} if params else {}
+    if activation:
+        fused["activation"] = activation
+    with native.disabled():
+        want = fused_conv(x, w, b, z, **attrs, **fused)
+    with native.threads(1):
+        got = fused_conv(x, w, b, z, **attrs, **fused)
+    assert got.shape == want.shape == shape
+    assert np.isnan(got).sum() == np.isnan(want).sum() > 0
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert wide and all(wide), "the native kernel did not run wide"
+
+
+#: Convs whose columns are packed beforehand, the packing's jobs (group, block of K, strip)
+#: shared between threads: a 7x7 layer's 48 + 1 pixels over blocks of K, an odd image over
+#: two images, groups, a stride-2 conv's strided packing.
+PACKED_CASES = [
+    (1, 300, 7, 7, 128, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1),
+    (2, 70, 5, 9, 96, (3, 3), (1, 1), (1, 1), (1, 0, 1, 2), 1),
+    (1, 256, 7, 7, 256, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 2),
+    (1, 100, 13, 13, 128, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 1),
+]
+
+
+@pytest.mark.parametrize("case", PACKED_CASES)
+def test_columns_packed_by_threads_in_blocks_of_k_match_numpy(case):
+    x, w, b, attrs = _case_arrays(case, sum(case[:5]) + 3)
+    with native.disabled():  # (the numpy oracle: ONYX_NATIVE=0's path)
+        want = conv_kernels.conv(x, w, b, **attrs)
+    for ways in (2, 3):
+        with native.threads(ways):
+            got = conv_kernels.conv(x, w, b, **attrs)
+            pads, strides = attrs["pads"], attrs["strides"]
+            key = ("f32 conv", x.shape, case[-1], conv_kernels.conv_key("NOTSET", pads, strides,
+                   attrs["dilations"], None), 0, 0.0, 0.0, ways)  # fmt: skip
+            conv = conv_kernels.derived(w, key, lambda: None)
+            assert conv.cols > 0, "its columns were not packed beforehand"
+            task = conv.task  # (more jobs than the strips: blocks of K too)
+            assert len(conv.pack_cuts) == ways + 1
+            assert conv.pack_cuts[-1] > task.group * task.strips
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+
+
+def test_column_packing_jobs_fill_the_same_columns_and_refuse_any_past_their_own():
+    from onyx.runtime.native import _core
+
+    case = PACKED_CASES[0]
+    x, w, b, attrs = _case_arrays(case, 5)
+    with native.threads(2):
+        conv_kernels.conv(x, w, b, **attrs)
+        key = ("f32 conv", x.shape, 1, conv_kernels.conv_key("NOTSET", attrs["pads"],
+               attrs["strides"], attrs["dilations"], None), 0, 0.0, 0.0, 2)  # fmt: skip
+        conv = conv_kernels.derived(w, key, lambda: None)
+    task = type(conv.task).from_buffer_copy(conv.task)
+    whole, by_job = np.zeros(conv.cols, np.float32), np.zeros(conv.cols, np.float32)
+    task.x, task.cols = x.ctypes.data, whole.ctypes.data
+    jobs = int(conv.pack_cuts[-1])
+    _core._run(_core.lib.conv_f32_pack_range, task, [0, jobs], 1, "float conv")
+    task.cols = by_job.ctypes.data
+    for q in reversed(range(jobs)):  # (each job its own rows, whatever the order)
+        _core._run(_core.lib.conv_f32_pack_range, task, [q, q + 1], 1, "float conv")
+    assert np.count_nonzero(whole) > whole.size // 4
+    np.testing.assert_array_equal(by_job, whole)
+    with pytest.raises(InvalidArgument):
+        _core._run(_core.lib.conv_f32_pack_range, task, [0, jobs + 1], 1, "float conv")

@@ -239,45 +239,100 @@ finish(const conv_f32 *t, __m512 v, __m512 bias, const float *z, __mmask16 live)
     return onyx_activate(v, t->act, t->alpha, t->beta);
 }
 
-/* The sums of a tile whose strip spans images (kept in ct) into y, run by run. */
-static AVX512 void store_tile(const conv_f32 *t, int64_t g, int64_t m0, const float *ct,
-                              const run *r, int runs) {
+/* The sums of a tile whose strip spans images or rows (a wide strip; kept in ct) into y, run
+   by run, with the activation act a constant in each instance (store_tile): a wide conv's
+   every tile is stored here, and the activation's test per vector, with masked stores of
+   full vectors, took a stem's stores a seventh of its time. */
+static AVX512 inline __attribute__((always_inline)) void
+store_runs(const conv_f32 *t, int64_t g, int64_t m0, const float *ct, const run *r, int runs,
+           const int act) {
     int64_t Mg = t->M / t->group, P = t->OH * t->OW;
     int64_t rows = Mg - m0 < CF_MR ? Mg - m0 : CF_MR;
+    float *y = t->y;
+    const float *z = t->z;
     for (int64_t i = 0; i < rows; i++) {
         int64_t m = g * Mg + m0 + i;
         __m512 bias = _mm512_set1_ps(t->bias ? t->bias[m] : 0.0f);
+        const float *row = ct + i * CF_NR;
         for (int k = 0; k < runs; k++) {
-            const run *u = r + k;
-            int64_t at = u->out + m * P;
-            for (int64_t j = 0; j < u->len; j += 16) {
-                __mmask16 live = lanes(0, u->len - j);
-                /* (unmasked: a masked load of what the tile has just stored is not forwarded
-                   from the store and waits for it; ct has slack for the lanes past a row) */
-                __m512 v = _mm512_loadu_ps(ct + i * CF_NR + u->j + j);
-                v = finish(t, v, bias, t->z ? t->z + at + j : 0, live);
-                _mm512_mask_storeu_ps(t->y + at + j, live, v);
+            int64_t at = r[k].out + m * P, len = r[k].len, j = 0;
+            const float *from = row + r[k].j;
+            /* (unmasked loads of ct: a masked load of what the tile has just stored is not
+               forwarded from the store and waits for it; ct has slack past a row) */
+            for (; j + 16 <= len; j += 16) {
+                __m512 v = _mm512_add_ps(_mm512_loadu_ps(from + j), bias);
+                if (z) v = _mm512_add_ps(v, _mm512_loadu_ps(z + at + j));
+                _mm512_storeu_ps(y + at + j, onyx_activate(v, act, t->alpha, t->beta));
+            }
+            if (j < len) {
+                __mmask16 live = lanes(0, len - j);
+                __m512 v = _mm512_add_ps(_mm512_loadu_ps(from + j), bias);
+                if (z) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(live, z + at + j));
+                _mm512_mask_storeu_ps(y + at + j, live, onyx_activate(v, act, t->alpha, t->beta));
             }
         }
     }
 }
 
-/* The residual of a strip's runs in channels m0 .. m1 of group g into the cache (a large
-   batch's residual comes from memory, one plane per channel: too many streams for the
-   hardware's prefetchers). */
-static AVX512 void prefetch_residual(const conv_f32 *t, int64_t g, int64_t m0, int64_t m1,
-                                     const run *r, int runs) {
+static AVX512 void store_tile(const conv_f32 *t, int64_t g, int64_t m0, const float *ct,
+                              const run *r, int runs) {
+    switch (t->act) {
+    case ACT_NONE: store_runs(t, g, m0, ct, r, runs, ACT_NONE); break;
+    case ACT_RELU: store_runs(t, g, m0, ct, r, runs, ACT_RELU); break;
+    case ACT_LEAKY: store_runs(t, g, m0, ct, r, runs, ACT_LEAKY); break;
+    case ACT_CLIP: store_runs(t, g, m0, ct, r, runs, ACT_CLIP); break;
+    default: store_runs(t, g, m0, ct, r, runs, t->act); break;
+    }
+}
+
+/* The residual (from, t->z) or the output (t->y) of a strip's runs in channels m0 .. m1 of
+   group g into the cache (hint). A large batch's residual comes from memory, one plane per
+   channel: too many streams for the hardware's prefetchers. So does the output of a layer
+   written where the rest of the network has run since (a stem's 3 MB at batch 1: each line
+   read for ownership from memory as its store came, a fifth of the stem's time): it is
+   fetched into L2 before the part's last block of tiles, which then hide the wait (a wide
+   conv's: a stem, a downsampling 3x3). */
+static AVX512 void prefetch_runs(const conv_f32 *t, const float *from, int64_t g, int64_t m0,
+                                 int64_t m1, const run *r, int runs, int hint) {
     int64_t Mg = t->M / t->group, P = t->OH * t->OW;
     m1 = m1 < Mg ? m1 : Mg;
     for (int64_t m = g * Mg + m0; m < g * Mg + m1; m++)
         for (int k = 0; k < runs; k++)
-            for (int64_t j = 0; j < r[k].len; j += 16)
-                _mm_prefetch((const char *)(t->z + r[k].out + m * P + j), _MM_HINT_T0);
+            for (int64_t j = 0; j < r[k].len; j += 16) {
+                const char *at = (const char *)(from + r[k].out + m * P + j);
+                if (hint == _MM_HINT_T0)
+                    _mm_prefetch(at, _MM_HINT_T0);
+                else
+                    _mm_prefetch(at, _MM_HINT_T1);
+            }
 }
 
 /* A tile's sums c (MR x 16 nv) into ct, or finished into y where o is given (a macro, its
    loops unrolled: the accumulators, passed to a function or indexed by a loop that is not
-   unrolled, were kept in memory, a store of each per multiply-add step). */
+   unrolled, were kept in memory, a store of each per multiply-add step). The finishing is
+   written once per usual activation (TILE_FINISH, act a constant there): a test of the
+   activation per vector, and masked loads and stores of full vectors, took a small K's
+   tile (a 1x1 conv over 64 channels) a good share of its time. */
+#define TILE_FINISH(t, c, o, nv, act)                                                          \
+    _Pragma("GCC unroll 8") for (int i = 0; i < CF_MR; i++) {                                  \
+        if (i >= (o)->rows) break;                                                             \
+        __m512 bias = _mm512_set1_ps((o)->bias ? (o)->bias[i] : 0.0f);                         \
+        float *yi = (o)->y + i * (o)->ldy;                                                     \
+        const float *zi = (o)->z ? (o)->z + i * (o)->ldy : 0;                                  \
+        for (int h = 0; h < (nv); h++) {                                                       \
+            __m512 v = _mm512_add_ps((c)[i][h], bias);                                         \
+            if ((o)->width >= h * 16 + 16) { /* (a full vector: unmasked) */                   \
+                if (zi) v = _mm512_add_ps(v, _mm512_loadu_ps(zi + h * 16));                    \
+                _mm512_storeu_ps(yi + h * 16, onyx_activate(v, act, (t)->alpha, (t)->beta));   \
+                continue;                                                                      \
+            }                                                                                  \
+            __mmask16 live = lanes(0, (o)->width - h * 16);                                    \
+            if (zi) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(live, zi + h * 16));            \
+            _mm512_mask_storeu_ps(yi + h * 16, live,                                           \
+                                  onyx_activate(v, act, (t)->alpha, (t)->beta));               \
+        }                                                                                      \
+    }
+
 #define TILE_STORE(t, c, ct, o, nv)                                                            \
     do {                                                                                       \
         if (!(o)) {                                                                            \
@@ -286,15 +341,12 @@ static AVX512 void prefetch_residual(const conv_f32 *t, int64_t g, int64_t m0, i
                     _mm512_storeu_ps((ct) + i * CF_NR + h * 16, (c)[i][h]);                    \
             break;                                                                             \
         }                                                                                      \
-        _Pragma("GCC unroll 8") for (int i = 0; i < CF_MR; i++) {                              \
-            if (i >= (o)->rows) break;                                                         \
-            __m512 bias = _mm512_set1_ps((o)->bias ? (o)->bias[i] : 0.0f);                     \
-            for (int h = 0; h < (nv); h++) {                                                   \
-                __mmask16 live = lanes(0, (o)->width - h * 16);                                \
-                const float *z = (o)->z ? (o)->z + i * (o)->ldy + h * 16 : 0;                  \
-                _mm512_mask_storeu_ps((o)->y + i * (o)->ldy + h * 16, live,                    \
-                                      finish(t, (c)[i][h], bias, z, live));                    \
-            }                                                                                  \
+        if ((t)->act == ACT_NONE) {                                                            \
+            TILE_FINISH(t, c, o, nv, ACT_NONE);                                                \
+        } else if ((t)->act == ACT_RELU) {                                                     \
+            TILE_FINISH(t, c, o, nv, ACT_RELU);                                                \
+        } else {                                                                               \
+            TILE_FINISH(t, c, o, nv, (t)->act);                                                \
         }                                                                                      \
     } while (0)
 
@@ -788,9 +840,14 @@ EXPORT AVX512 int onyx_conv_f32_range(const void *p, int64_t begin, int64_t end)
                     src[s] = B + s * kc * CF_NR, ldb[s] = CF_NR;
                 }
             }
-            if (last && t->z) /* the residual is read as the tiles finish: fetched meanwhile */
-                for (int64_t s = 0; s < ns; s++)
-                    prefetch_residual(t, g, p0 * CF_MR, p1 * CF_MR, r + s * (CF_NR + 1), runs[s]);
+            if (last) /* the residual is read and the output written as the tiles finish:
+                         fetched meanwhile */
+                for (int64_t s = 0; s < ns; s++) {
+                    const run *rs = r + s * (CF_NR + 1);
+                    if (t->z) prefetch_runs(t, t->z, g, p0 * CF_MR, p1 * CF_MR, rs, runs[s], _MM_HINT_T0);
+                    if (t->wide) /* (a packed conv's few pixels gained nothing) */
+                        prefetch_runs(t, t->y, g, p0 * CF_MR, p1 * CF_MR, rs, runs[s], _MM_HINT_T1);
+                }
             const int64_t *offs = t->wide && in_place ? off + k0 : 0;
             for (int64_t pn = p0; pn < p1; pn++)
                 for (int64_t s = 0; s < ns; s++) {
@@ -827,17 +884,23 @@ EXPORT AVX512 int onyx_conv_f32_range(const void *p, int64_t begin, int64_t end)
     }
     return 0;
 }
-/* The columns of strips begin <= q < end, q = (group, strip), into t->cols: packed once
-   for all the parts when those split a layer's output channels (each would pack them all). */
+/* The columns of jobs begin <= q < end, q = (group, block of kc rows of K, strip), into
+   t->cols: packed once for all the parts when those split a layer's output channels (each
+   would pack them all); blocks of K as jobs of their own share a few strips' packing between
+   threads. */
 EXPORT AVX512 int onyx_conv_f32_pack_range(const void *p, int64_t begin, int64_t end) {
     const conv_f32 *t = p;
-    if (!conv_f32_ok(t) || begin < 0) return ONYX_INVALID;
-    int64_t K = (t->C / t->group) * t->kh * t->kw;
+    if (!conv_f32_ok(t) || begin < 0 || begin > end) return ONYX_INVALID;
+    int64_t K = (t->C / t->group) * t->kh * t->kw, blocks = (K + t->kc - 1) / t->kc, jobs;
+    if (!onyx_mul(t->group, blocks, &jobs) || !onyx_mul(jobs, t->strips, &jobs) || end > jobs)
+        return ONYX_INVALID;
     run r[CF_NR + 1];
     if (t->raw || !t->cols) return ONYX_INVALID; /* (a raw conv is wide: it packs nothing) */
     for (int64_t q = begin; q < end; q++) {
-        int runs = strip_runs(t, q % t->strips, r);
-        pack_columns(t, q / t->strips, r, runs, 0, K, t->cols + q * K * CF_NR);
+        int64_t s = q % t->strips, k0 = q / t->strips % blocks * t->kc, g = q / t->strips / blocks;
+        int64_t kc = K - k0 < t->kc ? K - k0 : t->kc;
+        int runs = strip_runs(t, s, r);
+        pack_columns(t, g, r, runs, k0, kc, t->cols + ((g * t->strips + s) * K + k0) * CF_NR);
     }
     return 0;
 }

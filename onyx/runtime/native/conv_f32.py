@@ -316,7 +316,9 @@ class FloatConv:
         self.cols = group * strips * K * nr
         if blocks == 1 or plain or wide or self.cols * 4 > _CONV_COLS_BYTES:
             self.cols = 0
-        jobs = group * strips
+        # (packing jobs: (group, block of K, strip), so that threads share a few strips' rows:
+        # a 7x7 layer's 48 + 1 pixels as two jobs left one thread nearly all the packing)
+        jobs = group * -(-K // _conv_kc(K)) * strips
         self.pack_cuts = _even_cuts(jobs, self.ways)
         self.task = _ConvF32(
             None,
