@@ -230,6 +230,27 @@ def test_entry_refuses_steps_outside_their_buffers(refs, sizes):
 
 
 @needs_native
+def test_entry_refuses_cuts_past_the_tasks_work():
+    """The kernels run each part's rows as its cuts say: cuts past the task's rows would write
+    past y, so the entry refuses them before running anything."""
+    from onyx.errors import OnyxError
+    from onyx.runtime.native.nhwc_chain import NONE, ChainProgram
+
+    conv, x_bytes, y_bytes = _one_conv()
+    rows = conv.shape[0] * conv.shape[1]  # (a 3x3 conv: its cuts split N * OH rows)
+    cuts = np.array([0, rows + 1], np.int64)
+    program = ChainProgram(
+        [(conv.task, cuts, 1, 1, ((1, 0), (2, 0), NONE, NONE))], [64, x_bytes, y_bytes]
+    )
+    x = np.ones(x_bytes // 4, np.float32)
+    y = np.full(y_bytes // 4 + 16 * 6, 7.0, np.float32)  # (room for the row past it)
+    scratch = np.empty(16, np.float32)
+    with pytest.raises(OnyxError):
+        program(np.array([scratch.ctypes.data, x.ctypes.data, y.ctypes.data], np.int64))
+    assert (y == 7.0).all()  # (nothing written)
+
+
+@needs_native
 def test_entry_runs_a_step_as_the_layer():
     from onyx.runtime.native.nhwc_chain import NONE, ChainProgram
 

@@ -46,6 +46,21 @@ static int64_t s_floats(const nhwc_task *t) {
     return onyx_mul(t->N, t->C, &a) ? a : 0;
 }
 
+/* The parts of work a task's cuts split (the kernels run [cuts[i], cuts[i + 1]) without
+   clamping it): output rows (conv, depthwise), pixels (pointwise) or images (mean); 0 when
+   out of range. */
+static int64_t task_parts(const nhwc_task *t) {
+    int64_t rows, pixels;
+    switch (t->kind) {
+    case NHWC_CONV:
+    case NHWC_DEPTHWISE: return onyx_mul(t->N, t->OH, &rows) ? rows : 0;
+    case NHWC_POINTWISE:
+        return onyx_mul(t->N, t->OH, &rows) && onyx_mul(rows, t->OW, &pixels) ? pixels : 0;
+    case NHWC_MEAN: return t->N;
+    default: return 0;
+    }
+}
+
 /* Whether ref (base, byte offset) holds `floats` floats inside its base; its byte range in
    [*begin, *end) (none: base -1, floats unused). */
 static int ref_ok(const int64_t *ref, int64_t floats, const int64_t *sizes, int64_t nbases,
@@ -63,11 +78,13 @@ static int ref_ok(const int64_t *ref, int64_t floats, const int64_t *sizes, int6
     return 1;
 }
 
-/* Whether step's refs fit their bases, and its output shares no byte with its inputs. */
+/* Whether step's refs fit their bases, its cuts its work, and its output shares no byte with
+   its inputs. */
 static int step_ok(const chain_step *st, const int64_t *sizes, int64_t nbases) {
     const nhwc_task *t = st->task;
     if (!t || st->refs[2 * REF_X] == -1 || st->refs[2 * REF_Y] == -1) return 0;
     if (!onyx_cuts_ok(st->cuts, st->parts) || st->ways < 1) return 0;
+    if (st->parts > 0 && st->cuts[st->parts] > task_parts(t)) return 0; /* (past y's end) */
     const int64_t floats[REFS] = {x_floats(t), y_floats(t), s_floats(t), y_floats(t)};
     int64_t begin[REFS], end[REFS];
     for (int r = 0; r < REFS; r++)
