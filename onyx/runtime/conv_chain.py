@@ -117,38 +117,32 @@ def fuse(plan, steps: list[Step], out_slots, first: int = 0) -> list[Step]:
     chainable = [s.node.op_type in CHAINABLE and s.node.domain == ONYX_DOMAIN for s in steps]
     if sum(chainable) < 2 or not enabled():  # (enabled loads the library: only for these)
         return steps
+    from .plan import _last_reads  # (plan.py imports this module)
+
     result, run = list(steps[:first]), []
-    later = _readers_after(steps)
+    last_reads = _last_reads(steps)
     keep = set(out_slots)
     for j in range(first, len(steps) + 1):
         layer = _layer(plan, steps[j]) if j < len(steps) else None
         if layer is not None:
             run.append((j, layer))
             continue
-        result += _chain_or_steps(plan, run, later, keep)
+        result += _chain_or_steps(plan, run, last_reads, keep)
         run = []
         if j < len(steps):
             result.append(steps[j])
     return result
 
 
-def _readers_after(steps: list[Step]) -> list[set[int]]:
-    """For each index j: the slots steps after j read."""
-    after: list[set[int]] = [set() for _ in steps]
-    seen: set[int] = set()
-    for j in range(len(steps) - 1, -1, -1):
-        after[j] = set(seen)
-        seen.update(steps[j].reads)
-    return after
-
-
-def _chain_or_steps(plan, run: list, later: list[set[int]], keep: set[int]) -> list[Step]:
+def _chain_or_steps(plan, run: list, last_reads: dict[int, int], keep: set[int]) -> list[Step]:
     if len(run) < 2:
         return [layer.step for _, layer in run]
     last = run[-1][0]
     made = {layer.out for _, layer in run}
-    outside = later[last] | keep
-    exports = [layer.out for _, layer in run if layer.out in outside]
+    # (read after the run, or returned)
+    exports = [
+        layer.out for _, layer in run if last_reads.get(layer.out, -1) > last or layer.out in keep
+    ]
     inputs: list[int] = []
     for _, layer in run:
         for slot in layer.step.reads:
