@@ -184,7 +184,7 @@ class ChainStep:
         #: per layer: the values it is the last to read that only the run reads (dropped
         #: after it when the layers run one by one: a layer's kept output is written again
         #: only once nothing else holds it, nhwc.NhwcConv._output)
-        lives = _lifetimes(layers, set(exports) | set(inputs))
+        self.lives = lives = _lifetimes(layers, set(exports) | set(inputs))
         self.drops = [
             [s for s, (_, dies) in lives.items() if dies == j] for j in range(len(layers))
         ]
@@ -280,8 +280,7 @@ class ChainSetup:
             out_shape = task[-1]
             known[layer.out] = (out_shape, _contiguous(out_shape))
             tasks.append(task)
-        lives = _lifetimes(chain.layers, set(chain.exports) | set(chain.inputs))
-        offsets, self.scratch_bytes = lay_out(lives, known)
+        offsets, self.scratch_bytes = lay_out(chain.lives, known)
         if self.scratch_bytes > KEPT_SCRATCH:
             raise NoNativePath
         self.out_shapes = [known[s][0] for s in chain.exports]
