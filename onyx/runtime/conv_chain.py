@@ -328,9 +328,9 @@ class ChainSetup:
         try:
             if mine:
                 bases, at = self.bases, self.bases_at
-            else:
-                bases = self._private()
-                at = bases.ctypes.data
+            else:  # (another thread runs the kept scratch: one of this run's own)
+                bases, scratch = self.bases.copy(), _aligned_bytes(self.scratch_bytes)
+                bases[0], at = scratch.ctypes.data, bases.ctypes.data
             for k, x in enumerate(xs):
                 bases[1 + k] = base_addr(x)
             for k, (_, address) in enumerate(outs):
@@ -343,17 +343,6 @@ class ChainSetup:
             return outs[0][0]
         return tuple(y for y, _ in outs)
 
-    def _private(self) -> np.ndarray:
-        """Bases with a scratch of their own (another thread runs the kept one); the scratch
-        lives until this thread's next private call (the bases' user returns before)."""
-        bases = self.bases.copy()
-        scratch = _aligned_bytes(self.scratch_bytes)
-        bases[0] = scratch.ctypes.data
-        _PRIVATE.scratch = scratch  # (held until this thread's next private call)
-        return bases
-
-
-_PRIVATE = threading.local()
 
 
 class _Native:
