@@ -275,7 +275,7 @@ class ChainSetup:
         tasks, self.convs = [], []
         for layer in chain.layers:
             shape, strides = known[layer.slots["X"]]
-            task = layer_task(layer, shape, strides, template, known, nhwc)
+            task = layer_task(layer, shape, strides, template, known, nhwc, setting)
             self.convs.append(task[0])  # (the set-up owns the packed weights)
             out_shape = task[-1]
             known[layer.out] = (out_shape, _contiguous(out_shape))
@@ -344,7 +344,6 @@ class ChainSetup:
         return tuple(y for y, _ in outs)
 
 
-
 class _Native:
     """The native module's functions a set-up's calls use (ChainSetup binds them)."""
 
@@ -378,9 +377,10 @@ def _aligned_bytes(n: int) -> np.ndarray:
     return buf[start : start + max(n, 4)]
 
 
-def layer_task(layer: _Layer, shape, strides, template, known, nhwc) -> tuple:
+def layer_task(layer: _Layer, shape, strides, template, known, nhwc, setting: int) -> tuple:
     """(owner, task struct, cuts, parts, ways, output shape) of one layer on an input of this
-    shape and byte strides, as its kernel sets it up; NoNativePath where it does not apply."""
+    shape and byte strides, as its kernel sets it up under this thread setting; NoNativePath
+    where it does not apply."""
     from .native._core import _check_sizes
 
     if layer.op == "NhwcGlobalAveragePool":
@@ -388,7 +388,7 @@ def layer_task(layer: _Layer, shape, strides, template, known, nhwc) -> tuple:
             raise NoNativePath
         from .native.nhwc import _mean_setup
 
-        task, cuts, ways = _mean_setup(tuple(shape), _thread_setting())
+        task, cuts, ways = _mean_setup(tuple(shape), setting)
         return task, task, cuts, len(cuts) - 1, ways, (shape[0], 1, 1, shape[3])
     from .kernels.channels_last import activation_code
     from .kernels.conv_geometry import _conv_geometry
@@ -439,12 +439,6 @@ def _extras(layer: _Layer, conv, shape, known, nhwc) -> None:
         z_shape, z_strides = known.get(z_slot, (None, None))
         if z_shape != conv.shape or z_strides != _contiguous(z_shape):
             raise NoNativePath
-
-
-def _thread_setting() -> int:
-    from .native import thread_setting
-
-    return thread_setting()
 
 
 def _lifetimes(layers: list[_Layer], outside: set[int]) -> dict[int, tuple[int, int]]:
