@@ -284,3 +284,35 @@ def test_large_runs_go_layer_by_layer(forced, monkeypatch, chain_runs, limit):
         for _ in range(3):
             np.testing.assert_array_equal(chained.run(None, feeds)[0], plain.run(None, feeds)[0])
     assert (chain_runs[0] > 0) == (limit is None and conv_chain.enabled())
+
+
+@needs_native
+def test_depthwise_layer_takes_only_whole_rows_of_channels():
+    """nhwc.c's depthwise kernels step a pixel by C floats: an input whose channels are
+    contiguous but whose pixels lie further apart (a channel slice of a wider NHWC array) has
+    no native path in a chain (its kernel then runs the layer on its own)."""
+    from types import SimpleNamespace
+
+    from onyx.runtime.kernels.conv_geometry import conv_key
+    from onyx.runtime.native import thread_setting
+
+    C = 16
+    w = RNG.standard_normal((C, 1, 3, 3)).astype(np.float32)
+    w.flags.writeable = False
+    layer = SimpleNamespace(
+        op="NhwcFusedConv",
+        slots={"X": 0, "W": 1, "B": -1},
+        activation="",
+        params=None,
+        group=C,
+        geometry=conv_key("NOTSET", [1, 1, 1, 1], None, None, None),
+    )
+    wide = np.zeros((1, 6, 7, 2 * C), np.float32)
+    whole, sliced = np.zeros((1, 6, 7, C), np.float32), wide[..., :C]
+    for x, native_path in ((whole, True), (sliced, False)):
+        args = (layer, x.shape, x.strides, {1: w}, {}, nhwc, thread_setting())
+        if native_path:
+            assert conv_chain.layer_task(*args)[1].kind == nhwc.DEPTHWISE
+        else:
+            with pytest.raises(conv_chain.NoNativePath):
+                conv_chain.layer_task(*args)

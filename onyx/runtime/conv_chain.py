@@ -416,7 +416,9 @@ def layer_task(layer: _Layer, shape, strides, template, known, nhwc, setting: in
         raise NoNativePath
     conv = nhwc.NhwcConv(shape, W, B, geo, code)
     kind = conv.task.kind
-    if kind == nhwc.DEPTHWISE and strides[3] != 4:
+    # (nhwc.c's depthwise kernels step a pixel by C floats: the channels and the pixels of a
+    # row contiguous, whatever the task's xs_w says)
+    if kind == nhwc.DEPTHWISE and (strides[3] != 4 or strides[2] != 4 * C):
         raise NoNativePath
     if kind == nhwc.POINTWISE and strides != _contiguous(shape):
         raise NoNativePath
