@@ -251,6 +251,40 @@ def test_entry_refuses_cuts_past_the_tasks_work():
 
 
 @needs_native
+@pytest.mark.parametrize("kind", ["pointwise", "depthwise"])
+def test_entry_refuses_strides_its_kernel_does_not_read(kind):
+    """The pointwise kernel reads x contiguous and the depthwise ones a row's pixels C floats
+    apart, whatever the task's strides: a task with other strides is refused, not read
+    wrong (or past x, its strides spanning less than the kernel reads)."""
+    from onyx.errors import OnyxError
+    from onyx.runtime.kernels.conv_geometry import _conv_geometry
+    from onyx.runtime.native.nhwc_chain import NONE, ChainProgram
+
+    shape, C = (1, 5, 6, 8), 8
+    if kind == "pointwise":
+        w = RNG.standard_normal((16, C, 1, 1)).astype(np.float32)
+        strides = (5 * 6 * C * 4, 6 * 4, 4, 5 * 6 * 4)  # (an NCHW array's transposed view)
+    else:
+        w = RNG.standard_normal((C, 1, 3, 3)).astype(np.float32)
+        strides = (5 * 6 * 2 * C * 4, 6 * 2 * C * 4, 2 * C * 4, 4)  # (a channel slice)
+    pads = [0] * 4 if kind == "pointwise" else [1] * 4
+    geo = _conv_geometry((1, C, 5, 6), w.shape, "NOTSET", pads, None, None, None)
+    conv = nhwc.NhwcConv(shape, w, None, geo, (0, 0.0, 0.0))
+    assert conv.task.kind == (nhwc.POINTWISE if kind == "pointwise" else nhwc.DEPTHWISE)
+    conv.set_strides(strides)
+    x = np.ones(5 * 6 * 2 * C, np.float32)
+    y = np.full(conv.size, 7.0, np.float32)
+    program = ChainProgram(
+        [(conv.task, conv.cuts, conv.parts, conv.ways, ((1, 0), (2, 0), NONE, NONE))],
+        [64, x.nbytes, y.nbytes],
+    )
+    scratch = np.empty(16, np.float32)
+    with pytest.raises(OnyxError):
+        program(np.array([scratch.ctypes.data, x.ctypes.data, y.ctypes.data], np.int64))
+    assert (y == 7.0).all()  # (nothing written)
+
+
+@needs_native
 def test_entry_runs_a_step_as_the_layer():
     from onyx.runtime.native.nhwc_chain import NONE, ChainProgram
 
