@@ -230,6 +230,61 @@ def test_entry_refuses_steps_outside_their_buffers(refs, sizes):
 
 
 @needs_native
+def test_entry_refuses_cuts_past_the_tasks_work():
+    """The kernels run each part's rows as its cuts say: cuts past the task's rows would write
+    past y, so the entry refuses them before running anything."""
+    from onyx.errors import OnyxError
+    from onyx.runtime.native.nhwc_chain import NONE, ChainProgram
+
+    conv, x_bytes, y_bytes = _one_conv()
+    rows = conv.shape[0] * conv.shape[1]  # (a 3x3 conv: its cuts split N * OH rows)
+    cuts = np.array([0, rows + 1], np.int64)
+    program = ChainProgram(
+        [(conv.task, cuts, 1, 1, ((1, 0), (2, 0), NONE, NONE))], [64, x_bytes, y_bytes]
+    )
+    x = np.ones(x_bytes // 4, np.float32)
+    y = np.full(y_bytes // 4 + 16 * 6, 7.0, np.float32)  # (room for the row past it)
+    scratch = np.empty(16, np.float32)
+    with pytest.raises(OnyxError):
+        program(np.array([scratch.ctypes.data, x.ctypes.data, y.ctypes.data], np.int64))
+    assert (y == 7.0).all()  # (nothing written)
+
+
+@needs_native
+@pytest.mark.parametrize("kind", ["pointwise", "depthwise"])
+def test_entry_refuses_strides_its_kernel_does_not_read(kind):
+    """The pointwise kernel reads x contiguous and the depthwise ones a row's pixels C floats
+    apart, whatever the task's strides: a task with other strides is refused, not read
+    wrong (or past x, its strides spanning less than the kernel reads)."""
+    from onyx.errors import OnyxError
+    from onyx.runtime.kernels.conv_geometry import _conv_geometry
+    from onyx.runtime.native.nhwc_chain import NONE, ChainProgram
+
+    shape, C = (1, 5, 6, 8), 8
+    if kind == "pointwise":
+        w = RNG.standard_normal((16, C, 1, 1)).astype(np.float32)
+        strides = (5 * 6 * C * 4, 6 * 4, 4, 5 * 6 * 4)  # (an NCHW array's transposed view)
+    else:
+        w = RNG.standard_normal((C, 1, 3, 3)).astype(np.float32)
+        strides = (5 * 6 * 2 * C * 4, 6 * 2 * C * 4, 2 * C * 4, 4)  # (a channel slice)
+    pads = [0] * 4 if kind == "pointwise" else [1] * 4
+    geo = _conv_geometry((1, C, 5, 6), w.shape, "NOTSET", pads, None, None, None)
+    conv = nhwc.NhwcConv(shape, w, None, geo, (0, 0.0, 0.0))
+    assert conv.task.kind == (nhwc.POINTWISE if kind == "pointwise" else nhwc.DEPTHWISE)
+    conv.set_strides(strides)
+    x = np.ones(5 * 6 * 2 * C, np.float32)
+    y = np.full(conv.size, 7.0, np.float32)
+    program = ChainProgram(
+        [(conv.task, conv.cuts, conv.parts, conv.ways, ((1, 0), (2, 0), NONE, NONE))],
+        [64, x.nbytes, y.nbytes],
+    )
+    scratch = np.empty(16, np.float32)
+    with pytest.raises(OnyxError):
+        program(np.array([scratch.ctypes.data, x.ctypes.data, y.ctypes.data], np.int64))
+    assert (y == 7.0).all()  # (nothing written)
+
+
+@needs_native
 def test_entry_runs_a_step_as_the_layer():
     from onyx.runtime.native.nhwc_chain import NONE, ChainProgram
 
@@ -263,3 +318,35 @@ def test_large_runs_go_layer_by_layer(forced, monkeypatch, chain_runs, limit):
         for _ in range(3):
             np.testing.assert_array_equal(chained.run(None, feeds)[0], plain.run(None, feeds)[0])
     assert (chain_runs[0] > 0) == (limit is None and conv_chain.enabled())
+
+
+@needs_native
+def test_depthwise_layer_takes_only_whole_rows_of_channels():
+    """nhwc.c's depthwise kernels step a pixel by C floats: an input whose channels are
+    contiguous but whose pixels lie further apart (a channel slice of a wider NHWC array) has
+    no native path in a chain (its kernel then runs the layer on its own)."""
+    from types import SimpleNamespace
+
+    from onyx.runtime.kernels.conv_geometry import conv_key
+    from onyx.runtime.native import thread_setting
+
+    C = 16
+    w = RNG.standard_normal((C, 1, 3, 3)).astype(np.float32)
+    w.flags.writeable = False
+    layer = SimpleNamespace(
+        op="NhwcFusedConv",
+        slots={"X": 0, "W": 1, "B": -1},
+        activation="",
+        params=None,
+        group=C,
+        geometry=conv_key("NOTSET", [1, 1, 1, 1], None, None, None),
+    )
+    wide = np.zeros((1, 6, 7, 2 * C), np.float32)
+    whole, sliced = np.zeros((1, 6, 7, C), np.float32), wide[..., :C]
+    for x, native_path in ((whole, True), (sliced, False)):
+        args = (layer, x.shape, x.strides, {1: w}, {}, nhwc, thread_setting())
+        if native_path:
+            assert conv_chain.layer_task(*args)[1].kind == nhwc.DEPTHWISE
+        else:
+            with pytest.raises(conv_chain.NoNativePath):
+                conv_chain.layer_task(*args)

@@ -117,38 +117,32 @@ def fuse(plan, steps: list[Step], out_slots, first: int = 0) -> list[Step]:
     chainable = [s.node.op_type in CHAINABLE and s.node.domain == ONYX_DOMAIN for s in steps]
     if sum(chainable) < 2 or not enabled():  # (enabled loads the library: only for these)
         return steps
+    from .plan import _last_reads  # (plan.py imports this module)
+
     result, run = list(steps[:first]), []
-    later = _readers_after(steps)
+    last_reads = _last_reads(steps)
     keep = set(out_slots)
     for j in range(first, len(steps) + 1):
         layer = _layer(plan, steps[j]) if j < len(steps) else None
         if layer is not None:
             run.append((j, layer))
             continue
-        result += _chain_or_steps(plan, run, later, keep)
+        result += _chain_or_steps(plan, run, last_reads, keep)
         run = []
         if j < len(steps):
             result.append(steps[j])
     return result
 
 
-def _readers_after(steps: list[Step]) -> list[set[int]]:
-    """For each index j: the slots steps after j read."""
-    after: list[set[int]] = [set() for _ in steps]
-    seen: set[int] = set()
-    for j in range(len(steps) - 1, -1, -1):
-        after[j] = set(seen)
-        seen.update(steps[j].reads)
-    return after
-
-
-def _chain_or_steps(plan, run: list, later: list[set[int]], keep: set[int]) -> list[Step]:
+def _chain_or_steps(plan, run: list, last_reads: dict[int, int], keep: set[int]) -> list[Step]:
     if len(run) < 2:
         return [layer.step for _, layer in run]
     last = run[-1][0]
     made = {layer.out for _, layer in run}
-    outside = later[last] | keep
-    exports = [layer.out for _, layer in run if layer.out in outside]
+    # (read after the run, or returned)
+    exports = [
+        layer.out for _, layer in run if last_reads.get(layer.out, -1) > last or layer.out in keep
+    ]
     inputs: list[int] = []
     for _, layer in run:
         for slot in layer.step.reads:
@@ -190,7 +184,7 @@ class ChainStep:
         #: per layer: the values it is the last to read that only the run reads (dropped
         #: after it when the layers run one by one: a layer's kept output is written again
         #: only once nothing else holds it, nhwc.NhwcConv._output)
-        lives = _lifetimes(layers, set(exports) | set(inputs))
+        self.lives = lives = _lifetimes(layers, set(exports) | set(inputs))
         self.drops = [
             [s for s, (_, dies) in lives.items() if dies == j] for j in range(len(layers))
         ]
@@ -281,13 +275,12 @@ class ChainSetup:
         tasks, self.convs = [], []
         for layer in chain.layers:
             shape, strides = known[layer.slots["X"]]
-            task = layer_task(layer, shape, strides, template, known, nhwc)
+            task = layer_task(layer, shape, strides, template, known, nhwc, setting)
             self.convs.append(task[0])  # (the set-up owns the packed weights)
             out_shape = task[-1]
             known[layer.out] = (out_shape, _contiguous(out_shape))
             tasks.append(task)
-        lives = _lifetimes(chain.layers, set(chain.exports) | set(chain.inputs))
-        offsets, self.scratch_bytes = lay_out(lives, known)
+        offsets, self.scratch_bytes = lay_out(chain.lives, known)
         if self.scratch_bytes > KEPT_SCRATCH:
             raise NoNativePath
         self.out_shapes = [known[s][0] for s in chain.exports]
@@ -335,9 +328,9 @@ class ChainSetup:
         try:
             if mine:
                 bases, at = self.bases, self.bases_at
-            else:
-                bases = self._private()
-                at = bases.ctypes.data
+            else:  # (another thread runs the kept scratch: one of this run's own)
+                bases, scratch = self.bases.copy(), _aligned_bytes(self.scratch_bytes)
+                bases[0], at = scratch.ctypes.data, bases.ctypes.data
             for k, x in enumerate(xs):
                 bases[1 + k] = base_addr(x)
             for k, (_, address) in enumerate(outs):
@@ -349,18 +342,6 @@ class ChainSetup:
         if len(outs) == 1:
             return outs[0][0]
         return tuple(y for y, _ in outs)
-
-    def _private(self) -> np.ndarray:
-        """Bases with a scratch of their own (another thread runs the kept one); the scratch
-        lives until this thread's next private call (the bases' user returns before)."""
-        bases = self.bases.copy()
-        scratch = _aligned_bytes(self.scratch_bytes)
-        bases[0] = scratch.ctypes.data
-        _PRIVATE.scratch = scratch  # (held until this thread's next private call)
-        return bases
-
-
-_PRIVATE = threading.local()
 
 
 class _Native:
@@ -396,9 +377,10 @@ def _aligned_bytes(n: int) -> np.ndarray:
     return buf[start : start + max(n, 4)]
 
 
-def layer_task(layer: _Layer, shape, strides, template, known, nhwc) -> tuple:
+def layer_task(layer: _Layer, shape, strides, template, known, nhwc, setting: int) -> tuple:
     """(owner, task struct, cuts, parts, ways, output shape) of one layer on an input of this
-    shape and byte strides, as its kernel sets it up; NoNativePath where it does not apply."""
+    shape and byte strides, as its kernel sets it up under this thread setting; NoNativePath
+    where it does not apply."""
     from .native._core import _check_sizes
 
     if layer.op == "NhwcGlobalAveragePool":
@@ -406,7 +388,7 @@ def layer_task(layer: _Layer, shape, strides, template, known, nhwc) -> tuple:
             raise NoNativePath
         from .native.nhwc import _mean_setup
 
-        task, cuts, ways = _mean_setup(tuple(shape), _thread_setting())
+        task, cuts, ways = _mean_setup(tuple(shape), setting)
         return task, task, cuts, len(cuts) - 1, ways, (shape[0], 1, 1, shape[3])
     from .kernels.channels_last import activation_code
     from .kernels.conv_geometry import _conv_geometry
@@ -434,7 +416,9 @@ def layer_task(layer: _Layer, shape, strides, template, known, nhwc) -> tuple:
         raise NoNativePath
     conv = nhwc.NhwcConv(shape, W, B, geo, code)
     kind = conv.task.kind
-    if kind == nhwc.DEPTHWISE and strides[3] != 4:
+    # (nhwc.c's depthwise kernels step a pixel by C floats: the channels and the pixels of a
+    # row contiguous, whatever the task's xs_w says)
+    if kind == nhwc.DEPTHWISE and (strides[3] != 4 or strides[2] != 4 * C):
         raise NoNativePath
     if kind == nhwc.POINTWISE and strides != _contiguous(shape):
         raise NoNativePath
@@ -457,12 +441,6 @@ def _extras(layer: _Layer, conv, shape, known, nhwc) -> None:
         z_shape, z_strides = known.get(z_slot, (None, None))
         if z_shape != conv.shape or z_strides != _contiguous(z_shape):
             raise NoNativePath
-
-
-def _thread_setting() -> int:
-    from .native import thread_setting
-
-    return thread_setting()
 
 
 def _lifetimes(layers: list[_Layer], outside: set[int]) -> dict[int, tuple[int, int]]:

@@ -6,9 +6,10 @@
  * the ctypes call) cost about as much again. Here each step is nhwc.c's own task, set up once
  * per input shape by Python, with its tensors named as (base, byte offset): base 0 is the
  * chain's scratch (the values no one outside the chain reads), the others the call's inputs
- * and outputs. A call checks every step's tensors against the sizes of their bases first
- * (nothing is written when one does not fit), then runs the steps in order, each as
- * onyx_nhwc_call runs it: the same kernels, the same sums, the same bits.
+ * and outputs. A call checks every step's tensors against the sizes of their bases, its
+ * cuts against its work and its x strides against what its kernel reads first (nothing is
+ * written when one does not fit), then runs the steps in order, each as onyx_nhwc_call runs
+ * it: the same kernels, the same sums, the same bits.
  */
 #include <stdint.h>
 
@@ -34,6 +35,23 @@ static int64_t x_floats(const nhwc_task *t) {
     return reach + 1;
 }
 
+/* Whether x's strides are those the task's kernel assumes (x_floats then spans what it
+   reads): the pointwise and mean kernels read x contiguous (pointwise: an input pixel an
+   output one), the depthwise ones a pixel's channels contiguous and a row's pixels C apart. */
+static int layout_ok(const nhwc_task *t) {
+    int64_t row, image;
+    switch (t->kind) {
+    case NHWC_POINTWISE:
+        if (t->OH != t->H || t->OW != t->W) return 0;
+        /* fall through */
+    case NHWC_MEAN:
+        return onyx_mul(t->W, t->C, &row) && onyx_mul(t->H, row, &image) && t->xs_c == 1 &&
+               t->xs_w == t->C && t->xs_h == row && t->xs_n == image;
+    case NHWC_DEPTHWISE: return t->xs_c == 1 && t->xs_w == t->C;
+    default: return 1;
+    }
+}
+
 /* The floats of a task's output (N, OH, OW, M), or of its scales (N, C); 0 when out of range. */
 static int64_t y_floats(const nhwc_task *t) {
     int64_t a, b, c;
@@ -44,6 +62,21 @@ static int64_t y_floats(const nhwc_task *t) {
 static int64_t s_floats(const nhwc_task *t) {
     int64_t a;
     return onyx_mul(t->N, t->C, &a) ? a : 0;
+}
+
+/* The parts of work a task's cuts split (the kernels run [cuts[i], cuts[i + 1]) without
+   clamping it): output rows (conv, depthwise), pixels (pointwise) or images (mean); 0 when
+   out of range. */
+static int64_t task_parts(const nhwc_task *t) {
+    int64_t rows, pixels;
+    switch (t->kind) {
+    case NHWC_CONV:
+    case NHWC_DEPTHWISE: return onyx_mul(t->N, t->OH, &rows) ? rows : 0;
+    case NHWC_POINTWISE:
+        return onyx_mul(t->N, t->OH, &rows) && onyx_mul(rows, t->OW, &pixels) ? pixels : 0;
+    case NHWC_MEAN: return t->N;
+    default: return 0;
+    }
 }
 
 /* Whether ref (base, byte offset) holds `floats` floats inside its base; its byte range in
@@ -63,11 +96,14 @@ static int ref_ok(const int64_t *ref, int64_t floats, const int64_t *sizes, int6
     return 1;
 }
 
-/* Whether step's refs fit their bases, and its output shares no byte with its inputs. */
+/* Whether step's refs fit their bases, its cuts its work, its x strides its kernel, and its
+   output shares no byte with its inputs. */
 static int step_ok(const chain_step *st, const int64_t *sizes, int64_t nbases) {
     const nhwc_task *t = st->task;
     if (!t || st->refs[2 * REF_X] == -1 || st->refs[2 * REF_Y] == -1) return 0;
     if (!onyx_cuts_ok(st->cuts, st->parts) || st->ways < 1) return 0;
+    if (st->parts > 0 && st->cuts[st->parts] > task_parts(t)) return 0; /* (past y's end) */
+    if (!layout_ok(t)) return 0;
     const int64_t floats[REFS] = {x_floats(t), y_floats(t), s_floats(t), y_floats(t)};
     int64_t begin[REFS], end[REFS];
     for (int r = 0; r < REFS; r++)
