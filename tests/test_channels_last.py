@@ -222,6 +222,23 @@ def test_native_conv_matches_nchw(N, C, M, HW, k, s, p, depthwise):
 
 
 @needs_native
+def test_native_depthwise_of_a_channel_slice():
+    """A depthwise conv of a channel slice of a wider NHWC array (channels contiguous, pixels
+    2C floats apart): nhwc.c's depthwise kernels step a pixel by C floats, so reads() copies
+    it (it once passed it as it was, and the kernel read the other channels)."""
+    x = w(2, 16, 6, 7, scale=1.0)
+    wt, b = w(16, 1, 3, 3), w(16)
+    wt.flags.writeable = b.flags.writeable = False  # (constants: the native conv's set-up)
+    ref = fused_conv(x, wt, b, group=16, pads=[1, 1, 1, 1])
+    wide = np.concatenate([x, w(2, 16, 6, 7, scale=1.0)], axis=1).transpose(0, 2, 3, 1)
+    sliced = np.ascontiguousarray(wide)[..., :16]
+    y = channels_last.nhwc_conv(
+        sliced, wt, b, 16, ("NOTSET", (1, 1, 1, 1), (1, 1), (1, 1), None), "", None
+    )
+    np.testing.assert_allclose(y.transpose(0, 3, 1, 2), ref, rtol=1e-5, atol=1e-5)
+
+
+@needs_native
 def test_native_dilated_depthwise_and_mean():
     x = w(2, 21, 10, 9, scale=1.0)
     wt, b = w(21, 1, 3, 3), w(21)

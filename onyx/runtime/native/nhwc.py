@@ -149,10 +149,12 @@ class NhwcConv:
         self.nbytes = 4 * self.size + 60  # (_aligned's buffer)
 
     def reads(self, x: np.ndarray) -> np.ndarray:
-        """x as this conv reads it: a depthwise or pointwise conv wants its channels (and a
-        pointwise conv its pixels) contiguous, every conv whole-float strides."""
+        """x as this conv reads it: a depthwise conv wants its channels contiguous and its
+        pixels C floats apart (its kernels step a pixel so, whatever xs_w says), a pointwise
+        conv all of x contiguous, every conv whole-float strides."""
         kind = self.task.kind
-        if (kind == DEPTHWISE and x.strides[3] != 4) or any(s % 4 for s in x.strides):
+        whole_rows = x.strides[3] == 4 and x.strides[2] == 4 * x.shape[3]
+        if (kind == DEPTHWISE and not whole_rows) or any(s % 4 for s in x.strides):
             return np.ascontiguousarray(x)
         if kind == POINTWISE and not x.flags.c_contiguous:
             return np.ascontiguousarray(x)
