@@ -222,6 +222,29 @@ def test_native_conv_matches_nchw(N, C, M, HW, k, s, p, depthwise):
 
 
 @needs_native
+def test_set_ups_of_constant_weights_share_their_packing():
+    """Each layer's own set-up and each signature's chain set-up pack the same constant W:
+    one packed copy (and none kept once W is gone); a writable W is packed afresh."""
+    import gc
+
+    wt, b = w(24, 24, 3, 3), w(24)
+    wt.flags.writeable = b.flags.writeable = False
+    geo = _conv_geometry((1, 24, 8, 8), wt.shape, "NOTSET", [1] * 4, [1, 1], [1, 1], None)
+    geo2 = _conv_geometry((2, 24, 8, 8), wt.shape, "NOTSET", [1] * 4, [1, 1], [1, 1], None)
+    one = nhwc.NhwcConv((1, 8, 8, 24), wt, b, geo, (0, 0.0, 0.0))
+    two = nhwc.NhwcConv((2, 8, 8, 24), wt, b, geo2, (0, 0.0, 0.0))
+    assert one.keep[0] is two.keep[0] and one.keep[1] is two.keep[1]
+    fresh = wt.copy()  # (writable)
+    other = nhwc.NhwcConv((1, 8, 8, 24), fresh, b, geo, (0, 0.0, 0.0))
+    assert other.keep[0] is not one.keep[0]
+    np.testing.assert_array_equal(other.keep[0], one.keep[0])
+    entries = len(nhwc.PACKED)
+    del one, two, wt
+    gc.collect()
+    assert len(nhwc.PACKED) == entries - 1
+
+
+@needs_native
 def test_native_depthwise_of_a_channel_slice():
     """A depthwise conv of a channel slice of a wider NHWC array (channels contiguous, pixels
     2C floats apart): nhwc.c's depthwise kernels step a pixel by C floats, so reads() copies

@@ -86,6 +86,39 @@ def _conv_panels(w: np.ndarray, blocks: int) -> np.ndarray:
     return np.concatenate(groups)
 
 
+#: Constant weights packed once for every set-up that reads them (each layer's own and each
+#: input signature's conv chain): id(w), id(bias) -> (w's weakref, bias's, (packed, b)).
+PACKED: dict = {}
+
+
+def _packed(w: np.ndarray, bias, depthwise: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(packed weights, bias padded to blocks of 16) of w (M, C, kh, kw): from PACKED where
+    w and bias are constants (read-only arrays: a writable one may change between calls)."""
+    constant = not w.flags.writeable and (bias is None or not bias.flags.writeable)
+    key = (id(w), id(bias), depthwise)
+    hit = PACKED.get(key) if constant else None
+    if hit is not None and hit[0]() is w and (bias is None or hit[1]() is bias):
+        return hit[2]
+    M, _, kh, kw = w.shape
+    blocks = -(-M // 16)
+    w32 = np.asarray(w, np.float32)
+    if depthwise:  # [kh][kw][channels rounded up to 16]
+        packed = np.zeros((kh, kw, blocks * 16), np.float32)
+        packed[:, :, :M] = w32[:, 0].transpose(1, 2, 0)
+    else:
+        packed = np.ascontiguousarray(_conv_panels(w32, blocks))
+    b = _padded(np.zeros(M, np.float32) if bias is None else bias, blocks * 16)
+    packed.flags.writeable = b.flags.writeable = False  # (shared by set-ups: never written)
+    if constant:
+        drop = functools.partial(PACKED.pop, key, None)  # (either array freed: the entry goes)
+        refs = (
+            weakref.ref(w, lambda _: drop()),
+            bias is not None and weakref.ref(bias, lambda _: drop()),
+        )
+        PACKED[key] = (*refs, (packed, b))
+    return packed, b
+
+
 class NhwcConv:
     """A 2-D float32 conv reading x as (N, H, W, C) through its element strides (any: an NCHW
     array's transposed view too; depthwise convs want the channels contiguous) and writing y
@@ -105,16 +138,7 @@ class NhwcConv:
         top, left = geo["pads"][:2]
         _check_sizes("conv", *x_shape, *w.shape, OH, OW, sh, sw, dh, dw, top, left)
         depthwise = w.shape[1] == 1 and M == C and C > 1
-        blocks = -(-M // 16)
-        w = np.asarray(w, np.float32)
-        if depthwise:  # [kh][kw][channels rounded up to 16]
-            packed = np.zeros((kh, kw, blocks * 16), np.float32)
-            packed[:, :, :M] = w[:, 0].transpose(1, 2, 0)
-        else:
-            packed = _conv_panels(w, blocks)
-        packed = np.ascontiguousarray(packed)
-        b = _padded(np.zeros(M, np.float32) if bias is None else bias, blocks * 16)
-        self.keep = (packed, b)
+        self.keep = packed, b = _packed(w, bias, depthwise)
         pointwise = (kh, kw, sh, sw) == (1, 1, 1, 1) and not any(geo["pads"])
         kind = DEPTHWISE if depthwise else (POINTWISE if pointwise else CONV)
         self.shape = (N, OH, OW, M)
