@@ -10,9 +10,9 @@ of the tiny fixtures in tests/models (32x32 images, 8-64 channels); the integer 
 (ConvInteger uint8 x uint8, QLinearConv uint8 x int8 per-channel) and FusedConv (+Relu) reuse
 the float conv shapes. Weights are initializers in the onnxruntime model, as in real models.
 
-Both runtimes run on one thread (threadpoolctl for numpy's BLAS, intra_op_num_threads=1 for
-onnxruntime) and are timed interleaved, round by round, so that load from other processes
-hurts both alike; the figure is the median per-call time over the rounds, and the ratio is
+Both runtimes run on one thread (threadpoolctl for numpy's BLAS, native.threads(1) for onyx's
+kernel pool, intra_op_num_threads=1 for onnxruntime) and are timed interleaved, round by
+round, so that load from other processes hurts both alike; the figure is the median per-call time over the rounds, and the ratio is
 onyx / onnxruntime (2.0: onyx takes twice as long). A geometric mean closes each group.
 """
 
@@ -354,9 +354,11 @@ def main() -> None:
 
     from threadpoolctl import threadpool_limits
 
+    from onyx.runtime import native
+
     before = json.loads(Path(args.compare).read_text()) if args.compare else {}
     cases = build_cases(args.batch, args.kinds, args.only)
-    with threadpool_limits(1):
+    with threadpool_limits(1), native.threads(1):  # (onyx's own pool too, not only BLAS)
         for c in cases:
             measure(c, args.rounds, args.target)
             print(f"  {c.name:52} {c.results['ratio']:6.2f}", file=sys.stderr, flush=True)
