@@ -34,7 +34,7 @@ def _operands(x_dtype, w_dtype, n, c, m, per_channel):
 @pytest.mark.parametrize("x_dtype", [np.uint8, np.int8])
 @pytest.mark.parametrize("w_dtype", [np.uint8, np.int8])
 @pytest.mark.parametrize("n, per_channel, with_bias", [(1, False, True), (3, True, False)])
-def testone_pixel_sums_matches_the_general_path(
+def test_one_pixel_sums_matches_the_general_path(
     x_dtype, w_dtype, n, per_channel, with_bias, monkeypatch
 ):
     c, m = 576, 144
@@ -60,3 +60,12 @@ def test_other_convs_keep_the_general_path():
         conv_to_float.one_pixel_sums(x, w, xz, wz, ("NOTSET", None, 1, None, None, None))
         is not None
     )
+
+
+def test_channels_past_the_int32_bound_keep_the_general_path():
+    """2**15 channels of 9-bit products fit int32 (the float64 sums are ConvInteger's); more
+    may not, so they take the general path (its 32-bit accumulation)."""
+    attrs = ("NOTSET", None, 1, None, None, None)
+    for c, taken in ((1 << 15, True), ((1 << 15) + 1, False)):
+        x, w, xz, wz = _operands(np.uint8, np.uint8, 1, c, 1, False)
+        assert (conv_to_float.one_pixel_sums(x, w, xz, wz, attrs) is not None) == taken

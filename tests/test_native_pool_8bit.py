@@ -22,6 +22,8 @@ _GEOMETRIES = [  # (H, W, kernel, stride, pads, ceil_mode)
     (7, 5, 4, 1, [3, 3, 3, 3], 0),  # windows reaching past both edges
     (9, 9, 1, 1, [0, 0, 0, 0], 0),
     (3, 130, 3, 2, [1, 1, 1, 1], 1),  # a row of several vectors
+    (15, 17, 5, 2, [2, 2, 2, 2], 0),  # stride 2 from an even left pad: pairs from the second
+    (16, 21, 3, 2, [0, 3, 2, 0], 1),  # stride 2 from an odd left pad of 3
 ]
 
 

@@ -662,3 +662,42 @@ def test_relu_before_a_q_at_its_lowest_zero_point_goes(zero_point, dtype, remove
     (got,) = onyx.InferenceSession(model).run(None, {"x": x})
     (want,) = _ort(model).run(None, {"x": x})
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("case", ["relu output in the graph's", "second reader", "per channel"])
+def test_relu_before_a_q_stays_when_not_redundant(case):
+    """A Relu -> Q (uint8, zero point 0) whose Relu output something else sees, or whose Q is
+    per channel, keeps its Relu."""
+    c = 3
+    per_channel = case == "per channel"
+    shape = (c,) if per_channel else ()
+    inits = [
+        numpy_helper.from_array(np.full(shape, 0.02, np.float32), "s"),
+        numpy_helper.from_array(np.zeros(shape, np.uint8), "zp"),
+    ]
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("QuantizeLinear", ["r", "s", "zp"], ["q"], axis=1),
+        helper.make_node("DequantizeLinear", ["q", "s", "zp"], ["y"], axis=1),
+    ]
+    outputs = ["y"] + (["r"] if case == "relu output in the graph's" else [])
+    if case == "second reader":
+        nodes.append(helper.make_node("Neg", ["r"], ["z"]))
+        outputs.append("z")
+    graph = helper.make_graph(
+        nodes,
+        "relu_q",
+        [helper.make_tensor_value_info("x", F, [2, c, 4, 4])],
+        [helper.make_tensor_value_info(n, F, [2, c, 4, 4]) for n in outputs],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model = model.SerializeToString()
+    optimized, stats = _optimized(model)
+    assert "ReluQuantFusion" not in stats
+    assert "Relu" in {n.op_type for n in optimized.graph}
+    x = (3 * RNG.standard_normal((2, c, 4, 4))).astype(np.float32)
+    got = onyx.InferenceSession(model).run(None, {"x": x})
+    want = _ort(model).run(None, {"x": x})
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)

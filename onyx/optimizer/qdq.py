@@ -744,16 +744,9 @@ def _redundant_relu(ctx: PassContext, relu: ir.Node) -> bool:
     """``relu`` is a Relu whose only reader is a Q that makes it redundant."""
     if not is_op(relu, "Relu") or relu.domain not in STANDARD or relu.graph is not ctx.graph:
         return False
-    if not relu.inputs or relu.inputs[0] is None or ctx.is_output(relu.outputs[0]):
+    if not relu.inputs or relu.inputs[0] is None:
         return False
-    q = ctx.single_use(relu.outputs[0])
-    if (
-        not is_op(q, "QuantizeLinear")
-        or q.graph is not ctx.graph
-        or q.inputs[0] is not relu.outputs[0]
-    ):
-        return False
-    p = _qparams(ctx, q)
-    if p is None or not p.per_tensor or p.dtype not in (_INT8, _UINT8):
-        return False
-    return _redundant(ctx, relu, p)
+    out = _output(ctx, relu, clip_ok=False)  # (its only reader, not a graph output)
+    return (
+        out is not None and out.q.inputs[0] is relu.outputs[0] and _redundant(ctx, relu, out.params)
+    )

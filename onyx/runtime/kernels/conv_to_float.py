@@ -17,7 +17,7 @@ import numpy as np
 
 from ..registry import ONYX_DOMAIN, op
 from .conv import CONV_ATTRIBUTES, conv_integer, implicit_integer_conv
-from .derived import derived, value_key
+from .derived import derived, frozen, value_key
 
 _F32 = np.dtype(np.float32)
 
@@ -110,9 +110,7 @@ def one_pixel_sums(x, w, x_zero_point, w_zero_point, attrs: tuple) -> np.ndarray
 
     def centered() -> np.ndarray:  # (C, M): w - w_zero_point, transposed for x @ it
         wz = 0.0 if w_zero_point is None else w_zero_point.astype(np.float64).reshape(-1, 1)
-        wc = (w.reshape(w.shape[0], -1).astype(np.float64) - wz).T.copy()
-        wc.flags.writeable = False
-        return wc
+        return frozen((w.reshape(w.shape[0], -1).astype(np.float64) - wz).T.copy())
 
     wc = derived(w, ("one pixel", value_key(w_zero_point)), centered)
     zx = 0.0 if x_zero_point is None else float(x_zero_point.reshape(-1)[0])

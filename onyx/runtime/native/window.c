@@ -604,7 +604,8 @@ static inline __attribute__((always_inline)) uint8_t max_u8(uint8_t a, uint8_t b
    stride 2 the row is read as 16-bit pairs (pair p holds columns c0 + 2p in its low byte and
    c0 + 2p + 1 in its high byte, c0 = left's parity, on this little-endian target): contiguous
    reads the compiler vectorizes, where it leaves byte reads at stride 2 scalar. Output o's
-   offset j reads column 2o - left + j = c0 + 2 (o - at) + j: pair o - at + j / 2. */
+   offset j reads column 2o - left + j = c0 + 2 (o - at) + j: pair o - at + j / 2 (o >= from
+   >= at: indexed from pairs, no pointer formed before it). */
 static inline __attribute__((always_inline)) void
 max_columns(const uint8_t *restrict row, uint16_t *restrict pairs, uint8_t *restrict out,
             int64_t from, int64_t to, const int64_t kw, const int64_t sw, int64_t left,
@@ -613,11 +614,10 @@ max_columns(const uint8_t *restrict row, uint16_t *restrict pairs, uint8_t *rest
         const int64_t c0 = left & 1, at = (left + c0) / 2;
         pairs[(W - c0) / 2] = 0; /* (the last pair's byte past the row) */
         memcpy(pairs, row + c0, (size_t)(W - c0));
-        const uint16_t *P = pairs - at;
         for (int64_t o = from; o < to; o++) {
             uint8_t m = 0;
             for (int64_t j = 0; j < kw; j++) {
-                uint16_t v = P[o + j / 2];
+                uint16_t v = pairs[o - at + j / 2];
                 m = max_u8(m, (j & 1) ? (uint8_t)(v >> 8) : (uint8_t)v);
             }
             out[o] = m;
@@ -654,13 +654,15 @@ max_columns_of(const uint8_t *restrict row, uint16_t *restrict pairs, uint8_t *r
 static inline __attribute__((always_inline)) void
 max_rows(const uint8_t *restrict x, uint8_t *restrict row, int64_t r0, int64_t r1, int64_t W,
          const uint8_t flip) {
-    const uint8_t *a = x + r0 * W, *b = a + W, *c = b + W;
-    if (r1 - r0 == 3)
+    const uint8_t *a = x + r0 * W; /* (the next rows' pointers formed only where they exist) */
+    if (r1 - r0 == 3) {
+        const uint8_t *b = a + W, *c = b + W;
         for (int64_t w = 0; w < W; w++)
             row[w] = max_u8(max_u8(a[w] ^ flip, b[w] ^ flip), c[w] ^ flip);
-    else if (r1 - r0 == 2)
+    } else if (r1 - r0 == 2) {
+        const uint8_t *b = a + W;
         for (int64_t w = 0; w < W; w++) row[w] = max_u8(a[w] ^ flip, b[w] ^ flip);
-    else {
+    } else {
         for (int64_t w = 0; w < W; w++) row[w] = a[w] ^ flip;
         for (int64_t r = r0 + 1; r < r1; r++) {
             const uint8_t *src = x + r * W;

@@ -14,6 +14,7 @@ from ._core import (
     _I64,
     _P,
     _PARALLEL_ELEMENTS,
+    BYTES,
     _check_sizes,
     _element_cuts,
     _filled,
@@ -50,34 +51,31 @@ def pool2d_f32(
     pads (top, left, bottom, right); pool.py's values (window.c). None without the library."""
     if core.lib is None or x.dtype != np.float32 or x.ndim != 4 or not x.flags.c_contiguous:
         return None
-    N, C = x.shape[:2]
-    y = np.empty((N, C, *out_shape), np.float32)
-    if N * C == 0 or y.size == 0:
-        return y
-    setup = (x.shape, *map(tuple, (kernel, strides, dilations, pads, out_shape)))
-    task, cuts, ways = _pool_task(*setup, average, include_pad, by_columns, core.thread_setting())
-    _run(core.lib.pool2d_f32_range, _filled(task, x, y), cuts, ways, "pooling")
-    return y
+    kind = (average, include_pad, by_columns)
+    return _pooled(core.lib.pool2d_f32_range, x, kernel, strides, dilations, pads, out_shape, kind)
 
 
 def max_pool2d_8bit(x: np.ndarray, kernel, strides, pads, out_shape):
     """MaxPool of C-contiguous 8-bit x (N, C, H, W) to (N, C, *out_shape), dilations 1: pads
     (top, left, bottom, right) (window.c: a max of integers, pool.py's values). None without
     the library."""
-    if core.lib is None or x.dtype not in _BYTES or x.ndim != 4 or not x.flags.c_contiguous:
+    if core.lib is None or x.dtype not in BYTES or x.ndim != 4 or not x.flags.c_contiguous:
         return None
+    fn = core.lib.max_pool2d_s8_range if x.dtype == np.int8 else core.lib.max_pool2d_u8_range
+    return _pooled(fn, x, kernel, strides, (1, 1), pads, out_shape, (False, False, False))
+
+
+def _pooled(range_fn, x, kernel, strides, dilations, pads, out_shape, kind: tuple) -> np.ndarray:
+    """y (N, C, *out_shape) of x's type, its planes pooled by ``range_fn`` (a window.c range
+    kernel) on the task of this geometry and ``kind`` (average, include_pad, by_columns)."""
     N, C = x.shape[:2]
     y = np.empty((N, C, *out_shape), x.dtype)
     if N * C == 0 or y.size == 0:
         return y
-    setup = (x.shape, *map(tuple, (kernel, strides, (1, 1), pads, out_shape)))
-    task, cuts, ways = _pool_task(*setup, False, False, False, core.thread_setting())
-    kernel_fn = core.lib.max_pool2d_s8_range if x.dtype == np.int8 else core.lib.max_pool2d_u8_range
-    _run(kernel_fn, _filled(task, x, y), cuts, ways, "pooling")
+    setup = (x.shape, *map(tuple, (kernel, strides, dilations, pads, out_shape)))
+    task, cuts, ways = _pool_task(*setup, *kind, core.thread_setting())
+    _run(range_fn, _filled(task, x, y), cuts, ways, "pooling")
     return y
-
-
-_BYTES = (np.dtype(np.uint8), np.dtype(np.int8))
 
 
 @functools.lru_cache(maxsize=1024)
