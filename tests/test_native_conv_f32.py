@@ -756,3 +756,5 @@ def test_column_packing_jobs_fill_the_same_columns_and_refuse_any_past_their_own
     np.testing.assert_array_equal(by_job, whole)
     with pytest.raises(InvalidArgument):
         _core._run(_core.lib.conv_f32_pack_range, task, [0, jobs + 1], 1, "float conv")
+    with pytest.raises(InvalidArgument):  # (a range that ends before it begins)
+        _core._run(_core.lib.conv_f32_pack_range, task, [1, 0], 1, "float conv")
