@@ -109,6 +109,14 @@ def _case_arrays(case, seed):
     return x, w, b, attrs
 
 
+def _derived_conv(x, w, attrs, ways):
+    """The native conv set up (and kept) for a conv of _case_arrays' x, w and attrs that ran
+    at ways threads."""
+    key = ("f32 conv", x.shape, attrs["group"], conv_kernels.conv_key("NOTSET", attrs["pads"],
+           attrs["strides"], attrs["dilations"], None), 0, 0.0, 0.0, ways)  # fmt: skip
+    return conv_kernels.derived(w, key, lambda: None)
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_conv_matches_onnxruntime(case, native_calls):
     x, w, b, attrs = _case_arrays(case, sum(case[:5]))
@@ -388,9 +396,7 @@ def test_wide_conv_matches_onnxruntime_call_after_call(case, native_calls):
             got = conv_kernels.conv(x, w, b, **attrs)
             conv_kernels.conv(ox * seed, ow_, ob, **oattrs)
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-1)
-    key = ("f32 conv", x.shape, case[-1], conv_kernels.conv_key("NOTSET", attrs["pads"],
-           attrs["strides"], attrs["dilations"], None), 0, 0.0, 0.0, 1)  # fmt: skip
-    assert conv_kernels.derived(w, key, lambda: None).task.raw == 1, "it did not run wide"
+    assert _derived_conv(x, w, attrs, 1).task.raw == 1, "it did not run wide"
     assert native_calls, "the native kernel did not run"
     with native.threads(3):  # (the same sums in the same order, whatever the split)
         np.testing.assert_array_equal(conv_kernels.conv(x, w, b, **attrs), got)
@@ -417,9 +423,7 @@ def test_stride_2_conv_on_phases_matches_onnxruntime(case, native_calls):
         with native.threads(1):
             got = conv_kernels.conv(x, w, b, **attrs)
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
-    key = ("f32 conv", x.shape, case[-1], conv_kernels.conv_key("NOTSET", attrs["pads"],
-           attrs["strides"], attrs["dilations"], None), 0, 0.0, 0.0, 1)  # fmt: skip
-    assert conv_kernels.derived(w, key, lambda: None).task.wide == 2, "not on phases"
+    assert _derived_conv(x, w, attrs, 1).task.wide == 2, "not on phases"
     assert native_calls, "the native kernel did not run"
     with native.threads(3):  # (the same sums in the same order, whatever the split)
         np.testing.assert_array_equal(conv_kernels.conv(x, w, b, **attrs), got)
@@ -442,9 +446,7 @@ def test_few_panel_wide_conv_stays_wide_when_threads_split_its_channels(native_c
         one = conv_kernels.conv(x, w, b, **attrs)
     with native.threads(2):
         two = conv_kernels.conv(x, w, b, **attrs)
-        key = ("f32 conv", x.shape, 1, conv_kernels.conv_key("NOTSET", attrs["pads"],
-               attrs["strides"], attrs["dilations"], None), 0, 0.0, 0.0, 2)  # fmt: skip
-        setup = conv_kernels.derived(w, key, lambda: None)
+        setup = _derived_conv(x, w, attrs, 2)
     assert setup.task.raw == 1 and setup.cols == 0 and setup.task.blocks > 1
     np.testing.assert_array_equal(one, two)
     want = _ort_run(_model("Conv", list(x.shape), {"w": w, "b": b}, attrs), {"x": x})
@@ -561,9 +563,7 @@ def test_strided_1x1_conv_on_its_sampled_input_matches_onnxruntime(case, native_
     with native.threads(1):
         got = conv_kernels.conv(x, w, b, **attrs)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
-    key = ("f32 conv", x.shape, 1, conv_kernels.conv_key("NOTSET", attrs["pads"],
-           attrs["strides"], attrs["dilations"], None), 0, 0.0, 0.0, 1)  # fmt: skip
-    sampled = conv_kernels.derived(w, key, lambda: None).sampled is not None
+    sampled = _derived_conv(x, w, attrs, 1).sampled is not None
     assert sampled == (end == (0, 0)), "an end pad's zeros are packed, the rest sampled"
     assert native_calls, "the native kernel did not run"
     with native.threads(2):  # (the same sums in the same order, whatever the split)
@@ -698,9 +698,7 @@ def test_wide_tiles_stored_with_residual_and_activation_match_numpy(
         shape = conv_kernels.conv(x, w, b, **attrs).shape
     z = np.random.default_rng(8).standard_normal(shape).astype(np.float32)
     x[0, 0, 2, 3] = np.nan  # (a NaN stays a NaN through every activation)
-    fused = {"activation": activation, "activation_params": params} if params else {}
-    if activation:
-        fused["activation"] = activation
+    fused = {"activation": activation, "activation_params": params or None}
     with native.disabled():
         want = fused_conv(x, w, b, z, **attrs, **fused)
     with native.threads(1):
@@ -730,10 +728,7 @@ def test_columns_packed_by_threads_in_blocks_of_k_match_numpy(case):
     for ways in (2, 3):
         with native.threads(ways):
             got = conv_kernels.conv(x, w, b, **attrs)
-            pads, strides = attrs["pads"], attrs["strides"]
-            key = ("f32 conv", x.shape, case[-1], conv_kernels.conv_key("NOTSET", pads, strides,
-                   attrs["dilations"], None), 0, 0.0, 0.0, ways)  # fmt: skip
-            conv = conv_kernels.derived(w, key, lambda: None)
+            conv = _derived_conv(x, w, attrs, ways)
             assert conv.cols > 0, "its columns were not packed beforehand"
             task = conv.task  # (more jobs than the strips: blocks of K too)
             assert len(conv.pack_cuts) == ways + 1
@@ -748,9 +743,7 @@ def test_column_packing_jobs_fill_the_same_columns_and_refuse_any_past_their_own
     x, w, b, attrs = _case_arrays(case, 5)
     with native.threads(2):
         conv_kernels.conv(x, w, b, **attrs)
-        key = ("f32 conv", x.shape, 1, conv_kernels.conv_key("NOTSET", attrs["pads"],
-               attrs["strides"], attrs["dilations"], None), 0, 0.0, 0.0, 2)  # fmt: skip
-        conv = conv_kernels.derived(w, key, lambda: None)
+        conv = _derived_conv(x, w, attrs, 2)
     task = type(conv.task).from_buffer_copy(conv.task)
     whole, by_job = np.zeros(conv.cols, np.float32), np.zeros(conv.cols, np.float32)
     task.x, task.cols = x.ctypes.data, whole.ctypes.data
@@ -763,3 +756,5 @@ def test_column_packing_jobs_fill_the_same_columns_and_refuse_any_past_their_own
     np.testing.assert_array_equal(by_job, whole)
     with pytest.raises(InvalidArgument):
         _core._run(_core.lib.conv_f32_pack_range, task, [0, jobs + 1], 1, "float conv")
+    with pytest.raises(InvalidArgument):  # (a range that ends before it begins)
+        _core._run(_core.lib.conv_f32_pack_range, task, [1, 0], 1, "float conv")

@@ -231,12 +231,22 @@ typedef struct {
     int64_t ldy, rows, width;
 } tile_out;
 
-/* v + bias (+ residual), then the activation (activation.h). */
-static AVX512 inline __attribute__((always_inline)) __m512
-finish(const conv_f32 *t, __m512 v, __m512 bias, const float *z, __mmask16 live) {
+/* v + bias (+ the residual z[at ..]), then the activation act (activation.h), into lanes
+   0 .. n of y + at (all 16 for n >= 16: the residual loaded and y stored unmasked, a masked
+   load and store of a full vector costing the tiles' stores a good share of their time). act
+   is a constant in the usual activations' instances (store_tile, TILE_STORE). */
+static AVX512 inline __attribute__((always_inline)) void
+finish_store(const conv_f32 *t, float *y, const float *z, int64_t at, __m512 v, __m512 bias,
+             int64_t n, const int act) {
     v = _mm512_add_ps(v, bias);
-    if (z) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(live, z));
-    return onyx_activate(v, t->act, t->alpha, t->beta);
+    if (n >= 16) {
+        if (z) v = _mm512_add_ps(v, _mm512_loadu_ps(z + at));
+        _mm512_storeu_ps(y + at, onyx_activate(v, act, t->alpha, t->beta));
+        return;
+    }
+    __mmask16 live = lanes(0, n);
+    if (z) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(live, z + at));
+    _mm512_mask_storeu_ps(y + at, live, onyx_activate(v, act, t->alpha, t->beta));
 }
 
 /* The sums of a tile whose strip spans images or rows (a wide strip; kept in ct) into y, run
@@ -259,17 +269,10 @@ store_runs(const conv_f32 *t, int64_t g, int64_t m0, const float *ct, const run 
             const float *from = row + r[k].j;
             /* (unmasked loads of ct: a masked load of what the tile has just stored is not
                forwarded from the store and waits for it; ct has slack past a row) */
-            for (; j + 16 <= len; j += 16) {
-                __m512 v = _mm512_add_ps(_mm512_loadu_ps(from + j), bias);
-                if (z) v = _mm512_add_ps(v, _mm512_loadu_ps(z + at + j));
-                _mm512_storeu_ps(y + at + j, onyx_activate(v, act, t->alpha, t->beta));
-            }
-            if (j < len) {
-                __mmask16 live = lanes(0, len - j);
-                __m512 v = _mm512_add_ps(_mm512_loadu_ps(from + j), bias);
-                if (z) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(live, z + at + j));
-                _mm512_mask_storeu_ps(y + at + j, live, onyx_activate(v, act, t->alpha, t->beta));
-            }
+            for (; j + 16 <= len; j += 16)
+                finish_store(t, y, z, at + j, _mm512_loadu_ps(from + j), bias, 16, act);
+            if (j < len)
+                finish_store(t, y, z, at + j, _mm512_loadu_ps(from + j), bias, len - j, act);
         }
     }
 }
@@ -319,18 +322,8 @@ static AVX512 void prefetch_runs(const conv_f32 *t, const float *from, int64_t g
         __m512 bias = _mm512_set1_ps((o)->bias ? (o)->bias[i] : 0.0f);                         \
         float *yi = (o)->y + i * (o)->ldy;                                                     \
         const float *zi = (o)->z ? (o)->z + i * (o)->ldy : 0;                                  \
-        for (int h = 0; h < (nv); h++) {                                                       \
-            __m512 v = _mm512_add_ps((c)[i][h], bias);                                         \
-            if ((o)->width >= h * 16 + 16) { /* (a full vector: unmasked) */                   \
-                if (zi) v = _mm512_add_ps(v, _mm512_loadu_ps(zi + h * 16));                    \
-                _mm512_storeu_ps(yi + h * 16, onyx_activate(v, act, (t)->alpha, (t)->beta));   \
-                continue;                                                                      \
-            }                                                                                  \
-            __mmask16 live = lanes(0, (o)->width - h * 16);                                    \
-            if (zi) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(live, zi + h * 16));            \
-            _mm512_mask_storeu_ps(yi + h * 16, live,                                           \
-                                  onyx_activate(v, act, (t)->alpha, (t)->beta));               \
-        }                                                                                      \
+        for (int h = 0; h < (nv); h++)                                                         \
+            finish_store(t, yi, zi, h * 16, (c)[i][h], bias, (o)->width - h * 16, act);        \
     }
 
 #define TILE_STORE(t, c, ct, o, nv)                                                            \
@@ -387,7 +380,7 @@ narrow_store(const conv_f32 *t, float sums[][16], float *restrict ct, const tile
         const float *z = o->z ? o->z + i * o->ldy : 0;
         __m512 v = _mm512_maskz_loadu_ps(live, ct + i * CF_NR);
         __m512 bias = _mm512_set1_ps(o->bias ? o->bias[i] : 0.0f);
-        _mm512_mask_storeu_ps(o->y + i * o->ldy, live, finish(t, v, bias, z, live));
+        finish_store(t, o->y + i * o->ldy, z, 0, v, bias, o->width, t->act);
     }
 }
 

@@ -318,8 +318,8 @@ class FloatConv:
             self.cols = 0
         # (packing jobs: (group, block of K, strip), so that threads share a few strips' rows:
         # a 7x7 layer's 48 + 1 pixels as two jobs left one thread nearly all the packing)
-        jobs = group * -(-K // _conv_kc(K)) * strips
-        self.pack_cuts = _even_cuts(jobs, self.ways)
+        kc = _conv_kc(K)
+        self.pack_cuts = _even_cuts(group * -(-K // kc) * strips, self.ways)
         self.task = _ConvF32(
             None,
             _addr(packed),
@@ -338,7 +338,7 @@ class FloatConv:
             *dilations,
             *begin,
             group,
-            _conv_kc(K),
+            kc,
             strips,
             per_part,
             blocks,
