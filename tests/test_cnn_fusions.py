@@ -3,6 +3,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -11,6 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import onyx
 from onyx.runtime import native
+from onyx.runtime.kernels.activation import hard_sigmoid_mul
 from onyx.runtime.native import _core
 
 F = TensorProto.FLOAT
@@ -137,3 +142,124 @@ def test_average_pool_same_bits_as_numpy(monkeypatch, kernel, stride, pads):
     monkeypatch.setattr(_core, "lib", None)
     want = onyx.InferenceSession(m).run(None, {"x": x})[0]
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def _hard_swish_nodes(alpha, beta, swapped=False):
+    """PyTorch's hardswish export: x * HardSigmoid(x)."""
+    hs = helper.make_node("HardSigmoid", ["x"], ["h"], alpha=alpha, beta=beta)
+    return [hs, helper.make_node("Mul", ["h", "x"] if swapped else ["x", "h"], ["y"])]
+
+
+def _special_values(x: np.ndarray) -> np.ndarray:
+    """x with NaN, infinities, zeros of both signs and the clamp's corners in it."""
+    flat = x.reshape(-1)
+    flat[:9] = [np.nan, np.inf, -np.inf, -0.0, 0.0, 3.0, -3.0, 1e38, -1e38]
+    return x
+
+
+@pytest.mark.parametrize("numpy_path", [False, True])
+@pytest.mark.parametrize(
+    "shape,alpha,beta,swapped",
+    [
+        ((1, 16, 40, 40), 1 / 6, 0.5, False),  # (native: 1024 elements and more)
+        ((1, 16, 40, 40), 0.2, 0.3, True),
+        ((2, 7, 5, 3), -0.7, 0.25, False),  # (small: numpy's steps)
+        ((3, 1100), 2.5, -0.125, True),
+    ],
+)
+def test_hard_sigmoid_mul_fusion_same_bits(monkeypatch, shape, alpha, beta, swapped, numpy_path):
+    """x * HardSigmoid(x) becomes ai.onyx HardSigmoidMul: the unfused pair's bits (NaN and
+    infinities included, native and numpy), onnxruntime's values, and the saved model (a
+    model-local function) runs in onnxruntime."""
+    if numpy_path:
+        monkeypatch.setattr(_core, "lib", None)
+    m = _model(_hard_swish_nodes(alpha, beta, swapped), shape, [], 13)
+    assert _ops(m) == ["HardSigmoidMul"]
+    feeds = {"x": _special_values(RNG.standard_normal(shape).astype(np.float32) * 4)}
+    got = _run(m, feeds)
+    apart = _run(m, feeds, ["HardSigmoidMulFusion"])
+    np.testing.assert_array_equal(got.view(np.uint32), apart.view(np.uint32))
+    want = ort.InferenceSession(m, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    saved = onyx.dumps(onyx.optimize(onyx.loads(m)))
+    onnx.checker.check_model(onnx.load_from_string(saved), full_check=True)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    again = ort.InferenceSession(saved, so, providers=["CPUExecutionProvider"]).run(None, feeds)
+    np.testing.assert_allclose(again[0], want, rtol=1e-6, atol=1e-6)
+
+
+def test_hard_sigmoid_mul_fusion_leaves_other_pairs():
+    """A HardSigmoid read elsewhere too, a Mul by another tensor, or a float16 pair stays."""
+    shared = [
+        helper.make_node("HardSigmoid", ["x"], ["h"]),
+        helper.make_node("Mul", ["x", "h"], ["m"]),
+        helper.make_node("Add", ["m", "h"], ["y"]),
+    ]
+    assert "HardSigmoidMul" not in _ops(_model(shared, (1, 4, 5, 5), [], 13))
+    other = [
+        helper.make_node("HardSigmoid", ["x"], ["h"]),
+        helper.make_node("Mul", ["h", "w"], ["y"]),
+    ]
+    w = RNG.standard_normal((1, 4, 5, 5)).astype(np.float32)
+    assert _ops(_model(other, (1, 4, 5, 5), [("w", w)], 13)) == ["HardSigmoid", "Mul"]
+    half = helper.make_graph(
+        _hard_swish_nodes(0.2, 0.5), "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, None)],
+    )  # fmt: skip
+    m = helper.make_model(half, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
+    assert "HardSigmoidMul" not in _ops(m)
+
+
+@pytest.mark.parametrize("env", [{"ONYX_NATIVE_ISA": "avx2"}, {"ONYX_NATIVE": "0"}])
+def test_hard_sigmoid_mul_in_other_processes(env):
+    """The kernel at AVX2 and without the library gives this process's bits."""
+    code = (
+        "import sys, numpy as np\n"
+        "from onyx.runtime.kernels.activation import hard_sigmoid_mul\n"
+        "x = np.random.default_rng(3).standard_normal(5000).astype(np.float32) * 5\n"
+        "x[:4] = [np.nan, np.inf, -np.inf, -0.0]\n"
+        "y = hard_sigmoid_mul(x, alpha=0.1666666716337204, beta=0.5)\n"
+        "sys.stdout.buffer.write(np.ascontiguousarray(y).tobytes())\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], env={**os.environ, **env}, capture_output=True
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    got = np.frombuffer(done.stdout, np.float32)
+    x = np.random.default_rng(3).standard_normal(5000).astype(np.float32) * 5
+    x[:4] = [np.nan, np.inf, -np.inf, -0.0]
+    want = hard_sigmoid_mul(x, alpha=0.1666666716337204, beta=0.5)
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    assert np.isnan(want[[0, 2]]).all() and want[1] == np.inf and np.signbit(want[3])
+
+
+@pytest.mark.parametrize("numpy_path", [False, True])
+def test_hard_sigmoid_mul_joins_a_channels_last_chain(monkeypatch, numpy_path):
+    """A float MobileNetV3 block's hardswish as HardSigmoidMul stays inside the channels-last
+    chain (no Transpose around it), with onnxruntime's values."""
+    from onyx.optimizer import layout
+
+    monkeypatch.setattr(layout, "_worthwhile", lambda: True)
+    if numpy_path:
+        monkeypatch.setattr(_core, "lib", None)
+    w1 = RNG.standard_normal((16, 8, 1, 1)).astype(np.float32) * 0.3
+    dw = RNG.standard_normal((16, 1, 3, 3)).astype(np.float32) * 0.3
+    w2 = RNG.standard_normal((8, 16, 1, 1)).astype(np.float32) * 0.3
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c"]),
+        helper.make_node("Conv", ["c", "dw"], ["d"], group=16, pads=[1, 1, 1, 1]),
+        helper.make_node("HardSigmoid", ["d"], ["h"], alpha=1 / 6, beta=0.5),
+        helper.make_node("Mul", ["d", "h"], ["m"]),
+        helper.make_node("Conv", ["m", "w2"], ["y"]),
+    ]
+    m = _model(nodes, (1, 8, 12, 10), [("w1", w1), ("dw", dw), ("w2", w2)], 14)
+    ops = _ops(m)
+    assert ops.count("HardSigmoidMul") == 1 and "Conv" not in ops and ops.count("Transpose") == 2, (
+        ops
+    )
+    x = RNG.standard_normal((1, 8, 12, 10)).astype(np.float32)
+    got = _run(m, {"x": x})
+    want = ort.InferenceSession(m, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

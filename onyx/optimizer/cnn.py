@@ -10,7 +10,15 @@ from __future__ import annotations
 
 from .. import ir
 from ..runtime.registry import ONYX_DOMAIN
-from .core import EXTENDED, PassContext, graph_pass, inference_batch_norm, is_op, producer
+from .core import (
+    EXTENDED,
+    PassContext,
+    graph_pass,
+    inference_batch_norm,
+    is_op,
+    other_input,
+    producer,
+)
 
 #: the BatchNormalization attributes BatchNormRelu takes (the others must be absent: momentum
 #: does nothing in inference)
@@ -60,4 +68,61 @@ def _batch_norm_relu_function(ctx: PassContext) -> ir.Function:
         opset_imports={"": ctx.opset()},
     )  # fmt: skip
     f.doc_string = "Y = Relu(BatchNormalization(X, scale, B, mean, var)) (onyx: one kernel)"
+    return f
+
+
+@graph_pass("HardSigmoidMulFusion", EXTENDED)
+def hard_sigmoid_mul(ctx: PassContext) -> bool:
+    """x * HardSigmoid(x)  =>  ai.onyx HardSigmoidMul(x) (alpha, beta the HardSigmoid's): how
+    PyTorch exports hardswish (MobileNetV3). One pass where there were two, to the same bits
+    (not HardSwish: its x / 6 rounds otherwise than x * alpha); float32 only. A quantized
+    pair (DequantizeLinear in, QuantizeLinear out) stays for LookupTableFusion's table."""
+    changed = False
+    for hs in ctx.graph:
+        if not is_op(hs, "HardSigmoid") or hs.graph is None or not _is_float32(hs.inputs[0]):
+            continue
+        x = hs.inputs[0]
+        mul = ctx.single_use(hs.outputs[0])
+        if not is_op(mul, "Mul") or other_input(mul, hs.outputs[0]) is not x:
+            continue
+        if producer(x, "DequantizeLinear") is not None or is_op(
+            ctx.single_use(mul.outputs[0]), "QuantizeLinear"
+        ):
+            continue
+        ctx.ensure_function("HardSigmoidMul", lambda: _hard_sigmoid_mul_function(ctx))
+        attrs = [
+            ir.Attr("alpha", ir.AttrType.FLOAT, float(hs.attr("alpha", 0.2))),
+            ir.Attr("beta", ir.AttrType.FLOAT, float(hs.attr("beta", 0.5))),
+        ]
+        fused = ir.Node(
+            "HardSigmoidMul",
+            [x],
+            1,
+            attrs,
+            domain=ONYX_DOMAIN,
+            name=ctx.fresh_name((hs.name or "hard_sigmoid") + "_mul"),
+        )
+        ctx.replace_nodes(mul, fused, [hs])
+        ctx.count("HardSigmoidMulFusion")
+        changed = True
+    return changed
+
+
+def _is_float32(v: ir.Value) -> bool:
+    return isinstance(v.type, ir.TensorType) and v.type.elem_type == ir.DataType.FLOAT
+
+
+def _hard_sigmoid_mul_function(ctx: PassContext) -> ir.Function:
+    """The model-local function HardSigmoidMul(X) = X * HardSigmoid(X), alpha and beta the
+    call's."""
+    x = ir.Value("X")
+    refs = [ir.Attr(a, ir.AttrType.FLOAT, ref_attr_name=a) for a in ("alpha", "beta")]
+    hs = ir.Node("HardSigmoid", [x], ["hard_sigmoid"], refs)
+    mul = ir.Node("Mul", [x, hs.outputs[0]], ["Y"])
+    body = ir.Graph([x], [mul.outputs[0]], [hs, mul], name="HardSigmoidMul")
+    f = ir.Function(
+        ONYX_DOMAIN, "HardSigmoidMul", body, attributes=("alpha", "beta"),
+        opset_imports={"": ctx.opset()},
+    )  # fmt: skip
+    f.doc_string = "Y = X * HardSigmoid(X) (onyx runs it as one kernel)"
     return f

@@ -53,6 +53,8 @@ UNARY = frozenset(
     ("Relu", "Clip", "HardSwish", "HardSigmoid", "Sigmoid", "Tanh", "LeakyRelu", "Elu", "Neg")
 )
 BINARY = frozenset(("Add", "Sub", "Mul", "Div"))
+#: ai.onyx elementwise ops of one tensor input (HardSigmoidMulFusion's hardswish).
+ONYX_UNARY = frozenset(("HardSigmoidMul",))
 
 #: Activations NhwcFusedConv applies (FusedConv's, which the native kernels apply).
 _FUSED_ACTIVATIONS = frozenset(("Relu", "LeakyRelu", "Clip", "HardSigmoid"))
@@ -134,11 +136,12 @@ def _constant_operand(ctx: PassContext, v: ir.Value) -> np.ndarray | None:
 
 def _joins(ctx: PassContext, node: ir.Node, nhwc: dict) -> bool:
     """Whether ``node`` runs in the chain (nhwc: the values the chain holds so far)."""
-    if node.domain not in STANDARD:
+    onyx_unary = node.domain == ONYX_DOMAIN and node.op_type in ONYX_UNARY
+    if node.domain not in STANDARD and not onyx_unary:
         return False
     if len(node.outputs) != 1 or _rank4(node.outputs[0]) is None:
         return False
-    if node.op_type in UNARY:
+    if node.op_type in UNARY or onyx_unary:
         if node.inputs[0] not in nhwc:
             return False
         return all(ctx.const(v) is not None for v in node.inputs[1:] if v is not None and v.name)
@@ -257,7 +260,8 @@ def _rewrite(ctx: PassContext, chain: list[ir.Node], entries: dict, names: Count
                 "NhwcGlobalAveragePool", inputs[:1], [name], domain=ONYX_DOMAIN, name=name
             )
         else:
-            new = ir.Node(node.op_type, inputs, [name], list(node.attributes.values()), name=name)
+            attrs = list(node.attributes.values())
+            new = ir.Node(node.op_type, inputs, [name], attrs, domain=node.domain, name=name)
         if node.name and names[node.name] == 1:  # (profiles and onyx.compare name them)
             new.name = node.name
         new.outputs[0].type = _permuted_type(old)

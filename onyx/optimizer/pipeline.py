@@ -49,6 +49,7 @@ TRIGGERS: dict[str, tuple[tuple[str, ...], ...]] = {
     "RMSNormFusion": (("ReduceMean",), ("Sqrt",)),
     "RotateHalfFusion": (("Neg",), ("Concat",), ("Split",)),
     "SiluFusion": (("Sigmoid",), ("Mul",)),
+    "HardSigmoidMulFusion": (("HardSigmoid",), ("Mul",)),
     "EmbedLayerNormFusion": (("LayerNormalization",), ("Gather",), ("Add",)),
     "SkipLayerNormFusion": (
         ("LayerNormalization", "RMSNormalization", "SimplifiedLayerNormalization"),
@@ -144,6 +145,7 @@ FUSIONS: tuple[DeferredPass, ...] = tuple(
         ("transformer:rms_norm_fusion", "RMSNormFusion", EXTENDED),
         ("transformer:rotate_half_fusion", "RotateHalfFusion", EXTENDED),
         ("transformer:silu_fusion", "SiluFusion", EXTENDED),
+        ("cnn:hard_sigmoid_mul", "HardSigmoidMulFusion", EXTENDED),
         # (first: its sum is no residual's)
         ("embed_layer_norm:embed_layer_norm_fusion", "EmbedLayerNormFusion", EXTENDED),
         ("skip_layer_norm:skip_layer_norm_fusion", "SkipLayerNormFusion", EXTENDED),

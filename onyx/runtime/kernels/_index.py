@@ -244,6 +244,7 @@ MODULES: dict[tuple[str, str], tuple[str, ...]] = {
     ('ai.onyx', 'DynamicQuantizeMatMulRelu'): ('contrib',),
     ('ai.onyx', 'FusedConvMaxPool'): ('audio',),
     ('ai.onyx', 'GatedMatMulNBits'): ('contrib_quant',),
+    ('ai.onyx', 'HardSigmoidMul'): ('activation',),
     ('ai.onyx', 'HeadsAttention'): ('attention',),
     ('ai.onyx', 'LinearChain'): ('ml.linear',),
     ('ai.onyx', 'LinearChainNorm'): ('ml.linear',),

@@ -86,6 +86,7 @@ _EXPORTS = {
         "dequantize_8",
         "erf_f32",
         "hard_sigmoid_f32",
+        "hard_sigmoid_mul_f32",
         "hardswish_f32",
         "lookup8",
         "lookup8_channels",

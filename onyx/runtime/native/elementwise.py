@@ -187,6 +187,20 @@ def hard_sigmoid_f32(x: np.ndarray, alpha: float, beta: float) -> np.ndarray | N
     return y
 
 
+def hard_sigmoid_mul_f32(x: np.ndarray, alpha: float, beta: float) -> np.ndarray | None:
+    """x * HardSigmoid(x) of a contiguous float32 array in one pass, to the bits of the two
+    numpy kernels (alpha and beta rounded as hard_sigmoid_f32 rounds them), or None without
+    the library."""
+    if core.lib is None or x.dtype != np.float32 or not x.flags.c_contiguous:
+        return None
+    y = np.empty_like(x)
+    n = x.size
+    ways = _ways(n, 64, _PARALLEL_ELEMENTS)
+    task = _HardSigmoidTask(_addr(x), _addr(y), float(alpha), float(beta))
+    _run(core.lib.hard_sigmoid_mul_range, task, _element_cuts(n, 16, ways), ways)
+    return y
+
+
 def hardswish_f32(x: np.ndarray) -> np.ndarray | None:
     """HardSwish of a contiguous float32 array in one pass, or None without the library."""
     if core.lib is None or x.dtype != np.float32 or not x.flags.c_contiguous:
@@ -413,7 +427,8 @@ def _per_tensor_pass(part, x, y, scale, zero_point: int, byte_type) -> np.ndarra
 
 
 def bind(lib, isa: int) -> None:
-    for name in ("hardswish", "erf", "hard_sigmoid", "lookup", "qbinary", "quantize", "dequantize"):
+    names = ("hardswish", "erf", "hard_sigmoid", "hard_sigmoid_mul", "lookup", "qbinary")
+    for name in (*names, "quantize", "dequantize"):
         setattr(lib, f"{name}_range", range_of(lib, name))
     lib.lookup = address(lib.onyx_lookup8_vbmi if isa & core.ISA_VBMI else lib.onyx_lookup8)
     for name in ("onyx_quantize_range", "onyx_dequantize_range"):  # (called directly too)
