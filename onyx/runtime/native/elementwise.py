@@ -177,27 +177,25 @@ def hard_sigmoid_f32(x: np.ndarray, alpha: float, beta: float) -> np.ndarray | N
     """HardSigmoid of a contiguous float32 array in one pass (clamp(x * alpha + beta, 0, 1),
     alpha and beta rounded to float32 as numpy rounds a Python float), or None without the
     library."""
-    if core.lib is None or x.dtype != np.float32 or not x.flags.c_contiguous:
-        return None
-    y = np.empty_like(x)
-    n = x.size
-    ways = _ways(n, 64, _PARALLEL_ELEMENTS)
-    task = _HardSigmoidTask(_addr(x), _addr(y), float(alpha), float(beta))
-    _run(core.lib.hard_sigmoid_range, task, _element_cuts(n, 16, ways), ways)
-    return y
+    return _hard_sigmoid_pass(x, alpha, beta, "hard_sigmoid_range")
 
 
 def hard_sigmoid_mul_f32(x: np.ndarray, alpha: float, beta: float) -> np.ndarray | None:
     """x * HardSigmoid(x) of a contiguous float32 array in one pass, to the bits of the two
     numpy kernels (alpha and beta rounded as hard_sigmoid_f32 rounds them), or None without
     the library."""
+    return _hard_sigmoid_pass(x, alpha, beta, "hard_sigmoid_mul_range")
+
+
+def _hard_sigmoid_pass(x: np.ndarray, alpha: float, beta: float, entry: str):
+    """One pass of the library's ``entry`` (a range function over hard_sigmoid_task) on x."""
     if core.lib is None or x.dtype != np.float32 or not x.flags.c_contiguous:
         return None
     y = np.empty_like(x)
     n = x.size
     ways = _ways(n, 64, _PARALLEL_ELEMENTS)
     task = _HardSigmoidTask(_addr(x), _addr(y), float(alpha), float(beta))
-    _run(core.lib.hard_sigmoid_mul_range, task, _element_cuts(n, 16, ways), ways)
+    _run(getattr(core.lib, entry), task, _element_cuts(n, 16, ways), ways)
     return y
 
 
