@@ -25,6 +25,7 @@ import numpy as np
 from ..errors import OnyxError
 from .bind import Step
 from .registry import ONYX_DOMAIN
+from .values import ALIGNMENT, aligned_empty
 
 #: op -> (its activation where the op fixes it, the node inputs by role)
 CHAINABLE = {
@@ -40,7 +41,6 @@ CHAINABLE = {
 KEPT_SCRATCH = 16 << 20
 #: Input signatures a ChainStep keeps set-ups for (a new one past this starts afresh).
 SIGNATURES = 4
-_ALIGN = 64
 
 
 def enabled() -> bool:
@@ -372,9 +372,8 @@ def _span_bytes(x: np.ndarray) -> int:
 
 
 def _aligned_bytes(n: int) -> np.ndarray:
-    buf = np.empty(max(n, 4) + _ALIGN, np.uint8)
-    start = -buf.ctypes.data & (_ALIGN - 1)
-    return buf[start : start + max(n, 4)]
+    """A scratch of n bytes (4 at least) on a 64-byte line."""
+    return aligned_empty((max(n, 4),), np.uint8)
 
 
 def layer_task(layer: _Layer, shape, strides, template, known, nhwc, setting: int) -> tuple:
@@ -462,7 +461,7 @@ def lay_out(lives: dict, known: dict) -> tuple[dict[int, int], int]:
     placed: list[tuple[int, int, int]] = []  # (offset, end, last reader)
     offsets, top = {}, 0
     for slot, (born, dies) in sorted(lives.items(), key=lambda kv: kv[1][0]):
-        size = -(-4 * int(np.prod(known[slot][0])) // _ALIGN) * _ALIGN
+        size = -(-4 * int(np.prod(known[slot][0])) // ALIGNMENT) * ALIGNMENT
         live = sorted((o, e) for o, e, d in placed if d >= born)
         offset = 0
         for o, e in live:
