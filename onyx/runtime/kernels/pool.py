@@ -265,8 +265,8 @@ def _pool_geometry(shape, kernel, auto_pad, pads, strides, dilations, ceil_mode,
 def _native_pool(x, pool: _Pool, **kind) -> np.ndarray | None:
     """A 2-D float32 pool on window.c (each window read once; the numpy path's bits), or
     None."""
-    if x.dtype != np.float32 or x.ndim != 4:
-        return None
+    if x.dtype != np.float32 or x.ndim != 4 or not native.available():
+        return None  # (no copy made for a library that is not there)
     x = np.ascontiguousarray(x)
     return native.pool2d_f32(
         x, pool.kernel, pool.strides, pool.dilations, pool.pads, pool.out, **kind
@@ -277,7 +277,7 @@ def _native_max_8bit(x, pool: _Pool) -> np.ndarray | None:
     """A 2-D MaxPool of a quantized model's 8-bit x on window.c (dilations 1), or None."""
     if x.dtype.itemsize != 1 or x.dtype.kind not in "iu" or x.ndim != 4:
         return None
-    if any(d != 1 for d in pool.dilations):
+    if any(d != 1 for d in pool.dilations) or not native.available():
         return None
     x = np.ascontiguousarray(x)
     return native.max_pool2d_8bit(x, pool.kernel, pool.strides, pool.pads, pool.out)
