@@ -479,6 +479,106 @@ static AVX512 void max_2x2_plane(const pool2d *t, const float *x, float *y, cons
 }
 
 
+/* A 3x3 stride-2 max pool from the plane's first row and column (SqueezeNet's and
+   Inception's down steps; with ceil mode or end pads the last window may overhang the
+   plane by a row and a column, which are padding: -inf). Two output rows a pass, the window
+   row they share read once; each output row separably: column blocks at 2 ow0, + 16 and
+   + 32 maxed down their window rows, then the even lanes, the odd lanes and the even lanes
+   one on (the last from the third block) maxed across. The general stride-2 path reads every
+   block through masks shifted for a left pad and goes a row at a time. nan: whether the
+   plane holds a NaN (window_max). */
+static AVX512 int max_3x3_s2_fits(const pool2d *t) {
+    return t->kh == 3 && t->kw == 3 && t->sh == 2 && t->sw == 2 && t->dh == 1 && t->dw == 1 &&
+           t->top == 0 && t->left == 0 && t->OH > 0 && t->OW > 0 && 2 * t->OH <= t->H &&
+           2 * t->OW <= t->W;
+}
+
+/* Column block c of NR (2 or 3) window rows from r (row stride W), maxed down: lanes past
+   the row's `live` columns are -inf. */
+static AVX512 inline __attribute__((always_inline)) __m512
+rows_max(const float *r, int64_t W, int64_t c, __mmask16 live, const int64_t nr, const int nan) {
+    const __m512 low = _mm512_set1_ps(-INFINITY);
+    __m512 v = _mm512_mask_loadu_ps(low, live, r + c);
+    for (int64_t i = 1; i < nr; i++)
+        v = window_max(v, _mm512_mask_loadu_ps(low, live, r + i * W + c), nan);
+    return v;
+}
+
+/* 16 outputs from the column maxima a (columns 2 ow0 ..), b (+ 16) and d (+ 32). */
+static AVX512 inline __attribute__((always_inline)) __m512
+across_s2(__m512 a, __m512 b, __m512 d, const int nan) {
+    const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4,
+                                          2, 0);
+    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    const __m512i next = _mm512_add_epi32(even, _mm512_set1_epi32(2));
+    __m512 acc = window_max(_mm512_permutex2var_ps(a, even, b),
+                            _mm512_permutex2var_ps(a, odd, b), nan);
+    __m512 tap = _mm512_permutex2var_ps(a, next, b); /* (lane 15 wrapped to a's lane 0) */
+    tap = _mm512_mask_broadcastss_ps(tap, (__mmask16)0x8000, _mm512_castps512_ps128(d));
+    return window_max(acc, tap, nan);
+}
+
+/* Output row `out` from the NR window rows at r. */
+static AVX512 inline __attribute__((always_inline)) void
+max_3x3_s2_row(const float *r, int64_t W, int64_t OW, float *out, const int64_t nr,
+               const int nan) {
+    int64_t cols = 2 * OW + 1 < W ? 2 * OW + 1 : W; /* (the columns in the plane) */
+    __m512 a = rows_max(r, W, 0, first_lanes(cols), nr, nan);
+    for (int64_t ow0 = 0; ow0 < OW; ow0 += 16) {
+        int64_t n = OW - ow0 < 16 ? OW - ow0 : 16, c = 2 * ow0;
+        __m512 b = rows_max(r, W, c + 16, first_lanes(cols - c - 16), nr, nan);
+        __m512 d = rows_max(r, W, c + 32, first_lanes(cols - c - 32), nr, nan);
+        _mm512_mask_storeu_ps(out + ow0, first_lanes(n), across_s2(a, b, d, nan));
+        a = d;
+    }
+}
+
+/* Output rows `out` and `out + OW` from the five window rows at r (the third shared). */
+static AVX512 inline __attribute__((always_inline)) void
+max_3x3_s2_rows2(const float *r, int64_t W, int64_t OW, float *out, const int nan) {
+    int64_t cols = 2 * OW + 1 < W ? 2 * OW + 1 : W;
+    __m512 a0, a1, b0, b1, d0, d1;
+#define BLOCKS(c, top, bottom)                                                               \
+    {                                                                                        \
+        __mmask16 live = first_lanes(cols - (c));                                            \
+        __m512 mid = rows_max(r + 2 * W, W, c, live, 1, nan);                                \
+        top = window_max(rows_max(r, W, c, live, 2, nan), mid, nan);                         \
+        bottom = window_max(mid, rows_max(r + 3 * W, W, c, live, 2, nan), nan);              \
+    }
+    BLOCKS(0, a0, a1)
+    for (int64_t ow0 = 0; ow0 < OW; ow0 += 16) {
+        int64_t n = OW - ow0 < 16 ? OW - ow0 : 16, c = 2 * ow0;
+        BLOCKS(c + 16, b0, b1)
+        BLOCKS(c + 32, d0, d1)
+        _mm512_mask_storeu_ps(out + ow0, first_lanes(n), across_s2(a0, b0, d0, nan));
+        _mm512_mask_storeu_ps(out + OW + ow0, first_lanes(n), across_s2(a1, b1, d1, nan));
+        a0 = d0, a1 = d1;
+    }
+#undef BLOCKS
+}
+
+static AVX512 inline __attribute__((always_inline)) void
+max_3x3_s2_rows(const pool2d *t, const float *x, float *y, const int nan) {
+    int64_t W = t->W, OW = t->OW, oh = 0;
+    for (; oh + 2 <= t->OH && 2 * oh + 4 < t->H; oh += 2) /* (five rows in the plane) */
+        max_3x3_s2_rows2(x + 2 * oh * W, W, OW, y + oh * OW, nan);
+    for (; oh < t->OH; oh++) {
+        const float *r = x + 2 * oh * W;
+        if (2 * oh + 2 < t->H)
+            max_3x3_s2_row(r, W, OW, y + oh * OW, 3, nan);
+        else /* (the third row is padding) */
+            max_3x3_s2_row(r, W, OW, y + oh * OW, 2, nan);
+    }
+}
+
+static AVX512 void max_3x3_s2_plane(const pool2d *t, const float *x, float *y, const int nan) {
+    if (nan)
+        max_3x3_s2_rows(t, x, y, 1);
+    else
+        max_3x3_s2_rows(t, x, y, 0);
+}
+
+
 /* The usual windows (2x2 and 3x3, strides 1 and 2) with their sizes as constants: the
    compiler unrolls the offsets and keeps every address in registers. */
 static AVX512 void pool_row_avx512(const pool2d *t, const float *top, int64_t Wp, float *out,
@@ -549,6 +649,10 @@ EXPORT CLONES int onyx_pool2d_f32_range(const void *p, int64_t begin, int64_t en
         if (vectors && narrow_fits(t)) SEPARABLE(plane_narrow_avx512)
         if (vectors && t->sw == 1 && t->dw == 1 && t->kw <= 16 && (!t->average || t->by_columns))
             SEPARABLE(plane_s1_avx512)
+        if (vectors && !t->average && max_3x3_s2_fits(t)) {
+            max_3x3_s2_plane(t, x, y, has_nan(x, t->H * t->W));
+            continue;
+        }
         if (vectors && !t->average && max_2x2_fits(t)) {
             max_2x2_plane(t, x, y, has_nan(x, t->H * t->W));
             continue;
