@@ -261,3 +261,26 @@ def test_contrib_op_outputs_get_no_undefined_types_and_stay_loadable_by_onnxrunt
     out = tmp_path / "typed.onnx"
     onyx.save(model, out)
     ort.InferenceSession(str(out))
+
+
+@pytest.mark.parametrize("opset, mask_type", [(9, TensorProto.FLOAT), (10, TensorProto.BOOL)])
+def test_dropout_mask_type_follows_the_opset(opset, mask_type):
+    """Dropout's mask has the data's type in opsets 7-9 and is bool from 10 (as the kernels give)."""
+    graph = helper.make_graph(
+        [helper.make_node("Dropout", ["x"], ["y", "mask"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+            helper.make_tensor_value_info("mask", mask_type, None),
+        ],
+    )
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model = infer_shapes(from_onnx(_strip(m)))
+    assert type_string(model.graph.outputs[1].type) == type_string(
+        conv_type(m.graph.output[1].type)
+    )
+    # the first (checked) run compares the kernels' outputs with the inferred types
+    sess = onyx.InferenceSession(m.SerializeToString())
+    y, mask = sess.run(None, {"x": np.ones((2, 3), np.float32)})
+    assert mask.dtype == (np.float32 if opset == 9 else np.bool_)

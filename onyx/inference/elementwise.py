@@ -94,7 +94,8 @@ def _raw(ctx: NodeContext, i: int):
 def dropout(ctx: NodeContext) -> None:
     ctx.same(0, 0)
     if len(ctx.node.outputs) > 1:
-        ctx.set(1, DataType.BOOL, ctx.shape(0))
+        # the mask is bool from opset 10; before, it has the data's type T
+        ctx.set(1, DataType.BOOL if ctx.opset >= 10 else ctx.dtype(0), ctx.shape(0))
 
 
 @rule(*BOOL_SAME_SHAPE)
