@@ -31,12 +31,42 @@ def test_all_nine_light_models_present():
     assert len(MODELS) == 9
 
 
+# SqueezeNet's constant weights make its 1000 logits equal in exact arithmetic (about 1.7e10,
+# where one ulp is 2048), so its final Softmax turns a one-ulp difference between channels into
+# 0 or 1: any summation order that is not the same for every output channel (onyx's AVX2 conv
+# tiles) flips it. Its logits, the Softmax's input, are what can be compared.
+LOGITS_ONLY = {"squeezenet"}
+
+
+def _cut_before_final_softmax(path: Path) -> bytes:
+    m = onnx.load(str(path))
+    last = m.graph.node[-1]
+    assert last.op_type == "Softmax"
+    del m.graph.node[-1]
+    del m.graph.output[:]
+    m.graph.output.append(onnx.helper.make_tensor_value_info(last.input[0], 1, None))
+    return m.SerializeToString()
+
+
+@pytest.mark.parametrize("name", sorted(LOGITS_ONLY))
+def test_light_model_logits(name):
+    model = _cut_before_final_softmax(LIGHT / f"light_{name}.onnx")
+    ref = ort.InferenceSession(model)
+    feeds = feeds_for(ref)
+    (got,) = onyx.InferenceSession(model).run(None, feeds)
+    np.testing.assert_allclose(got, ref.run(None, feeds)[0], rtol=1e-5)
+
+
 @pytest.mark.parametrize("name", MODELS)
 def test_light_model(name):
     path = LIGHT / f"light_{name}.onnx"
     ref = ort.InferenceSession(str(path))
     feeds = feeds_for(ref)
     got = onyx.InferenceSession(str(path)).run(None, feeds)
+    if name in LOGITS_ONLY:  # the Softmax of equal logits: only its shape and sum are stable
+        assert got[0].shape == ref.get_outputs()[0].shape or got[0].size == 1000
+        np.testing.assert_allclose(got[0].sum(), 1.0, rtol=1e-5)
+        return
     want = ref.run(None, feeds)
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-3, atol=1e-5)
