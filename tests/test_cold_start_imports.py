@@ -126,3 +126,44 @@ def test_the_cheap_avx512_answer_agrees_with_the_gemm_familys():
     from onyx.runtime import native
 
     assert native.avx512() == native.sgemm_ok()
+
+
+def test_loading_a_model_leaves_protobufs_well_known_types_unimported():
+    # (upb's first message class would import them: calendar, datetime, locale, descriptor)
+    code = (
+        "import sys, onyx\n"
+        f"onyx.load({str(TINY)!r})\n"
+        "print(sorted(m for m in ('google.protobuf.internal.well_known_types',\n"
+        "    'google.protobuf.descriptor', 'calendar', 'locale') if m in sys.modules))\n"
+    )
+    assert _fresh(code) == "[]"
+
+
+def test_well_known_types_made_after_onyx_have_their_mixins():
+    code = (
+        "import onyx\n"
+        f"onyx.load({str(TINY)!r})\n"
+        "from google.protobuf import any_pb2, struct_pb2, timestamp_pb2\n"
+        "from google.protobuf.internal import well_known_types as wkt\n"
+        "t = timestamp_pb2.Timestamp()\n"
+        "t.FromSeconds(12)\n"
+        "s = struct_pb2.Struct()\n"
+        "s['a'] = 1.5\n"
+        "a = any_pb2.Any()\n"
+        "a.Pack(t)\n"
+        "assert isinstance(t, wkt.Timestamp) and isinstance(a, wkt.Any), type(t).__mro__\n"
+        "print(t.ToJsonString(), s['a'], a.Is(timestamp_pb2.Timestamp.DESCRIPTOR))\n"
+    )
+    assert _fresh(code) == "1970-01-01T00:00:12Z 1.5 True"
+
+
+def test_onyx_after_protobufs_python_side_is_loaded_as_ever():
+    code = (
+        "from google.protobuf import timestamp_pb2\n"
+        "import onyx\n"
+        f"m = onyx.load({str(TINY)!r})\n"
+        "import onnx\n"
+        f"onnx.checker.check_model(onnx.load({str(TINY)!r}))\n"
+        "print(len(m.graph.nodes) > 0, timestamp_pb2.Timestamp().ToJsonString())\n"
+    )
+    assert _fresh(code) == "True 1970-01-01T00:00:00Z"
