@@ -19,7 +19,8 @@ def _fresh(code: str) -> str:
 
 
 def test_a_float_session_imports_neither_ml_dtypes_nor_protobufs_builder():
-    # (nor json, a writer of models, or the transformer fusions for its Softmax)
+    # (nor json, a writer of models, the transformer fusions for its Softmax, the extension
+    # modules of big files and of the model cache, OrtValues, IOBinding or the profiler)
     code = (
         "import sys, numpy as np, onyx\n"
         f"s = onyx.InferenceSession({str(TINY)!r})\n"
@@ -28,7 +29,9 @@ def test_a_float_session_imports_neither_ml_dtypes_nor_protobufs_builder():
         "s.run(None, {i.name: x}); s.run(None, {i.name: x})\n"
         "print(sorted(m for m in ('ml_dtypes', 'google.protobuf.descriptor_pool',\n"
         "    'onyx.optimizer.qdq', 'onyx.optimizer.trees', 'gzip', 'json',\n"
-        "    'onyx.optimizer.transformer', 'onyx.serde.writer') if m in sys.modules))\n"
+        "    'onyx.optimizer.transformer', 'onyx.serde.writer', 'mmap', 'binascii',\n"
+        "    'onyx.runtime.ortvalue', 'onyx.runtime.iobinding', 'onyx.runtime.profiler')\n"
+        "    if m in sys.modules))\n"
     )
     assert _fresh(code) == "[]"
 
