@@ -170,3 +170,18 @@ def test_onyx_after_protobufs_python_side_is_loaded_as_ever():
         "print(len(m.graph.nodes) > 0, timestamp_pb2.Timestamp().ToJsonString())\n"
     )
     assert _fresh(code) == "True 1970-01-01T00:00:00Z"
+
+
+def test_the_runtime_is_imported_without_collector_passes_and_leaves_it_as_it_was():
+    code = (
+        "import gc, numpy as np\n"
+        "passes = []\n"
+        "gc.callbacks.append(lambda what, info: passes.append(what) if what == 'stop' else None)\n"
+        "import onyx\n"
+        "onyx.SessionOptions\n"
+        "print(len(passes), gc.isenabled(), end=' ')\n"
+        "gc.disable()\n"
+        "onyx.optimize\n"  # (a user's choice stands)
+        "print(gc.isenabled())\n"
+    )
+    assert _fresh(code) == "0 True False"
