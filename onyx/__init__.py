@@ -9,6 +9,7 @@ outputs = sess.run(None, {"input": x})
 
 from __future__ import annotations
 
+import gc
 import importlib
 from typing import TYPE_CHECKING
 
@@ -92,12 +93,26 @@ _SUBMODULES = {
 
 def __getattr__(name: str):
     if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
+        value = getattr(_imported(_LAZY[name]), name)
         globals()[name] = value
         return value
     if name in _SUBMODULES:
-        return importlib.import_module(f"onyx.{name}")
+        return _imported(f"onyx.{name}")
     raise AttributeError(f"module 'onyx' has no attribute {name!r}")
+
+
+def _imported(module: str):
+    """``module``, imported with the cyclic collector paused: importing the runtime makes
+    tens of thousands of objects that live as long as the process, and the collector's passes
+    in the middle of it (a dozen, each promoting them a generation further) found nothing to
+    free; they are scanned once, after."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return importlib.import_module(module)
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def __dir__():

@@ -20,8 +20,8 @@ valid and on broken models.
 from __future__ import annotations
 
 import math
-import mmap
 import os
+import sys
 from collections.abc import Callable
 from itertools import chain
 from operator import attrgetter
@@ -68,11 +68,18 @@ def certify(source, new_checker: Callable[[Model], object], where: str = "") -> 
         if isinstance(source, str | os.PathLike):
             where = os.fspath(source)
             return _certify(read_file(where), where, new_checker)
-        if isinstance(source, bytes | bytearray | memoryview | mmap.mmap):
+        if isinstance(source, bytes | bytearray | memoryview) or _is_mapped(source):
             return _certify(source, where or "<bytes>", new_checker)
     except Exception:  # whatever went wrong, the full checker meets it again and reports it
         return False
     return False
+
+
+def _is_mapped(source) -> bool:
+    """Whether ``source`` is a memory-mapped file (only where mmap, an extension module a small
+    model's load never needs, was imported: nothing else made one)."""
+    mmap = sys.modules.get("mmap")
+    return mmap is not None and isinstance(source, mmap.mmap)
 
 
 def _certify(data, where: str, new_checker) -> bool:

@@ -19,7 +19,8 @@ def _fresh(code: str) -> str:
 
 
 def test_a_float_session_imports_neither_ml_dtypes_nor_protobufs_builder():
-    # (nor json, a writer of models, or the transformer fusions for its Softmax)
+    # (nor json, a writer of models, the transformer fusions for its Softmax, the extension
+    # modules of big files and of the model cache, OrtValues, IOBinding or the profiler)
     code = (
         "import sys, numpy as np, onyx\n"
         f"s = onyx.InferenceSession({str(TINY)!r})\n"
@@ -28,7 +29,9 @@ def test_a_float_session_imports_neither_ml_dtypes_nor_protobufs_builder():
         "s.run(None, {i.name: x}); s.run(None, {i.name: x})\n"
         "print(sorted(m for m in ('ml_dtypes', 'google.protobuf.descriptor_pool',\n"
         "    'onyx.optimizer.qdq', 'onyx.optimizer.trees', 'gzip', 'json',\n"
-        "    'onyx.optimizer.transformer', 'onyx.serde.writer') if m in sys.modules))\n"
+        "    'onyx.optimizer.transformer', 'onyx.serde.writer', 'mmap', 'binascii',\n"
+        "    'onyx.runtime.ortvalue', 'onyx.runtime.iobinding', 'onyx.runtime.profiler')\n"
+        "    if m in sys.modules))\n"
     )
     assert _fresh(code) == "[]"
 
@@ -126,3 +129,59 @@ def test_the_cheap_avx512_answer_agrees_with_the_gemm_familys():
     from onyx.runtime import native
 
     assert native.avx512() == native.sgemm_ok()
+
+
+def test_loading_a_model_leaves_protobufs_well_known_types_unimported():
+    # (upb's first message class would import them: calendar, datetime, locale, descriptor)
+    code = (
+        "import sys, onyx\n"
+        f"onyx.load({str(TINY)!r})\n"
+        "print(sorted(m for m in ('google.protobuf.internal.well_known_types',\n"
+        "    'google.protobuf.descriptor', 'calendar', 'locale') if m in sys.modules))\n"
+    )
+    assert _fresh(code) == "[]"
+
+
+def test_well_known_types_made_after_onyx_have_their_mixins():
+    code = (
+        "import onyx\n"
+        f"onyx.load({str(TINY)!r})\n"
+        "from google.protobuf import any_pb2, struct_pb2, timestamp_pb2\n"
+        "from google.protobuf.internal import well_known_types as wkt\n"
+        "t = timestamp_pb2.Timestamp()\n"
+        "t.FromSeconds(12)\n"
+        "s = struct_pb2.Struct()\n"
+        "s['a'] = 1.5\n"
+        "a = any_pb2.Any()\n"
+        "a.Pack(t)\n"
+        "assert isinstance(t, wkt.Timestamp) and isinstance(a, wkt.Any), type(t).__mro__\n"
+        "print(t.ToJsonString(), s['a'], a.Is(timestamp_pb2.Timestamp.DESCRIPTOR))\n"
+    )
+    assert _fresh(code) == "1970-01-01T00:00:12Z 1.5 True"
+
+
+def test_onyx_after_protobufs_python_side_is_loaded_as_ever():
+    code = (
+        "from google.protobuf import timestamp_pb2\n"
+        "import onyx\n"
+        f"m = onyx.load({str(TINY)!r})\n"
+        "import onnx\n"
+        f"onnx.checker.check_model(onnx.load({str(TINY)!r}))\n"
+        "print(len(m.graph.nodes) > 0, timestamp_pb2.Timestamp().ToJsonString())\n"
+    )
+    assert _fresh(code) == "True 1970-01-01T00:00:00Z"
+
+
+def test_the_runtime_is_imported_without_collector_passes_and_leaves_it_as_it_was():
+    code = (
+        "import gc, numpy as np\n"
+        "passes = []\n"
+        "gc.callbacks.append(lambda what, info: passes.append(what) if what == 'stop' else None)\n"
+        "import onyx\n"
+        "onyx.SessionOptions\n"
+        "print(len(passes), gc.isenabled(), end=' ')\n"
+        "gc.disable()\n"
+        "onyx.optimize\n"  # (a user's choice stands)
+        "print(gc.isenabled())\n"
+    )
+    assert _fresh(code) == "0 True False"

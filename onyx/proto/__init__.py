@@ -6,10 +6,21 @@ classes (onyx_pb2 imported later gets these very ones), without importing the pu
 protobuf machinery that builder brings along (descriptor_pool, python_message, text_format,
 ...: about half of protobuf's import, and a good part of a session's cold start). Under any
 other implementation, or should upb's API differ, onyx_pb2.py is imported as generated.
+
+upb's first message class imports protobuf's well-known types (their mixins, its WKTBASES
+table: calendar, datetime, locale, descriptor, ...), which none of onyx's messages is: where
+protobuf's Python side is not loaded yet, onyx's classes are made against an empty table that
+upb keeps, and the table is filled when ``google.protobuf.descriptor`` is first imported (every
+generated ``_pb2`` module, and the well-known types themselves, import it before they make a
+class), so that Timestamp, Any, Struct... made later get their mixins as ever.
 """
 
 from __future__ import annotations
 
+import contextlib
+import importlib.machinery
+import sys
+import types
 from typing import TYPE_CHECKING
 
 #: The messages this package exports (those of onyx.proto: the top-level ones).
@@ -39,6 +50,65 @@ MESSAGES = (
     "ValueInfoProto",
 )
 _MODULE = f"{__name__}.onyx_pb2"
+_WELL_KNOWN = "google.protobuf.internal.well_known_types"
+_DESCRIPTOR = "google.protobuf.descriptor"
+
+
+class _FillOnImport:
+    """A loader around google.protobuf.descriptor's: once that module has run, the table upb
+    kept (``bases``) gets the well-known types' mixins, before any caller can make a class."""
+
+    def __init__(self, loader, bases: dict):
+        self._loader, self._bases = loader, bases
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module) -> None:
+        self._loader.exec_module(module)
+        from google.protobuf.internal import well_known_types
+
+        self._bases.update(well_known_types.WKTBASES)
+
+    def __getattr__(self, name: str):  # (get_source, is_package, ...: the real loader's)
+        return getattr(self._loader, name)
+
+
+class _WellKnownFinder:
+    """Finds google.protobuf.descriptor (once, then leaves sys.meta_path) with _FillOnImport."""
+
+    def __init__(self, bases: dict):
+        self._bases = bases
+
+    def find_spec(self, name: str, path=None, target=None):
+        if name != _DESCRIPTOR:
+            return None
+        with contextlib.suppress(ValueError):
+            sys.meta_path.remove(self)
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _FillOnImport(spec.loader, self._bases)
+        return spec
+
+
+@contextlib.contextmanager
+def _well_known_deferred():
+    """Inside the block upb's first message class takes an empty WKTBASES table (filled when
+    google.protobuf.descriptor is imported); nothing changes where protobuf's Python side, or
+    the table, is loaded already."""
+    if _WELL_KNOWN in sys.modules or _DESCRIPTOR in sys.modules:
+        yield
+        return
+    bases: dict = {}
+    stub = types.ModuleType(_WELL_KNOWN)
+    stub.WKTBASES = bases
+    sys.modules[_WELL_KNOWN] = stub
+    try:
+        yield
+    finally:
+        if sys.modules.get(_WELL_KNOWN) is stub:
+            del sys.modules[_WELL_KNOWN]
+        sys.meta_path.insert(0, _WellKnownFinder(bases))
 
 
 def _upb_classes() -> dict | None:
@@ -61,7 +131,8 @@ def _upb_classes() -> dict | None:
         attrs.update(DESCRIPTOR=desc, __module__=_MODULE, __qualname__=prefix + desc.name)
         return upb.MessageMeta(desc.name, (Message,), attrs)
 
-    return {name: build(desc, "") for name, desc in file.message_types_by_name.items()}
+    with _well_known_deferred():
+        return {name: build(desc, "") for name, desc in file.message_types_by_name.items()}
 
 
 def _classes() -> dict:

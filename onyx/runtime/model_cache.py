@@ -28,7 +28,6 @@ sessions as they would be without it.
 
 from __future__ import annotations
 
-import binascii
 import contextlib
 import os
 import sys
@@ -180,6 +179,8 @@ def read(options, entry_key: str) -> ir.Model | None:
 
 def _load_checked(path: str) -> ir.Model | None:
     """The model an entry holds, or None where it cannot be read or fails its check."""
+    import binascii  # (an extension module: a process without the cache never loads it)
+
     from ..serde import loads
     from ..serde.model_io import read_file
 
@@ -279,6 +280,8 @@ def _write_whole(path: str, data: bytes) -> None:
         raise PermissionError(f"{where} is not this user's own folder")
     fd, tmp = tempfile.mkstemp(dir=where, suffix=".tmp")
     try:
+        import binascii
+
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.write(binascii.crc32(data).to_bytes(_CHECK_BYTES, "little"))

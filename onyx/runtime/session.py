@@ -27,7 +27,6 @@ from .options import (  # noqa: F401  (onnxruntime's names, importable from here
     SessionOptions,
 )
 from .plan import Compiler, OutputCheck, Plan, as_array_result, ignoring_fp_errors
-from .profiler import Profiler
 from .registry import ONYX_DOMAIN, lookup, traits
 from .session_api import SessionAPI
 
@@ -163,6 +162,8 @@ class InferenceSession(SessionAPI):
         self._profiler = None
         self._fast_feeds = self._feed_specs  # (None while profiling: every run is timed)
         if self._options.enable_profiling:
+            from .profiler import Profiler  # (a session that does not profile never needs it)
+
             self._profiler = Profiler(self._options.profile_file_prefix)
             self._profiler.span("Session", "session_initialization", t0, time.perf_counter())
             self._fast_feeds = None

@@ -19,9 +19,7 @@ import numpy as np
 
 from .. import ir
 from ..errors import InvalidArgument, RuntimeFailure
-from .iobinding import IOBinding
 from .options import DEBUG, SessionLog, SessionOptions, warn_ignored
-from .ortvalue import OrtValue, unwrap
 
 CPU = "CPUExecutionProvider"
 
@@ -52,6 +50,9 @@ _KEYWORDS = {
 
 if TYPE_CHECKING:
     import concurrent.futures
+
+    from .iobinding import IOBinding
+    from .ortvalue import OrtValue
 
 _pool: concurrent.futures.ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
@@ -161,6 +162,8 @@ class SessionAPI:
             from ..optimizer.core import clone_model
 
             model = clone_model(model)
+        if initializers:  # (OrtValues' module: imported where a session meets one)
+            from .ortvalue import unwrap
         for name, value in initializers.items():
             _override_initializer(model.graph, name, unwrap(value))
         if dims or denotations:
@@ -228,6 +231,8 @@ class SessionAPI:
 
     def run_with_ort_values(self, output_names, input_dict_ort_values, run_options=None):
         """run() taking and returning OrtValues."""
+        from .ortvalue import OrtValue, unwrap
+
         feed = {k: unwrap(v) for k, v in input_dict_ort_values.items()}
         return [OrtValue(v) for v in self.run(output_names, feed, run_options)]
 
@@ -235,9 +240,13 @@ class SessionAPI:
         self, shape, element_type, device_type: str = "cpu", device_id: int = 0, vendor_id: int = -1
     ) -> OrtValue:
         """An OrtValue of ``shape`` and ``element_type`` on the CPU."""
+        from .ortvalue import OrtValue
+
         return OrtValue.ortvalue_from_shape_and_type(shape, element_type, device_type)
 
     def io_binding(self) -> IOBinding:
+        from .iobinding import IOBinding
+
         return IOBinding(self)
 
     def run_with_iobinding(self, iobinding: IOBinding, run_options=None) -> None:
@@ -294,6 +303,8 @@ class SessionAPI:
         self, run_options, feed_names, feeds, fetch_names, fetches, fetch_devices=None
     ) -> None:
         """onnxruntime's low-level variant: ``fetches`` (a list) receives the OrtValues."""
+        from .ortvalue import unwrap
+
         feed = {name: unwrap(v) for name, v in zip(feed_names, feeds)}
         fetches[:] = self.run_with_ort_values(list(fetch_names), feed, run_options)
 

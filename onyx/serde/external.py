@@ -7,7 +7,6 @@ symlink that leads out of the model's folder is refused.
 
 from __future__ import annotations
 
-import mmap
 import os
 import re
 import weakref
@@ -60,6 +59,8 @@ class ExternalResolver:
         if buf is None:
             if not os.path.isfile(path):
                 raise FormatError(f"{what}: external data file {location!r} not found ({path})")
+            import mmap  # (an extension module: a model without external data never loads it)
+
             with open(path, "rb") as f:
                 size = os.fstat(f.fileno()).st_size
                 buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""

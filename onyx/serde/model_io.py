@@ -10,7 +10,6 @@ models over protobuf's 2 GiB limit work both ways.
 
 from __future__ import annotations
 
-import mmap
 import os
 from collections.abc import Iterable
 
@@ -62,6 +61,8 @@ def read_file(path: str):
     with open(path, "rb") as fh:
         size = os.fstat(fh.fileno()).st_size
         if size >= MMAP_MIN:
+            import mmap  # (an extension module: a small model's load never loads it)
+
             return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
         return fh.read()
 
