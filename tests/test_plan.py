@@ -166,6 +166,40 @@ def test_if_branch_reads_values_produced_before_it():
     np.testing.assert_array_equal(y, [0, -2])
 
 
+def test_context_kernels_without_subgraphs_make_no_frame():
+    """MaxPool's kernel takes a context but runs no subgraph: its runner makes no frame per
+    run (its context is made once, frame None) and gives the same values; an If beside it
+    makes the frame again."""
+    pool = helper.make_node(
+        "MaxPool", ["x"], ["p"], kernel_shape=[2, 2], strides=[2, 2], name="pool"
+    )
+    model = make_model(
+        [pool, helper.make_node("Relu", ["p"], ["y"], name="relu")],
+        [vi("x", F, [1, 1, 4, 4])],
+        [vi("y", F, [1, 1, 2, 2])],
+    )
+    sess = unoptimized(model)
+    assert any(s.takes_ctx for s in sess.plan.steps)  # (else this test tests nothing)
+    x = np.arange(-8, 8, dtype=np.float32).reshape(1, 1, 4, 4)
+    for _ in range(2):
+        (y,) = sess.run(None, {"x": x})
+        np.testing.assert_array_equal(y, [[[[0, 0], [5, 7]]]])
+    assert "_frame" not in sess.plan.runner(None).__globals__
+
+    then_g = helper.make_graph([helper.make_node("Neg", ["p"], ["t"])], "then", [], [])
+    then_g.output.extend([vi("t", F, [1, 1, 2, 2])])
+    iffy = helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=then_g)
+    model = make_model(
+        [pool, iffy],
+        [vi("x", F, [1, 1, 4, 4]), vi("c", TensorProto.BOOL, [])],
+        [vi("y", F, [1, 1, 2, 2])],
+    )
+    sess = unoptimized(model)
+    (y,) = sess.run(None, {"x": x, "c": np.array(True)})
+    np.testing.assert_array_equal(y, [[[[3, 1], [-5, -7]]]])
+    assert "_frame" in sess.plan.runner(None).__globals__
+
+
 def test_op_traits_live_with_the_kernel():
     from onyx.runtime.registry import op, traits
 
