@@ -295,7 +295,9 @@ class _Turn:
         self.spent = 0.0  # its runs' time in its slice so far (the sessions' Pace)
         self.released = 0.0  # when its last run ended
         self.queue: collections.deque = collections.deque()  # of _Waiter, in order
-        self.core = -1  # the core the turn's last run ran on, when it was handed over
+        #: the core its holder ran on as it got the turn (a waiter that takes it over moves
+        #: there; read at each run's end, it cost a small pipeline's runs 0.2% more)
+        self.core = -1
         #: hand-overs to a waiter, turns a waiter took after a look, and nudges so far (each
         #: wakes a thread whose caches are cold: benchmarks/bench_concurrency.py reports them)
         self.counts = [0, 0, 0]
@@ -323,20 +325,17 @@ class _Turn:
         mine = _leaving.__dict__.get("hook")
         if mine is None:
             mine = _leaving.hook = _GiveBackAtThreadEnd(me)
-        mine.starts(_now())
+        now = _now()
+        mine.starts(now)
         with self.guard:
-            if self.owner == me and (self.depth or not self.queue or not self._over()):
-                if not self.depth:
-                    if self._over():
-                        self._new_slice()  # (nobody waits)
-                    self.spent += cost
+            if self.owner == me and (self.depth or self._keeps(now, cost)):
                 self.depth += 1
                 if self.queue and _turn_wait is not None:
                     self.shared[0] = self.depth
                 return
             if self.owner is None or not (self.depth or self.queue) and self._left():
                 self._take(me)  # (free, or left by a thread whose slice is over or idle)
-                self.spent = cost
+                self.spent, self.core = cost, _core()
                 return
             if self.owner == me:  # its slice is over and others wait: queue behind them
                 self._hand_over()
@@ -354,6 +353,19 @@ class _Turn:
             self._leave(entry)
             _free(entry)
             raise
+
+    def _keeps(self, now: float, cost: float) -> bool:
+        """Whether the holder, between runs, keeps the turn for a run that takes ``cost``
+        seconds: its slice goes on, or nobody waits (a new slice then). Its slice's end is
+        read once: a run of a small pipeline takes tens of microseconds, and the bookkeeping
+        of a holder with others waiting was a hundredth of it."""
+        over = self.spent >= _run_slice() or now >= self.deadline
+        if over:
+            if self.queue:
+                return False
+            self._new_slice()
+        self.spent += cost
+        return True
 
     def _left(self) -> bool:
         """Whether the holder, between runs, has left the turn: its slice is over, or it has
@@ -504,10 +516,9 @@ class _Turn:
             # as idle at once, so that a run arriving on another thread takes it now instead
             # of waiting IDLE_SECONDS for nothing; the thread, back sooner, keeps it)
             self.released = now - IDLE_SECONDS if streak_over else now
-            if self.queue:
-                self.core = _core()  # (a waiter that takes the turn over moves there)
-                if _turn_wait is not None:
-                    self._publish()  # (its end, then idle)
+            if self.queue and _turn_wait is not None:  # (its end, then idle: for turn.c's
+                shared = self.shared  # watcher; the first waiter is the same, not published)
+                shared[1], shared[0] = self.released, self.depth
             if self.depth <= 0 and (failed or streak_over and self.queue):
                 if streak_over and self.queue:  # (a failed run's hand-over to nobody: no guess)
                     mine.gave_up_at = mine.runs  # (forgotten if it comes straight back)
