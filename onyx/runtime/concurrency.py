@@ -547,17 +547,32 @@ class _GiveBackAtThreadEnd:
     benchmark's warm-ups of one run made each long-lived worker hand the turn over after the
     first run of each of its next jobs (6-7 extra hand-overs a round of 8 jobs), until four
     jobs had aged the one-off out. A length run past with nobody waiting costs nothing and
-    stays (jobs alternating between two sizes)."""
+    stays (jobs alternating between two sizes). A length predicts a streak's end once it
+    recurs (STREAK_REPEATS of the last few): a thread preempted between two runs for more
+    than IDLE_SECONDS (on a loaded machine, several times a round of 8 jobs) ends a streak
+    that goes on, and its two pieces, once remembered, made the thread's next jobs hand the
+    turn over midway (and queue again behind the others), where a piece's length rarely
+    comes back."""
 
-    __slots__ = ("thread", "nested", "last", "runs", "usual", "gave_up_at")
+    __slots__ = ("thread", "nested", "last", "runs", "_usual", "predicted", "gave_up_at")
 
     def __init__(self, thread: int) -> None:
         self.thread = thread
         self.nested = 0  # the thread's runs in progress
         self.last = 0.0  # when its last run ended
         self.runs = 0  # runs in its current streak
-        self.usual: tuple[int, ...] = ()  # the lengths of its last streaks, newest first
+        self.usual = ()  # the lengths of its last streaks, newest first
         self.gave_up_at = 0  # the streak's length when it gave the turn up as predicted
+
+    @property
+    def usual(self) -> tuple[int, ...]:
+        return self._usual
+
+    @usual.setter
+    def usual(self, lengths: tuple[int, ...]) -> None:
+        self._usual = lengths
+        #: the lengths that predict a streak's end (read at every run's end)
+        self.predicted = frozenset(n for n in lengths if lengths.count(n) >= STREAK_REPEATS)
 
     def starts(self, now: float) -> None:
         if not self.nested:
@@ -581,7 +596,7 @@ class _GiveBackAtThreadEnd:
         if self.nested:
             return False
         self.last = now
-        return self.runs in self.usual  # (past them all: the slice decides)
+        return self.runs in self.predicted  # (past them all: the slice decides)
 
     def __del__(self) -> None:
         turns = globals().get("_turns")  # (None at the interpreter's exit)
@@ -611,9 +626,11 @@ def _run_slice() -> float:
 #: With turn.c, how long a waiter sleeps in C at most before it looks in Python whether it
 #: has been served (it is woken sooner when it is, or when the holder is idle): a safety net.
 CHECK_SECONDS = 1.0
-#: How many of a thread's last streak lengths predict the end of its streak. A wrong
-#: prediction costs a hand-over (the thread queues again behind the others) when others wait.
-STREAKS_KEPT = 4
+#: How many of a thread's last streak lengths it remembers, and how many of them must have a
+#: length for it to predict the end of a streak (``_GiveBackAtThreadEnd``). A wrong prediction
+#: costs a hand-over (the thread queues again behind the others) when others wait.
+STREAKS_KEPT = 6
+STREAK_REPEATS = 2
 
 _now = time.monotonic
 
