@@ -30,7 +30,11 @@ the native library's turn.c (their nudges are the last column's third count).
 is a loop of pure Python taking the model's CPU time per run, each thread's whole job holding
 one lock (a perfect turn: one hand-over per thread, no cost per run). Its ratio is what 8
 threads cost over one without onyx: CPython's thread starts, GIL hand-offs and wake-ups with
-cold caches (docs/reliability.md).
+cold caches (docs/reliability.md). A second row per model, "perfect turn", times the session
+itself that way (its jobs one at a time under one lock, its own turns off): what switching
+threads costs with the model's own runs (on a loaded machine a run after its thread slept
+finds its caches taken by the processes that ran meanwhile, which a loop of pure Python barely
+notices); the session's rows exceed it by what onyx's turns cost.
 """
 
 from __future__ import annotations
@@ -128,18 +132,19 @@ def _run(sess, feeds) -> list:
 
 class StandIn:
     """A session stand-in for --floor: each run is a loop of pure Python taking about the
-    session's CPU time per run (the calling thread's, measured here), and its threads' jobs
+    session's CPU time per run (its 1-thread rounds', measured here), and its threads' jobs
     run one at a time (``serial``): the harness's own cost of 8 threads, without onyx."""
 
-    def __init__(self, sess, feeds, runs: int = 200) -> None:
-        start = time.thread_time()
-        for _ in range(runs):
-            sess.run(None, feeds)
-        per_run = (time.thread_time() - start) / runs
-        start = time.thread_time()
-        self.loops = 100_000
-        self.run()
-        self.loops = max(1, int(100_000 * per_run / (time.thread_time() - start)))
+    def __init__(self, sess, feeds, runs: int) -> None:
+        # (per run, the CPU time of the session's own 1-thread rounds, results kept as there:
+        # the least of short batches whose results were dropped took 0.75-0.8x that, and one
+        # batch on a loaded machine anything from 0.8x to 1.5x; a floor computed on a run of
+        # another length than the session's is not its floor)
+        rounds = [run_threads(sess, feeds, runs, 1)[1] for _ in range(3)]
+        per_run = statistics.median(rounds) / runs
+        self.loops = 10_000
+        per_loop = _least_cpu(self.run, 10, 7) / self.loops
+        self.loops = max(1, round(per_run / per_loop))
         self.serial = threading.Lock()
 
     def run(self, *_) -> list:
@@ -147,6 +152,41 @@ class StandIn:
         for k in range(self.loops):
             total += k
         return [np.asarray(total)]
+
+
+class PerfectTurn:
+    """A session for --floor's second row: the session itself, its threads' jobs run one at a
+    time (``serial``: one hand-over per job, the fewest a turn can make) and its own turns
+    off (``turns_off``: nothing is left for them to order). What it costs over one thread is
+    what switching threads costs with this model's runs; the session's own rows cost more by
+    what its turns add."""
+
+    def __init__(self, sess) -> None:
+        self.sess, self.serial = sess, threading.Lock()
+
+    def run(self, *args) -> list:
+        return self.sess.run(*args)
+
+
+@contextlib.contextmanager
+def turns_off():
+    saved = concurrency.SHORT_RUN_SECONDS
+    concurrency.SHORT_RUN_SECONDS = 0.0
+    try:
+        yield
+    finally:
+        concurrency.SHORT_RUN_SECONDS = saved
+
+
+def _least_cpu(call, calls: int, batches: int) -> float:
+    """The calling thread's least CPU time per call of ``call`` over ``batches`` batches."""
+    best = float("inf")
+    for _ in range(batches):
+        start = time.thread_time()
+        for _ in range(calls):
+            call()
+        best = min(best, (time.thread_time() - start) / calls)
+    return best
 
 
 def run_threads(sess, feeds, runs: int, threads: int, workers: Workers | None = None):
@@ -277,11 +317,13 @@ def main() -> None:
         name = os.path.basename(path).removesuffix(".onnx")
         feeds = feeds_for(sess, path=path)
         sessions = [(name, sess)]
-        if args.floor:  # (the stand-in's 200 runs measuring the session: only when asked for)
-            sessions.append((f"{name} floor", StandIn(sess, feeds)))
+        if args.floor:  # (the stand-in's rounds measuring the session: only when asked for)
+            sessions.append((f"{name} floor", StandIn(sess, feeds, args.runs)))
+            sessions.append((f"{name} perfect turn", PerfectTurn(sess)))
         for label, runner in sessions:
             for warm in modes:
-                result = compare(runner, feeds, args.runs, args.threads, args.rounds, warm)
+                with turns_off() if isinstance(runner, PerfectTurn) else contextlib.nullcontext():
+                    result = compare(runner, feeds, args.runs, args.threads, args.rounds, warm)
                 kind = "long-lived" if warm else "new"
                 print(row(f"{label}, {kind} threads", result), flush=True)
 

@@ -388,6 +388,27 @@ def test_the_benchmarks_floor_runs_its_threads_jobs_one_at_a_time():
     assert len(results) == 12 and most[0] == 1 and stand_in.loops >= 1
 
 
+def test_the_benchmarks_perfect_turn_runs_the_session_serialized_without_turns():
+    """(--floor's second row: the session's own runs, its jobs one at a time, no turn taken)"""
+    bench = _bench_concurrency()
+    sess, feeds = _relu_session(), {"x": np.ones((2, 3), np.float32)}
+    perfect, turns = bench.PerfectTurn(sess), []
+    acquire = concurrency._Turn.acquire  # noqa: SLF001
+
+    def counted(self, *args):
+        turns.append(1)
+        return acquire(self, *args)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(concurrency._Turn, "acquire", counted)  # noqa: SLF001
+        with bench.turns_off():
+            *_, results = bench.run_threads(perfect, feeds, 12, 4)
+        assert len(results) == 12 and not turns
+        bench.run_threads(perfect, feeds, 4, 2)  # (turns back on)
+        assert turns
+    assert bench.identical([r for got in results for r in got], [sess.run(None, feeds)[0]] * 12)
+
+
 def _queue_on_another_thread(turn, got: list, stay: threading.Event) -> threading.Thread:
     """A thread that waits for the turn, notes when it got it (and its thread), and keeps it
     between runs (a fresh thread has no streaks to end) until ``stay`` is set (a thread that
@@ -618,3 +639,35 @@ def test_turn_c_waiter_asleep_is_woken_by_a_ring_from_another_thread():
     ring(w, concurrency.RUNG)
     other.join(10)
     assert ended == [1] and time.monotonic() - start < 10
+
+
+@needs_native_bells
+def test_a_holders_runs_tell_turn_c_their_start_and_end(monkeypatch):
+    """With a waiter queued, each run of the holder writes its start and its end (runs in
+    progress, when the last ended) where turn.c's watcher reads them, the first waiter's
+    token unchanged; the holder keeps the turn until its slice is over."""
+    monkeypatch.setattr(concurrency, "SLICE_SECONDS", 60.0)
+    monkeypatch.setattr(concurrency, "_leaving", threading.local())  # (no streaks to end)
+    turn = concurrency._Turn()  # noqa: SLF001
+    turn.acquire()
+    turn.release()
+    entry = concurrency._Waiter(-5)  # noqa: SLF001  (a thread that never looks)
+    with turn.guard:
+        turn.queue.append(entry)
+        turn._publish()  # noqa: SLF001
+    try:
+        turn.acquire(0.001)
+        assert turn.owner == threading.get_ident() and list(turn.shared) == [
+            1.0,
+            turn.released,
+            entry.token,
+        ]
+        turn.release()
+        assert list(turn.shared) == [0.0, turn.released, entry.token] and turn.released > 0
+        assert turn._keeps(concurrency._now(), 0.0)  # noqa: SLF001
+        turn.spent = 1e9  # (its slice over: the next run hands the turn over)
+        assert not turn._keeps(concurrency._now(), 0.0)  # noqa: SLF001
+    finally:
+        with turn.guard:
+            turn.queue.clear()
+            turn.owner, turn.depth = None, 0

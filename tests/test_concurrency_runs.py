@@ -330,21 +330,25 @@ def _handover_after_job(earlier_jobs: tuple) -> float:
     return got[0] - ended[-1] if got else 10.0
 
 
-@pytest.mark.parametrize("earlier_jobs", [(3,), (5,), (3, 5), (3, 4, 5, 6, 7), (3, 5, 5, 5, 5)])
+@pytest.mark.parametrize(
+    "earlier_jobs",
+    [(3, 3), (3,), (5, 5), (3, 5, 3, 5), (3, 3, 4, 5, 6, 7), (3, 3, 5, 5, 5, 5, 5, 5)],
+)
 def test_a_thread_gives_up_the_turn_at_the_end_of_its_usual_streak(
     monkeypatch, lock_bells, earlier_jobs
 ):
     """A thread making a job of 3 runs, another thread waiting: the turn passes as the job's
-    last run ends, not when the slice (0.5 s) ends, when one of the thread's last
+    last run ends, not when the slice (0.5 s) ends, when STREAK_REPEATS of the thread's last
     STREAKS_KEPT jobs had 3 runs too (jobs alternating between two sizes: 3, then 5). (After
-    jobs of 5 runs only, or 3 too long ago, repeats of 5 since included, the 3rd run is not a
-    usual end, and the waiter waits for the slice: the check can fail.)"""
+    one job of 3 (a streak cut short by a preemption, say), jobs of 5 runs only, or 3 too long
+    ago, repeats of 5 since included, the 3rd run is not a usual end, and the waiter waits for
+    the slice: the check can fail.)"""
     monkeypatch.setattr(concurrency, "_turns", concurrency._Turn())  # noqa: SLF001
     monkeypatch.setattr(concurrency, "SLICE_SECONDS", 0.5)
     monkeypatch.setattr(concurrency, "IDLE_SECONDS", 0.005)
     monkeypatch.setattr(concurrency._leaving, "hook", None, raising=False)  # noqa: SLF001
     waited = _handover_after_job(earlier_jobs)
-    if 3 in earlier_jobs[-concurrency.STREAKS_KEPT :]:
+    if earlier_jobs[-concurrency.STREAKS_KEPT :].count(3) >= concurrency.STREAK_REPEATS:
         assert waited < 0.25
     else:
         assert 0.25 < waited < 5
@@ -381,7 +385,7 @@ def test_a_run_arriving_after_a_usual_streak_takes_the_turn_at_once(monkeypatch,
 
 @pytest.mark.parametrize("bells", ["locks", "native"])
 def test_a_streak_length_that_gave_the_turn_up_for_nothing_is_forgotten(monkeypatch, bells):
-    """The main thread's last streaks had 1 and 3 runs (a warm-up's single run, then a job);
+    """The main thread's last streaks had 1 and 3 runs, twice (warm-ups' single runs, jobs);
     a thread queues during the first run of its next job of 3: the turn passes as that run
     ends (1 run: a usual length), the main thread comes straight back, and 1 is forgotten
     (kept, the first run of every later job would hand the turn over: the check can fail),
@@ -393,7 +397,7 @@ def test_a_streak_length_that_gave_the_turn_up_for_nothing_is_forgotten(monkeypa
     if bells == "locks":
         monkeypatch.setattr(concurrency, "_turn_wait", None)
     mine = concurrency._GiveBackAtThreadEnd(threading.get_ident())  # noqa: SLF001
-    mine.usual = (1, 3)
+    mine.usual = (1, 3, 1, 3)
     monkeypatch.setattr(concurrency._leaving, "hook", mine, raising=False)  # noqa: SLF001
     got = []
 
@@ -411,7 +415,7 @@ def test_a_streak_length_that_gave_the_turn_up_for_nothing_is_forgotten(monkeypa
                     time.sleep(0.001)
     other.join(timeout=10)
     assert got == [other.ident]  # (handed over after the first run)
-    assert mine.usual == (3,)
+    assert mine.usual == (3, 3)
 
 
 def test_an_arriving_thread_hands_an_idle_turn_to_the_first_waiter(monkeypatch, lock_bells):

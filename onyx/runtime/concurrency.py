@@ -295,7 +295,9 @@ class _Turn:
         self.spent = 0.0  # its runs' time in its slice so far (the sessions' Pace)
         self.released = 0.0  # when its last run ended
         self.queue: collections.deque = collections.deque()  # of _Waiter, in order
-        self.core = -1  # the core the turn's last run ran on, when it was handed over
+        #: the core its holder ran on as it got the turn (a waiter that takes it over moves
+        #: there; read at each run's end, it cost a small pipeline's runs 0.2% more)
+        self.core = -1
         #: hand-overs to a waiter, turns a waiter took after a look, and nudges so far (each
         #: wakes a thread whose caches are cold: benchmarks/bench_concurrency.py reports them)
         self.counts = [0, 0, 0]
@@ -323,20 +325,17 @@ class _Turn:
         mine = _leaving.__dict__.get("hook")
         if mine is None:
             mine = _leaving.hook = _GiveBackAtThreadEnd(me)
-        mine.starts(_now())
+        now = _now()
+        mine.starts(now)
         with self.guard:
-            if self.owner == me and (self.depth or not self.queue or not self._over()):
-                if not self.depth:
-                    if self._over():
-                        self._new_slice()  # (nobody waits)
-                    self.spent += cost
+            if self.owner == me and (self.depth or self._keeps(now, cost)):
                 self.depth += 1
                 if self.queue and _turn_wait is not None:
                     self.shared[0] = self.depth
                 return
             if self.owner is None or not (self.depth or self.queue) and self._left():
                 self._take(me)  # (free, or left by a thread whose slice is over or idle)
-                self.spent = cost
+                self.spent, self.core = cost, _core()
                 return
             if self.owner == me:  # its slice is over and others wait: queue behind them
                 self._hand_over()
@@ -354,6 +353,19 @@ class _Turn:
             self._leave(entry)
             _free(entry)
             raise
+
+    def _keeps(self, now: float, cost: float) -> bool:
+        """Whether the holder, between runs, keeps the turn for a run that takes ``cost``
+        seconds: its slice goes on, or nobody waits (a new slice then). Its slice's end is
+        read once: a run of a small pipeline takes tens of microseconds, and the bookkeeping
+        of a holder with others waiting was a hundredth of it."""
+        over = self.spent >= _run_slice() or now >= self.deadline
+        if over:
+            if self.queue:
+                return False
+            self._new_slice()
+        self.spent += cost
+        return True
 
     def _left(self) -> bool:
         """Whether the holder, between runs, has left the turn: its slice is over, or it has
@@ -504,10 +516,9 @@ class _Turn:
             # as idle at once, so that a run arriving on another thread takes it now instead
             # of waiting IDLE_SECONDS for nothing; the thread, back sooner, keeps it)
             self.released = now - IDLE_SECONDS if streak_over else now
-            if self.queue:
-                self.core = _core()  # (a waiter that takes the turn over moves there)
-                if _turn_wait is not None:
-                    self._publish()  # (its end, then idle)
+            if self.queue and _turn_wait is not None:  # (its end, then idle: for turn.c's
+                shared = self.shared  # watcher; the first waiter is the same, not published)
+                shared[1], shared[0] = self.released, self.depth
             if self.depth <= 0 and (failed or streak_over and self.queue):
                 if streak_over and self.queue:  # (a failed run's hand-over to nobody: no guess)
                     mine.gave_up_at = mine.runs  # (forgotten if it comes straight back)
@@ -536,17 +547,32 @@ class _GiveBackAtThreadEnd:
     benchmark's warm-ups of one run made each long-lived worker hand the turn over after the
     first run of each of its next jobs (6-7 extra hand-overs a round of 8 jobs), until four
     jobs had aged the one-off out. A length run past with nobody waiting costs nothing and
-    stays (jobs alternating between two sizes)."""
+    stays (jobs alternating between two sizes). A length predicts a streak's end once it
+    recurs (STREAK_REPEATS of the last few): a thread preempted between two runs for more
+    than IDLE_SECONDS (on a loaded machine, several times a round of 8 jobs) ends a streak
+    that goes on, and its two pieces, once remembered, made the thread's next jobs hand the
+    turn over midway (and queue again behind the others), where a piece's length rarely
+    comes back."""
 
-    __slots__ = ("thread", "nested", "last", "runs", "usual", "gave_up_at")
+    __slots__ = ("thread", "nested", "last", "runs", "_usual", "predicted", "gave_up_at")
 
     def __init__(self, thread: int) -> None:
         self.thread = thread
         self.nested = 0  # the thread's runs in progress
         self.last = 0.0  # when its last run ended
         self.runs = 0  # runs in its current streak
-        self.usual: tuple[int, ...] = ()  # the lengths of its last streaks, newest first
+        self.usual = ()  # the lengths of its last streaks, newest first
         self.gave_up_at = 0  # the streak's length when it gave the turn up as predicted
+
+    @property
+    def usual(self) -> tuple[int, ...]:
+        return self._usual
+
+    @usual.setter
+    def usual(self, lengths: tuple[int, ...]) -> None:
+        self._usual = lengths
+        #: the lengths that predict a streak's end (read at every run's end)
+        self.predicted = frozenset(n for n in lengths if lengths.count(n) >= STREAK_REPEATS)
 
     def starts(self, now: float) -> None:
         if not self.nested:
@@ -570,7 +596,7 @@ class _GiveBackAtThreadEnd:
         if self.nested:
             return False
         self.last = now
-        return self.runs in self.usual  # (past them all: the slice decides)
+        return self.runs in self.predicted  # (past them all: the slice decides)
 
     def __del__(self) -> None:
         turns = globals().get("_turns")  # (None at the interpreter's exit)
@@ -600,9 +626,11 @@ def _run_slice() -> float:
 #: With turn.c, how long a waiter sleeps in C at most before it looks in Python whether it
 #: has been served (it is woken sooner when it is, or when the holder is idle): a safety net.
 CHECK_SECONDS = 1.0
-#: How many of a thread's last streak lengths predict the end of its streak. A wrong
-#: prediction costs a hand-over (the thread queues again behind the others) when others wait.
-STREAKS_KEPT = 4
+#: How many of a thread's last streak lengths it remembers, and how many of them must have a
+#: length for it to predict the end of a streak (``_GiveBackAtThreadEnd``). A wrong prediction
+#: costs a hand-over (the thread queues again behind the others) when others wait.
+STREAKS_KEPT = 6
+STREAK_REPEATS = 2
 
 _now = time.monotonic
 
