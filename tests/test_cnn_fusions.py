@@ -107,6 +107,92 @@ def test_batch_norm_relu_fusion_leaves_a_shared_or_conv_batch_norm():
     assert ops == ["FusedConv"]
 
 
+def _residual_nodes(kernel, stride, pad, summed):
+    """A pre-activation ResNet's tail of a block: conv2(conv1(x)) + shortcut, the sum read by
+    two nodes (the next block's BN and its shortcut), so no activation follows it. The
+    shortcut is a strided 1x1 conv of x (projection) or x itself."""
+    shortcut = "x" if stride == 1 else "p"
+    add = helper.make_node("Sum" if summed else "Add", ["c2", shortcut], ["s"])
+    return [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], kernel_shape=[kernel] * 2,
+                         strides=[stride] * 2, pads=[pad] * 4),
+        helper.make_node("Conv", ["c1", "w2"], ["c2"], kernel_shape=[3, 3], pads=[1] * 4),
+        helper.make_node("Conv", ["x", "wp"], ["p"], kernel_shape=[1, 1], strides=[stride] * 2),
+        add,
+        helper.make_node("BatchNormalization", ["s", "s_", "b_", "m_", "v_"], ["n"]),
+        helper.make_node("Relu", ["n"], ["r"]),
+        helper.make_node("Add", ["r", "s"], ["y"]),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("numpy_path", [False, True])
+@pytest.mark.parametrize(
+    "shape,kernel,stride,pad,summed",
+    [
+        ((1, 16, 13, 11), 3, 1, 1, False),  # (odd sizes)
+        ((2, 16, 20, 20), 3, 2, 1, False),  # (a downsampling block: strided shortcut)
+        ((1, 16, 9, 15), 1, 1, 0, True),  # (Caffe2's 2-input Sum)
+        ((1, 16, 56, 56), 3, 1, 1, False),  # (a ResNet's first stage at batch 1)
+    ],
+)
+def test_conv_residual_fusion_same_bits(
+    monkeypatch, shape, kernel, stride, pad, summed, numpy_path
+):
+    """Conv -> Add(residual) that no activation follows (the TorchScript and dynamo exports'
+    pre-activation ResNet) becomes com.microsoft FusedConv(X, W, B, Z) without activation:
+    the unfused pair's bits (native and numpy), onnxruntime's values, and the saved model
+    runs in onnxruntime."""
+    if numpy_path:
+        monkeypatch.setattr(_core, "lib", None)
+    c = shape[1]
+    w = lambda *s: (RNG.standard_normal(s) / np.sqrt(np.prod(s[1:]))).astype(np.float32)  # noqa: E731
+    inits = [("w1", w(c, c, kernel, kernel)), ("b1", w(c, 1)[:, 0]), ("w2", w(c, c, 3, 3)),
+             ("wp", w(c, c, 1, 1))] + [(n + "_", a) for n, a in _bn_params(c)]  # fmt: skip
+    m = _model(_residual_nodes(kernel, stride, pad, summed), shape, inits, 15)
+    ops = _ops(m)
+    assert "Add" in ops and "Sum" not in ops and ops.count("FusedConv") >= 1, ops
+    assert "Conv" in ops  # (the shortcut's conv is the residual, read as it is)
+    feeds = {"x": RNG.standard_normal(shape).astype(np.float32)}
+    got = _run(m, feeds)
+    apart = _run(m, feeds, ["ConvResidualFusion"])
+    np.testing.assert_array_equal(got.view(np.uint32), apart.view(np.uint32))
+    want = ort.InferenceSession(m, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    saved = onyx.dumps(onyx.optimize(onyx.loads(m)))
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    again = ort.InferenceSession(saved, so, providers=["CPUExecutionProvider"]).run(None, feeds)
+    np.testing.assert_allclose(again[0], want, rtol=1e-4, atol=1e-4)
+
+
+def test_conv_residual_fusion_leaves_other_adds():
+    """A conv read elsewhere too, an Add that broadcasts, a float16 conv, and a sum followed
+    by Relu (ConvActivationFusion's, with the activation) are not taken as residuals."""
+    shared = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1] * 4),
+        helper.make_node("Add", ["c", "x"], ["s"]),
+        helper.make_node("Add", ["s", "c"], ["y"]),
+    ]
+    w = RNG.standard_normal((4, 4, 3, 3)).astype(np.float32)
+    ops = _ops(_model(shared, (1, 4, 6, 6), [("w", w)], 15))
+    assert "Conv" in ops and "FusedConv" not in ops
+    broadcast = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1] * 4),
+        helper.make_node("Add", ["c", "r"], ["y"]),
+    ]
+    r = RNG.standard_normal((1, 4, 1, 6)).astype(np.float32)
+    assert _ops(_model(broadcast, (1, 4, 6, 6), [("w", w), ("r", r)], 15)) == ["Conv", "Add"]
+    relu = [*shared[:2], helper.make_node("Relu", ["s"], ["y"])]
+    (fused,) = list(onyx.optimize(onyx.loads(_model(relu, (1, 4, 6, 6), [("w", w)], 15))).graph)
+    assert fused.op_type == "FusedConv" and fused.attr("activation") == "Relu"
+    plain = [shared[0], helper.make_node("Add", ["c", "x"], ["y"])]
+    assert _ops(_model(plain, (1, 4, 6, 6), [("w", w)], 15)) == ["FusedConv"]
+    half = onnx.load_from_string(_model(plain, (1, 4, 6, 6), [("w", w)], 15))
+    half.graph.input[0].type.tensor_type.elem_type = TensorProto.FLOAT16
+    half.graph.initializer[0].CopyFrom(numpy_helper.from_array(w.astype(np.float16), "w"))
+    assert "FusedConv" not in _ops(half.SerializeToString())
+
+
 @pytest.mark.skipif(not native.available(), reason="native library not built")
 @pytest.mark.parametrize("kernel,stride,pads", [(3, 2, [0, 0, 0, 0]), (2, 2, [0, 0, 0, 0]),
                                                 (3, 1, [1, 1, 1, 1]), (3, 2, [0, 0, 1, 1])])  # fmt: skip
