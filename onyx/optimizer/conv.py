@@ -273,47 +273,6 @@ def conv_activation(ctx: PassContext) -> bool:
     return changed
 
 
-@graph_pass("ConvResidualFusion", EXTENDED)
-def conv_residual(ctx: PassContext) -> bool:
-    """Conv -> Add(Z, same shape) that no activation follows  =>  com.microsoft FusedConv(X,
-    W, B, Z) without activation: a pre-activation ResNet's residual sum (its Add feeds the next
-    block's BatchNormalization and shortcut, so ConvActivationFusion has no activation to take)
-    added as the conv stores, the same float operations as the unfused pair. float32 only
-    (FusedConv's float16 path with Z is numpy's); scheduled after ChannelsLastTransformer,
-    whose chains take a Conv and its Add but no FusedConv with a residual."""
-    changed = False
-    for add in ctx.graph:
-        if not (is_op(add, "Add") or _is_pair_sum(add)) or add.graph is None:
-            continue
-        conv, z = _conv_feeding(ctx, add)
-        if conv is None or z is None or z is conv.outputs[0] or not _float32(conv.outputs[0]):
-            continue
-        if not _float32(z) or not same_dims(static_shape(z), static_shape(conv.outputs[0])):
-            continue
-        w = ctx.const(conv.inputs[1]) if len(conv.inputs) > 1 else None
-        if w is None or w.dtype != np.float32:
-            continue
-        inputs = list(conv.inputs) + [None] * (3 - len(conv.inputs))
-        fused = ir.Node(
-            "FusedConv",
-            [*inputs, z],
-            1,
-            _conv_attrs(conv),
-            domain=MS,
-            name=ctx.fresh_name((conv.name or "conv") + "_residual"),
-        )
-        ctx.ensure_opset(MS)
-        ctx.replace_nodes(add, fused, [conv])
-        ctx.count("ConvResidualFusion")
-        changed = True
-    return changed
-
-
-def _float32(v: ir.Value | None) -> bool:
-    t = v.type if v is not None else None
-    return isinstance(t, ir.TensorType) and t.elem_type == ir.DataType.FLOAT
-
-
 # ----------------------------------------------------------------------- Conv + HardSwish
 
 #: The Conv attributes ConvHardSwish passes on to its body's Conv.

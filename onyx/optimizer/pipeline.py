@@ -38,7 +38,6 @@ TRIGGERS: dict[str, tuple[tuple[str, ...], ...]] = {
     "BatchNormScaleFusion": (("BatchNormalization",), ("Mul", "Add")),
     "ConvActivationFusion": (("Conv",),),
     "ConvHardSwishFusion": (("Conv",), ("HardSwish",)),
-    "ConvResidualFusion": (("Conv",), ("Add", "Sum")),
     "BatchNormReluFusion": (("BatchNormalization",), ("Relu",)),
     "MatMulAddFusion": (("MatMul",), ("Add",)),
     "GemmActivationFusion": (("Gemm",),),
@@ -176,8 +175,6 @@ FUSIONS: tuple[DeferredPass, ...] = tuple(
         ("qdq:pad_requantize", "QDQPadRequantize", EXTENDED),
         # (after the conv fusions: it takes the convs they made)
         ("layout:channels_last", "ChannelsLastTransformer", EXTENDED),
-        # (after it: its chains take a Conv and its Add, not a FusedConv with a residual)
-        ("conv:conv_residual", "ConvResidualFusion", EXTENDED),
         # last: it tabulates what the other fusions made
         ("lookup:lookup_table_fusion", "LookupTableFusion", EXTENDED),
         # (after it: a conv's activation as LookupTableFusion's table)
