@@ -68,6 +68,8 @@ def test_batch_norm_relu_fusion_same_bits(monkeypatch, shape, opset, numpy_path)
         helper.make_node("BatchNormalization", ["cat", "s", "b", "m", "v"], ["n"], epsilon=1e-3),
         helper.make_node("Relu", ["n"], ["y"]),
     ]
+    if opset >= 14:  # (as PyTorch's TorchScript exporter writes every BN)
+        nodes[1].attribute.append(helper.make_attribute("training_mode", 0))
     x2 = RNG.standard_normal((shape[0], c - c // 2) + shape[2:]).astype(np.float32)
     m = _model(nodes, half, [("x2", x2), *_bn_params(c)], opset)
     assert "BatchNormRelu" in _ops(m) and "Relu" not in _ops(m)
@@ -263,3 +265,19 @@ def test_hard_sigmoid_mul_joins_a_channels_last_chain(monkeypatch, numpy_path):
     got = _run(m, {"x": x})
     want = ort.InferenceSession(m, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_resnet_exports_optimize_alike():
+    """The TorchScript and dynamo exports of one pre-activation ResNet (tests/models) reach the
+    same convs, BatchNormRelus and residual Adds after optimization: the TorchScript export's
+    BNs carry training_mode=0, which once kept its BN -> Relu pairs unfused. Only the heads
+    differ (GlobalAveragePool + Flatten against ReduceMean + Reshape)."""
+    folder = os.path.join(os.path.dirname(__file__), "models")
+    head = {"GlobalAveragePool", "Flatten", "ReduceMean", "Reshape"}
+    counts = []
+    for name in ("resnet_torchscript_op17", "resnet_dynamo_op18"):
+        model = onyx.optimize(onyx.load(os.path.join(folder, name + ".onnx")))
+        ops = [n.op_type for n in model.graph if n.op_type not in head]
+        assert "BatchNormalization" not in ops and "Relu" not in ops, (name, ops)
+        counts.append(sorted(ops))
+    assert counts[0] == counts[1]

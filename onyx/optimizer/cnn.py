@@ -21,8 +21,10 @@ from .core import (
 )
 
 #: the BatchNormalization attributes BatchNormRelu takes (the others must be absent: momentum
-#: does nothing in inference)
-_BN_ATTRIBUTES = {"epsilon", "momentum"}
+#: does nothing in inference; training_mode is there only as 0, inference_batch_norm checks it,
+#: and PyTorch's TorchScript exporter writes it on every BN, so its pre-activation ResNet's
+#: pairs ran unfused where the dynamo export's were fused)
+_BN_ATTRIBUTES = {"epsilon", "momentum", "training_mode"}
 
 
 @graph_pass("BatchNormReluFusion", EXTENDED)
