@@ -301,7 +301,9 @@ class Reader:
         if kind == A.STRING:
             return _decode(v)
         if kind == A.FLOATS or kind == A.INTS:
-            return list(v)
+            # (a slice of a repeated field is a list made in one C call: a third faster than
+            # list(), which iterates; a tree ensemble holds lists of 10**4 ints)
+            return v[:]
         if kind == A.STRINGS:
             try:  # (one C call for the whole list: a tree ensemble holds 10**5 node modes)
                 return list(map(bytes.decode, v))
