@@ -1,0 +1,112 @@
+"""What a node's shape rule found, remembered for nodes alike in everything the rule reads.
+
+Why: a session infers its model's types while it is created, and a model repeats a few kinds
+of node (a transformer's layers, a CNN's blocks); a model created again in the process repeats
+all of them. A rule is a function of its node's op (domain, type, opset: its schema and rule),
+its attributes, which inputs and outputs are present, the inputs' types and propagated data,
+and the engine's settings: two nodes alike in all of these get the same output types and data.
+Only what that key fully describes is remembered: plain attributes (no tensors, graphs or
+references), short lists, tensor types, small numeric data; a rule that named a fresh
+symbolic dim (unique per use) or failed is not. Cleared when full.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import AttrType, TensorType
+
+#: Entries kept before the memo is cleared.
+MAX_ENTRIES = 4096
+#: Longest attribute list and largest data (elements) a key holds.
+MAX_LIST = 64
+MAXDATA = 4096
+
+_PLAIN = frozenset({AttrType.FLOAT, AttrType.INT, AttrType.STRING})
+_LISTS = frozenset({AttrType.FLOATS, AttrType.INTS, AttrType.STRINGS})
+
+MEMO: dict[tuple, tuple] = {}
+#: engine.Data, set by the engine (it imports this module).
+DATA: list = [None]
+
+
+def key(engine, node, env: dict, found: tuple) -> tuple | None:
+    """The memo key of ``node``'s inference (None: not remembered)."""
+    attrs = []
+    for name, a in node.attributes.items():
+        kind = a.type
+        if a.is_ref:
+            return None
+        value = a.value
+        if kind in _LISTS:
+            if len(value) > MAX_LIST:
+                return None
+            value = tuple(value)
+        elif kind not in _PLAIN:
+            return None
+        attrs.append((name, kind, value))
+    types, data = env["types"], env["data"]
+    inputs = []
+    for v in node.inputs:
+        if v is None:
+            inputs.append(None)
+            continue
+        t = types.get(id(v))
+        if t is not None:
+            if t.__class__ is not TensorType:
+                return None
+            shape = t.shape
+            t = (t, t.denotation, None if shape is None else shape.denotations)
+        d = data.get(id(v))
+        if d is not None:
+            d = _data_key(d)
+            if d is None:
+                return None
+        inputs.append((t, d))
+    outputs = tuple([v.name != "" for v in node.outputs])
+    flags = (engine.strict, engine.data_prop)
+    domain, opset, schema, rule = found
+    # (the schema by identity: an entry holds it, so its id is not reused while it lives)
+    op = (node.domain, node.op_type, domain, opset, id(schema), rule)
+    return (op, tuple(attrs), tuple(inputs), outputs, flags)
+
+
+def _data_key(d) -> tuple | None:
+    if d.__class__ is np.ndarray:
+        if d.dtype.hasobject or d.size > MAXDATA:
+            return None
+        return ("array", d.dtype.str, d.shape, d.tobytes())
+    if d.__class__ is DATA[0]:  # (engine.Data: propagated dims)
+        dims = d.dims
+        if len(dims) > MAXDATA or not all(x is None or type(x) in (int, str) for x in dims):
+            return None
+        return ("dims", d.__class__, tuple(dims), d.scalar)
+    return None
+
+
+def lookup(k: tuple) -> tuple[dict, dict] | None:
+    """(output types, output data) remembered for key ``k``, fresh copies of the data."""
+    hit = MEMO.get(k)
+    if hit is None:
+        return None
+    return dict(hit[0]), {i: _copy(d) for i, d in hit[1].items()}
+
+
+def remember(k: tuple, outputs: dict, out_data: dict, schema) -> None:
+    """Keep what a rule found for key ``k`` (when its data is of the kinds a key describes)."""
+    for d in out_data.values():
+        if d is not None and _data_key(d) is None:
+            return
+    if any(t.__class__ is not TensorType for t in outputs.values()):
+        return
+    if len(MEMO) >= MAX_ENTRIES:
+        MEMO.clear()
+    MEMO[k] = (dict(outputs), {i: _copy(d) for i, d in out_data.items()}, schema)
+
+
+def _copy(d):
+    if d is None:
+        return None
+    if d.__class__ is np.ndarray:
+        return d.copy()
+    return d.__class__(list(d.dims), d.scalar)
