@@ -110,3 +110,18 @@ def test_a_rule_that_names_a_fresh_dim_is_not_remembered(empty_memo, monkeypatch
     types = _types(_model(nodes, [helper.make_tensor_value_info("x", F, [3, 4])], outs))
     assert types["a0"][0] != types["a1"][0] and types["a0"][1] == 4
     assert not empty_memo
+
+
+def test_constants_are_told_apart_by_their_values(empty_memo):
+    def reshaped(*targets):
+        nodes = []
+        for i, t in enumerate(targets):
+            value = helper.make_tensor(f"v{i}", TensorProto.INT64, [2], np.array(t))
+            nodes.append(helper.make_node("Constant", [], [f"t{i}"], value=value))
+            nodes.append(helper.make_node("Reshape", ["x", f"t{i}"], [f"r{i}"]))
+        outs = [helper.make_tensor_value_info(f"r{i}", F, None) for i in range(len(targets))]
+        types = _types(_model(nodes, [helper.make_tensor_value_info("x", F, [3, 4])], outs))
+        return [types[f"r{i}"] for i in range(len(targets))]
+
+    assert reshaped([6, -1], [-1, 6], [6, -1]) == [(6, 2), (2, 6), (6, 2)]
+    assert reshaped([-1, 6]) == [(2, 6)]

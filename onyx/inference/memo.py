@@ -5,8 +5,8 @@ of node (a transformer's layers, a CNN's blocks); a model created again in the p
 all of them. A rule is a function of its node's op (domain, type, opset: its schema and rule),
 its attributes, which inputs and outputs are present, the inputs' types and propagated data,
 and the engine's settings: two nodes alike in all of these get the same output types and data.
-Only what that key fully describes is remembered: plain attributes (no tensors, graphs or
-references), short lists, tensor types, small numeric data; a rule that named a fresh
+Only what that key fully describes is remembered: plain attributes and small numeric tensors
+(no graphs or references), short lists, tensor types, small numeric data; a rule that named a fresh
 symbolic dim (unique per use) or failed is not. Cleared when full.
 """
 
@@ -20,7 +20,7 @@ from ..ir import AttrType, TensorType
 MAX_ENTRIES = 4096
 #: Longest attribute list and largest data (elements) a key holds.
 MAX_LIST = 64
-MAXDATA = 4096
+MAX_DATA = 4096
 
 _PLAIN = frozenset({AttrType.FLOAT, AttrType.INT, AttrType.STRING})
 _LISTS = frozenset({AttrType.FLOATS, AttrType.INTS, AttrType.STRINGS})
@@ -42,6 +42,10 @@ def key(engine, node, env: dict, found: tuple) -> tuple | None:
             if len(value) > MAX_LIST:
                 return None
             value = tuple(value)
+        elif kind == AttrType.TENSOR:  # (a Constant's small value: its dtype and bytes)
+            value = _tensor_key(value)
+            if value is None:
+                return None
         elif kind not in _PLAIN:
             return None
         attrs.append((name, kind, value))
@@ -71,14 +75,23 @@ def key(engine, node, env: dict, found: tuple) -> tuple | None:
     return (op, tuple(attrs), tuple(inputs), outputs, flags)
 
 
+def _tensor_key(t) -> tuple | None:
+    if t is None or t.size > MAX_DATA:
+        return None
+    arr = t.numpy()  # (what the rule reads: decoded once, kept by the tensor)
+    if arr.dtype.hasobject:
+        return None
+    return (t.dtype, arr.dtype.str, arr.shape, arr.tobytes())
+
+
 def _data_key(d) -> tuple | None:
     if d.__class__ is np.ndarray:
-        if d.dtype.hasobject or d.size > MAXDATA:
+        if d.dtype.hasobject or d.size > MAX_DATA:
             return None
         return ("array", d.dtype.str, d.shape, d.tobytes())
     if d.__class__ is DATA[0]:  # (engine.Data: propagated dims)
         dims = d.dims
-        if len(dims) > MAXDATA or not all(x is None or type(x) in (int, str) for x in dims):
+        if len(dims) > MAX_DATA or not all(x is None or type(x) in (int, str) for x in dims):
             return None
         return ("dims", d.__class__, tuple(dims), d.scalar)
     return None
