@@ -31,7 +31,15 @@ DATA: list = [None]
 
 
 def key(engine, node, env: dict, found: tuple) -> tuple | None:
-    """The memo key of ``node``'s inference (None: not remembered)."""
+    """The memo key of ``node``'s inference (None: not remembered, as for a malformed node,
+    whose rule reports what is wrong)."""
+    try:
+        return _key(engine, node, env, found)
+    except Exception:  # noqa: BLE001  (e.g. a tensor attribute without a type: the rule says)
+        return None
+
+
+def _key(engine, node, env: dict, found: tuple) -> tuple | None:
     attrs = []
     for name, a in node.attributes.items():
         kind = a.type
