@@ -22,8 +22,10 @@ MAX_ENTRIES = 4096
 MAX_LIST = 64
 MAX_DATA = 4096
 
-_PLAIN = frozenset({AttrType.FLOAT, AttrType.INT, AttrType.STRING})
-_LISTS = frozenset({AttrType.FLOATS, AttrType.INTS, AttrType.STRINGS})
+# (plain ints: an enum member hashes in Python, and a key is hashed at every node)
+_PLAIN = frozenset(map(int, (AttrType.FLOAT, AttrType.INT, AttrType.STRING)))
+_LISTS = frozenset(map(int, (AttrType.FLOATS, AttrType.INTS, AttrType.STRINGS)))
+_TENSOR = int(AttrType.TENSOR)
 
 MEMO: dict[tuple, tuple] = {}
 #: engine.Data, set by the engine (it imports this module).
@@ -42,15 +44,15 @@ def key(engine, node, env: dict, found: tuple) -> tuple | None:
 def _key(engine, node, env: dict, found: tuple) -> tuple | None:
     attrs = []
     for name, a in node.attributes.items():
-        kind = a.type
-        if a.is_ref:
+        kind = int(a.type)
+        if a.ref_attr_name:
             return None
         value = a.value
         if kind in _LISTS:
             if len(value) > MAX_LIST:
                 return None
             value = tuple(value)
-        elif kind == AttrType.TENSOR:  # (a Constant's small value: its dtype and bytes)
+        elif kind == _TENSOR:  # (a Constant's small value: its dtype and bytes)
             value = _tensor_key(value)
             if value is None:
                 return None
@@ -67,8 +69,11 @@ def _key(engine, node, env: dict, found: tuple) -> tuple | None:
         if t is not None:
             if t.__class__ is not TensorType:
                 return None
+            # (the type's fields as plain tuples: hashing and comparing a type object calls
+            # its methods, several per node)
             shape = t.shape
-            t = (t, t.denotation, None if shape is None else shape.denotations)
+            dims = None if shape is None else (shape.dims, shape.denotations)
+            t = (int(t.elem_type), dims, t.denotation)
         d = data.get(id(v))
         if d is not None:
             d = _data_key(d)
@@ -89,7 +94,7 @@ def _tensor_key(t) -> tuple | None:
     arr = t.numpy()  # (what the rule reads: decoded once, kept by the tensor)
     if arr.dtype.hasobject:
         return None
-    return (t.dtype, arr.dtype.str, arr.shape, arr.tobytes())
+    return (int(t.dtype), arr.dtype.str, arr.shape, arr.tobytes())
 
 
 def _data_key(d) -> tuple | None:
