@@ -38,6 +38,7 @@ from ..ir import (
 )
 from ..ir.dtypes import BY_NAME
 from ..ir.frozen import DataValue
+from . import memo
 from . import symbolic as sym
 
 Dim = int | str | None
@@ -155,6 +156,9 @@ class Data(DataValue):
         return all(isinstance(d, int) for d in self.dims)
 
 
+memo.DATA[0] = Data  # (the class of propagated dims, for memo.py's keys)
+
+
 class Symbols:
     """Fresh symbolic dims ('unk__0', 'unk__1', ...) unique within one inference run."""
 
@@ -203,6 +207,7 @@ class NodeContext:
         self.opset = opset
         self.outputs: dict[int, object] = {}
         self.out_data: dict[int, object] = {}
+        self.minted = False  # (whether the rule named a fresh dim: memo.py keeps no such node)
 
     # -- inputs -------------------------------------------------------------------------------
     @property
@@ -270,6 +275,7 @@ class NodeContext:
         return default
 
     def fresh(self) -> str:
+        self.minted = True
         return self.engine.symbols.fresh()
 
     # -- outputs ------------------------------------------------------------------------------
@@ -432,8 +438,12 @@ class Engine:
                 resolved[key] = found
         domain, opset, schema, fn = found
         ctx = NodeContext(self, node, env, schema, opset or 0)
+        known = memo.key(self, node, env, found) if fn is not None else None
+        hit = memo.lookup(known) if known is not None else None
         try:
-            if fn is not None:
+            if hit is not None:
+                ctx.outputs, ctx.out_data = hit
+            elif fn is not None:
                 fn(ctx)
             elif (domain, node.op_type) in self.functions:
                 self.infer_call(ctx, self.functions[(domain, node.op_type)], opsets)
@@ -444,9 +454,11 @@ class Engine:
                     self.infer_call(ctx, f, {**opsets, **f.opset_imports})
                 if not ctx.outputs:
                     generic(ctx)
-            if self.data_prop:
+            if self.data_prop and hit is None:
                 for fold in DATA_FOLDS:
                     fold(ctx)
+            if known is not None and hit is None and not ctx.minted:
+                memo.remember(known, ctx.outputs, ctx.out_data, schema)
         except InferenceError as e:
             self.problem(f"graph {gname!r}, {_label(node)}: {e}")
         except Exception as e:  # noqa: BLE001  (a rule that meets a malformed node fails: a

@@ -78,6 +78,7 @@ def _optimize(model, lvl: int, disabled, stats, in_place, for_session, results) 
         return m
     names, basic, fusions, layout, _ = _schedule(lvl, frozenset(disabled))
     ctx = PassContext(m, enabled=names, unbounded_folding=for_session, for_session=for_session)
+    ctx.record_results = results is not None  # (a session's thirty-odd runs each made one)
     # (the op types, found once here, are what the passes' triggers read too)
     if "Gradient" in ctx.op_types() and _names_values_in_attributes(m):
         return m
@@ -173,10 +174,13 @@ def _run(ctx: PassContext, p) -> bool:
     """Run pass ``p`` (that _run_all did not skip) and note its result."""
     log = ctx.counted
     log.clear()
-    start = time.perf_counter()
-    changed = bool(p.fn(ctx))
-    seconds = time.perf_counter() - start
-    ctx.results.append(PassResult(p.name, changed, _tally(log), seconds))
+    if ctx.record_results:
+        start = time.perf_counter()
+        changed = bool(p.fn(ctx))
+        seconds = time.perf_counter() - start
+        ctx.results.append(PassResult(p.name, changed, _tally(log), seconds))
+    else:
+        changed = bool(p.fn(ctx))
     ctx.ran.add(p.name)
     if changed and SKIP_IDLE and p.name in CONFINED:
         ctx.idle[p.name] = ctx.version  # (it did all there was: the others' marks stand)

@@ -166,6 +166,8 @@ class PassContext(DataValue):
         self.ran = set() if ran is None else ran
         self.memo = {} if memo is None else memo
         self.results = [] if results is None else results
+        #: whether each pass run appends a PassResult to ``results`` (optimize's caller asks)
+        self.record_results = True
         self.unbounded_folding = unbounded_folding
         self.for_session = for_session
         self._op_types = _op_types

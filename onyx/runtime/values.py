@@ -61,6 +61,9 @@ def sparse_value(sp: Any) -> np.ndarray:
     return arr
 
 
+_STR_ONLY = frozenset({str})
+
+
 def attr_value(kind: AttrType, value: Any, compile_graph) -> Any:
     """An attribute's value as kernels take it; graphs go through ``compile_graph``."""
     if kind == AttrType.TENSOR:
@@ -78,6 +81,8 @@ def attr_value(kind: AttrType, value: Any, compile_graph) -> Any:
     if kind == AttrType.STRING:
         return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else value
     if kind == AttrType.STRINGS:
+        if set(map(type, value)) <= _STR_ONLY:  # (the reader decoded them all: one C pass)
+            return list(value)
         return [v.decode("utf-8", "surrogateescape") if isinstance(v, bytes) else v for v in value]
     if kind in (AttrType.INTS, AttrType.FLOATS):
         return list(value)

@@ -28,7 +28,7 @@ from ..ir.types import (
 from ..proto import AttributeProto, NodeProto
 from . import repeated
 from .fields import set_fields, written_empty
-from .tensors import plain_raw_tensor, tensor_from_proto
+from .tensors import plain_raw_tensor, plain_raw_value, tensor_from_proto
 
 A = AttrType
 #: AttributeProto field holding each attribute type's value.
@@ -109,6 +109,26 @@ def _small_plain(a) -> bool:
         return len(a.s) <= MEMO_MAX_BYTES
     field = _LIST_FIELDS.get(kind)
     return field is None or len(getattr(a, field)) <= MEMO_MAX_ELEMENTS
+
+
+_ATTR_FIELD = AttributeProto.DESCRIPTOR.fields_by_name
+_ATTR_NAME, _ATTR_T, _ATTR_TYPE = (_ATTR_FIELD[f] for f in ("name", "t", "type"))
+
+
+def _plain_tensor_attribute(a) -> Attr | None:
+    """A TENSOR attribute of a name, a type and a plain raw tensor and nothing else (a
+    Constant's value, as exporters write it: a transformer holds a hundred), read without the
+    general path's bookkeeping, which it would find nothing for; else None."""
+    fields = a.ListFields()  # (in field number order: name 1, t 5, type 20)
+    if len(fields) != 3:
+        return None
+    (f_name, name), (f_t, tp), (f_type, _) = fields
+    if f_name is not _ATTR_NAME or f_t is not _ATTR_T or f_type is not _ATTR_TYPE:
+        return None
+    t = plain_raw_value(tp)
+    if t is None or len(UnknownFieldSet(a)):
+        return None
+    return Attr(name, AttrType.TENSOR, t)
 
 
 def _plain(attr: Attr) -> bool:
@@ -235,6 +255,10 @@ class Reader:
         return s
 
     def attribute(self, a, scopes: list[dict], what: str) -> Attr:
+        if a.type == A.TENSOR:
+            attr = _plain_tensor_attribute(a)
+            if attr is not None:
+                return attr
         key = a.SerializeToString() if _small_plain(a) else None
         if key is not None and len(key) > MEMO_MAX_BYTES:
             key = None
@@ -301,7 +325,9 @@ class Reader:
         if kind == A.STRING:
             return _decode(v)
         if kind == A.FLOATS or kind == A.INTS:
-            return list(v)
+            # (a slice of a repeated field is a list made in one C call: a third faster than
+            # list(), which iterates; a tree ensemble holds lists of 10**4 ints)
+            return v[:]
         if kind == A.STRINGS:
             try:  # (one C call for the whole list: a tree ensemble holds 10**5 node modes)
                 return list(map(bytes.decode, v))

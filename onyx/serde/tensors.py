@@ -178,6 +178,29 @@ def plain_raw_tensor(tp) -> Tensor | None:
     return Tensor.from_raw(raw, dtype, dims, name)
 
 
+def plain_raw_value(tp) -> Tensor | None:
+    """:func:`plain_raw_tensor`, for a tensor that may also have no name: a Constant node's
+    value, as exporters write it (dims, element type and raw bytes only)."""
+    fields = tp.ListFields()
+    if len(fields) == 3 and fields[0][0] is _DIMS and fields[2][0] is _RAW:
+        (_, dims), (f_type, dtype), (_, raw) = fields
+        dims = tuple(dims)
+        if min(dims) < 0:
+            return None
+    elif len(fields) == 2 and fields[1][0] is _RAW:  # a scalar
+        (f_type, dtype), (_, raw) = fields
+        dims = ()
+    else:
+        return plain_raw_tensor(tp)
+    if f_type is not _DATA_TYPE:
+        return None
+    dtype = _BY_VALUE.get(dtype)
+    size = _ITEM_BYTES.get(dtype)
+    if size is None or len(raw) != math.prod(dims) * size or not raw or len(UnknownFieldSet(tp)):
+        return None
+    return Tensor.from_raw(raw, dtype, dims, "")
+
+
 def tensor_from_proto(tp, what: str = "tensor", raw=None, externals=None) -> Tensor:
     """An ir.Tensor from a TensorProto.
 

@@ -1,0 +1,138 @@
+"""What a node's shape rule found, remembered for nodes alike in everything the rule reads.
+
+Why: a session infers its model's types while it is created, and a model repeats a few kinds
+of node (a transformer's layers, a CNN's blocks); a model created again in the process repeats
+all of them. A rule is a function of its node's op (domain, type, opset: its schema and rule),
+its attributes, which inputs and outputs are present, the inputs' types and propagated data,
+and the engine's settings: two nodes alike in all of these get the same output types and data.
+Only what that key fully describes is remembered: plain attributes and small numeric tensors
+(no graphs or references), short lists, tensor types, small numeric data; a rule that named a fresh
+symbolic dim (unique per use) or failed is not. Cleared when full.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import AttrType, TensorType
+
+#: Entries kept before the memo is cleared.
+MAX_ENTRIES = 4096
+#: Longest attribute list and largest data (elements) a key holds.
+MAX_LIST = 64
+MAX_DATA = 4096
+
+# (plain ints: an enum member hashes in Python, and a key is hashed at every node)
+_PLAIN = frozenset(map(int, (AttrType.FLOAT, AttrType.INT, AttrType.STRING)))
+_LISTS = frozenset(map(int, (AttrType.FLOATS, AttrType.INTS, AttrType.STRINGS)))
+_TENSOR = int(AttrType.TENSOR)
+
+MEMO: dict[tuple, tuple] = {}
+#: engine.Data, set by the engine (it imports this module).
+DATA: list = [None]
+
+
+def key(engine, node, env: dict, found: tuple) -> tuple | None:
+    """The memo key of ``node``'s inference (None: not remembered, as for a malformed node,
+    whose rule reports what is wrong)."""
+    try:
+        return _key(engine, node, env, found)
+    except Exception:  # noqa: BLE001  (e.g. a tensor attribute without a type: the rule says)
+        return None
+
+
+def _key(engine, node, env: dict, found: tuple) -> tuple | None:
+    attrs = []
+    for name, a in node.attributes.items():
+        kind = int(a.type)
+        if a.ref_attr_name:
+            return None
+        value = a.value
+        if kind in _LISTS:
+            if len(value) > MAX_LIST:
+                return None
+            value = tuple(value)
+        elif kind == _TENSOR:  # (a Constant's small value: its dtype and bytes)
+            value = _tensor_key(value)
+            if value is None:
+                return None
+        elif kind not in _PLAIN:
+            return None
+        attrs.append((name, kind, value))
+    types, data = env["types"], env["data"]
+    inputs = []
+    for v in node.inputs:
+        if v is None:
+            inputs.append(None)
+            continue
+        t = types.get(id(v))
+        if t is not None:
+            if t.__class__ is not TensorType:
+                return None
+            # (the type's fields as plain tuples: hashing and comparing a type object calls
+            # its methods, several per node)
+            shape = t.shape
+            dims = None if shape is None else (shape.dims, shape.denotations)
+            t = (int(t.elem_type), dims, t.denotation)
+        d = data.get(id(v))
+        if d is not None:
+            d = _data_key(d)
+            if d is None:
+                return None
+        inputs.append((t, d))
+    outputs = tuple([v.name != "" for v in node.outputs])
+    flags = (engine.strict, engine.data_prop)
+    domain, opset, schema, rule = found
+    # (the schema by identity: an entry holds it, so its id is not reused while it lives)
+    op = (node.domain, node.op_type, domain, opset, id(schema), rule)
+    return (op, tuple(attrs), tuple(inputs), outputs, flags)
+
+
+def _tensor_key(t) -> tuple | None:
+    if t is None or t.size > MAX_DATA:
+        return None
+    arr = t.numpy()  # (what the rule reads: decoded once, kept by the tensor)
+    if arr.dtype.hasobject:
+        return None
+    return (int(t.dtype), arr.dtype.str, arr.shape, arr.tobytes())
+
+
+def _data_key(d) -> tuple | None:
+    if d.__class__ is np.ndarray:
+        if d.dtype.hasobject or d.size > MAX_DATA:
+            return None
+        return ("array", d.dtype.str, d.shape, d.tobytes())
+    if d.__class__ is DATA[0]:  # (engine.Data: propagated dims)
+        dims = d.dims
+        if len(dims) > MAX_DATA or not all(x is None or type(x) in (int, str) for x in dims):
+            return None
+        return ("dims", d.__class__, tuple(dims), d.scalar)
+    return None
+
+
+def lookup(k: tuple) -> tuple[dict, dict] | None:
+    """(output types, output data) remembered for key ``k``, fresh copies of the data."""
+    hit = MEMO.get(k)
+    if hit is None:
+        return None
+    return dict(hit[0]), {i: _copy(d) for i, d in hit[1].items()}
+
+
+def remember(k: tuple, outputs: dict, out_data: dict, schema) -> None:
+    """Keep what a rule found for key ``k`` (when its data is of the kinds a key describes)."""
+    for d in out_data.values():
+        if d is not None and _data_key(d) is None:
+            return
+    if any(t.__class__ is not TensorType for t in outputs.values()):
+        return
+    if len(MEMO) >= MAX_ENTRIES:
+        MEMO.clear()
+    MEMO[k] = (dict(outputs), {i: _copy(d) for i, d in out_data.items()}, schema)
+
+
+def _copy(d):
+    if d is None:
+        return None
+    if d.__class__ is np.ndarray:
+        return d.copy()
+    return d.__class__(list(d.dims), d.scalar)
