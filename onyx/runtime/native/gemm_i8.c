@@ -300,6 +300,65 @@ INLINE VNNI void requantize_tile(const epilogue *e, __m512i acc[][2], int mr, in
     }
 }
 
+/* requantize_tile's byte output for a tile's named accumulators (an array of them was
+   copied to the stack and back): its constants loaded once, then a row at a time. The two
+   halves' 32 results, in range after the clamp, are narrowed by saturating packs, whose lane
+   interleaving one dword permutation undoes, and stored as one 32-byte run: two masked
+   down-converting stores (vpmovdb to memory) took twice as long on AMD's AVX-512, and the
+   epilogue is most of a small-K product's tile (a pointwise conv's). The same operations in
+   the same order on each value as requantize_tile. */
+typedef struct {
+    __m512i off0, off1, zp, order;
+    __m512 s0, s1, lo, hi;
+    __mmask32 mask;
+    __mmask16 m0;
+    int is_signed, both;
+    const int32_t *row_off;
+    uint8_t *out;
+    int64_t ldo, r0;
+} byte_epilogue;
+
+INLINE VNNI void byte_epilogue_init(byte_epilogue *b, const epilogue *e, int64_t r0, int64_t j0,
+                                    __mmask16 m0, __mmask16 m1) {
+    b->off0 = e->col_off ? _mm512_maskz_loadu_epi32(m0, e->col_off + j0) : _mm512_setzero_si512();
+    b->off1 = e->col_off && m1 ? _mm512_maskz_loadu_epi32(m1, e->col_off + j0 + 16)
+                               : _mm512_setzero_si512();
+    b->s0 = e->scale_cs ? _mm512_maskz_loadu_ps(m0, e->scale + j0) : _mm512_set1_ps(e->scale[0]);
+    b->s1 = e->scale_cs && m1 ? _mm512_maskz_loadu_ps(m1, e->scale + j0 + 16) : b->s0;
+    b->lo = _mm512_set1_ps((float)(e->lo - e->zero_point));
+    b->hi = _mm512_set1_ps((float)(e->hi - e->zero_point));
+    b->zp = _mm512_set1_epi32(e->zero_point);
+    b->order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    b->mask = (__mmask32)m0 | ((__mmask32)m1 << 16);
+    b->m0 = m0, b->both = m1 != 0, b->is_signed = e->lo < 0;
+    b->row_off = e->row_off, b->out = e->out8 + r0 * e->ldo + j0, b->ldo = e->ldo, b->r0 = r0;
+}
+
+INLINE VNNI __m512i byte_requantize(const byte_epilogue *b, __m512i a, __m512 s) {
+    __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(a), s);
+    v = _mm512_min_ps(_mm512_max_ps(v, b->lo), b->hi);
+    return _mm512_add_epi32(
+        _mm512_cvt_roundps_epi32(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), b->zp);
+}
+
+INLINE VNNI void byte_epilogue_row(const byte_epilogue *b, int r, __m512i a0, __m512i a1) {
+    if (b->row_off) {
+        __m512i ro = _mm512_set1_epi32(b->row_off[b->r0 + r]);
+        a0 = _mm512_add_epi32(a0, ro), a1 = _mm512_add_epi32(a1, ro);
+    }
+    uint8_t *out = b->out + r * b->ldo;
+    __m512i q0 = byte_requantize(b, _mm512_add_epi32(a0, b->off0), b->s0);
+    if (!b->both) { /* (16 columns or fewer) */
+        _mm_mask_storeu_epi8(out, b->m0, _mm512_cvtepi32_epi8(q0));
+        return;
+    }
+    __m512i q1 = byte_requantize(b, _mm512_add_epi32(a1, b->off1), b->s1);
+    __m512i w = _mm512_packs_epi32(q0, q1);
+    w = b->is_signed ? _mm512_packs_epi16(w, w) : _mm512_packus_epi16(w, w);
+    w = _mm512_permutexvar_epi32(b->order, w);
+    _mm256_mask_storeu_epi8(out, b->mask, _mm512_castsi512_si256(w));
+}
+
 /* c0 += row r's 4 bytes w (broadcast) times the panel vector b0, c1 likewise with b1, for
    the rows the tile has (r < mr). The accumulators are named variables, not an array: GCC
    kept an array's twelve in registers but copied each between two of them on every step. */
@@ -357,9 +416,20 @@ INLINE VNNI void tile(const uint8_t *const *row, const int64_t *quads, const int
         ALL_ROWS(PART_QUAD);
 #undef PART_QUAD
     }
-    __m512i acc[MR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};
     __mmask16 m0 = ncols >= 16 ? 0xFFFF : (__mmask16)((1u << ncols) - 1);
     __mmask16 m1 = ncols >= 32 ? 0xFFFF : ncols <= 16 ? 0 : (__mmask16)((1u << (ncols - 16)) - 1);
+    if (e->out8 && !e->outf && !e->row_f && !e->scale_rs) {
+        byte_epilogue b;
+        byte_epilogue_init(&b, e, r0, j0, m0, m1);
+        byte_epilogue_row(&b, 0, c00, c01);
+        if (mr > 1) byte_epilogue_row(&b, 1, c10, c11);
+        if (mr > 2) byte_epilogue_row(&b, 2, c20, c21);
+        if (mr > 3) byte_epilogue_row(&b, 3, c30, c31);
+        if (mr > 4) byte_epilogue_row(&b, 4, c40, c41);
+        if (mr > 5) byte_epilogue_row(&b, 5, c50, c51);
+        return;
+    }
+    __m512i acc[MR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};
     if ((e->out8 || e->outf) && !e->row_f && !e->scale_rs) {
         requantize_tile(e, acc, mr, r0, j0, m0, m1);
         return;
