@@ -14,9 +14,8 @@ from onyx.runtime.native import _core
 
 RNG = np.random.default_rng(2311)
 
-pytestmark = pytest.mark.skipif(
-    not native.available() or not _core.vnni, reason="needs the native int8 GEMM (VNNI)"
-)
+pytestmark = pytest.mark.skipif(not native.available(), reason="needs the native library")
+needs_vnni = pytest.mark.skipif(not _core.vnni, reason="needs the native int8 GEMM (VNNI)")
 
 
 def _expected(a, b, za, zb, scale, y_zp):
@@ -27,6 +26,7 @@ def _expected(a, b, za, zb, scale, y_zp):
     return (np.clip(np.rint(v), info.min - zp, info.max - zp) + zp).astype(y_zp.dtype)
 
 
+@needs_vnni
 @pytest.mark.parametrize("y_type", [np.uint8, np.int8])
 @pytest.mark.parametrize("a_type", [np.uint8, np.int8])
 @pytest.mark.parametrize("N", [5, 16, 20, 32, 45, 70])
@@ -51,6 +51,7 @@ def test_requantized_bytes_match_the_formula(y_type, a_type, N, per_column):
         assert (got == np.iinfo(y_type).min).any() and (got == np.iinfo(y_type).max).any()
 
 
+@needs_vnni
 @pytest.mark.parametrize("M", range(1, 8))
 def test_every_tile_height(M):
     K, N = 16, 48
@@ -60,3 +61,14 @@ def test_every_tile_height(M):
     y_zp = np.array(128, np.uint8)
     got = native.int8_gemm(a, native.pack(b, a.dtype, 128), 128, scale=scale, y_zero_point=y_zp)
     np.testing.assert_array_equal(got, _expected(a, b, 128, 0, scale, y_zp))
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (7, 9), (8, 8), (16, 24), (17, 33), (196, 72)])
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+def test_transpose_words_is_the_transpose(shape, dtype):
+    """native.transpose_words (8 x 8 blocks, the edges element by element): a pointwise
+    ConvIntegerToFloat's (pixels, channels) result to NCHW."""
+    src = RNG.integers(-(2**31), 2**31 - 1, shape, dtype=np.int64).astype(np.int32).view(dtype)
+    got = native.transpose_words(src)
+    assert got.flags.c_contiguous and got.shape == shape[::-1]
+    np.testing.assert_array_equal(got.view(np.int32), src.T.view(np.int32))
