@@ -119,6 +119,7 @@ _EXPORTS = {
         "row_sums",
         "to_nhwc",
         "transpose_bytes",
+        "transpose_words",
     ),
     "gemv": (
         "GEMV_ROWS",

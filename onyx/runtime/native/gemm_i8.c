@@ -113,6 +113,66 @@ EXPORT void onyx_transpose_u8(const uint8_t *src, int64_t rows, int64_t cols, in
         for (int64_t c = 0; c < cols; c++) dst[c * ds + r] = src[r * ss + c];
 }
 
+/* dst[c * ds + r] = src[r * ss + c] for 4-byte elements (float32 or int32; strides in
+   elements), in 8 x 8 blocks: each source line is read once for a block's 8 rows, where a
+   transposing copy element by element (numpy's strided copy of a float conv's (pixels,
+   channels) result to NCHW) read one element of each line it touched and was most of a
+   pointwise conv's time. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+/* One 8 x 8 block of 4-byte elements in AVX registers: unpacks, shuffles, lane swaps. */
+__attribute__((target("avx"))) static void transpose8x8_u32(const uint32_t *src, int64_t ss,
+                                                            uint32_t *dst, int64_t ds) {
+    __m256 r[8], t[8];
+    for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps((const float *)(src + i * ss));
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {
+        r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+        r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+        r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+    for (int i = 0; i < 4; i++) {
+        _mm256_storeu_ps((float *)(dst + i * ds), _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
+        _mm256_storeu_ps((float *)(dst + (i + 4) * ds),
+                         _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
+    }
+}
+#define HAVE_TRANSPOSE8 1
+#endif
+
+EXPORT void onyx_transpose_u32(const uint32_t *src, int64_t rows, int64_t cols, int64_t ss,
+                               uint32_t *dst, int64_t ds) {
+    enum { B = 8 };
+#ifdef HAVE_TRANSPOSE8
+    static int avx = -1;
+    if (avx < 0) avx = __builtin_cpu_supports("avx") ? 1 : 0;
+#endif
+    for (int64_t r0 = 0; r0 < rows; r0 += B) {
+        int64_t r1 = r0 + B < rows ? r0 + B : rows;
+        for (int64_t c0 = 0; c0 < cols; c0 += B) {
+            int64_t c1 = c0 + B < cols ? c0 + B : cols;
+            if (r1 - r0 == B && c1 - c0 == B) {
+#ifdef HAVE_TRANSPOSE8
+                if (avx) {
+                    transpose8x8_u32(src + r0 * ss + c0, ss, dst + c0 * ds + r0, ds);
+                    continue;
+                }
+#endif
+                for (int c = 0; c < B; c++)
+                    for (int r = 0; r < B; r++)
+                        dst[(c0 + c) * ds + r0 + r] = src[(r0 + r) * ss + c0 + c];
+                continue;
+            }
+            for (int64_t c = c0; c < c1; c++)
+                for (int64_t r = r0; r < r1; r++) dst[c * ds + r] = src[r * ss + c];
+        }
+    }
+}
+
 /* One image (C, H, W) into rows of a padded NHWC buffer: pixel (h, w) at
    dst + (h * Wp + w) * Cp (dst already offset to the first pixel). */
 EXPORT void onyx_to_nhwc(const uint8_t *x, int64_t C, int64_t H, int64_t W, uint8_t *dst,
@@ -300,6 +360,65 @@ INLINE VNNI void requantize_tile(const epilogue *e, __m512i acc[][2], int mr, in
     }
 }
 
+/* requantize_tile's byte output for a tile's named accumulators (an array of them was
+   copied to the stack and back): its constants loaded once, then a row at a time. The two
+   halves' 32 results, in range after the clamp, are narrowed by saturating packs, whose lane
+   interleaving one dword permutation undoes, and stored as one 32-byte run: two masked
+   down-converting stores (vpmovdb to memory) took twice as long on AMD's AVX-512, and the
+   epilogue is most of a small-K product's tile (a pointwise conv's). The same operations in
+   the same order on each value as requantize_tile. */
+typedef struct {
+    __m512i off0, off1, zp, order;
+    __m512 s0, s1, lo, hi;
+    __mmask32 mask;
+    __mmask16 m0;
+    int is_signed, both;
+    const int32_t *row_off;
+    uint8_t *out;
+    int64_t ldo, r0;
+} byte_epilogue;
+
+INLINE VNNI void byte_epilogue_init(byte_epilogue *b, const epilogue *e, int64_t r0, int64_t j0,
+                                    __mmask16 m0, __mmask16 m1) {
+    b->off0 = e->col_off ? _mm512_maskz_loadu_epi32(m0, e->col_off + j0) : _mm512_setzero_si512();
+    b->off1 = e->col_off && m1 ? _mm512_maskz_loadu_epi32(m1, e->col_off + j0 + 16)
+                               : _mm512_setzero_si512();
+    b->s0 = e->scale_cs ? _mm512_maskz_loadu_ps(m0, e->scale + j0) : _mm512_set1_ps(e->scale[0]);
+    b->s1 = e->scale_cs && m1 ? _mm512_maskz_loadu_ps(m1, e->scale + j0 + 16) : b->s0;
+    b->lo = _mm512_set1_ps((float)(e->lo - e->zero_point));
+    b->hi = _mm512_set1_ps((float)(e->hi - e->zero_point));
+    b->zp = _mm512_set1_epi32(e->zero_point);
+    b->order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    b->mask = (__mmask32)m0 | ((__mmask32)m1 << 16);
+    b->m0 = m0, b->both = m1 != 0, b->is_signed = e->lo < 0;
+    b->row_off = e->row_off, b->out = e->out8 + r0 * e->ldo + j0, b->ldo = e->ldo, b->r0 = r0;
+}
+
+INLINE VNNI __m512i byte_requantize(const byte_epilogue *b, __m512i a, __m512 s) {
+    __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(a), s);
+    v = _mm512_min_ps(_mm512_max_ps(v, b->lo), b->hi);
+    return _mm512_add_epi32(
+        _mm512_cvt_roundps_epi32(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), b->zp);
+}
+
+INLINE VNNI void byte_epilogue_row(const byte_epilogue *b, int r, __m512i a0, __m512i a1) {
+    if (b->row_off) {
+        __m512i ro = _mm512_set1_epi32(b->row_off[b->r0 + r]);
+        a0 = _mm512_add_epi32(a0, ro), a1 = _mm512_add_epi32(a1, ro);
+    }
+    uint8_t *out = b->out + r * b->ldo;
+    __m512i q0 = byte_requantize(b, _mm512_add_epi32(a0, b->off0), b->s0);
+    if (!b->both) { /* (16 columns or fewer) */
+        _mm_mask_storeu_epi8(out, b->m0, _mm512_cvtepi32_epi8(q0));
+        return;
+    }
+    __m512i q1 = byte_requantize(b, _mm512_add_epi32(a1, b->off1), b->s1);
+    __m512i w = _mm512_packs_epi32(q0, q1);
+    w = b->is_signed ? _mm512_packs_epi16(w, w) : _mm512_packus_epi16(w, w);
+    w = _mm512_permutexvar_epi32(b->order, w);
+    _mm256_mask_storeu_epi8(out, b->mask, _mm512_castsi512_si256(w));
+}
+
 /* c0 += row r's 4 bytes w (broadcast) times the panel vector b0, c1 likewise with b1, for
    the rows the tile has (r < mr). The accumulators are named variables, not an array: GCC
    kept an array's twelve in registers but copied each between two of them on every step. */
@@ -357,9 +476,20 @@ INLINE VNNI void tile(const uint8_t *const *row, const int64_t *quads, const int
         ALL_ROWS(PART_QUAD);
 #undef PART_QUAD
     }
-    __m512i acc[MR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};
     __mmask16 m0 = ncols >= 16 ? 0xFFFF : (__mmask16)((1u << ncols) - 1);
     __mmask16 m1 = ncols >= 32 ? 0xFFFF : ncols <= 16 ? 0 : (__mmask16)((1u << (ncols - 16)) - 1);
+    if (e->out8 && !e->outf && !e->row_f && !e->scale_rs) {
+        byte_epilogue b;
+        byte_epilogue_init(&b, e, r0, j0, m0, m1);
+        byte_epilogue_row(&b, 0, c00, c01);
+        if (mr > 1) byte_epilogue_row(&b, 1, c10, c11);
+        if (mr > 2) byte_epilogue_row(&b, 2, c20, c21);
+        if (mr > 3) byte_epilogue_row(&b, 3, c30, c31);
+        if (mr > 4) byte_epilogue_row(&b, 4, c40, c41);
+        if (mr > 5) byte_epilogue_row(&b, 5, c50, c51);
+        return;
+    }
+    __m512i acc[MR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};
     if ((e->out8 || e->outf) && !e->row_f && !e->scale_rs) {
         requantize_tile(e, acc, mr, r0, j0, m0, m1);
         return;

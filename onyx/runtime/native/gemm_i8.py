@@ -195,6 +195,19 @@ def transpose_bytes(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
     return dst
 
 
+def transpose_words(src: np.ndarray) -> np.ndarray:
+    """src.T as a new C-contiguous array, for a 2-D C-contiguous array of 4-byte elements
+    (float32 / int32) in cache-sized blocks (numpy's transposing copy reads one element of
+    each cache line it touches); numpy's copy without the library."""
+    out = np.empty(src.shape[::-1], src.dtype)
+    if core.lib is None or src.dtype.itemsize != 4 or not src.flags.c_contiguous or not src.size:
+        out[...] = src.T
+        return out
+    rows, cols = src.shape
+    core.lib.onyx_transpose_u32(_addr(src), rows, cols, cols, _addr(out), rows)
+    return out
+
+
 def contiguous_bytes(x: np.ndarray) -> np.ndarray:
     """x as a C-contiguous array; a 4-D byte tensor seen through an NCHW <-> NHWC transpose
     (kernels/conv_nhwc.py's chains start and end with such views) is copied a plane at a time
@@ -838,6 +851,8 @@ def bind(lib, isa: int) -> None:
     lib.onyx_row_sums.argtypes = [_P, _I64, _I64, _I64, _INT, _INT, _P]
     lib.onyx_transpose_u8.restype = None
     lib.onyx_transpose_u8.argtypes = [_P, _I64, _I64, _I64, _P, _I64]
+    lib.onyx_transpose_u32.restype = None
+    lib.onyx_transpose_u32.argtypes = [_P, _I64, _I64, _I64, _P, _I64]
     lib.onyx_to_nhwc.restype = None
     lib.onyx_to_nhwc.argtypes = [_P, _I64, _I64, _I64, _P, _I64, _I64]
     lib.depthwise_nhwc_i8 = core.address(lib.onyx_depthwise_nhwc_i8)

@@ -1,0 +1,74 @@
+"""The int8 GEMM's byte epilogue (gemm_i8.c's byte_epilogue: the named accumulators' rows
+requantized and narrowed by saturating packs): every tile height (1-6 rows), one or two
+16-column halves and partial panels, uint8 and int8 outputs, per-tensor and per-column
+scales, A's and B's zero points (the column and row corrections), and values that clamp at
+both ends, each to the bits of the numpy formula onnxruntime's requantization follows."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from onyx.runtime import native
+from onyx.runtime.native import _core
+
+RNG = np.random.default_rng(2311)
+
+pytestmark = pytest.mark.skipif(not native.available(), reason="needs the native library")
+needs_vnni = pytest.mark.skipif(not _core.vnni, reason="needs the native int8 GEMM (VNNI)")
+
+
+def _expected(a, b, za, zb, scale, y_zp):
+    acc = (a.astype(np.int64) - za) @ (b.astype(np.int64) - zb)
+    v = acc.astype(np.float32) * scale
+    info = np.iinfo(y_zp.dtype)
+    zp = int(y_zp)
+    return (np.clip(np.rint(v), info.min - zp, info.max - zp) + zp).astype(y_zp.dtype)
+
+
+@needs_vnni
+@pytest.mark.parametrize("y_type", [np.uint8, np.int8])
+@pytest.mark.parametrize("a_type", [np.uint8, np.int8])
+@pytest.mark.parametrize("N", [5, 16, 20, 32, 45, 70])
+@pytest.mark.parametrize("per_column", [False, True])
+def test_requantized_bytes_match_the_formula(y_type, a_type, N, per_column):
+    M, K = 13, 19  # (two full 6-row tiles and a 1-row one; a partial last quad)
+    info = np.iinfo(a_type)
+    a = RNG.integers(info.min, info.max + 1, (M, K), dtype=a_type)
+    b = RNG.integers(-128, 128, (K, N), dtype=np.int8)
+    za = 3 if a_type == np.uint8 else -5
+    shape = (N,) if per_column else ()
+    # scales spread so that many values clamp at both ends and many land in range
+    scale = (RNG.random(shape) * 0.02 + 0.0005).astype(np.float32)
+    y_zp = np.array(100 if y_type == np.uint8 else -7, y_type)
+    for zb in (0, 4):  # (4: the row corrections' path)
+        got = native.int8_gemm(
+            a, native.pack(b, a.dtype, za), za, zb, scale=scale, y_zero_point=y_zp
+        )
+        want = _expected(a, b, za, zb, scale, y_zp)
+        assert got.dtype == want.dtype and got.shape == (M, N)
+        np.testing.assert_array_equal(got, want)
+        assert (got == np.iinfo(y_type).min).any() and (got == np.iinfo(y_type).max).any()
+
+
+@needs_vnni
+@pytest.mark.parametrize("M", range(1, 8))
+def test_every_tile_height(M):
+    K, N = 16, 48
+    a = RNG.integers(0, 256, (M, K), dtype=np.uint8)
+    b = RNG.integers(-128, 128, (K, N), dtype=np.int8)
+    scale = np.float32(0.004)
+    y_zp = np.array(128, np.uint8)
+    got = native.int8_gemm(a, native.pack(b, a.dtype, 128), 128, scale=scale, y_zero_point=y_zp)
+    np.testing.assert_array_equal(got, _expected(a, b, 128, 0, scale, y_zp))
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (7, 9), (8, 8), (16, 24), (17, 33), (196, 72)])
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+def test_transpose_words_is_the_transpose(shape, dtype):
+    """native.transpose_words (8 x 8 blocks, the edges element by element): a pointwise
+    ConvIntegerToFloat's (pixels, channels) result to NCHW."""
+    src = RNG.integers(-(2**31), 2**31 - 1, shape, dtype=np.int64).astype(np.int32).view(dtype)
+    got = native.transpose_words(src)
+    assert got.flags.c_contiguous and got.shape == shape[::-1]
+    np.testing.assert_array_equal(got.view(np.int32), src.T.view(np.int32))
