@@ -12,6 +12,7 @@ import weakref
 
 import numpy as np
 
+from ...errors import InvalidArgument
 from . import _core as core
 from ._core import (
     _I64,
@@ -138,6 +139,7 @@ class NhwcConv:
         top, left = geo["pads"][:2]
         _check_sizes("conv", *x_shape, *w.shape, OH, OW, sh, sw, dh, dw, top, left)
         depthwise = w.shape[1] == 1 and M == C and C > 1
+        _check_geometry(x_shape, w.shape, geo, depthwise)
         self.keep = packed, b = _packed(w, bias, depthwise)
         pointwise = (kh, kw, sh, sw) == (1, 1, 1, 1) and not any(geo["pads"])
         kind = DEPTHWISE if depthwise else (POINTWISE if pointwise else CONV)
@@ -256,6 +258,26 @@ class NhwcConv:
             if _holders(kept) == _SOLE:
                 return kept
         return _aligned(self.shape, self.size)
+
+
+def _check_geometry(x_shape, w_shape, geo: dict, depthwise: bool) -> None:
+    """InvalidArgument unless w reads x's channels (group 1: all of them, depthwise: one) and
+    every window lies in the padded input (the kernels read x and the packed weights by
+    these sizes: nothing else bounds them)."""
+    N, H, W, C = x_shape
+    pads, problems = list(geo["pads"]), []
+    if len(pads) != 4 or min(pads) < 0:
+        problems.append(f"pads {pads}")
+    elif not depthwise and w_shape[1] != C:
+        problems.append(f"weights {tuple(w_shape)} for {C} input channels")
+    else:
+        for axis, size in enumerate((H, W)):
+            out, k = geo["out_shape"][axis], w_shape[2 + axis]
+            s, d = geo["strides"][axis], geo["dilations"][axis]
+            if out < 1 or (out - 1) * s + (k - 1) * d + 1 > pads[axis] + size + pads[axis + 2]:
+                problems.append(f"{out} outputs along axis {axis + 1} of {size}")
+    if problems:
+        raise InvalidArgument("onyx native channels-last conv: " + ", ".join(problems))
 
 
 #: The floats of all kept outputs together (see NhwcConv._may_keep): a small model's outputs
