@@ -129,7 +129,7 @@ class NhwcConv:
 
     __slots__ = (
         *("cuts", "cuts_addr", "keep", "parts", "shape", "size", "spare", "task", "task_at"),
-        *("ways", "kept", "keeps", "nbytes", "__weakref__"),
+        *("ways", "kept", "keeps", "nbytes", "release", "__weakref__"),
     )
 
     def __init__(self, x_shape, w: np.ndarray, bias, geo: dict, activation: tuple):
@@ -241,8 +241,16 @@ class NhwcConv:
             return False
         _held[0] += self.size
         self.kept = self.size
-        weakref.finalize(self, _release, self.size)
+        self.release = weakref.finalize(self, _release, self.size)
         return True
+
+    def give_back(self) -> None:
+        """Drops the kept output and its share of _SPARE_FLOATS (a conv chain runs this layer
+        from now on); a later call may keep one again."""
+        self.spare.clear()
+        if self.kept:
+            self.kept = 0
+            self.release()  # (gives the floats back once: the finalizer is then dead)
 
     def _output(self) -> tuple:
         """The output array and its address: the last call's again when nothing but this
