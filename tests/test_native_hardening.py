@@ -7,6 +7,7 @@ of the test run."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -177,18 +178,20 @@ def test_native_pad_copy_refuses_sizes_past_its_buffer():
 
 
 # -- the long run of 2026-11-26 on the channels-last and conv chain code (issue 21) ----------
-def _guarded(n: int, fill: float = 0.0):
-    sys.path.insert(0, __import__("os").path.join(__import__("os").path.dirname(__file__), "fuzz"))
+def _cnn_cases():
+    """tests/fuzz/cnn_cases.py (its guarded buffers and conv_f32 task)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "fuzz"))
     import cnn_cases
 
-    return cnn_cases._Guarded(n, fill)
+    return cnn_cases
+
+
+def _guarded(n: int, fill: float = 0.0):
+    return _cnn_cases()._Guarded(n, fill)
 
 
 def _float_conv_task():
-    sys.path.insert(0, __import__("os").path.join(__import__("os").path.dirname(__file__), "fuzz"))
-    import cnn_cases
-
-    return cnn_cases._conv_f32_task()
+    return _cnn_cases()._conv_f32_task()
 
 
 @needs_native
@@ -287,6 +290,32 @@ def test_native_nhwc_call_refuses_cuts_past_its_work(k, end):
     with pytest.raises(InvalidArgument):
         _core.check(status, "channels-last conv")
     assert x.intact() and y.intact() and not y.view.any()
+
+
+@pytest.mark.parametrize(
+    "x_shape, dtype, transposed",
+    [((1, 6, 6, 7), np.float32, False), ((1, 6, 5, 8), np.float32, False),
+     ((2, 6, 6, 8), np.float32, False), ((1, 6, 6, 8), np.int8, False),
+     ((1, 6, 6, 8), np.float32, True)],
+)  # fmt: skip
+def test_native_nhwc_conv_call_refuses_an_x_it_was_not_set_up_for(x_shape, dtype, transposed):
+    """NhwcConv's calls passed x's address to kernels that read it by the set-up's shape and
+    strides: an x of another shape, dtype or layout was read past its end. Now refused."""
+    from onyx.runtime.native import nhwc
+
+    if not nhwc.available():
+        pytest.skip("channels-last kernels: AVX-512")
+    for k in (1, 3):
+        conv = _nhwc_conv(k)
+        x = np.ones(x_shape, dtype)
+        if transposed:
+            x = np.ones((1, 8, 6, 6), dtype).transpose(0, 2, 3, 1)
+        for call in (conv, conv.plain):
+            with pytest.raises(InvalidArgument, match="channels-last conv"):
+                call(x)
+        with pytest.raises(InvalidArgument, match="channels-last conv"):
+            conv(np.ones((1, 6, 6, 8), np.float32), None, np.ones((1, 6, 6, 7), np.float32))
+        assert conv.plain(np.ones((1, 6, 6, 8), np.float32)).shape == (1, 6, 6, 8)
 
 
 @pytest.mark.parametrize(
