@@ -35,7 +35,10 @@ def test_a_seeded_sample_has_no_bugs(seeds):
     assert not bugs, "\n".join(f"{r.case}: {r.outcome} in {r.stage}: {r.detail}" for r in bugs)
 
 
-@pytest.mark.parametrize("mutation", sorted(harness.PROTO_MUTATIONS) + ["bad_feed", "fork"])
+@pytest.mark.parametrize(
+    "mutation",
+    sorted(harness.PROTO_MUTATIONS) + ["bad_feed", "fork", *harness.GEN_MUTATIONS, "native_calls"],
+)
 def test_every_mutation_on_a_conv_model_is_handled(seeds, mutation):
     seed = next(s for s in seeds if s.name == "test_maxpool_2d_dilations")
     for case_seed in range(2):
