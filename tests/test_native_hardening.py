@@ -369,3 +369,28 @@ def test_one_pixel_conv_of_an_empty_batch_is_empty(x_type):
     w = np.ones((4, 17, 1, 1), np.uint8)
     y = conv_integer_to_float(x, w, x_type(0), np.uint8(0), np.float32(0.5), None)
     assert y.shape == (0, 4, 1, 1) and y.dtype == np.float32
+
+
+@pytest.mark.parametrize("optimized", [True, False])
+def test_conv_kernel_shape_that_does_not_match_w_is_refused(optimized):
+    """A Conv whose kernel_shape attribute ([2, 1]) differs from W's spatial dims ([1, 1]) ran,
+    and the optimized and unoptimized sessions gave different answers (some kernels read W by
+    its shape, others by the attribute); onnxruntime refuses the pair. Now every path raises
+    (the long run, seed 71, random_cnn/529562386)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    import onyx
+
+    w = numpy_helper.from_array(np.ones((8, 3, 1, 1), np.float32), "w")
+    node = helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[2, 1])
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    options = onyx.SessionOptions()
+    if not optimized:
+        options.graph_optimization_level = onyx.GraphOptimizationLevel.ORT_DISABLE_ALL
+    with pytest.raises(onyx.OnyxError, match="kernel_shape"):
+        sess = onyx.InferenceSession(model.SerializeToString(), options)
+        sess.run(None, {"x": np.ones((1, 3, 4, 4), np.float32)})
