@@ -335,7 +335,12 @@ MUTATIONS = [*BYTE_MUTATIONS, *PROTO_MUTATIONS, *FEED_MUTATIONS, "fork"]
 MUTATIONS += 2 * [*GEN_MUTATIONS, *NATIVE_MUTATIONS, "reshape_input"]
 
 
-def mutate(seed: Seed, mutation: str, rng: random.Random) -> tuple[bytes, list | None]:
+def mutate(seed: Seed, mutation: str, rng: random.Random) -> bytes:
+    """The case's model bytes."""
+    return mutate_with_feeds(seed, mutation, rng)[0]
+
+
+def mutate_with_feeds(seed: Seed, mutation: str, rng: random.Random) -> tuple[bytes, list | None]:
     """The case's model bytes and, where the mutation makes them, its feeds (a list: run in
     turn, then the first again)."""
     if mutation in BYTE_MUTATIONS:
@@ -525,7 +530,7 @@ def run_case(seed: Seed, mutation: str, case_seed: int, timeout: float = 20.0,
              memory_mb: int = 3072) -> Result:  # fmt: skip
     """One case in a forked child with ``timeout`` seconds and ``memory_mb`` of address space."""
     name = f"{seed.name}/{mutation}/{case_seed}"
-    data, feeds = mutate(seed, mutation, random.Random(case_seed))
+    data, feeds = mutate_with_feeds(seed, mutation, random.Random(case_seed))
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # the case
