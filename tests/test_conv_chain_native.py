@@ -350,3 +350,53 @@ def test_depthwise_layer_takes_only_whole_rows_of_channels():
         else:
             with pytest.raises(conv_chain.NoNativePath):
                 conv_chain.layer_task(*args)
+
+
+@needs_native
+def test_kept_scratch_has_a_cap_across_chains(forced, monkeypatch, chain_runs):
+    """Every chain's set-ups together keep at most KEPT_SCRATCH_ALL bytes of scratch (each
+    set-up kept up to KEPT_SCRATCH, SIGNATURES of them per chain, with no cap over sessions):
+    past it a set-up's runs take their own, with the same bits; freed set-ups give theirs back."""
+    import gc
+
+    before = conv_chain._kept_scratch[0]  # noqa: SLF001
+    monkeypatch.setattr(conv_chain, "KEPT_SCRATCH_ALL", before + 1)
+    chained, plain = _sessions(mobile_net(), monkeypatch)
+    feeds = _image(2)
+    for _ in range(3):
+        np.testing.assert_array_equal(chained.run(None, feeds)[0], plain.run(None, feeds)[0])
+    assert chain_runs[0] >= 2 and conv_chain._kept_scratch[0] == before  # noqa: SLF001
+    monkeypatch.setattr(conv_chain, "KEPT_SCRATCH_ALL", 64 << 20)
+    more = onyx.InferenceSession(mobile_net(16, 48, 1, 17))
+    for batch in (1, 2, 3):
+        more.run(None, _image(batch))
+        more.run(None, _image(batch))
+    assert conv_chain._kept_scratch[0] > before  # noqa: SLF001
+    del more
+    gc.collect()
+    assert conv_chain._kept_scratch[0] == before  # noqa: SLF001
+
+
+@needs_native
+def test_chain_gives_back_the_layers_kept_outputs(forced, monkeypatch, chain_runs):
+    """A session's checked first run runs the layers one by one, and a layer split between
+    threads keeps its output (counted in nhwc._SPARE_FLOATS, process-wide); once the chain
+    runs them, the layers give their share back (it was held for the session's life, and a
+    few sessions took the whole budget from every other model)."""
+    from onyx.runtime import native
+
+    monkeypatch.setattr(nhwc, "_GROUP1_MACS", 2)  # (every layer worth two threads)
+    monkeypatch.setattr(nhwc, "_DEPTHWISE_MACS", 2)
+    before = nhwc._held[0]  # noqa: SLF001
+    if nhwc._SOLE is None:  # noqa: SLF001
+        pytest.skip("no output is kept here (free-threaded Python)")
+    chained, plain = _sessions(mobile_net(16, 64, 1, 18, hw=(24, 24)), monkeypatch, threads=2)
+    feeds = _image(1, (24, 24))
+    with native.threads(2):
+        got = chained.run(None, feeds)[0]  # (checked: one by one)
+        assert nhwc._held[0] > before  # noqa: SLF001
+        for _ in range(2):
+            np.testing.assert_array_equal(chained.run(None, feeds)[0], got)
+    assert chain_runs[0] >= 2
+    assert nhwc._held[0] == before  # noqa: SLF001
+    np.testing.assert_array_equal(plain.run(None, feeds)[0], got)

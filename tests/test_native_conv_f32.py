@@ -606,7 +606,7 @@ def test_stride_2_phases_split_between_threads_give_the_same_bits(monkeypatch):
     assert status == 0
     job = conv_f32._phase_job(planes, H, W, Hq, Wq, top, left)
     parts = np.full_like(whole, np.nan)
-    job.x, job.cols = _core._addr(x), _core._addr(parts)
+    job.x, job.cols, job.ncols = _core._addr(x), _core._addr(parts), parts.size
     _core._run(_core.lib.conv_f32_phase_range, job, [0, 5, 6, planes], 1, "float conv")
     np.testing.assert_array_equal(parts, whole)
     with pytest.raises(InvalidArgument):  # (planes past the job's)
@@ -746,7 +746,7 @@ def test_column_packing_jobs_fill_the_same_columns_and_refuse_any_past_their_own
         conv = _derived_conv(x, w, attrs, 2)
     task = type(conv.task).from_buffer_copy(conv.task)
     whole, by_job = np.zeros(conv.cols, np.float32), np.zeros(conv.cols, np.float32)
-    task.x, task.cols = x.ctypes.data, whole.ctypes.data
+    task.x, task.cols, task.ncols = x.ctypes.data, whole.ctypes.data, whole.size
     jobs = int(conv.pack_cuts[-1])
     _core._run(_core.lib.conv_f32_pack_range, task, [0, jobs], 1, "float conv")
     task.cols = by_job.ctypes.data

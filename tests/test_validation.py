@@ -207,3 +207,15 @@ def test_a_string_tensor_in_external_data_is_refused(tmp_path):
     path.write_bytes(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]).SerializeToString())
     with pytest.raises(onyx.FormatError, match="STRING"):
         onyx.load(path)
+
+
+def test_an_op_type_that_is_not_utf8_is_an_unknown_op():
+    """A flipped bit in a node's op_type left bytes that are not UTF-8 (read as bytes): the
+    schema look-up called bytes.encode (an AttributeError from check). Now no operator's."""
+    data = model([h.make_node("Reluzz", ["x"], ["y"])], [vi("x")], [vi("y")])
+    data = data.replace(b"Reluzz", b"Relu\xff\xfe")
+    with pytest.raises(onyx.ValidationError) as info:
+        onyx.check(data, full=True)
+    assert "unknown-op" in {p.rule for p in info.value.problems}, info.value
+    with pytest.raises(onyx.OnyxError):
+        onyx.InferenceSession(data)

@@ -372,6 +372,8 @@ def _scanner():
 
 def _versions(op: str, domain: str) -> list[dict]:
     """The raw versions of an operator, oldest first (empty if the operator is unknown)."""
+    if op.__class__ is not str or domain.__class__ is not str:
+        return []  # (a name that is not UTF-8, read as bytes: no operator's)
     span = _index().get((domain.encode(), op.encode()))
     if span is None:
         return []

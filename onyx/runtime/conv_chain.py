@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import threading
+import weakref
 
 import numpy as np
 
@@ -41,6 +42,11 @@ CHAINABLE = {
 KEPT_SCRATCH = 16 << 20
 #: Input signatures a ChainStep keeps set-ups for (a new one past this starts afresh).
 SIGNATURES = 4
+#: Scratch bytes all chains of the process keep together (SIGNATURES set-ups of many
+#: sessions' chains would each keep up to KEPT_SCRATCH): a set-up past it keeps none and
+#: each of its runs takes its own, as a second thread's run does.
+KEPT_SCRATCH_ALL = 32 << 20
+_kept_scratch = [0]  # (the bytes kept now)
 
 
 def enabled() -> bool:
@@ -211,6 +217,8 @@ class ChainStep:
             if len(self.setups) >= SIGNATURES:
                 self.setups.clear()
             s = self.setups[key] = ChainSetup.make(self, xs, key[0])
+            if s is not None:
+                _give_back_kept(self.layers)
         self.last = s
         return s
 
@@ -307,8 +315,9 @@ class ChainSetup:
         self.bases = np.zeros(len(sizes), np.int64)
         self.bases_at = self.bases.ctypes.data
         self.first_out = 1 + n_in
-        self.scratch = _aligned_bytes(self.scratch_bytes)
-        self.bases[0] = self.scratch.ctypes.data
+        self.scratch = _kept_scratch_of(self.scratch_bytes)
+        if self.scratch is not None:
+            self.bases[0] = self.scratch.ctypes.data
         self.lock = threading.Lock()
 
     def fits(self, xs) -> bool:
@@ -324,7 +333,7 @@ class ChainSetup:
     def run(self, xs):
         aligned, base_addr = _Native.aligned, _Native.base_addr
         outs = [aligned(shape, size) for shape, size in zip(self.out_shapes, self.out_sizes)]
-        mine = self.lock.acquire(False)
+        mine = self.scratch is not None and self.lock.acquire(False)
         try:
             if mine:
                 bases, at = self.bases, self.bases_at
@@ -374,6 +383,37 @@ def _span_bytes(x: np.ndarray) -> int:
 def _aligned_bytes(n: int) -> np.ndarray:
     """A scratch of n bytes (4 at least) on a 64-byte line."""
     return aligned_empty((max(n, 4),), np.uint8)
+
+
+def _kept_scratch_of(n: int) -> np.ndarray | None:
+    """A set-up's kept scratch of n bytes, counted in KEPT_SCRATCH_ALL until it is freed;
+    None where the chains' kept scratch would pass it."""
+    n = max(n, 4)
+    with _KEPT_LOCK:
+        if _kept_scratch[0] + n > KEPT_SCRATCH_ALL:
+            return None
+        _kept_scratch[0] += n
+    scratch = _aligned_bytes(n)
+    weakref.finalize(scratch, _give_back_scratch, n)
+    return scratch
+
+
+def _give_back_scratch(n: int) -> None:
+    with _KEPT_LOCK:
+        _kept_scratch[0] -= n
+
+
+_KEPT_LOCK = threading.Lock()
+
+
+def _give_back_kept(layers: list[_Layer]) -> None:
+    """The layers' own kernels let go of their kept outputs (nhwc.NhwcConv's, counted in a
+    process-wide budget): the chain runs these layers from now on, and a checked first run
+    that ran them one by one would otherwise hold its share for the session's life."""
+    for layer in layers:
+        give_back = getattr(getattr(layer.step.fn, "fn", None), "give_back", None)
+        if give_back is not None:
+            give_back()
 
 
 def layer_task(layer: _Layer, shape, strides, template, known, nhwc, setting: int) -> tuple:

@@ -36,6 +36,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+try:
+    from . import cnn_cases
+except ImportError:  # (imported as a top-level module: tests/fuzz on sys.path)
+    import cnn_cases
+
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 BUGS = ("exception", "signal", "hang")
 OUTCOMES = ("ok", "onyx-error", "memory", "endless-loop", *BUGS)
@@ -84,8 +89,16 @@ def node_seeds(limit: int | None = None) -> list[Seed]:
     return seeds
 
 
+#: The serving zoo's CNNs (benchmarks/models/serving, generated: used where present), whose
+#: convs run channels-last in native chains.
+SERVING_SEEDS = ("cnn_mobilenet", "cnn_unet", "cnn_mobilenet_qdq")
+
+
 def model_seeds() -> list[Seed]:
     paths = sorted(glob.glob(os.path.join(ROOT, "tests", "models", "*.onnx")))
+    serving = os.path.join(ROOT, "benchmarks", "models", "serving")
+    paths += [p for p in (os.path.join(serving, n + ".onnx") for n in SERVING_SEEDS)
+              if os.path.exists(p)]  # fmt: skip
     return [
         Seed(os.path.basename(p), open(p, "rb").read())
         for p in paths
@@ -284,19 +297,62 @@ PROTO_MUTATIONS = {
     "duplicate_input": duplicate_input,
     "no_graph": no_graph,
 }
+
+
+def reshape_input(m, rng):
+    """A conv model's 4-D inputs declared (N, C, H, W) with symbolic N, H, W, fed a batch of 0
+    to 3 and a side from 1 to 160; returns the feeds."""
+    from onnx import TensorProto
+
+    feeds = {}
+    batch, side = rng.choice([0, 1, 1, 2, 3]), rng.choice([1, 2, 7, 33, 97, 160])
+    inits = {t.name for t in m.graph.initializer}
+    for v in m.graph.input:
+        dims = v.type.tensor_type.shape.dim
+        if v.name in inits or len(dims) != 4 or v.type.tensor_type.elem_type != TensorProto.FLOAT:
+            continue
+        for d, name in zip(dims, ("N", None, "H", "W")):
+            if name is not None:
+                d.dim_param = name
+        c = dims[1].dim_value or 3
+        feeds[v.name] = np.random.default_rng(rng.randrange(2**32)).standard_normal(
+            (batch, c, side, side), np.float32
+        )
+    return [feeds] if feeds else None
+
+
+PROTO_MUTATIONS = {
+    **PROTO_MUTATIONS,
+    "reshape_input": reshape_input,
+}
 BYTE_MUTATIONS = {"flip_bits": flip_bits, "truncate": truncate, "splice_bytes": splice_bytes}
 FEED_MUTATIONS = ("bad_feed",)
+#: Cases made from scratch (tests/fuzz/cnn_cases.py): the seed model is not read.
+GEN_MUTATIONS = cnn_cases.GENERATORS
+NATIVE_MUTATIONS = ("native_calls",)
 MUTATIONS = [*BYTE_MUTATIONS, *PROTO_MUTATIONS, *FEED_MUTATIONS, "fork"]
+#: The newer paths' cases drawn twice as often (their code is the youngest).
+MUTATIONS += 2 * [*GEN_MUTATIONS, *NATIVE_MUTATIONS, "reshape_input"]
 
 
 def mutate(seed: Seed, mutation: str, rng: random.Random) -> bytes:
+    """The case's model bytes."""
+    return mutate_with_feeds(seed, mutation, rng)[0]
+
+
+def mutate_with_feeds(seed: Seed, mutation: str, rng: random.Random) -> tuple[bytes, list | None]:
+    """The case's model bytes and, where the mutation makes them, its feeds (a list: run in
+    turn, then the first again)."""
     if mutation in BYTE_MUTATIONS:
-        return BYTE_MUTATIONS[mutation](seed.data, rng) if seed.data else seed.data
+        return (BYTE_MUTATIONS[mutation](seed.data, rng) if seed.data else seed.data), None
     if mutation in PROTO_MUTATIONS:
         m = _proto(seed.data)
-        PROTO_MUTATIONS[mutation](m, rng)
-        return m.SerializeToString()
-    return seed.data
+        feeds = PROTO_MUTATIONS[mutation](m, rng)
+        return m.SerializeToString(), feeds
+    if mutation in GEN_MUTATIONS:
+        m, feeds = GEN_MUTATIONS[mutation](rng)
+        return m.SerializeToString(), feeds
+    return seed.data, None
 
 
 # -- running one case ---------------------------------------------------------------------------
@@ -352,10 +408,13 @@ def bad_feeds(feeds: dict, rng: random.Random) -> dict:
     return out
 
 
-def stages(data: bytes, seed: Seed, mutation: str, rng: random.Random, workdir: str):
+def stages(data: bytes, seed: Seed, mutation: str, rng: random.Random, workdir: str,
+           made_feeds: list | None = None):  # fmt: skip
     """The pipeline, one (name, function) per stage; functions return nothing."""
     import onyx
 
+    if mutation in NATIVE_MUTATIONS:
+        return [("native", lambda: cnn_cases.native_calls(rng))]
     path = os.path.join(workdir, "model.onnx")
     with open(path, "wb") as f:
         f.write(data)
@@ -368,6 +427,8 @@ def stages(data: bytes, seed: Seed, mutation: str, rng: random.Random, workdir: 
         sess = state.get("sess")
         if sess is None:
             return
+        if made_feeds:  # (runs again and against unchained and unoptimized sessions)
+            return cnn_cases.check_runs(path, made_feeds)
         feeds = dict(seed.feeds) if mutation not in PROTO_MUTATIONS else {}
         names = {i.name for i in sess.get_inputs()}
         if set(feeds) != names:
@@ -430,13 +491,12 @@ def _run_in_fork(sess, feeds) -> None:
 
 
 def same_values(a, b) -> bool:
-    a, b = np.asarray(a), np.asarray(b)
-    if a.dtype == object or b.dtype == object:
-        return a.shape == b.shape and all(x == y for x, y in zip(a.ravel(), b.ravel()))
-    return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
+    """(A sequence output is a list of arrays of any shapes: compared one by one.)"""
+    return cnn_cases.same_value(a, b)
 
 
-def run_stages(data: bytes, seed: Seed, mutation: str, case_seed: int, progress=None) -> dict:
+def run_stages(data: bytes, seed: Seed, mutation: str, case_seed: int, progress=None,
+               feeds: list | None = None) -> dict:  # fmt: skip
     """In the case's process: every stage, the worst outcome and where."""
     import onyx
 
@@ -445,7 +505,7 @@ def run_stages(data: bytes, seed: Seed, mutation: str, case_seed: int, progress=
     rank = {o: i for i, o in enumerate(OUTCOMES)}
     with tempfile.TemporaryDirectory() as workdir, warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for name, fn in stages(data, seed, mutation, rng, workdir):
+        for name, fn in stages(data, seed, mutation, rng, workdir, feeds):
             if progress is not None:
                 progress(name)
             try:
@@ -470,7 +530,7 @@ def run_case(seed: Seed, mutation: str, case_seed: int, timeout: float = 20.0,
              memory_mb: int = 3072) -> Result:  # fmt: skip
     """One case in a forked child with ``timeout`` seconds and ``memory_mb`` of address space."""
     name = f"{seed.name}/{mutation}/{case_seed}"
-    data = mutate(seed, mutation, random.Random(case_seed))
+    data, feeds = mutate_with_feeds(seed, mutation, random.Random(case_seed))
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # the case
@@ -482,7 +542,7 @@ def run_case(seed: Seed, mutation: str, case_seed: int, timeout: float = 20.0,
             resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
             resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
             out = run_stages(
-                data, seed, mutation, case_seed, lambda st: os.write(w, f"@{st}\n".encode())
+                data, seed, mutation, case_seed, lambda st: os.write(w, f"@{st}\n".encode()), feeds
             )
             os.write(w, json.dumps(out).encode())
         except BaseException:  # noqa: BLE001
@@ -568,10 +628,12 @@ def warm_up(seeds: list[Seed]) -> None:
             pass
 
 
-def plan(seeds: list[Seed], count: int, seed: int = 0) -> list[tuple[Seed, str, int]]:
-    """``count`` cases drawn with a seeded generator: (seed model, mutation, case seed)."""
-    rng = random.Random(seed)
-    return [(rng.choice(seeds), rng.choice(MUTATIONS), rng.randrange(2**31)) for _ in range(count)]
+def plan(seeds: list[Seed], count: int, seed: int = 0,
+         mutations: list[str] | None = None) -> list[tuple[Seed, str, int]]:  # fmt: skip
+    """``count`` cases drawn with a seeded generator: (seed model, mutation, case seed), the
+    mutations from ``mutations`` (default: all, the newer paths' twice as often)."""
+    rng, pool = random.Random(seed), mutations or MUTATIONS
+    return [(rng.choice(seeds), rng.choice(pool), rng.randrange(2**31)) for _ in range(count)]
 
 
 def summarize(results: list[Result]) -> dict:

@@ -88,6 +88,12 @@ def _conv_runner(activation: str, params, group: int, attrs: tuple):
             return _body(X, W, B, S, Z, group, attrs, activation, params)
         return conv(conv.reads(X) if bound.copies else X, S, Z)
 
+    def give_back() -> None:  # (conv_chain: a chain runs this layer now)
+        bound = last[0]
+        if bound is not None and bound.conv is not None:
+            bound.conv.give_back()
+
+    run.give_back = give_back
     return run
 
 
@@ -150,12 +156,15 @@ def _prepared(activation: str | None, extras: str = ""):
         )
         run = _conv_runner(act, params, attrs["group"], geometry)
         if extras == "S":
-            return lambda X, S, W, B=None: run(X, W, B, S)
-        if extras == "Z":
-            return lambda X, W, B, Z: run(X, W, B, None, Z)
-        if extras == "SZ":
-            return lambda X, S, W, B, Z: run(X, W, B, S, Z)
-        return run
+            fn = lambda X, S, W, B=None: run(X, W, B, S)  # noqa: E731
+        elif extras == "Z":
+            fn = lambda X, W, B, Z: run(X, W, B, None, Z)  # noqa: E731
+        elif extras == "SZ":
+            fn = lambda X, S, W, B, Z: run(X, W, B, S, Z)  # noqa: E731
+        else:
+            return run
+        fn.give_back = run.give_back
+        return fn
 
     return make
 

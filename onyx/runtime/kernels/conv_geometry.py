@@ -121,6 +121,10 @@ def _conv_geometry(
 ):
     n = len(x_shape) - 2
     kernel = list(kernel_shape) if kernel_shape else list(w_shape[2:])
+    if kernel_shape and len(w_shape) == n + 2 and kernel != list(w_shape[2:]):
+        # (the kernels read W by its own shape and others by the attribute: onnxruntime refuses
+        # the pair too)
+        raise ValueError(f"{op}: kernel_shape {kernel} does not match W's {list(w_shape[2:])}")
     strides, dilations, pads = spatial_defaults(n, strides, dilations, pads)
     check_window_attributes(op, n, kernel, strides, dilations, pads)
     pads = conv_pads(auto_pad, x_shape[2:], kernel, strides, dilations, pads)

@@ -107,6 +107,9 @@ def one_pixel_sums(x, w, x_zero_point, w_zero_point, attrs: tuple) -> np.ndarray
         return None
     if w_zero_point is not None and w_zero_point.size not in (1, w.shape[0]):
         return None
+    # (a zero point of the other 8-bit type: ConvInteger's own checks refuse it)
+    if any(z is not None and z.dtype != v.dtype for z, v in ((x_zero_point, x), (w_zero_point, w))):
+        return None
 
     def centered() -> np.ndarray:  # (C, M): w - w_zero_point, transposed for x @ it
         wz = 0.0 if w_zero_point is None else w_zero_point.astype(np.float64).reshape(-1, 1)
@@ -114,7 +117,7 @@ def one_pixel_sums(x, w, x_zero_point, w_zero_point, attrs: tuple) -> np.ndarray
 
     wc = derived(w, ("one pixel", value_key(w_zero_point)), centered)
     zx = 0.0 if x_zero_point is None else float(x_zero_point.reshape(-1)[0])
-    xc = x.reshape(x.shape[0], -1).astype(np.float64)
+    xc = x.reshape(x.shape[:2]).astype(np.float64)  # (not -1: a batch of 0 has no size)
     if zx:
         xc -= zx
     return xc @ wc

@@ -186,7 +186,8 @@ ONYX_STRUCT(hard_sigmoid_task, ONYX_HARD_SIGMOID_TASK)
     F(S, int64_t, raw, )  /* 1 (wide 1 or 2): x is the unpadded input, padded by each part */ \
     F(S, int64_t, xh, ) F(S, int64_t, xw, )     /* the unpadded input's height and width */  \
     F(S, int64_t, xtop, ) F(S, int64_t, xleft, ) /* its place in the padded H x W */         \
-    F(S, int32_t, act, ) F(S, float, alpha, ) F(S, float, beta, )
+    F(S, int32_t, act, ) F(S, float, alpha, ) F(S, float, beta, )                          \
+    F(S, int64_t, ncols, ) /* the floats at cols (0 without): checked against what it holds */
 ONYX_STRUCT(conv_f32, ONYX_CONV_F32)
 
 /* ------------------------------------------------------------ 1-D float conv (conv1d.c) */

@@ -720,9 +720,31 @@ static int narrow_width(tile_fn fn) {
     return 0;
 }
 
+/* Whether t's cols, where it has them, hold every strip's packed columns (group x strips x
+   K x CF_NR floats, as ncols says): the packing writes them, the tiles read them. */
+static int cols_ok(const conv_f32 *t) {
+    int64_t n;
+    return !t->cols || (onyx_mul(t->group, t->strips, &n) && onyx_mul(n, t->C / t->group, &n) &&
+                        onyx_mul(n, t->kh * t->kw, &n) && onyx_mul(n, CF_NR, &n) &&
+                        t->ncols >= n);
+}
+
+/* *parts = onyx_conv_f32_range's parts (groups x chunks of strips x blocks of panels), when
+   they and a part's scratch (per_part strips of every panel of a block) are in range. */
+static int conv_f32_parts(const conv_f32 *t, int64_t *parts) {
+    int64_t panels = (t->M / t->group + CF_MR - 1) / CF_MR, chunks, tiles;
+    int64_t per_block = (panels + t->blocks - 1) / t->blocks;
+    chunks = (t->strips + t->per_part - 1) / t->per_part;
+    return onyx_mul(t->group, chunks, parts) && onyx_mul(*parts, t->blocks, parts) &&
+           onyx_mul(t->per_part, per_block, &tiles) && onyx_mul(tiles, CF_MR * CF_NR, &tiles);
+}
+
 EXPORT AVX512 int onyx_conv_f32_range(const void *p, int64_t begin, int64_t end) {
     const conv_f32 *t = p;
-    if (!conv_f32_ok(t) || begin < 0) return ONYX_INVALID;
+    int64_t work;
+    if (!conv_f32_ok(t) || begin < 0 || begin > end || !conv_f32_parts(t, &work) ||
+        end > work || !cols_ok(t))
+        return ONYX_INVALID;
     conv_f32 padded; /* a raw conv's task, reading its parts' regions (pad_part) */
     const conv_f32 *raw = t->raw ? t : 0;
     int64_t R = 0, region = 0; /* (a region's rows, floats) */
@@ -883,7 +905,7 @@ EXPORT AVX512 int onyx_conv_f32_range(const void *p, int64_t begin, int64_t end)
    threads. */
 EXPORT AVX512 int onyx_conv_f32_pack_range(const void *p, int64_t begin, int64_t end) {
     const conv_f32 *t = p;
-    if (!conv_f32_ok(t) || begin < 0 || begin > end) return ONYX_INVALID;
+    if (!conv_f32_ok(t) || begin < 0 || begin > end || !cols_ok(t)) return ONYX_INVALID;
     int64_t K = (t->C / t->group) * t->kh * t->kw, blocks = (K + t->kc - 1) / t->kc, jobs;
     if (!onyx_mul(t->group, blocks, &jobs) || !onyx_mul(jobs, t->strips, &jobs) || end > jobs)
         return ONYX_INVALID;
@@ -974,7 +996,7 @@ EXPORT int onyx_conv_f32_phase_range(const void *p, int64_t begin, int64_t end) 
     int64_t sizes[7] = {t->N, t->H, t->W, t->xh, t->xw, t->xtop, t->xleft}, cells;
     if (!onyx_in(sizes, 7, 0, ONYX_MAX_EXTENT) || begin < 0 || begin > end || end > t->N ||
         !t->x || !t->cols || !onyx_mul(t->N, t->H * t->W, &cells) ||
-        !onyx_mul(t->N, 4 * t->xh * t->xw, &cells))
+        !onyx_mul(t->N, 4 * t->xh * t->xw, &cells) || t->ncols < cells)
         return ONYX_INVALID;
     return onyx_phase_planes_f32(t->x + begin * t->H * t->W, end - begin, t->H, t->W,
                                  t->cols + begin * 4 * t->xh * t->xw, t->xh, t->xw, t->xtop,

@@ -34,6 +34,7 @@ class _ConvF32(ctypes.Structure):
         + [(name, _I64) for name in ("group", "kc", "strips", "per_part", "blocks", "wide")]
         + [(name, _I64) for name in ("raw", "xh", "xw", "xtop", "xleft")]
         + [("act", ctypes.c_int32), ("alpha", ctypes.c_float), ("beta", ctypes.c_float)]
+        + [("ncols", _I64)]
     )
 
 
@@ -198,7 +199,7 @@ def _sampled(x_shape, kernel, out_shape, strides, begin, out_channels) -> tuple 
 
 def _phase_job(planes: int, H: int, W: int, Hq: int, Wq: int, top: int, left: int) -> _ConvF32:
     """The task of conv_f32.c's phase job (onyx_conv_f32_phase_range): its fields x, N, H, W
-    the input's planes, cols, xh, xw, xtop, xleft the phases'; x and cols set per call."""
+    the input's planes, cols, xh, xw, xtop, xleft the phases'; x, cols and ncols set per call."""
     return _ConvF32(N=planes, H=H, W=W, xh=Hq, xw=Wq, xtop=top, xleft=left)
 
 
@@ -370,7 +371,7 @@ class FloatConv:
             task.z = _addr(z)
         if self.cols:
             cols = np.empty(self.cols, np.float32)
-            task.cols = _addr(cols)
+            task.cols, task.ncols = _addr(cols), cols.size
             _run(core.lib.conv_f32_pack_range, task, self.pack_cuts, self.ways)
         _run(core.lib.conv_f32_range, task, self.cuts, self.ways, "float conv")
         return y
@@ -394,7 +395,7 @@ class FloatConv:
         flat = _scratch_floats(planes * 4 * Hq * Wq + slack)
         if self.ways > 1:  # (by planes, on the pool's threads)
             job = type(self.phase_job).from_buffer_copy(self.phase_job)
-            job.x, job.cols = _addr(x), _addr(flat)
+            job.x, job.cols, job.ncols = _addr(x), _addr(flat), flat.size
             _run(core.lib.conv_f32_phase_range, job, _even_cuts(planes, self.ways), self.ways)
         else:
             status = core.lib.onyx_phase_planes_f32(

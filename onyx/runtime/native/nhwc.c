@@ -555,13 +555,22 @@ static int task_ok(const nhwc_task *t) {
            (!t->s || t->kind == NHWC_POINTWISE);
 }
 
+/* Whether [begin, end) lies in a task's work: its output rows (conv, depthwise), pixels
+   (pointwise) or images (mean); the kernels run the range as given, unclamped. */
+static int range_ok(const nhwc_task *t, int64_t begin, int64_t end) {
+    int64_t work = t->N;
+    if (t->kind != NHWC_MEAN && !onyx_mul(t->N, t->OH, &work)) return 0;
+    if (t->kind == NHWC_POINTWISE && !onyx_mul(work, t->OW, &work)) return 0;
+    return begin >= 0 && begin <= end && end <= work;
+}
+
 /* Parts [begin, end) of a task: output rows (conv, depthwise), pixels (pointwise) or images
    (mean), as task->kind says. */
 EXPORT int onyx_nhwc_range(const void *p, int64_t begin, int64_t end) {
     /* (each thread reads its own copy: the kernels read the task's fields in their loops, and
        onyx_nhwc_call's lies on the caller's stack, in lines the caller writes as it runs) */
     const nhwc_task local = *(const nhwc_task *)p, *t = &local;
-    if (!have_avx512() || !task_ok(t) || begin < 0) return ONYX_INVALID;
+    if (!have_avx512() || !task_ok(t) || !range_ok(t, begin, end)) return ONYX_INVALID;
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     switch (t->kind) {
     case NHWC_CONV: narrow_ok(t) ? narrow_rows(t, begin, end) : conv_rows(t, begin, end); break;

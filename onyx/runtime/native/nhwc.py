@@ -12,6 +12,7 @@ import weakref
 
 import numpy as np
 
+from ...errors import InvalidArgument
 from . import _core as core
 from ._core import (
     _I64,
@@ -128,7 +129,7 @@ class NhwcConv:
 
     __slots__ = (
         *("cuts", "cuts_addr", "keep", "parts", "shape", "size", "spare", "task", "task_at"),
-        *("ways", "kept", "keeps", "nbytes", "__weakref__"),
+        *("ways", "kept", "keeps", "nbytes", "release", "x_shape", "x_strides", "__weakref__"),
     )
 
     def __init__(self, x_shape, w: np.ndarray, bias, geo: dict, activation: tuple):
@@ -138,6 +139,9 @@ class NhwcConv:
         top, left = geo["pads"][:2]
         _check_sizes("conv", *x_shape, *w.shape, OH, OW, sh, sw, dh, dw, top, left)
         depthwise = w.shape[1] == 1 and M == C and C > 1
+        _check_geometry(x_shape, w.shape, geo, depthwise)
+        self.x_shape = tuple(x_shape)
+        self.x_strides = (4 * H * W * C, 4 * W * C, 4 * C, 4)  # (set_strides sets others)
         self.keep = packed, b = _packed(w, bias, depthwise)
         pointwise = (kh, kw, sh, sw) == (1, 1, 1, 1) and not any(geo["pads"])
         kind = DEPTHWISE if depthwise else (POINTWISE if pointwise else CONV)
@@ -188,11 +192,32 @@ class NhwcConv:
         """The strides (bytes) of the inputs this set-up reads (see :meth:`reads`)."""
         t = self.task
         t.xs_n, t.xs_h, t.xs_w, t.xs_c = (s // 4 for s in strides)
+        self.x_strides = tuple(strides)
+
+    def _refuse(self, x, s=None, z=None) -> None:
+        """InvalidArgument unless x has the set-up's shape, strides and dtype, and s and z
+        theirs (the kernels read them by the task's sizes: nothing else bounds them)."""
+        N, C = self.x_shape[0], self.x_shape[3]
+        ok = isinstance(x, np.ndarray) and x.shape == self.x_shape and x.dtype == _F32
+        ok = ok and x.strides == self.x_strides
+        for extra, shape in ((s, (N, 1, 1, C)), (z, self.shape)):
+            if extra is not None:
+                ok = ok and isinstance(extra, np.ndarray) and extra.dtype == _F32
+                ok = ok and extra.size == math.prod(shape) and extra.flags.c_contiguous
+        if not ok:
+            raise InvalidArgument(
+                f"onyx native channels-last conv: set up for x {self.x_shape} float32, strides "
+                f"{self.x_strides}; got {getattr(x, 'shape', x)!r} {getattr(x, 'dtype', '')} "
+                f"{getattr(x, 'strides', '')} (or an s or z not of its shape)"
+            )
 
     def __call__(self, x: np.ndarray, s=None, z=None) -> np.ndarray:
         """x float32 of the set-up's (N, H, W, C) shape and strides (set_strides); s: per-image
         input channel scales (N, C) (pointwise only), z: a residual of the output's shape,
         added before the activation (both C-contiguous float32)."""
+        if (x.shape != self.x_shape or x.strides != self.x_strides or x.dtype != _F32
+                or s is not None or z is not None):  # fmt: skip
+            self._refuse(x, s, z)  # (s or z: checked there; else x raises)
         y, address = self._output()
         status = _CALL[0](
             self.task_at,
@@ -214,6 +239,8 @@ class NhwcConv:
         """__call__(x) where no output is ever kept (``keeps`` false: one thread): its steps
         inlined (at batch 1 a small layer's kernel
         takes a few microseconds, and each Python call on its way cost a tenth of one)."""
+        if x.shape != self.x_shape or x.strides != self.x_strides or x.dtype != _F32:
+            self._refuse(x)
         buf = _empty(self.nbytes, _BYTE)  # (_aligned, inlined)
         base = _addressof(_c_char_from(buf))
         start = -base & 63
@@ -239,8 +266,16 @@ class NhwcConv:
             return False
         _held[0] += self.size
         self.kept = self.size
-        weakref.finalize(self, _release, self.size)
+        self.release = weakref.finalize(self, _release, self.size)
         return True
+
+    def give_back(self) -> None:
+        """Drops the kept output and its share of _SPARE_FLOATS (a conv chain runs this layer
+        from now on); a later call may keep one again."""
+        self.spare.clear()
+        if self.kept:
+            self.kept = 0
+            self.release()  # (gives the floats back once: the finalizer is then dead)
 
     def _output(self) -> tuple:
         """The output array and its address: the last call's again when nothing but this
@@ -256,6 +291,26 @@ class NhwcConv:
             if _holders(kept) == _SOLE:
                 return kept
         return _aligned(self.shape, self.size)
+
+
+def _check_geometry(x_shape, w_shape, geo: dict, depthwise: bool) -> None:
+    """InvalidArgument unless w reads x's channels (group 1: all of them, depthwise: one) and
+    every window lies in the padded input (the kernels read x and the packed weights by
+    these sizes: nothing else bounds them)."""
+    N, H, W, C = x_shape
+    pads, problems = list(geo["pads"]), []
+    if len(pads) != 4 or min(pads) < 0:
+        problems.append(f"pads {pads}")
+    elif not depthwise and w_shape[1] != C:
+        problems.append(f"weights {tuple(w_shape)} for {C} input channels")
+    else:
+        for axis, size in enumerate((H, W)):
+            out, k = geo["out_shape"][axis], w_shape[2 + axis]
+            s, d = geo["strides"][axis], geo["dilations"][axis]
+            if out < 1 or (out - 1) * s + (k - 1) * d + 1 > pads[axis] + size + pads[axis + 2]:
+                problems.append(f"{out} outputs along axis {axis + 1} of {size}")
+    if problems:
+        raise InvalidArgument("onyx native channels-last conv: " + ", ".join(problems))
 
 
 #: The floats of all kept outputs together (see NhwcConv._may_keep): a small model's outputs
