@@ -237,3 +237,19 @@ def test_protobufs_descriptor_imported_while_onyxs_classes_are_made():
         "print(t.ToJsonString())\n"
     )
     assert _fresh(code) == "1970-01-01T00:00:12Z"
+
+
+def test_the_collector_is_on_after_threads_import_onyxs_names_at_once():
+    code = (
+        "import gc, threading, onyx\n"
+        "names = ['InferenceSession', 'optimize', 'load', 'to_text', 'compare', 'ir']\n"
+        "start = threading.Barrier(len(names))\n"
+        "def get(name):\n"
+        "    start.wait()\n"
+        "    getattr(onyx, name)\n"
+        "threads = [threading.Thread(target=get, args=(n,)) for n in names]\n"
+        "for t in threads: t.start()\n"
+        "for t in threads: t.join()\n"
+        "print(gc.isenabled(), all(n in vars(onyx) for n in names))\n"
+    )
+    assert _fresh(code) == "True True"
