@@ -185,3 +185,71 @@ def test_the_runtime_is_imported_without_collector_passes_and_leaves_it_as_it_wa
         "print(gc.isenabled())\n"
     )
     assert _fresh(code) == "0 True False"
+
+
+def test_well_known_types_imported_first_after_onyx():
+    # (well_known_types imports google.protobuf.descriptor half-way through its own import)
+    code = (
+        "import onyx\n"
+        f"onyx.load({str(TINY)!r})\n"
+        "from google.protobuf.internal import well_known_types as wkt\n"
+        "from google.protobuf import timestamp_pb2\n"
+        "t = timestamp_pb2.Timestamp()\n"
+        "t.FromSeconds(12)\n"
+        "print(isinstance(t, wkt.Timestamp), t.ToJsonString())\n"
+    )
+    assert _fresh(code) == "True 1970-01-01T00:00:12Z"
+
+
+def test_an_import_hook_installed_before_onyx_still_finds_protobufs_descriptor():
+    code = (
+        "import importlib.machinery, sys\n"
+        "seen = []\n"
+        "class Hook:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        seen.append(name)\n"
+        "        return importlib.machinery.PathFinder.find_spec(name, path)\n"
+        "sys.meta_path.insert(0, Hook())\n"
+        "import onyx\n"
+        f"onyx.load({str(TINY)!r})\n"
+        "from google.protobuf import timestamp_pb2\n"
+        "t = timestamp_pb2.Timestamp()\n"
+        "t.FromSeconds(12)\n"
+        "print('google.protobuf.descriptor' in seen, t.ToJsonString())\n"
+    )
+    assert _fresh(code) == "True 1970-01-01T00:00:12Z"
+
+
+def test_protobufs_descriptor_imported_while_onyxs_classes_are_made():
+    # (as another thread might: onyx's finder comes too late to see it imported)
+    code = (
+        "import sys\n"
+        "def profile(frame, event, arg):\n"
+        "    if event == 'call' and frame.f_code.co_name == 'build':\n"
+        "        sys.setprofile(None)\n"
+        "        import google.protobuf.descriptor\n"
+        "sys.setprofile(profile)\n"
+        "import onyx.proto\n"
+        "sys.setprofile(None)\n"
+        "from google.protobuf import timestamp_pb2\n"
+        "t = timestamp_pb2.Timestamp()\n"
+        "t.FromSeconds(12)\n"
+        "print(t.ToJsonString())\n"
+    )
+    assert _fresh(code) == "1970-01-01T00:00:12Z"
+
+
+def test_the_collector_is_on_after_threads_import_onyxs_names_at_once():
+    code = (
+        "import gc, threading, onyx\n"
+        "names = ['InferenceSession', 'optimize', 'load', 'to_text', 'compare', 'ir']\n"
+        "start = threading.Barrier(len(names))\n"
+        "def get(name):\n"
+        "    start.wait()\n"
+        "    getattr(onyx, name)\n"
+        "threads = [threading.Thread(target=get, args=(n,)) for n in names]\n"
+        "for t in threads: t.start()\n"
+        "for t in threads: t.join()\n"
+        "print(gc.isenabled(), all(n in vars(onyx) for n in names))\n"
+    )
+    assert _fresh(code) == "True True"

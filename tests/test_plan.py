@@ -200,6 +200,94 @@ def test_context_kernels_without_subgraphs_make_no_frame():
     assert "_frame" in sess.plan.runner(None).__globals__
 
 
+def test_nested_subgraphs_read_outer_values_through_context_kernels():
+    """A Loop inside an If's branch reads a value of the main graph and one of the branch,
+    each made by a context kernel (MaxPool) that runs no subgraph; compared with
+    onnxruntime, twice (the checked run and the generated runner)."""
+    ort = pytest.importorskip("onnxruntime")
+    shape = [1, 1, 2, 2]
+    body = helper.make_graph(
+        [
+            helper.make_node("Add", ["acc", "p"], ["s"]),  # p: the main graph's
+            helper.make_node("Mul", ["s", "q"], ["acc_out"]),  # q: the branch's
+            helper.make_node("Identity", ["cond"], ["cond_out"]),
+        ],
+        "body",
+        [vi("i", TensorProto.INT64, []), vi("cond", TensorProto.BOOL, []), vi("acc", F, shape)],
+        [vi("cond_out", TensorProto.BOOL, []), vi("acc_out", F, shape)],
+    )
+    then_g = helper.make_graph(
+        [
+            helper.make_node("MaxPool", ["x"], ["q0"], kernel_shape=[2, 2], strides=[2, 2]),
+            helper.make_node("Sigmoid", ["q0"], ["q"]),
+            helper.make_node("Loop", ["n", "", "p"], ["t"], body=body),
+        ],
+        "then",
+        [],
+        [vi("t", F, shape)],
+    )
+    else_g = helper.make_graph([helper.make_node("Neg", ["p"], ["e"])], "else", [], [])
+    else_g.output.extend([vi("e", F, shape)])
+    model = make_model(
+        [
+            helper.make_node("MaxPool", ["x"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+            helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g),
+        ],
+        [vi("x", F, [1, 1, 4, 4]), vi("c", TensorProto.BOOL, []), vi("n", TensorProto.INT64, [])],
+        [vi("y", F, shape)],
+    )
+    x = np.linspace(-1, 1, 16, dtype=np.float32).reshape(1, 1, 4, 4)
+    ref = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    for sess in (unoptimized(model), onyx.InferenceSession(model)):
+        for c in (True, False, True):
+            feeds = {"x": x, "c": np.array(c), "n": np.array(3, np.int64)}
+            (y,) = sess.run(None, feeds)
+            np.testing.assert_allclose(y, ref.run(None, feeds)[0], rtol=1e-6)
+
+
+def test_a_functions_body_with_a_subgraph_reading_its_values():
+    """A model-local function's body: a context kernel (MaxPool), then an If whose branches
+    read its result (the body's frame, its parent None); called twice in the main graph."""
+    ort = pytest.importorskip("onnxruntime")
+    shape = [1, 1, 2, 2]
+    then_g = helper.make_graph([helper.make_node("Neg", ["p"], ["t"])], "then", [], [])
+    then_g.output.extend([vi("t", F, shape)])
+    else_g = helper.make_graph([helper.make_node("Sigmoid", ["p"], ["e"])], "else", [], [])
+    else_g.output.extend([vi("e", F, shape)])
+    fn = helper.make_function(
+        "local",
+        "PoolIf",
+        ["x", "c"],
+        ["y"],
+        [
+            helper.make_node("MaxPool", ["x"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+            helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g),
+        ],
+        [helper.make_opsetid("", 17)],
+    )
+    graph = helper.make_graph(
+        [
+            helper.make_node("PoolIf", ["x", "c"], ["y1"], domain="local"),
+            helper.make_node("Not", ["c"], ["nc"]),
+            helper.make_node("PoolIf", ["x", "nc"], ["y2"], domain="local"),
+        ],
+        "g",
+        [vi("x", F, [1, 1, 4, 4]), vi("c", TensorProto.BOOL, [])],
+        [vi("y1", F, shape), vi("y2", F, shape)],
+    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("local", 1)]
+    m = helper.make_model(graph, opset_imports=opsets, functions=[fn])
+    m.ir_version = 8
+    model = m.SerializeToString()
+    x = np.linspace(-1, 1, 16, dtype=np.float32).reshape(1, 1, 4, 4)
+    ref = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    for sess in (unoptimized(model), onyx.InferenceSession(model)):
+        for c in (True, False, True):
+            feeds = {"x": x, "c": np.array(c)}
+            for got, want in zip(sess.run(None, feeds), ref.run(None, feeds)):
+                np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
 def test_op_traits_live_with_the_kernel():
     from onyx.runtime.registry import op, traits
 

@@ -463,8 +463,7 @@ def _generate(plan: Plan, wanted: tuple[int, ...] | None):
     lines = ["def run(inputs, parent):"]
     # (a frame only where a step's subgraphs read this run's slots; a kernel that takes a
     # context but runs no subgraph gets one made at generation, its frame None)
-    framed = any(s.uses_frame for s in steps)
-    if framed:  # (their kernels get the frame: the slots as ever)
+    if any(s.uses_frame for s in steps):  # (their kernels get the frame: the slots as ever)
         env["_frame"] = plan.frame
         lines += ["    frame = _frame(inputs, parent)", "    slots = frame.slots"]
         loaded = sorted(s for s in used - produced - const_slots)
@@ -508,15 +507,13 @@ def _generate(plan: Plan, wanted: tuple[int, ...] | None):
         if extra:
             env[f"a{j}"] = extra
             args.append(f"**a{j}")
-        if step.takes_ctx:
-            if step.uses_frame:  # its subgraphs read this frame's slots
-                lines += [f"        slots[{r}] = v{r}" for r in step.reads if r not in const_slots]
-            if framed:
-                env[f"s{j}"] = step
-                args.insert(0, f"_StepContext(s{j}, frame)")
-            else:
-                env[f"x{j}"] = StepContext(step, None)
-                args.insert(0, f"x{j}")
+        if step.uses_frame:  # its subgraphs read this frame's slots
+            lines += [f"        slots[{r}] = v{r}" for r in step.reads if r not in const_slots]
+            env[f"s{j}"] = step
+            args.insert(0, f"_StepContext(s{j}, frame)")
+        elif step.takes_ctx:  # (no subgraph: its context made once, its frame None)
+            env[f"x{j}"] = StepContext(step, None)
+            args.insert(0, f"x{j}")
         call = f"k{j}({', '.join(args)})"
         outs = [(k, o) for k, o in enumerate(step.outs) if o >= 0 and o in used]
         code = []
