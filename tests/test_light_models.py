@@ -64,7 +64,7 @@ def test_light_model(name):
     feeds = feeds_for(ref)
     got = onyx.InferenceSession(str(path)).run(None, feeds)
     if name in LOGITS_ONLY:  # the Softmax of equal logits: only its shape and sum are stable
-        assert got[0].shape == ref.get_outputs()[0].shape or got[0].size == 1000
+        assert list(got[0].shape) == ref.get_outputs()[0].shape
         np.testing.assert_allclose(got[0].sum(), 1.0, rtol=1e-5)
         return
     want = ref.run(None, feeds)
