@@ -144,33 +144,31 @@ __attribute__((target("avx"))) static void transpose8x8_u32(const uint32_t *src,
 #define HAVE_TRANSPOSE8 1
 #endif
 
-EXPORT void onyx_transpose_u32(const uint32_t *src, int64_t rows, int64_t cols, int64_t ss,
-                               uint32_t *dst, int64_t ds) {
+EXPORT int onyx_transpose_u32(const uint32_t *src, int64_t rows, int64_t cols, int64_t ss,
+                              uint32_t *dst, int64_t ds) {
     enum { B = 8 };
+    int64_t n;
+    if (rows < 0 || cols < 0 || ss < cols || ds < rows || !onyx_mul(rows, ss, &n) ||
+        !onyx_mul(cols, ds, &n) || (rows && cols && (!src || !dst)))
+        return ONYX_INVALID; /* (checks.h) */
 #ifdef HAVE_TRANSPOSE8
-    static int avx = -1;
-    if (avx < 0) avx = __builtin_cpu_supports("avx") ? 1 : 0;
+    const int avx = __builtin_cpu_supports("avx");
 #endif
     for (int64_t r0 = 0; r0 < rows; r0 += B) {
         int64_t r1 = r0 + B < rows ? r0 + B : rows;
         for (int64_t c0 = 0; c0 < cols; c0 += B) {
             int64_t c1 = c0 + B < cols ? c0 + B : cols;
-            if (r1 - r0 == B && c1 - c0 == B) {
 #ifdef HAVE_TRANSPOSE8
-                if (avx) {
-                    transpose8x8_u32(src + r0 * ss + c0, ss, dst + c0 * ds + r0, ds);
-                    continue;
-                }
-#endif
-                for (int c = 0; c < B; c++)
-                    for (int r = 0; r < B; r++)
-                        dst[(c0 + c) * ds + r0 + r] = src[(r0 + r) * ss + c0 + c];
+            if (avx && r1 - r0 == B && c1 - c0 == B) {
+                transpose8x8_u32(src + r0 * ss + c0, ss, dst + c0 * ds + r0, ds);
                 continue;
             }
+#endif
             for (int64_t c = c0; c < c1; c++)
                 for (int64_t r = r0; r < r1; r++) dst[c * ds + r] = src[r * ss + c];
         }
     }
+    return 0;
 }
 
 /* One image (C, H, W) into rows of a padded NHWC buffer: pixel (h, w) at
