@@ -123,3 +123,22 @@ def test_transpose_u32_refuses_bad_arguments():
     assert lib.onyx_transpose_u32(None, 0, 8, 8, None, 0) == 0  # (nothing to do)
     assert lib.onyx_transpose_u32(a, 8, 8, 8, b, 8) == 0
     np.testing.assert_array_equal(dst, src.T)
+
+
+@needs_vnni
+@pytest.mark.parametrize(
+    "y_type, y_zp", [(np.uint8, 0), (np.uint8, 255), (np.int8, -128), (np.int8, 127)]
+)
+@pytest.mark.parametrize("scale", [0.5, 0.25, 1.5])
+def test_ties_and_extreme_zero_points(y_type, y_zp, scale):
+    """Halfway products (rint's ties to even) and zero points at either end of the output
+    type, so that one bound is the zero point itself: every column count up to two halves."""
+    M, K = 7, 8
+    a = RNG.integers(0, 256, (M, K), dtype=np.uint8)
+    y_zp = np.array(y_zp, y_type)
+    for N in (3, 16, 17, 31, 32):
+        b = RNG.integers(-3, 4, (K, N), dtype=np.int8)  # (small products: ties and both ends)
+        got = native.int8_gemm(
+            a, native.pack(b, a.dtype, 128), 128, scale=np.float32(scale), y_zero_point=y_zp
+        )
+        np.testing.assert_array_equal(got, _expected(a, b, 128, 0, np.float32(scale), y_zp))
