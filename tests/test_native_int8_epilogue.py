@@ -72,3 +72,73 @@ def test_transpose_words_is_the_transpose(shape, dtype):
     got = native.transpose_words(src)
     assert got.flags.c_contiguous and got.shape == shape[::-1]
     np.testing.assert_array_equal(got.view(np.int32), src.T.view(np.int32))
+
+
+@pytest.mark.parametrize(
+    "shape", [(1, 37), (37, 1), (0, 5), (5, 0), (8, 1), (1, 8), (9, 8), (8, 9), (64, 40)]
+)
+def test_transpose_words_tails(shape):
+    """1 x N, N x 1, empty and one-past-a-block shapes; a misaligned source (from a byte
+    buffer at offset 1) and a strided one go the same way."""
+    src = RNG.random(shape, dtype=np.float32)
+    got = native.transpose_words(src)
+    assert got.flags.c_contiguous and got.shape == shape[::-1]
+    np.testing.assert_array_equal(got, src.T)
+    n = src.size
+    odd = np.frombuffer(b"\0" + src.tobytes(), np.float32, count=n, offset=1).reshape(shape)
+    assert not odd.flags.aligned or n == 0
+    np.testing.assert_array_equal(native.transpose_words(odd), src.T)
+    wide = np.repeat(src, 2, axis=1)[:, ::2]
+    np.testing.assert_array_equal(native.transpose_words(wide), src.T)
+
+
+def test_transpose_words_into_dst():
+    """transpose_words writes into a given C-contiguous dst, as transpose_bytes does."""
+    src = RNG.random((2, 19, 23), dtype=np.float32)
+    dst = np.empty((2, 23, 19), np.float32)
+    for i in range(2):
+        assert np.shares_memory(native.transpose_words(src[i], dst[i]), dst[i])
+    np.testing.assert_array_equal(dst, src.transpose(0, 2, 1))
+
+
+def test_transpose_u32_refuses_bad_arguments():
+    """The C entry checks its sizes, strides and pointers (checks.h) before it touches
+    anything: ONYX_INVALID, the destination unwritten."""
+    lib = _core.lib
+    src = np.arange(64, dtype=np.float32).reshape(8, 8)
+    dst = np.zeros((8, 8), np.float32)
+    a, b = src.ctypes.data, dst.ctypes.data
+    bad = [
+        (a, -1, 8, 8, b, 8),  # negative sizes
+        (a, 8, -1, 8, b, 8),
+        (a, 8, 8, 7, b, 8),  # rows overlapping
+        (a, 8, 8, 8, b, 7),
+        (a, 1 << 40, 1 << 40, 1 << 40, b, 1 << 40),  # products past any buffer
+        (None, 8, 8, 8, b, 8),  # null pointers
+        (a, 8, 8, 8, None, 8),
+    ]
+    for args in bad:
+        assert lib.onyx_transpose_u32(*args) == 2, args
+    assert not dst.any()
+    assert lib.onyx_transpose_u32(None, 0, 8, 8, None, 0) == 0  # (nothing to do)
+    assert lib.onyx_transpose_u32(a, 8, 8, 8, b, 8) == 0
+    np.testing.assert_array_equal(dst, src.T)
+
+
+@needs_vnni
+@pytest.mark.parametrize(
+    "y_type, y_zp", [(np.uint8, 0), (np.uint8, 255), (np.int8, -128), (np.int8, 127)]
+)
+@pytest.mark.parametrize("scale", [0.5, 0.25, 1.5])
+def test_ties_and_extreme_zero_points(y_type, y_zp, scale):
+    """Halfway products (rint's ties to even) and zero points at either end of the output
+    type, so that one bound is the zero point itself: every column count up to two halves."""
+    M, K = 7, 8
+    a = RNG.integers(0, 256, (M, K), dtype=np.uint8)
+    y_zp = np.array(y_zp, y_type)
+    for N in (3, 16, 17, 31, 32):
+        b = RNG.integers(-3, 4, (K, N), dtype=np.int8)  # (small products: ties and both ends)
+        got = native.int8_gemm(
+            a, native.pack(b, a.dtype, 128), 128, scale=np.float32(scale), y_zero_point=y_zp
+        )
+        np.testing.assert_array_equal(got, _expected(a, b, 128, 0, np.float32(scale), y_zp))

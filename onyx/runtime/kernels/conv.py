@@ -994,21 +994,13 @@ class _ImplicitConv:
             rank1 = (sums, self.channel_terms)
         gemm(xp, y, self.gather, rank1, float_epilogue, None if zx == self.zx else zx)
         y = y.reshape(N, self.pixels, self.M)
-        if y.itemsize != 1:  # (a copy even where the transpose is one already: y is scratch)
-            return _transposed_words(y)
+        # (a copy even where the transpose is one already: y is scratch; numpy's transposing
+        # copy of 4-byte results was most of a pointwise ConvIntegerToFloat's time)
+        transpose = native.transpose_bytes if y.itemsize == 1 else native.transpose_words
         out = np.empty((N, self.M, self.pixels), y.dtype)
         for i in range(N):
-            native.transpose_bytes(y[i], out[i])
+            transpose(y[i], out[i])
         return out
-
-
-def _transposed_words(y: np.ndarray) -> np.ndarray:
-    """(N, pixels, M) 4-byte results as a new (N, M, pixels) array, each image by the
-    library's blocked transpose (numpy's transposing copy was most of a pointwise
-    ConvIntegerToFloat's time)."""
-    if y.shape[0] == 1:
-        return native.transpose_words(y[0])[None]
-    return np.stack([native.transpose_words(image) for image in y])
 
 
 def _integer_conv(x, w, x_zero_point, w_zero_point, bias=None, **attrs):

@@ -144,33 +144,31 @@ __attribute__((target("avx"))) static void transpose8x8_u32(const uint32_t *src,
 #define HAVE_TRANSPOSE8 1
 #endif
 
-EXPORT void onyx_transpose_u32(const uint32_t *src, int64_t rows, int64_t cols, int64_t ss,
-                               uint32_t *dst, int64_t ds) {
+EXPORT int onyx_transpose_u32(const uint32_t *src, int64_t rows, int64_t cols, int64_t ss,
+                              uint32_t *dst, int64_t ds) {
     enum { B = 8 };
+    int64_t n;
+    if (rows < 0 || cols < 0 || ss < cols || ds < rows || !onyx_mul(rows, ss, &n) ||
+        !onyx_mul(cols, ds, &n) || (rows && cols && (!src || !dst)))
+        return ONYX_INVALID; /* (checks.h) */
 #ifdef HAVE_TRANSPOSE8
-    static int avx = -1;
-    if (avx < 0) avx = __builtin_cpu_supports("avx") ? 1 : 0;
+    const int avx = __builtin_cpu_supports("avx");
 #endif
     for (int64_t r0 = 0; r0 < rows; r0 += B) {
         int64_t r1 = r0 + B < rows ? r0 + B : rows;
         for (int64_t c0 = 0; c0 < cols; c0 += B) {
             int64_t c1 = c0 + B < cols ? c0 + B : cols;
-            if (r1 - r0 == B && c1 - c0 == B) {
 #ifdef HAVE_TRANSPOSE8
-                if (avx) {
-                    transpose8x8_u32(src + r0 * ss + c0, ss, dst + c0 * ds + r0, ds);
-                    continue;
-                }
-#endif
-                for (int c = 0; c < B; c++)
-                    for (int r = 0; r < B; r++)
-                        dst[(c0 + c) * ds + r0 + r] = src[(r0 + r) * ss + c0 + c];
+            if (avx && r1 - r0 == B && c1 - c0 == B) {
+                transpose8x8_u32(src + r0 * ss + c0, ss, dst + c0 * ds + r0, ds);
                 continue;
             }
+#endif
             for (int64_t c = c0; c < c1; c++)
                 for (int64_t r = r0; r < r1; r++) dst[c * ds + r] = src[r * ss + c];
         }
     }
+    return 0;
 }
 
 /* One image (C, H, W) into rows of a padded NHWC buffer: pixel (h, w) at
@@ -305,68 +303,48 @@ INLINE VNNI void finish(const epilogue *e, __m512i acc, int64_t r, int64_t j, __
     _mm_mask_storeu_epi8(e->out8 + r * e->ldo + j, m, _mm512_cvtepi32_epi8(q));
 }
 
-/* finish's requantization (or float result) for a whole tile without a rank-1 term or
-   per-row scales (convs, QLinearMatMul, QGemm, DynamicQuantizeMatMul): the epilogue's fields read once and the columns' offsets and scales
-   loaded once for all rows (finish reloads them after every byte store, which may alias
-   them). The same operations in the same order: integer sums (wrapping, in any order), the
-   product, the clamp, the rounding, the zero point. */
-INLINE VNNI void requantize_tile(const epilogue *e, __m512i acc[][2], int mr, int64_t r0,
-                                 int64_t j0, __mmask16 m0, __mmask16 m1) {
+/* finish's float result for a whole tile without a rank-1 term or per-row scales (convs,
+   QLinearMatMul, QGemm, DynamicQuantizeMatMul): the epilogue's fields read once and the
+   columns' offsets, scales and bias loaded once for all rows (finish reloads them after every
+   store, which may alias them). The same operations in the same order: integer sums
+   (wrapping, in any order), the product, the bias, the relu. (Byte results: byte_epilogue.) */
+INLINE VNNI void float_tile(const epilogue *e, __m512i acc[][2], int mr, int64_t r0, int64_t j0,
+                            __mmask16 m0, __mmask16 m1) {
     const __mmask16 m[2] = {m0, m1};
     __m512i off[2];
-    __m512 scale[2];
+    __m512 scale[2], bias[2];
     for (int h = 0; h < 2; h++) {
         off[h] = e->col_off ? _mm512_maskz_loadu_epi32(m[h], e->col_off + j0 + 16 * h)
                             : _mm512_setzero_si512();
         scale[h] = e->scale_cs ? _mm512_maskz_loadu_ps(m[h], e->scale + j0 + 16 * h)
                                : _mm512_set1_ps(e->scale[0]);
+        bias[h] = e->bias ? _mm512_maskz_loadu_ps(m[h], e->bias + j0 + 16 * h) : _mm512_setzero_ps();
     }
     const int32_t *row_off = e->row_off;
-    if (e->outf) { /* float results: acc * scale [+ bias] [max 0], a product then a sum */
-        __m512 bias[2];
-        for (int h = 0; h < 2; h++)
-            bias[h] = e->bias ? _mm512_maskz_loadu_ps(m[h], e->bias + j0 + 16 * h) : _mm512_setzero_ps();
-        float *outf = e->outf + r0 * e->ldf + j0;
-        const int64_t ldf = e->ldf;
-        for (int r = 0; r < mr; r++) {
-            __m512i ro = row_off ? _mm512_set1_epi32(row_off[r0 + r]) : _mm512_setzero_si512();
-            for (int h = 0; h < 2; h++) {
-                if (!m[h]) continue;
-                __m512i a = _mm512_add_epi32(_mm512_add_epi32(acc[r][h], ro), off[h]);
-                __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(a), scale[h]);
-                if (e->bias) v = _mm512_add_ps(v, bias[h]);
-                if (e->relu) v = _mm512_max_ps(_mm512_setzero_ps(), v);
-                _mm512_mask_storeu_ps(outf + r * ldf + 16 * h, m[h], v);
-            }
-        }
-        return;
-    }
-    uint8_t *out = e->out8 + r0 * e->ldo + j0;
-    const int64_t ldo = e->ldo;
-    const __m512 lo = _mm512_set1_ps((float)(e->lo - e->zero_point));
-    const __m512 hi = _mm512_set1_ps((float)(e->hi - e->zero_point));
-    const __m512i zp = _mm512_set1_epi32(e->zero_point);
+    float *outf = e->outf + r0 * e->ldf + j0;
+    const int64_t ldf = e->ldf;
     for (int r = 0; r < mr; r++) {
         __m512i ro = row_off ? _mm512_set1_epi32(row_off[r0 + r]) : _mm512_setzero_si512();
         for (int h = 0; h < 2; h++) {
             if (!m[h]) continue;
             __m512i a = _mm512_add_epi32(_mm512_add_epi32(acc[r][h], ro), off[h]);
             __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(a), scale[h]);
-            v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
-            __m512i q = _mm512_add_epi32(
-                _mm512_cvt_roundps_epi32(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), zp);
-            _mm_mask_storeu_epi8(out + r * ldo + 16 * h, m[h], _mm512_cvtepi32_epi8(q));
+            if (e->bias) v = _mm512_add_ps(v, bias[h]);
+            if (e->relu) v = _mm512_max_ps(_mm512_setzero_ps(), v);
+            _mm512_mask_storeu_ps(outf + r * ldf + 16 * h, m[h], v);
         }
     }
 }
 
-/* requantize_tile's byte output for a tile's named accumulators (an array of them was
-   copied to the stack and back): its constants loaded once, then a row at a time. The two
+/* finish's byte output for a whole tile (as float_tile), from its named accumulators (an
+   array of them was copied to the stack and back): its constants loaded once, then a row at
+   a time. The two
    halves' 32 results, in range after the clamp, are narrowed by saturating packs, whose lane
    interleaving one dword permutation undoes, and stored as one 32-byte run: two masked
    down-converting stores (vpmovdb to memory) took twice as long on AMD's AVX-512, and the
    epilogue is most of a small-K product's tile (a pointwise conv's). The same operations in
-   the same order on each value as requantize_tile. */
+   the same order on each value as finish: the sums, the product, the clamp, the rounding,
+   the zero point. */
 typedef struct {
     __m512i off0, off1, zp, order;
     __m512 s0, s1, lo, hi;
@@ -490,8 +468,8 @@ INLINE VNNI void tile(const uint8_t *const *row, const int64_t *quads, const int
         return;
     }
     __m512i acc[MR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};
-    if ((e->out8 || e->outf) && !e->row_f && !e->scale_rs) {
-        requantize_tile(e, acc, mr, r0, j0, m0, m1);
+    if (e->outf && !e->row_f && !e->scale_rs) {
+        float_tile(e, acc, mr, r0, j0, m0, m1);
         return;
     }
     for (int r = 0; r < mr; r++) {

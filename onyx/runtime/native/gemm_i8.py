@@ -195,17 +195,28 @@ def transpose_bytes(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
     return dst
 
 
-def transpose_words(src: np.ndarray) -> np.ndarray:
-    """src.T as a new C-contiguous array, for a 2-D C-contiguous array of 4-byte elements
-    (float32 / int32) in cache-sized blocks (numpy's transposing copy reads one element of
-    each cache line it touches); numpy's copy without the library."""
-    out = np.empty(src.shape[::-1], src.dtype)
-    if core.lib is None or src.dtype.itemsize != 4 or not src.flags.c_contiguous or not src.size:
-        out[...] = src.T
-        return out
+def transpose_words(src: np.ndarray, dst: np.ndarray | None = None) -> np.ndarray:
+    """dst[...] = src.T (dst: a new C-contiguous array when not given) for a 2-D array of
+    4-byte elements (float32 / int32) in cache-sized blocks (numpy's transposing copy reads
+    one element of each cache line it touches); numpy's copy without the library, or for an
+    array that is not C-contiguous and aligned."""
+    if dst is None:
+        dst = np.empty(src.shape[::-1], src.dtype)
+    assert src.ndim == 2 and dst.shape == src.shape[::-1] and dst.dtype == src.dtype
+    flags, out = src.flags, dst.flags
+    if (
+        core.lib is None
+        or src.dtype.itemsize != 4
+        or not (flags.c_contiguous and flags.aligned and out.c_contiguous and out.aligned)
+        or not src.size
+    ):
+        dst[...] = src.T
+        return dst
     rows, cols = src.shape
-    core.lib.onyx_transpose_u32(_addr(src), rows, cols, cols, _addr(out), rows)
-    return out
+    status = core.lib.onyx_transpose_u32(_addr(src), rows, cols, cols, _addr(dst), rows)
+    if status:
+        core.check(status, "transpose_words")
+    return dst
 
 
 def contiguous_bytes(x: np.ndarray) -> np.ndarray:
@@ -851,7 +862,7 @@ def bind(lib, isa: int) -> None:
     lib.onyx_row_sums.argtypes = [_P, _I64, _I64, _I64, _INT, _INT, _P]
     lib.onyx_transpose_u8.restype = None
     lib.onyx_transpose_u8.argtypes = [_P, _I64, _I64, _I64, _P, _I64]
-    lib.onyx_transpose_u32.restype = None
+    lib.onyx_transpose_u32.restype = _INT
     lib.onyx_transpose_u32.argtypes = [_P, _I64, _I64, _I64, _P, _I64]
     lib.onyx_to_nhwc.restype = None
     lib.onyx_to_nhwc.argtypes = [_P, _I64, _I64, _I64, _P, _I64, _I64]
