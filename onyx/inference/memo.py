@@ -97,17 +97,23 @@ def _tensor_key(t) -> tuple | None:
     return (int(t.dtype), arr.dtype.str, arr.shape, arr.tobytes())
 
 
-def _data_key(d) -> tuple | None:
+def _describable(d) -> bool:
+    """Whether a key can hold data ``d``: a small numeric array, or propagated dims
+    (engine.Data) of ints, names and unknowns."""
     if d.__class__ is np.ndarray:
-        if d.dtype.hasobject or d.size > MAX_DATA:
-            return None
-        return ("array", d.dtype.str, d.shape, d.tobytes())
-    if d.__class__ is DATA[0]:  # (engine.Data: propagated dims)
+        return not d.dtype.hasobject and d.size <= MAX_DATA
+    if d.__class__ is DATA[0]:
         dims = d.dims
-        if len(dims) > MAX_DATA or not all(x is None or type(x) in (int, str) for x in dims):
-            return None
-        return ("dims", d.__class__, tuple(dims), d.scalar)
-    return None
+        return len(dims) <= MAX_DATA and all(x is None or type(x) in (int, str) for x in dims)
+    return False
+
+
+def _data_key(d) -> tuple | None:
+    if not _describable(d):
+        return None
+    if d.__class__ is np.ndarray:
+        return ("array", d.dtype.str, d.shape, d.tobytes())
+    return ("dims", tuple(d.dims), d.scalar)
 
 
 def lookup(k: tuple) -> tuple[dict, dict] | None:
@@ -121,7 +127,7 @@ def lookup(k: tuple) -> tuple[dict, dict] | None:
 def remember(k: tuple, outputs: dict, out_data: dict, schema) -> None:
     """Keep what a rule found for key ``k`` (when its data is of the kinds a key describes)."""
     for d in out_data.values():
-        if d is not None and _data_key(d) is None:
+        if d is not None and not _describable(d):
             return
     if any(t.__class__ is not TensorType for t in outputs.values()):
         return
