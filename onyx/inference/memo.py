@@ -12,6 +12,8 @@ symbolic dim (unique per use) or failed is not. Cleared when full.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..ir import AttrType, TensorType
@@ -26,6 +28,7 @@ MAX_DATA = 4096
 _PLAIN = frozenset(map(int, (AttrType.FLOAT, AttrType.INT, AttrType.STRING)))
 _LISTS = frozenset(map(int, (AttrType.FLOATS, AttrType.INTS, AttrType.STRINGS)))
 _TENSOR = int(AttrType.TENSOR)
+_FLOAT, _FLOATS = int(AttrType.FLOAT), int(AttrType.FLOATS)
 
 MEMO: dict[tuple, tuple] = {}
 #: engine.Data, set by the engine (it imports this module).
@@ -52,12 +55,16 @@ def _key(engine, node, env: dict, found: tuple) -> tuple | None:
             if len(value) > MAX_LIST:
                 return None
             value = tuple(value)
+            if kind == _FLOATS and 0.0 in value:
+                value = tuple(map(_signed, value))
         elif kind == _TENSOR:  # (a Constant's small value: its dtype and bytes)
             value = _tensor_key(value)
             if value is None:
                 return None
         elif kind not in _PLAIN:
             return None
+        elif kind == _FLOAT and value == 0.0:
+            value = _signed(value)
         attrs.append((name, kind, value))
     types, data = env["types"], env["data"]
     inputs = []
@@ -86,6 +93,11 @@ def _key(engine, node, env: dict, found: tuple) -> tuple | None:
     # (the schema by identity: an entry holds it, so its id is not reused while it lives)
     op = (node.domain, node.op_type, domain, opset, id(schema), rule)
     return (op, tuple(attrs), tuple(inputs), outputs, flags)
+
+
+def _signed(x: float) -> tuple:
+    """A float and its sign: 0.0 == -0.0, and a Constant of one propagates its own zero."""
+    return (x, math.copysign(1.0, x))
 
 
 def _tensor_key(t) -> tuple | None:
