@@ -153,3 +153,15 @@ def test_float_attributes_are_told_apart_by_the_sign_of_zero(empty_memo, attr):
 
     data = _propagated(constants(-0.0, 0.0))
     assert [bool(np.signbit(data[c]).all()) for c in ("c0", "c1")] == [True, False]
+
+
+def test_an_attribute_of_an_unhashable_value_is_inferred_without_the_memo(empty_memo):
+    """(An attribute built through the API may hold any value: it has no key, and the rule
+    runs as without the memo.)"""
+    from onyx.ir import Attr, AttrType
+
+    m = _transposes([2, 3, 4], [(2, 0, 1)])
+    node = m.graph.nodes[0]
+    node.attributes["junk"] = Attr("junk", AttrType.INT, np.array([1]))
+    assert _types(m) == {"t0": (4, 2, 3)}
+    assert not empty_memo

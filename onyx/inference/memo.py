@@ -39,9 +39,11 @@ def key(engine, node, env: dict, found: tuple) -> tuple | None:
     """The memo key of ``node``'s inference (None: not remembered, as for a malformed node,
     whose rule reports what is wrong)."""
     try:
-        return _key(engine, node, env, found)
+        k = _key(engine, node, env, found)
+        hash(k)  # (an attribute built through the API may hold an unhashable value)
     except Exception:  # noqa: BLE001  (e.g. a tensor attribute without a type: the rule says)
         return None
+    return k
 
 
 def _key(engine, node, env: dict, found: tuple) -> tuple | None:
