@@ -125,3 +125,43 @@ def test_constants_are_told_apart_by_their_values(empty_memo):
 
     assert reshaped([6, -1], [-1, 6], [6, -1]) == [(6, 2), (2, 6), (6, 2)]
     assert reshaped([-1, 6]) == [(2, 6)]
+
+
+def _propagated(model) -> dict[str, object]:
+    """Output name -> the data inference propagated to it."""
+    e = engine.Engine(model, strict=False, data_prop=True)
+    env = e.new_env()
+    e.seed(model.graph, env)
+    e.infer_graph(model.graph, env, model.opset_imports)
+    return {v.name: env["data"].get(id(v)) for n in model.graph for v in n.outputs}
+
+
+@pytest.mark.parametrize("attr", ["value_float", "value_floats"])
+def test_float_attributes_are_told_apart_by_the_sign_of_zero(empty_memo, attr):
+    """0.0 == -0.0 in Python: a key holding the floats themselves took one Constant for the
+    other, and the second got the first's data."""
+
+    def constants(*zeros):
+        nodes = [
+            helper.make_node(
+                "Constant", [], [f"c{i}"], **{attr: z if attr == "value_float" else [z]}
+            )
+            for i, z in enumerate(zeros)
+        ]
+        outs = [helper.make_tensor_value_info(f"c{i}", F, None) for i in range(len(zeros))]
+        return _model(nodes, [], outs)
+
+    data = _propagated(constants(-0.0, 0.0))
+    assert [bool(np.signbit(data[c]).all()) for c in ("c0", "c1")] == [True, False]
+
+
+def test_an_attribute_of_an_unhashable_value_is_inferred_without_the_memo(empty_memo):
+    """(An attribute built through the API may hold any value: it has no key, and the rule
+    runs as without the memo.)"""
+    from onyx.ir import Attr, AttrType
+
+    m = _transposes([2, 3, 4], [(2, 0, 1)])
+    node = m.graph.nodes[0]
+    node.attributes["junk"] = Attr("junk", AttrType.INT, np.array([1]))
+    assert _types(m) == {"t0": (4, 2, 3)}
+    assert not empty_memo

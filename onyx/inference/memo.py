@@ -12,6 +12,8 @@ symbolic dim (unique per use) or failed is not. Cleared when full.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..ir import AttrType, TensorType
@@ -26,6 +28,7 @@ MAX_DATA = 4096
 _PLAIN = frozenset(map(int, (AttrType.FLOAT, AttrType.INT, AttrType.STRING)))
 _LISTS = frozenset(map(int, (AttrType.FLOATS, AttrType.INTS, AttrType.STRINGS)))
 _TENSOR = int(AttrType.TENSOR)
+_FLOAT, _FLOATS = int(AttrType.FLOAT), int(AttrType.FLOATS)
 
 MEMO: dict[tuple, tuple] = {}
 #: engine.Data, set by the engine (it imports this module).
@@ -36,9 +39,11 @@ def key(engine, node, env: dict, found: tuple) -> tuple | None:
     """The memo key of ``node``'s inference (None: not remembered, as for a malformed node,
     whose rule reports what is wrong)."""
     try:
-        return _key(engine, node, env, found)
+        k = _key(engine, node, env, found)
+        hash(k)  # (an attribute built through the API may hold an unhashable value)
     except Exception:  # noqa: BLE001  (e.g. a tensor attribute without a type: the rule says)
         return None
+    return k
 
 
 def _key(engine, node, env: dict, found: tuple) -> tuple | None:
@@ -52,12 +57,16 @@ def _key(engine, node, env: dict, found: tuple) -> tuple | None:
             if len(value) > MAX_LIST:
                 return None
             value = tuple(value)
+            if kind == _FLOATS and 0.0 in value:
+                value = tuple(map(_signed, value))
         elif kind == _TENSOR:  # (a Constant's small value: its dtype and bytes)
             value = _tensor_key(value)
             if value is None:
                 return None
         elif kind not in _PLAIN:
             return None
+        elif kind == _FLOAT and value == 0.0:
+            value = _signed(value)
         attrs.append((name, kind, value))
     types, data = env["types"], env["data"]
     inputs = []
@@ -88,6 +97,11 @@ def _key(engine, node, env: dict, found: tuple) -> tuple | None:
     return (op, tuple(attrs), tuple(inputs), outputs, flags)
 
 
+def _signed(x: float) -> tuple:
+    """A float and its sign: 0.0 == -0.0, and a Constant of one propagates its own zero."""
+    return (x, math.copysign(1.0, x))
+
+
 def _tensor_key(t) -> tuple | None:
     if t is None or t.size > MAX_DATA:
         return None
@@ -97,17 +111,23 @@ def _tensor_key(t) -> tuple | None:
     return (int(t.dtype), arr.dtype.str, arr.shape, arr.tobytes())
 
 
-def _data_key(d) -> tuple | None:
+def _describable(d) -> bool:
+    """Whether a key can hold data ``d``: a small numeric array, or propagated dims
+    (engine.Data) of ints, names and unknowns."""
     if d.__class__ is np.ndarray:
-        if d.dtype.hasobject or d.size > MAX_DATA:
-            return None
-        return ("array", d.dtype.str, d.shape, d.tobytes())
-    if d.__class__ is DATA[0]:  # (engine.Data: propagated dims)
+        return not d.dtype.hasobject and d.size <= MAX_DATA
+    if d.__class__ is DATA[0]:
         dims = d.dims
-        if len(dims) > MAX_DATA or not all(x is None or type(x) in (int, str) for x in dims):
-            return None
-        return ("dims", d.__class__, tuple(dims), d.scalar)
-    return None
+        return len(dims) <= MAX_DATA and all(x is None or type(x) in (int, str) for x in dims)
+    return False
+
+
+def _data_key(d) -> tuple | None:
+    if not _describable(d):
+        return None
+    if d.__class__ is np.ndarray:
+        return ("array", d.dtype.str, d.shape, d.tobytes())
+    return ("dims", tuple(d.dims), d.scalar)
 
 
 def lookup(k: tuple) -> tuple[dict, dict] | None:
@@ -121,7 +141,7 @@ def lookup(k: tuple) -> tuple[dict, dict] | None:
 def remember(k: tuple, outputs: dict, out_data: dict, schema) -> None:
     """Keep what a rule found for key ``k`` (when its data is of the kinds a key describes)."""
     for d in out_data.values():
-        if d is not None and _data_key(d) is None:
+        if d is not None and not _describable(d):
             return
     if any(t.__class__ is not TensorType for t in outputs.values()):
         return

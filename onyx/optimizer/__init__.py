@@ -174,13 +174,11 @@ def _run(ctx: PassContext, p) -> bool:
     """Run pass ``p`` (that _run_all did not skip) and note its result."""
     log = ctx.counted
     log.clear()
+    start = time.perf_counter() if ctx.record_results else 0.0
+    changed = bool(p.fn(ctx))
     if ctx.record_results:
-        start = time.perf_counter()
-        changed = bool(p.fn(ctx))
         seconds = time.perf_counter() - start
         ctx.results.append(PassResult(p.name, changed, _tally(log), seconds))
-    else:
-        changed = bool(p.fn(ctx))
     ctx.ran.add(p.name)
     if changed and SKIP_IDLE and p.name in CONFINED:
         ctx.idle[p.name] = ctx.version  # (it did all there was: the others' marks stand)

@@ -28,7 +28,7 @@ from ..ir.types import (
 from ..proto import AttributeProto, NodeProto
 from . import repeated
 from .fields import set_fields, written_empty
-from .tensors import plain_raw_tensor, plain_raw_value, tensor_from_proto
+from .tensors import plain_raw_tensor, tensor_from_proto
 
 A = AttrType
 #: AttributeProto field holding each attribute type's value.
@@ -125,7 +125,7 @@ def _plain_tensor_attribute(a) -> Attr | None:
     (f_name, name), (f_t, tp), (f_type, _) = fields
     if f_name is not _ATTR_NAME or f_t is not _ATTR_T or f_type is not _ATTR_TYPE:
         return None
-    t = plain_raw_value(tp)
+    t = plain_raw_tensor(tp, unnamed=True)
     if t is None or len(UnknownFieldSet(a)):
         return None
     return Attr(name, AttrType.TENSOR, t)

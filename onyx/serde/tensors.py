@@ -150,55 +150,36 @@ _ITEM_BYTES = {d: bit_width(d) // 8 for d in BY_ENUM if bit_width(d) % 8 == 0 an
 _BY_VALUE = {int(d): d for d in D}
 
 
-def plain_raw_tensor(tp) -> Tensor | None:
+def plain_raw_tensor(tp, unnamed: bool = False) -> Tensor | None:
     """The tensor of a message that holds dims, a known element type, a name and raw bytes of
     the right size and nothing else (no field written empty, no unknown field), or None.
+    ``unnamed``: the name may also be absent (a Constant node's value, as exporters write it).
 
     That is nearly every initializer, and reading it this way skips the general path's
     bookkeeping; anything else (and every error) is left to ``tensor_from_proto``."""
     fields = tp.ListFields()  # (descriptor, value) in field number order, one call
-    if len(fields) == 4:
-        (f_dims, dims), (f_type, dtype), (f_name, name), (f_raw, raw) = fields
-        if f_dims is not _DIMS:
-            return None
-        dims = tuple(dims)
+    dims = ()  # (no dims: a scalar)
+    if fields and fields[0][0] is _DIMS:
+        dims = tuple(fields[0][1])
         if min(dims) < 0:
             return None
-    elif len(fields) == 3:  # a scalar
+        fields = fields[1:]
+    if len(fields) == 3:
         (f_type, dtype), (f_name, name), (f_raw, raw) = fields
-        dims = ()
+        if f_name is not _NAME or not name:
+            return None
+    elif len(fields) == 2 and unnamed:
+        (f_type, dtype), (f_raw, raw) = fields
+        name = ""
     else:
         return None
-    if f_type is not _DATA_TYPE or f_name is not _NAME or f_raw is not _RAW or not name:
+    if f_type is not _DATA_TYPE or f_raw is not _RAW:
         return None
     dtype = _BY_VALUE.get(dtype)
     size = _ITEM_BYTES.get(dtype)
     if size is None or len(raw) != math.prod(dims) * size or not raw or len(UnknownFieldSet(tp)):
         return None
     return Tensor.from_raw(raw, dtype, dims, name)
-
-
-def plain_raw_value(tp) -> Tensor | None:
-    """:func:`plain_raw_tensor`, for a tensor that may also have no name: a Constant node's
-    value, as exporters write it (dims, element type and raw bytes only)."""
-    fields = tp.ListFields()
-    if len(fields) == 3 and fields[0][0] is _DIMS and fields[2][0] is _RAW:
-        (_, dims), (f_type, dtype), (_, raw) = fields
-        dims = tuple(dims)
-        if min(dims) < 0:
-            return None
-    elif len(fields) == 2 and fields[1][0] is _RAW:  # a scalar
-        (f_type, dtype), (_, raw) = fields
-        dims = ()
-    else:
-        return plain_raw_tensor(tp)
-    if f_type is not _DATA_TYPE:
-        return None
-    dtype = _BY_VALUE.get(dtype)
-    size = _ITEM_BYTES.get(dtype)
-    if size is None or len(raw) != math.prod(dims) * size or not raw or len(UnknownFieldSet(tp)):
-        return None
-    return Tensor.from_raw(raw, dtype, dims, "")
 
 
 def tensor_from_proto(tp, what: str = "tensor", raw=None, externals=None) -> Tensor:
