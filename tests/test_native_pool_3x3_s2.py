@@ -61,3 +61,70 @@ def test_max_3x3_s2_matches_onnxruntime(geometry):
     want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})
     got = onyx.InferenceSession(data).run(None, {"x": x})
     np.testing.assert_array_equal(got[0], want[0])
+
+
+_GUARDED = r"""
+import ctypes, itertools, mmap, sys
+import numpy as np
+from onyx.runtime.kernels import pool
+from onyx.runtime import native
+
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+PAGE = mmap.PAGESIZE
+
+
+class _Ctx:
+    n_outputs, outputs_wanted = 1, (True,)
+
+
+def guarded(shape, at_end):
+    # an array whose last byte ends a page (at_end) or whose first starts one, the page past
+    # it (or before it) unreadable: a read outside the planes faults
+    n = int(np.prod(shape)) * 4
+    pages = (n + PAGE - 1) // PAGE + 2
+    buf = mmap.mmap(-1, pages * PAGE)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    guard = base + (pages - 1) * PAGE if at_end else base
+    assert libc.mprotect(guard, PAGE, 0) == 0
+    start = (pages - 1) * PAGE - n if at_end else PAGE
+    return np.frombuffer(buf, np.float32, n // 4, start).reshape(shape), buf
+
+
+rng = np.random.default_rng(0)
+sizes = [1, 2, 3, 4, 5, 6, 7, 8, 9]
+widths = [1, 2, 3, 4, 5, 6, 7, 15, 16, 17, 31, 32, 33, 34, 35, 47, 48, 49, 63, 64, 65, 66]
+for H, W, ceil, end, (N, C), at_end in itertools.product(
+    sizes, widths, (0, 1), (0, 1, 2), ((1, 1), (2, 3)), (True, False)
+):
+    geo = {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [0, 0, end, end],
+           "ceil_mode": ceil}
+    if H + end < 3 or W + end < 3:
+        continue
+    x, keep = guarded((N, C, H, W), at_end)
+    x[...] = rng.standard_normal((N, C, H, W)).astype(np.float32)
+    x.reshape(-1)[rng.integers(0, x.size, 2)] = [np.nan, -0.0]
+    got = pool.max_pool(_Ctx, x, **geo)
+    lib = native._core.lib
+    native._core.lib = None
+    try:
+        want = pool.max_pool(_Ctx, x, **geo)
+    finally:
+        native._core.lib = lib
+    assert got.shape == want.shape, (H, W, ceil, end)
+    np.testing.assert_array_equal(got, want, err_msg=str((H, W, ceil, end, N, C)))
+print("ok")
+"""
+
+
+def test_max_3x3_s2_reads_only_the_planes(tmp_path):
+    """Every size from a 1x1 plane up (widths about one, two and three column blocks), ceil
+    mode, end pads, batches and channels: the planes between unreadable pages (a read past
+    the last plane's end or before the first's start faults), the values the numpy kernel's."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "guarded.py"
+    script.write_text(_GUARDED)
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True)
+    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-2000:]

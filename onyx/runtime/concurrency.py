@@ -359,8 +359,7 @@ class _Turn:
         seconds: its slice goes on, or nobody waits (a new slice then). Its slice's end is
         read once: a run of a small pipeline takes tens of microseconds, and the bookkeeping
         of a holder with others waiting was a hundredth of it."""
-        over = self.spent >= _run_slice() or now >= self.deadline
-        if over:
+        if self._over(now):
             if self.queue:
                 return False
             self._new_slice()
@@ -371,12 +370,12 @@ class _Turn:
         """Whether the holder, between runs, has left the turn: its slice is over, or it has
         not come back for IDLE_SECONDS."""
         now = _now()
-        return self._over() or now - self.released >= IDLE_SECONDS
+        return self._over(now) or now - self.released >= IDLE_SECONDS
 
-    def _over(self) -> bool:
-        """Whether the holder's slice is over: its runs took SLICE_SECONDS (by their
-        sessions' Pace), or its wall-clock slice has ended."""
-        return self.spent >= _run_slice() or _now() >= self.deadline
+    def _over(self, now: float) -> bool:
+        """Whether the holder's slice is over at ``now``: its runs took SLICE_SECONDS (by
+        their sessions' Pace), or its wall-clock slice has ended."""
+        return self.spent >= _run_slice() or now >= self.deadline
 
     def _new_slice(self) -> None:
         """A slice of SLICE_SECONDS of runs; with turn.c, of WALL_SLICES times that in wall
@@ -399,7 +398,7 @@ class _Turn:
         entry = self.queue.popleft()
         self.counts[0] += 1
         self.core = _core()
-        early = not self._over()  # (its holder gave it back before its slice's end)
+        early = not self._over(_now())  # (its holder gave it back before its slice's end)
         self.owner, self.depth = entry.thread, 1
         self._new_slice()
         if BIND_WAITERS and (_turn_wait is not None or entry.bell.locked()):

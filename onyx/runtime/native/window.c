@@ -518,21 +518,6 @@ across_s2(__m512 a, __m512 b, __m512 d, const int nan) {
     return window_max(acc, tap, nan);
 }
 
-/* Output row `out` from the NR window rows at r. */
-static AVX512 inline __attribute__((always_inline)) void
-max_3x3_s2_row(const float *r, int64_t W, int64_t OW, float *out, const int64_t nr,
-               const int nan) {
-    int64_t cols = 2 * OW + 1 < W ? 2 * OW + 1 : W; /* (the columns in the plane) */
-    __m512 a = rows_max(r, W, 0, first_lanes(cols), nr, nan);
-    for (int64_t ow0 = 0; ow0 < OW; ow0 += 16) {
-        int64_t n = OW - ow0 < 16 ? OW - ow0 : 16, c = 2 * ow0;
-        __m512 b = rows_max(r, W, c + 16, first_lanes(cols - c - 16), nr, nan);
-        __m512 d = rows_max(r, W, c + 32, first_lanes(cols - c - 32), nr, nan);
-        _mm512_mask_storeu_ps(out + ow0, first_lanes(n), across_s2(a, b, d, nan));
-        a = d;
-    }
-}
-
 /* Output rows `out` and `out + OW` from the five window rows at r (the third shared). */
 static AVX512 inline __attribute__((always_inline)) void
 max_3x3_s2_rows2(const float *r, int64_t W, int64_t OW, float *out, const int nan) {
@@ -560,14 +545,16 @@ max_3x3_s2_rows2(const float *r, int64_t W, int64_t OW, float *out, const int na
 static AVX512 inline __attribute__((always_inline)) void
 max_3x3_s2_rows(const pool2d *t, const float *x, float *y, const int nan) {
     int64_t W = t->W, OW = t->OW, oh = 0;
+    row_shape s = {W, 0, OW, W};
     for (; oh + 2 <= t->OH && 2 * oh + 4 < t->H; oh += 2) /* (five rows in the plane) */
         max_3x3_s2_rows2(x + 2 * oh * W, W, OW, y + oh * OW, nan);
-    for (; oh < t->OH; oh++) {
+    for (; oh < t->OH; oh++) { /* (the last one or two: the general stride-2 row's) */
         const float *r = x + 2 * oh * W;
+        float *out = y + oh * OW; /* (also row_s2's count_w, which a max does not read) */
         if (2 * oh + 2 < t->H)
-            max_3x3_s2_row(r, W, OW, y + oh * OW, 3, nan);
+            row_s2(r, 3, s, out, out, 0.0f, 3, 0, nan);
         else /* (the third row is padding) */
-            max_3x3_s2_row(r, W, OW, y + oh * OW, 2, nan);
+            row_s2(r, 2, s, out, out, 0.0f, 3, 0, nan);
     }
 }
 
