@@ -394,7 +394,11 @@ def _kept_scratch_of(n: int) -> np.ndarray | None:
         if _kept_scratch[0] + n > KEPT_SCRATCH_ALL:
             return None
         _kept_scratch[0] += n
-    scratch = _aligned_bytes(n)
+    try:
+        scratch = _aligned_bytes(n)
+    except BaseException:  # (MemoryError: counted, never kept)
+        _give_back_scratch(n)
+        raise
     weakref.finalize(scratch, _give_back_scratch, n)
     return scratch
 
