@@ -205,7 +205,7 @@ def test_native_float_conv_refuses_parts_past_its_work(begin, end):
     if not native.conv_f32_ok():
         pytest.skip("no native float conv")
     t, needed = _float_conv_task()
-    x, y, cols = _guarded(t.N * t.C * t.H * t.W, 1.0), _guarded(t.N * t.M * t.OH * t.OW), None
+    x, y = _guarded(t.N * t.C * t.H * t.W, 1.0), _guarded(t.N * t.M * t.OH * t.OW)
     cols = _guarded(needed)
     t.x, t.y, t.cols, t.ncols = x.address, y.address, cols.address, needed
     fn = native.library().onyx_conv_f32_range
@@ -394,3 +394,23 @@ def test_conv_kernel_shape_that_does_not_match_w_is_refused(optimized):
     with pytest.raises(onyx.OnyxError, match="kernel_shape"):
         sess = onyx.InferenceSession(model.SerializeToString(), options)
         sess.run(None, {"x": np.ones((1, 3, 4, 4), np.float32)})
+
+
+def test_kept_chain_scratch_is_not_counted_when_it_cannot_be_allocated(monkeypatch):
+    """conv_chain's process-wide count of kept scratch (KEPT_SCRATCH_ALL) takes a set-up's
+    bytes back where allocating them fails: a MemoryError leaves the count as it was."""
+    from onyx.runtime import conv_chain
+
+    def fail(n):
+        raise MemoryError
+
+    before = conv_chain._kept_scratch[0]  # noqa: SLF001
+    monkeypatch.setattr(conv_chain, "_aligned_bytes", fail)
+    with pytest.raises(MemoryError):
+        conv_chain._kept_scratch_of(1 << 10)  # noqa: SLF001
+    assert conv_chain._kept_scratch[0] == before  # noqa: SLF001
+    monkeypatch.undo()
+    kept = conv_chain._kept_scratch_of(1 << 10)  # noqa: SLF001
+    assert kept is not None and conv_chain._kept_scratch[0] == before + (1 << 10)  # noqa: SLF001
+    del kept
+    assert conv_chain._kept_scratch[0] == before  # noqa: SLF001

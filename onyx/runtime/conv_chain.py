@@ -47,6 +47,7 @@ SIGNATURES = 4
 #: each of its runs takes its own, as a second thread's run does.
 KEPT_SCRATCH_ALL = 32 << 20
 _kept_scratch = [0]  # (the bytes kept now)
+_KEPT_LOCK = threading.Lock()  # (held while _kept_scratch is read and changed)
 
 
 def enabled() -> bool:
@@ -393,7 +394,11 @@ def _kept_scratch_of(n: int) -> np.ndarray | None:
         if _kept_scratch[0] + n > KEPT_SCRATCH_ALL:
             return None
         _kept_scratch[0] += n
-    scratch = _aligned_bytes(n)
+    try:
+        scratch = _aligned_bytes(n)
+    except BaseException:  # (MemoryError: counted, never kept)
+        _give_back_scratch(n)
+        raise
     weakref.finalize(scratch, _give_back_scratch, n)
     return scratch
 
@@ -401,9 +406,6 @@ def _kept_scratch_of(n: int) -> np.ndarray | None:
 def _give_back_scratch(n: int) -> None:
     with _KEPT_LOCK:
         _kept_scratch[0] -= n
-
-
-_KEPT_LOCK = threading.Lock()
 
 
 def _give_back_kept(layers: list[_Layer]) -> None:

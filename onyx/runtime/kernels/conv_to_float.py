@@ -103,12 +103,14 @@ def one_pixel_sums(x, w, x_zero_point, w_zero_point, attrs: tuple) -> np.ndarray
         return None
     if w.shape[1] != x.shape[1] or w.shape[1] > 1 << 15 or x.dtype not in _BYTES:
         return None
-    if (x_zero_point is not None and x_zero_point.size != 1) or w.dtype not in _BYTES:
-        return None
-    if w_zero_point is not None and w_zero_point.size not in (1, w.shape[0]):
-        return None
     # (a zero point of the other 8-bit type: ConvInteger's own checks refuse it)
-    if any(z is not None and z.dtype != v.dtype for z, v in ((x_zero_point, x), (w_zero_point, w))):
+    if x_zero_point is not None and (x_zero_point.size != 1 or x_zero_point.dtype != x.dtype):
+        return None
+    if w.dtype not in _BYTES:
+        return None
+    if w_zero_point is not None and (
+        w_zero_point.size not in (1, w.shape[0]) or w_zero_point.dtype != w.dtype
+    ):
         return None
 
     def centered() -> np.ndarray:  # (C, M): w - w_zero_point, transposed for x @ it

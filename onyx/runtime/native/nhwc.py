@@ -194,30 +194,36 @@ class NhwcConv:
         t.xs_n, t.xs_h, t.xs_w, t.xs_c = (s // 4 for s in strides)
         self.x_strides = tuple(strides)
 
-    def _refuse(self, x, s=None, z=None) -> None:
-        """InvalidArgument unless x has the set-up's shape, strides and dtype, and s and z
-        theirs (the kernels read them by the task's sizes: nothing else bounds them)."""
-        N, C = self.x_shape[0], self.x_shape[3]
-        ok = isinstance(x, np.ndarray) and x.shape == self.x_shape and x.dtype == _F32
-        ok = ok and x.strides == self.x_strides
-        for extra, shape in ((s, (N, 1, 1, C)), (z, self.shape)):
-            if extra is not None:
-                ok = ok and isinstance(extra, np.ndarray) and extra.dtype == _F32
-                ok = ok and extra.size == math.prod(shape) and extra.flags.c_contiguous
-        if not ok:
-            raise InvalidArgument(
-                f"onyx native channels-last conv: set up for x {self.x_shape} float32, strides "
-                f"{self.x_strides}; got {getattr(x, 'shape', x)!r} {getattr(x, 'dtype', '')} "
-                f"{getattr(x, 'strides', '')} (or an s or z not of its shape)"
-            )
+    def _extras_fit(self, s, z) -> bool:
+        """Whether s and z (None: not given) are C-contiguous float32 of the scales' (N, C)
+        and the output's sizes (the kernels read them by the task's sizes: nothing else
+        bounds them)."""
+        for extra, n in ((s, self.x_shape[0] * self.x_shape[3]), (z, self.size)):
+            if extra is not None and not (
+                isinstance(extra, np.ndarray)
+                and extra.dtype == _F32
+                and extra.size == n
+                and extra.flags.c_contiguous
+            ):
+                return False
+        return True
+
+    def _refuse(self, x) -> None:
+        """InvalidArgument: x is not of the set-up's shape, strides and dtype, or s or z not
+        as _extras_fit wants them."""
+        raise InvalidArgument(
+            f"onyx native channels-last conv: set up for x {self.x_shape} float32, strides "
+            f"{self.x_strides}; got {getattr(x, 'shape', x)!r} {getattr(x, 'dtype', '')} "
+            f"{getattr(x, 'strides', '')} (or an s or z not of its shape)"
+        )
 
     def __call__(self, x: np.ndarray, s=None, z=None) -> np.ndarray:
         """x float32 of the set-up's (N, H, W, C) shape and strides (set_strides); s: per-image
         input channel scales (N, C) (pointwise only), z: a residual of the output's shape,
         added before the activation (both C-contiguous float32)."""
         if (x.shape != self.x_shape or x.strides != self.x_strides or x.dtype != _F32
-                or s is not None or z is not None):  # fmt: skip
-            self._refuse(x, s, z)  # (s or z: checked there; else x raises)
+                or not (s is None and z is None or self._extras_fit(s, z))):  # fmt: skip
+            self._refuse(x)
         y, address = self._output()
         status = _CALL[0](
             self.task_at,
