@@ -332,7 +332,8 @@ GEN_MUTATIONS = cnn_cases.GENERATORS
 NATIVE_MUTATIONS = ("native_calls",)
 MUTATIONS = [*BYTE_MUTATIONS, *PROTO_MUTATIONS, *FEED_MUTATIONS, "fork"]
 #: The newer paths' cases drawn twice as often (their code is the youngest).
-MUTATIONS += 2 * [*GEN_MUTATIONS, *NATIVE_MUTATIONS, "reshape_input"]
+MUTATIONS += [*GEN_MUTATIONS, *GEN_MUTATIONS, *NATIVE_MUTATIONS, *NATIVE_MUTATIONS]
+MUTATIONS += ["reshape_input"]  # (in PROTO_MUTATIONS already)
 
 
 def mutate(seed: Seed, mutation: str, rng: random.Random) -> bytes:
