@@ -3,7 +3,7 @@ the same runs spread over 8 threads, and whether every result is bit-identical.
 
     python benchmarks/bench_concurrency.py [--model tests/models/bert_dynamo_op18.onnx ...]
         [--runs 400] [--threads 8] [--rounds 5] [--no-turns] [--warm | --cold] [--slice S]
-        [--unbound] [--at-once K] [--intra-op N]
+        [--unbound] [--at-once K] [--intra-op N] [--floor] [--run-queue]
     python benchmarks/bench_concurrency.py --model M --runs 3200 --once 8   (then --once 1)
 
 Concurrent runs must not oversubscribe the cores (each thread's BLAS call starting its own
@@ -35,6 +35,10 @@ itself that way (its jobs one at a time under one lock, its own turns off): what
 threads costs with the model's own runs (on a loaded machine a run after its thread slept
 finds its caches taken by the processes that ran meanwhile, which a loop of pure Python barely
 notices); the session's rows exceed it by what onyx's turns cost.
+--run-queue adds a row per model timing a run queue (flat combining) instead of turns: a run
+arriving while another runs queues itself, and the running thread runs the queued runs back to
+back on its warm caches and hands each caller its results (``RunQueue``; its caller woken
+once per run: docs/reliability.md measures it against the turns).
 """
 
 from __future__ import annotations
@@ -168,6 +172,60 @@ class PerfectTurn:
         return self.sess.run(*args)
 
 
+class _Slot:
+    """A queued run of RunQueue: its arguments, then its results or exception, and the bell
+    its caller sleeps on until they are in."""
+
+    __slots__ = ("args", "result", "bell")
+
+    def __init__(self, args: tuple) -> None:
+        self.args, self.result, self.bell = args, None, threading.Lock()
+        self.bell.acquire()
+
+
+class RunQueue:
+    """A session for --run-queue's row: the run queue (flat combining) a turn could give way
+    to. A run arriving while another thread runs queues its arguments and sleeps on a slot of
+    its own; the running thread, its own run done, runs the queued runs back to back (no
+    thread takes over the runs with cold caches) and rings each one's slot, and only then
+    returns to its caller. Each queued run still wakes its caller once: a caller's next run
+    needs its results first. The session's own turns are off (``turns_off``)."""
+
+    def __init__(self, sess) -> None:
+        self.sess, self.guard, self.queue, self.running = sess, threading.Lock(), [], False
+
+    def run(self, *args) -> list:
+        with self.guard:
+            slot = _Slot(args) if self.running else None
+            if slot is None:
+                self.running = True
+            else:
+                self.queue.append(slot)
+        if slot is None:
+            try:
+                return self.sess.run(*args)
+            finally:
+                self._serve()
+        slot.bell.acquire()  # (rung by the running thread once its results are in)
+        if isinstance(slot.result, BaseException):
+            raise slot.result  # (on its caller's thread)
+        return slot.result
+
+    def _serve(self) -> None:
+        """Run the queued runs, oldest first, until none is left."""
+        while True:
+            with self.guard:
+                if not self.queue:
+                    self.running = False
+                    return
+                slot = self.queue.pop(0)
+            try:
+                slot.result = self.sess.run(*slot.args)
+            except BaseException as e:  # (its caller's, raised on its thread)
+                slot.result = e
+            slot.bell.release()
+
+
 @contextlib.contextmanager
 def turns_off():
     saved = concurrency.SHORT_RUN_SECONDS
@@ -286,6 +344,7 @@ def main() -> None:
     ap.add_argument("--at-once", type=int, metavar="K", help="turns off, at most K runs at once")
     ap.add_argument("--intra-op", type=int, default=0, metavar="N", help="threads a run uses")
     ap.add_argument("--floor", action="store_true", help="also time a perfect turn's stand-in")
+    ap.add_argument("--run-queue", action="store_true", help="also time a run queue's rows")
     args = ap.parse_args()
     options = onyx.SessionOptions()
     options.intra_op_num_threads = args.intra_op
@@ -320,9 +379,12 @@ def main() -> None:
         if args.floor:  # (the stand-in's rounds measuring the session: only when asked for)
             sessions.append((f"{name} floor", StandIn(sess, feeds, args.runs)))
             sessions.append((f"{name} perfect turn", PerfectTurn(sess)))
+        if args.run_queue:
+            sessions.append((f"{name} run queue", RunQueue(sess)))
         for label, runner in sessions:
             for warm in modes:
-                with turns_off() if isinstance(runner, PerfectTurn) else contextlib.nullcontext():
+                own_turns = not isinstance(runner, (PerfectTurn, RunQueue))
+                with contextlib.nullcontext() if own_turns else turns_off():
                     result = compare(runner, feeds, args.runs, args.threads, args.rounds, warm)
                 kind = "long-lived" if warm else "new"
                 print(row(f"{label}, {kind} threads", result), flush=True)

@@ -409,6 +409,64 @@ def test_the_benchmarks_perfect_turn_runs_the_session_serialized_without_turns()
     assert bench.identical([r for got in results for r in got], [sess.run(None, feeds)[0]] * 12)
 
 
+def test_the_benchmarks_run_queue_runs_queued_runs_back_to_back_on_the_running_thread():
+    """(--run-queue's row: runs one at a time, a queued run made by the running thread, and
+    its results, bit for bit, to its own caller)"""
+    bench = _bench_concurrency()
+    sess, feeds = _relu_session(), {"x": np.ones((2, 3), np.float32)}
+    run, inside, most, made = sess.run, [0], [0], {}
+
+    class Recorded:
+        def run(self, *args):
+            me = threading.get_ident()
+            made[me] = made.get(me, 0) + 1
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+            time.sleep(0.002)  # (lets the GIL go: the other threads queue meanwhile)
+            inside[0] -= 1
+            return run(*args)
+
+    with bench.turns_off():
+        *_, results = bench.run_threads(bench.RunQueue(Recorded()), feeds, 24, 4)
+    assert len(results) == 24 and most[0] == 1
+    assert max(made.values()) > 6  # (a thread made others' runs: 6 of its own each)
+    assert bench.identical([r for got in results for r in got], [run(None, feeds)[0]] * 24)
+
+
+def test_the_benchmarks_run_queue_hands_each_caller_its_own_results_and_exceptions():
+    bench = _bench_concurrency()
+
+    class Echo:  # (a run's result: its feed; a feed that is an exception is raised)
+        def run(self, _names, feed):
+            time.sleep(0.002)
+            if isinstance(feed, Exception):
+                raise feed
+            return feed
+
+    queue, got, gate = bench.RunQueue(Echo()), {}, threading.Barrier(6)
+
+    def call(k: int) -> None:
+        gate.wait()
+        for j in range(4):
+            feed = ValueError(f"{k}.{j}") if (k + j) % 3 == 0 else f"{k}.{j}"
+            try:
+                got[k, j] = queue.run(None, feed)
+            except ValueError as e:
+                got[k, j] = f"raised {e}"
+
+    threads = [threading.Thread(target=call, args=(k,)) for k in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert got == {
+        (k, j): f"raised {k}.{j}" if (k + j) % 3 == 0 else f"{k}.{j}"
+        for k in range(6)
+        for j in range(4)
+    }
+    assert not queue.running and not queue.queue
+
+
 def _queue_on_another_thread(turn, got: list, stay: threading.Event) -> threading.Thread:
     """A thread that waits for the turn, notes when it got it (and its thread), and keeps it
     between runs (a fresh thread has no streaks to end) until ``stay`` is set (a thread that
