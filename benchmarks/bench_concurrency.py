@@ -3,7 +3,7 @@ the same runs spread over 8 threads, and whether every result is bit-identical.
 
     python benchmarks/bench_concurrency.py [--model tests/models/bert_dynamo_op18.onnx ...]
         [--runs 400] [--threads 8] [--rounds 5] [--no-turns] [--warm | --cold] [--slice S]
-        [--unbound] [--at-once K] [--intra-op N] [--floor] [--run-queue]
+        [--unbound] [--at-once K] [--intra-op N] [--floor] [--run-queue] [--warm-rounds N]
     python benchmarks/bench_concurrency.py --model M --runs 3200 --once 8   (then --once 1)
 
 Concurrent runs must not oversubscribe the cores (each thread's BLAS call starting its own
@@ -16,7 +16,9 @@ the counts vary less than the times on a shared machine). The two are timed in a
 rounds, and each 8-thread round is compared with the 1-thread round next to it (on a shared
 machine single rounds vary by 2x or more). Two kinds of threads: new ones each round (their
 first runs and their start included: the cold figure) and long-lived ones that have run the
-session before (a server's worker threads: the steady state); --cold or --warm runs one kind.
+session before (a server's worker threads: the steady state, reached after --warm-rounds N
+untimed rounds, default 2, in which the turn learns their jobs' length); --cold or --warm runs
+one kind.
 --once times nothing itself: it makes the runs of one side only, for a timer outside the
 process. --unbound wakes the turn's next holder wherever Linux likes (then moved to the core
 its last holder ran on), not bound to that core before it is woken (concurrency._bind).
@@ -273,15 +275,34 @@ def identical(a: list, b: list) -> bool:
     return all(x.shape == y.shape and x.tobytes() == y.tobytes() for x, y in zip(a, b))
 
 
-def compare(sess, feeds, runs: int, threads: int = 8, rounds: int = 5, warm: bool = False):
+#: Untimed rounds of the timed shape that long-lived threads make first (--warm-rounds). The
+#: turn predicts the end of a thread's job from the lengths of its last jobs once a length
+#: recurs (concurrency.STREAK_REPEATS): without them the first two timed rounds were the
+#: turn's learning, each job's end unforeseen and the turn taken from it after an idle look
+#: (7 takes a round, then none), not the steady state a server's workers reach.
+WARM_ROUNDS = 2
+
+
+def compare(
+    sess,
+    feeds,
+    runs: int,
+    threads: int = 8,
+    rounds: int = 5,
+    warm: bool = False,
+    warm_rounds: int = WARM_ROUNDS,
+):
     """Wall and CPU seconds of ``runs`` runs on 1 thread and on ``threads`` threads in
     alternating rounds (medians, and the medians of each round's ratio to the 1-thread round
     next to it: a drift of the machine's speed moves both), and whether every result equals
-    a lone run's bit for bit. New threads each round, or (``warm``) long-lived ones. (On a
-    shared machine the wall time also measures the other processes; the CPU time does not.)"""
+    a lone run's bit for bit. New threads each round, or (``warm``) long-lived ones, which
+    first make ``warm_rounds`` untimed rounds of ``runs`` runs. (On a shared machine the wall
+    time also measures the other processes; the CPU time does not.)"""
     reference = sess.run(None, feeds)
     workers = Workers(sess, feeds, threads) if warm else None
     run_threads(sess, feeds, threads, threads, workers)  # warm-up
+    for _ in range(warm_rounds if warm else 0):  # (the steady state: see WARM_ROUNDS)
+        run_threads(sess, feeds, runs, threads, workers)
     wall: dict[int, list[float]] = {1: [], threads: []}
     cpu: dict[int, list[float]] = {1: [], threads: []}
     changes: list[list[int]] = []  # per round of ``threads``: the turn's counts' increase
@@ -345,6 +366,13 @@ def main() -> None:
     ap.add_argument("--intra-op", type=int, default=0, metavar="N", help="threads a run uses")
     ap.add_argument("--floor", action="store_true", help="also time a perfect turn's stand-in")
     ap.add_argument("--run-queue", action="store_true", help="also time a run queue's rows")
+    ap.add_argument(
+        "--warm-rounds",
+        type=int,
+        default=WARM_ROUNDS,
+        metavar="N",
+        help="untimed rounds long-lived threads make first (0: one run each only)",
+    )
     args = ap.parse_args()
     options = onyx.SessionOptions()
     options.intra_op_num_threads = args.intra_op
@@ -385,7 +413,9 @@ def main() -> None:
             for warm in modes:
                 own_turns = not isinstance(runner, (PerfectTurn, RunQueue))
                 with contextlib.nullcontext() if own_turns else turns_off():
-                    result = compare(runner, feeds, args.runs, args.threads, args.rounds, warm)
+                    result = compare(
+                        runner, feeds, args.runs, args.threads, args.rounds, warm, args.warm_rounds
+                    )
                 kind = "long-lived" if warm else "new"
                 print(row(f"{label}, {kind} threads", result), flush=True)
 

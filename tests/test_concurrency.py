@@ -369,6 +369,30 @@ def test_the_benchmarks_long_lived_threads_serve_every_round():
     assert len(threads) == 6
 
 
+def test_the_benchmarks_long_lived_threads_reach_the_steady_state_before_timed_rounds(
+    monkeypatch,
+):
+    """(the turn predicts a job's end once its length recurs: long-lived threads first make
+    two untimed rounds of the timed shape, so that the first timed ones are not its learning)"""
+    bench = _bench_concurrency()
+    sess, feeds = _relu_session(), {"x": np.ones((2, 3), np.float32)}
+    calls, run_threads = [], bench.run_threads
+
+    def recorded(sess, feeds, runs, threads, workers=None):
+        calls.append((runs, threads, workers is not None))
+        return run_threads(sess, feeds, runs, threads, workers)
+
+    monkeypatch.setattr(bench, "run_threads", recorded)
+    bench.compare(sess, feeds, runs=6, threads=3, rounds=1, warm=True)
+    assert calls == [(3, 3, True), (6, 3, True), (6, 3, True), (6, 1, True), (6, 3, True)]
+    calls.clear()
+    bench.compare(sess, feeds, runs=6, threads=3, rounds=1)  # (new threads: nothing to learn)
+    assert calls == [(3, 3, False), (6, 1, False), (6, 3, False)]
+    calls.clear()
+    bench.compare(sess, feeds, runs=6, threads=3, rounds=1, warm=True, warm_rounds=0)
+    assert calls == [(3, 3, True), (6, 1, True), (6, 3, True)]
+
+
 def test_the_benchmarks_floor_runs_its_threads_jobs_one_at_a_time():
     """(--floor: a perfect turn's stand-in, its runs pure Python, its jobs serialized)"""
     bench = _bench_concurrency()
