@@ -279,7 +279,7 @@ def identical(a: list, b: list) -> bool:
 #: turn predicts the end of a thread's job from the lengths of its last jobs once a length
 #: recurs (concurrency.STREAK_REPEATS): without them the first two timed rounds were the
 #: turn's learning, each job's end unforeseen and the turn taken from it after an idle look
-#: (7 takes a round, then none), not the steady state a server's workers reach.
+#: (7 takes a round, against 0-2 after), not the steady state a server's workers reach.
 WARM_ROUNDS = 2
 
 
