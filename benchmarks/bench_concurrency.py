@@ -3,7 +3,7 @@ the same runs spread over 8 threads, and whether every result is bit-identical.
 
     python benchmarks/bench_concurrency.py [--model tests/models/bert_dynamo_op18.onnx ...]
         [--runs 400] [--threads 8] [--rounds 5] [--no-turns] [--warm | --cold] [--slice S]
-        [--unbound] [--at-once K] [--intra-op N]
+        [--unbound] [--at-once K] [--intra-op N] [--floor] [--run-queue] [--warm-rounds N]
     python benchmarks/bench_concurrency.py --model M --runs 3200 --once 8   (then --once 1)
 
 Concurrent runs must not oversubscribe the cores (each thread's BLAS call starting its own
@@ -16,7 +16,9 @@ the counts vary less than the times on a shared machine). The two are timed in a
 rounds, and each 8-thread round is compared with the 1-thread round next to it (on a shared
 machine single rounds vary by 2x or more). Two kinds of threads: new ones each round (their
 first runs and their start included: the cold figure) and long-lived ones that have run the
-session before (a server's worker threads: the steady state); --cold or --warm runs one kind.
+session before (a server's worker threads: the steady state, reached after --warm-rounds N
+untimed rounds, default 2, in which the turn learns their jobs' length); --cold or --warm runs
+one kind.
 --once times nothing itself: it makes the runs of one side only, for a timer outside the
 process. --unbound wakes the turn's next holder wherever Linux likes (then moved to the core
 its last holder ran on), not bound to that core before it is woken (concurrency._bind).
@@ -35,6 +37,10 @@ itself that way (its jobs one at a time under one lock, its own turns off): what
 threads costs with the model's own runs (on a loaded machine a run after its thread slept
 finds its caches taken by the processes that ran meanwhile, which a loop of pure Python barely
 notices); the session's rows exceed it by what onyx's turns cost.
+--run-queue adds a row per model timing a run queue (flat combining) instead of turns: a run
+arriving while another runs queues itself, and the running thread runs the queued runs back to
+back on its warm caches and hands each caller its results (``RunQueue``; its caller woken
+once per run: docs/reliability.md measures it against the turns).
 """
 
 from __future__ import annotations
@@ -168,6 +174,60 @@ class PerfectTurn:
         return self.sess.run(*args)
 
 
+class _Slot:
+    """A queued run of RunQueue: its arguments, then its results or exception, and the bell
+    its caller sleeps on until they are in."""
+
+    __slots__ = ("args", "result", "bell")
+
+    def __init__(self, args: tuple) -> None:
+        self.args, self.result, self.bell = args, None, threading.Lock()
+        self.bell.acquire()
+
+
+class RunQueue:
+    """A session for --run-queue's row: the run queue (flat combining) a turn could give way
+    to. A run arriving while another thread runs queues its arguments and sleeps on a slot of
+    its own; the running thread, its own run done, runs the queued runs back to back (no
+    thread takes over the runs with cold caches) and rings each one's slot, and only then
+    returns to its caller. Each queued run still wakes its caller once: a caller's next run
+    needs its results first. The session's own turns are off (``turns_off``)."""
+
+    def __init__(self, sess) -> None:
+        self.sess, self.guard, self.queue, self.running = sess, threading.Lock(), [], False
+
+    def run(self, *args) -> list:
+        with self.guard:
+            slot = _Slot(args) if self.running else None
+            if slot is None:
+                self.running = True
+            else:
+                self.queue.append(slot)
+        if slot is None:
+            try:
+                return self.sess.run(*args)
+            finally:
+                self._serve()
+        slot.bell.acquire()  # (rung by the running thread once its results are in)
+        if isinstance(slot.result, BaseException):
+            raise slot.result  # (on its caller's thread)
+        return slot.result
+
+    def _serve(self) -> None:
+        """Run the queued runs, oldest first, until none is left."""
+        while True:
+            with self.guard:
+                if not self.queue:
+                    self.running = False
+                    return
+                slot = self.queue.pop(0)
+            try:
+                slot.result = self.sess.run(*slot.args)
+            except BaseException as e:  # (its caller's, raised on its thread)
+                slot.result = e
+            slot.bell.release()
+
+
 @contextlib.contextmanager
 def turns_off():
     saved = concurrency.SHORT_RUN_SECONDS
@@ -215,15 +275,34 @@ def identical(a: list, b: list) -> bool:
     return all(x.shape == y.shape and x.tobytes() == y.tobytes() for x, y in zip(a, b))
 
 
-def compare(sess, feeds, runs: int, threads: int = 8, rounds: int = 5, warm: bool = False):
+#: Untimed rounds of the timed shape that long-lived threads make first (--warm-rounds). The
+#: turn predicts the end of a thread's job from the lengths of its last jobs once a length
+#: recurs (concurrency.STREAK_REPEATS): without them the first two timed rounds were the
+#: turn's learning, each job's end unforeseen and the turn taken from it after an idle look
+#: (7 takes a round, against 0-2 after), not the steady state a server's workers reach.
+WARM_ROUNDS = 2
+
+
+def compare(
+    sess,
+    feeds,
+    runs: int,
+    threads: int = 8,
+    rounds: int = 5,
+    warm: bool = False,
+    warm_rounds: int = WARM_ROUNDS,
+):
     """Wall and CPU seconds of ``runs`` runs on 1 thread and on ``threads`` threads in
     alternating rounds (medians, and the medians of each round's ratio to the 1-thread round
     next to it: a drift of the machine's speed moves both), and whether every result equals
-    a lone run's bit for bit. New threads each round, or (``warm``) long-lived ones. (On a
-    shared machine the wall time also measures the other processes; the CPU time does not.)"""
+    a lone run's bit for bit. New threads each round, or (``warm``) long-lived ones, which
+    first make ``warm_rounds`` untimed rounds of ``runs`` runs. (On a shared machine the wall
+    time also measures the other processes; the CPU time does not.)"""
     reference = sess.run(None, feeds)
     workers = Workers(sess, feeds, threads) if warm else None
     run_threads(sess, feeds, threads, threads, workers)  # warm-up
+    for _ in range(warm_rounds if warm else 0):  # (the steady state: see WARM_ROUNDS)
+        run_threads(sess, feeds, runs, threads, workers)
     wall: dict[int, list[float]] = {1: [], threads: []}
     cpu: dict[int, list[float]] = {1: [], threads: []}
     changes: list[list[int]] = []  # per round of ``threads``: the turn's counts' increase
@@ -286,6 +365,14 @@ def main() -> None:
     ap.add_argument("--at-once", type=int, metavar="K", help="turns off, at most K runs at once")
     ap.add_argument("--intra-op", type=int, default=0, metavar="N", help="threads a run uses")
     ap.add_argument("--floor", action="store_true", help="also time a perfect turn's stand-in")
+    ap.add_argument("--run-queue", action="store_true", help="also time a run queue's rows")
+    ap.add_argument(
+        "--warm-rounds",
+        type=int,
+        default=WARM_ROUNDS,
+        metavar="N",
+        help="untimed rounds long-lived threads make first (0: one run each only)",
+    )
     args = ap.parse_args()
     options = onyx.SessionOptions()
     options.intra_op_num_threads = args.intra_op
@@ -320,10 +407,15 @@ def main() -> None:
         if args.floor:  # (the stand-in's rounds measuring the session: only when asked for)
             sessions.append((f"{name} floor", StandIn(sess, feeds, args.runs)))
             sessions.append((f"{name} perfect turn", PerfectTurn(sess)))
+        if args.run_queue:
+            sessions.append((f"{name} run queue", RunQueue(sess)))
         for label, runner in sessions:
             for warm in modes:
-                with turns_off() if isinstance(runner, PerfectTurn) else contextlib.nullcontext():
-                    result = compare(runner, feeds, args.runs, args.threads, args.rounds, warm)
+                own_turns = not isinstance(runner, (PerfectTurn, RunQueue))
+                with contextlib.nullcontext() if own_turns else turns_off():
+                    result = compare(
+                        runner, feeds, args.runs, args.threads, args.rounds, warm, args.warm_rounds
+                    )
                 kind = "long-lived" if warm else "new"
                 print(row(f"{label}, {kind} threads", result), flush=True)
 

@@ -369,6 +369,30 @@ def test_the_benchmarks_long_lived_threads_serve_every_round():
     assert len(threads) == 6
 
 
+def test_the_benchmarks_long_lived_threads_reach_the_steady_state_before_timed_rounds(
+    monkeypatch,
+):
+    """(the turn predicts a job's end once its length recurs: long-lived threads first make
+    two untimed rounds of the timed shape, so that the first timed ones are not its learning)"""
+    bench = _bench_concurrency()
+    sess, feeds = _relu_session(), {"x": np.ones((2, 3), np.float32)}
+    calls, run_threads = [], bench.run_threads
+
+    def recorded(sess, feeds, runs, threads, workers=None):
+        calls.append((runs, threads, workers is not None))
+        return run_threads(sess, feeds, runs, threads, workers)
+
+    monkeypatch.setattr(bench, "run_threads", recorded)
+    bench.compare(sess, feeds, runs=6, threads=3, rounds=1, warm=True)
+    assert calls == [(3, 3, True), (6, 3, True), (6, 3, True), (6, 1, True), (6, 3, True)]
+    calls.clear()
+    bench.compare(sess, feeds, runs=6, threads=3, rounds=1)  # (new threads: nothing to learn)
+    assert calls == [(3, 3, False), (6, 1, False), (6, 3, False)]
+    calls.clear()
+    bench.compare(sess, feeds, runs=6, threads=3, rounds=1, warm=True, warm_rounds=0)
+    assert calls == [(3, 3, True), (6, 1, True), (6, 3, True)]
+
+
 def test_the_benchmarks_floor_runs_its_threads_jobs_one_at_a_time():
     """(--floor: a perfect turn's stand-in, its runs pure Python, its jobs serialized)"""
     bench = _bench_concurrency()
@@ -407,6 +431,64 @@ def test_the_benchmarks_perfect_turn_runs_the_session_serialized_without_turns()
         bench.run_threads(perfect, feeds, 4, 2)  # (turns back on)
         assert turns
     assert bench.identical([r for got in results for r in got], [sess.run(None, feeds)[0]] * 12)
+
+
+def test_the_benchmarks_run_queue_runs_queued_runs_back_to_back_on_the_running_thread():
+    """(--run-queue's row: runs one at a time, a queued run made by the running thread, and
+    its results, bit for bit, to its own caller)"""
+    bench = _bench_concurrency()
+    sess, feeds = _relu_session(), {"x": np.ones((2, 3), np.float32)}
+    run, inside, most, made = sess.run, [0], [0], {}
+
+    class Recorded:
+        def run(self, *args):
+            me = threading.get_ident()
+            made[me] = made.get(me, 0) + 1
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+            time.sleep(0.002)  # (lets the GIL go: the other threads queue meanwhile)
+            inside[0] -= 1
+            return run(*args)
+
+    with bench.turns_off():
+        *_, results = bench.run_threads(bench.RunQueue(Recorded()), feeds, 24, 4)
+    assert len(results) == 24 and most[0] == 1
+    assert max(made.values()) > 6  # (a thread made others' runs: 6 of its own each)
+    assert bench.identical([r for got in results for r in got], [run(None, feeds)[0]] * 24)
+
+
+def test_the_benchmarks_run_queue_hands_each_caller_its_own_results_and_exceptions():
+    bench = _bench_concurrency()
+
+    class Echo:  # (a run's result: its feed; a feed that is an exception is raised)
+        def run(self, _names, feed):
+            time.sleep(0.002)
+            if isinstance(feed, Exception):
+                raise feed
+            return feed
+
+    queue, got, gate = bench.RunQueue(Echo()), {}, threading.Barrier(6)
+
+    def call(k: int) -> None:
+        gate.wait()
+        for j in range(4):
+            feed = ValueError(f"{k}.{j}") if (k + j) % 3 == 0 else f"{k}.{j}"
+            try:
+                got[k, j] = queue.run(None, feed)
+            except ValueError as e:
+                got[k, j] = f"raised {e}"
+
+    threads = [threading.Thread(target=call, args=(k,)) for k in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert got == {
+        (k, j): f"raised {k}.{j}" if (k + j) % 3 == 0 else f"{k}.{j}"
+        for k in range(6)
+        for j in range(4)
+    }
+    assert not queue.running and not queue.queue
 
 
 def _queue_on_another_thread(turn, got: list, stay: threading.Event) -> threading.Thread:

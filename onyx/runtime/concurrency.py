@@ -45,7 +45,9 @@ Runs side by side on fewer threads each (two runs at once, each on one intra-op 
 one's Python overlaps the other's kernels) were measured and left: on small transformers and
 a QDQ MobileNet they took more wall time and far more CPU time than turns (their kernel calls
 release the GIL for microseconds, and each one handed the GIL to the other run:
-docs/reliability.md).
+docs/reliability.md). So was a run queue (one thread making the queued runs of the others back
+to back, warm): each caller's next call needs its results, so every queued run woke its caller,
+a switch per run where a turn makes one per job (``bench_concurrency.py --run-queue``).
 """
 
 from __future__ import annotations
