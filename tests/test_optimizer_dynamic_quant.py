@@ -234,6 +234,8 @@ def _conv_chain(bias: bool, group: int = 1, w_type=np.uint8, kernel=3):
         (True, 1, np.int8, 1),
         (True, 2, np.uint8, 3),  # grouped: ConvInteger's kernel, then the scale and bias
         (True, 4, np.uint8, 3),  # depthwise
+        (False, 4, np.uint8, 3),  # depthwise, ConvIntegerScaled
+        (True, 1, np.uint8, 1),  # pointwise, uint8 weights: float32 BLAS (exact sums)
     ],
 )
 def test_conv_chain_fuses_to_the_bit(bias, group, w_type, kernel, tmp_path, monkeypatch):
@@ -265,6 +267,37 @@ def test_conv_chain_fuses_to_the_bit(bias, group, w_type, kernel, tmp_path, monk
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
     np.testing.assert_array_equal(sess.run(None, {"x": x})[0], want)
+
+
+@pytest.mark.parametrize("group, kernel", [(4, 3), (1, 1), (1, 3)])
+def test_conv_chain_sets_up_once_per_shape(group, kernel, monkeypatch):
+    """A bound ConvIntegerToFloat (kernels/conv_to_float.py) makes its set-up in the first
+    run only, though x's zero point changes from run to run (a depthwise conv's native set-up
+    was made anew at every call, twice), and keeps the unfused graph's bits."""
+    from onyx.runtime import native
+    from onyx.runtime.kernels import conv, conv_to_float
+
+    made = Counter()
+    for module, name in ((native, "IntPlaneConv"), (conv, "implicit_integer_conv")):
+        original = getattr(module, name)
+
+        def counted(*args, _original=original, _name=name, **kwargs):
+            made[_name] += 1
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, counted)
+    monkeypatch.setattr(conv_to_float, "implicit_integer_conv", conv.implicit_integer_conv)
+    model = _conv_chain(True, group, np.uint8, kernel)
+    unfused = _session(model, "ORT_DISABLE_ALL")
+    fused = _session(model, "ORT_ENABLE_EXTENDED")
+    xs = [RNG.uniform(lo, hi, size=(1, 4, 9, 7)).astype(np.float32) for lo, hi in
+          ((-3, 2), (-0.5, 4), (0, 1), (-2, -1))]  # fmt: skip
+    wants = [unfused.run(None, {"x": x})[0] for x in xs]
+    for k, (x, want) in enumerate(zip(xs, wants)):
+        assert fused.run(None, {"x": x})[0].tobytes() == want.tobytes()
+        if k == 0:
+            made.clear()  # (the first run's set-ups)
+    assert not made, made
 
 
 def _flattened_product(dynamic: bool, restore: list[int]) -> bytes:
