@@ -1,5 +1,5 @@
 """Bound quantized steps (registry.binds): QuantizeLinear, DequantizeLinear, QLinearAdd,
-QLinearMul, QLinearMatMul and QLinearSoftmax with constant scales and zero points set up
+QLinearMul, QLinearMatMul, QGemm and QLinearSoftmax with constant scales and zero points set up
 their call once per input signature (the native pass, the int8 GEMM's set-up, the softmax's
 tables), and must answer exactly as the kernel called as written, for alternating shapes,
 strided inputs and values that change. Without the native library (ONYX_NATIVE=0) they
@@ -22,6 +22,7 @@ _TYPES = {
     np.dtype(np.float32): TensorProto.FLOAT,
     np.dtype(np.uint8): TensorProto.UINT8,
     np.dtype(np.int8): TensorProto.INT8,
+    np.dtype(np.int32): TensorProto.INT32,
 }
 
 
@@ -57,6 +58,7 @@ ORDER = {
     "QLinearMul": ["a", "sa", "za", "b", "sb", "zb", "sy", "zy"],
     "QLinearMatMul": ["a", "sa", "za", "b", "sb", "zb", "sy", "zy"],
     "QLinearSoftmax": ["x", "s", "z", "sy", "zy"],
+    "QGemm": ["a", "sa", "za", "b", "sb", "zb", "c", "sy", "zy"],
 }
 
 
@@ -132,6 +134,17 @@ CASES = [
         },
         {**_matmul_params(None), "zb": np.array(121, np.uint8)},
         {},
+    ),  # fmt: skip
+    (
+        "QGemm",
+        MS,
+        {"a": (np.uint8, (16, 64), (3, 64))},
+        {
+            **_matmul_params(40),
+            "b": RNG.integers(-128, 128, (40, 64)).astype(np.int8),
+            "c": RNG.integers(-500, 500, (40,)).astype(np.int32),
+        },
+        {"transB": 1},
     ),  # fmt: skip
     (
         "QLinearSoftmax",

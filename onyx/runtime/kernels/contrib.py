@@ -665,6 +665,22 @@ def _q_gemm_runner(
     return run
 
 
+def _bind_q_gemm(inputs, attrs, constant):
+    """registry.binds for QGemm of a constant B and constant parameters: the native runner
+    _native_q_gemm keeps for them (_q_gemm_runner), found once instead of by the identity
+    of the parameter objects at every call. None (the kernel as written) elsewhere."""
+    a, a_scale, a_zp, b, b_scale, b_zp, c, y_scale, y_zp = (tuple(inputs) + (None,) * 9)[:9]
+    if a.ndim != 2 or b.ndim != 2 or a.dtype not in native.BYTES or b.dtype not in native.BYTES:
+        return None
+    trans_a, trans_b = attrs["transA"], attrs["transB"]
+    params = (a_scale, a_zp, b_scale, b_zp, c, y_scale, y_zp)
+    run = _q_gemm_runner(a, *params, b, trans_a, trans_b, attrs["alpha"])
+    if run is None:
+        return None
+    return lambda a, *rest: run(a)
+
+
+@binds(_bind_q_gemm, constants=(1, 2, 3, 4, 5, 6, 7, 8))
 @op("QGemm", since=1, domain=MS)
 def q_gemm(
     a,
