@@ -519,6 +519,38 @@ def test_qdq_data_movement():
     assert [n.op_type for n in opt.graph].count("QuantizeLinear") == 2
 
 
+@pytest.mark.parametrize("third", ["same", "other scale"])
+def test_qdq_data_movement_of_several_readers(third):
+    """A DQ read by several movement ops, each requantized at its parameters (an attention's
+    q / k / v Gathers of its packed projection): all move, the DQ and every Q go, the
+    results exact. A reader that requantizes at other parameters keeps them all."""
+    qdq = ["s", "zp"]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", *qdq], ["q0"]),
+        helper.make_node("DequantizeLinear", ["q0", *qdq], ["d0"]),
+    ]
+    outs = []
+    for k in range(3):
+        nodes.append(helper.make_node("Gather", ["d0", f"i{k}"], [f"g{k}"], axis=0))
+        scale = "s2" if (k == 2 and third == "other scale") else "s"
+        nodes.append(helper.make_node("QuantizeLinear", [f"g{k}", scale, "zp"], [f"q{k + 1}"]))
+        nodes.append(helper.make_node("DequantizeLinear", [f"q{k + 1}", *qdq], [f"y{k}"]))
+        outs.append((f"y{k}", F, None))
+    inits = [
+        ("s", np.array(0.05, np.float32)),
+        ("s2", np.array(0.07, np.float32)),
+        ("zp", np.array(128, np.uint8)),
+        *((f"i{k}", np.array(k, np.int64)) for k in range(3)),
+    ]
+    m = make(nodes, [("x", F, [3, 4, 6])], outs, inits, opset=18)
+    opt = check(m, {"x": w(3, 4, 6, scale=3)}, tol=0)
+    ops = [n.op_type for n in opt.graph]
+    if third == "same":
+        assert ops.count("QuantizeLinear") == 1 and ops.count("DequantizeLinear") == 3, ops
+    else:
+        assert ops.count("QuantizeLinear") == 4, ops
+
+
 @pytest.mark.parametrize("mode", ["reflect", "constant", "edge"])
 def test_qdq_pad_moves_and_shape_reads_the_quantized_tensor(mode):
     """DQ -> Pad -> Q at one scale: the Pad runs on the uint8 tensor (a constant 0 pads with the

@@ -320,34 +320,61 @@ def qdq_data_movement(ctx: PassContext) -> bool:
         if not is_op(dq, "DequantizeLinear"):
             continue
         changed |= _shapes_read_source(ctx, dq)
-        if ctx.single_use(dq.outputs[0]) is not move:
+        moves = _dequantized_readers(ctx, dq)
+        if move not in moves:
             continue
         params = _qparams(ctx, dq)
         if params is None:  # (the spec gives DQ's input the zero point's type)
             continue
-        requants = [ctx.single_use(v) for v in move.outputs]
-        if not all(is_op(q, "QuantizeLinear") and _qparams(ctx, q) == params for q in requants):
+        requants = [[ctx.single_use(v) for v in m.outputs] for m in moves]
+        if not all(
+            is_op(q, "QuantizeLinear") and _qparams(ctx, q) == params for qs in requants for q in qs
+        ):
             continue
-        parameters = _moved_parameters(ctx, move, params)
-        if parameters is None:
+        parameters = [_moved_parameters(ctx, m, params) for m in moves]
+        if any(p is None for p in parameters):
             continue
-        moved = ir.Node(
-            move.op_type,
-            [dq.inputs[0], *parameters],
-            [ctx.fresh_name(v.name + "_quantized") for v in move.outputs],
-            list(move.attributes.values()),
-            name=ctx.fresh_name((move.name or move.op_type) + "_quantized"),
-        )
-        g.insert_before(move, moved)
-        for q, new in zip(requants, moved.outputs):
-            new.type = q.outputs[0].type  # (the shape, for passes after this one)
-            ctx.replace_value(q.outputs[0], new)
-            g.remove(q, safe=False)
-        g.remove(move, safe=False)
+        for m, rest, qs in zip(moves, parameters, requants):
+            _move_quantized(ctx, dq, m, rest, qs)
         g.remove(dq, safe=False)
-        ctx.count("QDQDataMovement")
+        ctx.count("QDQDataMovement", len(moves))
         changed = True
     return changed
+
+
+def _dequantized_readers(ctx: PassContext, dq: ir.Node) -> list[ir.Node]:
+    """The movement ops reading ``dq``'s output, when they are all its readers (each reading
+    it once, as its data) and it is no graph output; else []. Several: the q / k / v Gathers
+    of an attention's packed projection, each requantized at the projection's parameters."""
+    out = dq.outputs[0]
+    if ctx.is_output(out):
+        return []
+    readers = []
+    for node, index in out.iter_uses():
+        if index != 0 or node in readers or node.graph is not ctx.graph:
+            return []
+        if not is_op(node, *_MOVEMENT, "Pad") or out in node.inputs[1:]:
+            return []
+        readers.append(node)
+    return readers
+
+
+def _move_quantized(ctx: PassContext, dq: ir.Node, move: ir.Node, rest: list, requants) -> None:
+    """``move`` on dq's quantized input in place of DQ -> move -> Q (each output's)."""
+    g = ctx.graph
+    moved = ir.Node(
+        move.op_type,
+        [dq.inputs[0], *rest],
+        [ctx.fresh_name(v.name + "_quantized") for v in move.outputs],
+        list(move.attributes.values()),
+        name=ctx.fresh_name((move.name or move.op_type) + "_quantized"),
+    )
+    g.insert_before(move, moved)
+    for q, new in zip(requants, moved.outputs):
+        new.type = q.outputs[0].type  # (the shape, for passes after this one)
+        ctx.replace_value(q.outputs[0], new)
+        g.remove(q, safe=False)
+    g.remove(move, safe=False)
 
 
 def _shapes_read_source(ctx: PassContext, dq: ir.Node) -> bool:
