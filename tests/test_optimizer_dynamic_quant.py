@@ -190,7 +190,7 @@ def test_small_products_through_float_blas_keep_the_int32_bits(trans_b, monkeypa
             np.testing.assert_array_equal(got, want)
 
 
-def _conv_chain(bias: bool, group: int = 1, w_type=np.uint8, kernel=3):
+def _conv_chain(bias: bool, group: int = 1, w_type=np.uint8, kernel=3, strides=1, dilations=1):
     """x -> DynamicQuantizeLinear -> ConvInteger(W) -> Cast -> Mul(x_scale * w_scale) [+ b]:
     onnxruntime's dynamic quantizer's Conv (uint8 weights, zero point near 128)."""
     import onnx
@@ -207,7 +207,15 @@ def _conv_chain(bias: bool, group: int = 1, w_type=np.uint8, kernel=3):
     nodes = [
         helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"]),
         helper.make_node("Mul", ["xs", "ws"], ["s"]),
-        helper.make_node("ConvInteger", ["xq", "w", "xz", "wz"], ["acc"], pads=pads, group=group),
+        helper.make_node(
+            "ConvInteger",
+            ["xq", "w", "xz", "wz"],
+            ["acc"],
+            pads=pads,
+            group=group,
+            strides=[strides] * 2,
+            dilations=[dilations] * 2,
+        ),
         helper.make_node("Cast", ["acc"], ["accf"], to=TensorProto.FLOAT),
         helper.make_node("Mul", ["accf", "s"], ["y0"]),
     ]
@@ -218,7 +226,7 @@ def _conv_chain(bias: bool, group: int = 1, w_type=np.uint8, kernel=3):
         nodes,
         "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", C, 9, 7])],
-        [helper.make_tensor_value_info(out, TensorProto.FLOAT, ["N", M, 9, 7])],
+        [helper.make_tensor_value_info(out, TensorProto.FLOAT, ["N", M, "H", "W"])],
         inits,
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
@@ -267,6 +275,19 @@ def test_conv_chain_fuses_to_the_bit(bias, group, w_type, kernel, tmp_path, monk
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
     np.testing.assert_array_equal(sess.run(None, {"x": x})[0], want)
+
+
+@pytest.mark.parametrize("strides, dilations", [(2, 1), (1, 2), (2, 2)])
+def test_small_strided_and_dilated_convs_keep_the_bits(strides, dilations):
+    """A small conv's float32 GEMM of its windows' columns (kernels/conv_to_float.py), strided
+    or dilated, padded: the unfused graph's bits, x's zero point changing from run to run."""
+    model = _conv_chain(True, 1, np.uint8, 3, strides, dilations)
+    unfused = _session(model, "ORT_DISABLE_ALL")
+    fused = _session(model, "ORT_ENABLE_EXTENDED")
+    for lo, hi in ((-3, 2), (-0.5, 4), (0, 1)):
+        x = RNG.uniform(lo, hi, size=(2, 4, 9, 7)).astype(np.float32)
+        want = unfused.run(None, {"x": x})[0]
+        assert fused.run(None, {"x": x})[0].tobytes() == want.tobytes()
 
 
 @pytest.mark.parametrize("group, kernel", [(4, 3), (1, 1), (1, 3)])

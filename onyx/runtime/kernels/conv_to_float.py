@@ -11,13 +11,16 @@ three steps run after ConvInteger's kernel.
 
 from __future__ import annotations
 
+import math
 import operator
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
 from ..registry import ONYX_DOMAIN, binds, op
 from .conv import (
     CONV_ATTRIBUTES,
+    _conv_geometry,
     conv_integer,
     implicit_integer_conv,
     integer_depthwise_runner,
@@ -65,19 +68,18 @@ def _bound_to_float(inputs, attrs: dict, constant, kernel):
             return epilogue(acc.astype(np.float32).reshape(y_shape), scale)
 
         return under_setting(one_pixel, kernel, attrs)
-    wc = _small_pointwise_weights(x, w, x_zero_point, w_zero_point, at)
-    if wc is not None:
-        y_shape = (N, M, *x.shape[2:])
+    small = _small_conv(x, w, x_zero_point, w_zero_point, at)
+    if small is not None:
+        wc, columns, y_shape = small
         epilogue = _epilogue(y_shape, scale, bias)
-        rows = (N, x.shape[1], -1)
 
-        def pointwise(x, w, x_zero_point, w_zero_point, scale, bias=None):
-            xc = x.reshape(rows).astype(np.float32)
+        def float_gemm(x, w, x_zero_point, w_zero_point, scale, bias=None):
+            xc = x.astype(np.float32)
             if x_zero_point is not None:
                 xc -= np.float32(x_zero_point.reshape(-1)[0])
-            return epilogue(np.matmul(wc, xc).reshape(y_shape), scale)
+            return epilogue(np.matmul(wc, columns(xc)).reshape(y_shape), scale)
 
-        return under_setting(pointwise, kernel, attrs)
+        return under_setting(float_gemm, kernel, attrs)
     conv_attrs = dict(zip(CONV_ATTRIBUTES, at))
     if (
         scale.size == 1
@@ -107,24 +109,22 @@ def _bound_to_float(inputs, attrs: dict, constant, kernel):
     return under_setting(depthwise, kernel, attrs)
 
 
-#: The most multiply-adds of a pointwise conv taken by float32 BLAS (where that and the
-#: implicit int8 GEMM cross on one thread, measured on 1x1 convs of 16 to 96 channels).
-_SMALL_POINTWISE_MACS = 1 << 20
+#: The most multiply-adds of a conv taken by float32 BLAS (where that and the implicit int8
+#: GEMM cross on one thread, measured on 1x1 convs of 16 to 96 channels).
+_SMALL_CONV_MACS = 1 << 20
 
 
-def _small_pointwise_weights(x, w, x_zero_point, w_zero_point, attrs: tuple):
-    """w - w_zero_point as float32 (M, C) (once per weight) for a small 1x1 conv (stride 1,
-    no padding, one group) whose sums float32 holds exactly, or None. There every product and
-    partial sum of (x - x_zp) (w - w_zp) is an integer below 2**24 (C * 255 * max|w - w_zp|),
-    so float32 BLAS gives the int32 sums to the bit in any order, in one GEMM of the NCHW
-    planes as they are: the implicit int8 GEMM's NHWC copy, window sums and transpose back
-    took a small conv four times as long."""
-    auto_pad, _, group, _, pads, strides = attrs
-    if w.shape[2:] != (1, 1) or group != 1 or auto_pad not in ("NOTSET", "VALID"):
-        return None
-    if any(pads or ()) or any(s != 1 for s in strides or ()) or w.shape[1] != x.shape[1]:
-        return None
-    if x.dtype not in _BYTES or w.dtype not in _BYTES:
+def _small_conv(x, w, x_zero_point, w_zero_point, attrs: tuple):
+    """(w - w_zero_point as float32 (M, K), once per weight; xc -> the columns (N, K, pixels)
+    of the centered float32 x; the output's shape) for a small 2-D conv of one group whose
+    sums float32 holds exactly, or None. There every product and partial sum of
+    (x - x_zp) (w - w_zp) is an integer below 2**24 (K * 255 * max|w - w_zp|), so float32
+    BLAS gives the int32 sums to the bit in any order, in one GEMM: a 1x1 conv (stride 1, no
+    padding) reads the NCHW planes as they are, others their windows' columns (the padding
+    is 0, x's zero point centered). The implicit int8 GEMM's NHWC copy, window sums and
+    transpose back took such a conv four times as long."""
+    group = attrs[2]
+    if group != 1 or x.dtype not in _BYTES or w.dtype not in _BYTES or w.shape[1] != x.shape[1]:
         return None
     if x_zero_point is not None and x_zero_point.dtype != x.dtype:
         return None
@@ -133,16 +133,50 @@ def _small_pointwise_weights(x, w, x_zero_point, w_zero_point, attrs: tuple):
         w_zero_point.size not in (1, M) or w_zero_point.dtype != w.dtype
     ):
         return None
-    if x.size * M > _SMALL_POINTWISE_MACS:
+    try:
+        named = {k: v for k, v in zip(CONV_ATTRIBUTES, attrs) if k != "group"}
+        geo = _conv_geometry(x.shape, w.shape, **named)
+    except ValueError:  # (the kernel as written raises it)
         return None
+    N, pixels, K = x.shape[0], math.prod(geo["out_shape"]), w[0].size
+    if N * M * K * pixels > _SMALL_CONV_MACS or min(geo["pads"]) < 0 or not pixels:
+        return None
+    columns = _columns(x.shape, w.shape, geo)
 
     def centered() -> tuple[np.ndarray, float]:
         wz = 0.0 if w_zero_point is None else w_zero_point.astype(np.float32).reshape(-1, 1)
-        c = w.reshape(M, C).astype(np.float32) - wz
+        c = w.reshape(M, K).astype(np.float32) - wz
         return frozen(c), float(np.max(np.abs(c), initial=0.0))
 
-    wc, bound = derived(w, ("pointwise f32", value_key(w_zero_point)), centered)
-    return wc if C * 255 * bound < 2**24 else None
+    wc, bound = derived(w, ("small conv f32", value_key(w_zero_point)), centered)
+    if K * 255 * bound >= 2**24:
+        return None
+    return wc, columns, (N, M, *geo["out_shape"])
+
+
+def _columns(x_shape, w_shape, geo: dict):
+    """xc (N, C, H, W) -> its im2col columns (N, C * kh * kw, pixels), in w's order."""
+    N, C, H, W = x_shape
+    kh, kw = w_shape[2:]
+    (oh, ow), (sh, sw), (dh, dw) = geo["out_shape"], geo["strides"], geo["dilations"]
+    top, left, bottom, right = geo["pads"]
+    rows = (N, C * kh * kw, oh * ow)
+    if (kh, kw, sh, sw, top, left, bottom, right) == (1, 1, 1, 1, 0, 0, 0, 0):
+        return lambda xc: xc.reshape(rows)  # (the planes as they are)
+    padded = (N, C, H + top + bottom, W + left + right)
+    window = (N, C, kh, kw, oh, ow)
+
+    def columns(xc):
+        if top or left or bottom or right:
+            xp = np.zeros(padded, np.float32)
+            xp[:, :, top : top + H, left : left + W] = xc
+        else:
+            xp = xc
+        s = xp.strides
+        strides = (s[0], s[1], s[2] * dh, s[3] * dw, s[2] * sh, s[3] * sw)
+        return as_strided(xp, window, strides, writeable=False).reshape(rows)
+
+    return columns
 
 
 def kernel_attrs(kernel, attrs: dict):
