@@ -459,3 +459,30 @@ def test_dynamic_matmul_of_rows_another_length_than_b_is_not_native():
     a = RNG.uniform(-1, 1, (3, 12)).astype(np.float32)
     with pytest.raises(ValueError):
         contrib.dynamic_quantize_matmul(a, b, scale)
+
+
+@pytest.mark.parametrize(
+    "kernel, strides, dilations, pads",
+    [((3, 3), (1, 1), (1, 1), (1, 1)), ((3, 2), (2, 1), (1, 2), (0, 1)), ((1, 3), (2, 2), (2, 1), (2, 0))],
+)  # fmt: skip
+def test_window_sums_match_the_taps_one_by_one(kernel, strides, dilations, pads):
+    """integer_conv.window_sums (the split weights' rank-1 term: each output pixel's window
+    sum of x - x_zp, padding adding 0) against every tap summed one by one."""
+    from onyx.runtime.kernels.integer_conv import window_sums
+
+    x = RNG.integers(0, 256, size=(2, 5, 11, 9)).astype(np.uint8)
+    zx, (kh, kw), (sh, sw), (dh, dw), (top, left) = 77, kernel, strides, dilations, pads
+    H, W = x.shape[2:]
+    Hp, Wp = H + 2 * top, W + 2 * left
+    oh, ow = (Hp - (kh - 1) * dh - 1) // sh + 1, (Wp - (kw - 1) * dw - 1) // sw + 1
+    geo = {"out_shape": (oh, ow), "strides": strides, "dilations": dilations}
+    got = window_sums(x, zx, kernel, geo, (2, Hp, Wp, 8), (top, left), slice(0, H), slice(0, W))
+    plane = np.zeros((2, Hp, Wp), np.int64)
+    plane[:, top : top + H, left : left + W] = x.astype(np.int64).sum(1) - 5 * zx
+    want = np.zeros((2, oh, ow), np.int64)
+    for i in range(oh):
+        for j in range(ow):
+            for a in range(kh):
+                for b in range(kw):
+                    want[:, i, j] += plane[:, i * sh + a * dh, j * sw + b * dw]
+    np.testing.assert_array_equal(got, want.reshape(-1))
