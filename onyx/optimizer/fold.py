@@ -358,6 +358,7 @@ def _requantized_chain(ctx: PassContext, v: ir.Value, params: tuple):
     node = ctx.single_use(v)
     while (
         is_op(node, *_MOVEMENT)
+        and node.graph is ctx.graph
         and len(node.outputs) == 1
         and node.inputs[0] is v
         and v not in node.inputs[1:]

@@ -219,11 +219,18 @@ def _bind_qlinear_softmax(inputs, attrs, constant):
     native pass set up once (the same operations, so the same bits), without the kernel's
     per-call look-ups. None (the kernel as written) elsewhere."""
     x, x_scale, x_zero_point, y_scale, y_zero_point = inputs
-    if attrs["opset"] < 13 or attrs["axis"] not in (-1, x.ndim - 1) or not (x.ndim and x.size):
+    if attrs.get("opset", 0) < 13 or not (x.ndim and x.size):
         return None
-    if x.dtype not in native.BYTES or y_zero_point is None or y_zero_point.dtype != x.dtype:
+    if attrs["axis"] not in (-1, x.ndim - 1):
         return None
-    if np.size(x_scale) != 1 or np.size(x_zero_point) > 1 or y_scale.dtype != _F32:
+    if x.dtype not in native.BYTES or y_scale is None or y_zero_point is None:
+        return None
+    if (
+        y_zero_point.dtype != x.dtype
+        or np.size(x_scale) != 1
+        or np.size(x_zero_point) > 1
+        or y_scale.dtype != _F32
+    ):
         return None
     if y_scale.size != 1 or y_zero_point.size != 1:
         return None
