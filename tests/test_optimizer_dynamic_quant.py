@@ -486,3 +486,28 @@ def test_window_sums_match_the_taps_one_by_one(kernel, strides, dilations, pads)
                 for b in range(kw):
                     want[:, i, j] += plane[:, i * sh + a * dh, j * sw + b * dw]
     np.testing.assert_array_equal(got, want.reshape(-1))
+
+
+@pytest.mark.parametrize("with_bias", [True, False])
+@pytest.mark.parametrize("size", [6, 32])  # (a small conv's float32 GEMM; the implicit GEMM)
+def test_bound_conv_to_float_takes_any_layout(with_bias, size):
+    """A bound ConvIntegerToFloat / ConvIntegerScaled set up on a contiguous x and called with
+    x strided (the signature is shapes and types only) answers as the kernel as written."""
+    from onyx.runtime.kernels import conv_to_float as ctf
+
+    kernel = ctf.conv_integer_to_float if with_bias else ctf.conv_integer_scaled
+    x = RNG.integers(0, 256, size=(1, 16, size, 2 * size)).astype(np.uint8)
+    w = RNG.integers(0, 256, size=(16, 16, 3, 3)).astype(np.uint8)
+    wz, xz, scale = np.array(131, np.uint8), np.array(77, np.uint8), np.array(0.01, np.float32)
+    bias = RNG.uniform(-1, 1, (16, 1, 1)).astype(np.float32)
+    for a in (w, wz, bias):
+        a.flags.writeable = False
+    attrs = {"auto_pad": "NOTSET", "dilations": [1, 1], "group": 1, "kernel_shape": [3, 3],
+             "pads": [1, 1, 1, 1], "strides": [1, 1]}  # fmt: skip
+    inputs = (np.ascontiguousarray(x[..., ::2]), w, xz, wz, scale) + ((bias,) if with_bias else ())
+    constant = (False, True, False, True, False, True)[: len(inputs)]
+    call = kernel.bind(inputs, attrs, constant)  # (registry.binds' make)
+    assert call is not None
+    for xs in (x[..., ::2], np.ascontiguousarray(x[..., ::2])):
+        args = (xs, *inputs[1:])
+        np.testing.assert_array_equal(call(*args), kernel(*args, **attrs))

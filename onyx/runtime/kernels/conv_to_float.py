@@ -50,7 +50,7 @@ def _bound_to_float(inputs, attrs: dict, constant, kernel):
     bits; None (the kernel as written) for anything but float32 scales and biases."""
     x, w, x_zero_point, w_zero_point, scale = inputs[:5]
     bias = inputs[5] if len(inputs) > 5 else None
-    if x.ndim != 4 or w.ndim != 4 or scale.dtype != _F32 or scale.ndim > 4:
+    if scale is None or x.ndim != 4 or w.ndim != 4 or scale.dtype != _F32 or scale.ndim > 4:
         return None
     if x_zero_point is not None and x_zero_point.size != 1:
         return None
@@ -89,11 +89,10 @@ def _bound_to_float(inputs, attrs: dict, constant, kernel):
         conv = implicit_integer_conv(x, w, x_zero_point, w_zero_point, conv_attrs)
         if conv is not None:
             b = None if bias is None else np.ascontiguousarray(bias).reshape(-1)
-            rest = kernel_attrs(kernel, attrs)
 
-            def implicit(x, w, x_zero_point, w_zero_point, scale, bias=None):
+            def implicit(x, w, x_zero_point, w_zero_point, scale, *rest):
                 if not x.flags.c_contiguous:  # (as _to_float: the general path)
-                    return rest(x, w, x_zero_point, w_zero_point, scale, bias)
+                    return kernel(x, w, x_zero_point, w_zero_point, scale, *rest, **attrs)
                 s = np.ascontiguousarray(scale, _F32).reshape(1)
                 return conv.to_float(x, s, b, _zero_point(x_zero_point))
 
@@ -177,11 +176,6 @@ def _columns(x_shape, w_shape, geo: dict):
         return as_strided(xp, window, strides, writeable=False).reshape(rows)
 
     return columns
-
-
-def kernel_attrs(kernel, attrs: dict):
-    """kernel with its attributes bound: ``call(*inputs)``."""
-    return lambda *inputs: kernel(*inputs, **attrs)
 
 
 def _zero_point(z) -> int:
