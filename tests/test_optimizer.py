@@ -519,6 +519,66 @@ def test_qdq_data_movement():
     assert [n.op_type for n in opt.graph].count("QuantizeLinear") == 2
 
 
+@pytest.mark.parametrize("third", ["same", "other scale"])
+def test_qdq_data_movement_of_several_readers(third):
+    """A DQ read by several movement ops, each requantized at its parameters (an attention's
+    q / k / v Gathers of its packed projection): all move, the DQ and every Q go, the
+    results exact. A reader that requantizes at other parameters keeps them all."""
+    qdq = ["s", "zp"]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", *qdq], ["q0"]),
+        helper.make_node("DequantizeLinear", ["q0", *qdq], ["d0"]),
+    ]
+    outs = []
+    for k in range(3):
+        nodes.append(helper.make_node("Gather", ["d0", f"i{k}"], [f"g{k}"], axis=0))
+        scale = "s2" if (k == 2 and third == "other scale") else "s"
+        nodes.append(helper.make_node("QuantizeLinear", [f"g{k}", scale, "zp"], [f"q{k + 1}"]))
+        nodes.append(helper.make_node("DequantizeLinear", [f"q{k + 1}", *qdq], [f"y{k}"]))
+        outs.append((f"y{k}", F, None))
+    inits = [
+        ("s", np.array(0.05, np.float32)),
+        ("s2", np.array(0.07, np.float32)),
+        ("zp", np.array(128, np.uint8)),
+        *((f"i{k}", np.array(k, np.int64)) for k in range(3)),
+    ]
+    m = make(nodes, [("x", F, [3, 4, 6])], outs, inits, opset=18)
+    opt = check(m, {"x": w(3, 4, 6, scale=3)}, tol=0)
+    ops = [n.op_type for n in opt.graph]
+    if third == "same":
+        assert ops.count("QuantizeLinear") == 1 and ops.count("DequantizeLinear") == 3, ops
+    else:
+        assert ops.count("QuantizeLinear") == 4, ops
+
+
+@pytest.mark.parametrize("same", [True, False])
+def test_qdq_data_movement_through_a_chain(same):
+    """DQ -> Expand -> Reshape -> Reshape -> Q at DQ's parameters (an attention mask's
+    broadcast, as a QDQ BERT has it): the chain runs on the bytes, the DQ and the Q go, the
+    results exact; a Q at other parameters keeps them."""
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s", "zp"], ["q0"]),
+        helper.make_node("DequantizeLinear", ["q0", "s", "zp"], ["d0"]),
+        helper.make_node("Expand", ["d0", "shape"], ["e"]),
+        helper.make_node("Reshape", ["e", "flat"], ["r0"]),
+        helper.make_node("Reshape", ["r0", "back"], ["r1"]),
+        helper.make_node("QuantizeLinear", ["r1", "s" if same else "s2", "zp"], ["q1"]),
+        helper.make_node("DequantizeLinear", ["q1", "s", "zp"], ["y"]),
+    ]
+    inits = [
+        ("s", np.array(0.05, np.float32)),
+        ("s2", np.array(0.07, np.float32)),
+        ("zp", np.array(128, np.uint8)),
+        ("shape", np.array([1, 4, 1, 16], np.int64)),
+        ("flat", np.array([4, 1, 16], np.int64)),
+        ("back", np.array([1, 4, 1, 16], np.int64)),
+    ]
+    m = make(nodes, [("x", F, [1, 1, 1, 16])], [("y", F, [1, 4, 1, 16])], inits, opset=18)
+    opt = check(m, {"x": w(1, 1, 1, 16, scale=3)}, tol=0)
+    ops = [n.op_type for n in opt.graph]
+    assert ops.count("QuantizeLinear") == (1 if same else 2), ops
+
+
 @pytest.mark.parametrize("mode", ["reflect", "constant", "edge"])
 def test_qdq_pad_moves_and_shape_reads_the_quantized_tensor(mode):
     """DQ -> Pad -> Q at one scale: the Pad runs on the uint8 tensor (a constant 0 pads with the

@@ -190,7 +190,7 @@ def test_small_products_through_float_blas_keep_the_int32_bits(trans_b, monkeypa
             np.testing.assert_array_equal(got, want)
 
 
-def _conv_chain(bias: bool, group: int = 1, w_type=np.uint8, kernel=3):
+def _conv_chain(bias: bool, group: int = 1, w_type=np.uint8, kernel=3, strides=1, dilations=1):
     """x -> DynamicQuantizeLinear -> ConvInteger(W) -> Cast -> Mul(x_scale * w_scale) [+ b]:
     onnxruntime's dynamic quantizer's Conv (uint8 weights, zero point near 128)."""
     import onnx
@@ -207,7 +207,15 @@ def _conv_chain(bias: bool, group: int = 1, w_type=np.uint8, kernel=3):
     nodes = [
         helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"]),
         helper.make_node("Mul", ["xs", "ws"], ["s"]),
-        helper.make_node("ConvInteger", ["xq", "w", "xz", "wz"], ["acc"], pads=pads, group=group),
+        helper.make_node(
+            "ConvInteger",
+            ["xq", "w", "xz", "wz"],
+            ["acc"],
+            pads=pads,
+            group=group,
+            strides=[strides] * 2,
+            dilations=[dilations] * 2,
+        ),
         helper.make_node("Cast", ["acc"], ["accf"], to=TensorProto.FLOAT),
         helper.make_node("Mul", ["accf", "s"], ["y0"]),
     ]
@@ -218,7 +226,7 @@ def _conv_chain(bias: bool, group: int = 1, w_type=np.uint8, kernel=3):
         nodes,
         "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", C, 9, 7])],
-        [helper.make_tensor_value_info(out, TensorProto.FLOAT, ["N", M, 9, 7])],
+        [helper.make_tensor_value_info(out, TensorProto.FLOAT, ["N", M, "H", "W"])],
         inits,
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
@@ -234,6 +242,8 @@ def _conv_chain(bias: bool, group: int = 1, w_type=np.uint8, kernel=3):
         (True, 1, np.int8, 1),
         (True, 2, np.uint8, 3),  # grouped: ConvInteger's kernel, then the scale and bias
         (True, 4, np.uint8, 3),  # depthwise
+        (False, 4, np.uint8, 3),  # depthwise, ConvIntegerScaled
+        (True, 1, np.uint8, 1),  # pointwise, uint8 weights: float32 BLAS (exact sums)
     ],
 )
 def test_conv_chain_fuses_to_the_bit(bias, group, w_type, kernel, tmp_path, monkeypatch):
@@ -265,6 +275,52 @@ def test_conv_chain_fuses_to_the_bit(bias, group, w_type, kernel, tmp_path, monk
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
     np.testing.assert_array_equal(sess.run(None, {"x": x})[0], want)
+
+
+@pytest.mark.parametrize("strides, dilations", [(2, 1), (1, 2), (2, 2)])
+def test_small_strided_and_dilated_convs_keep_the_bits(strides, dilations):
+    """A small conv's float32 GEMM of its windows' columns (kernels/conv_to_float.py), strided
+    or dilated, padded: the unfused graph's bits, x's zero point changing from run to run."""
+    model = _conv_chain(True, 1, np.uint8, 3, strides, dilations)
+    unfused = _session(model, "ORT_DISABLE_ALL")
+    fused = _session(model, "ORT_ENABLE_EXTENDED")
+    for lo, hi in ((-3, 2), (-0.5, 4), (0, 1)):
+        x = RNG.uniform(lo, hi, size=(2, 4, 9, 7)).astype(np.float32)
+        want = unfused.run(None, {"x": x})[0]
+        assert fused.run(None, {"x": x})[0].tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("group, kernel", [(4, 3), (1, 1), (1, 3)])
+def test_conv_chain_sets_up_once_per_shape(group, kernel, monkeypatch):
+    """A bound ConvIntegerToFloat (kernels/conv_to_float.py) makes its set-up in the first
+    run only, though x's zero point changes from run to run (a depthwise conv's native set-up
+    was made anew at every call, twice), and keeps the unfused graph's bits."""
+    from onyx.runtime import native
+    from onyx.runtime.kernels import conv, conv_to_float
+
+    if kernel != 1 and not native.available():  # (the numpy path sets nothing up)
+        pytest.skip("the native library is not loaded")
+    made = Counter()
+    for module, name in ((native, "IntPlaneConv"), (conv, "implicit_integer_conv")):
+        original = getattr(module, name)
+
+        def counted(*args, _original=original, _name=name, **kwargs):
+            made[_name] += 1
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, counted)
+    monkeypatch.setattr(conv_to_float, "implicit_integer_conv", conv.implicit_integer_conv)
+    model = _conv_chain(True, group, np.uint8, kernel)
+    unfused = _session(model, "ORT_DISABLE_ALL")
+    fused = _session(model, "ORT_ENABLE_EXTENDED")
+    xs = [RNG.uniform(lo, hi, size=(1, 4, 9, 7)).astype(np.float32) for lo, hi in
+          ((-3, 2), (-0.5, 4), (0, 1), (-2, -1))]  # fmt: skip
+    wants = [unfused.run(None, {"x": x})[0] for x in xs]
+    for k, (x, want) in enumerate(zip(xs, wants)):
+        assert fused.run(None, {"x": x})[0].tobytes() == want.tobytes()
+        if k == 0:
+            made.clear()  # (the first run's set-ups)
+    assert not made, made
 
 
 def _flattened_product(dynamic: bool, restore: list[int]) -> bytes:
@@ -403,3 +459,58 @@ def test_dynamic_matmul_of_rows_another_length_than_b_is_not_native():
     a = RNG.uniform(-1, 1, (3, 12)).astype(np.float32)
     with pytest.raises(ValueError):
         contrib.dynamic_quantize_matmul(a, b, scale)
+
+
+@pytest.mark.parametrize(
+    "kernel, strides, dilations, pads",
+    [((3, 3), (1, 1), (1, 1), (1, 1)), ((3, 2), (2, 1), (1, 2), (0, 1)), ((1, 3), (2, 2), (2, 1), (2, 0))],
+)  # fmt: skip
+def test_window_sums_match_the_taps_one_by_one(kernel, strides, dilations, pads):
+    """integer_conv.window_sums (the split weights' rank-1 term: each output pixel's window
+    sum of x - x_zp, padding adding 0) against every tap summed one by one."""
+    from onyx.runtime.kernels.integer_conv import window_sums
+
+    x = RNG.integers(0, 256, size=(2, 5, 11, 9)).astype(np.uint8)
+    zx, (kh, kw), (sh, sw), (dh, dw), (top, left) = 77, kernel, strides, dilations, pads
+    H, W = x.shape[2:]
+    Hp, Wp = H + 2 * top, W + 2 * left
+    oh, ow = (Hp - (kh - 1) * dh - 1) // sh + 1, (Wp - (kw - 1) * dw - 1) // sw + 1
+    geo = {"out_shape": (oh, ow), "strides": strides, "dilations": dilations}
+    got = window_sums(x, zx, kernel, geo, (2, Hp, Wp, 8), (top, left), slice(0, H), slice(0, W))
+    plane = np.zeros((2, Hp, Wp), np.int64)
+    plane[:, top : top + H, left : left + W] = x.astype(np.int64).sum(1) - 5 * zx
+    want = np.zeros((2, oh, ow), np.int64)
+    for i in range(oh):
+        for j in range(ow):
+            for a in range(kh):
+                for b in range(kw):
+                    want[:, i, j] += plane[:, i * sh + a * dh, j * sw + b * dw]
+    np.testing.assert_array_equal(got, want.reshape(-1))
+
+
+@pytest.mark.parametrize("with_bias", [True, False])
+@pytest.mark.parametrize("size", [6, 32])  # (a small conv's float32 GEMM; the implicit GEMM)
+def test_bound_conv_to_float_takes_any_layout(with_bias, size):
+    """A bound ConvIntegerToFloat / ConvIntegerScaled set up on a contiguous x and called with
+    x strided (the signature is shapes and types only) answers as the kernel as written."""
+    from onyx.runtime import native
+    from onyx.runtime.kernels import conv_to_float as ctf
+
+    if size == 32 and not native.int8_gemm_ok(16 * 9):  # (no implicit GEMM: nothing binds)
+        pytest.skip("the native int8 GEMM is not here")
+    kernel = ctf.conv_integer_to_float if with_bias else ctf.conv_integer_scaled
+    x = RNG.integers(0, 256, size=(1, 16, size, 2 * size)).astype(np.uint8)
+    w = RNG.integers(0, 256, size=(16, 16, 3, 3)).astype(np.uint8)
+    wz, xz, scale = np.array(131, np.uint8), np.array(77, np.uint8), np.array(0.01, np.float32)
+    bias = RNG.uniform(-1, 1, (16, 1, 1)).astype(np.float32)
+    for a in (w, wz, bias):
+        a.flags.writeable = False
+    attrs = {"auto_pad": "NOTSET", "dilations": [1, 1], "group": 1, "kernel_shape": [3, 3],
+             "pads": [1, 1, 1, 1], "strides": [1, 1]}  # fmt: skip
+    inputs = (np.ascontiguousarray(x[..., ::2]), w, xz, wz, scale) + ((bias,) if with_bias else ())
+    constant = (False, True, False, True, False, True)[: len(inputs)]
+    call = kernel.bind(inputs, attrs, constant)  # (registry.binds' make)
+    assert call is not None
+    for xs in (x[..., ::2], np.ascontiguousarray(x[..., ::2])):
+        args = (xs, *inputs[1:])
+        np.testing.assert_array_equal(call(*args), kernel(*args, **attrs))

@@ -283,7 +283,17 @@ def _reshape_target(ctx: PassContext, node: ir.Node) -> bool:
 # ------------------------------------------------------------------- quantized data movement
 
 #: Ops that only move or select elements of input 0 (the other inputs are int64 parameters).
-_MOVEMENT = {"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Split", "Slice", "Gather"}
+_MOVEMENT = {
+    "Reshape",
+    "Transpose",
+    "Squeeze",
+    "Unsqueeze",
+    "Flatten",
+    "Split",
+    "Slice",
+    "Gather",
+    "Expand",
+}
 
 
 def _qparams(ctx: PassContext, node: ir.Node) -> tuple | None:
@@ -320,34 +330,90 @@ def qdq_data_movement(ctx: PassContext) -> bool:
         if not is_op(dq, "DequantizeLinear"):
             continue
         changed |= _shapes_read_source(ctx, dq)
-        if ctx.single_use(dq.outputs[0]) is not move:
+        moves = _dequantized_readers(ctx, dq)
+        if move not in moves:
             continue
         params = _qparams(ctx, dq)
         if params is None:  # (the spec gives DQ's input the zero point's type)
             continue
-        requants = [ctx.single_use(v) for v in move.outputs]
-        if not all(is_op(q, "QuantizeLinear") and _qparams(ctx, q) == params for q in requants):
+        chains = [[_requantized_chain(ctx, v, params) for v in m.outputs] for m in moves]
+        if any(c is None for cs in chains for c in cs):
             continue
-        parameters = _moved_parameters(ctx, move, params)
-        if parameters is None:
+        parameters = [_moved_parameters(ctx, m, params) for m in moves]
+        if any(p is None for p in parameters):
             continue
-        moved = ir.Node(
-            move.op_type,
-            [dq.inputs[0], *parameters],
-            [ctx.fresh_name(v.name + "_quantized") for v in move.outputs],
-            list(move.attributes.values()),
-            name=ctx.fresh_name((move.name or move.op_type) + "_quantized"),
-        )
-        g.insert_before(move, moved)
-        for q, new in zip(requants, moved.outputs):
-            new.type = q.outputs[0].type  # (the shape, for passes after this one)
-            ctx.replace_value(q.outputs[0], new)
-            g.remove(q, safe=False)
-        g.remove(move, safe=False)
+        for m, rest, cs in zip(moves, parameters, chains):
+            _move_quantized(ctx, dq, m, rest, cs)
         g.remove(dq, safe=False)
-        ctx.count("QDQDataMovement")
+        ctx.count("QDQDataMovement", len(moves))
         changed = True
     return changed
+
+
+def _requantized_chain(ctx: PassContext, v: ir.Value, params: tuple):
+    """([movement ops], Q) where ``v`` goes through a chain of one-output movement ops, each
+    its predecessor's only reader, to a QuantizeLinear at ``params`` (an attention mask's
+    Expand -> Reshape -> Reshape between its DQ and Q); None otherwise."""
+    chain = []
+    node = ctx.single_use(v)
+    while (
+        is_op(node, *_MOVEMENT)
+        and node.graph is ctx.graph
+        and len(node.outputs) == 1
+        and node.inputs[0] is v
+        and v not in node.inputs[1:]
+    ):
+        chain.append(node)
+        v = node.outputs[0]
+        node = ctx.single_use(v)
+    if not (is_op(node, "QuantizeLinear") and _qparams(ctx, node) == params):
+        return None
+    return chain, node
+
+
+def _dequantized_readers(ctx: PassContext, dq: ir.Node) -> list[ir.Node]:
+    """The movement ops reading ``dq``'s output, when they are all its readers (each reading
+    it once, as its data) and it is no graph output; else []. Several: the q / k / v Gathers
+    of an attention's packed projection, each requantized at the projection's parameters."""
+    out = dq.outputs[0]
+    if ctx.is_output(out):
+        return []
+    readers = []
+    for node, index in out.iter_uses():
+        if index != 0 or node in readers or node.graph is not ctx.graph:
+            return []
+        if not is_op(node, *_MOVEMENT, "Pad") or out in node.inputs[1:]:
+            return []
+        readers.append(node)
+    return readers
+
+
+def _move_quantized(ctx: PassContext, dq: ir.Node, move: ir.Node, rest: list, chains) -> None:
+    """``move`` (and each output's chain of movement ops) on dq's quantized input in place
+    of DQ -> move [-> chain] -> Q."""
+    moved = _moved(ctx, move, [dq.inputs[0], *rest])
+    for (chain, q), new in zip(chains, moved.outputs):
+        for node in chain:
+            new = _moved(ctx, node, [new, *node.inputs[1:]]).outputs[0]
+        new.type = q.outputs[0].type  # (the shape, for passes after this one)
+        ctx.replace_value(q.outputs[0], new)
+        ctx.graph.remove(q, safe=False)
+        for node in reversed(chain):
+            ctx.graph.remove(node, safe=False)
+    ctx.graph.remove(move, safe=False)
+
+
+def _moved(ctx: PassContext, node: ir.Node, inputs: list) -> ir.Node:
+    """A copy of movement op ``node`` reading ``inputs``, inserted before it."""
+    moved = ir.Node(
+        node.op_type,
+        inputs,
+        [ctx.fresh_name(v.name + "_quantized") for v in node.outputs],
+        list(node.attributes.values()),
+        name=ctx.fresh_name((node.name or node.op_type) + "_quantized"),
+    )
+    ctx.graph.insert_before(node, moved)
+    return moved
 
 
 def _shapes_read_source(ctx: PassContext, dq: ir.Node) -> bool:

@@ -121,6 +121,48 @@ def _native_binary_run(multiply, a, b, params, ka, kb):
     )
 
 
+def _binary_factors(multiply: bool, a_scale, b_scale, c_scale) -> tuple:
+    """(ka, kb): onnxruntime's float32 multipliers, A' * (sa / sc) + B' * (sb / sc) for
+    QLinearAdd, A' * B' * (sa * sb / sc) (both the product's) for QLinearMul."""
+    if multiply:
+        k = np.float32(a_scale) * np.float32(b_scale) / np.float32(c_scale)
+        return k, k
+    return np.float32(a_scale) / np.float32(c_scale), np.float32(b_scale) / np.float32(c_scale)
+
+
+def _bind_binary(multiply: bool):
+    """registry.binds for QLinearAdd (QLinearMul with ``multiply``) of constant scales and
+    zero points: the native set-up the kernel keeps after its first call, made once for the
+    operands' shapes and type (the same pass: the same bits), without the kernel's look-up of
+    it by the parameters' ids. None (the kernel as written) where the native pass does not
+    apply."""
+
+    def make(inputs, attrs, constant):
+        a, b = inputs[0], inputs[3]
+        params = (inputs[1], inputs[2], inputs[4], inputs[5], inputs[6], _input(inputs, 7))
+        if not (a.flags.c_contiguous and b.flags.c_contiguous):
+            a, b = native.contiguous_bytes(a), native.contiguous_bytes(b)
+        ka, kb = _binary_factors(multiply, params[0], params[2], params[4])
+        run = _native_binary_run(multiply, a, b, params, ka, kb)
+        if run is None:
+            return None
+        contiguous = native.contiguous_bytes
+
+        def call(a, a_scale, a_zero_point, b, *rest):
+            if not (a.flags.c_contiguous and b.flags.c_contiguous):
+                a, b = contiguous(a), contiguous(b)
+            return run(a, b)
+
+        return call
+
+    return make
+
+
+def _input(inputs, k: int):
+    return inputs[k] if k < len(inputs) else None
+
+
+@binds(_bind_binary(multiply=False), constants=(1, 2, 4, 5, 6, 7))
 @op("QLinearAdd", since=1, domain=MS, elementwise=True)
 def q_linear_add(a, a_scale, a_zero_point, b, b_scale, b_zero_point, c_scale, c_zero_point=None):
     params = (a_scale, a_zero_point, b_scale, b_zero_point, c_scale, c_zero_point)
@@ -130,8 +172,7 @@ def q_linear_add(a, a_scale, a_zero_point, b, b_scale, b_zero_point, c_scale, c_
     if run is not None:  # (a and b C-contiguous above)
         return run(a, b)
     # onnxruntime folds each scale ratio into one float32 multiplier: A' * (sa / sc) + B' * (sb / sc)
-    ka = np.float32(a_scale) / np.float32(c_scale)
-    kb = np.float32(b_scale) / np.float32(c_scale)
+    ka, kb = _binary_factors(False, a_scale, b_scale, c_scale)
     run = _native_binary_run(False, a, b, params, ka, kb)
     if run is not None:
         _keep_binary(key, params, run)
@@ -140,6 +181,7 @@ def q_linear_add(a, a_scale, a_zero_point, b, b_scale, b_zero_point, c_scale, c_
     return _requantized(total, c_zero_point, a.dtype)
 
 
+@binds(_bind_binary(multiply=True), constants=(1, 2, 4, 5, 6, 7))
 @op("QLinearMul", since=1, domain=MS, elementwise=True)
 def q_linear_mul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, c_scale, c_zero_point=None):
     params = (a_scale, a_zero_point, b_scale, b_zero_point, c_scale, c_zero_point)
@@ -149,7 +191,7 @@ def q_linear_mul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, c_scale, c_
     if run is not None:  # (a and b C-contiguous above)
         return run(a, b)
     # onnxruntime: A' * B' * (sa * sb / sc) in float32
-    k = np.float32(a_scale) * np.float32(b_scale) / np.float32(c_scale)
+    k, _ = _binary_factors(True, a_scale, b_scale, c_scale)
     run = _native_binary_run(True, a, b, params, k, k)
     if run is not None:
         _keep_binary(key, params, run)
@@ -170,6 +212,65 @@ def q_linear_leaky_relu(x, x_scale, x_zero_point, y_scale, y_zero_point=None, *,
     return _q(np.where(v >= 0, v, np.float32(alpha) * v), y_scale, y_zero_point, x.dtype)
 
 
+def _bind_qlinear_softmax(inputs, attrs, constant):
+    """registry.binds for QLinearSoftmax over the last axis of bytes with constant scales and
+    zero points, per tensor, where no byte's exp overflows (the byte path's first check,
+    made once for all 256): that path's lookup, sums and division, and the quantization's
+    native pass set up once (the same operations, so the same bits), without the kernel's
+    per-call look-ups. None (the kernel as written) elsewhere."""
+    x, x_scale, x_zero_point, y_scale, y_zero_point = inputs
+    if attrs.get("opset", 0) < 13 or not (x.ndim and x.size):
+        return None
+    if attrs["axis"] not in (-1, x.ndim - 1):
+        return None
+    if x.dtype not in native.BYTES or y_scale is None or y_zero_point is None:
+        return None
+    if (
+        y_zero_point.dtype != x.dtype
+        or np.size(x_scale) != 1
+        or np.size(x_zero_point) > 1
+        or y_scale.dtype != _F32
+    ):
+        return None
+    if y_scale.size != 1 or y_zero_point.size != 1:
+        return None
+    table, exps = _softmax_tables(x, x_scale, x_zero_point)
+    if not np.max(table) <= 60:  # (no exp overflows, whatever the bytes)
+        return None
+    zp = int(y_zero_point.reshape(-1)[0])
+    quantize = native.per_tensor_setup(True, x.shape, y_scale.reshape(()), zp, x.dtype)
+    if quantize is None:
+        return None
+    ones = frozen(np.ones(x.shape[-1], np.float32))
+    # (a sum can vanish only where some exp does: then each call's sums are looked at)
+    may_vanish = not np.min(exps) >= 1e-30
+    minimum = np.minimum.reduce
+
+    def call(x, *params):
+        e = table_lookup(np.ascontiguousarray(x), exps)
+        total = np.matmul(e, ones)
+        if may_vanish and not minimum(total.reshape(-1)) >= 1e-30:
+            return q_linear_softmax(x, *params, **attrs)  # (the kernel's general path)
+        e /= total[..., None]
+        return quantize(e)
+
+    return call
+
+
+def _softmax_tables(x, x_scale, x_zero_point) -> tuple[np.ndarray, np.ndarray]:
+    """The dequantized values of x's 256 bytes and their exps, by bit pattern (lookups index
+    by it), once per constant scale."""
+
+    def tables():
+        codes = np.arange(256, dtype=np.uint8).view(x.dtype)
+        table = _deq(codes, x_scale, x_zero_point)
+        return frozen(table), frozen(np.exp(table))
+
+    key = ("softmax exps", x.dtype.char, value_key(x_zero_point))
+    return derived(x_scale, key, tables)
+
+
+@binds(_bind_qlinear_softmax, constants=(1, 2, 3, 4))
 @op("QLinearSoftmax", since=1, domain=MS)
 def q_linear_softmax(x, x_scale, x_zero_point, y_scale, y_zero_point, *, opset, axis=-1):
     per_tensor = np.size(x_scale) == 1 and np.size(x_zero_point) <= 1
@@ -189,13 +290,7 @@ def _softmax_last_of_bytes(x, x_scale, x_zero_point) -> np.ndarray | None:
     its dequantized value and their exps are tabulated (the same float32 operations, value
     by value) and looked up, one pass where numpy's made four."""
 
-    def tables():  # (lookups index by bit pattern)
-        codes = np.arange(256, dtype=np.uint8).view(x.dtype)
-        table = _deq(codes, x_scale, x_zero_point)
-        return frozen(table), frozen(np.exp(table))
-
-    key = ("softmax exps", x.dtype.char, value_key(x_zero_point))
-    table, exps = derived(x_scale, key, tables)  # (a constant scale: once per session)
+    table, exps = _softmax_tables(x, x_scale, x_zero_point)  # (a constant scale: once)
     ends = np.array([np.minimum.reduce(x.reshape(-1)), np.maximum.reduce(x.reshape(-1))])
     if not np.maximum.reduce(table[ends.view(np.uint8)]) <= 60:  # (exp cannot overflow)
         return None
@@ -577,6 +672,22 @@ def _q_gemm_runner(
     return run
 
 
+def _bind_q_gemm(inputs, attrs, constant):
+    """registry.binds for QGemm of a constant B and constant parameters: the native runner
+    _native_q_gemm keeps for them (_q_gemm_runner), found once instead of by the identity
+    of the parameter objects at every call. None (the kernel as written) elsewhere."""
+    a, a_scale, a_zp, b, b_scale, b_zp, c, y_scale, y_zp = (tuple(inputs) + (None,) * 9)[:9]
+    if a.ndim != 2 or b.ndim != 2 or a.dtype not in native.BYTES or b.dtype not in native.BYTES:
+        return None
+    trans_a, trans_b = attrs["transA"], attrs["transB"]
+    params = (a_scale, a_zp, b_scale, b_zp, c, y_scale, y_zp)
+    run = _q_gemm_runner(a, *params, b, trans_a, trans_b, attrs["alpha"])
+    if run is None:
+        return None
+    return lambda a, *rest: run(a)
+
+
+@binds(_bind_q_gemm, constants=(1, 2, 3, 4, 5, 6, 7, 8))
 @op("QGemm", since=1, domain=MS)
 def q_gemm(
     a,

@@ -627,6 +627,23 @@ def implicit_integer_conv(x, w, x_zero_point, w_zero_point, attrs: dict) -> _Imp
     return run if isinstance(run, _ImplicitConv) else None
 
 
+def integer_depthwise_runner(x, w, x_zero_point, w_zero_point, attrs: dict):
+    """ConvInteger's native set-up for a 2-D depthwise conv of inputs like x, as
+    _integer_conv_runner_of finds it, called ``run(x, zx)`` with each call's x zero point (a
+    dynamically quantized x's changes from call to call); None for other convs."""
+    group = attrs["group"]
+    if x.ndim != 4 or w.ndim != 4 or w.shape[1] != 1 or group <= 1 or not x.size:
+        return None
+    if x.dtype not in native.BYTES or w.dtype not in native.BYTES:
+        return None
+    if x_zero_point is not None and x_zero_point.size != 1:
+        return None
+    geo = _conv_geometry(x.shape, w.shape, **{k: v for k, v in attrs.items() if k != "group"})
+    if math.prod(geo["out_shape"]) == 0:
+        return None
+    return _native_integer_depthwise(x, w, x_zero_point, w_zero_point, None, None, None, geo)
+
+
 def _one_row_attrs(attrs: dict) -> dict:
     """A 1-D conv's attributes for the 2-D conv of a one-row image (the row axis adds nothing)."""
     pads = attrs.get("pads")
@@ -769,10 +786,11 @@ def _native_integer_depthwise(
         table=table,
     )
 
-    def run(x):
-        return conv(x if x.flags.c_contiguous else np.ascontiguousarray(x))
+    def run(x, zx=None):  # (zx: this call's x zero point, the set-up's if None)
+        return conv(x if x.flags.c_contiguous else np.ascontiguousarray(x), zx)
 
     run.applies_table = scale is not None  # (the table maps the requantized bytes)
+    run.shape = conv.shape
     return run
 
 

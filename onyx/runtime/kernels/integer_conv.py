@@ -70,11 +70,12 @@ def window_sums(
         np.sum(x[:, :, rows_in, cols_in], axis=1, dtype=np.int32, out=inner)
         if zx:
             inner -= np.int32(C * zx)
-    sums = np.zeros((N, oh, ow), np.int32)
-    for a in range(kh):
-        for b in range(kw):
-            top, left = a * dh, b * dw
-            sums += plane[
-                :, top : top + (oh - 1) * sh + 1 : sh, left : left + (ow - 1) * sw + 1 : sw
-            ]
+    # the window's columns summed along each row, then those sums down the window's rows:
+    # kh + kw - 2 additions of arrays, where every tap's own was kh * kw (the same integers)
+    rows = plane[:, :, : (ow - 1) * sw + 1 : sw].copy()
+    for b in range(1, kw):
+        rows += plane[:, :, b * dw : b * dw + (ow - 1) * sw + 1 : sw]
+    sums = rows[:, : (oh - 1) * sh + 1 : sh].copy()
+    for a in range(1, kh):
+        sums += rows[:, a * dh : a * dh + (oh - 1) * sh + 1 : sh]
     return sums.reshape(-1)

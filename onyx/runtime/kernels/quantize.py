@@ -13,10 +13,10 @@ import numpy as np
 
 from ...ir.dtypes import to_numpy
 from .. import native
-from ..registry import op
+from ..registry import binds, op
 from .cast import _to_wide, cast_numeric
 from .elementwise import fits, upcast
-from .linalg import integer_matmul, native_matmul
+from .linalg import integer_matmul, native_matmul, packed_operand
 
 _E8M0 = np.dtype(ml_dtypes.float8_e8m0fnu)
 
@@ -240,11 +240,52 @@ def _output_dtype(zero_point, output_dtype: int, default=np.uint8) -> np.dtype:
     return to_numpy(output_dtype) if output_dtype else np.dtype(default)
 
 
+def _bind_per_tensor(quantize: bool):
+    """registry.binds for QuantizeLinear (``quantize``) / DequantizeLinear of one float32
+    scale and zero point (constants) between float32 and 8-bit tensors: the native pass
+    set up once for the input's shape (per_tensor_setup, the very pass the kernel keeps
+    after its first call: the same bits), without the kernel's look-up of it by the
+    parameters' ids and its checks, which cost a small tensor's call more than its pass.
+    None (the kernel as written) elsewhere."""
+
+    def make(inputs, attrs, constant):
+        x, scale, zero_point = (tuple(inputs) + (None, None))[:3]
+        if attrs.get("block_size", 0) or attrs.get("precision", 0) or not x.ndim:
+            return None
+        if not (isinstance(scale, np.ndarray) and _per_tensor(scale, zero_point)):
+            return None
+        if quantize:
+            byte, out = _output_dtype(zero_point, attrs.get("output_dtype", 0)), None
+            if x.dtype != _F32:
+                return None
+        else:
+            byte, out = x.dtype, attrs.get("output_dtype", 0)
+            if out and to_numpy(out) != _F32:
+                return None
+        if byte not in native.BYTES or (zero_point is not None and zero_point.dtype != byte):
+            return None
+        zp = 0 if zero_point is None else int(zero_point.reshape(-1)[0])
+        run = native.per_tensor_setup(quantize, x.shape, np.float32(scale.reshape(-1)[0]), zp, byte)
+        if run is None:
+            return None
+        # (a transposed view: quantized as the kernel does, after a contiguous copy)
+        contiguous = np.ascontiguousarray if quantize else native.contiguous_bytes
+
+        def call(x, scale=None, zero_point=None):
+            return run(x if x.flags.c_contiguous else contiguous(x))
+
+        return call
+
+    return make
+
+
+@binds(_bind_per_tensor(quantize=True), constants=(1, 2))
 @op("QuantizeLinear", since=10, elementwise=True)
 def quantize_linear_10(x, y_scale, y_zero_point=None):
     return quantize(x, y_scale, y_zero_point, dtype=_output_dtype(y_zero_point, 0))
 
 
+@binds(_bind_per_tensor(quantize=True), constants=(1, 2))
 @op("QuantizeLinear", since=13)
 def quantize_linear(
     x, y_scale, y_zero_point=None, *, axis=1, saturate=1, block_size=0, output_dtype=0, precision=0
@@ -262,11 +303,13 @@ def quantize_linear(
     )
 
 
+@binds(_bind_per_tensor(quantize=False), constants=(1, 2))
 @op("DequantizeLinear", since=10, elementwise=True)
 def dequantize_linear_10(x, x_scale, x_zero_point=None):
     return dequantize(x, x_scale, x_zero_point)
 
 
+@binds(_bind_per_tensor(quantize=False), constants=(1, 2))
 @op("DequantizeLinear", since=13)
 def dequantize_linear(x, x_scale, x_zero_point=None, *, axis=1, block_size=0, output_dtype=0):
     dtype = to_numpy(output_dtype) if output_dtype else None
@@ -335,6 +378,57 @@ def qlinear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, 
     return saturate_cast(acc, y_zero_point, y_zero_point.dtype, owned=True)
 
 
+def _bind_qlinear_matmul(inputs, attrs, constant):
+    """registry.binds for QLinearMatMul of 8-bit operands with constant scales and zero
+    points (one each for A and Y; B's per tensor or per column): the path native_matmul
+    takes, set up once. A constant 2-D B: the int8 GEMM's set-up for A's rows
+    (int8_gemm_setup: the packed B, the epilogue's corrections and requantization, the work
+    split), unless B's zero point is not 0; a B of data with batch dimensions (attention's
+    products): batched_int8_gemm with the requantization multiplier made once. The same
+    kernels on the same values, so the same bits; None (the kernel as written) elsewhere."""
+    a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp = inputs
+    if any(v is None for v in inputs) or np.size(a_scale) != 1 or np.size(a_zp) != 1:
+        return None
+    if a.dtype not in _BYTE_TYPES or b.dtype not in _BYTE_TYPES or y_zp.dtype not in _BYTE_TYPES:
+        return None
+    if min(a.ndim, b.ndim) < 2 or not native.int8_gemm_ok(a.shape[-1]) or not a.size:
+        return None
+    K, N = b.shape[-2:]
+    multiplier = _requant_multiplier(a_scale, b_scale, y_scale)
+    if np.size(b_zp) not in (1, N) or not (multiplier.size == 1 or multiplier.shape == (N,)):
+        return None
+    if b.ndim == 2 and constant[3]:
+        rows = a.reshape(-1, K)
+        packed = packed_operand(b, a.dtype, a_zp)
+        run = native.int8_gemm_setup(
+            np.ascontiguousarray(rows), packed, a_zp, b_zp, scale=multiplier, y_zero_point=y_zp
+        )
+        if run is None:
+            return None
+        shape, threads, setting = (
+            a.shape[:-1] + (N,),
+            native.thread_setting(),
+            native.thread_setting,
+        )
+
+        def product(a, *params):
+            if setting() != threads:  # (the set-up's work split is its thread setting's)
+                return q_linear_mat_mul(a, *params)
+            return run(np.ascontiguousarray(a.reshape(rows.shape))).reshape(shape)
+
+        return product
+    if b.ndim > 2 and np.size(b_zp) == 1 and multiplier.size == 1:
+        za, zb = int(a_zp.reshape(-1)[0]), int(b_zp.reshape(-1)[0])
+        return lambda a, a_s, a_z, b, *rest: native.batched_int8_gemm(
+            a, b, za, zb, scale=multiplier, y_zero_point=y_zp
+        )
+    return None
+
+
+_BYTE_TYPES = (np.dtype(np.uint8), np.dtype(np.int8))
+
+
+@binds(_bind_qlinear_matmul, constants=(1, 2, 4, 5, 6, 7))
 @op("QLinearMatMul", since=10, threads="pool")
 def q_linear_mat_mul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point):
     return qlinear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point)

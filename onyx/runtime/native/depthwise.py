@@ -288,8 +288,9 @@ class IntPlaneConv:
             int(x_zero_point),
         )
 
-    def __call__(self, x: np.ndarray) -> np.ndarray:
-        """x C-contiguous bytes of the set-up's shape and type."""
+    def __call__(self, x: np.ndarray, x_zero_point: int | None = None) -> np.ndarray:
+        """x C-contiguous bytes of the set-up's shape and type; ``x_zero_point``: this call's
+        (a dynamically quantized x's changes from call to call), the set-up's if None."""
         y = np.empty(self.shape, self.dtype)
         out = _DwOutput.from_buffer_copy(self.out)  # (calls may come from several threads)
         if self.dtype.itemsize == 1:
@@ -298,6 +299,8 @@ class IntPlaneConv:
             out.y32 = _addr(y)
         task = _IntConvTask.from_buffer_copy(self.task)
         task.x, task.o = _addr(x), ctypes.addressof(out)
+        if x_zero_point is not None:
+            task.x_zp = x_zero_point  # (ctypes refuses a value past int32: a byte's fits)
         _run(core.lib.int_conv_range, task, self.cuts, self.ways, "depthwise conv")
         return y
 
