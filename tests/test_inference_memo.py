@@ -173,17 +173,17 @@ def test_a_types_key_is_read_once_and_is_the_key_of_its_fields(empty_memo):
     of other fields gets its own, and a model inferred with the kept parts matches one
     inferred without."""
     model = _transposes(["N", 3, 5], [(0, 2, 1), (2, 1, 0), (0, 2, 1)])
-    memo._TYPE_KEYS.clear()
+    memo.TYPE_KEYS.clear()
     first = _types(model)
-    assert memo._TYPE_KEYS, "the input types' keys are kept"
-    for t, k in memo._TYPE_KEYS.values():
+    assert memo.TYPE_KEYS, "the input types' keys are kept"
+    for t, k in memo.TYPE_KEYS.values():
         shape = t.shape
         dims = None if shape is None else (shape.dims, shape.denotations)
         assert k == (int(t.elem_type), dims, t.denotation)
     other = onyx.ir.TensorType(onyx.ir.DataType.FLOAT, ("N", 5, 3))
-    assert memo._type_key(other) != memo._type_key(onyx.ir.TensorType(1, ("N", 3, 5)))
+    assert memo.type_key(other) != memo.type_key(onyx.ir.TensorType(1, ("N", 3, 5)))
     memo.MEMO.clear()
-    memo._TYPE_KEYS.clear()
+    memo.TYPE_KEYS.clear()
     assert _types(_transposes(["N", 3, 5], [(0, 2, 1), (2, 1, 0), (0, 2, 1)])) == first
 
 

@@ -69,7 +69,7 @@ def _key(engine, node, env: dict, found: tuple) -> tuple | None:
             value = _signed(value)
         attrs.append((name, kind, value))
     types, data = env["types"], env["data"]
-    type_keys = _TYPE_KEYS
+    type_keys = TYPE_KEYS
     inputs = []
     for v in node.inputs:
         if v is None:
@@ -80,7 +80,7 @@ def _key(engine, node, env: dict, found: tuple) -> tuple | None:
             if t.__class__ is not TensorType:
                 return None
             known = type_keys.get(id(t))
-            t = known[1] if known is not None and known[0] is t else _type_key(t)
+            t = known[1] if known is not None and known[0] is t else type_key(t)
         d = data.get(id(v))
         if d is not None:
             d = _data_key(d)
@@ -97,18 +97,18 @@ def _key(engine, node, env: dict, found: tuple) -> tuple | None:
 
 #: id(type) -> (the TensorType, its key), for the types that come back: those a memo hit hands
 #: out and the initializers' shared ones are the same objects at every creation of a model.
-_TYPE_KEYS: dict[int, tuple] = {}
+TYPE_KEYS: dict[int, tuple] = {}
 
 
-def _type_key(t: TensorType) -> tuple:
+def type_key(t: TensorType) -> tuple:
     """The type's fields as plain tuples (hashing and comparing a type object calls its
     methods, several per node), kept with the type (frozen: its key never changes)."""
     shape = t.shape
     dims = None if shape is None else (shape.dims, shape.denotations)
     k = (int(t.elem_type), dims, t.denotation)
-    if len(_TYPE_KEYS) >= 4 * MAX_ENTRIES:
-        _TYPE_KEYS.clear()
-    _TYPE_KEYS[id(t)] = (t, k)  # (the entry holds the type: its id is not reused meanwhile)
+    if len(TYPE_KEYS) >= 4 * MAX_ENTRIES:
+        TYPE_KEYS.clear()
+    TYPE_KEYS[id(t)] = (t, k)  # (the entry holds the type: its id is not reused meanwhile)
     return k
 
 
