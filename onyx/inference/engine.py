@@ -471,11 +471,15 @@ class Engine:
             if not v.name:
                 continue
             inferred = ctx.outputs.get(i)
-            conflicts: list[str] = []
-            # (the conflicts' location is written only when there are some: this runs per value)
-            t = merge(declared.get(id(v)), inferred, "", conflicts)
-            for c in conflicts:
-                self.problem(f"graph {gname!r}, {_label(node)}, output {v.name!r}{c}")
+            known = declared.get(id(v))
+            if known is None:  # (nothing to merge with: what merge would answer)
+                t = inferred
+            else:
+                conflicts: list[str] = []
+                # (the conflicts' location is written only when there are some)
+                t = merge(known, inferred, "", conflicts)
+                for c in conflicts:
+                    self.problem(f"graph {gname!r}, {_label(node)}, output {v.name!r}{c}")
             if t is not None:
                 env["types"][id(v)] = t
             if self.data_prop and i in ctx.out_data and ctx.out_data[i] is not None:
@@ -572,8 +576,9 @@ def _in_order(g: Graph) -> list[Node]:
     mine = {id(n) for n in nodes}
     seen: set[int] = set()
     for n in nodes:
-        for v in inputs_with_captures(n):
-            p = v.producer
+        # (a node without attributes has no subgraph: its inputs are all it reads)
+        for v in n.inputs if not n.attributes else inputs_with_captures(n):
+            p = None if v is None else v.producer
             if p is not None and id(p) in mine and id(p) not in seen and p is not n:
                 return _sorted(nodes, mine)
         seen.add(id(n))
