@@ -165,3 +165,38 @@ def test_an_attribute_of_an_unhashable_value_is_inferred_without_the_memo(empty_
     node.attributes["junk"] = Attr("junk", AttrType.INT, np.array([1]))
     assert _types(m) == {"t0": (4, 2, 3)}
     assert not empty_memo
+
+
+def test_a_types_key_is_read_once_and_is_the_key_of_its_fields(empty_memo):
+    """Key parts of input types are kept per type object (the types a memo hit hands out
+    come back at every creation): the kept part is the one the type's fields make, a type
+    of other fields gets its own, and a model inferred with the kept parts matches one
+    inferred without."""
+    model = _transposes(["N", 3, 5], [(0, 2, 1), (2, 1, 0), (0, 2, 1)])
+    memo.TYPE_KEYS.clear()
+    first = _types(model)
+    assert memo.TYPE_KEYS, "the input types' keys are kept"
+    for t, k in memo.TYPE_KEYS.values():
+        shape = t.shape
+        dims = None if shape is None else (shape.dims, shape.denotations)
+        assert k == (int(t.elem_type), dims, t.denotation)
+    other = onyx.ir.TensorType(onyx.ir.DataType.FLOAT, ("N", 5, 3))
+    assert memo.type_key(other) != memo.type_key(onyx.ir.TensorType(1, ("N", 3, 5)))
+    memo.MEMO.clear()
+    memo.TYPE_KEYS.clear()
+    assert _types(_transposes(["N", 3, 5], [(0, 2, 1), (2, 1, 0), (0, 2, 1)])) == first
+
+
+def test_initializers_of_one_type_share_one_type_object():
+    """Inference seeds an initializer's type from a table of immutable TensorTypes (a model
+    repeats a few, and a shared type's memo key is read once): equal to a fresh one."""
+    w = helper.make_tensor("w", F, [2, 3], np.zeros(6, np.float32))
+    v = helper.make_tensor("v", F, [2, 3], np.ones(6, np.float32))
+    nodes = [helper.make_node("Add", ["w", "v"], ["y"])]
+    out = [helper.make_tensor_value_info("y", F, None)]
+    model = _model(nodes, [], out, [w, v])
+    eng = engine.Engine(model, False, True)
+    env = eng.new_env()
+    eng.seed(model.graph, env)
+    tw, tv = (env["types"][id(model.graph.initializers[n])] for n in ("w", "v"))
+    assert tw is tv and tw == onyx.ir.TensorType(onyx.ir.DataType.FLOAT, (2, 3))

@@ -303,3 +303,16 @@ def test_embedding_table_stays_float16():
     assert session_model.graph.initializers["table"].const_value.dtype == DataType.FLOAT16
     y = onyx.InferenceSession(m).run(None, {"ids": np.array([5, 0, 2])})[0]
     np.testing.assert_array_equal(y, [[100, 121], [0, 1], [16, 25]])
+
+
+def test_weights_widen_bit_for_bit_as_astype():
+    """A float16 weight's float32 values come from a table of every bit pattern: each one,
+    NaN payloads, infinities and subnormals included, is astype's bits, and so is a weight
+    of every pattern shaped as a conv's (the table path) and a small one (astype's)."""
+    from onyx.optimizer.float16 import TABLE_MIN, widened
+
+    every = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
+    for data in (every.reshape(256, 16, 4, 4), every[:100], every[::-1][: TABLE_MIN + 1]):
+        got = widened(data)
+        assert got.dtype == np.float32 and got.shape == data.shape
+        assert np.array_equal(got.view(np.uint32), data.astype(np.float32).view(np.uint32))

@@ -129,3 +129,19 @@ def test_op_types_follow_the_node_list():
     ctx.graph.insert_before(relu, ir.Node("Sigmoid", [relu.inputs[0]], ["s"]))
     ctx.version += 1
     assert ctx.op_types() == {"Relu", "Neg", "Sigmoid"}
+
+
+def test_a_round_visits_only_the_passes_whose_triggers_the_graph_holds():
+    """The positions of the passes a round visits are kept per set of op types (one tuple,
+    found once): the passes without triggers and those whose trigger ops are all present."""
+    from onyx.optimizer import _eligible, _schedule
+
+    model = _model([helper.make_node("Relu", ["x"], ["y"])])
+    ctx = PassContext(model)
+    _, basic, fusions, _, _ = _schedule(99, frozenset())
+    for passes in (basic, fusions):
+        found = _eligible(ctx, passes)
+        assert _eligible(ctx, passes) is found
+        want = [i for i, p in enumerate(passes) if ctx.may_change(p)]
+        assert list(found) == want
+    assert all(not fusions[i].triggers for i in _eligible(ctx, fusions))

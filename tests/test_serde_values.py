@@ -162,3 +162,55 @@ def test_sequence_map_optional_files(tmp_path):
     empty = onyx.save_tensor(None)
     assert onyx.load_tensor(empty, kind="optional") is None
     assert numpy_helper.to_optional(onnx.OptionalProto.FromString(empty)) is None
+
+
+_TYPED_CASES = [
+    (OurTensorProto.FLOAT, "float_data", [0.5, -0.0, float("nan")], np.float32),
+    (OurTensorProto.DOUBLE, "double_data", [1e300, -2.5], np.float64),
+    (OurTensorProto.INT64, "int64_data", [-(2**63), 2**63 - 1, 0], np.int64),
+    (OurTensorProto.INT32, "int32_data", [-(2**31), 7], np.int32),
+    (OurTensorProto.UINT8, "int32_data", [0, 128, 255], np.uint8),
+    (OurTensorProto.INT8, "int32_data", [-128, 127], np.int8),
+    (OurTensorProto.INT16, "int32_data", [-5, 300], np.int16),
+    (OurTensorProto.UINT16, "int32_data", [65535, 1], np.uint16),
+    (OurTensorProto.BOOL, "int32_data", [1, 0, 1], np.bool_),
+    (OurTensorProto.UINT32, "uint64_data", [4294967295, 3], np.uint32),
+    (OurTensorProto.UINT64, "uint64_data", [2**64 - 1], np.uint64),
+]
+
+
+@pytest.mark.parametrize("dtype,field,values,np_dtype", _TYPED_CASES)
+@pytest.mark.parametrize("dims", [None, (1,), "all"])
+def test_plain_typed_initializers_read_as_the_general_path_reads_them(
+    dtype, field, values, np_dtype, dims
+):
+    """A quantized model's scales and zero points are typed-field tensors: the short path
+    (serde/tensors.plain_typed_tensor) gives what tensor_from_proto gives (type, shape, bits,
+    name, the field to write back) and declines everything else."""
+    from onyx.serde.tensors import plain_typed_tensor
+
+    Proto = OurTensorProto
+
+    tp = Proto(name="t", data_type=dtype)
+    getattr(tp, field).extend(values)
+    if dims is not None:
+        tp.dims.extend([len(values)] if dims == "all" else dims)
+    if dims == (1,) and len(values) != 1 or dims is None and len(values) != 1:
+        assert plain_typed_tensor(tp) is None  # (a wrong count: the general path says so)
+        return
+    fast, full = plain_typed_tensor(tp), tensor_from_proto(tp)
+    assert fast is not None
+    a, b = fast.numpy(), full.numpy()
+    assert a.dtype == b.dtype == np_dtype and a.shape == b.shape
+    assert a.tobytes() == b.tobytes() and fast.dtype == full.dtype
+    assert (fast.name, fast.extras, fast.doc_string) == (full.name, full.extras, full.doc_string)
+    for change in ("doc_string", "unnamed", "raw"):
+        other = Proto()
+        other.CopyFrom(tp)
+        if change == "doc_string":
+            other.doc_string = "d"
+        elif change == "unnamed":
+            other.ClearField("name")
+        else:
+            other.raw_data = b""
+        assert plain_typed_tensor(other) is None

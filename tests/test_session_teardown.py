@@ -187,3 +187,31 @@ def test_the_callers_local_functions_stay_whole():
     assert len(body) == 2 and all(n.graph is body and n.inputs for n in body)
     (z,) = onyx.InferenceSession(model).run(None, feed)
     np.testing.assert_array_equal(z, feed["x"] + 2 * feed["y"])
+
+
+def test_the_nodes_the_optimizer_removes_are_freed_without_the_collector():
+    """A node a pass takes out (a fusion's, a no-op's) and its outputs refer to each other:
+    optimize unlinks them when it is done, so reference counting frees them at once, and a
+    session's creation leaves the collector nothing of them to find."""
+    from onnx import TensorProto, helper
+
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a"]),
+        helper.make_node("Identity", ["a"], ["b"]),  # (a no-op, bypassed, then dead code)
+        helper.make_node("Neg", ["b"], ["y"]),
+        helper.make_node("Neg", ["a"], ["unread"]),  # (dead code)
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
+    data = helper.make_model(
+        helper.make_graph(nodes, "g", [x], [y]), opset_imports=[helper.make_opsetid("", 17)]
+    ).SerializeToString()
+    model = onyx.load(data)
+    removed = [n for n in model.graph if n.outputs[0].name in ("b", "unread")]
+    gc.collect()
+    with collector_off():
+        optimized = onyx.optimize(model, in_place=True)
+        assert len(optimized.graph) == 2 and optimized.graph.removed is None
+        assert all(v.producer is None for n in removed for v in n.outputs)
+        del removed
+        assert gc.collect() == 0

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import itertools
+import math
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -392,20 +393,21 @@ class Engine:
         return {"types": dict(outer["types"]), "data": dict(outer["data"])}
 
     def seed(self, g: Graph, env: dict) -> None:
+        types, data = env["types"], env["data"]
         for v in g.inputs:
             if v.type is not None:
-                env["types"][id(v)] = v.type
+                types[id(v)] = v.type
         inputs = _overridable_inputs(g, self.model.ir_version)
         for v in g.initializers.values():
             t = v.const_value
             if t is None:
                 continue
-            if id(v) not in env["types"] or id(v) in inputs:
-                declared = env["types"].get(id(v))
-                env["types"][id(v)] = declared or TensorType(t.dtype, t.shape)
-            if id(v) not in inputs and t.size <= 4096 and t.external is None:
+            key = id(v)
+            if key not in types or key in inputs:
+                types[key] = types.get(key) or _tensor_type(t.dtype, t.shape)
+            if key not in inputs and t.external is None and math.prod(t.shape) <= 4096:
                 try:
-                    env["data"][id(v)] = t.numpy()
+                    data[key] = t.numpy()
                 except Exception:  # unreadable data: no propagation
                     pass
 
@@ -469,11 +471,15 @@ class Engine:
             if not v.name:
                 continue
             inferred = ctx.outputs.get(i)
-            conflicts: list[str] = []
-            # (the conflicts' location is written only when there are some: this runs per value)
-            t = merge(declared.get(id(v)), inferred, "", conflicts)
-            for c in conflicts:
-                self.problem(f"graph {gname!r}, {_label(node)}, output {v.name!r}{c}")
+            known = declared.get(id(v))
+            if known is None:  # (nothing to merge with: what merge would answer)
+                t = inferred
+            else:
+                conflicts: list[str] = []
+                # (the conflicts' location is written only when there are some)
+                t = merge(known, inferred, "", conflicts)
+                for c in conflicts:
+                    self.problem(f"graph {gname!r}, {_label(node)}, output {v.name!r}{c}")
             if t is not None:
                 env["types"][id(v)] = t
             if self.data_prop and i in ctx.out_data and ctx.out_data[i] is not None:
@@ -530,6 +536,20 @@ class Engine:
         return [env["types"].get(id(v)) or v.type for v in g.outputs]
 
 
+#: (element type, shape) -> its TensorType (immutable): a model's initializers repeat a few.
+_TENSOR_TYPES: dict[tuple, TensorType] = {}
+
+
+def _tensor_type(dtype, shape: tuple) -> TensorType:
+    key = (dtype, shape)
+    t = _TENSOR_TYPES.get(key)
+    if t is None:
+        if len(_TENSOR_TYPES) >= 4096:
+            _TENSOR_TYPES.clear()
+        t = _TENSOR_TYPES[key] = TensorType(dtype, shape)
+    return t
+
+
 def _resolve(node_domain: str, op_type: str, opsets) -> tuple:
     """(canonical domain, imported opset, schema, shape rule) of an op under ``opsets``."""
     domain = canonical_domain(node_domain)
@@ -556,8 +576,9 @@ def _in_order(g: Graph) -> list[Node]:
     mine = {id(n) for n in nodes}
     seen: set[int] = set()
     for n in nodes:
-        for v in inputs_with_captures(n):
-            p = v.producer
+        # (a node without attributes has no subgraph: its inputs are all it reads)
+        for v in n.inputs if not n.attributes else inputs_with_captures(n):
+            p = None if v is None else v.producer
             if p is not None and id(p) in mine and id(p) not in seen and p is not n:
                 return _sorted(nodes, mine)
         seen.add(id(n))

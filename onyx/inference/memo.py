@@ -69,6 +69,7 @@ def _key(engine, node, env: dict, found: tuple) -> tuple | None:
             value = _signed(value)
         attrs.append((name, kind, value))
     types, data = env["types"], env["data"]
+    type_keys = TYPE_KEYS
     inputs = []
     for v in node.inputs:
         if v is None:
@@ -78,11 +79,8 @@ def _key(engine, node, env: dict, found: tuple) -> tuple | None:
         if t is not None:
             if t.__class__ is not TensorType:
                 return None
-            # (the type's fields as plain tuples: hashing and comparing a type object calls
-            # its methods, several per node)
-            shape = t.shape
-            dims = None if shape is None else (shape.dims, shape.denotations)
-            t = (int(t.elem_type), dims, t.denotation)
+            known = type_keys.get(id(t))
+            t = known[1] if known is not None and known[0] is t else type_key(t)
         d = data.get(id(v))
         if d is not None:
             d = _data_key(d)
@@ -95,6 +93,23 @@ def _key(engine, node, env: dict, found: tuple) -> tuple | None:
     # (the schema by identity: an entry holds it, so its id is not reused while it lives)
     op = (node.domain, node.op_type, domain, opset, id(schema), rule)
     return (op, tuple(attrs), tuple(inputs), outputs, flags)
+
+
+#: id(type) -> (the TensorType, its key), for the types that come back: those a memo hit hands
+#: out and the initializers' shared ones are the same objects at every creation of a model.
+TYPE_KEYS: dict[int, tuple] = {}
+
+
+def type_key(t: TensorType) -> tuple:
+    """The type's fields as plain tuples (hashing and comparing a type object calls its
+    methods, several per node), kept with the type (frozen: its key never changes)."""
+    shape = t.shape
+    dims = None if shape is None else (shape.dims, shape.denotations)
+    k = (int(t.elem_type), dims, t.denotation)
+    if len(TYPE_KEYS) >= 4 * MAX_ENTRIES:
+        TYPE_KEYS.clear()
+    TYPE_KEYS[id(t)] = (t, k)  # (the entry holds the type: its id is not reused meanwhile)
+    return k
 
 
 def _signed(x: float) -> tuple:
@@ -118,7 +133,12 @@ def _describable(d) -> bool:
         return not d.dtype.hasobject and d.size <= MAX_DATA
     if d.__class__ is DATA[0]:
         dims = d.dims
-        return len(dims) <= MAX_DATA and all(x is None or type(x) in (int, str) for x in dims)
+        if len(dims) > MAX_DATA:
+            return False
+        for x in dims:  # (a loop, not all() of a generator: this runs for most shape nodes)
+            if x is not None and x.__class__ is not int and x.__class__ is not str:
+                return False
+        return True
     return False
 
 

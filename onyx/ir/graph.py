@@ -262,6 +262,9 @@ class Graph:
         self._tail: Node | None = None
         self._count = 0
         self._order: list[Node] | None = []
+        #: When a list, every node :meth:`remove` takes out is appended to it (the optimizer
+        #: unlinks them when it is done: see optimizer._unlink_removed).
+        self.removed: list[Node] | None = None
         for n in nodes:
             self.append(n)
 
@@ -340,6 +343,8 @@ class Graph:
         node.graph = node._prev = node._next = None
         self._count -= 1
         self._order = None
+        if self.removed is not None:
+            self.removed.append(node)
 
     def all_nodes(self) -> Iterator[Node]:
         """Every node, including those of subgraphs (depth first)."""

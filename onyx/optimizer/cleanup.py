@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .. import ir
@@ -76,6 +78,13 @@ def _is_noop(ctx: PassContext, node: ir.Node, symbols: set) -> bool:
     return False
 
 
+#: The ops _is_noop may find to do nothing.
+_NOOP_OPS = frozenset(
+    ("Cast", "CastLike", "Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Expand")
+    + ("Concat", "Sum", "Max", "Min", "Mean")
+)
+
+
 @graph_pass("NoopElimination", BASIC)
 def eliminate_noops(ctx: PassContext) -> bool:
     """Cast to the same type, Reshape/Squeeze/... to the same shape, identity Transpose,
@@ -87,6 +96,8 @@ def eliminate_noops(ctx: PassContext) -> bool:
                 symbols.add(d)
     changed = False
     for node in ctx.graph:
+        if node.op_type not in _NOOP_OPS:
+            continue  # (what _is_noop answers for every other op, asked without the call)
         if node.domain in STANDARD and len(node.outputs) == 1 and _is_noop(ctx, node, symbols):
             changed |= _bypass(ctx, node, node.inputs[0])
     return changed
@@ -175,6 +186,9 @@ class _Twins:
 def _const_key(ctx: PassContext, v: ir.Value) -> tuple | None:
     """A small constant's content as a hashable key (None for others), kept per tensor: the
     pass runs every round and most of a quantized model's initializers are small."""
+    t = v.const_value
+    if t is None or math.prod(t.shape) > SMALL_CONST:
+        return None  # (a weight: not read, nor its data decoded, to be found too big)
     c = ctx.const(v)
     if c is None or c.size > SMALL_CONST:
         return None

@@ -96,6 +96,24 @@ def _lowered(ctx: PassContext, node: ir.Node) -> bool:
     )
 
 
+#: Below this many elements a float16 constant is converted by astype (the table's lookup
+#: pays off on weights, not on scalars).
+TABLE_MIN = 4096
+_TABLE: list[np.ndarray] = []  # (the float32 of every float16 bit pattern, made at first use)
+
+
+def widened(data: np.ndarray) -> np.ndarray:
+    """A float16 array's float32 values, bit for bit astype's: looked up by bit pattern in a
+    table of all 65536 (256 KiB) for a weight, which takes half astype's time (a session
+    converts its float16 model's weights at every creation)."""
+    if data.size < TABLE_MIN:
+        return data.astype(np.float32)
+    if not _TABLE:
+        bits = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+        _TABLE.append(bits.view(np.float16).astype(np.float32))
+    return _TABLE[0].take(np.ascontiguousarray(data).view(np.uint16))
+
+
 class _Lowering:
     """The rewrite of one graph: float32 twins of its float16 values, made on demand."""
 
@@ -110,7 +128,7 @@ class _Lowering:
             return t
         data = self.ctx.const(v) if v.name else None
         if data is not None:
-            t = self.ctx.add_const(data.astype(np.float32), v.name + "_f32")
+            t = self.ctx.add_const(widened(data), v.name + "_f32")
         else:
             t = self._new_value(v)
             cast = ir.Node("Cast", [v], [t], {"to": int(F32)}, name=self._name(v, "to_f32"))

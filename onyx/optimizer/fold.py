@@ -84,6 +84,14 @@ def _constant_inputs(ctx: PassContext, node: ir.Node, known: dict | None) -> lis
     return args
 
 
+def _computed_input(node: ir.Node) -> bool:
+    """Whether an input of the node is made by a node (then it cannot be folded now)."""
+    for v in node.inputs:
+        if v is not None and v.producer is not None and v.name:
+            return True
+    return False
+
+
 def _make_constant(ctx: PassContext, v: ir.Value, array) -> None:
     """Turn node output ``v`` into an initializer holding ``array`` (same Value, same name)."""
     arr = np.asarray(array)
@@ -143,7 +151,7 @@ def constant_folding(ctx: PassContext) -> bool:
     g = ctx.graph
     changed = False
     for node in g:
-        held = _held_tensor(ctx, node)
+        held = _held_tensor(ctx, node) if node.op_type == "Constant" else None
         if held is not None:  # a Constant: its tensor as it is, without running the kernel
             out = node.outputs[0]
             g.remove(node, safe=False)
@@ -151,6 +159,8 @@ def constant_folding(ctx: PassContext) -> bool:
             ctx.count("ConstantFolding")
             changed = True
             continue
+        if _computed_input(node):
+            continue  # (evaluate's first test, made here: most nodes of every round stop here)
         if is_op(node, "DequantizeLinear") and _reads_quantized(ctx, node):
             continue  # a QDQ unit's quantized weight: the QDQ fusion takes it as it is
         result = evaluate(ctx, node)

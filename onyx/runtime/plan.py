@@ -158,31 +158,35 @@ class Plan:
         while outs_list and not outs_list[-1].name:
             outs_list.pop()
         outs = tuple(self.slot_of[id(v)] if v.name else -1 for v in outs_list)
-        common = dict(
-            node=node,
-            ins=ins,
-            outs=outs,
-            n_outputs=len(outs),
-            outputs_wanted=tuple(o >= 0 for o in outs),
-            opset=version or 0,
-            reads=tuple(r for r in reads if r >= 0),
-        )
+        reads = tuple(r for r in reads if r >= 0)
+
+        def common() -> dict:  # (a step that runs a body: the kernels' steps bind these)
+            return dict(
+                node=node,
+                ins=ins,
+                outs=outs,
+                n_outputs=len(outs),
+                outputs_wanted=tuple(o >= 0 for o in outs),
+                opset=version or 0,
+                reads=reads,
+            )
+
         attrs = self._resolve_attrs(node, bindings)
         function = compiler.functions.get((node.domain, node.op_type))
         # (the optimizer's own functions run on onyx's kernels; their bodies are for others)
         own_kernel = node.domain == ONYX_DOMAIN and lookup(node.op_type, node.domain) is not None
         if function is not None and not own_kernel:
-            return self._function_step(function, node, attrs, compiler, common)
+            return self._function_step(function, node, attrs, compiler, common())
         if version is not None and (domain, node.op_type) == (
             "ai.onnx.preview.training",
             "Gradient",
         ):
-            return self._gradient_step(node, compiler, opsets, common)
+            return self._gradient_step(node, compiler, opsets, common())
         kernel = lookup(node.op_type, domain, version) if version is not None else None
         if kernel is None and version is not None:
             body = standard_function(node.op_type, domain, version)
             if body is not None:  # no kernel: run the op as the standard defines it
-                return self._function_step(body, node, attrs, compiler, common)
+                return self._function_step(body, node, attrs, compiler, common())
             raise no_kernel(node, version)
         step = bind(
             node,
@@ -193,7 +197,7 @@ class Plan:
             kernel=kernel,
         )  # (raises for a missing opset or kernel, naming the node)
         step.ins = ins + (-1,) * (step.n_inputs - len(ins))  # (omitted trailing inputs)
-        step.outs, step.reads = outs, common["reads"]
+        step.outs, step.reads = outs, reads
         runs_subgraphs = any(
             a.type in (ir.AttrType.GRAPH, ir.AttrType.GRAPHS) for a in attrs.values()
         )

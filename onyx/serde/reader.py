@@ -28,7 +28,7 @@ from ..ir.types import (
 from ..proto import AttributeProto, NodeProto
 from . import repeated
 from .fields import set_fields, written_empty
-from .tensors import plain_raw_tensor, tensor_from_proto
+from .tensors import plain_raw_tensor, plain_typed_tensor, tensor_from_proto
 
 A = AttrType
 #: AttributeProto field holding each attribute type's value.
@@ -515,6 +515,8 @@ class Reader:
         out = []
         for tp in protos:
             t = plain_raw_tensor(tp)
+            if t is None:
+                t = plain_typed_tensor(tp)
             out.append(t if t is not None else self.tensor(tp, f"{what} initializer {tp.name!r}"))
         return out
 

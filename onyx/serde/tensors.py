@@ -182,6 +182,51 @@ def plain_raw_tensor(tp, unnamed: bool = False) -> Tensor | None:
     return Tensor.from_raw(raw, dtype, dims, name)
 
 
+_TYPED_DATA = {
+    f: _TENSOR_FIELD[f] for f in ("float_data", "int32_data", "int64_data", "double_data")
+}
+_TYPED_DATA["uint64_data"] = _TENSOR_FIELD["uint64_data"]
+#: The numeric element types a typed field holds one value per element of (no bit patterns,
+#: no complex pairs, no packing), by value -> (the DataType, its field's descriptor).
+_PLAIN_TYPED = {
+    int(d): (d, _TYPED_DATA[TYPED_FIELD[d]])
+    for d in (D.FLOAT, D.DOUBLE, D.INT64, D.INT32, D.INT16, D.INT8, D.UINT64, D.UINT32)
+    + (D.UINT16, D.UINT8, D.BOOL)
+}
+
+
+def plain_typed_tensor(tp) -> Tensor | None:
+    """The tensor of a message that holds dims, a numeric element type, a name and its typed
+    field with one value per element, and nothing else (no field written empty, no unknown
+    field), or None: what ``tensor_from_proto`` makes of it, without the general path's
+    bookkeeping. Quantized models write their scales and zero points so, a hundred or more."""
+    fields = tp.ListFields()  # (descriptor, value) in field number order, one call
+    dims = ()
+    if fields and fields[0][0] is _DIMS:
+        dims = tuple(fields[0][1])
+        if min(dims) < 0:
+            return None
+        fields = fields[1:]
+    if len(fields) != 3:
+        return None
+    (f_type, dtype), (f_a, a), (f_b, b) = fields
+    if f_a is _NAME:  # (field numbers: float 4, int32 5, int64 7, name 8, double 10, uint64 11)
+        name, f_values, values = a, f_b, b
+    elif f_b is _NAME:
+        name, f_values, values = b, f_a, a
+    else:
+        return None
+    known = _PLAIN_TYPED.get(dtype)
+    if f_type is not _DATA_TYPE or known is None or f_values is not known[1] or not name:
+        return None
+    if len(values) != math.prod(dims) or len(UnknownFieldSet(tp)):
+        return None  # (the general path reports a wrong count)
+    dtype = known[0]
+    t = Tensor(decode_typed(values, dtype, dims, ""), name=name, dtype=dtype)
+    t.extras = {"storage": "typed"}
+    return t
+
+
 def tensor_from_proto(tp, what: str = "tensor", raw=None, externals=None) -> Tensor:
     """An ir.Tensor from a TensorProto.
 
