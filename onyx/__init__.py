@@ -105,13 +105,20 @@ def _imported(module: str):
     """``module``, imported with the cyclic collector paused: importing the runtime makes
     tens of thousands of objects that live as long as the process, and the collector's passes
     in the middle of it (a dozen, each promoting them a generation further) found nothing to
-    free; they are scanned once, after."""
+    free. After it they go straight to the oldest generation (gc.freeze, then gc.unfreeze,
+    which puts the frozen objects there), unscanned: the first pass after the pause scanned
+    them all, a millisecond and more of a cold start, to find nothing again. (The caller's
+    young objects go along: the collector's full passes still look at them. Not where the
+    caller has frozen objects of its own: unfreezing would hand those back to the collector.)"""
     enabled = gc.isenabled()
     gc.disable()
     try:
         return importlib.import_module(module)
     finally:
         if enabled:
+            if gc.get_freeze_count() == 0:
+                gc.freeze()
+                gc.unfreeze()
             gc.enable()
 
 

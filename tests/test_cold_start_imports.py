@@ -243,3 +243,54 @@ def test_the_collector_is_on_after_threads_import_onyxs_names_at_once():
         "print(gc.isenabled(), all(n in vars(onyx) for n in names))\n"
     )
     assert _fresh(code) == "True True"
+
+
+def test_a_float_sessions_first_run_imports_no_writer_cache_or_runner_generation():
+    # (serde's .pb tensor files and string setters serve saving and test data; the model
+    # cache only a session that names a folder; the generated runner a second run: the
+    # first, checked run never makes one; the split-weight helpers integer convs only)
+    code = (
+        "import sys, numpy as np, onyx\n"
+        f"s = onyx.InferenceSession({str(TINY)!r})\n"
+        "i = s.get_inputs()[0]\n"
+        "x = np.zeros([d if isinstance(d, int) else 1 for d in i.shape], np.float32)\n"
+        "s.run(None, {i.name: x})\n"
+        "print(sorted(m for m in ('onyx.serde.text', 'onyx.serde.values',\n"
+        "    'onyx.runtime.model_cache', 'onyx.runtime.conv_chain',\n"
+        "    'onyx.runtime.kernels.integer_conv') if m in sys.modules))\n"
+        "s.run(None, {i.name: x})\n"
+        "print('onyx.runtime.conv_chain' in sys.modules)\n"
+        "print(onyx.to_array(onyx.from_array(np.ones(2, np.float32))).tolist())\n"
+    )
+    assert _fresh(code).splitlines() == ["[]", "True", "[1.0, 1.0]"]
+
+
+def test_the_lazy_imports_leave_their_objects_out_of_the_collectors_young_generations():
+    # the objects an import of onyx's makes live as long as the process: the collector's
+    # first pass after the import's pause would scan them all (a millisecond and more of a
+    # cold start) to find nothing; they go straight to its oldest generation instead
+    code = (
+        "import gc, numpy\n"
+        "gc.collect()\n"
+        "import onyx\n"
+        "onyx.InferenceSession\n"
+        "[object() for _ in range(10)]; x = [[] for _ in range(2000)]\n"
+        "from onyx.runtime import session\n"
+        "f = session.InferenceSession.run\n"
+        "print([any(o is f for o in gc.get_objects(g)) for g in range(3)], gc.isenabled())\n"
+    )
+    assert _fresh(code) == "[False, False, True] True"
+
+
+def test_the_lazy_imports_keep_a_callers_frozen_objects_and_its_switched_off_collector():
+    code = (
+        "import gc, numpy\n"
+        "kept = [[]]\n"
+        "gc.freeze()\n"
+        "import onyx\n"
+        "onyx.InferenceSession\n"
+        "gc.disable()\n"
+        "onyx.check\n"
+        "print(any(o is kept for o in gc.get_objects()), gc.isenabled())\n"  # (still frozen)
+    )
+    assert _fresh(code) == "False False"
