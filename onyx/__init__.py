@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 import importlib
+import sys
 from typing import TYPE_CHECKING
 
 from .errors import (
@@ -105,20 +106,18 @@ def _imported(module: str):
     """``module``, imported with the cyclic collector paused: importing the runtime makes
     tens of thousands of objects that live as long as the process, and the collector's passes
     in the middle of it (a dozen, each promoting them a generation further) found nothing to
-    free. After it they go straight to the oldest generation (gc.freeze, then gc.unfreeze,
-    which puts the frozen objects there), unscanned: the first pass after the pause scanned
-    them all, a millisecond and more of a cold start, to find nothing again. (The caller's
-    young objects go along: the collector's full passes still look at them. Not where the
-    caller has frozen objects of its own: unfreezing would hand those back to the collector.)"""
-    enabled = gc.isenabled()
+    free. After it they go straight to the oldest generation, unscanned
+    (utils.settle_long_lived): the first pass after the pause scanned them all again."""
+    enabled, known = gc.isenabled(), len(sys.modules)
     gc.disable()
     try:
         return importlib.import_module(module)
     finally:
         if enabled:
-            if gc.get_freeze_count() == 0:
-                gc.freeze()
-                gc.unfreeze()
+            if len(sys.modules) != known:
+                from .utils import settle_long_lived
+
+                settle_long_lived()
             gc.enable()
 
 

@@ -294,3 +294,17 @@ def test_the_lazy_imports_keep_a_callers_frozen_objects_and_its_switched_off_col
         "print(any(o is kept for o in gc.get_objects()), gc.isenabled())\n"  # (still frozen)
     )
     assert _fresh(code) == "False False"
+
+
+def test_a_creations_checker_optimizer_and_inference_are_settled_before_the_model_is_read():
+    code = (
+        "import gc, numpy, onyx\n"
+        "onyx.InferenceSession\n"
+        "gc.collect()\n"
+        f"s = onyx.InferenceSession({str(TINY)!r})\n"
+        "x = [[] for _ in range(2000)]\n"
+        "from onyx import checker, inference, optimizer\n"
+        "fs = [checker.check, optimizer.optimize, inference.infer_shapes]\n"
+        "print([[any(o is f for o in gc.get_objects(g)) for g in range(3)] for f in fs])\n"
+    )
+    assert _fresh(code) == str([[False, False, True]] * 3)

@@ -16,7 +16,7 @@ from ..errors import InvalidArgument, RuntimeFailure
 from ..ir.dtypes import DataType, to_numpy, type_name
 from ..ir.frozen import FrozenValue
 from ..serde import as_model
-from ..utils import gc_paused
+from ..utils import gc_paused, import_settled
 from . import concurrency, memory, native
 from .lenient import accept_lenient
 from .options import (  # noqa: F401  (onnxruntime's names, importable from here as before)
@@ -88,6 +88,9 @@ class ModelMetadata(FrozenValue):
         )
 
 
+#: What a creation's optimizer imports at any level (its passes' modules aside), and what
+#: the fusions (EXTENDED and up) add: the shape inference they read.
+_OPTIMIZER_MODULES = ("onyx.optimizer", "onyx.inference")
 #: Where a session's options or the environment name the optimized-model cache's folder
 #: (model_cache.CONFIG_KEY and ENV: tests/test_model_cache.py holds them equal).
 _CACHE_CONFIG_KEY, _CACHE_ENV = "session.onyx.model_cache_dir", "ONYX_MODEL_CACHE"
@@ -234,7 +237,12 @@ class InferenceSession(SessionAPI):
     def _load_and_optimize(self, source: Any, entry: str | None) -> tuple[ir.Model, str | None]:
         """The model to plan, made from ``source``, and its cache entry's key (None: not to be
         cached after all)."""
-        from ..validation import validate  # (the checker: a model cache hit never needs it)
+        # (what every creation that reads a model imports, imported before it reads it, the
+        # imports' objects settled: utils.import_settled; a model cache hit needs none of it)
+        level = int(self._options.graph_optimization_level)
+        optimizer = () if level <= 0 else _OPTIMIZER_MODULES[: 1 if level == 1 else 2]
+        import_settled("onyx.validation", *optimizer)
+        from ..validation import validate
 
         self._model = as_model(source, user="InferenceSession")
         if entry is not None and not _model_cache(self._options).cacheable(self._model):
