@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+
 import onyx
 
 TINY = Path(onyx.__file__).parent / "examples" / "tiny_cnn.onnx"
@@ -308,3 +310,85 @@ def test_a_creations_checker_optimizer_and_inference_are_settled_before_the_mode
         "print([[any(o is f for o in gc.get_objects(g)) for g in range(3)] for f in fs])\n"
     )
     assert _fresh(code) == str([[False, False, True]] * 3)
+
+
+def _cast_models(tmp_path) -> tuple[str, str]:
+    """A model with a Cast, a QDQ pair and a Gather (float types only), and one casting to
+    float8 (saturating) and int4 and back: onnx's helpers import ml_dtypes, so they are
+    made here and read by the fresh process from files."""
+    from onnx import TensorProto as T
+    from onnx import helper, numpy_helper
+
+    def save(name, nodes, inputs, outputs, inits=(), opset=21):
+        g = helper.make_graph(nodes, name, inputs, outputs, list(inits))
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+        path = tmp_path / f"{name}.onnx"
+        path.write_bytes(m.SerializeToString())
+        return str(path)
+
+    x = helper.make_tensor_value_info("x", T.FLOAT, [4])
+    ids = helper.make_tensor_value_info("ids", T.INT64, [2])
+    plain = save(
+        "plain",
+        [
+            helper.make_node("Cast", ["x"], ["i"], to=T.INT64),
+            helper.make_node("QuantizeLinear", ["x", "s", "zp"], ["q"]),
+            helper.make_node("DequantizeLinear", ["q", "s", "zp"], ["d"]),
+            helper.make_node("Gather", ["table", "ids"], ["g"]),
+        ],
+        [x, ids],
+        [
+            helper.make_tensor_value_info("i", T.INT64, [4]),
+            helper.make_tensor_value_info("d", T.FLOAT, [4]),
+            helper.make_tensor_value_info("g", T.FLOAT, [2, 3]),
+        ],
+        [
+            numpy_helper.from_array(np.array(0.5, np.float32), "s"),
+            numpy_helper.from_array(np.array(3, np.int8), "zp"),
+            numpy_helper.from_array(np.arange(15, dtype=np.float32).reshape(5, 3), "table"),
+        ],
+    )
+    low = save(
+        "low",
+        [
+            helper.make_node("Cast", ["x"], ["f8"], to=T.FLOAT8E4M3FN, saturate=1),
+            helper.make_node("Cast", ["f8"], ["y"], to=T.FLOAT),
+            helper.make_node("Cast", ["x"], ["i4"], to=T.INT4),
+            helper.make_node("Cast", ["i4"], ["z"], to=T.INT64),
+        ],
+        [x],
+        [
+            helper.make_tensor_value_info("y", T.FLOAT, [4]),
+            helper.make_tensor_value_info("z", T.INT64, [4]),
+        ],
+    )
+    return plain, low
+
+
+def test_cast_quantize_and_gather_import_neither_ml_dtypes_nor_mmap_until_a_type_needs_them(
+    tmp_path,
+):
+    # (ml_dtypes' import is milliseconds of a cold start: the Cast and quantization kernels
+    # make their tables of its types once it is imported, which an ONNX type of its does)
+    plain, low = _cast_models(tmp_path)
+    x = [1.0, 500.0, 1e6, -7.6]
+    code = (
+        "import sys, numpy as np, onyx\n"
+        f"x = np.array({x!r}, np.float32)\n"
+        f"s = onyx.InferenceSession({plain!r})\n"
+        "i, d, g = s.run(None, {'x': x, 'ids': np.array([4, -5])})\n"
+        "print(i.tolist(), d.tolist(), g.tolist())\n"
+        "print(sorted(m for m in ('ml_dtypes', 'mmap') if m in sys.modules))\n"
+        "so = onyx.SessionOptions()\n"
+        "so.graph_optimization_level = onyx.GraphOptimizationLevel.ORT_DISABLE_ALL\n"
+        f"y, z = onyx.InferenceSession({low!r}, so).run(None, {{'x': x}})\n"
+        "print(y.tolist(), z.tolist())\n"
+    )
+    lines = _fresh(code).splitlines()
+    assert (
+        lines[0]
+        == "[1, 500, 1000000, -7] [1.0, 62.0, 62.0, -7.5] [[12.0, 13.0, 14.0], [0.0, 1.0, 2.0]]"
+    )
+    assert lines[1] == "[]"
+    # (float8e4m3fn saturates at 448; int4 wraps like the wider integers, after truncation)
+    assert lines[2] == "[1.0, 448.0, 448.0, -7.5] [1, 4, 0, -7]"
