@@ -392,3 +392,48 @@ def test_cast_quantize_and_gather_import_neither_ml_dtypes_nor_mmap_until_a_type
     assert lines[1] == "[]"
     # (float8e4m3fn saturates at 448; int4 wraps like the wider integers, after truncation)
     assert lines[2] == "[1.0, 448.0, 448.0, -7.5] [1, 4, 0, -7]"
+
+
+def test_a_tree_ensembles_first_run_does_not_import_numpy_ma(tmp_path):
+    # (numpy 2's np.unique without indices or counts imports numpy.ma at its first call:
+    # milliseconds of a tree model's cold start; onyx.utils.unique asks for the counts)
+    from onnx import TensorProto as T
+    from onnx import helper
+
+    tree = helper.make_node(
+        "TreeEnsembleClassifier",
+        ["x"],
+        ["label", "probabilities"],
+        domain="ai.onnx.ml",
+        classlabels_int64s=[0, 1],
+        nodes_treeids=[0, 0, 0],
+        nodes_nodeids=[0, 1, 2],
+        nodes_featureids=[0, 0, 0],
+        nodes_values=[0.5, 0.0, 0.0],
+        nodes_modes=["BRANCH_LEQ", "LEAF", "LEAF"],
+        nodes_truenodeids=[1, 0, 0],
+        nodes_falsenodeids=[2, 0, 0],
+        class_treeids=[0, 0],
+        class_nodeids=[1, 2],
+        class_ids=[0, 1],
+        class_weights=[1.0, 1.0],
+    )
+    g = helper.make_graph(
+        [tree],
+        "tree",
+        [helper.make_tensor_value_info("x", T.FLOAT, [None, 1])],
+        [
+            helper.make_tensor_value_info("label", T.INT64, [None]),
+            helper.make_tensor_value_info("probabilities", T.FLOAT, [None, 2]),
+        ],
+    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 3)]
+    path = tmp_path / "tree.onnx"
+    path.write_bytes(helper.make_model(g, opset_imports=opsets).SerializeToString())
+    code = (
+        "import sys, numpy as np, onyx\n"
+        f"s = onyx.InferenceSession({str(path)!r})\n"
+        "label, p = s.run(None, {'x': np.array([[0.2], [0.9]], np.float32)})\n"
+        "print(label.shape, p.shape, 'numpy.ma' in sys.modules)\n"
+    )
+    assert _fresh(code) == "(2,) (2, 2) False"
