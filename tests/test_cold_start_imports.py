@@ -437,3 +437,25 @@ def test_a_tree_ensembles_first_run_does_not_import_numpy_ma(tmp_path):
         "print(label.shape, p.shape, 'numpy.ma' in sys.modules)\n"
     )
     assert _fresh(code) == "(2,) (2, 2) False"
+
+
+def test_a_resize_of_a_symbolic_dim_infers_its_formula_without_importing_fractions(tmp_path):
+    from onnx import TensorProto as T
+    from onnx import helper, numpy_helper
+
+    g = helper.make_graph(
+        [helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="nearest")],
+        "up",
+        [helper.make_tensor_value_info("x", T.FLOAT, ["N", 3, "H", 8])],
+        [helper.make_tensor_value_info("y", T.FLOAT, None)],
+        [numpy_helper.from_array(np.array([1, 1, 1.5, 2], np.float32), "scales")],
+    )
+    path = tmp_path / "up.onnx"
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    path.write_bytes(m.SerializeToString())
+    code = (
+        "import sys, onyx\n"
+        f"m = onyx.infer_shapes(onyx.load({str(path)!r}))\n"
+        "print(m.graph.outputs[0].type.shape.dims, 'fractions' in sys.modules)\n"
+    )
+    assert _fresh(code) == "('N', 3, 'H + floor(H/2)', 16) False"
