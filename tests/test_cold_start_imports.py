@@ -459,3 +459,31 @@ def test_a_resize_of_a_symbolic_dim_infers_its_formula_without_importing_fractio
         "print(m.graph.outputs[0].type.shape.dims, 'fractions' in sys.modules)\n"
     )
     assert _fresh(code) == "('N', 3, 'H + floor(H/2)', 16) False"
+
+
+def test_a_fused_product_and_a_layer_norm_import_no_conv_module():
+    # (fused.py's products and normalization.py's dtype rule need nothing of conv.py, which
+    # brings conv1d, small_cnn, winograd and the conv geometry along)
+    code = (
+        "import sys\n"
+        "import numpy as np\n"
+        "import onyx\n"
+        "from onnx import TensorProto as T, helper, numpy_helper\n"
+        "inits = [numpy_helper.from_array(np.ones((4, 4), np.float32), 'w'),\n"
+        "    numpy_helper.from_array(np.ones(4, np.float32), 'b'),\n"
+        "    numpy_helper.from_array(np.ones(4, np.float32), 'g')]\n"
+        "g = helper.make_graph([helper.make_node('MatMul', ['x', 'w'], ['m']),\n"
+        "    helper.make_node('Add', ['m', 'b'], ['a']),\n"
+        "    helper.make_node('LayerNormalization', ['a', 'g', 'b'], ['y'], axis=-1)], 'g',\n"
+        "    [helper.make_tensor_value_info('x', T.FLOAT, [1, 2, 4])],\n"
+        "    [helper.make_tensor_value_info('y', T.FLOAT, [1, 2, 4])], inits)\n"
+        "m = helper.make_model(g, opset_imports=[helper.make_opsetid('', 17)])\n"
+        "s = onyx.InferenceSession(m.SerializeToString())\n"
+        "y, = s.run(None, {'x': np.arange(8, dtype=np.float32).reshape(1, 2, 4)})\n"
+        "ops = sorted(n.op_type for n in s.plan.graph)\n"
+        "print(ops, y.shape, sorted(m.rsplit('.', 1)[1] for m in sys.modules if m in (\n"
+        "    'onyx.runtime.kernels.conv', 'onyx.runtime.kernels.conv1d',\n"
+        "    'onyx.runtime.kernels.winograd', 'onyx.runtime.kernels.fused',\n"
+        "    'onyx.runtime.kernels.normalization')))\n"
+    )
+    assert _fresh(code) == "['LayerNormalization', 'MatMulAdd'] (1, 2, 4) ['fused', 'normalization']"

@@ -37,6 +37,7 @@ from .conv_geometry import (  # noqa: F401  (the spatial helpers: their names he
     spatial_defaults,
 )
 from .derived import derived, frozen, scratch, value_key
+from .low_floats import compute_dtype  # noqa: F401  (importable from here, as before)
 
 # ----------------------------------------------------------------------------- spatial helpers
 
@@ -94,11 +95,6 @@ def windows(xp: np.ndarray, out_shape, kernel, strides, dilations) -> np.ndarray
         + tuple(st[2 + i] * dilations[i] for i in range(n))
     )
     return as_strided(xp, shape, steps, writeable=False)
-
-
-def compute_dtype(dtype: np.dtype) -> np.dtype:
-    """float64 stays float64; every narrower float (float16, bfloat16, ...) computes in float32."""
-    return np.dtype(np.float64) if dtype == np.float64 else np.dtype(np.float32)
 
 
 # ----------------------------------------------------------------------------- forward convolution
