@@ -250,7 +250,8 @@ def test_the_collector_is_on_after_threads_import_onyxs_names_at_once():
 def test_a_float_sessions_first_run_imports_no_writer_cache_or_runner_generation():
     # (serde's .pb tensor files and string setters serve saving and test data; the model
     # cache only a session that names a folder; the generated runner a second run: the
-    # first, checked run never makes one; the split-weight helpers integer convs only)
+    # first, checked run never makes one; the split-weight helpers integer convs only; the
+    # elementwise kernels a model with one, or a Gelu: not tiny_cnn's Relu and Softmax)
     code = (
         "import sys, numpy as np, onyx\n"
         f"s = onyx.InferenceSession({str(TINY)!r})\n"
@@ -259,7 +260,8 @@ def test_a_float_sessions_first_run_imports_no_writer_cache_or_runner_generation
         "s.run(None, {i.name: x})\n"
         "print(sorted(m for m in ('onyx.serde.text', 'onyx.serde.values',\n"
         "    'onyx.runtime.model_cache', 'onyx.runtime.conv_chain',\n"
-        "    'onyx.runtime.kernels.integer_conv') if m in sys.modules))\n"
+        "    'onyx.runtime.kernels.integer_conv', 'onyx.runtime.kernels.elementwise')\n"
+        "    if m in sys.modules))\n"
         "s.run(None, {i.name: x})\n"
         "print('onyx.runtime.conv_chain' in sys.modules)\n"
         "print(onyx.to_array(onyx.from_array(np.ones(2, np.float32))).tolist())\n"

@@ -45,3 +45,11 @@ def upcast(x: np.ndarray) -> np.ndarray:
 def compute_dtype(dtype: np.dtype) -> np.dtype:
     """float64 stays float64; every narrower float (float16, bfloat16, ...) computes in float32."""
     return np.dtype(np.float64) if dtype == np.float64 else np.dtype(np.float32)
+
+
+def type_range(dtype: np.dtype) -> tuple:
+    """The lowest and highest values of a numpy integer or float type (+-inf for floats)."""
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return info.min, info.max
+    return -np.inf, np.inf
