@@ -7,7 +7,9 @@ once, paired against another checkout of onyx (and onnxruntime), medians of many
 run.py's cold-start table times the wall clock; on a loaded machine that mostly measures the
 load, so this probe reads each phase's CPU time (time.process_time in the child) and the
 whole process's (its rusage, interpreter start and numpy's import included, alike for all),
-with the runtimes alternating process by process. ``--against`` runs the other checkout's
+with the runtimes alternating process by process; then the first runtime against each other
+one round by round (the medians of the rounds' differences and ratios: a round's processes
+share the machine's load of the moment). ``--against`` runs the other checkout's
 onyx with the interpreter of its ``.venv`` if it has one (its native library built there).
 ``--cache`` turns on onyx's optimized-model cache in a fresh folder for each checkout (the
 untimed first round writes the entry: the timed ones are hits; in one folder, two checkouts'
@@ -157,6 +159,27 @@ def _why(rows: list, top: int = 12) -> list[str]:
     return lines
 
 
+def _paired(samples: dict) -> list[str]:
+    """The first runtime against each other one, process by process: the medians of the
+    rounds' differences (CPU ms) of import + create + first run and of the CPU to the first
+    answer (the process less its exit), and the median of the rounds' ratios of the latter.
+    On a loaded machine a round's processes share its load: these move less than medians."""
+    (first, mine), *others = samples.items()
+    if not others:
+        return []
+    lines = [f"paired with {first[-40:]}, process by process (medians of the rounds'):"]
+    for root, theirs in others:
+        work = [sum(a[:3]) - sum(b[:3]) for a, b in zip(mine, theirs)]
+        answer = [(a[3] - a[4]) - (b[3] - b[4]) for a, b in zip(mine, theirs)]
+        ratio = [(a[3] - a[4]) / (b[3] - b[4]) for a, b in zip(mine, theirs)]
+        lines.append(
+            f"  minus {root[-40:]}: import + create + first {statistics.median(work) * 1e3:+.1f}"
+            f" ms, to the first answer {statistics.median(answer) * 1e3:+.1f} ms"
+            f" (ratio {statistics.median(ratio):.3f})"
+        )
+    return lines
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="tiny", help="'tiny' (onyx/examples) or a model path")
@@ -197,6 +220,7 @@ def main() -> None:
         med = [statistics.median(col) * 1e3 for col in zip(*(r[:5] for r in rows))]
         cells = f"{med[0]:7.1f} {med[1]:7.1f} {med[2]:7.1f} {med[3]:8.1f} {med[4]:6.1f}"
         print(f"{root[-40:]:40s} {cells}")
+    print("\n".join(_paired(samples)))
     if args.why:
         for root, rows in samples.items():
             print(f"\n{root}: where the phases went (CPU ms, medians)")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 import importlib
+import sys
 from typing import TYPE_CHECKING
 
 from .errors import (
@@ -105,13 +106,18 @@ def _imported(module: str):
     """``module``, imported with the cyclic collector paused: importing the runtime makes
     tens of thousands of objects that live as long as the process, and the collector's passes
     in the middle of it (a dozen, each promoting them a generation further) found nothing to
-    free; they are scanned once, after."""
-    enabled = gc.isenabled()
+    free. After it they go straight to the oldest generation, unscanned
+    (utils.settle_long_lived): the first pass after the pause scanned them all again."""
+    enabled, known = gc.isenabled(), len(sys.modules)
     gc.disable()
     try:
         return importlib.import_module(module)
     finally:
         if enabled:
+            if len(sys.modules) != known:
+                from .utils import settle_long_lived
+
+                settle_long_lived()
             gc.enable()
 
 

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+
 import onyx
 
 TINY = Path(onyx.__file__).parent / "examples" / "tiny_cnn.onnx"
@@ -243,3 +245,263 @@ def test_the_collector_is_on_after_threads_import_onyxs_names_at_once():
         "print(gc.isenabled(), all(n in vars(onyx) for n in names))\n"
     )
     assert _fresh(code) == "True True"
+
+
+def test_a_float_sessions_first_run_imports_no_writer_cache_or_runner_generation():
+    # (serde's .pb tensor files and string setters serve saving and test data; the model
+    # cache only a session that names a folder; the generated runner a second run: the
+    # first, checked run never makes one; the split-weight helpers integer convs only; the
+    # elementwise kernels a model with one, or a Gelu: not tiny_cnn's Relu and Softmax)
+    code = (
+        "import sys, numpy as np, onyx\n"
+        f"s = onyx.InferenceSession({str(TINY)!r})\n"
+        "i = s.get_inputs()[0]\n"
+        "x = np.zeros([d if isinstance(d, int) else 1 for d in i.shape], np.float32)\n"
+        "s.run(None, {i.name: x})\n"
+        "print(sorted(m for m in ('onyx.serde.text', 'onyx.serde.values',\n"
+        "    'onyx.runtime.model_cache', 'onyx.runtime.conv_chain',\n"
+        "    'onyx.runtime.kernels.integer_conv', 'onyx.runtime.kernels.elementwise')\n"
+        "    if m in sys.modules))\n"
+        "s.run(None, {i.name: x})\n"
+        "print('onyx.runtime.conv_chain' in sys.modules)\n"
+        "print(onyx.to_array(onyx.from_array(np.ones(2, np.float32))).tolist())\n"
+    )
+    assert _fresh(code).splitlines() == ["[]", "True", "[1.0, 1.0]"]
+
+
+def test_the_lazy_imports_leave_their_objects_out_of_the_collectors_young_generations():
+    # the objects an import of onyx's makes live as long as the process: the collector's
+    # first pass after the import's pause would scan them all (a millisecond and more of a
+    # cold start) to find nothing; they go straight to its oldest generation instead
+    code = (
+        "import gc, numpy\n"
+        "gc.collect()\n"
+        "import onyx\n"
+        "onyx.InferenceSession\n"
+        "[object() for _ in range(10)]; x = [[] for _ in range(2000)]\n"
+        "from onyx.runtime import session\n"
+        "f = session.InferenceSession.run\n"
+        "print([any(o is f for o in gc.get_objects(g)) for g in range(3)], gc.isenabled())\n"
+    )
+    assert _fresh(code) == "[False, False, True] True"
+
+
+def test_the_lazy_imports_keep_a_callers_frozen_objects_and_its_switched_off_collector():
+    code = (
+        "import gc, numpy\n"
+        "kept = [[]]\n"
+        "gc.freeze()\n"
+        "import onyx\n"
+        "onyx.InferenceSession\n"
+        "gc.disable()\n"
+        "onyx.check\n"
+        "print(any(o is kept for o in gc.get_objects()), gc.isenabled())\n"  # (still frozen)
+    )
+    assert _fresh(code) == "False False"
+
+
+def test_a_creations_checker_optimizer_and_inference_are_settled_before_the_model_is_read():
+    code = (
+        "import gc, numpy, onyx\n"
+        "onyx.InferenceSession\n"
+        "gc.collect()\n"
+        f"s = onyx.InferenceSession({str(TINY)!r})\n"
+        "x = [[] for _ in range(2000)]\n"
+        "from onyx import checker, inference, optimizer\n"
+        "fs = [checker.check, optimizer.optimize, inference.infer_shapes]\n"
+        "print([[any(o is f for o in gc.get_objects(g)) for g in range(3)] for f in fs])\n"
+    )
+    assert _fresh(code) == str([[False, False, True]] * 3)
+
+
+def _cast_models(tmp_path) -> tuple[str, str]:
+    """A model with a Cast, a QDQ pair and a Gather (float types only), and one casting to
+    float8 (saturating) and int4 and back: onnx's helpers import ml_dtypes, so they are
+    made here and read by the fresh process from files."""
+    from onnx import TensorProto as T
+    from onnx import helper, numpy_helper
+
+    def save(name, nodes, inputs, outputs, inits=(), opset=21):
+        g = helper.make_graph(nodes, name, inputs, outputs, list(inits))
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+        path = tmp_path / f"{name}.onnx"
+        path.write_bytes(m.SerializeToString())
+        return str(path)
+
+    x = helper.make_tensor_value_info("x", T.FLOAT, [4])
+    ids = helper.make_tensor_value_info("ids", T.INT64, [2])
+    plain = save(
+        "plain",
+        [
+            helper.make_node("Cast", ["x"], ["i"], to=T.INT64),
+            helper.make_node("QuantizeLinear", ["x", "s", "zp"], ["q"]),
+            helper.make_node("DequantizeLinear", ["q", "s", "zp"], ["d"]),
+            helper.make_node("Gather", ["table", "ids"], ["g"]),
+        ],
+        [x, ids],
+        [
+            helper.make_tensor_value_info("i", T.INT64, [4]),
+            helper.make_tensor_value_info("d", T.FLOAT, [4]),
+            helper.make_tensor_value_info("g", T.FLOAT, [2, 3]),
+        ],
+        [
+            numpy_helper.from_array(np.array(0.5, np.float32), "s"),
+            numpy_helper.from_array(np.array(3, np.int8), "zp"),
+            numpy_helper.from_array(np.arange(15, dtype=np.float32).reshape(5, 3), "table"),
+        ],
+    )
+    low = save(
+        "low",
+        [
+            helper.make_node("Cast", ["x"], ["f8"], to=T.FLOAT8E4M3FN, saturate=1),
+            helper.make_node("Cast", ["f8"], ["y"], to=T.FLOAT),
+            helper.make_node("Cast", ["x"], ["i4"], to=T.INT4),
+            helper.make_node("Cast", ["i4"], ["z"], to=T.INT64),
+        ],
+        [x],
+        [
+            helper.make_tensor_value_info("y", T.FLOAT, [4]),
+            helper.make_tensor_value_info("z", T.INT64, [4]),
+        ],
+    )
+    return plain, low
+
+
+def test_cast_quantize_and_gather_import_neither_ml_dtypes_nor_mmap_until_a_type_needs_them(
+    tmp_path,
+):
+    # (ml_dtypes' import is milliseconds of a cold start: the Cast and quantization kernels
+    # make their tables of its types once it is imported, which an ONNX type of its does)
+    plain, low = _cast_models(tmp_path)
+    x = [1.0, 500.0, 1e6, -7.6]
+    code = (
+        "import sys, numpy as np, onyx\n"
+        f"x = np.array({x!r}, np.float32)\n"
+        f"s = onyx.InferenceSession({plain!r})\n"
+        "i, d, g = s.run(None, {'x': x, 'ids': np.array([4, -5])})\n"
+        "print(i.tolist(), d.tolist(), g.tolist())\n"
+        "print(sorted(m for m in ('ml_dtypes', 'mmap') if m in sys.modules))\n"
+        "so = onyx.SessionOptions()\n"
+        "so.graph_optimization_level = onyx.GraphOptimizationLevel.ORT_DISABLE_ALL\n"
+        f"y, z = onyx.InferenceSession({low!r}, so).run(None, {{'x': x}})\n"
+        "print(y.tolist(), z.tolist())\n"
+    )
+    lines = _fresh(code).splitlines()
+    assert (
+        lines[0]
+        == "[1, 500, 1000000, -7] [1.0, 62.0, 62.0, -7.5] [[12.0, 13.0, 14.0], [0.0, 1.0, 2.0]]"
+    )
+    assert lines[1] == "[]"
+    # (float8e4m3fn saturates at 448; int4 wraps like the wider integers, after truncation)
+    assert lines[2] == "[1.0, 448.0, 448.0, -7.5] [1, 4, 0, -7]"
+
+
+def test_a_tree_ensembles_first_run_does_not_import_numpy_ma(tmp_path):
+    # (numpy 2's np.unique without indices or counts imports numpy.ma at its first call:
+    # milliseconds of a tree model's cold start; onyx.utils.unique asks for the counts)
+    from onnx import TensorProto as T
+    from onnx import helper
+
+    tree = helper.make_node(
+        "TreeEnsembleClassifier",
+        ["x"],
+        ["label", "probabilities"],
+        domain="ai.onnx.ml",
+        classlabels_int64s=[0, 1],
+        nodes_treeids=[0, 0, 0],
+        nodes_nodeids=[0, 1, 2],
+        nodes_featureids=[0, 0, 0],
+        nodes_values=[0.5, 0.0, 0.0],
+        nodes_modes=["BRANCH_LEQ", "LEAF", "LEAF"],
+        nodes_truenodeids=[1, 0, 0],
+        nodes_falsenodeids=[2, 0, 0],
+        class_treeids=[0, 0],
+        class_nodeids=[1, 2],
+        class_ids=[0, 1],
+        class_weights=[1.0, 1.0],
+    )
+    g = helper.make_graph(
+        [tree],
+        "tree",
+        [helper.make_tensor_value_info("x", T.FLOAT, [None, 1])],
+        [
+            helper.make_tensor_value_info("label", T.INT64, [None]),
+            helper.make_tensor_value_info("probabilities", T.FLOAT, [None, 2]),
+        ],
+    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 3)]
+    path = tmp_path / "tree.onnx"
+    path.write_bytes(helper.make_model(g, opset_imports=opsets).SerializeToString())
+    code = (
+        "import sys, numpy as np, onyx\n"
+        f"s = onyx.InferenceSession({str(path)!r})\n"
+        "label, p = s.run(None, {'x': np.array([[0.2], [0.9]], np.float32)})\n"
+        "print(label.shape, p.shape, 'numpy.ma' in sys.modules)\n"
+    )
+    assert _fresh(code) == "(2,) (2, 2) False"
+
+
+def test_a_resize_of_a_symbolic_dim_infers_its_formula_without_importing_fractions(tmp_path):
+    from onnx import TensorProto as T
+    from onnx import helper, numpy_helper
+
+    g = helper.make_graph(
+        [helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="nearest")],
+        "up",
+        [helper.make_tensor_value_info("x", T.FLOAT, ["N", 3, "H", 8])],
+        [helper.make_tensor_value_info("y", T.FLOAT, None)],
+        [numpy_helper.from_array(np.array([1, 1, 1.5, 2], np.float32), "scales")],
+    )
+    path = tmp_path / "up.onnx"
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    path.write_bytes(m.SerializeToString())
+    code = (
+        "import sys, onyx\n"
+        f"m = onyx.infer_shapes(onyx.load({str(path)!r}))\n"
+        "print(m.graph.outputs[0].type.shape.dims, 'fractions' in sys.modules)\n"
+    )
+    assert _fresh(code) == "('N', 3, 'H + floor(H/2)', 16) False"
+
+
+def test_a_fused_product_and_a_layer_norm_import_no_conv_module():
+    # (fused.py's products and normalization.py's dtype rule need nothing of conv.py, which
+    # brings conv1d, small_cnn, winograd and the conv geometry along)
+    code = (
+        "import sys\n"
+        "import numpy as np\n"
+        "import onyx\n"
+        "from onnx import TensorProto as T, helper, numpy_helper\n"
+        "inits = [numpy_helper.from_array(np.ones((4, 4), np.float32), 'w'),\n"
+        "    numpy_helper.from_array(np.ones(4, np.float32), 'b'),\n"
+        "    numpy_helper.from_array(np.ones(4, np.float32), 'g')]\n"
+        "g = helper.make_graph([helper.make_node('MatMul', ['x', 'w'], ['m']),\n"
+        "    helper.make_node('Add', ['m', 'b'], ['a']),\n"
+        "    helper.make_node('LayerNormalization', ['a', 'g', 'b'], ['y'], axis=-1)], 'g',\n"
+        "    [helper.make_tensor_value_info('x', T.FLOAT, [1, 2, 4])],\n"
+        "    [helper.make_tensor_value_info('y', T.FLOAT, [1, 2, 4])], inits)\n"
+        "m = helper.make_model(g, opset_imports=[helper.make_opsetid('', 17)])\n"
+        "s = onyx.InferenceSession(m.SerializeToString())\n"
+        "y, = s.run(None, {'x': np.arange(8, dtype=np.float32).reshape(1, 2, 4)})\n"
+        "ops = sorted(n.op_type for n in s.plan.graph)\n"
+        "print(ops, y.shape, sorted(m.rsplit('.', 1)[1] for m in sys.modules if m in (\n"
+        "    'onyx.runtime.kernels.conv', 'onyx.runtime.kernels.conv1d',\n"
+        "    'onyx.runtime.kernels.winograd', 'onyx.runtime.kernels.fused',\n"
+        "    'onyx.runtime.kernels.normalization')))\n"
+    )
+    assert (
+        _fresh(code) == "['LayerNormalization', 'MatMulAdd'] (1, 2, 4) ['fused', 'normalization']"
+    )
+
+
+def test_dims_that_are_plain_names_compile_no_expression_parser():
+    # (tiny_cnn's batch dim "N": one name, a symbol without the tokenizer's regular
+    # expression, whose compilation cost a cold start ~0.2 ms; an expression still parses)
+    code = (
+        "import numpy as np, onyx\n"
+        "from onyx.inference import symbolic\n"
+        f"s = onyx.InferenceSession({str(TINY)!r})\n"
+        "i = s.get_inputs()[0]\n"
+        "s.run(None, {i.name: np.zeros([1, 1, 28, 28], np.float32)})\n"
+        "print(i.shape[0], symbolic._token is None, symbolic.parse('2*N + 1'))\n"
+    )
+    assert _fresh(code) == "N True 2*N + 1"

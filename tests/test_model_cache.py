@@ -436,3 +436,12 @@ def test_a_folder_others_may_write_in_is_not_used(tmp_path, cache, optimizer_cal
     so.add_session_config_entry(model_cache.CONFIG_KEY, str(shared))
     onyx.InferenceSession(path, so)
     assert not _entries(shared)
+
+
+def test_the_session_looks_for_the_cache_under_the_caches_own_names():
+    # (a session that names no folder never imports model_cache.py: it reads the two
+    # switches itself)
+    assert (session._CACHE_CONFIG_KEY, session._CACHE_ENV) == (  # noqa: SLF001
+        model_cache.CONFIG_KEY,
+        model_cache.ENV,
+    )

@@ -16,6 +16,7 @@ import pytest
 import onyx
 from onyx.runtime import native
 from onyx.runtime.kernels import conv as conv_kernels
+from onyx.runtime.kernels import integer_conv
 from onyx.runtime.kernels.quantize import qlinear_matmul
 
 needs_vnni = pytest.mark.skipif(
@@ -343,7 +344,7 @@ def test_conv_integer_with_any_weight_zero_point_is_exact(x_type, w_type, per_ch
     xz = np.array(200 if x_type == np.uint8 else -7, x_type)
     wz = _random(rng, w_type, (12,) if per_channel else ())
     taken = []
-    split = conv_kernels.window_sums
+    split = integer_conv.window_sums  # (conv.py imports it at the call: integer convs only)
 
     def spy(*args, **kwargs):  # (the native row sums of the padded copy, and numpy's sums)
         sums = split(*args, **kwargs)
@@ -352,7 +353,7 @@ def test_conv_integer_with_any_weight_zero_point_is_exact(x_type, w_type, per_ch
         return sums
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(conv_kernels, "window_sums", spy)
+        mp.setattr(integer_conv, "window_sums", spy)
         got = [conv_kernels.conv_integer(x, w, xz, wz, **attrs) for _ in range(2)]
     full = {"kernel_shape": None, "pads": None, "strides": None, "dilations": None, **attrs}
     want, _ = conv_kernels._integer_conv(x, w, xz, wz, group=1, auto_pad="NOTSET", **full)

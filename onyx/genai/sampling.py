@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import InvalidArgument
+from ..utils import unique
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,7 @@ def penalize_repeats(logits: np.ndarray, seen: np.ndarray, penalty: float) -> np
     """logits with each seen token's logit pushed down by ``penalty`` (a fresh array)."""
     logits = np.array(logits, dtype=np.float32)
     if penalty != 1.0 and seen.size:
-        ids = np.unique(seen)
+        ids = unique(seen)
         vals = logits[ids]
         logits[ids] = np.where(vals > 0, vals / np.float32(penalty), vals * np.float32(penalty))
     return logits

@@ -382,9 +382,11 @@ def e_min(*args: Expr) -> Expr:
 
 # names may hold '.', ':' or '-' between word characters ("batch-size", "input.1"); a minus sign
 # between two names or numbers is written with spaces ("seq - 1"), as the printer does
-_TOKEN = re.compile(
+# (compiled at the first expression: a model whose dims are plain names never needs it)
+_TOKEN_PATTERN = (
     r"\s*(?:(?P<num>\d+)(?![\w.])|(?P<name>[A-Za-z_]\w*(?:[.:\-]\w+)*)|(?P<op>\*\*|[-+*/(),]))"
 )
+_token = None
 
 _FUNCS = {"floor", "ceiling", "ceil", "Mod", "Max", "Min", "max", "min"}
 
@@ -394,10 +396,13 @@ class _ParseError(Exception):
 
 
 def _tokens(text: str) -> list:
+    global _token
+    if _token is None:
+        _token = re.compile(_TOKEN_PATTERN).match
     out, pos = [], 0
     text = text.rstrip()
     while pos < len(text):
-        m = _TOKEN.match(text, pos)
+        m = _token(text, pos)
         if m is None or m.end() == pos:
             raise _ParseError(text)
         pos = m.end()
@@ -518,6 +523,8 @@ class _Parser:
 @functools.lru_cache(maxsize=8192)
 def parse(text: str) -> Expr:
     """The expression a dim_param spells; a string that is no expression is one symbol."""
+    if text.isidentifier():  # (one name, the common case: what the parser would make of it)
+        return Expr.symbol(text)
     try:
         return _Parser(text).parse()
     except _ParseError:

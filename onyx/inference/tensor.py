@@ -618,12 +618,12 @@ def _scaled(d, scale: float):
         return int(np.floor(d * scale))
     if d is None or not np.isfinite(scale) or scale < 0:
         return None
-    from fractions import Fraction  # (rare: not at every import)
-
-    ratio = Fraction(scale)
-    if ratio.denominator > 64:
+    # (a float's exact ratio, in lowest terms, as Fraction(scale) gives it: without importing
+    # fractions and decimal, ~1.5 ms of a U-Net's cold start)
+    numerator, denominator = float(scale).as_integer_ratio()
+    if denominator > 64:
         return None
-    return sym.floordiv(sym.mul(d, ratio.numerator), ratio.denominator)
+    return sym.floordiv(sym.mul(d, numerator), denominator)
 
 
 # -- small constant tensors through shape ops (a pads tensor built by Reshape/Slice/Transpose) ----

@@ -26,7 +26,6 @@ import numpy as np
 from .. import ir
 from ..errors import OnyxError, RuntimeFailure
 from ..ir.frozen import DataValue
-from . import conv_chain
 from .bind import Step, StepContext, bind, find_kernel, no_kernel, node_label
 from .fpstate import ignoring_fp_errors
 from .registry import ONYX_DOMAIN, lookup, traits
@@ -452,7 +451,10 @@ def _generate(plan: Plan, wanted: tuple[int, ...] | None):
     memo = _shape_memo(plan, steps, const_slots, out_slots)
     if memo is not None:  # (its steps first: they read only inputs' shapes and constants)
         steps = memo.steps + [s for s in steps if id(s) not in memo.ids]
-    # (runs of channels-last layers as one native call each: conv_chain.py)
+    # (runs of channels-last layers as one native call each; imported here: a process whose
+    # one run is its first, checked run never generates a runner)
+    from . import conv_chain
+
     steps = conv_chain.fuse(plan, steps, out_slots, len(memo.steps) if memo is not None else 0)
     produced = {o for s in steps for o in s.outs if o >= 0}
     used = {r for s in steps for r in s.reads} | set(out_slots)

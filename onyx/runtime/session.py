@@ -16,8 +16,8 @@ from ..errors import InvalidArgument, RuntimeFailure
 from ..ir.dtypes import DataType, to_numpy, type_name
 from ..ir.frozen import FrozenValue
 from ..serde import as_model
-from ..utils import gc_paused
-from . import concurrency, memory, model_cache, native
+from ..utils import gc_paused, import_settled
+from . import concurrency, memory, native
 from .lenient import accept_lenient
 from .options import (  # noqa: F401  (onnxruntime's names, importable from here as before)
     ExecutionMode,
@@ -86,6 +86,26 @@ class ModelMetadata(FrozenValue):
             version=version,
             custom_metadata_map=custom_metadata_map,
         )
+
+
+#: What a creation's optimizer imports at any level (its passes' modules aside), and what
+#: the fusions (EXTENDED and up) add: the shape inference they read.
+_OPTIMIZER_MODULES = ("onyx.optimizer", "onyx.inference")
+#: Where a session's options or the environment name the optimized-model cache's folder
+#: (model_cache.CONFIG_KEY and ENV: tests/test_model_cache.py holds them equal).
+_CACHE_CONFIG_KEY, _CACHE_ENV = "session.onyx.model_cache_dir", "ONYX_MODEL_CACHE"
+
+
+def _model_cache(options: SessionOptions):
+    """model_cache.py when the options or the environment name a cache folder, else None:
+    a session without one never imports it (each module a cold start imports costs it a
+    tenth of a millisecond before its code runs)."""
+    named = getattr(options, "_config", {}).get(_CACHE_CONFIG_KEY) or os.environ.get(_CACHE_ENV)
+    if not named:
+        return None
+    from . import model_cache
+
+    return model_cache
 
 
 def get_available_providers() -> list[str]:
@@ -171,7 +191,8 @@ class InferenceSession(SessionAPI):
 
     def _build(self, source: Any) -> ir.Model:
         """Load, check and optimize the model, and plan it; the model the plan runs."""
-        entry = model_cache.key(source, self._options)  # (None: no cache asked for, or kept)
+        model_cache = _model_cache(self._options)  # (None: no cache asked for)
+        entry = None if model_cache is None else model_cache.key(source, self._options)
         cached = model_cache.read(self._options, entry) if entry is not None else None
         self._cache_entry = None  # (where the first run's output check finds its types)
         if cached is not None:  # (checked and optimized when it was cached)
@@ -209,15 +230,22 @@ class InferenceSession(SessionAPI):
         the check is made at the first run)."""
         if self._cache_entry is None:
             return None
+        from . import model_cache
+
         return model_cache.read_types(self._options, self._cache_entry)
 
     def _load_and_optimize(self, source: Any, entry: str | None) -> tuple[ir.Model, str | None]:
         """The model to plan, made from ``source``, and its cache entry's key (None: not to be
         cached after all)."""
-        from ..validation import validate  # (the checker: a model cache hit never needs it)
+        # (what every creation that reads a model imports, imported before it reads it, the
+        # imports' objects settled: utils.import_settled; a model cache hit needs none of it)
+        level = int(self._options.graph_optimization_level)
+        optimizer = () if level <= 0 else _OPTIMIZER_MODULES[: 1 if level == 1 else 2]
+        import_settled("onyx.validation", *optimizer)
+        from ..validation import validate
 
         self._model = as_model(source, user="InferenceSession")
-        if entry is not None and not model_cache.cacheable(self._model):
+        if entry is not None and not _model_cache(self._options).cacheable(self._model):
             entry = None
         warned: list = []
         validate(self._model, "the session's model", warned=warned)

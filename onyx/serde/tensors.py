@@ -17,7 +17,6 @@ from ..ir.dtypes import BY_ENUM, SUB_BYTE, DataType, bit_width
 from ..ir.tensor import ExternalData, Tensor, pack_sub_byte, unpack_sub_byte, wire_size
 from ..proto import TensorProto
 from .fields import set_fields, written_empty
-from .text import set_text
 
 D = DataType
 EXTERNAL = TensorProto.EXTERNAL
@@ -325,6 +324,8 @@ def tensor_to_proto(t: Tensor, tp=None, name: str | None = None, placement=None)
     ``placement(t, tp)`` may take the data elsewhere (external file, streamed big bytes): it
     returns True when it filled the data fields itself.
     """
+    from .text import set_text  # (writing only: a session that reads a model never needs it)
+
     if tp is None:
         tp = TensorProto()
     extras = t.extras or {}
@@ -364,6 +365,8 @@ def tensor_to_proto(t: Tensor, tp=None, name: str | None = None, placement=None)
 
 
 def write_external_ref(tp, ext: ExternalData) -> None:
+    from .text import set_text
+
     for k, v in ext.entries:
         e = tp.external_data.add()
         set_text(e, "key", k)
@@ -373,6 +376,8 @@ def write_external_ref(tp, ext: ExternalData) -> None:
 
 def write_props(field, props: dict, original: list[bytes] | None) -> None:
     """Write a metadata_props dict; the original entries come back verbatim if it is unchanged."""
+    from .text import set_text
+
     if original is not None:
         entries = [field.add() for _ in original]
         for e, b in zip(entries, original):

@@ -12,7 +12,7 @@ import numpy as np
 
 from .. import native
 from ..registry import ONYX_DOMAIN, op
-from .elementwise import erf_gelu, type_range, upcast
+from .low_floats import type_range, upcast
 
 _FLOAT32_64 = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -94,6 +94,9 @@ def hard_swish(x: np.ndarray) -> np.ndarray:
 def _gelu_of_float(x, approximate):
     if approximate == "tanh":
         return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+    from .elementwise import erf_gelu  # (Gelu's: the elementwise kernels, ~0.8 ms of a cold
+    # start, are no import of a model whose activations are Relu, Softmax, Sigmoid...)
+
     return erf_gelu(x)
 
 

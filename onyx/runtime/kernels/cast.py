@@ -7,26 +7,49 @@ integers wrapping like the wider ones, and the string formats onnxruntime uses.
 
 from __future__ import annotations
 
-import ml_dtypes
+import sys
+
 import numpy as np
 
 from ...ir.dtypes import DataType, bit_width, from_numpy, to_numpy
 from ..registry import op
 from .elementwise import LOW_FLOATS, is_float
 
-_FLOAT8 = frozenset(
-    np.dtype(t)
-    for t in (
-        ml_dtypes.float8_e4m3fn,
-        ml_dtypes.float8_e4m3fnuz,
-        ml_dtypes.float8_e5m2,
-        ml_dtypes.float8_e5m2fnuz,
-    )
-)
-_E8M0 = np.dtype(ml_dtypes.float8_e8m0fnu)
-_SUB_BYTE_INTS = frozenset(
-    np.dtype(t) for t in (ml_dtypes.int4, ml_dtypes.uint4, ml_dtypes.int2, ml_dtypes.uint2)
-)
+
+class _MlTypes:
+    """ml_dtypes' types the spec's rules single out, made once ml_dtypes is imported: until
+    then no array or type of its exists (an ONNX type of its reaches numpy through
+    ir/dtypes.py, which imports it), and a model without them never imports it (some
+    milliseconds of a cold start, for every model with a Cast)."""
+
+    __slots__ = ("float8", "e8m0", "sub_byte_ints")
+
+    def __init__(self, ml) -> None:  # noqa: ANN001  (the ml_dtypes module, or None)
+        if ml is None:
+            self.float8 = self.sub_byte_ints = frozenset()
+            self.e8m0 = None
+            return
+        floats = (ml.float8_e4m3fn, ml.float8_e4m3fnuz, ml.float8_e5m2, ml.float8_e5m2fnuz)
+        self.float8 = frozenset(np.dtype(t) for t in floats)
+        self.e8m0 = np.dtype(ml.float8_e8m0fnu)
+        ints = (ml.int4, ml.uint4, ml.int2, ml.uint2)
+        self.sub_byte_ints = frozenset(np.dtype(t) for t in ints)
+
+
+_NO_ML_TYPES = _MlTypes(None)
+_ml: _MlTypes | None = None
+
+
+def _ml_types() -> _MlTypes:
+    global _ml
+    if _ml is None:
+        ml = sys.modules.get("ml_dtypes")
+        if ml is None:
+            return _NO_ML_TYPES
+        _ml = _MlTypes(ml)
+    return _ml
+
+
 _OBJECT = np.dtype(object)
 #: Types numpy's astype converts between exactly as the spec asks (round to nearest even,
 #: integers wrap, x != 0 for bool): no special rule applies. float16 only as a source (integer
@@ -52,7 +75,7 @@ _PLAIN_SOURCES = _PLAIN_TARGETS | {np.dtype(np.float16)}
 
 def _to_wide(x: np.ndarray) -> np.ndarray:
     """A lossless numpy-native form of x: ml_dtypes floats -> float32, sub-byte ints -> int64."""
-    if x.dtype in _SUB_BYTE_INTS:
+    if x.dtype in _ml_types().sub_byte_ints:
         return x.astype(np.int64)
     if x.dtype in LOW_FLOATS and x.dtype != np.float16:
         return x.astype(np.float32)
@@ -81,7 +104,7 @@ def _to_e8m0(x: np.ndarray, saturate: bool, round_mode: str) -> np.ndarray:
         outside = (x > 2.0**127) | (x < 2.0**-127)
         code = np.where(outside, 255, code)
     code = np.where(np.isnan(x), 255, code)
-    return code.astype(np.uint8).view(_E8M0)
+    return code.astype(np.uint8).view(_ml_types().e8m0)
 
 
 def cast_numeric(x: np.ndarray, dtype: np.dtype, saturate: bool = True, round_mode: str = "up"):
@@ -92,15 +115,16 @@ def cast_numeric(x: np.ndarray, dtype: np.dtype, saturate: bool = True, round_mo
     src = _to_wide(x)
     if dtype == np.bool_:
         return src != 0
-    if dtype in _FLOAT8:
+    ml = _ml_types()
+    if dtype in ml.float8:
         src = src.astype(np.float64) if src.dtype.kind in "iub" else src
         if saturate:  # Inf and out-of-range values go to +-FLT_MAX; NaN stays NaN
-            top = float(ml_dtypes.finfo(dtype).max)
+            top = float(sys.modules["ml_dtypes"].finfo(dtype).max)
             src = np.clip(src, -top, top)
         return src.astype(dtype)
-    if dtype == _E8M0:
+    if ml.e8m0 is not None and dtype == ml.e8m0:  # (never dtype == None: that is float64)
         return _to_e8m0(src, saturate, round_mode)
-    if dtype in _SUB_BYTE_INTS and is_float(src.dtype):
+    if dtype in ml.sub_byte_ints and is_float(src.dtype):
         # float -> 4/2-bit integer: truncate toward zero, then wrap into the width like the
         # wider integers do (out-of-range floats are undefined; this is what the tests expect)
         src = np.where(np.isfinite(src), np.trunc(src), 0).astype(np.int64)
@@ -131,7 +155,7 @@ def _parse_strings(x: np.ndarray, dtype: np.dtype, saturate: bool, round_mode: s
     """Strings -> numbers: integers parse exactly when they can, everything else via double
     (which takes 'INF', '+INF', '-INF', 'NaN' in any case and scientific notation)."""
     strs = np.asarray(x, dtype=str)
-    if dtype.kind in "iu" or dtype in _SUB_BYTE_INTS:
+    if dtype.kind in "iu" or dtype in _ml_types().sub_byte_ints:
         wide = np.uint64 if dtype == np.uint64 else np.int64
         try:
             return strs.astype(wide).astype(dtype)

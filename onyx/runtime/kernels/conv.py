@@ -37,7 +37,7 @@ from .conv_geometry import (  # noqa: F401  (the spatial helpers: their names he
     spatial_defaults,
 )
 from .derived import derived, frozen, scratch, value_key
-from .integer_conv import channel_terms, shifted, window_sums
+from .low_floats import compute_dtype  # noqa: F401  (importable from here, as before)
 
 # ----------------------------------------------------------------------------- spatial helpers
 
@@ -95,11 +95,6 @@ def windows(xp: np.ndarray, out_shape, kernel, strides, dilations) -> np.ndarray
         + tuple(st[2 + i] * dilations[i] for i in range(n))
     )
     return as_strided(xp, shape, steps, writeable=False)
-
-
-def compute_dtype(dtype: np.dtype) -> np.dtype:
-    """float64 stays float64; every narrower float (float16, bfloat16, ...) computes in float32."""
-    return np.dtype(np.float64) if dtype == np.float64 else np.dtype(np.float32)
 
 
 # ----------------------------------------------------------------------------- forward convolution
@@ -718,6 +713,8 @@ def _integer_conv_runner_of(
             x, w, zx, bias, scale, y_zero_point, geo, table
         )  # (else: row sums)
     if len(geo["out_shape"]) == 2 and group == 1 and scale is None and np.size(wz) in (1, M):
+        from .integer_conv import channel_terms  # (integer convs only: not at a cold start)
+
         c = channel_terms(w, w_zero_point)  # (ConvInteger: dynamic quantization's weights)
         return _implicit_gemm_conv(x, w, zx, bias, None, None, geo, channel_terms=c)
     return lambda x: _grouped_int8_conv(x, w, wz, zx, bias, scale, y_zero_point, group, geo)
@@ -917,7 +914,11 @@ class _ImplicitConv:
         self.shapes = ((N * self.pixels, M), (N, oh, ow, M) if layout[1] else (N, M, oh, ow))
 
         def make():
-            w_s = w if channel_terms is None else shifted(w)  # (split weights: int8)
+            w_s = w
+            if channel_terms is not None:  # split weights: int8
+                from .integer_conv import shifted
+
+                w_s = shifted(w)
             wt = np.zeros((kh, kw, Cp, M), w_s.dtype)
             wt[:, :, :C] = w_s.transpose(2, 3, 1, 0)
             return native.pack(wt.reshape(-1, M), x.dtype)
@@ -1007,6 +1008,8 @@ class _ImplicitConv:
             inner[..., :C] = x[:, :, self.rows_in, self.cols_in].transpose(0, 2, 3, 1)
         rank1 = None
         if self.channel_terms is not None:  # split weights: + c_m S_p in the epilogue
+            from .integer_conv import window_sums  # (split weights only: not at a cold start)
+
             where = (self.padded, self.at, self.rows_in, self.cols_in)
             sums = window_sums(x, zx, self.kernel, self.geo, *where, nhwc=xp)
             rank1 = (sums, self.channel_terms)

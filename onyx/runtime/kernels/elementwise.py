@@ -9,7 +9,7 @@ import numpy as np
 
 from .. import native
 from ..registry import op
-from .low_floats import LOW_FLOATS, is_float, upcast  # noqa: F401  (importable from here)
+from .low_floats import LOW_FLOATS, is_float, type_range, upcast  # noqa: F401  (importable from here)
 
 # ---------------------------------------------------------------------------------------------
 # Shared helpers (also used by activation, reduction and linalg kernels)
@@ -446,14 +446,6 @@ for _name, _fn in {"Max": _max, "Min": _min, "Sum": _sum, "Mean": _mean}.items()
 @op("Where", since=9, elementwise=True)
 def where(condition, x, y):
     return np.where(condition, x, y)
-
-
-def type_range(dtype: np.dtype) -> tuple:
-    """The lowest and highest values of a numpy integer or float type (+-inf for floats)."""
-    if dtype.kind in "iu":
-        info = np.iinfo(dtype)
-        return info.min, info.max
-    return -np.inf, np.inf
 
 
 def _clip(x, lo, hi):

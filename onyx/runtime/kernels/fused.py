@@ -13,15 +13,6 @@ from .. import native
 from ..fpstate import ignoring_fp_errors
 from ..registry import ONYX_DOMAIN, binds, op
 from .activation import hard_sigmoid_into, hard_swish, sigmoid_into
-from .conv import (
-    conv,
-    conv_key,
-    float32_weights,
-    float_conv_runner,
-    native_conv_f32,
-    under_setting,
-)
-from .conv1d import node_conv1d_runner
 from .derived import derived
 from .linalg import (
     bound_matmul,
@@ -35,6 +26,20 @@ from .linalg import (
 )
 
 MS = "com.microsoft"
+
+_conv_module = None
+
+
+def _convs():
+    """kernels/conv.py, imported when a fused conv is first bound or run: the products and
+    tables of this module (a transformer's MatMulAdd, FusedGemm) never need it, nor the
+    conv modules it imports (~1.5 ms of a cold start)."""
+    global _conv_module
+    if _conv_module is None:
+        from . import conv
+
+        _conv_module = conv
+    return _conv_module
 
 
 def _sigmoid(y, alpha, beta, gamma):
@@ -103,19 +108,23 @@ def _bind_fused_conv(inputs, attrs, constant):
         return _bound_conv2d(X.shape, W, attrs, code, lo, hi)
     if Z is not None or not constant[3]:
         return None
+    from .conv1d import node_conv1d_runner
+
     run = node_conv1d_runner(X.shape, W, attrs, code, lo, hi)
     if run is None:
         return None
-    return under_setting(lambda X, W, B=None, Z=None: run(X, B, None), fused_conv, attrs)
+    return _convs().under_setting(lambda X, W, B=None, Z=None: run(X, B, None), fused_conv, attrs)
 
 
 def _bound_conv2d(x_shape, W, attrs: dict, code: int, lo, hi):
     """A 2-D FusedConv's bound call: native_conv_f32's call, as fused_conv makes it."""
-    call = float_conv_runner(x_shape, W, attrs, code, lo, hi)
+    convs = _convs()
+    call = convs.float_conv_runner(x_shape, W, attrs, code, lo, hi)
     if call is None:
         return None
     contiguous = np.ascontiguousarray
-    return under_setting(lambda X, W, B=None, Z=None: call(contiguous(X), B, Z), fused_conv, attrs)
+    bound = lambda X, W, B=None, Z=None: call(contiguous(X), B, Z)  # noqa: E731
+    return convs.under_setting(bound, fused_conv, attrs)
 
 
 @binds(_bind_fused_conv, constants=(1, 2))  # (Z: fed to a 2-D conv, constant to a 1-D one)
@@ -136,10 +145,11 @@ def fused_conv(
     strides=None,
 ):
     """activation(Conv(X, W, B) + Z)."""
+    convs = _convs()
     if X.dtype == np.float16 and W.dtype == np.float16 and Z is None and activation in _MONOTONE:
         # float16 computes in float32; an activation that commutes with rounding (a clamp)
         # applies before the one rounding to float16 as exactly as after it, and natively
-        w32, b32 = float32_weights(W, B)
+        w32, b32 = convs.float32_weights(W, B)
         y = fused_conv(
             X.astype(np.float32),
             w32,
@@ -158,8 +168,8 @@ def fused_conv(
     code = native.CONV_ACTIVATIONS.get(activation)
     if code is not None:  # the native conv applies Z and the activation as it stores
         lo, hi = native.activation_params(activation, params)
-        attrs = conv_key(auto_pad, pads, strides, dilations, kernel_shape)
-        y = native_conv_f32(
+        attrs = convs.conv_key(auto_pad, pads, strides, dilations, kernel_shape)
+        y = convs.native_conv_f32(
             X,
             W,
             B,
@@ -172,7 +182,7 @@ def fused_conv(
         )
         if y is not None:
             return y
-    y = conv(
+    y = convs.conv(
         X,
         W,
         B,

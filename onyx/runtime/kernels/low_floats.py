@@ -40,3 +40,16 @@ def is_float(dtype: np.dtype) -> bool:
 def upcast(x: np.ndarray) -> np.ndarray:
     """x in a dtype numpy computes well: float32 for the 16/8/4-bit floats, else unchanged."""
     return x.astype(np.float32) if x.dtype in LOW_FLOATS else x
+
+
+def compute_dtype(dtype: np.dtype) -> np.dtype:
+    """float64 stays float64; every narrower float (float16, bfloat16, ...) computes in float32."""
+    return np.dtype(np.float64) if dtype == np.float64 else np.dtype(np.float32)
+
+
+def type_range(dtype: np.dtype) -> tuple:
+    """The lowest and highest values of a numpy integer or float type (+-inf for floats)."""
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return info.min, info.max
+    return -np.inf, np.inf

@@ -13,9 +13,10 @@ rows are copied through the mapping and the pages each one mapped unmapped again
 
 from __future__ import annotations
 
-import mmap
 import os
+import sys
 import weakref
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -26,15 +27,27 @@ from .derived import derived
 LARGE_TABLE_BYTES = 16 << 20
 #: The span unmapped around each row: the largest folio a fault maps (a PMD).
 _SPAN = 2 << 20
-_DONTNEED = getattr(mmap, "MADV_DONTNEED", None)
 _PREADV = getattr(os, "preadv", None)  # (POSIX only: elsewhere np.take runs)
 #: An open descriptor per mapping's file, closed with the mapping.
 _FDS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
+if TYPE_CHECKING:
+    import mmap
+
+
+def _dontneed() -> int | None:
+    """mmap.MADV_DONTNEED (None where the platform has none); asked once a mapping exists,
+    so mmap is imported then: a model without one (the most) never imports the module."""
+    return getattr(sys.modules["mmap"], "MADV_DONTNEED", None)
+
+
 def file_mapping(a: np.ndarray) -> tuple[mmap.mmap, int, int] | None:
     """(the mmap a's data lies in, a's offset in it, the mapping's address) where a is a
     read-only view of a memory-mapped file (an external-data initializer), else None."""
+    mmap = sys.modules.get("mmap")
+    if mmap is None:  # (no file is mapped, nor was one ever: mmap was never imported)
+        return None
     base = a
     while isinstance(base, np.ndarray):
         base = base.base
@@ -81,7 +94,7 @@ def _rows_by_mapping(data, buf, offset: int, address: int, flat: list, out) -> N
         at = address + offset + r * row  # (folios are mapped at aligned addresses)
         lo = max(0, at - at % _SPAN - address)
         hi = min(size, -(-(at + row) // _SPAN) * _SPAN - address)
-        buf.madvise(_DONTNEED, lo, hi - lo)
+        buf.madvise(_dontneed(), lo, hi - lo)
 
 
 def take_rows(data: np.ndarray, indices: np.ndarray) -> np.ndarray | None:
@@ -107,7 +120,7 @@ def take_rows(data: np.ndarray, indices: np.ndarray) -> np.ndarray | None:
     if not rows:
         return out.reshape(indices.shape + data.shape[1:])
     if fd is None or _PREADV is None or not _rows_by_pread(fd, offset, data[0].nbytes, rows, out):
-        if _DONTNEED is None:
+        if _dontneed() is None:
             return None
         _rows_by_mapping(data, buf, offset, address, rows, out)
     return out.reshape(indices.shape + data.shape[1:])
@@ -123,14 +136,14 @@ def _source(data: np.ndarray):
 def release(a: np.ndarray) -> None:
     """Unmap the whole pages of a read-only view of a file mapping (a constant a kernel has
     copied into its own form and will not read again); anything else is left alone."""
-    if _DONTNEED is None or type(a) is not np.ndarray or a.flags.writeable:
+    if type(a) is not np.ndarray or a.flags.writeable:
         return
     found = file_mapping(a)
-    if found is None:
+    if found is None or _dontneed() is None:
         return
     buf, offset, address = found
-    page = mmap.PAGESIZE
+    page = sys.modules["mmap"].PAGESIZE
     lo = -(-(address + offset) // page) * page - address
     hi = (address + offset + a.nbytes) // page * page - address
     if hi > lo:
-        buf.madvise(_DONTNEED, lo, hi - lo)
+        buf.madvise(_dontneed(), lo, hi - lo)

@@ -14,7 +14,7 @@ from ...ir.dtypes import to_numpy
 from .. import native
 from ..registry import binds, op
 from . import batchnorm_fast
-from .conv import compute_dtype
+from .low_floats import compute_dtype  # (not conv.py: it imports the conv modules)
 
 # ----------------------------------------------------------------------------- BatchNormalization
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 
-import ml_dtypes
 import numpy as np
 
 from ...ir.dtypes import to_numpy
@@ -18,7 +17,9 @@ from .cast import _to_wide, cast_numeric
 from .elementwise import fits, upcast
 from .linalg import integer_matmul, native_matmul, packed_operand
 
-_E8M0 = np.dtype(ml_dtypes.float8_e8m0fnu)
+#: float8e8m0's numpy name (ml_dtypes'): compared by name, so that the quantization kernels do
+#: not import ml_dtypes (milliseconds of a cold start) for models without its types.
+_E8M0 = "float8_e8m0fnu"
 
 
 def _is_integer(dtype: np.dtype) -> bool:
@@ -26,7 +27,12 @@ def _is_integer(dtype: np.dtype) -> bool:
 
 
 def _int_range(dtype: np.dtype) -> tuple[int, int]:
-    info = np.iinfo(dtype) if dtype.kind in "iu" else ml_dtypes.iinfo(dtype)
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+    else:  # (a sub-byte integer: ml_dtypes is imported, its type is in use)
+        import ml_dtypes
+
+        info = ml_dtypes.iinfo(dtype)
     return int(info.min), int(info.max)
 
 
@@ -177,7 +183,7 @@ def quantize(x, y_scale, y_zero_point, *, axis=1, block_size=0, dtype, saturate=
     compute = to_numpy(precision) if precision else y_scale.dtype
     if compute.kind in "iu":  # an integer scale: divide in double
         compute = np.dtype(np.float64)
-    elif compute == _E8M0:
+    elif compute.name == _E8M0:
         compute = np.dtype(np.float32)
     scale = expand_param(y_scale, x.shape, axis, block_size).astype(compute)
     zp = None
@@ -190,7 +196,7 @@ def quantize(x, y_scale, y_zero_point, *, axis=1, block_size=0, dtype, saturate=
 def dequantize(x, x_scale, x_zero_point, *, axis=1, block_size=0, dtype=None):
     """(x - zero_point) * scale, multiplied in the output type's precision."""
     if dtype is None:
-        dtype = x_scale.dtype if x_scale.dtype != _E8M0 else np.dtype(np.float32)
+        dtype = x_scale.dtype if x_scale.dtype.name != _E8M0 else np.dtype(np.float32)
     if dtype == _F32 and x.dtype in _FAST_RANGES and x.ndim and _per_tensor(x_scale, x_zero_point):
         if not x.flags.c_contiguous and x.dtype.itemsize == 1:
             x = native.contiguous_bytes(x)  # (the NCHW view that ends a channels-last chain)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...utils import unique
 from ..registry import op
 
 
@@ -58,7 +59,7 @@ def tfidf_vectorizer(
         pool = np.asarray(pool_int64s, dtype=np.int64)
         rows = rows.astype(np.int64)
     # tokens -> ids in the pool's vocabulary (-1 when a token never occurs in the pool)
-    vocab = np.unique(pool)
+    vocab = unique(pool)
     pos = np.searchsorted(vocab, rows.reshape(-1)).clip(0, max(len(vocab) - 1, 0))
     found = vocab[pos] == rows.reshape(-1) if len(vocab) else np.zeros(rows.size, bool)
     ids = np.where(found, pos, -1).reshape(rows.shape)

@@ -6,6 +6,7 @@ import functools
 
 import numpy as np
 
+from ....utils import unique
 from ... import native
 from ...registry import op
 from ...values import FreshList
@@ -163,7 +164,7 @@ def _one_hot_model(attrs: dict):
     inputs and categories take the kernel."""
     zeros, cats_strings, cats_int64s = attrs["zeros"], attrs["cats_strings"], attrs["cats_int64s"]
     cats = np.asarray(cats_int64s or [], np.int64)
-    if cats_strings or np.unique(cats).size != cats.size:
+    if cats_strings or unique(cats).size != cats.size:
         return lambda x: one_hot_encoder(x, **attrs)
 
     def encode(x):

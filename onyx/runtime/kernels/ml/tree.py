@@ -8,11 +8,11 @@ in a dense [state, target] weight table and aggregated over the trees.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
 
+from ....utils import unique
 from ... import native
 from ...native import trees as native_trees
 from ...registry import op
@@ -49,19 +49,27 @@ AGGREGATES = ("AVERAGE", "SUM", "MIN", "MAX")
 _BLOCK = 1 << 18  # (rows x trees) per block: the working set stays in cache
 
 
-@dataclass
 class Forest:
-    roots: np.ndarray  # state of each tree's root
-    feature: np.ndarray  # [S] feature index (0 at leaves)
-    threshold: np.ndarray  # [S]
-    mode: np.ndarray  # [S] uint8, LEAF at leaves
-    true_child: np.ndarray  # [S] (a leaf points to itself)
-    false_child: np.ndarray  # [S]
-    tracks_true: np.ndarray  # [S] bool: NaN takes the true branch
-    depth: int  # longest root-to-leaf path
-    member_sets: list[np.ndarray] | None = None  # per BRANCH_MEMBER state, in state order
-    tables: dict = field(default_factory=dict, repr=False)  # compute dtype -> _FastTables
-    votes: dict = field(default_factory=dict, repr=False)  # id(has) -> (has, every leaf votes)
+    """A tree ensemble's nodes as arrays of states. (A plain class: a dataclass compiles its
+    methods when the module is imported, ~0.6 ms of a tree model's cold start.)"""
+
+    def __init__(
+        self,
+        roots: np.ndarray,  # state of each tree's root
+        feature: np.ndarray,  # [S] feature index (0 at leaves)
+        threshold: np.ndarray,  # [S]
+        mode: np.ndarray,  # [S] uint8, LEAF at leaves
+        true_child: np.ndarray,  # [S] (a leaf points to itself)
+        false_child: np.ndarray,  # [S]
+        tracks_true: np.ndarray,  # [S] bool: NaN takes the true branch
+        depth: int,  # longest root-to-leaf path
+        member_sets: list[np.ndarray] | None = None,  # per BRANCH_MEMBER state, in order
+    ):
+        self.roots, self.feature, self.threshold, self.mode = roots, feature, threshold, mode
+        self.true_child, self.false_child, self.tracks_true = true_child, false_child, tracks_true
+        self.depth, self.member_sets = depth, member_sets
+        self.tables: dict = {}  # compute dtype -> _FastTables
+        self.votes: dict = {}  # id(has) -> (has, every leaf votes)
 
     @property
     def n_trees(self) -> int:
@@ -120,7 +128,7 @@ class Forest:
 
 def _depth(roots, true_child, false_child, leaf) -> int:
     """Levels to descend, by a vectorized breadth-first walk (one step per level)."""
-    frontier, depth = np.unique(roots), 0
+    frontier, depth = unique(roots), 0
     while True:
         frontier = frontier[~leaf[frontier]]
         if frontier.size == 0:
@@ -128,7 +136,7 @@ def _depth(roots, true_child, false_child, leaf) -> int:
         depth += 1
         if depth > len(leaf):
             raise ValueError("tree ensemble: the node links contain a cycle")
-        frontier = np.unique(np.concatenate([true_child[frontier], false_child[frontier]]))
+        frontier = unique(np.concatenate([true_child[frontier], false_child[frontier]]))
 
 
 #: mode name (str or the bytes of a STRINGS attribute) -> code
@@ -334,11 +342,11 @@ def _descend_fast(t: _FastTables, f: Forest, x: np.ndarray) -> np.ndarray:
 def _membership(f: Forest, states: np.ndarray, xv: np.ndarray) -> np.ndarray:
     """Whether each value lies in the set of its BRANCH_MEMBER state (vectorized over pairs)."""
     member_states = np.flatnonzero(f.mode == MEMBER)
-    values = np.unique(np.concatenate(f.member_sets)) if f.member_sets else np.zeros(0)
+    values = unique(np.concatenate(f.member_sets)) if f.member_sets else np.zeros(0)
     if values.size == 0:
         return np.zeros(xv.shape, bool)
     # Key each (set, value) pair by set number and the value's rank among all member values.
-    keys = np.unique(
+    keys = unique(
         np.concatenate(
             [k * values.size + np.searchsorted(values, s) for k, s in enumerate(f.member_sets)]
         )
@@ -803,7 +811,7 @@ def _classifier_model(
     weights, has = _weight_table(
         len(forest.mode), class_ids, positions, class_weights, max(n_classes, 1), "SUM"
     )
-    binary_case = np.unique(class_ids).size == 1
+    binary_case = unique(class_ids).size == 1
     base = _floats(base_values).astype(weights.dtype)  # (scores come in this dtype)
 
     sums = _Sums(forest, weights, has, "SUM")
