@@ -479,6 +479,7 @@ def measure(
     # then starts with one untimed call; several rounds of blocks spread any drift of a busy
     # machine over both. The reference evaluator is far slower: it gets its own rounds.
     bounds = {rt: block_bounds(once[rt], repeats, budgets[rt], rounds) for rt in runs}
+    longest = 0.0  # (the longest wait before a block: SETTLE on an idle machine)
     for group in ([r for r in runs if r != "reference"], [r for r in runs if r == "reference"]):
         start, done, waited = time.perf_counter(), 0, 0.0
         while group and done < rounds:
@@ -487,7 +488,8 @@ def measure(
                 break
             for rt in group:
                 if rt != "reference":
-                    waited += settle()
+                    wait = settle()
+                    waited, longest = waited + wait, max(longest, wait)
                     runs[rt](case.feeds)
                 times[rt].append(timed_block(runs[rt], case.feeds, *bounds[rt]))
             done += 1
@@ -498,6 +500,7 @@ def measure(
             runs=sum(map(len, blocks)),
             spread=max(medians) / min(medians),
         )
+    case.results["settle"] = longest
 
 
 def max_diff(a, b) -> float:
@@ -1093,7 +1096,8 @@ def main(argv=None) -> int:
             f"ref {_ms(case, 'reference'):>9s} ms  "
             f"onyx/ort {_fmt(ratio(case, 'onyx', 'onnxruntime'))}  "
             f"ref/onyx {_fmt(ratio(case, 'reference', 'onyx'), 1)}  "
-            f"spread onyx {_spread(case, 'onyx')} ort {_spread(case, 'onnxruntime')}",
+            f"spread onyx {_spread(case, 'onyx')} ort {_spread(case, 'onnxruntime')}  "
+            f"longest settle {case.results.get('settle', 0):.2f} s",
             flush=True,
         )
     cold = []
