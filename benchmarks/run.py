@@ -11,7 +11,7 @@ set of its own (it measures per-node dispatch overhead, not kernels), onnx's lig
 scikit-learn tree ensemble and a linear pipeline (converted with skl2onnx). Every runtime gets
 the same feeds and the same thread count; onyx and onnxruntime take turns in blocks of runs
 (not call by call: each one's worker threads spin after a call and would slow the other),
-each block starting when the other's threads have stopped spinning (SETTLE). Latency is the
+each block starting when the other's threads have stopped spinning (``settle``). Latency is the
 lowest of a runtime's block medians, after a warm-up (``latency_of``); session
 creation the median of a few creations; peak memory the peak RSS growth of a fresh process that
 creates the session and runs it (so onnxruntime's native allocations count too). The reference
@@ -31,6 +31,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import zlib
 from contextlib import contextmanager
@@ -324,9 +325,58 @@ def deadline(seconds: float | None):
         signal.signal(signal.SIGALRM, previous)
 
 
-#: Seconds a runtime's block of timed calls waits for the other runtime's threads to stop
-#: spinning (onnxruntime's spin some 40 ms after a call).
-SETTLE = 0.1
+#: Seconds a runtime's block of timed calls waits at least for the other runtime's threads to
+#: stop spinning (onnxruntime's spin some 40 ms after a call on an idle machine), and at most
+#: (``settle``): on a busy machine their spin lasted 80-180 ms, and onnxruntime's worker took
+#: 1.5-2.5 ms of CPU per call of onyx's in two of SqueezeNet's five blocks.
+SETTLE, SETTLE_MAX = 0.1, 2.0
+#: The process counts as quiet once none of its other threads is running or waiting for a core
+#: (a spinning pool's threads are: on a busy machine one could wait for a core for tens of
+#: milliseconds, use no CPU meanwhile, and spin again inside the next block) and they have used
+#: less than QUIET_SHARE of one core over a SETTLE_STEP window.
+QUIET_SHARE, SETTLE_STEP = 0.05, 0.01
+
+
+def other_threads() -> tuple[int, bool] | None:
+    """Nanoseconds of CPU used so far by this process's threads other than the caller (every
+    runtime's workers: onnxruntime's, onyx's pool, OpenBLAS's), and whether any of them is
+    running or runnable now; None where Linux's per-thread counters are not available."""
+    me, total, busy = str(threading.get_native_id()), 0, False
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    for tid in tasks:
+        if tid == me:
+            continue
+        try:
+            with open(f"/proc/self/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                busy |= f.read().rpartition(")")[2].split()[0] == "R"
+        except (OSError, ValueError, IndexError):  # (a thread that ended meanwhile)
+            continue
+    return total, busy
+
+
+def settle() -> float:
+    """Wait until the runtimes' worker threads have stopped spinning: SETTLE seconds, then
+    until the other threads of the process are quiet (above), at most SETTLE_MAX seconds in
+    all. Both runtimes wait the same way before each of their blocks (and before their
+    creations), so neither's block starts while the other's threads still want a core.
+    Returns the seconds waited."""
+    start = time.perf_counter()
+    time.sleep(SETTLE)
+    before = other_threads()
+    while before is not None and time.perf_counter() - start < SETTLE_MAX:
+        time.sleep(SETTLE_STEP)
+        now = other_threads()
+        if now is None or (not now[1] and now[0] - before[0] < QUIET_SHARE * SETTLE_STEP * 1e9):
+            break
+        before = now
+    return time.perf_counter() - start
+
+
 #: Rounds of blocks per runtime (full run, --quick), and the seconds a block of calls lasts at
 #: least (unless the budget would not hold it): a short model's block of 16 calls lasted a few
 #: milliseconds, so one burst of another process could cover most of a row's samples.
@@ -369,8 +419,9 @@ def latency_of(blocks: list[list[float]]) -> float:
 METHOD = (
     f"Latency (ms) is the lowest of the medians of {ROUNDS} blocks of runs per runtime (3 "
     f"with --quick), onyx and onnxruntime taking turns block by block, each block "
-    f"{BLOCK_SECONDS:g} s of calls at least and starting {SETTLE:g} s after the other's, when "
-    "onnxruntime's worker threads have stopped spinning, with one untimed call: a burst of "
+    f"{BLOCK_SECONDS:g} s of calls at least and starting once the other's worker threads "
+    f"have stopped spinning ({SETTLE:g} s after it at least, and until the process's other "
+    "threads are idle), with one untimed call: a burst of "
     "another process slows the blocks it overlaps, and moved the median of all runs once it "
     "covered half of them."
 )
@@ -401,7 +452,7 @@ def measure(
             creates = []
             # (after the last block's threads stop spinning: a model's second row, whose
             # creations are all warm and short, otherwise ran them all inside that window)
-            time.sleep(SETTLE)
+            settle()
             for _ in range(1 if rt == "reference" else 3):
                 took, run = _clock(make_session, rt, case.path, threads)
                 creates.append(took)
@@ -423,18 +474,22 @@ def measure(
     # threads spin for a while after each call, so a call right after the other runtime's
     # competes with its spinning threads (measured: both 1.5-2x slower on 2 cores). onnxruntime's
     # spin for some 40 ms after its last call (an LSTM's 3 ms onyx calls took 6 ms for the
-    # first eight after its block), so each block waits SETTLE seconds, then starts with one
-    # untimed call; several rounds of blocks spread any drift of a busy machine over both.
-    # The reference evaluator is far slower: it gets its own rounds.
+    # first eight after its block), so each block waits until the process's other threads are
+    # quiet (``settle``: SETTLE seconds, longer on a busy machine, where the spin lasts longer),
+    # then starts with one untimed call; several rounds of blocks spread any drift of a busy
+    # machine over both. The reference evaluator is far slower: it gets its own rounds.
     bounds = {rt: block_bounds(once[rt], repeats, budgets[rt], rounds) for rt in runs}
+    longest = 0.0  # (the longest wait before a block: SETTLE on an idle machine)
     for group in ([r for r in runs if r != "reference"], [r for r in runs if r == "reference"]):
-        start, done = time.perf_counter(), 0
+        start, done, waited = time.perf_counter(), 0, 0.0
         while group and done < rounds:
-            if done >= 1 and time.perf_counter() - start > sum(budgets[r] for r in group):
+            spent = time.perf_counter() - start - waited  # (the waits are not the budget's)
+            if done >= 1 and spent > sum(budgets[r] for r in group):
                 break
             for rt in group:
                 if rt != "reference":
-                    time.sleep(SETTLE)
+                    wait = settle()
+                    waited, longest = waited + wait, max(longest, wait)
                     runs[rt](case.feeds)
                 times[rt].append(timed_block(runs[rt], case.feeds, *bounds[rt]))
             done += 1
@@ -445,6 +500,7 @@ def measure(
             runs=sum(map(len, blocks)),
             spread=max(medians) / min(medians),
         )
+    case.results["settle"] = longest
 
 
 def max_diff(a, b) -> float:
@@ -1040,7 +1096,8 @@ def main(argv=None) -> int:
             f"ref {_ms(case, 'reference'):>9s} ms  "
             f"onyx/ort {_fmt(ratio(case, 'onyx', 'onnxruntime'))}  "
             f"ref/onyx {_fmt(ratio(case, 'reference', 'onyx'), 1)}  "
-            f"spread onyx {_spread(case, 'onyx')} ort {_spread(case, 'onnxruntime')}",
+            f"spread onyx {_spread(case, 'onyx')} ort {_spread(case, 'onnxruntime')}  "
+            f"longest settle {case.results.get('settle', 0):.2f} s",
             flush=True,
         )
     cold = []

@@ -31,3 +31,31 @@ def test_a_block_lasts_block_seconds(monkeypatch):
     times = run.timed_block(lambda feeds: calls.append(feeds), "f", 3, 10**6)
     assert len(times) == len(calls) > 3 and calls[0] == "f"
     assert len(run.timed_block(lambda feeds: None, None, 2, 5)) == 5  # (the most, first)
+
+
+def test_a_block_waits_for_the_other_runtimes_threads(monkeypatch):
+    """settle() waits while another thread of the process spins (a runtime's idle pool after
+    its block, still wanting a core) and returns once it has stopped."""
+    import hashlib
+    import threading
+
+    import pytest
+
+    if run.other_threads() is None:
+        pytest.skip("no per-thread CPU counters on this system")
+    monkeypatch.setattr(run, "SETTLE", 0.01)
+    stop, data = threading.Event(), bytes(1 << 22)
+
+    def spin():  # (hashing without the GIL, as a native pool spins)
+        while not stop.is_set():
+            hashlib.sha256(data).digest()
+
+    spinner = threading.Thread(target=spin)
+    spinner.start()
+    threading.Timer(0.3, stop.set).start()
+    try:
+        assert run.settle() >= 0.3  # (it was still spinning until then)
+    finally:
+        stop.set()
+        spinner.join()
+    assert run.settle() < run.SETTLE_MAX  # (quiet now)
