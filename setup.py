@@ -40,7 +40,9 @@ setup(
                 "onyx/runtime/native/turn.c",
                 "onyx/runtime/native/pool.c",
             ],
-            depends=[f"onyx/runtime/native/{h}" for h in ("abi.h", "activation.h", "checks.h", "onyx.h")],
+            depends=[
+                f"onyx/runtime/native/{h}" for h in ("abi.h", "activation.h", "checks.h", "onyx.h")
+            ],
             extra_compile_args=flags,
             extra_link_args=link,
             optional=True,
