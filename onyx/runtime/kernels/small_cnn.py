@@ -16,6 +16,9 @@ from .derived import derived, frozen
 #: off, so that these still run the shapes they test).
 ENABLED = True
 
+#: Whether a small plane's conv (native.small_cnn.CV_MAX_PIXELS) takes channel vectors.
+CHANNEL_VECTORS = True
+
 
 def conv_setup(x_shape, W, group: int, geo: dict, begin, activation: int, alpha, beta):
     """The small conv (native.SmallConv) for this float32 weight, input shape and geometry
@@ -23,12 +26,19 @@ def conv_setup(x_shape, W, group: int, geo: dict, begin, activation: int, alpha,
     if not ENABLED or not native.small_conv_ok():
         return None
     out_shape, strides, dilations = geo["out_shape"], geo["strides"], geo["dilations"]
-    if not native.small_conv_applies(x_shape, W.shape, group, out_shape, strides, dilations, begin):
+    where = (x_shape, W.shape, group, out_shape, strides, dilations, begin)
+    stem = W[0].size <= native.SMALL_CONV_K and W.shape[2:] != (1, 1)  # (native.stem_setup's)
+    cv = CHANNEL_VECTORS and not stem and native.small_conv_applies(*where, cv=True)
+    if not cv and not native.small_conv_applies(*where):
         return None
-    packed = derived(W, "small conv panels", lambda: frozen(native.pack_small_conv(W)))
+    if cv:
+        key = "small conv channel panels"
+        packed = derived(W, key, lambda: frozen(native.pack_small_conv(W, native.CV_PANEL)))
+    else:
+        packed = derived(W, "small conv panels", lambda: frozen(native.pack_small_conv(W)))
     return native.SmallConv(
         x_shape, packed, W.shape[0], W.shape[2:], out_shape, dilations, begin,
-        activation, alpha, beta,
+        activation, alpha, beta, cv=cv, strides=strides,
     )  # fmt: skip
 
 
