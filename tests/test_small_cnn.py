@@ -416,4 +416,8 @@ def test_channel_vector_tasks_the_kernel_cannot_serve_are_refused():
     args = ((1, 4, 8, 8), cv, 16, (1, 1), (8, 8), (1, 1), (0, 0))
     with pytest.raises(InvalidArgument):
         native.SmallConv(*args, up=True, cv=True)(x)
-    np.testing.assert_array_equal(native.SmallConv(*args, cv=True)(x), np.full((1, 16, 8, 8), 4))
+    conv = native.SmallConv(*args, cv=True)
+    np.testing.assert_array_equal(conv(x), np.full((1, 16, 8, 8), 4))
+    conv.task.cv = 2  # (no such layout)
+    with pytest.raises(InvalidArgument):
+        conv(x)

@@ -1,7 +1,8 @@
 """Set-ups of the small CNN kernels (native/small_cnn.c) for the conv and pool kernels: a
 batch-1 serving CNN's layers (a U-Net at 32x32: convs of 8x8 to 32x32 pixels and 3 to 64
 channels, 2x2 max pools) are a few microseconds of work each, where the general kernels'
-tiles left lanes idle and their calls cost as much again."""
+tiles left lanes idle and their calls cost as much again; and the 7x7 and 14x14 layers of
+ImageNet CNNs (output planes of at most 256 pixels), as channel vectors."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
 """Small CNN layers at serving sizes (small_cnn.c): a direct float32 conv for images of up to a
-few thousand pixels (unit stride, output as wide as the input) and the 2x2 stride-2 max pool.
+few thousand pixels (unit stride, output as wide as the input; as channel vectors, output
+planes of up to CV_MAX_PIXELS at any stride: a 7x7 or 14x14 layer) and the 2x2 stride-2 max
+pool.
 
 Each is set up once per node and input shape (the task, the packed weights, the threads), and
 a call is one ctypes call with the arrays' addresses: the C entry copies the task and runs
