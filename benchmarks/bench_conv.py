@@ -173,6 +173,10 @@ SHAPES = [
     _conv("inception 3x3/2 256@14", 256, 14, 256, 3, 2),
     _conv("inception 3x3 192>320@7", 192, 7, 320, 3),
     _conv("inception 1x1 1024>192@7", 1024, 7, 192, 1),
+    _conv("inception 1x1 1024>352@7", 1024, 7, 352, 1),  # (M past the pixel tiles' 256)
+    _conv("inception 3x3 224>224@7", 224, 7, 224, 3),
+    _conv("inception 1x1 576>128@14", 576, 14, 128, 1),
+    _conv("inception 3x3 128>160@14", 128, 14, 160, 3),
     # the tiny fixtures of tests/models (32x32 images)
     _conv("tiny 3x3 3>16@32", 3, 32, 16, 3),
     _pool("tiny maxpool 3x3 16@32", "MaxPool", 16, 32, 3, 1, 1),

@@ -136,9 +136,10 @@ def test_threads_split_the_tiles(small_calls):
 @pytest.mark.parametrize(
     "shape, attrs",
     [
-        ((1, 8, 16, 16), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),  # a stride
-        ((1, 8, 16, 16), {"pads": [0, 0, 0, 0]}),  # "valid": narrower output
+        ((1, 8, 40, 40), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),  # a stride, 400 pixels
+        ((1, 8, 20, 20), {"pads": [0, 0, 0, 0]}),  # "valid": narrower output, 324 pixels
         ((1, 4, 136, 136), {"pads": [1, 1, 1, 1]}),  # a large image
+        ((1, 3, 8, 8), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),  # a stem's (K = 27)
     ],
 )
 def test_other_shapes_keep_the_general_kernels(shape, attrs, small_calls):
@@ -302,3 +303,121 @@ def test_weights_of_fewer_channels_than_the_input_are_refused(monkeypatch):
     w.flags.writeable = False
     with pytest.raises(InvalidArgument, match="weights of 72 values"):
         conv_kernels.conv(x, w, None, pads=[1, 1, 1, 1])
+
+
+# ------------------------------------------------------------------ channel vectors (cv = 1)
+
+#: N, C, H, W, M, kernel, stride, dilation, pads (top, left, bottom, right): output planes of
+#: at most 256 pixels, which the small conv runs as channel vectors
+CV_CASES = [
+    (1, 64, 7, 7, 352, (1, 1), (1, 1), (1, 1), (0, 0, 0, 0)),  # 1x1 read in place; 22 panels
+    (2, 48, 13, 13, 40, (1, 1), (1, 1), (1, 1), (0, 0, 0, 0)),  # 169 pixels; a partial panel
+    (1, 40, 14, 14, 24, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),  # packed by masked loads
+    (1, 36, 14, 14, 20, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1)),  # stride 2: packed by gathers
+    (2, 9, 9, 11, 17, (3, 3), (2, 3), (1, 1), (0, 1, 2, 1)),  # uneven strides and pads
+    (1, 6, 13, 12, 33, (5, 3), (3, 2), (2, 1), (2, 2, 2, 2)),  # dilation
+    (1, 12, 5, 5, 16, (1, 1), (1, 1), (1, 1), (1, 1, 1, 1)),  # a padded 1x1: not in place
+    (3, 40, 4, 4, 8, (1, 1), (1, 1), (1, 1), (0, 0, 0, 0)),  # 16 pixels: one whole block
+    (1, 33, 16, 16, 16, (1, 1), (1, 1), (1, 1), (0, 0, 0, 0)),  # 256 pixels: the most
+    (1, 40, 1, 17, 16, (1, 3), (1, 1), (1, 1), (0, 1, 0, 1)),  # 17 pixels: blocks of 8 and 9
+]
+
+
+def _reference_strided(x, w, b, stride, dilation, pads, z=None):
+    """Conv in float64 at any stride: zero-padded windows summed tap by tap."""
+    N, C, H, W = x.shape
+    M, _, kh, kw = w.shape
+    top, left, bottom, right = pads
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (top, bottom), (left, right)))
+    OH = (H + top + bottom - (kh - 1) * dilation[0] - 1) // stride[0] + 1
+    OW = (W + left + right - (kw - 1) * dilation[1] - 1) // stride[1] + 1
+    y = np.zeros((N, M, OH, OW)) + b.astype(np.float64)[:, None, None]
+    for a in range(kh):
+        for c in range(kw):
+            r, s = a * dilation[0], c * dilation[1]
+            patch = xp[:, :, r : r + (OH - 1) * stride[0] + 1 : stride[0]]
+            patch = patch[:, :, :, s : s + (OW - 1) * stride[1] + 1 : stride[1]]
+            y += np.einsum("nchw,mc->nmhw", patch, w[:, :, a, c].astype(np.float64))
+    return y if z is None else y + z
+
+
+def _cv_attrs(case):
+    kernel, stride, dilation, pads = case[5:]
+    return {
+        "kernel_shape": list(kernel),
+        "strides": list(stride),
+        "dilations": list(dilation),
+        "pads": list(pads),
+    }
+
+
+@pytest.fixture
+def cv_calls(monkeypatch):
+    """Whether each small conv run from now on took channel vectors (task.cv)."""
+    calls, run = [], native.SmallConv.__call__
+    monkeypatch.setattr(native.SmallConv, "__call__",
+                        lambda self, x, *a: calls.append(self.task.cv) or run(self, x, *a))  # fmt: skip
+    return calls
+
+
+@pytest.mark.parametrize("case", CV_CASES)
+def test_channel_vectors_match_reference(case, cv_calls):
+    x, w, b = _arrays(case, sum(case[:5]))
+    want = _reference_strided(x, w, b, *case[6:])
+    for _ in range(2):  # (the second call runs the kept set-up)
+        got = conv_kernels.conv(x, w, b, **_cv_attrs(case))
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert cv_calls == [1, 1], "the channel-vector conv did not run"
+    with native.disabled():
+        np.testing.assert_allclose(conv_kernels.conv(x, w, b, **_cv_attrs(case)), want,
+                                   rtol=1e-4, atol=1e-4)  # fmt: skip
+
+
+@pytest.mark.parametrize("activation", ["Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh"])
+@pytest.mark.parametrize("case", [CV_CASES[1], CV_CASES[4]])
+def test_channel_vectors_fuse_residual_and_activation(activation, case, cv_calls):
+    x, w, b = _arrays(case, 17)
+    s = _reference_strided(x, w, b, *case[6:])
+    z = np.random.default_rng(18).standard_normal(s.shape).astype(np.float32)
+    params = {"LeakyRelu": [0.1], "Clip": [-0.5, 0.7]}.get(activation)
+    got = fused_conv(x, w, b, z, activation=activation, activation_params=params, **_cv_attrs(case))
+    want = FUSED_ACTIVATIONS[activation](s + z)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert cv_calls == [1]
+
+
+@pytest.mark.parametrize("case", [CV_CASES[0], CV_CASES[3]])
+def test_channel_vectors_on_two_threads_give_the_same_sums(case, cv_calls):
+    """Claims of whole blocks (packed once a claim) or halves of their panels: each tile's
+    sums in one order either way."""
+    x, w, b = _arrays(case, 5)
+    with native.threads(2):
+        two = conv_kernels.conv(x, w, b, **_cv_attrs(case))
+    with native.threads(1):
+        one = conv_kernels.conv(x, w, b, **_cv_attrs(case))
+    np.testing.assert_array_equal(two, one)
+    np.testing.assert_allclose(one, _reference_strided(x, w, b, *case[6:]), rtol=1e-4, atol=1e-4)
+    assert cv_calls == [1, 1]
+
+
+def test_channel_vector_tasks_the_kernel_cannot_serve_are_refused():
+    """small_cnn.c fails closed on a pixel-vector task of a stride or an output narrower than
+    its input (which only channel vectors serve), and on channel vectors with the upsampling
+    store (which reads pixel tiles' sums)."""
+    from onyx.errors import InvalidArgument
+
+    x = np.ones((1, 4, 8, 8), np.float32)
+    packed = native.pack_small_conv(np.ones((8, 4, 1, 1), np.float32))
+    strided = native.SmallConv((1, 4, 8, 8), packed, 8, (1, 1), (4, 4), (1, 1), (0, 0),
+                               strides=(2, 2))  # fmt: skip
+    with pytest.raises(InvalidArgument):
+        strided(x)
+    cv = native.pack_small_conv(np.ones((16, 4, 1, 1), np.float32), native.CV_PANEL)
+    args = ((1, 4, 8, 8), cv, 16, (1, 1), (8, 8), (1, 1), (0, 0))
+    with pytest.raises(InvalidArgument):
+        native.SmallConv(*args, up=True, cv=True)(x)
+    conv = native.SmallConv(*args, cv=True)
+    np.testing.assert_array_equal(conv(x), np.full((1, 16, 8, 8), 4))
+    conv.task.cv = 2  # (no such layout)
+    with pytest.raises(InvalidArgument):
+        conv(x)

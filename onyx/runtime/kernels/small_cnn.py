@@ -1,7 +1,8 @@
 """Set-ups of the small CNN kernels (native/small_cnn.c) for the conv and pool kernels: a
 batch-1 serving CNN's layers (a U-Net at 32x32: convs of 8x8 to 32x32 pixels and 3 to 64
 channels, 2x2 max pools) are a few microseconds of work each, where the general kernels'
-tiles left lanes idle and their calls cost as much again."""
+tiles left lanes idle and their calls cost as much again; and the 7x7 and 14x14 layers of
+ImageNet CNNs (output planes of at most 256 pixels), as channel vectors."""
 
 from __future__ import annotations
 
@@ -16,6 +17,9 @@ from .derived import derived, frozen
 #: off, so that these still run the shapes they test).
 ENABLED = True
 
+#: Whether a small plane's conv (native.small_cnn.CV_MAX_PIXELS) takes channel vectors.
+CHANNEL_VECTORS = True
+
 
 def conv_setup(x_shape, W, group: int, geo: dict, begin, activation: int, alpha, beta):
     """The small conv (native.SmallConv) for this float32 weight, input shape and geometry
@@ -23,12 +27,19 @@ def conv_setup(x_shape, W, group: int, geo: dict, begin, activation: int, alpha,
     if not ENABLED or not native.small_conv_ok():
         return None
     out_shape, strides, dilations = geo["out_shape"], geo["strides"], geo["dilations"]
-    if not native.small_conv_applies(x_shape, W.shape, group, out_shape, strides, dilations, begin):
+    where = (x_shape, W.shape, group, out_shape, strides, dilations, begin)
+    stem = W[0].size <= native.SMALL_CONV_K and W.shape[2:] != (1, 1)  # (native.stem_setup's)
+    cv = CHANNEL_VECTORS and not stem and native.small_conv_applies(*where, cv=True)
+    if not cv and not native.small_conv_applies(*where):
         return None
-    packed = derived(W, "small conv panels", lambda: frozen(native.pack_small_conv(W)))
+    if cv:
+        key = "small conv channel panels"
+        packed = derived(W, key, lambda: frozen(native.pack_small_conv(W, native.CV_PANEL)))
+    else:
+        packed = derived(W, "small conv panels", lambda: frozen(native.pack_small_conv(W)))
     return native.SmallConv(
         x_shape, packed, W.shape[0], W.shape[2:], out_shape, dilations, begin,
-        activation, alpha, beta,
+        activation, alpha, beta, cv=cv, strides=strides,
     )  # fmt: skip
 
 

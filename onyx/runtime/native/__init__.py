@@ -161,6 +161,7 @@ _EXPORTS = {
     ),
     "nhwc_chain": ("ChainProgram",),
     "small_cnn": (
+        "CV_PANEL",
         "MAX_CHANNELS",
         "MAX_PIXELS",
         "MaxPool2x2",

@@ -492,7 +492,10 @@ ONYX_STRUCT(nhwc_task, ONYX_NHWC_TASK)
     F(S, int64_t, nv, ) /* vectors of 16 pixels per strip, 1 to 3 */                         \
     F(S, int64_t, act, ) F(S, float, alpha, ) F(S, float, beta, )                             \
     F(S, int64_t, up, ) /* 1: a 2x2 stride-2 ConvTranspose, its M rows (m, a, b) of a 1x1    \
-                           conv stored to y (N, M / 4, 2 H, 2 W) at (2 h + a, 2 w + b) */
+                           conv stored to y (N, M / 4, 2 H, 2 W) at (2 h + a, 2 w + b) */   \
+    F(S, int64_t, cv, ) /* 1: channel vectors (w packed (panels, kh * kw, C, 16)); 0: pixel   \
+                           vectors (SC_MR channels a panel) */                               \
+    F(S, int64_t, OW, ) F(S, int64_t, sh, ) F(S, int64_t, sw, ) /* (cv; else W, 1, 1) */
 ONYX_STRUCT(small_conv_f32, ONYX_SMALL_CONV_F32)
 
 /* ------------------------------------- float 3x3 conv by Winograd F(2x2, 3x3) (winograd.c) */

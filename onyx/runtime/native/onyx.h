@@ -57,7 +57,7 @@ int onyx_transpose_u32(const uint32_t *src, int64_t rows, int64_t cols, int64_t 
    onyx_scratch returns `bytes` bytes 64-byte aligned (zeroed when the block grows and `zeroed`
    is set), or null when out of memory or for a bad slot. */
 enum { SCRATCH_CONV1D_PART, SCRATCH_CONV1D_FULL, SCRATCH_CONV_PAD, SCRATCH_CONV_PARTS,
-       SCRATCH_WINOGRAD, SCRATCH_SLOTS };
+       SCRATCH_WINOGRAD, SCRATCH_SMALL_CONV, SCRATCH_SLOTS };
 void *onyx_scratch(int slot, size_t bytes, int zeroed);
 
 /* pool.c: fn(args, cuts[i], cuts[i + 1]) for each part i, on up to `threads` threads. */

@@ -24,6 +24,17 @@
  * A part is one tile (strip, panel); strips vary slowest, so one thread's consecutive parts
  * reuse a strip's masks and pixels. With several threads every part is its own run of the
  * pool's claims (pool.c), so threads that finish early take more.
+ *
+ * Channel vectors (cv = 1), for planes of a few hundred pixels (a 7x7 or 14x14 layer): a
+ * plane of 49 pixels is 3.06 vectors of 16, so pixel vectors left a quarter of the lanes
+ * idle there. The tile is then 16 output channels (one vector) x up to 16 pixels, each
+ * pixel's value broadcast: y[m0 .. m0 + 16][p] = sum over k of w[k][m0 ..] * x[k][p], the
+ * weights packed (panels, taps, C, 16). The pixels of a plane are cut into blocks of at most
+ * 16, as even as they go (49 = 12 + 12 + 12 + 13), so no lane is idle but in the last panel
+ * of an M not a multiple of 16. A 1x1 conv reads x in place (row k of the block is x[k]'s 16
+ * pixels from p0); other kernels pack the block's (tap, channel) rows once (masked loads, as
+ * the pixel tiles read them) into the thread's scratch, for all its panels. The sums, pixel
+ * by pixel, are transposed in registers to channel rows and stored as the pixel tiles are.
  */
 #include <math.h>
 #include <stdint.h>
@@ -43,8 +54,19 @@ static int64_t sc_strips(const small_conv_f32 *t) {
     return (vectors + t->nv - 1) / t->nv;
 }
 
-/* Parts (strip, panel) of all images: the range a task's entry runs. */
+/* Channel vectors: blocks of at most CV_NR pixels of an OH x OW output plane, block b from
+   cv_first(t, b). */
+#define CV_NR 16
+static int64_t cv_pixels(const small_conv_f32 *t) { return t->OH * t->OW; }
+static int64_t cv_blocks(const small_conv_f32 *t) { return (cv_pixels(t) + CV_NR - 1) / CV_NR; }
+static int64_t cv_first(const small_conv_f32 *t, int64_t b) {
+    return cv_pixels(t) * b / cv_blocks(t);
+}
+
+/* Parts (strip, panel) of all images: the range a task's entry runs; with channel vectors,
+   (block, panel of 16 channels). */
 static int64_t sc_parts(const small_conv_f32 *t) {
+    if (t->cv) return t->N * cv_blocks(t) * ((t->M + CV_NR - 1) / CV_NR);
     return t->N * sc_strips(t) * ((t->M + SC_MR - 1) / SC_MR);
 }
 
@@ -52,17 +74,20 @@ static int64_t sc_parts(const small_conv_f32 *t) {
    input's and output's cells counted without overflow; up (store_upsampled) adds no residual
    and applies no activation. */
 static int small_conv_ok(const small_conv_f32 *t) {
-    int64_t Hp, Wp, cells, sizes[6] = {t->N, t->C, t->H, t->W, t->M, t->OH};
-    return onyx_in(sizes, 6, 1, ONYX_MAX_EXTENT) && onyx_mul(t->N * t->C, t->H, &cells) &&
+    int64_t Hp, Wp, cells, sizes[7] = {t->N, t->C, t->H, t->W, t->M, t->OH, t->OW};
+    return onyx_in(sizes, 7, 1, ONYX_MAX_EXTENT) && onyx_mul(t->N * t->C, t->H, &cells) &&
            onyx_mul(cells, t->W, &cells) && onyx_mul(t->N * t->M, t->OH, &cells) &&
-           onyx_mul(cells, t->W, &cells) && t->kh * t->kw <= SC_TAPS && t->kh >= 1 &&
-           t->kw >= 1 && t->nv >= 1 && t->nv <= SC_NV && t->OH * t->W <= (1 << 20) &&
-           onyx_window_axis(t->H, t->OH, t->kh, 1, t->dh, t->top, &Hp) &&
-           onyx_window_axis(t->W, t->W, t->kw, 1, t->dw, t->left, &Wp) && t->act >= 0 &&
+           onyx_mul(cells, t->OW, &cells) && t->kh * t->kw <= SC_TAPS && t->kh >= 1 &&
+           t->kw >= 1 && t->nv >= 1 && t->nv <= SC_NV && t->OH * t->OW <= (1 << 20) &&
+           t->H * t->W <= ((int64_t)1 << 30) && /* (a gather's int32 index in the plane) */
+           (t->cv || (t->OW == t->W && t->sh == 1 && t->sw == 1)) &&
+           onyx_window_axis(t->H, t->OH, t->kh, t->sh, t->dh, t->top, &Hp) &&
+           onyx_window_axis(t->W, t->OW, t->kw, t->sw, t->dw, t->left, &Wp) && t->act >= 0 &&
            t->act <= ACT_TANH &&
            (!t->up || (t->up == 1 && t->act == 0 && !t->z && t->kh == 1 && t->kw == 1 &&
                        t->top == 0 && t->left == 0 && t->OH == t->H && t->W % 8 == 0 &&
-                       t->M % 4 == 0));
+                       t->M % 4 == 0)) &&
+           (t->cv == 0 || (t->cv == 1 && !t->up));
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -205,11 +230,153 @@ INSTANCE(2)
 INSTANCE(3)
 #undef INSTANCE
 
+/* ------------------------------------------------- channel vectors (cv = 1), see the top */
+
+/* r[j]: 16 output channels of pixel j of a block of pn pixels: sums of K rows, row k's pixel
+   values b[k * bs + j] broadcast, its weights w[16 k ..]. */
+static AVX512 inline __attribute__((always_inline)) void
+cv_tile(const float *restrict b, int64_t bs, const float *restrict w, int64_t K, __m512 *r,
+        const int pn) {
+    __m512 c[CV_NR];
+#pragma GCC unroll 16
+    for (int j = 0; j < pn; j++) c[j] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < K; k++, b += bs, w += 16) {
+        __m512 wk = _mm512_loadu_ps(w);
+#pragma GCC unroll 16
+        for (int j = 0; j < pn; j++) c[j] = _mm512_fmadd_ps(_mm512_set1_ps(b[j]), wk, c[j]);
+    }
+#pragma GCC unroll 16
+    for (int j = 0; j < pn; j++) r[j] = c[j];
+}
+
+typedef void (*cv_tile_fn)(const float *, int64_t, const float *, int64_t, __m512 *);
+#define CV_INSTANCE(n)                                                                        \
+    static AVX512 void cv_tile##n(const float *b, int64_t bs, const float *w, int64_t K,      \
+                                  __m512 *r) {                                                \
+        cv_tile(b, bs, w, K, r, n);                                                           \
+    }
+CV_INSTANCE(1) CV_INSTANCE(2) CV_INSTANCE(3) CV_INSTANCE(4) CV_INSTANCE(5) CV_INSTANCE(6)
+CV_INSTANCE(7) CV_INSTANCE(8) CV_INSTANCE(9) CV_INSTANCE(10) CV_INSTANCE(11) CV_INSTANCE(12)
+CV_INSTANCE(13) CV_INSTANCE(14) CV_INSTANCE(15) CV_INSTANCE(16)
+#undef CV_INSTANCE
+static const cv_tile_fn cv_tiles[CV_NR + 1] = {
+    0, cv_tile1, cv_tile2, cv_tile3, cv_tile4, cv_tile5, cv_tile6, cv_tile7, cv_tile8,
+    cv_tile9, cv_tile10, cv_tile11, cv_tile12, cv_tile13, cv_tile14, cv_tile15, cv_tile16};
+
+/* The 16 x 16 transpose of r (rows: pixels; columns: channels) in registers: after it, r[i]
+   holds channel i's 16 pixels. */
+static AVX512 void transpose16(__m512 *r) {
+    __m512 t[16], u[16];
+    for (int i = 0; i < 8; i++) { /* (a0 b0 a1 b1 | ...), (a2 b2 a3 b3 | ...) per 128 bits */
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; i++) { /* u[4 i + q]: rows 4 i .. 4 i + 3 of column 4 L + q */
+        u[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+        u[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+        u[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+        u[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+    }
+    for (int q = 0; q < 4; q++) { /* the 128-bit lanes L of the four row groups together */
+        __m512 v0 = _mm512_shuffle_f32x4(u[q], u[4 + q], 0x88);
+        __m512 v1 = _mm512_shuffle_f32x4(u[q], u[4 + q], 0xDD);
+        __m512 v2 = _mm512_shuffle_f32x4(u[8 + q], u[12 + q], 0x88);
+        __m512 v3 = _mm512_shuffle_f32x4(u[8 + q], u[12 + q], 0xDD);
+        r[q] = _mm512_shuffle_f32x4(v0, v2, 0x88);      /* column q (L = 0) */
+        r[8 + q] = _mm512_shuffle_f32x4(v0, v2, 0xDD);  /* column 8 + q (L = 2) */
+        r[4 + q] = _mm512_shuffle_f32x4(v1, v3, 0x88);  /* column 4 + q (L = 1) */
+        r[12 + q] = _mm512_shuffle_f32x4(v1, v3, 0xDD); /* column 12 + q (L = 3) */
+    }
+}
+
+/* A channel-vector tile's sums r (pixel j's channels m0 ..) + bias (+ the residual),
+   activated, into y's rows m0 .. m0 + 16 (those below M) at pixels p0 .. p0 + pn. */
+static AVX512 __attribute__((noinline)) void cv_store(const small_conv_f32 *t, __m512 *r,
+                                                      int64_t n, int64_t m0, int64_t p0,
+                                                      int pn) {
+    for (int j = pn; j < CV_NR; j++) r[j] = _mm512_setzero_ps();
+    transpose16(r);
+    __mmask16 live = (__mmask16)((1u << pn) - 1);
+    int64_t P = cv_pixels(t), rows = t->M - m0 < CV_NR ? t->M - m0 : CV_NR;
+    for (int64_t i = 0; i < rows; i++) {
+        int64_t at = (n * t->M + m0 + i) * P + p0;
+        __m512 s = _mm512_add_ps(r[i], _mm512_set1_ps(t->bias ? t->bias[m0 + i] : 0.0f));
+        if (t->z) s = _mm512_add_ps(s, _mm512_maskz_loadu_ps(live, t->z + at));
+        _mm512_mask_storeu_ps(t->y + at, live, onyx_activate(s, (int)t->act, t->alpha, t->beta));
+    }
+}
+
+/* The (tap, channel) rows of a block of pixels p0 .. p0 + 16 (those past P: zeros) of image
+   xn, for any stride (gathers): buf[(tap * C + c) * 16 + j]. */
+static AVX512 void cv_gather(const small_conv_f32 *t, const float *xn, int64_t p0, float *buf) {
+    int64_t taps = t->kh * t->kw, C = t->C, plane = t->H * t->W, P = cv_pixels(t);
+    for (int64_t tap = 0; tap < taps; tap++) {
+        int64_t a = tap / t->kw, b = tap % t->kw;
+        int32_t at[CV_NR];
+        __mmask16 in = 0;
+        for (int j = 0; j < CV_NR; j++) {
+            int64_t p = p0 + j, ih = p / t->OW * t->sh + a * t->dh - t->top;
+            int64_t iw = p % t->OW * t->sw + b * t->dw - t->left;
+            int ok = p < P && ih >= 0 && ih < t->H && iw >= 0 && iw < t->W;
+            at[j] = ok ? (int32_t)(ih * t->W + iw) : 0;
+            in |= (__mmask16)(ok << j);
+        }
+        float *row = buf + tap * C * CV_NR;
+        __m512i index = _mm512_loadu_si512(at);
+        for (int64_t c = 0; c < C; c++)
+            _mm512_store_ps(row + c * CV_NR, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), in,
+                                                                      index, xn + c * plane, 4));
+    }
+}
+
+/* Parts begin <= q < end of a channel-vector task, q = block * panels + panel (blocks of all
+   images in order): a block's rows are packed (where not read in place) once per run of
+   its parts: by masked loads where the output is as wide as the input at unit stride (a
+   tap's 16 pixels are then consecutive in the plane), else by gathers. */
+static AVX512 int cv_range(const small_conv_f32 *t, int64_t begin, int64_t end) {
+    int64_t taps = t->kh * t->kw, C = t->C, K = taps * C, plane = t->H * t->W;
+    int64_t blocks = cv_blocks(t), panels = (t->M + CV_NR - 1) / CV_NR, off[SC_TAPS];
+    int same = t->OW == t->W && t->sh == 1 && t->sw == 1;
+    int direct = same && taps == 1 && t->top == 0 && t->left == 0 && t->OH == t->H;
+    float *buf = 0;
+    if (!direct && !(buf = onyx_scratch(SCRATCH_SMALL_CONV, (size_t)K * CV_NR * 4, 0)))
+        return ONYX_NOMEM;
+    __mmask16 masks[SC_TAPS][SC_NV];
+    small_conv_f32 one = *t;
+    one.nv = 1; /* (strip_masks of one vector: the block's 16 pixels from p0) */
+    for (int64_t tap = 0; tap < taps; tap++)
+        off[tap] = (tap / t->kw * t->dh - t->top) * t->W + tap % t->kw * t->dw - t->left;
+    int64_t have = -1;
+    for (int64_t q = begin; q < end; q++) {
+        int64_t s = q / panels, pn = q % panels, n = s / blocks, bk = s % blocks;
+        int64_t p0 = cv_first(t, bk), count = cv_first(t, bk + 1) - p0;
+        const float *xn = t->x + n * C * plane;
+        if (!same && s != have) {
+            cv_gather(t, xn, p0, buf);
+            have = s;
+        } else if (!direct && s != have) {
+            strip_masks(&one, p0, masks);
+            for (int64_t tap = 0; tap < taps; tap++)
+                for (int64_t c = 0; c < C; c++)
+                    _mm512_store_ps(buf + (tap * C + c) * CV_NR,
+                                    _mm512_maskz_loadu_ps(masks[tap][0],
+                                                          xn + c * plane + off[tap] + p0));
+            have = s;
+        }
+        __m512 r[CV_NR];
+        cv_tiles[count](direct ? xn + p0 : buf, direct ? plane : CV_NR,
+                        t->w + pn * K * CV_NR, K, r);
+        cv_store(t, r, n, pn * CV_NR, p0, (int)count);
+    }
+    return 0;
+}
+
 /* Parts begin <= q < end, q = strip * panels + panel (strips of all images in order). */
 EXPORT AVX512 int onyx_small_conv_f32_range(const void *p, int64_t begin, int64_t end) {
     const small_conv_f32 *t = p;
     if (!have_avx512() || !small_conv_ok(t) || begin < 0 || begin > end || end > sc_parts(t))
         return ONYX_INVALID;
+    if (t->cv) return cv_range(t, begin, end);
     int64_t taps = t->kh * t->kw, per = sc_strips(t), panels = (t->M + SC_MR - 1) / SC_MR;
     int64_t P = sc_pixels(t), off[SC_TAPS], have = -1;
     __mmask16 masks[SC_TAPS][SC_NV];
@@ -280,28 +447,42 @@ EXPORT AVX512 int onyx_max2x2_f32_range(const void *p, int64_t begin, int64_t en
 /* The kernels' entries: the set-up's task with this call's arrays, on up to `threads`
    threads (a part each, claimed as threads come free), or on the calling thread alone. */
 static int run_task(range_fn fn, const small_conv_f32 *setup, const float *x, float *y,
-                    const float *bias, const float *z, int64_t parts, int64_t threads) {
+                    const float *bias, const float *z, int64_t parts, int64_t threads,
+                    int64_t run) {
     small_conv_f32 t = *setup;
     t.x = x, t.y = y, t.bias = bias ? bias : setup->bias, t.z = z;
     if (threads <= 1 || parts <= 1) return fn(&t, 0, parts);
-    int64_t cuts[4097];
-    if (parts > 4096) { /* (even runs of parts, a run per claim) */
-        for (int64_t i = 0; i <= 4096; i++) cuts[i] = parts * i / 4096;
-        return onyx_parallel(fn, &t, cuts, 4096, threads);
-    }
-    for (int64_t i = 0; i <= parts; i++) cuts[i] = i;
-    return onyx_parallel(fn, &t, cuts, parts, threads);
+    /* claims of about `run` parts each (even runs; at most 4096 of them) */
+    int64_t claims = (parts + run - 1) / run, cuts[4097];
+    claims = claims > 4096 ? 4096 : claims;
+    for (int64_t i = 0; i <= claims; i++) cuts[i] = parts * i / claims;
+    return onyx_parallel(fn, &t, cuts, claims, threads);
+}
+
+/* Parts a claim of a channel-vector task takes: one where x is read in place (claims as
+   threads come free even out the work best); else a block's panels (its rows packed once a
+   claim, not once a part), halved while that leaves the threads fewer than 8 claims each
+   (13 blocks of a 14x14 plane split 7 : 6 on two threads), down to 2 (a pack per two tiles
+   is a few percent of their work). */
+static int64_t cv_run(const small_conv_f32 *t, int64_t threads) {
+    int in_place = t->kh * t->kw == 1 && t->top == 0 && t->left == 0 && t->OH == t->H &&
+                   t->OW == t->W && t->sh == 1 && t->sw == 1;
+    int64_t run = in_place ? 1 : (t->M + CV_NR - 1) / CV_NR;
+    while (run > 2 && sc_parts(t) / run < 8 * threads) run = (run + 1) / 2;
+    return run;
 }
 
 EXPORT int onyx_small_conv_f32(const small_conv_f32 *setup, const float *x, float *y,
                                const float *bias, const float *z, int64_t threads) {
     if (!small_conv_ok(setup)) return ONYX_INVALID;
-    return run_task(onyx_small_conv_f32_range, setup, x, y, bias, z, sc_parts(setup), threads);
+    int64_t run = setup->cv ? cv_run(setup, threads) : 1;
+    return run_task(onyx_small_conv_f32_range, setup, x, y, bias, z, sc_parts(setup), threads,
+                    run);
 }
 
 EXPORT int onyx_max2x2_f32(const small_conv_f32 *setup, const float *x, float *y,
                            int64_t threads) {
-    return run_task(onyx_max2x2_f32_range, setup, x, y, 0, 0, setup->C, threads);
+    return run_task(onyx_max2x2_f32_range, setup, x, y, 0, 0, setup->C, threads, 1);
 }
 
 EXPORT int onyx_small_cnn_avx512(void) { return 1; }

@@ -1,5 +1,7 @@
 """Small CNN layers at serving sizes (small_cnn.c): a direct float32 conv for images of up to a
-few thousand pixels (unit stride, output as wide as the input) and the 2x2 stride-2 max pool.
+few thousand pixels (unit stride, output as wide as the input; as channel vectors, output
+planes of up to CV_MAX_PIXELS at any stride: a 7x7 or 14x14 layer) and the 2x2 stride-2 max
+pool.
 
 Each is set up once per node and input shape (the task, the packed weights, the threads), and
 a call is one ctypes call with the arrays' addresses: the C entry copies the task and runs
@@ -34,7 +36,8 @@ class _SmallConvF32(ctypes.Structure):
     _fields_ = (
         [(name, _P) for name in ("x", "w", "bias", "z", "y")]
         + [(name, _I64) for name in "N C H W M OH kh kw dh dw top left nv act".split()]
-        + [("alpha", ctypes.c_float), ("beta", ctypes.c_float), ("up", _I64)]
+        + [("alpha", ctypes.c_float), ("beta", ctypes.c_float)]
+        + [(name, _I64) for name in ("up", "cv", "OW", "sh", "sw")]
     )
 
 
@@ -54,23 +57,41 @@ MAX_PIXELS_1X1 = 1024
 #: floats) stay in L1, and its pixels' rows (C planes) in L2.
 MAX_CHANNELS, MAX_K = 256, 2304
 
+#: Output channels per channel-vector tile (small_cnn.c's CV_NR: one vector of 16), and the
+#: most pixels of an output plane it takes. Up to 256 (a 14x14 or 16x16 layer) a plane of
+#: pixel vectors leaves lanes idle in its last vector (49 pixels: 4 vectors for 3.06), and
+#: conv_f32.c's wide strided tiles computed discarded pixels: channel tiles took 0.72-0.77 of
+#: the time of 1x1 convs at 7x7, 0.88-0.92 at 14x14, 0.52-0.55 of a 3x3 stride-2 conv to 7x7
+#: and 0.74-0.97 of 3x3 convs at 7x7-14x14 (CPU time, 1 thread); at 27x27 and up they gained
+#: nothing (0.95-1.19).
+CV_PANEL, CV_MAX_PIXELS = 16, 256
+
 
 def small_conv_ok() -> bool:
     """Whether the small conv and max pool run here (the library built with AVX-512)."""
     return core.lib is not None and bool(core.lib.small_cnn_avx512)
 
 
-def small_conv_applies(x_shape, w_shape, group: int, out_shape, strides, dilations, begin):
+def small_conv_applies(
+    x_shape, w_shape, group: int, out_shape, strides, dilations, begin, cv: bool = False
+):
     """Whether :class:`SmallConv` takes this 2-D conv: group 1, unit stride, an output as wide
-    as the input ("same" padding across), a small image and layer."""
-    if len(x_shape) != 4 or group != 1 or tuple(strides) != (1, 1) or min(begin) < 0:
+    as the input ("same" padding across), a small image and layer; with ``cv``, as channel
+    vectors: an output plane of at most CV_MAX_PIXELS, any stride and padding, any number of
+    output channels."""
+    if len(x_shape) != 4 or group != 1 or min(begin) < 0:
         return False
     (N, C, H, W), (M, _, kh, kw) = x_shape, w_shape
+    if cv:
+        shaped = math.prod(out_shape) <= CV_MAX_PIXELS
+    else:
+        most = MAX_PIXELS if kh * kw > 1 else MAX_PIXELS_1X1
+        unit = tuple(strides) == (1, 1)
+        shaped = unit and out_shape[1] == W and out_shape[0] * W <= most
     return (
-        out_shape[1] == W
-        and out_shape[0] * W <= (MAX_PIXELS if kh * kw > 1 else MAX_PIXELS_1X1)
+        shaped
+        and (cv or M <= MAX_CHANNELS)
         and kh * kw <= MAX_TAPS
-        and M <= MAX_CHANNELS
         and C * kh * kw <= MAX_K
         and N * C * H * W > 0
         and dilations[0] >= 1
@@ -78,15 +99,15 @@ def small_conv_applies(x_shape, w_shape, group: int, out_shape, strides, dilatio
     )
 
 
-def pack_small_conv(w: np.ndarray) -> np.ndarray:
-    """Weights (M, C, kh, kw) as small_cnn.c reads them: (panels, kh * kw, C, PANEL), zeros
-    past M."""
+def pack_small_conv(w: np.ndarray, panel: int = PANEL) -> np.ndarray:
+    """Weights (M, C, kh, kw) as small_cnn.c reads them: (panels, kh * kw, C, panel), zeros
+    past M (panel: PANEL for pixel vectors, CV_PANEL for channel vectors)."""
     M, C = w.shape[:2]
     taps = math.prod(w.shape[2:])
-    panels = -(-M // PANEL)
-    wp = np.zeros((panels * PANEL, C, taps), np.float32)
+    panels = -(-M // panel)
+    wp = np.zeros((panels * panel, C, taps), np.float32)
     wp[:M] = w.reshape(M, C, taps)
-    return np.ascontiguousarray(wp.reshape(panels, PANEL, C, taps).transpose(0, 3, 2, 1))
+    return np.ascontiguousarray(wp.reshape(panels, panel, C, taps).transpose(0, 3, 2, 1))
 
 
 class SmallConv:
@@ -111,22 +132,29 @@ class SmallConv:
         alpha: float = 0.0,
         beta: float = 0.0,
         up: bool = False,
+        cv: bool = False,
+        strides=(1, 1),
     ):
         N, C, H, W = x_shape
-        _check_sizes("small conv", *x_shape, M, *kernel, *out_shape, *dilations, *begin)
-        P, K = out_shape[0] * W, C * math.prod(kernel)
-        if packed.size != -(-M // PANEL) * PANEL * K:  # (the kernel reads this many)
+        _check_sizes("small conv", *x_shape, M, *kernel, *out_shape, *dilations, *begin, *strides)
+        P, K = math.prod(out_shape), C * math.prod(kernel)
+        panel = CV_PANEL if cv else PANEL
+        if packed.size != -(-M // panel) * panel * K:  # (the kernel reads this many)
             raise InvalidArgument(
                 f"onyx native small conv: {packed.size} packed weights for {M} outputs of {K}"
             )
         nv = min(3, -(-P // 16))
-        parts = N * -(-P // (16 * nv)) * -(-M // PANEL)
+        if cv:  # (blocks of at most 16 pixels, panels of 16 channels)
+            parts = N * -(-P // 16) * -(-M // CV_PANEL)
+        else:
+            parts = N * -(-P // (16 * nv)) * -(-M // PANEL)
         self.ways = _ways(N * P * M * K, parts)
         self.shape = (N, M // 4, 2 * H, 2 * W) if up else (N, M, *out_shape)
         self.packed, self.bias = packed, (None, None, None)
         self.task = _SmallConvF32(
             None, _addr(packed), None, None, None, N, C, H, W, M, out_shape[0], *kernel,
-            *dilations, *begin, nv, activation, alpha, beta, int(up),
+            *dilations, *begin, nv, activation, alpha, beta, int(up), int(cv), out_shape[1],
+            *strides,
         )  # fmt: skip
         self.task_at = ctypes.addressof(self.task)
 
@@ -160,7 +188,7 @@ class MaxPool2x2:
         planes = N * C
         self.shape = (N, C, H // 2, W // 2)
         self.ways = _ways(planes * H * W, planes, _PARALLEL_ELEMENTS)
-        self.task = _SmallConvF32(C=planes, H=H, W=W)
+        self.task = _SmallConvF32(C=planes, H=H, W=W, OW=W // 2)
         self.task_at = ctypes.addressof(self.task)
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
