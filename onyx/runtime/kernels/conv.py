@@ -27,6 +27,8 @@ from .conv_geometry import (  # noqa: F401  (the spatial helpers: their names he
     MAX_PADDED,
     MAX_TAPS,
     _conv_geometry,
+    check_buffer,
+    check_groups,
     check_window_attributes,
     check_windows,
     conv_key,
@@ -520,6 +522,7 @@ def conv(
     pads=None,
     strides=None,
 ):
+    check_groups("Conv", X.shape, W.shape, group)
     attrs = conv_key(auto_pad, pads, strides, dilations, kernel_shape)
     y = native_conv_f32(X, W, B, group, attrs)
     if y is not None:
@@ -1060,6 +1063,7 @@ def conv_integer(
     pads=None,
     strides=None,
 ):
+    check_groups("ConvInteger", x.shape, w.shape, group)
     attrs = {
         "auto_pad": auto_pad,
         "dilations": dilations,
@@ -1180,6 +1184,7 @@ def _qlinear_conv(x, w, params: tuple):
     hit = runners.get(key)
     if hit is not None and all(map(operator.is_, hit[0], params)):
         return hit[1](x)
+    check_groups("QLinearConv", x.shape, w.shape, params[10])  # (once per runner made)
     x_scale, x_zero_point, w_scale, w_zero_point, y_scale, y_zero_point, B, table = params[:8]
     # Requantize in float32 like onnxruntime: acc * (x_scale * w_scale / y_scale), round half even.
     scale = requantization_scale(x_scale, w_scale, y_scale)
@@ -1282,6 +1287,7 @@ def _conv_transpose_setup(x_shape, W, group: int, attrs: tuple):
     kernel, strides, dilations, begin, out = _transpose_attrs(x_shape, W.shape, attrs)
     if list(kernel) != list(W.shape[2:]) or min(begin) < 0 or min(out) < 1:
         return None
+    check_buffer("ConvTranspose", "output", (x_shape[0], W.shape[1] * group, *out), 4)
     geometry = (kernel, strides, dilations, begin, out)
     serving = _small_cnn.conv_transpose_setup(x_shape, W, group, geometry)
     if serving is not None:  # (a U-Net's 2x2 upsampling: kernels/small_cnn.py)
@@ -1309,6 +1315,7 @@ def conv_transpose(
     pads=None,
     strides=None,
 ):
+    check_groups("ConvTranspose", X.shape, W.shape, group, transpose=True)
     attrs = conv_key(auto_pad, dilations, kernel_shape, output_padding, output_shape, pads, strides)
     y = _native_conv_transpose(X, W, B, group, attrs)
     if y is not None:
@@ -1328,13 +1335,17 @@ def conv_transpose(
     M = Mg * group
     P = math.prod(in_shape)
     bias = None if B is None else B.astype(ct, copy=False)
+    full = [
+        (i - 1) * s + (k - 1) * d + 1 for i, s, k, d in zip(in_shape, strides, kernel, dilations)
+    ]
+    size = np.dtype(ct).itemsize
+    check_buffer("ConvTranspose", "output", (N, M, *out), size)
+    check_buffer("ConvTranspose", "uncropped output", (N, M, *full), size)
+    check_buffer("ConvTranspose", "columns", (N, M, *kernel, *in_shape), size)
     # Columns: for every input pixel, its contribution to each (output channel, kernel offset).
     wmat = w.reshape(group, Cg, -1).transpose(0, 2, 1)  # (G, Mg*K, Cg)
     cols = np.matmul(wmat, x.reshape(N, group, Cg, P))  # (N, G, Mg*K, P)
     cols = cols.reshape((N, M) + tuple(kernel) + tuple(in_shape))
-    full = [
-        (i - 1) * s + (k - 1) * d + 1 for i, s, k, d in zip(in_shape, strides, kernel, dilations)
-    ]
     cropped = any(begin) or list(out) != full
     if list(strides) == kernel and dilations == [1] * n:
         # The windows tile the output without overlap (e.g. 2x2 stride 2): col2im assigns each
@@ -1396,6 +1407,7 @@ def _sample_multilinear(xg: np.ndarray, pos: list[np.ndarray]) -> np.ndarray:
 def _deform_conv(
     X, W, offset, B, mask, *, dilations, group, kernel_shape, offset_group, pads, strides
 ):
+    check_groups("DeformConv", X.shape, W.shape, group)
     ct = compute_dtype(X.dtype)
     x, w = X.astype(ct, copy=False), W.astype(ct, copy=False)
     N, C = x.shape[:2]

@@ -1,0 +1,96 @@
+"""Convolutions whose ``group`` does not split their channels (issue 21's hardening findings):
+a ValidationError naming the node at session creation where the declared shapes show it, a
+RuntimeFailure naming the node and the channels at run where they do not (a dynamic X),
+never numpy's words ("cannot reshape array of size 72 into shape (4,1,9)") or a
+ZeroDivisionError."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onyx
+from onyx.runtime.native import _core
+
+#: (op, X's shape, W's shape, group, what the message says)
+CASES = {
+    "x_channels": ("Conv", [1, 6, 5, 5], [4, 2, 3, 3], 4, "X has 6 channels"),
+    "w_outputs": ("Conv", [1, 8, 5, 5], [6, 2, 3, 3], 4, "does not divide W's 6 output"),
+    "zero": ("Conv", [1, 6, 5, 5], [4, 2, 3, 3], 0, "group"),
+    "negative": ("Conv", [1, 6, 5, 5], [4, 2, 3, 3], -2, "group"),
+    "depthwise_x": ("Conv", [1, 6, 5, 5], [8, 1, 3, 3], 8, "X has 6 channels"),
+    "transpose_channels": ("ConvTranspose", [1, 6, 5, 5], [6, 2, 3, 3], 4, "does not divide"),
+    "transpose_x": ("ConvTranspose", [1, 6, 5, 5], [4, 2, 3, 3], 2, "X has 6 channels"),
+    "transpose_zero": ("ConvTranspose", [1, 6, 5, 5], [6, 2, 3, 3], 0, "group"),
+}
+
+
+def _model(op, x_shape, w_shape, group, dynamic=False, relu=False) -> bytes:
+    w = numpy_helper.from_array(np.ones(w_shape, np.float32), "w")
+    nodes = [helper.make_node(op, ["x", "w"], ["c" if relu else "y"], name="the_conv", group=group)]
+    if relu:
+        nodes.append(helper.make_node("Relu", ["c"], ["y"]))
+    x_dims = ["N", "C", "H", "W"] if dynamic else x_shape
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_dims)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w],
+    )  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]).SerializeToString()
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_declared_shapes_are_refused_at_session_creation(case):
+    op, x_shape, w_shape, group, words = CASES[case]
+    with pytest.raises(onyx.ValidationError, match="the_conv") as e:
+        onyx.InferenceSession(_model(op, x_shape, w_shape, group))
+    assert words in str(e.value) and "attribute-value" in str(e.value)
+    with pytest.raises(onyx.ValidationError, match="the_conv"):
+        onyx.check(_model(op, x_shape, w_shape, group))
+
+
+def _run_outcome(model: bytes, x_shape, level) -> Exception:
+    options = onyx.SessionOptions()
+    options.graph_optimization_level = level
+    try:
+        sess = onyx.InferenceSession(model, options)
+        sess.run(None, {"x": np.ones(x_shape, np.float32)})
+    except Exception as e:  # noqa: BLE001  (the test classifies it)
+        return e
+    raise AssertionError("the conv ran")
+
+
+@pytest.mark.parametrize("native_on", [True, False])
+@pytest.mark.parametrize("relu", [False, True])
+@pytest.mark.parametrize("optimized", [True, False])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_dynamic_shapes_are_refused_at_run_naming_the_node(
+    case, optimized, relu, native_on, monkeypatch
+):
+    if not native_on:
+        monkeypatch.setattr(_core, "lib", None)
+    op, x_shape, w_shape, group, words = CASES[case]
+    level = onyx.GraphOptimizationLevel.ORT_ENABLE_ALL
+    if not optimized:
+        level = onyx.GraphOptimizationLevel.ORT_DISABLE_ALL
+    e = _run_outcome(_model(op, x_shape, w_shape, group, dynamic=True, relu=relu), x_shape, level)
+    assert isinstance(e, onyx.OnyxError), repr(e)
+    message = str(e)
+    if isinstance(e, onyx.ValidationError):  # (what W's shape alone shows)
+        assert "the_conv" in message and "group" in message, message
+        return
+    assert isinstance(e, onyx.RuntimeFailure), repr(e)
+    assert "node" in message and words in message, message
+    assert "reshape" not in message and "ZeroDivision" not in message, message
+
+
+def test_valid_groups_still_run():
+    for op, x_shape, w_shape, group in (
+        ("Conv", [1, 6, 5, 5], [4, 3, 3, 3], 2),
+        ("Conv", [1, 6, 5, 5], [12, 1, 3, 3], 6),
+        ("ConvTranspose", [1, 6, 5, 5], [6, 2, 3, 3], 3),
+    ):
+        for dynamic in (False, True):
+            sess = onyx.InferenceSession(_model(op, x_shape, w_shape, group, dynamic))
+            (y,) = sess.run(None, {"x": np.ones(x_shape, np.float32)})
+            assert y.shape[1] == (w_shape[0] if op == "Conv" else w_shape[1] * group)
