@@ -790,7 +790,7 @@ class _Checker:
                     gname,
                     node,
                 )
-        if a.name == "group" and a.type == AttrType.INT and a.value >= 1:
+        if a.name == "group" and a.type == AttrType.INT and 1 <= a.value < 2**31:
             wrong = _group_problem(node, a.value)
             if wrong:
                 self.report("attribute-value", wrong, gname, node)

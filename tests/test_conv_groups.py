@@ -94,3 +94,37 @@ def test_valid_groups_still_run():
             sess = onyx.InferenceSession(_model(op, x_shape, w_shape, group, dynamic))
             (y,) = sess.run(None, {"x": np.ones(x_shape, np.float32)})
             assert y.shape[1] == (w_shape[0] if op == "Conv" else w_shape[1] * group)
+
+
+def _group_norm(opset: int, channels: int, num_groups: int) -> bytes:
+    n = channels if opset >= 21 else num_groups  # (opset 18: scale and bias per group)
+    inits = [
+        numpy_helper.from_array(np.ones(n, np.float32), "s"),
+        numpy_helper.from_array(np.zeros(n, np.float32), "b"),
+    ]
+    node = helper.make_node("GroupNormalization", ["x", "s", "b"], ["y"], name="the_norm",
+                            num_groups=num_groups)  # fmt: skip
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", "C", "H"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits,
+    )  # fmt: skip
+    return helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", opset)]
+    ).SerializeToString()
+
+
+@pytest.mark.parametrize("opset", [18, 21])
+def test_group_normalization_groups_that_do_not_split_the_channels(opset):
+    sess = onyx.InferenceSession(_group_norm(opset, 6, 4))
+    with pytest.raises(onyx.RuntimeFailure, match="the_norm") as e:
+        sess.run(None, {"x": np.ones((2, 6, 3), np.float32)})
+    assert "num_groups 4 does not divide the 6 channels" in str(e.value)
+
+
+@pytest.mark.parametrize("opset", [18, 21])
+def test_group_normalization_of_an_empty_batch_is_empty(opset):
+    """numpy could not reshape a batch of 0 by -1: a wrapped ValueError, where an empty
+    batch normalizes to an empty output (as the fuzzer's reshape_input found)."""
+    sess = onyx.InferenceSession(_group_norm(opset, 8, 4))
+    (y,) = sess.run(None, {"x": np.ones((0, 8, 3), np.float32)})
+    assert y.shape == (0, 8, 3)
