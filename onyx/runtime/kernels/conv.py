@@ -522,7 +522,8 @@ def conv(
     pads=None,
     strides=None,
 ):
-    check_groups("Conv", X.shape, W.shape, group)
+    if group != 1 or X.shape[1] != W.shape[1]:  # (inline: a small conv's every call)
+        check_groups("Conv", X.shape, W.shape, group)
     attrs = conv_key(auto_pad, pads, strides, dilations, kernel_shape)
     y = native_conv_f32(X, W, B, group, attrs)
     if y is not None:
