@@ -128,3 +128,36 @@ def test_group_normalization_of_an_empty_batch_is_empty(opset):
     sess = onyx.InferenceSession(_group_norm(opset, 8, 4))
     (y,) = sess.run(None, {"x": np.ones((0, 8, 3), np.float32)})
     assert y.shape == (0, 8, 3)
+
+
+def _deform(offset_channels: int, offset_group: int = 1) -> bytes:
+    w = numpy_helper.from_array(np.ones((3, 2, 1, 1), np.float32), "w")
+    node = helper.make_node("DeformConv", ["x", "w", "offset"], ["y"], name="the_deform",
+                            offset_group=offset_group)  # fmt: skip
+    graph = helper.make_graph(
+        [node], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", "C", "H", "W"]),
+         helper.make_tensor_value_info("offset", TensorProto.FLOAT, ["N", "K", "H", "W"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w],
+    )  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)]).SerializeToString()
+
+
+@pytest.mark.parametrize(
+    "offset_channels, offset_group, words",
+    [(8, 1, "offset is [3, 8, 1, 1], expected [3, 2, 1, 1]"), (6, 3, "offset_group 3 does not")],
+)
+def test_deform_conv_offsets_of_another_shape_are_named(offset_channels, offset_group, words):
+    """Found by the fuzzer's reshape_input (seed 107): numpy's 'cannot reshape' before."""
+    sess = onyx.InferenceSession(_deform(offset_channels, offset_group))
+    feeds = {
+        "x": np.ones((3, 2, 1, 1), np.float32),
+        "offset": np.zeros((3, offset_channels, 1, 1), np.float32),
+    }
+    with pytest.raises(onyx.RuntimeFailure, match="the_deform") as e:
+        sess.run(None, feeds)
+    assert words in str(e.value)
+    (y,) = onyx.InferenceSession(_deform(2)).run(
+        None, {**feeds, "offset": np.zeros((3, 2, 1, 1), np.float32)}
+    )
+    assert y.shape == (3, 3, 1, 1)

@@ -1405,6 +1405,23 @@ def _sample_multilinear(xg: np.ndarray, pos: list[np.ndarray]) -> np.ndarray:
     return out
 
 
+def _check_deform_inputs(x_shape, offset, mask, offset_group: int, K: int, out_shape) -> None:
+    """ValueError unless offset_group splits X's channels and offset and mask have the shapes
+    the spec gives them (numpy's reshape said it in its own words)."""
+    N, C, n = x_shape[0], x_shape[1], len(x_shape) - 2
+    if offset_group < 1 or C % offset_group:
+        raise ValueError(
+            f"DeformConv: offset_group {offset_group} does not divide the {C} channels of X"
+        )
+    for name, v, per in (
+        ("offset", offset, offset_group * K * n),
+        ("mask", mask, offset_group * K),
+    ):
+        want = (N, per, *out_shape)
+        if v is not None and tuple(v.shape) != want:
+            raise ValueError(f"DeformConv: {name} is {list(v.shape)}, expected {list(want)}")
+
+
 def _deform_conv(
     X, W, offset, B, mask, *, dilations, group, kernel_shape, offset_group, pads, strides
 ):
@@ -1419,6 +1436,7 @@ def _deform_conv(
     out_shape = conv_out_shape(in_shape, kernel, strides, dilations, pads)
     K, P = math.prod(kernel), math.prod(out_shape)
     OG = offset_group
+    _check_deform_inputs(x.shape, offset, mask, OG, K, out_shape)
     off = offset.astype(ct, copy=False).reshape(N, OG, K, n, P)
     # Regular sampling grid (K, P) per axis, then shifted by the learned offsets.
     k_idx = np.indices(kernel).reshape(n, K)
