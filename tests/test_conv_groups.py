@@ -161,3 +161,23 @@ def test_deform_conv_offsets_of_another_shape_are_named(offset_channels, offset_
         None, {**feeds, "offset": np.zeros((3, 2, 1, 1), np.float32)}
     )
     assert y.shape == (3, 3, 1, 1)
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.float32])
+def test_range_of_a_zero_delta_is_named(dtype):
+    """Found in the fuzz runs (seed 103, swap_attr_type): a ZeroDivisionError before."""
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    names = ("start", "limit", "delta")
+    graph = helper.make_graph(
+        [helper.make_node("Range", list(names), ["y"], name="the_range")], "g",
+        [helper.make_tensor_value_info(n, elem, []) for n in names],
+        [helper.make_tensor_value_info("y", elem, None)],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    sess = onyx.InferenceSession(model.SerializeToString())
+    feeds = {n: np.array(v, dtype) for n, v in zip(names, (0, 5, 0))}
+    with pytest.raises(onyx.RuntimeFailure, match="the_range") as e:
+        sess.run(None, feeds)
+    assert "delta is 0" in str(e.value)
+    (y,) = sess.run(None, {**feeds, "delta": np.array(2, dtype)})
+    np.testing.assert_array_equal(y, np.array([0, 2, 4], dtype))
