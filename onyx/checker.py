@@ -790,6 +790,10 @@ class _Checker:
                     gname,
                     node,
                 )
+        if a.name == "group" and a.type == AttrType.INT and 1 <= a.value < 2**31:
+            wrong = _group_problem(node, a.value)
+            if wrong:
+                self.report("attribute-value", wrong, gname, node)
         if node.op_type == "Split" and a.name == "num_outputs" and a.value != len(node.outputs):
             self.report(
                 "attribute-value",
@@ -835,7 +839,57 @@ _ATTR_BOUNDS = {
     "pads": (-(2**31), 2**31 - 1, "pads must fit in 32 bits"),
     "axis": (-(2**31), 2**31 - 1, "an axis must fit in 32 bits"),
     "axes": (-(2**31), 2**31 - 1, "an axis must fit in 32 bits"),
+    "group": (1, 2**31 - 1, "group must be 1 to 2**31-1"),
 }
+#: Grouped convolutions by their W input's index: W is (M, C / group, kernel...), a
+#: ConvTranspose's (C, M / group, kernel...).
+_GROUPED_CONVS = {
+    "Conv": 1,
+    "ConvInteger": 1,
+    "QLinearConv": 3,
+    "DeformConv": 1,
+    "FusedConv": 1,
+    "ConvTranspose": 1,
+}
+
+
+def _known_dims(v) -> tuple | None:
+    t = None if v is None else v.type
+    if t is None or t.__class__ is not TensorType or t.shape is None:
+        return None
+    return t.shape.dims
+
+
+def _group_problem(node: Node, group: int) -> str | None:
+    """Why a convolution's ``group`` cannot split its channels as its declared shapes say (X's
+    channels, W's output channels), or None: each kernel would fail on it in its own words,
+    or read past a group. Dims a declaration leaves unknown pass (the kernels check them)."""
+    w_at = _GROUPED_CONVS.get(node.op_type)
+    if w_at is None or len(node.inputs) <= w_at:
+        return None
+    x, w = _known_dims(node.inputs[0]), _known_dims(node.inputs[w_at])
+    channels = x[1] if x is not None and len(x) > 2 and isinstance(x[1], int) else None
+    if w is None or len(w) < 3 or not all(isinstance(d, int) for d in w[:2]):
+        w = None
+    if node.op_type == "ConvTranspose":
+        if w is not None and channels is not None and channels != w[0]:
+            return f"X has {channels} channels, W ({list(w)}) takes {w[0]}"
+        channels = w[0] if w is not None else channels
+        if channels is not None and channels % group:
+            return f"group {group} does not divide the {channels} input channels"
+        return None
+    if w is None:
+        return None
+    if w[0] % group:
+        return f"group {group} does not divide W's {w[0]} output channels ({list(w)})"
+    if channels is not None and channels != w[1] * group:
+        return (
+            f"X has {channels} channels, W ({list(w)}) takes {w[1]} per group x group "
+            f"{group} = {w[1] * group}"
+        )
+    return None
+
+
 _REDUCTIONS = frozenset({"none", "add", "mul", "max", "min"})
 #: String attributes with a fixed set of values, by (op, attribute); op "" for any op. A
 #: kernel would otherwise take an unknown (or byte-flipped) value for its default.

@@ -200,3 +200,52 @@ def test_initializers_of_one_type_share_one_type_object():
     eng.seed(model.graph, env)
     tw, tv = (env["types"][id(model.graph.initializers[n])] for n in ("w", "v"))
     assert tw is tv and tw == onyx.ir.TensorType(onyx.ir.DataType.FLOAT, (2, 3))
+
+
+def _held_bytes(entries) -> int:
+    """The bytes of strings and data the memo's keys and values hold (the test's own count)."""
+
+    def size(x) -> int:
+        if isinstance(x, (str, bytes)):
+            return len(x)
+        if isinstance(x, np.ndarray):
+            return x.nbytes
+        if isinstance(x, (tuple, list)):
+            return sum(map(size, x))
+        if isinstance(x, dict):
+            return sum(map(size, x.values()))
+        return 0
+
+    return sum(size(k) + size(v[:2]) for k, v in entries.items())
+
+
+def test_the_memo_is_bounded_by_bytes_not_only_entries(empty_memo):
+    """A count of entries let one entry hold a megabyte string attribute (or a large
+    propagated constant) and the memo gigabytes: entries past MAX_ENTRY_BYTES are not kept
+    and the entries together stay within MAX_BYTES."""
+    big = 1 << 20
+    nodes = [
+        helper.make_node("Relu", ["x"], [f"r{i}"], note=f"{i:08d}" + "x" * big) for i in range(40)
+    ]
+    outs = [helper.make_tensor_value_info(f"r{i}", F, None) for i in range(40)]
+    model = _model(nodes, [helper.make_tensor_value_info("x", F, [2, 3])], outs)
+    assert all(dims == (2, 3) for dims in _types(model).values())
+    assert _held_bytes(empty_memo) <= memo.MAX_BYTES
+    assert not empty_memo  # (each entry alone over MAX_ENTRY_BYTES)
+
+
+def test_the_memo_starts_afresh_when_its_bytes_are_spent(empty_memo, monkeypatch):
+    """Constants of 4096 int64 values (32 KB, under the per-entry bound) added to x: each
+    Add's entry holds its constant; past MAX_BYTES the memo starts afresh."""
+    monkeypatch.setattr(memo, "MAX_BYTES", 200_000)
+    from onnx import numpy_helper
+
+    n = 20
+    inits = [numpy_helper.from_array(np.full(4096, i, np.int64), f"c{i}") for i in range(n)]
+    nodes = [helper.make_node("Add", ["x", f"c{i}"], [f"a{i}"]) for i in range(n)]
+    outs = [helper.make_tensor_value_info(f"a{i}", TensorProto.INT64, None) for i in range(n)]
+    x = helper.make_tensor_value_info("x", TensorProto.INT64, [4096])
+    model = _model(nodes, [x], outs, inits)
+    assert all(dims == (4096,) for dims in _types(model).values())
+    assert 0 < len(empty_memo) < n
+    assert _held_bytes(empty_memo) <= 200_000

@@ -289,20 +289,23 @@ def test_kernels_refuse_to_run_where_avx512_is_capped():
 def test_weights_of_fewer_channels_than_the_input_are_refused(monkeypatch):
     """A weight of 8 input channels for a 16-channel input: the small conv and the general one
     read 16 channels' weights from panels packed for 8 (past their end); their set-ups now
-    refuse them."""
+    refuse them. (The Conv kernel says so before it reaches them: its group check.)"""
     from onyx.errors import InvalidArgument
     from onyx.runtime.kernels import small_cnn
 
     x = np.ones((1, 16, 16, 16), np.float32)
     w = np.ones((32, 8, 3, 3), np.float32)
     w.flags.writeable = False
-    with pytest.raises(InvalidArgument, match="packed weights"):
+    with pytest.raises(ValueError, match="X has 16 channels"):
         conv_kernels.conv(x, w, None, pads=[1, 1, 1, 1])
+    attrs = conv_kernels.conv_key("NOTSET", [1, 1, 1, 1], None, None, None)
+    with pytest.raises(InvalidArgument, match="packed weights"):
+        conv_kernels.native_conv_f32(x, w, None, 1, attrs)
     monkeypatch.setattr(small_cnn, "ENABLED", False)  # (the general conv_f32.FloatConv)
     w = np.ones((32, 8, 3, 3), np.float32)
     w.flags.writeable = False
     with pytest.raises(InvalidArgument, match="weights of 72 values"):
-        conv_kernels.conv(x, w, None, pads=[1, 1, 1, 1])
+        conv_kernels.native_conv_f32(x, w, None, 1, attrs)
 
 
 # ------------------------------------------------------------------ channel vectors (cv = 1)

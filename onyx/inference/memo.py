@@ -7,7 +7,9 @@ its attributes, which inputs and outputs are present, the inputs' types and prop
 and the engine's settings: two nodes alike in all of these get the same output types and data.
 Only what that key fully describes is remembered: plain attributes and small numeric tensors
 (no graphs or references), short lists, tensor types, small numeric data; a rule that named a fresh
-symbolic dim (unique per use) or failed is not. Cleared when full.
+symbolic dim (unique per use) or failed is not. Cleared when full: by entries, or by bytes
+(MAX_BYTES: what the entries' keys and data hold), and an entry that alone would hold more than
+MAX_ENTRY_BYTES (a long string attribute, many inputs of propagated data) is not kept at all.
 """
 
 from __future__ import annotations
@@ -23,6 +25,11 @@ MAX_ENTRIES = 4096
 #: Longest attribute list and largest data (elements) a key holds.
 MAX_LIST = 64
 MAX_DATA = 4096
+#: Bytes (of data, strings and dims) the entries hold together before the memo is cleared, and
+#: the most one entry may hold: a count of entries alone let a process keep gigabytes (4096
+#: entries of a Concat of many propagated constants, or of a megabyte string attribute each).
+MAX_BYTES = 32 << 20
+MAX_ENTRY_BYTES = 256 << 10
 
 # (plain ints: an enum member hashes in Python, and a key is hashed at every node)
 _PLAIN = frozenset(map(int, (AttrType.FLOAT, AttrType.INT, AttrType.STRING)))
@@ -31,6 +38,8 @@ _TENSOR = int(AttrType.TENSOR)
 _FLOAT, _FLOATS = int(AttrType.FLOAT), int(AttrType.FLOATS)
 
 MEMO: dict[tuple, tuple] = {}
+#: The bytes MEMO's entries hold (_entry_bytes), reset with it.
+HELD = [0]
 #: engine.Data, set by the engine (it imports this module).
 DATA: list = [None]
 
@@ -165,9 +174,44 @@ def remember(k: tuple, outputs: dict, out_data: dict, schema) -> None:
             return
     if any(t.__class__ is not TensorType for t in outputs.values()):
         return
-    if len(MEMO) >= MAX_ENTRIES:
+    size = _entry_bytes(k, outputs, out_data)
+    if size > MAX_ENTRY_BYTES or k in MEMO:
+        return
+    if not MEMO:  # (cleared elsewhere too: a test's fixture)
+        HELD[0] = 0
+    if len(MEMO) >= MAX_ENTRIES or HELD[0] + size > MAX_BYTES:
         MEMO.clear()
+        HELD[0] = 0
     MEMO[k] = (dict(outputs), {i: _copy(d) for i, d in out_data.items()}, schema)
+    HELD[0] += size
+
+
+def _entry_bytes(k: tuple, outputs: dict, out_data: dict) -> int:
+    """About the bytes an entry holds beyond its fixed parts: its key's attribute values,
+    input dims and data, and its output dims and data (8 bytes a dim or list item)."""
+    _, attrs, inputs, _, _ = k
+    n = 0
+    for _, kind, value in attrs:
+        if kind == _TENSOR:
+            n += len(value[3])
+        elif kind in _LISTS:
+            n += sum(len(v) if isinstance(v, (str, bytes)) else 8 for v in value)
+        elif isinstance(value, (str, bytes)):
+            n += len(value)
+    for entry in inputs:
+        if entry is None:
+            continue
+        t, d = entry
+        if t is not None and t[1] is not None:
+            n += 8 * len(t[1][0])
+        if d is not None:
+            n += len(d[3]) if d[0] == "array" else 8 * len(d[1])
+    for t in outputs.values():
+        n += 8 * len(t.shape.dims) if t.shape is not None else 0
+    for d in out_data.values():
+        if d is not None:
+            n += d.nbytes if d.__class__ is np.ndarray else 8 * len(d.dims)
+    return n
 
 
 def _copy(d):

@@ -27,12 +27,15 @@ from .conv_geometry import (  # noqa: F401  (the spatial helpers: their names he
     MAX_PADDED,
     MAX_TAPS,
     _conv_geometry,
+    check_buffer,
+    check_groups,
     check_window_attributes,
     check_windows,
     conv_key,
     conv_out_shape,
     conv_pads,
     effective_kernel,
+    group_problem,
     same_pads,
     spatial_defaults,
 )
@@ -515,6 +518,8 @@ def conv(
     pads=None,
     strides=None,
 ):
+    if group != 1 or X.shape[1] != W.shape[1]:  # (inline: a small conv's every call)
+        check_groups("Conv", X.shape, W.shape, group)
     attrs = conv_key(auto_pad, pads, strides, dilations, kernel_shape)
     y = native_conv_f32(X, W, B, group, attrs)
     if y is not None:
@@ -1081,6 +1086,7 @@ def conv_integer(
     pads=None,
     strides=None,
 ):
+    check_groups("ConvInteger", x.shape, w.shape, group)
     attrs = {
         "auto_pad": auto_pad,
         "dilations": dilations,
@@ -1201,6 +1207,7 @@ def _qlinear_conv(x, w, params: tuple):
     hit = runners.get(key)
     if hit is not None and all(map(operator.is_, hit[0], params)):
         return hit[1](x)
+    check_groups("QLinearConv", x.shape, w.shape, params[10])  # (once per runner made)
     x_scale, x_zero_point, w_scale, w_zero_point, y_scale, y_zero_point, B, table = params[:8]
     # Requantize in float32 like onnxruntime: acc * (x_scale * w_scale / y_scale), round half even.
     scale = requantization_scale(x_scale, w_scale, y_scale)
@@ -1303,6 +1310,7 @@ def _conv_transpose_setup(x_shape, W, group: int, attrs: tuple):
     kernel, strides, dilations, begin, out = _transpose_attrs(x_shape, W.shape, attrs)
     if list(kernel) != list(W.shape[2:]) or min(begin) < 0 or min(out) < 1:
         return None
+    check_buffer("ConvTranspose", "output", (x_shape[0], W.shape[1] * group, *out), 4)
     geometry = (kernel, strides, dilations, begin, out)
     serving = _small_cnn.conv_transpose_setup(x_shape, W, group, geometry)
     if serving is not None:  # (a U-Net's 2x2 upsampling: kernels/small_cnn.py)
@@ -1330,6 +1338,7 @@ def conv_transpose(
     pads=None,
     strides=None,
 ):
+    check_groups("ConvTranspose", X.shape, W.shape, group, transpose=True)
     attrs = conv_key(auto_pad, dilations, kernel_shape, output_padding, output_shape, pads, strides)
     y = _native_conv_transpose(X, W, B, group, attrs)
     if y is not None:
@@ -1349,13 +1358,17 @@ def conv_transpose(
     M = Mg * group
     P = math.prod(in_shape)
     bias = None if B is None else B.astype(ct, copy=False)
+    full = [
+        (i - 1) * s + (k - 1) * d + 1 for i, s, k, d in zip(in_shape, strides, kernel, dilations)
+    ]
+    size = np.dtype(ct).itemsize
+    check_buffer("ConvTranspose", "output", (N, M, *out), size)
+    check_buffer("ConvTranspose", "uncropped output", (N, M, *full), size)
+    check_buffer("ConvTranspose", "columns", (N, M, *kernel, *in_shape), size)
     # Columns: for every input pixel, its contribution to each (output channel, kernel offset).
     wmat = w.reshape(group, Cg, -1).transpose(0, 2, 1)  # (G, Mg*K, Cg)
     cols = np.matmul(wmat, x.reshape(N, group, Cg, P))  # (N, G, Mg*K, P)
     cols = cols.reshape((N, M) + tuple(kernel) + tuple(in_shape))
-    full = [
-        (i - 1) * s + (k - 1) * d + 1 for i, s, k, d in zip(in_shape, strides, kernel, dilations)
-    ]
     cropped = any(begin) or list(out) != full
     if list(strides) == kernel and dilations == [1] * n:
         # The windows tile the output without overlap (e.g. 2x2 stride 2): col2im assigns each
@@ -1414,9 +1427,27 @@ def _sample_multilinear(xg: np.ndarray, pos: list[np.ndarray]) -> np.ndarray:
     return out
 
 
+def _check_deform_inputs(x_shape, offset, mask, offset_group: int, K: int, out_shape) -> None:
+    """ValueError unless offset_group splits X's channels and offset and mask have the shapes
+    the spec gives them (numpy's reshape said it in its own words)."""
+    N, C, n = x_shape[0], x_shape[1], len(x_shape) - 2
+    if offset_group < 1 or C % offset_group:
+        raise ValueError(
+            f"DeformConv: offset_group {offset_group} does not divide the {C} channels of X"
+        )
+    for name, v, per in (
+        ("offset", offset, offset_group * K * n),
+        ("mask", mask, offset_group * K),
+    ):
+        want = (N, per, *out_shape)
+        if v is not None and tuple(v.shape) != want:
+            raise ValueError(f"DeformConv: {name} is {list(v.shape)}, expected {list(want)}")
+
+
 def _deform_conv(
     X, W, offset, B, mask, *, dilations, group, kernel_shape, offset_group, pads, strides
 ):
+    check_groups("DeformConv", X.shape, W.shape, group)
     ct = compute_dtype(X.dtype)
     x, w = X.astype(ct, copy=False), W.astype(ct, copy=False)
     N, C = x.shape[:2]
@@ -1427,6 +1458,7 @@ def _deform_conv(
     out_shape = conv_out_shape(in_shape, kernel, strides, dilations, pads)
     K, P = math.prod(kernel), math.prod(out_shape)
     OG = offset_group
+    _check_deform_inputs(x.shape, offset, mask, OG, K, out_shape)
     off = offset.astype(ct, copy=False).reshape(N, OG, K, n, P)
     # Regular sampling grid (K, P) per axis, then shifted by the learned offsets.
     k_idx = np.indices(kernel).reshape(n, K)

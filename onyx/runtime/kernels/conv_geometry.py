@@ -6,6 +6,7 @@ whose convs all run channels-last never imports conv.py."""
 from __future__ import annotations
 
 import math
+import os
 
 
 def spatial_defaults(n: int, strides, dilations, pads) -> tuple[list[int], list[int], list[int]]:
@@ -82,6 +83,79 @@ def check_windows(op: str, in_shape, kernel, strides, dilations, pads, out_shape
             f"{list(pads)}, dilations {list(dilations)}): more than onyx takes (2**30 per "
             f"axis, 2**36 in all)"
         )
+
+
+#: Buffers smaller than this are never checked against the machine's memory (the check's two
+#: system calls would cost more than such an allocation).
+CHECKED_BYTES = 1 << 30
+
+
+def memory_bytes() -> int:
+    """The most memory this process could ever hold: the machine's physical memory, or less
+    under an address-space limit (RLIMIT_AS)."""
+    try:
+        most = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # (not on every platform)
+        most = 1 << 62
+    try:
+        import resource
+    except ImportError:  # (Windows)
+        return most
+    soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+    return most if soft == resource.RLIM_INFINITY else min(most, soft)
+
+
+def check_buffer(op: str, what: str, shape, itemsize: int) -> None:
+    """ValueError naming op unless a buffer of ``shape`` could be allocated at all: a
+    fuzzed model's strides or output_shape asked a ConvTranspose for hundreds of gigabytes,
+    which numpy's allocation refuses (a MemoryError) or, under overcommit, grants until the
+    kernel is killed for memory as it writes."""
+    size = math.prod(shape) * itemsize
+    if size <= CHECKED_BYTES:
+        return
+    limit = memory_bytes()
+    if size > limit:
+        raise ValueError(
+            f"{op}: the {what} would be {size} bytes ({list(shape)}), more than the {limit} "
+            "bytes of memory this process can have"
+        )
+
+
+def group_problem(x_shape, w_shape, group, transpose: bool = False) -> str | None:
+    """Why ``group`` cannot split a convolution's channels (X's, and W's (M, C / group, ...);
+    a ConvTranspose's W is (C, M / group, ...)), or None. Each kernel would otherwise fail in
+    numpy's words (a reshape) or read past a group."""
+    if len(x_shape) < 3 or len(w_shape) < 3:
+        return None  # (the geometry names a wrong rank)
+    if group < 1:
+        return f"group {group} must be at least 1"
+    channels = x_shape[1]
+    if transpose:
+        if channels != w_shape[0]:
+            return f"X has {channels} channels, W {list(w_shape)} takes {w_shape[0]}"
+        return (
+            f"group {group} does not divide the {channels} input channels"
+            if channels % group
+            else None
+        )
+    if w_shape[0] % group:
+        return f"group {group} does not divide W's {w_shape[0]} output channels ({list(w_shape)})"
+    if channels != w_shape[1] * group:
+        return (
+            f"X has {channels} channels, W {list(w_shape)} takes {w_shape[1]} per group x "
+            f"group {group} = {w_shape[1] * group}"
+        )
+    return None
+
+
+def check_groups(op: str, x_shape, w_shape, group, transpose: bool = False) -> None:
+    """ValueError naming op where :func:`group_problem` finds one (the plan reports it as the
+    node's)."""
+    if group == 1 and x_shape[1:2] == (w_shape[:1] if transpose else w_shape[1:2]):
+        return  # (the common case, at every call: one comparison)
+    wrong = group_problem(x_shape, w_shape, group, transpose)
+    if wrong:
+        raise ValueError(f"{op}: {wrong}")
 
 
 def effective_kernel(kernel, dilations) -> list[int]:

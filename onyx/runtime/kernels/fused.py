@@ -97,8 +97,12 @@ def _bind_fused_conv(inputs, attrs, constant):
     kernel native_conv_f32 tries first (conv1d.py); 2-D, Z fed or not, native_conv_f32's
     set-up (conv.float_conv_runner); each found once. None elsewhere."""
     X, W, B, Z = (tuple(inputs) + (None, None))[:4]
-    if X.ndim not in (3, 4) or not X.size:
-        return None
+    if (
+        X.ndim not in (3, 4)
+        or not X.size
+        or _convs().group_problem(X.shape, W.shape, attrs["group"])
+    ):
+        return None  # (fused_conv's own path, which names the problem)
     code = native.CONV_ACTIVATIONS.get(attrs["activation"])
     if code is None or X.dtype != np.float32 or W.dtype != np.float32:
         return None
@@ -146,6 +150,8 @@ def fused_conv(
 ):
     """activation(Conv(X, W, B) + Z)."""
     convs = _convs()
+    if group != 1 or X.shape[1] != W.shape[1]:  # (inline: a small conv's every call)
+        convs.check_groups("FusedConv", X.shape, W.shape, group)
     if X.dtype == np.float16 and W.dtype == np.float16 and Z is None and activation in _MONOTONE:
         # float16 computes in float32; an activation that commutes with rounding (a clamp)
         # applies before the one rounding to float16 as exactly as after it, and natively

@@ -79,6 +79,8 @@ _LOW_PRECISION = ("float16", "bfloat16")
 def range_(start, limit, delta, *, stash_type=1):
     dtype = np.asarray(start).dtype
     s, l, d = (np.asarray(v).reshape(()) for v in (start, limit, delta))
+    if d == 0:  # (as onnxruntime refuses it; a ZeroDivisionError below otherwise)
+        raise ValueError("Range: delta is 0, so the range would never reach its limit")
     if dtype.kind in "iu":
         s, l, d = int(s), int(l), int(d)
         n = max(-((s - l) // d), 0)  # exact ceil((l - s) / d)

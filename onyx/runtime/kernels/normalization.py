@@ -8,6 +8,8 @@ stash_type and a "stage two" (scale and bias), the kernels do the same.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ...ir.dtypes import to_numpy
@@ -266,9 +268,21 @@ def _stash_dtype(stash_type: int, x_dtype: np.dtype) -> np.dtype:
     return _F32_F64[0] if stash_type == 1 else to_numpy(stash_type)
 
 
+def _check_groups(X: np.ndarray, num_groups) -> None:
+    """ValueError unless num_groups splits X's channels (numpy's reshape said it in its own
+    words, and could not reshape an empty batch by -1 at all)."""
+    C = X.shape[1] if X.ndim > 1 else None
+    if C is None or num_groups < 1 or C % num_groups:
+        raise ValueError(
+            f"GroupNormalization: num_groups {num_groups} does not divide the "
+            f"{C} channels of X {list(X.shape)}"
+        )
+
+
 def _group_standardize(X, num_groups, epsilon, stash_dtype) -> np.ndarray:
     N, C = X.shape[:2]
-    x = X.astype(stash_dtype, copy=False).reshape(N, num_groups, -1)
+    per_group = C // num_groups * math.prod(X.shape[2:])  # (not -1: N may be 0)
+    x = X.astype(stash_dtype, copy=False).reshape(N, num_groups, per_group)
     normalized, _, _ = _standardize(x, (2,), epsilon)
     return normalized.reshape(X.shape)
 
@@ -283,6 +297,7 @@ def _group_norm_rows(X, scale, bias, num_groups, epsilon, dtype) -> np.ndarray:
 
 @op("GroupNormalization", since=21)
 def group_normalization(X, scale, bias, *, epsilon=1e-5, num_groups, stash_type=1):
+    _check_groups(X, num_groups)
     stash = _stash_dtype(stash_type, X.dtype)
     if X.dtype == stash and X.dtype in _F32_F64 and X.size:
         return _group_norm_rows(X, scale, bias, num_groups, epsilon, X.dtype)
@@ -294,6 +309,7 @@ def group_normalization(X, scale, bias, *, epsilon=1e-5, num_groups, stash_type=
 @op("GroupNormalization", since=18)
 def group_normalization_18(X, scale, bias, *, epsilon=1e-5, num_groups):
     # Version 18 takes scale and bias per group: repeat them over each group's channels.
+    _check_groups(X, num_groups)
     ct = compute_dtype(X.dtype)
     per_group = X.shape[1] // num_groups
     s = np.repeat(scale.astype(ct), per_group)

@@ -14,13 +14,14 @@ small_cnn (a direct conv of small images, a 2x2 upsampling and max pool: batch-1
 winograd (3x3 unit-stride float convs by Winograd F(2x2, 3x3)), turn (a thread's wait for
 concurrency.py's turn, without the GIL).
 Their task structs are declared once in abi.h and checked against the ctypes copies at load
-(_core.py).
+(_core.py), and a library of another ONYX_ABI_VERSION (abi.h; raised with _core.ABI_VERSION
+when an entry point's arguments change) stays off.
 
 Adding a kernel to a family: its task struct in abi.h (listed in ONYX_STRUCTS), its C code
 and ``onyx_<name>_range`` in the family's C file, checking its sizes first (checks.h); in the
 family's module a ctypes copy of the struct under ``@abi("<struct>")``, the wrapper (None or
-False where the kernel does not apply, so that the caller's numpy path runs) and its entry
-point in ``bind``; a case generator in scripts/native_differential.py. A new family also adds
+False where the kernel does not apply, so that the caller's numpy path runs; InvalidArgument,
+never ``assert``, for arguments the kernel would read past) and its entry point in ``bind``; a case generator in scripts/native_differential.py. A new family also adds
 its C file to setup.py, its module to FAMILY_NAMES and its public names to _EXPORTS, and
 ends with ``core.join(__name__, bind)`` (tests/test_native_abi.py checks all three).
 

@@ -75,6 +75,10 @@ ISA_AVX512, ISA_AVX512BW, ISA_VNNI, ISA_VBMI = 1, 2, 4, 8
 #: ONYX_NATIVE_ISA's values: the instruction sets each allows.
 ISA_LEVELS = {"avx512": 0xF, "native": 0xF, "avx2": 0, "portable": 0, "baseline": 0}
 
+#: abi.h's ONYX_ABI_VERSION, raised with it when an entry point's signature changes: a library
+#: of another version (one left from an earlier build, its sources older or newer) stays off.
+ABI_VERSION = 1
+
 #: Each ctypes struct class by its C name (``abi``), checked against abi.c's table at load.
 _STRUCTS: dict[str, list[type]] = {}
 
@@ -172,6 +176,16 @@ def _open():
         return None
 
 
+def _abi_version(library) -> int | None:
+    """The library's ONYX_ABI_VERSION (None: a library from before it had one)."""
+    try:
+        entry = library.onyx_abi_version
+    except AttributeError:
+        return None
+    entry.restype, entry.argtypes = _INT, []
+    return entry()
+
+
 def start(families) -> None:
     """Loads the library, checks its ABI (the structs of every family imported so far) and
     binds each of ``families`` (modules) and each family joined before; on any failure the
@@ -186,6 +200,13 @@ def start(families) -> None:
     binds = [*(f.bind for f in families if f.__name__ not in joined), *joined.values()]
     library = _open()
     if library is None:
+        return
+    version = _abi_version(library)
+    if version != ABI_VERSION:
+        why = (
+            f"off: built from other sources (ABI version {version}, onyx's {ABI_VERSION}; "
+            "rebuild it): numpy kernels"
+        )
         return
     try:
         problems = abi_mismatches(library)

@@ -20,6 +20,9 @@ static const abi_row table[] = {ONYX_STRUCTS(STRUCT_ROWS){0, 0, 0, 0}};
 /* The table's rows, ended by a row whose structure is null. */
 EXPORT const abi_row *onyx_abi(void) { return table; }
 
+/* ONYX_ABI_VERSION of the sources this library was built from. */
+EXPORT int onyx_abi_version(void) { return ONYX_ABI_VERSION; }
+
 /* ------------------------------------------------------------------------ CPU dispatch */
 
 static int isa = -1; /* ONYX_ISA_* bits the hand-written kernels may use */

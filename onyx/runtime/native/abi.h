@@ -10,6 +10,11 @@
 
 #include <stdint.h>
 
+/* The entry points' version: raised whenever an entry point's arguments or return value
+   change (the structs are checked field by field; a function's signature cannot be). Python
+   refuses a library of another version (_core.ABI_VERSION): one left from an earlier build. */
+#define ONYX_ABI_VERSION 1
+
 #define ONYX_DECLARE(S, type, name, dims) type name dims;
 #define ONYX_STRUCT(S, FIELDS) typedef struct { FIELDS(ONYX_DECLARE, S) } S;
 

@@ -98,8 +98,14 @@ static void transpose16(const uint8_t *src, int64_t ss, uint8_t *dst, int64_t ds
 }
 #endif
 
-EXPORT void onyx_transpose_u8(const uint8_t *src, int64_t rows, int64_t cols, int64_t ss,
-                              uint8_t *dst, int64_t ds) {
+/* dst[c * ds + r] = src[r * ss + c] for bytes; ONYX_INVALID (nothing touched) for sizes,
+   strides or pointers out of range, as onyx_transpose_u32 (checks.h). */
+EXPORT int onyx_transpose_u8(const uint8_t *src, int64_t rows, int64_t cols, int64_t ss,
+                             uint8_t *dst, int64_t ds) {
+    int64_t n;
+    if (rows < 0 || cols < 0 || ss < cols || ds < rows || !onyx_mul(rows, ss, &n) ||
+        !onyx_mul(cols, ds, &n) || (rows && cols && (!src || !dst)))
+        return ONYX_INVALID;
     int64_t r = 0;
 #ifdef HAVE_INTERLEAVE16
     for (; r + 16 <= rows; r += 16) {
@@ -111,6 +117,7 @@ EXPORT void onyx_transpose_u8(const uint8_t *src, int64_t rows, int64_t cols, in
 #endif
     for (; r < rows; r++)
         for (int64_t c = 0; c < cols; c++) dst[c * ds + r] = src[r * ss + c];
+    return 0;
 }
 
 /* dst[c * ds + r] = src[r * ss + c] for 4-byte elements (float32 or int32; strides in
@@ -173,9 +180,15 @@ EXPORT int onyx_transpose_u32(const uint32_t *src, int64_t rows, int64_t cols, i
 
 /* One image (C, H, W) into rows of a padded NHWC buffer: pixel (h, w) at
    dst + (h * Wp + w) * Cp (dst already offset to the first pixel). */
-EXPORT void onyx_to_nhwc(const uint8_t *x, int64_t C, int64_t H, int64_t W, uint8_t *dst,
-                         int64_t Wp, int64_t Cp) {
-    for (int64_t h = 0; h < H; h++) onyx_transpose_u8(x + h * W, C, W, H * W, dst + h * Wp * Cp, Cp);
+EXPORT int onyx_to_nhwc(const uint8_t *x, int64_t C, int64_t H, int64_t W, uint8_t *dst,
+                        int64_t Wp, int64_t Cp) {
+    int64_t plane, image, row, rows;
+    if (C < 0 || H < 0 || W < 0 || Wp < W || Cp < C || !onyx_mul(H, W, &plane) ||
+        !onyx_mul(C, plane, &image) || !onyx_mul(Wp, Cp, &row) || !onyx_mul(H, row, &rows) ||
+        (image && (!x || !dst)))
+        return ONYX_INVALID; /* (checks.h) */
+    for (int64_t h = 0; h < H; h++) onyx_transpose_u8(x + h * W, C, W, plane, dst + h * row, Cp);
+    return 0;
 }
 
 static void column_sums(const uint8_t *restrict b, int64_t sk, int64_t sn, int64_t K, int64_t N,

@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 
+from ...errors import InvalidArgument
 from . import _core as core
 from ._core import (
     _I64,
@@ -186,12 +187,26 @@ def int8_gemm_ok(k: int) -> bool:
 
 
 def transpose_bytes(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
-    """dst[...] = src.T for 2-D arrays of 1-byte elements with contiguous rows (numpy's
-    transposing copy of bytes goes one element at a time)."""
-    assert src.strides[1] == dst.strides[1] == 1 and dst.shape == src.shape[::-1]
-    core.lib.onyx_transpose_u8(
-        _addr(src), src.shape[0], src.shape[1], src.strides[0], _addr(dst), dst.strides[0]
-    )
+    """dst[...] = src.T for 2-D arrays of 1-byte elements of one type (numpy's transposing
+    copy of bytes goes one element at a time); numpy's copy without the library or for rows
+    that are not contiguous. Arrays of other shapes or types are an InvalidArgument."""
+    if (
+        src.ndim != 2
+        or dst.shape != src.shape[::-1]
+        or src.dtype.itemsize != 1
+        or dst.dtype != src.dtype
+    ):
+        raise InvalidArgument(
+            f"onyx native transpose_bytes: {src.dtype}{list(src.shape)} into "
+            f"{dst.dtype}{list(dst.shape)} is no transpose of bytes"
+        )
+    (ss, one), (ds, dst_one) = src.strides, dst.strides
+    if core.lib is None or one != 1 or dst_one != 1 or ss < src.shape[1] or ds < dst.shape[1]:
+        dst[...] = src.T
+        return dst
+    status = core.lib.onyx_transpose_u8(_addr(src), *src.shape, ss, _addr(dst), ds)
+    if status:
+        core.check(status, "transpose_bytes")
     return dst
 
 
@@ -200,9 +215,15 @@ def transpose_words(src: np.ndarray, dst: np.ndarray | None = None) -> np.ndarra
     4-byte elements (float32 / int32) in cache-sized blocks (numpy's transposing copy reads
     one element of each cache line it touches); numpy's copy without the library, or for an
     array that is not C-contiguous and aligned."""
+    if src.ndim != 2:
+        raise InvalidArgument(f"onyx native transpose_words: a {src.ndim}-D array is no matrix")
     if dst is None:
         dst = np.empty(src.shape[::-1], src.dtype)
-    assert src.ndim == 2 and dst.shape == src.shape[::-1] and dst.dtype == src.dtype
+    if dst.shape != src.shape[::-1] or dst.dtype != src.dtype:
+        raise InvalidArgument(
+            f"onyx native transpose_words: {src.dtype}{list(src.shape)} into "
+            f"{dst.dtype}{list(dst.shape)} is no transpose"
+        )
     flags, out = src.flags, dst.flags
     if (
         core.lib is None
@@ -242,17 +263,33 @@ def contiguous_bytes(x: np.ndarray) -> np.ndarray:
 
 
 def to_nhwc(x: np.ndarray, dst: np.ndarray) -> None:
-    """dst[h, w, :C] = x[:, h, w] for one contiguous (C, H, W) image of bytes; dst is a
-    (H, W, Cp) view whose rows and pixels may be strided (a padded buffer's interior)."""
+    """dst[h, w, :C] = x[:, h, w] for one (C, H, W) image of bytes; dst is a (H, W, Cp) view
+    of the same type whose rows and pixels may be strided (a padded buffer's interior); the
+    library takes a contiguous x and such a view, numpy's copy anything else."""
+    if x.ndim != 3 or dst.ndim != 3 or x.dtype.itemsize != 1 or dst.dtype != x.dtype:
+        raise InvalidArgument(
+            f"onyx native to_nhwc: {x.dtype}{list(x.shape)} into "
+            f"{dst.dtype}{list(dst.shape)} is no (C, H, W) image of bytes into (H, W, Cp)"
+        )
     C, H, W = x.shape
-    assert (
-        x.flags.c_contiguous
-        and dst.strides[2] == 1
-        and dst.strides[0] == dst.strides[1] * (dst.strides[0] // dst.strides[1])
-    )
-    core.lib.onyx_to_nhwc(
-        _addr(x), C, H, W, _addr(dst), dst.strides[0] // dst.strides[1], dst.strides[1]
-    )
+    if dst.shape[:2] != (H, W) or dst.shape[2] < C:
+        raise InvalidArgument(
+            f"onyx native to_nhwc: a {list(x.shape)} image does not fit {list(dst.shape)}"
+        )
+    row, pixel, one = dst.strides
+    if (
+        core.lib is None
+        or not x.flags.c_contiguous
+        or one != 1
+        or pixel < dst.shape[2]
+        or row < W * pixel
+        or row % pixel
+    ):
+        dst[:, :, :C] = x.transpose(1, 2, 0)
+        return
+    status = core.lib.onyx_to_nhwc(_addr(x), C, H, W, _addr(dst), row // pixel, pixel)
+    if status:
+        core.check(status, "to_nhwc")
 
 
 def _zero_point(z) -> int | np.ndarray:
@@ -639,9 +676,11 @@ class _GemmCall:
         # overflow, their sum (the exact result) does not.
         row_off = col_off = row_f = col_f = None
         if np.any(za) and b.colsum is None:
-            raise ValueError("B was packed without its column sums, which A's zero point needs")
+            raise InvalidArgument(
+                "B was packed without its column sums, which A's zero point needs"
+            )
         if np.any(zb) and gathered:
-            raise ValueError("a gathered A takes no B zero point")
+            raise InvalidArgument("a gathered A takes no B zero point")
         if np.ndim(za) == 0:
             if za:
                 col_off = K * za * zb - za * b.colsum.astype(np.int64)
@@ -655,7 +694,7 @@ class _GemmCall:
                     row_f, col_f = rs, -zb
         else:
             if np.ndim(zb):
-                raise ValueError("per-row and per-column zero points together")
+                raise InvalidArgument("per-row and per-column zero points together")
             rs = row_sums(a, flip_a, a_signed).astype(np.int64) if zb else 0
             row_off = K * za * zb - zb * rs
             row_f, col_f = -za, b.colsum
@@ -676,7 +715,7 @@ class _GemmCall:
                 self.keep.append(arr)
                 setattr(e, field, _addr(arr))
         if float_out and scale is None:
-            raise ValueError("a float result needs its scale")
+            raise InvalidArgument("a float result needs its scale")
         self.requantize = scale is not None and not float_out
         self.float_out = float_out
         if scale is not None:
@@ -700,7 +739,7 @@ class _GemmCall:
         hit = self._offsets.get(a_zero_point)
         if hit is None:
             if self.packed.colsum is None or self.epilogue.row_off or self.epilogue.col_f:
-                raise ValueError("a per-call A zero point needs B's column sums and no rows")
+                raise InvalidArgument("a per-call A zero point needs B's column sums and no rows")
             off = -(a_zero_point - self._da) * self.packed.colsum.astype(np.int64)
             if self._col_bias is not None:
                 off += self._col_bias.astype(np.int64)
@@ -729,16 +768,12 @@ class _GemmCall:
             e.col_off = _addr(self._col_off_for(a_zero_point))
         if float_epilogue is not None:
             scale, bias = float_epilogue
-            assert self.float_out and scale.dtype == np.float32 and scale.size in (1, self.task.N)
-            assert bias is None or (bias.dtype == np.float32 and bias.size == self.task.N)
-            assert scale.flags.c_contiguous and (bias is None or bias.flags.c_contiguous)
+            _check_float_epilogue(self, scale, bias)
             e.scale, e.scale_rs, e.scale_cs = _addr(scale), 0, int(scale.size > 1)
             e.bias = _addr(bias)
         if rank1 is not None:
             row_f, col_f = rank1
-            assert not self.epilogue.row_f and row_f.dtype == col_f.dtype == np.int32
-            assert row_f.shape == (self.task.M,) and col_f.shape == (self.task.N,)
-            assert row_f.flags.c_contiguous and col_f.flags.c_contiguous
+            _check_rank1(self, row_f, col_f)
             e.row_f, e.col_f = _addr(row_f), _addr(col_f)
         if self.float_out:
             e.outf, e.ldf = _addr(out), out.strides[0] // 4
@@ -753,6 +788,34 @@ class _GemmCall:
         task = _GemmTask.from_buffer_copy(self.task)
         task.A, task.e = ctypes.addressof(operand), ctypes.addressof(e)
         _run(core.lib.gemm_range, task, self.cuts, self.ways)
+
+
+def _refuse(what: str) -> None:
+    raise InvalidArgument(f"onyx native int8 GEMM: {what}")
+
+
+def _check_float_epilogue(call: _GemmCall, scale: np.ndarray, bias) -> None:
+    """The kernel reads one scale or N of them, and N biases, as float32: anything else is
+    refused (not an assert: ``python -O`` would let it through to C)."""
+    n = call.task.N
+    if not call.float_out:
+        _refuse("a float epilogue for a set-up without a float result")
+    if scale.dtype != np.float32 or scale.size not in (1, n) or not scale.flags.c_contiguous:
+        _refuse(f"a scale of {scale.size} {scale.dtype} values for {n} columns")
+    if bias is not None and (
+        bias.dtype != np.float32 or bias.size != n or not bias.flags.c_contiguous
+    ):
+        _refuse(f"a bias of {bias.size} {bias.dtype} values for {n} columns")
+
+
+def _check_rank1(call: _GemmCall, row_f: np.ndarray, col_f: np.ndarray) -> None:
+    """The kernel reads M int32 row factors and N column factors."""
+    m, n = call.task.M, call.task.N
+    if call.epilogue.row_f:
+        _refuse("rank-1 terms for a set-up that has its own")
+    for name, f, size in (("row", row_f, m), ("column", col_f, n)):
+        if f.dtype != np.int32 or f.shape != (size,) or not f.flags.c_contiguous:
+            _refuse(f"{name} factors {f.dtype}{list(f.shape)} where {size} int32 are read")
 
 
 @abi("dynamic_matmul")
@@ -860,11 +923,11 @@ def bind(lib, isa: int) -> None:
     lib.onyx_pack_panels.argtypes = [_P, _I64, _I64, _I64, _I64, _INT, _INT, _P, _P]
     lib.onyx_row_sums.restype = None
     lib.onyx_row_sums.argtypes = [_P, _I64, _I64, _I64, _INT, _INT, _P]
-    lib.onyx_transpose_u8.restype = None
+    lib.onyx_transpose_u8.restype = _INT
     lib.onyx_transpose_u8.argtypes = [_P, _I64, _I64, _I64, _P, _I64]
     lib.onyx_transpose_u32.restype = _INT
     lib.onyx_transpose_u32.argtypes = [_P, _I64, _I64, _I64, _P, _I64]
-    lib.onyx_to_nhwc.restype = None
+    lib.onyx_to_nhwc.restype = _INT
     lib.onyx_to_nhwc.argtypes = [_P, _I64, _I64, _I64, _P, _I64, _I64]
     lib.depthwise_nhwc_i8 = core.address(lib.onyx_depthwise_nhwc_i8)
     vnni = bool(isa & core.ISA_VNNI)

@@ -7,6 +7,7 @@ import ctypes
 
 import numpy as np
 
+from ...errors import InvalidArgument
 from . import _core as core
 from . import nhwc
 from ._core import _I64, _P, abi, check
@@ -49,7 +50,7 @@ class ChainProgram:
             row.parts, row.ways = parts, ways
             flat = [v for ref in refs for v in ref]
             if len(flat) != 8:
-                raise ValueError(f"a chain step names 4 tensors, got {refs!r}")
+                raise InvalidArgument(f"a chain step names 4 tensors, got {refs!r}")
             row.refs[:] = flat
         self.steps, self.n = table, len(steps)
         self.sizes = np.array(sizes, np.int64)
@@ -59,7 +60,7 @@ class ChainProgram:
     def __call__(self, bases: np.ndarray) -> None:
         """Runs the steps on bases (int64 addresses, one per size)."""
         if bases.shape != (self.nbases,) or bases.dtype != np.int64:
-            raise ValueError(f"a chain of {self.nbases} bases got {bases.shape} {bases.dtype}")
+            raise InvalidArgument(f"a chain of {self.nbases} bases got {bases.shape} {bases.dtype}")
         self.run_at(bases.ctypes.data)
 
     def run_at(self, bases_at: int) -> None:

@@ -43,9 +43,10 @@
 #define ONYX_ISA_VBMI 8     /* + VBMI (byte lookups) */
 int onyx_isa(void);
 
-/* gemm_i8.c: dst[j][i] = src[i][j] for bytes (the depthwise int8 conv's stores use it). */
-void onyx_transpose_u8(const uint8_t *src, int64_t rows, int64_t cols, int64_t ss, uint8_t *dst,
-                       int64_t ds);
+/* gemm_i8.c: dst[j][i] = src[i][j] for bytes (the depthwise int8 conv's stores use it);
+   ONYX_INVALID (nothing touched) for sizes, strides or pointers out of range (checks.h). */
+int onyx_transpose_u8(const uint8_t *src, int64_t rows, int64_t cols, int64_t ss, uint8_t *dst,
+                      int64_t ds);
 /* The same for 4-byte elements; ONYX_INVALID (nothing touched) for sizes, strides or
    pointers out of range (checks.h). */
 int onyx_transpose_u32(const uint32_t *src, int64_t rows, int64_t cols, int64_t ss, uint32_t *dst,

@@ -7,6 +7,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ...errors import InvalidArgument
 from . import _core as core
 from ._core import (
     _I64,
@@ -89,7 +90,9 @@ def _recurrence(fn, xs, rt, h0, c0, rbh, reverse):
         xs = np.ascontiguousarray(xs.xs, np.float32)
         steps, batch, n_in = xs.shape[0], xs.shape[1], -1
         if xs.shape[2] != dirs * gates * H:
-            raise ValueError(f"projections of {xs.shape[2]} columns, expected {dirs * gates * H}")
+            raise InvalidArgument(
+                f"projections of {xs.shape[2]} columns, expected {dirs * gates * H}"
+            )
     else:
         steps, batch, n_in = xs.shape[3], xs.shape[4], 0
     ys = np.empty((steps, dirs, batch, H), np.float32)
