@@ -505,3 +505,41 @@ def test_dims_that_are_plain_names_compile_no_expression_parser():
         "print(i.shape[0], symbolic._token is None, symbolic.parse('2*N + 1'))\n"
     )
     assert _fresh(code) == "N True 2*N + 1"
+
+
+def test_a_cast_while_another_thread_first_imports_ml_dtypes_waits_for_its_types():
+    # (cast.py makes its ml_dtypes tables once ml_dtypes is imported; a module another
+    # thread is still importing is in sys.modules half made, without those types yet: a
+    # float -> int Cast then raised AttributeError instead of waiting for the import)
+    code = (
+        "import importlib.machinery, sys, threading, time, numpy as np\n"
+        "from onyx.runtime.kernels import cast\n"
+        "assert 'ml_dtypes' not in sys.modules\n"
+        "started, go = threading.Event(), threading.Event()\n"
+        "class Slow:\n"  # (holds ml_dtypes' import half way until told to go on)
+        "    def find_spec(self, name, path, target=None):\n"
+        "        if name != 'ml_dtypes':\n"
+        "            return None\n"
+        "        spec = importlib.machinery.PathFinder.find_spec(name, path)\n"
+        "        real = spec.loader\n"
+        "        class Loader:\n"
+        "            def create_module(self, spec):\n"
+        "                return real.create_module(spec)\n"
+        "            def exec_module(self, module):\n"
+        "                started.set(); go.wait(); real.exec_module(module)\n"
+        "        spec.loader = Loader()\n"
+        "        return spec\n"
+        "sys.meta_path.insert(0, Slow())\n"
+        "importer = threading.Thread(target=lambda: __import__('ml_dtypes'))\n"
+        "importer.start(); started.wait()\n"
+        "got = []\n"
+        "def run():\n"
+        "    try:\n"
+        "        got.append(cast.cast_numeric(np.array([1.5, -2.5], np.float32), np.dtype(np.int32)))\n"
+        "    except Exception as e:\n"
+        "        got.append(e)\n"
+        "caster = threading.Thread(target=run); caster.start()\n"
+        "time.sleep(0.3); go.set(); importer.join(); caster.join()\n"
+        "print(got[0].tolist() if isinstance(got[0], np.ndarray) else repr(got[0]))\n"
+    )
+    assert _fresh(code) == "[1, -2]"
