@@ -78,8 +78,11 @@ def certify(source, new_checker: Callable[[Model], object], where: str = "") -> 
 def _is_mapped(source) -> bool:
     """Whether ``source`` is a memory-mapped file (only where mmap, an extension module a small
     model's load never needs, was imported: nothing else made one)."""
-    mmap = sys.modules.get("mmap")
-    return mmap is not None and isinstance(source, mmap.mmap)
+    if "mmap" not in sys.modules:
+        return False
+    import mmap  # (the statement, not sys.modules' entry: another thread may be importing it)
+
+    return isinstance(source, mmap.mmap)
 
 
 def _certify(data, where: str, new_checker) -> bool:

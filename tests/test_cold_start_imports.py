@@ -505,3 +505,60 @@ def test_dims_that_are_plain_names_compile_no_expression_parser():
         "print(i.shape[0], symbolic._token is None, symbolic.parse('2*N + 1'))\n"
     )
     assert _fresh(code) == "N True 2*N + 1"
+
+
+def _while_half_imported(module: str, setup: str, call: str) -> str:
+    """What ``call`` printed, made in a thread while another thread's first import of
+    ``module`` is held half way (the module in sys.modules, its body not run yet)."""
+    code = (
+        "import importlib.machinery, sys, threading, time, numpy as np\n"
+        f"{setup}\n"
+        f"assert {module!r} not in sys.modules\n"
+        "started, go = threading.Event(), threading.Event()\n"
+        "class Slow:\n"
+        "    def find_spec(self, name, path, target=None):\n"
+        f"        if name != {module!r}:\n"
+        "            return None\n"
+        "        spec = importlib.machinery.PathFinder.find_spec(name, path)\n"
+        "        real = spec.loader\n"
+        "        class Loader:\n"
+        "            def create_module(self, spec):\n"
+        "                return real.create_module(spec)\n"
+        "            def exec_module(self, module):\n"
+        "                started.set(); go.wait(); real.exec_module(module)\n"
+        "        spec.loader = Loader()\n"
+        "        return spec\n"
+        "sys.meta_path.insert(0, Slow())\n"
+        f"importer = threading.Thread(target=lambda: __import__({module!r}))\n"
+        "importer.start(); started.wait()\n"
+        "got = []\n"
+        "def run():\n"
+        "    try:\n"
+        f"        got.append({call})\n"
+        "    except Exception as e:\n"
+        "        got.append(e)\n"
+        "caller = threading.Thread(target=run); caller.start()\n"
+        "time.sleep(0.3); go.set(); importer.join(); caller.join()\n"
+        "print(repr(got[0]) if isinstance(got[0], Exception) else got[0])\n"
+    )
+    return _fresh(code)
+
+
+def test_a_cast_while_another_thread_first_imports_ml_dtypes_waits_for_its_types():
+    # (cast.py makes its ml_dtypes tables once ml_dtypes is imported; a module another
+    # thread is still importing is in sys.modules half made, without those types yet: a
+    # float -> int Cast then raised AttributeError instead of waiting for the import)
+    got = _while_half_imported(
+        "ml_dtypes",
+        "from onyx.runtime.kernels import cast",
+        "cast.cast_numeric(np.array([1.5, -2.5], np.float32), np.dtype(np.int32)).tolist()",
+    )
+    assert got == "[1, -2]"
+
+
+def test_a_gather_or_a_load_while_another_thread_first_imports_mmap_waits_for_it():
+    # (the same for mmap: a Gather's look for a file mapping, and the loader's, read the
+    # half-made module's missing mmap type)
+    setup = "from onyx.runtime.kernels import mapped; from onyx import checker_fast"
+    call = "(mapped.file_mapping(np.zeros(3)), checker_fast._is_mapped(b'x'))"
+    assert _while_half_imported("mmap", setup, call) == "(None, False)"

@@ -43,10 +43,13 @@ _ml: _MlTypes | None = None
 def _ml_types() -> _MlTypes:
     global _ml
     if _ml is None:
-        ml = sys.modules.get("ml_dtypes")
-        if ml is None:
+        if "ml_dtypes" not in sys.modules:
             return _NO_ML_TYPES
-        _ml = _MlTypes(ml)
+        # (the import statement, not sys.modules' entry: a module another thread is still
+        # importing is there half made, without its types; the statement waits for it)
+        import ml_dtypes
+
+        _ml = _MlTypes(ml_dtypes)
     return _ml
 
 

@@ -45,9 +45,10 @@ def _dontneed() -> int | None:
 def file_mapping(a: np.ndarray) -> tuple[mmap.mmap, int, int] | None:
     """(the mmap a's data lies in, a's offset in it, the mapping's address) where a is a
     read-only view of a memory-mapped file (an external-data initializer), else None."""
-    mmap = sys.modules.get("mmap")
-    if mmap is None:  # (no file is mapped, nor was one ever: mmap was never imported)
+    if "mmap" not in sys.modules:  # (no file is mapped, nor was one ever: never imported)
         return None
+    import mmap  # (the statement: another thread's import of it waits to be done)
+
     base = a
     while isinstance(base, np.ndarray):
         base = base.base
