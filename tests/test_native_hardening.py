@@ -413,3 +413,55 @@ def test_kept_chain_scratch_is_not_counted_when_it_cannot_be_allocated(monkeypat
     assert kept is not None and conv_chain._kept_scratch[0] == before + (1 << 10)  # noqa: SLF001
     del kept
     assert conv_chain._kept_scratch[0] == before  # noqa: SLF001
+
+
+def _grouped_integer_conv_model(op: str, x_channels: int, group: int) -> bytes:
+    """x (uint8 or float32 for the dynamically quantized chain, channels undeclared) -> ``op``
+    with weights [4, 1, 3, 3] and ``group``."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = np.arange(36, dtype=np.uint8).reshape(4, 1, 3, 3)
+    inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.float32(0.1), "s"),
+             numpy_helper.from_array(np.uint8(3), "z")]  # fmt: skip
+    attrs = {"group": group, "pads": [1, 1, 1, 1]}
+    x_type, y_type = TensorProto.UINT8, TensorProto.UINT8
+    if op == "QLinearConv":
+        nodes = [helper.make_node(op, ["x", "s", "z", "w", "s", "z", "s", "z"], ["y"], **attrs)]
+    elif op == "ConvInteger":
+        nodes, y_type = (
+            [helper.make_node(op, ["x", "w", "z", "z"], ["y"], **attrs)],
+            TensorProto.INT32,
+        )
+    else:  # onnxruntime's dynamic quantization: fused to ConvIntegerScaled
+        x_type, y_type = TensorProto.FLOAT, TensorProto.FLOAT
+        nodes = [
+            helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"]),
+            helper.make_node("ConvInteger", ["xq", "w", "xz", "z"], ["acc"], **attrs),
+            helper.make_node("Cast", ["acc"], ["accf"], to=TensorProto.FLOAT),
+            helper.make_node("Mul", ["accf", "xs"], ["y"]),
+        ]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", x_type, ["N", "C", 6, 6])],
+        [helper.make_tensor_value_info("y", y_type, None)], inits,
+    )  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
+
+
+@pytest.mark.parametrize("op", ["QLinearConv", "ConvInteger", "dynamic chain"])
+@pytest.mark.parametrize("x_channels, group", [(4, 2), (2, 4), (8, 4)])
+def test_integer_depthwise_conv_whose_group_is_not_x_channels_is_refused(op, x_channels, group):
+    """Weights [4, 1, 3, 3] (one input channel a group) need x of ``group`` channels. The
+    native int8 depthwise set-up checked only W's shape (and that M is a multiple of x's
+    channels), so a 4-channel x with group 2, or a 2-channel x with group 4, ran as a
+    depthwise conv of x's own channels and returned an output (QLinearConv, ConvInteger, and
+    the bound ConvIntegerScaled of a dynamically quantized model): the numpy path and the
+    float Conv refuse it, and so does every path now."""
+    import onyx
+
+    x = np.full((1, x_channels, 6, 6), 7, np.float32 if op == "dynamic chain" else np.uint8)
+    for level in ("ORT_ENABLE_ALL", "ORT_DISABLE_ALL"):
+        options = onyx.SessionOptions()
+        options.graph_optimization_level = getattr(onyx.GraphOptimizationLevel, level)
+        sess = onyx.InferenceSession(_grouped_integer_conv_model(op, x_channels, group), options)
+        with pytest.raises(onyx.OnyxError):
+            sess.run(None, {"x": x})

@@ -579,6 +579,37 @@ def test_qdq_data_movement_through_a_chain(same):
     assert ops.count("QuantizeLinear") == (1 if same else 2), ops
 
 
+@pytest.mark.parametrize("chain", [False, True])
+def test_qdq_data_movement_leaves_a_q_inside_a_subgraph(chain):
+    """DQ -> Reshape [-> Expand] whose only reader is a QuantizeLinear inside an If branch
+    (it reads the outer value): the movement took that Q as the chain's end and removed it
+    from the outer graph, and the session's creation failed with a raw ValueError ("... is
+    not in graph 'g'"). A Q of another graph ends no chain: nothing moves."""
+    q_then = [
+        helper.make_node("QuantizeLinear", ["e" if chain else "r", "s", "zp"], ["tq"]),
+        helper.make_node("DequantizeLinear", ["tq", "s", "zp"], ["ty"]),
+    ]
+    then_branch = helper.make_graph(q_then, "t", [], [helper.make_tensor_value_info("ty", F, None)])
+    else_branch = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["ey"])], "e", [],
+        [helper.make_tensor_value_info("ey", F, None)],
+    )  # fmt: skip
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s", "zp"], ["q0"]),
+        helper.make_node("DequantizeLinear", ["q0", "s", "zp"], ["d0"]),
+        helper.make_node("Reshape", ["d0", "shape"], ["r"]),
+        *([helper.make_node("Expand", ["r", "shape"], ["e"])] if chain else []),
+        helper.make_node("If", ["c"], ["y"], then_branch=then_branch, else_branch=else_branch),
+    ]
+    inits = [
+        ("s", np.array(0.05, np.float32)),
+        ("zp", np.array(128, np.uint8)),
+        ("shape", np.array([3, 4], np.int64)),
+    ]
+    m = make(nodes, [("x", F, [3, 4]), ("c", TensorProto.BOOL, [])], [("y", F, None)], inits)
+    check(m, {"x": w(3, 4, scale=3), "c": np.array(True)}, tol=0)
+
+
 @pytest.mark.parametrize("mode", ["reflect", "constant", "edge"])
 def test_qdq_pad_moves_and_shape_reads_the_quantized_tensor(mode):
     """DQ -> Pad -> Q at one scale: the Pad runs on the uint8 tensor (a constant 0 pads with the

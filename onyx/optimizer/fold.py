@@ -376,7 +376,9 @@ def _requantized_chain(ctx: PassContext, v: ir.Value, params: tuple):
         chain.append(node)
         v = node.outputs[0]
         node = ctx.single_use(v)
-    if not (is_op(node, "QuantizeLinear") and _qparams(ctx, node) == params):
+    if not is_op(node, "QuantizeLinear") or node.graph is not ctx.graph:
+        return None  # (a Q inside a subgraph reads the outer value: it stays)
+    if _qparams(ctx, node) != params:
         return None
     return chain, node
 

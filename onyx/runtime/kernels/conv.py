@@ -634,6 +634,8 @@ def integer_depthwise_runner(x, w, x_zero_point, w_zero_point, attrs: dict):
     group = attrs["group"]
     if x.ndim != 4 or w.ndim != 4 or w.shape[1] != 1 or group <= 1 or not x.size:
         return None
+    if x.shape[1] != group:  # (W's groups do not cover x: the kernel's error)
+        return None
     if x.dtype not in native.BYTES or w.dtype not in native.BYTES:
         return None
     if x_zero_point is not None and x_zero_point.size != 1:
@@ -696,6 +698,8 @@ def _integer_conv_runner_of(
     K = Cg * math.prod(w.shape[2:])
     if (
         not x.size  # (an empty batch: numpy's empty result)
+        or x.ndim != w.ndim
+        or x.shape[1] != Cg * group  # (W's groups do not cover x: the numpy path's error)
         or x.dtype not in native.BYTES
         or w.dtype not in native.BYTES
         or (x_zero_point is not None and x_zero_point.size != 1)
