@@ -74,12 +74,14 @@ def test_transpose_words_refuses_mismatched_arrays():
 
 
 @needs_native
-def test_transpose_u8_refuses_bad_arguments():
-    """onyx_transpose_u8 checks its sizes, strides and pointers before it touches anything
-    (it trusted them: rows of 2**40 bytes wrote wherever they reached)."""
-    lib = _core.lib
-    src = np.arange(64, dtype=np.uint8).reshape(8, 8)
-    dst = np.zeros((8, 8), np.uint8)
+@pytest.mark.parametrize("entry, dtype", [("u8", np.uint8), ("u32", np.float32)])
+def test_transposes_refuse_bad_arguments(entry, dtype):
+    """onyx_transpose_u8 and _u32 check their sizes, strides and pointers (checks.h) before
+    they touch anything: ONYX_INVALID, the destination unwritten (u8 trusted them: rows of
+    2**40 bytes wrote wherever they reached)."""
+    transpose = getattr(_core.lib, f"onyx_transpose_{entry}")
+    src = np.arange(64, dtype=dtype).reshape(8, 8)
+    dst = np.zeros((8, 8), dtype)
     a, b = src.ctypes.data, dst.ctypes.data
     bad = [
         (a, -1, 8, 8, b, 8),  # negative sizes
@@ -92,10 +94,10 @@ def test_transpose_u8_refuses_bad_arguments():
         (a, 8, 8, 8, None, 8),
     ]
     for args in bad:
-        assert lib.onyx_transpose_u8(*args) == 2, args
+        assert transpose(*args) == 2, args
     assert not dst.any()
-    assert lib.onyx_transpose_u8(None, 0, 8, 8, None, 0) == 0  # (nothing to do)
-    assert lib.onyx_transpose_u8(a, 8, 8, 8, b, 8) == 0
+    assert transpose(None, 0, 8, 8, None, 0) == 0  # (nothing to do)
+    assert transpose(a, 8, 8, 8, b, 8) == 0
     np.testing.assert_array_equal(dst, src.T)
 
 
