@@ -862,32 +862,18 @@ def _known_dims(v) -> tuple | None:
 
 def _group_problem(node: Node, group: int) -> str | None:
     """Why a convolution's ``group`` cannot split its channels as its declared shapes say (X's
-    channels, W's output channels), or None: each kernel would fail on it in its own words,
-    or read past a group. Dims a declaration leaves unknown pass (the kernels check them)."""
+    channels, W's output channels), or None: the kernels' own rule (conv_geometry's, a module
+    of pure arithmetic), dims a declaration leaves unknown passing (the kernels check them)."""
     w_at = _GROUPED_CONVS.get(node.op_type)
     if w_at is None or len(node.inputs) <= w_at:
         return None
+    from .runtime.kernels.conv_geometry import channel_group_problem
+
     x, w = _known_dims(node.inputs[0]), _known_dims(node.inputs[w_at])
     channels = x[1] if x is not None and len(x) > 2 and isinstance(x[1], int) else None
     if w is None or len(w) < 3 or not all(isinstance(d, int) for d in w[:2]):
         w = None
-    if node.op_type == "ConvTranspose":
-        if w is not None and channels is not None and channels != w[0]:
-            return f"X has {channels} channels, W ({list(w)}) takes {w[0]}"
-        channels = w[0] if w is not None else channels
-        if channels is not None and channels % group:
-            return f"group {group} does not divide the {channels} input channels"
-        return None
-    if w is None:
-        return None
-    if w[0] % group:
-        return f"group {group} does not divide W's {w[0]} output channels ({list(w)})"
-    if channels is not None and channels != w[1] * group:
-        return (
-            f"X has {channels} channels, W ({list(w)}) takes {w[1]} per group x group "
-            f"{group} = {w[1] * group}"
-        )
-    return None
+    return channel_group_problem(channels, w, group, node.op_type == "ConvTranspose")
 
 
 _REDUCTIONS = frozenset({"none", "add", "mul", "max", "min"})

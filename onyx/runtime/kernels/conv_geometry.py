@@ -129,18 +129,24 @@ def group_problem(x_shape, w_shape, group, transpose: bool = False) -> str | Non
         return None  # (the geometry names a wrong rank)
     if group < 1:
         return f"group {group} must be at least 1"
-    channels = x_shape[1]
+    return channel_group_problem(x_shape[1], w_shape, group, transpose)
+
+
+def channel_group_problem(channels, w_shape, group: int, transpose: bool) -> str | None:
+    """group_problem's rule for X's channel count and W's shape, either None where unknown
+    (the checker's declared shapes: unknown dims pass, the kernels check them at run)."""
     if transpose:
-        if channels != w_shape[0]:
+        if w_shape is not None and channels is not None and channels != w_shape[0]:
             return f"X has {channels} channels, W {list(w_shape)} takes {w_shape[0]}"
-        return (
-            f"group {group} does not divide the {channels} input channels"
-            if channels % group
-            else None
-        )
+        channels = w_shape[0] if w_shape is not None else channels
+        if channels is not None and channels % group:
+            return f"group {group} does not divide the {channels} input channels"
+        return None
+    if w_shape is None:
+        return None
     if w_shape[0] % group:
         return f"group {group} does not divide W's {w_shape[0]} output channels ({list(w_shape)})"
-    if channels != w_shape[1] * group:
+    if channels is not None and channels != w_shape[1] * group:
         return (
             f"X has {channels} channels, W {list(w_shape)} takes {w_shape[1]} per group x "
             f"group {group} = {w_shape[1] * group}"
