@@ -245,8 +245,11 @@ class InferenceSession(SessionAPI):
         from ..validation import validate
 
         self._model = as_model(source, user="InferenceSession")
-        if entry is not None and not _model_cache(self._options).cacheable(self._model):
-            entry = None
+        if entry is not None:  # (an entry: the options named a cache, model_cache is imported)
+            from . import model_cache
+
+            if not model_cache.cacheable(self._model):
+                entry = None
         warned: list = []
         validate(self._model, "the session's model", warned=warned)
         if warned:
