@@ -395,7 +395,7 @@ def _bind_qlinear_matmul(inputs, attrs, constant):
     a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp = inputs
     if any(v is None for v in inputs) or np.size(a_scale) != 1 or np.size(a_zp) != 1:
         return None
-    if a.dtype not in _BYTE_TYPES or b.dtype not in _BYTE_TYPES or y_zp.dtype not in _BYTE_TYPES:
+    if a.dtype not in native.BYTES or b.dtype not in native.BYTES or y_zp.dtype not in native.BYTES:
         return None
     if min(a.ndim, b.ndim) < 2 or not native.int8_gemm_ok(a.shape[-1]) or not a.size:
         return None
@@ -411,11 +411,8 @@ def _bind_qlinear_matmul(inputs, attrs, constant):
         )
         if run is None:
             return None
-        shape, threads, setting = (
-            a.shape[:-1] + (N,),
-            native.thread_setting(),
-            native.thread_setting,
-        )
+        shape, setting = a.shape[:-1] + (N,), native.thread_setting
+        threads = setting()
 
         def product(a, *params):
             if setting() != threads:  # (the set-up's work split is its thread setting's)
@@ -429,9 +426,6 @@ def _bind_qlinear_matmul(inputs, attrs, constant):
             a, b, za, zb, scale=multiplier, y_zero_point=y_zp
         )
     return None
-
-
-_BYTE_TYPES = (np.dtype(np.uint8), np.dtype(np.int8))
 
 
 @binds(_bind_qlinear_matmul, constants=(1, 2, 4, 5, 6, 7))
