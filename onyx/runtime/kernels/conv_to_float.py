@@ -15,7 +15,6 @@ import math
 import operator
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
 from ..registry import ONYX_DOMAIN, binds, op
 from .conv import (
@@ -25,6 +24,7 @@ from .conv import (
     implicit_integer_conv,
     integer_depthwise_runner,
     under_setting,
+    windows,
 )
 from .derived import derived, frozen, value_key
 
@@ -163,7 +163,6 @@ def _columns(x_shape, w_shape, geo: dict):
     if (kh, kw, sh, sw, top, left, bottom, right) == (1, 1, 1, 1, 0, 0, 0, 0):
         return lambda xc: xc.reshape(rows)  # (the planes as they are)
     padded = (N, C, H + top + bottom, W + left + right)
-    window = (N, C, kh, kw, oh, ow)
 
     def columns(xc):
         if top or left or bottom or right:
@@ -171,9 +170,8 @@ def _columns(x_shape, w_shape, geo: dict):
             xp[:, :, top : top + H, left : left + W] = xc
         else:
             xp = xc
-        s = xp.strides
-        strides = (s[0], s[1], s[2] * dh, s[3] * dw, s[2] * sh, s[3] * sw)
-        return as_strided(xp, window, strides, writeable=False).reshape(rows)
+        view = windows(xp, (oh, ow), (kh, kw), (sh, sw), (dh, dw))  # (N, C, oh, ow, kh, kw)
+        return view.transpose(0, 1, 4, 5, 2, 3).reshape(rows)
 
     return columns
 
