@@ -440,8 +440,7 @@ class Engine:
                 resolved[key] = found
         domain, opset, schema, fn = found
         ctx = NodeContext(self, node, env, schema, opset or 0)
-        known = memo.key(self, node, env, found) if fn is not None else None
-        hit = memo.lookup(known) if known is not None else None
+        known, hit = memo.find(self, node, env, found) if fn is not None else (None, None)
         try:
             if hit is not None:
                 ctx.outputs, ctx.out_data = hit

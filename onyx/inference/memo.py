@@ -44,15 +44,19 @@ HELD = [0]
 DATA: list = [None]
 
 
-def key(engine, node, env: dict, found: tuple) -> tuple | None:
-    """The memo key of ``node``'s inference (None: not remembered, as for a malformed node,
-    whose rule reports what is wrong)."""
+def find(engine, node, env: dict, found: tuple) -> tuple[tuple | None, tuple | None]:
+    """The memo key of ``node``'s inference and what is remembered for it ((output types,
+    output data), fresh copies of the data; None: nothing yet); (None, None) where the node is
+    not remembered, as for a malformed node, whose rule reports what is wrong."""
     try:
         k = _key(engine, node, env, found)
-        hash(k)  # (an attribute built through the API may hold an unhashable value)
+        hit = MEMO.get(k)  # (hashing it: an attribute built through the API may hold an
+        # unhashable value)
     except Exception:  # noqa: BLE001  (e.g. a tensor attribute without a type: the rule says)
-        return None
-    return k
+        return None, None
+    if hit is None:
+        return k, None
+    return k, (dict(hit[0]), {i: _copy(d) for i, d in hit[1].items()})
 
 
 def _key(engine, node, env: dict, found: tuple) -> tuple | None:
@@ -157,14 +161,6 @@ def _data_key(d) -> tuple | None:
     if d.__class__ is np.ndarray:
         return ("array", d.dtype.str, d.shape, d.tobytes())
     return ("dims", tuple(d.dims), d.scalar)
-
-
-def lookup(k: tuple) -> tuple[dict, dict] | None:
-    """(output types, output data) remembered for key ``k``, fresh copies of the data."""
-    hit = MEMO.get(k)
-    if hit is None:
-        return None
-    return dict(hit[0]), {i: _copy(d) for i, d in hit[1].items()}
 
 
 def remember(k: tuple, outputs: dict, out_data: dict, schema) -> None:
