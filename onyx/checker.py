@@ -676,6 +676,19 @@ class _Checker:
         for i, p in enumerate(schema.inputs):
             if p.option == "single" and i < n_in and node.inputs[i] is None:
                 self.report("missing-input", f"required input {p.name!r} is missing", gname, node)
+        if schema.inputs and schema.inputs[-1].option == "variadic":
+            # a variadic input's entries are never optional (onnx's checker lets an empty name
+            # pass; every kernel then fails on it: Sum, Concat, Loop's carried values...)
+            first = len(schema.inputs) - 1
+            for i in range(first, n_in):
+                if node.inputs[i] is None:
+                    self.report(
+                        "missing-input",
+                        f"entry {i - first} of variadic input {schema.inputs[-1].name!r} is "
+                        "omitted ('')",
+                        gname,
+                        node,
+                    )
         for i, p in enumerate(schema.outputs):
             if p.option == "single" and i < n_out and not node.outputs[i].name:
                 self.report("missing-output", f"required output {p.name!r} is missing", gname, node)

@@ -82,6 +82,8 @@ CASES = {
     "sparse_out_of_range": ("sparse-tensor", sparse_out_of_range),
     "cast_to_no_type": ("attribute-value", lambda: model([h.make_node("Cast", ["x"], ["y"], to=-1000)], [vi("x")], [vi("y")])),
     "conv_without_weights": ("missing-input", lambda: model([h.make_node("Conv", ["x", ""], ["y"])], [vi("x", shape=(1, 1, 4, 4))], [vi("y", shape=None)])),
+    "sum_with_an_omitted_entry": ("missing-input", lambda: model([h.make_node("Sum", ["x", "", "x"], ["y"])], [vi("x")], [vi("y")])),
+    "concat_with_an_omitted_entry": ("missing-input", lambda: model([h.make_node("Concat", ["", "x"], ["y"], axis=0)], [vi("x")], [vi("y", shape=None)])),
     "cycle": ("cycle", lambda: model([h.make_node("Add", ["x", "b"], ["a"]), h.make_node("Relu", ["a"], ["b"])], [vi("x")], [vi("a")])),
     "lstm_hidden_size_float": ("attribute-type", lambda: model([h.make_node("LSTM", ["x", "w", "r"], ["y"], hidden_size=2.5)], [vi("x", shape=(1, 1, 4)), vi("w", shape=(1, 8, 4)), vi("r", shape=(1, 8, 2))], [vi("y", shape=None)])),
     "shape_start_list": ("attribute-type", lambda: model([h.make_node("Shape", ["x"], ["y"], start=[1, 2])], [vi("x")], [vi("y", T.INT64, None)])),
