@@ -160,6 +160,30 @@ def test_a_ragged_feed_is_an_invalid_argument():
         onyx.InferenceSession(data).run(None, {"x": [[1, 2], [3]]})
 
 
+F32 = np.float32
+SHAPE_ERRORS = {
+    "col2im_blocks": ("Col2Im", {"x": np.ones((1, 4, 5), F32), "i": np.array([3, 3]), "b": np.array([2, 2])}, r"Col2Im: input \[1, 4, 5\] must be \[N, C \* 4, 4\]"),
+    "col2im_block_of_zero": ("Col2Im", {"x": np.ones((1, 4, 4), F32), "i": np.array([3, 3]), "b": np.array([0, 2])}, "Col2Im: input"),
+    "grid_sample_coordinates": ("GridSample", {"x": np.ones((1, 1, 4, 4), F32), "g": np.ones((1, 2, 2, 3), F32)}, r"grid is \[1, 2, 2, 3\].* must be \[1, <2 output sizes>, 2\]"),
+    "grid_sample_batch": ("GridSample", {"x": np.ones((1, 1, 4, 4), F32), "g": np.ones((2, 2, 2, 2), F32)}, "GridSample: grid is"),
+    "affine_grid_theta": ("AffineGrid", {"t": np.ones((1, 3, 3), F32), "s": np.array([1, 1, 4, 4])}, r"theta of shape \[N, 2, 3\].*theta is \[1, 3, 3\]"),
+    "affine_grid_size": ("AffineGrid", {"t": np.ones((1, 2, 3), F32), "s": np.array([1, 1, 4])}, r"AffineGrid: size \[1, 1, 4\]"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(SHAPE_ERRORS))
+def test_shape_errors_say_what_the_op_needs(name):
+    """Not numpy's words ("cannot reshape array of size 6 into shape (1,1,2,2)", a matmul
+    gufunc signature): the input the op needed, in the node's RuntimeFailure."""
+    op, feeds, message = SHAPE_ERRORS[name]
+    feeds = {k: v.astype(np.int64) if v.dtype.kind == "i" else v for k, v in feeds.items()}
+    elem = {np.dtype(np.float32): T.FLOAT, np.dtype(np.int64): T.INT64}
+    inputs = [vi(k, elem[v.dtype], None) for k, v in feeds.items()]
+    data = model([h.make_node(op, list(feeds), ["y"])], inputs, [vi("y", shape=None)], opset=20)
+    with pytest.raises(onyx.RuntimeFailure, match=message):
+        onyx.InferenceSession(data).run(None, feeds)
+
+
 @pytest.mark.parametrize(
     "channels, group, per_channel", [(3, 1, False), (2, 1, True), (2, 2, False)]
 )

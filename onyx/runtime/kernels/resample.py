@@ -625,6 +625,12 @@ def _grid_taps(x, size, mode, padding_mode, align_corners):
 
 
 def _grid_sample(X, grid, mode, padding_mode, align_corners):
+    r = X.ndim - 2
+    if grid.ndim != X.ndim or grid.shape[0] != X.shape[0] or grid.shape[-1] != r:
+        raise ValueError(
+            f"GridSample: grid is {list(grid.shape)}; for X {list(X.shape)} it must be "
+            f"[{X.shape[0]}, <{r} output sizes>, {r}]"
+        )
     ct = compute_dtype(X.dtype)
     x = X.astype(ct, copy=False)
     N, C = x.shape[:2]
@@ -687,6 +693,11 @@ def affine_grid(theta, size, *, align_corners=0):
     dims = [int(s) for s in size.reshape(-1)]
     spatial = dims[2:]
     r = len(spatial)
+    if r not in (2, 3) or theta.shape != (dims[0], r, r + 1):
+        raise ValueError(
+            f"AffineGrid: size {dims} needs theta of shape [N, 2, 3] (size [N, C, H, W]) or "
+            f"[N, 3, 4] (size [N, C, D, H, W]) with N = size[0]; theta is {list(theta.shape)}"
+        )
     ct = compute_dtype(theta.dtype)
     axes = [_base_coords(n, align_corners) for n in spatial]  # (D,) H, W
     mesh = np.meshgrid(*axes, indexing="ij")
@@ -709,11 +720,24 @@ def col2im(input, image_shape, block_shape, *, dilations=None, pads=None, stride
     pads = list(pads) if pads else [0] * (2 * n)
     N = input.shape[0]
     K = math.prod(block)
-    C = input.shape[1] // K
     blocks = [
         (image[i] + pads[i] + pads[n + i] - dilations[i] * (block[i] - 1) - 1) // strides[i] + 1
         for i in range(n)
     ]
+    if (
+        input.ndim != 3
+        or len(block) != n
+        or K < 1
+        or input.shape[1] % K
+        or input.shape[2] != math.prod(blocks)
+        or min(blocks) < 0
+    ):
+        raise ValueError(
+            f"Col2Im: input {list(input.shape)} must be [N, C * {K}, {math.prod(blocks)}]: "
+            f"block_shape {block} gives {K} values a block, and image_shape {image} (with the "
+            f"pads, dilations and strides) {blocks} = {math.prod(blocks)} blocks"
+        )
+    C = input.shape[1] // K
     cols = input.reshape((N, C, K, *blocks))
     padded = [image[i] + pads[i] + pads[n + i] for i in range(n)]
     y = np.zeros((N, C, *padded), dtype=input.dtype)
