@@ -284,3 +284,24 @@ def test_dropout_mask_type_follows_the_opset(opset, mask_type):
     sess = onyx.InferenceSession(m.SerializeToString())
     y, mask = sess.run(None, {"x": np.ones((2, 3), np.float32)})
     assert mask.dtype == (np.float32 if opset == 9 else np.bool_)
+
+
+def test_dequantize_of_a_float8e8m0_scale_is_float32_without_output_dtype():
+    """DequantizeLinear-24 takes a float8e8m0 scale, but its output cannot be float8e8m0: the
+    rule and the kernel agree on float32 (the rule said float8e8m0, and the run refused the
+    kernel's float32 output as a type mismatch)."""
+    from onyx import helper as oh
+
+    scale = oh.make_tensor("s", onyx.ir.DataType.FLOAT8E8M0, [], vals=[2.0])
+    node = oh.make_node("DequantizeLinear", ["x", "s"], ["y"])
+    graph = oh.make_graph(
+        [node], "g", [oh.make_tensor_value_info("x", 3, [3])],
+        [oh.make_tensor_value_info("y", 1, None)], initializer=[scale],
+    )  # fmt: skip
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 24)])
+    inferred = onyx.infer_shapes(model)
+    assert inferred.graph.outputs[0].type.elem_type == onyx.ir.DataType.FLOAT
+    y = onyx.InferenceSession(onyx.serde.dumps(model)).run(
+        None, {"x": np.array([1, -2, 3], np.int8)}
+    )
+    assert y[0].dtype == np.float32 and y[0].tolist() == [2.0, -4.0, 6.0]

@@ -262,7 +262,12 @@ def quantize_linear(ctx: NodeContext) -> None:
 @rule("DequantizeLinear")
 def dequantize_linear(ctx: NodeContext) -> None:
     dt = ctx.attr("output_dtype", 0)
-    ctx.set(0, DataType(dt) if dt else ctx.dtype(1) or DataType.FLOAT, ctx.shape(0))
+    scale = ctx.dtype(1)
+    if not dt and scale == DataType.FLOAT8E8M0:
+        # (the output cannot be float8e8m0, which only scales: the spec does not say what it is
+        # then; onyx's kernel, as it multiplies, gives float32)
+        scale = DataType.FLOAT
+    ctx.set(0, DataType(dt) if dt else scale or DataType.FLOAT, ctx.shape(0))
 
 
 @rule("DynamicQuantizeLinear")
