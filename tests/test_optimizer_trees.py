@@ -181,3 +181,46 @@ def test_alike_chain_nodes_share_a_binding_and_only_those():
     assert _bound(node(), opsets, steps) is not first
     x = np.array([-2.0, 3.0], np.float32)
     assert _bound(node(alpha=0.5), opsets, steps).call([x])[0].tolist() == [-1.0, 3.0]
+
+
+def _forest_own_constants(consts) -> bytes:
+    """One tree per constant, each followed by Log(Max(y, 1)) * its own constant c_t."""
+    nodes, outs = [], []
+    inits = [h.make_tensor("one", FLOAT, [1], [1.0])]
+    for t, c in enumerate(consts):
+        inits.append(h.make_tensor(f"c{t}", FLOAT, [1], [c]))
+        nodes += [
+            _tree(f"tree{t}", "x", f"leaf{t}", [1.0 + t, 2.5 * t + 0.25, 7.0 - t]),
+            h.make_node("Max", [f"leaf{t}", "one"], [f"m{t}"]),
+            h.make_node("Log", [f"m{t}"], [f"l{t}"]),
+            h.make_node("Mul", [f"l{t}", f"c{t}"], [f"d{t}"]),
+        ]
+        outs.append(f"d{t}")
+    nodes.append(h.make_node("Sum", outs, ["y"]))
+    return _model(nodes, inits)
+
+
+def test_chains_with_constants_of_their_own_keep_them():
+    """Alike chains run together only where their constants are alike: each tree's own c
+    (three of one value, two of others) goes into its own weights."""
+    fused, unfused = _sessions(_forest_own_constants([2.0, 2.0, 3.0, -0.0, 2.0]))
+    assert _ops(fused) == ["TreeEnsembleRegressor"]
+    x = _rows(50)
+    np.testing.assert_array_equal(fused.run(None, {"x": x})[0], unfused.run(None, {"x": x})[0])
+
+
+def test_alike_chains_call_each_kernel_once(monkeypatch):
+    """The chains of an IsolationForest's trees are alike: each of their nodes' kernels runs
+    once on all the trees' leaf weights, not once a tree."""
+    from onyx.runtime import bind as bind_module
+
+    calls: list[str] = []
+    real = bind_module.Step.call
+
+    def counted(self, args, frame=None):
+        calls.append(self.node.op_type)
+        return real(self, args, frame)
+
+    monkeypatch.setattr(bind_module.Step, "call", counted)
+    onyx.optimize(onyx.loads(_forest(6)))
+    assert calls.count("Log") == 1 and calls.count("Mul") == 1
