@@ -224,3 +224,46 @@ def test_alike_chains_call_each_kernel_once(monkeypatch):
     monkeypatch.setattr(bind_module.Step, "call", counted)
     onyx.optimize(onyx.loads(_forest(6)))
     assert calls.count("Log") == 1 and calls.count("Mul") == 1
+
+
+def test_trees_reading_alike_gathers_become_one_ensemble_without_cse():
+    """skl2onnx gives each tree its own Gather of the same columns: alike nodes on the same
+    inputs, so the trees read one value and the Sum is merged in the first round (common
+    subexpression elimination off: the Sum fusion alone sees it)."""
+    nodes, outs = [], []
+    inits = [h.make_tensor("cols", TensorProto.INT64, [2], [1, 0])]
+    for t in range(4):
+        w = [1.0 + t, 2.5 * t + 0.25, 7.0 - t]
+        nodes += [
+            h.make_node("Gather", ["x", "cols"], [f"g{t}"], axis=1),
+            _tree(f"tree{t}", f"g{t}", f"d{t}", w),
+        ]
+        outs.append(f"d{t}")
+    nodes.append(h.make_node("Sum", outs, ["y"]))
+    model = _model(nodes, inits)
+    so = onyx.SessionOptions()
+    so.disabled_optimizers = ["CommonSubexpressionElimination"]
+    fused = onyx.InferenceSession(model, so)
+    assert _ops(fused) == ["Gather", "TreeEnsembleRegressor"]
+    unfused = onyx.SessionOptions()
+    unfused.disabled_optimizers = ["TreeSumFusion", "CommonSubexpressionElimination"]
+    x = _rows(30)
+    want = onyx.InferenceSession(model, unfused).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(fused.run(None, {"x": x})[0], want)
+
+
+def test_trees_reading_gathers_of_other_columns_stay_apart():
+    nodes, outs = [], []
+    inits = [
+        h.make_tensor("a", TensorProto.INT64, [2], [1, 0]),
+        h.make_tensor("b", TensorProto.INT64, [2], [0, 1]),
+    ]
+    for t, cols in enumerate("ab"):
+        nodes += [
+            h.make_node("Gather", ["x", cols], [f"g{t}"], axis=1),
+            _tree(f"tree{t}", f"g{t}", f"d{t}"),
+        ]
+        outs.append(f"d{t}")
+    nodes.append(h.make_node("Sum", outs, ["y"]))
+    fused = onyx.InferenceSession(_model(nodes, inits))
+    assert _ops(fused).count("TreeEnsembleRegressor") == 2 and "Sum" in _ops(fused)

@@ -18,7 +18,8 @@ Chains laid out alike (the same ops, attributes and constants: an IsolationFores
 run together, each kernel once on all their trees' probes, a LabelEncoder (each tree's own
 table) on each tree's part: the elementwise kernels give each element its own result.
 
-``TreeSumFusion``: Sum(y_1, ..., y_k) of such regressors' outputs, all reading one input and
+``TreeSumFusion``: Sum(y_1, ..., y_k) of such regressors' outputs, all reading one input (or
+outputs of alike nodes on the same inputs: each tree's own Gather of the same columns) and
 read by the Sum alone, is one regressor holding every tree, numbered in the Sum's order: the
 ensemble adds its trees' float32 weights tree after tree, as Sum adds its inputs, to the bit.
 
@@ -502,25 +503,54 @@ def tree_sum_fusion(ctx: PassContext) -> bool:
             continue
         merged = _merged(trees)
         merged.name = ctx.fresh_name(node.name or "trees")
+        read = trees[0].inputs[0]
+        feeders = {id(p): p for t in trees if (p := t.inputs[0].producer) is not None}
         ctx.replace_nodes(node, merged, dead=trees)
         for tree in trees:
             _unlink(tree)
+        # (the alike nodes feeding the other trees, unread now: gone before the passes between
+        # work on them, as the chains are)
+        feeders.pop(id(read.producer), None)
+        _remove_unread(ctx, list(feeders.values()), {id(v) for v in ctx.graph.outputs})
         ctx.count(SUM_PASS)
         changed = True
     return changed
 
 
 def _one_input(trees: list) -> bool:
-    """Whether ``trees`` are all regressors of one output reading one value, the same."""
+    """Whether ``trees`` are all regressors of one output reading one value, or values nodes
+    alike compute from the same inputs (skl2onnx gives each tree of an IsolationForest its own
+    Gather of the same columns: merged here, the 100 trees are one node before the other
+    passes see them, not after common-subexpression elimination has merged the Gathers)."""
     first = None
     for t in trees:
         if t is None or t.op_type != "TreeEnsembleRegressor" or len(t.outputs) != 1:
             return False
         inputs = t.inputs
-        if len(inputs) != 1 or inputs[0] is None or (first is not None and inputs[0] is not first):
+        if len(inputs) != 1 or inputs[0] is None:
             return False
-        first = inputs[0]
+        if first is None:
+            first = inputs[0]
+        elif inputs[0] is not first and not _alike(inputs[0], first):
+            return False
     return True
+
+
+def _alike(a: ir.Value, b: ir.Value) -> bool:
+    """Whether ``a`` and ``b`` are the same output of nodes of one deterministic op, with the
+    same inputs and the same scalar attributes (so the same values)."""
+    p, q = a.producer, b.producer
+    if p is None or q is None or a.index != b.index:
+        return False
+    if p.op_type != q.op_type or p.domain != q.domain or p.overload != q.overload:
+        return False
+    ins, other = p.inputs, q.inputs
+    if len(ins) != len(other) or any(x is not y for x, y in zip(ins, other)):
+        return False
+    if len(p.outputs) != len(q.outputs):
+        return False
+    key = _attr_key(p)
+    return key is not None and key == _attr_key(q) and traits(p.op_type, p.domain).deterministic
 
 
 #: Per-node and per-target lists, concatenated over the trees merged.
