@@ -174,6 +174,8 @@ def tree_leaf_function_fusion(ctx: PassContext) -> bool:
             "target_weights", ir.AttrType.FLOATS, table.tolist()
         )
         ctx.replace_nodes(out.producer, node)
+        # (one tree still, of these weights: TreeSumFusion, next, need not check it again)
+        ctx.memo[(LEAF_PASS, id(node))] = (node, node.attributes, table.size)
         ctx.count(LEAF_PASS)
     for chain in fused:  # gone now, not left to dead-code elimination: the passes between
         _remove_unread(ctx, [chain.tree, *chain.nodes], look.outputs)  # would work on 2,700
@@ -499,7 +501,9 @@ def tree_sum_fusion(ctx: PassContext) -> bool:
             continue
         if any(ctx.is_output(t.outputs[0]) or t.outputs[0].use_count() != 1 for t in trees):
             continue
-        if any(_one_tree(t) is None for t in trees) or not _mergeable(trees):
+        if any(not _known_tree(ctx, t) and _one_tree(t) is None for t in trees):
+            continue
+        if not _mergeable(trees):
             continue
         merged = _merged(trees)
         merged.name = ctx.fresh_name(node.name or "trees")
@@ -515,6 +519,18 @@ def tree_sum_fusion(ctx: PassContext) -> bool:
         ctx.count(SUM_PASS)
         changed = True
     return changed
+
+
+def _known_tree(ctx: PassContext, tree: ir.Node) -> bool:
+    """Whether TreeLeafFunctionFusion made ``tree`` (from a one-tree regressor, its
+    attributes as it left them), so that it is one tree (_one_tree) without a second look."""
+    known = ctx.memo.get((LEAF_PASS, id(tree)))
+    return (
+        known is not None
+        and known[0] is tree
+        and known[1] is tree.attributes
+        and len(tree.attributes["target_weights"].value) == known[2]
+    )
 
 
 def _one_input(trees: list) -> bool:
