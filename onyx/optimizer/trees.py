@@ -187,7 +187,12 @@ def _remove_unread(ctx: PassContext, nodes: list[ir.Node], outputs: set[int]) ->
     (``outputs``: the ids of the graph's outputs)."""
     g = ctx.graph
     for node in reversed(nodes):
-        if node.graph is g and not any(v.has_uses() or id(v) in outputs for v in node.outputs):
+        if node.graph is not g:
+            continue
+        for v in node.outputs:
+            if v.has_uses() or id(v) in outputs:
+                break
+        else:
             g.remove(node, safe=False)  # (checked just now)
             _unlink(node)
 
