@@ -267,3 +267,29 @@ def test_trees_reading_gathers_of_other_columns_stay_apart():
     nodes.append(h.make_node("Sum", outs, ["y"]))
     fused = onyx.InferenceSession(_model(nodes, inits))
     assert _ops(fused).count("TreeEnsembleRegressor") == 2 and "Sum" in _ops(fused)
+
+
+def test_chains_whose_lookups_give_other_types_are_taken_one_by_one():
+    """Two chains alike but for their LabelEncoders' value types (floats, int64s): run
+    together, their lookups' results would meet in one array of doubles, and 2**54 + 2**30 + 1
+    would reach float32 through a double (2**54, a tie rounded to even) instead of directly
+    (2**54 + 2**31)."""
+    big = 2**54 + 2**30 + 1
+    nodes, outs = [], []
+    for t, values in enumerate(
+        [{"values_floats": [0.5, 1.5, 2.5]}, {"values_int64s": [big, 7, big]}]
+    ):
+        nodes += [
+            _tree(f"tree{t}", "x", f"leaf{t}"),
+            h.make_node("Cast", [f"leaf{t}"], [f"i{t}"], to=TensorProto.INT64),
+            h.make_node(
+                "LabelEncoder", [f"i{t}"], [f"v{t}"], domain=ML, keys_int64s=[1, 2, 3], **values
+            ),
+            h.make_node("Cast", [f"v{t}"], [f"d{t}"], to=FLOAT),
+        ]
+        outs.append(f"d{t}")
+    nodes.append(h.make_node("Sum", outs, ["y"]))
+    fused, unfused = _sessions(_model(nodes, []))
+    assert _ops(fused) == ["TreeEnsembleRegressor"]
+    x = _rows(40)
+    np.testing.assert_array_equal(fused.run(None, {"x": x})[0], unfused.run(None, {"x": x})[0])

@@ -389,7 +389,7 @@ def _const_arg(ctx: PassContext, node: ir.Node, i: int, arg):
 
 def _each_chain(ctx, group, j: int, args: list, bounds: list, opsets) -> np.ndarray | None:
     """Node j of each chain of ``group`` run on its chain's rows of ``args``, the results
-    concatenated; None unless each has one row per probe element."""
+    concatenated; None unless each has one row per probe element, all of one type."""
     outs = []
     for t, chain in enumerate(group):
         node = chain.nodes[j]
@@ -400,8 +400,8 @@ def _each_chain(ctx, group, j: int, args: list, bounds: list, opsets) -> np.ndar
             ctx.const(node.inputs[i]) if type(a) is tuple else a[lo:hi] for i, a in enumerate(args)
         ]
         y = _one_row_each(bind(node, opsets).call(mine)[0], hi - lo)
-        if y is None:
-            return None
+        if y is None or (outs and y.dtype != outs[0].dtype):
+            return None  # (of another type: concatenated, it would change the next nodes')
         outs.append(y)
     return np.concatenate(outs)
 
