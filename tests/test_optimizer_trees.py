@@ -181,3 +181,115 @@ def test_alike_chain_nodes_share_a_binding_and_only_those():
     assert _bound(node(), opsets, steps) is not first
     x = np.array([-2.0, 3.0], np.float32)
     assert _bound(node(alpha=0.5), opsets, steps).call([x])[0].tolist() == [-1.0, 3.0]
+
+
+def _forest_own_constants(consts) -> bytes:
+    """One tree per constant, each followed by Log(Max(y, 1)) * its own constant c_t."""
+    nodes, outs = [], []
+    inits = [h.make_tensor("one", FLOAT, [1], [1.0])]
+    for t, c in enumerate(consts):
+        inits.append(h.make_tensor(f"c{t}", FLOAT, [1], [c]))
+        nodes += [
+            _tree(f"tree{t}", "x", f"leaf{t}", [1.0 + t, 2.5 * t + 0.25, 7.0 - t]),
+            h.make_node("Max", [f"leaf{t}", "one"], [f"m{t}"]),
+            h.make_node("Log", [f"m{t}"], [f"l{t}"]),
+            h.make_node("Mul", [f"l{t}", f"c{t}"], [f"d{t}"]),
+        ]
+        outs.append(f"d{t}")
+    nodes.append(h.make_node("Sum", outs, ["y"]))
+    return _model(nodes, inits)
+
+
+def test_chains_with_constants_of_their_own_keep_them():
+    """Alike chains run together only where their constants are alike: each tree's own c
+    (three of one value, two of others) goes into its own weights."""
+    fused, unfused = _sessions(_forest_own_constants([2.0, 2.0, 3.0, -0.0, 2.0]))
+    assert _ops(fused) == ["TreeEnsembleRegressor"]
+    x = _rows(50)
+    np.testing.assert_array_equal(fused.run(None, {"x": x})[0], unfused.run(None, {"x": x})[0])
+
+
+def test_alike_chains_call_each_kernel_once(monkeypatch):
+    """The chains of an IsolationForest's trees are alike: each of their nodes' kernels runs
+    once on all the trees' leaf weights, not once a tree."""
+    from onyx.runtime import bind as bind_module
+
+    calls: list[str] = []
+    real = bind_module.Step.call
+
+    def counted(self, args, frame=None):
+        calls.append(self.node.op_type)
+        return real(self, args, frame)
+
+    monkeypatch.setattr(bind_module.Step, "call", counted)
+    onyx.optimize(onyx.loads(_forest(6)))
+    assert calls.count("Log") == 1 and calls.count("Mul") == 1
+
+
+def test_trees_reading_alike_gathers_become_one_ensemble_without_cse():
+    """skl2onnx gives each tree its own Gather of the same columns: alike nodes on the same
+    inputs, so the trees read one value and the Sum is merged in the first round (common
+    subexpression elimination off: the Sum fusion alone sees it)."""
+    nodes, outs = [], []
+    inits = [h.make_tensor("cols", TensorProto.INT64, [2], [1, 0])]
+    for t in range(4):
+        w = [1.0 + t, 2.5 * t + 0.25, 7.0 - t]
+        nodes += [
+            h.make_node("Gather", ["x", "cols"], [f"g{t}"], axis=1),
+            _tree(f"tree{t}", f"g{t}", f"d{t}", w),
+        ]
+        outs.append(f"d{t}")
+    nodes.append(h.make_node("Sum", outs, ["y"]))
+    model = _model(nodes, inits)
+    so = onyx.SessionOptions()
+    so.disabled_optimizers = ["CommonSubexpressionElimination"]
+    fused = onyx.InferenceSession(model, so)
+    assert _ops(fused) == ["Gather", "TreeEnsembleRegressor"]
+    unfused = onyx.SessionOptions()
+    unfused.disabled_optimizers = ["TreeSumFusion", "CommonSubexpressionElimination"]
+    x = _rows(30)
+    want = onyx.InferenceSession(model, unfused).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(fused.run(None, {"x": x})[0], want)
+
+
+def test_trees_reading_gathers_of_other_columns_stay_apart():
+    nodes, outs = [], []
+    inits = [
+        h.make_tensor("a", TensorProto.INT64, [2], [1, 0]),
+        h.make_tensor("b", TensorProto.INT64, [2], [0, 1]),
+    ]
+    for t, cols in enumerate("ab"):
+        nodes += [
+            h.make_node("Gather", ["x", cols], [f"g{t}"], axis=1),
+            _tree(f"tree{t}", f"g{t}", f"d{t}"),
+        ]
+        outs.append(f"d{t}")
+    nodes.append(h.make_node("Sum", outs, ["y"]))
+    fused = onyx.InferenceSession(_model(nodes, inits))
+    assert _ops(fused).count("TreeEnsembleRegressor") == 2 and "Sum" in _ops(fused)
+
+
+def test_chains_whose_lookups_give_other_types_are_taken_one_by_one():
+    """Two chains alike but for their LabelEncoders' value types (floats, int64s): run
+    together, their lookups' results would meet in one array of doubles, and 2**54 + 2**30 + 1
+    would reach float32 through a double (2**54, a tie rounded to even) instead of directly
+    (2**54 + 2**31)."""
+    big = 2**54 + 2**30 + 1
+    nodes, outs = [], []
+    for t, values in enumerate(
+        [{"values_floats": [0.5, 1.5, 2.5]}, {"values_int64s": [big, 7, big]}]
+    ):
+        nodes += [
+            _tree(f"tree{t}", "x", f"leaf{t}"),
+            h.make_node("Cast", [f"leaf{t}"], [f"i{t}"], to=TensorProto.INT64),
+            h.make_node(
+                "LabelEncoder", [f"i{t}"], [f"v{t}"], domain=ML, keys_int64s=[1, 2, 3], **values
+            ),
+            h.make_node("Cast", [f"v{t}"], [f"d{t}"], to=FLOAT),
+        ]
+        outs.append(f"d{t}")
+    nodes.append(h.make_node("Sum", outs, ["y"]))
+    fused, unfused = _sessions(_model(nodes, []))
+    assert _ops(fused) == ["TreeEnsembleRegressor"]
+    x = _rows(40)
+    np.testing.assert_array_equal(fused.run(None, {"x": x})[0], unfused.run(None, {"x": x})[0])
