@@ -376,6 +376,27 @@ def test_channel_vectors_match_reference(case, cv_calls):
                                    rtol=1e-4, atol=1e-4)  # fmt: skip
 
 
+#: Small planes of whole 16-pixel rows: a kernel wider than 1x1 takes pixel vectors there (no
+#: lane idle, no (tap, channel) rows packed per block), a 1x1 still channel vectors (read in
+#: place). (N, C, H, W, M, kernel, stride, dilation, pads), then the layout expected.
+WHOLE_ROW_CASES = [
+    ((1, 64, 16, 16, 32, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1)), 0),  # a U-Net's 16x16 layer
+    ((2, 20, 8, 16, 12, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1)), 0),  # two images, a partial panel
+    ((1, 24, 16, 16, 16, (1, 1), (1, 1), (1, 1), (0, 0, 0, 0)), 1),  # 1x1: read in place
+    ((1, 24, 13, 13, 16, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1)), 1),  # 13-wide rows: lanes idle
+]
+
+
+@pytest.mark.parametrize(("case", "layout"), WHOLE_ROW_CASES)
+def test_planes_of_whole_vector_rows_take_pixel_vectors(case, layout, cv_calls):
+    x, w, b = _arrays(case, 31)
+    want = _reference_strided(x, w, b, *case[6:])
+    for _ in range(2):  # (the second call runs the kept set-up)
+        got = conv_kernels.conv(x, w, b, **_cv_attrs(case))
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert cv_calls == [layout, layout]
+
+
 @pytest.mark.parametrize("activation", ["Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh"])
 @pytest.mark.parametrize("case", [CV_CASES[1], CV_CASES[4]])
 def test_channel_vectors_fuse_residual_and_activation(activation, case, cv_calls):
