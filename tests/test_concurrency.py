@@ -614,7 +614,7 @@ def test_an_interrupt_as_the_wait_begins_leaves_nothing_behind(monkeypatch, hand
     turn = concurrency._Turn()  # noqa: SLF001
     turn.owner, turn.depth = -1, 1  # (another thread's run in progress)
 
-    def interrupted(turn, entry):
+    def interrupted(turn, entry, passing=None):
         if handed_over:
             turn.queue.remove(entry)
             turn.owner, entry.cores = entry.thread, {0, 1}
@@ -753,3 +753,57 @@ def test_a_holders_runs_tell_turn_c_their_start_and_end(monkeypatch):
         with turn.guard:
             turn.queue.clear()
             turn.owner, turn.depth = None, 0
+
+
+@needs_native_bells
+def test_turn_c_pass_rings_the_next_holder_then_waits():
+    """turn.c's pass: the handed waiter's word is rung (and stays rung), then the caller
+    waits on its own word as turn.c's wait does (here until its time, not being the first)."""
+    import array
+
+    passes = concurrency._turn_pass  # noqa: SLF001
+    assert passes is not None
+    handed, word = array.array("i", (0,)), array.array("i", (0,))
+    state = array.array("d", (1.0, 0.0, 0.0))
+    h, w, s = (a.buffer_info()[0] for a in (handed, word, state))
+    assert passes(h, w, s, 2.0, 0.001, 0.005, time.monotonic() + 0.02) == 0  # (TIMED_OUT)
+    assert handed[0] == concurrency.RUNG and word[0] == 0
+    assert passes(h, w, s, 2.0, 0.001, 0.005, time.monotonic() + 0.02) == 0  # (rung twice)
+    assert handed[0] == concurrency.RUNG
+
+
+@needs_native_bells
+def test_a_holder_past_its_slice_rings_the_next_holder_as_its_own_wait_begins(monkeypatch):
+    """The holder whose slice is over hands the turn over as its next run starts and queues:
+    the next holder is rung by turn.c's pass, once this thread has let the GIL go, not from
+    Python before it queues (it woke then to fight for the GIL, slept on it, and was woken
+    again). The waiter handed the turn is the one rung, and the holder then waits."""
+    monkeypatch.setattr(concurrency, "_leaving", threading.local())  # (no streaks to end)
+    rung, passed = [], []
+    monkeypatch.setattr(concurrency._Waiter, "ring", lambda self: rung.append(self))  # noqa: SLF001
+    turn = concurrency._Turn()  # noqa: SLF001
+
+    def handed_back():  # (as if handed back at once: the holder's wait ends)
+        with turn.guard:
+            turn.queue.clear()
+            turn.owner, turn.depth = threading.get_ident(), 1
+        return 1
+
+    def passes(handed, word, *args):
+        passed.append(handed)
+        return handed_back()
+
+    monkeypatch.setattr(concurrency, "_turn_pass", passes)
+    monkeypatch.setattr(concurrency, "_turn_wait", lambda *args: handed_back())
+    monkeypatch.setattr(concurrency, "_bind", lambda thread, core: None)
+    turn.acquire()
+    turn.release()
+    entry = concurrency._Waiter(-5)  # noqa: SLF001  (a thread that never looks)
+    with turn.guard:
+        turn.queue.append(entry)
+        turn._publish()  # noqa: SLF001
+    turn.spent = 1e9  # (its slice over: the next run hands the turn over)
+    turn.acquire()
+    assert passed == [entry.address] and rung == []
+    assert turn.counts[0] == 1 and not turn.queue
+    turn.release()

@@ -35,7 +35,11 @@ Where the native library has turn.c (Linux), waiters sleep there on a futex, wit
 and the first of them watches the holder through a few shared numbers: it comes back to
 Python only when the turn is handed to it or the holder has had no run in progress for
 IDLE_SECONDS. Each look and nudge of a waiter sleeping on a Python lock took the GIL from the
-holder and ran the waiter's Python with cold caches (as many nudges as hand-overs). Watched
+holder and ran the waiter's Python with cold caches (as many nudges as hand-overs). A holder
+whose slice is over hands the turn over as its next run starts and queues behind the others:
+turn.c rings the next holder as the old one's wait begins, the GIL let go (``_turn_pass``),
+so that it wakes once, to a free GIL (rung from Python, it woke to a GIL still held, slept on
+it and was woken again: about 15 futex calls a hand-over, 9 now). Watched
 that way, a holder that stops calling loses the turn within milliseconds whatever its slice,
 so a slice is counted in its runs' time (their sessions' ``Pace``), RUN_SLICES slices long,
 with a wall-clock bound of WALL_SLICES slices: other processes stretching the runs no longer
@@ -339,17 +343,20 @@ class _Turn:
                 self._take(me)  # (free, or left by a thread whose slice is over or idle)
                 self.spent, self.core = cost, _core()
                 return
+            passing = None  # (a waiter handed the turn, rung as this thread's wait begins)
             if self.owner == me:  # its slice is over and others wait: queue behind them
-                self._hand_over()
+                passing = self._hand_over(ring=False)
             elif not self.depth and _now() - self.released >= IDLE_SECONDS:
-                self._hand_over()  # (its holder has stopped calling: the first waiter's turn)
+                passing = self._hand_over(ring=False)  # (its holder has stopped calling)
             entry = _Waiter(me)
             self.queue.append(entry)
             if _turn_wait is not None:
                 self._publish()
         try:
-            self._wait(entry)
+            self._wait(entry, passing)
         except BaseException:  # (no run began: the streak does not count it)
+            if passing is not None:  # (interrupted before its wait rang it; rung twice: no harm)
+                passing.ring()
             mine.nested -= 1
             # (an interrupt as _wait begins, before its own handler: the same, done here)
             self._leave(entry)
@@ -392,11 +399,15 @@ class _Turn:
         self.owner, self.depth = me, 1
         self._new_slice()
 
-    def _hand_over(self) -> None:
-        """Give the turn to the first waiter, or to nobody (under ``guard``)."""
+    def _hand_over(self, ring: bool = True) -> _Waiter | None:
+        """Give the turn to the first waiter, or to nobody (under ``guard``). With ``ring``
+        false and turn.c, the waiter is not rung here but returned, for the caller's wait to
+        ring as it lets the GIL go (``_wait``): rung now, it woke while this thread held the
+        GIL, fought for it, slept again and was woken a second time when this thread's wait
+        let it go (a hand-over at a slice's end, its old holder queueing)."""
         if not self.queue:
             self.owner, self.depth = None, 0
-            return
+            return None
         entry = self.queue.popleft()
         self.counts[0] += 1
         self.core = _core()
@@ -405,11 +416,14 @@ class _Turn:
         self._new_slice()
         if BIND_WAITERS and (_turn_wait is not None or entry.bell.locked()):
             entry.cores = _bind(entry.native_id, self.core)  # (not if it is awake in Python)
-        entry.ring()
+        later = not ring and _turn_wait is not None and _turn_pass is not None
+        if not later:
+            entry.ring()
         if _turn_wait is not None:
             self._publish()  # (the next waiter watches its new holder)
         elif self.queue:
             self._nudge(self.queue[0], early)
+        return entry if later else None
 
     def _nudge(self, first: _Waiter, early: bool = True) -> None:
         """Wake the new first waiter if it sleeps past the look its new place calls for (its
@@ -426,15 +440,23 @@ class _Turn:
             first.bell.release()
             self.counts[2] += 1
 
-    def _wait(self, entry: _Waiter) -> None:
+    def _wait(self, entry: _Waiter, passing: _Waiter | None = None) -> None:
+        """Wait until the turn is the waiter ``entry``'s; ``passing``, a waiter this thread
+        has just handed the turn to, is rung by turn.c as the wait begins, the GIL let go."""
         try:
             while True:
                 if _turn_wait is None:
                     entry.bell.acquire(timeout=self._patience(entry))  # (handed, or timed out)
                 else:  # (handed over, the holder idle, a signal, or a check now and then)
                     until = _now() + CHECK_SECONDS
-                    ended = _turn_wait(entry.address, self.shared_address, entry.token,
-                                       IDLE_SECONDS, max(SLICE_SECONDS, IDLE_SECONDS), until)  # fmt: skip
+                    poll = max(SLICE_SECONDS, IDLE_SECONDS)
+                    if passing is not None:
+                        ended = _turn_pass(passing.address, entry.address, self.shared_address,
+                                           entry.token, IDLE_SECONDS, poll, until)  # fmt: skip
+                        passing = None
+                    else:
+                        ended = _turn_wait(entry.address, self.shared_address, entry.token,
+                                           IDLE_SECONDS, poll, until)  # fmt: skip
                     if ended < 0:  # (arguments turn.c refused: a patched setting; no spinning)
                         time.sleep(LATE_SECONDS)
                 if self._served(entry):
@@ -445,6 +467,8 @@ class _Turn:
             self._leave(entry)
             raise
         finally:
+            if passing is not None:  # (not rung by turn.c: an interrupt before its call)
+                passing.ring()
             _free(entry)
 
     def _leave(self, entry: _Waiter) -> None:
@@ -728,15 +752,17 @@ _leaving = threading.local()
 
 
 def _turn_native():
-    """turn.c's (wait, ring), or (None, None): waiters sleep on locks in Python."""
+    """turn.c's (wait, ring, pass), or Nones: waiters sleep on locks in Python (pass alone
+    None: a holder handing the turn over rings the waiter from Python)."""
     if os.environ.get("ONYX_NATIVE_TURN", "1") == "0":
-        return None, None
-    from .native import turn_functions
+        return None, None, None
+    from .native import turn_functions, turn_pass
 
-    return turn_functions() or (None, None)
+    functions = turn_functions()
+    return (*functions, turn_pass()) if functions else (None, None, None)
 
 
-_turn_wait, _turn_ring = _turn_native()
+_turn_wait, _turn_ring, _turn_pass = _turn_native()
 RUNG, POKED = 1, 2  # (turn.c's words)
 _tokens = itertools.count(1)
 _turns = _Turn()

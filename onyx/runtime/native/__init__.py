@@ -183,7 +183,7 @@ _EXPORTS = {
         "svm_classify",
         "svm_coupling",
     ),
-    "turn": ("turn_functions",),
+    "turn": ("turn_functions", "turn_pass"),
     "window": ("pool2d_f32", "max_pool2d_8bit"),
     "winograd": (
         "WinogradConv",

@@ -58,6 +58,8 @@ static int sleep_on(int32_t *word, double seconds) {
    CLOCK_MONOTONIC time) has come (TIMED_OUT), or a signal came (INTERRUPTED: Python runs its
    handler and waits again). The first waiter looks at the holder every `poll` seconds while
    a run is in progress. */
+EXPORT void onyx_turn_ring(int32_t *word, int32_t how);
+
 EXPORT int onyx_turn_wait(int32_t *word, const double *state, double token, double idle,
                           double poll, double until) {
 #if defined(__linux__)
@@ -87,6 +89,18 @@ EXPORT int onyx_turn_wait(int32_t *word, const double *state, double token, doub
     (void)word, (void)state, (void)token, (void)idle, (void)poll, (void)until;
     return BAD;
 #endif
+}
+
+/* Hands the turn to the waiter whose word is `handed` (rings it RUNG, as onyx_turn_ring), then
+   waits as onyx_turn_wait. A holder whose slice is over hands the turn over as its next run
+   starts and queues: rung from Python, the new holder woke while the old one still held the
+   GIL (it went on to queue itself), fought for it and slept again on the GIL, then was woken a
+   second time when the old holder's wait let the GIL go. Called without the GIL, the ring
+   wakes it once, the GIL already free. `handed` is rung whatever the other arguments. */
+EXPORT int onyx_turn_pass(int32_t *handed, int32_t *word, const double *state, double token,
+                          double idle, double poll, double until) {
+    onyx_turn_ring(handed, RUNG);
+    return onyx_turn_wait(word, state, token, idle, poll, until);
 }
 
 /* Rings a waiter's word (RUNG: the turn is its own) or pokes it (POKED: look again; a word

@@ -19,6 +19,14 @@ def turn_functions():
     return lib.turn_wait, lib.turn_ring
 
 
+def turn_pass():
+    """turn.c's ``pass(handed, word, state, token, idle, poll, until)``: rings the word
+    ``handed`` (the turn is its waiter's), then waits as ``wait``, the GIL released for both
+    (None: no library, not Linux, or a library built before it)."""
+    lib = core.lib
+    return None if lib is None else getattr(lib, "turn_pass", None)
+
+
 def bind(lib, isa: int) -> None:
     lib.onyx_turn_ok.restype = ctypes.c_int
     lib.onyx_turn_ok.argtypes = []
@@ -30,6 +38,11 @@ def bind(lib, isa: int) -> None:
     ok = lib.onyx_turn_ok() == 1
     lib.turn_wait = wait if ok else None
     lib.turn_ring = ring(address) if ok else None
+    passes = getattr(lib, "onyx_turn_pass", None)  # (absent from a library built before it)
+    if passes is not None:
+        passes.restype = ctypes.c_int
+        passes.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_double] * 4
+    lib.turn_pass = passes if ok else None
 
 
 core.join(__name__, bind)  # (bound to the library now that it is imported: _core.join)
