@@ -38,6 +38,10 @@ class Pass(FrozenValue):
     #: Op types a change needs: each set must meet the graph's op types, or the pass is
     #: skipped without walking the graph (empty: always run).
     triggers: tuple[frozenset[str], ...] = ()
+    #: (not a field) A cheap look at the graph made before the pass's module is imported
+    #: (pipeline.GATES): False when the pass surely finds nothing to change, and it is then
+    #: skipped as a run that found nothing would be. None: no such look.
+    gate = None
 
     def __init__(
         self,
@@ -60,9 +64,12 @@ class DeferredPass(Pass):
         level: int,
         fn: str | Callable[[PassContext], bool],
         triggers: tuple[frozenset[str], ...] = (),
+        gate: Callable[[PassContext], bool] | None = None,
     ):
         self._set(name=name, level=level, triggers=triggers)
         self.__dict__["_fn" if callable(fn) else "_where"] = fn
+        if gate is not None:
+            self.__dict__["gate"] = gate
 
     @property
     def fn(self) -> Callable[[PassContext], bool]:
