@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import functools
 import pathlib
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from ..ir.attr import AttrType
-from ..ir.frozen import FrozenValue
+from ..ir.frozen import FrozenValue, lazy_fields
 
 __all__ = [
     "AttributeDef",
@@ -45,7 +45,7 @@ def _norm_domain(domain: str | None) -> str:
 # gives, without compiling their methods when a session first checks a model).
 
 
-@dataclass(init=False, repr=False, eq=False)
+@lazy_fields
 class FormalParameter(FrozenValue):
     """One input or output of an operator."""
 
@@ -83,7 +83,7 @@ class FormalParameter(FrozenValue):
         return self.option == "variadic"
 
 
-@dataclass(init=False, repr=False, eq=False)
+@lazy_fields
 class AttributeDef(FrozenValue):
     """One attribute of an operator."""
 
@@ -96,7 +96,7 @@ class AttributeDef(FrozenValue):
         self._set(name=name, type=type, default=default, required=required)
 
 
-@dataclass(init=False, repr=False, eq=False)
+@lazy_fields
 class TypeConstraint(FrozenValue):
     """The types a type parameter allows."""
 
@@ -107,7 +107,7 @@ class TypeConstraint(FrozenValue):
         self._set(param=param, allowed=allowed)
 
 
-@dataclass(init=False, repr=False, eq=False)
+@lazy_fields
 class FunctionBody(FrozenValue):
     """The standard's function definition of an operator, for one opset version.
 
@@ -211,7 +211,7 @@ def _attr_from_json(name: str, atype: int, v):
     return Attr(name, atype, _attr_value(atype, v))
 
 
-@dataclass(init=False, repr=False, eq=False)
+@lazy_fields
 class OpSchema(FrozenValue):
     """One version of an operator: its inputs, outputs, attributes and type constraints."""
 

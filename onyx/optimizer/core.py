@@ -12,13 +12,13 @@ from __future__ import annotations
 import importlib
 import warnings
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 
 from .. import ir
 from ..ir.dtypes import from_numpy
-from ..ir.frozen import DataValue, FrozenValue
+from ..ir.frozen import DataValue, FrozenValue, lazy_fields
 from ..runtime.registry import ONYX_DOMAIN
 
 BASIC, EXTENDED, ALL = 1, 2, 99
@@ -28,7 +28,7 @@ MS = "com.microsoft"
 
 
 # (frozen values without dataclass's methods compiled at import: ir/frozen.py)
-@dataclass(init=False, repr=False, eq=False)
+@lazy_fields
 class Pass(FrozenValue):
     """A graph pass: its name, level and function."""
 
@@ -84,7 +84,7 @@ class DeferredPass(Pass):
 DeferredPass.__qualname__ = "Pass"  # (its repr, as a Pass's)
 
 
-@dataclass(init=False, repr=False, eq=False)
+@lazy_fields
 class PassResult(FrozenValue):
     """What one run of a pass did: whether it changed the graph, and the changes it counted
     (``PassContext.count``), by name."""
@@ -114,7 +114,7 @@ def pass_of(fn: Callable) -> Pass:
 
 
 # (DataValue: what @dataclass gives, without compiling methods at every import)
-@dataclass(init=False, repr=False, eq=False)
+@lazy_fields
 class PassContext(DataValue):
     """What a pass works on: the (cloned) model and its main graph, plus shared helpers."""
 
