@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 import os
 from collections import ChainMap
-from dataclasses import dataclass
 
 from . import defs
 from .checker_fast import certify
@@ -33,7 +32,7 @@ from .ir import (
     Value,
 )
 from .ir.dtypes import bit_width, type_name
-from .ir.frozen import FrozenValue
+from .ir.frozen import FrozenValue, lazy_fields
 from .ir.opsets import canonical_domain, opset_for
 from .ir.tensor import wire_size
 from .serde.model_io import read_file
@@ -71,7 +70,7 @@ _DTYPE_FEATURE = {
 
 
 # (FrozenValue: what frozen=True gives, without compiling methods at every import)
-@dataclass(init=False, repr=False, eq=False)
+@lazy_fields
 class Problem(FrozenValue):
     """One finding of the checker: its rule, what is wrong, and where (graph, node)."""
 

@@ -21,6 +21,12 @@ import onnx.defs as d
 from onnx import numpy_helper
 
 OUT = pathlib.Path(__file__).resolve().parent.parent / "onyx" / "defs" / "schemas.json"
+SPANS_OUT = OUT.with_name("_spans.py")
+SPANS_HEADER = '''"""Where each operator's versions lie in schemas.json (byte offsets of their JSON), its
+header's end and its size: generated with it by scripts/gen_schemas.py (do not edit;
+tests/test_defs.py checks it against the file)."""
+
+'''
 OPTION = {0: "single", 1: "optional", 2: "variadic"}
 
 
@@ -173,7 +179,29 @@ def write(data: dict) -> bytes:
         lines.append(f"{domain}\t{name}\t{_compact(versions)}")
     raw = "\n".join(lines).encode()
     OUT.write_bytes(raw)
+    SPANS_OUT.write_text(render_spans(raw))
     return raw
+
+
+def render_spans(raw: bytes) -> str:
+    """_spans.py for the data ``raw``: where each operator's versions start and end in it,
+    the header's end and the file's size (the defs read a line alone through it)."""
+    header_end = raw.index(b"\n")
+    rows, at = [], header_end + 1
+    while at:
+        end = raw.find(b"\n", at)
+        end = end if end >= 0 else len(raw)
+        domain, name, versions = raw[at:end].split(b"\t", 2)
+        start = end - len(versions)
+        rows.append(f"    ({domain.decode()!r}, {name.decode()!r}): ({start}, {end}),")
+        at = end + 1 if end < len(raw) else 0
+    return (
+        SPANS_HEADER
+        + f"DATA_SIZE = {len(raw)}\nHEADER_END = {header_end}\n\n"
+        + "# fmt: off\nSPANS: dict[tuple[str, str], tuple[int, int]] = {\n"
+        + "\n".join(rows)
+        + "\n}\n"
+    )
 
 
 def _compact(value) -> str:

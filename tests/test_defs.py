@@ -99,3 +99,51 @@ def test_every_operator_line_is_found_and_parsed_as_json_parses_it():
         assert [s.name for s in got] == [v["name"] for v in want], op
     assert len(rows) == len({(s.domain, s.name) for s in defs.schemas()})
     assert defs.get_schema("NoSuchOp") is None and defs.get_schema("Relu\t") is None
+
+
+def test_the_spans_table_is_the_data_files():
+    """onyx/defs/_spans.py is written with schemas.json (scripts/gen_schemas.py)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / "gen_schemas.py"
+    spec = importlib.util.spec_from_file_location("gen_schemas", path)
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    assert gen.SPANS_OUT.read_text() == gen.render_spans(gen.OUT.read_bytes()), (
+        "rerun python scripts/gen_schemas.py"
+    )
+
+
+def test_a_cold_session_reads_its_operators_lines_alone():
+    """A session's checker asks for a few operators: their lines are read, not the whole
+    416 KB file (and scanned for its lines)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import onyx
+
+    tiny = Path(onyx.__file__).parent / "examples" / "tiny_cnn.onnx"
+    code = (
+        "import onyx\n"
+        "from onyx import defs\n"
+        f"onyx.InferenceSession({str(tiny)!r})\n"
+        "print(defs._data.cache_info().currsize, defs._index.cache_info().currsize,\n"
+        "    defs.get_schema('Conv', 17).since_version)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["0", "0", "11"]
+
+
+def test_a_stale_spans_table_falls_back_to_the_files_own_lines(monkeypatch):
+    """A span that is not an operator's whole line (a file made again without its table) is
+    not read: the file's own lines are."""
+    table = defs._span_table()  # noqa: SLF001
+    assert table is not None  # (made for the file as it is)
+    start, end = table[("", "Relu")]
+    want = defs._data()[start:end]  # noqa: SLF001
+    for shifted in ((start + 7, end + 7), (start, end - 3), table[("", "Abs")]):
+        monkeypatch.setattr(defs, "_span_table", lambda s=shifted: {("", "Relu"): s})
+        assert defs._versions_json("Relu", "") == want  # noqa: SLF001

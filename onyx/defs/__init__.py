@@ -12,12 +12,13 @@ schemas built when it is first asked for, and cached.
 from __future__ import annotations
 
 import functools
+import os
 import pathlib
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from ..ir.attr import AttrType
-from ..ir.frozen import FrozenValue
+from ..ir.frozen import FrozenValue, lazy_fields
 
 __all__ = [
     "AttributeDef",
@@ -45,7 +46,7 @@ def _norm_domain(domain: str | None) -> str:
 # gives, without compiling their methods when a session first checks a model).
 
 
-@dataclass(init=False, repr=False, eq=False)
+@lazy_fields
 class FormalParameter(FrozenValue):
     """One input or output of an operator."""
 
@@ -83,7 +84,7 @@ class FormalParameter(FrozenValue):
         return self.option == "variadic"
 
 
-@dataclass(init=False, repr=False, eq=False)
+@lazy_fields
 class AttributeDef(FrozenValue):
     """One attribute of an operator."""
 
@@ -96,7 +97,7 @@ class AttributeDef(FrozenValue):
         self._set(name=name, type=type, default=default, required=required)
 
 
-@dataclass(init=False, repr=False, eq=False)
+@lazy_fields
 class TypeConstraint(FrozenValue):
     """The types a type parameter allows."""
 
@@ -107,7 +108,7 @@ class TypeConstraint(FrozenValue):
         self._set(param=param, allowed=allowed)
 
 
-@dataclass(init=False, repr=False, eq=False)
+@lazy_fields
 class FunctionBody(FrozenValue):
     """The standard's function definition of an operator, for one opset version.
 
@@ -211,7 +212,7 @@ def _attr_from_json(name: str, atype: int, v):
     return Attr(name, atype, _attr_value(atype, v))
 
 
-@dataclass(init=False, repr=False, eq=False)
+@lazy_fields
 class OpSchema(FrozenValue):
     """One version of an operator: its inputs, outputs, attributes and type constraints."""
 
@@ -315,20 +316,43 @@ def _data() -> bytes:
     """The data file: a JSON header line (each domain's opset range), then a line per operator,
     ``domain<TAB>op<TAB>`` and the JSON of its versions. Plain text read as bytes; a line's
     JSON is parsed when its operator is first asked for (a model uses a handful of the
-    operators: unzipping, decoding or parsing all of it was a good part of a cold start)."""
+    operators: unzipping, decoding or parsing all of it was a good part of a cold start).
+    Read whole only for every operator (``schemas()``) or where ``_spans.py`` is stale."""
     return _DATA.read_bytes()
+
+
+def _read(start: int, end: int) -> bytes:
+    """Bytes ``start:end`` of the data file: read alone, unless the whole file was read."""
+    if _data.cache_info().currsize:
+        return _data()[start:end]
+    if not hasattr(os, "pread"):  # (Windows)
+        with open(_DATA, "rb") as f:
+            f.seek(start)
+            return f.read(end - start)
+    fd = os.open(_DATA, os.O_RDONLY)  # (a few microseconds, a file object's tenfold)
+    try:
+        return os.pread(fd, end - start, start)
+    finally:
+        os.close(fd)
 
 
 @functools.cache
 def _max_opsets() -> dict:
-    data = _data()
-    return _json(data[: data.index(b"\n")])["max_opsets"]
+    from ._spans import HEADER_END
+
+    if _span_table() is None:
+        data = _data()
+        header = data[: data.index(b"\n")]
+    else:
+        header = _read(0, HEADER_END)
+    return _json(header)["max_opsets"]
 
 
 @functools.cache
 def _index() -> dict[tuple[bytes, bytes], tuple[int, int]]:
     """(domain, op) as bytes -> where the JSON of its versions starts and ends in the data:
-    found by jumping from tab to tab and line to line (no split, no decoding of the rest)."""
+    found by jumping from tab to tab and line to line (no split, no decoding of the rest).
+    (What scripts/gen_schemas.py writes to _spans.py, read in place of this where it holds.)"""
     data, index = _data(), {}
     find, at = data.find, data.index(b"\n") + 1
     while at:
@@ -339,6 +363,37 @@ def _index() -> dict[tuple[bytes, bytes], tuple[int, int]]:
         index[key] = (versions_at, end if end >= 0 else len(data))
         at = end + 1 if end >= 0 else 0
     return index
+
+
+def _versions_json(op: str, domain: str) -> bytes | None:
+    """The JSON of an operator's versions (None: no such operator). Where the file holds it
+    is read from _spans.py, written with the data by scripts/gen_schemas.py (reading the
+    whole file and scanning it for its lines were half a millisecond of a cold start): each
+    line so read is checked to be the operator's whole line, and a _spans.py made for another
+    file (of another size) is not read at all."""
+    spans = _span_table()
+    if spans is None:
+        span = _index().get((domain.encode(), op.encode()))
+        return None if span is None else _data()[span[0] : span[1]]
+    span = spans.get((domain, op))
+    if span is None:
+        return None
+    start, end = span
+    prefix = f"\n{domain}\t{op}\t".encode()
+    line = _read(start - len(prefix), end + 1)
+    versions = line[len(prefix) : len(prefix) + end - start]
+    if line.startswith(prefix) and line[len(prefix) + end - start :] in (b"\n", b""):
+        return versions
+    span = _index().get((domain.encode(), op.encode()))  # (a stale _spans.py: the file's own)
+    return None if span is None else _data()[span[0] : span[1]]
+
+
+@functools.cache
+def _span_table() -> dict[tuple[str, str], tuple[int, int]] | None:
+    """_spans.py's table, if it was made for the data file as it is (its size), else None."""
+    from ._spans import DATA_SIZE, SPANS
+
+    return SPANS if _DATA.stat().st_size == DATA_SIZE else None
 
 
 def _json(text: bytes) -> Any:
@@ -374,10 +429,10 @@ def _versions(op: str, domain: str) -> list[dict]:
     """The raw versions of an operator, oldest first (empty if the operator is unknown)."""
     if op.__class__ is not str or domain.__class__ is not str:
         return []  # (a name that is not UTF-8, read as bytes: no operator's)
-    span = _index().get((domain.encode(), op.encode()))
-    if span is None:
+    versions = _versions_json(op, domain)
+    if versions is None:
         return []
-    return sorted(_json(_data()[span[0] : span[1]]), key=lambda s: s["since"])
+    return sorted(_json(versions), key=lambda s: s["since"])
 
 
 def _param(p) -> FormalParameter:

@@ -16,7 +16,6 @@ import itertools
 import math
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -38,7 +37,7 @@ from ..ir import (
     opset_for,
 )
 from ..ir.dtypes import BY_NAME
-from ..ir.frozen import DataValue
+from ..ir.frozen import DataValue, lazy_fields
 from . import memo
 from . import symbolic as sym
 
@@ -142,7 +141,7 @@ class InferenceError(Exception):
 
 
 # (DataValue: what @dataclass gives, without compiling methods at every import)
-@dataclass(init=False, repr=False, eq=False)
+@lazy_fields
 class Data(DataValue):
     """Propagated contents of a 0-D or 1-D integer tensor: dims that may be symbols or None."""
 

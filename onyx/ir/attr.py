@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
-from .frozen import DataValue
+from .frozen import DataValue, lazy_fields
 
 
 class AttrType(enum.IntEnum):
@@ -30,7 +30,7 @@ class AttrType(enum.IntEnum):
 
 
 # (DataValue: what @dataclass gives, without compiling methods at every import)
-@dataclass(init=False, repr=False, eq=False)
+@lazy_fields
 class Attr(DataValue):
     """One attribute. Values by type:
 

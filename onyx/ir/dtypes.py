@@ -9,11 +9,10 @@ from __future__ import annotations
 import enum
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 
-from .frozen import FrozenValue
+from .frozen import FrozenValue, lazy_fields
 
 
 class DataType(enum.IntEnum):
@@ -49,7 +48,7 @@ class DataType(enum.IntEnum):
 
 
 # (a frozen value without dataclass's methods compiled at import: frozen.py)
-@dataclass(init=False, repr=False, eq=False)
+@lazy_fields
 class DTypeInfo(FrozenValue):
     """One element type's facts."""
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import FrozenInstanceError
+import _thread
+from dataclasses import FrozenInstanceError, dataclass
 
 
 class FrozenValue:
@@ -72,3 +73,40 @@ class DataValue:
     __eq__ = FrozenValue.__eq__
     __repr__ = FrozenValue.__repr__
     _values = FrozenValue._values
+
+
+def lazy_fields(cls: type) -> type:
+    """``@dataclass(init=False, repr=False, eq=False)``, applied when the class's dataclass
+    fields are first asked for (``dataclasses.fields``, ``replace``, ``is_dataclass``, or a
+    FrozenValue's equality, hash or repr), not when the class is defined.
+
+    Why: dataclass reads every annotation of a class when it is defined (a tenth of a
+    millisecond a class, some thirty of them on a cold start), and a session's cold start
+    asks for the fields of almost none. Meanwhile ``__dataclass_fields__`` is a descriptor that
+    makes them (under a lock: two threads make them once); the class's ``__init__`` sets every
+    field, so nothing reads a default off the class before. A class without a docstring
+    (dataclass writes its signature there) is made a dataclass at once."""
+    if cls.__doc__ is None:
+        return dataclass(init=False, repr=False, eq=False)(cls)
+    cls.__dataclass_fields__ = _PendingFields(cls)
+    return cls
+
+
+_MAKING = _thread.RLock()  # (reentrant: a subclass's fields make its bases' first)
+
+
+class _PendingFields:
+    """A lazy_fields class's ``__dataclass_fields__`` until they are made: asked for (on the
+    class, a subclass or an instance), it makes them, and they replace it."""
+
+    __slots__ = ("owner",)
+
+    def __init__(self, owner: type):
+        self.owner = owner
+
+    def __get__(self, obj, cls=None) -> dict:
+        owner = self.owner
+        with _MAKING:
+            if owner.__dict__.get("__dataclass_fields__") is self:
+                dataclass(init=False, repr=False, eq=False)(owner)
+        return owner.__dict__["__dataclass_fields__"]

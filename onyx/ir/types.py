@@ -6,10 +6,10 @@ None (unknown). ``shape=None`` means the rank itself is unknown.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from .dtypes import DataType, type_name
-from .frozen import FrozenValue
+from .frozen import FrozenValue, lazy_fields
 
 Dim = int | str | None
 
@@ -18,7 +18,7 @@ Dim = int | str | None
 # dataclass compiled them each time the module was imported.
 
 
-@dataclass(init=False, repr=False, eq=False)
+@lazy_fields
 class Shape(FrozenValue):
     """The dims of a tensor type."""
 
@@ -95,7 +95,7 @@ class _ElementsOfShape(Type, FrozenValue):
         return hash((self.elem_type, self.shape))
 
 
-@dataclass(init=False, repr=False, eq=False)
+@lazy_fields
 class TensorType(_ElementsOfShape):
     """A tensor's type: its element type and shape (None: rank unknown)."""
 
@@ -107,7 +107,7 @@ class TensorType(_ElementsOfShape):
         return f"tensor({type_name(self.elem_type)})"
 
 
-@dataclass(init=False, repr=False, eq=False)
+@lazy_fields
 class SparseTensorType(_ElementsOfShape):
     """A sparse tensor's type: its element type and shape (None: rank unknown)."""
 
@@ -119,7 +119,7 @@ class SparseTensorType(_ElementsOfShape):
         return f"sparse_tensor({type_name(self.elem_type)})"
 
 
-@dataclass(init=False, repr=False, eq=False)
+@lazy_fields
 class SequenceType(Type, FrozenValue):
     """A sequence of values of type ``elem`` (None: unknown)."""
 
@@ -133,7 +133,7 @@ class SequenceType(Type, FrozenValue):
         return f"seq({self.elem})"
 
 
-@dataclass(init=False, repr=False, eq=False)
+@lazy_fields
 class MapType(Type, FrozenValue):
     """A map from keys of element type ``key`` to values of type ``value`` (None: unknown)."""
 
@@ -148,7 +148,7 @@ class MapType(Type, FrozenValue):
         return f"map({type_name(self.key)},{self.value})"
 
 
-@dataclass(init=False, repr=False, eq=False)
+@lazy_fields
 class OptionalType(Type, FrozenValue):
     """An optional value of type ``elem`` (None: unknown)."""
 
@@ -162,7 +162,7 @@ class OptionalType(Type, FrozenValue):
         return f"optional({self.elem})"
 
 
-@dataclass(init=False, repr=False, eq=False)
+@lazy_fields
 class OpaqueType(Type, FrozenValue):
     """An opaque type, named by ``domain`` and ``name``."""
 

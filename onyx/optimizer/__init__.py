@@ -15,7 +15,6 @@ onnxruntime's ``disabled_optimizers``.
 
 from __future__ import annotations
 
-import bisect
 import time
 from collections.abc import Iterable
 
@@ -170,9 +169,10 @@ def _run_all(ctx: PassContext, passes) -> bool:
     """Run each of ``passes`` in turn (see :func:`_run`); whether one changed the graph. A
     pass is skipped when it last found nothing to do on the graph as it still is (a pass is a
     function of the graph, so it would find nothing again: each round of the basic passes
-    would otherwise rerun every pass after the last change once more), or when the graph
-    lacks its trigger op types. (The checks are made here, not in _run: most passes of a
-    round are skipped; those whose triggers are missing are not even visited.)"""
+    would otherwise rerun every pass after the last change once more), when the graph
+    lacks its trigger op types, or when its gate (pipeline.GATES) finds nothing it could take.
+    (The checks are made here, not in _run: most passes of a round are skipped; those whose
+    triggers are missing are not even visited.)"""
     changed = False
     idle = ctx.idle
     order = _eligible(ctx, passes)
@@ -183,11 +183,24 @@ def _run_all(ctx: PassContext, passes) -> bool:
         p = passes[i]
         if SKIP_IDLE and idle.get(p.name) == ctx.version:
             continue
+        if p.gate is not None and not p.gate(ctx):
+            idle[p.name] = ctx.version  # (as a run that found nothing: the graph must change)
+            continue
         changed |= _run(ctx, p)
         now = _eligible(ctx, passes)  # (the pass may have changed the op types)
         if now is not order:
-            order, k = now, bisect.bisect_right(now, i)
+            order, k = now, _after(now, i)
     return changed
+
+
+def _after(order: tuple[int, ...], i: int) -> int:
+    """Where in the ascending ``order`` the positions after ``i`` start (bisect_right; bisect
+    itself is an extension module to load, a quarter of a millisecond of a cold start, for a
+    tuple of a few dozen)."""
+    k = 0
+    while k < len(order) and order[k] <= i:
+        k += 1
+    return k
 
 
 def _eligible(ctx: PassContext, passes) -> tuple[int, ...]:

@@ -12,13 +12,13 @@ from __future__ import annotations
 import importlib
 import warnings
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 
 from .. import ir
 from ..ir.dtypes import from_numpy
-from ..ir.frozen import DataValue, FrozenValue
+from ..ir.frozen import DataValue, FrozenValue, lazy_fields
 from ..runtime.registry import ONYX_DOMAIN
 
 BASIC, EXTENDED, ALL = 1, 2, 99
@@ -28,7 +28,7 @@ MS = "com.microsoft"
 
 
 # (frozen values without dataclass's methods compiled at import: ir/frozen.py)
-@dataclass(init=False, repr=False, eq=False)
+@lazy_fields
 class Pass(FrozenValue):
     """A graph pass: its name, level and function."""
 
@@ -38,6 +38,10 @@ class Pass(FrozenValue):
     #: Op types a change needs: each set must meet the graph's op types, or the pass is
     #: skipped without walking the graph (empty: always run).
     triggers: tuple[frozenset[str], ...] = ()
+    #: (not a field) A cheap look at the graph made before the pass's module is imported
+    #: (pipeline.GATES): False when the pass surely finds nothing to change, and it is then
+    #: skipped as a run that found nothing would be. None: no such look.
+    gate = None
 
     def __init__(
         self,
@@ -60,9 +64,12 @@ class DeferredPass(Pass):
         level: int,
         fn: str | Callable[[PassContext], bool],
         triggers: tuple[frozenset[str], ...] = (),
+        gate: Callable[[PassContext], bool] | None = None,
     ):
         self._set(name=name, level=level, triggers=triggers)
         self.__dict__["_fn" if callable(fn) else "_where"] = fn
+        if gate is not None:
+            self.__dict__["gate"] = gate
 
     @property
     def fn(self) -> Callable[[PassContext], bool]:
@@ -77,7 +84,7 @@ class DeferredPass(Pass):
 DeferredPass.__qualname__ = "Pass"  # (its repr, as a Pass's)
 
 
-@dataclass(init=False, repr=False, eq=False)
+@lazy_fields
 class PassResult(FrozenValue):
     """What one run of a pass did: whether it changed the graph, and the changes it counted
     (``PassContext.count``), by name."""
@@ -107,7 +114,7 @@ def pass_of(fn: Callable) -> Pass:
 
 
 # (DataValue: what @dataclass gives, without compiling methods at every import)
-@dataclass(init=False, repr=False, eq=False)
+@lazy_fields
 class PassContext(DataValue):
     """What a pass works on: the (cloned) model and its main graph, plus shared helpers."""
 

@@ -27,6 +27,7 @@ import numpy as np
 from .. import ir
 from ..ir.dtypes import DataType
 from .core import BASIC, STANDARD, PassContext, graph_pass
+from .pipeline import may_hold_float16
 
 F16, F32 = DataType.FLOAT16, DataType.FLOAT
 
@@ -55,21 +56,6 @@ FLOAT_FOLLOWING = frozenset(
 
 def _is16(v: ir.Value | None) -> bool:
     return v is not None and isinstance(v.type, ir.TensorType) and v.type.elem_type == F16
-
-
-def _may_hold_float16(model: ir.Model) -> bool:
-    """A cheap look before inferring types: float16 enters a graph only through its inputs,
-    initializers, a Cast or a constant (the pass leaves functions and subgraphs alone)."""
-    g = model.graph
-    if any(_is16(v) for v in (*g.inputs, *g.outputs, *g.initializers.values(), *g.value_info)):
-        return True
-    for n in g:
-        if n.op_type == "Cast" and n.attr("to") == int(F16):
-            return True
-        value = n.attr("value")
-        if n.op_type in ("Constant", "ConstantOfShape") and getattr(value, "dtype", None) == F16:
-            return True
-    return False
 
 
 #: Ops that pick a few values out of their first input: from a float16 constant (an embedding
@@ -186,7 +172,7 @@ def float16_in_float32(ctx: PassContext) -> bool:
     if not ctx.for_session or ctx.memo.get("float16_lowered"):
         return False
     ctx.memo["float16_lowered"] = True
-    if not _may_hold_float16(ctx.model):
+    if not may_hold_float16(ctx.model):  # (pipeline.py's gate looked already: a float16 model)
         return False
     if not ctx.inferred:
         ctx.infer()

@@ -8,7 +8,11 @@ changes, then the fusions in rounds, the basic passes after each (see ``__init__
 
 from __future__ import annotations
 
-from .core import ALL, BASIC, EXTENDED, DeferredPass
+from itertools import chain
+
+from .. import ir
+from ..runtime.registry import ONYX_DOMAIN
+from .core import ALL, BASIC, EXTENDED, MS, STANDARD, DeferredPass, PassContext, static_shape
 
 #: Pass name -> the op types it needs present to change anything: each group must meet the
 #: graph's op types (any domain: a superset is safe). Most models hold none of a fusion's
@@ -40,7 +44,7 @@ TRIGGERS: dict[str, tuple[tuple[str, ...], ...]] = {
     "ConvHardSwishFusion": (("Conv",), ("HardSwish",)),
     "BatchNormReluFusion": (("BatchNormalization",), ("Relu",)),
     "MatMulAddFusion": (("MatMul",), ("Add",)),
-    "GemmActivationFusion": (("Gemm",),),
+    "GemmActivationFusion": (("Gemm",), ("Relu", "Sigmoid", "Tanh", "LeakyRelu", "HardSigmoid")),
     "MatMulBiasFusion": (("MatMul",), ("Add",)),
     "GeluFusion": (("Erf",),),
     "FastGeluFusion": (("Tanh", "Gelu"),),
@@ -88,12 +92,102 @@ TRIGGERS: dict[str, tuple[tuple[str, ...], ...]] = {
 CONFINED = frozenset({"UnusedInitializerElimination"})
 
 
+# -- gates: looks further than the op types, made before a pass's module is imported -------------
+# Each answers False only where its pass surely changes nothing (and leaves nothing noted), so
+# that a model none of them fits never imports those modules (a few hundred microseconds of a
+# cold start each); tests/test_optimizer_gates.py holds each to its pass.
+
+F16 = ir.DataType.FLOAT16
+
+
+def may_hold_float16(model: ir.Model) -> bool:
+    """A cheap look before inferring types: float16 enters a graph only through its inputs,
+    initializers, a Cast or a constant (the pass leaves functions and subgraphs alone)."""
+    g = model.graph
+    if any(_is16(v) for v in (*g.inputs, *g.outputs, *g.initializers.values(), *g.value_info)):
+        return True
+    for n in g:
+        if n.op_type == "Cast" and n.attr("to") == int(F16):
+            return True
+        value = n.attr("value")
+        if n.op_type in ("Constant", "ConstantOfShape") and getattr(value, "dtype", None) == F16:
+            return True
+    return False
+
+
+def _is16(v: ir.Value | None) -> bool:
+    return v is not None and isinstance(v.type, ir.TensorType) and v.type.elem_type == F16
+
+
+def _float16_gate(ctx: PassContext) -> bool:
+    """InsertCastTransformer (float16.py) looks once, at a session's model: its first look."""
+    if not ctx.for_session or ctx.memo.get("float16_lowered"):
+        return False
+    if may_hold_float16(ctx.model):
+        return True
+    ctx.memo["float16_lowered"] = True  # (what the pass notes when it finds no float16)
+    return False
+
+
+_BYTE_TYPES = frozenset((ir.DataType.INT8, ir.DataType.UINT8))
+
+
+def _may_hold_bytes(ctx: PassContext) -> bool:
+    """LookupTableFusion (lookup.py) starts its chains at the 8-bit values nodes read, a type
+    unknown to inference included (a reader's zero point then tells): a graph whose values read
+    all have known wider types has none."""
+    g = ctx.graph
+    for v in chain(g.inputs, (v for n in g for v in n.outputs)):
+        t = v.type
+        if isinstance(t, ir.TensorType) and t.elem_type is not None:
+            if t.elem_type not in _BYTE_TYPES:
+                continue
+        if v.has_uses():
+            return True
+    return False
+
+
+def _pools_a_1d_conv(ctx: PassContext) -> bool:
+    """ConvMaxPoolFusion (audio.py) takes a MaxPool of a conv whose weights are of rank 3."""
+    for pool in ctx.graph:
+        x = pool.inputs[0] if pool.op_type == "MaxPool" and pool.inputs else None
+        conv = x.producer if x is not None else None
+        if conv is not None and len(conv.inputs) > 1 and conv.inputs[1] is not None:
+            if len(static_shape(conv.inputs[1]) or ()) == 3:
+                return True
+    return False
+
+
+_CHANNELS_LAST_CONVS = frozenset(
+    (*((d, "Conv") for d in STANDARD), (MS, "FusedConv"), (ONYX_DOMAIN, "ConvHardSwish"))
+)
+
+
+def _has_grouped_conv(ctx: PassContext) -> bool:
+    """ChannelsLastTransformer (layout.py) takes only chains that hold a depthwise conv, whose
+    group is its channels' count: a graph of convs of group 1 has none."""
+    return any(
+        (n.domain, n.op_type) in _CHANNELS_LAST_CONVS and n.attr("group", 1) != 1 for n in ctx.graph
+    )
+
+
+#: Pass name -> its gate (see above); a pass not listed has none.
+GATES = {
+    "InsertCastTransformer": _float16_gate,
+    "LookupTableFusion": _may_hold_bytes,
+    "ConvMaxPoolFusion": _pools_a_1d_conv,
+    "ChannelsLastTransformer": _has_grouped_conv,
+}
+
+
 def _scheduled(where: str, name: str, level: int) -> DeferredPass:
     """The pass ``name`` (of ``level``), the function ``where`` ("module:function" in this
     package, marked with that name and level: tests/test_optimizer.py checks), imported when
-    it first runs: a model holding none of a fusion's trigger ops never imports its module."""
+    it first runs: a model holding none of a fusion's trigger ops, or failing its gate, never
+    imports its module."""
     groups = TRIGGERS.get(name, ())
-    return DeferredPass(name, level, where, tuple(frozenset(ops) for ops in groups))
+    triggers = tuple(frozenset(ops) for ops in groups)
+    return DeferredPass(name, level, where, triggers, GATES.get(name))
 
 
 #: Basic passes: standard ops in, standard ops out.
