@@ -57,6 +57,17 @@ CONV_ACTIVATIONS = {
 }
 
 
+#: Size limits that decide whether a family's kernel applies, here rather than in the family:
+#: a caller weighing its paths reads them before it knows it will run the family, and each
+#: family imported for a limit alone cost a cold start's first run that import (the tiny CNN
+#: imported gemv and depthwise for these two, running neither).
+#: Most rows of x the GEMV takes (gemv.py): beyond, the weights are worth packing for BLAS.
+GEMV_ROWS = 8
+#: The direct small conv (depthwise.py) takes convs whose windows have at most this many
+#: values (C * kh * kw): beyond, an im2col GEMM's columns are worth building.
+SMALL_CONV_K = 32
+
+
 def activation_params(activation: str, params) -> tuple[float, float]:
     """(alpha, beta) of a FusedConv activation as the native conv kernels take them: its
     activation_params with the spec's defaults filled in (LeakyRelu's beta unused: 0)."""
