@@ -168,7 +168,8 @@ def _conv(
         and n == 2
         and dtype == acc == x.dtype == np.float32
         and shift is None
-        and native.conv_small_ok(x, w, pads[:n])
+        and native.avx512()  # (the small conv's kernel is AVX-512's: elsewhere its family is
+        and native.conv_small_ok(x, w, pads[:n])  # not imported to say no)
     ):
         return native.conv_small_f32(x, w, bias, out_shape, strides, dilations, pads[:n])
     xp = padded(x, pads[:n], need, dtype, shift=shift)
