@@ -33,6 +33,7 @@ EXPORT const abi_row *onyx_abi(void) { return table; }
    (A family checks its few structs at its import: reading the whole table through ctypes, row
    by row, cost a cold start a third of a millisecond.) */
 EXPORT const abi_row *onyx_abi_struct(const char *name) {
+    if (name == 0) return 0;
     for (const abi_row *r = table; r->structure; r++)
         if (r->field[0] == 0 && strcmp(r->structure, name) == 0) return r;
     return 0;
@@ -107,11 +108,11 @@ static int note_object(struct dl_phdr_info *info, size_t size, void *data) {
    (glibc's dlpi_adds; 0 where unknown). Python's BLAS survey (blas_threads.py) calls it:
    a ctypes callback per object cost a fresh process's first run a quarter millisecond. */
 EXPORT int64_t onyx_loaded_objects(char *buf, int64_t cap, uint64_t *adds) {
-    *adds = 0;
+    if (adds) *adds = 0;
 #if defined(__linux__)
-    object_walk w = {buf, cap < 0 ? 0 : cap, 0, 0, 1};
+    object_walk w = {buf, buf == 0 || cap < 0 ? 0 : cap, 0, 0, 1}; /* (no buffer: sizes only) */
     dl_iterate_phdr(note_object, &w);
-    *adds = w.adds;
+    if (adds) *adds = w.adds;
     return w.len;
 #else
     (void)buf;
