@@ -9,6 +9,7 @@ another system) returns None: threadpoolctl then finds and sets them, as before.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import sys
 
@@ -51,32 +52,70 @@ def loaded_openblas() -> list[OpenBLAS] | None:
     return found
 
 
-class _ObjectInfo(ctypes.Structure):  # struct dl_phdr_info's first fields (link.h)
-    _fields_ = [
-        ("addr", ctypes.c_void_p),
-        ("name", ctypes.c_char_p),
-        ("phdr", ctypes.c_void_p),
-        ("phnum", ctypes.c_uint16),
-        ("adds", ctypes.c_ulonglong),  # (glibc 2.4 on: objects loaded so far, ever)
-    ]
-
-
-_ADDS_END = _ObjectInfo.adds.offset + ctypes.sizeof(ctypes.c_ulonglong)
 _libc = None
 
 
-_EACH_OBJECT = ctypes.CFUNCTYPE(
-    ctypes.c_int, ctypes.POINTER(_ObjectInfo), ctypes.c_size_t, ctypes.c_void_p
-)
+@functools.cache
+def _phdr_types() -> tuple[int, type]:
+    """(the end of dl_phdr_info's ``adds`` field, the callback type of dl_iterate_phdr) for
+    the walk through ctypes callbacks, made at its first use: where the native library walks
+    the objects (_native_walk), a process never makes them."""
+
+    class _ObjectInfo(ctypes.Structure):  # struct dl_phdr_info's first fields (link.h)
+        _fields_ = [
+            ("addr", ctypes.c_void_p),
+            ("name", ctypes.c_char_p),
+            ("phdr", ctypes.c_void_p),
+            ("phnum", ctypes.c_uint16),
+            ("adds", ctypes.c_ulonglong),  # (glibc 2.4 on: objects loaded so far, ever)
+        ]
+
+    each = ctypes.CFUNCTYPE(
+        ctypes.c_int, ctypes.POINTER(_ObjectInfo), ctypes.c_size_t, ctypes.c_void_p
+    )
+    return _ObjectInfo.adds.offset + ctypes.sizeof(ctypes.c_ulonglong), each
+
+
+def _native_walk() -> tuple[list[bytes], int] | None:
+    """(the loaded objects' paths, how many objects the process has loaded ever: 0 where
+    unknown) from the native library's onyx_loaded_objects (abi.c: dl_iterate_phdr without a
+    ctypes callback per object, whose first one alone cost a fresh process's first run a
+    sixth of a millisecond); None where the library is off, lacks it (built from older
+    sources) or the platform has no dl_iterate_phdr. Its prototype is set at its first use."""
+    from .native import _core
+
+    lib = _core.lib
+    if lib is None:
+        return None
+    try:
+        walk = lib.onyx_loaded_objects
+    except AttributeError:
+        return None
+    if walk.restype is not ctypes.c_int64:
+        walk.argtypes = [ctypes.c_char_p, ctypes.c_int64, ctypes.POINTER(ctypes.c_uint64)]
+        walk.restype = ctypes.c_int64
+    adds, room = ctypes.c_uint64(), 4096
+    while True:  # (an object loaded by another thread meanwhile: room for it next time)
+        buf = ctypes.create_string_buffer(room)
+        size = walk(buf, room, ctypes.byref(adds))
+        if size < 0:
+            return None
+        if size <= room:
+            return buf.raw[:size].split(b"\n")[:-1], adds.value
+        room = size + 1024
 
 
 def load_count() -> int | None:
     """How many shared objects the process has loaded so far (a counter dl_iterate_phdr
     reports, read from its first object: a few microseconds), or None where there is none."""
+    walked = _native_walk()
+    if walked is not None:
+        return walked[1] or None
     seen: list[int] = []
+    adds_end = _phdr_types()[0]
 
     def first(info, size, data) -> int:  # noqa: ANN001  (ctypes' arguments)
-        if size >= _ADDS_END:
+        if size >= adds_end:
             seen.append(info.contents.adds)
         return 1  # (stops the walk: one object tells it)
 
@@ -87,18 +126,21 @@ def load_count() -> int | None:
     return seen[0] if seen else None
 
 
-def _each_object(visit) -> None:  # noqa: ANN001  (a Python function of _EACH_OBJECT's type)
+def _each_object(visit) -> None:  # noqa: ANN001  (a Python function of the callback type)
     """Call ``visit`` on each loaded shared object (dl_iterate_phdr) until it returns non-zero;
     OSError or AttributeError where the C library or the function is missing."""
     global _libc
     if _libc is None:
         _libc = ctypes.CDLL(None)
-    _libc.dl_iterate_phdr(_EACH_OBJECT(visit), None)
+    _libc.dl_iterate_phdr(_phdr_types()[1](visit), None)
 
 
 def _loaded_files() -> set[str] | None:
     """The paths of the shared objects loaded: dl_iterate_phdr's names (microseconds), else
     the files /proc/self/maps lists (the kernel takes most of a millisecond to write it)."""
+    walked = _native_walk()
+    if walked is not None:
+        return {os.path.normpath(os.fsdecode(n)) for n in walked[0]}
     names: list[bytes] = []
 
     def note(info, size, data) -> int:  # noqa: ANN001  (ctypes' arguments)
@@ -134,10 +176,15 @@ def _openblas(path: str) -> OpenBLAS | None:
         dll = ctypes.PyDLL(path, mode=os.RTLD_NOLOAD)
     except OSError:
         return None
-    for prefix in ("", "scipy_"):
-        for suffix in ("", "64_", "_64"):
+    # (the names its file name suggests first: each symbol missed is a failed look-up and an
+    # exception; numpy's libscipy_openblas64_ has scipy_openblas_get_num_threads64_)
+    name = os.path.basename(path)
+    prefixes = ("scipy_", "") if name.startswith("libscipy_") else ("", "scipy_")
+    suffixes = ("64_", "", "_64") if "64_" in name else ("", "64_", "_64")
+    for prefix in prefixes:
+        for suffix in suffixes:
             get = getattr(dll, f"{prefix}openblas_get_num_threads{suffix}", None)
-            set_ = getattr(dll, f"{prefix}openblas_set_num_threads{suffix}", None)
+            set_ = get and getattr(dll, f"{prefix}openblas_set_num_threads{suffix}", None)
             if get is None or set_ is None:
                 continue
             parallel = getattr(dll, f"{prefix}openblas_get_parallel{suffix}", None)

@@ -168,7 +168,8 @@ def _conv(
         and n == 2
         and dtype == acc == x.dtype == np.float32
         and shift is None
-        and native.conv_small_ok(x, w, pads[:n])
+        and native.avx512()  # (the small conv's kernel is AVX-512's: elsewhere its family is
+        and native.conv_small_ok(x, w, pads[:n])  # not imported to say no)
     ):
         return native.conv_small_f32(x, w, bias, out_shape, strides, dilations, pads[:n])
     xp = padded(x, pads[:n], need, dtype, shift=shift)
@@ -357,6 +358,8 @@ def _float_conv(
     out_shape, strides, dilations = geo["out_shape"], geo["strides"], geo["dilations"]
     if x_shape[0] * math.prod(out_shape) < 16:  # a GEMV (an SE block's 1x1 on one pixel): the
         return _conv_gemv(x_shape, W, group, geo, activation, alpha, beta)  # tile would idle
+    if not native.conv_f32_ok():  # (asked last: a conv the kernels above take does not
+        return None  # import the implicit GEMM's family)
     packed = derived(W, ("f32 panels", group), lambda: frozen(native.pack_conv_f32(W, group)))
     return native.FloatConv(
         x_shape,
@@ -459,7 +462,7 @@ def native_conv_f32(
             return y
     if z is None and group == X.shape[1] > 1 and W.shape[1] == 1:  # (with or without an
         return _activated_depthwise(X, W, B, attrs, (activation, alpha, beta))  # activation)
-    if not native.conv_f32_ok():
+    if not native.avx512():  # (each of _float_conv's kernels asks its own family)
         return None
     key = ("f32 conv", X.shape, group, attrs, activation, alpha, beta, native.thread_setting())
     call = derived(W, key, lambda: _float_conv(X.shape, W, group, attrs, activation, alpha, beta))
@@ -1564,7 +1567,7 @@ def float_conv_runner(x_shape, W, node_attrs: dict, activation=0, alpha=0.0, bet
     attrs = conv_key(*(node_attrs[k] for k in _NODE_GEOMETRY))
     if len(x_shape) != 4 or not math.prod(x_shape) or W.dtype != np.float32 or W.ndim != 4:
         return None  # (bad shapes: the kernel as written names what is wrong)
-    if group > 1 and W.shape[1] == 1 or not native.conv_f32_ok():
+    if group > 1 and W.shape[1] == 1 or not native.avx512():
         return None  # (a depthwise conv: _activated_depthwise's path, not bound)
     key = ("f32 conv", x_shape, group, attrs, activation, alpha, beta, native.thread_setting())
     return derived(W, key, lambda: _float_conv(x_shape, W, group, attrs, activation, alpha, beta))

@@ -38,7 +38,15 @@ import contextlib
 import importlib
 
 from . import _core
-from ._core import BYTES, CONV_ACTIVATIONS, activation_params, thread_setting, threads
+from ._core import (
+    BYTES,
+    CONV_ACTIVATIONS,
+    GEMV_ROWS,
+    SMALL_CONV_K,
+    activation_params,
+    thread_setting,
+    threads,
+)
 
 #: Each family module's public names (or ``(name, its name in the module)``): the module is
 #: imported, its structs checked and its entry points bound, when one of them is first asked for
@@ -71,7 +79,6 @@ _EXPORTS = {
         "conv_transpose_ok",
     ),
     "depthwise": (
-        "SMALL_CONV_K",
         "IntPlaneConv",
         "PlaneConv",
         "conv_small_f32",
@@ -123,7 +130,6 @@ _EXPORTS = {
         "transpose_words",
     ),
     "gemv": (
-        "GEMV_ROWS",
         "FloatGemv",
         "gemv_ok",
     ),
@@ -229,6 +235,8 @@ def _family(name: str):
 __all__ = [
     "BYTES",
     "CONV_ACTIVATIONS",
+    "GEMV_ROWS",
+    "SMALL_CONV_K",
     "activation_params",
     "available",
     "avx512",

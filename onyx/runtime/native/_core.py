@@ -57,6 +57,17 @@ CONV_ACTIVATIONS = {
 }
 
 
+#: Size limits that decide whether a family's kernel applies, here rather than in the family:
+#: a caller weighing its paths reads them before it knows it will run the family, and each
+#: family imported for a limit alone cost a cold start's first run that import (the tiny CNN
+#: imported gemv and depthwise for these two, running neither).
+#: Most rows of x the GEMV takes (gemv.py): beyond, the weights are worth packing for BLAS.
+GEMV_ROWS = 8
+#: The direct small conv (depthwise.py) takes convs whose windows have at most this many
+#: values (C * kh * kw): beyond, an im2col GEMM's columns are worth building.
+SMALL_CONV_K = 32
+
+
 def activation_params(activation: str, params) -> tuple[float, float]:
     """(alpha, beta) of a FusedConv activation as the native conv kernels take them: its
     activation_params with the spec's defaults filled in (LeakyRelu's beta unused: 0)."""
@@ -118,15 +129,42 @@ def _abi_table(library) -> dict[str, dict[str, tuple[int, int]]]:
     return table
 
 
+@functools.lru_cache(maxsize=256)
+def _abi_struct(library, c_name: str) -> dict[str, tuple[int, int]] | None:
+    """abi.c's rows of one struct (field -> (offset, size), "" for the struct itself), or None
+    where the library has no such struct: found by onyx_abi_struct and read row by row until
+    the next struct's (a family's check reads its own structs' rows, not the whole table; a
+    library built before onyx_abi_struct: the whole table, once)."""
+    try:
+        find = library.onyx_abi_struct
+    except AttributeError:
+        return _abi_table(library).get(c_name)
+    if find.argtypes is None:  # (its prototype set at its first use)
+        find.restype, find.argtypes = ctypes.POINTER(_AbiRow), [ctypes.c_char_p]
+    rows = find(c_name.encode())
+    if not rows:
+        return None
+    fields = {"": (rows[0].offset, rows[0].size)}
+    i = 1
+    while True:
+        row = rows[i]
+        if row.structure is None or not row.field:  # (the table's end, the next struct)
+            return fields
+        fields[row.field.decode()] = (row.offset, row.size)
+        i += 1
+
+
 def abi_mismatches(library, module: str | None = None) -> list[str]:
     """Where the ctypes copies (those of family ``module`` if given; else of every family
-    imported so far) disagree with the library's structs (empty: they agree)."""
-    table, problems = _abi_table(library), []
+    imported so far) disagree with the library's structs (empty: they agree). The library's
+    rows are read for the structs checked only: none at the package's import."""
+    problems = []
     for c_name, classes in _STRUCTS.items():
-        fields = table.get(c_name)
+        fields = None
         for cls in classes:
             if module is not None and cls.__module__ != module:
                 continue
+            fields = fields or _abi_struct(library, c_name)
             if fields is None:
                 problems.append(f"{cls.__name__}: the library has no struct {c_name}")
                 continue

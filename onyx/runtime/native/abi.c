@@ -1,7 +1,15 @@
 /* What Python asks the library about itself: its structs' layout (abi.h), checked against
-   the ctypes copies at load, and the one CPU dispatch of every kernel (onyx_isa). */
+   the ctypes copies at load, and the one CPU dispatch of every kernel (onyx_isa); and about
+   the process: the shared objects it has loaded (onyx_loaded_objects). */
+#if defined(__linux__) && !defined(_GNU_SOURCE)
+#define _GNU_SOURCE /* (dl_iterate_phdr) */
+#endif
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
+#if defined(__linux__)
+#include <link.h>
+#endif
 
 #include "onyx.h"
 
@@ -19,6 +27,17 @@ static const abi_row table[] = {ONYX_STRUCTS(STRUCT_ROWS){0, 0, 0, 0}};
 
 /* The table's rows, ended by a row whose structure is null. */
 EXPORT const abi_row *onyx_abi(void) { return table; }
+
+/* The rows of struct `name` in the table: its own row (field "") then its fields' rows, ended
+   by the next struct's own row or the table's end; null where the table has no such struct.
+   (A family checks its few structs at its import: reading the whole table through ctypes, row
+   by row, cost a cold start a third of a millisecond.) */
+EXPORT const abi_row *onyx_abi_struct(const char *name) {
+    if (name == 0) return 0;
+    for (const abi_row *r = table; r->structure; r++)
+        if (r->field[0] == 0 && strcmp(r->structure, name) == 0) return r;
+    return 0;
+}
 
 /* ONYX_ABI_VERSION of the sources this library was built from. */
 EXPORT int onyx_abi_version(void) { return ONYX_ABI_VERSION; }
@@ -51,6 +70,55 @@ EXPORT int onyx_isa(void) {
 EXPORT int onyx_allow_isa(int allowed) {
     isa = detected() & allowed;
     return isa;
+}
+
+/* ------------------------------------------------------------------------ loaded objects */
+
+#if defined(__linux__)
+typedef struct {
+    char *buf;
+    int64_t cap, len;
+    uint64_t adds;
+    int first;
+} object_walk;
+
+static int note_object(struct dl_phdr_info *info, size_t size, void *data) {
+    object_walk *w = (object_walk *)data;
+    if (w->first) { /* (the count is the same in every object's info: the first says it) */
+        w->first = 0;
+        if (size >= offsetof(struct dl_phdr_info, dlpi_adds) + sizeof(info->dlpi_adds))
+            w->adds = info->dlpi_adds;
+    }
+    const char *name = info->dlpi_name;
+    if (name == 0 || name[0] != '/') return 0; /* (the program itself, the vDSO) */
+    int64_t n = (int64_t)strlen(name);
+    if (w->len + n + 1 <= w->cap) {
+        memcpy(w->buf + w->len, name, (size_t)n);
+        w->buf[w->len + n] = '\n';
+    }
+    w->len += n + 1;
+    return 0;
+}
+#endif
+
+/* The paths of the shared objects the process has loaded (dl_iterate_phdr's absolute
+   ones), each followed by a newline, written to buf while they fit in its cap bytes; returns
+   the bytes they take (more than cap: ask again with that much room), -1 where the platform
+   has no dl_iterate_phdr. *adds: how many objects the process has loaded so far, ever
+   (glibc's dlpi_adds; 0 where unknown). Python's BLAS survey (blas_threads.py) calls it:
+   a ctypes callback per object cost a fresh process's first run a quarter millisecond. */
+EXPORT int64_t onyx_loaded_objects(char *buf, int64_t cap, uint64_t *adds) {
+    if (adds) *adds = 0;
+#if defined(__linux__)
+    object_walk w = {buf, buf == 0 || cap < 0 ? 0 : cap, 0, 0, 1}; /* (no buffer: sizes only) */
+    dl_iterate_phdr(note_object, &w);
+    if (adds) *adds = w.adds;
+    return w.len;
+#else
+    (void)buf;
+    (void)cap;
+    return -1;
+#endif
 }
 
 #if defined(_WIN32)

@@ -305,9 +305,9 @@ class IntPlaneConv:
         return y
 
 
-#: The direct conv takes convs whose windows have at most this many values (C * kh * kw):
-#: beyond, an im2col GEMM's columns are worth building.
-SMALL_CONV_K = 32
+#: The direct conv takes convs whose windows have at most this many values (C * kh * kw;
+#: _core's: callers read it without importing this family).
+SMALL_CONV_K = core.SMALL_CONV_K
 
 
 def conv_small_ok(x: np.ndarray, w: np.ndarray, begin) -> bool:

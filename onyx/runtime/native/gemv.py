@@ -34,8 +34,8 @@ class _GemvF32(ctypes.Structure):
     )
 
 
-#: Most rows of x the GEMV takes: beyond, the weights are worth packing for BLAS's GEMM.
-GEMV_ROWS = 8
+#: Most rows of x the GEMV takes (_core's: callers read it without importing this family).
+GEMV_ROWS = core.GEMV_ROWS
 
 
 #: Weights (multiply-adds per row) worth a second thread: reading them is the GEMV's time.
