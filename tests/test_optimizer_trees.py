@@ -293,3 +293,40 @@ def test_chains_whose_lookups_give_other_types_are_taken_one_by_one():
     assert _ops(fused) == ["TreeEnsembleRegressor"]
     x = _rows(40)
     np.testing.assert_array_equal(fused.run(None, {"x": x})[0], unfused.run(None, {"x": x})[0])
+
+
+def test_trees_without_targets_are_left_alone():
+    """A tree whose leaves all weigh nothing has empty target lists (valid: it outputs 0):
+    the Sum of two such trees is no one-tree regressors' Sum, and the session still runs
+    (checking the empty lists raised IndexError)."""
+
+    def tree(name: str, out: str):
+        node = h.make_node(
+            "TreeEnsembleRegressor",
+            ["x"],
+            [out],
+            domain=ML,
+            name=name,
+            n_targets=1,
+            nodes_treeids=[0],
+            nodes_nodeids=[0],
+            nodes_featureids=[0],
+            nodes_values=[0.0],
+            nodes_modes=["LEAF"],
+            nodes_truenodeids=[0],
+            nodes_falsenodeids=[0],
+        )
+        for attr, kind in (
+            ("target_weights", h.AttributeProto.FLOATS),
+            ("target_treeids", h.AttributeProto.INTS),
+            ("target_nodeids", h.AttributeProto.INTS),
+            ("target_ids", h.AttributeProto.INTS),
+        ):
+            node.attribute.append(h.make_attribute(attr, [], attr_type=kind))
+        return node
+
+    model = _model([tree("t0", "a"), tree("t1", "b"), h.make_node("Sum", ["a", "b"], ["y"])], [])
+    fused, unfused = _sessions(model)
+    x = _rows(4)
+    np.testing.assert_array_equal(fused.run(None, {"x": x})[0], np.zeros((4, 1), np.float32))
+    np.testing.assert_array_equal(unfused.run(None, {"x": x})[0], np.zeros((4, 1), np.float32))

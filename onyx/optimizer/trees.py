@@ -117,9 +117,10 @@ _LEAF = frozenset({"LEAF", b"LEAF"})
 
 
 def _all_equal(values, first) -> bool:
-    """Whether every one of ``values`` equals ``first`` (list.count: one C loop)."""
+    """Whether every one of ``values`` equals ``first`` (list.count: one C loop); true of
+    none (a tree without targets: its leaves weigh nothing)."""
     if isinstance(values, list | tuple):
-        return values[-1] == first and values.count(first) == len(values)
+        return not values or (values[-1] == first and values.count(first) == len(values))
     return all(v == first for v in values)
 
 
