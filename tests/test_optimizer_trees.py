@@ -203,7 +203,7 @@ def _forest_own_constants(consts) -> bytes:
 def test_chains_with_constants_of_their_own_keep_them():
     """Alike chains run together only where their constants are alike: each tree's own c
     (three of one value, two of others) goes into its own weights."""
-    fused, unfused = _sessions(_forest_own_constants([2.0, 2.0, 3.0, -0.0, 2.0]))
+    fused, unfused = _sessions(_forest_own_constants([2.0, 2.0, 3.0, 0.0, 2.0]))
     assert _ops(fused) == ["TreeEnsembleRegressor"]
     x = _rows(50)
     np.testing.assert_array_equal(fused.run(None, {"x": x})[0], unfused.run(None, {"x": x})[0])
@@ -330,3 +330,19 @@ def test_trees_without_targets_are_left_alone():
     x = _rows(4)
     np.testing.assert_array_equal(fused.run(None, {"x": x})[0], np.zeros((4, 1), np.float32))
     np.testing.assert_array_equal(unfused.run(None, {"x": x})[0], np.zeros((4, 1), np.float32))
+
+
+def test_a_chain_giving_negative_zero_is_not_folded():
+    """Mul(leaf, -1) gives -0.0 at a leaf of weight 0; the regressor adds its weights to +0.0,
+    so a weight of -0.0 would come out +0.0: that chain stays (its bits, sign included)."""
+    model = _model(
+        [_tree("t", "x", "leaf", [0.0, 2.0, 3.0]), h.make_node("Mul", ["leaf", "m"], ["y"])],
+        [h.make_tensor("m", FLOAT, [1], [-1.0])],
+    )
+    fused, unfused = _sessions(model)
+    x = _rows(20)
+    want = unfused.run(None, {"x": x})[0]
+    assert np.signbit(want[want == 0]).any()
+    np.testing.assert_array_equal(
+        fused.run(None, {"x": x})[0].view(np.uint32), want.view(np.uint32)
+    )

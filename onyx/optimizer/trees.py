@@ -13,7 +13,8 @@ compute, for each row, a function of the leaf reached. The pass runs those nodes
 on the leaf weights (16 copies, as the lookup-table pass probes) and gives the regressor
 the results as its weights, in place of the chain. A chain may also hold LabelEncoders and
 Reshapes to [-1, 1] (the layout skl2onnx keeps); what it hands on must be float32 and keep the
-regressor's [N, 1] shape, and its copies must agree (its kernels are elementwise after all).
+regressor's [N, 1] shape, and its copies must agree (its kernels are elementwise after all);
+no weight may be -0.0 (the regressor adds its weight to +0.0: the chain's -0.0 would be lost).
 Chains laid out alike (the same ops, attributes and constants: an IsolationForest's hundred)
 run together, each kernel once on all their trees' probes, a LabelEncoder (each tree's own
 table) on each tree's part: the elementwise kernels give each element its own result.
@@ -425,8 +426,13 @@ def _tables(ys: list, size: int) -> list[np.ndarray] | None:
         copies = y.reshape(PROBE_COPIES, size // PROBE_COPIES)
         if not (copies.view(np.uint32) == copies[0].view(np.uint32)).all():
             return None
+        if (copies[0].view(np.uint32) == _NEGATIVE_ZERO).any():
+            return None  # (the regressor adds a leaf's weight to +0.0: -0.0 would come out +0.0)
         tables.append(copies[0].copy())
     return tables
+
+
+_NEGATIVE_ZERO = np.float32(-0.0).view(np.uint32)
 
 
 def _tabulate(ctx, root, weights, nodes, exits, steps: dict) -> list[np.ndarray] | None:
