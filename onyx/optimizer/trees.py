@@ -25,7 +25,7 @@ read by the Sum alone, is one regressor holding every tree, numbered in the Sum'
 ensemble adds its trees' float32 weights tree after tree, as Sum adds its inputs, to the bit.
 
 Both are basic passes (standard ops in, standard ops out) and run first: the other passes
-then see the IsolationForest's 110 nodes, not its 2,700.
+then see the IsolationForest's 11 nodes, not its 2,700 (the Sum's trees merge in the first round).
 """
 
 from __future__ import annotations
