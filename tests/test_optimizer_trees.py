@@ -203,7 +203,7 @@ def _forest_own_constants(consts) -> bytes:
 def test_chains_with_constants_of_their_own_keep_them():
     """Alike chains run together only where their constants are alike: each tree's own c
     (three of one value, two of others) goes into its own weights."""
-    fused, unfused = _sessions(_forest_own_constants([2.0, 2.0, 3.0, -0.0, 2.0]))
+    fused, unfused = _sessions(_forest_own_constants([2.0, 2.0, 3.0, 0.0, 2.0]))
     assert _ops(fused) == ["TreeEnsembleRegressor"]
     x = _rows(50)
     np.testing.assert_array_equal(fused.run(None, {"x": x})[0], unfused.run(None, {"x": x})[0])
@@ -293,3 +293,56 @@ def test_chains_whose_lookups_give_other_types_are_taken_one_by_one():
     assert _ops(fused) == ["TreeEnsembleRegressor"]
     x = _rows(40)
     np.testing.assert_array_equal(fused.run(None, {"x": x})[0], unfused.run(None, {"x": x})[0])
+
+
+def test_trees_without_targets_are_left_alone():
+    """A tree whose leaves all weigh nothing has empty target lists (valid: it outputs 0):
+    the Sum of two such trees is no one-tree regressors' Sum, and the session still runs
+    (checking the empty lists raised IndexError)."""
+
+    def tree(name: str, out: str):
+        node = h.make_node(
+            "TreeEnsembleRegressor",
+            ["x"],
+            [out],
+            domain=ML,
+            name=name,
+            n_targets=1,
+            nodes_treeids=[0],
+            nodes_nodeids=[0],
+            nodes_featureids=[0],
+            nodes_values=[0.0],
+            nodes_modes=["LEAF"],
+            nodes_truenodeids=[0],
+            nodes_falsenodeids=[0],
+        )
+        for attr, kind in (
+            ("target_weights", h.AttributeProto.FLOATS),
+            ("target_treeids", h.AttributeProto.INTS),
+            ("target_nodeids", h.AttributeProto.INTS),
+            ("target_ids", h.AttributeProto.INTS),
+        ):
+            node.attribute.append(h.make_attribute(attr, [], attr_type=kind))
+        return node
+
+    model = _model([tree("t0", "a"), tree("t1", "b"), h.make_node("Sum", ["a", "b"], ["y"])], [])
+    fused, unfused = _sessions(model)
+    x = _rows(4)
+    np.testing.assert_array_equal(fused.run(None, {"x": x})[0], np.zeros((4, 1), np.float32))
+    np.testing.assert_array_equal(unfused.run(None, {"x": x})[0], np.zeros((4, 1), np.float32))
+
+
+def test_a_chain_giving_negative_zero_is_not_folded():
+    """Mul(leaf, -1) gives -0.0 at a leaf of weight 0; the regressor adds its weights to +0.0,
+    so a weight of -0.0 would come out +0.0: that chain stays (its bits, sign included)."""
+    model = _model(
+        [_tree("t", "x", "leaf", [0.0, 2.0, 3.0]), h.make_node("Mul", ["leaf", "m"], ["y"])],
+        [h.make_tensor("m", FLOAT, [1], [-1.0])],
+    )
+    fused, unfused = _sessions(model)
+    x = _rows(20)
+    want = unfused.run(None, {"x": x})[0]
+    assert np.signbit(want[want == 0]).any()
+    np.testing.assert_array_equal(
+        fused.run(None, {"x": x})[0].view(np.uint32), want.view(np.uint32)
+    )

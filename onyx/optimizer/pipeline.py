@@ -194,7 +194,7 @@ def _scheduled(where: str, name: str, level: int) -> DeferredPass:
 BASIC_PASSES: tuple[DeferredPass, ...] = tuple(
     _scheduled(*row)
     for row in (
-        # first: 2,700 nodes of an IsolationForest become 110
+        # first: 2,700 nodes of an IsolationForest become 11
         ("trees:tree_leaf_function_fusion", "TreeLeafFunctionFusion", BASIC),
         ("trees:tree_sum_fusion", "TreeSumFusion", BASIC),
         ("fold:constant_folding", "ConstantFolding", BASIC),

@@ -13,7 +13,8 @@ compute, for each row, a function of the leaf reached. The pass runs those nodes
 on the leaf weights (16 copies, as the lookup-table pass probes) and gives the regressor
 the results as its weights, in place of the chain. A chain may also hold LabelEncoders and
 Reshapes to [-1, 1] (the layout skl2onnx keeps); what it hands on must be float32 and keep the
-regressor's [N, 1] shape, and its copies must agree (its kernels are elementwise after all).
+regressor's [N, 1] shape, and its copies must agree (its kernels are elementwise after all);
+no weight may be -0.0 (the regressor adds its weight to +0.0: the chain's -0.0 would be lost).
 Chains laid out alike (the same ops, attributes and constants: an IsolationForest's hundred)
 run together, each kernel once on all their trees' probes, a LabelEncoder (each tree's own
 table) on each tree's part: the elementwise kernels give each element its own result.
@@ -24,7 +25,7 @@ read by the Sum alone, is one regressor holding every tree, numbered in the Sum'
 ensemble adds its trees' float32 weights tree after tree, as Sum adds its inputs, to the bit.
 
 Both are basic passes (standard ops in, standard ops out) and run first: the other passes
-then see the IsolationForest's 110 nodes, not its 2,700.
+then see the IsolationForest's 11 nodes, not its 2,700 (the Sum's trees merge in the first round).
 """
 
 from __future__ import annotations
@@ -117,9 +118,10 @@ _LEAF = frozenset({"LEAF", b"LEAF"})
 
 
 def _all_equal(values, first) -> bool:
-    """Whether every one of ``values`` equals ``first`` (list.count: one C loop)."""
+    """Whether every one of ``values`` equals ``first`` (list.count: one C loop); true of
+    none (a tree without targets: its leaves weigh nothing)."""
     if isinstance(values, list | tuple):
-        return values[-1] == first and values.count(first) == len(values)
+        return not values or (values[-1] == first and values.count(first) == len(values))
     return all(v == first for v in values)
 
 
@@ -424,8 +426,13 @@ def _tables(ys: list, size: int) -> list[np.ndarray] | None:
         copies = y.reshape(PROBE_COPIES, size // PROBE_COPIES)
         if not (copies.view(np.uint32) == copies[0].view(np.uint32)).all():
             return None
+        if (copies[0].view(np.uint32) == _NEGATIVE_ZERO).any():
+            return None  # (the regressor adds a leaf's weight to +0.0: -0.0 would come out +0.0)
         tables.append(copies[0].copy())
     return tables
+
+
+_NEGATIVE_ZERO = np.float32(-0.0).view(np.uint32)
 
 
 def _tabulate(ctx, root, weights, nodes, exits, steps: dict) -> list[np.ndarray] | None:
