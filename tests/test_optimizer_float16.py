@@ -316,3 +316,37 @@ def test_weights_widen_bit_for_bit_as_astype():
         got = widened(data)
         assert got.dtype == np.float32 and got.shape == data.shape
         assert np.array_equal(got.view(np.uint32), data.astype(np.float32).view(np.uint32))
+
+
+def _cast_chain(nodes, out_type):
+    vi = helper.make_tensor_value_info
+    graph = helper.make_graph(nodes, "g", [vi("x", F32, ["N"])], [vi("y", out_type, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    return model.SerializeToString()
+
+
+def _cast(src, dst, to):
+    return helper.make_node("Cast", [src], [dst], to=to)
+
+
+CAST_CHAINS = {
+    # the model's own pair: onnxruntime runs both Casts (float16 kernels), 1e30 becomes inf
+    "pair": ([_cast("x", "h", F16), _cast("h", "y", F32)], F32),
+    "pair_then_relu": ([_cast("x", "h", F16), _cast("h", "c", F32), helper.make_node("Relu", ["c"], ["y"])], F32),
+    "pair_then_add": ([_cast("x", "h", F16), _cast("h", "c", F32), helper.make_node("Add", ["c", "x"], ["y"])], F32),
+    # a Cast to float16 feeding a node onnxruntime wraps in its own Casts: no rounding
+    "relu_between": ([_cast("x", "h", F16), helper.make_node("Relu", ["h"], ["r"]), _cast("r", "y", F32)], F32),
+    "add_between": ([_cast("x", "h", F16), helper.make_node("Add", ["h", "h"], ["r"]), _cast("r", "y", F32)], F32),
+    "relu_out16": ([_cast("x", "h", F16), helper.make_node("Relu", ["h"], ["y"])], F16),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(CAST_CHAINS))
+def test_casts_round_where_onnxruntime_rounds(name):
+    """The model's Cast(to=float16) -> Cast(to=float) pair rounds (the lowering made the second
+    Cast read the first's float32 twin: 1e30 stayed 1e30 where onnxruntime gives inf)."""
+    data = _cast_chain(*CAST_CHAINS[name])
+    x = {"x": np.array([1e30, 1.0001, 3.0, -7e4], np.float32)}
+    want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, x)[0]
+    got = onyx.InferenceSession(data).run(None, x)[0]
+    assert got.dtype == want.dtype and got.tobytes() == want.tobytes(), (got, want)
