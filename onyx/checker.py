@@ -384,7 +384,7 @@ class _Checker:
             if t.shape is not None and any(isinstance(d, int) and d < 0 for d in t.shape.dims):
                 # onnxruntime (and onyx's session) run it as a dynamic dim: PaddlePaddle's -1
                 self.report("negative-dim", f"{what} has a negative dim {t.shape}", gname)
-            if t.elem_type == DataType.UNDEFINED:
+            if t.elem_type == _UNDEFINED:
                 self.report("elem-type", f"{what} has no element type", gname)
             dims = t.shape.dims if t.shape is not None else ()
             if any(isinstance(d, int) and d < 0 for d in dims):
@@ -406,7 +406,7 @@ class _Checker:
 
     # -- tensors ------------------------------------------------------------------------------
     def check_tensor(self, t: Tensor, gname: str, what: str) -> None:
-        if t.dtype == DataType.UNDEFINED:
+        if t.dtype == _UNDEFINED:
             self.report("tensor-type", f"{what} has no data type", gname)
             return
         if any(d < 0 for d in t.shape):
@@ -419,7 +419,7 @@ class _Checker:
             self.check_external(t, gname, what)
             return
         raw = getattr(t, "_raw", None)
-        if raw is not None and t.dtype != DataType.STRING:
+        if raw is not None and t.dtype != _STRING:
             got = len(memoryview(raw).cast("B"))
             want = wire_size(t.dtype, t.shape)
             if got != want:
@@ -833,6 +833,7 @@ class _Checker:
 _ATTR_UNDEFINED, _ATTR_INT, _ATTR_STRING = AttrType.UNDEFINED, AttrType.INT, AttrType.STRING
 _ATTR_TENSOR, _ATTR_SPARSE_TENSORS = AttrType.TENSOR, AttrType.SPARSE_TENSORS
 _ATTR_GRAPHS_TYPE = AttrType.GRAPHS
+_UNDEFINED, _STRING = DataType.UNDEFINED, DataType.STRING  # (check_tensor's, per tensor)
 _ATTR_INTEGERS = (AttrType.INT, AttrType.INTS)
 _ATTR_SPARSE = (AttrType.SPARSE_TENSOR, AttrType.SPARSE_TENSORS)
 _ATTR_GRAPHS = (AttrType.GRAPH, AttrType.GRAPHS)

@@ -229,6 +229,15 @@ class Node:
         """Whether any attribute refers to an enclosing function's attribute."""
         return any(a.is_ref for a in self.attributes.values())
 
+    def has_subgraphs(self) -> bool:
+        """Whether :meth:`subgraphs` yields any: asked of every node by the passes and the
+        reader, where a generator made per node only to be asked once cost more than its test."""
+        for a in self.attributes.values():
+            kind = a.type
+            if (kind == _GRAPH and a.value is not None) or (kind == _GRAPHS and a.value):
+                return True
+        return False
+
     def subgraphs(self) -> Iterator[Graph]:
         for a in self.attributes.values():
             kind = a.type

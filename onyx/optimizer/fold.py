@@ -35,7 +35,7 @@ def evaluate(ctx: PassContext, node: ir.Node, known: dict | None = None) -> tupl
     """The node's outputs when it can be folded, else None. ``known``: id(value) -> array,
     values taken as given besides the constants."""
     args = _constant_inputs(ctx, node, known)  # first: most nodes fail here, and fast
-    if args is None or any(True for _ in node.subgraphs()):
+    if args is None or node.has_subgraphs():
         return None
     # (after: the traits load the op's kernel module, which an op fused away never needs)
     if not traits(node.op_type, node.domain).deterministic:

@@ -511,7 +511,7 @@ class Reader:
             if attributes:
                 here = f"{what} node {node.name or node.op_type!r}"
                 node.attributes = {a.name: self.attribute(a, scopes, here) for a in attributes}
-                unordered = unordered or any(True for _ in node.subgraphs())
+                unordered = unordered or node.has_subgraphs()
         self._unordered = self._unordered or unordered
         if len(scopes) == 1 and self._unordered:
             _uses_in_node_order(g)
