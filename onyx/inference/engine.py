@@ -757,10 +757,16 @@ def _declared_dims(g: Graph) -> set:
     return out
 
 
+#: (module constants: ``DataType.UNDEFINED`` goes through the enum class's ``__getattr__`` hook
+#: (Python 3.11's EnumType defines one), and ``A | B`` makes a union object, at every call)
+_UNDEFINED = DataType.UNDEFINED
+_TENSOR_CLASSES = (TensorType, SparseTensorType)
+
+
 def _is_complete(t) -> bool:
     """Whether a type names every element type inside it (UNDEFINED is not written out)."""
-    if isinstance(t, TensorType | SparseTensorType):
-        return t.elem_type != DataType.UNDEFINED
+    if isinstance(t, _TENSOR_CLASSES):
+        return t.elem_type != _UNDEFINED
     inner = getattr(t, "elem", None) or getattr(t, "value", None)
     return inner is None or _is_complete(inner)
 

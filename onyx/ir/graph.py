@@ -16,6 +16,13 @@ from .opsets import opset_for
 from .tensor import Tensor
 from .types import Type
 
+#: Attribute types read where every node's attributes are walked, as module constants:
+#: ``AttrType.GRAPH`` goes through the enum class's ``__getattr__`` hook (Python 3.11's
+#: EnumType defines one), some 0.25 us a read, and a session's creation asked each attribute
+#: of each node about subgraphs several times (a fifth of a small model's creation, all told,
+#: with the checker's, the reader's and the plan's reads).
+_GRAPH, _GRAPHS = AttrType.GRAPH, AttrType.GRAPHS
+
 
 class Value:
     """A named edge of the graph: a graph input, an initializer or a node output."""
@@ -222,11 +229,22 @@ class Node:
         """Whether any attribute refers to an enclosing function's attribute."""
         return any(a.is_ref for a in self.attributes.values())
 
+    def has_subgraphs(self) -> bool:
+        """Whether :meth:`subgraphs` yields any: asked of every node by the passes and the
+        reader, where a generator made per node only to be asked once cost more than its test."""
+        for a in self.attributes.values():
+            kind = a.type
+            if (kind == _GRAPH and a.value is not None) or (kind == _GRAPHS and a.value):
+                return True
+        return False
+
     def subgraphs(self) -> Iterator[Graph]:
         for a in self.attributes.values():
-            if a.type == AttrType.GRAPH and a.value is not None:
-                yield a.value
-            elif a.type == AttrType.GRAPHS:
+            kind = a.type
+            if kind == _GRAPH:
+                if a.value is not None:
+                    yield a.value
+            elif kind == _GRAPHS:
                 yield from a.value or []
 
     def __repr__(self) -> str:
@@ -473,37 +491,42 @@ def captured_values(graph: Graph) -> list[Value]:
     return [v for k, v in captured.items() if k not in defined]
 
 
+#: (module constants: see _GRAPH; a pass that sets attributes infers each one's type)
+_INT, _FLOAT, _STRING, _FLOATS = AttrType.INT, AttrType.FLOAT, AttrType.STRING, AttrType.FLOATS
+_TENSOR, _TYPE_PROTO = AttrType.TENSOR, AttrType.TYPE_PROTO
+_PLURAL = {
+    AttrType.INT: AttrType.INTS,
+    AttrType.FLOAT: AttrType.FLOATS,
+    AttrType.STRING: AttrType.STRINGS,
+    AttrType.TENSOR: AttrType.TENSORS,
+    AttrType.GRAPH: AttrType.GRAPHS,
+    AttrType.TYPE_PROTO: AttrType.TYPE_PROTOS,
+}
+
+
 def infer_attr_type(value: Any) -> AttrType:
     """The attribute type of a plain Python value (as onnx.helper.make_attribute would choose)."""
     import numpy as np
 
-    if isinstance(value, bool | int | np.integer):
-        return AttrType.INT
-    if isinstance(value, float | np.floating):
-        return AttrType.FLOAT
-    if isinstance(value, str | bytes):
-        return AttrType.STRING
-    if isinstance(value, Tensor | np.ndarray):
-        return AttrType.TENSOR
+    if isinstance(value, (bool, int, np.integer)):
+        return _INT
+    if isinstance(value, (float, np.floating)):
+        return _FLOAT
+    if isinstance(value, (str, bytes)):
+        return _STRING
+    if isinstance(value, (Tensor, np.ndarray)):
+        return _TENSOR
     if isinstance(value, Graph):
-        return AttrType.GRAPH
+        return _GRAPH
     if isinstance(value, Type):
-        return AttrType.TYPE_PROTO
-    if isinstance(value, list | tuple):
+        return _TYPE_PROTO
+    if isinstance(value, (list, tuple)):
         if not value:
             raise ValueError("cannot infer the type of an empty attribute list")
         single = infer_attr_type(value[0])
-        plural = {
-            AttrType.INT: AttrType.INTS,
-            AttrType.FLOAT: AttrType.FLOATS,
-            AttrType.STRING: AttrType.STRINGS,
-            AttrType.TENSOR: AttrType.TENSORS,
-            AttrType.GRAPH: AttrType.GRAPHS,
-            AttrType.TYPE_PROTO: AttrType.TYPE_PROTOS,
-        }
-        if single == AttrType.INT and any(isinstance(v, float) for v in value):
-            return AttrType.FLOATS
-        return plural[single]
+        if single == _INT and any(isinstance(v, float) for v in value):
+            return _FLOATS
+        return _PLURAL[single]
     raise TypeError(f"no attribute type for {type(value).__name__}")
 
 

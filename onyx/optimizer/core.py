@@ -382,7 +382,7 @@ def _op_types_of(nodes) -> frozenset[str]:
     """The op types of ``nodes`` and of their subgraphs' nodes."""
     found = {n.op_type for n in nodes}
     for n in nodes:
-        if n.attributes:  # (a node with a subgraph has attributes: most nodes have none)
+        if n.attributes and n.has_subgraphs():  # (most nodes have no attributes)
             for sub in n.subgraphs():
                 found |= _op_types_of(sub._nodes)  # noqa: SLF001
     return frozenset(found)

@@ -66,7 +66,7 @@ PICKS = frozenset(("Gather", "GatherElements", "GatherND", "Slice"))
 
 def _lowered(ctx: PassContext, node: ir.Node) -> bool:
     """Whether ``node`` computes in float32 when it reads or writes float16."""
-    if node.domain not in STANDARD or any(True for _ in node.subgraphs()):
+    if node.domain not in STANDARD or node.has_subgraphs():
         return False
     if node.op_type in PICKS and _is16(node.inputs[0]) and ctx.const(node.inputs[0]) is not None:
         return False

@@ -15,6 +15,10 @@ from ..runtime.bind import bind
 from ..runtime.registry import traits
 from .core import BASIC, STANDARD, PassContext, graph_pass, is_op, static_shape
 
+#: (module constants: reading ``DataType.X`` goes through the enum class's ``__getattr__`` hook
+#: (Python 3.11's EnumType defines one), and folding asks every constant it makes)
+_STRING, _TENSOR = DataType.STRING, ir.AttrType.TENSOR
+
 #: A folded result bigger than this that also outgrows its inputs 4x stays a computation
 #: (ConstantOfShape / Expand / Tile would otherwise bloat the model file), except in a
 #: session's model (PassContext.unbounded_folding): weights a model generates with
@@ -35,7 +39,7 @@ def evaluate(ctx: PassContext, node: ir.Node, known: dict | None = None) -> tupl
     """The node's outputs when it can be folded, else None. ``known``: id(value) -> array,
     values taken as given besides the constants."""
     args = _constant_inputs(ctx, node, known)  # first: most nodes fail here, and fast
-    if args is None or any(True for _ in node.subgraphs()):
+    if args is None or node.has_subgraphs():
         return None
     # (after: the traits load the op's kernel module, which an op fused away never needs)
     if not traits(node.op_type, node.domain).deterministic:
@@ -97,7 +101,7 @@ def _make_constant(ctx: PassContext, v: ir.Value, array) -> None:
     arr = np.asarray(array)
     if v.type is not None and isinstance(v.type, ir.TensorType):
         want = to_numpy(v.type.elem_type)
-        if arr.dtype != want and v.type.elem_type != DataType.STRING:
+        if arr.dtype != want and v.type.elem_type != _STRING:
             arr = arr.astype(want)
     v.producer, v.index = None, None
     v.const_value = ir.Tensor(arr, name=v.name)
@@ -113,10 +117,10 @@ def _held_tensor(ctx: PassContext, node: ir.Node) -> ir.Tensor | None:
     if node.op_type != "Constant" or node.domain not in STANDARD or len(node.attributes) != 1:
         return None
     a = node.attributes.get("value")
-    if a is None or a.is_ref or a.type != ir.AttrType.TENSOR or a.value is None:
+    if a is None or a.is_ref or a.type != _TENSOR or a.value is None:
         return None
     t, out = a.value, node.outputs[0]
-    if not out.name or not (t.has_raw_bytes() or t.is_loaded()) or t.dtype == DataType.STRING:
+    if not out.name or not (t.has_raw_bytes() or t.is_loaded()) or t.dtype == _STRING:
         return None
     if out.type is not None and getattr(out.type, "elem_type", None) != t.dtype:
         return None

@@ -19,6 +19,10 @@ from ..proto import TensorProto
 from .fields import set_fields, written_empty
 
 D = DataType
+#: Element types read for every tensor, as module constants: reading ``D.X`` goes through the
+#: enum class's ``__getattr__`` hook (Python 3.11's EnumType defines one), some 0.25 us a read.
+_STRING = D.STRING
+_COMPLEX = (D.COMPLEX64, D.COMPLEX128)
 EXTERNAL = TensorProto.EXTERNAL
 
 # Which typed field holds each element type when raw_data is not used.
@@ -77,12 +81,12 @@ def encode_strings(arr: np.ndarray) -> list[bytes]:
 
 def _count(dtype: int, shape) -> int:
     n = math.prod(shape)
-    return 2 * n if dtype in (D.COMPLEX64, D.COMPLEX128) else n
+    return 2 * n if dtype in _COMPLEX else n
 
 
 def decode_typed(values, dtype: DataType, shape, what: str) -> np.ndarray:
     """Elements from a typed field (float_data, int32_data, ...) as the element type's array."""
-    if dtype == D.STRING:
+    if dtype == _STRING:
         arr = decode_strings(list(values))
         expected = _count(dtype, shape)
     else:
@@ -100,7 +104,7 @@ def decode_typed(values, dtype: DataType, shape, what: str) -> np.ndarray:
             arr = arr.astype(np.uint16).view(np_dtype)
         elif dtype in _BIT_PATTERN_8:
             arr = arr.astype(np.uint8).view(np_dtype)
-        elif dtype in (D.COMPLEX64, D.COMPLEX128):
+        elif dtype in _COMPLEX:
             arr = arr.view(np_dtype) if arr.size % 2 == 0 else arr
         elif arr.dtype != np_dtype:
             arr = arr.astype(np_dtype)
