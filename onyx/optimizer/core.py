@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import field
 
 import numpy as np
@@ -575,12 +575,25 @@ def downstream_chain(
     root: ir.Value, position: dict, takes: Callable[[ir.Node, set[int]], bool]
 ) -> list[ir.Node]:
     """The nodes reachable from root's uses that ``takes(node, inside)`` accepts, ``inside``
-    being the ids of root and of the accepted nodes' outputs, visited in graph order
-    (``position``: node id -> index) so that a node's producers in the chain come first."""
-    import heapq  # (here: only models with byte tensors get this far)
-
+    being the ids of root and of the accepted nodes' outputs, in graph order (see
+    reachable_in_order)."""
     inside = {id(root)}
     members: list[ir.Node] = []
+    for node in reachable_in_order(root, position, lambda n: takes(n, inside)):
+        members.append(node)
+        inside.update(id(v) for v in node.outputs)
+    return members
+
+
+def reachable_in_order(
+    root: ir.Value, position: dict, accept: Callable[[ir.Node], bool]
+) -> Iterator[ir.Node]:
+    """The nodes reachable from root's uses through nodes ``accept`` accepts, each yielded once
+    accepted, in graph order (``position``: node id -> index) so that a node's producers in
+    the chain come first. The walk goes on from a node's users only after the caller has
+    taken the node (its bookkeeping, which ``accept`` may read, is then up to date)."""
+    import heapq  # (here: only models with byte tensors or tree chains get this far)
+
     heap = [(position[id(n)], id(n), n) for n, _ in root.iter_uses() if id(n) in position]
     heapq.heapify(heap)
     seen = set()
@@ -589,12 +602,10 @@ def downstream_chain(
         if key in seen:
             continue
         seen.add(key)
-        if not takes(node, inside):
+        if not accept(node):
             continue
-        members.append(node)
+        yield node
         for v in node.outputs:
-            inside.add(id(v))
             for user, _ in v.iter_uses():
                 if id(user) in position:
                     heapq.heappush(heap, (position[id(user)], id(user), user))
-    return members

@@ -30,7 +30,6 @@ then see the IsolationForest's 11 nodes, not its 2,700 (the Sum's trees merge in
 
 from __future__ import annotations
 
-import heapq
 import warnings
 from itertools import compress
 
@@ -39,7 +38,7 @@ import numpy as np
 from .. import ir
 from ..runtime.bind import bind
 from ..runtime.registry import traits
-from .core import STANDARD, PassContext, graph_pass
+from .core import STANDARD, PassContext, graph_pass, reachable_in_order
 
 LEAF_PASS, SUM_PASS = "TreeLeafFunctionFusion", "TreeSumFusion"
 ML = "ai.onnx.ml"
@@ -246,25 +245,21 @@ def _chain(look: _Lookups, tree: ir.Node, position: dict) -> _Chain | None:
     nodes: list[ir.Node] = []
     made: list[ir.Value] = []  # each node's output
     layout = []
-    heap = [(position[id(n)], id(n), n) for n, _ in root.iter_uses() if id(n) in position]
-    heapq.heapify(heap)
-    seen = set()
-    while heap:
-        _, key, node = heapq.heappop(heap)
-        if key in seen:
-            continue
-        seen.add(key)
+    taken: list[tuple] = []  # (the refs _takes found for the node just accepted)
+
+    def accept(node: ir.Node) -> bool:
         refs = _takes(look, node, where)
         if refs is None:
-            continue
+            return False
+        taken.append(refs)
+        return True
+
+    for node in reachable_in_order(root, position, accept):
         out = node.outputs[0]
         where[id(out)] = (len(nodes), 0)
         made.append(out)
         nodes.append(node)
-        layout.append((node.op_type, node.domain, bool(out.name), refs, _attr_key(node)))
-        for user, _ in out.iter_uses():
-            if id(user) in position:
-                heapq.heappush(heap, (position[id(user)], id(user), user))
+        layout.append((node.op_type, node.domain, bool(out.name), taken[-1], _attr_key(node)))
     if not nodes:
         return None
     members = {id(n) for n in nodes}
