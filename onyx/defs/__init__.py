@@ -372,19 +372,17 @@ def _versions_json(op: str, domain: str) -> bytes | None:
     line so read is checked to be the operator's whole line, and a _spans.py made for another
     file (of another size) is not read at all."""
     spans = _span_table()
-    if spans is None:
-        span = _index().get((domain.encode(), op.encode()))
-        return None if span is None else _data()[span[0] : span[1]]
-    span = spans.get((domain, op))
-    if span is None:
-        return None
-    start, end = span
-    prefix = f"\n{domain}\t{op}\t".encode()
-    line = _read(start - len(prefix), end + 1)
-    versions = line[len(prefix) : len(prefix) + end - start]
-    if line.startswith(prefix) and line[len(prefix) + end - start :] in (b"\n", b""):
-        return versions
-    span = _index().get((domain.encode(), op.encode()))  # (a stale _spans.py: the file's own)
+    if spans is not None:
+        span = spans.get((domain, op))
+        if span is None:
+            return None
+        start, end = span
+        prefix = f"\n{domain}\t{op}\t".encode()
+        line = _read(start - len(prefix), end + 1)
+        versions = line[len(prefix) : len(prefix) + end - start]
+        if line.startswith(prefix) and line[len(prefix) + end - start :] in (b"\n", b""):
+            return versions
+    span = _index().get((domain.encode(), op.encode()))  # (no _spans.py for it, or a stale one)
     return None if span is None else _data()[span[0] : span[1]]
 
 
