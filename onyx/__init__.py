@@ -108,6 +108,8 @@ def _imported(module: str):
     in the middle of it (a dozen, each promoting them a generation further) found nothing to
     free. After it they go straight to the oldest generation, unscanned
     (utils.settle_long_lived): the first pass after the pause scanned them all again."""
+    # (paused here, not by utils.gc_paused: importing utils, and numpy with it, before the
+    # pause let a collector pass run)
     enabled, known = gc.isenabled(), len(sys.modules)
     gc.disable()
     try:
