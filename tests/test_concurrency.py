@@ -723,6 +723,18 @@ def test_turn_c_waiter_asleep_is_woken_by_a_ring_from_another_thread():
     assert ended == [1] and time.monotonic() - start < 10
 
 
+def _held_with_a_waiter(turn):
+    """The turn taken and given back by this thread, then a waiter queued behind it (a thread
+    that never looks) and published to turn.c's watcher: the waiter's entry."""
+    turn.acquire()
+    turn.release()
+    entry = concurrency._Waiter(-5)  # noqa: SLF001
+    with turn.guard:
+        turn.queue.append(entry)
+        turn._publish()  # noqa: SLF001
+    return entry
+
+
 @needs_native_bells
 def test_a_holders_runs_tell_turn_c_their_start_and_end(monkeypatch):
     """With a waiter queued, each run of the holder writes its start and its end (runs in
@@ -731,12 +743,7 @@ def test_a_holders_runs_tell_turn_c_their_start_and_end(monkeypatch):
     monkeypatch.setattr(concurrency, "SLICE_SECONDS", 60.0)
     monkeypatch.setattr(concurrency, "_leaving", threading.local())  # (no streaks to end)
     turn = concurrency._Turn()  # noqa: SLF001
-    turn.acquire()
-    turn.release()
-    entry = concurrency._Waiter(-5)  # noqa: SLF001  (a thread that never looks)
-    with turn.guard:
-        turn.queue.append(entry)
-        turn._publish()  # noqa: SLF001
+    entry = _held_with_a_waiter(turn)
     try:
         turn.acquire(0.001)
         assert turn.owner == threading.get_ident() and list(turn.shared) == [
@@ -796,12 +803,7 @@ def test_a_holder_past_its_slice_rings_the_next_holder_as_its_own_wait_begins(mo
     monkeypatch.setattr(concurrency, "_turn_pass", passes)
     monkeypatch.setattr(concurrency, "_turn_wait", lambda *args: handed_back())
     monkeypatch.setattr(concurrency, "_bind", lambda thread, core: None)
-    turn.acquire()
-    turn.release()
-    entry = concurrency._Waiter(-5)  # noqa: SLF001  (a thread that never looks)
-    with turn.guard:
-        turn.queue.append(entry)
-        turn._publish()  # noqa: SLF001
+    entry = _held_with_a_waiter(turn)
     turn.spent = 1e9  # (its slice over: the next run hands the turn over)
     turn.acquire()
     assert passed == [entry.address] and rung == []
