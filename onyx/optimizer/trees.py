@@ -394,7 +394,8 @@ def _each_chain(ctx, group, j: int, args: list, bounds: list, opsets) -> np.ndar
             return None
         lo, hi = bounds[t], bounds[t + 1]
         mine = [
-            ctx.const(node.inputs[i]) if type(a) is tuple else a[lo:hi] for i, a in enumerate(args)
+            _const_arg(ctx, node, i, a) if type(a) is tuple else a[lo:hi]
+            for i, a in enumerate(args)
         ]
         y = _one_row_each(bind(node, opsets).call(mine)[0], hi - lo)
         if y is None or (outs and y.dtype != outs[0].dtype):
