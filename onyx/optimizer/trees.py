@@ -350,8 +350,7 @@ def _tabulate_together(ctx: PassContext, layout: tuple, group: list, steps: dict
     for p in probes:
         bounds.append(bounds[-1] + p.size)
     known = {(-1, 0): np.concatenate(probes).reshape(-1, 1)}
-    opsets, functions = ctx.model.opset_imports, ctx.model.functions
-    local = {(f.domain, f.name) for f in functions.values()} if functions else set()
+    opsets, local = ctx.model.opset_imports, _local_functions(ctx)
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")
         for j, (op_type, domain, _, refs, attrs) in enumerate(node_layout):
@@ -448,8 +447,7 @@ def _evaluated(
     kernels (fold.evaluate's rules, set up once for the whole chain: an IsolationForest has
     two thousand such nodes), or None when a node cannot run here."""
     known = {id(root): probe}
-    opsets, functions = ctx.model.opset_imports, ctx.model.functions
-    local = {(f.domain, f.name) for f in functions.values()} if functions else set()
+    opsets, local = ctx.model.opset_imports, _local_functions(ctx)
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")
         for node in nodes:
@@ -472,6 +470,12 @@ def _evaluated(
                 return None
             known[id(node.outputs[0])] = np.asarray(out)
     return known
+
+
+def _local_functions(ctx: PassContext) -> set:
+    """(domain, name) of the model's functions: a node calling one is not run here."""
+    functions = ctx.model.functions
+    return {(f.domain, f.name) for f in functions.values()} if functions else set()
 
 
 def _bound(node: ir.Node, opsets, steps: dict):
