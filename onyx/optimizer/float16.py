@@ -27,7 +27,7 @@ import numpy as np
 from .. import ir
 from ..ir.dtypes import DataType
 from .core import BASIC, STANDARD, PassContext, graph_pass
-from .pipeline import may_hold_float16
+from .pipeline import _is16, may_hold_float16
 
 F16, F32 = DataType.FLOAT16, DataType.FLOAT
 
@@ -52,10 +52,6 @@ FLOAT_FOLLOWING = frozenset(
     "Reshape Resize ScatterElements ScatterND Shape Size Slice SpaceToDepth Split Squeeze "
     "Tile Transpose Trilu Unsqueeze CastLike".split()
 )
-
-
-def _is16(v: ir.Value | None) -> bool:
-    return v is not None and isinstance(v.type, ir.TensorType) and v.type.elem_type == F16
 
 
 #: Ops that pick a few values out of their first input: from a float16 constant (an embedding

@@ -350,8 +350,7 @@ def _tabulate_together(ctx: PassContext, layout: tuple, group: list, steps: dict
     for p in probes:
         bounds.append(bounds[-1] + p.size)
     known = {(-1, 0): np.concatenate(probes).reshape(-1, 1)}
-    opsets, functions = ctx.model.opset_imports, ctx.model.functions
-    local = {(f.domain, f.name) for f in functions.values()} if functions else set()
+    opsets, local = ctx.model.opset_imports, _local_functions(ctx)
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")
         for j, (op_type, domain, _, refs, attrs) in enumerate(node_layout):
@@ -394,7 +393,8 @@ def _each_chain(ctx, group, j: int, args: list, bounds: list, opsets) -> np.ndar
             return None
         lo, hi = bounds[t], bounds[t + 1]
         mine = [
-            ctx.const(node.inputs[i]) if type(a) is tuple else a[lo:hi] for i, a in enumerate(args)
+            _const_arg(ctx, node, i, a) if type(a) is tuple else a[lo:hi]
+            for i, a in enumerate(args)
         ]
         y = _one_row_each(bind(node, opsets).call(mine)[0], hi - lo)
         if y is None or (outs and y.dtype != outs[0].dtype):
@@ -447,8 +447,7 @@ def _evaluated(
     kernels (fold.evaluate's rules, set up once for the whole chain: an IsolationForest has
     two thousand such nodes), or None when a node cannot run here."""
     known = {id(root): probe}
-    opsets, functions = ctx.model.opset_imports, ctx.model.functions
-    local = {(f.domain, f.name) for f in functions.values()} if functions else set()
+    opsets, local = ctx.model.opset_imports, _local_functions(ctx)
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")
         for node in nodes:
@@ -471,6 +470,12 @@ def _evaluated(
                 return None
             known[id(node.outputs[0])] = np.asarray(out)
     return known
+
+
+def _local_functions(ctx: PassContext) -> set:
+    """(domain, name) of the model's functions: a node calling one is not run here."""
+    functions = ctx.model.functions
+    return {(f.domain, f.name) for f in functions.values()} if functions else set()
 
 
 def _bound(node: ir.Node, opsets, steps: dict):
