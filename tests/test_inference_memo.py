@@ -36,9 +36,9 @@ def _transposes(shape, perms) -> onyx.ir.Model:
 
 @pytest.fixture
 def empty_memo():
-    memo.MEMO.clear()
+    memo.clear()
     yield memo.MEMO
-    memo.MEMO.clear()
+    memo.clear()
 
 
 def test_equal_nodes_share_one_entry_and_get_the_same_types(empty_memo):
@@ -182,7 +182,7 @@ def test_a_types_key_is_read_once_and_is_the_key_of_its_fields(empty_memo):
         assert k == (int(t.elem_type), dims, t.denotation)
     other = onyx.ir.TensorType(onyx.ir.DataType.FLOAT, ("N", 5, 3))
     assert memo.type_key(other) != memo.type_key(onyx.ir.TensorType(1, ("N", 3, 5)))
-    memo.MEMO.clear()
+    memo.clear()
     memo.TYPE_KEYS.clear()
     assert _types(_transposes(["N", 3, 5], [(0, 2, 1), (2, 1, 0), (0, 2, 1)])) == first
 

@@ -173,13 +173,16 @@ def remember(k: tuple, outputs: dict, out_data: dict, schema) -> None:
     size = _entry_bytes(k, outputs, out_data)
     if size > MAX_ENTRY_BYTES or k in MEMO:
         return
-    if not MEMO:  # (cleared elsewhere too: a test's fixture)
-        HELD[0] = 0
     if len(MEMO) >= MAX_ENTRIES or HELD[0] + size > MAX_BYTES:
-        MEMO.clear()
-        HELD[0] = 0
+        clear()
     MEMO[k] = (dict(outputs), {i: _copy(d) for i, d in out_data.items()}, schema)
     HELD[0] += size
+
+
+def clear() -> None:
+    """Forget every entry (and the bytes they held)."""
+    MEMO.clear()
+    HELD[0] = 0
 
 
 def _entry_bytes(k: tuple, outputs: dict, out_data: dict) -> int:
