@@ -259,8 +259,7 @@ def _to_float(x, w, x_zero_point, w_zero_point, scale, bias, attrs: tuple):
         if conv is not None:
             s = np.ascontiguousarray(scale, _F32).reshape(1)
             b = None if bias is None else np.ascontiguousarray(bias).reshape(-1)
-            zx = 0 if x_zero_point is None else int(x_zero_point.reshape(-1)[0])
-            return conv.to_float(x, s, b, zx)
+            return conv.to_float(x, s, b, _zero_point(x_zero_point))
     attrs = dict(zip(CONV_ATTRIBUTES, attrs))
     y = conv_integer(x, w, x_zero_point, w_zero_point, **attrs).astype(np.float32)
     y = np.multiply(y, scale, out=_in_place(y, scale))

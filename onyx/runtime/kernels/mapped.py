@@ -89,13 +89,13 @@ def _rows_by_pread(fd: int, offset: int, row: int, flat: list, out: np.ndarray) 
 
 
 def _rows_by_mapping(data, buf, offset: int, address: int, flat: list, out) -> None:
-    row, size = data[0].nbytes, len(buf)
+    row, size, dontneed = data[0].nbytes, len(buf), _dontneed()
     for i, r in enumerate(flat):
         out[i] = data[r]
         at = address + offset + r * row  # (folios are mapped at aligned addresses)
         lo = max(0, at - at % _SPAN - address)
         hi = min(size, -(-(at + row) // _SPAN) * _SPAN - address)
-        buf.madvise(_dontneed(), lo, hi - lo)
+        buf.madvise(dontneed, lo, hi - lo)
 
 
 def take_rows(data: np.ndarray, indices: np.ndarray) -> np.ndarray | None:
