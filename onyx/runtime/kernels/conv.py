@@ -12,7 +12,6 @@ from __future__ import annotations
 import itertools
 import math
 import operator
-from collections.abc import Callable
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -1582,21 +1581,7 @@ def _bind_conv(inputs, attrs, constant):
     if call is None:
         return None
     contiguous = np.ascontiguousarray
-    return under_setting(lambda X, W, B=None: call(contiguous(X), B, None), conv, attrs)
-
-
-def under_setting(run: Callable, kernel: Callable, attrs: dict) -> Callable:
-    """A conv's bound call ``run``, made under the current native thread setting: under
-    another setting the kernel as written answers (the set-up's work split is the setting's,
-    and its derived entry is kept per setting)."""
-    threads, setting = native.thread_setting(), native.thread_setting
-
-    def call(*inputs):
-        if setting() != threads:
-            return kernel(*inputs, **attrs)
-        return run(*inputs)
-
-    return call
+    return native.under_setting(lambda X, W, B=None: call(contiguous(X), B, None), conv, attrs)
 
 
 def _bind_conv_transpose(inputs, attrs, constant):
@@ -1613,7 +1598,7 @@ def _bind_conv_transpose(inputs, attrs, constant):
     if call is None:
         return None
     contiguous = np.ascontiguousarray
-    return under_setting(lambda X, W, B=None: call(contiguous(X), B), conv_transpose, attrs)
+    return native.under_setting(lambda X, W, B=None: call(contiguous(X), B), conv_transpose, attrs)
 
 
 # (marked here: the kernels above stay as they were written; W and B must be constants)

@@ -27,7 +27,6 @@ from .conv import (
     _implicit_gemm_conv,
     _qlinear_conv,
     requantization_scale,
-    under_setting,
 )
 from .derived import derived, value_key
 
@@ -57,7 +56,7 @@ def _bind_qlinear_conv_nhwc(inputs, attrs, constant):
     def call(x, *rest):
         return run(x) if x.flags.c_contiguous else kernel(x, *rest, **attrs)
 
-    return under_setting(call, kernel, attrs)
+    return native.under_setting(call, kernel, attrs)
 
 
 @binds(_bind_qlinear_conv_nhwc, constants=(1, 2, 3, 4, 5, 6, 7, 8))

@@ -16,6 +16,7 @@ import operator
 
 import numpy as np
 
+from .. import native
 from ..registry import ONYX_DOMAIN, binds, op
 from .conv import (
     CONV_ATTRIBUTES,
@@ -23,7 +24,6 @@ from .conv import (
     conv_integer,
     implicit_integer_conv,
     integer_depthwise_runner,
-    under_setting,
     windows,
 )
 from .derived import derived, frozen, value_key
@@ -67,7 +67,7 @@ def _bound_to_float(inputs, attrs: dict, constant, kernel):
             acc = _one_pixel_product(x, wc, x_zero_point)
             return epilogue(acc.astype(np.float32).reshape(y_shape), scale)
 
-        return under_setting(one_pixel, kernel, attrs)
+        return native.under_setting(one_pixel, kernel, attrs)
     small = _small_conv(x, w, x_zero_point, w_zero_point, at)
     if small is not None:
         wc, columns, y_shape = small
@@ -79,7 +79,7 @@ def _bound_to_float(inputs, attrs: dict, constant, kernel):
                 xc -= np.float32(x_zero_point.reshape(-1)[0])
             return epilogue(np.matmul(wc, columns(xc)).reshape(y_shape), scale)
 
-        return under_setting(float_gemm, kernel, attrs)
+        return native.under_setting(float_gemm, kernel, attrs)
     conv_attrs = dict(zip(CONV_ATTRIBUTES, at))
     if (
         scale.size == 1
@@ -96,7 +96,7 @@ def _bound_to_float(inputs, attrs: dict, constant, kernel):
                 s = np.ascontiguousarray(scale, _F32).reshape(1)
                 return conv.to_float(x, s, b, _zero_point(x_zero_point))
 
-            return under_setting(implicit, kernel, attrs)
+            return native.under_setting(implicit, kernel, attrs)
     run = integer_depthwise_runner(x, w, x_zero_point, w_zero_point, conv_attrs)
     if run is None:
         return None
@@ -105,7 +105,7 @@ def _bound_to_float(inputs, attrs: dict, constant, kernel):
     def depthwise(x, w, x_zero_point, w_zero_point, scale, bias=None):
         return epilogue(run(x, _zero_point(x_zero_point)).astype(np.float32), scale)
 
-    return under_setting(depthwise, kernel, attrs)
+    return native.under_setting(depthwise, kernel, attrs)
 
 
 #: The most multiply-adds of a conv taken by float32 BLAS (where that and the implicit int8

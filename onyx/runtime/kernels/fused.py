@@ -117,7 +117,7 @@ def _bind_fused_conv(inputs, attrs, constant):
     run = node_conv1d_runner(X.shape, W, attrs, code, lo, hi)
     if run is None:
         return None
-    return _convs().under_setting(lambda X, W, B=None, Z=None: run(X, B, None), fused_conv, attrs)
+    return native.under_setting(lambda X, W, B=None, Z=None: run(X, B, None), fused_conv, attrs)
 
 
 def _bound_conv2d(x_shape, W, attrs: dict, code: int, lo, hi):
@@ -128,7 +128,7 @@ def _bound_conv2d(x_shape, W, attrs: dict, code: int, lo, hi):
         return None
     contiguous = np.ascontiguousarray
     bound = lambda X, W, B=None, Z=None: call(contiguous(X), B, Z)  # noqa: E731
-    return convs.under_setting(bound, fused_conv, attrs)
+    return native.under_setting(bound, fused_conv, attrs)
 
 
 @binds(_bind_fused_conv, constants=(1, 2))  # (Z: fed to a 2-D conv, constant to a 1-D one)

@@ -411,15 +411,12 @@ def _bind_qlinear_matmul(inputs, attrs, constant):
         )
         if run is None:
             return None
-        shape, setting = a.shape[:-1] + (N,), native.thread_setting
-        threads = setting()
+        shape = a.shape[:-1] + (N,)
 
         def product(a, *params):
-            if setting() != threads:  # (the set-up's work split is its thread setting's)
-                return q_linear_mat_mul(a, *params)
             return run(np.ascontiguousarray(a.reshape(rows.shape))).reshape(shape)
 
-        return product
+        return native.under_setting(product, q_linear_mat_mul, {})
     if b.ndim > 2 and np.size(b_zp) == 1 and multiplier.size == 1:
         za, zb = int(a_zp.reshape(-1)[0]), int(b_zp.reshape(-1)[0])
         return lambda a, a_s, a_z, b, *rest: native.batched_int8_gemm(

@@ -46,6 +46,7 @@ from ._core import (
     activation_params,
     thread_setting,
     threads,
+    under_setting,
 )
 
 #: Each family module's public names (or ``(name, its name in the module)``): the module is
@@ -245,6 +246,7 @@ __all__ = [
     "load_status",
     "status",
     "thread_setting",
+    "under_setting",
     "threads",
     *_ORIGIN,  # (the families' names: imported when first asked for)
 ]

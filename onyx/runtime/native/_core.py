@@ -18,6 +18,7 @@ import importlib.machinery
 import os
 import sys
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -537,6 +538,20 @@ def _forget(key: int) -> None:
 def thread_setting() -> int:
     """The thread count set for native kernels here (0: every core): part of a set-up's key."""
     return _threads.get()
+
+
+def under_setting(run: Callable, kernel: Callable, attrs: dict) -> Callable:
+    """A bound call ``run`` (a native set-up's), made under the current thread setting: under
+    another setting the kernel as written answers (the set-up's work split is the setting's,
+    and its derived entry is kept per setting)."""
+    threads = thread_setting()
+
+    def call(*inputs):
+        if _threads.get() != threads:
+            return kernel(*inputs, **attrs)
+        return run(*inputs)
+
+    return call
 
 
 #: Elements below which an elementwise kernel stays on one thread.
