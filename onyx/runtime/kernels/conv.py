@@ -1364,9 +1364,8 @@ def conv_transpose(
     M = Mg * group
     P = math.prod(in_shape)
     bias = None if B is None else B.astype(ct, copy=False)
-    full = [
-        (i - 1) * s + (k - 1) * d + 1 for i, s, k, d in zip(in_shape, strides, kernel, dilations)
-    ]
+    eff = effective_kernel(kernel, dilations)
+    full = [(i - 1) * s + e for i, s, e in zip(in_shape, strides, eff)]  # (before cropping)
     size = np.dtype(ct).itemsize
     check_buffer("ConvTranspose", "output", (N, M, *out), size)
     check_buffer("ConvTranspose", "uncropped output", (N, M, *full), size)
