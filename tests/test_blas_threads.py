@@ -136,7 +136,7 @@ def test_the_native_walk_finds_what_the_callback_walk_finds(monkeypatch):
     names, adds = walked
     native_files = blas_threads._loaded_files()  # noqa: SLF001
     native_count = blas_threads.load_count()
-    monkeypatch.setattr(blas_threads, "_native_walk", lambda: None)
+    monkeypatch.setattr(blas_threads, "_native_walk", lambda names=True: None)
     assert blas_threads._loaded_files() == native_files  # noqa: SLF001
     assert blas_threads.load_count() == native_count == (adds or None)
     assert len(names) == len(native_files) > 3

@@ -76,11 +76,11 @@ def _phdr_types() -> tuple[int, type]:
     return _ObjectInfo.adds.offset + ctypes.sizeof(ctypes.c_ulonglong), each
 
 
-def _native_walk() -> tuple[list[bytes], int] | None:
-    """(the loaded objects' paths, how many objects the process has loaded ever: 0 where
-    unknown) from the native library's onyx_loaded_objects (abi.c: dl_iterate_phdr without a
-    ctypes callback per object, whose first one alone cost a fresh process's first run a
-    sixth of a millisecond); None where the library is off, lacks it (built from older
+def _native_walk(names: bool = True) -> tuple[list[bytes], int] | None:
+    """(the loaded objects' paths, none without ``names``; how many objects the process has
+    loaded ever: 0 where unknown) from the native library's onyx_loaded_objects (abi.c:
+    dl_iterate_phdr without a ctypes callback per object, whose first one alone cost a fresh
+    process's first run a sixth of a millisecond); None where the library is off, lacks it (built from older
     sources) or the platform has no dl_iterate_phdr. Its prototype is set at its first use."""
     from .native import _core
 
@@ -95,6 +95,8 @@ def _native_walk() -> tuple[list[bytes], int] | None:
         walk.argtypes = [ctypes.c_char_p, ctypes.c_int64, ctypes.POINTER(ctypes.c_uint64)]
         walk.restype = ctypes.c_int64
     adds, room = ctypes.c_uint64(), 4096
+    if not names:  # (no buffer: the count alone, no path copied)
+        return None if walk(None, 0, ctypes.byref(adds)) < 0 else ([], adds.value)
     while True:  # (an object loaded by another thread meanwhile: room for it next time)
         buf = ctypes.create_string_buffer(room)
         size = walk(buf, room, ctypes.byref(adds))
@@ -108,7 +110,7 @@ def _native_walk() -> tuple[list[bytes], int] | None:
 def load_count() -> int | None:
     """How many shared objects the process has loaded so far (a counter dl_iterate_phdr
     reports, read from its first object: a few microseconds), or None where there is none."""
-    walked = _native_walk()
+    walked = _native_walk(names=False)
     if walked is not None:
         return walked[1] or None
     seen: list[int] = []

@@ -62,6 +62,12 @@ static int64_t cv_blocks(const small_conv_f32 *t) { return (cv_pixels(t) + CV_NR
 static int64_t cv_first(const small_conv_f32 *t, int64_t b) {
     return cv_pixels(t) * b / cv_blocks(t);
 }
+/* Whether a channel-vector task reads x in place (a 1x1 conv whose output is its input's
+   plane): its blocks' rows are x's rows, nothing packed. */
+static int cv_direct(const small_conv_f32 *t) {
+    return t->kh * t->kw == 1 && t->top == 0 && t->left == 0 && t->OH == t->H &&
+           t->OW == t->W && t->sh == 1 && t->sw == 1;
+}
 
 /* Parts (strip, panel) of all images: the range a task's entry runs; with channel vectors,
    (block, panel of 16 channels). */
@@ -337,7 +343,7 @@ static AVX512 int cv_range(const small_conv_f32 *t, int64_t begin, int64_t end) 
     int64_t taps = t->kh * t->kw, C = t->C, K = taps * C, plane = t->H * t->W;
     int64_t blocks = cv_blocks(t), panels = (t->M + CV_NR - 1) / CV_NR, off[SC_TAPS];
     int same = t->OW == t->W && t->sh == 1 && t->sw == 1;
-    int direct = same && taps == 1 && t->top == 0 && t->left == 0 && t->OH == t->H;
+    int direct = cv_direct(t);
     float *buf = 0;
     if (!direct && !(buf = onyx_scratch(SCRATCH_SMALL_CONV, (size_t)K * CV_NR * 4, 0)))
         return ONYX_NOMEM;
@@ -465,9 +471,7 @@ static int run_task(range_fn fn, const small_conv_f32 *setup, const float *x, fl
    (13 blocks of a 14x14 plane split 7 : 6 on two threads), down to 2 (a pack per two tiles
    is a few percent of their work). */
 static int64_t cv_run(const small_conv_f32 *t, int64_t threads) {
-    int in_place = t->kh * t->kw == 1 && t->top == 0 && t->left == 0 && t->OH == t->H &&
-                   t->OW == t->W && t->sh == 1 && t->sw == 1;
-    int64_t run = in_place ? 1 : (t->M + CV_NR - 1) / CV_NR;
+    int64_t run = cv_direct(t) ? 1 : (t->M + CV_NR - 1) / CV_NR;
     while (run > 2 && sc_parts(t) / run < 8 * threads) run = (run + 1) / 2;
     return run;
 }
