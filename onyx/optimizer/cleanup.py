@@ -106,6 +106,7 @@ def eliminate_noops(ctx: PassContext) -> bool:
 @graph_pass("DeadCodeElimination", BASIC)
 def dead_code(ctx: PassContext) -> bool:
     g = ctx.graph
+    ctx.swept = ctx.version  # (every node dead now is gone when this run ends)
     outputs = {id(v) for v in g.outputs}
     changed = False
     for node in reversed(g._nodes):  # noqa: SLF001 (removing makes a new order list)
@@ -239,6 +240,7 @@ def common_subexpressions(ctx: PassContext) -> bool:
     g = ctx.graph
     changed = False
     seen_consts: dict[tuple, ir.Value] = {}
+    retyped = False  # (a reader of a merged constant now reads another declared type)
     outputs = {id(v) for v in g.outputs}
     inputs = {id(v) for v in g.inputs} if ctx.model.ir_version >= 4 else set()
     for v in list(g.initializers.values()):
@@ -252,6 +254,9 @@ def common_subexpressions(ctx: PassContext) -> bool:
             v.replace_all_uses_with(first)
             ctx.count("CommonSubexpressionElimination")
             changed = True
+            retyped |= first.type != v.type
+    if changed and not retyped:
+        ctx.change_tag = CONSTANTS_MERGED  # (unless nodes are merged too: below)
     seen: dict[tuple, _Twins] = {}
     deterministic: dict[tuple[str, str], bool] = {}  # (per op: the pass runs every round)
     for node in g:
@@ -276,11 +281,21 @@ def common_subexpressions(ctx: PassContext) -> bool:
         if first is None or first is node:
             continue
         if all(not v.name or not ctx.is_output(v) for v in node.outputs):
+            tag = None  # (the twin is dead now: DeadCodeElimination takes it)
             for a, b in zip(node.outputs, first.outputs):
                 if a.name and b.name:
                     a.replace_all_uses_with(b)
                 elif a.name and a.has_uses():
+                    tag = TWIN_KEPT  # (still read: every run takes it again)
                     break
+            ctx.change_tag = tag if ctx.change_tag != TWIN_KEPT else TWIN_KEPT
             ctx.count("CommonSubexpressionElimination")
             changed = True
     return changed
+
+
+#: CommonSubexpressionElimination's change tags (pipeline.QUIET) besides its name: it merged
+#: constants only, each into one of the same declared type; it merged a twin node that is
+#: still read after (an output without a name in its first twin).
+CONSTANTS_MERGED = "CommonSubexpressionElimination:constants"
+TWIN_KEPT = "CommonSubexpressionElimination:twin-kept"
