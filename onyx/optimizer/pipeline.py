@@ -114,12 +114,12 @@ QUIET: dict[str, frozenset[str]] = {
 #: Passes whose own change gives them nothing new to do once the main graph's nodes are in
 #: order (one walk then meets each node after its inputs' producers, whose changes it already
 #: made): pass name -> whether that waits for a DeadCodeElimination run after the change
-#: (the pass leaves the nodes it bypassed in place, dead, and would take them again).
+#: (the pass leaves the nodes it bypassed in place, dead, and would take them again). Not the
+#: bypassing passes (NoopElimination, EliminateIdentity): a bypassed graph output renames and
+#: retypes the value it now is, which a node met before may read.
 SELF_QUIET: dict[str, bool] = {
     "ConstantFolding": False,  # (it removes what it folds)
-    "ShapeFolding": True,
-    "EliminateIdentity": True,
-    "NoopElimination": True,
+    "ShapeFolding": True,  # (never a graph output's producer: no renaming)
     "DeadCodeElimination": False,  # (backwards: a node's readers go before it)
     "CommonSubexpressionElimination": True,  # (not for a twin still read: its own tag)
 }
