@@ -163,6 +163,9 @@ class PassContext(DataValue):
         _op_types: tuple[list, frozenset[str]] | None = None,
     ):
         self.model = model
+        #: The model's main graph (an attribute: the passes read it some thousand times a
+        #: session, each read through two properties otherwise).
+        self.graph: ir.Graph = model.graph
         self.stats = {} if stats is None else stats
         self.enabled = enabled
         self._names = _names
@@ -284,10 +287,6 @@ class PassContext(DataValue):
         alive = {id(v) for n in g for v in n.outputs}
         g.value_info = [v for v in value_info if id(v) in alive]
 
-    @property
-    def graph(self) -> ir.Graph:
-        return self.model.graph
-
     def opset(self, domain: str = "") -> int:
         return self.model.opset(domain) or 0
 
@@ -320,7 +319,7 @@ class PassContext(DataValue):
         also a graph input, which a caller could override), else None."""
         if v is None or v.producer is not None or v.const_value is None:
             return None
-        g = self.model.graph
+        g = self.graph
         if g.initializers.get(v.name) is not v:
             return None
         # before IR 4 every initializer was also listed as an input; onnxruntime treats those
