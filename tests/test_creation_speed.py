@@ -6,6 +6,7 @@ on old models (initializers listed as inputs), CSE keying attributes lazily, and
 from __future__ import annotations
 
 import gc
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -311,3 +312,30 @@ def test_a_pass_results_counts_are_its_own_net_counts(monkeypatch):
     assert by_name["Counting"].stats == {"Fused": 2}
     assert by_name["Quiet"].stats == {}
     assert stats == {"Fused": 2, "Undone": 0}
+
+
+def test_optimized_model_is_the_same_whatever_the_hash_seed(tmp_path):
+    """ChannelsLastTransformer's model-local functions were added in a set's order: the saved
+    optimized model of a MobileNet changed with the process's string hash seed."""
+    root = Path(__file__).resolve().parent.parent
+    code = (
+        "import sys, onyx\n"
+        "so = onyx.SessionOptions()\n"
+        "so.optimized_model_filepath = sys.argv[2]\n"
+        "onyx.InferenceSession(sys.argv[1], so)\n"
+    )
+    made = []
+    for seed in ("1", "2", "3", "4"):
+        out = tmp_path / f"seed{seed}.onnx"
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        run = subprocess.run(
+            [sys.executable, "-c", code, str(ZOO["mobilenet_torchscript_op17"].path), str(out)],
+            capture_output=True,
+            text=True,
+            cwd=root,
+            env=env,
+        )
+        assert run.returncode == 0, run.stderr
+        made.append(out.read_bytes())
+    assert len(serde.loads(made[0]).functions) > 1  # (an order to keep)
+    assert all(m == made[0] for m in made[1:])

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from .. import ir
 from ..utils import gc_paused
 from .core import ALL, BASIC, LEVELS, PassContext, PassResult, clone_model
-from .pipeline import CONFINED, PIPELINE
+from .pipeline import CONFINED, PIPELINE, QUIET, SELF_QUIET
 
 __all__ = ["PassResult", "optimize", "optimize_for_session", "passes"]
 
@@ -63,21 +63,37 @@ def optimize(
     ``results`` (a list) one :class:`PassResult` per pass run, in order.
     ``in_place``: optimize ``model`` itself, for a caller that owns it (the copy is not free).
     ``for_session``: the model is to run, not to be written: constants are folded whatever
-    their size (a generated weight is otherwise made again on every run)."""
+    their size (a generated weight is otherwise made again on every run); it is a session's
+    model, validated, its nodes in topological order."""
+    warned: list = []
     if not for_session:  # a session validated the model it optimizes
         from ..validation import validate
 
-        validate(model, "the model to optimize")
+        validate(model, "the model to optimize", warned=warned)
+    ordered = _ordered(warned, for_session)
     with gc_paused():  # (a clone's and the rewrites' objects live on)
-        return _optimize(model, _level(level), disabled, stats, in_place, for_session, results)
+        return _optimize(
+            model, _level(level), disabled, stats, in_place, for_session, results, ordered
+        )
 
 
-def _optimize(model, lvl: int, disabled, stats, in_place, for_session, results) -> ir.Model:
+def _ordered(warned: list, for_session: bool) -> bool:
+    """Whether the graphs' nodes are in topological order (pipeline.SELF_QUIET's rules need
+    it): a session's model is (the session sorts a model out of order before optimizing it);
+    another is unless validation warned it is not (walking the nodes to find out costs more
+    than the rules save)."""
+    return for_session or not any(p.rule == "topological-order" for p in warned)
+
+
+def _optimize(
+    model, lvl: int, disabled, stats, in_place, for_session, results, ordered=False
+) -> ir.Model:
     m = model if in_place else clone_model(model)
     if lvl <= 0:
         return m
     names, basic, fusions, layout, _ = _schedule(lvl, frozenset(disabled))
     ctx = PassContext(m, enabled=names, unbounded_folding=for_session, for_session=for_session)
+    ctx.ordered = ordered
     ctx.record_results = results is not None  # (a session's thirty-odd runs each made one)
     # (the op types, found once here, are what the passes' triggers read too)
     if "Gradient" in ctx.op_types() and _names_values_in_attributes(m):
@@ -181,7 +197,7 @@ def _run_all(ctx: PassContext, passes) -> bool:
         i = order[k]
         k += 1
         p = passes[i]
-        if SKIP_IDLE and idle.get(p.name) == ctx.version:
+        if SKIP_IDLE and p.name in idle and _still_idle(ctx, p.name, idle[p.name]):
             continue
         if p.gate is not None and not p.gate(ctx):
             idle[p.name] = ctx.version  # (as a run that found nothing: the graph must change)
@@ -227,8 +243,28 @@ def _eligible(ctx: PassContext, passes) -> tuple[int, ...]:
     return found
 
 
-#: Whether a pass that found nothing to change is skipped until the graph changes.
+#: Whether a pass that found nothing to change is skipped until the graph changes (in a way
+#: that may give it something to do: pipeline.QUIET).
 SKIP_IDLE = True
+
+
+def _still_idle(ctx: PassContext, name: str, since: int) -> bool:
+    """Whether pass ``name``, which left nothing it would do at version ``since``, still has
+    nothing to do: the graph has not changed since, or each change since is one that gives
+    this pass nothing new (pipeline.QUIET), or the pass's own, once it is done (SELF_QUIET;
+    with the nodes in order, a pass's one walk sees each node's inputs as they stay)."""
+    if since == ctx.version:
+        return True
+    quiet = QUIET.get(name)
+    if quiet is None:
+        return False
+    own = SELF_QUIET.get(name) if ctx.ordered else None  # (None: its own changes count)
+    for k, tag in enumerate(ctx.changes_since(since), since):
+        if tag in quiet:
+            continue
+        if tag != name or own is None or (own and ctx.swept <= k):
+            return False  # (own: the dead nodes it left, which it would take again, swept)
+    return True
 
 
 def _run(ctx: PassContext, p) -> bool:
@@ -236,6 +272,8 @@ def _run(ctx: PassContext, p) -> bool:
     log = ctx.counted
     log.clear()
     start = time.perf_counter() if ctx.record_results else 0.0
+    before = ctx.version
+    ctx.change_tag = None
     changed = bool(p.fn(ctx))
     if ctx.record_results:
         seconds = time.perf_counter() - start
@@ -245,8 +283,8 @@ def _run(ctx: PassContext, p) -> bool:
         ctx.idle[p.name] = ctx.version  # (it did all there was: the others' marks stand)
         return False
     if changed:
-        ctx.version += 1
-        ctx.idle.pop(p.name, None)
+        ctx.changed(ctx.change_tag or p.name)
+        ctx.idle[p.name] = before  # (what it found then is done: _still_idle asks the rest)
     else:
         ctx.idle[p.name] = ctx.version
     return changed

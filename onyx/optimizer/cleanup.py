@@ -106,15 +106,25 @@ def eliminate_noops(ctx: PassContext) -> bool:
 @graph_pass("DeadCodeElimination", BASIC)
 def dead_code(ctx: PassContext) -> bool:
     g = ctx.graph
+    ctx.swept = ctx.version  # (every node dead now is gone when this run ends)
     outputs = {id(v) for v in g.outputs}
     changed = False
-    for node in reversed(g.nodes):
-        if any(v.has_uses() or id(v) in outputs for v in node.outputs):
+    for node in reversed(g._nodes):  # noqa: SLF001 (removing makes a new order list)
+        if not _dead(node, outputs):
             continue
         g.remove(node, safe=False)
         ctx.count("DeadCodeElimination")
         changed = True
     return changed
+
+
+def _dead(node: ir.Node, outputs: set[int]) -> bool:
+    """No output of ``node`` is read nor a graph output (the pass asks it of every node every
+    round: a loop over the outputs, not a generator and two property reads per output)."""
+    for v in node._outputs:  # noqa: SLF001
+        if v._uses or id(v) in outputs:  # noqa: SLF001
+            return False
+    return True
 
 
 @graph_pass("UnusedInitializerElimination", BASIC)
@@ -200,6 +210,23 @@ def _const_key(ctx: PassContext, v: ir.Value) -> tuple | None:
     return key
 
 
+def _known_const_key(ctx: PassContext, v: ir.Value, inputs: set[int]) -> tuple | None:
+    """_const_key of initializer ``v``, kept per Value and its tensor (the pass runs every
+    round over the same initializers). ``inputs``: ids of the graph inputs that ctx.const
+    does not take as constants (IR >= 4)."""
+    t = v.const_value
+    known = ctx.memo.get(("cse-value", id(v)))
+    if known is not None and known[0] is v and known[1] is t:
+        # (what ctx.const asks of the Value itself; its tensor is the one keyed)
+        if v.producer is None and id(v) not in inputs and ctx.graph.initializers.get(v.name) is v:
+            return known[2]
+        return None
+    key = _const_key(ctx, v)
+    if t is not None and key is not None:
+        ctx.memo[("cse-value", id(v))] = (v, t, key)
+    return key
+
+
 def _has_subgraph(node: ir.Node) -> bool:
     return any(a.type in _GRAPH_ATTRS for a in node.attributes.values())
 
@@ -213,9 +240,11 @@ def common_subexpressions(ctx: PassContext) -> bool:
     g = ctx.graph
     changed = False
     seen_consts: dict[tuple, ir.Value] = {}
+    retyped = False  # (a reader of a merged constant now reads another declared type)
     outputs = {id(v) for v in g.outputs}
+    inputs = {id(v) for v in g.inputs} if ctx.model.ir_version >= 4 else set()
     for v in list(g.initializers.values()):
-        key = _const_key(ctx, v)
+        key = _known_const_key(ctx, v, inputs)
         if key is None or id(v) in outputs:
             continue
         first = seen_consts.setdefault(key, v)
@@ -225,18 +254,17 @@ def common_subexpressions(ctx: PassContext) -> bool:
             v.replace_all_uses_with(first)
             ctx.count("CommonSubexpressionElimination")
             changed = True
+            retyped |= first.type != v.type
+    if changed and not retyped:
+        ctx.change_tag = CONSTANTS_MERGED  # (unless nodes are merged too: below)
     seen: dict[tuple, _Twins] = {}
     deterministic: dict[tuple[str, str], bool] = {}  # (per op: the pass runs every round)
     for node in g:
         if node.attributes and _has_subgraph(node):
             continue
-        key = (
-            node.domain,
-            node.op_type,
-            node.overload,
-            tuple([-1 if v is None else id(v) for v in node.inputs]),
-            len(node.outputs),
-        )
+        # (flat, from the node's own lists: an absent input's id is None's, no Value's; the
+        # input count is the key's length less four)
+        key = (node.op_type, node.domain, node.overload, len(node._outputs), *map(id, node._inputs))  # noqa: SLF001
         twins = seen.get(key)
         if twins is None:
             seen[key] = _Twins(node)
@@ -253,11 +281,21 @@ def common_subexpressions(ctx: PassContext) -> bool:
         if first is None or first is node:
             continue
         if all(not v.name or not ctx.is_output(v) for v in node.outputs):
+            tag = None  # (the twin is dead now: DeadCodeElimination takes it)
             for a, b in zip(node.outputs, first.outputs):
                 if a.name and b.name:
                     a.replace_all_uses_with(b)
                 elif a.name and a.has_uses():
+                    tag = TWIN_KEPT  # (still read: every run takes it again)
                     break
+            ctx.change_tag = tag if ctx.change_tag != TWIN_KEPT else TWIN_KEPT
             ctx.count("CommonSubexpressionElimination")
             changed = True
     return changed
+
+
+#: CommonSubexpressionElimination's change tags (pipeline.QUIET) besides its name: it merged
+#: constants only, each into one of the same declared type; it merged a twin node that is
+#: still read after (an output without a name in its first twin).
+CONSTANTS_MERGED = "CommonSubexpressionElimination:constants"
+TWIN_KEPT = "CommonSubexpressionElimination:twin-kept"

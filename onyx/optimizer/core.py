@@ -163,6 +163,9 @@ class PassContext(DataValue):
         _op_types: tuple[list, frozenset[str]] | None = None,
     ):
         self.model = model
+        #: The model's main graph (an attribute: the passes read it some thousand times a
+        #: session, each read through two properties otherwise).
+        self.graph: ir.Graph = model.graph
         self.stats = {} if stats is None else stats
         self.enabled = enabled
         self._names = _names
@@ -182,6 +185,34 @@ class PassContext(DataValue):
         #: (name, n) of each count() since the pass manager last emptied it (what one pass
         #: run counted: copying ``stats`` around every run cost more than most runs)
         self.counted: list[tuple[str, int]] = []
+        #: What made each change since ``version`` was first: its tag (the pass's name, or
+        #: what the running pass set ``change_tag`` to), by version less ``_first_version``.
+        self.changes: list[str] = []
+        self._first_version = version
+        #: Set by a running pass that changed the graph: a tag saying what kind of change it
+        #: made, for the pass manager's rules (pipeline.QUIET); None: the pass's name.
+        self.change_tag: str | None = None
+        #: The version at which DeadCodeElimination last started (-1: never): every node dead
+        #: then is gone since.
+        self.swept = -1
+        #: Whether the main graph's nodes were in topological order when optimize started
+        #: (the passes keep them so: a fused node takes its pattern's last node's place;
+        #: tests/test_optimizer_quiet.py checks the zoo's).
+        self.ordered = False
+
+    def changed(self, tag: str) -> None:
+        """Note a change to the graph made by ``tag`` (see ``changes``)."""
+        self.changes.append(tag)
+        self.version += 1
+
+    def changes_since(self, version: int) -> list[str]:
+        """The tags of the changes made since ``version``, in order."""
+        return self.changes[version - self._first_version :]
+
+    def in_order(self) -> bool:
+        """Whether every node of the main graph comes after the producers of its inputs (a
+        pass walking the nodes once then sees each input as it will stay)."""
+        return _in_order(self.graph._nodes)  # noqa: SLF001
 
     def op_types(self) -> frozenset[str]:
         """Op types of every node, subgraphs included: found again only when the main graph's
@@ -231,7 +262,7 @@ class PassContext(DataValue):
         from ..inference import infer_shapes
 
         g = self.graph
-        self.version += 1  # new types: a pass reading shapes may now find more
+        self.changed("infer")  # new types: a pass reading shapes may now find more
         if self._declared is None:
             types = {id(v): (v, v.type) for v in g.values()}  # (v keeps the id unique)
             self._declared = (types, list(g.value_info))
@@ -255,10 +286,6 @@ class PassContext(DataValue):
                     v.type = types[id(v)][1]
         alive = {id(v) for n in g for v in n.outputs}
         g.value_info = [v for v in value_info if id(v) in alive]
-
-    @property
-    def graph(self) -> ir.Graph:
-        return self.model.graph
 
     def opset(self, domain: str = "") -> int:
         return self.model.opset(domain) or 0
@@ -292,7 +319,7 @@ class PassContext(DataValue):
         also a graph input, which a caller could override), else None."""
         if v is None or v.producer is not None or v.const_value is None:
             return None
-        g = self.model.graph
+        g = self.graph
         if g.initializers.get(v.name) is not v:
             return None
         # before IR 4 every initializer was also listed as an input; onnxruntime treats those
@@ -386,6 +413,17 @@ def _op_types_of(nodes) -> frozenset[str]:
             for sub in n.subgraphs():
                 found |= _op_types_of(sub._nodes)  # noqa: SLF001
     return frozenset(found)
+
+
+def _in_order(nodes: list[ir.Node]) -> bool:
+    seen: set[int] = set()
+    for n in nodes:
+        for v in n._inputs:  # noqa: SLF001
+            p = None if v is None else v.producer
+            if p is not None and p.graph is n.graph and id(p) not in seen:
+                return False
+        seen.add(id(n))
+    return True
 
 
 def _other_rank(declared, now) -> bool:

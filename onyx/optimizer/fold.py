@@ -38,6 +38,40 @@ def _local_function(ctx: PassContext, node: ir.Node) -> bool:
 def evaluate(ctx: PassContext, node: ir.Node, known: dict | None = None) -> tuple | None:
     """The node's outputs when it can be folded, else None. ``known``: id(value) -> array,
     values taken as given besides the constants."""
+    with _Silenced() as silenced:
+        return _evaluate(ctx, node, known, silenced)
+
+
+class _Silenced:
+    """Warnings ignored and numpy's floating-point errors too (a kernel run on constants that
+    warns or fails does so again at run time, where the session reports it), from the first
+    :meth:`enter` to the scope's end: constant folding keeps one scope for a whole run, not
+    one per node it evaluates (each cost some 5 us, a tenth of a transformer's folding)."""
+
+    def __init__(self):
+        self._scopes: tuple | None = None
+
+    def enter(self) -> None:
+        if self._scopes is None:
+            caught, errors = warnings.catch_warnings(), np.errstate(all="ignore")
+            caught.__enter__()
+            errors.__enter__()
+            self._scopes = (caught, errors)
+            warnings.simplefilter("ignore")
+
+    def __enter__(self) -> _Silenced:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._scopes is not None:
+            caught, errors = self._scopes
+            self._scopes = None
+            errors.__exit__(None, None, None)
+            caught.__exit__(None, None, None)
+
+
+def _evaluate(ctx: PassContext, node: ir.Node, known: dict | None, silenced: _Silenced):
+    """evaluate, the kernel run in ``silenced``'s scope (entered here if it is not yet)."""
     args = _constant_inputs(ctx, node, known)  # first: most nodes fail here, and fast
     if args is None or node.has_subgraphs():
         return None
@@ -52,21 +86,27 @@ def evaluate(ctx: PassContext, node: ir.Node, known: dict | None = None) -> tupl
         step = bind(node, ctx.model.opset_imports)
     except OnyxError:
         return None
+    silenced.enter()
     try:
-        with warnings.catch_warnings(), np.errstate(all="ignore"):
-            warnings.simplefilter("ignore")
-            result = step.call(args)
+        result = step.call(args)
     except Exception:  # fails at run time too: the session will say why
         return None
-    in_bytes = sum(a.nbytes for a in args if isinstance(a, np.ndarray))
     for v, r in zip(node.outputs, result):
         if not v.name:
             continue
         if not isinstance(r, np.ndarray | np.generic):
             return None  # sequences, maps, optionals are not initializers
-        if r.nbytes > MAX_GROWN_BYTES and r.nbytes > 4 * in_bytes and not ctx.unbounded_folding:
+        if (
+            r.nbytes > MAX_GROWN_BYTES
+            and not ctx.unbounded_folding
+            and r.nbytes > 4 * _nbytes(args)
+        ):
             return None
     return result
+
+
+def _nbytes(args: list) -> int:
+    return sum(a.nbytes for a in args if isinstance(a, np.ndarray))
 
 
 def _constant_inputs(ctx: PassContext, node: ir.Node, known: dict | None) -> list | None:
@@ -90,7 +130,7 @@ def _constant_inputs(ctx: PassContext, node: ir.Node, known: dict | None) -> lis
 
 def _computed_input(node: ir.Node) -> bool:
     """Whether an input of the node is made by a node (then it cannot be folded now)."""
-    for v in node.inputs:
+    for v in node._inputs:  # noqa: SLF001 (asked of every node every round: no copy)
         if v is not None and v.producer is not None and v.name:
             return True
     return False
@@ -152,6 +192,11 @@ def _reads_quantized(ctx: PassContext, dq: ir.Node) -> bool:
 
 @graph_pass("ConstantFolding", BASIC)
 def constant_folding(ctx: PassContext) -> bool:
+    with _Silenced() as silenced:
+        return _fold_constants(ctx, silenced)
+
+
+def _fold_constants(ctx: PassContext, silenced: _Silenced) -> bool:
     g = ctx.graph
     changed = False
     for node in g:
@@ -167,7 +212,7 @@ def constant_folding(ctx: PassContext) -> bool:
             continue  # (evaluate's first test, made here: most nodes of every round stop here)
         if is_op(node, "DequantizeLinear") and _reads_quantized(ctx, node):
             continue  # a QDQ unit's quantized weight: the QDQ fusion takes it as it is
-        result = evaluate(ctx, node)
+        result = _evaluate(ctx, node, None, silenced)
         if result is None:
             continue
         outputs = node.outputs

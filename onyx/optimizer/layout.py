@@ -455,6 +455,8 @@ def channels_last(ctx: PassContext) -> bool:
         ctx.count("ChannelsLastTransformer", len(chain))
     _fuse_scales(ctx)
     _fuse_residuals(ctx)
-    for op in {n.op_type for n in ctx.graph if n.domain == ONYX_DOMAIN}:
+    # (in graph order, not a set's: string hashes vary by process, and so did the order of the
+    # saved model's functions)
+    for op in dict.fromkeys(n.op_type for n in ctx.graph if n.domain == ONYX_DOMAIN):
         _ensure_function(ctx, op)
     return True

@@ -91,6 +91,39 @@ TRIGGERS: dict[str, tuple[tuple[str, ...], ...]] = {
 #: checks the graphs are those of running every pass every round.)
 CONFINED = frozenset({"UnusedInitializerElimination"})
 
+#: Pass name -> the change tags (a pass's name, or the tag it gave its change:
+#: PassContext.change_tag) of changes that give it nothing new to do: a pass that had nothing
+#: left to do stays idle through them (__init__._still_idle). Each entry is a claim about
+#: what the pass reads, held to by tests/test_optimizer_quiet.py:
+#: - DeadCodeElimination removes nodes no one reads: the other nodes, their inputs and their
+#:   types stay (not EliminateDropout's: a Dropout's mask read by a dead node only is free;
+#:   nor ConstantFolding's: a DequantizeLinear read by no QDQ unit is folded).
+#: - CommonSubexpressionElimination's CONSTANTS_MERGED: readers of a constant read another of
+#:   the same content and declared type, also a constant; no node changed.
+_DCE, _CONSTANTS = "DeadCodeElimination", "CommonSubexpressionElimination:constants"
+QUIET: dict[str, frozenset[str]] = {
+    "ConstantFolding": frozenset({_CONSTANTS}),
+    "ShapeFolding": frozenset({_DCE, _CONSTANTS}),
+    "EliminateIdentity": frozenset({_DCE, _CONSTANTS}),
+    "EliminateDropout": frozenset({_CONSTANTS}),
+    "NoopElimination": frozenset({_DCE, _CONSTANTS}),
+    "DeadCodeElimination": frozenset({_CONSTANTS}),
+    "CommonSubexpressionElimination": frozenset({_DCE, _CONSTANTS}),
+}
+
+#: Passes whose own change gives them nothing new to do once the main graph's nodes are in
+#: order (one walk then meets each node after its inputs' producers, whose changes it already
+#: made): pass name -> whether that waits for a DeadCodeElimination run after the change
+#: (the pass leaves the nodes it bypassed in place, dead, and would take them again). Not the
+#: bypassing passes (NoopElimination, EliminateIdentity): a bypassed graph output renames and
+#: retypes the value it now is, which a node met before may read.
+SELF_QUIET: dict[str, bool] = {
+    "ConstantFolding": False,  # (it removes what it folds)
+    "ShapeFolding": True,  # (never a graph output's producer: no renaming)
+    "DeadCodeElimination": False,  # (backwards: a node's readers go before it)
+    "CommonSubexpressionElimination": True,  # (not for a twin still read: its own tag)
+}
+
 
 # -- gates: looks further than the op types, made before a pass's module is imported -------------
 # Each answers False only where its pass surely changes nothing (and leaves nothing noted), so
