@@ -404,3 +404,18 @@ def test_fire_module_convs_bind_with_biases_listed_as_inputs():
     assert all(None not in st.calls.values() and st.calls for st in steps)
     want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
     np.testing.assert_allclose(got, want.run(None, feeds)[0], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.skipif(not native.available(), reason="native library not built")
+@pytest.mark.parametrize("width", [27, 33, 34, 35, 55, 65, 111])
+def test_max_pool_3x3_stride_2_row_ends(monkeypatch, width):
+    """window.c's 3x3 stride-2 max (SqueezeNet's down steps) at widths whose last block of
+    16 outputs is whole (33, 34, 65: the window's third column block is read) or partial (it
+    is not): the numpy kernel's values, with and without a NaN in the plane."""
+    x = RNG.standard_normal((1, 3, 9, width)).astype(np.float32)
+    x[0, 1, 4, width - 1] = np.nan
+    node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2])
+    m = _model([node], x.shape, [], 9)
+    got = onyx.InferenceSession(m).run(None, {"x": x})[0]
+    monkeypatch.setattr(_core, "lib", None)
+    np.testing.assert_array_equal(got, onyx.InferenceSession(m).run(None, {"x": x})[0])
