@@ -381,6 +381,7 @@ def test_native_convs_write_into_a_given_output(x_shape, m, k):
         run(x, b, None, out=y[:, 3 : 3 + m])
 
 
+@pytest.mark.skipif(not native.avx512(), reason="the native convs run on AVX-512")
 def test_fire_module_convs_bind_with_biases_listed_as_inputs():
     """An IR 3 model lists initializers as graph inputs (onnx's light SqueezeNet, its biases;
     its weights are made by ConstantOfShape): the plan holds them as values a caller may feed, and FusedConv's and ConvConcat's bound
