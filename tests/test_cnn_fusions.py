@@ -281,3 +281,142 @@ def test_resnet_exports_optimize_alike():
         assert "BatchNormalization" not in ops and "Relu" not in ops, (name, ops)
         counts.append(sorted(ops))
     assert counts[0] == counts[1]
+
+
+def _fire(x_shape, squeeze, expand, hw_pads=1, second="Relu"):
+    """A SqueezeNet fire module: a 1x1 squeeze conv, then a 1x1 and a 3x3 expand conv of its
+    output, each followed by ``second`` (Relu), concatenated on the channels."""
+    c = x_shape[1]
+    inits = [
+        ("ws", RNG.standard_normal((squeeze, c, 1, 1)).astype(np.float32) * 0.3),
+        ("bs", RNG.standard_normal(squeeze).astype(np.float32)),
+        ("w1", RNG.standard_normal((expand, squeeze, 1, 1)).astype(np.float32) * 0.3),
+        ("b1", RNG.standard_normal(expand).astype(np.float32)),
+        ("w3", RNG.standard_normal((expand + 8, squeeze, 3, 3)).astype(np.float32) * 0.1),
+        ("b3", RNG.standard_normal(expand + 8).astype(np.float32)),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "ws", "bs"], ["s"]),
+        helper.make_node("Relu", ["s"], ["sr"]),
+        helper.make_node("Conv", ["sr", "w1", "b1"], ["e1"]),
+        helper.make_node(second, ["e1"], ["e1r"]),
+        helper.make_node("Conv", ["sr", "w3", "b3"], ["e3"], pads=[hw_pads] * 4),
+        helper.make_node(second, ["e3"], ["e3r"]),
+        helper.make_node("Concat", ["e1r", "e3r"], ["y"], axis=1),
+    ]
+    return _model(nodes, x_shape, inits, 13)
+
+
+@pytest.mark.parametrize("numpy_path", [False, True])
+@pytest.mark.parametrize(
+    "x_shape,squeeze,expand",
+    [((1, 64, 55, 55), 16, 64), ((1, 128, 27, 27), 32, 128), ((1, 24, 13, 13), 48, 192),
+     ((2, 16, 9, 11), 8, 16), ((1, 8, 5, 7), 4, 8)],
+)  # fmt: skip
+def test_conv_concat_fusion_same_bits(monkeypatch, x_shape, squeeze, expand, numpy_path):
+    """SqueezeNet's fire module: the expand convs and their Concat become ai.onyx ConvConcat
+    (each conv writing its channels of the output at batch 1), the unfused graph's bits
+    (native and numpy), onnxruntime's values, and the saved model (a model-local function)
+    runs in onnxruntime."""
+    if numpy_path:
+        monkeypatch.setattr(_core, "lib", None)
+    m = _fire(x_shape, squeeze, expand)
+    ops = _ops(m)
+    assert "ConvConcat" in ops and "Concat" not in ops and ops.count("FusedConv") == 1
+    feeds = {"x": RNG.standard_normal(x_shape).astype(np.float32)}
+    got = _run(m, feeds)
+    apart = _run(m, feeds, ["ConvConcatFusion"])
+    assert got.shape == (x_shape[0], 2 * expand + 8, *x_shape[2:])
+    np.testing.assert_array_equal(got.view(np.uint32), apart.view(np.uint32))
+    want = ort.InferenceSession(m, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    saved = onyx.dumps(onyx.optimize(onyx.loads(m)))
+    onnx.checker.check_model(onnx.load_from_string(saved), full_check=True)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    again = ort.InferenceSession(saved, so, providers=["CPUExecutionProvider"]).run(None, feeds)
+    np.testing.assert_allclose(again[0], want, rtol=1e-4, atol=1e-4)
+
+
+def test_conv_concat_fusion_leaves_other_concats():
+    """Expand convs without an activation, of other output sizes, or whose output something
+    else reads stay a Concat."""
+    assert "ConvConcat" not in _ops(_fire((1, 8, 9, 9), 4, 8, second="Identity"))
+    assert "ConvConcat" not in _ops(_fire((1, 8, 9, 9), 4, 8, hw_pads=0))  # (7x7 and 9x9)
+    shared = onnx.load_from_string(_fire((1, 8, 9, 9), 4, 8))
+    shared.graph.output.append(helper.make_tensor_value_info("e1r", F, None))
+    assert "ConvConcat" not in _ops(shared.SerializeToString())
+
+
+@pytest.mark.skipif(not native.avx512(), reason="the native convs run on AVX-512")
+@pytest.mark.parametrize(
+    "x_shape,m,k",
+    [((1, 64, 55, 55), 16, 1), ((1, 16, 55, 55), 64, 3), ((1, 32, 27, 27), 128, 1),
+     ((1, 64, 13, 13), 256, 3)],
+)  # fmt: skip
+def test_native_convs_write_into_a_given_output(x_shape, m, k):
+    """The conv set-ups ConvConcat runs (conv_f32.c's, winograd.c's, small_cnn.c's) write into
+    a channel range of a larger output what they return fresh, and refuse an output of
+    another shape, type or layout."""
+    from onyx.errors import OnyxError
+    from onyx.runtime.kernels.conv import float_conv_runner
+
+    w = RNG.standard_normal((m, x_shape[1], k, k)).astype(np.float32) * 0.1
+    b = RNG.standard_normal(m).astype(np.float32)
+    attrs = dict(group=1, auto_pad="NOTSET", pads=[k // 2] * 4, strides=[1, 1],
+                 dilations=[1, 1], kernel_shape=[k, k])  # fmt: skip
+    run = float_conv_runner(x_shape, w, attrs, native.CONV_ACTIVATIONS["Relu"], 0.0, 0.0)
+    assert run.writes_out
+    x = RNG.standard_normal(x_shape).astype(np.float32)
+    fresh = run(x, b, None)
+    y = np.full((1, m + 5, *x_shape[2:]), np.nan, np.float32)
+    assert run(x, b, None, out=y[:, 3 : 3 + m]) is not None
+    np.testing.assert_array_equal(y[:, 3 : 3 + m], fresh)
+    assert np.isnan(y[:, :3]).all() and np.isnan(y[:, 3 + m :]).all()
+    for bad in (y[:, 2 : 3 + m], y[:, 3 : 3 + m].astype(np.float64), y[..., :-1]):
+        with pytest.raises(OnyxError, match="output of shape"):
+            run(x, b, None, out=bad)
+    y.flags.writeable = False
+    with pytest.raises(OnyxError, match="output of shape"):
+        run(x, b, None, out=y[:, 3 : 3 + m])
+
+
+@pytest.mark.skipif(not native.avx512(), reason="the native convs run on AVX-512")
+def test_fire_module_convs_bind_with_biases_listed_as_inputs():
+    """An IR 3 model lists initializers as graph inputs (onnx's light SqueezeNet, its biases;
+    its weights are made by ConstantOfShape): the plan holds them as values a caller may feed, and FusedConv's and ConvConcat's bound
+    calls read them per call, so every conv step still binds (they ran unbound, the kernel's
+    look-ups and checks every call)."""
+    from onyx.runtime.plan import BoundCall
+
+    m = onnx.load_from_string(_fire((1, 16, 15, 15), 8, 16))
+    m.ir_version = 3
+    m.graph.input.extend(
+        helper.make_tensor_value_info(t.name, F, list(t.dims))
+        for t in m.graph.initializer
+        if t.name.startswith("b")
+    )
+    s = onyx.InferenceSession(m.SerializeToString())
+    feeds = {"x": RNG.standard_normal((1, 16, 15, 15)).astype(np.float32)}
+    got = s.run(None, feeds)[0]
+    plan = s._plan  # noqa: SLF001  (its steps: bound or not)
+    steps = [st.fn for st in plan.steps if isinstance(st.fn, BoundCall)]
+    assert len(steps) == 2 and all(st.make is not None for st in steps)
+    assert all(None not in st.calls.values() and st.calls for st in steps)
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(got, want.run(None, feeds)[0], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.skipif(not native.available(), reason="native library not built")
+@pytest.mark.parametrize("width", [27, 33, 34, 35, 55, 65, 111])
+def test_max_pool_3x3_stride_2_row_ends(monkeypatch, width):
+    """window.c's 3x3 stride-2 max (SqueezeNet's down steps) at widths whose last block of
+    16 outputs is whole (33, 34, 65: the window's third column block is read) or partial (it
+    is not): the numpy kernel's values, with and without a NaN in the plane."""
+    x = RNG.standard_normal((1, 3, 9, width)).astype(np.float32)
+    x[0, 1, 4, width - 1] = np.nan
+    node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2])
+    m = _model([node], x.shape, [], 9)
+    got = onyx.InferenceSession(m).run(None, {"x": x})[0]
+    monkeypatch.setattr(_core, "lib", None)
+    np.testing.assert_array_equal(got, onyx.InferenceSession(m).run(None, {"x": x})[0])

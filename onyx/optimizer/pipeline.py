@@ -54,6 +54,7 @@ TRIGGERS: dict[str, tuple[tuple[str, ...], ...]] = {
     "RotateHalfFusion": (("Neg",), ("Concat",), ("Split",)),
     "SiluFusion": (("Sigmoid",), ("Mul",)),
     "HardSigmoidMulFusion": (("HardSigmoid",), ("Mul",)),
+    "ConvConcatFusion": (("Conv", "FusedConv"), ("Concat",)),
     "EmbedLayerNormFusion": (("LayerNormalization",), ("Gather",), ("Add",)),
     "SkipLayerNormFusion": (
         ("LayerNormalization", "RMSNormalization", "SimplifiedLayerNormalization"),
@@ -302,6 +303,8 @@ FUSIONS: tuple[DeferredPass, ...] = tuple(
         ("qdq:pad_requantize", "QDQPadRequantize", EXTENDED),
         # (after the conv fusions: it takes the convs they made)
         ("layout:channels_last", "ChannelsLastTransformer", EXTENDED),
+        # (after it: the FusedConvs it leaves NCHW; SqueezeNet's fire modules)
+        ("cnn:conv_concat", "ConvConcatFusion", EXTENDED),
         # last: it tabulates what the other fusions made
         ("lookup:lookup_table_fusion", "LookupTableFusion", EXTENDED),
         # (after it: a conv's activation as LookupTableFusion's table)

@@ -236,6 +236,7 @@ MODULES: dict[tuple[str, str], tuple[str, ...]] = {
     ('ai.onyx', 'CausalPackedHeadsAttention'): ('attention',),
     ('ai.onyx', 'CausalPackedRotaryHeadsAttention'): ('attention',),
     ('ai.onyx', 'ChannelTableLookup'): ('fused',),
+    ('ai.onyx', 'ConvConcat'): ('cnn',),
     ('ai.onyx', 'ConvHardSwish'): ('fused',),
     ('ai.onyx', 'ConvIntegerScaled'): ('conv_to_float',),
     ('ai.onyx', 'ConvIntegerToFloat'): ('conv_to_float',),

@@ -1,5 +1,7 @@
 """Kernels of the fusions for classic CNNs (optimizer/cnn.py): ai.onyx BatchNormRelu, a
-model-local function whose body is BatchNormalization -> Relu.
+model-local function whose body is BatchNormalization -> Relu, and ai.onyx ConvConcat, two
+FusedConvs of one input concatenated on the channels (SqueezeNet's fire module), whose convs
+write their channels of the output in place.
 
 DenseNet normalizes each Concat of its feature maps before a conv (pre-activation): no conv
 precedes the BatchNormalization to fold it into, so the pair ran as two passes over the maps.
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import native
 from ..registry import ONYX_DOMAIN, binds, op
 from . import batchnorm_fast
 from .normalization import batch_normalization
@@ -31,3 +34,82 @@ def batch_norm_relu(X, scale, B, mean, var, *, epsilon=1e-5):
         return y
     y = batch_normalization(X, scale, B, mean, var, epsilon=epsilon)  # (fresh: ours to clip)
     return np.clip(y, 0, np.inf, out=y)
+
+
+def _branch_attrs(attrs: dict, i: int) -> dict:
+    """Conv i's node attributes (float_conv_runner's) from ConvConcat's."""
+    return {
+        "group": 1,
+        "auto_pad": "NOTSET",
+        "pads": attrs[f"pads{i}"],
+        "strides": attrs["strides"],
+        "dilations": attrs["dilations"],
+        "kernel_shape": attrs[f"kernel_shape{i}"],
+    }
+
+
+def _bind_conv_concat(inputs, attrs, constant):
+    """registry.binds for ConvConcat at batch 1 of float32: both convs' native set-ups
+    (conv.float_conv_runner, FusedConv's), each writing its channels of one output (a channel
+    range of a batch-1 NCHW tensor is contiguous). None where either set-up cannot write into
+    a given output: the kernel as written then concatenates."""
+    X, W0, _, W1, _ = inputs
+    if X.dtype != np.float32 or X.ndim != 4 or X.shape[0] != 1 or not X.size:
+        return None
+    code = native.CONV_ACTIVATIONS.get(attrs["activation"])
+    if code is None or W0.dtype != np.float32 or W1.dtype != np.float32:
+        return None
+    from .conv import float_conv_runner
+
+    params = list(attrs["activation_params"] or []) + [None] * 3
+    lo, hi = native.activation_params(attrs["activation"], params)
+    runs = []
+    for i, W in enumerate((W0, W1)):
+        if W.ndim != 4 or W.shape[1] != X.shape[1]:
+            return None  # (the kernel as written names the problem)
+        run = float_conv_runner(X.shape, W, _branch_attrs(attrs, i), code, lo, hi)
+        if run is None or not getattr(run, "writes_out", False):
+            return None
+        runs.append(run)
+    (first, second), m = runs, W0.shape[0]
+    if first.shape[2:] != second.shape[2:]:
+        return None
+    shape = (1, m + W1.shape[0], *first.shape[2:])
+    contiguous = np.ascontiguousarray
+
+    def bound(X, W0, B0, W1, B1):
+        x, y = contiguous(X), np.empty(shape, np.float32)
+        first(x, B0, None, out=y[:, :m])
+        second(x, B1, None, out=y[:, m:])
+        return y
+
+    return native.under_setting(bound, conv_concat, attrs)
+
+
+@binds(_bind_conv_concat, constants=(1, 3))  # (biases: read per call, as FusedConv's)
+@op("ConvConcat", since=1, domain=ONYX_DOMAIN, threads="pool")
+def conv_concat(
+    X,
+    W0,
+    B0,
+    W1,
+    B1,
+    *,
+    activation="",
+    activation_params=None,
+    strides=None,
+    dilations=None,
+    kernel_shape0=None,
+    pads0=None,
+    kernel_shape1=None,
+    pads1=None,
+):
+    """Concat(FusedConv(X, W0, B0), FusedConv(X, W1, B1), axis=1), the convs sharing strides,
+    dilations and activation (optimizer/cnn.py's ConvConcatFusion)."""
+    from .fused import fused_conv
+
+    shared = dict(activation=activation, activation_params=activation_params, strides=strides,
+                  dilations=dilations)  # fmt: skip
+    y0 = fused_conv(X, W0, B0, kernel_shape=kernel_shape0, pads=pads0, **shared)
+    y1 = fused_conv(X, W1, B1, kernel_shape=kernel_shape1, pads=pads1, **shared)
+    return np.concatenate([y0, y1], axis=1)

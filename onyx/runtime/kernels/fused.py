@@ -131,7 +131,10 @@ def _bound_conv2d(x_shape, W, attrs: dict, code: int, lo, hi):
     return native.under_setting(bound, fused_conv, attrs)
 
 
-@binds(_bind_fused_conv, constants=(1, 2))  # (Z: fed to a 2-D conv, constant to a 1-D one)
+# (B and Z are read per call: an IR 3 model's biases, initializers listed as graph inputs, a
+# caller may feed, so the plan holds them as no constants; Z: fed to a 2-D conv, constant to
+# a 1-D one)
+@binds(_bind_fused_conv, constants=(1,))
 @op("FusedConv", since=1, domain=MS, threads="pool")
 def fused_conv(
     X,

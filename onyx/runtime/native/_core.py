@@ -488,6 +488,21 @@ def as_residual(z: np.ndarray, shape) -> np.ndarray:
     return z
 
 
+def output_array(shape: tuple, out: np.ndarray | None, what: str) -> np.ndarray:
+    """A conv's output: a fresh array, or ``out`` (a part of a larger output the caller made,
+    as a fused Concat's channels at batch 1) where it is float32, C-contiguous, writeable and
+    of that shape; the kernel writes through its address, so any other ``out`` is refused."""
+    if out is None:
+        return np.empty(shape, np.float32)
+    f = out.flags
+    if out.shape != tuple(shape) or out.dtype != np.float32 or not (f.c_contiguous and f.writeable):
+        raise InvalidArgument(
+            f"onyx native {what}: an output of shape {out.shape} ({out.dtype}) where "
+            f"{tuple(shape)} float32, C-contiguous and writeable is written"
+        )
+    return out
+
+
 def _read_only_addr(a: np.ndarray) -> int:
     # A session's feed is a read-only view of the caller's array: a C-contiguous view as long
     # as its C-contiguous base starts where the base starts (a.ctypes.data: ~1 us a call). A

@@ -22,6 +22,7 @@ from ._core import (
     abi,
     as_residual,
     cached_bias,
+    output_array,
     range_of,
 )
 
@@ -229,6 +230,9 @@ class FloatConv:
     What does not depend on the data (the task's sizes, the work split) is made here once:
     a small layer's conv takes a few microseconds, as long as setting it up in Python did."""
 
+    #: (its call takes ``out``: a fused Concat's convs write their parts of its output)
+    writes_out = True
+
     __slots__ = (
         "bias",
         "cols",
@@ -350,9 +354,10 @@ class FloatConv:
             beta,
         )
 
-    def __call__(self, x: np.ndarray, bias=None, z=None) -> np.ndarray:
-        """activation(conv(x) + bias [M] + z (the output's shape)); x C-contiguous float32."""
-        y = np.empty(self.shape, np.float32)
+    def __call__(self, x: np.ndarray, bias=None, z=None, out=None) -> np.ndarray:
+        """activation(conv(x) + bias [M] + z (the output's shape)); x C-contiguous float32;
+        written into ``out`` where given (core.output_array)."""
+        y = output_array(self.shape, out, "float conv")
         task = _filled(self.task, x, y)
         if self.sampled is not None:
             xp = self._sample(x)

@@ -28,6 +28,7 @@ from ._core import (
     abi,
     as_residual,
     cached_bias,
+    output_array,
 )
 
 
@@ -117,6 +118,9 @@ class SmallConv:
     row, column of the 2x2 block; its bias repeated so), each stored to its cell of the
     (N, M / 4, 2H, 2W) output."""
 
+    #: (its call takes ``out``: a fused Concat's convs write their parts of its output)
+    writes_out = True
+
     __slots__ = ("bias", "packed", "shape", "task", "task_at", "ways")
 
     def __init__(
@@ -158,9 +162,10 @@ class SmallConv:
         )  # fmt: skip
         self.task_at = ctypes.addressof(self.task)
 
-    def __call__(self, x: np.ndarray, bias=None, z=None) -> np.ndarray:
-        """activation(conv(x) + bias [M] + z (the output's shape)); x C-contiguous float32."""
-        y = np.empty(self.shape, np.float32)
+    def __call__(self, x: np.ndarray, bias=None, z=None, out=None) -> np.ndarray:
+        """activation(conv(x) + bias [M] + z (the output's shape)); x C-contiguous float32;
+        written into ``out`` where given (core.output_array)."""
+        y = output_array(self.shape, out, "small conv")
         b = None
         if bias is not None:
             entry = cached_bias(self, bias, self.task.M, "small conv")  # (alive: a local)

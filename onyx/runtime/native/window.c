@@ -534,7 +534,12 @@ max_3x3_s2_rows2(const float *r, int64_t W, int64_t OW, float *out, const int na
     for (int64_t ow0 = 0; ow0 < OW; ow0 += 16) {
         int64_t n = OW - ow0 < 16 ? OW - ow0 : 16, c = 2 * ow0;
         BLOCKS(c + 16, b0, b1)
-        BLOCKS(c + 32, d0, d1)
+        if (n == 16) {
+            BLOCKS(c + 32, d0, d1)
+        } else { /* (only lane 15, not stored, reads the third block: a narrow plane's rows
+                    skip a third of their loads) */
+            d0 = d1 = _mm512_set1_ps(-INFINITY);
+        }
         _mm512_mask_storeu_ps(out + ow0, first_lanes(n), across_s2(a0, b0, d0, nan));
         _mm512_mask_storeu_ps(out + OW + ow0, first_lanes(n), across_s2(a1, b1, d1, nan));
         a0 = d0, a1 = d1;

@@ -22,6 +22,7 @@ from ._core import (
     abi,
     as_residual,
     cached_bias,
+    output_array,
     range_of,
 )
 
@@ -95,6 +96,9 @@ class WinogradConv:
     """A 3x3 unit-stride float32 conv (winograd.c) set up for one input shape, called as
     conv_f32.FloatConv is: (x, bias, z) -> activation(conv(x) + bias + z)."""
 
+    #: (its call takes ``out``: a fused Concat's convs write their parts of its output)
+    writes_out = True
+
     __slots__ = ("bias", "cuts", "packed", "shape", "task", "ways")
 
     def __init__(
@@ -116,9 +120,10 @@ class WinogradConv:
         self.cuts = _even_cuts(blocks, self.ways)
         self.packed, self.shape, self.bias = packed, (N, M, OH, OW), (None, None, None)
 
-    def __call__(self, x: np.ndarray, bias=None, z=None) -> np.ndarray:
-        """activation(conv(x) + bias [M] + z (the output's shape)); x C-contiguous float32."""
-        y = np.empty(self.shape, np.float32)
+    def __call__(self, x: np.ndarray, bias=None, z=None, out=None) -> np.ndarray:
+        """activation(conv(x) + bias [M] + z (the output's shape)); x C-contiguous float32;
+        written into ``out`` where given (core.output_array)."""
+        y = output_array(self.shape, out, "winograd conv")
         task = _filled(self.task, x, y)
         if bias is not None:
             entry = cached_bias(self, bias, self.task.M, "winograd conv")  # (alive: a local)
