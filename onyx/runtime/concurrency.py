@@ -45,6 +45,14 @@ so a slice is counted in its runs' time (their sessions' ``Pace``), RUN_SLICES s
 with a wall-clock bound of WALL_SLICES slices: other processes stretching the runs no longer
 end slices early, and a job of a few milliseconds' runs no longer loses the turn mid-job.
 
+Tiny runs of a GIL-bound session take no turn (``Pace.tiny``): runs under TINY_RUN_SECONDS
+of a session with no op on the native pool (a small scikit-learn pipeline: 40-80 us). The
+GIL orders them, handed over every few milliseconds as a turn's slice is, and the turn only
+added its own costs (taking it at every run, its hand-overs, its watcher); such runs needing
+BLAS on several threads share that setting rather than each running alone (``_share_blas``),
+which made every run wait for the last one's end. Their native calls still let the GIL go
+and wake a waiting thread for nothing (about one in two runs; docs/reliability.md).
+
 Runs side by side on fewer threads each (two runs at once, each on one intra-op thread, so that
 one's Python overlaps the other's kernels) were measured and left: on small transformers and
 a QDQ MobileNet they took more wall time and far more CPU time than turns (their kernel calls
