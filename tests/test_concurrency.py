@@ -197,6 +197,37 @@ def test_a_run_needing_several_blas_threads_alone_still_runs_alone():
     assert concurrency._blas_runs == concurrency._shared_wide == 0  # noqa: SLF001
 
 
+def test_tiny_runs_sharing_blas_do_not_join_while_a_run_waits_for_another_setting():
+    """(tiny runs overlapping one another would otherwise keep BLAS's setting forever; once
+    the setting is free, whoever comes first takes it, as before)"""
+    beside, holding, release = {}, threading.Event(), threading.Event()
+
+    def run(name, args, inside=lambda: None):
+        with concurrency.run_slot(*args):
+            beside[name] = concurrency._blas_runs  # noqa: SLF001 (runs holding BLAS now)
+            inside()
+
+    def held():
+        holding.set()
+        release.wait(timeout=5)
+
+    first = threading.Thread(target=run, args=("tiny", (1, 2, _tiny_pace()), held))
+    first.start()
+    holding.wait(timeout=5)
+    narrow = threading.Thread(target=run, args=("one thread", (1, 1, concurrency.Pace())))
+    narrow.start()
+    while not concurrency._waiting:  # noqa: SLF001 (until it waits for BLAS's setting)
+        time.sleep(0.001)
+    late = threading.Thread(target=run, args=("tiny late", (1, 2, _tiny_pace())))
+    late.start()
+    time.sleep(0.05)
+    assert "tiny late" not in beside  # (it waits too)
+    release.set()
+    for t in (first, narrow, late):
+        t.join(timeout=5)
+    assert beside == {"tiny": 1, "one thread": 1, "tiny late": 1}
+
+
 def test_long_runs_run_side_by_side():
     sess = _relu_session()
     getattr(

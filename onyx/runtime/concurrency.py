@@ -231,9 +231,10 @@ def _share_blas(n: int) -> None:
     hundred thousand multiply-adds, tens of microseconds), and a tiny run holding the place
     alone made each of 8 threads wait for it at every run, woken by the last one's end (a
     small scikit-learn pipeline: 2x one thread's time). The thread count stays the session's
-    own, so the results do not change; a run that needs the place alone is not passed."""
+    own, so the results do not change; a run that waits for the place (alone, or on another
+    thread count) is not passed: tiny runs overlapping one another would keep it forever."""
     global _blas_runs, _blas_mode, _shared_wide, _waiting
-    while _blas_runs and (_blas_mode != n or _shared_wide != _blas_runs) or _waiting_wide:
+    while not _may_share(n):
         _waiting += 1
         _lock.wait()
         _waiting -= 1
@@ -241,6 +242,14 @@ def _share_blas(n: int) -> None:
     _shared_wide += 1
     _blas_mode = n
     limit_blas(n)
+
+
+def _may_share(n: int) -> bool:
+    """Whether a tiny run may take a BLAS place on ``n`` threads now: free, or held by tiny
+    runs on as many with nobody waiting (and no run waiting to run BLAS alone)."""
+    if _waiting_wide:
+        return False
+    return not _blas_runs or _blas_mode == n and _shared_wide == _blas_runs and not _waiting
 
 
 def _leave_blas(shared: bool = False) -> None:
