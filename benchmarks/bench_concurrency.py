@@ -4,6 +4,7 @@ the same runs spread over 8 threads, and whether every result is bit-identical.
     python benchmarks/bench_concurrency.py [--model tests/models/bert_dynamo_op18.onnx ...]
         [--runs 400] [--threads 8] [--rounds 5] [--no-turns] [--warm | --cold] [--slice S]
         [--unbound] [--at-once K] [--intra-op N] [--floor] [--run-queue] [--warm-rounds N]
+        [--tiny S]
     python benchmarks/bench_concurrency.py --model M --runs 3200 --once 8   (then --once 1)
 
 Concurrent runs must not oversubscribe the cores (each thread's BLAS call starting its own
@@ -22,6 +23,8 @@ one kind.
 --once times nothing itself: it makes the runs of one side only, for a timer outside the
 process. --unbound wakes the turn's next holder wherever Linux likes (then moved to the core
 its last holder ran on), not bound to that core before it is woken (concurrency._bind).
+--tiny S sets concurrency.TINY_RUN_SECONDS: tiny runs of a GIL-bound session (no op on the
+native pool) take no turn (--tiny 0: they take turns, the behaviour before session 24).
 --no-turns lets short runs run side by side (the behaviour before turns); --at-once K
 lets at most K run side by side (turns off, a semaphore around each run), with --intra-op N
 threads each (SessionOptions.intra_op_num_threads): runs overlapping so that one's Python
@@ -368,6 +371,12 @@ def main() -> None:
         type=float,
         help="SLICE_SECONDS (default 0.005; turn.c: RUN_SLICES of it of run time)",
     )
+    ap.add_argument(
+        "--tiny",
+        type=float,
+        metavar="S",
+        help="TINY_RUN_SECONDS (0: tiny GIL-bound runs take turns too)",
+    )
     ap.add_argument("--at-once", type=int, metavar="K", help="turns off, at most K runs at once")
     ap.add_argument("--intra-op", type=int, default=0, metavar="N", help="threads a run uses")
     ap.add_argument("--floor", action="store_true", help="also time a perfect turn's stand-in")
@@ -388,6 +397,8 @@ def main() -> None:
         args.no_turns = True
     if args.slice:
         concurrency.SLICE_SECONDS = args.slice
+    if args.tiny is not None:
+        concurrency.TINY_RUN_SECONDS = args.tiny
     if args.unbound:
         concurrency.BIND_WAITERS = False
     if args.no_turns:
@@ -401,6 +412,7 @@ def main() -> None:
     modes = [True] if args.warm else [False] if args.cold else [False, True]
     unbound = ", next holder unbound" if args.unbound else ""
     print(f"{args.runs} runs, {args.rounds} rounds, {os.cpu_count()} cores, "
+          f"tiny runs under {concurrency.TINY_RUN_SECONDS * 1e6:g} us without turns, "
           f"turns {'off' if args.no_turns else 'on'}{unbound}, at once {args.at_once or 'any'}, "
           f"intra-op threads {args.intra_op or 'all'}")  # fmt: skip
     print(HEADER.format(runs=args.runs, n=args.threads))

@@ -40,7 +40,9 @@ NATIVE_BELLS = concurrency._turn_wait is not None  # noqa: SLF001
 needs_native_bells = pytest.mark.skipif(not NATIVE_BELLS, reason="no turn.c here")
 
 
-def _relu_session() -> onyx.InferenceSession:
+def _relu_session(gil_bound: bool = False) -> onyx.InferenceSession:
+    """A one-Relu session; taking turns however tiny its runs unless ``gil_bound`` (its
+    own Pace says it is: no op on the native pool; the turns' tests watch the turns)."""
     graph = helper.make_graph(
         [helper.make_node("Relu", ["x"], ["y"])],
         "g",
@@ -48,7 +50,10 @@ def _relu_session() -> onyx.InferenceSession:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-    return onyx.InferenceSession(model.SerializeToString())
+    sess = onyx.InferenceSession(model.SerializeToString())
+    assert getattr(sess, PACE).gil_bound  # (Relu: numpy's, holding the GIL)
+    getattr(sess, PACE).gil_bound = gil_bound
+    return sess
 
 
 def _most_at_once(sess, inside=lambda: time.sleep(0.005)) -> int:
@@ -111,6 +116,116 @@ def test_a_run_alone_takes_no_turn_and_one_beside_another_thread_does(monkeypatc
     monkeypatch.setattr(concurrency, "_other_threads", lambda: 1)
     sess.run(None, x)
     assert taken == [1]
+
+
+def test_tiny_runs_of_a_gil_bound_session_take_no_turn():
+    """The GIL orders them: a turn only added its hand-overs (Pace.tiny)."""
+    sess, x = _relu_session(gil_bound=True), {"x": np.ones((2, 3), np.float32)}
+    for _ in range(concurrency.SAMPLE_EVERY + 1):  # (its first runs, measured, take turns)
+        sess.run(None, x)
+    assert getattr(sess, PACE).seconds < concurrency.TINY_RUN_SECONDS
+    assert _most_at_once(sess) > 1  # (a sleep inside each run leaves the GIL to the others)
+
+
+def test_a_gil_bound_sessions_first_and_longer_runs_take_turns():
+    sess = _relu_session(gil_bound=True)
+    assert _most_at_once(sess) == 1  # (its first runs: not yet measured)
+    pace = getattr(sess, PACE)
+    # (short, not tiny; and stays so: 12 runs, one in 8 measured, each counting 1/8)
+    pace.seconds, pace.runs = concurrency.SHORT_RUN_SECONDS / 2, 100
+    assert _most_at_once(sess) == 1
+
+
+def test_a_session_with_ops_on_the_native_pool_is_not_gil_bound():
+    """Their kernels let the GIL go at every call: side by side, runs would take it from
+    each other at each one, so their short runs take turns however tiny."""
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 2, 2])],
+        [helper.make_tensor("w", TensorProto.FLOAT, [1, 1, 3, 3], [1.0] * 9)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    assert not getattr(onyx.InferenceSession(model.SerializeToString()), PACE).gil_bound
+
+
+def _tiny_pace() -> concurrency.Pace:
+    pace = concurrency.Pace(gil_bound=True)
+    pace.seconds, pace.runs = concurrency.TINY_RUN_SECONDS / 10, 100
+    return pace
+
+
+def _inside_at_once(slots: list, timeout: float = 2.0) -> int:
+    """How many of ``slots`` (run_slot arguments, each on a thread of its own) were in
+    progress at once, each staying inside until all are in or ``timeout`` passes."""
+    inside, guard, most = [0], threading.Lock(), [0]
+    everyone = threading.Barrier(len(slots))
+
+    def run(args):
+        with concurrency.run_slot(*args):
+            with guard:
+                inside[0] += 1
+                most[0] = max(most[0], inside[0])
+            try:
+                everyone.wait(timeout=timeout)
+            except threading.BrokenBarrierError:
+                pass
+            with guard:
+                inside[0] -= 1
+
+    threads = [threading.Thread(target=run, args=(args,)) for args in slots]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return most[0]
+
+
+def test_tiny_runs_share_a_blas_setting_of_several_threads():
+    """Their products are too small for BLAS to thread; alone each, every run waited for the
+    last one's end. The setting stays the session's own."""
+    assert _inside_at_once([(1, 2, _tiny_pace()) for _ in range(3)]) == 3
+
+
+def test_a_run_needing_several_blas_threads_alone_still_runs_alone():
+    long_pace = concurrency.Pace(gil_bound=True)
+    long_pace.seconds, long_pace.runs = 1.0, 100
+    # (a long run beside tiny ones, and two long ones: one at a time)
+    assert _inside_at_once([(1, 2, long_pace), (1, 2, _tiny_pace())], timeout=0.3) == 1
+    assert _inside_at_once([(1, 2, long_pace), (1, 2, long_pace)], timeout=0.3) == 1
+    assert concurrency._blas_runs == concurrency._shared_wide == 0  # noqa: SLF001
+
+
+def test_tiny_runs_sharing_blas_do_not_join_while_a_run_waits_for_another_setting():
+    """(tiny runs overlapping one another would otherwise keep BLAS's setting forever; once
+    the setting is free, whoever comes first takes it, as before)"""
+    beside, holding, release = {}, threading.Event(), threading.Event()
+
+    def run(name, args, inside=lambda: None):
+        with concurrency.run_slot(*args):
+            beside[name] = concurrency._blas_runs  # noqa: SLF001 (runs holding BLAS now)
+            inside()
+
+    def held():
+        holding.set()
+        release.wait(timeout=5)
+
+    first = threading.Thread(target=run, args=("tiny", (1, 2, _tiny_pace()), held))
+    first.start()
+    holding.wait(timeout=5)
+    narrow = threading.Thread(target=run, args=("one thread", (1, 1, concurrency.Pace())))
+    narrow.start()
+    while not concurrency._waiting:  # noqa: SLF001 (until it waits for BLAS's setting)
+        time.sleep(0.001)
+    late = threading.Thread(target=run, args=("tiny late", (1, 2, _tiny_pace())))
+    late.start()
+    time.sleep(0.05)
+    assert "tiny late" not in beside  # (it waits too)
+    release.set()
+    for t in (first, narrow, late):
+        t.join(timeout=5)
+    assert beside == {"tiny": 1, "one thread": 1, "tiny late": 1}
 
 
 def test_long_runs_run_side_by_side():

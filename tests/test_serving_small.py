@@ -320,6 +320,18 @@ def test_pace_measures_the_first_runs_then_one_in_eight():
     assert [i + 1 for i, m in enumerate(measured) if m][first:] == [16, 24, 32, 40]
 
 
+def test_a_one_off_slow_run_does_not_make_a_sessions_runs_long():
+    """(the plan compiling its runner at a tiny model's second run took 8 ms of CPU: short
+    runs then ran side by side, untimed, for a hundred runs)"""
+    pace = concurrency.Pace()
+    for seconds in (0.00003, 0.008, 0.00003):
+        pace.add(seconds)
+    assert pace.seconds < concurrency.TINY_RUN_SECONDS
+    for _ in range(8):  # (a lasting change shows)
+        pace.add(0.008)
+    assert pace.seconds > concurrency.SHORT_RUN_SECONDS
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("columns", [1, 2, 3, 7, 8])
 @pytest.mark.parametrize("rows", [1, 16, 300])

@@ -45,6 +45,14 @@ so a slice is counted in its runs' time (their sessions' ``Pace``), RUN_SLICES s
 with a wall-clock bound of WALL_SLICES slices: other processes stretching the runs no longer
 end slices early, and a job of a few milliseconds' runs no longer loses the turn mid-job.
 
+Tiny runs of a GIL-bound session take no turn (``Pace.tiny``): runs under TINY_RUN_SECONDS
+of a session with no op on the native pool (a small scikit-learn pipeline: 40-80 us). The
+GIL orders them, handed over every few milliseconds as a turn's slice is, and the turn only
+added its own costs (taking it at every run, its hand-overs, its watcher); such runs needing
+BLAS on several threads share that setting rather than each running alone (``_share_blas``),
+which made every run wait for the last one's end. Their native calls still let the GIL go
+and wake a waiting thread for nothing (about one in two runs; docs/reliability.md).
+
 Runs side by side on fewer threads each (two runs at once, each on one intra-op thread, so that
 one's Python overlaps the other's kernels) were measured and left: on small transformers and
 a QDQ MobileNet they took more wall time and far more CPU time than turns (their kernel calls
@@ -69,6 +77,7 @@ from . import native
 _mutex = _thread.allocate_lock()  # (a run's BLAS place is taken and given back under it)
 _lock = threading.Condition(_mutex)  # (waits for a BLAS place; ``with _mutex`` is cheaper)
 _blas_runs = 0  # runs holding the BLAS setting
+_shared_wide = 0  # of them, tiny runs sharing a setting of several threads (``_share_blas``)
 _blas_mode = 0  # the BLAS thread count they need
 _waiting_wide = 0  # runs waiting to use BLAS on several threads
 _waiting = 0  # runs waiting for any reason
@@ -214,8 +223,39 @@ def _enter_blas(n: int) -> None:
     limit_blas(n)
 
 
-def _leave_blas() -> None:
-    global _blas_runs
+def _share_blas(n: int) -> None:
+    """Wait until a tiny run (``Pace.gil_bound``) may use BLAS on ``n`` threads: beside other
+    tiny runs that use it on as many (under ``_lock``). A run needing several threads runs its
+    BLAS work alone so that concurrent products do not fight for the cores; a tiny run's
+    products are too small for BLAS to thread (OpenBLAS splits a product only past some
+    hundred thousand multiply-adds, tens of microseconds), and a tiny run holding the place
+    alone made each of 8 threads wait for it at every run, woken by the last one's end (a
+    small scikit-learn pipeline: 2x one thread's time). The thread count stays the session's
+    own, so the results do not change; a run that waits for the place (alone, or on another
+    thread count) is not passed: tiny runs overlapping one another would keep it forever."""
+    global _blas_runs, _blas_mode, _shared_wide, _waiting
+    while not _may_share(n):
+        _waiting += 1
+        _lock.wait()
+        _waiting -= 1
+    _blas_runs += 1
+    _shared_wide += 1
+    _blas_mode = n
+    limit_blas(n)
+
+
+def _may_share(n: int) -> bool:
+    """Whether a tiny run may take a BLAS place on ``n`` threads now: free, or held by tiny
+    runs on as many with nobody waiting (and no run waiting to run BLAS alone)."""
+    if _waiting_wide:
+        return False
+    return not _blas_runs or _blas_mode == n and _shared_wide == _blas_runs and not _waiting
+
+
+def _leave_blas(shared: bool = False) -> None:
+    global _blas_runs, _shared_wide
+    if shared and _shared_wide:  # (0 already: the run began before a fork)
+        _shared_wide -= 1
     _blas_runs = max(0, _blas_runs - 1)  # (0 already: the run began before a fork)
     if _blas_runs == 0:
         _restore_blas()
@@ -773,15 +813,32 @@ _turns = _Turn()
 SAMPLE_EVERY = 8
 
 
+#: A run of a GIL-bound session (``Pace.gil_bound``) whose calling thread spends less CPU time
+#: than this, on average, takes no turn: the GIL alone orders such runs (CPython hands it
+#: over every 5 ms, some 50 of these runs, fewer times than a turn changes hands), and a turn
+#: only added its hand-overs' costs (a small scikit-learn pipeline's runs, 40-80 us: 8
+#: long-lived threads took 1.05-1.2x one thread's time with turns; docs/reliability.md).
+TINY_RUN_SECONDS = 0.00015
+
+
 class Pace:
     """A session's recent run time (the calling thread's CPU time, an exponential average
-    over the runs it measures), which decides whether its runs take turns."""
+    over the runs it measures), which decides whether its runs take turns; and whether its
+    runs hold the GIL throughout (``gil_bound``: no op of the session runs on the native
+    pool, whose kernels let the GIL go at every call, so that runs side by side would take it
+    from each other at each one)."""
 
-    __slots__ = ("seconds", "runs")
+    __slots__ = ("seconds", "runs", "gil_bound")
 
-    def __init__(self) -> None:
+    def __init__(self, gil_bound: bool = False) -> None:
         self.seconds = 0.0  # a new session's first runs take turns, and so are measured alone
         self.runs = 0
+        self.gil_bound = gil_bound
+
+    def tiny(self) -> bool:
+        """Whether the session's runs go without turns: GIL-bound, measured (its first
+        SAMPLE_EVERY runs, measured alone, take turns) and under TINY_RUN_SECONDS."""
+        return self.gil_bound and self.seconds < TINY_RUN_SECONDS and self.runs > SAMPLE_EVERY
 
     def measures(self) -> bool:
         """Whether to measure the run now starting (a race between threads only shifts which
@@ -790,7 +847,16 @@ class Pace:
         return runs <= SAMPLE_EVERY or not runs % SAMPLE_EVERY
 
     def add(self, seconds: float) -> None:
+        if self.seconds:  # (a one-off counts at most OUTLIER times the pace so far)
+            seconds = min(seconds, OUTLIER * self.seconds)
         self.seconds += (seconds - self.seconds) * 0.125
+
+
+#: A measured run counts in its session's Pace as at most this many times the pace so far: a
+#: one-off (the plan compiling its runner at the second run: 8 ms of CPU for a one-Relu model
+#: whose runs take 30 us) made a tiny session's runs count as long, side by side, for the
+#: next hundred runs. A lasting change still shows within a few measured runs.
+OUTLIER = 8
 
 
 class run_slot:  # noqa: N801  (used as a function: ``with run_slot(threads, blas, pace):``)
@@ -799,7 +865,7 @@ class run_slot:  # noqa: N801  (used as a function: ``with run_slot(threads, bla
     does no BLAS work), ``pace`` the session's run time (None: the run does not take turns).
     A class, not a generator: it wraps every run of tiny models too."""
 
-    __slots__ = ("blas", "native", "pace", "turn", "start")
+    __slots__ = ("blas", "native", "pace", "turn", "start", "shared")
 
     def __init__(self, threads: int, blas: int | None, pace: Pace | None = None):
         self.blas = _default_blas() if blas == 0 else blas
@@ -809,15 +875,20 @@ class run_slot:  # noqa: N801  (used as a function: ``with run_slot(threads, bla
         self.native = None if threads == native.thread_setting() else native.threads(threads)
         self.pace = pace
         self.turn = None
+        self.shared = False  # (a tiny run sharing a BLAS setting of several threads)
 
     def __enter__(self):
         pace = self.pace
         # (alone: no other thread started from Python, so no other run to take turns with;
         # one that starts meanwhile overlaps this run only, as turns order runs and never
-        # change their results. Taking the turn cost a one-row run a sixth of its time.)
+        # change their results. Taking the turn cost a one-row run a sixth of its time.
+        # A tiny GIL-bound run takes none either: the GIL orders it, Pace.tiny)
         if pace is not None and pace.seconds < SHORT_RUN_SECONDS and _other_threads():
-            self.turn = _turns  # (the lock taken is the one released, a fork in between too)
-            self.turn.acquire(pace.seconds)
+            if pace.tiny():
+                self.shared = bool(self.blas) and self.blas > 1
+            else:
+                self.turn = _turns  # (the lock taken is the one released, a fork in between too)
+                self.turn.acquire(pace.seconds)
         try:
             self._enter_resources()
         except BaseException:  # (Ctrl-C while waiting for BLAS: the turn must not stay taken)
@@ -830,14 +901,14 @@ class run_slot:  # noqa: N801  (used as a function: ``with run_slot(threads, bla
     def _enter_resources(self) -> None:
         if self.blas:
             with _mutex:
-                _enter_blas(self.blas)
+                _share_blas(self.blas) if self.shared else _enter_blas(self.blas)
         try:
             if self.native is not None:
                 self.native.__enter__()
         except BaseException:
             if self.blas:
                 with _mutex:
-                    _leave_blas()
+                    _leave_blas(self.shared)
             raise
 
     def __exit__(self, *exc) -> None:
@@ -847,7 +918,7 @@ class run_slot:  # noqa: N801  (used as a function: ``with run_slot(threads, bla
             self.native.__exit__(*exc)
         if self.blas:
             with _mutex:
-                _leave_blas()
+                _leave_blas(self.shared)
         if self.turn is not None:
             self.turn.release(failed=exc[0] is not None and not issubclass(exc[0], Exception))
 
@@ -855,10 +926,10 @@ class run_slot:  # noqa: N801  (used as a function: ``with run_slot(threads, bla
 def _after_fork_in_child() -> None:
     """A child forked while other threads ran has none of them: their turn and their BLAS
     places would never be given back (the child's first run would wait forever)."""
-    global _turns, _mutex, _lock, _blas_runs, _waiting_wide, _waiting
+    global _turns, _mutex, _lock, _blas_runs, _waiting_wide, _waiting, _shared_wide
     _mutex = _thread.allocate_lock()
     _turns, _lock = _Turn(), threading.Condition(_mutex)
-    _blas_runs = _waiting_wide = _waiting = 0
+    _blas_runs = _waiting_wide = _waiting = _shared_wide = 0
 
 
 if hasattr(os, "register_at_fork"):

@@ -177,7 +177,9 @@ class InferenceSession(SessionAPI):
         #: (output names, feed shapes) -> wanted slots, for signatures a full run has checked
         self._fast_signatures: dict[tuple, Any] = {}
         self._no_feeds = [None] * self._n_inputs
-        self._pace = concurrency.Pace()  # whether its runs take turns (concurrency.run_slot)
+        # whether its runs take turns (concurrency.run_slot): tiny runs of a session whose
+        # ops all hold the GIL take none
+        self._pace = concurrency.Pace(gil_bound=not _uses_pool(model))
         self.session_creation_seconds = time.perf_counter() - t0
         self._profiler = None
         self._fast_feeds = self._feed_specs  # (None while profiling: every run is timed)
@@ -587,17 +589,34 @@ def _uses_blas(model: ir.Model) -> bool:
     products), or an op without a kernel of its own (a function, its body's ops unknown
     here). A model without (trees, scalers, elementwise ops) runs without a BLAS setting:
     setting and restoring it cost a one-row run a fifth of its time."""
+    return bool(_heavy_work(model))
+
+
+def _uses_pool(model: ir.Model) -> bool:
+    """Whether a run may put work on onyx's native pool (whose kernels let the GIL go at each
+    call), or run an op unknown here (a function's body, an op without a kernel of its own)."""
+    return "pool" in _heavy_work(model)
+
+
+def _heavy_work(model: ir.Model) -> set[str]:
+    """Where the model's ops' heavy work runs ("blas", "pool"; both for an op whose work is
+    unknown here: a function, an op without a kernel of its own)."""
     functions = {(f.domain, f.name) for f in model.functions.values()}
+    places: set[str] = set()
     for graph in [model.graph, *(f.graph for f in model.functions.values())]:
         for node in graph.all_nodes():
             domain = ir.canonical_domain(node.domain)
             version = ir.opset_for(model.opset_imports, domain)
             kernel = lookup(node.op_type, domain, version) if version is not None else None
-            if kernel is None or _threads(node) in ("blas", "pool"):
-                return True
-            if (node.domain, node.op_type) in functions and node.domain != ONYX_DOMAIN:
-                return True
-    return False
+            unknown = (node.domain, node.op_type) in functions and node.domain != ONYX_DOMAIN
+            if kernel is None or unknown:
+                return {"blas", "pool"}
+            where = _threads(node)
+            if where in ("blas", "pool"):
+                places.add(where)
+                if len(places) == 2:  # (all there is to know)
+                    return places
+    return places
 
 
 def _threads(node: ir.Node) -> str | None:
