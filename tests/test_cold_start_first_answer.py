@@ -109,3 +109,19 @@ def test_the_first_answer_is_the_steady_one_and_bad_input_still_raises(model_pat
     with pytest.raises(onyx.OnyxError):
         fresh.run(None, {"x": np.zeros((1, 3, 24, 24), np.float64)})
     assert fresh.run(None, {"x": x})[0].tobytes() == first.tobytes()
+
+
+def test_a_creation_that_imported_settles_its_objects_in_the_oldest_generation(model_path):
+    # (a first creation imports kernels, passes and native families: the collector's first
+    # pass after the pause scanned those and the session's graph and plan to find nothing;
+    # a creation that imports nothing leaves its objects young, as before)
+    code = (
+        "import gc, numpy as np, onyx\n"
+        f"s = onyx.InferenceSession({model_path!r})\n"
+        "young = lambda o: any(y is o for g in (0, 1) for y in gc.get_objects(g))\n"
+        "node = next(iter(s._plan.graph))\n"
+        "print(young(s._plan), young(node), end=' ')\n"
+        f"t = onyx.InferenceSession({model_path!r})\n"
+        "print(young(t._plan))\n"
+    )
+    assert _fresh(code) == "False False True"
