@@ -382,6 +382,10 @@ class Engine:
         #: Whether node outputs' declared types (value_info, graph outputs) join the inferred
         #: ones (off: only what follows from the inputs and initializers).
         self.trust_declared = True
+        #: Whether nodes go through the memo (memo.py). Off for a one-off pass whose nodes
+        #: a creation's inference did not see (a session's first-run output check, on the
+        #: optimized graph: its keys cost a CNN's first run more than its rules did).
+        self.memo = True
 
     def problem(self, msg: str) -> None:
         self.problems.append(msg)
@@ -439,7 +443,7 @@ class Engine:
                 resolved[key] = found
         domain, opset, schema, fn = found
         ctx = NodeContext(self, node, env, schema, opset or 0)
-        known, hit = memo.find(self, node, env, found) if fn is not None else (None, None)
+        known, hit = memo.find(self, node, env, found) if fn and self.memo else (None, None)
         try:
             if hit is not None:
                 ctx.outputs, ctx.out_data = hit
@@ -682,6 +686,7 @@ def derived_types(model: Model) -> dict[int, tuple]:
     taken: they may be wrong, or more specific than a run). Nothing is written to the model."""
     engine = Engine(model, strict=False, data_prop=True)
     engine.trust_declared = False
+    engine.memo = False
     engine.subgraph_envs = []
     env = engine.new_env()
     engine.seed(model.graph, env)

@@ -16,7 +16,7 @@ from ..errors import InvalidArgument, RuntimeFailure
 from ..ir.dtypes import DataType, to_numpy, type_name
 from ..ir.frozen import FrozenValue
 from ..serde import as_model
-from ..utils import gc_paused, import_settled
+from ..utils import gc_paused, import_settled, settle_long_lived
 from . import concurrency, memory, native
 from .lenient import accept_lenient
 from .options import (  # noqa: F401  (onnxruntime's names, importable from here as before)
@@ -141,6 +141,7 @@ class InferenceSession(SessionAPI):
         if self._options.enable_cpu_mem_arena:
             memory.keep_freed_memory()  # large tensors reuse freed heap memory (memory.py)
         concurrency.refresh_blas_libs()  # (a library loaded since the last survey)
+        modules = len(sys.modules)
         with (
             gc_paused(),
             memory.small_pages(),
@@ -150,6 +151,13 @@ class InferenceSession(SessionAPI):
                 model = self._build(path_or_bytes)
             except MemoryError as e:  # e.g. a sparse initializer of 2**40 values made dense
                 raise RuntimeFailure(f"out of memory while preparing the model: {e}") from None
+            if len(sys.modules) != modules:
+                # a process's first creations import the kernels, passes and native families
+                # their model needs (schemas, tables, ctypes types: thousands of objects that
+                # live on, with the session's graph and plan): the collector's first pass
+                # after the pause scanned them all to find next to nothing (a cold start's
+                # half millisecond); a creation that imported nothing is left as it was
+                settle_long_lived()
         graph = model.graph
         inits = set(graph.initializers)
         self._feedable = {v.name: v for v in graph.inputs}

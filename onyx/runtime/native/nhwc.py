@@ -88,13 +88,17 @@ def _conv_panels(w: np.ndarray, blocks: int) -> np.ndarray:
 
 
 #: Constant weights packed once for every set-up that reads them (each layer's own and each
-#: input signature's conv chain): id(w), id(bias) -> (w's weakref, bias's, (packed, b)).
+#: input signature's conv chain): id(w), id(bias) -> (w's weakref, bias's, (packed, b,
+#: their addresses)).
 PACKED: dict = {}
 
 
-def _packed(w: np.ndarray, bias, depthwise: bool) -> tuple[np.ndarray, np.ndarray]:
-    """(packed weights, bias padded to blocks of 16) of w (M, C, kh, kw): from PACKED where
-    w and bias are constants (read-only arrays: a writable one may change between calls)."""
+def _packed(w: np.ndarray, bias, depthwise: bool) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """(packed weights, bias padded to blocks of 16, their addresses) of w (M, C, kh, kw):
+    from PACKED where w and bias are constants (read-only arrays: a writable one may change
+    between calls). The addresses are taken while the fresh arrays are still writeable (a
+    read-only one's, _addr's slow path, cost a first run's set-up of each layer as much as
+    its packing)."""
     constant = not w.flags.writeable and (bias is None or not bias.flags.writeable)
     key = (id(w), id(bias), depthwise)
     hit = PACKED.get(key) if constant else None
@@ -109,6 +113,7 @@ def _packed(w: np.ndarray, bias, depthwise: bool) -> tuple[np.ndarray, np.ndarra
     else:
         packed = np.ascontiguousarray(_conv_panels(w32, blocks))
     b = _padded(np.zeros(M, np.float32) if bias is None else bias, blocks * 16)
+    made = packed, b, _addr(packed), _addr(b)
     packed.flags.writeable = b.flags.writeable = False  # (shared by set-ups: never written)
     if constant:
         drop = functools.partial(PACKED.pop, key, None)  # (either array freed: the entry goes)
@@ -116,8 +121,8 @@ def _packed(w: np.ndarray, bias, depthwise: bool) -> tuple[np.ndarray, np.ndarra
             weakref.ref(w, lambda _: drop()),
             bias is not None and weakref.ref(bias, lambda _: drop()),
         )
-        PACKED[key] = (*refs, (packed, b))
-    return packed, b
+        PACKED[key] = (*refs, made)
+    return made
 
 
 class NhwcConv:
@@ -142,7 +147,8 @@ class NhwcConv:
         _check_geometry(x_shape, w.shape, geo, depthwise)
         self.x_shape = tuple(x_shape)
         self.x_strides = (4 * H * W * C, 4 * W * C, 4 * C, 4)  # (set_strides sets others)
-        self.keep = packed, b = _packed(w, bias, depthwise)
+        packed, b, packed_at, b_at = _packed(w, bias, depthwise)
+        self.keep = packed, b
         pointwise = (kh, kw, sh, sw) == (1, 1, 1, 1) and not any(geo["pads"])
         kind = DEPTHWISE if depthwise else (POINTWISE if pointwise else CONV)
         self.shape = (N, OH, OW, M)
@@ -160,8 +166,8 @@ class NhwcConv:
         code, alpha, beta = activation
         self.task = _NhwcTask(
             None,
-            _addr(packed),
-            _addr(b),
+            packed_at,
+            b_at,
             None,
             *(kind, N, C, H, W, M, OH, OW, kh, kw, sh, sw, dh, dw, top, left),
             *(0, 0, 0, 0, code),
