@@ -53,21 +53,27 @@ def lookup_table_fusion(ctx: PassContext) -> bool:
     order = list(ctx.graph)
     position = {id(n): i for i, n in enumerate(order)}
     found = []  # (root, exit value, table): all found first, then the graph changes
+    tabled: set[int] = set()  # the exits in found
     moved = 0
     for root, byte in _byte_values(ctx, order):
         nodes = _chain_nodes(ctx, root, position)
         members = {id(n) for n in nodes}
         moved += _shapes_from_root(ctx, root, nodes, members)
         for out in _exits(ctx, nodes, members):
+            # (an exit already tabled from an earlier root is replaced by that table: the
+            # byte values inside a GELU's chain are roots too, each a probe of its own)
+            if id(out) in tabled:
+                continue
             chain = _ancestors(out, members, position)
             if len(chain) < 2 and not _worth_alone(chain[0]):
                 continue
-            table = _tabulate(ctx, root, byte, out, chain)
+            table = _memo_tabulate(ctx, root, byte, out, chain)
             if table is not None:
                 found.append((root, out, table, chain))
+                tabled.add(id(out))
     replaced = set()
     for root, out, table, chain in found:
-        if id(out) in replaced or out.producer is None:
+        if out.producer is None:
             continue
         if table.ndim == 2:
             _replace_channels(ctx, root, out, table, _chain_channel(ctx, root, chain))
@@ -211,6 +217,83 @@ def _ancestors(out: ir.Value, members: set[int], position: dict) -> list[ir.Node
             if v is not None and v.producer is not None and id(v.producer) in members
         ]
     return sorted(found.values(), key=lambda n: position[id(n)])
+
+
+#: A chain's key (_chain_key) -> its table (read-only) or None: a process that creates
+#: sessions of a model again tabulates its chains once (a quantized GPT's GELU chains, 1024
+#: channels each, were most of its warm creation). Emptied when its tables pass the bound.
+TABLES: dict[tuple, np.ndarray | None] = {}
+MAX_TABLE_BYTES = 32 << 20
+_table_bytes = [0]
+
+
+def _memo_tabulate(ctx: PassContext, root: ir.Value, byte, out: ir.Value, chain: list):
+    """_tabulate's table, from TABLES when a chain of the same key was tabulated before (a
+    copy: a session's initializer is its own)."""
+    key = _chain_key(ctx, root, byte, out, chain)
+    if key is None:
+        return _tabulate(ctx, root, byte, out, chain)
+    if key in TABLES:
+        table = TABLES[key]
+        return None if table is None else table.copy()
+    table = _tabulate(ctx, root, byte, out, chain)
+    if table is not None and table.nbytes > MAX_TABLE_BYTES // 4:
+        return table  # (not kept: a few such would empty the memo)
+    if _table_bytes[0] + (0 if table is None else table.nbytes) > MAX_TABLE_BYTES:
+        TABLES.clear()
+        _table_bytes[0] = 0
+    kept = None if table is None else table.copy()
+    if kept is not None:
+        kept.setflags(write=False)
+        _table_bytes[0] += kept.nbytes
+    TABLES[key] = kept
+    return table
+
+
+#: Attribute types whose values key a chain (plain numbers and strings).
+_PLAIN_ATTRS = frozenset(
+    (ir.AttrType.FLOAT, ir.AttrType.INT, ir.AttrType.STRING)
+    + (ir.AttrType.FLOATS, ir.AttrType.INTS, ir.AttrType.STRINGS)
+)
+
+
+def _chain_key(ctx: PassContext, root: ir.Value, byte, out: ir.Value, chain: list):
+    """What _tabulate's result depends on, as a hashable tuple: root's byte type and shape,
+    each node's op, opset, attributes and inputs (root, an earlier node's output, or a
+    constant's type, shape and bytes), which node's output ``out`` is, whether folding is
+    bounded, and the native library's state (the kernels that run the probe). None when a
+    node has an attribute of another kind, or a model-local function of its op (then the
+    chain is tabulated as it is, without the memo)."""
+    from ..runtime import native
+
+    functions = {(f.domain, f.name) for f in ctx.model.functions.values()}
+    shape = static_shape(root)
+    where: dict[int, tuple] = {id(root): ("x",)}
+    parts: list = [np.dtype(byte).str, shape, ctx.unbounded_folding, native.load_status()]
+    for k, node in enumerate(chain):
+        if (ir.canonical_domain(node.domain), node.op_type) in functions:
+            return None
+        attrs = []
+        for a in node.attributes.values():
+            if a.type not in _PLAIN_ATTRS or a.ref_attr_name:
+                return None
+            attrs.append((a.name, int(a.type), repr(a.value)))  # (repr: -0.0 is not 0.0)
+        inputs = []
+        for v in node.inputs:
+            ref = None if v is None or not v.name else where.get(id(v))
+            if ref is None and v is not None and v.name:
+                c = ctx.const(v)
+                if c is None:
+                    return None
+                ref = (c.dtype.str, c.shape, c.tobytes())
+            inputs.append(ref)
+        named = tuple(bool(v.name) for v in node.outputs)
+        op = (node.domain, node.op_type, ctx.opset(node.domain))
+        parts.append((*op, tuple(attrs), tuple(inputs), named))
+        for j, v in enumerate(node.outputs):
+            where[id(v)] = (k, j)
+    parts.append(where.get(id(out)))
+    return tuple(parts)
 
 
 def _tabulate(ctx: PassContext, root: ir.Value, byte, out: ir.Value, chain: list[ir.Node]):

@@ -109,7 +109,9 @@ def _qparams(ctx: PassContext, node: ir.Node | None) -> QParams | None:
     constant; None for anything else (block quantization, output_dtype, ...)."""
     if not is_op(node, "QuantizeLinear", "DequantizeLinear") or len(node.inputs) < 2:
         return None
-    if any(a != "axis" and not (a == "block_size" and node.attr(a) == 0) for a in node.attributes):
+    if node.attributes and any(
+        a != "axis" and not (a == "block_size" and node.attr(a) == 0) for a in node.attributes
+    ):
         return None
     scale = ctx.const(node.inputs[1])
     if scale is None or scale.dtype != np.float32 or scale.ndim > 1 or scale.size == 0:
@@ -353,9 +355,10 @@ def _fusion(
 def _conv(ctx: PassContext, conv: ir.Node) -> Fusion | None:
     if len(conv.inputs) < 2:
         return None
-    x, w = _activation(ctx, conv.inputs[0]), _weight(ctx, conv.inputs[1], channel_axis=0)
-    out = _output(ctx, conv)
-    if x is None or w is None or out is None:
+    x = _activation(ctx, conv.inputs[0])  # (first: most convs of a float model stop here)
+    w = _weight(ctx, conv.inputs[1], channel_axis=0) if x is not None else None
+    out = _output(ctx, conv) if w is not None else None
+    if out is None:
         return None
     if x.dtype != out.params.dtype or not _int8_rule(x, w):
         return None
@@ -371,9 +374,10 @@ def _conv(ctx: PassContext, conv: ir.Node) -> Fusion | None:
 def _matmul(ctx: PassContext, mm: ir.Node) -> Fusion | None:
     """QLinearMatMul: b an activation (attention's q @ k^T) or a constant weight, per tensor or
     per column of a 2-D b."""
-    a, b = _activation(ctx, mm.inputs[0]), _operand(ctx, mm.inputs[1], channel_axis=1)
-    out = _output(ctx, mm)
-    if a is None or b is None or out is None:
+    a = _activation(ctx, mm.inputs[0])
+    b = _operand(ctx, mm.inputs[1], channel_axis=1) if a is not None else None
+    out = _output(ctx, mm) if b is not None else None
+    if out is None:
         return None
     if a.dtype != out.params.dtype or not _int8_rule(a, b):
         return None
@@ -386,9 +390,12 @@ def _gemm(ctx: PassContext, gemm: ir.Node) -> Fusion | None:
     """com.microsoft QGemm; without a Q after the Gemm its output stays float (as onnxruntime
     fuses a model's last Gemm, whose logits are not requantized)."""
     trans_b = gemm.attr("transB", 0)
-    a, b = _activation(ctx, gemm.inputs[0]), _operand(ctx, gemm.inputs[1], 0 if trans_b else 1)
+    a = _activation(ctx, gemm.inputs[0])
+    b = _operand(ctx, gemm.inputs[1], 0 if trans_b else 1) if a is not None else None
+    if b is None:
+        return None
     out = _output(ctx, gemm)
-    if a is None or b is None or (out is None and not _float_result(ctx, gemm)):
+    if out is None and not _float_result(ctx, gemm):
         return None
     if (out is not None and a.dtype != out.params.dtype) or not _int8_rule(a, b):
         return None
@@ -417,9 +424,10 @@ def _float_result(ctx: PassContext, node: ir.Node) -> bool:
 
 def _binary(fused: str) -> Callable[[PassContext, ir.Node], Fusion | None]:
     def build(ctx: PassContext, node: ir.Node) -> Fusion | None:
-        a, b = _activation(ctx, node.inputs[0]), _activation(ctx, node.inputs[1])
-        out = _output(ctx, node)
-        if a is None or b is None or out is None:
+        a = _activation(ctx, node.inputs[0])
+        b = _activation(ctx, node.inputs[1]) if a is not None else None
+        out = _output(ctx, node) if b is not None else None
+        if out is None:
             return None
         if not a.dtype == b.dtype == out.params.dtype:
             return None
@@ -463,8 +471,9 @@ def _unary(ctx: PassContext, node: ir.Node) -> Fusion | None:
     absorbed, make_extra = spec.extra or ((), None)
     if any(a not in spec.carried and a not in absorbed for a in node.attributes):
         return None
-    x, out = _activation(ctx, node.inputs[0]), _output(ctx, node)
-    if x is None or out is None or x.dtype != out.params.dtype:
+    x = _activation(ctx, node.inputs[0])
+    out = _output(ctx, node) if x is not None else None
+    if out is None or x.dtype != out.params.dtype:
         return None
     extra = make_extra(ctx, node) if make_extra is not None else {}
     if extra is None:
@@ -474,9 +483,14 @@ def _unary(ctx: PassContext, node: ir.Node) -> Fusion | None:
 
 
 def _concat(ctx: PassContext, node: ir.Node) -> Fusion | None:
-    parts = [_activation(ctx, v) for v in node.inputs]
-    out = _output(ctx, node)
-    if not parts or out is None or any(p is None or p.dtype != out.params.dtype for p in parts):
+    parts = []
+    for v in node.inputs:  # (the first input not dequantized ends it)
+        p = _activation(ctx, v)
+        if p is None:
+            return None
+        parts.append(p)
+    out = _output(ctx, node) if parts else None
+    if out is None or any(p.dtype != out.params.dtype for p in parts):
         return None
     inputs = [*out.inputs(), *(v for p in parts for v in p.inputs())]
     return _fusion("QLinearConcat", node, out, inputs, MS, ("axis",))
@@ -488,8 +502,9 @@ def _max_pool(ctx: PassContext, node: ir.Node) -> Fusion | None:
     dequantized maximum, and Q gives back the integer it came from."""
     if ctx.opset() < 12:  # MaxPool takes 8-bit integers from opset 12
         return None
-    x, out = _activation(ctx, node.inputs[0]), _output(ctx, node, clip_ok=False)
-    if x is None or out is None:
+    x = _activation(ctx, node.inputs[0])
+    out = _output(ctx, node, clip_ok=False) if x is not None else None
+    if out is None:
         return None
     y = out.params
     same = x.dtype == y.dtype and x.scales[0] == y.scales[0]
@@ -513,10 +528,10 @@ _RULES: dict[str, Callable[[PassContext, ir.Node], Fusion | None]] = {
 
 def plan(ctx: PassContext, node: ir.Node) -> Fusion | None:
     """The fusion of the unit ``node`` is the op of, or None. No side effects."""
-    if node.domain not in STANDARD or node.graph is not ctx.graph or node.attributes_have_refs():
+    build = _RULES.get(node.op_type)  # (first: most nodes are of no unit's op type)
+    if build is None or node.domain not in STANDARD or node.graph is not ctx.graph:
         return None
-    build = _RULES.get(node.op_type)
-    return build(ctx, node) if build is not None else None
+    return None if node.attributes_have_refs() else build(ctx, node)
 
 
 def reads_quantized(ctx: PassContext, dq: ir.Node) -> bool:
