@@ -120,7 +120,7 @@ def _qparams(ctx: PassContext, node: ir.Node | None) -> QParams | None:
         s = float(scale.reshape(-1)[0])
         if not (math.isfinite(s) and s > 0):
             return None
-    elif not np.all(np.isfinite(scale) & (scale > 0)):
+    elif not (np.isfinite(scale) & (scale > 0)).all():
         return None
     is_dq = node.op_type == "DequantizeLinear"
     tensor = node.inputs[0] if is_dq else node.outputs[0]
@@ -207,7 +207,7 @@ def _bias(ctx: PassContext, node: ir.Node, index: int, a: QParams, b: QParams, n
         return []
     p = _qparams(ctx, producer(v, "DequantizeLinear"))
     data = ctx.const(p.tensor) if p is not None else None
-    if data is None or data.dtype != _INT32 or data.ndim != 1 or np.any(p.zero_points):
+    if data is None or data.dtype != _INT32 or data.ndim != 1 or p.zero_points.any():
         return None
     if n is not None and data.shape != (n,):
         return None
@@ -219,10 +219,11 @@ def _bias(ctx: PassContext, node: ir.Node, index: int, a: QParams, b: QParams, n
 
 def _close(x: np.ndarray, y: np.ndarray) -> bool:
     """np.allclose(x, y, rtol=_BIAS_SCALE_RTOL, atol=0), spelled out: allclose's argument
-    handling costs more than the test on these few numbers."""
-    with np.errstate(invalid="ignore"):
-        near = (np.abs(x - y) <= _BIAS_SCALE_RTOL * np.abs(y)) & np.isfinite(y)
-        return bool(np.all(near | (x == y)))
+    handling costs more than the test on these few numbers. (No errstate, which cost as much
+    as the test: x is finite and y, a product of finite scales, is never NaN, so x - y is
+    never NaN either.)"""
+    near = (np.abs(x - y) <= _BIAS_SCALE_RTOL * np.abs(y)) & np.isfinite(y)
+    return bool((near | (x == y)).all())
 
 
 # ---------------------------------------------------------------------------- the output side
@@ -362,7 +363,7 @@ def _conv(ctx: PassContext, conv: ir.Node) -> Fusion | None:
         return None
     if x.dtype != out.params.dtype or not _int8_rule(x, w):
         return None
-    if np.any(w.zero_points != w.zero_points[0]):
+    if (w.zero_points != w.zero_points[0]).any():
         return None  # onnxruntime's QLinearConv takes one filter zero point for all channels
     bias = _bias(ctx, conv, 2, x, w, ctx.const(w.tensor).shape[0])
     if bias is None:
