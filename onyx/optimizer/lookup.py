@@ -57,6 +57,8 @@ def lookup_table_fusion(ctx: PassContext) -> bool:
     moved = 0
     for root, byte in _byte_values(ctx, order):
         nodes = _chain_nodes(ctx, root, position)
+        if not nodes:
+            continue
         members = {id(n) for n in nodes}
         moved += _shapes_from_root(ctx, root, nodes, members)
         for out in _exits(ctx, nodes, members):
@@ -154,6 +156,8 @@ def _byte_type(ctx: PassContext, v: ir.Value):
 def _chain_nodes(ctx: PassContext, root: ir.Value, position: dict) -> list[ir.Node]:
     """The nodes computing elementwise functions of root alone (and constants), in graph
     order."""
+    if not any(_elementwise(node) for node, _ in root.iter_uses()):
+        return []  # (most byte values: a quantized conv's output read by the next conv)
     shape = static_shape(root) or ()
     channel: list = []  # [(axis, size)] once a per-channel constant joined the chain
     return downstream_chain(
@@ -161,8 +165,13 @@ def _chain_nodes(ctx: PassContext, root: ir.Value, position: dict) -> list[ir.No
     )
 
 
+def _elementwise(node: ir.Node) -> bool:
+    """An elementwise op of one output: what a chain may hold (_takes' first test)."""
+    return len(node.outputs) == 1 and traits(node.op_type, node.domain).elementwise
+
+
 def _takes(ctx: PassContext, node: ir.Node, inside: set[int], shape: tuple, channel: list) -> bool:
-    if not traits(node.op_type, node.domain).elementwise or len(node.outputs) != 1:
+    if not _elementwise(node):
         return False
     axes = []
     for v in node.inputs:
