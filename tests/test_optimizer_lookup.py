@@ -434,3 +434,23 @@ def test_the_table_memo_keys_on_constants_attributes_and_native(monkeypatch):
             onyx.InferenceSession(base)
         assert calls  # (tabulated again by numpy's kernels)
         assert len(lookup.TABLES) == 4
+
+
+def test_the_table_memo_is_bounded(monkeypatch):
+    """A chain whose constants hold more than MAX_KEY_BYTES is not kept; the memo empties
+    when its tables and keys pass MAX_TABLE_BYTES."""
+    from onyx.optimizer import lookup
+
+    monkeypatch.setattr(lookup, "TABLES", {})
+    monkeypatch.setattr(lookup, "MAX_KEY_BYTES", 4)  # (the chain reads 25 bytes of constants)
+    base = _hard_swish_qoperator()
+    onyx.InferenceSession(base)
+    assert lookup.TABLES == {}
+    monkeypatch.setattr(lookup, "MAX_KEY_BYTES", 1 << 20)
+    monkeypatch.setattr(lookup, "MAX_TABLE_BYTES", 1200)  # (each entry: 256 + 25 bytes)
+    sizes = []
+    for scale in (0.01, 0.02, 0.03, 0.05, 0.06):  # (y's scale: a table of its own each)
+        model = base.replace(np.float32(0.04).tobytes(), np.float32(scale).tobytes())
+        onyx.InferenceSession(model)
+        sizes.append(len(lookup.TABLES))
+    assert sizes == [1, 2, 3, 4, 1]  # (the fifth would pass 1200 bytes: emptied first)

@@ -230,32 +230,37 @@ def _ancestors(out: ir.Value, members: set[int], position: dict) -> list[ir.Node
 
 #: A chain's key (_chain_key) -> its table (read-only) or None: a process that creates
 #: sessions of a model again tabulates its chains once (a quantized GPT's GELU chains, 1024
-#: channels each, were most of its warm creation). Emptied when its tables pass the bound.
+#: channels each, were most of its warm creation). Emptied when its tables and the constants'
+#: bytes in its keys pass MAX_TABLE_BYTES; a chain whose constants hold more than
+#: MAX_KEY_BYTES is tabulated without it.
 TABLES: dict[tuple, np.ndarray | None] = {}
 MAX_TABLE_BYTES = 32 << 20
+MAX_KEY_BYTES = 256 << 10
 _table_bytes = [0]
 
 
 def _memo_tabulate(ctx: PassContext, root: ir.Value, byte, out: ir.Value, chain: list):
     """_tabulate's table, from TABLES when a chain of the same key was tabulated before (a
     copy: a session's initializer is its own)."""
-    key = _chain_key(ctx, root, byte, out, chain)
-    if key is None:
+    found = _chain_key(ctx, root, byte, out, chain)
+    if found is None:
         return _tabulate(ctx, root, byte, out, chain)
+    key, key_bytes = found
     if key in TABLES:
         table = TABLES[key]
         return None if table is None else table.copy()
     table = _tabulate(ctx, root, byte, out, chain)
-    if table is not None and table.nbytes > MAX_TABLE_BYTES // 4:
+    held = key_bytes + (0 if table is None else table.nbytes)
+    if held > MAX_TABLE_BYTES // 4:
         return table  # (not kept: a few such would empty the memo)
-    if _table_bytes[0] + (0 if table is None else table.nbytes) > MAX_TABLE_BYTES:
+    if _table_bytes[0] + held > MAX_TABLE_BYTES:
         TABLES.clear()
         _table_bytes[0] = 0
     kept = None if table is None else table.copy()
     if kept is not None:
         kept.setflags(write=False)
-        _table_bytes[0] += kept.nbytes
     TABLES[key] = kept
+    _table_bytes[0] += held
     return table
 
 
@@ -266,19 +271,23 @@ _PLAIN_ATTRS = frozenset(
 )
 
 
-def _chain_key(ctx: PassContext, root: ir.Value, byte, out: ir.Value, chain: list):
+def _chain_key(
+    ctx: PassContext, root: ir.Value, byte, out: ir.Value, chain: list
+) -> tuple[tuple, int] | None:
     """What _tabulate's result depends on, as a hashable tuple: root's byte type and shape,
     each node's op, opset, attributes and inputs (root, an earlier node's output, or a
     constant's type, shape and bytes), which node's output ``out`` is, whether folding is
     bounded, and the native library's state (the kernels that run the probe). None when a
-    node has an attribute of another kind, or a model-local function of its op (then the
-    chain is tabulated as it is, without the memo)."""
+    node has an attribute of another kind, or a model-local function of its op, or the
+    constants hold more than MAX_KEY_BYTES (then the chain is tabulated as it is, without
+    the memo). With the key, the constants' bytes it holds."""
     from ..runtime import native
 
     functions = {(f.domain, f.name) for f in ctx.model.functions.values()}
     shape = static_shape(root)
     where: dict[int, tuple] = {id(root): ("x",)}
     parts: list = [np.dtype(byte).str, shape, ctx.unbounded_folding, native.load_status()]
+    held = 0
     for k, node in enumerate(chain):
         if (ir.canonical_domain(node.domain), node.op_type) in functions:
             return None
@@ -292,7 +301,8 @@ def _chain_key(ctx: PassContext, root: ir.Value, byte, out: ir.Value, chain: lis
             ref = None if v is None or not v.name else where.get(id(v))
             if ref is None and v is not None and v.name:
                 c = ctx.const(v)
-                if c is None:
+                held += 0 if c is None else c.nbytes
+                if c is None or held > MAX_KEY_BYTES:
                     return None
                 ref = (c.dtype.str, c.shape, c.tobytes())
             inputs.append(ref)
@@ -302,7 +312,7 @@ def _chain_key(ctx: PassContext, root: ir.Value, byte, out: ir.Value, chain: lis
         for j, v in enumerate(node.outputs):
             where[id(v)] = (k, j)
     parts.append(where.get(id(out)))
-    return tuple(parts)
+    return tuple(parts), held
 
 
 def _tabulate(ctx: PassContext, root: ir.Value, byte, out: ir.Value, chain: list[ir.Node]):
