@@ -353,3 +353,104 @@ def test_native_channel_lookup_matches_take(item, x_type, shape, axis):
     got = native.lookup8_channels(x, table, axis)
     channel = np.arange(shape[axis]).reshape([-1] + [1] * (len(shape) - 1 - axis))
     np.testing.assert_array_equal(got, table[channel, x.view(np.uint8)])
+
+
+# -- what a chain costs: each exit tabulated once, each chain once per process ----------------
+
+
+def _two_roots():
+    """x -> DQ -> Sigmoid -> Q -> DQ -> Tanh -> Q -> y: the byte value between the two is a
+    root of its own, whose chain ends at the same exit as x's."""
+    nodes = [
+        helper.make_node("DequantizeLinear", ["x", "x_s", "x_z"], ["xf"]),
+        helper.make_node("Sigmoid", ["xf"], ["s"]),
+        helper.make_node("QuantizeLinear", ["s", "m_s", "m_z"], ["mq"]),
+        helper.make_node("DequantizeLinear", ["mq", "m_s", "m_z"], ["mf"]),
+        helper.make_node("Tanh", ["mf"], ["t"]),
+        helper.make_node("QuantizeLinear", ["t", "y_s", "y_z"], ["y"]),
+    ]
+    inits = {**_q("x", 0.05, 128), **_q("m", 1 / 255, 0), **_q("y", 1 / 255, 0)}
+    return _model(nodes, U8, U8, inits)
+
+
+def _counting(monkeypatch, name: str) -> list:
+    from onyx.optimizer import lookup
+
+    calls: list = []
+    real = getattr(lookup, name)
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(lookup, name, counted)
+    return calls
+
+
+def test_an_exit_is_tabulated_once(monkeypatch):
+    from onyx.optimizer import lookup
+
+    monkeypatch.setattr(lookup, "TABLES", {})
+    calls = _counting(monkeypatch, "_tabulate")
+    model = _two_roots()
+    assert _lookups(model) == 1
+    assert len(calls) == 1  # (x's chain: the middle byte's chain ends at y too)
+
+
+def test_a_chain_is_tabulated_once_per_process(monkeypatch):
+    from onyx.optimizer import lookup
+
+    monkeypatch.setattr(lookup, "TABLES", {})
+    model = _hard_swish_qoperator()
+    first = onyx.InferenceSession(model)
+    calls = _counting(monkeypatch, "evaluate")
+    again = onyx.InferenceSession(model)
+    assert calls == []  # (the probe did not run again)
+    x = _all_bytes(np.uint8)
+    np.testing.assert_array_equal(again.run(None, {"x": x})[0], first.run(None, {"x": x})[0])
+
+
+def test_the_table_memo_keys_on_constants_attributes_and_native(monkeypatch):
+    """A chain that differs in a constant, an attribute or the kernels that run the probe
+    gets a table of its own."""
+    from onyx.optimizer import lookup
+
+    monkeypatch.setattr(lookup, "TABLES", {})
+    x = _all_bytes(np.uint8)
+    base = _hard_swish_qoperator()
+    onyx.InferenceSession(base)
+    other_scale = base.replace(np.float32(0.04).tobytes(), np.float32(0.03).tobytes())
+    other_alpha = base.replace(np.float32(1 / 6).tobytes(), np.float32(1 / 5).tobytes())
+    for model in (other_scale, other_alpha):
+        assert model != base
+        fused, as_written = _sessions(model)
+        np.testing.assert_array_equal(
+            fused.run(None, {"x": x})[0], as_written.run(None, {"x": x})[0]
+        )
+    assert len(lookup.TABLES) == 3
+    if native.available():
+        with native.disabled():
+            calls = _counting(monkeypatch, "evaluate")
+            onyx.InferenceSession(base)
+        assert calls  # (tabulated again by numpy's kernels)
+        assert len(lookup.TABLES) == 4
+
+
+def test_the_table_memo_is_bounded(monkeypatch):
+    """A chain whose constants hold more than MAX_KEY_BYTES is not kept; the memo empties
+    when its tables and keys pass MAX_TABLE_BYTES."""
+    from onyx.optimizer import lookup
+
+    monkeypatch.setattr(lookup, "TABLES", {})
+    monkeypatch.setattr(lookup, "MAX_KEY_BYTES", 4)  # (the chain reads 25 bytes of constants)
+    base = _hard_swish_qoperator()
+    onyx.InferenceSession(base)
+    assert lookup.TABLES == {}
+    monkeypatch.setattr(lookup, "MAX_KEY_BYTES", 1 << 20)
+    monkeypatch.setattr(lookup, "MAX_TABLE_BYTES", 1200)  # (each entry: 256 + 25 bytes)
+    sizes = []
+    for scale in (0.01, 0.02, 0.03, 0.05, 0.06):  # (y's scale: a table of its own each)
+        model = base.replace(np.float32(0.04).tobytes(), np.float32(scale).tobytes())
+        onyx.InferenceSession(model)
+        sizes.append(len(lookup.TABLES))
+    assert sizes == [1, 2, 3, 4, 1]  # (the fifth would pass 1200 bytes: emptied first)

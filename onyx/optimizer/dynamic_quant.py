@@ -20,7 +20,6 @@ from .conv import _CONV_ATTRIBUTES, _REF_TYPES  # (ConvInteger's attributes are 
 from .core import (
     EXTENDED,
     MS,
-    STANDARD,
     PassContext,
     graph_pass,
     is_op,
@@ -187,7 +186,7 @@ def conv_integer_to_float(ctx: PassContext) -> bool:
 def _conv_chain(ctx: PassContext, conv: ir.Node) -> tuple | None:
     """(cast, mul, scale, add, bias) of ConvInteger ``conv``'s chain (add and bias None
     where no bias is added), or None."""
-    if conv.graph is not ctx.graph or not is_op(conv, "ConvInteger") or conv.domain not in STANDARD:
+    if not is_op(conv, "ConvInteger") or conv.graph is not ctx.graph:  # (op type first: cheap)
         return None
     if conv.attributes_have_refs() or any(a not in _CONV_ATTRIBUTES for a in conv.attributes):
         return None

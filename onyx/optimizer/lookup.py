@@ -53,21 +53,29 @@ def lookup_table_fusion(ctx: PassContext) -> bool:
     order = list(ctx.graph)
     position = {id(n): i for i, n in enumerate(order)}
     found = []  # (root, exit value, table): all found first, then the graph changes
+    tabled: set[int] = set()  # the exits in found
     moved = 0
     for root, byte in _byte_values(ctx, order):
         nodes = _chain_nodes(ctx, root, position)
+        if not nodes:
+            continue
         members = {id(n) for n in nodes}
         moved += _shapes_from_root(ctx, root, nodes, members)
         for out in _exits(ctx, nodes, members):
+            # (an exit already tabled from an earlier root is replaced by that table: the
+            # byte values inside a GELU's chain are roots too, each a probe of its own)
+            if id(out) in tabled:
+                continue
             chain = _ancestors(out, members, position)
             if len(chain) < 2 and not _worth_alone(chain[0]):
                 continue
-            table = _tabulate(ctx, root, byte, out, chain)
+            table = _memo_tabulate(ctx, root, byte, out, chain)
             if table is not None:
                 found.append((root, out, table, chain))
+                tabled.add(id(out))
     replaced = set()
     for root, out, table, chain in found:
-        if id(out) in replaced or out.producer is None:
+        if out.producer is None:
             continue
         if table.ndim == 2:
             _replace_channels(ctx, root, out, table, _chain_channel(ctx, root, chain))
@@ -148,6 +156,8 @@ def _byte_type(ctx: PassContext, v: ir.Value):
 def _chain_nodes(ctx: PassContext, root: ir.Value, position: dict) -> list[ir.Node]:
     """The nodes computing elementwise functions of root alone (and constants), in graph
     order."""
+    if not any(_elementwise(node) for node, _ in root.iter_uses()):
+        return []  # (most byte values: a quantized conv's output read by the next conv)
     shape = static_shape(root) or ()
     channel: list = []  # [(axis, size)] once a per-channel constant joined the chain
     return downstream_chain(
@@ -155,8 +165,13 @@ def _chain_nodes(ctx: PassContext, root: ir.Value, position: dict) -> list[ir.No
     )
 
 
+def _elementwise(node: ir.Node) -> bool:
+    """An elementwise op of one output: what a chain may hold (_takes' first test)."""
+    return len(node.outputs) == 1 and traits(node.op_type, node.domain).elementwise
+
+
 def _takes(ctx: PassContext, node: ir.Node, inside: set[int], shape: tuple, channel: list) -> bool:
-    if not traits(node.op_type, node.domain).elementwise or len(node.outputs) != 1:
+    if not _elementwise(node):
         return False
     axes = []
     for v in node.inputs:
@@ -211,6 +226,93 @@ def _ancestors(out: ir.Value, members: set[int], position: dict) -> list[ir.Node
             if v is not None and v.producer is not None and id(v.producer) in members
         ]
     return sorted(found.values(), key=lambda n: position[id(n)])
+
+
+#: A chain's key (_chain_key) -> its table (read-only) or None: a process that creates
+#: sessions of a model again tabulates its chains once (a quantized GPT's GELU chains, 1024
+#: channels each, were most of its warm creation). Emptied when its tables and the constants'
+#: bytes in its keys pass MAX_TABLE_BYTES; a chain whose constants hold more than
+#: MAX_KEY_BYTES is tabulated without it.
+TABLES: dict[tuple, np.ndarray | None] = {}
+MAX_TABLE_BYTES = 32 << 20
+MAX_KEY_BYTES = 256 << 10
+_table_bytes = [0]
+
+
+def _memo_tabulate(ctx: PassContext, root: ir.Value, byte, out: ir.Value, chain: list):
+    """_tabulate's table, from TABLES when a chain of the same key was tabulated before (a
+    copy: a session's initializer is its own)."""
+    found = _chain_key(ctx, root, byte, out, chain)
+    if found is None:
+        return _tabulate(ctx, root, byte, out, chain)
+    key, key_bytes = found
+    if key in TABLES:
+        table = TABLES[key]
+        return None if table is None else table.copy()
+    table = _tabulate(ctx, root, byte, out, chain)
+    held = key_bytes + (0 if table is None else table.nbytes)
+    if held > MAX_TABLE_BYTES // 4:
+        return table  # (not kept: a few such would empty the memo)
+    if _table_bytes[0] + held > MAX_TABLE_BYTES:
+        TABLES.clear()
+        _table_bytes[0] = 0
+    kept = None if table is None else table.copy()
+    if kept is not None:
+        kept.setflags(write=False)
+    TABLES[key] = kept
+    _table_bytes[0] += held
+    return table
+
+
+#: Attribute types whose values key a chain (plain numbers and strings).
+_PLAIN_ATTRS = frozenset(
+    (ir.AttrType.FLOAT, ir.AttrType.INT, ir.AttrType.STRING)
+    + (ir.AttrType.FLOATS, ir.AttrType.INTS, ir.AttrType.STRINGS)
+)
+
+
+def _chain_key(
+    ctx: PassContext, root: ir.Value, byte, out: ir.Value, chain: list
+) -> tuple[tuple, int] | None:
+    """What _tabulate's result depends on, as a hashable tuple: root's byte type and shape,
+    each node's op, opset, attributes and inputs (root, an earlier node's output, or a
+    constant's type, shape and bytes), which node's output ``out`` is, whether folding is
+    bounded, and the native library's state (the kernels that run the probe). None when a
+    node has an attribute of another kind, or a model-local function of its op, or the
+    constants hold more than MAX_KEY_BYTES (then the chain is tabulated as it is, without
+    the memo). With the key, the constants' bytes it holds."""
+    from ..runtime import native
+
+    functions = {(f.domain, f.name) for f in ctx.model.functions.values()}
+    shape = static_shape(root)
+    where: dict[int, tuple] = {id(root): ("x",)}
+    parts: list = [np.dtype(byte).str, shape, ctx.unbounded_folding, native.load_status()]
+    held = 0
+    for k, node in enumerate(chain):
+        if (ir.canonical_domain(node.domain), node.op_type) in functions:
+            return None
+        attrs = []
+        for a in node.attributes.values():
+            if a.type not in _PLAIN_ATTRS or a.ref_attr_name:
+                return None
+            attrs.append((a.name, int(a.type), repr(a.value)))  # (repr: -0.0 is not 0.0)
+        inputs = []
+        for v in node.inputs:
+            ref = None if v is None or not v.name else where.get(id(v))
+            if ref is None and v is not None and v.name:
+                c = ctx.const(v)
+                held += 0 if c is None else c.nbytes
+                if c is None or held > MAX_KEY_BYTES:
+                    return None
+                ref = (c.dtype.str, c.shape, c.tobytes())
+            inputs.append(ref)
+        named = tuple(bool(v.name) for v in node.outputs)
+        op = (node.domain, node.op_type, ctx.opset(node.domain))
+        parts.append((*op, tuple(attrs), tuple(inputs), named))
+        for j, v in enumerate(node.outputs):
+            where[id(v)] = (k, j)
+    parts.append(where.get(id(out)))
+    return tuple(parts), held
 
 
 def _tabulate(ctx: PassContext, root: ir.Value, byte, out: ir.Value, chain: list[ir.Node]):

@@ -61,6 +61,7 @@ from .core import EXTENDED, MS, STANDARD, PassContext, graph_pass, is_op, produc
 PASS = "QDQSelectorActionTransformer"
 
 _INT8, _UINT8, _INT32 = np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int32)
+_FLOAT32 = np.dtype(np.float32)  # (a dtype against a dtype: half the cost of one against a type)
 #: Bias scale vs x_scale * w_scale: equal up to float32 rounding (a few ulps of the product).
 _BIAS_SCALE_RTOL = 1e-6
 
@@ -109,27 +110,32 @@ def _qparams(ctx: PassContext, node: ir.Node | None) -> QParams | None:
     constant; None for anything else (block quantization, output_dtype, ...)."""
     if not is_op(node, "QuantizeLinear", "DequantizeLinear") or len(node.inputs) < 2:
         return None
-    if any(a != "axis" and not (a == "block_size" and node.attr(a) == 0) for a in node.attributes):
+    if node.attributes and any(
+        a != "axis" and not (a == "block_size" and node.attr(a) == 0) for a in node.attributes
+    ):
         return None
     scale = ctx.const(node.inputs[1])
-    if scale is None or scale.dtype != np.float32 or scale.ndim > 1 or scale.size == 0:
+    if scale is None or scale.dtype != _FLOAT32 or scale.ndim > 1:
         return None
-    if scale.size == 1:  # (the common case: numpy's reductions cost more than the test)
-        s = float(scale.reshape(-1)[0])
+    size = scale.size
+    if size == 1:  # (the common case: numpy's reductions cost more than the test)
+        s = scale.item()
         if not (math.isfinite(s) and s > 0):
             return None
-    elif not np.all(np.isfinite(scale) & (scale > 0)):
+    elif size == 0 or not (np.isfinite(scale) & (scale > 0)).all():
         return None
     is_dq = node.op_type == "DequantizeLinear"
     tensor = node.inputs[0] if is_dq else node.outputs[0]
-    zero_point = _zero_point(ctx, node, scale.size)
+    zero_point = _zero_point(ctx, node, size)
     if zero_point is None:
         return None
     zp = ctx.const(zero_point) if isinstance(zero_point, ir.Value) else zero_point
-    if is_dq and _elem_dtype(ctx, tensor) not in (None, zp.dtype):
-        return None  # (the spec gives DQ's input the zero point's type)
-    axis = _axis(ctx, node, scale.size) if scale.size > 1 else None
-    if scale.size > 1 and axis is None:
+    if is_dq:  # (the spec gives DQ's input the zero point's type)
+        dtype = _elem_dtype(ctx, tensor)
+        if dtype is not None and dtype != zp.dtype:
+            return None
+    axis = _axis(ctx, node, size) if size > 1 else None
+    if size > 1 and axis is None:
         return None
     return QParams(tensor, node.inputs[1], zero_point, scale.reshape(-1), zp.reshape(-1), axis)
 
@@ -205,7 +211,7 @@ def _bias(ctx: PassContext, node: ir.Node, index: int, a: QParams, b: QParams, n
         return []
     p = _qparams(ctx, producer(v, "DequantizeLinear"))
     data = ctx.const(p.tensor) if p is not None else None
-    if data is None or data.dtype != _INT32 or data.ndim != 1 or np.any(p.zero_points):
+    if data is None or data.dtype != _INT32 or data.ndim != 1 or p.zero_points.any():
         return None
     if n is not None and data.shape != (n,):
         return None
@@ -217,10 +223,11 @@ def _bias(ctx: PassContext, node: ir.Node, index: int, a: QParams, b: QParams, n
 
 def _close(x: np.ndarray, y: np.ndarray) -> bool:
     """np.allclose(x, y, rtol=_BIAS_SCALE_RTOL, atol=0), spelled out: allclose's argument
-    handling costs more than the test on these few numbers."""
-    with np.errstate(invalid="ignore"):
-        near = (np.abs(x - y) <= _BIAS_SCALE_RTOL * np.abs(y)) & np.isfinite(y)
-        return bool(np.all(near | (x == y)))
+    handling costs more than the test on these few numbers. (No errstate, which cost as much
+    as the test: x is finite and y, a product of finite scales, is never NaN, so x - y is
+    never NaN either.)"""
+    near = (np.abs(x - y) <= _BIAS_SCALE_RTOL * np.abs(y)) & np.isfinite(y)
+    return bool((near | (x == y)).all())
 
 
 # ---------------------------------------------------------------------------- the output side
@@ -353,13 +360,14 @@ def _fusion(
 def _conv(ctx: PassContext, conv: ir.Node) -> Fusion | None:
     if len(conv.inputs) < 2:
         return None
-    x, w = _activation(ctx, conv.inputs[0]), _weight(ctx, conv.inputs[1], channel_axis=0)
-    out = _output(ctx, conv)
-    if x is None or w is None or out is None:
+    x = _activation(ctx, conv.inputs[0])  # (first: most convs of a float model stop here)
+    w = _weight(ctx, conv.inputs[1], channel_axis=0) if x is not None else None
+    out = _output(ctx, conv) if w is not None else None
+    if out is None:
         return None
     if x.dtype != out.params.dtype or not _int8_rule(x, w):
         return None
-    if np.any(w.zero_points != w.zero_points[0]):
+    if (w.zero_points != w.zero_points[0]).any():
         return None  # onnxruntime's QLinearConv takes one filter zero point for all channels
     bias = _bias(ctx, conv, 2, x, w, ctx.const(w.tensor).shape[0])
     if bias is None:
@@ -371,9 +379,10 @@ def _conv(ctx: PassContext, conv: ir.Node) -> Fusion | None:
 def _matmul(ctx: PassContext, mm: ir.Node) -> Fusion | None:
     """QLinearMatMul: b an activation (attention's q @ k^T) or a constant weight, per tensor or
     per column of a 2-D b."""
-    a, b = _activation(ctx, mm.inputs[0]), _operand(ctx, mm.inputs[1], channel_axis=1)
-    out = _output(ctx, mm)
-    if a is None or b is None or out is None:
+    a = _activation(ctx, mm.inputs[0])
+    b = _operand(ctx, mm.inputs[1], channel_axis=1) if a is not None else None
+    out = _output(ctx, mm) if b is not None else None
+    if out is None:
         return None
     if a.dtype != out.params.dtype or not _int8_rule(a, b):
         return None
@@ -386,9 +395,12 @@ def _gemm(ctx: PassContext, gemm: ir.Node) -> Fusion | None:
     """com.microsoft QGemm; without a Q after the Gemm its output stays float (as onnxruntime
     fuses a model's last Gemm, whose logits are not requantized)."""
     trans_b = gemm.attr("transB", 0)
-    a, b = _activation(ctx, gemm.inputs[0]), _operand(ctx, gemm.inputs[1], 0 if trans_b else 1)
+    a = _activation(ctx, gemm.inputs[0])
+    b = _operand(ctx, gemm.inputs[1], 0 if trans_b else 1) if a is not None else None
+    if b is None:
+        return None
     out = _output(ctx, gemm)
-    if a is None or b is None or (out is None and not _float_result(ctx, gemm)):
+    if out is None and not _float_result(ctx, gemm):
         return None
     if (out is not None and a.dtype != out.params.dtype) or not _int8_rule(a, b):
         return None
@@ -417,9 +429,10 @@ def _float_result(ctx: PassContext, node: ir.Node) -> bool:
 
 def _binary(fused: str) -> Callable[[PassContext, ir.Node], Fusion | None]:
     def build(ctx: PassContext, node: ir.Node) -> Fusion | None:
-        a, b = _activation(ctx, node.inputs[0]), _activation(ctx, node.inputs[1])
-        out = _output(ctx, node)
-        if a is None or b is None or out is None:
+        a = _activation(ctx, node.inputs[0])
+        b = _activation(ctx, node.inputs[1]) if a is not None else None
+        out = _output(ctx, node) if b is not None else None
+        if out is None:
             return None
         if not a.dtype == b.dtype == out.params.dtype:
             return None
@@ -463,8 +476,9 @@ def _unary(ctx: PassContext, node: ir.Node) -> Fusion | None:
     absorbed, make_extra = spec.extra or ((), None)
     if any(a not in spec.carried and a not in absorbed for a in node.attributes):
         return None
-    x, out = _activation(ctx, node.inputs[0]), _output(ctx, node)
-    if x is None or out is None or x.dtype != out.params.dtype:
+    x = _activation(ctx, node.inputs[0])
+    out = _output(ctx, node) if x is not None else None
+    if out is None or x.dtype != out.params.dtype:
         return None
     extra = make_extra(ctx, node) if make_extra is not None else {}
     if extra is None:
@@ -474,9 +488,14 @@ def _unary(ctx: PassContext, node: ir.Node) -> Fusion | None:
 
 
 def _concat(ctx: PassContext, node: ir.Node) -> Fusion | None:
-    parts = [_activation(ctx, v) for v in node.inputs]
-    out = _output(ctx, node)
-    if not parts or out is None or any(p is None or p.dtype != out.params.dtype for p in parts):
+    parts = []
+    for v in node.inputs:  # (the first input not dequantized ends it)
+        p = _activation(ctx, v)
+        if p is None:
+            return None
+        parts.append(p)
+    out = _output(ctx, node) if parts else None
+    if out is None or any(p.dtype != out.params.dtype for p in parts):
         return None
     inputs = [*out.inputs(), *(v for p in parts for v in p.inputs())]
     return _fusion("QLinearConcat", node, out, inputs, MS, ("axis",))
@@ -488,8 +507,9 @@ def _max_pool(ctx: PassContext, node: ir.Node) -> Fusion | None:
     dequantized maximum, and Q gives back the integer it came from."""
     if ctx.opset() < 12:  # MaxPool takes 8-bit integers from opset 12
         return None
-    x, out = _activation(ctx, node.inputs[0]), _output(ctx, node, clip_ok=False)
-    if x is None or out is None:
+    x = _activation(ctx, node.inputs[0])
+    out = _output(ctx, node, clip_ok=False) if x is not None else None
+    if out is None:
         return None
     y = out.params
     same = x.dtype == y.dtype and x.scales[0] == y.scales[0]
@@ -513,10 +533,10 @@ _RULES: dict[str, Callable[[PassContext, ir.Node], Fusion | None]] = {
 
 def plan(ctx: PassContext, node: ir.Node) -> Fusion | None:
     """The fusion of the unit ``node`` is the op of, or None. No side effects."""
-    if node.domain not in STANDARD or node.graph is not ctx.graph or node.attributes_have_refs():
+    build = _RULES.get(node.op_type)  # (first: most nodes are of no unit's op type)
+    if build is None or node.domain not in STANDARD or node.graph is not ctx.graph:
         return None
-    build = _RULES.get(node.op_type)
-    return build(ctx, node) if build is not None else None
+    return None if node.attributes_have_refs() else build(ctx, node)
 
 
 def reads_quantized(ctx: PassContext, dq: ir.Node) -> bool:
