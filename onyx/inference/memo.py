@@ -63,7 +63,7 @@ def _key(engine, node, env: dict, found: tuple) -> tuple | None:
     attrs = []
     for name, a in node.attributes.items():
         kind = int(a.type)
-        if a.ref_attr_name:
+        if a.ref_attr_name or a.array is not None:  # (an array: a list far over MAX_LIST)
             return None
         value = a.value
         if kind in _LISTS:

@@ -38,11 +38,19 @@ class Attr(DataValue):
     GRAPH ir.Graph, SPARSE_TENSOR ir.SparseTensor, TYPE_PROTO ir.Type, and lists of those for
     the plural types. ``ref_attr_name`` set means the value refers to an attribute of the
     enclosing function (value is then None).
+
+    A long FLOATS attribute read from a file (:meth:`of_array`) holds its elements as a
+    read-only float32 array until ``value`` is first read: the list is made then (the same
+    Python floats), and the array let go. Who can use the array (a kernel's tables, inference's
+    memo, the writer) reads :attr:`array`, and no list is made at all: an SVM's support
+    vectors, 17k floats, were a quarter of its session's creation as a list.
     """
 
     name: str
     type: AttrType
-    value: Any = None
+    # (no class default: an instance made by of_array has no ``value`` until __getattr__
+    # makes it; __init__ sets it on every other)
+    value: Any
     doc_string: str = ""
     ref_attr_name: str = ""
     extras: Any = field(default=None, repr=False, compare=False)
@@ -62,6 +70,44 @@ class Attr(DataValue):
         self.doc_string = doc_string
         self.ref_attr_name = ref_attr_name
         self.extras = extras
+
+    @classmethod
+    def of_array(
+        cls,
+        name: str,
+        type: AttrType,  # noqa: A002
+        array: Any,
+        doc_string: str = "",
+        ref_attr_name: str = "",
+        extras: Any = None,
+    ) -> Attr:
+        """A FLOATS or INTS attribute holding its elements as ``array`` (a read-only 1-D
+        numpy array); ``value`` is its ``tolist()``, made when first read."""
+        attr = cls.__new__(cls)
+        attr.__dict__.update(
+            name=name,
+            type=type,
+            _array=array,
+            doc_string=doc_string,
+            ref_attr_name=ref_attr_name,
+            extras=extras,
+        )
+        return attr
+
+    def __getattr__(self, name: str) -> Any:
+        # (called only for a missing attribute: ``value`` of an of_array Attr not read yet)
+        d = self.__dict__
+        if name == "value" and "_array" in d:
+            value = d["value"] = d.pop("_array").tolist()
+            return value
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    @property
+    def array(self) -> Any:
+        """The elements as a read-only numpy array while the attribute holds them so (an
+        of_array Attr whose ``value`` was never read, so never changed); else None."""
+        d = self.__dict__
+        return None if "value" in d else d.get("_array")  # (value set: the array is stale)
 
     @property
     def is_ref(self) -> bool:

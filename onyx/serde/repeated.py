@@ -27,6 +27,13 @@ _UNPACKED_FLOAT = np.dtype([("tag", "u1"), ("value", "<f4")])
 
 def floats(message, number: int, count: int) -> list[float] | None:
     """The ``count`` elements of repeated float field ``number`` of ``message``, or None."""
+    array = float_array(message, number, count)
+    return None if array is None else array.tolist()
+
+
+def float_array(message, number: int, count: int) -> np.ndarray | None:
+    """The ``count`` elements of repeated float field ``number`` of ``message`` as a read-only
+    float32 array (a view of the message's serialized bytes: nothing is decoded), or None."""
     located = _first(message, number)
     if located is None:
         return None
@@ -34,7 +41,7 @@ def floats(message, number: int, count: int) -> list[float] | None:
     if wire_type == LEN:  # packed: one run of little-endian float32
         if end - payload != 4 * count:
             return None
-        return np.frombuffer(buf, "<f4", count, payload).tolist()
+        return np.frombuffer(buf, "<f4", count, payload)
     if wire_type != I32 or start + 5 * count > len(buf) or buf[start] != (number << 3 | I32):
         return None
     run = np.frombuffer(buf, _UNPACKED_FLOAT, count, start)
@@ -42,7 +49,9 @@ def floats(message, number: int, count: int) -> list[float] | None:
     # field boundary, so the run is the field's elements in order
     if not (run["tag"] == buf[start]).all():
         return None
-    return run["value"].tolist()
+    values = np.ascontiguousarray(run["value"])
+    values.flags.writeable = False
+    return values
 
 
 def _first(message, number: int):

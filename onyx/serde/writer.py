@@ -160,7 +160,8 @@ class Writer:
         if not extras.get("absent_type"):
             ap.type = a.type
         _mark_present(ap, extras)
-        value = a.value
+        array = a.array  # (a long FLOATS attribute read from a file: its list never made)
+        value = a.value if array is None else array
         field = ATTR_FIELD.get(a.type)
         if field is None or value is None:
             return
@@ -186,7 +187,7 @@ class Writer:
             else:
                 self.type(value, ap.tp)
         elif k == A.FLOATS:
-            ap.floats.extend([float(x) for x in value])
+            ap.floats.extend(value.tolist() if array is not None else [float(x) for x in value])
         elif k == A.INTS:
             ap.ints.extend([int(x) for x in value])
         elif k == A.STRINGS:

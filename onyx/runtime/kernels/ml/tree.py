@@ -15,7 +15,7 @@ import numpy as np
 from ....utils import unique
 from ... import native
 from ...native import trees as native_trees
-from ...registry import op
+from ...registry import array_attributes, op
 from ..derived import from_attributes, prepared
 from ._common import (
     as_2d,
@@ -630,6 +630,16 @@ def _tree_ensemble_model(
 # ---------------------------------------------------------------------------------------------
 # TreeEnsembleRegressor (v1, v3; v5 is the deprecated v3)
 
+#: The FLOATS attributes the v1/v3 kernels take as arrays (registry.array_attributes), each
+#: in the dtype their list became: thresholds as np.asarray(list) makes them (float64; v3's
+#: _pick narrows either to float32), weights and base values float32 (_floats, _pick).
+_ARRAYS = {
+    "nodes_values": np.float64,
+    "target_weights": np.float32,
+    "class_weights": np.float32,
+    "base_values": np.float32,
+}
+
 
 def _regressor(x, attrs: dict) -> np.ndarray:
     """The regressor of these attributes (compiled once per node) applied to x."""
@@ -696,6 +706,7 @@ def _regressor_model(
 
 
 @op("TreeEnsembleRegressor", since=1, domain="ai.onnx.ml")
+@array_attributes(**_ARRAYS)
 @prepared(lambda attrs: _regressor_model(**_picked(attrs)))
 def tree_ensemble_regressor(
     x,
@@ -722,6 +733,7 @@ def tree_ensemble_regressor(
 
 
 @op("TreeEnsembleRegressor", since=3, domain="ai.onnx.ml")
+@array_attributes(**_ARRAYS)
 @prepared(lambda attrs: _regressor_model(**_picked(attrs)))
 def tree_ensemble_regressor_3(
     x,
@@ -928,6 +940,7 @@ def _binary(scores, present, base, labels, transform, binary_case, class_weights
 
 
 @op("TreeEnsembleClassifier", since=1, domain="ai.onnx.ml")
+@array_attributes(**_ARRAYS)
 @prepared(lambda attrs: _classifier_model(**_picked(attrs)))
 def tree_ensemble_classifier(
     x,
@@ -954,6 +967,7 @@ def tree_ensemble_classifier(
 
 
 @op("TreeEnsembleClassifier", since=3, domain="ai.onnx.ml")
+@array_attributes(**_ARRAYS)
 @prepared(lambda attrs: _classifier_model(**_picked(attrs)))
 def tree_ensemble_classifier_3(
     x,
