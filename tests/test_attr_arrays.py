@@ -63,6 +63,7 @@ def _stumps(op: str) -> bytes:
         nodes_modes=["BRANCH_LEQ", "LEAF", "LEAF"] * trees,
         nodes_truenodeids=[1, 0, 0] * trees,
         nodes_falsenodeids=[2, 0, 0] * trees,
+        nodes_hitrates=[1.0] * (3 * trees),
     )
     weights = rng.standard_normal(2 * trees).astype(np.float32).tolist()
     if op == "TreeEnsembleRegressor":
@@ -131,7 +132,8 @@ def test_round_trip_bytes_unchanged(make):
     [
         (_svm, {"support_vectors": np.float64}),
         (lambda: _stumps("TreeEnsembleClassifier"),
-         {"nodes_values": np.float64, "class_weights": np.float32}),
+         {"nodes_values": np.float64, "class_weights": np.float32,
+         "nodes_hitrates": np.float32}),
         (lambda: _stumps("TreeEnsembleRegressor"),
          {"nodes_values": np.float64, "target_weights": np.float32}),
     ],

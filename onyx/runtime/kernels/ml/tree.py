@@ -638,6 +638,7 @@ _ARRAYS = {
     "target_weights": np.float32,
     "class_weights": np.float32,
     "base_values": np.float32,
+    "nodes_hitrates": np.float32,  # (read by none: as an array it costs nothing)
 }
 
 
