@@ -1,6 +1,7 @@
-"""Long FLOATS attributes read from a file stay float32 arrays in the IR (ir.Attr.of_array):
-their list is made only when ``value`` is read, saving writes the same bytes, and the kernels
-that declare them (registry.array_attributes) get arrays of the dtype their lists became."""
+"""Long FLOATS and STRINGS attributes read from a file stay arrays in the IR (ir.Attr.of_array;
+float32, and object arrays of bytes): their list is made only when ``value`` is read, saving
+writes the same bytes, and the kernels that declare them (registry.array_attributes) get
+arrays of the dtype their lists became."""
 
 from __future__ import annotations
 
@@ -101,6 +102,15 @@ def test_a_long_floats_attribute_stays_an_array_until_read():
     assert sv.array is None  # (the list is the value now: whoever edits it is heard)
 
 
+def test_long_strings_stay_bytes_until_read():
+    raw = _stumps("TreeEnsembleRegressor")
+    modes = _node(serde.loads(raw)).attributes["nodes_modes"]
+    assert modes.array.dtype == object and modes.array[1] == b"LEAF"
+    assert modes.value[:3] == ["BRANCH_LEQ", "LEAF", "LEAF"] and modes.array is None
+    bad = ir.Attr.of_array("m", ir.AttrType.STRINGS, np.array([b"ok", b"\xff"] * 300, object))
+    assert bad.value[:2] == ["ok", b"\xff"]  # (not UTF-8: kept as bytes, as the reader does)
+
+
 def test_setting_value_drops_the_array():
     attr = ir.Attr.of_array("w", ir.AttrType.FLOATS, np.zeros(600, np.float32))
     attr.value = [1.0, 2.0]
@@ -133,7 +143,7 @@ def test_round_trip_bytes_unchanged(make):
         (_svm, {"support_vectors": np.float64}),
         (lambda: _stumps("TreeEnsembleClassifier"),
          {"nodes_values": np.float64, "class_weights": np.float32,
-         "nodes_hitrates": np.float32}),
+         "nodes_hitrates": np.float32, "nodes_modes": object}),
         (lambda: _stumps("TreeEnsembleRegressor"),
          {"nodes_values": np.float64, "target_weights": np.float32}),
     ],
@@ -146,7 +156,10 @@ def test_kernels_take_the_arrays_and_compute_the_same(make, names):
     for name, dtype in names.items():
         got = step.attrs[name]
         assert isinstance(got, np.ndarray) and got.dtype == dtype and not got.flags.writeable
-        assert np.array_equal(got, np.asarray(node.attributes[name].value, dtype))
+        want = node.attributes[name].value
+        if dtype is object:  # (the modes' bytes, as written)
+            want = [m.encode() for m in want]
+        assert np.array_equal(got, np.asarray(want, dtype))
     x = np.random.default_rng(3).standard_normal((16, N_FEATURES)).astype(np.float32)
     from_file = onyx.InferenceSession(raw)
     (planned,) = [s.node for s in from_file.plan.default_schedule]

@@ -39,9 +39,9 @@ class Attr(DataValue):
     the plural types. ``ref_attr_name`` set means the value refers to an attribute of the
     enclosing function (value is then None).
 
-    A long FLOATS attribute read from a file (:meth:`of_array`) holds its elements as a
-    read-only float32 array until ``value`` is first read: the list is made then (the same
-    Python floats), and the array let go. Who can use the array (a kernel's tables, inference's
+    A long FLOATS or STRINGS attribute read from a file (:meth:`of_array`) holds its elements
+    as a read-only array (float32; object, of bytes) until ``value`` is first read: the list
+    is made then (the same Python floats; ``str`` where valid UTF-8), and the array let go. Who can use the array (a kernel's tables, inference's
     memo, the writer) reads :attr:`array`, and no list is made at all: an SVM's support
     vectors, 17k floats, were a quarter of its session's creation as a list.
     """
@@ -81,8 +81,9 @@ class Attr(DataValue):
         ref_attr_name: str = "",
         extras: Any = None,
     ) -> Attr:
-        """A FLOATS or INTS attribute holding its elements as ``array`` (a read-only 1-D
-        numpy array); ``value`` is its ``tolist()``, made when first read."""
+        """A FLOATS, INTS or STRINGS attribute holding its elements as ``array`` (a 1-D numpy
+        array, read-only; a STRINGS one's of bytes, dtype object); ``value`` is its
+        ``tolist()`` (strings decoded as the reader does), made when first read."""
         attr = cls.__new__(cls)
         attr.__dict__.update(
             name=name,
@@ -98,7 +99,7 @@ class Attr(DataValue):
         # (called only for a missing attribute: ``value`` of an of_array Attr not read yet)
         d = self.__dict__
         if name == "value" and "_array" in d:
-            value = d["value"] = d.pop("_array").tolist()
+            value = d["value"] = _listed(d["type"], d.pop("_array"))
             return value
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
@@ -112,3 +113,22 @@ class Attr(DataValue):
     @property
     def is_ref(self) -> bool:
         return bool(self.ref_attr_name)
+
+
+def _listed(kind: AttrType, array: Any) -> list:
+    """An of_array attribute's value: its elements as a list; a STRINGS one's bytes as ``str``
+    where valid UTF-8 (the reader's rule)."""
+    items = array.tolist()
+    if kind != AttrType.STRINGS:
+        return items
+    try:  # (one C call for the whole list)
+        return list(map(bytes.decode, items))
+    except UnicodeDecodeError:
+        return [_decoded(s) for s in items]
+
+
+def _decoded(s: bytes) -> str | bytes:
+    try:
+        return s.decode("utf-8")
+    except UnicodeDecodeError:
+        return s

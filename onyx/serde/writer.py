@@ -191,7 +191,10 @@ class Writer:
         elif k == A.INTS:
             ap.ints.extend([int(x) for x in value])
         elif k == A.STRINGS:
-            ap.strings.extend([s.encode("utf-8") if isinstance(s, str) else s for s in value])
+            if array is not None:  # (its bytes as read)
+                ap.strings.extend(value.tolist())
+            else:
+                ap.strings.extend([s.encode("utf-8") if isinstance(s, str) else s for s in value])
         elif k == A.TENSORS:
             for t in value:
                 self.tensor(t, ap.tensors.add())

@@ -630,15 +630,17 @@ def _tree_ensemble_model(
 # ---------------------------------------------------------------------------------------------
 # TreeEnsembleRegressor (v1, v3; v5 is the deprecated v3)
 
-#: The FLOATS attributes the v1/v3 kernels take as arrays (registry.array_attributes), each
+#: The FLOATS and STRINGS attributes the v1/v3 kernels take as arrays (registry.array_attributes), each
 #: in the dtype their list became: thresholds as np.asarray(list) makes them (float64; v3's
-#: _pick narrows either to float32), weights and base values float32 (_floats, _pick).
+#: _pick narrows either to float32), weights and base values float32 (_floats, _pick), the
+#: modes as their bytes.
 _ARRAYS = {
     "nodes_values": np.float64,
     "target_weights": np.float32,
     "class_weights": np.float32,
     "base_values": np.float32,
     "nodes_hitrates": np.float32,  # (read by none: as an array it costs nothing)
+    "nodes_modes": object,  # (their bytes: mode_codes reads either)
 }
 
 
