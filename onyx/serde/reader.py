@@ -60,6 +60,8 @@ _NUMBER_LISTS = (A.FLOATS, A.INTS)
 SINGULAR = frozenset({A.FLOAT, A.INT, A.STRING, A.TENSOR, A.GRAPH, A.SPARSE_TENSOR, A.TYPE_PROTO})
 _ATTR_BASE = frozenset({"name", "ref_attr_name", "doc_string", "type"})
 _FLOATS_FIELD = AttributeProto.DESCRIPTOR.fields_by_name["floats"].number
+_INTS_FIELD = AttributeProto.DESCRIPTOR.fields_by_name["ints"].number
+_INTS = A.INTS
 
 
 def _long_floats(a, values):
@@ -70,6 +72,14 @@ def _long_floats(a, values):
     if len(values) < repeated.MIN_ELEMENTS:
         return None
     return repeated.float_array(a, _FLOATS_FIELD, len(values))
+
+
+def _long_ints(a, values):
+    """A long INTS attribute's elements as a read-only int64 array decoded from its wire bytes
+    (None: a short one, or a layout left to the message's conversion; serde/repeated.py)."""
+    if len(values) < repeated.MIN_ELEMENTS:
+        return None
+    return repeated.int_array(a, _INTS_FIELD, len(values))
 
 
 def _long_strings(values):
@@ -324,6 +334,8 @@ class Reader:
                 if kind == _FLOATS
                 else _long_strings(raw)
                 if kind == _STRINGS
+                else _long_ints(a, raw)
+                if kind == _INTS
                 else None
             )
             if array is None:

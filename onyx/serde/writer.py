@@ -189,7 +189,7 @@ class Writer:
         elif k == A.FLOATS:
             ap.floats.extend(value.tolist() if array is not None else [float(x) for x in value])
         elif k == A.INTS:
-            ap.ints.extend([int(x) for x in value])
+            ap.ints.extend(value.tolist() if array is not None else [int(x) for x in value])
         elif k == A.STRINGS:
             if array is not None:  # (its bytes as read)
                 ap.strings.extend(value.tolist())
