@@ -72,6 +72,14 @@ def int_array(message, number: int, count: int) -> np.ndarray | None:
             return None
         first = np.concatenate([[payload], last[:-1] + 1])
     elif wire_type == VARINT:
+        pairs = b[start : start + 2 * count]
+        if len(pairs) == 2 * count:  # every element one byte (ids under 128): tag, value pairs
+            pairs = pairs.reshape(count, 2)
+            values = pairs[:, 1]
+            if (pairs[:, 0] == number << 3).all() and (values < 0x80).all():
+                out = values.astype(np.int64)
+                out.flags.writeable = False
+                return out
         ends = np.flatnonzero(b[start:] < 0x80)[: 2 * count] + start  # (tags end at once)
         if len(ends) != 2 * count:
             return None
@@ -95,9 +103,11 @@ def _varints(b: np.ndarray, first: np.ndarray, last: np.ndarray) -> np.ndarray |
     if longest > 10:
         return None
     values = (b[first] & 0x7F).astype(np.uint64)
-    for j in range(1, longest):
-        more = np.flatnonzero(lengths > j)
-        values[more] |= (b[first[more] + j] & 0x7F).astype(np.uint64) << np.uint64(7 * j)
+    for j in range(1, longest):  # (byte j of every element: its last byte again where shorter)
+        part = (b[np.minimum(first + j, last)] & 0x7F).astype(np.uint64)
+        part <<= np.uint64(7 * j)
+        part[lengths <= j] = 0
+        values |= part
     out = values.view(np.int64)  # (two's complement: a negative int64 is a 10-byte varint)
     out.flags.writeable = False
     return out
