@@ -39,11 +39,12 @@ class Attr(DataValue):
     the plural types. ``ref_attr_name`` set means the value refers to an attribute of the
     enclosing function (value is then None).
 
-    A long FLOATS or STRINGS attribute read from a file (:meth:`of_array`) holds its elements
-    as a read-only array (float32; object, of bytes) until ``value`` is first read: the list
-    is made then (the same Python floats; ``str`` where valid UTF-8), and the array let go. Who can use the array (a kernel's tables, inference's
-    memo, the writer) reads :attr:`array`, and no list is made at all: an SVM's support
-    vectors, 17k floats, were a quarter of its session's creation as a list.
+    A long FLOATS, INTS or STRINGS attribute read from a file (:meth:`of_array`) holds its
+    elements as a read-only array (float32, int64; object, of bytes) until ``value`` is first
+    read: the list is made then (the same Python floats and ints; ``str`` where valid UTF-8),
+    and the array let go. Who can use the array (a kernel's tables, inference's memo, the
+    writer) reads :attr:`array`, and no list is made at all: an SVM's support vectors, 17k
+    floats, were a quarter of its session's creation as a list.
     """
 
     name: str
@@ -84,7 +85,7 @@ class Attr(DataValue):
         """A FLOATS, INTS or STRINGS attribute holding its elements as ``array`` (a 1-D numpy
         array, read-only; a STRINGS one's of bytes, dtype object); ``value`` is its
         ``tolist()`` (strings decoded as the reader does), made when first read."""
-        attr = cls.__new__(cls)
+        attr = _ArrayAttr.__new__(_ArrayAttr)
         attr.__dict__.update(
             name=name,
             type=type,
@@ -95,8 +96,24 @@ class Attr(DataValue):
         )
         return attr
 
+    #: The elements as a read-only numpy array while the attribute holds them so (an
+    #: of_array Attr whose ``value`` was never read, so never changed); else None. (A class
+    #: attribute here: only an of_array Attr's class computes it.)
+    array = None  # (not annotated: not a dataclass field)
+
+    @property
+    def is_ref(self) -> bool:
+        return bool(self.ref_attr_name)
+
+
+class _ArrayAttr(Attr):
+    """What :meth:`Attr.of_array` makes: an Attr whose ``value`` is made from its array when
+    first read. (A subclass: a class with ``__getattr__`` reads every attribute through the
+    slow generic path, and the IR reads Attr fields everywhere.) Equal to an Attr of the same
+    fields."""
+
     def __getattr__(self, name: str) -> Any:
-        # (called only for a missing attribute: ``value`` of an of_array Attr not read yet)
+        # (called only for a missing attribute: ``value``, not read yet)
         d = self.__dict__
         if name == "value" and "_array" in d:
             value = d["value"] = _listed(d["type"], d.pop("_array"))
@@ -105,14 +122,15 @@ class Attr(DataValue):
 
     @property
     def array(self) -> Any:
-        """The elements as a read-only numpy array while the attribute holds them so (an
-        of_array Attr whose ``value`` was never read, so never changed); else None."""
         d = self.__dict__
         return None if "value" in d else d.get("_array")  # (value set: the array is stale)
 
-    @property
-    def is_ref(self) -> bool:
-        return bool(self.ref_attr_name)
+    def __eq__(self, other):
+        if isinstance(other, Attr):
+            return self._values("compare") == other._values("compare")
+        return NotImplemented
+
+    __hash__ = None
 
 
 def _listed(kind: AttrType, array: Any) -> list:
