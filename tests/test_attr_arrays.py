@@ -177,3 +177,12 @@ def test_memo_min_elements_is_over_the_memo_keys_lists():
     from onyx.inference import memo
 
     assert repeated.MIN_ELEMENTS > memo.MAX_LIST  # (memo._key declines an array attribute)
+
+
+def test_a_plain_attr_reads_its_fields_the_fast_way():
+    """A class with __getattr__ reads every field through the generic path (no specialized
+    attribute reads): only of_array's subclass has one, and it equals a plain Attr."""
+    assert not hasattr(ir.Attr, "__getattr__")
+    arr = ir.Attr.of_array("w", ir.AttrType.INTS, np.arange(600))
+    plain = ir.Attr("w", ir.AttrType.INTS, list(range(600)))
+    assert arr == plain and plain == arr and isinstance(arr, ir.Attr)
