@@ -85,3 +85,31 @@ def test_a_model_reads_the_same_attribute():
     got = list(model.graph)[0].attributes["coefficients"].value
     assert type(got) is list and got == weights
     assert serde.dumps(model) == serde.dumps(serde.loads(serde.dumps(model)))
+
+
+INTS = [0, 1, 127, 128, 300, 16383, 16384, 2**31, -1, -(2**63), 2**63 - 1, 5] * 50
+
+
+def test_unpacked_ints_as_the_message_gives_them():
+    a = AttributeProto(name="w", type=AttributeProto.INTS)
+    a.ints.extend(INTS)
+    assert a.SerializeToString()[3] == 8 << 3  # (proto2: one record a tag and a varint)
+    got = repeated.int_array(a, 8, len(a.ints))
+    assert got.dtype == np.int64 and not got.flags.writeable
+    assert got.tolist() == list(a.ints)
+
+
+def test_packed_ints():
+    body = b"".join(encode_varint(x & (2**64 - 1)) for x in INTS)
+    raw = tag(1, 2) + encode_varint(1) + b"w" + len_prefix(8, len(body)) + body
+    a = AttributeProto.FromString(raw)
+    assert repeated.int_array(a, 8, len(a.ints)).tolist() == list(a.ints) == INTS
+
+
+def test_ints_interleaved_or_short_decline():
+    half = len(INTS) // 2
+    first = b"".join(tag(8, 0) + encode_varint(x & (2**64 - 1)) for x in INTS[:half])
+    rest = b"".join(tag(8, 0) + encode_varint(x & (2**64 - 1)) for x in INTS[half:])
+    raw = first + tag(1, 2) + encode_varint(1) + b"w" + rest
+    assert repeated.int_array(_Wire(raw), 8, len(INTS)) is None
+    assert repeated.int_array(_Wire(first), 8, len(INTS)) is None  # (fewer records than said)

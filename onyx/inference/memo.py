@@ -65,21 +65,25 @@ def _key(engine, node, env: dict, found: tuple) -> tuple | None:
         kind = int(a.type)
         if a.ref_attr_name:
             return None
-        value = a.value
         if kind in _LISTS:
+            if a.array is not None:  # (a long list kept as an array: far over MAX_LIST)
+                return None
+            value = a.value
             if len(value) > MAX_LIST:
                 return None
             value = tuple(value)
             if kind == _FLOATS and 0.0 in value:
                 value = tuple(map(_signed, value))
         elif kind == _TENSOR:  # (a Constant's small value: its dtype and bytes)
-            value = _tensor_key(value)
+            value = _tensor_key(a.value)
             if value is None:
                 return None
         elif kind not in _PLAIN:
             return None
-        elif kind == _FLOAT and value == 0.0:
-            value = _signed(value)
+        else:
+            value = a.value
+            if kind == _FLOAT and value == 0.0:
+                value = _signed(value)
         attrs.append((name, kind, value))
     types, data = env["types"], env["data"]
     type_keys = TYPE_KEYS

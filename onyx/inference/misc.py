@@ -315,9 +315,8 @@ def ml_classifier(ctx: NodeContext) -> None:
     ctx.set(0, DataType.STRING if strings else DataType.INT64, (n,))
     classes = len(labels) or None
     if ctx.node.op_type == "LinearClassifier" and classes is None:
-        coef, icpt = ctx.attr("coefficients"), ctx.attr("intercepts")
+        icpt = ctx.attr("intercepts")
         classes = len(icpt) if icpt else None
-        del coef
     ctx.set(1, DataType.FLOAT, (n, classes))
 
 

@@ -474,21 +474,23 @@ def captured_values(graph: Graph) -> list[Value]:
     """Values a graph (and its subgraphs) uses but does not define: its outer-scope captures."""
     defined: set[int] = set()
     captured: dict[int, Value] = {}
-
-    def visit(g: Graph) -> None:
-        defined.update(id(v) for v in g.inputs)
-        defined.update(id(v) for v in g.initializers.values())
-        for n in g._nodes:
-            for v in n.inputs:
-                if v is not None and id(v) not in defined:
-                    captured.setdefault(id(v), v)
-            for sub in n.subgraphs():
-                visit(sub)
-            defined.update(id(v) for v in n.outputs)
-
-    visit(graph)
+    _visit_captures(graph, defined, captured)
     # a value used before its (later) definition inside the graph is not a capture
     return [v for k, v in captured.items() if k not in defined]
+
+
+def _visit_captures(g: Graph, defined: set[int], captured: dict[int, Value]) -> None:
+    """(A module function, not a closure: a closure that calls itself is a cycle, its cells
+    and function, left to the cyclic collector at every call; a plan asks per graph.)"""
+    defined.update(id(v) for v in g.inputs)
+    defined.update(id(v) for v in g.initializers.values())
+    for n in g._nodes:
+        for v in n.inputs:
+            if v is not None and id(v) not in defined:
+                captured.setdefault(id(v), v)
+        for sub in n.subgraphs():
+            _visit_captures(sub, defined, captured)
+        defined.update(id(v) for v in n.outputs)
 
 
 #: (module constants: see _GRAPH; a pass that sets attributes infers each one's type)

@@ -150,6 +150,19 @@ def declared_outputs(node: ir.Node) -> tuple[ir.Value, ...]:
     return outs[:n]
 
 
+_NO_ARRAYS: dict = {}
+
+
+def _read_only(array: Any) -> Any:
+    """``array`` aligned for its dtype (a view of wire bytes may start anywhere) and
+    read-only, as every constant a kernel gets (runtime/values.py)."""
+    if not array.flags.aligned:
+        array = array.copy()
+    if array.flags.writeable:
+        array.flags.writeable = False
+    return array
+
+
 def bind(
     node: ir.Node,
     opsets: Mapping[str, int],
@@ -185,6 +198,12 @@ def bind(
                     f"{node.op_type} (opset {version})"
                 )
             continue
+        array = a.array
+        if array is not None:  # (rare: a long FLOATS attribute still an array)
+            dtype = getattr(kernel.fn, "array_attributes", _NO_ARRAYS).get(name)
+            if dtype is not None:
+                parsed[name] = _read_only(array.astype(dtype, copy=False))
+                continue
         parsed[name] = attr_value(a.type, a.value, compile_graph)
     n_in = len(node.inputs)
     if not kernel.variadic and n_in > kernel.n_positional:

@@ -207,6 +207,24 @@ def binds(
     return mark
 
 
+def array_attributes(**dtypes: Any) -> Callable:
+    """Decorator: the kernel takes these attributes (name=dtype) as read-only numpy arrays of
+    that dtype where the model holds them as arrays (``ir.Attr.array``: a long FLOATS
+    attribute read from a file), and as lists otherwise.
+
+    Why: such an attribute's list costs its creation a conversion of every element, and the
+    kernel's first call another one back to an array (an SVM's 17k support vector floats).
+    ``dtype`` must be what the kernel makes of the list (``np.asarray(list)`` is float64), so
+    that it computes the same bits either way.
+    """
+
+    def mark(fn: Callable) -> Callable:
+        fn.array_attributes = dtypes
+        return fn
+
+    return mark
+
+
 def op(op_type: str, since: int = 1, domain: str = "", **traits: Any) -> Callable:
     """Register the decorated function as the kernel of ``op_type`` from opset ``since`` on.
     ``traits``: :class:`OpTraits` fields declared for the op (all its versions)."""

@@ -231,7 +231,9 @@ class InferenceSession(SessionAPI):
                 # (references to the model: _planned_model, maybe _model, ``model`` here and
                 # in _release)
                 holders = 3 + (state.get("_model") is model)
-                _release(self._plan, model, holders)
+                # (read by the session itself: its functions, the optimizer's, are its own)
+                owned = not isinstance(state.get("_source_ref"), ir.Model)
+                _release(self._plan, model, holders, owned)
         except Exception:  # (an interpreter shutting down: the collector frees it then)
             pass
 
@@ -544,11 +546,14 @@ EXACT_REFCOUNTS = (
 )
 
 
-def _release(plan: Plan, model: ir.Model, holders: int) -> None:
+def _release(plan: Plan, model: ir.Model, holders: int, owned: bool = False) -> None:
     """A dropped session's end: its plan's runners dropped, and its model's main graph
     unlinked when nothing but the session (``holders`` references to the model, counting
     ``model``), the model and the graph's own nodes holds the plan, the model or the graph
-    (sys.getrefcount counts its argument too)."""
+    (sys.getrefcount counts its argument too). ``owned``: the session read the model itself,
+    so its local functions' graphs (the fused ops' bodies the optimizer added: a
+    transformer's four, 300 objects a creation left to the collector) are unlinked too, each
+    held by nothing but its function and its nodes."""
     _drop_runners(plan)
     if sys.getrefcount(plan) > 3 or sys.getrefcount(model) > holders + 1:  # (+ the argument)
         return  # (the plan: session._plan, ``plan``)
@@ -557,8 +562,14 @@ def _release(plan: Plan, model: ir.Model, holders: int) -> None:
         return
     held = 2 + len(graph)  # model._graph, plan.graph and each node's node.graph
     if sys.getrefcount(graph) - 2 <= held:  # (less graph and the argument)
-        # (not the model's functions: a clone of a caller's model shares them)
+        # (not the functions of a model made from a caller's: a clone shares them)
         graph.dismantle()
+        if owned:
+            for f in model.functions.values():
+                body = f.graph
+                # (held by: f.graph, each node's node.graph, ``body`` and the argument)
+                if body is not None and sys.getrefcount(body) - 2 <= 1 + len(body):
+                    body.dismantle()
 
 
 def _drop_runners(plan: Plan) -> None:

@@ -160,7 +160,8 @@ class Writer:
         if not extras.get("absent_type"):
             ap.type = a.type
         _mark_present(ap, extras)
-        value = a.value
+        array = a.array  # (a long FLOATS attribute read from a file: its list never made)
+        value = a.value if array is None else array
         field = ATTR_FIELD.get(a.type)
         if field is None or value is None:
             return
@@ -186,11 +187,14 @@ class Writer:
             else:
                 self.type(value, ap.tp)
         elif k == A.FLOATS:
-            ap.floats.extend([float(x) for x in value])
+            ap.floats.extend(value.tolist() if array is not None else [float(x) for x in value])
         elif k == A.INTS:
-            ap.ints.extend([int(x) for x in value])
+            ap.ints.extend(value.tolist() if array is not None else [int(x) for x in value])
         elif k == A.STRINGS:
-            ap.strings.extend([s.encode("utf-8") if isinstance(s, str) else s for s in value])
+            if array is not None:  # (its bytes as read)
+                ap.strings.extend(value.tolist())
+            else:
+                ap.strings.extend([s.encode("utf-8") if isinstance(s, str) else s for s in value])
         elif k == A.TENSORS:
             for t in value:
                 self.tensor(t, ap.tensors.add())

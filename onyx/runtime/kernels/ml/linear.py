@@ -6,7 +6,7 @@ import numpy as np
 
 from ... import native
 from ...native.trees import linear_chain as native_linear_chain
-from ...registry import ONYX_DOMAIN, op
+from ...registry import ONYX_DOMAIN, array_attributes, op
 from ..derived import prepared
 from ._common import as_2d, class_labels, logistic, probit, regression_transform
 from ._common import post_transform as apply_transform
@@ -96,6 +96,7 @@ def _bound_classifier(attrs: dict):
 
 
 @op("LinearClassifier", since=1, domain=ML, threads="blas")
+@array_attributes(coefficients=np.float32)
 @prepared(_bound_classifier)
 def linear_classifier(
     x,
@@ -124,6 +125,7 @@ def linear_classifier(
 
 
 @op("LinearRegressor", since=1, domain=ML, threads="blas")
+@array_attributes(coefficients=np.float32)
 @prepared(lambda attrs: _bound(linear_regressor, attrs))
 def linear_regressor(x, *, targets=1, intercepts=None, coefficients=None, post_transform="NONE"):
     scores = _linear_scores(x, coefficients, intercepts)
@@ -217,6 +219,7 @@ def _native_chain(attrs: dict, has_scaler: bool, norm, x, sub, proj):
 
 # (optimizer/linear_chain.py's four variants: with or without the MatMul and the Normalizer)
 @op("LinearChain", since=1, domain=ONYX_DOMAIN, threads="blas")
+@array_attributes(coefficients=np.float32)
 @op("LinearChainNorm", since=1, domain=ONYX_DOMAIN, threads="blas")
 @op("LinearChainProj", since=1, domain=ONYX_DOMAIN, threads="blas")
 @op("LinearChainProjNorm", since=1, domain=ONYX_DOMAIN, threads="blas")

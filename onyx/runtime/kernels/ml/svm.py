@@ -9,7 +9,7 @@ from operator import add, mul
 import numpy as np
 
 from ... import native
-from ...registry import op
+from ...registry import array_attributes, op
 from ..derived import from_attributes, prepared
 from ._common import as_2d, class_labels, logistic, probit
 from ._common import post_transform as apply_transform
@@ -158,6 +158,7 @@ def _bound_classifier(attrs: dict):
 
 
 @op("SVMClassifier", since=1, domain=ML, threads="blas")
+@array_attributes(support_vectors=np.float64, coefficients=np.float64)
 @prepared(_bound_classifier)
 def svm_classifier(
     x,
@@ -378,6 +379,7 @@ class _Classifier:
 
 
 @op("SVMRegressor", since=1, domain=ML, threads="blas")
+@array_attributes(support_vectors=np.float64, coefficients=np.float64)
 def svm_regressor(
     x,
     *,

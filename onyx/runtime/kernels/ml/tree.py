@@ -15,7 +15,7 @@ import numpy as np
 from ....utils import unique
 from ... import native
 from ...native import trees as native_trees
-from ...registry import op
+from ...registry import array_attributes, op
 from ..derived import from_attributes, prepared
 from ._common import (
     as_2d,
@@ -209,7 +209,7 @@ def _forest_v1(
     roots = np.flatnonzero(~referenced)
     roots = roots[np.argsort(treeids[roots], kind="stable")]
     tracks = np.zeros(n, bool)
-    if tracks_true:
+    if tracks_true is not None and len(tracks_true):  # (a list or an array)
         tracks[:] = np.asarray(tracks_true, bool)
     feature = np.where(leaf, 0, np.asarray(featureids, np.int64))
     forest = Forest(
@@ -253,7 +253,7 @@ def _forest_v5(
     feature = np.zeros(total, np.int64)
     feature[:n] = featureids
     tracks = np.zeros(total, bool)
-    if tracks_true:
+    if tracks_true is not None and len(tracks_true):  # (a list or an array)
         tracks[:n] = np.asarray(tracks_true, bool)
     member_sets = None
     n_member = int(np.count_nonzero(mode == MEMBER))
@@ -630,6 +630,36 @@ def _tree_ensemble_model(
 # ---------------------------------------------------------------------------------------------
 # TreeEnsembleRegressor (v1, v3; v5 is the deprecated v3)
 
+#: The FLOATS, STRINGS and INTS attributes the v1/v3 kernels take as arrays (registry.array_attributes), each
+#: in the dtype their list became: thresholds as np.asarray(list) makes them (float64; v3's
+#: _pick narrows either to float32), weights and base values float32 (_floats, _pick), the
+#: modes as their bytes, the ids int64 (np.asarray(list, np.int64) each).
+_ARRAYS = {
+    "nodes_values": np.float64,
+    "target_weights": np.float32,
+    "class_weights": np.float32,
+    "base_values": np.float32,
+    "nodes_hitrates": np.float32,  # (read by none: as an array it costs nothing)
+    "nodes_modes": object,  # (their bytes: mode_codes reads either)
+    **dict.fromkeys(
+        (
+            "nodes_treeids",
+            "nodes_nodeids",
+            "nodes_featureids",
+            "nodes_truenodeids",
+            "nodes_falsenodeids",
+            "nodes_missing_value_tracks_true",
+            "class_treeids",
+            "class_nodeids",
+            "class_ids",
+            "target_treeids",
+            "target_nodeids",
+            "target_ids",
+        ),
+        np.int64,
+    ),  # fmt: skip
+}
+
 
 def _regressor(x, attrs: dict) -> np.ndarray:
     """The regressor of these attributes (compiled once per node) applied to x."""
@@ -696,6 +726,7 @@ def _regressor_model(
 
 
 @op("TreeEnsembleRegressor", since=1, domain="ai.onnx.ml")
+@array_attributes(**_ARRAYS)
 @prepared(lambda attrs: _regressor_model(**_picked(attrs)))
 def tree_ensemble_regressor(
     x,
@@ -722,6 +753,7 @@ def tree_ensemble_regressor(
 
 
 @op("TreeEnsembleRegressor", since=3, domain="ai.onnx.ml")
+@array_attributes(**_ARRAYS)
 @prepared(lambda attrs: _regressor_model(**_picked(attrs)))
 def tree_ensemble_regressor_3(
     x,
@@ -928,6 +960,7 @@ def _binary(scores, present, base, labels, transform, binary_case, class_weights
 
 
 @op("TreeEnsembleClassifier", since=1, domain="ai.onnx.ml")
+@array_attributes(**_ARRAYS)
 @prepared(lambda attrs: _classifier_model(**_picked(attrs)))
 def tree_ensemble_classifier(
     x,
@@ -954,6 +987,7 @@ def tree_ensemble_classifier(
 
 
 @op("TreeEnsembleClassifier", since=3, domain="ai.onnx.ml")
+@array_attributes(**_ARRAYS)
 @prepared(lambda attrs: _classifier_model(**_picked(attrs)))
 def tree_ensemble_classifier_3(
     x,
