@@ -961,3 +961,39 @@ def test_conv_weight_scaling_rounds_once_into_a_line_aligned_array(dtype):
     got = _scaled(weights, s)
     assert got.dtype == dtype and got.flags.c_contiguous and got.ctypes.data % ALIGNMENT == 0
     np.testing.assert_array_equal(got.view(np.uint8), expected.view(np.uint8))
+
+
+def test_overlapping_folding_scopes_on_two_threads_restore_the_warning_filters():
+    """Constant folding silences warnings for a whole pass (fold._Silenced); two sessions
+    created at once on two threads overlap their scopes (one enters, the other enters, the
+    first leaves, then the second). Python's warning filters are one process-wide list: each
+    scope restoring the list it found left the first scope's "ignore" installed for good,
+    every later warning of the process unseen."""
+    import threading
+    import warnings
+
+    from onyx.optimizer.fold import _Silenced
+
+    before = list(warnings.filters)
+    a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
+
+    def first():
+        with _Silenced() as s:
+            s.enter()
+            a_in.set()
+            b_in.wait(5)
+        a_out.set()
+
+    def second():
+        a_in.wait(5)
+        with _Silenced() as s:
+            s.enter()
+            b_in.set()
+            a_out.wait(5)
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert list(warnings.filters) == before

@@ -3,6 +3,7 @@ shape arithmetic that shape inference can evaluate (Shape -> Gather -> Concat ->
 
 from __future__ import annotations
 
+import threading
 import warnings
 
 import numpy as np
@@ -49,24 +50,42 @@ class _Silenced:
     one per node it evaluates (each cost some 5 us, a tenth of a transformer's folding)."""
 
     def __init__(self):
-        self._scopes: tuple | None = None
+        self._errors: np.errstate | None = None
 
     def enter(self) -> None:
-        if self._scopes is None:
-            caught, errors = warnings.catch_warnings(), np.errstate(all="ignore")
-            caught.__enter__()
-            errors.__enter__()
-            self._scopes = (caught, errors)
-            warnings.simplefilter("ignore")
+        if self._errors is None:
+            self._errors = np.errstate(all="ignore")  # (numpy's: per thread)
+            self._errors.__enter__()
+            _ignore_warnings(+1)
 
     def __enter__(self) -> _Silenced:
         return self
 
     def __exit__(self, *exc) -> None:
-        if self._scopes is not None:
-            caught, errors = self._scopes
-            self._scopes = None
+        if self._errors is not None:
+            errors, self._errors = self._errors, None
             errors.__exit__(None, None, None)
+            _ignore_warnings(-1)
+
+
+#: The warning filters are one list for the process: scopes on several threads (sessions
+#: created at once) overlap, not nest; each restoring the list it found left another's
+#: "ignore" in place for good. One shared scope instead: the first to enter installs it,
+#: the last to leave restores the filters.
+_IGNORING = threading.Lock()
+_ignoring: list = [0, None]  # (scopes open, the catch_warnings installed)
+
+
+def _ignore_warnings(step: int) -> None:
+    with _IGNORING:
+        if step > 0 and not _ignoring[0]:
+            caught = warnings.catch_warnings()
+            caught.__enter__()
+            warnings.simplefilter("ignore")
+            _ignoring[1] = caught
+        _ignoring[0] += step
+        if step < 0 and not _ignoring[0]:
+            caught, _ignoring[1] = _ignoring[1], None
             caught.__exit__(None, None, None)
 
 
