@@ -118,7 +118,18 @@ def test_a_run_alone_takes_no_turn_and_one_beside_another_thread_does(monkeypatc
     assert taken == [1]
 
 
-def test_tiny_runs_of_a_gil_bound_session_take_no_turn():
+@pytest.fixture
+def tiny_rule(monkeypatch):
+    """Tiny runs without turns switched on (off by default: concurrency.TINY_RUN_SECONDS)."""
+    monkeypatch.setattr(concurrency, "TINY_RUN_SECONDS", 0.00015)
+
+
+def test_tiny_runs_take_turns_by_default():
+    """(the quiet machine measured turns faster than the GIL alone: concurrency.py)"""
+    assert not _tiny_pace(seconds=1e-6).tiny()
+
+
+def test_tiny_runs_of_a_gil_bound_session_take_no_turn(tiny_rule):
     """The GIL orders them: a turn only added its hand-overs (Pace.tiny)."""
     sess, x = _relu_session(gil_bound=True), {"x": np.ones((2, 3), np.float32)}
     for _ in range(concurrency.SAMPLE_EVERY + 1):  # (its first runs, measured, take turns)
@@ -150,9 +161,10 @@ def test_a_session_with_ops_on_the_native_pool_is_not_gil_bound():
     assert not getattr(onyx.InferenceSession(model.SerializeToString()), PACE).gil_bound
 
 
-def _tiny_pace() -> concurrency.Pace:
+def _tiny_pace(seconds: float | None = None) -> concurrency.Pace:
     pace = concurrency.Pace(gil_bound=True)
-    pace.seconds, pace.runs = concurrency.TINY_RUN_SECONDS / 10, 100
+    pace.seconds = concurrency.TINY_RUN_SECONDS / 10 if seconds is None else seconds
+    pace.runs = 100
     return pace
 
 
@@ -182,7 +194,7 @@ def _inside_at_once(slots: list, timeout: float = 2.0) -> int:
     return most[0]
 
 
-def test_tiny_runs_share_a_blas_setting_of_several_threads():
+def test_tiny_runs_share_a_blas_setting_of_several_threads(tiny_rule):
     """Their products are too small for BLAS to thread; alone each, every run waited for the
     last one's end. The setting stays the session's own."""
     assert _inside_at_once([(1, 2, _tiny_pace()) for _ in range(3)]) == 3
@@ -197,7 +209,7 @@ def test_a_run_needing_several_blas_threads_alone_still_runs_alone():
     assert concurrency._blas_runs == concurrency._shared_wide == 0  # noqa: SLF001
 
 
-def test_tiny_runs_sharing_blas_do_not_join_while_a_run_waits_for_another_setting():
+def test_tiny_runs_sharing_blas_do_not_join_while_a_run_waits_for_another_setting(tiny_rule):
     """(tiny runs overlapping one another would otherwise keep BLAS's setting forever; once
     the setting is free, whoever comes first takes it, as before)"""
     beside, holding, release = {}, threading.Event(), threading.Event()

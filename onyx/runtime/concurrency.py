@@ -45,7 +45,8 @@ so a slice is counted in its runs' time (their sessions' ``Pace``), RUN_SLICES s
 with a wall-clock bound of WALL_SLICES slices: other processes stretching the runs no longer
 end slices early, and a job of a few milliseconds' runs no longer loses the turn mid-job.
 
-Tiny runs of a GIL-bound session take no turn (``Pace.tiny``): runs under TINY_RUN_SECONDS
+Tiny runs of a GIL-bound session may take no turn (``Pace.tiny``; off by default,
+TINY_RUN_SECONDS 0, as measured slower on the quiet machine): runs under TINY_RUN_SECONDS
 of a session with no op on the native pool (a small scikit-learn pipeline: 40-80 us). The
 GIL orders them, handed over every few milliseconds as a turn's slice is, and the turn only
 added its own costs (taking it at every run, its hand-overs, its watcher); such runs needing
@@ -814,11 +815,13 @@ SAMPLE_EVERY = 8
 
 
 #: A run of a GIL-bound session (``Pace.gil_bound``) whose calling thread spends less CPU time
-#: than this, on average, takes no turn: the GIL alone orders such runs (CPython hands it
-#: over every 5 ms, some 50 of these runs, fewer times than a turn changes hands), and a turn
-#: only added its hand-overs' costs (a small scikit-learn pipeline's runs, 40-80 us: 8
-#: long-lived threads took 1.05-1.2x one thread's time with turns; docs/reliability.md).
-TINY_RUN_SECONDS = 0.00015
+#: than this, on average, takes no turn: the GIL alone orders such runs. Off (0) by default:
+#: on the quiet machine (benchmarks/bench_concurrency.py --floor, 8 threads / 1 thread) a
+#: small scikit-learn pipeline took 2.00 (new threads) and 1.79 (long-lived) with 150 us here,
+#: 1.33 and 1.25 with turns: each native call's GIL release woke a waiting thread that found
+#: the GIL taken again. Under load (12-14 on 2 cores) 150 us had looked better
+#: (docs/reliability.md); ``bench_concurrency.py --tiny S`` compares the two.
+TINY_RUN_SECONDS = 0.0
 
 
 class Pace:
