@@ -410,6 +410,29 @@ def test_a_chain_is_tabulated_once_per_process(monkeypatch):
     np.testing.assert_array_equal(again.run(None, {"x": x})[0], first.run(None, {"x": x})[0])
 
 
+class _EmptiedBetween(dict):
+    """TABLES as another thread creating a session leaves it: a key seen, then gone (that
+    thread emptied the memo between the test and the read)."""
+
+    def __contains__(self, key) -> bool:
+        return True
+
+    def __getitem__(self, key):
+        raise KeyError(key)
+
+
+def test_the_table_memo_emptied_by_another_thread_meanwhile(monkeypatch):
+    from onyx.optimizer import lookup
+
+    monkeypatch.setattr(lookup, "TABLES", _EmptiedBetween())
+    model = _hard_swish_qoperator()
+    x = _all_bytes(np.uint8)
+    monkeypatch.setattr(lookup, "TABLES", {})
+    want = onyx.InferenceSession(model).run(None, {"x": x})[0]
+    monkeypatch.setattr(lookup, "TABLES", _EmptiedBetween())
+    np.testing.assert_array_equal(onyx.InferenceSession(model).run(None, {"x": x})[0], want)
+
+
 def test_the_table_memo_keys_on_constants_attributes_and_native(monkeypatch):
     """A chain that differs in a constant, an attribute or the kernels that run the probe
     gets a table of its own."""

@@ -237,6 +237,7 @@ TABLES: dict[tuple, np.ndarray | None] = {}
 MAX_TABLE_BYTES = 32 << 20
 MAX_KEY_BYTES = 256 << 10
 _table_bytes = [0]
+_UNKNOWN = object()  # (a chain not tabulated yet; None is a table that failed)
 
 
 def _memo_tabulate(ctx: PassContext, root: ir.Value, byte, out: ir.Value, chain: list):
@@ -246,8 +247,10 @@ def _memo_tabulate(ctx: PassContext, root: ir.Value, byte, out: ir.Value, chain:
     if found is None:
         return _tabulate(ctx, root, byte, out, chain)
     key, key_bytes = found
-    if key in TABLES:
-        table = TABLES[key]
+    # (one get, not a test then a read: another thread creating a session may empty TABLES
+    # between the two)
+    table = TABLES.get(key, _UNKNOWN)
+    if table is not _UNKNOWN:
         return None if table is None else table.copy()
     table = _tabulate(ctx, root, byte, out, chain)
     held = key_bytes + (0 if table is None else table.nbytes)
