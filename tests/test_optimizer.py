@@ -997,3 +997,25 @@ def test_overlapping_folding_scopes_on_two_threads_restore_the_warning_filters()
     for t in threads:
         t.join()
     assert list(warnings.filters) == before
+
+
+def test_a_conv_with_a_scalar_weight_is_left_to_the_kernel():
+    """(fuzz seed 85: a Conv swapped in with a scalar constant for W made the Conv+Add fusion
+    index W's shape: a raw IndexError from optimize)"""
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Add", ["c", "b"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [
+            helper.make_tensor("w", TensorProto.FLOAT, [], [2.0]),
+            helper.make_tensor("b", TensorProto.FLOAT, [], [1.0]),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    optimized = onyx.optimize(onyx.loads(model.SerializeToString()))
+    assert [n.op_type for n in optimized.graph.nodes] == ["Conv", "Add"]
+    with pytest.raises(onyx.OnyxError):
+        onyx.InferenceSession(model.SerializeToString()).run(
+            None, {"x": np.ones((1, 1, 4, 4), np.float32)}
+        )

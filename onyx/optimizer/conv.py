@@ -30,7 +30,7 @@ from .core import (
 def _conv_weights(ctx: PassContext, conv: ir.Node):
     """(W, B) of a Conv with constant float weights (B zeros when absent), else None."""
     w = ctx.const(conv.inputs[1])
-    if w is None or w.dtype.kind != "f":
+    if w is None or w.dtype.kind != "f" or w.ndim < 3:  # (a malformed W: the kernel says so)
         return None
     b_in = conv.inputs[2] if len(conv.inputs) > 2 else None
     if b_in is None or not b_in.name:
