@@ -56,13 +56,14 @@ def _bind_conv_concat(inputs, attrs, constant):
     X, W0, _, W1, _ = inputs
     if X.dtype != np.float32 or X.ndim != 4 or X.shape[0] != 1 or not X.size:
         return None
-    code = native.CONV_ACTIVATIONS.get(attrs["activation"])
-    if code is None or W0.dtype != np.float32 or W1.dtype != np.float32:
+    from .fused import native_activation
+
+    applied = native_activation(attrs)
+    if applied is None or W0.dtype != np.float32 or W1.dtype != np.float32:
         return None
     from .conv import float_conv_runner
 
-    params = list(attrs["activation_params"] or []) + [None] * 3
-    lo, hi = native.activation_params(attrs["activation"], params)
+    code, lo, hi = applied
     runs = []
     for i, W in enumerate((W0, W1)):
         if W.ndim != 4 or W.shape[1] != X.shape[1]:

@@ -92,6 +92,16 @@ def _activate(y: np.ndarray, activation: str, alpha=None, beta=None, gamma=None)
 _MONOTONE = ("", "Relu", "Clip")
 
 
+def native_activation(attrs: dict) -> tuple | None:
+    """(code, lo, hi) of a FusedConv node's activation as the native convs apply it as they
+    store, or None for one they do not."""
+    code = native.CONV_ACTIVATIONS.get(attrs["activation"])
+    if code is None:
+        return None
+    params = list(attrs["activation_params"] or []) + [None] * 3
+    return (code, *native.activation_params(attrs["activation"], params))
+
+
 def _bind_fused_conv(inputs, attrs, constant):
     """registry.binds for a float32 FusedConv of constant weights: 1-D without Z, the direct
     kernel native_conv_f32 tries first (conv1d.py); 2-D, Z fed or not, native_conv_f32's
@@ -103,11 +113,10 @@ def _bind_fused_conv(inputs, attrs, constant):
         or _convs().group_problem(X.shape, W.shape, attrs["group"])
     ):
         return None  # (fused_conv's own path, which names the problem)
-    code = native.CONV_ACTIVATIONS.get(attrs["activation"])
-    if code is None or X.dtype != np.float32 or W.dtype != np.float32:
+    applied = native_activation(attrs)
+    if applied is None or X.dtype != np.float32 or W.dtype != np.float32:
         return None
-    params = list(attrs["activation_params"] or []) + [None] * 3
-    lo, hi = native.activation_params(attrs["activation"], params)
+    code, lo, hi = applied
     if X.ndim == 4:
         return _bound_conv2d(X.shape, W, attrs, code, lo, hi)
     if Z is not None or not constant[3]:
