@@ -406,6 +406,18 @@ class Graph:
         for n in self._nodes:
             yield from n.outputs
 
+    def in_topological_order(self) -> bool:
+        """Whether every node comes after the producers (in this graph) of its direct inputs
+        (a node reading its own output, a cycle the checker reports, is not counted here)."""
+        seen: set[int] = set()
+        for n in self._nodes:
+            for v in n._inputs:
+                p = None if v is None else v.producer
+                if p is not None and p is not n and id(p) not in seen and p.graph is self:
+                    return False
+            seen.add(id(n))
+        return True
+
     def topological_sort(self) -> None:
         """Order nodes so every node comes after the producers of its inputs (stable).
 

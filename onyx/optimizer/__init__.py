@@ -20,7 +20,7 @@ from collections.abc import Iterable
 
 from .. import ir
 from ..utils import gc_paused
-from .core import ALL, BASIC, LEVELS, PassContext, PassResult, _in_order, clone_model
+from .core import ALL, BASIC, LEVELS, PassContext, PassResult, clone_model
 from .pipeline import CONFINED, PIPELINE, QUIET, SELF_QUIET
 
 __all__ = ["PassResult", "optimize", "optimize_for_session", "passes"]
@@ -84,7 +84,7 @@ def _ordered(model: ir.Model, warned: list, for_session: bool) -> bool:
     sorts a model out of order first) may give one out of order: its nodes are walked (a
     tenth to a third of a millisecond for the zoo's, under 1% of optimizing them)."""
     if for_session:
-        return _in_order(model.graph._nodes)  # noqa: SLF001
+        return model.graph.in_topological_order()
     return not any(p.rule == "topological-order" for p in warned)
 
 

@@ -212,7 +212,7 @@ class PassContext(DataValue):
     def in_order(self) -> bool:
         """Whether every node of the main graph comes after the producers of its inputs (a
         pass walking the nodes once then sees each input as it will stay)."""
-        return _in_order(self.graph._nodes)  # noqa: SLF001
+        return self.graph.in_topological_order()
 
     def op_types(self) -> frozenset[str]:
         """Op types of every node, subgraphs included: found again only when the main graph's
@@ -413,17 +413,6 @@ def _op_types_of(nodes) -> frozenset[str]:
             for sub in n.subgraphs():
                 found |= _op_types_of(sub._nodes)  # noqa: SLF001
     return frozenset(found)
-
-
-def _in_order(nodes: list[ir.Node]) -> bool:
-    seen: set[int] = set()
-    for n in nodes:
-        for v in n._inputs:  # noqa: SLF001
-            p = None if v is None else v.producer
-            if p is not None and p.graph is n.graph and id(p) not in seen:
-                return False
-        seen.add(id(n))
-    return True
 
 
 def _other_rank(declared, now) -> bool:

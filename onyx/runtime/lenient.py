@@ -22,7 +22,7 @@ def accept_lenient(model: ir.Model, owned: bool, ordered: bool = False) -> tuple
     ``ordered``: the caller knows every graph is in order (the checker found no
     "topological-order" problem), so none is walked for it."""
     graphs = list(_graphs(model))
-    unsorted = [] if ordered else [g for g in graphs if not _in_order(g)]
+    unsorted = [] if ordered else [g for g in graphs if not g.in_topological_order()]
     negative = _any_negative_dim(graphs)
     if not unsorted and not negative:
         return model, owned
@@ -34,7 +34,7 @@ def accept_lenient(model: ir.Model, owned: bool, ordered: bool = False) -> tuple
         model, owned = clone_model(model), True
         graphs = list(_nested(model.graph))
     for g in graphs:
-        if not _in_order(g):
+        if not g.in_topological_order():
             g.topological_sort()
         if negative:
             for v in _typed_values(g):
@@ -55,19 +55,6 @@ def _nested(graph: ir.Graph) -> Iterator[ir.Graph]:
     for node in graph.nodes:
         for sub in node.subgraphs():
             yield from _nested(sub)
-
-
-def _in_order(graph: ir.Graph) -> bool:
-    """Whether every node comes after the producers (in this graph) of its inputs."""
-    seen: set[int] = set()
-    produced = {id(n) for n in graph.nodes}
-    for n in graph.nodes:
-        for v in n.inputs:
-            p = None if v is None else v.producer
-            if p is not None and id(p) in produced and id(p) not in seen and p is not n:
-                return False
-        seen.add(id(n))
-    return True
 
 
 def _typed_values(graph: ir.Graph) -> Iterator[ir.Value]:
