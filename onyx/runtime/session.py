@@ -177,7 +177,8 @@ class InferenceSession(SessionAPI):
         #: each run's native threads and BLAS wish (concurrency.run_slot), fixed at creation
         self._run_threads = int(self._options.intra_op_num_threads or 0)
         self._run_blas = 1 if self._pool_heavy else self._run_threads
-        if not _uses_blas(model):
+        heavy = _heavy_work(model)  # (one walk for both questions below)
+        if not heavy:
             self._run_blas = None  # no BLAS work, no wish: concurrent runs need not wait for it
         # run()'s fast path: what it checks of each feed, found once (None: never fast)
         self._feed_specs = _fast_feed_specs(self._inputs, self._input_index)
@@ -187,7 +188,7 @@ class InferenceSession(SessionAPI):
         self._no_feeds = [None] * self._n_inputs
         # whether its runs take turns (concurrency.run_slot): tiny runs of a session whose
         # ops all hold the GIL take none
-        self._pace = concurrency.Pace(gil_bound=not _uses_pool(model))
+        self._pace = concurrency.Pace(gil_bound="pool" not in heavy)
         self.session_creation_seconds = time.perf_counter() - t0
         self._profiler = None
         self._fast_feeds = self._feed_specs  # (None while profiling: every run is timed)
@@ -602,24 +603,13 @@ def _custom_kernels(ops) -> contextlib.AbstractContextManager:
     return session_kernels(ops)
 
 
-def _uses_blas(model: ir.Model) -> bool:
-    """Whether a run may call BLAS: an op whose heavy work runs on BLAS, or on onyx's pool
-    (whose numpy paths, for shapes, types or settings the native kernels leave, are BLAS
-    products), or an op without a kernel of its own (a function, its body's ops unknown
-    here). A model without (trees, scalers, elementwise ops) runs without a BLAS setting:
-    setting and restoring it cost a one-row run a fifth of its time."""
-    return bool(_heavy_work(model))
-
-
-def _uses_pool(model: ir.Model) -> bool:
-    """Whether a run may put work on onyx's native pool (whose kernels let the GIL go at each
-    call), or run an op unknown here (a function's body, an op without a kernel of its own)."""
-    return "pool" in _heavy_work(model)
-
-
 def _heavy_work(model: ir.Model) -> set[str]:
     """Where the model's ops' heavy work runs ("blas", "pool"; both for an op whose work is
-    unknown here: a function, an op without a kernel of its own)."""
+    unknown here: a function, an op without a kernel of its own). Empty: a run never calls
+    BLAS (onyx's pool counts: its kernels' numpy paths, for shapes, types or settings the
+    native kernels leave, are BLAS products), so it runs without a BLAS setting, whose setting
+    and restoring cost a one-row run a fifth of its time. Without "pool": every op holds the
+    GIL throughout (concurrency.Pace.gil_bound)."""
     functions = {(f.domain, f.name) for f in model.functions.values()}
     places: set[str] = set()
     for graph in [model.graph, *(f.graph for f in model.functions.values())]:
