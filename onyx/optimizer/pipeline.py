@@ -55,6 +55,7 @@ TRIGGERS: dict[str, tuple[tuple[str, ...], ...]] = {
     "SiluFusion": (("Sigmoid",), ("Mul",)),
     "HardSigmoidMulFusion": (("HardSigmoid",), ("Mul",)),
     "ConvConcatFusion": (("Conv", "FusedConv"), ("Concat",)),
+    "ChannelShuffleConvFusion": (("Reshape",), ("Transpose",), ("Conv", "FusedConv")),
     "EmbedLayerNormFusion": (("LayerNormalization",), ("Gather",), ("Add",)),
     "SkipLayerNormFusion": (
         ("LayerNormalization", "RMSNormalization", "SimplifiedLayerNormalization"),
@@ -305,6 +306,8 @@ FUSIONS: tuple[DeferredPass, ...] = tuple(
         ("layout:channels_last", "ChannelsLastTransformer", EXTENDED),
         # (after it: the FusedConvs it leaves NCHW; SqueezeNet's fire modules)
         ("cnn:conv_concat", "ConvConcatFusion", EXTENDED),
+        # (after the conv fusions: the depthwise Conv / FusedConv a shuffle feeds)
+        ("shuffle:channel_shuffle_conv", "ChannelShuffleConvFusion", EXTENDED),
         # last: it tabulates what the other fusions made
         ("lookup:lookup_table_fusion", "LookupTableFusion", EXTENDED),
         # (after it: a conv's activation as LookupTableFusion's table)

@@ -235,6 +235,7 @@ MODULES: dict[tuple[str, str], tuple[str, ...]] = {
     ('ai.onyx', 'CausalHeadsAttention'): ('attention',),
     ('ai.onyx', 'CausalPackedHeadsAttention'): ('attention',),
     ('ai.onyx', 'CausalPackedRotaryHeadsAttention'): ('attention',),
+    ('ai.onyx', 'ChannelShuffleConv'): ('shuffle',),
     ('ai.onyx', 'ChannelTableLookup'): ('fused',),
     ('ai.onyx', 'ConvConcat'): ('cnn',),
     ('ai.onyx', 'ConvHardSwish'): ('fused',),

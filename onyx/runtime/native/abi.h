@@ -101,7 +101,8 @@ ONYX_STRUCT(dynamic_matmul, ONYX_DYNAMIC_MATMUL)
     F(S, int64_t, M, )   /* output channels (C * mult for a depthwise conv) */               \
     F(S, int64_t, act, ) /* the float depthwise conv's activation (activation.h) ... */      \
     F(S, float, alpha, ) F(S, float, beta, ) /* ... and its parameters */                    \
-    F(S, int64_t, band, ) /* the AVX-512 kernels' output rows per part (0: all of them) */
+    F(S, int64_t, band, ) /* the AVX-512 kernels' output rows per part (0: all of them) */ \
+    F(S, int64_t, shuffle, ) /* > 1: x's channels read shuffled in that many groups */
 ONYX_STRUCT(dw_geometry, ONYX_DW_GEOMETRY)
 
 #define ONYX_DW_OUTPUT(F, S)                                                                 \

@@ -112,6 +112,15 @@ DW_SCATTER(dw_scatter_s8, int8_t, int16_t)
 DW_SUMS(dw_sums_f32, float, float, float)
 DW_SUMS(dw_sums_i16, int16_t, int16_t, int32_t)
 
+/* The input plane that conv channel c of image n reads: plane n * C + c, or with a channel
+   shuffle of s groups (ShuffleNet's Reshape -> Transpose -> Reshape before its depthwise
+   conv, ai.onyx ChannelShuffleConv) the channel the shuffle moved to c: channel c = i * s + j
+   of the shuffled tensor is channel j * (C / s) + i of x. */
+static inline int64_t dw_source(const dw_geometry *g, int64_t n, int64_t c) {
+    if (g->shuffle > 1) c = (c % g->shuffle) * (g->C / g->shuffle) + c / g->shuffle;
+    return n * g->C + c;
+}
+
 /* Float planes p0 <= p < p1 of the (N, M, OH, OW) output: y = conv(x, w) + bias. */
 
 EXPORT CLONES int onyx_depthwise_f32(const float *x, const float *w, const float *bias,
@@ -127,7 +136,7 @@ EXPORT CLONES int onyx_depthwise_f32(const float *x, const float *w, const float
     dw_taps(g, &d, start);
     int64_t scattered = -1;
     for (int64_t p = p0; p < p1; p++) {
-        int64_t src = (p / M) * g->C + (p % M) / g->mult; /* the input plane */
+        int64_t src = dw_source(g, p / M, (p % M) / g->mult); /* the input plane */
         if (src != scattered) dw_scatter_f32(x + src * g->H * g->W, 0, g, &d, buf);
         scattered = src;
         float b = bias ? bias[p % M] : 0.0f;
@@ -185,7 +194,7 @@ EXPORT CLONES int onyx_depthwise_i8(const uint8_t *x, int x_signed, int32_t x_zp
     dw_taps(g, &d, start);
     int64_t scattered = -1;
     for (int64_t p = p0; p < p1; p++) {
-        int64_t m = p % M, src = (p / M) * g->C + m / g->mult;
+        int64_t m = p % M, src = dw_source(g, p / M, m / g->mult);
         if (src != scattered) {
             const uint8_t *plane = x + src * g->H * g->W;
             if (x_signed) dw_scatter_s8((const int8_t *)plane, x_zp, g, &d, buf);
@@ -270,7 +279,7 @@ static void dwv_planes(const dw_geometry *g, int64_t n, int64_t m0, int64_t *pla
     int64_t M = g->C * g->mult;
     for (int l = 0; l < 16; l++) {
         int64_t m = m0 + l < M ? m0 + l : M - 1;
-        plane[l] = (n * g->C + m / g->mult) * g->H * g->W;
+        plane[l] = dw_source(g, n, m / g->mult) * g->H * g->W;
     }
 }
 
@@ -844,7 +853,8 @@ static int dw_geometry_ok(const dw_geometry *g) {
            onyx_window_axis(g->W, g->OW, g->kw, g->sw, g->dw, g->left, &Wp) &&
            onyx_mul(Hp, Wp, &plane) && onyx_mul(plane, 16, &lanes) &&
            onyx_mul(plane, g->C, &all) && g->act >= 0 && g->act <= ACT_TANH &&
-           g->band >= 0;
+           g->band >= 0 && g->shuffle >= 0 &&
+           (g->shuffle <= 1 || (g->mult > 0 && g->C % g->shuffle == 0));
 }
 
 EXPORT int onyx_float_conv_range(const void *p, int64_t begin, int64_t end) {

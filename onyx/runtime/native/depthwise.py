@@ -9,6 +9,7 @@ import math
 
 import numpy as np
 
+from ...errors import InvalidArgument
 from . import _core as core
 from ._core import (
     _I64,
@@ -54,7 +55,7 @@ class _DwGeometry(ctypes.Structure):
             "M",
             "act",
         )
-    ] + [("alpha", ctypes.c_float), ("beta", ctypes.c_float), ("band", _I64)]
+    ] + [("alpha", ctypes.c_float), ("beta", ctypes.c_float), ("band", _I64), ("shuffle", _I64)]
 
 
 @abi("dw_output")
@@ -125,6 +126,7 @@ class PlaneConv:
         activation=(0, 0.0, 0.0),
         banded: bool = False,
         packed: bool = False,
+        shuffle: int = 0,
     ):
         (N, C, H, W), M = x_shape, w.shape[0]
         _check_sizes("conv", *x_shape, *w.shape, *out_shape, *strides, *dilations, *begin)
@@ -134,6 +136,7 @@ class PlaneConv:
         self.g = _DwGeometry(
             C, H, W, M // C, *out_shape, *w.shape[2:], *strides, *dilations, *begin, M, *activation
         )
+        self.g.shuffle = shuffle
         self.shape = (N, M, *out_shape)
         planes = _dw_parts(self.g, N, -(-M // lanes)) if banded else N * -(-M // lanes)
         self.ways = _ways(math.prod(self.shape) * w[0].size, planes, _DEPTHWISE_MACS)
@@ -152,13 +155,20 @@ class PlaneConv:
 
 
 def depthwise_setup(
-    x_shape, w, out_shape, strides, dilations, begin, activation=None
+    x_shape, w, out_shape, strides, dilations, begin, activation=None, shuffle: int = 0
 ) -> PlaneConv | None:
     """Depthwise 2-D conv (w: (M, 1, kh, kw), M a multiple of C) set up for x_shape: a
     PlaneConv. With an ``activation`` ((code, alpha, beta), CONV_ACTIVATIONS) where the
-    AVX-512 kernel runs (``depthwise_activates()``), else None."""
+    AVX-512 kernel runs (``depthwise_activates()``), else None. shuffle > 1: x's channels
+    are read as a channel shuffle of that many groups leaves them (ShuffleNet's Reshape ->
+    Transpose -> Reshape: channel i * shuffle + j is x's j * (C / shuffle) + i), C a multiple
+    of it."""
     if activation is not None and activation[0] and not depthwise_activates():
         return None
+    if shuffle > 1 and x_shape[1] % shuffle:
+        raise InvalidArgument(
+            f"onyx native depthwise conv: {x_shape[1]} channels in {shuffle} shuffle groups"
+        )
     return PlaneConv(
         core.lib.depthwise_f32,
         core.lib.depthwise_lanes,
@@ -171,6 +181,7 @@ def depthwise_setup(
         activation or (0, 0.0, 0.0),
         banded=core.lib.depthwise_lanes == 16,
         packed=core.lib.depthwise_lanes == 16,
+        shuffle=shuffle,
     )
 
 
