@@ -2,7 +2,7 @@
 once, paired against another checkout of onyx (and onnxruntime), medians of many processes.
 
     python benchmarks/bench_cold_start.py [--against /path/to/other/checkout] [--ort]
-        [--model tiny|PATH] [--rounds 20] [--cache] [--why]
+        [--model tiny|PATH] [--rounds 20] [--cache] [--why [--top 12]]
 
 run.py's cold-start table times the wall clock; on a loaded machine that mostly measures the
 load, so this probe reads each phase's CPU time (time.process_time in the child) and the
@@ -192,6 +192,7 @@ def main() -> None:
     ap.add_argument(
         "--why", action="store_true", help="each phase's imports and collector passes too"
     )
+    ap.add_argument("--top", type=int, default=12, help="--why's modules shown per phase")
     args = ap.parse_args()
     caches = tempfile.mkdtemp(prefix="onyx-model-cache-") if args.cache else None
     model = str(TINY if args.model == "tiny" else Path(args.model).resolve())
@@ -224,7 +225,7 @@ def main() -> None:
     if args.why:
         for root, rows in samples.items():
             print(f"\n{root}: where the phases went (CPU ms, medians)")
-            print("\n".join(_why([r[5] for r in rows])))
+            print("\n".join(_why([r[5] for r in rows], args.top)))
 
 
 if __name__ == "__main__":

@@ -244,6 +244,43 @@ def test_set_ups_of_constant_weights_share_their_packing():
     assert len(nhwc.PACKED) == entries - 1
 
 
+def _reference_packing(wt: np.ndarray, bias, depthwise: bool) -> tuple:
+    """nhwc.c's weight layout made with numpy (what nhwc.py made before the library did)."""
+    M, C, kh, kw = wt.shape
+    Mp = -(-M // 16) * 16
+    b = np.zeros(Mp, np.float32)
+    if bias is not None:
+        b[:M] = bias
+    if depthwise:  # [kh][kw][channels rounded up to 16]
+        packed = np.zeros((kh, kw, Mp), np.float32)
+        packed[:, :, :M] = wt[:, 0].transpose(1, 2, 0)
+        return packed.reshape(-1), b
+    full = np.zeros((Mp, C, kh, kw), np.float32)
+    full[:M] = wt
+    groups = [full[m : m + 64].transpose(2, 3, 1, 0).reshape(-1) for m in range(0, Mp, 64)]
+    return np.concatenate(groups), b
+
+
+@needs_native
+@pytest.mark.parametrize(
+    "M, C, k, depthwise, bias",
+    [(24, 24, 3, False, True), (70, 5, 1, False, True), (130, 3, 3, False, False),
+     (64, 9, 5, False, True), (1, 1, 1, False, True), (33, 1, 3, True, True),
+     (16, 1, 5, True, False), (200, 1, 3, True, True)],
+)  # fmt: skip
+def test_weights_are_packed_as_the_kernels_read_them(M, C, k, depthwise, bias):
+    """onyx_nhwc_pack lays the weights out as numpy did: groups of 64 outputs [kh][kw][C][64]
+    (group 1), [kh][kw][channels] (depthwise), zeros past M, the bias padded."""
+    wt = w(M, C, k, k + (1 if k > 1 else 0))
+    b = w(M) if bias else None
+    packed, padded, *_ = nhwc.pack_weights(wt, b, depthwise)
+    want, want_b = _reference_packing(wt, b, depthwise)
+    np.testing.assert_array_equal(packed.reshape(-1), want)
+    np.testing.assert_array_equal(padded, want_b)
+    with pytest.raises(onyx.OnyxError, match="bias"):
+        nhwc.pack_weights(wt, w(M + 1), depthwise)
+
+
 @needs_native
 def test_native_depthwise_of_a_channel_slice():
     """A depthwise conv of a channel slice of a wider NHWC array (channels contiguous, pixels

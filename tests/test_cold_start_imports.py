@@ -271,6 +271,53 @@ def test_a_float_sessions_first_run_imports_no_writer_cache_or_runner_generation
     assert _fresh(code).splitlines() == ["[]", "True", "[1.0, 1.0]"]
 
 
+def test_a_channels_last_cnns_session_imports_no_kernel_of_its_ops_bodies(tmp_path):
+    # (its ai.onyx ops are model-local functions whose bodies hold FusedConv, Transpose,
+    # ReduceMean: their own kernels run, the bodies never do; the creation's question of
+    # where the work runs was answered by the first conv, and walking on into the bodies
+    # imported fused.py, activation.py, reduction.py and elementwise.py)
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    n = helper.make_node
+    inits = {
+        "w1": rng.standard_normal((8, 3, 3, 3)), "b1": rng.standard_normal(8),
+        "w2": rng.standard_normal((8, 1, 3, 3)), "b2": rng.standard_normal(8),
+        "lo": np.float32(0), "hi": np.float32(6), "wc": rng.standard_normal((5, 8)),
+    }  # fmt: skip
+    nodes = [
+        n("Conv", ["x", "w1", "b1"], ["a"], pads=[1, 1, 1, 1]),
+        n("Clip", ["a", "lo", "hi"], ["a1"]),
+        n("Conv", ["a1", "w2", "b2"], ["d"], group=8, pads=[1, 1, 1, 1]),
+        n("Clip", ["d", "lo", "hi"], ["d1"]),
+        n("GlobalAveragePool", ["d1"], ["g"]),
+        n("Flatten", ["g"], ["f"]),
+        n("Gemm", ["f", "wc"], ["y"], transB=1),
+    ]
+    graph = helper.make_graph(
+        nodes, "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5])],
+        [numpy_helper.from_array(np.asarray(a, np.float32), k) for k, a in inits.items()],
+    )  # fmt: skip
+    path = tmp_path / "cnn.onnx"
+    path.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+                     .SerializeToString())  # fmt: skip
+    code = (
+        "import sys, onyx\n"
+        "from onyx.optimizer import layout\n"
+        "layout._worthwhile = lambda: True\n"  # (the pass fires without AVX-512 too)
+        f"s = onyx.InferenceSession({str(path)!r})\n"
+        "print(sorted(set(n.op_type for n in s.plan.graph)), sorted(m.rsplit('.', 1)[1]\n"
+        "    for m in ('onyx.runtime.kernels.fused', 'onyx.runtime.kernels.activation',\n"
+        "    'onyx.runtime.kernels.reduction', 'onyx.runtime.kernels.elementwise')\n"
+        "    if m in sys.modules))\n"
+    )
+    assert _fresh(code) == (
+        "['Flatten', 'Gemm', 'NhwcFusedConv', 'NhwcGlobalAveragePool', 'Transpose'] []"
+    )
+
+
 def test_the_lazy_imports_leave_their_objects_out_of_the_collectors_young_generations():
     # the objects an import of onyx's makes live as long as the process: the collector's
     # first pass after the import's pause would scan them all (a millisecond and more of a

@@ -76,6 +76,35 @@ def test_chain_gives_the_layers_bits(forced, monkeypatch, chain_runs, C, E, stri
     np.testing.assert_allclose(want, theirs, rtol=1e-4, atol=1e-4)
 
 
+@needs_native
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_chain_takes_the_set_ups_its_layers_made_at_the_first_run(forced, monkeypatch,
+                                                                    chain_runs, threads):  # fmt: skip
+    """The checked first run sets each layer up (packing, work split, task); the chain's set-up
+    at the second run takes those: no layer is set up twice for a signature, and the bits are
+    the layers' one by one."""
+    made = []
+    init = nhwc.NhwcConv.__init__
+
+    def counted(self, *args):
+        made.append(self)
+        init(self, *args)
+
+    monkeypatch.setattr(nhwc.NhwcConv, "__init__", counted)
+    chained, plain = _sessions(mobile_net(), monkeypatch, threads)
+    images = [_image(2), _image(3)]
+    wants = [plain.run(None, feeds)[0] for feeds in images]  # (checked runs: one by one)
+    del made[:]
+    for _ in range(3):
+        np.testing.assert_array_equal(chained.run(None, images[0])[0], wants[0])
+    layers = len(made)
+    assert layers == sum(n.op_type in layout.CONVS for n in chained.plan.graph) and layers >= 5
+    assert chain_runs[0] > 0
+    for _ in range(3):  # (a new signature: its set-ups made once, by its first run or chain)
+        np.testing.assert_array_equal(chained.run(None, images[1])[0], wants[1])
+    assert len(made) == 2 * layers
+
+
 def test_batch_changes_between_runs(forced, monkeypatch):
     """A dynamic batch: each new signature gets its set-up (past SIGNATURES they start
     afresh), an earlier one is found again."""
@@ -327,6 +356,7 @@ def test_depthwise_layer_takes_only_whole_rows_of_channels():
     no native path in a chain (its kernel then runs the layer on its own)."""
     from types import SimpleNamespace
 
+    from onyx.runtime.kernels.channels_last import activation_code
     from onyx.runtime.kernels.conv_geometry import conv_key
     from onyx.runtime.native import thread_setting
 
@@ -336,8 +366,8 @@ def test_depthwise_layer_takes_only_whole_rows_of_channels():
     layer = SimpleNamespace(
         op="NhwcFusedConv",
         slots={"X": 0, "W": 1, "B": -1},
-        activation="",
-        params=None,
+        step=None,  # (no kernel of its own: no set-up to take)
+        code=activation_code("", None),
         group=C,
         geometry=conv_key("NOTSET", [1, 1, 1, 1], None, None, None),
     )

@@ -8,7 +8,9 @@ runs of such steps in a schedule and puts a ChainStep in their place; the values
 reads live in one scratch buffer the step keeps (laid out once, lifetimes permitting), the
 values read after it are its outputs. A ChainStep is set up per signature of its inputs
 (shapes, strides, the thread setting), each layer with the very nhwc.NhwcConv set-up its
-kernel makes (the same tasks, hence the same bits); where any layer's native path does not
+kernel makes (the same tasks, hence the same bits): the set-up itself where the layer's kernel
+made one for this signature (the session's checked first run calls each layer, so a chain's
+first set-up packs nothing and splits no work again); where any layer's native path does not
 apply to a signature, the run's own steps run one by one, as they would without the chain.
 Profiled and checked runs take the plan's steps as they are.
 
@@ -17,6 +19,8 @@ ONYX_NHWC_CHAIN=0 turns it off (the runner then calls each step).
 
 from __future__ import annotations
 
+import functools
+import math
 import os
 import threading
 import weakref
@@ -68,7 +72,7 @@ def enabled() -> bool:
 class _Layer:
     """One step of a run, by role: slots of X, S, Z, W, B and the output; its attributes."""
 
-    __slots__ = ("step", "op", "slots", "out", "activation", "params", "group", "geometry")
+    __slots__ = ("step", "op", "slots", "out", "code", "group", "geometry")
 
     def __init__(self, step: Step, attrs: dict):
         self.step, self.op = step, step.node.op_type
@@ -77,11 +81,14 @@ class _Layer:
         self.out = step.outs[0]
         if self.op == "NhwcGlobalAveragePool":
             return
+        from .kernels.channels_last import activation_code
         from .kernels.conv_geometry import conv_key
 
-        self.activation = attrs.get("activation", "") if fixed is None else fixed
+        activation = attrs.get("activation", "") if fixed is None else fixed
         params = attrs.get("activation_params") if fixed is None else None
-        self.params = tuple(params) if params is not None else None
+        #: (code, alpha, beta) as the native kernels take the activation, None where they
+        #: do not apply it
+        self.code = activation_code(activation, tuple(params) if params is not None else None)
         self.group = attrs.get("group", 1)
         self.geometry = conv_key(
             *(attrs.get(a) for a in ("auto_pad", "pads", "strides", "dilations", "kernel_shape"))
@@ -263,13 +270,9 @@ class ChainSetup:
             return None
 
     def __init__(self, chain: ChainStep, xs, setting: int):
-        from .native import nhwc, thread_setting
-        from .native.nhwc import _aligned, _base_addr
         from .native.nhwc_chain import NONE, ChainProgram
 
-        # (bound here, not at import: plan.py imports this module, the library loads later)
-        _Native.setting, _Native.aligned, _Native.base_addr = thread_setting, _aligned, _base_addr
-
+        nhwc = _Native.bind()
         self.setting = setting
         self.sigs = tuple((x.shape, x.strides) for x in xs)
         base_of = {slot: 1 + k for k, slot in enumerate(chain.inputs)}  # (0: the scratch)
@@ -293,7 +296,7 @@ class ChainSetup:
         if self.scratch_bytes > KEPT_SCRATCH:
             raise NoNativePath
         self.out_shapes = [known[s][0] for s in chain.exports]
-        self.out_sizes = [int(np.prod(s)) for s in self.out_shapes]
+        self.out_sizes = [math.prod(s) for s in self.out_shapes]
 
         def ref(slot: int) -> tuple:
             if slot < 0:
@@ -355,9 +358,26 @@ class ChainSetup:
 
 
 class _Native:
-    """The native module's functions a set-up's calls use (ChainSetup binds them)."""
+    """The native module's functions a set-up and its calls use, bound at the first set-up
+    (not at import: the library loads later; and an import statement in a function costs
+    each call a look-up)."""
 
-    setting = aligned = base_addr = None
+    setting = aligned = base_addr = check_sizes = mean_setup = conv_geometry = None
+    nhwc = None
+
+    @classmethod
+    def bind(cls):
+        """The nhwc module (its names bound here once)."""
+        if cls.nhwc is None:
+            from .kernels.conv_geometry import _conv_geometry
+            from .native import nhwc, thread_setting
+            from .native._core import _check_sizes
+            from .native.nhwc import _aligned, _base_addr, _mean_setup
+
+            cls.setting, cls.aligned, cls.base_addr = thread_setting, _aligned, _base_addr
+            cls.check_sizes, cls.mean_setup = _check_sizes, _mean_setup
+            cls.conv_geometry, cls.nhwc = _conv_geometry, nhwc
+        return cls.nhwc
 
 
 _UNSEEN = object()
@@ -368,6 +388,7 @@ class NoNativePath(Exception):
     """A layer has no native path for this signature (its steps then run one by one)."""
 
 
+@functools.lru_cache(maxsize=1024)
 def _contiguous(shape: tuple) -> tuple:
     strides, step = [], 4
     for d in reversed(shape):
@@ -422,25 +443,18 @@ def layer_task(layer: _Layer, shape, strides, template, known, nhwc, setting: in
     """(owner, task struct, cuts, parts, ways, output shape) of one layer on an input of this
     shape and byte strides, as its kernel sets it up under this thread setting; NoNativePath
     where it does not apply."""
-    from .native._core import _check_sizes
-
+    _Native.bind()
     if layer.op == "NhwcGlobalAveragePool":
         if strides != _contiguous(shape):
             raise NoNativePath
-        from .native.nhwc import _mean_setup
-
-        task, cuts, ways = _mean_setup(tuple(shape), setting)
+        task, cuts, ways = _Native.mean_setup(tuple(shape), setting)
         return task, task, cuts, len(cuts) - 1, ways, (shape[0], 1, 1, shape[3])
-    from .kernels.channels_last import activation_code
-    from .kernels.conv_geometry import _conv_geometry
-
-    N, H, Wd, C = shape
     W = template[layer.slots["W"]]
     b_slot = layer.slots.get("B", -1)
     B = template[b_slot] if b_slot >= 0 else None
-    code = activation_code(layer.activation, layer.params)
-    if code is None or W.ndim != 4 or any(s % 4 for s in strides):
+    if layer.code is None or W.ndim != 4 or any(s % 4 for s in strides):
         raise NoNativePath
+    C = shape[3]
     M, Cg = W.shape[:2]
     group = layer.group
     depthwise = group == C == M and Cg == 1
@@ -448,14 +462,9 @@ def layer_task(layer: _Layer, shape, strides, template, known, nhwc, setting: in
         raise NoNativePath
     if B is not None and B.shape != (M,):
         raise NoNativePath
-    try:
-        _check_sizes("conv", *shape, *W.shape)
-        geo = _conv_geometry((N, C, H, Wd), W.shape, *layer.geometry)
-    except Exception:  # (the layer's own kernel reports it, one by one)
-        raise NoNativePath from None
-    if min(geo["pads"]) < 0 or min(geo["out_shape"]) <= 0:
-        raise NoNativePath
-    conv = nhwc.NhwcConv(shape, W, B, geo, code)
+    conv = _own_set_up(layer, shape, strides, W, B, setting)
+    if conv is None:
+        conv = _new_set_up(layer, shape, strides, W, B, nhwc)
     kind = conv.task.kind
     # (nhwc.c's depthwise kernels step a pixel by C floats: the channels and the pixels of a
     # row contiguous, whatever the task's xs_w says)
@@ -463,9 +472,42 @@ def layer_task(layer: _Layer, shape, strides, template, known, nhwc, setting: in
         raise NoNativePath
     if kind == nhwc.POINTWISE and strides != _contiguous(shape):
         raise NoNativePath
-    conv.set_strides(strides)
     _extras(layer, conv, shape, known, nhwc)
     return conv, conv.task, conv.cuts, conv.parts, conv.ways, conv.shape
+
+
+def _own_set_up(layer: _Layer, shape, strides, W, B, setting: int):
+    """The layer's own kernel's native set-up where it is the one this chain would make (the
+    first, checked run called the layer on an input of this shape and strides, with these
+    W and B, under this thread setting: the same geometry, packing, work split and task),
+    else None. A chain's first set-up then costs no conv set-up of its own."""
+    prepared = getattr(layer.step, "fn", None)  # (a PreparedCall: its fn, channels_last's)
+    last = getattr(getattr(prepared, "fn", None), "last", None)
+    bound = last[0] if last is not None else None
+    if bound is None or bound.copies or bound.setting != setting:
+        return None
+    conv = bound.conv
+    if conv is None or conv.x_shape != shape or conv.x_strides != strides:
+        return None
+    if bound.w() is not W or bound.b() is not B:
+        return None
+    return conv
+
+
+def _new_set_up(layer: _Layer, shape, strides, W, B, nhwc):
+    """The layer's native conv set up for an input of this shape and byte strides (as its
+    kernel would set it up); NoNativePath where the geometry does not apply."""
+    N, H, Wd, C = shape
+    try:
+        _Native.check_sizes("conv", *shape, *W.shape)
+        geo = _Native.conv_geometry((N, C, H, Wd), W.shape, *layer.geometry)
+    except Exception:  # (the layer's own kernel reports it, one by one)
+        raise NoNativePath from None
+    if min(geo["pads"]) < 0 or min(geo["out_shape"]) <= 0:
+        raise NoNativePath
+    conv = nhwc.NhwcConv(shape, W, B, geo, layer.code)
+    conv.set_strides(strides)
+    return conv
 
 
 def _extras(layer: _Layer, conv, shape, known, nhwc) -> None:
@@ -503,7 +545,7 @@ def lay_out(lives: dict, known: dict) -> tuple[dict[int, int], int]:
     placed: list[tuple[int, int, int]] = []  # (offset, end, last reader)
     offsets, top = {}, 0
     for slot, (born, dies) in sorted(lives.items(), key=lambda kv: kv[1][0]):
-        size = -(-4 * int(np.prod(known[slot][0])) // ALIGNMENT) * ALIGNMENT
+        size = -(-4 * math.prod(known[slot][0]) // ALIGNMENT) * ALIGNMENT
         live = sorted((o, e) for o, e, d in placed if d >= born)
         offset = 0
         for o, e in live:

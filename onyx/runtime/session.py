@@ -609,7 +609,9 @@ def _heavy_work(model: ir.Model) -> set[str]:
     BLAS (onyx's pool counts: its kernels' numpy paths, for shapes, types or settings the
     native kernels leave, are BLAS products), so it runs without a BLAS setting, whose setting
     and restoring cost a one-row run a fifth of its time. Without "pool": every op holds the
-    GIL throughout (concurrency.Pace.gil_bound)."""
+    GIL throughout (concurrency.Pace.gil_bound). The first op on the pool answers both
+    questions (the walk stops there: a CNN's channels-last ops' bodies, walked on, imported
+    five kernel modules that never run)."""
     functions = {(f.domain, f.name) for f in model.functions.values()}
     places: set[str] = set()
     for graph in [model.graph, *(f.graph for f in model.functions.values())]:
@@ -621,10 +623,10 @@ def _heavy_work(model: ir.Model) -> set[str]:
             if kernel is None or unknown:
                 return {"blas", "pool"}
             where = _threads(node)
-            if where in ("blas", "pool"):
+            if where == "pool":  # (the pool's numpy paths count as BLAS work too)
+                return {"blas", "pool"}
+            if where == "blas":
                 places.add(where)
-                if len(places) == 2:  # (all there is to know)
-                    return places
     return places
 
 

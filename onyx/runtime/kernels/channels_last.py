@@ -94,6 +94,7 @@ def _conv_runner(activation: str, params, group: int, attrs: tuple):
             bound.conv.give_back()
 
     run.give_back = give_back
+    run.last = last  # (conv_chain: a chain of the layers' signature takes their set-ups)
     return run
 
 
@@ -163,7 +164,7 @@ def _prepared(activation: str | None, extras: str = ""):
             fn = lambda X, S, W, B, Z: run(X, W, B, S, Z)  # noqa: E731
         else:
             return run
-        fn.give_back = run.give_back
+        fn.give_back, fn.last = run.give_back, run.last
         return fn
 
     return make

@@ -595,3 +595,35 @@ EXPORT int onyx_nhwc_call(const nhwc_task *task, const float *x, float *y, const
 
 /* Whether the kernels run here (AVX-512, as onyx_isa allows). */
 EXPORT int onyx_nhwc_available(void) { return have_avx512(); }
+
+/* A conv's weights w (M, C, kh, kw), C-contiguous, packed as the kernels read them into
+   `packed` (M rounded up to blocks of 16: Mp floats a tap and input channel): a group-1
+   conv's as groups of 64 output channels (the last one of the blocks left), each
+   [kh][kw][C][its channels]; a depthwise conv's (C 1) as [kh][kw][Mp]; zeros past M. The
+   bias (M floats, or NULL: zeros) padded to Mp into `b`. (numpy's padding, transposes and
+   copies cost a session's first run tens of microseconds a layer.) */
+EXPORT int onyx_nhwc_pack(const float *w, const float *bias, int64_t M, int64_t C, int64_t kh,
+                          int64_t kw, int64_t depthwise, float *packed, float *b) {
+    int64_t dims[4] = {M, C, kh, kw}, taps, size, Mp;
+    if (!w || !packed || !b || !onyx_in(dims, 4, 1, ONYX_MAX_EXTENT) || (depthwise && C != 1))
+        return ONYX_INVALID;
+    Mp = (M + 15) / 16 * 16;
+    if (!onyx_mul(kh, kw, &taps) || !onyx_mul(taps, C, &size) || !onyx_mul(size, Mp, &size))
+        return ONYX_INVALID;
+    for (int64_t m = 0; m < Mp; m++) b[m] = bias && m < M ? bias[m] : 0.0f;
+    for (int64_t m0 = 0; m0 < Mp; m0 += 64) {
+        /* (a depthwise conv's one group is all Mp channels wide: its C is 1) */
+        const int64_t width = depthwise ? Mp : (Mp - m0 < 64 ? Mp - m0 : 64);
+        float *g = packed + m0 * taps * C;
+        for (int64_t t = 0; t < taps; t++)
+            for (int64_t c = 0; c < C; c++) {
+                float *row = g + (t * C + c) * width;
+                for (int64_t k = 0; k < width; k++) {
+                    const int64_t m = m0 + k;
+                    row[k] = m < M ? w[(m * C + c) * taps + t] : 0.0f;
+                }
+            }
+        if (depthwise) break;
+    }
+    return 0;
+}

@@ -68,25 +68,6 @@ def available() -> bool:
     return core.lib is not None and bool(core.lib.nhwc_ok)
 
 
-def _padded(a: np.ndarray, size: int) -> np.ndarray:
-    out = np.zeros(size, np.float32)
-    out[: a.size] = a.reshape(-1)
-    return out
-
-
-def _conv_panels(w: np.ndarray, blocks: int) -> np.ndarray:
-    """Group-1 weights (M, C, kh, kw) as groups of 64 output channels (the last one of the
-    blocks of 16 left), each [kh][kw][C][its channels], zeros past M."""
-    M, C, kh, kw = w.shape
-    full = np.zeros((blocks * 16, C, kh, kw), np.float32)
-    full[:M] = w
-    groups = []
-    for m in range(0, blocks * 16, 64):
-        part = full[m : m + 64]  # (width, C, kh, kw)
-        groups.append(part.transpose(2, 3, 1, 0).reshape(-1))
-    return np.concatenate(groups)
-
-
 #: Constant weights packed once for every set-up that reads them (each layer's own and each
 #: input signature's conv chain): id(w), id(bias) -> (w's weakref, bias's, (packed, b,
 #: their addresses)).
@@ -104,16 +85,7 @@ def _packed(w: np.ndarray, bias, depthwise: bool) -> tuple[np.ndarray, np.ndarra
     hit = PACKED.get(key) if constant else None
     if hit is not None and hit[0]() is w and (bias is None or hit[1]() is bias):
         return hit[2]
-    M, _, kh, kw = w.shape
-    blocks = -(-M // 16)
-    w32 = np.asarray(w, np.float32)
-    if depthwise:  # [kh][kw][channels rounded up to 16]
-        packed = np.zeros((kh, kw, blocks * 16), np.float32)
-        packed[:, :, :M] = w32[:, 0].transpose(1, 2, 0)
-    else:
-        packed = np.ascontiguousarray(_conv_panels(w32, blocks))
-    b = _padded(np.zeros(M, np.float32) if bias is None else bias, blocks * 16)
-    made = packed, b, _addr(packed), _addr(b)
+    made = packed, b, _, _ = pack_weights(w, bias, depthwise)
     packed.flags.writeable = b.flags.writeable = False  # (shared by set-ups: never written)
     if constant:
         drop = functools.partial(PACKED.pop, key, None)  # (either array freed: the entry goes)
@@ -123,6 +95,29 @@ def _packed(w: np.ndarray, bias, depthwise: bool) -> tuple[np.ndarray, np.ndarra
         )
         PACKED[key] = (*refs, made)
     return made
+
+
+def pack_weights(w: np.ndarray, bias, depthwise: bool) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """_packed's arrays, made by nhwc.c (onyx_nhwc_pack): a group-1 conv's weights as groups
+    of 64 output channels (the last one of the blocks of 16 left), each [kh][kw][C][its
+    channels], a depthwise conv's as [kh][kw][channels rounded up to 16], zeros past M; the
+    bias padded to the blocks."""
+    M, Cw, kh, kw = w.shape
+    Mp = -(-M // 16) * 16
+    w32 = np.ascontiguousarray(w, np.float32)
+    b32 = None if bias is None else np.ascontiguousarray(bias, np.float32)
+    if b32 is not None and b32.size != M:
+        raise InvalidArgument(f"onyx native channels-last conv: a bias of {b32.size} for {M}")
+    shape = (kh, kw, Mp) if depthwise else (Mp * Cw * kh * kw,)
+    packed, b = np.empty(shape, np.float32), np.empty(Mp, np.float32)
+    packed_at, b_at = _addr(packed), _addr(b)  # (while writeable: the fast way)
+    status = _PACK[0](
+        w32.ctypes.data, None if b32 is None else b32.ctypes.data,
+        M, Cw, kh, kw, int(depthwise), packed_at, b_at,
+    )  # fmt: skip
+    if status:
+        check(status, "channels-last weight packing")
+    return packed, b, packed_at, b_at
 
 
 class NhwcConv:
@@ -377,6 +372,7 @@ def _sole_counts() -> tuple | None:
 _SOLE = _sole_counts()
 _RANGE = [0]  # (lib.nhwc_range, set by bind)
 _CALL: list = [None]  # (lib.onyx_nhwc_call, set by bind)
+_PACK: list = [None]  # (lib.onyx_nhwc_pack, set by bind)
 
 
 def _base_addr(x: np.ndarray) -> int:
@@ -423,6 +419,9 @@ def bind(lib, isa: int) -> None:
     call = _CALL[0] = lib.onyx_nhwc_call
     call.restype = ctypes.c_int
     call.argtypes = [_P, _P, _P, _P, _P, _P, _I64, _I64]
+    pack = _PACK[0] = lib.onyx_nhwc_pack
+    pack.restype = ctypes.c_int
+    pack.argtypes = [_P, _P, _I64, _I64, _I64, _I64, _I64, _P, _P]
     lib.onyx_nhwc_available.restype = ctypes.c_int
     lib.nhwc_ok = bool(isa & core.ISA_AVX512) and bool(lib.onyx_nhwc_available())
 
