@@ -71,9 +71,10 @@ static void pack_contiguous_rows(const uint8_t *b, int64_t sk, int64_t K, int64_
 /* dst[c * ds + r] = src[r * ss + c] for a rows x cols block of bytes: 16 x 16 tiles in SSE2
    registers (four rounds of unpacks), the edges byte by byte. */
 #ifdef HAVE_INTERLEAVE16
-static void transpose16(const uint8_t *src, int64_t ss, uint8_t *dst, int64_t ds) {
-    __m128i a[16], b[16];
-    for (int i = 0; i < 16; i++) a[i] = _mm_loadu_si128((const __m128i *)(src + i * ss));
+/* The 16 x 16 byte transpose of a[] in place: four rounds of unpacks (a[c] then holds column
+   c of the rows a[] held). */
+static inline __attribute__((always_inline)) void transpose16_regs(__m128i a[16]) {
+    __m128i b[16];
     for (int i = 0; i < 8; i++) { /* b[i]: columns 0-7 of rows 2i, 2i+1; b[i + 8]: 8-15 */
         b[i] = _mm_unpacklo_epi8(a[2 * i], a[2 * i + 1]);
         b[i + 8] = _mm_unpackhi_epi8(a[2 * i], a[2 * i + 1]);
@@ -90,13 +91,51 @@ static void transpose16(const uint8_t *src, int64_t ss, uint8_t *dst, int64_t ds
         b[4 * g + 3] = _mm_unpackhi_epi32(a[4 * g + 2], a[4 * g + 3]);
     }
     for (int g = 0; g < 4; g++) {
-        _mm_storeu_si128((__m128i *)(dst + (4 * g + 0) * ds), _mm_unpacklo_epi64(b[4 * g], b[4 * g + 2]));
-        _mm_storeu_si128((__m128i *)(dst + (4 * g + 1) * ds), _mm_unpackhi_epi64(b[4 * g], b[4 * g + 2]));
-        _mm_storeu_si128((__m128i *)(dst + (4 * g + 2) * ds), _mm_unpacklo_epi64(b[4 * g + 1], b[4 * g + 3]));
-        _mm_storeu_si128((__m128i *)(dst + (4 * g + 3) * ds), _mm_unpackhi_epi64(b[4 * g + 1], b[4 * g + 3]));
+        a[4 * g + 0] = _mm_unpacklo_epi64(b[4 * g], b[4 * g + 2]);
+        a[4 * g + 1] = _mm_unpackhi_epi64(b[4 * g], b[4 * g + 2]);
+        a[4 * g + 2] = _mm_unpacklo_epi64(b[4 * g + 1], b[4 * g + 3]);
+        a[4 * g + 3] = _mm_unpackhi_epi64(b[4 * g + 1], b[4 * g + 3]);
     }
 }
+
+static void transpose16(const uint8_t *src, int64_t ss, uint8_t *dst, int64_t ds) {
+    __m128i a[16];
+    for (int i = 0; i < 16; i++) a[i] = _mm_loadu_si128((const __m128i *)(src + i * ss));
+    transpose16_regs(a);
+    for (int c = 0; c < 16; c++) _mm_storeu_si128((__m128i *)(dst + c * ds), a[c]);
+}
 #endif
+
+#if defined(HAVE_INTERLEAVE16) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define HAVE_EDGE_BW 1
+/* A partial tile (rows, cols <= 16, one of them short) with masked loads and stores
+   (AVX-512 BW / VL): its bytes only, the same unpacks. Byte by byte, the edges were most of
+   a transpose whose rows are narrower than 16 or not a multiple of 16 long (a conv's NCHW
+   input at 14 x 14 or 7 x 7: every row; at 56 x 56, every last 8 bytes). */
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static void
+transpose_edge_bw(const uint8_t *src, int64_t ss, int64_t rows, int64_t cols, uint8_t *dst,
+                  int64_t ds) {
+    __m128i a[16];
+    __mmask16 in = (__mmask16)((1u << cols) - 1), out = (__mmask16)((1u << rows) - 1);
+    for (int i = 0; i < 16; i++)
+        a[i] = i < rows ? _mm_maskz_loadu_epi8(in, src + i * ss) : _mm_setzero_si128();
+    transpose16_regs(a);
+    for (int c = 0; c < cols; c++) _mm_mask_storeu_epi8(dst + c * ds, out, a[c]);
+}
+#endif
+
+static void transpose_edge(const uint8_t *src, int64_t ss, int64_t rows, int64_t cols,
+                           uint8_t *dst, int64_t ds) {
+#ifdef HAVE_EDGE_BW
+    if (onyx_isa() & ONYX_ISA_AVX512BW) {
+        transpose_edge_bw(src, ss, rows, cols, dst, ds);
+        return;
+    }
+#endif
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) dst[c * ds + r] = src[r * ss + c];
+}
 
 /* dst[c * ds + r] = src[r * ss + c] for bytes; ONYX_INVALID (nothing touched) for sizes,
    strides or pointers out of range, as onyx_transpose_u32 (checks.h). */
@@ -106,17 +145,20 @@ EXPORT int onyx_transpose_u8(const uint8_t *src, int64_t rows, int64_t cols, int
     if (rows < 0 || cols < 0 || ss < cols || ds < rows || !onyx_mul(rows, ss, &n) ||
         !onyx_mul(cols, ds, &n) || (rows && cols && (!src || !dst)))
         return ONYX_INVALID;
-    int64_t r = 0;
 #ifdef HAVE_INTERLEAVE16
-    for (; r + 16 <= rows; r += 16) {
-        int64_t c = 0;
-        for (; c + 16 <= cols; c += 16) transpose16(src + r * ss + c, ss, dst + c * ds + r, ds);
-        for (; c < cols; c++)
-            for (int64_t i = r; i < r + 16; i++) dst[c * ds + i] = src[i * ss + c];
+    for (int64_t r = 0; r < rows; r += 16) {
+        int64_t h = rows - r < 16 ? rows - r : 16, c = 0;
+        if (h == 16)
+            for (; c + 16 <= cols; c += 16) transpose16(src + r * ss + c, ss, dst + c * ds + r, ds);
+        for (; c < cols; c += 16) {
+            int64_t w = cols - c < 16 ? cols - c : 16;
+            transpose_edge(src + r * ss + c, ss, h, w, dst + c * ds + r, ds);
+        }
     }
-#endif
-    for (; r < rows; r++)
+#else
+    for (int64_t r = 0; r < rows; r++)
         for (int64_t c = 0; c < cols; c++) dst[c * ds + r] = src[r * ss + c];
+#endif
     return 0;
 }
 
