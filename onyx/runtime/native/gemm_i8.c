@@ -714,6 +714,42 @@ static int pack_range(const void *p, int64_t begin, int64_t end) {
     return 0;
 }
 
+/* A thread's part of the conv after the pack: its block of the GEMM (rows or panels), then
+   that block's table lookup and its transpose to the NCHW output, while its results are
+   still in cache (after the GEMM, the calling thread alone did both for the whole output). */
+typedef struct {
+    const implicit_conv *c;
+    const gemm_task *t;
+    uint8_t *y, *out;
+} conv_job;
+
+static int conv_part(const void *p, int64_t begin, int64_t end) {
+    const conv_job *j = p;
+    const implicit_conv *c = j->c;
+    onyx_gemm_range(j->t, begin, end);
+    int64_t M = c->M, pixels = c->pixels, r0 = 0, r1 = c->N * pixels, j0 = 0, j1 = M;
+    if (j->t->by_rows)
+        r0 = begin, r1 = end;
+    else
+        j0 = begin * NR, j1 = end * NR < M ? end * NR : M;
+    if (r1 <= r0 || j1 <= j0) return 0;
+    if (c->table) { /* an activation's table (QLinearConvLookup), in place */
+        lookup_fn lookup = (lookup_fn)c->lookup;
+        if (j1 - j0 == M)
+            lookup(j->y + r0 * M, c->table, 1, j->y + r0 * M, (r1 - r0) * M);
+        else
+            for (int64_t r = r0; r < r1; r++)
+                lookup(j->y + r * M + j0, c->table, 1, j->y + r * M + j0, j1 - j0);
+    }
+    for (int64_t i = r0 / pixels; i * pixels < r1 && !c->out_nhwc; i++) {
+        int64_t a = r0 > i * pixels ? r0 : i * pixels;
+        int64_t b = r1 < (i + 1) * pixels ? r1 : (i + 1) * pixels;
+        onyx_transpose_u8(j->y + a * M + j0, b - a, j1 - j0, M,
+                          j->out + (i * M + j0) * pixels + (a - i * pixels), pixels);
+    }
+    return 0;
+}
+
 EXPORT int onyx_implicit_conv(const implicit_conv *c, const uint8_t *x, uint8_t *xp, uint8_t *y,
                               uint8_t *out) {
     if (!implicit_conv_ok(c)) return ONYX_INVALID;
@@ -744,14 +780,8 @@ EXPORT int onyx_implicit_conv(const implicit_conv *c, const uint8_t *x, uint8_t 
     A.a = xp;
     e.out8 = y, e.ldo = c->M;
     t.A = &A, t.e = &e;
-    int status = onyx_parallel(onyx_gemm_range, &t, c->cuts, c->parts, c->threads);
-    if (!status) {
-        if (c->table) /* an activation's table (QLinearConvLookup), in place */
-            ((lookup_fn)c->lookup)(y, c->table, 1, y, c->N * c->pixels * c->M);
-        for (int64_t i = 0; i < c->N && !c->out_nhwc; i++)
-            onyx_transpose_u8(y + i * c->pixels * c->M, c->pixels, c->M, c->M,
-                              out + i * c->M * c->pixels, c->pixels);
-    }
+    conv_job job = {c, &t, y, out};
+    int status = onyx_parallel(conv_part, &job, c->cuts, c->parts, c->threads);
     free(own);
     return status;
 }
