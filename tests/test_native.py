@@ -197,6 +197,19 @@ def test_transpose_bytes(shape):
     np.testing.assert_array_equal(native.transpose_bytes(a, out), a.T)
 
 
+@pytest.mark.skipif(not native.available(), reason="native library not built")
+@pytest.mark.parametrize("rows, cols", [(96, 14), (14, 96), (49, 7), (7, 49), (16, 56), (33, 1)])
+def test_transpose_bytes_partial_tiles_touch_only_their_bytes(rows, cols):
+    """Partial 16 x 16 tiles (a 14 x 14 or 7 x 7 conv's planes; masked loads and stores):
+    rows read from a wider source, written into a wider destination whose other bytes stay."""
+    rng = np.random.default_rng(rows * 100 + cols)
+    src = _random(rng, np.uint8, (rows, cols + 5))[:, :cols]
+    wide = np.full((cols, rows + 3), 7, np.uint8)
+    native.transpose_bytes(src, wide[:, :rows])
+    np.testing.assert_array_equal(wide[:, :rows], src.T)
+    assert (wide[:, rows:] == 7).all()
+
+
 def _ort_run(model, feeds):
     ort = pytest.importorskip("onnxruntime")
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])

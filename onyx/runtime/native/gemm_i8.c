@@ -71,9 +71,10 @@ static void pack_contiguous_rows(const uint8_t *b, int64_t sk, int64_t K, int64_
 /* dst[c * ds + r] = src[r * ss + c] for a rows x cols block of bytes: 16 x 16 tiles in SSE2
    registers (four rounds of unpacks), the edges byte by byte. */
 #ifdef HAVE_INTERLEAVE16
-static void transpose16(const uint8_t *src, int64_t ss, uint8_t *dst, int64_t ds) {
-    __m128i a[16], b[16];
-    for (int i = 0; i < 16; i++) a[i] = _mm_loadu_si128((const __m128i *)(src + i * ss));
+/* The 16 x 16 byte transpose of a[] in place: four rounds of unpacks (a[c] then holds column
+   c of the rows a[] held). */
+static inline __attribute__((always_inline)) void transpose16_regs(__m128i a[16]) {
+    __m128i b[16];
     for (int i = 0; i < 8; i++) { /* b[i]: columns 0-7 of rows 2i, 2i+1; b[i + 8]: 8-15 */
         b[i] = _mm_unpacklo_epi8(a[2 * i], a[2 * i + 1]);
         b[i + 8] = _mm_unpackhi_epi8(a[2 * i], a[2 * i + 1]);
@@ -90,13 +91,51 @@ static void transpose16(const uint8_t *src, int64_t ss, uint8_t *dst, int64_t ds
         b[4 * g + 3] = _mm_unpackhi_epi32(a[4 * g + 2], a[4 * g + 3]);
     }
     for (int g = 0; g < 4; g++) {
-        _mm_storeu_si128((__m128i *)(dst + (4 * g + 0) * ds), _mm_unpacklo_epi64(b[4 * g], b[4 * g + 2]));
-        _mm_storeu_si128((__m128i *)(dst + (4 * g + 1) * ds), _mm_unpackhi_epi64(b[4 * g], b[4 * g + 2]));
-        _mm_storeu_si128((__m128i *)(dst + (4 * g + 2) * ds), _mm_unpacklo_epi64(b[4 * g + 1], b[4 * g + 3]));
-        _mm_storeu_si128((__m128i *)(dst + (4 * g + 3) * ds), _mm_unpackhi_epi64(b[4 * g + 1], b[4 * g + 3]));
+        a[4 * g + 0] = _mm_unpacklo_epi64(b[4 * g], b[4 * g + 2]);
+        a[4 * g + 1] = _mm_unpackhi_epi64(b[4 * g], b[4 * g + 2]);
+        a[4 * g + 2] = _mm_unpacklo_epi64(b[4 * g + 1], b[4 * g + 3]);
+        a[4 * g + 3] = _mm_unpackhi_epi64(b[4 * g + 1], b[4 * g + 3]);
     }
 }
+
+static void transpose16(const uint8_t *src, int64_t ss, uint8_t *dst, int64_t ds) {
+    __m128i a[16];
+    for (int i = 0; i < 16; i++) a[i] = _mm_loadu_si128((const __m128i *)(src + i * ss));
+    transpose16_regs(a);
+    for (int c = 0; c < 16; c++) _mm_storeu_si128((__m128i *)(dst + c * ds), a[c]);
+}
 #endif
+
+#if defined(HAVE_INTERLEAVE16) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define HAVE_EDGE_BW 1
+/* A partial tile (rows, cols <= 16, one of them short) with masked loads and stores
+   (AVX-512 BW / VL): its bytes only, the same unpacks. Byte by byte, the edges were most of
+   a transpose whose rows are narrower than 16 or not a multiple of 16 long (a conv's NCHW
+   input at 14 x 14 or 7 x 7: every row; at 56 x 56, every last 8 bytes). */
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static void
+transpose_edge_bw(const uint8_t *src, int64_t ss, int64_t rows, int64_t cols, uint8_t *dst,
+                  int64_t ds) {
+    __m128i a[16];
+    __mmask16 in = (__mmask16)((1u << cols) - 1), out = (__mmask16)((1u << rows) - 1);
+    for (int i = 0; i < 16; i++)
+        a[i] = i < rows ? _mm_maskz_loadu_epi8(in, src + i * ss) : _mm_setzero_si128();
+    transpose16_regs(a);
+    for (int c = 0; c < cols; c++) _mm_mask_storeu_epi8(dst + c * ds, out, a[c]);
+}
+#endif
+
+static void transpose_edge(const uint8_t *src, int64_t ss, int64_t rows, int64_t cols,
+                           uint8_t *dst, int64_t ds) {
+#ifdef HAVE_EDGE_BW
+    if (onyx_isa() & ONYX_ISA_AVX512BW) {
+        transpose_edge_bw(src, ss, rows, cols, dst, ds);
+        return;
+    }
+#endif
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) dst[c * ds + r] = src[r * ss + c];
+}
 
 /* dst[c * ds + r] = src[r * ss + c] for bytes; ONYX_INVALID (nothing touched) for sizes,
    strides or pointers out of range, as onyx_transpose_u32 (checks.h). */
@@ -106,17 +145,20 @@ EXPORT int onyx_transpose_u8(const uint8_t *src, int64_t rows, int64_t cols, int
     if (rows < 0 || cols < 0 || ss < cols || ds < rows || !onyx_mul(rows, ss, &n) ||
         !onyx_mul(cols, ds, &n) || (rows && cols && (!src || !dst)))
         return ONYX_INVALID;
-    int64_t r = 0;
 #ifdef HAVE_INTERLEAVE16
-    for (; r + 16 <= rows; r += 16) {
-        int64_t c = 0;
-        for (; c + 16 <= cols; c += 16) transpose16(src + r * ss + c, ss, dst + c * ds + r, ds);
-        for (; c < cols; c++)
-            for (int64_t i = r; i < r + 16; i++) dst[c * ds + i] = src[i * ss + c];
+    for (int64_t r = 0; r < rows; r += 16) {
+        int64_t h = rows - r < 16 ? rows - r : 16, c = 0;
+        if (h == 16)
+            for (; c + 16 <= cols; c += 16) transpose16(src + r * ss + c, ss, dst + c * ds + r, ds);
+        for (; c < cols; c += 16) {
+            int64_t w = cols - c < 16 ? cols - c : 16;
+            transpose_edge(src + r * ss + c, ss, h, w, dst + c * ds + r, ds);
+        }
     }
-#endif
-    for (; r < rows; r++)
+#else
+    for (int64_t r = 0; r < rows; r++)
         for (int64_t c = 0; c < cols; c++) dst[c * ds + r] = src[r * ss + c];
+#endif
     return 0;
 }
 
@@ -672,6 +714,42 @@ static int pack_range(const void *p, int64_t begin, int64_t end) {
     return 0;
 }
 
+/* A thread's part of the conv after the pack: its block of the GEMM (rows or panels), then
+   that block's table lookup and its transpose to the NCHW output, while its results are
+   still in cache (after the GEMM, the calling thread alone did both for the whole output). */
+typedef struct {
+    const implicit_conv *c;
+    const gemm_task *t;
+    uint8_t *y, *out;
+} conv_job;
+
+static int conv_part(const void *p, int64_t begin, int64_t end) {
+    const conv_job *j = p;
+    const implicit_conv *c = j->c;
+    onyx_gemm_range(j->t, begin, end);
+    int64_t M = c->M, pixels = c->pixels, r0 = 0, r1 = c->N * pixels, j0 = 0, j1 = M;
+    if (j->t->by_rows)
+        r0 = begin, r1 = end;
+    else
+        j0 = begin * NR, j1 = end * NR < M ? end * NR : M;
+    if (r1 <= r0 || j1 <= j0) return 0;
+    if (c->table) { /* an activation's table (QLinearConvLookup), in place */
+        lookup_fn lookup = (lookup_fn)c->lookup;
+        if (j1 - j0 == M)
+            lookup(j->y + r0 * M, c->table, 1, j->y + r0 * M, (r1 - r0) * M);
+        else
+            for (int64_t r = r0; r < r1; r++)
+                lookup(j->y + r * M + j0, c->table, 1, j->y + r * M + j0, j1 - j0);
+    }
+    for (int64_t i = r0 / pixels; i * pixels < r1 && !c->out_nhwc; i++) {
+        int64_t a = r0 > i * pixels ? r0 : i * pixels;
+        int64_t b = r1 < (i + 1) * pixels ? r1 : (i + 1) * pixels;
+        onyx_transpose_u8(j->y + a * M + j0, b - a, j1 - j0, M,
+                          j->out + (i * M + j0) * pixels + (a - i * pixels), pixels);
+    }
+    return 0;
+}
+
 EXPORT int onyx_implicit_conv(const implicit_conv *c, const uint8_t *x, uint8_t *xp, uint8_t *y,
                               uint8_t *out) {
     if (!implicit_conv_ok(c)) return ONYX_INVALID;
@@ -702,14 +780,8 @@ EXPORT int onyx_implicit_conv(const implicit_conv *c, const uint8_t *x, uint8_t 
     A.a = xp;
     e.out8 = y, e.ldo = c->M;
     t.A = &A, t.e = &e;
-    int status = onyx_parallel(onyx_gemm_range, &t, c->cuts, c->parts, c->threads);
-    if (!status) {
-        if (c->table) /* an activation's table (QLinearConvLookup), in place */
-            ((lookup_fn)c->lookup)(y, c->table, 1, y, c->N * c->pixels * c->M);
-        for (int64_t i = 0; i < c->N && !c->out_nhwc; i++)
-            onyx_transpose_u8(y + i * c->pixels * c->M, c->pixels, c->M, c->M,
-                              out + i * c->M * c->pixels, c->pixels);
-    }
+    conv_job job = {c, &t, y, out};
+    int status = onyx_parallel(conv_part, &job, c->cuts, c->parts, c->threads);
     free(own);
     return status;
 }
