@@ -150,9 +150,10 @@ class ForestSums:
         onyx_forest_scores, one call (the kept tasks are only read: threads may share them)."""
         rows, nf = x.shape
         scores = np.empty((rows, self.targets), self.score_dtype)
-        status = core.lib.onyx_forest_scores(
-            self._descend_at, self._sum_at, _input_addr(x), rows, nf, _addr(scores)
-        )
+        scores_of = core.lib.onyx_forest_scores
+        if rows <= KEPT_ROWS:
+            scores_of = core.keeping_gil("onyx_forest_scores")
+        status = scores_of(self._descend_at, self._sum_at, _input_addr(x), rows, nf, _addr(scores))
         core.check(status, "forest_scores")
         return scores
 
@@ -371,6 +372,11 @@ class _MlCall(ctypes.Structure):
 
 #: Rows a SmallCall takes at most (each thread keeps outputs of this many rows).
 SMALL_ROWS = 64
+#: Rows up to which a SmallCall or a forest's scores keep the GIL while in C (a few
+#: microseconds: core.keeping_gil)
+KEPT_ROWS = 16
+#: Output elements up to which bins_one_hot keeps the GIL while in C
+KEPT_BINS = 4096
 
 
 class SmallCall:
@@ -386,12 +392,13 @@ class SmallCall:
     ``keep``: the arrays their addresses point into; ``work``: bytes of work space a thread
     needs."""
 
-    __slots__ = ("_fn", "_template", "_keep", "_local", "_out", "_best", "_work", "max_rows",
-                 "_result")  # fmt: skip
+    __slots__ = ("_fn", "_kept", "_template", "_keep", "_local", "_out", "_best", "_work",
+                 "max_rows", "_result")  # fmt: skip
 
     def __init__(self, kind: str, fields: dict, keep, out_width: int, out_dtype, best: bool,
                  work: int = 0, max_rows: int = SMALL_ROWS, result_dtype=None):  # fmt: skip
         self._fn = getattr(core.lib, f"onyx_{kind}_small")  # (no argtypes: passed as they are)
+        self._kept = core.keeping_gil(f"onyx_{kind}_small")  # (calls of KEPT_ROWS rows)
         self._template = _MlCall(max_rows=max_rows, **fields)
         self._keep = keep  # (the addresses in fields stay valid)
         self._local = threading.local()
@@ -421,7 +428,7 @@ class SmallCall:
         except AttributeError:
             at, views, _ = self._thread()
         rows = x.shape[0]
-        status = self._fn(at, x.tobytes(), rows)
+        status = (self._kept if rows <= KEPT_ROWS else self._fn)(at, x.tobytes(), rows)
         if status:
             core.check(status, "ml small call")
         out, best = views[rows]
@@ -519,7 +526,10 @@ def bins_one_hot(cols: np.ndarray, edges: np.ndarray, ones: np.ndarray) -> np.nd
         return None
     (rows, n), k = cols.shape, edges.shape[1]
     out = np.empty((rows, n * (k + 1)), np.float32)
-    status = core.lib.onyx_bins_one_hot(
+    one_hot = core.lib.onyx_bins_one_hot
+    if out.size <= KEPT_BINS:
+        one_hot = core.keeping_gil("onyx_bins_one_hot")
+    status = one_hot(
         _input_addr(cols), _input_addr(edges), _input_addr(ones), rows, n, k,
         int(cols.dtype == np.float64), _addr(out),
     )  # fmt: skip
