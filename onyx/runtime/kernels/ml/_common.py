@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ... import native
+
 #: post_transform names, in the order of TreeEnsemble's integer encoding.
 POST_TRANSFORMS = ("NONE", "SOFTMAX", "LOGISTIC", "SOFTMAX_ZERO", "PROBIT")
 
@@ -34,26 +36,15 @@ def row_max(x: np.ndarray) -> np.ndarray:
     return m
 
 
-#: Elements up to which row_argmax keeps the GIL: numpy's argmax (like its searchsorted, take
-#: and fancy indexing) lets the GIL go at every call, whatever its size, where ufuncs and
-#: their reductions keep it below a few hundred elements. A small scikit-learn model's whole
-#: run takes tens of microseconds; each release woke another thread waiting for the GIL, which
-#: took it from the run (docs/reliability.md, "Runs that keep the GIL").
-SMALL_ARGMAX = 256
-_COLUMN_INDEX = np.arange(SMALL_ARGMAX, dtype=np.intp)
-
-
 def row_argmax(x: np.ndarray) -> np.ndarray:
-    """x.argmax(axis=1) of a 2-D x, the same indices (the first of a row's greatest, its first
-    NaN if it has one), by ufuncs that keep the GIL when x is small."""
-    n, k = x.shape
-    if not k or x.size > SMALL_ARGMAX or x.dtype.kind not in "fiub":
-        return x.argmax(axis=1)
-    top = np.maximum.reduce(x, axis=1, keepdims=True)  # (a row's NaN propagates)
-    hit = x == top
-    if x.dtype.kind == "f":
-        hit |= x != x  # (a row with a NaN has a NaN top, which equals nothing)
-    return np.where(hit, _COLUMN_INDEX[:k], k).min(axis=1)
+    """x.argmax(axis=1) of a 2-D x; for a small float x, trees.c's, which keeps the GIL:
+    numpy's argmax (like its searchsorted, take and fancy indexing) lets the GIL go at every
+    call, whatever its size, and in a small scikit-learn model's run of tens of microseconds
+    each release woke a thread waiting for the GIL, which took it from the run
+    (docs/reliability.md, "Runs that keep the GIL"). Comparisons in numpy keep it too but
+    cost a one-row run 5-10 us more."""
+    best = native.argmax_rows(x)
+    return x.argmax(axis=1) if best is None else best
 
 
 def row_sum(x: np.ndarray) -> np.ndarray:

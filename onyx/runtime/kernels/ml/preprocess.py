@@ -64,23 +64,11 @@ class _LookupTable:
         return out.astype(self.out_dtype, copy=False)
 
 
-#: Comparisons up to which _sorted_position keeps the GIL (numpy's searchsorted lets it go at
-#: every call, whatever its size: row_argmax's comment)
-SMALL_SEARCH = 512
-
-
 def _sorted_position(unique: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """np.searchsorted(unique, x): where each of x goes in the sorted ``unique`` (its NaNs
-    last), by comparisons that keep the GIL when they are few: the count of keys before it,
-    a NaN after every other number (searchsorted's order)."""
-    kinds = unique.dtype.kind + x.dtype.kind
-    same = unique.dtype == x.dtype or kinds == "UU"
-    if not same or kinds[0] not in "fiuU" or x.size * unique.size > SMALL_SEARCH:
-        return np.searchsorted(unique, x)
-    before = unique < x[..., None]
-    if kinds[0] == "f":
-        before |= (x != x)[..., None] & (unique == unique)
-    return np.count_nonzero(before, axis=-1)
+    """np.searchsorted(unique, x); for a small x, trees.c's, which keeps the GIL (numpy's
+    lets it go at every call, whatever its size: _common.row_argmax's comment)."""
+    pos = native.sorted_position(unique, x)
+    return np.searchsorted(unique, x) if pos is None else pos
 
 
 #: whether a kept table serves string or numeric inputs (the keys' form differs)
