@@ -51,8 +51,11 @@ of a session with no op on the native pool (a small scikit-learn pipeline: 40-80
 GIL orders them, handed over every few milliseconds as a turn's slice is, and the turn only
 added its own costs (taking it at every run, its hand-overs, its watcher); such runs needing
 BLAS on several threads share that setting rather than each running alone (``_share_blas``),
-which made every run wait for the last one's end. Their native calls still let the GIL go
-and wake a waiting thread for nothing (about one in two runs; docs/reliability.md).
+which made every run wait for the last one's end. The rule pays only where the runs never
+let the GIL go: each release (numpy's argmax, searchsorted, take; a ctypes call through a CDLL)
+woke a waiting thread, which took the GIL from the run (2.00x one thread on the quiet machine).
+The small scikit-learn kernels now keep the GIL on small inputs (ml/_common.row_argmax,
+native.core.keeping_gil; tests/test_gil_releases.py counts the releases: none).
 
 Runs side by side on fewer threads each (two runs at once, each on one intra-op thread, so that
 one's Python overlaps the other's kernels) were measured and left: on small transformers and
@@ -818,9 +821,11 @@ SAMPLE_EVERY = 8
 #: than this, on average, takes no turn: the GIL alone orders such runs. Off (0) by default:
 #: on the quiet machine (benchmarks/bench_concurrency.py --floor, 8 threads / 1 thread) a
 #: small scikit-learn pipeline took 2.00 (new threads) and 1.79 (long-lived) with 150 us here,
-#: 1.33 and 1.25 with turns: each native call's GIL release woke a waiting thread that found
-#: the GIL taken again. Under load (12-14 on 2 cores) 150 us had looked better
-#: (docs/reliability.md); ``bench_concurrency.py --tiny S`` compares the two.
+#: 1.33 and 1.25 with turns: each of its runs' two GIL releases (numpy's searchsorted and
+#: argmax) woke a waiting thread. Its runs keep the GIL now (docs/reliability.md, "Runs that
+#: keep the GIL"): then 150 us measured as fast as turns on the loaded 2-core machine, with
+#: 300 context switches a round instead of 1500-2800. 0.00015 switches it on;
+#: ``bench_concurrency.py --tiny S`` compares the two.
 TINY_RUN_SECONDS = 0.0
 
 

@@ -180,6 +180,7 @@ _EXPORTS = {
     ),
     "trees": (
         "ForestSums",
+        "argmax_rows",
         "bins_one_hot",
         "coupling_pairs",
         "forest_descend",
@@ -187,6 +188,7 @@ _EXPORTS = {
         "forest_sums",
         "linear_classify",
         "normalize_rows",
+        "sorted_position",
         "svm_classify",
         "svm_coupling",
     ),

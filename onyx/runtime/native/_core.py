@@ -233,6 +233,7 @@ def start(families) -> None:
     lib = started = None
     isa, vnni = 0, False
     families_off.clear()
+    _kept.clear()
     for name in joined:
         sys.modules[name].core = sys.modules[__name__]
     # (each bind once: a family passed in that has joined is among the joined)
@@ -398,6 +399,30 @@ def _run(part: int, task: ctypes.Structure, cuts, threads: int, what: str = "ker
 
 
 _INT64 = np.dtype(np.int64)
+
+
+#: Each entry point's twin that keeps the GIL (``keeping_gil``), by name.
+_kept: dict[str, Callable] = {}
+
+
+def keeping_gil(name: str) -> Callable:
+    """The library's entry point ``name`` (bound: its argtypes and restype set) as a twin that
+    keeps the GIL while it runs (ctypes.PyDLL's kind of call), for calls that take a few
+    microseconds: a ctypes call through ``lib`` lets the GIL go, and in a run of a small
+    scikit-learn model, which otherwise holds the GIL throughout, each such release woke a
+    thread waiting for the GIL to take it from the run for nothing (docs/reliability.md,
+    "Runs that keep the GIL"). Larger calls go through ``lib``, so that other threads run
+    meanwhile."""
+    twin = _kept.get(name)
+    if twin is None:
+        entry = getattr(lib, name)
+        if not hasattr(entry, "restype"):  # (a test's wrapper counting calls)
+            return entry
+        prototype = ctypes.PYFUNCTYPE(entry.restype, *(entry.argtypes or ()))
+        twin = prototype(ctypes.cast(entry, ctypes.c_void_p).value)
+        twin.argtypes = entry.argtypes  # (None: each argument converted as it comes)
+        _kept[name] = twin
+    return twin
 
 
 def check(status: int, what: str) -> None:

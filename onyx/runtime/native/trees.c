@@ -773,3 +773,90 @@ EXPORT int onyx_linear_chain_small(const void *call, const void *x, int rows) {
     }
     return 0;
 }
+
+/* ------------------------------------------------------- argmax and sorted search, small */
+
+/* Small inputs' numpy argmax and searchsorted, called keeping the GIL (native/trees.py's
+   argmax_rows, sorted_position): numpy lets the GIL go in both at every call, whatever the
+   size, and in a small scikit-learn model's run each release woke a thread waiting for the
+   GIL (docs/reliability.md, "Runs that keep the GIL"). */
+
+/* Each row's index of its greatest value of x [rows][cols] (float32, or float64 when
+   is_double) into out [rows]: numpy's argmax, the first of equal ones, the first NaN where a
+   row has one. Its arguments packed into one C int, shape = rows << 13 | cols << 1 |
+   is_double (rows and cols < 4096): ctypes converts each argument at every call, and three
+   as they are cost a few-row call less than numpy's whole argmax. */
+EXPORT int onyx_argmax_small(const void *x, int shape, int64_t *out) {
+    int64_t rows = shape >> 13, cols = (shape >> 1) & 4095;
+    if (shape < 0 || cols < 1) return ONYX_INVALID; /* (checks.h) */
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t top = 0;
+        if (shape & 1) {
+            const double *y = (const double *)x + r * cols;
+            for (int64_t c = 0; c < cols; c++) {
+                if (y[c] != y[c]) {
+                    top = c;
+                    break;
+                }
+                if (y[c] > y[top]) top = c;
+            }
+        } else {
+            top = classify_best((const float *)x + r * cols, cols);
+        }
+        out[r] = top;
+    }
+    return 0;
+}
+
+/* numpy's order of two code-point strings of widths na, nb (UCS4, padded with zeros) */
+static int ucs4_less(const uint32_t *a, int64_t na, const uint32_t *b, int64_t nb) {
+    int64_t n = na < nb ? na : nb;
+    for (int64_t i = 0; i < n; i++)
+        if (a[i] != b[i]) return a[i] < b[i];
+    for (int64_t i = n; i < nb; i++)
+        if (b[i]) return 1; /* (a is b's prefix, b goes on) */
+    return 0;
+}
+
+/* key i < value v in searchsorted's order (kind 0 float32, 1 float64: NaN after every
+   number; 2 int64; 3 UCS4 strings of widths wk, wx) */
+static int key_less(const void *keys, int64_t i, const void *x, int64_t j, int64_t kind,
+                    int64_t wk, int64_t wx) {
+    switch (kind) {
+    case 0: {
+        float a = ((const float *)keys)[i], b = ((const float *)x)[j];
+        return a < b || (b != b && a == a);
+    }
+    case 1: {
+        double a = ((const double *)keys)[i], b = ((const double *)x)[j];
+        return a < b || (b != b && a == a);
+    }
+    case 2:
+        return ((const int64_t *)keys)[i] < ((const int64_t *)x)[j];
+    default:
+        return ucs4_less((const uint32_t *)keys + i * wk, wk, (const uint32_t *)x + j * wx, wx);
+    }
+}
+
+/* np.searchsorted(keys, x) (side left) of x [n] in the sorted keys [nkeys]: out[j] = the
+   count of keys before x[j]. Packed as onyx_argmax_small's: keys_spec = nkeys | kind << 13 |
+   wk << 15, x_spec = n | wx << 13 (nkeys, n < 8192; kind: key_less's; wk, wx: the strings'
+   widths in code points). */
+EXPORT int onyx_search_small(const void *keys, int keys_spec, const void *x, int x_spec,
+                             int64_t *out) {
+    int64_t nkeys = keys_spec & 8191, kind = (keys_spec >> 13) & 3, wk = keys_spec >> 15;
+    int64_t n = x_spec & 8191, wx = x_spec >> 13;
+    if (keys_spec < 0 || x_spec < 0 || (kind == 3 && (wk < 1 || wx < 1))) return ONYX_INVALID;
+    for (int64_t j = 0; j < n; j++) {
+        int64_t lo = 0, hi = nkeys;
+        while (lo < hi) {
+            int64_t mid = lo + (hi - lo) / 2;
+            if (key_less(keys, mid, x, j, kind, wk, wx))
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        out[j] = lo;
+    }
+    return 0;
+}

@@ -150,9 +150,10 @@ class ForestSums:
         onyx_forest_scores, one call (the kept tasks are only read: threads may share them)."""
         rows, nf = x.shape
         scores = np.empty((rows, self.targets), self.score_dtype)
-        status = core.lib.onyx_forest_scores(
-            self._descend_at, self._sum_at, _input_addr(x), rows, nf, _addr(scores)
-        )
+        scores_of = core.lib.onyx_forest_scores
+        if rows <= KEPT_ROWS:
+            scores_of = core.keeping_gil("onyx_forest_scores")
+        status = scores_of(self._descend_at, self._sum_at, _input_addr(x), rows, nf, _addr(scores))
         core.check(status, "forest_scores")
         return scores
 
@@ -371,6 +372,11 @@ class _MlCall(ctypes.Structure):
 
 #: Rows a SmallCall takes at most (each thread keeps outputs of this many rows).
 SMALL_ROWS = 64
+#: Rows up to which a SmallCall or a forest's scores keep the GIL while in C (a few
+#: microseconds: core.keeping_gil)
+KEPT_ROWS = 16
+#: Output elements up to which bins_one_hot keeps the GIL while in C
+KEPT_BINS = 4096
 
 
 class SmallCall:
@@ -386,12 +392,13 @@ class SmallCall:
     ``keep``: the arrays their addresses point into; ``work``: bytes of work space a thread
     needs."""
 
-    __slots__ = ("_fn", "_template", "_keep", "_local", "_out", "_best", "_work", "max_rows",
-                 "_result")  # fmt: skip
+    __slots__ = ("_fn", "_kept", "_template", "_keep", "_local", "_out", "_best", "_work",
+                 "max_rows", "_result")  # fmt: skip
 
     def __init__(self, kind: str, fields: dict, keep, out_width: int, out_dtype, best: bool,
                  work: int = 0, max_rows: int = SMALL_ROWS, result_dtype=None):  # fmt: skip
         self._fn = getattr(core.lib, f"onyx_{kind}_small")  # (no argtypes: passed as they are)
+        self._kept = core.keeping_gil(f"onyx_{kind}_small")  # (calls of KEPT_ROWS rows)
         self._template = _MlCall(max_rows=max_rows, **fields)
         self._keep = keep  # (the addresses in fields stay valid)
         self._local = threading.local()
@@ -421,7 +428,7 @@ class SmallCall:
         except AttributeError:
             at, views, _ = self._thread()
         rows = x.shape[0]
-        status = self._fn(at, x.tobytes(), rows)
+        status = (self._kept if rows <= KEPT_ROWS else self._fn)(at, x.tobytes(), rows)
         if status:
             core.check(status, "ml small call")
         out, best = views[rows]
@@ -519,7 +526,10 @@ def bins_one_hot(cols: np.ndarray, edges: np.ndarray, ones: np.ndarray) -> np.nd
         return None
     (rows, n), k = cols.shape, edges.shape[1]
     out = np.empty((rows, n * (k + 1)), np.float32)
-    status = core.lib.onyx_bins_one_hot(
+    one_hot = core.lib.onyx_bins_one_hot
+    if out.size <= KEPT_BINS:
+        one_hot = core.keeping_gil("onyx_bins_one_hot")
+    status = one_hot(
         _input_addr(cols), _input_addr(edges), _input_addr(ones), rows, n, k,
         int(cols.dtype == np.float64), _addr(out),
     )  # fmt: skip
@@ -548,7 +558,69 @@ def normalize_rows(x: np.ndarray, norm: str) -> np.ndarray | None:
     return space[: rows * c].reshape(rows, c)
 
 
+#: Elements up to which argmax_rows and sorted_position serve a call (larger: numpy's, which
+#: lets the GIL go, so that other threads run meanwhile; trees.c packs sizes under 4096)
+KEPT_ELEMENTS = 4095
+#: Code points a string may have in sorted_position (trees.c's packing)
+KEPT_WIDTH = 1 << 16
+_SEARCH_KINDS = {np.dtype(np.float32): 0, np.dtype(np.float64): 1, np.dtype(np.int64): 2}
+
+
+class _KeptOut(threading.local):
+    """Each thread's output of argmax_rows and sorted_position, as a pointer ctypes passes
+    as it is (taking an array's address, or converting typed arguments, cost more than
+    numpy's whole call; x goes as its bytes)."""
+
+    def __init__(self) -> None:
+        self.out = np.empty(KEPT_ELEMENTS, np.intp)
+        self.at = ctypes.c_void_p(_addr(self.out))
+
+
+_kept_out = _KeptOut()
+
+
+def argmax_rows(x: np.ndarray) -> np.ndarray | None:
+    """x.argmax(axis=1) of a small float32 or float64 x [rows, cols >= 1] (trees.c's
+    onyx_argmax_small, keeping the GIL); None without the library or else."""
+    if core.lib is None or x.dtype not in _FLOATS or x.ndim != 2:
+        return None
+    rows, cols = x.shape
+    if not cols or rows >= KEPT_ELEMENTS or cols >= KEPT_ELEMENTS:
+        return None
+    kept = _kept_out
+    shape = rows << 13 | cols << 1 | (x.dtype.itemsize == 8)
+    status = core.keeping_gil("onyx_argmax_small")(x.tobytes(), shape, kept.at)
+    if status:
+        core.check(status, "argmax")
+    return kept.out[:rows].copy()
+
+
+def sorted_position(keys: np.ndarray, x: np.ndarray) -> np.ndarray | None:
+    """np.searchsorted(keys, x) of the sorted 1-D ``keys`` and a small x of their dtype
+    (float32, float64, int64, or both str) (trees.c's onyx_search_small, keeping the GIL);
+    None without the library or else."""
+    if core.lib is None or x.size >= KEPT_ELEMENTS or keys.size >= KEPT_ELEMENTS:
+        return None
+    if keys.dtype.kind == "U" and x.dtype.kind == "U":
+        kind, wk, wx = 3, keys.dtype.itemsize // 4, x.dtype.itemsize // 4
+        if not (0 < wk < KEPT_WIDTH and 0 < wx < KEPT_WIDTH):
+            return None  # (empty strings' dtype, <U0)
+    elif keys.dtype == x.dtype and keys.dtype in _SEARCH_KINDS:
+        kind, wk, wx = _SEARCH_KINDS[keys.dtype], 0, 0
+    else:
+        return None
+    kept = _kept_out
+    status = core.keeping_gil("onyx_search_small")(
+        keys.tobytes(), keys.size | kind << 13 | wk << 15, x.tobytes(), x.size | wx << 13, kept.at
+    )
+    if status:
+        core.check(status, "searchsorted")
+    return kept.out[: x.size].reshape(x.shape).copy()
+
+
 def bind(lib, isa: int) -> None:
+    for small in (lib.onyx_argmax_small, lib.onyx_search_small):
+        small.restype = ctypes.c_int  # (no argtypes: bytes, C ints and a pointer, as they are)
     lib.onyx_normalize_rows.restype = ctypes.c_int
     lib.onyx_normalize_rows.argtypes = [_P, _I64, _I64, _I64, _P, _P]
     lib.onyx_bins_one_hot.restype = ctypes.c_int

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ... import native
+
 #: post_transform names, in the order of TreeEnsemble's integer encoding.
 POST_TRANSFORMS = ("NONE", "SOFTMAX", "LOGISTIC", "SOFTMAX_ZERO", "PROBIT")
 
@@ -32,6 +34,17 @@ def row_max(x: np.ndarray) -> np.ndarray:
     for c in range(2, x.shape[1]):
         np.maximum(m, x[:, c : c + 1], out=m)
     return m
+
+
+def row_argmax(x: np.ndarray) -> np.ndarray:
+    """x.argmax(axis=1) of a 2-D x; for a small float x, trees.c's, which keeps the GIL:
+    numpy's argmax (like its searchsorted, take and fancy indexing) lets the GIL go at every
+    call, whatever its size, and in a small scikit-learn model's run of tens of microseconds
+    each release woke a thread waiting for the GIL, which took it from the run
+    (docs/reliability.md, "Runs that keep the GIL"). Comparisons in numpy keep it too but
+    cost a one-row run 5-10 us more."""
+    best = native.argmax_rows(x)
+    return x.argmax(axis=1) if best is None else best
 
 
 def row_sum(x: np.ndarray) -> np.ndarray:

@@ -8,7 +8,7 @@ from ... import native
 from ...native.trees import linear_chain as native_linear_chain
 from ...registry import ONYX_DOMAIN, array_attributes, op
 from ..derived import prepared
-from ._common import as_2d, class_labels, logistic, probit, regression_transform
+from ._common import as_2d, class_labels, logistic, probit, regression_transform, row_argmax
 from ._common import post_transform as apply_transform
 from .preprocess import bound_scaler, normalizer
 
@@ -89,7 +89,7 @@ def _bound_classifier(attrs: dict):
         scores = np.matmul(x.astype(np.float32, copy=False), w_t)
         if intercepts is not None and len(intercepts):
             scores += intercepts
-        label = labels[scores.argmax(axis=1)]
+        label = labels[row_argmax(scores)]
         return label, apply_transform(scores, transform).astype(np.float32, copy=False)
 
     return call
@@ -120,7 +120,7 @@ def linear_classifier(
         if len(labels) == 2:
             return label, binary_scores(scores[:, 0], post_transform).astype(np.float32)
         return label, apply_transform(scores, post_transform).astype(np.float32)
-    label = labels[np.argmax(scores, axis=1)]
+    label = labels[row_argmax(scores)]
     return label, apply_transform(scores, post_transform).astype(np.float32)
 
 

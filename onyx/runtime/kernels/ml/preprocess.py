@@ -56,12 +56,19 @@ class _LookupTable:
         if self.keys.size == 0:
             return np.full(x.shape, default, dtype=self.out_dtype)
         unique, table = self.unique, self.table
-        pos = np.minimum(np.searchsorted(unique, x), unique.size - 1)
+        pos = np.minimum(_sorted_position(unique, x), unique.size - 1)
         found = unique[pos] == x
         out = np.where(found, table[pos], np.asarray(default, dtype=self.out_dtype))
         if self.nan_last:
             out = np.where(np.isnan(x), table[-1], out)
         return out.astype(self.out_dtype, copy=False)
+
+
+def _sorted_position(unique: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """np.searchsorted(unique, x); for a small x, trees.c's, which keeps the GIL (numpy's
+    lets it go at every call, whatever its size: _common.row_argmax's comment)."""
+    pos = native.sorted_position(unique, x)
+    return np.searchsorted(unique, x) if pos is None else pos
 
 
 #: whether a kept table serves string or numeric inputs (the keys' form differs)
@@ -372,13 +379,38 @@ def _feature_indices(y) -> tuple[np.ndarray, int, int]:
     return indices, int(indices.min()), int(indices.max())
 
 
+#: Elements up to which ArrayFeatureExtractor copies its columns by slices, keeping the GIL
+#: (take and fancy indexing let it go at every call: row_argmax's comment)
+SMALL_TAKE = 1024
+
+
+def _take_columns(x: np.ndarray, indices: np.ndarray, y) -> np.ndarray:
+    """x.take(indices, axis=-1) (indices checked in range): for a small x whose indices step
+    evenly (one column, a range), a copy of a slice, which keeps the GIL."""
+    if x.size > SMALL_TAKE or not indices.size or x.ndim == 0:
+        return x.take(indices, axis=-1)
+    step = derived(y, ("feature slice",), lambda: _even_slice(indices))
+    if step is None:
+        return x.take(indices, axis=-1)
+    return x[..., step].copy()
+
+
+def _even_slice(indices: np.ndarray) -> slice | None:
+    """The slice that picks ``indices`` (in range, not empty) in order, if one does."""
+    first = int(indices[0])
+    step = int(indices[1]) - first if indices.size > 1 else 1
+    if step < 1 or not np.array_equal(indices, np.arange(indices.size) * step + first):
+        return None
+    return slice(first, first + step * (indices.size - 1) + 1, step)
+
+
 @op("ArrayFeatureExtractor", since=1, domain=ML)
 def array_feature_extractor(x, y):
     # (y is mostly an initializer: its flattened form and bounds are kept per array)
     indices, low, high = derived(y, ("feature indices",), lambda: _feature_indices(y))
     if indices.size and (low < 0 or high >= x.shape[-1]):
         raise IndexError(f"ArrayFeatureExtractor: index out of range [0, {x.shape[-1]})")
-    out = x.take(indices, axis=-1)
+    out = _take_columns(x, indices, y)
     # onnxruntime returns [1, K] for a 1-D input.
     return out.reshape(1, -1) if x.ndim <= 1 else out
 

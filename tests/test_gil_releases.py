@@ -1,0 +1,182 @@
+"""Runs of small scikit-learn models keep the GIL throughout (docs/reliability.md, "Runs that
+keep the GIL"): numpy's argmax, searchsorted, take and fancy indexing, and every ctypes call
+through a CDLL, let the GIL go at each call whatever its size, and each release in a run of
+tens of microseconds woke a thread waiting for the GIL, which took it from the run.
+
+Releases are counted by an LD_PRELOAD shim in front of CPython's PyEval_SaveThread (numpy's and
+ctypes' extension modules reach it through their PLT), in a child process."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from onyx.runtime import native
+from onyx.runtime.kernels.ml._common import row_argmax
+from onyx.runtime.kernels.ml.preprocess import _sorted_position, _take_columns
+
+ZOO = Path(__file__).parent / "models" / "zoo"
+
+SHIM = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+static void *(*real)(void);
+static long count;
+static int counting;
+void *PyEval_SaveThread(void) {
+    if (!real) real = (void *(*)(void))dlsym(RTLD_NEXT, "PyEval_SaveThread");
+    if (counting) count++;
+    return real();
+}
+void gil_count_start(void) { count = 0; counting = 1; }
+long gil_count_stop(void) { counting = 0; return count; }
+"""
+
+CHILD = """
+import ctypes, sys, threading
+import numpy as np
+import onyx
+
+shim = ctypes.PyDLL(sys.argv[1])
+shim.gil_count_stop.restype = ctypes.c_long
+path = sys.argv[2]
+sess = onyx.InferenceSession(path)
+with np.load(path[: -len(".onnx")] + ".npz", allow_pickle=True) as saved:
+    feeds = {i.name: saved["in:" + i.name] for i in sess.get_inputs()}
+stop = threading.Event()
+other = threading.Thread(target=stop.wait)  # (another thread: a run then takes its run slot's
+other.start()                               # ways, a turn or the tiny rule's)
+for _ in range(40):  # (the plan compiles its runner at the second run; the Pace learns)
+    sess.run(None, feeds)
+shim.gil_count_start()
+for _ in range(100):
+    sess.run(None, feeds)
+print(shim.gil_count_stop())
+stop.set()
+other.join()
+"""
+
+
+@pytest.fixture(scope="module")
+def shim(tmp_path_factory) -> Path:
+    if not sys.platform.startswith("linux"):
+        pytest.skip("LD_PRELOAD counting: Linux only")
+    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    if shutil.which(cc) is None:
+        pytest.skip("no C compiler to build the counting shim")
+    out = tmp_path_factory.mktemp("gil") / "gil_count.so"
+    source = out.with_suffix(".c")
+    source.write_text(SHIM)
+    done = subprocess.run([cc, "-O1", "-shared", "-fPIC", "-o", str(out), str(source), "-ldl"])
+    if done.returncode:
+        pytest.skip("the counting shim does not build here")
+    return out
+
+
+def _releases(shim: Path, model: str) -> int:
+    env = {**os.environ, "LD_PRELOAD": str(shim)}
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(CHILD), str(shim), str(ZOO / f"{model}.onnx")],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return int(done.stdout.split()[-1])
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        "skl2onnx_coltrans_onehot_logreg",  # (OneHotEncoder's search, LinearClassifier's argmax)
+        "skl2onnx_coltrans_onehot_svc",  # (an SVM's small native call)
+        "skl2onnx_coltrans_onehot_gbr",  # (a forest's small native call)
+        "skl2onnx_coltrans_ordinal_forest",
+    ],
+)
+@pytest.mark.skipif(not native.available(), reason="numpy's argmax and searchsorted release it")
+def test_a_small_scikit_learn_models_runs_keep_the_gil(shim, model):
+    assert _releases(shim, model) == 0
+
+
+def test_the_counting_shim_counts_a_release(shim, tmp_path):
+    """(the shim sees numpy's releases: the test above can fail)"""
+    script = tmp_path / "probe.py"
+    script.write_text(
+        "import ctypes, sys, numpy as np\n"
+        "shim = ctypes.PyDLL(sys.argv[1]); shim.gil_count_stop.restype = ctypes.c_long\n"
+        "a = np.arange(6.0).reshape(2, 3)\n"
+        "shim.gil_count_start(); a.argmax(axis=1); a.argmax(axis=1)\n"
+        "print(shim.gil_count_stop())\n"
+    )
+    env = {**os.environ, "LD_PRELOAD": str(shim)}
+    done = subprocess.run([sys.executable, str(script), str(shim)], env=env, capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout.split()[-1]) == 2
+
+
+def _with_nans_and_ties(rng, shape, dtype) -> np.ndarray:
+    x = rng.integers(-3, 3, size=shape).astype(dtype)  # (ties everywhere)
+    if np.dtype(dtype).kind == "f":
+        x.flat[rng.choice(x.size, size=x.size // 5, replace=False)] = np.nan
+        x.flat[rng.choice(x.size, size=x.size // 7, replace=False)] = -0.0
+        x.flat[rng.choice(x.size, size=x.size // 9, replace=False)] = np.inf
+    return x
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64])
+@pytest.mark.parametrize("shape", [(1, 1), (1, 2), (16, 2), (16, 3), (5, 7), (0, 3), (36, 7)])
+def test_row_argmax_is_argmaxs_index(dtype, shape):
+    rng = np.random.default_rng(sum(shape))
+    for _ in range(20):
+        x = _with_nans_and_ties(rng, shape, dtype)
+        got = row_argmax(x)
+        assert got.dtype == np.intp and np.array_equal(got, x.argmax(axis=1))
+    if native.available() and np.dtype(dtype).kind == "f":  # (trees.c's, not numpy's)
+        assert native.argmax_rows(x) is not None
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64])
+def test_sorted_position_is_searchsorteds(dtype):
+    rng = np.random.default_rng(3)
+    for keys in range(1, 9):
+        for _ in range(10):
+            unique = np.unique(_with_nans_and_ties(rng, (keys,), dtype))
+            x = _with_nans_and_ties(rng, (6, 1), dtype)
+            got = _sorted_position(unique, x)
+            assert got.dtype == np.intp
+            assert np.array_equal(got, np.searchsorted(unique, x))
+            if native.available():  # (trees.c's, not numpy's)
+                assert native.sorted_position(unique, x) is not None
+
+
+def test_sorted_position_of_strings_is_searchsorteds():
+    unique = np.unique(np.array(["b", "a", "zz", "c", "", "a\u00e9", "\U0001f600"]))
+    for x in (
+        np.array([["a"], ["bb"], [""], ["zzz"], ["c"], ["\u00e9"], ["a\u00e9"], ["z"]]),
+        np.array(["a", "b", "y", "\U0001f600\U0001f600"]),
+        np.array([["zz"]]),
+        np.array(["a\u00e9b", "aa", "a", "ab"]),
+    ):
+        got = _sorted_position(unique, x)
+        assert got.shape == x.shape and np.array_equal(got, np.searchsorted(unique, x))
+        if native.available():  # (trees.c's, not numpy's)
+            assert native.sorted_position(unique, x) is not None
+
+
+@pytest.mark.parametrize(
+    "indices", [[0], [3], [1, 2, 3], [0, 2, 4], [4, 2], [1, 1], [0, 3, 4], [5], [0, 1, 2, 3, 4, 5]]
+)
+def test_take_columns_is_takes(indices):
+    x = np.arange(24.0).reshape(4, 6)
+    y = np.array(indices, np.int64)
+    got = _take_columns(x, y, y)
+    assert np.array_equal(got, x.take(y, axis=-1)) and got.flags.owndata
+    assert np.array_equal(_take_columns(x[0], y, y), x[0].take(y, axis=-1))
