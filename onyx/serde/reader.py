@@ -738,6 +738,8 @@ def _written_empty_node(fields: dict) -> tuple[str, ...]:
     """What ``written_empty(named fields, _NODE_PRESENCE)`` gives for a node of _PLAIN_NODE
     fields, from its fields by descriptor."""
     return tuple(f.name for f in _PLAIN_NODE_SCALARS if f in fields and not fields[f])
+
+
 _VI_MODELED = frozenset({"name", "type", "doc_string", "metadata_props"})
 _GRAPH_MODELED = frozenset(
     {"node", "name", "initializer", "sparse_initializer", "doc_string", "input", "output"}

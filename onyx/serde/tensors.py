@@ -200,9 +200,7 @@ _PLAIN_TYPED = {
         d,
         _TYPED_DATA[TYPED_FIELD[d]],
         np.dtype(_FIELD_DTYPE[TYPED_FIELD[d]]),
-        None
-        if np.dtype(_FIELD_DTYPE[TYPED_FIELD[d]]) == BY_ENUM[d].numpy
-        else BY_ENUM[d].numpy,
+        None if np.dtype(_FIELD_DTYPE[TYPED_FIELD[d]]) == BY_ENUM[d].numpy else BY_ENUM[d].numpy,
     )
     for d in (D.FLOAT, D.DOUBLE, D.INT64, D.INT32, D.INT16, D.INT8, D.UINT64, D.UINT32)
     + (D.UINT16, D.UINT8, D.BOOL)
