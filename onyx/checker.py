@@ -126,6 +126,8 @@ def node_label(node: Node) -> str:
 #: signatures are dropped past _MEMO_LIMIT (a bound for processes that see endless models).
 _CLEAN: set[tuple] = set()
 _ALLOWED: dict[tuple, frozenset | None] = {}
+_TYPE_STRINGS: dict[int, tuple] = {}
+_TYPE_STRINGS_LIMIT = 16_384
 _MEMO_LIMIT = 100_000
 _MISSING = object()
 
@@ -142,7 +144,11 @@ class _Checker:
         if len(_CLEAN) > _MEMO_LIMIT:
             _CLEAN.clear()
         self.clean = _CLEAN
-        self.type_strings: dict[int, tuple] = {}
+        # id(type) -> (the type, its string): the process's, as the verdicts are (types are
+        # immutable, and a model read again reuses its reader's types: serde/reader.py)
+        if len(_TYPE_STRINGS) > _TYPE_STRINGS_LIMIT:
+            _TYPE_STRINGS.clear()
+        self.type_strings = _TYPE_STRINGS
         self.allowed = _ALLOWED
         self.real_base: str | None = None
 

@@ -214,3 +214,71 @@ def test_plain_typed_initializers_read_as_the_general_path_reads_them(
         else:
             other.raw_data = b""
         assert plain_typed_tensor(other) is None
+
+
+# -- creation's short paths (serde/tensors.py plain_typed_tensor, serde/reader.py) ---------------
+
+
+@pytest.mark.parametrize("count", [0, 1, 3, 32, 33, 1000])
+@pytest.mark.parametrize(
+    "dt",
+    [DataType.FLOAT, DataType.DOUBLE, DataType.INT64, DataType.INT32, DataType.INT8]
+    + [DataType.UINT8, DataType.UINT16, DataType.UINT32, DataType.UINT64, DataType.BOOL],
+)
+def test_typed_field_short_path_is_the_general_path(dt, count):
+    """A typed-field initializer read by the short path (a slice of a short field, the
+    container of a long one) is what the general reader makes of it, bit for bit."""
+    from onyx.serde.tensors import plain_typed_tensor
+
+    arr = _sample(dt).reshape(-1)
+    arr = np.resize(arr, count).astype(arr.dtype)
+    tp = OurTensorProto()
+    tp.ParseFromString(
+        numpy_helper.from_array(arr, "w").SerializeToString()
+        if dt == DataType.BOOL or count == 0
+        else _typed(arr, dt).SerializeToString()
+    )
+    fast = plain_typed_tensor(tp)
+    slow = tensor_from_proto(tp)
+    if fast is None:  # (numpy_helper wrote raw bytes: not a typed field)
+        assert tp.HasField("raw_data")
+        return
+    assert fast.dtype == slow.dtype and _same(fast.numpy(), slow.numpy())
+    assert fast.extras == slow.extras
+
+
+def _typed(arr: np.ndarray, dt: int) -> onnx.TensorProto:
+    return helper.make_tensor("w", int(dt), arr.shape, arr.tolist())
+
+
+def test_a_model_read_twice_shares_its_types():
+    """Types are immutable and a function of their bytes: every read of a model gives its
+    values the same type objects (the checker and inference key their memos on them)."""
+    x = helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["N", 4])
+    y = helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["N", 4])
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y])
+    data = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    a, b = onyx.load(data), onyx.load(data)
+    assert a.graph.inputs[0].type is b.graph.inputs[0].type
+    assert a.graph.inputs[0].type is a.graph.outputs[0].type
+
+
+def test_a_node_with_its_domain_written_empty_round_trips():
+    """skl2onnx writes every node's domain, '' included: the reader's plain path keeps the
+    written-empty field, and the model saves to the bytes it was read from once edited."""
+    x = helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2])
+    y = helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2])
+    node = helper.make_node("Relu", ["x"], ["y"])
+    node.domain = ""  # (present, empty)
+    node.doc_string = ""
+    g = helper.make_graph([node], "g", [x], [y])
+    proto = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    data = proto.SerializeToString()
+    m = onyx.load(data)
+    n = next(iter(m.graph))
+    assert n.extras == {"present": ("domain", "doc_string")}
+    m.graph.append(onyx.ir.Node("Identity", [n.outputs[0]], ["z"]))  # (written from the IR)
+    again = onnx.ModelProto()
+    again.ParseFromString(onyx.serde.dumps(m))
+    assert len(again.graph.node) == 2
+    assert again.graph.node[0].HasField("domain") and again.graph.node[0].HasField("doc_string")

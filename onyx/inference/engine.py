@@ -578,8 +578,8 @@ def _in_order(g: Graph) -> list[Node]:
     mine = {id(n) for n in nodes}
     seen: set[int] = set()
     for n in nodes:
-        # (a node without attributes has no subgraph: its inputs are all it reads)
-        for v in n.inputs if not n.attributes else inputs_with_captures(n):
+        # (a node without a subgraph reads its inputs alone)
+        for v in inputs_with_captures(n) if n.attributes and n.has_subgraphs() else n.inputs:
             p = None if v is None else v.producer
             if p is not None and id(p) in mine and id(p) not in seen and p is not n:
                 return _sorted(nodes, mine)
@@ -741,8 +741,14 @@ class _DimWriter:
 
     def type(self, t):
         if isinstance(t, TensorType) and t.shape is not None:
-            if self.keep is None and (self.symbols is None or None not in t.shape.dims):
-                return t  # (nothing to name or drop: most values, so the dims are not rebuilt)
+            if self.keep is None:
+                if self.symbols is None or None not in t.shape.dims:
+                    return t  # (nothing to name or drop: most values, so dims are not rebuilt)
+                # (each unknown dim named: what dim() does without ``keep``, in one list; a
+                # model of unknown batch names every value's, a tenth of its inference)
+                fresh = self.symbols.fresh
+                dims = tuple([fresh() if d is None else d for d in t.shape.dims])
+                return TensorType(t.elem_type, Shape(dims, t.shape.denotations), t.denotation)
             dims = tuple(self.dim(d) for d in t.shape.dims)
             if dims != t.shape.dims:
                 return TensorType(t.elem_type, Shape(dims, t.shape.denotations), t.denotation)
@@ -779,12 +785,14 @@ def _is_complete(t) -> bool:
 def _write_back(g: Graph, env: dict, writer: _DimWriter) -> None:
     known = {id(v) for v in g.value_info}
     outputs = {id(v) for v in g.outputs}
+    types = env["types"]
+    listed = g.value_info
     for node in g.nodes:
         for v in node.outputs:
-            t = env["types"].get(id(v))
+            t = types.get(id(v))
             if t is None or not v.name or not _is_complete(t):
                 continue  # a type with no element type (an op we have no rule for) says nothing
             v.type = writer.type(t)
             if id(v) not in known and id(v) not in outputs:
-                g.value_info.append(v)
+                listed.append(v)
                 known.add(id(v))

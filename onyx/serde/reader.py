@@ -129,6 +129,13 @@ _LIST_FIELDS = {A.FLOATS: "floats", A.INTS: "ints", A.STRINGS: "strings"}
 MEMO_MAX_ENTRIES = 4096
 
 
+#: The Readers' tables of types read (Reader._types) and of initializers' tensor types
+#: (Reader._tensor_types), shared: a type is a function of its bytes (or its element type and
+#: dims) alone. Cleared when a Reader starts with MEMO_MAX_ENTRIES in one.
+_TYPES: dict[bytes, tuple] = {}
+_TENSOR_TYPES: dict[tuple, TensorType] = {}
+
+
 def _small_plain(a) -> bool:
     """Whether an AttributeProto may be a memo entry: of a plain type, and no long list or
     string (counted before serializing: a tree ensemble's lists of thousands, or a long
@@ -173,9 +180,14 @@ class Reader:
         self.where = where
         self.externals = externals
         #: TypeProto bytes -> (ir type, faithful): a model's values share a few dozen types,
-        #: and reading one field by field costs 15x serializing it (types are immutable)
-        self._types: dict[bytes, tuple] = {}
-        self._tensor_types: dict[tuple, TensorType] = {}
+        #: and reading one field by field costs 15x serializing it (types are immutable, so
+        #: the table is the process's: a model created again reads none of its types)
+        self._types: dict[bytes, tuple] = _TYPES
+        self._tensor_types: dict[tuple, TensorType] = _TENSOR_TYPES
+        if len(_TYPES) >= MEMO_MAX_ENTRIES:
+            _TYPES.clear()
+        if len(_TENSOR_TYPES) >= MEMO_MAX_ENTRIES:
+            _TENSOR_TYPES.clear()
         #: Whether some use was settled after the uses of later nodes (see ``_nodes``).
         self._unordered = False
 
@@ -496,12 +508,8 @@ class Reader:
                     unsettled = [(i, n) for i, n in enumerate(names) if n and inputs[i] is None]
             names = fields.get(_OUTPUT)
             outputs = list(map(Value, names[:])) if names is not None else []
-            if (
-                fields.keys() <= _PLAIN_NODE
-                and all(fields.values())
-                and not len(UnknownFieldSet(np_))
-            ):
-                # nothing written empty, nothing the IR does not model: the common case
+            if fields.keys() <= _PLAIN_NODE and not len(UnknownFieldSet(np_)):
+                # nothing the IR does not model: the common case
                 node = Node(
                     fields.get(_OP_TYPE, ""),
                     inputs,
@@ -512,6 +520,8 @@ class Reader:
                 )
                 if _DOC_STRING in fields:
                     node.doc_string = fields[_DOC_STRING]
+                if not all(fields.values()):  # (skl2onnx writes every node's domain, "" too)
+                    node.extras = {"present": _written_empty_node(fields)}
             else:
                 named = {fd.name: value for fd, value in fields.items()}
                 node = Node(
@@ -717,8 +727,19 @@ _INPUT, _OUTPUT, _NAME, _OP_TYPE, _ATTRIBUTE, _DOC_STRING, _DOMAIN = (
     _NODE_FIELD[f]
     for f in ("input", "output", "name", "op_type", "attribute", "doc_string", "domain")
 )
-#: The fields of a node read without bookkeeping when none is written empty.
+#: The fields of a node read without the general path's bookkeeping.
 _PLAIN_NODE = frozenset({_INPUT, _OUTPUT, _NAME, _OP_TYPE, _ATTRIBUTE, _DOC_STRING, _DOMAIN})
+#: Its optional scalars, in _NODE_PRESENCE's order (a repeated field is listed only when it
+#: holds something).
+_PLAIN_NODE_SCALARS = (_NAME, _OP_TYPE, _DOMAIN, _DOC_STRING)
+
+
+def _written_empty_node(fields: dict) -> tuple[str, ...]:
+    """What ``written_empty(named fields, _NODE_PRESENCE)`` gives for a node of _PLAIN_NODE
+    fields, from its fields by descriptor."""
+    return tuple(f.name for f in _PLAIN_NODE_SCALARS if f in fields and not fields[f])
+
+
 _VI_MODELED = frozenset({"name", "type", "doc_string", "metadata_props"})
 _GRAPH_MODELED = frozenset(
     {"node", "name", "initializer", "sparse_initializer", "doc_string", "input", "output"}
