@@ -414,9 +414,9 @@ class InferenceSession(SessionAPI):
                 results = self._plan.run(inputs, None, wanted)
             finally:
                 restore_fp_errors(token)
-        for r in results:  # (kernels' outputs are mostly fresh arrays: one pass to see it)
+        for i, r in enumerate(results):
             if r.__class__ is not np.ndarray or not r.flags.writeable:
-                return [as_array_result(r) for r in results]
+                results[i] = as_array_result(r)
         return results
 
     def _exact_feeds(self, specs, feed: dict, key: list) -> list | None:
