@@ -3,6 +3,8 @@ inf and nan, are what the spec asks for), and kernels that may overflow ask for 
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 
@@ -34,11 +36,27 @@ class _IgnoringFpErrors:
         _FP_VAR.reset(self.token)
 
 
+def _entered_errstate():
+    state = np.errstate(all="ignore")
+    state.__enter__()
+    return state
+
+
 _FP = _fp_errors_ignored()
 if _FP is not None:
     _FP_VAR, _FP_IGNORE = _FP
     ignoring_fp_errors = _IgnoringFpErrors
+    #: ``token = ignore_fp_errors()`` ... ``restore_fp_errors(token)``: ignoring_fp_errors()
+    #: without a context manager's object and method calls, for run()'s fast path (C calls
+    #: alone: the context manager cost a one-row run as much as its run slot's bookkeeping)
+    ignore_fp_errors = functools.partial(_FP_VAR.set, _FP_IGNORE)
+    restore_fp_errors = _FP_VAR.reset
 else:  # (a numpy whose errstate is not a context variable)
 
     def ignoring_fp_errors():
         return np.errstate(all="ignore")
+
+    ignore_fp_errors = _entered_errstate
+
+    def restore_fp_errors(state) -> None:
+        state.__exit__(None, None, None)

@@ -18,6 +18,7 @@ from ..ir.frozen import FrozenValue
 from ..serde import as_model
 from ..utils import gc_paused, import_settled, settle_long_lived
 from . import concurrency, memory, native
+from .fpstate import ignore_fp_errors, restore_fp_errors
 from .lenient import accept_lenient
 from .options import (  # noqa: F401  (onnxruntime's names, importable from here as before)
     ExecutionMode,
@@ -387,8 +388,8 @@ class InferenceSession(SessionAPI):
         a full run has validated and checked this signature (its shapes and output names):
         the plan's generated runner on fresh read-only views of the feeds. None sends
         the call down the full path, which does every check and raises the errors. (One
-        function, the feed checks inlined: at one row, each call and list the path made cost
-        as much as a small kernel.)"""
+        function, the feed checks and numpy's error state inlined:
+        at one row, each call and object the path made cost as much as a small kernel.)"""
         specs = self._fast_feeds  # (None while profiling, or for inputs of other types)
         if specs is None or len(feed) != len(specs):
             return None
@@ -407,8 +408,12 @@ class InferenceSession(SessionAPI):
             return None
         if wanted is _UNCHECKED:
             return None
-        with self._run_slot(), ignoring_fp_errors():
-            results = self._plan.run(inputs, None, wanted)
+        with concurrency.run_slot(self._run_threads, self._run_blas, self._pace):
+            token = ignore_fp_errors()
+            try:
+                results = self._plan.run(inputs, None, wanted)
+            finally:
+                restore_fp_errors(token)
         for i, r in enumerate(results):
             if r.__class__ is not np.ndarray or not r.flags.writeable:
                 results[i] = as_array_result(r)
