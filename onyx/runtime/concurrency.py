@@ -78,6 +78,7 @@ import time
 
 from . import native
 
+_setting = native.THREAD_SETTING  # (the native thread setting: ``run_slot`` sets it per run)
 _mutex = _thread.allocate_lock()  # (a run's BLAS place is taken and given back under it)
 _lock = threading.Condition(_mutex)  # (waits for a BLAS place; ``with _mutex`` is cheaper)
 _blas_runs = 0  # runs holding the BLAS setting
@@ -873,14 +874,14 @@ class run_slot:  # noqa: N801  (used as a function: ``with run_slot(threads, bla
     does no BLAS work), ``pace`` the session's run time (None: the run does not take turns).
     A class, not a generator: it wraps every run of tiny models too."""
 
-    __slots__ = ("blas", "native", "pace", "turn", "start", "shared")
+    __slots__ = ("blas", "native", "pace", "turn", "start", "shared", "token")
 
     def __init__(self, threads: int, blas: int | None, pace: Pace | None = None):
         self.blas = _default_blas() if blas == 0 else blas
         # (the native pool's thread count stays the run's own: some kernels choose their
         # path by it, and a path's bits must not depend on what else runs; None: the setting
-        # in force is already it, the common case)
-        self.native = None if threads == native.thread_setting() else native.threads(threads)
+        # in force is already it, the common case; set as native.threads sets it)
+        self.native = None if threads == _setting.get() else threads
         self.pace = pace
         self.turn = None
         self.shared = False  # (a tiny run sharing a BLAS setting of several threads)
@@ -912,7 +913,7 @@ class run_slot:  # noqa: N801  (used as a function: ``with run_slot(threads, bla
                 _share_blas(self.blas) if self.shared else _enter_blas(self.blas)
         try:
             if self.native is not None:
-                self.native.__enter__()
+                self.token = _setting.set(self.native)
         except BaseException:
             if self.blas:
                 with _mutex:
@@ -923,7 +924,7 @@ class run_slot:  # noqa: N801  (used as a function: ``with run_slot(threads, bla
         if self.start is not None:
             self.pace.add(time.thread_time() - self.start)
         if self.native is not None:
-            self.native.__exit__(*exc)
+            _setting.reset(self.token)
         if self.blas:
             with _mutex:
                 _leave_blas(self.shared)
