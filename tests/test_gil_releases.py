@@ -190,3 +190,13 @@ def test_row_argmax_of_a_large_input_lets_the_gil_go(shape):
     x = np.zeros(shape, np.float32)
     assert native.argmax_rows(x) is None
     assert np.array_equal(row_argmax(x), x.argmax(axis=1))
+
+
+@pytest.mark.skipif(not native.available(), reason="native library not built")
+def test_sorted_position_of_byte_swapped_strings_is_searchsorteds():
+    """Strings of the other byte order ('>U'): trees.c reads code points in the machine's
+    order (a swapped code point above 255 sorted by its low byte first)."""
+    unique = np.array(["a", "\u00ff", "\u0101"]).astype(">U1")
+    x = np.array(["\u0100", "\u00fe", "\u0102"]).astype(">U1")
+    assert np.array_equal(_sorted_position(unique, x), np.searchsorted(unique, x))
+    assert np.array_equal(_sorted_position(unique, x.astype("<U1")), np.searchsorted(unique, x))
