@@ -183,7 +183,7 @@ def test_take_columns_is_takes(indices):
 
 
 @pytest.mark.skipif(not native.available(), reason="native library not built")
-@pytest.mark.parametrize("shape", [(4000, 4000), (4094, 2), (2, 4094), (64, 64)])
+@pytest.mark.parametrize("shape", [(4000, 4000), (4094, 2), (2, 4094), (64, 64), (4095, 1)])
 def test_row_argmax_of_a_large_input_lets_the_gil_go(shape):
     """KEPT_ELEMENTS bounds the elements of a GIL-keeping argmax (not each of rows and cols:
     a 4000 x 4000 input was copied and searched with the GIL held, other threads stopped)."""
