@@ -180,3 +180,23 @@ def test_take_columns_is_takes(indices):
     got = _take_columns(x, y, y)
     assert np.array_equal(got, x.take(y, axis=-1)) and got.flags.owndata
     assert np.array_equal(_take_columns(x[0], y, y), x[0].take(y, axis=-1))
+
+
+@pytest.mark.skipif(not native.available(), reason="native library not built")
+@pytest.mark.parametrize("shape", [(4000, 4000), (4094, 2), (2, 4094), (64, 64), (4095, 1)])
+def test_row_argmax_of_a_large_input_lets_the_gil_go(shape):
+    """KEPT_ELEMENTS bounds the elements of a GIL-keeping argmax (not each of rows and cols:
+    a 4000 x 4000 input was copied and searched with the GIL held, other threads stopped)."""
+    x = np.zeros(shape, np.float32)
+    assert native.argmax_rows(x) is None
+    assert np.array_equal(row_argmax(x), x.argmax(axis=1))
+
+
+@pytest.mark.skipif(not native.available(), reason="native library not built")
+def test_sorted_position_of_byte_swapped_strings_is_searchsorteds():
+    """Strings of the other byte order ('>U'): trees.c reads code points in the machine's
+    order (a swapped code point above 255 sorted by its low byte first)."""
+    unique = np.array(["a", "\u00ff", "\u0101"]).astype(">U1")
+    x = np.array(["\u0100", "\u00fe", "\u0102"]).astype(">U1")
+    assert np.array_equal(_sorted_position(unique, x), np.searchsorted(unique, x))
+    assert np.array_equal(_sorted_position(unique, x.astype("<U1")), np.searchsorted(unique, x))
