@@ -180,3 +180,16 @@ def test_take_columns_is_takes(indices):
     got = _take_columns(x, y, y)
     assert np.array_equal(got, x.take(y, axis=-1)) and got.flags.owndata
     assert np.array_equal(_take_columns(x[0], y, y), x[0].take(y, axis=-1))
+
+
+@pytest.mark.skipif(not native.available(), reason="native library not built")
+def test_row_argmax_keeps_the_gil_only_for_small_inputs():
+    """argmax_rows serves fewer than KEPT_ELEMENTS elements (docs/reliability.md): a larger x
+    (each dimension small, their product not) goes to numpy's argmax, which lets the GIL go,
+    rather than holding it for millions of comparisons."""
+    from onyx.runtime.native import trees
+
+    side = 100  # (100 x 100 = 10000 elements, each side < KEPT_ELEMENTS)
+    assert side * side >= trees.KEPT_ELEMENTS
+    assert native.argmax_rows(np.zeros((side, side), np.float32)) is None
+    assert native.argmax_rows(np.zeros((4, 9), np.float32)) is not None

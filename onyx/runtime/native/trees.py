@@ -585,7 +585,7 @@ def argmax_rows(x: np.ndarray) -> np.ndarray | None:
     if core.lib is None or x.dtype not in _FLOATS or x.ndim != 2:
         return None
     rows, cols = x.shape
-    if not cols or rows >= KEPT_ELEMENTS or cols >= KEPT_ELEMENTS:
+    if not cols or x.size >= KEPT_ELEMENTS:  # (elements, not each side: rows * cols of them)
         return None
     kept = _kept_out
     shape = rows << 13 | cols << 1 | (x.dtype.itemsize == 8)
