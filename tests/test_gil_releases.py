@@ -193,3 +193,17 @@ def test_row_argmax_keeps_the_gil_only_for_small_inputs():
     assert side * side >= trees.KEPT_ELEMENTS
     assert native.argmax_rows(np.zeros((side, side), np.float32)) is None
     assert native.argmax_rows(np.zeros((4, 9), np.float32)) is not None
+
+
+def test_sorted_position_of_byte_swapped_strings_is_searchsorteds():
+    """A string x (or keys) in big-endian UCS4 ('>U'), as a caller may feed it and astype(str)
+    keeps it: trees.c compares native code points, so such arrays go to numpy."""
+    unique = np.unique(np.array(["a", "b", "c", "\u00ff", "\u0100"]))
+    x = np.array(["b", "c", "\u0100", "\u00ff", "zz"])
+    for k, v in (
+        (unique, x.astype(">U2")),
+        (unique.astype(">U1"), x),
+        (unique.astype(">U1"), x.astype(">U2")),
+    ):
+        got = _sorted_position(k, v)
+        assert np.array_equal(got, np.searchsorted(k, v)), (k.dtype, v.dtype, got)

@@ -601,6 +601,8 @@ def sorted_position(keys: np.ndarray, x: np.ndarray) -> np.ndarray | None:
     None without the library or else."""
     if core.lib is None or x.size >= KEPT_ELEMENTS or keys.size >= KEPT_ELEMENTS:
         return None
+    if not (keys.dtype.isnative and x.dtype.isnative):
+        return None  # (big-endian '>U' strings: trees.c reads native code points)
     if keys.dtype.kind == "U" and x.dtype.kind == "U":
         kind, wk, wx = 3, keys.dtype.itemsize // 4, x.dtype.itemsize // 4
         if not (0 < wk < KEPT_WIDTH and 0 < wx < KEPT_WIDTH):
