@@ -149,6 +149,11 @@ class PlaneConv:
         task = _filled(self.task, x, y)
         if bias is not None:
             bias = np.ascontiguousarray(bias, np.float32)
+            if bias.size != self.shape[1]:  # (depthwise.c reads bias[m] for every channel m)
+                raise InvalidArgument(
+                    f"onyx native depthwise conv: a bias of {bias.size} values for "
+                    f"{self.shape[1]} output channels"
+                )
             task.bias = _addr(bias)
         _run(core.lib.float_conv_range, task, self.cuts, self.ways, "depthwise conv")
         return y
