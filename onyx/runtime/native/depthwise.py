@@ -333,8 +333,8 @@ def conv_small_ok(x: np.ndarray, w: np.ndarray, begin) -> bool:
         and bool(core.lib.conv_small)
         and x.ndim == 4
         and x.flags.c_contiguous
-        and w[0].size <= SMALL_CONV_K
-        and w.shape[0] >= 8
+        and w.shape[0] >= 8  # (before w[0]: a weight of no output channels has none)
+        and 0 < w[0].size <= SMALL_CONV_K
         and min(begin) >= 0
     )
 
