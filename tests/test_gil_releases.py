@@ -193,10 +193,27 @@ def test_row_argmax_of_a_large_input_lets_the_gil_go(shape):
 
 
 @pytest.mark.skipif(not native.available(), reason="native library not built")
+def test_row_argmax_keeps_the_gil_only_for_small_inputs():
+    """argmax_rows serves fewer than KEPT_ELEMENTS elements (docs/reliability.md): a larger x
+    (each dimension small, their product not) goes to numpy's argmax, which lets the GIL go,
+    rather than holding it for millions of comparisons."""
+    from onyx.runtime.native import trees
+
+    side = 100  # (100 x 100 = 10000 elements, each side < KEPT_ELEMENTS)
+    assert side * side >= trees.KEPT_ELEMENTS
+    assert native.argmax_rows(np.zeros((side, side), np.float32)) is None
+    assert native.argmax_rows(np.zeros((4, 9), np.float32)) is not None
+
+
 def test_sorted_position_of_byte_swapped_strings_is_searchsorteds():
-    """Strings of the other byte order ('>U'): trees.c reads code points in the machine's
-    order (a swapped code point above 255 sorted by its low byte first)."""
-    unique = np.array(["a", "\u00ff", "\u0101"]).astype(">U1")
-    x = np.array(["\u0100", "\u00fe", "\u0102"]).astype(">U1")
-    assert np.array_equal(_sorted_position(unique, x), np.searchsorted(unique, x))
-    assert np.array_equal(_sorted_position(unique, x.astype("<U1")), np.searchsorted(unique, x))
+    """A string x (or keys) in big-endian UCS4 ('>U'), as a caller may feed it and astype(str)
+    keeps it: trees.c compares native code points, so such arrays go to numpy."""
+    unique = np.unique(np.array(["a", "b", "c", "\u00ff", "\u0100"]))
+    x = np.array(["b", "c", "\u0100", "\u00ff", "zz"])
+    for k, v in (
+        (unique, x.astype(">U2")),
+        (unique.astype(">U1"), x),
+        (unique.astype(">U1"), x.astype(">U2")),
+    ):
+        got = _sorted_position(k, v)
+        assert np.array_equal(got, np.searchsorted(k, v)), (k.dtype, v.dtype, got)

@@ -758,3 +758,35 @@ def test_column_packing_jobs_fill_the_same_columns_and_refuse_any_past_their_own
         _core._run(_core.lib.conv_f32_pack_range, task, [0, jobs + 1], 1, "float conv")
     with pytest.raises(InvalidArgument):  # (a range that ends before it begins)
         _core._run(_core.lib.conv_f32_pack_range, task, [1, 0], 1, "float conv")
+
+
+@pytest.mark.parametrize("w_shape", [(0, 3, 3, 3), (0, 0, 3, 3), (4, 0, 3, 3), (8, 0, 3, 3)])
+def test_conv_of_no_channels_is_numpys(w_shape):
+    """A conv of no output (or input) channels: numpy's empty (or zero) result, as onnxruntime
+    (the native set-up indexed W[0] of an empty weight: an IndexError)."""
+    x = np.ones((1, w_shape[1], 6, 6), np.float32)
+    w = np.zeros(w_shape, np.float32)
+    got = fused_conv(x, w, activation="Relu", kernel_shape=[3, 3], pads=[1] * 4)
+    assert got.shape == (1, w_shape[0], 6, 6) and not got.any()
+
+
+@pytest.mark.parametrize("w_shape", [(0, 3, 3, 3), (0, 0, 3, 3)])
+def test_session_conv_of_no_output_channels(w_shape):
+    """The bound conv of a session (kernels/conv.py's _float_conv) with no output channels:
+    the empty result (the small-image set-up indexed W[0]: a RuntimeFailure)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    import onyx
+
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], kernel_shape=[3, 3], pads=[1] * 4),
+        helper.make_node("Relu", ["c"], ["y"]),
+    ]
+    x_info = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, w_shape[1], 8, 8])
+    y_info = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    weight = numpy_helper.from_array(np.zeros(w_shape, np.float32), "w")
+    graph = helper.make_graph(nodes, "g", [x_info], [y_info], [weight])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    s = onyx.InferenceSession(model.SerializeToString())
+    got = s.run(None, {"x": np.ones((1, w_shape[1], 8, 8), np.float32)})[0]
+    assert got.shape == (1, 0, 8, 8)

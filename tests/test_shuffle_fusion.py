@@ -183,3 +183,22 @@ def test_native_depthwise_reads_planes_shuffled(x_shape, groups):
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
     with pytest.raises(OnyxError, match="shuffle groups"):
         native.depthwise_setup(x_shape, wt, *geo, shuffle=c + 1)
+
+
+@pytest.mark.parametrize("disabled", [(), ("ChannelShuffleConvFusion",)])
+def test_fed_bias_of_another_size_is_refused(disabled):
+    """An IR 3 model's bias is an input a caller may feed; declared of a symbolic size, a bias
+    of other than C values is an OnyxError (the native depthwise conv read past its end,
+    fused or not, and returned garbage)."""
+    model = onnx.load_from_string(_unit((1, 24, 8, 8), 4, opset=9, ir3=True))
+    b_input = next(i for i in model.graph.input if i.name == "b")
+    b_input.type.tensor_type.shape.dim[0].dim_param = "n"
+    m = model.SerializeToString()
+    x = RNG.standard_normal((1, 24, 8, 8)).astype(np.float32)
+    so = onyx.SessionOptions()
+    so.disabled_optimizers = list(disabled)
+    s = onyx.InferenceSession(m, so)
+    s.run(None, {"x": x})
+    for size in (1, 3, 48):
+        with pytest.raises(onyx.OnyxError):
+            s.run(None, {"x": x, "b": np.ones(size, np.float32)})

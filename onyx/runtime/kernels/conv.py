@@ -337,6 +337,8 @@ def _float_conv(
 ) -> native.FloatConv | None:
     """The native conv set up for this weight, input shape and attributes, or None where it
     does not apply: depthwise and stem convs have their own kernels."""
+    if not W.size:  # (no channels in or out: numpy's empty or zero result; the set-ups read W[0])
+        return None
     geo = _conv_geometry(x_shape, W.shape, *attrs)
     begin = geo["pads"][: len(x_shape) - 2]
     if group > 1 and W.shape[1] == 1 or min(geo["pads"]) < 0:

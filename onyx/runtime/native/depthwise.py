@@ -149,6 +149,11 @@ class PlaneConv:
         task = _filled(self.task, x, y)
         if bias is not None:
             bias = np.ascontiguousarray(bias, np.float32)
+            if bias.size != self.shape[1]:  # (depthwise.c reads bias[m] for every channel m)
+                raise InvalidArgument(
+                    f"onyx native depthwise conv: a bias of {bias.size} values for "
+                    f"{self.shape[1]} output channels"
+                )
             task.bias = _addr(bias)
         _run(core.lib.float_conv_range, task, self.cuts, self.ways, "depthwise conv")
         return y
@@ -328,8 +333,8 @@ def conv_small_ok(x: np.ndarray, w: np.ndarray, begin) -> bool:
         and bool(core.lib.conv_small)
         and x.ndim == 4
         and x.flags.c_contiguous
-        and w[0].size <= SMALL_CONV_K
-        and w.shape[0] >= 8
+        and w.shape[0] >= 8  # (before w[0]: a weight of no output channels has none)
+        and 0 < w[0].size <= SMALL_CONV_K
         and min(begin) >= 0
     )
 

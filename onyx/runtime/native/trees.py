@@ -585,7 +585,7 @@ def argmax_rows(x: np.ndarray) -> np.ndarray | None:
     if core.lib is None or x.dtype not in _FLOATS or x.ndim != 2:
         return None
     rows, cols = x.shape
-    if not cols or rows * cols >= KEPT_ELEMENTS:  # (small inputs alone: the GIL stays held)
+    if not cols or x.size >= KEPT_ELEMENTS:  # (elements, not each side: rows * cols of them)
         return None
     kept = _kept_out
     shape = rows << 13 | cols << 1 | (x.dtype.itemsize == 8)
@@ -601,8 +601,9 @@ def sorted_position(keys: np.ndarray, x: np.ndarray) -> np.ndarray | None:
     None without the library or else."""
     if core.lib is None or x.size >= KEPT_ELEMENTS or keys.size >= KEPT_ELEMENTS:
         return None
-    if keys.dtype.kind == "U" == x.dtype.kind and keys.dtype.isnative and x.dtype.isnative:
-        # (trees.c reads the code points in the machine's byte order)
+    if not (keys.dtype.isnative and x.dtype.isnative):
+        return None  # (big-endian '>U' strings: trees.c reads native code points)
+    if keys.dtype.kind == "U" and x.dtype.kind == "U":
         kind, wk, wx = 3, keys.dtype.itemsize // 4, x.dtype.itemsize // 4
         if not (0 < wk < KEPT_WIDTH and 0 < wx < KEPT_WIDTH):
             return None  # (empty strings' dtype, <U0)
