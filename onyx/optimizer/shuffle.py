@@ -13,18 +13,14 @@ from __future__ import annotations
 
 from .. import ir
 from ..runtime.registry import ONYX_DOMAIN
+from .conv import _REF_TYPES
 from .core import EXTENDED, MS, PassContext, graph_pass, is_op, static_shape
 
 #: the conv attributes ChannelShuffleConv passes on to its body's FusedConv, and their types
 _ATTR_TYPES = {
     "activation": ir.AttrType.STRING,
     "activation_params": ir.AttrType.FLOATS,
-    "auto_pad": ir.AttrType.STRING,
-    "dilations": ir.AttrType.INTS,
-    "group": ir.AttrType.INT,
-    "kernel_shape": ir.AttrType.INTS,
-    "pads": ir.AttrType.INTS,
-    "strides": ir.AttrType.INTS,
+    **_REF_TYPES,  # (Conv's, in their order: the function's attribute list is saved)
 }
 
 
