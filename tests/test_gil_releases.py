@@ -14,6 +14,7 @@ import subprocess
 import sys
 import sysconfig
 import textwrap
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -129,6 +130,34 @@ def _with_nans_and_ties(rng, shape, dtype) -> np.ndarray:
         x.flat[rng.choice(x.size, size=x.size // 7, replace=False)] = -0.0
         x.flat[rng.choice(x.size, size=x.size // 9, replace=False)] = np.inf
     return x
+
+
+@pytest.fixture(autouse=True)
+def another_thread():
+    """Another thread alive, as in a served process: small inputs then take trees.c's
+    GIL-keeping calls (alone, numpy's: _common.other_threads), whose bits these tests check."""
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    yield
+    stop.set()
+    other.join()
+
+
+@pytest.mark.parametrize("alone", [True, False])
+def test_small_calls_keep_the_gil_only_with_other_threads(monkeypatch, alone):
+    """Alone, numpy's argmax and searchsorted run (0.2 us against trees.c's 1.5 us a one-row
+    call: a GIL release then wakes nobody); with other threads about, trees.c's."""
+    from onyx.runtime.kernels.ml import _common
+
+    called = []
+    for name in ("argmax_rows", "sorted_position"):
+        monkeypatch.setattr(native, name, lambda *a, name=name: called.append(name))
+    monkeypatch.setattr(_common, "other_threads", lambda: 0 if alone else 1)
+    x = np.array([[0.5, 2.0]], np.float32)
+    assert row_argmax(x).tolist() == [1]
+    assert _sorted_position(np.array([1.0, 3.0]), np.array([[2.0]])).tolist() == [[1]]
+    assert called == ([] if alone else ["argmax_rows", "sorted_position"])
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64])

@@ -11,6 +11,7 @@ from ... import native
 from ...registry import op
 from ...values import FreshList
 from ..derived import derived, from_attributes, prepared
+from . import _common
 from ._common import as_2d, row_max, row_sum
 
 ML = "ai.onnx.ml"
@@ -66,8 +67,9 @@ class _LookupTable:
 
 def _sorted_position(unique: np.ndarray, x: np.ndarray) -> np.ndarray:
     """np.searchsorted(unique, x); for a small x, trees.c's, which keeps the GIL (numpy's
-    lets it go at every call, whatever its size: _common.row_argmax's comment)."""
-    pos = native.sorted_position(unique, x)
+    lets it go at every call, whatever its size: _common.row_argmax's comment), while other
+    threads run (_common.other_threads)."""
+    pos = native.sorted_position(unique, x) if _common.other_threads() else None
     return np.searchsorted(unique, x) if pos is None else pos
 
 
