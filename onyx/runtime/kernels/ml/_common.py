@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import _thread
-
 import numpy as np
 
 from ... import native
+from ...concurrency import _other_threads as other_threads  # (run_slot's own test)
 
-#: Threads started besides the main one (a C call). Alone, numpy's argmax and searchsorted are
-#: the cheaper calls (a one-row argmax 0.2 us against trees.c's 1.5 us: its GIL release wakes
-#: nobody); the GIL-keeping calls serve runs with other threads about. Both give the same bits.
-other_threads = getattr(_thread, "_count", lambda: 1)
+# (other_threads: threads started besides the main one, a C call. Alone, numpy's argmax and
+# searchsorted are the cheaper calls: a one-row argmax 0.2 us against trees.c's 1.5 us, and
+# its GIL release wakes nobody; the GIL-keeping calls serve runs with other threads about.
+# Both give the same bits.)
 
 #: post_transform names, in the order of TreeEnsemble's integer encoding.
 POST_TRANSFORMS = ("NONE", "SOFTMAX", "LOGISTIC", "SOFTMAX_ZERO", "PROBIT")
