@@ -493,14 +493,19 @@ def _activated_depthwise(X, W, B, attrs: tuple, activation: tuple) -> np.ndarray
     return None if run is None else run(np.ascontiguousarray(X), B)
 
 
-def _depthwise_setup(x_shape, W, attrs: tuple, activation: tuple) -> native.PlaneConv | None:
+def _depthwise_setup(
+    x_shape, W, attrs: tuple, activation: tuple | None, shuffle: int = 0
+) -> native.PlaneConv | None:
+    """The native depthwise conv set up for x_shape (attrs: auto_pad, pads, strides,
+    dilations, kernel_shape; shuffle: native.depthwise_setup's), or None."""
     geo = _conv_geometry(x_shape, W.shape, *attrs)
     begin = geo["pads"][:2]
     if W.shape[1] != 1 or W.shape[0] % x_shape[1] or min(begin) < 0 or not native.available():
         return None  # (native.depthwise_ok's, on shapes)
     return native.depthwise_setup(
-        x_shape, W, geo["out_shape"], geo["strides"], geo["dilations"], begin, activation
-    )
+        x_shape, W, geo["out_shape"], geo["strides"], geo["dilations"], begin, activation,
+        shuffle,
+    )  # fmt: skip
 
 
 def float32_weights(W: np.ndarray, B: np.ndarray | None) -> tuple:

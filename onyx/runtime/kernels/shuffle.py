@@ -14,7 +14,6 @@ import numpy as np
 
 from .. import native
 from ..registry import ONYX_DOMAIN, binds, op
-from .conv_geometry import _conv_geometry
 
 
 def _shuffled(X: np.ndarray, shape) -> np.ndarray:
@@ -53,32 +52,20 @@ def _bind_channel_shuffle_conv(inputs, attrs, constant):
     C = X.shape[1]
     if g is None or attrs["group"] != C or W.shape != (C, 1, *W.shape[2:]) or W.ndim != 4:
         return None
+    from .conv import _depthwise_setup
     from .fused import native_activation
 
     applied = native_activation(attrs)
-    if applied is None or not native.available():
+    if applied is None:
         return None
     code, lo, hi = applied
     if code and not native.depthwise_activates():
         return None
+    geometry = tuple(attrs[k] for k in ("auto_pad", "pads", "strides", "dilations", "kernel_shape"))
     try:
-        geometry = (attrs[k] for k in ("auto_pad", "pads", "strides", "dilations", "kernel_shape"))
-        geo = _conv_geometry(X.shape, W.shape, *geometry)
+        conv = _depthwise_setup(X.shape, W, geometry, (code, lo, hi) if code else None, g)
     except ValueError:
         return None  # (the kernel as written names the problem)
-    begin = geo["pads"][:2]
-    if min(begin) < 0:
-        return None
-    conv = native.depthwise_setup(
-        X.shape,
-        W,
-        geo["out_shape"],
-        geo["strides"],
-        geo["dilations"],
-        begin,
-        (code, lo, hi) if code else None,
-        shuffle=g,
-    )
     if conv is None:
         return None
     contiguous = np.ascontiguousarray
