@@ -76,10 +76,10 @@ def _shuffle_of(ctx: PassContext, back: ir.Node) -> tuple | None:
         return None
     if dims is None or len(dims) != 4 or not all(isinstance(d, int) for d in dims):
         return None
-    if static_shape(back.outputs[0]) != dims or static_shape(front.outputs[0]) is None:
+    five = static_shape(front.outputs[0])
+    if static_shape(back.outputs[0]) != dims or five is None:
         return None
     N, C, H, W = dims
-    five = static_shape(front.outputs[0])
     if len(five) != 5 or five[0] != N or five[3:] != (H, W) or five[1] * five[2] != C:
         return None
     conv = ctx.single_use(back.outputs[0])
