@@ -17,7 +17,9 @@ entries of the model would replace each other's, and every process would miss).
 ``--why`` says where each phase's time went, per runtime: the CPU ms of each module imported
 in it (its own, its imports' apart; importlib.import_module's too, which ``python -X
 importtime`` does not see) and of the garbage collector's passes (its hooks cost a little:
-read these apart from the plain run's figures).
+read these apart from the plain run's figures). Each process then runs the session a second
+time: the ``second`` column (the runner's generation and the first use of what the first,
+checked run does not make), left out of the process and exit columns.
 """
 
 from __future__ import annotations
@@ -61,7 +63,10 @@ t2 = clock()
 sess.run(None, feeds)
 t3 = clock()
 usage = resource.getrusage(resource.RUSAGE_SELF)
-print(t1 - t0, t2 - t1, t3 - t2, usage.ru_utime + usage.ru_stime)
+{mark_second}
+sess.run(None, feeds)
+t4 = clock()
+print(t1 - t0, t2 - t1, t3 - t2, usage.ru_utime + usage.ru_stime, t4 - t3)
 {report}
 """
 
@@ -109,14 +114,16 @@ def _feeds(model: str) -> dict:
 def _one(
     python: str, root: str, model: str, feeds: str, cache: str | None, why: bool = False
 ) -> list:
-    """[import, create, first run, whole process, its exit] CPU seconds of one fresh process
-    (the exit: what the interpreter's shutdown took after the first answer), and with ``why``
-    its hooks' record last; ``cache``: the model cache's folder, if any."""
+    """[import, create, first run, whole process, its exit, second run] CPU seconds of one
+    fresh process (the exit: what the interpreter's shutdown took after the first answer; the
+    process and its exit less the second run, made after the first answer's figures), and
+    with ``why`` its hooks' record last; ``cache``: the model cache's folder, if any."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     hooks = {
         "trace": _TRACE if why else "",
         "mark_create": "_phase[0] = 'create'" if why else "",
         "mark_run": "_phase[0] = 'run'" if why else "",
+        "mark_second": "_phase[0] = 'second'" if why else "",
         "report": _REPORT if why else "",
     }
     code = _CHILD.format(root=root, feeds=feeds, model=model, **hooks)
@@ -131,9 +138,10 @@ def _one(
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     whole = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     lines = out.stdout.splitlines()
-    *phases, before_exit = map(float, lines[0].split())
+    *phases, before_exit, second = map(float, lines[0].split())
+    whole -= second  # (the process as one that exits after its first answer)
     record = [json.loads(lines[1])] if why else []
-    return [*phases, whole, whole - before_exit, *record]
+    return [*phases, whole, whole - before_exit, second, *record]
 
 
 def _why(rows: list, top: int = 12) -> list[str]:
@@ -141,7 +149,7 @@ def _why(rows: list, top: int = 12) -> list[str]:
     then the modules imported at creation and at the first run, costliest first."""
     n = len(rows)
     lines = []
-    for phase in ("import", "create", "run"):
+    for phase in ("import", "create", "run", "second"):
         gc_ms = statistics.median([r["gc"].get(phase, 0.0) for r in rows]) * 1e3
         own: dict[str, list] = {}
         for r in rows:
@@ -216,16 +224,18 @@ def main() -> None:
     print(f"{Path(model).name}: CPU ms, medians of {args.rounds} fresh processes")
     print(
         f"{'runtime':40s} {'import':>7s} {'create':>7s} {'first':>7s} {'process':>8s} {'exit':>6s}"
+        f" {'second':>7s}"
     )
     for root, rows in samples.items():
-        med = [statistics.median(col) * 1e3 for col in zip(*(r[:5] for r in rows))]
+        med = [statistics.median(col) * 1e3 for col in zip(*(r[:6] for r in rows))]
         cells = f"{med[0]:7.1f} {med[1]:7.1f} {med[2]:7.1f} {med[3]:8.1f} {med[4]:6.1f}"
+        cells += f" {med[5]:7.1f}"
         print(f"{root[-40:]:40s} {cells}")
     print("\n".join(_paired(samples)))
     if args.why:
         for root, rows in samples.items():
             print(f"\n{root}: where the phases went (CPU ms, medians)")
-            print("\n".join(_why([r[5] for r in rows], args.top)))
+            print("\n".join(_why([r[6] for r in rows], args.top)))
 
 
 if __name__ == "__main__":

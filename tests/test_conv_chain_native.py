@@ -430,3 +430,10 @@ def test_chain_gives_back_the_layers_kept_outputs(forced, monkeypatch, chain_run
     assert chain_runs[0] >= 2
     assert nhwc._held[0] == before  # noqa: SLF001
     np.testing.assert_array_equal(plain.run(None, feeds)[0], got)
+
+
+def test_the_runner_generation_asks_for_chains_by_the_layout_ops_prefix():
+    # plan._generate imports conv_chain only where two steps' ops start with "Nhwc" (a model
+    # without them skips the module's import): a chainable op named otherwise would never chain
+    assert conv_chain.CHAINABLE
+    assert all(op.startswith("Nhwc") for op in conv_chain.CHAINABLE)

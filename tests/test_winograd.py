@@ -20,7 +20,7 @@ from onyx.errors import InvalidArgument
 from onyx.runtime import native
 from onyx.runtime.kernels import conv as conv_kernels
 from onyx.runtime.kernels.fused import fused_conv
-from onyx.runtime.native import winograd as winograd_module
+from onyx.runtime.native import _core as native_core
 
 pytestmark = pytest.mark.skipif(not native.winograd_ok(), reason="no AVX-512 Winograd conv")
 
@@ -58,13 +58,13 @@ def _arrays(case, seed):
 
 
 #: The bound on work below which the conv is left to the direct kernels, as shipped.
-SHIPPED_MIN_MACS = winograd_module.MIN_MACS
+SHIPPED_MIN_MACS = native_core.WINOGRAD_MIN_MACS
 
 
 @pytest.fixture(autouse=True)
 def _small_layers_too(monkeypatch):
     """The cases here are small (fast): the Winograd conv takes them all the same."""
-    monkeypatch.setattr(winograd_module, "MIN_MACS", 0)
+    monkeypatch.setattr(native_core, "WINOGRAD_MIN_MACS", 0)
 
 
 @pytest.fixture
@@ -145,7 +145,7 @@ def test_shapes_left_to_the_direct_kernels(x_shape, w_shape, attrs, winograd_cal
 
 
 def test_small_layers_are_left_to_the_direct_kernels(monkeypatch, winograd_calls):
-    monkeypatch.setattr(winograd_module, "MIN_MACS", SHIPPED_MIN_MACS)
+    monkeypatch.setattr(native_core, "WINOGRAD_MIN_MACS", SHIPPED_MIN_MACS)
     x, w, b = _arrays((1, 32, 16, 16, 32), 5)  # (2.4 M multiply-adds)
     got = conv_kernels.conv(x, w, b, pads=[1, 1, 1, 1])
     np.testing.assert_allclose(got, _reference(x, w, b, (1, 1, 1, 1)), rtol=1e-4, atol=1e-4)

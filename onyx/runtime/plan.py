@@ -452,10 +452,14 @@ def _generate(plan: Plan, wanted: tuple[int, ...] | None):
     if memo is not None:  # (its steps first: they read only inputs' shapes and constants)
         steps = memo.steps + [s for s in steps if id(s) not in memo.ids]
     # (runs of channels-last layers as one native call each; imported here: a process whose
-    # one run is its first, checked run never generates a runner)
-    from . import conv_chain
+    # one run is its first, checked run never generates a runner; and only where two steps
+    # may chain, its layers all being the layout pass's Nhwc ops: a model without them, the
+    # tiny CNN, paid a second run the module's import to find none)
+    if sum(s.node.op_type.startswith("Nhwc") for s in steps) >= 2:
+        from . import conv_chain
 
-    steps = conv_chain.fuse(plan, steps, out_slots, len(memo.steps) if memo is not None else 0)
+        first = len(memo.steps) if memo is not None else 0
+        steps = conv_chain.fuse(plan, steps, out_slots, first)
     produced = {o for s in steps for o in s.outs if o >= 0}
     used = {r for s in steps for r in s.reads} | set(out_slots)
     env: dict[str, Any] = {"_StepContext": StepContext, "_OnyxError": OnyxError, "_nd": np.ndarray}

@@ -15,10 +15,14 @@ ENABLED = True
 def conv_setup(x_shape, W, group: int, geo: dict, begin, activation: int, alpha, beta):
     """The Winograd conv for this float32 weight, input shape and geometry (conv.py's), or
     None where it does not apply."""
-    if not ENABLED or not native.winograd_ok():
+    if not ENABLED:
         return None
     out_shape, strides, dilations = geo["out_shape"], geo["strides"], geo["dilations"]
+    # (the geometry first: winograd_ok imports the family, which a conv it does not take,
+    # most of them, never needs)
     if not native.winograd_applies(x_shape, W.shape, group, out_shape, strides, dilations, begin):
+        return None
+    if not native.winograd_ok():
         return None
     packed = derived(W, "winograd f32", lambda: frozen(native.pack_winograd(W)))
     return native.WinogradConv(

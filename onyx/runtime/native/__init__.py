@@ -48,6 +48,7 @@ from ._core import (
     thread_setting,
     threads,
     under_setting,
+    winograd_applies,
 )
 
 #: Each family module's public names (or ``(name, its name in the module)``): the module is
@@ -198,7 +199,6 @@ _EXPORTS = {
     "winograd": (
         "WinogradConv",
         "pack_winograd",
-        "winograd_applies",
         "winograd_ok",
     ),
 }
@@ -252,6 +252,7 @@ __all__ = [
     "thread_setting",
     "under_setting",
     "threads",
+    "winograd_applies",
     *_ORIGIN,  # (the families' names: imported when first asked for)
 ]
 

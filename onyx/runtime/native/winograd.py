@@ -39,45 +39,13 @@ class _WinogradF32(ctypes.Structure):
 #: F(2x2, 3x3)'s weight transform G (4 x 3): U = G g G' per (output, input) channel pair.
 _G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
 
-#: Most weight-transform floats (16 x M x C) per 2x2 tile: every block of up to 48 tiles reads
-#: them all, so a deep layer of few tiles (512 -> 512 channels at 7x7, batch 1: 16 tiles) is
-#: one pass over 16 MB of weights for little work (twice the direct conv's time). On whole
-#: models at 2 threads, 256 -> 256 channels at 14x14, batch 1 (49 tiles, 21k floats a tile)
-#: still lost to the direct conv, 128 -> 128 at 16x16 (64 tiles, 4k) gained.
-MAX_WEIGHTS_PER_TILE = 1 << 12
-
-#: Fewest input channels: below, a tile's few multiply-adds per transform do not pay for it.
-MIN_CHANNELS = 16
-
-#: Fewest multiply-adds (of the direct conv): a small layer's (64 -> 64 channels at 8x8, 32 ->
-#: 32 at 16x16) transforms of short tile rows (lanes idle) cost more than they save.
-MIN_MACS = 1 << 23
+#: (Which convs it takes: _core.winograd_applies and its limits, asked before this family is
+#: imported.)
 
 
 def winograd_ok() -> bool:
     """Whether the Winograd conv runs here (the library built with AVX-512, allowed)."""
     return core.lib is not None and bool(core.lib.winograd_range)
-
-
-def winograd_applies(x_shape, w_shape, group: int, out_shape, strides, dilations, begin) -> bool:
-    """Whether :class:`WinogradConv` takes this conv: a 2-D 3x3 one of group 1, unit stride and
-    dilation, begin pads of at most 2, enough channels and work, few weights per tile."""
-    if len(x_shape) != 4 or group != 1 or tuple(w_shape[2:]) != (3, 3):
-        return False
-    if tuple(strides) != (1, 1) or tuple(dilations) != (1, 1) or not 0 <= min(begin):
-        return False
-    N, C = x_shape[:2]
-    if w_shape[1] != C:  # (weights for other channels: the kernels after this one refuse them)
-        return False
-    tiles = N * (-(-out_shape[0] // 2)) * (-(-out_shape[1] // 2))
-    M = w_shape[0]
-    return (
-        max(begin) <= 2
-        and C >= MIN_CHANNELS
-        and M >= 8
-        and 16 * M * C <= MAX_WEIGHTS_PER_TILE * tiles
-        and N * out_shape[0] * out_shape[1] * M * C * 9 >= MIN_MACS
-    )
 
 
 def pack_winograd(w: np.ndarray) -> np.ndarray:
