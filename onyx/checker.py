@@ -888,6 +888,10 @@ def _known_dims(v) -> tuple | None:
     return t.shape.dims
 
 
+#: conv_geometry.channel_group_problem, once a conv's group is first checked.
+_GROUP_RULE: list = [None]
+
+
 def _group_problem(node: Node, group: int) -> str | None:
     """Why a convolution's ``group`` cannot split its channels as its declared shapes say (X's
     channels, W's output channels), or None: the kernels' own rule (conv_geometry's, a module
@@ -895,8 +899,11 @@ def _group_problem(node: Node, group: int) -> str | None:
     w_at = _GROUPED_CONVS.get(node.op_type)
     if w_at is None or len(node.inputs) <= w_at:
         return None
-    from .runtime.kernels.conv_geometry import channel_group_problem
+    channel_group_problem = _GROUP_RULE[0]
+    if channel_group_problem is None:  # (imported once: an import statement runs at every conv)
+        from .runtime.kernels.conv_geometry import channel_group_problem
 
+        _GROUP_RULE[0] = channel_group_problem
     x, w = _known_dims(node.inputs[0]), _known_dims(node.inputs[w_at])
     channels = x[1] if x is not None and len(x) > 2 and isinstance(x[1], int) else None
     if w is None or len(w) < 3 or not all(isinstance(d, int) for d in w[:2]):

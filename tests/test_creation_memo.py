@@ -155,3 +155,45 @@ def test_plan_code_cache_is_bounded(monkeypatch):
         sess.run(None, {"x": x})
         sess.run(None, {"x": x})
         assert len(plan_module.RUNNER_CODE) <= 2
+
+
+def test_warm_creation_runs_no_import_statement_per_node(monkeypatch):
+    """An import statement inside a function is a call into the import system every time it
+    runs: a warm creation runs those of the checker, the IR's attribute helpers and the
+    optimizer once at most, not once per node (two grouped convs here; two attributes set
+    from Python values)."""
+    import builtins
+    from collections import Counter
+
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], kernel_shape=[3, 3], pads=[1] * 4, group=2),
+        helper.make_node("Conv", ["c", "w"], ["d"], kernel_shape=[3, 3], pads=[1] * 4, group=2),
+        helper.make_node("Relu", ["d"], ["y"]),
+    ]
+    w = helper.make_tensor("w", F, [2, 1, 3, 3], np.ones(18, np.float32))
+    g = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", F, [1, 2, 8, 8])],
+        [helper.make_tensor_value_info("y", F, [1, 2, 8, 8])],
+        [w],
+    )
+    data = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    onyx.InferenceSession(data)
+    model = serde.loads(data)
+    watched = ("onyx.checker", "onyx.ir.graph", "onyx.optimizer.fold", "onyx.optimizer.core")
+    importing: Counter = Counter()
+    real = builtins.__import__
+
+    def counted(name, globals=None, *args, **kwargs):
+        where = (globals or {}).get("__name__", "")
+        if where in watched:
+            importing[(where, name)] += 1
+        return real(name, globals, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", counted)
+    onyx.InferenceSession(data)
+    model.graph.nodes[2].set_attr("unused", np.float32(1.0))  # (ir.graph's infer_attr_type)
+    model.graph.nodes[2].set_attr("also_unused", 2)
+    monkeypatch.undo()
+    assert not [k for k, n in importing.items() if n > 1], importing

@@ -92,17 +92,23 @@ def _key(engine, node, env: dict, found: tuple) -> tuple | None:
         if v is None:
             inputs.append(None)
             continue
-        t = types.get(id(v))
+        at = id(v)
+        t = types.get(at)
         if t is not None:
             if t.__class__ is not TensorType:
                 return None
             known = type_keys.get(id(t))
             t = known[1] if known is not None and known[0] is t else type_key(t)
-        d = data.get(id(v))
+        d = data.get(at)
         if d is not None:
-            d = _data_key(d)
-            if d is None:
-                return None
+            if d.__class__ is np.ndarray:  # (_data_key's first case, inlined: most data)
+                if d.dtype.hasobject or d.size > MAX_DATA:
+                    return None
+                d = ("array", d.dtype.str, d.shape, d.tobytes())
+            else:
+                d = _data_key(d)
+                if d is None:
+                    return None
         inputs.append((t, d))
     outputs = tuple([v.name != "" for v in node.outputs])
     flags = (engine.strict, engine.data_prop)

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+import numpy as np
+
 from .attr import Attr, AttrType
 from .opsets import opset_for
 from .tensor import Tensor
@@ -107,8 +109,6 @@ def _as_attrs(attributes) -> dict[str, Attr]:
 
 
 def _wrap_attr_value(v):
-    import numpy as np
-
     if isinstance(v, np.ndarray):
         return Tensor(v)
     if isinstance(v, tuple):
@@ -520,8 +520,6 @@ _PLURAL = {
 
 def infer_attr_type(value: Any) -> AttrType:
     """The attribute type of a plain Python value (as onnx.helper.make_attribute would choose)."""
-    import numpy as np
-
     if isinstance(value, (bool, int, np.integer)):
         return _INT
     if isinstance(value, (float, np.floating)):

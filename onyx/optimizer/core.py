@@ -612,6 +612,10 @@ def downstream_chain(
     return members
 
 
+#: The heapq module, once reachable_in_order first needs it.
+_HEAPQ: list = [None]
+
+
 def reachable_in_order(
     root: ir.Value, position: dict, accept: Callable[[ir.Node], bool]
 ) -> Iterator[ir.Node]:
@@ -619,8 +623,11 @@ def reachable_in_order(
     accepted, in graph order (``position``: node id -> index) so that a node's producers in
     the chain come first. The walk goes on from a node's users only after the caller has
     taken the node (its bookkeeping, which ``accept`` may read, is then up to date)."""
-    import heapq  # (here: only models with byte tensors or tree chains get this far)
+    heapq = _HEAPQ[0]
+    if heapq is None:  # (here: only models with byte tensors or tree chains get this far;
+        import heapq  # imported once: an import statement costs a call of its own)
 
+        _HEAPQ[0] = heapq
     heap = [(position[id(n)], id(n), n) for n, _ in root.iter_uses() if id(n) in position]
     heapq.heapify(heap)
     seen = set()

@@ -203,9 +203,16 @@ def _make_held_constant(ctx: PassContext, v: ir.Value, t: ir.Tensor) -> None:
     ctx.graph.add_initializer(v)
 
 
-def _reads_quantized(ctx: PassContext, dq: ir.Node) -> bool:
-    from .qdq import reads_quantized  # (a big module: imported for models with a DQ only)
+#: qdq.reads_quantized, once a DequantizeLinear first asks for it.
+_READS_QUANTIZED: list = [None]
 
+
+def _reads_quantized(ctx: PassContext, dq: ir.Node) -> bool:
+    reads_quantized = _READS_QUANTIZED[0]
+    if reads_quantized is None:  # (a big module: imported for models with a DQ only, once)
+        from .qdq import reads_quantized
+
+        _READS_QUANTIZED[0] = reads_quantized
     return reads_quantized(ctx, dq)
 
 
