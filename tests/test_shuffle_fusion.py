@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from test_cnn_fusions import _ops, _run, agrees_with_onnxruntime
 
 import onyx
 from onyx.runtime import native
@@ -60,16 +60,6 @@ def _unit(x_shape, groups, *, stride=1, activation=None, opset=13, ir3=False, ex
     return m.SerializeToString()
 
 
-def _ops(model_bytes) -> list[str]:
-    return [n.op_type for n in onyx.optimize(onyx.loads(model_bytes)).graph]
-
-
-def _run(model_bytes, feeds, disabled=()):
-    so = onyx.SessionOptions()
-    so.disabled_optimizers = list(disabled)
-    return onyx.InferenceSession(model_bytes, so).run(None, feeds)[0]
-
-
 @pytest.mark.parametrize("numpy_path", [False, True])
 @pytest.mark.parametrize(
     "x_shape,groups,stride,activation,opset,ir3",
@@ -95,14 +85,7 @@ def test_channel_shuffle_conv_same_bits(
     assert np.array_equal(s.run(None, feeds)[0], got)  # (the bound call's second run)
     apart = _run(m, feeds, ["ChannelShuffleConvFusion"])
     np.testing.assert_array_equal(got.view(np.uint32), apart.view(np.uint32))
-    want = ort.InferenceSession(m, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
-    saved = onyx.dumps(onyx.optimize(onyx.loads(m)))
-    onnx.checker.check_model(onnx.load_from_string(saved), full_check=True)
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    again = ort.InferenceSession(saved, so, providers=["CPUExecutionProvider"]).run(None, feeds)
-    np.testing.assert_allclose(again[0], want, rtol=1e-5, atol=1e-5)
+    agrees_with_onnxruntime(m, feeds, got, 1e-5)
 
 
 def test_channel_shuffle_conv_binds_and_checks_a_fed_shape():
@@ -149,16 +132,6 @@ def test_fed_shape_that_shuffles_otherwise_is_refused_fused_or_not(
     with pytest.raises(onyx.OnyxError, match=problem) as e:
         s.run(None, {"x": x, "shape5": np.array(fed, np.int64)})
     assert "IndexError" not in str(e.value)
-
-
-def _depthwise(x_shape, w, b, attrs) -> bytes:
-    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], **attrs)
-    graph = helper.make_graph(
-        [node], "g", [helper.make_tensor_value_info("x", F, list(x_shape))],
-        [helper.make_tensor_value_info("y", F, None)],
-        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")],
-    )  # fmt: skip
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
 
 
 def test_channel_shuffle_conv_leaves_other_patterns():
