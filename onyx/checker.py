@@ -132,6 +132,16 @@ _MEMO_LIMIT = 100_000
 _MISSING = object()
 
 
+def _type_string_entry(t) -> tuple:
+    """_TYPE_STRINGS's entry for the type ``t``, made (a miss: the memo starts afresh at its
+    limit here, where it grows, since one checker of a large model, or a long-lived process's
+    checkers, added entries past a limit read only when a checker started)."""
+    if len(_TYPE_STRINGS) >= _TYPE_STRINGS_LIMIT:
+        _TYPE_STRINGS.clear()
+    hit = _TYPE_STRINGS[id(t)] = (t, type_string(t))
+    return hit
+
+
 class _Checker:
     def __init__(self, model: Model):
         self.model = model
@@ -145,9 +155,8 @@ class _Checker:
             _CLEAN.clear()
         self.clean = _CLEAN
         # id(type) -> (the type, its string): the process's, as the verdicts are (types are
-        # immutable, and a model read again reuses its reader's types: serde/reader.py)
-        if len(_TYPE_STRINGS) > _TYPE_STRINGS_LIMIT:
-            _TYPE_STRINGS.clear()
+        # immutable, and a model read again reuses its reader's types: serde/reader.py);
+        # bounded where it grows (_type_string_entry)
         self.type_strings = _TYPE_STRINGS
         self.allowed = _ALLOWED
         self.real_base: str | None = None
@@ -601,7 +610,7 @@ class _Checker:
                 continue
             hit = strings.get(id(t))
             if hit is None or hit[0] is not t:
-                hit = strings[id(t)] = (t, type_string(t))
+                hit = _type_string_entry(t)
             key.append((v.name != "", hit[1]))
         return tuple(key)
 
@@ -610,7 +619,7 @@ class _Checker:
             return None
         hit = self.type_strings.get(id(t))
         if hit is None or hit[0] is not t:
-            hit = self.type_strings[id(t)] = (t, type_string(t))
+            hit = _type_string_entry(t)
         return hit[1]
 
     def check_schema_rules(self, node: Node, domain: str, version: int, gname: str, function):

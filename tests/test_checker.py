@@ -520,3 +520,22 @@ def test_external_data_checked_and_listed(tmp_path, capsys):
     with pytest.raises(Exception):  # noqa: B017
         onnx.checker.check_model(str(path), full_check=True)
     assert main(["check", str(path)]) == 1
+
+
+def test_type_string_memo_is_bounded_where_it_grows(monkeypatch):
+    """The checker's process-wide type-string memo starts afresh at its limit when an entry
+    is added, not only when a checker starts: one check of a model with more distinct types
+    than the limit (or a long-lived process's many checks) had grown it past the limit."""
+    from onyx import checker
+
+    monkeypatch.setattr(checker, "_TYPE_STRINGS_LIMIT", 8)
+    monkeypatch.setattr(checker, "_TYPE_STRINGS", {})
+    nodes = [helper.make_node("Relu", [f"x{i}"], [f"y{i}"]) for i in range(40)]
+    graph = helper.make_graph(
+        nodes, "g",
+        [helper.make_tensor_value_info(f"x{i}", TensorProto.FLOAT, [i + 1]) for i in range(40)],
+        [helper.make_tensor_value_info(f"y{i}", TensorProto.FLOAT, [i + 1]) for i in range(40)],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onyx.check(onyx.loads(model.SerializeToString()))
+    assert 0 < len(checker._TYPE_STRINGS) <= 8  # noqa: SLF001

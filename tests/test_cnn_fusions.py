@@ -52,6 +52,20 @@ def _run(model_bytes, feeds, disabled=()):
     return onyx.InferenceSession(model_bytes, so).run(None, feeds)[0]
 
 
+def agrees_with_onnxruntime(m: bytes, feeds: dict, got: np.ndarray, tol: float) -> None:
+    """``got``, onyx's output of the model ``m``, is onnxruntime's within ``tol``, and so is
+    onnxruntime's run of onyx's saved optimized model, which onnx's full check takes (the
+    fused ops' model-local function bodies)."""
+    want = ort.InferenceSession(m, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+    saved = onyx.dumps(onyx.optimize(onyx.loads(m)))
+    onnx.checker.check_model(onnx.load_from_string(saved), full_check=True)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    again = ort.InferenceSession(saved, so, providers=["CPUExecutionProvider"]).run(None, feeds)
+    np.testing.assert_allclose(again[0], want, rtol=tol, atol=tol)
+
+
 @pytest.mark.parametrize("numpy_path", [False, True])
 @pytest.mark.parametrize("opset", [9, 15])
 @pytest.mark.parametrize("shape", [(1, 24, 7, 9), (2, 5, 3, 3), (3, 4, 6)])
@@ -78,14 +92,7 @@ def test_batch_norm_relu_fusion_same_bits(monkeypatch, shape, opset, numpy_path)
     got = _run(m, feeds)
     apart = _run(m, feeds, ["BatchNormReluFusion"])
     np.testing.assert_array_equal(got.view(np.uint32), apart.view(np.uint32))
-    want = ort.InferenceSession(m, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
-    saved = onyx.dumps(onyx.optimize(onyx.loads(m)))
-    onnx.checker.check_model(onnx.load_from_string(saved), full_check=True)
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    again = ort.InferenceSession(saved, so, providers=["CPUExecutionProvider"]).run(None, feeds)
-    np.testing.assert_allclose(again[0], want, rtol=1e-5, atol=1e-5)
+    agrees_with_onnxruntime(m, feeds, got, 1e-5)
 
 
 def test_batch_norm_relu_fusion_leaves_a_shared_or_conv_batch_norm():
@@ -181,14 +188,7 @@ def test_hard_sigmoid_mul_fusion_same_bits(monkeypatch, shape, alpha, beta, swap
     got = _run(m, feeds)
     apart = _run(m, feeds, ["HardSigmoidMulFusion"])
     np.testing.assert_array_equal(got.view(np.uint32), apart.view(np.uint32))
-    want = ort.InferenceSession(m, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
-    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
-    saved = onyx.dumps(onyx.optimize(onyx.loads(m)))
-    onnx.checker.check_model(onnx.load_from_string(saved), full_check=True)
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    again = ort.InferenceSession(saved, so, providers=["CPUExecutionProvider"]).run(None, feeds)
-    np.testing.assert_allclose(again[0], want, rtol=1e-6, atol=1e-6)
+    agrees_with_onnxruntime(m, feeds, got, 1e-6)
 
 
 def test_hard_sigmoid_mul_fusion_leaves_other_pairs():
@@ -328,14 +328,7 @@ def test_conv_concat_fusion_same_bits(monkeypatch, x_shape, squeeze, expand, num
     apart = _run(m, feeds, ["ConvConcatFusion"])
     assert got.shape == (x_shape[0], 2 * expand + 8, *x_shape[2:])
     np.testing.assert_array_equal(got.view(np.uint32), apart.view(np.uint32))
-    want = ort.InferenceSession(m, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
-    saved = onyx.dumps(onyx.optimize(onyx.loads(m)))
-    onnx.checker.check_model(onnx.load_from_string(saved), full_check=True)
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    again = ort.InferenceSession(saved, so, providers=["CPUExecutionProvider"]).run(None, feeds)
-    np.testing.assert_allclose(again[0], want, rtol=1e-4, atol=1e-4)
+    agrees_with_onnxruntime(m, feeds, got, 1e-4)
 
 
 def test_conv_concat_fusion_leaves_other_concats():

@@ -60,3 +60,23 @@ def test_small_conv_with_fewer_outputs_than_inputs_runs(monkeypatch):
     want = _numpy_conv(x, w, None, monkeypatch, **attrs)
     assert got.shape == want.shape == (5, 8, 1, 1)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(not native.available(), reason="native library not built")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_argmax_small_rows_are_argmaxs_of_both_float_types(dtype):
+    """trees.c's onyx_argmax_small (float32 rows through the forest classifier's best-class
+    loop, float64 through its twin of one macro): numpy's argmax, the first of equal values
+    (-0.0 equals 0.0), the first NaN, an inf, a row of one value."""
+    nan, inf = np.nan, np.inf
+    rows = [
+        [1, 3, 3, 2], [3, 3, 3, 3], [-0.0, 0.0, -1, 0.0], [0.0, -0.0, -1, -0.0],
+        [1, nan, 5, nan], [nan, nan, nan, nan], [1, 2, 3, nan], [-inf, -inf, -inf, -inf],
+        [-inf, inf, inf, 1], [-5, -4, -4, -9], [2, 1, 0, -1], [nan, 7, 8, 9],
+    ]  # fmt: skip
+    x = np.array(rows, dtype)
+    got = native.argmax_rows(x)
+    assert got is not None and got.tolist() == x.argmax(axis=1).tolist()
+    for cols in (1, 2, 3, 4):  # (each width, the row's tail cut off)
+        part = np.ascontiguousarray(x[:, :cols])
+        assert native.argmax_rows(part).tolist() == part.argmax(axis=1).tolist()

@@ -698,6 +698,38 @@ def test_session_options(tmp_path):
     assert [n.op_type for n in onnx.load(str(path)).graph.node] == ["Conv", "Relu"]
 
 
+LIGHT_ALEXNET = onnx.__file__.rsplit("/", 1)[0] + "/backend/test/data/light/light_bvlc_alexnet.onnx"
+
+
+@pytest.mark.parametrize("how", ["optimize", "cli-all", "cli-portable", "session"])
+def test_saved_ir3_model_lists_its_initializers_as_inputs(tmp_path, how):
+    """Before IR 4 every initializer must be a graph input: an optimized IR 3 model (onnx's
+    light AlexNet: its Conv + BatchNormalization pairs fold into new weights) is written with
+    the new initializers listed, by onyx.optimize + save, the CLI and optimized_model_filepath,
+    so onnx's checker takes the file; the session's own inputs stay as they were."""
+    from onyx.tools.cli import main
+
+    assert onnx.load(LIGHT_ALEXNET).ir_version == 3
+    path = tmp_path / "opt.onnx"
+    if how == "optimize":
+        onyx.save(onyx.optimize(onyx.load(LIGHT_ALEXNET)), str(path))
+    elif how.startswith("cli"):
+        assert main(["optimize", LIGHT_ALEXNET, str(path), "--level", how[4:]]) == 0
+    else:
+        so = onyx.SessionOptions()
+        so.optimized_model_filepath = str(path)
+        sess = onyx.InferenceSession(LIGHT_ALEXNET, so)
+        plain = onyx.InferenceSession(LIGHT_ALEXNET)
+        assert len(sess.get_overridable_initializers()) == len(plain.get_overridable_initializers())
+    saved = onnx.load(str(path))
+    assert saved.ir_version == 3
+    onnx.checker.check_model(saved, full_check=True)
+    onyx.check(str(path))
+    x = {"data_0": np.random.default_rng(0).uniform(0.5, 1.5, (1, 3, 224, 224)).astype(np.float32)}
+    want = onyx.InferenceSession(LIGHT_ALEXNET).run(None, x)[0]
+    np.testing.assert_allclose(onyx.InferenceSession(str(path)).run(None, x)[0], want, rtol=1e-5)
+
+
 def test_pass_names_and_levels():
     from onyx.optimizer import passes
 

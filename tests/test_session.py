@@ -115,6 +115,23 @@ def test_failing_kernel_names_node_and_shapes():
         sess.run(None, {"a": np.ones((2, 3), np.float32), "b": np.ones((4, 5), np.float32)})
 
 
+@pytest.mark.parametrize("target", [[0, 0, 0], [0, -1, 0], [2, 0]])
+def test_fed_reshape_shape_with_a_0_past_the_rank_says_so(target):
+    """A fed Reshape shape whose 0 (copy the input's dim) lies past the input's rank is a
+    RuntimeFailure naming the node that says so (it was an IndexError: tuple index out of
+    range)."""
+    model = make_model(
+        [helper.make_node("Reshape", ["x", "shape"], ["y"], name="r")],
+        [vi("x", TensorProto.FLOAT, None), vi("shape", TensorProto.INT64, [len(target)])],
+        [vi("y", TensorProto.FLOAT, None)],
+    )
+    sess = onyx.InferenceSession(model)
+    x = np.ones(6 if len(target) == 2 else (2, 3), np.float32)
+    with pytest.raises(onyx.RuntimeFailure, match=r"'r' \(Reshape\).*has 0 at index .* rank") as e:
+        sess.run(None, {"x": x, "shape": np.array(target, np.int64)})
+    assert "IndexError" not in str(e.value)
+
+
 def test_local_function_runs():
     fn = helper.make_function(
         "custom",

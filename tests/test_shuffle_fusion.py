@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from test_cnn_fusions import _ops, _run, agrees_with_onnxruntime
 
 import onyx
 from onyx.runtime import native
@@ -60,16 +60,6 @@ def _unit(x_shape, groups, *, stride=1, activation=None, opset=13, ir3=False, ex
     return m.SerializeToString()
 
 
-def _ops(model_bytes) -> list[str]:
-    return [n.op_type for n in onyx.optimize(onyx.loads(model_bytes)).graph]
-
-
-def _run(model_bytes, feeds, disabled=()):
-    so = onyx.SessionOptions()
-    so.disabled_optimizers = list(disabled)
-    return onyx.InferenceSession(model_bytes, so).run(None, feeds)[0]
-
-
 @pytest.mark.parametrize("numpy_path", [False, True])
 @pytest.mark.parametrize(
     "x_shape,groups,stride,activation,opset,ir3",
@@ -95,55 +85,53 @@ def test_channel_shuffle_conv_same_bits(
     assert np.array_equal(s.run(None, feeds)[0], got)  # (the bound call's second run)
     apart = _run(m, feeds, ["ChannelShuffleConvFusion"])
     np.testing.assert_array_equal(got.view(np.uint32), apart.view(np.uint32))
-    want = ort.InferenceSession(m, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
-    if ir3:  # (the saved IR 3 model lists the folded weights as no input: the checker's
-        return  # complaint, the optimizer's to settle, not this fusion's)
-    saved = onyx.dumps(onyx.optimize(onyx.loads(m)))
-    onnx.checker.check_model(onnx.load_from_string(saved), full_check=True)
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    again = ort.InferenceSession(saved, so, providers=["CPUExecutionProvider"]).run(None, feeds)
-    np.testing.assert_allclose(again[0], want, rtol=1e-5, atol=1e-5)
+    agrees_with_onnxruntime(m, feeds, got, 1e-5)
 
 
-def test_channel_shuffle_conv_binds_and_reads_a_fed_shape():
+def test_channel_shuffle_conv_binds_and_checks_a_fed_shape():
     """An IR 3 model's shape initializer is an input a caller may feed: the step binds (the
-    native conv set up once) and a fed shape that shuffles otherwise is honoured."""
+    native conv set up once), and a fed shape that makes the same shuffle runs it."""
     from onyx.runtime.plan import BoundCall
 
     x_shape = (1, 24, 8, 8)
     m = _unit(x_shape, 4, opset=9, ir3=True)
     s = onyx.InferenceSession(m)
     x = RNG.standard_normal(x_shape).astype(np.float32)
-    s.run(None, {"x": x})
+    want = s.run(None, {"x": x})[0]
     steps = [st.fn for st in s._plan.steps if isinstance(st.fn, BoundCall)]  # noqa: SLF001
     assert len(steps) == 1 and steps[0].make is not None
     if native.avx512():
         assert None not in steps[0].calls.values() and steps[0].calls
-    other = np.array([1, 3, 8, 8, 8], np.int64)  # (3 groups, not 4)
-    feeds = {"x": x, "shape5": other}
-    got = s.run(None, feeds)[0]
-    model = onnx.load_from_string(m)
-    w = numpy_helper.to_array(model.graph.node[0].attribute[0].t)
-    b = numpy_helper.to_array(next(t for t in model.graph.initializer if t.name == "b"))
-    shuffled = x.reshape(1, 3, 8, 8, 8).transpose(0, 2, 1, 3, 4).reshape(x_shape)
-    attrs = dict(group=24, kernel_shape=[3, 3], pads=[1] * 4)
-    want = ort.InferenceSession(
-        _depthwise(shuffled.shape, w, b, attrs), providers=["CPUExecutionProvider"]
-    )
-    np.testing.assert_allclose(got, want.run(None, {"x": shuffled})[0], rtol=1e-5, atol=1e-5)
-    assert not np.array_equal(got, s.run(None, {"x": x})[0])
+    same = np.array([0, 4, -1, 0, 8], np.int64)  # (copy N, 4 groups, infer C / 4, copy H)
+    got = s.run(None, {"x": x, "shape5": same})[0]
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
-def _depthwise(x_shape, w, b, attrs) -> bytes:
-    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], **attrs)
-    graph = helper.make_graph(
-        [node], "g", [helper.make_tensor_value_info("x", F, list(x_shape))],
-        [helper.make_tensor_value_info("y", F, None)],
-        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")],
-    )  # fmt: skip
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
+@pytest.mark.parametrize("numpy_path", [False, True])
+@pytest.mark.parametrize("disabled", [(), ("ChannelShuffleConvFusion",)])
+@pytest.mark.parametrize(
+    "fed,problem",
+    [([1, 3, 8, 8, 8], "1, 3, 8, 8, 8"), ([1, 4, 6, 4, 16], "1, 4, 6, 4, 16"),
+     ([1, 4, 6, 8, 0], "has 0 at index 4")],
+)  # fmt: skip
+def test_fed_shape_that_shuffles_otherwise_is_refused_fused_or_not(
+    monkeypatch, fed, problem, disabled, numpy_path
+):
+    """A fed shape (an IR 3 model's initializer, a constant to inference) that reshapes X
+    another way than the model's: the unfused graph refuses it (its first run's output check:
+    r5's dims were inferred from the initializer) and so does ChannelShuffleConv (it had
+    computed it), native or numpy; a 0 past X's rank is named as such, not an IndexError."""
+    if numpy_path:
+        monkeypatch.setattr(_core, "lib", None)
+    x = RNG.standard_normal((1, 24, 8, 8)).astype(np.float32)
+    so = onyx.SessionOptions()
+    so.disabled_optimizers = list(disabled)
+    s = onyx.InferenceSession(_unit((1, 24, 8, 8), 4, opset=9, ir3=True), so)
+    ops = [n.op_type for n in s._plan.graph]  # noqa: SLF001
+    assert ("ChannelShuffleConv" in ops) == (not disabled)
+    with pytest.raises(onyx.OnyxError, match=problem) as e:
+        s.run(None, {"x": x, "shape5": np.array(fed, np.int64)})
+    assert "IndexError" not in str(e.value)
 
 
 def test_channel_shuffle_conv_leaves_other_patterns():

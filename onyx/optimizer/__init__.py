@@ -111,7 +111,22 @@ def _optimize(
         stats.update(ctx.stats)
     if results is not None:
         results.extend(ctx.results)
+    if not for_session:  # (a session's graph is not written: see optimize_for_session)
+        m.graph.inputs.extend(unlisted_initializers(m))
     return m
+
+
+def unlisted_initializers(model: ir.Model) -> list[ir.Value]:
+    """The main graph's initializers it does not list as inputs, where its IR version (below
+    4) requires every initializer to be an input too: the ones the passes made (folded
+    constants, fused weights), which a written model must list, or onnx's checker and onyx's
+    refuse the file. (onnxruntime's optimized_model_filepath of an IR 3 model leaves them out,
+    a file onnx's checker rejects.) Before IR 4 such inputs are constants all the same."""
+    if not model.ir_version or model.ir_version >= 4:
+        return []
+    g = model.graph
+    listed = {v.name for v in g.inputs}
+    return [v for name, v in g.initializers.items() if name not in listed]
 
 
 def _passes(ctx: PassContext, basic, fusions, layout) -> None:
@@ -313,7 +328,20 @@ def optimize_for_session(model: ir.Model, sess_options, in_place: bool = False) 
     optimized = optimize(model, level, disabled, in_place=in_place, for_session=True)
     path = getattr(sess_options, "optimized_model_filepath", "")
     if path:
-        from ..serde import save
-
-        save(optimized, path)
+        _save_listed(optimized, path)
     return optimized
+
+
+def _save_listed(model: ir.Model, path: str) -> None:
+    """Write a session's optimized ``model`` to ``path``, its initializers listed as inputs
+    where its IR version requires (:func:`unlisted_initializers`); the session's own graph
+    keeps its inputs (those are what get_overridable_initializers reports)."""
+    from ..serde import save
+
+    g = model.graph
+    listed = len(g.inputs)
+    g.inputs.extend(unlisted_initializers(model))
+    try:
+        save(model, path)
+    finally:
+        del g.inputs[listed:]

@@ -24,6 +24,13 @@ _ATTR_TYPES = {
 }
 
 
+#: the groups of the shuffle the fusion saw (its shape constant's), which the body does not
+#: read: an IR 3 model's shape initializer is also an input a caller may feed, and the
+#: unfused graph refuses a fed shape that shuffles otherwise (its first run's output check:
+#: inference took the initializer's dims), so the kernel refuses it too
+_GROUPS = "groups"
+
+
 @graph_pass("ChannelShuffleConvFusion", EXTENDED)
 def channel_shuffle_conv(ctx: PassContext) -> bool:
     """Reshape(X, shape) -> Transpose(perm=[0, 2, 1, 3, 4]) -> Reshape(., (N, C, H, W)) ->
@@ -38,10 +45,11 @@ def channel_shuffle_conv(ctx: PassContext) -> bool:
         match = _shuffle_of(ctx, back)
         if match is None:
             continue
-        front, turn, conv = match
+        front, turn, conv, groups = match
         ctx.ensure_opset(MS, 1)
         ctx.ensure_function("ChannelShuffleConv", lambda: _function(ctx))
         attrs = [a for a in conv.attributes.values() if a.name in _ATTR_TYPES]
+        attrs.append(ir.Attr("groups", ir.AttrType.INT, groups))  # (see _GROUPS)
         fused = ir.Node(
             "ChannelShuffleConv",
             [front.inputs[0], front.inputs[1], *conv.inputs[1:3]],
@@ -57,7 +65,8 @@ def channel_shuffle_conv(ctx: PassContext) -> bool:
 
 
 def _shuffle_of(ctx: PassContext, back: ir.Node) -> tuple | None:
-    """(first Reshape, Transpose, conv) of the pattern whose last Reshape is ``back``."""
+    """(first Reshape, Transpose, conv, the shuffle's groups) of the pattern whose last
+    Reshape is ``back``."""
     if not is_op(back, "Reshape") or back.graph is None or len(back.outputs) != 1:
         return None
     turn = back.inputs[0].producer if back.inputs[0] is not None else None
@@ -83,7 +92,7 @@ def _shuffle_of(ctx: PassContext, back: ir.Node) -> tuple | None:
     if len(five) != 5 or five[0] != N or five[3:] != (H, W) or five[1] * five[2] != C:
         return None
     conv = ctx.single_use(back.outputs[0])
-    return None if not _depthwise(ctx, conv, C) else (front, turn, conv)
+    return None if not _depthwise(ctx, conv, C) else (front, turn, conv, five[1])
 
 
 def _depthwise(ctx: PassContext, conv: ir.Node | None, C: int) -> bool:
@@ -118,7 +127,7 @@ def _function(ctx: PassContext) -> ir.Function:
     nodes = [front, turn, dims, back, conv]
     body = ir.Graph([x, shape, w, b], [conv.outputs[0]], nodes, name="ChannelShuffleConv")
     f = ir.Function(
-        ONYX_DOMAIN, "ChannelShuffleConv", body, attributes=tuple(_ATTR_TYPES),
+        ONYX_DOMAIN, "ChannelShuffleConv", body, attributes=(*_ATTR_TYPES, _GROUPS),
         opset_imports={"": ctx.opset(), MS: 1},
     )  # fmt: skip
     f.doc_string = (

@@ -30,6 +30,12 @@ def _reshape(data: np.ndarray, shape: list[int], allowzero: int) -> np.ndarray:
     if 0 not in shape and shape.count(-1) <= 1 and data.size:
         return data.reshape(shape)  # numpy infers a -1 as the spec does
     # 0 copies the input's dim (unless allowzero), -1 is inferred from the remaining size
+    if not allowzero and 0 in shape[data.ndim :]:
+        i = shape.index(0, data.ndim)
+        raise ValueError(
+            f"Reshape: shape {shape} has 0 at index {i}, which copies the input's dim {i}, "
+            f"but the input {list(data.shape)} has rank {data.ndim}"
+        )
     dims = [data.shape[i] if d == 0 and not allowzero else d for i, d in enumerate(shape)]
     if dims.count(-1) > 1:
         raise ValueError("Reshape: at most one -1 in shape")

@@ -16,12 +16,20 @@ from .. import native
 from ..registry import ONYX_DOMAIN, binds, op
 
 
-def _shuffled(X: np.ndarray, shape) -> np.ndarray:
-    """The Reshape -> Transpose -> Reshape of the body, as numpy (a copy)."""
-    target = [X.shape[i] if int(d) == 0 else int(d) for i, d in enumerate(shape)]
-    x5 = X.reshape(target)
+def _shuffled(X: np.ndarray, shape, groups: int) -> np.ndarray:
+    """The Reshape -> Transpose -> Reshape of the body, as numpy (a copy). ``groups`` (0:
+    any): the shuffle's groups the fusion saw, which a fed ``shape`` must make too."""
+    from .shape import _ints, _reshape
+
+    x5 = _reshape(X, _ints(shape), 0)  # (the unfused Reshape's errors)
     if x5.ndim != 5:
         raise ValueError(f"ChannelShuffleConv: shape {list(shape)} is not 5-D")
+    if groups and shuffle_groups(X.shape, shape) != groups:
+        raise ValueError(
+            f"ChannelShuffleConv: shape {_ints(shape)} reshapes X {list(X.shape)} to "
+            f"{list(x5.shape)}, not the shuffle in {groups} groups of the model's shape "
+            "initializer (a constant before IR 4, as the unfused graph's shapes were inferred)"
+        )
     return np.ascontiguousarray(x5.transpose(0, 2, 1, 3, 4)).reshape(X.shape)
 
 
@@ -50,7 +58,13 @@ def _bind_channel_shuffle_conv(inputs, attrs, constant):
         return None
     g = shuffle_groups(X.shape, shape)
     C = X.shape[1]
-    if g is None or attrs["group"] != C or W.shape != (C, 1, *W.shape[2:]) or W.ndim != 4:
+    if (
+        g is None
+        or attrs["groups"] not in (0, g)
+        or attrs["group"] != C
+        or W.shape != (C, 1, *W.shape[2:])
+        or W.ndim != 4
+    ):
         return None
     from .conv import _depthwise_setup
     from .fused import native_activation
@@ -73,7 +87,7 @@ def _bind_channel_shuffle_conv(inputs, attrs, constant):
 
     def bound(X, shape, W, B=None):
         if shape is not known and shuffle_groups(X.shape, shape) != g:
-            return channel_shuffle_conv(X, shape, W, B, **attrs)
+            return channel_shuffle_conv(X, shape, W, B, **attrs)  # (refuses it, or computes)
         return conv(contiguous(X), B)
 
     return native.under_setting(bound, channel_shuffle_conv, attrs)
@@ -92,16 +106,17 @@ def channel_shuffle_conv(
     auto_pad="NOTSET",
     dilations=None,
     group=1,
+    groups=0,
     kernel_shape=None,
     pads=None,
     strides=None,
 ):
     """FusedConv(the channel shuffle of X by ``shape``, W, B) (optimizer/shuffle.py's
-    ChannelShuffleConvFusion)."""
+    ChannelShuffleConvFusion; ``groups``: the shuffle's, which a fed shape must make)."""
     from .fused import fused_conv
 
     return fused_conv(
-        _shuffled(X, shape),
+        _shuffled(X, shape, groups),
         W,
         B,
         activation=activation,

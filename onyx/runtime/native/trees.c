@@ -165,16 +165,20 @@ EXPORT int onyx_forest_scores(const void *descend, const void *sum, const void *
     return 0;
 }
 
-/* A classifier's best class of one row of float32 scores y [C]: the first class of the
-   highest score (numpy's argmax: the first NaN where there is one). */
-static int64_t classify_best(const float *y, int64_t C) {
-    int64_t top = 0;
-    for (int64_t c = 0; c < C; c++) {
-        if (y[c] != y[c]) return c;
-        if (y[c] > y[top]) top = c;
+/* The index of the highest of one row y [C] of type T: numpy's argmax, the first of equal
+   ones, the first NaN where there is one. A classifier's best class (float32 scores) and
+   onyx_argmax_small's rows (float32 or float64) are one loop. */
+#define BEST(name, T)                                                                        \
+    static int64_t name(const T *y, int64_t C) {                                             \
+        int64_t top = 0;                                                                     \
+        for (int64_t c = 0; c < C; c++) {                                                    \
+            if (y[c] != y[c]) return c;                                                      \
+            if (y[c] > y[top]) top = c;                                                      \
+        }                                                                                    \
+        return top;                                                                          \
     }
-    return top;
-}
+BEST(classify_best, float)
+BEST(best_f64, double)
 
 /* Softmax over each row of float32 y [rows][C] in place: rows.c's Softmax rows (numpy's
    steps; the Softmax op's bits), which reads each value before it writes it. */
@@ -789,22 +793,9 @@ EXPORT int onyx_linear_chain_small(const void *call, const void *x, int rows) {
 EXPORT int onyx_argmax_small(const void *x, int shape, int64_t *out) {
     int64_t rows = shape >> 13, cols = (shape >> 1) & 4095;
     if (shape < 0 || cols < 1) return ONYX_INVALID; /* (checks.h) */
-    for (int64_t r = 0; r < rows; r++) {
-        int64_t top = 0;
-        if (shape & 1) {
-            const double *y = (const double *)x + r * cols;
-            for (int64_t c = 0; c < cols; c++) {
-                if (y[c] != y[c]) {
-                    top = c;
-                    break;
-                }
-                if (y[c] > y[top]) top = c;
-            }
-        } else {
-            top = classify_best((const float *)x + r * cols, cols);
-        }
-        out[r] = top;
-    }
+    for (int64_t r = 0; r < rows; r++)
+        out[r] = shape & 1 ? best_f64((const double *)x + r * cols, cols)
+                           : classify_best((const float *)x + r * cols, cols);
     return 0;
 }
 
