@@ -936,3 +936,60 @@ def test_a_holder_past_its_slice_rings_the_next_holder_as_its_own_wait_begins(mo
     assert passed == [entry.address] and rung == []
     assert turn.counts[0] == 1 and not turn.queue
     turn.release()
+
+
+def _tiny_runs(sess, runs: int = 60) -> None:
+    x = {"x": np.ones((2, 3), np.float32)}
+    for _ in range(runs):
+        sess.run(None, x)
+
+
+@pytest.fixture
+def tiny_however_loaded(monkeypatch):
+    """The tiny rule on, every run of these tests tiny (a loaded machine stretches them)."""
+    monkeypatch.setattr(concurrency, "TINY_RUN_SECONDS", 10.0)
+    monkeypatch.setattr(concurrency, "SHORT_RUN_SECONDS", 10.0)
+
+
+def test_tiny_runs_that_lose_the_gil_midway_take_turns_again(tiny_however_loaded, monkeypatch):
+    """A run whose ops let the GIL go (numpy's take or FFTs, a CDLL call) loses it at each
+    release to a thread waiting for it: its thread waits midway, a voluntary context switch
+    (Pace.switched). Such a session is not GIL-bound: its runs take turns again."""
+    switches = iter(range(10**6))
+    # (one every run; raising=False: the old code, without it, fails the asserts below)
+    monkeypatch.setattr(concurrency, "_switches", lambda: next(switches), raising=False)
+    sess = _relu_session(gil_bound=True)
+    _tiny_runs(sess)
+    assert not getattr(sess, PACE).gil_bound
+    assert not getattr(sess, PACE).tiny()
+
+
+def test_tiny_runs_that_keep_the_gil_stay_without_turns(tiny_however_loaded, monkeypatch):
+    """(the test above can fail: runs that never wait midway stay tiny; one in a hundred
+    waiting, CPython's switch interval taking the GIL, does not count)"""
+    runs = iter(range(10**6))
+    monkeypatch.setattr(concurrency, "_switches", lambda: next(runs) // 200, raising=False)
+    sess = _relu_session(gil_bound=True)
+    _tiny_runs(sess, 200)
+    assert getattr(sess, PACE).gil_bound and getattr(sess, PACE).tiny()
+
+
+def test_tiny_runs_making_native_calls_that_let_the_gil_go_take_turns_again(
+    tiny_however_loaded, monkeypatch
+):
+    """A native call through the library's CDLL (a forest's or SmallCall's on inputs too
+    large to keep the GIL for) is counted (native._core.let_go) even where no waiter showed
+    the release (no other thread waited then)."""
+    from onyx.runtime.native import _core
+
+    monkeypatch.setattr(concurrency, "_switches", lambda: 0, raising=False)
+    sess = _relu_session(gil_bound=True)
+    plan_run = getattr(sess, PLAN).run
+
+    def letting_go(*args, **kwargs):
+        _core.let_go[0] += 1
+        return plan_run(*args, **kwargs)
+
+    getattr(sess, PLAN).run = letting_go
+    _tiny_runs(sess)
+    assert not getattr(sess, PACE).gil_bound

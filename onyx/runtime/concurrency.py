@@ -835,14 +835,26 @@ class Pace:
     over the runs it measures), which decides whether its runs take turns; and whether its
     runs hold the GIL throughout (``gil_bound``: no op of the session runs on the native
     pool, whose kernels let the GIL go at every call, so that runs side by side would take it
-    from each other at each one)."""
+    from each other at each one; and its tiny runs without turns were not seen losing the
+    GIL midway, ``switched``)."""
 
-    __slots__ = ("seconds", "runs", "gil_bound")
+    __slots__ = ("seconds", "runs", "gil_bound", "released")
 
     def __init__(self, gil_bound: bool = False) -> None:
         self.seconds = 0.0  # a new session's first runs take turns, and so are measured alone
         self.runs = 0
         self.gil_bound = gil_bound
+        self.released = 0.0  # of its measured tiny runs, the share that lost the GIL midway
+
+    def switched(self, lost: bool) -> None:
+        """Count a measured tiny run (one without a turn): whether its thread waited midway
+        (``_switches``). Runs that let the GIL go (numpy's take, argmax or FFTs, a CDLL call:
+        a forest on more rows than it keeps the GIL for, a kNN, a TfIdf, a Loop's body) lose
+        it at each release to a thread woken for it, and go back to turns for good: their
+        turns no longer see the releases, which cost them nothing there."""
+        self.released += (lost - self.released) * 0.125
+        if self.released > RELEASED_SHARE:
+            self.gil_bound = False
 
     def tiny(self) -> bool:
         """Whether the session's runs go without turns: GIL-bound, measured (its first
@@ -861,6 +873,40 @@ class Pace:
         self.seconds += (seconds - self.seconds) * 0.125
 
 
+#: The share of a session's measured tiny runs that lost the GIL midway (their thread waited
+#: for it: ``Pace.switched``) past which the session's runs take turns again. A run that lets
+#: the GIL go loses it at nearly every release while other threads wait for it; one that keeps
+#: it loses it to CPython's switch interval alone (5 ms: one run in a hundred of 50 us), so
+#: three measured runs in a row that lost it (1 - (7/8)**3 = 0.33) are enough.
+RELEASED_SHARE = 0.3
+
+
+def _switch_reader():
+    """The calling thread's voluntary context switches so far (Linux's and the BSDs'
+    RUSAGE_THREAD), or None where the platform does not count them per thread. A thread
+    waiting for the GIL that another thread took when it let it go sleeps: one switch."""
+    try:
+        import resource
+
+        who = resource.RUSAGE_THREAD
+    except (ImportError, AttributeError):  # (Windows, macOS)
+        return None
+    read = resource.getrusage
+
+    def switches() -> int:
+        return read(who).ru_nvcsw
+
+    try:
+        switches()
+    except OSError:
+        return None
+    return switches
+
+
+_switches = _switch_reader()
+_let_go = native._core.let_go  # noqa: SLF001  (native calls of larger inputs letting the GIL go)
+
+
 #: A measured run counts in its session's Pace as at most this many times the pace so far: a
 #: one-off (the plan compiling its runner at the second run: 8 ms of CPU for a one-Relu model
 #: whose runs take 30 us) made a tiny session's runs count as long, side by side, for the
@@ -874,7 +920,7 @@ class run_slot:  # noqa: N801  (used as a function: ``with run_slot(threads, bla
     does no BLAS work), ``pace`` the session's run time (None: the run does not take turns).
     A class, not a generator: it wraps every run of tiny models too."""
 
-    __slots__ = ("blas", "native", "pace", "turn", "start", "shared", "token")
+    __slots__ = ("blas", "native", "pace", "turn", "start", "shared", "token", "switches", "let_go")
 
     def __init__(self, threads: int, blas: int | None, pace: Pace | None = None):
         self.blas = _default_blas() if blas == 0 else blas
@@ -885,15 +931,18 @@ class run_slot:  # noqa: N801  (used as a function: ``with run_slot(threads, bla
         self.pace = pace
         self.turn = None
         self.shared = False  # (a tiny run sharing a BLAS setting of several threads)
+        self.switches = None  # (a measured tiny run: its thread's voluntary switches so far)
 
     def __enter__(self):
         pace = self.pace
+        tiny = False
         # (alone: no other thread started from Python, so no other run to take turns with;
         # one that starts meanwhile overlaps this run only, as turns order runs and never
         # change their results. Taking the turn cost a one-row run a sixth of its time.
         # A tiny GIL-bound run takes none either: the GIL orders it, Pace.tiny)
         if pace is not None and pace.seconds < SHORT_RUN_SECONDS and _other_threads():
             if pace.tiny():
+                tiny = True
                 self.shared = bool(self.blas) and self.blas > 1
             else:
                 self.turn = _turns  # (the lock taken is the one released, a fork in between too)
@@ -905,6 +954,9 @@ class run_slot:  # noqa: N801  (used as a function: ``with run_slot(threads, bla
                 self.turn.release(failed=True)
             raise
         self.start = time.thread_time() if pace is not None and pace.measures() else None
+        if tiny and self.start is not None:  # (whether it loses the GIL midway: Pace.switched)
+            self.let_go = _let_go[0]
+            self.switches = _switches() if _switches is not None else -1
         return self
 
     def _enter_resources(self) -> None:
@@ -923,6 +975,9 @@ class run_slot:  # noqa: N801  (used as a function: ``with run_slot(threads, bla
     def __exit__(self, *exc) -> None:
         if self.start is not None:
             self.pace.add(time.thread_time() - self.start)
+            if self.switches is not None:
+                switches = _switches() if _switches is not None else -1
+                self.pace.switched(switches != self.switches or _let_go[0] != self.let_go)
         if self.native is not None:
             _setting.reset(self.token)
         if self.blas:
