@@ -882,9 +882,12 @@ RELEASED_SHARE = 0.3
 
 
 def _switch_reader():
-    """The calling thread's voluntary context switches so far (Linux's and the BSDs'
-    RUSAGE_THREAD), or None where the platform does not count them per thread. A thread
-    waiting for the GIL that another thread took when it let it go sleeps: one switch."""
+    """The calling thread's (voluntary, involuntary) context switches so far (Linux's and the
+    BSDs' RUSAGE_THREAD), or None where the platform does not count them per thread. A thread
+    waiting for the GIL that another thread took when it let it go sleeps: a voluntary switch.
+    So does one holding the GIL when the system preempted it (an involuntary one): its
+    waiters, kept waiting past CPython's switch interval, have it dropped as it comes back
+    (on a loaded machine, a tenth of a pipeline's runs in bursts)."""
     try:
         import resource
 
@@ -893,8 +896,9 @@ def _switch_reader():
         return None
     read = resource.getrusage
 
-    def switches() -> int:
-        return read(who).ru_nvcsw
+    def switches() -> tuple[int, int]:
+        counts = read(who)
+        return counts.ru_nvcsw, counts.ru_nivcsw
 
     try:
         switches()
@@ -904,6 +908,7 @@ def _switch_reader():
 
 
 _switches = _switch_reader()
+_NO_SWITCHES = (0, 0)  # (where the platform does not count them)
 _let_go = native._core.let_go  # noqa: SLF001  (native calls of larger inputs letting the GIL go)
 
 
@@ -956,7 +961,7 @@ class run_slot:  # noqa: N801  (used as a function: ``with run_slot(threads, bla
         self.start = time.thread_time() if pace is not None and pace.measures() else None
         if tiny and self.start is not None:  # (whether it loses the GIL midway: Pace.switched)
             self.let_go = _let_go[0]
-            self.switches = _switches() if _switches is not None else -1
+            self.switches = _switches() if _switches is not None else _NO_SWITCHES
         return self
 
     def _enter_resources(self) -> None:
@@ -972,12 +977,24 @@ class run_slot:  # noqa: N801  (used as a function: ``with run_slot(threads, bla
                     _leave_blas(self.shared)
             raise
 
+    def _count_switches(self) -> None:
+        """Tell the Pace whether this measured tiny run lost the GIL midway: a native call
+        that let it go, or its thread waited (voluntary switches) twice, or once without
+        being preempted (an involuntary switch: one wait after it says nothing, and the run
+        is not counted). A run letting the GIL go at several calls waits at several of them,
+        and is preempted too by the threads its releases woke."""
+        waited, preempted = _switches() if _switches is not None else _NO_SWITCHES
+        waited -= self.switches[0]
+        if _let_go[0] != self.let_go or waited > 1:
+            self.pace.switched(True)
+        elif preempted == self.switches[1] or not waited:
+            self.pace.switched(bool(waited))
+
     def __exit__(self, *exc) -> None:
         if self.start is not None:
             self.pace.add(time.thread_time() - self.start)
             if self.switches is not None:
-                switches = _switches() if _switches is not None else -1
-                self.pace.switched(switches != self.switches or _let_go[0] != self.let_go)
+                self._count_switches()
         if self.native is not None:
             _setting.reset(self.token)
         if self.blas:
