@@ -852,6 +852,8 @@ class Pace:
         a forest on more rows than it keeps the GIL for, a kNN, a TfIdf, a Loop's body) lose
         it at each release to a thread woken for it, and go back to turns for good: their
         turns no longer see the releases, which cost them nothing there."""
+        if not self.gil_bound:  # (runs in progress as it went back to turns)
+            return
         self.released += (lost - self.released) * 0.125
         if self.released > RELEASED_SHARE:
             self.gil_bound = False
