@@ -45,8 +45,8 @@ so a slice is counted in its runs' time (their sessions' ``Pace``), RUN_SLICES s
 with a wall-clock bound of WALL_SLICES slices: other processes stretching the runs no longer
 end slices early, and a job of a few milliseconds' runs no longer loses the turn mid-job.
 
-Tiny runs of a GIL-bound session may take no turn (``Pace.tiny``; off by default,
-TINY_RUN_SECONDS 0, as measured slower on the quiet machine): runs under TINY_RUN_SECONDS
+Tiny runs of a GIL-bound session take no turn (``Pace.tiny``; TINY_RUN_SECONDS 0 switches
+the rule off, as it was while their runs let the GIL go): runs under TINY_RUN_SECONDS
 of a session with no op on the native pool (a small scikit-learn pipeline: 40-80 us). The
 GIL orders them, handed over every few milliseconds as a turn's slice is, and the turn only
 added its own costs (taking it at every run, its hand-overs, its watcher); such runs needing
@@ -55,7 +55,12 @@ which made every run wait for the last one's end. The rule pays only where the r
 let the GIL go: each release (numpy's argmax, searchsorted, take; a ctypes call through a CDLL)
 woke a waiting thread, which took the GIL from the run (2.00x one thread on the quiet machine).
 The small scikit-learn kernels now keep the GIL on small inputs (ml/_common.row_argmax,
-native.core.keeping_gil; tests/test_gil_releases.py counts the releases: none).
+native.core.keeping_gil; tests/test_gil_releases.py counts the releases: none). Other sessions
+without an op on the native pool still let it go (numpy's take, FFTs and sorts in a kNN, a
+TfIdf, a Loop's body; a forest's call on more work than it keeps the GIL for): a session whose
+measured tiny runs lose the GIL midway, their thread made to wait for it (its voluntary
+context switches, or the library's count of calls that let it go), takes turns again for good
+(``Pace.switched``).
 
 Runs side by side on fewer threads each (two runs at once, each on one intra-op thread, so that
 one's Python overlaps the other's kernels) were measured and left: on small transformers and
@@ -819,15 +824,17 @@ SAMPLE_EVERY = 8
 
 
 #: A run of a GIL-bound session (``Pace.gil_bound``) whose calling thread spends less CPU time
-#: than this, on average, takes no turn: the GIL alone orders such runs. Off (0) by default:
-#: on the quiet machine (benchmarks/bench_concurrency.py --floor, 8 threads / 1 thread) a
-#: small scikit-learn pipeline took 2.00 (new threads) and 1.79 (long-lived) with 150 us here,
-#: 1.33 and 1.25 with turns: each of its runs' two GIL releases (numpy's searchsorted and
-#: argmax) woke a waiting thread. Its runs keep the GIL now (docs/reliability.md, "Runs that
-#: keep the GIL"): then 150 us measured as fast as turns on the loaded 2-core machine, with
-#: 300 context switches a round instead of 1500-2800. 0.00015 switches it on;
+#: than this, on average, takes no turn: the GIL alone orders such runs. On the quiet machine
+#: (benchmarks/bench_concurrency.py --floor, 8 threads / 1 thread) a small scikit-learn
+#: pipeline took 2.00 (new threads) and 1.79 (long-lived) with 150 us here, 1.33 and 1.25 with
+#: turns, while each of its runs' two GIL releases (numpy's searchsorted and argmax) woke a
+#: waiting thread. Its runs keep the GIL now (docs/reliability.md, "Runs that keep the GIL"):
+#: then 1.11-1.13 / 1.05-1.12 against turns' 0.95-1.18 / 1.11-1.23 there (three alternating
+#: pairs), about the perfect turn's 1.08-1.13 / 1.05-1.09, and on the loaded 2-core machine
+#: 2-6% less CPU than turns (8 threads / 1, alternating rounds). Sessions whose tiny runs
+#: still let the GIL go go back to turns (``Pace.switched``). 0 switches the rule off;
 #: ``bench_concurrency.py --tiny S`` compares the two.
-TINY_RUN_SECONDS = 0.0
+TINY_RUN_SECONDS = 0.00015
 
 
 class Pace:
