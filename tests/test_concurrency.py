@@ -940,7 +940,7 @@ def test_a_holder_past_its_slice_rings_the_next_holder_as_its_own_wait_begins(mo
     turn.release()
 
 
-def _tiny_runs(sess, runs: int = 60) -> None:
+def _tiny_runs(sess, runs: int = 100) -> None:
     x = {"x": np.ones((2, 3), np.float32)}
     for _ in range(runs):
         sess.run(None, x)

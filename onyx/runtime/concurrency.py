@@ -831,8 +831,8 @@ SAMPLE_EVERY = 8
 #: waiting thread. Its runs keep the GIL now (docs/reliability.md, "Runs that keep the GIL"):
 #: then 1.11-1.13 / 1.05-1.12 against turns' 0.95-1.18 / 1.11-1.23 there (three alternating
 #: pairs), about the perfect turn's 1.08-1.13 / 1.05-1.09, and on the loaded 2-core machine
-#: 2-6% less CPU than turns (8 threads / 1, alternating rounds). Sessions whose tiny runs
-#: still let the GIL go go back to turns (``Pace.switched``). 0 switches the rule off;
+#: 4-6% less CPU than turns in 5 of 6 alternating pairs (7% more in the sixth). Sessions
+#: whose tiny runs still let the GIL go go back to turns (``Pace.switched``). 0 switches it off;
 #: ``bench_concurrency.py --tiny S`` compares the two.
 TINY_RUN_SECONDS = 0.00015
 
@@ -861,7 +861,7 @@ class Pace:
         turns no longer see the releases, which cost them nothing there."""
         if not self.gil_bound:  # (runs in progress as it went back to turns)
             return
-        self.released += (lost - self.released) * 0.125
+        self.released += (lost - self.released) * RELEASED_WEIGHT
         if self.released > RELEASED_SHARE:
             self.gil_bound = False
 
@@ -883,11 +883,16 @@ class Pace:
 
 
 #: The share of a session's measured tiny runs that lost the GIL midway (their thread waited
-#: for it: ``Pace.switched``) past which the session's runs take turns again. A run that lets
-#: the GIL go loses it at nearly every release while other threads wait for it; one that keeps
-#: it loses it to CPython's switch interval alone (5 ms: one run in a hundred of 50 us), so
-#: three measured runs in a row that lost it (1 - (7/8)**3 = 0.33) are enough.
+#: for it: ``Pace.switched``), an exponential average of RELEASED_WEIGHT a run, past which the
+#: session's runs take turns again: three losses in a row (1 - (7/8)**3 = 0.33). A run that
+#: lets the GIL go loses it at nearly every release while other threads wait for it and a core
+#: is free to run them; one that keeps it loses it to CPython's switch interval alone (5 ms:
+#: one run in a hundred of 50 us), or in bursts on a loaded machine (a coltrans pipeline: up
+#: to four of its 400 measured runs in a row, 1-5% of them; an FFT model's 10-25%). A slower
+#: average (1/16) kept the FFT models' rule on the loaded 2-core machine and still sent a
+#: GIL-keeping pipeline back to turns once of two: sending one back only costs it the rule.
 RELEASED_SHARE = 0.3
+RELEASED_WEIGHT = 1 / 8
 
 
 def _switch_reader():
