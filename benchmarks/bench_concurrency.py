@@ -24,7 +24,7 @@ one kind.
 process. --unbound wakes the turn's next holder wherever Linux likes (then moved to the core
 its last holder ran on), not bound to that core before it is woken (concurrency._bind).
 --tiny S sets concurrency.TINY_RUN_SECONDS: tiny runs of a GIL-bound session (no op on the
-native pool) take no turn (--tiny 0, the default: they take turns; --tiny 0.00015 was measured);
+native pool) take no turn (--tiny 0: they take turns; the default, 0.00015, lets them go without);
 a line per model after the table says what the rule made of its runs by the end (a session
 whose tiny runs lost the GIL midway goes back to turns: concurrency.Pace.switched).
 --no-turns lets short runs run side by side (the behaviour before turns); --at-once K

@@ -950,7 +950,7 @@ class run_slot:  # noqa: N801  (used as a function: ``with run_slot(threads, bla
         self.pace = pace
         self.turn = None
         self.shared = False  # (a tiny run sharing a BLAS setting of several threads)
-        self.switches = None  # (a measured tiny run: its thread's voluntary switches so far)
+        self.switches = None  # (a measured tiny run: its thread's context switches so far)
 
     def __enter__(self):
         pace = self.pace
