@@ -896,33 +896,31 @@ RELEASED_WEIGHT = 1 / 8
 
 
 def _switch_reader():
-    """The calling thread's (voluntary, involuntary) context switches so far (Linux's and the
-    BSDs' RUSAGE_THREAD), or None where the platform does not count them per thread. A thread
-    waiting for the GIL that another thread took when it let it go sleeps: a voluntary switch.
-    So does one holding the GIL when the system preempted it (an involuntary one): its
-    waiters, kept waiting past CPython's switch interval, have it dropped as it comes back
-    (on a loaded machine, a tenth of a pipeline's runs in bursts)."""
+    """The calling thread's (CPU seconds, voluntary context switches, involuntary ones) so far,
+    in one system call (Linux's and the BSDs' RUSAGE_THREAD: a measured tiny run reads it in
+    place of its CPU clock, two more calls of 2 us each cost a pipeline's runs 1.2 us a run on
+    the loaded machine), or the CPU clock and no switches where the platform does not count
+    them per thread. A thread waiting for the GIL that another thread took when it let it go
+    sleeps: a voluntary switch. So does one holding the GIL when the system preempted it (an
+    involuntary one): its waiters, kept waiting past CPython's switch interval, have it
+    dropped as it comes back (on a loaded machine, a tenth of a pipeline's runs in bursts)."""
     try:
         import resource
 
         who = resource.RUSAGE_THREAD
-    except (ImportError, AttributeError):  # (Windows, macOS)
-        return None
-    read = resource.getrusage
+        read = resource.getrusage
+        read(who)
+    except (ImportError, AttributeError, OSError):  # (Windows, macOS)
+        return lambda: (time.thread_time(), 0, 0)
 
-    def switches() -> tuple[int, int]:
+    def switches() -> tuple[float, int, int]:
         counts = read(who)
-        return counts.ru_nvcsw, counts.ru_nivcsw
+        return counts.ru_utime + counts.ru_stime, counts.ru_nvcsw, counts.ru_nivcsw
 
-    try:
-        switches()
-    except OSError:
-        return None
     return switches
 
 
 _switches = _switch_reader()
-_NO_SWITCHES = (0, 0)  # (where the platform does not count them)
 _let_go = native._core.let_go  # noqa: SLF001  (native calls of larger inputs letting the GIL go)
 
 
@@ -972,10 +970,14 @@ class run_slot:  # noqa: N801  (used as a function: ``with run_slot(threads, bla
             if self.turn is not None:
                 self.turn.release(failed=True)
             raise
-        self.start = time.thread_time() if pace is not None and pace.measures() else None
-        if tiny and self.start is not None:  # (whether it loses the GIL midway: Pace.switched)
-            self.let_go = _let_go[0]
-            self.switches = _switches() if _switches is not None else _NO_SWITCHES
+        self.start = None
+        if pace is not None and pace.measures():
+            if tiny:  # (whether it loses the GIL midway too: Pace.switched)
+                self.let_go = _let_go[0]
+                self.switches = _switches()
+                self.start = self.switches[0]
+            else:
+                self.start = time.thread_time()
         return self
 
     def _enter_resources(self) -> None:
@@ -992,23 +994,24 @@ class run_slot:  # noqa: N801  (used as a function: ``with run_slot(threads, bla
             raise
 
     def _count_switches(self) -> None:
-        """Tell the Pace whether this measured tiny run lost the GIL midway: a native call
-        that let it go, or its thread waited (voluntary switches) twice, or once without
-        being preempted (an involuntary switch: one wait after it says nothing, and the run
-        is not counted). A run letting the GIL go at several calls waits at several of them,
-        and is preempted too by the threads its releases woke."""
-        waited, preempted = _switches() if _switches is not None else _NO_SWITCHES
-        waited -= self.switches[0]
+        """Count this measured tiny run in its Pace: its CPU time, and whether it lost the GIL
+        midway: a native call that let it go, or its thread waited (voluntary switches)
+        twice, or once without being preempted (an involuntary switch: one wait after it says
+        nothing, and the run is not counted). A run letting the GIL go at several calls waits
+        at several of them, and is preempted too by the threads its releases woke."""
+        seconds, waited, preempted = _switches()
+        self.pace.add(seconds - self.start)
+        waited -= self.switches[1]
         if _let_go[0] != self.let_go or waited > 1:
             self.pace.switched(True)
-        elif preempted == self.switches[1] or not waited:
+        elif preempted == self.switches[2] or not waited:
             self.pace.switched(bool(waited))
 
     def __exit__(self, *exc) -> None:
-        if self.start is not None:
+        if self.switches is not None:
+            self._count_switches()
+        elif self.start is not None:
             self.pace.add(time.thread_time() - self.start)
-            if self.switches is not None:
-                self._count_switches()
         if self.native is not None:
             _setting.reset(self.token)
         if self.blas:
