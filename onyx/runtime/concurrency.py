@@ -896,14 +896,13 @@ RELEASED_WEIGHT = 1 / 8
 
 
 def _switch_reader():
-    """The calling thread's (CPU seconds, voluntary context switches, involuntary ones) so far,
-    in one system call (Linux's and the BSDs' RUSAGE_THREAD: a measured tiny run reads it in
-    place of its CPU clock, two more calls of 2 us each cost a pipeline's runs 1.2 us a run on
-    the loaded machine), or the CPU clock and no switches where the platform does not count
-    them per thread. A thread waiting for the GIL that another thread took when it let it go
-    sleeps: a voluntary switch. So does one holding the GIL when the system preempted it (an
-    involuntary one): its waiters, kept waiting past CPython's switch interval, have it
-    dropped as it comes back (on a loaded machine, a tenth of a pipeline's runs in bursts)."""
+    """The calling thread's (voluntary, involuntary) context switches so far (Linux's and the
+    BSDs' RUSAGE_THREAD), or (0, 0) where the platform does not count them per thread. A
+    thread waiting for the GIL that another thread took when it let it go sleeps: a voluntary
+    switch. So does one holding the GIL when the system preempted it (an involuntary one): its
+    waiters, kept waiting past CPython's switch interval, have it dropped as it comes back (on
+    a loaded machine, a tenth of a pipeline's runs in bursts). (The call's CPU times are no
+    substitute for the CPU clock: Linux updates them at its ticks, so a run's came out 0.)"""
     try:
         import resource
 
@@ -911,16 +910,19 @@ def _switch_reader():
         read = resource.getrusage
         read(who)
     except (ImportError, AttributeError, OSError):  # (Windows, macOS)
-        return lambda: (time.thread_time(), 0, 0)
+        return lambda: (0, 0)
 
-    def switches() -> tuple[float, int, int]:
+    def switches() -> tuple[int, int]:
         counts = read(who)
-        return counts.ru_utime + counts.ru_stime, counts.ru_nvcsw, counts.ru_nivcsw
+        return counts.ru_nvcsw, counts.ru_nivcsw
 
     return switches
 
 
 _switches = _switch_reader()
+#: A measured tiny run reads its switches (``_switches``, a system call at each end) one time
+#: in this many: every time, they cost the pipeline's runs 1.2 us a run on the loaded machine.
+SWITCHES_EVERY = 4
 _let_go = native._core.let_go  # noqa: SLF001  (native calls of larger inputs letting the GIL go)
 
 
@@ -948,7 +950,8 @@ class run_slot:  # noqa: N801  (used as a function: ``with run_slot(threads, bla
         self.pace = pace
         self.turn = None
         self.shared = False  # (a tiny run sharing a BLAS setting of several threads)
-        self.switches = None  # (a measured tiny run: its thread's context switches so far)
+        self.let_go = None  # (a measured tiny run: the library's calls letting the GIL go so far)
+        self.switches = None  # (and one in SWITCHES_EVERY: its thread's context switches)
 
     def __enter__(self):
         pace = self.pace
@@ -970,14 +973,11 @@ class run_slot:  # noqa: N801  (used as a function: ``with run_slot(threads, bla
             if self.turn is not None:
                 self.turn.release(failed=True)
             raise
-        self.start = None
-        if pace is not None and pace.measures():
-            if tiny:  # (whether it loses the GIL midway too: Pace.switched)
-                self.let_go = _let_go[0]
+        self.start = time.thread_time() if pace is not None and pace.measures() else None
+        if tiny and self.start is not None:  # (whether it loses the GIL midway: Pace.switched)
+            self.let_go = _let_go[0]
+            if not pace.runs % (SAMPLE_EVERY * SWITCHES_EVERY):
                 self.switches = _switches()
-                self.start = self.switches[0]
-            else:
-                self.start = time.thread_time()
         return self
 
     def _enter_resources(self) -> None:
@@ -993,25 +993,28 @@ class run_slot:  # noqa: N801  (used as a function: ``with run_slot(threads, bla
                     _leave_blas(self.shared)
             raise
 
-    def _count_switches(self) -> None:
-        """Count this measured tiny run in its Pace: its CPU time, and whether it lost the GIL
-        midway: a native call that let it go, or its thread waited (voluntary switches)
-        twice, or once without being preempted (an involuntary switch: one wait after it says
-        nothing, and the run is not counted). A run letting the GIL go at several calls waits
-        at several of them, and is preempted too by the threads its releases woke."""
-        seconds, waited, preempted = _switches()
-        self.pace.add(seconds - self.start)
-        waited -= self.switches[1]
-        if _let_go[0] != self.let_go or waited > 1:
+    def _count_losses(self) -> None:
+        """Tell the Pace whether this measured tiny run lost the GIL midway: a native call
+        that let it go, or (where its switches were read) its thread waited (voluntary
+        switches) twice, or once without being preempted (an involuntary switch: one wait
+        after it says nothing, and the run is not counted). A run letting the GIL go at
+        several calls waits at several of them, and is preempted too by the threads its
+        releases woke."""
+        if _let_go[0] != self.let_go:
             self.pace.switched(True)
-        elif preempted == self.switches[2] or not waited:
-            self.pace.switched(bool(waited))
+        elif self.switches is not None:
+            waited, preempted = _switches()
+            waited -= self.switches[0]
+            if waited > 1:
+                self.pace.switched(True)
+            elif preempted == self.switches[1] or not waited:
+                self.pace.switched(bool(waited))
 
     def __exit__(self, *exc) -> None:
-        if self.switches is not None:
-            self._count_switches()
-        elif self.start is not None:
+        if self.start is not None:
             self.pace.add(time.thread_time() - self.start)
+            if self.let_go is not None:
+                self._count_losses()
         if self.native is not None:
             _setting.reset(self.token)
         if self.blas:
