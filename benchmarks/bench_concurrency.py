@@ -24,7 +24,9 @@ one kind.
 process. --unbound wakes the turn's next holder wherever Linux likes (then moved to the core
 its last holder ran on), not bound to that core before it is woken (concurrency._bind).
 --tiny S sets concurrency.TINY_RUN_SECONDS: tiny runs of a GIL-bound session (no op on the
-native pool) take no turn (--tiny 0, the default: they take turns; --tiny 0.00015 was measured).
+native pool) take no turn (--tiny 0: they take turns; the default, 0.00015, lets them go without);
+a line per model after the table says what the rule made of its runs by the end (a session
+whose tiny runs lost the GIL midway goes back to turns: concurrency.Pace.switched).
 --no-turns lets short runs run side by side (the behaviour before turns); --at-once K
 lets at most K run side by side (turns off, a semaphore around each run), with --intra-op N
 threads each (SessionOptions.intra_op_num_threads): runs overlapping so that one's Python
@@ -417,6 +419,7 @@ def main() -> None:
           f"intra-op threads {args.intra_op or 'all'}")  # fmt: skip
     print(HEADER.format(runs=args.runs, n=args.threads))
     print("|---|---:|---:|---:|---:|---:|---:|---|---|")
+    paces = []  # (each model's session's Pace after its rounds: whether its runs went tiny)
     for path in paths:
         sess = onyx.InferenceSession(path, options)
         name = os.path.basename(path).removesuffix(".onnx")
@@ -436,6 +439,24 @@ def main() -> None:
                     )
                 kind = "long-lived" if warm else "new"
                 print(row(f"{label}, {kind} threads", result), flush=True)
+        paces.append((name, sess._pace))  # noqa: SLF001
+    if concurrency.TINY_RUN_SECONDS:
+        print()
+        for name, pace in paces:
+            print(f"{name}: {tiny_state(pace)}")
+
+
+def tiny_state(pace) -> str:
+    """What the tiny rule made of a session's runs by the end (concurrency.Pace): a session
+    whose tiny runs lost the GIL midway went back to turns (Pace.switched), which its rows
+    then measured in part."""
+    if pace.tiny():
+        return f"tiny runs without turns (lost the GIL midway: {pace.released:.2f})"
+    if pace.released > concurrency.RELEASED_SHARE:
+        return "back to turns: its tiny runs lost the GIL midway (Pace.switched)"
+    if not pace.gil_bound:
+        return "turns: ops on the native pool (not GIL-bound)"
+    return f"turns: runs of {pace.seconds * 1e6:.0f} us, not tiny"
 
 
 if __name__ == "__main__":

@@ -120,13 +120,15 @@ def test_a_run_alone_takes_no_turn_and_one_beside_another_thread_does(monkeypatc
 
 @pytest.fixture
 def tiny_rule(monkeypatch):
-    """Tiny runs without turns switched on (off by default: concurrency.TINY_RUN_SECONDS)."""
+    """Tiny runs without turns at 150 us (the default: concurrency.TINY_RUN_SECONDS)."""
     monkeypatch.setattr(concurrency, "TINY_RUN_SECONDS", 0.00015)
 
 
-def test_tiny_runs_take_turns_by_default():
-    """(the quiet machine measured turns faster than the GIL alone: concurrency.py)"""
-    assert not _tiny_pace(seconds=1e-6).tiny()
+def test_tiny_runs_of_a_gil_bound_session_take_no_turn_by_default():
+    """(the quiet machine measured the GIL alone about as fast as a perfect turn and steadier
+    than turns, once the runs kept the GIL: concurrency.py); 0 switches the rule off"""
+    assert _tiny_pace(seconds=1e-6).tiny()
+    assert not _tiny_pace(seconds=concurrency.SHORT_RUN_SECONDS / 2).tiny()
 
 
 def test_tiny_runs_of_a_gil_bound_session_take_no_turn(tiny_rule):
@@ -936,3 +938,86 @@ def test_a_holder_past_its_slice_rings_the_next_holder_as_its_own_wait_begins(mo
     assert passed == [entry.address] and rung == []
     assert turn.counts[0] == 1 and not turn.queue
     turn.release()
+
+
+def _tiny_runs(sess, runs: int = 300) -> None:
+    x = {"x": np.ones((2, 3), np.float32)}
+    for _ in range(runs):
+        sess.run(None, x)
+
+
+@pytest.fixture
+def tiny_however_loaded(monkeypatch):
+    """The tiny rule on, every run of these tests tiny (a loaded machine stretches them)."""
+    monkeypatch.setattr(concurrency, "TINY_RUN_SECONDS", 10.0)
+    monkeypatch.setattr(concurrency, "SHORT_RUN_SECONDS", 10.0)
+
+
+def test_tiny_runs_that_lose_the_gil_midway_take_turns_again(tiny_however_loaded, monkeypatch):
+    """A run whose ops let the GIL go (numpy's take or FFTs, a CDLL call) loses it at each
+    release to a thread waiting for it: its thread waits midway, a voluntary context switch
+    (Pace.switched). Such a session is not GIL-bound: its runs take turns again."""
+    switches = iter(range(10**6))
+    # (one every run; raising=False: the old code, without it, fails the asserts below)
+    monkeypatch.setattr(concurrency, "_switches", lambda: (next(switches), 0), raising=False)
+    sess = _relu_session(gil_bound=True)
+    _tiny_runs(sess)
+    assert not getattr(sess, PACE).gil_bound
+    assert not getattr(sess, PACE).tiny()
+
+
+def test_tiny_runs_that_keep_the_gil_stay_without_turns(tiny_however_loaded, monkeypatch):
+    """(the test above can fail: runs that never wait midway stay tiny; a few waiting now
+    and then, CPython's switch interval taking the GIL, do not count)"""
+    reads = iter(range(10**6))  # (one run in 9 whose switches are read waits once)
+    monkeypatch.setattr(concurrency, "_switches", lambda: (next(reads) // 9, 0), raising=False)
+    sess = _relu_session(gil_bound=True)
+    _tiny_runs(sess, 1000)
+    assert getattr(sess, PACE).gil_bound and getattr(sess, PACE).tiny()
+
+
+def test_tiny_runs_preempted_midway_stay_without_turns(tiny_however_loaded, monkeypatch):
+    """A thread preempted while it held the GIL has it dropped as it comes back (its waiters
+    waited past the switch interval): on a loaded machine the pipeline's runs waited so in
+    bursts, a tenth of them, and went back to turns. A run preempted says nothing."""
+    switches = iter(range(10**6))
+    monkeypatch.setattr(
+        concurrency,
+        "_switches",
+        lambda: (n := next(switches), n),
+        raising=False,
+    )
+    sess = _relu_session(gil_bound=True)
+    _tiny_runs(sess)
+    assert getattr(sess, PACE).gil_bound
+
+
+def test_tiny_runs_waiting_twice_midway_take_turns_again(tiny_however_loaded, monkeypatch):
+    """(preempted too: the threads a run's releases woke preempt it)"""
+    switches = iter(range(10**6))
+    two_waits = lambda: (2 * (n := next(switches)), n)  # noqa: E731
+    monkeypatch.setattr(concurrency, "_switches", two_waits, raising=False)
+    sess = _relu_session(gil_bound=True)
+    _tiny_runs(sess)
+    assert not getattr(sess, PACE).gil_bound
+
+
+def test_tiny_runs_making_native_calls_that_let_the_gil_go_take_turns_again(
+    tiny_however_loaded, monkeypatch
+):
+    """A native call through the library's CDLL (a forest's or SmallCall's on inputs too
+    large to keep the GIL for) is counted (native._core.let_go) even where no waiter showed
+    the release (no other thread waited then)."""
+    from onyx.runtime.native import _core
+
+    monkeypatch.setattr(concurrency, "_switches", lambda: (0, 0), raising=False)
+    sess = _relu_session(gil_bound=True)
+    plan_run = getattr(sess, PLAN).run
+
+    def letting_go(*args, **kwargs):
+        _core.let_go[0] += 1
+        return plan_run(*args, **kwargs)
+
+    getattr(sess, PLAN).run = letting_go
+    _tiny_runs(sess)
+    assert not getattr(sess, PACE).gil_bound

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import onyx
 from onyx.runtime import native
 from onyx.runtime.kernels.ml._common import row_argmax
 from onyx.runtime.kernels.ml.preprocess import _sorted_position, _take_columns
@@ -82,10 +83,13 @@ def shim(tmp_path_factory) -> Path:
     return out
 
 
-def _releases(shim: Path, model: str) -> int:
+def _releases(shim: Path, model: str | Path) -> int:
+    """Releases in 100 runs of the zoo's ``model`` (or the model at that path, its feeds in
+    the .npz beside it)."""
+    path = model if isinstance(model, Path) else ZOO / f"{model}.onnx"
     env = {**os.environ, "LD_PRELOAD": str(shim)}
     done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(CHILD), str(shim), str(ZOO / f"{model}.onnx")],
+        [sys.executable, "-c", textwrap.dedent(CHILD), str(shim), str(path)],
         env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -246,3 +250,55 @@ def test_sorted_position_of_byte_swapped_strings_is_searchsorteds():
     ):
         got = _sorted_position(k, v)
         assert np.array_equal(got, np.searchsorted(k, v)), (k.dtype, v.dtype, got)
+
+
+def _forest(tmp_path: Path, trees: int, depth: int, rows: int) -> Path:
+    """A scikit-learn regression forest of ``trees`` trees of ``depth`` levels, saved with
+    feeds of ``rows`` rows (``_releases`` runs it)."""
+    pytest.importorskip("sklearn")
+    skl2onnx = pytest.importorskip("skl2onnx")
+    from sklearn.ensemble import RandomForestRegressor
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((400, 6)).astype(np.float32)
+    y = x @ rng.standard_normal(6) + rng.standard_normal(400)
+    forest = RandomForestRegressor(trees, max_depth=depth, random_state=0).fit(x, y)
+    onx = skl2onnx.to_onnx(forest, x[:1], target_opset={"": 17, "ai.onnx.ml": 3})
+    path = tmp_path / f"forest_{trees}_{depth}.onnx"
+    path.write_bytes(onx.SerializeToString())
+    np.savez(path.with_suffix(".npz"), **{"in:X": x[:rows]})
+    return path
+
+
+@pytest.mark.skipif(not native.available(), reason="the forests' native calls")
+def test_a_large_forests_call_on_few_rows_lets_the_gil_go(shim, tmp_path):
+    """A forest's call keeps the GIL by its work (rows x trees x levels: trees.KEPT_STEPS),
+    not its rows alone: 16 rows of a forest of 100 trees of 8 levels held the GIL for as long
+    as the forest took, other threads stopped. A small forest's 16 rows still keep it."""
+    from onyx.runtime.native import trees
+
+    assert _releases(shim, _forest(tmp_path, 100, 8, 16)) >= 100  # (a call each run)
+    assert _releases(shim, _forest(tmp_path, 4, 3, 16)) == 0
+    assert 16 * 100 * 8 > trees.KEPT_STEPS >= 16 * 4 * 3
+
+
+@pytest.mark.skipif(not native.available(), reason="SmallCall's native call")
+def test_a_session_whose_native_calls_let_the_gil_go_is_not_gil_bound(monkeypatch):
+    """(Pace.switched) With the tiny rule on, a forest scored on more rows than it keeps the
+    GIL for (20 rows, a CDLL call each run: native._core.let_go) goes back to turns; the
+    coltrans pipeline, which keeps the GIL, stays without."""
+    from onyx.runtime import concurrency
+
+    monkeypatch.setattr(concurrency, "TINY_RUN_SECONDS", 10.0)  # (every run tiny: a loaded
+    monkeypatch.setattr(concurrency, "SHORT_RUN_SECONDS", 10.0)  # machine stretches them)
+    no_switches = lambda: (0, 0)  # noqa: E731  (let_go alone)
+    monkeypatch.setattr(concurrency, "_switches", no_switches, raising=False)
+    paces = {}
+    for model in ("onnxmltools_xgboost_binary", "skl2onnx_coltrans_onehot_logreg"):
+        sess = onyx.InferenceSession(str(ZOO / f"{model}.onnx"))
+        with np.load(ZOO / f"{model}.npz", allow_pickle=True) as saved:
+            feeds = {i.name: saved["in:" + i.name] for i in sess.get_inputs()}
+        for _ in range(80):
+            sess.run(None, feeds)
+        paces[model] = sess._pace.gil_bound  # noqa: SLF001
+    assert paces == {"onnxmltools_xgboost_binary": False, "skl2onnx_coltrans_onehot_logreg": True}

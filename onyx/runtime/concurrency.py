@@ -45,8 +45,8 @@ so a slice is counted in its runs' time (their sessions' ``Pace``), RUN_SLICES s
 with a wall-clock bound of WALL_SLICES slices: other processes stretching the runs no longer
 end slices early, and a job of a few milliseconds' runs no longer loses the turn mid-job.
 
-Tiny runs of a GIL-bound session may take no turn (``Pace.tiny``; off by default,
-TINY_RUN_SECONDS 0, as measured slower on the quiet machine): runs under TINY_RUN_SECONDS
+Tiny runs of a GIL-bound session take no turn (``Pace.tiny``; TINY_RUN_SECONDS 0 switches
+the rule off, as it was while their runs let the GIL go): runs under TINY_RUN_SECONDS
 of a session with no op on the native pool (a small scikit-learn pipeline: 40-80 us). The
 GIL orders them, handed over every few milliseconds as a turn's slice is, and the turn only
 added its own costs (taking it at every run, its hand-overs, its watcher); such runs needing
@@ -55,7 +55,12 @@ which made every run wait for the last one's end. The rule pays only where the r
 let the GIL go: each release (numpy's argmax, searchsorted, take; a ctypes call through a CDLL)
 woke a waiting thread, which took the GIL from the run (2.00x one thread on the quiet machine).
 The small scikit-learn kernels now keep the GIL on small inputs (ml/_common.row_argmax,
-native.core.keeping_gil; tests/test_gil_releases.py counts the releases: none).
+native.core.keeping_gil; tests/test_gil_releases.py counts the releases: none). Other sessions
+without an op on the native pool still let it go (numpy's take, FFTs and sorts in a kNN, a
+TfIdf, a Loop's body; a forest's call on more work than it keeps the GIL for): a session whose
+measured tiny runs lose the GIL midway, their thread made to wait for it (its voluntary
+context switches, or the library's count of calls that let it go), takes turns again for good
+(``Pace.switched``).
 
 Runs side by side on fewer threads each (two runs at once, each on one intra-op thread, so that
 one's Python overlaps the other's kernels) were measured and left: on small transformers and
@@ -819,15 +824,17 @@ SAMPLE_EVERY = 8
 
 
 #: A run of a GIL-bound session (``Pace.gil_bound``) whose calling thread spends less CPU time
-#: than this, on average, takes no turn: the GIL alone orders such runs. Off (0) by default:
-#: on the quiet machine (benchmarks/bench_concurrency.py --floor, 8 threads / 1 thread) a
-#: small scikit-learn pipeline took 2.00 (new threads) and 1.79 (long-lived) with 150 us here,
-#: 1.33 and 1.25 with turns: each of its runs' two GIL releases (numpy's searchsorted and
-#: argmax) woke a waiting thread. Its runs keep the GIL now (docs/reliability.md, "Runs that
-#: keep the GIL"): then 150 us measured as fast as turns on the loaded 2-core machine, with
-#: 300 context switches a round instead of 1500-2800. 0.00015 switches it on;
+#: than this, on average, takes no turn: the GIL alone orders such runs. On the quiet machine
+#: (benchmarks/bench_concurrency.py --floor, 8 threads / 1 thread) a small scikit-learn
+#: pipeline took 2.00 (new threads) and 1.79 (long-lived) with 150 us here, 1.33 and 1.25 with
+#: turns, while each of its runs' two GIL releases (numpy's searchsorted and argmax) woke a
+#: waiting thread. Its runs keep the GIL now (docs/reliability.md, "Runs that keep the GIL"):
+#: then 1.11-1.13 / 1.05-1.12 against turns' 0.95-1.18 / 1.11-1.23 there (three alternating
+#: pairs), about the perfect turn's 1.08-1.13 / 1.05-1.09, and on the loaded 2-core machine
+#: 4-6% less CPU than turns in 5 of 6 alternating pairs (7% more in the sixth). Sessions
+#: whose tiny runs still let the GIL go go back to turns (``Pace.switched``). 0 switches it off;
 #: ``bench_concurrency.py --tiny S`` compares the two.
-TINY_RUN_SECONDS = 0.0
+TINY_RUN_SECONDS = 0.00015
 
 
 class Pace:
@@ -835,14 +842,28 @@ class Pace:
     over the runs it measures), which decides whether its runs take turns; and whether its
     runs hold the GIL throughout (``gil_bound``: no op of the session runs on the native
     pool, whose kernels let the GIL go at every call, so that runs side by side would take it
-    from each other at each one)."""
+    from each other at each one; and its tiny runs without turns were not seen losing the
+    GIL midway, ``switched``)."""
 
-    __slots__ = ("seconds", "runs", "gil_bound")
+    __slots__ = ("seconds", "runs", "gil_bound", "released")
 
     def __init__(self, gil_bound: bool = False) -> None:
         self.seconds = 0.0  # a new session's first runs take turns, and so are measured alone
         self.runs = 0
         self.gil_bound = gil_bound
+        self.released = 0.0  # of its measured tiny runs, the share that lost the GIL midway
+
+    def switched(self, lost: bool) -> None:
+        """Count a measured tiny run (one without a turn): whether its thread waited midway
+        (``_switches``). Runs that let the GIL go (numpy's take, argmax or FFTs, a CDLL call:
+        a forest on more rows than it keeps the GIL for, a kNN, a TfIdf, a Loop's body) lose
+        it at each release to a thread woken for it, and go back to turns for good: their
+        turns no longer see the releases, which cost them nothing there."""
+        if not self.gil_bound:  # (runs in progress as it went back to turns)
+            return
+        self.released += (lost - self.released) * RELEASED_WEIGHT
+        if self.released > RELEASED_SHARE:
+            self.gil_bound = False
 
     def tiny(self) -> bool:
         """Whether the session's runs go without turns: GIL-bound, measured (its first
@@ -861,6 +882,50 @@ class Pace:
         self.seconds += (seconds - self.seconds) * 0.125
 
 
+#: The share of a session's measured tiny runs that lost the GIL midway (their thread waited
+#: for it: ``Pace.switched``), an exponential average of RELEASED_WEIGHT a run, past which the
+#: session's runs take turns again: three losses in a row (1 - (7/8)**3 = 0.33). A run that
+#: lets the GIL go loses it at nearly every release while other threads wait for it and a core
+#: is free to run them; one that keeps it loses it to CPython's switch interval alone (5 ms:
+#: one run in a hundred of 50 us), or in bursts on a loaded machine (a coltrans pipeline: up
+#: to four of its 400 measured runs in a row, 1-5% of them; an FFT model's 10-25%). A slower
+#: average (1/16) kept the FFT models' rule on the loaded 2-core machine and still sent a
+#: GIL-keeping pipeline back to turns once of two: sending one back only costs it the rule.
+RELEASED_SHARE = 0.3
+RELEASED_WEIGHT = 1 / 8
+
+
+def _switch_reader():
+    """The calling thread's (voluntary, involuntary) context switches so far (Linux's and the
+    BSDs' RUSAGE_THREAD), or (0, 0) where the platform does not count them per thread. A
+    thread waiting for the GIL that another thread took when it let it go sleeps: a voluntary
+    switch. So does one holding the GIL when the system preempted it (an involuntary one): its
+    waiters, kept waiting past CPython's switch interval, have it dropped as it comes back (on
+    a loaded machine, a tenth of a pipeline's runs in bursts). (The call's CPU times are no
+    substitute for the CPU clock: Linux updates them at its ticks, so a run's came out 0.)"""
+    try:
+        import resource
+
+        who = resource.RUSAGE_THREAD
+        read = resource.getrusage
+        read(who)
+    except (ImportError, AttributeError, OSError):  # (Windows, macOS)
+        return lambda: (0, 0)
+
+    def switches() -> tuple[int, int]:
+        counts = read(who)
+        return counts.ru_nvcsw, counts.ru_nivcsw
+
+    return switches
+
+
+_switches = _switch_reader()
+#: A measured tiny run reads its switches (``_switches``, a system call at each end) one time
+#: in this many: every time, they cost the pipeline's runs 1.2 us a run on the loaded machine.
+SWITCHES_EVERY = 4
+_let_go = native._core.let_go  # noqa: SLF001  (native calls of larger inputs letting the GIL go)
+
+
 #: A measured run counts in its session's Pace as at most this many times the pace so far: a
 #: one-off (the plan compiling its runner at the second run: 8 ms of CPU for a one-Relu model
 #: whose runs take 30 us) made a tiny session's runs count as long, side by side, for the
@@ -874,7 +939,7 @@ class run_slot:  # noqa: N801  (used as a function: ``with run_slot(threads, bla
     does no BLAS work), ``pace`` the session's run time (None: the run does not take turns).
     A class, not a generator: it wraps every run of tiny models too."""
 
-    __slots__ = ("blas", "native", "pace", "turn", "start", "shared", "token")
+    __slots__ = ("blas", "native", "pace", "turn", "start", "shared", "token", "switches", "let_go")
 
     def __init__(self, threads: int, blas: int | None, pace: Pace | None = None):
         self.blas = _default_blas() if blas == 0 else blas
@@ -885,15 +950,19 @@ class run_slot:  # noqa: N801  (used as a function: ``with run_slot(threads, bla
         self.pace = pace
         self.turn = None
         self.shared = False  # (a tiny run sharing a BLAS setting of several threads)
+        self.let_go = None  # (a measured tiny run: the library's calls letting the GIL go so far)
+        self.switches = None  # (and one in SWITCHES_EVERY: its thread's context switches)
 
     def __enter__(self):
         pace = self.pace
+        tiny = False
         # (alone: no other thread started from Python, so no other run to take turns with;
         # one that starts meanwhile overlaps this run only, as turns order runs and never
         # change their results. Taking the turn cost a one-row run a sixth of its time.
         # A tiny GIL-bound run takes none either: the GIL orders it, Pace.tiny)
         if pace is not None and pace.seconds < SHORT_RUN_SECONDS and _other_threads():
             if pace.tiny():
+                tiny = True
                 self.shared = bool(self.blas) and self.blas > 1
             else:
                 self.turn = _turns  # (the lock taken is the one released, a fork in between too)
@@ -905,6 +974,10 @@ class run_slot:  # noqa: N801  (used as a function: ``with run_slot(threads, bla
                 self.turn.release(failed=True)
             raise
         self.start = time.thread_time() if pace is not None and pace.measures() else None
+        if tiny and self.start is not None:  # (whether it loses the GIL midway: Pace.switched)
+            self.let_go = _let_go[0]
+            if not pace.runs % (SAMPLE_EVERY * SWITCHES_EVERY):
+                self.switches = _switches()
         return self
 
     def _enter_resources(self) -> None:
@@ -920,9 +993,28 @@ class run_slot:  # noqa: N801  (used as a function: ``with run_slot(threads, bla
                     _leave_blas(self.shared)
             raise
 
+    def _count_losses(self) -> None:
+        """Tell the Pace whether this measured tiny run lost the GIL midway: a native call
+        that let it go, or (where its switches were read) its thread waited (voluntary
+        switches) twice, or once without being preempted (an involuntary switch: one wait
+        after it says nothing, and the run is not counted). A run letting the GIL go at
+        several calls waits at several of them, and is preempted too by the threads its
+        releases woke."""
+        if _let_go[0] != self.let_go:
+            self.pace.switched(True)
+        elif self.switches is not None:
+            waited, preempted = _switches()
+            waited -= self.switches[0]
+            if waited > 1:
+                self.pace.switched(True)
+            elif preempted == self.switches[1] or not waited:
+                self.pace.switched(bool(waited))
+
     def __exit__(self, *exc) -> None:
         if self.start is not None:
             self.pace.add(time.thread_time() - self.start)
+            if self.let_go is not None:
+                self._count_losses()
         if self.native is not None:
             _setting.reset(self.token)
         if self.blas:

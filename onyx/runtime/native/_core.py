@@ -442,6 +442,12 @@ def _run(part: int, task: ctypes.Structure, cuts, threads: int, what: str = "ker
 _INT64 = np.dtype(np.int64)
 
 
+#: Calls of the entry points that have a twin keeping the GIL made through ``lib`` instead
+#: (their inputs too large to hold the GIL for), which let the GIL go: a session's tiny runs
+#: that make them take turns (concurrency.Pace.switched). One count for every thread: another
+#: thread's call counted in a run only sends that run's session back to turns.
+let_go = [0]
+
 #: Each entry point's twin that keeps the GIL (``keeping_gil``), by name.
 _kept: dict[str, Callable] = {}
 

@@ -151,8 +151,10 @@ class ForestSums:
         rows, nf = x.shape
         scores = np.empty((rows, self.targets), self.score_dtype)
         scores_of = core.lib.onyx_forest_scores
-        if rows <= KEPT_ROWS:
+        if rows <= KEPT_ROWS and rows * self.trees * max(self.depth, 1) <= KEPT_STEPS:
             scores_of = core.keeping_gil("onyx_forest_scores")
+        else:
+            core.let_go[0] += 1  # (the GIL let go: concurrency.run_slot counts them)
         status = scores_of(self._descend_at, self._sum_at, _input_addr(x), rows, nf, _addr(scores))
         core.check(status, "forest_scores")
         return scores
@@ -189,7 +191,8 @@ class ForestSums:
             fields.update(consts=_addr(base), n=len(base))
         return SmallCall("forest", fields, (self, base), 2 if binary else self.targets,
                          np.float32 if classify else self.score_dtype, classify,
-                         4 * max_rows if binary else 0, max_rows)  # fmt: skip
+                         4 * max_rows if binary else 0, max_rows,
+                         kept_rows=min(KEPT_ROWS, KEPT_STEPS // steps))  # fmt: skip
 
 
 def forest_sums(tables, roots2: np.ndarray, depth: int, weights: np.ndarray) -> ForestSums | None:
@@ -375,6 +378,10 @@ SMALL_ROWS = 64
 #: Rows up to which a SmallCall or a forest's scores keep the GIL while in C (a few
 #: microseconds: core.keeping_gil)
 KEPT_ROWS = 16
+#: Rows x trees x levels up to which a forest's call keeps the GIL (besides KEPT_ROWS): a
+#: forest of hundreds of deep trees scored on 16 rows held the GIL for as long as its rows
+#: took, other threads stopped (a step takes nanoseconds: some microseconds at most)
+KEPT_STEPS = 4096
 #: Output elements up to which bins_one_hot keeps the GIL while in C
 KEPT_BINS = 4096
 
@@ -393,12 +400,15 @@ class SmallCall:
     needs."""
 
     __slots__ = ("_fn", "_kept", "_template", "_keep", "_local", "_out", "_best", "_work",
-                 "max_rows", "_result")  # fmt: skip
+                 "max_rows", "_result", "kept_rows")  # fmt: skip
 
     def __init__(self, kind: str, fields: dict, keep, out_width: int, out_dtype, best: bool,
-                 work: int = 0, max_rows: int = SMALL_ROWS, result_dtype=None):  # fmt: skip
+                 work: int = 0, max_rows: int = SMALL_ROWS, result_dtype=None,
+                 kept_rows: int = KEPT_ROWS):  # fmt: skip
         self._fn = getattr(core.lib, f"onyx_{kind}_small")  # (no argtypes: passed as they are)
-        self._kept = core.keeping_gil(f"onyx_{kind}_small")  # (calls of KEPT_ROWS rows)
+        self._kept = core.keeping_gil(f"onyx_{kind}_small")  # (calls of kept_rows rows)
+        #: rows up to which a call keeps the GIL (KEPT_ROWS; a forest's, fewer by its work)
+        self.kept_rows = kept_rows
         self._template = _MlCall(max_rows=max_rows, **fields)
         self._keep = keep  # (the addresses in fields stay valid)
         self._local = threading.local()
@@ -428,7 +438,11 @@ class SmallCall:
         except AttributeError:
             at, views, _ = self._thread()
         rows = x.shape[0]
-        status = (self._kept if rows <= KEPT_ROWS else self._fn)(at, x.tobytes(), rows)
+        if rows <= self.kept_rows:
+            status = self._kept(at, x.tobytes(), rows)
+        else:
+            core.let_go[0] += 1  # (the GIL let go: concurrency.run_slot counts them)
+            status = self._fn(at, x.tobytes(), rows)
         if status:
             core.check(status, "ml small call")
         out, best = views[rows]
