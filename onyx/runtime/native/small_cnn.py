@@ -1,5 +1,6 @@
 """Small CNN layers at serving sizes (small_cnn.c): a direct float32 conv for images of up to a
-few thousand pixels (unit stride, output as wide as the input; as channel vectors, output
+few thousand pixels (unit stride, output as wide as the input or a little narrower; as
+channel vectors, output
 planes of up to CV_MAX_PIXELS at any stride: a 7x7 or 14x14 layer) and the 2x2 stride-2 max
 pool.
 
