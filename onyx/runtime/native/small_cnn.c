@@ -174,12 +174,13 @@ static AVX512 __attribute__((noinline)) void store_tile(const small_conv_f32 *t,
 /* A narrow tile's sums (OW < W: the tile's pixels are those of an OH x W plane, columns OW
    and on computed and dropped here) + bias (+ the residual), activated, into y's OH x OW
    planes. A vector's kept lanes (column < OW) are consecutive cells of y's plane, from its
-   first kept lane's on, whichever rows they span: each is stored compressed (and its
-   residual loaded expanded) from there. */
+   first kept lane's on, whichever rows they span: each is compressed in its register and
+   stored from there (and its residual loaded from there, expanded): compress and expand
+   with a memory operand were microcoded and slow on some CPUs. */
 static AVX512 void store_narrow(const small_conv_f32 *t, float (*sums)[SC_NV * 16],
                                 int64_t p0, int64_t n, int64_t m0, int nv) {
     int64_t P = sc_pixels(t), OP = t->OH * t->OW, rows = t->M - m0 < SC_MR ? t->M - m0 : SC_MR;
-    __mmask16 keep[SC_NV] = {0};
+    __mmask16 keep[SC_NV] = {0}, packed[SC_NV]; /* the lanes kept; as many from lane 0 */
     int64_t first[SC_NV] = {0};
     for (int h = 0; h < nv; h++) {
         int64_t q = p0 + 16 * h, col = q % t->W, at = -1;
@@ -189,6 +190,7 @@ static AVX512 void store_narrow(const small_conv_f32 *t, float (*sums)[SC_NV * 1
                 keep[h] |= (__mmask16)(1u << j);
             }
         first[h] = at < 0 ? 0 : at;
+        packed[h] = (__mmask16)((1u << __builtin_popcount(keep[h])) - 1);
     }
     for (int64_t i = 0; i < rows; i++) {
         int64_t plane = (n * t->M + m0 + i) * OP;
@@ -197,10 +199,12 @@ static AVX512 void store_narrow(const small_conv_f32 *t, float (*sums)[SC_NV * 1
             if (!keep[h]) continue;
             __m512 s = _mm512_add_ps(_mm512_load_ps(sums[i] + 16 * h), bias);
             if (t->z)
-                s = _mm512_add_ps(
-                    s, _mm512_maskz_expandloadu_ps(keep[h], t->z + plane + first[h]));
-            _mm512_mask_compressstoreu_ps(t->y + plane + first[h], keep[h],
-                                          onyx_activate(s, (int)t->act, t->alpha, t->beta));
+                s = _mm512_add_ps(s, _mm512_maskz_expand_ps(
+                                         keep[h], _mm512_maskz_loadu_ps(packed[h],
+                                                                        t->z + plane + first[h])));
+            s = onyx_activate(s, (int)t->act, t->alpha, t->beta);
+            _mm512_mask_storeu_ps(t->y + plane + first[h], packed[h],
+                                  _mm512_maskz_compress_ps(keep[h], s));
         }
     }
 }
