@@ -40,7 +40,16 @@ CASES = [
     (3, 7, 5, 5, 3, (1, 1), (1, 1), (0, 0, 0, 0)),  # 1x1, fewer channels than a panel
     (1, 2, 12, 20, 10, (1, 7), (1, 1), (0, 3, 0, 3)),
     (1, 3, 4, 4, 16, (7, 7), (1, 1), (3, 3, 3, 3)),  # taps wholly in the padding
+    # narrower outputs (OW < W: their last columns computed and dropped), of planes too big
+    # for channel vectors
+    (1, 3, 34, 34, 8, (3, 3), (1, 1), (0, 0, 0, 0)),  # a "valid" conv after a reflect Pad
+    (2, 5, 20, 22, 13, (3, 3), (1, 1), (1, 0, 1, 0)),  # rows padded; a partial panel; batch 2
+    (1, 6, 25, 27, 9, (3, 3), (2, 2), (0, 1, 0, 0)),  # dilation; a left pad alone
+    (1, 8, 20, 20, 16, (3, 3), (1, 1), (0, 0, 0, 0)),  # 18 x 18: vectors spanning 2-3 rows
 ]
+
+#: The narrower cases above.
+NARROW = CASES[-4:]
 
 
 def _reference(x, w, b, dilation, pads, z=None):
@@ -107,6 +116,18 @@ def test_fused_residual_and_activation(activation, small_calls):
     assert small_calls, "the small conv did not run"
 
 
+@pytest.mark.parametrize("case", NARROW)
+def test_narrow_outputs_fuse_residual_and_activation(case, small_calls):
+    """A narrower output's kept lanes are stored compressed and its residual read expanded:
+    each cell gets its own residual, the dropped columns none."""
+    x, w, b = _arrays(case, 12)
+    s = _reference(x, w, b, case[6], case[7])
+    z = np.random.default_rng(13).standard_normal(s.shape).astype(np.float32)
+    got = fused_conv(x, w, b, z, activation="Relu", **_attrs(case))
+    np.testing.assert_allclose(got, np.maximum(s + z, 0), rtol=1e-4, atol=1e-4)
+    assert small_calls, "the small conv did not run"
+
+
 def test_a_residual_in_another_layout_is_read_as_its_values(small_calls):
     """A Fortran-ordered (or broadcast) Z is copied C-contiguous for the call, and that copy
     lives through it."""
@@ -137,7 +158,6 @@ def test_threads_split_the_tiles(small_calls):
     "shape, attrs",
     [
         ((1, 8, 40, 40), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),  # a stride, 400 pixels
-        ((1, 8, 20, 20), {"pads": [0, 0, 0, 0]}),  # "valid": narrower output, 324 pixels
         ((1, 4, 136, 136), {"pads": [1, 1, 1, 1]}),  # a large image
         ((1, 3, 8, 8), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),  # a stem's (K = 27)
     ],
@@ -220,7 +240,7 @@ def test_conv_transpose_of_other_widths_keeps_the_general_kernel(small_calls):
 
 def test_tasks_the_kernels_cannot_serve_are_refused():
     """small_cnn.c fails closed: an upsampling with an activation or a residual (which its
-    store would drop), and a range of parts past the task's."""
+    store would drop) or of a narrower output, and a range of parts past the task's."""
     from onyx.errors import InvalidArgument
     from onyx.runtime.native import _core
 
@@ -232,6 +252,9 @@ def test_tasks_the_kernels_cannot_serve_are_refused():
     up = native.SmallConv(*args, up=True)
     with pytest.raises(InvalidArgument):
         up(x, z=np.zeros(up.shape, np.float32))
+    narrow = args[:4] + ((2, 6),) + args[5:]  # (an upsampling stores whole rows: none narrower)
+    with pytest.raises(InvalidArgument):
+        native.SmallConv(*narrow, up=True)(x)
     conv = native.SmallConv(*args)
     y = np.empty(conv.shape, np.float32)
     conv.task.x, conv.task.y = x.ctypes.data, y.ctypes.data

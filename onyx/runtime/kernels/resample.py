@@ -191,10 +191,11 @@ def _resize_path(
     antialias=0,
     keep_aspect_ratio_policy="stretch",
     legacy_nearest=False,
+    _bound=False,
 ):
     """Resize of an X of ``shape`` and ``dtype`` as ``run(X)``: the output lengths, the path
     and its tables worked out from the shape and the constant operands alone (a bound step
-    keeps it: registry.binds)."""
+    keeps it: registry.binds; ``_bound``: its native task made once too, _native_path)."""
     r = len(shape)
     axes = [a % r for a in axes] if axes else list(range(r))
     plan = _targets(
@@ -207,13 +208,15 @@ def _resize_path(
             axis: _nearest_table(coordinate_transformation_mode, rounding, shape[axis], *p)
             for axis, p in zip(axes, plan)
         }
-        return lambda X: _nearest(X, tables)
+        fast = _bound_nearest(shape, dtype, tables) if _bound else None
+        return fast or (lambda X: _nearest(X, tables))
     if not empty and mode == "linear" and not antialias and dtype in _BILINEAR_TYPES:
         targets = dict(zip(axes, plan))
         pair = _bilinear_axes(shape, targets)
         if pair is not None:
             ctm = coordinate_transformation_mode
-            return lambda X: _bilinear(X, pair, targets, ctm, extrapolation_value)
+            fast = _bound_bilinear(shape, dtype, pair, targets, ctm) if _bound else None
+            return fast or (lambda X: _bilinear(X, pair, targets, ctm, extrapolation_value))
     general = (mode, coordinate_transformation_mode, nearest_mode, cubic_coeff_a)
     general += (exclude_outside, extrapolation_value, antialias, legacy_nearest)
     return lambda X: _resize_general(X, axes, plan, *general)
@@ -222,8 +225,39 @@ def _resize_path(
 def _bind_resize(inputs, attrs, constant):
     """registry.binds for constant roi, scales and sizes: _resize_path once per shape."""
     X, roi, scales, sizes = (tuple(inputs) + (None,) * 3)[:4]
-    run = _resize_path(X.shape, X.dtype, roi, scales, sizes, **attrs)
+    run = _resize_path(X.shape, X.dtype, roi, scales, sizes, **attrs, _bound=True)
     return lambda X, *_: run(X)
+
+
+def _bound_nearest(shape, dtype, tables: dict):
+    """The native call of a bound nearest Resize that repeats each element of the last two
+    axes (whole factors, 4-byte elements, the other axes kept): _nearest's path, its task
+    made once (native.bound_repeat2d_4byte); else None."""
+    r = len(shape)
+    inner = [tables.get(r - 2, ("same",)), tables.get(r - 1, ("same",))]
+    if r < 2 or inner[0][0] != "repeat" or inner[1][0] != "repeat":
+        return None
+    if any(tables[a][0] != "same" for a in tables if a < r - 2):
+        return None
+    if (np.dtype(dtype).itemsize, inner[1][1]) not in _WIDE:
+        return None  # (the kernels _nearest takes for these)
+    return native.bound_repeat2d_4byte(shape, dtype, inner[0][1], inner[1][1])
+
+
+def _bound_bilinear(shape, dtype, pair, targets: dict, coordinate_mode: str):
+    """The native call of a bound float32 bilinear Resize of the last two axes (no
+    extrapolation): _bilinear's native path, its task made once (native.bound_bilinear_f32);
+    else None."""
+    r = len(shape)
+    if np.dtype(dtype) != np.float32 or pair != (r - 2, r - 1) or not native.bilinear_ok():
+        return None
+    tables = []
+    for axis in pair:
+        target = targets.get(axis, (shape[axis], 1.0, 0.0, 1.0, None))
+        tables.append(_bilinear_table(coordinate_mode, shape[axis], *target))
+    if tables[0][4] is not None or tables[1][4] is not None:
+        return None  # (tf_crop_and_resize: extrapolated cells)
+    return native.bound_bilinear_f32(shape, tables[0], tables[1])
 
 
 def _resize_general(

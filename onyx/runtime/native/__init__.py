@@ -145,6 +145,8 @@ _EXPORTS = {
     "resize": (
         "bilinear_f32",
         "bilinear_ok",
+        "bound_bilinear_f32",
+        "bound_repeat2d_4byte",
         "repeat2d_4byte",
     ),
     "rnn": (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import math
 
 import numpy as np
 
@@ -11,11 +12,15 @@ from ._core import (
     _I64,
     _P,
     _PARALLEL_ELEMENTS,
+    WorkSplit,
     _addr,
+    _check_sizes,
     _even_cuts,
+    _input_addr,
     _run,
     _ways,
     abi,
+    bound_task,
     range_of,
 )
 
@@ -73,6 +78,56 @@ def repeat2d_4byte(planes: np.ndarray, kh: int, kw: int) -> np.ndarray | None:
     ways = _ways(y.size, n, _PARALLEL_ELEMENTS * 4)
     _run(core.lib.repeat2d_range, t, _even_cuts(n, ways), ways)
     return y
+
+
+def bound_bilinear_f32(shape, y_taps, x_taps):
+    """``call(X)`` = bilinear_f32 of X's planes for a float32 X of ``shape`` (..., H, W), any
+    layout, resized on its last two axes, as an (..., OH, OW) array (registry.binds: Resize
+    of constant scales or sizes): the task made once with the tables' addresses, so that a
+    call is one native call (a U-Net's 16x16 -> 32x32 upsampling is a few microseconds of
+    work, about what the table arguments' conversions took per call)."""
+    *lead, H, W = shape
+    n, OH, OW = math.prod(lead), len(y_taps[0]), len(x_taps[0])
+    _check_sizes("Resize", n, H, W, OH, OW)
+    tables = (*y_taps[:2], *x_taps[:2], *y_taps[2:4], *x_taps[2:4])
+    tables = tuple(np.ascontiguousarray(a) for a in tables)  # (resample.py's: already so)
+    template = _Bilinear(None, None, H, W, OH, OW, *(_addr(a) for a in tables))
+    split = WorkSplit(n * OH * OW * 4, n, _PARALLEL_ELEMENTS * 4, lambda w: _even_cuts(n, w))
+    run = bound_task(template, core.lib.bilinear_range, split, ("x", "y"), "Resize")
+    return _bound_call(run, (*lead, OH, OW), np.dtype(np.float32), tables)
+
+
+def bound_repeat2d_4byte(shape, dtype, kh: int, kw: int):
+    """``call(X)`` = repeat2d_4byte of X's planes for an X of ``shape`` (..., H, W) and a
+    4-byte ``dtype``, any layout, as an (..., H kh, W kw) array; None without the kernel."""
+    if core.lib is None or not core.lib.repeat2d_range or np.dtype(dtype).itemsize != 4:
+        return None
+    *lead, H, W = shape
+    n = math.prod(lead)
+    _check_sizes("Resize", n, H, W, kh, kw)
+    template = _Repeat2d(None, None, H, W, kh, kw)
+    size = n * H * kh * W * kw
+    split = WorkSplit(size, n, _PARALLEL_ELEMENTS * 4, lambda w: _even_cuts(n, w))
+    run = bound_task(template, core.lib.repeat2d_range, split, ("x", "y"), "Resize")
+    return _bound_call(run, (*lead, H * kh, W * kw), np.dtype(dtype), ())
+
+
+def _bound_call(run, shape: tuple, dtype: np.dtype, held: tuple):
+    """``call(X)`` for a bound_task ``run`` of fields (x, y): X made C-contiguous, a fresh
+    output of ``shape`` and ``dtype``; ``held`` keeps the task's tables alive."""
+    empty, contiguous = np.empty, np.ascontiguousarray
+
+    def call(X: np.ndarray) -> np.ndarray:
+        if X.dtype != dtype:  # (the set-up's signature is the input's dtype: a guard)
+            raise TypeError(f"onyx native Resize: a {X.dtype} input for a {dtype} set-up")
+        if not X.flags.c_contiguous:
+            X = contiguous(X)
+        y = empty(shape, dtype)
+        run(_input_addr(X), _addr(y))
+        return y
+
+    call.held = held
+    return call
 
 
 def bind(lib, isa: int) -> None:

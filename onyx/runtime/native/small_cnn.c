@@ -5,7 +5,8 @@
  * work pays little besides it.
  *
  * The conv (unit stride, "same" width: OW == W, any top / bottom pads, dilation, kh x kw up
- * to 7x7) computes y[m][p] = sum over (tap, c) of w[m][c][tap] * x[c][p + offset(tap)],
+ * to 7x7; or narrower, OW < W, as after an explicit Pad node: the tiles then compute an
+ * OH x W plane, and store_narrow drops its columns OW and on) computes y[m][p] = sum over (tap, c) of w[m][c][tap] * x[c][p + offset(tap)],
  * p = oh * W + ow a pixel of the output plane: with OW == W, tap (a, b)'s input for 16
  * consecutive output pixels is 16 consecutive floats of the input plane, from
  * p + (a * dh - top) * W + b * dw - left on, whichever rows they span. The lanes whose cell
@@ -86,12 +87,13 @@ static int small_conv_ok(const small_conv_f32 *t) {
            onyx_mul(cells, t->OW, &cells) && t->kh * t->kw <= SC_TAPS && t->kh >= 1 &&
            t->kw >= 1 && t->nv >= 1 && t->nv <= SC_NV && t->OH * t->OW <= (1 << 20) &&
            t->H * t->W <= ((int64_t)1 << 30) && /* (a gather's int32 index in the plane) */
-           (t->cv || (t->OW == t->W && t->sh == 1 && t->sw == 1)) &&
+           (t->cv || (t->OW <= t->W && t->sh == 1 && t->sw == 1)) &&
            onyx_window_axis(t->H, t->OH, t->kh, t->sh, t->dh, t->top, &Hp) &&
            onyx_window_axis(t->W, t->OW, t->kw, t->sw, t->dw, t->left, &Wp) && t->act >= 0 &&
            t->act <= ACT_TANH &&
            (!t->up || (t->up == 1 && t->act == 0 && !t->z && t->kh == 1 && t->kw == 1 &&
-                       t->top == 0 && t->left == 0 && t->OH == t->H && t->W % 8 == 0 &&
+                       t->top == 0 && t->left == 0 && t->OH == t->H && t->OW == t->W &&
+                       t->W % 8 == 0 &&
                        t->M % 4 == 0)) &&
            (t->cv == 0 || (t->cv == 1 && !t->up));
 }
@@ -140,11 +142,18 @@ static AVX512 void strip_masks(const small_conv_f32 *t, int64_t p0, __mmask16 (*
 static AVX512 void store_upsampled(const small_conv_f32 *t, float (*sums)[SC_NV * 16],
                                    int64_t p0, int64_t n, int64_t m0, int nv);
 
+static AVX512 void store_narrow(const small_conv_f32 *t, float (*sums)[SC_NV * 16],
+                                int64_t p0, int64_t n, int64_t m0, int nv);
+
 static AVX512 __attribute__((noinline)) void store_tile(const small_conv_f32 *t,
                                                         float (*sums)[SC_NV * 16], int64_t p0,
                                                         int64_t n, int64_t m0, int nv) {
     if (t->up) {
         store_upsampled(t, sums, p0, n, m0, nv);
+        return;
+    }
+    if (t->OW < t->W) {
+        store_narrow(t, sums, p0, n, m0, nv);
         return;
     }
     int64_t P = sc_pixels(t), rows = t->M - m0 < SC_MR ? t->M - m0 : SC_MR;
@@ -158,6 +167,44 @@ static AVX512 __attribute__((noinline)) void store_tile(const small_conv_f32 *t,
             if (t->z) s = _mm512_add_ps(s, _mm512_maskz_loadu_ps(live, t->z + at + 16 * h));
             _mm512_mask_storeu_ps(t->y + at + 16 * h, live,
                                   onyx_activate(s, (int)t->act, t->alpha, t->beta));
+        }
+    }
+}
+
+/* A narrow tile's sums (OW < W: the tile's pixels are those of an OH x W plane, columns OW
+   and on computed and dropped here) + bias (+ the residual), activated, into y's OH x OW
+   planes. A vector's kept lanes (column < OW) are consecutive cells of y's plane, from its
+   first kept lane's on, whichever rows they span: each is compressed in its register and
+   stored from there (and its residual loaded from there, expanded): compress and expand
+   with a memory operand were microcoded and slow on some CPUs. */
+static AVX512 void store_narrow(const small_conv_f32 *t, float (*sums)[SC_NV * 16],
+                                int64_t p0, int64_t n, int64_t m0, int nv) {
+    int64_t P = sc_pixels(t), OP = t->OH * t->OW, rows = t->M - m0 < SC_MR ? t->M - m0 : SC_MR;
+    __mmask16 keep[SC_NV] = {0}, packed[SC_NV]; /* the lanes kept; as many from lane 0 */
+    int64_t first[SC_NV] = {0};
+    for (int h = 0; h < nv; h++) {
+        int64_t q = p0 + 16 * h, col = q % t->W, at = -1;
+        for (int j = 0; j < 16 && q + j < P; j++, col = col + 1 == t->W ? 0 : col + 1)
+            if (col < t->OW) {
+                if (at < 0) at = (q + j) / t->W * t->OW + col;
+                keep[h] |= (__mmask16)(1u << j);
+            }
+        first[h] = at < 0 ? 0 : at;
+        packed[h] = (__mmask16)((1u << __builtin_popcount(keep[h])) - 1);
+    }
+    for (int64_t i = 0; i < rows; i++) {
+        int64_t plane = (n * t->M + m0 + i) * OP;
+        __m512 bias = _mm512_set1_ps(t->bias ? t->bias[m0 + i] : 0.0f);
+        for (int h = 0; h < nv; h++) {
+            if (!keep[h]) continue;
+            __m512 s = _mm512_add_ps(_mm512_load_ps(sums[i] + 16 * h), bias);
+            if (t->z)
+                s = _mm512_add_ps(s, _mm512_maskz_expand_ps(
+                                         keep[h], _mm512_maskz_loadu_ps(packed[h],
+                                                                        t->z + plane + first[h])));
+            s = onyx_activate(s, (int)t->act, t->alpha, t->beta);
+            _mm512_mask_storeu_ps(t->y + plane + first[h], packed[h],
+                                  _mm512_maskz_compress_ps(keep[h], s));
         }
     }
 }

@@ -1,5 +1,6 @@
 """Small CNN layers at serving sizes (small_cnn.c): a direct float32 conv for images of up to a
-few thousand pixels (unit stride, output as wide as the input; as channel vectors, output
+few thousand pixels (unit stride, output as wide as the input or a little narrower; as
+channel vectors, output
 planes of up to CV_MAX_PIXELS at any stride: a 7x7 or 14x14 layer) and the 2x2 stride-2 max
 pool.
 
@@ -77,7 +78,8 @@ def small_conv_applies(
     x_shape, w_shape, group: int, out_shape, strides, dilations, begin, cv: bool = False
 ):
     """Whether :class:`SmallConv` takes this 2-D conv: group 1, unit stride, an output as wide
-    as the input ("same" padding across), a small image and layer; with ``cv``, as channel
+    as the input ("same" padding across) or a little narrower (a "valid" conv after a Pad
+    node), a small image and layer; with ``cv``, as channel
     vectors: an output plane of at most CV_MAX_PIXELS, any stride and padding, any number of
     output channels."""
     if len(x_shape) != 4 or group != 1 or min(begin) < 0:
@@ -88,7 +90,10 @@ def small_conv_applies(
     else:
         most = MAX_PIXELS if kh * kw > 1 else MAX_PIXELS_1X1
         unit = tuple(strides) == (1, 1)
-        shaped = unit and out_shape[1] == W and out_shape[0] * W <= most
+        # (narrower, as after an explicit Pad: the tiles compute the W-wide plane, the
+        # columns past the output's dropped, so at most half of them)
+        wide = out_shape[1] == W or W // 2 <= out_shape[1] < W
+        shaped = unit and wide and out_shape[0] * W <= most
     return (
         shaped
         and (cv or M <= MAX_CHANNELS)
