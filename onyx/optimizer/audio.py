@@ -19,6 +19,7 @@ from .. import ir
 from ..runtime.registry import ONYX_DOMAIN
 from .conv import _REF_TYPES
 from .core import EXTENDED, MS, STANDARD, PassContext, graph_pass, producer, static_shape
+from .pipeline import pooled_stem
 
 _NAMES = ("x", "re_starts", "re_ends", "im_starts", "im_ends", "axes", "eps")
 
@@ -207,7 +208,8 @@ _POOLED = {("Conv", ""): "ConvMaxPool", ("FusedConv", MS): "FusedConvMaxPool"}
 @graph_pass("ConvMaxPoolFusion", EXTENDED)
 def conv_max_pool_fusion(ctx: PassContext) -> bool:
     """MaxPool(conv(x)) of a float32 1-D conv (a signal classifier's conv -> relu -> pool
-    blocks) becomes one ai.onyx ConvMaxPool / FusedConvMaxPool node (kernels/audio.py): the
+    blocks), or of a 2-D stem FusedConv + Relu (pipeline.pooled_stem: SqueezeNet's first conv and
+    pool), becomes one ai.onyx ConvMaxPool / FusedConvMaxPool node (kernels/audio.py): the
     two kernels in one step, the same bits; the pair is its function body."""
     changed = False
     for pool in list(ctx.graph):
@@ -223,8 +225,11 @@ def conv_max_pool_fusion(ctx: PassContext) -> bool:
         if op_type is None or ctx.single_use(conv.outputs[0]) is not pool:
             continue
         w, x = conv.inputs[1] if len(conv.inputs) > 1 else None, conv.inputs[0]
-        if w is None or x is None or len(static_shape(w) or ()) != 3:
-            continue  # (a 1-D conv: its weights are rank 3)
+        if w is None or x is None:
+            continue
+        w_shape = static_shape(w) or ()
+        if len(w_shape) != 3 and not pooled_stem(conv, pool, w_shape):
+            continue  # (a 1-D conv: its weights are rank 3; or a 2-D stem)
         if not isinstance(x.type, ir.TensorType) or x.type.elem_type != ir.DataType.FLOAT:
             continue
         if any(a.is_ref for a in (*conv.attributes.values(), *pool.attributes.values())):
@@ -253,5 +258,5 @@ def _pooled_function(ctx: PassContext, conv_op: str, domain: str, op_type: str) 
     opsets = {"": ctx.opset(), **({domain: 1} if domain else {})}
     names = [*conv_types, *("pool_" + k for k in _POOL_TYPES)]
     f = ir.Function(ONYX_DOMAIN, op_type, graph, attributes=names, opset_imports=opsets)
-    f.doc_string = "a 1-D conv and the MaxPool after it (one onyx kernel)"
+    f.doc_string = "a 1-D conv (or a 2-D stem) and the MaxPool after it (one onyx kernel)"
     return f

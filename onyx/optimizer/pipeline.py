@@ -182,13 +182,38 @@ def _may_hold_bytes(ctx: PassContext) -> bool:
     return False
 
 
+def pooled_stem(conv: ir.Node, pool: ir.Node, w_shape: tuple) -> bool:
+    """Whether conv is a network's stem that the native kernel pools as it computes it
+    (native.StemPool, kernels/audio.py): a 2-D FusedConv + Relu of one group and static
+    weights with few values per output (native.SMALL_CONV_K) and at least 8 outputs, not
+    1x1, followed by a MaxPool other than 2x2 (kernels/small_cnn.py's)."""
+    from ..runtime.native._core import SMALL_CONV_K
+
+    if conv.op_type != "FusedConv" or len(w_shape) != 4:
+        return False
+    if not all(isinstance(d, int) for d in w_shape):
+        return False
+    a = conv.attributes
+    if a.get("activation") is None or a["activation"].value != "Relu":
+        return False
+    if (a["group"].value if "group" in a else 1) != 1:
+        return False
+    kernel = pool.attributes.get("kernel_shape")
+    if kernel is None or len(kernel.value) != 2 or list(kernel.value) == [2, 2]:
+        return False
+    M, C, kh, kw = w_shape
+    return C * kh * kw <= SMALL_CONV_K and M >= 8 and (kh, kw) != (1, 1)
+
+
 def _pools_a_1d_conv(ctx: PassContext) -> bool:
-    """ConvMaxPoolFusion (audio.py) takes a MaxPool of a conv whose weights are of rank 3."""
+    """ConvMaxPoolFusion (audio.py) takes a MaxPool of a conv whose weights are of rank 3, or
+    of a stem (pooled_stem)."""
     for pool in ctx.graph:
         x = pool.inputs[0] if pool.op_type == "MaxPool" and pool.inputs else None
         conv = x.producer if x is not None else None
         if conv is not None and len(conv.inputs) > 1 and conv.inputs[1] is not None:
-            if len(static_shape(conv.inputs[1]) or ()) == 3:
+            shape = static_shape(conv.inputs[1]) or ()
+            if len(shape) == 3 or pooled_stem(conv, pool, shape):
                 return True
     return False
 

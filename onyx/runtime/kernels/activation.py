@@ -350,7 +350,7 @@ def _along_axis(fn: Callable, x: np.ndarray, axis: int) -> np.ndarray:
 
 def _coerced_2d(fn: Callable, x: np.ndarray, axis: int) -> np.ndarray:
     axis = axis + x.ndim if axis < 0 else axis
-    rows = int(np.prod(x.shape[:axis], dtype=np.int64))
+    rows = math.prod(x.shape[:axis])  # (np.prod's dispatch took 40 us after a large conv)
     return _along_axis(fn, x.reshape(rows, -1), 1).reshape(x.shape)
 
 

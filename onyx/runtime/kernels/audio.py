@@ -184,7 +184,7 @@ def _bound_pooled(fused: bool) -> Callable:
     def make(attrs: dict) -> Callable:
         from .conv import conv  # (siblings that import much: on first use)
         from .fused import fused_conv
-        from .pool import _max_pool_1d
+        from .pool import max_pool_values
 
         conv_attrs = _conv_attrs(attrs, fused)
         pool = [attrs["pool_" + k] for k in ("kernel_shape", "auto_pad", "pads", "strides",
@@ -198,9 +198,7 @@ def _bound_pooled(fused: bool) -> Callable:
                 if y is not None:
                     return y
             y = fused_conv(X, W, B, None, **conv_attrs) if fused else conv(X, W, B, **conv_attrs)
-            if y.ndim != 3:
-                raise ValueError(f"a 1-D MaxPool takes a rank-3 input, got rank {y.ndim}")
-            return _max_pool_1d(y, *pool)
+            return max_pool_values(y, *pool)
 
         return call
 
@@ -218,6 +216,13 @@ def _bind_pooled(fused: bool) -> Callable:
 
     def make(inputs, attrs, constant):
         X, W = inputs[:2]
+        if X.ndim == 4:  # (a 2-D conv: a stem and its pool in one native call, or the pair)
+            run = _stem_pool_run(X, W, attrs) if fused else None
+            if run is None:
+                return general(attrs)
+            kernel = fused_conv_max_pool
+            contiguous = np.ascontiguousarray
+            return native.under_setting(lambda X, W, B=None: run(contiguous(X), B), kernel, attrs)
         pairs = _pair_pool(attrs, fused)
         run = None if pairs is None else _pair_run(X, W, _conv_attrs(attrs, fused), pairs)
         if run is None:
@@ -225,6 +230,32 @@ def _bind_pooled(fused: bool) -> Callable:
         return lambda X, W, B=None: run(X, B)
 
     return make
+
+
+def _stem_pool_run(X, W, attrs: dict):
+    """native.StemPool of a float32 2-D FusedConv (Relu or no activation) whose conv is a
+    stem (its set-up, conv.float_conv_runner's, an ActivatedStem) and the MaxPool after it,
+    or None."""
+    if X.dtype != np.float32 or W.dtype != np.float32 or attrs["activation"] != "Relu":
+        return None
+    if not X.size or W.ndim != 4:
+        return None
+    from .conv import float_conv_runner
+    from .fused import native_activation
+    from .pool import _pool_of
+
+    code, lo, hi = native_activation(attrs)
+    stem = float_conv_runner(X.shape, W, attrs, code, lo, hi)
+    shape = getattr(stem, "shape", None)
+    if shape is None or len(shape) != 4:
+        return None
+    pool = {k: attrs["pool_" + k] for k in POOL_ATTRS}
+    geometry = _pool_of(shape, pool["kernel_shape"], pool["auto_pad"], pool["pads"],
+                        pool["strides"], pool["dilations"], pool["ceil_mode"], "MaxPool")  # fmt: skip
+    spec = (geometry.kernel, geometry.strides, geometry.dilations, geometry.pads, geometry.out)
+    spec = tuple(map(tuple, spec))  # (the set-up's key, with the shape and thread setting)
+    key = ("stem max pool", X.shape, spec, native.thread_setting())
+    return derived(W, key, lambda: native.stem_pool_setup(stem, spec))
 
 
 def _pair_pool(attrs: dict, fused: bool) -> tuple | None:

@@ -495,28 +495,30 @@ def _max_plan_1d(shape, kernel, auto_pad, pads, strides, dilations, ceil_mode) -
     return o, full[0][1], spans
 
 
-def _max_pool(ctx, X, kernel_shape, auto_pad, pads, strides, dilations, ceil_mode, storage_order):
-    if not (ctx.n_outputs > 1 and ctx.outputs_wanted[1]) and X.dtype.kind in "iu":
+def max_pool_values(X, kernel_shape, auto_pad, pads, strides, dilations, ceil_mode):
+    """MaxPool's Y without its Indices (the MaxPool kernel's path for a node that does not
+    want them; kernels/audio.py's fused conv + MaxPool pools its conv's output with it)."""
+    if X.dtype.kind in "iu":
         y = _tiled_max(X, kernel_shape, auto_pad, pads, strides, dilations)
         if y is not None:
             return y
-    if X.ndim == 3 and not (ctx.n_outputs > 1 and ctx.outputs_wanted[1]):
+    if X.ndim == 3:
         return _max_pool_1d(X, kernel_shape, auto_pad, pads, strides, dilations, ceil_mode)
-    if not (ctx.n_outputs > 1 and ctx.outputs_wanted[1]):  # (2x2 / 2: kernels/small_cnn.py)
-        y = _small_cnn.max_pool_2x2(X, kernel_shape, auto_pad, pads, strides, dilations, ceil_mode)
-        if y is not None:
-            return y
+    # (2x2 / 2: kernels/small_cnn.py)
+    y = _small_cnn.max_pool_2x2(X, kernel_shape, auto_pad, pads, strides, dilations, ceil_mode)
+    if y is not None:
+        return y
     pool = _pool_of(X.shape, kernel_shape, auto_pad, pads, strides, dilations, ceil_mode, "MaxPool")
-    want_indices = ctx.n_outputs > 1 and ctx.outputs_wanted[1]
-    if not want_indices:
-        y = (
-            _native_pool(X, pool, average=False)
-            if X.dtype == np.float32
-            else _native_max_8bit(X, pool)
-        )
-        if y is not None:
-            return y
-        return _window_max(X, pool.pads, pool.out, pool.kernel, pool.strides, pool.dilations)
+    y = _native_pool(X, pool, average=False) if X.dtype == np.float32 else _native_max_8bit(X, pool)
+    if y is not None:
+        return y
+    return _window_max(X, pool.pads, pool.out, pool.kernel, pool.strides, pool.dilations)
+
+
+def _max_pool(ctx, X, kernel_shape, auto_pad, pads, strides, dilations, ceil_mode, storage_order):
+    if not (ctx.n_outputs > 1 and ctx.outputs_wanted[1]):
+        return max_pool_values(X, kernel_shape, auto_pad, pads, strides, dilations, ceil_mode)
+    pool = _pool_of(X.shape, kernel_shape, auto_pad, pads, strides, dilations, ceil_mode, "MaxPool")
     xp = pool.pad(X, _lowest(X.dtype))
     best = best_k = None
     for j, sl in _offsets(pool.kernel, pool.dilations, pool.strides, pool.out):

@@ -90,6 +90,7 @@ _EXPORTS = {
         "depthwise_f32",
         "depthwise_ok",
         "depthwise_setup",
+        "stem_pool_setup",
         "stem_setup",
     ),
     "elementwise": (

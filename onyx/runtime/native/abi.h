@@ -119,6 +119,14 @@ typedef int (*float_conv_fn)(const float *, const float *, const float *, float 
     F(S, const float *, bias, ) F(S, float *, y, ) F(S, const dw_geometry *, g, )
 ONYX_STRUCT(float_conv_task, ONYX_FLOAT_CONV_TASK)
 
+/* The stem conv then a MaxPool over its output (depthwise.c's onyx_stem_pool_f32_range). */
+struct pool2d_s;
+#define ONYX_STEM_POOL(F, S)                                                                 \
+    F(S, const float *, x, ) F(S, const float *, w, ) F(S, const float *, bias, )            \
+    F(S, float *, y, ) /* the pooled output (N, M, pool's OH, OW) */                         \
+    F(S, const dw_geometry *, g, ) /* the stem conv's */                                    \
+    F(S, const struct pool2d_s *, pool, ) /* the MaxPool's, its H x W the conv's output */   \
+    F(S, int64_t, band, ) /* pooled rows per part */
 typedef int (*int_conv_fn)(const uint8_t *, int, int32_t, const int16_t *, const dw_geometry *,
                            const dw_output *, int64_t, int64_t);
 #define ONYX_INT_CONV_TASK(F, S)                                                             \
@@ -310,7 +318,8 @@ ONYX_STRUCT(batch_norm, ONYX_BATCH_NORM)
     F(S, int64_t, dh, ) F(S, int64_t, dw, ) F(S, int64_t, top, ) F(S, int64_t, left, )       \
     F(S, int64_t, bottom, ) F(S, int64_t, right, )                                           \
     F(S, int64_t, average, ) F(S, int64_t, include_pad, ) F(S, int64_t, by_columns, )
-ONYX_STRUCT(pool2d, ONYX_POOL2D)
+typedef struct pool2d_s { ONYX_POOL2D(ONYX_DECLARE, pool2d) } pool2d;
+ONYX_STRUCT(stem_pool, ONYX_STEM_POOL)
 
 /* ------------------------------------------------------------ tree ensembles (trees.c) */
 
@@ -552,7 +561,7 @@ ONYX_STRUCT(chain_step, ONYX_CHAIN_STEP)
     X(conv1d_f32, ONYX_CONV1D_F32)                                                           \
     X(nhwc_task, ONYX_NHWC_TASK)                                                             \
     X(svm_task, ONYX_SVM_TASK)                                                               \
-    X(small_conv_f32, ONYX_SMALL_CONV_F32)                                                   \
+    X(small_conv_f32, ONYX_SMALL_CONV_F32) X(stem_pool, ONYX_STEM_POOL)                    \
     X(ml_call, ONYX_ML_CALL) X(linear_chain, ONYX_LINEAR_CHAIN)                             \
     X(winograd_f32, ONYX_WINOGRAD_F32)                                                       \
     X(chain_step, ONYX_CHAIN_STEP)

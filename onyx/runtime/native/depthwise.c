@@ -757,8 +757,8 @@ static AVX512 void stem_fill_row(const float *x, const dw_geometry *g, const ste
                                             g->alpha, g->beta))
 #define STEM_OUTS(k) STEM_OUT(k, 0); STEM_OUT(k, 1); STEM_OUT(k, 2); STEM_OUT(k, 3)
 static inline __attribute__((always_inline)) AVX512 void stem_tile(
-    const float *buf, const float *w, const float *bias, float *y, const dw_geometry *g,
-    const stem_layout *L, const int64_t *tap_at, int64_t li, int64_t i, int64_t j0,
+    const float *buf, const float *w, const float *bias, float *const *rows, const dw_geometry *g,
+    const stem_layout *L, const int64_t *tap_at, int64_t li, int64_t j0,
     const int nv, __mmask16 tail, const int64_t *m, int live) {
     const __m512 zero = _mm512_setzero_ps();
     __m512 s00 = zero, s01 = zero, s02 = zero, s03 = zero, s10 = zero, s11 = zero, s12 = zero,
@@ -774,10 +774,29 @@ static inline __attribute__((always_inline)) AVX512 void stem_tile(
     float *out[4];
     __m512 bv[4];
     for (int k = 0; k < 4; k++) {
-        out[k] = y + (m[k] * g->OH + i) * g->OW + j0;
+        out[k] = rows[k] + j0;
         bv[k] = _mm512_set1_ps(bias ? bias[m[k]] : 0.0f);
     }
     STEM_OUTS(0); STEM_OUTS(1); STEM_OUTS(2); STEM_OUTS(3);
+}
+
+/* One output row's vectors (stem_tile, 4 at a time) for channels m[0..3], stored to rows[k]
+   (where channel m[k]'s row begins). */
+static inline __attribute__((always_inline)) AVX512 void
+stem_row(const float *buf, const float *w, const float *bias, float *const *rows,
+         const dw_geometry *g, const stem_layout *L, const int64_t *tap_at, int64_t li,
+         int64_t vectors, __mmask16 last, const int64_t *m, int live) {
+    for (int64_t v0 = 0; v0 < vectors; v0 += 4) {
+        int nv = vectors - v0 < 4 ? (int)(vectors - v0) : 4;
+        __mmask16 tail = v0 + nv == vectors ? last : 0xFFFF;
+        int64_t j0 = v0 * 16;
+        switch (nv) { /* (a constant count each: the tile stays in registers) */
+        case 4: stem_tile(buf, w, bias, rows, g, L, tap_at, li, j0, 4, tail, m, live); break;
+        case 3: stem_tile(buf, w, bias, rows, g, L, tap_at, li, j0, 3, tail, m, live); break;
+        case 2: stem_tile(buf, w, bias, rows, g, L, tap_at, li, j0, 2, tail, m, live); break;
+        default: stem_tile(buf, w, bias, rows, g, L, tap_at, li, j0, 1, tail, m, live);
+        }
+    }
 }
 
 EXPORT AVX512 int onyx_conv_small_f32_avx512(const float *x, const float *w, const float *bias,
@@ -821,23 +840,104 @@ EXPORT AVX512 int onyx_conv_small_f32_avx512(const float *x, const float *w, con
             for (int64_t k0 = 0; k0 < lanes; k0 += 4) {
                 int64_t m[4];
                 int live = lanes - k0 < 4 ? (int)(lanes - k0) : 4;
-                for (int k = 0; k < 4; k++) m[k] = m0 + k0 + (k < live ? k : live - 1);
-                for (int64_t v0 = 0; v0 < vectors; v0 += 4) {
-                    int nv = vectors - v0 < 4 ? (int)(vectors - v0) : 4;
-                    __mmask16 tail = v0 + nv == vectors ? last : 0xFFFF;
-                    int64_t j0 = v0 * 16, li = i - i0;
-                    switch (nv) { /* (a constant count each: the tile stays in registers) */
-                    case 4: stem_tile(buf, w, bias, yn, g, &L, tap_at, li, i, j0, 4, tail, m, live); break;
-                    case 3: stem_tile(buf, w, bias, yn, g, &L, tap_at, li, i, j0, 3, tail, m, live); break;
-                    case 2: stem_tile(buf, w, bias, yn, g, &L, tap_at, li, i, j0, 2, tail, m, live); break;
-                    default: stem_tile(buf, w, bias, yn, g, &L, tap_at, li, i, j0, 1, tail, m, live);
-                    }
+                float *rows[4];
+                for (int k = 0; k < 4; k++) {
+                    m[k] = m0 + k0 + (k < live ? k : live - 1);
+                    rows[k] = yn + (m[k] * g->OH + i) * g->OW;
                 }
+                stem_row(buf, w, bias, rows, g, &L, tap_at, i - i0, vectors, last, m, live);
             }
     }
     free(buf), free(line), free(tap_at);
     return 0;
 }
+
+/* The stem conv (onyx_conv_small_f32_avx512's tiles, bias and activation) and the MaxPool
+   after it, a band of pooled rows at a time: parts p = (image, band of t->band pooled rows,
+   block of 16 channels), the block fastest. A part computes the conv rows its band's windows
+   read (the row a window shares with the next band's computed again, in each) into a buffer
+   that stays in L2, pools them there (window.c's onyx_pool2d_f32_range, a task of the band's
+   rows: the same windows over the same values) and copies the pooled rows out: the conv's
+   full-size output (3 MB for SqueezeNet's 64 x 111 x 111) is never written and read back. */
+static AVX512 int stem_pool_parts(const stem_pool *t, int64_t p0, int64_t p1) {
+    const dw_geometry *g = t->g;
+    const pool2d *pool = t->pool;
+    dwv_layout d = dwv_layout_of(g);
+    stem_layout L;
+    int64_t B = t->band, bands = (pool->OH + B - 1) / B, POHW = pool->OH * pool->OW;
+    int64_t most = (B - 1) * pool->sh + (pool->kh - 1) * pool->dh + 1; /* conv rows a part */
+    most = most < g->OH ? most : g->OH;
+    L.Wq = (d.Wp + g->sw - 1) / g->sw;
+    L.rs = L.Wq * g->sw + 16;
+    L.blocks = (g->M + 15) / 16, L.CK = g->C * d.K;
+    L.rows = (most - 1) * g->sh + (g->kh - 1) * g->dh + 1;
+    L.band = most, L.bands = 0; /* (unused) */
+    int64_t cells, conv_cells, pooled_cells;
+    if (!onyx_mul(L.rows, L.rs, &cells) || !onyx_mul(cells, g->C, &cells) ||
+        !onyx_mul(16 * most, g->OW, &conv_cells) || !onyx_mul(16 * B, pool->OW, &pooled_cells))
+        return ONYX_INVALID;
+    float *buf = malloc((size_t)cells * sizeof(float));
+    float *line = malloc((size_t)(L.Wq * g->sw + 32) * sizeof(float));
+    int64_t *tap_at = malloc((size_t)L.CK * sizeof(int64_t));
+    float *conv = malloc((size_t)conv_cells * sizeof(float));
+    float *pooled = malloc((size_t)pooled_cells * sizeof(float));
+    int status = 0;
+    if (!buf || !line || !tap_at || !conv || !pooled) {
+        status = ONYX_NOMEM;
+        goto done;
+    }
+    for (int64_t c = 0, k = 0; c < g->C; c++)
+        for (int64_t a = 0; a < g->kh; a++)
+            for (int64_t b = 0; b < g->kw; b++, k++)
+                tap_at[k] = (c * L.rows + a * g->dh) * L.rs + (b * g->dw) % g->sw * L.Wq +
+                            (b * g->dw) / g->sw;
+    int64_t filled = -1, vectors = (g->OW + 15) / 16;
+    __mmask16 last = (__mmask16)(g->OW % 16 ? (1u << (g->OW % 16)) - 1 : 0xFFFF);
+    for (int64_t p = p0; p < p1; p++) {
+        int64_t block = p % L.blocks, nb = p / L.blocks, n = nb / bands;
+        int64_t q0 = nb % bands * B, q1 = q0 + B < pool->OH ? q0 + B : pool->OH;
+        int64_t first = q0 * pool->sh - pool->top, lo = first > 0 ? first : 0;
+        int64_t hi = (q1 - 1) * pool->sh - pool->top + (pool->kh - 1) * pool->dh + 1;
+        hi = hi < g->OH ? hi : g->OH;
+        if (hi <= lo) { /* (windows wholly in the padding: stem_pool_ok refuses them) */
+            status = ONYX_INVALID;
+            goto done;
+        }
+        int64_t m0 = block * 16, lanes = g->M - m0 < 16 ? g->M - m0 : 16, nr = hi - lo;
+        if (nb != filled) { /* the input rows of conv rows lo .. hi (once for the blocks) */
+            int64_t rows = (nr - 1) * g->sh + (g->kh - 1) * g->dh + 1;
+            for (int64_t c = 0; c < g->C; c++)
+                for (int64_t r = 0; r < rows; r++)
+                    stem_fill_row(t->x, g, &L, n, c, lo, r, line, buf + (c * L.rows + r) * L.rs);
+            filled = nb;
+        }
+        for (int64_t i = lo; i < hi; i++)
+            for (int64_t k0 = 0; k0 < lanes; k0 += 4) {
+                int64_t m[4];
+                int live = lanes - k0 < 4 ? (int)(lanes - k0) : 4;
+                float *rows[4];
+                for (int k = 0; k < 4; k++) {
+                    m[k] = m0 + k0 + (k < live ? k : live - 1);
+                    rows[k] = conv + ((m[k] - m0) * nr + i - lo) * g->OW;
+                }
+                stem_row(buf, t->w, t->bias, rows, g, &L, tap_at, i - lo, vectors, last, m, live);
+            }
+        pool2d band = *pool; /* the band's windows over its conv rows */
+        band.x = conv, band.y = pooled, band.H = nr, band.OH = q1 - q0;
+        band.top = lo - first;
+        int64_t reach = (band.OH - 1) * band.sh + (band.kh - 1) * band.dh + 1 - band.top - nr;
+        band.bottom = reach > 0 ? reach : 0;
+        status = onyx_pool2d_f32_range(&band, 0, lanes);
+        if (status) goto done;
+        for (int64_t l = 0; l < lanes; l++)
+            memcpy(t->y + (n * g->M + m0 + l) * POHW + q0 * pool->OW,
+                   pooled + l * band.OH * pool->OW, (size_t)(band.OH * pool->OW) * sizeof(float));
+    }
+done:
+    free(buf), free(line), free(tap_at), free(conv), free(pooled);
+    return status;
+}
+#define HAVE_STEM_POOL 1
 #endif
 
 /* Each kernel's part of a job: Python hands onyx_parallel (pool.c) one of these ranges, a
@@ -863,6 +963,28 @@ EXPORT int onyx_float_conv_range(const void *p, int64_t begin, int64_t end) {
     return t->fn(t->x, t->w, t->bias, t->y, t->g, begin, end);
 }
 
+
+/* Whether a stem_pool task agrees: the conv's geometry and a MaxPool
+   over its output whose every band of pooled rows has a window row in it. */
+static int stem_pool_ok(const stem_pool *t) {
+    const dw_geometry *g = t->g;
+    const pool2d *q = t->pool;
+    int64_t Hp, Wp, pads[4] = {q->top, q->left, q->bottom, q->right};
+    return g && q && dw_geometry_ok(g) && q->H == g->OH && q->W == g->OW &&
+           onyx_window_axis(q->H, q->OH, q->kh, q->sh, q->dh, q->top, &Hp) &&
+           onyx_window_axis(q->W, q->OW, q->kw, q->sw, q->dw, q->left, &Wp) &&
+           onyx_in(pads, 4, 0, ONYX_MAX_EXTENT) && !q->average && q->top < q->kh &&
+           (q->OH - 1) * q->sh - q->top < q->H && t->band >= 1 && t->band <= q->OH;
+}
+
+EXPORT int onyx_stem_pool_f32_range(const void *p, int64_t begin, int64_t end) {
+    const stem_pool *t = p;
+    if (!stem_pool_ok(t) || begin < 0 || begin > end) return ONYX_INVALID;
+#ifdef HAVE_STEM_POOL
+    if (onyx_isa() & ONYX_ISA_AVX512) return stem_pool_parts(t, begin, end);
+#endif
+    return ONYX_INVALID;
+}
 
 EXPORT int onyx_int_conv_range(const void *p, int64_t begin, int64_t end) {
     const int_conv_task *t = p;

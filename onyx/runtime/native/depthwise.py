@@ -190,6 +190,74 @@ def depthwise_setup(
     )
 
 
+@abi("stem_pool")
+class _StemPool(ctypes.Structure):
+    _fields_ = [(name, _P) for name in ("x", "w", "bias", "y", "g", "pool")] + [("band", _I64)]
+
+
+#: Bytes of a stem-pool part's conv rows (16 channels), kept in L2 while they are pooled.
+_STEM_POOL_BYTES = 192 << 10
+
+
+class StemPool:
+    """An activated stem conv (:func:`stem_setup`'s) and a 2-D MaxPool over its output in one
+    native call (depthwise.c's onyx_stem_pool_f32_range): bands of pooled rows, each pooling
+    the conv rows it computed while they are in cache, so the conv's output is never written
+    whole. The stem's and window.c's values, to the bit. pool: (kernel, strides, dilations,
+    pads (top, left, bottom, right), out_shape) of the pool over the conv's output."""
+
+    __slots__ = ("cuts", "keep", "shape", "task", "ways")
+
+    def __init__(self, stem: ActivatedStem, pool: tuple):
+        from .window import _Pool2d
+
+        kernel, strides, dilations, pads, out_shape = pool
+        N, M, OH, OW = stem.shape
+        _check_sizes("conv max pool", *kernel, *strides, *dilations, *pads, *out_shape)
+        pool2d = _Pool2d(None, None, OH, OW, *out_shape, *kernel, *strides, *dilations, *pads,
+                         0, 0, 0)  # fmt: skip
+        band = out_shape[0]  # (pooled rows a part: its conv rows' 16 planes fit the budget)
+        while band > 1 and 64 * OW * ((band - 1) * strides[0] + kernel[0]) > _STEM_POOL_BYTES:
+            band = -(-band // 2)
+        blocks, threads = -(-M // 16), _threads.get() or _cpu_count()
+        while band > 1 and N * blocks * -(-out_shape[0] // band) < 2 * threads:
+            band = -(-band // 2)
+        parts = N * blocks * -(-out_shape[0] // band)
+        self.shape = (N, M, *out_shape)
+        self.ways = _ways(N * M * OH * OW * stem.w[0].size, parts, _DEPTHWISE_MACS)
+        self.cuts = _even_cuts(parts, self.ways)
+        self.keep = (stem, pool2d)  # (the task points into both)
+        self.task = _StemPool(None, _addr(stem.w), None, None, ctypes.addressof(stem.g),
+                              ctypes.addressof(pool2d), band)  # fmt: skip
+
+    def __call__(self, x: np.ndarray, bias=None) -> np.ndarray:
+        """x C-contiguous float32 of the stem's input shape."""
+        y = np.empty(self.shape, np.float32)
+        task = _filled(self.task, x, y)
+        if bias is not None:
+            bias = np.ascontiguousarray(bias, np.float32)
+            if bias.size != self.shape[1]:
+                raise InvalidArgument(
+                    f"onyx native conv max pool: a bias of {bias.size} values for "
+                    f"{self.shape[1]} output channels"
+                )
+            task.bias = _addr(bias)
+        _run(core.lib.stem_pool_range, task, self.cuts, self.ways, "conv max pool")
+        return y
+
+
+def stem_pool_setup(stem, pool: tuple) -> StemPool | None:
+    """A :class:`StemPool` of ``stem`` (an ActivatedStem, else None) and ``pool`` where its
+    every band has a window row in the conv's output, else None."""
+    if not isinstance(stem, ActivatedStem) or not core.lib.stem_pool_range:
+        return None
+    kernel, strides, dilations, pads, out_shape = pool
+    OH = stem.shape[2]
+    if len(kernel) != 2 or pads[0] >= kernel[0] or (out_shape[0] - 1) * strides[0] - pads[0] >= OH:
+        return None
+    return StemPool(stem, pool)
+
+
 def lane_blocks(w: np.ndarray) -> np.ndarray:
     """Depthwise weights (M, K) as (blocks of 16 channels, K, 16), the lanes past M zero: the
     AVX-512 kernels' order, where each tap's 16 weights are one vector (they had been
@@ -396,6 +464,7 @@ def bind(lib, isa: int) -> None:
         kernels = (lib.onyx_depthwise_f32, lib.onyx_depthwise_i8, None, 1)
     lib.depthwise_f32, lib.depthwise_i8, lib.conv_small = (address(fn) for fn in kernels[:3])
     lib.depthwise_lanes = kernels[3]
+    lib.stem_pool_range = range_of(lib, "stem_pool_f32") if isa & core.ISA_AVX512 else None
 
 
 core.join(__name__, bind)  # (bound to the library now that it is imported: _core.join)

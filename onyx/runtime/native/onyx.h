@@ -52,6 +52,10 @@ int onyx_transpose_u8(const uint8_t *src, int64_t rows, int64_t cols, int64_t ss
 int onyx_transpose_u32(const uint32_t *src, int64_t rows, int64_t cols, int64_t ss, uint32_t *dst,
                        int64_t ds);
 
+/* window.c: a 2-D pool's planes begin <= plane < end (its task: a pool2d); depthwise.c's
+   stem_pool pools each band of a conv's rows with it. */
+int onyx_pool2d_f32_range(const void *p, int64_t begin, int64_t end);
+
 /* Scratch memory a thread keeps between kernel calls (pool.c): one block per slot, grown,
    never shrunk, freed when the thread exits. A kernel called on a Python thread runs on that
    thread, so a server that starts a thread per request must not leak each thread's block.
