@@ -170,7 +170,36 @@ def _elementwise(node: ir.Node) -> bool:
     return len(node.outputs) == 1 and traits(node.op_type, node.domain).elementwise
 
 
+def _channel_op(ctx: PassContext, node: ir.Node, shape: tuple) -> tuple[int, int] | None:
+    """(1, C) for an inference BatchNormalization of a value of inferred ``shape`` (N, C, ...)
+    whose four parameters are constants of shape (C,): an affine map per channel on axis 1,
+    each element's result a function of its value and channel alone (a pre-activation
+    ResNet's DQ -> BatchNormalization [-> Relu] -> Q between its quantized convs); else None.
+    (The optimizer's BatchNormRelu, a model-local function, is no chain's: evaluate refuses
+    local functions.)"""
+    if node.op_type != "BatchNormalization" or node.domain not in STANDARD:
+        return None
+    if len(node.outputs) != 1 or len(node.inputs) != 5 or len(shape) < 2:
+        return None
+    if node.attr("training_mode", 0) or not node.attr("spatial", 1):
+        return None
+    size = shape[1]
+    for v in node.inputs[1:]:
+        c = ctx.const(v) if v is not None and v.name else None
+        if c is None or c.shape != (size,) or c.dtype != np.float32:
+            return None
+    return (1, size) if isinstance(size, int) else None
+
+
 def _takes(ctx: PassContext, node: ir.Node, inside: set[int], shape: tuple, channel: list) -> bool:
+    if node.op_type == "BatchNormalization":
+        axis = node.inputs[0] is not None and id(node.inputs[0]) in inside
+        axis = axis and _channel_op(ctx, node, shape)
+        if not axis or channel and channel[0] != axis:
+            return False
+        if not channel:
+            channel.append(axis)
+        return True
     if not _elementwise(node):
         return False
     axes = []
@@ -356,6 +385,9 @@ def _chain_channel(ctx: PassContext, root: ir.Value, chain: list[ir.Node]):
     shape = static_shape(root)
     inside = {id(root)} | {id(v) for n in chain for v in n.outputs}
     for node in chain:
+        axis = _channel_op(ctx, node, shape)
+        if axis is not None:
+            return axis
         for v in node.inputs:
             if v is None or not v.name or id(v) in inside:
                 continue
