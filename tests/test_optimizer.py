@@ -589,6 +589,40 @@ def test_qdq_data_movement_through_a_chain(same):
     assert ops[4:] == ["DequantizeLinear" if same else "TableLookup"], ops  # (its DQ: the table's)
 
 
+@pytest.mark.parametrize("also_read", [False, True])
+def test_quantize_moves_before_where(also_read):
+    """Where(mask, DQ -> Mul, -10000) -> Q (a causal attention's masked scores before the
+    quantized softmax): the Q moves onto both branches, the Where picks bytes, and
+    DQ -> Mul -> Q is one table; the results exact. A Where read by another node stays."""
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s", "zp"], ["q0"]),
+        helper.make_node("DequantizeLinear", ["q0", "s", "zp"], ["d0"]),
+        helper.make_node("Mul", ["d0", "k"], ["m"]),
+        helper.make_node("Where", ["c", "m", "fill"], ["wh"]),
+        helper.make_node("QuantizeLinear", ["wh", "s2", "zp2"], ["q1"]),
+        helper.make_node("DequantizeLinear", ["q1", "s2", "zp2"], ["y"]),
+    ]
+    inits = [
+        ("s", np.array(0.05, np.float32)),
+        ("zp", np.array(128, np.uint8)),
+        ("k", np.array(0.25, np.float32)),
+        ("fill", np.array(-10000.0, np.float32)),
+        ("s2", np.array(39.2, np.float32)),
+        ("zp2", np.array(255, np.uint8)),
+    ]
+    outs = [("y", F, [2, 4, 4])] + ([("wh", F, [2, 4, 4])] if also_read else [])
+    ins = [("x", F, [2, 4, 4]), ("c", TensorProto.BOOL, [4, 4])]
+    m = make(nodes, ins, outs, inits, opset=18)
+    mask = np.tril(np.ones((4, 4), bool))
+    opt = check(m, {"x": w(2, 4, 4, scale=3), "c": mask}, tol=0)
+    ops = [n.op_type for n in opt.graph]
+    if also_read:
+        assert "Mul" in ops or ops.count("QuantizeLinear") >= 2, ops
+        assert opt.graph.outputs[1].producer.op_type == "Where"
+        return
+    assert ops == ["QuantizeLinear", "TableLookup", "Where", "DequantizeLinear"], ops
+
+
 @pytest.mark.parametrize("chain", [False, True])
 def test_qdq_data_movement_leaves_a_q_inside_a_subgraph(chain):
     """DQ -> Reshape [-> Expand] whose only reader is a QuantizeLinear inside an If branch

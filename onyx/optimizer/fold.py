@@ -409,6 +409,9 @@ def qdq_data_movement(ctx: PassContext) -> bool:
     g = ctx.graph
     changed = False
     for move in g:
+        if is_op(move, "Where") and move.graph is not None:
+            changed |= _quantize_before_where(ctx, move)
+            continue
         if not is_op(move, *_MOVEMENT, "Pad") or move.graph is None or not move.inputs:
             continue
         dq = move.inputs[0].producer
@@ -438,6 +441,51 @@ def qdq_data_movement(ctx: PassContext) -> bool:
 
 #: The pass that makes a DequantizeLinear -> QuantizeLinear pair one table (lookup.py).
 LOOKUP_PASS = "LookupTableFusion"
+
+
+def _quantize_before_where(ctx: PassContext, where: ir.Node) -> bool:
+    """Where(c, x, y) -> Q per tensor  =>  Where(c, Q(x), Q(y)), the same Q on each branch (a
+    causal attention's masked scores: Where(mask, scores, -10000) -> Q before the softmax).
+
+    Exact: Where picks each element from x or y, and the quantization is elementwise, so
+    quantizing after the pick or before it gives the same bytes (broadcasts included: the
+    same values are repeated). The Where moves bytes instead of floats, the constant branch
+    folds to one byte, and the Q joins the chain that made x (DQ -> Mul -> Q: one table, with
+    LookupTableFusion) instead of running as its own step."""
+    out = where.outputs[0]
+    q = ctx.single_use(out)
+    if len(where.inputs) != 3 or ctx.is_output(out) or not is_op(q, "QuantizeLinear"):
+        return False
+    if q.graph is not ctx.graph or q.inputs[0] is not out or _qparams(ctx, q) is None:
+        return False
+    if any(v is None or v is out for v in where.inputs) or len(q.outputs) != 1:
+        return False
+    branches = []
+    for k in (1, 2):
+        v = where.inputs[k]
+        node = ir.Node(
+            "QuantizeLinear",
+            [v, *q.inputs[1:]],
+            [ctx.fresh_name(v.name + "_quantized")],
+            list(q.attributes.values()),
+            domain=q.domain,
+            name=ctx.fresh_name((q.name or "QuantizeLinear") + f"_branch{k}"),
+        )
+        ctx.graph.insert_before(where, node)
+        branches.append(node.outputs[0])
+    moved = ir.Node(
+        "Where",
+        [where.inputs[0], *branches],
+        [ctx.fresh_name(out.name + "_quantized")],
+        name=ctx.fresh_name((where.name or "Where") + "_quantized"),
+    )
+    ctx.graph.insert_before(where, moved)
+    moved.outputs[0].type = q.outputs[0].type
+    ctx.replace_value(q.outputs[0], moved.outputs[0])
+    ctx.graph.remove(q, safe=False)
+    ctx.graph.remove(where, safe=False)
+    ctx.count("QDQDataMovement")
+    return True
 
 
 def _requantized_chain(ctx: PassContext, v: ir.Value, params: tuple, requant: bool = False):
