@@ -305,6 +305,32 @@ def test_batch_norm_of_a_varying_parameter_stays():
         model.SerializeToString())).graph]  # fmt: skip
 
 
+@pytest.mark.parametrize("bias", ["zeros", "not zeros", "other output scale"])
+def test_a_quantized_add_of_zeros_goes(bias):
+    """QLinearAdd(x, a constant of zero points, at x's output parameters) gives each byte
+    back (a quantized BERT's packed q / k / v projection has an all-zero bias): its readers
+    read x. A bias that is not all zeros, or another output scale, keeps it."""
+    b = np.full(5, 0, np.uint8)
+    if bias == "not zeros":
+        b[2] = 1
+    nodes = [
+        helper.make_node("QLinearAdd", ["x", "x_s", "x_z", "b", "b_s", "b_z", "y_s", "y_z"],
+                         ["a"], domain="com.microsoft"),
+        helper.make_node("Transpose", ["a"], ["y"], perm=[1, 0, 2, 3]),  # (no chain of its)
+    ]  # fmt: skip
+    y_scale = 0.06 if bias == "other output scale" else 0.05
+    inits = {**_q("x", 0.05, 7), **_q("b", 1.0, 0), **_q("y", y_scale, 7), "b": b}
+    model = onnx.load_from_string(_model(nodes, U8, U8, inits))
+    model.graph.output[0].type.tensor_type.shape.dim[0].dim_value = 3
+    model.graph.output[0].type.tensor_type.shape.dim[1].dim_value = 2
+    model = model.SerializeToString()
+    ops = [n.op_type for n in onyx.optimize(onyx.loads(model)).graph]
+    assert ("QLinearAdd" in ops) == (bias != "zeros"), ops
+    x = _all_bytes(np.uint8)
+    fused, as_written = _sessions(model)
+    np.testing.assert_array_equal(fused.run(None, {"x": x})[0], as_written.run(None, {"x": x})[0])
+
+
 @pytest.mark.parametrize("x_type", [U8, I8])
 @pytest.mark.parametrize("op_type", ["QLinearLeakyRelu", "QLinearSigmoid"])
 def test_one_quantized_activation_becomes_a_lookup(op_type, x_type):

@@ -67,15 +67,23 @@ def lookup_table_fusion(ctx: PassContext) -> bool:
             if id(out) in tabled:
                 continue
             chain = _ancestors(out, members, position)
-            if len(chain) < 2 and not _worth_alone(chain[0]):
+            alone = len(chain) < 2 and not _worth_alone(chain[0])
+            if alone and not _may_be_identity(ctx, chain[0], root):
                 continue
             table = _memo_tabulate(ctx, root, byte, out, chain)
+            if alone and not _is_identity(table, byte):
+                continue
             if table is not None:
-                found.append((root, out, table, chain))
+                found.append((root, out, _IDENTITY if alone else table, chain))
                 tabled.add(id(out))
     replaced = set()
     for root, out, table, chain in found:
         if out.producer is None:
+            continue
+        if table is _IDENTITY:
+            if ctx.replace_value(out, root):  # (the node goes as dead code)
+                ctx.count(PASS)
+                replaced.add(id(out))
             continue
         if table.ndim == 2:
             _replace_channels(ctx, root, out, table, _chain_channel(ctx, root, chain))
@@ -93,6 +101,35 @@ _ALONE = frozenset({"QLinearLeakyRelu", "QLinearSigmoid"})
 
 def _worth_alone(node: ir.Node) -> bool:
     return node.domain == MS and node.op_type in _ALONE
+
+
+#: found's mark of a one-node chain that gives every byte back: its readers read its root.
+_IDENTITY = object()
+
+
+def _may_be_identity(ctx: PassContext, node: ir.Node, root: ir.Value) -> bool:
+    """Whether ``node`` is a QLinearAdd of ``root`` and a constant that dequantizes to zeros,
+    its output at root's scale and zero point (a quantized BERT's packed q / k / v
+    projection, whose bias is all zeros, quantized at scale 1: every byte comes back). The
+    table then says whether it does, to the bit."""
+    if node.domain != MS or node.op_type != "QLinearAdd" or len(node.inputs) != 8:
+        return False
+    mine = 0 if node.inputs[0] is root else 3 if node.inputs[3] is root else None
+    if mine is None or any(v is None for v in node.inputs):
+        return False
+    other = 3 - mine
+    c, zc = ctx.const(node.inputs[other]), ctx.const(node.inputs[other + 2])
+    if c is None or zc is None or zc.size != 1 or not (c == zc.reshape(-1)[0]).all():
+        return False
+    same = [(ctx.const(node.inputs[mine + k]), ctx.const(node.inputs[5 + k])) for k in (1, 2)]
+    return all(a is not None and b is not None and np.array_equal(a, b) for a, b in same)
+
+
+def _is_identity(table: np.ndarray | None, byte) -> bool:
+    """Whether a (C, 256) or (256,) table gives each byte pattern back, in root's type."""
+    if table is None or table.dtype != np.dtype(byte):
+        return False
+    return bool((table.view(np.uint8) == np.arange(256, dtype=np.uint8)).all())
 
 
 #: Readers that take only a tensor's shape.
