@@ -28,7 +28,13 @@ for all of them. Such a chain is a function of the byte and its channel, tabulat
 of every byte value in every channel, and becomes ``ai.onyx.ChannelTableLookup(x, table,
 offsets)``: Gather(table, Cast(x, int32) + offsets), the table holding C runs of 256 values in
 the byte's value order and ``offsets`` each channel's start (+128 for int8), shaped to
-broadcast along the channel axis.
+broadcast along the channel axis. An inference BatchNormalization of constant (C,)
+parameters is such a per-channel function too (on axis 1): a pre-activation ResNet's
+DQ -> BatchNormalization -> Q is one channel lookup.
+
+A one-node chain whose table gives every byte back (a QLinearAdd of a constant of zero
+points at its input's parameters: a quantized BERT's all-zero q / k / v bias) goes: its
+readers read the root.
 """
 
 from __future__ import annotations
