@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from onyx.errors import InvalidArgument
 from onyx.runtime import native
 from onyx.runtime.native import _core
 
@@ -118,3 +119,41 @@ def test_ties_and_extreme_zero_points(y_type, y_zp, scale):
             a, native.pack(b, a.dtype, 128), 128, scale=np.float32(scale), y_zero_point=y_zp
         )
         np.testing.assert_array_equal(got, _expected(a, b, 128, 0, np.float32(scale), y_zp))
+
+
+@needs_vnni
+@pytest.mark.parametrize("kind", ["int32", "bytes", "float"])
+@pytest.mark.parametrize("M", [1, 13, 40])
+def test_a_kept_set_up_runs_as_one_call(kind, M):
+    """int8_gemm_setup's call (a bound QLinearMatMul's / QGemm's) is one native call
+    (onyx_gemm_call: the kept task and epilogue copied in C): the bits of the per-call path,
+    for int32, requantized and float results; an output narrower than N is refused, not
+    written past."""
+    K, N = 19, 45
+    a = RNG.integers(0, 256, (M, K), dtype=np.uint8)
+    b = RNG.integers(-128, 128, (K, N), dtype=np.int8)
+    packed = native.pack(b, a.dtype, 3)
+    params = {
+        "int32": {},
+        "bytes": {"scale": np.float32(0.01), "y_zero_point": np.array(100, np.uint8)},
+        "float": {"scale": (RNG.random(N) * 0.01).astype(np.float32), "float_out": True},
+    }[kind]
+    bias = RNG.integers(-500, 500, N).astype(np.int32)
+    run = native.int8_gemm_setup(a, packed, 3, 0, col_bias=bias, **params)
+    want = native.int8_gemm(a, packed, 3, 0, col_bias=bias, **params)
+    np.testing.assert_array_equal(run(a), want)
+    call = _core_gemm_call(a, packed, bias, params)
+    assert call.whole_call() is not None
+    narrow = np.empty((M, N - 1), want.dtype)
+    with pytest.raises(InvalidArgument):
+        call.whole_call()(a, narrow)
+
+
+def _core_gemm_call(a, packed, bias, params):
+    from onyx.runtime.native import gemm_i8
+
+    M, K = a.shape
+    return gemm_i8._GemmCall(
+        a, packed, M, K, 3, 0, None, bias, params.get("scale"), params.get("y_zero_point"),
+        False, params.get("float_out", False),
+    )  # fmt: skip

@@ -511,11 +511,15 @@ def test_qdq_data_movement():
     ops = [n.op_type for n in opt.graph]
     assert ops.count("QuantizeLinear") == 1 and ops.count("DequantizeLinear") == 2, ops
     check(m, {"x": w(2, 4, 12)}, disabled=["QDQDataMovement"], tol=0)
-    # another scale after the Reshape: a real requantization, kept
+    # another scale after the Reshape: a real requantization, which moves after the Reshape
+    # on the bytes (a table, with LookupTableFusion; kept as written without it)
     other = [("s2", np.array(0.07, np.float32))]
     nodes[3] = helper.make_node("QuantizeLinear", ["r", "s2", "zp"], ["q1"])
     m = make(nodes, [("x", F, [2, 4, 12])], outs, inits + other, opset=18)
     opt = check(m, {"x": w(2, 4, 12, scale=3)}, tol=0)
+    ops = [n.op_type for n in opt.graph]
+    assert ops[:3] == ["QuantizeLinear", "Reshape", "TableLookup"], ops
+    opt = check(m, {"x": w(2, 4, 12, scale=3)}, tol=0, disabled=["LookupTableFusion"])
     assert [n.op_type for n in opt.graph].count("QuantizeLinear") == 2
 
 
@@ -523,7 +527,9 @@ def test_qdq_data_movement():
 def test_qdq_data_movement_of_several_readers(third):
     """A DQ read by several movement ops, each requantized at its parameters (an attention's
     q / k / v Gathers of its packed projection): all move, the DQ and every Q go, the
-    results exact. A reader that requantizes at other parameters keeps them all."""
+    results exact. A reader that requantizes at other parameters (a QOperator attention's
+    q / k / v) moves too, its DQ -> Q after the Gather on the bytes then one table; without
+    LookupTableFusion, which makes that table, nothing moves."""
     qdq = ["s", "zp"]
     nodes = [
         helper.make_node("QuantizeLinear", ["x", *qdq], ["q0"]),
@@ -548,14 +554,17 @@ def test_qdq_data_movement_of_several_readers(third):
     if third == "same":
         assert ops.count("QuantizeLinear") == 1 and ops.count("DequantizeLinear") == 3, ops
     else:
-        assert ops.count("QuantizeLinear") == 4, ops
+        assert ops.count("QuantizeLinear") == 1 and ops.count("TableLookup") == 1, ops
+        assert ops.count("DequantizeLinear") == 2 and ops.count("Gather") == 3, ops
+        opt = check(m, {"x": w(3, 4, 6, scale=3)}, tol=0, disabled=["LookupTableFusion"])
+        assert [n.op_type for n in opt.graph].count("QuantizeLinear") == 4
 
 
 @pytest.mark.parametrize("same", [True, False])
 def test_qdq_data_movement_through_a_chain(same):
     """DQ -> Expand -> Reshape -> Reshape -> Q at DQ's parameters (an attention mask's
     broadcast, as a QDQ BERT has it): the chain runs on the bytes, the DQ and the Q go, the
-    results exact; a Q at other parameters keeps them."""
+    results exact; a Q at other parameters keeps them, after the chain (one table)."""
     nodes = [
         helper.make_node("QuantizeLinear", ["x", "s", "zp"], ["q0"]),
         helper.make_node("DequantizeLinear", ["q0", "s", "zp"], ["d0"]),
@@ -576,7 +585,42 @@ def test_qdq_data_movement_through_a_chain(same):
     m = make(nodes, [("x", F, [1, 1, 1, 16])], [("y", F, [1, 4, 1, 16])], inits, opset=18)
     opt = check(m, {"x": w(1, 1, 1, 16, scale=3)}, tol=0)
     ops = [n.op_type for n in opt.graph]
-    assert ops.count("QuantizeLinear") == (1 if same else 2), ops
+    assert ops[:4] == ["QuantizeLinear", "Expand", "Reshape", "Reshape"], ops
+    assert ops[4:] == ["DequantizeLinear" if same else "TableLookup"], ops  # (its DQ: the table's)
+
+
+@pytest.mark.parametrize("also_read", [False, True])
+def test_quantize_moves_before_where(also_read):
+    """Where(mask, DQ -> Mul, -10000) -> Q (a causal attention's masked scores before the
+    quantized softmax): the Q moves onto both branches, the Where picks bytes, and
+    DQ -> Mul -> Q is one table; the results exact. A Where read by another node stays."""
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s", "zp"], ["q0"]),
+        helper.make_node("DequantizeLinear", ["q0", "s", "zp"], ["d0"]),
+        helper.make_node("Mul", ["d0", "k"], ["m"]),
+        helper.make_node("Where", ["c", "m", "fill"], ["wh"]),
+        helper.make_node("QuantizeLinear", ["wh", "s2", "zp2"], ["q1"]),
+        helper.make_node("DequantizeLinear", ["q1", "s2", "zp2"], ["y"]),
+    ]
+    inits = [
+        ("s", np.array(0.05, np.float32)),
+        ("zp", np.array(128, np.uint8)),
+        ("k", np.array(0.25, np.float32)),
+        ("fill", np.array(-10000.0, np.float32)),
+        ("s2", np.array(39.2, np.float32)),
+        ("zp2", np.array(255, np.uint8)),
+    ]
+    outs = [("y", F, [2, 4, 4])] + ([("wh", F, [2, 4, 4])] if also_read else [])
+    ins = [("x", F, [2, 4, 4]), ("c", TensorProto.BOOL, [4, 4])]
+    m = make(nodes, ins, outs, inits, opset=18)
+    mask = np.tril(np.ones((4, 4), bool))
+    opt = check(m, {"x": w(2, 4, 4, scale=3), "c": mask}, tol=0)
+    ops = [n.op_type for n in opt.graph]
+    if also_read:
+        assert "Mul" in ops or ops.count("QuantizeLinear") >= 2, ops
+        assert opt.graph.outputs[1].producer.op_type == "Where"
+        return
+    assert ops == ["QuantizeLinear", "TableLookup", "Where", "DequantizeLinear"], ops
 
 
 @pytest.mark.parametrize("chain", [False, True])

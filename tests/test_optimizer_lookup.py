@@ -255,6 +255,82 @@ def test_channel_constant_on_a_size_one_axis_stays():
     np.testing.assert_array_equal(fused.run(None, {"x": x})[0], as_written.run(None, {"x": x})[0])
 
 
+def _pre_activation(x_type, relu: bool):
+    """A pre-activation ResNet's quantized block entry: DQ -> BatchNormalization [-> Relu] ->
+    Q, the normalization's four (C,) parameters constants (Q's zero point the type's minimum
+    after a Relu: ReluQuantFusion takes the Relu, as the quantizer's models have it)."""
+    dt = np.uint8 if x_type == U8 else np.int8
+    rng = np.random.default_rng(1)
+    bn = {"g": rng.uniform(0.5, 2, 3), "b": rng.uniform(-1, 1, 3), "m": rng.uniform(-1, 1, 3),
+          "v": rng.uniform(0.1, 2, 3)}  # fmt: skip
+    nodes = [
+        helper.make_node("DequantizeLinear", ["x", "x_s", "x_z"], ["xf"]),
+        helper.make_node("BatchNormalization", ["xf", "g", "b", "m", "v"], ["n"]),
+        *([helper.make_node("Relu", ["n"], ["r"])] if relu else []),
+        helper.make_node("QuantizeLinear", ["r" if relu else "n", "y_s", "y_z"], ["y"]),
+    ]
+    inits = {**_q("x", 0.05, 7, dt), **_q("y", 0.03, np.iinfo(dt).min if relu else 5, dt),
+             **{k: v.astype(np.float32) for k, v in bn.items()}}  # fmt: skip
+    return _model(nodes, x_type, x_type, inits)
+
+
+@pytest.mark.parametrize("x_type", [U8, I8])
+@pytest.mark.parametrize("relu", [True, False])
+def test_batch_norm_chain_becomes_one_channel_lookup(x_type, relu, tmp_path):
+    """An inference BatchNormalization of constant (C,) parameters is an affine map per
+    channel (axis 1): DQ -> BatchNormalization [-> Relu] -> Q is one ChannelTableLookup, to
+    the same bits, here and in onnxruntime (the function body)."""
+    model = _pre_activation(x_type, relu)
+    optimized = onyx.optimize(onyx.loads(model))
+    assert [n.op_type for n in optimized.graph] == ["ChannelTableLookup"]
+    x = _all_bytes(np.uint8 if x_type == U8 else np.int8)
+    fused, as_written = _sessions(model)
+    want = as_written.run(None, {"x": x})[0]
+    np.testing.assert_array_equal(fused.run(None, {"x": x})[0], want)
+    path = tmp_path / "optimized.onnx"
+    onyx.save(optimized, path)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(sess.run(None, {"x": x})[0], want)
+
+
+def test_batch_norm_of_a_varying_parameter_stays():
+    """A BatchNormalization whose mean is no constant is no function of the byte alone."""
+    model = onnx.load_from_string(_pre_activation(U8, False))
+    m = next(t for t in model.graph.initializer if t.name == "m")
+    model.graph.initializer.remove(m)
+    model.graph.input.append(helper.make_tensor_value_info("m", F, [3]))
+    assert "BatchNormalization" in [n.op_type for n in onyx.optimize(onyx.loads(
+        model.SerializeToString())).graph]  # fmt: skip
+
+
+@pytest.mark.parametrize("bias", ["zeros", "not zeros", "other output scale"])
+def test_a_quantized_add_of_zeros_goes(bias):
+    """QLinearAdd(x, a constant of zero points, at x's output parameters) gives each byte
+    back (a quantized BERT's packed q / k / v projection has an all-zero bias): its readers
+    read x. A bias that is not all zeros, or another output scale, keeps it."""
+    b = np.full(5, 0, np.uint8)
+    if bias == "not zeros":
+        b[2] = 1
+    nodes = [
+        helper.make_node("QLinearAdd", ["x", "x_s", "x_z", "b", "b_s", "b_z", "y_s", "y_z"],
+                         ["a"], domain="com.microsoft"),
+        helper.make_node("Transpose", ["a"], ["y"], perm=[1, 0, 2, 3]),  # (no chain of its)
+    ]  # fmt: skip
+    y_scale = 0.06 if bias == "other output scale" else 0.05
+    inits = {**_q("x", 0.05, 7), **_q("b", 1.0, 0), **_q("y", y_scale, 7), "b": b}
+    model = onnx.load_from_string(_model(nodes, U8, U8, inits))
+    model.graph.output[0].type.tensor_type.shape.dim[0].dim_value = 3
+    model.graph.output[0].type.tensor_type.shape.dim[1].dim_value = 2
+    model = model.SerializeToString()
+    ops = [n.op_type for n in onyx.optimize(onyx.loads(model)).graph]
+    assert ("QLinearAdd" in ops) == (bias != "zeros"), ops
+    x = _all_bytes(np.uint8)
+    fused, as_written = _sessions(model)
+    np.testing.assert_array_equal(fused.run(None, {"x": x})[0], as_written.run(None, {"x": x})[0])
+
+
 @pytest.mark.parametrize("x_type", [U8, I8])
 @pytest.mark.parametrize("op_type", ["QLinearLeakyRelu", "QLinearSigmoid"])
 def test_one_quantized_activation_becomes_a_lookup(op_type, x_type):
@@ -319,8 +395,11 @@ def test_quantized_fixtures_give_the_same_bits(name):
     [
         ("mobilenet_quant_qoperator", 10),  # the hard-swishes
         ("mobilenet_quant_qdq", 10),
-        ("bert_quant_qoperator", 2),  # the GELUs (com.microsoft roots: no inferred type)
+        ("bert_quant_qoperator", 6),  # the GELUs (com.microsoft roots: no inferred type), and
+        # each attention's q / k / v requantizations (QDQDataMovement moved them past the split)
         ("gpt_quant_qdq", 2),
+        ("resnet_quant_qdq", 6),  # DQ -> BatchNormalization -> Q before each block
+        ("resnet_quant_qoperator", 5),
     ],
 )
 def test_quantized_fixtures_get_their_lookups(name, at_least):

@@ -405,10 +405,20 @@ def qdq_data_movement(ctx: PassContext) -> bool:
     255, so (q - zp) * s / s is within a few float32 ulps of an integer), and moving elements
     commutes with both element-wise ops. QDQ models wrap every such op in a pair; this saves
     two passes over the tensor per op (and the op moves a quarter of the bytes).
+
+    A chain ending in a per-tensor QuantizeLinear at other parameters (a QOperator
+    attention's q / k / v, split from the packed projection in float, then quantized each at
+    its own scale) moves too, where LookupTableFusion will run: the movement ops on the bytes,
+    then a DequantizeLinear at the first one's parameters on the moved bytes and the
+    QuantizeLinear, which LookupTableFusion makes one table with what follows (the query's
+    scaling QLinearMul). The same values: both are element-wise, per tensor.
     """
     g = ctx.graph
     changed = False
     for move in g:
+        if is_op(move, "Where") and move.graph is not None:
+            changed |= _quantize_before_where(ctx, move)
+            continue
         if not is_op(move, *_MOVEMENT, "Pad") or move.graph is None or not move.inputs:
             continue
         dq = move.inputs[0].producer
@@ -421,7 +431,8 @@ def qdq_data_movement(ctx: PassContext) -> bool:
         params = _qparams(ctx, dq)
         if params is None:  # (the spec gives DQ's input the zero point's type)
             continue
-        chains = [[_requantized_chain(ctx, v, params) for v in m.outputs] for m in moves]
+        requant = LOOKUP_PASS in ctx.enabled  # (else a table would not replace DQ -> Q)
+        chains = [[_requantized_chain(ctx, v, params, requant) for v in m.outputs] for m in moves]
         if any(c is None for cs in chains for c in cs):
             continue
         parameters = [_moved_parameters(ctx, m, params) for m in moves]
@@ -435,10 +446,60 @@ def qdq_data_movement(ctx: PassContext) -> bool:
     return changed
 
 
-def _requantized_chain(ctx: PassContext, v: ir.Value, params: tuple):
+#: The pass that makes a DequantizeLinear -> QuantizeLinear pair one table (lookup.py).
+LOOKUP_PASS = "LookupTableFusion"
+
+
+def _quantize_before_where(ctx: PassContext, where: ir.Node) -> bool:
+    """Where(c, x, y) -> Q per tensor  =>  Where(c, Q(x), Q(y)), the same Q on each branch (a
+    causal attention's masked scores: Where(mask, scores, -10000) -> Q before the softmax).
+
+    Exact: Where picks each element from x or y, and the quantization is elementwise, so
+    quantizing after the pick or before it gives the same bytes (broadcasts included: the
+    same values are repeated). The Where moves bytes instead of floats, the constant branch
+    folds to one byte, and the Q joins the chain that made x (DQ -> Mul -> Q: one table, with
+    LookupTableFusion) instead of running as its own step."""
+    out = where.outputs[0]
+    q = ctx.single_use(out)
+    if len(where.inputs) != 3 or ctx.is_output(out) or not is_op(q, "QuantizeLinear"):
+        return False
+    if q.graph is not ctx.graph or q.inputs[0] is not out or _qparams(ctx, q) is None:
+        return False
+    if any(v is None or v is out for v in where.inputs) or len(q.outputs) != 1:
+        return False
+    branches = []
+    for k in (1, 2):
+        v = where.inputs[k]
+        node = ir.Node(
+            "QuantizeLinear",
+            [v, *q.inputs[1:]],
+            [ctx.fresh_name(v.name + "_quantized")],
+            list(q.attributes.values()),
+            domain=q.domain,
+            name=ctx.fresh_name((q.name or "QuantizeLinear") + f"_branch{k}"),
+        )
+        ctx.graph.insert_before(where, node)
+        branches.append(node.outputs[0])
+    moved = ir.Node(
+        "Where",
+        [where.inputs[0], *branches],
+        [ctx.fresh_name(out.name + "_quantized")],
+        name=ctx.fresh_name((where.name or "Where") + "_quantized"),
+    )
+    ctx.graph.insert_before(where, moved)
+    moved.outputs[0].type = q.outputs[0].type
+    ctx.replace_value(q.outputs[0], moved.outputs[0])
+    ctx.graph.remove(q, safe=False)
+    ctx.graph.remove(where, safe=False)
+    ctx.count("QDQDataMovement")
+    return True
+
+
+def _requantized_chain(ctx: PassContext, v: ir.Value, params: tuple, requant: bool = False):
     """([movement ops], Q) where ``v`` goes through a chain of one-output movement ops, each
     its predecessor's only reader, to a QuantizeLinear at ``params`` (an attention mask's
-    Expand -> Reshape -> Reshape between its DQ and Q); None otherwise."""
+    Expand -> Reshape -> Reshape between its DQ and Q), or, with ``requant``, at any per-tensor
+    parameters of its own (the chain then keeps a DQ before its Q); None otherwise."""
     chain = []
     node = ctx.single_use(v)
     while (
@@ -453,7 +514,8 @@ def _requantized_chain(ctx: PassContext, v: ir.Value, params: tuple):
         node = ctx.single_use(v)
     if not is_op(node, "QuantizeLinear") or node.graph is not ctx.graph:
         return None  # (a Q inside a subgraph reads the outer value: it stays)
-    if _qparams(ctx, node) != params:
+    own = _qparams(ctx, node)
+    if own != params and not (requant and own is not None):
         return None
     return chain, node
 
@@ -479,15 +541,46 @@ def _move_quantized(ctx: PassContext, dq: ir.Node, move: ir.Node, rest: list, ch
     """``move`` (and each output's chain of movement ops) on dq's quantized input in place
     of DQ -> move [-> chain] -> Q."""
     moved = _moved(ctx, move, [dq.inputs[0], *rest])
+    params = _qparams(ctx, dq)
     for (chain, q), new in zip(chains, moved.outputs):
         for node in chain:
             new = _moved(ctx, node, [new, *node.inputs[1:]]).outputs[0]
+        if _qparams(ctx, q) != params:  # (a requantization: DQ -> Q on the moved bytes)
+            new.type = _bytes_type(dq.inputs[0].type, q.inputs[0].type)
+            _requantize(ctx, dq, new, q)
+            for node in reversed(chain):
+                ctx.graph.remove(node, safe=False)
+            continue
         new.type = q.outputs[0].type  # (the shape, for passes after this one)
         ctx.replace_value(q.outputs[0], new)
         ctx.graph.remove(q, safe=False)
         for node in reversed(chain):
             ctx.graph.remove(node, safe=False)
     ctx.graph.remove(move, safe=False)
+
+
+def _bytes_type(byte: ir.Type | None, moved: ir.Type | None) -> ir.TensorType | None:
+    """The type of the moved bytes: ``byte``'s element type in the shape of ``moved`` (the
+    float value the chain made), for passes after this one; None where either is unknown."""
+    if isinstance(byte, ir.TensorType) and isinstance(moved, ir.TensorType):
+        return ir.TensorType(byte.elem_type, moved.shape)
+    return None
+
+
+def _requantize(ctx: PassContext, dq: ir.Node, moved: ir.Value, q: ir.Node) -> None:
+    """``q`` reads a copy of ``dq`` (its parameters and attributes) on the moved bytes."""
+    out = ctx.fresh_name(q.inputs[0].name + "_dequantized")
+    copy = ir.Node(
+        dq.op_type,
+        [moved, *dq.inputs[1:]],
+        [out],
+        list(dq.attributes.values()),
+        domain=dq.domain,
+        name=ctx.fresh_name((dq.name or dq.op_type) + "_moved"),
+    )
+    copy.outputs[0].type = q.inputs[0].type
+    ctx.graph.insert_before(q, copy)
+    q.set_input(0, copy.outputs[0])
 
 
 def _moved(ctx: PassContext, node: ir.Node, inputs: list) -> ir.Node:

@@ -28,7 +28,13 @@ for all of them. Such a chain is a function of the byte and its channel, tabulat
 of every byte value in every channel, and becomes ``ai.onyx.ChannelTableLookup(x, table,
 offsets)``: Gather(table, Cast(x, int32) + offsets), the table holding C runs of 256 values in
 the byte's value order and ``offsets`` each channel's start (+128 for int8), shaped to
-broadcast along the channel axis.
+broadcast along the channel axis. An inference BatchNormalization of constant (C,)
+parameters is such a per-channel function too (on axis 1): a pre-activation ResNet's
+DQ -> BatchNormalization -> Q is one channel lookup.
+
+A one-node chain whose table gives every byte back (a QLinearAdd of a constant of zero
+points at its input's parameters: a quantized BERT's all-zero q / k / v bias) goes: its
+readers read the root.
 """
 
 from __future__ import annotations
@@ -67,15 +73,23 @@ def lookup_table_fusion(ctx: PassContext) -> bool:
             if id(out) in tabled:
                 continue
             chain = _ancestors(out, members, position)
-            if len(chain) < 2 and not _worth_alone(chain[0]):
+            alone = len(chain) < 2 and not _worth_alone(chain[0])
+            if alone and not _may_be_identity(ctx, chain[0], root):
                 continue
             table = _memo_tabulate(ctx, root, byte, out, chain)
+            if alone and not _is_identity(table, byte):
+                continue
             if table is not None:
-                found.append((root, out, table, chain))
+                found.append((root, out, _IDENTITY if alone else table, chain))
                 tabled.add(id(out))
     replaced = set()
     for root, out, table, chain in found:
         if out.producer is None:
+            continue
+        if table is _IDENTITY:
+            if ctx.replace_value(out, root):  # (the node goes as dead code)
+                ctx.count(PASS)
+                replaced.add(id(out))
             continue
         if table.ndim == 2:
             _replace_channels(ctx, root, out, table, _chain_channel(ctx, root, chain))
@@ -93,6 +107,35 @@ _ALONE = frozenset({"QLinearLeakyRelu", "QLinearSigmoid"})
 
 def _worth_alone(node: ir.Node) -> bool:
     return node.domain == MS and node.op_type in _ALONE
+
+
+#: found's mark of a one-node chain that gives every byte back: its readers read its root.
+_IDENTITY = object()
+
+
+def _may_be_identity(ctx: PassContext, node: ir.Node, root: ir.Value) -> bool:
+    """Whether ``node`` is a QLinearAdd of ``root`` and a constant that dequantizes to zeros,
+    its output at root's scale and zero point (a quantized BERT's packed q / k / v
+    projection, whose bias is all zeros, quantized at scale 1: every byte comes back). The
+    table then says whether it does, to the bit."""
+    if node.domain != MS or node.op_type != "QLinearAdd" or len(node.inputs) != 8:
+        return False
+    mine = 0 if node.inputs[0] is root else 3 if node.inputs[3] is root else None
+    if mine is None or any(v is None for v in node.inputs):
+        return False
+    other = 3 - mine
+    c, zc = ctx.const(node.inputs[other]), ctx.const(node.inputs[other + 2])
+    if c is None or zc is None or zc.size != 1 or not (c == zc.reshape(-1)[0]).all():
+        return False
+    same = [(ctx.const(node.inputs[mine + k]), ctx.const(node.inputs[5 + k])) for k in (1, 2)]
+    return all(a is not None and b is not None and np.array_equal(a, b) for a, b in same)
+
+
+def _is_identity(table: np.ndarray | None, byte) -> bool:
+    """Whether a (C, 256) or (256,) table gives each byte pattern back, in root's type."""
+    if table is None or table.dtype != np.dtype(byte):
+        return False
+    return bool((table.view(np.uint8) == np.arange(256, dtype=np.uint8)).all())
 
 
 #: Readers that take only a tensor's shape.
@@ -170,7 +213,36 @@ def _elementwise(node: ir.Node) -> bool:
     return len(node.outputs) == 1 and traits(node.op_type, node.domain).elementwise
 
 
+def _channel_op(ctx: PassContext, node: ir.Node, shape: tuple) -> tuple[int, int] | None:
+    """(1, C) for an inference BatchNormalization of a value of inferred ``shape`` (N, C, ...)
+    whose four parameters are constants of shape (C,): an affine map per channel on axis 1,
+    each element's result a function of its value and channel alone (a pre-activation
+    ResNet's DQ -> BatchNormalization [-> Relu] -> Q between its quantized convs); else None.
+    (The optimizer's BatchNormRelu, a model-local function, is no chain's: evaluate refuses
+    local functions.)"""
+    if node.op_type != "BatchNormalization" or node.domain not in STANDARD:
+        return None
+    if len(node.outputs) != 1 or len(node.inputs) != 5 or len(shape) < 2:
+        return None
+    if node.attr("training_mode", 0) or not node.attr("spatial", 1):
+        return None
+    size = shape[1]
+    for v in node.inputs[1:]:
+        c = ctx.const(v) if v is not None and v.name else None
+        if c is None or c.shape != (size,) or c.dtype != np.float32:
+            return None
+    return (1, size) if isinstance(size, int) else None
+
+
 def _takes(ctx: PassContext, node: ir.Node, inside: set[int], shape: tuple, channel: list) -> bool:
+    if node.op_type == "BatchNormalization":
+        axis = node.inputs[0] is not None and id(node.inputs[0]) in inside
+        axis = axis and _channel_op(ctx, node, shape)
+        if not axis or channel and channel[0] != axis:
+            return False
+        if not channel:
+            channel.append(axis)
+        return True
     if not _elementwise(node):
         return False
     axes = []
@@ -356,6 +428,9 @@ def _chain_channel(ctx: PassContext, root: ir.Value, chain: list[ir.Node]):
     shape = static_shape(root)
     inside = {id(root)} | {id(v) for n in chain for v in n.outputs}
     for node in chain:
+        axis = _channel_op(ctx, node, shape)
+        if axis is not None:
+            return axis
         for v in node.inputs:
             if v is None or not v.name or id(v) in inside:
                 continue

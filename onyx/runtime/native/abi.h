@@ -64,6 +64,15 @@ ONYX_STRUCT(gemm_task, ONYX_GEMM_TASK)
     F(S, int32_t, b_signed, ) F(S, int32_t, za, ) F(S, int32_t, zb, )
 ONYX_STRUCT(batched_gemm, ONYX_BATCHED_GEMM)
 
+/* A bound product's set-up for onyx_gemm_call (only read: threads share it): the task and
+   the epilogue as made once (A, e and the output are the call's), the work split, and where
+   the result goes: out_kind 0 int32 (e.c, ldc), 1 requantized bytes (e.out8, ldo), 2 float
+   (e.outf, ldf). */
+#define ONYX_GEMM_CALL(F, S)                                                                 \
+    F(S, gemm_task, gemm, ) F(S, epilogue, e, ) F(S, const int64_t *, cuts, )                \
+    F(S, int64_t, parts, ) F(S, int64_t, threads, ) F(S, int32_t, out_kind, )
+ONYX_STRUCT(gemm_call, ONYX_GEMM_CALL)
+
 #define ONYX_IMPLICIT_CONV(F, S)                                                             \
     F(S, operand, A, ) F(S, epilogue, e, ) F(S, gemm_task, gemm, )                           \
     F(S, const int64_t *, cuts, ) F(S, int64_t, parts, ) F(S, int64_t, threads, )            \
@@ -542,6 +551,7 @@ ONYX_STRUCT(chain_step, ONYX_CHAIN_STEP)
 #define ONYX_STRUCTS(X)                                                                      \
     X(operand, ONYX_OPERAND) X(epilogue, ONYX_EPILOGUE) X(gemm_task, ONYX_GEMM_TASK)         \
     X(batched_gemm, ONYX_BATCHED_GEMM) X(implicit_conv, ONYX_IMPLICIT_CONV)                  \
+    X(gemm_call, ONYX_GEMM_CALL)                                                             \
     X(dynamic_matmul, ONYX_DYNAMIC_MATMUL)                                                   \
     X(dw_geometry, ONYX_DW_GEOMETRY) X(dw_output, ONYX_DW_OUTPUT)                            \
     X(float_conv_task, ONYX_FLOAT_CONV_TASK) X(int_conv_task, ONYX_INT_CONV_TASK)            \

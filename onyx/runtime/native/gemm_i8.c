@@ -607,6 +607,25 @@ EXPORT int onyx_gemm_range(const void *p, int64_t begin, int64_t end) {
     return 0;
 }
 
+/* A bound product's whole call (gemm_i8.py's int8_gemm_setup): A (rows of lda bytes) and
+   the output (leading dimension ld, in its elements) into copies of the set-up's task and
+   epilogue, then the parts on the pool. One native call where Python had filled in two
+   struct copies and an operand per call (most of a small product's time at batch 1). */
+EXPORT int onyx_gemm_call(const gemm_call *t, const uint8_t *a, int64_t lda, void *out,
+                          int64_t ld) {
+    if (!t || !a || !out || lda < t->gemm.K || ld < t->gemm.N || t->parts < 1 || !t->cuts ||
+        t->out_kind < 0 || t->out_kind > 2)
+        return ONYX_INVALID; /* (checks.h) */
+    epilogue e = t->e;
+    if (t->out_kind == 1) e.out8 = out, e.ldo = ld;
+    else if (t->out_kind == 2) e.outf = out, e.ldf = ld;
+    else e.c = out, e.ldc = ld;
+    operand A = {a, lda, 0, 0};
+    gemm_task task = t->gemm;
+    task.A = &A, task.e = &e;
+    return onyx_parallel(onyx_gemm_range, &task, t->cuts, t->parts, t->threads);
+}
+
 /* A batch of products A_i . B_i whose B is data (attention's Q.K^T and weights . V), one
    item per part: each packs its B (any strides) and its A's row sums itself, so a batch
    takes one call instead of a Python set-up per item (which cost 5x the item's GEMM).

@@ -92,6 +92,18 @@ class _GemmTask(ctypes.Structure):
     ]
 
 
+@abi("gemm_call")
+class _GemmCallTask(ctypes.Structure):
+    _fields_ = [
+        ("gemm", _GemmTask),
+        ("e", _Epilogue),
+        ("cuts", _P),
+        ("parts", _I64),
+        ("threads", _I64),
+        ("out_kind", ctypes.c_int32),
+    ]
+
+
 @abi("batched_gemm")
 class _BatchedGemm(ctypes.Structure):
     _fields_ = (
@@ -397,10 +409,14 @@ def int8_gemm_setup(
         return None
     shape = (M, b.N)
     dtype = np.float32 if float_out else np.int32 if scale is None else y_zero_point.dtype
+    whole = call.whole_call()
 
     def run(a: np.ndarray) -> np.ndarray:
         out = np.empty(shape, dtype)
-        call(a, out, None)
+        if whole is None:
+            call(a, out, None)
+        else:
+            whole(a, out)
         return out
 
     return run
@@ -732,6 +748,28 @@ class _GemmCall:
         self._da, self._col_bias, self._offsets = da, col_bias, {}
         self.task, self.cuts, self.ways = _split(b, M, K, flip_a, not a_signed, least)
 
+    def whole_call(self):
+        """``run(a, out)``: the call for A's rows (unit column stride) and a C-contiguous
+        ``out`` as one native call (onyx_gemm_call: the task and epilogue copied there), for
+        a set-up kept by its caller; None without that entry point."""
+        entry = getattr(core.lib, "gemm_call", None)
+        if entry is None:
+            return None
+        t = _GemmCallTask()
+        t.gemm, t.e = self.task, self.epilogue  # (copies; their arrays held by self)
+        cuts = np.ascontiguousarray(self.cuts, np.int64)
+        t.cuts, t.parts, t.threads = _addr(cuts), len(cuts) - 1, self.ways
+        t.out_kind = 2 if self.float_out else 1 if self.requantize else 0
+        address, unit, held = ctypes.addressof(t), 1 if t.out_kind == 1 else 4, (self, cuts)
+
+        def run(a: np.ndarray, out: np.ndarray, _held=held) -> None:
+            status = entry(address, _addr(a), a.strides[0], _addr(out), out.strides[0] // unit)
+            if status:
+                core.check(status, "int8 GEMM")
+
+        run.task = t  # (the struct lives as long as the call)
+        return run
+
     def _col_off_for(self, a_zero_point: int) -> np.ndarray:
         """The column offsets of a gathered A with another scalar zero point than the set-up's
         (B's is 0): col_bias - ZA colsum, wrapping to int32 as the set-up's (kept per value:
@@ -933,7 +971,11 @@ def bind(lib, isa: int) -> None:
     vnni = bool(isa & core.ISA_VNNI)
     lib.gemm_range = range_of(lib, "gemm") if vnni else None
     lib.batched_gemm_range = range_of(lib, "batched_gemm") if vnni else None
+    lib.gemm_call = None
     if vnni:
+        lib.gemm_call = lib.onyx_gemm_call
+        lib.gemm_call.restype = _INT
+        lib.gemm_call.argtypes = [_P, _P, _I64, _P, _I64]
         lib.onyx_dynamic_matmul.restype = _INT
         lib.onyx_dynamic_matmul.argtypes = [_P, _P, _P]
         lib.onyx_implicit_conv.restype = _INT
