@@ -342,6 +342,13 @@ def test_the_check_runs_once_per_shape_signature():
         sess.run(None, {"x": np.ones((5, 3), np.float32)})  # a new signature is checked
 
 
+def test_the_check_says_the_dims_inference_proved():
+    sess = _relu_tanh_session()
+    _break(sess, "Relu", lambda x: np.maximum(x, 0).astype(np.float64))
+    with pytest.raises(onyx.errors.RuntimeFailure, match=r"proved tensor\(float\)\[n,3\]$"):
+        sess.run(None, {"x": np.ones((2, 3), np.float32)})
+
+
 def test_as_array_result_copies_maps_and_wraps_numpy_scalars():
     """A map of Python numbers (ZipMap's rows) comes back as a new dict of the same values;
     one holding numpy scalars or arrays still has them converted and owned."""

@@ -382,7 +382,7 @@ class OutputCheck:
             if want is not None and not _matches(value, want[0], want[1]):
                 raise RuntimeFailure(
                     f"{step.label()} in graph {self.graph_name!r}: output {v.name!r} is "
-                    f"{describe(value)}, shape inference proved {want[2]}"
+                    f"{describe(value)}, shape inference proved {_with_dims(want[2])}"
                 )
         if self.then is not None:
             self.then.node(step, start, end, args, result)
@@ -405,6 +405,12 @@ def _expectation(t) -> tuple | None:
     if dtype is None and dims is None:
         return None
     return dtype, dims, t
+
+
+def _with_dims(t) -> str:
+    """A tensor type with its dims, as the check's message names it (a TensorType's own
+    string leaves them out): ``tensor(float)[n,3]``, ``?`` where unknown."""
+    return f"{t}{t.shape}" if t.shape is not None else f"{t} of unknown rank"
 
 
 def _matches(value, dtype, dims) -> bool:
