@@ -623,6 +623,46 @@ def test_quantize_moves_before_where(also_read):
     assert ops == ["QuantizeLinear", "TableLookup", "Where", "DequantizeLinear"], ops
 
 
+@pytest.mark.parametrize("zp_type", [TensorProto.FLOAT8E4M3FN, TensorProto.INT4])
+@pytest.mark.parametrize("moved", ["Where", "Gather", "Gather, requantized"])
+def test_qdq_data_movement_keeps_to_byte_types(moved, zp_type):
+    """A Q or DQ of float8 or int4 (opset 21) stays where it is: Where (16) takes no such
+    type, nor do Gather (13) and Expand, so the moved graph was a model onnx's checker and
+    onnxruntime refuse (and no table would come of it: LookupTableFusion takes int8 and
+    uint8 bytes)."""
+    zp = helper.make_tensor("zp", zp_type, [], [0])
+    if moved == "Where":
+        nodes = [
+            helper.make_node("Where", ["c", "x", "fill"], ["wh"]),
+            helper.make_node("QuantizeLinear", ["wh", "s", "zp"], ["q"]),
+            helper.make_node("DequantizeLinear", ["q", "s", "zp"], ["y"]),
+        ]
+        inits = [("fill", np.array(-100.0, np.float32)), ("s", np.array(0.5, np.float32))]
+        ins = [("c", TensorProto.BOOL, [4]), ("x", F, [4])]
+        feeds = {"c": np.array([1, 0, 1, 0], bool), "x": np.array([1.25, 2, -3.75, 9], np.float32)}
+        outs = [("y", F, [4])]
+    else:
+        nodes = [
+            helper.make_node("QuantizeLinear", ["x", "s", "zp"], ["q0"]),
+            helper.make_node("DequantizeLinear", ["q0", "s", "zp"], ["d0"]),
+            helper.make_node("Gather", ["d0", "i"], ["g"]),
+            helper.make_node("QuantizeLinear", ["g", "s2", "zp"], ["q1"]),
+            helper.make_node("DequantizeLinear", ["q1", "s2", "zp"], ["y"]),
+        ]
+        s2 = 0.25 if moved.endswith("requantized") else 0.5
+        inits = [("s", np.array(0.5, np.float32)), ("s2", np.array(s2, np.float32)),
+                 ("i", np.array([2, 0], np.int64))]  # fmt: skip
+        ins, outs = [("x", F, [3, 4])], [("y", F, [2, 4])]
+        feeds = {"x": w(3, 4, scale=3)}
+    m = onnx.load_from_string(make(nodes, ins, outs, inits, opset=21))
+    m.ir_version = 10
+    m.graph.initializer.append(zp)
+    onnx.checker.check_model(m, full_check=True)
+    m = m.SerializeToString()
+    opt = check(m, feeds, tol=0)
+    onnx.checker.check_model(onnx.load_from_string(onyx.dumps(opt)), full_check=True)
+
+
 @pytest.mark.parametrize("chain", [False, True])
 def test_qdq_data_movement_leaves_a_q_inside_a_subgraph(chain):
     """DQ -> Reshape [-> Expand] whose only reader is a QuantizeLinear inside an If branch

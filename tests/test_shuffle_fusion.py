@@ -134,6 +134,26 @@ def test_fed_shape_that_shuffles_otherwise_is_refused_fused_or_not(
     assert "IndexError" not in str(e.value)
 
 
+@pytest.mark.parametrize("numpy_path", [False, True])
+@pytest.mark.parametrize("fed", [[1, -1, 6, 8, 8], [1, 4, 6, 8, -1], [0, 4, 6, -1, 8]])
+def test_fed_shape_that_shuffles_the_same_way_runs(monkeypatch, fed, numpy_path):
+    """A fed shape whose -1 or 0 lies elsewhere than the model's, resolving to the same dims
+    (1, 4, 6, 8, 8): the unfused graph runs it, and so does ChannelShuffleConv, to the same
+    bits (its groups check had read shuffle_groups, which resolves a -1 at index 2 only)."""
+    if numpy_path:
+        monkeypatch.setattr(_core, "lib", None)
+    x = RNG.standard_normal((1, 24, 8, 8)).astype(np.float32)
+    m = _unit((1, 24, 8, 8), 4, opset=9, ir3=True)
+    so = onyx.SessionOptions()
+    so.disabled_optimizers = ["ChannelShuffleConvFusion"]
+    feeds = {"x": x, "shape5": np.array(fed, np.int64)}
+    want = onyx.InferenceSession(m, so).run(None, feeds)[0]
+    s = onyx.InferenceSession(m)
+    assert "ChannelShuffleConv" in [n.op_type for n in s._plan.graph]  # noqa: SLF001
+    got = s.run(None, feeds)[0]
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
 def test_channel_shuffle_conv_leaves_other_patterns():
     """Another permutation, a shuffle read elsewhere too, or a conv that is not depthwise
     stay as they are."""

@@ -381,9 +381,15 @@ _MOVEMENT = {
 }
 
 
+#: The zero point types whose bytes QDQDataMovement moves.
+_BYTES = (np.dtype(np.uint8), np.dtype(np.int8))
+
+
 def _qparams(ctx: PassContext, node: ir.Node) -> tuple | None:
     """(scale, zero point) of a per-tensor Quantize/DequantizeLinear with constant float32
-    parameters and no attributes beyond axis, else None."""
+    parameters, an int8 or uint8 zero point and no attributes beyond axis, else None. (Not
+    float8 or int4, also one byte a value in numpy: Where, Gather, Expand, Slice take no such
+    type, so the moved graph would be a model onnx's checker and onnxruntime refuse.)"""
     if any(name != "axis" for name in node.attributes):
         return None
     scale = ctx.const(node.inputs[1])
@@ -391,7 +397,7 @@ def _qparams(ctx: PassContext, node: ir.Node) -> tuple | None:
     if scale is None or scale.size != 1 or scale.dtype != np.float32 or zp is None:
         return None
     s = float(scale.reshape(-1)[0])
-    if not (np.isfinite(s) and s > 1e-30) or zp.size != 1 or zp.dtype.itemsize != 1:
+    if not (np.isfinite(s) and s > 1e-30) or zp.size != 1 or zp.dtype not in _BYTES:
         return None
     return s, zp.dtype, int(zp.reshape(-1)[0])
 
