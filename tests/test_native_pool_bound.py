@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 import onyx
 from onyx.runtime import native
@@ -174,3 +174,38 @@ def test_bound_pool2d_refuses_what_it_does_not_run():
     call = native.bound_pool2d((1, 2, 4, 4), np.float32, *geometry)
     with pytest.raises(TypeError):
         call(np.zeros((1, 2, 4, 4), np.float64))
+
+
+def test_fused_conv_max_pool_binds_its_pool(setups):
+    """A 2-D Conv + Relu + MaxPool the stem kernel does not take (a ResNet's 3x3 stride-1
+    pool) becomes one FusedConvMaxPool step whose conv and pool are set up once; its bits are
+    the three nodes' run one by one."""
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((16, 3, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(16).astype(np.float32)
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[3, 3], pads=[1] * 4),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("MaxPool", ["r"], ["y"], kernel_shape=[3, 3], pads=[1] * 4),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 32, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")],
+    )
+    data = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9
+    ).SerializeToString()
+    plain = onyx.SessionOptions()
+    plain.graph_optimization_level = onyx.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = onyx.InferenceSession(data)
+    ops = [s.node.op_type for s in sess.plan.default_schedule]
+    x = rng.standard_normal((1, 3, 32, 32)).astype(np.float32)
+    got = [sess.run(None, {"x": x})[0] for _ in range(3)]
+    made = list(setups)
+    want = onyx.InferenceSession(data, plain).run(None, {"x": x})[0]
+    assert all(_same_bits(y, want) for y in got)
+    if native.avx512() and ops == ["FusedConvMaxPool"]:  # (where the FusedConv binds)
+        assert made == [((1, 16, 32, 32), np.dtype(np.float32))]

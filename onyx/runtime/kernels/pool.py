@@ -570,9 +570,15 @@ def _max_pool(ctx, X, kernel_shape, auto_pad, pads, strides, dilations, ceil_mod
 def _bind_max_pool(ctx, inputs, attrs, constant):
     """registry.binds: a MaxPool whose Indices no one wants, on max_pool_values' native paths
     (float32, 8-bit) set up once per shape; None (the kernel as written) elsewhere."""
-    X = inputs[0]
     if ctx.n_outputs > 1 and ctx.outputs_wanted[1]:
         return None
+    return bound_max_values(inputs[0], attrs)
+
+
+def bound_max_values(X: np.ndarray, attrs: dict):
+    """``call(X)`` = max_pool_values(X, **attrs) for inputs of X's shape and dtype, its native
+    set-up made once (attrs: MaxPool's, defaults filled in, storage_order aside); None where
+    max_pool_values takes a numpy path (kernels/audio.py's 2-D conv + MaxPool binds it too)."""
     geometry = [attrs[k] for k in ("kernel_shape", "auto_pad", "pads", "strides", "dilations")]
     if X.dtype.kind in "iu" and _tiled_max(X, *geometry) is not None:
         return None  # (max_pool_values' first choice: its reshaped view)
