@@ -7,6 +7,7 @@ told apart from fed inputs, and under concurrent runs. Runs with the native libr
 from __future__ import annotations
 
 import threading
+import types
 
 import numpy as np
 import pytest
@@ -54,6 +55,8 @@ def _frozen(a: np.ndarray) -> np.ndarray:
 
 def _want(op, domain, opset, args, attrs):
     kernel = lookup(op, domain, opset)
+    if kernel.takes_ctx:  # (MaxPool: a node of one output)
+        args = [types.SimpleNamespace(n_outputs=1, outputs_wanted=(True,)), *args]
     out = kernel.fn(*args, **{**kernel.attr_defaults, **(attrs or {})})
     return out if isinstance(out, tuple) else (out,)
 
@@ -149,6 +152,38 @@ CASES = [
         [(2, 4, 3, 3)],
         {"s": (4,), "bb": (4,), "m": (4,), "v": (4,)},
         {},
+    ),
+    (
+        "MaxPool",
+        "",
+        [(1, 16, 7, 7)],
+        [(2, 5, 14, 13)],
+        {},
+        {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+    ),
+    (
+        "MaxPool",
+        "",
+        [(1, 16, 32, 32)],
+        [(1, 32, 16, 16)],
+        {},
+        {"kernel_shape": [2, 2], "strides": [2, 2]},
+    ),  # (small_cnn's 2x2 set-up)
+    (
+        "AveragePool",
+        "",
+        [(1, 64, 14, 14)],
+        [(1, 8, 7, 7)],
+        {},
+        {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 1},
+    ),
+    (
+        "AveragePool",
+        "",
+        [(1, 4, 9, 9)],
+        [(2, 3, 8, 5)],
+        {},
+        {"kernel_shape": [2, 3], "strides": [2, 2], "ceil_mode": 1},
     ),
 ]
 

@@ -16,6 +16,7 @@ each kernel call can be timed.
 from __future__ import annotations
 
 import copy
+import functools
 import keyword
 import time
 from dataclasses import dataclass, field
@@ -205,13 +206,18 @@ class Plan:
         if prepare is not None and not step.takes_ctx:  # (kernels/derived.py: prepared)
             step.fn = PreparedCall(prepare, {**kernel.attr_defaults, **step.attrs})
             step.attrs = {}
-        elif getattr(kernel.fn, "bind", None) is not None and not step.takes_ctx:
+        elif getattr(kernel.fn, "bind", None) is not None and not step.uses_frame:
             constant = tuple(i < 0 or self.is_constant(i) for i in step.ins)
             binds = all(constant[k] for k in kernel.fn.bind_constants)
             # (make gets every attribute, defaults filled in; a node that never binds calls
             # the kernel with its own attributes only, as a plain step does)
             attrs = {**kernel.attr_defaults, **step.attrs} if binds else dict(step.attrs)
-            step.fn = BoundCall(kernel.fn, attrs, kernel.fn.bind if binds else None, constant)
+            fn, make = kernel.fn, kernel.fn.bind if binds else None
+            if step.takes_ctx:  # (no subgraph: its context made once, kernel and make get it)
+                ctx = StepContext(step, None)
+                fn, make = functools.partial(fn, ctx), make and functools.partial(make, ctx)
+                step.takes_ctx = False
+            step.fn = BoundCall(fn, attrs, make, constant)
             step.attrs = {}
         return step
 

@@ -198,6 +198,9 @@ def binds(
     Whoever calls the kernel itself (constant folding) gets the same results.
     ``constants``: the inputs ``make`` needs constant (it declines otherwise): a node where
     one is not never calls ``make``, and its runs skip the signature's look-up.
+    A kernel that takes a context (and runs no subgraph) binds too: its ``make`` then takes
+    the step's context first, ``make(ctx, inputs, attributes, constant)`` (MaxPool: whether
+    its Indices are wanted).
     """
 
     def mark(fn: Callable) -> Callable:

@@ -219,7 +219,7 @@ def _bind_pooled(fused: bool) -> Callable:
         if X.ndim == 4:  # (a 2-D conv: a stem and its pool in one native call, or the pair)
             run = _stem_pool_run(X, W, attrs) if fused else None
             if run is None:
-                return general(attrs)
+                return _bound_conv_then_pool(inputs, attrs, constant, fused) or general(attrs)
             kernel = fused_conv_max_pool
             contiguous = np.ascontiguousarray
             return native.under_setting(lambda X, W, B=None: run(contiguous(X), B), kernel, attrs)
@@ -230,6 +230,28 @@ def _bind_pooled(fused: bool) -> Callable:
         return lambda X, W, B=None: run(X, B)
 
     return make
+
+
+def _bound_conv_then_pool(inputs, attrs: dict, constant, fused: bool):
+    """A 2-D FusedConv + MaxPool that the stem kernel does not take (a ResNet's 3x3 stride-1
+    pool): the FusedConv's bound call, then the MaxPool's (pool.bound_max_values) for its
+    output's shape, each set up once (the general pair called the FusedConv kernel as written
+    and worked the pool's set-up out again at every call). None where either declines."""
+    from .fused import fused_conv
+    from .pool import bound_max_values
+
+    if not fused:
+        return None
+    X, W = inputs[:2]
+    B = inputs[2] if len(inputs) > 2 else None
+    conv_call = fused_conv.bind((X, W, B, None), _conv_attrs(attrs, fused), (*constant[:3], True))
+    if conv_call is None:
+        return None
+    y = conv_call(X, W, B)  # (its shape: the pool's signature)
+    pool_call = bound_max_values(y, {k: attrs["pool_" + k] for k in POOL_ATTRS})
+    if pool_call is None:
+        return None
+    return lambda X, W, B=None: pool_call(conv_call(X, W, B))
 
 
 def _stem_pool_run(X, W, attrs: dict):

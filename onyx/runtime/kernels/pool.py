@@ -17,7 +17,7 @@ import operator
 import numpy as np
 
 from .. import native
-from ..registry import op
+from ..registry import binds, op
 from . import small_cnn as _small_cnn
 from .conv import (
     MAX_TAPS,
@@ -312,6 +312,37 @@ def _average_pool(
     return total.astype(X.dtype, copy=False)
 
 
+def _bound_pool(X, attrs: dict, op_name: str, kind: tuple):
+    """A bound pooling step's call for X's shape and dtype (registry.binds): the geometry
+    worked out and checked once, the native task made once (native.bound_pool2d), so that a
+    run is one native call; None (the kernel as written) where the native 2-D pool does not
+    run it."""
+    if X.ndim != 4 or not native.available():
+        return None
+    if X.dtype != np.float32 and (X.dtype.itemsize != 1 or X.dtype.kind not in "iu"):
+        return None
+    geometry = [attrs[k] for k in ("kernel_shape", "auto_pad", "pads", "strides", "dilations")]
+    pool = _pool_of(X.shape, *geometry, attrs["ceil_mode"], op_name)
+    setup = (pool.kernel, pool.strides, pool.dilations, pool.pads, pool.out)
+    return native.bound_pool2d(X.shape, X.dtype, *setup, kind)
+
+
+def _bind_average_pool(inputs, attrs, constant, by_columns: bool = False):
+    """registry.binds: AveragePool's native 2-D float32 pool set up once per shape."""
+    X = inputs[0]
+    if X.dtype != np.float32:
+        return None
+    kind = (True, bool(attrs["count_include_pad"]), by_columns)
+    return _bound_pool(X, attrs, "AveragePool", kind)
+
+
+def _bind_average_pool_1(inputs, attrs, constant):
+    strides = attrs["strides"]
+    by_columns = (strides[-1] if strides else 1) <= 2
+    return _bind_average_pool(inputs, attrs, constant, by_columns)
+
+
+@binds(_bind_average_pool)
 @op("AveragePool", since=19)
 def average_pool(
     X,
@@ -329,6 +360,7 @@ def average_pool(
     )
 
 
+@binds(_bind_average_pool_1)
 @op("AveragePool", since=1)
 def average_pool_1(
     X,
@@ -535,6 +567,37 @@ def _max_pool(ctx, X, kernel_shape, auto_pad, pads, strides, dilations, ceil_mod
     return best, _flat_indices(out_coords, best_k, pool, X.shape, storage_order)
 
 
+def _bind_max_pool(ctx, inputs, attrs, constant):
+    """registry.binds: a MaxPool whose Indices no one wants, on max_pool_values' native paths
+    (float32, 8-bit) set up once per shape; None (the kernel as written) elsewhere."""
+    if ctx.n_outputs > 1 and ctx.outputs_wanted[1]:
+        return None
+    return bound_max_values(inputs[0], attrs)
+
+
+def bound_max_values(X: np.ndarray, attrs: dict):
+    """``call(X)`` = max_pool_values(X, **attrs) for inputs of X's shape and dtype, its native
+    set-up made once (attrs: MaxPool's, defaults filled in, storage_order aside); None where
+    max_pool_values takes a numpy path (kernels/audio.py's 2-D conv + MaxPool binds it too)."""
+    geometry = [attrs[k] for k in ("kernel_shape", "auto_pad", "pads", "strides", "dilations")]
+    if X.dtype.kind in "iu" and _tiled_max(X, *geometry) is not None:
+        return None  # (max_pool_values' first choice: its reshaped view)
+    if X.dtype == np.float32 and X.ndim == 4:
+        if _small_cnn.max_pool_2x2(X, *geometry, attrs["ceil_mode"]) is not None:
+            return _bound_max_2x2(X.shape, geometry, attrs["ceil_mode"])
+    return _bound_pool(X, attrs, "MaxPool", (False, False, False))
+
+
+def _bound_max_2x2(shape: tuple, geometry: list, ceil_mode: int):
+    """max_pool_values' 2x2 / 2 path (small_cnn's) with its set-up looked up once: under
+    another thread setting, max_pool_values answers."""
+    setup, contiguous = native.MaxPool2x2(shape), np.ascontiguousarray
+    names = ("kernel_shape", "auto_pad", "pads", "strides", "dilations")
+    attrs = dict(zip(names, geometry), ceil_mode=ceil_mode)
+    return native.under_setting(lambda X: setup(contiguous(X)), max_pool_values, attrs)
+
+
+@binds(_bind_max_pool)
 @op("MaxPool", since=1)
 def max_pool(
     ctx,

@@ -198,7 +198,7 @@ _EXPORTS = {
         "svm_coupling",
     ),
     "turn": ("turn_functions", "turn_pass"),
-    "window": ("pool2d_f32", "max_pool2d_8bit"),
+    "window": ("bound_pool2d", "pool2d_f32", "max_pool2d_8bit"),
     "winograd": (
         "WinogradConv",
         "pack_winograd",

@@ -15,12 +15,16 @@ from ._core import (
     _P,
     _PARALLEL_ELEMENTS,
     BYTES,
+    WorkSplit,
+    _addr,
     _check_sizes,
     _element_cuts,
     _filled,
+    _input_addr,
     _run,
     _ways,
     abi,
+    bound_task,
     range_of,
 )
 
@@ -102,6 +106,47 @@ def _pool_task(x_shape, kernel, strides, dilations, pads, out_shape, average, in
         int(by_columns),
     )
     return task, _element_cuts(planes, 1, ways), ways
+
+
+def bound_pool2d(x_shape, dtype, kernel, strides, dilations, pads, out_shape, kind=(False,) * 3):
+    """``call(X)`` = pool2d_f32 (float32) or max_pool2d_8bit (int8, uint8: no average, dilations
+    1) of an X of ``x_shape`` (N, C, H, W) and ``dtype``, any layout, as (N, C, *out_shape)
+    (registry.binds: a pooling node's static shape): the task and its work split made once, so
+    that a call is one native call (a serving U-Net's 16x16 MaxPool spent most of its call
+    looking its set-up up). ``kind``: (average, include_pad, by_columns). None where the
+    library or the kernel is not there, or where there is nothing to pool."""
+    dtype = np.dtype(dtype)
+    if core.lib is None or len(x_shape) != 4 or len(out_shape) != 2:
+        return None
+    if dtype == np.float32:
+        fn = core.lib.pool2d_f32_range
+    elif dtype in BYTES and not any(kind) and tuple(dilations) == (1, 1):
+        fn = core.lib.max_pool2d_s8_range if dtype == np.int8 else core.lib.max_pool2d_u8_range
+    else:
+        return None
+    N, C, H, W = x_shape
+    planes = N * C
+    if planes * math.prod(out_shape) == 0:
+        return None  # (_pooled's early return: no call)
+    _check_sizes("pooling", *x_shape, *out_shape, *kernel, *strides, *dilations, *pads)
+    template = _Pool2d(None, None, H, W, *out_shape, *kernel, *strides, *dilations, *pads,
+                       *map(int, kind))  # fmt: skip
+    work = planes * math.prod(out_shape) * math.prod(kernel)
+    split = WorkSplit(work, planes, _PARALLEL_ELEMENTS, lambda w: _element_cuts(planes, 1, w))
+    run = bound_task(template, fn, split, ("x", "y"), "pooling")
+    shape = (N, C, *out_shape)
+    empty, contiguous = np.empty, np.ascontiguousarray
+
+    def call(X: np.ndarray) -> np.ndarray:
+        if X.dtype != dtype:  # (the set-up's signature is the input's dtype: a guard)
+            raise TypeError(f"onyx native pooling: a {X.dtype} input for a {dtype} set-up")
+        if not X.flags.c_contiguous:
+            X = contiguous(X)
+        y = empty(shape, dtype)
+        run(_input_addr(X), _addr(y))
+        return y
+
+    return call
 
 
 def bind(lib, isa: int) -> None:
