@@ -6,6 +6,7 @@
 #endif
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #if defined(__linux__)
 #include <link.h>
@@ -37,6 +38,40 @@ EXPORT const abi_row *onyx_abi_struct(const char *name) {
     for (const abi_row *r = table; r->structure; r++)
         if (r->field[0] == 0 && strcmp(r->structure, name) == 0) return r;
     return 0;
+}
+
+/* Writes struct row r's description to buf (at most cap bytes, a terminating zero included)
+   as Python's _core._layout writes a ctypes copy's: "name size" then " field:offset:size" for
+   each field in order; returns its length, or -1 where it does not fit. */
+static int64_t describe(const abi_row *r, char *buf, int64_t cap) {
+    int64_t n = snprintf(buf, (size_t)cap, "%s %lld", r->structure, (long long)r->size);
+    for (r++; n >= 0 && n < cap && r->structure && r->field[0]; r++)
+        n += snprintf(buf + n, (size_t)(cap - n), " %s:%lld:%lld", r->field, (long long)r->offset,
+                      (long long)r->size);
+    return n >= 0 && n < cap ? n : -1;
+}
+
+/* 1 where every line of desc (lines "struct size field:offset:size ...", each ended by a
+   newline: the ctypes copies of a family's structs, _core._layout) is exactly the description
+   of that struct in the table, else 0 (an unknown struct, another size, field, order, offset,
+   a line too long to compare). One call checks a family at its import: reading its structs'
+   rows through ctypes, row by row, was most of the check's cost. Python then reads the rows
+   only to say what disagrees. */
+EXPORT int onyx_abi_agrees(const char *desc) {
+    char want[8192], name[128];
+    if (desc == 0) return 0;
+    while (*desc) {
+        const char *end = strchr(desc, '\n');
+        const char *space = end ? memchr(desc, ' ', (size_t)(end - desc)) : 0;
+        if (space == 0 || space - desc >= (int64_t)sizeof name) return 0;
+        memcpy(name, desc, (size_t)(space - desc));
+        name[space - desc] = 0;
+        const abi_row *r = onyx_abi_struct(name);
+        int64_t n = r ? describe(r, want, (int64_t)sizeof want) : -1;
+        if (n < 0 || n != end - desc || memcmp(want, desc, (size_t)n) != 0) return 0;
+        desc = end + 1;
+    }
+    return 1;
 }
 
 /* ONYX_ABI_VERSION of the sources this library was built from. */
