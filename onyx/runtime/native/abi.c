@@ -6,7 +6,6 @@
 #endif
 #include <stddef.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <string.h>
 #if defined(__linux__)
 #include <link.h>
@@ -40,15 +39,31 @@ EXPORT const abi_row *onyx_abi_struct(const char *name) {
     return 0;
 }
 
-/* Writes struct row r's description to buf (at most cap bytes, a terminating zero included)
-   as Python's _core._layout writes a ctypes copy's: "name size" then " field:offset:size" for
-   each field in order; returns its length, or -1 where it does not fit. */
+/* Appends text (then, where number >= 0, its decimal digits) at buf[n], within cap bytes;
+   returns the new length, -1 once it does not fit. (Not snprintf: a few thousand
+   instructions a field, a family's import checks tens of fields.) */
+static int64_t put(char *buf, int64_t n, int64_t cap, const char *text, int64_t number) {
+    while (n >= 0 && *text) n = n < cap ? (buf[n] = *text++, n + 1) : -1;
+    if (n < 0 || number < 0) return n;
+    char digits[24];
+    int k = 0;
+    do digits[k++] = (char)('0' + number % 10);
+    while ((number /= 10) > 0);
+    if (n + k > cap) return -1;
+    while (k) buf[n++] = digits[--k];
+    return n;
+}
+
+/* Writes struct row r's description to buf (at most cap bytes) as Python's _core._layout
+   writes a ctypes copy's: "name size" then " field:offset:size" for each field in order;
+   returns its length, or -1 where it does not fit. */
 static int64_t describe(const abi_row *r, char *buf, int64_t cap) {
-    int64_t n = snprintf(buf, (size_t)cap, "%s %lld", r->structure, (long long)r->size);
-    for (r++; n >= 0 && n < cap && r->structure && r->field[0]; r++)
-        n += snprintf(buf + n, (size_t)(cap - n), " %s:%lld:%lld", r->field, (long long)r->offset,
-                      (long long)r->size);
-    return n >= 0 && n < cap ? n : -1;
+    int64_t n = put(buf, put(buf, 0, cap, r->structure, -1), cap, " ", r->size);
+    for (r++; r->structure && r->field[0]; r++) {
+        n = put(buf, put(buf, n, cap, " ", -1), cap, r->field, -1);
+        n = put(buf, put(buf, n, cap, ":", r->offset), cap, ":", r->size);
+    }
+    return n;
 }
 
 /* 1 where every line of desc (lines "struct size field:offset:size ...", each ended by a
