@@ -207,16 +207,16 @@ def _agree(library, module: str | None) -> bool:
     its struct's exact layout: one call (abi.c's onyx_abi_agrees) with every copy's _layout,
     where reading each struct's rows through ctypes cost a family's import most of its check.
     False also for a library without it: then the rows are read, as before."""
+    try:
+        agrees = library.onyx_abi_agrees  # (no prototype: bytes in, int out are ctypes' defaults)
+    except AttributeError:
+        return False
     lines = [
         _layout(cls, c_name)
         for c_name, classes in _STRUCTS.items()
         for cls in classes
         if module is None or cls.__module__ == module
     ]
-    try:
-        agrees = library.onyx_abi_agrees  # (no prototype: bytes in, int out are ctypes' defaults)
-    except AttributeError:
-        return False
     return bool(agrees("".join(f"{line}\n" for line in lines).encode()))
 
 
