@@ -316,3 +316,8 @@ def test_a_struct_that_disagrees_at_its_familys_import_is_refused_in_words(monke
     finally:
         _core._STRUCTS["pool2d"].remove(_Shifted)
     assert len(problems) == 1 and "_Shifted != pool2d" in problems[0] and "'H'" in problems[0]
+
+
+def test_a_library_without_the_one_call_check_has_its_rows_read():
+    # (a library built before onyx_abi_agrees: abi_mismatches reads the rows, as before)
+    assert _core._agree(types.SimpleNamespace(), None) is False
