@@ -260,7 +260,64 @@ def test_a_cold_start_reads_the_rows_of_the_structs_it_checks_only():
         "at_import = _core._abi_table.cache_info().currsize\n"
         "s = onyx.InferenceSession(onyx.__path__[0] + '/examples/tiny_cnn.onnx')\n"
         "s.run(None, {s.get_inputs()[0].name: np.zeros([1, 1, 28, 28], np.float32)})\n"
-        "print(at_import, _core._abi_table.cache_info().currsize, native.status())\n"
+        "rows = _core._abi_struct.cache_info().currsize\n"
+        "print(at_import, _core._abi_table.cache_info().currsize, rows, native.status())\n"
     )
-    at_import, after_run, status = _status_in_subprocess({}, code).split(" ", 2)
+    at_import, after_run, rows, status = _status_in_subprocess({}, code).split(" ", 3)
     assert (at_import, after_run) == ("0", "0") and status.startswith("loaded"), status
+    # nor even the rows of the structs it checks: they agree (one onyx_abi_agrees call each)
+    assert rows == "0"
+
+
+@needs_native
+def test_the_library_refuses_every_layout_but_its_structs_own():
+    # (abi.c's onyx_abi_agrees: a family's structs checked in one call, each line exactly the
+    # C struct's size, fields, order, offsets and sizes)
+    native.FAMILIES  # noqa: B018  (every family imported: their structs registered)
+    agrees = native.library().onyx_abi_agrees
+    cls = _core._STRUCTS["pool2d"][0]
+    right = _core._layout(cls, "pool2d")
+    assert right.startswith("pool2d 152 x:0:8 y:8:8 H:16:8 ")
+    assert agrees(f"{right}\n".encode()) == 1
+    others = "".join(f"{_core._layout(c, n)}\n" for n, cs in _core._STRUCTS.items() for c in cs)
+    assert agrees(others.encode()) == 1
+    wrong = [
+        right.replace("pool2d 152", "pool2d 144"),  # another size
+        right.replace("H:16:8", "H:16:4"),  # a field's size
+        right.replace("y:8:8", "y:16:8"),  # an offset
+        right.replace("y:8:8 H:16:8", "H:16:8 y:8:8"),  # the order
+        right.replace(" H:16:8", " h:16:8"),  # a name
+        right.rsplit(" ", 1)[0],  # a field short
+        f"{right} extra:152:8",  # a field more
+        right.replace("pool2d", "no_such_struct"),
+        right + "x" * 9000,  # (longer than the C side compares: refused)
+    ]
+    for layout in wrong:
+        assert agrees(f"{layout}\n".encode()) == 0, layout
+        assert agrees(f"{others}{layout}\n".encode()) == 0, layout  # one wrong line of many
+    assert agrees(right.encode()) == 0  # (a line without its newline)
+
+
+@needs_native
+def test_a_struct_that_disagrees_at_its_familys_import_is_refused_in_words(monkeypatch):
+    # the one-call check says no; the rows are then read to say what differs
+    @_core.abi("pool2d")
+    class _Shifted(ctypes.Structure):  # pool2d's fields, H and W swapped in size
+        _fields_ = [("x", ctypes.c_void_p), ("y", ctypes.c_void_p), ("H", ctypes.c_int32)] + [
+            (name, ctypes.c_int64)
+            for name in ("W", "OH", "OW", "kh", "kw", "sh", "sw", "dh", "dw", "top", "left")
+            + ("bottom", "right", "average", "include_pad", "by_columns")
+        ]
+
+    _Shifted.__module__ = "a_family"
+    try:
+        assert not _core._agree(native.library(), "a_family")
+        problems = _core.abi_mismatches(native.library(), "a_family")
+    finally:
+        _core._STRUCTS["pool2d"].remove(_Shifted)
+    assert len(problems) == 1 and "_Shifted != pool2d" in problems[0] and "'H'" in problems[0]
+
+
+def test_a_library_without_the_one_call_check_has_its_rows_read():
+    # (a library built before onyx_abi_agrees: abi_mismatches reads the rows, as before)
+    assert _core._agree(types.SimpleNamespace(), None) is False

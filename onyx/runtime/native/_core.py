@@ -192,10 +192,41 @@ def _abi_struct(library, c_name: str) -> dict[str, tuple[int, int]] | None:
         i += 1
 
 
+def _layout(cls: type, c_name: str) -> str:
+    """A ctypes copy's layout as abi.c's onyx_abi_agrees describes its C struct: "c_name
+    size" then " field:offset:size" for each field, in order."""
+    parts = [c_name, str(ctypes.sizeof(cls))]
+    for name, *_ in cls._fields_:
+        field = getattr(cls, name)
+        parts.append(f"{name}:{field.offset}:{field.size}")
+    return " ".join(parts)
+
+
+def _agree(library, module: str | None) -> bool:
+    """Whether the library says every ctypes copy checked (as abi_mismatches picks them) is
+    its struct's exact layout: one call (abi.c's onyx_abi_agrees) with every copy's _layout,
+    where reading each struct's rows through ctypes cost a family's import most of its check.
+    False also for a library without it: then the rows are read, as before."""
+    try:
+        agrees = library.onyx_abi_agrees  # (no prototype: bytes in, int out are ctypes' defaults)
+    except AttributeError:
+        return False
+    lines = [
+        _layout(cls, c_name)
+        for c_name, classes in _STRUCTS.items()
+        for cls in classes
+        if module is None or cls.__module__ == module
+    ]
+    return bool(agrees("".join(f"{line}\n" for line in lines).encode()))
+
+
 def abi_mismatches(library, module: str | None = None) -> list[str]:
     """Where the ctypes copies (those of family ``module`` if given; else of every family
-    imported so far) disagree with the library's structs (empty: they agree). The library's
-    rows are read for the structs checked only: none at the package's import."""
+    imported so far) disagree with the library's structs (empty: they agree). Checked in one
+    call (_agree); only where that finds a difference are the library's rows read (for the
+    structs checked) to say which: none at the package's import."""
+    if _agree(library, module):
+        return []
     problems = []
     for c_name, classes in _STRUCTS.items():
         fields = None

@@ -39,6 +39,56 @@ EXPORT const abi_row *onyx_abi_struct(const char *name) {
     return 0;
 }
 
+/* Appends text (then, where number >= 0, its decimal digits) at buf[n], within cap bytes;
+   returns the new length, -1 once it does not fit. (Not snprintf: a few thousand
+   instructions a field, a family's import checks tens of fields.) */
+static int64_t put(char *buf, int64_t n, int64_t cap, const char *text, int64_t number) {
+    while (n >= 0 && *text) n = n < cap ? (buf[n] = *text++, n + 1) : -1;
+    if (n < 0 || number < 0) return n;
+    char digits[24];
+    int k = 0;
+    do digits[k++] = (char)('0' + number % 10);
+    while ((number /= 10) > 0);
+    if (n + k > cap) return -1;
+    while (k) buf[n++] = digits[--k];
+    return n;
+}
+
+/* Writes struct row r's description to buf (at most cap bytes) as Python's _core._layout
+   writes a ctypes copy's: "name size" then " field:offset:size" for each field in order;
+   returns its length, or -1 where it does not fit. */
+static int64_t describe(const abi_row *r, char *buf, int64_t cap) {
+    int64_t n = put(buf, put(buf, 0, cap, r->structure, -1), cap, " ", r->size);
+    for (r++; r->structure && r->field[0]; r++) {
+        n = put(buf, put(buf, n, cap, " ", -1), cap, r->field, -1);
+        n = put(buf, put(buf, n, cap, ":", r->offset), cap, ":", r->size);
+    }
+    return n;
+}
+
+/* 1 where every line of desc (lines "struct size field:offset:size ...", each ended by a
+   newline: the ctypes copies of a family's structs, _core._layout) is exactly the description
+   of that struct in the table, else 0 (an unknown struct, another size, field, order, offset,
+   a line too long to compare). One call checks a family at its import: reading its structs'
+   rows through ctypes, row by row, was most of the check's cost. Python then reads the rows
+   only to say what disagrees. */
+EXPORT int onyx_abi_agrees(const char *desc) {
+    char want[8192], name[128];
+    if (desc == 0) return 0;
+    while (*desc) {
+        const char *end = strchr(desc, '\n');
+        const char *space = end ? memchr(desc, ' ', (size_t)(end - desc)) : 0;
+        if (space == 0 || space - desc >= (int64_t)sizeof name) return 0;
+        memcpy(name, desc, (size_t)(space - desc));
+        name[space - desc] = 0;
+        const abi_row *r = onyx_abi_struct(name);
+        int64_t n = r ? describe(r, want, (int64_t)sizeof want) : -1;
+        if (n < 0 || n != end - desc || memcmp(want, desc, (size_t)n) != 0) return 0;
+        desc = end + 1;
+    }
+    return 1;
+}
+
 /* ONYX_ABI_VERSION of the sources this library was built from. */
 EXPORT int onyx_abi_version(void) { return ONYX_ABI_VERSION; }
 
