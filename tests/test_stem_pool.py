@@ -138,8 +138,9 @@ def test_stems_sharing_weights_keep_their_own_geometry():
     nodes = []
     for i, pads in enumerate(([0, 0, 0, 0], [1, 1, 1, 1])):  # (conv 17x17 and 18x18: pool 8x8)
         nodes += [
-            helper.make_node("Conv", ["x", "w", "b"], [f"c{i}"], kernel_shape=[3, 3],
-                             strides=[2, 2], pads=pads),  # fmt: skip
+            helper.make_node(
+                "Conv", ["x", "w", "b"], [f"c{i}"], kernel_shape=[3, 3], strides=[2, 2], pads=pads
+            ),  # fmt: skip
             helper.make_node("Relu", [f"c{i}"], [f"r{i}"]),
             helper.make_node("MaxPool", [f"r{i}"], [f"y{i}"], kernel_shape=[3, 3], strides=[2, 2]),
         ]
