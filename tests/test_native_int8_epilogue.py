@@ -157,3 +157,20 @@ def _core_gemm_call(a, packed, bias, params):
         a, packed, M, K, 3, 0, None, bias, params.get("scale"), params.get("y_zero_point"),
         False, params.get("float_out", False),
     )  # fmt: skip
+
+
+@needs_vnni
+def test_a_kept_set_up_takes_rows_of_any_stride_and_none():
+    """A kept set-up's call takes what the per-call path took: a row broadcast (stride 0),
+    rows in reverse (a negative stride), and no rows at all (its one native call refused
+    these as sizes out of range: a QGemm fed a[::-1] or a (0, K) input failed)."""
+    K, N = 19, 45
+    b = RNG.integers(-128, 128, (K, N), dtype=np.int8)
+    packed = native.pack(b, np.dtype(np.uint8), 3)
+    params = {"scale": np.float32(0.01), "y_zero_point": np.array(100, np.uint8)}
+    a = RNG.integers(0, 256, (5, K), dtype=np.uint8)
+    for rows in (np.broadcast_to(a[0], (1, K)), a[::-1], np.empty((0, K), np.uint8)):
+        run = native.int8_gemm_setup(np.ascontiguousarray(rows), packed, 3, 0, **params)
+        want = native.int8_gemm(np.ascontiguousarray(rows), packed, 3, 0, **params)
+        for _ in range(2):
+            np.testing.assert_array_equal(run(rows), want)

@@ -468,3 +468,17 @@ def test_channel_vector_tasks_the_kernel_cannot_serve_are_refused():
     conv.task.cv = 2  # (no such layout)
     with pytest.raises(InvalidArgument):
         conv(x)
+
+
+def test_a_narrow_plane_past_the_row_arithmetic_is_refused():
+    """A narrow task's pixel tiles cover an OH x W plane (not OH x OW): its rows are found by
+    float division, exact for planes of up to 2**20 pixels, so a task whose OH x W passes
+    that is refused (small_cnn.py never makes one: OH x W <= MAX_PIXELS), even where OH x OW
+    is small; an empty range of it ran as if it were served."""
+    from onyx.runtime.native import _core
+
+    H, W = 3, (1 << 19) + 1  # (OH x W past 2**20; OH x OW = 3)
+    packed = native.pack_small_conv(np.ones((8, 1, 1, 1), np.float32))
+    conv = native.SmallConv((1, 1, H, W), packed, 8, (1, 1), (H, 1), (1, 1), (0, 0))
+    run = _core.lib.onyx_small_conv_f32_range
+    assert run(ctypes.c_void_p(conv.task_at), ctypes.c_int64(0), ctypes.c_int64(0)) != 0

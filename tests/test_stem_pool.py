@@ -124,3 +124,37 @@ def test_not_a_pooled_stem(kw):
     args = {"conv": CONVS[0], "pool": POOLS[0], **kw}
     fast = onyx.InferenceSession(_model(**args))
     assert "MaxPool" in _ops(fast)
+
+
+def test_stems_sharing_weights_keep_their_own_geometry():
+    """Two stems of one weight whose convs differ (pads 0 and 1) but whose pools come out
+    the same size: each fused node runs its own conv (the set-up kept per weight was keyed
+    by the input and pool alone, and the second node ran the first one's conv)."""
+    rng = np.random.default_rng(3)
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((16, 3, 3, 3)).astype(np.float32), "w"),
+        numpy_helper.from_array(rng.standard_normal(16).astype(np.float32), "b"),
+    ]
+    nodes = []
+    for i, pads in enumerate(([0, 0, 0, 0], [1, 1, 1, 1])):  # (conv 17x17 and 18x18: pool 8x8)
+        nodes += [
+            helper.make_node(
+                "Conv", ["x", "w", "b"], [f"c{i}"], kernel_shape=[3, 3], strides=[2, 2], pads=pads
+            ),  # fmt: skip
+            helper.make_node("Relu", [f"c{i}"], [f"r{i}"]),
+            helper.make_node("MaxPool", [f"r{i}"], [f"y{i}"], kernel_shape=[3, 3], strides=[2, 2]),
+        ]
+    info = helper.make_tensor_value_info
+    outputs = [info(f"y{i}", TensorProto.FLOAT, None) for i in range(2)]
+    graph = helper.make_graph(
+        nodes, "g", [info("x", TensorProto.FLOAT, [1, 3, 35, 35])], outputs, inits
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    data = model.SerializeToString()
+    fast, plain = _runs(data, 1)
+    assert _ops(fast) == ["FusedConvMaxPool"] * 2
+    x = rng.standard_normal((1, 3, 35, 35)).astype(np.float32)
+    for _ in range(2):  # (the second run: the bound steps)
+        for got, want in zip(fast.run(None, {"x": x}), plain.run(None, {"x": x})):
+            np.testing.assert_array_equal(got, want)

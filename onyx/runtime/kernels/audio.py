@@ -276,7 +276,10 @@ def _stem_pool_run(X, W, attrs: dict):
                         pool["strides"], pool["dilations"], pool["ceil_mode"], "MaxPool")  # fmt: skip
     spec = (geometry.kernel, geometry.strides, geometry.dilations, geometry.pads, geometry.out)
     spec = tuple(map(tuple, spec))  # (the set-up's key, with the shape and thread setting)
-    key = ("stem max pool", X.shape, spec, native.thread_setting())
+    # (and the conv's attributes by value: stems of one weight may differ in their pads and
+    # still pool to the same size)
+    conv = tuple(tuple(v) if isinstance(v, list) else v for v in (attrs[k] for k in CONV_ATTRS))
+    key = ("stem max pool", X.shape, conv, spec, native.thread_setting())
     return derived(W, key, lambda: native.stem_pool_setup(stem, spec))
 
 

@@ -753,7 +753,7 @@ class _GemmCall:
         ``out`` as one native call (onyx_gemm_call: the task and epilogue copied there), for
         a set-up kept by its caller; None without that entry point."""
         entry = getattr(core.lib, "gemm_call", None)
-        if entry is None:
+        if entry is None or len(self.cuts) < 2:  # (no rows: no parts, which the entry refuses)
             return None
         t = _GemmCallTask()
         t.gemm, t.e = self.task, self.epilogue  # (copies; their arrays held by self)
@@ -762,7 +762,10 @@ class _GemmCall:
         t.out_kind = 2 if self.float_out else 1 if self.requantize else 0
         address, unit, held = ctypes.addressof(t), 1 if t.out_kind == 1 else 4, (self, cuts)
 
-        def run(a: np.ndarray, out: np.ndarray, _held=held) -> None:
+        def run(a: np.ndarray, out: np.ndarray, _held=held, K=self.task.K) -> None:
+            if a.strides[0] < K:  # (a broadcast row, rows in reverse: the entry reads rows of
+                self(a, out, None)  # at least K bytes; the per-call path takes any stride)
+                return
             status = entry(address, _addr(a), a.strides[0], _addr(out), out.strides[0] // unit)
             if status:
                 core.check(status, "int8 GEMM")

@@ -87,7 +87,8 @@ static int small_conv_ok(const small_conv_f32 *t) {
            onyx_mul(cells, t->OW, &cells) && t->kh * t->kw <= SC_TAPS && t->kh >= 1 &&
            t->kw >= 1 && t->nv >= 1 && t->nv <= SC_NV && t->OH * t->OW <= (1 << 20) &&
            t->H * t->W <= ((int64_t)1 << 30) && /* (a gather's int32 index in the plane) */
-           (t->cv || (t->OW <= t->W && t->sh == 1 && t->sw == 1)) &&
+           /* (pixel tiles cover OH x W: strip_masks' rows are exact up to 2**20 pixels) */
+           (t->cv || (t->OW <= t->W && t->sh == 1 && t->sw == 1 && sc_pixels(t) <= (1 << 20))) &&
            onyx_window_axis(t->H, t->OH, t->kh, t->sh, t->dh, t->top, &Hp) &&
            onyx_window_axis(t->W, t->OW, t->kw, t->sw, t->dw, t->left, &Wp) && t->act >= 0 &&
            t->act <= ACT_TANH &&
