@@ -756,5 +756,24 @@ def bound_float_call(run, shape: tuple, held: tuple):
     return call
 
 
+def bound_typed_call(run, shape: tuple, dtype: np.dtype, held: tuple, what: str):
+    """``call(X)`` for a bound_task ``run`` of fields (x, y): X (of ``dtype``: the set-up's
+    signature, guarded) made C-contiguous, a fresh output of ``shape`` and ``dtype``; ``held``
+    keeps the task's tables alive (bound Resize and pools)."""
+    empty, contiguous = np.empty, np.ascontiguousarray
+
+    def call(X: np.ndarray) -> np.ndarray:
+        if X.dtype != dtype:
+            raise TypeError(f"onyx native {what}: a {X.dtype} input for a {dtype} set-up")
+        if not X.flags.c_contiguous:
+            X = contiguous(X)
+        y = empty(shape, dtype)
+        run(_input_addr(X), _addr(y))
+        return y
+
+    call.held = held
+    return call
+
+
 #: bound_task's generated makers, by the fields a call sets
 _TASK_RUNNERS: dict[tuple, object] = {}

@@ -16,11 +16,11 @@ from ._core import (
     _addr,
     _check_sizes,
     _even_cuts,
-    _input_addr,
     _run,
     _ways,
     abi,
     bound_task,
+    bound_typed_call,
     range_of,
 )
 
@@ -94,7 +94,7 @@ def bound_bilinear_f32(shape, y_taps, x_taps):
     template = _Bilinear(None, None, H, W, OH, OW, *(_addr(a) for a in tables))
     split = WorkSplit(n * OH * OW * 4, n, _PARALLEL_ELEMENTS * 4, lambda w: _even_cuts(n, w))
     run = bound_task(template, core.lib.bilinear_range, split, ("x", "y"), "Resize")
-    return _bound_call(run, (*lead, OH, OW), np.dtype(np.float32), tables)
+    return bound_typed_call(run, (*lead, OH, OW), np.dtype(np.float32), tables, "Resize")
 
 
 def bound_repeat2d_4byte(shape, dtype, kh: int, kw: int):
@@ -109,25 +109,7 @@ def bound_repeat2d_4byte(shape, dtype, kh: int, kw: int):
     size = n * H * kh * W * kw
     split = WorkSplit(size, n, _PARALLEL_ELEMENTS * 4, lambda w: _even_cuts(n, w))
     run = bound_task(template, core.lib.repeat2d_range, split, ("x", "y"), "Resize")
-    return _bound_call(run, (*lead, H * kh, W * kw), np.dtype(dtype), ())
-
-
-def _bound_call(run, shape: tuple, dtype: np.dtype, held: tuple):
-    """``call(X)`` for a bound_task ``run`` of fields (x, y): X made C-contiguous, a fresh
-    output of ``shape`` and ``dtype``; ``held`` keeps the task's tables alive."""
-    empty, contiguous = np.empty, np.ascontiguousarray
-
-    def call(X: np.ndarray) -> np.ndarray:
-        if X.dtype != dtype:  # (the set-up's signature is the input's dtype: a guard)
-            raise TypeError(f"onyx native Resize: a {X.dtype} input for a {dtype} set-up")
-        if not X.flags.c_contiguous:
-            X = contiguous(X)
-        y = empty(shape, dtype)
-        run(_input_addr(X), _addr(y))
-        return y
-
-    call.held = held
-    return call
+    return bound_typed_call(run, (*lead, H * kh, W * kw), np.dtype(dtype), (), "Resize")
 
 
 def bind(lib, isa: int) -> None:

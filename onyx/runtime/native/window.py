@@ -16,15 +16,14 @@ from ._core import (
     _PARALLEL_ELEMENTS,
     BYTES,
     WorkSplit,
-    _addr,
     _check_sizes,
     _element_cuts,
     _filled,
-    _input_addr,
     _run,
     _ways,
     abi,
     bound_task,
+    bound_typed_call,
     range_of,
 )
 
@@ -134,19 +133,7 @@ def bound_pool2d(x_shape, dtype, kernel, strides, dilations, pads, out_shape, ki
     work = planes * math.prod(out_shape) * math.prod(kernel)
     split = WorkSplit(work, planes, _PARALLEL_ELEMENTS, lambda w: _element_cuts(planes, 1, w))
     run = bound_task(template, fn, split, ("x", "y"), "pooling")
-    shape = (N, C, *out_shape)
-    empty, contiguous = np.empty, np.ascontiguousarray
-
-    def call(X: np.ndarray) -> np.ndarray:
-        if X.dtype != dtype:  # (the set-up's signature is the input's dtype: a guard)
-            raise TypeError(f"onyx native pooling: a {X.dtype} input for a {dtype} set-up")
-        if not X.flags.c_contiguous:
-            X = contiguous(X)
-        y = empty(shape, dtype)
-        run(_input_addr(X), _addr(y))
-        return y
-
-    return call
+    return bound_typed_call(run, (N, C, *out_shape), np.dtype(dtype), (), "pooling")
 
 
 def bind(lib, isa: int) -> None:
