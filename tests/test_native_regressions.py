@@ -80,3 +80,21 @@ def test_argmax_small_rows_are_argmaxs_of_both_float_types(dtype):
     for cols in (1, 2, 3, 4):  # (each width, the row's tail cut off)
         part = np.ascontiguousarray(x[:, :cols])
         assert native.argmax_rows(part).tolist() == part.argmax(axis=1).tolist()
+
+
+def test_depthwise_set_up_refuses_a_bias_of_another_size():
+    """depthwise.c reads one bias value per output channel: a bias of another size is refused
+    (_core.bias_entry), one of the right size is added."""
+    from onyx.errors import InvalidArgument
+    from onyx.runtime.native.depthwise import depthwise_setup
+
+    if not native.available():
+        pytest.skip("native library not built")
+    w = np.ones((8, 1, 3, 3), np.float32)
+    conv = depthwise_setup((1, 8, 16, 16), w, (16, 16), (1, 1), (1, 1), (1, 1))
+    if conv is None:
+        pytest.skip("no native depthwise conv on this machine")
+    x = np.ones((1, 8, 16, 16), np.float32)
+    assert conv(x, np.ones(8, np.float32))[0, 0, 5, 5] == 10
+    with pytest.raises(InvalidArgument, match="depthwise conv: a bias of 3 values for 8"):
+        conv(x, np.ones(3, np.float32))

@@ -25,6 +25,7 @@ from ._core import (
     _ways,
     abi,
     address,
+    bias_entry,
     range_of,
 )
 
@@ -147,14 +148,8 @@ class PlaneConv:
         """x C-contiguous float32 of the set-up's shape."""
         y = np.empty(self.shape, np.float32)
         task = _filled(self.task, x, y)
-        if bias is not None:
-            bias = np.ascontiguousarray(bias, np.float32)
-            if bias.size != self.shape[1]:  # (depthwise.c reads bias[m] for every channel m)
-                raise InvalidArgument(
-                    f"onyx native depthwise conv: a bias of {bias.size} values for "
-                    f"{self.shape[1]} output channels"
-                )
-            task.bias = _addr(bias)
+        if bias is not None:  # (depthwise.c reads bias[m] for every channel m: bias_entry)
+            _, bias, task.bias = bias_entry(bias, self.shape[1], "depthwise conv")
         _run(core.lib.float_conv_range, task, self.cuts, self.ways, "depthwise conv")
         return y
 
@@ -235,13 +230,7 @@ class StemPool:
         y = np.empty(self.shape, np.float32)
         task = _filled(self.task, x, y)
         if bias is not None:
-            bias = np.ascontiguousarray(bias, np.float32)
-            if bias.size != self.shape[1]:
-                raise InvalidArgument(
-                    f"onyx native conv max pool: a bias of {bias.size} values for "
-                    f"{self.shape[1]} output channels"
-                )
-            task.bias = _addr(bias)
+            _, bias, task.bias = bias_entry(bias, self.shape[1], "conv max pool")
         _run(core.lib.stem_pool_range, task, self.cuts, self.ways, "conv max pool")
         return y
 
