@@ -741,29 +741,21 @@ def bound_task(template: ctypes.Structure, part: int, split: WorkSplit, fields, 
 
 def bound_float_call(run, shape: tuple, held: tuple):
     """``call(a)`` for a bound_task ``run`` of fields (input, output): ``a`` (float32, any
-    layout) made C-contiguous, a fresh float32 output of ``shape``; ``held`` keeps alive what
-    the task's constant addresses point into."""
-    empty, f32, contiguous = np.empty, np.float32, np.ascontiguousarray
-
-    def call(a: np.ndarray) -> np.ndarray:
-        if not a.flags.c_contiguous:
-            a = contiguous(a)
-        y = empty(shape, f32)
-        run(_input_addr(a), _addr(y))
-        return y
-
-    call.held = held
-    return call
+    layout: its callers' signatures hold the dtype, so unguarded) made C-contiguous, a fresh
+    float32 output of ``shape``; ``held`` keeps alive what the task's constant addresses point
+    into."""
+    return bound_typed_call(run, shape, np.dtype(np.float32), held, "")
 
 
 def bound_typed_call(run, shape: tuple, dtype: np.dtype, held: tuple, what: str):
-    """``call(X)`` for a bound_task ``run`` of fields (x, y): X (of ``dtype``: the set-up's
-    signature, guarded) made C-contiguous, a fresh output of ``shape`` and ``dtype``; ``held``
-    keeps the task's tables alive (bound Resize and pools)."""
+    """``call(X)`` for a bound_task ``run`` of fields (x, y): X made C-contiguous, a fresh
+    output of ``shape`` and ``dtype``; ``held`` keeps the task's tables alive. With ``what``
+    (bound Resize and pools: the op named in the error) X's dtype, the set-up's signature, is
+    guarded."""
     empty, contiguous = np.empty, np.ascontiguousarray
 
     def call(X: np.ndarray) -> np.ndarray:
-        if X.dtype != dtype:
+        if what and X.dtype != dtype:
             raise TypeError(f"onyx native {what}: a {X.dtype} input for a {dtype} set-up")
         if not X.flags.c_contiguous:
             X = contiguous(X)
