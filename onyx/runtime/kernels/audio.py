@@ -264,7 +264,7 @@ def _stem_pool_run(X, W, attrs: dict):
         return None
     from .conv import float_conv_runner
     from .fused import native_activation
-    from .pool import _pool_of
+    from .pool import native_pool_spec
 
     code, lo, hi = native_activation(attrs)
     stem = float_conv_runner(X.shape, W, attrs, code, lo, hi)
@@ -272,12 +272,9 @@ def _stem_pool_run(X, W, attrs: dict):
     if shape is None or len(shape) != 4:
         return None
     pool = {k: attrs["pool_" + k] for k in POOL_ATTRS}
-    geometry = _pool_of(shape, pool["kernel_shape"], pool["auto_pad"], pool["pads"],
-                        pool["strides"], pool["dilations"], pool["ceil_mode"], "MaxPool")  # fmt: skip
-    spec = (geometry.kernel, geometry.strides, geometry.dilations, geometry.pads, geometry.out)
-    spec = tuple(map(tuple, spec))  # (the set-up's key, with the shape and thread setting)
-    # (and the conv's attributes by value: stems of one weight may differ in their pads and
-    # still pool to the same size)
+    spec = native_pool_spec(shape, pool, "MaxPool")
+    # (the set-up's key: the shape, the pool, the thread setting, and the conv's attributes by
+    # value: stems of one weight may differ in their pads and still pool to the same size)
     conv = tuple(tuple(v) if isinstance(v, list) else v for v in (attrs[k] for k in CONV_ATTRS))
     key = ("stem max pool", X.shape, conv, spec, native.thread_setting())
     return derived(W, key, lambda: native.stem_pool_setup(stem, spec))

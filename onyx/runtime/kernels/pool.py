@@ -321,10 +321,19 @@ def _bound_pool(X, attrs: dict, op_name: str, kind: tuple):
         return None
     if X.dtype != np.float32 and (X.dtype.itemsize != 1 or X.dtype.kind not in "iu"):
         return None
-    geometry = [attrs[k] for k in ("kernel_shape", "auto_pad", "pads", "strides", "dilations")]
-    pool = _pool_of(X.shape, *geometry, attrs["ceil_mode"], op_name)
-    setup = (pool.kernel, pool.strides, pool.dilations, pool.pads, pool.out)
-    return native.bound_pool2d(X.shape, X.dtype, *setup, kind)
+    return native.bound_pool2d(X.shape, X.dtype, *native_pool_spec(X.shape, attrs, op_name), kind)
+
+
+#: a pool's geometry attributes, in _pool_of's order (ceil_mode apart)
+GEOMETRY = ("kernel_shape", "auto_pad", "pads", "strides", "dilations")
+
+
+def native_pool_spec(shape: tuple, attrs: dict, op: str) -> tuple:
+    """(kernel, strides, dilations, pads, out), each a tuple, of a pool over ``shape`` with
+    ``attrs`` (its attributes, defaults filled in) as the native pools take them: checked once
+    (_pool_of), and hashable (a set-up's key)."""
+    pool = _pool_of(shape, *(attrs[k] for k in GEOMETRY), attrs["ceil_mode"], op)
+    return tuple(tuple(v) for v in (pool.kernel, pool.strides, pool.dilations, pool.pads, pool.out))
 
 
 def _bind_average_pool(inputs, attrs, constant, by_columns: bool = False):
@@ -579,7 +588,7 @@ def bound_max_values(X: np.ndarray, attrs: dict):
     """``call(X)`` = max_pool_values(X, **attrs) for inputs of X's shape and dtype, its native
     set-up made once (attrs: MaxPool's, defaults filled in, storage_order aside); None where
     max_pool_values takes a numpy path (kernels/audio.py's 2-D conv + MaxPool binds it too)."""
-    geometry = [attrs[k] for k in ("kernel_shape", "auto_pad", "pads", "strides", "dilations")]
+    geometry = [attrs[k] for k in GEOMETRY]
     if X.dtype.kind in "iu" and _tiled_max(X, *geometry) is not None:
         return None  # (max_pool_values' first choice: its reshaped view)
     if X.dtype == np.float32 and X.ndim == 4:
@@ -592,8 +601,7 @@ def _bound_max_2x2(shape: tuple, geometry: list, ceil_mode: int):
     """max_pool_values' 2x2 / 2 path (small_cnn's) with its set-up looked up once: under
     another thread setting, max_pool_values answers."""
     setup, contiguous = native.MaxPool2x2(shape), np.ascontiguousarray
-    names = ("kernel_shape", "auto_pad", "pads", "strides", "dilations")
-    attrs = dict(zip(names, geometry), ceil_mode=ceil_mode)
+    attrs = dict(zip(GEOMETRY, geometry), ceil_mode=ceil_mode)
     return native.under_setting(lambda X: setup(contiguous(X)), max_pool_values, attrs)
 
 
