@@ -5,7 +5,9 @@ once, paired against another checkout of onyx (and onnxruntime), medians of many
         [--model tiny|PATH] [--rounds 20] [--cache] [--why [--top 12]]
 
 run.py's cold-start table times the wall clock; on a loaded machine that mostly measures the
-load, so this probe reads each phase's CPU time (time.process_time in the child) and the
+load, so this probe reads each phase's CPU time in the child's main thread (time.thread_time:
+numpy's OpenBLAS starts its worker threads at import and they spin on the other core for a
+tenth of a second or so, which process_time would add to whichever phase runs meanwhile) and the
 whole process's (its rusage, interpreter start and numpy's import included, alike for all),
 with the runtimes alternating process by process; then the first runtime against each other
 one round by round (the medians of the rounds' differences and ratios: a round's processes
@@ -41,7 +43,7 @@ TINY = ROOT / "onyx" / "examples" / "tiny_cnn.onnx"
 
 _CHILD = """
 import resource, sys, time
-clock = time.process_time
+clock = time.thread_time
 sys.path.insert(0, {root!r})
 import numpy as np
 feeds = dict(np.load({feeds!r}))
@@ -169,8 +171,9 @@ def _why(rows: list, top: int = 12) -> list[str]:
 
 def _paired(samples: dict) -> list[str]:
     """The first runtime against each other one, process by process: the medians of the
-    rounds' differences (CPU ms) of import + create + first run and of the CPU to the first
-    answer (the process less its exit), and the median of the rounds' ratios of the latter.
+    rounds' differences (CPU ms) and ratios of import + create + first run (the main
+    thread's) and of the CPU to the first answer (the process less its exit: its other
+    threads included).
     On a loaded machine a round's processes share its load: these move less than medians."""
     (first, mine), *others = samples.items()
     if not others:
@@ -178,12 +181,13 @@ def _paired(samples: dict) -> list[str]:
     lines = [f"paired with {first[-40:]}, process by process (medians of the rounds'):"]
     for root, theirs in others:
         work = [sum(a[:3]) - sum(b[:3]) for a, b in zip(mine, theirs)]
+        work_ratio = [sum(a[:3]) / sum(b[:3]) for a, b in zip(mine, theirs)]
         answer = [(a[3] - a[4]) - (b[3] - b[4]) for a, b in zip(mine, theirs)]
         ratio = [(a[3] - a[4]) / (b[3] - b[4]) for a, b in zip(mine, theirs)]
         lines.append(
             f"  minus {root[-40:]}: import + create + first {statistics.median(work) * 1e3:+.1f}"
-            f" ms, to the first answer {statistics.median(answer) * 1e3:+.1f} ms"
-            f" (ratio {statistics.median(ratio):.3f})"
+            f" ms (ratio {statistics.median(work_ratio):.3f}), to the first answer"
+            f" {statistics.median(answer) * 1e3:+.1f} ms (ratio {statistics.median(ratio):.3f})"
         )
     return lines
 
