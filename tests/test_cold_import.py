@@ -15,6 +15,7 @@ import pytest
 from onyx.ir import AttrType, DataType
 from onyx.ir.frozen import IntEnumBody, int_enum
 from onyx.runtime.options import ExecutionMode, ExecutionOrder, GraphOptimizationLevel
+from onyx.serde import reader, repeated
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ROOT / "onyx" / "examples" / "tiny_cnn.onnx"
@@ -86,3 +87,74 @@ def test_int_enum_keeps_a_missing_docstring():
 
     made = int_enum(Bare)
     _same_enum(made, _class_statement(made))
+
+
+#: Modules a float CNN's session (import, options, creation, first run) does not load: the
+#: saving half of serde (saving.py, writer.py, text.py), external data (external.py), long
+#: repeated fields (repeated.py).
+NOT_LOADED = [
+    "onyx.serde.saving",
+    "onyx.serde.writer",
+    "onyx.serde.text",
+    "onyx.serde.external",
+    "onyx.serde.repeated",
+    "onyx.serde.values",
+]
+
+_CHILD = """
+import json, sys
+import numpy as np
+import onyx
+so = onyx.SessionOptions()
+so.intra_op_num_threads = 1
+sess = onyx.InferenceSession(sys.argv[1], so)
+x = np.zeros([d if isinstance(d, int) else 1 for d in sess.get_inputs()[0].shape], np.float32)
+sess.run(None, {sess.get_inputs()[0].name: x})
+print(json.dumps(sorted(m for m in sys.modules if m.startswith("onyx"))))
+"""
+
+
+def _session_modules(model: Path) -> set[str]:
+    out = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(model)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    ).stdout
+    return set(json.loads(out.splitlines()[-1]))
+
+
+def test_a_float_cnn_session_loads_no_saving_external_or_long_list_code():
+    loaded = _session_modules(TINY)
+    assert "onyx.serde.reader" in loaded  # (the probe sees serde's modules)
+    assert [m for m in NOT_LOADED if m in loaded] == []
+
+
+def test_external_data_and_long_lists_still_load_their_modules(tmp_path):
+    """A model whose weights are external data, and one with a long list attribute, import
+    what they need (and read the same)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    import onyx
+
+    path = tmp_path / "ext.onnx"
+    onyx.save(onyx.load(TINY), path, external_data=True, size_threshold=0)
+    assert "onyx.serde.external" in _session_modules(path)
+    n = reader.LONG_LIST + 8
+    node = helper.make_node("Constant", [], ["c"], value_floats=[float(i) for i in range(n)])
+    add = helper.make_node("Add", ["x", "c"], ["y"])
+    graph = helper.make_graph(
+        [node, add],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n])],
+    )
+    long_list = tmp_path / "long.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), long_list)
+    assert "onyx.serde.repeated" in _session_modules(long_list)
+
+
+def test_the_reader_and_repeated_agree_on_a_long_list():
+    assert reader.LONG_LIST == repeated.MIN_ELEMENTS
