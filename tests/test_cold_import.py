@@ -14,7 +14,13 @@ import pytest
 
 from onyx.ir import AttrType, DataType
 from onyx.ir.frozen import IntEnumBody, int_enum
-from onyx.runtime.options import ExecutionMode, ExecutionOrder, GraphOptimizationLevel
+from onyx.runtime.options import (
+    ExecutionMode,
+    ExecutionOrder,
+    GraphOptimizationLevel,
+    RunOptions,
+    SessionOptions,
+)
 from onyx.serde import reader, repeated
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -111,18 +117,28 @@ sess = onyx.InferenceSession(sys.argv[1], so)
 x = np.zeros([d if isinstance(d, int) else 1 for d in sess.get_inputs()[0].shape], np.float32)
 sess.run(None, {sess.get_inputs()[0].name: x})
 print(json.dumps(sorted(m for m in sys.modules if m.startswith("onyx"))))
+from onyx.runtime import session
+made = [c.__name__ for c in (onyx.SessionOptions, onyx.RunOptions, session.NodeArg)
+        if isinstance(c.__dict__["__dataclass_fields__"], dict)]
+print(json.dumps(made))
 """
 
 
-def _session_modules(model: Path) -> set[str]:
+def _session(model: Path) -> tuple[set[str], list[str]]:
+    """The onyx modules a fresh process's session of ``model`` loaded (import, options,
+    creation, a run), and which of its option and NodeArg classes' dataclass fields were made."""
     out = subprocess.run(
         [sys.executable, "-c", _CHILD, str(model)],
         capture_output=True,
         text=True,
         check=True,
         cwd=ROOT,
-    ).stdout
-    return set(json.loads(out.splitlines()[-1]))
+    ).stdout.splitlines()
+    return set(json.loads(out[-2])), json.loads(out[-1])
+
+
+def _session_modules(model: Path) -> set[str]:
+    return _session(model)[0]
 
 
 def test_a_float_cnn_session_loads_no_saving_external_or_long_list_code():
@@ -158,3 +174,21 @@ def test_external_data_and_long_lists_still_load_their_modules(tmp_path):
 
 def test_the_reader_and_repeated_agree_on_a_long_list():
     assert reader.LONG_LIST == repeated.MIN_ELEMENTS
+
+
+def test_a_session_makes_no_dataclass_fields_of_its_options_or_args():
+    """SessionOptions, RunOptions and NodeArg are dataclasses whose fields are made when first
+    asked for (ir/frozen.lazy_fields): a session's creation and run ask for none."""
+    assert _session(TINY)[1] == []
+
+
+@pytest.mark.parametrize("cls", [SessionOptions, RunOptions], ids=lambda c: c.__name__)
+def test_option_fields_declared_are_the_dataclass_fields(cls):
+    from dataclasses import MISSING, fields
+
+    expected = tuple(
+        (f.name, f.default, None if f.default_factory is MISSING else f.default_factory)
+        for f in fields(cls)
+    )
+    assert cls._fields_declared == expected  # noqa: SLF001
+    assert [f.name for f in fields(cls)] == list(vars(cls())) == [e[0] for e in expected]
