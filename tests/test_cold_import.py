@@ -51,6 +51,9 @@ def _same_enum(a: type, b: type) -> None:
     )
     assert [(m.name, m.value) for m in a] == [(m.name, m.value) for m in b]
     assert list(a.__members__) == list(b.__members__)
+    # each member held in the class's dict as the class statement holds it (there, a member
+    # is read at a dict lookup's speed: DataType.FLOAT is read in every pass and kernel)
+    assert [a.__dict__.get(m.name) is m for m in a] == [b.__dict__.get(m.name) is m for m in b]
     for m, n in zip(a, b):
         assert (repr(m), str(m), format(m), m.name, int(m)) == (
             repr(n),
