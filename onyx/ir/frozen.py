@@ -131,7 +131,8 @@ else:
 def int_enum(cls: _C) -> _C:
     """``cls``, a plain class of int constants (``class Name(IntEnumBody)``), as the
     ``enum.IntEnum`` that ``class Name(enum.IntEnum)`` with the same body makes: same name,
-    module, docstring, members and order (tests/test_cold_import.py holds each such enum to that class statement's).
+    module, docstring, members, order, and members held in the class's dict
+    (tests/test_cold_import.py holds each such enum to the class statement's).
 
     Why: the class statement runs EnumType's general machinery member by member (0.3 ms for
     DataType's 29 members); ``enum._simple_enum``, what the standard library builds its own
@@ -145,17 +146,16 @@ def int_enum(cls: _C) -> _C:
     else:
         members = [(k, v) for k, v in vars(cls).items() if not k.startswith("_")]
         made = enum.IntEnum(cls.__name__, members, module=cls.__module__, qualname=cls.__qualname__)
-    made.__doc__ = (
-        cls.__doc__
-    )  # (both give an undocumented enum "An enumeration.", a class statement None)
+    # (both give an undocumented enum "An enumeration.", a class statement None)
+    made.__doc__ = cls.__doc__
     return made
 
 
 def _members_in_class_dict(made: type) -> None:
     """Store each member in the class's dict, as the class statement does (a member whose name
     no base class defines): ``_simple_enum`` (Python 3.11) leaves an ``enum.property`` there
-    that looks the member up, and ``DataType.FLOAT`` then cost five times a dict lookup, a
-    mobilenet's session creation 20 ms more."""
+    that looks the member up, and reading ``DataType.FLOAT`` (every pass and kernel does,
+    again and again) then cost five times what a dict lookup does."""
     for name, member in made._member_map_.items():
         held = made.__dict__.get(name)
         if held is member or any(name in base.__dict__ for base in made.__mro__[1:]):
