@@ -1,0 +1,569 @@
+"""A plain model's IR read straight from its wire bytes, without protobuf.
+
+A session's cold start paid for importing protobuf (its C module, descriptors, the well-known
+types its message metaclass imports once per process) and for building onyx.proto's message
+classes: several milliseconds, most of a small model's load. Most model files hold nothing but
+what this module follows (opsets, a graph of nodes with scalar/list/tensor attributes, raw
+initializers, tensor types): for those it builds the very IR that ``reader.Reader`` builds from
+the parsed messages. Anything else makes it say "don't know" (``read_model`` returns None) and
+the caller runs the protobuf path, which reads it or reports the error as ever:
+
+- bytes that are not exactly well formed (truncated, a bad varint, a wrong wire type, a group,
+  a field number it does not model, which protobuf would keep as an unknown field);
+- a singular field written twice (protobuf merges or keeps the last one);
+- anything the Reader keeps in ``extras`` (optional fields written with their default value
+  apart from a node's, metadata outside the model, unfaithful types), functions, sparse
+  tensors, subgraphs, string or typed tensors, external data, long attribute lists;
+- names used before (or without) their definition, or defined twice (the Reader settles them
+  after the last node).
+
+The field numbers are onyx.proto's (tests/test_wire_reader.py holds them to the schema), and
+tests hold the IR built here to the Reader's on every model file of the repository.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..ir.attr import Attr, AttrType
+from ..ir.dtypes import BY_ENUM, DataType, bit_width
+from ..ir.graph import Graph, Model, Node, Value
+from ..ir.tensor import Tensor
+from ..ir.types import Shape, TensorType
+from .wire import encode_varint
+
+# -- onyx.proto's field numbers (tests/test_wire_reader.py checks them against the schema) ----
+# ModelProto
+M_IR_VERSION, M_PRODUCER_NAME, M_PRODUCER_VERSION, M_DOMAIN = 1, 2, 3, 4
+M_MODEL_VERSION, M_DOC_STRING, M_GRAPH, M_OPSET_IMPORT, M_METADATA_PROPS = 5, 6, 7, 8, 14
+# OperatorSetIdProto, StringStringEntryProto
+OPSET_DOMAIN, OPSET_VERSION = 1, 2
+ENTRY_KEY, ENTRY_VALUE = 1, 2
+# GraphProto
+G_NODE, G_NAME, G_INITIALIZER, G_DOC_STRING, G_INPUT, G_OUTPUT, G_VALUE_INFO = (
+    1,
+    2,
+    5,
+    10,
+    11,
+    12,
+    13,
+)
+# NodeProto
+N_INPUT, N_OUTPUT, N_NAME, N_OP_TYPE, N_ATTRIBUTE, N_DOC_STRING, N_DOMAIN = 1, 2, 3, 4, 5, 6, 7
+# AttributeProto
+A_NAME, A_F, A_I, A_S, A_T, A_FLOATS, A_INTS, A_STRINGS, A_TYPE = 1, 2, 3, 4, 5, 7, 8, 9, 20
+# ValueInfoProto, TypeProto, TypeProto.Tensor, TensorShapeProto(.Dimension)
+VI_NAME, VI_TYPE, VI_DOC_STRING = 1, 2, 3
+TYPE_TENSOR_TYPE = 1
+TT_ELEM_TYPE, TT_SHAPE = 1, 2
+SHAPE_DIM = 1
+DIM_VALUE, DIM_PARAM = 1, 2
+# TensorProto
+T_DIMS, T_DATA_TYPE, T_NAME, T_RAW_DATA = 1, 2, 8, 9
+
+#: Models bigger than this are left to the protobuf path (a big file is memory-mapped and its
+#: big initializers read as views of the map: model_io.MMAP_MIN).
+MAX_BYTES = 16 << 20
+#: Attribute lists this long are read as arrays by the Reader (reader.LONG_LIST): left to it.
+LONG_LIST = 512
+
+_VARINT, _I64, _LEN, _I32 = 0, 1, 2, 5
+_U64 = 1 << 64
+_I64_MIN = 1 << 63
+_A = AttrType
+#: Attribute type -> (its value field, its wire type; None: a list, packed or not).
+_ATTR_VALUE = {
+    int(_A.FLOAT): A_F,
+    int(_A.INT): A_I,
+    int(_A.STRING): A_S,
+    int(_A.TENSOR): A_T,
+    int(_A.FLOATS): A_FLOATS,
+    int(_A.INTS): A_INTS,
+    int(_A.STRINGS): A_STRINGS,
+}
+_ATTR_KIND = {int(k): k for k in (_A.FLOAT, _A.INT, _A.STRING, _A.TENSOR)}
+_ATTR_KIND.update({int(k): k for k in (_A.FLOATS, _A.INTS, _A.STRINGS)})
+_BY_VALUE = {int(d): d for d in DataType}
+#: Bytes per element of the element types a raw initializer is read for (reader's plain case).
+_ITEM_BYTES = {
+    int(d): bit_width(d) // 8 for d in BY_ENUM if bit_width(d) % 8 == 0 and d != DataType.STRING
+}
+
+
+class _Decline(Exception):
+    """What the bytes hold is not followed here: the protobuf path reads them."""
+
+
+def read_model(data) -> Model | None:
+    """The IR of a plain model's bytes, as ``Reader`` builds it from the parsed messages, or
+    None (don't know: the caller runs the protobuf path)."""
+    if not isinstance(data, bytes) or len(data) > MAX_BYTES:
+        return None
+    try:
+        return _Model(data).model()
+    except _Decline:
+        return None
+
+
+def _varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
+    result = shift = 0
+    while pos < end:
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            if result >= _U64:  # (more than 64 bits)
+                raise _Decline
+            return result, pos
+        shift += 7
+        if shift >= 70:
+            raise _Decline
+    raise _Decline  # truncated
+
+
+def _fields(buf: bytes, pos: int, end: int) -> list[tuple[int, int, int, int]]:
+    """[(field, wire type, a, b)]: a varint's value in a, a LEN field's payload buf[a:b], a
+    fixed field's bytes buf[a:b]; groups, field 0 and anything malformed decline."""
+    out = []
+    append = out.append
+    while pos < end:
+        key = buf[pos]
+        if key < 0x80:
+            pos += 1
+        else:
+            key, pos = _varint(buf, pos, end)
+        field, wt = key >> 3, key & 7
+        if field == 0:
+            raise _Decline
+        if wt == _LEN:
+            n = buf[pos] if pos < end else 0x80
+            if n < 0x80:
+                pos += 1
+            else:
+                n, pos = _varint(buf, pos, end)
+            a, pos = pos, pos + n
+            if pos > end:
+                raise _Decline
+            append((field, wt, a, pos))
+        elif wt == _VARINT:
+            v, pos = _varint(buf, pos, end)
+            append((field, wt, v, pos))
+        elif wt == _I32 or wt == _I64:
+            a, pos = pos, pos + (4 if wt == _I32 else 8)
+            if pos > end:
+                raise _Decline
+            append((field, wt, a, pos))
+        else:
+            raise _Decline
+    return out
+
+
+def _signed(v: int) -> int:
+    """An int64 field's value from its varint."""
+    return v - _U64 if v >= _I64_MIN else v
+
+
+def _int32(v: int) -> int:
+    """An int32 field's value; a varint protobuf would truncate declines."""
+    if v >= _I64_MIN:
+        v -= _U64
+    if not -(1 << 31) <= v < 1 << 31:
+        raise _Decline
+    return v
+
+
+class _Model:
+    """One file's decoding."""
+
+    def __init__(self, buf: bytes):
+        self.buf = buf
+
+    def text(self, a: int, b: int) -> str:
+        try:
+            return self.buf[a:b].decode("utf-8")
+        except UnicodeDecodeError:
+            raise _Decline from None
+
+    def singular(self, fields, allowed: dict) -> dict:
+        """Field number -> (a, b) of a message whose fields are all singular, each of the
+        wire type ``allowed`` gives it, and written once."""
+        got = {}
+        for field, wt, a, b in fields:
+            if allowed.get(field) != wt or field in got:
+                raise _Decline
+            got[field] = (a, b)
+        return got
+
+    # -- model ---------------------------------------------------------------------------------
+    def model(self) -> Model:
+        buf = self.buf
+        m = Model(None)
+        opsets, opset_bytes, props, prop_bytes = {}, [], {}, []
+        seen, graph = set(), None
+        strings = {M_PRODUCER_NAME: "", M_PRODUCER_VERSION: "", M_DOMAIN: "", M_DOC_STRING: ""}
+        ints = {M_IR_VERSION: 0, M_MODEL_VERSION: 0}
+        for field, wt, a, b in _fields(buf, 0, len(buf)):
+            if field == M_OPSET_IMPORT and wt == _LEN:
+                domain, version, raw = self.opset(a, b)
+                opsets[domain] = version
+                opset_bytes.append(raw)
+                continue
+            if field == M_METADATA_PROPS and wt == _LEN:
+                key, value, raw = self.entry(a, b)
+                props[key] = value
+                prop_bytes.append(raw)
+                continue
+            if field in seen:
+                raise _Decline
+            seen.add(field)
+            if field in strings and wt == _LEN:
+                strings[field] = value = self.text(a, b)
+            elif field in ints and wt == _VARINT:
+                ints[field] = value = _signed(a)
+            elif field == M_GRAPH and wt == _LEN:
+                graph, value = (a, b), True
+            else:
+                raise _Decline
+            if not value:  # (written with its default value: the Reader keeps that in extras)
+                raise _Decline
+        if graph is None:
+            raise _Decline
+        m.opset_imports = opsets
+        m.ir_version, m.model_version = ints[M_IR_VERSION], ints[M_MODEL_VERSION]
+        m.producer_name = strings[M_PRODUCER_NAME]
+        m.producer_version = strings[M_PRODUCER_VERSION]
+        m.domain, m.doc_string = strings[M_DOMAIN], strings[M_DOC_STRING]
+        extras = {"opsets": opset_bytes}
+        if prop_bytes:
+            m.metadata_props = props
+            extras["props"] = prop_bytes
+        m.extras = extras
+        m.graph = self.graph(*graph)
+        return m
+
+    def opset(self, a: int, b: int) -> tuple[str, int, bytes]:
+        """(domain, version, the message as protobuf serializes it)."""
+        got = self.singular(_fields(self.buf, a, b), {OPSET_DOMAIN: _LEN, OPSET_VERSION: _VARINT})
+        raw = b""
+        domain = version = None
+        if OPSET_DOMAIN in got:
+            domain = self.text(*got[OPSET_DOMAIN])
+            encoded = domain.encode()
+            raw += b"\x0a" + encode_varint(len(encoded)) + encoded
+        if OPSET_VERSION in got:
+            version = _signed(got[OPSET_VERSION][0])
+            raw += b"\x10" + encode_varint(version)
+        return domain or "", version or 0, raw
+
+    def entry(self, a: int, b: int) -> tuple[str, str, bytes]:
+        """A StringStringEntryProto: (key, value, the message as protobuf serializes it)."""
+        got = self.singular(_fields(self.buf, a, b), {ENTRY_KEY: _LEN, ENTRY_VALUE: _LEN})
+        raw, texts = b"", []
+        for field, tag in ((ENTRY_KEY, b"\x0a"), (ENTRY_VALUE, b"\x12")):
+            span = got.get(field)
+            texts.append(self.text(*span) if span else "")
+            if span:
+                raw += tag + encode_varint(span[1] - span[0]) + self.buf[span[0] : span[1]]
+        return texts[0], texts[1], raw
+
+    # -- graph ---------------------------------------------------------------------------------
+    def graph(self, start: int, end: int) -> Graph:
+        nodes, inits, inputs, outputs, infos = [], [], [], [], []
+        lists = {G_NODE: nodes, G_INITIALIZER: inits, G_INPUT: inputs}
+        lists.update({G_OUTPUT: outputs, G_VALUE_INFO: infos})
+        name = doc = None
+        for field, wt, a, b in _fields(self.buf, start, end):
+            if wt != _LEN:
+                raise _Decline
+            if field in lists:
+                lists[field].append((a, b))
+            elif field == G_NAME and name is None:
+                name = self.text(a, b)
+            elif field == G_DOC_STRING and doc is None:
+                doc = self.text(a, b)
+            else:
+                raise _Decline
+        if name == "" or doc == "":
+            raise _Decline
+        g = Graph(name=name or "")
+        scope: dict[str, Value] = {}
+        declared: set[int] = set()
+        for span in inputs:
+            vname, vi = self.value_info(*span)
+            v = Value(vname)
+            self.declare(v, vi)
+            declared.add(id(v))
+            scope[vname] = v
+            g.inputs.append(v)
+        if "" in scope:
+            raise _Decline
+        input_names = set(scope)
+        named = g.initializers
+        for span in inits:
+            t = self.initializer(*span)
+            tname = t.name
+            if tname in input_names:
+                v = scope[tname]
+                v.const_value = t
+            else:
+                v = Value(tname, None, t)
+                scope.setdefault(tname, v)
+            named[tname] = v
+        for span in nodes:
+            g.append(self.node(*span, scope))
+        for span in outputs:
+            g.outputs.append(self.declared(span, scope, declared))
+        for span in infos:
+            g.value_info.append(self.declared(span, scope, declared))
+        for v in named.values():
+            if v.type is None:
+                t = v.const_value
+                v.type = TensorType(t.dtype, t.shape)
+        g.doc_string = doc or ""
+        return g
+
+    def declared(self, span, scope: dict, declared: set) -> Value:
+        """The Value a graph output or value_info entry names, declared by it (the Reader's
+        _lookup and _declare; an entry that would differ from an earlier one declines)."""
+        vname, vi = self.value_info(*span)
+        v = scope.get(vname)
+        if v is None:
+            v = scope[vname] = Value(vname)
+        if id(v) not in declared and v.type is None and not v.doc_string:
+            declared.add(id(v))
+            self.declare(v, vi)
+        elif vi[0] != v.type or vi[1] != v.doc_string:
+            raise _Decline  # (the Reader keeps such an entry as written: extras)
+        return v
+
+    @staticmethod
+    def declare(v: Value, vi: tuple) -> None:
+        ty, doc = vi
+        if ty is not None:
+            v.type = ty
+        v.doc_string = doc
+
+    def value_info(self, a: int, b: int) -> tuple[str, tuple]:
+        """(name, (type or None, doc_string)) of a ValueInfoProto."""
+        got = self.singular(
+            _fields(self.buf, a, b), {VI_NAME: _LEN, VI_TYPE: _LEN, VI_DOC_STRING: _LEN}
+        )
+        name = self.text(*got[VI_NAME]) if VI_NAME in got else ""
+        doc = self.text(*got[VI_DOC_STRING]) if VI_DOC_STRING in got else ""
+        if (VI_NAME in got and not name) or (VI_DOC_STRING in got and not doc):
+            raise _Decline
+        ty = self.type(*got[VI_TYPE]) if VI_TYPE in got else None
+        return name, (ty, doc)
+
+    def type(self, a: int, b: int) -> TensorType:
+        """A TypeProto holding a tensor type with an element type and maybe a shape."""
+        got = self.singular(_fields(self.buf, a, b), {TYPE_TENSOR_TYPE: _LEN})
+        if TYPE_TENSOR_TYPE not in got:
+            raise _Decline
+        t = self.singular(_fields(self.buf, *got[TYPE_TENSOR_TYPE]), _TENSOR_TYPE)
+        if TT_ELEM_TYPE not in t:
+            raise _Decline
+        elem = _BY_VALUE.get(_int32(t[TT_ELEM_TYPE][0]))
+        if not elem:  # (0: the Reader keeps it in extras; unknown: no type)
+            raise _Decline
+        shape = self.shape(*t[TT_SHAPE]) if TT_SHAPE in t else None
+        return TensorType(elem, shape)
+
+    def shape(self, a: int, b: int) -> Shape:
+        dims = []
+        for field, wt, da, db in _fields(self.buf, a, b):
+            if field != SHAPE_DIM or wt != _LEN:
+                raise _Decline
+            d = self.singular(_fields(self.buf, da, db), _DIMENSION)
+            if len(d) > 1:
+                raise _Decline  # (a oneof written twice: protobuf keeps the last)
+            if DIM_VALUE in d:
+                dims.append(_signed(d[DIM_VALUE][0]))
+            elif DIM_PARAM in d:
+                dims.append(self.text(*d[DIM_PARAM]))
+            else:
+                dims.append(None)
+        return Shape(tuple(dims), None)
+
+    # -- tensors -------------------------------------------------------------------------------
+    def raw_tensor(self, a: int, b: int, named: bool) -> Tensor:
+        """A tensor of dims, a whole-byte element type, a name (``named``: written and not
+        empty; else absent or not empty) and raw bytes of its size: reader's plain case."""
+        buf = self.buf
+        dims, got = [], {}
+        for field, wt, fa, fb in _fields(buf, a, b):
+            if field == T_DIMS:
+                dims.extend(self.varints(wt, fa, fb))
+            elif _TENSOR.get(field) != wt or field in got:
+                raise _Decline
+            else:
+                got[field] = (fa, fb)
+        if T_DATA_TYPE not in got or T_RAW_DATA not in got:
+            raise _Decline
+        name = ""
+        if T_NAME in got:
+            name = self.text(*got[T_NAME])
+            if not name:
+                raise _Decline
+        elif named:
+            raise _Decline
+        dims = tuple(map(_signed, dims))
+        if dims and min(dims) < 0:
+            raise _Decline
+        code = _int32(got[T_DATA_TYPE][0])
+        size = _ITEM_BYTES.get(code)
+        ra, rb = got[T_RAW_DATA]
+        if size is None or rb == ra or rb - ra != math.prod(dims) * size:
+            raise _Decline  # (the general path reads it, or reports the wrong size)
+        return Tensor.from_raw(buf[ra:rb], _BY_VALUE[code], dims, name)
+
+    def initializer(self, a: int, b: int) -> Tensor:
+        return self.raw_tensor(a, b, named=True)
+
+    def varints(self, wt: int, a: int, b: int) -> list[int]:
+        """A repeated varint field's values (unsigned) from one packed or unpacked entry."""
+        if wt == _VARINT:
+            return [a]
+        if wt != _LEN:
+            raise _Decline
+        out, pos, buf = [], a, self.buf
+        while pos < b:
+            v, pos = _varint(buf, pos, b)
+            out.append(v)
+        return out
+
+    # -- nodes and attributes ------------------------------------------------------------------
+    def node(self, a: int, b: int, scope: dict) -> Node:
+        inputs, outputs, attrs = [], [], []
+        texts = {}
+        for field, wt, fa, fb in _fields(self.buf, a, b):
+            if wt != _LEN:
+                raise _Decline
+            if field == N_INPUT:
+                inputs.append(self.text(fa, fb))
+            elif field == N_OUTPUT:
+                outputs.append(self.text(fa, fb))
+            elif field == N_ATTRIBUTE:
+                attrs.append((fa, fb))
+            elif field in _NODE_TEXTS and field not in texts:
+                texts[field] = self.text(fa, fb)
+            else:
+                raise _Decline
+        values = []
+        for n in inputs:
+            if not n:
+                values.append(None)
+                continue
+            v = scope.get(n)
+            if v is None:  # (defined later or nowhere: the Reader settles it at the end)
+                raise _Decline
+            values.append(v)
+        outs = [Value(n) for n in outputs]
+        for v in outs:
+            if v.name:
+                if v.name in scope:
+                    raise _Decline  # (defined again: every use means the last definition)
+                scope[v.name] = v
+        node = Node(
+            texts.get(N_OP_TYPE, ""),
+            values,
+            outs,
+            None,
+            texts.get(N_DOMAIN, ""),
+            texts.get(N_NAME, ""),
+        )
+        if N_DOC_STRING in texts:
+            node.doc_string = texts[N_DOC_STRING]
+        present = tuple(name for f, name in _NODE_TEXT_NAMES if f in texts and not texts[f])
+        if present:
+            node.extras = {"present": present}
+        if attrs:
+            node.attributes = {attr.name: attr for attr in map(self.attribute, *zip(*attrs))}
+        return node
+
+    def attribute(self, a: int, b: int) -> Attr:
+        buf = self.buf
+        got, lists = {}, {}
+        for field, wt, fa, fb in _fields(buf, a, b):
+            if field in _LIST_WIRE:
+                lists.setdefault(field, []).append((wt, fa, fb))
+            elif _ATTR_SINGULAR.get(field) != wt or field in got:
+                raise _Decline
+            else:
+                got[field] = (fa, fb)
+        if A_TYPE not in got or A_NAME not in got:
+            raise _Decline
+        code = got[A_TYPE][0]
+        kind = _ATTR_KIND.get(code)
+        if kind is None:
+            raise _Decline
+        value_field = _ATTR_VALUE[code]
+        others = got.keys() - {A_NAME, A_TYPE, value_field}
+        if others or lists.keys() - {value_field}:
+            raise _Decline  # (another value field: the Reader keeps it in extras)
+        name = self.text(*got[A_NAME])
+        if kind == _A.TENSOR:
+            if value_field not in got:
+                raise _Decline
+            return Attr(name, kind, self.raw_tensor(*got[value_field], named=False))
+        if not name:
+            raise _Decline
+        if value_field in _LIST_WIRE:
+            value = self.attr_list(kind, lists.get(value_field, ()))
+        elif value_field not in got:
+            raise _Decline
+        else:
+            fa, fb = got[value_field]
+            if kind == _A.FLOAT:
+                value = np.frombuffer(buf, "<f4", 1, fa).tolist()[0]
+            elif kind == _A.INT:
+                value = _signed(fa)
+            else:
+                value = _decode(buf[fa:fb])
+        return Attr(name, kind, value, "", "")
+
+    def attr_list(self, kind: AttrType, entries) -> list:
+        buf = self.buf
+        if kind == _A.STRINGS:
+            if any(wt != _LEN for wt, _, _ in entries):
+                raise _Decline
+            out = [_decode(buf[a:b]) for _, a, b in entries]
+        elif kind == _A.INTS:
+            out = [_signed(v) for wt, a, b in entries for v in self.varints(wt, a, b)]
+        else:
+            chunks = []
+            for wt, a, b in entries:
+                if wt == _LEN and (b - a) % 4:
+                    raise _Decline
+                if wt not in (_LEN, _I32):
+                    raise _Decline
+                chunks.append(buf[a:b])
+            out = np.frombuffer(b"".join(chunks), "<f4").tolist()
+        if len(out) >= LONG_LIST:
+            raise _Decline
+        return out
+
+
+def _decode(s: bytes):
+    try:
+        return s.decode("utf-8")
+    except UnicodeDecodeError:
+        return s
+
+
+_TENSOR_TYPE = {TT_ELEM_TYPE: _VARINT, TT_SHAPE: _LEN}
+_DIMENSION = {DIM_VALUE: _VARINT, DIM_PARAM: _LEN}
+_TENSOR = {T_DATA_TYPE: _VARINT, T_NAME: _LEN, T_RAW_DATA: _LEN}
+_NODE_TEXTS = frozenset({N_NAME, N_OP_TYPE, N_DOMAIN, N_DOC_STRING})
+#: A node's optional strings in the order the Reader lists those written empty (_NODE_PRESENCE).
+_NODE_TEXT_NAMES = (
+    (N_NAME, "name"),
+    (N_OP_TYPE, "op_type"),
+    (N_DOMAIN, "domain"),
+    (N_DOC_STRING, "doc_string"),
+)
+_LIST_WIRE = frozenset({A_FLOATS, A_INTS, A_STRINGS})
+_ATTR_SINGULAR = {A_NAME: _LEN, A_TYPE: _VARINT, A_F: _I32, A_I: _VARINT, A_S: _LEN, A_T: _LEN}
