@@ -74,8 +74,8 @@ _VARINT, _I64, _LEN, _I32 = 0, 1, 2, 5
 _U64 = 1 << 64
 _I64_MIN = 1 << 63
 _A = AttrType
-#: Attribute type -> (its value field, its wire type; None: a list, packed or not).
-_ATTR_VALUE = {
+#: Attribute type -> the field holding its value (the types read here).
+ATTR_VALUE = {
     int(_A.FLOAT): A_F,
     int(_A.INT): A_I,
     int(_A.STRING): A_S,
@@ -500,7 +500,7 @@ class _Model:
         kind = _ATTR_KIND.get(code)
         if kind is None:
             raise _Decline
-        value_field = _ATTR_VALUE[code]
+        value_field = ATTR_VALUE[code]
         others = got.keys() - {A_NAME, A_TYPE, value_field}
         if others or lists.keys() - {value_field}:
             raise _Decline  # (another value field: the Reader keeps it in extras)
