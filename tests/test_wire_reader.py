@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -84,6 +85,12 @@ def test_attribute_value_fields_are_the_schemas():
 def _attr_value(v):
     if isinstance(v, onyx.ir.Tensor):
         return (v.name, v.dtype, v.shape, v.numpy().tobytes())
+    if isinstance(v, float):  # (by its bits: NaN too)
+        return ("float", struct.pack("<d", v))
+    if isinstance(v, onyx.ir.Graph):  # (a subgraph: the protobuf path's alone)
+        return ("graph", v.name, [n.op_type for n in v])
+    if isinstance(v, list):
+        return [_attr_value(x) for x in v]
     return v
 
 
@@ -134,7 +141,7 @@ def _structure(m) -> tuple:
         [value(v) for v in g.value_info],
         (g.name, g.doc_string, g.metadata_props, plain(g.extras)),
         (m.ir_version, m.opset_imports, m.producer_name, m.producer_version, m.domain),
-        (m.model_version, m.doc_string, m.metadata_props, m.extras, m.functions),
+        (m.model_version, m.doc_string, m.metadata_props, m.extras, list(m.functions)),
     )
 
 
@@ -192,10 +199,40 @@ _EDITS = {
     ),
     "an attribute's doc": lambda mp: setattr(mp.graph.node[0].attribute[0], "doc_string", "d"),
     "model metadata": lambda mp: mp.metadata_props.add(key="k", value="v"),
+    "graph metadata": lambda mp: mp.graph.metadata_props.add(key="k", value="v"),
+    "input metadata": lambda mp: mp.graph.input[0].metadata_props.add(key="k", value="v"),
+    "model version written 0": lambda mp: setattr(mp, "model_version", 0),
+    "external data": lambda mp: setattr(mp.graph.initializer[0], "data_location", 1),
+    "a sparse initializer": lambda mp: mp.graph.sparse_initializer.add(),
+    "a function": lambda mp: mp.functions.add(name="f", domain="d"),
+    "a subgraph": lambda mp: mp.graph.node[0].attribute.add(name="body", type=5, g=GraphProto()),
+    "a long list": lambda mp: mp.graph.node[0].attribute.add(
+        name="long", type=7, ints=list(range(600))
+    ),
+    "a typed Constant": lambda mp: mp.graph.node[0].attribute.add(
+        name="value", type=4, t=TensorProto(dims=[1], data_type=1, float_data=[1.0])
+    ),
+    "a string initializer": lambda mp: mp.graph.initializer.add(
+        name="s", data_type=8, dims=[1], string_data=[b"x"]
+    ),
+    "typed initializers": lambda mp: [
+        mp.graph.initializer.add(name=f"t{d}", data_type=d, dims=[3], **{f: v})
+        for d, f, v in [
+            (1, "float_data", [1.5, float("nan"), -0.0]),
+            (11, "double_data", [1.5, float("inf"), -2.0]),
+            (7, "int64_data", [-1, 2**40, 0]),
+            (6, "int32_data", [-5, 7, 2**31 - 1]),
+            (3, "int32_data", [-5, 300, 1]),
+            (2, "int32_data", [255, 256, -1]),
+            (9, "int32_data", [0, 1, 2]),
+            (12, "uint64_data", [1, 2**33, 3]),
+            (13, "uint64_data", [1, 2**63, 3]),
+        ]
+    ],
 }
 
 
-@pytest.mark.parametrize("what", sorted(_EDITS))
+@pytest.mark.parametrize("what", sorted(set(_EDITS) - {"external data"}))
 def test_what_it_reads_or_declines_loads_as_before(what):
     data = _changed(_EDITS[what])
     ref = load_model(data, "<bytes>", None, False)
@@ -208,18 +245,40 @@ def test_what_it_reads_or_declines_loads_as_before(what):
     "what",
     [
         "node overload",
-        "node metadata",
-        "graph doc written empty",
-        "model doc written empty",
         "an input used before its definition",
         "an output defined twice",
+        "value_info unlike the output",
         "a dim's denotation",
-        "a typed initializer",
         "an attribute's doc",
+        "external data",
+        "a sparse initializer",
+        "a function",
+        "a subgraph",
+        "a long list",
+        "a typed Constant",
+        "a string initializer",
     ],
 )
 def test_what_it_does_not_follow_declines(what):
     assert wire_reader.read_model(_changed(_EDITS[what])) is None
+
+
+@pytest.mark.parametrize(
+    "what",
+    [
+        "node metadata",
+        "node domain written empty",
+        "graph doc written empty",
+        "model doc written empty",
+        "model version written 0",
+        "model metadata",
+        "graph metadata",
+        "input metadata",
+        "typed initializers",
+    ],
+)
+def test_what_it_follows_is_read(what):
+    assert wire_reader.read_model(_changed(_EDITS[what])) is not None
 
 
 def test_unknown_fields_and_repeated_singulars_decline():
@@ -288,3 +347,12 @@ def test_a_model_it_declines_still_runs():
     i = s.get_inputs()[0]
     x = np.zeros([d if isinstance(d, int) else 1 for d in i.shape], np.float32)
     assert s.run(None, {i.name: x})[0].shape
+
+
+def test_typed_tensor_table_is_the_readers():
+    from onyx.serde import tensors
+
+    assert wire_reader._PLAIN_TYPED.keys() == tensors._PLAIN_TYPED.keys()  # noqa: SLF001
+    for code, (field, _, field_dtype, element) in wire_reader._PLAIN_TYPED.items():  # noqa: SLF001
+        _, descriptor, ref_dtype, ref_element = tensors._PLAIN_TYPED[code]  # noqa: SLF001
+        assert (field, field_dtype, element) == (descriptor.number, ref_dtype, ref_element)

@@ -42,27 +42,22 @@ M_MODEL_VERSION, M_DOC_STRING, M_GRAPH, M_OPSET_IMPORT, M_METADATA_PROPS = 5, 6,
 OPSET_DOMAIN, OPSET_VERSION = 1, 2
 ENTRY_KEY, ENTRY_VALUE = 1, 2
 # GraphProto
-G_NODE, G_NAME, G_INITIALIZER, G_DOC_STRING, G_INPUT, G_OUTPUT, G_VALUE_INFO = (
-    1,
-    2,
-    5,
-    10,
-    11,
-    12,
-    13,
-)
+G_NODE, G_NAME, G_INITIALIZER, G_DOC_STRING = 1, 2, 5, 10
+G_INPUT, G_OUTPUT, G_VALUE_INFO, G_METADATA_PROPS = 11, 12, 13, 16
 # NodeProto
 N_INPUT, N_OUTPUT, N_NAME, N_OP_TYPE, N_ATTRIBUTE, N_DOC_STRING, N_DOMAIN = 1, 2, 3, 4, 5, 6, 7
+N_METADATA_PROPS = 9
 # AttributeProto
 A_NAME, A_F, A_I, A_S, A_T, A_FLOATS, A_INTS, A_STRINGS, A_TYPE = 1, 2, 3, 4, 5, 7, 8, 9, 20
 # ValueInfoProto, TypeProto, TypeProto.Tensor, TensorShapeProto(.Dimension)
-VI_NAME, VI_TYPE, VI_DOC_STRING = 1, 2, 3
+VI_NAME, VI_TYPE, VI_DOC_STRING, VI_METADATA_PROPS = 1, 2, 3, 4
 TYPE_TENSOR_TYPE = 1
 TT_ELEM_TYPE, TT_SHAPE = 1, 2
 SHAPE_DIM = 1
 DIM_VALUE, DIM_PARAM = 1, 2
 # TensorProto
 T_DIMS, T_DATA_TYPE, T_NAME, T_RAW_DATA = 1, 2, 8, 9
+T_FLOAT_DATA, T_INT32_DATA, T_INT64_DATA, T_DOUBLE_DATA, T_UINT64_DATA = 4, 5, 7, 10, 11
 
 #: Models bigger than this are left to the protobuf path (a big file is memory-mapped and its
 #: big initializers read as views of the map: model_io.MMAP_MIN).
@@ -202,7 +197,7 @@ class _Model:
         buf = self.buf
         m = Model(None)
         opsets, opset_bytes, props, prop_bytes = {}, [], {}, []
-        seen, graph = set(), None
+        seen, graph, present = set(), None, set()
         strings = {M_PRODUCER_NAME: "", M_PRODUCER_VERSION: "", M_DOMAIN: "", M_DOC_STRING: ""}
         ints = {M_IR_VERSION: 0, M_MODEL_VERSION: 0}
         for field, wt, a, b in _fields(buf, 0, len(buf)):
@@ -227,8 +222,8 @@ class _Model:
                 graph, value = (a, b), True
             else:
                 raise _Decline
-            if not value:  # (written with its default value: the Reader keeps that in extras)
-                raise _Decline
+            if not value:  # (written with its default value: kept in extras)
+                present.add(field)
         if graph is None:
             raise _Decline
         m.opset_imports = opsets
@@ -240,6 +235,9 @@ class _Model:
         if prop_bytes:
             m.metadata_props = props
             extras["props"] = prop_bytes
+        written = tuple(name for f, name in _MODEL_PRESENCE if f in present)
+        if written:
+            extras["present"] = written
         m.extras = extras
         m.graph = self.graph(*graph)
         return m
@@ -275,19 +273,20 @@ class _Model:
         lists = {G_NODE: nodes, G_INITIALIZER: inits, G_INPUT: inputs}
         lists.update({G_OUTPUT: outputs, G_VALUE_INFO: infos})
         name = doc = None
+        props = []
         for field, wt, a, b in _fields(self.buf, start, end):
             if wt != _LEN:
                 raise _Decline
             if field in lists:
                 lists[field].append((a, b))
+            elif field == G_METADATA_PROPS:
+                props.append((a, b))
             elif field == G_NAME and name is None:
                 name = self.text(a, b)
             elif field == G_DOC_STRING and doc is None:
                 doc = self.text(a, b)
             else:
                 raise _Decline
-        if name == "" or doc == "":
-            raise _Decline
         g = Graph(name=name or "")
         scope: dict[str, Value] = {}
         declared: set[int] = set()
@@ -323,7 +322,21 @@ class _Model:
                 t = v.const_value
                 v.type = TensorType(t.dtype, t.shape)
         g.doc_string = doc or ""
+        extras = self.props(g, props)
+        written = tuple(f for f, text in (("name", name), ("doc_string", doc)) if text == "")
+        if written:
+            extras["present"] = written
+        if extras:
+            g.extras = extras
         return g
+
+    def props(self, owner, spans) -> dict:
+        """Set ``owner``'s metadata_props from its entries; {"props": their bytes} or {}."""
+        if not spans:
+            return {}
+        entries = [self.entry(a, b) for a, b in spans]
+        owner.metadata_props = {key: value for key, value, _ in entries}
+        return {"props": [raw for _, _, raw in entries]}
 
     def declared(self, span, scope: dict, declared: set) -> Value:
         """The Value a graph output or value_info entry names, declared by it (the Reader's
@@ -335,28 +348,40 @@ class _Model:
         if id(v) not in declared and v.type is None and not v.doc_string:
             declared.add(id(v))
             self.declare(v, vi)
-        elif vi[0] != v.type or vi[1] != v.doc_string:
+        elif vi[0] != v.type or vi[1] != v.doc_string or vi[2]:
             raise _Decline  # (the Reader keeps such an entry as written: extras)
         return v
 
-    @staticmethod
-    def declare(v: Value, vi: tuple) -> None:
-        ty, doc = vi
+    def declare(self, v: Value, vi: tuple) -> None:
+        ty, doc, props, written = vi
         if ty is not None:
             v.type = ty
         v.doc_string = doc
+        extras = self.props(v, props)
+        if written:
+            extras["present"] = written
+        if extras:
+            v.extras = extras
 
     def value_info(self, a: int, b: int) -> tuple[str, tuple]:
-        """(name, (type or None, doc_string)) of a ValueInfoProto."""
-        got = self.singular(
-            _fields(self.buf, a, b), {VI_NAME: _LEN, VI_TYPE: _LEN, VI_DOC_STRING: _LEN}
-        )
+        """(name, (type or None, doc_string, metadata entries, fields written empty)) of a
+        ValueInfoProto."""
+        got, props = {}, []
+        for field, wt, fa, fb in _fields(self.buf, a, b):
+            if field == VI_METADATA_PROPS and wt == _LEN:
+                props.append((fa, fb))
+            elif _VALUE_INFO.get(field) != wt or field in got:
+                raise _Decline
+            else:
+                got[field] = (fa, fb)
         name = self.text(*got[VI_NAME]) if VI_NAME in got else ""
         doc = self.text(*got[VI_DOC_STRING]) if VI_DOC_STRING in got else ""
-        if (VI_NAME in got and not name) or (VI_DOC_STRING in got and not doc):
-            raise _Decline
+        written = tuple(
+            f for f, n, text in (("name", VI_NAME, name), ("doc_string", VI_DOC_STRING, doc))
+            if n in got and not text
+        )  # fmt: skip
         ty = self.type(*got[VI_TYPE]) if VI_TYPE in got else None
-        return name, (ty, doc)
+        return name, (ty, doc, props, written)
 
     def type(self, a: int, b: int) -> TensorType:
         """A TypeProto holding a tensor type with an element type and maybe a shape."""
@@ -389,19 +414,22 @@ class _Model:
         return Shape(tuple(dims), None)
 
     # -- tensors -------------------------------------------------------------------------------
-    def raw_tensor(self, a: int, b: int, named: bool) -> Tensor:
-        """A tensor of dims, a whole-byte element type, a name (``named``: written and not
-        empty; else absent or not empty) and raw bytes of its size: reader's plain case."""
-        buf = self.buf
-        dims, got = [], {}
-        for field, wt, fa, fb in _fields(buf, a, b):
+    def tensor_fields(self, a: int, b: int, named: bool):
+        """(dims, element type code, name, {field: (a, b)}, typed field's entries or None) of
+        a TensorProto of dims, an element type, a name (``named``: written and not empty;
+        else absent or not empty), raw_data or one typed field, and nothing else."""
+        dims, got, typed, typed_field = [], {}, [], None
+        for field, wt, fa, fb in _fields(self.buf, a, b):
             if field == T_DIMS:
                 dims.extend(self.varints(wt, fa, fb))
+            elif field in _TYPED_WIRE and typed_field in (None, field):
+                typed_field = field
+                typed.append((wt, fa, fb))
             elif _TENSOR.get(field) != wt or field in got:
                 raise _Decline
             else:
                 got[field] = (fa, fb)
-        if T_DATA_TYPE not in got or T_RAW_DATA not in got:
+        if T_DATA_TYPE not in got or (T_RAW_DATA in got) == (typed_field is not None):
             raise _Decline
         name = ""
         if T_NAME in got:
@@ -414,14 +442,58 @@ class _Model:
         if dims and min(dims) < 0:
             raise _Decline
         code = _int32(got[T_DATA_TYPE][0])
+        return dims, code, name, got, (typed_field, typed) if typed_field else None
+
+    def raw_tensor(self, a: int, b: int, named: bool) -> Tensor:
+        """A tensor of a whole-byte element type and raw bytes of its size: reader's plain
+        case (tensors.plain_raw_tensor)."""
+        return self.raw(*self.tensor_fields(a, b, named))
+
+    def raw(self, dims: tuple, code: int, name: str, got: dict, typed) -> Tensor:
         size = _ITEM_BYTES.get(code)
+        if typed is not None or size is None:
+            raise _Decline
         ra, rb = got[T_RAW_DATA]
-        if size is None or rb == ra or rb - ra != math.prod(dims) * size:
+        if rb == ra or rb - ra != math.prod(dims) * size:
             raise _Decline  # (the general path reads it, or reports the wrong size)
-        return Tensor.from_raw(buf[ra:rb], _BY_VALUE[code], dims, name)
+        return Tensor.from_raw(self.buf[ra:rb], _BY_VALUE[code], dims, name)
 
     def initializer(self, a: int, b: int) -> Tensor:
-        return self.raw_tensor(a, b, named=True)
+        dims, code, name, got, typed = fields = self.tensor_fields(a, b, named=True)
+        if typed is None:
+            return self.raw(*fields)
+        return self.typed_tensor(dims, code, name, *typed)
+
+    def typed_tensor(self, dims: tuple, code: int, name: str, field: int, entries) -> Tensor:
+        """A numeric tensor written one value per element in its typed field: reader's plain
+        case (tensors.plain_typed_tensor), its values converted as protobuf and numpy do."""
+        known = _PLAIN_TYPED.get(code)
+        if known is None or known[0] != field:
+            raise _Decline
+        _, wire_dtype, field_dtype, element = known
+        if field_dtype.kind == "f":  # (fixed width: packed, or one element an entry)
+            size = field_dtype.itemsize
+            if any(wt not in (_LEN, _I32 if size == 4 else _I64) for wt, _, _ in entries):
+                raise _Decline
+            raw = b"".join(self.buf[a:b] for _, a, b in entries)
+            if len(raw) % size:
+                raise _Decline
+            # (float32 values reach numpy as Python floats: converted to double and back)
+            arr = np.frombuffer(raw, wire_dtype).astype(np.float64).astype(field_dtype)
+        else:
+            values = [v for wt, a, b in entries for v in self.varints(wt, a, b)]
+            if field_dtype == np.int32:
+                values = list(map(_int32, values))
+            elif field_dtype == np.int64:
+                values = list(map(_signed, values))
+            arr = np.array(values, dtype=field_dtype)
+        if not arr.size or arr.size != math.prod(dims):
+            raise _Decline  # (none: no field; a wrong count: the general path reports it)
+        if element is not None:
+            arr = arr.astype(element)
+        t = Tensor(arr.reshape(dims), name=name, dtype=_BY_VALUE[code])
+        t.extras = {"storage": "typed"}
+        return t
 
     def varints(self, wt: int, a: int, b: int) -> list[int]:
         """A repeated varint field's values (unsigned) from one packed or unpacked entry."""
@@ -437,7 +509,7 @@ class _Model:
 
     # -- nodes and attributes ------------------------------------------------------------------
     def node(self, a: int, b: int, scope: dict) -> Node:
-        inputs, outputs, attrs = [], [], []
+        inputs, outputs, attrs, props = [], [], [], []
         texts = {}
         for field, wt, fa, fb in _fields(self.buf, a, b):
             if wt != _LEN:
@@ -448,6 +520,8 @@ class _Model:
                 outputs.append(self.text(fa, fb))
             elif field == N_ATTRIBUTE:
                 attrs.append((fa, fb))
+            elif field == N_METADATA_PROPS:
+                props.append((fa, fb))
             elif field in _NODE_TEXTS and field not in texts:
                 texts[field] = self.text(fa, fb)
             else:
@@ -478,8 +552,10 @@ class _Model:
         if N_DOC_STRING in texts:
             node.doc_string = texts[N_DOC_STRING]
         present = tuple(name for f, name in _NODE_TEXT_NAMES if f in texts and not texts[f])
-        if present:
-            node.extras = {"present": present}
+        extras = {"present": present} if present else {}
+        extras.update(self.props(node, props))
+        if extras:
+            node.extras = extras
         if attrs:
             node.attributes = {attr.name: attr for attr in map(self.attribute, *zip(*attrs))}
         return node
@@ -555,8 +631,38 @@ def _decode(s: bytes):
 
 
 _TENSOR_TYPE = {TT_ELEM_TYPE: _VARINT, TT_SHAPE: _LEN}
+_VALUE_INFO = {VI_NAME: _LEN, VI_TYPE: _LEN, VI_DOC_STRING: _LEN}
+#: A model's optional scalars in the order the Reader lists those written empty.
+_MODEL_PRESENCE = (
+    (M_IR_VERSION, "ir_version"),
+    (M_PRODUCER_NAME, "producer_name"),
+    (M_PRODUCER_VERSION, "producer_version"),
+    (M_DOMAIN, "domain"),
+    (M_MODEL_VERSION, "model_version"),
+    (M_DOC_STRING, "doc_string"),
+)
 _DIMENSION = {DIM_VALUE: _VARINT, DIM_PARAM: _LEN}
 _TENSOR = {T_DATA_TYPE: _VARINT, T_NAME: _LEN, T_RAW_DATA: _LEN}
+_TYPED_WIRE = frozenset({T_FLOAT_DATA, T_INT32_DATA, T_INT64_DATA, T_DOUBLE_DATA, T_UINT64_DATA})
+_D = DataType
+#: Element type -> (its typed field, the field's wire dtype, the field's numpy dtype, the
+#: element type's numpy dtype where it differs, else None): tensors._PLAIN_TYPED's types.
+_PLAIN_TYPED = {
+    int(d): (field, np.dtype(wire), np.dtype(wire).newbyteorder("="), element)
+    for d, field, wire, element in (
+        (_D.FLOAT, T_FLOAT_DATA, "<f4", None),
+        (_D.DOUBLE, T_DOUBLE_DATA, "<f8", None),
+        (_D.INT64, T_INT64_DATA, "<i8", None),
+        (_D.INT32, T_INT32_DATA, "<i4", None),
+        (_D.INT16, T_INT32_DATA, "<i4", np.int16),
+        (_D.INT8, T_INT32_DATA, "<i4", np.int8),
+        (_D.UINT64, T_UINT64_DATA, "<u8", None),
+        (_D.UINT32, T_UINT64_DATA, "<u8", np.uint32),
+        (_D.UINT16, T_INT32_DATA, "<i4", np.uint16),
+        (_D.UINT8, T_INT32_DATA, "<i4", np.uint8),
+        (_D.BOOL, T_INT32_DATA, "<i4", np.bool_),
+    )
+}
 _NODE_TEXTS = frozenset({N_NAME, N_OP_TYPE, N_DOMAIN, N_DOC_STRING})
 #: A node's optional strings in the order the Reader lists those written empty (_NODE_PRESENCE).
 _NODE_TEXT_NAMES = (
