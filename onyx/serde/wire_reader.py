@@ -170,11 +170,23 @@ def _int32(v: int) -> int:
     return v
 
 
+#: Types read (TypeProto bytes -> type) and initializers' tensor types ((element type, dims)
+#: -> type), shared by every read in the process as the Reader's tables are (reader._TYPES,
+#: reader._TENSOR_TYPES): types are immutable, and the checker's and inference's memos key on
+#: them. Cleared when a read starts with MEMO_MAX_ENTRIES in one.
+_TYPES: dict[bytes, TensorType] = {}
+_TENSOR_TYPES: dict[tuple, TensorType] = {}
+MEMO_MAX_ENTRIES = 4096
+
+
 class _Model:
     """One file's decoding."""
 
     def __init__(self, buf: bytes):
         self.buf = buf
+        for table in (_TYPES, _TENSOR_TYPES):
+            if len(table) >= MEMO_MAX_ENTRIES:
+                table.clear()
 
     def text(self, a: int, b: int) -> str:
         try:
@@ -320,7 +332,11 @@ class _Model:
         for v in named.values():
             if v.type is None:
                 t = v.const_value
-                v.type = TensorType(t.dtype, t.shape)
+                key = (t.dtype, t.shape)
+                ty = _TENSOR_TYPES.get(key)
+                if ty is None:
+                    ty = _TENSOR_TYPES[key] = TensorType(*key)
+                v.type = ty
         g.doc_string = doc or ""
         extras = self.props(g, props)
         written = tuple(f for f, text in (("name", name), ("doc_string", doc)) if text == "")
@@ -384,7 +400,15 @@ class _Model:
         return name, (ty, doc, props, written)
 
     def type(self, a: int, b: int) -> TensorType:
-        """A TypeProto holding a tensor type with an element type and maybe a shape."""
+        """A TypeProto holding a tensor type with an element type and maybe a shape; one
+        object per encoding in the process, as the Reader's (its table: _TYPES)."""
+        key = self.buf[a:b]
+        ty = _TYPES.get(key)
+        if ty is None:
+            ty = _TYPES[key] = self.read_type(a, b)
+        return ty
+
+    def read_type(self, a: int, b: int) -> TensorType:
         got = self.singular(_fields(self.buf, a, b), {TYPE_TENSOR_TYPE: _LEN})
         if TYPE_TENSOR_TYPE not in got:
             raise _Decline
