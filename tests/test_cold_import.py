@@ -176,7 +176,7 @@ def test_external_data_and_long_lists_still_load_their_modules(tmp_path):
 
 
 def test_the_reader_and_repeated_agree_on_a_long_list():
-    assert reader.LONG_LIST == repeated.MIN_ELEMENTS == wire_reader.LONG_LIST
+    assert reader.LONG_LIST == repeated.MIN_ELEMENTS > wire_reader.MAX_LIST
 
 
 def test_a_session_makes_no_dataclass_fields_of_its_options_or_args():

@@ -236,7 +236,7 @@ _EDITS = {
 def test_what_it_reads_or_declines_loads_as_before(what):
     data = _changed(_EDITS[what])
     ref = load_model(data, "<bytes>", None, False)
-    model = onyx.load(data)
+    model = wire_reader.read_model(data) or onyx.load(data)  # (a process's first load)
     assert _structure(model) == _structure(ref)
     assert dumps(model) == dumps(ref)
 
@@ -356,3 +356,22 @@ def test_typed_tensor_table_is_the_readers():
     for code, (field, _, field_dtype, element) in wire_reader._PLAIN_TYPED.items():  # noqa: SLF001
         _, descriptor, ref_dtype, ref_element = tensors._PLAIN_TYPED[code]  # noqa: SLF001
         assert (field, field_dtype, element) == (descriptor.number, ref_dtype, ref_element)
+
+
+def test_only_a_processs_first_model_takes_the_wire_path():
+    """Later loads go through protobuf, imported then: faster with its C decoder, once the
+    import is paid (serde/model_io._cold)."""
+    code = f"""
+import sys
+import onyx
+loaded = []
+for _ in range(2):
+    onyx.load({str(TINY)!r})
+    loaded.append("google.protobuf" in sys.modules)
+print(loaded)
+"""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
+    )
+    assert out.stdout.strip() == "[False, True]", out.stdout

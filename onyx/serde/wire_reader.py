@@ -62,8 +62,10 @@ T_FLOAT_DATA, T_INT32_DATA, T_INT64_DATA, T_DOUBLE_DATA, T_UINT64_DATA = 4, 5, 7
 #: Models bigger than this are left to the protobuf path (a big file is memory-mapped and its
 #: big initializers read as views of the map: model_io.MMAP_MIN).
 MAX_BYTES = 16 << 20
-#: Attribute lists this long are read as arrays by the Reader (reader.LONG_LIST): left to it.
-LONG_LIST = 512
+#: Attribute lists longer than this are left to the Reader: decoded element by element here
+#: they cost several times what protobuf's C code does (a tree ensemble's node lists), and
+#: those of reader.LONG_LIST or more it reads as arrays.
+MAX_LIST = 64
 
 _VARINT, _I64, _LEN, _I32 = 0, 1, 2, 5
 _U64 = 1 << 64
@@ -156,6 +158,30 @@ def _fields(buf: bytes, pos: int, end: int) -> list[tuple[int, int, int, int]]:
     return out
 
 
+def _packed_varints(raw: bytes) -> np.ndarray:
+    """The varints of a packed field as uint64, decoded with numpy (a quantized model's zero
+    points, an index tensor: element by element in Python they cost 1 us each)."""
+    arr = np.frombuffer(raw, np.uint8)
+    last = arr < 0x80
+    if not arr.size or last.all():
+        return arr.astype(np.uint64)
+    if not last[-1]:
+        raise _Decline  # (truncated)
+    ends = np.flatnonzero(last)
+    starts = np.empty_like(ends)
+    starts[0] = 0
+    starts[1:] = ends[:-1] + 1
+    lengths = ends - starts + 1
+    longest = int(lengths.max())
+    if longest > 10 or (longest == 10 and (arr[starts[lengths == 10] + 9] > 1).any()):
+        raise _Decline  # (more than 64 bits)
+    out = np.zeros(len(ends), np.uint64)
+    for k in range(longest):
+        has = lengths > k
+        out[has] |= (arr[starts[has] + k] & 0x7F).astype(np.uint64) << np.uint64(7 * k)
+    return out
+
+
 def _signed(v: int) -> int:
     """An int64 field's value from its varint."""
     return v - _U64 if v >= _I64_MIN else v
@@ -176,7 +202,12 @@ def _int32(v: int) -> int:
 #: them. Cleared when a read starts with MEMO_MAX_ENTRIES in one.
 _TYPES: dict[bytes, TensorType] = {}
 _TENSOR_TYPES: dict[tuple, TensorType] = {}
+#: Attribute bytes -> (name, type, value; a list as a tuple) of the attributes read, but
+#: tensors: a CNN's convs repeat a few kernel_shape / strides / pads messages, and a model
+#: created again repeats all of them (as the Reader's reader.PLAIN_ATTRS).
+_ATTRS: dict[bytes, tuple] = {}
 MEMO_MAX_ENTRIES = 4096
+MEMO_MAX_BYTES = 256
 
 
 class _Model:
@@ -184,7 +215,7 @@ class _Model:
 
     def __init__(self, buf: bytes):
         self.buf = buf
-        for table in (_TYPES, _TENSOR_TYPES):
+        for table in (_TYPES, _TENSOR_TYPES):  # (_ATTRS: cleared when it fills)
             if len(table) >= MEMO_MAX_ENTRIES:
                 table.clear()
 
@@ -504,6 +535,15 @@ class _Model:
                 raise _Decline
             # (float32 values reach numpy as Python floats: converted to double and back)
             arr = np.frombuffer(raw, wire_dtype).astype(np.float64).astype(field_dtype)
+        elif all(wt == _LEN for wt, _, _ in entries):  # (packed, as writers write them)
+            raw = b"".join(self.buf[a:b] for _, a, b in entries)
+            arr = _packed_varints(raw)
+            if field_dtype != np.uint64:
+                arr = arr.view(np.int64)
+                if field_dtype == np.int32:
+                    if arr.size and (arr.min() < -(1 << 31) or arr.max() >= 1 << 31):
+                        raise _Decline  # (protobuf would truncate them)
+                    arr = arr.astype(np.int32)
         else:
             values = [v for wt, a, b in entries for v in self.varints(wt, a, b)]
             if field_dtype == np.int32:
@@ -533,38 +573,49 @@ class _Model:
 
     # -- nodes and attributes ------------------------------------------------------------------
     def node(self, a: int, b: int, scope: dict) -> Node:
+        buf = self.buf
         inputs, outputs, attrs, props = [], [], [], []
         texts = {}
-        for field, wt, fa, fb in _fields(self.buf, a, b):
-            if wt != _LEN:
-                raise _Decline
-            if field == N_INPUT:
-                inputs.append(self.text(fa, fb))
-            elif field == N_OUTPUT:
-                outputs.append(self.text(fa, fb))
-            elif field == N_ATTRIBUTE:
-                attrs.append((fa, fb))
-            elif field == N_METADATA_PROPS:
-                props.append((fa, fb))
-            elif field in _NODE_TEXTS and field not in texts:
-                texts[field] = self.text(fa, fb)
-            else:
-                raise _Decline
-        values = []
-        for n in inputs:
-            if not n:
-                values.append(None)
-                continue
-            v = scope.get(n)
-            if v is None:  # (defined later or nowhere: the Reader settles it at the end)
-                raise _Decline
-            values.append(v)
+        pos = a
+        try:
+            while pos < b:  # (its fields, read here: the loop is a model's biggest cost)
+                key = buf[pos]
+                if key & 7 != _LEN or key >= 0x80:  # (every node field: LEN, number < 16)
+                    raise _Decline
+                n = buf[pos + 1] if pos + 1 < b else 0x80
+                if n < 0x80:
+                    pos += 2
+                else:
+                    n, pos = _varint(buf, pos + 1, b)
+                end = pos + n
+                if end > b:
+                    raise _Decline
+                field = key >> 3
+                if field == N_INPUT:
+                    inputs.append(buf[pos:end].decode())
+                elif field == N_OUTPUT:
+                    outputs.append(buf[pos:end].decode())
+                elif field == N_ATTRIBUTE:
+                    attrs.append((pos, end))
+                elif field == N_METADATA_PROPS:
+                    props.append((pos, end))
+                elif field in _NODE_TEXTS and field not in texts:
+                    texts[field] = buf[pos:end].decode()
+                else:
+                    raise _Decline
+                pos = end
+        except UnicodeDecodeError:
+            raise _Decline from None
+        get = scope.get
+        values = [get(n) if n else None for n in inputs]
+        if None in values and any(n and v is None for n, v in zip(inputs, values)):
+            raise _Decline  # (defined later or nowhere: the Reader settles it at the end)
         outs = [Value(n) for n in outputs]
-        for v in outs:
-            if v.name:
-                if v.name in scope:
+        for n, v in zip(outputs, outs):
+            if n:
+                if n in scope:
                     raise _Decline  # (defined again: every use means the last definition)
-                scope[v.name] = v
+                scope[n] = v
         node = Node(
             texts.get(N_OP_TYPE, ""),
             values,
@@ -573,6 +624,16 @@ class _Model:
             texts.get(N_DOMAIN, ""),
             texts.get(N_NAME, ""),
         )
+        if texts:
+            self.node_texts(node, texts, props)
+        elif props:
+            node.extras = self.props(node, props)
+        if attrs:
+            node.attributes = {attr.name: attr for attr in map(self.attribute, *zip(*attrs))}
+        return node
+
+    def node_texts(self, node: Node, texts: dict, props: list) -> None:
+        """A node's doc_string, and its extras: strings written empty, metadata."""
         if N_DOC_STRING in texts:
             node.doc_string = texts[N_DOC_STRING]
         present = tuple(name for f, name in _NODE_TEXT_NAMES if f in texts and not texts[f])
@@ -580,11 +641,23 @@ class _Model:
         extras.update(self.props(node, props))
         if extras:
             node.extras = extras
-        if attrs:
-            node.attributes = {attr.name: attr for attr in map(self.attribute, *zip(*attrs))}
-        return node
 
     def attribute(self, a: int, b: int) -> Attr:
+        buf = self.buf
+        key = buf[a:b] if b - a <= MEMO_MAX_BYTES else None
+        known = _ATTRS.get(key) if key is not None else None
+        if known is not None:
+            name, kind, value = known
+            return Attr(name, kind, list(value) if type(value) is tuple else value, "", "")
+        attr = self.read_attribute(a, b)
+        if key is not None and attr.type != _A.TENSOR:
+            if len(_ATTRS) >= MEMO_MAX_ENTRIES:
+                _ATTRS.clear()
+            value = attr.value
+            _ATTRS[key] = (attr.name, attr.type, tuple(value) if type(value) is list else value)
+        return attr
+
+    def read_attribute(self, a: int, b: int) -> Attr:
         buf = self.buf
         got, lists = {}, {}
         for field, wt, fa, fb in _fields(buf, a, b):
@@ -642,7 +715,7 @@ class _Model:
                     raise _Decline
                 chunks.append(buf[a:b])
             out = np.frombuffer(b"".join(chunks), "<f4").tolist()
-        if len(out) >= LONG_LIST:
+        if len(out) > MAX_LIST:
             raise _Decline
         return out
 
