@@ -154,6 +154,7 @@ def test_every_model_file_reads_as_the_protobuf_path_reads_it():
             continue
         read += 1
         ref = load_model(data, str(path), str(path.parent), False)
+        assert dumps(model) == dumps(ref), path  # (unedited: the graph's bytes as they came)
         assert _structure(model) == _structure(ref), path
         assert dumps(model) == dumps(ref), path
     assert read >= 10  # (tiny_cnn, the torchscript exports, the optimum models, ...)
@@ -347,6 +348,12 @@ def test_a_model_it_declines_still_runs():
     i = s.get_inputs()[0]
     x = np.zeros([d if isinstance(d, int) else 1 for d in i.shape], np.float32)
     assert s.run(None, {i.name: x})[0].shape
+
+
+def test_external_mark_is_model_ios():
+    from onyx.serde import model_io
+
+    assert wire_reader._EXTERNAL_MARK == model_io._EXTERNAL_MARK  # noqa: SLF001
 
 
 def test_typed_tensor_table_is_the_readers():

@@ -68,6 +68,8 @@ MAX_BYTES = 16 << 20
 MAX_LIST = 64
 
 _VARINT, _I64, _LEN, _I32 = 0, 1, 2, 5
+#: model_io._EXTERNAL_MARK: TensorProto.data_location (14) = EXTERNAL (1), as encoded.
+_EXTERNAL_MARK = b"\x70\x01"
 _U64 = 1 << 64
 _I64_MIN = 1 << 63
 _A = AttrType
@@ -282,7 +284,7 @@ class _Model:
         if written:
             extras["present"] = written
         m.extras = extras
-        m.graph = self.graph(*graph)
+        m.set_graph_source(_Built(self.graph(*graph), memoryview(buf)[graph[0] : graph[1]]))
         return m
 
     def opset(self, a: int, b: int) -> tuple[str, int, bytes]:
@@ -718,6 +720,24 @@ class _Model:
         if len(out) > MAX_LIST:
             raise _Decline
         return out
+
+
+class _Built:
+    """The graph read, handed over on its first access as proto_load's graph source hands
+    its own: saving a model nobody edited writes its graph's bytes back as they came."""
+
+    __slots__ = ("graph", "raw")
+
+    def __init__(self, graph: Graph, raw: memoryview):
+        self.graph, self.raw = graph, raw
+
+    def __call__(self) -> Graph:
+        return self.graph
+
+    def might_have_external(self) -> bool:
+        """proto_load's answer for the same bytes (which decides how saving writes them):
+        whether they hold a tensor's ``data_location: EXTERNAL`` encoding anywhere."""
+        return _EXTERNAL_MARK in bytes(self.raw)
 
 
 def _decode(s: bytes):
