@@ -145,7 +145,8 @@ def _structure(m) -> tuple:
     )
 
 
-def test_every_model_file_reads_as_the_protobuf_path_reads_it():
+def test_every_model_file_reads_as_the_protobuf_path_reads_it(monkeypatch):
+    monkeypatch.setattr(wire_reader, "MAX_ITEMS", 1 << 30)  # (big graphs too: exactness)
     read = 0
     for path in _model_files():
         data = path.read_bytes()
@@ -365,20 +366,31 @@ def test_typed_tensor_table_is_the_readers():
         assert (field, field_dtype, element) == (descriptor.number, ref_dtype, ref_element)
 
 
-def test_only_a_processs_first_model_takes_the_wire_path():
-    """Later loads go through protobuf, imported then: faster with its C decoder, once the
-    import is paid (serde/model_io._cold)."""
+def test_once_protobuf_is_imported_loads_take_it():
+    """A process reads plain models without protobuf, again and again; once something
+    imported it, loads go through it: its C decoder is faster (serde/model_io._load_model)."""
     code = f"""
 import sys
 import onyx
+from onyx.serde import model_io
+read = []
+model_io.read_model = lambda data, _r=model_io.read_model: read.append(1) or _r(data)
 loaded = []
 for _ in range(2):
     onyx.load({str(TINY)!r})
     loaded.append("google.protobuf" in sys.modules)
-print(loaded)
+import onyx.proto
+onyx.load({str(TINY)!r})
+print(loaded, len(read))
 """
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
     )
-    assert out.stdout.strip() == "[False, True]", out.stdout
+    assert out.stdout.strip() == "[False, False] 2", out.stdout
+
+
+def test_big_graphs_are_left_to_protobuf(monkeypatch):
+    data = TINY.read_bytes()
+    monkeypatch.setattr(wire_reader, "MAX_ITEMS", 5)
+    assert wire_reader.read_model(data) is None

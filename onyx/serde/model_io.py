@@ -1,7 +1,7 @@
 """onyx.load / loads (saving: saving.py).
 
-The first plain model a process reads (wire_reader.py follows it exactly) is read straight
-from its bytes, without importing protobuf (see ``_cold``); any other goes to proto_load.py, imported then, which reads it with the generated
+A small plain model (wire_reader.py follows it exactly) is read straight from its bytes, as
+long as protobuf is not imported; any other goes to proto_load.py, imported then, which reads it with the generated
 classes: it splits the model's top-level fields with the wire scanner, parses everything but the
 graph with the generated classes, reads the main graph's initializers (big ones as zero-copy
 views of the file, which is memory-mapped) and leaves the nodes as a parsed message until
@@ -86,21 +86,10 @@ def _load(data, where: str, base_dir: str | None, load_external_data: bool) -> M
         return _load_model(data, where, base_dir, load_external_data)
 
 
-#: Whether the next model read may go through wire_reader.py: only the process's first, and
-#: only while protobuf is not imported. Its pure-Python decoding costs more than protobuf's C
-#: code with the Reader (some 10-50% of a load); what it saves is protobuf's import (several
-#: milliseconds, once per process), which a process that reads a second model pays once then,
-#: and its later loads are as fast as ever (benchmarks/bench_create.py).
-_cold = True
-
-
 def _load_model(data, where: str, base_dir: str | None, load_external_data: bool) -> Model:
-    global _cold
-    model = None
-    if _cold:
-        _cold = False
-        if "google.protobuf" not in sys.modules:
-            model = read_model(data)
+    # (once protobuf is imported, its C decoder with the Reader reads faster than
+    # wire_reader's pure Python: what wire_reader saves is the import)
+    model = read_model(data) if "google.protobuf" not in sys.modules else None
     if model is None:  # (not plain: protobuf's generated classes read it, or report the error)
         from .proto_load import load_model
 

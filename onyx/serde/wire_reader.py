@@ -66,6 +66,10 @@ MAX_BYTES = 16 << 20
 #: they cost several times what protobuf's C code does (a tree ensemble's node lists), and
 #: those of reader.LONG_LIST or more it reads as arrays.
 MAX_LIST = 64
+#: Graphs of more nodes and initializers than this are left to the protobuf path: decoding
+#: one here costs some 10-50% more than protobuf's C code with the Reader does (a CNN's 150
+#: cost about as much), and what it saves, protobuf's import, is a fixed cost.
+MAX_ITEMS = 256
 
 _VARINT, _I64, _LEN, _I32 = 0, 1, 2, 5
 #: model_io._EXTERNAL_MARK: TensorProto.data_location (14) = EXTERNAL (1), as encoded.
@@ -332,6 +336,8 @@ class _Model:
                 doc = self.text(a, b)
             else:
                 raise _Decline
+        if len(nodes) + len(inits) > MAX_ITEMS:
+            raise _Decline
         g = Graph(name=name or "")
         scope: dict[str, Value] = {}
         declared: set[int] = set()
