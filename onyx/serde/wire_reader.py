@@ -212,6 +212,12 @@ _TENSOR_TYPES: dict[tuple, TensorType] = {}
 #: tensors: a CNN's convs repeat a few kernel_shape / strides / pads messages, and a model
 #: created again repeats all of them (as the Reader's reader.PLAIN_ATTRS).
 _ATTRS: dict[bytes, tuple] = {}
+#: NodeProto bytes -> its fields (_Model.node_fields): a model created again in the process
+#: decodes none of its nodes (the Reader's protobuf parse is C code: this keeps up with it).
+_NODES: dict[bytes, tuple] = {}
+#: ValueInfoProto bytes -> what _Model.value_info makes of it (those without metadata).
+_VALUE_INFOS: dict[bytes, tuple] = {}
+MEMO_MAX_NODE_BYTES = 1024
 MEMO_MAX_ENTRIES = 4096
 MEMO_MAX_BYTES = 256
 
@@ -221,7 +227,7 @@ class _Model:
 
     def __init__(self, buf: bytes):
         self.buf = buf
-        for table in (_TYPES, _TENSOR_TYPES):  # (_ATTRS: cleared when it fills)
+        for table in (_TYPES, _TENSOR_TYPES):  # (the others: cleared when full)
             if len(table) >= MEMO_MAX_ENTRIES:
                 table.clear()
 
@@ -420,7 +426,18 @@ class _Model:
 
     def value_info(self, a: int, b: int) -> tuple[str, tuple]:
         """(name, (type or None, doc_string, metadata entries, fields written empty)) of a
-        ValueInfoProto."""
+        ValueInfoProto; one without metadata is a function of its bytes (_VALUE_INFOS)."""
+        key = self.buf[a:b] if b - a <= MEMO_MAX_NODE_BYTES else None
+        known = _VALUE_INFOS.get(key) if key is not None else None
+        if known is None:
+            known = self.read_value_info(a, b)
+            if key is not None and not known[1][2]:
+                if len(_VALUE_INFOS) >= MEMO_MAX_ENTRIES:
+                    _VALUE_INFOS.clear()
+                _VALUE_INFOS[key] = known
+        return known
+
+    def read_value_info(self, a: int, b: int) -> tuple[str, tuple]:
         got, props = {}, []
         for field, wt, fa, fb in _fields(self.buf, a, b):
             if field == VI_METADATA_PROPS and wt == _LEN:
@@ -581,39 +598,19 @@ class _Model:
 
     # -- nodes and attributes ------------------------------------------------------------------
     def node(self, a: int, b: int, scope: dict) -> Node:
-        buf = self.buf
-        inputs, outputs, attrs, props = [], [], [], []
-        texts = {}
-        pos = a
-        try:
-            while pos < b:  # (its fields, read here: the loop is a model's biggest cost)
-                key = buf[pos]
-                if key & 7 != _LEN or key >= 0x80:  # (every node field: LEN, number < 16)
-                    raise _Decline
-                n = buf[pos + 1] if pos + 1 < b else 0x80
-                if n < 0x80:
-                    pos += 2
-                else:
-                    n, pos = _varint(buf, pos + 1, b)
-                end = pos + n
-                if end > b:
-                    raise _Decline
-                field = key >> 3
-                if field == N_INPUT:
-                    inputs.append(buf[pos:end].decode())
-                elif field == N_OUTPUT:
-                    outputs.append(buf[pos:end].decode())
-                elif field == N_ATTRIBUTE:
-                    attrs.append((pos, end))
-                elif field == N_METADATA_PROPS:
-                    props.append((pos, end))
-                elif field in _NODE_TEXTS and field not in texts:
-                    texts[field] = buf[pos:end].decode()
-                else:
-                    raise _Decline
-                pos = end
-        except UnicodeDecodeError:
-            raise _Decline from None
+        key = self.buf[a:b] if b - a <= MEMO_MAX_NODE_BYTES else None
+        fields = _NODES.get(key) if key is not None else None
+        if fields is None:
+            fields = self.node_fields(a, b)
+            if key is not None:
+                if len(_NODES) >= MEMO_MAX_ENTRIES:
+                    _NODES.clear()
+                _NODES[key] = fields
+        inputs, outputs, texts, attrs, props = fields
+        if attrs:
+            attrs = [(a + start, a + end) for start, end in attrs]
+        if props:
+            props = [(a + start, a + end) for start, end in props]
         get = scope.get
         values = [get(n) if n else None for n in inputs]
         if None in values and any(n and v is None for n, v in zip(inputs, values)):
@@ -639,6 +636,44 @@ class _Model:
         if attrs:
             node.attributes = {attr.name: attr for attr in map(self.attribute, *zip(*attrs))}
         return node
+
+    def node_fields(self, a: int, b: int) -> tuple:
+        """(input names, output names, {field: text}, attribute and metadata spans from
+        ``a``) of a NodeProto: a function of its bytes (_NODES)."""
+        buf = self.buf
+        inputs, outputs, attrs, props = [], [], [], []
+        texts = {}
+        pos = a
+        try:
+            while pos < b:  # (its fields, read here: the loop is a model's biggest cost)
+                key = buf[pos]
+                if key & 7 != _LEN or key >= 0x80:  # (every node field: LEN, number < 16)
+                    raise _Decline
+                n = buf[pos + 1] if pos + 1 < b else 0x80
+                if n < 0x80:
+                    pos += 2
+                else:
+                    n, pos = _varint(buf, pos + 1, b)
+                end = pos + n
+                if end > b:
+                    raise _Decline
+                field = key >> 3
+                if field == N_INPUT:
+                    inputs.append(buf[pos:end].decode())
+                elif field == N_OUTPUT:
+                    outputs.append(buf[pos:end].decode())
+                elif field == N_ATTRIBUTE:
+                    attrs.append((pos - a, end - a))
+                elif field == N_METADATA_PROPS:
+                    props.append((pos - a, end - a))
+                elif field in _NODE_TEXTS and field not in texts:
+                    texts[field] = buf[pos:end].decode()
+                else:
+                    raise _Decline
+                pos = end
+        except UnicodeDecodeError:
+            raise _Decline from None
+        return tuple(inputs), tuple(outputs), texts, tuple(attrs), tuple(props)
 
     def node_texts(self, node: Node, texts: dict, props: list) -> None:
         """A node's doc_string, and its extras: strings written empty, metadata."""
