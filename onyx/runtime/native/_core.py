@@ -11,6 +11,7 @@ checked and bound when a kernel first asks for it (native/__init__.py's table).
 
 from __future__ import annotations
 
+import _ctypes
 import contextvars
 import ctypes
 import functools
@@ -403,8 +404,22 @@ def address(fn) -> int | None:
 
 
 def range_of(library, name: str) -> int:
-    """lib.onyx_<name>_range's address: a kernel's part of a pool job."""
-    return address(getattr(library, f"onyx_{name}_range"))
+    """lib.onyx_<name>_range's address: a kernel's part of a pool job. Looked up with dlsym
+    where the platform has it (ctypes' attribute made a function object, then cast it: ten
+    times the time, a family's import binding several); AttributeError, as ctypes', where the
+    library has no such entry point."""
+    symbol = f"onyx_{name}_range"
+    handle = getattr(library, "_handle", None)
+    if _dlsym is None or handle is None:  # (no dlsym here, or a test's stand-in library)
+        return address(getattr(library, symbol))
+    try:
+        return _dlsym(handle, symbol)
+    except OSError as e:  # (a library built from older sources: the families' binds catch it)
+        raise AttributeError(str(e)) from None
+
+
+#: _ctypes' dlsym (POSIX), or None.
+_dlsym = getattr(_ctypes, "dlsym", None)
 
 
 #: A product of fewer multiply-adds runs on one thread: it takes the kernel a few microseconds,
