@@ -83,12 +83,17 @@ def test_a_float_cnn_imports_only_the_native_families_it_runs():
         "print(before, sorted(m.rsplit('.', 1)[1] for m in sys.modules\n"
         "    if m.startswith('onyx.runtime.native.') and m.rsplit('.', 1)[1] in\n"
         "    ('gemm_i8', 'trees', 'attention', 'nbits', 'rnn', 'convtranspose', 'resize',\n"
-        "     'nhwc', 'conv_f32', 'depthwise', 'gemv', 'winograd')))\n"
+        "     'nhwc', 'conv_f32', 'depthwise', 'gemv', 'winograd', 'norms')),\n"
+        "    not native.available() or 'onyx.runtime.native.rows' in sys.modules,\n"
+        "    [m for m, v in sys.modules.items() if m.startswith('onyx.runtime.native.')\n"
+        "     and hasattr(v, 'layer_norm_f32')])\n"
     )
     # (its convs run on small_cnn, its Gemm on numpy: the implicit GEMM's family is asked for
     # after theirs; the GEMV's, the small conv's and Winograd's limits live in _core: its 3x3
-    # convs of 3 and 8 channels are too small for Winograd, asked first)
-    assert _fresh(code) == "['onyx.runtime.native._core'] []"
+    # convs of 3 and 8 channels are too small for Winograd, asked first; its global average
+    # pooling and softmax run on rows, without the normalizations, norms: no module of the
+    # layer norm's is loaded)
+    assert _fresh(code) == "['onyx.runtime.native._core'] [] True []"
 
 
 def test_a_family_imported_late_is_bound_to_the_library():
