@@ -144,20 +144,28 @@ def abi(c_name: str):
     return register
 
 
-class _AbiRow(ctypes.Structure):  # abi.c's abi_row
-    _fields_ = [
-        ("structure", ctypes.c_char_p),
-        ("field", ctypes.c_char_p),
-        ("offset", ctypes.c_int64),
-        ("size", ctypes.c_int64),
-    ]
+@functools.cache
+def _abi_row() -> type:
+    """abi.c's abi_row as a ctypes struct, made at its first use: only a library whose structs
+    disagree with the ctypes copies (or one built before onyx_abi_agrees) has its rows read,
+    and making the class cost every process's import of the package a tenth of a millisecond."""
+
+    class _AbiRow(ctypes.Structure):
+        _fields_ = [
+            ("structure", ctypes.c_char_p),
+            ("field", ctypes.c_char_p),
+            ("offset", ctypes.c_int64),
+            ("size", ctypes.c_int64),
+        ]
+
+    return ctypes.POINTER(_AbiRow)
 
 
 @functools.lru_cache(maxsize=1)
 def _abi_table(library) -> dict[str, dict[str, tuple[int, int]]]:
     """abi.c's table: struct -> field ("" for the struct itself) -> (offset, size); read once
     per library (each family's check asks for it)."""
-    library.onyx_abi.restype = ctypes.POINTER(_AbiRow)
+    library.onyx_abi.restype = _abi_row()
     rows = library.onyx_abi()
     table: dict[str, dict[str, tuple[int, int]]] = {}
     i = 0
@@ -179,7 +187,7 @@ def _abi_struct(library, c_name: str) -> dict[str, tuple[int, int]] | None:
     except AttributeError:
         return _abi_table(library).get(c_name)
     if find.argtypes is None:  # (its prototype set at its first use)
-        find.restype, find.argtypes = ctypes.POINTER(_AbiRow), [ctypes.c_char_p]
+        find.restype, find.argtypes = _abi_row(), [ctypes.c_char_p]
     rows = find(c_name.encode())
     if not rows:
         return None
