@@ -864,7 +864,7 @@ def test_dynamic_quantize_linear_quantizes_natively_to_the_same_bytes(case, monk
 @needs_native
 @pytest.mark.parametrize("shape, groups", [((1, 4, 131), 0), ((2, 6, 5, 7), 3), ((3, 8, 1, 1), 0)])
 def test_instance_and_group_norm_rows_match_float64(shape, groups, monkeypatch):
-    """The native rows of InstanceNormalization / GroupNormalization (rows.c, sums in double)
+    """The native rows of InstanceNormalization / GroupNormalization (norms.c, sums in double)
     against float64 and against the numpy rows: within float32 rounding."""
     from onyx.runtime.kernels import normalization
 
