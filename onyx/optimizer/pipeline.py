@@ -259,7 +259,7 @@ BASIC_PASSES: tuple[DeferredPass, ...] = tuple(
         ("trees:tree_sum_fusion", "TreeSumFusion", BASIC),
         ("fold:constant_folding", "ConstantFolding", BASIC),
         ("fold:shape_folding", "ShapeFolding", BASIC),
-        ("fold:qdq_data_movement", "QDQDataMovement", BASIC),
+        ("qdq_movement:qdq_data_movement", "QDQDataMovement", BASIC),
         ("cleanup:eliminate_identity", "EliminateIdentity", BASIC),
         ("cleanup:eliminate_dropout", "EliminateDropout", BASIC),
         ("cleanup:eliminate_noops", "NoopElimination", BASIC),
