@@ -160,7 +160,8 @@ def test_a_table_made_for_another_file_is_not_read(monkeypatch, tmp_path):
     """A schemas.bin not made for schemas.json as it is (its size), of another format, or
     missing sends the reader to the JSON's own lines, with the same schemas."""
     want = defs.get_schema("Conv", 11)
-    good = defs._TABLE.read_bytes()  # noqa: SLF001
+    with open(defs._TABLE, "rb") as f:  # noqa: SLF001
+        good = f.read()
     first, rest = good.split(b"\n", 1)
     magic, size, head = first.split()
     for name, data in (
@@ -172,7 +173,7 @@ def test_a_table_made_for_another_file_is_not_read(monkeypatch, tmp_path):
         path = tmp_path / name
         if data is not None:
             path.write_bytes(data)
-        monkeypatch.setattr(defs, "_TABLE", path)
+        monkeypatch.setattr(defs, "_TABLE", str(path))
         for cached in (defs._table_head, defs._raw_versions, defs._lookup, defs._max_opsets):  # noqa: SLF001
             cached.cache_clear()
         assert defs._table_head() is None, name  # noqa: SLF001

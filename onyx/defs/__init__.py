@@ -14,7 +14,6 @@ from __future__ import annotations
 import functools
 import marshal
 import os
-import pathlib
 from dataclasses import field
 from typing import Any
 
@@ -34,9 +33,10 @@ __all__ = [
     "schemas",
 ]
 
-_DATA = pathlib.Path(__file__).with_name("schemas.json")
+# (paths as strings: a first pathlib.Path and its with_name cost a cold start ~40 us)
+_DATA = os.path.join(os.path.dirname(__file__), "schemas.json")
 #: The data as a session reads it (scripts/gen_schemas.py writes it with the JSON).
-_TABLE = _DATA.with_name("schemas.bin")
+_TABLE = os.path.join(os.path.dirname(__file__), "schemas.bin")
 _DIFF = {0: "unknown", 1: "differentiable", 2: "non_differentiable"}
 _NONE: dict = {}  # (a default that is copied, never used)
 
@@ -319,10 +319,11 @@ def _data() -> bytes:
     """The data file: a JSON header line (each domain's opset range), then a line per operator,
     ``domain<TAB>op<TAB>`` and the JSON of its versions. Read (whole) only for every operator
     (``schemas()``) or where ``schemas.bin`` is not made for it: a session reads the table."""
-    return _DATA.read_bytes()
+    with open(_DATA, "rb") as f:
+        return f.read()
 
 
-def _read(start: int, end: int, path: pathlib.Path = _DATA) -> bytes:
+def _read(start: int, end: int, path: str = _DATA) -> bytes:
     """Bytes ``start:end`` of a data file: read alone, unless the whole JSON was read."""
     if path is _DATA and _data.cache_info().currsize:
         return _data()[start:end]
@@ -347,7 +348,7 @@ def _table_head() -> bytes | None:
     parsed to build one, were a millisecond of a small model's creation."""
     try:
         first = _read(0, 64, _TABLE).split(b"\n", 1)[0].split()
-        if len(first) != 3 or first[0] != b"onyxdefs1" or int(first[1]) != _DATA.stat().st_size:
+        if len(first) != 3 or first[0] != b"onyxdefs1" or int(first[1]) != os.stat(_DATA).st_size:
             return None
         head = _read(0, int(first[2]), _TABLE)
     except (OSError, ValueError):
