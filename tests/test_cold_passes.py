@@ -23,6 +23,7 @@ SPLIT_OFF = (
     "onyx.inference.select",
     "onyx.inference.spatial",
     "onyx.inference.signal",
+    "onyx.checker_rare",
     "_json",
 )
 
@@ -119,3 +120,25 @@ def test_a_quantized_model_runs_the_split_qdq_movement():
     (y,) = onyx.InferenceSession(data).run(None, {"x": x})
     q = np.clip(np.rint(x / np.float32(0.05)) + 128, 0, 255)
     np.testing.assert_array_equal(y, ((q - 128) * np.float32(0.05)).reshape(3, 4))
+
+
+def test_the_rare_checks_are_made_in_their_module():
+    """A local function's rules (checker_rare.py) still report: a function without a domain,
+    and a call of it with more inputs than it takes."""
+    body = helper.make_graph(
+        [helper.make_node("Relu", ["a"], ["b"])],
+        "f",
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("b", TensorProto.FLOAT, [2])],
+    )
+    f = helper.make_function("", "MyRelu", ["a"], ["b"], body.node, [helper.make_opsetid("", 17)])
+    g = helper.make_graph(
+        [helper.make_node("MyRelu", ["x", "x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    m = helper.make_model(g, functions=[f], opset_imports=[helper.make_opsetid("", 17)])
+    found = onyx.checker.problems(onyx.loads(m.SerializeToString()))
+    assert {"function", "input-count"} <= {p.rule for p in found}
+    assert "onyx.checker_rare" in sys.modules
