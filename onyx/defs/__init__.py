@@ -323,19 +323,21 @@ def _data() -> bytes:
         return f.read()
 
 
-def _read(start: int, end: int, path: str = _DATA) -> bytes:
-    """Bytes ``start:end`` of a data file: read alone, unless the whole JSON was read."""
-    if path is _DATA and _data.cache_info().currsize:
-        return _data()[start:end]
+def _read(start: int, end: int) -> bytes:
+    """Bytes ``start:end`` of the table (schemas.bin)."""
     if not hasattr(os, "pread"):  # (Windows)
-        with open(path, "rb") as f:
+        with open(_TABLE, "rb") as f:
             f.seek(start)
             return f.read(end - start)
-    fd = os.open(path, os.O_RDONLY)  # (a few microseconds, a file object's tenfold)
-    try:
-        return os.pread(fd, end - start, start)
-    finally:
-        os.close(fd)
+    return os.pread(_descriptor(_TABLE), end - start, start)
+
+
+@functools.cache
+def _descriptor(path: str) -> int:
+    """A descriptor of the file ``path``, opened at its first read and held for the process
+    (not inherited by a child it starts): a session reads the table's head and a blob per
+    operator, and opening and closing the file for each was most of a read's cost."""
+    return os.open(path, os.O_RDONLY)
 
 
 @functools.cache
@@ -347,10 +349,10 @@ def _table_head() -> bytes | None:
     JSON's scanner (the _json extension's import) and its lines, every version of an operator
     parsed to build one, were a millisecond of a small model's creation."""
     try:
-        first = _read(0, 64, _TABLE).split(b"\n", 1)[0].split()
+        first = _read(0, 64).split(b"\n", 1)[0].split()
         if len(first) != 3 or first[0] != b"onyxdefs1" or int(first[1]) != os.stat(_DATA).st_size:
             return None
-        head = _read(0, int(first[2]), _TABLE)
+        head = _read(0, int(first[2]))
     except (OSError, ValueError):
         return None
     return head if len(head) == int(first[2]) and head.endswith(b"\n") else None
@@ -377,7 +379,7 @@ def _table_entries(op: str, domain: str) -> list[tuple[int, int, int]] | None:
 
 def _table_version(offset: int, length: int) -> dict:
     """One operator version's dict (what the JSON holds for it), read from the table."""
-    return marshal.loads(_read(offset, offset + length, _TABLE))
+    return marshal.loads(_read(offset, offset + length))
 
 
 @functools.cache
