@@ -245,8 +245,7 @@ def _scheduled(where: str, name: str, level: int) -> DeferredPass:
     package, marked with that name and level: tests/test_optimizer.py checks), imported when
     it first runs: a model holding none of a fusion's trigger ops, or failing its gate, never
     imports its module."""
-    groups = TRIGGERS.get(name, ())
-    triggers = tuple(frozenset(ops) for ops in groups)
+    triggers = tuple(map(frozenset, TRIGGERS.get(name, ())))
     return DeferredPass(name, level, where, triggers, GATES.get(name))
 
 
