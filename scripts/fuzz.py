@@ -59,7 +59,7 @@ def write_failure_check(cases: int) -> list[str]:
     import numpy as np
 
     import onyx
-    from onyx.serde import model_io
+    from onyx.serde import saving
 
     rng = harness.random.Random(0)
     violations = raised = 0
@@ -77,7 +77,7 @@ def write_failure_check(cases: int) -> list[str]:
                 if arr.dtype == np.float32 and arr.size:
                     v.const_value = onyx.ir.Tensor(np.full_like(arr, float(i + 1)), name=v.name)
             fail_at, calls = rng.randint(1, 5), {"n": 0}  # writes, then renames; 5: none
-            real_write, real_replace = model_io.write_chunks, model_io.os.replace
+            real_write, real_replace = saving.write_chunks, saving.os.replace
 
             def write(out, chunks, fail_at=fail_at, calls=calls, real=real_write):
                 calls["n"] += 1
@@ -91,14 +91,14 @@ def write_failure_check(cases: int) -> list[str]:
                     raise OSError(errno.EIO, "I/O error")
                 real(a, b)
 
-            model_io.write_chunks, model_io.os.replace = write, replace
+            saving.write_chunks, saving.os.replace = write, replace
             try:
                 onyx.save(model, path, external_data=True, size_threshold=0)
                 current = float(i + 1)
             except onyx.SaveError:
                 raised += 1
             finally:
-                model_io.write_chunks, model_io.os.replace = real_write, real_replace
+                saving.write_chunks, saving.os.replace = real_write, real_replace
             values = {float(v.const_value.numpy().flat[0]) for v in onyx.load(path).graph.initializers.values()
                       if v.const_value.numpy().dtype == np.float32 and v.const_value.numpy().size}  # fmt: skip
             violations += values != {current} and current != 0.0

@@ -11,7 +11,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onyx
-from onyx.serde import model_io
+from onyx.serde import saving
 
 
 def weights_model(value: float) -> onyx.ir.Model:
@@ -35,7 +35,7 @@ def weight_of(path) -> float:
 def fail_on_write(monkeypatch, n: int, code: int = errno.ENOSPC) -> None:
     """The n-th file written (1-based) fails as a full disk would."""
     calls = {"count": 0}
-    real = model_io.write_chunks
+    real = saving.write_chunks
 
     def failing(out, chunks):
         calls["count"] += 1
@@ -43,7 +43,7 @@ def fail_on_write(monkeypatch, n: int, code: int = errno.ENOSPC) -> None:
             raise OSError(code, os.strerror(code))
         real(out, chunks)
 
-    monkeypatch.setattr(model_io, "write_chunks", failing)
+    monkeypatch.setattr(saving, "write_chunks", failing)
 
 
 def test_resave_replaces_the_pair_and_removes_the_old_data(tmp_path):
@@ -83,7 +83,7 @@ def test_a_failed_rename_keeps_the_old_pair(tmp_path, monkeypatch):
             raise OSError(errno.EIO, "I/O error")
         real(src, dst)
 
-    monkeypatch.setattr(model_io.os, "replace", replace)
+    monkeypatch.setattr(saving.os, "replace", replace)
     with pytest.raises(onyx.SaveError, match="m.onnx"):
         onyx.save(weights_model(2.0), path, external_data=True)
     monkeypatch.undo()

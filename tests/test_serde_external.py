@@ -13,7 +13,7 @@ from onnx import TensorProto, external_data_helper, helper, numpy_helper
 
 import onyx
 from onyx.errors import FormatError
-from onyx.serde import model_io
+from onyx.serde import model_io, saving
 
 
 def _model(n: int = 3, size: int = 4096, dtype=np.float32) -> onnx.ModelProto:
@@ -189,7 +189,7 @@ def test_atomic_write_leaves_no_half_file(tmp_path, monkeypatch):
         yield b"partial"
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr(model_io, "_serialize", lambda *a, **k: boom())
+    monkeypatch.setattr(saving, "_serialize", lambda *a, **k: boom())
     with pytest.raises(RuntimeError):
         onyx.save(model, path)
     assert path.read_bytes() == b"old"
@@ -210,8 +210,8 @@ def test_big_tensors_are_streamed_and_split(tmp_path, monkeypatch):
     assert isinstance(src.initializers[0].raw_bytes(), memoryview)  # a view of the mapped file
     assert isinstance(src.initializers[0].raw_bytes().obj, mmap.mmap)
     assert model.graph is not None  # convert, so saving goes through the piecewise writer
-    sink = model_io.ExternalSink(None, None, 0, None)
-    chunks = model_io._serialize(model, sink, False)  # noqa: SLF001 (serde white-box)
+    sink = saving.ExternalSink(None, None, 0, None)
+    chunks = saving._serialize(model, sink, False)  # noqa: SLF001 (serde white-box)
     big = [c for c in chunks if isinstance(c, memoryview) and len(c) >= 4096 * 4]
     assert len(big) == 3  # the tensors' bytes go out as views, never copied into a message
     assert onnx.ModelProto.FromString(b"".join(chunks)) == m

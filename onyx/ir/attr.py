@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import enum
 from dataclasses import field
 from typing import Any
 
-from .frozen import DataValue, lazy_fields
+from .frozen import DataValue, IntEnumBody, int_enum, lazy_fields
 
 
-class AttrType(enum.IntEnum):
+@int_enum  # (an enum.IntEnum, made in half the time: frozen.int_enum)
+class AttrType(IntEnumBody):
     """AttributeProto.AttributeType values."""
 
     UNDEFINED = 0

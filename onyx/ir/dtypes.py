@@ -6,16 +6,18 @@ the packed wire form (sub-byte types pack several elements per byte).
 
 from __future__ import annotations
 
-import enum
 import sys
 from collections.abc import Callable
 
 import numpy as np
 
-from .frozen import FrozenValue, lazy_fields
+from .frozen import FrozenValue, IntEnumBody, int_enum, lazy_fields
 
 
-class DataType(enum.IntEnum):
+@int_enum  # (an enum.IntEnum, made in half the time: frozen.int_enum)
+class DataType(IntEnumBody):
+    """ONNX element types (TensorProto.DataType values)."""
+
     UNDEFINED = 0
     FLOAT = 1
     UINT8 = 2

@@ -1,9 +1,12 @@
-"""FrozenValue: the methods @dataclass(frozen=True) gives a class, written once."""
+"""FrozenValue: the methods @dataclass(frozen=True) gives a class, written once; int_enum: an
+enum.IntEnum made without the class statement's member-by-member machinery."""
 
 from __future__ import annotations
 
 import _thread
+import enum
 from dataclasses import FrozenInstanceError, dataclass
+from typing import TYPE_CHECKING, TypeVar
 
 
 class FrozenValue:
@@ -110,3 +113,51 @@ class _PendingFields:
             if owner.__dict__.get("__dataclass_fields__") is self:
                 dataclass(init=False, repr=False, eq=False)(owner)
         return owner.__dict__["__dataclass_fields__"]
+
+
+_C = TypeVar("_C", bound=type)
+
+if TYPE_CHECKING:  # (what an int_enum class is, for type checkers and IDEs)
+    IntEnumBody = enum.IntEnum
+else:
+
+    class IntEnumBody:
+        """The base an ``int_enum`` class is written with: at run time a plain class (the
+        decorator makes the enum), for type checkers ``enum.IntEnum``."""
+
+        __slots__ = ()
+
+
+def int_enum(cls: _C) -> _C:
+    """``cls``, a plain class of int constants (``class Name(IntEnumBody)``), as the
+    ``enum.IntEnum`` that ``class Name(enum.IntEnum)`` with the same body makes: same name,
+    module, docstring, members, order, and members held in the class's dict
+    (tests/test_cold_import.py holds each such enum to the class statement's).
+
+    Why: the class statement runs EnumType's general machinery member by member (0.3 ms for
+    DataType's 29 members); ``enum._simple_enum``, what the standard library builds its own
+    enums with (http.HTTPStatus, re.RegexFlag...) for the same reason, makes the same class in
+    under half of that, and a session's cold start makes five of these enums. Where it is
+    missing (Python 3.10, or should a later Python drop it) the functional API makes it."""
+    simple = getattr(enum, "_simple_enum", None)
+    if simple is not None:
+        made = simple(enum.IntEnum)(cls)
+        _members_in_class_dict(made)
+    else:
+        members = [(k, v) for k, v in vars(cls).items() if not k.startswith("_")]
+        made = enum.IntEnum(cls.__name__, members, module=cls.__module__, qualname=cls.__qualname__)
+    # (both give an undocumented enum "An enumeration.", a class statement None)
+    made.__doc__ = cls.__doc__
+    return made
+
+
+def _members_in_class_dict(made: type) -> None:
+    """Store each member in the class's dict, as the class statement does (a member whose name
+    no base class defines): ``_simple_enum`` (Python 3.11) leaves an ``enum.property`` there
+    that looks the member up, and reading ``DataType.FLOAT`` (every pass and kernel does,
+    again and again) then cost five times what a dict lookup does."""
+    for name, member in made._member_map_.items():
+        held = made.__dict__.get(name)
+        if held is member or any(name in base.__dict__ for base in made.__mro__[1:]):
+            continue
+        type.__setattr__(made, name, member)  # (EnumType.__setattr__ refuses members)

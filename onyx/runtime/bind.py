@@ -9,12 +9,11 @@ optimization time and call them with :meth:`Step.call`.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from .. import ir
 from ..errors import NotImplementedOp, OnyxError
-from ..ir.frozen import DataValue
+from ..ir.frozen import DataValue, lazy_fields
 from .registry import Kernel, lookup
 from .values import attr_value
 
@@ -25,8 +24,9 @@ def node_label(node: ir.Node) -> str:
     return f"node {node.name!r} ({dom}{node.op_type})" if node.name else f"{dom}{node.op_type} node"
 
 
-# (repr=False, init=False: what @dataclass would compile at every import, written here)
-@dataclass(init=False, repr=False, eq=False)
+# (repr=False, init=False: what @dataclass would compile at every import, written here; its
+# fields made when first asked for: ir/frozen.lazy_fields)
+@lazy_fields
 class Step:
     """A node bound to what runs it. The slot fields are the plan's (empty outside a plan)."""
 

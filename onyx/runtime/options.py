@@ -13,11 +13,12 @@ default set by :func:`set_default_logger_severity`, 2 unless changed) drives the
 
 from __future__ import annotations
 
-import enum
 import sys
 import warnings
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import MISSING, Field, field, fields
 from typing import Any
+
+from ..ir.frozen import IntEnumBody, int_enum, lazy_fields
 
 # ``logging`` is imported when something is logged, not at import: a session that logs nothing
 # (the default severity) never needs it, and it costs a few ms of a cold start. The "onyx"
@@ -39,7 +40,9 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-class GraphOptimizationLevel(enum.IntEnum):
+# (enum.IntEnums, made in half the time: ir/frozen.int_enum)
+@int_enum
+class GraphOptimizationLevel(IntEnumBody):
     """onnxruntime's levels, same names and values."""
 
     ORT_DISABLE_ALL = 0
@@ -49,12 +52,18 @@ class GraphOptimizationLevel(enum.IntEnum):
     ORT_ENABLE_ALL = 99
 
 
-class ExecutionMode(enum.IntEnum):
+@int_enum
+class ExecutionMode(IntEnumBody):
+    """onnxruntime's execution modes, same names and values."""
+
     ORT_SEQUENTIAL = 0
     ORT_PARALLEL = 1
 
 
-class ExecutionOrder(enum.IntEnum):
+@int_enum
+class ExecutionOrder(IntEnumBody):
+    """onnxruntime's execution orders, same names and values."""
+
     DEFAULT = 0
     PRIORITY_BASED = 1
     MEMORY_EFFICIENT = 2
@@ -179,34 +188,47 @@ _IGNORED_METHODS = {
 }
 
 
-_DEFAULTS: dict[type, tuple] = {}
+def _declared(cls: type) -> tuple:
+    """(name, default, default factory or None) of each field ``cls`` declares, in order, read
+    off its body (every field has a default: a value or a ``field(...)``): what
+    ``dataclasses.fields`` gives of these classes, without making the dataclass fields (they are
+    made when first asked for: ir/frozen.lazy_fields)."""
+    declared = []
+    for name in cls.__annotations__:
+        value = cls.__dict__[name]
+        if isinstance(value, Field):
+            factory = None if value.default_factory is MISSING else value.default_factory
+            declared.append((name, value.default, factory))
+        else:
+            declared.append((name, value, None))
+    return tuple(declared)
 
 
-def _defaults(cls: type) -> tuple:
-    """(name, default, default factory or None) of each of ``cls``'s fields, found once."""
-    found = _DEFAULTS.get(cls)
-    if found is None:
-        found = _DEFAULTS[cls] = tuple(
-            (f.name, f.default, None if f.default_factory is MISSING else f.default_factory)
-            for f in fields(cls)
-        )
-    return found
+def _option_fields(cls: type) -> type:
+    """``lazy_fields``, and the table of the fields ``_Warns.__init__`` sets (a subclass
+    that is not a dataclass of its own inherits it, as it would inherit the dataclass fields)."""
+    cls._fields_declared = _declared(cls)
+    return lazy_fields(cls)
 
 
 class _Warns:
     """Warn when a field onyx ignores is given a value that asks for something.
 
     Also the ``__init__``, ``__repr__`` and ``__eq__`` that ``@dataclass`` would give its
-    subclasses (declared ``@dataclass(init=False, repr=False, eq=False)``), written once:
-    ``@dataclass`` compiles each class's methods from source when it is defined, which every
-    cold start paid. The fields stay dataclass fields (``dataclasses.fields``, ``replace``)."""
+    subclasses (declared ``@_option_fields``: ``@dataclass(init=False, repr=False, eq=False)``
+    applied when their fields are first asked for), written once: ``@dataclass`` compiles each
+    class's methods from source when it is defined, which every cold start paid, and reads each
+    field's annotation, which ``SessionOptions()`` needs none of. The fields stay dataclass
+    fields (``dataclasses.fields``, ``replace``); tests/test_cold_import.py holds each class's
+    ``_fields_declared`` to them."""
 
     _ignored: dict[str, tuple[Any, str]] = {}
+    _fields_declared: tuple = ()  # (set by @_option_fields)
     __hash__ = None  # (mutable and compared by value, as @dataclass(eq=True) leaves it)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         cls = type(self).__name__
-        defaults = _defaults(type(self))
+        defaults = self._fields_declared
         if len(args) > len(defaults):
             raise TypeError(
                 f"{cls}.__init__() takes {len(defaults) + 1} positional arguments but "
@@ -246,7 +268,7 @@ class _Warns:
         return tuple([getattr(self, f.name) for f in fields(self) if f.compare])
 
 
-@dataclass(init=False, repr=False, eq=False)
+@_option_fields
 class SessionOptions(_Warns):
     """onnxruntime's SessionOptions: same fields, defaults and methods."""
 
@@ -354,7 +376,7 @@ _HONORED_SESSION_CONFIG = frozenset(
 )
 
 
-@dataclass(init=False, repr=False, eq=False)
+@_option_fields
 class RunOptions(_Warns):
     """onnxruntime's RunOptions. ``terminate = True`` (from another thread, or before the
     run) stops a run between two nodes with a RuntimeFailure."""

@@ -6,7 +6,6 @@ import contextlib
 import os
 import sys
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -14,7 +13,7 @@ import numpy as np
 from .. import ir
 from ..errors import InvalidArgument, RuntimeFailure
 from ..ir.dtypes import DataType, to_numpy, type_name
-from ..ir.frozen import FrozenValue
+from ..ir.frozen import FrozenValue, lazy_fields
 from ..serde import as_model
 from ..utils import gc_paused, import_settled, settle_long_lived
 from . import concurrency, memory, native
@@ -40,8 +39,9 @@ MAX_CHECKED_SIGNATURES = 1024
 MAX_CHECKS_PER_RANKS = 2
 
 
-# (frozen values without dataclass's methods compiled at import: ir/frozen.py)
-@dataclass(init=False, repr=False, eq=False)
+# (frozen values without dataclass's methods compiled at import, and their fields made when
+# first asked for: ir/frozen.py)
+@lazy_fields
 class NodeArg(FrozenValue):
     """An input or output as onnxruntime describes it."""
 
@@ -56,7 +56,7 @@ class NodeArg(FrozenValue):
         return f"NodeArg(name={self.name!r}, type={self.type!r}, shape={self.shape})"
 
 
-@dataclass(init=False, repr=False, eq=False)
+@lazy_fields
 class ModelMetadata(FrozenValue):
     """The model's metadata as onnxruntime gives it."""
 

@@ -27,7 +27,6 @@ from ..ir.types import (
     TensorType,
 )
 from ..proto import AttributeProto, NodeProto
-from . import repeated
 from .fields import set_fields, written_empty
 from .tensors import plain_raw_tensor, plain_typed_tensor, tensor_from_proto
 
@@ -62,6 +61,10 @@ _ATTR_BASE = frozenset({"name", "ref_attr_name", "doc_string", "type"})
 _FLOATS_FIELD = AttributeProto.DESCRIPTOR.fields_by_name["floats"].number
 _INTS_FIELD = AttributeProto.DESCRIPTOR.fields_by_name["ints"].number
 _INTS = A.INTS
+#: Lists of at least this many elements are read by serde/repeated.py, imported then: a model
+#: without such a list (a scikit-learn model's thresholds, support vectors) never loads it.
+#: repeated.MIN_ELEMENTS, which tests/test_cold_import.py holds equal to it.
+LONG_LIST = 512
 
 
 def _long_floats(a, values):
@@ -69,16 +72,20 @@ def _long_floats(a, values):
     (None: a short one, or a layout left to the element-by-element conversion;
     serde/repeated.py). The Attr keeps the array (Attr.of_array): a list is made only if
     someone reads ``value``."""
-    if len(values) < repeated.MIN_ELEMENTS:
+    if len(values) < LONG_LIST:
         return None
+    from . import repeated  # (long lists only: LONG_LIST)
+
     return repeated.float_array(a, _FLOATS_FIELD, len(values))
 
 
 def _long_ints(a, values):
     """A long INTS attribute's elements as a read-only int64 array decoded from its wire bytes
     (None: a short one, or a layout left to the message's conversion; serde/repeated.py)."""
-    if len(values) < repeated.MIN_ELEMENTS:
+    if len(values) < LONG_LIST:
         return None
+    from . import repeated  # (long lists only: LONG_LIST)
+
     return repeated.int_array(a, _INTS_FIELD, len(values))
 
 
@@ -86,7 +93,7 @@ def _long_strings(values):
     """A long STRINGS attribute's elements as an object array of their bytes, not decoded
     (None: a short one). A tree ensemble's 10**4 node modes took five times as long to decode
     as to slice, and its kernel reads the bytes (Attr.of_array: decoded if ``value`` is read)."""
-    if len(values) < repeated.MIN_ELEMENTS:
+    if len(values) < LONG_LIST:
         return None
     array = np.array(values[:], dtype=object)
     array.flags.writeable = False

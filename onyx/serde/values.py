@@ -99,7 +99,7 @@ def save_tensor(value, f=None, name: str | None = None, kind: str | None = None)
     if hasattr(f, "write"):
         f.write(data)
     else:
-        from .model_io import _atomic_write
+        from .saving import _atomic_write
 
         _atomic_write(os.path.abspath(os.fspath(f)), [data])
     return None
