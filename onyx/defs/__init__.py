@@ -1,8 +1,9 @@
 """Operator schemas: every operator of every standard domain with its full version history.
 
-The data (``schemas.json``, one line of JSON per operator) is generated at dev time by
-``scripts/gen_schemas.py`` and read lazily on first use; an operator's line is parsed and its
-schemas built when it is first asked for, and cached.
+The data (``schemas.json``, one line of JSON per operator, and ``schemas.bin``, the same data
+as a marshal blob per operator version, the form a session reads) is generated at dev time by
+``scripts/gen_schemas.py`` and read lazily on first use; an operator version is decoded and
+its schema built when it is first asked for, and cached.
 
     from onyx.defs import get_schema
     s = get_schema("Softmax", 13)          # the version in force at opset 13
