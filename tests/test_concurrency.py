@@ -670,9 +670,7 @@ def _hand_over_to_a_waiter(monkeypatch, waiter_core: int) -> list:
     and 1): the affinity calls made (thread, cores; 0 the calling thread)."""
     monkeypatch.setattr(turns, "_turns", turns._Turn())  # noqa: SLF001
     main, calls = threading.get_ident(), []
-    monkeypatch.setattr(
-        turns, "_core", lambda: 1 if threading.get_ident() == main else waiter_core
-    )
+    monkeypatch.setattr(turns, "_core", lambda: 1 if threading.get_ident() == main else waiter_core)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
     monkeypatch.setattr(
         os, "sched_setaffinity", lambda pid, cores: calls.append((pid, set(cores))), raising=False
@@ -797,9 +795,7 @@ def test_the_next_waiter_is_nudged_only_when_it_would_look_late(
     turn.deadline = turns._now() + left  # noqa: SLF001
     first, second = (turns._Waiter(k) for k in (1, 2))  # noqa: SLF001
     # (queued second: its look counted on the holder's and the first waiter's whole slices)
-    second.looks_at = (
-        turn.deadline + turns.SLICE_SECONDS + 2 * turns.LATE_SECONDS + looks_after
-    )
+    second.looks_at = turn.deadline + turns.SLICE_SECONDS + 2 * turns.LATE_SECONDS + looks_after
     turn.queue.extend([first, second])
     turn._hand_over()  # noqa: SLF001
     assert turn.owner == 1 and not first.bell.locked()
