@@ -1058,3 +1058,25 @@ def test_turn_machinery_loaded_on_first_contention():
         [sys.executable, "-c", _TURNS_LOADED], capture_output=True, text=True, check=True
     ).stdout.split("\n")
     assert out[:2] == ["alone False", "threads True"], out
+
+
+def test_a_process_without_threads_does_not_read_context_switches():
+    """The switches' reader (``resource``, for the tiny runs' ``Pace.switched``) is found at
+    its first call, so a session created and run alone does not import it."""
+    code = (
+        "import sys, numpy as np, onyx\n"
+        "from onnx import TensorProto, helper\n"
+        "g = helper.make_graph([helper.make_node('Relu', ['x'], ['y'])], 'g',"
+        " [helper.make_tensor_value_info('x', TensorProto.FLOAT, [2, 3])],"
+        " [helper.make_tensor_value_info('y', TensorProto.FLOAT, [2, 3])])\n"
+        "m = helper.make_model(g, opset_imports=[helper.make_opsetid('', 17)], ir_version=8)\n"
+        "s = onyx.InferenceSession(m.SerializeToString())\n"
+        "[s.run(None, {'x': np.ones((2, 3), np.float32)}) for _ in range(40)]\n"
+        "print('resource' in sys.modules)\n"
+    )
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False"]
+    reader = concurrency._switch_reader()  # noqa: SLF001  (what the first call puts in place)
+    assert len(reader()) == 2

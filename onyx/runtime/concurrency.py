@@ -377,7 +377,16 @@ def _switch_reader():
     return switches
 
 
-_switches = _switch_reader()
+def _first_switches() -> tuple[int, int]:
+    """``_switches`` until its first call, which finds the reader (``resource``, imported only
+    by a process whose tiny runs meet another thread's: a cold start without threads skips
+    it) and puts it in its place."""
+    global _switches
+    _switches = _switch_reader()
+    return _switches()
+
+
+_switches = _first_switches
 #: A measured tiny run reads its switches (``_switches``, a system call at each end) one time
 #: in this many: every time, they cost the pipeline's runs 1.2 us a run on the loaded machine.
 SWITCHES_EVERY = 4
