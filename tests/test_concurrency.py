@@ -998,27 +998,6 @@ def test_tiny_runs_waiting_twice_midway_take_turns_again(tiny_however_loaded, mo
     assert not getattr(sess, PACE).gil_bound
 
 
-def test_tiny_runs_kept_off_the_cpu_a_switch_interval_are_not_counted(monkeypatch):
-    """A GIL-keeping run made to drop the GIL by CPython's forced switch waits for the other
-    threads' intervals, as many waits as a release makes: its time off the CPU, a switch
-    interval or more, tells it apart (on a loaded machine such runs came in bursts and sent
-    a pipeline back to turns). A run that waited as long is not counted; one that waited
-    twice briefly is a loss."""
-    pace = concurrency.Pace(gil_bound=True)
-    pace.seconds = 5e-5  # (tiny)
-    reads = iter([(0, 0), (3, 0), (10, 0), (13, 0)])
-    monkeypatch.setattr(concurrency, "_switches", lambda: next(reads), raising=False)
-    every = concurrency.SAMPLE_EVERY * concurrency.SWITCHES_EVERY
-    pace.runs = every - 1  # (the next run reads its switches)
-    with concurrency.run_slot(1, None, pace):
-        time.sleep(2 * sys.getswitchinterval())  # (waited 3 times, long: forced)
-    assert pace.released == 0.0 and pace.gil_bound
-    pace.runs = 2 * every - 1
-    with concurrency.run_slot(1, None, pace):
-        pass  # (waited 3 times, briefly: the GIL let go)
-    assert pace.released == concurrency.RELEASED_WEIGHT
-
-
 def test_tiny_runs_making_native_calls_that_let_the_gil_go_take_turns_again(
     tiny_however_loaded, monkeypatch
 ):

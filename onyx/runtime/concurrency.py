@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import _thread
 import os
-import sys
 import threading
 import time
 
@@ -396,11 +395,6 @@ _switches = _first_switches
 #: A measured tiny run reads its switches (``_switches``, a system call at each end) one time
 #: in this many: every time, they cost the pipeline's runs 1.2 us a run on the loaded machine.
 SWITCHES_EVERY = 4
-_switch_interval = sys.getswitchinterval
-#: A measured tiny run that waited this share of CPython's switch interval or more off its CPU
-#: was made to drop the GIL (``run_slot._forced_off``): forced switches' runs waited 4.8-395 ms
-#: (13 runs of 14 past 4.7 ms), a release is handed back within microseconds.
-FORCED_SHARE = 0.5
 _let_go = native._core.let_go  # noqa: SLF001  (native calls of larger inputs letting the GIL go)
 
 
@@ -418,7 +412,6 @@ class run_slot:  # noqa: N801  (used as a function: ``with run_slot(threads, bla
     A class, not a generator: it wraps every run of tiny models too."""
 
     __slots__ = ("blas", "native", "pace", "turn", "start", "shared", "token", "switches", "let_go")
-    __slots__ += ("wall",)
 
     def __init__(self, threads: int, blas: int | None, pace: Pace | None = None):
         self.blas = _default_blas() if blas == 0 else blas
@@ -457,7 +450,6 @@ class run_slot:  # noqa: N801  (used as a function: ``with run_slot(threads, bla
             self.let_go = _let_go[0]
             if not pace.runs % (SAMPLE_EVERY * SWITCHES_EVERY):
                 self.switches = _switches()
-                self.wall = time.perf_counter()  # (its time off the CPU: _forced_off)
         return self
 
     def _enter_resources(self) -> None:
@@ -479,32 +471,16 @@ class run_slot:  # noqa: N801  (used as a function: ``with run_slot(threads, bla
         switches) twice, or once without being preempted (an involuntary switch: one wait
         after it says nothing, and the run is not counted). A run letting the GIL go at
         several calls waits at several of them, and is preempted too by the threads its
-        releases woke. A run that waited a switch interval or more in all was made to drop the
-        GIL (``_forced_off``), and is not counted either."""
+        releases woke."""
         if _let_go[0] != self.let_go:
             self.pace.switched(True)
         elif self.switches is not None:
             waited, preempted = _switches()
             waited -= self.switches[0]
-            if waited and self._forced_off():
-                return
             if waited > 1:
                 self.pace.switched(True)
             elif preempted == self.switches[1] or not waited:
                 self.pace.switched(bool(waited))
-
-    def _forced_off(self) -> bool:
-        """Whether the run spent half CPython's switch interval (5 ms) or more off its CPU. A run
-        that keeps the GIL loses it midway only to a forced switch (a thread that waited the
-        interval makes the holder drop it; with 8 threads running 55-us runs, inside a run
-        once in 90), and then waits for the others' intervals: at least one, as many waits
-        as a run that lets the GIL go makes, in bursts on a loaded machine (a holder
-        preempted makes its waiters force switches back to back), which sent GIL-keeping
-        pipelines back to turns (docs/reliability.md, session 27). A release is handed back
-        within the other runs' next release, microseconds; a preemption as long also says
-        nothing."""
-        off = (time.perf_counter() - self.wall) - (time.thread_time() - self.start)
-        return off >= FORCED_SHARE * _switch_interval()
 
     def __exit__(self, *exc) -> None:
         if self.start is not None:
