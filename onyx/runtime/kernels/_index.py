@@ -100,7 +100,7 @@ MODULES: dict[tuple[str, str], tuple[str, ...]] = {
     ('', 'LpNormalization'): ('normalization',),
     ('', 'LpPool'): ('lp_pool',),
     ('', 'MatMul'): ('linalg',),
-    ('', 'MatMulInteger'): ('linalg',),
+    ('', 'MatMulInteger'): ('quantized_matmul',),
     ('', 'Max'): ('elementwise',),
     ('', 'MaxPool'): ('pool',),
     ('', 'MaxRoiPool'): ('roi_pool',),

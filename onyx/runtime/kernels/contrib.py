@@ -22,8 +22,9 @@ from .activation import _coerced_2d, _sigmoid, _softmax, relu
 from .derived import derived, frozen, value_key
 from .elementwise import _F32, fits, upcast
 from .fused import table_lookup
-from .linalg import gemm_matmul, integer_matmul
+from .linalg import gemm_matmul
 from .quantize import dynamic_params, dynamic_quantize_linear, quantize_per_tensor, saturate_cast
+from .quantized_matmul import integer_matmul
 
 MS = "com.microsoft"
 
