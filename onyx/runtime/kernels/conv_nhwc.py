@@ -109,8 +109,8 @@ def qlinear_conv_lookup_nhwc(
 
 def _qlinear_conv_nhwc(x, w, params: tuple):
     """params: QLinearConv's other inputs, the table (or None), then its attributes (as
-    quantized_conv.py's _qlinear_conv). A node's runner is kept per weight and checked by the identity
-    of its constants, as the NCHW kernel's."""
+    quantized_conv.py's _qlinear_conv). A node's runner is kept per weight and checked by the
+    identity of its constants, as the NCHW kernel's."""
     if x.ndim != 4:
         raise ValueError(f"QLinearConvNhwc: x must be 4-D (N, H, W, C), got shape {x.shape}")
     nchw = x.transpose(0, 3, 1, 2)
