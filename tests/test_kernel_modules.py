@@ -35,6 +35,7 @@ RARE = {
     ("com.microsoft", "QLinearAdd"): "contrib",
     ("com.microsoft", "DynamicQuantizeMatMul"): "contrib",
     ("", "QuantizeLinear"): "quantize",
+    ("", "BatchNormalization"): "batch_norm",
 }
 
 
@@ -69,7 +70,8 @@ def test_a_float_cnns_session_registers_none_of_the_rare_convs_pools_or_integer_
 
 def test_a_float_transformers_skip_layer_norm_registers_no_quantized_op(tmp_path):
     # (SkipLayerNormalization was contrib.py's, which imports quantize.py: a float transformer
-    # registered QLinearAdd, DynamicQuantizeMatMul and QuantizeLinear with it)
+    # registered QLinearAdd, DynamicQuantizeMatMul and QuantizeLinear with it; and its layer
+    # norm, normalization.py's, came with every BatchNormalization)
     from onnx import TensorProto, helper, numpy_helper
 
     inits = [numpy_helper.from_array(np.ones(8, np.float32), n) for n in ("g", "b")]

@@ -946,7 +946,7 @@ def test_tree_ensemble_native_descent_matches_numpy(dtype, rows, monkeypatch):
 def test_batch_norm_matches_the_numpy_kernel(shape, monkeypatch):
     """Inference BatchNormalization in one native pass: the bits of numpy's x * mult + shift,
     each step rounded (no fused multiply-add), on one thread and two."""
-    from onyx.runtime.kernels.normalization import batch_normalization
+    from onyx.runtime.kernels.batch_norm import batch_normalization
 
     rng = np.random.default_rng(len(shape))
     x = rng.standard_normal(shape).astype(np.float32)

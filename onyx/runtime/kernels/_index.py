@@ -17,7 +17,7 @@ MODULES: dict[tuple[str, str], tuple[str, ...]] = {
     ('', 'Atanh'): ('elementwise',),
     ('', 'Attention'): ('attention',),
     ('', 'AveragePool'): ('pool',),
-    ('', 'BatchNormalization'): ('normalization',),
+    ('', 'BatchNormalization'): ('batch_norm',),
     ('', 'Bernoulli'): ('generator',),
     ('', 'BitCast'): ('cast',),
     ('', 'BitShift'): ('elementwise',),

@@ -10,6 +10,8 @@ are cast back at the end.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .. import native
@@ -199,7 +201,7 @@ def _fast_gelu_inplace(v: np.ndarray) -> np.ndarray:
 
 
 #: erf_gelu's scale, as erf32 receives it
-_GELU_SCALE = _F32(1 / np.sqrt(2))
+_GELU_SCALE = _F32(1 / math.sqrt(2))  # (math: a ufunc on a Python float is slow at import)
 
 
 @op("Gelu", since=1, domain=MS, elementwise=True)
