@@ -196,3 +196,42 @@ def test_erfs_series_table_is_the_float64_products_of_numpy():
         for n in range(elementwise._ERF_SERIES_TERMS - 1, -1, -1)  # noqa: SLF001
     )
     assert elementwise._ERF_SERIES == want  # noqa: SLF001
+
+
+def test_a_quantized_cnns_session_registers_no_float_conv_or_pool(tmp_path):
+    # (QLinearConv was conv.py's, and QLinearGlobalAveragePool pool.py's: a quantized CNN's
+    # session read and ran the float Conv and the pools with conv1d, small_cnn and winograd)
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    consts = {
+        "xs": np.float32(0.05), "xz": np.uint8(128), "w": rng.integers(-9, 9, (4, 3, 3, 3),
+        dtype=np.int8), "ws": np.float32(0.01), "wz": np.int8(0), "ys": np.float32(0.1),
+        "yz": np.uint8(100), "ps": np.float32(0.1), "pz": np.uint8(90),
+    }  # fmt: skip
+    nodes = [
+        helper.make_node(
+            "QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"], ["c"], pads=[1] * 4
+        ),
+        helper.make_node(
+            "QLinearGlobalAveragePool", ["c", "ys", "yz", "ps", "pz"], ["y"],
+            domain="com.microsoft",
+        ),
+    ]  # fmt: skip
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.UINT8, None)],
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in consts.items()],
+    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    path = tmp_path / "qcnn.onnx"
+    path.write_bytes(helper.make_model(graph, opset_imports=opsets).SerializeToString())
+    code = (
+        f"s = onyx.InferenceSession({str(path)!r})\n"
+        "y, = s.run(None, {'x': np.full((1, 3, 8, 8), 140, np.uint8)})\n"
+        "print(y.shape, sorted(k[1] for k in (('', 'Conv'), ('', 'MaxPool'))\n"
+        "    if k in registry._KERNELS))"
+    )
+    assert _registered_rare(code).splitlines()[0] == "(1, 4, 1, 1) []"

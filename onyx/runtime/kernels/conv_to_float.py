@@ -18,10 +18,10 @@ import numpy as np
 
 from .. import native
 from ..registry import ONYX_DOMAIN, binds, op
-from .conv import windows
 from .conv_geometry import CONV_ATTRIBUTES, _conv_geometry
 from .derived import derived, frozen, value_key
 from .quantized_conv import conv_integer, implicit_integer_conv, integer_depthwise_runner
+from .spatial import windows
 
 _F32 = np.dtype(np.float32)
 

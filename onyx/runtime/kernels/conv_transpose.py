@@ -11,10 +11,11 @@ import numpy as np
 from .. import native
 from ..registry import binds, op
 from . import small_cnn as _small_cnn
-from .conv import _add_channels, float32_weights, pad_spatial
+from .conv import _add_channels, float32_weights
 from .conv_geometry import check_buffer, check_groups, conv_key, effective_kernel, spatial_defaults
 from .derived import derived
 from .low_floats import compute_dtype
+from .spatial import pad_spatial
 
 
 def _transpose_geometry(

@@ -22,16 +22,16 @@ import numpy as np
 from .. import native
 from ..registry import binds, op
 from . import small_cnn as _small_cnn
-from .conv import (
+from .conv_geometry import (
     MAX_TAPS,
     check_window_attributes,
     check_windows,
-    compute_dtype,
     effective_kernel,
-    pad_spatial,
     same_pads,
     spatial_defaults,
 )
+from .low_floats import compute_dtype
+from .spatial import channel_rows, pad_spatial, pooled_shape
 
 # ----------------------------------------------------------------------------- geometry
 
@@ -614,18 +614,9 @@ def _spatial_axes(x) -> tuple[int, ...]:
 @op("GlobalAveragePool", since=1)
 def global_average_pool(X):
     if X.dtype == np.float32 and X.ndim >= 3:
-        return _mean_rows_f32(_rows(X)).reshape(_pooled_shape(X))
+        return _mean_rows_f32(channel_rows(X)).reshape(pooled_shape(X))
     ct = compute_dtype(X.dtype)
     return X.astype(ct, copy=False).mean(axis=_spatial_axes(X), keepdims=True).astype(X.dtype)
-
-
-def _rows(x) -> np.ndarray:
-    """x (N, C, spatial...) as C-contiguous (N * C, pixels) rows."""
-    return np.ascontiguousarray(x).reshape(x.shape[0] * x.shape[1], math.prod(x.shape[2:]))
-
-
-def _pooled_shape(x) -> tuple[int, ...]:
-    return x.shape[:2] + (1,) * (x.ndim - 2)
 
 
 def _mean_rows_f32(rows: np.ndarray) -> np.ndarray:

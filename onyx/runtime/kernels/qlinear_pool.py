@@ -10,7 +10,7 @@ import numpy as np
 
 from .. import native
 from ..registry import op
-from .pool import _average_pool, _pooled_shape, _rows
+from .spatial import channel_rows, pooled_shape
 
 
 def _dequantize(x, scale, zero_point) -> np.ndarray:
@@ -52,6 +52,10 @@ def qlinear_average_pool(
     strides=None,
 ):
     # Dequantize -> AveragePool in float32 -> quantize, as the contrib op defines it.
+    # (pool.py's windows: imported here, as QLinearGlobalAveragePool, a quantized CNN's head,
+    # needs none of that module)
+    from .pool import _average_pool
+
     x = _to_channels_first(_dequantize(X, x_scale, x_zero_point), channels_last)
     y = _average_pool(x, kernel_shape, auto_pad, pads, strides, None, ceil_mode, count_include_pad)
     dtype = X.dtype if y_zero_point is None else y_zero_point.dtype
@@ -83,9 +87,9 @@ def qlinear_global_average_pool(
     if not channels_last:  # (a node's constants: their multiplier and zero points kept)
         hit = _global_pools.get((X.shape, X.dtype.char, *map(id, params)))
         if hit is not None and all(map(operator.is_, hit[0], params)):
-            y = native.qmean_rows(_rows(X), *hit[1])
+            y = native.qmean_rows(channel_rows(X), *hit[1])
             if y is not None:
-                return y.reshape(_pooled_shape(X))
+                return y.reshape(pooled_shape(X))
     count = math.prod(X.shape[2:] if not channels_last else X.shape[1:-1])
     scale = np.float32(x_scale.reshape(-1)[0]) / (
         np.float32(y_scale.reshape(-1)[0]) * np.float32(count)
@@ -93,11 +97,11 @@ def qlinear_global_average_pool(
     x_zp = 0 if x_zero_point is None else int(x_zero_point.reshape(-1)[0])
     y_zp = 0 if y_zero_point is None else int(y_zero_point.reshape(-1)[0])
     if not channels_last:
-        rows = _rows(X)
+        rows = channel_rows(X)
         y = native.qmean_rows(rows, scale, x_zp, y_zp)
         if y is not None:
             _keep_global_pool(X, params, (scale, x_zp, y_zp))
-            return y.reshape(_pooled_shape(X))
+            return y.reshape(pooled_shape(X))
         sums = rows.sum(axis=1, dtype=np.int64)
     else:
         sums = X.reshape(X.shape[0], -1, X.shape[-1]).sum(axis=1, dtype=np.int64)
@@ -106,4 +110,4 @@ def qlinear_global_average_pool(
     y = (np.clip(v, info.min - y_zp, info.max - y_zp) + y_zp).astype(X.dtype)
     if channels_last:
         return y.reshape(X.shape[:1] + (1,) * (X.ndim - 2) + X.shape[-1:])
-    return y.reshape(_pooled_shape(X))
+    return y.reshape(pooled_shape(X))

@@ -3,8 +3,8 @@
 Exact integer sums of (x - x_zero_point) (w - w_zero_point): on the native int8 GEMM where it
 applies (an implicit GEMM over the padded input for 2-D convs, a GEMV per channel for
 depthwise ones, byte columns per group otherwise), zero points corrected and (QLinearConv)
-requantized in its epilogue; else conv.py's im2col core on integer-valued floats whose sums
-stay exact (_chunked_matmul). Apart from conv.py so that a float model's session neither reads
+requantized in its epilogue; else (the numpy path) conv.py's im2col core on integer-valued
+floats whose sums stay exact (_chunked_matmul). Apart from conv.py so that a float model's session neither reads
 nor runs this code; conv_nhwc.py and conv_to_float.py build on it.
 """
 
@@ -17,9 +17,9 @@ import numpy as np
 
 from .. import native
 from ..registry import ONYX_DOMAIN, op
-from .conv import _conv, padded, windows
 from .conv_geometry import CONV_ATTRIBUTES, _conv_geometry, check_groups, effective_kernel
 from .derived import derived, scratch, value_key
+from .spatial import padded, windows
 
 _F32_EXACT = 2**24  # integers below this are exact in float32, and so are their sums
 
@@ -535,6 +535,11 @@ def _integer_conv(x, w, x_zero_point, w_zero_point, bias=None, **attrs):
     b = None if bias is None else bias.astype(acc)
     if dtype != wf.dtype:
         wf = derived(w, ("centered", value_key(w_zero_point), dtype), lambda: wf.astype(dtype))
+    # (the numpy path, where the native int8 kernels do not apply (no library, or shapes they
+    # refuse): a quantized model's session otherwise never needs the float conv's module, nor
+    # the conv modules it imports)
+    from .conv import _conv
+
     y = _conv(
         x,
         wf,
