@@ -235,3 +235,35 @@ def test_a_quantized_cnns_session_registers_no_float_conv_or_pool(tmp_path):
         "    if k in registry._KERNELS))"
     )
     assert _registered_rare(code).splitlines()[0] == "(1, 4, 1, 1) []"
+
+
+def test_a_cnn_whose_activations_are_fused_registers_no_activation_kernel(tmp_path):
+    # (fused.py took FusedConv's sigmoid, hard sigmoid and hard swish from activation.py:
+    # a ResNet's or a U-Net's session read and ran every activation kernel for them)
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("GlobalAveragePool", ["r"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w, "w")],
+    )
+    path = tmp_path / "cnn.onnx"
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    path.write_bytes(model.SerializeToString())
+    code = (
+        f"s = onyx.InferenceSession({str(path)!r})\n"
+        "y, = s.run(None, {'x': np.ones((1, 3, 8, 8), np.float32)})\n"
+        "print(sorted(n.op_type for n in s.plan.graph), y.shape,\n"
+        "    sorted(k[1] for k in (('', 'Relu'), ('', 'Softmax')) if k in registry._KERNELS))"
+    )
+    got = _registered_rare(code).splitlines()[0]
+    assert got == "['FusedConv', 'GlobalAveragePool'] (1, 4, 1, 1) []"
