@@ -414,7 +414,7 @@ def test_bias_gelu_native_set_up_is_per_signature():
     its own signature: a second shape, another bias and a writeable (fed) bias each give the
     bits of the add then erf_f32's GELU."""
     from onyx.runtime import native
-    from onyx.runtime.kernels.contrib import _GELU_SCALE, _P32, _Q32
+    from onyx.runtime.kernels.contrib_norm import _GELU_SCALE, _P32, _Q32
 
     if not native.available():
         pytest.skip(f"native: {native.status()}")
