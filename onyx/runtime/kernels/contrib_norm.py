@@ -250,7 +250,7 @@ def skip_layer_normalization(x, skip, gamma, beta=None, bias=None, *, epsilon=1e
 
     Outputs: the result, the mean and 1/std (float32, last axis kept as 1), and the sum itself.
     """
-    if x.dtype == np.float32:  # (rows.c: the sum and the norm in one pass a row, their bits)
+    if x.dtype == np.float32:  # (norms.c: the sum and the norm in one pass a row, their bits)
         fused = native.skip_layer_norm_f32(x, skip, gamma, beta, bias, epsilon)
         if fused is not None:
             return fused

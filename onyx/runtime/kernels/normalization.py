@@ -209,7 +209,7 @@ def _trailing_axes(x: np.ndarray, axis: int) -> tuple[int, ...]:
 
 
 def layer_norm_last(X, Scale, B, epsilon):
-    """LayerNormalization of float32 X over its last axis: the native kernel's rows (rows.c),
+    """LayerNormalization of float32 X over its last axis: the native kernel's rows (norms.c),
     else the row sums by BLAS (matrix-vector products, faster than numpy's reductions over
     short rows) and the rest in place."""
     done = native.layer_norm_f32(np.ascontiguousarray(X), Scale, B, epsilon)
