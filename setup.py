@@ -64,6 +64,7 @@ setup(
                 "onyx/runtime/native/rnn.c",
                 "onyx/runtime/native/gemv.c",
                 "onyx/runtime/native/rows.c",
+                "onyx/runtime/native/norms.c",
                 "onyx/runtime/native/trees.c",
                 "onyx/runtime/native/window.c",
                 "onyx/runtime/native/nbits.c",

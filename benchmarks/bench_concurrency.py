@@ -22,7 +22,7 @@ untimed rounds, default 2, in which the turn learns their jobs' length); --cold 
 one kind.
 --once times nothing itself: it makes the runs of one side only, for a timer outside the
 process. --unbound wakes the turn's next holder wherever Linux likes (then moved to the core
-its last holder ran on), not bound to that core before it is woken (concurrency._bind).
+its last holder ran on), not bound to that core before it is woken (turns._bind).
 --tiny S sets concurrency.TINY_RUN_SECONDS: tiny runs of a GIL-bound session (no op on the
 native pool) take no turn (--tiny 0: they take turns; the default, 0.00015, lets them go without);
 a line per model after the table says what the rule made of its runs by the end (a session
@@ -63,7 +63,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import onyx  # noqa: E402
-from onyx.runtime import concurrency  # noqa: E402
+from onyx.runtime import concurrency, turns  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 MODELS = ("bert_dynamo_op18", "gpt_dynamo_op18", "mobilenet_quant_qdq", "resnet_dynamo_op18",
@@ -288,7 +288,7 @@ def identical(a: list, b: list) -> bool:
 
 #: Untimed rounds of the timed shape that long-lived threads make first (--warm-rounds). The
 #: turn predicts the end of a thread's job from the lengths of its last jobs once a length
-#: recurs (concurrency.STREAK_REPEATS): without them the first two timed rounds were the
+#: recurs (turns.STREAK_REPEATS): without them the first two timed rounds were the
 #: turn's learning, each job's end unforeseen and the turn taken from it after an idle look
 #: (7 takes a round, against 0-2 after), not the steady state a server's workers reach.
 WARM_ROUNDS = 2
@@ -320,10 +320,10 @@ def compare(
     same = True
     for r in range(rounds):
         for n in (1, threads) if r % 2 == 0 else (threads, 1):
-            before = list(concurrency._turns.counts)  # noqa: SLF001
+            before = list(turns._turns.counts)  # noqa: SLF001
             seconds, cpu_seconds, results = run_threads(sess, feeds, runs, n, workers)
             if n == threads:
-                after = concurrency._turns.counts  # noqa: SLF001
+                after = turns._turns.counts  # noqa: SLF001
                 changes.append([b - a for a, b in zip(before, after)])
             wall[n].append(seconds)
             cpu[n].append(cpu_seconds)
@@ -398,11 +398,11 @@ def main() -> None:
         _gate = threading.BoundedSemaphore(args.at_once)
         args.no_turns = True
     if args.slice:
-        concurrency.SLICE_SECONDS = args.slice
+        turns.SLICE_SECONDS = args.slice
     if args.tiny is not None:
         concurrency.TINY_RUN_SECONDS = args.tiny
     if args.unbound:
-        concurrency.BIND_WAITERS = False
+        turns.BIND_WAITERS = False
     if args.no_turns:
         concurrency.SHORT_RUN_SECONDS = 0.0
     paths = args.model or [os.path.join(ROOT, "tests", "models", m + ".onnx") for m in MODELS]

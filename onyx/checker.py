@@ -239,26 +239,9 @@ class _Checker:
 
     # -- functions ----------------------------------------------------------------------------
     def check_function(self, f: Function) -> None:
-        where = f"function {f.domain}::{f.name}"
-        self.need_ir("local_functions", where)
-        if not f.name:
-            self.report("function", "a local function has no name")
-        if not f.domain:
-            self.report("function", f"{where}: a local function needs a domain")
-        names = list(f.attributes) + [a.name for a in f.attribute_defaults]
-        if len(set(names)) != len(names):
-            self.report("function", f"{where}: duplicate attribute names")
-        for domain, version in f.opset_imports.items():
-            mv = self.model.opset_imports.get(domain)
-            if mv is not None and mv != version and defs.is_known_domain(domain):
-                self.report(
-                    "function-opset",
-                    f"{where} imports {domain or 'ai.onnx'} {version} but the model imports {mv}",
-                )
-        self.check_opsets(f.opset_imports, where)
-        self.check_graph(
-            f.graph, {}, f.opset_imports or self.model.opset_imports, function=f, label=where
-        )
+        from .checker_rare import check_function  # (rare: a local function)
+
+        check_function(self, f)
 
     # -- graphs -------------------------------------------------------------------------------
     def check_graph(
@@ -450,80 +433,14 @@ class _Checker:
                 )
 
     def check_external(self, t: Tensor, gname: str, what: str) -> None:
-        ext = t.external
-        location = ext.get("location") if isinstance(ext, dict) else getattr(ext, "location", None)
-        if not location:
-            self.report("external-data", f"{what}: external data without a location", gname)
-            return
-        if os.path.isabs(location) or location.startswith(("/", "\\")):
-            self.report("external-data", f"{what}: location {location!r} is absolute", gname)
-            return
-        norm = os.path.normpath(location)
-        if norm == ".." or norm.startswith(".." + os.sep) or norm.startswith("../"):
-            self.report(
-                "external-data", f"{what}: location {location!r} leaves the model folder", gname
-            )
-            return
-        base = self.model.base_dir
-        if base is not None:
-            path = os.path.join(base, norm)
-            if self.real_base is None:
-                self.real_base = os.path.realpath(base)
-            real_base = self.real_base
-            if not os.path.realpath(path).startswith(real_base + os.sep):
-                self.report(
-                    "external-data", f"{what}: location {location!r} leaves the model folder", gname
-                )
-            elif not os.path.isfile(path):
-                self.report("external-data", f"{what}: file {location!r} does not exist", gname)
+        from .checker_rare import check_external  # (rare: a tensor of external data)
+
+        check_external(self, t, gname, what)
 
     def check_sparse(self, sp, gname: str, what: str = "") -> None:
-        what = what or f"sparse tensor {_sparse_name(sp)!r}"
-        values = getattr(sp, "values", None)
-        indices = getattr(sp, "indices", None)
-        dims = tuple(getattr(sp, "dims", ()) or ())
-        if values is None:
-            self.report("sparse-tensor", f"{what} has no values", gname)
-            return
-        self.check_tensor(values, gname, what + " values")
-        if len(values.shape) != 1:
-            self.report("sparse-tensor", f"{what}: values must be 1-D", gname)
-            return
-        nnz = values.shape[0]
-        if any(d <= 0 for d in dims) or not dims:
-            self.report("sparse-tensor", f"{what}: dims {list(dims)} must be positive", gname)
-            return
-        if indices is None:
-            if nnz:
-                self.report("sparse-tensor", f"{what} has values but no indices", gname)
-            return
-        idx = indices.numpy()
-        import numpy as np
+        from .checker_rare import check_sparse  # (rare: a sparse tensor)
 
-        if idx.dtype != np.int64:
-            self.report("sparse-tensor", f"{what}: indices must be int64", gname)
-            return
-        size = int(np.prod(dims))
-        if idx.ndim == 1:
-            if idx.shape[0] != nnz:
-                self.report("sparse-tensor", f"{what}: {idx.shape[0]} indices, {nnz} values", gname)
-            elif nnz and (idx.min() < 0 or idx.max() >= size):
-                self.report("sparse-tensor", f"{what}: an index is out of range", gname)
-            elif nnz > 1 and np.any(np.diff(idx) <= 0):
-                self.report("sparse-tensor", f"{what}: indices are not strictly increasing", gname)
-        elif idx.ndim == 2:
-            if idx.shape != (nnz, len(dims)):
-                self.report(
-                    "sparse-tensor",
-                    f"{what}: indices shape {list(idx.shape)} must be [{nnz}, {len(dims)}]",
-                    gname,
-                )
-            elif nnz and (np.any(idx < 0) or np.any(idx >= np.array(dims))):
-                self.report("sparse-tensor", f"{what}: an index is out of range", gname)
-            elif nnz > 1 and np.any(np.diff(np.ravel_multi_index(idx.T, dims)) <= 0):
-                self.report("sparse-tensor", f"{what}: indices are not in increasing order", gname)
-        else:
-            self.report("sparse-tensor", f"{what}: indices must be 1-D or 2-D", gname)
+        check_sparse(self, sp, gname, what)
 
     # -- nodes --------------------------------------------------------------------------------
     def check_node(
@@ -643,28 +560,9 @@ class _Checker:
         self.check_against_schema(node, schema, gname, function)
 
     def check_call(self, node: Node, gname: str) -> None:
-        domain = "" if node.domain == "ai.onnx" else node.domain
-        f = next(
-            f for f in self.model.functions.values() if (f.domain, f.name) == (domain, node.op_type)
-        )
-        if len(node.inputs) > len(f.graph.inputs):
-            self.report(
-                "input-count",
-                f"{len(node.inputs)} inputs, function takes at most {len(f.graph.inputs)}",
-                gname,
-                node,
-            )
-        if len(node.outputs) > len(f.graph.outputs):
-            self.report(
-                "output-count",
-                f"{len(node.outputs)} outputs, function has {len(f.graph.outputs)}",
-                gname,
-                node,
-            )
-        known = set(f.attributes) | {a.name for a in f.attribute_defaults}
-        for name in node.attributes:
-            if name not in known:
-                self.report("attribute-name", f"function has no attribute {name!r}", gname, node)
+        from .checker_rare import check_call  # (rare: a call of a local function)
+
+        check_call(self, node, gname)
 
     def check_against_schema(self, node: Node, schema, gname: str, function) -> None:
         n_in, n_out = len(node.inputs), len(node.outputs)

@@ -2,8 +2,10 @@
 
 The file holds one JSON document per line (plain text: onyx reads it on a cold start, where
 unzipping it cost more than reading it): first the header (``max_opsets``,
-``onnx_version``), then one line per operator, ``domain<TAB>name<TAB>[its versions]``, so that
-onyx parses only the operators a model uses (``onyx/defs/__init__.py``).
+``onnx_version``), then one line per operator, ``domain<TAB>name<TAB>[its versions]``, and
+``schemas.bin``, the table a session reads: each operator version as a marshal blob behind a
+text head saying where each lies, so that onyx decodes only the versions a model uses
+(``onyx/defs/__init__.py``). ``--table`` writes the table again from the JSON as it is.
 
 Only facts are extracted (names, versions, types, defaults, constraints, function bodies); no
 documentation prose is copied. Run: python scripts/gen_schemas.py
@@ -12,8 +14,10 @@ documentation prose is copied. Run: python scripts/gen_schemas.py
 from __future__ import annotations
 
 import json
+import marshal
 import math
 import pathlib
+import sys
 
 import numpy as np
 import onnx
@@ -21,12 +25,9 @@ import onnx.defs as d
 from onnx import numpy_helper
 
 OUT = pathlib.Path(__file__).resolve().parent.parent / "onyx" / "defs" / "schemas.json"
-SPANS_OUT = OUT.with_name("_spans.py")
-SPANS_HEADER = '''"""Where each operator's versions lie in schemas.json (byte offsets of their JSON), its
-header's end and its size: generated with it by scripts/gen_schemas.py (do not edit;
-tests/test_defs.py checks it against the file)."""
-
-'''
+TABLE_OUT = OUT.with_name("schemas.bin")
+#: The table's first word (its format's version).
+TABLE_MAGIC = "onyxdefs1"
 OPTION = {0: "single", 1: "optional", 2: "variadic"}
 
 
@@ -179,29 +180,44 @@ def write(data: dict) -> bytes:
         lines.append(f"{domain}\t{name}\t{_compact(versions)}")
     raw = "\n".join(lines).encode()
     OUT.write_bytes(raw)
-    SPANS_OUT.write_text(render_spans(raw))
+    TABLE_OUT.write_bytes(render_table(raw))
     return raw
 
 
-def render_spans(raw: bytes) -> str:
-    """_spans.py for the data ``raw``: where each operator's versions start and end in it,
-    the header's end and the file's size (the defs read a line alone through it)."""
-    header_end = raw.index(b"\n")
-    rows, at = [], header_end + 1
-    while at:
-        end = raw.find(b"\n", at)
-        end = end if end >= 0 else len(raw)
-        domain, name, versions = raw[at:end].split(b"\t", 2)
-        start = end - len(versions)
-        rows.append(f"    ({domain.decode()!r}, {name.decode()!r}): ({start}, {end}),")
-        at = end + 1 if end < len(raw) else 0
-    return (
-        SPANS_HEADER
-        + f"DATA_SIZE = {len(raw)}\nHEADER_END = {header_end}\n\n"
-        + "# fmt: off\nSPANS: dict[tuple[str, str], tuple[int, int]] = {\n"
-        + "\n".join(rows)
-        + "\n}\n"
-    )
+def render_table(raw: bytes) -> bytes:
+    """schemas.bin for the data ``raw``: what a session's checker reads in place of the JSON
+    (onyx/defs/__init__.py). A text head, then each operator version's dict as its own
+    marshal blob (format 4: decoded by the interpreter's own C code, no JSON scanner to
+    import, and only the versions asked for are decoded, where a line held all of an
+    operator's). The head's lines (tab-separated):
+
+        onyxdefs1 <the JSON's size> <the head's size>     (a table for another file is not read)
+        max  <domain>  <first opset>  <last opset>        (the JSON header's max_opsets)
+        op   <domain>  <op>  <since>:<offset>:<length> ...  (oldest first; offsets after the head)
+
+    found by ``bytes.find`` of an operator's line start: no table is decoded whole."""
+    lines = raw.split(b"\n")
+    rows, blobs, at = [], [], 0
+    max_opsets = json.loads(lines[0])["max_opsets"]
+    for domain, (lo, hi) in sorted(max_opsets.items()):
+        rows.append(f"max\t{domain}\t{lo}\t{hi}")
+    for line in lines[1:]:
+        domain, name, versions = line.split(b"\t", 2)
+        entries = []
+        for v in sorted(json.loads(versions), key=lambda s: s["since"]):
+            blob = marshal.dumps(v, 4)
+            entries.append(f"{v['since']}:{at}:{len(blob)}")
+            blobs.append(blob)
+            at += len(blob)
+        rows.append(f"op\t{domain.decode()}\t{name.decode()}\t{' '.join(entries)}")
+    body = ("\n" + "\n".join(rows) + "\n").encode()
+    size = len(body)
+    while True:  # (the first line holds the head's size, its own digits included)
+        first = f"{TABLE_MAGIC} {len(raw)} {size}".encode()
+        if len(first) + len(body) == size:
+            break
+        size = len(first) + len(body)
+    return first + body + b"".join(blobs)
 
 
 def _compact(value) -> str:
@@ -209,4 +225,7 @@ def _compact(value) -> str:
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["--table"]:  # (schemas.bin again from schemas.json as it is: no onnx)
+        TABLE_OUT.write_bytes(render_table(OUT.read_bytes()))
+    else:
+        main()

@@ -12,7 +12,7 @@ import onyx
 from onyx.runtime import native
 from onyx.runtime.kernels import batchnorm_fast
 from onyx.runtime.kernels import derived as derived_mod
-from onyx.runtime.kernels.normalization import batch_normalization, batch_normalization_7
+from onyx.runtime.kernels.batch_norm import batch_normalization, batch_normalization_7
 
 F32, F64 = TensorProto.FLOAT, TensorProto.DOUBLE
 SHAPES = [(2, 5, 7, 9), (1, 64, 28, 28), (3, 4), (2, 3, 1000)]

@@ -1,5 +1,6 @@
 """onyx.runtime.blas_threads: the BLAS libraries a run limits, found without threadpoolctl."""
 
+import ctypes
 import importlib
 import os
 import subprocess
@@ -155,3 +156,32 @@ def test_a_first_run_makes_no_ctypes_callback_for_the_survey():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "True"
+
+
+def test_the_survey_makes_no_ctypes_type():
+    # a fresh process's first run surveys BLAS: each ctypes type made on the way (a PyDLL's
+    # function class, create_string_buffer's array type, POINTER(c_uint64)) cost it 10-30 us
+    code = (
+        "import ctypes, _ctypes, numpy as np\n"
+        "from onyx.runtime import blas_threads, native\n"
+        "def types():\n"
+        "    kinds = (_ctypes.CFuncPtr, _ctypes.Array, _ctypes._Pointer, _ctypes.Structure)\n"
+        "    return {t for k in kinds for t in k.__subclasses__()}\n"
+        "before = types()\n"
+        "blas_threads.load_count()\n"
+        "libs = blas_threads.loaded_openblas()\n"
+        "print(not native.available() or not libs or types() == before)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "True"
+
+
+def test_the_openblas_found_keeps_the_gil_as_a_pydll_would():
+    libs = blas_threads.loaded_openblas()
+    if not libs:
+        pytest.skip("no OpenBLAS of its own threads here")
+    flags = ctypes.pythonapi._FuncPtr._flags_  # noqa: SLF001  (a PyDLL's: GIL kept)
+    assert all(
+        type(f)._flags_ == flags for lib in libs for f in (lib.get_num_threads, lib.set_num_threads)
+    )

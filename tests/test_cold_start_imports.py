@@ -83,12 +83,17 @@ def test_a_float_cnn_imports_only_the_native_families_it_runs():
         "print(before, sorted(m.rsplit('.', 1)[1] for m in sys.modules\n"
         "    if m.startswith('onyx.runtime.native.') and m.rsplit('.', 1)[1] in\n"
         "    ('gemm_i8', 'trees', 'attention', 'nbits', 'rnn', 'convtranspose', 'resize',\n"
-        "     'nhwc', 'conv_f32', 'depthwise', 'gemv', 'winograd')))\n"
+        "     'nhwc', 'conv_f32', 'depthwise', 'gemv', 'winograd', 'norms')),\n"
+        "    not native.available() or 'onyx.runtime.native.rows' in sys.modules,\n"
+        "    [m for m, v in sys.modules.items() if m.startswith('onyx.runtime.native.')\n"
+        "     and hasattr(v, 'layer_norm_f32')])\n"
     )
     # (its convs run on small_cnn, its Gemm on numpy: the implicit GEMM's family is asked for
     # after theirs; the GEMV's, the small conv's and Winograd's limits live in _core: its 3x3
-    # convs of 3 and 8 channels are too small for Winograd, asked first)
-    assert _fresh(code) == "['onyx.runtime.native._core'] []"
+    # convs of 3 and 8 channels are too small for Winograd, asked first; its global average
+    # pooling and softmax run on rows, without the normalizations, norms: no module of the
+    # layer norm's is loaded)
+    assert _fresh(code) == "['onyx.runtime.native._core'] [] True []"
 
 
 def test_a_family_imported_late_is_bound_to_the_library():
@@ -266,11 +271,13 @@ def test_a_float_sessions_first_run_imports_no_writer_cache_or_runner_generation
         "    'onyx.runtime.kernels.integer_conv', 'onyx.runtime.kernels.elementwise')\n"
         "    if m in sys.modules))\n"
         "s.run(None, {i.name: x})\n"
-        "print('onyx.runtime.conv_chain' in sys.modules)\n"
+        "print([m for m, v in list(sys.modules.items()) if m == 'onyx.runtime.conv_chain'\n"
+        "    or m.startswith('onyx.') and any(k.endswith('ShapeMemo') for k in vars(v))])\n"
         "print(onyx.to_array(onyx.from_array(np.ones(2, np.float32))).tolist())\n"
     )
-    # (the second run generates the runner, without conv_chain: no Nhwc steps to chain)
-    assert _fresh(code).splitlines() == ["[]", "False", "[1.0, 1.0]"]
+    # (the second run generates the runner, without conv_chain: no Nhwc steps to chain; nor
+    # the shape memo's class (shape_memo.py): no Shape or Size step)
+    assert _fresh(code).splitlines() == ["[]", "[]", "[1.0, 1.0]"]
 
 
 def test_a_channels_last_cnns_session_imports_no_kernel_of_its_ops_bodies(tmp_path):

@@ -14,7 +14,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import onyx
-from onyx.runtime import concurrency
+from onyx.runtime import concurrency, turns
 
 THREADS = 4
 #: The session's attributes the tests watch: its plan (whose run, on the full path and the
@@ -32,11 +32,11 @@ def _as_if_other_threads_ran(monkeypatch):
 @pytest.fixture
 def lock_bells(monkeypatch):
     """Waiters sleep on Python locks and look in Python (without turn.c, or ONYX_NATIVE=0)."""
-    monkeypatch.setattr(concurrency, "_turn_wait", None)
+    monkeypatch.setattr(turns, "_turn_wait", None)
 
 
 #: Whether waiters sleep in C (turn.c) by default here.
-NATIVE_BELLS = concurrency._turn_wait is not None  # noqa: SLF001
+NATIVE_BELLS = turns._turn_wait is not None  # noqa: SLF001
 needs_native_bells = pytest.mark.skipif(not NATIVE_BELLS, reason="no turn.c here")
 
 
@@ -108,7 +108,7 @@ def test_a_run_alone_takes_no_turn_and_one_beside_another_thread_does(monkeypatc
         def release(self, failed=False):
             pass
 
-    monkeypatch.setattr(concurrency, "_turns", Turns())
+    monkeypatch.setattr(turns, "_turns", Turns())
     sess, x = _relu_session(), {"x": np.ones((2, 3), np.float32)}
     monkeypatch.setattr(concurrency, "_other_threads", lambda: 0)
     sess.run(None, x)
@@ -353,11 +353,11 @@ def _short_run_on_another_thread() -> float:
 def test_a_thread_keeps_the_turn_between_its_runs_for_one_slice(monkeypatch, lock_bells):
     """(a waiter already queued looks once the holder's slice ends; turn.c's waiter watches
     for an idle holder instead: test_concurrency_runs)"""
-    monkeypatch.setattr(concurrency, "SLICE_SECONDS", 0.2)
-    monkeypatch.setattr(concurrency, "IDLE_SECONDS", 60.0)  # (no idle take-over: a slow start)
+    monkeypatch.setattr(turns, "SLICE_SECONDS", 0.2)
+    monkeypatch.setattr(turns, "IDLE_SECONDS", 60.0)  # (no idle take-over: a slow start)
     with concurrency.run_slot(1, None, concurrency.Pace()):
         pass
-    turn = concurrency._turns  # noqa: SLF001
+    turn = turns._turns  # noqa: SLF001
     assert turn.owner == threading.get_ident() and turn.depth == 0  # kept between runs
     waited = _short_run_on_another_thread()  # the holder stopped calling: taken after a slice
     assert 0.1 < waited < 2
@@ -368,10 +368,10 @@ def test_a_thread_keeps_the_turn_between_its_runs_for_one_slice(monkeypatch, loc
 def test_a_holder_past_its_slice_hands_the_turn_to_a_waiter(monkeypatch, bells):
     """(runs that sleep: their CPU time, which Pace counts, does not end the slice; its wall
     time does, one slice long here with turn.c too)"""
-    monkeypatch.setattr(concurrency, "SLICE_SECONDS", 0.05)
-    monkeypatch.setattr(concurrency, "WALL_SLICES", 1)
+    monkeypatch.setattr(turns, "SLICE_SECONDS", 0.05)
+    monkeypatch.setattr(turns, "WALL_SLICES", 1)
     if bells == "locks":
-        monkeypatch.setattr(concurrency, "_turn_wait", None)
+        monkeypatch.setattr(turns, "_turn_wait", None)
     order = []
 
     def runs(name):
@@ -390,7 +390,7 @@ def test_a_holder_past_its_slice_hands_the_turn_to_a_waiter(monkeypatch, bells):
 
 
 def test_a_thread_that_ends_gives_its_turn_back(monkeypatch):
-    monkeypatch.setattr(concurrency, "SLICE_SECONDS", 60.0)
+    monkeypatch.setattr(turns, "SLICE_SECONDS", 60.0)
 
     def short_run():
         with concurrency.run_slot(1, None, concurrency.Pace()):
@@ -399,13 +399,13 @@ def test_a_thread_that_ends_gives_its_turn_back(monkeypatch):
     ended = threading.Thread(target=short_run)
     ended.start()
     ended.join()
-    assert concurrency._turns.owner is None  # noqa: SLF001  (a new thread may reuse its id)
+    assert turns._turns.owner is None  # noqa: SLF001  (a new thread may reuse its id)
 
 
 @pytest.mark.parametrize("bells", ["locks", pytest.param("native", marks=needs_native_bells)])
 def test_an_interrupted_wait_for_the_turn_leaves_the_queue(monkeypatch, bells):
-    monkeypatch.setattr(concurrency, "SLICE_SECONDS", 60.0)
-    turn = concurrency._turns  # noqa: SLF001
+    monkeypatch.setattr(turns, "SLICE_SECONDS", 60.0)
+    turn = turns._turns  # noqa: SLF001
     holding, done = threading.Event(), threading.Event()
 
     def holder():
@@ -424,11 +424,11 @@ def test_an_interrupted_wait_for_the_turn_leaves_the_queue(monkeypatch, bells):
         raise Interrupted
 
     if bells == "locks":
-        monkeypatch.setattr(concurrency, "_turn_wait", None)
-        monkeypatch.setattr(concurrency._Turn, "_patience", interrupted)  # noqa: SLF001
+        monkeypatch.setattr(turns, "_turn_wait", None)
+        monkeypatch.setattr(turns._Turn, "_patience", interrupted)  # noqa: SLF001
     else:
-        monkeypatch.setattr(concurrency, "_turn_wait", interrupted)
-    entry = concurrency._Waiter(threading.get_ident())  # noqa: SLF001
+        monkeypatch.setattr(turns, "_turn_wait", interrupted)
+    entry = turns._Waiter(threading.get_ident())  # noqa: SLF001
     turn.queue.append(entry)
     with pytest.raises(Interrupted):
         turn._wait(entry)  # noqa: SLF001
@@ -446,13 +446,16 @@ def test_a_slice_ends_once_its_runs_took_a_slice_of_time(monkeypatch, bells):
     its 6th), though the wall clock (each run takes microseconds here; the wall-clock slice
     made 10**6 times longer for turn.c) has not ended its slice (a slice of wall time only:
     the check can fail)."""
-    monkeypatch.setattr(concurrency, "_turns", concurrency._Turn())  # noqa: SLF001
-    monkeypatch.setattr(concurrency, "SLICE_SECONDS", 0.05)
-    monkeypatch.setattr(concurrency, "WALL_SLICES", 10**6)
-    monkeypatch.setattr(concurrency, "IDLE_SECONDS", 60.0)
+    monkeypatch.setattr(turns, "_turns", turns._Turn())  # noqa: SLF001
+    monkeypatch.setattr(turns, "SLICE_SECONDS", 0.05)
+    monkeypatch.setattr(turns, "WALL_SLICES", 10**6)
+    monkeypatch.setattr(turns, "IDLE_SECONDS", 60.0)
+    # (this thread's streaks start afresh: lengths learnt in earlier tests' runs predicted
+    # the end of one here, and the turn went over at the 4th run)
+    monkeypatch.setattr(turns._leaving, "hook", None, raising=False)  # noqa: SLF001
     if bells == "locks":
-        monkeypatch.setattr(concurrency, "_turn_wait", None)
-    turn, got, stay = concurrency._turns, [], threading.Event()  # noqa: SLF001
+        monkeypatch.setattr(turns, "_turn_wait", None)
+    turn, got, stay = turns._turns, [], threading.Event()  # noqa: SLF001
     stay.set()  # (the waiter's thread ends after its run: the turn comes back)
     turn.acquire(0.02)
     waiter = _queue_on_another_thread(turn, got, stay)
@@ -463,8 +466,8 @@ def test_a_slice_ends_once_its_runs_took_a_slice_of_time(monkeypatch, bells):
         runs += 1
         turn.release()
     waiter.join(10)
-    native = concurrency._turn_wait is not None  # noqa: SLF001
-    slice_runs = 0.05 * (concurrency.RUN_SLICES if native else 1) / 0.02
+    native = turns._turn_wait is not None  # noqa: SLF001
+    slice_runs = 0.05 * (turns.RUN_SLICES if native else 1) / 0.02
     assert runs == 1 + math.ceil(slice_runs) and got and got[0][1] != threading.get_ident()
 
 
@@ -545,20 +548,20 @@ def test_the_benchmarks_perfect_turn_runs_the_session_serialized_without_turns()
     """(--floor's second row: the session's own runs, its jobs one at a time, no turn taken)"""
     bench = _bench_concurrency()
     sess, feeds = _relu_session(), {"x": np.ones((2, 3), np.float32)}
-    perfect, turns = bench.PerfectTurn(sess), []
-    acquire = concurrency._Turn.acquire  # noqa: SLF001
+    perfect, taken = bench.PerfectTurn(sess), []
+    acquire = turns._Turn.acquire  # noqa: SLF001
 
     def counted(self, *args):
-        turns.append(1)
+        taken.append(1)
         return acquire(self, *args)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(concurrency._Turn, "acquire", counted)  # noqa: SLF001
+        patch.setattr(turns._Turn, "acquire", counted)  # noqa: SLF001
         with bench.turns_off():
             *_, results = bench.run_threads(perfect, feeds, 12, 4)
-        assert len(results) == 12 and not turns
+        assert len(results) == 12 and not taken
         bench.run_threads(perfect, feeds, 4, 2)  # (turns back on)
-        assert turns
+        assert taken
     assert bench.identical([r for got in results for r in got], [sess.run(None, feeds)[0]] * 12)
 
 
@@ -647,10 +650,10 @@ def test_a_waiter_whose_turn_comes_early_looks_when_its_new_place_calls_for(
     the next waiter, which counted on whole slices before its turn, is woken to sleep for
     its new place, and takes the turn from a holder that stopped calling one slice after
     that one got it, not two. (Without the nudge, 1 s: the check can fail.)"""
-    monkeypatch.setattr(concurrency, "_turns", concurrency._Turn())  # noqa: SLF001
-    monkeypatch.setattr(concurrency, "SLICE_SECONDS", 0.5)
-    monkeypatch.setattr(concurrency, "IDLE_SECONDS", 60.0)  # (no idle take-over)
-    turn, got, stay = concurrency._turns, [], threading.Event()  # noqa: SLF001
+    monkeypatch.setattr(turns, "_turns", turns._Turn())  # noqa: SLF001
+    monkeypatch.setattr(turns, "SLICE_SECONDS", 0.5)
+    monkeypatch.setattr(turns, "IDLE_SECONDS", 60.0)  # (no idle take-over)
+    turn, got, stay = turns._turns, [], threading.Event()  # noqa: SLF001
     turn.acquire()
     first = _queue_on_another_thread(turn, got, stay)  # takes the turn and stops calling
     second = _queue_on_another_thread(turn, got, stay)  # counts on the first's whole slice
@@ -668,16 +671,14 @@ def test_a_waiter_whose_turn_comes_early_looks_when_its_new_place_calls_for(
 def _hand_over_to_a_waiter(monkeypatch, waiter_core: int) -> list:
     """The turn, held on core 1, handed to a waiter that ran on ``waiter_core`` (of cores 0
     and 1): the affinity calls made (thread, cores; 0 the calling thread)."""
-    monkeypatch.setattr(concurrency, "_turns", concurrency._Turn())  # noqa: SLF001
+    monkeypatch.setattr(turns, "_turns", turns._Turn())  # noqa: SLF001
     main, calls = threading.get_ident(), []
-    monkeypatch.setattr(
-        concurrency, "_core", lambda: 1 if threading.get_ident() == main else waiter_core
-    )
+    monkeypatch.setattr(turns, "_core", lambda: 1 if threading.get_ident() == main else waiter_core)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
     monkeypatch.setattr(
         os, "sched_setaffinity", lambda pid, cores: calls.append((pid, set(cores))), raising=False
     )
-    turn, got, stay = concurrency._turns, [], threading.Event()  # noqa: SLF001
+    turn, got, stay = turns._turns, [], threading.Event()  # noqa: SLF001
     turn.acquire()
     waiter = _queue_on_another_thread(turn, got, stay)
     turn.release(failed=True)
@@ -687,7 +688,7 @@ def _hand_over_to_a_waiter(monkeypatch, waiter_core: int) -> list:
     return calls
 
 
-@pytest.mark.skipif(not concurrency._NATIVE_IDS, reason="no thread affinity here")  # noqa: SLF001
+@pytest.mark.skipif(not turns._NATIVE_IDS, reason="no thread affinity here")  # noqa: SLF001
 @pytest.mark.parametrize("waiter_core", [0, 1])
 def test_the_next_holder_is_woken_bound_to_the_core_its_last_holder_ran_on(
     monkeypatch, waiter_core
@@ -704,7 +705,7 @@ def test_the_next_holder_is_woken_bound_to_the_core_its_last_holder_ran_on(
 @pytest.mark.parametrize("waiter_core", [0, 1])
 def test_an_unbound_next_holder_moves_to_the_core_its_last_holder_ran_on(monkeypatch, waiter_core):
     """Bound to that core and let free at once; nothing done when it runs there already."""
-    monkeypatch.setattr(concurrency, "BIND_WAITERS", False)
+    monkeypatch.setattr(turns, "BIND_WAITERS", False)
     calls = _hand_over_to_a_waiter(monkeypatch, waiter_core)
     assert calls == ([] if waiter_core == 1 else [(0, {1}), (0, {0, 1})])
 
@@ -720,12 +721,12 @@ def test_a_bound_waiter_interrupted_gets_its_cores_back(monkeypatch, bells):
         raise KeyboardInterrupt
 
     if bells == "locks":
-        monkeypatch.setattr(concurrency, "_turn_wait", None)
-        monkeypatch.setattr(concurrency._Turn, "_patience", interrupted)  # noqa: SLF001
+        monkeypatch.setattr(turns, "_turn_wait", None)
+        monkeypatch.setattr(turns._Turn, "_patience", interrupted)  # noqa: SLF001
     else:
-        monkeypatch.setattr(concurrency, "_turn_wait", interrupted)
-    turn = concurrency._Turn()  # noqa: SLF001
-    entry = concurrency._Waiter(threading.get_ident())  # noqa: SLF001
+        monkeypatch.setattr(turns, "_turn_wait", interrupted)
+    turn = turns._Turn()  # noqa: SLF001
+    entry = turns._Waiter(threading.get_ident())  # noqa: SLF001
     entry.cores = {0, 1}  # (bound by a holder handing the turn over)
     with pytest.raises(KeyboardInterrupt):
         turn._wait(entry)  # noqa: SLF001
@@ -740,7 +741,7 @@ def test_an_interrupt_as_the_wait_begins_leaves_nothing_behind(monkeypatch, hand
     monkeypatch.setattr(
         os, "sched_setaffinity", lambda pid, cores: calls.append((pid, set(cores))), raising=False
     )
-    turn = concurrency._Turn()  # noqa: SLF001
+    turn = turns._Turn()  # noqa: SLF001
     turn.owner, turn.depth = -1, 1  # (another thread's run in progress)
 
     def interrupted(turn, entry, passing=None):
@@ -749,7 +750,7 @@ def test_an_interrupt_as_the_wait_begins_leaves_nothing_behind(monkeypatch, hand
             turn.owner, entry.cores = entry.thread, {0, 1}
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(concurrency._Turn, "_wait", interrupted)  # noqa: SLF001
+    monkeypatch.setattr(turns._Turn, "_wait", interrupted)  # noqa: SLF001
     with pytest.raises(KeyboardInterrupt):
         turn.acquire()
     assert not turn.queue
@@ -765,11 +766,11 @@ def test_a_thread_moved_to_a_core_and_interrupted_gets_its_cores_back(monkeypatc
         if len(calls) == 1:
             raise KeyboardInterrupt  # (Ctrl-C as the move is made)
 
-    monkeypatch.setattr(concurrency, "_core", lambda: 0)
+    monkeypatch.setattr(turns, "_core", lambda: 0)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
     monkeypatch.setattr(os, "sched_setaffinity", set_affinity, raising=False)
     with pytest.raises(KeyboardInterrupt):
-        concurrency._move_to(1)  # noqa: SLF001
+        turns._move_to(1)  # noqa: SLF001
     assert calls == [(0, {1}), (0, {0, 1})]
 
 
@@ -789,17 +790,15 @@ def test_the_next_waiter_is_nudged_only_when_it_would_look_late(
     slice's end (the holder handed the turn over ``left`` seconds before it), or a look
     later than that margin, wakes it to look when its new place calls for (without the
     distinction, the check of the on-time case can fail)."""
-    monkeypatch.setattr(concurrency, "BIND_WAITERS", False)
-    monkeypatch.setattr(concurrency, "SLICE_SECONDS", 0.005)
-    monkeypatch.setattr(concurrency, "LATE_SECONDS", 0.001)
-    turn = concurrency._Turn()  # noqa: SLF001
+    monkeypatch.setattr(turns, "BIND_WAITERS", False)
+    monkeypatch.setattr(turns, "SLICE_SECONDS", 0.005)
+    monkeypatch.setattr(turns, "LATE_SECONDS", 0.001)
+    turn = turns._Turn()  # noqa: SLF001
     turn.owner, turn.depth = threading.get_ident(), 0
-    turn.deadline = concurrency._now() + left  # noqa: SLF001
-    first, second = (concurrency._Waiter(k) for k in (1, 2))  # noqa: SLF001
+    turn.deadline = turns._now() + left  # noqa: SLF001
+    first, second = (turns._Waiter(k) for k in (1, 2))  # noqa: SLF001
     # (queued second: its look counted on the holder's and the first waiter's whole slices)
-    second.looks_at = (
-        turn.deadline + concurrency.SLICE_SECONDS + 2 * concurrency.LATE_SECONDS + looks_after
-    )
+    second.looks_at = turn.deadline + turns.SLICE_SECONDS + 2 * turns.LATE_SECONDS + looks_after
     turn.queue.extend([first, second])
     turn._hand_over()  # noqa: SLF001
     assert turn.owner == 1 and not first.bell.locked()
@@ -813,20 +812,20 @@ def test_turn_c_wait_ends_handed_idle_or_timed_out():
     another waiter (or the first while a run is in progress) sleeps until its time."""
     import array
 
-    wait, ring = concurrency._turn_wait, concurrency._turn_ring  # noqa: SLF001
+    wait, ring = turns._turn_wait, turns._turn_ring  # noqa: SLF001
     word, state = array.array("i", (0,)), array.array("d", (0.0, 0.0, 0.0))
     w, s = word.buffer_info()[0], state.buffer_info()[0]
     now = time.monotonic()
-    ring(w, concurrency.RUNG)
-    ring(w, concurrency.POKED)
-    assert word[0] == concurrency.RUNG and wait(w, s, 1.0, 0.001, 0.005, now + 5) == 1
+    ring(w, turns.RUNG)
+    ring(w, turns.POKED)
+    assert word[0] == turns.RUNG and wait(w, s, 1.0, 0.001, 0.005, now + 5) == 1
     word[0] = 0
     state[0], state[1], state[2] = 0.0, now - 1.0, 1.0  # (idle for a second; waiter 1 first)
     assert wait(w, s, 1.0, 0.001, 0.005, now + 5) == 2  # (HOLDER_IDLE)
     assert wait(w, s, 2.0, 0.001, 0.005, time.monotonic() + 0.02) == 0  # (not the first)
     state[0] = 1.0  # (a run in progress)
     assert wait(w, s, 1.0, 0.001, 0.005, time.monotonic() + 0.02) == 0
-    ring(w, concurrency.POKED)  # (a poke wakes it to look again, then it sleeps on)
+    ring(w, turns.POKED)  # (a poke wakes it to look again, then it sleeps on)
     assert wait(w, s, 1.0, 0.001, 0.005, time.monotonic() + 0.02) == 0 and word[0] == 0
     assert wait(w, s, 1.0, -1.0, 0.005, now + 5) == -1  # (arguments refused)
 
@@ -836,7 +835,7 @@ def test_turn_c_waiter_asleep_is_woken_by_a_ring_from_another_thread():
     """(the waiter sleeps without the GIL: this thread runs meanwhile, and its ring wakes it)"""
     import array
 
-    wait, ring = concurrency._turn_wait, concurrency._turn_ring  # noqa: SLF001
+    wait, ring = turns._turn_wait, turns._turn_ring  # noqa: SLF001
     word, state = array.array("i", (0,)), array.array("d", (1.0, 0.0, 0.0))
     w, s = word.buffer_info()[0], state.buffer_info()[0]
     ended = []
@@ -847,7 +846,7 @@ def test_turn_c_waiter_asleep_is_woken_by_a_ring_from_another_thread():
     other.start()
     time.sleep(0.05)
     assert not ended
-    ring(w, concurrency.RUNG)
+    ring(w, turns.RUNG)
     other.join(10)
     assert ended == [1] and time.monotonic() - start < 10
 
@@ -857,7 +856,7 @@ def _held_with_a_waiter(turn):
     that never looks) and published to turn.c's watcher: the waiter's entry."""
     turn.acquire()
     turn.release()
-    entry = concurrency._Waiter(-5)  # noqa: SLF001
+    entry = turns._Waiter(-5)  # noqa: SLF001
     with turn.guard:
         turn.queue.append(entry)
         turn._publish()  # noqa: SLF001
@@ -869,9 +868,9 @@ def test_a_holders_runs_tell_turn_c_their_start_and_end(monkeypatch):
     """With a waiter queued, each run of the holder writes its start and its end (runs in
     progress, when the last ended) where turn.c's watcher reads them, the first waiter's
     token unchanged; the holder keeps the turn until its slice is over."""
-    monkeypatch.setattr(concurrency, "SLICE_SECONDS", 60.0)
-    monkeypatch.setattr(concurrency, "_leaving", threading.local())  # (no streaks to end)
-    turn = concurrency._Turn()  # noqa: SLF001
+    monkeypatch.setattr(turns, "SLICE_SECONDS", 60.0)
+    monkeypatch.setattr(turns, "_leaving", threading.local())  # (no streaks to end)
+    turn = turns._Turn()  # noqa: SLF001
     entry = _held_with_a_waiter(turn)
     try:
         turn.acquire(0.001)
@@ -882,9 +881,9 @@ def test_a_holders_runs_tell_turn_c_their_start_and_end(monkeypatch):
         ]
         turn.release()
         assert list(turn.shared) == [0.0, turn.released, entry.token] and turn.released > 0
-        assert turn._keeps(concurrency._now(), 0.0)  # noqa: SLF001
+        assert turn._keeps(turns._now(), 0.0)  # noqa: SLF001
         turn.spent = 1e9  # (its slice over: the next run hands the turn over)
-        assert not turn._keeps(concurrency._now(), 0.0)  # noqa: SLF001
+        assert not turn._keeps(turns._now(), 0.0)  # noqa: SLF001
     finally:
         with turn.guard:
             turn.queue.clear()
@@ -897,15 +896,15 @@ def test_turn_c_pass_rings_the_next_holder_then_waits():
     waits on its own word as turn.c's wait does (here until its time, not being the first)."""
     import array
 
-    passes = concurrency._turn_pass  # noqa: SLF001
+    passes = turns._turn_pass  # noqa: SLF001
     assert passes is not None
     handed, word = array.array("i", (0,)), array.array("i", (0,))
     state = array.array("d", (1.0, 0.0, 0.0))
     h, w, s = (a.buffer_info()[0] for a in (handed, word, state))
     assert passes(h, w, s, 2.0, 0.001, 0.005, time.monotonic() + 0.02) == 0  # (TIMED_OUT)
-    assert handed[0] == concurrency.RUNG and word[0] == 0
+    assert handed[0] == turns.RUNG and word[0] == 0
     assert passes(h, w, s, 2.0, 0.001, 0.005, time.monotonic() + 0.02) == 0  # (rung twice)
-    assert handed[0] == concurrency.RUNG
+    assert handed[0] == turns.RUNG
 
 
 @needs_native_bells
@@ -914,10 +913,10 @@ def test_a_holder_past_its_slice_rings_the_next_holder_as_its_own_wait_begins(mo
     the next holder is rung by turn.c's pass, once this thread has let the GIL go, not from
     Python before it queues (it woke then to fight for the GIL, slept on it, and was woken
     again). The waiter handed the turn is the one rung, and the holder then waits."""
-    monkeypatch.setattr(concurrency, "_leaving", threading.local())  # (no streaks to end)
+    monkeypatch.setattr(turns, "_leaving", threading.local())  # (no streaks to end)
     rung, passed = [], []
-    monkeypatch.setattr(concurrency._Waiter, "ring", lambda self: rung.append(self))  # noqa: SLF001
-    turn = concurrency._Turn()  # noqa: SLF001
+    monkeypatch.setattr(turns._Waiter, "ring", lambda self: rung.append(self))  # noqa: SLF001
+    turn = turns._Turn()  # noqa: SLF001
 
     def handed_back():  # (as if handed back at once: the holder's wait ends)
         with turn.guard:
@@ -929,9 +928,9 @@ def test_a_holder_past_its_slice_rings_the_next_holder_as_its_own_wait_begins(mo
         passed.append(handed)
         return handed_back()
 
-    monkeypatch.setattr(concurrency, "_turn_pass", passes)
-    monkeypatch.setattr(concurrency, "_turn_wait", lambda *args: handed_back())
-    monkeypatch.setattr(concurrency, "_bind", lambda thread, core: None)
+    monkeypatch.setattr(turns, "_turn_pass", passes)
+    monkeypatch.setattr(turns, "_turn_wait", lambda *args: handed_back())
+    monkeypatch.setattr(turns, "_bind", lambda thread, core: None)
     entry = _held_with_a_waiter(turn)
     turn.spent = 1e9  # (its slice over: the next run hands the turn over)
     turn.acquire()
@@ -1021,3 +1020,66 @@ def test_tiny_runs_making_native_calls_that_let_the_gil_go_take_turns_again(
     getattr(sess, PLAN).run = letting_go
     _tiny_runs(sess)
     assert not getattr(sess, PACE).gil_bound
+
+
+_TURNS_LOADED = """
+import sys, threading
+import numpy as np
+from onnx import TensorProto, helper
+import onyx
+
+graph = helper.make_graph(
+    [helper.make_node("Relu", ["x"], ["y"])],
+    "g",
+    [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+    [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+)
+model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+sess = onyx.InferenceSession(model.SerializeToString())
+sess._pace.gil_bound = False  # (its runs take turns, however tiny, once a thread runs)
+x = np.ones((2, 3), np.float32)
+for _ in range(20):
+    sess.run(None, {"x": x})
+print("alone", "onyx.runtime.turns" in sys.modules)
+threads = [threading.Thread(target=lambda: [sess.run(None, {"x": x}) for _ in range(20)])
+           for _ in range(2)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print("threads", "onyx.runtime.turns" in sys.modules)
+"""
+
+
+def test_turn_machinery_loaded_on_first_contention():
+    """A process that creates and runs a session on its main thread alone never imports the
+    turn machinery (runtime/turns.py: most of concurrency's bytecode, a cold start's cost);
+    two threads running it load it (their runs take turns)."""
+    import subprocess
+
+    out = subprocess.run(
+        [sys.executable, "-c", _TURNS_LOADED], capture_output=True, text=True, check=True
+    ).stdout.split("\n")
+    assert out[:2] == ["alone False", "threads True"], out
+
+
+def test_a_process_without_threads_does_not_read_context_switches():
+    """The switches' reader (``resource``, for the tiny runs' ``Pace.switched``) is found at
+    its first call, so a session created and run alone does not import it."""
+    code = (
+        "import sys, numpy as np, onyx\n"
+        "from onnx import TensorProto, helper\n"
+        "g = helper.make_graph([helper.make_node('Relu', ['x'], ['y'])], 'g',"
+        " [helper.make_tensor_value_info('x', TensorProto.FLOAT, [2, 3])],"
+        " [helper.make_tensor_value_info('y', TensorProto.FLOAT, [2, 3])])\n"
+        "m = helper.make_model(g, opset_imports=[helper.make_opsetid('', 17)], ir_version=8)\n"
+        "s = onyx.InferenceSession(m.SerializeToString())\n"
+        "[s.run(None, {'x': np.ones((2, 3), np.float32)}) for _ in range(40)]\n"
+        "print('resource' in sys.modules)\n"
+    )
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False"]
+    reader = concurrency._switch_reader()  # noqa: SLF001  (what the first call puts in place)
+    assert len(reader()) == 2

@@ -13,7 +13,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import onyx
-from onyx.runtime import concurrency
+from onyx.runtime import concurrency, turns
 
 THREADS = 8
 MODELS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "models")
@@ -77,7 +77,7 @@ def _same(a: list, b: list) -> bool:
 @pytest.fixture
 def lock_bells(monkeypatch):
     """Waiters sleep on Python locks and look in Python (without turn.c, or ONYX_NATIVE=0)."""
-    monkeypatch.setattr(concurrency, "_turn_wait", None)
+    monkeypatch.setattr(turns, "_turn_wait", None)
 
 
 @pytest.fixture(params=[("default", "native"), (0.0, "native"), ("default", "locks")])
@@ -86,9 +86,9 @@ def slices(request, monkeypatch):
     hand-overs), waiters sleeping in C (turn.c, where built) or on Python locks."""
     seconds, bells = request.param
     if seconds != "default":
-        monkeypatch.setattr(concurrency, "SLICE_SECONDS", seconds)
+        monkeypatch.setattr(turns, "SLICE_SECONDS", seconds)
     if bells == "locks":
-        monkeypatch.setattr(concurrency, "_turn_wait", None)
+        monkeypatch.setattr(turns, "_turn_wait", None)
 
 
 @pytest.mark.parametrize(
@@ -214,7 +214,7 @@ def test_an_interrupt_inside_a_run_reaches_only_its_thread(slices):
     assert outcomes[0] == [True] * 3 + ["interrupted"] + [True] * 4
     assert all(outcomes[k] == [True] * 8 for k in range(1, THREADS))
     assert cores == [True] * THREADS
-    assert concurrency._turns.owner is None or not concurrency._turns.depth  # noqa: SLF001
+    assert turns._turns.owner is None or not turns._turns.depth  # noqa: SLF001
 
 
 def _relu_session() -> onyx.InferenceSession:
@@ -272,16 +272,16 @@ def test_a_thread_that_stopped_calling_does_not_keep_the_turn(monkeypatch, idle,
     """The main thread runs once and stops (a server's worker back at its queue), keeping
     the turn for a slice of 2 s: a run arriving on another thread after IDLE_SECONDS takes
     it at once (with IDLE_SECONDS of 60 s it waits for the slice: the check can fail)."""
-    monkeypatch.setattr(concurrency, "_turns", concurrency._Turn())  # noqa: SLF001
-    monkeypatch.setattr(concurrency, "SLICE_SECONDS", 2.0)
-    monkeypatch.setattr(concurrency, "IDLE_SECONDS", idle)
-    monkeypatch.setattr(concurrency, "CHECK_SECONDS", 60.0)
+    monkeypatch.setattr(turns, "_turns", turns._Turn())  # noqa: SLF001
+    monkeypatch.setattr(turns, "SLICE_SECONDS", 2.0)
+    monkeypatch.setattr(turns, "IDLE_SECONDS", idle)
+    monkeypatch.setattr(turns, "CHECK_SECONDS", 60.0)
     if bells == "locks":
-        monkeypatch.setattr(concurrency, "_turn_wait", None)
-    elif concurrency._turn_wait is None or idle > 1:  # noqa: SLF001
+        monkeypatch.setattr(turns, "_turn_wait", None)
+    elif turns._turn_wait is None or idle > 1:  # noqa: SLF001
         pytest.skip("turn.c's waiter watches for an idle holder, not for the slice's end")
     # (no streaks yet: a run ending a usual streak would give the turn up)
-    monkeypatch.setattr(concurrency._leaving, "hook", None, raising=False)  # noqa: SLF001
+    monkeypatch.setattr(turns._leaving, "hook", None, raising=False)  # noqa: SLF001
     with concurrency.run_slot(1, None, concurrency.Pace()):
         pass
     time.sleep(0.01)  # (longer than the idle time: the holder has stopped calling)
@@ -296,7 +296,7 @@ def _handover_after_job(earlier_jobs: tuple) -> float:
     """Seconds between the end of a thread's job of 3 short runs (after jobs of
     ``earlier_jobs`` runs, each followed by a pause) and the start of a run queued on another
     thread meanwhile."""
-    turn = concurrency._turns  # noqa: SLF001
+    turn = turns._turns  # noqa: SLF001
     got, ended = [], []
 
     def short_run(inside=lambda: None):
@@ -343,12 +343,12 @@ def test_a_thread_gives_up_the_turn_at_the_end_of_its_usual_streak(
     one job of 3 (a streak cut short by a preemption, say), jobs of 5 runs only, or 3 too long
     ago, repeats of 5 since included, the 3rd run is not a usual end, and the waiter waits for
     the slice: the check can fail.)"""
-    monkeypatch.setattr(concurrency, "_turns", concurrency._Turn())  # noqa: SLF001
-    monkeypatch.setattr(concurrency, "SLICE_SECONDS", 0.5)
-    monkeypatch.setattr(concurrency, "IDLE_SECONDS", 0.005)
-    monkeypatch.setattr(concurrency._leaving, "hook", None, raising=False)  # noqa: SLF001
+    monkeypatch.setattr(turns, "_turns", turns._Turn())  # noqa: SLF001
+    monkeypatch.setattr(turns, "SLICE_SECONDS", 0.5)
+    monkeypatch.setattr(turns, "IDLE_SECONDS", 0.005)
+    monkeypatch.setattr(turns._leaving, "hook", None, raising=False)  # noqa: SLF001
     waited = _handover_after_job(earlier_jobs)
-    if earlier_jobs[-concurrency.STREAKS_KEPT :].count(3) >= concurrency.STREAK_REPEATS:
+    if earlier_jobs[-turns.STREAKS_KEPT :].count(3) >= turns.STREAK_REPEATS:
         assert waited < 0.25
     else:
         assert 0.25 < waited < 5
@@ -361,18 +361,18 @@ def test_a_run_arriving_after_a_usual_streak_takes_the_turn_at_once(monkeypatch,
     thread: after a job of the usual length it takes the turn at once; after a job of another
     length (2 runs) it waits until the holder has been idle for IDLE_SECONDS (0.5 s here) or
     longer (the check can fail)."""
-    monkeypatch.setattr(concurrency, "_turns", concurrency._Turn())  # noqa: SLF001
-    monkeypatch.setattr(concurrency, "SLICE_SECONDS", 2.0)
-    monkeypatch.setattr(concurrency, "IDLE_SECONDS", 0.5)
-    monkeypatch.setattr(concurrency, "CHECK_SECONDS", 60.0)
-    monkeypatch.setattr(concurrency._leaving, "hook", None, raising=False)  # noqa: SLF001
+    monkeypatch.setattr(turns, "_turns", turns._Turn())  # noqa: SLF001
+    monkeypatch.setattr(turns, "SLICE_SECONDS", 2.0)
+    monkeypatch.setattr(turns, "IDLE_SECONDS", 0.5)
+    monkeypatch.setattr(turns, "CHECK_SECONDS", 60.0)
+    monkeypatch.setattr(turns._leaving, "hook", None, raising=False)  # noqa: SLF001
     if bells == "locks":
-        monkeypatch.setattr(concurrency, "_turn_wait", None)
-    elif concurrency._turn_wait is None:  # noqa: SLF001
+        monkeypatch.setattr(turns, "_turn_wait", None)
+    elif turns._turn_wait is None:  # noqa: SLF001
         pytest.skip("no turn.c here")
-    mine = concurrency._GiveBackAtThreadEnd(threading.get_ident())  # noqa: SLF001
+    mine = turns._GiveBackAtThreadEnd(threading.get_ident())  # noqa: SLF001
     mine.usual = (3, 3)  # (the thread's last streaks: jobs of 3 runs)
-    monkeypatch.setattr(concurrency._leaving, "hook", mine, raising=False)  # noqa: SLF001
+    monkeypatch.setattr(turns._leaving, "hook", mine, raising=False)  # noqa: SLF001
     for _ in range(3 if usual else 2):
         with concurrency.run_slot(1, None, concurrency.Pace()):
             pass
@@ -390,15 +390,15 @@ def test_a_streak_length_that_gave_the_turn_up_for_nothing_is_forgotten(monkeypa
     ends (1 run: a usual length), the main thread comes straight back, and 1 is forgotten
     (kept, the first run of every later job would hand the turn over: the check can fail),
     while 3 stays."""
-    turn = concurrency._Turn()  # noqa: SLF001
-    monkeypatch.setattr(concurrency, "_turns", turn)
-    monkeypatch.setattr(concurrency, "SLICE_SECONDS", 2.0)
-    monkeypatch.setattr(concurrency, "IDLE_SECONDS", 0.5)
+    turn = turns._Turn()  # noqa: SLF001
+    monkeypatch.setattr(turns, "_turns", turn)
+    monkeypatch.setattr(turns, "SLICE_SECONDS", 2.0)
+    monkeypatch.setattr(turns, "IDLE_SECONDS", 0.5)
     if bells == "locks":
-        monkeypatch.setattr(concurrency, "_turn_wait", None)
-    mine = concurrency._GiveBackAtThreadEnd(threading.get_ident())  # noqa: SLF001
+        monkeypatch.setattr(turns, "_turn_wait", None)
+    mine = turns._GiveBackAtThreadEnd(threading.get_ident())  # noqa: SLF001
     mine.usual = (1, 3, 1, 3)
-    monkeypatch.setattr(concurrency._leaving, "hook", mine, raising=False)  # noqa: SLF001
+    monkeypatch.setattr(turns._leaving, "hook", mine, raising=False)  # noqa: SLF001
     got = []
 
     def short_run():
@@ -423,11 +423,11 @@ def test_an_arriving_thread_hands_an_idle_turn_to_the_first_waiter(monkeypatch, 
     streak: no usual end), keeping the turn for a slice of 2 s: a run arriving on a third
     thread after IDLE_SECONDS hands the turn to the waiter at once (without it the waiter
     waits for the slice: the check can fail)."""
-    turn = concurrency._Turn()  # noqa: SLF001
-    monkeypatch.setattr(concurrency, "_turns", turn)
-    monkeypatch.setattr(concurrency, "SLICE_SECONDS", 2.0)
-    monkeypatch.setattr(concurrency, "IDLE_SECONDS", 0.005)
-    monkeypatch.setattr(concurrency._leaving, "hook", None, raising=False)  # noqa: SLF001
+    turn = turns._Turn()  # noqa: SLF001
+    monkeypatch.setattr(turns, "_turns", turn)
+    monkeypatch.setattr(turns, "SLICE_SECONDS", 2.0)
+    monkeypatch.setattr(turns, "IDLE_SECONDS", 0.005)
+    monkeypatch.setattr(turns._leaving, "hook", None, raising=False)  # noqa: SLF001
     got = []
 
     def short_run():
@@ -454,7 +454,7 @@ def test_no_thread_is_starved(monkeypatch, bells):
     gets the turn within a few slices (a holder keeping it for as long as it calls would
     starve the others, and the threads would hang until the timeout)."""
     if bells == "locks":
-        monkeypatch.setattr(concurrency, "_turn_wait", None)
+        monkeypatch.setattr(turns, "_turn_wait", None)
     sess = _relu_session()
     x = {"x": np.ones((2, 3), np.float32)}
     sess.run(None, x)

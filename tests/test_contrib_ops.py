@@ -384,7 +384,7 @@ def test_skip_layer_norm_native_set_up_is_per_signature():
     serves only its own signature: a second shape, other parameter arrays and writeable
     (fed) parameters each give the bits of the path that checks everything on each call."""
     from onyx.runtime import native
-    from onyx.runtime.native import rows
+    from onyx.runtime.native import norms
 
     if not native.available():
         pytest.skip(f"native: {native.status()}")
@@ -404,7 +404,7 @@ def test_skip_layer_norm_native_set_up_is_per_signature():
     for shape, scale, bias, add in calls:
         x, skip = (RNG.standard_normal(shape + (hidden,)).astype(np.float32) for _ in range(2))
         got = native.skip_layer_norm_f32(x, skip, scale, bias, add, 1e-5)
-        want = rows.skip_layer_norm_checked(x, skip, scale, bias, add, 1e-5)
+        want = norms.skip_layer_norm_checked(x, skip, scale, bias, add, 1e-5)
         for g, w in zip(got, want):
             np.testing.assert_array_equal(g, w)
 
@@ -414,7 +414,7 @@ def test_bias_gelu_native_set_up_is_per_signature():
     its own signature: a second shape, another bias and a writeable (fed) bias each give the
     bits of the add then erf_f32's GELU."""
     from onyx.runtime import native
-    from onyx.runtime.kernels.contrib import _GELU_SCALE, _P32, _Q32
+    from onyx.runtime.kernels.contrib_norm import _GELU_SCALE, _P32, _Q32
 
     if not native.available():
         pytest.skip(f"native: {native.status()}")

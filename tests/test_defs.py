@@ -1,5 +1,7 @@
 """onyx.defs against onnx.defs: every schema version with the same facts."""
 
+import json
+
 import onnx
 import onnx.defs as od
 import pytest
@@ -101,8 +103,7 @@ def test_every_operator_line_is_found_and_parsed_as_json_parses_it():
     assert defs.get_schema("NoSuchOp") is None and defs.get_schema("Relu\t") is None
 
 
-def test_the_spans_table_is_the_data_files():
-    """onyx/defs/_spans.py is written with schemas.json (scripts/gen_schemas.py)."""
+def _gen_schemas():
     import importlib.util
     from pathlib import Path
 
@@ -110,9 +111,27 @@ def test_the_spans_table_is_the_data_files():
     spec = importlib.util.spec_from_file_location("gen_schemas", path)
     gen = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gen)
-    assert gen.SPANS_OUT.read_text() == gen.render_spans(gen.OUT.read_bytes()), (
-        "rerun python scripts/gen_schemas.py"
-    )
+    return gen
+
+
+def test_the_table_is_the_data_files():
+    """onyx/defs/schemas.bin is written with schemas.json (scripts/gen_schemas.py), and reads
+    as the JSON does: every operator's versions, and the domains' opset ranges. (Its bytes
+    are not compared with a table made here: marshal marks an object shared, or a string
+    interned, as this process's objects are, so equal data may differ in a few bytes.)"""
+    gen = _gen_schemas()
+    raw = gen.OUT.read_bytes()
+    assert defs._table_head() is not None, "rerun python scripts/gen_schemas.py --table"  # noqa: SLF001
+    made = gen.render_table(raw)
+    assert made.split(b"\n", 1)[0].split()[:2] == defs._table_head().split()[:2]  # noqa: SLF001
+    assert defs._max_opsets() == json.loads(raw.split(b"\n", 1)[0])["max_opsets"]  # noqa: SLF001
+    for row in raw.split(b"\n")[1:]:
+        domain, op, versions = (part.decode() for part in row.split(b"\t", 2))
+        want = sorted(json.loads(versions), key=lambda s: s["since"])
+        entries = defs._table_entries(op, domain)  # noqa: SLF001
+        assert [defs._table_version(*e[1:]) for e in entries] == want, op  # noqa: SLF001
+    for op, domain in (("Relu\t", ""), ("Relu", "\t"), ("Re", ""), ("Relu\n", ""), ("\ud800", "")):
+        assert defs._table_entries(op, domain) == []  # noqa: SLF001
 
 
 def test_a_cold_session_reads_its_operators_lines_alone():
@@ -137,13 +156,54 @@ def test_a_cold_session_reads_its_operators_lines_alone():
     assert out.stdout.split() == ["0", "0", "11"]
 
 
-def test_a_stale_spans_table_falls_back_to_the_files_own_lines(monkeypatch):
-    """A span that is not an operator's whole line (a file made again without its table) is
-    not read: the file's own lines are."""
-    table = defs._span_table()  # noqa: SLF001
-    assert table is not None  # (made for the file as it is)
-    start, end = table[("", "Relu")]
-    want = defs._data()[start:end]  # noqa: SLF001
-    for shifted in ((start + 7, end + 7), (start, end - 3), table[("", "Abs")]):
-        monkeypatch.setattr(defs, "_span_table", lambda s=shifted: {("", "Relu"): s})
-        assert defs._versions_json("Relu", "") == want  # noqa: SLF001
+def test_a_table_made_for_another_file_is_not_read(monkeypatch, tmp_path):
+    """A schemas.bin not made for schemas.json as it is (its size), of another format, or
+    missing sends the reader to the JSON's own lines, with the same schemas."""
+    want = defs.get_schema("Conv", 11)
+    with open(defs._TABLE, "rb") as f:  # noqa: SLF001
+        good = f.read()
+    first, rest = good.split(b"\n", 1)
+    magic, size, head = first.split()
+    for name, data in (
+        ("stale.bin", b" ".join((magic, str(int(size) + 1).encode(), head)) + b"\n" + rest),
+        ("format.bin", b" ".join((b"onyxdefs0", size, head)) + b"\n" + rest),
+        ("short.bin", good[: int(head) - 5]),
+        ("missing.bin", None),
+    ):
+        path = tmp_path / name
+        if data is not None:
+            path.write_bytes(data)
+        monkeypatch.setattr(defs, "_TABLE", str(path))
+        for cached in (defs._table_head, defs._raw_versions, defs._lookup, defs._max_opsets):  # noqa: SLF001
+            cached.cache_clear()
+        assert defs._table_head() is None, name  # noqa: SLF001
+        got = defs.get_schema("Conv", 11)
+        assert got is not want and got == want, name
+        header = json.loads(defs._data().split(b"\n", 1)[0])  # noqa: SLF001
+        assert defs.domains() == {d: tuple(r) for d, r in header["max_opsets"].items()}, name
+    monkeypatch.undo()
+    for cached in (defs._table_head, defs._raw_versions, defs._lookup, defs._max_opsets):  # noqa: SLF001
+        cached.cache_clear()
+    assert defs._table_head() is not None  # noqa: SLF001
+
+
+def test_a_cold_session_reads_the_table_not_the_json():
+    """A session's checker reads its operators' versions from schemas.bin: the JSON's scanner
+    (the _json extension) is not imported, nor the JSON read."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import onyx
+
+    tiny = Path(onyx.__file__).parent / "examples" / "tiny_cnn.onnx"
+    code = (
+        "import sys, onyx\n"
+        "from onyx import defs\n"
+        f"onyx.InferenceSession({str(tiny)!r})\n"
+        "print('_json' in sys.modules, defs._data.cache_info().currsize,\n"
+        "    defs.get_schema('Conv', 17).since_version)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "0", "11"]

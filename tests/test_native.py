@@ -16,7 +16,7 @@ import pytest
 import onyx
 from onyx.runtime import native
 from onyx.runtime.kernels import conv as conv_kernels
-from onyx.runtime.kernels import integer_conv
+from onyx.runtime.kernels import integer_conv, quantized_conv
 from onyx.runtime.kernels.quantize import qlinear_matmul
 
 needs_vnni = pytest.mark.skipif(
@@ -268,7 +268,7 @@ def test_qlinear_conv_matches_onnxruntime(case):
     want = _ort_run(model, {"x": x})
     # twice (the second run reuses the set-up), then a strided input (the numpy packing path)
     for feed in (x, x, np.asfortranarray(x)):
-        got = conv_kernels.qlinear_conv(feed, c["xs"], c["xz"], w, c["ws"], c["wz"], c["ys"],
+        got = quantized_conv.qlinear_conv(feed, c["xs"], c["xz"], w, c["ws"], c["wz"], c["ys"],
                                         c["yz"], bias, **attrs)  # fmt: skip
         np.testing.assert_array_equal(got, want)
 
@@ -290,11 +290,11 @@ def test_qlinear_conv_kept_runner_only_for_the_same_constants():
     args = [c[k] for k in ("xs", "xz", "w", "ws", "wz", "ys")]
     for yz in (c["yz"], c["yz"].copy()):  # the same object, then an equal one
         yz.flags.writeable = False
-        got = conv_kernels.qlinear_conv(x, *args, yz, bias, **attrs)
+        got = quantized_conv.qlinear_conv(x, *args, yz, bias, **attrs)
         np.testing.assert_array_equal(got, want)
     other = np.array(90, np.uint8)  # another zero point: not the kept runner's
     other.flags.writeable = False
-    shifted = conv_kernels.qlinear_conv(x, *args, other, bias, **attrs)
+    shifted = quantized_conv.qlinear_conv(x, *args, other, bias, **attrs)
     inside = (want > 0) & (want < 170)  # (not clamped either way)
     assert inside.sum() > 100
     np.testing.assert_array_equal(shifted[inside], want[inside] + 85)
@@ -310,8 +310,8 @@ def test_conv_integer_implicit_gemm_is_exact(x_type):
     w.flags.writeable = False
     xz = np.array(9, x_type)
     attrs = {"pads": [1, 0, 2, 1], "strides": [2, 1], "dilations": [1, 2]}
-    got = conv_kernels.conv_integer(x, w, xz, **attrs)
-    want, _ = conv_kernels._integer_conv(x, w, xz, None, group=1, auto_pad="NOTSET",
+    got = quantized_conv.conv_integer(x, w, xz, **attrs)
+    want, _ = quantized_conv._integer_conv(x, w, xz, None, group=1, auto_pad="NOTSET",
                                          kernel_shape=None, **attrs)  # fmt: skip
     assert got.dtype == np.int32
     np.testing.assert_array_equal(got, want.astype(np.int64))
@@ -326,9 +326,9 @@ def test_conv_integer_result_outlives_the_next_call():
     w = _random(rng, np.uint8, (1, 3, 3, 3))
     w.flags.writeable = False
     xz, wz = np.array(7, np.uint8), np.array(200, np.uint8)
-    first = conv_kernels.conv_integer(x, w, xz, wz, pads=[1, 1, 1, 1])
+    first = quantized_conv.conv_integer(x, w, xz, wz, pads=[1, 1, 1, 1])
     kept = first.copy()
-    conv_kernels.conv_integer(x[:, :, ::-1].copy(), w, xz, wz, pads=[1, 1, 1, 1])
+    quantized_conv.conv_integer(x[:, :, ::-1].copy(), w, xz, wz, pads=[1, 1, 1, 1])
     np.testing.assert_array_equal(first, kept)
     assert not np.shares_memory(first, conv_kernels.scratch((1,), np.uint8))
 
@@ -367,9 +367,9 @@ def test_conv_integer_with_any_weight_zero_point_is_exact(x_type, w_type, per_ch
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(integer_conv, "window_sums", spy)
-        got = [conv_kernels.conv_integer(x, w, xz, wz, **attrs) for _ in range(2)]
+        got = [quantized_conv.conv_integer(x, w, xz, wz, **attrs) for _ in range(2)]
     full = {"kernel_shape": None, "pads": None, "strides": None, "dilations": None, **attrs}
-    want, _ = conv_kernels._integer_conv(x, w, xz, wz, group=1, auto_pad="NOTSET", **full)
+    want, _ = quantized_conv._integer_conv(x, w, xz, wz, group=1, auto_pad="NOTSET", **full)
     assert taken and got[0].dtype == np.int32
     for y in got:
         np.testing.assert_array_equal(y, want.astype(np.int64))
@@ -557,7 +557,7 @@ def test_depthwise_qlinear_conv_matches_onnxruntime(case, x_type, depthwise_kern
     elem = TensorProto.UINT8 if x_type == np.uint8 else TensorProto.INT8
     model, attrs = _depthwise_model("QLinearConv", elem, consts, C, kernel, stride, dilation,
                                     pads)  # fmt: skip
-    got = conv_kernels.qlinear_conv(x, *consts.values(), **attrs)
+    got = quantized_conv.qlinear_conv(x, *consts.values(), **attrs)
     np.testing.assert_array_equal(got, _ort_run(model, {"x": x}))
 
 
@@ -571,7 +571,7 @@ def test_depthwise_conv_integer_is_exact(case, w_type, depthwise_kernel):
     w = _random(rng, w_type, (M, 1, *kernel))
     wz = _random(rng, w_type, (M,))  # a zero point per output channel
     attrs = {"group": C, "strides": list(stride), "dilations": list(dilation), "pads": list(pads)}
-    got = conv_kernels.conv_integer(x, w, np.array(200, np.uint8), wz, **attrs)
+    got = quantized_conv.conv_integer(x, w, np.array(200, np.uint8), wz, **attrs)
     xc = x.astype(np.float64) - 200
     wc = w.astype(np.float64) - wz.astype(np.float64).reshape(-1, 1, 1, 1)
     want = conv_kernels.conv(xc, wc, **attrs)  # exact in float64
@@ -864,7 +864,7 @@ def test_dynamic_quantize_linear_quantizes_natively_to_the_same_bytes(case, monk
 @needs_native
 @pytest.mark.parametrize("shape, groups", [((1, 4, 131), 0), ((2, 6, 5, 7), 3), ((3, 8, 1, 1), 0)])
 def test_instance_and_group_norm_rows_match_float64(shape, groups, monkeypatch):
-    """The native rows of InstanceNormalization / GroupNormalization (rows.c, sums in double)
+    """The native rows of InstanceNormalization / GroupNormalization (norms.c, sums in double)
     against float64 and against the numpy rows: within float32 rounding."""
     from onyx.runtime.kernels import normalization
 
@@ -946,7 +946,7 @@ def test_tree_ensemble_native_descent_matches_numpy(dtype, rows, monkeypatch):
 def test_batch_norm_matches_the_numpy_kernel(shape, monkeypatch):
     """Inference BatchNormalization in one native pass: the bits of numpy's x * mult + shift,
     each step rounded (no fused multiply-add), on one thread and two."""
-    from onyx.runtime.kernels.normalization import batch_normalization
+    from onyx.runtime.kernels.batch_norm import batch_normalization
 
     rng = np.random.default_rng(len(shape))
     x = rng.standard_normal(shape).astype(np.float32)

@@ -321,3 +321,17 @@ def test_a_struct_that_disagrees_at_its_familys_import_is_refused_in_words(monke
 def test_a_library_without_the_one_call_check_has_its_rows_read():
     # (a library built before onyx_abi_agrees: abi_mismatches reads the rows, as before)
     assert _core._agree(types.SimpleNamespace(), None) is False
+
+
+def test_the_package_makes_no_ctypes_struct_before_a_family_is_imported():
+    # abi_row's class (read only where a library's structs disagree) cost every process's
+    # import of the package a tenth of a millisecond
+    code = (
+        "import ctypes\n"
+        "from onyx.runtime import native\n"
+        "print(native.available() and native.load_status().startswith('loaded'),\n"
+        "    [t.__name__ for t in ctypes.Structure.__subclasses__()\n"
+        "     if t.__module__.startswith('onyx')])\n"
+    )
+    out = _status_in_subprocess({}, code)
+    assert out in ("True []", "False []"), out

@@ -13,7 +13,7 @@ import pytest
 from onyx.errors import InvalidArgument
 from onyx.runtime import native
 from onyx.runtime.kernels import small_cnn
-from onyx.runtime.kernels.conv import conv_transpose
+from onyx.runtime.kernels.conv_transpose import conv_transpose
 
 
 @pytest.fixture(autouse=True)

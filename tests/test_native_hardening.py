@@ -344,8 +344,8 @@ def test_one_pixel_conv_refuses_zero_points_of_the_other_type():
     of the other 8-bit type (an int8 x_zero_point for a uint8 x; the session's checks refuse
     such a model, a kernel called directly does not) by its value: it now declines, and the
     general path (ConvInteger's kernel, then the scale) gives its answer, as for any other x."""
-    from onyx.runtime.kernels.conv import conv_integer
     from onyx.runtime.kernels.conv_to_float import conv_integer_to_float, one_pixel_sums
+    from onyx.runtime.kernels.quantized_conv import conv_integer
 
     x = np.full((1, 4, 1, 1), 200, np.uint8)
     w = np.full((3, 4, 1, 1), -3, np.int8)

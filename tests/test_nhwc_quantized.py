@@ -20,8 +20,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 import onyx
 from onyx.runtime import native
-from onyx.runtime.kernels import conv as nchw_kernels
 from onyx.runtime.kernels import conv_nhwc
+from onyx.runtime.kernels import quantized_conv as nchw_kernels
 
 PASS = "NhwcTransformer"
 RNG = np.random.default_rng(23)

@@ -296,12 +296,12 @@ def test_conv_chain_sets_up_once_per_shape(group, kernel, monkeypatch):
     run only, though x's zero point changes from run to run (a depthwise conv's native set-up
     was made anew at every call, twice), and keeps the unfused graph's bits."""
     from onyx.runtime import native
-    from onyx.runtime.kernels import conv, conv_to_float
+    from onyx.runtime.kernels import conv_to_float, quantized_conv
 
     if kernel != 1 and not native.available():  # (the numpy path sets nothing up)
         pytest.skip("the native library is not loaded")
     made = Counter()
-    for module, name in ((native, "IntPlaneConv"), (conv, "implicit_integer_conv")):
+    for module, name in ((native, "IntPlaneConv"), (quantized_conv, "implicit_integer_conv")):
         original = getattr(module, name)
 
         def counted(*args, _original=original, _name=name, **kwargs):
@@ -309,7 +309,9 @@ def test_conv_chain_sets_up_once_per_shape(group, kernel, monkeypatch):
             return _original(*args, **kwargs)
 
         monkeypatch.setattr(module, name, counted)
-    monkeypatch.setattr(conv_to_float, "implicit_integer_conv", conv.implicit_integer_conv)
+    monkeypatch.setattr(
+        conv_to_float, "implicit_integer_conv", quantized_conv.implicit_integer_conv
+    )
     model = _conv_chain(True, group, np.uint8, kernel)
     unfused = _session(model, "ORT_DISABLE_ALL")
     fused = _session(model, "ORT_ENABLE_EXTENDED")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -405,13 +406,14 @@ def test_shape_arithmetic_runs_once_per_input_shape():
             y[:] = -1
     memo = sess.plan.runner().__globals__["_memo"]
     assert sorted(k[0] for k in memo) == [(3, 2, 4), (3, 5, 4)]
+    assert "onyx.runtime.shape_memo" in sys.modules  # (imported for a schedule with Shape)
     assert all(not v.flags.writeable for values in memo.values() for v in values)
 
 
 def test_shape_memo_holds_no_large_values(monkeypatch):
-    from onyx.runtime import plan as plan_module
+    from onyx.runtime import shape_memo
 
-    monkeypatch.setattr(plan_module, "_MEMO_BYTES", 8)  # dims (24 bytes) exceed it
+    monkeypatch.setattr(shape_memo, "MEMO_BYTES", 8)  # dims (24 bytes) exceed it
     sess = unoptimized(shape_arithmetic_model())
     x = np.ones((3, 2, 4), np.float32)
     for _ in range(2):

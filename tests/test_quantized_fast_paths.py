@@ -242,7 +242,7 @@ def test_one_dimensional_qlinear_conv_runs_as_a_one_row_image(
     """A 1-D QLinearConv takes the 2-D conv's native paths on a one-row image (an audio
     model's int8 front-end ran at half its float speed on the column-packing path): the bits
     stay onnxruntime's."""
-    from onyx.runtime.kernels import conv as conv_kernels
+    from onyx.runtime.kernels import quantized_conv as conv_kernels
 
     lifted = []
     real = conv_kernels._one_row_result  # noqa: SLF001  (the dispatch under test)

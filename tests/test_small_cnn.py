@@ -14,6 +14,7 @@ from conftest import FUSED_ACTIVATIONS
 
 from onyx.runtime import native
 from onyx.runtime.kernels import conv as conv_kernels
+from onyx.runtime.kernels import conv_transpose
 from onyx.runtime.kernels.fused import fused_conv
 from onyx.runtime.kernels.pool import max_pool
 
@@ -220,7 +221,7 @@ def test_conv_transpose_2x2_stride_2(N, C, M, H, W, small_calls):
     w = rng.standard_normal((C, M, 2, 2)).astype(np.float32)
     w.flags.writeable = False
     b = rng.standard_normal(M).astype(np.float32)
-    got = conv_kernels.conv_transpose(x, w, b, kernel_shape=[2, 2], strides=[2, 2])
+    got = conv_transpose.conv_transpose(x, w, b, kernel_shape=[2, 2], strides=[2, 2])
     # y[n, m, 2h + a, 2w + b] = bias[m] + sum over c of x[n, c, h, w] * w[c, m, a, b]
     want = np.einsum("nchw,cmab->nmhawb", x.astype(np.float64), w.astype(np.float64))
     want = want.reshape(N, M, 2 * H, 2 * W) + b[:, None, None]
@@ -231,9 +232,9 @@ def test_conv_transpose_2x2_stride_2(N, C, M, H, W, small_calls):
 def test_conv_transpose_of_other_widths_keeps_the_general_kernel(small_calls):
     x = np.random.default_rng(2).standard_normal((1, 4, 6, 6)).astype(np.float32)
     w = np.random.default_rng(3).standard_normal((4, 3, 2, 2)).astype(np.float32)
-    got = conv_kernels.conv_transpose(x, w, None, kernel_shape=[2, 2], strides=[2, 2])
+    got = conv_transpose.conv_transpose(x, w, None, kernel_shape=[2, 2], strides=[2, 2])
     with native.disabled():
-        want = conv_kernels.conv_transpose(x, w, None, kernel_shape=[2, 2], strides=[2, 2])
+        want = conv_transpose.conv_transpose(x, w, None, kernel_shape=[2, 2], strides=[2, 2])
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     assert not small_calls  # (a width of 6: 8 pixels of a vector's half span two rows)
 

@@ -1,8 +1,9 @@
 """Operator schemas: every operator of every standard domain with its full version history.
 
-The data (``schemas.json``, one line of JSON per operator) is generated at dev time by
-``scripts/gen_schemas.py`` and read lazily on first use; an operator's line is parsed and its
-schemas built when it is first asked for, and cached.
+The data (``schemas.json``, one line of JSON per operator, and ``schemas.bin``, the same data
+as a marshal blob per operator version, the form a session reads) is generated at dev time by
+``scripts/gen_schemas.py`` and read lazily on first use; an operator version is decoded and
+its schema built when it is first asked for, and cached.
 
     from onyx.defs import get_schema
     s = get_schema("Softmax", 13)          # the version in force at opset 13
@@ -12,8 +13,8 @@ schemas built when it is first asked for, and cached.
 from __future__ import annotations
 
 import functools
+import marshal
 import os
-import pathlib
 from dataclasses import field
 from typing import Any
 
@@ -33,7 +34,10 @@ __all__ = [
     "schemas",
 ]
 
-_DATA = pathlib.Path(__file__).with_name("schemas.json")
+# (paths as strings: a first pathlib.Path and its with_name cost a cold start ~40 us)
+_DATA = os.path.join(os.path.dirname(__file__), "schemas.json")
+#: The data as a session reads it (scripts/gen_schemas.py writes it with the JSON).
+_TABLE = os.path.join(os.path.dirname(__file__), "schemas.bin")
 _DIFF = {0: "unknown", 1: "differentiable", 2: "non_differentiable"}
 _NONE: dict = {}  # (a default that is copied, never used)
 
@@ -314,45 +318,88 @@ class OpSchema(FrozenValue):
 @functools.cache
 def _data() -> bytes:
     """The data file: a JSON header line (each domain's opset range), then a line per operator,
-    ``domain<TAB>op<TAB>`` and the JSON of its versions. Plain text read as bytes; a line's
-    JSON is parsed when its operator is first asked for (a model uses a handful of the
-    operators: unzipping, decoding or parsing all of it was a good part of a cold start).
-    Read whole only for every operator (``schemas()``) or where ``_spans.py`` is stale."""
-    return _DATA.read_bytes()
+    ``domain<TAB>op<TAB>`` and the JSON of its versions. Read (whole) only for every operator
+    (``schemas()``) or where ``schemas.bin`` is not made for it: a session reads the table."""
+    with open(_DATA, "rb") as f:
+        return f.read()
 
 
 def _read(start: int, end: int) -> bytes:
-    """Bytes ``start:end`` of the data file: read alone, unless the whole file was read."""
-    if _data.cache_info().currsize:
-        return _data()[start:end]
+    """Bytes ``start:end`` of the table (schemas.bin)."""
     if not hasattr(os, "pread"):  # (Windows)
-        with open(_DATA, "rb") as f:
+        with open(_TABLE, "rb") as f:
             f.seek(start)
             return f.read(end - start)
-    fd = os.open(_DATA, os.O_RDONLY)  # (a few microseconds, a file object's tenfold)
+    return os.pread(_descriptor(_TABLE), end - start, start)
+
+
+@functools.cache
+def _descriptor(path: str) -> int:
+    """A descriptor of the file ``path``, opened at its first read and held for the process
+    (not inherited by a child it starts): a session reads the table's head and a blob per
+    operator, and opening and closing the file for each was most of a read's cost."""
+    return os.open(path, os.O_RDONLY)
+
+
+@functools.cache
+def _table_head() -> bytes | None:
+    """The head of ``schemas.bin`` (scripts/gen_schemas.py's render_table: where each
+    operator version's marshal blob lies, and the domains' opset ranges), or None where the
+    table is missing, of another format or made for another JSON file (its size): the JSON
+    is then read and scanned. A cold session reads its operators' versions through it: the
+    JSON's scanner (the _json extension's import) and its lines, every version of an operator
+    parsed to build one, were a millisecond of a small model's creation."""
     try:
-        return os.pread(fd, end - start, start)
-    finally:
-        os.close(fd)
+        first = _read(0, 64).split(b"\n", 1)[0].split()
+        if len(first) != 3 or first[0] != b"onyxdefs1" or int(first[1]) != os.stat(_DATA).st_size:
+            return None
+        head = _read(0, int(first[2]))
+    except (OSError, ValueError):
+        return None
+    return head if len(head) == int(first[2]) and head.endswith(b"\n") else None
+
+
+def _table_entries(op: str, domain: str) -> list[tuple[int, int, int]] | None:
+    """(since, offset, length) of each of an operator's versions in the table, oldest first
+    (empty: no such operator), or None where there is no table for the data."""
+    head = _table_head()
+    if head is None:
+        return None
+    try:
+        key = b"\nop\t%s\t%s\t" % (domain.encode(), op.encode())
+    except UnicodeEncodeError:  # (a lone surrogate: no operator's name)
+        return []
+    at = head.find(key)  # (a line holds three tabs: a name with one of its own matches none)
+    if at < 0 or "\n" in op or "\n" in domain:
+        return []
+    at += len(key)
+    row = head[at : head.index(b"\n", at)].split()
+    base = len(head)
+    return [(int(s), base + int(o), int(n)) for s, o, n in (e.split(b":") for e in row)]
+
+
+def _table_version(offset: int, length: int) -> dict:
+    """One operator version's dict (what the JSON holds for it), read from the table."""
+    return marshal.loads(_read(offset, offset + length))
 
 
 @functools.cache
 def _max_opsets() -> dict:
-    from ._spans import HEADER_END
-
-    if _span_table() is None:
+    head = _table_head()
+    if head is None:
         data = _data()
-        header = data[: data.index(b"\n")]
-    else:
-        header = _read(0, HEADER_END)
-    return _json(header)["max_opsets"]
+        return _json(data[: data.index(b"\n")])["max_opsets"]
+    rows = head[: head.find(b"\nop\t")].split(b"\n")[1:]
+    return {
+        domain.decode(): [int(lo), int(hi)]
+        for domain, lo, hi in (row.split(b"\t")[1:] for row in rows)
+    }
 
 
 @functools.cache
 def _index() -> dict[tuple[bytes, bytes], tuple[int, int]]:
     """(domain, op) as bytes -> where the JSON of its versions starts and ends in the data:
-    found by jumping from tab to tab and line to line (no split, no decoding of the rest).
-    (What scripts/gen_schemas.py writes to _spans.py, read in place of this where it holds.)"""
+    found by jumping from tab to tab and line to line (no split, no decoding of the rest)."""
     data, index = _data(), {}
     find, at = data.find, data.index(b"\n") + 1
     while at:
@@ -366,32 +413,9 @@ def _index() -> dict[tuple[bytes, bytes], tuple[int, int]]:
 
 
 def _versions_json(op: str, domain: str) -> bytes | None:
-    """The JSON of an operator's versions (None: no such operator). Where the file holds it
-    is read from _spans.py, written with the data by scripts/gen_schemas.py (reading the
-    whole file and scanning it for its lines were half a millisecond of a cold start): each
-    line so read is checked to be the operator's whole line, and a _spans.py made for another
-    file (of another size) is not read at all."""
-    spans = _span_table()
-    if spans is not None:
-        span = spans.get((domain, op))
-        if span is None:
-            return None
-        start, end = span
-        prefix = f"\n{domain}\t{op}\t".encode()
-        line = _read(start - len(prefix), end + 1)
-        versions = line[len(prefix) : len(prefix) + end - start]
-        if line.startswith(prefix) and line[len(prefix) + end - start :] in (b"\n", b""):
-            return versions
-    span = _index().get((domain.encode(), op.encode()))  # (no _spans.py for it, or a stale one)
+    """The JSON of an operator's versions (None: no such operator), from the data file."""
+    span = _index().get((domain.encode(), op.encode()))
     return None if span is None else _data()[span[0] : span[1]]
-
-
-@functools.cache
-def _span_table() -> dict[tuple[str, str], tuple[int, int]] | None:
-    """_spans.py's table, if it was made for the data file as it is (its size), else None."""
-    from ._spans import DATA_SIZE, SPANS
-
-    return SPANS if _DATA.stat().st_size == DATA_SIZE else None
 
 
 def _json(text: bytes) -> Any:
@@ -424,9 +448,8 @@ def _scanner():
 
 
 def _versions(op: str, domain: str) -> list[dict]:
-    """The raw versions of an operator, oldest first (empty if the operator is unknown)."""
-    if op.__class__ is not str or domain.__class__ is not str:
-        return []  # (a name that is not UTF-8, read as bytes: no operator's)
+    """The raw versions of an operator, oldest first, parsed from the JSON (empty if the
+    operator is unknown)."""
     versions = _versions_json(op, domain)
     if versions is None:
         return []
@@ -473,35 +496,41 @@ def _build(s: dict) -> OpSchema:
 
 
 @functools.cache
-def _raw_versions(op: str, domain: str) -> tuple[list[dict], list]:
-    """An operator's raw versions, oldest first, and a slot per version for its schema, built
-    when first asked for (a model's check asks for one version of each of its operators)."""
+def _raw_versions(op: str, domain: str) -> tuple[tuple[int, ...], list]:
+    """An operator's versions' since_version, oldest first, and a slot per version: where the
+    table holds it (or its dict, read from the JSON), then its schema, built when first asked
+    for (a model's check asks for one version of each of its operators)."""
+    if op.__class__ is not str or domain.__class__ is not str:
+        return (), []  # (a name that is not UTF-8, read as bytes: no operator's)
+    entries = _table_entries(op, domain)
+    if entries is not None:
+        return tuple(e[0] for e in entries), [e[1:] for e in entries]
     raw = _versions(op, domain)
-    return raw, [None] * len(raw)
+    return tuple(s["since"] for s in raw), raw
 
 
 def _built(op: str, domain: str, i: int) -> OpSchema:
-    raw, built = _raw_versions(op, domain)
-    schema = built[i]
-    if schema is None:  # (two threads may both build it: either is right)
-        schema = built[i] = _build(raw[i])
-    return schema
+    _, slots = _raw_versions(op, domain)
+    slot = slots[i]
+    if slot.__class__ is not OpSchema:  # (two threads may both build it: either is right)
+        slot = slots[i] = _build(slot if slot.__class__ is dict else _table_version(*slot))
+    return slot
 
 
 @functools.cache
 def schema_versions(op: str, domain: str = "") -> tuple[OpSchema, ...]:
     """Every version of an operator, oldest first (empty if the operator is unknown)."""
     domain = _norm_domain(domain)
-    raw, _ = _raw_versions(op, domain)
-    return tuple(_built(op, domain, i) for i in range(len(raw)))
+    sinces, _ = _raw_versions(op, domain)
+    return tuple(_built(op, domain, i) for i in range(len(sinces)))
 
 
 @functools.cache
 def _lookup(op: str, max_version: int | None, domain: str) -> OpSchema | None:
-    raw, _ = _raw_versions(op, domain)
+    sinces, _ = _raw_versions(op, domain)
     found = None
-    for i, s in enumerate(raw):
-        if max_version is not None and s["since"] > max_version:
+    for i, since in enumerate(sinces):
+        if max_version is not None and since > max_version:
             break
         found = i
     return None if found is None else _built(op, domain, found)

@@ -91,9 +91,9 @@ _RULE_OF = dict.get
 
 
 def _load_rules_for(key) -> None:
-    from ._index import MODULES
+    from ._index import module_of
 
-    module = MODULES.get(key)
+    module = module_of(*key) if key.__class__ is tuple and len(key) == 2 else None
     if module is not None and module not in _LOADED:
         importlib.import_module(f"{__package__}.{module}")
         _LOADED.add(module)

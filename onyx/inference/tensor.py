@@ -314,21 +314,6 @@ def gather(ctx: NodeContext) -> None:
         ctx.set_data(0, Data(picked, i.ndim == 0))
 
 
-@rule("GatherElements")
-def gather_elements(ctx: NodeContext) -> None:
-    ctx.set(0, ctx.dtype(0), ctx.shape(1))
-
-
-@rule("GatherND")
-def gather_nd(ctx: NodeContext) -> None:
-    s, idx = ctx.shape(0), ctx.shape(1)
-    b = ctx.attr("batch_dims", 0)
-    if s is None or idx is None or not isinstance(idx[-1], int):
-        ctx.set(0, ctx.dtype(0), None)
-        return
-    ctx.set(0, ctx.dtype(0), list(idx[:-1]) + list(s[b + idx[-1] :]))
-
-
 def _axes(ctx: NodeContext, i: int = 1):
     if ctx.opset >= 13 or ctx.node.op_type in ("ReduceSum",):
         if ctx.has(i):
@@ -409,47 +394,6 @@ def expand(ctx: NodeContext) -> None:
     ctx.set(0, ctx.dtype(0), broadcast([s, tuple(dims)], ctx) if s is not None else dims)
 
 
-@rule("Tile")
-def tile(ctx: NodeContext) -> None:
-    s, reps = ctx.shape(0), ctx.data(1)
-    if s is None:
-        ctx.set(0, ctx.dtype(0), None)
-        return
-    if reps is None:
-        ctx.set(0, ctx.dtype(0), (None,) * len(s))
-        return
-    ctx.set(0, ctx.dtype(0), [sym.mul(d, r) for d, r in zip(s, reps.dims)])
-
-
-@rule("Pad")
-def pad(ctx: NodeContext) -> None:
-    s = ctx.shape(0)
-    if s is None:
-        ctx.set(0, ctx.dtype(0), None)
-        return
-    r = len(s)
-    if ctx.opset < 11:
-        pads = ctx.attr("pads")
-        pads = ctx.attr("paddings") if pads is None else pads
-    else:
-        d = ctx.data(1)
-        pads = None if d is None else d.dims
-    if pads is None:
-        ctx.set(0, ctx.dtype(0), (None,) * r)
-        return
-    pads = [int(p) if isinstance(p, int | np.integer) else p for p in np.ravel(pads)]
-    axes = ctx.value(3) if ctx.has(3) else None
-    if ctx.has(3) and axes is None:
-        ctx.set(0, ctx.dtype(0), (None,) * r)
-        return
-    axes = list(range(r)) if axes is None else [_axis(int(a), r) for a in np.ravel(axes)]
-    n = len(axes)
-    dims = list(s)
-    for k, a in enumerate(axes):
-        dims[a] = sym.add(dims[a], pads[k], pads[k + n])
-    ctx.set(0, ctx.dtype(0), dims)
-
-
 @rule("ConstantOfShape")
 def constant_of_shape(ctx: NodeContext) -> None:
     v = ctx.attr("value")
@@ -491,139 +435,6 @@ def range_(ctx: NodeContext) -> None:
 def _scalar_dim(ctx: NodeContext, i: int):
     d = ctx.data(i)
     return d.dims[0] if d is not None and len(d.dims) == 1 else None
-
-
-@rule("NonZero")
-def non_zero(ctx: NodeContext) -> None:
-    r = ctx.rank(0)
-    ctx.set(0, DataType.INT64, (r, None) if r is not None else (None, None))
-
-
-@rule("TopK")
-def top_k(ctx: NodeContext) -> None:
-    s = ctx.shape(0)
-    if s is None:
-        ctx.set(0, ctx.dtype(0), None)
-        ctx.set(1, DataType.INT64, None)
-        return
-    axis = _axis(ctx.attr("axis", -1), len(s))
-    k = ctx.attr("k") if ctx.opset < 10 else _scalar_dim(ctx, 1)
-    dims = list(s)
-    dims[axis] = int(k) if isinstance(k, int | np.integer) else k
-    ctx.set(0, ctx.dtype(0), dims)
-    ctx.set(1, DataType.INT64, dims)
-
-
-@rule("OneHot")
-def one_hot(ctx: NodeContext) -> None:
-    s = ctx.shape(0)
-    depth = ctx.value(1)
-    if s is None:
-        ctx.set(0, ctx.dtype(2), None)
-        return
-    r = len(s) + 1
-    axis = _axis(ctx.attr("axis", -1), r)
-    dims = list(s)
-    dims.insert(axis, int(np.ravel(depth)[0]) if depth is not None else None)
-    ctx.set(0, ctx.dtype(2), dims)
-
-
-@rule("DepthToSpace", "SpaceToDepth")
-def depth_space(ctx: NodeContext) -> None:
-    s = ctx.shape(0)
-    b = ctx.attr("blocksize")
-    if s is None or len(s) != 4:
-        ctx.set(0, ctx.dtype(0), (None,) * 4)
-        return
-    n, c, h, w = s
-    mul, div = sym.mul, sym.floordiv
-    if ctx.node.op_type == "DepthToSpace":
-        ctx.set(0, ctx.dtype(0), (n, div(c, b * b), mul(h, b), mul(w, b)))
-    else:
-        ctx.set(0, ctx.dtype(0), (n, mul(c, b * b), div(h, b), div(w, b)))
-
-
-@rule("Compress")
-def compress(ctx: NodeContext) -> None:
-    s = ctx.shape(0)
-    axis = ctx.attr("axis")
-    if s is None:
-        ctx.set(0, ctx.dtype(0), None)
-    elif axis is None:
-        ctx.set(0, ctx.dtype(0), (None,))
-    else:
-        dims = list(s)
-        dims[_axis(axis, len(s))] = None
-        ctx.set(0, ctx.dtype(0), dims)
-
-
-@rule("Unique")
-def unique(ctx: NodeContext) -> None:
-    s = ctx.shape(0)
-    axis = ctx.attr("axis")
-    if axis is None or s is None:
-        ctx.set(0, ctx.dtype(0), (None,))
-    else:
-        dims = list(s)
-        dims[_axis(axis, len(s))] = None
-        ctx.set(0, ctx.dtype(0), dims)
-    for i in (1, 2, 3):
-        ctx.set(i, DataType.INT64, (None,))
-
-
-@rule("EyeLike")
-def eye_like(ctx: NodeContext) -> None:
-    dt = ctx.attr("dtype")
-    ctx.set(0, DataType(dt) if dt is not None else ctx.dtype(0), ctx.shape(0))
-
-
-@rule("Resize", "Upsample")
-def resize(ctx: NodeContext) -> None:
-    s = ctx.shape(0)
-    if s is None:
-        ctx.set(0, ctx.dtype(0), None)
-        return
-    r = len(s)
-    op = ctx.node.op_type
-    if op == "Upsample" and ctx.opset < 9:
-        scales, sizes = ctx.attr("scales"), None
-    elif op == "Upsample":
-        scales, sizes = ctx.value(1), None
-    elif ctx.opset < 11:
-        scales, sizes = ctx.value(1), None
-    else:
-        scales = ctx.value(2) if ctx.has(2) else None
-        sizes = ctx.data(3) if ctx.has(3) else None
-        sizes = None if sizes is None or None in sizes.dims else sizes.dims
-    axes = ctx.attr("axes") if op == "Resize" else None
-    axes = list(range(r)) if not axes else [_axis(a, r) for a in axes]
-    dims = list(s)
-    if sizes is not None and len(sizes):
-        for a, n in zip(axes, sizes):
-            dims[a] = n
-        if ctx.attr("keep_aspect_ratio_policy", "stretch") != "stretch":
-            dims = [None if k in axes else d for k, d in enumerate(dims)]
-    elif scales is not None and np.size(scales):
-        for a, f in zip(axes, np.ravel(scales)):
-            dims[a] = _scaled(s[a], float(f))
-    else:
-        dims = [None if k in axes else d for k, d in enumerate(dims)]
-    ctx.set(0, ctx.dtype(0), dims)
-
-
-def _scaled(d, scale: float):
-    """floor(d * scale); symbolic when the scale is a fraction with a small denominator (2.0,
-    0.5, 1.5: exact in float), unknown otherwise (a float product's rounding is not a formula)."""
-    if isinstance(d, int):
-        return int(np.floor(d * scale))
-    if d is None or not np.isfinite(scale) or scale < 0:
-        return None
-    # (a float's exact ratio, in lowest terms, as Fraction(scale) gives it: without importing
-    # fractions and decimal, ~1.5 ms of a U-Net's cold start)
-    numerator, denominator = float(scale).as_integer_ratio()
-    if denominator > 64:
-        return None
-    return sym.floordiv(sym.mul(d, numerator), denominator)
 
 
 # -- small constant tensors through shape ops (a pads tensor built by Reshape/Slice/Transpose) ----

@@ -66,10 +66,13 @@ class DeferredPass(Pass):
         triggers: tuple[frozenset[str], ...] = (),
         gate: Callable[[PassContext], bool] | None = None,
     ):
-        self._set(name=name, level=level, triggers=triggers)
-        self.__dict__["_fn" if callable(fn) else "_where"] = fn
+        # (the fields set one by one, not through _set's keywords: sixty passes are made at
+        # every cold start, pipeline.py's import)
+        fields = self.__dict__
+        fields["name"], fields["level"], fields["triggers"] = name, level, triggers
+        fields["_fn" if callable(fn) else "_where"] = fn
         if gate is not None:
-            self.__dict__["gate"] = gate
+            fields["gate"] = gate
 
     @property
     def fn(self) -> Callable[[PassContext], bool]:

@@ -245,8 +245,7 @@ def _scheduled(where: str, name: str, level: int) -> DeferredPass:
     package, marked with that name and level: tests/test_optimizer.py checks), imported when
     it first runs: a model holding none of a fusion's trigger ops, or failing its gate, never
     imports its module."""
-    groups = TRIGGERS.get(name, ())
-    triggers = tuple(frozenset(ops) for ops in groups)
+    triggers = tuple(map(frozenset, TRIGGERS.get(name, ())))
     return DeferredPass(name, level, where, triggers, GATES.get(name))
 
 
@@ -259,7 +258,7 @@ BASIC_PASSES: tuple[DeferredPass, ...] = tuple(
         ("trees:tree_sum_fusion", "TreeSumFusion", BASIC),
         ("fold:constant_folding", "ConstantFolding", BASIC),
         ("fold:shape_folding", "ShapeFolding", BASIC),
-        ("fold:qdq_data_movement", "QDQDataMovement", BASIC),
+        ("qdq_movement:qdq_data_movement", "QDQDataMovement", BASIC),
         ("cleanup:eliminate_identity", "EliminateIdentity", BASIC),
         ("cleanup:eliminate_dropout", "EliminateDropout", BASIC),
         ("cleanup:eliminate_noops", "NoopElimination", BASIC),

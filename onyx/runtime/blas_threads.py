@@ -8,10 +8,13 @@ another system) returns None: threadpoolctl then finds and sets them, as before.
 
 from __future__ import annotations
 
+import _ctypes
 import ctypes
 import functools
 import os
 import sys
+
+import numpy as np
 
 #: File-name prefixes of the BLAS libraries threadpoolctl knows (its controllers' lists).
 _OPENBLAS = ("libopenblas", "libscipy_openblas")
@@ -81,7 +84,9 @@ def _native_walk(names: bool = True) -> tuple[list[bytes], int] | None:
     loaded ever: 0 where unknown) from the native library's onyx_loaded_objects (abi.c:
     dl_iterate_phdr without a ctypes callback per object, whose first one alone cost a fresh
     process's first run a sixth of a millisecond); None where the library is off, lacks it (built from older
-    sources) or the platform has no dl_iterate_phdr. Its prototype is set at its first use."""
+    sources) or the platform has no dl_iterate_phdr. Its prototype is set at its first use,
+    of plain addresses: the buffers are numpy arrays (ctypes' POINTER(c_uint64) and
+    create_string_buffer each made a ctypes type, a fresh process's first run paying both)."""
     from .native import _core
 
     lib = _core.lib
@@ -92,18 +97,18 @@ def _native_walk(names: bool = True) -> tuple[list[bytes], int] | None:
     except AttributeError:
         return None
     if walk.restype is not ctypes.c_int64:
-        walk.argtypes = [ctypes.c_char_p, ctypes.c_int64, ctypes.POINTER(ctypes.c_uint64)]
+        walk.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p]
         walk.restype = ctypes.c_int64
-    adds, room = ctypes.c_uint64(), 4096
+    adds, room = np.zeros(1, np.uint64), 4096
     if not names:  # (no buffer: the count alone, no path copied)
-        return None if walk(None, 0, ctypes.byref(adds)) < 0 else ([], adds.value)
+        return None if walk(None, 0, adds.ctypes.data) < 0 else ([], int(adds[0]))
     while True:  # (an object loaded by another thread meanwhile: room for it next time)
-        buf = ctypes.create_string_buffer(room)
-        size = walk(buf, room, ctypes.byref(adds))
+        buf = np.empty(room, np.uint8)
+        size = walk(buf.ctypes.data, room, adds.ctypes.data)
         if size < 0:
             return None
         if size <= room:
-            return buf.raw[:size].split(b"\n")[:-1], adds.value
+            return buf[:size].tobytes().split(b"\n")[:-1], int(adds[0])
         room = size + 1024
 
 
@@ -138,11 +143,14 @@ def _each_object(visit) -> None:  # noqa: ANN001  (a Python function of the call
 
 
 def _loaded_files() -> set[str] | None:
-    """The paths of the shared objects loaded: dl_iterate_phdr's names (microseconds), else
-    the files /proc/self/maps lists (the kernel takes most of a millisecond to write it)."""
+    """The paths of the shared objects loaded: dl_iterate_phdr's names (microseconds), as the
+    loader has them (numpy's OpenBLAS as ``.../numpy/_core/../../numpy.libs/...``: not
+    normalized, for dlopen finds a loaded object by that very name without opening its file,
+    and by any other only after opening it), else the files /proc/self/maps lists (the kernel
+    takes most of a millisecond to write it)."""
     walked = _native_walk()
     if walked is not None:
-        return {os.path.normpath(os.fsdecode(n)) for n in walked[0]}
+        return {os.fsdecode(n) for n in walked[0]}
     names: list[bytes] = []
 
     def note(info, size, data) -> int:  # noqa: ANN001  (ctypes' arguments)
@@ -157,7 +165,7 @@ def _loaded_files() -> set[str] | None:
                 return _mapped_files(f.read())
         except OSError:
             return None
-    return {os.path.normpath(os.fsdecode(n)) for n in names if n.startswith(b"/")}
+    return {os.fsdecode(n) for n in names if n.startswith(b"/")}
 
 
 def _mapped_files(maps: bytes) -> set[str]:
@@ -173,10 +181,12 @@ def _mapped_files(maps: bytes) -> set[str]:
 
 def _openblas(path: str) -> OpenBLAS | None:
     try:
-        # (already loaded: only a handle to it; PyDLL's functions keep the GIL, as a run's
-        # start and end want for a call of nanoseconds: concurrency._openblas_functions)
-        dll = ctypes.PyDLL(path, mode=os.RTLD_NOLOAD)
-    except OSError:
+        # (already loaded: only a handle to it, its symbols' addresses and functions made of
+        # them as PyDLL's keep the GIL, as a run's start and end want for a call of
+        # nanoseconds: concurrency._openblas_functions. Not a PyDLL: each instance makes a
+        # ctypes class, a fresh process's first run paying it)
+        handle = _ctypes.dlopen(path, os.RTLD_NOLOAD)
+    except (OSError, AttributeError):  # (AttributeError: a Python without _ctypes.dlopen)
         return None
     # (the names its file name suggests first: each symbol missed is a failed look-up and an
     # exception; numpy's libscipy_openblas64_ has scipy_openblas_get_num_threads64_)
@@ -185,14 +195,25 @@ def _openblas(path: str) -> OpenBLAS | None:
     suffixes = ("64_", "", "_64") if "64_" in name else ("", "64_", "_64")
     for prefix in prefixes:
         for suffix in suffixes:
-            get = getattr(dll, f"{prefix}openblas_get_num_threads{suffix}", None)
-            set_ = get and getattr(dll, f"{prefix}openblas_set_num_threads{suffix}", None)
+            get = _function(handle, f"{prefix}openblas_get_num_threads{suffix}")
+            set_ = get and _function(handle, f"{prefix}openblas_set_num_threads{suffix}")
             if get is None or set_ is None:
                 continue
-            parallel = getattr(dll, f"{prefix}openblas_get_parallel{suffix}", None)
+            parallel = _function(handle, f"{prefix}openblas_get_parallel{suffix}")
             if parallel is None or parallel() == _OPENMP:
                 return None  # (threadpoolctl sets an OpenMP build's threads through OpenMP)
             get.restype, get.argtypes = ctypes.c_int, []
             set_.restype, set_.argtypes = None, [ctypes.c_int]
             return OpenBLAS(path, get, set_)
     return None
+
+
+def _function(handle: int, name: str):
+    """The library's function ``name`` as a PyDLL's (keeping the GIL; restype int), or None
+    where it has none: an instance of ctypes.pythonapi's function class (a PyDLL's), so no
+    class is made."""
+    try:
+        make = ctypes.pythonapi._FuncPtr  # noqa: SLF001  (PyDLL's class, public since 2.5)
+        return make(_ctypes.dlsym(handle, name))
+    except (OSError, AttributeError):
+        return None

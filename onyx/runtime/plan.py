@@ -29,7 +29,7 @@ from ..errors import OnyxError, RuntimeFailure
 from ..ir.frozen import DataValue
 from .bind import Step, StepContext, bind, find_kernel, no_kernel, node_label
 from .fpstate import ignoring_fp_errors
-from .registry import ONYX_DOMAIN, lookup, traits
+from .registry import ONYX_DOMAIN, lookup
 from .values import FreshList, describe, sparse_value, tensor_value
 
 __all__ = [
@@ -460,7 +460,13 @@ def _generate(plan: Plan, wanted: tuple[int, ...] | None):
     steps = plan.default_schedule if wanted is None else plan.schedule(wanted)
     out_slots = plan.output_slots if wanted is None else list(wanted)
     const_slots = {i for i in range(len(plan.template)) if plan.is_constant(i)}
-    memo = _shape_memo(plan, steps, const_slots, out_slots)
+    # (a shape memo's roots are Shape and Size steps: shape_memo.py is imported only for a
+    # schedule that has one; a CNN's has none, and its session's plan.py is the smaller)
+    memo = None
+    if any(s.node.op_type in ("Shape", "Size") for s in steps):
+        from .shape_memo import shape_memo
+
+        memo = shape_memo(plan, steps, const_slots, out_slots)
     if memo is not None:  # (its steps first: they read only inputs' shapes and constants)
         steps = memo.steps + [s for s in steps if id(s) not in memo.ids]
     # (runs of channels-last layers as one native call each; imported here: a process whose
@@ -610,70 +616,6 @@ def _compiled(source: str, filename: str):
     return code
 
 
-#: Ops whose result is a function of their input's shape alone: the roots of a shape memo.
-_SHAPE_OPS = frozenset({("", "Shape"), ("", "Size")})
-#: Input signatures a runner's shape memo keeps (a new one past this starts it afresh).
-_MEMO_SIGNATURES = 16
-#: Bytes of values a shape memo keeps per signature at most (a large ConstantOfShape output
-#: is computed at every run rather than held).
-_MEMO_BYTES = 1 << 16
-
-
-class _ShapeMemo:
-    """The steps of a schedule that compute from graph inputs' shapes and constants only
-    (Shape/Size of a graph input, then deterministic ops on those and constants: the shape
-    arithmetic of models exported with dynamic axes), run once per input-shape signature.
-    The runner keeps their values that later steps or the outputs read, read-only (a caller
-    gets copies: as_array_result), keyed by the shapes of the inputs the Shape/Size steps
-    read."""
-
-    def __init__(self, steps: list[Step], key_slots: list[int], exports: list[int]):
-        self.steps, self.ids = steps, {id(s) for s in steps}
-        self.key_slots, self.exports = key_slots, exports
-        self.values: dict = {}
-
-    def head_lines(self) -> list[str]:
-        is_array = " and ".join(f"v{i}.__class__ is _nd" for i in self.key_slots)
-        key = "".join(f"v{i}.shape, " for i in self.key_slots)
-        return [
-            f"        _k = ({key}) if {is_array} else None",
-            "        _s = _memo.get(_k)",
-            "        if _s is None:",
-        ]
-
-    def tail_lines(self) -> list[str]:
-        names = "".join(f"v{i}, " for i in self.exports)
-        return [
-            f"            if _k is not None: _keep(_k, ({names}))",
-            "        else:",
-            f"            ({names}) = _s",
-        ]
-
-    def keep(self, key: tuple, values: tuple) -> None:
-        if not all(v.__class__ is np.ndarray for v in values):
-            return
-        if sum(v.nbytes for v in values) > _MEMO_BYTES:
-            return
-        for v in values:
-            v.flags.writeable = False  # (later runs and their callers share them)
-        if len(self.values) >= _MEMO_SIGNATURES:
-            self.values.clear()
-        self.values[key] = values
-
-    def frees(self, steps: list[Step], keep: set[int]) -> list[tuple[int, ...]]:
-        """Each step's slots to delete after it, in the memo-first order: as Plan.schedule's,
-        except that the memo's steps free only what they made and nothing later reads (the
-        inputs they read stay: in the memo's other branch nothing deletes them)."""
-        mine = {o for s in self.steps for o in s.outs if o >= 0}
-        frees: list[list[int]] = [[] for _ in steps]
-        n = len(self.steps)
-        for slot, i in _last_reads(steps).items():
-            if slot in keep or (i < n and slot not in mine) or (slot in mine and i >= n):
-                continue
-            frees[i].append(slot)
-        return [tuple(f) for f in frees]
-
-
 def _last_reads(steps: list[Step]) -> dict[int, int]:
     """Each slot the steps read -> the index of the last step reading it (where it is freed)."""
     last_read: dict[int, int] = {}
@@ -681,34 +623,6 @@ def _last_reads(steps: list[Step]) -> dict[int, int]:
         for r in s.reads:
             last_read[r] = i
     return last_read
-
-
-def _shape_memo(plan: Plan, steps: list[Step], const_slots: set[int], out_slots) -> Any:
-    """The schedule's shape memo (_ShapeMemo), or None where it has no shape steps."""
-    inputs = set(plan.input_slots)
-    shaped: set[int] = set()  # slots the memo's steps make
-    chosen: list[Step] = []
-    key_slots: list[int] = []
-    for s in steps:
-        node = s.node
-        if s.takes_ctx or not s.reads or not all(o >= 0 for o in s.outs):
-            continue
-        op = (ir.canonical_domain(node.domain), node.op_type)
-        if op in _SHAPE_OPS and len(s.reads) == 1 and s.reads[0] in inputs:
-            key_slots += [r for r in s.reads if r not in key_slots]
-        elif not (
-            all(r in shaped or r in const_slots for r in s.reads)
-            and any(r in shaped for r in s.reads)
-            and traits(node.op_type, op[0]).deterministic
-        ):
-            continue
-        chosen.append(s)
-        shaped.update(s.outs)
-    if not chosen:
-        return None
-    later = {r for s in steps if all(s is not c for c in chosen) for r in s.reads}
-    exports = sorted(o for o in shaped if o in later or o in out_slots)
-    return _ShapeMemo(chosen, key_slots, exports)
 
 
 def _loads(plan: Plan, slots: set[int], env: dict) -> list[str]:

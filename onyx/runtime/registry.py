@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import field
 from typing import Any
 
-from ..ir.frozen import FrozenValue
+from ..ir.frozen import FrozenValue, lazy_fields
 
 DOMAIN_ALIASES = {"ai.onnx": ""}
 #: onyx's own domain: ops the graph optimizer emits as model-local functions (runtimes without
@@ -39,8 +39,9 @@ ONYX_DOMAIN = "ai.onyx"
 _EMPTY: dict = {}  # (a default that is copied, never used)
 
 
-# (FrozenValue: what frozen=True gives, without compiling methods at import)
-@dataclass(init=False, repr=False, eq=False)
+# (FrozenValue: what frozen=True gives, without compiling methods at import; lazy_fields: the
+# dataclass made when its fields are first asked for, which a session's creation never does)
+@lazy_fields
 class Kernel(FrozenValue):
     """A registered kernel and what its signature says (inputs, attributes, ctx)."""
 
@@ -82,7 +83,7 @@ class Kernel(FrozenValue):
         )
 
 
-@dataclass(init=False, repr=False, eq=False)
+@lazy_fields
 class OpTraits(FrozenValue):
     """What the optimizer and the session need to know about an op, besides its kernel."""
 
@@ -110,7 +111,10 @@ _TRAITS: dict[tuple[str, str], OpTraits] = {}
 #: (domain, op) -> the modules that registered its kernels and traits (kernels/_index.py is
 #: made from it)
 _SOURCES: dict[tuple[str, str], set[str]] = {}
-_TRAIT_NAMES = frozenset(OpTraits.__dataclass_fields__)
+#: OpTraits' fields (its __init__'s parameters: asking the class would make its dataclass)
+_TRAIT_NAMES = frozenset(
+    OpTraits.__init__.__code__.co_varnames[1 : OpTraits.__init__.__code__.co_argcount]
+)
 
 
 _POSITIONAL, _VARIADIC, _KEYWORD, _ANY_KEYWORD = "positional", "variadic", "keyword", "any"
@@ -240,7 +244,7 @@ def op(op_type: str, since: int = 1, domain: str = "", **traits: Any) -> Callabl
             unknown = sorted(set(traits) - _TRAIT_NAMES)
             raise TypeError(f"@op({op_type!r}): unknown trait(s) {unknown}")
         declared = _TRAITS.get(key)
-        _TRAITS[key] = OpTraits(**traits) if declared is None else replace(declared, **traits)
+        _TRAITS[key] = OpTraits(**traits) if declared is None else _replaced(declared, traits)
 
     # (kept cheap: a model's kernel modules register ~150 kernels in its first creation)
     def register(fn: Callable) -> Callable:
@@ -266,6 +270,11 @@ def op(op_type: str, since: int = 1, domain: str = "", **traits: Any) -> Callabl
         return fn
 
     return register
+
+
+def _replaced(declared: OpTraits, traits: dict) -> OpTraits:
+    """dataclasses.replace(declared, **traits), without making OpTraits' dataclass."""
+    return OpTraits(**{**declared.__dict__, **traits})
 
 
 def lookup(op_type: str, domain: str = "", version: int | None = None) -> Kernel | None:

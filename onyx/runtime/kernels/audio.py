@@ -9,7 +9,7 @@ import numpy as np
 
 from .. import native
 from ..registry import binds, op
-from .conv import CONV_ATTRIBUTES as CONV_ATTRS
+from .conv_geometry import CONV_ATTRIBUTES as CONV_ATTRS
 from .derived import derived
 
 

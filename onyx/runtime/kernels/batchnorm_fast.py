@@ -1,7 +1,7 @@
 """Inference BatchNormalization as one per-channel affine map: y = x * a + b.
 
 With a = scale / sqrt(var + epsilon) and b = bias - mean * a computed once per constant
-parameter set (derived.py), a call is one pass over x: native (rows.c's batch_norm entry, fed
+parameter set (derived.py), a call is one pass over x: native (norms.c's batch_norm entry, fed
 a zero mean: x - 0 is x, bit for bit) or numpy's multiply and add into one output buffer.
 This is onnxruntime's order of operations (a scale and a shift per channel), which is the
 tie-breaker here; it differs from (x - mean) * a + bias by rounding only.

@@ -14,7 +14,7 @@ import numpy as np
 from .. import native
 from ..registry import ONYX_DOMAIN, binds, op
 from . import batchnorm_fast
-from .normalization import batch_normalization
+from .batch_norm import batch_normalization
 
 
 def _bind_batch_norm_relu(inputs, attrs, constant):

@@ -1,4 +1,9 @@
-"""com.microsoft contrib operators, with the semantics of onnxruntime's ContribOperators docs.
+"""com.microsoft quantized contrib operators (QLinearAdd, QLinearMul, QLinearSigmoid,
+QLinearLeakyRelu, QLinearSoftmax, QLinearConcat, MatMulIntegerToFloat, DynamicQuantizeMatMul,
+QGemm), with the semantics of onnxruntime's ContribOperators docs. The float ones of its
+transformer optimizer (Gelu, BiasGelu, FastGelu, SkipLayerNormalization, FusedMatMul) are in
+contrib_norm.py: a float transformer's session neither reads nor runs this module (nor
+quantize.py and cast.py, which it imports).
 
 Quantized ops dequantize, compute in float32 and requantize (round half to even, saturate), as
 onnxruntime's reference paths do; where onnxruntime folds scales into one float32 multiplier
@@ -15,11 +20,11 @@ from .. import native
 from ..registry import ONYX_DOMAIN, binds, op
 from .activation import _coerced_2d, _sigmoid, _softmax, relu
 from .derived import derived, frozen, value_key
-from .elementwise import _F32, _P32, _Q32, erf_gelu, fits, upcast
+from .elementwise import _F32, fits, upcast
 from .fused import table_lookup
-from .linalg import gemm_matmul, integer_matmul
-from .normalization import layer_norm_last
+from .linalg import gemm_matmul
 from .quantize import dynamic_params, dynamic_quantize_linear, quantize_per_tensor, saturate_cast
+from .quantized_matmul import integer_matmul
 
 MS = "com.microsoft"
 
@@ -738,119 +743,3 @@ def q_gemm(
         return acc.astype(np.float32) * scale
     multiplier = scale / np.float32(y_scale)
     return saturate_cast(acc.astype(np.float32) * multiplier, y_zero_point, y_zero_point.dtype)
-
-
-# ---------------------------------------------------------------------------------------------
-# Float ops
-
-
-def _in_dtype(fn, x: np.ndarray, *args) -> np.ndarray:
-    return np.asarray(fn(upcast(x), *args)).astype(x.dtype, copy=False)
-
-
-def _plus_bias(x: np.ndarray, bias) -> np.ndarray:
-    """x (+ bias) as a fresh array of float32 or float64, which the caller may write into."""
-    v = upcast(x)
-    if bias is not None:
-        return np.add(v, upcast(bias))
-    return v.astype(np.float32 if v.dtype != np.float64 else v.dtype, copy=True)
-
-
-def _fast_gelu_inplace(v: np.ndarray) -> np.ndarray:
-    """The tanh approximation 0.5 * v * (1 + tanh(sqrt(2/pi) * (v + 0.044715 v^3))) with the
-    constants of onnxruntime's docs, overwriting v."""
-    f = v.dtype.type
-    inner = v * v
-    inner *= f(0.035677408136300125)  # 0.044715 * sqrt(2 / pi)
-    inner += f(0.7978845608028654)  # sqrt(2 / pi)
-    inner *= v
-    np.tanh(inner, out=inner)
-    inner += 1
-    inner *= f(0.5)
-    v *= inner
-    return v
-
-
-#: erf_gelu's scale, as erf32 receives it
-_GELU_SCALE = _F32(1 / np.sqrt(2))
-
-
-@op("Gelu", since=1, domain=MS, elementwise=True)
-def contrib_gelu(x):
-    return erf_gelu(upcast(x)).astype(x.dtype, copy=False)
-
-
-@op("BiasGelu", since=1, domain=MS)
-def bias_gelu(a, b):
-    fused = native.bias_gelu_f32(a, b, _GELU_SCALE, _P32, _Q32)
-    if fused is not None:  # (elementwise.c: the add and erf32's GELU in one pass, its bits)
-        return fused
-    v = _plus_bias(a, b)
-    return erf_gelu(v, out=v).astype(a.dtype, copy=False)
-
-
-@op("FastGelu", since=1, domain=MS, elementwise=True)
-def fast_gelu(x, bias=None):
-    return _fast_gelu_inplace(_plus_bias(x, bias)).astype(x.dtype, copy=False)
-
-
-def _bind_skip_layer_norm(inputs, attrs, constant):
-    x, skip, gamma, beta, bias = (tuple(inputs) + (None,) * 5)[:5]
-    if x.__class__ is not np.ndarray or x.shape != skip.shape:
-        return None
-    if x.dtype != np.float32 or skip.dtype != np.float32:
-        return None
-    epsilon = attrs["epsilon"]
-    fused = native.skip_layer_norm_bound(x, gamma, beta, bias, epsilon)
-    if fused is None:
-        return None
-
-    def call(x, skip, gamma, beta=None, bias=None):
-        done = fused(x, skip)  # (None: strided, the kernel as written)
-        if done is None:
-            return skip_layer_normalization(x, skip, gamma, beta, bias, epsilon=epsilon)
-        return done
-
-    return call
-
-
-@binds(_bind_skip_layer_norm, constants=(2, 3, 4))
-@op("SkipLayerNormalization", since=1, domain=MS)
-def skip_layer_normalization(x, skip, gamma, beta=None, bias=None, *, epsilon=1e-12):
-    """LayerNorm over the last axis of input + skip (+ bias), then * gamma (+ beta).
-
-    Outputs: the result, the mean and 1/std (float32, last axis kept as 1), and the sum itself.
-    """
-    if x.dtype == np.float32:  # (rows.c: the sum and the norm in one pass a row, their bits)
-        fused = native.skip_layer_norm_f32(x, skip, gamma, beta, bias, epsilon)
-        if fused is not None:
-            return fused
-    total = np.add(x, skip, dtype=np.float32)
-    if bias is not None:
-        total += upcast(bias)
-    # (gamma and beta are 1-D [hidden] by the spec)
-    y, mean, inv_std = layer_norm_last(
-        total, upcast(gamma), beta if beta is None else upcast(beta), epsilon
-    )
-    return y.astype(x.dtype, copy=False), mean, inv_std, total.astype(x.dtype, copy=False)
-
-
-def _fused_operand(m: np.ndarray, trans: int, trans_batch: int) -> np.ndarray:
-    if m.ndim < 2:
-        return m
-    if trans_batch and m.ndim > 2:
-        # the first dimension moves behind the batch dims: [d0, d1..dn-2, dn-1] -> [d1.., d0, dn-1]
-        m = np.moveaxis(m, 0, -2)
-    if trans:
-        m = np.swapaxes(m, -1, -2)
-    return m
-
-
-@op("FusedMatMul", since=1, domain=MS, threads="blas")
-def fused_mat_mul(a, b, *, alpha=1.0, transA=0, transB=0, transBatchA=0, transBatchB=0):
-    a_ = _fused_operand(upcast(a), transA, transBatchA)
-    b_ = _fused_operand(upcast(b), transB, transBatchB)
-    y = np.asarray(gemm_matmul(a_, b_))
-    if alpha != 1:
-        y *= y.dtype.type(alpha)  # a fresh array: scaled in place
-    return y.astype(a.dtype, copy=False)

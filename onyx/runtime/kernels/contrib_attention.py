@@ -19,7 +19,8 @@ import numpy as np
 from .. import native
 from ..registry import op
 from .elementwise import upcast
-from .linalg import integer_matmul, packed_matmul
+from .linalg import packed_matmul
+from .quantized_matmul import integer_matmul
 
 MS = "com.microsoft"
 

@@ -14,8 +14,8 @@ import numpy as np
 from .. import native
 from ..registry import op
 from .contrib import MS, _deq, _q
-from .linalg import integer_matmul
 from .quantize import dynamic_quantize_linear
+from .quantized_matmul import integer_matmul
 from .rnn import _activation_names, _activations, _clipper
 
 

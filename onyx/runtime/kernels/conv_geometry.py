@@ -196,6 +196,10 @@ def conv_out_shape(in_shape, kernel, strides, dilations, pads) -> list[int]:
     return [(in_shape[i] + pads[i] + pads[n + i] - eff[i]) // strides[i] + 1 for i in range(n)]
 
 
+#: The conv attributes in the integer conv kernels' order (their ``attrs`` tuples).
+CONV_ATTRIBUTES = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
+
+
 def _conv_geometry(
     x_shape, w_shape, auto_pad, pads, strides, dilations, kernel_shape, op: str = "Conv"
 ):

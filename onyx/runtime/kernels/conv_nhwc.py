@@ -21,14 +21,9 @@ import numpy as np
 
 from .. import native
 from ..registry import ONYX_DOMAIN, binds, op
-from .conv import (
-    CONV_ATTRIBUTES,
-    _conv_geometry,
-    _implicit_gemm_conv,
-    _qlinear_conv,
-    requantization_scale,
-)
+from .conv_geometry import CONV_ATTRIBUTES, _conv_geometry
 from .derived import derived, value_key
+from .quantized_conv import _implicit_gemm_conv, _qlinear_conv, requantization_scale
 
 #: Most taps whose float32 sums of byte products stay exact integers (258 * 255 * 255 < 2**24).
 EXACT_TAPS = 258
@@ -114,8 +109,8 @@ def qlinear_conv_lookup_nhwc(
 
 def _qlinear_conv_nhwc(x, w, params: tuple):
     """params: QLinearConv's other inputs, the table (or None), then its attributes (as
-    conv.py's _qlinear_conv). A node's runner is kept per weight and checked by the identity
-    of its constants, as the NCHW kernel's."""
+    quantized_conv.py's _qlinear_conv). A node's runner is kept per weight and checked by the
+    identity of its constants, as the NCHW kernel's."""
     if x.ndim != 4:
         raise ValueError(f"QLinearConvNhwc: x must be 4-D (N, H, W, C), got shape {x.shape}")
     nchw = x.transpose(0, 3, 1, 2)

@@ -18,15 +18,10 @@ import numpy as np
 
 from .. import native
 from ..registry import ONYX_DOMAIN, binds, op
-from .conv import (
-    CONV_ATTRIBUTES,
-    _conv_geometry,
-    conv_integer,
-    implicit_integer_conv,
-    integer_depthwise_runner,
-    windows,
-)
+from .conv_geometry import CONV_ATTRIBUTES, _conv_geometry
 from .derived import derived, frozen, value_key
+from .quantized_conv import conv_integer, implicit_integer_conv, integer_depthwise_runner
+from .spatial import windows
 
 _F32 = np.dtype(np.float32)
 
@@ -317,10 +312,10 @@ _BYTES = (np.dtype(np.uint8), np.dtype(np.int8))
 
 
 def _implicit(x, w, x_zero_point, w_zero_point, attrs: tuple):
-    """conv.py's implicit-GEMM set-up for this node and x's shape and type, or None. A node
-    meets the same weights, weight zero point and attributes run after run (x's zero point
-    varies: it is the call's), so the set-up is kept per weight, checked by the identity of
-    the very objects it was made for (held, so no id is reused): its Python set-up and the
+    """quantized_conv.py's implicit-GEMM set-up for this node and x's shape and type, or None.
+    A node meets the same weights, weight zero point and attributes run after run (x's zero
+    point varies: it is the call's), so the set-up is kept per weight, checked by the identity
+    of the very objects it was made for (held, so no id is reused): its Python set-up and the
     look-up by value cost more than a small conv."""
     runners = derived(w, ("to float",), dict)
     key = (x.shape, x.dtype.char, id(w_zero_point), *map(id, attrs))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from functools import reduce
 
@@ -39,9 +40,10 @@ def float_unary(fn: Callable) -> Callable:
 #: double precision.
 _ERF_SERIES_TERMS, _ERF_FRACTION_TERMS = 30, 40
 #: 1 / (2n+1)!! for the series, highest term first (Horner's order).
+#: (math.prod of the floats multiplies left to right, as np.prod of the float64 arange did: the
+#: same bits, without numpy's reductions at import)
 _ERF_SERIES = tuple(
-    1 / float(np.prod(np.arange(2 * n + 1, 0, -2, dtype=np.float64)))
-    for n in range(_ERF_SERIES_TERMS - 1, -1, -1)
+    1 / math.prod(map(float, range(2 * n + 1, 0, -2))) for n in range(_ERF_SERIES_TERMS - 1, -1, -1)
 )
 #: erf(x) ~ x * P(x^2) / Q(x^2) on |x| <= 4 (beyond, erf rounds to +-1 in float32): a rational
 #: least-squares fit of ours (relative error < 3e-9 in exact arithmetic). Evaluated in float32

@@ -12,7 +12,6 @@ import numpy as np
 from .. import native
 from ..fpstate import ignoring_fp_errors
 from ..registry import ONYX_DOMAIN, binds, op
-from .activation import hard_sigmoid_into, hard_swish, sigmoid_into
 from .derived import derived
 from .linalg import (
     bound_matmul,
@@ -24,6 +23,7 @@ from .linalg import (
     packed_gemm,
     packed_matmul,
 )
+from .sigmoids import hard_sigmoid_into, hard_swish, sigmoid_into
 
 MS = "com.microsoft"
 

@@ -1,4 +1,4 @@
-"""ConvInteger with weights that are not int8 around 0 (kernels/conv.py's implicit GEMM).
+"""ConvInteger with weights that are not int8 around 0 (quantized_conv.py's implicit GEMM).
 
 onnxruntime's dynamic quantizer writes ConvInteger weights as uint8 with a zero point near
 128, and (w - w_zp) spans [-127, 128] or wider: not int8, so the implicit-GEMM conv (int8

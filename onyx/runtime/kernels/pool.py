@@ -1,5 +1,9 @@
-"""Pooling: AveragePool, MaxPool, LpPool, their Global forms, MaxUnpool, MaxRoiPool, RoiAlign,
-and onnxruntime's com.microsoft QLinearAveragePool / QLinearGlobalAveragePool.
+"""Pooling: AveragePool, MaxPool, GlobalAveragePool, GlobalMaxPool.
+
+The rarer pools have modules of their own, so that a float CNN's session neither reads nor
+runs their code: LpPool and GlobalLpPool in lp_pool.py, MaxUnpool in max_unpool.py, MaxRoiPool
+and RoiAlign in roi_pool.py, com.microsoft QLinearAveragePool / QLinearGlobalAveragePool in
+qlinear_pool.py.
 
 Windowed pools read the padded input through strided slices, one vectorized pass per kernel
 offset (a handful), never a loop over output pixels. Padding never enters a result: max pads
@@ -12,23 +16,22 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-import operator
 
 import numpy as np
 
 from .. import native
 from ..registry import binds, op
 from . import small_cnn as _small_cnn
-from .conv import (
+from .conv_geometry import (
     MAX_TAPS,
     check_window_attributes,
     check_windows,
-    compute_dtype,
     effective_kernel,
-    pad_spatial,
     same_pads,
     spatial_defaults,
 )
+from .low_floats import compute_dtype
+from .spatial import channel_rows, pad_spatial, pooled_shape
 
 # ----------------------------------------------------------------------------- geometry
 
@@ -398,29 +401,6 @@ def average_pool_1(
     )
 
 
-def _lp_pool(X, p, kernel_shape, auto_pad, pads, strides, dilations, ceil_mode):
-    ct = compute_dtype(X.dtype)
-    pool = _Pool(X, kernel_shape, auto_pad, pads, strides, dilations, ceil_mode, "LpPool")
-    powered = np.abs(X.astype(ct, copy=False)) ** ct.type(p)
-    return (pool.sum(pool.pad(powered, 0)) ** ct.type(1.0 / p)).astype(X.dtype, copy=False)
-
-
-@op("LpPool", since=1)
-def lp_pool(
-    X,
-    *,
-    auto_pad="NOTSET",
-    ceil_mode=0,
-    dilations=None,
-    kernel_shape=None,
-    p=2,
-    pads=None,
-    strides=None,
-):
-    # LpPool-1 had a float p and an optional kernel_shape; same computation.
-    return _lp_pool(X, p, kernel_shape, auto_pad, pads, strides, dilations, ceil_mode)
-
-
 # ----------------------------------------------------------------------------- MaxPool
 
 
@@ -634,18 +614,9 @@ def _spatial_axes(x) -> tuple[int, ...]:
 @op("GlobalAveragePool", since=1)
 def global_average_pool(X):
     if X.dtype == np.float32 and X.ndim >= 3:
-        return _mean_rows_f32(_rows(X)).reshape(_pooled_shape(X))
+        return _mean_rows_f32(channel_rows(X)).reshape(pooled_shape(X))
     ct = compute_dtype(X.dtype)
     return X.astype(ct, copy=False).mean(axis=_spatial_axes(X), keepdims=True).astype(X.dtype)
-
-
-def _rows(x) -> np.ndarray:
-    """x (N, C, spatial...) as C-contiguous (N * C, pixels) rows."""
-    return np.ascontiguousarray(x).reshape(x.shape[0] * x.shape[1], math.prod(x.shape[2:]))
-
-
-def _pooled_shape(x) -> tuple[int, ...]:
-    return x.shape[:2] + (1,) * (x.ndim - 2)
 
 
 def _mean_rows_f32(rows: np.ndarray) -> np.ndarray:
@@ -667,297 +638,3 @@ def _mean_rows_f32(rows: np.ndarray) -> np.ndarray:
 @op("GlobalMaxPool", since=1)
 def global_max_pool(X):
     return X.max(axis=_spatial_axes(X), keepdims=True)
-
-
-@op("GlobalLpPool", since=1)
-def global_lp_pool(X, *, p=2):
-    ct = compute_dtype(X.dtype)
-    total = (np.abs(X.astype(ct, copy=False)) ** ct.type(p)).sum(
-        axis=_spatial_axes(X), keepdims=True
-    )
-    return (total ** ct.type(1.0 / p)).astype(X.dtype)
-
-
-# ----------------------------------------------------------------------------- MaxUnpool
-
-
-@op("MaxUnpool", since=9)
-def max_unpool(X, I, output_shape=None, *, kernel_shape, pads=None, strides=None):
-    n = X.ndim - 2
-    strides, _, pads = spatial_defaults(n, strides, None, pads)
-    # The indices address the pooled op's input, whose shape the attributes determine.
-    pooled_from = X.shape[:2] + tuple(
-        (X.shape[2 + i] - 1) * strides[i] + kernel_shape[i] - pads[i] - pads[n + i]
-        for i in range(n)
-    )
-    shape = pooled_from if output_shape is None else tuple(int(s) for s in output_shape)
-    flat = I.reshape(-1).astype(np.int64)
-    if shape != pooled_from:  # re-address each index by its coordinates in the larger output
-        flat = np.ravel_multi_index(np.unravel_index(flat, pooled_from), shape)
-    y = np.zeros(math.prod(shape), dtype=X.dtype)
-    y[flat] = X.reshape(-1)
-    return y.reshape(shape)
-
-
-# ----------------------------------------------------------------------------- MaxRoiPool
-
-
-def _roi_bins(start, size, pooled, limit):
-    """Caffe-style integer bin edges [lo, hi) of one RoI along one axis, clipped to the map."""
-    bin_size = size / pooled
-    p = np.arange(pooled)
-    lo = np.clip(np.floor(p * bin_size).astype(np.int64) + start, 0, limit)
-    hi = np.clip(np.ceil((p + 1) * bin_size).astype(np.int64) + start, 0, limit)
-    return lo, hi
-
-
-def _round_half_away(v: float) -> int:
-    """C's round(): halves away from zero (Caffe's RoI pooling, onnxruntime)."""
-    return int(math.copysign(math.floor(abs(v) + 0.5), v))
-
-
-@op("MaxRoiPool", since=1)
-def max_roi_pool(X, rois, *, pooled_shape, spatial_scale=1.0):
-    N, C, H, W = X.shape
-    PH, PW = pooled_shape
-    y = np.zeros((rois.shape[0], C, PH, PW), dtype=X.dtype)
-    low = _lowest(X.dtype)
-    for r, (b, x1, y1, x2, y2) in enumerate(rois.astype(np.float64)):  # per RoI, vectorized inside
-        sx, sy, ex, ey = (_round_half_away(v * spatial_scale) for v in (x1, y1, x2, y2))
-        h_lo, h_hi = _roi_bins(sy, max(ey - sy + 1, 1), PH, H)
-        w_lo, w_hi = _roi_bins(sx, max(ex - sx + 1, 1), PW, W)
-        rows = np.arange(H)
-        cols = np.arange(W)
-        in_h = (rows >= h_lo[:, None]) & (rows < h_hi[:, None])  # (PH, H)
-        in_w = (cols >= w_lo[:, None]) & (cols < w_hi[:, None])  # (PW, W)
-        img = X[int(b)]
-        # max over w within each w-bin, then over h within each h-bin (max is separable)
-        tw = np.where(in_w[None, None], img[:, :, None, :], low).max(axis=-1)  # (C, H, PW)
-        th = np.where(in_h[None, :, :, None], tw[:, None], low).max(axis=2)  # (C, PH, PW)
-        empty = (h_hi <= h_lo)[:, None] | (w_hi <= w_lo)[None, :]
-        y[r] = np.where(empty, 0, th)
-    return y
-
-
-# ----------------------------------------------------------------------------- RoiAlign
-
-
-def _bilinear_taps(coord, size):
-    """RoiAlign's bilinear taps along one axis: (low, high, w_low, w_high), zero outside [-1, size]."""
-    outside = (coord < -1.0) | (coord > size)
-    c = np.maximum(coord, 0.0)
-    low = np.floor(c).astype(np.int64)
-    at_end = low >= size - 1
-    low = np.where(at_end, size - 1, low)
-    high = np.where(at_end, size - 1, low + 1)
-    c = np.where(at_end, low, c)
-    frac = c - low
-    w_low, w_high = 1.0 - frac, frac
-    w_low[outside] = 0.0
-    w_high[outside] = 0.0
-    return low, high, w_low, w_high
-
-
-def _roi_align(
-    X,
-    rois,
-    batch_indices,
-    *,
-    mode,
-    output_height,
-    output_width,
-    sampling_ratio,
-    spatial_scale,
-    half_pixel,
-):
-    ct = compute_dtype(X.dtype)
-    x = X.astype(ct, copy=False)
-    N, C, H, W = x.shape
-    PH, PW = output_height, output_width
-    y = np.zeros((rois.shape[0], C, PH, PW), dtype=ct)
-    shift = 0.5 if half_pixel else 0.0
-    for r, roi in enumerate(
-        rois.astype(np.float64)
-    ):  # per RoI (grid sizes differ), vectorized inside
-        x1, y1, x2, y2 = roi * spatial_scale - shift
-        rw, rh = x2 - x1, y2 - y1
-        if not half_pixel:  # legacy mode: force malformed RoIs to be 1x1
-            rw, rh = max(rw, 1.0), max(rh, 1.0)
-        bh, bw = rh / PH, rw / PW
-        gh = sampling_ratio if sampling_ratio > 0 else int(math.ceil(rh / PH))
-        gw = sampling_ratio if sampling_ratio > 0 else int(math.ceil(rw / PW))
-        gh, gw = max(gh, 1), max(gw, 1)
-        ys = y1 + (np.arange(PH)[:, None] * bh + (np.arange(gh)[None, :] + 0.5) * bh / gh).reshape(
-            -1
-        )
-        xs = x1 + (np.arange(PW)[:, None] * bw + (np.arange(gw)[None, :] + 0.5) * bw / gw).reshape(
-            -1
-        )
-        yl, yh, wyl, wyh = _bilinear_taps(ys, H)
-        xl, xh, wxl, wxh = _bilinear_taps(xs, W)
-        img = x[int(batch_indices[r])]
-        if mode == "avg":
-            rows = img[:, yl, :] * wyl[:, None].astype(ct) + img[:, yh, :] * wyh[:, None].astype(ct)
-            vals = rows[:, :, xl] * wxl.astype(ct) + rows[:, :, xh] * wxh.astype(ct)
-            y[r] = vals.reshape(C, PH, gh, PW, gw).mean(axis=(2, 4))
-        else:
-            # onnxruntime's max mode: the max over samples of the largest weighted corner.
-            corners = [
-                img[:, yi][:, :, xi] * (wy[:, None] * wx[None, :]).astype(ct)
-                for yi, wy in ((yl, wyl), (yh, wyh))
-                for xi, wx in ((xl, wxl), (xh, wxh))
-            ]
-            vals = np.maximum.reduce(corners)
-            y[r] = vals.reshape(C, PH, gh, PW, gw).max(axis=(2, 4))
-    return y.astype(X.dtype, copy=False)
-
-
-@op("RoiAlign", since=16)
-def roi_align(
-    X,
-    rois,
-    batch_indices,
-    *,
-    coordinate_transformation_mode="half_pixel",
-    mode="avg",
-    output_height=1,
-    output_width=1,
-    sampling_ratio=0,
-    spatial_scale=1.0,
-):
-    return _roi_align(
-        X,
-        rois,
-        batch_indices,
-        mode=mode,
-        output_height=output_height,
-        output_width=output_width,
-        sampling_ratio=sampling_ratio,
-        spatial_scale=spatial_scale,
-        half_pixel=coordinate_transformation_mode == "half_pixel",
-    )
-
-
-@op("RoiAlign", since=10)
-def roi_align_10(
-    X,
-    rois,
-    batch_indices,
-    *,
-    mode="avg",
-    output_height=1,
-    output_width=1,
-    sampling_ratio=0,
-    spatial_scale=1.0,
-):
-    # RoiAlign-10 had no pixel shift (what version 16 calls output_half_pixel).
-    return _roi_align(
-        X,
-        rois,
-        batch_indices,
-        mode=mode,
-        output_height=output_height,
-        output_width=output_width,
-        sampling_ratio=sampling_ratio,
-        spatial_scale=spatial_scale,
-        half_pixel=False,
-    )
-
-
-# ----------------------------------------------------------------------------- com.microsoft
-
-
-def _dequantize(x, scale, zero_point) -> np.ndarray:
-    zp = np.float32(0) if zero_point is None else np.float32(zero_point.reshape(-1)[0])
-    return (x.astype(np.float32) - zp) * np.float32(scale.reshape(-1)[0])
-
-
-def _quantize(y, scale, zero_point, dtype) -> np.ndarray:
-    zp = np.float32(0) if zero_point is None else np.float32(zero_point.reshape(-1)[0])
-    # onnxruntime adds the zero point in float32 before rounding half to even (the tie-breaker:
-    # it differs from rint-then-add on exact ties, which 8-bit grids hit often).
-    q = np.rint(y / np.float32(scale.reshape(-1)[0]) + zp)
-    info = np.iinfo(dtype)
-    return np.clip(q, info.min, info.max).astype(dtype)
-
-
-def _to_channels_first(x, channels_last):
-    return np.moveaxis(x, -1, 1) if channels_last else x
-
-
-def _from_channels_first(y, channels_last):
-    return np.moveaxis(y, 1, -1) if channels_last else y
-
-
-@op("QLinearAveragePool", since=1, domain="com.microsoft")
-def qlinear_average_pool(
-    X,
-    x_scale,
-    x_zero_point=None,
-    y_scale=None,
-    y_zero_point=None,
-    *,
-    auto_pad="NOTSET",
-    ceil_mode=0,
-    channels_last=0,
-    count_include_pad=0,
-    kernel_shape,
-    pads=None,
-    strides=None,
-):
-    # Dequantize -> AveragePool in float32 -> quantize, as the contrib op defines it.
-    x = _to_channels_first(_dequantize(X, x_scale, x_zero_point), channels_last)
-    y = _average_pool(x, kernel_shape, auto_pad, pads, strides, None, ceil_mode, count_include_pad)
-    dtype = X.dtype if y_zero_point is None else y_zero_point.dtype
-    return np.ascontiguousarray(
-        _from_channels_first(_quantize(y, y_scale, y_zero_point, dtype), channels_last)
-    )
-
-
-#: QLinearGlobalAveragePool's requantization of a node's constant parameters, by input shape
-#: and type and the parameters' ids; each entry holds the parameter objects (no id reused).
-_global_pools: dict = {}
-
-
-def _keep_global_pool(X, params: tuple, requantization: tuple) -> None:
-    if all(p is None or (isinstance(p, np.ndarray) and not p.flags.writeable) for p in params):
-        if len(_global_pools) >= 1024:  # (sessions come and go)
-            _global_pools.clear()
-        _global_pools[(X.shape, X.dtype.char, *map(id, params))] = (params, requantization)
-
-
-@op("QLinearGlobalAveragePool", since=1, domain="com.microsoft")
-def qlinear_global_average_pool(
-    X, x_scale, x_zero_point=None, y_scale=None, y_zero_point=None, *, channels_last=0
-):
-    """The exact integer sum of each channel, then onnxruntime's requantization (the
-    tie-breaker: the contrib op names no order): (sum - count * x_zp) in float32 times
-    x_scale / (y_scale * count), rounded half to even, clamped, plus y_zp."""
-    params = (x_scale, x_zero_point, y_scale, y_zero_point)
-    if not channels_last:  # (a node's constants: their multiplier and zero points kept)
-        hit = _global_pools.get((X.shape, X.dtype.char, *map(id, params)))
-        if hit is not None and all(map(operator.is_, hit[0], params)):
-            y = native.qmean_rows(_rows(X), *hit[1])
-            if y is not None:
-                return y.reshape(_pooled_shape(X))
-    count = math.prod(X.shape[2:] if not channels_last else X.shape[1:-1])
-    scale = np.float32(x_scale.reshape(-1)[0]) / (
-        np.float32(y_scale.reshape(-1)[0]) * np.float32(count)
-    )
-    x_zp = 0 if x_zero_point is None else int(x_zero_point.reshape(-1)[0])
-    y_zp = 0 if y_zero_point is None else int(y_zero_point.reshape(-1)[0])
-    if not channels_last:
-        rows = _rows(X)
-        y = native.qmean_rows(rows, scale, x_zp, y_zp)
-        if y is not None:
-            _keep_global_pool(X, params, (scale, x_zp, y_zp))
-            return y.reshape(_pooled_shape(X))
-        sums = rows.sum(axis=1, dtype=np.int64)
-    else:
-        sums = X.reshape(X.shape[0], -1, X.shape[-1]).sum(axis=1, dtype=np.int64)
-    info = np.iinfo(X.dtype)
-    v = np.rint((sums - count * x_zp).astype(np.float32) * scale)
-    y = (np.clip(v, info.min - y_zp, info.max - y_zp) + y_zp).astype(X.dtype)
-    if channels_last:
-        return y.reshape(X.shape[:1] + (1,) * (X.ndim - 2) + X.shape[-1:])
-    return y.reshape(_pooled_shape(X))

@@ -15,7 +15,7 @@ from .. import native
 from ..registry import binds, op
 from .cast import _to_wide, cast_numeric
 from .elementwise import fits, upcast
-from .linalg import integer_matmul, native_matmul, packed_operand
+from .quantized_matmul import integer_matmul, native_matmul, packed_operand
 
 #: float8e8m0's numpy name (ml_dtypes'): compared by name, so that the quantization kernels do
 #: not import ml_dtypes (milliseconds of a cold start) for models without its types.

@@ -18,8 +18,9 @@ import numpy as np
 
 from .. import native
 from ..registry import binds, op
-from .conv import compute_dtype, pad_spatial
 from .derived import frozen
+from .low_floats import compute_dtype
+from .spatial import pad_spatial
 
 # ----------------------------------------------------------------------------- Resize: coordinates
 

@@ -32,8 +32,8 @@ import numpy as np
 
 from .. import native
 from ..registry import op
-from .activation import hard_sigmoid_into, sigmoid_into
 from .derived import derived, frozen, prepared
+from .sigmoids import hard_sigmoid_into, sigmoid_into
 
 # --- activations ---------------------------------------------------------------------------------
 # name -> (factory(alpha, beta, dtype) of a function act(x, out) writing into out (which may be

@@ -81,7 +81,7 @@ def conv_transpose_setup(x_shape, W, group: int, geometry: tuple):
     """A float32 ConvTranspose with a 2x2 kernel at stride 2 and no padding (a U-Net's
     upsampling) as native.SmallConv's 1x1 conv of 4 x channels rows, called as
     FloatConvTranspose is: (x, bias) -> y; or None where that does not apply. geometry:
-    conv.py's (kernel, strides, dilations, begin pads, output shape)."""
+    conv_transpose.py's (kernel, strides, dilations, begin pads, output shape)."""
     kernel, strides, dilations, begin, out = geometry
     if not ENABLED or len(x_shape) != 4 or group != 1 or not native.small_conv_ok():
         return None

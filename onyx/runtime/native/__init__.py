@@ -9,7 +9,8 @@ its numpy path and asks whether the native one applies first (``int8_gemm_ok``,
 Each family of kernels is one C file and one Python module of the same name: gemm_i8 (the
 exact int8 GEMM, AVX512-VNNI), depthwise (plane convs), conv_f32 (the float conv), conv1d
 (the direct 1-D float conv), gemv, nbits (MatMulNBits), attention (GroupQueryAttention's step, RMS norms), gemm_f32 (the float
-GEMM against a packed constant B), resize, rnn, elementwise, rows, window (pooling), trees,
+GEMM against a packed constant B), resize, rnn, elementwise, rows (global average pooling,
+softmax), norms (layer, instance, group and batch normalization), window (pooling), trees,
 small_cnn (a direct conv of small images, a 2x2 upsampling and max pool: batch-1 serving CNNs),
 winograd (3x3 unit-stride float convs by Winograd F(2x2, 3x3)), turn (a thread's wait for
 concurrency.py's turn, without the GIL).
@@ -159,19 +160,17 @@ _EXPORTS = {
         ("RecurrenceInputs", "Inputs"),
         ("RecurrenceRows", "Rows"),
     ),
-    "rows": (
+    "norms": (
         "batch_norm_bound",
         "batch_norm_f32",
         "layer_norm_bound",
         "layer_norm_f32",
-        "mean_rows_f32",
         "norm_rows_bound",
         "norm_rows_f32",
-        "qmean_rows",
         "skip_layer_norm_bound",
         "skip_layer_norm_f32",
-        "softmax_rows_f32",
     ),
+    "rows": ("mean_rows_f32", "qmean_rows", "softmax_rows_f32"),
     "nhwc_chain": ("ChainProgram",),
     "small_cnn": (
         "CV_PANEL",
@@ -271,6 +270,7 @@ FAMILY_NAMES = (
     "rnn",
     "elementwise",
     "rows",
+    "norms",
     "window",
     "trees",
     "nbits",

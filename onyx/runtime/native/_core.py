@@ -11,6 +11,7 @@ checked and bound when a kernel first asks for it (native/__init__.py's table).
 
 from __future__ import annotations
 
+import _ctypes
 import contextvars
 import ctypes
 import functools
@@ -143,20 +144,28 @@ def abi(c_name: str):
     return register
 
 
-class _AbiRow(ctypes.Structure):  # abi.c's abi_row
-    _fields_ = [
-        ("structure", ctypes.c_char_p),
-        ("field", ctypes.c_char_p),
-        ("offset", ctypes.c_int64),
-        ("size", ctypes.c_int64),
-    ]
+@functools.cache
+def _abi_row() -> type:
+    """abi.c's abi_row as a ctypes struct, made at its first use: only a library whose structs
+    disagree with the ctypes copies (or one built before onyx_abi_agrees) has its rows read,
+    and making the class cost every process's import of the package a tenth of a millisecond."""
+
+    class _AbiRow(ctypes.Structure):
+        _fields_ = [
+            ("structure", ctypes.c_char_p),
+            ("field", ctypes.c_char_p),
+            ("offset", ctypes.c_int64),
+            ("size", ctypes.c_int64),
+        ]
+
+    return ctypes.POINTER(_AbiRow)
 
 
 @functools.lru_cache(maxsize=1)
 def _abi_table(library) -> dict[str, dict[str, tuple[int, int]]]:
     """abi.c's table: struct -> field ("" for the struct itself) -> (offset, size); read once
     per library (each family's check asks for it)."""
-    library.onyx_abi.restype = ctypes.POINTER(_AbiRow)
+    library.onyx_abi.restype = _abi_row()
     rows = library.onyx_abi()
     table: dict[str, dict[str, tuple[int, int]]] = {}
     i = 0
@@ -178,7 +187,7 @@ def _abi_struct(library, c_name: str) -> dict[str, tuple[int, int]] | None:
     except AttributeError:
         return _abi_table(library).get(c_name)
     if find.argtypes is None:  # (its prototype set at its first use)
-        find.restype, find.argtypes = ctypes.POINTER(_AbiRow), [ctypes.c_char_p]
+        find.restype, find.argtypes = _abi_row(), [ctypes.c_char_p]
     rows = find(c_name.encode())
     if not rows:
         return None
@@ -403,8 +412,22 @@ def address(fn) -> int | None:
 
 
 def range_of(library, name: str) -> int:
-    """lib.onyx_<name>_range's address: a kernel's part of a pool job."""
-    return address(getattr(library, f"onyx_{name}_range"))
+    """lib.onyx_<name>_range's address: a kernel's part of a pool job. Looked up with dlsym
+    where the platform has it (ctypes' attribute made a function object, then cast it: ten
+    times the time, a family's import binding several); AttributeError, as ctypes', where the
+    library has no such entry point."""
+    symbol = f"onyx_{name}_range"
+    handle = getattr(library, "_handle", None)
+    if _dlsym is None or handle is None:  # (no dlsym here, or a test's stand-in library)
+        return address(getattr(library, symbol))
+    try:
+        return _dlsym(handle, symbol)
+    except OSError as e:  # (a library built from older sources: the families' binds catch it)
+        raise AttributeError(str(e)) from None
+
+
+#: _ctypes' dlsym (POSIX), or None.
+_dlsym = getattr(_ctypes, "dlsym", None)
 
 
 #: A product of fewer multiply-adds runs on one thread: it takes the kernel a few microseconds,

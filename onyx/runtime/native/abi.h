@@ -278,7 +278,7 @@ ONYX_STRUCT(repeat2d, ONYX_REPEAT2D)
     F(S, int64_t, reverse, ) /* bit d set: direction d runs from the last step back */
 ONYX_STRUCT(recurrence, ONYX_RECURRENCE)
 
-/* ---------------------------------------------------------------------- rows (rows.c) */
+/* ------------ rows (rows.c: global_pool, softmax_rows) and norms (norms.c: the other three) */
 
 #define ONYX_GLOBAL_POOL(F, S)                                                               \
     F(S, const void *, x, ) /* (rows, size), C-contiguous */                                 \

@@ -552,7 +552,7 @@ def implicit_conv(
     in_nhwc: bool = False,
     out_nhwc: bool = False,
 ):
-    """A requantizing implicit-GEMM conv (kernels/conv.py's _ImplicitConv) in one native call:
+    """A requantizing implicit-GEMM conv (kernels/quantized_conv.py's _ImplicitConv) in one native call:
     ``run(x, out)`` packs the contiguous image(s) x into a padded NHWC buffer (``padded`` (N,
     Hp, Wp, Cp), x's corner at ``corner``; zero-point filled unless ``bare``), runs the
     gathered GEMM into a (pixels x M) buffer (both the library's own), maps its bytes through

@@ -1,4 +1,4 @@
-/* A thread's wait for the turn short runs take (runtime/concurrency.py), without the GIL.
+/* A thread's wait for the turn short runs take (runtime/turns.py), without the GIL.
 
    A waiter sleeps on a word of its own; the holder rings it (RUNG) when it hands the turn to
    it, or pokes it (POKED) when it has become the first waiter. The first waiter also watches
@@ -8,7 +8,7 @@
    of a waiter (to look whether the holder is idle, or to become the first) happens here, with
    no Python and no GIL: in Python each one took the GIL from the holder and ran the waiter's
    code with cold caches. Linux only (a futex); elsewhere the entry points say so and
-   concurrency.py keeps its own locks. */
+   turns.py keeps its own locks. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdint.h>

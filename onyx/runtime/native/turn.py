@@ -1,5 +1,5 @@
 """The wait for the turn short runs take (turn.c, Linux): a waiter sleeps on a futex and
-watches the holder without the GIL (runtime/concurrency.py's ``_Turn``)."""
+watches the holder without the GIL (runtime/turns.py's ``_Turn``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from . import _core as core
 def turn_functions():
     """(wait, ring) of turn.c, or None (no library, or not Linux): ``wait(word, state, token,
     idle, poll, until)`` releases the GIL while it waits (how it ended: turn.c's enum, -1 for
-    arguments refused), ``ring(word, how)`` (concurrency.py's RUNG or POKED) keeps it (a
+    arguments refused), ``ring(word, how)`` (turns.py's RUNG or POKED) keeps it (a
     futex wake: a holder handing the turn over must not hand the GIL away for it)."""
     lib = core.lib
     if lib is None or getattr(lib, "turn_wait", None) is None:
