@@ -30,7 +30,8 @@ from .ir import AttrType, DataType, Model, Node, TensorType, Value
 from .ir.tensor import wire_size
 from .proto import AttributeProto, GraphProto, TensorProto
 from .serde import wire
-from .serde.model_io import BIG_TENSOR, SPLIT_MIN, read_file, split_model
+from .serde.model_io import BIG_TENSOR, SPLIT_MIN, read_file
+from .serde.proto_load import split_model
 from .serde.reader import Reader
 
 __all__ = ["certify"]

@@ -9,7 +9,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onyx
-from onyx.serde import reader
+from onyx.serde import reader, wire_reader
+from onyx.serde.proto_load import load_model
 
 
 def _constant_model(value: TensorProto, **attr_fields) -> bytes:
@@ -35,10 +36,12 @@ CASES = {
 }
 
 
-def _read(data: bytes, plain: bool, monkeypatch) -> tuple:
+def _read(data: bytes, plain: bool, monkeypatch, wire: bool = False) -> tuple:
+    """What the Reader (the protobuf path; ``plain``: its plain case allowed) or ``wire``:
+    serde/wire_reader.py (where it follows the model) makes of a Constant's value."""
     if not plain:
         monkeypatch.setattr(reader, "_plain_tensor_attribute", lambda a: None)
-    m = onyx.load(data)
+    m = (wire and wire_reader.read_model(data)) or load_model(data, "<bytes>", None, False)
     a = m.graph.nodes[0].attributes["value"]
     t = a.value
     fields = (a.name, a.type, a.doc_string, a.extras, t.name, t.dtype, t.shape, t.extras)
@@ -54,12 +57,20 @@ def test_plain_and_general_paths_agree(case, doc, monkeypatch):
     assert _read(data, True, monkeypatch) == _read(data, False, monkeypatch)
 
 
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("doc", ["", "with a doc string"])
+def test_the_wire_path_agrees(case, doc, monkeypatch):
+    data = _constant_model(CASES[case], **({"doc_string": doc} if doc else {}))
+    assert _read(data, True, monkeypatch, wire=True) == _read(data, True, monkeypatch)
+
+
 def test_the_plain_path_takes_an_exporters_constant(monkeypatch):
     taken = []
     plain = reader._plain_tensor_attribute  # noqa: SLF001
     monkeypatch.setattr(
         reader, "_plain_tensor_attribute", lambda a: taken.append(plain(a)) or taken[-1]
     )
-    value = onyx.load(_constant_model(CASES["unnamed"])).graph.nodes[0].attributes["value"]
+    model = load_model(_constant_model(CASES["unnamed"]), "<bytes>", None, False)
+    value = model.graph.nodes[0].attributes["value"]
     assert len(taken) == 1 and taken[0] is value
     np.testing.assert_array_equal(value.value.numpy(), np.arange(6).reshape(2, 3))

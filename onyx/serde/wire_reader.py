@@ -1,0 +1,834 @@
+"""A plain model's IR read straight from its wire bytes, without protobuf.
+
+A session's cold start paid for importing protobuf (its C module, descriptors, the well-known
+types its message metaclass imports once per process) and for building onyx.proto's message
+classes: several milliseconds, most of a small model's load. Most model files hold nothing but
+what this module follows (opsets, a graph of nodes with scalar/list/tensor attributes, raw or
+typed numeric initializers, tensor types, metadata, strings written empty): for those it builds
+the very IR that ``reader.Reader`` builds from the parsed messages, extras included. Anything else makes it say "don't know" (``read_model`` returns None) and
+the caller runs the protobuf path, which reads it or reports the error as ever:
+
+- bytes that are not exactly well formed (truncated, a bad varint, a wrong wire type, a group,
+  a field number it does not model, which protobuf would keep as an unknown field);
+- a singular field written twice (protobuf merges or keeps the last one);
+- what the Reader keeps in ``extras`` as bytes (residuals, overrides, unfaithful types), an
+  attribute's doc string or reference, other oneof members, functions, sparse tensors,
+  subgraphs, string tensors, a Constant's typed tensor, external data, lists of more than
+  MAX_LIST elements, graphs of more than MAX_ITEMS nodes and initializers;
+- names used before (or without) their definition, or defined twice (the Reader settles them
+  after the last node).
+
+The field numbers are onyx.proto's (tests/test_wire_reader.py holds them to the schema), and
+tests hold the IR built here to the Reader's on every model file of the repository.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..ir.attr import Attr, AttrType
+from ..ir.dtypes import BY_ENUM, DataType, bit_width
+from ..ir.graph import Graph, Model, Node, Value
+from ..ir.tensor import Tensor
+from ..ir.types import Shape, TensorType
+from .wire import encode_varint
+
+# -- onyx.proto's field numbers (tests/test_wire_reader.py checks them against the schema) ----
+# ModelProto
+M_IR_VERSION, M_PRODUCER_NAME, M_PRODUCER_VERSION, M_DOMAIN = 1, 2, 3, 4
+M_MODEL_VERSION, M_DOC_STRING, M_GRAPH, M_OPSET_IMPORT, M_METADATA_PROPS = 5, 6, 7, 8, 14
+# OperatorSetIdProto, StringStringEntryProto
+OPSET_DOMAIN, OPSET_VERSION = 1, 2
+ENTRY_KEY, ENTRY_VALUE = 1, 2
+# GraphProto
+G_NODE, G_NAME, G_INITIALIZER, G_DOC_STRING = 1, 2, 5, 10
+G_INPUT, G_OUTPUT, G_VALUE_INFO, G_METADATA_PROPS = 11, 12, 13, 16
+# NodeProto
+N_INPUT, N_OUTPUT, N_NAME, N_OP_TYPE, N_ATTRIBUTE, N_DOC_STRING, N_DOMAIN = 1, 2, 3, 4, 5, 6, 7
+N_METADATA_PROPS = 9
+# AttributeProto
+A_NAME, A_F, A_I, A_S, A_T, A_FLOATS, A_INTS, A_STRINGS, A_TYPE = 1, 2, 3, 4, 5, 7, 8, 9, 20
+# ValueInfoProto, TypeProto, TypeProto.Tensor, TensorShapeProto(.Dimension)
+VI_NAME, VI_TYPE, VI_DOC_STRING, VI_METADATA_PROPS = 1, 2, 3, 4
+TYPE_TENSOR_TYPE = 1
+TT_ELEM_TYPE, TT_SHAPE = 1, 2
+SHAPE_DIM = 1
+DIM_VALUE, DIM_PARAM = 1, 2
+# TensorProto
+T_DIMS, T_DATA_TYPE, T_NAME, T_RAW_DATA = 1, 2, 8, 9
+T_FLOAT_DATA, T_INT32_DATA, T_INT64_DATA, T_DOUBLE_DATA, T_UINT64_DATA = 4, 5, 7, 10, 11
+
+#: Models bigger than this are left to the protobuf path (a big file is memory-mapped and its
+#: big initializers read as views of the map: model_io.MMAP_MIN).
+MAX_BYTES = 16 << 20
+#: Attribute lists longer than this are left to the Reader: decoded element by element here
+#: they cost several times what protobuf's C code does (a tree ensemble's node lists), and
+#: those of reader.LONG_LIST or more it reads as arrays.
+MAX_LIST = 64
+#: Graphs of more nodes and initializers than this are left to the protobuf path: decoding
+#: one here costs some 10-50% more than protobuf's C code with the Reader does (a CNN's 150
+#: cost about as much), and what it saves, protobuf's import, is a fixed cost.
+MAX_ITEMS = 256
+
+_VARINT, _I64, _LEN, _I32 = 0, 1, 2, 5
+#: model_io._EXTERNAL_MARK: TensorProto.data_location (14) = EXTERNAL (1), as encoded.
+_EXTERNAL_MARK = b"\x70\x01"
+_U64 = 1 << 64
+_I64_MIN = 1 << 63
+_A = AttrType
+#: Attribute type -> the field holding its value (the types read here).
+ATTR_VALUE = {
+    int(_A.FLOAT): A_F,
+    int(_A.INT): A_I,
+    int(_A.STRING): A_S,
+    int(_A.TENSOR): A_T,
+    int(_A.FLOATS): A_FLOATS,
+    int(_A.INTS): A_INTS,
+    int(_A.STRINGS): A_STRINGS,
+}
+_ATTR_KIND = {int(k): k for k in (_A.FLOAT, _A.INT, _A.STRING, _A.TENSOR)}
+_ATTR_KIND.update({int(k): k for k in (_A.FLOATS, _A.INTS, _A.STRINGS)})
+_BY_VALUE = {int(d): d for d in DataType}
+#: Bytes per element of the element types a raw initializer is read for (reader's plain case).
+_ITEM_BYTES = {
+    int(d): bit_width(d) // 8 for d in BY_ENUM if bit_width(d) % 8 == 0 and d != DataType.STRING
+}
+
+
+class _Decline(Exception):
+    """What the bytes hold is not followed here: the protobuf path reads them."""
+
+
+def read_model(data) -> Model | None:
+    """The IR of a plain model's bytes, as ``Reader`` builds it from the parsed messages, or
+    None (don't know: the caller runs the protobuf path)."""
+    if not isinstance(data, bytes) or len(data) > MAX_BYTES:
+        return None
+    try:
+        return _Model(data).model()
+    except _Decline:
+        return None
+
+
+def _varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
+    result = shift = 0
+    while pos < end:
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            if result >= _U64:  # (more than 64 bits)
+                raise _Decline
+            return result, pos
+        shift += 7
+        if shift >= 70:
+            raise _Decline
+    raise _Decline  # truncated
+
+
+def _fields(buf: bytes, pos: int, end: int) -> list[tuple[int, int, int, int]]:
+    """[(field, wire type, a, b)]: a varint's value in a, a LEN field's payload buf[a:b], a
+    fixed field's bytes buf[a:b]; groups, field 0 and anything malformed decline."""
+    out = []
+    append = out.append
+    while pos < end:
+        key = buf[pos]
+        if key < 0x80:
+            pos += 1
+        else:
+            key, pos = _varint(buf, pos, end)
+        field, wt = key >> 3, key & 7
+        if field == 0:
+            raise _Decline
+        if wt == _LEN:
+            n = buf[pos] if pos < end else 0x80
+            if n < 0x80:
+                pos += 1
+            else:
+                n, pos = _varint(buf, pos, end)
+            a, pos = pos, pos + n
+            if pos > end:
+                raise _Decline
+            append((field, wt, a, pos))
+        elif wt == _VARINT:
+            v, pos = _varint(buf, pos, end)
+            append((field, wt, v, pos))
+        elif wt == _I32 or wt == _I64:
+            a, pos = pos, pos + (4 if wt == _I32 else 8)
+            if pos > end:
+                raise _Decline
+            append((field, wt, a, pos))
+        else:
+            raise _Decline
+    return out
+
+
+def _packed_varints(raw: bytes) -> np.ndarray:
+    """The varints of a packed field as uint64, decoded with numpy (a quantized model's zero
+    points, an index tensor: element by element in Python they cost 1 us each)."""
+    arr = np.frombuffer(raw, np.uint8)
+    last = arr < 0x80
+    if not arr.size or last.all():
+        return arr.astype(np.uint64)
+    if not last[-1]:
+        raise _Decline  # (truncated)
+    ends = np.flatnonzero(last)
+    starts = np.empty_like(ends)
+    starts[0] = 0
+    starts[1:] = ends[:-1] + 1
+    lengths = ends - starts + 1
+    longest = int(lengths.max())
+    if longest > 10 or (longest == 10 and (arr[starts[lengths == 10] + 9] > 1).any()):
+        raise _Decline  # (more than 64 bits)
+    out = np.zeros(len(ends), np.uint64)
+    for k in range(longest):
+        has = lengths > k
+        out[has] |= (arr[starts[has] + k] & 0x7F).astype(np.uint64) << np.uint64(7 * k)
+    return out
+
+
+def _signed(v: int) -> int:
+    """An int64 field's value from its varint."""
+    return v - _U64 if v >= _I64_MIN else v
+
+
+def _int32(v: int) -> int:
+    """An int32 field's value; a varint protobuf would truncate declines."""
+    if v >= _I64_MIN:
+        v -= _U64
+    if not -(1 << 31) <= v < 1 << 31:
+        raise _Decline
+    return v
+
+
+#: Types read (TypeProto bytes -> type) and initializers' tensor types ((element type, dims)
+#: -> type), shared by every read in the process as the Reader's tables are (reader._TYPES,
+#: reader._TENSOR_TYPES): types are immutable, and the checker's and inference's memos key on
+#: them. Cleared when a read starts with MEMO_MAX_ENTRIES in one.
+_TYPES: dict[bytes, TensorType] = {}
+_TENSOR_TYPES: dict[tuple, TensorType] = {}
+#: Attribute bytes -> (name, type, value; a list as a tuple) of the attributes read, but
+#: tensors: a CNN's convs repeat a few kernel_shape / strides / pads messages, and a model
+#: created again repeats all of them (as the Reader's reader.PLAIN_ATTRS).
+_ATTRS: dict[bytes, tuple] = {}
+#: NodeProto bytes -> its fields (_Model.node_fields): a model created again in the process
+#: decodes none of its nodes (the Reader's protobuf parse is C code: this keeps up with it).
+_NODES: dict[bytes, tuple] = {}
+#: ValueInfoProto bytes -> what _Model.value_info makes of it (those without metadata).
+_VALUE_INFOS: dict[bytes, tuple] = {}
+MEMO_MAX_NODE_BYTES = 1024
+MEMO_MAX_ENTRIES = 4096
+MEMO_MAX_BYTES = 256
+
+
+class _Model:
+    """One file's decoding."""
+
+    def __init__(self, buf: bytes):
+        self.buf = buf
+        for table in (_TYPES, _TENSOR_TYPES):  # (the others: cleared when full)
+            if len(table) >= MEMO_MAX_ENTRIES:
+                table.clear()
+
+    def text(self, a: int, b: int) -> str:
+        try:
+            return self.buf[a:b].decode("utf-8")
+        except UnicodeDecodeError:
+            raise _Decline from None
+
+    def singular(self, fields, allowed: dict) -> dict:
+        """Field number -> (a, b) of a message whose fields are all singular, each of the
+        wire type ``allowed`` gives it, and written once."""
+        got = {}
+        for field, wt, a, b in fields:
+            if allowed.get(field) != wt or field in got:
+                raise _Decline
+            got[field] = (a, b)
+        return got
+
+    # -- model ---------------------------------------------------------------------------------
+    def model(self) -> Model:
+        buf = self.buf
+        m = Model(None)
+        opsets, opset_bytes, props, prop_bytes = {}, [], {}, []
+        seen, graph, present = set(), None, set()
+        strings = {M_PRODUCER_NAME: "", M_PRODUCER_VERSION: "", M_DOMAIN: "", M_DOC_STRING: ""}
+        ints = {M_IR_VERSION: 0, M_MODEL_VERSION: 0}
+        for field, wt, a, b in _fields(buf, 0, len(buf)):
+            if field == M_OPSET_IMPORT and wt == _LEN:
+                domain, version, raw = self.opset(a, b)
+                opsets[domain] = version
+                opset_bytes.append(raw)
+                continue
+            if field == M_METADATA_PROPS and wt == _LEN:
+                key, value, raw = self.entry(a, b)
+                props[key] = value
+                prop_bytes.append(raw)
+                continue
+            if field in seen:
+                raise _Decline
+            seen.add(field)
+            if field in strings and wt == _LEN:
+                strings[field] = value = self.text(a, b)
+            elif field in ints and wt == _VARINT:
+                ints[field] = value = _signed(a)
+            elif field == M_GRAPH and wt == _LEN:
+                graph, value = (a, b), True
+            else:
+                raise _Decline
+            if not value:  # (written with its default value: kept in extras)
+                present.add(field)
+        if graph is None:
+            raise _Decline
+        m.opset_imports = opsets
+        m.ir_version, m.model_version = ints[M_IR_VERSION], ints[M_MODEL_VERSION]
+        m.producer_name = strings[M_PRODUCER_NAME]
+        m.producer_version = strings[M_PRODUCER_VERSION]
+        m.domain, m.doc_string = strings[M_DOMAIN], strings[M_DOC_STRING]
+        extras = {"opsets": opset_bytes}
+        if prop_bytes:
+            m.metadata_props = props
+            extras["props"] = prop_bytes
+        written = tuple(name for f, name in _MODEL_PRESENCE if f in present)
+        if written:
+            extras["present"] = written
+        m.extras = extras
+        m.set_graph_source(_Built(self.graph(*graph), memoryview(buf)[graph[0] : graph[1]]))
+        return m
+
+    def opset(self, a: int, b: int) -> tuple[str, int, bytes]:
+        """(domain, version, the message as protobuf serializes it)."""
+        got = self.singular(_fields(self.buf, a, b), {OPSET_DOMAIN: _LEN, OPSET_VERSION: _VARINT})
+        raw = b""
+        domain = version = None
+        if OPSET_DOMAIN in got:
+            domain = self.text(*got[OPSET_DOMAIN])
+            encoded = domain.encode()
+            raw += b"\x0a" + encode_varint(len(encoded)) + encoded
+        if OPSET_VERSION in got:
+            version = _signed(got[OPSET_VERSION][0])
+            raw += b"\x10" + encode_varint(version)
+        return domain or "", version or 0, raw
+
+    def entry(self, a: int, b: int) -> tuple[str, str, bytes]:
+        """A StringStringEntryProto: (key, value, the message as protobuf serializes it)."""
+        got = self.singular(_fields(self.buf, a, b), {ENTRY_KEY: _LEN, ENTRY_VALUE: _LEN})
+        raw, texts = b"", []
+        for field, tag in ((ENTRY_KEY, b"\x0a"), (ENTRY_VALUE, b"\x12")):
+            span = got.get(field)
+            texts.append(self.text(*span) if span else "")
+            if span:
+                raw += tag + encode_varint(span[1] - span[0]) + self.buf[span[0] : span[1]]
+        return texts[0], texts[1], raw
+
+    # -- graph ---------------------------------------------------------------------------------
+    def graph(self, start: int, end: int) -> Graph:
+        nodes, inits, inputs, outputs, infos = [], [], [], [], []
+        lists = {G_NODE: nodes, G_INITIALIZER: inits, G_INPUT: inputs}
+        lists.update({G_OUTPUT: outputs, G_VALUE_INFO: infos})
+        name = doc = None
+        props = []
+        for field, wt, a, b in _fields(self.buf, start, end):
+            if wt != _LEN:
+                raise _Decline
+            if field in lists:
+                lists[field].append((a, b))
+            elif field == G_METADATA_PROPS:
+                props.append((a, b))
+            elif field == G_NAME and name is None:
+                name = self.text(a, b)
+            elif field == G_DOC_STRING and doc is None:
+                doc = self.text(a, b)
+            else:
+                raise _Decline
+        if len(nodes) + len(inits) > MAX_ITEMS:
+            raise _Decline
+        g = Graph(name=name or "")
+        scope: dict[str, Value] = {}
+        declared: set[int] = set()
+        for span in inputs:
+            vname, vi = self.value_info(*span)
+            v = Value(vname)
+            self.declare(v, vi)
+            declared.add(id(v))
+            scope[vname] = v
+            g.inputs.append(v)
+        if "" in scope:
+            raise _Decline
+        input_names = set(scope)
+        named = g.initializers
+        for span in inits:
+            t = self.initializer(*span)
+            tname = t.name
+            if tname in input_names:
+                v = scope[tname]
+                v.const_value = t
+            else:
+                v = Value(tname, None, t)
+                scope.setdefault(tname, v)
+            named[tname] = v
+        for span in nodes:
+            g.append(self.node(*span, scope))
+        for span in outputs:
+            g.outputs.append(self.declared(span, scope, declared))
+        for span in infos:
+            g.value_info.append(self.declared(span, scope, declared))
+        for v in named.values():
+            if v.type is None:
+                t = v.const_value
+                key = (t.dtype, t.shape)
+                ty = _TENSOR_TYPES.get(key)
+                if ty is None:
+                    ty = _TENSOR_TYPES[key] = TensorType(*key)
+                v.type = ty
+        g.doc_string = doc or ""
+        extras = self.props(g, props)
+        written = tuple(f for f, text in (("name", name), ("doc_string", doc)) if text == "")
+        if written:
+            extras["present"] = written
+        if extras:
+            g.extras = extras
+        return g
+
+    def props(self, owner, spans) -> dict:
+        """Set ``owner``'s metadata_props from its entries; {"props": their bytes} or {}."""
+        if not spans:
+            return {}
+        entries = [self.entry(a, b) for a, b in spans]
+        owner.metadata_props = {key: value for key, value, _ in entries}
+        return {"props": [raw for _, _, raw in entries]}
+
+    def declared(self, span, scope: dict, declared: set) -> Value:
+        """The Value a graph output or value_info entry names, declared by it (the Reader's
+        _lookup and _declare; an entry that would differ from an earlier one declines)."""
+        vname, vi = self.value_info(*span)
+        v = scope.get(vname)
+        if v is None:
+            v = scope[vname] = Value(vname)
+        if id(v) not in declared and v.type is None and not v.doc_string:
+            declared.add(id(v))
+            self.declare(v, vi)
+        elif vi[0] != v.type or vi[1] != v.doc_string or vi[2]:
+            raise _Decline  # (the Reader keeps such an entry as written: extras)
+        return v
+
+    def declare(self, v: Value, vi: tuple) -> None:
+        ty, doc, props, written = vi
+        if ty is not None:
+            v.type = ty
+        v.doc_string = doc
+        extras = self.props(v, props)
+        if written:
+            extras["present"] = written
+        if extras:
+            v.extras = extras
+
+    def value_info(self, a: int, b: int) -> tuple[str, tuple]:
+        """(name, (type or None, doc_string, metadata entries, fields written empty)) of a
+        ValueInfoProto; one without metadata is a function of its bytes (_VALUE_INFOS)."""
+        key = self.buf[a:b] if b - a <= MEMO_MAX_NODE_BYTES else None
+        known = _VALUE_INFOS.get(key) if key is not None else None
+        if known is None:
+            known = self.read_value_info(a, b)
+            if key is not None and not known[1][2]:
+                if len(_VALUE_INFOS) >= MEMO_MAX_ENTRIES:
+                    _VALUE_INFOS.clear()
+                _VALUE_INFOS[key] = known
+        return known
+
+    def read_value_info(self, a: int, b: int) -> tuple[str, tuple]:
+        got, props = {}, []
+        for field, wt, fa, fb in _fields(self.buf, a, b):
+            if field == VI_METADATA_PROPS and wt == _LEN:
+                props.append((fa, fb))
+            elif _VALUE_INFO.get(field) != wt or field in got:
+                raise _Decline
+            else:
+                got[field] = (fa, fb)
+        name = self.text(*got[VI_NAME]) if VI_NAME in got else ""
+        doc = self.text(*got[VI_DOC_STRING]) if VI_DOC_STRING in got else ""
+        written = tuple(
+            f for f, n, text in (("name", VI_NAME, name), ("doc_string", VI_DOC_STRING, doc))
+            if n in got and not text
+        )  # fmt: skip
+        ty = self.type(*got[VI_TYPE]) if VI_TYPE in got else None
+        return name, (ty, doc, props, written)
+
+    def type(self, a: int, b: int) -> TensorType:
+        """A TypeProto holding a tensor type with an element type and maybe a shape; one
+        object per encoding in the process, as the Reader's (its table: _TYPES)."""
+        key = self.buf[a:b]
+        ty = _TYPES.get(key)
+        if ty is None:
+            ty = _TYPES[key] = self.read_type(a, b)
+        return ty
+
+    def read_type(self, a: int, b: int) -> TensorType:
+        got = self.singular(_fields(self.buf, a, b), {TYPE_TENSOR_TYPE: _LEN})
+        if TYPE_TENSOR_TYPE not in got:
+            raise _Decline
+        t = self.singular(_fields(self.buf, *got[TYPE_TENSOR_TYPE]), _TENSOR_TYPE)
+        if TT_ELEM_TYPE not in t:
+            raise _Decline
+        elem = _BY_VALUE.get(_int32(t[TT_ELEM_TYPE][0]))
+        if not elem:  # (0: the Reader keeps it in extras; unknown: no type)
+            raise _Decline
+        shape = self.shape(*t[TT_SHAPE]) if TT_SHAPE in t else None
+        return TensorType(elem, shape)
+
+    def shape(self, a: int, b: int) -> Shape:
+        dims = []
+        for field, wt, da, db in _fields(self.buf, a, b):
+            if field != SHAPE_DIM or wt != _LEN:
+                raise _Decline
+            d = self.singular(_fields(self.buf, da, db), _DIMENSION)
+            if len(d) > 1:
+                raise _Decline  # (a oneof written twice: protobuf keeps the last)
+            if DIM_VALUE in d:
+                dims.append(_signed(d[DIM_VALUE][0]))
+            elif DIM_PARAM in d:
+                dims.append(self.text(*d[DIM_PARAM]))
+            else:
+                dims.append(None)
+        return Shape(tuple(dims), None)
+
+    # -- tensors -------------------------------------------------------------------------------
+    def tensor_fields(self, a: int, b: int, named: bool):
+        """(dims, element type code, name, {field: (a, b)}, typed field's entries or None) of
+        a TensorProto of dims, an element type, a name (``named``: written and not empty;
+        else absent or not empty), raw_data or one typed field, and nothing else."""
+        dims, got, typed, typed_field = [], {}, [], None
+        for field, wt, fa, fb in _fields(self.buf, a, b):
+            if field == T_DIMS:
+                dims.extend(self.varints(wt, fa, fb))
+            elif field in _TYPED_WIRE and typed_field in (None, field):
+                typed_field = field
+                typed.append((wt, fa, fb))
+            elif _TENSOR.get(field) != wt or field in got:
+                raise _Decline
+            else:
+                got[field] = (fa, fb)
+        if T_DATA_TYPE not in got or (T_RAW_DATA in got) == (typed_field is not None):
+            raise _Decline
+        name = ""
+        if T_NAME in got:
+            name = self.text(*got[T_NAME])
+            if not name:
+                raise _Decline
+        elif named:
+            raise _Decline
+        dims = tuple(map(_signed, dims))
+        if dims and min(dims) < 0:
+            raise _Decline
+        code = _int32(got[T_DATA_TYPE][0])
+        return dims, code, name, got, (typed_field, typed) if typed_field else None
+
+    def raw_tensor(self, a: int, b: int, named: bool) -> Tensor:
+        """A tensor of a whole-byte element type and raw bytes of its size: reader's plain
+        case (tensors.plain_raw_tensor)."""
+        return self.raw(*self.tensor_fields(a, b, named))
+
+    def raw(self, dims: tuple, code: int, name: str, got: dict, typed) -> Tensor:
+        size = _ITEM_BYTES.get(code)
+        if typed is not None or size is None:
+            raise _Decline
+        ra, rb = got[T_RAW_DATA]
+        if rb == ra or rb - ra != math.prod(dims) * size:
+            raise _Decline  # (the general path reads it, or reports the wrong size)
+        return Tensor.from_raw(self.buf[ra:rb], _BY_VALUE[code], dims, name)
+
+    def initializer(self, a: int, b: int) -> Tensor:
+        dims, code, name, got, typed = fields = self.tensor_fields(a, b, named=True)
+        if typed is None:
+            return self.raw(*fields)
+        return self.typed_tensor(dims, code, name, *typed)
+
+    def typed_tensor(self, dims: tuple, code: int, name: str, field: int, entries) -> Tensor:
+        """A numeric tensor written one value per element in its typed field: reader's plain
+        case (tensors.plain_typed_tensor), its values converted as protobuf and numpy do."""
+        known = _PLAIN_TYPED.get(code)
+        if known is None or known[0] != field:
+            raise _Decline
+        _, wire_dtype, field_dtype, element = known
+        if field_dtype.kind == "f":  # (fixed width: packed, or one element an entry)
+            size = field_dtype.itemsize
+            if any(wt not in (_LEN, _I32 if size == 4 else _I64) for wt, _, _ in entries):
+                raise _Decline
+            raw = b"".join(self.buf[a:b] for _, a, b in entries)
+            if len(raw) % size:
+                raise _Decline
+            # (float32 values reach numpy as Python floats: converted to double and back)
+            arr = np.frombuffer(raw, wire_dtype).astype(np.float64).astype(field_dtype)
+        elif all(wt == _LEN for wt, _, _ in entries):  # (packed, as writers write them)
+            raw = b"".join(self.buf[a:b] for _, a, b in entries)
+            arr = _packed_varints(raw)
+            if field_dtype != np.uint64:
+                arr = arr.view(np.int64)
+                if field_dtype == np.int32:
+                    if arr.size and (arr.min() < -(1 << 31) or arr.max() >= 1 << 31):
+                        raise _Decline  # (protobuf would truncate them)
+                    arr = arr.astype(np.int32)
+        else:
+            values = [v for wt, a, b in entries for v in self.varints(wt, a, b)]
+            if field_dtype == np.int32:
+                values = list(map(_int32, values))
+            elif field_dtype == np.int64:
+                values = list(map(_signed, values))
+            arr = np.array(values, dtype=field_dtype)
+        if not arr.size or arr.size != math.prod(dims):
+            raise _Decline  # (none: no field; a wrong count: the general path reports it)
+        if element is not None:
+            arr = arr.astype(element)
+        t = Tensor(arr.reshape(dims), name=name, dtype=_BY_VALUE[code])
+        t.extras = {"storage": "typed"}
+        return t
+
+    def varints(self, wt: int, a: int, b: int) -> list[int]:
+        """A repeated varint field's values (unsigned) from one packed or unpacked entry."""
+        if wt == _VARINT:
+            return [a]
+        if wt != _LEN:
+            raise _Decline
+        out, pos, buf = [], a, self.buf
+        while pos < b:
+            v, pos = _varint(buf, pos, b)
+            out.append(v)
+        return out
+
+    # -- nodes and attributes ------------------------------------------------------------------
+    def node(self, a: int, b: int, scope: dict) -> Node:
+        key = self.buf[a:b] if b - a <= MEMO_MAX_NODE_BYTES else None
+        fields = _NODES.get(key) if key is not None else None
+        if fields is None:
+            fields = self.node_fields(a, b)
+            if key is not None:
+                if len(_NODES) >= MEMO_MAX_ENTRIES:
+                    _NODES.clear()
+                _NODES[key] = fields
+        inputs, outputs, texts, attrs, props = fields
+        if attrs:
+            attrs = [(a + start, a + end) for start, end in attrs]
+        if props:
+            props = [(a + start, a + end) for start, end in props]
+        get = scope.get
+        values = [get(n) if n else None for n in inputs]
+        if None in values and any(n and v is None for n, v in zip(inputs, values)):
+            raise _Decline  # (defined later or nowhere: the Reader settles it at the end)
+        outs = [Value(n) for n in outputs]
+        for n, v in zip(outputs, outs):
+            if n:
+                if n in scope:
+                    raise _Decline  # (defined again: every use means the last definition)
+                scope[n] = v
+        node = Node(
+            texts.get(N_OP_TYPE, ""),
+            values,
+            outs,
+            None,
+            texts.get(N_DOMAIN, ""),
+            texts.get(N_NAME, ""),
+        )
+        if texts:
+            self.node_texts(node, texts, props)
+        elif props:
+            node.extras = self.props(node, props)
+        if attrs:
+            node.attributes = {attr.name: attr for attr in map(self.attribute, *zip(*attrs))}
+        return node
+
+    def node_fields(self, a: int, b: int) -> tuple:
+        """(input names, output names, {field: text}, attribute and metadata spans from
+        ``a``) of a NodeProto: a function of its bytes (_NODES)."""
+        buf = self.buf
+        inputs, outputs, attrs, props = [], [], [], []
+        texts = {}
+        pos = a
+        try:
+            while pos < b:  # (its fields, read here: the loop is a model's biggest cost)
+                key = buf[pos]
+                if key & 7 != _LEN or key >= 0x80:  # (every node field: LEN, number < 16)
+                    raise _Decline
+                n = buf[pos + 1] if pos + 1 < b else 0x80
+                if n < 0x80:
+                    pos += 2
+                else:
+                    n, pos = _varint(buf, pos + 1, b)
+                end = pos + n
+                if end > b:
+                    raise _Decline
+                field = key >> 3
+                if field == N_INPUT:
+                    inputs.append(buf[pos:end].decode())
+                elif field == N_OUTPUT:
+                    outputs.append(buf[pos:end].decode())
+                elif field == N_ATTRIBUTE:
+                    attrs.append((pos - a, end - a))
+                elif field == N_METADATA_PROPS:
+                    props.append((pos - a, end - a))
+                elif field in _NODE_TEXTS and field not in texts:
+                    texts[field] = buf[pos:end].decode()
+                else:
+                    raise _Decline
+                pos = end
+        except UnicodeDecodeError:
+            raise _Decline from None
+        return tuple(inputs), tuple(outputs), texts, tuple(attrs), tuple(props)
+
+    def node_texts(self, node: Node, texts: dict, props: list) -> None:
+        """A node's doc_string, and its extras: strings written empty, metadata."""
+        if N_DOC_STRING in texts:
+            node.doc_string = texts[N_DOC_STRING]
+        present = tuple(name for f, name in _NODE_TEXT_NAMES if f in texts and not texts[f])
+        extras = {"present": present} if present else {}
+        extras.update(self.props(node, props))
+        if extras:
+            node.extras = extras
+
+    def attribute(self, a: int, b: int) -> Attr:
+        buf = self.buf
+        key = buf[a:b] if b - a <= MEMO_MAX_BYTES else None
+        known = _ATTRS.get(key) if key is not None else None
+        if known is not None:
+            name, kind, value = known
+            return Attr(name, kind, list(value) if type(value) is tuple else value, "", "")
+        attr = self.read_attribute(a, b)
+        if key is not None and attr.type != _A.TENSOR:
+            if len(_ATTRS) >= MEMO_MAX_ENTRIES:
+                _ATTRS.clear()
+            value = attr.value
+            _ATTRS[key] = (attr.name, attr.type, tuple(value) if type(value) is list else value)
+        return attr
+
+    def read_attribute(self, a: int, b: int) -> Attr:
+        buf = self.buf
+        got, lists = {}, {}
+        for field, wt, fa, fb in _fields(buf, a, b):
+            if field in _LIST_WIRE:
+                lists.setdefault(field, []).append((wt, fa, fb))
+            elif _ATTR_SINGULAR.get(field) != wt or field in got:
+                raise _Decline
+            else:
+                got[field] = (fa, fb)
+        if A_TYPE not in got or A_NAME not in got:
+            raise _Decline
+        code = got[A_TYPE][0]
+        kind = _ATTR_KIND.get(code)
+        if kind is None:
+            raise _Decline
+        value_field = ATTR_VALUE[code]
+        others = got.keys() - {A_NAME, A_TYPE, value_field}
+        if others or lists.keys() - {value_field}:
+            raise _Decline  # (another value field: the Reader keeps it in extras)
+        name = self.text(*got[A_NAME])
+        if kind == _A.TENSOR:
+            if value_field not in got:
+                raise _Decline
+            return Attr(name, kind, self.raw_tensor(*got[value_field], named=False))
+        if not name:
+            raise _Decline
+        if value_field in _LIST_WIRE:
+            value = self.attr_list(kind, lists.get(value_field, ()))
+        elif value_field not in got:
+            raise _Decline
+        else:
+            fa, fb = got[value_field]
+            if kind == _A.FLOAT:
+                value = np.frombuffer(buf, "<f4", 1, fa).tolist()[0]
+            elif kind == _A.INT:
+                value = _signed(fa)
+            else:
+                value = _decode(buf[fa:fb])
+        return Attr(name, kind, value, "", "")
+
+    def attr_list(self, kind: AttrType, entries) -> list:
+        buf = self.buf
+        if kind == _A.STRINGS:
+            if any(wt != _LEN for wt, _, _ in entries):
+                raise _Decline
+            out = [_decode(buf[a:b]) for _, a, b in entries]
+        elif kind == _A.INTS:
+            out = [_signed(v) for wt, a, b in entries for v in self.varints(wt, a, b)]
+        else:
+            chunks = []
+            for wt, a, b in entries:
+                if wt == _LEN and (b - a) % 4:
+                    raise _Decline
+                if wt not in (_LEN, _I32):
+                    raise _Decline
+                chunks.append(buf[a:b])
+            out = np.frombuffer(b"".join(chunks), "<f4").tolist()
+        if len(out) > MAX_LIST:
+            raise _Decline
+        return out
+
+
+class _Built:
+    """The graph read, handed over on its first access as proto_load's graph source hands
+    its own: saving a model nobody edited writes its graph's bytes back as they came."""
+
+    __slots__ = ("graph", "raw")
+
+    def __init__(self, graph: Graph, raw: memoryview):
+        self.graph, self.raw = graph, raw
+
+    def __call__(self) -> Graph:
+        return self.graph
+
+    def might_have_external(self) -> bool:
+        """proto_load's answer for the same bytes (which decides how saving writes them):
+        whether they hold a tensor's ``data_location: EXTERNAL`` encoding anywhere."""
+        return _EXTERNAL_MARK in bytes(self.raw)
+
+
+def _decode(s: bytes):
+    try:
+        return s.decode("utf-8")
+    except UnicodeDecodeError:
+        return s
+
+
+_TENSOR_TYPE = {TT_ELEM_TYPE: _VARINT, TT_SHAPE: _LEN}
+_VALUE_INFO = {VI_NAME: _LEN, VI_TYPE: _LEN, VI_DOC_STRING: _LEN}
+#: A model's optional scalars in the order the Reader lists those written empty.
+_MODEL_PRESENCE = (
+    (M_IR_VERSION, "ir_version"),
+    (M_PRODUCER_NAME, "producer_name"),
+    (M_PRODUCER_VERSION, "producer_version"),
+    (M_DOMAIN, "domain"),
+    (M_MODEL_VERSION, "model_version"),
+    (M_DOC_STRING, "doc_string"),
+)
+_DIMENSION = {DIM_VALUE: _VARINT, DIM_PARAM: _LEN}
+_TENSOR = {T_DATA_TYPE: _VARINT, T_NAME: _LEN, T_RAW_DATA: _LEN}
+_TYPED_WIRE = frozenset({T_FLOAT_DATA, T_INT32_DATA, T_INT64_DATA, T_DOUBLE_DATA, T_UINT64_DATA})
+_D = DataType
+#: Element type -> (its typed field, the field's wire dtype, the field's numpy dtype, the
+#: element type's numpy dtype where it differs, else None): tensors._PLAIN_TYPED's types.
+_PLAIN_TYPED = {
+    int(d): (field, np.dtype(wire), np.dtype(wire).newbyteorder("="), element)
+    for d, field, wire, element in (
+        (_D.FLOAT, T_FLOAT_DATA, "<f4", None),
+        (_D.DOUBLE, T_DOUBLE_DATA, "<f8", None),
+        (_D.INT64, T_INT64_DATA, "<i8", None),
+        (_D.INT32, T_INT32_DATA, "<i4", None),
+        (_D.INT16, T_INT32_DATA, "<i4", np.int16),
+        (_D.INT8, T_INT32_DATA, "<i4", np.int8),
+        (_D.UINT64, T_UINT64_DATA, "<u8", None),
+        (_D.UINT32, T_UINT64_DATA, "<u8", np.uint32),
+        (_D.UINT16, T_INT32_DATA, "<i4", np.uint16),
+        (_D.UINT8, T_INT32_DATA, "<i4", np.uint8),
+        (_D.BOOL, T_INT32_DATA, "<i4", np.bool_),
+    )
+}
+_NODE_TEXTS = frozenset({N_NAME, N_OP_TYPE, N_DOMAIN, N_DOC_STRING})
+#: A node's optional strings in the order the Reader lists those written empty (_NODE_PRESENCE).
+_NODE_TEXT_NAMES = (
+    (N_NAME, "name"),
+    (N_OP_TYPE, "op_type"),
+    (N_DOMAIN, "domain"),
+    (N_DOC_STRING, "doc_string"),
+)
+_LIST_WIRE = frozenset({A_FLOATS, A_INTS, A_STRINGS})
+_ATTR_SINGULAR = {A_NAME: _LEN, A_TYPE: _VARINT, A_F: _I32, A_I: _VARINT, A_S: _LEN, A_T: _LEN}

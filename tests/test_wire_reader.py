@@ -1,0 +1,396 @@
+"""serde/wire_reader.py: a plain model read without protobuf, exactly as the Reader reads it
+(issue 23, cold start)."""
+
+from __future__ import annotations
+
+import os
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import onyx
+from onyx.errors import FormatError
+from onyx.proto import (
+    AttributeProto,
+    GraphProto,
+    ModelProto,
+    NodeProto,
+    OperatorSetIdProto,
+    StringStringEntryProto,
+    TensorProto,
+    TensorShapeProto,
+    TypeProto,
+    ValueInfoProto,
+)
+from onyx.serde import dumps, wire_reader
+from onyx.serde.proto_load import load_model
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = ROOT / "onyx" / "examples" / "tiny_cnn.onnx"
+
+
+def _model_files() -> list[Path]:
+    files = [TINY, *sorted((ROOT / "tests").rglob("*.onnx"))]
+    serving = ROOT / "benchmarks" / "models" / "serving"  # (generated, when present)
+    return files + sorted(serving.glob("*.onnx"))
+
+
+# -- the schema ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("message", "prefix", "field_prefix"),
+    [
+        (ModelProto, "M_", None),
+        (OperatorSetIdProto, "OPSET_", None),
+        (StringStringEntryProto, "ENTRY_", None),
+        (GraphProto, "G_", None),
+        (NodeProto, "N_", None),
+        (AttributeProto, "A_", None),
+        (ValueInfoProto, "VI_", None),
+        (TypeProto, "TYPE_", None),
+        (TypeProto.Tensor, "TT_", None),
+        (TensorShapeProto, "SHAPE_", None),
+        (TensorShapeProto.Dimension, "DIM_", "dim_"),
+        (TensorProto, "T_", None),
+    ],
+)
+def test_field_numbers_are_the_schemas(message, prefix, field_prefix):
+    consts = {k: v for k, v in vars(wire_reader).items() if k.startswith(prefix) and k.isupper()}
+    assert consts
+    fields = message.DESCRIPTOR.fields_by_name
+    for const, number in consts.items():
+        name = (field_prefix or "") + const[len(prefix) :].lower()
+        assert fields[name].number == number, const
+
+
+def test_attribute_value_fields_are_the_schemas():
+    from onyx.serde.reader import ATTR_FIELD
+
+    enum = AttributeProto.AttributeType
+    fields = AttributeProto.DESCRIPTOR.fields_by_name
+    for code, number in wire_reader.ATTR_VALUE.items():
+        kind = onyx.ir.AttrType(code)
+        assert enum.Value(kind.name) == code
+        assert fields[ATTR_FIELD[kind]].number == number
+
+
+# -- exactness -------------------------------------------------------------------------------
+
+
+def _attr_value(v):
+    if isinstance(v, onyx.ir.Tensor):
+        return (v.name, v.dtype, v.shape, v.numpy().tobytes())
+    if isinstance(v, float):  # (by its bits: NaN too)
+        return ("float", struct.pack("<d", v))
+    if isinstance(v, onyx.ir.Graph):  # (a subgraph: the protobuf path's alone)
+        return ("graph", v.name, [n.op_type for n in v])
+    if isinstance(v, list):
+        return [_attr_value(x) for x in v]
+    return v
+
+
+def _structure(m) -> tuple:
+    g = m.graph
+    ids = {}
+
+    def vid(v):
+        return None if v is None else ids.setdefault(id(v), len(ids))
+
+    def plain(x):  # (extras may hold Values: compared by their place in the graph)
+        if isinstance(x, onyx.ir.Value):
+            return ("value", vid(x))
+        if isinstance(x, dict):
+            return {k: plain(v) for k, v in x.items()}
+        if isinstance(x, list | tuple):
+            return [plain(v) for v in x]
+        return x
+
+    def value(v):
+        return (vid(v), v.name, v.type, v.doc_string, v.metadata_props, plain(v.extras))
+
+    nodes = [
+        (
+            n.op_type,
+            n.domain,
+            n.name,
+            n.doc_string,
+            n.extras,
+            [vid(v) for v in n.inputs],
+            [value(v) for v in n.outputs],
+            [
+                (a.name, a.type, _attr_value(a.value), a.doc_string, a.extras)
+                for a in n.attributes.values()
+            ],
+        )
+        for n in g
+    ]
+    inits = [
+        (k, value(v), v.const_value.dtype, v.const_value.shape, v.const_value.numpy().tobytes())
+        for k, v in g.initializers.items()
+    ]
+    return (
+        [value(v) for v in g.inputs],
+        inits,
+        nodes,
+        [value(v) for v in g.outputs],
+        [value(v) for v in g.value_info],
+        (g.name, g.doc_string, g.metadata_props, plain(g.extras)),
+        (m.ir_version, m.opset_imports, m.producer_name, m.producer_version, m.domain),
+        (m.model_version, m.doc_string, m.metadata_props, m.extras, list(m.functions)),
+    )
+
+
+def test_every_model_file_reads_as_the_protobuf_path_reads_it(monkeypatch):
+    monkeypatch.setattr(wire_reader, "MAX_ITEMS", 1 << 30)  # (big graphs too: exactness)
+    read = 0
+    for path in _model_files():
+        data = path.read_bytes()
+        model = wire_reader.read_model(data)
+        if model is None:
+            continue
+        read += 1
+        ref = load_model(data, str(path), str(path.parent), False)
+        assert dumps(model) == dumps(ref), path  # (unedited: the graph's bytes as they came)
+        assert _structure(model) == _structure(ref), path
+        assert dumps(model) == dumps(ref), path
+    assert read >= 10  # (tiny_cnn, the torchscript exports, the optimum models, ...)
+
+
+def test_plain_cnn_is_read_without_protobuf():
+    assert wire_reader.read_model(TINY.read_bytes()) is not None
+
+
+# -- declining -------------------------------------------------------------------------------
+
+
+def _tiny() -> ModelProto:
+    mp = ModelProto()
+    mp.ParseFromString(TINY.read_bytes())
+    return mp
+
+
+def _changed(edit) -> bytes:
+    mp = _tiny()
+    edit(mp)
+    return mp.SerializeToString()
+
+
+_EDITS = {
+    "node overload": lambda mp: setattr(mp.graph.node[0], "overload", "x"),
+    "node metadata": lambda mp: mp.graph.node[0].metadata_props.add(key="a", value="b"),
+    "graph doc written empty": lambda mp: setattr(mp.graph, "doc_string", ""),
+    "node domain written empty": lambda mp: setattr(mp.graph.node[0], "domain", ""),
+    "model doc written empty": lambda mp: setattr(mp, "doc_string", ""),
+    "an input used before its definition": lambda mp: mp.graph.node[0].input.append("later"),
+    "an output defined twice": lambda mp: mp.graph.node[1].output.append(
+        mp.graph.node[0].output[0]
+    ),
+    "value_info unlike the output": lambda mp: mp.graph.value_info.add().CopyFrom(
+        ValueInfoProto(name=mp.graph.input[0].name, doc_string="other")
+    ),
+    "a dim's denotation": lambda mp: setattr(
+        mp.graph.input[0].type.tensor_type.shape.dim[0], "denotation", "N"
+    ),
+    "a typed initializer": lambda mp: mp.graph.initializer.add(
+        name="typed", data_type=1, dims=[2], float_data=[1.0, 2.0]
+    ),
+    "an attribute's doc": lambda mp: setattr(mp.graph.node[0].attribute[0], "doc_string", "d"),
+    "model metadata": lambda mp: mp.metadata_props.add(key="k", value="v"),
+    "graph metadata": lambda mp: mp.graph.metadata_props.add(key="k", value="v"),
+    "input metadata": lambda mp: mp.graph.input[0].metadata_props.add(key="k", value="v"),
+    "model version written 0": lambda mp: setattr(mp, "model_version", 0),
+    "external data": lambda mp: setattr(mp.graph.initializer[0], "data_location", 1),
+    "a sparse initializer": lambda mp: mp.graph.sparse_initializer.add(),
+    "a function": lambda mp: mp.functions.add(name="f", domain="d"),
+    "a subgraph": lambda mp: mp.graph.node[0].attribute.add(name="body", type=5, g=GraphProto()),
+    "a long list": lambda mp: mp.graph.node[0].attribute.add(
+        name="long", type=7, ints=list(range(600))
+    ),
+    "a typed Constant": lambda mp: mp.graph.node[0].attribute.add(
+        name="value", type=4, t=TensorProto(dims=[1], data_type=1, float_data=[1.0])
+    ),
+    "a string initializer": lambda mp: mp.graph.initializer.add(
+        name="s", data_type=8, dims=[1], string_data=[b"x"]
+    ),
+    "typed initializers": lambda mp: [
+        mp.graph.initializer.add(name=f"t{d}", data_type=d, dims=[3], **{f: v})
+        for d, f, v in [
+            (1, "float_data", [1.5, float("nan"), -0.0]),
+            (11, "double_data", [1.5, float("inf"), -2.0]),
+            (7, "int64_data", [-1, 2**40, 0]),
+            (6, "int32_data", [-5, 7, 2**31 - 1]),
+            (3, "int32_data", [-5, 300, 1]),
+            (2, "int32_data", [255, 256, -1]),
+            (9, "int32_data", [0, 1, 2]),
+            (12, "uint64_data", [1, 2**33, 3]),
+            (13, "uint64_data", [1, 2**63, 3]),
+        ]
+    ],
+}
+
+
+@pytest.mark.parametrize("what", sorted(set(_EDITS) - {"external data"}))
+def test_what_it_reads_or_declines_loads_as_before(what):
+    data = _changed(_EDITS[what])
+    ref = load_model(data, "<bytes>", None, False)
+    model = wire_reader.read_model(data) or onyx.load(data)  # (a process's first load)
+    assert _structure(model) == _structure(ref)
+    assert dumps(model) == dumps(ref)
+
+
+@pytest.mark.parametrize(
+    "what",
+    [
+        "node overload",
+        "an input used before its definition",
+        "an output defined twice",
+        "value_info unlike the output",
+        "a dim's denotation",
+        "an attribute's doc",
+        "external data",
+        "a sparse initializer",
+        "a function",
+        "a subgraph",
+        "a long list",
+        "a typed Constant",
+        "a string initializer",
+    ],
+)
+def test_what_it_does_not_follow_declines(what):
+    assert wire_reader.read_model(_changed(_EDITS[what])) is None
+
+
+@pytest.mark.parametrize(
+    "what",
+    [
+        "node metadata",
+        "node domain written empty",
+        "graph doc written empty",
+        "model doc written empty",
+        "model version written 0",
+        "model metadata",
+        "graph metadata",
+        "input metadata",
+        "typed initializers",
+    ],
+)
+def test_what_it_follows_is_read(what):
+    assert wire_reader.read_model(_changed(_EDITS[what])) is not None
+
+
+def test_unknown_fields_and_repeated_singulars_decline():
+    data = TINY.read_bytes()
+    assert wire_reader.read_model(data + b"\xf8\x07\x01") is None  # field 127, a varint
+    assert wire_reader.read_model(data + b"\x12\x01x") is None  # producer_name written twice
+    assert wire_reader.read_model(data + b"\x0b\x0c") is None  # a group
+    # ir_version sent as a LEN field: protobuf keeps it as an unknown field
+    assert wire_reader.read_model(data + b"\x0a\x00") is None
+
+
+def _error(data) -> str:
+    try:
+        onyx.load(data)
+    except FormatError as e:
+        return str(e)
+    raise AssertionError("no error")
+
+
+def _protobuf_error(data) -> str:
+    try:
+        load_model(data, "<bytes>", None, False)
+    except FormatError as e:
+        return str(e)
+    raise AssertionError("no error")
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [
+        lambda d: d[: len(d) // 2],  # truncated
+        lambda d: d[:-3],
+        lambda d: d + b"\x08\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff",  # bad varint
+        lambda d: d + b"\x0f\x00",  # wire type 7
+        lambda d: d + b"\x3a\x05\x0a\x03",  # a graph field running past the end
+    ],
+)
+def test_broken_files_give_the_protobuf_paths_error(broken):
+    data = broken(TINY.read_bytes())
+    assert wire_reader.read_model(data) is None
+    assert _error(data) == _protobuf_error(data)
+
+
+def test_a_session_of_a_plain_model_imports_no_protobuf():
+    code = f"""
+import sys
+import numpy as np
+import onyx
+so = onyx.SessionOptions()
+so.intra_op_num_threads = 1
+s = onyx.InferenceSession({str(TINY)!r}, so)
+i = s.get_inputs()[0]
+s.run(None, {{i.name: np.zeros([d if isinstance(d, int) else 1 for d in i.shape], np.float32)}})
+print(sorted(m for m in sys.modules if m.startswith(("google", "onyx.proto"))))
+"""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
+    )
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_a_model_it_declines_still_runs():
+    data = _changed(_EDITS["node metadata"])
+    s = onyx.InferenceSession(data)
+    i = s.get_inputs()[0]
+    x = np.zeros([d if isinstance(d, int) else 1 for d in i.shape], np.float32)
+    assert s.run(None, {i.name: x})[0].shape
+
+
+def test_external_mark_is_model_ios():
+    from onyx.serde import model_io
+
+    assert wire_reader._EXTERNAL_MARK == model_io._EXTERNAL_MARK  # noqa: SLF001
+
+
+def test_typed_tensor_table_is_the_readers():
+    from onyx.serde import tensors
+
+    assert wire_reader._PLAIN_TYPED.keys() == tensors._PLAIN_TYPED.keys()  # noqa: SLF001
+    for code, (field, _, field_dtype, element) in wire_reader._PLAIN_TYPED.items():  # noqa: SLF001
+        _, descriptor, ref_dtype, ref_element = tensors._PLAIN_TYPED[code]  # noqa: SLF001
+        assert (field, field_dtype, element) == (descriptor.number, ref_dtype, ref_element)
+
+
+def test_once_protobuf_is_imported_loads_take_it():
+    """A process reads plain models without protobuf, again and again; once something
+    imported it, loads go through it: its C decoder is faster (serde/model_io._load_model)."""
+    code = f"""
+import sys
+import onyx
+from onyx.serde import model_io
+read = []
+model_io.read_model = lambda data, _r=model_io.read_model: read.append(1) or _r(data)
+loaded = []
+for _ in range(2):
+    onyx.load({str(TINY)!r})
+    loaded.append("google.protobuf" in sys.modules)
+import onyx.proto
+onyx.load({str(TINY)!r})
+print(loaded, len(read))
+"""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
+    )
+    assert out.stdout.strip() == "[False, False] 2", out.stdout
+
+
+def test_big_graphs_are_left_to_protobuf(monkeypatch):
+    data = TINY.read_bytes()
+    monkeypatch.setattr(wire_reader, "MAX_ITEMS", 5)
+    assert wire_reader.read_model(data) is None
