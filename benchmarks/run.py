@@ -919,10 +919,10 @@ def serving_block(
                     f"| {r['first_run'] * 1e3:.1f} | {r['total'] * 1e3:.0f} |"
                 )
             if len(results) == 2:
-                ratio = results["onyx"].get(
+                paired = results["onyx"].get(
                     "paired_ratio", results["onyx"]["total"] / results["onnxruntime"]["total"]
                 )
-                lines.append(f"| {name} | onyx/ort | | | | {ratio:.2f} |")
+                lines.append(f"| {name} | onyx/ort | | | | {paired:.2f} |")
         lines.append("")
     if scaling:
         lines += [
