@@ -441,6 +441,7 @@ def stages(data: bytes, seed: Seed, mutation: str, rng: random.Random, workdir: 
             _run_in_fork(sess, feeds)
 
     return [
+        ("wire", lambda: wire_agrees(data)),
         ("load", lambda: _no_escape(onyx.load(path), workdir)),
         ("check", lambda: onyx.check(onyx.load(path, load_external_data=False), full=True)),
         ("infer_shapes", lambda: onyx.infer_shapes(onyx.load(path))),
@@ -449,6 +450,25 @@ def stages(data: bytes, seed: Seed, mutation: str, rng: random.Random, workdir: 
         ("run", run),
         ("dumps", lambda: onyx.dumps(onyx.load(path))),
     ]
+
+
+def wire_agrees(data: bytes) -> None:
+    """The wire path (serde/wire_reader.py) on the case's bytes: it declines, or builds the IR
+    the protobuf path builds. The stages below load through protobuf, which this harness's
+    process has imported (onnx did), so this is where the fuzz reaches the wire path."""
+    from onyx import OnyxError
+    from onyx.serde import dumps, wire_reader
+    from onyx.serde.proto_load import load_model
+
+    model = wire_reader.read_model(data)
+    if model is None:
+        return
+    try:
+        theirs = load_model(data, "<bytes>", None, False)
+    except OnyxError as e:
+        raise AssertionError(f"the wire path read what protobuf refuses: {e}") from None
+    if dumps(model) != dumps(theirs):
+        raise AssertionError("the wire path read the bytes otherwise than protobuf")
 
 
 def _no_escape(model, workdir: str) -> None:

@@ -86,3 +86,16 @@ def test_results_compare_as_sequences_and_maps():
     assert not harness.same_values(seq, seq[:1])
     assert harness.same_values([{"a": 1.0}], [{"a": 1.0}])
     assert not harness.same_values([{"a": 1.0}], [{"a": 2.0}])
+
+
+def test_the_wire_stage_flags_a_wire_path_that_reads_otherwise(monkeypatch):
+    from onyx.serde import wire_reader
+
+    with open(os.path.join(os.path.dirname(onyx.__file__), "examples", "tiny_cnn.onnx"), "rb") as f:
+        data = f.read()
+    harness.wire_agrees(data)  # (read, and as protobuf reads it)
+    other = wire_reader.read_model(data)
+    other.graph.name = other.graph.name + "-else"
+    monkeypatch.setattr(wire_reader, "read_model", lambda _: other)
+    with pytest.raises(AssertionError, match="otherwise than protobuf"):
+        harness.wire_agrees(data)
