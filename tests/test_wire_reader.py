@@ -433,3 +433,11 @@ def test_mutated_models_decline_or_read_as_protobuf_reads_them():
         read += 1
         assert dumps(model) == dumps(load_model(data, "<bytes>", None, False)), case
     assert read > 0  # (some mutations stay well formed: names, floats, dims)
+
+
+def test_both_paths_give_an_initializer_the_same_type_object():
+    data = TINY.read_bytes()
+    wire = wire_reader.read_model(data)
+    theirs = load_model(data, "<bytes>", None, False)
+    pairs = zip(wire.graph.initializers.values(), theirs.graph.initializers.values(), strict=True)
+    assert all(a.type is b.type for a, b in pairs)

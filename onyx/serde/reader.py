@@ -29,6 +29,7 @@ from ..ir.types import (
 from ..proto import AttributeProto, NodeProto
 from .fields import set_fields, written_empty
 from .tensors import plain_raw_tensor, plain_typed_tensor, tensor_from_proto
+from .wire_reader import TENSOR_TYPES
 
 A = AttrType
 #: AttributeProto field holding each attribute type's value.
@@ -137,10 +138,11 @@ MEMO_MAX_ENTRIES = 4096
 
 
 #: The Readers' tables of types read (Reader._types) and of initializers' tensor types
-#: (Reader._tensor_types), shared: a type is a function of its bytes (or its element type and
-#: dims) alone. Cleared when a Reader starts with MEMO_MAX_ENTRIES in one.
+#: (Reader._tensor_types: the wire path's table, so both paths give an initializer the same
+#: type object), shared: a type is a function of its bytes (or its element type and dims)
+#: alone. Cleared when a Reader starts with MEMO_MAX_ENTRIES in one.
 _TYPES: dict[bytes, tuple] = {}
-_TENSOR_TYPES: dict[tuple, TensorType] = {}
+_TENSOR_TYPES = TENSOR_TYPES
 
 
 def _small_plain(a) -> bool:

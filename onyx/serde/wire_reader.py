@@ -203,12 +203,14 @@ def _int32(v: int) -> int:
     return v
 
 
-#: Types read (TypeProto bytes -> type) and initializers' tensor types ((element type, dims)
-#: -> type), shared by every read in the process as the Reader's tables are (reader._TYPES,
-#: reader._TENSOR_TYPES): types are immutable, and the checker's and inference's memos key on
-#: them. Cleared when a read starts with MEMO_MAX_ENTRIES in one.
+#: Types read (TypeProto bytes -> type), shared by every read in the process as the Reader's
+#: table is (reader._TYPES, which holds its own form of them); and initializers' tensor types
+#: ((element type, dims) -> type), ONE table for both readers (reader.py uses this one), so an
+#: initializer's type is the same object whichever path read it: types are immutable, and the
+#: checker's and inference's memos key on them. Cleared when a read starts with
+#: MEMO_MAX_ENTRIES in one.
 _TYPES: dict[bytes, TensorType] = {}
-_TENSOR_TYPES: dict[tuple, TensorType] = {}
+TENSOR_TYPES: dict[tuple, TensorType] = {}
 #: Attribute bytes -> (name, type, value; a list as a tuple) of the attributes read, but
 #: tensors: a CNN's convs repeat a few kernel_shape / strides / pads messages, and a model
 #: created again repeats all of them (as the Reader's reader.PLAIN_ATTRS).
@@ -228,7 +230,7 @@ class _Model:
 
     def __init__(self, buf: bytes):
         self.buf = buf
-        for table in (_TYPES, _TENSOR_TYPES):  # (the others: cleared when full)
+        for table in (_TYPES, TENSOR_TYPES):  # (the others: cleared when full)
             if len(table) >= MEMO_MAX_ENTRIES:
                 table.clear()
 
@@ -379,9 +381,9 @@ class _Model:
             if v.type is None:
                 t = v.const_value
                 key = (t.dtype, t.shape)
-                ty = _TENSOR_TYPES.get(key)
+                ty = TENSOR_TYPES.get(key)
                 if ty is None:
-                    ty = _TENSOR_TYPES[key] = TensorType(*key)
+                    ty = TENSOR_TYPES[key] = TensorType(*key)
                 v.type = ty
         g.doc_string = doc or ""
         extras = self.props(g, props)
