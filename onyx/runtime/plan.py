@@ -721,7 +721,7 @@ class BoundCall:
 def _with_frees(step: Step, frees: tuple[int, ...]) -> Step:
     if step.frees == frees:
         return step
-    clone = Step(**{k: getattr(step, k) for k in step.__dataclass_fields__})
+    clone = copy.copy(step)  # (its fields alone: asking for __dataclass_fields__ would make them)
     clone.frees = frees
     return clone
 
