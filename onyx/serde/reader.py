@@ -30,6 +30,7 @@ from ..proto import AttributeProto, NodeProto
 from .fields import set_fields, written_empty
 from .tensors import plain_raw_tensor, plain_typed_tensor, tensor_from_proto
 from .wire_reader import TENSOR_TYPES
+from .wire_reader import decode_text as _decode
 
 A = AttrType
 #: AttributeProto field holding each attribute type's value.
@@ -114,13 +115,6 @@ def _residual(msg, modeled: frozenset) -> bytes | None:
 def _present(msg, names) -> tuple[str, ...]:
     """Optional scalar fields explicitly set to their default value."""
     return tuple(f for f in names if not getattr(msg, f) and msg.HasField(f))
-
-
-def _decode(s: bytes):
-    try:
-        return s.decode("utf-8")
-    except UnicodeDecodeError:
-        return s
 
 
 #: Serialized attribute -> (name, type, value, doc_string) of the plain small attributes read

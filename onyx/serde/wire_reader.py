@@ -741,7 +741,7 @@ class _Model:
             elif kind == _A.INT:
                 value = _signed(fa)
             else:
-                value = _decode(buf[fa:fb])
+                value = decode_text(buf[fa:fb])
         return Attr(name, kind, value, "", "")
 
     def attr_list(self, kind: AttrType, entries) -> list:
@@ -749,7 +749,7 @@ class _Model:
         if kind == _A.STRINGS:
             if any(wt != _LEN for wt, _, _ in entries):
                 raise _Decline
-            out = [_decode(buf[a:b]) for _, a, b in entries]
+            out = [decode_text(buf[a:b]) for _, a, b in entries]
         elif kind == _A.INTS:
             out = [_signed(v) for wt, a, b in entries for v in self.varints(wt, a, b)]
         else:
@@ -784,7 +784,9 @@ class _Built:
         return _EXTERNAL_MARK in bytes(self.raw)
 
 
-def _decode(s: bytes):
+def decode_text(s: bytes):
+    """A string field's text, or its bytes where they are not UTF-8 (both readers keep them:
+    writing them back gives the same message)."""
     try:
         return s.decode("utf-8")
     except UnicodeDecodeError:
