@@ -88,7 +88,7 @@ class Writer:
                 dens = ty.shape.denotations
                 for i, d in enumerate(ty.shape.dims):
                     dim = s.dim.add()
-                    if isinstance(d, str):
+                    if isinstance(d, str | bytes):  # (bytes: a param that is not UTF-8)
                         set_text(dim, "dim_param", d)
                     elif d is not None:
                         dim.dim_value = int(d)
@@ -214,13 +214,15 @@ class Writer:
         _restore(np_, extras)
         name = self.name
         extend_text(np_, "input", ["" if v is None else name(v) for v in n.inputs])
-        np_.output.extend(
+        extend_text(
+            np_,
+            "output",
             [
                 name(v)
                 if v.name or v.has_uses() or id(v) in graph_outputs or id(v) in self._fresh
                 else ""
                 for v in n.outputs
-            ]
+            ],
         )
         if n.name:
             set_text(np_, "name", n.name)
