@@ -20,6 +20,11 @@ CASES = {
     "zero": ("Conv", [1, 6, 5, 5], [4, 2, 3, 3], 0, "group"),
     "negative": ("Conv", [1, 6, 5, 5], [4, 2, 3, 3], -2, "group"),
     "depthwise_x": ("Conv", [1, 6, 5, 5], [8, 1, 3, 3], 8, "X has 6 channels"),
+    # one channel per filter, as many filters as X has channels, group 1: a depthwise conv's
+    # weights without its group (the native convs' set-ups, bound and channels-last, once ran
+    # it as one: fuzz seed 89's random_cnn case 1381207405)
+    "one_per_filter": ("Conv", [1, 7, 5, 5], [7, 1, 3, 3], 1, "X has 7 channels"),
+    "one_per_filter_pixels": ("Conv", [2, 7, 3, 3], [7, 1, 3, 3], 1, "X has 7 channels"),
     "transpose_channels": ("ConvTranspose", [1, 6, 5, 5], [6, 2, 3, 3], 4, "does not divide"),
     "transpose_x": ("ConvTranspose", [1, 6, 5, 5], [4, 2, 3, 3], 2, "X has 6 channels"),
     "transpose_zero": ("ConvTranspose", [1, 6, 5, 5], [6, 2, 3, 3], 0, "group"),

@@ -34,8 +34,9 @@ def _native_ok(X, W, group: int) -> bool:
         return False
     if not X.size or not nhwc.available():
         return False
-    depthwise = group == X.shape[3] == W.shape[0] and W.shape[1] == 1
-    return group == 1 or depthwise
+    if group == 1:  # (W of one channel per filter over C > 1 channels is no conv of group 1:
+        return W.shape[1] == X.shape[3]  # nhwc.NhwcConv, given no group, would run it depthwise)
+    return group == X.shape[3] == W.shape[0] and W.shape[1] == 1
 
 
 class _Bound:

@@ -28,6 +28,7 @@ from .conv_geometry import (  # noqa: F401  (the spatial helpers: their names he
     MAX_PADDED,
     MAX_TAPS,
     _conv_geometry,
+    channel_group_problem,
     check_buffer,
     check_groups,
     check_window_attributes,
@@ -284,6 +285,8 @@ def _float_conv(
     does not apply: depthwise and stem convs have their own kernels."""
     if not W.size:  # (no channels in or out: numpy's empty or zero result; the set-ups read W[0])
         return None
+    if channel_group_problem(x_shape[1], W.shape, group, False):  # (a bound call skips the
+        return None  # kernel's check; none of the set-ups below reads X's channel count)
     geo = _conv_geometry(x_shape, W.shape, *attrs)
     begin = geo["pads"][: len(x_shape) - 2]
     if group > 1 and W.shape[1] == 1 or min(geo["pads"]) < 0:
