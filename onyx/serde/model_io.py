@@ -89,7 +89,7 @@ def _load(data, where: str, base_dir: str | None, load_external_data: bool) -> M
 def _load_model(data, where: str, base_dir: str | None, load_external_data: bool) -> Model:
     # (once protobuf is imported, its C decoder with the Reader reads faster than
     # wire_reader's pure Python: what wire_reader saves is the import)
-    model = read_model(data) if "google.protobuf" not in sys.modules else None
+    model = read_model(data, limited=True) if "google.protobuf" not in sys.modules else None
     if model is None:  # (not plain: protobuf's generated classes read it, or report the error)
         from .proto_load import load_model
 

@@ -67,10 +67,15 @@ MAX_BYTES = 16 << 20
 #: they cost several times what protobuf's C code does (a tree ensemble's node lists), and
 #: those of reader.LONG_LIST or more it reads as arrays.
 MAX_LIST = 64
-#: Graphs of more nodes and initializers than this are left to the protobuf path: decoding
-#: one here costs some 10-50% more than protobuf's C code with the Reader does (a CNN's 150
-#: cost about as much), and what it saves, protobuf's import, is a fixed cost.
-MAX_ITEMS = 256
+#: What the wire path saves is protobuf's import (and its messages' classes), a fixed cost
+#: once per process: some 7 ms. Per item of a graph (a node, an initializer, a value_info, a
+#: metadata entry) it costs a few microseconds more than protobuf's C parse with the Reader.
+#: So a process reads models here until their items add up to this, the import's worth of
+#: that excess; a model that would take it past is left to protobuf, whose import then takes
+#: every later model too (model_io). ``read_model(data, limited=True)`` counts against it.
+ITEM_BUDGET = 3000
+#: What is left of ITEM_BUDGET in this process.
+items_left = ITEM_BUDGET
 
 _VARINT, _I64, _LEN, _I32 = 0, 1, 2, 5
 #: model_io._EXTERNAL_MARK: TensorProto.data_location (14) = EXTERNAL (1), as encoded.
@@ -101,15 +106,21 @@ class _Decline(Exception):
     """What the bytes hold is not followed here: the protobuf path reads them."""
 
 
-def read_model(data) -> Model | None:
+def read_model(data, limited: bool = False) -> Model | None:
     """The IR of a plain model's bytes, as ``Reader`` builds it from the parsed messages, or
-    None (don't know: the caller runs the protobuf path)."""
+    None (don't know: the caller runs the protobuf path). ``limited``: a graph of more items
+    than ``items_left`` declines, and one read takes its items off it (ITEM_BUDGET)."""
+    global items_left
     if not isinstance(data, bytes) or len(data) > MAX_BYTES:
         return None
+    reading = _Model(data, items_left if limited else None)
     try:
-        return _Model(data).model()
+        model = reading.model()
     except _Decline:
         return None
+    if limited:
+        items_left -= reading.items
+    return model
 
 
 def _varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
@@ -228,8 +239,10 @@ MEMO_MAX_BYTES = 256
 class _Model:
     """One file's decoding."""
 
-    def __init__(self, buf: bytes):
+    def __init__(self, buf: bytes, max_items: int | None = None):
         self.buf = buf
+        self.max_items = max_items
+        self.items = 0
         for table in (_TYPES, TENSOR_TYPES):  # (the others: cleared when full)
             if len(table) >= MEMO_MAX_ENTRIES:
                 table.clear()
@@ -316,6 +329,13 @@ class _Model:
 
     def entry(self, a: int, b: int) -> tuple[str, str, bytes]:
         """A StringStringEntryProto: (key, value, the message as protobuf serializes it)."""
+        buf = self.buf
+        if (
+            b - a >= 4 and buf[a] == _TAG_KEY and buf[a + 1] < 0x80
+        ):  # (as protobuf writes it: those bytes)
+            k = a + 2 + buf[a + 1]
+            if k + 2 <= b and buf[k] == _TAG_VALUE and k + 2 + buf[k + 1] == b:
+                return self.text(a + 2, k), self.text(k + 2, b), buf[a:b]
         got = self.singular(_fields(self.buf, a, b), {ENTRY_KEY: _LEN, ENTRY_VALUE: _LEN})
         raw, texts = b"", []
         for field, tag in ((ENTRY_KEY, b"\x0a"), (ENTRY_VALUE, b"\x12")):
@@ -327,26 +347,37 @@ class _Model:
 
     # -- graph ---------------------------------------------------------------------------------
     def graph(self, start: int, end: int) -> Graph:
-        nodes, inits, inputs, outputs, infos = [], [], [], [], []
-        lists = {G_NODE: nodes, G_INITIALIZER: inits, G_INPUT: inputs}
-        lists.update({G_OUTPUT: outputs, G_VALUE_INFO: infos})
+        nodes, inits, inputs, outputs, infos, props = [], [], [], [], [], []
+        lists = {_TAG_NODE: nodes, _TAG_INITIALIZER: inits, _TAG_INPUT: inputs}
+        lists.update({_TAG_OUTPUT: outputs, _TAG_VALUE_INFO: infos, _TAG_PROPS: props})
         name = doc = None
-        props = []
-        for field, wt, a, b in _fields(self.buf, start, end):
-            if wt != _LEN:
+        buf, pos = self.buf, start
+        while pos < end:  # (every field of a graph is LEN: its spans, by tag)
+            key = buf[pos]
+            if key < 0x80:
+                pos += 1
+            else:
+                key, pos = _varint(buf, pos, end)
+            n = buf[pos] if pos < end else 0x80
+            if n < 0x80:
+                pos += 1
+            else:
+                n, pos = _varint(buf, pos, end)
+            a, pos = pos, pos + n
+            if pos > end:
                 raise _Decline
-            if field in lists:
-                lists[field].append((a, b))
-            elif field == G_METADATA_PROPS:
-                props.append((a, b))
-            elif field == G_NAME and name is None:
-                name = self.text(a, b)
-            elif field == G_DOC_STRING and doc is None:
-                doc = self.text(a, b)
+            into = lists.get(key)
+            if into is not None:
+                into.append((a, pos))
+            elif key == _TAG_GRAPH_NAME and name is None:
+                name = self.text(a, pos)
+            elif key == _TAG_GRAPH_DOC and doc is None:
+                doc = self.text(a, pos)
             else:
                 raise _Decline
-        if len(nodes) + len(inits) > MAX_ITEMS:
-            raise _Decline
+        self.items = len(nodes) + len(inits) + len(infos) + len(props)
+        if self.max_items is not None and self.items > self.max_items:
+            raise _Decline  # (protobuf's import costs less than reading it here)
         g = Graph(name=name or "")
         scope: dict[str, Value] = {}
         declared: set[int] = set()
@@ -498,51 +529,97 @@ class _Model:
 
     # -- tensors -------------------------------------------------------------------------------
     def tensor_fields(self, a: int, b: int, named: bool):
-        """(dims, element type code, name, {field: (a, b)}, typed field's entries or None) of
-        a TensorProto of dims, an element type, a name (``named``: written and not empty;
-        else absent or not empty), raw_data or one typed field, and nothing else."""
-        dims, got, typed, typed_field = [], {}, [], None
-        for field, wt, fa, fb in _fields(self.buf, a, b):
-            if field == T_DIMS:
-                dims.extend(self.varints(wt, fa, fb))
-            elif field in _TYPED_WIRE and typed_field in (None, field):
-                typed_field = field
-                typed.append((wt, fa, fb))
-            elif _TENSOR.get(field) != wt or field in got:
-                raise _Decline
+        """(dims, element type code, name, raw_data span or None, typed field's entries or
+        None) of a TensorProto of dims, an element type, a name (``named``: written and not
+        empty; else absent or not empty), raw_data or one typed field, and nothing else. Its
+        fields' numbers are all under 16 (one-byte tags), read here in one loop: a quantized
+        model holds hundreds of such tensors, each a scale or a zero point."""
+        buf = self.buf
+        dims, typed = [], []
+        code = name = raw = typed_tag = None
+        pos = a
+        while pos < b:
+            key = buf[pos]
+            wt = key & 7
+            if wt == _LEN:
+                n = buf[pos + 1] if pos + 1 < b else 0x80
+                if n < 0x80:
+                    pos += 2
+                else:
+                    n, pos = _varint(buf, pos + 1, b)
+                end = pos + n
+                if end > b:
+                    raise _Decline
+                if key == _TAG_NAME and name is None:
+                    name = (pos, end)
+                elif key == _TAG_RAW and raw is None:
+                    raw = (pos, end)
+                elif key == _TAG_DIMS_PACKED:
+                    dims.extend(self.varints(_LEN, pos, end))
+                elif key in _TYPED_TAGS and typed_tag in (None, key >> 3):
+                    typed_tag = key >> 3
+                    typed.append((_LEN, pos, end))
+                else:
+                    raise _Decline
+                pos = end
+            elif wt == _VARINT:
+                v = buf[pos + 1] if pos + 1 < b else 0x80
+                if v < 0x80:
+                    pos += 2
+                else:
+                    v, pos = _varint(buf, pos + 1, b)
+                if key == _TAG_DIMS:
+                    dims.append(v)
+                elif key == _TAG_DATA_TYPE and code is None:
+                    code = v
+                elif key in _TYPED_TAGS and typed_tag in (None, key >> 3):
+                    typed_tag = key >> 3
+                    typed.append((_VARINT, v, pos))
+                else:
+                    raise _Decline
+            elif key in _TYPED_TAGS and typed_tag in (None, key >> 3):  # (fixed32 / fixed64)
+                typed_tag = key >> 3
+                end = pos + 1 + (4 if wt == _I32 else 8)
+                if end > b:
+                    raise _Decline
+                typed.append((wt, pos + 1, end))
+                pos = end
             else:
-                got[field] = (fa, fb)
-        if T_DATA_TYPE not in got or (T_RAW_DATA in got) == (typed_field is not None):
+                raise _Decline
+        if code is None or (raw is None) == (typed_tag is None):
             raise _Decline
-        name = ""
-        if T_NAME in got:
-            name = self.text(*got[T_NAME])
+        if name is not None:
+            name = self.text(*name)
             if not name:
                 raise _Decline
         elif named:
             raise _Decline
-        dims = tuple(map(_signed, dims))
-        if dims and min(dims) < 0:
-            raise _Decline
-        code = _int32(got[T_DATA_TYPE][0])
-        return dims, code, name, got, (typed_field, typed) if typed_field else None
+        else:
+            name = ""
+        if dims:
+            dims = tuple(map(_signed, dims))
+            if min(dims) < 0:
+                raise _Decline
+        else:
+            dims = ()
+        return dims, _int32(code), name, raw, (typed_tag, typed) if typed_tag else None
 
     def raw_tensor(self, a: int, b: int, named: bool) -> Tensor:
         """A tensor of a whole-byte element type and raw bytes of its size: reader's plain
         case (tensors.plain_raw_tensor)."""
         return self.raw(*self.tensor_fields(a, b, named))
 
-    def raw(self, dims: tuple, code: int, name: str, got: dict, typed) -> Tensor:
+    def raw(self, dims: tuple, code: int, name: str, raw, typed) -> Tensor:
         size = _ITEM_BYTES.get(code)
         if typed is not None or size is None:
             raise _Decline
-        ra, rb = got[T_RAW_DATA]
+        ra, rb = raw
         if rb == ra or rb - ra != math.prod(dims) * size:
             raise _Decline  # (the general path reads it, or reports the wrong size)
         return Tensor.from_raw(self.buf[ra:rb], _BY_VALUE[code], dims, name)
 
     def initializer(self, a: int, b: int) -> Tensor:
-        dims, code, name, got, typed = fields = self.tensor_fields(a, b, named=True)
+        dims, code, name, raw, typed = fields = self.tensor_fields(a, b, named=True)
         if typed is None:
             return self.raw(*fields)
         return self.typed_tensor(dims, code, name, *typed)
@@ -554,24 +631,29 @@ class _Model:
         if known is None or known[0] != field:
             raise _Decline
         _, wire_dtype, field_dtype, element = known
+        buf = self.buf
         if field_dtype.kind == "f":  # (fixed width: packed, or one element an entry)
             size = field_dtype.itemsize
-            if any(wt not in (_LEN, _I32 if size == 4 else _I64) for wt, _, _ in entries):
+            fixed = _I32 if size == 4 else _I64
+            if any(wt != _LEN and wt != fixed for wt, _, _ in entries):
                 raise _Decline
-            raw = b"".join(self.buf[a:b] for _, a, b in entries)
+            raw = buf[entries[0][1] : entries[0][2]] if len(entries) == 1 else self.join(entries)
             if len(raw) % size:
                 raise _Decline
             # (float32 values reach numpy as Python floats: converted to double and back)
             arr = np.frombuffer(raw, wire_dtype).astype(np.float64).astype(field_dtype)
         elif all(wt == _LEN for wt, _, _ in entries):  # (packed, as writers write them)
-            raw = b"".join(self.buf[a:b] for _, a, b in entries)
-            arr = _packed_varints(raw)
-            if field_dtype != np.uint64:
-                arr = arr.view(np.int64)
-                if field_dtype == np.int32:
-                    if arr.size and (arr.min() < -(1 << 31) or arr.max() >= 1 << 31):
-                        raise _Decline  # (protobuf would truncate them)
-                    arr = arr.astype(np.int32)
+            raw = buf[entries[0][1] : entries[0][2]] if len(entries) == 1 else self.join(entries)
+            if raw.isascii():  # (every value one byte, under 128: a zero point, an index)
+                arr = np.frombuffer(raw, np.uint8).astype(field_dtype)
+            else:
+                arr = _packed_varints(raw)
+                if field_dtype != np.uint64:
+                    arr = arr.view(np.int64)
+                    if field_dtype == np.int32:
+                        if arr.size and (arr.min() < -(1 << 31) or arr.max() >= 1 << 31):
+                            raise _Decline  # (protobuf would truncate them)
+                        arr = arr.astype(np.int32)
         else:
             values = [v for wt, a, b in entries for v in self.varints(wt, a, b)]
             if field_dtype == np.int32:
@@ -586,6 +668,11 @@ class _Model:
         t = Tensor(arr.reshape(dims), name=name, dtype=_BY_VALUE[code])
         t.extras = {"storage": "typed"}
         return t
+
+    def join(self, entries) -> bytes:
+        """The payloads of a repeated field's entries, one after the other."""
+        buf = self.buf
+        return b"".join(buf[a:b] for _, a, b in entries)
 
     def varints(self, wt: int, a: int, b: int) -> list[int]:
         """A repeated varint field's values (unsigned) from one packed or unpacked entry."""
@@ -609,7 +696,7 @@ class _Model:
                 if len(_NODES) >= MEMO_MAX_ENTRIES:
                     _NODES.clear()
                 _NODES[key] = fields
-        inputs, outputs, texts, attrs, props = fields
+        inputs, outputs, op_type, domain, name, texts, attrs, props = fields
         if attrs:
             attrs = [(a + start, a + end) for start, end in attrs]
         if props:
@@ -624,15 +711,8 @@ class _Model:
                 if n in scope:
                     raise _Decline  # (defined again: every use means the last definition)
                 scope[n] = v
-        node = Node(
-            texts.get(N_OP_TYPE, ""),
-            values,
-            outs,
-            None,
-            texts.get(N_DOMAIN, ""),
-            texts.get(N_NAME, ""),
-        )
-        if texts:
+        node = Node(op_type, values, outs, None, domain, name)
+        if texts is not None:
             self.node_texts(node, texts, props)
         elif props:
             node.extras = self.props(node, props)
@@ -641,7 +721,8 @@ class _Model:
         return node
 
     def node_fields(self, a: int, b: int) -> tuple:
-        """(input names, output names, {field: text}, attribute and metadata spans from
+        """(input names, output names, op_type, domain, name, {field: text} where it has a
+        doc string or a text written empty (else None), attribute and metadata spans from
         ``a``) of a NodeProto: a function of its bytes (_NODES)."""
         buf = self.buf
         inputs, outputs, attrs, props = [], [], [], []
@@ -676,7 +757,18 @@ class _Model:
                 pos = end
         except UnicodeDecodeError:
             raise _Decline from None
-        return tuple(inputs), tuple(outputs), texts, tuple(attrs), tuple(props)
+        get = texts.get
+        plain = N_DOC_STRING not in texts and all(texts.values())
+        return (
+            tuple(inputs),
+            tuple(outputs),
+            get(N_OP_TYPE, ""),
+            get(N_DOMAIN, ""),
+            get(N_NAME, ""),
+            None if plain else texts,
+            tuple(attrs),
+            tuple(props),
+        )
 
     def node_texts(self, node: Node, texts: dict, props: list) -> None:
         """A node's doc_string, and its extras: strings written empty, metadata."""
@@ -805,8 +897,29 @@ _MODEL_PRESENCE = (
     (M_DOC_STRING, "doc_string"),
 )
 _DIMENSION = {DIM_VALUE: _VARINT, DIM_PARAM: _LEN}
-_TENSOR = {T_DATA_TYPE: _VARINT, T_NAME: _LEN, T_RAW_DATA: _LEN}
+#: GraphProto's tags (every field LEN).
+_TAG_NODE, _TAG_GRAPH_NAME, _TAG_INITIALIZER = (
+    G_NODE << 3 | _LEN,
+    G_NAME << 3 | _LEN,
+    G_INITIALIZER << 3 | _LEN,
+)
+_TAG_GRAPH_DOC, _TAG_INPUT, _TAG_OUTPUT = (
+    G_DOC_STRING << 3 | _LEN,
+    G_INPUT << 3 | _LEN,
+    G_OUTPUT << 3 | _LEN,
+)
+_TAG_VALUE_INFO, _TAG_PROPS = G_VALUE_INFO << 3 | _LEN, G_METADATA_PROPS << 3 | _LEN
+_TAG_KEY, _TAG_VALUE = ENTRY_KEY << 3 | _LEN, ENTRY_VALUE << 3 | _LEN
+#: TensorProto's one-byte tags (field number << 3 | wire type) read by _Model.tensor_fields.
+_TAG_DIMS, _TAG_DIMS_PACKED = T_DIMS << 3 | _VARINT, T_DIMS << 3 | _LEN
+_TAG_DATA_TYPE, _TAG_NAME, _TAG_RAW = (
+    T_DATA_TYPE << 3 | _VARINT,
+    T_NAME << 3 | _LEN,
+    T_RAW_DATA << 3 | _LEN,
+)
 _TYPED_WIRE = frozenset({T_FLOAT_DATA, T_INT32_DATA, T_INT64_DATA, T_DOUBLE_DATA, T_UINT64_DATA})
+#: Their tags in every wire type but groups' (the field's type checks the wire type later).
+_TYPED_TAGS = frozenset(f << 3 | wt for f in _TYPED_WIRE for wt in (_VARINT, _I64, _LEN, _I32))
 _D = DataType
 #: Element type -> (its typed field, the field's wire dtype, the field's numpy dtype, the
 #: element type's numpy dtype where it differs, else None): tensors._PLAIN_TYPED's types.
