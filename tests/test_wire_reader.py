@@ -213,6 +213,21 @@ _EDITS = {
     "a typed Constant": lambda mp: mp.graph.node[0].attribute.add(
         name="value", type=4, t=TensorProto(dims=[1], data_type=1, float_data=[1.0])
     ),
+    "a tensor's doc string": lambda mp: setattr(mp.graph.initializer[0], "doc_string", "w"),
+    "a tensor's doc string written empty": lambda mp: setattr(
+        mp.graph.initializer[0], "doc_string", ""
+    ),
+    "data_location written DEFAULT": lambda mp: setattr(
+        mp.graph.initializer[0], "data_location", 0
+    ),
+    "a typed Constant's doc and location": lambda mp: mp.graph.node[0].attribute.add(
+        name="value",
+        type=4,
+        t=TensorProto(dims=[2], data_type=7, int64_data=[-1, 300], doc_string="", data_location=0),
+    ),
+    "an empty raw initializer": lambda mp: mp.graph.initializer.add(
+        name="empty", data_type=1, dims=[0, 3], raw_data=b""
+    ),
     "a string initializer": lambda mp: mp.graph.initializer.add(
         name="s", data_type=8, dims=[1], string_data=[b"x"]
     ),
@@ -256,7 +271,6 @@ def test_what_it_reads_or_declines_loads_as_before(what):
         "a function",
         "a subgraph",
         "a long list",
-        "a typed Constant",
         "a string initializer",
     ],
 )
@@ -276,6 +290,12 @@ def test_what_it_does_not_follow_declines(what):
         "graph metadata",
         "input metadata",
         "typed initializers",
+        "a typed Constant",
+        "a tensor's doc string",
+        "a tensor's doc string written empty",
+        "data_location written DEFAULT",
+        "a typed Constant's doc and location",
+        "an empty raw initializer",
     ],
 )
 def test_what_it_follows_is_read(what):

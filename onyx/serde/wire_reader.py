@@ -57,7 +57,7 @@ TT_ELEM_TYPE, TT_SHAPE = 1, 2
 SHAPE_DIM = 1
 DIM_VALUE, DIM_PARAM = 1, 2
 # TensorProto
-T_DIMS, T_DATA_TYPE, T_NAME, T_RAW_DATA = 1, 2, 8, 9
+T_DIMS, T_DATA_TYPE, T_NAME, T_RAW_DATA, T_DOC_STRING, T_DATA_LOCATION = 1, 2, 8, 9, 12, 14
 T_FLOAT_DATA, T_INT32_DATA, T_INT64_DATA, T_DOUBLE_DATA, T_UINT64_DATA = 4, 5, 7, 10, 11
 
 #: Models bigger than this are left to the protobuf path (a big file is memory-mapped and its
@@ -393,7 +393,7 @@ class _Model:
         input_names = set(scope)
         named = g.initializers
         for span in inits:
-            t = self.initializer(*span)
+            t = self.tensor(*span, named=True)
             tname = t.name
             if tname in input_names:
                 v = scope[tname]
@@ -530,13 +530,16 @@ class _Model:
     # -- tensors -------------------------------------------------------------------------------
     def tensor_fields(self, a: int, b: int, named: bool):
         """(dims, element type code, name, raw_data span or None, typed field's entries or
-        None) of a TensorProto of dims, an element type, a name (``named``: written and not
-        empty; else absent or not empty), raw_data or one typed field, and nothing else. Its
-        fields' numbers are all under 16 (one-byte tags), read here in one loop: a quantized
-        model holds hundreds of such tensors, each a scale or a zero point."""
+        None, doc_string span or None, whether data_location is written) of a TensorProto of
+        dims, an element type, a name (``named``: written and not empty; else absent or not
+        empty), raw_data or one typed field, maybe a doc string and a data_location of
+        DEFAULT, and nothing else. Its fields' numbers are all under 16 (one-byte tags), read
+        here in one loop: a quantized model holds hundreds of such tensors, each a scale or a
+        zero point."""
         buf = self.buf
         dims, typed = [], []
-        code = name = raw = typed_tag = None
+        code = name = raw = typed_tag = doc = None
+        located = False
         pos = a
         while pos < b:
             key = buf[pos]
@@ -556,6 +559,8 @@ class _Model:
                     raw = (pos, end)
                 elif key == _TAG_DIMS_PACKED:
                     dims.extend(self.varints(_LEN, pos, end))
+                elif key == _TAG_TENSOR_DOC and doc is None:
+                    doc = (pos, end)
                 elif key in _TYPED_TAGS and typed_tag in (None, key >> 3):
                     typed_tag = key >> 3
                     typed.append((_LEN, pos, end))
@@ -572,6 +577,8 @@ class _Model:
                     dims.append(v)
                 elif key == _TAG_DATA_TYPE and code is None:
                     code = v
+                elif key == _TAG_LOCATION and v == 0 and not located:  # (EXTERNAL: declines)
+                    located = True
                 elif key in _TYPED_TAGS and typed_tag in (None, key >> 3):
                     typed_tag = key >> 3
                     typed.append((_VARINT, v, pos))
@@ -602,27 +609,43 @@ class _Model:
                 raise _Decline
         else:
             dims = ()
-        return dims, _int32(code), name, raw, (typed_tag, typed) if typed_tag else None
+        typed = (typed_tag, typed) if typed_tag else None
+        return dims, _int32(code), name, raw, typed, doc, located
 
-    def raw_tensor(self, a: int, b: int, named: bool) -> Tensor:
-        """A tensor of a whole-byte element type and raw bytes of its size: reader's plain
-        case (tensors.plain_raw_tensor)."""
-        return self.raw(*self.tensor_fields(a, b, named))
+    def tensor(self, a: int, b: int, named: bool) -> Tensor:
+        """An initializer (``named``) or an attribute's tensor: raw bytes of a whole-byte
+        element type, or a numeric typed field (the Reader's plain cases, and its general
+        path's reading of a doc string or a data_location written as DEFAULT)."""
+        dims, code, name, raw, typed, doc, located = self.tensor_fields(a, b, named)
+        if typed is None:
+            t = self.raw(dims, code, name, raw)
+        else:
+            t = self.typed_tensor(dims, code, name, *typed)
+        if doc is not None or located:
+            self.tensor_extras(t, doc, located)
+        return t
 
-    def raw(self, dims: tuple, code: int, name: str, raw, typed) -> Tensor:
+    def tensor_extras(self, t: Tensor, doc, located: bool) -> None:
+        """A tensor's doc string, and the fields written empty (tensors.tensor_from_proto's
+        "present", in its _PRESENCE order: name and data_type are never empty here)."""
+        text = self.text(*doc) if doc is not None else ""
+        t.doc_string = text
+        present = ("doc_string",) if doc is not None and not text else ()
+        if located:
+            present += ("data_location",)
+        if present:
+            extras = t.extras or {}
+            extras["present"] = present
+            t.extras = extras
+
+    def raw(self, dims: tuple, code: int, name: str, raw) -> Tensor:
         size = _ITEM_BYTES.get(code)
-        if typed is not None or size is None:
+        if size is None:
             raise _Decline
         ra, rb = raw
-        if rb == ra or rb - ra != math.prod(dims) * size:
-            raise _Decline  # (the general path reads it, or reports the wrong size)
+        if rb - ra != math.prod(dims) * size:
+            raise _Decline  # (the general path reports the wrong size)
         return Tensor.from_raw(self.buf[ra:rb], _BY_VALUE[code], dims, name)
-
-    def initializer(self, a: int, b: int) -> Tensor:
-        dims, code, name, raw, typed = fields = self.tensor_fields(a, b, named=True)
-        if typed is None:
-            return self.raw(*fields)
-        return self.typed_tensor(dims, code, name, *typed)
 
     def typed_tensor(self, dims: tuple, code: int, name: str, field: int, entries) -> Tensor:
         """A numeric tensor written one value per element in its typed field: reader's plain
@@ -819,7 +842,7 @@ class _Model:
         if kind == _A.TENSOR:
             if value_field not in got:
                 raise _Decline
-            return Attr(name, kind, self.raw_tensor(*got[value_field], named=False))
+            return Attr(name, kind, self.tensor(*got[value_field], named=False))
         if not name:
             raise _Decline
         if value_field in _LIST_WIRE:
@@ -912,6 +935,7 @@ _TAG_VALUE_INFO, _TAG_PROPS = G_VALUE_INFO << 3 | _LEN, G_METADATA_PROPS << 3 | 
 _TAG_KEY, _TAG_VALUE = ENTRY_KEY << 3 | _LEN, ENTRY_VALUE << 3 | _LEN
 #: TensorProto's one-byte tags (field number << 3 | wire type) read by _Model.tensor_fields.
 _TAG_DIMS, _TAG_DIMS_PACKED = T_DIMS << 3 | _VARINT, T_DIMS << 3 | _LEN
+_TAG_TENSOR_DOC, _TAG_LOCATION = T_DOC_STRING << 3 | _LEN, T_DATA_LOCATION << 3 | _VARINT
 _TAG_DATA_TYPE, _TAG_NAME, _TAG_RAW = (
     T_DATA_TYPE << 3 | _VARINT,
     T_NAME << 3 | _LEN,
