@@ -28,6 +28,7 @@ from onyx.proto import (
 )
 from onyx.serde import dumps, wire_reader
 from onyx.serde.proto_load import load_model
+from onyx.serde.wire import encode_varint
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ROOT / "onyx" / "examples" / "tiny_cnn.onnx"
@@ -210,6 +211,20 @@ _EDITS = {
     "a long list": lambda mp: mp.graph.node[0].attribute.add(
         name="long", type=7, ints=list(range(600))
     ),
+    "long lists": lambda mp: mp.graph.node[0].attribute.extend(
+        [
+            AttributeProto(name="f", type=6, floats=[i / 7 for i in range(599)] + [float("nan")]),
+            AttributeProto(name="s", type=8, strings=[b"LEAF", b"BRANCH_LEQ"] * 300 + [b"\xff"]),
+            AttributeProto(name="i", type=7, ints=[-(2**40), 2**63 - 1] + list(range(700))),
+        ]
+    ),
+    "lists of a hundred": lambda mp: mp.graph.node[0].attribute.extend(
+        [
+            AttributeProto(name="f", type=6, floats=[i / 3 for i in range(100)]),
+            AttributeProto(name="s", type=8, strings=[b"x" * 200, b"\xfe"] * 50),
+            AttributeProto(name="i", type=7, ints=[-1, 300] * 50),
+        ]
+    ),
     "a typed Constant": lambda mp: mp.graph.node[0].attribute.add(
         name="value", type=4, t=TensorProto(dims=[1], data_type=1, float_data=[1.0])
     ),
@@ -270,7 +285,6 @@ def test_what_it_reads_or_declines_loads_as_before(what):
         "a sparse initializer",
         "a function",
         "a subgraph",
-        "a long list",
         "a string initializer",
     ],
 )
@@ -291,6 +305,9 @@ def test_what_it_does_not_follow_declines(what):
         "input metadata",
         "typed initializers",
         "a typed Constant",
+        "a long list",
+        "long lists",
+        "lists of a hundred",
         "a tensor's doc string",
         "a tensor's doc string written empty",
         "data_location written DEFAULT",
@@ -300,6 +317,50 @@ def test_what_it_does_not_follow_declines(what):
 )
 def test_what_it_follows_is_read(what):
     assert wire_reader.read_model(_changed(_EDITS[what])) is not None
+
+
+def _field(number: int, payload) -> bytes:
+    """One field as protobuf encodes it: a varint for an int, else a LEN field."""
+    if isinstance(payload, int):
+        return encode_varint(number << 3) + encode_varint(payload)
+    return encode_varint(number << 3 | 2) + encode_varint(len(payload)) + payload
+
+
+def _packed_model(attribute: bytes) -> bytes:
+    """A model of one Identity node holding ``attribute`` (an AttributeProto's bytes), written
+    by hand: protobuf's serializer writes proto2 lists unpacked only."""
+    node = _field(1, b"x") + _field(2, b"y") + _field(4, b"Identity") + _field(5, attribute)
+    vi = _field(1, b"x")
+    graph = _field(1, node) + _field(2, b"g") + _field(11, vi) + _field(12, _field(1, b"y"))
+    return _field(1, 8) + _field(7, graph) + _field(8, _field(2, 17))
+
+
+_PACKED = {
+    "packed ints": _field(1, b"a") + _field(8, b"".join(encode_varint(i) for i in range(600)))
+    + _field(20, 7),
+    "packed ints in two runs, and unpacked": _field(1, b"a") + _field(8, b"\x01\x02")
+    + _field(8, 3) + _field(8, b"\x7f\xff\xff\xff\xff\xff\xff\xff\xff\x01") + _field(20, 7),
+    "packed floats": _field(1, b"a")
+    + _field(7, np.arange(700, dtype="<f4").tobytes())
+    + _field(20, 6),
+    "packed and unpacked floats": _field(1, b"a") + _field(7, np.ones(3, "<f4").tobytes())
+    + b"".join(b"\x3d" + struct.pack("<f", i) for i in range(520)) + _field(20, 6),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("what", sorted(_PACKED))
+def test_packed_lists_read_as_protobuf_reads_them(what):
+    data = _packed_model(_PACKED[what])
+    model = wire_reader.read_model(data)
+    assert model is not None
+    ref = load_model(data, "<bytes>", None, False)
+    assert _structure(model) == _structure(ref)
+    assert dumps(model) == dumps(ref)
+    (a,) = next(iter(model.graph)).attributes.values()
+    (b,) = next(iter(ref.graph)).attributes.values()
+    assert (a.array is None) == (b.array is None)
+    if a.array is not None:
+        assert a.array.dtype == b.array.dtype and not a.array.flags.writeable
 
 
 def test_unknown_fields_and_repeated_singulars_decline():
@@ -443,7 +504,12 @@ def _mutated(data: bytes, rng) -> bytes:
 def test_mutated_models_decline_or_read_as_protobuf_reads_them():
     seeds = [p.read_bytes() for p in _model_files() if p.stat().st_size < 200_000]
     seeds = [d for d in seeds if wire_reader.read_model(d) is not None][:20]
-    assert len(seeds) >= 5
+    seeds += [_changed(_EDITS[e]) for e in ("long lists", "lists of a hundred", "a typed Constant")]
+    seeds += [
+        _changed(_EDITS["a typed Constant's doc and location"]),
+        _packed_model(_PACKED["packed ints"]),
+    ]
+    assert len(seeds) >= 10 and all(wire_reader.read_model(d) is not None for d in seeds)
     rng, read = np.random.default_rng(27), 0
     for case in range(600):
         data = _mutated(seeds[case % len(seeds)], rng)

@@ -63,10 +63,9 @@ T_FLOAT_DATA, T_INT32_DATA, T_INT64_DATA, T_DOUBLE_DATA, T_UINT64_DATA = 4, 5, 7
 #: Models bigger than this are left to the protobuf path (a big file is memory-mapped and its
 #: big initializers read as views of the map: model_io.MMAP_MIN).
 MAX_BYTES = 16 << 20
-#: Attribute lists longer than this are left to the Reader: decoded element by element here
-#: they cost several times what protobuf's C code does (a tree ensemble's node lists), and
-#: those of reader.LONG_LIST or more it reads as arrays.
-MAX_LIST = 64
+#: Attribute lists of this many elements or more are held as read-only arrays (ir's
+#: Attr.of_array), as the Reader holds them (reader.LONG_LIST, which tests hold equal).
+LONG_LIST = 512
 #: What the wire path saves is protobuf's import (and its messages' classes), a fixed cost
 #: once per process: some 7 ms. Per item of a graph (a node, an initializer, a value_info, a
 #: metadata entry) it costs a few microseconds more than protobuf's C parse with the Reader.
@@ -176,6 +175,32 @@ def _fields(buf: bytes, pos: int, end: int) -> list[tuple[int, int, int, int]]:
     return out
 
 
+def _one_field(buf: bytes, pos: int, end: int) -> tuple[int, int, int, int, int]:
+    """(field, wire type, a, b, position after it) of the field at ``pos``, as _fields
+    gives them."""
+    key = buf[pos]
+    if key < 0x80:
+        pos += 1
+    else:
+        key, pos = _varint(buf, pos, end)
+    field, wt = key >> 3, key & 7
+    if field == 0:
+        raise _Decline
+    if wt == _VARINT:
+        v, pos = _varint(buf, pos, end)
+        return field, wt, v, pos, pos
+    if wt == _LEN:
+        n, pos = _varint(buf, pos, end)
+        a, pos = pos, pos + n
+    elif wt == _I32 or wt == _I64:
+        a, pos = pos, pos + (4 if wt == _I32 else 8)
+    else:
+        raise _Decline
+    if pos > end:
+        raise _Decline
+    return field, wt, a, pos, pos
+
+
 def _packed_varints(raw: bytes) -> np.ndarray:
     """The varints of a packed field as uint64, decoded with numpy (a quantized model's zero
     points, an index tensor: element by element in Python they cost 1 us each)."""
@@ -189,6 +214,11 @@ def _packed_varints(raw: bytes) -> np.ndarray:
     starts = np.empty_like(ends)
     starts[0] = 0
     starts[1:] = ends[:-1] + 1
+    return _varints_at(arr, starts, ends)
+
+
+def _varints_at(arr: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """The uint64 values of the varints spanning bytes starts[i]..ends[i] of ``arr``."""
     lengths = ends - starts + 1
     longest = int(lengths.max())
     if longest > 10 or (longest == 10 and (arr[starts[lengths == 10] + 9] > 1).any()):
@@ -198,6 +228,26 @@ def _packed_varints(raw: bytes) -> np.ndarray:
         has = lengths > k
         out[has] |= (arr[starts[has] + k] & 0x7F).astype(np.uint64) << np.uint64(7 * k)
     return out
+
+
+def _unpacked_varints(buf: bytes, pos: int, end: int, tag: int) -> tuple[np.ndarray, int]:
+    """(uint64 values, position after them) of the run of unpacked varint fields of one-byte
+    ``tag`` starting at ``pos``: onnx.proto2's layout of an attribute's ints (a tree
+    ensemble's ids, 10**4 of them), each a tag byte and a varint, found at once: every byte
+    under 0x80 ends a token, and the run lasts while each tag is ``tag`` right after the
+    previous value's last byte."""
+    region = np.frombuffer(buf, np.uint8, end - pos, pos)
+    ends = np.flatnonzero(region < 0x80)
+    tags, lasts = ends[0::2], ends[1::2]
+    m = len(lasts)
+    tags = tags[:m]
+    ok = region[tags] == tag
+    ok[1:] &= tags[1:] == lasts[:-1] + 1
+    k = m if ok.all() else int(ok.argmin())
+    if k == 0:
+        raise _Decline  # (a truncated value)
+    values = _varints_at(region, tags[:k] + 1, lasts[:k])
+    return values, pos + int(lasts[k - 1]) + 1
 
 
 def _signed(v: int) -> int:
@@ -811,7 +861,7 @@ class _Model:
             name, kind, value = known
             return Attr(name, kind, list(value) if type(value) is tuple else value, "", "")
         attr = self.read_attribute(a, b)
-        if key is not None and attr.type != _A.TENSOR:
+        if key is not None and attr.type != _A.TENSOR and type(attr) is Attr:
             if len(_ATTRS) >= MEMO_MAX_ENTRIES:
                 _ATTRS.clear()
             value = attr.value
@@ -820,14 +870,7 @@ class _Model:
 
     def read_attribute(self, a: int, b: int) -> Attr:
         buf = self.buf
-        got, lists = {}, {}
-        for field, wt, fa, fb in _fields(buf, a, b):
-            if field in _LIST_WIRE:
-                lists.setdefault(field, []).append((wt, fa, fb))
-            elif _ATTR_SINGULAR.get(field) != wt or field in got:
-                raise _Decline
-            else:
-                got[field] = (fa, fb)
+        got, lists = self.attribute_fields(a, b)
         if A_TYPE not in got or A_NAME not in got:
             raise _Decline
         code = got[A_TYPE][0]
@@ -847,6 +890,8 @@ class _Model:
             raise _Decline
         if value_field in _LIST_WIRE:
             value = self.attr_list(kind, lists.get(value_field, ()))
+            if type(value) is not list:  # (a long list: its array)
+                return Attr.of_array(name, kind, value)
         elif value_field not in got:
             raise _Decline
         else:
@@ -859,26 +904,79 @@ class _Model:
                 value = decode_text(buf[fa:fb])
         return Attr(name, kind, value, "", "")
 
-    def attr_list(self, kind: AttrType, entries) -> list:
+    def attribute_fields(self, a: int, b: int) -> tuple[dict, dict]:
+        """({singular field: (a, b)}, {list field: chunks}) of an AttributeProto: a float32
+        or uint64 array a chunk, or for strings one list of their (a, b) spans; a run of unpacked
+        floats or ints is read at once (a tree ensemble's lists of 10**4)."""
+        buf = self.buf
+        got, lists = {}, {}
+        pos = a
+        while pos < b:
+            key = buf[pos]
+            if key == _TAG_INTS:
+                values, pos = _unpacked_varints(buf, pos, b, key)
+                lists.setdefault(A_INTS, []).append(values)
+                continue
+            if key == _TAG_FLOAT_ITEM:
+                n = (b - pos) // 5
+                run = np.frombuffer(buf, _UNPACKED_FLOAT, n, pos)
+                other = run["tag"] != key
+                k = int(other.argmax()) if other.any() else n
+                if k == 0:
+                    raise _Decline  # (truncated)
+                lists.setdefault(A_FLOATS, []).append(np.ascontiguousarray(run["value"][:k]))
+                pos += 5 * k
+                continue
+            if key == _TAG_STRINGS:
+                spans = lists.setdefault(A_STRINGS, [])
+                while pos < b and buf[pos] == key:
+                    n = buf[pos + 1] if pos + 1 < b else 0x80
+                    if n < 0x80:
+                        start = pos + 2
+                    else:
+                        n, start = _varint(buf, pos + 1, b)
+                    pos = start + n
+                    if pos > b:
+                        raise _Decline
+                    spans.append((start, pos))
+                continue
+            field, wt, fa, fb, pos = _one_field(buf, pos, b)
+            if field == A_FLOATS and wt == _LEN:
+                if (fb - fa) % 4:
+                    raise _Decline
+                floats = np.frombuffer(buf, "<f4", (fb - fa) // 4, fa).copy()  # (aligned)
+                lists.setdefault(field, []).append(floats)
+            elif field == A_INTS and wt == _LEN:
+                lists.setdefault(field, []).append(_packed_varints(buf[fa:fb]))
+            elif _ATTR_SINGULAR.get(field) != wt or field in got:
+                raise _Decline  # (and any list field in another wire type)
+            else:
+                got[field] = (fa, fb)
+        return got, lists
+
+    def attr_list(self, kind: AttrType, chunks):
+        """A list attribute's value: a list, or for LONG_LIST elements or more the read-only
+        array the Reader holds (float32, int64, or an object array of the strings' bytes)."""
         buf = self.buf
         if kind == _A.STRINGS:
-            if any(wt != _LEN for wt, _, _ in entries):
-                raise _Decline
-            out = [decode_text(buf[a:b]) for _, a, b in entries]
-        elif kind == _A.INTS:
-            out = [_signed(v) for wt, a, b in entries for v in self.varints(wt, a, b)]
-        else:
-            chunks = []
-            for wt, a, b in entries:
-                if wt == _LEN and (b - a) % 4:
+            spans = chunks  # (one list of spans, however the entries came)
+            if len(spans) >= LONG_LIST:
+                self.items += len(spans) // 4  # (a Python loop per string: ITEM_BUDGET)
+                if self.max_items is not None and self.items > self.max_items:
                     raise _Decline
-                if wt not in (_LEN, _I32):
-                    raise _Decline
-                chunks.append(buf[a:b])
-            out = np.frombuffer(b"".join(chunks), "<f4").tolist()
-        if len(out) > MAX_LIST:
-            raise _Decline
-        return out
+                arr = np.array([buf[a:b] for a, b in spans], dtype=object)
+                arr.flags.writeable = False
+                return arr
+            return [decode_text(buf[a:b]) for a, b in spans]
+        if not chunks:
+            return []
+        arr = chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
+        if kind == _A.INTS:
+            arr = arr.view(np.int64)
+        if len(arr) >= LONG_LIST:
+            arr.flags.writeable = False
+            return arr
+        return arr.tolist()
 
 
 class _Built:
@@ -972,4 +1070,7 @@ _NODE_TEXT_NAMES = (
     (N_DOC_STRING, "doc_string"),
 )
 _LIST_WIRE = frozenset({A_FLOATS, A_INTS, A_STRINGS})
+#: The tags of an attribute's list elements as onnx.proto2 writes them, unpacked.
+_TAG_FLOAT_ITEM, _TAG_INTS, _TAG_STRINGS = A_FLOATS << 3 | _I32, A_INTS << 3, A_STRINGS << 3 | _LEN
+_UNPACKED_FLOAT = np.dtype([("tag", "u1"), ("value", "<f4")])
 _ATTR_SINGULAR = {A_NAME: _LEN, A_TYPE: _VARINT, A_F: _I32, A_I: _VARINT, A_S: _LEN, A_T: _LEN}
