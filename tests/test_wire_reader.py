@@ -55,6 +55,8 @@ def _model_files() -> list[Path]:
         (ValueInfoProto, "VI_", None),
         (TypeProto, "TYPE_", None),
         (TypeProto.Tensor, "TT_", None),
+        (TypeProto.Sequence, "SEQ_", None),
+        (TypeProto.Map, "MAP_", None),
         (TensorShapeProto, "SHAPE_", None),
         (TensorShapeProto.Dimension, "DIM_", "dim_"),
         (TensorProto, "T_", None),
@@ -225,6 +227,27 @@ _EDITS = {
             AttributeProto(name="i", type=7, ints=[-1, 300] * 50),
         ]
     ),
+    "a sequence of maps": lambda mp: mp.graph.output.add().CopyFrom(
+        ValueInfoProto(
+            name="zipped",
+            type=TypeProto(
+                sequence_type=TypeProto.Sequence(
+                    elem_type=TypeProto(
+                        map_type=TypeProto.Map(
+                            key_type=7,
+                            value_type=TypeProto(tensor_type=TypeProto.Tensor(elem_type=1)),
+                        )
+                    )
+                )
+            ),
+        )
+    ),
+    "an empty sequence type": lambda mp: mp.graph.output.add().CopyFrom(
+        ValueInfoProto(name="s", type=TypeProto(sequence_type=TypeProto.Sequence()))
+    ),
+    "a map without a key type": lambda mp: mp.graph.output.add().CopyFrom(
+        ValueInfoProto(name="m", type=TypeProto(map_type=TypeProto.Map()))
+    ),
     "a typed Constant": lambda mp: mp.graph.node[0].attribute.add(
         name="value", type=4, t=TensorProto(dims=[1], data_type=1, float_data=[1.0])
     ),
@@ -286,6 +309,7 @@ def test_what_it_reads_or_declines_loads_as_before(what):
         "a function",
         "a subgraph",
         "a string initializer",
+        "a map without a key type",
     ],
 )
 def test_what_it_does_not_follow_declines(what):
@@ -308,6 +332,8 @@ def test_what_it_does_not_follow_declines(what):
         "a long list",
         "long lists",
         "lists of a hundred",
+        "a sequence of maps",
+        "an empty sequence type",
         "a tensor's doc string",
         "a tensor's doc string written empty",
         "data_location written DEFAULT",
@@ -505,6 +531,7 @@ def test_mutated_models_decline_or_read_as_protobuf_reads_them():
     seeds = [p.read_bytes() for p in _model_files() if p.stat().st_size < 200_000]
     seeds = [d for d in seeds if wire_reader.read_model(d) is not None][:20]
     seeds += [_changed(_EDITS[e]) for e in ("long lists", "lists of a hundred", "a typed Constant")]
+    seeds += [_changed(_EDITS["a sequence of maps"])]
     seeds += [
         _changed(_EDITS["a typed Constant's doc and location"]),
         _packed_model(_PACKED["packed ints"]),

@@ -32,7 +32,7 @@ from ..ir.attr import Attr, AttrType
 from ..ir.dtypes import BY_ENUM, DataType, bit_width
 from ..ir.graph import Graph, Model, Node, Value
 from ..ir.tensor import Tensor
-from ..ir.types import Shape, TensorType
+from ..ir.types import MapType, SequenceType, Shape, TensorType
 from .wire import encode_varint
 
 # -- onyx.proto's field numbers (tests/test_wire_reader.py checks them against the schema) ----
@@ -52,7 +52,9 @@ N_METADATA_PROPS = 9
 A_NAME, A_F, A_I, A_S, A_T, A_FLOATS, A_INTS, A_STRINGS, A_TYPE = 1, 2, 3, 4, 5, 7, 8, 9, 20
 # ValueInfoProto, TypeProto, TypeProto.Tensor, TensorShapeProto(.Dimension)
 VI_NAME, VI_TYPE, VI_DOC_STRING, VI_METADATA_PROPS = 1, 2, 3, 4
-TYPE_TENSOR_TYPE = 1
+TYPE_TENSOR_TYPE, TYPE_SEQUENCE_TYPE, TYPE_MAP_TYPE = 1, 4, 5
+SEQ_ELEM_TYPE = 1
+MAP_KEY_TYPE, MAP_VALUE_TYPE = 1, 2
 TT_ELEM_TYPE, TT_SHAPE = 1, 2
 SHAPE_DIM = 1
 DIM_VALUE, DIM_PARAM = 1, 2
@@ -549,9 +551,18 @@ class _Model:
         return ty
 
     def read_type(self, a: int, b: int) -> TensorType:
-        got = self.singular(_fields(self.buf, a, b), {TYPE_TENSOR_TYPE: _LEN})
-        if TYPE_TENSOR_TYPE not in got:
+        got = self.singular(_fields(self.buf, a, b), _TYPE_ONEOF)
+        if len(got) != 1:  # (none, or two of the oneof: protobuf keeps the last)
             raise _Decline
+        if TYPE_SEQUENCE_TYPE in got:  # (scikit-learn's ZipMap output: a sequence of maps)
+            s = self.singular(_fields(self.buf, *got[TYPE_SEQUENCE_TYPE]), {SEQ_ELEM_TYPE: _LEN})
+            return SequenceType(self.type(*s[SEQ_ELEM_TYPE]) if s else None)
+        if TYPE_MAP_TYPE in got:
+            m = self.singular(_fields(self.buf, *got[TYPE_MAP_TYPE]), _MAP)
+            key = _BY_VALUE.get(_int32(m[MAP_KEY_TYPE][0])) if MAP_KEY_TYPE in m else None
+            if key is None:  # (absent or unknown: the Reader keeps the type's bytes)
+                raise _Decline
+            return MapType(key, self.type(*m[MAP_VALUE_TYPE]) if MAP_VALUE_TYPE in m else None)
         t = self.singular(_fields(self.buf, *got[TYPE_TENSOR_TYPE]), _TENSOR_TYPE)
         if TT_ELEM_TYPE not in t:
             raise _Decline
@@ -1007,6 +1018,8 @@ def decode_text(s: bytes):
 
 
 _TENSOR_TYPE = {TT_ELEM_TYPE: _VARINT, TT_SHAPE: _LEN}
+_TYPE_ONEOF = {TYPE_TENSOR_TYPE: _LEN, TYPE_SEQUENCE_TYPE: _LEN, TYPE_MAP_TYPE: _LEN}
+_MAP = {MAP_KEY_TYPE: _VARINT, MAP_VALUE_TYPE: _LEN}
 _VALUE_INFO = {VI_NAME: _LEN, VI_TYPE: _LEN, VI_DOC_STRING: _LEN}
 #: A model's optional scalars in the order the Reader lists those written empty.
 _MODEL_PRESENCE = (
