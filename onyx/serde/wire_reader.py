@@ -4,17 +4,18 @@ A session's cold start paid for importing protobuf (its C module, descriptors, t
 types its message metaclass imports once per process) and for building onyx.proto's message
 classes: several milliseconds, most of a small model's load. Most model files hold nothing but
 what this module follows (opsets, a graph of nodes with scalar/list/tensor attributes, raw or
-typed numeric initializers, tensor types, metadata, strings written empty): for those it builds
-the very IR that ``reader.Reader`` builds from the parsed messages, extras included. Anything else makes it say "don't know" (``read_model`` returns None) and
-the caller runs the protobuf path, which reads it or reports the error as ever:
+typed numeric tensors, tensor/sequence/map types, metadata, strings written empty): for those
+it builds the very IR that ``reader.Reader`` builds from the parsed messages, extras included.
+Anything else makes it say "don't know" (``read_model`` returns None) and the caller runs the
+protobuf path, which reads it or reports the error as ever:
 
 - bytes that are not exactly well formed (truncated, a bad varint, a wrong wire type, a group,
   a field number it does not model, which protobuf would keep as an unknown field);
 - a singular field written twice (protobuf merges or keeps the last one);
 - what the Reader keeps in ``extras`` as bytes (residuals, overrides, unfaithful types), an
   attribute's doc string or reference, other oneof members, functions, sparse tensors,
-  subgraphs, string tensors, a Constant's typed tensor, external data, lists of more than
-  MAX_LIST elements, graphs of more than MAX_ITEMS nodes and initializers;
+  subgraphs, string tensors, external data, optional and opaque types; and, from model_io (a
+  ``limited`` read), a graph of more items than what is left of ITEM_BUDGET;
 - names used before (or without) their definition, or defined twice (the Reader settles them
   after the last node).
 
