@@ -554,3 +554,14 @@ def test_both_paths_give_an_initializer_the_same_type_object():
     theirs = load_model(data, "<bytes>", None, False)
     pairs = zip(wire.graph.initializers.values(), theirs.graph.initializers.values(), strict=True)
     assert all(a.type is b.type for a, b in pairs)
+
+
+def test_the_external_data_module_imports_no_protobuf():
+    """The runtime imports serde/external.py for its table of mapped files (kernels/mapped.py,
+    a Gather's): that must not import protobuf for a model the wire path read."""
+    code = "import sys, onyx.serde.external; print(sorted(m for m in sys.modules if 'google' in m))"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
+    )
+    assert out.stdout.strip() == "[]", out.stdout
