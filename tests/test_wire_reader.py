@@ -85,21 +85,16 @@ def test_attribute_value_fields_are_the_schemas():
 # -- exactness -------------------------------------------------------------------------------
 
 
-def _attr_value(v):
-    if isinstance(v, onyx.ir.Tensor):
-        return (v.name, v.dtype, v.shape, v.numpy().tobytes())
-    if isinstance(v, float):  # (by its bits: NaN too)
-        return ("float", struct.pack("<d", v))
-    if isinstance(v, onyx.ir.Graph):  # (a subgraph: the protobuf path's alone)
-        return ("graph", v.name, [n.op_type for n in v])
-    if isinstance(v, list):
-        return [_attr_value(x) for x in v]
-    return v
-
-
 def _structure(m) -> tuple:
-    g = m.graph
-    ids = {}
+    """Everything the IR holds of ``m``, Values and nodes by their place: subgraphs whole, and
+    each Value's uses in their order (the optimizer walks them so)."""
+    ids, node_ids = {}, {}
+
+    def number(g):  # (nodes in order, each node's subgraphs after it: as both readers go)
+        for n in g:
+            node_ids[id(n)] = len(node_ids)
+            for sub in n.subgraphs():
+                number(sub)
 
     def vid(v):
         return None if v is None else ids.setdefault(id(v), len(ids))
@@ -114,35 +109,53 @@ def _structure(m) -> tuple:
         return x
 
     def value(v):
-        return (vid(v), v.name, v.type, v.doc_string, v.metadata_props, plain(v.extras))
+        uses = [(node_ids.get(id(n)), i) for n, i in v.iter_uses()]
+        return (vid(v), v.name, v.type, v.doc_string, v.metadata_props, plain(v.extras), uses)
 
-    nodes = [
-        (
-            n.op_type,
-            n.domain,
-            n.name,
-            n.doc_string,
-            n.extras,
-            [vid(v) for v in n.inputs],
-            [value(v) for v in n.outputs],
-            [
-                (a.name, a.type, _attr_value(a.value), a.doc_string, a.extras)
-                for a in n.attributes.values()
-            ],
+    def attr_value(v):
+        if isinstance(v, onyx.ir.Tensor):
+            return (v.name, v.dtype, v.shape, v.numpy().tobytes())
+        if isinstance(v, float):  # (by its bits: NaN too)
+            return ("float", struct.pack("<d", v))
+        if isinstance(v, onyx.ir.Graph):
+            return graph(v)
+        if isinstance(v, list):
+            return [attr_value(x) for x in v]
+        return v
+
+    def graph(g):
+        nodes = [
+            (
+                n.op_type,
+                n.domain,
+                n.name,
+                n.doc_string,
+                n.extras,
+                [vid(v) for v in n.inputs],
+                [value(v) for v in n.outputs],
+                [
+                    (a.name, a.type, attr_value(a.value), a.doc_string, a.extras)
+                    for a in n.attributes.values()
+                ],
+            )
+            for n in g
+        ]
+        inits = [
+            (k, value(v), v.const_value.dtype, v.const_value.shape, v.const_value.numpy().tobytes())
+            for k, v in g.initializers.items()
+        ]
+        return (
+            [value(v) for v in g.inputs],
+            inits,
+            nodes,
+            [value(v) for v in g.outputs],
+            [value(v) for v in g.value_info],
+            (g.name, g.doc_string, g.metadata_props, plain(g.extras)),
         )
-        for n in g
-    ]
-    inits = [
-        (k, value(v), v.const_value.dtype, v.const_value.shape, v.const_value.numpy().tobytes())
-        for k, v in g.initializers.items()
-    ]
+
+    number(m.graph)
     return (
-        [value(v) for v in g.inputs],
-        inits,
-        nodes,
-        [value(v) for v in g.outputs],
-        [value(v) for v in g.value_info],
-        (g.name, g.doc_string, g.metadata_props, plain(g.extras)),
+        graph(m.graph),
         (m.ir_version, m.opset_imports, m.producer_name, m.producer_version, m.domain),
         (m.model_version, m.doc_string, m.metadata_props, m.extras, list(m.functions)),
     )
@@ -174,6 +187,34 @@ def _tiny() -> ModelProto:
     mp = ModelProto()
     mp.ParseFromString(TINY.read_bytes())
     return mp
+
+
+def _branch(name: str, nodes, outputs) -> GraphProto:
+    """A subgraph of ``nodes`` (NodeProtos) whose outputs are the names ``outputs``."""
+    return GraphProto(name=name, node=nodes, output=[ValueInfoProto(name=o) for o in outputs])
+
+
+def _if(cond: str, out: str, then_reads: str, else_reads: str) -> NodeProto:
+    """An If node whose branches read ``then_reads`` / ``else_reads`` (outer names)."""
+    then = _branch("then", [NodeProto(op_type="Identity", input=[then_reads], output=["t"])], ["t"])
+    other = _branch("else", [NodeProto(op_type="Relu", input=[else_reads], output=["e"])], ["e"])
+    return NodeProto(
+        op_type="If",
+        input=[cond],
+        output=[out],
+        attribute=[
+            AttributeProto(name="then_branch", type=5, g=then),
+            AttributeProto(name="else_branch", type=5, g=other),
+        ],
+    )
+
+
+def _add_if(mp, node: NodeProto, at: int | None = None) -> None:
+    mp.graph.initializer.add(name="cond", data_type=9, dims=[], raw_data=b"\x01")
+    if at is None:
+        mp.graph.node.append(node)
+    else:
+        mp.graph.node.insert(at, node)
 
 
 def _changed(edit) -> bytes:
@@ -210,6 +251,58 @@ _EDITS = {
     "a sparse initializer": lambda mp: mp.graph.sparse_initializer.add(),
     "a function": lambda mp: mp.functions.add(name="f", domain="d"),
     "a subgraph": lambda mp: mp.graph.node[0].attribute.add(name="body", type=5, g=GraphProto()),
+    "subgraphs reading outer names": lambda mp: _add_if(mp, _if("cond", "picked", "c1", "r2")),
+    "a subgraph reading a name defined after its node": lambda mp: _add_if(
+        mp, _if("cond", "picked", "image", "r2"), at=1
+    ),
+    "nested subgraphs": lambda mp: _add_if(
+        mp,
+        NodeProto(
+            op_type="Loop",
+            input=["", "cond"],
+            output=["looped"],
+            attribute=[
+                AttributeProto(
+                    name="body",
+                    type=5,
+                    g=_branch(
+                        "body",
+                        [
+                            _if("cond", "inner", "image", "c1"),
+                            NodeProto(op_type="Identity", input=["cond"], output=["again"]),
+                        ],
+                        ["again", "inner"],
+                    ),
+                )
+            ],
+        ),
+    ),
+    "a subgraph defining a name it read outside": lambda mp: _add_if(
+        mp,
+        NodeProto(
+            op_type="If",
+            input=["cond"],
+            output=["picked"],
+            attribute=[
+                AttributeProto(
+                    name="then_branch",
+                    type=5,
+                    g=_branch(
+                        "then",
+                        [
+                            NodeProto(op_type="Relu", input=["c1"], output=["x"]),
+                            NodeProto(op_type="Relu", input=["x"], output=["c1"]),
+                        ],
+                        ["c1"],
+                    ),
+                ),
+                AttributeProto(name="else_branch", type=5, g=_branch("else", [], ["c1"])),
+            ],
+        ),
+    ),
+    "a tensor of no elements and no data": lambda mp: mp.graph.node[0].attribute.add(
+        name="value", type=4, t=TensorProto(dims=[0, 4], data_type=1, name="nothing")
+    ),
     "a long list": lambda mp: mp.graph.node[0].attribute.add(
         name="long", type=7, ints=list(range(600))
     ),
@@ -307,7 +400,7 @@ def test_what_it_reads_or_declines_loads_as_before(what):
         "external data",
         "a sparse initializer",
         "a function",
-        "a subgraph",
+        "a subgraph defining a name it read outside",
         "a string initializer",
         "a map without a key type",
     ],
@@ -339,6 +432,11 @@ def test_what_it_does_not_follow_declines(what):
         "data_location written DEFAULT",
         "a typed Constant's doc and location",
         "an empty raw initializer",
+        "a subgraph",
+        "subgraphs reading outer names",
+        "a subgraph reading a name defined after its node",
+        "nested subgraphs",
+        "a tensor of no elements and no data",
     ],
 )
 def test_what_it_follows_is_read(what):
@@ -531,7 +629,7 @@ def test_mutated_models_decline_or_read_as_protobuf_reads_them():
     seeds = [p.read_bytes() for p in _model_files() if p.stat().st_size < 200_000]
     seeds = [d for d in seeds if wire_reader.read_model(d) is not None][:20]
     seeds += [_changed(_EDITS[e]) for e in ("long lists", "lists of a hundred", "a typed Constant")]
-    seeds += [_changed(_EDITS["a sequence of maps"])]
+    seeds += [_changed(_EDITS[e]) for e in ("a sequence of maps", "nested subgraphs")]
     seeds += [
         _changed(_EDITS["a typed Constant's doc and location"]),
         _packed_model(_PACKED["packed ints"]),

@@ -50,7 +50,7 @@ G_INPUT, G_OUTPUT, G_VALUE_INFO, G_METADATA_PROPS = 11, 12, 13, 16
 N_INPUT, N_OUTPUT, N_NAME, N_OP_TYPE, N_ATTRIBUTE, N_DOC_STRING, N_DOMAIN = 1, 2, 3, 4, 5, 6, 7
 N_METADATA_PROPS = 9
 # AttributeProto
-A_NAME, A_F, A_I, A_S, A_T, A_FLOATS, A_INTS, A_STRINGS, A_TYPE = 1, 2, 3, 4, 5, 7, 8, 9, 20
+A_NAME, A_F, A_I, A_S, A_T, A_G, A_FLOATS, A_INTS, A_STRINGS, A_TYPE = 1, 2, 3, 4, 5, 6, 7, 8, 9, 20
 # ValueInfoProto, TypeProto, TypeProto.Tensor, TensorShapeProto(.Dimension)
 VI_NAME, VI_TYPE, VI_DOC_STRING, VI_METADATA_PROPS = 1, 2, 3, 4
 TYPE_TENSOR_TYPE, TYPE_SEQUENCE_TYPE, TYPE_MAP_TYPE = 1, 4, 5
@@ -91,11 +91,12 @@ ATTR_VALUE = {
     int(_A.INT): A_I,
     int(_A.STRING): A_S,
     int(_A.TENSOR): A_T,
+    int(_A.GRAPH): A_G,
     int(_A.FLOATS): A_FLOATS,
     int(_A.INTS): A_INTS,
     int(_A.STRINGS): A_STRINGS,
 }
-_ATTR_KIND = {int(k): k for k in (_A.FLOAT, _A.INT, _A.STRING, _A.TENSOR)}
+_ATTR_KIND = {int(k): k for k in (_A.FLOAT, _A.INT, _A.STRING, _A.TENSOR, _A.GRAPH)}
 _ATTR_KIND.update({int(k): k for k in (_A.FLOATS, _A.INTS, _A.STRINGS)})
 _BY_VALUE = {int(d): d for d in DataType}
 #: Bytes per element of the element types a raw initializer is read for (reader's plain case).
@@ -296,6 +297,8 @@ class _Model:
         self.buf = buf
         self.max_items = max_items
         self.items = 0
+        #: Whether the node being read holds a subgraph (a _Pending attribute).
+        self.pending = False
         for table in (_TYPES, TENSOR_TYPES):  # (the others: cleared when full)
             if len(table) >= MEMO_MAX_ENTRIES:
                 table.clear()
@@ -399,7 +402,9 @@ class _Model:
         return texts[0], texts[1], raw
 
     # -- graph ---------------------------------------------------------------------------------
-    def graph(self, start: int, end: int) -> Graph:
+    def graph(self, start: int, end: int, outer: tuple = ()) -> Graph:
+        """A GraphProto's Graph; ``outer``: the enclosing graphs' scopes, outermost first (a
+        subgraph's nodes read their names, as the Reader's do)."""
         nodes, inits, inputs, outputs, infos, props = [], [], [], [], [], []
         lists = {_TAG_NODE: nodes, _TAG_INITIALIZER: inits, _TAG_INPUT: inputs}
         lists.update({_TAG_OUTPUT: outputs, _TAG_VALUE_INFO: infos, _TAG_PROPS: props})
@@ -428,7 +433,7 @@ class _Model:
                 doc = self.text(a, pos)
             else:
                 raise _Decline
-        self.items = len(nodes) + len(inits) + len(infos) + len(props)
+        self.items += len(nodes) + len(inits) + len(infos) + len(props)
         if self.max_items is not None and self.items > self.max_items:
             raise _Decline  # (protobuf's import costs less than reading it here)
         g = Graph(name=name or "")
@@ -455,12 +460,23 @@ class _Model:
                 v = Value(tname, None, t)
                 scope.setdefault(tname, v)
             named[tname] = v
+        borrowed: set[str] = set()
+        later = []
         for span in nodes:
-            g.append(self.node(*span, scope))
+            node = self.node(*span, scope, outer, borrowed)
+            g.append(node)
+            if self.pending:
+                later.append(node)
+                self.pending = False
+        if later:  # (a subgraph may read any name of this graph: read after its last node)
+            self.subgraphs(later, (*outer, scope))
+            if not outer:
+                uses_in_node_order(g)
+        scopes = (*outer, scope)
         for span in outputs:
-            g.outputs.append(self.declared(span, scope, declared))
+            g.outputs.append(self.declared(span, scopes, declared))
         for span in infos:
-            g.value_info.append(self.declared(span, scope, declared))
+            g.value_info.append(self.declared(span, scopes, declared))
         for v in named.values():
             if v.type is None:
                 t = v.const_value
@@ -486,13 +502,23 @@ class _Model:
         owner.metadata_props = {key: value for key, value, _ in entries}
         return {"props": [raw for _, _, raw in entries]}
 
-    def declared(self, span, scope: dict, declared: set) -> Value:
+    def subgraphs(self, nodes: list, scopes: tuple) -> None:
+        """Read the GRAPH attributes of ``nodes`` (placeholders, _Pending, till now)."""
+        for node in nodes:
+            node.attributes = {
+                key: Attr(a.name, _A.GRAPH, self.graph(*a.span, scopes), "", "")
+                if type(a) is _Pending
+                else a
+                for key, a in node.attributes.items()
+            }
+
+    def declared(self, span, scopes: tuple, declared: set) -> Value:
         """The Value a graph output or value_info entry names, declared by it (the Reader's
         _lookup and _declare; an entry that would differ from an earlier one declines)."""
         vname, vi = self.value_info(*span)
-        v = scope.get(vname)
+        v = _lookup(scopes, vname)
         if v is None:
-            v = scope[vname] = Value(vname)
+            v = scopes[-1][vname] = Value(vname)
         if id(v) not in declared and v.type is None and not v.doc_string:
             declared.add(id(v))
             self.declare(v, vi)
@@ -655,7 +681,7 @@ class _Model:
                 pos = end
             else:
                 raise _Decline
-        if code is None or (raw is None) == (typed_tag is None):
+        if code is None or (raw is not None and typed_tag is not None):
             raise _Decline
         if name is not None:
             name = self.text(*name)
@@ -679,10 +705,15 @@ class _Model:
         element type, or a numeric typed field (the Reader's plain cases, and its general
         path's reading of a doc string or a data_location written as DEFAULT)."""
         dims, code, name, raw, typed, doc, located = self.tensor_fields(a, b, named)
-        if typed is None:
+        if raw is not None:
             t = self.raw(dims, code, name, raw)
-        else:
+        elif typed is not None:
             t = self.typed_tensor(dims, code, name, *typed)
+        else:  # (no data field: the typed field read empty, right for no elements alone)
+            known = _PLAIN_TYPED.get(code)
+            if known is None:
+                raise _Decline
+            t = self.typed_tensor(dims, code, name, known[0], ())
         if doc is not None or located:
             self.tensor_extras(t, doc, located)
         return t
@@ -746,8 +777,8 @@ class _Model:
             elif field_dtype == np.int64:
                 values = list(map(_signed, values))
             arr = np.array(values, dtype=field_dtype)
-        if not arr.size or arr.size != math.prod(dims):
-            raise _Decline  # (none: no field; a wrong count: the general path reports it)
+        if arr.size != math.prod(dims):
+            raise _Decline  # (a wrong count: the general path reports it)
         if element is not None:
             arr = arr.astype(element)
         t = Tensor(arr.reshape(dims), name=name, dtype=_BY_VALUE[code])
@@ -772,7 +803,10 @@ class _Model:
         return out
 
     # -- nodes and attributes ------------------------------------------------------------------
-    def node(self, a: int, b: int, scope: dict) -> Node:
+    def node(self, a: int, b: int, scope: dict, outer: tuple, borrowed: set) -> Node:
+        """A NodeProto's Node, its inputs the Values of ``scope`` (else of the ``outer``
+        scopes, innermost first: the name is then ``borrowed``, and a later definition of it
+        here, which the Reader would prefer, declines)."""
         key = self.buf[a:b] if b - a <= MEMO_MAX_NODE_BYTES else None
         fields = _NODES.get(key) if key is not None else None
         if fields is None:
@@ -789,11 +823,11 @@ class _Model:
         get = scope.get
         values = [get(n) if n else None for n in inputs]
         if None in values and any(n and v is None for n, v in zip(inputs, values)):
-            raise _Decline  # (defined later or nowhere: the Reader settles it at the end)
+            values = self.borrow(inputs, values, outer, borrowed)
         outs = [Value(n) for n in outputs]
         for n, v in zip(outputs, outs):
             if n:
-                if n in scope:
+                if n in scope or n in borrowed:
                     raise _Decline  # (defined again: every use means the last definition)
                 scope[n] = v
         node = Node(op_type, values, outs, None, domain, name)
@@ -804,6 +838,19 @@ class _Model:
         if attrs:
             node.attributes = {attr.name: attr for attr in map(self.attribute, *zip(*attrs))}
         return node
+
+    def borrow(self, names, values: list, outer: tuple, borrowed: set) -> list:
+        """``values`` with the names this graph does not define (yet) found in the enclosing
+        graphs; one defined nowhere (or later: the Reader settles it at the end) declines."""
+        out = []
+        for n, v in zip(names, values):
+            if n and v is None:
+                v = _lookup(outer, n)
+                if v is None:
+                    raise _Decline
+                borrowed.add(n)
+            out.append(v)
+        return out
 
     def node_fields(self, a: int, b: int) -> tuple:
         """(input names, output names, op_type, domain, name, {field: text} where it has a
@@ -873,7 +920,7 @@ class _Model:
             name, kind, value = known
             return Attr(name, kind, list(value) if type(value) is tuple else value, "", "")
         attr = self.read_attribute(a, b)
-        if key is not None and attr.type != _A.TENSOR and type(attr) is Attr:
+        if key is not None and type(attr) is Attr and attr.type != _A.TENSOR:
             if len(_ATTRS) >= MEMO_MAX_ENTRIES:
                 _ATTRS.clear()
             value = attr.value
@@ -894,6 +941,11 @@ class _Model:
         if others or lists.keys() - {value_field}:
             raise _Decline  # (another value field: the Reader keeps it in extras)
         name = self.text(*got[A_NAME])
+        if kind == _A.GRAPH:
+            if value_field not in got or not name:
+                raise _Decline
+            self.pending = True
+            return _Pending(name, got[value_field])
         if kind == _A.TENSOR:
             if value_field not in got:
                 raise _Decline
@@ -989,6 +1041,34 @@ class _Model:
             arr.flags.writeable = False
             return arr
         return arr.tolist()
+
+
+class _Pending:
+    """A GRAPH attribute of a node, read once its graph's last node is read (_Model.subgraphs)."""
+
+    __slots__ = ("name", "span")
+
+    def __init__(self, name: str, span: tuple[int, int]):
+        self.name, self.span = name, span
+
+
+def _lookup(scopes: tuple, name: str) -> Value | None:
+    """The Value ``name`` means in the innermost of ``scopes`` that defines it, or None."""
+    for scope in reversed(scopes):
+        v = scope.get(name)
+        if v is not None:
+            return v
+    return None
+
+
+def uses_in_node_order(g: Graph) -> None:
+    """Register every use again, node by node and each node's subgraphs after its own inputs:
+    a Value lists its uses in that order, as if every name had been settled as it was read
+    (both readers, for a graph that holds subgraphs)."""
+    for node in g:
+        node.set_inputs(node.inputs)
+        for sub in node.subgraphs():
+            uses_in_node_order(sub)
 
 
 class _Built:
@@ -1088,3 +1168,4 @@ _LIST_WIRE = frozenset({A_FLOATS, A_INTS, A_STRINGS})
 _TAG_FLOAT_ITEM, _TAG_INTS, _TAG_STRINGS = A_FLOATS << 3 | _I32, A_INTS << 3, A_STRINGS << 3 | _LEN
 _UNPACKED_FLOAT = np.dtype([("tag", "u1"), ("value", "<f4")])
 _ATTR_SINGULAR = {A_NAME: _LEN, A_TYPE: _VARINT, A_F: _I32, A_I: _VARINT, A_S: _LEN, A_T: _LEN}
+_ATTR_SINGULAR[A_G] = _LEN
