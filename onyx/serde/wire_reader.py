@@ -69,13 +69,17 @@ MAX_BYTES = 16 << 20
 #: Attribute lists of this many elements or more are held as read-only arrays (ir's
 #: Attr.of_array), as the Reader holds them (reader.LONG_LIST, which tests hold equal).
 LONG_LIST = 512
-#: What the wire path saves is protobuf's import (and its messages' classes), a fixed cost
-#: once per process: some 7 ms. Per item of a graph (a node, an initializer, a value_info, a
-#: metadata entry) it costs a few microseconds more than protobuf's C parse with the Reader.
-#: So a process reads models here until their items add up to this, the import's worth of
-#: that excess; a model that would take it past is left to protobuf, whose import then takes
-#: every later model too (model_io). ``read_model(data, limited=True)`` counts against it.
-ITEM_BUDGET = 3000
+#: What the wire path saves is protobuf's import (and its messages' classes, and the Reader's
+#: modules), a fixed cost once per process: 7-8 ms (fresh processes, load and graph, medians:
+#: tiny_cnn 0.5 ms here against 7.9 by protobuf). Per item of a graph (a node, an initializer,
+#: a value_info, a metadata entry) it costs up to some 3 us more than protobuf's C parse with
+#: the Reader (in-process, both warm; less where big raw weights dominate, which protobuf
+#: copies twice), and more for nodes of many small attributes (an isolation forest of 2700
+#: items: 24 ms more). So a process reads models here until their items add up to this, about
+#: the import's worth; a model that would take it past is left to protobuf, whose import then
+#: takes every later model too (model_io). ``read_model(data, limited=True)`` counts against
+#: it. (The biggest plain zoo models, 1300-1500 items, read 4-7 ms faster cold this way.)
+ITEM_BUDGET = 2000
 #: What is left of ITEM_BUDGET in this process.
 items_left = ITEM_BUDGET
 
@@ -167,7 +171,11 @@ def _fields(buf: bytes, pos: int, end: int) -> list[tuple[int, int, int, int]]:
                 raise _Decline
             append((field, wt, a, pos))
         elif wt == _VARINT:
-            v, pos = _varint(buf, pos, end)
+            v = buf[pos] if pos < end else 0x80
+            if v < 0x80:
+                pos += 1
+            else:
+                v, pos = _varint(buf, pos, end)
             append((field, wt, v, pos))
         elif wt == _I32 or wt == _I64:
             a, pos = pos, pos + (4 if wt == _I32 else 8)
@@ -267,6 +275,11 @@ def _int32(v: int) -> int:
         raise _Decline
     return v
 
+
+#: Attributes of at most this many bytes are read field by field; bigger ones find their
+#: lists' runs with numpy, whose fixed cost (some 10 us) a Python loop over a list's elements
+#: (0.3 us each) passes at a few dozen.
+SMALL_ATTRIBUTE = 64
 
 #: Types read (TypeProto bytes -> type), shared by every read in the process as the Reader's
 #: table is (reader._TYPES, which holds its own form of them); and initializers' tensor types
@@ -929,7 +942,8 @@ class _Model:
 
     def read_attribute(self, a: int, b: int) -> Attr:
         buf = self.buf
-        got, lists = self.attribute_fields(a, b)
+        small = b - a <= SMALL_ATTRIBUTE  # (a conv's kernel shape: its fields one by one)
+        got, lists = self.small_attribute_fields(a, b) if small else self.attribute_fields(a, b)
         if A_TYPE not in got or A_NAME not in got:
             raise _Decline
         code = got[A_TYPE][0]
@@ -953,7 +967,8 @@ class _Model:
         if not name:
             raise _Decline
         if value_field in _LIST_WIRE:
-            value = self.attr_list(kind, lists.get(value_field, ()))
+            entries = lists.get(value_field, ())
+            value = self.short_list(kind, entries) if small else self.attr_list(kind, entries)
             if type(value) is not list:  # (a long list: its array)
                 return Attr.of_array(name, kind, value)
         elif value_field not in got:
@@ -967,6 +982,35 @@ class _Model:
             else:
                 value = decode_text(buf[fa:fb])
         return Attr(name, kind, value, "", "")
+
+    def small_attribute_fields(self, a: int, b: int) -> tuple[dict, dict]:
+        """({singular field: (a, b)}, {list field: [(wire type, a, b)]}) of an AttributeProto
+        of SMALL_ATTRIBUTE bytes or fewer (no list of LONG_LIST elements fits in it)."""
+        got, lists = {}, {}
+        for field, wt, fa, fb in _fields(self.buf, a, b):
+            if field in _LIST_WIRE:
+                lists.setdefault(field, []).append((wt, fa, fb))
+            elif _ATTR_SINGULAR.get(field) != wt or field in got:
+                raise _Decline
+            else:
+                got[field] = (fa, fb)
+        return got, lists
+
+    def short_list(self, kind: AttrType, entries) -> list:
+        """A list attribute's value from its entries (small_attribute_fields)."""
+        buf = self.buf
+        if kind == _A.STRINGS:
+            if any(wt != _LEN for wt, _, _ in entries):
+                raise _Decline
+            return [decode_text(buf[a:b]) for _, a, b in entries]
+        if kind == _A.INTS:
+            return [_signed(v) for wt, a, b in entries for v in self.varints(wt, a, b)]
+        chunks = []
+        for wt, a, b in entries:
+            if (wt == _LEN and (b - a) % 4) or wt not in (_LEN, _I32):
+                raise _Decline
+            chunks.append(buf[a:b])
+        return np.frombuffer(b"".join(chunks), "<f4").tolist()
 
     def attribute_fields(self, a: int, b: int) -> tuple[dict, dict]:
         """({singular field: (a, b)}, {list field: chunks}) of an AttributeProto: a float32
@@ -1031,7 +1075,11 @@ class _Model:
                 arr = np.array([buf[a:b] for a, b in spans], dtype=object)
                 arr.flags.writeable = False
                 return arr
-            return [decode_text(buf[a:b]) for a, b in spans]
+            strings = [buf[a:b] for a, b in spans]
+            try:  # (one C call for the list, as the Reader's)
+                return list(map(bytes.decode, strings))
+            except UnicodeDecodeError:
+                return list(map(decode_text, strings))
         if not chunks:
             return []
         arr = chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
