@@ -72,7 +72,7 @@ LONG_LIST = 512
 #: What the wire path saves is protobuf's import (and its messages' classes, and the Reader's
 #: modules), a fixed cost once per process: 7-8 ms (fresh processes, load and graph, medians:
 #: tiny_cnn 0.5 ms here against 7.9 by protobuf). Per item of a graph (a node, an initializer,
-#: a value_info, a metadata entry) it costs up to some 3 us more than protobuf's C parse with
+#: an input, output or value_info, a metadata entry) it costs up to some 3 us more than protobuf's C parse with
 #: the Reader (in-process, both warm; less where big raw weights dominate, which protobuf
 #: copies twice), and more for nodes of many small attributes (an isolation forest of 2700
 #: items: 24 ms more). So a process reads models here until their items add up to this, about
@@ -423,6 +423,8 @@ class _Model:
         lists.update({_TAG_OUTPUT: outputs, _TAG_VALUE_INFO: infos, _TAG_PROPS: props})
         name = doc = None
         buf, pos = self.buf, start
+        # (a graph of more items than the budget declines before the rest is scanned)
+        left = len(buf) if self.max_items is None else self.max_items - self.items
         while pos < end:  # (every field of a graph is LEN: its spans, by tag)
             key = buf[pos]
             if key < 0x80:
@@ -440,15 +442,16 @@ class _Model:
             into = lists.get(key)
             if into is not None:
                 into.append((a, pos))
+                left -= 1
+                if left < 0:
+                    raise _Decline  # (protobuf's import costs less than reading it here)
             elif key == _TAG_GRAPH_NAME and name is None:
                 name = self.text(a, pos)
             elif key == _TAG_GRAPH_DOC and doc is None:
                 doc = self.text(a, pos)
             else:
                 raise _Decline
-        self.items += len(nodes) + len(inits) + len(infos) + len(props)
-        if self.max_items is not None and self.items > self.max_items:
-            raise _Decline  # (protobuf's import costs less than reading it here)
+        self.items += len(nodes) + len(inits) + len(infos) + len(props) + len(inputs) + len(outputs)
         g = Graph(name=name or "")
         scope: dict[str, Value] = {}
         declared: set[int] = set()
