@@ -663,3 +663,26 @@ def test_the_external_data_module_imports_no_protobuf():
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
     )
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_a_process_reads_models_without_protobuf_while_its_item_budget_lasts():
+    """model_io's reads count against wire_reader.items_left: the model that would take it
+    past the budget goes the protobuf way (its import is then paid, and worth it)."""
+    code = f"""
+import sys
+import onyx
+from onyx.serde import wire_reader
+items = wire_reader._Model(open({str(TINY)!r}, "rb").read())
+items.model()
+wire_reader.items_left = items.items * 3 // 2
+seen = []
+for _ in range(2):
+    onyx.load({str(TINY)!r})
+    seen.append("google.protobuf" in sys.modules)
+print(seen, wire_reader.items_left == items.items * 3 // 2 - items.items)
+"""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
+    )
+    assert out.stdout.strip() == "[False, True] True", out.stdout
