@@ -686,3 +686,26 @@ print(seen, wire_reader.items_left == items.items * 3 // 2 - items.items)
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
     )
     assert out.stdout.strip() == "[False, True] True", out.stdout
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "skl2onnx_coltrans_ordinal_forest",  # (a tree ensemble's long lists)
+        "onnxmltools_lightgbm_binary",  # (ZipMap: a sequence of maps)
+        "torch-torchscript_loop_if_op17",  # (Loop and If bodies)
+    ],
+)
+def test_a_session_of_a_tree_or_control_flow_model_imports_no_protobuf(name):
+    path = ROOT / "tests" / "models" / "zoo" / f"{name}.onnx"
+    code = f"""
+import sys
+import onyx
+onyx.InferenceSession({str(path)!r})
+print(sorted(m for m in sys.modules if m.startswith(("google", "onyx.proto"))))
+"""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
+    )
+    assert out.stdout.strip() == "[]", out.stdout
