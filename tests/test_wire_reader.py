@@ -217,6 +217,21 @@ def _add_if(mp, node: NodeProto, at: int | None = None) -> None:
         mp.graph.node.insert(at, node)
 
 
+#: float32 bit patterns: signaling NaNs of both signs, a quiet one, denormals, 1.5, inf.
+_SNANS = np.array(
+    [0x7F800001, 0xFF826215, 0x7FC00000, 0x7FA00000, 1, 0x80000001, 0x3FC00000, 0x7F800000],
+    np.uint32,
+).view("<f4")
+
+
+def _packed_floats(name: str, values: np.ndarray, field: int = 4, dtype: int = 1) -> TensorProto:
+    """A tensor whose typed field holds ``values``' bytes as they are (a Python float list
+    would have made every signaling NaN quiet on its way)."""
+    tp = TensorProto(name=name, data_type=dtype, dims=[len(values)])
+    tp.MergeFromString(_field(field, values.tobytes()))
+    return tp
+
+
 def _changed(edit) -> bytes:
     mp = _tiny()
     edit(mp)
@@ -341,6 +356,13 @@ _EDITS = {
     "a map without a key type": lambda mp: mp.graph.output.add().CopyFrom(
         ValueInfoProto(name="m", type=TypeProto(map_type=TypeProto.Map()))
     ),
+    "signaling NaNs in short and long float fields": lambda mp: mp.graph.initializer.extend(
+        [
+            _packed_floats("short", _SNANS[:3]),
+            _packed_floats("long", np.tile(_SNANS, 5)),
+            _packed_floats("long64", np.tile(_SNANS, 5).astype("<f8"), field=10, dtype=11),
+        ]
+    ),
     "a typed Constant": lambda mp: mp.graph.node[0].attribute.add(
         name="value", type=4, t=TensorProto(dims=[1], data_type=1, float_data=[1.0])
     ),
@@ -422,6 +444,7 @@ def test_what_it_does_not_follow_declines(what):
         "input metadata",
         "typed initializers",
         "a typed Constant",
+        "signaling NaNs in short and long float fields",
         "a long list",
         "long lists",
         "lists of a hundred",
@@ -559,6 +582,12 @@ def test_external_mark_is_model_ios():
     from onyx.serde import model_io
 
     assert wire_reader._EXTERNAL_MARK == model_io._EXTERNAL_MARK  # noqa: SLF001
+
+
+def test_short_typed_is_the_readers():
+    from onyx.serde import tensors
+
+    assert wire_reader.SHORT_TYPED == tensors.SHORT_TYPED
 
 
 def test_typed_tensor_table_is_the_readers():

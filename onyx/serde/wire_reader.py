@@ -26,6 +26,7 @@ tests hold the IR built here to the Reader's on every model file of the reposito
 from __future__ import annotations
 
 import math
+import struct
 
 import numpy as np
 
@@ -276,6 +277,10 @@ def _int32(v: int) -> int:
     return v
 
 
+#: A typed float field of at most this many elements reaches the Reader's numpy as a list of
+#: Python floats, a longer one as the field itself (tensors.SHORT_TYPED, which tests hold
+#: equal): the two differ on a signaling NaN, which only the list makes quiet.
+SHORT_TYPED = 32
 #: Attributes of at most this many bytes are read field by field; bigger ones find their
 #: lists' runs with numpy, whose fixed cost (some 10 us) a Python loop over a list's elements
 #: (0.3 us each) passes at a few dozen.
@@ -772,8 +777,14 @@ class _Model:
             raw = buf[entries[0][1] : entries[0][2]] if len(entries) == 1 else self.join(entries)
             if len(raw) % size:
                 raise _Decline
-            # (float32 values reach numpy as Python floats: converted to double and back)
-            arr = np.frombuffer(raw, wire_dtype).astype(np.float64).astype(field_dtype)
+            count = len(raw) // size
+            if count <= SHORT_TYPED:  # (the Reader's list of Python floats: a float32 value
+                # converted to double and back, a signaling NaN made quiet, as struct does)
+                arr = np.array(
+                    struct.unpack(f"<{count}{'f' if size == 4 else 'd'}", raw), field_dtype
+                )
+            else:  # (its field read by numpy whole: the bits as they are)
+                arr = np.frombuffer(raw, wire_dtype).astype(field_dtype)
         elif all(wt == _LEN for wt, _, _ in entries):  # (packed, as writers write them)
             raw = buf[entries[0][1] : entries[0][2]] if len(entries) == 1 else self.join(entries)
             if raw.isascii():  # (every value one byte, under 128: a zero point, an index)
