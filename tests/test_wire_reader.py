@@ -224,6 +224,13 @@ _SNANS = np.array(
 ).view("<f4")
 
 
+#: float64 bit patterns: signaling NaNs of both signs, a quiet one, a denormal, 1.5.
+_SNANS64 = np.array(
+    [0x7FF0000000000001, 0xFFF4000000000000, 0x7FF8000000000000, 1, 0x3FF8000000000000],
+    np.uint64,
+).view("<f8")
+
+
 def _packed_floats(name: str, values: np.ndarray, field: int = 4, dtype: int = 1) -> TensorProto:
     """A tensor whose typed field holds ``values``' bytes as they are (a Python float list
     would have made every signaling NaN quiet on its way)."""
@@ -360,7 +367,7 @@ _EDITS = {
         [
             _packed_floats("short", _SNANS[:3]),
             _packed_floats("long", np.tile(_SNANS, 5)),
-            _packed_floats("long64", np.tile(_SNANS, 5).astype("<f8"), field=10, dtype=11),
+            _packed_floats("long64", np.tile(_SNANS64, 5), field=10, dtype=11),
         ]
     ),
     "a typed Constant": lambda mp: mp.graph.node[0].attribute.add(
