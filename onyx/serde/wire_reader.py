@@ -243,6 +243,24 @@ def _varints_at(arr: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.nda
     return out
 
 
+def _byte_varints(buf: bytes, pos: int, end: int) -> tuple[np.ndarray | None, int]:
+    """(uint64 values, position after them) of the run of unpacked one-byte ints (a tag byte
+    and a value under 128, a tree's ids and features) starting at ``pos``, found with bytes'
+    C code; (None, pos) where the first value takes more bytes."""
+    run = buf[pos:end]
+    tags = run[0::2]
+    k = len(tags) - len(tags.lstrip(_INT_ITEM_BYTE))
+    values = run[1 : 2 * k : 2]
+    if not values.isascii():  # (the pairs before the first longer value only)
+        k = next(i for i, v in enumerate(values) if v >= 0x80)
+        values = values[:k]
+    if len(values) < k:
+        k = len(values)  # (a tag at the very end: truncated, left to the next step)
+    if k == 0:
+        return None, pos
+    return np.frombuffer(values, np.uint8).astype(np.uint64), pos + 2 * k
+
+
 def _unpacked_varints(buf: bytes, pos: int, end: int, tag: int) -> tuple[np.ndarray, int]:
     """(uint64 values, position after them) of the run of unpacked varint fields of one-byte
     ``tag`` starting at ``pos``: onnx.proto2's layout of an attribute's ints (a tree
@@ -924,18 +942,19 @@ class _Model:
             get(N_OP_TYPE, ""),
             get(N_DOMAIN, ""),
             get(N_NAME, ""),
-            None if plain else texts,
+            None if plain else _NodeTexts(texts),
             tuple(attrs),
             tuple(props),
         )
 
-    def node_texts(self, node: Node, texts: dict, props: list) -> None:
+    def node_texts(self, node: Node, texts: _NodeTexts, props: list) -> None:
         """A node's doc_string, and its extras: strings written empty, metadata."""
-        if N_DOC_STRING in texts:
-            node.doc_string = texts[N_DOC_STRING]
-        present = tuple(name for f, name in _NODE_TEXT_NAMES if f in texts and not texts[f])
+        if texts.doc is not None:
+            node.doc_string = texts.doc
+        present = texts.present
         extras = {"present": present} if present else {}
-        extras.update(self.props(node, props))
+        if props:
+            extras.update(self.props(node, props))
         if extras:
             node.extras = extras
 
@@ -1036,17 +1055,21 @@ class _Model:
         while pos < b:
             key = buf[pos]
             if key == _TAG_INTS:
-                values, pos = _unpacked_varints(buf, pos, b, key)
+                values, pos = _byte_varints(buf, pos, b)
+                if values is None:  # (a value of two bytes or more first)
+                    values, pos = _unpacked_varints(buf, pos, b, key)
                 lists.setdefault(A_INTS, []).append(values)
                 continue
             if key == _TAG_FLOAT_ITEM:
-                n = (b - pos) // 5
-                run = np.frombuffer(buf, _UNPACKED_FLOAT, n, pos)
-                other = run["tag"] != key
-                k = int(other.argmax()) if other.any() else n
-                if k == 0:
+                # (bytes' C code finds the run: every fifth byte this tag, from here on)
+                tags = buf[pos:b:5]
+                k = len(tags) - len(tags.lstrip(_FLOAT_ITEM_BYTE))
+                if pos + 5 * k > b:
+                    k -= 1
+                if k <= 0:
                     raise _Decline  # (truncated)
-                lists.setdefault(A_FLOATS, []).append(np.ascontiguousarray(run["value"][:k]))
+                run = np.frombuffer(buf, _UNPACKED_FLOAT, k, pos)
+                lists.setdefault(A_FLOATS, []).append(np.ascontiguousarray(run["value"]))
                 pos += 5 * k
                 continue
             if key == _TAG_STRINGS:
@@ -1103,6 +1126,18 @@ class _Model:
             arr.flags.writeable = False
             return arr
         return arr.tolist()
+
+
+class _NodeTexts:
+    """A node's doc string (None: not written) and its texts written empty, in the Reader's
+    order (_NODE_PRESENCE): a function of the node's bytes (_NODES; skl2onnx writes every
+    node's domain, empty ones too)."""
+
+    __slots__ = ("doc", "present")
+
+    def __init__(self, texts: dict):
+        self.doc = texts.get(N_DOC_STRING)
+        self.present = tuple(f for n, f in _NODE_TEXT_NAMES if n in texts and not texts[n])
 
 
 class _Pending:
@@ -1229,5 +1264,6 @@ _LIST_WIRE = frozenset({A_FLOATS, A_INTS, A_STRINGS})
 #: The tags of an attribute's list elements as onnx.proto2 writes them, unpacked.
 _TAG_FLOAT_ITEM, _TAG_INTS, _TAG_STRINGS = A_FLOATS << 3 | _I32, A_INTS << 3, A_STRINGS << 3 | _LEN
 _UNPACKED_FLOAT = np.dtype([("tag", "u1"), ("value", "<f4")])
+_FLOAT_ITEM_BYTE, _INT_ITEM_BYTE = bytes([_TAG_FLOAT_ITEM]), bytes([_TAG_INTS])
 _ATTR_SINGULAR = {A_NAME: _LEN, A_TYPE: _VARINT, A_F: _I32, A_I: _VARINT, A_S: _LEN, A_T: _LEN}
 _ATTR_SINGULAR[A_G] = _LEN
