@@ -105,12 +105,19 @@ def _feeds(model: str) -> dict:
 
     rng = np.random.default_rng(0)
     sess = onyx.InferenceSession(model)
-    return {
-        i.name: rng.standard_normal([d if isinstance(d, int) else 1 for d in i.shape]).astype(
-            np.float32
-        )
-        for i in sess.get_inputs()
-    }
+    feeds = {}
+    for i in sess.get_inputs():
+        shape = [d if isinstance(d, int) else 1 for d in i.shape]
+        if i.type == "tensor(float)":
+            feeds[i.name] = rng.standard_normal(shape).astype(np.float32)
+        else:  # (token ids and the like: zeros of the input's type are valid)
+            feeds[i.name] = np.zeros(shape, _NUMPY[i.type])
+    return feeds
+
+
+#: onnxruntime's type names of the inputs fed zeros.
+_NUMPY = {"tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(float16)": np.float16}
+_NUMPY["tensor(double)"] = np.float64
 
 
 def _one(

@@ -14,7 +14,10 @@ import weakref
 from ..errors import FormatError
 from ..ir.dtypes import DataType
 from ..ir.tensor import ExternalData, Tensor
-from .tensors import EXTERNAL, check_raw_size
+
+# (tensors.py, which imports protobuf, is imported where a tensor is read or written: the
+# runtime imports this module for MAPPED_FILES alone, kernels/mapped.py, and a model the wire
+# path read must not import protobuf for that)
 
 
 def safe_location(base_dir: str, location: str, what: str) -> str:
@@ -90,6 +93,8 @@ class ExternalResolver:
                 f"exceeds the file ({size} bytes)"
             )
         if dtype != DataType.STRING:
+            from .tensors import check_raw_size
+
             check_raw_size(length, dtype, dims, what)
         ext.base_dir = self.base_dir
         return Tensor.from_raw(memoryview(buf)[offset : offset + length], dtype, dims, name)
@@ -147,7 +152,7 @@ class ExternalSink:
         e.key, e.value = "offset", str(offset)
         e = tp.external_data.add()
         e.key, e.value = "length", str(len(buf))
-        tp.data_location = EXTERNAL
+        tp.data_location = tp.EXTERNAL  # (DataLocation's value, on the message class)
         return True
 
     def _tensor_file(self, t: Tensor) -> str:

@@ -1,7 +1,8 @@
 """onyx.load / loads (saving: saving.py).
 
-A small plain model (wire_reader.py follows it exactly) is read straight from its bytes, as
-long as protobuf is not imported; any other goes to proto_load.py, imported then, which reads it with the generated
+A plain model (wire_reader.py follows it exactly) is read straight from its bytes, as long
+as protobuf is not imported and the process's item budget lasts (wire_reader.ITEM_BUDGET);
+any other goes to proto_load.py, imported then, which reads it with the generated
 classes: it splits the model's top-level fields with the wire scanner, parses everything but the
 graph with the generated classes, reads the main graph's initializers (big ones as zero-copy
 views of the file, which is memory-mapped) and leaves the nodes as a parsed message until
@@ -88,8 +89,9 @@ def _load(data, where: str, base_dir: str | None, load_external_data: bool) -> M
 
 def _load_model(data, where: str, base_dir: str | None, load_external_data: bool) -> Model:
     # (once protobuf is imported, its C decoder with the Reader reads faster than
-    # wire_reader's pure Python: what wire_reader saves is the import)
-    model = read_model(data) if "google.protobuf" not in sys.modules else None
+    # wire_reader's pure Python: what wire_reader saves is the import, a fixed cost, which
+    # a limited read weighs against the items it reads: wire_reader.ITEM_BUDGET)
+    model = read_model(data, limited=True) if "google.protobuf" not in sys.modules else None
     if model is None:  # (not plain: protobuf's generated classes read it, or report the error)
         from .proto_load import load_model
 

@@ -31,6 +31,7 @@ from .fields import set_fields, written_empty
 from .tensors import plain_raw_tensor, plain_typed_tensor, tensor_from_proto
 from .wire_reader import TENSOR_TYPES
 from .wire_reader import decode_text as _decode
+from .wire_reader import uses_in_node_order as _uses_in_node_order
 
 A = AttrType
 #: AttributeProto field holding each attribute type's value.
@@ -679,15 +680,6 @@ class Reader:
             extras["residual"] = _residual(mp, _MODEL_MODELED)
         m.extras = extras
         return m
-
-
-def _uses_in_node_order(g: Graph) -> None:
-    """Register every use again, node by node and each node's subgraphs after its own inputs:
-    a Value lists its uses in that order, as if every name had been settled as it was read."""
-    for node in g:
-        node.set_inputs(node.inputs)
-        for sub in node.subgraphs():
-            _uses_in_node_order(sub)
 
 
 class _FunctionBody:

@@ -4,17 +4,18 @@ A session's cold start paid for importing protobuf (its C module, descriptors, t
 types its message metaclass imports once per process) and for building onyx.proto's message
 classes: several milliseconds, most of a small model's load. Most model files hold nothing but
 what this module follows (opsets, a graph of nodes with scalar/list/tensor attributes, raw or
-typed numeric initializers, tensor types, metadata, strings written empty): for those it builds
-the very IR that ``reader.Reader`` builds from the parsed messages, extras included. Anything else makes it say "don't know" (``read_model`` returns None) and
-the caller runs the protobuf path, which reads it or reports the error as ever:
+typed numeric tensors, tensor/sequence/map types, metadata, strings written empty): for those
+it builds the very IR that ``reader.Reader`` builds from the parsed messages, extras included.
+Anything else makes it say "don't know" (``read_model`` returns None) and the caller runs the
+protobuf path, which reads it or reports the error as ever:
 
 - bytes that are not exactly well formed (truncated, a bad varint, a wrong wire type, a group,
   a field number it does not model, which protobuf would keep as an unknown field);
 - a singular field written twice (protobuf merges or keeps the last one);
 - what the Reader keeps in ``extras`` as bytes (residuals, overrides, unfaithful types), an
   attribute's doc string or reference, other oneof members, functions, sparse tensors,
-  subgraphs, string tensors, a Constant's typed tensor, external data, lists of more than
-  MAX_LIST elements, graphs of more than MAX_ITEMS nodes and initializers;
+  subgraphs, string tensors, external data, optional and opaque types; and, from model_io (a
+  ``limited`` read), a graph of more items than what is left of ITEM_BUDGET;
 - names used before (or without) their definition, or defined twice (the Reader settles them
   after the last node).
 
@@ -25,6 +26,7 @@ tests hold the IR built here to the Reader's on every model file of the reposito
 from __future__ import annotations
 
 import math
+import struct
 
 import numpy as np
 
@@ -32,7 +34,7 @@ from ..ir.attr import Attr, AttrType
 from ..ir.dtypes import BY_ENUM, DataType, bit_width
 from ..ir.graph import Graph, Model, Node, Value
 from ..ir.tensor import Tensor
-from ..ir.types import Shape, TensorType
+from ..ir.types import MapType, SequenceType, Shape, TensorType
 from .wire import encode_varint
 
 # -- onyx.proto's field numbers (tests/test_wire_reader.py checks them against the schema) ----
@@ -49,28 +51,38 @@ G_INPUT, G_OUTPUT, G_VALUE_INFO, G_METADATA_PROPS = 11, 12, 13, 16
 N_INPUT, N_OUTPUT, N_NAME, N_OP_TYPE, N_ATTRIBUTE, N_DOC_STRING, N_DOMAIN = 1, 2, 3, 4, 5, 6, 7
 N_METADATA_PROPS = 9
 # AttributeProto
-A_NAME, A_F, A_I, A_S, A_T, A_FLOATS, A_INTS, A_STRINGS, A_TYPE = 1, 2, 3, 4, 5, 7, 8, 9, 20
+A_NAME, A_F, A_I, A_S, A_T, A_G, A_FLOATS, A_INTS, A_STRINGS, A_TYPE = 1, 2, 3, 4, 5, 6, 7, 8, 9, 20
 # ValueInfoProto, TypeProto, TypeProto.Tensor, TensorShapeProto(.Dimension)
 VI_NAME, VI_TYPE, VI_DOC_STRING, VI_METADATA_PROPS = 1, 2, 3, 4
-TYPE_TENSOR_TYPE = 1
+TYPE_TENSOR_TYPE, TYPE_SEQUENCE_TYPE, TYPE_MAP_TYPE = 1, 4, 5
+SEQ_ELEM_TYPE = 1
+MAP_KEY_TYPE, MAP_VALUE_TYPE = 1, 2
 TT_ELEM_TYPE, TT_SHAPE = 1, 2
 SHAPE_DIM = 1
 DIM_VALUE, DIM_PARAM = 1, 2
 # TensorProto
-T_DIMS, T_DATA_TYPE, T_NAME, T_RAW_DATA = 1, 2, 8, 9
+T_DIMS, T_DATA_TYPE, T_NAME, T_RAW_DATA, T_DOC_STRING, T_DATA_LOCATION = 1, 2, 8, 9, 12, 14
 T_FLOAT_DATA, T_INT32_DATA, T_INT64_DATA, T_DOUBLE_DATA, T_UINT64_DATA = 4, 5, 7, 10, 11
 
 #: Models bigger than this are left to the protobuf path (a big file is memory-mapped and its
 #: big initializers read as views of the map: model_io.MMAP_MIN).
 MAX_BYTES = 16 << 20
-#: Attribute lists longer than this are left to the Reader: decoded element by element here
-#: they cost several times what protobuf's C code does (a tree ensemble's node lists), and
-#: those of reader.LONG_LIST or more it reads as arrays.
-MAX_LIST = 64
-#: Graphs of more nodes and initializers than this are left to the protobuf path: decoding
-#: one here costs some 10-50% more than protobuf's C code with the Reader does (a CNN's 150
-#: cost about as much), and what it saves, protobuf's import, is a fixed cost.
-MAX_ITEMS = 256
+#: Attribute lists of this many elements or more are held as read-only arrays (ir's
+#: Attr.of_array), as the Reader holds them (reader.LONG_LIST, which tests hold equal).
+LONG_LIST = 512
+#: What the wire path saves is protobuf's import (and its messages' classes, and the Reader's
+#: modules), a fixed cost once per process: 7-8 ms (fresh processes, load and graph, medians:
+#: tiny_cnn 0.5 ms here against 7.9 by protobuf). Per item of a graph (a node, an initializer,
+#: an input, output or value_info, a metadata entry) it costs up to some 3 us more than protobuf's C parse with
+#: the Reader (in-process, both warm; less where big raw weights dominate, which protobuf
+#: copies twice), and more for nodes of many small attributes (an isolation forest of 2700
+#: items: 24 ms more). So a process reads models here until their items add up to this, about
+#: the import's worth; a model that would take it past is left to protobuf, whose import then
+#: takes every later model too (model_io). ``read_model(data, limited=True)`` counts against
+#: it. (The biggest plain zoo models, 1300-1500 items, read 4-7 ms faster cold this way.)
+ITEM_BUDGET = 2000
+#: What is left of ITEM_BUDGET in this process.
+items_left = ITEM_BUDGET
 
 _VARINT, _I64, _LEN, _I32 = 0, 1, 2, 5
 #: model_io._EXTERNAL_MARK: TensorProto.data_location (14) = EXTERNAL (1), as encoded.
@@ -84,11 +96,12 @@ ATTR_VALUE = {
     int(_A.INT): A_I,
     int(_A.STRING): A_S,
     int(_A.TENSOR): A_T,
+    int(_A.GRAPH): A_G,
     int(_A.FLOATS): A_FLOATS,
     int(_A.INTS): A_INTS,
     int(_A.STRINGS): A_STRINGS,
 }
-_ATTR_KIND = {int(k): k for k in (_A.FLOAT, _A.INT, _A.STRING, _A.TENSOR)}
+_ATTR_KIND = {int(k): k for k in (_A.FLOAT, _A.INT, _A.STRING, _A.TENSOR, _A.GRAPH)}
 _ATTR_KIND.update({int(k): k for k in (_A.FLOATS, _A.INTS, _A.STRINGS)})
 _BY_VALUE = {int(d): d for d in DataType}
 #: Bytes per element of the element types a raw initializer is read for (reader's plain case).
@@ -101,15 +114,21 @@ class _Decline(Exception):
     """What the bytes hold is not followed here: the protobuf path reads them."""
 
 
-def read_model(data) -> Model | None:
+def read_model(data, limited: bool = False) -> Model | None:
     """The IR of a plain model's bytes, as ``Reader`` builds it from the parsed messages, or
-    None (don't know: the caller runs the protobuf path)."""
+    None (don't know: the caller runs the protobuf path). ``limited``: a graph of more items
+    than ``items_left`` declines, and one read takes its items off it (ITEM_BUDGET)."""
+    global items_left
     if not isinstance(data, bytes) or len(data) > MAX_BYTES:
         return None
+    reading = _Model(data, items_left if limited else None)
     try:
-        return _Model(data).model()
+        model = reading.model()
     except _Decline:
         return None
+    if limited:
+        items_left -= reading.items
+    return model
 
 
 def _varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
@@ -153,7 +172,11 @@ def _fields(buf: bytes, pos: int, end: int) -> list[tuple[int, int, int, int]]:
                 raise _Decline
             append((field, wt, a, pos))
         elif wt == _VARINT:
-            v, pos = _varint(buf, pos, end)
+            v = buf[pos] if pos < end else 0x80
+            if v < 0x80:
+                pos += 1
+            else:
+                v, pos = _varint(buf, pos, end)
             append((field, wt, v, pos))
         elif wt == _I32 or wt == _I64:
             a, pos = pos, pos + (4 if wt == _I32 else 8)
@@ -163,6 +186,32 @@ def _fields(buf: bytes, pos: int, end: int) -> list[tuple[int, int, int, int]]:
         else:
             raise _Decline
     return out
+
+
+def _one_field(buf: bytes, pos: int, end: int) -> tuple[int, int, int, int, int]:
+    """(field, wire type, a, b, position after it) of the field at ``pos``, as _fields
+    gives them."""
+    key = buf[pos]
+    if key < 0x80:
+        pos += 1
+    else:
+        key, pos = _varint(buf, pos, end)
+    field, wt = key >> 3, key & 7
+    if field == 0:
+        raise _Decline
+    if wt == _VARINT:
+        v, pos = _varint(buf, pos, end)
+        return field, wt, v, pos, pos
+    if wt == _LEN:
+        n, pos = _varint(buf, pos, end)
+        a, pos = pos, pos + n
+    elif wt == _I32 or wt == _I64:
+        a, pos = pos, pos + (4 if wt == _I32 else 8)
+    else:
+        raise _Decline
+    if pos > end:
+        raise _Decline
+    return field, wt, a, pos, pos
 
 
 def _packed_varints(raw: bytes) -> np.ndarray:
@@ -178,6 +227,11 @@ def _packed_varints(raw: bytes) -> np.ndarray:
     starts = np.empty_like(ends)
     starts[0] = 0
     starts[1:] = ends[:-1] + 1
+    return _varints_at(arr, starts, ends)
+
+
+def _varints_at(arr: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """The uint64 values of the varints spanning bytes starts[i]..ends[i] of ``arr``."""
     lengths = ends - starts + 1
     longest = int(lengths.max())
     if longest > 10 or (longest == 10 and (arr[starts[lengths == 10] + 9] > 1).any()):
@@ -187,6 +241,44 @@ def _packed_varints(raw: bytes) -> np.ndarray:
         has = lengths > k
         out[has] |= (arr[starts[has] + k] & 0x7F).astype(np.uint64) << np.uint64(7 * k)
     return out
+
+
+def _byte_varints(buf: bytes, pos: int, end: int) -> tuple[np.ndarray | None, int]:
+    """(uint64 values, position after them) of the run of unpacked one-byte ints (a tag byte
+    and a value under 128, a tree's ids and features) starting at ``pos``, found with bytes'
+    C code; (None, pos) where the first value takes more bytes."""
+    run = buf[pos:end]
+    tags = run[0::2]
+    k = len(tags) - len(tags.lstrip(_INT_ITEM_BYTE))
+    values = run[1 : 2 * k : 2]
+    if not values.isascii():  # (the pairs before the first longer value only)
+        k = next(i for i, v in enumerate(values) if v >= 0x80)
+        values = values[:k]
+    if len(values) < k:
+        k = len(values)  # (a tag at the very end: truncated, left to the next step)
+    if k == 0:
+        return None, pos
+    return np.frombuffer(values, np.uint8).astype(np.uint64), pos + 2 * k
+
+
+def _unpacked_varints(buf: bytes, pos: int, end: int, tag: int) -> tuple[np.ndarray, int]:
+    """(uint64 values, position after them) of the run of unpacked varint fields of one-byte
+    ``tag`` starting at ``pos``: onnx.proto2's layout of an attribute's ints (a tree
+    ensemble's ids, 10**4 of them), each a tag byte and a varint, found at once: every byte
+    under 0x80 ends a token, and the run lasts while each tag is ``tag`` right after the
+    previous value's last byte."""
+    region = np.frombuffer(buf, np.uint8, end - pos, pos)
+    ends = np.flatnonzero(region < 0x80)
+    tags, lasts = ends[0::2], ends[1::2]
+    m = len(lasts)
+    tags = tags[:m]
+    ok = region[tags] == tag
+    ok[1:] &= tags[1:] == lasts[:-1] + 1
+    k = m if ok.all() else int(ok.argmin())
+    if k == 0:
+        raise _Decline  # (a truncated value)
+    values = _varints_at(region, tags[:k] + 1, lasts[:k])
+    return values, pos + int(lasts[k - 1]) + 1
 
 
 def _signed(v: int) -> int:
@@ -202,6 +294,15 @@ def _int32(v: int) -> int:
         raise _Decline
     return v
 
+
+#: A typed float field of at most this many elements reaches the Reader's numpy as a list of
+#: Python floats, a longer one as the field itself (tensors.SHORT_TYPED, which tests hold
+#: equal): the two differ on a signaling NaN, which only the list makes quiet.
+SHORT_TYPED = 32
+#: Attributes of at most this many bytes are read field by field; bigger ones find their
+#: lists' runs with numpy, whose fixed cost (some 10 us) a Python loop over a list's elements
+#: (0.3 us each) passes at a few dozen.
+SMALL_ATTRIBUTE = 64
 
 #: Types read (TypeProto bytes -> type), shared by every read in the process as the Reader's
 #: table is (reader._TYPES, which holds its own form of them); and initializers' tensor types
@@ -228,8 +329,12 @@ MEMO_MAX_BYTES = 256
 class _Model:
     """One file's decoding."""
 
-    def __init__(self, buf: bytes):
+    def __init__(self, buf: bytes, max_items: int | None = None):
         self.buf = buf
+        self.max_items = max_items
+        self.items = 0
+        #: Whether the node being read holds a subgraph (a _Pending attribute).
+        self.pending = False
         for table in (_TYPES, TENSOR_TYPES):  # (the others: cleared when full)
             if len(table) >= MEMO_MAX_ENTRIES:
                 table.clear()
@@ -316,6 +421,13 @@ class _Model:
 
     def entry(self, a: int, b: int) -> tuple[str, str, bytes]:
         """A StringStringEntryProto: (key, value, the message as protobuf serializes it)."""
+        buf = self.buf
+        if (
+            b - a >= 4 and buf[a] == _TAG_KEY and buf[a + 1] < 0x80
+        ):  # (as protobuf writes it: those bytes)
+            k = a + 2 + buf[a + 1]
+            if k + 2 <= b and buf[k] == _TAG_VALUE and k + 2 + buf[k + 1] == b:
+                return self.text(a + 2, k), self.text(k + 2, b), buf[a:b]
         got = self.singular(_fields(self.buf, a, b), {ENTRY_KEY: _LEN, ENTRY_VALUE: _LEN})
         raw, texts = b"", []
         for field, tag in ((ENTRY_KEY, b"\x0a"), (ENTRY_VALUE, b"\x12")):
@@ -326,27 +438,43 @@ class _Model:
         return texts[0], texts[1], raw
 
     # -- graph ---------------------------------------------------------------------------------
-    def graph(self, start: int, end: int) -> Graph:
-        nodes, inits, inputs, outputs, infos = [], [], [], [], []
-        lists = {G_NODE: nodes, G_INITIALIZER: inits, G_INPUT: inputs}
-        lists.update({G_OUTPUT: outputs, G_VALUE_INFO: infos})
+    def graph(self, start: int, end: int, outer: tuple = ()) -> Graph:
+        """A GraphProto's Graph; ``outer``: the enclosing graphs' scopes, outermost first (a
+        subgraph's nodes read their names, as the Reader's do)."""
+        nodes, inits, inputs, outputs, infos, props = [], [], [], [], [], []
+        lists = {_TAG_NODE: nodes, _TAG_INITIALIZER: inits, _TAG_INPUT: inputs}
+        lists.update({_TAG_OUTPUT: outputs, _TAG_VALUE_INFO: infos, _TAG_PROPS: props})
         name = doc = None
-        props = []
-        for field, wt, a, b in _fields(self.buf, start, end):
-            if wt != _LEN:
+        buf, pos = self.buf, start
+        # (a graph of more items than the budget declines before the rest is scanned)
+        left = len(buf) if self.max_items is None else self.max_items - self.items
+        while pos < end:  # (every field of a graph is LEN: its spans, by tag)
+            key = buf[pos]
+            if key < 0x80:
+                pos += 1
+            else:
+                key, pos = _varint(buf, pos, end)
+            n = buf[pos] if pos < end else 0x80
+            if n < 0x80:
+                pos += 1
+            else:
+                n, pos = _varint(buf, pos, end)
+            a, pos = pos, pos + n
+            if pos > end:
                 raise _Decline
-            if field in lists:
-                lists[field].append((a, b))
-            elif field == G_METADATA_PROPS:
-                props.append((a, b))
-            elif field == G_NAME and name is None:
-                name = self.text(a, b)
-            elif field == G_DOC_STRING and doc is None:
-                doc = self.text(a, b)
+            into = lists.get(key)
+            if into is not None:
+                into.append((a, pos))
+                left -= 1
+                if left < 0:
+                    raise _Decline  # (protobuf's import costs less than reading it here)
+            elif key == _TAG_GRAPH_NAME and name is None:
+                name = self.text(a, pos)
+            elif key == _TAG_GRAPH_DOC and doc is None:
+                doc = self.text(a, pos)
             else:
                 raise _Decline
-        if len(nodes) + len(inits) > MAX_ITEMS:
-            raise _Decline
+        self.items += len(nodes) + len(inits) + len(infos) + len(props) + len(inputs) + len(outputs)
         g = Graph(name=name or "")
         scope: dict[str, Value] = {}
         declared: set[int] = set()
@@ -362,7 +490,7 @@ class _Model:
         input_names = set(scope)
         named = g.initializers
         for span in inits:
-            t = self.initializer(*span)
+            t = self.tensor(*span, named=True)
             tname = t.name
             if tname in input_names:
                 v = scope[tname]
@@ -371,12 +499,23 @@ class _Model:
                 v = Value(tname, None, t)
                 scope.setdefault(tname, v)
             named[tname] = v
+        borrowed: set[str] = set()
+        later = []
         for span in nodes:
-            g.append(self.node(*span, scope))
+            node = self.node(*span, scope, outer, borrowed)
+            g.append(node)
+            if self.pending:
+                later.append(node)
+                self.pending = False
+        if later:  # (a subgraph may read any name of this graph: read after its last node)
+            self.subgraphs(later, (*outer, scope))
+            if not outer:
+                uses_in_node_order(g)
+        scopes = (*outer, scope)
         for span in outputs:
-            g.outputs.append(self.declared(span, scope, declared))
+            g.outputs.append(self.declared(span, scopes, declared))
         for span in infos:
-            g.value_info.append(self.declared(span, scope, declared))
+            g.value_info.append(self.declared(span, scopes, declared))
         for v in named.values():
             if v.type is None:
                 t = v.const_value
@@ -402,13 +541,23 @@ class _Model:
         owner.metadata_props = {key: value for key, value, _ in entries}
         return {"props": [raw for _, _, raw in entries]}
 
-    def declared(self, span, scope: dict, declared: set) -> Value:
+    def subgraphs(self, nodes: list, scopes: tuple) -> None:
+        """Read the GRAPH attributes of ``nodes`` (placeholders, _Pending, till now)."""
+        for node in nodes:
+            node.attributes = {
+                key: Attr(a.name, _A.GRAPH, self.graph(*a.span, scopes), "", "")
+                if type(a) is _Pending
+                else a
+                for key, a in node.attributes.items()
+            }
+
+    def declared(self, span, scopes: tuple, declared: set) -> Value:
         """The Value a graph output or value_info entry names, declared by it (the Reader's
         _lookup and _declare; an entry that would differ from an earlier one declines)."""
         vname, vi = self.value_info(*span)
-        v = scope.get(vname)
+        v = _lookup(scopes, vname)
         if v is None:
-            v = scope[vname] = Value(vname)
+            v = scopes[-1][vname] = Value(vname)
         if id(v) not in declared and v.type is None and not v.doc_string:
             declared.add(id(v))
             self.declare(v, vi)
@@ -468,9 +617,18 @@ class _Model:
         return ty
 
     def read_type(self, a: int, b: int) -> TensorType:
-        got = self.singular(_fields(self.buf, a, b), {TYPE_TENSOR_TYPE: _LEN})
-        if TYPE_TENSOR_TYPE not in got:
+        got = self.singular(_fields(self.buf, a, b), _TYPE_ONEOF)
+        if len(got) != 1:  # (none, or two of the oneof: protobuf keeps the last)
             raise _Decline
+        if TYPE_SEQUENCE_TYPE in got:  # (scikit-learn's ZipMap output: a sequence of maps)
+            s = self.singular(_fields(self.buf, *got[TYPE_SEQUENCE_TYPE]), {SEQ_ELEM_TYPE: _LEN})
+            return SequenceType(self.type(*s[SEQ_ELEM_TYPE]) if s else None)
+        if TYPE_MAP_TYPE in got:
+            m = self.singular(_fields(self.buf, *got[TYPE_MAP_TYPE]), _MAP)
+            key = _BY_VALUE.get(_int32(m[MAP_KEY_TYPE][0])) if MAP_KEY_TYPE in m else None
+            if key is None:  # (absent or unknown: the Reader keeps the type's bytes)
+                raise _Decline
+            return MapType(key, self.type(*m[MAP_VALUE_TYPE]) if MAP_VALUE_TYPE in m else None)
         t = self.singular(_fields(self.buf, *got[TYPE_TENSOR_TYPE]), _TENSOR_TYPE)
         if TT_ELEM_TYPE not in t:
             raise _Decline
@@ -498,54 +656,128 @@ class _Model:
 
     # -- tensors -------------------------------------------------------------------------------
     def tensor_fields(self, a: int, b: int, named: bool):
-        """(dims, element type code, name, {field: (a, b)}, typed field's entries or None) of
-        a TensorProto of dims, an element type, a name (``named``: written and not empty;
-        else absent or not empty), raw_data or one typed field, and nothing else."""
-        dims, got, typed, typed_field = [], {}, [], None
-        for field, wt, fa, fb in _fields(self.buf, a, b):
-            if field == T_DIMS:
-                dims.extend(self.varints(wt, fa, fb))
-            elif field in _TYPED_WIRE and typed_field in (None, field):
-                typed_field = field
-                typed.append((wt, fa, fb))
-            elif _TENSOR.get(field) != wt or field in got:
-                raise _Decline
+        """(dims, element type code, name, raw_data span or None, typed field's entries or
+        None, doc_string span or None, whether data_location is written) of a TensorProto of
+        dims, an element type, a name (``named``: written and not empty; else absent or not
+        empty), raw_data or one typed field, maybe a doc string and a data_location of
+        DEFAULT, and nothing else. Its fields' numbers are all under 16 (one-byte tags), read
+        here in one loop: a quantized model holds hundreds of such tensors, each a scale or a
+        zero point."""
+        buf = self.buf
+        dims, typed = [], []
+        code = name = raw = typed_tag = doc = None
+        located = False
+        pos = a
+        while pos < b:
+            key = buf[pos]
+            wt = key & 7
+            if wt == _LEN:
+                n = buf[pos + 1] if pos + 1 < b else 0x80
+                if n < 0x80:
+                    pos += 2
+                else:
+                    n, pos = _varint(buf, pos + 1, b)
+                end = pos + n
+                if end > b:
+                    raise _Decline
+                if key == _TAG_NAME and name is None:
+                    name = (pos, end)
+                elif key == _TAG_RAW and raw is None:
+                    raw = (pos, end)
+                elif key == _TAG_DIMS_PACKED:
+                    dims.extend(self.varints(_LEN, pos, end))
+                elif key == _TAG_TENSOR_DOC and doc is None:
+                    doc = (pos, end)
+                elif key in _TYPED_TAGS and typed_tag in (None, key >> 3):
+                    typed_tag = key >> 3
+                    typed.append((_LEN, pos, end))
+                else:
+                    raise _Decline
+                pos = end
+            elif wt == _VARINT:
+                v = buf[pos + 1] if pos + 1 < b else 0x80
+                if v < 0x80:
+                    pos += 2
+                else:
+                    v, pos = _varint(buf, pos + 1, b)
+                if key == _TAG_DIMS:
+                    dims.append(v)
+                elif key == _TAG_DATA_TYPE and code is None:
+                    code = v
+                elif key == _TAG_LOCATION and v == 0 and not located:  # (EXTERNAL: declines)
+                    located = True
+                elif key in _TYPED_TAGS and typed_tag in (None, key >> 3):
+                    typed_tag = key >> 3
+                    typed.append((_VARINT, v, pos))
+                else:
+                    raise _Decline
+            elif key in _TYPED_TAGS and typed_tag in (None, key >> 3):  # (fixed32 / fixed64)
+                typed_tag = key >> 3
+                end = pos + 1 + (4 if wt == _I32 else 8)
+                if end > b:
+                    raise _Decline
+                typed.append((wt, pos + 1, end))
+                pos = end
             else:
-                got[field] = (fa, fb)
-        if T_DATA_TYPE not in got or (T_RAW_DATA in got) == (typed_field is not None):
+                raise _Decline
+        if code is None or (raw is not None and typed_tag is not None):
             raise _Decline
-        name = ""
-        if T_NAME in got:
-            name = self.text(*got[T_NAME])
+        if name is not None:
+            name = self.text(*name)
             if not name:
                 raise _Decline
         elif named:
             raise _Decline
-        dims = tuple(map(_signed, dims))
-        if dims and min(dims) < 0:
-            raise _Decline
-        code = _int32(got[T_DATA_TYPE][0])
-        return dims, code, name, got, (typed_field, typed) if typed_field else None
+        else:
+            name = ""
+        if dims:
+            dims = tuple(map(_signed, dims))
+            if min(dims) < 0:
+                raise _Decline
+        else:
+            dims = ()
+        typed = (typed_tag, typed) if typed_tag else None
+        return dims, _int32(code), name, raw, typed, doc, located
 
-    def raw_tensor(self, a: int, b: int, named: bool) -> Tensor:
-        """A tensor of a whole-byte element type and raw bytes of its size: reader's plain
-        case (tensors.plain_raw_tensor)."""
-        return self.raw(*self.tensor_fields(a, b, named))
+    def tensor(self, a: int, b: int, named: bool) -> Tensor:
+        """An initializer (``named``) or an attribute's tensor: raw bytes of a whole-byte
+        element type, or a numeric typed field (the Reader's plain cases, and its general
+        path's reading of a doc string or a data_location written as DEFAULT)."""
+        dims, code, name, raw, typed, doc, located = self.tensor_fields(a, b, named)
+        if raw is not None:
+            t = self.raw(dims, code, name, raw)
+        elif typed is not None:
+            t = self.typed_tensor(dims, code, name, *typed)
+        else:  # (no data field: the typed field read empty, right for no elements alone)
+            known = _PLAIN_TYPED.get(code)
+            if known is None:
+                raise _Decline
+            t = self.typed_tensor(dims, code, name, known[0], ())
+        if doc is not None or located:
+            self.tensor_extras(t, doc, located)
+        return t
 
-    def raw(self, dims: tuple, code: int, name: str, got: dict, typed) -> Tensor:
+    def tensor_extras(self, t: Tensor, doc, located: bool) -> None:
+        """A tensor's doc string, and the fields written empty (tensors.tensor_from_proto's
+        "present", in its _PRESENCE order: name and data_type are never empty here)."""
+        text = self.text(*doc) if doc is not None else ""
+        t.doc_string = text
+        present = ("doc_string",) if doc is not None and not text else ()
+        if located:
+            present += ("data_location",)
+        if present:
+            extras = t.extras or {}
+            extras["present"] = present
+            t.extras = extras
+
+    def raw(self, dims: tuple, code: int, name: str, raw) -> Tensor:
         size = _ITEM_BYTES.get(code)
-        if typed is not None or size is None:
+        if size is None:
             raise _Decline
-        ra, rb = got[T_RAW_DATA]
-        if rb == ra or rb - ra != math.prod(dims) * size:
-            raise _Decline  # (the general path reads it, or reports the wrong size)
+        ra, rb = raw
+        if rb - ra != math.prod(dims) * size:
+            raise _Decline  # (the general path reports the wrong size)
         return Tensor.from_raw(self.buf[ra:rb], _BY_VALUE[code], dims, name)
-
-    def initializer(self, a: int, b: int) -> Tensor:
-        dims, code, name, got, typed = fields = self.tensor_fields(a, b, named=True)
-        if typed is None:
-            return self.raw(*fields)
-        return self.typed_tensor(dims, code, name, *typed)
 
     def typed_tensor(self, dims: tuple, code: int, name: str, field: int, entries) -> Tensor:
         """A numeric tensor written one value per element in its typed field: reader's plain
@@ -554,24 +786,35 @@ class _Model:
         if known is None or known[0] != field:
             raise _Decline
         _, wire_dtype, field_dtype, element = known
+        buf = self.buf
         if field_dtype.kind == "f":  # (fixed width: packed, or one element an entry)
             size = field_dtype.itemsize
-            if any(wt not in (_LEN, _I32 if size == 4 else _I64) for wt, _, _ in entries):
+            fixed = _I32 if size == 4 else _I64
+            if any(wt != _LEN and wt != fixed for wt, _, _ in entries):
                 raise _Decline
-            raw = b"".join(self.buf[a:b] for _, a, b in entries)
+            raw = buf[entries[0][1] : entries[0][2]] if len(entries) == 1 else self.join(entries)
             if len(raw) % size:
                 raise _Decline
-            # (float32 values reach numpy as Python floats: converted to double and back)
-            arr = np.frombuffer(raw, wire_dtype).astype(np.float64).astype(field_dtype)
+            count = len(raw) // size
+            if count <= SHORT_TYPED:  # (the Reader's list of Python floats: a float32 value
+                # converted to double and back, a signaling NaN made quiet, as struct does)
+                arr = np.array(
+                    struct.unpack(f"<{count}{'f' if size == 4 else 'd'}", raw), field_dtype
+                )
+            else:  # (its field read by numpy whole: the bits as they are)
+                arr = np.frombuffer(raw, wire_dtype).astype(field_dtype)
         elif all(wt == _LEN for wt, _, _ in entries):  # (packed, as writers write them)
-            raw = b"".join(self.buf[a:b] for _, a, b in entries)
-            arr = _packed_varints(raw)
-            if field_dtype != np.uint64:
-                arr = arr.view(np.int64)
-                if field_dtype == np.int32:
-                    if arr.size and (arr.min() < -(1 << 31) or arr.max() >= 1 << 31):
-                        raise _Decline  # (protobuf would truncate them)
-                    arr = arr.astype(np.int32)
+            raw = buf[entries[0][1] : entries[0][2]] if len(entries) == 1 else self.join(entries)
+            if raw.isascii():  # (every value one byte, under 128: a zero point, an index)
+                arr = np.frombuffer(raw, np.uint8).astype(field_dtype)
+            else:
+                arr = _packed_varints(raw)
+                if field_dtype != np.uint64:
+                    arr = arr.view(np.int64)
+                    if field_dtype == np.int32:
+                        if arr.size and (arr.min() < -(1 << 31) or arr.max() >= 1 << 31):
+                            raise _Decline  # (protobuf would truncate them)
+                        arr = arr.astype(np.int32)
         else:
             values = [v for wt, a, b in entries for v in self.varints(wt, a, b)]
             if field_dtype == np.int32:
@@ -579,13 +822,18 @@ class _Model:
             elif field_dtype == np.int64:
                 values = list(map(_signed, values))
             arr = np.array(values, dtype=field_dtype)
-        if not arr.size or arr.size != math.prod(dims):
-            raise _Decline  # (none: no field; a wrong count: the general path reports it)
+        if arr.size != math.prod(dims):
+            raise _Decline  # (a wrong count: the general path reports it)
         if element is not None:
             arr = arr.astype(element)
         t = Tensor(arr.reshape(dims), name=name, dtype=_BY_VALUE[code])
         t.extras = {"storage": "typed"}
         return t
+
+    def join(self, entries) -> bytes:
+        """The payloads of a repeated field's entries, one after the other."""
+        buf = self.buf
+        return b"".join(buf[a:b] for _, a, b in entries)
 
     def varints(self, wt: int, a: int, b: int) -> list[int]:
         """A repeated varint field's values (unsigned) from one packed or unpacked entry."""
@@ -600,7 +848,10 @@ class _Model:
         return out
 
     # -- nodes and attributes ------------------------------------------------------------------
-    def node(self, a: int, b: int, scope: dict) -> Node:
+    def node(self, a: int, b: int, scope: dict, outer: tuple, borrowed: set) -> Node:
+        """A NodeProto's Node, its inputs the Values of ``scope`` (else of the ``outer``
+        scopes, innermost first: the name is then ``borrowed``, and a later definition of it
+        here, which the Reader would prefer, declines)."""
         key = self.buf[a:b] if b - a <= MEMO_MAX_NODE_BYTES else None
         fields = _NODES.get(key) if key is not None else None
         if fields is None:
@@ -609,7 +860,7 @@ class _Model:
                 if len(_NODES) >= MEMO_MAX_ENTRIES:
                     _NODES.clear()
                 _NODES[key] = fields
-        inputs, outputs, texts, attrs, props = fields
+        inputs, outputs, op_type, domain, name, texts, attrs, props = fields
         if attrs:
             attrs = [(a + start, a + end) for start, end in attrs]
         if props:
@@ -617,22 +868,15 @@ class _Model:
         get = scope.get
         values = [get(n) if n else None for n in inputs]
         if None in values and any(n and v is None for n, v in zip(inputs, values)):
-            raise _Decline  # (defined later or nowhere: the Reader settles it at the end)
+            values = self.borrow(inputs, values, outer, borrowed)
         outs = [Value(n) for n in outputs]
         for n, v in zip(outputs, outs):
             if n:
-                if n in scope:
+                if n in scope or n in borrowed:
                     raise _Decline  # (defined again: every use means the last definition)
                 scope[n] = v
-        node = Node(
-            texts.get(N_OP_TYPE, ""),
-            values,
-            outs,
-            None,
-            texts.get(N_DOMAIN, ""),
-            texts.get(N_NAME, ""),
-        )
-        if texts:
+        node = Node(op_type, values, outs, None, domain, name)
+        if texts is not None:
             self.node_texts(node, texts, props)
         elif props:
             node.extras = self.props(node, props)
@@ -640,8 +884,22 @@ class _Model:
             node.attributes = {attr.name: attr for attr in map(self.attribute, *zip(*attrs))}
         return node
 
+    def borrow(self, names, values: list, outer: tuple, borrowed: set) -> list:
+        """``values`` with the names this graph does not define (yet) found in the enclosing
+        graphs; one defined nowhere (or later: the Reader settles it at the end) declines."""
+        out = []
+        for n, v in zip(names, values):
+            if n and v is None:
+                v = _lookup(outer, n)
+                if v is None:
+                    raise _Decline
+                borrowed.add(n)
+            out.append(v)
+        return out
+
     def node_fields(self, a: int, b: int) -> tuple:
-        """(input names, output names, {field: text}, attribute and metadata spans from
+        """(input names, output names, op_type, domain, name, {field: text} where it has a
+        doc string or a text written empty (else None), attribute and metadata spans from
         ``a``) of a NodeProto: a function of its bytes (_NODES)."""
         buf = self.buf
         inputs, outputs, attrs, props = [], [], [], []
@@ -676,15 +934,27 @@ class _Model:
                 pos = end
         except UnicodeDecodeError:
             raise _Decline from None
-        return tuple(inputs), tuple(outputs), texts, tuple(attrs), tuple(props)
+        get = texts.get
+        plain = N_DOC_STRING not in texts and all(texts.values())
+        return (
+            tuple(inputs),
+            tuple(outputs),
+            get(N_OP_TYPE, ""),
+            get(N_DOMAIN, ""),
+            get(N_NAME, ""),
+            None if plain else _NodeTexts(texts),
+            tuple(attrs),
+            tuple(props),
+        )
 
-    def node_texts(self, node: Node, texts: dict, props: list) -> None:
+    def node_texts(self, node: Node, texts: _NodeTexts, props: list) -> None:
         """A node's doc_string, and its extras: strings written empty, metadata."""
-        if N_DOC_STRING in texts:
-            node.doc_string = texts[N_DOC_STRING]
-        present = tuple(name for f, name in _NODE_TEXT_NAMES if f in texts and not texts[f])
+        if texts.doc is not None:
+            node.doc_string = texts.doc
+        present = texts.present
         extras = {"present": present} if present else {}
-        extras.update(self.props(node, props))
+        if props:
+            extras.update(self.props(node, props))
         if extras:
             node.extras = extras
 
@@ -696,7 +966,7 @@ class _Model:
             name, kind, value = known
             return Attr(name, kind, list(value) if type(value) is tuple else value, "", "")
         attr = self.read_attribute(a, b)
-        if key is not None and attr.type != _A.TENSOR:
+        if key is not None and type(attr) is Attr and attr.type != _A.TENSOR:
             if len(_ATTRS) >= MEMO_MAX_ENTRIES:
                 _ATTRS.clear()
             value = attr.value
@@ -705,14 +975,8 @@ class _Model:
 
     def read_attribute(self, a: int, b: int) -> Attr:
         buf = self.buf
-        got, lists = {}, {}
-        for field, wt, fa, fb in _fields(buf, a, b):
-            if field in _LIST_WIRE:
-                lists.setdefault(field, []).append((wt, fa, fb))
-            elif _ATTR_SINGULAR.get(field) != wt or field in got:
-                raise _Decline
-            else:
-                got[field] = (fa, fb)
+        small = b - a <= SMALL_ATTRIBUTE  # (a conv's kernel shape: its fields one by one)
+        got, lists = self.small_attribute_fields(a, b) if small else self.attribute_fields(a, b)
         if A_TYPE not in got or A_NAME not in got:
             raise _Decline
         code = got[A_TYPE][0]
@@ -724,14 +988,22 @@ class _Model:
         if others or lists.keys() - {value_field}:
             raise _Decline  # (another value field: the Reader keeps it in extras)
         name = self.text(*got[A_NAME])
+        if kind == _A.GRAPH:
+            if value_field not in got or not name:
+                raise _Decline
+            self.pending = True
+            return _Pending(name, got[value_field])
         if kind == _A.TENSOR:
             if value_field not in got:
                 raise _Decline
-            return Attr(name, kind, self.raw_tensor(*got[value_field], named=False))
+            return Attr(name, kind, self.tensor(*got[value_field], named=False))
         if not name:
             raise _Decline
         if value_field in _LIST_WIRE:
-            value = self.attr_list(kind, lists.get(value_field, ()))
+            entries = lists.get(value_field, ())
+            value = self.short_list(kind, entries) if small else self.attr_list(kind, entries)
+            if type(value) is not list:  # (a long list: its array)
+                return Attr.of_array(name, kind, value)
         elif value_field not in got:
             raise _Decline
         else:
@@ -744,26 +1016,156 @@ class _Model:
                 value = decode_text(buf[fa:fb])
         return Attr(name, kind, value, "", "")
 
-    def attr_list(self, kind: AttrType, entries) -> list:
+    def small_attribute_fields(self, a: int, b: int) -> tuple[dict, dict]:
+        """({singular field: (a, b)}, {list field: [(wire type, a, b)]}) of an AttributeProto
+        of SMALL_ATTRIBUTE bytes or fewer (no list of LONG_LIST elements fits in it)."""
+        got, lists = {}, {}
+        for field, wt, fa, fb in _fields(self.buf, a, b):
+            if field in _LIST_WIRE:
+                lists.setdefault(field, []).append((wt, fa, fb))
+            elif _ATTR_SINGULAR.get(field) != wt or field in got:
+                raise _Decline
+            else:
+                got[field] = (fa, fb)
+        return got, lists
+
+    def short_list(self, kind: AttrType, entries) -> list:
+        """A list attribute's value from its entries (small_attribute_fields)."""
         buf = self.buf
         if kind == _A.STRINGS:
             if any(wt != _LEN for wt, _, _ in entries):
                 raise _Decline
-            out = [decode_text(buf[a:b]) for _, a, b in entries]
-        elif kind == _A.INTS:
-            out = [_signed(v) for wt, a, b in entries for v in self.varints(wt, a, b)]
-        else:
-            chunks = []
-            for wt, a, b in entries:
-                if wt == _LEN and (b - a) % 4:
+            return [decode_text(buf[a:b]) for _, a, b in entries]
+        if kind == _A.INTS:
+            return [_signed(v) for wt, a, b in entries for v in self.varints(wt, a, b)]
+        chunks = []
+        for wt, a, b in entries:
+            if (wt == _LEN and (b - a) % 4) or wt not in (_LEN, _I32):
+                raise _Decline
+            chunks.append(buf[a:b])
+        return np.frombuffer(b"".join(chunks), "<f4").tolist()
+
+    def attribute_fields(self, a: int, b: int) -> tuple[dict, dict]:
+        """({singular field: (a, b)}, {list field: chunks}) of an AttributeProto: a float32
+        or uint64 array a chunk, or for strings one list of their (a, b) spans; a run of unpacked
+        floats or ints is read at once (a tree ensemble's lists of 10**4)."""
+        buf = self.buf
+        got, lists = {}, {}
+        pos = a
+        while pos < b:
+            key = buf[pos]
+            if key == _TAG_INTS:
+                values, pos = _byte_varints(buf, pos, b)
+                if values is None:  # (a value of two bytes or more first)
+                    values, pos = _unpacked_varints(buf, pos, b, key)
+                lists.setdefault(A_INTS, []).append(values)
+                continue
+            if key == _TAG_FLOAT_ITEM:
+                # (bytes' C code finds the run: every fifth byte this tag, from here on)
+                tags = buf[pos:b:5]
+                k = len(tags) - len(tags.lstrip(_FLOAT_ITEM_BYTE))
+                if pos + 5 * k > b:
+                    k -= 1
+                if k <= 0:
+                    raise _Decline  # (truncated)
+                run = np.frombuffer(buf, _UNPACKED_FLOAT, k, pos)
+                lists.setdefault(A_FLOATS, []).append(np.ascontiguousarray(run["value"]))
+                pos += 5 * k
+                continue
+            if key == _TAG_STRINGS:
+                spans = lists.setdefault(A_STRINGS, [])
+                while pos < b and buf[pos] == key:
+                    n = buf[pos + 1] if pos + 1 < b else 0x80
+                    if n < 0x80:
+                        start = pos + 2
+                    else:
+                        n, start = _varint(buf, pos + 1, b)
+                    pos = start + n
+                    if pos > b:
+                        raise _Decline
+                    spans.append((start, pos))
+                continue
+            field, wt, fa, fb, pos = _one_field(buf, pos, b)
+            if field == A_FLOATS and wt == _LEN:
+                if (fb - fa) % 4:
                     raise _Decline
-                if wt not in (_LEN, _I32):
+                floats = np.frombuffer(buf, "<f4", (fb - fa) // 4, fa).copy()  # (aligned)
+                lists.setdefault(field, []).append(floats)
+            elif field == A_INTS and wt == _LEN:
+                lists.setdefault(field, []).append(_packed_varints(buf[fa:fb]))
+            elif _ATTR_SINGULAR.get(field) != wt or field in got:
+                raise _Decline  # (and any list field in another wire type)
+            else:
+                got[field] = (fa, fb)
+        return got, lists
+
+    def attr_list(self, kind: AttrType, chunks):
+        """A list attribute's value: a list, or for LONG_LIST elements or more the read-only
+        array the Reader holds (float32, int64, or an object array of the strings' bytes)."""
+        buf = self.buf
+        if kind == _A.STRINGS:
+            spans = chunks  # (one list of spans, however the entries came)
+            if len(spans) >= LONG_LIST:
+                self.items += len(spans) // 4  # (a Python loop per string: ITEM_BUDGET)
+                if self.max_items is not None and self.items > self.max_items:
                     raise _Decline
-                chunks.append(buf[a:b])
-            out = np.frombuffer(b"".join(chunks), "<f4").tolist()
-        if len(out) > MAX_LIST:
-            raise _Decline
-        return out
+                arr = np.array([buf[a:b] for a, b in spans], dtype=object)
+                arr.flags.writeable = False
+                return arr
+            strings = [buf[a:b] for a, b in spans]
+            try:  # (one C call for the list, as the Reader's)
+                return list(map(bytes.decode, strings))
+            except UnicodeDecodeError:
+                return list(map(decode_text, strings))
+        if not chunks:
+            return []
+        arr = chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
+        if kind == _A.INTS:
+            arr = arr.view(np.int64)
+        if len(arr) >= LONG_LIST:
+            arr.flags.writeable = False
+            return arr
+        return arr.tolist()
+
+
+class _NodeTexts:
+    """A node's doc string (None: not written) and its texts written empty, in the Reader's
+    order (_NODE_PRESENCE): a function of the node's bytes (_NODES; skl2onnx writes every
+    node's domain, empty ones too)."""
+
+    __slots__ = ("doc", "present")
+
+    def __init__(self, texts: dict):
+        self.doc = texts.get(N_DOC_STRING)
+        self.present = tuple(f for n, f in _NODE_TEXT_NAMES if n in texts and not texts[n])
+
+
+class _Pending:
+    """A GRAPH attribute of a node, read once its graph's last node is read (_Model.subgraphs)."""
+
+    __slots__ = ("name", "span")
+
+    def __init__(self, name: str, span: tuple[int, int]):
+        self.name, self.span = name, span
+
+
+def _lookup(scopes: tuple, name: str) -> Value | None:
+    """The Value ``name`` means in the innermost of ``scopes`` that defines it, or None."""
+    for scope in reversed(scopes):
+        v = scope.get(name)
+        if v is not None:
+            return v
+    return None
+
+
+def uses_in_node_order(g: Graph) -> None:
+    """Register every use again, node by node and each node's subgraphs after its own inputs:
+    a Value lists its uses in that order, as if every name had been settled as it was read
+    (both readers, for a graph that holds subgraphs)."""
+    for node in g:
+        node.set_inputs(node.inputs)
+        for sub in node.subgraphs():
+            uses_in_node_order(sub)
 
 
 class _Built:
@@ -794,6 +1196,8 @@ def decode_text(s: bytes):
 
 
 _TENSOR_TYPE = {TT_ELEM_TYPE: _VARINT, TT_SHAPE: _LEN}
+_TYPE_ONEOF = {TYPE_TENSOR_TYPE: _LEN, TYPE_SEQUENCE_TYPE: _LEN, TYPE_MAP_TYPE: _LEN}
+_MAP = {MAP_KEY_TYPE: _VARINT, MAP_VALUE_TYPE: _LEN}
 _VALUE_INFO = {VI_NAME: _LEN, VI_TYPE: _LEN, VI_DOC_STRING: _LEN}
 #: A model's optional scalars in the order the Reader lists those written empty.
 _MODEL_PRESENCE = (
@@ -805,8 +1209,30 @@ _MODEL_PRESENCE = (
     (M_DOC_STRING, "doc_string"),
 )
 _DIMENSION = {DIM_VALUE: _VARINT, DIM_PARAM: _LEN}
-_TENSOR = {T_DATA_TYPE: _VARINT, T_NAME: _LEN, T_RAW_DATA: _LEN}
+#: GraphProto's tags (every field LEN).
+_TAG_NODE, _TAG_GRAPH_NAME, _TAG_INITIALIZER = (
+    G_NODE << 3 | _LEN,
+    G_NAME << 3 | _LEN,
+    G_INITIALIZER << 3 | _LEN,
+)
+_TAG_GRAPH_DOC, _TAG_INPUT, _TAG_OUTPUT = (
+    G_DOC_STRING << 3 | _LEN,
+    G_INPUT << 3 | _LEN,
+    G_OUTPUT << 3 | _LEN,
+)
+_TAG_VALUE_INFO, _TAG_PROPS = G_VALUE_INFO << 3 | _LEN, G_METADATA_PROPS << 3 | _LEN
+_TAG_KEY, _TAG_VALUE = ENTRY_KEY << 3 | _LEN, ENTRY_VALUE << 3 | _LEN
+#: TensorProto's one-byte tags (field number << 3 | wire type) read by _Model.tensor_fields.
+_TAG_DIMS, _TAG_DIMS_PACKED = T_DIMS << 3 | _VARINT, T_DIMS << 3 | _LEN
+_TAG_TENSOR_DOC, _TAG_LOCATION = T_DOC_STRING << 3 | _LEN, T_DATA_LOCATION << 3 | _VARINT
+_TAG_DATA_TYPE, _TAG_NAME, _TAG_RAW = (
+    T_DATA_TYPE << 3 | _VARINT,
+    T_NAME << 3 | _LEN,
+    T_RAW_DATA << 3 | _LEN,
+)
 _TYPED_WIRE = frozenset({T_FLOAT_DATA, T_INT32_DATA, T_INT64_DATA, T_DOUBLE_DATA, T_UINT64_DATA})
+#: Their tags in every wire type but groups' (the field's type checks the wire type later).
+_TYPED_TAGS = frozenset(f << 3 | wt for f in _TYPED_WIRE for wt in (_VARINT, _I64, _LEN, _I32))
 _D = DataType
 #: Element type -> (its typed field, the field's wire dtype, the field's numpy dtype, the
 #: element type's numpy dtype where it differs, else None): tensors._PLAIN_TYPED's types.
@@ -835,4 +1261,9 @@ _NODE_TEXT_NAMES = (
     (N_DOC_STRING, "doc_string"),
 )
 _LIST_WIRE = frozenset({A_FLOATS, A_INTS, A_STRINGS})
+#: The tags of an attribute's list elements as onnx.proto2 writes them, unpacked.
+_TAG_FLOAT_ITEM, _TAG_INTS, _TAG_STRINGS = A_FLOATS << 3 | _I32, A_INTS << 3, A_STRINGS << 3 | _LEN
+_UNPACKED_FLOAT = np.dtype([("tag", "u1"), ("value", "<f4")])
+_FLOAT_ITEM_BYTE, _INT_ITEM_BYTE = bytes([_TAG_FLOAT_ITEM]), bytes([_TAG_INTS])
 _ATTR_SINGULAR = {A_NAME: _LEN, A_TYPE: _VARINT, A_F: _I32, A_I: _VARINT, A_S: _LEN, A_T: _LEN}
+_ATTR_SINGULAR[A_G] = _LEN
