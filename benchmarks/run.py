@@ -11,8 +11,10 @@ set of its own (it measures per-node dispatch overhead, not kernels), onnx's lig
 scikit-learn tree ensemble and a linear pipeline (converted with skl2onnx). Every runtime gets
 the same feeds and the same thread count; onyx and onnxruntime take turns in blocks of runs
 (not call by call: each one's worker threads spin after a call and would slow the other),
-each block starting when the other's threads have stopped spinning (``settle``). Latency is the
-lowest of a runtime's block medians, after a warm-up (``latency_of``); session
+each turn starting when the other's threads have stopped spinning (``settle``), in pairs of
+adjacent blocks in ABBA order (``pair_order``). A row's onyx/onnxruntime is the median of its
+pairs' ratios (``paired_ratio``: the VM's slow and fast spells move both blocks of a pair
+alike), its latency columns each runtime's median block median (``latency_of``); session
 creation the median of a few creations; peak memory the peak RSS growth of a fresh process that
 creates the session and runs it (so onnxruntime's native allocations count too). The reference
 evaluator runs once per model where it is slow (cut at --reference-timeout seconds) and is
@@ -397,10 +399,14 @@ def settle() -> float:
 #: Pairs of blocks per row (full run, --quick), and the fewest a row gets where its budget would
 #: not hold that many: a pair is a block of onyx's calls next to a block of onnxruntime's, and a
 #: row's onyx/onnxruntime is the median of its pairs' ratios (``paired_ratio``).
-PAIRS, QUICK_PAIRS, MIN_PAIRS = 21, 7, 5
+PAIRS, QUICK_PAIRS, MIN_PAIRS = 21, 7, 3
 #: The seconds a block of calls lasts at least (unless its share of the budget would not hold
 #: it): a short model's block of a few calls lasted some microseconds, inside one scheduler tick.
 BLOCK_SECONDS = 0.02
+#: The longest call that gets an untimed call before its turn's blocks (the other runtime's
+#: calls left the caches cold; a longer call's own cold start is a small part of it, and the
+#: untimed calls doubled the time of a row of one-call blocks).
+WARM_CALL_MAX = 0.05
 #: Rounds of blocks of the reference evaluator (after the pairs; far slower, it is not paired).
 REFERENCE_ROUNDS = 3
 
@@ -478,7 +484,8 @@ METHOD = (
     f"Each row's onyx/onnxruntime is a paired statistic: onyx and onnxruntime run blocks of "
     f"calls next to each other in ABBA order ({PAIRS} pairs of blocks, {QUICK_PAIRS} with "
     f"--quick, at least {MIN_PAIRS} and fewer calls per block for slow models; each block "
-    f"{BLOCK_SECONDS:g} s of calls at least, one untimed call before a runtime's turn, and "
+    f"{BLOCK_SECONDS:g} s of calls at least, one untimed call before a runtime's turn where "
+    f"its call takes up to {WARM_CALL_MAX * 1e3:g} ms, and "
     "each turn starting once the other's worker threads have stopped spinning), and the row's "
     "ratio is the median of the pairs' ratios of block medians, so that a spell of the "
     "machine running slower or faster, which moves both blocks of a pair alike, does not move "
@@ -537,8 +544,9 @@ def measure(
         budget = max(budgets[rt] for rt in paired)
         n = pair_count([once[rt] for rt in paired], budget, pairs, min(MIN_PAIRS, pairs))
         bounds = [block_bounds(once[rt], repeats, budgets[rt], n) for rt in paired]
+        warm = [once[rt] <= WARM_CALL_MAX for rt in paired]
         blocks, case.results["settle"] = timed_pairs(
-            [runs[rt] for rt in paired], case.feeds, bounds, n, budget
+            [runs[rt] for rt in paired], case.feeds, bounds, n, budget, warm
         )
         times.update(zip(paired, blocks))
         if len(paired) == 2:
@@ -553,7 +561,12 @@ def measure(
 
 
 def timed_pairs(
-    runs: list, feeds: dict, bounds: list[tuple[int, int]], pairs: int, budget: float
+    runs: list,
+    feeds: dict,
+    bounds: list[tuple[int, int]],
+    pairs: int,
+    budget: float,
+    warm: list[bool] | None = None,
 ) -> tuple[list[list[list[float]]], float]:
     """Run one or two runtimes' blocks in ``pair_order`` (one runtime alone: its blocks in a
     row); returns each runtime's blocks of call seconds, pair by pair, and the longest wait.
@@ -562,8 +575,8 @@ def timed_pairs(
     threads spin for a while after each call, so a call right after the other runtime's
     competes with its spinning threads (measured: both 1.5-2x slower on 2 cores; onnxruntime's
     spin for some 40-130 ms after its last call). So each turn waits until the process's other
-    threads are quiet (``settle``), then starts with one untimed call (the other runtime's
-    calls left the caches cold). A turn is two blocks of one runtime except the first and the
+    threads are quiet (``settle``), then starts with one untimed call where ``warm`` says so
+    (the other runtime's calls left the caches cold; WARM_CALL_MAX). A turn is two blocks of one runtime except the first and the
     last; the waits are not counted against the budget. Pairs stop early (after MIN_PAIRS)
     where a busy machine made the calls take over twice the budgets.
     """
@@ -579,7 +592,8 @@ def timed_pairs(
         if k != previous:
             wait = settle()
             waited, longest = waited + wait, max(longest, wait)
-            runs[k](feeds)
+            if warm is None or warm[k]:
+                runs[k](feeds)
             previous = k
         blocks[k].append(timed_block(runs[k], feeds, *bounds[k]))
     n = min(map(len, blocks))
@@ -731,7 +745,7 @@ def _ms(case: Case, runtime: str, key: str = "latency") -> str:
     return "–" if v is None else f"{v * 1e3:.3g}"
 
 
-def _quartiles(case: Case) -> str:
+def quartiles(case: Case) -> str:
     """q1-q3 of the row's paired onyx/onnxruntime ratios (how much its pairs disagreed)."""
     paired = case.results.get("paired")
     return f"{paired['q1']:.2f}-{paired['q3']:.2f}" if paired else "–"
@@ -743,7 +757,7 @@ def _worst(cases: list[Case]) -> str:
     if not rows:
         return "–"
     r, c = max(rows, key=lambda rc: rc[0])
-    return f"{r:.2f} ({c.name}, q1-q3 {_quartiles(c)})"
+    return f"{r:.2f} ({c.name}, q1-q3 {quartiles(c)})"
 
 
 def _per(cases: list[Case], key: str, a: str = "onyx", b: str = "onnxruntime") -> list[float]:
@@ -864,7 +878,7 @@ def write_report(
             lines.append(
                 f"| {c.name} | {_ms(c, 'onyx')} | {_ms(c, 'onnxruntime')} "
                 f"| {_ms(c, 'reference')} | {_fmt(ratio(c, 'onyx', 'onnxruntime'))} "
-                f"| {_quartiles(c)} "
+                f"| {quartiles(c)} "
                 f"| {_fmt(ratio(c, 'reference', 'onyx'), 1)} | {_ms(c, 'onyx', 'create')} "
                 f"| {_ms(c, 'onnxruntime', 'create')} | {_fmt(o.get('peak_mb'), 1)} "
                 f"| {_fmt(r.get('peak_mb'), 1)} | {_fmt(c.results.get('diff'), 6)} |"
@@ -920,7 +934,7 @@ def _case_table(sel: list[Case]) -> list[str]:
         o, r = c.results.get("onyx", {}), c.results.get("onnxruntime", {})
         lines.append(
             f"| {c.name} | {_ms(c, 'onyx')} | {_ms(c, 'onnxruntime')} "
-            f"| {_fmt(ratio(c, 'onyx', 'onnxruntime'))} | {_quartiles(c)} "
+            f"| {_fmt(ratio(c, 'onyx', 'onnxruntime'))} | {quartiles(c)} "
             f"| {_ms(c, 'onyx', 'create')} "
             f"| {_ms(c, 'onnxruntime', 'create')} | {_fmt(o.get('peak_mb'), 1)} "
             f"| {_fmt(r.get('peak_mb'), 1)} | {_fmt(c.results.get('diff'), 6)} |"
@@ -1208,7 +1222,7 @@ def main(argv=None) -> int:
             f"ref {_ms(case, 'reference'):>9s} ms  "
             f"onyx/ort {_fmt(ratio(case, 'onyx', 'onnxruntime'))}  "
             f"ref/onyx {_fmt(ratio(case, 'reference', 'onyx'), 1)}  "
-            f"q1-q3 {_quartiles(case)} ({(case.results.get('paired') or {}).get('pairs', 0)} "
+            f"q1-q3 {quartiles(case)} ({(case.results.get('paired') or {}).get('pairs', 0)} "
             "pairs)  "
             f"longest settle {case.results.get('settle', 0):.2f} s",
             flush=True,

@@ -69,7 +69,7 @@ def test_block_bounds_and_pair_count():
     assert run.block_bounds(10.0, 50, 2.0, 5) == (1, 1)
     assert run.pair_count([0.00002, 0.00003], 2.0, 21) == 21
     assert run.pair_count([0.06, 0.2], 2.0, 21) == 10  # (the slower one's calls in the budget)
-    assert run.pair_count([0.5, 0.9], 2.0, 21) == run.MIN_PAIRS
+    assert run.pair_count([0.5, 0.9], 2.0, 21) == run.MIN_PAIRS == 3
 
 
 def test_a_row_reads_its_paired_ratio():
@@ -78,7 +78,7 @@ def test_a_row_reads_its_paired_ratio():
     assert run.ratio(case, "onyx", "onnxruntime") == 2.0  # (no pairs: the latency ratio)
     case.results["paired"] = {"ratio": 1.5, "q1": 1.4, "q3": 1.6, "pairs": 21}
     assert run.ratio(case, "onyx", "onnxruntime") == 1.5
-    assert run._quartiles(case) == "1.40-1.60"
+    assert run.quartiles(case) == "1.40-1.60"
 
 
 def test_timed_pairs_runs_blocks_in_pair_order(monkeypatch):
@@ -90,6 +90,9 @@ def test_timed_pairs_runs_blocks_in_pair_order(monkeypatch):
     assert [len(b) for b in blocks] == [3, 3] and list(map(len, blocks[1])) == [2, 2, 2]
     # (each turn: one untimed call, then its blocks, as pair_order says: a | b b | a a | b)
     assert "".join(log) == "a" + "a" + "b" + "bb" * 2 + "a" + "a" * 2 + "b" + "bb"
+    log.clear()  # (a slow model's turns: no untimed call, WARM_CALL_MAX)
+    run.timed_pairs(runs, None, [(1, 1), (2, 2)], 3, 1.0, [False, False])
+    assert "".join(log) == "a" + "bb" * 2 + "a" * 2 + "bb"
 
 
 def test_a_block_lasts_block_seconds(monkeypatch):
