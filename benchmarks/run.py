@@ -1169,7 +1169,7 @@ def main(argv=None) -> int:
         action="store_true",
         help="only the serving zoo, cold start and scaling; replaces their block in --out",
     )
-    ap.add_argument("--cold-rounds", type=int, default=15, help="fresh processes per runtime")
+    ap.add_argument("--cold-rounds", type=int, default=21, help="fresh processes per runtime")
     ap.add_argument("--out", default=str(ROOT / "docs" / "benchmarks.md"))
     args = ap.parse_args(argv)
     started = time.perf_counter()
