@@ -576,9 +576,10 @@ def timed_pairs(
     competes with its spinning threads (measured: both 1.5-2x slower on 2 cores; onnxruntime's
     spin for some 40-130 ms after its last call). So each turn waits until the process's other
     threads are quiet (``settle``), then starts with one untimed call where ``warm`` says so
-    (the other runtime's calls left the caches cold; WARM_CALL_MAX). A turn is two blocks of one runtime except the first and the
-    last; the waits are not counted against the budget. Pairs stop early (after MIN_PAIRS)
-    where a busy machine made the calls take over twice the budgets.
+    (the other runtime's calls left the caches cold; WARM_CALL_MAX). A turn is two blocks of
+    one runtime except the first and the last; the waits are not counted against the budget.
+    Pairs stop early (after MIN_PAIRS) where a busy machine made the calls take over twice the
+    budgets.
     """
     blocks: list[list[list[float]]] = [[] for _ in runs]
     previous, longest, waited = None, 0.0, 0.0

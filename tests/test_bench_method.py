@@ -1,5 +1,6 @@
-"""The benchmark harness's timing rule (benchmarks/run.py): the same for both runtimes, and a
-burst of another process that slows some blocks of a row does not move its latency."""
+"""The benchmark harness's timing rule (benchmarks/run.py): the same for both runtimes; a row's
+onyx/onnxruntime is the median of paired block ratios, which a spell of the machine running
+slower or faster (over one runtime's turn, or over half the row) does not move."""
 
 from __future__ import annotations
 
