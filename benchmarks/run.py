@@ -11,8 +11,10 @@ set of its own (it measures per-node dispatch overhead, not kernels), onnx's lig
 scikit-learn tree ensemble and a linear pipeline (converted with skl2onnx). Every runtime gets
 the same feeds and the same thread count; onyx and onnxruntime take turns in blocks of runs
 (not call by call: each one's worker threads spin after a call and would slow the other),
-each block starting when the other's threads have stopped spinning (``settle``). Latency is the
-lowest of a runtime's block medians, after a warm-up (``latency_of``); session
+each turn starting when the other's threads have stopped spinning (``settle``), in pairs of
+adjacent blocks in ABBA order (``pair_order``). A row's onyx/onnxruntime is the median of its
+pairs' ratios (``paired_ratio``: the VM's slow and fast spells move both blocks of a pair
+alike), its latency columns each runtime's median block median (``latency_of``); session
 creation the median of a few creations; peak memory the peak RSS growth of a fresh process that
 creates the session and runs it (so onnxruntime's native allocations count too). The reference
 evaluator runs once per model where it is slow (cut at --reference-timeout seconds) and is
@@ -221,15 +223,18 @@ def cold_start(path: str, feeds: dict, workdir: str, threads: int, rounds: int) 
     """runtime -> median seconds of a fresh process: {import, create, first_run, total}, where
     total is from starting the interpreter to the first answer (the child reads the same
     monotonic clock, perf_counter, when it has it: the interpreter's shutdown after it is not
-    counted). The runtimes alternate, ``rounds`` processes each."""
+    counted). The runtimes alternate, ``rounds`` processes each, in ABBA order (each goes
+    first in half of the rounds); onyx's ``paired`` is ``paired_ratio`` of the rounds' totals."""
     npz = os.path.join(workdir, "cold_feeds.npz")
     np.savez(npz, **feeds)
     samples: dict[str, list] = {"onyx": [], "onnxruntime": []}
+    pairs: list[tuple[float, float]] = []  # (onyx, onnxruntime) totals of the rounds with both
     # as installed packages run: with their bytecode cached (an environment may turn the
     # cache off; the first, untimed round writes it)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     for r in range(rounds + 1):
-        for rt in samples:
+        got = {}
+        for rt in list(samples)[:: 1 if r % 2 else -1]:
             code = _COLD.format(root=str(ROOT), feeds=npz, runtime=rt, path=path, threads=threads)
             start = time.perf_counter()
             out = subprocess.run(
@@ -237,18 +242,20 @@ def cold_start(path: str, feeds: dict, workdir: str, threads: int, rounds: int) 
             )
             if out.returncode == 0 and r > 0:
                 *phases, answered = map(float, out.stdout.split()[-4:])
-                samples[rt].append([*phases, answered - start])
+                got[rt] = [*phases, answered - start]
+                samples[rt].append(got[rt])
+        if len(got) == 2:
+            pairs.append((got["onyx"][3], got["onnxruntime"][3]))
     keys = ("import", "create", "first_run", "total")
     results = {
         rt: dict(zip(keys, np.median(np.array(v), axis=0).tolist()))
         for rt, v in samples.items()
         if v
     }
-    if len(results) == 2 and len(samples["onyx"]) == len(samples["onnxruntime"]):
+    if pairs:
         # each round's two processes shared the machine's load of the moment: the median of
         # the rounds' ratios moves less than the ratio of the two medians
-        ratios = [a[3] / b[3] for a, b in zip(samples["onyx"], samples["onnxruntime"])]
-        results["onyx"]["paired_ratio"] = float(np.median(ratios))
+        results["onyx"]["paired"] = paired_ratio(*([[x] for x in col] for col in zip(*pairs)))
     return results
 
 
@@ -332,11 +339,16 @@ def deadline(seconds: float | None):
         signal.signal(signal.SIGALRM, previous)
 
 
-#: Seconds a runtime's block of timed calls waits at least for the other runtime's threads to
-#: stop spinning (onnxruntime's spin some 40 ms after a call on an idle machine), and at most
-#: (``settle``): on a busy machine their spin lasted 80-180 ms, and onnxruntime's worker took
-#: 1.5-2.5 ms of CPU per call of onyx's in two of SqueezeNet's five blocks.
-SETTLE, SETTLE_MAX = 0.1, 2.0
+#: Seconds a runtime's turn of timed blocks waits at least for the other runtime's threads to
+#: stop spinning, and at most (``settle``). The floor was once the whole guard (0.1 s:
+#: onnxruntime's spin some 40 ms after a call on an idle machine, but on a busy machine their
+#: spin lasted 80-180 ms, and onnxruntime's worker took 1.5-2.5 ms of CPU per call of onyx's in
+#: two of SqueezeNet's five blocks); the quiet test below is the guard now: with no floor at
+#: all it waited 70-135 ms after onnxruntime's blocks of the serving CNN, transformer and VAD
+#: (11 ms after onyx's), and with this floor onnxruntime's threads used no CPU inside onyx's
+#: following blocks (per-thread schedstat, 8 turns of 4 models). A lower floor leaves time
+#: for more pairs of blocks.
+SETTLE, SETTLE_MAX = 0.02, 2.0
 #: The process counts as quiet once none of its other threads is running or waiting for a core
 #: (a spinning pool's threads are: on a busy machine one could wait for a core for tens of
 #: milliseconds, use no CPU meanwhile, and spin again inside the next block) and they have used
@@ -384,11 +396,19 @@ def settle() -> float:
     return time.perf_counter() - start
 
 
-#: Rounds of blocks per runtime (full run, --quick), and the seconds a block of calls lasts at
-#: least (unless the budget would not hold it): a short model's block of 16 calls lasted a few
-#: milliseconds, so one burst of another process could cover most of a row's samples.
-ROUNDS, QUICK_ROUNDS = 5, 3
-BLOCK_SECONDS = 0.04
+#: Pairs of blocks per row (full run, --quick), and the fewest a row gets where its budget would
+#: not hold that many: a pair is a block of onyx's calls next to a block of onnxruntime's, and a
+#: row's onyx/onnxruntime is the median of its pairs' ratios (``paired_ratio``).
+PAIRS, QUICK_PAIRS, MIN_PAIRS = 21, 7, 3
+#: The seconds a block of calls lasts at least (unless its share of the budget would not hold
+#: it): a short model's block of a few calls lasted some microseconds, inside one scheduler tick.
+BLOCK_SECONDS = 0.02
+#: The longest call that gets an untimed call before its turn's blocks (the other runtime's
+#: calls left the caches cold; a longer call's own cold start is a small part of it, and the
+#: untimed calls doubled the time of a row of one-call blocks).
+WARM_CALL_MAX = 0.05
+#: Rounds of blocks of the reference evaluator (after the pairs; far slower, it is not paired).
+REFERENCE_ROUNDS = 3
 
 
 def _clock(fn, *args) -> tuple[float, object]:
@@ -397,13 +417,13 @@ def _clock(fn, *args) -> tuple[float, object]:
     return time.perf_counter() - t, out
 
 
-def block_bounds(once: float, repeats: int, budget: float, rounds: int) -> tuple[int, int]:
+def block_bounds(once: float, repeats: int, budget: float, blocks: int) -> tuple[int, int]:
     """The fewest and the most calls in one timed block of a runtime whose call takes ``once``
-    seconds: at most a round's share of ``budget``, at least a share of ``repeats`` (within
-    that) and 2. Between the two, a block goes on until it has lasted BLOCK_SECONDS (``once``,
-    one call, misjudges a busy machine's calls)."""
-    most = max(2, int(budget / rounds / max(once, 1e-7)))
-    return max(2, min(repeats // rounds, most)), most
+    seconds and that has ``blocks`` blocks: at most a block's share of ``budget``, at least a
+    share of ``repeats`` (within that) and 1. Between the two, a block goes on until it has
+    lasted BLOCK_SECONDS (``once``, one call, misjudges a busy machine's calls)."""
+    most = max(1, int(budget / blocks / max(once, 1e-7)))
+    return max(1, min(repeats // blocks, most)), most
 
 
 def timed_block(run, feeds, least: int, most: int) -> list[float]:
@@ -414,23 +434,64 @@ def timed_block(run, feeds, least: int, most: int) -> list[float]:
     return times
 
 
+def pair_count(once: list[float], budget: float, most: int, least: int = MIN_PAIRS) -> int:
+    """How many pairs of blocks a row gets whose runtimes' calls take ``once`` seconds: ``most``,
+    or as many as the slower one's calls that fit in ``budget`` (blocks of one call), at least
+    ``least``."""
+    calls = int(budget / max(max(once), 1e-7))
+    return min(most, max(least, calls))
+
+
+def pair_order(pairs: int) -> list[tuple[int, int]]:
+    """(runtime 0 or 1, pair) of each block in time order: ABBA ABBA..., so that each runtime
+    goes first in half of the pairs (a drift of the machine's speed inside a pair favours
+    neither) and a runtime's two blocks in a row share one wait for the other's threads."""
+    order = []
+    for i in range(pairs):
+        first = i % 2
+        order += [(first, i), (1 - first, i)]
+    return order
+
+
+def paired_ratios(a: list[list[float]], b: list[list[float]]) -> list[float]:
+    """Each pair's ratio of block medians: a's block i over b's block i (the two ran next to
+    each other, so a spell of the machine running slower or faster moves both alike)."""
+    return [float(np.median(x) / np.median(y)) for x, y in zip(a, b) if x and y]
+
+
+def paired_ratio(a: list[list[float]], b: list[list[float]]) -> dict | None:
+    """The row's a/b: the median of its pairs' ratios, with their quartiles (q1, q3: the
+    row's noise) and the number of pairs; None without a pair. A spell that slows or speeds
+    up the machine over some blocks moves only the pairs it splits, and the median ignores a
+    minority of those (the lowest block median per runtime, the rule before, took each
+    runtime's figure from whichever blocks ran in the fastest moment, not the same ones)."""
+    ratios = paired_ratios(a, b)
+    if not ratios:
+        return None
+    q1, mid, q3 = np.percentile(ratios, [25, 50, 75]).tolist()
+    return {"ratio": mid, "q1": q1, "q3": q3, "pairs": len(ratios)}
+
+
 def latency_of(blocks: list[list[float]]) -> float:
-    """A runtime's latency from its blocks of timed calls: the lowest of the blocks' medians.
-    Another process's burst slows whichever blocks it overlaps (by 1.5-2x on 2 cores): the
-    median of all calls moved with it once it covered half the calls of a row, the lowest
-    block median only if it covers every block. Both runtimes get the same rule."""
-    return min(float(np.median(b)) for b in blocks if b)
+    """A runtime's latency column from its blocks of timed calls: the median of the blocks'
+    medians (its typical call over the row, fast and slow spells of the machine alike; the
+    onyx/onnxruntime column is the paired ratio, not the ratio of two such figures)."""
+    return float(np.median([np.median(b) for b in blocks if b]))
 
 
 #: How latency is measured, for the reports (both runtimes alike).
 METHOD = (
-    f"Latency (ms) is the lowest of the medians of {ROUNDS} blocks of runs per runtime (3 "
-    f"with --quick), onyx and onnxruntime taking turns block by block, each block "
-    f"{BLOCK_SECONDS:g} s of calls at least and starting once the other's worker threads "
-    f"have stopped spinning ({SETTLE:g} s after it at least, and until the process's other "
-    "threads are idle), with one untimed call: a burst of "
-    "another process slows the blocks it overlaps, and moved the median of all runs once it "
-    "covered half of them."
+    f"Each row's onyx/onnxruntime is a paired statistic: onyx and onnxruntime run blocks of "
+    f"calls next to each other in ABBA order ({PAIRS} pairs of blocks, {QUICK_PAIRS} with "
+    f"--quick, at least {MIN_PAIRS} and fewer calls per block for slow models; each block "
+    f"{BLOCK_SECONDS:g} s of calls at least, one untimed call before a runtime's turn where "
+    f"its call takes up to {WARM_CALL_MAX * 1e3:g} ms, and "
+    "each turn starting once the other's worker threads have stopped spinning), and the row's "
+    "ratio is the median of the pairs' ratios of block medians, so that a spell of the "
+    "machine running slower or faster, which moves both blocks of a pair alike, does not move "
+    "it; q1-q3 are the quartiles of those ratios (the row's noise). The latency columns (ms) "
+    "are each runtime's median block median (its typical call over the row); their ratio can "
+    "differ a little from the paired one."
 )
 
 
@@ -441,17 +502,18 @@ def measure(
     repeats: int,
     budgets: dict,
     timeouts: dict,
-    rounds: int = ROUNDS,
+    pairs: int = PAIRS,
 ) -> None:
-    """Fill case.results[runtime] with latency, creation time, run count (and outputs).
+    """Fill case.results[runtime] with latency, creation time, run count (and outputs), and
+    case.results["paired"] with onyx/onnxruntime (``paired_ratio``).
 
     Each runtime is created (median of 3 creations, 1 for the reference) and run once (the
     warm-up, whose outputs are kept), then once more untimed (its time sizes the blocks).
-    Then the runtimes whose warm-up fit in the budget run in turn, a block of timed calls each
-    per round (``block_bounds``), for ``rounds`` rounds or until ``budget`` seconds per runtime
-    (at least 1 round); the latency is the lowest block median (``latency_of``). A runtime
-    whose warm-up alone exceeds the budget keeps that one run. ``timeouts`` caps a runtime's
-    warm-up (runtime -> seconds).
+    Then onyx and onnxruntime, where their warm-up fit in the budget, run ``pairs`` pairs of
+    blocks (``timed_pairs``; fewer calls per block and down to MIN_PAIRS pairs for a slow
+    model, so that a runtime's timed calls stay near its budget), and the reference
+    evaluator its own rounds after them. A runtime whose warm-up alone exceeds the budget
+    keeps that one run. ``timeouts`` caps a runtime's warm-up (runtime -> seconds).
     """
     runs, times, once = {}, {}, {}
     for rt in runtimes:
@@ -474,40 +536,79 @@ def measure(
         case.results[rt] = {"create": float(np.median(creates)), "outputs": outputs}
         times[rt] = [[first]]
         if first <= budgets[rt]:
-            runs[rt], times[rt] = run, []
+            runs[rt] = run
             # (the warm-up pays first-run work: plans, caches; a second call is the steady state)
             once[rt] = first if rt == "reference" else min(first, _clock(run, case.feeds)[0])
-    # Runtimes take turns in blocks, not call by call: onnxruntime's and OpenBLAS's worker
-    # threads spin for a while after each call, so a call right after the other runtime's
-    # competes with its spinning threads (measured: both 1.5-2x slower on 2 cores). onnxruntime's
-    # spin for some 40 ms after its last call (an LSTM's 3 ms onyx calls took 6 ms for the
-    # first eight after its block), so each block waits until the process's other threads are
-    # quiet (``settle``: SETTLE seconds, longer on a busy machine, where the spin lasts longer),
-    # then starts with one untimed call; several rounds of blocks spread any drift of a busy
-    # machine over both. The reference evaluator is far slower: it gets its own rounds.
-    bounds = {rt: block_bounds(once[rt], repeats, budgets[rt], rounds) for rt in runs}
-    longest = 0.0  # (the longest wait before a block: SETTLE on an idle machine)
-    for group in ([r for r in runs if r != "reference"], [r for r in runs if r == "reference"]):
-        start, done, waited = time.perf_counter(), 0, 0.0
-        while group and done < rounds:
-            spent = time.perf_counter() - start - waited  # (the waits are not the budget's)
-            if done >= 1 and spent > sum(budgets[r] for r in group):
-                break
-            for rt in group:
-                if rt != "reference":
-                    wait = settle()
-                    waited, longest = waited + wait, max(longest, wait)
-                    runs[rt](case.feeds)
-                times[rt].append(timed_block(runs[rt], case.feeds, *bounds[rt]))
-            done += 1
-    for rt, blocks in times.items():
-        medians = [float(np.median(b)) for b in blocks]
-        case.results[rt].update(
-            latency=latency_of(blocks),
-            runs=sum(map(len, blocks)),
-            spread=max(medians) / min(medians),
+    paired = [rt for rt in runtimes if rt in runs and rt != "reference"]
+    if paired:
+        budget = max(budgets[rt] for rt in paired)
+        n = pair_count([once[rt] for rt in paired], budget, pairs, min(MIN_PAIRS, pairs))
+        bounds = [block_bounds(once[rt], repeats, budgets[rt], n) for rt in paired]
+        warm = [once[rt] <= WARM_CALL_MAX for rt in paired]
+        blocks, case.results["settle"] = timed_pairs(
+            [runs[rt] for rt in paired], case.feeds, bounds, n, budget, warm
         )
-    case.results["settle"] = longest
+        times.update(zip(paired, blocks))
+        if len(paired) == 2:
+            case.results["paired"] = paired_ratio(*blocks)
+    if "reference" in runs:
+        bounds = block_bounds(once["reference"], repeats, budgets["reference"], REFERENCE_ROUNDS)
+        times["reference"] = reference_blocks(
+            runs["reference"], case.feeds, bounds, budgets["reference"]
+        )
+    for rt, blocks in times.items():
+        case.results[rt].update(latency=latency_of(blocks), runs=sum(map(len, blocks)))
+
+
+def timed_pairs(
+    runs: list,
+    feeds: dict,
+    bounds: list[tuple[int, int]],
+    pairs: int,
+    budget: float,
+    warm: list[bool] | None = None,
+) -> tuple[list[list[list[float]]], float]:
+    """Run one or two runtimes' blocks in ``pair_order`` (one runtime alone: its blocks in a
+    row); returns each runtime's blocks of call seconds, pair by pair, and the longest wait.
+
+    Runtimes take turns in blocks, not call by call: onnxruntime's and OpenBLAS's worker
+    threads spin for a while after each call, so a call right after the other runtime's
+    competes with its spinning threads (measured: both 1.5-2x slower on 2 cores; onnxruntime's
+    spin for some 40-130 ms after its last call). So each turn waits until the process's other
+    threads are quiet (``settle``), then starts with one untimed call where ``warm`` says so
+    (the other runtime's calls left the caches cold; WARM_CALL_MAX). A turn is two blocks of
+    one runtime except the first and the last; the waits are not counted against the budget.
+    Pairs stop early (after MIN_PAIRS) where a busy machine made the calls take over twice the
+    budgets.
+    """
+    blocks: list[list[list[float]]] = [[] for _ in runs]
+    previous, longest, waited = None, 0.0, 0.0
+    start = time.perf_counter()
+    for k, i in pair_order(pairs):
+        if k >= len(runs):
+            continue
+        spent = time.perf_counter() - start - waited
+        if k == previous and i >= MIN_PAIRS and spent > 2 * budget * len(runs):
+            break  # (only before a pair's first block: k == previous starts a pair of ABBA)
+        if k != previous:
+            wait = settle()
+            waited, longest = waited + wait, max(longest, wait)
+            if warm is None or warm[k]:
+                runs[k](feeds)
+            previous = k
+        blocks[k].append(timed_block(runs[k], feeds, *bounds[k]))
+    n = min(map(len, blocks))
+    return [b[:n] for b in blocks], longest
+
+
+def reference_blocks(run, feeds: dict, bounds: tuple[int, int], budget: float) -> list[list]:
+    """The reference evaluator's blocks: REFERENCE_ROUNDS, or fewer once past its budget."""
+    blocks, start = [], time.perf_counter()
+    while len(blocks) < REFERENCE_ROUNDS:
+        if blocks and time.perf_counter() - start > budget:
+            break
+        blocks.append(timed_block(run, feeds, *bounds))
+    return blocks
 
 
 def max_diff(a, b) -> float:
@@ -621,6 +722,10 @@ def geomean(values) -> float:
 
 
 def ratio(case: Case, a: str, b: str) -> float | None:
+    """a's latency over b's; onyx/onnxruntime is the row's paired ratio where it has one."""
+    paired = case.results.get("paired")
+    if (a, b) == ("onyx", "onnxruntime") and paired:
+        return paired["ratio"]
     ra, rb = case.results.get(a), case.results.get(b)
     if not ra or not rb or "latency" not in ra or "latency" not in rb:
         return None
@@ -641,9 +746,19 @@ def _ms(case: Case, runtime: str, key: str = "latency") -> str:
     return "–" if v is None else f"{v * 1e3:.3g}"
 
 
-def _spread(case: Case, runtime: str) -> str:
-    """The highest block median over the lowest (how much the blocks of a row disagreed)."""
-    return _fmt((case.results.get(runtime) or {}).get("spread"))
+def quartiles(case: Case) -> str:
+    """q1-q3 of the row's paired onyx/onnxruntime ratios (how much its pairs disagreed)."""
+    paired = case.results.get("paired")
+    return f"{paired['q1']:.2f}-{paired['q3']:.2f}" if paired else "–"
+
+
+def _worst(cases: list[Case]) -> str:
+    """The highest onyx/onnxruntime of ``cases``: the ratio, the row, its pairs' q1-q3."""
+    rows = [(r, c) for c in cases if (r := ratio(c, "onyx", "onnxruntime"))]
+    if not rows:
+        return "–"
+    r, c = max(rows, key=lambda rc: rc[0])
+    return f"{r:.2f} ({c.name}, q1-q3 {quartiles(c)})"
 
 
 def _per(cases: list[Case], key: str, a: str = "onyx", b: str = "onnxruntime") -> list[float]:
@@ -739,12 +854,11 @@ def write_report(
         "|---|---|---|---|---|---|---|",
     ]
     for label, sel in summary_sets(cases, zoo_built):
-        ratios = [(r, c.name) for c in sel if (r := ratio(c, "onyx", "onnxruntime"))]
-        worst = max(ratios, default=(None, ""))
+        ratios = [r for c in sel if (r := ratio(c, "onyx", "onnxruntime"))]
         refs = _per(sel, "latency", "reference", "onyx")
         lines.append(
-            f"| {label} | {len(sel)} | {_fmt(geomean(r for r, _ in ratios))} "
-            f"| {_fmt(worst[0])} ({worst[1]}) "
+            f"| {label} | {len(sel)} | {_fmt(geomean(ratios))} "
+            f"| {_worst(sel)} "
             f"| {_fmt(geomean(refs), 1)} ({len(refs)} of {len(sel)}) "
             f"| {_fmt(geomean(_per(sel, 'create')))} | {_fmt(geomean(_per(sel, 'peak_mb')))} |"
         )
@@ -755,15 +869,17 @@ def write_report(
             continue
         lines += [f"## {title[0].upper()}{title[1:]}", ""]
         lines += [
-            "| model | onyx ms | onnxruntime ms | reference ms | onyx/ort | ref/onyx "
-            "| create onyx ms | create ort ms | peak onyx MiB | peak ort MiB | max abs diff |",
-            "|---|---|---|---|---|---|---|---|---|---|---|",
+            "| model | onyx ms | onnxruntime ms | reference ms | onyx/ort | onyx/ort q1-q3 "
+            "| ref/onyx | create onyx ms | create ort ms | peak onyx MiB | peak ort MiB "
+            "| max abs diff |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for c in sel:
             o, r = c.results.get("onyx", {}), c.results.get("onnxruntime", {})
             lines.append(
                 f"| {c.name} | {_ms(c, 'onyx')} | {_ms(c, 'onnxruntime')} "
                 f"| {_ms(c, 'reference')} | {_fmt(ratio(c, 'onyx', 'onnxruntime'))} "
+                f"| {quartiles(c)} "
                 f"| {_fmt(ratio(c, 'reference', 'onyx'), 1)} | {_ms(c, 'onyx', 'create')} "
                 f"| {_ms(c, 'onnxruntime', 'create')} | {_fmt(o.get('peak_mb'), 1)} "
                 f"| {_fmt(r.get('peak_mb'), 1)} | {_fmt(c.results.get('diff'), 6)} |"
@@ -811,15 +927,16 @@ SERVING_BEGIN, SERVING_END = "<!-- serving: begin -->", "<!-- serving: end -->"
 
 def _case_table(sel: list[Case]) -> list[str]:
     lines = [
-        "| model | onyx ms | onnxruntime ms | onyx/ort | create onyx ms | create ort ms "
-        "| peak onyx MiB | peak ort MiB | max abs diff |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| model | onyx ms | onnxruntime ms | onyx/ort | onyx/ort q1-q3 | create onyx ms "
+        "| create ort ms | peak onyx MiB | peak ort MiB | max abs diff |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in sel:
         o, r = c.results.get("onyx", {}), c.results.get("onnxruntime", {})
         lines.append(
             f"| {c.name} | {_ms(c, 'onyx')} | {_ms(c, 'onnxruntime')} "
-            f"| {_fmt(ratio(c, 'onyx', 'onnxruntime'))} | {_ms(c, 'onyx', 'create')} "
+            f"| {_fmt(ratio(c, 'onyx', 'onnxruntime'))} | {quartiles(c)} "
+            f"| {_ms(c, 'onyx', 'create')} "
             f"| {_ms(c, 'onnxruntime', 'create')} | {_fmt(o.get('peak_mb'), 1)} "
             f"| {_fmt(r.get('peak_mb'), 1)} | {_fmt(c.results.get('diff'), 6)} |"
         )
@@ -888,11 +1005,10 @@ def serving_block(
             ("scikit-learn", [c for c in serving if c.name.startswith("sklearn")]),
             ("neural networks", [c for c in serving if not c.name.startswith("sklearn")]),
         ):
-            rs = [(r, c.name) for c in sel if (r := ratio(c, "onyx", "onnxruntime"))]
-            w = max(rs, default=(None, ""))
+            rs = [r for c in sel if (r := ratio(c, "onyx", "onnxruntime"))]
             lines.append(
-                f"| {label} | {len(sel)} | {_fmt(geomean(r for r, _ in rs))} "
-                f"| {_fmt(w[0])} ({w[1]}) | {_fmt(geomean(_per(sel, 'create')))} "
+                f"| {label} | {len(sel)} | {_fmt(geomean(rs))} "
+                f"| {_worst(sel)} | {_fmt(geomean(_per(sel, 'create')))} "
                 f"| {_fmt(geomean(_per(sel, 'peak_mb')))} |"
             )
         lines += ["", f"![serving ratios]({png_name})", ""]
@@ -907,7 +1023,8 @@ def serving_block(
             "from starting the interpreter to the first answer (numpy's import and loading the "
             "feeds included, alike for both; the interpreter's exit after it is not); onyx/ort "
             "is the median of the rounds' ratios of the totals (a round's two processes share "
-            "the machine's load of the moment).",
+            "the machine's load of the moment; onyx goes first in half of the rounds), with "
+            "the quartiles of those ratios.",
             "",
             "| model | runtime | import ms | create ms | first run ms | total ms |",
             "|---|---|---|---|---|---|",
@@ -918,11 +1035,12 @@ def serving_block(
                     f"| {name} | {rt} | {r['import'] * 1e3:.0f} | {r['create'] * 1e3:.1f} "
                     f"| {r['first_run'] * 1e3:.1f} | {r['total'] * 1e3:.0f} |"
                 )
-            if len(results) == 2:
-                paired = results["onyx"].get(
-                    "paired_ratio", results["onyx"]["total"] / results["onnxruntime"]["total"]
+            paired = results.get("onyx", {}).get("paired")
+            if paired:
+                lines.append(
+                    f"| {name} | onyx/ort (q1-q3 {paired['q1']:.2f}-{paired['q3']:.2f}) "
+                    f"| | | | {paired['ratio']:.2f} |"
                 )
-                lines.append(f"| {name} | onyx/ort | | | | {paired:.2f} |")
         lines.append("")
     if scaling:
         lines += [
@@ -1052,12 +1170,12 @@ def main(argv=None) -> int:
         action="store_true",
         help="only the serving zoo, cold start and scaling; replaces their block in --out",
     )
-    ap.add_argument("--cold-rounds", type=int, default=15, help="fresh processes per runtime")
+    ap.add_argument("--cold-rounds", type=int, default=21, help="fresh processes per runtime")
     ap.add_argument("--out", default=str(ROOT / "docs" / "benchmarks.md"))
     args = ap.parse_args(argv)
     started = time.perf_counter()
     repeats, budget = (10, 0.3) if args.quick else (50, 2.0)
-    rounds = QUICK_ROUNDS if args.quick else ROUNDS
+    pairs = QUICK_PAIRS if args.quick else PAIRS
     budgets = {"onyx": budget, "onnxruntime": budget, "reference": 2.0 if args.quick else 5.0}
     runtimes = ["onyx", "onnxruntime"] + ([] if args.no_reference else ["reference"])
     workdir = tempfile.mkdtemp(prefix="onyx_bench_")
@@ -1085,7 +1203,7 @@ def main(argv=None) -> int:
             mine = [rt for rt in mine if rt != "reference"]
         threads = case.threads or args.threads
         timeouts = {"reference": args.reference_timeout}
-        measure(case, mine, threads, repeats, budgets, timeouts, rounds)
+        measure(case, mine, threads, repeats, budgets, timeouts, pairs)
         ref = case.results.get("reference")
         if ref is not None and ref.get("latency", math.inf) > 1.0:
             slow_reference.add(case.model)
@@ -1105,7 +1223,8 @@ def main(argv=None) -> int:
             f"ref {_ms(case, 'reference'):>9s} ms  "
             f"onyx/ort {_fmt(ratio(case, 'onyx', 'onnxruntime'))}  "
             f"ref/onyx {_fmt(ratio(case, 'reference', 'onyx'), 1)}  "
-            f"spread onyx {_spread(case, 'onyx')} ort {_spread(case, 'onnxruntime')}  "
+            f"q1-q3 {quartiles(case)} ({(case.results.get('paired') or {}).get('pairs', 0)} "
+            "pairs)  "
             f"longest settle {case.results.get('settle', 0):.2f} s",
             flush=True,
         )
