@@ -323,6 +323,11 @@ def test_weights_of_fewer_channels_than_the_input_are_refused(monkeypatch):
     with pytest.raises(ValueError, match="X has 16 channels"):
         conv_kernels.conv(x, w, None, pads=[1, 1, 1, 1])
     attrs = conv_kernels.conv_key("NOTSET", [1, 1, 1, 1], None, None, None)
+    assert conv_kernels.native_conv_f32(x, w, None, 1, attrs) is None  # (the set-ups' front
+    # check declines: a bound call, which skips the kernel's check, then runs the kernel)
+    monkeypatch.setattr(conv_kernels, "channel_group_problem", lambda *a: None)  # (behind it:)
+    w = np.ones((32, 8, 3, 3), np.float32)  # (another W: the set-up's answer is kept per W)
+    w.flags.writeable = False
     with pytest.raises(InvalidArgument, match="packed weights"):
         conv_kernels.native_conv_f32(x, w, None, 1, attrs)
     monkeypatch.setattr(small_cnn, "ENABLED", False)  # (the general conv_f32.FloatConv)
