@@ -23,7 +23,7 @@ from .linalg import (
     packed_gemm,
     packed_matmul,
 )
-from .sigmoids import hard_sigmoid_into, hard_swish, sigmoid_into
+from .sigmoids import SMALL_SIGMOID, hard_sigmoid_into, hard_swish, sigmoid_into
 
 MS = "com.microsoft"
 
@@ -44,7 +44,8 @@ def _convs():
 
 def _sigmoid(y, alpha, beta, gamma):
     with ignoring_fp_errors():  # (np.errstate builds its state anew: most of a small call)
-        return sigmoid_into(y, y)
+        # (a few elements: fresh arrays, cheaper than passes in place; the same bits)
+        return sigmoid_into(y, None if y.size <= SMALL_SIGMOID else y)
 
 
 def _leaky_relu(y, alpha, beta, gamma):
