@@ -444,6 +444,14 @@ class _ImplicitConv:
         out = self._unfused(x).reshape(self.shapes[1])
         return out if self.table is None else _lookup(out, self.table)
 
+    def bound(self):
+        """``call(x)`` doing what this conv does for a C-contiguous x of the set-up's shape
+        and type in one native call (a bound step's: registry.binds), or None where another
+        path runs (no whole native call, or buffers large enough to take a scratch)."""
+        if self.native is None or self.native.work_bytes > LARGE_WORK:
+            return None
+        return self.native.into_new(self.shapes[1], self.out_dtype)
+
     def to_float(self, x: np.ndarray, scale: np.ndarray, bias: np.ndarray | None, zx: int):
         """float32(conv) * scale [+ bias] (ai.onyx ConvIntegerToFloat) in the GEMM's epilogue,
         for an int32 conv (no requantization of its own) and x's zero point zx (this call's:

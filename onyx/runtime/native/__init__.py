@@ -49,6 +49,7 @@ from ._core import (
     thread_setting,
     threads,
     under_setting,
+    under_setting_contiguous,
     winograd_applies,
 )
 
@@ -253,6 +254,7 @@ __all__ = [
     "status",
     "thread_setting",
     "under_setting",
+    "under_setting_contiguous",
     "threads",
     "winograd_applies",
     *_ORIGIN,  # (the families' names: imported when first asked for)

@@ -591,7 +591,22 @@ def implicit_conv(
         if status:
             check(status, "integer conv")
 
+    def into_new(shape: tuple, dtype):
+        """``call(x) -> out``: run(x, a fresh out of ``shape`` and ``dtype``, the library's
+        buffers) in one frame (a bound step's; the caller checks the shape and type)."""
+        empty = np.empty
+
+        def call_new(x, _keep=keep):
+            out = empty(shape, dtype)
+            status = call(task, _addr(x), None, None, _addr(out))
+            if status:
+                check(status, "integer conv")
+            return out
+
+        return call_new
+
     run.work_bytes = padded_bytes + len(rows) * c.M  # the padded input, then the GEMM's result
+    run.into_new = into_new
     return run
 
 
