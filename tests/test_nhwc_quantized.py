@@ -284,12 +284,15 @@ def test_layers_split_between_threads_give_one_threads_bytes(layer):
 
 
 @pytest.mark.skipif(not VNNI, reason="the pass runs where the native int8 GEMM does")
-def test_bound_chain_convs_are_one_native_call(tmp_path):
-    """A chain's implicit-GEMM convs bind to the one native call (under_setting_contiguous:
-    no runner wrappers), with the unbound kernel's bytes; a strided x, another thread
-    setting, take the kernel as written, to the same bytes."""
+@pytest.mark.parametrize("scratch", [False, True])
+def test_bound_chain_convs_are_one_native_call(tmp_path, monkeypatch, scratch):
+    """A chain's convs (implicit GEMMs, depthwise) bind to their one native call
+    (under_setting_contiguous: no runner wrappers), with the unbound kernel's bytes; a
+    strided x, another thread setting, take the kernel as written, to the same bytes."""
     from onyx.runtime.plan import BoundCall
 
+    if scratch:  # (every implicit GEMM's buffers then the thread's scratch, as large ones)
+        monkeypatch.setattr(nchw_kernels, "LARGE_WORK", 0)
     path = str(tmp_path / "chain.onnx")
     onnx.save(_chain_model(), path)
     sess = onyx.InferenceSession(path)
@@ -305,7 +308,7 @@ def test_bound_chain_convs_are_one_native_call(tmp_path):
         if call is not None
     ]
     flat = [(s, c) for s, c in calls if "under_setting_contiguous" in c.__qualname__]
-    assert len(flat) >= 5  # (the 1x1 and 3x3 implicit GEMMs; the depthwise conv is not one)
+    assert len(flat) == len(calls) == 8  # (the implicit GEMMs and the depthwise conv)
     for step, call in flat:
         shape = next(iter(step.fn.calls))[0]
         x_in = RNG.integers(0, 256, shape).astype(np.uint8)

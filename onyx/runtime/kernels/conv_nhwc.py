@@ -213,4 +213,5 @@ def _depthwise(nchw, w, zx, w_zp, bias, scale, y_zp, geo, table):
     def run(x):
         return conv(x if x.flags.c_contiguous else np.ascontiguousarray(x))
 
+    run.bound = conv.bound()  # (for a C-contiguous x: the bound step's call)
     return run
