@@ -171,7 +171,7 @@ _EXPORTS = {
         "skip_layer_norm_bound",
         "skip_layer_norm_f32",
     ),
-    "rows": ("mean_rows_f32", "qmean_rows", "softmax_rows_f32"),
+    "rows": ("mean_rows_f32", "qmean_columns", "qmean_rows", "softmax_rows_f32"),
     "nhwc_chain": ("ChainProgram",),
     "small_cnn": (
         "CV_PANEL",
