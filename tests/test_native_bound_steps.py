@@ -515,6 +515,32 @@ def _native_bound(bound: BoundCall, declines: bool = False) -> None:
 
 
 @pytest.mark.parametrize("fused", [False, True])
+def test_a_small_conv_binds_to_one_frame(fused):
+    """A conv small_cnn.c takes (a U-Net's layer) binds to SmallConv.bound's call in one
+    frame, with the kernel's bits: contiguous, strided and read-only x; under another thread
+    setting the kernel as written."""
+    from onyx.runtime import native
+
+    if not native.small_conv_ok():
+        pytest.skip("no small conv kernel here")
+    op, domain = ("FusedConv", "com.microsoft") if fused else ("Conv", "")
+    attrs = {"pads": [1] * 4, **({"activation": "Relu"} if fused else {})}
+    arrays = _conv_consts({"w": (16, 8, 3, 3), "bb": (16,)})
+    sess = _model(op, ["x", "w", "bb"], arrays, attrs, domain)
+    constants = [_frozen(a) for a in arrays.values()]
+    x = RNG.standard_normal((1, 8, 16, 16)).astype(np.float32)
+    sess.run(None, {"x": x})
+    (call,) = _bound(sess).calls.values()
+    assert call.__qualname__.endswith("one_frame")
+    for variant in (x, _strided(x), _frozen(x)):
+        want = _want(op, domain, 17, [_frozen(variant), *constants], attrs)
+        _same([call(variant, *constants)], want)
+        _same(sess.run(None, {"x": variant}), want)
+        with native.threads(1 if native.thread_setting() != 1 else 2):
+            _same([call(variant, *constants)], want)
+
+
+@pytest.mark.parametrize("fused", [False, True])
 @pytest.mark.parametrize("first, second, consts, attrs", CONVS_2D)
 def test_conv_2d(fused, first, second, consts, attrs):
     """A bound 2-D Conv / FusedConv answers as the kernel for alternating shapes, strided
