@@ -8,8 +8,10 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
+from onyx.runtime.kernels import fused
 from onyx.runtime.kernels.activation import leaky_relu, sigmoid
 from onyx.runtime.kernels.normalization import instance_normalization
+from onyx.runtime.kernels.sigmoids import SMALL_SIGMOID, sigmoid_into
 
 SPECIAL = [np.nan, np.inf, -np.inf, -0.0, 0.0, 1e-30, -1e-30, 88.7, -88.7, -104.0]
 SHAPES = [(), (1,), (7,), (3, 5, 33), (2, 4, 17, 9)]
@@ -76,6 +78,18 @@ def _sigmoid_reference(x):
 def test_sigmoid_matches_negative_exp_reciprocal(dtype, shape):
     x = _inputs(shape, dtype, seed=1)
     _same(sigmoid(x), np.asarray(_sigmoid_reference(x)).astype(dtype))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+@pytest.mark.parametrize("size", [1, 7, SMALL_SIGMOID, SMALL_SIGMOID + 1])
+def test_small_sigmoid_is_the_passes_in_place(dtype, size):
+    """A few elements' sigmoid on fresh arrays (sigmoid_into without ``out``, FusedGemm's
+    activation of a small product) has the in-place passes' bits, overflow included."""
+    x = _inputs((1, size), dtype, seed=3)
+    with np.errstate(all="ignore"):
+        in_place = sigmoid_into(x, x.copy())
+        _same(sigmoid_into(x), in_place)
+        _same(fused.ACTIVATIONS["Sigmoid"](x.copy(), None, None, None), in_place)
 
 
 def test_sigmoid_matches_onnxruntime():

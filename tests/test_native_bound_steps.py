@@ -86,6 +86,10 @@ CASES = [
     ("Gemm", "", [(1, 16)], [(5, 16)], {"b": (4, 16), "c": (4,)}, {"transB": 1}),  # numpy
     ("Gemm", "", [(20, 8)], [(2, 8)], {"b": (8, 300), "c": (1, 300)}, {"beta": 0.5}),
     ("Gemm", "", [(2, 8)], [(3, 8)], {"b": (8, 200)}, {"alpha": 2.0}),
+    # (a small product's bias added into a fresh array: C of every broadcasting shape)
+    ("Gemm", "", [(2, 16)], [(6, 16)], {"b": (16, 4), "c": (1, 1)}, {}),
+    ("Gemm", "", [(2, 16)], [(1, 16)], {"b": (4, 16), "c": (1, 4)}, {"transB": 1}),
+    ("Gemm", "", [(1, 16)], [(8, 16)], {"b": (16, 8), "c": (8,)}, {}),  # 8 x 8 cells: in place
     ("MatMul", "", [(2, 17, 64)], [(1, 3, 64)], {"b": (64, 40)}, {}),
     (
         "FusedGemm",
@@ -208,6 +212,18 @@ def test_bound_step_answers_as_the_kernel(op, domain, first, second, consts, att
             got = sess.run(None, dict(zip(fed, variant)))
             _same(got, _want(op, domain, opset, [_frozen(x) for x in variant] + constants, attrs))
     assert len(_bound(sess).calls) == 2  # (one per signature, made once)
+
+
+def test_a_small_products_bias_that_does_not_broadcast_fails_as_the_kernel():
+    """C (2, 4) fits A of 2 rows; A of one row would make += refuse it: the bound call's
+    fresh sum must not give a (2, 4) result instead."""
+    sess, fed, _, _ = _case("Gemm", "", [(2, 16)], {"b": (16, 4), "c": (2, 4)}, {})
+    assert sess.run(None, {"x0": RNG.standard_normal((2, 16)).astype(np.float32)})[0].shape == (
+        2,
+        4,
+    )
+    with pytest.raises(onyx.OnyxError):
+        sess.run(None, {"x0": RNG.standard_normal((1, 16)).astype(np.float32)})
 
 
 def test_a_graph_input_is_no_constant():
@@ -496,6 +512,32 @@ def _native_bound(bound: BoundCall, declines: bool = False) -> None:
 
     if native.conv_f32_ok() and not declines:
         assert all(call is not None for call in bound.calls.values())
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_a_small_conv_binds_to_one_frame(fused):
+    """A conv small_cnn.c takes (a U-Net's layer) binds to SmallConv.bound's call in one
+    frame, with the kernel's bits: contiguous, strided and read-only x; under another thread
+    setting the kernel as written."""
+    from onyx.runtime import native
+
+    if not native.small_conv_ok():
+        pytest.skip("no small conv kernel here")
+    op, domain = ("FusedConv", "com.microsoft") if fused else ("Conv", "")
+    attrs = {"pads": [1] * 4, **({"activation": "Relu"} if fused else {})}
+    arrays = _conv_consts({"w": (16, 8, 3, 3), "bb": (16,)})
+    sess = _model(op, ["x", "w", "bb"], arrays, attrs, domain)
+    constants = [_frozen(a) for a in arrays.values()]
+    x = RNG.standard_normal((1, 8, 16, 16)).astype(np.float32)
+    sess.run(None, {"x": x})
+    (call,) = _bound(sess).calls.values()
+    assert call.__qualname__.endswith("one_frame")
+    for variant in (x, _strided(x), _frozen(x)):
+        want = _want(op, domain, 17, [_frozen(variant), *constants], attrs)
+        _same([call(variant, *constants)], want)
+        _same(sess.run(None, {"x": variant}), want)
+        with native.threads(1 if native.thread_setting() != 1 else 2):
+            _same([call(variant, *constants)], want)
 
 
 @pytest.mark.parametrize("fused", [False, True])

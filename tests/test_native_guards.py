@@ -204,3 +204,21 @@ def test_refusals_hold_under_python_O():
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "refused"
+
+
+@needs_native
+@pytest.mark.parametrize(
+    "size, columns, images",
+    [(-1, 8, 1), ((2**31 - 1) // 255 + 1, 8, 1), (4, 0, 1), (4, 8, -1), (1000, 2**40, 2)],
+)
+def test_qmean_columns_refuses_sizes_out_of_range(size, columns, images):
+    """rows.c's channels-last pooling checks its task itself: a column's int32 sum of more
+    than 2**31 / 255 bytes, no columns, parts that run backwards or cells past the limit are
+    refused before anything is read."""
+    from onyx.runtime.native import rows
+
+    x, y = np.zeros(64, np.uint8), np.zeros(64, np.uint8)
+    task = rows._GlobalPool(x.ctypes.data, y.ctypes.data, size, 1.0, 0, 0, 0, columns)
+    cuts = np.array([0, images] if images >= 0 else [1, 0], np.int64)
+    with pytest.raises(InvalidArgument):
+        _core._run(_core.lib.qmean_columns_range, task, cuts, 1, "qmean columns")

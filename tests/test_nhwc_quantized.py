@@ -281,3 +281,42 @@ def test_layers_split_between_threads_give_one_threads_bytes(layer):
                 got[n] = conv_nhwc.qlinear_conv_nhwc(x_in, *params, **attrs)
         np.testing.assert_array_equal(got[n], got[1])
     np.testing.assert_array_equal(got[1], want)
+
+
+@pytest.mark.skipif(not VNNI, reason="the pass runs where the native int8 GEMM does")
+@pytest.mark.parametrize("scratch", [False, True])
+def test_bound_chain_convs_are_one_native_call(tmp_path, monkeypatch, scratch):
+    """A chain's convs (implicit GEMMs, depthwise) bind to their one native call
+    (under_setting_contiguous: no runner wrappers), with the unbound kernel's bytes; a
+    strided x, another thread setting, take the kernel as written, to the same bytes."""
+    from onyx.runtime.plan import BoundCall
+
+    if scratch:  # (every implicit GEMM's buffers then the thread's scratch, as large ones)
+        monkeypatch.setattr(nchw_kernels, "LARGE_WORK", 0)
+    path = str(tmp_path / "chain.onnx")
+    onnx.save(_chain_model(), path)
+    sess = onyx.InferenceSession(path)
+    feeds = {"x": RNG.integers(0, 256, (2, 8, 10, 10)).astype(np.uint8)}
+    want = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    for _ in range(3):
+        np.testing.assert_array_equal(sess.run(None, feeds)[0], want)
+    calls = [
+        (step, call)
+        for step in sess.plan.steps
+        if step.node.op_type == "QLinearConvNhwc" and step.fn.__class__ is BoundCall
+        for call in step.fn.calls.values()
+        if call is not None
+    ]
+    flat = [(s, c) for s, c in calls if "under_setting_contiguous" in c.__qualname__]
+    assert len(flat) == len(calls) == 8  # (the implicit GEMMs and the depthwise conv)
+    for step, call in flat:
+        shape = next(iter(step.fn.calls))[0]
+        x_in = RNG.integers(0, 256, shape).astype(np.uint8)
+        rest = [sess.plan.template[i] for i in step.ins[1:]]
+        want = conv_nhwc.qlinear_conv_nhwc(x_in, *rest, **step.fn.attrs)
+        np.testing.assert_array_equal(call(x_in, *rest), want)
+        xs = np.zeros(shape[:3] + (2 * shape[3],), np.uint8)
+        xs[..., ::2] = x_in
+        np.testing.assert_array_equal(call(xs[..., ::2], *rest), want)
+        with native.threads(1 if native.thread_setting() != 1 else 2):
+            np.testing.assert_array_equal(call(x_in, *rest), want)

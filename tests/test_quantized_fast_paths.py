@@ -232,6 +232,29 @@ def test_global_average_pool_kept_per_constants(dtype):
         _same(_both(kernel, x, *_q(dtype), *_q(dtype)))
 
 
+@pytest.mark.skipif(not native.available(), reason="needs the native library")
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+@pytest.mark.parametrize("shape", [(2, 6, 6, 64), (3, 4, 5, 300), (1, 1, 1, 7), (2, 9, 1, 1)])
+def test_global_average_pool_of_channels_last_bytes(monkeypatch, dtype, shape):
+    """An NCHW X that is a channels-last tensor's transposed view (a quantized NHWC chain's
+    end), and a channels_last X, are pooled by columns in place (rows.c's qmean_columns: no
+    transposed copy), to the bytes of the numpy path; columns past a chunk of 256, a single
+    pixel. Both layouts of one shape and constants keep their own multipliers."""
+    kernel = lookup("QLinearGlobalAveragePool", "com.microsoft", 1).fn
+    calls = []
+    columns = native.qmean_columns
+    monkeypatch.setattr(native, "qmean_columns", lambda *a: calls.append(1) or columns(*a))
+    info = np.iinfo(dtype)
+    nhwc = RNG.integers(info.min, info.max + 1, shape).astype(dtype)
+    params = (*_q(dtype), *_q(dtype))
+    for _ in range(2):  # (the second: the multiplier kept per constants and layout)
+        _same(_both(kernel, nhwc.transpose(0, 3, 1, 2), *params))
+        _same(_both(kernel, nhwc, *params, channels_last=1))
+        square = nhwc.reshape(shape[0], shape[1] * shape[2], shape[3], 1)  # (as NCHW: rows)
+        _same(_both(kernel, square, *params))
+    assert len(calls) >= 8
+
+
 @pytest.mark.parametrize(
     "kernel, stride, pads, dilation",
     [(5, 1, [2, 2], 1), (5, 2, [2, 2], 1), (400, 160, [0, 0], 1), (3, 1, [0, 1], 2)],

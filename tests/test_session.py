@@ -377,6 +377,13 @@ def test_intra_op_threads_reach_the_native_kernels_and_blas(monkeypatch):
     for kind in (native.FloatConv, native.SmallConv):  # (a small image's conv: SmallConv)
         monkeypatch.setattr(kind, "__call__", lambda self, *a, run=kind.__call__:
                             seen.append(native.thread_setting()) or run(self, *a))  # fmt: skip
+    bound = native.SmallConv.bound  # (a bound step calls a SmallConv through its one-frame
+
+    def spied_bound(self):  # call, SmallConv.bound's)
+        run = bound(self)
+        return lambda *a: seen.append(native.thread_setting()) or run(*a)
+
+    monkeypatch.setattr(native.SmallConv, "bound", spied_bound)
     limit = concurrency.limit_blas
     monkeypatch.setattr(concurrency, "limit_blas", lambda n: limits.append(n) or limit(n))
     options = onyx.SessionOptions()

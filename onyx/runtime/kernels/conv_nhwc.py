@@ -47,6 +47,9 @@ def _bind_qlinear_conv_nhwc(inputs, attrs, constant):
     run = _native_runner(np.empty(x.shape, x.dtype).transpose(0, 3, 1, 2), w, params)
     if run is None:
         return None
+    flat = getattr(run, "bound", None)
+    if flat is not None:  # (the implicit GEMM's one call, without the runner's wrappers)
+        return native.under_setting_contiguous(flat, kernel, attrs)
 
     def call(x, *rest):
         return run(x) if x.flags.c_contiguous else kernel(x, *rest, **attrs)
@@ -176,7 +179,12 @@ def _native_runner(nchw: np.ndarray, w: np.ndarray, params: tuple):
     if conv.native is None:
         return None
     if layout[0]:  # (its NCHW path would read other strides as NCHW: a copy first)
-        return lambda x: conv(x if x.flags.c_contiguous else np.ascontiguousarray(x))
+
+        def run(x):
+            return conv(x if x.flags.c_contiguous else np.ascontiguousarray(x))
+
+        run.bound = conv.bound()  # (for a C-contiguous x: the bound step's call, or None)
+        return run
     return lambda x: conv(x.transpose(0, 3, 1, 2))  # (the chain's entry: NCHW bytes)
 
 
@@ -205,4 +213,5 @@ def _depthwise(nchw, w, zx, w_zp, bias, scale, y_zp, geo, table):
     def run(x):
         return conv(x if x.flags.c_contiguous else np.ascontiguousarray(x))
 
+    run.bound = conv.bound()  # (for a C-contiguous x: the bound step's call)
     return run

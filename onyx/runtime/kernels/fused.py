@@ -23,7 +23,7 @@ from .linalg import (
     packed_gemm,
     packed_matmul,
 )
-from .sigmoids import hard_sigmoid_into, hard_swish, sigmoid_into
+from .sigmoids import SMALL_SIGMOID, hard_sigmoid_into, hard_swish, sigmoid_into
 
 MS = "com.microsoft"
 
@@ -44,7 +44,8 @@ def _convs():
 
 def _sigmoid(y, alpha, beta, gamma):
     with ignoring_fp_errors():  # (np.errstate builds its state anew: most of a small call)
-        return sigmoid_into(y, y)
+        # (a few elements: fresh arrays, cheaper than passes in place; the same bits)
+        return sigmoid_into(y, None if y.size <= SMALL_SIGMOID else y)
 
 
 def _leaky_relu(y, alpha, beta, gamma):
@@ -137,7 +138,17 @@ def _bound_conv2d(x_shape, W, attrs: dict, code: int, lo, hi):
         return None
     contiguous = np.ascontiguousarray
     bound = lambda X, W, B=None, Z=None: call(contiguous(X), B, Z)  # noqa: E731
-    return native.under_setting(bound, fused_conv, attrs)
+    flat = call.bound() if call.__class__ is native.SmallConv else None  # (its one frame)
+    if flat is None:
+        return native.under_setting(bound, fused_conv, attrs)
+    setting, threads = native.thread_setting, native.thread_setting()
+
+    def one_frame(X, W, B=None, Z=None):
+        if Z is None and X.flags.c_contiguous and setting() == threads:
+            return flat(X, B)
+        return bound(X, W, B, Z) if setting() == threads else fused_conv(X, W, B, Z, **attrs)
+
+    return one_frame
 
 
 # (B and Z are read per call: an IR 3 model's biases, initializers listed as graph inputs, a

@@ -247,6 +247,11 @@ def gemm_1(a, b, c, *, alpha=1.0, beta=1.0, transA=0, transB=0, broadcast=0):
 
 _F32 = np.dtype(np.float32)
 
+#: Cells of a small product up to which its bias is added into a fresh array: numpy's ufunc
+#: writing into a given array costs about 0.5 us more (an LSTM head's Gemm of 1 x 4), the
+#: same sums.
+FRESH_BIAS_SUM = 64
+
 
 def bound_product(a, b, c, alpha=1.0, beta=1.0, trans_b=0, relu=False):
     """``call(a)`` computing what ``_gemm`` (``relu``: ``packed_gemm``'s ReLU) computes for A
@@ -264,7 +269,7 @@ def bound_product(a, b, c, alpha=1.0, beta=1.0, trans_b=0, relu=False):
         return _bound_packed(a, b, c, alpha, beta, trans_b, relu)
     tiny = b.size < NUMPY_GEMV_WEIGHTS and rows <= native.GEMV_ROWS
     if tiny:
-        return _bound_numpy_gemm(b, c, alpha, beta, trans_b)
+        return _bound_numpy_gemm(b, c, alpha, beta, trans_b, rows)
     n = b.shape[0 if trans_b else 1]
     if rows <= native.GEMV_ROWS and native.gemv_ok():  # (native_gemv, set up as it does)
         if c is not None and c.shape not in ((n,), (1, n)):
@@ -293,12 +298,25 @@ def _bound_packed(a, b, c, alpha, beta, trans_b, relu):
     return gemm.bound(a.shape[0], bias, relu)
 
 
-def _bound_numpy_gemm(b, c, alpha, beta, trans_b):
-    """_gemm's numpy path for float32 operands, B' and beta * C made once."""
+def _broadcasts_to(shape: tuple, target: tuple) -> bool:
+    """Whether an array of ``shape`` broadcasts to ``target`` one way (as += needs)."""
+    try:
+        return np.broadcast_shapes(shape, target) == target
+    except ValueError:
+        return False
+
+
+def _bound_numpy_gemm(b, c, alpha, beta, trans_b, rows: int):
+    """_gemm's numpy path for float32 operands, B' and beta * C made once (for A of ``rows``
+    rows)."""
     bt = b.T if trans_b else b
     scale = None if alpha == 1 else np.float32(alpha)
     cc = None if c is None or beta == 0 else c if beta == 1 else c * np.float32(beta)
-    matmul_ = np.matmul
+    matmul_, add = np.matmul, np.add
+    shape = (rows, bt.shape[1])
+    if scale is None and cc is not None and math.prod(shape) <= FRESH_BIAS_SUM:
+        if _broadcasts_to(cc.shape, shape):  # (a C that += in place would refuse: as written)
+            return lambda a: add(matmul_(a, bt), cc)
 
     def call(a):
         y = matmul_(a, bt)

@@ -69,11 +69,12 @@ def qlinear_average_pool(
 _global_pools: dict = {}
 
 
-def _keep_global_pool(X, params: tuple, requantization: tuple) -> None:
+def _keep_global_pool(X, channels_last, params: tuple, requantization: tuple) -> None:
     if all(p is None or (isinstance(p, np.ndarray) and not p.flags.writeable) for p in params):
         if len(_global_pools) >= 1024:  # (sessions come and go)
             _global_pools.clear()
-        _global_pools[(X.shape, X.dtype.char, *map(id, params))] = (params, requantization)
+        key = (X.shape, X.dtype.char, bool(channels_last), *map(id, params))
+        _global_pools[key] = (params, requantization)
 
 
 @op("QLinearGlobalAveragePool", since=1, domain="com.microsoft")
@@ -84,30 +85,65 @@ def qlinear_global_average_pool(
     tie-breaker: the contrib op names no order): (sum - count * x_zp) in float32 times
     x_scale / (y_scale * count), rounded half to even, clamped, plus y_zp."""
     params = (x_scale, x_zero_point, y_scale, y_zero_point)
-    if not channels_last:  # (a node's constants: their multiplier and zero points kept)
-        hit = _global_pools.get((X.shape, X.dtype.char, *map(id, params)))
+    columns = _columns(X, channels_last)
+    if columns is not None or not channels_last:  # (a node's constants: their multiplier
+        key = (X.shape, X.dtype.char, bool(channels_last), *map(id, params))  # and zero
+        hit = _global_pools.get(key)  # points; the count, so the multiplier, is the layout's)
         if hit is not None and all(map(operator.is_, hit[0], params)):
-            y = native.qmean_rows(channel_rows(X), *hit[1])
+            y = _native_pool(X, columns, hit[1])
             if y is not None:
-                return y.reshape(pooled_shape(X))
+                return y.reshape(_pooled(X, channels_last))
     count = math.prod(X.shape[2:] if not channels_last else X.shape[1:-1])
     scale = np.float32(x_scale.reshape(-1)[0]) / (
         np.float32(y_scale.reshape(-1)[0]) * np.float32(count)
     )
     x_zp = 0 if x_zero_point is None else int(x_zero_point.reshape(-1)[0])
     y_zp = 0 if y_zero_point is None else int(y_zero_point.reshape(-1)[0])
-    if not channels_last:
-        rows = channel_rows(X)
-        y = native.qmean_rows(rows, scale, x_zp, y_zp)
+    if columns is not None or not channels_last:
+        y = _native_pool(X, columns, (scale, x_zp, y_zp))
         if y is not None:
-            _keep_global_pool(X, params, (scale, x_zp, y_zp))
-            return y.reshape(pooled_shape(X))
-        sums = rows.sum(axis=1, dtype=np.int64)
+            _keep_global_pool(X, channels_last, params, (scale, x_zp, y_zp))
+            return y.reshape(_pooled(X, channels_last))
+    if not channels_last:
+        sums = channel_rows(X).sum(axis=1, dtype=np.int64)
     else:
         sums = X.reshape(X.shape[0], -1, X.shape[-1]).sum(axis=1, dtype=np.int64)
     info = np.iinfo(X.dtype)
     v = np.rint((sums - count * x_zp).astype(np.float32) * scale)
     y = (np.clip(v, info.min - y_zp, info.max - y_zp) + y_zp).astype(X.dtype)
+    return y.reshape(_pooled(X, channels_last))
+
+
+def _columns(X, channels_last) -> np.ndarray | None:
+    """X's bytes as C-contiguous (N, pixels, C) where they lie channels-last already (an NCHW
+    X that is a channels-last tensor's transposed view: the end of a quantized CNN's NHWC
+    chain; or a contiguous channels_last X), else None."""
+    if X.ndim < 3:
+        return None
     if channels_last:
-        return y.reshape(X.shape[:1] + (1,) * (X.ndim - 2) + X.shape[-1:])
-    return y.reshape(pooled_shape(X))
+        nhwc = X
+    elif X.strides[1] != X.itemsize:  # (not channels-last bytes: an NCHW tensor's rows)
+        return None
+    else:  # (transpose with a written order: moveaxis's checks cost a small pool 2 us)
+        nhwc = X.transpose(_CHANNELS_LAST.get(X.ndim) or (0, *range(2, X.ndim), 1))
+    if not nhwc.flags.c_contiguous:
+        return None
+    return nhwc.reshape(nhwc.shape[0], -1, nhwc.shape[-1])
+
+
+_CHANNELS_LAST = {3: (0, 2, 1), 4: (0, 2, 3, 1), 5: (0, 2, 3, 4, 1)}
+
+
+def _native_pool(X, columns, requantization: tuple) -> np.ndarray | None:
+    """The native pooling's (N, C) or (N * C,) result: of the columns where given (no
+    transposed copy), else of X's channel rows; None without the library."""
+    if columns is not None:
+        return native.qmean_columns(columns, *requantization)
+    return native.qmean_rows(channel_rows(X), *requantization)
+
+
+def _pooled(X, channels_last) -> tuple[int, ...]:
+    """The pooled output's shape: (N, C, 1, ...), or (N, 1, ..., C) channels-last."""
+    if channels_last:
+        return X.shape[:1] + (1,) * (X.ndim - 2) + X.shape[-1:]
+    return pooled_shape(X)

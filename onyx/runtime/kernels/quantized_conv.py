@@ -444,6 +444,16 @@ class _ImplicitConv:
         out = self._unfused(x).reshape(self.shapes[1])
         return out if self.table is None else _lookup(out, self.table)
 
+    def bound(self):
+        """``call(x)`` doing what this conv does for a C-contiguous x of the set-up's shape
+        and type in one native call (a bound step's: registry.binds), or None where another
+        path runs (no whole native call)."""
+        if self.native is None:
+            return None
+        size = self.native.work_bytes
+        work = None if size <= LARGE_WORK else lambda: scratch((size,), np.uint8)
+        return self.native.into_new(self.shapes[1], self.out_dtype, work)
+
     def to_float(self, x: np.ndarray, scale: np.ndarray, bias: np.ndarray | None, zx: int):
         """float32(conv) * scale [+ bias] (ai.onyx ConvIntegerToFloat) in the GEMM's epilogue,
         for an int32 conv (no requantization of its own) and x's zero point zx (this call's:

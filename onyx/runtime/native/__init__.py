@@ -49,6 +49,7 @@ from ._core import (
     thread_setting,
     threads,
     under_setting,
+    under_setting_contiguous,
     winograd_applies,
 )
 
@@ -170,7 +171,7 @@ _EXPORTS = {
         "skip_layer_norm_bound",
         "skip_layer_norm_f32",
     ),
-    "rows": ("mean_rows_f32", "qmean_rows", "softmax_rows_f32"),
+    "rows": ("mean_rows_f32", "qmean_columns", "qmean_rows", "softmax_rows_f32"),
     "nhwc_chain": ("ChainProgram",),
     "small_cnn": (
         "CV_PANEL",
@@ -253,6 +254,7 @@ __all__ = [
     "status",
     "thread_setting",
     "under_setting",
+    "under_setting_contiguous",
     "threads",
     "winograd_applies",
     *_ORIGIN,  # (the families' names: imported when first asked for)

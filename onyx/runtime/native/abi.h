@@ -285,7 +285,9 @@ ONYX_STRUCT(recurrence, ONYX_RECURRENCE)
     F(S, void *, y, )       /* [rows] */                                                     \
     F(S, int64_t, size, )   /* values per row */                                             \
     F(S, float, scale, )    /* 8-bit rows: x_scale / (y_scale * size), in float32 */         \
-    F(S, int32_t, x_zp, ) F(S, int32_t, y_zp, ) F(S, int32_t, is_signed, )
+    F(S, int32_t, x_zp, ) F(S, int32_t, y_zp, ) F(S, int32_t, is_signed, )                 \
+    /* qmean_columns: x (images, size, columns) channels-last, y (images, columns) */       \
+    F(S, int64_t, columns, )
 ONYX_STRUCT(global_pool, ONYX_GLOBAL_POOL)
 
 #define ONYX_LAYER_NORM(F, S)                                                                \

@@ -15,6 +15,7 @@ from ._core import (
     _addr,
     _check_sizes,
     _filled,
+    _input_addr,
     _run,
     _ways,
     abi,
@@ -175,7 +176,9 @@ class Conv1d:
             z = as_residual(z, y.shape)  # (a local: a converted copy stays alive)
         if self.ways == 1:  # (one call: no pool job, no copy of the task)
             xs = None if strides is None else (_I64 * 3)(*strides)
-            status = core.lib.onyx_conv1d_f32(self.address, _addr(x), xs, _addr(y), b, _addr(z))
+            status = core.lib.onyx_conv1d_f32(
+                self.address, _input_addr(x), xs, _addr(y), b, _addr(z)
+            )  # (x: _input_addr, a signal model's feed is a read-only view)
             if status:
                 core.check(status, "1-D conv")
             return y
@@ -220,7 +223,7 @@ def conv1d_then(conv: Conv1d, kind: int, bins: int = 0, re0: int = 0, im0: int =
         entry = None if bias is None else cached_bias(conv, bias, M, what)  # (alive: a local)
         b = None if entry is None else entry[2]
         xs = None if strides is None else (_I64 * 3)(*strides)
-        status = fused(address, _addr(x), xs, b, kind, sel, eps, _addr(out))
+        status = fused(address, _input_addr(x), xs, b, kind, sel, eps, _addr(out))
         if status:
             core.check(status, what)
         return out

@@ -377,6 +377,38 @@ class IntPlaneConv:
         _run(core.lib.int_conv_range, task, self.cuts, self.ways, "depthwise conv")
         return y
 
+    def bound(self):
+        """``call(x)``: this conv of a C-contiguous x of the set-up's shape and type, with
+        the set-up's zero point, as __call__ computes it in one frame (a bound step's: the
+        part and the cuts' address looked up once)."""
+        empty, shape, dtype, narrow = np.empty, self.shape, self.dtype, self.dtype.itemsize == 1
+        out_copy, task_copy = _DwOutput.from_buffer_copy, _IntConvTask.from_buffer_copy
+        template, out_template, cuts = self.task, self.out, self.cuts
+        part = core.lib.int_conv_range
+        cuts_at, parts, ways, byref, addressof = (
+            _addr(cuts),
+            len(cuts) - 1,
+            self.ways,
+            ctypes.byref,
+            ctypes.addressof,
+        )
+
+        def call(x, _keep=(self, cuts)):
+            y = empty(shape, dtype)
+            out = out_copy(out_template)  # (calls may come from several threads)
+            if narrow:
+                out.y8 = _addr(y)
+            else:
+                out.y32 = _addr(y)
+            task = task_copy(template)
+            task.x, task.o = _addr(x), addressof(out)
+            status = core.lib.onyx_parallel(part, byref(task), cuts_at, parts, ways)
+            if status:
+                core.check(status, "depthwise conv")
+            return y
+
+        return call
+
 
 #: The direct conv takes convs whose windows have at most this many values (C * kh * kw;
 #: _core's: callers read it without importing this family).

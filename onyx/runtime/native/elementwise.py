@@ -19,6 +19,7 @@ from ._core import (
     BYTES,
     _addr,
     _element_cuts,
+    _input_addr,
     _run,
     _ways,
     abi,
@@ -395,7 +396,7 @@ def per_tensor_setup(quantize: bool, shape: tuple, scale, zero_point: int, byte_
         def run(x):
             y = np.empty(shape, y_dtype)
             task = copy(template)
-            task.x, task.y = _addr(x), _addr(y)
+            task.x, task.y = _input_addr(x), _addr(y)  # (x: often a read-only feed)
             status = getattr(core.lib, name)(byref(task), 0, n)
             if status:
                 core.check(status, "kernel")
@@ -406,7 +407,7 @@ def per_tensor_setup(quantize: bool, shape: tuple, scale, zero_point: int, byte_
     def run(x):
         y = np.empty(shape, y_dtype)
         task = _QuantizeTask.from_buffer_copy(template)
-        task.x, task.y = _addr(x), _addr(y)
+        task.x, task.y = _input_addr(x), _addr(y)
         _run(part, task, cuts, ways)
         return y
 

@@ -591,7 +591,31 @@ def implicit_conv(
         if status:
             check(status, "integer conv")
 
+    def into_new(shape: tuple, dtype, work=None):
+        """``call(x) -> out``: run(x, a fresh out of ``shape`` and ``dtype``) in one frame (a
+        bound step's; the caller checks the shape and type); ``work()`` gives its byte buffer
+        of run.work_bytes at each call (None: the library's own buffers)."""
+        empty = np.empty
+
+        def call_new(x, _keep=keep):
+            out = empty(shape, dtype)
+            status = call(task, _addr(x), None, None, _addr(out))
+            if status:
+                check(status, "integer conv")
+            return out
+
+        def call_work(x, _keep=keep):
+            out = empty(shape, dtype)
+            at = _addr(work())
+            status = call(task, _addr(x), at, at + padded_bytes, _addr(out))
+            if status:
+                check(status, "integer conv")
+            return out
+
+        return call_new if work is None else call_work
+
     run.work_bytes = padded_bytes + len(rows) * c.M  # the padded input, then the GEMM's result
+    run.into_new = into_new
     return run
 
 

@@ -86,6 +86,54 @@ EXPORT CLONES int onyx_qmean_rows_range(const void *p, int64_t begin, int64_t en
     return 0;
 }
 
+/* The same pooling of channels-last bytes (images, size, columns): a quantized CNN's NHWC
+   chain ends in its pooling (kernels/qlinear_pool.py), whose rows were its channels, a
+   transposed copy of the whole tensor first (most of the pooling's time). Each column's exact
+   integer sum, CHUNK columns at a time (the running sums in L1, a pixel's bytes read in
+   order), then the rows' requantization above, to the same bits. */
+#define CHUNK 256
+#define QGAP_COLUMNS(name, T)                                                               \
+    static inline void name(const global_pool *t, int64_t begin, int64_t end) {             \
+        const T *x = t->x;                                                                   \
+        T *y = t->y;                                                                         \
+        int64_t size = t->size, C = t->columns;                                              \
+        float lo = t->is_signed ? -128.0f : 0.0f, hi = lo + 255.0f, zp = (float)t->y_zp;     \
+        int64_t bias = -(int64_t)t->x_zp * size;                                             \
+        int32_t sums[CHUNK];                                                                 \
+        for (int64_t n = begin; n < end; n++)                                                \
+            for (int64_t c0 = 0; c0 < C; c0 += CHUNK) {                                      \
+                int64_t w = C - c0 < CHUNK ? C - c0 : CHUNK;                                 \
+                for (int64_t j = 0; j < w; j++) sums[j] = 0;                                 \
+                for (int64_t i = 0; i < size; i++) {                                         \
+                    const T *px = x + (n * size + i) * C + c0;                               \
+                    for (int64_t j = 0; j < w; j++) sums[j] += px[j];                        \
+                }                                                                            \
+                for (int64_t j = 0; j < w; j++) {                                            \
+                    float v = rintf((float)(sums[j] + bias) * t->scale);                     \
+                    v = v < lo - zp ? lo - zp : v > hi - zp ? hi - zp : v;                   \
+                    y[n * C + c0 + j] = (T)(int32_t)(v + zp);                                \
+                }                                                                            \
+            }                                                                                \
+    }
+QGAP_COLUMNS(qmean_columns_u8, uint8_t)
+QGAP_COLUMNS(qmean_columns_s8, int8_t)
+#undef QGAP_COLUMNS
+
+/* Parts: images. The sizes are checked here too: a column's sum of `size` bytes stays within
+   int32 (as the rows' does), and the tensor's cells are counted without overflow. */
+EXPORT CLONES int onyx_qmean_columns_range(const void *p, int64_t begin, int64_t end) {
+    const global_pool *t = p;
+    int64_t cells;
+    if (t->size < 0 || t->size > INT32_MAX / 255 || t->columns < 1 || begin < 0 || begin > end ||
+        !onyx_mul(end, t->size, &cells) || !onyx_mul(cells, t->columns, &cells))
+        return ONYX_INVALID; /* (checks.h) */
+    if (t->is_signed)
+        qmean_columns_s8(t, begin, end);
+    else
+        qmean_columns_u8(t, begin, end);
+    return 0;
+}
+
 /* ------------------------------------------------------------------ softmax */
 
 

@@ -32,9 +32,11 @@ class _SoftmaxRows(ctypes.Structure):
 
 @abi("global_pool")
 class _GlobalPool(ctypes.Structure):
-    _fields_ = [("x", _P), ("y", _P), ("size", _I64), ("scale", ctypes.c_float)] + [
-        (name, ctypes.c_int32) for name in ("x_zp", "y_zp", "is_signed")
-    ]
+    _fields_ = (
+        [("x", _P), ("y", _P), ("size", _I64), ("scale", ctypes.c_float)]
+        + [(name, ctypes.c_int32) for name in ("x_zp", "y_zp", "is_signed")]
+        + [("columns", _I64)]
+    )
 
 
 #: (rows, size, thread setting) -> the row mean's task template, its cuts' address, parts,
@@ -109,9 +111,33 @@ def qmean_rows(x: np.ndarray, scale: float, x_zero_point: int, y_zero_point: int
     return y
 
 
+def qmean_columns(x: np.ndarray, scale: float, x_zero_point: int, y_zero_point: int):
+    """qmean_rows of channels-last bytes: x C-contiguous 8-bit (images, size, columns), each
+    image's columns pooled over its ``size`` pixels (rows.c), y (images, columns); None
+    without the library."""
+    if core.lib is None or x.dtype not in BYTES or not x.flags.c_contiguous or x.ndim != 3:
+        return None
+    images, size, columns = x.shape
+    y = np.empty((images, columns), x.dtype)
+    ways = _ways(x.size, images, _PARALLEL_BYTES * 4)
+    task = _GlobalPool(
+        _input_addr(x),
+        _addr(y),
+        size,
+        float(scale),
+        int(x_zero_point),
+        int(y_zero_point),
+        int(x.dtype == np.int8),
+        columns,
+    )
+    _run(core.lib.qmean_columns_range, task, _element_cuts(images, 1, ways), ways)
+    return y
+
+
 def bind(lib, isa: int) -> None:
     for name in (
         "mean_rows_f32",
+        "qmean_columns",
         "qmean_rows",
         "softmax_rows_f32",
     ):

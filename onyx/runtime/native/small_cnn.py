@@ -185,6 +185,23 @@ class SmallConv:
             core.check(status, "small conv")
         return y
 
+    def bound(self):
+        """``call(x, bias)``: __call__ of a C-contiguous x of the set-up's shape, without a
+        residual, in one frame (a bound step's: registry.binds)."""
+        empty, shape, f32, M = np.empty, self.shape, np.float32, self.task.M
+
+        def call(x, bias=None):
+            y = empty(shape, f32)
+            entry = None if bias is None else cached_bias(self, bias, M, "small conv")
+            b = None if entry is None else entry[2]  # (entry, a local: its copy stays alive)
+            run = core.lib.onyx_small_conv_f32  # (looked up per call: tests count the calls)
+            status = run(self.task_at, _input_addr(x), _addr(y), b, None, self.ways)
+            if status:
+                core.check(status, "small conv")
+            return y
+
+        return call
+
 
 class MaxPool2x2:
     """The 2x2 stride-2 max pool of (N, C, H, W) float32 without padding (floor: a last odd
