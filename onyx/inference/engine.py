@@ -209,7 +209,7 @@ class NodeContext:
         self.out_data: dict[int, object] = {}
         self.minted = False  # (whether the rule named a fresh dim: memo.py keeps no such node)
         #: Whether the rule (or a data fold) asked for an input's data (value, data, raw):
-        #: one that did not computed from what memo.py's key without data holds.
+        #: what one that did not found follows from memo.py's key without the data.
         self.read_data = False
 
     # -- inputs -------------------------------------------------------------------------------

@@ -213,8 +213,7 @@ def remember(k: tuple, outputs: dict, out_data: dict, schema, read_data: bool = 
     data (a rule's path up to its first read of data is one of the key's fields: a node alike
     in them reads none either), else under the key with it. A conv's or a
     DequantizeLinear's weights, data of the constants that inference propagates, no longer
-    tell alike nodes apart, nor keep a node whose weights are too large for a key out of the
-    memo."""
+    tell alike nodes apart."""
     blind, full = k
     if read_data and full is None:
         return  # (some data a key cannot hold)
