@@ -289,3 +289,14 @@ def test_a_rule_that_reads_data_is_keyed_by_it(empty_memo, monkeypatch):
     _types(_convs(weights))
     assert len(seen) == 2  # (the third conv's weights are the first's: a hit)
     assert len(empty_memo) == 2 and all(k[0] != memo.WITHOUT_DATA for k in empty_memo)
+
+
+def test_no_key_with_data_is_made_for_an_op_never_kept_with_data(empty_memo, monkeypatch):
+    """A cold process's creation finds nothing in the memo: a node of an op whose entries were
+    all kept without data (a conv) makes no key of its weights' bytes to look for one."""
+    made = []
+    with_data = vars(memo)["_with_data"]
+    monkeypatch.setattr(memo, "_with_data", lambda *a: made.append(a) or with_data(*a))
+    rng = np.random.default_rng(1)
+    _types(_convs([rng.standard_normal((4, 3, 3, 3)).astype(np.float32) for _ in range(2)]))
+    assert made == [] and len(empty_memo) == 1

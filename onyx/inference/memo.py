@@ -53,8 +53,8 @@ def find(engine, node, env: dict, found: tuple) -> tuple[tuple | None, tuple | N
     output data), fresh copies of the data; None: nothing yet); (None, None) where the node is
     not remembered, as for a malformed node, whose rule reports what is wrong. The key is a
     pair: the node's key without its inputs' data, and the one with it (made only where the
-    first finds nothing; None where some data is not of the kinds a key holds): see
-    :func:`remember`."""
+    first finds nothing and an entry of the op was kept with data; None where some data is not
+    of the kinds a key holds; else what it is made of): see :func:`remember`."""
     try:
         k = _key(engine, node, env, found)
         if k is None:
@@ -62,7 +62,7 @@ def find(engine, node, env: dict, found: tuple) -> tuple[tuple | None, tuple | N
         blind, parts = k
         hit = MEMO.get(blind)  # (hashing it: an attribute built through the API may hold an
         # unhashable value)
-        if hit is None:
+        if hit is None and parts[0] in READ_DATA:  # (else no entry with data: none made yet)
             full = _with_data(*parts)
             k = (blind, full)
             hit = None if full is None else MEMO.get(full)
@@ -128,11 +128,20 @@ def _key(engine, node, env: dict, found: tuple) -> tuple | None:
     op = (node.domain, node.op_type, domain, opset, id(schema), rule)
     attrs = tuple(attrs)
     blind = (WITHOUT_DATA, op, attrs, tuple(inputs), outputs, flags)
-    return blind, (op, attrs, inputs, held or (), outputs, flags)
+    return blind, _Unmade((op, attrs, inputs, held or (), outputs, flags))
+
+
+class _Unmade(tuple):
+    """What the key with the inputs' data is made of (_with_data's arguments), where find did
+    not make it."""
 
 
 #: The first item of a key without the inputs' data (a key with them has none such).
 WITHOUT_DATA = "without data"
+#: The ops (a key's first part: domain, type, opset, schema, rule) of the entries ever kept
+#: with their inputs' data: no other op's node looks for one (a cold process's creation finds
+#: none, and a conv's weights were keyed for nothing).
+READ_DATA: set[tuple] = set()
 
 
 def _with_data(op, attrs, types: list, held: list, outputs, flags) -> tuple | None:
@@ -215,6 +224,8 @@ def remember(k: tuple, outputs: dict, out_data: dict, schema, read_data: bool = 
     DequantizeLinear's weights, data of the constants that inference propagates, no longer
     tell alike nodes apart."""
     blind, full = k
+    if read_data and full.__class__ is _Unmade:
+        full = _with_data(*full)  # (find did not make it)
     if read_data and full is None:
         return  # (some data a key cannot hold)
     k = full if read_data else blind
@@ -230,11 +241,14 @@ def remember(k: tuple, outputs: dict, out_data: dict, schema, read_data: bool = 
         clear()
     MEMO[k] = (dict(outputs), {i: _copy(d) for i, d in out_data.items()}, schema)
     HELD[0] += size
+    if read_data:
+        READ_DATA.add(k[0])
 
 
 def clear() -> None:
     """Forget every entry (and the bytes they held)."""
     MEMO.clear()
+    READ_DATA.clear()
     HELD[0] = 0
 
 
