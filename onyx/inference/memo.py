@@ -52,20 +52,23 @@ def find(engine, node, env: dict, found: tuple) -> tuple[tuple | None, tuple | N
     """The memo key of ``node``'s inference and what is remembered for it ((output types,
     output data), fresh copies of the data; None: nothing yet); (None, None) where the node is
     not remembered, as for a malformed node, whose rule reports what is wrong. The key is a
-    pair: the node's key without its inputs' data, and the one with it (made only where the
-    first finds nothing and an entry of the op was kept with data; None where some data is not
-    of the kinds a key holds; else what it is made of): see :func:`remember`."""
+    pair: the node's key without its inputs' data, and the one with it (made only for an op an
+    entry was kept with data for, and looked up first; None where some data is not of the
+    kinds a key holds; else what it is made of): see :func:`remember`."""
     try:
         k = _key(engine, node, env, found)
         if k is None:
             return None, None
         blind, parts = k
-        hit = MEMO.get(blind)  # (hashing it: an attribute built through the API may hold an
-        # unhashable value)
-        if hit is None and parts[0] in READ_DATA:  # (else no entry with data: none made yet)
+        if parts[0] in READ_DATA:  # (an op whose rule reads data: most entries have it)
             full = _with_data(*parts)
             k = (blind, full)
             hit = None if full is None else MEMO.get(full)
+            if hit is None:
+                hit = MEMO.get(blind)
+        else:  # (no entry with data: none made yet)
+            hit = MEMO.get(blind)  # (hashing it: an attribute built through the API may hold
+            # an unhashable value)
     except Exception:  # noqa: BLE001  (e.g. a tensor attribute without a type: the rule says)
         return None, None
     if hit is None:
