@@ -163,6 +163,46 @@ def test_cse_keys_attributes_of_twins_only():
     assert [v.name for v in total.inputs] == ["a", "b", "a"]
 
 
+def test_cse_sizes_up_each_weight_once_and_still_merges_small_constants(monkeypatch):
+    """CSE runs every round over every initializer: a weight too large to key is known as such
+    by its tensor after the first run (the later runs ask nothing of it), while equal small
+    constants are still merged (the first kept)."""
+    from onyx.optimizer import cleanup
+
+    asked = []
+    key_of = vars(cleanup)["_const_key"]
+    monkeypatch.setattr(
+        cleanup, "_const_key", lambda ctx, v: asked.append(v.name) or key_of(ctx, v)
+    )
+    big = np.ones((64, 64), np.float32)
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["m"]),
+        helper.make_node("Add", ["m", "c1"], ["a"]),
+        helper.make_node("Mul", ["a", "c2"], ["y"]),
+    ]
+    inits = [
+        numpy_helper.from_array(big, "w"),
+        numpy_helper.from_array(np.array([2.0], np.float32), "c1"),
+        numpy_helper.from_array(np.array([2.0], np.float32), "c2"),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", F, [1, 64])],
+        [helper.make_tensor_value_info("y", F, [1, 64])],
+        inits,
+    )
+    model = serde.loads(
+        helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    )
+    ctx = core.PassContext(model)
+    assert cleanup.common_subexpressions(ctx)  # (c2 merged into c1)
+    assert [v.name for v in [n for n in model.graph if n.op_type == "Mul"][0].inputs] == ["a", "c1"]
+    asked.clear()
+    assert not cleanup.common_subexpressions(ctx)
+    assert asked == []  # (each initializer known from the first run: the weight too)
+
+
 def test_shape_of_a_graph_output_adds_no_constant():
     g = helper.make_graph(
         [helper.make_node("Shape", ["x"], ["s"])],

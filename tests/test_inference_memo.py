@@ -249,3 +249,54 @@ def test_the_memo_starts_afresh_when_its_bytes_are_spent(empty_memo, monkeypatch
     assert all(dims == (4096,) for dims in _types(model).values())
     assert 0 < len(empty_memo) < n
     assert _held_bytes(empty_memo) <= 200_000
+
+
+def _convs(weights) -> onyx.ir.Model:
+    """Convs of x by constant weights (small enough for inference to propagate their data)."""
+    from onnx import numpy_helper
+
+    inits = [numpy_helper.from_array(w, f"w{i}") for i, w in enumerate(weights)]
+    nodes = [helper.make_node("Conv", ["x", f"w{i}"], [f"y{i}"]) for i in range(len(weights))]
+    outs = [helper.make_tensor_value_info(f"y{i}", F, None) for i in range(len(weights))]
+    x = helper.make_tensor_value_info("x", F, [1, 3, 8, 8])
+    return _model(nodes, [x], outs, inits)
+
+
+def test_a_rule_that_reads_no_data_is_remembered_whatever_the_data(empty_memo):
+    """Conv's rule reads its weights' shape, not their values: convs alike but for their
+    weights' values share one entry (they had one each: the weights' bytes were in the key)."""
+    rng = np.random.default_rng(0)
+    weights = [rng.standard_normal((4, 3, 3, 3)).astype(np.float32) for _ in range(3)]
+    types = _types(_convs(weights))
+    assert types == {f"y{i}": (1, 4, 6, 6) for i in range(3)}
+    assert len(empty_memo) == 1
+    (key,) = empty_memo
+    assert key[0] == memo.WITHOUT_DATA  # (kept under the key without the inputs' data)
+
+
+def test_a_rule_that_reads_data_is_keyed_by_it(empty_memo, monkeypatch):
+    """Whether a rule read its inputs' data is what it did, not what its op is: a rule that
+    asks (and finds none, or some) is kept under the key with the data, so a node with other
+    data runs it again."""
+    seen = []
+
+    def reads(ctx):
+        seen.append(ctx.value(1))
+        ctx.same(0, 0)
+
+    monkeypatch.setitem(engine.RULES, ("", "Conv"), reads)
+    weights = [np.full((4, 3, 3, 3), v, np.float32) for v in (1.0, 2.0, 1.0)]
+    _types(_convs(weights))
+    assert len(seen) == 2  # (the third conv's weights are the first's: a hit)
+    assert len(empty_memo) == 2 and all(k[0] != memo.WITHOUT_DATA for k in empty_memo)
+
+
+def test_no_key_with_data_is_made_for_an_op_never_kept_with_data(empty_memo, monkeypatch):
+    """A cold process's creation finds nothing in the memo: a node of an op whose entries were
+    all kept without data (a conv) makes no key of its weights' bytes to look for one."""
+    made = []
+    with_data = vars(memo)["_with_data"]
+    monkeypatch.setattr(memo, "_with_data", lambda *a: made.append(a) or with_data(*a))
+    rng = np.random.default_rng(1)
+    _types(_convs([rng.standard_normal((4, 3, 3, 3)).astype(np.float32) for _ in range(2)]))
+    assert made == [] and len(empty_memo) == 1

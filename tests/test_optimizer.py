@@ -129,6 +129,35 @@ def test_shape_folding_through_a_gathered_shape():
     assert [n.op_type for n in opt.graph] == ["Reshape"]
 
 
+def test_shape_folding_walks_no_graph_without_a_shape_or_reshape(monkeypatch):
+    """Each of ShapeFolding's folds starts at a Shape, Size or Reshape: a graph with none of
+    them is not walked (its Gathers and Slices are not looked at), in any round; one with a
+    Shape still is, and its dims folded (test_shape_folding_through_a_gathered_shape too)."""
+    from onyx.optimizer import fold
+
+    looked = []
+    picked = vars(fold)["_picked_dims"]
+    monkeypatch.setattr(
+        fold, "_picked_dims", lambda ctx, n: looked.append(n.op_type) or picked(ctx, n)
+    )
+    nodes = [
+        helper.make_node("Gather", ["x", "idx"], ["g"], axis=1),
+        helper.make_node("Relu", ["g"], ["y"]),
+    ]
+    m = make(nodes, [("x", F, [2, 4])], [("y", F, [2, 2])], [("idx", np.array([0, 2], np.int64))])
+    check(m, {"x": w(2, 4)}, level="basic")
+    assert looked == []
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Gather", ["s", "one"], ["d"], axis=0),
+        helper.make_node("Cast", ["d"], ["f"], to=F),
+        helper.make_node("Add", ["x", "f"], ["y"]),
+    ]
+    m = make(nodes, [("x", F, [2, 4])], [("y", F, [2, 4])], [("one", np.array(1, np.int64))])
+    opt = check(m, {"x": w(2, 4)}, level="basic", absent=["Shape", "Gather"])
+    assert "Gather" in looked and [n.op_type for n in opt.graph] == ["Add"]
+
+
 def test_cse_tells_minus_zero_from_zero_in_attributes():
     # -0.0 == 0.0 in Python, but LeakyRelu with alpha -0.0 gives +0.0 for negative x
     nodes = [

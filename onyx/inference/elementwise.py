@@ -67,7 +67,7 @@ def same_as_input(ctx: NodeContext) -> None:
     ctx.same(0, 0)
     op = ctx.node.op_type
     if op == "Identity":
-        ctx.set_data(0, _raw(ctx, 0))
+        ctx.set_data(0, ctx.raw(0))
     elif op in _UNARY_DIMS and ctx.value(0) is None:
         d = ctx.data(0)
         if d is not None:
@@ -82,12 +82,6 @@ _UNARY_DIMS = {
     "Neg": lambda d: sym.sub(0, d),
     "Abs": lambda d: d if sym.nonnegative(d) else None,
 }
-
-
-def _raw(ctx: NodeContext, i: int):
-    if not ctx.has(i):
-        return None
-    return ctx.env["data"].get(id(ctx.node.inputs[i]))
 
 
 @rule("Dropout")

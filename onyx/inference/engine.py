@@ -208,6 +208,9 @@ class NodeContext:
         self.outputs: dict[int, object] = {}
         self.out_data: dict[int, object] = {}
         self.minted = False  # (whether the rule named a fresh dim: memo.py keeps no such node)
+        #: Whether the rule (or a data fold) asked for an input's data (value, data, raw):
+        #: what one that did not found follows from memo.py's key without the data.
+        self.read_data = False
 
     # -- inputs -------------------------------------------------------------------------------
     @property
@@ -240,6 +243,7 @@ class NodeContext:
 
     def value(self, i: int):
         """The input's full constant value as a numpy array, or None."""
+        self.read_data = True
         if not self.has(i):
             return None
         d = self.env["data"].get(id(self.inputs[i]))
@@ -252,6 +256,7 @@ class NodeContext:
 
     def data(self, i: int) -> Data | None:
         """The input as propagated dims (known constants included), or None."""
+        self.read_data = True
         if not self.has(i):
             return None
         d = self.env["data"].get(id(self.inputs[i]))
@@ -260,6 +265,13 @@ class NodeContext:
         if isinstance(d, np.ndarray) and d.ndim <= 1 and d.dtype.kind in "iu" and d.size <= 64:
             return Data([int(x) for x in d.reshape(-1)], d.ndim == 0)
         return None
+
+    def raw(self, i: int):
+        """The input's propagated data as it is kept (an array or engine.Data), or None."""
+        self.read_data = True
+        if not self.has(i):
+            return None
+        return self.env["data"].get(id(self.inputs[i]))
 
     def attr(self, name: str, default=None):
         a = self.node.attributes.get(name)
@@ -462,7 +474,7 @@ class Engine:
                 for fold in DATA_FOLDS:
                     fold(ctx)
             if known is not None and hit is None and not ctx.minted:
-                memo.remember(known, ctx.outputs, ctx.out_data, schema)
+                memo.remember(known, ctx.outputs, ctx.out_data, schema, ctx.read_data)
         except InferenceError as e:
             self.problem(f"graph {gname!r}, {_label(node)}: {e}")
         except Exception as e:  # noqa: BLE001  (a rule that meets a malformed node fails: a
@@ -492,6 +504,7 @@ class Engine:
         if self._function_depth > 16:
             return
         self._function_depth += 1
+        ctx.read_data = True  # (the body's nodes read the call's data: below)
         try:
             env = self.new_env()
             for i, v in enumerate(f.graph.inputs):

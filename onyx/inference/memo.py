@@ -5,6 +5,10 @@ of node (a transformer's layers, a CNN's blocks); a model created again in the p
 all of them. A rule is a function of its node's op (domain, type, opset: its schema and rule),
 its attributes, which inputs and outputs are present, the inputs' types and propagated data,
 and the engine's settings: two nodes alike in all of these get the same output types and data.
+A rule that read no input's data (NodeContext.value, data, raw: most rules, a conv's or a
+DequantizeLinear's, which read their constant weights' shapes only) is remembered under the key
+without the data, and nodes alike but for their constants' values share its entry (its path up
+to a first read of data is a function of that key: a node alike in it reads none either).
 Only what that key fully describes is remembered: plain attributes and small numeric tensors
 (no graphs or references), short lists, tensor types, small numeric data; a rule that named a fresh
 symbolic dim (unique per use) or failed is not. Cleared when full: by entries, or by bytes
@@ -47,11 +51,24 @@ DATA: list = [None]
 def find(engine, node, env: dict, found: tuple) -> tuple[tuple | None, tuple | None]:
     """The memo key of ``node``'s inference and what is remembered for it ((output types,
     output data), fresh copies of the data; None: nothing yet); (None, None) where the node is
-    not remembered, as for a malformed node, whose rule reports what is wrong."""
+    not remembered, as for a malformed node, whose rule reports what is wrong. The key is a
+    pair: the node's key without its inputs' data, and the one with it (made only for an op an
+    entry was kept with data for, and looked up first; None where some data is not of the
+    kinds a key holds; else what it is made of): see :func:`remember`."""
     try:
         k = _key(engine, node, env, found)
-        hit = MEMO.get(k)  # (hashing it: an attribute built through the API may hold an
-        # unhashable value)
+        if k is None:
+            return None, None
+        blind, parts = k
+        if parts[0] in READ_DATA:  # (an op whose rule reads data: most entries have it)
+            full = _with_data(*parts)
+            k = (blind, full)
+            hit = None if full is None else MEMO.get(full)
+            if hit is None:
+                hit = MEMO.get(blind)
+        else:  # (no entry with data: none made yet)
+            hit = MEMO.get(blind)  # (hashing it: an attribute built through the API may hold
+            # an unhashable value)
     except Exception:  # noqa: BLE001  (e.g. a tensor attribute without a type: the rule says)
         return None, None
     if hit is None:
@@ -60,6 +77,7 @@ def find(engine, node, env: dict, found: tuple) -> tuple[tuple | None, tuple | N
 
 
 def _key(engine, node, env: dict, found: tuple) -> tuple | None:
+    """(the key without the inputs' data, what :func:`_with_data` makes the key with it of)."""
     attrs = []
     for name, a in node.attributes.items():
         kind = int(a.type)
@@ -88,6 +106,7 @@ def _key(engine, node, env: dict, found: tuple) -> tuple | None:
     types, data = env["types"], env["data"]
     type_keys = TYPE_KEYS
     inputs = []
+    held = None  # (position, data) of the inputs that hold data
     for v in node.inputs:
         if v is None:
             inputs.append(None)
@@ -101,21 +120,47 @@ def _key(engine, node, env: dict, found: tuple) -> tuple | None:
             t = known[1] if known is not None and known[0] is t else type_key(t)
         d = data.get(at)
         if d is not None:
-            if d.__class__ is np.ndarray:  # (_data_key's first case, inlined: most data)
-                if d.dtype.hasobject or d.size > MAX_DATA:
-                    return None
-                d = ("array", d.dtype.str, d.shape, d.tobytes())
-            else:
-                d = _data_key(d)
-                if d is None:
-                    return None
-        inputs.append((t, d))
+            if held is None:
+                held = []
+            held.append((len(inputs), d))
+        inputs.append(t)
     outputs = tuple([v.name != "" for v in node.outputs])
     flags = (engine.strict, engine.data_prop)
     domain, opset, schema, rule = found
     # (the schema by identity: an entry holds it, so its id is not reused while it lives)
     op = (node.domain, node.op_type, domain, opset, id(schema), rule)
-    return (op, tuple(attrs), tuple(inputs), outputs, flags)
+    attrs = tuple(attrs)
+    blind = (WITHOUT_DATA, op, attrs, tuple(inputs), outputs, flags)
+    return blind, _Unmade((op, attrs, inputs, held or (), outputs, flags))
+
+
+class _Unmade(tuple):
+    """What the key with the inputs' data is made of (_with_data's arguments), where find did
+    not make it."""
+
+
+#: The first item of a key without the inputs' data (a key with them has none such).
+WITHOUT_DATA = "without data"
+#: The ops (a key's first part: domain, type, opset, schema, rule) of the entries ever kept
+#: with their inputs' data: no other op's node looks for one (a cold process's creation finds
+#: none, and a conv's weights were keyed for nothing).
+READ_DATA: set[tuple] = set()
+
+
+def _with_data(op, attrs, types: list, held: list, outputs, flags) -> tuple | None:
+    """The key with the inputs' data (None where some data is not of the kinds a key holds)."""
+    inputs = [None if t is None else (t, None) for t in types]
+    for i, d in held:
+        if d.__class__ is np.ndarray:  # (_data_key's first case, inlined: most data)
+            if d.dtype.hasobject or d.size > MAX_DATA:
+                return None
+            d = ("array", d.dtype.str, d.shape, d.tobytes())
+        else:
+            d = _data_key(d)
+            if d is None:
+                return None
+        inputs[i] = (types[i], d)
+    return (op, attrs, tuple(inputs), outputs, flags)
 
 
 #: id(type) -> (the TensorType, its key), for the types that come back: those a memo hit hands
@@ -173,8 +218,20 @@ def _data_key(d) -> tuple | None:
     return ("dims", tuple(d.dims), d.scalar)
 
 
-def remember(k: tuple, outputs: dict, out_data: dict, schema) -> None:
-    """Keep what a rule found for key ``k`` (when its data is of the kinds a key describes)."""
+def remember(k: tuple, outputs: dict, out_data: dict, schema, read_data: bool = True) -> None:
+    """Keep what a rule found for key ``k`` (find's pair; when its data is of the kinds a key
+    describes): under the key without the inputs' data where the rule (and the data folds
+    after it) read none (``read_data``), a function then of what that key holds, whatever the
+    data (a rule's path up to its first read of data is one of the key's fields: a node alike
+    in them reads none either), else under the key with it. A conv's or a
+    DequantizeLinear's weights, data of the constants that inference propagates, no longer
+    tell alike nodes apart."""
+    blind, full = k
+    if read_data and full.__class__ is _Unmade:
+        full = _with_data(*full)  # (find did not make it)
+    if read_data and full is None:
+        return  # (some data a key cannot hold)
+    k = full if read_data else blind
     for d in out_data.values():
         if d is not None and not _describable(d):
             return
@@ -187,18 +244,25 @@ def remember(k: tuple, outputs: dict, out_data: dict, schema) -> None:
         clear()
     MEMO[k] = (dict(outputs), {i: _copy(d) for i, d in out_data.items()}, schema)
     HELD[0] += size
+    if read_data:
+        READ_DATA.add(k[0])
 
 
 def clear() -> None:
     """Forget every entry (and the bytes they held)."""
     MEMO.clear()
+    READ_DATA.clear()
     HELD[0] = 0
 
 
 def _entry_bytes(k: tuple, outputs: dict, out_data: dict) -> int:
     """About the bytes an entry holds beyond its fixed parts: its key's attribute values,
     input dims and data, and its output dims and data (8 bytes a dim or list item)."""
-    _, attrs, inputs, _, _ = k
+    if k[0] is WITHOUT_DATA:
+        _, _, attrs, types, _, _ = k
+        inputs = [None if t is None else (t, None) for t in types]
+    else:
+        _, attrs, inputs, _, _ = k
     n = 0
     for _, kind, value in attrs:
         if kind == _TENSOR:

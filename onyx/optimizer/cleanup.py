@@ -202,33 +202,64 @@ def _const_key(ctx: PassContext, v: ir.Value) -> tuple | None:
     c = ctx.const(v)
     if c is None or c.size > SMALL_CONST:
         return None
-    known = ctx.memo.get(("cse", id(c)))
+    arrays = _memo_table(ctx, "cse-arrays")
+    known = arrays.get(id(c))
     if known is not None and known[0] is c:
         return known[1]
     key = None if c.dtype.hasobject else (c.dtype.str, c.shape, np.ascontiguousarray(c).tobytes())
-    ctx.memo[("cse", id(c))] = (c, key)
+    arrays[id(c)] = (c, key)
     return key
 
 
-def _known_const_key(ctx: PassContext, v: ir.Value, inputs: set[int]) -> tuple | None:
-    """_const_key of initializer ``v``, kept per Value and its tensor (the pass runs every
-    round over the same initializers). ``inputs``: ids of the graph inputs that ctx.const
-    does not take as constants (IR >= 4)."""
-    t = v.const_value
-    known = ctx.memo.get(("cse-value", id(v)))
-    if known is not None and known[0] is v and known[1] is t:
-        # (what ctx.const asks of the Value itself; its tensor is the one keyed)
-        if v.producer is None and id(v) not in inputs and ctx.graph.initializers.get(v.name) is v:
-            return known[2]
-        return None
-    key = _const_key(ctx, v)
-    if t is not None and key is not None:
-        ctx.memo[("cse-value", id(v))] = (v, t, key)
-    return key
+def _memo_table(ctx: PassContext, name: str) -> dict:
+    """A table of the pass's own in ``ctx.memo`` (one per optimization, kept between its
+    runs): its entries are looked up by an id, without a tuple made and hashed for each."""
+    table = ctx.memo.get(name)
+    if table is None:
+        table = ctx.memo[name] = {}
+    return table
+
+
+#: What _const_keys keeps of a Value whose tensor is too large for a key (it stays so: the
+#: tensor is part of the entry).
+_TOO_LARGE = ("too large",)
+
+
+def _const_keys(ctx: PassContext, g: ir.Graph, inputs: set[int]) -> list[tuple]:
+    """(initializer, _const_key of it) of each of ``g``'s initializers, each kept per Value and
+    its tensor (the pass runs every round over the same initializers; those too large for a
+    key, a model's weights, are known as such by their tensor alone). ``inputs``: ids of the
+    graph inputs that ctx.const does not take as constants (IR >= 4)."""
+    keyed = _memo_table(ctx, "cse-values")
+    found = []
+    for v in list(g.initializers.values()):
+        t = v.const_value
+        known = keyed.get(id(v))
+        if known is not None and known[0] is v and known[1] is t:
+            key = known[2]
+            if key is _TOO_LARGE:
+                continue
+            # (what ctx.const asks of the Value itself; its tensor is the one keyed)
+            if v.producer is not None or id(v) in inputs or g.initializers.get(v.name) is not v:
+                continue
+        elif t is not None and math.prod(t.shape) > SMALL_CONST:
+            keyed[id(v)] = (v, t, _TOO_LARGE)  # (the size of its tensor, which the entry holds)
+            continue
+        else:
+            key = _const_key(ctx, v)
+            if key is None:
+                continue
+            if t is not None:
+                keyed[id(v)] = (v, t, key)
+        found.append((v, key))
+    return found
 
 
 def _has_subgraph(node: ir.Node) -> bool:
-    return any(a.type in _GRAPH_ATTRS for a in node.attributes.values())
+    for a in node.attributes.values():  # (a loop: a generator made per node cost more)
+        if a.type in _GRAPH_ATTRS:
+            return True
+    return False
 
 
 _GRAPH_ATTRS = (ir.AttrType.GRAPH, ir.AttrType.GRAPHS)
@@ -243,9 +274,8 @@ def common_subexpressions(ctx: PassContext) -> bool:
     retyped = False  # (a reader of a merged constant now reads another declared type)
     outputs = {id(v) for v in g.outputs}
     inputs = {id(v) for v in g.inputs} if ctx.model.ir_version >= 4 else set()
-    for v in list(g.initializers.values()):
-        key = _known_const_key(ctx, v, inputs)
-        if key is None or id(v) in outputs:
+    for v, key in _const_keys(ctx, g, inputs):
+        if id(v) in outputs:
             continue
         first = seen_consts.setdefault(key, v)
         # (an unread duplicate, as an old model's initializer that is also an input, stays:

@@ -251,6 +251,13 @@ def _fold_constants(ctx: PassContext, silenced: _Silenced) -> bool:
     return changed
 
 
+#: The op types each of ShapeFolding's folds starts at (a Gather or Slice it folds reads a
+#: Shape): a graph with none of them gives it nothing to fold. (The pass has no trigger in
+#: pipeline.TRIGGERS: its first run infers the types the passes after it read, whatever the
+#: graph holds.)
+SHAPE_ROOTS = frozenset(("Shape", "Size", "Reshape"))
+
+
 @graph_pass("ShapeFolding", BASIC)
 def shape_folding(ctx: PassContext) -> bool:
     """Fold what static dims decide: Shape/Size of known dims, Gather/Slice of a Shape picking
@@ -258,6 +265,8 @@ def shape_folding(ctx: PassContext) -> bool:
     constant with -1 there (Reshape then computes exactly that dim)."""
     if not ctx.inferred:
         ctx.infer()  # once: later rounds only add constants, the shapes stay right
+    if ctx.op_types().isdisjoint(SHAPE_ROOTS):
+        return False  # (every fold below starts at one: most rounds of a CNN's walk found none)
     changed = False
     for node in ctx.graph:
         if node.domain not in STANDARD:
