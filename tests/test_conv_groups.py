@@ -186,3 +186,20 @@ def test_range_of_a_zero_delta_is_named(dtype):
     assert "delta is 0" in str(e.value)
     (y,) = sess.run(None, {**feeds, "delta": np.array(2, dtype)})
     np.testing.assert_array_equal(y, np.array([0, 2, 4], dtype))
+
+
+def test_the_native_channels_last_conv_told_group_1_refuses_one_channel_per_filter():
+    """nhwc.NhwcConv reads a conv as depthwise from W's shape alone unless told the group: told
+    group 1, weights of one channel per filter over 7 channels are refused in the wrapper
+    itself (whatever its caller checked), and told the depthwise group they still run."""
+    from onyx.errors import InvalidArgument
+    from onyx.runtime.kernels.conv_geometry import _conv_geometry
+    from onyx.runtime.native import nhwc
+
+    if not nhwc.available():
+        pytest.skip("the native channels-last kernels are off here")
+    w = np.ones((7, 1, 3, 3), np.float32)
+    geo = _conv_geometry((1, 7, 5, 5), w.shape, "NOTSET", [1, 1, 1, 1], None, None, None)
+    with pytest.raises(InvalidArgument, match="for 7 input channels"):
+        nhwc.NhwcConv((1, 5, 5, 7), w, None, geo, (0, 0.0, 0.0), 1)
+    assert nhwc.NhwcConv((1, 5, 5, 7), w, None, geo, (0, 0.0, 0.0), 7).shape == (1, 5, 5, 7)

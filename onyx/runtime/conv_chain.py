@@ -505,7 +505,7 @@ def _new_set_up(layer: _Layer, shape, strides, W, B, nhwc):
         raise NoNativePath from None
     if min(geo["pads"]) < 0 or min(geo["out_shape"]) <= 0:
         raise NoNativePath
-    conv = nhwc.NhwcConv(shape, W, B, geo, layer.code)
+    conv = nhwc.NhwcConv(shape, W, B, geo, layer.code, layer.group)
     conv.set_strides(strides)
     return conv
 

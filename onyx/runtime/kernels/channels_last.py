@@ -50,7 +50,7 @@ class _Bound:
         geo = _conv_geometry((N, C, H, Wd), W.shape, *attrs)
         self.conv, self.copies, self.plain = None, False, None
         if min(geo["pads"]) >= 0:
-            self.conv = conv = nhwc.NhwcConv(X.shape, W, B, geo, code)
+            self.conv = conv = nhwc.NhwcConv(X.shape, W, B, geo, code, group)
             x = conv.reads(X)
             conv.set_strides(x.strides)
             self.copies = x is not X  # (then every call copies X as this one did)

@@ -132,13 +132,15 @@ class NhwcConv:
         *("ways", "kept", "keeps", "nbytes", "release", "x_shape", "x_strides", "__weakref__"),
     )
 
-    def __init__(self, x_shape, w: np.ndarray, bias, geo: dict, activation: tuple):
+    def __init__(self, x_shape, w: np.ndarray, bias, geo: dict, activation: tuple, group=None):
         N, H, W, C = x_shape
         M, _, kh, kw = w.shape
         (OH, OW), (sh, sw), (dh, dw) = geo["out_shape"], geo["strides"], geo["dilations"]
         top, left = geo["pads"][:2]
         _check_sizes("conv", *x_shape, *w.shape, OH, OW, sh, sw, dh, dw, top, left)
-        depthwise = w.shape[1] == 1 and M == C and C > 1
+        # (group None: read from w's shape, which a depthwise weight and a group-1 conv's of
+        # one input channel share; the runtime's callers pass the node's group)
+        depthwise = w.shape[1] == 1 and M == C and C > 1 if group is None else group != 1
         _check_geometry(x_shape, w.shape, geo, depthwise)
         self.x_shape = tuple(x_shape)
         self.x_strides = (4 * H * W * C, 4 * W * C, 4 * C, 4)  # (set_strides sets others)
@@ -308,7 +310,7 @@ def _check_geometry(x_shape, w_shape, geo: dict, depthwise: bool) -> None:
     pads, problems = list(geo["pads"]), []
     if len(pads) != 4 or min(pads) < 0:
         problems.append(f"pads {pads}")
-    elif not depthwise and w_shape[1] != C:
+    elif w_shape[1] != (1 if depthwise else C) or depthwise and w_shape[0] != C:
         problems.append(f"weights {tuple(w_shape)} for {C} input channels")
     else:
         for axis, size in enumerate((H, W)):
