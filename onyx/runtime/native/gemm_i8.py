@@ -599,20 +599,14 @@ def implicit_conv(
 
         def call_new(x, _keep=keep):
             out = empty(shape, dtype)
-            status = call(task, _addr(x), None, None, _addr(out))
+            at = None if work is None else _addr(work())
+            rows_at = None if at is None else at + padded_bytes
+            status = call(task, _addr(x), at, rows_at, _addr(out))
             if status:
                 check(status, "integer conv")
             return out
 
-        def call_work(x, _keep=keep):
-            out = empty(shape, dtype)
-            at = _addr(work())
-            status = call(task, _addr(x), at, at + padded_bytes, _addr(out))
-            if status:
-                check(status, "integer conv")
-            return out
-
-        return call_new if work is None else call_work
+        return call_new
 
     run.work_bytes = padded_bytes + len(rows) * c.M  # the padded input, then the GEMM's result
     run.into_new = into_new
