@@ -539,16 +539,8 @@ def _bind_conv(inputs, attrs, constant):
         return None
     contiguous = np.ascontiguousarray
     flat = call.bound() if call.__class__ is native.SmallConv else None  # (its one frame)
-    if flat is None:
-        return native.under_setting(lambda X, W, B=None: call(contiguous(X), B, None), conv, attrs)
-    setting, threads = native.thread_setting, native.thread_setting()
-
-    def one_frame(X, W, B=None):
-        if setting() != threads:
-            return conv(X, W, B, **attrs)
-        return flat(X if X.flags.c_contiguous else contiguous(X), B)
-
-    return one_frame
+    run = lambda X, W, B=None: call(contiguous(X), B, None)  # noqa: E731
+    return native.under_setting_flat(flat, run, conv, attrs)
 
 
 # (marked here: the kernel above stays as it was written; W and B must be constants)

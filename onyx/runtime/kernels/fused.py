@@ -139,16 +139,7 @@ def _bound_conv2d(x_shape, W, attrs: dict, code: int, lo, hi):
     contiguous = np.ascontiguousarray
     bound = lambda X, W, B=None, Z=None: call(contiguous(X), B, Z)  # noqa: E731
     flat = call.bound() if call.__class__ is native.SmallConv else None  # (its one frame)
-    if flat is None:
-        return native.under_setting(bound, fused_conv, attrs)
-    setting, threads = native.thread_setting, native.thread_setting()
-
-    def one_frame(X, W, B=None, Z=None):
-        if Z is None and X.flags.c_contiguous and setting() == threads:
-            return flat(X, B)
-        return bound(X, W, B, Z) if setting() == threads else fused_conv(X, W, B, Z, **attrs)
-
-    return one_frame
+    return native.under_setting_flat(flat, bound, fused_conv, attrs)
 
 
 # (B and Z are read per call: an IR 3 model's biases, initializers listed as graph inputs, a

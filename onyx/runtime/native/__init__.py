@@ -50,6 +50,7 @@ from ._core import (
     threads,
     under_setting,
     under_setting_contiguous,
+    under_setting_flat,
     winograd_applies,
 )
 
@@ -255,6 +256,7 @@ __all__ = [
     "thread_setting",
     "under_setting",
     "under_setting_contiguous",
+    "under_setting_flat",
     "threads",
     "winograd_applies",
     *_ORIGIN,  # (the families' names: imported when first asked for)

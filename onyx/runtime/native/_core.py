@@ -710,6 +710,25 @@ def under_setting_contiguous(run: Callable, kernel: Callable, attrs: dict) -> Ca
     return call
 
 
+def under_setting_flat(flat: Callable | None, run: Callable, kernel: Callable, attrs: dict):
+    """under_setting of a conv's bound call ``run(X, W, B=None[, Z])`` with a one-frame path:
+    ``flat(X, B)`` (a set-up's ``bound()``, None: none) answers for a C-contiguous X and no
+    residual Z, in one frame where run's wrappers stacked several (a small conv's few
+    microseconds a layer)."""
+    if flat is None:
+        return under_setting(run, kernel, attrs)
+    threads, setting = thread_setting(), _threads.get
+
+    def one_frame(X, W, B=None, *Z):
+        if setting() != threads:
+            return kernel(X, W, B, *Z, **attrs)
+        if X.flags.c_contiguous and (not Z or Z[0] is None):
+            return flat(X, B)
+        return run(X, W, B, *Z)
+
+    return one_frame
+
+
 #: Elements below which an elementwise kernel stays on one thread.
 _PARALLEL_ELEMENTS = 1 << 16
 
