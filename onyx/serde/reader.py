@@ -29,7 +29,7 @@ from ..ir.types import (
 from ..proto import AttributeProto, NodeProto
 from .fields import set_fields, written_empty
 from .tensors import plain_raw_tensor, plain_typed_tensor, tensor_from_proto
-from .wire_reader import TENSOR_TYPES
+from .wire_reader import TENSOR_TYPES, bind_initializers
 from .wire_reader import decode_text as _decode
 from .wire_reader import uses_in_node_order as _uses_in_node_order
 
@@ -430,19 +430,9 @@ class Reader:
             declared.add(id(v))
             scope[vi.name] = v
             g.inputs.append(v)
-        input_names = set(scope)
         if initializers is None:
             initializers = self.initializers(gp.initializer, what)
-        named = g.initializers
-        for t in initializers:
-            name = t.name
-            if name in input_names:
-                v = scope[name]
-                v.const_value = t
-            else:
-                v = Value(name, None, t)
-                scope.setdefault(name, v)
-            named[name] = v
+        bind_initializers(g, scope, initializers)
         for i, sp in enumerate(gp.sparse_initializer):
             s = self.sparse(sp, f"{what} sparse initializer {i}")
             g.sparse_initializers.append(s)

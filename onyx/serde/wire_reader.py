@@ -487,18 +487,7 @@ class _Model:
             g.inputs.append(v)
         if "" in scope:
             raise _Decline
-        input_names = set(scope)
-        named = g.initializers
-        for span in inits:
-            t = self.tensor(*span, named=True)
-            tname = t.name
-            if tname in input_names:
-                v = scope[tname]
-                v.const_value = t
-            else:
-                v = Value(tname, None, t)
-                scope.setdefault(tname, v)
-            named[tname] = v
+        bind_initializers(g, scope, (self.tensor(*span, named=True) for span in inits))
         borrowed: set[str] = set()
         later = []
         for span in nodes:
@@ -516,7 +505,7 @@ class _Model:
             g.outputs.append(self.declared(span, scopes, declared))
         for span in infos:
             g.value_info.append(self.declared(span, scopes, declared))
-        for v in named.values():
+        for v in g.initializers.values():
             if v.type is None:
                 t = v.const_value
                 key = (t.dtype, t.shape)
@@ -1156,6 +1145,23 @@ def _lookup(scopes: tuple, name: str) -> Value | None:
         if v is not None:
             return v
     return None
+
+
+def bind_initializers(g: Graph, scope: dict, tensors) -> None:
+    """g's initializers, read after its inputs (``scope``: the names in scope so far): one
+    named as an input is that input's constant value (IR < 4's defaults), any other a Value of
+    its own, in scope unless a name is there already (both readers)."""
+    input_names = set(scope)
+    named = g.initializers
+    for t in tensors:
+        name = t.name
+        if name in input_names:
+            v = scope[name]
+            v.const_value = t
+        else:
+            v = Value(name, None, t)
+            scope.setdefault(name, v)
+        named[name] = v
 
 
 def uses_in_node_order(g: Graph) -> None:
