@@ -198,6 +198,10 @@ class PassContext(DataValue):
         #: The version at which DeadCodeElimination last started (-1: never): every node dead
         #: then is gone since.
         self.swept = -1
+        #: Whether a node of the main graph held a subgraph when the op types were first
+        #: found (op_types); none can later: the passes make no graph attributes (they copy
+        #: a node's attributes at most), so a graph without one stays so.
+        self.holds_subgraphs = True
         #: Whether the main graph's nodes were in topological order when optimize started
         #: (the passes keep them so: a fused node takes its pattern's last node's place;
         #: tests/test_optimizer_quiet.py checks the zoo's).
@@ -224,7 +228,14 @@ class PassContext(DataValue):
         order = self.graph._nodes  # noqa: SLF001 (its identity: whether nodes changed)
         known = self._op_types
         if known is None or known[0] is not order:
-            known = self._op_types = (order, _op_types_of(order))
+            if known is None:  # (the first look: whether any node holds a subgraph)
+                self.holds_subgraphs = any(n.attributes and n.has_subgraphs() for n in order)
+            # (no pass makes a graph attribute, only copies a node's: a graph whose nodes
+            # held none at first holds none, and the set of its op types is all there is)
+            found = _op_types_of(order) if self.holds_subgraphs else frozenset(
+                [n.op_type for n in order]
+            )
+            known = self._op_types = (order, found)
         return known[1]
 
     def may_change(self, p: Pass) -> bool:
@@ -283,11 +294,16 @@ class PassContext(DataValue):
         types, value_info = self._declared
         g = self.graph
         outputs = {id(v) for v in g.outputs}
-        for v in g.values():
-            if id(v) in types and v.producer is not None and id(v) not in outputs:
-                if not _other_rank(types[id(v)][1], v.type):  # (a fusion's new rank stays)
-                    v.type = types[id(v)][1]
-        alive = {id(v) for n in g for v in n.outputs}
+        alive = set()
+        # (the nodes' outputs: the values with a producer; one walk finds them alive too)
+        for n in g._nodes:  # noqa: SLF001
+            for v in n._outputs:  # noqa: SLF001
+                key = id(v)
+                alive.add(key)
+                known = types.get(key)
+                if known is not None and key not in outputs:
+                    if not _other_rank(known[1], v.type):  # (a fusion's new rank stays)
+                        v.type = known[1]
         g.value_info = [v for v in value_info if id(v) in alive]
 
     def opset(self, domain: str = "") -> int:
@@ -301,7 +317,9 @@ class PassContext(DataValue):
     def fresh_name(self, base: str) -> str:
         if self._names is None:
             self._names = set(self.graph.initializers)
-            for g in _graphs(self.graph):
+            self.op_types()  # (holds_subgraphs, found with them)
+            graphs = _graphs(self.graph) if self.holds_subgraphs else (self.graph,)
+            for g in graphs:
                 self._names.update(v.name for v in g.inputs)
                 for n in g:
                     self._names.update(v.name for v in n.outputs)

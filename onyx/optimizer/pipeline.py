@@ -139,15 +139,24 @@ def may_hold_float16(model: ir.Model) -> bool:
     """A cheap look before inferring types: float16 enters a graph only through its inputs,
     initializers, a Cast or a constant (the pass leaves functions and subgraphs alone)."""
     g = model.graph
-    if any(_is16(v) for v in (*g.inputs, *g.outputs, *g.initializers.values(), *g.value_info)):
-        return True
+    # (asked of every session's model: loops without a call per value or node)
+    tensor = ir.TensorType
+    for v in chain(g.inputs, g.outputs, g.initializers.values(), g.value_info):
+        t = v.type if v is not None else None
+        if isinstance(t, tensor) and t.elem_type == F16:
+            return True
     for n in g:
-        if n.op_type == "Cast" and n.attr("to") == int(F16):
-            return True
-        value = n.attr("value")
-        if n.op_type in ("Constant", "ConstantOfShape") and getattr(value, "dtype", None) == F16:
-            return True
+        op = n.op_type
+        if op == "Cast":
+            if n.attr("to") == _F16_CODE:
+                return True
+        elif op == "Constant" or op == "ConstantOfShape":
+            if getattr(n.attr("value"), "dtype", None) == F16:
+                return True
     return False
+
+
+_F16_CODE = int(F16)
 
 
 def _is16(v: ir.Value | None) -> bool:
