@@ -238,9 +238,9 @@ def conv_max_pool_fusion(ctx: PassContext) -> bool:
         attrs += [ir.Attr("pool_" + a.name, a.type, a.value) for a in pool.attributes.values()]
         fused = ir.Node(op_type, list(conv.inputs), 1, attrs, domain=ONYX_DOMAIN,
                         name=ctx.fresh_name(op_type))  # fmt: skip
+        ctx.fuse(pool, fused, [conv])  # (the function after it: see fuse)
         body = (ctx, conv.op_type, domain, op_type)
         ctx.ensure_function(op_type, lambda body=body: _pooled_function(*body))
-        ctx.replace_nodes(pool, fused, [conv])
         ctx.count("ConvMaxPoolFusion")
         changed = True
     return changed

@@ -287,18 +287,22 @@ def common_subexpressions(ctx: PassContext) -> bool:
             retyped |= first.type != v.type
     if changed and not retyped:
         ctx.change_tag = CONSTANTS_MERGED  # (unless nodes are merged too: below)
-    seen: dict[tuple, _Twins] = {}
+    # (a node alone with its key is kept as it is: _Twins made for the second only)
+    seen: dict[tuple, ir.Node | _Twins] = {}
     deterministic: dict[tuple[str, str], bool] = {}  # (per op: the pass runs every round)
+    subgraphs = ctx.holds_subgraphs  # (False: no node has a subgraph to look for)
     for node in g:
-        if node.attributes and _has_subgraph(node):
+        if subgraphs and node.attributes and _has_subgraph(node):
             continue
         # (flat, from the node's own lists: an absent input's id is None's, no Value's; the
         # input count is the key's length less four)
         key = (node.op_type, node.domain, node.overload, len(node._outputs), *map(id, node._inputs))  # noqa: SLF001
         twins = seen.get(key)
         if twins is None:
-            seen[key] = _Twins(node)
+            seen[key] = node
             continue
+        if type(twins) is not _Twins:
+            twins = seen[key] = _Twins(twins)
         # (asked only of an op with a twin: the traits load its kernel module, which an op
         # fused away never needs)
         op = (node.op_type, node.domain)

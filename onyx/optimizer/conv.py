@@ -266,8 +266,7 @@ def conv_activation(ctx: PassContext) -> bool:
         fused.set_attr("activation", spec[0])
         if spec[1]:
             fused.set_attr("activation_params", [float(p) for p in spec[1]])
-        ctx.ensure_opset(MS)
-        ctx.replace_nodes(act, fused, [n for n in (add, conv) if n is not None])
+        ctx.fuse(act, fused, [n for n in (add, conv) if n is not None])  # (MS imported)
         ctx.count("ConvActivationFusion")
         changed = True
     return changed

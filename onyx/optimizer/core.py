@@ -232,8 +232,10 @@ class PassContext(DataValue):
                 self.holds_subgraphs = any(n.attributes and n.has_subgraphs() for n in order)
             # (no pass makes a graph attribute, only copies a node's: a graph whose nodes
             # held none at first holds none, and the set of its op types is all there is)
-            found = _op_types_of(order) if self.holds_subgraphs else frozenset(
-                [n.op_type for n in order]
+            found = (
+                _op_types_of(order)
+                if self.holds_subgraphs
+                else frozenset([n.op_type for n in order])
             )
             known = self._op_types = (order, found)
         return known[1]
@@ -406,6 +408,22 @@ class PassContext(DataValue):
             return None
         return use[0]
 
+    def fuse(self, last: ir.Node, new: ir.Node, dead: Iterable[ir.Node] = ()) -> None:
+        """:meth:`replace_nodes`, then ``new``'s domain imported (version 1, if it is not), for
+        a fusion whose run changes the model through this alone (and ensure_function, called
+        after it: a new function only keeps ConstantFolding from nodes it names): the run's
+        change is tagged LOCAL_FUSION when each of its replacements is local
+        (:func:`_local_fusion`), one the basic passes find nothing new in (pipeline.QUIET),
+        else FUSED."""
+        dead = tuple(dead)
+        local = self.change_tag in (None, LOCAL_FUSION) and _local_fusion(last, new, dead)
+        if local and new.domain not in self.model.opset_imports:
+            # (its import could let ConstantFolding bind another node of that domain: none)
+            local = not any(n.domain == new.domain for n in self.graph)
+        self.replace_nodes(last, new, dead)
+        self.ensure_opset(new.domain)
+        self.change_tag = LOCAL_FUSION if local else FUSED
+
     def replace_nodes(self, last: ir.Node, new: ir.Node, dead: Iterable[ir.Node] = ()) -> None:
         """Put ``new`` where ``last`` was; ``new`` takes over ``last``'s outputs (same Values).
 
@@ -419,6 +437,58 @@ class PassContext(DataValue):
         for n in dead:
             if n.graph is g:
                 g.remove(n, safe=False)
+
+
+#: PassContext.fuse's change tags: every replacement of the run was local; one was not.
+LOCAL_FUSION, FUSED = "fusion:local", "fusion"
+
+#: Standard ops whose producer a basic pass asks about (ShapeFolding's Shape chains and
+#: Reshape targets, InsertCastTransformer's casts): a value one of them made stays so made.
+_PRODUCERS_READ = frozenset(("Shape", "Size", "Gather", "Slice", "Concat", "Cast", "Identity"))
+#: Standard ops whose readers a basic pass asks about (ConstantFolding leaves a
+#: DequantizeLinear a QDQ unit reads; QDQDataMovement moves them past their readers).
+_READERS_READ = frozenset(("DequantizeLinear", "QuantizeLinear"))
+
+
+def _local_fusion(last: ir.Node, new: ir.Node, dead: tuple[ir.Node, ...]) -> bool:
+    """Whether putting ``new`` (not yet in the graph, reading its inputs) in place of ``last``,
+    ``dead`` removed, gives no basic pass anything new to do, when each found nothing before:
+    - ``new`` is of no standard domain (the basic passes' rules are about standard ops,
+      ConstantFolding's and CommonSubexpressionElimination's aside), and reads a value no
+      constant holds (a node's output or a graph input: ConstantFolding cannot fold it);
+    - no other node of its op reads its first input (it has no twin to merge);
+    - it reads every value the pattern read from outside (nothing becomes dead or unused, no
+      other node's inputs nor readers' count change), none of them made by a standard op
+      whose readers a basic pass asks about;
+    - ``last`` is no standard op whose outputs' producer a basic pass asks about (its outputs
+      are ``new``'s now, of the same types).
+    The fusion adds no initializer and changes no type (fuse's callers: see its doc)."""
+    inputs = new._inputs  # noqa: SLF001
+    if new.domain in STANDARD or not inputs or inputs[0] is None:
+        return False
+    if last.domain in STANDARD and last.op_type in _PRODUCERS_READ:
+        return False
+    op, domain = new.op_type, new.domain
+    for user, _ in inputs[0].iter_uses():
+        if user.op_type == op and user.domain == domain and user is not new:
+            return False
+    for v in inputs:  # (one that no constant holds: as ctx.const finds)
+        if v is not None and v.name and (v.producer is not None or v.const_value is None):
+            break
+    else:
+        return False
+    # (Nodes and Values compare by identity: `in` a list of a few is a C loop)
+    pattern = [last, *dead]
+    for node in pattern:
+        for v in node._inputs:  # noqa: SLF001
+            p = None if v is None else v.producer
+            if v is None or p in pattern:
+                continue
+            if v not in inputs:
+                return False
+            if p is not None and p.op_type in _READERS_READ and p.domain in STANDARD:
+                return False
+    return True
 
 
 #: Op types present -> {pass name: (triggers, whether they are met)} (trigger_verdicts).

@@ -12,7 +12,17 @@ from itertools import chain
 
 from .. import ir
 from ..runtime.registry import ONYX_DOMAIN
-from .core import ALL, BASIC, EXTENDED, MS, STANDARD, DeferredPass, PassContext, static_shape
+from .core import (
+    ALL,
+    BASIC,
+    EXTENDED,
+    LOCAL_FUSION,
+    MS,
+    STANDARD,
+    DeferredPass,
+    PassContext,
+    static_shape,
+)
 
 #: Pass name -> the op types it needs present to change anything: each group must meet the
 #: graph's op types (any domain: a superset is safe). Most models hold none of a fusion's
@@ -102,15 +112,20 @@ CONFINED = frozenset({"UnusedInitializerElimination"})
 #:   nor ConstantFolding's: a DequantizeLinear read by no QDQ unit is folded).
 #: - CommonSubexpressionElimination's CONSTANTS_MERGED: readers of a constant read another of
 #:   the same content and declared type, also a constant; no node changed.
+#: - LOCAL_FUSION: a fusion's run whose every replacement was local (core._local_fusion: a
+#:   node of no standard domain in a pattern's place, reading all it read and a computed
+#:   value, no twin, no initializer added, no type changed): what each of these passes
+#:   reads of the other nodes is as it was, and the new node is no op they take.
 _DCE, _CONSTANTS = "DeadCodeElimination", "CommonSubexpressionElimination:constants"
 QUIET: dict[str, frozenset[str]] = {
-    "ConstantFolding": frozenset({_CONSTANTS}),
-    "ShapeFolding": frozenset({_DCE, _CONSTANTS}),
-    "EliminateIdentity": frozenset({_DCE, _CONSTANTS}),
-    "EliminateDropout": frozenset({_CONSTANTS}),
-    "NoopElimination": frozenset({_DCE, _CONSTANTS}),
-    "DeadCodeElimination": frozenset({_CONSTANTS}),
-    "CommonSubexpressionElimination": frozenset({_DCE, _CONSTANTS}),
+    "ConstantFolding": frozenset({_CONSTANTS, LOCAL_FUSION}),
+    "ShapeFolding": frozenset({_DCE, _CONSTANTS, LOCAL_FUSION}),
+    "EliminateIdentity": frozenset({_DCE, _CONSTANTS, LOCAL_FUSION}),
+    "EliminateDropout": frozenset({_CONSTANTS, LOCAL_FUSION}),
+    "NoopElimination": frozenset({_DCE, _CONSTANTS, LOCAL_FUSION}),
+    "DeadCodeElimination": frozenset({_CONSTANTS, LOCAL_FUSION}),
+    "UnusedInitializerElimination": frozenset({LOCAL_FUSION}),
+    "CommonSubexpressionElimination": frozenset({_DCE, _CONSTANTS, LOCAL_FUSION}),
 }
 
 #: Passes whose own change gives them nothing new to do once the main graph's nodes are in

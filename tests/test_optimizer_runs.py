@@ -1,0 +1,190 @@
+"""What the pass manager spares a small model's creation (issue 23): the eligible passes found
+again only after a run that changed the node list, the op types found without a walk of
+subgraphs no node holds, a session's model not walked for its order, and the basic passes
+not run again after a fusion whose replacements are local (core._local_fusion) while they
+still run after one that is not."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onyx
+import onyx.optimizer as opt
+from onyx import ir, serde
+from onyx.optimizer import core
+
+F = TensorProto.FLOAT
+BASIC = {p.name for p in opt.pipeline.BASIC_PASSES}
+
+
+def _model(nodes, inputs, outputs, inits=(), opset=17, domains=()) -> ir.Model:
+    g = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
+    opsets = [helper.make_opsetid("", opset), *(helper.make_opsetid(d, 1) for d in domains)]
+    m = helper.make_model(g, opset_imports=opsets)
+    return serde.loads(m.SerializeToString())
+
+
+def _conv_relu(twin: bool = False, second_input: bool = False) -> ir.Model:
+    """x -> Conv -> Relu -> y; ``twin``: a com.microsoft FusedConv(x, w, b, Relu) the fused
+    Conv becomes the twin of, read too; ``second_input``: the graph's other output is
+    Conv(z) -> Relu, z a graph input too."""
+    w = numpy_helper.from_array(np.ones((2, 1, 3), np.float32), "w")
+    b = numpy_helper.from_array(np.arange(2, dtype=np.float32), "b")
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1]),
+        helper.make_node("Relu", ["c"], ["r"]),
+    ]
+    outputs = ["r"]
+    if twin:
+        nodes.append(
+            helper.make_node(
+                "FusedConv", ["x", "w", "b"], ["t"], domain="com.microsoft", activation="Relu",
+                pads=[1, 1],
+            )
+        )  # fmt: skip
+        nodes.append(helper.make_node("Add", ["r", "t"], ["y"]))
+        outputs = ["y"]
+    x = helper.make_tensor_value_info("x", F, [1, 1, 8])
+    ys = [helper.make_tensor_value_info(o, F, [1, 2, 8]) for o in outputs]
+    return _model(nodes, [x], ys, [w, b], domains=("com.microsoft",) if twin else ())
+
+
+def _runs(model: ir.Model) -> list:
+    results: list = []
+    opt.optimize(model, "all", for_session=True, results=results)
+    return results
+
+
+def test_basic_passes_stay_idle_after_a_local_fusion():
+    """Conv + Relu becomes a FusedConv reading what they read: no basic pass runs after it
+    (but ConstantFolding, whose last run came before the types ShapeFolding's first run
+    inferred, a change it is not quiet through)."""
+    results = _runs(_conv_relu())
+    names = [r.name for r in results]
+    fused = names.index("ConvActivationFusion")
+    assert results[fused].changed
+    assert not (BASIC - {"ConstantFolding"}) & set(names[fused + 1 :]), names
+
+
+def test_a_fusion_making_a_twin_is_not_local(monkeypatch):
+    """The FusedConv the fusion makes is the twin of one the graph held: the fusion is not
+    local, and CommonSubexpressionElimination runs again and merges them (as it would if
+    every pass ran every round); with the fusion taken for local, the twins stay."""
+
+    def optimized() -> tuple[bytes, dict]:
+        stats: dict = {}
+        out = opt.optimize(_conv_relu(twin=True), "all", stats=stats)
+        return serde.dumps(out), stats
+
+    with monkeypatch.context() as m:
+        m.setattr(opt, "SKIP_IDLE", False)
+        full = optimized()
+    assert optimized() == full
+    assert full[1].get("CommonSubexpressionElimination") == 1
+    with monkeypatch.context() as m:
+        m.setattr(core, "_local_fusion", lambda *a: True)
+        assert optimized() != full
+
+
+def test_local_fusion_rules():
+    """What makes a replacement not local: a standard new node, a value of the pattern's no
+    longer read, inputs all constants, a pattern reading a DequantizeLinear."""
+    g = _conv_relu().graph
+    conv, relu = list(g)
+
+    def fused(inputs, domain="com.microsoft", op="FusedConv") -> ir.Node:
+        return ir.Node(op, inputs, 1, domain=domain)
+
+    assert core._local_fusion(relu, fused(conv.inputs), (conv,))
+    assert not core._local_fusion(relu, fused(conv.inputs, domain=""), (conv,))
+    assert not core._local_fusion(relu, fused(conv.inputs[:2]), (conv,))  # (b unread)
+    w, b = conv.inputs[1:]
+    assert not core._local_fusion(relu, fused([w, w, b]), (conv,))  # (constants only)
+    dq = ir.Node("DequantizeLinear", [w, b], ["dq"])
+    conv.set_input(1, dq.outputs[0])
+    assert not core._local_fusion(relu, fused(conv.inputs), (conv,))
+
+
+def test_eligible_passes_are_found_again_only_after_the_node_list_changed(monkeypatch):
+    """A run that changed no node (most runs) does not ask for the eligible passes again: each
+    round asks once, and each run that inserted or removed nodes once more."""
+    calls: list = []
+    real = opt._eligible
+
+    def counted(ctx, passes):
+        calls.append(ctx.graph._nodes)  # noqa: SLF001
+        return real(ctx, passes)
+
+    monkeypatch.setattr(opt, "_eligible", counted)
+    relu = helper.make_node("Relu", ["x"], ["y"])
+    x = helper.make_tensor_value_info("x", F, [2])
+    results = _runs(_model([relu], [x], [helper.make_tensor_value_info("y", F, [2])]))
+    assert len(results) >= 3 and not any(r.changed for r in results)
+    assert len(calls) <= 3  # (a round of the basic passes, one of the fusions, no more)
+
+
+def test_op_types_walk_no_subgraphs_where_no_node_holds_one(monkeypatch):
+    """After the first look, the op types of a graph without subgraphs are found without
+    asking any node for subgraphs; a graph with an If still finds its branches' ops."""
+    model = _conv_relu()
+    ctx = core.PassContext(model)
+    assert ctx.op_types() == {"Conv", "Relu"}
+    asked: list = []
+    monkeypatch.setattr(ir.Node, "has_subgraphs", lambda self: asked.append(self) or False)
+    conv = next(iter(ctx.graph))
+    ctx.graph.insert_before(conv, ir.Node("Neg", [conv.inputs[0]], ["n"]))
+    assert ctx.op_types() == {"Conv", "Relu", "Neg"}
+    assert ctx.fresh_name("n") == "n_1"
+    assert not asked
+    monkeypatch.undo()
+
+    then = helper.make_graph(
+        [helper.make_node("Sigmoid", ["x"], ["s"])], "then", [],
+        [helper.make_tensor_value_info("s", F, [2])],
+    )  # fmt: skip
+    other = helper.make_graph(
+        [helper.make_node("Tanh", ["x"], ["t"])], "else", [],
+        [helper.make_tensor_value_info("t", F, [2])],
+    )  # fmt: skip
+    nodes = [
+        helper.make_node("Cast", ["x"], ["c"], to=TensorProto.BOOL),
+        helper.make_node("ReduceMax", ["c"], ["any"], keepdims=0),
+        helper.make_node("If", ["any"], ["y"], then_branch=then, else_branch=other),
+    ]
+    x = helper.make_tensor_value_info("x", F, [2])
+    ctx = core.PassContext(_model(nodes, [x], [helper.make_tensor_value_info("y", F, [2])]))
+    assert {"Sigmoid", "Tanh", "If"} <= ctx.op_types()
+    first = next(iter(ctx.graph))
+    ctx.graph.insert_before(first, ir.Node("Neg", [first.inputs[0]], ["n"]))
+    assert {"Sigmoid", "Tanh", "Neg"} <= ctx.op_types()
+
+
+def test_a_session_does_not_walk_its_sorted_model_for_its_order(monkeypatch):
+    """accept_lenient sorted the model the session optimizes: the optimizer takes it as in
+    order, without a walk (optimize itself, given no word, still walks it)."""
+    walked: list = []
+    real = ir.Graph.in_topological_order
+
+    def counted(self):
+        walked.append(self)
+        return real(self)
+
+    monkeypatch.setattr(ir.Graph, "in_topological_order", counted)
+    model = _conv_relu()
+    onyx.InferenceSession(serde.dumps(model))
+    assert not walked
+    opt.optimize(model, "all", for_session=True)
+    assert walked
+
+
+@pytest.mark.parametrize("twin", [False, True])
+def test_local_fusion_keeps_the_graph_of_running_every_pass(twin, monkeypatch):
+    def optimized() -> bytes:
+        return serde.dumps(opt.optimize(_conv_relu(twin=twin), "all", for_session=True))
+
+    with monkeypatch.context() as m:
+        m.setattr(opt, "SKIP_IDLE", False)
+        full = optimized()
+    assert optimized() == full
