@@ -1,7 +1,7 @@
 """What the pass manager spares a small model's creation (issue 23): the eligible passes found
 again only after a run that changed the node list, the op types found without a walk of
 subgraphs no node holds, a session's model not walked for its order, and the basic passes
-not run again after a fusion whose replacements are local (core._local_fusion) while they
+not run again after a fusion whose replacements are local (core.local_fusion) while they
 still run after one that is not."""
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def test_a_fusion_making_a_twin_is_not_local(monkeypatch):
     assert optimized() == full
     assert full[1].get("CommonSubexpressionElimination") == 1
     with monkeypatch.context() as m:
-        m.setattr(core, "_local_fusion", lambda *a: True)
+        m.setattr(core, "local_fusion", lambda *a: True)
         assert optimized() != full
 
 
@@ -97,21 +97,21 @@ def test_local_fusion_rules():
     def fused(inputs, domain="com.microsoft", op="FusedConv") -> ir.Node:
         return ir.Node(op, inputs, 1, domain=domain)
 
-    assert core._local_fusion(relu, fused(conv.inputs), (conv,))
-    assert not core._local_fusion(relu, fused(conv.inputs, domain=""), (conv,))
-    assert not core._local_fusion(relu, fused(conv.inputs[:2]), (conv,))  # (b unread)
+    assert core.local_fusion(relu, fused(conv.inputs), (conv,))
+    assert not core.local_fusion(relu, fused(conv.inputs, domain=""), (conv,))
+    assert not core.local_fusion(relu, fused(conv.inputs[:2]), (conv,))  # (b unread)
     w, b = conv.inputs[1:]
-    assert not core._local_fusion(relu, fused([w, w, b]), (conv,))  # (constants only)
+    assert not core.local_fusion(relu, fused([w, w, b]), (conv,))  # (constants only)
     dq = ir.Node("DequantizeLinear", [w, b], ["dq"])
     conv.set_input(1, dq.outputs[0])
-    assert not core._local_fusion(relu, fused(conv.inputs), (conv,))
+    assert not core.local_fusion(relu, fused(conv.inputs), (conv,))
 
 
 def test_eligible_passes_are_found_again_only_after_the_node_list_changed(monkeypatch):
     """A run that changed no node (most runs) does not ask for the eligible passes again: each
     round asks once, and each run that inserted or removed nodes once more."""
     calls: list = []
-    real = opt._eligible
+    real = opt.__dict__["_eligible"]
 
     def counted(ctx, passes):
         calls.append(ctx.graph._nodes)  # noqa: SLF001

@@ -413,10 +413,10 @@ class PassContext(DataValue):
         a fusion whose run changes the model through this alone (and ensure_function, called
         after it: a new function only keeps ConstantFolding from nodes it names): the run's
         change is tagged LOCAL_FUSION when each of its replacements is local
-        (:func:`_local_fusion`), one the basic passes find nothing new in (pipeline.QUIET),
+        (:func:`local_fusion`), one the basic passes find nothing new in (pipeline.QUIET),
         else FUSED."""
         dead = tuple(dead)
-        local = self.change_tag in (None, LOCAL_FUSION) and _local_fusion(last, new, dead)
+        local = self.change_tag in (None, LOCAL_FUSION) and local_fusion(last, new, dead)
         if local and new.domain not in self.model.opset_imports:
             # (its import could let ConstantFolding bind another node of that domain: none)
             local = not any(n.domain == new.domain for n in self.graph)
@@ -450,7 +450,7 @@ _PRODUCERS_READ = frozenset(("Shape", "Size", "Gather", "Slice", "Concat", "Cast
 _READERS_READ = frozenset(("DequantizeLinear", "QuantizeLinear"))
 
 
-def _local_fusion(last: ir.Node, new: ir.Node, dead: tuple[ir.Node, ...]) -> bool:
+def local_fusion(last: ir.Node, new: ir.Node, dead: tuple[ir.Node, ...]) -> bool:
     """Whether putting ``new`` (not yet in the graph, reading its inputs) in place of ``last``,
     ``dead`` removed, gives no basic pass anything new to do, when each found nothing before:
     - ``new`` is of no standard domain (the basic passes' rules are about standard ops,

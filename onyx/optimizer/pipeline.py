@@ -112,7 +112,7 @@ CONFINED = frozenset({"UnusedInitializerElimination"})
 #:   nor ConstantFolding's: a DequantizeLinear read by no QDQ unit is folded).
 #: - CommonSubexpressionElimination's CONSTANTS_MERGED: readers of a constant read another of
 #:   the same content and declared type, also a constant; no node changed.
-#: - LOCAL_FUSION: a fusion's run whose every replacement was local (core._local_fusion: a
+#: - LOCAL_FUSION: a fusion's run whose every replacement was local (core.local_fusion: a
 #:   node of no standard domain in a pattern's place, reading all it read and a computed
 #:   value, no twin, no initializer added, no type changed): what each of these passes
 #:   reads of the other nodes is as it was, and the new node is no op they take.
