@@ -188,3 +188,37 @@ def test_local_fusion_keeps_the_graph_of_running_every_pass(twin, monkeypatch):
         m.setattr(opt, "SKIP_IDLE", False)
         full = optimized()
     assert optimized() == full
+
+
+def _idle_through(model: ir.Model, name: str, *tags: str) -> bool:
+    """Whether pass ``name``, idle at the context's first version, stays idle through
+    changes tagged ``tags``."""
+    from onyx.optimizer import _still_idle
+
+    ctx = core.PassContext(model)
+    ctx.ordered = True
+    since = ctx.version
+    for tag in tags:
+        ctx.changed(tag)
+    return _still_idle(ctx, name, since)
+
+
+def test_constant_folding_stays_idle_through_dead_nodes_gone_without_dequantize():
+    """ConstantFolding reads readers for a DequantizeLinear only: dead nodes removed wake it
+    where the graph holds one, not elsewhere."""
+    plain = _conv_relu()
+    assert _idle_through(plain, "ConstantFolding", "DeadCodeElimination")
+    assert not _idle_through(plain, "ConstantFolding", "DeadCodeElimination", "NoopElimination")
+    w = numpy_helper.from_array(np.ones(2, np.int8), "w")
+    s = numpy_helper.from_array(np.ones(2, np.float32), "s")
+    dq = helper.make_node("DequantizeLinear", ["w", "s"], ["d"])
+    add = helper.make_node("Add", ["x", "d"], ["y"])
+    x = helper.make_tensor_value_info("x", F, [2])
+    quantized = _model([dq, add], [x], [helper.make_tensor_value_info("y", F, [2])], [w, s])
+    assert not _idle_through(quantized, "ConstantFolding", "DeadCodeElimination")
+
+
+def test_rnn_zero_initial_state_stays_idle_through_what_changes_no_state():
+    tags = ("DeadCodeElimination", "RnnZeroInitialState", "RnnLastStepFromState")
+    assert _idle_through(_conv_relu(), "RnnZeroInitialState", *tags, "RnnBatchFirstInput")
+    assert not _idle_through(_conv_relu(), "RnnZeroInitialState", *tags, "ConstantFolding")

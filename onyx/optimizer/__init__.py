@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from .. import ir
 from ..utils import gc_paused
 from .core import ALL, BASIC, LEVELS, PassContext, PassResult, clone_model
-from .pipeline import CONFINED, PIPELINE, QUIET, SELF_QUIET
+from .pipeline import CONFINED, PIPELINE, QUIET, QUIET_WITHOUT, SELF_QUIET
 
 __all__ = ["PassResult", "optimize", "optimize_for_session", "passes"]
 
@@ -284,6 +284,9 @@ def _still_idle(ctx: PassContext, name: str, since: int) -> bool:
     own = SELF_QUIET.get(name) if ctx.ordered else None  # (None: its own changes count)
     for k, tag in enumerate(ctx.changes_since(since), since):
         if tag in quiet:
+            continue
+        absent = QUIET_WITHOUT.get(name)
+        if absent is not None and tag in absent and absent[tag] not in ctx.op_types():
             continue
         if tag != name or own is None or (own and ctx.swept <= k):
             return False  # (own: the dead nodes it left, which it would take again, swept)

@@ -443,8 +443,12 @@ class PassContext(DataValue):
 LOCAL_FUSION, FUSED = "fusion:local", "fusion"
 
 #: Standard ops whose producer a basic pass asks about (ShapeFolding's Shape chains and
-#: Reshape targets, InsertCastTransformer's casts): a value one of them made stays so made.
-_PRODUCERS_READ = frozenset(("Shape", "Size", "Gather", "Slice", "Concat", "Cast", "Identity"))
+#: Reshape targets, InsertCastTransformer's casts, RnnZeroInitialState's zeros): a value one
+#: of them made stays so made.
+_PRODUCERS_READ = frozenset(
+    ("Shape", "Size", "Gather", "Slice", "Concat", "Cast", "Identity")
+    + ("Expand", "ConstantOfShape")  # (RnnZeroInitialState's zeros: pipeline.QUIET)
+)
 #: Standard ops whose readers a basic pass asks about (ConstantFolding leaves a
 #: DequantizeLinear a QDQ unit reads; QDQDataMovement moves them past their readers).
 _READERS_READ = frozenset(("DequantizeLinear", "QuantizeLinear"))

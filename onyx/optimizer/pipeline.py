@@ -126,7 +126,20 @@ QUIET: dict[str, frozenset[str]] = {
     "DeadCodeElimination": frozenset({_CONSTANTS, LOCAL_FUSION}),
     "UnusedInitializerElimination": frozenset({LOCAL_FUSION}),
     "CommonSubexpressionElimination": frozenset({_DCE, _CONSTANTS, LOCAL_FUSION}),
+    # (it reads the RNN nodes' initial states and their producers alone; none of these
+    # changes one: dead nodes are read by none, a local fusion's pattern ends in none of the
+    # producers it looks for, its own change drops states, RnnLastStepFromState reads Y_h,
+    # RnnBatchFirstInput takes LSTMs without states)
+    "RnnZeroInitialState": frozenset(
+        {_DCE, _CONSTANTS, LOCAL_FUSION, "RnnZeroInitialState", "RnnLastStepFromState"}
+        | {"RnnBatchFirstInput"}
+    ),
 }
+
+#: Pass name -> {change tag: an op type}: the change gives the pass nothing new to do while
+#: the graph holds no node of that op. ConstantFolding reads a node's readers only for a
+#: DequantizeLinear (one a QDQ unit reads stays): dead nodes gone change nothing else it reads.
+QUIET_WITHOUT: dict[str, dict[str, str]] = {"ConstantFolding": {_DCE: "DequantizeLinear"}}
 
 #: Passes whose own change gives them nothing new to do once the main graph's nodes are in
 #: order (one walk then meets each node after its inputs' producers, whose changes it already
