@@ -468,30 +468,34 @@ def local_fusion(last: ir.Node, new: ir.Node, dead: tuple[ir.Node, ...]) -> bool
       are ``new``'s now, of the same types).
     The fusion adds no initializer and changes no type (fuse's callers: see its doc)."""
     inputs = new._inputs  # noqa: SLF001
-    if new.domain in STANDARD or not inputs or inputs[0] is None:
+    first = inputs[0] if inputs else None
+    if first is None or new.domain in STANDARD:
         return False
-    if last.domain in STANDARD and last.op_type in _PRODUCERS_READ:
+    if last.op_type in _PRODUCERS_READ and last.domain in STANDARD:
         return False
-    op, domain = new.op_type, new.domain
-    for user, _ in inputs[0].iter_uses():
-        if user.op_type == op and user.domain == domain and user is not new:
+    op = new.op_type
+    for user, _ in first._uses:  # noqa: SLF001
+        if user.op_type == op and user is not new and user.domain == new.domain:
             return False
-    for v in inputs:  # (one that no constant holds: as ctx.const finds)
-        if v is not None and v.name and (v.producer is not None or v.const_value is None):
-            break
-    else:
-        return False
+    if first.producer is None and first.const_value is not None:  # (most: a computed input)
+        for v in inputs:  # (one that no constant holds: as ctx.const finds)
+            if v is not None and v.name and (v.producer is not None or v.const_value is None):
+                break
+        else:
+            return False
     # (Nodes and Values compare by identity: `in` a list of a few is a C loop)
     pattern = [last, *dead]
     for node in pattern:
         for v in node._inputs:  # noqa: SLF001
-            p = None if v is None else v.producer
-            if v is None or p in pattern:
+            if v is None:
                 continue
-            if v not in inputs:
-                return False
-            if p is not None and p.op_type in _READERS_READ and p.domain in STANDARD:
-                return False
+            p = v.producer
+            if p is None:
+                if v not in inputs:
+                    return False
+            elif p not in pattern:
+                if v not in inputs or (p.op_type in _READERS_READ and p.domain in STANDARD):
+                    return False
     return True
 
 
