@@ -222,3 +222,15 @@ def test_rnn_zero_initial_state_stays_idle_through_what_changes_no_state():
     tags = ("DeadCodeElimination", "RnnZeroInitialState", "RnnLastStepFromState")
     assert _idle_through(_conv_relu(), "RnnZeroInitialState", *tags, "RnnBatchFirstInput")
     assert not _idle_through(_conv_relu(), "RnnZeroInitialState", *tags, "ConstantFolding")
+
+
+def test_constant_folding_stays_idle_through_inferred_types_without_a_constant_node():
+    """ConstantFolding reads a type only for a Constant node's: the types ShapeFolding's first
+    run inferred wake it where the graph holds one, not elsewhere."""
+    assert _idle_through(_conv_relu(), "ConstantFolding", "infer")
+    value = numpy_helper.from_array(np.ones(2, np.float32), "v")
+    const = helper.make_node("Constant", [], ["c"], value=value)
+    add = helper.make_node("Add", ["x", "c"], ["y"])
+    x = helper.make_tensor_value_info("x", F, [2])
+    held = _model([const, add], [x], [helper.make_tensor_value_info("y", F, [2])])
+    assert not _idle_through(held, "ConstantFolding", "infer")

@@ -138,8 +138,13 @@ QUIET: dict[str, frozenset[str]] = {
 
 #: Pass name -> {change tag: an op type}: the change gives the pass nothing new to do while
 #: the graph holds no node of that op. ConstantFolding reads a node's readers only for a
-#: DequantizeLinear (one a QDQ unit reads stays): dead nodes gone change nothing else it reads.
-QUIET_WITHOUT: dict[str, dict[str, str]] = {"ConstantFolding": {_DCE: "DequantizeLinear"}}
+#: DequantizeLinear (one a QDQ unit reads stays): dead nodes gone change nothing else it reads;
+#: and a value's type only for a Constant (its tensor must be of its output's declared type):
+#: the types inferred ("infer", ShapeFolding's first run, after its own first run) change
+#: nothing else it reads (kernels bind to a node and run on arrays).
+QUIET_WITHOUT: dict[str, dict[str, str]] = {
+    "ConstantFolding": {_DCE: "DequantizeLinear", "infer": "Constant"},
+}
 
 #: Passes whose own change gives them nothing new to do once the main graph's nodes are in
 #: order (one walk then meets each node after its inputs' producers, whose changes it already
