@@ -110,28 +110,26 @@ def dead_code(ctx: PassContext) -> bool:
     outputs = {id(v) for v in g.outputs}
     changed = False
     for node in reversed(g._nodes):  # noqa: SLF001 (removing makes a new order list)
-        if not _dead(node, outputs):
-            continue
-        g.remove(node, safe=False)
-        ctx.count("DeadCodeElimination")
-        changed = True
+        # (no output read nor a graph output; asked of every node every round: a loop
+        # here, not a call, a generator and two property reads per output)
+        for v in node._outputs:  # noqa: SLF001
+            if v._uses or id(v) in outputs:  # noqa: SLF001
+                break
+        else:
+            g.remove(node, safe=False)
+            ctx.count("DeadCodeElimination")
+            changed = True
     return changed
-
-
-def _dead(node: ir.Node, outputs: set[int]) -> bool:
-    """No output of ``node`` is read nor a graph output (the pass asks it of every node every
-    round: a loop over the outputs, not a generator and two property reads per output)."""
-    for v in node._outputs:  # noqa: SLF001
-        if v._uses or id(v) in outputs:  # noqa: SLF001
-            return False
-    return True
 
 
 @graph_pass("UnusedInitializerElimination", BASIC)
 def unused_initializers(ctx: PassContext) -> bool:
     g = ctx.graph
-    keep = {id(v) for v in g.inputs} | {id(v) for v in g.outputs}
-    unused = [k for k, v in g.initializers.items() if not v.has_uses() and id(v) not in keep]
+    # (unread ones first, the graph's inputs and outputs asked of those alone: most are read)
+    unused = [k for k, v in g.initializers.items() if not v._uses]  # noqa: SLF001
+    if unused:
+        keep = {id(v) for v in g.inputs} | {id(v) for v in g.outputs}
+        unused = [k for k in unused if id(g.initializers[k]) not in keep]
     for k in unused:
         del g.initializers[k]
     if unused:

@@ -168,9 +168,11 @@ SELF_QUIET: dict[str, bool] = {
 F16 = ir.DataType.FLOAT16
 
 
-def may_hold_float16(model: ir.Model) -> bool:
+def may_hold_float16(model: ir.Model, op_types: frozenset[str] | None = None) -> bool:
     """A cheap look before inferring types: float16 enters a graph only through its inputs,
-    initializers, a Cast or a constant (the pass leaves functions and subgraphs alone)."""
+    initializers, a Cast or a constant (the pass leaves functions and subgraphs alone).
+    ``op_types``: the main graph's (PassContext.op_types), if known: without a Cast or a
+    constant node, its nodes are not walked."""
     g = model.graph
     # (asked of every session's model: loops without a call per value or node)
     tensor = ir.TensorType
@@ -178,6 +180,8 @@ def may_hold_float16(model: ir.Model) -> bool:
         t = v.type if v is not None else None
         if isinstance(t, tensor) and t.elem_type == F16:
             return True
+    if op_types is not None and op_types.isdisjoint(_MAKES_FLOAT16):
+        return False
     for n in g:
         op = n.op_type
         if op == "Cast":
@@ -190,6 +194,7 @@ def may_hold_float16(model: ir.Model) -> bool:
 
 
 _F16_CODE = int(F16)
+_MAKES_FLOAT16 = frozenset(("Cast", "Constant", "ConstantOfShape"))
 
 
 def _is16(v: ir.Value | None) -> bool:
@@ -200,7 +205,7 @@ def _float16_gate(ctx: PassContext) -> bool:
     """InsertCastTransformer (float16.py) looks once, at a session's model: its first look."""
     if not ctx.for_session or ctx.memo.get("float16_lowered"):
         return False
-    if may_hold_float16(ctx.model):
+    if may_hold_float16(ctx.model, ctx.op_types()):
         return True
     ctx.memo["float16_lowered"] = True  # (what the pass notes when it finds no float16)
     return False
