@@ -234,3 +234,22 @@ def test_constant_folding_stays_idle_through_inferred_types_without_a_constant_n
     x = helper.make_tensor_value_info("x", F, [2])
     held = _model([const, add], [x], [helper.make_tensor_value_info("y", F, [2])])
     assert not _idle_through(held, "ConstantFolding", "infer")
+
+
+def test_a_fusion_visits_only_its_anchor_ops_nodes(monkeypatch):
+    """ConvActivationFusion asks about the activations' nodes alone (PassContext.nodes_of),
+    not every node; nodes_of keeps graph order and the walk's snapshot."""
+    from onyx.optimizer import conv
+
+    asked: list = []
+    real = conv.activation
+    monkeypatch.setattr(conv, "activation", lambda ctx, n: asked.append(n.op_type) or real(ctx, n))
+    model = _conv_relu()
+    conv_node = next(iter(model.graph))
+    for k in range(3):
+        model.graph.insert_before(conv_node, ir.Node("Neg", [conv_node.inputs[0]], [f"n{k}"]))
+    ctx = core.PassContext(model)
+    assert [n.op_type for n in ctx.nodes_of(frozenset(("Relu", "Neg")))] == ["Neg"] * 3 + ["Relu"]
+    assert ctx.nodes_of("Tanh") == ()
+    assert conv.conv_activation(ctx)
+    assert asked == ["Relu"]

@@ -23,7 +23,7 @@ def _bypass(ctx: PassContext, node: ir.Node, source: ir.Value | None) -> bool:
 @graph_pass("EliminateIdentity", BASIC)
 def eliminate_identity(ctx: PassContext) -> bool:
     changed = False
-    for node in ctx.graph:
+    for node in ctx.nodes_of("Identity"):
         if node.op_type == "Identity" and node.domain in STANDARD:
             changed |= _bypass(ctx, node, node.inputs[0])
     return changed
@@ -33,7 +33,7 @@ def eliminate_identity(ctx: PassContext) -> bool:
 def eliminate_dropout(ctx: PassContext) -> bool:
     """Dropout is the identity at inference, unless training_mode is set or the mask is read."""
     changed = False
-    for node in ctx.graph:
+    for node in ctx.nodes_of("Dropout"):
         if node.op_type != "Dropout" or node.domain not in STANDARD:
             continue
         outs = node.outputs
@@ -95,9 +95,7 @@ def eliminate_noops(ctx: PassContext) -> bool:
             if isinstance(d, str):
                 symbols.add(d)
     changed = False
-    for node in ctx.graph:
-        if node.op_type not in _NOOP_OPS:
-            continue  # (what _is_noop answers for every other op, asked without the call)
+    for node in ctx.nodes_of(_NOOP_OPS):
         if node.domain in STANDARD and len(node.outputs) == 1 and _is_noop(ctx, node, symbols):
             changed |= _bypass(ctx, node, node.inputs[0])
     return changed

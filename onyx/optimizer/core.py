@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import field
 
 import numpy as np
@@ -239,6 +239,18 @@ class PassContext(DataValue):
             )
             known = self._op_types = (order, found)
         return known[1]
+
+    def nodes_of(self, ops: str | frozenset[str]) -> Sequence[ir.Node]:
+        """The main graph's nodes of op type ``ops`` (one, or a set), in graph order, as
+        ``for node in ctx.graph`` meets them (a list made before the walk: a node the walk
+        inserts is not met, one it removes still is). For a pass that looks at a few op types'
+        nodes: the others cost no visit of its own. Do not change the list."""
+        order = self.graph._nodes  # noqa: SLF001
+        if type(ops) is str:
+            if ops not in self.op_types():
+                return ()
+            return [n for n in order if n.op_type == ops]
+        return [n for n in order if n.op_type in ops]
 
     def may_change(self, p: Pass) -> bool:
         """Whether the graph holds the op types pass ``p`` needs to change anything."""

@@ -256,6 +256,8 @@ def _fold_constants(ctx: PassContext, silenced: _Silenced) -> bool:
 #: pipeline.TRIGGERS: its first run infers the types the passes after it read, whatever the
 #: graph holds.)
 SHAPE_ROOTS = frozenset(("Shape", "Size", "Reshape"))
+#: The op types of the nodes ShapeFolding folds (its walk visits these alone).
+_SHAPE_FOLDED = frozenset(("Shape", "Size", "Gather", "Slice", "Reshape"))
 
 
 @graph_pass("ShapeFolding", BASIC)
@@ -268,7 +270,7 @@ def shape_folding(ctx: PassContext) -> bool:
     if ctx.op_types().isdisjoint(SHAPE_ROOTS):
         return False  # (every fold below starts at one: most rounds of a CNN's walk found none)
     changed = False
-    for node in ctx.graph:
+    for node in ctx.nodes_of(_SHAPE_FOLDED):
         if node.domain not in STANDARD:
             continue
         dims = None
