@@ -155,7 +155,7 @@ def _unlink_removed(nodes: list[ir.Node]) -> None:
     them cost its creation about 2%). Nothing reads a removed node's outputs any more."""
     for node in nodes:
         if node.graph is None:
-            for v in node.outputs:
+            for v in node._outputs:  # noqa: SLF001
                 if v.producer is node:
                     v.producer = None
 

@@ -229,7 +229,7 @@ class PassContext(DataValue):
         known = self._op_types
         if known is None or known[0] is not order:
             if known is None:  # (the first look: whether any node holds a subgraph)
-                self.holds_subgraphs = any(n.attributes and n.has_subgraphs() for n in order)
+                self.holds_subgraphs = _holds_subgraphs(order)
             # (no pass makes a graph attribute, only copies a node's: a graph whose nodes
             # held none at first holds none, and the set of its op types is all there is)
             found = (
@@ -514,6 +514,22 @@ def local_fusion(last: ir.Node, new: ir.Node, dead: tuple[ir.Node, ...]) -> bool
 #: Op types present -> {pass name: (triggers, whether they are met)} (trigger_verdicts).
 _VERDICTS: dict[frozenset[str], dict] = {}
 MAX_VERDICT_TABLES = 256
+
+
+_GRAPH, _GRAPHS = ir.AttrType.GRAPH, ir.AttrType.GRAPHS
+
+
+def _holds_subgraphs(nodes) -> bool:
+    """Whether one of ``nodes`` holds a subgraph (asked once a session: the attributes' kinds
+    looked at here, a node asked only when one is a graph's)."""
+    for n in nodes:
+        attrs = n.attributes
+        if attrs:
+            for a in attrs.values():
+                kind = a.type
+                if (kind == _GRAPH or kind == _GRAPHS) and n.has_subgraphs():
+                    return True
+    return False
 
 
 def _op_types_of(nodes) -> frozenset[str]:
