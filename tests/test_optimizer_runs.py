@@ -253,3 +253,22 @@ def test_a_fusion_visits_only_its_anchor_ops_nodes(monkeypatch):
     assert ctx.nodes_of("Tanh") == ()
     assert conv.conv_activation(ctx)
     assert asked == ["Relu"]
+
+
+def test_one_cse_run_merges_twins_whose_first_input_a_later_merge_shares():
+    """x -> Neg a -> Relu z1; x -> Neg b (a's twin, after z1) -> Relu z2: merging b into a
+    makes z2 read a, z1's twin, in the same walk (CSE is quiet through its own change: one
+    run must take both; a node is keyed whether or not its first input has other readers)."""
+    nodes = [
+        helper.make_node("Neg", ["x"], ["a"]),
+        helper.make_node("Relu", ["a"], ["z1"]),
+        helper.make_node("Neg", ["x"], ["b"]),
+        helper.make_node("Relu", ["b"], ["z2"]),
+        helper.make_node("Add", ["z1", "z2"], ["y"]),
+    ]
+    x = helper.make_tensor_value_info("x", F, [2])
+    model = _model(nodes, [x], [helper.make_tensor_value_info("y", F, [2])])
+    ctx = core.PassContext(model)
+    ctx.op_types()
+    assert opt.cleanup.common_subexpressions(ctx)
+    assert ctx.stats["CommonSubexpressionElimination"] == 2

@@ -288,14 +288,11 @@ def common_subexpressions(ctx: PassContext) -> bool:
     deterministic: dict[tuple[str, str], bool] = {}  # (per op: the pass runs every round)
     subgraphs = ctx.holds_subgraphs  # (False: no node has a subgraph to look for)
     for node in g:
-        ins = node._inputs  # noqa: SLF001
-        if ins and ins[0] is not None and len(ins[0]._uses) == 1:  # noqa: SLF001
-            continue  # (a twin reads the same first input: this node is its one reader)
         if subgraphs and node.attributes and _has_subgraph(node):
             continue
         # (flat, from the node's own lists: an absent input's id is None's, no Value's; the
         # input count is the key's length less four)
-        key = (node.op_type, node.domain, node.overload, len(node._outputs), *map(id, ins))  # noqa: SLF001
+        key = (node.op_type, node.domain, node.overload, len(node._outputs), *map(id, node._inputs))  # noqa: SLF001
         twins = seen.get(key)
         if twins is None:
             seen[key] = node
