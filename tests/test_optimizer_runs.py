@@ -272,3 +272,27 @@ def test_one_cse_run_merges_twins_whose_first_input_a_later_merge_shares():
     ctx.op_types()
     assert opt.cleanup.common_subexpressions(ctx)
     assert ctx.stats["CommonSubexpressionElimination"] == 2
+
+
+def test_flattened_matmul_asks_about_a_product_only_after_its_reshape(monkeypatch):
+    """FlattenedMatMulFusion's pattern starts at a product reading a Reshape: a product (or
+    any other node) reading none is not sized up (its constants read, a Gemm's checked)."""
+    from onyx.optimizer import flat_matmul
+
+    asked: list = []
+    real = flat_matmul._is_row_product  # noqa: SLF001
+    monkeypatch.setattr(
+        flat_matmul, "_is_row_product", lambda ctx, n: asked.append(n.op_type) or real(ctx, n)
+    )
+    w = numpy_helper.from_array(np.ones((4, 4), np.float32), "w")
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("MatMul", ["r", "w"], ["m"]),
+        helper.make_node("Reshape", ["m", "shape"], ["y"]),
+    ]
+    shape = numpy_helper.from_array(np.array([-1, 4], np.int64), "shape")
+    x = helper.make_tensor_value_info("x", F, [2, 4])
+    model = _model(nodes, [x], [helper.make_tensor_value_info("y", F, [2, 4])], [w, shape])
+    ctx = core.PassContext(model)
+    assert not flat_matmul.flattened_matmul(ctx)
+    assert asked == []

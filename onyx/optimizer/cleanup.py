@@ -51,11 +51,16 @@ def eliminate_dropout(ctx: PassContext) -> bool:
 
 def _is_noop(ctx: PassContext, node: ir.Node, symbols: set) -> bool:
     op = node.op_type
-    x = node.inputs[0] if node.inputs else None
+    ins = node._inputs  # noqa: SLF001 (asked of every candidate every round: no copy)
+    x = ins[0] if ins else None
     if x is None:
         return False
     if op == "Cast":
-        return isinstance(x.type, ir.TensorType) and x.type.elem_type == DataType(node.attr("to"))
+        if not isinstance(x.type, ir.TensorType):
+            return False
+        to = node.attr("to")
+        want = _DATA_TYPES.get(to) if type(to) is int else None  # (no enum call per Cast)
+        return x.type.elem_type == (DataType(to) if want is None else want)
     if op == "CastLike":
         t = node.inputs[1].type if len(node.inputs) > 1 and node.inputs[1] else None
         return (
@@ -77,6 +82,9 @@ def _is_noop(ctx: PassContext, node: ir.Node, symbols: set) -> bool:
         return False
     return False
 
+
+#: Each DataType by its number.
+_DATA_TYPES = {int(t): t for t in DataType}
 
 #: The ops _is_noop may find to do nothing.
 _NOOP_OPS = frozenset(
