@@ -292,7 +292,8 @@ class PassContext(DataValue):
         g = self.graph
         self.changed("infer")  # new types: a pass reading shapes may now find more
         if self._declared is None:
-            types = {id(v): (v, v.type) for v in g.values()}  # (v keeps the id unique)
+            # (the nodes' outputs: the values finish() types again; v keeps the id unique)
+            types = {id(v): (v, v.type) for n in g._nodes for v in n._outputs}  # noqa: SLF001
             self._declared = (types, list(g.value_info))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
