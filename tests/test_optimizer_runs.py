@@ -296,3 +296,12 @@ def test_flattened_matmul_asks_about_a_product_only_after_its_reshape(monkeypatc
     ctx = core.PassContext(model)
     assert not flat_matmul.flattened_matmul(ctx)
     assert asked == []
+
+
+def test_shape_and_noop_passes_stay_idle_through_the_recurrent_fusions():
+    rnn = ("RnnZeroInitialState", "RnnLastStepFromState", "RnnBatchFirstInput")
+    for name in ("ShapeFolding", "NoopElimination"):
+        assert _idle_through(_conv_relu(), name, *rnn)
+        assert not _idle_through(_conv_relu(), name, *rnn, "CommonSubexpressionElimination")
+    assert _idle_through(_conv_relu(), "DeadCodeElimination", "RnnBatchFirstInput")
+    assert not _idle_through(_conv_relu(), "DeadCodeElimination", "RnnLastStepFromState")

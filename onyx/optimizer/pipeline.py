@@ -116,14 +116,22 @@ CONFINED = frozenset({"UnusedInitializerElimination"})
 #:   node of no standard domain in a pattern's place, reading all it read and a computed
 #:   value, no twin, no initializer added, no type changed): what each of these passes
 #:   reads of the other nodes is as it was, and the new node is no op they take.
+#: - The recurrent fusions (rnn.py), for shape folding and no-op elimination: dropping an
+#:   initial state changes no op of theirs nor a type; Y's last step taken from Y_h puts a
+#:   Squeeze of an untyped output (typed as the Gather's where that was a graph output) in a
+#:   Gather's place that read no Shape: a reader of it now knows less, never more; a batch-first
+#:   LSTM retypes Y_h, which Squeezes alone read (their outputs keep their types).
 _DCE, _CONSTANTS = "DeadCodeElimination", "CommonSubexpressionElimination:constants"
+_RNN = ("RnnZeroInitialState", "RnnLastStepFromState", "RnnBatchFirstInput")
 QUIET: dict[str, frozenset[str]] = {
     "ConstantFolding": frozenset({_CONSTANTS, LOCAL_FUSION}),
-    "ShapeFolding": frozenset({_DCE, _CONSTANTS, LOCAL_FUSION}),
+    "ShapeFolding": frozenset({_DCE, _CONSTANTS, LOCAL_FUSION, *_RNN}),
     "EliminateIdentity": frozenset({_DCE, _CONSTANTS, LOCAL_FUSION}),
     "EliminateDropout": frozenset({_CONSTANTS, LOCAL_FUSION}),
-    "NoopElimination": frozenset({_DCE, _CONSTANTS, LOCAL_FUSION}),
-    "DeadCodeElimination": frozenset({_CONSTANTS, LOCAL_FUSION}),
+    "NoopElimination": frozenset({_DCE, _CONSTANTS, LOCAL_FUSION, *_RNN}),
+    # (a batch-first LSTM reads the Transpose's input, and the pass takes the Transpose out
+    # when nothing else reads it: no other node loses its last reader)
+    "DeadCodeElimination": frozenset({_CONSTANTS, LOCAL_FUSION, "RnnBatchFirstInput"}),
     "UnusedInitializerElimination": frozenset({LOCAL_FUSION}),
     "CommonSubexpressionElimination": frozenset({_DCE, _CONSTANTS, LOCAL_FUSION}),
     # (it reads the RNN nodes' initial states and their producers alone; none of these
