@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from .. import ir
 from ..utils import gc_paused
 from .core import ALL, BASIC, LEVELS, PassContext, PassResult, clone_model
-from .pipeline import CONFINED, PIPELINE, QUIET, SELF_QUIET
+from .pipeline import CONFINED, PIPELINE, QUIET, QUIET_WITHOUT, SELF_QUIET
 
 __all__ = ["PassResult", "optimize", "optimize_for_session", "passes"]
 
@@ -58,19 +58,22 @@ def optimize(
     in_place: bool = False,
     for_session: bool = False,
     results: list | None = None,
+    ordered: bool | None = None,
 ) -> ir.Model:
     """An optimized copy of ``model``. ``stats`` (a dict) receives per-pass change counts;
     ``results`` (a list) one :class:`PassResult` per pass run, in order.
     ``in_place``: optimize ``model`` itself, for a caller that owns it (the copy is not free).
     ``for_session``: the model is to run, not to be written: constants are folded whatever
     their size (a generated weight is otherwise made again on every run); it is a session's
-    model, validated (not again here)."""
+    model, validated (not again here). ``ordered``: the caller knows the main graph's nodes are
+    in topological order (a session sorts its model first), or not (None: found here)."""
     warned: list = []
     if not for_session:  # a session validated the model it optimizes
         from ..validation import validate
 
         validate(model, "the model to optimize", warned=warned)
-    ordered = _ordered(model, warned, for_session)
+    if ordered is None:
+        ordered = _ordered(model, warned, for_session)
     with gc_paused():  # (a clone's and the rewrites' objects live on)
         return _optimize(
             model, _level(level), disabled, stats, in_place, for_session, results, ordered
@@ -152,7 +155,7 @@ def _unlink_removed(nodes: list[ir.Node]) -> None:
     them cost its creation about 2%). Nothing reads a removed node's outputs any more."""
     for node in nodes:
         if node.graph is None:
-            for v in node.outputs:
+            for v in node._outputs:  # noqa: SLF001
                 if v.producer is node:
                     v.producer = None
 
@@ -221,6 +224,8 @@ def _run_all(ctx: PassContext, passes) -> bool:
             idle[p.name] = ctx.version  # (as a run that found nothing: the graph must change)
             continue
         changed |= _run(ctx, p)
+        if ctx.graph._order is ctx._op_types[0]:  # noqa: SLF001
+            continue  # (the node list as it was, the op types with it: most runs)
         now = _eligible(ctx, passes)  # (the pass may have changed the op types)
         if now is not order:
             order, k = now, _after(now, i)
@@ -280,6 +285,9 @@ def _still_idle(ctx: PassContext, name: str, since: int) -> bool:
     for k, tag in enumerate(ctx.changes_since(since), since):
         if tag in quiet:
             continue
+        absent = QUIET_WITHOUT.get(name)
+        if absent is not None and tag in absent and absent[tag] not in ctx.op_types():
+            continue
         if tag != name or own is None or (own and ctx.swept <= k):
             return False  # (own: the dead nodes it left, which it would take again, swept)
     return True
@@ -319,13 +327,17 @@ def _tally(log: list[tuple[str, int]]) -> dict[str, int]:
     return {name: n for name, n in counted.items() if n}
 
 
-def optimize_for_session(model: ir.Model, sess_options, in_place: bool = False) -> ir.Model:
+def optimize_for_session(
+    model: ir.Model, sess_options, in_place: bool = False, ordered: bool | None = None
+) -> ir.Model:
     """What InferenceSession runs: ``model`` optimized per the session options
     (graph_optimization_level, disabled_optimizers), saved to optimized_model_filepath if set.
-    ``in_place`` as for :func:`optimize`."""
+    ``in_place`` and ``ordered`` as for :func:`optimize`."""
     level = int(getattr(sess_options, "graph_optimization_level", ALL))
     disabled = getattr(sess_options, "disabled_optimizers", None) or ()
-    optimized = optimize(model, level, disabled, in_place=in_place, for_session=True)
+    optimized = optimize(
+        model, level, disabled, in_place=in_place, for_session=True, ordered=ordered
+    )
     path = getattr(sess_options, "optimized_model_filepath", "")
     if path:
         _save_listed(optimized, path)

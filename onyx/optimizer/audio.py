@@ -99,7 +99,7 @@ def spectral_magnitude_fusion(ctx: PassContext) -> bool:
     changed = False
     if ctx.opset() < 10:  # (Slice's starts and ends are inputs from opset 10)
         return False
-    for sqrt in list(ctx.graph):
+    for sqrt in ctx.nodes_of("Sqrt"):
         if sqrt.op_type != "Sqrt":
             continue
         found = _magnitude(ctx, sqrt)
@@ -212,7 +212,7 @@ def conv_max_pool_fusion(ctx: PassContext) -> bool:
     pool), becomes one ai.onyx ConvMaxPool / FusedConvMaxPool node (kernels/audio.py): the
     two kernels in one step, the same bits; the pair is its function body."""
     changed = False
-    for pool in list(ctx.graph):
+    for pool in ctx.nodes_of("MaxPool"):
         if pool.op_type != "MaxPool" or pool.domain not in STANDARD or len(pool.inputs) != 1:
             continue
         if len(pool.outputs) > 1 and pool.outputs[1].name:  # (its Indices: left alone)
@@ -238,9 +238,9 @@ def conv_max_pool_fusion(ctx: PassContext) -> bool:
         attrs += [ir.Attr("pool_" + a.name, a.type, a.value) for a in pool.attributes.values()]
         fused = ir.Node(op_type, list(conv.inputs), 1, attrs, domain=ONYX_DOMAIN,
                         name=ctx.fresh_name(op_type))  # fmt: skip
+        ctx.fuse(pool, fused, [conv])  # (the function after it: see fuse)
         body = (ctx, conv.op_type, domain, op_type)
         ctx.ensure_function(op_type, lambda body=body: _pooled_function(*body))
-        ctx.replace_nodes(pool, fused, [conv])
         ctx.count("ConvMaxPoolFusion")
         changed = True
     return changed

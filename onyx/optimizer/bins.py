@@ -82,7 +82,7 @@ def bins_one_hot_batching(ctx: PassContext) -> bool:
     changed = False
     if ctx.opset() < 13:  # (Unsqueeze's axes an input)
         return False
-    for final in list(ctx.graph):
+    for final in ctx.nodes_of("Concat"):
         if not is_op(final, "Concat") or len(final.inputs) < 2 or _attr(final, "axis") != 1:
             continue
         chains = [_chain(ctx, v) for v in final.inputs]

@@ -23,7 +23,7 @@ def _bypass(ctx: PassContext, node: ir.Node, source: ir.Value | None) -> bool:
 @graph_pass("EliminateIdentity", BASIC)
 def eliminate_identity(ctx: PassContext) -> bool:
     changed = False
-    for node in ctx.graph:
+    for node in ctx.nodes_of("Identity"):
         if node.op_type == "Identity" and node.domain in STANDARD:
             changed |= _bypass(ctx, node, node.inputs[0])
     return changed
@@ -33,7 +33,7 @@ def eliminate_identity(ctx: PassContext) -> bool:
 def eliminate_dropout(ctx: PassContext) -> bool:
     """Dropout is the identity at inference, unless training_mode is set or the mask is read."""
     changed = False
-    for node in ctx.graph:
+    for node in ctx.nodes_of("Dropout"):
         if node.op_type != "Dropout" or node.domain not in STANDARD:
             continue
         outs = node.outputs
@@ -51,11 +51,16 @@ def eliminate_dropout(ctx: PassContext) -> bool:
 
 def _is_noop(ctx: PassContext, node: ir.Node, symbols: set) -> bool:
     op = node.op_type
-    x = node.inputs[0] if node.inputs else None
+    ins = node._inputs  # noqa: SLF001 (asked of every candidate every round: no copy)
+    x = ins[0] if ins else None
     if x is None:
         return False
     if op == "Cast":
-        return isinstance(x.type, ir.TensorType) and x.type.elem_type == DataType(node.attr("to"))
+        if not isinstance(x.type, ir.TensorType):
+            return False
+        to = node.attr("to")
+        want = _DATA_TYPES.get(to) if type(to) is int else None  # (no enum call per Cast)
+        return x.type.elem_type == (DataType(to) if want is None else want)
     if op == "CastLike":
         t = node.inputs[1].type if len(node.inputs) > 1 and node.inputs[1] else None
         return (
@@ -78,6 +83,9 @@ def _is_noop(ctx: PassContext, node: ir.Node, symbols: set) -> bool:
     return False
 
 
+#: Each DataType by its number.
+_DATA_TYPES = {int(t): t for t in DataType}
+
 #: The ops _is_noop may find to do nothing.
 _NOOP_OPS = frozenset(
     ("Cast", "CastLike", "Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Expand")
@@ -95,9 +103,7 @@ def eliminate_noops(ctx: PassContext) -> bool:
             if isinstance(d, str):
                 symbols.add(d)
     changed = False
-    for node in ctx.graph:
-        if node.op_type not in _NOOP_OPS:
-            continue  # (what _is_noop answers for every other op, asked without the call)
+    for node in ctx.nodes_of(_NOOP_OPS):
         if node.domain in STANDARD and len(node.outputs) == 1 and _is_noop(ctx, node, symbols):
             changed |= _bypass(ctx, node, node.inputs[0])
     return changed
@@ -110,28 +116,26 @@ def dead_code(ctx: PassContext) -> bool:
     outputs = {id(v) for v in g.outputs}
     changed = False
     for node in reversed(g._nodes):  # noqa: SLF001 (removing makes a new order list)
-        if not _dead(node, outputs):
-            continue
-        g.remove(node, safe=False)
-        ctx.count("DeadCodeElimination")
-        changed = True
+        # (no output read nor a graph output; asked of every node every round: a loop
+        # here, not a call, a generator and two property reads per output)
+        for v in node._outputs:  # noqa: SLF001
+            if v._uses or id(v) in outputs:  # noqa: SLF001
+                break
+        else:
+            g.remove(node, safe=False)
+            ctx.count("DeadCodeElimination")
+            changed = True
     return changed
-
-
-def _dead(node: ir.Node, outputs: set[int]) -> bool:
-    """No output of ``node`` is read nor a graph output (the pass asks it of every node every
-    round: a loop over the outputs, not a generator and two property reads per output)."""
-    for v in node._outputs:  # noqa: SLF001
-        if v._uses or id(v) in outputs:  # noqa: SLF001
-            return False
-    return True
 
 
 @graph_pass("UnusedInitializerElimination", BASIC)
 def unused_initializers(ctx: PassContext) -> bool:
     g = ctx.graph
-    keep = {id(v) for v in g.inputs} | {id(v) for v in g.outputs}
-    unused = [k for k, v in g.initializers.items() if not v.has_uses() and id(v) not in keep]
+    # (unread ones first, the graph's inputs and outputs asked of those alone: most are read)
+    unused = [k for k, v in g.initializers.items() if not v._uses]  # noqa: SLF001
+    if unused:
+        keep = {id(v) for v in g.inputs} | {id(v) for v in g.outputs}
+        unused = [k for k in unused if id(g.initializers[k]) not in keep]
     for k in unused:
         del g.initializers[k]
     if unused:
@@ -287,18 +291,22 @@ def common_subexpressions(ctx: PassContext) -> bool:
             retyped |= first.type != v.type
     if changed and not retyped:
         ctx.change_tag = CONSTANTS_MERGED  # (unless nodes are merged too: below)
-    seen: dict[tuple, _Twins] = {}
+    # (a node alone with its key is kept as it is: _Twins made for the second only)
+    seen: dict[tuple, ir.Node | _Twins] = {}
     deterministic: dict[tuple[str, str], bool] = {}  # (per op: the pass runs every round)
+    subgraphs = ctx.holds_subgraphs  # (False: no node has a subgraph to look for)
     for node in g:
-        if node.attributes and _has_subgraph(node):
+        if subgraphs and node.attributes and _has_subgraph(node):
             continue
         # (flat, from the node's own lists: an absent input's id is None's, no Value's; the
         # input count is the key's length less four)
         key = (node.op_type, node.domain, node.overload, len(node._outputs), *map(id, node._inputs))  # noqa: SLF001
         twins = seen.get(key)
         if twins is None:
-            seen[key] = _Twins(node)
+            seen[key] = node
             continue
+        if type(twins) is not _Twins:
+            twins = seen[key] = _Twins(twins)
         # (asked only of an op with a twin: the traits load its kernel module, which an op
         # fused away never needs)
         op = (node.op_type, node.domain)

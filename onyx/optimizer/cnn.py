@@ -41,7 +41,7 @@ def batch_norm_relu(ctx: PassContext) -> bool:
     if ctx.opset() < 7:  # (is_test and consumed_inputs before: the body's BN would differ)
         return False
     changed = False
-    for relu in ctx.graph:
+    for relu in ctx.nodes_of("Relu"):
         if not is_op(relu, "Relu") or relu.graph is None:
             continue
         bn = producer(relu.inputs[0], "BatchNormalization")
@@ -87,7 +87,7 @@ def hard_sigmoid_mul(ctx: PassContext) -> bool:
     (not HardSwish: its x / 6 rounds otherwise than x * alpha); float32 only. A quantized
     pair (DequantizeLinear in, QuantizeLinear out) stays for LookupTableFusion's table."""
     changed = False
-    for hs in ctx.graph:
+    for hs in ctx.nodes_of("HardSigmoid"):
         if not is_op(hs, "HardSigmoid") or hs.graph is None or not _is_float32(hs.inputs[0]):
             continue
         x = hs.inputs[0]
@@ -158,7 +158,7 @@ def conv_concat(ctx: PassContext) -> bool:
     strides, dilations and activation, constant weights and biases, each read by the Concat
     alone (SqueezeNet's fire module). A model-local function whose body is the three ops."""
     changed = False
-    for cat in ctx.graph:
+    for cat in ctx.nodes_of("Concat"):
         if not is_op(cat, "Concat") or cat.graph is None or len(cat.inputs) != 2:
             continue
         convs = [_fusable_conv(ctx, v, cat) for v in cat.inputs]

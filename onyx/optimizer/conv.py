@@ -83,7 +83,7 @@ def conv_bn(ctx: PassContext) -> bool:
     """Conv -> BatchNormalization (inference): W' = W*s, B' = (B - mean)*s + beta,
     s = scale / sqrt(var + eps); computed in float64."""
     changed = False
-    for bn in ctx.graph:
+    for bn in ctx.nodes_of("BatchNormalization"):
         if not inference_batch_norm(ctx, bn):
             continue
         conv, _ = _conv_feeding(ctx, bn)
@@ -104,7 +104,7 @@ def conv_bn(ctx: PassContext) -> bool:
 def conv_add(ctx: PassContext) -> bool:
     """Conv -> Add(per-channel constant): the constant joins the bias."""
     changed = False
-    for add in ctx.graph:
+    for add in ctx.nodes_of("Add"):
         if not is_op(add, "Add"):
             continue
         conv, other = _conv_feeding(ctx, add)
@@ -123,7 +123,7 @@ def conv_add(ctx: PassContext) -> bool:
 def conv_mul(ctx: PassContext) -> bool:
     """Conv -> Mul(per-channel constant): scales the weights and the bias."""
     changed = False
-    for mul in ctx.graph:
+    for mul in ctx.nodes_of("Mul"):
         if not is_op(mul, "Mul"):
             continue
         conv, other = _conv_feeding(ctx, mul)
@@ -158,7 +158,7 @@ def batch_norm_scale(ctx: PassContext) -> bool:
     """BN(x) * c = (x - mean) * mult * c + B * c, BN(x) + c = ... + (B + c): scale' = scale * c
     and B' = B * c, or B' = B + c (in float64, then the parameters' type)."""
     changed = False
-    for node in ctx.graph:
+    for node in ctx.nodes_of(_MUL_ADD):
         if not is_op(node, "Mul", "Add") or len(node.inputs) != 2:
             continue
         found = _batch_norm_feeding(ctx, node)
@@ -190,6 +190,11 @@ def batch_norm_scale(ctx: PassContext) -> bool:
 # ----------------------------------------------------------------------- activation fusion
 
 _LOWEST, _HIGHEST = float(np.finfo(np.float32).min), float(np.finfo(np.float32).max)
+
+
+#: The ops :func:`activation` takes (their nodes are the ones its callers visit).
+ACTIVATIONS = frozenset(("Relu", "Sigmoid", "Tanh", "LeakyRelu", "HardSigmoid", "Clip"))
+_MUL_ADD = frozenset(("Mul", "Add"))
 
 
 def activation(ctx: PassContext, node: ir.Node | None) -> tuple[str, list[float]] | None:
@@ -233,7 +238,7 @@ def conv_activation(ctx: PassContext) -> bool:
     A 2-input Sum stands for the Add: FusedConv adds Z to conv + bias before the activation,
     the same float operations as the unfused nodes."""
     changed = False
-    for act in ctx.graph:
+    for act in ctx.nodes_of(ACTIVATIONS):
         spec = activation(ctx, act)
         if spec is None or act.graph is None:
             continue
@@ -266,8 +271,7 @@ def conv_activation(ctx: PassContext) -> bool:
         fused.set_attr("activation", spec[0])
         if spec[1]:
             fused.set_attr("activation_params", [float(p) for p in spec[1]])
-        ctx.ensure_opset(MS)
-        ctx.replace_nodes(act, fused, [n for n in (add, conv) if n is not None])
+        ctx.fuse(act, fused, [n for n in (add, conv) if n is not None])  # (MS imported)
         ctx.count("ConvActivationFusion")
         changed = True
     return changed
@@ -287,7 +291,7 @@ def conv_hard_swish(ctx: PassContext) -> bool:
     changed = False
     if ctx.opset() < 14:  # (HardSwish came with opset 14; the body needs it)
         return False
-    for hs in ctx.graph:
+    for hs in ctx.nodes_of("HardSwish"):
         if not is_op(hs, "HardSwish") or hs.graph is None:
             continue
         src = hs.inputs[0]

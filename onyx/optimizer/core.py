@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import field
 
 import numpy as np
@@ -198,6 +198,10 @@ class PassContext(DataValue):
         #: The version at which DeadCodeElimination last started (-1: never): every node dead
         #: then is gone since.
         self.swept = -1
+        #: Whether a node of the main graph held a subgraph when the op types were first
+        #: found (op_types); none can later: the passes make no graph attributes (they copy
+        #: a node's attributes at most), so a graph without one stays so.
+        self.holds_subgraphs = True
         #: Whether the main graph's nodes were in topological order when optimize started
         #: (the passes keep them so: a fused node takes its pattern's last node's place;
         #: tests/test_optimizer_quiet.py checks the zoo's).
@@ -224,8 +228,29 @@ class PassContext(DataValue):
         order = self.graph._nodes  # noqa: SLF001 (its identity: whether nodes changed)
         known = self._op_types
         if known is None or known[0] is not order:
-            known = self._op_types = (order, _op_types_of(order))
+            if known is None:  # (the first look: whether any node holds a subgraph)
+                self.holds_subgraphs = _holds_subgraphs(order)
+            # (no pass makes a graph attribute, only copies a node's: a graph whose nodes
+            # held none at first holds none, and the set of its op types is all there is)
+            found = (
+                _op_types_of(order)
+                if self.holds_subgraphs
+                else frozenset([n.op_type for n in order])
+            )
+            known = self._op_types = (order, found)
         return known[1]
+
+    def nodes_of(self, ops: str | frozenset[str]) -> Sequence[ir.Node]:
+        """The main graph's nodes of op type ``ops`` (one, or a set), in graph order, as
+        ``for node in ctx.graph`` meets them (a list made before the walk: a node the walk
+        inserts is not met, one it removes still is). For a pass that looks at a few op types'
+        nodes: the others cost no visit of its own. Do not change the list."""
+        order = self.graph._nodes  # noqa: SLF001
+        if type(ops) is str:
+            if ops not in self.op_types():
+                return ()
+            return [n for n in order if n.op_type == ops]
+        return [n for n in order if n.op_type in ops]
 
     def may_change(self, p: Pass) -> bool:
         """Whether the graph holds the op types pass ``p`` needs to change anything."""
@@ -267,7 +292,8 @@ class PassContext(DataValue):
         g = self.graph
         self.changed("infer")  # new types: a pass reading shapes may now find more
         if self._declared is None:
-            types = {id(v): (v, v.type) for v in g.values()}  # (v keeps the id unique)
+            # (the nodes' outputs: the values finish() types again; v keeps the id unique)
+            types = {id(v): (v, v.type) for n in g._nodes for v in n._outputs}  # noqa: SLF001
             self._declared = (types, list(g.value_info))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -283,11 +309,16 @@ class PassContext(DataValue):
         types, value_info = self._declared
         g = self.graph
         outputs = {id(v) for v in g.outputs}
-        for v in g.values():
-            if id(v) in types and v.producer is not None and id(v) not in outputs:
-                if not _other_rank(types[id(v)][1], v.type):  # (a fusion's new rank stays)
-                    v.type = types[id(v)][1]
-        alive = {id(v) for n in g for v in n.outputs}
+        alive = set()
+        # (the nodes' outputs: the values with a producer; one walk finds them alive too)
+        for n in g._nodes:  # noqa: SLF001
+            for v in n._outputs:  # noqa: SLF001
+                key = id(v)
+                alive.add(key)
+                known = types.get(key)
+                if known is not None and key not in outputs:
+                    if not _other_rank(known[1], v.type):  # (a fusion's new rank stays)
+                        v.type = known[1]
         g.value_info = [v for v in value_info if id(v) in alive]
 
     def opset(self, domain: str = "") -> int:
@@ -301,7 +332,9 @@ class PassContext(DataValue):
     def fresh_name(self, base: str) -> str:
         if self._names is None:
             self._names = set(self.graph.initializers)
-            for g in _graphs(self.graph):
+            self.op_types()  # (holds_subgraphs, found with them)
+            graphs = _graphs(self.graph) if self.holds_subgraphs else (self.graph,)
+            for g in graphs:
                 self._names.update(v.name for v in g.inputs)
                 for n in g:
                     self._names.update(v.name for v in n.outputs)
@@ -388,6 +421,22 @@ class PassContext(DataValue):
             return None
         return use[0]
 
+    def fuse(self, last: ir.Node, new: ir.Node, dead: Iterable[ir.Node] = ()) -> None:
+        """:meth:`replace_nodes`, then ``new``'s domain imported (version 1, if it is not), for
+        a fusion whose run changes the model through this alone (and ensure_function, called
+        after it: a new function only keeps ConstantFolding from nodes it names): the run's
+        change is tagged LOCAL_FUSION when each of its replacements is local
+        (:func:`local_fusion`), one the basic passes find nothing new in (pipeline.QUIET),
+        else FUSED."""
+        dead = tuple(dead)
+        local = self.change_tag in (None, LOCAL_FUSION) and local_fusion(last, new, dead)
+        if local and new.domain not in self.model.opset_imports:
+            # (its import could let ConstantFolding bind another node of that domain: none)
+            local = not any(n.domain == new.domain for n in self.graph)
+        self.replace_nodes(last, new, dead)
+        self.ensure_opset(new.domain)
+        self.change_tag = LOCAL_FUSION if local else FUSED
+
     def replace_nodes(self, last: ir.Node, new: ir.Node, dead: Iterable[ir.Node] = ()) -> None:
         """Put ``new`` where ``last`` was; ``new`` takes over ``last``'s outputs (same Values).
 
@@ -403,9 +452,85 @@ class PassContext(DataValue):
                 g.remove(n, safe=False)
 
 
+#: PassContext.fuse's change tags: every replacement of the run was local; one was not.
+LOCAL_FUSION, FUSED = "fusion:local", "fusion"
+
+#: Standard ops whose producer a basic pass asks about (ShapeFolding's Shape chains and
+#: Reshape targets, InsertCastTransformer's casts, RnnZeroInitialState's zeros): a value one
+#: of them made stays so made.
+_PRODUCERS_READ = frozenset(
+    ("Shape", "Size", "Gather", "Slice", "Concat", "Cast", "Identity")
+    + ("Expand", "ConstantOfShape")  # (RnnZeroInitialState's zeros: pipeline.QUIET)
+)
+#: Standard ops whose readers a basic pass asks about (ConstantFolding leaves a
+#: DequantizeLinear a QDQ unit reads; QDQDataMovement moves them past their readers).
+_READERS_READ = frozenset(("DequantizeLinear", "QuantizeLinear"))
+
+
+def local_fusion(last: ir.Node, new: ir.Node, dead: tuple[ir.Node, ...]) -> bool:
+    """Whether putting ``new`` (not yet in the graph, reading its inputs) in place of ``last``,
+    ``dead`` removed, gives no basic pass anything new to do, when each found nothing before:
+    - ``new`` is of no standard domain (the basic passes' rules are about standard ops,
+      ConstantFolding's and CommonSubexpressionElimination's aside), and reads a value no
+      constant holds (a node's output or a graph input: ConstantFolding cannot fold it);
+    - no other node of its op reads its first input (it has no twin to merge);
+    - it reads every value the pattern read from outside (nothing becomes dead or unused, no
+      other node's inputs nor readers' count change), none of them made by a standard op
+      whose readers a basic pass asks about;
+    - ``last`` is no standard op whose outputs' producer a basic pass asks about (its outputs
+      are ``new``'s now, of the same types).
+    The fusion adds no initializer and changes no type (fuse's callers: see its doc)."""
+    inputs = new._inputs  # noqa: SLF001
+    first = inputs[0] if inputs else None
+    if first is None or new.domain in STANDARD:
+        return False
+    if last.op_type in _PRODUCERS_READ and last.domain in STANDARD:
+        return False
+    op = new.op_type
+    for user, _ in first._uses:  # noqa: SLF001
+        if user.op_type == op and user is not new and user.domain == new.domain:
+            return False
+    if first.producer is None and first.const_value is not None:  # (most: a computed input)
+        for v in inputs:  # (one that no constant holds: as ctx.const finds)
+            if v is not None and v.name and (v.producer is not None or v.const_value is None):
+                break
+        else:
+            return False
+    # (Nodes and Values compare by identity: `in` a list of a few is a C loop)
+    pattern = [last, *dead]
+    for node in pattern:
+        for v in node._inputs:  # noqa: SLF001
+            if v is None:
+                continue
+            p = v.producer
+            if p is None:
+                if v not in inputs:
+                    return False
+            elif p not in pattern:
+                if v not in inputs or (p.op_type in _READERS_READ and p.domain in STANDARD):
+                    return False
+    return True
+
+
 #: Op types present -> {pass name: (triggers, whether they are met)} (trigger_verdicts).
 _VERDICTS: dict[frozenset[str], dict] = {}
 MAX_VERDICT_TABLES = 256
+
+
+_GRAPH, _GRAPHS = ir.AttrType.GRAPH, ir.AttrType.GRAPHS
+
+
+def _holds_subgraphs(nodes) -> bool:
+    """Whether one of ``nodes`` holds a subgraph (asked once a session: the attributes' kinds
+    looked at here, a node asked only when one is a graph's)."""
+    for n in nodes:
+        attrs = n.attributes
+        if attrs:
+            for a in attrs.values():
+                kind = a.type
+                if (kind == _GRAPH or kind == _GRAPHS) and n.has_subgraphs():
+                    return True
+    return False
 
 
 def _op_types_of(nodes) -> frozenset[str]:

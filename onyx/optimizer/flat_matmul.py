@@ -27,6 +27,10 @@ _ROW_PRODUCTS = {
 }
 
 
+#: The op types _is_row_product takes (the nodes the pass visits).
+_ROW_OPS = frozenset(("Gemm", "MatMul", *(op for _, op in _ROW_PRODUCTS)))
+
+
 def _is_row_product(ctx: PassContext, node: ir.Node) -> bool:
     if (node.domain, node.op_type) in _ROW_PRODUCTS:
         return True
@@ -87,8 +91,13 @@ def _constant_target(ctx: PassContext, r: ir.Node | None) -> list | None:
 @graph_pass("FlattenedMatMulFusion", EXTENDED)
 def flattened_matmul(ctx: PassContext) -> bool:
     changed = False
-    for node in list(ctx.graph):
-        if node.graph is not ctx.graph or not node.inputs or not _is_row_product(ctx, node):
+    for node in ctx.nodes_of(_ROW_OPS):
+        if node.graph is not ctx.graph or not node.inputs:
+            continue
+        first = node.inputs[0]  # (the cheap test first: _flattening's Reshape)
+        if first is None or not is_op(first.producer, "Reshape"):
+            continue
+        if not _is_row_product(ctx, node):
             continue
         x = _flattening(ctx, node)
         restore = _restoring(ctx, node, static_shape(x)[:-1]) if x is not None else None

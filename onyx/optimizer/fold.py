@@ -147,14 +147,6 @@ def _constant_inputs(ctx: PassContext, node: ir.Node, known: dict | None) -> lis
     return args
 
 
-def _computed_input(node: ir.Node) -> bool:
-    """Whether an input of the node is made by a node (then it cannot be folded now)."""
-    for v in node._inputs:  # noqa: SLF001 (asked of every node every round: no copy)
-        if v is not None and v.producer is not None and v.name:
-            return True
-    return False
-
-
 def _make_constant(ctx: PassContext, v: ir.Value, array) -> None:
     """Turn node output ``v`` into an initializer holding ``array`` (same Value, same name)."""
     arr = np.asarray(array)
@@ -234,8 +226,15 @@ def _fold_constants(ctx: PassContext, silenced: _Silenced) -> bool:
             ctx.count("ConstantFolding")
             changed = True
             continue
-        if _computed_input(node):
-            continue  # (evaluate's first test, made here: most nodes of every round stop here)
+        # (whether a node computes an input: evaluate's first test, made here, inline: most
+        # nodes of every round stop here)
+        for v in node._inputs:  # noqa: SLF001
+            if v is not None and v.producer is not None and v.name:
+                break
+        else:
+            v = None
+        if v is not None:
+            continue
         if is_op(node, "DequantizeLinear") and _reads_quantized(ctx, node):
             continue  # a QDQ unit's quantized weight: the QDQ fusion takes it as it is
         result = _evaluate(ctx, node, None, silenced)
@@ -256,6 +255,8 @@ def _fold_constants(ctx: PassContext, silenced: _Silenced) -> bool:
 #: pipeline.TRIGGERS: its first run infers the types the passes after it read, whatever the
 #: graph holds.)
 SHAPE_ROOTS = frozenset(("Shape", "Size", "Reshape"))
+#: The op types of the nodes ShapeFolding folds (its walk visits these alone).
+_SHAPE_FOLDED = frozenset(("Shape", "Size", "Gather", "Slice", "Reshape"))
 
 
 @graph_pass("ShapeFolding", BASIC)
@@ -268,7 +269,7 @@ def shape_folding(ctx: PassContext) -> bool:
     if ctx.op_types().isdisjoint(SHAPE_ROOTS):
         return False  # (every fold below starts at one: most rounds of a CNN's walk found none)
     changed = False
-    for node in ctx.graph:
+    for node in ctx.nodes_of(_SHAPE_FOLDED):
         if node.domain not in STANDARD:
             continue
         dims = None

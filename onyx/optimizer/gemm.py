@@ -11,7 +11,7 @@ import numpy as np
 
 from .. import ir
 from ..runtime.registry import ONYX_DOMAIN
-from .conv import activation
+from .conv import ACTIVATIONS, activation
 from .core import EXTENDED, MS, PassContext, graph_pass, is_op, other_input, producer, static_shape
 
 
@@ -28,7 +28,7 @@ def matmul_add(ctx: PassContext) -> bool:
     changed = False
     if ctx.opset() < 7:  # older Gemm broadcasts C only with its `broadcast` attribute
         return False
-    for add in ctx.graph:
+    for add in ctx.nodes_of("Add"):
         if not is_op(add, "Add") or add.inputs[0] is add.inputs[1]:
             continue
         for v in add.inputs:
@@ -60,7 +60,7 @@ _FLOATS = {ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16, ir.DataTy
 def gemm_activation(ctx: PassContext) -> bool:
     """Gemm -> Relu/Sigmoid/Tanh/LeakyRelu/HardSigmoid  =>  com.microsoft FusedGemm."""
     changed = False
-    for act in ctx.graph:
+    for act in ctx.nodes_of(ACTIVATIONS):
         spec = activation(ctx, act)
         if spec is None or spec[0] == "Clip" or act.graph is None:
             continue
@@ -104,7 +104,7 @@ def matmul_bias(ctx: PassContext) -> bool:
     MatMulAddRelu: model-local functions whose bodies are the ops, so a saved model runs
     anywhere. The sums are MatMul's, the bias added after them, as the ops do."""
     changed = False
-    for add in ctx.graph:
+    for add in ctx.nodes_of("Add"):
         if not is_op(add, "Add") or add.graph is None or add.inputs[0] is add.inputs[1]:
             continue
         mm = next((m for m in map(producer, add.inputs, ("MatMul",) * 2) if m), None)

@@ -99,7 +99,7 @@ def _chain(ctx: PassContext, classifier: ir.Node) -> dict | None:
 @graph_pass("LinearChainFusion", EXTENDED)
 def linear_chain_fusion(ctx: PassContext) -> bool:
     changed = False
-    for node in list(ctx.graph):
+    for node in ctx.nodes_of("LinearClassifier"):
         if node.op_type != "LinearClassifier" or node.domain != ML or node.graph is not ctx.graph:
             continue
         chain = _chain(ctx, node)

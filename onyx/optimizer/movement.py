@@ -61,7 +61,7 @@ def _leading_dims_of(ctx: PassContext, v: ir.Value, x: ir.Value) -> int | None:
 @graph_pass("ReshapeOwnShapeFusion", EXTENDED)
 def reshape_own_shape(ctx: PassContext) -> bool:
     changed = False
-    for reshape in ctx.graph:
+    for reshape in ctx.nodes_of("Reshape"):
         if not is_op(reshape, "Reshape") or reshape.graph is None or reshape.attr("allowzero", 0):
             continue
         x, target = reshape.inputs[0], reshape.inputs[1]
@@ -108,7 +108,7 @@ def _squeezed_transpose(ctx: PassContext, squeeze: ir.Node) -> tuple[ir.Value, l
 @graph_pass("UnsqueezeTransposeSqueezeFusion", EXTENDED)
 def unsqueeze_transpose_squeeze(ctx: PassContext) -> bool:
     changed = False
-    for squeeze in ctx.graph:
+    for squeeze in ctx.nodes_of("Squeeze"):
         if not is_op(squeeze, "Squeeze") or squeeze.graph is None:
             continue
         found = _squeezed_transpose(ctx, squeeze)
@@ -145,7 +145,7 @@ def flattened_transpose(ctx: PassContext) -> bool:
     swap, unflatten)  =>  Transpose(x) swapping its last two axes: two copies fewer, and a
     transpose that the attention fusions see through."""
     changed = False
-    for r2 in ctx.graph:
+    for r2 in ctx.nodes_of("Reshape"):
         if not is_op(r2, "Reshape") or r2.graph is None:
             continue
         t = r2.inputs[0].producer

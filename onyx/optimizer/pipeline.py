@@ -12,7 +12,17 @@ from itertools import chain
 
 from .. import ir
 from ..runtime.registry import ONYX_DOMAIN
-from .core import ALL, BASIC, EXTENDED, MS, STANDARD, DeferredPass, PassContext, static_shape
+from .core import (
+    ALL,
+    BASIC,
+    EXTENDED,
+    LOCAL_FUSION,
+    MS,
+    STANDARD,
+    DeferredPass,
+    PassContext,
+    static_shape,
+)
 
 #: Pass name -> the op types it needs present to change anything: each group must meet the
 #: graph's op types (any domain: a superset is safe). Most models hold none of a fusion's
@@ -102,15 +112,46 @@ CONFINED = frozenset({"UnusedInitializerElimination"})
 #:   nor ConstantFolding's: a DequantizeLinear read by no QDQ unit is folded).
 #: - CommonSubexpressionElimination's CONSTANTS_MERGED: readers of a constant read another of
 #:   the same content and declared type, also a constant; no node changed.
+#: - LOCAL_FUSION: a fusion's run whose every replacement was local (core.local_fusion: a
+#:   node of no standard domain in a pattern's place, reading all it read and a computed
+#:   value, no twin, no initializer added, no type changed): what each of these passes
+#:   reads of the other nodes is as it was, and the new node is no op they take.
+#: - The recurrent fusions (rnn.py), for shape folding and no-op elimination: dropping an
+#:   initial state changes no op of theirs nor a type; Y's last step taken from Y_h puts a
+#:   Squeeze of an untyped output (typed as the Gather's where that was a graph output) in a
+#:   Gather's place that read no Shape: a reader of it now knows less, never more; a batch-first
+#:   LSTM retypes Y_h, which Squeezes alone read (their outputs keep their types).
 _DCE, _CONSTANTS = "DeadCodeElimination", "CommonSubexpressionElimination:constants"
+_RNN = ("RnnZeroInitialState", "RnnLastStepFromState", "RnnBatchFirstInput")
 QUIET: dict[str, frozenset[str]] = {
-    "ConstantFolding": frozenset({_CONSTANTS}),
-    "ShapeFolding": frozenset({_DCE, _CONSTANTS}),
-    "EliminateIdentity": frozenset({_DCE, _CONSTANTS}),
-    "EliminateDropout": frozenset({_CONSTANTS}),
-    "NoopElimination": frozenset({_DCE, _CONSTANTS}),
-    "DeadCodeElimination": frozenset({_CONSTANTS}),
-    "CommonSubexpressionElimination": frozenset({_DCE, _CONSTANTS}),
+    "ConstantFolding": frozenset({_CONSTANTS, LOCAL_FUSION}),
+    "ShapeFolding": frozenset({_DCE, _CONSTANTS, LOCAL_FUSION, *_RNN}),
+    "EliminateIdentity": frozenset({_DCE, _CONSTANTS, LOCAL_FUSION}),
+    "EliminateDropout": frozenset({_CONSTANTS, LOCAL_FUSION}),
+    "NoopElimination": frozenset({_DCE, _CONSTANTS, LOCAL_FUSION, *_RNN}),
+    # (a batch-first LSTM reads the Transpose's input, and the pass takes the Transpose out
+    # when nothing else reads it: no other node loses its last reader)
+    "DeadCodeElimination": frozenset({_CONSTANTS, LOCAL_FUSION, "RnnBatchFirstInput"}),
+    "UnusedInitializerElimination": frozenset({LOCAL_FUSION}),
+    "CommonSubexpressionElimination": frozenset({_DCE, _CONSTANTS, LOCAL_FUSION}),
+    # (it reads the RNN nodes' initial states and their producers alone; none of these
+    # changes one: dead nodes are read by none, a local fusion's pattern ends in none of the
+    # producers it looks for, its own change drops states, RnnLastStepFromState reads Y_h,
+    # RnnBatchFirstInput takes LSTMs without states)
+    "RnnZeroInitialState": frozenset(
+        {_DCE, _CONSTANTS, LOCAL_FUSION, "RnnZeroInitialState", "RnnLastStepFromState"}
+        | {"RnnBatchFirstInput"}
+    ),
+}
+
+#: Pass name -> {change tag: an op type}: the change gives the pass nothing new to do while
+#: the graph holds no node of that op. ConstantFolding reads a node's readers only for a
+#: DequantizeLinear (one a QDQ unit reads stays): dead nodes gone change nothing else it reads;
+#: and a value's type only for a Constant (its tensor must be of its output's declared type):
+#: the types inferred ("infer", ShapeFolding's first run, after its own first run) change
+#: nothing else it reads (kernels bind to a node and run on arrays).
+QUIET_WITHOUT: dict[str, dict[str, str]] = {
+    "ConstantFolding": {_DCE: "DequantizeLinear", "infer": "Constant"},
 }
 
 #: Passes whose own change gives them nothing new to do once the main graph's nodes are in
@@ -135,19 +176,33 @@ SELF_QUIET: dict[str, bool] = {
 F16 = ir.DataType.FLOAT16
 
 
-def may_hold_float16(model: ir.Model) -> bool:
+def may_hold_float16(model: ir.Model, op_types: frozenset[str] | None = None) -> bool:
     """A cheap look before inferring types: float16 enters a graph only through its inputs,
-    initializers, a Cast or a constant (the pass leaves functions and subgraphs alone)."""
+    initializers, a Cast or a constant (the pass leaves functions and subgraphs alone).
+    ``op_types``: the main graph's (PassContext.op_types), if known: without a Cast or a
+    constant node, its nodes are not walked."""
     g = model.graph
-    if any(_is16(v) for v in (*g.inputs, *g.outputs, *g.initializers.values(), *g.value_info)):
-        return True
+    # (asked of every session's model: loops without a call per value or node)
+    tensor = ir.TensorType
+    for v in chain(g.inputs, g.outputs, g.initializers.values(), g.value_info):
+        t = v.type if v is not None else None
+        if isinstance(t, tensor) and t.elem_type == F16:
+            return True
+    if op_types is not None and op_types.isdisjoint(_MAKES_FLOAT16):
+        return False
     for n in g:
-        if n.op_type == "Cast" and n.attr("to") == int(F16):
-            return True
-        value = n.attr("value")
-        if n.op_type in ("Constant", "ConstantOfShape") and getattr(value, "dtype", None) == F16:
-            return True
+        op = n.op_type
+        if op == "Cast":
+            if n.attr("to") == _F16_CODE:
+                return True
+        elif op == "Constant" or op == "ConstantOfShape":
+            if getattr(n.attr("value"), "dtype", None) == F16:
+                return True
     return False
+
+
+_F16_CODE = int(F16)
+_MAKES_FLOAT16 = frozenset(("Cast", "Constant", "ConstantOfShape"))
 
 
 def _is16(v: ir.Value | None) -> bool:
@@ -158,7 +213,7 @@ def _float16_gate(ctx: PassContext) -> bool:
     """InsertCastTransformer (float16.py) looks once, at a session's model: its first look."""
     if not ctx.for_session or ctx.memo.get("float16_lowered"):
         return False
-    if may_hold_float16(ctx.model):
+    if may_hold_float16(ctx.model, ctx.op_types()):
         return True
     ctx.memo["float16_lowered"] = True  # (what the pass notes when it finds no float16)
     return False

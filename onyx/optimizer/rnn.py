@@ -12,6 +12,7 @@ from .core import EXTENDED, STANDARD, PassContext, graph_pass, producer, same_di
 
 #: op -> the input positions of its initial states (initial_h, and LSTM's initial_c)
 STATE_INPUTS = {"RNN": (5,), "GRU": (5,), "LSTM": (5, 6)}
+_STATE_OPS = frozenset(STATE_INPUTS)
 
 
 def _state_shape(node: ir.Node) -> tuple | None:
@@ -60,7 +61,7 @@ def _zeros_of(v: ir.Value | None, x: ir.Value, ctx: PassContext | None = None) -
 @graph_pass("RnnZeroInitialState", EXTENDED)
 def rnn_zero_initial_state(ctx: PassContext) -> bool:
     changed = False
-    for node in ctx.graph:
+    for node in ctx.nodes_of(_STATE_OPS):
         if node.op_type not in STATE_INPUTS or node.domain not in STANDARD or not node.inputs:
             continue
         x = node.inputs[0]
@@ -89,7 +90,7 @@ def rnn_last_step_from_state(ctx: PassContext) -> bool:
     Transpose on axis 0, is Y_h: the kernel's Y_h is a copy of that step (a forward pass with
     no sequence lengths). Squeeze(Y_h, [0]) takes the three steps' place."""
     changed = False
-    for gather in list(ctx.graph):
+    for gather in ctx.nodes_of("Gather"):
         found = _last_step_of(ctx, gather)
         if found is None:
             continue
@@ -154,7 +155,7 @@ def rnn_batch_first_input(ctx: PassContext) -> bool:
     changed = False
     if not ctx.for_session or ctx.opset() < 14:  # (layout: opset 14)
         return False
-    for node in list(ctx.graph):
+    for node in ctx.nodes_of("LSTM"):
         found = _batch_first_parts(ctx, node)
         if found is None:
             continue

@@ -87,7 +87,7 @@ def _gelu_tail(ctx: PassContext, add: ir.Node, x: ir.Value):
 def gelu_fusion(ctx: PassContext) -> bool:
     """0.5 * x * (1 + erf(x / sqrt(2)))  =>  Gelu(x)."""
     changed = False
-    for erf in ctx.graph:
+    for erf in ctx.nodes_of("Erf"):
         if not is_op(erf, "Erf") or erf.graph is None:
             continue
         x, scale = _gelu_input(ctx, erf)
@@ -264,7 +264,7 @@ def layer_norm_fusion(ctx: PassContext) -> bool:
     if ctx.opset() < 17:
         return False
     changed = False
-    for rm1 in ctx.graph:
+    for rm1 in ctx.nodes_of("ReduceMean"):
         if not is_op(rm1, "ReduceMean") or rm1.graph is None:
             continue
         m = _match_layer_norm(ctx, rm1)
@@ -345,7 +345,7 @@ def rms_norm_fusion(ctx: PassContext) -> bool:
     PyTorch's exports of an RMSNorm)  =>  SimplifiedLayerNormalization (ONNX domain), one
     native pass a row (attention.c) where the chain was six numpy passes."""
     changed = False
-    for rm in ctx.graph:
+    for rm in ctx.nodes_of("ReduceMean"):
         if not is_op(rm, "ReduceMean") or rm.graph is None:
             continue
         m = _match_rms_norm(ctx, rm)
@@ -453,7 +453,7 @@ def matmul_scale(ctx: PassContext) -> bool:
     applied after Q @ K^T or split over Q and K^T)  =>  com.microsoft FusedMatMul(alpha): the
     scale costs no pass of its own. Float32 only (onnxruntime's CPU kernel)."""
     changed = False
-    for mm in ctx.graph:
+    for mm in ctx.nodes_of("MatMul"):
         if (
             not is_op(mm, "MatMul")
             or mm.graph is None
@@ -716,7 +716,7 @@ def attention_fusion(ctx: PassContext) -> bool:
     if opset < 13:
         return False
     changed = False
-    for sm in ctx.graph:
+    for sm in ctx.nodes_of("Softmax"):
         if not is_op(sm, "Softmax") or sm.graph is None or sm.attr("axis", -1) not in (-1, 3):
             continue
         out = _next(ctx, sm.outputs[0], "MatMul")
@@ -859,7 +859,7 @@ def rotate_half_fusion(ctx: PassContext) -> bool:
     if ctx.opset() < 13:
         return False
     changed = False
-    for neg in ctx.graph:
+    for neg in ctx.nodes_of("Neg"):
         if not is_op(neg, "Neg") or neg.graph is None:
             continue
         m = _match_rotate_half(ctx, neg)
@@ -901,7 +901,7 @@ def silu_fusion(ctx: PassContext) -> bool:
     """g * Sigmoid(g) [* u, u of g's shape: a gated MLP]  =>  the model-local ai.onyx Silu or
     SiluMul: one native pass where there were two or three, float32."""
     changed = False
-    for sig in ctx.graph:
+    for sig in ctx.nodes_of("Sigmoid"):
         if not is_op(sig, "Sigmoid") or sig.graph is None or not _is_float32(sig.inputs[0]):
             continue
         g = sig.inputs[0]

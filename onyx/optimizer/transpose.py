@@ -17,7 +17,7 @@ def _perm(node: ir.Node) -> list[int] | None:
 @graph_pass("TransposeOptimizer", EXTENDED)
 def transpose_cancellation(ctx: PassContext) -> bool:
     changed = False
-    for outer in ctx.graph:
+    for outer in ctx.nodes_of("Transpose"):
         if outer.op_type != "Transpose" or outer.graph is None:
             continue
         inner = producer(outer.inputs[0], "Transpose")

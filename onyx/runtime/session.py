@@ -285,7 +285,8 @@ class InferenceSession(SessionAPI):
             from ..optimizer import optimize_for_session
         except ImportError:
             return model
-        return optimize_for_session(model, self._options, in_place=owned)
+        # (ordered: accept_lenient sorted whatever the checker found out of order)
+        return optimize_for_session(model, self._options, in_place=owned, ordered=True)
 
     # -- introspection (onyx's own) -------------------------------------------------------------
     @property
