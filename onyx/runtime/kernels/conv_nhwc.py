@@ -192,8 +192,8 @@ def _depthwise(nchw, w, zx, w_zp, bias, scale, y_zp, geo, table):
     """The NHWC depthwise runner (native.NhwcDepthwise), or None."""
     kh, kw = w.shape[2:]
     begin = geo["pads"][:2]
-    if kh * kw > EXACT_TAPS or min(begin) < 0:
-        return None
+    if kh * kw > EXACT_TAPS or min(begin) < 0 or native.NhwcDepthwise is None:
+        return None  # (None: the depthwise family is off)
     if bias is not None and np.abs(bias.astype(np.int64)).max(initial=0) > 1 << 24:
         return None  # (the kernel adds the bias in float32, exactly up to 2**24)
 

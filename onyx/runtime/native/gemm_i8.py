@@ -25,7 +25,6 @@ from ._core import (
     abi,
     range_of,
 )
-from .depthwise import IntPlaneConv, _DwGeometry, _DwOutput, _int_output, _IntConvTask
 
 # (elementwise binds lib.lookup, which an implicit conv with a table calls)
 from .elementwise import bind as _binds_lookup  # noqa: F401
@@ -613,38 +612,75 @@ def implicit_conv(
     return run
 
 
-class NhwcDepthwise(IntPlaneConv):
-    """The depthwise integer conv of channels-last bytes x (N, H, W, C) minus x_zero_point
-    with wc ((kh, kw, C) int16: the weights minus their zero points) (+ int32 bias [C]),
-    requantized with ``scale`` ([C] float32) to y_zero_point's type and mapped through
-    ``table`` (256 bytes) if given, to a channels-last output (N, OH, OW, C)
-    (gemm_i8.c's onyx_depthwise_nhwc_i8). Set up once per input shape and constants, and
-    called as IntPlaneConv."""
+def __getattr__(name: str):
+    """NhwcDepthwise, made when first asked for: it is the depthwise family's IntPlaneConv
+    run by this family's kernel, and importing that family with this one cost a cold start
+    that runs no depthwise conv (a transformer's products, a ResNet's convs) 0.4 ms."""
+    if name != "NhwcDepthwise":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    cls = _nhwc_depthwise()
+    globals()[name] = cls
+    return cls
 
-    __slots__ = ()
 
-    def __init__(
-        self, x_shape, x_dtype, x_zero_point: int, wc, bias, geometry, scale, y_zero_point, table
-    ):
-        (N, H, W, C), (out_shape, strides, dilations, begin) = x_shape, geometry
-        kh, kw = wc.shape[:2]
-        self.g = _DwGeometry(C, H, W, 1, *out_shape, kh, kw, *strides, *dilations, *begin, C)
-        self.shape = (N, *out_shape, C)
-        self.keep = [np.ascontiguousarray(wc.reshape(kh * kw, C), np.int16)]
-        self.out = _DwOutput()
-        self.dtype = _int_output(self.out, self.keep, C, bias, scale, y_zero_point, table)
-        rows = N * out_shape[0]
-        self.ways = _ways(math.prod(self.shape) * kh * kw, rows, DEPTHWISE_MACS)
-        self.cuts = _even_cuts(rows, self.ways)
-        self.task = _IntConvTask(
-            core.lib.depthwise_nhwc_i8,
-            None,
-            _addr(self.keep[0]),
-            ctypes.addressof(self.g),
-            None,
-            int(x_dtype == np.int8),
-            int(x_zero_point),
-        )
+def _nhwc_depthwise() -> type | None:
+    """The NhwcDepthwise class, or None where the depthwise family is off (its structs
+    disagree with the library): conv_nhwc.py then runs its NCHW kernel."""
+    from . import depthwise
+
+    if depthwise.__name__ in core.families_off:
+        return None
+    IntPlaneConv, _DwGeometry, _DwOutput = (
+        depthwise.IntPlaneConv,
+        depthwise._DwGeometry,  # noqa: SLF001
+        depthwise._DwOutput,  # noqa: SLF001
+    )
+    _int_output, _IntConvTask = depthwise._int_output, depthwise._IntConvTask  # noqa: SLF001
+
+    class NhwcDepthwise(IntPlaneConv):
+        """The depthwise integer conv of channels-last bytes x (N, H, W, C) minus x_zero_point
+        with wc ((kh, kw, C) int16: the weights minus their zero points) (+ int32 bias [C]),
+        requantized with ``scale`` ([C] float32) to y_zero_point's type and mapped through
+        ``table`` (256 bytes) if given, to a channels-last output (N, OH, OW, C)
+        (gemm_i8.c's onyx_depthwise_nhwc_i8). Set up once per input shape and constants, and
+        called as IntPlaneConv."""
+
+        __slots__ = ()
+
+        def __init__(
+            self,
+            x_shape,
+            x_dtype,
+            x_zero_point: int,
+            wc,
+            bias,
+            geometry,
+            scale,
+            y_zero_point,
+            table,
+        ):
+            (N, H, W, C), (out_shape, strides, dilations, begin) = x_shape, geometry
+            kh, kw = wc.shape[:2]
+            self.g = _DwGeometry(C, H, W, 1, *out_shape, kh, kw, *strides, *dilations, *begin, C)
+            self.shape = (N, *out_shape, C)
+            self.keep = [np.ascontiguousarray(wc.reshape(kh * kw, C), np.int16)]
+            self.out = _DwOutput()
+            self.dtype = _int_output(self.out, self.keep, C, bias, scale, y_zero_point, table)
+            rows = N * out_shape[0]
+            self.ways = _ways(math.prod(self.shape) * kh * kw, rows, DEPTHWISE_MACS)
+            self.cuts = _even_cuts(rows, self.ways)
+            self.task = _IntConvTask(
+                core.lib.depthwise_nhwc_i8,
+                None,
+                _addr(self.keep[0]),
+                ctypes.addressof(self.g),
+                None,
+                int(x_dtype == np.int8),
+                int(x_zero_point),
+            )
+
+    NhwcDepthwise.__qualname__ = "NhwcDepthwise"
+    return NhwcDepthwise
 
 
 def _value_key(v):
