@@ -46,14 +46,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 import numpy as np
 
 from .. import ir
 from ..ir.dtypes import to_numpy
-from ..ir.frozen import DataValue, FrozenValue
+from ..ir.frozen import DataValue, FrozenValue, lazy_fields
 from ..runtime.registry import ONYX_DOMAIN
 from .conv import _CONV_ATTRIBUTES, _REF_TYPES
 from .core import EXTENDED, MS, STANDARD, PassContext, graph_pass, is_op, producer
@@ -69,8 +69,9 @@ _BIAS_SCALE_RTOL = 1e-6
 # ------------------------------------------------------------------------ quantization params
 
 
-# (FrozenValue: what frozen=True gives, without compiling methods at every import)
-@dataclass(init=False, repr=False, eq=False)
+# (FrozenValue: what frozen=True gives, without compiling methods at every import;
+# lazy_fields: the dataclass made only if its fields are asked for, not at every import)
+@lazy_fields
 class QParams(FrozenValue):
     """One Q or DQ node's quantization: its integer tensor, scale and zero point."""
 
@@ -247,7 +248,7 @@ def _close(x: np.ndarray, y: np.ndarray) -> bool:
 # ---------------------------------------------------------------------------- the output side
 
 
-@dataclass(init=False, repr=False, eq=False)
+@lazy_fields
 class Output(FrozenValue):
     """The Q ending a unit, and the nodes between the op and it (a redundant Relu/Clip)."""
 
@@ -320,7 +321,7 @@ def _clip_bounds(ctx: PassContext, clip: ir.Node) -> tuple[float, float] | None:
 # ----------------------------------------------------------------------------------- fusions
 
 
-@dataclass(init=False, repr=False, eq=False)
+@lazy_fields
 class Fusion(DataValue):
     """What replaces a unit: the fused node's op, inputs and attributes; ``last`` is the node
     whose output it takes over (the Q, or the op itself for a float QGemm), ``dead`` the other
@@ -455,7 +456,7 @@ def _binary(fused: str) -> Callable[[PassContext, ir.Node], Fusion | None]:
     return build
 
 
-@dataclass(init=False, repr=False, eq=False)
+@lazy_fields
 class Unary(FrozenValue):
     """A one-input op's fused form: its com.microsoft op, the attributes it carries over, and
     ``extra``: (attributes it reads itself, a function giving the fused node's other

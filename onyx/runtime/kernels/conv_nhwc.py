@@ -171,8 +171,9 @@ def _native_runner(nchw: np.ndarray, w: np.ndarray, params: tuple):
     group, (M, Cg) = attrs["group"], w.shape[:2]
     if Cg == 1 and group == nchw.shape[1] == M:
         return _depthwise(nchw, w, zx, w_zp, bias, scale, y_zp, geo, table)
-    wz = 0 if w_zp is None else w_zp.reshape(-1)
-    if group != 1 or w.dtype != np.int8 or np.any(wz) or not native.int8_gemm_ok(w[0].size):
+    if group != 1 or w.dtype != np.int8 or not native.int8_gemm_ok(w[0].size):
+        return None
+    if w_zp is not None and w_zp.any():
         return None
     layout = (not nchw.flags.c_contiguous, True)
     conv = _implicit_gemm_conv(nchw, w, zx, bias, scale, y_zp, geo, table, layout=layout)

@@ -1,0 +1,76 @@
+"""A quantized model's cold start and first run (issue 23): the QDQ fusion's classes make no
+dataclass fields at import, and the int8 GEMM's one-time set-up of a quantized conv takes
+its zero points' scalar paths (no numpy reduction per zero point)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from onyx.runtime import native
+from onyx.runtime.native import _core
+
+MODELS = Path(__file__).resolve().parent / "models"
+
+_CHILD = """
+import json, sys
+import numpy as np
+import onyx
+from onyx.optimizer import qdq
+so = onyx.SessionOptions()
+so.intra_op_num_threads = 1
+s = onyx.InferenceSession(sys.argv[1], so)
+i = s.get_inputs()[0]
+s.run(None, {i.name: np.zeros([d if isinstance(d, int) else 1 for d in i.shape], np.float32)})
+print(json.dumps(sorted(
+    c.__name__ for c in (qdq.QParams, qdq.Output, qdq.Fusion, qdq.Unary)
+    if isinstance(c.__dict__["__dataclass_fields__"], dict)
+)))
+"""
+
+
+def test_a_qdq_session_makes_no_dataclass_fields_of_the_fusions_classes():
+    # (@dataclass read each class's annotations at every import: 0.2 ms of a QDQ model's
+    # cold start; the fields are made when asked for, as tests/test_cold_import.py's)
+    model = MODELS / "resnet_quant_qdq.onnx"
+    out = subprocess.run([sys.executable, "-c", _CHILD, str(model)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.splitlines()[-1]) == []
+
+
+def test_the_fusions_classes_still_compare_as_dataclasses():
+    from dataclasses import fields
+
+    from onyx.optimizer import qdq
+
+    assert [f.name for f in fields(qdq.Unary)] == ["fused", "carried", "extra"]
+    assert qdq.Unary("QLinearSigmoid") == qdq.Unary("QLinearSigmoid")
+    assert qdq.Unary("QLinearSigmoid") != qdq.Unary("QLinearSigmoid", ("alpha",))
+    assert "data" in [f.name for f in fields(qdq.QParams)]
+
+
+@pytest.mark.skipif(not _core.vnni, reason="needs the native int8 GEMM (VNNI)")
+def test_a_gathered_gemms_set_up_takes_its_scalar_zero_points_without_numpy(monkeypatch):
+    # (np.any and np.ndim of a Python int cost microseconds each, five per set-up, one
+    # set-up per conv at a quantized CNN's first run)
+    rng = np.random.default_rng(5)
+    b = native.pack(rng.integers(-128, 128, (36, 24), dtype=np.int8), np.uint8)
+    bias = rng.integers(-500, 500, 24).astype(np.int32)
+    scale, y_zp = np.full(24, 0.01, np.float32), np.array(7, np.uint8)
+
+    def refused(*args, **kwargs):
+        raise AssertionError("a numpy reduction of a scalar zero point")
+
+    with monkeypatch.context() as m:
+        m.setattr(np, "any", refused)
+        m.setattr(np, "ndim", refused)
+        for zx in (0, 3):
+            gemm = native.gathered_int8_gemm(
+                np.uint8, b, 10, 36, zx, col_bias=bias, scale=scale, y_zero_point=y_zp
+            )
+            assert gemm.reusable and gemm.requantize
