@@ -1,6 +1,7 @@
-"""A quantized model's cold start and first run (issue 23): the QDQ fusion's classes make no
-dataclass fields at import, and the int8 GEMM's one-time set-up of a quantized conv takes
-its zero points' scalar paths (no numpy reduction per zero point)."""
+"""A quantized model's cold start and first run (issue 23): the kernel modules a session of a
+QDQ CNN or a dynamically quantized transformer imports are those it runs, the QDQ fusion's
+classes make no dataclass fields at import, and the int8 GEMM's one-time set-up of a
+quantized conv takes its zero points' scalar paths (no numpy reduction per zero point)."""
 
 from __future__ import annotations
 
@@ -41,6 +42,56 @@ def test_a_qdq_session_makes_no_dataclass_fields_of_the_fusions_classes():
     out = subprocess.run([sys.executable, "-c", _CHILD, str(model)], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout.splitlines()[-1]) == []
+
+
+_MODULES = """
+import sys
+import numpy as np
+import onyx
+s = onyx.InferenceSession(sys.argv[1])
+feeds = {
+    i.name: np.zeros([d if isinstance(d, int) else 1 for d in i.shape],
+                     np.float32 if "float" in i.type else np.int64)
+    for i in s.get_inputs()
+}
+s.run(None, feeds)
+print(" ".join(sorted(m for m in sys.modules if m.startswith("onyx.runtime."))))
+"""
+
+
+def _session_modules(model: Path) -> set[str]:
+    """The runtime modules a fresh process's session of ``model`` loaded (creation, a run)."""
+    out = subprocess.run(
+        [sys.executable, "-c", _MODULES, str(model)], capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    return set(out.stdout.split())
+
+
+@pytest.mark.parametrize(
+    ("model", "not_loaded"),
+    [
+        # (contrib.py imported activation.py, fused.py and elementwise.py's ~150 kernels for
+        # two helpers and kernels no QDQ CNN runs; the int8 GEMM family imported the depthwise
+        # family: a millisecond and a half of a quantized ResNet's cold start)
+        (
+            "resnet_quant_qdq.onnx",
+            [
+                "onyx.runtime.kernels.activation",
+                "onyx.runtime.kernels.elementwise",
+                "onyx.runtime.native.depthwise",
+            ],
+        ),
+        (
+            "bert_quant_dynamic.onnx",
+            ["onyx.runtime.kernels.fused", "onyx.runtime.native.depthwise"],
+        ),
+    ],
+)
+def test_a_quantized_session_imports_only_the_kernels_it_runs(model, not_loaded):
+    loaded = _session_modules(MODELS / model)
+    assert "onyx.runtime.kernels.contrib" in loaded  # (the probe sees the kernel modules)
+    assert [m for m in not_loaded if m in loaded] == []
 
 
 def test_the_fusions_classes_still_compare_as_dataclasses():
