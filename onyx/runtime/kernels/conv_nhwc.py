@@ -143,6 +143,8 @@ def _requantization(params: tuple, M: int):
     or None where the scales are not per tensor or per channel."""
     x_scale, _, w_scale, _, y_scale = params[:5]
     scale = requantization_scale(x_scale, w_scale, y_scale)
+    if scale.shape == (M,):  # (per channel: as it is, np.broadcast_to's checks cost more)
+        return scale
     return np.broadcast_to(scale, (M,)) if scale.size in (1, M) else None
 
 

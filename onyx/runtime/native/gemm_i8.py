@@ -785,7 +785,10 @@ class _GemmCall:
             ("col_f", col_f, N),
         ):
             if arr is not None:
-                arr = np.broadcast_to(arr, (size,)).astype(np.int32)  # (wraps: see above)
+                arr = np.asarray(arr)
+                if arr.shape != (size,):  # (np.broadcast_to's checks: microseconds a call)
+                    arr = np.broadcast_to(arr, (size,))
+                arr = arr.astype(np.int32)  # (wraps: see above)
                 self.keep.append(arr)
                 setattr(e, field, _addr(arr))
         if float_out and scale is None:
@@ -799,8 +802,8 @@ class _GemmCall:
             e.scale_rs = 1 if s.ndim == 2 and s.shape[0] == M and M > 1 else 0
             e.scale_cs = 1 if s.size > 1 and not e.scale_rs else 0
         if self.requantize:
-            info = np.iinfo(y_zero_point.dtype)
-            e.zero_point, e.lo, e.hi = int(y_zero_point.reshape(-1)[0]), info.min, info.max
+            e.lo, e.hi = core.int_range(y_zero_point.dtype)
+            e.zero_point = int(y_zero_point.reshape(-1)[0])
         self.packed = b  # (the task holds only its address: a B made for this call lives on)
         # (a gathered A's other zero points, per call: see _col_off_for)
         self._da, self._col_bias, self._offsets = da, col_bias, {}
