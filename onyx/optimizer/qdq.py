@@ -62,6 +62,11 @@ PASS = "QDQSelectorActionTransformer"
 
 _INT8, _UINT8, _INT32 = np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int32)
 _FLOAT32 = np.dtype(np.float32)  # (a dtype against a dtype: half the cost of one against a type)
+#: The ufuncs' reductions, called directly: ndarray.min's wrapper and isfinite & (> 0) & all
+#: cost a per-channel weight's and bias's scales more than the test.
+_MIN, _MAX = np.minimum.reduce, np.maximum.reduce
+#: (min, max) of the 8-bit types (np.iinfo makes an object per call).
+_RANGES = {_INT8: (-128, 127), _UINT8: (0, 255)}
 #: Bias scale vs x_scale * w_scale: equal up to float32 rounding (a few ulps of the product).
 _BIAS_SCALE_RTOL = 1e-6
 
@@ -128,7 +133,7 @@ def _qparams(ctx: PassContext, node: ir.Node | None) -> QParams | None:
         s = scale.item()
         if not (math.isfinite(s) and s > 0):
             return None
-    elif size == 0 or not (np.isfinite(scale) & (scale > 0)).all():
+    elif size == 0 or not (_MIN(scale) > 0 and _MAX(scale) < math.inf):  # (NaN fails both)
         return None
     is_dq = node.op_type == "DequantizeLinear"
     tensor = node.inputs[0] if is_dq else node.outputs[0]
@@ -237,12 +242,14 @@ def _bias(ctx: PassContext, node: ir.Node, index: int, a: QParams, b: QParams, n
 
 
 def _close(x: np.ndarray, y: np.ndarray) -> bool:
-    """np.allclose(x, y, rtol=_BIAS_SCALE_RTOL, atol=0), spelled out: allclose's argument
-    handling costs more than the test on these few numbers. (No errstate, which cost as much
-    as the test: x is finite and y, a product of finite scales, is never NaN, so x - y is
-    never NaN either.)"""
-    near = (np.abs(x - y) <= _BIAS_SCALE_RTOL * np.abs(y)) & np.isfinite(y)
-    return bool((near | (x == y)).all())
+    """np.allclose(x, y, rtol=_BIAS_SCALE_RTOL, atol=0), spelled out for what _bias gives it:
+    x finite and positive (a Q/DQ scale), y a product of such scales (>= 0, never NaN, +inf
+    where it overflows), so |y| is y, and x == y implies |x - y| <= rtol * y. Four ufuncs
+    and a reduction: allclose's argument handling, or the general form's eight ufuncs, cost
+    a quantized conv's unit more than the test on these few numbers."""
+    if not _MAX(y) < math.inf:
+        return False
+    return bool((np.abs(x - y) <= _BIAS_SCALE_RTOL * y).all())
 
 
 # ---------------------------------------------------------------------------- the output side
@@ -291,15 +298,15 @@ def _single_output(ctx: PassContext, node: ir.Node) -> bool:
 def _redundant(ctx: PassContext, clip: ir.Node, q: QParams) -> bool:
     """Whether Q(clip(v)) = Q(v) for every v: the clip bounds lie outside the values Q
     saturates to (qmin - zp) * s and (qmax - zp) * s, so Q's clamp does the same."""
-    info = np.iinfo(q.dtype)
+    qmin, qmax = _RANGES[q.dtype]  # (an 8-bit output: _output's)
     zp, s = int(q.zero_points[0]), float(q.scales[0])
     if clip.op_type == "Relu":
-        return zp == info.min  # (Relu's 0 is exactly the value of qmin)
+        return zp == qmin  # (Relu's 0 is exactly the value of qmin)
     bounds = _clip_bounds(ctx, clip)
     if bounds is None:
         return False
     low, high = bounds
-    return low <= (info.min - zp) * s and high >= (info.max - zp) * s
+    return low <= (qmin - zp) * s and high >= (qmax - zp) * s
 
 
 def _clip_bounds(ctx: PassContext, clip: ir.Node) -> tuple[float, float] | None:
@@ -382,7 +389,8 @@ def _conv(ctx: PassContext, conv: ir.Node) -> Fusion | None:
         return None
     if x.dtype != out.params.dtype or not _int8_rule(x, w):
         return None
-    if (w.zero_points != w.zero_points[0]).any():
+    zps = w.zero_points
+    if zps.size > 1 and _MIN(zps) != _MAX(zps):
         return None  # onnxruntime's QLinearConv takes one filter zero point for all channels
     bias = _bias(ctx, conv, 2, x, w, w.data.shape[0])
     if bias is None:
