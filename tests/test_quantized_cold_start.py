@@ -125,3 +125,32 @@ def test_a_gathered_gemms_set_up_takes_its_scalar_zero_points_without_numpy(monk
                 np.uint8, b, 10, 36, zx, col_bias=bias, scale=scale, y_zero_point=y_zp
             )
             assert gemm.reusable and gemm.requantize
+
+
+@pytest.mark.skipif(not _core.vnni, reason="needs the native int8 GEMM (VNNI)")
+def test_a_pointwise_convs_weights_are_packed_from_a_view_of_w(monkeypatch):
+    # (its GEMM's B is W^T: no zeroed (kh, kw, Cp, M) array filled with a transposed copy
+    # at its set-up) and the conv gives the same bytes as a 3x3 one's path of building B
+    from onyx.runtime.kernels import quantized_conv
+    from onyx.runtime.kernels.conv_geometry import _conv_geometry
+
+    rng = np.random.default_rng(9)
+    x = rng.integers(0, 256, (1, 8, 5, 5), dtype=np.uint8)
+    w = rng.integers(-128, 128, (12, 8, 1, 1), dtype=np.int8)
+    w.flags.writeable = False
+    scale, y_zp = np.full(12, 0.004, np.float32), np.array(3, np.uint8)
+    geo = _conv_geometry(x.shape, w.shape, "NOTSET", [0] * 4, [1, 1], [1, 1], [1, 1])
+    packed_from = []
+    pack = native.pack
+    monkeypatch.setattr(native, "pack", lambda b, *a: packed_from.append(b) or pack(b, *a))
+    make = quantized_conv._implicit_gemm_conv  # noqa: SLF001 (the set-up under test)
+    conv = make(x, w, 5, None, scale, y_zp, geo)
+    assert len(packed_from) == 1 and np.shares_memory(packed_from[0], w)
+    # the same weights as a 3x3 conv's centre tap (padding 1): its B is built, not viewed
+    w3 = np.zeros((12, 8, 3, 3), np.int8)
+    w3[:, :, 1, 1] = w[:, :, 0, 0]
+    w3.flags.writeable = False
+    geo3 = _conv_geometry(x.shape, w3.shape, "NOTSET", [1] * 4, [1, 1], [1, 1], [3, 3])
+    conv3 = make(x, w3, 5, None, scale, y_zp, geo3)
+    assert not np.shares_memory(packed_from[-1], w3)
+    np.testing.assert_array_equal(conv(x), conv3(x))
