@@ -1,7 +1,9 @@
-"""A quantized model's cold start and first run (issue 23): the kernel modules a session of a
-QDQ CNN or a dynamically quantized transformer imports are those it runs, the QDQ fusion's
-classes make no dataclass fields at import, and the int8 GEMM's one-time set-up of a
-quantized conv takes its zero points' scalar paths (no numpy reduction per zero point)."""
+"""A quantized model's cold start, creation and first run (issue 23): the kernel modules a
+session of a QDQ CNN or a dynamically quantized transformer imports are those it runs, the
+QDQ fusion's classes make no dataclass fields at import, QDQDataMovement passes over the
+nodes that start nothing by their op type alone, and the int8 GEMM's one-time set-up of a
+quantized conv takes its zero points' scalar paths (no numpy reduction per zero point) and
+packs a pointwise conv's weights from W itself."""
 
 from __future__ import annotations
 
@@ -154,3 +156,45 @@ def test_a_pointwise_convs_weights_are_packed_from_a_view_of_w(monkeypatch):
     conv3 = make(x, w3, 5, None, scale, y_zp, geo3)
     assert not np.shares_memory(packed_from[-1], w3)
     np.testing.assert_array_equal(conv(x), conv3(x))
+
+
+def test_qdq_data_movement_passes_nodes_that_start_nothing_by_their_op_type(monkeypatch):
+    # (it walks the graph again after every change of the basic rounds: six times at a
+    # quantized transformer's creation, where two is_op calls a node, a ten-name tuple
+    # built for one of them, were most of its time)
+    from onnx import TensorProto, helper, numpy_helper
+
+    import onyx
+    from onyx.optimizer import qdq_movement
+
+    relus = [helper.make_node("Relu", [f"r{i}"], [f"r{i + 1}"]) for i in range(40)]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s", "zp"], ["q"]),
+        helper.make_node("DequantizeLinear", ["q", "s", "zp"], ["r0"]),
+        *relus,
+        helper.make_node("Reshape", ["r40", "shape"], ["m"]),
+        helper.make_node("QuantizeLinear", ["m", "s", "zp"], ["q2"]),
+        helper.make_node("DequantizeLinear", ["q2", "s", "zp"], ["y"]),
+    ]
+    inits = [
+        numpy_helper.from_array(np.array(0.05, np.float32), "s"),
+        numpy_helper.from_array(np.array(128, np.uint8), "zp"),
+        numpy_helper.from_array(np.array([8], np.int64), "shape"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    asked = []
+    is_op = qdq_movement.is_op
+    monkeypatch.setattr(
+        qdq_movement, "is_op", lambda node, *ops: asked.append(node) or is_op(node, *ops)
+    )
+    stats: dict = {}
+    onyx.optimize(onyx.loads(model.SerializeToString()), stats=stats)
+    # (a walk asks of the Relu the Reshape reads, as its producer; it asked of all 40, twice)
+    assert 0 < sum(n.op_type == "Relu" for n in asked) < 10
