@@ -152,6 +152,34 @@ def test_a_family_using_an_off_familys_kernels_is_off_too():
         del sys.modules[name]
 
 
+def test_the_int8_gemm_family_imports_the_depthwise_family_only_for_its_nhwc_depthwise_conv():
+    # (a transformer's products and a ResNet's convs run no depthwise conv: its family's
+    # import was 0.4 ms of their cold start)
+    code = (
+        "import sys\n"
+        "from onyx.runtime.native import gemm_i8\n"
+        "print('onyx.runtime.native.depthwise' in sys.modules)\n"
+        "cls = gemm_i8.NhwcDepthwise\n"
+        "from onyx.runtime.native.depthwise import IntPlaneConv\n"
+        "print('onyx.runtime.native.depthwise' in sys.modules, issubclass(cls, IntPlaneConv),\n"
+        "      cls.__qualname__, gemm_i8.NhwcDepthwise is cls)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "True", "True", "NhwcDepthwise", "True"]
+
+
+def test_no_nhwc_depthwise_conv_where_the_depthwise_family_is_off(monkeypatch):
+    # (it runs that family's IntPlaneConv: the channels-last conv then takes its NCHW kernel)
+    from onyx.runtime.native import depthwise, gemm_i8
+
+    monkeypatch.delitem(gemm_i8.__dict__, "NhwcDepthwise", raising=False)
+    monkeypatch.setitem(_core.families_off, depthwise.__name__, "its struct differs")
+    assert gemm_i8._nhwc_depthwise() is None
+    monkeypatch.undo()
+    assert gemm_i8._nhwc_depthwise() is not None
+
+
 def test_every_family_module_is_listed_and_joins_the_library():
     # a family is imported when a kernel first asks for one of its names: it must be in
     # FAMILY_NAMES, its public names in _EXPORTS, and its last line must join the library

@@ -134,6 +134,7 @@ def test_dynamic_matmul_relu_keeps_the_relu_bits():
     """The epilogue's max keeps a -0 (a zero sum times a negative scale) and Relu's zeros,
     as Relu(DynamicQuantizeMatMul) does; a NaN goes to the numpy path, as unfused."""
     from onyx.runtime.kernels import contrib
+    from onyx.runtime.kernels.activation import relu
 
     b = RNG.integers(-127, 128, size=(32, 24)).astype(np.int8)
     b[:, 0] = 0  # (column 0 sums to zero: times its negative scale, -0)
@@ -146,7 +147,7 @@ def test_dynamic_matmul_relu_keeps_the_relu_bits():
     x = RNG.uniform(-2, 2, size=(5, 32)).astype(np.float32)
     with_nan = np.where(np.arange(32) == 3, np.nan, x).astype(np.float32)
     for a, minus_zeros in ((x, True), (with_nan, False)):
-        want = contrib.relu(contrib.dynamic_quantize_matmul(a, b, scale, zero_point))
+        want = relu(contrib.dynamic_quantize_matmul(a, b, scale, zero_point))
         got = contrib.dynamic_quantize_matmul_relu(a, b, scale, zero_point)
         np.testing.assert_array_equal(got, want)
         np.testing.assert_array_equal(np.signbit(got), np.signbit(want))

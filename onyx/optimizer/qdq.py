@@ -46,14 +46,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 import numpy as np
 
 from .. import ir
 from ..ir.dtypes import to_numpy
-from ..ir.frozen import DataValue, FrozenValue
+from ..ir.frozen import DataValue, FrozenValue, lazy_fields
 from ..runtime.registry import ONYX_DOMAIN
 from .conv import _CONV_ATTRIBUTES, _REF_TYPES
 from .core import EXTENDED, MS, STANDARD, PassContext, graph_pass, is_op, producer
@@ -62,6 +62,11 @@ PASS = "QDQSelectorActionTransformer"
 
 _INT8, _UINT8, _INT32 = np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int32)
 _FLOAT32 = np.dtype(np.float32)  # (a dtype against a dtype: half the cost of one against a type)
+#: The ufuncs' reductions, called directly: ndarray.min's wrapper and isfinite & (> 0) & all
+#: cost a per-channel weight's and bias's scales more than the test.
+_MIN, _MAX = np.minimum.reduce, np.maximum.reduce
+#: (min, max) of the 8-bit types (np.iinfo makes an object per call).
+_RANGES = {_INT8: (-128, 127), _UINT8: (0, 255)}
 #: Bias scale vs x_scale * w_scale: equal up to float32 rounding (a few ulps of the product).
 _BIAS_SCALE_RTOL = 1e-6
 
@@ -69,8 +74,9 @@ _BIAS_SCALE_RTOL = 1e-6
 # ------------------------------------------------------------------------ quantization params
 
 
-# (FrozenValue: what frozen=True gives, without compiling methods at every import)
-@dataclass(init=False, repr=False, eq=False)
+# (FrozenValue: what frozen=True gives, without compiling methods at every import;
+# lazy_fields: the dataclass made only if its fields are asked for, not at every import)
+@lazy_fields
 class QParams(FrozenValue):
     """One Q or DQ node's quantization: its integer tensor, scale and zero point."""
 
@@ -80,8 +86,11 @@ class QParams(FrozenValue):
     scales: np.ndarray  # float32, flat
     zero_points: np.ndarray  # flat, of the integer type
     axis: int | None  # the quantized axis (non-negative) when per axis
+    #: The integer tensor's data when it is a constant (a DQ's weight or bias), else None:
+    #: read once here, where the unit's builders asked ctx.const for it again and again.
+    data: np.ndarray | None
 
-    def __init__(self, tensor, scale, zero_point, scales, zero_points, axis):
+    def __init__(self, tensor, scale, zero_point, scales, zero_points, axis, data=None):
         self._set(
             tensor=tensor,
             scale=scale,
@@ -89,6 +98,7 @@ class QParams(FrozenValue):
             scales=scales,
             zero_points=zero_points,
             axis=axis,
+            data=data,
         )
 
     @property
@@ -107,7 +117,8 @@ class QParams(FrozenValue):
 def _qparams(ctx: PassContext, node: ir.Node | None) -> QParams | None:
     """The quantization of a standard Q/DQ node with a constant positive float32 scale and a
     constant zero point (a DQ's may be absent: zeros), per tensor or along one axis of a
-    constant; None for anything else (block quantization, output_dtype, ...)."""
+    constant; None for anything else (block quantization, output_dtype, ...). Each constant
+    is read once (ctx.const)."""
     if not is_op(node, "QuantizeLinear", "DequantizeLinear") or len(node.inputs) < 2:
         return None
     if node.attributes and any(
@@ -122,39 +133,50 @@ def _qparams(ctx: PassContext, node: ir.Node | None) -> QParams | None:
         s = scale.item()
         if not (math.isfinite(s) and s > 0):
             return None
-    elif size == 0 or not (np.isfinite(scale) & (scale > 0)).all():
+    elif size == 0 or not (_MIN(scale) > 0 and _MAX(scale) < math.inf):  # (NaN fails both)
         return None
     is_dq = node.op_type == "DequantizeLinear"
     tensor = node.inputs[0] if is_dq else node.outputs[0]
-    zero_point = _zero_point(ctx, node, size)
-    if zero_point is None:
+    data = ctx.const(tensor) if is_dq else None
+    zero_point, zp = _zero_point(ctx, node, size, data)
+    if zp is None:
         return None
-    zp = ctx.const(zero_point) if isinstance(zero_point, ir.Value) else zero_point
     if is_dq:  # (the spec gives DQ's input the zero point's type)
-        dtype = _elem_dtype(ctx, tensor)
+        dtype = data.dtype if data is not None else _type_dtype(tensor)
         if dtype is not None and dtype != zp.dtype:
             return None
-    axis = _axis(ctx, node, size) if size > 1 else None
+    axis = _axis(node, size, data) if size > 1 else None
     if size > 1 and axis is None:
         return None
-    return QParams(tensor, node.inputs[1], zero_point, scale.reshape(-1), zp.reshape(-1), axis)
+    return QParams(
+        tensor, node.inputs[1], zero_point, scale.reshape(-1), zp.reshape(-1), axis, data
+    )
 
 
-def _zero_point(ctx: PassContext, node: ir.Node, size: int) -> ir.Value | np.ndarray | None:
-    """A Q/DQ node's constant zero point input; for a DQ without one, zeros of its input's
-    type (a Q without one makes uint8, but quantizers always write it: not taken)."""
+def _zero_point(
+    ctx: PassContext, node: ir.Node, size: int, data: np.ndarray | None
+) -> tuple[ir.Value | np.ndarray | None, np.ndarray | None]:
+    """A Q/DQ node's constant zero point input and its data; for a DQ without one, zeros of
+    its input's type (``data``: that input's, when constant), twice (a Q without one makes
+    uint8, but quantizers always write it: not taken). (None, None) when it does not qualify."""
     v = node.inputs[2] if len(node.inputs) > 2 else None
     if v is not None and v.name:
         zp = ctx.const(v)
-        return v if zp is not None and zp.ndim <= 1 and zp.size == size else None  # [1] ~ ()
-    dtype = _elem_dtype(ctx, node.inputs[0]) if node.op_type == "DequantizeLinear" else None
-    return None if dtype is None else np.zeros(() if size == 1 else (size,), dtype)
+        if zp is not None and zp.ndim <= 1 and zp.size == size:  # [1] ~ ()
+            return v, zp
+        return None, None
+    if node.op_type != "DequantizeLinear":
+        return None, None
+    dtype = data.dtype if data is not None else _type_dtype(node.inputs[0])
+    if dtype is None:
+        return None, None
+    zeros = np.zeros(() if size == 1 else (size,), dtype)
+    return zeros, zeros
 
 
-def _axis(ctx: PassContext, node: ir.Node, size: int) -> int | None:
-    """The (non-negative) axis a DQ of a constant quantizes along, when it has ``size``
-    entries; per-axis parameters are taken only there (weights and biases)."""
-    data = ctx.const(node.inputs[0]) if node.op_type == "DequantizeLinear" else None
+def _axis(node: ir.Node, size: int, data: np.ndarray | None) -> int | None:
+    """The (non-negative) axis a DQ of a constant (``data``) quantizes along, when it has
+    ``size`` entries; per-axis parameters are taken only there (weights and biases)."""
     if data is None:
         return None
     axis = node.attr("axis", 1)
@@ -162,10 +184,8 @@ def _axis(ctx: PassContext, node: ir.Node, size: int) -> int | None:
     return axis if 0 <= axis < data.ndim and data.shape[axis] == size else None
 
 
-def _elem_dtype(ctx: PassContext, v: ir.Value) -> np.dtype | None:
-    data = ctx.const(v)
-    if data is not None:
-        return data.dtype
+def _type_dtype(v: ir.Value) -> np.dtype | None:
+    """The numpy dtype of a tensor value's declared element type, None where it has none."""
     if isinstance(v.type, ir.TensorType):
         try:
             return to_numpy(v.type.elem_type)
@@ -185,7 +205,7 @@ def _activation(ctx: PassContext, v: ir.Value | None) -> QParams | None:
 def _weight(ctx: PassContext, v: ir.Value | None, channel_axis: int) -> QParams | None:
     """The DQ of a constant 8-bit weight making ``v``: per tensor or along ``channel_axis``."""
     p = _qparams(ctx, producer(v, "DequantizeLinear"))
-    if p is None or p.dtype not in (_INT8, _UINT8) or ctx.const(p.tensor) is None:
+    if p is None or p.dtype not in (_INT8, _UINT8) or p.data is None:
         return None
     if not (p.per_tensor or p.axis == channel_axis):
         return None
@@ -210,7 +230,7 @@ def _bias(ctx: PassContext, node: ir.Node, index: int, a: QParams, b: QParams, n
     if v is None or not v.name:
         return []
     p = _qparams(ctx, producer(v, "DequantizeLinear"))
-    data = ctx.const(p.tensor) if p is not None else None
+    data = p.data if p is not None else None
     if data is None or data.dtype != _INT32 or data.ndim != 1 or p.zero_points.any():
         return None
     if n is not None and data.shape != (n,):
@@ -233,7 +253,7 @@ def _close(x: np.ndarray, y: np.ndarray) -> bool:
 # ---------------------------------------------------------------------------- the output side
 
 
-@dataclass(init=False, repr=False, eq=False)
+@lazy_fields
 class Output(FrozenValue):
     """The Q ending a unit, and the nodes between the op and it (a redundant Relu/Clip)."""
 
@@ -276,15 +296,15 @@ def _single_output(ctx: PassContext, node: ir.Node) -> bool:
 def _redundant(ctx: PassContext, clip: ir.Node, q: QParams) -> bool:
     """Whether Q(clip(v)) = Q(v) for every v: the clip bounds lie outside the values Q
     saturates to (qmin - zp) * s and (qmax - zp) * s, so Q's clamp does the same."""
-    info = np.iinfo(q.dtype)
+    qmin, qmax = _RANGES[q.dtype]  # (an 8-bit output: _output's)
     zp, s = int(q.zero_points[0]), float(q.scales[0])
     if clip.op_type == "Relu":
-        return zp == info.min  # (Relu's 0 is exactly the value of qmin)
+        return zp == qmin  # (Relu's 0 is exactly the value of qmin)
     bounds = _clip_bounds(ctx, clip)
     if bounds is None:
         return False
     low, high = bounds
-    return low <= (info.min - zp) * s and high >= (info.max - zp) * s
+    return low <= (qmin - zp) * s and high >= (qmax - zp) * s
 
 
 def _clip_bounds(ctx: PassContext, clip: ir.Node) -> tuple[float, float] | None:
@@ -306,7 +326,7 @@ def _clip_bounds(ctx: PassContext, clip: ir.Node) -> tuple[float, float] | None:
 # ----------------------------------------------------------------------------------- fusions
 
 
-@dataclass(init=False, repr=False, eq=False)
+@lazy_fields
 class Fusion(DataValue):
     """What replaces a unit: the fused node's op, inputs and attributes; ``last`` is the node
     whose output it takes over (the Q, or the op itself for a float QGemm), ``dead`` the other
@@ -367,9 +387,10 @@ def _conv(ctx: PassContext, conv: ir.Node) -> Fusion | None:
         return None
     if x.dtype != out.params.dtype or not _int8_rule(x, w):
         return None
-    if (w.zero_points != w.zero_points[0]).any():
+    zps = w.zero_points
+    if zps.size > 1 and _MIN(zps) != _MAX(zps):
         return None  # onnxruntime's QLinearConv takes one filter zero point for all channels
-    bias = _bias(ctx, conv, 2, x, w, ctx.const(w.tensor).shape[0])
+    bias = _bias(ctx, conv, 2, x, w, w.data.shape[0])
     if bias is None:
         return None
     inputs = [*x.inputs(), *w.inputs(), *out.inputs(), *bias]
@@ -386,7 +407,7 @@ def _matmul(ctx: PassContext, mm: ir.Node) -> Fusion | None:
         return None
     if a.dtype != out.params.dtype or not _int8_rule(a, b):
         return None
-    if not b.per_tensor and ctx.const(b.tensor).ndim != 2:
+    if not b.per_tensor and b.data.ndim != 2:
         return None
     return _fusion("QLinearMatMul", mm, out, [*a.inputs(), *b.inputs(), *out.inputs()], "")
 
@@ -404,7 +425,7 @@ def _gemm(ctx: PassContext, gemm: ir.Node) -> Fusion | None:
         return None
     if (out is not None and a.dtype != out.params.dtype) or not _int8_rule(a, b):
         return None
-    weight = ctx.const(b.tensor)
+    weight = b.data
     n = None if weight is None else weight.shape[0 if trans_b else 1]
     bias = _bias(ctx, gemm, 2, a, b, n)
     # QGemm adds C to the accumulator, inside alpha's product: a bias only with alpha = beta = 1
@@ -441,7 +462,7 @@ def _binary(fused: str) -> Callable[[PassContext, ir.Node], Fusion | None]:
     return build
 
 
-@dataclass(init=False, repr=False, eq=False)
+@lazy_fields
 class Unary(FrozenValue):
     """A one-input op's fused form: its com.microsoft op, the attributes it carries over, and
     ``extra``: (attributes it reads itself, a function giving the fused node's other

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import ir
-from .core import BASIC, PassContext, graph_pass, is_op
+from .core import BASIC, STANDARD, PassContext, graph_pass, is_op
 
 #: Ops that only move or select elements of input 0 (the other inputs are int64 parameters).
 _MOVEMENT = {
@@ -23,6 +23,9 @@ _MOVEMENT = {
     "Expand",
 }
 
+
+#: The op types the pass starts from: a movement op (or Pad) reading a DQ's output, a Where.
+_STARTS = frozenset(_MOVEMENT) | {"Pad", "Where"}
 
 #: The zero point types whose bytes QDQDataMovement moves.
 _BYTES = (np.dtype(np.uint8), np.dtype(np.int8))
@@ -65,10 +68,14 @@ def qdq_data_movement(ctx: PassContext) -> bool:
     g = ctx.graph
     changed = False
     for move in g:
-        if is_op(move, "Where") and move.graph is not None:
+        # (one set look-up a node: most nodes start nothing, and the pass walks the graph
+        # again after every change of the basic rounds, six times on a quantized transformer)
+        if move.op_type not in _STARTS or move.domain not in STANDARD or move.graph is None:
+            continue
+        if move.op_type == "Where":
             changed |= _quantize_before_where(ctx, move)
             continue
-        if not is_op(move, *_MOVEMENT, "Pad") or move.graph is None or not move.inputs:
+        if not move.inputs:
             continue
         dq = move.inputs[0].producer
         if not is_op(dq, "DequantizeLinear"):

@@ -13,7 +13,7 @@ import numpy as np
 
 from ...ir.dtypes import DataType, bit_width, from_numpy, to_numpy
 from ..registry import op
-from .elementwise import LOW_FLOATS, is_float
+from .low_floats import LOW_FLOATS, is_float
 
 
 class _MlTypes:

@@ -18,15 +18,19 @@ import numpy as np
 
 from .. import native
 from ..registry import ONYX_DOMAIN, binds, op
-from .activation import _coerced_2d, _sigmoid, _softmax, relu
 from .derived import derived, frozen, value_key
-from .elementwise import _F32, fits, upcast
-from .fused import table_lookup
 from .linalg import gemm_matmul
+from .low_floats import fits, upcast
 from .quantize import dynamic_params, dynamic_quantize_linear, quantize_per_tensor, saturate_cast
 from .quantized_matmul import integer_matmul
 
 MS = "com.microsoft"
+_F32 = np.float32
+
+# (activation.py's Sigmoid, Softmax and Relu and fused.py's table lookup are imported where
+# the ops that run them first do: a quantized CNN's or a dynamically quantized transformer's
+# session runs none of them, and their modules, with elementwise.py's kernels, which this
+# module took along only for two helpers, were a millisecond of its cold start)
 
 
 def _deq(x, scale, zero_point=None) -> np.ndarray:
@@ -208,6 +212,8 @@ def q_linear_mul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, c_scale, c_
 
 @op("QLinearSigmoid", since=1, domain=MS, elementwise=True)
 def q_linear_sigmoid(x, x_scale, x_zero_point, y_scale, y_zero_point=None):
+    from .activation import _sigmoid
+
     return _q(_sigmoid(_deq(x, x_scale, x_zero_point)), y_scale, y_zero_point, x.dtype)
 
 
@@ -246,6 +252,8 @@ def _bind_qlinear_softmax(inputs, attrs, constant):
     quantize = native.per_tensor_setup(True, x.shape, y_scale.reshape(()), zp, x.dtype)
     if quantize is None:
         return None
+    from .fused import table_lookup
+
     ones = frozen(np.ones(x.shape[-1], np.float32))
     # (a sum can vanish only where some exp does: then each call's sums are looked at)
     may_vanish = not np.min(exps) >= 1e-30
@@ -283,6 +291,8 @@ def q_linear_softmax(x, x_scale, x_zero_point, y_scale, y_zero_point, *, opset, 
         e = _softmax_last_of_bytes(x, x_scale, x_zero_point)
         if e is not None:
             return _q(e, y_scale, y_zero_point, x.dtype)
+    from .activation import _coerced_2d, _softmax
+
     v = _deq(x, x_scale, x_zero_point)
     # as Softmax of the matching opset: along one axis from 13, on the coerced 2-D view before
     y = _softmax(v, axis) if opset >= 13 else _coerced_2d(_softmax, v, axis)
@@ -294,6 +304,8 @@ def _softmax_last_of_bytes(x, x_scale, x_zero_point) -> np.ndarray | None:
     computes it to the bit, or None where that path does not apply. A byte has 256 values:
     its dequantized value and their exps are tabulated (the same float32 operations, value
     by value) and looked up, one pass where numpy's made four."""
+
+    from .fused import table_lookup
 
     table, exps = _softmax_tables(x, x_scale, x_zero_point)  # (a constant scale: once)
     ends = np.array([np.minimum.reduce(x.reshape(-1)), np.maximum.reduce(x.reshape(-1))])
@@ -342,6 +354,8 @@ def q_linear_concat(y_scale, y_zero_point, *inputs, axis):
     """inputs are (tensor, scale, zero_point) triples, each requantized to Y's scale."""
     tables = _requantization_tables(y_scale, y_zero_point, inputs)
     if tables is not None:
+        from .fused import table_lookup
+
         parts = [x if t is None else table_lookup(x, t) for x, t in zip(inputs[0::3], tables)]
         return np.concatenate(parts, axis=axis).astype(y_zero_point.dtype, copy=False)
     parts = []
@@ -569,6 +583,8 @@ def dynamic_quantize_matmul_relu(a, b, b_scale, b_zero_point=None, bias=None):
     y = _native_dynamic_matmul(a, b, b_scale, b_zero_point, bias, with_relu=True)
     if y is not None:
         return y
+    from .activation import relu
+
     return relu(dynamic_quantize_matmul(a, b, b_scale, b_zero_point, bias))
 
 

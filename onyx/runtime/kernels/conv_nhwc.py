@@ -143,6 +143,8 @@ def _requantization(params: tuple, M: int):
     or None where the scales are not per tensor or per channel."""
     x_scale, _, w_scale, _, y_scale = params[:5]
     scale = requantization_scale(x_scale, w_scale, y_scale)
+    if scale.shape == (M,):  # (per channel: as it is, np.broadcast_to's checks cost more)
+        return scale
     return np.broadcast_to(scale, (M,)) if scale.size in (1, M) else None
 
 
@@ -171,8 +173,9 @@ def _native_runner(nchw: np.ndarray, w: np.ndarray, params: tuple):
     group, (M, Cg) = attrs["group"], w.shape[:2]
     if Cg == 1 and group == nchw.shape[1] == M:
         return _depthwise(nchw, w, zx, w_zp, bias, scale, y_zp, geo, table)
-    wz = 0 if w_zp is None else w_zp.reshape(-1)
-    if group != 1 or w.dtype != np.int8 or np.any(wz) or not native.int8_gemm_ok(w[0].size):
+    if group != 1 or w.dtype != np.int8 or not native.int8_gemm_ok(w[0].size):
+        return None
+    if w_zp is not None and w_zp.any():
         return None
     layout = (not nchw.flags.c_contiguous, True)
     conv = _implicit_gemm_conv(nchw, w, zx, bias, scale, y_zp, geo, table, layout=layout)
@@ -192,8 +195,8 @@ def _depthwise(nchw, w, zx, w_zp, bias, scale, y_zp, geo, table):
     """The NHWC depthwise runner (native.NhwcDepthwise), or None."""
     kh, kw = w.shape[2:]
     begin = geo["pads"][:2]
-    if kh * kw > EXACT_TAPS or min(begin) < 0:
-        return None
+    if kh * kw > EXACT_TAPS or min(begin) < 0 or native.NhwcDepthwise is None:
+        return None  # (None: the depthwise family is off)
     if bias is not None and np.abs(bias.astype(np.int64)).max(initial=0) > 1 << 24:
         return None  # (the kernel adds the bias in float32, exactly up to 2**24)
 

@@ -10,21 +10,10 @@ import numpy as np
 
 from .. import native
 from ..registry import op
-from .low_floats import LOW_FLOATS, is_float, type_range, upcast  # noqa: F401  (importable from here)
+from .low_floats import LOW_FLOATS, fits, is_float, type_range, upcast  # noqa: F401  (importable from here)
 
 # ---------------------------------------------------------------------------------------------
 # Shared helpers (also used by activation, reduction and linalg kernels)
-
-
-def fits(shape: tuple, other: tuple) -> bool:
-    """An array of shape ``other`` broadcasts to ``shape`` without growing it (so an in-place
-    op on the ``shape`` array can take it); np.broadcast_shapes costs microseconds."""
-    if other == shape or not other:
-        return True
-    n = len(other)
-    if n > len(shape):
-        return False
-    return all(o == 1 or o == d for o, d in zip(other, shape[len(shape) - n :]))
 
 
 def float_unary(fn: Callable) -> Callable:

@@ -53,3 +53,14 @@ def type_range(dtype: np.dtype) -> tuple:
         info = np.iinfo(dtype)
         return info.min, info.max
     return -np.inf, np.inf
+
+
+def fits(shape: tuple, other: tuple) -> bool:
+    """An array of shape ``other`` broadcasts to ``shape`` without growing it (so an in-place
+    op on the ``shape`` array can take it); np.broadcast_shapes costs microseconds."""
+    if other == shape or not other:
+        return True
+    n = len(other)
+    if n > len(shape):
+        return False
+    return all(o == 1 or o == d for o, d in zip(other, shape[len(shape) - n :]))

@@ -14,7 +14,7 @@ from ...ir.dtypes import to_numpy
 from .. import native
 from ..registry import binds, op
 from .cast import _to_wide, cast_numeric
-from .elementwise import fits, upcast
+from .low_floats import fits, upcast
 from .quantized_matmul import integer_matmul, native_matmul, packed_operand
 
 #: float8e8m0's numpy name (ml_dtypes'): compared by name, so that the quantization kernels do

@@ -401,6 +401,8 @@ class _ImplicitConv:
                 from .integer_conv import shifted
 
                 w_s = shifted(w)
+            if kh == kw == 1 and Cp == C:  # (a pointwise conv's B is W^T, a view: packed as is)
+                return native.pack(w_s.reshape(M, C).T, x.dtype)
             wt = np.zeros((kh, kw, Cp, M), w_s.dtype)
             wt[:, :, :C] = w_s.transpose(2, 3, 1, 0)
             return native.pack(wt.reshape(-1, M), x.dtype)

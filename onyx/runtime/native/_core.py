@@ -469,6 +469,15 @@ class threads:  # noqa: N801  (used as a function: ``with threads(n):``)
         _threads.reset(self.token)
 
 
+@functools.cache
+def int_range(dtype) -> tuple[int, int]:
+    """(min, max) of an integer dtype, np.iinfo's, kept: a set-up's requantization asks for
+    its output type's range, and np.iinfo makes an object per call (a few microseconds, a
+    quantized CNN's first run sets up each of its convs)."""
+    info = np.iinfo(dtype)
+    return int(info.min), int(info.max)
+
+
 def _check_sizes(what: str, *values) -> None:
     """InvalidArgument unless every size is an int in [0, 2**40]: ctypes would wrap a larger
     one silently into the kernel's int64 fields (checks.h then checks what it receives)."""

@@ -301,10 +301,9 @@ def _int_output(out: _DwOutput, keep: list, M: int, bias, scale, y_zero_point, t
         return np.dtype(np.int32)
     dtype = np.dtype(y_zero_point.dtype)
     keep.append(np.ascontiguousarray(np.broadcast_to(scale, (M,)), np.float32))
-    info = np.iinfo(dtype)
     out.scale = _addr(keep[-1])
-    out.zero_point, out.lo = int(y_zero_point.reshape(-1)[0]), info.min
-    out.hi = info.max
+    out.lo, out.hi = core.int_range(dtype)
+    out.zero_point = int(y_zero_point.reshape(-1)[0])
     if table is not None:
         keep.append(np.ascontiguousarray(table).view(np.uint8))
         out.table = _addr(keep[-1])

@@ -25,7 +25,6 @@ from ._core import (
     abi,
     range_of,
 )
-from .depthwise import IntPlaneConv, _DwGeometry, _DwOutput, _int_output, _IntConvTask
 
 # (elementwise binds lib.lookup, which an implicit conv with a table calls)
 from .elementwise import bind as _binds_lookup  # noqa: F401
@@ -313,6 +312,13 @@ def _zero_point(z) -> int | np.ndarray:
     if z.size == 1 or (z == z[0]).all():
         return int(z[0])
     return z.astype(np.int64)
+
+
+def _any(z: int | np.ndarray) -> bool:
+    """Whether a zero point of :func:`_zero_point` (less a shift) is nonzero anywhere: an
+    int's truth without numpy's reduction, a few microseconds a call, several per set-up
+    (a quantized CNN's first run makes one per conv)."""
+    return bool(z) if type(z) is int else bool(z.any())
 
 
 def row_sums(a: np.ndarray, flip: bool, signed: bool) -> np.ndarray:
@@ -613,38 +619,75 @@ def implicit_conv(
     return run
 
 
-class NhwcDepthwise(IntPlaneConv):
-    """The depthwise integer conv of channels-last bytes x (N, H, W, C) minus x_zero_point
-    with wc ((kh, kw, C) int16: the weights minus their zero points) (+ int32 bias [C]),
-    requantized with ``scale`` ([C] float32) to y_zero_point's type and mapped through
-    ``table`` (256 bytes) if given, to a channels-last output (N, OH, OW, C)
-    (gemm_i8.c's onyx_depthwise_nhwc_i8). Set up once per input shape and constants, and
-    called as IntPlaneConv."""
+def __getattr__(name: str):
+    """NhwcDepthwise, made when first asked for: it is the depthwise family's IntPlaneConv
+    run by this family's kernel, and importing that family with this one cost a cold start
+    that runs no depthwise conv (a transformer's products, a ResNet's convs) 0.4 ms."""
+    if name != "NhwcDepthwise":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    cls = _nhwc_depthwise()
+    globals()[name] = cls
+    return cls
 
-    __slots__ = ()
 
-    def __init__(
-        self, x_shape, x_dtype, x_zero_point: int, wc, bias, geometry, scale, y_zero_point, table
-    ):
-        (N, H, W, C), (out_shape, strides, dilations, begin) = x_shape, geometry
-        kh, kw = wc.shape[:2]
-        self.g = _DwGeometry(C, H, W, 1, *out_shape, kh, kw, *strides, *dilations, *begin, C)
-        self.shape = (N, *out_shape, C)
-        self.keep = [np.ascontiguousarray(wc.reshape(kh * kw, C), np.int16)]
-        self.out = _DwOutput()
-        self.dtype = _int_output(self.out, self.keep, C, bias, scale, y_zero_point, table)
-        rows = N * out_shape[0]
-        self.ways = _ways(math.prod(self.shape) * kh * kw, rows, DEPTHWISE_MACS)
-        self.cuts = _even_cuts(rows, self.ways)
-        self.task = _IntConvTask(
-            core.lib.depthwise_nhwc_i8,
-            None,
-            _addr(self.keep[0]),
-            ctypes.addressof(self.g),
-            None,
-            int(x_dtype == np.int8),
-            int(x_zero_point),
-        )
+def _nhwc_depthwise() -> type | None:
+    """The NhwcDepthwise class, or None where the depthwise family is off (its structs
+    disagree with the library): conv_nhwc.py then runs its NCHW kernel."""
+    from . import depthwise
+
+    if depthwise.__name__ in core.families_off:
+        return None
+    IntPlaneConv, _DwGeometry, _DwOutput = (
+        depthwise.IntPlaneConv,
+        depthwise._DwGeometry,  # noqa: SLF001
+        depthwise._DwOutput,  # noqa: SLF001
+    )
+    _int_output, _IntConvTask = depthwise._int_output, depthwise._IntConvTask  # noqa: SLF001
+
+    class NhwcDepthwise(IntPlaneConv):
+        """The depthwise integer conv of channels-last bytes x (N, H, W, C) minus x_zero_point
+        with wc ((kh, kw, C) int16: the weights minus their zero points) (+ int32 bias [C]),
+        requantized with ``scale`` ([C] float32) to y_zero_point's type and mapped through
+        ``table`` (256 bytes) if given, to a channels-last output (N, OH, OW, C)
+        (gemm_i8.c's onyx_depthwise_nhwc_i8). Set up once per input shape and constants, and
+        called as IntPlaneConv."""
+
+        __slots__ = ()
+
+        def __init__(
+            self,
+            x_shape,
+            x_dtype,
+            x_zero_point: int,
+            wc,
+            bias,
+            geometry,
+            scale,
+            y_zero_point,
+            table,
+        ):
+            (N, H, W, C), (out_shape, strides, dilations, begin) = x_shape, geometry
+            kh, kw = wc.shape[:2]
+            self.g = _DwGeometry(C, H, W, 1, *out_shape, kh, kw, *strides, *dilations, *begin, C)
+            self.shape = (N, *out_shape, C)
+            self.keep = [np.ascontiguousarray(wc.reshape(kh * kw, C), np.int16)]
+            self.out = _DwOutput()
+            self.dtype = _int_output(self.out, self.keep, C, bias, scale, y_zero_point, table)
+            rows = N * out_shape[0]
+            self.ways = _ways(math.prod(self.shape) * kh * kw, rows, DEPTHWISE_MACS)
+            self.cuts = _even_cuts(rows, self.ways)
+            self.task = _IntConvTask(
+                core.lib.depthwise_nhwc_i8,
+                None,
+                _addr(self.keep[0]),
+                ctypes.addressof(self.g),
+                None,
+                int(x_dtype == np.int8),
+                int(x_zero_point),
+            )
+
+    NhwcDepthwise.__qualname__ = "NhwcDepthwise"
+    return NhwcDepthwise
 
 
 def _value_key(v):
@@ -702,29 +745,29 @@ class _GemmCall:
         db = _b_shift(b.signed, b.flipped)
         za = _zero_point(a_zero_point) - da
         zb = _zero_point(b_zero_point) - db
-        self.reusable = not np.any(zb)
+        self.reusable = not _any(zb)
         # S' - ZB_j rs'_r - ZA_r cs'_j + K ZA_r ZB_j. Int32 arithmetic wraps: the terms may
         # overflow, their sum (the exact result) does not.
         row_off = col_off = row_f = col_f = None
-        if np.any(za) and b.colsum is None:
+        if _any(za) and b.colsum is None:
             raise InvalidArgument(
                 "B was packed without its column sums, which A's zero point needs"
             )
-        if np.any(zb) and gathered:
+        if not self.reusable and gathered:
             raise InvalidArgument("a gathered A takes no B zero point")
-        if np.ndim(za) == 0:
+        if type(za) is int:
             if za:
                 col_off = K * za * zb - za * b.colsum.astype(np.int64)
-            elif np.ndim(zb):  # (a scalar K * 0 * zb adds nothing)
+            elif type(zb) is not int:  # (a scalar K * 0 * zb adds nothing)
                 col_off = K * za * zb
-            if np.any(zb):
+            if not self.reusable:
                 rs = row_sums(a, flip_a, a_signed).astype(np.int64)
-                if np.ndim(zb) == 0:
+                if type(zb) is int:
                     row_off = -zb * rs
                 else:
                     row_f, col_f = rs, -zb
         else:
-            if np.ndim(zb):
+            if type(zb) is not int:
                 raise InvalidArgument("per-row and per-column zero points together")
             rs = row_sums(a, flip_a, a_signed).astype(np.int64) if zb else 0
             row_off = K * za * zb - zb * rs
@@ -742,7 +785,10 @@ class _GemmCall:
             ("col_f", col_f, N),
         ):
             if arr is not None:
-                arr = np.broadcast_to(arr, (size,)).astype(np.int32)  # (wraps: see above)
+                arr = np.asarray(arr)
+                if arr.shape != (size,):  # (np.broadcast_to's checks: microseconds a call)
+                    arr = np.broadcast_to(arr, (size,))
+                arr = arr.astype(np.int32)  # (wraps: see above)
                 self.keep.append(arr)
                 setattr(e, field, _addr(arr))
         if float_out and scale is None:
@@ -756,8 +802,8 @@ class _GemmCall:
             e.scale_rs = 1 if s.ndim == 2 and s.shape[0] == M and M > 1 else 0
             e.scale_cs = 1 if s.size > 1 and not e.scale_rs else 0
         if self.requantize:
-            info = np.iinfo(y_zero_point.dtype)
-            e.zero_point, e.lo, e.hi = int(y_zero_point.reshape(-1)[0]), info.min, info.max
+            e.lo, e.hi = core.int_range(y_zero_point.dtype)
+            e.zero_point = int(y_zero_point.reshape(-1)[0])
         self.packed = b  # (the task holds only its address: a B made for this call lives on)
         # (a gathered A's other zero points, per call: see _col_off_for)
         self._da, self._col_bias, self._offsets = da, col_bias, {}
