@@ -136,6 +136,18 @@ def data_fold(fn: Callable) -> Callable:
     return fn
 
 
+#: Rules cheaper than their memo key (memo.py): an elementwise op whose output is its input's
+#: type, a Constant (whose key holds its value's bytes, which the rule only reads). Nodes of
+#: these ops are inferred by their rule at every run; what they find is what the memo held.
+CHEAP_RULES: set[Callable] = set()
+
+
+def cheap(fn: Callable) -> Callable:
+    """Mark a rule as cheaper than its memo key (see CHEAP_RULES)."""
+    CHEAP_RULES.add(fn)
+    return fn
+
+
 class InferenceError(Exception):
     """A rule found the node's inputs inconsistent (an error in strict mode)."""
 
@@ -298,8 +310,9 @@ class NodeContext:
                 return
             elem_type = DataType.UNDEFINED
         if shape is not None:
-            shape = tuple(_dim(d) for d in shape)
-        self.outputs[i] = TensorType(elem_type, shape)
+            shape = tuple([_dim(d) for d in shape])
+        # (one object per type: a later node's memo key reads a type's key once, memo.py)
+        self.outputs[i] = _tensor_type(elem_type, shape)
 
     def set_type(self, i: int, t) -> None:
         if t is not None:
@@ -454,12 +467,15 @@ class Engine:
             if resolved is not None:
                 resolved[key] = found
         domain, opset, schema, fn = found
+        known = None
+        if fn is not None and self.memo and fn not in CHEAP_RULES:
+            known, hit = memo.find(self, node, env, found)
+            if hit is not None:  # (the entry's own dicts, read only: no context, no copies)
+                self._take(node, env, hit[0], hit[1], declared, gname, True)
+                return
         ctx = NodeContext(self, node, env, schema, opset or 0)
-        known, hit = memo.find(self, node, env, found) if fn and self.memo else (None, None)
         try:
-            if hit is not None:
-                ctx.outputs, ctx.out_data = hit
-            elif fn is not None:
+            if fn is not None:
                 fn(ctx)
             elif (domain, node.op_type) in self.functions:
                 self.infer_call(ctx, self.functions[(domain, node.op_type)], opsets)
@@ -470,10 +486,10 @@ class Engine:
                     self.infer_call(ctx, f, {**opsets, **f.opset_imports})
                 if not ctx.outputs:
                     generic(ctx)
-            if self.data_prop and hit is None:
+            if self.data_prop:
                 for fold in DATA_FOLDS:
                     fold(ctx)
-            if known is not None and hit is None and not ctx.minted:
+            if known is not None and not ctx.minted:
                 memo.remember(known, ctx.outputs, ctx.out_data, schema, ctx.read_data)
         except InferenceError as e:
             self.problem(f"graph {gname!r}, {_label(node)}: {e}")
@@ -481,10 +497,19 @@ class Engine:
             # non-strict run keeps the declared types, a strict one reports the node)
             if self.strict:
                 self.problem(f"graph {gname!r}, {_label(node)}: inference failed: {e}")
+        self._take(node, env, ctx.outputs, ctx.out_data, declared, gname, False)
+
+    def _take(
+        self, node: Node, env: dict, outputs: dict, out_data: dict, declared, gname, shared
+    ) -> None:
+        """Record the node's output types (merged with the declared ones) and data in ``env``;
+        ``shared``: the data are a memo entry's, copied as they are recorded."""
+        types = env["types"]
+        data = env["data"] if self.data_prop and out_data else None
         for i, v in enumerate(node.outputs):
             if not v.name:
                 continue
-            inferred = ctx.outputs.get(i)
+            inferred = outputs.get(i)
             known = declared.get(id(v))
             if known is None:  # (nothing to merge with: what merge would answer)
                 t = inferred
@@ -495,9 +520,11 @@ class Engine:
                 for c in conflicts:
                     self.problem(f"graph {gname!r}, {_label(node)}, output {v.name!r}{c}")
             if t is not None:
-                env["types"][id(v)] = t
-            if self.data_prop and i in ctx.out_data and ctx.out_data[i] is not None:
-                env["data"][id(v)] = ctx.out_data[i]
+                types[id(v)] = t
+            if data is not None:
+                d = out_data.get(i)
+                if d is not None:
+                    data[id(v)] = memo.copy_data(d) if shared else d
 
     def infer_call(self, ctx: NodeContext, f, opsets) -> None:
         """Infer a function body with the call's input types; its Values are left untouched."""

@@ -10,7 +10,7 @@ import numpy as np
 from ..ir import DataType
 from ..ir.dtypes import to_numpy
 from . import symbolic as sym
-from .engine import Data, InferenceError, NodeContext, data_fold, rule
+from .engine import Data, InferenceError, NodeContext, cheap, data_fold, rule
 
 
 def _axis(axis: int, rank: int) -> int:
@@ -20,6 +20,7 @@ def _axis(axis: int, rank: int) -> int:
 
 
 @rule("Constant")
+@cheap  # (a key holds the value's bytes, which the rule only hands on)
 def constant(ctx: NodeContext) -> None:
     for name in (
         "value",
