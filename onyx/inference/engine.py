@@ -207,13 +207,18 @@ def _past_unknowns(g: Graph) -> int:
     return top + 1
 
 
+#: infer_node's ``declared`` where a node output's declared type is the one its Value holds.
+ON_VALUES: dict = {}
+
+
 class NodeContext:
     """What a rule sees: input types and data, attributes with defaults, the opset."""
 
     def __init__(self, engine: Engine, node: Node, env: dict, schema, opset: int):
         self.engine = engine
         self.node = node
-        self.inputs = node.inputs  # (rules ask often; Node.inputs makes a tuple each time)
+        # (rules ask often; Node.inputs makes a tuple each time: the node's list, read only)
+        self.inputs = node._inputs  # noqa: SLF001
         self.env = env
         self.schema = schema
         self.opset = opset
@@ -440,12 +445,9 @@ class Engine:
                     pass
 
     def infer_graph(self, g: Graph, env: dict, opsets: dict[str, int], label: str = "") -> None:
-        declared = {}
-        if self.trust_declared:
-            declared = {id(v): v.type for v in g.values() if v.type is not None}
-            for v in list(g.value_info) + list(g.outputs):
-                if v.type is not None:
-                    declared.setdefault(id(v), v.type)
+        # (a node output's declared type is its Value's: the graph outputs and the value_info
+        # entries that name it are that Value, and nothing writes a type before the end)
+        declared = ON_VALUES if self.trust_declared else {}
         resolved: dict = {}  # (the graph's nodes share a few op types)
         for node in _in_order(g):
             self.infer_node(node, env, opsets, declared, label or g.name, resolved)
@@ -459,7 +461,8 @@ class Engine:
         gname: str,
         resolved: dict | None = None,
     ) -> None:
-        """``resolved``: what was found for the op types seen so far under ``opsets``."""
+        """``declared``: id(output) -> its declared type, or ON_VALUES (the type its Value
+        holds); ``resolved``: what was found for the op types seen so far under ``opsets``."""
         key = (node.domain, node.op_type)
         found = None if resolved is None else resolved.get(key)
         if found is None:
@@ -506,11 +509,12 @@ class Engine:
         ``shared``: the data are a memo entry's, copied as they are recorded."""
         types = env["types"]
         data = env["data"] if self.data_prop and out_data else None
-        for i, v in enumerate(node.outputs):
+        on_values = declared is ON_VALUES
+        for i, v in enumerate(node._outputs):  # noqa: SLF001 (read only: no tuple made)
             if not v.name:
                 continue
             inferred = outputs.get(i)
-            known = declared.get(id(v))
+            known = v.type if on_values else declared.get(id(v))
             if known is None:  # (nothing to merge with: what merge would answer)
                 t = inferred
             else:
@@ -614,12 +618,12 @@ def _overridable_inputs(g: Graph, ir_version: int) -> set[int]:
 def _in_order(g: Graph) -> list[Node]:
     """The graph's nodes, producers first. Tools that append nodes (onnxconverter-common's
     input casts) leave graphs unsorted, which onnxruntime runs; the model is not reordered."""
-    nodes = list(g.nodes)
+    nodes = list(g)
     mine = {id(n) for n in nodes}
     seen: set[int] = set()
     for n in nodes:
-        # (a node without a subgraph reads its inputs alone)
-        for v in inputs_with_captures(n) if n.attributes and n.has_subgraphs() else n.inputs:
+        # (a node without a subgraph reads its inputs alone: its list, read only)
+        for v in inputs_with_captures(n) if n.attributes and n.has_subgraphs() else n._inputs:  # noqa: SLF001
             p = None if v is None else v.producer
             if p is not None and id(p) in mine and id(p) not in seen and p is not n:
                 return _sorted(nodes, mine)
@@ -827,8 +831,8 @@ def _write_back(g: Graph, env: dict, writer: _DimWriter) -> None:
     outputs = {id(v) for v in g.outputs}
     types = env["types"]
     listed = g.value_info
-    for node in g.nodes:
-        for v in node.outputs:
+    for node in g:
+        for v in node._outputs:  # noqa: SLF001 (read only: no tuple made)
             t = types.get(id(v))
             if t is None or not v.name or not _is_complete(t):
                 continue  # a type with no element type (an op we have no rule for) says nothing

@@ -106,7 +106,7 @@ def _key(engine, node, env: dict, found: tuple) -> tuple | None:
     type_keys = TYPE_KEYS
     inputs = []
     held = None  # (position, data) of the inputs that hold data
-    for v in node.inputs:
+    for v in node._inputs:  # noqa: SLF001 (read only: Node.inputs makes a tuple)
         if v is None:
             inputs.append(None)
             continue
@@ -123,7 +123,7 @@ def _key(engine, node, env: dict, found: tuple) -> tuple | None:
                 held = []
             held.append((len(inputs), d))
         inputs.append(t)
-    outputs = tuple([v.name != "" for v in node.outputs])
+    outputs = tuple([v.name != "" for v in node._outputs])  # noqa: SLF001
     flags = (engine.strict, engine.data_prop)
     domain, opset, schema, rule = found
     # (the schema by identity: an entry holds it, so its id is not reused while it lives)
