@@ -462,16 +462,17 @@ class _Checker:
         if not inputs and not outputs:
             self.report("node", "a node has neither inputs nor outputs", gname, node)
         attributes = node.attributes
-        for a in attributes.values():
+        op = node.op_type
+        signature = []  # what the schema rules read of the attributes (the key below)
+        for n, a in attributes.items():
             # (most attributes meet no rule: a plain value under a name no rule reads)
-            name = a.name
-            if (
-                name in _RULED_ATTRS
-                or a.type not in _PLAIN_ATTR_TYPES
-                or a.ref_attr_name
-                or not name
-            ):
-                self.check_attribute(a, node, gname, visible, opsets, function)
+            name, kind, ref = a.name, a.type, a.ref_attr_name
+            signature.append((n, kind, ref))
+            if name in _RULED_ATTRS or kind not in _PLAIN_ATTR_TYPES or ref or not name:
+                if name in _TABLED_ATTRS and kind in _TABLED_KINDS and not ref:
+                    self.check_tabled(a, op, node, gname)
+                else:
+                    self.check_attribute(a, node, gname, visible, opsets, function)
         domain, version, known = resolved
         if version is None:
             self.report(
@@ -494,7 +495,7 @@ class _Checker:
             version,
             self.values_key(inputs),
             self.values_key(outputs),
-            tuple([(n, a.type, a.is_ref) for n, a in attributes.items()]) if attributes else (),
+            tuple(signature),
         )
         if key not in self.clean:
             found = len(self.problems)
@@ -511,6 +512,26 @@ class _Checker:
                 gname,
                 node,
             )
+
+    def check_tabled(self, a, op: str, node: Node, gname: str) -> None:
+        """check_attribute of an attribute whose verdict follows from its op type, name, type
+        and value alone (_TABLED_ATTRS): each value that passed is kept in a table, and a
+        model's (or a model created again) kernel_shape, strides, pads... are checked once."""
+        value = a.value
+        if a.type in _LIST_KINDS:
+            if a.array is not None:  # (a long list kept as an array: checked, not keyed)
+                self.check_attribute(a, node, gname, {}, {}, None)
+                return
+            value = tuple(value)
+        key = (op, a.name, a.type, value)
+        if key in _ATTRS_PASSED:
+            return
+        found = len(self.problems)
+        self.check_attribute(a, node, gname, {}, {}, None)
+        if len(self.problems) == found:
+            if len(_ATTRS_PASSED) >= _MEMO_LIMIT:
+                _ATTRS_PASSED.clear()
+            _ATTRS_PASSED.add(key)
 
     def values_key(self, values: tuple) -> tuple:
         """What the schema rules read of a node's inputs or outputs: which are present (named)
@@ -854,6 +875,14 @@ _DTYPE_ATTRS = frozenset({"to", "dtype", "output_dtype"})
 _RULED_ATTRS = frozenset(
     {*_ATTR_BOUNDS, *(name for _, name in _ENUMS), *_DTYPE_ATTRS, "num_scan_inputs", "num_outputs"}
 )
+#: The ruled attributes whose verdict is a function of the node's op type and the attribute's
+#: name, type and value (not of the node's inputs or outputs, as a conv's group, Scan's
+#: num_scan_inputs and Split's num_outputs are), for the types whose values key a table.
+_TABLED_ATTRS = _RULED_ATTRS - {"group", "num_scan_inputs", "num_outputs"}
+_LIST_KINDS = frozenset({AttrType.INTS, AttrType.FLOATS, AttrType.STRINGS})
+_TABLED_KINDS = frozenset({AttrType.INT, AttrType.FLOAT, AttrType.STRING, *_LIST_KINDS})
+#: (op type, name, type, value) of the tabled attributes that passed check_attribute.
+_ATTRS_PASSED: set[tuple] = set()
 _PLAIN_ATTR_TYPES = frozenset(
     {
         AttrType.FLOAT,
