@@ -128,8 +128,13 @@ _CLEAN: set[tuple] = set()
 _ALLOWED: dict[tuple, frozenset | None] = {}
 _TYPE_STRINGS: dict[int, tuple] = {}
 _TYPE_STRINGS_LIMIT = 16_384
+#: id(type) -> (the type, the IR version) of the declared types that passed the type rules
+#: under that IR version (check_type_features; the entry holds the type: its id stays its).
+_TYPES_PASSED: dict[int, tuple] = {}
 _MEMO_LIMIT = 100_000
 _MISSING = object()
+#: In a node's key, between its inputs' part and its outputs' (values_key).
+_OUTPUTS_FOLLOW = "outputs"
 
 
 def _type_string_entry(t) -> tuple:
@@ -309,8 +314,8 @@ class _Checker:
         out_of_order = False
         domains: dict[str, tuple] = {}  # a node's domain -> (canonical, version, known?)
         for node in nodes:
-            inputs = node.inputs
-            outputs = node.outputs
+            inputs = node._inputs  # noqa: SLF001 (read only: Node.inputs makes a tuple)
+            outputs = node._outputs  # noqa: SLF001
             for v in inputs:
                 if v is None or v.name in visible:
                     continue
@@ -376,6 +381,20 @@ class _Checker:
         self.check_type_features(v.type, gname, f"{what} {v.name!r}")
 
     def check_type_features(self, t, gname: str, what: str) -> None:
+        """The type rules for a declared type: the verdict is a function of the type and the
+        IR version alone, and the types that passed are kept (types are immutable and shared:
+        a model read again reuses its reader's, serde/reader.py)."""
+        hit = _TYPES_PASSED.get(id(t))
+        if hit is not None and hit[0] is t and hit[1] == self.ir_version:
+            return
+        found = len(self.problems)
+        self.type_rules(t, gname, what)
+        if len(self.problems) == found:
+            if len(_TYPES_PASSED) >= _TYPE_STRINGS_LIMIT:
+                _TYPES_PASSED.clear()
+            _TYPES_PASSED[id(t)] = (t, self.ir_version)
+
+    def type_rules(self, t, gname: str, what: str) -> None:
         if isinstance(t, TensorType | SparseTensorType):
             if t.shape is not None and any(isinstance(d, int) and d < 0 for d in t.shape.dims):
                 # onnxruntime (and onyx's session) run it as a dynamic dim: PaddlePaddle's -1
@@ -493,8 +512,7 @@ class _Checker:
             domain,
             node.op_type,
             version,
-            self.values_key(inputs),
-            self.values_key(outputs),
+            self.values_key(inputs, outputs),
             tuple(signature),
         )
         if key not in self.clean:
@@ -503,7 +521,7 @@ class _Checker:
             if len(self.problems) == found:
                 self.clean.add(key)
         # (an attribute value, which the key leaves out)
-        removed = _REMOVED_ATTR_VALUES.get((domain, node.op_type))
+        removed = _REMOVED_ATTR_VALUES.get((domain, op)) if op in _REMOVED_OPS else None
         if removed and version >= removed[0] and node.attr(removed[1]) == removed[2]:
             self.report(
                 "removed-attribute-value",
@@ -533,9 +551,9 @@ class _Checker:
                 _ATTRS_PASSED.clear()
             _ATTRS_PASSED.add(key)
 
-    def values_key(self, values: tuple) -> tuple:
-        """What the schema rules read of a node's inputs or outputs: which are present (named)
-        and their type strings."""
+    def values_key(self, values, outputs=()) -> tuple:
+        """What the schema rules read of a node's inputs (``values``) and outputs: which are
+        present (named) and their type strings (one call for both: a node's key makes it)."""
         strings = self.type_strings
         key = []
         for v in values:
@@ -550,6 +568,17 @@ class _Checker:
             if hit is None or hit[0] is not t:
                 hit = _type_string_entry(t)
             key.append((v.name != "", hit[1]))
+        if outputs:
+            key.append(_OUTPUTS_FOLLOW)
+            for v in outputs:
+                t = v.type
+                if t is None:
+                    key.append((v.name != "", None))
+                    continue
+                hit = strings.get(id(t))
+                if hit is None or hit[0] is not t:
+                    hit = _type_string_entry(t)
+                key.append((v.name != "", hit[1]))
         return tuple(key)
 
     def type_str(self, t) -> str | None:
@@ -786,6 +815,7 @@ _ATTR_GRAPHS = (AttrType.GRAPH, AttrType.GRAPHS)
 _REMOVED_ATTR_VALUES = {
     ("", "Resize"): (13, "coordinate_transformation_mode", "tf_half_pixel_for_nn"),
 }
+_REMOVED_OPS = frozenset(op for _, op in _REMOVED_ATTR_VALUES)
 #: Attributes that count or index elements, with the values that can make sense: a kernel
 #: would allocate or loop by them (a dilation near 2**32 overflows a padded plane's size).
 _ATTR_BOUNDS = {
