@@ -174,7 +174,7 @@ FOLD = {
 }
 
 
-@data_fold
+@data_fold(ops=(*FOLD, "Div", "Mod"))
 def fold(ctx: NodeContext) -> None:
     """Compute small integer/bool results when every input is known (no rule needed)."""
     op = ctx.node.op_type

@@ -128,12 +128,21 @@ def rule(*ops: str, domain: str = ""):
 #: Functions computing a node's small integer results from known inputs (data propagation),
 #: run after its rule: registered with :func:`data_fold` (elementwise.py's shape arithmetic).
 DATA_FOLDS: list[Callable] = []
+#: fold -> the op types it acts on (None: any), so that a node of another op (a Constant, a
+#: Conv: most nodes) calls none of them.
+FOLD_OPS: dict[Callable, frozenset | None] = {}
 
 
-def data_fold(fn: Callable) -> Callable:
-    """Register ``fn(ctx)`` to run after every node's rule when data is propagated."""
-    DATA_FOLDS.append(fn)
-    return fn
+def data_fold(fn: Callable | None = None, *, ops=None):
+    """Register ``fn(ctx)`` to run after the rule of every node (of an op type in ``ops``,
+    when given: the fold does nothing for any other) when data is propagated."""
+
+    def register(fn: Callable) -> Callable:
+        DATA_FOLDS.append(fn)
+        FOLD_OPS[fn] = None if ops is None else frozenset(ops)
+        return fn
+
+    return register if fn is None else register(fn)
 
 
 #: Rules cheaper than their memo key (memo.py): an elementwise op whose output is its input's
@@ -490,8 +499,11 @@ class Engine:
                 if not ctx.outputs:
                     generic(ctx)
             if self.data_prop:
+                op = node.op_type
                 for fold in DATA_FOLDS:
-                    fold(ctx)
+                    ops = FOLD_OPS.get(fold)
+                    if ops is None or op in ops:
+                        fold(ctx)
             if known is not None and not ctx.minted:
                 memo.remember(known, ctx.outputs, ctx.out_data, schema, ctx.read_data)
         except InferenceError as e:
@@ -619,14 +631,14 @@ def _in_order(g: Graph) -> list[Node]:
     """The graph's nodes, producers first. Tools that append nodes (onnxconverter-common's
     input casts) leave graphs unsorted, which onnxruntime runs; the model is not reordered."""
     nodes = list(g)
-    mine = {id(n) for n in nodes}
     seen: set[int] = set()
     for n in nodes:
         # (a node without a subgraph reads its inputs alone: its list, read only)
         for v in inputs_with_captures(n) if n.attributes and n.has_subgraphs() else n._inputs:  # noqa: SLF001
             p = None if v is None else v.producer
-            if p is not None and id(p) in mine and id(p) not in seen and p is not n:
-                return _sorted(nodes, mine)
+            # (a producer of this graph is a node whose graph is g: no set of them made first)
+            if p is not None and id(p) not in seen and p is not n and p.graph is g:
+                return _sorted(nodes, {id(n) for n in nodes})
         seen.add(id(n))
     return nodes
 

@@ -491,7 +491,7 @@ _FOLDS = {
 }
 
 
-@data_fold
+@data_fold(ops=_FOLDS)
 def fold_shape_ops(ctx: NodeContext) -> None:
     """Compute a shape op on small known integer tensors (any rank; rules cover 1-D data)."""
     op = ctx.node.op_type
