@@ -214,6 +214,8 @@ class _Checker:
     def check_recursion(self) -> None:
         """Model-local functions must not call themselves, directly or through others: a call
         would expand forever."""
+        if not self.functions:
+            return  # (no local function: nothing can call itself)
         calls = {
             (f.domain, f.name): {
                 key
@@ -228,13 +230,16 @@ class _Checker:
     def check_opsets(self, opsets: dict[str, int], where: str) -> None:
         if self.ir_version >= 3 and not opsets:
             self.report("opset-import", f"{where} imports no opset (required from IR version 3)")
+        known = None  # defs.domains(), made once (it is a new dict at every call)
         for domain, version in opsets.items():
             if not isinstance(version, int) or version < 1:
                 self.report("opset-import", f"{where}: opset {domain!r} version {version} invalid")
                 continue
             if not defs.is_known_domain(domain):
                 continue  # custom domains are the producer's business
-            lo, hi = defs.domains()[domain if domain != "ai.onnx" else ""]
+            if known is None:
+                known = defs.domains()
+            lo, hi = known[domain if domain != "ai.onnx" else ""]
             if version > hi:
                 self.report(
                     "opset-import",

@@ -205,15 +205,34 @@ def _past_unknowns(g: Graph) -> int:
     """One past the largest N of the 'unk__N' dims of ``g``'s values (0 if none)."""
     top = -1
     seen: set[int] = set()  # (values share their type objects)
+    tops = _UNKNOWN_TOPS
     for v in itertools.chain(g.values(), g.value_info, g.outputs):
         t = v.type
         if t is None or id(t) in seen:
             continue
         seen.add(id(t))
-        for d in getattr(getattr(t, "shape", None), "dims", ()) or ():
-            if isinstance(d, str) and d.startswith("unk__") and d[5:].isdigit():
-                top = max(top, int(d[5:]))
+        hit = tops.get(id(t))
+        if hit is None or hit[0] is not t:
+            hit = _unknown_top(t)
+        if hit[1] > top:
+            top = hit[1]
     return top + 1
+
+
+#: id(type) -> (the type, the largest N of its 'unk__N' dims, -1 if none): types are immutable
+#: and shared (a model read again reuses its reader's), so each is read once.
+_UNKNOWN_TOPS: dict[int, tuple] = {}
+
+
+def _unknown_top(t) -> tuple:
+    top = -1
+    for d in getattr(getattr(t, "shape", None), "dims", ()) or ():
+        if isinstance(d, str) and d.startswith("unk__") and d[5:].isdigit():
+            top = max(top, int(d[5:]))
+    if len(_UNKNOWN_TOPS) >= 16_384:
+        _UNKNOWN_TOPS.clear()
+    hit = _UNKNOWN_TOPS[id(t)] = (t, top)  # (the entry holds the type: its id stays its)
+    return hit
 
 
 #: infer_node's ``declared`` where a node output's declared type is the one its Value holds.
@@ -478,7 +497,7 @@ class Engine:
             found = _resolve(node.domain, node.op_type, opsets)
             if resolved is not None:
                 resolved[key] = found
-        domain, opset, schema, fn = found
+        domain, opset, schema, fn, _ = found
         known = None
         if fn is not None and self.memo and fn not in CHEAP_RULES:
             known, hit = memo.find(self, node, env, found)
@@ -609,12 +628,15 @@ def _tensor_type(dtype, shape: tuple) -> TensorType:
 
 
 def _resolve(node_domain: str, op_type: str, opsets) -> tuple:
-    """(canonical domain, imported opset, schema, shape rule) of an op under ``opsets``."""
+    """(canonical domain, imported opset, schema, shape rule, the op's part of a memo key) of
+    an op under ``opsets`` (the key's part made once per op type, not per node)."""
     domain = canonical_domain(node_domain)
     opset = opset_for(opsets, domain)
     schema = defs.get_schema(op_type, opset, domain) if opset else None
     key = (domain, op_type)
-    return domain, opset, schema, _RULE_OF(RULES, key) or RULES.get(key)
+    fn = _RULE_OF(RULES, key) or RULES.get(key)
+    # (the schema by identity: a memo entry holds it, so its id is not reused while it lives)
+    return domain, opset, schema, fn, (node_domain, op_type, domain, opset, id(schema), fn)
 
 
 def _overridable_inputs(g: Graph, ir_version: int) -> set[int]:

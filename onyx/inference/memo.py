@@ -125,9 +125,7 @@ def _key(engine, node, env: dict, found: tuple) -> tuple | None:
         inputs.append(t)
     outputs = tuple([v.name != "" for v in node._outputs])  # noqa: SLF001
     flags = (engine.strict, engine.data_prop)
-    domain, opset, schema, rule = found
-    # (the schema by identity: an entry holds it, so its id is not reused while it lives)
-    op = (node.domain, node.op_type, domain, opset, id(schema), rule)
+    op = found[4]  # (node domain, op type, domain, opset, id(schema), rule: engine._resolve)
     attrs = tuple(attrs)
     blind = (WITHOUT_DATA, op, attrs, tuple(inputs), outputs, flags)
     return blind, _Unmade((op, attrs, inputs, held or (), outputs, flags))
