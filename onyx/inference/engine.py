@@ -342,8 +342,8 @@ class NodeContext:
             if shape is None:
                 return
             elem_type = DataType.UNDEFINED
-        if shape is not None:
-            shape = tuple([_dim(d) for d in shape])
+        if shape is not None:  # (a known dim, most, taken as it is: what _dim gives it)
+            shape = tuple([d if d.__class__ is int and d >= 0 else _dim(d) for d in shape])
         # (one object per type: a later node's memo key reads a type's key once, memo.py)
         self.outputs[i] = _tensor_type(elem_type, shape)
 

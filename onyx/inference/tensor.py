@@ -33,7 +33,7 @@ def constant(ctx: NodeContext) -> None:
         "sparse_value",
     ):
         a = ctx.node.attributes.get(name)
-        if a is None or a.is_ref:
+        if a is None or a.ref_attr_name:  # (is_ref, without a property call)
             continue
         v = a.value
         if name == "value":
