@@ -865,12 +865,19 @@ def _write_back(g: Graph, env: dict, writer: _DimWriter) -> None:
     outputs = {id(v) for v in g.outputs}
     types = env["types"]
     listed = g.value_info
+    as_is = writer.keep is None  # (a known tensor type is then written as it is)
     for node in g:
         for v in node._outputs:  # noqa: SLF001 (read only: no tuple made)
             t = types.get(id(v))
-            if t is None or not v.name or not _is_complete(t):
+            if t is None or not v.name:
+                continue
+            shape = t.shape if t.__class__ is TensorType else None
+            if as_is and shape is not None and t.elem_type != _UNDEFINED and None not in shape.dims:
+                v.type = t  # (what _is_complete passes and writer.type gives back: most values)
+            elif not _is_complete(t):
                 continue  # a type with no element type (an op we have no rule for) says nothing
-            v.type = writer.type(t)
+            else:
+                v.type = writer.type(t)
             if id(v) not in known and id(v) not in outputs:
                 listed.append(v)
                 known.add(id(v))
