@@ -944,13 +944,24 @@ _PLAIN_ITEM_BYTES = {
 
 def _plainly_valid(t: Tensor) -> bool:
     """Whether ``check_tensor`` would find nothing to report, decided cheaply for the common
-    case (wire bytes of the right size); False means "look closer", not "invalid"."""
+    case (wire bytes of the right size, or values already read into an array of the right
+    size); False means "look closer", not "invalid"."""
     size = _PLAIN_ITEM_BYTES.get(t.dtype)
-    if size is None or t.external is not None or not t.has_raw_bytes():
+    raw = t._raw  # noqa: SLF001 (has_raw_bytes and raw_bytes read it: two calls per tensor)
+    if t.external is not None:
         return False
-    raw, shape = t.raw_bytes(), t.shape
+    shape = t.shape
+    if raw is None:  # (values read into an array: a converter's typed fields, a string tensor)
+        arr = t.loaded_array()
+        return (
+            arr is not None
+            and (size is not None or t.dtype == _STRING)
+            and arr.size == math.prod(shape)
+            and not (shape and min(shape) < 0)
+        )
     return (
-        type(raw) is bytes
+        size is not None
+        and type(raw) is bytes
         and len(raw) == math.prod(shape) * size
         and not (shape and min(shape) < 0)
     )

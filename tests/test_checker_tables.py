@@ -86,3 +86,25 @@ def test_a_declared_type_that_passed_is_checked_again_under_another_ir_version(m
     assert len(ran) == first
     old = _conv(elem=e4m3, ir_version=8)
     assert "ir-version-feature" in {p.rule for p in problems(old)}
+
+
+def test_an_initializer_of_values_read_into_an_array_is_held_to_its_dims(monkeypatch):
+    """An initializer whose values a converter wrote in the typed fields (read into an array,
+    not wire bytes) passes without check_tensor when the array has its dims' size, and is
+    reported when it has not."""
+    import numpy as np
+
+    w = helper.make_tensor("w", F, [2, 3], [1.0] * 6)
+    out = helper.make_tensor_value_info("y", F, None)
+    g = helper.make_graph([helper.make_node("Relu", ["w"], ["y"])], "g", [], [out], [w])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    model = onyx.load(m.SerializeToString())
+    looked = []
+    rule = _CHECKER.check_tensor
+    monkeypatch.setattr(
+        _CHECKER, "check_tensor", lambda self, *a: looked.append(a) or rule(self, *a)
+    )
+    assert problems(model) == [] and looked == []
+    t = model.graph.initializers["w"].const_value
+    t._array = np.zeros(5, np.float32)  # noqa: SLF001 (a short array, as a broken model's)
+    assert [p.rule for p in problems(model)] == ["tensor-data-size"]
