@@ -477,8 +477,9 @@ class Engine:
         # entries that name it are that Value, and nothing writes a type before the end)
         declared = ON_VALUES if self.trust_declared else {}
         resolved: dict = {}  # (the graph's nodes share a few op types)
+        gname = label or g.name
         for node in _in_order(g):
-            self.infer_node(node, env, opsets, declared, label or g.name, resolved)
+            self.infer_node(node, env, opsets, declared, gname, resolved)
 
     def infer_node(
         self,

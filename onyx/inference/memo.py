@@ -135,6 +135,8 @@ class _Unmade(tuple):
     """What the key with the inputs' data is made of (_with_data's arguments), where find did
     not make it."""
 
+    __slots__ = ()  # (no instance dict: one is made per node)
+
 
 #: The first item of a key without the inputs' data (a key with them has none such).
 WITHOUT_DATA = "without data"
