@@ -493,8 +493,26 @@ class _Checker:
             name, kind, ref = a.name, a.type, a.ref_attr_name
             signature.append((n, kind, ref))
             if name in _RULED_ATTRS or kind not in _PLAIN_ATTR_TYPES or ref or not name:
-                if name in _TABLED_ATTRS and kind in _TABLED_KINDS and not ref:
-                    self.check_tabled(a, op, node, gname)
+                if ref or not name:
+                    self.check_attribute(a, node, gname, visible, opsets, function)
+                elif name in _TABLED_ATTRS and kind in _TABLED_KINDS:
+                    # (inlined check_tabled: a conv has four such attributes)
+                    value = a.value
+                    if kind in _LIST_KINDS:
+                        if a.array is not None:
+                            self.check_attribute(a, node, gname, visible, opsets, function)
+                            continue
+                        value = tuple(value)
+                    if (op, name, kind, value) not in _ATTRS_PASSED:
+                        self.check_tabled(a, op, node, gname)
+                elif name == "group" and kind == _ATTR_INT:
+                    self.check_group(a.value, node, gname)
+                elif kind == _ATTR_TENSOR and name not in _RULED_ATTRS:
+                    # (a Constant's value: check_attribute's one rule for it, check_tensor,
+                    # whose common case _plainly_valid decides)
+                    t = a.value
+                    if t.__class__ is not Tensor or not _plainly_valid(t):
+                        self.check_attribute(a, node, gname, visible, opsets, function)
                 else:
                     self.check_attribute(a, node, gname, visible, opsets, function)
         domain, version, known = resolved
@@ -555,6 +573,17 @@ class _Checker:
             if len(_ATTRS_PASSED) >= _MEMO_LIMIT:
                 _ATTRS_PASSED.clear()
             _ATTRS_PASSED.add(key)
+
+    def check_group(self, group: int, node: Node, gname: str) -> None:
+        """check_attribute's rules for an INT attribute named group (its bound, and whether it
+        splits a convolution's channels), without the rules that cannot apply to it."""
+        lo, hi, what = _ATTR_BOUNDS["group"]
+        if not lo <= group <= hi:
+            self.report("attribute-value", f"attribute 'group' = {group}: {what}", gname, node)
+        if 1 <= group < 2**31:
+            wrong = _group_problem(node, group)
+            if wrong:
+                self.report("attribute-value", wrong, gname, node)
 
     def values_key(self, values, outputs=()) -> tuple:
         """What the schema rules read of a node's inputs (``values``) and outputs: which are

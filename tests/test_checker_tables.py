@@ -31,7 +31,8 @@ def _conv(kernel=(3, 3), group=1, channels=4, ir_version=10, elem=F) -> onyx.ir.
 
 @pytest.fixture
 def calls(monkeypatch):
-    """The attribute names check_attribute is called for, from fresh tables."""
+    """The attribute names whose rules are run (check_attribute, check_group), from fresh
+    tables."""
     monkeypatch.setattr(checker, "_ATTRS_PASSED", set(), raising=False)
     monkeypatch.setattr(checker, "_TYPES_PASSED", {}, raising=False)
     seen = []
@@ -42,6 +43,11 @@ def calls(monkeypatch):
         return rule(self, a, *rest)
 
     monkeypatch.setattr(_CHECKER, "check_attribute", counted)
+    group = getattr(_CHECKER, "check_group", None)  # (a conv's group: its rules alone)
+    if group is not None:
+        monkeypatch.setattr(
+            _CHECKER, "check_group", lambda self, *a: seen.append("group") or group(self, *a)
+        )
     return seen
 
 
@@ -108,3 +114,22 @@ def test_an_initializer_of_values_read_into_an_array_is_held_to_its_dims(monkeyp
     t = model.graph.initializers["w"].const_value
     t._array = np.zeros(5, np.float32)  # noqa: SLF001 (a short array, as a broken model's)
     assert [p.rule for p in problems(model)] == ["tensor-data-size"]
+
+
+def test_a_constants_value_of_the_wrong_size_is_reported():
+    """A Constant's tensor passes by its plain case (wire bytes of its dims' size) without
+    check_tensor; bytes of another size are still reported."""
+    value = helper.make_tensor("v", F, [2, 3], b"\0" * 24, raw=True)
+    out = helper.make_tensor_value_info("y", F, None)
+    node = helper.make_node("Constant", [], ["y"], value=value)
+    m = helper.make_model(
+        helper.make_graph([node], "g", [], [out]), opset_imports=[helper.make_opsetid("", 18)]
+    )
+    model = onyx.load(m.SerializeToString())
+    assert problems(model) == []
+    attr = model.graph.nodes[0].attributes["value"]
+    attr.value = onyx.ir.Tensor.from_raw(b"\0" * 20, F, (2, 3))  # (as a model built in memory)
+    found = problems(model)
+    assert [p.rule for p in found] == ["tensor-data-size"] and "attribute 'value'" in found[
+        0
+    ].message
