@@ -867,14 +867,23 @@ def _write_back(g: Graph, env: dict, writer: _DimWriter) -> None:
     types = env["types"]
     listed = g.value_info
     as_is = writer.keep is None  # (a known tensor type is then written as it is)
+    # (and an unknown dim named: writer.type's way, without its call and _is_complete's)
+    fresh = writer.symbols.fresh if as_is and writer.symbols is not None else None
     for node in g:
         for v in node._outputs:  # noqa: SLF001 (read only: no tuple made)
             t = types.get(id(v))
             if t is None or not v.name:
                 continue
             shape = t.shape if t.__class__ is TensorType else None
-            if as_is and shape is not None and t.elem_type != _UNDEFINED and None not in shape.dims:
-                v.type = t  # (what _is_complete passes and writer.type gives back: most values)
+            if as_is and shape is not None and t.elem_type != _UNDEFINED:
+                dims = shape.dims
+                if None not in dims:
+                    v.type = t  # (what _is_complete passes and writer.type gives back: most)
+                elif fresh is None:
+                    v.type = t  # (no names for unknown dims: writer.type gives it back)
+                else:
+                    dims = tuple([fresh() if d is None else d for d in dims])
+                    v.type = TensorType(t.elem_type, Shape(dims, shape.denotations), t.denotation)
             elif not _is_complete(t):
                 continue  # a type with no element type (an op we have no rule for) says nothing
             else:
