@@ -128,8 +128,13 @@ _CLEAN: set[tuple] = set()
 _ALLOWED: dict[tuple, frozenset | None] = {}
 _TYPE_STRINGS: dict[int, tuple] = {}
 _TYPE_STRINGS_LIMIT = 16_384
+#: id(type) -> (the type, the IR version) of the declared types that passed the type rules
+#: under that IR version (check_type_features; the entry holds the type: its id stays its).
+_TYPES_PASSED: dict[int, tuple] = {}
 _MEMO_LIMIT = 100_000
 _MISSING = object()
+#: In a node's key, between its inputs' part and its outputs' (values_key).
+_OUTPUTS_FOLLOW = "outputs"
 
 
 def _type_string_entry(t) -> tuple:
@@ -209,6 +214,8 @@ class _Checker:
     def check_recursion(self) -> None:
         """Model-local functions must not call themselves, directly or through others: a call
         would expand forever."""
+        if not self.functions:
+            return  # (no local function: nothing can call itself)
         calls = {
             (f.domain, f.name): {
                 key
@@ -223,13 +230,16 @@ class _Checker:
     def check_opsets(self, opsets: dict[str, int], where: str) -> None:
         if self.ir_version >= 3 and not opsets:
             self.report("opset-import", f"{where} imports no opset (required from IR version 3)")
+        known = None  # defs.domains(), made once (it is a new dict at every call)
         for domain, version in opsets.items():
             if not isinstance(version, int) or version < 1:
                 self.report("opset-import", f"{where}: opset {domain!r} version {version} invalid")
                 continue
             if not defs.is_known_domain(domain):
                 continue  # custom domains are the producer's business
-            lo, hi = defs.domains()[domain if domain != "ai.onnx" else ""]
+            if known is None:
+                known = defs.domains()
+            lo, hi = known[domain if domain != "ai.onnx" else ""]
             if version > hi:
                 self.report(
                     "opset-import",
@@ -309,8 +319,8 @@ class _Checker:
         out_of_order = False
         domains: dict[str, tuple] = {}  # a node's domain -> (canonical, version, known?)
         for node in nodes:
-            inputs = node.inputs
-            outputs = node.outputs
+            inputs = node._inputs  # noqa: SLF001 (read only: Node.inputs makes a tuple)
+            outputs = node._outputs  # noqa: SLF001
             for v in inputs:
                 if v is None or v.name in visible:
                     continue
@@ -376,6 +386,20 @@ class _Checker:
         self.check_type_features(v.type, gname, f"{what} {v.name!r}")
 
     def check_type_features(self, t, gname: str, what: str) -> None:
+        """The type rules for a declared type: the verdict is a function of the type and the
+        IR version alone, and the types that passed are kept (types are immutable and shared:
+        a model read again reuses its reader's, serde/reader.py)."""
+        hit = _TYPES_PASSED.get(id(t))
+        if hit is not None and hit[0] is t and hit[1] == self.ir_version:
+            return
+        found = len(self.problems)
+        self.type_rules(t, gname, what)
+        if len(self.problems) == found:
+            if len(_TYPES_PASSED) >= _TYPE_STRINGS_LIMIT:
+                _TYPES_PASSED.clear()
+            _TYPES_PASSED[id(t)] = (t, self.ir_version)
+
+    def type_rules(self, t, gname: str, what: str) -> None:
         if isinstance(t, TensorType | SparseTensorType):
             if t.shape is not None and any(isinstance(d, int) and d < 0 for d in t.shape.dims):
                 # onnxruntime (and onyx's session) run it as a dynamic dim: PaddlePaddle's -1
@@ -462,16 +486,35 @@ class _Checker:
         if not inputs and not outputs:
             self.report("node", "a node has neither inputs nor outputs", gname, node)
         attributes = node.attributes
-        for a in attributes.values():
+        op = node.op_type
+        signature = []  # what the schema rules read of the attributes (the key below)
+        for n, a in attributes.items():
             # (most attributes meet no rule: a plain value under a name no rule reads)
-            name = a.name
-            if (
-                name in _RULED_ATTRS
-                or a.type not in _PLAIN_ATTR_TYPES
-                or a.ref_attr_name
-                or not name
-            ):
-                self.check_attribute(a, node, gname, visible, opsets, function)
+            name, kind, ref = a.name, a.type, a.ref_attr_name
+            signature.append((n, kind, ref))
+            if name in _RULED_ATTRS or kind not in _PLAIN_ATTR_TYPES or ref or not name:
+                if ref or not name:
+                    self.check_attribute(a, node, gname, visible, opsets, function)
+                elif name in _TABLED_ATTRS and kind in _TABLED_KINDS:
+                    # (inlined check_tabled: a conv has four such attributes)
+                    value = a.value
+                    if kind in _LIST_KINDS:
+                        if a.array is not None:
+                            self.check_attribute(a, node, gname, visible, opsets, function)
+                            continue
+                        value = tuple(value)
+                    if (op, name, kind, value) not in _ATTRS_PASSED:
+                        self.check_tabled(a, op, node, gname)
+                elif name == "group" and kind == _ATTR_INT:
+                    self.check_group(a.value, node, gname)
+                elif kind == _ATTR_TENSOR and name not in _RULED_ATTRS:
+                    # (a Constant's value: check_attribute's one rule for it, check_tensor,
+                    # whose common case _plainly_valid decides)
+                    t = a.value
+                    if t.__class__ is not Tensor or not _plainly_valid(t):
+                        self.check_attribute(a, node, gname, visible, opsets, function)
+                else:
+                    self.check_attribute(a, node, gname, visible, opsets, function)
         domain, version, known = resolved
         if version is None:
             self.report(
@@ -492,9 +535,8 @@ class _Checker:
             domain,
             node.op_type,
             version,
-            self.values_key(inputs),
-            self.values_key(outputs),
-            tuple([(n, a.type, a.is_ref) for n, a in attributes.items()]) if attributes else (),
+            self.values_key(inputs, outputs),
+            tuple(signature),
         )
         if key not in self.clean:
             found = len(self.problems)
@@ -502,7 +544,7 @@ class _Checker:
             if len(self.problems) == found:
                 self.clean.add(key)
         # (an attribute value, which the key leaves out)
-        removed = _REMOVED_ATTR_VALUES.get((domain, node.op_type))
+        removed = _REMOVED_ATTR_VALUES.get((domain, op)) if op in _REMOVED_OPS else None
         if removed and version >= removed[0] and node.attr(removed[1]) == removed[2]:
             self.report(
                 "removed-attribute-value",
@@ -512,9 +554,40 @@ class _Checker:
                 node,
             )
 
-    def values_key(self, values: tuple) -> tuple:
-        """What the schema rules read of a node's inputs or outputs: which are present (named)
-        and their type strings."""
+    def check_tabled(self, a, op: str, node: Node, gname: str) -> None:
+        """check_attribute of an attribute whose verdict follows from its op type, name, type
+        and value alone (_TABLED_ATTRS): each value that passed is kept in a table, and a
+        model's (or a model created again) kernel_shape, strides, pads... are checked once."""
+        value = a.value
+        if a.type in _LIST_KINDS:
+            if a.array is not None:  # (a long list kept as an array: checked, not keyed)
+                self.check_attribute(a, node, gname, {}, {}, None)
+                return
+            value = tuple(value)
+        key = (op, a.name, a.type, value)
+        if key in _ATTRS_PASSED:
+            return
+        found = len(self.problems)
+        self.check_attribute(a, node, gname, {}, {}, None)
+        if len(self.problems) == found:
+            if len(_ATTRS_PASSED) >= _MEMO_LIMIT:
+                _ATTRS_PASSED.clear()
+            _ATTRS_PASSED.add(key)
+
+    def check_group(self, group: int, node: Node, gname: str) -> None:
+        """check_attribute's rules for an INT attribute named group (its bound, and whether it
+        splits a convolution's channels), without the rules that cannot apply to it."""
+        lo, hi, what = _ATTR_BOUNDS["group"]
+        if not lo <= group <= hi:
+            self.report("attribute-value", f"attribute 'group' = {group}: {what}", gname, node)
+        if 1 <= group < 2**31:
+            wrong = _group_problem(node, group)
+            if wrong:
+                self.report("attribute-value", wrong, gname, node)
+
+    def values_key(self, values, outputs=()) -> tuple:
+        """What the schema rules read of a node's inputs (``values``) and outputs: which are
+        present (named) and their type strings (one call for both: a node's key makes it)."""
         strings = self.type_strings
         key = []
         for v in values:
@@ -529,6 +602,17 @@ class _Checker:
             if hit is None or hit[0] is not t:
                 hit = _type_string_entry(t)
             key.append((v.name != "", hit[1]))
+        if outputs:
+            key.append(_OUTPUTS_FOLLOW)
+            for v in outputs:
+                t = v.type
+                if t is None:
+                    key.append((v.name != "", None))
+                    continue
+                hit = strings.get(id(t))
+                if hit is None or hit[0] is not t:
+                    hit = _type_string_entry(t)
+                key.append((v.name != "", hit[1]))
         return tuple(key)
 
     def type_str(self, t) -> str | None:
@@ -765,6 +849,7 @@ _ATTR_GRAPHS = (AttrType.GRAPH, AttrType.GRAPHS)
 _REMOVED_ATTR_VALUES = {
     ("", "Resize"): (13, "coordinate_transformation_mode", "tf_half_pixel_for_nn"),
 }
+_REMOVED_OPS = frozenset(op for _, op in _REMOVED_ATTR_VALUES)
 #: Attributes that count or index elements, with the values that can make sense: a kernel
 #: would allocate or loop by them (a dilation near 2**32 overflows a padded plane's size).
 _ATTR_BOUNDS = {
@@ -854,6 +939,14 @@ _DTYPE_ATTRS = frozenset({"to", "dtype", "output_dtype"})
 _RULED_ATTRS = frozenset(
     {*_ATTR_BOUNDS, *(name for _, name in _ENUMS), *_DTYPE_ATTRS, "num_scan_inputs", "num_outputs"}
 )
+#: The ruled attributes whose verdict is a function of the node's op type and the attribute's
+#: name, type and value (not of the node's inputs or outputs, as a conv's group, Scan's
+#: num_scan_inputs and Split's num_outputs are), for the types whose values key a table.
+_TABLED_ATTRS = _RULED_ATTRS - {"group", "num_scan_inputs", "num_outputs"}
+_LIST_KINDS = frozenset({AttrType.INTS, AttrType.FLOATS, AttrType.STRINGS})
+_TABLED_KINDS = frozenset({AttrType.INT, AttrType.FLOAT, AttrType.STRING, *_LIST_KINDS})
+#: (op type, name, type, value) of the tabled attributes that passed check_attribute.
+_ATTRS_PASSED: set[tuple] = set()
 _PLAIN_ATTR_TYPES = frozenset(
     {
         AttrType.FLOAT,
@@ -880,13 +973,24 @@ _PLAIN_ITEM_BYTES = {
 
 def _plainly_valid(t: Tensor) -> bool:
     """Whether ``check_tensor`` would find nothing to report, decided cheaply for the common
-    case (wire bytes of the right size); False means "look closer", not "invalid"."""
+    case (wire bytes of the right size, or values already read into an array of the right
+    size); False means "look closer", not "invalid"."""
     size = _PLAIN_ITEM_BYTES.get(t.dtype)
-    if size is None or t.external is not None or not t.has_raw_bytes():
+    raw = t._raw  # noqa: SLF001 (has_raw_bytes and raw_bytes read it: two calls per tensor)
+    if t.external is not None:
         return False
-    raw, shape = t.raw_bytes(), t.shape
+    shape = t.shape
+    if raw is None:  # (values read into an array: a converter's typed fields, a string tensor)
+        arr = t.loaded_array()
+        return (
+            arr is not None
+            and (size is not None or t.dtype == _STRING)
+            and arr.size == math.prod(shape)
+            and not (shape and min(shape) < 0)
+        )
     return (
-        type(raw) is bytes
+        size is not None
+        and type(raw) is bytes
         and len(raw) == math.prod(shape) * size
         and not (shape and min(shape) < 0)
     )

@@ -305,3 +305,29 @@ def test_dequantize_of_a_float8e8m0_scale_is_float32_without_output_dtype():
         None, {"x": np.array([1, -2, 3], np.int8)}
     )
     assert y[0].dtype == np.float32 and y[0].tolist() == [2.0, -4.0, 6.0]
+
+
+def test_a_data_fold_runs_after_the_nodes_of_its_ops_only(monkeypatch):
+    """A fold names the op types it acts on (elementwise arithmetic, the shape ops): a node of
+    another op (a Constant, a Conv: most) calls none; the shape chain still folds."""
+    from onyx.inference import engine
+
+    seen = []
+    monkeypatch.setattr(engine, "DATA_FOLDS", list(engine.DATA_FOLDS))
+    monkeypatch.setattr(engine, "FOLD_OPS", dict(engine.FOLD_OPS))
+    engine.data_fold(lambda ctx: seen.append(ctx.node.op_type), ops=("Add",))
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Add", ["s", "s"], ["twice"]),
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("Reshape", ["r", "twice"], ["y"]),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    g = helper.make_graph(nodes, "g", [x], [y])
+    m = onyx.load(
+        helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]).SerializeToString()
+    )
+    onyx.infer_shapes(m)
+    assert seen == ["Add"]
+    assert m.graph.outputs[0].type.shape.dims == (2, 2)  # (Add's fold of the Shape's data)

@@ -112,7 +112,9 @@ def test_a_rule_that_names_a_fresh_dim_is_not_remembered(empty_memo, monkeypatch
     assert not empty_memo
 
 
-def test_constants_are_told_apart_by_their_values(empty_memo):
+def test_constants_are_told_apart_by_their_values(empty_memo, monkeypatch):
+    monkeypatch.setattr(engine, "CHEAP_RULES", set())  # (a Constant through the memo, keyed)
+
     def reshaped(*targets):
         nodes = []
         for i, t in enumerate(targets):
@@ -137,9 +139,10 @@ def _propagated(model) -> dict[str, object]:
 
 
 @pytest.mark.parametrize("attr", ["value_float", "value_floats"])
-def test_float_attributes_are_told_apart_by_the_sign_of_zero(empty_memo, attr):
+def test_float_attributes_are_told_apart_by_the_sign_of_zero(empty_memo, attr, monkeypatch):
     """0.0 == -0.0 in Python: a key holding the floats themselves took one Constant for the
     other, and the second got the first's data."""
+    monkeypatch.setattr(engine, "CHEAP_RULES", set())  # (a Constant through the memo, keyed)
 
     def constants(*zeros):
         nodes = [
@@ -219,10 +222,11 @@ def _held_bytes(entries) -> int:
     return sum(size(k) + size(v[:2]) for k, v in entries.items())
 
 
-def test_the_memo_is_bounded_by_bytes_not_only_entries(empty_memo):
+def test_the_memo_is_bounded_by_bytes_not_only_entries(empty_memo, monkeypatch):
     """A count of entries let one entry hold a megabyte string attribute (or a large
     propagated constant) and the memo gigabytes: entries past MAX_ENTRY_BYTES are not kept
     and the entries together stay within MAX_BYTES."""
+    monkeypatch.setattr(engine, "CHEAP_RULES", set())  # (Relu through the memo)
     big = 1 << 20
     nodes = [
         helper.make_node("Relu", ["x"], [f"r{i}"], note=f"{i:08d}" + "x" * big) for i in range(40)
@@ -300,3 +304,57 @@ def test_no_key_with_data_is_made_for_an_op_never_kept_with_data(empty_memo, mon
     rng = np.random.default_rng(1)
     _types(_convs([rng.standard_normal((4, 3, 3, 3)).astype(np.float32) for _ in range(2)]))
     assert made == [] and len(empty_memo) == 1
+
+
+def _op_of(key: tuple) -> str:
+    """The op type of a memo key (without the inputs' data, or with them)."""
+    return (key[1] if key[0] == memo.WITHOUT_DATA else key[0])[1]
+
+
+def _cheap_chain() -> onyx.ir.Model:
+    """Constant -> Reshape target, x -> Relu -> Sqrt -> Reshape: rules cheaper than a key."""
+    value = helper.make_tensor("v", TensorProto.INT64, [2], np.array([6, -1]))
+    nodes = [
+        helper.make_node("Constant", [], ["t"], value=value),
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("Sqrt", ["r"], ["s"]),
+        helper.make_node("Reshape", ["s", "t"], ["y"]),
+    ]
+    outs = [helper.make_tensor_value_info("t", TensorProto.INT64, None)]
+    outs += [helper.make_tensor_value_info(n, F, None) for n in ("r", "s", "y")]
+    return _model(nodes, [helper.make_tensor_value_info("x", F, ["N", 4, 3])], outs)
+
+
+def test_rules_cheaper_than_their_key_skip_the_memo_and_give_the_same_types(
+    empty_memo, monkeypatch
+):
+    """A Constant's key held its value's bytes, a Relu's cost more than its rule: their nodes
+    are inferred by their rule (no entry), and every type is what the memo gave them."""
+    types = _types(_cheap_chain())
+    assert types == {"t": (2,), "r": ("N", 4, 3), "s": ("N", 4, 3), "y": (6, "2*N")}
+    assert {_op_of(k) for k in empty_memo} == {"Reshape"}  # (one entry: the Reshape's)
+    assert _types(_cheap_chain()) == types  # (the Reshape a hit)
+    memo.clear()
+    monkeypatch.setattr(engine, "CHEAP_RULES", set())  # every node through the memo
+    assert _types(_cheap_chain()) == types and _types(_cheap_chain()) == types
+    assert {_op_of(k) for k in empty_memo} == {"Constant", "Relu", "Sqrt", "Reshape"}
+
+
+def test_a_hit_makes_no_context_and_hands_out_copies_of_its_data(empty_memo, monkeypatch):
+    """A hit records the entry's types and data without a NodeContext (a rule's view, made
+    for nothing) nor copies of its dicts; the data it records are copies: a later change to
+    them leaves the entry as it was."""
+
+    def build():
+        nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Relu", ["x"], ["r"])]
+        outs = [helper.make_tensor_value_info(n, F, None) for n in ("s", "r")]
+        return _model(nodes, [helper.make_tensor_value_info("x", F, ["N", 4])], outs)
+
+    assert _propagated(build())["s"].dims == ["N", 4]  # (the Shape's entry made)
+    made = []
+    context = engine.NodeContext
+    monkeypatch.setattr(engine, "NodeContext", lambda *a: made.append(a[1].op_type) or context(*a))
+    data = _propagated(build())
+    assert made == ["Relu"]  # (the Shape a hit: no context)
+    data["s"].dims.append("changed")
+    assert _propagated(build())["s"].dims == ["N", 4]

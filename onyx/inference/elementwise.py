@@ -6,7 +6,7 @@ import numpy as np
 
 from ..ir import DataType
 from . import symbolic as sym
-from .engine import Data, InferenceError, NodeContext, data_fold, rule
+from .engine import Data, InferenceError, NodeContext, cheap, data_fold, rule
 
 # Output 0 has the type and shape of input 0.
 SAME_AS_INPUT = """
@@ -63,6 +63,7 @@ def _larger(dims: list):
 
 
 @rule(*SAME_AS_INPUT)
+@cheap  # (its output type is its input's: a memo key costs more)
 def same_as_input(ctx: NodeContext) -> None:
     ctx.same(0, 0)
     op = ctx.node.op_type
@@ -173,7 +174,7 @@ FOLD = {
 }
 
 
-@data_fold
+@data_fold(ops=(*FOLD, "Div", "Mod"))
 def fold(ctx: NodeContext) -> None:
     """Compute small integer/bool results when every input is known (no rule needed)."""
     op = ctx.node.op_type

@@ -128,11 +128,32 @@ def rule(*ops: str, domain: str = ""):
 #: Functions computing a node's small integer results from known inputs (data propagation),
 #: run after its rule: registered with :func:`data_fold` (elementwise.py's shape arithmetic).
 DATA_FOLDS: list[Callable] = []
+#: fold -> the op types it acts on (None: any), so that a node of another op (a Constant, a
+#: Conv: most nodes) calls none of them.
+FOLD_OPS: dict[Callable, frozenset | None] = {}
 
 
-def data_fold(fn: Callable) -> Callable:
-    """Register ``fn(ctx)`` to run after every node's rule when data is propagated."""
-    DATA_FOLDS.append(fn)
+def data_fold(fn: Callable | None = None, *, ops=None):
+    """Register ``fn(ctx)`` to run after the rule of every node (of an op type in ``ops``,
+    when given: the fold does nothing for any other) when data is propagated."""
+
+    def register(fn: Callable) -> Callable:
+        DATA_FOLDS.append(fn)
+        FOLD_OPS[fn] = None if ops is None else frozenset(ops)
+        return fn
+
+    return register if fn is None else register(fn)
+
+
+#: Rules cheaper than their memo key (memo.py): an elementwise op whose output is its input's
+#: type, a Constant (whose key holds its value's bytes, which the rule only reads). Nodes of
+#: these ops are inferred by their rule at every run; what they find is what the memo held.
+CHEAP_RULES: set[Callable] = set()
+
+
+def cheap(fn: Callable) -> Callable:
+    """Mark a rule as cheaper than its memo key (see CHEAP_RULES)."""
+    CHEAP_RULES.add(fn)
     return fn
 
 
@@ -184,15 +205,38 @@ def _past_unknowns(g: Graph) -> int:
     """One past the largest N of the 'unk__N' dims of ``g``'s values (0 if none)."""
     top = -1
     seen: set[int] = set()  # (values share their type objects)
+    tops = _UNKNOWN_TOPS
     for v in itertools.chain(g.values(), g.value_info, g.outputs):
         t = v.type
         if t is None or id(t) in seen:
             continue
         seen.add(id(t))
-        for d in getattr(getattr(t, "shape", None), "dims", ()) or ():
-            if isinstance(d, str) and d.startswith("unk__") and d[5:].isdigit():
-                top = max(top, int(d[5:]))
+        hit = tops.get(id(t))
+        if hit is None or hit[0] is not t:
+            hit = _unknown_top(t)
+        if hit[1] > top:
+            top = hit[1]
     return top + 1
+
+
+#: id(type) -> (the type, the largest N of its 'unk__N' dims, -1 if none): types are immutable
+#: and shared (a model read again reuses its reader's), so each is read once.
+_UNKNOWN_TOPS: dict[int, tuple] = {}
+
+
+def _unknown_top(t) -> tuple:
+    top = -1
+    for d in getattr(getattr(t, "shape", None), "dims", ()) or ():
+        if isinstance(d, str) and d.startswith("unk__") and d[5:].isdigit():
+            top = max(top, int(d[5:]))
+    if len(_UNKNOWN_TOPS) >= 16_384:
+        _UNKNOWN_TOPS.clear()
+    hit = _UNKNOWN_TOPS[id(t)] = (t, top)  # (the entry holds the type: its id stays its)
+    return hit
+
+
+#: infer_node's ``declared`` where a node output's declared type is the one its Value holds.
+ON_VALUES: dict = {}
 
 
 class NodeContext:
@@ -201,7 +245,8 @@ class NodeContext:
     def __init__(self, engine: Engine, node: Node, env: dict, schema, opset: int):
         self.engine = engine
         self.node = node
-        self.inputs = node.inputs  # (rules ask often; Node.inputs makes a tuple each time)
+        # (rules ask often; Node.inputs makes a tuple each time: the node's list, read only)
+        self.inputs = node._inputs  # noqa: SLF001
         self.env = env
         self.schema = schema
         self.opset = opset
@@ -297,9 +342,10 @@ class NodeContext:
             if shape is None:
                 return
             elem_type = DataType.UNDEFINED
-        if shape is not None:
-            shape = tuple(_dim(d) for d in shape)
-        self.outputs[i] = TensorType(elem_type, shape)
+        if shape is not None:  # (a known dim, most, taken as it is: what _dim gives it)
+            shape = tuple([d if d.__class__ is int and d >= 0 else _dim(d) for d in shape])
+        # (one object per type: a later node's memo key reads a type's key once, memo.py)
+        self.outputs[i] = _tensor_type(elem_type, shape)
 
     def set_type(self, i: int, t) -> None:
         if t is not None:
@@ -427,15 +473,13 @@ class Engine:
                     pass
 
     def infer_graph(self, g: Graph, env: dict, opsets: dict[str, int], label: str = "") -> None:
-        declared = {}
-        if self.trust_declared:
-            declared = {id(v): v.type for v in g.values() if v.type is not None}
-            for v in list(g.value_info) + list(g.outputs):
-                if v.type is not None:
-                    declared.setdefault(id(v), v.type)
+        # (a node output's declared type is its Value's: the graph outputs and the value_info
+        # entries that name it are that Value, and nothing writes a type before the end)
+        declared = ON_VALUES if self.trust_declared else {}
         resolved: dict = {}  # (the graph's nodes share a few op types)
+        gname = label or g.name
         for node in _in_order(g):
-            self.infer_node(node, env, opsets, declared, label or g.name, resolved)
+            self.infer_node(node, env, opsets, declared, gname, resolved)
 
     def infer_node(
         self,
@@ -446,20 +490,24 @@ class Engine:
         gname: str,
         resolved: dict | None = None,
     ) -> None:
-        """``resolved``: what was found for the op types seen so far under ``opsets``."""
+        """``declared``: id(output) -> its declared type, or ON_VALUES (the type its Value
+        holds); ``resolved``: what was found for the op types seen so far under ``opsets``."""
         key = (node.domain, node.op_type)
         found = None if resolved is None else resolved.get(key)
         if found is None:
             found = _resolve(node.domain, node.op_type, opsets)
             if resolved is not None:
                 resolved[key] = found
-        domain, opset, schema, fn = found
+        domain, opset, schema, fn, _ = found
+        known = None
+        if fn is not None and self.memo and fn not in CHEAP_RULES:
+            known, hit = memo.find(self, node, env, found)
+            if hit is not None:  # (the entry's own dicts, read only: no context, no copies)
+                self._take(node, env, hit[0], hit[1], declared, gname, True)
+                return
         ctx = NodeContext(self, node, env, schema, opset or 0)
-        known, hit = memo.find(self, node, env, found) if fn and self.memo else (None, None)
         try:
-            if hit is not None:
-                ctx.outputs, ctx.out_data = hit
-            elif fn is not None:
+            if fn is not None:
                 fn(ctx)
             elif (domain, node.op_type) in self.functions:
                 self.infer_call(ctx, self.functions[(domain, node.op_type)], opsets)
@@ -470,10 +518,13 @@ class Engine:
                     self.infer_call(ctx, f, {**opsets, **f.opset_imports})
                 if not ctx.outputs:
                     generic(ctx)
-            if self.data_prop and hit is None:
+            if self.data_prop:
+                op = node.op_type
                 for fold in DATA_FOLDS:
-                    fold(ctx)
-            if known is not None and hit is None and not ctx.minted:
+                    ops = FOLD_OPS.get(fold)
+                    if ops is None or op in ops:
+                        fold(ctx)
+            if known is not None and not ctx.minted:
                 memo.remember(known, ctx.outputs, ctx.out_data, schema, ctx.read_data)
         except InferenceError as e:
             self.problem(f"graph {gname!r}, {_label(node)}: {e}")
@@ -481,11 +532,21 @@ class Engine:
             # non-strict run keeps the declared types, a strict one reports the node)
             if self.strict:
                 self.problem(f"graph {gname!r}, {_label(node)}: inference failed: {e}")
-        for i, v in enumerate(node.outputs):
+        self._take(node, env, ctx.outputs, ctx.out_data, declared, gname, False)
+
+    def _take(
+        self, node: Node, env: dict, outputs: dict, out_data: dict, declared, gname, shared
+    ) -> None:
+        """Record the node's output types (merged with the declared ones) and data in ``env``;
+        ``shared``: the data are a memo entry's, copied as they are recorded."""
+        types = env["types"]
+        data = env["data"] if self.data_prop and out_data else None
+        on_values = declared is ON_VALUES
+        for i, v in enumerate(node._outputs):  # noqa: SLF001 (read only: no tuple made)
             if not v.name:
                 continue
-            inferred = ctx.outputs.get(i)
-            known = declared.get(id(v))
+            inferred = outputs.get(i)
+            known = v.type if on_values else declared.get(id(v))
             if known is None:  # (nothing to merge with: what merge would answer)
                 t = inferred
             else:
@@ -495,9 +556,11 @@ class Engine:
                 for c in conflicts:
                     self.problem(f"graph {gname!r}, {_label(node)}, output {v.name!r}{c}")
             if t is not None:
-                env["types"][id(v)] = t
-            if self.data_prop and i in ctx.out_data and ctx.out_data[i] is not None:
-                env["data"][id(v)] = ctx.out_data[i]
+                types[id(v)] = t
+            if data is not None:
+                d = out_data.get(i)
+                if d is not None:
+                    data[id(v)] = memo.copy_data(d) if shared else d
 
     def infer_call(self, ctx: NodeContext, f, opsets) -> None:
         """Infer a function body with the call's input types; its Values are left untouched."""
@@ -566,12 +629,15 @@ def _tensor_type(dtype, shape: tuple) -> TensorType:
 
 
 def _resolve(node_domain: str, op_type: str, opsets) -> tuple:
-    """(canonical domain, imported opset, schema, shape rule) of an op under ``opsets``."""
+    """(canonical domain, imported opset, schema, shape rule, the op's part of a memo key) of
+    an op under ``opsets`` (the key's part made once per op type, not per node)."""
     domain = canonical_domain(node_domain)
     opset = opset_for(opsets, domain)
     schema = defs.get_schema(op_type, opset, domain) if opset else None
     key = (domain, op_type)
-    return domain, opset, schema, _RULE_OF(RULES, key) or RULES.get(key)
+    fn = _RULE_OF(RULES, key) or RULES.get(key)
+    # (the schema by identity: a memo entry holds it, so its id is not reused while it lives)
+    return domain, opset, schema, fn, (node_domain, op_type, domain, opset, id(schema), fn)
 
 
 def _overridable_inputs(g: Graph, ir_version: int) -> set[int]:
@@ -587,15 +653,15 @@ def _overridable_inputs(g: Graph, ir_version: int) -> set[int]:
 def _in_order(g: Graph) -> list[Node]:
     """The graph's nodes, producers first. Tools that append nodes (onnxconverter-common's
     input casts) leave graphs unsorted, which onnxruntime runs; the model is not reordered."""
-    nodes = list(g.nodes)
-    mine = {id(n) for n in nodes}
+    nodes = list(g)
     seen: set[int] = set()
     for n in nodes:
-        # (a node without a subgraph reads its inputs alone)
-        for v in inputs_with_captures(n) if n.attributes and n.has_subgraphs() else n.inputs:
+        # (a node without a subgraph reads its inputs alone: its list, read only)
+        for v in inputs_with_captures(n) if n.attributes and n.has_subgraphs() else n._inputs:  # noqa: SLF001
             p = None if v is None else v.producer
-            if p is not None and id(p) in mine and id(p) not in seen and p is not n:
-                return _sorted(nodes, mine)
+            # (a producer of this graph is a node whose graph is g: no set of them made first)
+            if p is not None and id(p) not in seen and p is not n and p.graph is g:
+                return _sorted(nodes, {id(n) for n in nodes})
         seen.add(id(n))
     return nodes
 
@@ -800,12 +866,28 @@ def _write_back(g: Graph, env: dict, writer: _DimWriter) -> None:
     outputs = {id(v) for v in g.outputs}
     types = env["types"]
     listed = g.value_info
-    for node in g.nodes:
-        for v in node.outputs:
+    as_is = writer.keep is None  # (a known tensor type is then written as it is)
+    # (and an unknown dim named: writer.type's way, without its call and _is_complete's)
+    fresh = writer.symbols.fresh if as_is and writer.symbols is not None else None
+    for node in g:
+        for v in node._outputs:  # noqa: SLF001 (read only: no tuple made)
             t = types.get(id(v))
-            if t is None or not v.name or not _is_complete(t):
+            if t is None or not v.name:
+                continue
+            shape = t.shape if t.__class__ is TensorType else None
+            if as_is and shape is not None and t.elem_type != _UNDEFINED:
+                dims = shape.dims
+                if None not in dims:
+                    v.type = t  # (what _is_complete passes and writer.type gives back: most)
+                elif fresh is None:
+                    v.type = t  # (no names for unknown dims: writer.type gives it back)
+                else:
+                    dims = tuple([fresh() if d is None else d for d in dims])
+                    v.type = TensorType(t.elem_type, Shape(dims, shape.denotations), t.denotation)
+            elif not _is_complete(t):
                 continue  # a type with no element type (an op we have no rule for) says nothing
-            v.type = writer.type(t)
+            else:
+                v.type = writer.type(t)
             if id(v) not in known and id(v) not in outputs:
                 listed.append(v)
                 known.add(id(v))

@@ -49,8 +49,9 @@ DATA: list = [None]
 
 
 def find(engine, node, env: dict, found: tuple) -> tuple[tuple | None, tuple | None]:
-    """The memo key of ``node``'s inference and what is remembered for it ((output types,
-    output data), fresh copies of the data; None: nothing yet); (None, None) where the node is
+    """The memo key of ``node``'s inference and what is remembered for it (the entry: output
+    types, output data and schema, the memo's own, which the caller reads only and copies
+    the data of, :func:`copy_data`; None: nothing yet); (None, None) where the node is
     not remembered, as for a malformed node, whose rule reports what is wrong. The key is a
     pair: the node's key without its inputs' data, and the one with it (made only for an op an
     entry was kept with data for, and looked up first; None where some data is not of the
@@ -71,9 +72,7 @@ def find(engine, node, env: dict, found: tuple) -> tuple[tuple | None, tuple | N
             # an unhashable value)
     except Exception:  # noqa: BLE001  (e.g. a tensor attribute without a type: the rule says)
         return None, None
-    if hit is None:
-        return k, None
-    return k, (dict(hit[0]), {i: _copy(d) for i, d in hit[1].items()})
+    return k, hit
 
 
 def _key(engine, node, env: dict, found: tuple) -> tuple | None:
@@ -107,7 +106,7 @@ def _key(engine, node, env: dict, found: tuple) -> tuple | None:
     type_keys = TYPE_KEYS
     inputs = []
     held = None  # (position, data) of the inputs that hold data
-    for v in node.inputs:
+    for v in node._inputs:  # noqa: SLF001 (read only: Node.inputs makes a tuple)
         if v is None:
             inputs.append(None)
             continue
@@ -124,11 +123,9 @@ def _key(engine, node, env: dict, found: tuple) -> tuple | None:
                 held = []
             held.append((len(inputs), d))
         inputs.append(t)
-    outputs = tuple([v.name != "" for v in node.outputs])
+    outputs = tuple([v.name != "" for v in node._outputs])  # noqa: SLF001
     flags = (engine.strict, engine.data_prop)
-    domain, opset, schema, rule = found
-    # (the schema by identity: an entry holds it, so its id is not reused while it lives)
-    op = (node.domain, node.op_type, domain, opset, id(schema), rule)
+    op = found[4]  # (node domain, op type, domain, opset, id(schema), rule: engine._resolve)
     attrs = tuple(attrs)
     blind = (WITHOUT_DATA, op, attrs, tuple(inputs), outputs, flags)
     return blind, _Unmade((op, attrs, inputs, held or (), outputs, flags))
@@ -137,6 +134,8 @@ def _key(engine, node, env: dict, found: tuple) -> tuple | None:
 class _Unmade(tuple):
     """What the key with the inputs' data is made of (_with_data's arguments), where find did
     not make it."""
+
+    __slots__ = ()  # (no instance dict: one is made per node)
 
 
 #: The first item of a key without the inputs' data (a key with them has none such).
@@ -242,7 +241,7 @@ def remember(k: tuple, outputs: dict, out_data: dict, schema, read_data: bool = 
         return
     if len(MEMO) >= MAX_ENTRIES or HELD[0] + size > MAX_BYTES:
         clear()
-    MEMO[k] = (dict(outputs), {i: _copy(d) for i, d in out_data.items()}, schema)
+    MEMO[k] = (dict(outputs), {i: copy_data(d) for i, d in out_data.items()}, schema)
     HELD[0] += size
     if read_data:
         READ_DATA.add(k[0])
@@ -287,7 +286,8 @@ def _entry_bytes(k: tuple, outputs: dict, out_data: dict) -> int:
     return n
 
 
-def _copy(d):
+def copy_data(d):
+    """A copy of propagated data (an entry's data must not be changed by a later rule)."""
     if d is None:
         return None
     if d.__class__ is np.ndarray:

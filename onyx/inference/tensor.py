@@ -10,7 +10,7 @@ import numpy as np
 from ..ir import DataType
 from ..ir.dtypes import to_numpy
 from . import symbolic as sym
-from .engine import Data, InferenceError, NodeContext, data_fold, rule
+from .engine import Data, InferenceError, NodeContext, cheap, data_fold, rule
 
 
 def _axis(axis: int, rank: int) -> int:
@@ -20,6 +20,7 @@ def _axis(axis: int, rank: int) -> int:
 
 
 @rule("Constant")
+@cheap  # (a key holds the value's bytes, which the rule only hands on)
 def constant(ctx: NodeContext) -> None:
     for name in (
         "value",
@@ -32,7 +33,7 @@ def constant(ctx: NodeContext) -> None:
         "sparse_value",
     ):
         a = ctx.node.attributes.get(name)
-        if a is None or a.is_ref:
+        if a is None or a.ref_attr_name:  # (is_ref, without a property call)
             continue
         v = a.value
         if name == "value":
@@ -490,7 +491,7 @@ _FOLDS = {
 }
 
 
-@data_fold
+@data_fold(ops=_FOLDS)
 def fold_shape_ops(ctx: NodeContext) -> None:
     """Compute a shape op on small known integer tensors (any rank; rules cover 1-D data)."""
     op = ctx.node.op_type
