@@ -517,6 +517,32 @@ def test_packed_lists_read_as_protobuf_reads_them(what):
         assert a.array.dtype == b.array.dtype and not a.array.flags.writeable
 
 
+def test_a_long_attribute_read_again_is_the_memos_and_reads_as_protobuf_reads_it(monkeypatch):
+    """An attribute over MEMO_MAX_BYTES (a tree ensemble's lists) is decoded once per process
+    (_BIG_ATTRS): read again, the model is still exactly the Reader's, its long lists the
+    memo's read-only arrays."""
+    data = _changed(_EDITS["long lists"]) + b""  # (bytes of its own: no earlier read's)
+    wire_reader._BIG_ATTRS.clear()  # noqa: SLF001
+    first = wire_reader.read_model(data)
+    decoded = []
+    real = wire_reader._Model.read_attribute  # noqa: SLF001
+    monkeypatch.setattr(
+        wire_reader._Model,  # noqa: SLF001
+        "read_attribute",
+        lambda self, a, b: decoded.append(b - a) or real(self, a, b),
+    )
+    again = wire_reader.read_model(bytes(bytearray(data)))
+    assert again is not None and not [n for n in decoded if n > wire_reader.MEMO_MAX_BYTES]
+    attrs = next(iter(again.graph)).attributes
+    old = next(iter(first.graph)).attributes
+    for name in ("f", "s", "i"):  # (before reading a value: that makes it a list)
+        assert attrs[name].array is old[name].array is not None
+        assert not attrs[name].array.flags.writeable
+    ref = load_model(data, "<bytes>", None, False)
+    assert _structure(again) == _structure(ref) == _structure(first)
+    assert dumps(again) == dumps(ref)
+
+
 def test_unknown_fields_and_repeated_singulars_decline():
     data = TINY.read_bytes()
     assert wire_reader.read_model(data + b"\xf8\x07\x01") is None  # field 127, a varint
@@ -606,28 +632,44 @@ def test_typed_tensor_table_is_the_readers():
         assert (field, field_dtype, element) == (descriptor.number, ref_dtype, ref_element)
 
 
-def test_once_protobuf_is_imported_loads_take_it():
+def test_once_protobuf_is_imported_small_models_are_still_read_here():
     """A process reads plain models without protobuf, again and again; once something
-    imported it, loads go through it: its C decoder is faster (serde/model_io._load_model)."""
+    imported it, a small model is still read here (read again, its nodes and attributes
+    are memoized: cheaper than protobuf's C parse with the Reader), a bigger one goes
+    protobuf's way (serde/model_io._load_model, wire_reader.WARM_MAX_ITEMS)."""
     code = f"""
 import sys
 import onyx
-from onyx.serde import model_io
+from onyx.serde import model_io, wire_reader
 read = []
-model_io.read_model = lambda d, limited, _r=model_io.read_model: read.append(1) or _r(d, limited)
+def counted(data, _real=model_io.read_model, **kw):
+    model = _real(data, **kw)
+    read.append(model is not None)
+    return model
+model_io.read_model = counted
 loaded = []
 for _ in range(2):
     onyx.load({str(TINY)!r})
     loaded.append("google.protobuf" in sys.modules)
 import onyx.proto
 onyx.load({str(TINY)!r})
-print(loaded, len(read))
+wire_reader.WARM_MAX_ITEMS = 1
+onyx.load({str(TINY)!r})
+print(loaded, read)
 """
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
     )
-    assert out.stdout.strip() == "[False, False] 2", out.stdout
+    assert out.stdout.strip() == "[False, False] [True, True, True, False]", out.stdout
+
+
+def test_a_small_model_is_read_here_whatever_is_left_of_the_budget(monkeypatch):
+    data = TINY.read_bytes()
+    monkeypatch.setattr(wire_reader, "items_left", 0)
+    assert wire_reader.read_model(data, limited=True, max_items=1) is None
+    assert wire_reader.read_model(data, limited=True, max_items=1000) is not None
+    assert wire_reader.items_left == 0
 
 
 def test_big_graphs_are_left_to_protobuf(monkeypatch):
@@ -711,6 +753,7 @@ from onyx.serde import wire_reader
 items = wire_reader._Model(open({str(TINY)!r}, "rb").read())
 items.model()
 wire_reader.items_left = items.items * 3 // 2
+wire_reader.WARM_MAX_ITEMS = 0  # (a small model is read here whatever is left)
 seen = []
 for _ in range(2):
     onyx.load({str(TINY)!r})

@@ -1,13 +1,14 @@
 """onyx.load / loads (saving: saving.py).
 
 A plain model (wire_reader.py follows it exactly) is read straight from its bytes, as long
-as protobuf is not imported and the process's item budget lasts (wire_reader.ITEM_BUDGET);
-any other goes to proto_load.py, imported then, which reads it with the generated
-classes: it splits the model's top-level fields with the wire scanner, parses everything but the
-graph with the generated classes, reads the main graph's initializers (big ones as zero-copy
-views of the file, which is memory-mapped) and leaves the nodes as a parsed message until
-someone asks for ``model.graph``; a big graph is split field by field (``_GraphSource._split``),
-so that no message holds its big initializers and models over protobuf's 2 GiB limit load.
+as it is small (wire_reader.WARM_MAX_ITEMS) or, protobuf not imported, the process's item
+budget lasts (wire_reader.ITEM_BUDGET); any other goes to proto_load.py, imported then,
+which reads it with the generated classes: it splits the model's top-level fields with the
+wire scanner, parses everything but the graph with the generated classes, reads the main
+graph's initializers (big ones as zero-copy views of the file, which is memory-mapped) and
+leaves the nodes as a parsed message until someone asks for ``model.graph``; a big graph is
+split field by field (``_GraphSource._split``), so that no message holds its big initializers
+and models over protobuf's 2 GiB limit load.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import sys
 from ..errors import NotAModel
 from ..ir.graph import Model
 from ..utils import gc_paused
+from . import wire_reader
 from .wire_reader import read_model
 
 #: Files at least this big are memory-mapped instead of read.
@@ -88,10 +90,11 @@ def _load(data, where: str, base_dir: str | None, load_external_data: bool) -> M
 
 
 def _load_model(data, where: str, base_dir: str | None, load_external_data: bool) -> Model:
-    # (once protobuf is imported, its C decoder with the Reader reads faster than
-    # wire_reader's pure Python: what wire_reader saves is the import, a fixed cost, which
-    # a limited read weighs against the items it reads: wire_reader.ITEM_BUDGET)
-    model = read_model(data, limited=True) if "google.protobuf" not in sys.modules else None
+    # (what wire_reader saves is protobuf's import, a fixed cost, which a limited read weighs
+    # against the items it reads: wire_reader.ITEM_BUDGET; a small model is read there
+    # whatever is left of it, protobuf imported or not: wire_reader.WARM_MAX_ITEMS)
+    limited = "google.protobuf" not in sys.modules
+    model = read_model(data, limited=limited, max_items=wire_reader.WARM_MAX_ITEMS)
     if model is None:  # (not plain: protobuf's generated classes read it, or report the error)
         from .proto_load import load_model
 

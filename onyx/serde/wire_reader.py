@@ -81,6 +81,14 @@ LONG_LIST = 512
 #: takes every later model too (model_io). ``read_model(data, limited=True)`` counts against
 #: it. (The biggest plain zoo models, 1300-1500 items, read 4-7 ms faster cold this way.)
 ITEM_BUDGET = 2000
+#: A model of at most this many items is read here whatever the budget left, protobuf
+#: imported or not: read again, as a serving process creates sessions of its models, it
+#: costs less here than protobuf's C parse with the Reader (the memos below hold its nodes,
+#: attributes and types: a small model's load, 1.5-2.7 M instructions by protobuf, reads in
+#: 1.1-1.9 M, a tree ensemble's in a quarter), and its first read about the same; the first
+#: read of a bigger one costs more here (a quantized CNN's hundreds of small initializers:
+#: 3.3 ms against 2.4), so once protobuf is imported a bigger graph goes its way.
+WARM_MAX_ITEMS = 128
 #: What is left of ITEM_BUDGET in this process.
 items_left = ITEM_BUDGET
 
@@ -114,20 +122,22 @@ class _Decline(Exception):
     """What the bytes hold is not followed here: the protobuf path reads them."""
 
 
-def read_model(data, limited: bool = False) -> Model | None:
+def read_model(data, limited: bool = False, max_items: int | None = None) -> Model | None:
     """The IR of a plain model's bytes, as ``Reader`` builds it from the parsed messages, or
-    None (don't know: the caller runs the protobuf path). ``limited``: a graph of more items
-    than ``items_left`` declines, and one read takes its items off it (ITEM_BUDGET)."""
+    None (don't know: the caller runs the protobuf path). ``max_items``: a graph of more
+    items declines; ``limited``: one of more than ``items_left`` too, unless it has at most
+    ``max_items``, and one read takes its items off it (ITEM_BUDGET)."""
     global items_left
     if not isinstance(data, bytes) or len(data) > MAX_BYTES:
         return None
-    reading = _Model(data, items_left if limited else None)
+    limit = max(items_left, max_items or 0) if limited else max_items
+    reading = _Model(data, limit)
     try:
         model = reading.model()
     except _Decline:
         return None
     if limited:
-        items_left -= reading.items
+        items_left = max(items_left - reading.items, 0)
     return model
 
 
@@ -324,6 +334,13 @@ _VALUE_INFOS: dict[bytes, tuple] = {}
 MEMO_MAX_NODE_BYTES = 1024
 MEMO_MAX_ENTRIES = 4096
 MEMO_MAX_BYTES = 256
+#: Bigger attributes' bytes -> (name, type, value, whether the value is the read-only array
+#: of Attr.of_array) (_Model.big_attribute): attributes of at most BIG_ATTR_MAX_BYTES, while
+#: their bytes and arrays add up to BIG_ATTR_MEMO_BYTES (cleared when full).
+_BIG_ATTRS: dict[bytes, tuple] = {}
+BIG_ATTR_MAX_BYTES = 4 << 20
+BIG_ATTR_MEMO_BYTES = 32 << 20
+_big_attr_bytes = 0
 
 
 class _Model:
@@ -949,8 +966,10 @@ class _Model:
 
     def attribute(self, a: int, b: int) -> Attr:
         buf = self.buf
-        key = buf[a:b] if b - a <= MEMO_MAX_BYTES else None
-        known = _ATTRS.get(key) if key is not None else None
+        if b - a > MEMO_MAX_BYTES:
+            return self.big_attribute(a, b)
+        key = buf[a:b]
+        known = _ATTRS.get(key)
         if known is not None:
             name, kind, value = known
             return Attr(name, kind, list(value) if type(value) is tuple else value, "", "")
@@ -960,6 +979,35 @@ class _Model:
                 _ATTRS.clear()
             value = attr.value
             _ATTRS[key] = (attr.name, attr.type, tuple(value) if type(value) is list else value)
+        return attr
+
+    def big_attribute(self, a: int, b: int) -> Attr:
+        """An attribute of more than MEMO_MAX_BYTES (a tree ensemble's lists, 10**4 elements
+        each), read once per process while _BIG_ATTRS has room: a model created again decodes
+        none of them (protobuf's C parse kept up with this module only on such models)."""
+        global _big_attr_bytes
+        if b - a > BIG_ATTR_MAX_BYTES:
+            return self.read_attribute(a, b)
+        key = self.buf[a:b]
+        known = _BIG_ATTRS.get(key)
+        if known is not None:
+            name, kind, value, array = known
+            if array:  # (read-only: every Attr holding it shares it, as a view of the file)
+                return Attr.of_array(name, kind, value)
+            return Attr(name, kind, list(value) if type(value) is tuple else value, "", "")
+        attr = self.read_attribute(a, b)
+        if type(attr) is _Pending or attr.type in (_A.TENSOR, _A.GRAPH):
+            return attr
+        array = attr.array
+        value = array if array is not None else attr.value
+        if array is None and type(value) is list:
+            value = tuple(value)
+        cost = 2 * len(key) + (array.nbytes if array is not None else 0)
+        if _big_attr_bytes + cost > BIG_ATTR_MEMO_BYTES:
+            _BIG_ATTRS.clear()
+            _big_attr_bytes = 0
+        _BIG_ATTRS[key] = (attr.name, attr.type, value, array is not None)
+        _big_attr_bytes += cost
         return attr
 
     def read_attribute(self, a: int, b: int) -> Attr:
