@@ -543,6 +543,55 @@ def test_a_long_attribute_read_again_is_the_memos_and_reads_as_protobuf_reads_it
     assert dumps(again) == dumps(ref)
 
 
+def test_a_weight_is_copied_once_to_a_cache_line_and_planned_as_it_is():
+    """A raw initializer of ALIGNED_MIN_BYTES or more is read into a buffer on a cache line:
+    the plan's constant is that very buffer (no second copy), the data the file's."""
+    from onyx.runtime import values
+    from onyx.runtime.plan import Compiler, Plan
+
+    assert wire_reader.ALIGNED_MIN_BYTES == values.ALIGN_MIN_BYTES
+    assert wire_reader.ALIGNMENT == values.ALIGNMENT
+    w = np.arange(64 * 40, dtype=np.float32).reshape(64, 40)
+    tp = TensorProto(name="w", data_type=1, dims=[64, 40], raw_data=w.tobytes())
+    mp = _tiny()
+    mp.graph.initializer.append(tp)
+    data = mp.SerializeToString()
+    model = wire_reader.read_model(data)
+    t = model.graph.initializers["w"].const_value
+    raw = t.raw_bytes()
+    assert bytes(raw) == w.tobytes() and raw.readonly
+    arr = t.numpy()
+    assert arr.ctypes.data % values.ALIGNMENT == 0 and not arr.flags.writeable
+    assert np.array_equal(arr, w)
+    plan = Plan(model.graph, Compiler(model), dict(model.opset_imports))
+    const = plan.template[plan.slot_of[id(model.graph.initializers["w"])]]
+    assert np.shares_memory(const, arr)
+    assert dumps(model) == dumps(load_model(data, "<bytes>", None, False))
+
+
+def test_packed_varints_are_decoded_once_and_each_read_gets_its_own(monkeypatch):
+    """A packed varint run (a typed int64 tensor's, a k-NN's indices) is decoded once per
+    process (_VARINT_RUNS); each read gets a copy, so an edit of one model's stays its own."""
+    values = np.array([-3, 300, 2**40, 5] * 10, np.int64)
+    tp = TensorProto(name="k", data_type=7, dims=[40])
+    tp.MergeFromString(_field(7, b"".join(encode_varint(int(v) % 2**64) for v in values)))
+    mp = _tiny()
+    mp.graph.initializer.append(tp)
+    data = mp.SerializeToString()
+    wire_reader._VARINT_RUNS.clear()  # noqa: SLF001
+    first = wire_reader.read_model(data).graph.initializers["k"].const_value.numpy()
+    decoded = []
+    real = wire_reader._decode_packed_varints  # noqa: SLF001
+    monkeypatch.setattr(
+        wire_reader, "_decode_packed_varints", lambda raw: decoded.append(raw) or real(raw)
+    )
+    first[0] = 7
+    again = wire_reader.read_model(data).graph.initializers["k"].const_value.numpy()
+    assert not decoded and np.array_equal(again, values) and again.dtype == np.int64
+    ref = load_model(data, "<bytes>", None, False).graph.initializers["k"].const_value.numpy()
+    assert np.array_equal(again, ref)
+
+
 def test_unknown_fields_and_repeated_singulars_decline():
     data = TINY.read_bytes()
     assert wire_reader.read_model(data + b"\xf8\x07\x01") is None  # field 127, a varint

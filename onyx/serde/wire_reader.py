@@ -226,7 +226,30 @@ def _one_field(buf: bytes, pos: int, end: int) -> tuple[int, int, int, int, int]
 
 def _packed_varints(raw: bytes) -> np.ndarray:
     """The varints of a packed field as uint64, decoded with numpy (a quantized model's zero
-    points, an index tensor: element by element in Python they cost 1 us each)."""
+    points, an index tensor: element by element in Python they cost 1 us each), decoded once
+    per process (_VARINT_RUNS: a model read again copies its values, a k-NN's indices,
+    instead of a dozen numpy calls over them, some 10 us however short the run)."""
+    global _varint_run_bytes
+    known = _VARINT_RUNS.get(raw)
+    if known is None:
+        known = _decode_packed_varints(raw)
+        cost = len(raw) + known.nbytes
+        if _varint_run_bytes + cost > VARINT_MEMO_BYTES:
+            _VARINT_RUNS.clear()
+            _varint_run_bytes = 0
+        _VARINT_RUNS[raw] = known
+        _varint_run_bytes += cost
+    return known.copy()  # (the memo's own is never handed out: the caller's is writeable)
+
+
+#: Packed varint runs' bytes -> their uint64 values (_packed_varints), while they and their
+#: values add up to VARINT_MEMO_BYTES (cleared when full).
+_VARINT_RUNS: dict[bytes, np.ndarray] = {}
+VARINT_MEMO_BYTES = 16 << 20
+_varint_run_bytes = 0
+
+
+def _decode_packed_varints(raw: bytes) -> np.ndarray:
     arr = np.frombuffer(raw, np.uint8)
     last = arr < 0x80
     if not arr.size or last.all():
@@ -291,6 +314,17 @@ def _unpacked_varints(buf: bytes, pos: int, end: int, tag: int) -> tuple[np.ndar
     return values, pos + int(lasts[k - 1]) + 1
 
 
+def _aligned_bytes(buf: bytes, a: int, b: int) -> memoryview:
+    """A read-only copy of buf[a:b] starting on a multiple of ALIGNMENT bytes."""
+    n = b - a
+    block = np.empty(n + ALIGNMENT, np.uint8)
+    start = -block.ctypes.data % ALIGNMENT
+    out = block[start : start + n]
+    out[:] = np.frombuffer(buf, np.uint8, n, a)
+    out.flags.writeable = False
+    return memoryview(out)
+
+
 def _signed(v: int) -> int:
     """An int64 field's value from its varint."""
     return v - _U64 if v >= _I64_MIN else v
@@ -309,6 +343,13 @@ def _int32(v: int) -> int:
 #: Python floats, a longer one as the field itself (tensors.SHORT_TYPED, which tests hold
 #: equal): the two differ on a signaling NaN, which only the list makes quiet.
 SHORT_TYPED = 32
+#: Raw tensors of at least this many bytes are copied from the file to a buffer starting
+#: on a cache line of ALIGNMENT bytes (read-only; the tensor's raw bytes are a memoryview
+#: of it, as proto_load's big ones are views of the file): a plan copies a weight of this
+#: size that does not start on one (runtime/values.ALIGN_MIN_BYTES and ALIGNMENT, which
+#: tests hold equal), and a bytes copy almost never does, so every weight was copied twice.
+ALIGNED_MIN_BYTES = 4096
+ALIGNMENT = 64
 #: Attributes of at most this many bytes are read field by field; bigger ones find their
 #: lists' runs with numpy, whose fixed cost (some 10 us) a Python loop over a list's elements
 #: (0.3 us each) passes at a few dozen.
@@ -783,6 +824,8 @@ class _Model:
         ra, rb = raw
         if rb - ra != math.prod(dims) * size:
             raise _Decline  # (the general path reports the wrong size)
+        if rb - ra >= ALIGNED_MIN_BYTES:  # (a weight: its one copy, on a cache line)
+            return Tensor.from_raw(_aligned_bytes(self.buf, ra, rb), _BY_VALUE[code], dims, name)
         return Tensor.from_raw(self.buf[ra:rb], _BY_VALUE[code], dims, name)
 
     def typed_tensor(self, dims: tuple, code: int, name: str, field: int, entries) -> Tensor:
