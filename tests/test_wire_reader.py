@@ -592,6 +592,32 @@ def test_packed_varints_are_decoded_once_and_each_read_gets_its_own(monkeypatch)
     assert np.array_equal(again, ref)
 
 
+def test_a_constants_raw_tensor_read_again_is_the_memos_own_bytes_in_a_tensor_of_its_own(
+    monkeypatch,
+):
+    """A small TENSOR attribute of raw bytes (a Constant's) is decoded once per process
+    (_ATTRS): read again, each model gets a Tensor of its own, equal to the Reader's."""
+    value = TensorProto(name="c", data_type=1, dims=[2], raw_data=np.ones(2, "<f4").tobytes())
+    mp = _tiny()
+    mp.graph.node[0].attribute.add(name="value", type=4, t=value)
+    data = mp.SerializeToString()
+    wire_reader._ATTRS.clear()  # noqa: SLF001
+    first = next(iter(wire_reader.read_model(data).graph)).attributes["value"].value
+    decoded = []
+    real = wire_reader._Model.read_attribute  # noqa: SLF001
+    monkeypatch.setattr(
+        wire_reader._Model,  # noqa: SLF001
+        "read_attribute",
+        lambda self, a, b: decoded.append(b - a) or real(self, a, b),
+    )
+    model = wire_reader.read_model(data)
+    assert dumps(model) == dumps(load_model(data, "<bytes>", None, False))
+    again = next(iter(model.graph)).attributes["value"].value
+    assert not decoded and again is not first
+    assert (again.name, again.dtype, again.shape) == (first.name, first.dtype, first.shape)
+    assert np.array_equal(again.numpy(), np.ones(2, np.float32))
+
+
 def test_unknown_fields_and_repeated_singulars_decline():
     data = TINY.read_bytes()
     assert wire_reader.read_model(data + b"\xf8\x07\x01") is None  # field 127, a varint

@@ -1015,13 +1015,21 @@ class _Model:
         known = _ATTRS.get(key)
         if known is not None:
             name, kind, value = known
+            if type(value) is _RawTensor:  # (a Constant's: a tensor of its own, same bytes)
+                return Attr(name, kind, Tensor.from_raw(*value), "", "")
             return Attr(name, kind, list(value) if type(value) is tuple else value, "", "")
         attr = self.read_attribute(a, b)
-        if key is not None and type(attr) is Attr and attr.type != _A.TENSOR:
+        if type(attr) is Attr:
+            value = attr.value
+            if attr.type == _A.TENSOR:
+                value = _RawTensor.of(value)
+                if value is None:
+                    return attr
+            elif type(value) is list:
+                value = tuple(value)
             if len(_ATTRS) >= MEMO_MAX_ENTRIES:
                 _ATTRS.clear()
-            value = attr.value
-            _ATTRS[key] = (attr.name, attr.type, tuple(value) if type(value) is list else value)
+            _ATTRS[key] = (attr.name, attr.type, value)
         return attr
 
     def big_attribute(self, a: int, b: int) -> Attr:
@@ -1218,6 +1226,22 @@ class _NodeTexts:
     def __init__(self, texts: dict):
         self.doc = texts.get(N_DOC_STRING)
         self.present = tuple(f for n, f in _NODE_TEXT_NAMES if n in texts and not texts[n])
+
+
+class _RawTensor(tuple):
+    """A small TENSOR attribute's value as _ATTRS keeps it: Tensor.from_raw's arguments
+    (raw bytes, element type, dims, name), for a tensor of raw bytes and nothing else."""
+
+    __slots__ = ()
+
+    @classmethod
+    def of(cls, t: Tensor) -> _RawTensor | None:
+        if not t.has_raw_bytes() or t.extras is not None or t.doc_string or t.metadata_props:
+            return None
+        raw = t.raw_bytes()
+        if type(raw) is not bytes or t.external is not None:
+            return None
+        return cls((raw, t.dtype, t.shape, t.name))
 
 
 class _Pending:
