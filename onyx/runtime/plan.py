@@ -188,8 +188,9 @@ class Plan:
         functions = compiler.functions
         function = functions.get((node.domain, node.op_type)) if functions else None
         # (the optimizer's own functions run on onyx's kernels; their bodies are for others)
-        own_kernel = node.domain == ONYX_DOMAIN and lookup(node.op_type, node.domain) is not None
-        if function is not None and not own_kernel:
+        if function is not None and not (
+            node.domain == ONYX_DOMAIN and lookup(node.op_type, node.domain) is not None
+        ):
             return self._function_step(function, node, attrs, compiler, common())
         if version is not None and (domain, node.op_type) == (
             "ai.onnx.preview.training",
@@ -213,7 +214,9 @@ class Plan:
         n_missing = step.n_inputs - len(ins)
         step.ins = ins + (-1,) * n_missing if n_missing > 0 else ins  # (omitted trailing inputs)
         step.outs, step.reads = outs, reads
-        runs_subgraphs = bool(attrs) and any(a.type in _SUBGRAPH_KINDS for a in attrs.values())
+        runs_subgraphs = bool(attrs) and not _SUBGRAPH_KINDS.isdisjoint(
+            [a.type for a in attrs.values()]
+        )
         step.uses_frame = step.takes_ctx and runs_subgraphs
         fn = kernel.fn
         prepare = getattr(fn, "prepare", None)
