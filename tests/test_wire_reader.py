@@ -618,6 +618,31 @@ def test_a_constants_raw_tensor_read_again_is_the_memos_own_bytes_in_a_tensor_of
     assert np.array_equal(again.numpy(), np.ones(2, np.float32))
 
 
+def test_a_node_read_again_makes_its_attributes_from_the_memo(monkeypatch):
+    """A node whose attributes are all plain keeps them by its bytes (_NODE_ATTRS): read
+    again, none is looked up one by one, and each model's lists are its own."""
+    data = TINY.read_bytes()
+    wire_reader._NODE_ATTRS.clear()  # noqa: SLF001
+    first = wire_reader.read_model(data)
+    looked = []
+    real = wire_reader._Model.attribute  # noqa: SLF001
+    monkeypatch.setattr(
+        wire_reader._Model,  # noqa: SLF001
+        "attribute",
+        lambda self, a, b: looked.append(b - a) or real(self, a, b),
+    )
+    again = wire_reader.read_model(data)
+    assert dumps(again) == dumps(load_model(data, "<bytes>", None, False))
+    assert not looked and _structure(again) == _structure(first)
+    lists = [
+        (a, b)
+        for n, m in zip(first.graph, again.graph, strict=True)
+        for a, b in zip(n.attributes.values(), m.attributes.values(), strict=True)
+        if isinstance(a.value, list)
+    ]
+    assert lists and all(a is not b and a.value is not b.value for a, b in lists)
+
+
 def test_unknown_fields_and_repeated_singulars_decline():
     data = TINY.read_bytes()
     assert wire_reader.read_model(data + b"\xf8\x07\x01") is None  # field 127, a varint

@@ -370,6 +370,9 @@ _ATTRS: dict[bytes, tuple] = {}
 #: NodeProto bytes -> its fields (_Model.node_fields): a model created again in the process
 #: decodes none of its nodes (the Reader's protobuf parse is C code: this keeps up with it).
 _NODES: dict[bytes, tuple] = {}
+#: NodeProto bytes -> its attributes' (name, type, value) as _ATTRS keeps them, for a node
+#: whose attributes are all plain: a node read again makes its Attrs straight from them.
+_NODE_ATTRS: dict[bytes, tuple] = {}
 #: ValueInfoProto bytes -> what _Model.value_info makes of it (those without metadata).
 _VALUE_INFOS: dict[bytes, tuple] = {}
 MEMO_MAX_NODE_BYTES = 1024
@@ -930,7 +933,13 @@ class _Model:
         elif props:
             node.extras = self.props(node, props)
         if attrs:
-            node.attributes = {attr.name: attr for attr in map(self.attribute, *zip(*attrs))}
+            known = _NODE_ATTRS.get(key) if key is not None else None
+            if known is not None:  # (every attribute plain: made from the memo's values)
+                node.attributes = {entry[0]: _memo_attr(*entry) for entry in known}
+            else:
+                node.attributes = {at.name: at for at in map(self.attribute, *zip(*attrs))}
+                if key is not None:
+                    _keep_node_attrs(key, node.attributes.values())
         return node
 
     def borrow(self, names, values: list, outer: tuple, borrowed: set) -> list:
@@ -1014,22 +1023,13 @@ class _Model:
         key = buf[a:b]
         known = _ATTRS.get(key)
         if known is not None:
-            name, kind, value = known
-            if type(value) is _RawTensor:  # (a Constant's: a tensor of its own, same bytes)
-                return Attr(name, kind, Tensor.from_raw(*value), "", "")
-            return Attr(name, kind, list(value) if type(value) is tuple else value, "", "")
+            return _memo_attr(*known)
         attr = self.read_attribute(a, b)
-        if type(attr) is Attr:
-            value = attr.value
-            if attr.type == _A.TENSOR:
-                value = _RawTensor.of(value)
-                if value is None:
-                    return attr
-            elif type(value) is list:
-                value = tuple(value)
+        entry = _memo_entry(attr)
+        if entry is not None:
             if len(_ATTRS) >= MEMO_MAX_ENTRIES:
                 _ATTRS.clear()
-            _ATTRS[key] = (attr.name, attr.type, value)
+            _ATTRS[key] = entry
         return attr
 
     def big_attribute(self, a: int, b: int) -> Attr:
@@ -1226,6 +1226,43 @@ class _NodeTexts:
     def __init__(self, texts: dict):
         self.doc = texts.get(N_DOC_STRING)
         self.present = tuple(f for n, f in _NODE_TEXT_NAMES if n in texts and not texts[n])
+
+
+def _memo_attr(name: str, kind: AttrType, value) -> Attr:
+    """An Attr of its own from a memo's (name, type, value) (_ATTRS, _NODE_ATTRS)."""
+    if type(value) is _RawTensor:  # (a Constant's: a tensor of its own, same bytes)
+        return Attr(name, kind, Tensor.from_raw(*value), "", "")
+    return Attr(name, kind, list(value) if type(value) is tuple else value, "", "")
+
+
+def _memo_entry(attr: Attr) -> tuple | None:
+    """(name, type, value) of a plain attribute as the memos keep it (a list as a tuple, a
+    raw tensor as _RawTensor), or None (a subgraph, a long list's array, other tensors)."""
+    if type(attr) is not Attr:
+        return None
+    value = attr.value
+    if attr.type == _A.TENSOR:
+        value = _RawTensor.of(value)
+        if value is None:
+            return None
+    elif attr.type == _A.GRAPH:
+        return None
+    elif type(value) is list:
+        value = tuple(value)
+    return attr.name, attr.type, value
+
+
+def _keep_node_attrs(key: bytes, attrs) -> None:
+    """Keep a node's attributes in _NODE_ATTRS when every one is plain."""
+    entries = []
+    for attr in attrs:
+        entry = _memo_entry(attr)
+        if entry is None:
+            return
+        entries.append(entry)
+    if len(_NODE_ATTRS) >= MEMO_MAX_ENTRIES:
+        _NODE_ATTRS.clear()
+    _NODE_ATTRS[key] = tuple(entries)
 
 
 class _RawTensor(tuple):
