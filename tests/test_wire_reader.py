@@ -764,6 +764,17 @@ print(loaded, read)
     assert out.stdout.strip() == "[False, False] [True, True, True, False]", out.stdout
 
 
+def test_a_long_string_list_weighs_on_the_budget_not_on_a_small_graphs_bound(monkeypatch):
+    """A tree ensemble's labels count against the import's budget (a Python loop a string),
+    not against WARM_MAX_ITEMS, a bound on the graph's items: its model, read again, is the
+    memo's (_BIG_ATTRS), and declining it after decoding the rest cost every read."""
+    data = _changed(_EDITS["long lists"])  # (601 strings: 150 items; the graph has 8)
+    monkeypatch.setattr(wire_reader, "items_left", 0)
+    wire_reader._BIG_ATTRS.clear()  # noqa: SLF001  (decoded: the strings weigh)
+    assert wire_reader.read_model(data, limited=True, max_items=100) is None
+    assert wire_reader.read_model(data, max_items=100) is not None
+
+
 def test_a_small_model_is_read_here_whatever_is_left_of_the_budget(monkeypatch):
     data = TINY.read_bytes()
     monkeypatch.setattr(wire_reader, "items_left", 0)

@@ -131,7 +131,7 @@ def read_model(data, limited: bool = False, max_items: int | None = None) -> Mod
     if not isinstance(data, bytes) or len(data) > MAX_BYTES:
         return None
     limit = max(items_left, max_items or 0) if limited else max_items
-    reading = _Model(data, limit)
+    reading = _Model(data, limit, weigh_strings=limited or max_items is None)
     try:
         model = reading.model()
     except _Decline:
@@ -390,9 +390,14 @@ _big_attr_bytes = 0
 class _Model:
     """One file's decoding."""
 
-    def __init__(self, buf: bytes, max_items: int | None = None):
+    def __init__(self, buf: bytes, max_items: int | None = None, weigh_strings: bool = True):
         self.buf = buf
         self.max_items = max_items
+        #: Whether a long list of strings counts as items (a quarter of one a string): the
+        #: budget's weighing of the import (ITEM_BUDGET); not WARM_MAX_ITEMS's of the graph,
+        #: which a tree ensemble's labels, memoized once read (_BIG_ATTRS), would pass after
+        #: its other attributes were decoded, at every read.
+        self.weigh_strings = weigh_strings
         self.items = 0
         #: Whether the node being read holds a subgraph (a _Pending attribute).
         self.pending = False
@@ -1193,7 +1198,7 @@ class _Model:
         buf = self.buf
         if kind == _A.STRINGS:
             spans = chunks  # (one list of spans, however the entries came)
-            if len(spans) >= LONG_LIST:
+            if len(spans) >= LONG_LIST and self.weigh_strings:
                 self.items += len(spans) // 4  # (a Python loop per string: ITEM_BUDGET)
                 if self.max_items is not None and self.items > self.max_items:
                     raise _Decline
