@@ -31,6 +31,11 @@ BIG_TENSOR = 1 << 20
 _GRAPH = 7
 _INITIALIZER = 5
 _RAW_DATA = 9
+#: Once protobuf is imported: (size, last 256 bytes) of the files wire_reader declined,
+#: read by protobuf at once afterwards (a file like one of them but for its middle bytes
+#: is read by protobuf too: either way reads it exactly). Cleared past MAX_DECLINED.
+_DECLINED: set[tuple] = set()
+MAX_DECLINED = 1024
 #: The bytes of ``data_location: EXTERNAL`` in a TensorProto (field 14, value 1).
 _EXTERNAL_MARK = b"\x70\x01"
 
@@ -94,7 +99,15 @@ def _load_model(data, where: str, base_dir: str | None, load_external_data: bool
     # against the items it reads: wire_reader.ITEM_BUDGET; a small model is read there
     # whatever is left of it, protobuf imported or not: wire_reader.WARM_MAX_ITEMS)
     limited = "google.protobuf" not in sys.modules
-    model = read_model(data, limited=limited, max_items=wire_reader.WARM_MAX_ITEMS)
+    seen = None if limited or not isinstance(data, bytes) else (len(data), data[-256:])
+    if seen is not None and seen in _DECLINED:
+        model = None  # (declined before: a big model's scan to its 129th item cost 0.1-0.4 ms)
+    else:
+        model = read_model(data, limited=limited, max_items=wire_reader.WARM_MAX_ITEMS)
+        if model is None and seen is not None:
+            if len(_DECLINED) >= MAX_DECLINED:
+                _DECLINED.clear()
+            _DECLINED.add(seen)
     if model is None:  # (not plain: protobuf's generated classes read it, or report the error)
         from .proto_load import load_model
 
