@@ -13,7 +13,7 @@ import onyx.optimizer as opt
 from onyx import serde
 from onyx.inference.engine import Symbols
 from onyx.runtime import plan as plan_module
-from onyx.serde import reader, wire_reader
+from onyx.serde import model_io, reader, wire_reader
 
 F = TensorProto.FLOAT
 
@@ -56,6 +56,7 @@ def by_protobuf(monkeypatch):
     otherwise read by wire_reader, which keeps memos of its own."""
     monkeypatch.setattr(wire_reader, "WARM_MAX_ITEMS", 0)
     monkeypatch.setattr(wire_reader, "items_left", 0)
+    monkeypatch.setattr(model_io, "_DECLINED", set())  # (what it declines stays here)
 
 
 @pytest.mark.parametrize("path", ["reader", "wire"])
@@ -64,6 +65,7 @@ def test_memoized_attributes_are_equal_and_not_shared(path, request):
         request.getfixturevalue("by_protobuf")
     reader.PLAIN_ATTRS.clear()
     wire_reader._ATTRS.clear()  # noqa: SLF001
+    wire_reader._NODE_ATTRS.clear()  # noqa: SLF001
     data = _conv_model()
     first = serde.loads(data).graph.nodes[0]
     assert reader.PLAIN_ATTRS if path == "reader" else wire_reader._ATTRS  # noqa: SLF001

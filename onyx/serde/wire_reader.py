@@ -370,8 +370,9 @@ _ATTRS: dict[bytes, tuple] = {}
 #: NodeProto bytes -> its fields (_Model.node_fields): a model created again in the process
 #: decodes none of its nodes (the Reader's protobuf parse is C code: this keeps up with it).
 _NODES: dict[bytes, tuple] = {}
-#: NodeProto bytes -> its attributes' (name, type, value) as _ATTRS keeps them, for a node
-#: whose attributes are all plain: a node read again makes its Attrs straight from them.
+#: NodeProto bytes -> its attributes' (name, type, value) as _ATTRS keeps them, and how
+#: each Attr gets a value of its own (0: as it is, _AS_LIST, _AS_TENSOR), for a node whose
+#: attributes are all plain: a node read again makes its Attrs straight from them.
 _NODE_ATTRS: dict[bytes, tuple] = {}
 #: ValueInfoProto bytes -> what _Model.value_info makes of it (those without metadata).
 _VALUE_INFOS: dict[bytes, tuple] = {}
@@ -523,6 +524,9 @@ class _Model:
             n = buf[pos] if pos < end else 0x80
             if n < 0x80:
                 pos += 1
+            elif pos + 1 < end and buf[pos + 1] < 0x80:  # (two bytes: _varint's, inline)
+                n = (n & 0x7F) | buf[pos + 1] << 7
+                pos += 2
             else:
                 n, pos = _varint(buf, pos, end)
             a, pos = pos, pos + n
@@ -730,6 +734,9 @@ class _Model:
                 n = buf[pos + 1] if pos + 1 < b else 0x80
                 if n < 0x80:
                     pos += 2
+                elif pos + 2 < b and buf[pos + 2] < 0x80:  # (two bytes: _varint's, inline)
+                    n = (n & 0x7F) | buf[pos + 2] << 7
+                    pos += 3
                 else:
                     n, pos = _varint(buf, pos + 1, b)
                 end = pos + n
@@ -940,7 +947,11 @@ class _Model:
         if attrs:
             known = _NODE_ATTRS.get(key) if key is not None else None
             if known is not None:  # (every attribute plain: made from the memo's values)
-                node.attributes = {entry[0]: _memo_attr(*entry) for entry in known}
+                node.attributes = made = {}
+                for name, kind, value, copy in known:
+                    if copy:
+                        value = list(value) if copy == _AS_LIST else Tensor.from_raw(*value)
+                    made[name] = Attr(name, kind, value, "", "")
             else:
                 node.attributes = {at.name: at for at in map(self.attribute, *zip(*attrs))}
                 if key is not None:
@@ -1257,6 +1268,9 @@ def _memo_entry(attr: Attr) -> tuple | None:
     return attr.name, attr.type, value
 
 
+_AS_LIST, _AS_TENSOR = 1, 2
+
+
 def _keep_node_attrs(key: bytes, attrs) -> None:
     """Keep a node's attributes in _NODE_ATTRS when every one is plain."""
     entries = []
@@ -1264,7 +1278,9 @@ def _keep_node_attrs(key: bytes, attrs) -> None:
         entry = _memo_entry(attr)
         if entry is None:
             return
-        entries.append(entry)
+        value = entry[2]  # (and how a node's Attr gets its own: _Model.node)
+        copy = _AS_LIST if type(value) is tuple else _AS_TENSOR if type(value) is _RawTensor else 0
+        entries.append((*entry, copy))
     if len(_NODE_ATTRS) >= MEMO_MAX_ENTRIES:
         _NODE_ATTRS.clear()
     _NODE_ATTRS[key] = tuple(entries)
