@@ -55,6 +55,7 @@ def by_protobuf(monkeypatch):
     """Loads through protobuf and the Reader (whose memo these tests hold): a small model is
     otherwise read by wire_reader, which keeps memos of its own."""
     monkeypatch.setattr(wire_reader, "WARM_MAX_ITEMS", 0)
+    monkeypatch.setattr(wire_reader, "SMALL_ITEMS", 0)
     monkeypatch.setattr(wire_reader, "items_left", 0)
     monkeypatch.setattr(model_io, "_DECLINED", set())  # (what it declines stays here)
 

@@ -790,6 +790,21 @@ def test_a_model_declined_once_protobuf_is_imported_is_not_tried_again(monkeypat
     assert tried == [1] and dumps(first) == dumps(again)
 
 
+def test_once_protobuf_is_imported_a_graph_of_many_initializers_is_left_to_it(monkeypatch):
+    """A quantized CNN's hundreds of scales and zero points cost more here than protobuf's
+    parse, read again or not: a main graph of more than WARM_MAX_INITIALIZERS declines."""
+    from onyx.serde import model_io
+
+    data = TINY.read_bytes()
+    inits = len(wire_reader.read_model(data).graph.initializers)
+    assert wire_reader.read_model(data, max_items=1024, max_initializers=inits) is not None
+    assert wire_reader.read_model(data, max_items=1024, max_initializers=inits - 1) is None
+    monkeypatch.setattr(wire_reader, "WARM_MAX_INITIALIZERS", inits - 1)
+    monkeypatch.setattr(model_io, "_DECLINED", set())
+    assert model_io._read_here(data, limited=False) is None  # noqa: SLF001
+    assert model_io._read_here(data, limited=True) is not None  # noqa: SLF001
+
+
 def test_a_small_model_is_read_here_whatever_is_left_of_the_budget(monkeypatch):
     data = TINY.read_bytes()
     monkeypatch.setattr(wire_reader, "items_left", 0)
@@ -879,7 +894,7 @@ from onyx.serde import wire_reader
 items = wire_reader._Model(open({str(TINY)!r}, "rb").read())
 items.model()
 wire_reader.items_left = items.items * 3 // 2
-wire_reader.WARM_MAX_ITEMS = 0  # (a small model is read here whatever is left)
+wire_reader.SMALL_ITEMS = 0  # (a small model is read here whatever is left)
 seen = []
 for _ in range(2):
     onyx.load({str(TINY)!r})

@@ -1,9 +1,10 @@
 """onyx.load / loads (saving: saving.py).
 
 A plain model (wire_reader.py follows it exactly) is read straight from its bytes, as long
-as it is small (wire_reader.WARM_MAX_ITEMS) or, protobuf not imported, the process's item
-budget lasts (wire_reader.ITEM_BUDGET); any other goes to proto_load.py, imported then,
-which reads it with the generated classes: it splits the model's top-level fields with the
+as protobuf is not imported and it is small (wire_reader.SMALL_ITEMS) or the process's
+item budget lasts (wire_reader.ITEM_BUDGET), or protobuf imported, as long as its graph is
+not big (wire_reader.WARM_MAX_ITEMS, WARM_MAX_INITIALIZERS); any other goes to
+proto_load.py, imported then, which reads it with the generated classes: it splits the model's top-level fields with the
 wire scanner, parses everything but the graph with the generated classes, reads the main
 graph's initializers (big ones as zero-copy views of the file, which is memory-mapped) and
 leaves the nodes as a parsed message until someone asks for ``model.graph``; a big graph is
@@ -96,14 +97,15 @@ def _load(data, where: str, base_dir: str | None, load_external_data: bool) -> M
 
 def _load_model(data, where: str, base_dir: str | None, load_external_data: bool) -> Model:
     # (what wire_reader saves is protobuf's import, a fixed cost, which a limited read weighs
-    # against the items it reads: wire_reader.ITEM_BUDGET; a small model is read there
-    # whatever is left of it, protobuf imported or not: wire_reader.WARM_MAX_ITEMS)
+    # against the items it reads: wire_reader.ITEM_BUDGET, a small model read there whatever
+    # is left of it, SMALL_ITEMS; protobuf imported, a model read again costs less there,
+    # but for many initializers or thousands of nodes: WARM_MAX_ITEMS, WARM_MAX_INITIALIZERS)
     limited = "google.protobuf" not in sys.modules
     seen = None if limited or not isinstance(data, bytes) else (len(data), data[-256:])
     if seen is not None and seen in _DECLINED:
         model = None  # (declined before: a big model's scan to its 129th item cost 0.1-0.4 ms)
     else:
-        model = read_model(data, limited=limited, max_items=wire_reader.WARM_MAX_ITEMS)
+        model = _read_here(data, limited)
         if model is None and seen is not None:
             if len(_DECLINED) >= MAX_DECLINED:
                 _DECLINED.clear()
@@ -114,6 +116,17 @@ def _load_model(data, where: str, base_dir: str | None, load_external_data: bool
         return load_model(data, where, base_dir, load_external_data)
     model.base_dir = base_dir
     return model
+
+
+def _read_here(data, limited: bool) -> Model | None:
+    """wire_reader's IR of ``data``, or None (not plain, or left to protobuf's reader)."""
+    if limited:  # (protobuf not imported: the budget decides, a small model read whatever)
+        return read_model(data, limited=True, max_items=wire_reader.SMALL_ITEMS)
+    return read_model(
+        data,
+        max_items=wire_reader.WARM_MAX_ITEMS,
+        max_initializers=wire_reader.WARM_MAX_INITIALIZERS,
+    )
 
 
 def __getattr__(name: str):

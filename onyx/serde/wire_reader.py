@@ -81,14 +81,19 @@ LONG_LIST = 512
 #: takes every later model too (model_io). ``read_model(data, limited=True)`` counts against
 #: it. (The biggest plain zoo models, 1300-1500 items, read 4-7 ms faster cold this way.)
 ITEM_BUDGET = 2000
-#: A model of at most this many items is read here whatever the budget left, protobuf
-#: imported or not: read again, as a serving process creates sessions of its models, it
-#: costs less here than protobuf's C parse with the Reader (the memos below hold its nodes,
-#: attributes and types: a small model's load, 1.5-2.7 M instructions by protobuf, reads in
-#: 1.1-1.9 M, a tree ensemble's in a quarter), and its first read about the same; the first
-#: read of a bigger one costs more here (a quantized CNN's hundreds of small initializers:
-#: 3.3 ms against 2.4), so once protobuf is imported a bigger graph goes its way.
-WARM_MAX_ITEMS = 128
+#: A model of at most this many items is read here whatever is left of the budget (its
+#: first read costs about what protobuf's does: no import is worth it).
+SMALL_ITEMS = 128
+#: Once protobuf is imported (its import paid), a model of at most WARM_MAX_ITEMS items and
+#: WARM_MAX_INITIALIZERS initializers is still read here: read again, as a serving process
+#: creates sessions of its models, it costs less here than protobuf's C parse with the
+#: Reader (the memos below hold its nodes, attributes and types; serving zoo, warm reads:
+#: 0.6-0.9 of protobuf's time, a transformer's 0.7, a tree ensemble's 0.1-0.35), though its
+#: first read costs more (a transformer's: 3.7 ms against 3.1). Not a model of many
+#: initializers: a quantized CNN's scales and zero points, each read here every time, cost
+#: more than protobuf's (1.02-1.07 of its time); nor a graph of thousands of nodes.
+WARM_MAX_ITEMS = 1024
+WARM_MAX_INITIALIZERS = 64
 #: What is left of ITEM_BUDGET in this process.
 items_left = ITEM_BUDGET
 
@@ -122,16 +127,23 @@ class _Decline(Exception):
     """What the bytes hold is not followed here: the protobuf path reads them."""
 
 
-def read_model(data, limited: bool = False, max_items: int | None = None) -> Model | None:
+def read_model(
+    data,
+    limited: bool = False,
+    max_items: int | None = None,
+    max_initializers: int | None = None,
+) -> Model | None:
     """The IR of a plain model's bytes, as ``Reader`` builds it from the parsed messages, or
     None (don't know: the caller runs the protobuf path). ``max_items``: a graph of more
     items declines; ``limited``: one of more than ``items_left`` too, unless it has at most
-    ``max_items``, and one read takes its items off it (ITEM_BUDGET)."""
+    ``max_items``, and one read takes its items off it (ITEM_BUDGET); ``max_initializers``:
+    a main graph of more initializers declines."""
     global items_left
     if not isinstance(data, bytes) or len(data) > MAX_BYTES:
         return None
     limit = max(items_left, max_items or 0) if limited else max_items
     reading = _Model(data, limit, weigh_strings=limited or max_items is None)
+    reading.max_initializers = max_initializers
     try:
         model = reading.model()
     except _Decline:
@@ -399,6 +411,8 @@ class _Model:
         #: which a tree ensemble's labels, memoized once read (_BIG_ATTRS), would pass after
         #: its other attributes were decoded, at every read.
         self.weigh_strings = weigh_strings
+        #: A main graph of more initializers declines (None: no bound).
+        self.max_initializers: int | None = None
         self.items = 0
         #: Whether the node being read holds a subgraph (a _Pending attribute).
         self.pending = False
@@ -545,6 +559,8 @@ class _Model:
             else:
                 raise _Decline
         self.items += len(nodes) + len(inits) + len(infos) + len(props) + len(inputs) + len(outputs)
+        if not outer and self.max_initializers is not None and len(inits) > self.max_initializers:
+            raise _Decline  # (protobuf's reads them faster: WARM_MAX_INITIALIZERS)
         g = Graph(name=name or "")
         scope: dict[str, Value] = {}
         declared: set[int] = set()
