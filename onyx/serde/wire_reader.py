@@ -1225,10 +1225,11 @@ class _Model:
         buf = self.buf
         if kind == _A.STRINGS:
             spans = chunks  # (one list of spans, however the entries came)
-            if len(spans) >= LONG_LIST and self.weigh_strings:
-                self.items += len(spans) // 4  # (a Python loop per string: ITEM_BUDGET)
-                if self.max_items is not None and self.items > self.max_items:
-                    raise _Decline
+            if len(spans) >= LONG_LIST:
+                if self.weigh_strings:
+                    self.items += len(spans) // 4  # (a Python loop per string: ITEM_BUDGET)
+                    if self.max_items is not None and self.items > self.max_items:
+                        raise _Decline
                 arr = np.array([buf[a:b] for a, b in spans], dtype=object)
                 arr.flags.writeable = False
                 return arr
