@@ -13,7 +13,7 @@ import onyx.optimizer as opt
 from onyx import serde
 from onyx.inference.engine import Symbols
 from onyx.runtime import plan as plan_module
-from onyx.serde import reader
+from onyx.serde import model_io, reader, wire_reader
 
 F = TensorProto.FLOAT
 
@@ -50,11 +50,26 @@ def _one_node_model(node) -> bytes:
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
 
 
-def test_memoized_attributes_are_equal_and_not_shared():
+@pytest.fixture
+def by_protobuf(monkeypatch):
+    """Loads through protobuf and the Reader (whose memo these tests hold): a small model is
+    otherwise read by wire_reader, which keeps memos of its own."""
+    monkeypatch.setattr(wire_reader, "WARM_MAX_ITEMS", 0)
+    monkeypatch.setattr(wire_reader, "SMALL_ITEMS", 0)
+    monkeypatch.setattr(wire_reader, "items_left", 0)
+    monkeypatch.setattr(model_io, "_DECLINED", set())  # (what it declines stays here)
+
+
+@pytest.mark.parametrize("path", ["reader", "wire"])
+def test_memoized_attributes_are_equal_and_not_shared(path, request):
+    if path == "reader":
+        request.getfixturevalue("by_protobuf")
     reader.PLAIN_ATTRS.clear()
+    wire_reader._ATTRS.clear()  # noqa: SLF001
+    wire_reader._NODE_ATTRS.clear()  # noqa: SLF001
     data = _conv_model()
     first = serde.loads(data).graph.nodes[0]
-    assert reader.PLAIN_ATTRS  # (the small attributes were kept)
+    assert reader.PLAIN_ATTRS if path == "reader" else wire_reader._ATTRS  # noqa: SLF001
     again = serde.loads(data).graph.nodes[0]
     for name, a in first.attributes.items():
         b = again.attributes[name]
@@ -64,7 +79,7 @@ def test_memoized_attributes_are_equal_and_not_shared():
     assert _attrs(data)["pads"] == [1, 1]
 
 
-def test_memo_tells_values_apart_and_starts_afresh_when_full(monkeypatch):
+def test_memo_tells_values_apart_and_starts_afresh_when_full(monkeypatch, by_protobuf):
     monkeypatch.setattr(reader, "MEMO_MAX_ENTRIES", 3)
     reader.PLAIN_ATTRS.clear()
     for k in range(1, 6):
@@ -76,7 +91,7 @@ def test_memo_tells_values_apart_and_starts_afresh_when_full(monkeypatch):
         assert len(reader.PLAIN_ATTRS) <= 3
 
 
-def test_memo_keeps_no_reference_attribute():
+def test_memo_keeps_no_reference_attribute(by_protobuf):
     reader.PLAIN_ATTRS.clear()
     node = helper.make_node("LeakyRelu", ["x"], ["y"], alpha=0.5)
     unknown = helper.make_attribute("beta", 2)

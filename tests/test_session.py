@@ -417,3 +417,25 @@ def test_an_lstm_the_native_recurrence_takes_counts_as_pool_work(hidden, on_pool
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)], ir_version=8)
     session = onyx.InferenceSession(model.SerializeToString())
     assert session.pool_heavy == (on_pool and native.available())
+
+
+def test_creation_asks_each_node_where_its_work_runs_once(monkeypatch):
+    """The pool-or-BLAS count and _heavy_work's answer come from one look at each node of
+    the main graph (each asked the op's traits twice)."""
+    from onyx.runtime import session as session_module
+
+    nodes = [
+        helper.make_node("Sin", ["x"], ["a"]),
+        helper.make_node("Cos", ["a"], ["b"]),
+        helper.make_node("Neg", ["b"], ["y"]),
+    ]
+    data = make_model(nodes, [vi("x", TensorProto.FLOAT, [3])], [vi("y", TensorProto.FLOAT, [3])])
+    asked = []
+    real = session_module._threads  # noqa: SLF001
+    monkeypatch.setattr(session_module, "_threads", lambda n: asked.append(n) or real(n))
+    so = onyx.SessionOptions()
+    so.graph_optimization_level = onyx.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = onyx.InferenceSession(data, so)
+    assert len(asked) == len(set(map(id, asked))) == 3
+    x = np.array([0.0, 1.0, 2.0], np.float32)
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], -np.cos(np.sin(x)), rtol=1e-6)

@@ -517,6 +517,132 @@ def test_packed_lists_read_as_protobuf_reads_them(what):
         assert a.array.dtype == b.array.dtype and not a.array.flags.writeable
 
 
+def test_a_long_attribute_read_again_is_the_memos_and_reads_as_protobuf_reads_it(monkeypatch):
+    """An attribute over MEMO_MAX_BYTES (a tree ensemble's lists) is decoded once per process
+    (_BIG_ATTRS): read again, the model is still exactly the Reader's, its long lists the
+    memo's read-only arrays."""
+    data = _changed(_EDITS["long lists"]) + b""  # (bytes of its own: no earlier read's)
+    wire_reader._BIG_ATTRS.clear()  # noqa: SLF001
+    first = wire_reader.read_model(data)
+    decoded = []
+    real = wire_reader._Model.read_attribute  # noqa: SLF001
+    monkeypatch.setattr(
+        wire_reader._Model,  # noqa: SLF001
+        "read_attribute",
+        lambda self, a, b: decoded.append(b - a) or real(self, a, b),
+    )
+    again = wire_reader.read_model(bytes(bytearray(data)))
+    assert again is not None and not [n for n in decoded if n > wire_reader.MEMO_MAX_BYTES]
+    attrs = next(iter(again.graph)).attributes
+    old = next(iter(first.graph)).attributes
+    for name in ("f", "s", "i"):  # (before reading a value: that makes it a list)
+        assert attrs[name].array is old[name].array is not None
+        assert not attrs[name].array.flags.writeable
+    ref = load_model(data, "<bytes>", None, False)
+    assert _structure(again) == _structure(ref) == _structure(first)
+    assert dumps(again) == dumps(ref)
+
+
+def test_a_weight_is_copied_once_to_a_cache_line_and_planned_as_it_is():
+    """A raw initializer of ALIGNED_MIN_BYTES or more is read into a buffer on a cache line:
+    the plan's constant is that very buffer (no second copy), the data the file's."""
+    from onyx.runtime import values
+    from onyx.runtime.plan import Compiler, Plan
+
+    assert wire_reader.ALIGNED_MIN_BYTES == values.ALIGN_MIN_BYTES
+    assert wire_reader.ALIGNMENT == values.ALIGNMENT
+    w = np.arange(64 * 40, dtype=np.float32).reshape(64, 40)
+    tp = TensorProto(name="w", data_type=1, dims=[64, 40], raw_data=w.tobytes())
+    mp = _tiny()
+    mp.graph.initializer.append(tp)
+    data = mp.SerializeToString()
+    model = wire_reader.read_model(data)
+    t = model.graph.initializers["w"].const_value
+    raw = t.raw_bytes()
+    assert bytes(raw) == w.tobytes() and raw.readonly
+    arr = t.numpy()
+    assert arr.ctypes.data % values.ALIGNMENT == 0 and not arr.flags.writeable
+    assert np.array_equal(arr, w)
+    plan = Plan(model.graph, Compiler(model), dict(model.opset_imports))
+    const = plan.template[plan.slot_of[id(model.graph.initializers["w"])]]
+    assert np.shares_memory(const, arr)
+    assert dumps(model) == dumps(load_model(data, "<bytes>", None, False))
+
+
+def test_packed_varints_are_decoded_once_and_each_read_gets_its_own(monkeypatch):
+    """A packed varint run (a typed int64 tensor's, a k-NN's indices) is decoded once per
+    process (_VARINT_RUNS); each read gets a copy, so an edit of one model's stays its own."""
+    values = np.array([-3, 300, 2**40, 5] * 10, np.int64)
+    tp = TensorProto(name="k", data_type=7, dims=[40])
+    tp.MergeFromString(_field(7, b"".join(encode_varint(int(v) % 2**64) for v in values)))
+    mp = _tiny()
+    mp.graph.initializer.append(tp)
+    data = mp.SerializeToString()
+    wire_reader._VARINT_RUNS.clear()  # noqa: SLF001
+    first = wire_reader.read_model(data).graph.initializers["k"].const_value.numpy()
+    decoded = []
+    real = wire_reader._decode_packed_varints  # noqa: SLF001
+    monkeypatch.setattr(
+        wire_reader, "_decode_packed_varints", lambda raw: decoded.append(raw) or real(raw)
+    )
+    first[0] = 7
+    again = wire_reader.read_model(data).graph.initializers["k"].const_value.numpy()
+    assert not decoded and np.array_equal(again, values) and again.dtype == np.int64
+    ref = load_model(data, "<bytes>", None, False).graph.initializers["k"].const_value.numpy()
+    assert np.array_equal(again, ref)
+
+
+def test_a_constants_raw_tensor_read_again_is_the_memos_own_bytes_in_a_tensor_of_its_own(
+    monkeypatch,
+):
+    """A small TENSOR attribute of raw bytes (a Constant's) is decoded once per process
+    (_ATTRS): read again, each model gets a Tensor of its own, equal to the Reader's."""
+    value = TensorProto(name="c", data_type=1, dims=[2], raw_data=np.ones(2, "<f4").tobytes())
+    mp = _tiny()
+    mp.graph.node[0].attribute.add(name="value", type=4, t=value)
+    data = mp.SerializeToString()
+    wire_reader._ATTRS.clear()  # noqa: SLF001
+    first = next(iter(wire_reader.read_model(data).graph)).attributes["value"].value
+    decoded = []
+    real = wire_reader._Model.read_attribute  # noqa: SLF001
+    monkeypatch.setattr(
+        wire_reader._Model,  # noqa: SLF001
+        "read_attribute",
+        lambda self, a, b: decoded.append(b - a) or real(self, a, b),
+    )
+    model = wire_reader.read_model(data)
+    assert dumps(model) == dumps(load_model(data, "<bytes>", None, False))
+    again = next(iter(model.graph)).attributes["value"].value
+    assert not decoded and again is not first
+    assert (again.name, again.dtype, again.shape) == (first.name, first.dtype, first.shape)
+    assert np.array_equal(again.numpy(), np.ones(2, np.float32))
+
+
+def test_a_node_read_again_makes_its_attributes_from_the_memo(monkeypatch):
+    """A node whose attributes are all plain keeps them by its bytes (_NODE_ATTRS): read
+    again, none is looked up one by one, and each model's lists are its own."""
+    data = TINY.read_bytes()
+    wire_reader._NODE_ATTRS.clear()  # noqa: SLF001
+    first = wire_reader.read_model(data)
+    looked = []
+    real = wire_reader._Model.attribute  # noqa: SLF001
+    monkeypatch.setattr(
+        wire_reader._Model,  # noqa: SLF001
+        "attribute",
+        lambda self, a, b: looked.append(b - a) or real(self, a, b),
+    )
+    again = wire_reader.read_model(data)
+    assert dumps(again) == dumps(load_model(data, "<bytes>", None, False))
+    assert not looked and _structure(again) == _structure(first)
+    lists = [
+        (a, b)
+        for n, m in zip(first.graph, again.graph, strict=True)
+        for a, b in zip(n.attributes.values(), m.attributes.values(), strict=True)
+        if isinstance(a.value, list)
+    ]
+    assert lists and all(a is not b and a.value is not b.value for a, b in lists)
+
+
 def test_unknown_fields_and_repeated_singulars_decline():
     data = TINY.read_bytes()
     assert wire_reader.read_model(data + b"\xf8\x07\x01") is None  # field 127, a varint
@@ -606,28 +732,88 @@ def test_typed_tensor_table_is_the_readers():
         assert (field, field_dtype, element) == (descriptor.number, ref_dtype, ref_element)
 
 
-def test_once_protobuf_is_imported_loads_take_it():
+def test_once_protobuf_is_imported_small_models_are_still_read_here():
     """A process reads plain models without protobuf, again and again; once something
-    imported it, loads go through it: its C decoder is faster (serde/model_io._load_model)."""
+    imported it, a small model is still read here (read again, its nodes and attributes
+    are memoized: cheaper than protobuf's C parse with the Reader), a bigger one goes
+    protobuf's way (serde/model_io._load_model, wire_reader.WARM_MAX_ITEMS)."""
     code = f"""
 import sys
 import onyx
-from onyx.serde import model_io
+from onyx.serde import model_io, wire_reader
 read = []
-model_io.read_model = lambda d, limited, _r=model_io.read_model: read.append(1) or _r(d, limited)
+def counted(data, _real=model_io.read_model, **kw):
+    model = _real(data, **kw)
+    read.append(model is not None)
+    return model
+model_io.read_model = counted
 loaded = []
 for _ in range(2):
     onyx.load({str(TINY)!r})
     loaded.append("google.protobuf" in sys.modules)
 import onyx.proto
 onyx.load({str(TINY)!r})
-print(loaded, len(read))
+wire_reader.WARM_MAX_ITEMS = 1
+onyx.load({str(TINY)!r})
+print(loaded, read)
 """
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
     )
-    assert out.stdout.strip() == "[False, False] 2", out.stdout
+    assert out.stdout.strip() == "[False, False] [True, True, True, False]", out.stdout
+
+
+def test_a_long_string_list_weighs_on_the_budget_not_on_a_small_graphs_bound(monkeypatch):
+    """A tree ensemble's labels count against the import's budget (a Python loop a string),
+    not against WARM_MAX_ITEMS, a bound on the graph's items: its model, read again, is the
+    memo's (_BIG_ATTRS), and declining it after decoding the rest cost every read."""
+    data = _changed(_EDITS["long lists"])  # (601 strings: 150 items; the graph has 8)
+    monkeypatch.setattr(wire_reader, "items_left", 0)
+    wire_reader._BIG_ATTRS.clear()  # noqa: SLF001  (decoded: the strings weigh)
+    assert wire_reader.read_model(data, limited=True, max_items=100) is None
+    wire_reader._BIG_ATTRS.clear()  # noqa: SLF001
+    model = wire_reader.read_model(data, max_items=100)
+    strings = next(iter(model.graph)).attributes["s"]
+    assert strings.array is not None and strings.array.dtype == object  # (as the Reader's)
+
+
+def test_a_model_declined_once_protobuf_is_imported_is_not_tried_again(monkeypatch):
+    """Protobuf imported (as here: onnx is), a file wire_reader declined (a big graph) goes
+    straight to protobuf the next time: finding its 129th item again cost up to 0.4 ms."""
+    from onyx.serde import model_io
+
+    assert "google.protobuf" in sys.modules
+    monkeypatch.setattr(wire_reader, "WARM_MAX_ITEMS", 1)
+    monkeypatch.setattr(model_io, "_DECLINED", set())
+    tried = []
+    real = model_io.read_model
+    monkeypatch.setattr(model_io, "read_model", lambda d, **kw: tried.append(1) or real(d, **kw))
+    first, again = onyx.load(TINY), onyx.load(TINY)
+    assert tried == [1] and dumps(first) == dumps(again)
+
+
+def test_once_protobuf_is_imported_a_graph_of_many_initializers_is_left_to_it(monkeypatch):
+    """A quantized CNN's hundreds of scales and zero points cost more here than protobuf's
+    parse, read again or not: a main graph of more than WARM_MAX_INITIALIZERS declines."""
+    from onyx.serde import model_io
+
+    data = TINY.read_bytes()
+    inits = len(wire_reader.read_model(data).graph.initializers)
+    assert wire_reader.read_model(data, max_items=1024, max_initializers=inits) is not None
+    assert wire_reader.read_model(data, max_items=1024, max_initializers=inits - 1) is None
+    monkeypatch.setattr(wire_reader, "WARM_MAX_INITIALIZERS", inits - 1)
+    monkeypatch.setattr(model_io, "_DECLINED", set())
+    assert model_io._read_here(data, limited=False) is None  # noqa: SLF001
+    assert model_io._read_here(data, limited=True) is not None  # noqa: SLF001
+
+
+def test_a_small_model_is_read_here_whatever_is_left_of_the_budget(monkeypatch):
+    data = TINY.read_bytes()
+    monkeypatch.setattr(wire_reader, "items_left", 0)
+    assert wire_reader.read_model(data, limited=True, max_items=1) is None
+    assert wire_reader.read_model(data, limited=True, max_items=1000) is not None
+    assert wire_reader.items_left == 0
 
 
 def test_big_graphs_are_left_to_protobuf(monkeypatch):
@@ -711,6 +897,7 @@ from onyx.serde import wire_reader
 items = wire_reader._Model(open({str(TINY)!r}, "rb").read())
 items.model()
 wire_reader.items_left = items.items * 3 // 2
+wire_reader.SMALL_ITEMS = 0  # (a small model is read here whatever is left)
 seen = []
 for _ in range(2):
     onyx.load({str(TINY)!r})

@@ -15,7 +15,7 @@ from .. import ir
 from ..errors import NotImplementedOp, OnyxError
 from ..ir.frozen import DataValue, lazy_fields
 from .registry import Kernel, lookup
-from .values import attr_value
+from .values import AS_IS, attr_value
 
 
 def node_label(node: ir.Node) -> str:
@@ -190,8 +190,9 @@ def bind(
     if kernel is None:
         kernel = find_kernel(node, domain, version)
     parsed = {}
+    allowed, any_attr = kernel.attributes, kernel.accepts_any_attr
     for name, a in (node.attributes if attrs is None else attrs).items():
-        if name not in kernel.attributes and not kernel.accepts_any_attr:
+        if name not in allowed and not any_attr:
             if strict:
                 raise OnyxError(
                     f"{node_label(node)}: unknown attribute {name!r} for "
@@ -204,7 +205,9 @@ def bind(
             if dtype is not None:
                 parsed[name] = _read_only(array.astype(dtype, copy=False))
                 continue
-        parsed[name] = attr_value(a.type, a.value, compile_graph)
+        kind = a.type
+        # (attr_value's first case inline: most attributes are ints and floats)
+        parsed[name] = a.value if kind in AS_IS else attr_value(kind, a.value, compile_graph)
     n_in = len(node.inputs)
     if not kernel.variadic and n_in > kernel.n_positional:
         raise OnyxError(

@@ -44,6 +44,8 @@ __all__ = [
 ]
 
 STANDARD_DOMAINS = ir.STANDARD_DOMAINS
+#: (module constants: ``ir.AttrType.X`` reads through the enum class's ``__getattr__``)
+_SUBGRAPH_KINDS = frozenset({ir.AttrType.GRAPH, ir.AttrType.GRAPHS})
 
 
 class Frame:
@@ -111,15 +113,19 @@ class Plan:
                         if id(v) not in slot_of:
                             sparse_slots[new_slot(v)] = sparse_value(sparse[v.name])
         self.steps: list[Step] = []
-        for node in graph:
+        values = self.values
+        for node in graph:  # (new_slot, inline: a slot per named output of every node)
             for v in node.outputs:
                 if v.name:
-                    new_slot(v)
+                    slot_of[id(v)] = len(values)
+                    values.append(v)
         self.slot_of = slot_of
-        self.template: list[Any] = [None] * len(self.values)
+        self.template: list[Any] = [None] * len(values)
+        template = self.template
         for v in graph.initializers.values():
-            if v.const_value is not None:
-                self.template[slot_of[id(v)]] = tensor_value(v.const_value)
+            t = v.const_value
+            if t is not None:
+                template[slot_of[id(v)]] = tensor_value(t)
         for slot, value in sparse_slots.items():
             self.template[slot] = value
         self.input_defaults = {slot_of[id(v)] for v in graph.inputs if v.name in graph.initializers}
@@ -147,18 +153,25 @@ class Plan:
             ) from None
 
     def _compile_node(self, node, compiler: Compiler, opsets, bindings) -> Step:
-        domain = ir.canonical_domain(node.domain)
+        domain = node.domain
+        domain = "" if domain in STANDARD_DOMAINS else domain  # (ir.canonical_domain)
         version = ir.opset_for(opsets, domain)
-        ins = tuple(self._slot(v, node) for v in node.inputs)
-        if node.attributes and any(True for _ in node.subgraphs()):
+        slot_of = self.slot_of
+        inputs = node.inputs
+        try:  # (_slot, inline: a node's inputs are all defined but in a broken graph)
+            ins = tuple([-1 if v is None or not v.name else slot_of[id(v)] for v in inputs])
+        except KeyError:
+            ins = tuple(self._slot(v, node) for v in inputs)  # (raises, naming the input)
+        node_attrs = node.attributes
+        if node_attrs and node.has_subgraphs():
             reads = tuple(self._slot(v, node) for v in ir.inputs_with_captures(node))
+            reads = tuple(r for r in reads if r >= 0)
         else:  # (no subgraph: it reads its inputs alone)
-            reads = ins
+            reads = tuple([r for r in ins if r >= 0])
         outs_list = list(node.outputs)
         while outs_list and not outs_list[-1].name:
             outs_list.pop()
-        outs = tuple(self.slot_of[id(v)] if v.name else -1 for v in outs_list)
-        reads = tuple(r for r in reads if r >= 0)
+        outs = tuple([slot_of[id(v)] if v.name else -1 for v in outs_list])
 
         def common() -> dict:  # (a step that runs a body: the kernels' steps bind these)
             return dict(
@@ -171,11 +184,13 @@ class Plan:
                 reads=reads,
             )
 
-        attrs = self._resolve_attrs(node, bindings)
-        function = compiler.functions.get((node.domain, node.op_type))
+        attrs = self._resolve_attrs(node, bindings) if node_attrs else {}
+        functions = compiler.functions
+        function = functions.get((node.domain, node.op_type)) if functions else None
         # (the optimizer's own functions run on onyx's kernels; their bodies are for others)
-        own_kernel = node.domain == ONYX_DOMAIN and lookup(node.op_type, node.domain) is not None
-        if function is not None and not own_kernel:
+        if function is not None and not (
+            node.domain == ONYX_DOMAIN and lookup(node.op_type, node.domain) is not None
+        ):
             return self._function_step(function, node, attrs, compiler, common())
         if version is not None and (domain, node.op_type) == (
             "ai.onnx.preview.training",
@@ -196,23 +211,28 @@ class Plan:
             compile_graph=lambda g: Plan(g, compiler, opsets, outer=self.slot_of),
             kernel=kernel,
         )  # (raises for a missing opset or kernel, naming the node)
-        step.ins = ins + (-1,) * (step.n_inputs - len(ins))  # (omitted trailing inputs)
+        n_missing = step.n_inputs - len(ins)
+        step.ins = ins + (-1,) * n_missing if n_missing > 0 else ins  # (omitted trailing inputs)
         step.outs, step.reads = outs, reads
-        runs_subgraphs = any(
-            a.type in (ir.AttrType.GRAPH, ir.AttrType.GRAPHS) for a in attrs.values()
+        runs_subgraphs = bool(attrs) and not _SUBGRAPH_KINDS.isdisjoint(
+            [a.type for a in attrs.values()]
         )
         step.uses_frame = step.takes_ctx and runs_subgraphs
-        prepare = getattr(kernel.fn, "prepare", None)
+        fn = kernel.fn
+        prepare = getattr(fn, "prepare", None)
         if prepare is not None and not step.takes_ctx:  # (kernels/derived.py: prepared)
             step.fn = PreparedCall(prepare, {**kernel.attr_defaults, **step.attrs})
             step.attrs = {}
-        elif getattr(kernel.fn, "bind", None) is not None and not step.uses_frame:
-            constant = tuple(i < 0 or self.is_constant(i) for i in step.ins)
-            binds = all(constant[k] for k in kernel.fn.bind_constants)
+        elif getattr(fn, "bind", None) is not None and not step.uses_frame:
+            template, defaults = self.template, self.input_defaults
+            constant = tuple(
+                [i < 0 or (template[i] is not None and i not in defaults) for i in step.ins]
+            )  # (is_constant, inline)
+            binds = all(constant[k] for k in fn.bind_constants)
             # (make gets every attribute, defaults filled in; a node that never binds calls
             # the kernel with its own attributes only, as a plain step does)
             attrs = {**kernel.attr_defaults, **step.attrs} if binds else dict(step.attrs)
-            fn, make = kernel.fn, kernel.fn.bind if binds else None
+            make = fn.bind if binds else None
             if step.takes_ctx:  # (no subgraph: its context made once, kernel and make get it)
                 ctx = StepContext(step, None)
                 fn, make = functools.partial(fn, ctx), make and functools.partial(make, ctx)
@@ -231,7 +251,7 @@ class Plan:
         """Node attributes, with references to the enclosing function's attributes resolved."""
         out = {}
         for name, a in node.attributes.items():
-            if a.is_ref:
+            if a.ref_attr_name:  # (is_ref, without the property's call)
                 bound = (bindings or {}).get(a.ref_attr_name)
                 if bound is None:
                     continue  # the caller did not set it and it has no default: use the op's
@@ -721,7 +741,10 @@ class BoundCall:
 def _with_frees(step: Step, frees: tuple[int, ...]) -> Step:
     if step.frees == frees:
         return step
-    clone = copy.copy(step)  # (its fields alone: asking for __dataclass_fields__ would make them)
+    # (copy.copy's fields alone, without its __reduce_ex__ round: a plan copies most steps)
+    cls = step.__class__
+    clone = cls.__new__(cls)
+    clone.__dict__.update(step.__dict__)
     clone.frees = frees
     return clone
 

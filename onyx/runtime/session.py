@@ -168,8 +168,9 @@ class InferenceSession(SessionAPI):
         self._slot_by_name = {v.name: s for s, v in enumerate(self._plan.values) if v.name}
         # most heavy ops on onyx's pool rather than BLAS: BLAS gets one thread (OpenBLAS's idle
         # threads spin for a long while after every call, taking cores from the next convs)
-        where = [_threads(n) for n in graph]
-        self._pool_heavy = native.available() and where.count("pool") > where.count("blas")
+        where = {id(n): _threads(n) for n in graph}  # (_heavy_work reads them too)
+        places = list(where.values())
+        self._pool_heavy = native.available() and places.count("pool") > places.count("blas")
         # the first run of each input shape signature checks every step's outputs against
         # the types inference derives (plan.OutputCheck, made at the first run)
         self._output_check: OutputCheck | None = None
@@ -178,7 +179,7 @@ class InferenceSession(SessionAPI):
         #: each run's native threads and BLAS wish (concurrency.run_slot), fixed at creation
         self._run_threads = int(self._options.intra_op_num_threads or 0)
         self._run_blas = 1 if self._pool_heavy else self._run_threads
-        heavy = _heavy_work(model)  # (one walk for both questions below)
+        heavy = _heavy_work(model, where)  # (one walk for both questions below)
         if not heavy:
             self._run_blas = None  # no BLAS work, no wish: concurrent runs need not wait for it
         # run()'s fast path: what it checks of each feed, found once (None: never fast)
@@ -610,7 +611,7 @@ def _custom_kernels(ops) -> contextlib.AbstractContextManager:
     return session_kernels(ops)
 
 
-def _heavy_work(model: ir.Model) -> set[str]:
+def _heavy_work(model: ir.Model, known: dict | None = None) -> set[str]:
     """Where the model's ops' heavy work runs ("blas", "pool"; both for an op whose work is
     unknown here: a function, an op without a kernel of its own). Empty: a run never calls
     BLAS (onyx's pool counts: its kernels' numpy paths, for shapes, types or settings the
@@ -618,7 +619,8 @@ def _heavy_work(model: ir.Model) -> set[str]:
     and restoring cost a one-row run a fifth of its time. Without "pool": every op holds the
     GIL throughout (concurrency.Pace.gil_bound). The first op on the pool answers both
     questions (the walk stops there: a CNN's channels-last ops' bodies, walked on, imported
-    five kernel modules that never run)."""
+    five kernel modules that never run). ``known``: id(node) -> its _threads, where found."""
+    known = known or {}
     functions = {(f.domain, f.name) for f in model.functions.values()}
     places: set[str] = set()
     for graph in [model.graph, *(f.graph for f in model.functions.values())]:
@@ -629,7 +631,7 @@ def _heavy_work(model: ir.Model) -> set[str]:
             unknown = (node.domain, node.op_type) in functions and node.domain != ONYX_DOMAIN
             if kernel is None or unknown:
                 return {"blas", "pool"}
-            where = _threads(node)
+            where = known[id(node)] if id(node) in known else _threads(node)
             if where == "pool":  # (the pool's numpy paths count as BLAS work too)
                 return {"blas", "pool"}
             if where == "blas":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -41,7 +42,8 @@ def _misaligned(arr: np.ndarray) -> bool:
 def aligned_empty(shape: tuple[int, ...], dtype) -> np.ndarray:
     """An uninitialized C-contiguous array whose data starts at a multiple of ALIGNMENT bytes."""
     dtype = np.dtype(dtype)
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    # (math.prod: np.prod's Python wrapper cost a plan several us per weight it copies)
+    nbytes = math.prod(shape) * dtype.itemsize
     buf = np.empty(nbytes + ALIGNMENT, dtype=np.uint8)
     start = -buf.ctypes.data % ALIGNMENT
     return buf[start : start + nbytes].view(dtype).reshape(shape)
@@ -65,7 +67,7 @@ _STR_ONLY = frozenset({str})
 #: Attribute types whose values kernels take as they are. (Module constants, like the rest
 #: below: reading ``AttrType.X`` goes through the enum class's ``__getattr__`` hook (Python
 #: 3.11's EnumType defines one), some 0.25 us a read, and the plan converts every attribute.)
-_AS_IS = frozenset({AttrType.UNDEFINED, AttrType.FLOAT, AttrType.INT, AttrType.TYPE_PROTO})
+AS_IS = frozenset({AttrType.UNDEFINED, AttrType.FLOAT, AttrType.INT, AttrType.TYPE_PROTO})
 _LISTS = frozenset({AttrType.INTS, AttrType.FLOATS})
 _TENSOR, _TENSORS = AttrType.TENSOR, AttrType.TENSORS
 _SPARSE, _SPARSES = AttrType.SPARSE_TENSOR, AttrType.SPARSE_TENSORS
@@ -75,7 +77,7 @@ _STRING, _STRINGS = AttrType.STRING, AttrType.STRINGS
 
 def attr_value(kind: AttrType, value: Any, compile_graph) -> Any:
     """An attribute's value as kernels take it; graphs go through ``compile_graph``."""
-    if kind in _AS_IS:
+    if kind in AS_IS:
         return value
     if kind in _LISTS:
         return list(value)

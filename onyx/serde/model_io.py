@@ -1,13 +1,15 @@
 """onyx.load / loads (saving: saving.py).
 
 A plain model (wire_reader.py follows it exactly) is read straight from its bytes, as long
-as protobuf is not imported and the process's item budget lasts (wire_reader.ITEM_BUDGET);
-any other goes to proto_load.py, imported then, which reads it with the generated
-classes: it splits the model's top-level fields with the wire scanner, parses everything but the
-graph with the generated classes, reads the main graph's initializers (big ones as zero-copy
-views of the file, which is memory-mapped) and leaves the nodes as a parsed message until
-someone asks for ``model.graph``; a big graph is split field by field (``_GraphSource._split``),
-so that no message holds its big initializers and models over protobuf's 2 GiB limit load.
+as protobuf is not imported and it is small (wire_reader.SMALL_ITEMS) or the process's
+item budget lasts (wire_reader.ITEM_BUDGET), or protobuf imported, as long as its graph is
+not big (wire_reader.WARM_MAX_ITEMS, WARM_MAX_INITIALIZERS); any other goes to
+proto_load.py, imported then, which reads it with the generated classes: it splits the model's top-level fields with the
+wire scanner, parses everything but the graph with the generated classes, reads the main
+graph's initializers (big ones as zero-copy views of the file, which is memory-mapped) and
+leaves the nodes as a parsed message until someone asks for ``model.graph``; a big graph is
+split field by field (``_GraphSource._split``), so that no message holds its big initializers
+and models over protobuf's 2 GiB limit load.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import sys
 from ..errors import NotAModel
 from ..ir.graph import Model
 from ..utils import gc_paused
+from . import wire_reader
 from .wire_reader import read_model
 
 #: Files at least this big are memory-mapped instead of read.
@@ -29,6 +32,11 @@ BIG_TENSOR = 1 << 20
 _GRAPH = 7
 _INITIALIZER = 5
 _RAW_DATA = 9
+#: Once protobuf is imported: (size, last 256 bytes) of the files wire_reader declined,
+#: read by protobuf at once afterwards (a file like one of them but for its middle bytes
+#: is read by protobuf too: either way reads it exactly). Cleared past MAX_DECLINED.
+_DECLINED: set[tuple] = set()
+MAX_DECLINED = 1024
 #: The bytes of ``data_location: EXTERNAL`` in a TensorProto (field 14, value 1).
 _EXTERNAL_MARK = b"\x70\x01"
 
@@ -88,16 +96,37 @@ def _load(data, where: str, base_dir: str | None, load_external_data: bool) -> M
 
 
 def _load_model(data, where: str, base_dir: str | None, load_external_data: bool) -> Model:
-    # (once protobuf is imported, its C decoder with the Reader reads faster than
-    # wire_reader's pure Python: what wire_reader saves is the import, a fixed cost, which
-    # a limited read weighs against the items it reads: wire_reader.ITEM_BUDGET)
-    model = read_model(data, limited=True) if "google.protobuf" not in sys.modules else None
+    # (what wire_reader saves is protobuf's import, a fixed cost, which a limited read weighs
+    # against the items it reads: wire_reader.ITEM_BUDGET, a small model read there whatever
+    # is left of it, SMALL_ITEMS; protobuf imported, a model read again costs less there,
+    # but for many initializers or thousands of nodes: WARM_MAX_ITEMS, WARM_MAX_INITIALIZERS)
+    limited = "google.protobuf" not in sys.modules
+    seen = None if limited or not isinstance(data, bytes) else (len(data), data[-256:])
+    if seen is not None and seen in _DECLINED:
+        model = None  # (declined before: a big model's scan to its 129th item cost 0.1-0.4 ms)
+    else:
+        model = _read_here(data, limited)
+        if model is None and seen is not None:
+            if len(_DECLINED) >= MAX_DECLINED:
+                _DECLINED.clear()
+            _DECLINED.add(seen)
     if model is None:  # (not plain: protobuf's generated classes read it, or report the error)
         from .proto_load import load_model
 
         return load_model(data, where, base_dir, load_external_data)
     model.base_dir = base_dir
     return model
+
+
+def _read_here(data, limited: bool) -> Model | None:
+    """wire_reader's IR of ``data``, or None (not plain, or left to protobuf's reader)."""
+    if limited:  # (protobuf not imported: the budget decides, a small model read whatever)
+        return read_model(data, limited=True, max_items=wire_reader.SMALL_ITEMS)
+    return read_model(
+        data,
+        max_items=wire_reader.WARM_MAX_ITEMS,
+        max_initializers=wire_reader.WARM_MAX_INITIALIZERS,
+    )
 
 
 def __getattr__(name: str):

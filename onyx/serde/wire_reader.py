@@ -81,6 +81,19 @@ LONG_LIST = 512
 #: takes every later model too (model_io). ``read_model(data, limited=True)`` counts against
 #: it. (The biggest plain zoo models, 1300-1500 items, read 4-7 ms faster cold this way.)
 ITEM_BUDGET = 2000
+#: A model of at most this many items is read here whatever is left of the budget (its
+#: first read costs about what protobuf's does: no import is worth it).
+SMALL_ITEMS = 128
+#: Once protobuf is imported (its import paid), a model of at most WARM_MAX_ITEMS items and
+#: WARM_MAX_INITIALIZERS initializers is still read here: read again, as a serving process
+#: creates sessions of its models, it costs less here than protobuf's C parse with the
+#: Reader (the memos below hold its nodes, attributes and types; serving zoo, warm reads:
+#: 0.6-0.9 of protobuf's time, a transformer's 0.7, a tree ensemble's 0.1-0.35), though its
+#: first read costs more (a transformer's: 3.7 ms against 3.1). Not a model of many
+#: initializers: a quantized CNN's scales and zero points, each read here every time, cost
+#: more than protobuf's (1.02-1.07 of its time); nor a graph of thousands of nodes.
+WARM_MAX_ITEMS = 1024
+WARM_MAX_INITIALIZERS = 64
 #: What is left of ITEM_BUDGET in this process.
 items_left = ITEM_BUDGET
 
@@ -114,20 +127,29 @@ class _Decline(Exception):
     """What the bytes hold is not followed here: the protobuf path reads them."""
 
 
-def read_model(data, limited: bool = False) -> Model | None:
+def read_model(
+    data,
+    limited: bool = False,
+    max_items: int | None = None,
+    max_initializers: int | None = None,
+) -> Model | None:
     """The IR of a plain model's bytes, as ``Reader`` builds it from the parsed messages, or
-    None (don't know: the caller runs the protobuf path). ``limited``: a graph of more items
-    than ``items_left`` declines, and one read takes its items off it (ITEM_BUDGET)."""
+    None (don't know: the caller runs the protobuf path). ``max_items``: a graph of more
+    items declines; ``limited``: one of more than ``items_left`` too, unless it has at most
+    ``max_items``, and one read takes its items off it (ITEM_BUDGET); ``max_initializers``:
+    a main graph of more initializers declines."""
     global items_left
     if not isinstance(data, bytes) or len(data) > MAX_BYTES:
         return None
-    reading = _Model(data, items_left if limited else None)
+    limit = max(items_left, max_items or 0) if limited else max_items
+    reading = _Model(data, limit, weigh_strings=limited or max_items is None)
+    reading.max_initializers = max_initializers
     try:
         model = reading.model()
     except _Decline:
         return None
     if limited:
-        items_left -= reading.items
+        items_left = max(items_left - reading.items, 0)
     return model
 
 
@@ -216,7 +238,30 @@ def _one_field(buf: bytes, pos: int, end: int) -> tuple[int, int, int, int, int]
 
 def _packed_varints(raw: bytes) -> np.ndarray:
     """The varints of a packed field as uint64, decoded with numpy (a quantized model's zero
-    points, an index tensor: element by element in Python they cost 1 us each)."""
+    points, an index tensor: element by element in Python they cost 1 us each), decoded once
+    per process (_VARINT_RUNS: a model read again copies its values, a k-NN's indices,
+    instead of a dozen numpy calls over them, some 10 us however short the run)."""
+    global _varint_run_bytes
+    known = _VARINT_RUNS.get(raw)
+    if known is None:
+        known = _decode_packed_varints(raw)
+        cost = len(raw) + known.nbytes
+        if _varint_run_bytes + cost > VARINT_MEMO_BYTES:
+            _VARINT_RUNS.clear()
+            _varint_run_bytes = 0
+        _VARINT_RUNS[raw] = known
+        _varint_run_bytes += cost
+    return known.copy()  # (the memo's own is never handed out: the caller's is writeable)
+
+
+#: Packed varint runs' bytes -> their uint64 values (_packed_varints), while they and their
+#: values add up to VARINT_MEMO_BYTES (cleared when full).
+_VARINT_RUNS: dict[bytes, np.ndarray] = {}
+VARINT_MEMO_BYTES = 16 << 20
+_varint_run_bytes = 0
+
+
+def _decode_packed_varints(raw: bytes) -> np.ndarray:
     arr = np.frombuffer(raw, np.uint8)
     last = arr < 0x80
     if not arr.size or last.all():
@@ -281,6 +326,17 @@ def _unpacked_varints(buf: bytes, pos: int, end: int, tag: int) -> tuple[np.ndar
     return values, pos + int(lasts[k - 1]) + 1
 
 
+def _aligned_bytes(buf: bytes, a: int, b: int) -> memoryview:
+    """A read-only copy of buf[a:b] starting on a multiple of ALIGNMENT bytes."""
+    n = b - a
+    block = np.empty(n + ALIGNMENT, np.uint8)
+    start = -block.ctypes.data % ALIGNMENT
+    out = block[start : start + n]
+    out[:] = np.frombuffer(buf, np.uint8, n, a)
+    out.flags.writeable = False
+    return memoryview(out)
+
+
 def _signed(v: int) -> int:
     """An int64 field's value from its varint."""
     return v - _U64 if v >= _I64_MIN else v
@@ -299,6 +355,13 @@ def _int32(v: int) -> int:
 #: Python floats, a longer one as the field itself (tensors.SHORT_TYPED, which tests hold
 #: equal): the two differ on a signaling NaN, which only the list makes quiet.
 SHORT_TYPED = 32
+#: Raw tensors of at least this many bytes are copied from the file to a buffer starting
+#: on a cache line of ALIGNMENT bytes (read-only; the tensor's raw bytes are a memoryview
+#: of it, as proto_load's big ones are views of the file): a plan copies a weight of this
+#: size that does not start on one (runtime/values.ALIGN_MIN_BYTES and ALIGNMENT, which
+#: tests hold equal), and a bytes copy almost never does, so every weight was copied twice.
+ALIGNED_MIN_BYTES = 4096
+ALIGNMENT = 64
 #: Attributes of at most this many bytes are read field by field; bigger ones find their
 #: lists' runs with numpy, whose fixed cost (some 10 us) a Python loop over a list's elements
 #: (0.3 us each) passes at a few dozen.
@@ -319,19 +382,37 @@ _ATTRS: dict[bytes, tuple] = {}
 #: NodeProto bytes -> its fields (_Model.node_fields): a model created again in the process
 #: decodes none of its nodes (the Reader's protobuf parse is C code: this keeps up with it).
 _NODES: dict[bytes, tuple] = {}
+#: NodeProto bytes -> its attributes' (name, type, value) as _ATTRS keeps them, and how
+#: each Attr gets a value of its own (0: as it is, _AS_LIST, _AS_TENSOR), for a node whose
+#: attributes are all plain: a node read again makes its Attrs straight from them.
+_NODE_ATTRS: dict[bytes, tuple] = {}
 #: ValueInfoProto bytes -> what _Model.value_info makes of it (those without metadata).
 _VALUE_INFOS: dict[bytes, tuple] = {}
 MEMO_MAX_NODE_BYTES = 1024
 MEMO_MAX_ENTRIES = 4096
 MEMO_MAX_BYTES = 256
+#: Bigger attributes' bytes -> (name, type, value, whether the value is the read-only array
+#: of Attr.of_array) (_Model.big_attribute): attributes of at most BIG_ATTR_MAX_BYTES, while
+#: their bytes and arrays add up to BIG_ATTR_MEMO_BYTES (cleared when full).
+_BIG_ATTRS: dict[bytes, tuple] = {}
+BIG_ATTR_MAX_BYTES = 4 << 20
+BIG_ATTR_MEMO_BYTES = 32 << 20
+_big_attr_bytes = 0
 
 
 class _Model:
     """One file's decoding."""
 
-    def __init__(self, buf: bytes, max_items: int | None = None):
+    def __init__(self, buf: bytes, max_items: int | None = None, weigh_strings: bool = True):
         self.buf = buf
         self.max_items = max_items
+        #: Whether a long list of strings counts as items (a quarter of one a string): the
+        #: budget's weighing of the import (ITEM_BUDGET); not WARM_MAX_ITEMS's of the graph,
+        #: which a tree ensemble's labels, memoized once read (_BIG_ATTRS), would pass after
+        #: its other attributes were decoded, at every read.
+        self.weigh_strings = weigh_strings
+        #: A main graph of more initializers declines (None: no bound).
+        self.max_initializers: int | None = None
         self.items = 0
         #: Whether the node being read holds a subgraph (a _Pending attribute).
         self.pending = False
@@ -457,6 +538,9 @@ class _Model:
             n = buf[pos] if pos < end else 0x80
             if n < 0x80:
                 pos += 1
+            elif pos + 1 < end and buf[pos + 1] < 0x80:  # (two bytes: _varint's, inline)
+                n = (n & 0x7F) | buf[pos + 1] << 7
+                pos += 2
             else:
                 n, pos = _varint(buf, pos, end)
             a, pos = pos, pos + n
@@ -475,6 +559,8 @@ class _Model:
             else:
                 raise _Decline
         self.items += len(nodes) + len(inits) + len(infos) + len(props) + len(inputs) + len(outputs)
+        if not outer and self.max_initializers is not None and len(inits) > self.max_initializers:
+            raise _Decline  # (protobuf's reads them faster: WARM_MAX_INITIALIZERS)
         g = Graph(name=name or "")
         scope: dict[str, Value] = {}
         declared: set[int] = set()
@@ -664,6 +750,9 @@ class _Model:
                 n = buf[pos + 1] if pos + 1 < b else 0x80
                 if n < 0x80:
                     pos += 2
+                elif pos + 2 < b and buf[pos + 2] < 0x80:  # (two bytes: _varint's, inline)
+                    n = (n & 0x7F) | buf[pos + 2] << 7
+                    pos += 3
                 else:
                     n, pos = _varint(buf, pos + 1, b)
                 end = pos + n
@@ -766,6 +855,8 @@ class _Model:
         ra, rb = raw
         if rb - ra != math.prod(dims) * size:
             raise _Decline  # (the general path reports the wrong size)
+        if rb - ra >= ALIGNED_MIN_BYTES:  # (a weight: its one copy, on a cache line)
+            return Tensor.from_raw(_aligned_bytes(self.buf, ra, rb), _BY_VALUE[code], dims, name)
         return Tensor.from_raw(self.buf[ra:rb], _BY_VALUE[code], dims, name)
 
     def typed_tensor(self, dims: tuple, code: int, name: str, field: int, entries) -> Tensor:
@@ -870,7 +961,17 @@ class _Model:
         elif props:
             node.extras = self.props(node, props)
         if attrs:
-            node.attributes = {attr.name: attr for attr in map(self.attribute, *zip(*attrs))}
+            known = _NODE_ATTRS.get(key) if key is not None else None
+            if known is not None:  # (every attribute plain: made from the memo's values)
+                node.attributes = made = {}
+                for name, kind, value, copy in known:
+                    if copy:
+                        value = list(value) if copy == _AS_LIST else Tensor.from_raw(*value)
+                    made[name] = Attr(name, kind, value, "", "")
+            else:
+                node.attributes = {at.name: at for at in map(self.attribute, *zip(*attrs))}
+                if key is not None:
+                    _keep_node_attrs(key, node.attributes.values())
         return node
 
     def borrow(self, names, values: list, outer: tuple, borrowed: set) -> list:
@@ -949,17 +1050,47 @@ class _Model:
 
     def attribute(self, a: int, b: int) -> Attr:
         buf = self.buf
-        key = buf[a:b] if b - a <= MEMO_MAX_BYTES else None
-        known = _ATTRS.get(key) if key is not None else None
+        if b - a > MEMO_MAX_BYTES:
+            return self.big_attribute(a, b)
+        key = buf[a:b]
+        known = _ATTRS.get(key)
         if known is not None:
-            name, kind, value = known
-            return Attr(name, kind, list(value) if type(value) is tuple else value, "", "")
+            return _memo_attr(*known)
         attr = self.read_attribute(a, b)
-        if key is not None and type(attr) is Attr and attr.type != _A.TENSOR:
+        entry = _memo_entry(attr)
+        if entry is not None:
             if len(_ATTRS) >= MEMO_MAX_ENTRIES:
                 _ATTRS.clear()
-            value = attr.value
-            _ATTRS[key] = (attr.name, attr.type, tuple(value) if type(value) is list else value)
+            _ATTRS[key] = entry
+        return attr
+
+    def big_attribute(self, a: int, b: int) -> Attr:
+        """An attribute of more than MEMO_MAX_BYTES (a tree ensemble's lists, 10**4 elements
+        each), read once per process while _BIG_ATTRS has room: a model created again decodes
+        none of them (protobuf's C parse kept up with this module only on such models)."""
+        global _big_attr_bytes
+        if b - a > BIG_ATTR_MAX_BYTES:
+            return self.read_attribute(a, b)
+        key = self.buf[a:b]
+        known = _BIG_ATTRS.get(key)
+        if known is not None:
+            name, kind, value, array = known
+            if array:  # (read-only: every Attr holding it shares it, as a view of the file)
+                return Attr.of_array(name, kind, value)
+            return Attr(name, kind, list(value) if type(value) is tuple else value, "", "")
+        attr = self.read_attribute(a, b)
+        if type(attr) is _Pending or attr.type in (_A.TENSOR, _A.GRAPH):
+            return attr
+        array = attr.array
+        value = array if array is not None else attr.value
+        if array is None and type(value) is list:
+            value = tuple(value)
+        cost = 2 * len(key) + (array.nbytes if array is not None else 0)
+        if _big_attr_bytes + cost > BIG_ATTR_MEMO_BYTES:
+            _BIG_ATTRS.clear()
+            _big_attr_bytes = 0
+        _BIG_ATTRS[key] = (attr.name, attr.type, value, array is not None)
+        _big_attr_bytes += cost
         return attr
 
     def read_attribute(self, a: int, b: int) -> Attr:
@@ -1095,9 +1226,10 @@ class _Model:
         if kind == _A.STRINGS:
             spans = chunks  # (one list of spans, however the entries came)
             if len(spans) >= LONG_LIST:
-                self.items += len(spans) // 4  # (a Python loop per string: ITEM_BUDGET)
-                if self.max_items is not None and self.items > self.max_items:
-                    raise _Decline
+                if self.weigh_strings:
+                    self.items += len(spans) // 4  # (a Python loop per string: ITEM_BUDGET)
+                    if self.max_items is not None and self.items > self.max_items:
+                        raise _Decline
                 arr = np.array([buf[a:b] for a, b in spans], dtype=object)
                 arr.flags.writeable = False
                 return arr
@@ -1127,6 +1259,64 @@ class _NodeTexts:
     def __init__(self, texts: dict):
         self.doc = texts.get(N_DOC_STRING)
         self.present = tuple(f for n, f in _NODE_TEXT_NAMES if n in texts and not texts[n])
+
+
+def _memo_attr(name: str, kind: AttrType, value) -> Attr:
+    """An Attr of its own from a memo's (name, type, value) (_ATTRS, _NODE_ATTRS)."""
+    if type(value) is _RawTensor:  # (a Constant's: a tensor of its own, same bytes)
+        return Attr(name, kind, Tensor.from_raw(*value), "", "")
+    return Attr(name, kind, list(value) if type(value) is tuple else value, "", "")
+
+
+def _memo_entry(attr: Attr) -> tuple | None:
+    """(name, type, value) of a plain attribute as the memos keep it (a list as a tuple, a
+    raw tensor as _RawTensor), or None (a subgraph, a long list's array, other tensors)."""
+    if type(attr) is not Attr:
+        return None
+    value = attr.value
+    if attr.type == _A.TENSOR:
+        value = _RawTensor.of(value)
+        if value is None:
+            return None
+    elif attr.type == _A.GRAPH:
+        return None
+    elif type(value) is list:
+        value = tuple(value)
+    return attr.name, attr.type, value
+
+
+_AS_LIST, _AS_TENSOR = 1, 2
+
+
+def _keep_node_attrs(key: bytes, attrs) -> None:
+    """Keep a node's attributes in _NODE_ATTRS when every one is plain."""
+    entries = []
+    for attr in attrs:
+        entry = _memo_entry(attr)
+        if entry is None:
+            return
+        value = entry[2]  # (and how a node's Attr gets its own: _Model.node)
+        copy = _AS_LIST if type(value) is tuple else _AS_TENSOR if type(value) is _RawTensor else 0
+        entries.append((*entry, copy))
+    if len(_NODE_ATTRS) >= MEMO_MAX_ENTRIES:
+        _NODE_ATTRS.clear()
+    _NODE_ATTRS[key] = tuple(entries)
+
+
+class _RawTensor(tuple):
+    """A small TENSOR attribute's value as _ATTRS keeps it: Tensor.from_raw's arguments
+    (raw bytes, element type, dims, name), for a tensor of raw bytes and nothing else."""
+
+    __slots__ = ()
+
+    @classmethod
+    def of(cls, t: Tensor) -> _RawTensor | None:
+        if not t.has_raw_bytes() or t.extras is not None or t.doc_string or t.metadata_props:
+            return None
+        raw = t.raw_bytes()
+        if type(raw) is not bytes or t.external is not None:
+            return None
+        return cls((raw, t.dtype, t.shape, t.name))
 
 
 class _Pending:
