@@ -305,3 +305,25 @@ def test_shape_and_noop_passes_stay_idle_through_the_recurrent_fusions():
         assert not _idle_through(_conv_relu(), name, *rnn, "CommonSubexpressionElimination")
     assert _idle_through(_conv_relu(), "DeadCodeElimination", "RnnBatchFirstInput")
     assert not _idle_through(_conv_relu(), "DeadCodeElimination", "RnnLastStepFromState")
+
+
+def test_a_fused_conv_gets_its_activation_attributes_made_as_they_are(monkeypatch):
+    """ConvActivationFusion makes the activation's attributes of their types, not through
+    Node.set_attr (which finds each value's type: a fusion's own work at every creation);
+    the fused node's attributes are the conv's, then activation and its parameters."""
+    monkeypatch.setattr(ir.Node, "set_attr", lambda *a, **k: pytest.fail("set_attr"))
+    w = numpy_helper.from_array(np.ones((2, 1, 3), np.float32), "w")
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1]),
+        helper.make_node("LeakyRelu", ["c"], ["y"], alpha=0.5),
+    ]
+    x = helper.make_tensor_value_info("x", F, [1, 1, 8])
+    y = helper.make_tensor_value_info("y", F, [1, 2, 8])
+    out = opt.optimize(_model(nodes, [x], [y], [w]), "all", for_session=True)
+    (fused,) = list(out.graph)
+    assert fused.op_type == "FusedConv"
+    assert [(a.name, a.type, a.value) for a in fused.attributes.values()] == [
+        ("pads", ir.AttrType.INTS, [1, 1]),
+        ("activation", ir.AttrType.STRING, "LeakyRelu"),
+        ("activation_params", ir.AttrType.FLOATS, [0.5]),
+    ]
