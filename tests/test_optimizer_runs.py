@@ -327,3 +327,16 @@ def test_a_fused_conv_gets_its_activation_attributes_made_as_they_are(monkeypatc
         ("activation", ir.AttrType.STRING, "LeakyRelu"),
         ("activation_params", ir.AttrType.FLOATS, [0.5]),
     ]
+
+
+def test_first_fresh_name_reads_the_nodes_own_lists(monkeypatch):
+    """The names a first fresh_name finds taken (values', nodes', a subgraph's too) are read
+    from the nodes' own lists, without an outputs tuple made per node."""
+    model = _conv_relu()
+    ctx = core.PassContext(model)
+    conv = next(iter(ctx.graph))
+    conv.name = "conv"
+    monkeypatch.setattr(ir.Node, "outputs", property(lambda self: pytest.fail("outputs")))
+    assert ctx.fresh_name("r") == "r_1" and ctx.fresh_name("conv") == "conv_1"
+    assert ctx.fresh_name("x") == "x_1" and ctx.fresh_name("w") == "w_1"
+    assert ctx.fresh_name("free") == "free"
