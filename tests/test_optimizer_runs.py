@@ -340,3 +340,48 @@ def test_first_fresh_name_reads_the_nodes_own_lists(monkeypatch):
     assert ctx.fresh_name("r") == "r_1" and ctx.fresh_name("conv") == "conv_1"
     assert ctx.fresh_name("x") == "x_1" and ctx.fresh_name("w") == "w_1"
     assert ctx.fresh_name("free") == "free"
+
+
+def _batch_first_lstm() -> ir.Model:
+    """x (batch, steps, in) -> Transpose -> LSTM -> Squeeze(Y_h, [0]) (PyTorch's batch_first
+    LSTM whose last state is read): a session's RnnBatchFirstInput takes it."""
+    B, T, I, H = 2, 3, 4, 5
+    inits = [
+        numpy_helper.from_array(np.full((1, 4 * H, I), 0.1, np.float32), "W"),
+        numpy_helper.from_array(np.full((1, 4 * H, H), 0.1, np.float32), "R"),
+        numpy_helper.from_array(np.array([0], np.int64), "axes"),
+    ]
+    nodes = [
+        helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0, 2]),
+        helper.make_node("LSTM", ["t", "W", "R"], ["", "h"], hidden_size=H),
+        helper.make_node("Squeeze", ["h", "axes"], ["y"]),
+    ]
+    x = helper.make_tensor_value_info("x", F, [B, T, I])
+    return _model(nodes, [x], [helper.make_tensor_value_info("y", F, [B, H])], inits)
+
+
+def test_constant_folding_stays_idle_through_a_batch_first_lstm(monkeypatch):
+    """ConstantFolding does not run again after RnnBatchFirstInput alone changed the graph
+    (a DequantizeLinear in the graph wakes it: its readers may change); the graph is that of
+    running every pass every round."""
+    results = _runs(_batch_first_lstm())
+    names = [r.name for r in results]
+    first = names.index("RnnBatchFirstInput")
+    assert results[first].changed
+    assert "ConstantFolding" not in names[first + 1 :], names
+    assert not _idle_through(_conv_relu(), "ConstantFolding", "RnnBatchFirstInput", "fusion")
+    w = numpy_helper.from_array(np.ones(2, np.int8), "w")
+    s = numpy_helper.from_array(np.ones(2, np.float32), "s")
+    dq = helper.make_node("DequantizeLinear", ["w", "s"], ["d"])
+    add = helper.make_node("Add", ["x", "d"], ["y"])
+    x = helper.make_tensor_value_info("x", F, [2])
+    quantized = _model([dq, add], [x], [helper.make_tensor_value_info("y", F, [2])], [w, s])
+    assert not _idle_through(quantized, "ConstantFolding", "RnnBatchFirstInput")
+
+    def optimized() -> bytes:
+        return serde.dumps(opt.optimize(_batch_first_lstm(), "all", for_session=True))
+
+    with monkeypatch.context() as m:
+        m.setattr(opt, "SKIP_IDLE", False)
+        full = optimized()
+    assert optimized() == full
