@@ -556,3 +556,20 @@ def test_session_outputs_stay_as_returned(forced, monkeypatch):
             np.testing.assert_allclose(got, ref.run(None, {"x": x})[0], rtol=1e-4, atol=1e-4)
     for x, y in zip(xs, held):
         np.testing.assert_allclose(y, ref.run(None, {"x": x})[0], rtol=1e-4, atol=1e-4)
+
+
+def test_shapes_read_only_of_the_chains_ops(forced, monkeypatch):
+    """The chains are found without the shape of a node that is neither a chain op nor reads
+    the chain (the Flatten and Gemm after the pooling): its op is asked first."""
+    model = onyx.loads(mobile_net())
+    asked: list = []
+    real = layout._rank4  # noqa: SLF001
+
+    def counted(v):
+        if v is not None and v.producer is not None:
+            asked.append(v.producer.op_type)
+        return real(v)
+
+    monkeypatch.setattr(layout, "_rank4", counted)
+    onyx.optimize(model)
+    assert asked and not {"Flatten", "Gemm"} & set(asked), asked

@@ -305,3 +305,83 @@ def test_shape_and_noop_passes_stay_idle_through_the_recurrent_fusions():
         assert not _idle_through(_conv_relu(), name, *rnn, "CommonSubexpressionElimination")
     assert _idle_through(_conv_relu(), "DeadCodeElimination", "RnnBatchFirstInput")
     assert not _idle_through(_conv_relu(), "DeadCodeElimination", "RnnLastStepFromState")
+
+
+def test_a_fused_conv_gets_its_activation_attributes_made_as_they_are(monkeypatch):
+    """ConvActivationFusion makes the activation's attributes of their types, not through
+    Node.set_attr (which finds each value's type: a fusion's own work at every creation);
+    the fused node's attributes are the conv's, then activation and its parameters."""
+    monkeypatch.setattr(ir.Node, "set_attr", lambda *a, **k: pytest.fail("set_attr"))
+    w = numpy_helper.from_array(np.ones((2, 1, 3), np.float32), "w")
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1]),
+        helper.make_node("LeakyRelu", ["c"], ["y"], alpha=0.5),
+    ]
+    x = helper.make_tensor_value_info("x", F, [1, 1, 8])
+    y = helper.make_tensor_value_info("y", F, [1, 2, 8])
+    out = opt.optimize(_model(nodes, [x], [y], [w]), "all", for_session=True)
+    (fused,) = list(out.graph)
+    assert fused.op_type == "FusedConv"
+    assert [(a.name, a.type, a.value) for a in fused.attributes.values()] == [
+        ("pads", ir.AttrType.INTS, [1, 1]),
+        ("activation", ir.AttrType.STRING, "LeakyRelu"),
+        ("activation_params", ir.AttrType.FLOATS, [0.5]),
+    ]
+
+
+def test_first_fresh_name_reads_the_nodes_own_lists(monkeypatch):
+    """The names a first fresh_name finds taken (values', nodes', a subgraph's too) are read
+    from the nodes' own lists, without an outputs tuple made per node."""
+    model = _conv_relu()
+    ctx = core.PassContext(model)
+    conv = next(iter(ctx.graph))
+    conv.name = "conv"
+    monkeypatch.setattr(ir.Node, "outputs", property(lambda self: pytest.fail("outputs")))
+    assert ctx.fresh_name("r") == "r_1" and ctx.fresh_name("conv") == "conv_1"
+    assert ctx.fresh_name("x") == "x_1" and ctx.fresh_name("w") == "w_1"
+    assert ctx.fresh_name("free") == "free"
+
+
+def _batch_first_lstm() -> ir.Model:
+    """x (batch, steps, in) -> Transpose -> LSTM -> Squeeze(Y_h, [0]) (PyTorch's batch_first
+    LSTM whose last state is read): a session's RnnBatchFirstInput takes it."""
+    B, T, I, H = 2, 3, 4, 5
+    inits = [
+        numpy_helper.from_array(np.full((1, 4 * H, I), 0.1, np.float32), "W"),
+        numpy_helper.from_array(np.full((1, 4 * H, H), 0.1, np.float32), "R"),
+        numpy_helper.from_array(np.array([0], np.int64), "axes"),
+    ]
+    nodes = [
+        helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0, 2]),
+        helper.make_node("LSTM", ["t", "W", "R"], ["", "h"], hidden_size=H),
+        helper.make_node("Squeeze", ["h", "axes"], ["y"]),
+    ]
+    x = helper.make_tensor_value_info("x", F, [B, T, I])
+    return _model(nodes, [x], [helper.make_tensor_value_info("y", F, [B, H])], inits)
+
+
+def test_constant_folding_stays_idle_through_a_batch_first_lstm(monkeypatch):
+    """ConstantFolding does not run again after RnnBatchFirstInput alone changed the graph
+    (a DequantizeLinear in the graph wakes it: its readers may change); the graph is that of
+    running every pass every round."""
+    results = _runs(_batch_first_lstm())
+    names = [r.name for r in results]
+    first = names.index("RnnBatchFirstInput")
+    assert results[first].changed
+    assert "ConstantFolding" not in names[first + 1 :], names
+    assert not _idle_through(_conv_relu(), "ConstantFolding", "RnnBatchFirstInput", "fusion")
+    w = numpy_helper.from_array(np.ones(2, np.int8), "w")
+    s = numpy_helper.from_array(np.ones(2, np.float32), "s")
+    dq = helper.make_node("DequantizeLinear", ["w", "s"], ["d"])
+    add = helper.make_node("Add", ["x", "d"], ["y"])
+    x = helper.make_tensor_value_info("x", F, [2])
+    quantized = _model([dq, add], [x], [helper.make_tensor_value_info("y", F, [2])], [w, s])
+    assert not _idle_through(quantized, "ConstantFolding", "RnnBatchFirstInput")
+
+    def optimized() -> bytes:
+        return serde.dumps(opt.optimize(_batch_first_lstm(), "all", for_session=True))
+
+    with monkeypatch.context() as m:
+        m.setattr(opt, "SKIP_IDLE", False)
+        full = optimized()
+    assert optimized() == full

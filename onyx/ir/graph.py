@@ -227,7 +227,12 @@ class Node:
 
     def attributes_have_refs(self) -> bool:
         """Whether any attribute refers to an enclosing function's attribute."""
-        return any(a.is_ref for a in self.attributes.values())
+        # (a loop over the field, not any() of a generator over the property: asked of each
+        # conv a fusion or the layout pass meets, and of every node the checker reads)
+        for a in self.attributes.values():
+            if a.ref_attr_name:
+                return True
+        return False
 
     def has_subgraphs(self) -> bool:
         """Whether :meth:`subgraphs` yields any: asked of every node by the passes and the

@@ -232,7 +232,7 @@ def conv_max_pool_fusion(ctx: PassContext) -> bool:
             continue  # (a 1-D conv: its weights are rank 3; or a 2-D stem)
         if not isinstance(x.type, ir.TensorType) or x.type.elem_type != ir.DataType.FLOAT:
             continue
-        if any(a.is_ref for a in (*conv.attributes.values(), *pool.attributes.values())):
+        if conv.attributes_have_refs() or pool.attributes_have_refs():
             continue
         attrs = [a for a in conv.attributes.values()]
         attrs += [ir.Attr("pool_" + a.name, a.type, a.value) for a in pool.attributes.values()]

@@ -223,6 +223,9 @@ def activation(ctx: PassContext, node: ir.Node | None) -> tuple[str, list[float]
     return op, []
 
 
+_STRING, _FLOATS = ir.AttrType.STRING, ir.AttrType.FLOATS
+
+
 def _conv_attrs(conv: ir.Node) -> list[ir.Attr]:
     return [a for a in conv.attributes.values() if not a.is_ref]
 
@@ -260,17 +263,13 @@ def conv_activation(ctx: PassContext) -> bool:
         inputs = list(conv.inputs) + [None] * (3 - len(conv.inputs))
         if z is not None:
             inputs.append(z)
-        fused = ir.Node(
-            "FusedConv",
-            inputs,
-            1,
-            _conv_attrs(conv),
-            domain=MS,
-            name=ctx.fresh_name((conv.name or "conv") + "_fused"),
-        )
-        fused.set_attr("activation", spec[0])
+        # (the activation's attributes made as what they are: set_attr would find their types)
+        attrs = _conv_attrs(conv)
+        attrs.append(ir.Attr("activation", _STRING, spec[0]))
         if spec[1]:
-            fused.set_attr("activation_params", [float(p) for p in spec[1]])
+            attrs.append(ir.Attr("activation_params", _FLOATS, [float(p) for p in spec[1]]))
+        name = ctx.fresh_name((conv.name or "conv") + "_fused")
+        fused = ir.Node("FusedConv", inputs, 1, attrs, domain=MS, name=name)
         ctx.fuse(act, fused, [n for n in (add, conv) if n is not None])  # (MS imported)
         ctx.count("ConvActivationFusion")
         changed = True

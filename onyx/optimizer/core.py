@@ -331,14 +331,7 @@ class PassContext(DataValue):
     # -- names --------------------------------------------------------------------------------
     def fresh_name(self, base: str) -> str:
         if self._names is None:
-            self._names = set(self.graph.initializers)
-            self.op_types()  # (holds_subgraphs, found with them)
-            graphs = _graphs(self.graph) if self.holds_subgraphs else (self.graph,)
-            for g in graphs:
-                self._names.update(v.name for v in g.inputs)
-                for n in g:
-                    self._names.update(v.name for v in n.outputs)
-                    self._names.add(n.name)  # (nodes' names too: a fused node is named from them)
+            self._names = self._taken_names()
         # (from the suffix this base had last: the ones below it are all taken, as before)
         i = self._suffixes.get(base, 0)
         name = f"{base}_{i}" if i else base
@@ -348,6 +341,23 @@ class PassContext(DataValue):
         self._suffixes[base] = i
         self._names.add(name)
         return name
+
+    def _taken_names(self) -> set[str]:
+        """Every name the model's graphs give a value or a node (nodes' names too: a fused
+        node is named from them). (Added one by one from the nodes' own lists: a generator and
+        an outputs tuple made per node cost a first fresh_name more than the names.)"""
+        names = set(self.graph.initializers)
+        add = names.add
+        self.op_types()  # (holds_subgraphs, found with them)
+        graphs = _graphs(self.graph) if self.holds_subgraphs else (self.graph,)
+        for g in graphs:
+            for v in g.inputs:
+                add(v.name)
+            for n in g._nodes:  # noqa: SLF001
+                for v in n._outputs:  # noqa: SLF001
+                    add(v.name)
+                add(n.name)
+        return names
 
     # -- constants ----------------------------------------------------------------------------
     def const(self, v: ir.Value | None) -> np.ndarray | None:

@@ -135,25 +135,37 @@ def _constant_operand(ctx: PassContext, v: ir.Value) -> np.ndarray | None:
 
 
 def _joins(ctx: PassContext, node: ir.Node, nhwc: dict) -> bool:
-    """Whether ``node`` runs in the chain (nhwc: the values the chain holds so far)."""
-    onyx_unary = node.domain == ONYX_DOMAIN and node.op_type in ONYX_UNARY
+    """Whether ``node`` runs in the chain (nhwc: the values the chain holds so far). (Its op
+    and whether it reads the chain are asked first: most nodes of a CNN fail there, before
+    their output's shape is looked up.)"""
+    op = node.op_type
+    onyx_unary = node.domain == ONYX_DOMAIN and op in ONYX_UNARY
     if node.domain not in STANDARD and not onyx_unary:
+        return False
+    inputs = node.inputs
+    if op in BINARY and len(inputs) == 2:
+        a, b = inputs
+        if a not in nhwc and b not in nhwc:
+            return False
+    elif op in UNARY or onyx_unary or op in _POOLS:
+        if not inputs or inputs[0] not in nhwc:
+            return False
+    else:
         return False
     if len(node.outputs) != 1 or _rank4(node.outputs[0]) is None:
         return False
-    if node.op_type in UNARY or onyx_unary:
-        if node.inputs[0] not in nhwc:
-            return False
-        return all(ctx.const(v) is not None for v in node.inputs[1:] if v is not None and v.name)
-    if node.op_type in BINARY and len(node.inputs) == 2:
-        a, b = node.inputs
-        if a not in nhwc and b not in nhwc:
-            return False
+    if op in BINARY:
         return all(
             v in nhwc or _constant_operand(ctx, v) is not None or _rank4(v) is not None
-            for v in (a, b)
+            for v in inputs
         )
-    return _reduces_pixels(ctx, node) and node.inputs[0] in nhwc
+    if op in _POOLS:
+        return _reduces_pixels(ctx, node)
+    return all(ctx.const(v) is not None for v in inputs[1:] if v is not None and v.name)
+
+
+#: The ops _reduces_pixels takes.
+_POOLS = frozenset(("GlobalAveragePool", "ReduceMean"))
 
 
 def _chains(ctx: PassContext) -> list[list[ir.Node]]:
@@ -294,7 +306,7 @@ def _pointwise(ctx: PassContext, node: ir.Node) -> bool:
 def _fuse_scales(ctx: PassContext) -> None:
     """Mul(x, s) (s a chain tensor (N, 1, 1, C)) read only by a pointwise NhwcFusedConv:
     NhwcScaledFusedConv(x, s, W, B), the scale applied to the conv's weights per image."""
-    for mul in ctx.graph:
+    for mul in ctx.nodes_of("Mul"):  # (the graph's Muls alone: a CNN holds few)
         if not is_op(mul, "Mul") or mul.graph is None:
             continue
         conv = ctx.single_use(mul.outputs[0])
@@ -331,7 +343,7 @@ def _scale_operands(mul: ir.Node):
 def _fuse_residuals(ctx: PassContext) -> None:
     """Add(conv, r) of a channels-last conv without activation read only by the Add, r of its
     shape: the conv's residual input (NhwcFusedConvAdd), summed as it stores."""
-    for add in ctx.graph:
+    for add in ctx.nodes_of("Add"):
         if not is_op(add, "Add") or add.graph is None or len(add.inputs) != 2:
             continue
         for c, r in ((add.inputs[0], add.inputs[1]), (add.inputs[1], add.inputs[0])):

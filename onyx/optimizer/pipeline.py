@@ -149,9 +149,17 @@ QUIET: dict[str, frozenset[str]] = {
 #: DequantizeLinear (one a QDQ unit reads stays): dead nodes gone change nothing else it reads;
 #: and a value's type only for a Constant (its tensor must be of its output's declared type):
 #: the types inferred ("infer", ShapeFolding's first run, after its own first run) change
-#: nothing else it reads (kernels bind to a node and run on arrays).
+#: nothing else it reads (kernels bind to a node and run on arrays). A batch-first LSTM
+#: (RnnBatchFirstInput, a session's model: every constant node folds) reads x for
+#: Transpose(x): x is no constant (the Transpose of one would have folded), so the LSTM is
+#: no more foldable than it was; its Squeezes read Y_h, which it makes, with a new axes
+#: constant; Y_h's new type is no Constant's; x's readers change (a DequantizeLinear's too).
 QUIET_WITHOUT: dict[str, dict[str, str]] = {
-    "ConstantFolding": {_DCE: "DequantizeLinear", "infer": "Constant"},
+    "ConstantFolding": {
+        _DCE: "DequantizeLinear",
+        "infer": "Constant",
+        "RnnBatchFirstInput": "DequantizeLinear",
+    },
 }
 
 #: Passes whose own change gives them nothing new to do once the main graph's nodes are in
