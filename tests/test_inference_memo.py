@@ -377,3 +377,33 @@ def test_a_keys_op_and_input_types_are_interned_ints(empty_memo):
     entries = dict(empty_memo)
     assert _types(_transposes(["N", 3, 5], [(0, 2, 1), (2, 1, 0), (0, 2, 1)])) == first
     assert empty_memo == entries  # (the second model's nodes all hits)
+
+
+def test_a_node_kept_without_data_makes_no_key_with_data_for_a_hit(empty_memo, monkeypatch):
+    """An op some of whose nodes' rules read data (here: a conv of pads [1,1,1,1]) has
+    entries with data, but a node whose entry is kept without it (the other convs) is a hit
+    on the key without the data: the key with the weights' bytes is not made for it."""
+
+    def reads_when_padded(ctx):
+        if ctx.attr("pads"):
+            ctx.value(1)
+        ctx.same(0, 0)
+
+    monkeypatch.setitem(engine.RULES, ("", "Conv"), reads_when_padded)
+    rng = np.random.default_rng(2)
+    weights = [rng.standard_normal((4, 3, 3, 3)).astype(np.float32) for _ in range(2)]
+
+    def model():
+        m = _convs(weights)
+        next(iter(m.graph)).attributes["pads"] = onyx.ir.Attr(
+            "pads", onyx.ir.AttrType.INTS, [1] * 4
+        )
+        return m
+
+    first = _types(model())
+    assert len(empty_memo) == 2  # (the padded conv's entry with data, the other's without)
+    made = []
+    with_data = vars(memo)["_with_data"]
+    monkeypatch.setattr(memo, "_with_data", lambda *a: made.append(a) or with_data(*a))
+    assert _types(model()) == first
+    assert len(made) == 1 and len(empty_memo) == 2  # (the padded conv's key only)

@@ -55,22 +55,24 @@ def find(engine, node, env: dict, found: tuple) -> tuple[tuple | None, tuple | N
     the data of, :func:`copy_data`; None: nothing yet); (None, None) where the node is
     not remembered, as for a malformed node, whose rule reports what is wrong. The key is a
     pair: the node's key without its inputs' data, and the one with it (made only for an op an
-    entry was kept with data for, and looked up first; None where some data is not of the
-    kinds a key holds; else what it is made of): see :func:`remember`."""
+    entry was kept with data for, and only where the key without the data has no entry; None
+    where some data is not of the kinds a key holds; else what it is made of): see
+    :func:`remember`."""
     try:
         k = _key(engine, node, env, found)
         if k is None:
             return None, None
         blind, parts = k
-        if parts[0] in READ_DATA:  # (an op whose rule reads data: most entries have it)
+        # (hashing it: an attribute built through the API may hold an unhashable value)
+        hit = MEMO.get(blind)
+        if hit is None and parts[0] in READ_DATA:  # (an op some of whose rules read data)
+            # (looked for only where no entry without the data is: a node alike in the key
+            # without them has one kind of entry, as its rule's path up to a first read of
+            # data is a function of that key; the key with the data, its arrays' bytes, was
+            # made for every node of such an op, hit or not)
             full = _with_data(*parts)
             k = (blind, full)
             hit = None if full is None else MEMO.get(full)
-            if hit is None:
-                hit = MEMO.get(blind)
-        else:  # (no entry with data: none made yet)
-            hit = MEMO.get(blind)  # (hashing it: an attribute built through the API may hold
-            # an unhashable value)
     except Exception:  # noqa: BLE001  (e.g. a tensor attribute without a type: the rule says)
         return None, None
     return k, hit
