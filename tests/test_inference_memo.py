@@ -179,12 +179,13 @@ def test_a_types_key_is_read_once_and_is_the_key_of_its_fields(empty_memo):
     memo.TYPE_KEYS.clear()
     first = _types(model)
     assert memo.TYPE_KEYS, "the input types' keys are kept"
-    for t, k in memo.TYPE_KEYS.values():
+    for t, n in memo.TYPE_KEYS.values():
         shape = t.shape
         dims = None if shape is None else (shape.dims, shape.denotations)
-        assert k == (int(t.elem_type), dims, t.denotation)
+        assert memo.TYPE_IDS[(int(t.elem_type), dims, t.denotation)] == n
     other = onyx.ir.TensorType(onyx.ir.DataType.FLOAT, ("N", 5, 3))
-    assert memo.type_key(other) != memo.type_key(onyx.ir.TensorType(1, ("N", 3, 5)))
+    assert memo.type_id(other) != memo.type_id(onyx.ir.TensorType(1, ("N", 3, 5)))
+    assert memo.type_id(onyx.ir.TensorType(1, ("N", 5, 3))) == memo.type_id(other)
     memo.clear()
     memo.TYPE_KEYS.clear()
     assert _types(_transposes(["N", 3, 5], [(0, 2, 1), (2, 1, 0), (0, 2, 1)])) == first
@@ -308,7 +309,9 @@ def test_no_key_with_data_is_made_for_an_op_never_kept_with_data(empty_memo, mon
 
 def _op_of(key: tuple) -> str:
     """The op type of a memo key (without the inputs' data, or with them)."""
-    return (key[1] if key[0] == memo.WITHOUT_DATA else key[0])[1]
+    op = key[1] if key[0] == memo.WITHOUT_DATA else key[0]
+    (name,) = [k[1] for k, (n, _, _) in memo.OP_IDS.items() if n == op]
+    return name
 
 
 def _cheap_chain() -> onyx.ir.Model:
@@ -358,3 +361,49 @@ def test_a_hit_makes_no_context_and_hands_out_copies_of_its_data(empty_memo, mon
     assert made == ["Relu"]  # (the Shape a hit: no context)
     data["s"].dims.append("changed")
     assert _propagated(build())["s"].dims == ["N", 4]
+
+
+def test_a_keys_op_and_input_types_are_interned_ints(empty_memo):
+    """A key names its op and its inputs' types by small ints (memo.op_id, type_id), hashed
+    and compared at once: nested tuples of dims were hashed at every node, and compared item
+    by item at every hit. Types of the same fields share an id (a hit across creations)."""
+    model = _transposes(["N", 3, 5], [(0, 2, 1), (2, 1, 0), (0, 2, 1)])
+    first = _types(model)
+    assert empty_memo
+    for key in empty_memo:
+        blind = key[0] == memo.WITHOUT_DATA
+        op, types = (key[1], key[3]) if blind else (key[0], [e and e[0] for e in key[2]])
+        assert type(op) is int and all(t is None or type(t) is int for t in types)
+    entries = dict(empty_memo)
+    assert _types(_transposes(["N", 3, 5], [(0, 2, 1), (2, 1, 0), (0, 2, 1)])) == first
+    assert empty_memo == entries  # (the second model's nodes all hits)
+
+
+def test_a_node_kept_without_data_makes_no_key_with_data_for_a_hit(empty_memo, monkeypatch):
+    """An op some of whose nodes' rules read data (here: a conv of pads [1,1,1,1]) has
+    entries with data, but a node whose entry is kept without it (the other convs) is a hit
+    on the key without the data: the key with the weights' bytes is not made for it."""
+
+    def reads_when_padded(ctx):
+        if ctx.attr("pads"):
+            ctx.value(1)
+        ctx.same(0, 0)
+
+    monkeypatch.setitem(engine.RULES, ("", "Conv"), reads_when_padded)
+    rng = np.random.default_rng(2)
+    weights = [rng.standard_normal((4, 3, 3, 3)).astype(np.float32) for _ in range(2)]
+
+    def model():
+        m = _convs(weights)
+        next(iter(m.graph)).attributes["pads"] = onyx.ir.Attr(
+            "pads", onyx.ir.AttrType.INTS, [1] * 4
+        )
+        return m
+
+    first = _types(model())
+    assert len(empty_memo) == 2  # (the padded conv's entry with data, the other's without)
+    made = []
+    with_data = vars(memo)["_with_data"]
+    monkeypatch.setattr(memo, "_with_data", lambda *a: made.append(a) or with_data(*a))
+    assert _types(model()) == first
+    assert len(made) == 1 and len(empty_memo) == 2  # (the padded conv's key only)

@@ -263,6 +263,8 @@ ai.onyx\tNhwcFusedConvAdd\tchannels_last
 ai.onyx\tNhwcGlobalAveragePool\tchannels_last
 ai.onyx\tNhwcScaledFusedConv\tchannels_last
 ai.onyx\tNhwcScaledFusedConvAdd\tchannels_last
+ai.onyx\tQLinearConvLookupNhwc\tchannels_last
+ai.onyx\tQLinearConvNhwc\tchannels_last
 com.microsoft\tAttention\tcontrib
 com.microsoft\tBiasAdd\tcontrib
 com.microsoft\tBiasGelu\tcontrib

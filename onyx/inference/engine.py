@@ -629,15 +629,17 @@ def _tensor_type(dtype, shape: tuple) -> TensorType:
 
 
 def _resolve(node_domain: str, op_type: str, opsets) -> tuple:
-    """(canonical domain, imported opset, schema, shape rule, the op's part of a memo key) of
-    an op under ``opsets`` (the key's part made once per op type, not per node)."""
+    """(canonical domain, imported opset, schema, shape rule, the op's part of a memo key: an
+    int, memo.op_id) of an op under ``opsets`` (the key's part made once per op type, not
+    per node)."""
     domain = canonical_domain(node_domain)
     opset = opset_for(opsets, domain)
     schema = defs.get_schema(op_type, opset, domain) if opset else None
     key = (domain, op_type)
     fn = _RULE_OF(RULES, key) or RULES.get(key)
-    # (the schema by identity: a memo entry holds it, so its id is not reused while it lives)
-    return domain, opset, schema, fn, (node_domain, op_type, domain, opset, id(schema), fn)
+    # (the schema by identity: memo.OP_IDS holds it, so its id is not reused while it lives)
+    op = memo.op_id((node_domain, op_type, domain, opset, id(schema), fn), schema, fn)
+    return domain, opset, schema, fn, op
 
 
 def _overridable_inputs(g: Graph, ir_version: int) -> set[int]:

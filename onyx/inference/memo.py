@@ -18,6 +18,7 @@ MAX_ENTRY_BYTES (a long string attribute, many inputs of propagated data) is not
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -54,22 +55,24 @@ def find(engine, node, env: dict, found: tuple) -> tuple[tuple | None, tuple | N
     the data of, :func:`copy_data`; None: nothing yet); (None, None) where the node is
     not remembered, as for a malformed node, whose rule reports what is wrong. The key is a
     pair: the node's key without its inputs' data, and the one with it (made only for an op an
-    entry was kept with data for, and looked up first; None where some data is not of the
-    kinds a key holds; else what it is made of): see :func:`remember`."""
+    entry was kept with data for, and only where the key without the data has no entry; None
+    where some data is not of the kinds a key holds; else what it is made of): see
+    :func:`remember`."""
     try:
         k = _key(engine, node, env, found)
         if k is None:
             return None, None
         blind, parts = k
-        if parts[0] in READ_DATA:  # (an op whose rule reads data: most entries have it)
+        # (hashing it: an attribute built through the API may hold an unhashable value)
+        hit = MEMO.get(blind)
+        if hit is None and parts[0] in READ_DATA:  # (an op some of whose rules read data)
+            # (looked for only where no entry without the data is: a node alike in the key
+            # without them has one kind of entry, as its rule's path up to a first read of
+            # data is a function of that key; the key with the data, its arrays' bytes, was
+            # made for every node of such an op, hit or not)
             full = _with_data(*parts)
             k = (blind, full)
             hit = None if full is None else MEMO.get(full)
-            if hit is None:
-                hit = MEMO.get(blind)
-        else:  # (no entry with data: none made yet)
-            hit = MEMO.get(blind)  # (hashing it: an attribute built through the API may hold
-            # an unhashable value)
     except Exception:  # noqa: BLE001  (e.g. a tensor attribute without a type: the rule says)
         return None, None
     return k, hit
@@ -116,7 +119,7 @@ def _key(engine, node, env: dict, found: tuple) -> tuple | None:
             if t.__class__ is not TensorType:
                 return None
             known = type_keys.get(id(t))
-            t = known[1] if known is not None and known[0] is t else type_key(t)
+            t = known[1] if known is not None and known[0] is t else type_id(t)
         d = data.get(at)
         if d is not None:
             if held is None:
@@ -125,7 +128,7 @@ def _key(engine, node, env: dict, found: tuple) -> tuple | None:
         inputs.append(t)
     outputs = tuple([v.name != "" for v in node._outputs])  # noqa: SLF001
     flags = (engine.strict, engine.data_prop)
-    op = found[4]  # (node domain, op type, domain, opset, id(schema), rule: engine._resolve)
+    op = found[4]  # (the op's id: op_id of its domain, type, opset, schema and rule)
     attrs = tuple(attrs)
     blind = (WITHOUT_DATA, op, attrs, tuple(inputs), outputs, flags)
     return blind, _Unmade((op, attrs, inputs, held or (), outputs, flags))
@@ -140,7 +143,7 @@ class _Unmade(tuple):
 
 #: The first item of a key without the inputs' data (a key with them has none such).
 WITHOUT_DATA = "without data"
-#: The ops (a key's first part: domain, type, opset, schema, rule) of the entries ever kept
+#: The ops (their ids: a key's first part, op_id) of the entries ever kept
 #: with their inputs' data: no other op's node looks for one (a cold process's creation finds
 #: none, and a conv's weights were keyed for nothing).
 READ_DATA: set[tuple] = set()
@@ -162,21 +165,54 @@ def _with_data(op, attrs, types: list, held: list, outputs, flags) -> tuple | No
     return (op, attrs, tuple(inputs), outputs, flags)
 
 
-#: id(type) -> (the TensorType, its key), for the types that come back: those a memo hit hands
-#: out and the initializers' shared ones are the same objects at every creation of a model.
+#: id(type) -> (the TensorType, its id: type_id), for the types that come back: those a memo
+#: hit hands out and the initializers' shared ones are the same objects at every creation.
 TYPE_KEYS: dict[int, tuple] = {}
+#: A type's fields (type_key) -> its id; an id -> the bytes its dims count in an entry.
+TYPE_IDS: dict[tuple, int] = {}
+TYPE_BYTES: dict[int, int] = {}
+#: An op's part of a key (engine._resolve's: node domain, op type, domain, opset, schema and
+#: rule) -> (its id, the schema and rule, held so that their ids are not reused meanwhile).
+OP_IDS: dict[tuple, tuple] = {}
+#: Where interned ids come from: never reused, so that a table cleared when full gives a
+#: type or op seen again a new id (its old entries missed, never mistaken for another's).
+_NEXT_ID = itertools.count(1)
 
 
 def type_key(t: TensorType) -> tuple:
-    """The type's fields as plain tuples (hashing and comparing a type object calls its
-    methods, several per node), kept with the type (frozen: its key never changes)."""
+    """The type's fields as plain tuples (what tells its id: two types of these fields alike
+    get one id)."""
     shape = t.shape
     dims = None if shape is None else (shape.dims, shape.denotations)
-    k = (int(t.elem_type), dims, t.denotation)
+    return (int(t.elem_type), dims, t.denotation)
+
+
+def type_id(t: TensorType) -> int:
+    """A small int that stands for the type's fields in a key, kept with the type (frozen: its
+    fields never change). Why: a key of nested tuples (dims, denotations) was hashed and, at a
+    hit, compared item by item at every node; an int is hashed and compared at once."""
+    k = type_key(t)
+    n = TYPE_IDS.get(k)
+    if n is None:
+        if len(TYPE_IDS) >= 4 * MAX_ENTRIES:
+            TYPE_IDS.clear()
+            TYPE_BYTES.clear()
+        n = TYPE_IDS[k] = next(_NEXT_ID)
+        TYPE_BYTES[n] = 0 if k[1] is None else 8 * len(k[1][0])
     if len(TYPE_KEYS) >= 4 * MAX_ENTRIES:
         TYPE_KEYS.clear()
-    TYPE_KEYS[id(t)] = (t, k)  # (the entry holds the type: its id is not reused meanwhile)
-    return k
+    TYPE_KEYS[id(t)] = (t, n)  # (the entry holds the type: its id is not reused meanwhile)
+    return n
+
+
+def op_id(op: tuple, schema, fn) -> int:
+    """The id of an op's part of a key (``op`` holds id(schema) and the rule)."""
+    known = OP_IDS.get(op)
+    if known is None:
+        if len(OP_IDS) >= MAX_ENTRIES:
+            OP_IDS.clear()
+        known = OP_IDS[op] = (next(_NEXT_ID), schema, fn)
+    return known[0]
 
 
 def _signed(x: float) -> tuple:
@@ -274,8 +310,8 @@ def _entry_bytes(k: tuple, outputs: dict, out_data: dict) -> int:
         if entry is None:
             continue
         t, d = entry
-        if t is not None and t[1] is not None:
-            n += 8 * len(t[1][0])
+        if t is not None:
+            n += TYPE_BYTES.get(t, 0)  # (0 only for an id whose table was cleared since)
         if d is not None:
             n += len(d[3]) if d[0] == "array" else 8 * len(d[1])
     for t in outputs.values():
