@@ -569,6 +569,25 @@ def test_a_weight_is_copied_once_to_a_cache_line_and_planned_as_it_is():
     assert dumps(model) == dumps(load_model(data, "<bytes>", None, False))
 
 
+def test_a_model_with_an_aligned_weight_still_copies_and_pickles():
+    """A weight read into its aligned buffer is a memoryview, which neither copy nor pickle
+    takes: a model read here (even from bytes, as most small ones now are) must deepcopy and
+    pickle as it did when its weights were bytes, the copy's data equal and its own."""
+    import copy
+    import pickle
+
+    w = np.arange(64 * 40, dtype=np.float32).reshape(64, 40)
+    mp = _tiny()
+    mp.graph.initializer.append(
+        TensorProto(name="w", data_type=1, dims=[64, 40], raw_data=w.tobytes())
+    )
+    model = wire_reader.read_model(mp.SerializeToString())
+    assert type(model.graph.initializers["w"].const_value.raw_bytes()) is memoryview
+    for clone in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
+        assert np.array_equal(clone.graph.initializers["w"].const_value.numpy(), w)
+        assert dumps(clone) == dumps(model)
+
+
 def test_packed_varints_are_decoded_once_and_each_read_gets_its_own(monkeypatch):
     """A packed varint run (a typed int64 tensor's, a k-NN's indices) is decoded once per
     process (_VARINT_RUNS); each read gets a copy, so an edit of one model's stays its own."""

@@ -114,6 +114,15 @@ class Tensor:
         self._array = arr
         self.shape = tuple(int(d) for d in arr.shape)
 
+    def __getstate__(self) -> tuple[dict | None, dict]:
+        """copy's and pickle's state (a subclass's instance dict, the slots), a memoryview's
+        bytes (a weight read into its aligned buffer, a view of a memory-mapped file), which
+        neither takes, as bytes."""
+        state = {name: getattr(self, name) for name in Tensor.__slots__}
+        if type(state["_raw"]) is memoryview:
+            state["_raw"] = state["_raw"].tobytes()
+        return getattr(self, "__dict__", None), state
+
     # -- constructors -------------------------------------------------------------------------
     @classmethod
     def from_raw(cls, raw, dtype: int, shape, name: str = "") -> Tensor:
