@@ -590,21 +590,12 @@ class _Checker:
         present (named) and their type strings (one call for both: a node's key makes it)."""
         strings = self.type_strings
         key = []
-        for v in values:
-            if v is None:
-                key.append(None)
-                continue
-            t = v.type
-            if t is None:
-                key.append((v.name != "", None))
-                continue
-            hit = strings.get(id(t))
-            if hit is None or hit[0] is not t:
-                hit = _type_string_entry(t)
-            key.append((v.name != "", hit[1]))
-        if outputs:
-            key.append(_OUTPUTS_FOLLOW)
-            for v in outputs:
+        # (the outputs' part after a marker, where there are outputs: one loop for both)
+        for vs in (values, (_OUTPUTS_FOLLOW, *outputs) if outputs else ()):
+            for v in vs:
+                if v is None or v is _OUTPUTS_FOLLOW:
+                    key.append(v)
+                    continue
                 t = v.type
                 if t is None:
                     key.append((v.name != "", None))
