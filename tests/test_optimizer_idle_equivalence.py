@@ -90,7 +90,9 @@ def test_node_cases_optimize_alike_without_the_shortcuts(options, monkeypatch):
 @pytest.mark.parametrize("options", FILE_OPTIONS, ids=("session",))
 def test_model_files_optimize_alike_without_the_shortcuts(options, monkeypatch):
     models = [(p.name, p.read_bytes()) for p in _FILES]
-    assert len(models) >= 40
+    # (the committed fixtures, 39 of them: the serving zoo's files join where it was made;
+    # a fresh clone has none of them)
+    assert sum(p.parent.name == "models" for p in _FILES) >= 30
     assert _differing(models, options, monkeypatch) == []
 
 
