@@ -153,8 +153,7 @@ class Plan:
             ) from None
 
     def _compile_node(self, node, compiler: Compiler, opsets, bindings) -> Step:
-        domain = node.domain
-        domain = "" if domain in STANDARD_DOMAINS else domain  # (ir.canonical_domain)
+        domain = ir.canonical_domain(node.domain)
         version = ir.opset_for(opsets, domain)
         slot_of = self.slot_of
         inputs = node.inputs
@@ -224,10 +223,7 @@ class Plan:
             step.fn = PreparedCall(prepare, {**kernel.attr_defaults, **step.attrs})
             step.attrs = {}
         elif getattr(fn, "bind", None) is not None and not step.uses_frame:
-            template, defaults = self.template, self.input_defaults
-            constant = tuple(
-                [i < 0 or (template[i] is not None and i not in defaults) for i in step.ins]
-            )  # (is_constant, inline)
+            constant = tuple([i < 0 or self.is_constant(i) for i in step.ins])
             binds = all(constant[k] for k in fn.bind_constants)
             # (make gets every attribute, defaults filled in; a node that never binds calls
             # the kernel with its own attributes only, as a plain step does)
