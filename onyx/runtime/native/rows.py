@@ -97,18 +97,7 @@ def qmean_rows(x: np.ndarray, scale: float, x_zero_point: int, y_zero_point: int
         return None
     rows, size = x.shape
     y = np.empty(rows, x.dtype)
-    ways = _ways(x.size, rows, _PARALLEL_BYTES * 4)
-    task = _GlobalPool(
-        _addr(x),
-        _addr(y),
-        size,
-        float(scale),
-        int(x_zero_point),
-        int(y_zero_point),
-        int(x.dtype == np.int8),
-    )
-    _run(core.lib.qmean_rows_range, task, _element_cuts(rows, 1, ways), ways)
-    return y
+    return _qmean(core.lib.qmean_rows_range, x, y, rows, size, scale, x_zero_point, y_zero_point)
 
 
 def qmean_columns(x: np.ndarray, scale: float, x_zero_point: int, y_zero_point: int):
@@ -119,18 +108,19 @@ def qmean_columns(x: np.ndarray, scale: float, x_zero_point: int, y_zero_point: 
         return None
     images, size, columns = x.shape
     y = np.empty((images, columns), x.dtype)
-    ways = _ways(x.size, images, _PARALLEL_BYTES * 4)
+    requantization = (scale, x_zero_point, y_zero_point)
+    return _qmean(core.lib.qmean_columns_range, x, y, images, size, *requantization, columns)
+
+
+def _qmean(range_fn, x, y, parts: int, size: int, scale, x_zp, y_zp, columns: int = 0):
+    """qmean_rows' and qmean_columns' call: ``parts`` rows or images of x split over the
+    pool (``columns``: 0 for rows), y filled and returned."""
+    ways = _ways(x.size, parts, _PARALLEL_BYTES * 4)
+    signed = int(x.dtype == np.int8)
     task = _GlobalPool(
-        _input_addr(x),
-        _addr(y),
-        size,
-        float(scale),
-        int(x_zero_point),
-        int(y_zero_point),
-        int(x.dtype == np.int8),
-        columns,
+        _input_addr(x), _addr(y), size, float(scale), int(x_zp), int(y_zp), signed, columns
     )
-    _run(core.lib.qmean_columns_range, task, _element_cuts(images, 1, ways), ways)
+    _run(range_fn, task, _element_cuts(parts, 1, ways), ways)
     return y
 
 
